@@ -27,6 +27,7 @@ class PromptSet:
     peer: str                          # one shown solution
     debate_outro: str                  # after the shown solutions
     system: str | None = None          # system prompt (None: the model's default)
+    alone: str | None = None           # debate-round message when no solution is shown (a lone agent)
     roles: Mapping[str, str] = field(default_factory=dict)   # role -> system prompt for that role
 
     def system_for(self, role: str | None) -> str | None:
@@ -49,10 +50,11 @@ def number_word(n: int) -> str:
 # %% ../nbs/04a_prompts.ipynb #516a405c
 DU_GSM8K = PromptSet(
     source="Du et al. 2024, composable-models/llm_multiagent_debate, gsm/gen_gsm.py",
-    opening="Can you solve the following math problem? {question} Explain your reasoning. Your final answer should be a single numerical number, in the form \\boxed{answer}, at the end of your response.",
+    opening="Can you solve the following math problem? {question} Explain your reasoning. Your final answer should be a single numerical number, in the form \\boxed{answer}, at the end of your response. ",
     debate_intro="These are the solutions to the problem from other agents: ",
     peer="\n\n One agent solution: ```{solution}```",
     debate_outro="\n\n Using the solutions from other agents as additional information, can you provide your answer to the math problem? \n The original math problem is {question}. Your final answer should be a single numerical number, in the form \\boxed{answer}, at the end of your response.",
+    alone="Can you double check that your answer is correct. Please reiterate your answer, with your final answer a single numerical number, in the form \\boxed{answer}.",
 )
 DU_MMLU = PromptSet(
     source="Du et al. 2024, composable-models/llm_multiagent_debate, mmlu/gen_mmlu.py",
@@ -60,6 +62,7 @@ DU_MMLU = PromptSet(
     debate_intro="These are the solutions to the problem from other agents: ",
     peer="\n\n One agent solution: ```{solution}```",
     debate_outro="\n\n Using the reasoning from other agents as additional advice, can you give an updated answer? Examine your solution and that other agents step by step. Put your answer in the form (X) at the end of your response.",
+    alone="Can you double check that your answer is correct. Put your final answer in the form (X) at the end of your response.",
 )
 DU_MATH = replace(DU_GSM8K,
     source="adaptation of Du et al. 2024 GSM8K wording for LaTeX answers ('a single numerical number' removed)",
@@ -107,6 +110,7 @@ def opening_messages(ps: PromptSet, question: str, role: str | None = None) -> l
 
 def debate_message(ps: PromptSet, question: str, solutions: list[str], tags: list[str] | None = None) -> str:
     "The debate-round user message showing `solutions` in order (optionally tagged)."
+    if not solutions and ps.alone: return fill(ps.alone, question=question)
     n = number_word(len(solutions))
     tags = tags or [""] * len(solutions)
     blocks = "".join(fill(ps.peer, solution=s, idx=i, tag=t) for i, (s, t) in enumerate(zip(solutions, tags)))

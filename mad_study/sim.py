@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import re
+import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Sequence
@@ -147,12 +148,14 @@ class SimBackend:
     "Synthetic agents behind the backend interface: `generate(requests) -> generations` (see the notebook for the model)."
     kind = "sim"
 
-    def __init__(self, model_name: str = "sim", agent: SimAgent | None = None, **params):
+    def __init__(self, model_name: str = "sim", agent: SimAgent | None = None, latency: float = 0.0,
+                 batch_size: int = 64, **params):
+        "`latency` (seconds per generation) and `batch_size` only shape the run (for tests of resume and concurrency), not the answers."
         self.model_name = model_name
         self.agent = agent if agent is not None else SimAgent.from_params(params, where=f"sim_agents.{model_name}")
         p = json.dumps(dataclasses.asdict(self.agent), sort_keys=True)
         self.backend_id = f"sim:{model_name}:{hashlib.sha256(p.encode()).hexdigest()[:12]}"
-        self.batch_size = 1 << 30
+        self.latency, self.batch_size = float(latency), int(batch_size)
 
     def __repr__(self): return f"SimBackend({self.model_name!r}, {self.agent})"
 
@@ -213,4 +216,5 @@ class SimBackend:
 
     def generate(self, requests: Sequence[GenRequest]) -> list[Generation]:
         "Answer a batch of requests (each independently; deterministic for a seed)."
+        if self.latency: time.sleep(self.latency * len(requests))
         return [self.generate_one(r) for r in requests]
