@@ -24,7 +24,8 @@ from .core import (ConfigError, Item, atomic_path, atomic_write_text, figures_di
 
 # %% auto #0
 __all__ = ['SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'package_versions', 'git_commit', 'Study', 'set_style', 'label_figure',
-           'save_figure', 'save_table', 'load_registry', 'artefact_status', 'index_table', 'write_index']
+           'save_figure', 'save_table', 'load_registry', 'experiment_files', 'artefact_status', 'index_table',
+           'write_index']
 
 # %% ../nbs/06_report.ipynb #7cf92f74
 _PACKAGES = ("mad_study", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "torch", "transformers", "bitsandbytes",
@@ -218,31 +219,49 @@ def load_registry(path: Path | None = None) -> dict:
             if "id" not in a: raise ConfigError("artefact without id", where=path, key=paper)
     return reg
 
-def artefact_status(paper: str, art: Mapping) -> dict:
+def experiment_files(registry: Mapping | None = None) -> dict[str, dict]:
+    """Every experiment file `params/<paper>/<experiment>.yaml` of a registry paper:
+    experiment id -> {paper, path, artefacts} (`artefacts:` in the file, default: the experiment id)."""
+    reg = registry or load_registry()
+    out = {}
+    for paper in reg:
+        for f in sorted((params_dir() / paper).glob("*.yaml")):
+            try: d = yaml.safe_load(f.read_text()) or {}
+            except yaml.YAMLError as e: raise ConfigError(f"not valid YAML ({str(e).splitlines()[0]})", where=f) from None
+            if not isinstance(d, Mapping): raise ConfigError("must be a mapping of keys to values", where=f)
+            arts = d.get("artefacts") or [f.stem]
+            if f.stem in out: raise ConfigError(f"experiment id also used in {out[f.stem]['path']}", where=f)
+            out[f.stem] = {"paper": paper, "path": f, "artefacts": list(arts)}
+    return out
+
+def artefact_status(paper: str, art: Mapping, experiments: Mapping | None = None) -> dict:
     "Status, profile and files of one registry artefact (see the list above)."
     aid = art["id"]
     side = figures_dir() / paper / f"{aid}.json"
-    exp = params_dir() / paper / f"{aid}.yaml"
+    exps = experiments if experiments is not None else experiment_files()
+    exp = next((e["path"] for e in exps.values() if e["paper"] == paper and aid in e["artefacts"]), None)
+    exp_s = str(Path(exp).relative_to(project_root())) if exp is not None else ""
     if side.exists():
         try: meta = json.loads(side.read_text())
         except json.JSONDecodeError: meta = {}
         files = [f"{paper}/{f}" for f in meta.get("files", [])]
         commit = (meta.get("commit") or "")[:8] + ("+dirty" if meta.get("dirty") else "")
         return {"status": "regenerated", "profile": meta.get("profile", "?"), "commit": commit, "files": files,
-                "experiment": f"params/{paper}/{aid}.yaml" if exp.exists() else ""}
-    if exp.exists(): status = "implemented, not yet run"
+                "experiment": exp_s}
+    if exp is not None: status = "implemented, not yet run"
     elif art.get("needs") == "training": status = "needs GPU (training)"
     elif art.get("needs") == "vision": status = "needs a vision backend"
     else: status = "not yet implemented"
-    return {"status": status, "profile": "", "commit": "", "files": [], "experiment": f"params/{paper}/{aid}.yaml" if exp.exists() else ""}
+    return {"status": status, "profile": "", "commit": "", "files": [], "experiment": exp_s}
 
 def index_table(registry: Mapping | None = None) -> pd.DataFrame:
     "One row per registry artefact: paper, id, kind, title, notebook, experiment file, status, profile, commit, files."
     reg = registry or load_registry()
+    exps = experiment_files(reg)
     rows = []
     for paper, d in reg.items():
         for a in d.get("artefacts", []):
-            st = artefact_status(paper, a)
+            st = artefact_status(paper, a, exps)
             rows.append({"paper": paper, "id": a["id"], "kind": a.get("kind", ""), "title": a.get("title", ""),
                          "notebook": d.get("notebook", ""), **st})
     return pd.DataFrame(rows)
