@@ -22,9 +22,9 @@ from typing import Any, Iterable, Sequence
 from .core import ANSWER_FORMATS, ConfigError
 
 # %% auto #0
-__all__ = ['MAX_CHARS', 'MATH_VERIFY_TIMEOUT', 'MATH_VERIFY_MAX_CHARS', 'last_boxed', 'normalize_latex', 'number_candidates',
-           'parse_number', 'canonical_number', 'extract_answer', 'is_correct', 'answers_equivalent', 'merge_equivalent',
-           'parse_failure_rate']
+__all__ = ['MAX_CHARS', 'OPTION_LETTERS', 'MATH_VERIFY_TIMEOUT', 'MATH_VERIFY_MAX_CHARS', 'last_boxed', 'normalize_latex',
+           'number_candidates', 'parse_number', 'canonical_number', 'extract_answer', 'is_correct',
+           'answers_equivalent', 'merge_equivalent', 'parse_failure_rate']
 
 # %% ../nbs/01_answers.ipynb #a1b712c7
 MAX_CHARS = 50_000   # only the last MAX_CHARS characters of a response are read (answers come at the end)
@@ -180,19 +180,22 @@ def _cut_statement(rest: str) -> str:
     return rest[:m.start()] if m else rest
 
 # %% ../nbs/01_answers.ipynb #78dcc0d8
-_MARK_RE = re.compile(r"(?:^|(?<=[\s,;:(\[]))\(?([A-J])\)(?=\s|$|[,.;:])|(?:^|(?<=\n))\s*([A-J])[.:](?=\s)", re.M)
-_LINE_MARK_RE = re.compile(r"^\s*[*_]*\(?([A-J])[).:][*_]*\s+\S")
+OPTION_LETTERS = "ABCDEFGHIJK"   # BBH geometric_shapes has 11 options, (A)..(K); MMLU-Pro 10; MMLU/GPQA 4
+_L = f"[{OPTION_LETTERS}]"
+_l = f"[{OPTION_LETTERS}{OPTION_LETTERS.lower()}]"
+_MARK_RE = re.compile(rf"(?:^|(?<=[\s,;:(\[]))\(?({_L})\)(?=\s|$|[,.;:])|(?:^|(?<=\n))\s*({_L})[.:](?=\s)", re.M)
+_LINE_MARK_RE = re.compile(rf"^\s*[*_]*\(?({_L})[).:][*_]*\s+\S")
 
 def _letter_from(s: str, lower_ok: bool = True, strict: bool = False) -> str | None:
-    """A letter A-J when `s` is essentially just one (`B`, `(B)`, `\\text{B}`, `option B`; unless `strict`, also
+    """A letter in `OPTION_LETTERS` (A-K) when `s` is essentially just one (`B`, `(B)`, `\\text{B}`, `option B`; unless `strict`, also
     a letter with its option text, `B) 4`), else None. Lower-case letters only when `lower_ok`."""
     s = re.sub(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s*\{([^{}]*)\}", r"\1", s)
     s = _strip_wrappers(s)
     s = re.sub(r"^(?:option|choice)\s+", "", s, flags=re.I).strip()
-    m = re.fullmatch(r"[\(\[]?([A-Ja-j])[\)\]]?", s)
+    m = re.fullmatch(rf"[\(\[]?({_l})[\)\]]?", s)
     if m and (lower_ok or m.group(1).isupper()): return m.group(1).upper()
     if strict: return None
-    m = re.match(r"[\(\[]?([A-J])[\)\].:](?:\s|$)", s)
+    m = re.match(rf"[\(\[]?({_L})[\)\].:](?:\s|$)", s)
     return m.group(1) if m else None
 
 def _listing_lines(s: str) -> set[int]:
@@ -210,9 +213,10 @@ def _listing_lines(s: str) -> set[int]:
             if (prev_ is not None and starts[prev_]) or (next_ is not None and starts[next_]): out.add(i)
     return out
 
-_PAREN_RE = re.compile(r"\(([A-J])\)")
-_END_PAREN_RE = re.compile(r"\(([A-J])\)[\s.*_!)\]$`]*$")
-_STMT_LETTER_RE = re.compile(r"^(?:option\s+|choice\s+)?(?:\(([A-Ja-j])\)|\[([A-J])\]|([A-J])(?:\)|\]|(?![A-Za-z0-9'])))")
+_PAREN_RE = re.compile(rf"\(({_L})\)")
+_END_PAREN_RE = re.compile(rf"\(({_L})\)[\s.*_!)\]$`]*$")
+# a bare letter after "the answer is": not followed by a letter or digit; a bare "I" (the pronoun) only before punctuation
+_STMT_LETTER_RE = re.compile(rf"^(?:option\s+|choice\s+)?(?:\(({_l})\)|\[({_L})\]|(?!I\s)({_L})(?:\)|\]|(?![A-Za-z0-9'])))")
 
 def _extract_option(s: str) -> str | None:
     for _, content in reversed(_boxes(s)):                       # 1. boxed letter
@@ -231,7 +235,7 @@ def _extract_option(s: str) -> str | None:
         if mm: return (mm.group(1) or mm.group(2) or mm.group(3)).upper()
     for m in reversed(list(_PAREN_RE.finditer(s))):               # 4. last (X) outside option lists
         if line_of(m.start()) not in listing: return m.group(1)
-    m = list(re.finditer(r"\*\*\s*\(?([A-J])\)?[.:]?\s*\*\*", s))  # 5. bold letter, or a bare letter
+    m = list(re.finditer(rf"\*\*\s*\(?({_L})\)?[.:]?\s*\*\*", s))  # 5. bold letter, or a bare letter
     if m: return m[-1].group(1)
     last = next((l for l in reversed(lines) if l.strip()), "")
     return _letter_from(last, lower_ok=False, strict=True) if len(last.strip()) <= 20 else None
@@ -285,7 +289,7 @@ def extract_answer(text: Any, fmt: str) -> str | None:
       signs kept, thousands separators, `$`, `%` and units dropped; returned in canonical form (`canonical_number`).
     - `boxed`: content of the last `\\boxed{}`/`\\fbox{}` (nested braces), else "The (final) answer is X";
       lightly normalised (`normalize_latex`); equivalence is left to `is_correct` (math-verify).
-    - `option`: an upper-case letter A-J (rules in the section above); option lists are not read as answers.
+    - `option`: an upper-case letter in `OPTION_LETTERS` (A-K; rules in the section above); option lists are not read as answers.
     - `exact`: last box, else "Answer: X" / "The answer is X", else a one-line response itself; stripped.
     Only the last `MAX_CHARS` characters are read."""
     _check_fmt(fmt)

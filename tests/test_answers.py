@@ -64,7 +64,7 @@ def test_fraction_round_trips(p, q):
 
 
 @FAST
-@given(st.sampled_from(list("ABCDEFGHIJ")), st.sampled_from(
+@given(st.sampled_from(list("ABCDEFGHIJK")), st.sampled_from(
     ["The answer is ({L}).", "Answer: {L}", "**Answer:** ({L})", "Thus \\boxed{{{L}}}", "... so ({L})",
      "Restating: A) 1, B) 2, C) 3, D) 4.\nMy answer is ({L})", "Options:\n(A) x\n(B) y\n(C) z\nThe answer is {L}."]))
 def test_option_round_trips(letter, template):
