@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 import os
 import string
 import warnings
@@ -127,9 +128,13 @@ class TaskSpec:
     notes: str = ""
 
     @property
-    def known_splits(self) -> tuple[str, ...]: return self.splits or (self.split,)
+    def known_splits(self) -> tuple[str, ...]:
+        "The splits `load_items` accepts for this task."
+        return self.splits or (self.split,)
     @property
-    def synthetic_fixture(self) -> bool: return not self.redistributable
+    def synthetic_fixture(self) -> bool:
+        "Whether the fixture source generates synthetic look-alikes (no real items shipped)."
+        return not self.redistributable
 
 def _spec(**kw) -> TaskSpec: return TaskSpec(**kw)
 
@@ -496,9 +501,10 @@ def load_items(task: str, n: int | None = None, seed: int = 0, source: str = "fi
     if split not in spec.known_splits:
         raise ConfigError(f"unknown split of task {spec.name}", key="split", value=split, choices=spec.known_splits)
     if source not in SOURCES: raise ConfigError("unknown item source", key="source", value=source, choices=SOURCES)
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+    if n is not None and (isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0):
         raise ConfigError("n must be a non-negative integer or None", key="n", value=n)
-    if isinstance(seed, bool) or not isinstance(seed, int): raise ConfigError("seed must be an integer", key="seed", value=seed)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral): raise ConfigError("seed must be an integer", key="seed", value=seed)
+    n, seed = (None if n is None else int(n)), int(seed)
     pool = _fixture_items(spec, split) if source == "fixture" else _hub_items(spec, split)
     if n is not None and n > len(pool):
         hint = " (the fixture is a small excerpt; source='hub' has the full split)" if source == "fixture" and not spec.synthetic_fixture else ""
