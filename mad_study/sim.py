@@ -75,7 +75,7 @@ def _as_fraction(s: str) -> Fraction | None:
 def n_options(item: Item) -> int:
     "Number of answer options of a multiple-choice item (choices, else `(A)`... markers in the question, else 4)."
     if item.choices: return len(item.choices)
-    letters = set(re.findall(r"\(([A-J])\)", item.question))
+    letters = set(re.findall(r"\(([A-K])\)", item.question))
     return max(len(letters), 2) if letters else 4
 
 def distractor_pool(item: Item, n: int = 4) -> list[str]:
@@ -124,7 +124,7 @@ def read_final_answers(text: str) -> list[str]:
             a = _read_braced(rest, len("\\boxed"))
             if a is not None: out.append(a)
         else:
-            mm = re.match(r"\(([A-J])\)", rest)
+            mm = re.match(r"\(([A-K])\)", rest)
             if mm: out.append(mm.group(1))
     return out
 
