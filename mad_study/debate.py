@@ -26,8 +26,8 @@ from .data import format_question
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
 
 # %% auto #0
-__all__ = ['ORDERINGS', 'Agent', 'make_agents', 'Turn', 'RoundPlan', 'RoundContext', 'Protocol', 'FullyConnected', 'OrderedPeers',
-           'make_protocol', 'majority_vote', 'vote_table', 'run_debate']
+__all__ = ['ORDERINGS', 'HISTORY_MODES', 'Agent', 'make_agents', 'Turn', 'RoundPlan', 'RoundContext', 'Protocol',
+           'FullyConnected', 'OrderedPeers', 'make_protocol', 'majority_vote', 'vote_table', 'run_debate']
 
 # %% ../nbs/04_debate.ipynb #dbb9df2f
 @dataclass(frozen=True)
@@ -176,6 +176,8 @@ def _row(experiment, item, sample, rnd, agent, role, position, peers, text, gen:
     for s in SIGNALS: r[s] = getattr(gen, s)
     return r
 
+HISTORY_MODES = ("full", "last", "none")
+
 def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping[str, Any], *,
                protocol: Protocol | None = None, debate_rounds: int = 1, samples: int = 1,
                prompt: str | PromptSet = "auto", temperature: float = 0.0, top_p: float = 1.0,
@@ -186,12 +188,14 @@ def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping
     Du et al. (2024) when `protocol` is `FullyConnected()`; UMAD's K trajectory-level rollouts (App. C.1,
     Alg. 1) with `samples=K`. `debate_rounds` counts rounds after round 0 (Du et al.'s "2 rounds" =
     `debate_rounds=1`). `backends` maps each agent's model name to a backend. `history='full'` keeps each
-    agent's whole conversation (Du et al.); `'last'` sends only the opening and the latest debate message."""
+    agent's whole conversation (Du et al.); `'last'` sends only the opening, the agent's last response and the
+    latest debate message; `'none'` sends a fresh conversation each round, the system prompt and the debate
+    message only (UMAD App. F.2, whose message already holds the question and every agent's last response)."""
     agents = list(agents); protocol = protocol or FullyConnected()
     if len({a.name for a in agents}) != len(agents): raise ConfigError("agent names must be unique", key="agents")
     for a in agents:
         if a.model not in backends: raise ConfigError("no backend for model", key="model", value=a.model, choices=backends)
-    if history not in ("full", "last"): raise ConfigError("unknown history mode", key="history", value=history, choices=["full", "last"])
+    if history not in HISTORY_MODES: raise ConfigError("unknown history mode", key="history", value=history, choices=HISTORY_MODES)
     threads = [(it, k) for it in items for k in range(int(samples))]
     conv = {(it.id, k): {} for it, k in threads}
     hist = {(it.id, k): {a.name: [] for a in agents} for it, k in threads}
@@ -224,7 +228,8 @@ def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping
                     sols = [hist[th][p][-1]["text"] for p in turn.peers]
                     user = {"role": "user", "content": debate_message(ps, q, sols, list(turn.tags) if turn.tags else None)}
                     if history == "full": msgs = conv[th][a.name] + [user]
-                    else: msgs = opening_messages(ps, q, role) + [{"role": "assistant", "content": hist[th][a.name][-1]["text"]}, user]
+                    elif history == "last": msgs = opening_messages(ps, q, role) + [{"role": "assistant", "content": hist[th][a.name][-1]["text"]}, user]
+                    else: msgs = opening_messages(ps, q, role)[:-1] + [user]
                     conv[th][a.name] = msgs
                 req = GenRequest(msgs, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                                  seed=derive_seed(seed, it.id, a.name, rnd, k),
