@@ -77,6 +77,7 @@ UMAD_MATH = PromptSet(
     debate_intro="Given the following problem: {question}. We have {n_solutions} answers: ",
     peer="agent {idx} response is: {solution}. ",
     debate_outro="Please carefully review these answers and recognize which one is right. If one or all of them are right, please summarize the reasoning process of the right one and give the final answer. If both of them are wrong, please correct their mistakes and provide a novel and complete solution to the problem and give the final answer. Let's think step by step and output the final answer within \\boxed{}.",
+    roles={"model_default": None},     # no system message: the model's own chat-template default
 )
 
 # %% ../nbs/04a_prompts.ipynb #4b0ab4e6
