@@ -57,7 +57,8 @@ class Study:
     """Run context of one experiment: profile, seed, generation cache, backends, items, transcripts, provenance.
 
     `params` are the notebook's parameters (experiment file merged with a profile by `mad-study reproduce`).
-    Keys read here: `experiment`, `profile`, `seed`, `quant`, `sim_agents`, `cache` ('on' | 'off' | a path)."""
+    Keys read here: `experiment`, `profile`, `seed`, `quant`, `sim_agents`, `cache` (True | False; the cache file is
+    runs/cache/generations.sqlite under `$MAD_STUDY_RUNS`)."""
     def __init__(self, params: Mapping[str, Any], paper: str):
         self.params = dict(params)
         self.paper = paper
@@ -78,9 +79,9 @@ class Study:
 
     @property
     def cache(self):
-        "The generation cache (SQLite, shared by all experiments; `cache: off` disables it)."
+        "The generation cache (SQLite, shared by all experiments; `cache: false` disables it)."
         if self._cache is None:
-            setting = self.params.get("cache", "on")
+            setting = self.params.get("cache", True)
             if setting in (False, "off", None): return None
             from mad_study.backends import GenerationCache
             self._cache = GenerationCache() if setting in (True, "on") else GenerationCache(Path(setting))
@@ -203,7 +204,7 @@ def save_table(df: pd.DataFrame, artefact: str, paper: str, study: Study | None 
     if caption: head += [caption, ""]
     label = study.label if study is not None else None
     if label: head += [f"**{label}**", ""]
-    atomic_write_text(md, "\n".join(head) + df.to_markdown(index=False, floatfmt=floatfmt) + "\n")
+    atomic_write_text(md, "\n".join(head) + "\n" + df.to_markdown(index=False, floatfmt=floatfmt) + "\n")
     files = [csv, md]
     _sidecar(paper, artefact, study, files, {**(notes or {}), "label": label})
     return files

@@ -172,14 +172,16 @@ def _models_in(p: Mapping) -> list[str]:
         if _is_model_key(k): walk(v)
     return out
 
-def validate_params(p: Mapping, exp: Experiment, profile: Mapping) -> None:
+def validate_params(p: Mapping, exp: Experiment, profile: Mapping, overrides: Mapping | None = None) -> None:
     "Raise a one-line ConfigError for an unknown key, a wrong type, an unknown task or an unknown model."
     nb = notebook_parameters(exp.notebook)
+    overrides = overrides or {}
+    def src(k): return "command line (-p)" if k in overrides else exp.path
     where = exp.path
     for k, v in p.items():
-        if k not in nb: raise ConfigError(f"not a parameter of {exp.notebook.name}", where=where, key=k, value=v, choices=nb)
+        if k not in nb: raise ConfigError(f"not a parameter of {exp.notebook.name}", where=src(k), key=k, value=v, choices=nb)
         if not _type_ok(nb[k], v):
-            raise ConfigError(f"expected {type(nb[k]).__name__}, got {type(v).__name__}", where=where, key=k, value=v)
+            raise ConfigError(f"expected {type(nb[k]).__name__}, got {type(v).__name__}", where=src(k), key=k, value=v)
     from mad_study.data import get_task
     tasks = ([p["task"]] if isinstance(p.get("task"), str) else []) + list(p.get("tasks") or [])
     for t in tasks:
@@ -194,8 +196,10 @@ def validate_params(p: Mapping, exp: Experiment, profile: Mapping) -> None:
         try: get_model(m)
         except ConfigError: raise ConfigError("unknown model", where=where, key="models", value=m) from None
     if p.get("sim_agents"):
-        from mad_study.sim import SimAgent
-        for name, sa in p["sim_agents"].items(): SimAgent.from_params(sa, where=f"{where}: sim_agents.{name}")
+        from mad_study.sim import SimAgent, RUN_KEYS
+        for name, sa in p["sim_agents"].items():
+            if not isinstance(sa, Mapping): raise ConfigError("must map parameter names to values", where=where, key=f"sim_agents.{name}", value=sa)
+            SimAgent.from_params({k: v for k, v in sa.items() if k not in RUN_KEYS}, where=f"{where}: sim_agents.{name}")
 
 # %% ../nbs/20_reproduce.ipynb #d6e2c2f5
 PLANNERS: dict[str, Callable[[Mapping], dict]] = {}
@@ -277,7 +281,7 @@ def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", override
     exps = resolve_targets(targets)
     merged = []
     for e in exps:
-        p = merge_params(e, prof, overrides); validate_params(p, e, prof); merged.append((e, p))
+        p = merge_params(e, prof, overrides); validate_params(p, e, prof, overrides); merged.append((e, p))
     log(f"mad-study: {len(merged)} experiment(s), profile '{name}'" + (" (synthetic agents: not the papers' results)" if name == "sim" else ""))
     results: list[RunResult] = []
     try:
@@ -337,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             prof = load_profile(name)
             rows = []
             for e in resolve_targets(a.targets):
-                p = merge_params(e, prof, overrides); validate_params(p, e, prof)
+                p = merge_params(e, prof, overrides); validate_params(p, e, prof, overrides)
                 pl = plan_experiment(e, p)
                 mem = ", ".join(f"{m}: {g} GB" if g is not None else f"{m}: synthetic" for m, g in pl["weight_memory_gb"].items())
                 rows.append(dict(experiment=e.id, paper=e.paper, generations=f"{pl['generations']:,}",

@@ -22,8 +22,8 @@ import numpy as np
 from .core import ConfigError, GenRequest, Generation, Item, rng_for
 
 # %% auto #0
-__all__ = ['FINAL_SENTENCE', 'SimAgent', 'item_difficulty', 'n_options', 'distractor_pool', 'read_final_answers', 'compose_text',
-           'SimBackend']
+__all__ = ['FINAL_SENTENCE', 'RUN_KEYS', 'SimAgent', 'item_difficulty', 'n_options', 'distractor_pool', 'read_final_answers',
+           'compose_text', 'SimBackend']
 
 # %% ../nbs/03b_sim.ipynb #d713bb3d
 @dataclass(frozen=True)
@@ -143,6 +143,8 @@ def _logit(p: float) -> float:
 
 def _msg_hash(messages: list[dict]) -> str:
     return hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+
+RUN_KEYS = ("latency", "batch_size")   # SimBackend arguments that shape a run but not the answers
 
 class SimBackend:
     "Synthetic agents behind the backend interface: `generate(requests) -> generations` (see the notebook for the model)."
