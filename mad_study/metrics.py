@@ -219,9 +219,14 @@ def path_consistency(answers: Sequence[Any], fmt: str | None = None) -> list[flo
     return out
 
 # %% ../nbs/05_metrics.ipynb #b7e5595e
-def reversal_point(counts: Sequence[float], accuracy: Sequence[float], level: float = 0.5) -> float | None:
-    "MADC RQ3: first count at which the accuracy curve crosses `level` against its starting side (None if never)."
+def reversal_point(counts: Sequence[float], accuracy: Sequence[float], level: float = 0.5,
+                   after: float | None = None) -> float | None:
+    """MADC RQ3: first count at which the accuracy curve crosses `level` against its starting side (None if never).
+    `after`: start from the curve's side at the last count <= `after` and search only larger counts."""
     pts = [(c, a) for c, a in sorted(zip(counts, accuracy), key=lambda t: t[0]) if not _isna(a)]
+    if after is not None:
+        base = [p for p in pts if p[0] <= after]
+        pts = base[-1:] + [p for p in pts if p[0] > after]
     if not pts: return None
     above = pts[0][1] > level
     for c, a in pts[1:]:
