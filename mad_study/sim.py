@@ -176,7 +176,7 @@ class SimBackend:
     def decide(self, item: Item, own: str | None, shown: Sequence[str], rng) -> str:
         "The answer chosen in a debate turn given one's previous answer and the answers shown, in order."
         a, gold = self.agent, str(item.gold)
-        if own is not None and shown is not None:
+        if own is not None:
             keep = a.stubborn_correct if own == gold else a.stubborn_wrong
             if rng.random() < keep: return own
         if shown and rng.random() < a.conformity:
@@ -205,8 +205,11 @@ class SimBackend:
         assistants = [m["content"] for m in req.messages if m["role"] == "assistant"]
         own_prev = read_final_answers(assistants[-1]) if assistants else []
         own = own_prev[-1] if own_prev else None
-        shown = read_final_answers(users[-1]) if (users and assistants) else None
-        answer = self.decide(item, own, shown, rng) if assistants else self._independent(item, rng)
+        # a debate turn: the agent has answered before (its history), or the prompt shows others' solutions
+        # (protocols that send a fresh conversation each round, e.g. UMAD App. F.2, show them only there)
+        shown = read_final_answers(users[-1]) if users else []
+        debate_turn = bool(assistants) or bool(shown)
+        answer = self.decide(item, own, shown, rng) if debate_turn else self._independent(item, rng)
         if rng.random() < self.agent.parse_fail: answer = None
         text = compose_text(answer, item.fmt, self.agent.response_words, rng)
         n_tok = max(1, int(round(len(text.split()) * 1.3)))
