@@ -21,11 +21,11 @@ from .reproduce import planner
 # %% auto #0
 __all__ = ['UMAD_PROMPT', 'TRAJECTORY_CLASSES', 'TASK_TITLES', 'ALPHA_AU', 'ETA_PAPER', 'ETA_RELEASED', 'EPS', 'PROMPT_OVERHEAD',
            'round_of_turn', 'turn_of_round', 'umad_role', 'umad_agents', 'umad_protocol', 'pair_kind', 'pair_label',
-           'eu_sampling_floor', 'decomposition_table', 'decomposition_summary', 'classify_trajectory',
-           'classify_configs', 'trajectory_classes', 'seed_accuracy', 'zeroshot_summary', 'zeroshot_table',
-           'token_entropy_by_turn', 'token_nll', 'group_standardize', 'grpo_advantage', 'au_weight', 'au_advantage',
-           'peer_improvement', 'epistemic_influence_reward', 'umad_rewards', 'umad_advantages', 'plan_decomposition',
-           'plan_zeroshot']
+           'sent_messages', 'alg1_samples', 'eu_sampling_floor', 'decomposition_table', 'decomposition_summary',
+           'classify_trajectory', 'classify_configs', 'trajectory_classes', 'seed_accuracy', 'zeroshot_summary',
+           'zeroshot_table', 'token_entropy_by_turn', 'token_nll', 'group_standardize', 'grpo_advantage', 'au_weight',
+           'au_advantage', 'peer_improvement', 'epistemic_influence_reward', 'umad_rewards', 'umad_advantages',
+           'plan_decomposition', 'plan_zeroshot']
 
 # %% ../nbs/10_umad.ipynb #92bcc896
 def round_of_turn(T: int) -> int:
@@ -68,6 +68,62 @@ def pair_label(models: Sequence[str]) -> str:
     return f"{models[0]} x{len(models)}" if pair_kind(models) == "homogeneous" else " + ".join(models)
 
 # %% ../nbs/10_umad.ipynb #b9c46308
+def sent_messages(transcript: pd.DataFrame, item, agent: str, round: int, sample: int = 0, prompt: str = UMAD_PROMPT,
+                  history: str = "none") -> list[dict]:
+    """The chat messages `mad_study.debate.run_debate` sent to `agent` at `round` of thread `sample`, rebuilt from the
+    transcript (role, shown peers in order, their texts). Peer tags are not supported (UMAD has none)."""
+    from mad_study.data import format_question
+    from mad_study.prompts import debate_message, get_prompt, opening_messages
+    from mad_study.debate import HISTORY_MODES
+    if history not in HISTORY_MODES: raise ConfigError("unknown history mode", key="history", value=history, choices=HISTORY_MODES)
+    t = transcript[(transcript["item_id"] == item.id) & (transcript["sample"] == sample)]
+    row = {(int(r.round), r.agent): r for r in t.itertuples()}
+    if (int(round), agent) not in row: raise ConfigError("no such turn in the transcript", key="turn", value=(item.id, sample, round, agent))
+    ps, q = get_prompt(prompt, item.fmt), format_question(item)
+    role = row[(int(round), agent)].role
+    def user(r):
+        peers = [p for p in str(row[(r, agent)].visible_peers or "").split(",") if p]
+        return {"role": "user", "content": debate_message(ps, q, [row[(r - 1, p)].text for p in peers])}
+    msgs = opening_messages(ps, q, role)
+    if round == 0: return msgs
+    if history == "none": return msgs[:-1] + [user(round)]
+    if history == "last": return msgs + [{"role": "assistant", "content": row[(round - 1, agent)].text}, user(round)]
+    for r in range(1, int(round) + 1):
+        msgs = msgs + [{"role": "assistant", "content": row[(r - 1, agent)].text}, user(r)]
+    return msgs
+
+def alg1_samples(transcript: pd.DataFrame, items, backends: Mapping[str, Any], k: int = 16, thread: int = 0,
+                 prompt: str = UMAD_PROMPT, history: str = "none", temperature: float = 1.0, top_p: float = 1.0,
+                 max_new_tokens: int = 2048, seed: int = 0) -> pd.DataFrame:
+    """UMAD Alg. 1 lines 7-8 (and Sec. 3.2): at every turn, `k` samples of each agent under the context of ONE trajectory
+    (thread `thread` of `transcript`, the single trajectory of lines 17-20). Returns rows with the transcript's columns;
+    `sample` is the k-th sample at that turn. Seeds derive from (seed, 'alg1', item, agent, round, k)."""
+    from collections import defaultdict
+    from mad_study.answers import extract_answer, is_correct
+    from mad_study.core import SIGNALS, GenRequest, derive_seed, transcript_frame
+    main = transcript[transcript["sample"] == thread]
+    by_id = {it.id: it for it in items}
+    pending = defaultdict(list)
+    for r in main.itertuples():
+        it = by_id[r.item_id]
+        msgs = sent_messages(transcript, it, r.agent, int(r.round), thread, prompt, history)
+        for j in range(int(k)):
+            req = GenRequest(msgs, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                             seed=derive_seed(seed, "alg1", it.id, r.agent, int(r.round), j), meta=dict(item=it, agent=r.agent, round=int(r.round), sample=j))
+            pending[r.model].append((r, it, j, req))
+    rows = []
+    for model, jobs in pending.items():
+        gens = backends[model].generate([j[-1] for j in jobs])
+        for (r, it, j, req), g in zip(jobs, gens):
+            ans = extract_answer(g.text, it.fmt)
+            rows.append(dict(experiment=r.experiment, item_id=it.id, task=it.task, gold=str(it.gold), round=int(r.round), agent=r.agent,
+                             role=r.role, model=r.model, sample=j, position=r.position, visible_peers=r.visible_peers, reused=False,
+                             prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens, text=g.text, answer=ans,
+                             correct=bool(ans is not None and is_correct(ans, it.gold, it.fmt)), **{s: getattr(g, s) for s in SIGNALS}))
+    df = transcript_frame(rows)
+    return df.sort_values(["item_id", "round", "agent", "sample"], kind="stable").reset_index(drop=True)
+
+# %% ../nbs/10_umad.ipynb #690ca448
 def _entropy_rows(q: np.ndarray, base: float) -> np.ndarray:
     return -(q * np.log(np.where(q > 0, q, 1.0))).sum(-1) / math.log(base)
 
@@ -124,7 +180,7 @@ def decomposition_summary(table: pd.DataFrame, by: Sequence[str] = ("config",)) 
     g = table.groupby([*by, "turn"], sort=False)
     return g[cols].mean().join(g.size().rename("n_items")).reset_index()
 
-# %% ../nbs/10_umad.ipynb #690ca448
+# %% ../nbs/10_umad.ipynb #098150a6
 TRAJECTORY_CLASSES = ("success", "neutral", "fail")
 
 def classify_trajectory(acc_first: float, acc_last: float, band: float = 0.02) -> str:
@@ -157,7 +213,7 @@ def trajectory_classes(table: pd.DataFrame, band: float = 0.02, by: Sequence[str
                      "class": classify_trajectory(f["accuracy"], l["accuracy"], band)})
     return pd.DataFrame(rows)
 
-# %% ../nbs/10_umad.ipynb #67d231eb
+# %% ../nbs/10_umad.ipynb #3bcc9162
 TASK_TITLES = {"gsm8k": "GSM8K", "math500": "MATH500", "amc23": "AMC23", "aime24": "AIME24", "aime25": "AIME25"}
 
 def seed_accuracy(transcript: pd.DataFrame, by: Sequence[str] = ("setting", "task")) -> pd.DataFrame:
@@ -214,7 +270,7 @@ def token_entropy_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ()) -> p
                      "n_entropy": int(len(e))})
     return pd.DataFrame(rows)
 
-# %% ../nbs/10_umad.ipynb #3bcc9162
+# %% ../nbs/10_umad.ipynb #7d7b1c21
 ALPHA_AU = 0.25       # Table 2, "Aleatoric Uncertainty Advantage Ratio"; the released code uses the same
 ETA_PAPER = 0.25      # Table 2 / App. D.2, "Epistemic Influence Intrinsic Rewards"
 ETA_RELEASED = 0.2    # the released training config (PEERS.md)
@@ -282,7 +338,7 @@ def umad_advantages(correct, nll, eta: float = ETA_PAPER, alpha: float = ALPHA_A
     adv = grpo_advantage(umad_rewards(c, eta, per_trajectory), eps=eps, ddof=ddof, axis=0)
     return au_advantage(adv, u, alpha=alpha, eps=eps, ddof=ddof, axis=0)
 
-# %% ../nbs/10_umad.ipynb #fe6eada7
+# %% ../nbs/10_umad.ipynb #277450a7
 PROMPT_OVERHEAD = 300      # rough tokens of system prompt, question and instructions per request
 
 def _n_items_for(task: str, n_items: int) -> int:
@@ -298,11 +354,13 @@ def _debate_plan(n_threads: int, n_agents: int, debate_rounds: int, max_new: int
 
 @planner("umad_decomposition")
 def plan_decomposition(p: Mapping) -> dict:
-    "App. D.5 runs: per pair, items x K threads x N agents x T turns (T = debate_rounds + 1)."
+    """App. D.5 runs: per pair, items x K threads x N agents x T turns (T = debate_rounds + 1); with `rollout: alg1`,
+    one trajectory plus K samples per agent and turn (K + 1 instead of K)."""
     n = _n_items_for(p.get("task", "math500"), p.get("n_items", 0))
+    k = int(p.get("samples", 1)) + (1 if p.get("rollout", "threads") == "alg1" else 0)
     tot = np.zeros(3, dtype=np.int64)
     for pair in p.get("pairs") or []:
-        tot += _debate_plan(n * int(p.get("samples", 1)), len(pair), int(p.get("debate_rounds", 0)), int(p.get("max_new_tokens", 2048)))
+        tot += _debate_plan(n * k, len(pair), int(p.get("debate_rounds", 0)), int(p.get("max_new_tokens", 2048)))
     return dict(zip(("generations", "completion_tokens", "prompt_tokens"), map(int, tot)))
 
 @planner("umad_zeroshot")
