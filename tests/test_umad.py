@@ -134,3 +134,23 @@ def test_params_files_validate_and_plan(profile):
         assert plans["umad_zeroshot"] == (1319 + 500 + 40 + 30 + 30) * 5 * 2 * 5 * 2        # Table 1: 5 seeds, T = 5, 2 settings
     if profile == "cpu":
         assert plans["umad_decomposition"] <= 16
+
+
+@pytest.mark.parametrize("history", ["none", "last", "full"])
+def test_sent_messages_rebuild_what_the_engine_sent(history):
+    "mad_study.umad.sent_messages (used by Alg. 1's variant) gives back every request of a debate, for each history mode."
+    from mad_study.umad import sent_messages
+
+    class Recorder:
+        def __init__(self, inner): self.inner, self.requests = inner, []
+        def generate(self, reqs): self.requests += list(reqs); return self.inner.generate(reqs)
+
+    rec = {"weak": Recorder(SimBackend("weak", **WEAK)), "strong": Recorder(SimBackend("strong", **STRONG))}
+    items = [Item(f"synthetic/{i}", "gsm8k", f"question {i}", str(i), "number") for i in range(2)]
+    tr = run_debate(items, umad_agents(["weak", "strong"]), rec, protocol=umad_protocol(), prompt=UMAD_PROMPT, samples=2,
+                    debate_rounds=2, temperature=1.0, history=history, progress=False)
+    reqs = rec["weak"].requests + rec["strong"].requests
+    assert len(reqs) == 2 * 2 * 2 * 3
+    for r in reqs:
+        m = r.meta
+        assert sent_messages(tr, m["item"], m["agent"], m["round"], m["sample"], history=history) == r.messages
