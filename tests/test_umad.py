@@ -26,7 +26,7 @@ def _debate(pairs, n_items=20, k=12, debate_rounds=2, seed=0):
     runs = []
     for pair in pairs:
         tr = run_debate(items, umad_agents(pair), sims, protocol=umad_protocol(), prompt=UMAD_PROMPT, samples=k,
-                        debate_rounds=debate_rounds, temperature=1.0, history="last", seed=seed, progress=False)
+                        debate_rounds=debate_rounds, temperature=1.0, history="none", seed=seed, progress=False)
         runs.append(tr.assign(config=pair_label(pair), kind=pair_kind(pair)))
     return pd.concat(runs, ignore_index=True)
 
