@@ -27,10 +27,10 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from .core import (ConfigError, GenRequest, Generation, cache_home, runs_dir, signals_from_logprobs)
 
-log = logging.getLogger("mad_study.backends")
+_log = logging.getLogger("mad_study.backends")
 
 # %% auto #0
-__all__ = ['log', 'MODEL_KINDS', 'MODELS', 'UMAD_D5_GRID', 'CLOSED_SUBSTITUTES', 'EMBEDDED_GGUF', 'TINY_RANDOM_VERSION', 'QUANTS',
+__all__ = ['MODEL_KINDS', 'MODELS', 'UMAD_D5_GRID', 'CLOSED_SUBSTITUTES', 'EMBEDDED_GGUF', 'TINY_RANDOM_VERSION', 'QUANTS',
            'Backend', 'BaseBackend', 'ModelSpec', 'get_model', 'models_table', 'ModelUnavailable', 'embedded_gguf_path',
            'embedded_checkpoint', 'tiny_random_checkpoint', 'truncate_messages', 'truncate_ids', 'HFBackend',
            'CacheError', 'GenerationCache', 'CachedBackend', 'make_backend', 'weight_memory_gb',
@@ -231,7 +231,7 @@ def embedded_checkpoint(force: bool = False) -> Path:
     def build(tmp: Path):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
-        log.warning("converting the embedded SmolLM2 GGUF into %s (once per machine, about a minute)", dst)
+        _log.warning("converting the embedded SmolLM2 GGUF into %s (once per machine, about a minute)", dst)
         t0 = time.time()
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
@@ -361,6 +361,15 @@ class _Prepared:
     max_new: int
     truncated: bool
 
+def _quantized_checkpoint(src: Path, quant: str, dtype, qc) -> Path:
+    "A bitsandbytes-quantized copy of a local checkpoint (same weights as quantizing at load; loads in about a second)."
+    dst = src.parent / f"{src.name}-{quant}-{_DT_SHORT.get(str(dtype).replace('torch.', ''), str(dtype))}"
+    def build(tmp: Path):
+        from transformers import AutoModelForCausalLM
+        AutoModelForCausalLM.from_pretrained(src, dtype=dtype, quantization_config=qc).save_pretrained(tmp)
+        return dict(source=str(src), quant=quant)
+    return _build_checkpoint(dst, build)
+
 def _spec_for(model: str | ModelSpec) -> ModelSpec:
     "Registry entry for a name; a hub id ('org/name') or a local folder outside the registry becomes an ad-hoc hf spec."
     if isinstance(model, ModelSpec): return model
@@ -379,8 +388,9 @@ class HFBackend(BaseBackend):
         if quant not in QUANTS: raise ConfigError("unknown quantization", key="quant", value=quant, choices=QUANTS)
         if int(batch_size) < 1: raise ConfigError("batch size must be >= 1", key="batch_size", value=batch_size)
         self.model_name, self.quant = self.spec.name, quant
-        if self.spec.prequantized and quant != "none":
-            log.warning("%s ships %s weights: bitsandbytes quantization (%s) is not applied", self.spec.name, self.spec.prequantized, quant)
+        if self.spec.prequantized:
+            if quant != "none":
+                _log.warning("%s ships %s weights: bitsandbytes quantization (%s) is not applied", self.spec.name, self.spec.prequantized, quant)
             self.quant = self.spec.prequantized
         import torch
         self._cuda = torch.cuda.is_available()
@@ -442,9 +452,14 @@ class HFBackend(BaseBackend):
         if qc is not None: mkw["quantization_config"] = qc
         if self.quant == "int8": _quiet_int8_cast_warning()
         if self.device_map is not None: mkw["device_map"] = self.device_map
+        if qc is not None and local and self.spec.kind in ("embedded", "tiny-random") and not self._cuda:
+            # bitsandbytes quantizes slowly on the CPU (~10 s for SmolLM2): keep a quantized copy next to the checkpoint
+            msrc = str(_quantized_checkpoint(Path(src), self.quant, self.compute_dtype, qc))
+            mkw = {k: v for k, v in mkw.items() if k != "quantization_config"}
+        else: msrc = src
         try:
             tok = AutoTokenizer.from_pretrained(src, **kw)
-            model = AutoModelForCausalLM.from_pretrained(src, **mkw)
+            model = AutoModelForCausalLM.from_pretrained(msrc, **mkw)
         except OSError as e:
             if local: raise
             raise ModelUnavailable(f"not in the local Hugging Face cache (nothing downloads at run time): run `hf download {src}` first",
@@ -465,7 +480,7 @@ class HFBackend(BaseBackend):
         self.max_context = int(min(x for x in limits if x))
         self.tokenizer, self.model = tok, model
         self.stats["load_seconds"] = round(time.time() - t0, 3)
-        log.info("loaded %s (%s) in %.1fs", self.spec.name, self.backend_id, self.stats["load_seconds"])
+        _log.info("loaded %s (%s) in %.1fs", self.spec.name, self.backend_id, self.stats["load_seconds"])
         return self
 
     def close(self) -> None:
@@ -536,7 +551,7 @@ class HFBackend(BaseBackend):
                 if not _is_oom(e) or len(idx) == 1: raise
                 self.batch_size = max(1, len(idx) // 2)
                 self.stats["oom_backoffs"] += 1
-                log.warning("%s: out of memory with a batch of %d; retrying with batch_size=%d", self.spec.name, len(idx), self.batch_size)
+                _log.warning("%s: out of memory with a batch of %d; retrying with batch_size=%d", self.spec.name, len(idx), self.batch_size)
                 self._empty_cache()
                 continue
             for i, g in zip(idx, gens): out[i] = g
@@ -669,6 +684,7 @@ class GenerationCache:
         return dict(hits=self.hits, misses=self.misses)
 
     def close(self) -> None:
+        "Close the database connection."
         with self._lock, contextlib.suppress(sqlite3.Error): self._conn.close()
 
     def __repr__(self): return f"GenerationCache({str(self.path)!r})"

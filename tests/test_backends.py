@@ -70,6 +70,12 @@ def test_backend_ids_differ_by_quant_and_model():
     ids = {B.HFBackend(m, quant=q).backend_id for m in ("tiny-random-llama", "qwen2.5-3b-instruct") for q in ("nf4", "int8", "none")}
     assert len(ids) == 6
     assert B.HFBackend("qwen2.5-3b-instruct").backend_id.startswith("hf:Qwen/Qwen2.5-3B-Instruct@main:nf4:")
+    assert ":mxfp4:" in B.HFBackend("gpt-oss-20b", quant="nf4").backend_id          # ships MXFP4: bnb not applied
+    assert ":mxfp4:" in B.HFBackend("gpt-oss-20b", quant="none").backend_id
+    adhoc = B.HFBackend("some-org/some-model", quant="int8")                        # a hub id outside the registry
+    assert adhoc.backend_id.startswith("hf:some-org/some-model@main:int8:") and adhoc.model_name == "some-org/some-model"
+    think = B.HFBackend("qwen3-1.7b", chat_template_kwargs={"enable_thinking": False}).backend_id
+    assert think != B.HFBackend("qwen3-1.7b").backend_id and "enable_thinking" in think
 
 
 def test_missing_hub_model_is_a_clear_error(monkeypatch, tmp_path):
@@ -176,7 +182,7 @@ def test_oom_backoff(tiny):
 # ------------------------------------------------------------------ the embedded model
 @needs_embedded
 def test_embedded_nf4_batched_equals_single(smol):
-    reqs = [chat(q, max_new_tokens=6) for q in PROMPTS[:3]]
+    reqs = [chat(q, max_new_tokens=4) for q in PROMPTS[:3]]
     batched = smol.generate(reqs)
     assert [g.text for g in batched] == [smol.generate([r])[0].text for r in reqs]
     assert all(any(c.isalpha() for c in g.text) for g in batched)
@@ -301,6 +307,16 @@ def test_cache_write_failure_is_clear(tmp_path):
                                                 check_same_thread=False)
     with pytest.raises(B.CacheError, match="cannot write the generation cache"):
         cache.put_many([("k", Generation("x"))])
+
+
+def test_cache_full_disk_is_clear(tmp_path):
+    cache = B.GenerationCache(tmp_path / "g.sqlite")
+    pages = cache._conn.execute("PRAGMA page_count").fetchone()[0]
+    cache._conn.execute(f"PRAGMA max_page_count = {pages + 1}")          # what a full disk looks like to SQLite
+    with pytest.raises(B.CacheError) as e:
+        cache.put_many([("k", Generation("x" * 200_000))])
+    assert "disk full" in str(e.value) and "\n" not in str(e.value)
+    assert "k" not in cache                                                # rolled back, nothing half-written
 
 
 def test_cache_default_path(monkeypatch, tmp_path):
