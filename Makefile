@@ -6,6 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= auto
+JOBS ?= 2
 TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 PIP    := $(BIN)/python -m pip -q --disable-pip-version-check --no-input
 
@@ -32,7 +33,7 @@ $(STAMP): pyproject.toml
 
 ## the main job: regenerate every figure and table (+ figures/INDEX.md); PROFILE=auto picks `paper` on a GPU, else `sim`
 reproduce: $(STAMP)
-	$(BIN)/mad-study reproduce all --profile $(PROFILE)
+	$(BIN)/mad-study reproduce all --profile $(PROFILE) --jobs $(JOBS)
 
 ## the test suite: notebooks in sync and clean, the notebooks' own tests, then pytest
 test: $(STAMP) check-sync nbtest pytest
@@ -49,8 +50,11 @@ check-sync: $(STAMP)
 	  diff $(VENV)/sync-before $(VENV)/sync-after | grep '^[<>]' | awk '{print "  " $$3}' | sort -u; exit 1; fi
 	@echo "notebooks clean and in sync with mad_study/"
 
+# notebooks write their runs and figures into a scratch folder under .venv, not into runs/ and figures/
 nbtest: $(STAMP)
-	$(BIN)/nbdev-test --n-workers 2 --timing
+	rm -rf $(VENV)/nbtest
+	MAD_STUDY_RUNS=$(CURDIR)/$(VENV)/nbtest/runs MAD_STUDY_FIGURES=$(CURDIR)/$(VENV)/nbtest/figures \
+	  $(BIN)/nbdev-test --n-workers 2 --timing
 
 pytest: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider
