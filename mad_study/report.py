@@ -172,11 +172,19 @@ def _out(paper: str, artefact: str, ext: str) -> Path:
     return figures_dir() / paper / f"{artefact}.{ext}"
 
 def _sidecar(paper: str, artefact: str, study: Study | None, files: list[Path], extra: Mapping | None) -> Path:
-    meta = {"artefact": artefact, "paper": paper, "files": [p.name for p in files]}
+    "Write the provenance sidecar; a figure and a table of the same artefact from one study share it."
+    path = _out(paper, artefact, "json")
+    names = [p.name for p in files]
+    if study is not None and path.exists():
+        try: old = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError): old = {}
+        if old.get("started") == study.started and old.get("experiment") == study.experiment:
+            names = list(dict.fromkeys([*old.get("files", []), *names]))
+    meta = {"artefact": artefact, "paper": paper, "files": names}
     if study is not None:
         meta.update(study.provenance()); study.outputs.extend(str(p) for p in files)
     if extra: meta["notes"] = _jsonable(extra)
-    return atomic_write_text(_out(paper, artefact, "json"), json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return atomic_write_text(path, json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
 def save_figure(fig, artefact: str, paper: str, study: Study | None = None, label: str | None = None,
                 notes: Mapping | None = None, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
