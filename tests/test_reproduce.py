@@ -82,10 +82,11 @@ def _cache_rows(path: Path) -> int:
 
 def test_kill_midway_then_resume_recomputes_nothing(scratch):
     slow = "sim_agents={sim-generic: {skill: 0.55, recency: 1.0, latency: 0.05, batch_size: 6}}"
+    use = ["-p", "models=[sim-generic, sim-generic, sim-generic]"]     # the agents the latency applies to
     total = 40 * 3 * 2
     env = {**os.environ, "MAD_STUDY_RUNS": str(scratch / "runs"), "MAD_STUDY_FIGURES": str(scratch / "fig")}
     exe = Path(sys.executable).parent / "mad-study"
-    proc = subprocess.Popen([str(exe), "reproduce", "du_gsm8k", "--profile", "sim", "-p", slow, "-p", "temperature=1.0"],
+    proc = subprocess.Popen([str(exe), "reproduce", "du_gsm8k", "--profile", "sim", "-p", slow, "-p", "temperature=1.0", *use],
                             env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     db = scratch / "runs" / "cache" / "generations.sqlite"
     deadline = time.time() + 120
@@ -103,14 +104,14 @@ def test_kill_midway_then_resume_recomputes_nothing(scratch):
     assert 0 < done < total, done                                  # killed mid-way
     assert not (scratch / "fig" / "baseline" / "baseline.csv").exists()
     # resume: everything finished before the kill comes from the cache
-    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", slow.replace("0.05", "0.0"), "-p", "temperature=1.0", env=env)
+    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", slow.replace("0.05", "0.0"), "-p", "temperature=1.0", *use, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     side = json.loads((scratch / "fig" / "baseline" / "baseline.json").read_text())
     assert side["cache"]["hits"] == done and side["cache"]["misses"] == total - done, side["cache"]
     resumed = pd.read_parquet(scratch / "runs" / "sim" / "du_gsm8k" / "debate.parquet")
     # an uninterrupted run, in a fresh cache, gives the same transcript
     env2 = {**os.environ, "MAD_STUDY_RUNS": str(scratch / "runs2"), "MAD_STUDY_FIGURES": str(scratch / "fig2")}
-    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", slow.replace("0.05", "0.0"), "-p", "temperature=1.0", env=env2)
+    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", slow.replace("0.05", "0.0"), "-p", "temperature=1.0", *use, env=env2)
     assert r.returncode == 0, r.stdout + r.stderr
     fresh = pd.read_parquet(scratch / "runs2" / "sim" / "du_gsm8k" / "debate.parquet")
     pd.testing.assert_frame_equal(resumed, fresh)
