@@ -1,0 +1,355 @@
+"""Fault tests a research group relies on before spending GPU days on the kit.
+
+- two `mad-study reproduce` processes sharing one generation cache at the same time;
+- a read-only or full cache location, a missing fixture file, a prompt longer than the model's context;
+- Ctrl-C (SIGINT to the process group, as a terminal sends it) in the middle of writing a figure;
+- answer extraction and every metric on hypothesis-generated input (empty, all None, one agent, unicode)."""
+import json
+import math
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from conftest import ROOT, mad_study
+
+EXE = Path(sys.executable).parent / "mad-study"
+SLOW_AGENTS = ["-p", "models=[sim-generic, sim-generic, sim-generic]", "-p", "temperature=1.0"]
+
+
+def _env(tmp, **extra):
+    env = {**os.environ, "MAD_STUDY_RUNS": str(tmp / "runs"), "MAD_STUDY_FIGURES": str(tmp / "fig")}
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def _failure_lines(r, exp="du_gsm8k"):
+    "The end-of-run failure summary lines of an experiment (`  <exp>: <error> (executed notebook: ...)`)."
+    return [l for l in r.stdout.splitlines() if l.startswith(f"  {exp}: ")]
+
+
+def _no_temporaries(folder: Path):
+    "No half-written files: atomic writes leave only finished files (temporaries are hidden '.<name>.*' files)."
+    left = [p for p in folder.rglob(".*") if p.is_file()] if folder.exists() else []
+    assert not left, left
+
+
+# ------------------------------------------------------------------ two processes, one cache
+def test_two_reproduce_processes_share_one_cache(tmp_path):
+    """Both finish, the cache is intact, every generation is computed exactly once (the claims of
+    mad_study.backends.GenerationCache), and both runs produce the same table."""
+    slow = "sim_agents={sim-generic: {skill: 0.55, recency: 1.0, latency: 0.03, batch_size: 6}}"
+    procs = []
+    for i in range(2):
+        env = _env(tmp_path, MAD_STUDY_FIGURES=tmp_path / f"fig{i}")          # one runs/ (one cache), two figure folders
+        procs.append(subprocess.Popen([str(EXE), "reproduce", "du_gsm8k", "--profile", "sim", "-p", slow, *SLOW_AGENTS],
+                                      env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, out + err
+    db = tmp_path / "runs" / "cache" / "generations.sqlite"
+    with sqlite3.connect(db) as con:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        rows = con.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
+        assert con.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0         # no claim left behind
+    total = 40 * 3 * 2                                                               # items x agents x rounds, all distinct
+    assert rows == total
+    sides = [json.loads((tmp_path / f"fig{i}" / "baseline" / "baseline.json").read_text())["cache"] for i in range(2)]
+    assert sum(s["computed"] for s in sides) == total, sides                         # each generation computed once
+    for s in sides:
+        assert s["hits"] + s["misses"] == total and s["computed"] + s["waited"] == s["misses"], s
+    assert all(s["computed"] > 0 for s in sides), sides                              # the runs overlapped and split the work
+    a, b = ((tmp_path / f"fig{i}" / "baseline" / "baseline.csv").read_bytes() for i in range(2))
+    assert a == b
+
+
+# ------------------------------------------------------------------ clear messages
+def _readonly_dir() -> Path | None:
+    "A folder this process cannot create files in, even as root (sysfs), or None."
+    for d in (Path("/sys/kernel"), Path("/proc/sys")):
+        try:
+            (d / "mad_study_probe").touch()
+        except OSError:
+            return d
+        else:
+            (d / "mad_study_probe").unlink()
+    return None
+
+
+def test_readonly_cache_location_one_clear_line(tmp_path):
+    ro = _readonly_dir()
+    if ro is None:
+        pytest.skip("no read-only folder on this machine")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "cache").symlink_to(ro)                          # the cache folder is read-only
+    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=2", env=_env(tmp_path))
+    assert r.returncode == 1, r.stdout + r.stderr
+    (line,) = _failure_lines(r)
+    assert "cannot open the generation cache (read-only location" in line and "generations.sqlite" in line, line
+    assert "MAD_STUDY_RUNS" in line and "cache=false" in line, line
+    assert "Traceback" not in r.stdout + r.stderr
+    # the suggested way out works: without the cache the same run succeeds
+    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=2", "-p", "cache=false", env=_env(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_full_cache_location_one_clear_line(tmp_path):
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this machine")
+    (tmp_path / "runs" / "cache").mkdir(parents=True)
+    (tmp_path / "runs" / "cache" / "generations.sqlite").symlink_to("/dev/full")   # every write: no space left
+    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=2", env=_env(tmp_path))
+    assert r.returncode == 1, r.stdout + r.stderr
+    (line,) = _failure_lines(r)
+    assert "the generation cache (disk full" in line and "generations.sqlite" in line, line
+    assert "Traceback" not in r.stdout + r.stderr
+
+
+def _package_copy(tmp_path: Path, edit) -> Path:
+    "A copy of the mad_study package (edited by `edit(pkg)`) that a run imports first, through PYTHONPATH."
+    pkg = tmp_path / "site" / "mad_study"
+    shutil.copytree(ROOT / "mad_study", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    edit(pkg)
+    return tmp_path / "site"
+
+
+def test_missing_fixture_file_one_clear_line(tmp_path):
+    "An installation that lost a fixture file: the run names the file and what to do."
+    site = _package_copy(tmp_path, lambda pkg: (pkg / "fixtures" / "gsm8k.jsonl").unlink())
+    env = _env(tmp_path, PYTHONPATH=site, MAD_STUDY_ROOT=ROOT)                  # the notebook kernel imports the copy
+    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=2", env=env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    (line,) = _failure_lines(r)
+    assert "fixture file missing (reinstall mad_study)" in line and "gsm8k.jsonl" in line and "task='gsm8k'" in line, line
+
+
+def test_prompt_longer_than_context_is_truncated_with_a_warning(project_copy, tmp_path):
+    """A question of ~3,000 tokens for a model with a 2,048-token context (the tiny random model through a scratch
+    profile): the run finishes, every prompt is cut to context - max_new_tokens by the documented policy
+    (HFBackend: the first quarter and the last three quarters of the budget are kept), and the executed notebook
+    carries the warning, naming the model and the sizes."""
+    prof = {"description": "tiny random model (tests)", "params": {"source": "fixture", "quant": "none", "cache": True},
+            "model_map": {"*": "tiny-random-llama"}}
+    (project_copy / "params" / "profiles" / "tiny.yaml").write_text(yaml.safe_dump(prof))
+
+    def huge_question(pkg):
+        f = pkg / "fixtures" / "gsm8k.jsonl"
+        row = json.loads(f.read_text().splitlines()[0])
+        row["question"] = "Read this carefully. " + "The robe is blue and the fibre is white. " * 300 + row["question"]
+        f.write_text(json.dumps(row) + "\n")
+
+    env = {**os.environ, "PYTHONPATH": str(_package_copy(tmp_path, huge_question))}
+    r = mad_study("reproduce", "du_gsm8k", "--profile", "tiny", "-p", "n_items=1", "-p", "max_new_tokens=16", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = project_copy.parent / "runs" / "tiny" / "du_gsm8k"
+    tr = pd.read_parquet(runs / "debate.parquet")
+    assert len(tr) == 6 and set(tr["model"]) == {"tiny-random-llama"}
+    assert (tr["prompt_tokens"] == 2048 - 16).all(), tr["prompt_tokens"].tolist()     # cut to fit, not crashed
+    assert (tr["completion_tokens"] == 16).all()
+    nb = nbformat.read(runs / "09_baseline.ipynb", as_version=4)
+    said = " ".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "tiny-random-llama: prompt longer than 2032 tokens (context 2048 - max_new_tokens 16); truncated" in said, said[-2000:]
+
+
+# ------------------------------------------------------------------ Ctrl-C
+SLOW_SAVE = '''# test only: Ctrl-C arrives while a figure's temporary file is written but not yet renamed into place
+import os, time, matplotlib.figure
+_orig_savefig = matplotlib.figure.Figure.savefig
+def _slow_savefig(self, fname, *a, **kw):
+    _orig_savefig(self, fname, *a, **kw)
+    open(os.environ["MAD_STUDY_TEST_MARKER"], "w").write(str(fname))
+    time.sleep(120)
+matplotlib.figure.Figure.savefig = _slow_savefig
+'''
+
+
+def test_ctrl_c_leaves_no_half_written_outputs(project_copy):
+    figs = project_copy.parent / "figures"
+    marker = project_copy.parent / "saving"
+    # a finished index from an earlier run must survive the interrupted one intact
+    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=2", "-p", "cache=false")
+    assert r.returncode == 0 and (figs / "INDEX.md").exists(), r.stdout + r.stderr
+    shutil.rmtree(figs / "baseline")
+    nb_path = project_copy / "nbs" / "09_baseline.ipynb"                       # the scratch copy, not the repository's
+    nb = nbformat.read(nb_path, as_version=4)
+    at = next(i for i, c in enumerate(nb.cells) if "parameters" in c.get("metadata", {}).get("tags", []))
+    nb.cells.insert(at + 1, nbformat.v4.new_code_cell(SLOW_SAVE))
+    nbformat.write(nb, nb_path)
+    env = {**os.environ, "MAD_STUDY_TEST_MARKER": str(marker)}
+    proc = subprocess.Popen([str(EXE), "reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=4"], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 180
+    while not marker.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    assert marker.exists(), proc.communicate()
+    tmp_fig = Path(marker.read_text())
+    assert tmp_fig.name.startswith(".baseline.png.") and tmp_fig.exists()      # a temporary file is on disk right now
+    import psutil
+    family = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+    os.killpg(proc.pid, signal.SIGINT)                                          # what Ctrl-C in a terminal sends
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert "interrupted" in err
+    _no_temporaries(figs)
+    assert not (figs / "baseline" / "baseline.png").exists() and not (figs / "baseline" / "baseline.pdf").exists()
+    for p in (figs / "baseline").glob("*"):                                     # what was written before is complete
+        if p.suffix == ".json": json.loads(p.read_text())
+        if p.suffix == ".csv": assert len(pd.read_csv(p)) > 0
+    index = (figs / "INDEX.md").read_text()
+    assert index.startswith("# Index of figures and tables") and "| baseline |" in index
+    time.sleep(0.5)
+    alive = [p for p in family if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, alive                                                     # the notebook kernel is gone too
+
+
+# ------------------------------------------------------------------ hypothesis: extraction and every metric
+from mad_study import metrics as M
+from mad_study.answers import answers_equivalent, extract_answer, is_correct, merge_equivalent, parse_failure_rate
+from mad_study.core import ANSWER_FORMATS, transcript_frame
+from mad_study.debate import majority_vote, vote_table
+
+FUZZ = settings(max_examples=int(os.environ.get("MAD_STUDY_FUZZ_EXAMPLES", 60)), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+UNICODE = ["Ω", "😀", "−7", "٣", "１２", "\u200b", "é", "∞", "\\boxed{ß}", "(Ж)", "\\frac{1}{2}", "0.5", "B", "b", "(C)"]
+answer_st = st.one_of(st.none(), st.sampled_from(["1", "2", "-3", "18", "18.0", "A", "B", "C"] + UNICODE), st.text(max_size=12))
+text_st = st.one_of(st.text(max_size=400), st.sampled_from(UNICODE).map(lambda u: f"So the final answer is \\boxed{{{u}}}."),
+                    st.builds(lambda a, b: f"{a} The answer is ({b}). {a}", st.text(max_size=80), st.sampled_from("ABCDK")))
+
+
+def _finite_or_none(x):
+    return x is None or math.isfinite(x)
+
+
+@FUZZ
+@given(text_st, st.sampled_from(ANSWER_FORMATS))
+def test_extraction_never_raises(text, fmt):
+    a = extract_answer(text, fmt)
+    assert a is None or (isinstance(a, str) and a.strip())
+    if a is not None:
+        assert is_correct(a, a, fmt) in (True, False)          # grading its own output never raises
+        assert merge_equivalent([a, None, a], fmt)[1] is None
+
+
+@FUZZ
+@given(st.lists(answer_st, max_size=12), st.sampled_from(ANSWER_FORMATS))
+def test_answer_helpers_on_any_answers(answers, fmt):
+    merged = merge_equivalent(answers, fmt)
+    assert len(merged) == len(answers)
+    assert all(m is None for a, m in zip(answers, merged) if a is None)
+    rate = parse_failure_rate(answers)
+    assert (math.isnan(rate) if not answers else 0 <= rate <= 1)
+    for a in answers[:4]:
+        for b in answers[:4]:
+            assert answers_equivalent(a, b, fmt) == answers_equivalent(b, a, fmt)
+    v = majority_vote(answers, fmt, tie_seed="x")
+    assert v is None or v in merged
+
+
+TASK_FMT = {"gsm8k": "number", "mmlu": "option", "math500": "boxed"}
+
+
+@st.composite
+def transcripts(draw):
+    "A small transcript: 0-3 items, 1-4 agents, 1-3 rounds, 1-3 samples; answers of any kind (None, unicode)."
+    task = draw(st.sampled_from(sorted(TASK_FMT)))
+    n_items, n_agents = draw(st.integers(0, 3)), draw(st.integers(1, 4))
+    n_rounds, n_samples = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    all_none = draw(st.booleans()) and draw(st.booleans())
+    golds = {"gsm8k": ["18", "-3"], "mmlu": ["A", "C"], "math500": ["\\frac{1}{2}", "3"]}[task]
+    rows = []
+    for i in range(n_items):
+        gold = golds[i % 2]
+        for r in range(n_rounds):
+            for k in range(n_samples):
+                for a in range(n_agents):
+                    ans = None if all_none else draw(st.one_of(st.just(gold), answer_st))
+                    rows.append(dict(experiment="fuzz", item_id=f"{task}/{i}", task=task, gold=gold, round=r, agent=f"a{a}",
+                                     role="debater", model="sim", sample=k, position=a, visible_peers="", reused=draw(st.booleans()),
+                                     prompt_tokens=draw(st.integers(0, 500)), completion_tokens=draw(st.integers(0, 200)),
+                                     text=draw(st.text(max_size=20)), answer=ans,
+                                     correct=ans is not None and is_correct(ans, gold, TASK_FMT[task]),
+                                     logprob_mean=draw(st.one_of(st.none(), st.floats(-5, 0)))))
+    return transcript_frame(rows)
+
+
+def _no_nan(df, cols):
+    for c in cols:
+        assert not df[c].isna().any(), (c, df)
+
+
+@FUZZ
+@given(transcripts())
+def test_every_metric_survives_any_transcript(tr):
+    n = len(tr)
+    acc = M.accuracy_by_round(tr)
+    if n:
+        _no_nan(acc, ["accuracy", "ci_low", "ci_high", "n", "parse_failure"])
+        assert set(acc["who"]) == set(tr["agent"]) | {"majority"}
+        assert acc["accuracy"].between(0, 1).all()
+    vt = vote_table(tr)
+    assert len(vt) == (tr.groupby(["item_id", "sample", "round"]).ngroups if n else 0)
+    if n:
+        assert vt["correct"].isin([True, False]).all()
+    ut = M.uncertainty_table(tr)
+    if n:
+        _no_nan(ut, ["tu", "eu", "au", "accuracy"])
+        assert (ut["eu"] >= 0).all() and (ut["au"] >= 0).all()
+        assert np.allclose(ut["tu"], ut["eu"] + ut["au"])
+    ft = M.flip_table(tr)
+    if n and tr["round"].max() >= 1:
+        _no_nan(ft, ["C2C", "C2W", "W2C", "W2W", "flip_ratio"])
+        assert np.allclose(ft[["C2C", "C2W", "W2C", "W2W"]].sum(axis=1), 1)
+    tc = M.token_cost(tr)
+    if n:
+        _no_nan(tc, ["prompt_tokens", "completion_tokens", "total_tokens", "generations"])
+    for (item, rnd), g in tr.groupby(["item_id", "round"]):
+        fmt = TASK_FMT[g["task"].iloc[0]]
+        ans = [None if pd.isna(a) else a for a in g["answer"]]
+        h = M.viewpoint_entropy(ans, fmt=fmt)
+        assert math.isfinite(h) and h >= 0
+        ll = M.viewpoint_log_likelihood(ans, g["gold"].iloc[0], fmt)
+        assert ll <= 0 and not math.isnan(ll)                         # -inf when no agent is right (the definition)
+        per_agent = [g.loc[g["agent"] == a, "answer"].tolist() for a in dict.fromkeys(g["agent"])]
+        pc = M.path_consistency([[None if pd.isna(x) else x for x in s] for s in per_agent], fmt=fmt)
+        assert len(pc) == len(per_agent) and all(math.isfinite(x) and 0 <= x <= len(pc) - 1 + 1e-9 for x in pc)
+        d = M.uncertainty_decomposition([[None if pd.isna(x) else x for x in s] for s in per_agent], fmt=fmt)
+        assert all(math.isfinite(d[k]) for k in ("tu", "eu", "au"))
+    if n:
+        per_item = tr.groupby("item_id")["correct"].mean().to_numpy(dtype=float)
+        lo, hi = M.bootstrap_ci(per_item, n_resamples=200)
+        assert (math.isnan(lo) if len(per_item) == 0 else lo <= hi)
+        assert not math.isnan(M.paired_test(per_item, per_item[::-1])["pvalue"])
+        rp = M.reversal_point(range(len(per_item)), per_item)
+        assert rp is None or rp in range(len(per_item))
+
+
+@FUZZ
+@given(st.lists(st.lists(answer_st, max_size=6), max_size=5), st.sampled_from(ANSWER_FORMATS))
+def test_distribution_metrics_on_any_answers(samples, fmt):
+    "Empty lists, all None, one agent, unicode: values where defined, NaN only where nothing is defined."
+    flat = [a for s in samples for a in s]
+    d = M.uncertainty_decomposition(samples, fmt=fmt)
+    if flat:
+        assert all(math.isfinite(d[k]) for k in ("tu", "eu", "au")) and abs(d["tu"] - d["eu"] - d["au"]) < 1e-9
+    else:
+        assert all(math.isnan(d[k]) for k in ("tu", "eu", "au"))
+    h = M.viewpoint_entropy(flat, fmt=fmt)
+    assert (math.isnan(h) if not flat else math.isfinite(h) and h >= 0)
+    pc = M.path_consistency(samples, fmt=fmt)
+    assert len(pc) == len(samples) and all(math.isfinite(x) for x in pc)
+    p = M.answer_distribution(flat, fmt=fmt)
+    assert (len(p) == 0 if not flat else abs(p.sum() - 1) < 1e-9)
+    f = M.flip_transitions([a is None for a in flat], [a is not None for a in flat])
+    assert (math.isnan(f["flip_ratio"]) if not flat else 0 <= f["flip_ratio"] <= 1)
+    lo, hi = M.wilson_ci(sum(a is None for a in flat), len(flat))
+    assert (math.isnan(lo) if not flat else 0 <= lo <= hi <= 1)
