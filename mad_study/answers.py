@@ -31,15 +31,16 @@ MAX_CHARS = 50_000   # only the last MAX_CHARS characters of a response are read
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\b")
 
+_BRACE_TOKEN_RE = re.compile(r"\\.|[{}]", re.S)   # a backslash with the character it escapes, or a brace
+
 def _brace_pairs(s: str) -> dict[int, int]:
-    "Positions of matching braces, `{open: close}`, in one pass (escaped `\\{` `\\}` skipped; unclosed ones absent)."
-    pairs, stack, j, n = {}, [], 0, len(s)
-    while j < n:
-        c = s[j]
-        if c == "\\": j += 2; continue
-        if c == "{": stack.append(j)
-        elif c == "}" and stack: pairs[stack.pop()] = j
-        j += 1
+    """Positions of matching braces, `{open: close}`, in one pass (escaped `\\{` `\\}` skipped; unclosed ones absent).
+    The regular expression visits only braces and backslashes (a character loop over long texts was the cost of extraction)."""
+    pairs, stack = {}, []
+    for m in _BRACE_TOKEN_RE.finditer(s):
+        c = m.group()
+        if c == "{": stack.append(m.start())
+        elif c == "}" and stack: pairs[stack.pop()] = m.start()
     return pairs
 
 def _boxes(s: str) -> list[tuple[int, str]]:
@@ -398,8 +399,12 @@ def is_correct(pred: Any, gold: Any, fmt: str) -> bool:
     `None` (nothing parsed) is never correct; Du et al.'s GSM8K evaluation counted it as correct, a pitfall we
     avoid. `boxed` uses math-verify (`parse` + `verify`, gold first) on `\\boxed{...}`-wrapped strings, after the
     fast paths described above; `number` compares values; `option` letters; `exact` normalised strings,
-    case-insensitively. Never raises (an unknown `fmt` raises `ConfigError`)."""
+    case-insensitively. Never raises (an unknown `fmt` raises `ConfigError`). Results for string inputs are memoised."""
     _check_fmt(fmt)
+    if type(pred) is str and type(gold) is str: return _is_correct_str(pred, gold, fmt)
+    return _is_correct(pred, gold, fmt)
+
+def _is_correct(pred: Any, gold: Any, fmt: str) -> bool:
     if pred is None or gold is None: return False
     try:
         if isinstance(pred, float) and math.isnan(pred): return False
@@ -416,9 +421,15 @@ def is_correct(pred: Any, gold: Any, fmt: str) -> bool:
     except Exception:
         return False
 
+_is_correct_str = functools.lru_cache(maxsize=1 << 18)(_is_correct)   # transcripts repeat few distinct answers
+
+
 # %% ../nbs/01_answers.ipynb #ea4e7e6d
 def _key(a: Any, fmt: str) -> str | None:
-    "Exact grouping key: canonical number, letter, normalised text, or normalised LaTeX."
+    "Exact grouping key: canonical number, letter, normalised text, or normalised LaTeX (memoised for strings)."
+    return _key_str(a, fmt) if type(a) is str else _key_any(a, fmt)
+
+def _key_any(a: Any, fmt: str) -> str | None:
     if a is None or (isinstance(a, float) and math.isnan(a)): return None
     if fmt == "number": return canonical_number(parse_number(a))
     if fmt == "option": return _option_letter(a)
@@ -429,11 +440,18 @@ def _key(a: Any, fmt: str) -> str | None:
     n = _plain_number(s)
     return canonical_number(n) if n is not None else s
 
+_key_str = functools.lru_cache(maxsize=1 << 18)(_key_any)
+
 def _display(a: Any, fmt: str) -> str | None:
-    "The normalised form an answer is shown as when it represents its class."
+    "The normalised form an answer is shown as when it represents its class (memoised for strings)."
+    return _display_str(a, fmt) if type(a) is str else _display_any(a, fmt)
+
+def _display_any(a: Any, fmt: str) -> str | None:
     if fmt in ("number", "option"): return _key(a, fmt)
     if fmt == "exact": return _strip_wrappers(str(a)) or None
     return normalize_latex(str(a)) or None
+
+_display_str = functools.lru_cache(maxsize=1 << 18)(_display_any)
 
 def answers_equivalent(a: Any, b: Any, fmt: str) -> bool:
     "Whether two extracted answers are the same answer under `fmt` (symmetric; None is equivalent to nothing)."
@@ -461,6 +479,7 @@ def merge_equivalent(answers: Sequence[Any], fmt: str) -> list[str | None]:
     for a in answers:
         try: keys.append(_key(a, fmt))
         except Exception: keys.append(None)
+    if fmt in ("number", "option"): return keys       # classes are exact keys, shown as their key: element-wise
     uniq = sorted({k for k in keys if k is not None})
     parent = {k: k for k in uniq}
     def find(k):

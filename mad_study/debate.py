@@ -27,7 +27,7 @@ from .prompts import PromptSet, get_prompt, opening_messages, debate_message
 
 # %% auto #0
 __all__ = ['ORDERINGS', 'HISTORY_MODES', 'Agent', 'make_agents', 'Turn', 'RoundPlan', 'RoundContext', 'Protocol',
-           'FullyConnected', 'OrderedPeers', 'make_protocol', 'majority_vote', 'vote_table', 'run_debate']
+           'FullyConnected', 'OrderedPeers', 'make_protocol', 'majority_vote', 'group_rows', 'vote_table', 'run_debate']
 
 # %% ../nbs/04_debate.ipynb #dbb9df2f
 @dataclass(frozen=True)
@@ -148,18 +148,37 @@ def majority_vote(answers: Sequence[str | None], fmt: str, tie_seed: Any = 0) ->
     if len(tied) == 1: return tied[0]
     return tied[int(rng_for("tie", tie_seed).integers(len(tied)))]
 
+def group_rows(df: pd.DataFrame, by: Sequence[str], dropna: bool = True) -> tuple[list[tuple], list[np.ndarray]]:
+    """The groups of `df.groupby(list(by), sort=False, dropna=dropna)`, in the same order, as (key tuples, row positions
+    in original order), computed with numpy once: iterating pandas groups costs ~0.1 ms each (40,000 groups: 4 s)."""
+    by = list(by)
+    if not len(df): return [], []
+    gb = df.groupby(by, sort=False, dropna=dropna)
+    keys = gb.size().index.tolist()
+    if len(by) == 1: keys = [(k,) for k in keys]
+    codes = gb.ngroup().to_numpy(dtype=float)                   # NaN: a row whose key has a missing value (dropna)
+    pos = np.flatnonzero(~np.isnan(codes))
+    c = codes[pos].astype(np.int64)
+    order = pos[np.argsort(c, kind="stable")]
+    bounds = np.r_[0, np.cumsum(np.bincount(c, minlength=len(keys)))]
+    return keys, [order[bounds[i]:bounds[i + 1]] for i in range(len(keys))]
+
 def vote_table(transcript: pd.DataFrame, by: Sequence[str] = ("experiment", "item_id", "sample", "round"),
                fmt: str | None = None) -> pd.DataFrame:
     """Majority vote per item, thread and round: columns `by` + task, gold, `answer`, `correct`, `n_agents`.
     The answer format is the task's (registry) unless `fmt` is given."""
     from mad_study.data import get_task
-    rows = []
-    for key, g in transcript.groupby(list(by), sort=False, dropna=False):
-        task = g["task"].iloc[0]; gold = g["gold"].iloc[0]
-        f = fmt or get_task(task).fmt
-        ans = majority_vote([None if pd.isna(a) else a for a in g["answer"]], f, tie_seed=(*key,))
+    keys, groups = group_rows(transcript, by, dropna=False)
+    if not keys: return pd.DataFrame([])
+    answers = transcript["answer"].to_numpy(dtype=object, na_value=None)
+    tasks, golds = transcript["task"].to_numpy(dtype=object), transcript["gold"].to_numpy(dtype=object)
+    fmts, rows = {}, []
+    for key, idx in zip(keys, groups):
+        task, gold = tasks[idx[0]], golds[idx[0]]
+        f = fmt or fmts.get(task) or fmts.setdefault(task, get_task(task).fmt)
+        ans = majority_vote(answers[idx].tolist(), f, tie_seed=(*key,))
         rows.append({**dict(zip(by, key)), "task": task, "gold": gold, "answer": ans,
-                     "correct": ans is not None and is_correct(ans, gold, f), "n_agents": len(g)})
+                     "correct": ans is not None and is_correct(ans, gold, f), "n_agents": len(idx)})
     return pd.DataFrame(rows)
 
 # %% ../nbs/04_debate.ipynb #5ee0d268
