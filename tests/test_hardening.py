@@ -353,3 +353,79 @@ def test_distribution_metrics_on_any_answers(samples, fmt):
     assert (math.isnan(f["flip_ratio"]) if not flat else 0 <= f["flip_ratio"] <= 1)
     lo, hi = M.wilson_ci(sum(a is None for a in flat), len(flat))
     assert (math.isnan(lo) if not flat else 0 <= lo <= hi <= 1)
+
+
+# ------------------------------------------------------------------ the fast analysis code gives the same results
+# Reference versions: the straightforward per-group pandas code these functions had before they were made fast.
+from scipy import stats as _stats
+
+from mad_study import answers as _answers
+from mad_study.data import get_task
+
+
+def _ref_brace_pairs(s):
+    pairs, stack, j, n = {}, [], 0, len(s)
+    while j < n:
+        c = s[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c == "{": stack.append(j)
+        elif c == "}" and stack: pairs[stack.pop()] = j
+        j += 1
+    return pairs
+
+
+def _ref_vote_table(transcript, by=("experiment", "item_id", "sample", "round")):
+    rows = []
+    for key, g in transcript.groupby(list(by), sort=False, dropna=False):
+        task, gold = g["task"].iloc[0], g["gold"].iloc[0]
+        f = get_task(task).fmt
+        ans = majority_vote([None if pd.isna(a) else a for a in g["answer"]], f, tie_seed=(*key,))
+        rows.append({**dict(zip(by, key)), "task": task, "gold": gold, "answer": ans,
+                     "correct": ans is not None and is_correct(ans, gold, f), "n_agents": len(g)})
+    return pd.DataFrame(rows)
+
+
+def _ref_decomposition(samples, fmt):
+    samples = [list(s) for s in samples if len(s)]
+    flat = M._outcomes([a for s in samples for a in s], fmt)
+    cut = np.cumsum([0] + [len(s) for s in samples])
+    per = [flat[cut[i]:cut[i + 1]] for i in range(len(samples))]
+    support = sorted(set(flat), key=lambda a: (a == M.UNPARSED, a))
+    P = [M.answer_distribution(s, support) for s in per]
+    mix = sum(P) / len(P)
+    tu = float(_stats.entropy(mix.to_numpy()))
+    au = float(np.mean([_stats.entropy(p.to_numpy()) for p in P]))
+    return tu, (max(tu - au, 0.0) if tu - au > -1e-12 else tu - au), au, len(support)
+
+
+def _ref_uncertainty_table(transcript, by=("experiment", "item_id", "round")):
+    rows = []
+    for key, g in transcript.groupby(list(by), sort=False):
+        f = get_task(g["task"].iloc[0]).fmt
+        agents = list(dict.fromkeys(g["agent"]))
+        tu, eu, au, n = _ref_decomposition([g.loc[g["agent"] == a, "answer"].tolist() for a in agents], f)
+        r = {**dict(zip(by, key)), "tu": tu, "eu": eu, "au": au, "n_answers": n, "accuracy": float(g["correct"].mean())}
+        for a in agents: r[f"acc_{a}"] = float(g.loc[g["agent"] == a, "correct"].mean())
+        rows.append(r)
+    return pd.DataFrame(rows)
+
+
+@FUZZ
+@given(st.text(alphabet="{}\\ab \n$1", max_size=60))
+def test_brace_matching_unchanged(s):
+    assert _answers._brace_pairs(s) == _ref_brace_pairs(s)
+
+
+@FUZZ
+@given(transcripts())
+def test_fast_tables_equal_the_reference(tr):
+    if not len(tr):
+        return
+    pd.testing.assert_frame_equal(vote_table(tr), _ref_vote_table(tr), check_exact=True)
+    pd.testing.assert_frame_equal(M.uncertainty_table(tr), _ref_uncertainty_table(tr), check_exact=True)
+    for (item, rnd), g in tr.groupby(["item_id", "round"]):
+        ans, fmt = g["answer"].tolist(), TASK_FMT[g["task"].iloc[0]]
+        ref = float(_stats.entropy(M.answer_distribution(ans, fmt=fmt).to_numpy(), base=2))
+        assert M.viewpoint_entropy(ans, fmt=fmt) == ref
