@@ -22,8 +22,8 @@ from typing import Any, Iterable, Sequence
 from .core import ANSWER_FORMATS, ConfigError
 
 # %% auto #0
-__all__ = ['MAX_CHARS', 'OPTION_LETTERS', 'MATH_VERIFY_TIMEOUT', 'MATH_VERIFY_MAX_CHARS', 'last_boxed', 'normalize_latex',
-           'number_candidates', 'parse_number', 'canonical_number', 'extract_answer', 'is_correct',
+__all__ = ['MAX_CHARS', 'OPTION_LETTERS', 'MATH_VERIFY_TIMEOUT', 'MATH_VERIFY_MAX_CHARS', 'ELEMENTWISE_FORMATS', 'last_boxed',
+           'normalize_latex', 'number_candidates', 'parse_number', 'canonical_number', 'extract_answer', 'is_correct',
            'answers_equivalent', 'merge_equivalent', 'parse_failure_rate']
 
 # %% ../nbs/01_answers.ipynb #a1b712c7
@@ -468,6 +468,8 @@ def answers_equivalent(a: Any, b: Any, fmt: str) -> bool:
     except Exception:
         return False
 
+ELEMENTWISE_FORMATS = ("number", "option")   # formats whose classes are exact keys: merging maps each answer on its own
+
 def merge_equivalent(answers: Sequence[Any], fmt: str) -> list[str | None]:
     """Map each answer to the representative of its equivalence class (UMAD: answer distributions over classes).
 
@@ -479,7 +481,7 @@ def merge_equivalent(answers: Sequence[Any], fmt: str) -> list[str | None]:
     for a in answers:
         try: keys.append(_key(a, fmt))
         except Exception: keys.append(None)
-    if fmt in ("number", "option"): return keys       # classes are exact keys, shown as their key: element-wise
+    if fmt in ELEMENTWISE_FORMATS: return keys        # classes are exact keys, shown as their key: element-wise
     uniq = sorted({k for k in keys if k is not None})
     parent = {k: k for k in uniq}
     def find(k):

@@ -163,20 +163,57 @@ def group_rows(df: pd.DataFrame, by: Sequence[str], dropna: bool = True) -> tupl
     bounds = np.r_[0, np.cumsum(np.bincount(c, minlength=len(keys)))]
     return keys, [order[bounds[i]:bounds[i + 1]] for i in range(len(keys))]
 
+def _merged_column(answers: np.ndarray, fmt: str) -> np.ndarray:
+    "Each answer's class representative for an element-wise format (`ELEMENTWISE_FORMATS`), computed once per distinct answer."
+    uniq = list(dict.fromkeys(a for a in answers.tolist() if a is not None))
+    rep = dict(zip(uniq, merge_equivalent(uniq, fmt)))
+    return np.array([None if a is None else rep[a] for a in answers.tolist()], dtype=object)
+
+def _majorities(groups: list[np.ndarray], merged: np.ndarray, tie_seeds: list) -> list[str | None]:
+    """`majority_vote` of many groups at once for element-wise formats (same answers, same tie draws): the counts of
+    each group's answers with numpy; only tied groups draw in Python."""
+    out: list[str | None] = [None] * len(groups)
+    if not groups: return out
+    gid = np.repeat(np.arange(len(groups)), [len(g) for g in groups])
+    m = merged[np.concatenate(groups)]
+    ok = np.array([a is not None for a in m.tolist()], dtype=bool)
+    if not ok.any(): return out
+    codes, names = pd.factorize(pd.Series(m[ok], dtype=object), sort=True)   # sorted, as `sorted(tied)`
+    names = names.tolist()
+    pair, cnt = np.unique(gid[ok].astype(np.int64) * len(names) + codes, return_counts=True)
+    g, k = pair // len(names), pair % len(names)
+    top = np.zeros(len(groups), dtype=np.int64); np.maximum.at(top, g, cnt)
+    win = cnt == top[g]
+    tied: dict[int, list[str]] = {}
+    for gi, ki in zip(g[win].tolist(), k[win].tolist()): tied.setdefault(gi, []).append(names[ki])   # sorted by name
+    for gi, t in tied.items():
+        out[gi] = t[0] if len(t) == 1 else t[int(rng_for("tie", tie_seeds[gi]).integers(len(t)))]
+    return out
+
 def vote_table(transcript: pd.DataFrame, by: Sequence[str] = ("experiment", "item_id", "sample", "round"),
                fmt: str | None = None) -> pd.DataFrame:
     """Majority vote per item, thread and round: columns `by` + task, gold, `answer`, `correct`, `n_agents`.
-    The answer format is the task's (registry) unless `fmt` is given."""
+    The answer format is the task's (registry) unless `fmt` is given. (Numeric and multiple-choice answers are counted
+    for all groups at once; other formats group by group. Both give `majority_vote`'s answer.)"""
     from mad_study.data import get_task
+    from mad_study.answers import ELEMENTWISE_FORMATS
     keys, groups = group_rows(transcript, by, dropna=False)
     if not keys: return pd.DataFrame([])
     answers = transcript["answer"].to_numpy(dtype=object, na_value=None)
     tasks, golds = transcript["task"].to_numpy(dtype=object), transcript["gold"].to_numpy(dtype=object)
-    fmts, rows = {}, []
-    for key, idx in zip(keys, groups):
+    fmts: dict = {}
+    gfmt = [fmt or fmts.get(tasks[idx[0]]) or fmts.setdefault(tasks[idx[0]], get_task(tasks[idx[0]]).fmt) for idx in groups]
+    votes: list = [None] * len(groups)
+    for f in dict.fromkeys(gfmt):
+        sel = [i for i, x in enumerate(gfmt) if x == f]
+        if f in ELEMENTWISE_FORMATS:
+            for i, v in zip(sel, _majorities([groups[i] for i in sel], _merged_column(answers, f), [(*keys[i],) for i in sel])):
+                votes[i] = v
+        else:
+            for i in sel: votes[i] = majority_vote(answers[groups[i]].tolist(), f, tie_seed=(*keys[i],))
+    rows = []
+    for key, idx, f, ans in zip(keys, groups, gfmt, votes):
         task, gold = tasks[idx[0]], golds[idx[0]]
-        f = fmt or fmts.get(task) or fmts.setdefault(task, get_task(task).fmt)
-        ans = majority_vote(answers[idx].tolist(), f, tie_seed=(*key,))
         rows.append({**dict(zip(by, key)), "task": task, "gold": gold, "answer": ans,
                      "correct": ans is not None and is_correct(ans, gold, f), "n_agents": len(idx)})
     return pd.DataFrame(rows)

@@ -129,6 +129,12 @@ def entropy(p: Sequence[float] | pd.Series, base: float = math.e) -> float:
     if base is not None: S /= math.log(base)
     return float(S)
 
+def _entropy_of(p: np.ndarray, base: float) -> float:
+    "`entropy` of a float array known to be a non-zero distribution (no checks: the same arithmetic, less overhead)."
+    S = np.sum(special.entr(p / np.sum(p, axis=0, keepdims=True)), axis=0)
+    if base is not None: S /= math.log(base)
+    return float(S)
+
 def _decompose(samples: list[list[Any]], base: float, fmt: str | None) -> tuple[float, float, float, list[str], np.ndarray, np.ndarray]:
     "Numbers of Prop. 3.2 for non-empty per-agent answer lists: tu, eu, au, support, P (agents x support), mixture."
     flat = _outcomes([a for s in samples for a in s], fmt)
@@ -139,13 +145,18 @@ def _decompose(samples: list[list[Any]], base: float, fmt: str | None) -> tuple[
         n = len(s)
         for a, k in Counter(flat[start:start + n]).items(): P[i, col[a]] = k / n
         start += n
+    tu, eu, au, mix = _decompose_p(P, base)
+    return tu, eu, au, support, P, mix
+
+def _decompose_p(P: np.ndarray, base: float) -> tuple[float, float, float, np.ndarray]:
+    "tu, eu, au and the mixture from the agents' distributions P (agents x support)."
     mix = P[0].copy()
     for row in P[1:]: mix = mix + row                           # the mixture, summed in agent order
     mix = mix / len(P)
-    tu = entropy(mix, base)
-    au = float(np.mean([entropy(row, base) for row in P]))
+    tu = _entropy_of(mix, base)
+    au = float(np.mean([_entropy_of(row, base) for row in P]))
     eu = max(tu - au, 0.0) if tu - au > -1e-12 else tu - au   # JSD >= 0; clip float noise only
-    return tu, eu, au, support, P, mix
+    return tu, eu, au, mix
 
 def uncertainty_decomposition(samples: Sequence[Sequence[Any]], base: float = math.e, fmt: str | None = None) -> dict:
     """UMAD Prop. 3.2 / Eq. 3 (Alg. 1 lines 7-15): `samples[i]` are agent i's sampled answers at one turn.
@@ -162,30 +173,91 @@ def uncertainty_decomposition(samples: Sequence[Sequence[Any]], base: float = ma
             "mixture": pd.Series(mix, index=idx, dtype=float)}
 
 # %% ../nbs/05_metrics.ipynb #5384a370
+def _entropy_rows(P: np.ndarray, base: float) -> np.ndarray:
+    "`entropy` of every distribution along the last axis (the same arithmetic, row by row)."
+    S = np.sum(special.entr(P / np.sum(P, axis=-1, keepdims=True)), axis=-1)
+    if base is not None: S /= math.log(base)
+    return S
+
+def _decompose_groups(g: np.ndarray, a: np.ndarray, o: np.ndarray, G: int, base: float):
+    """Prop. 3.2 for G groups at once. Row i: outcome `o[i]` (an integer, numbered in support order) of agent slot
+    `a[i]` (first appearance in its group) of group `g[i]`. Returns tu, eu, au and the support size per group, with
+    `_decompose`'s arithmetic: groups with the same numbers of agents and outcomes are stacked, nothing is padded."""
+    A, O = int(a.max()) + 1, int(o.max()) + 1
+    pair = np.unique(g * O + o)                                  # each group's support, in order
+    pg = pair // O
+    L = np.bincount(pg, minlength=G)
+    s = np.searchsorted(pair, g * O + o) - np.searchsorted(pg, np.arange(G))[g]   # the row's support slot
+    N = np.zeros(G, dtype=np.int64); np.maximum.at(N, g, a + 1)
+    counts = np.zeros((G, A, int(L.max()))); np.add.at(counts, (g, a, s), 1.0)
+    n = np.zeros((G, A)); np.add.at(n, (g, a), 1.0)
+    tu, au = np.empty(G), np.empty(G)
+    for nn, ll in set(zip(N.tolist(), L.tolist())):
+        sel = np.flatnonzero((N == nn) & (L == ll))
+        P = counts[sel, :nn, :ll] / n[sel, :nn, None]            # each agent's distribution (App. C.1)
+        mix = P[:, 0, :].copy()
+        for i in range(1, nn): mix = mix + P[:, i, :]            # the mixture, summed in agent order
+        tu[sel] = _entropy_rows(mix / nn, base)
+        au[sel] = np.mean(_entropy_rows(P, base), axis=1)
+    d = tu - au
+    return tu, np.where(d > -1e-12, np.maximum(d, 0.0), d), au, L
+
 def uncertainty_table(transcript: pd.DataFrame, fmt: str | None = None, base: float = math.e,
                       by: Sequence[str] = ("experiment", "item_id", "round")) -> pd.DataFrame:
     """TU / Sys-EU / Sys-AU per item and round (UMAD Alg. 1) from a transcript with K samples per agent turn,
-    plus the mean accuracy of the samples (`accuracy`) and of each agent (`acc_<agent>`)."""
+    plus the mean accuracy of the samples (`accuracy`) and of each agent (`acc_<agent>`).
+    (Numeric and multiple-choice answers are computed for all groups at once, other formats group by group: the same
+    numbers as `uncertainty_decomposition` on each group.)"""
+    from mad_study.answers import ELEMENTWISE_FORMATS
     from mad_study.data import get_task
     from mad_study.debate import group_rows
     keys, groups = group_rows(transcript, by)
     if not keys: return pd.DataFrame([])
-    answers = transcript["answer"].to_numpy(dtype=object, na_value=None)
-    agents_col, tasks = transcript["agent"].to_numpy(dtype=object), transcript["task"].to_numpy(dtype=object)
-    correct = transcript["correct"].astype("boolean").to_numpy(dtype=float, na_value=np.nan)
-    def mean(x):                                                # pandas' mean of a boolean column: NA skipped
-        ok = ~np.isnan(x); n = int(ok.sum())
-        return float(x[ok].sum() / n) if n else math.nan
-    fmts, rows = {}, []
-    for key, idx in zip(keys, groups):
-        task = tasks[idx[0]]
-        f = fmt or fmts.get(task) or fmts.setdefault(task, get_task(task).fmt)
-        ag, ans, cor = agents_col[idx], answers[idx], correct[idx]
-        agents = list(dict.fromkeys(ag.tolist()))
-        masks = [ag == a for a in agents]
-        tu, eu, au, support, _, _ = _decompose([ans[m].tolist() for m in masks], base, f)
-        r = {**dict(zip(by, key)), "tu": tu, "eu": eu, "au": au, "n_answers": len(support), "accuracy": mean(cor)}
-        for a, m in zip(agents, masks): r[f"acc_{a}"] = mean(cor[m])
+    G = len(groups)
+    order = np.concatenate(groups)
+    g = np.repeat(np.arange(G), [len(x) for x in groups])
+    answers = transcript["answer"].to_numpy(dtype=object, na_value=None)[order]
+    agents_col, tasks = transcript["agent"].to_numpy(dtype=object)[order], transcript["task"].to_numpy(dtype=object)
+    cor = transcript["correct"].astype("boolean").to_numpy(dtype=float, na_value=np.nan)[order]
+    # agent slots: agents numbered by first appearance in their group
+    ac, anames = pd.factorize(pd.Series(agents_col, dtype=object), use_na_sentinel=False)
+    first = pd.DataFrame({"g": g, "a": ac}).drop_duplicates()
+    slot_of = np.zeros(G * len(anames), dtype=np.int64)
+    slot_of[first["g"].to_numpy() * len(anames) + first["a"].to_numpy()] = first.groupby("g").cumcount().to_numpy()
+    a = slot_of[g * len(anames) + ac]
+    names = [[] for _ in range(G)]
+    for gi, ai in zip(first["g"].tolist(), first["a"].tolist()): names[gi].append(anames[ai])
+    A = int(a.max()) + 1
+    # accuracies (NA skipped, as pandas' mean of a boolean column)
+    ok = ~np.isnan(cor); c0 = np.where(ok, cor, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc = (np.bincount(g, weights=c0, minlength=G) / np.bincount(g, weights=ok, minlength=G)).tolist()
+        acc_a = (np.bincount(g * A + a, weights=c0, minlength=G * A) / np.bincount(g * A + a, weights=ok, minlength=G * A)).reshape(G, A).tolist()
+    fmts: dict = {}
+    gfmt = [fmt or fmts.get(tasks[x[0]]) or fmts.setdefault(tasks[x[0]], get_task(tasks[x[0]]).fmt) for x in groups]
+    res: list = [None] * G
+    for f in dict.fromkeys(gfmt):
+        sel = np.array([x == f for x in gfmt])
+        rows_f = sel[g]
+        if f in ELEMENTWISE_FORMATS:
+            out = _outcomes(answers[rows_f].tolist(), f)
+            sup = sorted(set(out), key=lambda x: (x == UNPARSED, x))
+            o = pd.Categorical(out, categories=sup).codes.astype(np.int64)
+            gsel = np.flatnonzero(sel)
+            remap = np.full(G, -1); remap[gsel] = np.arange(len(gsel))
+            tu, eu, au, L = _decompose_groups(remap[g[rows_f]], a[rows_f], o, len(gsel), base)
+            for j, gi in enumerate(gsel.tolist()): res[gi] = (float(tu[j]), float(eu[j]), float(au[j]), int(L[j]))
+        else:
+            for gi in np.flatnonzero(sel).tolist():
+                m = g == gi
+                samples = [answers[m & (a == i)].tolist() for i in range(len(names[gi]))]
+                tu, eu, au, support, _, _ = _decompose(samples, base, f)
+                res[gi] = (tu, eu, au, len(support))
+    rows = []
+    for gi, key in enumerate(keys):
+        tu, eu, au, n_sup = res[gi]
+        r = {**dict(zip(by, key)), "tu": tu, "eu": eu, "au": au, "n_answers": n_sup, "accuracy": acc[gi]}
+        for i, name in enumerate(names[gi]): r[f"acc_{name}"] = acc_a[gi][i]
         rows.append(r)
     return pd.DataFrame(rows)
 
