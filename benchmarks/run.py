@@ -1,0 +1,461 @@
+#!/usr/bin/env python
+"""Benchmarks of the mad_study kit: `make bench` (= `python benchmarks/run.py`).
+
+1. Generation throughput: one debate round (6 agents x 4 GSM8K items, greedy, fixed max_new_tokens) with the embedded
+   SmolLM2-135M in 4-bit nf4 on the CPU: the batched engine (`HFBackend.generate` on the whole round) vs. one request at
+   a time (how the reference implementations call their models). With `--device cuda`, the same with a paper-profile model.
+2. Memory: weight footprint of the embedded model in nf4, int8 and full precision (measured), and `mad-study plan`'s
+   estimates for the paper profiles.
+3. Cache: the cpu-profile baseline experiment (du_gsm8k, small) cold vs. warm (every generation cached; the warm run
+   must not even load the model).
+4. Analysis: every metric of the kit on a synthetic transcript of 500 items x 6 agents x 5 rounds x 16 samples.
+
+Ratios are measured within one run. The summary table is printed last and written, with the machine, versions and
+date, to benchmarks/RESULTS.md."""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGETS = {"throughput": 2.5, "memory": 0.35, "cache": 20.0, "analysis": 10.0}
+os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def _quiet():
+    import logging
+    import warnings
+    warnings.filterwarnings("ignore")
+    for name in ("transformers", "bitsandbytes", "accelerate"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        from transformers.utils import logging as hf_logging
+        hf_logging.set_verbosity_error(); hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
+
+
+# ------------------------------------------------------------------ machine and versions
+def machine_info() -> dict:
+    import importlib.metadata as md
+    def v(n):
+        try: return md.version(n)
+        except md.PackageNotFoundError: return None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = None
+    mem = None
+    try:
+        import psutil
+        mem = round(psutil.virtual_memory().total / 2**30, 1)
+    except ImportError:
+        pass
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"): cpu = line.split(":", 1)[1].strip(); break
+    except OSError:
+        pass
+    gpu = None
+    try:
+        import torch
+        if torch.cuda.is_available(): gpu = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "host": platform.node(),
+            "platform": platform.platform(), "cpu": cpu, "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "memory_gib": mem, "gpu": gpu, "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+            "python": platform.python_version(), "commit": commit,
+            "versions": {n: v(n) for n in ("mad_study", "torch", "transformers", "bitsandbytes", "numpy", "pandas", "scipy", "math-verify")}}
+
+
+# ------------------------------------------------------------------ 1. throughput
+def debate_round_requests(n_items: int = 4, n_agents: int = 6, max_new_tokens: int = 24):
+    """The requests of one debate round (round 1, Du et al. GSM8K prompts): each agent sees the other agents' round-0
+    solutions (written by synthetic agents of different skill, so every prompt differs)."""
+    from mad_study.data import load_items
+    from mad_study.debate import Agent, run_debate
+    from mad_study.sim import SimBackend
+
+    class Recorder:
+        def __init__(self, inner): self.inner, self.requests = inner, []
+        def generate(self, reqs): self.requests += list(reqs); return self.inner.generate(reqs)
+
+    items = load_items("gsm8k", n=n_items, seed=0)
+    recs = {f"sim-{i}": Recorder(SimBackend(f"sim-{i}", skill=0.3 + 0.1 * i, response_words=40)) for i in range(n_agents)}
+    agents = [Agent(f"a{i}", f"sim-{i}") for i in range(n_agents)]
+    run_debate(items, agents, recs, debate_rounds=1, prompt="du_gsm8k", max_new_tokens=max_new_tokens, progress=False)
+    return [r for rec in recs.values() for r in rec.requests if r.meta["round"] == 1]
+
+
+def bench_throughput(model: str = "smollm2-135m-instruct", quant: str = "nf4", max_new_tokens: int = 48,
+                     batch_size: int = 16, device: str = "cpu") -> dict:
+    from mad_study.backends import HFBackend
+    reqs = debate_round_requests(max_new_tokens=max_new_tokens)
+    be = HFBackend(model, quant=quant, batch_size=batch_size, progress=False)
+    t = time.perf_counter(); be.load(); load_s = time.perf_counter() - t
+    be.generate(reqs[:2])                                              # warm-up (kernels, allocator)
+    prompt = [len(be.encode(r.messages)) for r in reqs]
+    log(f"  {len(reqs)} requests, prompts {min(prompt)}-{max(prompt)} tokens, max_new_tokens={max_new_tokens}, {model} {quant} on {device}")
+    t = time.perf_counter(); single = [be.generate([r])[0] for r in reqs]; t_single = time.perf_counter() - t
+    log(f"  one at a time: {t_single:.1f} s")
+    t = time.perf_counter(); batched = be.generate(reqs); t_batched = time.perf_counter() - t
+    log(f"  batched (batch_size={batch_size}): {t_batched:.1f} s")
+    tok_s = sum(g.completion_tokens for g in single) / t_single
+    tok_b = sum(g.completion_tokens for g in batched) / t_batched
+    return {"model": model, "quant": quant, "device": device, "requests": len(reqs), "max_new_tokens": max_new_tokens,
+            "batch_size": batch_size, "prompt_tokens": [min(prompt), max(prompt)], "load_s": round(load_s, 1),
+            "completion_tokens": sum(g.completion_tokens for g in batched), "single_s": round(t_single, 2),
+            "batched_s": round(t_batched, 2), "single_tok_s": round(tok_s, 1), "batched_tok_s": round(tok_b, 1),
+            "ratio": round(tok_b / tok_s, 2), "same_text": sum(a.text == b.text for a, b in zip(batched, single))}
+
+
+# ------------------------------------------------------------------ 2. memory
+def bench_memory(model: str = "smollm2-135m-instruct", quants=("nf4", "int8", "none"), device: str = "cpu") -> dict:
+    import torch
+    from mad_study.backends import HFBackend, loaded_footprint_bytes, weight_memory_gb
+    rows = []
+    for q in quants:
+        be = HFBackend(model, quant=q, progress=False)
+        t = time.perf_counter(); be.load(); load_s = time.perf_counter() - t
+        fp = loaded_footprint_bytes(be)
+        dt_bytes = 4 if be.compute_dtype == torch.float32 else 2
+        rows.append({"quant": q, "measured_mb": round(fp / 1e6, 1), "estimate_mb": round(weight_memory_gb(model, q, dtype_bytes=dt_bytes) * 1e3, 1),
+                     "load_s": round(load_s, 2), "compute_dtype": str(be.compute_dtype).replace("torch.", "")})
+        log(f"  {model} {q}: {fp / 1e6:.1f} MB measured, load {load_s:.1f} s")
+        be.close(); del be
+    full = next(r for r in rows if r["quant"] == "none")["measured_mb"]
+    for r in rows: r["share_of_full"] = round(r["measured_mb"] / full, 3)
+    return {"model": model, "device": device, "rows": rows, "ratio": next(r for r in rows if r["quant"] == "nf4")["share_of_full"],
+            "plan": plan_estimates()}
+
+
+def plan_estimates() -> dict:
+    "`mad-study plan --profile paper` for every experiment: weight memory per model (nf4 and full bf16) and per experiment."
+    from mad_study.backends import weight_memory_gb
+    from mad_study.reproduce import load_profile, merge_params, plan_experiment, resolve_targets, validate_params
+    prof = load_profile("paper")
+    models, exps = {}, []
+    for e in resolve_targets(["all"]):
+        p = merge_params(e, prof); validate_params(p, e, prof)
+        pl = plan_experiment(e, p)
+        mem = {m: g for m, g in pl["weight_memory_gb"].items() if g is not None}
+        exps.append({"experiment": e.id, "generations": pl["generations"], "models": len(mem), "weights_gb": round(sum(mem.values()), 1)})
+        for m, g in mem.items():
+            d = models.setdefault(m, {"model": m, "nf4_gb": g, "bf16_gb": round(weight_memory_gb(m, "none"), 2), "experiments": 0})
+            d["experiments"] += 1
+    for d in models.values(): d["nf4_share"] = round(d["nf4_gb"] / d["bf16_gb"], 3)
+    return {"models": sorted(models.values(), key=lambda d: d["nf4_gb"]), "experiments": exps,
+            "largest": max(exps, key=lambda d: d["weights_gb"]) if exps else None}
+
+
+# ------------------------------------------------------------------ 3. cache
+def bench_cache(n_items: int = 2, max_new_tokens: int = 24, e2e: bool = True) -> dict:
+    """The cpu-profile du_gsm8k experiment (the baseline notebook's steps: items, debate, accuracy table), cold (empty
+    cache) and warm (same cache), each with fresh backends, in this process; then `mad-study reproduce` warm."""
+    import pandas as pd
+    tmp = Path(tempfile.mkdtemp(prefix="mad_bench_cache_"))
+    os.environ["MAD_STUDY_RUNS"], os.environ["MAD_STUDY_FIGURES"] = str(tmp / "runs"), str(tmp / "figures")
+    from mad_study.debate import FullyConnected, make_agents
+    from mad_study.metrics import accuracy_by_round
+    from mad_study.report import Study
+    from mad_study.reproduce import load_profile, merge_params, resolve_targets, validate_params
+    overrides = {"n_items": n_items, "max_new_tokens": max_new_tokens}
+    (exp,) = resolve_targets(["du_gsm8k"]); prof = load_profile("cpu")
+    p = merge_params(exp, prof, overrides); validate_params(p, exp, prof, overrides)
+
+    def experiment():
+        study = Study(p, paper="baseline")
+        items = study.items(p["task"], n=p["n_items"])
+        tr = study.debate("debate", items, make_agents(p["models"]), protocol=FullyConnected(), debate_rounds=p["debate_rounds"],
+                          prompt=p["prompt"], temperature=p["temperature"], max_new_tokens=p["max_new_tokens"], progress=False)
+        study.save_table(accuracy_by_round(tr), "baseline")
+        loaded = any(getattr(getattr(b, "inner", b), "model", None) is not None for b in study._backends.values())
+        return tr, study.cache.stats(), loaded
+
+    t = time.perf_counter(); tr_cold, st_cold, loaded_cold = experiment(); cold = time.perf_counter() - t
+    log(f"  cold: {cold:.1f} s ({st_cold['computed']} generations computed, model loaded: {loaded_cold})")
+    t = time.perf_counter(); tr_warm, st_warm, loaded_warm = experiment(); warm = time.perf_counter() - t
+    log(f"  warm: {warm:.3f} s ({st_warm['hits']} cache hits, model loaded: {loaded_warm})")
+    out = {"experiment": "du_gsm8k", "profile": "cpu", "overrides": overrides, "models": p["models"], "generations": len(tr_cold),
+           "cold_s": round(cold, 2), "warm_s": round(warm, 3), "ratio": round(cold / warm, 1), "warm_loaded_model": loaded_warm,
+           "warm_hits": st_warm["hits"], "warm_misses": st_warm["misses"], "same_transcript": bool(tr_cold.equals(tr_warm))}
+    if e2e:                                                            # the command, warm: papermill and imports dominate
+        cmd = [str(Path(sys.executable).parent / "mad-study"), "reproduce", "du_gsm8k", "--profile", "cpu",
+               "-p", f"n_items={n_items}", "-p", f"max_new_tokens={max_new_tokens}"]
+        t = time.perf_counter(); r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=os.environ.copy())
+        out["e2e_warm_s"] = round(time.perf_counter() - t, 1)
+        side = json.loads((tmp / "figures" / "baseline" / "baseline.json").read_text()) if r.returncode == 0 else {}
+        out["e2e_warm_cache"] = side.get("cache")
+        log(f"  `mad-study reproduce du_gsm8k --profile cpu` warm: {out['e2e_warm_s']} s, cache {out['e2e_warm_cache']}"
+            + ("" if r.returncode == 0 else f" (FAILED: {r.stderr.strip().splitlines()[-1:]})"))
+    return out
+
+
+# ------------------------------------------------------------------ 4. analysis
+def synthetic_transcript(n_items=500, n_agents=6, n_rounds=5, n_samples=16, seed=0):
+    """A transcript of n_items x n_agents x n_rounds x n_samples GSM8K-style turns built with numpy: accuracy rising
+    over rounds, wrong answers near the gold value, 3% unparsed, texts ending in a boxed answer."""
+    import numpy as np
+    import pandas as pd
+    from mad_study.core import transcript_frame
+    rng = np.random.default_rng(seed)
+    I, A, R, S = (x.ravel() for x in np.meshgrid(np.arange(n_items), np.arange(n_agents), np.arange(n_rounds), np.arange(n_samples), indexing="ij"))
+    n = I.size
+    gold = I * 7 % 97 + 3
+    correct = rng.random(n) < 0.45 + 0.08 * R / max(n_rounds - 1, 1) + 0.03 * (A % 3)
+    wrong = gold + rng.choice([-10, -2, -1, 1, 2, 10], size=n, p=[.05, .15, .3, .3, .15, .05])
+    ans = np.where(correct, gold, wrong).astype(str).astype(object)
+    ans[rng.random(n) < 0.03] = None
+    filler = "We consider the given quantities and combine them step by step, checking each intermediate result. "
+    text = np.array([filler * 3 + (f"So the final answer is \\boxed{{{a}}}." if a is not None else "I could not reach a conclusion.")
+                     for a in ans], dtype=object)
+    gold_s = gold.astype(str)
+    df = pd.DataFrame(dict(experiment="bench", item_id=np.char.add("gsm8k/", I.astype(str)), task="gsm8k", gold=gold_s,
+                           round=R, agent=np.char.add("a", A.astype(str)), role="debater", model="synthetic", sample=S,
+                           position=A, visible_peers="", reused=False, prompt_tokens=200 + 180 * R, completion_tokens=rng.integers(40, 200, n),
+                           text=text, answer=ans, correct=np.array([a is not None and a == g for a, g in zip(ans, gold_s)]),
+                           logprob_sum=rng.normal(-30, 5, n), logprob_mean=rng.normal(-0.3, 0.1, n), token_entropy=rng.gamma(2, 0.3, n)))
+    return transcript_frame(df)
+
+
+def bench_analysis(n_items=500, n_agents=6, n_rounds=5, n_samples=16) -> dict:
+    import numpy as np
+    from mad_study import metrics as M
+    from mad_study.answers import extract_answer, parse_failure_rate
+    from mad_study.debate import group_rows, vote_table
+    t = time.perf_counter(); tr = synthetic_transcript(n_items, n_agents, n_rounds, n_samples); build = time.perf_counter() - t
+    log(f"  transcript: {len(tr):,} rows ({n_items} items x {n_agents} agents x {n_rounds} rounds x {n_samples} samples), built in {build:.1f} s")
+    ans = tr["answer"].to_numpy(dtype=object, na_value=None)
+    gold, agent = tr["gold"].to_numpy(dtype=object), tr["agent"].to_numpy(dtype=object)
+    last = n_rounds - 1
+
+    def per_item_round(f):
+        _, groups = group_rows(tr, ["item_id", "round"])
+        return [f(idx) for idx in groups]
+
+    def path_consistency(idx):
+        a, x = agent[idx], ans[idx]
+        return M.path_consistency([x[a == name].tolist() for name in dict.fromkeys(a.tolist())], fmt="number")
+
+    def per_item_accuracy():
+        acc = tr.groupby(["item_id", "round"])["correct"].mean().unstack()
+        return acc[0].to_numpy(dtype=float), acc[last].to_numpy(dtype=float)
+
+    def reversal_points():
+        curves = tr.groupby(["item_id", "round"])["correct"].mean().unstack()
+        return [M.reversal_point(range(n_rounds), row, level=0.5) for row in curves.to_numpy(dtype=float)]
+
+    a0, aL = per_item_accuracy()
+    cost = M.token_cost(tr)
+    steps = [
+        ("accuracy_by_round (agents + majority vote, Wilson CIs, parse failures)", lambda: M.accuracy_by_round(tr)),
+        ("vote_table (majority vote per item, sample, round)", lambda: vote_table(tr)),
+        ("uncertainty_table (UMAD TU / Sys-EU / Sys-AU per item-round)", lambda: M.uncertainty_table(tr)),
+        ("flip_table (UMAD flips, round 0 -> 1 and 0 -> last)", lambda: (M.flip_table(tr), M.flip_table(tr, 0, last))),
+        ("token_cost + token_savings", lambda: (M.token_cost(tr), M.token_savings(cost["total_tokens"].iloc[0], 1e4))),
+        ("viewpoint_entropy per item-round (MADC A.2)", lambda: per_item_round(lambda i: M.viewpoint_entropy(ans[i].tolist(), fmt="number"))),
+        ("viewpoint_log_likelihood per item-round (MADC A.1)", lambda: per_item_round(lambda i: M.viewpoint_log_likelihood(ans[i].tolist(), gold[i[0]], "number"))),
+        ("path_consistency per item-round (MADC Eq. 2)", lambda: per_item_round(path_consistency)),
+        ("reversal_point per item (MADC RQ3)", reversal_points),
+        ("bootstrap_ci + paired_test (ttest, wilcoxon, mcnemar) over items", lambda: (
+            M.bootstrap_ci(aL), M.paired_test(a0, aL), M.paired_test(a0, aL, "wilcoxon"),
+            M.paired_test((a0 > 0.5).astype(float), (aL > 0.5).astype(float), "mcnemar"))),
+        ("parse_failure_rate (all answers)", lambda: parse_failure_rate(ans.tolist())),
+    ]
+    rows = []
+    for name, f in steps:
+        t = time.perf_counter(); f(); dt = time.perf_counter() - t
+        rows.append({"metric": name, "seconds": round(dt, 3)})
+        log(f"  {dt:6.2f} s  {name}")
+    total = sum(r["seconds"] for r in rows)
+    texts = tr["text"].to_numpy(dtype=object)[:20000]
+    t = time.perf_counter(); [extract_answer(s, "number") for s in texts]; ext = (time.perf_counter() - t) / len(texts)
+    log(f"  (answer extraction, not a metric: {ext * 1e6:.0f} us per response; {ext * len(tr):.1f} s for all {len(tr):,})")
+    return {"rows": len(tr), "shape": [n_items, n_agents, n_rounds, n_samples], "build_s": round(build, 1), "metrics": rows,
+            "total_s": round(total, 2), "slowest": max(rows, key=lambda r: r["seconds"])["metric"],
+            "extract_us_per_call": round(ext * 1e6, 1)}
+
+
+# ------------------------------------------------------------------ report
+def _met(ok):
+    return "yes" if ok else "**no**"
+
+
+def summary_rows(res: dict) -> list[list[str]]:
+    rows = []
+    for key in ("throughput", "throughput_gpu"):
+        t = res.get(key)
+        if t is None: continue
+        if "error" in t:
+            rows.append([f"1. generation throughput ({t.get('device', '?')})", f"not run: {t['error']}", f">= {TARGETS['throughput']}x", "n/a"]); continue
+        rows.append([f"1. generation throughput: one debate round ({t['requests']} requests, {t['max_new_tokens']} new tokens), "
+                     f"{t['model']} {t['quant']} on {t['device']}",
+                     f"batched {t['batched_tok_s']} tok/s vs one at a time {t['single_tok_s']} tok/s: **{t['ratio']}x**",
+                     f">= {TARGETS['throughput']}x", _met(t["ratio"] >= TARGETS["throughput"])])
+    m = res.get("memory")
+    if m:
+        r = {x["quant"]: x for x in m["rows"]}
+        rows.append([f"2. memory: weights of {m['model']} ({m['device']}; full = {r['none']['compute_dtype']})",
+                     f"nf4 {r['nf4']['measured_mb']} MB, int8 {r['int8']['measured_mb']} MB, full {r['none']['measured_mb']} MB: "
+                     f"nf4 = **{100 * m['ratio']:.1f}%** of full", f"<= {100 * TARGETS['memory']:.0f}%", _met(m["ratio"] <= TARGETS["memory"])])
+    c = res.get("cache")
+    if c:
+        rows.append([f"3. cache: cpu-profile du_gsm8k ({c['overrides']['n_items']} items, {c['overrides']['max_new_tokens']} new tokens, "
+                     f"{c['generations']} generations)",
+                     f"cold {c['cold_s']} s, warm {c['warm_s']} s (model loaded when warm: {c['warm_loaded_model']}): **{c['ratio']}x**",
+                     f">= {TARGETS['cache']:.0f}x", _met(c["ratio"] >= TARGETS["cache"] and not c["warm_loaded_model"])])
+    a = res.get("analysis")
+    if a:
+        rows.append([f"4. analysis: every metric on {a['rows']:,} transcript rows ({' x '.join(map(str, a['shape']))})",
+                     f"**{a['total_s']} s** in all (slowest: {a['slowest'].split(' (')[0]})", f"< {TARGETS['analysis']:.0f} s",
+                     _met(a["total_s"] < TARGETS["analysis"])])
+    return rows
+
+
+def md_table(header, rows) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def render(res: dict, info: dict, argv: list[str]) -> str:
+    L = ["# Benchmarks", "",
+         f"`{' '.join(['python benchmarks/run.py', *argv]).strip()}` on {info['date']} (commit {info['commit']}).", "",
+         f"Machine: {info['cpu']}, {info['cores']} cores, {info['memory_gib']} GiB RAM, GPU: {info['gpu'] or 'none'}; "
+         f"{info['platform']}; load average at start {info['load_average']} (the machine is shared: absolute timings are noisy, "
+         "ratios are measured within one run).", "",
+         "Versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items() if v) + f", Python {info['python']}.", "",
+         md_table(["benchmark", "measured", "target", "met"], summary_rows(res)), ""]
+    for key in ("throughput", "throughput_gpu"):
+        t = res.get(key)
+        if t and "error" not in t:
+            L += [f"## 1. Generation throughput ({t['device']})", "",
+                  f"One debate round of Du et al.'s GSM8K debate: {t['requests']} requests (6 agents x 4 items; each agent sees the other "
+                  f"five agents' round-0 solutions, prompts of {t['prompt_tokens'][0]}-{t['prompt_tokens'][1]} tokens), greedy, "
+                  f"max_new_tokens = {t['max_new_tokens']}, {t['model']} in {t['quant']} ({t['device']}). Batched: the kit's "
+                  f"`HFBackend.generate` on the whole round (batch_size {t['batch_size']}, left-padded, per-row stopping). One at a time: "
+                  "`generate([request])` per request, as the reference implementations call their models. Tokens/s counts the "
+                  "tokens actually generated (a row that stops early is not credited with padding).", "",
+                  md_table(["mode", "seconds", "tokens/s"], [["one at a time", t["single_s"], t["single_tok_s"]],
+                                                             ["batched", t["batched_s"], t["batched_tok_s"]]]), "",
+                  f"Ratio {t['ratio']}x; greedy outputs identical batched vs. one at a time for {t['same_text']} of {t['requests']} "
+                  f"requests; model load {t['load_s']} s (not timed).", ""]
+    m = res.get("memory")
+    if m:
+        L += ["## 2. Memory", "", f"Weights and buffers of the loaded {m['model']} on the {m['device']} (transformers' "
+              "`get_memory_footprint`), next to the kit's estimate (`weight_memory_gb`). bitsandbytes keeps the embeddings and "
+              "the LM head in the compute dtype, which is most of a 135M model's full-size weights.", "",
+              md_table(["quantization", "compute dtype", "measured MB", "estimate MB", "share of full", "load s"],
+                       [[r["quant"], r["compute_dtype"], r["measured_mb"], r["estimate_mb"], f"{100 * r['share_of_full']:.1f}%", r["load_s"]]
+                        for r in m["rows"]]), "",
+              "`mad-study plan --profile paper` estimates (weights only; KV cache and activations come on top), per model:", "",
+              md_table(["model", "nf4 GB", "bf16 GB", "nf4 share", "experiments"],
+                       [[d["model"], d["nf4_gb"], d["bf16_gb"], f"{100 * d['nf4_share']:.0f}%", d["experiments"]] for d in m["plan"]["models"]]), ""]
+        if m["plan"]["largest"]:
+            lg = m["plan"]["largest"]
+            L += [f"Largest experiment by weights held at once: {lg['experiment']} ({lg['models']} models, {lg['weights_gb']} GB in nf4).", ""]
+    c = res.get("cache")
+    if c:
+        L += ["## 3. Cache", "", f"The cpu-profile baseline experiment (du_gsm8k: {', '.join(c['models'])}; overrides {c['overrides']}): "
+              "the notebook's steps (items, debate, accuracy table) with a fresh Study each time, first with an empty generation "
+              "cache, then with the same cache. HFBackend loads its model lazily, so the warm run never loads it.", "",
+              md_table(["run", "seconds", "cache", "model loaded"], [
+                  ["cold", c["cold_s"], f"{c['generations']} generations computed", True],
+                  ["warm", c["warm_s"], f"{c['warm_hits']} hits, {c['warm_misses']} misses", c["warm_loaded_model"]]]), "",
+              f"Ratio {c['ratio']}x; identical transcripts: {c['same_transcript']}."]
+        if "e2e_warm_s" in c:
+            L += [f"The whole command warm (`mad-study reproduce du_gsm8k --profile cpu -p n_items={c['overrides']['n_items']} "
+                  f"-p max_new_tokens={c['overrides']['max_new_tokens']}`, same cache): {c['e2e_warm_s']} s, cache {c['e2e_warm_cache']}; "
+                  "starting the notebook kernel and importing the libraries take most of it."]
+        L += [""]
+    a = res.get("analysis")
+    if a:
+        L += ["## 4. Analysis", "", f"A synthetic transcript of {a['rows']:,} rows ({' x '.join(map(str, a['shape']))}: items x agents x "
+              f"rounds x samples; GSM8K-style numeric answers, 3% unparsed), built with numpy in {a['build_s']} s (not timed). "
+              "Each metric of `mad_study.metrics` (and the majority vote of `mad_study.debate`) on all of it, one process, one core:", "",
+              md_table(["metric", "seconds"], [[r["metric"], r["seconds"]] for r in a["metrics"]] + [["**all together**", f"**{a['total_s']}**"]]), "",
+              f"Answer extraction (not a metric: transcripts store the extracted answer) costs {a['extract_us_per_call']} us per response.", ""]
+    return "\n".join(L)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cuda: also throughput and memory of --gpu-model on the GPU")
+    ap.add_argument("--gpu-model", default="qwen2.5-7b-instruct", help="paper-profile model for --device cuda (from the local hub cache)")
+    ap.add_argument("--only", default="throughput,memory,cache,analysis", help="comma-separated subset")
+    ap.add_argument("--max-new-tokens", type=int, default=48, help="new tokens per request in the throughput benchmark (CPU)")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS.md"))
+    ap.add_argument("--json", default=None, help="also write the raw results as JSON")
+    ap.add_argument("--no-e2e", action="store_true", help="skip the warm `mad-study reproduce` run of the cache benchmark")
+    a = ap.parse_args(argv)
+    only = set(a.only.split(","))
+    gpu_env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""                             # the CPU benchmarks run on the CPU even on a GPU machine
+    _quiet()
+    info = machine_info()
+    if a.device == "cuda": info["gpu"] = "requested (see section 1 and 2, GPU)"
+    res: dict = {}
+    t0 = time.time()
+    if "throughput" in only:
+        log("1. generation throughput (CPU)")
+        res["throughput"] = bench_throughput(max_new_tokens=a.max_new_tokens)
+    if "memory" in only:
+        log("2. memory (CPU)")
+        res["memory"] = bench_memory()
+    if "cache" in only:
+        log("3. cache: cold vs warm")
+        res["cache"] = bench_cache(e2e=not a.no_e2e)
+    if "analysis" in only:
+        log("4. analysis")
+        res["analysis"] = bench_analysis()
+    if a.device == "cuda":
+        log(f"1g. generation throughput and memory on the GPU ({a.gpu_model})")
+        res.update(run_gpu_child(a.gpu_model, gpu_env))
+    info["bench_seconds"] = round(time.time() - t0)
+    text = render(res, info, argv)
+    Path(a.out).write_text(text + "\n")
+    if a.json: Path(a.json).write_text(json.dumps({"info": info, "results": res}, indent=1, default=str))
+    log("")
+    log(f"wrote {Path(a.out).relative_to(ROOT) if Path(a.out).is_relative_to(ROOT) else a.out} ({info['bench_seconds']} s)")
+    log("")
+    log(md_table(["benchmark", "measured", "target", "met"], summary_rows(res)))
+    return 0
+
+
+def run_gpu_child(model: str, gpu_env: str | None) -> dict:
+    "The GPU benchmarks in a child process that sees the GPU (this one hides it for the CPU benchmarks)."
+    code = ("import json, sys, torch; sys.path.insert(0, %r); import run as R; R._quiet(); out = {}\n"
+            "try:\n    assert torch.cuda.is_available(), 'no CUDA GPU is visible'\n"
+            "    out['throughput_gpu'] = R.bench_throughput(%r, max_new_tokens=128, batch_size=24, device='cuda')\n"
+            "except Exception as e:\n    out['throughput_gpu'] = {'device': 'cuda', 'error': str(e).splitlines()[0][:200]}\n"
+            "print('@@' + json.dumps(out))\n") % (str(Path(__file__).parent), model)
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    if gpu_env is not None: env["CUDA_VISIBLE_DEVICES"] = gpu_env
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    for line in r.stdout.splitlines():
+        if line.startswith("@@"): return json.loads(line[2:])
+        log(line)
+    return {"throughput_gpu": {"device": "cuda", "error": (r.stderr.strip().splitlines() or ["failed"])[-1][:200]}}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
