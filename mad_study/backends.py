@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import functools
 import importlib.util
+import itertools
 import json
 import logging
 import math
@@ -719,21 +720,24 @@ class GenerationCache:
         if (pid, pstart) not in alive: alive[(pid, pstart)] = pid_alive(pid, pstart)
         return not alive[(pid, pstart)]
 
-    def claim(self, keys: Sequence[str], owner: str, limit: int | None = None) -> tuple[list[str], list[str], dict[str, Generation]]:
-        """Claim up to `limit` of `keys` for `owner`, in order, in one transaction. Returns `(won, held, done)`: keys now
-        claimed by `owner` (free keys, its own claims, and stale claims taken over), keys held by another live owner, and
-        generations already stored (among the keys looked at; the scan stops once `limit` keys are won)."""
-        keys = list(dict.fromkeys(keys))
-        limit = len(keys) if limit is None else int(limit)
+    def claim(self, keys: Iterable[str], owner: str, limit: int | None = None) -> tuple[list[str], list[str], dict[str, Generation]]:
+        """Claim up to `limit` of `keys` (distinct) for `owner`, in order, in one transaction. Returns `(won, held, done)`:
+        keys now claimed by `owner` (free keys, its own claims, and stale claims taken over), keys held by another live
+        owner, and generations already stored, among the keys looked at: `keys` is read lazily, in growing windows, and
+        the scan stops once `limit` keys are won (so a long list costs no more than the chunk it yields)."""
+        it = iter(keys)
+        limit = math.inf if limit is None else int(limit)
         won, held, done = [], [], {}
         now, alive, pid = time.time(), {}, os.getpid()
         me = (owner, _HOST, pid, _proc_start(pid), now)
+        window = int(min(max(2 * limit, 8), 500))
         with self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
-                for i in range(0, len(keys), 500):
-                    if len(won) >= limit: break
-                    part = keys[i:i + 500]
+                while len(won) < limit:
+                    part = list(dict.fromkeys(itertools.islice(it, window)))
+                    if not part: break
+                    window = min(window * 4, 500)
                     ph = ",".join("?" * len(part))
                     for k, v in self._conn.execute(f"SELECT key, value FROM generations WHERE key IN ({ph})", part):
                         done[k] = Generation.from_json(v, cached=True)
@@ -760,11 +764,6 @@ class GenerationCache:
                 if keys is None: self._conn.execute("DELETE FROM claims WHERE owner = ?", (owner,))
                 else: self._conn.executemany("DELETE FROM claims WHERE owner = ? AND key = ?", [(owner, k) for k in keys])
             except sqlite3.Error as e: raise self._error("cannot write", e) from None
-
-    def refresh(self, owner: str) -> None:
-        "Renew the timestamp of `owner`'s claims (a heartbeat: they are not old while their owner makes progress)."
-        with self._lock, contextlib.suppress(sqlite3.Error):
-            self._conn.execute("UPDATE claims SET claimed = ? WHERE owner = ?", (time.time(), owner))
 
     def claims(self) -> list[dict]:
         "Current claims (for inspection): key, owner, host, pid, claimed."
@@ -825,13 +824,14 @@ class CachedBackend(BaseBackend):
             else: pending.setdefault(k, []).append(i)
         self.hits += len(requests) - sum(map(len, pending.values()))
         self.misses += sum(map(len, pending.values()))
-        remaining = sorted(pending, key=lambda k: -_prompt_chars(requests[pending[k][0]]))
+        remaining = dict.fromkeys(sorted(pending, key=lambda k: -_prompt_chars(requests[pending[k][0]])))
         delay, won = POLL_SECONDS[0], []
         try:
             while remaining:
                 won, held, done = self.cache.claim(remaining, self.owner, limit=self._chunk())
                 for k, g in done.items():                          # computed by another process meanwhile
                     for j in pending[k]: out[j] = dataclasses.replace(g, cached=True)
+                    del remaining[k]
                 self.waited += len(done); self.cache.waited += len(done)
                 if won:
                     gens = self.inner.generate([requests[pending[k][0]] for k in won])
@@ -840,11 +840,10 @@ class CachedBackend(BaseBackend):
                     self.computed += len(won); self.cache.computed += len(won)
                     for k, g in zip(won, gens):
                         for j in pending[k]: out[j] = dataclasses.replace(g, cached=False)
+                        del remaining[k]
                     won, delay = [], POLL_SECONDS[0]
-                    self.cache.refresh(self.owner)
                 elif not done:                                     # everything left is being computed elsewhere
                     time.sleep(delay); delay = min(delay * 1.5, POLL_SECONDS[1])
-                remaining = [k for k in remaining if out[pending[k][0]] is None]
         finally:
             if won:                                                # failed or interrupted mid-chunk: let others take it
                 with contextlib.suppress(CacheError): self.cache.release(self.owner, won)
