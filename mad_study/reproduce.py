@@ -251,15 +251,26 @@ class RunResult:
     output: Path | None = None
     error: str | None = None
 
+def _logged_kernel(log_path: Path):
+    "A jupyter kernel manager whose kernel process writes its own stdout/stderr (start-up warnings, C-level messages) to `log_path`, not the terminal."
+    from jupyter_client.manager import AsyncKernelManager
+    class LoggedKernelManager(AsyncKernelManager):
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            with open(log_path, "wb") as f:  # the kernel keeps its own copy of the descriptor
+                await super()._async_launch_kernel(kernel_cmd, **{**kw, "stdout": f, "stderr": f})
+    return LoggedKernelManager
+
 def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
-    "Execute the experiment's notebook with papermill; keep the executed copy under runs/<profile>/<experiment>/."
+    """Execute the experiment's notebook with papermill; keep the executed copy under runs/<profile>/<experiment>/.
+    The kernel's own messages (not the notebook's outputs) go to kernel.log beside it."""
     import papermill as pm
     out = runs_dir() / p["profile"] / exp.id / f"{exp.notebook.stem}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
     t = time.time()
     try:
         pm.execute_notebook(str(exp.notebook), str(out), parameters=dict(p), kernel_name="python3",
-                            progress_bar=False, cwd=str(exp.notebook.parent), log_output=False)
+                            progress_bar=False, cwd=str(exp.notebook.parent), log_output=False,
+                            kernel_manager_class=_logged_kernel(out.parent / "kernel.log"))
         return RunResult(exp.id, True, time.time() - t, out)
     except KeyboardInterrupt:
         raise
