@@ -59,13 +59,22 @@ check-sync: $(STAMP)
 	@echo "notebooks clean and in sync with mad_study/"
 
 # notebooks write their runs and figures into a scratch folder under .venv, not into runs/ and figures/
+# and neither the notebooks' tests nor pytest may touch the project's figures/ or runs/: checked after each
+UNTOUCHED = @if [ -n "$$(find figures runs -type f -newer $(VENV)/.test-start 2>/dev/null | head -1)" ]; then \
+	  echo "the tests wrote into the project's figures/ or runs/ (they must use scratch folders):"; \
+	  find figures runs -type f -newer $(VENV)/.test-start | head; exit 1; fi
+
 nbtest: $(STAMP)
 	rm -rf $(VENV)/nbtest
+	@touch $(VENV)/.test-start
 	MAD_STUDY_RUNS=$(CURDIR)/$(VENV)/nbtest/runs MAD_STUDY_FIGURES=$(CURDIR)/$(VENV)/nbtest/figures \
 	  $(BIN)/nbdev-test --n-workers 2 --timing
+	$(UNTOUCHED)
 
 pytest: $(STAMP)
+	@touch $(VENV)/.test-start
 	$(BIN)/pytest -q -p no:cacheprovider
+	$(UNTOUCHED)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
