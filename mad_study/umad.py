@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .core import ConfigError
+from .answers import parse_failure_rate
 from .debate import Agent, FullyConnected, make_agents
 from .metrics import wilson_ci
 from .reproduce import planner
@@ -23,9 +24,9 @@ __all__ = ['UMAD_PROMPT', 'TRAJECTORY_CLASSES', 'TASK_TITLES', 'ALPHA_AU', 'ETA_
            'round_of_turn', 'turn_of_round', 'umad_role', 'umad_agents', 'umad_protocol', 'pair_kind', 'pair_label',
            'sent_messages', 'alg1_samples', 'eu_sampling_floor', 'decomposition_table', 'decomposition_summary',
            'classify_trajectory', 'classify_configs', 'trajectory_classes', 'seed_accuracy', 'zeroshot_summary',
-           'zeroshot_table', 'token_entropy_by_turn', 'token_nll', 'group_standardize', 'grpo_advantage', 'au_weight',
-           'au_advantage', 'peer_improvement', 'epistemic_influence_reward', 'umad_rewards', 'umad_advantages',
-           'plan_decomposition', 'plan_zeroshot']
+           'parse_failures_by_turn', 'zeroshot_table', 'token_entropy_by_turn', 'token_nll', 'group_standardize',
+           'grpo_advantage', 'au_weight', 'au_advantage', 'peer_improvement', 'epistemic_influence_reward',
+           'umad_rewards', 'umad_advantages', 'plan_decomposition', 'plan_zeroshot']
 
 # %% ../nbs/10_umad.ipynb #92bcc896
 def round_of_turn(T: int) -> int:
@@ -235,8 +236,16 @@ def zeroshot_summary(seed_acc: pd.DataFrame, tasks: Sequence[str] | None = None)
         mean="mean", sd=lambda x: float(np.std(x, ddof=1)) if len(x) > 1 else math.nan, n_seeds="count").reset_index()
     return out
 
-def zeroshot_table(summary: pd.DataFrame, turns: Sequence[int] = (1, 2, 5), method: str = "Zero-Shot") -> pd.DataFrame:
-    "Table 1's layout: a row per setting and turn T; per task and `Average`, columns A0, A1 as 'mean ± sd' in %."
+def parse_failures_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ("setting",)) -> dict:
+    "Share of responses whose answer did not parse, per (by..., turn T = round + 1): the kit's column of every results table."
+    by = [b for b in by if b in transcript.columns]
+    t = transcript.assign(turn=transcript["round"].astype(int) + 1)
+    return {(k if isinstance(k, tuple) else (k,)): parse_failure_rate(g.tolist()) for k, g in t.groupby([*by, "turn"], sort=False)["answer"]}
+
+def zeroshot_table(summary: pd.DataFrame, turns: Sequence[int] = (1, 2, 5), method: str = "Zero-Shot",
+                   parse_failures: Mapping | None = None) -> pd.DataFrame:
+    """Table 1's layout: a row per setting and turn T; per task and `Average`, columns A0, A1 as 'mean ± sd' in %.
+    With `parse_failures` ({(setting, T): share}, from `parse_failures_by_turn`), a last column of unparsed answers in %."""
     tasks = [t for t in dict.fromkeys(summary["task"]) if t != "Average"] + (["Average"] if (summary["task"] == "Average").any() else [])
     agents = list(dict.fromkeys(summary["agent"]))
     idx = summary.set_index(["setting", "task", "turn", "agent"])
@@ -250,6 +259,9 @@ def zeroshot_table(summary: pd.DataFrame, turns: Sequence[int] = (1, 2, 5), meth
                     if (s, t, T, a) not in idx.index: r[col] = ""; continue
                     m, sd = idx.loc[(s, t, T, a), "mean"], idx.loc[(s, t, T, a), "sd"]
                     r[col] = f"{100 * m:.1f}" + ("" if pd.isna(sd) else f" ± {100 * sd:.1f}")
+            if parse_failures is not None:
+                pf = parse_failures.get((s, T), math.nan)
+                r["Parse failures (%)"] = "" if pd.isna(pf) else f"{100 * pf:.1f}"
             rows.append(r)
     return pd.DataFrame(rows)
 
