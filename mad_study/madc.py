@@ -20,7 +20,7 @@ from .core import ConfigError, GenRequest, Item, SIGNALS, derive_seed, rng_for, 
 from .answers import extract_answer, is_correct, merge_equivalent
 from .data import format_question, get_task
 from .debate import ORDERINGS, OrderedPeers, Protocol, RoundContext, make_agents, run_debate, vote_table
-from .metrics import path_consistency, paired_test, reversal_point, viewpoint_entropy
+from .metrics import _isna, path_consistency, paired_test, reversal_point, viewpoint_entropy
 from .prompts import debate_message, get_prompt, opening_messages
 from .reproduce import planner
 
@@ -38,9 +38,6 @@ ORACLE_STRATEGIES = ("truth_first", "truth_last")
 STRATEGY_LABELS = {"fixed": "Fixed", "random": "Random", "truth_first": "Truth First (oracle)",
                    "truth_last": "Truth Last (oracle)", "madc": "MADC", "madc_peers": "MADC (per-viewer)"}
 
-def _missing(a: Any) -> bool:
-    return a is None or a is pd.NA or (isinstance(a, float) and math.isnan(a))
-
 def madc_order(answers: Sequence[Any] | Mapping[str, Any], fmt: str | None = None) -> list:
     """MADC speaking order (Alg. 1 lines 6-12): ascending path consistency (Eq. 2), the most consistent agent last.
     `answers`: each agent's latest answer, as a sequence (returns indices) or a mapping name -> answer (returns
@@ -48,7 +45,7 @@ def madc_order(answers: Sequence[Any] | Mapping[str, Any], fmt: str | None = Non
     first holder is listed first goes first; unparsed answers first. Equivalent answers are merged when `fmt` is given."""
     names = list(answers) if isinstance(answers, Mapping) else None
     vals = [answers[k] for k in names] if names is not None else list(answers)
-    vals = [None if _missing(a) else str(a) for a in vals]
+    vals = [None if _isna(a) else str(a) for a in vals]
     if fmt is not None: vals = merge_equivalent(vals, fmt)
     cons = path_consistency(vals)
     first: dict[str, int] = {}
@@ -207,7 +204,7 @@ def solution_pools(samples: pd.DataFrame, pool_size: int, seed: int = 0, repeat:
     def draw(df):
         return df["text"].iloc[rng.permutation(len(df))[:pool_size]].tolist()
     correct, incorrect = rest[ok], wrong[wrong["answer"] == wrong_answer]
-    return {"item_id": s["item_id"].iloc[0], "own_text": own["text"], "own_answer": None if _missing(own["answer"]) else own["answer"],
+    return {"item_id": s["item_id"].iloc[0], "own_text": own["text"], "own_answer": None if _isna(own["answer"]) else own["answer"],
             "wrong_answer": wrong_answer, "correct": draw(correct), "incorrect": draw(incorrect),
             "available_correct": len(correct), "available_incorrect": len(incorrect)}
 

@@ -16,7 +16,7 @@ import pandas as pd
 from .core import ConfigError
 from .answers import parse_failure_rate
 from .debate import Agent, FullyConnected, make_agents
-from .metrics import wilson_ci
+from .metrics import _entropy_rows, wilson_ci
 from .reproduce import planner
 
 # %% auto #0
@@ -125,9 +125,6 @@ def alg1_samples(transcript: pd.DataFrame, items, backends: Mapping[str, Any], k
     return df.sort_values(["item_id", "round", "agent", "sample"], kind="stable").reset_index(drop=True)
 
 # %% ../nbs/10_umad.ipynb #690ca448
-def _entropy_rows(q: np.ndarray, base: float) -> np.ndarray:
-    return -(q * np.log(np.where(q > 0, q, 1.0))).sum(-1) / math.log(base)
-
 def eu_sampling_floor(p: Sequence[float], k: int, n_agents: int = 2, base: float = math.e, n_draws: int = 400,
                       seed: int = 0) -> float:
     """Expected plug-in Sys-EU when all `n_agents` agents share the answer distribution `p` and each is estimated
