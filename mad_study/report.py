@@ -23,9 +23,9 @@ from .core import (ConfigError, Item, atomic_path, atomic_write_text, figures_di
                             runs_dir, save_transcript)
 
 # %% auto #0
-__all__ = ['SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'package_versions', 'git_commit', 'Study', 'set_style', 'label_figure',
-           'save_figure', 'save_table', 'load_registry', 'experiment_files', 'artefact_status', 'index_table',
-           'write_index']
+__all__ = ['SOURCE_DIRS', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'package_versions', 'git_commit', 'declared_params', 'Study',
+           'set_style', 'label_figure', 'save_figure', 'save_table', 'load_registry', 'experiment_files',
+           'artefact_status', 'index_table', 'write_index']
 
 # %% ../nbs/06_report.ipynb #7cf92f74
 _PACKAGES = ("mad_study", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "torch", "transformers", "bitsandbytes",
@@ -39,15 +39,38 @@ def package_versions(names: Sequence[str] = _PACKAGES) -> dict[str, str | None]:
         except importlib.metadata.PackageNotFoundError: out[n] = None
     return out
 
-def git_commit() -> dict:
-    "The project's git commit and whether the working tree had uncommitted changes."
+SOURCE_DIRS = ("nbs", "mad_study", "params")
+
+def git_commit(paths: Sequence[str] = SOURCE_DIRS, root: Path | None = None) -> dict:
+    """The project's git commit and whether the sources that make an artefact (`paths`: nbs/, mad_study/, params/)
+    have uncommitted changes. figures/ is not a source: a run rewrites it, so it never makes a later artefact dirty."""
     try:
-        root = project_root()
+        root = root or project_root()
         c = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        d = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, timeout=10)
+        d = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *paths], cwd=root,
+                           capture_output=True, text=True, timeout=10)
         return {"commit": c.stdout.strip() or None, "dirty": bool(d.stdout.strip())}
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
+
+# %% ../nbs/06_report.ipynb #e687f5a1
+_PLAIN = (str, int, float, bool, list, dict, tuple, type(None))
+_NAMESPACE_KEYS = {"In", "Out", "get_ipython", "exit", "quit", "__name__", "__builtins__"}
+
+def declared_params(ns: Mapping[str, Any], before: set[str]) -> dict[str, Any]:
+    """The parameters a notebook declared: names bound in `ns` (the notebook's `globals()`) since the snapshot
+    `before` was taken (the parameters cell and papermill's injected cell), plain YAML values only, in order."""
+    return {k: v for k, v in ns.items() if k not in before and not k.startswith("_") and isinstance(v, _PLAIN)}
+
+def _check_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    "Refuse a namespace (`globals()`) or values a params file cannot hold: a sidecar records declared parameters only."
+    bad = sorted(set(map(str, params)) & _NAMESPACE_KEYS)
+    if bad: raise ConfigError(f"Study was given a namespace (it has {bad}); pass declared_params(globals(), _before)",
+                              key="params")
+    odd = sorted(str(k) for k, v in params.items() if not isinstance(v, _PLAIN))
+    if odd: raise ConfigError(f"parameters must be plain values (str, number, bool, list, dict, None); not: {odd}",
+                              key="params")
+    return dict(params)
 
 # %% ../nbs/06_report.ipynb #0746fccf
 SYNTHETIC_LABEL = "SYNTHETIC AGENTS (sim profile): illustrates the method, not the paper's results"
@@ -56,11 +79,12 @@ EMBEDDED_LABEL = "Embedded SmolLM2-135M (cpu profile): proves the LLM path, not 
 class Study:
     """Run context of one experiment: profile, seed, generation cache, backends, items, transcripts, provenance.
 
-    `params` are the notebook's parameters (experiment file merged with a profile by `mad-study reproduce`).
+    `params` are the notebook's declared parameters (`declared_params`: the experiment file merged with a profile by
+    `mad-study reproduce`), never its namespace.
     Keys read here: `experiment`, `profile`, `seed`, `quant`, `sim_agents`, `cache` (True | False; the cache file is
     runs/cache/generations.sqlite under `$MAD_STUDY_RUNS`)."""
     def __init__(self, params: Mapping[str, Any], paper: str):
-        self.params = dict(params)
+        self.params = _check_params(params)
         self.paper = paper
         self.experiment = str(self.params.get("experiment") or paper)
         self.profile = str(self.params.get("profile") or "sim")
@@ -115,7 +139,7 @@ class Study:
     def save_transcript(self, tr: pd.DataFrame, name: str) -> Path:
         "Save a transcript under runs/<profile>/<experiment>/<name>.parquet."
         p = save_transcript(tr, self.run_dir / f"{name}.parquet")
-        self.transcripts[name] = str(p.relative_to(project_root()) if p.is_relative_to(project_root()) else p)
+        self.transcripts[name] = "runs/" + p.relative_to(runs_dir()).as_posix()      # never a machine path
         return p
 
     @property
