@@ -20,8 +20,9 @@ from .answers import merge_equivalent, parse_failure_rate
 
 # %% auto #0
 __all__ = ['UNPARSED', 'wilson_ci', 'accuracy_by_round', 'bootstrap_ci', 'paired_test', 'token_cost', 'token_savings',
-           'answer_distribution', 'entropy', 'uncertainty_decomposition', 'uncertainty_table', 'flip_transitions',
-           'flip_table', 'viewpoint_entropy', 'viewpoint_log_likelihood', 'path_consistency', 'reversal_point']
+           'survival_rate', 'answer_distribution', 'entropy', 'uncertainty_decomposition', 'uncertainty_table',
+           'flip_transitions', 'flip_table', 'viewpoint_entropy', 'viewpoint_log_likelihood', 'path_consistency',
+           'reversal_point']
 
 # %% ../nbs/05_metrics.ipynb #423c4746
 def wilson_ci(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -98,6 +99,14 @@ def token_cost(transcript: pd.DataFrame, by: Sequence[str] = ("experiment",)) ->
 def token_savings(cost: float, reference: float) -> float:
     "Relative saving 1 - cost / reference (RUMAD Table 2 'saving vs MAD')."
     return math.nan if not reference else 1.0 - cost / reference
+
+# %% ../nbs/05_metrics.ipynb #808c9bb8
+def survival_rate(retained: int, changed: int, total: int) -> float:
+    """Survival rate SVR = (r - c) / D of an agent after D debates, r retained and c changed (SVR-MAD Sec. 3);
+    NaN when D = 0. In a pairwise debate the outcome is one or the other, so r + c = D is checked."""
+    if total < 0 or retained < 0 or changed < 0: raise ValueError(f"counts must be non-negative: {retained}, {changed}, {total}")
+    if retained + changed != total: raise ValueError(f"retained + changed must equal total: {retained} + {changed} != {total}")
+    return math.nan if total == 0 else (retained - changed) / total
 
 # %% ../nbs/05_metrics.ipynb #58846208
 UNPARSED = "<unparsed>"
