@@ -158,14 +158,16 @@ _STMT_RE = re.compile(
     r"(?:\s+to\s+(?:the|this)\s+(?:question|problem))?[\s*_]*"
     r"(?:(?P<verb>is|was|would\s+be|should\s+be|will\s+be|must\s+be|remains|becomes)\b\s*[:：]?|[:：=])"
     r"[\s*_]*", re.IGNORECASE)
+_FINAL_CUE_RE = re.compile(r"\bfinal\s*[:：][\s*_]*", re.IGNORECASE)     # a bare "Final:" cue
 _NOT_AN_ANSWER_RE = re.compile(r"(?:correct|incorrect|wrong|right|not|unclear|clear|obvious|above|below)\b", re.I)
 
 def _statements(s: str, kws=("answer",)) -> list[tuple[int, str]]:
     """Positions and the rest of the line after each answer statement (`kws`: which keywords count).
     Statements about an answer ("the answer is correct", "the answer is not ...") are skipped."""
+    cues = [m for m in _STMT_RE.finditer(s) if m.group("kw").lower() in kws]
+    if "answer" in kws: cues = sorted(cues + list(_FINAL_CUE_RE.finditer(s)), key=lambda m: m.start())
     out = []
-    for m in _STMT_RE.finditer(s):
-        if m.group("kw").lower() not in kws: continue
+    for m in cues:
         rest = s[m.end():m.end() + 300].split("\n", 1)[0]
         if _NOT_AN_ANSWER_RE.match(rest.lstrip("$*_ ")): continue
         out.append((m.start(), rest))
