@@ -15,7 +15,8 @@ from .core import ConfigError
 
 # %% auto #0
 __all__ = ['DU_GSM8K', 'DU_MMLU', 'DU_MATH', 'UMAD_MATH', 'PROMPTS', 'MADC_FEWSHOT_EXAMPLES', 'MADC_FEWSHOT', 'MADC_CASE_COT',
-           'PromptSet', 'fill', 'number_word', 'register_prompt', 'get_prompt', 'opening_messages', 'debate_message']
+           'SVR_MATH', 'SVR_MC', 'SVR_MATH_CHALLENGE', 'SVR_MC_CHALLENGE', 'PromptSet', 'fill', 'number_word',
+           'register_prompt', 'get_prompt', 'opening_messages', 'debate_message']
 
 # %% ../nbs/04a_prompts.ipynb #2e2cd4c6
 @dataclass(frozen=True)
@@ -178,3 +179,19 @@ MADC_CASE_COT = replace(MADC_FEWSHOT,
     opening="Can you answer the following question as accurately as possible? {question} \n Explain your answer."
             "Make sure putting the final answer in the form (X) at the end of your response. Let's think step by step.")
 PROMPTS.update({"madc": MADC_FEWSHOT, "madc_case_cot": MADC_CASE_COT})
+
+# %% ../nbs/04a_prompts.ipynb #72dbb958
+_CONF = " Finally, on the last line, state how confident you are that your final answer is correct, in the form Confidence: X% (a number from 0 to 100)."
+SVR_MATH = replace(DU_MATH,
+    source="adaptation for SVR-MAD (prompts not printed in the paper): Du et al. 2024 LaTeX wording + a self-reported confidence",
+    opening=DU_MATH.opening + _CONF, debate_outro=DU_MATH.debate_outro + _CONF)
+SVR_MC = replace(DU_MMLU,
+    source="adaptation for SVR-MAD (prompts not printed in the paper): Du et al. 2024 MMLU wording + a self-reported confidence",
+    opening=DU_MMLU.opening + _CONF, debate_outro=DU_MMLU.debate_outro + _CONF)
+SVR_MATH_CHALLENGE = replace(SVR_MATH, source=SVR_MATH.source + "; pairwise challenge (Alg. 1 line 10)",
+    debate_intro="This is a solution to the problem from another agent: ", peer="\n\n ```{solution}```",
+    debate_outro="\n\n Using the other agent's solution as additional information, examine your solution and theirs step by step. Can you provide your answer to the math problem? \n The original math problem is {question}. Your final answer should be in the form \\boxed{answer}, at the end of your response." + _CONF)
+SVR_MC_CHALLENGE = replace(SVR_MC, source=SVR_MC.source + "; pairwise challenge (Alg. 1 line 10)",
+    debate_intro="This is a solution to the problem from another agent: ", peer="\n\n ```{solution}```",
+    debate_outro="\n\n Using the reasoning of the other agent as additional advice, can you give an updated answer? Examine your solution and that of the other agent step by step. Put your answer in the form (X) at the end of your response." + _CONF)
+PROMPTS.update({"svr_math": SVR_MATH, "svr_mc": SVR_MC, "svr_math_challenge": SVR_MATH_CHALLENGE, "svr_mc_challenge": SVR_MC_CHALLENGE})

@@ -41,6 +41,7 @@ class SimAgent:
     parse_fail: float = 0.02        # P(no parsable final answer)
     response_words: int = 60        # mean length of the reasoning text in words
     signal_strength: float = 1.0    # separation of log-prob / confidence signals, correct vs wrong (in SDs)
+    signal_inversion: float = 0.0   # SVR-MAD: on items hard for the agent the signals point the wrong way (0 = never)
 
     def __post_init__(self):
         for f in ("skill", "conformity", "stubborn_correct", "stubborn_wrong", "recognition", "parse_fail"):
@@ -186,8 +187,10 @@ class SimBackend:
         bonus = a.recognition if (shown and gold in shown) else 0.0
         return self._independent(item, rng, bonus)
 
-    def _signals(self, correct: bool, n_tokens: int, agree: float, rng) -> dict:
+    def _signals(self, correct: bool, n_tokens: int, agree: float, rng, p_solve: float | None = None) -> dict:
         s = self.agent.signal_strength
+        if self.agent.signal_inversion and p_solve is not None:      # confident wrong agents on hard items (SVR-MAD Sec. 3)
+            s = s * (1.0 - 2.0 * self.agent.signal_inversion * (1.0 - p_solve))
         mean = -0.35 + (0.12 * s if correct else -0.12 * s) * 0.5 + 0.06 * rng.standard_normal()
         mean = min(mean, -0.01)
         lmin = mean * 3 - abs(rng.standard_normal()) * (1.0 if correct else 1.0 + 0.5 * s)
@@ -216,7 +219,7 @@ class SimBackend:
         n_tok = min(n_tok, int(req.max_new_tokens))
         prompt_tokens = int(round(sum(len(m["content"].split()) for m in req.messages) * 1.3))
         agree = (sum(s == answer for s in shown) / len(shown)) if shown else 0.0
-        sig = self._signals(answer is not None and answer == str(item.gold), n_tok, agree, rng)
+        sig = self._signals(answer is not None and answer == str(item.gold), n_tok, agree, rng, p_solve=self.p_solve(item))
         return Generation(text=text, prompt_tokens=prompt_tokens, completion_tokens=n_tok, finish_reason="stop", **sig)
 
     def generate(self, requests: Sequence[GenRequest]) -> list[Generation]:
