@@ -15,8 +15,8 @@ from .core import ConfigError
 
 # %% auto #0
 __all__ = ['DU_GSM8K', 'DU_MMLU', 'DU_MATH', 'UMAD_MATH', 'PROMPTS', 'MADC_FEWSHOT_EXAMPLES', 'MADC_FEWSHOT', 'MADC_CASE_COT',
-           'SVR_MATH', 'SVR_MC', 'SVR_MATH_CHALLENGE', 'SVR_MC_CHALLENGE', 'PromptSet', 'fill', 'number_word',
-           'register_prompt', 'get_prompt', 'opening_messages', 'debate_message']
+           'SVR_MATH', 'SVR_MC', 'SVR_MATH_CHALLENGE', 'SVR_MC_CHALLENGE', 'META_DEBATE_PROMPTS', 'PromptSet', 'fill',
+           'number_word', 'register_prompt', 'get_prompt', 'opening_messages', 'debate_message']
 
 # %% ../nbs/04a_prompts.ipynb #2e2cd4c6
 @dataclass(frozen=True)
@@ -195,3 +195,32 @@ SVR_MC_CHALLENGE = replace(SVR_MC, source=SVR_MC.source + "; pairwise challenge 
     debate_intro="This is a solution to the problem from another agent: ", peer="\n\n ```{solution}```",
     debate_outro="\n\n Using the reasoning of the other agent as additional advice, can you give an updated answer? Examine your solution and that of the other agent step by step. Put your answer in the form (X) at the end of your response." + _CONF)
 PROMPTS.update({"svr_math": SVR_MATH, "svr_mc": SVR_MC, "svr_math_challenge": SVR_MATH_CHALLENGE, "svr_mc_challenge": SVR_MC_CHALLENGE})
+
+# %% ../nbs/04a_prompts.ipynb #4807d440
+META_DEBATE_PROMPTS: dict = {
+    "source": "Zhang et al., Dynamic Role Assignment for Multi-Agent Debate, App. A.1 (Prompts 1, 2) and A.2 (criteria)",
+    "proposal": "You are a debater. Hello and welcome to the debate competition. It’s not necessary to fully agree or disagree with each other’s perspectives, as our objective is to find the correct answer. The debate topic is to solve a given question and select the correct answer. Here is the data:\n\nQuestion: {question}\n\nChoices: {choices}\n\n{role_sentence}",
+    "proposal_roles": {
+        "affirmative": "You are affirmative side. Please express your viewpoints.",
+        "negative": "You are negative side. The affirmative side argues:\n\n{affirmative}\n\nYou disagree with the affirmative side's answer. Provide your answer and reasons.",
+        "moderator": "You are the moderator judge. The affirmative side argues:\n\n{affirmative}\n\nThe negative side argues:\n\n{negative}\n\nEvaluate both sides' answers and determine if there is a clear preference for an answer candidate. Output your answer in json format: {\"Whether there is a preference\": \"Yes or No\", \"Supported Side\": \"Affirmative or Negative\", \"Reason\": \"\", \"debate_answer\": \"\"}.",
+        "cot": "You solve it with chain-of-thought reasoning. Let's think step by step. {instruction}",
+        "step_back": "You solve it with step-back prompting: first state the underlying principles and concepts behind this question, then answer by reasoning from them. {instruction}",
+        "pot": "You solve it with program of thoughts: write a Python program in one ```python code block that computes the answer and prints only the final answer{what}.",
+    },
+    "review": "You are participating in a debate assessment to evaluate agent performance on a given STEM question. Here is the data:\n\nQuestion: {question}\n\nChoices: {choices}\n\nContext: {context}\n\n{n_agents} agents have each submitted responses attempting to fulfill the {role} role.\n\n{responses}\n\nYour Task: Evaluate each agent’s suitability for the {role} role based on their submitted responses using the criteria below. You will provide a 1–5 score for each criterion per agent, along with a brief explanation.\n\nEvaluation Criteria:\n\n{criteria}\n\n*Note*: Do not be biased toward agent writing styles (e.g., length, complexity)\n\nScoring Scale:\n\n5 = Excellent - Natural fit, strong performance on this criterion\n\n4 = Good - Minor room for improvement\n\n3 = Adequate - Acceptable but with clear concerns\n\n2 = Poor - Significant weaknesses\n\n1 = Very Poor - Clearly inadequate performance",
+    "review_response": "Agent {j} Response:\n\n{response}",
+    "review_format": "\n\nWrite one line per agent, in this form: Agent <number>: <criterion>: <score>/5, <criterion>: <score>/5, ... - <brief explanation>",
+    "paper_criteria": "1. Accuracy (1-5) - The response demonstrates correct application of fundamental principles, proper use of formulas/equations, and arrives at the right answer through valid reasoning steps without mathematical or conceptual errors.\n\n2. Technical Depth (1-5) - The response shows genuine understanding of underlying mechanisms and theory, providing substantive analysis that goes beyond surface-level observations to address the core scientific concepts involved.",
+    "criteria": "Context: {context} Several agent candidates have played the {role} role to answer {data}. Below are example questions:\n\nQuestion1: {question1}\n\nQuestion2: {question2}\n\nQuestion3: {question3}\n\nYour Task: Draft 2 or 3 evaluation criteria that can be used to judge which agent gives the best response being {role}. Each criterion should be a single word or short phrase, followed by a brief explanation.\n\nYour criteria should focus on:\n\n  • If the agent fullfills the {role} role\n\n  • Correctness and validity of the agent reasoning rather than presentation styles\n\nThe criteria should reflect what distinguishes high-quality, technically correct {role} reasoning from shallow and flawed attempts. The criteria should only include necessary traits for the goal of answering correctly for {data}. The criteria should not mention the given example questions. You should only output the criteria.",
+    "contexts": {
+        "mad": "The debate system includes an Affirmative debater to first express viewpoints, a Negative debater to respond to Affirmative’s answer and correct the mistakes. A Judge to review Affimrative and Negative’s arguments, then decides whether the correct solution can be obtained and choose a side to support.",
+        "dmad": "The debate system includes three agents that each solve the question with a different reasoning method: Chain-of-Thought (step-by-step reasoning), Step-Back (first the underlying principles, then reasoning from them) and Program-of-Thought (a Python program computes the answer); they then read each other's solutions and update their answers.",
+    },
+    "review_contexts": {
+        "mad": "This is part of a structured debate with three roles (Affirmative, Negative, and Moderator Judge).",
+        "dmad": "This is part of a structured debate with three roles (Chain-of-Thought, Step-Back, and Program-of-Thought).",
+    },
+    "role_titles": {"affirmative": "Affirmative", "negative": "Negative", "moderator": "Moderator Judge",
+                    "cot": "Chain-of-Thought", "step_back": "Step-Back", "pot": "Program-of-Thought"},
+}
