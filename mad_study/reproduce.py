@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import copy
 import fnmatch
 import importlib
 import json
+import logging
 import math
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -24,14 +28,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-from .core import ConfigError, params_dir, project_root, runs_dir
+from .core import ConfigError, figures_dir, params_dir, project_root, runs_dir
 from .report import experiment_files, load_registry, write_index
 
 # %% auto #0
-__all__ = ['PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PLANNERS', 'notebook_parameters', 'read_yaml', 'load_profile', 'auto_profile',
-           'Experiment', 'experiments', 'resolve_targets', 'map_models', 'parse_override', 'merge_params',
-           'validate_params', 'planner', 'generic_plan', 'plan_experiment', 'RunResult', 'run_experiment', 'reproduce',
-           'main']
+__all__ = ['PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PLANNERS', 'KERNEL_SHUTDOWN_WAIT', 'notebook_parameters', 'read_yaml',
+           'load_profile', 'auto_profile', 'Experiment', 'experiments', 'resolve_targets', 'map_models',
+           'parse_override', 'merge_params', 'validate_params', 'planner', 'generic_plan', 'plan_experiment',
+           'stop_kernels', 'remove_temporaries', 'RunResult', 'run_experiment', 'reproduce', 'main']
 
 # %% ../nbs/20_reproduce.ipynb #b28c82b1
 def notebook_parameters(nb_path: str | os.PathLike) -> dict[str, Any]:
@@ -241,6 +245,70 @@ def plan_experiment(exp: Experiment, p: Mapping) -> dict:
         mem[m] = None if m.startswith("sim") else round(weight_memory_gb(m, p.get("quant", "nf4")), 2)
     return {"experiment": exp.id, "paper": exp.paper, **est, "weight_memory_gb": mem}
 
+# %% ../nbs/20_reproduce.ipynb #9d0307fe
+_KERNELS: dict[int, str] = {}          # pid -> experiment id, of every kernel this process launched and did not stop
+_KERNELS_LOCK = threading.Lock()
+KERNEL_SHUTDOWN_WAIT = 3.0             # seconds a kernel gets to stop after a shutdown request before it is killed
+
+def _logged_kernel(log_path: Path, experiment: str = "?"):
+    """A jupyter kernel manager whose kernel writes its own stdout/stderr (start-up warnings, C-level messages) to
+    `log_path`, not the terminal, and whose process is registered in `_KERNELS` until it has stopped."""
+    from jupyter_client.manager import AsyncKernelManager
+    class LoggedKernelManager(AsyncKernelManager):
+        shutdown_wait_time = KERNEL_SHUTDOWN_WAIT
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            with open(log_path, "wb") as f:  # the kernel keeps its own copy of the descriptor
+                await super()._async_launch_kernel(kernel_cmd, **{**kw, "stdout": f, "stderr": f})
+            pid = getattr(getattr(self.provisioner, "process", None), "pid", None)
+            if pid:
+                with _KERNELS_LOCK: _KERNELS[pid] = experiment
+        async def _async_cleanup_resources(self, restart: bool = False):
+            pid = getattr(getattr(self.provisioner, "process", None), "pid", None)
+            await super()._async_cleanup_resources(restart=restart)
+            with _KERNELS_LOCK: _KERNELS.pop(pid, None)
+    return LoggedKernelManager
+
+# %% ../nbs/20_reproduce.ipynb #a9608843
+def _alive(pid: int) -> bool:
+    try: os.kill(pid, 0)
+    except ProcessLookupError: return False
+    except PermissionError: return True
+    try:                                            # a zombie (exited, not yet reaped) counts as gone
+        with open(f"/proc/{pid}/stat") as f: return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError: return True
+
+def _signal_group(pid: int, sig: int) -> None:
+    "Send `sig` to the kernel's process group (the kernel leads its own session), else to the kernel alone."
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        try: os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError): os.kill(pid, sig)
+
+def stop_kernels(grace: float = 2.0, pids: Sequence[int] | None = None) -> list[int]:
+    """End every registered kernel within about 2 x `grace` seconds: SIGINT (the running cell cleans up), SIGTERM,
+    then SIGKILL of its process group. Returns the pids that had to be killed."""
+    with _KERNELS_LOCK: pids = list(_KERNELS) if pids is None else list(pids)
+    killed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        live = [p for p in pids if _alive(p)]
+        for p in live: _signal_group(p, sig)
+        end = time.monotonic() + grace
+        while live and time.monotonic() < end:
+            time.sleep(0.05); live = [p for p in live if _alive(p)]
+        if sig == signal.SIGINT: time.sleep(min(grace, 0.5))   # the interrupted cell's clean-up, then ask it to stop
+    for p in pids:
+        if _alive(p): _signal_group(p, signal.SIGKILL); killed.append(p)
+    with _KERNELS_LOCK:
+        for p in pids: _KERNELS.pop(p, None)
+    return killed
+
+def remove_temporaries(folder: Path, since: float) -> list[Path]:
+    "Remove the hidden temporaries of `atomic_path` (`.<name>.*`) modified since `since` (a killed writer's leftovers)."
+    gone = []
+    for p in Path(folder).rglob(".*"):
+        with contextlib.suppress(OSError):
+            if p.is_file() and p.stat().st_mtime >= since - 1: p.unlink(); gone.append(p)
+    return gone
+
 # %% ../nbs/20_reproduce.ipynb #afaa1878
 @dataclass
 class RunResult:
@@ -250,15 +318,6 @@ class RunResult:
     seconds: float
     output: Path | None = None
     error: str | None = None
-
-def _logged_kernel(log_path: Path):
-    "A jupyter kernel manager whose kernel process writes its own stdout/stderr (start-up warnings, C-level messages) to `log_path`, not the terminal."
-    from jupyter_client.manager import AsyncKernelManager
-    class LoggedKernelManager(AsyncKernelManager):
-        async def _async_launch_kernel(self, kernel_cmd, **kw):
-            with open(log_path, "wb") as f:  # the kernel keeps its own copy of the descriptor
-                await super()._async_launch_kernel(kernel_cmd, **{**kw, "stdout": f, "stderr": f})
-    return LoggedKernelManager
 
 def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
     """Execute the experiment's notebook with papermill; keep the executed copy under runs/<profile>/<experiment>/.
@@ -270,7 +329,7 @@ def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
     try:
         pm.execute_notebook(str(exp.notebook), str(out), parameters=dict(p), kernel_name="python3",
                             progress_bar=False, cwd=str(exp.notebook.parent), log_output=False,
-                            kernel_manager_class=_logged_kernel(out.parent / "kernel.log"))
+                            kernel_manager_class=_logged_kernel(out.parent / "kernel.log", exp.id))
         return RunResult(exp.id, True, time.time() - t, out)
     except KeyboardInterrupt:
         raise
@@ -279,6 +338,7 @@ def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
         short = next((l for l in reversed(msg) if l.strip()), type(e).__name__)
         return RunResult(exp.id, False, time.time() - t, out, f"{type(e).__name__}: {short[:300]}")
 
+# %% ../nbs/20_reproduce.ipynb #827d8981
 def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", overrides: Mapping | None = None,
               jobs: int = 1, log=print) -> list[RunResult]:
     "Validate every target first, then run them (continuing past failures) and rewrite figures/INDEX.md."
@@ -295,19 +355,28 @@ def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", override
         p = merge_params(e, prof, overrides); validate_params(p, e, prof, overrides); merged.append((e, p))
     log(f"mad-study: {len(merged)} experiment(s), profile '{name}'" + (" (synthetic agents: not the papers' results)" if name == "sim" else ""))
     results: list[RunResult] = []
+    started = time.time()
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="mad-study-run")
     try:
         if jobs <= 1:
             for i, (e, p) in enumerate(merged, 1):
                 log(f"[{i}/{len(merged)}] {e.id} ({e.paper}) ...")
-                r = run_experiment(e, p); results.append(r)
+                r = pool.submit(run_experiment, e, p).result(); results.append(r)
                 log(f"    {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f}s" + (f": {r.error}" if r.error else ""))
         else:
-            from concurrent.futures import ThreadPoolExecutor, as_completed
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
-                futs = {pool.submit(run_experiment, e, p): e for e, p in merged}
-                for i, f in enumerate(as_completed(futs), 1):
-                    r = f.result(); results.append(r)
-                    log(f"[{i}/{len(merged)}] {r.experiment}: {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f}s" + (f": {r.error}" if r.error else ""))
+            futs = {pool.submit(run_experiment, e, p): e for e, p in merged}
+            for i, f in enumerate(as_completed(futs), 1):
+                r = f.result(); results.append(r)
+                log(f"[{i}/{len(merged)}] {r.experiment}: {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f}s" + (f": {r.error}" if r.error else ""))
+        pool.shutdown(wait=True)
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        logging.disable(logging.ERROR)                 # the workers' "kernel died" messages: we killed them on purpose
+        killed = stop_kernels()
+        remove_temporaries(figures_dir(), since=started)
+        if killed: log(f"stopped {len(killed)} kernel(s) that did not stop by themselves")
+        raise
     finally:
         idx = write_index()
         log(f"wrote {idx.relative_to(project_root()) if idx.is_relative_to(project_root()) else idx}")
@@ -316,6 +385,16 @@ def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", override
         log(f"{len(failed)} experiment(s) failed:")
         for r in failed: log(f"  {r.experiment}: {r.error} (executed notebook: {r.output})")
     return results
+
+# %% ../nbs/20_reproduce.ipynb #4199cf4f
+def _exit_if_stuck(code: int, wait: float = 2.0) -> None:
+    """After an interrupt, give the run's worker threads `wait` seconds to see their kernels gone; if one is still
+    blocked, end the process now (Python would otherwise join it at exit and Ctrl-C would seem ignored)."""
+    end = time.monotonic() + wait
+    for t in [t for t in threading.enumerate() if t.name.startswith("mad-study-run")]:
+        t.join(max(0.0, end - time.monotonic()))
+    if any(t.is_alive() for t in threading.enumerate() if t.name.startswith("mad-study-run")):
+        sys.stdout.flush(); sys.stderr.flush(); os._exit(code)
 
 # %% ../nbs/20_reproduce.ipynb #f7c35345
 def _print_table(rows: list[dict], cols: Sequence[str], log=print):
@@ -368,4 +447,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print("mad-study: interrupted; finished outputs are kept, figures/INDEX.md rewritten", file=sys.stderr)
+        _exit_if_stuck(130)
         return 130

@@ -213,6 +213,48 @@ def test_ctrl_c_leaves_no_half_written_outputs(project_copy):
     assert not alive, alive                                                     # the notebook kernel is gone too
 
 
+def _interrupt_at(delay, args, env):
+    "Start `mad-study reproduce args`, send SIGINT to its process group after `delay` s; (rc, seconds to exit, family)."
+    import psutil
+    proc = subprocess.Popen([str(EXE), "reproduce", *args], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(delay)
+    family = set()
+    if proc.poll() is None:
+        with __import__("contextlib").suppress(psutil.Error):
+            family = {proc.pid, *(c.pid for c in psutil.Process(proc.pid).children(recursive=True))}
+    t0 = time.time()
+    with __import__("contextlib").suppress(ProcessLookupError): os.killpg(proc.pid, signal.SIGINT)
+    try: out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL); out, err = proc.communicate()
+        return None, None, family, out + err
+    return proc.returncode, time.time() - t0, family, out + err
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ctrl_c_at_any_moment_ends_the_run_within_seconds(tmp_path, jobs):
+    """SIGINT at many moments of a run (start-up, kernel start, execution, saving, shutdown), one or two experiments
+    at a time: every run ends within seconds (exit 130, or 0 if it had finished), no kernel is left running and no
+    half-written file is left in figures/."""
+    import psutil
+    args = ["du_gsm8k", "madc_fig8", "--profile", "sim", "-p", "n_items=6", "-p", "cache=false", "--jobs", jobs] if jobs == "2" else \
+           ["du_gsm8k", "--profile", "sim", "-p", "n_items=6", "-p", "cache=false"]
+    env = _env(tmp_path)
+    t = time.time(); r = subprocess.run([str(EXE), "reproduce", *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    full = time.time() - t
+    assert r.returncode == 0, r.stdout + r.stderr
+    fracs = (0.15, 0.45, 0.75) if jobs == "1" else (0.3, 0.7)
+    for frac in fracs:
+        rc, took, family, out = _interrupt_at(frac * full, args, env)
+        assert rc in (130, 0), (frac, rc, out)
+        assert took is not None and took < 10, (frac, took, out)                 # Ctrl-C answered within seconds
+        time.sleep(0.3)
+        alive = [p for p in family if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        assert not alive, (frac, alive)                                         # no kernel left behind
+        _no_temporaries(tmp_path / "fig")
+
+
 # ------------------------------------------------------------------ hypothesis: extraction and every metric
 from mad_study import metrics as M
 from mad_study.answers import answers_equivalent, extract_answer, is_correct, merge_equivalent, parse_failure_rate
