@@ -65,8 +65,14 @@ def test_same_seed_byte_identical_tables(scratch):
     assert outs[0] == outs[1]
     table = pd.read_csv(scratch / "fig0" / "baseline" / "baseline.csv")
     assert set(table["who"]) == {"a0", "a1", "a2", "majority"} and set(table["round"]) == {0, 1}
-    side = json.loads((scratch / "fig0" / "baseline" / "baseline.json").read_text())
+    sides = [json.loads((scratch / f"fig{i}" / "baseline" / "baseline.json").read_text()) for i in range(2)]
+    side = sides[0]
     assert side["profile"] == "sim" and side["seed"] == 0 and "SYNTHETIC" in side["label"]
+    assert sides[0]["params"] == sides[1]["params"]                      # the parameter section does not change
+    assert set(side["params"]) >= {"experiment", "profile", "seed", "n_items", "models"}
+    assert not set(side["params"]) & {"In", "Out", "get_ipython", "study", "items", "transcript", "plt", "pd"}
+    raw = (scratch / "fig0" / "baseline" / "baseline.json").read_text()
+    assert len(raw) < 8000 and str(scratch) not in raw and str(ROOT) not in raw    # small, no machine path
     assert len(side["items"]["gsm8k"]) == 40
     index = (scratch / "fig0" / "INDEX.md").read_text()
     assert "| baseline |" in index and "regenerated" in index
@@ -147,3 +153,18 @@ def test_cpu_profile_runs_the_embedded_model(scratch):
     assert tr["completion_tokens"].gt(0).all() and tr["logprob_mean"].notna().all()
     side = json.loads((scratch / "figures" / "baseline" / "baseline.json").read_text())
     assert side["profile"] == "cpu" and "Embedded" in side["label"]
+
+
+# absolute paths of the machine that made a file: the checkout, a home, /tmp, /root, a Windows drive
+_MACHINE_PATH = __import__("re").compile(rb"(?:/home/|/Users/|/root/|/tmp/|/work/|/private/var/|[A-Z]:\\\\Users)")
+
+
+def test_committed_figures_hold_no_machine_path():
+    "No file under figures/ (tables, sidecars, INDEX.md, images) holds an absolute path of the machine that made it."
+    here = str(ROOT).encode()
+    bad = []
+    for f in sorted((ROOT / "figures").rglob("*")):
+        if f.is_file():
+            b = f.read_bytes()
+            if here in b or _MACHINE_PATH.search(b): bad.append(str(f.relative_to(ROOT)))
+    assert not bad, bad
