@@ -344,21 +344,23 @@ def run_dmad(items: Sequence[Item], assignment: Assignment, backends: Mapping[st
     return tr, pd.DataFrame(out), pd.DataFrame(pot_log, columns=["item_id", "round", "model", "status", "answer", "fallback", "output"])
 
 # %% ../nbs/04c_roles.ipynb #55e27bea
-ROLE_SIM_KEYS = ("role_skill", "role_item_sd", "decisiveness", "verdict_fail", "review_skill", "review_noise", "review_fail")
+ROLE_SIM_KEYS = ("role_skill", "role_item_sd", "role_consistency", "decisiveness", "verdict_fail", "review_skill", "review_noise", "review_fail")
 
 class RoleSimBackend(SimBackend):
     "Synthetic agents with a skill per role and per question (see above); a `SimBackend` otherwise."
     kind = "sim"
 
     def __init__(self, model_name: str = "sim", role_skill: Mapping[str, float] | None = None, role_item_sd: float = 0.0,
-                 decisiveness: float = 0.5, verdict_fail: float = 0.0, review_skill: float = 0.8, review_noise: float = 0.5,
+                 role_consistency: float = 0.0, decisiveness: float = 0.5, verdict_fail: float = 0.0, review_skill: float = 0.8, review_noise: float = 0.5,
                  review_fail: float = 0.0, **params):
         super().__init__(model_name, **params)
         self.role_skill = {str(k): float(v) for k, v in dict(role_skill or {}).items()}
         for k, v in [*self.role_skill.items(), ("decisiveness", decisiveness), ("verdict_fail", verdict_fail),
+                     ("role_consistency", role_consistency),
                      ("review_skill", review_skill), ("review_fail", review_fail)]:
             if not 0.0 <= float(v) <= 1.0: raise ConfigError("must be a probability in [0, 1]", key=f"role_sim.{model_name}.{k}", value=v)
         self.role_item_sd, self.decisiveness, self.verdict_fail = float(role_item_sd), float(decisiveness), float(verdict_fail)
+        self.role_consistency = float(role_consistency)
         self.review_skill, self.review_noise, self.review_fail = float(review_skill), float(review_noise), float(review_fail)
         extra = json.dumps({k: getattr(self, k) for k in ROLE_SIM_KEYS}, sort_keys=True)
         self.backend_id = f"{self.backend_id}:role:{derive_seed(extra)}"
@@ -371,6 +373,17 @@ class RoleSimBackend(SimBackend):
         return _sigmoid(_logit(s) - float(_difficulty(item, self.agent.difficulty_sd)) + u)
 
     def p_solve(self, item: Item) -> float: return self.role_p(item, self._role)
+
+    def _independent(self, item: Item, rng, bonus: float = 0.0) -> str:
+        "An answer on one's own; with probability `role_consistency` the agent's fixed answer for (role, item)."
+        if self._role is not None and self.role_consistency > 0 and bonus == 0.0 and rng.random() < self.role_consistency:
+            rng = rng_for("role-sim-fixed", self.model_name, self._role, item.id)
+        return super()._independent(item, rng, bonus)
+
+    def decide(self, item: Item, own: str | None, shown: Sequence[str], rng) -> str:
+        "The sim's debate turn; a Negative's first turn answers on its own (its role is to disagree, not to conform)."
+        if self._role == "negative" and own is None: return self._independent(item, rng)
+        return super().decide(item, own, shown, rng)
 
 # %% ../nbs/04c_roles.ipynb #6f21873f
 def _req_rng(b: SimBackend, req: GenRequest, tag: str):
