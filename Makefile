@@ -1,4 +1,4 @@
-# Two commands on a fresh machine with only Python:  `make reproduce`  and  `make test`.
+# Two commands on a fresh machine with only Python:  `make reproduce`  and  `make test`  (and `make lab` to read the notebooks).
 # Both create .venv and install what they need. On a machine without nvidia-smi, torch is pinned to the
 # CPU build 2.13.0; on a GPU machine pip chooses a CUDA build (or use environment.yml with conda).
 PYTHON ?= python3
@@ -25,7 +25,7 @@ export TRANSFORMERS_OFFLINE = 1
 export TOKENIZERS_PARALLELISM = false
 export PYTHONWARNINGS = ignore::DeprecationWarning
 
-.PHONY: reproduce test bench check-sync nbtest pytest venv clean-runs
+.PHONY: reproduce test bench check-sync nbtest pytest venv clean-runs lab
 
 venv: $(STAMP)
 
@@ -78,6 +78,23 @@ pytest: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
+
+## JupyterLab on the repository (file browser opens in nbs/; runs/ and figures/ are reachable too) with the kit's
+## kernel `python3` (this venv's python). `make lab LAB_PORT=8890 LAB_ARGS=--no-browser` on a remote machine.
+## The lab's kernels get plain matplotlib (inline figures) and may use the hub: the CI-only settings exported above
+## (MPLBACKEND=Agg, offline mode) are unset for it. jupyterlab is not in WARM: with PYTHONDONTWRITEBYTECODE set, its
+## bytecode would cut a cold lab start from ~14 s to ~6 s but add ~8 s to every set-up (measured on 2 cores).
+LAB_IP   ?= localhost
+LAB_PORT ?= 8888
+LAB_ARGS ?=
+# containers often run as root, and jupyter refuses to start as root without --allow-root
+LAB_ROOT = $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+LAB_CMD = env -u MPLBACKEND -u HF_HUB_OFFLINE -u HF_DATASETS_OFFLINE -u TRANSFORMERS_OFFLINE JUPYTER_PREFER_ENV_PATH=1 \
+	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --FileContentsManager.preferred_dir=nbs \
+	  --MappingKernelManager.default_kernel_name=python3 --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(LAB_ROOT) $(LAB_ARGS)
+
+lab: $(STAMP)
+	$(LAB_CMD)
 
 clean-runs:
 	rm -rf runs/
