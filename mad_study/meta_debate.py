@@ -20,7 +20,7 @@ from .core import ConfigError, GenRequest, Item, atomic_write_text, derive_seed,
 from .answers import extract_answer, is_correct
 from .prompts import META_DEBATE_PROMPTS, fill, number_word
 from .reproduce import planner
-from .roles import (DMAD_ROLES, MAD_ROLES, _generate, _pot_what, answer_instruction, parse_verdict,
+from .roles import (DMAD_ROLES, MAD_ROLES, _fill, _generate, _pot_what, answer_instruction, parse_verdict,
                              question_parts, run_dmad, run_mad)
 
 # %% auto #0
@@ -107,7 +107,7 @@ def criteria_prompt(framework: str, role: str, examples: Sequence[Item], data: s
     qs = [question_parts(it)[0] for it in examples][:3]
     if len(qs) < 3: raise ConfigError("criteria generation needs three example questions", key="examples", value=len(qs))
     P = META_DEBATE_PROMPTS
-    return fill(P["criteria"], context=P["contexts"][framework], role=role_title(role), data=data,
+    return _fill(P["criteria"], context=P["contexts"][framework], role=role_title(role), data=data,
                 question1=qs[0], question2=qs[1], question3=qs[2])
 
 def parse_criteria(text: str, max_criteria: int = 3) -> list[tuple[str, str]]:
@@ -185,7 +185,7 @@ class MetaDebateResult:
 
 def _role_sentence(framework, role, item, chosen: Mapping[str, str]) -> str:
     P = META_DEBATE_PROMPTS["proposal_roles"]
-    return fill(P[role], affirmative=chosen.get("affirmative", ""), negative=chosen.get("negative", ""),
+    return _fill(P[role], affirmative=chosen.get("affirmative", ""), negative=chosen.get("negative", ""),
                 instruction=answer_instruction(item), what=_pot_what(item))
 
 def _proposal_answer(text, item, role):
@@ -211,7 +211,7 @@ def meta_debate(items: Sequence[Item], framework: str, models: Sequence[str], ba
         for it in items:
             q, ch = question_parts(it)
             for r in stage:
-                user = fill(P["proposal"], question=q, choices=ch, role_sentence=_role_sentence(framework, r, it, chosen[it.id]))
+                user = _fill(P["proposal"], question=q, choices=ch, role_sentence=_role_sentence(framework, r, it, chosen[it.id]))
                 for j, m in enumerate(models):
                     jobs.append((m, GenRequest([{"role": "user", "content": user}], max_new_tokens=max_new_tokens, temperature=temperature,
                                                seed=derive_seed(seed, it.id, r, m, "proposal"),
@@ -228,10 +228,10 @@ def meta_debate(items: Sequence[Item], framework: str, models: Sequence[str], ba
             q, ch = question_parts(it)
             for r in stage:
                 names = [c[0] for c in crit[r]]
-                resp = "\n\n".join(fill(P["review_response"], j=j + 1, response=props[(it.id, r, j)]) for j in range(N))
-                user = fill(P["review"], question=q, choices=ch, context=P["review_contexts"][framework],
-                            n_agents=number_word(N).capitalize(), role=role_title(r), responses=resp,
-                            criteria=format_criteria(crit[r])) + (P["review_format"] if review_format else "")
+                resp = "\n\n".join(_fill(P["review_response"], j=j + 1, response=props[(it.id, r, j)]) for j in range(N))
+                user = _fill(P["review"], context=P["review_contexts"][framework], n_agents=number_word(N).capitalize(),
+                            role=role_title(r), criteria=format_criteria(crit[r]), question=q, choices=ch,
+                            responses=resp) + (P["review_format"] if review_format else "")    # one pass: model text is not rescanned
                 aff = _proposal_answer(chosen[it.id].get("affirmative", ""), it, "affirmative") if r == "negative" else None
                 for k, m in enumerate(models):
                     jobs.append((m, GenRequest([{"role": "user", "content": user}], max_new_tokens=max_new_tokens, temperature=temperature,

@@ -83,8 +83,8 @@ MAD_PROMPTS: dict[str, str] = {
 ROUND_WORDS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
 
 def _fill(t: str, **kw) -> str:
-    for k, v in kw.items(): t = t.replace("{" + k + "}", str(v))
-    return t
+    "Replace `{name}` placeholders in one pass: inserted text (model output) is never scanned for placeholders."
+    return re.sub(r"\{(\w+)\}", lambda m: str(kw[m.group(1)]) if m.group(1) in kw else m.group(0), t)
 
 def mad_topic(item: Item, prompts: Mapping[str, str] = MAD_PROMPTS) -> str:
     "The debate topic of `item`."
