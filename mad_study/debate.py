@@ -66,6 +66,7 @@ class RoundContext:
     agents: list[Agent]
     history: dict[str, list[dict]]
     rng: np.random.Generator
+    seed: Any = None            # the protocol's seed for this debate (`viewer_rng` derives per-viewer draws from it)
 
     @property
     def names(self) -> list[str]: return [a.name for a in self.agents]
@@ -79,6 +80,9 @@ class RoundContext:
     def paths(self) -> dict[str, list[str | None]]:
         "Each agent's answers over the rounds so far (its debating path, MADC Def. 1)."
         return {a: [h["answer"] for h in self.history[a]] for a in self.names}
+    def viewer_rng(self, agent: str) -> np.random.Generator:
+        "A generator of `agent`'s own, seeded by (protocol seed, item, thread, round, agent): per-viewer draws, deterministic."
+        return rng_for(self.seed, "viewer", self.item.id, self.sample, self.round, agent)
 
 class Protocol:
     "Base protocol: everyone speaks and sees every other agent, in the agents' list order."
@@ -87,18 +91,23 @@ class Protocol:
     oracle = False            # uses the gold answer (Truth First / Truth Last): marked in figures
 
     def order(self, ctx: RoundContext) -> list[str]: return ctx.names
+    def viewer_order(self, ctx: RoundContext, agent: str, order: list[str]) -> list[str]:
+        "The order in which `agent` is shown the others (default: the round's shared `order`); `visible()` filters it."
+        return order
     def speaks(self, ctx: RoundContext, agent: str) -> bool: return True
     def visible(self, ctx: RoundContext, agent: str, order: list[str]) -> list[str]:
         return [p for p in order if self.include_self or p != agent]
     def tags(self, ctx: RoundContext, agent: str, peers: list[str]) -> tuple[str, ...] | None: return None
 
     def plan(self, ctx: RoundContext) -> RoundPlan:
-        "The round plan: `order()`, then per agent `speaks()`, `visible()` and `tags()`."
+        "The round plan: `order()`, then per agent `speaks()`, `visible()` (of its `viewer_order()`) and `tags()`."
         order = list(self.order(ctx))
         if sorted(order) != sorted(ctx.names): raise ValueError(f"{self.name}: order {order} is not a permutation of {ctx.names}")
         turns = {}
         for a in ctx.names:
-            peers = self.visible(ctx, a, order)
+            seen = list(self.viewer_order(ctx, a, order))
+            if sorted(seen) != sorted(ctx.names): raise ValueError(f"{self.name}: {a}'s order {seen} is not a permutation of {ctx.names}")
+            peers = self.visible(ctx, a, seen)
             turns[a] = Turn(speak=self.speaks(ctx, a), peers=tuple(peers), tags=self.tags(ctx, a, peers))
         return RoundPlan(order, turns)
 
@@ -110,7 +119,7 @@ class FullyConnected(Protocol):
     def __init__(self, include_self: bool = False): self.include_self = include_self
 
 # %% ../nbs/04_debate.ipynb #c826e462
-ORDERINGS = ("fixed", "random", "truth_first", "truth_last")
+ORDERINGS = ("fixed", "random", "random_shared", "truth_first", "truth_last")
 
 class OrderedPeers(FullyConnected):
     "Fully connected debate with the peers shown in a chosen order (MADC's allocation strategies)."
@@ -125,14 +134,19 @@ class OrderedPeers(FullyConnected):
     def order(self, ctx: RoundContext) -> list[str]:
         names = ctx.names
         if callable(self.ordering): return list(self.ordering(ctx))
-        if self.ordering == "fixed": return names
-        if self.ordering == "random": return [names[i] for i in ctx.rng.permutation(len(names))]
+        if self.ordering in ("fixed", "random"): return names        # random: no shared order (see `viewer_order`)
+        if self.ordering == "random_shared": return [names[i] for i in ctx.rng.permutation(len(names))]
         ok = ctx.last_correct()          # oracle
         first = self.ordering == "truth_first"
         return sorted(names, key=lambda a: (not ok[a]) if first else ok[a])     # stable sort
 
+    def viewer_order(self, ctx: RoundContext, agent: str, order: list[str]) -> list[str]:
+        "`random` (MADC's released Random): each viewer's own seeded shuffle; every other ordering: the shared order."
+        if self.ordering != "random": return order
+        return [order[i] for i in ctx.viewer_rng(agent).permutation(len(order))]
+
 def make_protocol(name: str = "fully_connected", **kw) -> Protocol:
-    "A protocol by name: `fully_connected`, or an ordering in ORDERINGS (`fixed`, `random`, `truth_first`, `truth_last`)."
+    "A protocol by name: `fully_connected`, or an ordering in ORDERINGS (`fixed`, `random` (per viewer), `random_shared`, `truth_first`, `truth_last`)."
     if name == "fully_connected": return FullyConnected(**kw)
     if name in ORDERINGS: return OrderedPeers(name, **kw)
     raise ConfigError("unknown protocol", key="protocol", value=name, choices=["fully_connected", *ORDERINGS])
@@ -267,7 +281,8 @@ def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping
             if rnd == 0:
                 plan = RoundPlan([a.name for a in agents], {a.name: Turn() for a in agents})
             else:
-                ctx = RoundContext(it, k, rnd, agents, hist[th], rng_for(seed, "protocol", protocol.name, it.id, k, rnd))
+                ctx = RoundContext(it, k, rnd, agents, hist[th], rng_for(seed, "protocol", protocol.name, it.id, k, rnd),
+                                   seed=derive_seed(seed, "protocol", protocol.name))
                 plan = protocol.plan(ctx)
             for a in agents:
                 turn = plan.turns[a.name]
