@@ -19,10 +19,10 @@ from scipy import special, stats
 from .answers import merge_equivalent, parse_failure_rate
 
 # %% auto #0
-__all__ = ['UNPARSED', 'wilson_ci', 'accuracy_by_round', 'bootstrap_ci', 'paired_test', 'token_cost', 'token_savings',
-           'survival_rate', 'answer_distribution', 'entropy', 'uncertainty_decomposition', 'uncertainty_table',
-           'flip_transitions', 'flip_table', 'viewpoint_entropy', 'viewpoint_log_likelihood', 'path_consistency',
-           'reversal_point']
+__all__ = ['UNPARSED', 'UNPARSED_MODES', 'wilson_ci', 'accuracy_by_round', 'bootstrap_ci', 'paired_test', 'cluster_bootstrap_ci',
+           'clustered_accuracy_ci', 'token_cost', 'token_savings', 'survival_rate', 'answer_distribution', 'entropy',
+           'uncertainty_decomposition', 'uncertainty_table', 'flip_transitions', 'flip_table', 'viewpoint_entropy',
+           'viewpoint_log_likelihood', 'path_consistency', 'reversal_point']
 
 # %% ../nbs/05_metrics.ipynb #423c4746
 def wilson_ci(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -37,15 +37,17 @@ def _isna(a) -> bool:
 def accuracy_by_round(transcript: pd.DataFrame, majority: bool = True, level: float = 0.95,
                       by: Sequence[str] = ()) -> pd.DataFrame:
     """Accuracy per round for each agent and (optionally) the majority vote (`mad_study.debate.vote_table`).
-    One row per (by..., round, who): accuracy, Wilson CI, n, parse_failure (share of missing answers)."""
+    One row per (by..., round, who): accuracy, CI, n, parse_failure (share of missing answers), ci_method. The interval
+    is Wilson's when every item gives one answer to the row, else the item-clustered bootstrap (`clustered_accuracy_ci`:
+    K samples per agent, or several experiments pooled by `by`, are answers of one item, not independent ones)."""
     rows = []
     keys = [*by, "round", "agent"]
     for key, g in transcript.groupby(keys, sort=True):
         k, n = int(g["correct"].sum()), len(g)
-        lo, hi = wilson_ci(k, n, level)
+        lo, hi, how = clustered_accuracy_ci(g["correct"].tolist(), g["item_id"].tolist(), level)
         rows.append({**dict(zip(keys, key)), "who": key[-1], "accuracy": k / n if n else math.nan, "ci_low": lo, "ci_high": hi,
-                     "n": n, "parse_failure": float(g["answer"].isna().mean())})    # = parse_failure_rate, vectorised
-    out = pd.DataFrame(rows).drop(columns="agent") if rows else pd.DataFrame(columns=[*by, "round", "who", "accuracy", "ci_low", "ci_high", "n", "parse_failure"])
+                     "n": n, "parse_failure": float(g["answer"].isna().mean()), "ci_method": how})    # = parse_failure_rate, vectorised
+    out = pd.DataFrame(rows).drop(columns="agent") if rows else pd.DataFrame(columns=[*by, "round", "who", "accuracy", "ci_low", "ci_high", "n", "parse_failure", "ci_method"])
     if majority and len(transcript):
         from mad_study.debate import vote_table
         vt = vote_table(transcript, by=tuple(dict.fromkeys([*by, "experiment", "item_id", "sample", "round"])))
@@ -53,9 +55,9 @@ def accuracy_by_round(transcript: pd.DataFrame, majority: bool = True, level: fl
         for key, g in vt.groupby([*by, "round"], sort=True):
             key = key if isinstance(key, tuple) else (key,)
             k, n = int(g["correct"].sum()), len(g)
-            lo, hi = wilson_ci(k, n, level)
+            lo, hi, how = clustered_accuracy_ci(g["correct"].tolist(), g["item_id"].tolist(), level)
             mrows.append({**dict(zip([*by, "round"], key)), "who": "majority", "accuracy": k / n, "ci_low": lo, "ci_high": hi,
-                          "n": n, "parse_failure": parse_failure_rate(g["answer"].tolist())})
+                          "n": n, "parse_failure": parse_failure_rate(g["answer"].tolist()), "ci_method": how})
         out = pd.concat([out, pd.DataFrame(mrows)], ignore_index=True)
     return out.sort_values([*by, "round", "who"], kind="stable").reset_index(drop=True)
 
@@ -87,6 +89,48 @@ def paired_test(a: Sequence[float], b: Sequence[float], test: str = "ttest") -> 
     else: raise ValueError(f"unknown test {test!r}: ttest, wilcoxon or mcnemar")
     return {**out, "statistic": float(s), "pvalue": float(p)}
 
+# %% ../nbs/05_metrics.ipynb #5dec6118
+def cluster_bootstrap_ci(values: Sequence[float], clusters: Sequence[Any], level: float = 0.95, n_resamples: int = 2000,
+                         seed: int = 0) -> tuple[float, float]:
+    """Cluster (item-level) bootstrap interval of the pooled mean of `values` (Davison & Hinkley 1997, Sec. 3.8):
+    whole clusters are resampled with replacement and the statistic is the ratio of sums (scipy.stats.bootstrap,
+    percentile, seeded). For answers of several agents / samples per item pooled together (MADC Fig. 1 "Single",
+    UMAD per-turn accuracy). NaN values are dropped; (NaN, NaN) for fewer than two clusters; (m, m) when every
+    cluster has the same mean m."""
+    v = np.asarray(values, dtype=float)
+    c = pd.Series(list(clusters), dtype=object)
+    if len(c) != v.size: raise ValueError(f"cluster_bootstrap_ci: {v.size} values but {len(c)} cluster labels")
+    ok = ~np.isnan(v)
+    codes, _ = pd.factorize(c[ok].reset_index(drop=True))
+    if codes.size == 0: return (math.nan, math.nan)
+    sums = np.bincount(codes, weights=v[ok]); counts = np.bincount(codes).astype(float)
+    m = float(sums.sum() / counts.sum())
+    if sums.size < 2: return (math.nan, math.nan)
+    if np.allclose(sums / counts, m, rtol=0, atol=1e-12): return (m, m)
+    # scipy.stats.bootstrap((sums, counts), ratio, paired=True, method="percentile") written out (the same draws and
+    # percentiles, bit for bit: tested below), in batches, without its per-call overhead (2x faster; accuracy_by_round
+    # calls it once per agent and round)
+    g, C, thetas = np.random.default_rng(seed), sums.size, []
+    batch = max(1, min(int(n_resamples), 2_000_000 // C))
+    for start in range(0, int(n_resamples), batch):
+        idx = g.integers(0, C, (min(batch, int(n_resamples) - start), C))
+        thetas.append(sums[idx].sum(axis=1) / counts[idx].sum(axis=1))
+    a = (1 - level) / 2
+    lo, hi = np.percentile(np.concatenate(thetas), [100 * a, 100 * (1 - a)])
+    return (float(lo), float(hi))
+
+def clustered_accuracy_ci(correct: Sequence[Any], clusters: Sequence[Any], level: float = 0.95, n_resamples: int = 2000,
+                          seed: int = 0) -> tuple[float, float, str]:
+    """Interval for a pooled accuracy: `wilson_ci` when each cluster (item) gives one answer, else `cluster_bootstrap_ci`
+    over items; with one item and several answers, Wilson with n = 1 item (the conservative limit). Returns (low, high, method)."""
+    x = np.asarray([bool(v) for v in correct], dtype=float)
+    c = list(clusters)
+    n_items = len(set(c))
+    if x.size == 0: return (math.nan, math.nan, "none")
+    if n_items == x.size: return (*wilson_ci(int(x.sum()), int(x.size), level), "wilson")
+    if n_items < 2: return (*wilson_ci(round(float(x.mean()) * n_items), n_items, level), "wilson over items")
+    return (*cluster_bootstrap_ci(x, c, level, n_resamples, seed), "item-cluster bootstrap")
+
 # %% ../nbs/05_metrics.ipynb #069b7792
 def token_cost(transcript: pd.DataFrame, by: Sequence[str] = ("experiment",)) -> pd.DataFrame:
     "Mean tokens per item (prompt, completion, total) and generations per item, per group `by`."
@@ -110,17 +154,34 @@ def survival_rate(retained: int, changed: int, total: int) -> float:
 
 # %% ../nbs/05_metrics.ipynb #58846208
 UNPARSED = "<unparsed>"
+UNPARSED_MODES = ("drop", "distinct", "shared")
 
-def _outcomes(answers: Sequence[Any], fmt: str | None) -> list[str]:
+def _check_unparsed(unparsed: str) -> str:
+    if unparsed not in UNPARSED_MODES:
+        from mad_study.core import ConfigError
+        raise ConfigError("unknown treatment of unparsed answers", key="unparsed", value=unparsed, choices=UNPARSED_MODES)
+    return unparsed
+
+def _support_key(a: str) -> tuple:
+    return (a.startswith(UNPARSED), a)
+
+def _outcomes(answers: Sequence[Any], fmt: str | None, unparsed: str = "shared", start: int = 0) -> list:
+    """Answers as outcomes (equivalent answers merged when `fmt` is given). Unparsed answers: `shared` -> `UNPARSED`,
+    `distinct` -> `UNPARSED#<position>` (one outcome each, numbered from `start`), `drop` -> removed, `keep` -> None."""
     ans = [a if type(a) is str else None if _isna(a) else str(a) for a in answers]
     if fmt is not None: ans = merge_equivalent(ans, fmt)
-    return [UNPARSED if a is None else a for a in ans]
+    if unparsed == "shared": return [UNPARSED if a is None else a for a in ans]
+    if unparsed == "distinct": return [f"{UNPARSED}#{start + i:07d}" if a is None else a for i, a in enumerate(ans)]
+    if unparsed == "drop": return [a for a in ans if a is not None]
+    return ans
 
-def answer_distribution(answers: Sequence[Any], support: Sequence[str] | None = None, fmt: str | None = None) -> pd.Series:
+def answer_distribution(answers: Sequence[Any], support: Sequence[str] | None = None, fmt: str | None = None,
+                        unparsed: str = "shared") -> pd.Series:
     """Empirical answer distribution (UMAD App. C.1) over `support` (default: the answers seen, sorted).
-    Equivalent answers are merged when `fmt` is given; missing answers count as the outcome `UNPARSED`."""
-    outs = _outcomes(answers, fmt)
-    sup = sorted(set(outs), key=lambda a: (a == UNPARSED, a)) if support is None else list(support)
+    Equivalent answers are merged when `fmt` is given; unparsed answers as `unparsed` says (default `shared`: one
+    outcome `UNPARSED`, as MADC's viewpoint entropy counts them; `drop`: left out; `distinct`: one outcome each)."""
+    outs = _outcomes(answers, fmt, _check_unparsed(unparsed))
+    sup = sorted(set(outs), key=_support_key) if support is None else list(support)
     extra = set(outs) - set(sup)
     if extra: raise ValueError(f"answer_distribution: answers {sorted(extra)} are not in the support")
     c = Counter(outs)
@@ -140,16 +201,26 @@ def _entropy_rows(P: np.ndarray, base: float) -> np.ndarray:
     if base is not None: S /= math.log(base)
     return S
 
-def _decompose(samples: list[list[Any]], base: float, fmt: str | None) -> tuple[float, float, float, list[str], np.ndarray, np.ndarray]:
-    "Numbers of Prop. 3.2 for non-empty per-agent answer lists: tu, eu, au, support, P (agents x support), mixture."
-    flat = _outcomes([a for s in samples for a in s], fmt)
-    support = sorted(set(flat), key=lambda a: (a == UNPARSED, a))
+def _agent_outcomes(samples: list[list[Any]], fmt: str | None, unparsed: str) -> list[list[str]]:
+    "Each agent's outcomes: answers merged across the whole team (App. C.1), unparsed ones as `unparsed` says."
+    flat = _outcomes([a for s in samples for a in s], fmt, "keep")
+    out, start = [], 0
+    for s in samples:
+        out.append(_outcomes(flat[start:start + len(s)], None, unparsed, start=start)); start += len(s)
+    return out
+
+def _decompose(samples: list[list[Any]], base: float, fmt: str | None, unparsed: str = "shared"
+               ) -> tuple[float, float, float, list[str], np.ndarray, np.ndarray]:
+    """Numbers of Prop. 3.2 for non-empty per-agent answer lists: tu, eu, au, support, P (agents x support), mixture.
+    NaNs (and an empty support) when `unparsed='drop'` leaves an agent without a parsed answer."""
+    per = _agent_outcomes(samples, fmt, unparsed)
+    if any(len(s) == 0 for s in per):
+        return math.nan, math.nan, math.nan, [], np.zeros((len(per), 0)), np.zeros(0)
+    support = sorted({a for s in per for a in s}, key=_support_key)
     col = {a: j for j, a in enumerate(support)}
-    P, start = np.zeros((len(samples), len(support))), 0
-    for i, s in enumerate(samples):                             # each agent's empirical distribution (App. C.1)
-        n = len(s)
-        for a, k in Counter(flat[start:start + n]).items(): P[i, col[a]] = k / n
-        start += n
+    P = np.zeros((len(per), len(support)))
+    for i, s in enumerate(per):                                 # each agent's empirical distribution (App. C.1)
+        for a, k in Counter(s).items(): P[i, col[a]] = k / len(s)
     tu, eu, au, mix = _decompose_p(P, base)
     return tu, eu, au, support, P, mix
 
@@ -163,19 +234,29 @@ def _decompose_p(P: np.ndarray, base: float) -> tuple[float, float, float, np.nd
     eu = max(tu - au, 0.0) if tu - au > -1e-12 else tu - au   # JSD >= 0; clip float noise only
     return tu, eu, au, mix
 
-def uncertainty_decomposition(samples: Sequence[Sequence[Any]], base: float = math.e, fmt: str | None = None) -> dict:
+def uncertainty_decomposition(samples: Sequence[Sequence[Any]], base: float = math.e, fmt: str | None = None,
+                              unparsed: str = "drop") -> dict:
     """UMAD Prop. 3.2 / Eq. 3 (Alg. 1 lines 7-15): `samples[i]` are agent i's sampled answers at one turn.
     Returns tu = H(mixture), eu = generalised Jensen-Shannon divergence (Sys-EU), au = mean per-agent entropy
-    (Sys-AU), with tu == eu + au, plus the common support, per-agent distributions and the mixture.
-    Equivalent answers are merged across the whole team when `fmt` is given."""
+    (Sys-AU), with tu == eu + au, plus the common support, per-agent distributions, the mixture and each agent's
+    parse-failure share (`parse_failure`) and parsed count (`n_parsed`). Equivalent answers are merged across the team
+    when `fmt` is given. Unparsed answers (the paper is silent): `drop` (default) leaves them out, and tu/eu/au are NaN
+    when an agent has no parsed answer; `distinct` counts each as an outcome of its own; `shared` as one common outcome.
+    An agent with no samples at all raises ValueError (it would silently change N)."""
+    _check_unparsed(unparsed)
     samples = [list(s) for s in samples]
-    samples = [s for s in samples if len(s)]
-    if not samples:
-        return {"tu": math.nan, "eu": math.nan, "au": math.nan, "support": [], "p": [], "mixture": pd.Series(dtype=float)}
-    tu, eu, au, support, P, mix = _decompose(samples, base, fmt)
+    empty = [i for i, s in enumerate(samples) if not s]
+    if empty: raise ValueError(f"uncertainty_decomposition: agent(s) {empty} have no samples; every agent needs at least one "
+                               f"(leaving an agent out would change N from {len(samples)} to {len(samples) - len(empty)})")
+    nan = {"tu": math.nan, "eu": math.nan, "au": math.nan, "support": [], "p": [], "mixture": pd.Series(dtype=float)}
+    if not samples: return {**nan, "parse_failure": [], "n_parsed": []}
+    n_bad = [sum(1 for a in s if a is None) for s in _agent_outcomes(samples, fmt, "keep")]   # unparsed (or invalid in `fmt`)
+    extra = {"parse_failure": [b / len(s) for b, s in zip(n_bad, samples)], "n_parsed": [len(s) - b for b, s in zip(n_bad, samples)]}
+    tu, eu, au, support, P, mix = _decompose(samples, base, fmt, unparsed)
+    if math.isnan(tu): return {**nan, **extra}
     idx = pd.Index(support, dtype=object)
     return {"tu": tu, "eu": eu, "au": au, "support": support, "p": [pd.Series(row, index=idx, dtype=float) for row in P],
-            "mixture": pd.Series(mix, index=idx, dtype=float)}
+            "mixture": pd.Series(mix, index=idx, dtype=float), **extra}
 
 # %% ../nbs/05_metrics.ipynb #5384a370
 def _decompose_groups(g: np.ndarray, a: np.ndarray, o: np.ndarray, G: int, base: float):
@@ -202,14 +283,17 @@ def _decompose_groups(g: np.ndarray, a: np.ndarray, o: np.ndarray, G: int, base:
     return tu, np.where(d > -1e-12, np.maximum(d, 0.0), d), au, L
 
 def uncertainty_table(transcript: pd.DataFrame, fmt: str | None = None, base: float = math.e,
-                      by: Sequence[str] = ("experiment", "item_id", "round")) -> pd.DataFrame:
+                      by: Sequence[str] = ("experiment", "item_id", "round"), unparsed: str = "drop") -> pd.DataFrame:
     """TU / Sys-EU / Sys-AU per item and round (UMAD Alg. 1) from a transcript with K samples per agent turn,
-    plus the mean accuracy of the samples (`accuracy`) and of each agent (`acc_<agent>`).
+    plus the mean accuracy of the samples (`accuracy`) and of each agent (`acc_<agent>`), and the share of unparsed
+    answers (`parse_failure`, and per agent `parse_failure_<agent>`). `unparsed` as in `uncertainty_decomposition`
+    (default `drop`: NaN where an agent has no parsed answer at that item and round).
     (Numeric and multiple-choice answers are computed for all groups at once, other formats group by group: the same
     numbers as `uncertainty_decomposition` on each group.)"""
     from mad_study.answers import ELEMENTWISE_FORMATS
     from mad_study.data import get_task
     from mad_study.debate import group_rows
+    _check_unparsed(unparsed)
     keys, groups = group_rows(transcript, by)
     if not keys: return pd.DataFrame([])
     G = len(groups)
@@ -232,31 +316,54 @@ def uncertainty_table(transcript: pd.DataFrame, fmt: str | None = None, base: fl
     with np.errstate(invalid="ignore", divide="ignore"):
         acc = (np.bincount(g, weights=c0, minlength=G) / np.bincount(g, weights=ok, minlength=G)).tolist()
         acc_a = (np.bincount(g * A + a, weights=c0, minlength=G * A) / np.bincount(g * A + a, weights=ok, minlength=G * A)).reshape(G, A).tolist()
+    # answers merged by equivalence (per format; group by group for formats that are not element-wise); None: unparsed
     fmts: dict = {}
     gfmt = [fmt or fmts.get(tasks[x[0]]) or fmts.setdefault(tasks[x[0]], get_task(tasks[x[0]]).fmt) for x in groups]
+    bounds = np.r_[0, np.cumsum([len(x) for x in groups])]     # rows are in group order: group gi is rows bounds[gi]:bounds[gi + 1]
+    merged = np.empty(len(answers), dtype=object)
+    for f in dict.fromkeys(gfmt):
+        sel = np.array([x == f for x in gfmt])
+        if f in ELEMENTWISE_FORMATS: merged[sel[g]] = _outcomes(answers[sel[g]].tolist(), f, "keep")
+        else:
+            for gi in np.flatnonzero(sel).tolist():
+                sl = slice(bounds[gi], bounds[gi + 1]); merged[sl] = _outcomes(answers[sl].tolist(), f, "keep")
+    # parse failures, and (drop) the groups where an agent has no parsed answer: undefined, never a smaller N
+    none = np.array([x is None for x in merged.tolist()], dtype=bool)
+    n_a = np.bincount(g * A + a, minlength=G * A).reshape(G, A)
+    bad_a = np.bincount(g * A + a, weights=none, minlength=G * A).reshape(G, A)
+    pf = (np.bincount(g, weights=none, minlength=G) / np.bincount(g, minlength=G)).tolist()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pf_a = (bad_a / n_a).tolist()
+    undefined = ((n_a > 0) & (bad_a == n_a)).any(axis=1) if unparsed == "drop" else np.zeros(G, dtype=bool)
     res: list = [None] * G
     for f in dict.fromkeys(gfmt):
         sel = np.array([x == f for x in gfmt])
-        rows_f = sel[g]
+        for gi in np.flatnonzero(sel & undefined).tolist():        # NaN, with the distinct parsed answers counted
+            res[gi] = (math.nan, math.nan, math.nan, len({m for m in merged[bounds[gi]:bounds[gi + 1]].tolist() if m is not None}))
+        sel = sel & ~undefined
+        if not sel.any(): continue
+        rows_f = sel[g] & (~none if unparsed == "drop" else True)
         if f in ELEMENTWISE_FORMATS:
-            out = _outcomes(answers[rows_f].tolist(), f)
-            sup = sorted(set(out), key=lambda x: (x == UNPARSED, x))
+            out = _outcomes(merged[rows_f].tolist(), None, "shared" if unparsed == "drop" else unparsed)
+            sup = sorted(set(out), key=_support_key)
             o = pd.Categorical(out, categories=sup).codes.astype(np.int64)
             gsel = np.flatnonzero(sel)
             remap = np.full(G, -1); remap[gsel] = np.arange(len(gsel))
             tu, eu, au, L = _decompose_groups(remap[g[rows_f]], a[rows_f], o, len(gsel), base)
             for j, gi in enumerate(gsel.tolist()): res[gi] = (float(tu[j]), float(eu[j]), float(au[j]), int(L[j]))
         else:
-            for gi in np.flatnonzero(sel).tolist():
-                m = g == gi
-                samples = [answers[m & (a == i)].tolist() for i in range(len(names[gi]))]
-                tu, eu, au, support, _, _ = _decompose(samples, base, f)
+            for gi in np.flatnonzero(sel).tolist():                   # answers already merged within the group
+                mg, ag = merged[bounds[gi]:bounds[gi + 1]], a[bounds[gi]:bounds[gi + 1]]
+                samples = [mg[ag == i].tolist() for i in range(len(names[gi]))]
+                tu, eu, au, support, _, _ = _decompose(samples, base, None, unparsed)
                 res[gi] = (tu, eu, au, len(support))
     rows = []
     for gi, key in enumerate(keys):
         tu, eu, au, n_sup = res[gi]
         r = {**dict(zip(by, key)), "tu": tu, "eu": eu, "au": au, "n_answers": n_sup, "accuracy": acc[gi]}
         for i, name in enumerate(names[gi]): r[f"acc_{name}"] = acc_a[gi][i]
+        r["parse_failure"] = pf[gi]
+        for i, name in enumerate(names[gi]): r[f"parse_failure_{name}"] = pf_a[gi][i]
         rows.append(r)
     return pd.DataFrame(rows)
 
