@@ -16,17 +16,17 @@ import pandas as pd
 from .core import ConfigError
 from .answers import parse_failure_rate
 from .debate import Agent, FullyConnected, make_agents
-from .metrics import _entropy_rows, wilson_ci
+from .metrics import _entropy_rows, clustered_accuracy_ci, wilson_ci
 from .reproduce import planner
 
 # %% auto #0
 __all__ = ['UMAD_PROMPT', 'TRAJECTORY_CLASSES', 'TASK_TITLES', 'ALPHA_AU', 'ETA_PAPER', 'ETA_RELEASED', 'EPS', 'PROMPT_OVERHEAD',
            'round_of_turn', 'turn_of_round', 'umad_role', 'umad_agents', 'umad_protocol', 'pair_kind', 'pair_label',
-           'sent_messages', 'alg1_samples', 'eu_sampling_floor', 'decomposition_table', 'decomposition_summary',
-           'classify_trajectory', 'classify_configs', 'trajectory_classes', 'seed_accuracy', 'zeroshot_summary',
-           'parse_failures_by_turn', 'zeroshot_table', 'token_entropy_by_turn', 'token_nll', 'group_standardize',
-           'grpo_advantage', 'au_weight', 'au_advantage', 'peer_improvement', 'epistemic_influence_reward',
-           'umad_rewards', 'umad_advantages', 'plan_decomposition', 'plan_zeroshot']
+           'config_seed', 'sent_messages', 'alg1_samples', 'eu_sampling_floor', 'decomposition_table',
+           'decomposition_summary', 'classify_trajectory', 'classify_configs', 'trajectory_classes', 'seed_accuracy',
+           'zeroshot_summary', 'parse_failures_by_turn', 'zeroshot_table', 'token_entropy_by_turn', 'token_nll',
+           'group_standardize', 'grpo_advantage', 'au_weight', 'au_advantage', 'peer_improvement',
+           'epistemic_influence_reward', 'umad_rewards', 'umad_advantages', 'plan_decomposition', 'plan_zeroshot']
 
 # %% ../nbs/10_umad.ipynb #92bcc896
 def round_of_turn(T: int) -> int:
@@ -67,6 +67,15 @@ def pair_label(models: Sequence[str]) -> str:
     "A readable name of a configuration: `model` for a homogeneous pair (x N), else `A0 + A1`."
     models = list(models)
     return f"{models[0]} x{len(models)}" if pair_kind(models) == "homogeneous" else " + ".join(models)
+
+# %% ../nbs/10_umad.ipynb #5b5d3c6d
+def config_seed(seed: int, *config: Any, paired: bool = True) -> int:
+    """The debate seed of one configuration (e.g. its `pair_label`). `paired=True`: the experiment seed itself, so agents
+    running the same model in the same slot get the same requests, and so the same samples, in every configuration (a
+    paired design); `paired=False`: a seed derived from (seed, configuration), independent across configurations
+    (the paper's separate runs)."""
+    from mad_study.core import derive_seed
+    return int(seed) if paired else derive_seed(seed, "umad-config", *config)
 
 # %% ../nbs/10_umad.ipynb #b9c46308
 def sent_messages(transcript: pd.DataFrame, item, agent: str, round: int, sample: int = 0, prompt: str = UMAD_PROMPT,
@@ -138,11 +147,14 @@ def eu_sampling_floor(p: Sequence[float], k: int, n_agents: int = 2, base: float
     return float((_entropy_rows(c.mean(axis=1), base) - _entropy_rows(c, base).mean(axis=1)).mean())
 
 def decomposition_table(transcript: pd.DataFrame, fmt: str | None = None, base: float = math.e,
-                        by: Sequence[str] = ("config",)) -> pd.DataFrame:
+                        by: Sequence[str] = ("config",), unparsed: str = "drop") -> pd.DataFrame:
     """UMAD Alg. 1 per item and turn: TU, Sys-EU, Sys-AU (`mad_study.metrics.uncertainty_decomposition`) from each
     agent's K trajectory-level samples (App. C.1), the accuracy of all samples and of each agent (`acc_a0`, ...),
-    the number of distinct answers, K, N and the finite-K EU floor (`eu_sampling_floor` of the team's mixture).
-    `by`: extra grouping columns present in the transcript (e.g. `config`); the answer format is the task's."""
+    the share of unparsed answers (`parse_failure`, `parse_failure_a0`, ...), the number of distinct answers, K, the
+    fewest parsed samples of an agent (`k_parsed`), N and the finite-K EU floor (`eu_sampling_floor` of the team's
+    mixture, from `k_parsed` samples under `drop`). `unparsed`: `drop` (default; TU/EU/AU NaN where an agent has no
+    parsed answer), `distinct` or `shared` (see `mad_study.metrics`). `by`: extra grouping columns present in the
+    transcript (e.g. `config`); the answer format is the task's."""
     from mad_study.answers import merge_equivalent
     from mad_study.core import derive_seed
     from mad_study.data import get_task
@@ -160,23 +172,28 @@ def decomposition_table(transcript: pd.DataFrame, fmt: str | None = None, base: 
         who = g["agent"].tolist()
         agents = list(dict.fromkeys(who))
         samples = [[m for m, w in zip(merged, who) if w == a] for a in agents]
-        d = uncertainty_decomposition(samples, base=base)
-        k = min(len(s) for s in samples)
+        d = uncertainty_decomposition(samples, base=base, unparsed=unparsed)
+        k, kp = min(len(s) for s in samples), min(d["n_parsed"])
         cor = g["correct"].astype(float).to_numpy()
+        floor = (math.nan if math.isnan(d["tu"]) else
+                 eu_sampling_floor(d["mixture"].to_numpy(), kp if unparsed == "drop" else k, len(agents), base=base, seed=derive_seed("eu-floor", *key)))
         r = {**dict(zip(keys, key)), "turn": int(key[-1]) + 1, "tu": d["tu"], "eu": d["eu"], "au": d["au"],
-             "n_answers": len(d["support"]), "k": k, "n_agents": len(agents),
-             "eu_floor": eu_sampling_floor(d["mixture"].to_numpy(), k, len(agents), base=base, seed=derive_seed("eu-floor", *key)),
-             "accuracy": float(cor.mean())}
+             "n_answers": len(d["support"]) if not math.isnan(d["tu"]) else len({m for m in merged if m is not None}),
+             "k": k, "k_parsed": kp, "n_agents": len(agents), "eu_floor": floor, "accuracy": float(cor.mean())}
         for a in agents: r[f"acc_{a}"] = float(cor[[w == a for w in who]].mean())
+        r["parse_failure"] = float(np.mean([m is None for m in merged]))
+        for a, pf in zip(agents, d["parse_failure"]): r[f"parse_failure_{a}"] = pf
         rows.append(r)
     return pd.DataFrame(rows)
 
 def decomposition_summary(table: pd.DataFrame, by: Sequence[str] = ("config",)) -> pd.DataFrame:
-    "Mean over items of TU, Sys-EU, Sys-AU, the accuracies and the EU floor, per configuration and turn (Fig. 2)."
+    """Mean over items of TU, Sys-EU, Sys-AU, the accuracies, the parse-failure shares and the EU floor, per configuration
+    and turn (Fig. 2). `n_items` counts the items, `n_defined` those whose decomposition is defined (TU/EU/AU average
+    over these only: under `unparsed='drop'` an item where an agent never parsed is left out, and counted here)."""
     by = [b for b in by if b in table.columns]
-    cols = [c for c in table.columns if c in ("tu", "eu", "au", "accuracy", "eu_floor") or c.startswith("acc_")]
+    cols = [c for c in table.columns if c in ("tu", "eu", "au", "accuracy", "eu_floor") or c.startswith(("acc_", "parse_failure"))]
     g = table.groupby([*by, "turn"], sort=False)
-    return g[cols].mean().join(g.size().rename("n_items")).reset_index()
+    return g[cols].mean().join(g.size().rename("n_items")).join(g["tu"].count().rename("n_defined")).reset_index()
 
 # %% ../nbs/10_umad.ipynb #098150a6
 TRAJECTORY_CLASSES = ("success", "neutral", "fail")
@@ -263,17 +280,18 @@ def zeroshot_table(summary: pd.DataFrame, turns: Sequence[int] = (1, 2, 5), meth
     return pd.DataFrame(rows)
 
 def token_entropy_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
-    """UMAD Fig. 1: per turn, the responses' accuracy (with a 95% Wilson interval) and their token entropy: mean, sd
-    and quartiles over responses that have one (nats), and how many do (`n_entropy`)."""
+    """UMAD Fig. 1: per turn, the responses' accuracy (with a 95% interval that accounts for the clustering by item:
+    both agents and every seed of an item are pooled, `clustered_accuracy_ci`; `ci_method` names it) and their token
+    entropy: mean, sd and quartiles over responses that have one (nats), and how many do (`n_entropy`)."""
     by = [b for b in by if b in transcript.columns]
     rows = []
     t = transcript.assign(turn=transcript["round"].astype(int) + 1)
     for key, g in t.groupby([*by, "turn"], sort=True):
         key = key if isinstance(key, tuple) else (key,)
         k, n = int(g["correct"].astype(bool).sum()), len(g)
-        lo, hi = wilson_ci(k, n)
+        lo, hi, how = clustered_accuracy_ci(g["correct"].astype(bool).tolist(), g["item_id"].tolist())
         e = pd.to_numeric(g["token_entropy"], errors="coerce").dropna()
-        rows.append({**dict(zip([*by, "turn"], key)), "accuracy": k / n if n else math.nan, "ci_low": lo, "ci_high": hi, "n": n,
+        rows.append({**dict(zip([*by, "turn"], key)), "accuracy": k / n if n else math.nan, "ci_low": lo, "ci_high": hi, "n": n, "ci_method": how,
                      "entropy_mean": e.mean() if len(e) else math.nan, "entropy_sd": e.std(ddof=1) if len(e) > 1 else math.nan,
                      "entropy_q25": e.quantile(0.25) if len(e) else math.nan, "entropy_q75": e.quantile(0.75) if len(e) else math.nan,
                      "n_entropy": int(len(e))})

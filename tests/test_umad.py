@@ -154,3 +154,71 @@ def test_sent_messages_rebuild_what_the_engine_sent(history):
     for r in reqs:
         m = r.meta
         assert sent_messages(tr, m["item"], m["agent"], m["round"], m["sample"], history=history) == r.messages
+
+
+# ---------------------------------------------------------------- unparsed answers (issue 8, item 5)
+def test_never_parsing_agents_are_not_certain_and_agreeing():
+    "Two agents that never parse: not TU = EU = AU = 0 (the old shared-outcome reading) but undefined, with the failures reported."
+    t = _transcript({"a0": [None] * 8, "a1": [None] * 8})
+    d = decomposition_table(t)
+    assert d[["tu", "eu", "au"]].isna().all().all()
+    assert d[["parse_failure", "parse_failure_a0", "parse_failure_a1"]].iloc[0].tolist() == [1.0, 1.0, 1.0]
+    s = decomposition_summary(d)
+    assert (s["n_items"].iloc[0], s["n_defined"].iloc[0]) == (1, 0)
+    dist = decomposition_table(t, unparsed="distinct")
+    assert abs(dist["au"].iloc[0] - math.log(8)) < 1e-12 and abs(dist["eu"].iloc[0] - math.log(2)) < 1e-12
+    shared = decomposition_table(t, unparsed="shared")
+    assert shared[["tu", "eu", "au"]].iloc[0].tolist() == [0.0, 0.0, 0.0]          # the reading the default avoids
+
+
+def test_unparsed_options_on_hand_made_answers():
+    # A0: 7, 7, fail, fail; A1: 9, 9, 9, fail
+    samples = [["7", "7", None, None], ["9", "9", "9", None]]
+    drop = uncertainty_decomposition(samples)
+    assert abs(drop["eu"] - math.log(2)) < 1e-12 and abs(drop["au"]) < 1e-12
+    assert drop["parse_failure"] == [0.5, 0.25] and drop["n_parsed"] == [2, 3]
+    shared = uncertainty_decomposition(samples, unparsed="shared")       # outcomes 7, 9, <unparsed>
+    assert abs(shared["tu"] - stats.entropy([2 / 8, 3 / 8, 3 / 8])) < 1e-12
+    distinct = uncertainty_decomposition(samples, unparsed="distinct")   # 7, 9 and three outcomes of their own
+    assert abs(distinct["tu"] - stats.entropy([2, 3, 1, 1, 1])) < 1e-12
+    assert abs(distinct["au"] - (stats.entropy([2, 1, 1]) + stats.entropy([3, 1])) / 2) < 1e-12
+    # the transcript-level table gives the same numbers for every option
+    t = _transcript({"a0": samples[0], "a1": samples[1]})
+    for mode, d in (("drop", drop), ("shared", shared), ("distinct", distinct)):
+        row = decomposition_table(t, unparsed=mode).iloc[0]
+        assert all(abs(row[k] - d[k]) < 1e-12 for k in ("tu", "eu", "au")), mode
+        assert (row["parse_failure_a0"], row["parse_failure_a1"]) == (0.5, 0.25)
+
+
+def test_an_agent_without_samples_is_an_error():
+    with pytest.raises(ValueError, match=r"agent\(s\) \[1\] have no samples"):
+        uncertainty_decomposition([["1", "2"], []])
+    with pytest.raises(ValueError, match="unknown treatment of unparsed answers"):
+        uncertainty_decomposition([["1"]], unparsed="skip")
+
+
+# ---------------------------------------------------------------- paired or independent seeds (issue 8, item 6)
+@pytest.mark.parametrize("paired", [True, False])
+def test_paired_seeds(paired):
+    "paired_seeds: the homogeneous and the heterogeneous pair share A0's initial samples when paired, never otherwise."
+    from mad_study.umad import config_seed
+    sims = {"weak": SimBackend("weak", **WEAK), "strong": SimBackend("strong", **STRONG)}
+    items = [Item(f"synthetic/{i}", "gsm8k", f"question {i}", str(i), "number") for i in range(4)]
+    r0 = {}
+    for pair in (["weak", "weak"], ["weak", "strong"]):
+        tr = run_debate(items, umad_agents(pair), sims, protocol=umad_protocol(), prompt=UMAD_PROMPT, samples=6, debate_rounds=1,
+                        temperature=1.0, history="none", seed=config_seed(0, pair_label(pair), paired=paired), progress=False)
+        r0[pair_label(pair)] = tr[(tr["round"] == 0) & (tr["agent"] == "a0")].sort_values(["item_id", "sample"])["text"].tolist()
+    same = r0["weak x2"] == r0["weak + strong"]
+    assert same is paired
+
+
+def test_paired_seeds_is_a_parameter_of_both_experiments():
+    from mad_study.reproduce import load_profile, merge_params, resolve_targets, validate_params
+    for e in resolve_targets(["umad"]):
+        p = merge_params(e, load_profile("sim"))
+        validate_params(p, e, load_profile("sim"))
+        assert p["paired_seeds"] is True
+    with pytest.raises(Exception, match="paired_seeds"):
+        e = next(e for e in resolve_targets(["umad"]) if e.id == "umad_decomposition")
+        validate_params({**merge_params(e, load_profile("sim")), "paired_seeds": "yes"}, e, load_profile("sim"))
