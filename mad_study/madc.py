@@ -25,18 +25,26 @@ from .prompts import debate_message, get_prompt, opening_messages
 from .reproduce import planner
 
 # %% auto #0
-__all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'METRICS', 'CASES', 'REVERSAL_ORDERS', 'PAPER_REVERSAL_TABLES',
-           'PAPER_TABLE1', 'PAPER_TABLE1_TASKS', 'PAPER_AGENT_SCALING', 'madc_order', 'madc_ordering', 'MADCPeers',
-           'strategy_protocol', 'strategy_label', 'run_strategies', 'shared_round0', 'item_scores', 'strategy_scores',
-           'repeat_scores', 'default_pairs', 'strategy_tests', 'cochran_q', 'reversal_sequence', 'solution_pools',
-           'run_reversal', 'reversal_curve', 'reversal_table', 'paper_reversal_curves', 'plan_fig1', 'plan_fig3_5',
-           'plan_tab1', 'plan_fig7', 'plan_tab2_5', 'plan_fig8', 'plan_fig9']
+__all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 'METRICS', 'CASES', 'REVERSAL_ORDERS',
+           'PAPER_REVERSAL_TABLES', 'PAPER_TABLE1', 'PAPER_TABLE1_TASKS', 'PAPER_AGENT_SCALING', 'COUNT_TABLE_ORDERS',
+           'random_variants', 'madc_order', 'madc_ordering', 'MADCPeers', 'strategy_protocol', 'strategy_label',
+           'run_strategies', 'shared_round0', 'item_scores', 'strategy_scores', 'repeat_scores', 'default_pairs',
+           'strategy_tests', 'cochran_q', 'reversal_sequence', 'solution_pools', 'run_reversal', 'reversal_curve',
+           'first_pool_sizes', 'reversal_table', 'paper_reversal_curves', 'reversal_count_table', 'plan_fig1',
+           'plan_fig3_5', 'plan_tab1', 'plan_fig7', 'plan_tab2_5', 'plan_fig8', 'plan_fig9']
 
 # %% ../nbs/11_madc.ipynb #2fb1a6c0
 STRATEGIES = ("fixed", "random", "truth_first", "truth_last", "madc")
 ORACLE_STRATEGIES = ("truth_first", "truth_last")
-STRATEGY_LABELS = {"fixed": "Fixed", "random": "Random", "truth_first": "Truth First (oracle)",
-                   "truth_last": "Truth Last (oracle)", "madc": "MADC", "madc_peers": "MADC (per-viewer)"}
+STRATEGY_LABELS = {"fixed": "Fixed", "random": "Random (per viewer)", "random_shared": "Random (shared order)",
+                   "truth_first": "Truth First (oracle)", "truth_last": "Truth Last (oracle)", "madc": "MADC",
+                   "madc_peers": "MADC (per-viewer)"}
+RANDOM_NOTE = {"random": "Random = each agent's peers shuffled independently every round (per viewer, as the released code)",
+               "random_shared": "Random (shared order) = one permutation per round shown to every agent"}
+
+def random_variants(strategies: Sequence[str]) -> str:
+    "The sentence an artefact's caption / notes carry about the Random variant(s) among `strategies` ('' if none)."
+    return "; ".join(RANDOM_NOTE[s] for s in strategies if s in RANDOM_NOTE)
 
 def madc_order(answers: Sequence[Any] | Mapping[str, Any], fmt: str | None = None) -> list:
     """MADC speaking order (Alg. 1 lines 6-12): ascending path consistency (Eq. 2), the most consistent agent last.
@@ -74,10 +82,11 @@ class MADCPeers(OrderedPeers):
         return madc_order({p: ans[p] for p in peers}, fmt=ctx.item.fmt)
 
 def strategy_protocol(name: str, include_self: bool = False) -> Protocol:
-    "The debate protocol of an allocation strategy: `fixed`, `random`, `truth_first`, `truth_last` (oracles), `madc`, `madc_peers`."
+    """The debate protocol of an allocation strategy: `fixed`, `random` (per viewer, the released code), `random_shared`
+    (one permutation per round), `truth_first`, `truth_last` (oracles), `madc`, `madc_peers`."""
     if name in ORDERINGS: return OrderedPeers(name, include_self=include_self)
     if name in ("madc", "madc_peers"): return MADCPeers("all" if name == "madc" else "peers", include_self=include_self)
-    raise ConfigError("unknown allocation strategy", key="strategies", value=name, choices=[*STRATEGIES, "madc_peers"])
+    raise ConfigError("unknown allocation strategy", key="strategies", value=name, choices=[*STRATEGIES, "random_shared", "madc_peers"])
 
 def strategy_label(name: str) -> str:
     "Display name of a strategy; oracle strategies say so."
@@ -247,24 +256,32 @@ def reversal_curve(transcript: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"accuracy": g.mean().astype(float), "n": g.size()}).reset_index()
     return out.rename(columns={"agent": "order", "position": "count"})
 
-def reversal_table(curve: pd.DataFrame, pool_size: int | None = None, level: float = 0.5,
+def first_pool_sizes(n_correct: int, n_incorrect: int) -> dict[str, int]:
+    """Where each order's first pool ends (MADC RQ3): correct first after its `n_correct` correct solutions, incorrect
+    first after its `n_incorrect` incorrect ones (alternating has no first pool). Unequal pools: unequal boundaries."""
+    return {"correct_first": int(n_correct), "incorrect_first": int(n_incorrect)}
+
+def reversal_table(curve: pd.DataFrame, pool_size: int | Mapping[str, int] | None = None, level: float = 0.5,
                    by: Sequence[str] = ("model", "item_id", "order")) -> pd.DataFrame:
     """Reversal points per curve (`mad_study.metrics.reversal_point`): `first_crossing` (from count 1) and, for correct
-    first / incorrect first, `after_pool` (the crossing after the first pool of `pool_size`) and `opposing_needed`."""
+    first / incorrect first, `after_pool` (the crossing after the order's first pool), `opposing_needed` (solutions of
+    the other pool it took) and `pool_boundary`. `pool_size`: the size of the pool shown first, one number when both
+    pools have that size, else a mapping order -> size (`first_pool_sizes(n_correct, n_incorrect)`)."""
     rows = []
     for key, g in curve.groupby(list(by), sort=False):
         key = key if isinstance(key, tuple) else (key,)
         r = {**dict(zip(by, key)), "start": float(g.sort_values("count")["accuracy"].iloc[0]),
              "first_crossing": reversal_point(g["count"], g["accuracy"], level)}
         order = dict(zip(by, key)).get("order")
-        if pool_size is not None and order in ("correct_first", "incorrect_first"):
-            p = reversal_point(g["count"], g["accuracy"], level, after=pool_size)
-            r.update(after_pool=p, opposing_needed=None if p is None else p - pool_size)
+        bound = pool_size.get(order) if isinstance(pool_size, Mapping) else pool_size
+        if bound is not None and order in ("correct_first", "incorrect_first"):
+            p = reversal_point(g["count"], g["accuracy"], level, after=bound)
+            r.update(after_pool=p, opposing_needed=None if p is None else p - bound, pool_boundary=bound)
         else:
-            r.update(after_pool=None, opposing_needed=None)
+            r.update(after_pool=None, opposing_needed=None, pool_boundary=None)
         rows.append(r)
     out = pd.DataFrame(rows)
-    for c in ("first_crossing", "after_pool", "opposing_needed"):
+    for c in ("first_crossing", "after_pool", "opposing_needed", "pool_boundary"):
         if c in out: out[c] = pd.array([None if v is None or pd.isna(v) else int(v) for v in out[c]], dtype="Int64")
     return out
 
@@ -389,6 +406,23 @@ PAPER_AGENT_SCALING: dict[tuple[str, str], dict[str, tuple[float, ...]]] = {
     ("deepseek-r1-distill-qwen-7b", "bbh_logical_deduction_7"): {"mad": (72.0, 72.4, 73.2, 74.8, 73.6, 76.0, 77.2, 76.0),
                                                                  "madc": (74.8, 75.6, 78.0, 81.2, 80.8, 81.2, 84.4, 85.2)},
 }
+
+# %% ../nbs/11_madc.ipynb #786664d9
+COUNT_TABLE_ORDERS = {"correct_first": "Correct First", "incorrect_first": "Incorrect First", "alternating": "Alternating"}
+
+def reversal_count_table(curve: pd.DataFrame, blocks: int = 2) -> pd.DataFrame:
+    """MADC Tables 6-11's layout for one model and case question: a row per count (`Count`) with the accuracy of
+    correct first, incorrect first and alternating (those present), the counts split into `blocks` column blocks side
+    by side (the paper prints counts 1-40 beside 41-80). `curve`: `reversal_curve` rows of one (model, item_id)."""
+    if len(curve[["model", "item_id"]].drop_duplicates()) != 1:
+        raise ValueError("reversal_count_table: give the curve of exactly one model and case question")
+    wide = curve.pivot_table(index="count", columns="order", values="accuracy")
+    cols = [o for o in COUNT_TABLE_ORDERS if o in wide.columns]
+    wide = wide[cols].rename(columns=COUNT_TABLE_ORDERS).reset_index().rename(columns={"count": "Count"})
+    wide["Count"] = wide["Count"].astype("Int64")
+    n = math.ceil(len(wide) / max(1, int(blocks)))
+    parts = [wide.iloc[i * n:(i + 1) * n].reset_index(drop=True) for i in range(max(1, int(blocks)))]
+    return pd.concat([p for p in parts if len(p)], axis=1)
 
 # %% ../nbs/11_madc.ipynb #ed49da25
 _OPENING_TOKENS, _QUESTION_TOKENS = 900, 200

@@ -13,10 +13,10 @@ from scipy import stats
 
 from mad_study.core import ConfigError, Item
 from mad_study.debate import OrderedPeers, RoundContext, make_agents, run_debate
-from mad_study.madc import (CASES, PAPER_REVERSAL_TABLES, REVERSAL_ORDERS, STRATEGIES, MADCPeers, cochran_q, item_scores,
-                            madc_order, paper_reversal_curves, reversal_curve, reversal_sequence, reversal_table,
-                            run_reversal, run_strategies, shared_round0, solution_pools, strategy_protocol,
-                            strategy_scores, strategy_tests)
+from mad_study.madc import (CASES, PAPER_REVERSAL_TABLES, REVERSAL_ORDERS, STRATEGIES, MADCPeers, cochran_q, first_pool_sizes,
+                            item_scores, madc_order, paper_reversal_curves, random_variants, reversal_count_table, reversal_curve,
+                            reversal_sequence, reversal_table, run_reversal, run_strategies, shared_round0, solution_pools,
+                            strategy_label, strategy_protocol, strategy_scores, strategy_tests)
 from mad_study.metrics import path_consistency, paired_test, reversal_point, viewpoint_entropy, viewpoint_log_likelihood
 from mad_study.sim import SimBackend
 
@@ -223,6 +223,87 @@ def test_run_reversal_on_synthetic_agents():
     assert pd.notna(t.set_index("order").loc["correct_first", "after_pool"])
 
 
+def test_reversal_counts_with_unequal_pools_by_hand():
+    "6 correct + 3 incorrect: each order counts from the end of its own first pool (never from min(6, 3) = 3)."
+    counts = list(range(1, 10))
+    cur = pd.DataFrame({"model": "m", "item_id": "q", "order": ["correct_first"] * 9 + ["incorrect_first"] * 9, "count": counts * 2,
+                        # correct first: C0..C5 then W0, W1, W2 -> falls below 0.5 at count 8 (the 2nd incorrect solution)
+                        # incorrect first: W0..W2 then C0..C5 -> rises above 0.5 at count 6 (the 3rd correct solution)
+                        "accuracy": [1, 1, 1, 1, 0.9, 0.9, 0.6, 0.3, 0.1] + [0, 0, 0.1, 0.2, 0.4, 0.7, 0.8, 0.9, 1]})
+    assert reversal_sequence("correct_first", 6, 3)[:8][-2:] == ["W0", "W1"]
+    assert reversal_sequence("incorrect_first", 6, 3)[:6][-3:] == ["C0", "C1", "C2"]
+    t = reversal_table(cur, pool_size=first_pool_sizes(6, 3)).set_index("order")
+    assert (t.loc["correct_first", "after_pool"], t.loc["correct_first", "opposing_needed"]) == (8, 2)
+    assert (t.loc["incorrect_first", "after_pool"], t.loc["incorrect_first", "opposing_needed"]) == (6, 3)
+    assert t["pool_boundary"].tolist() == [6, 3]
+    # the old single boundary min(6, 3) = 3 claimed 5 opposing solutions for correct first, where only 3 exist
+    assert reversal_table(cur, pool_size=3).set_index("order").loc["correct_first", "opposing_needed"] == 5
+
+
+def test_run_reversal_with_unequal_pools():
+    from mad_study.data import items_from_ids
+    item = items_from_ids([CASES["CASE-54"]])[0]
+    sim = SimBackend("sim", skill=0.7, conformity=0.9, recency=2.0, stubborn_correct=0.2, stubborn_wrong=0.2, response_words=5)
+    cot = run_debate([item], make_agents(["sim"]), {"sim": sim}, debate_rounds=0, samples=40, temperature=1.0,
+                     prompt="madc_case_cot", progress=False)
+    pool = solution_pools(cot, 30, seed=0)
+    nc, nw = len(pool["correct"]), len(pool["incorrect"])
+    assert nc != nw and min(nc, nw) > 0, (nc, nw)                      # the sim gives more correct than incorrect solutions
+    tr = run_reversal(item, [pool], sim, "sim", reps_per_count=6, seed=0)
+    assert tr.groupby("agent")["position"].max().to_dict() == {o: nc + nw for o in REVERSAL_ORDERS}
+    t = reversal_table(reversal_curve(tr), pool_size=first_pool_sizes(nc, nw)).set_index("order")
+    assert t.loc["correct_first", "pool_boundary"] == nc and t.loc["incorrect_first", "pool_boundary"] == nw
+    assert pd.notna(t.loc["correct_first", "opposing_needed"])                   # (seed 0: 20 + 12, reversed after 5 incorrect)
+    for o, opposing in (("correct_first", nw), ("incorrect_first", nc)):
+        if pd.notna(t.loc[o, "opposing_needed"]):
+            assert 1 <= t.loc[o, "opposing_needed"] <= opposing                   # never more than were shown
+            assert t.loc[o, "opposing_needed"] == t.loc[o, "after_pool"] - t.loc[o, "pool_boundary"]
+    ct = reversal_count_table(reversal_curve(tr))                                # Tables 6-11 layout
+    assert list(ct.columns[:4]) == ["Count", "Correct First", "Incorrect First", "Alternating"] and ct.shape[1] == 8
+
+
+def test_count_table_gives_back_the_printed_table():
+    pc = paper_reversal_curves()
+    t = reversal_count_table(pc[pc["table"] == 8])                                # Table 8: CASE-94, Qwen2.5-7B
+    c, a = _paper(8, "correct_first")
+    assert t.iloc[:, 1].tolist() + t.iloc[:, 5].tolist() == a
+    assert t.iloc[:, 0].tolist() == list(range(1, 41)) and t.iloc[:, 4].tolist() == list(range(41, 81))
+
+
+# ---------------------------------------------------------------- Random: per viewer (the released code) or one shared order
+def test_random_is_per_viewer_with_ten_agents():
+    items = _toy_items(8)
+    b = {"sim": SimBackend("sim", recency=1.0, response_words=5)}
+    trs = run_strategies(items, "sim", b, ["random", "random_shared"], n_agents=10, debate_rounds=2, prompt="du_mmlu")
+    assert shared_round0(trs)
+    for s, t in trs.items():
+        d = t[t["round"] > 0].assign(last=lambda x: x["visible_peers"].str.split(",").str[-1])
+        assert (d["visible_peers"].str.split(",").map(len) == 9).all()
+        top = d.groupby(["item_id", "round"])["last"].agg(lambda x: x.value_counts().iloc[0])
+        if s == "random":      # the last-shown peer differs across viewers, in every round of every item
+            assert (d.groupby(["item_id", "round"])["last"].nunique() >= 4).all() and (top <= 5).all(), top
+        else:                  # one permutation: 9 of the 10 viewers see the same peer last
+            assert (top == 9).all()
+    again = run_strategies(items, "sim", b, ["random"], n_agents=10, debate_rounds=2, prompt="du_mmlu")["random"]
+    pd.testing.assert_frame_equal(again, trs["random"])                          # deterministic for a seed
+    r1 = trs["random"][trs["random"]["round"] == 1].set_index(["item_id", "agent"])["visible_peers"]
+    r2 = trs["random"][trs["random"]["round"] == 2].set_index(["item_id", "agent"])["visible_peers"]
+    assert (r1 != r2).mean() > 0.8                                               # drawn afresh every round
+    assert strategy_label("random") == "Random (per viewer)" and "per viewer" in random_variants(["random"])
+    assert "one permutation" in random_variants(["random_shared"])
+
+
+def test_single_interval_accounts_for_the_agents_of_one_item():
+    "MADC Fig. 1's Single pools 10 agents x items; the item-clustered interval is wider than Wilson over all answers."
+    from mad_study.metrics import clustered_accuracy_ci, wilson_ci
+    items = _toy_items(30)
+    b = {"sim": SimBackend("sim", **{**_profile_agent(), "response_words": 5})}
+    tr = run_strategies(items, "sim", b, ["fixed"], n_agents=10, debate_rounds=0, prompt="du_mmlu")["fixed"]
+    lo, hi, how = clustered_accuracy_ci(tr["correct"].tolist(), tr["item_id"].tolist())
+    wl, wh = wilson_ci(int(tr["correct"].sum()), len(tr))
+    assert how == "item-cluster bootstrap" and hi - lo > 1.5 * (wh - wl), (lo, hi, wl, wh)
+
+
 # ---------------------------------------------------------------- statistics helpers
 def test_cochran_q():
     x = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0], [1, 0, 1], [1, 1, 0]])
@@ -331,6 +412,7 @@ def test_paper_profile_is_the_paper():
     assert t1["models"] == ["qwen2.5-3b-instruct", "qwen2.5-7b-instruct", "deepseek-r1-distill-qwen-7b", "deepseek-r1-distill-qwen-14b"]
     assert t1["tasks"] == ["bbh_logical_deduction_7", "bbh_geometric_shapes", "math500"]
     assert (t1["n_agents"], t1["debate_rounds"], t1["max_new_tokens"], t1["prompt"]) == (10, 1, 4096, "madc")
+    assert "random" in exps["madc_fig1"][1]["strategies"] and "random_shared" not in exps["madc_fig1"][1]["strategies"]
     f35 = exps["madc_fig3_5"][1]
     assert f35["repeats"] == 20 and f35["strategies"] == ["fixed", "random", "truth_first", "truth_last"] and not f35["recency_control"]
     f9 = exps["madc_fig9"][1]
