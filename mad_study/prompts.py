@@ -15,8 +15,9 @@ from .core import ConfigError
 
 # %% auto #0
 __all__ = ['DU_GSM8K', 'DU_MMLU', 'DU_MATH', 'UMAD_MATH', 'PROMPTS', 'MADC_FEWSHOT_EXAMPLES', 'MADC_FEWSHOT', 'MADC_CASE_COT',
-           'SVR_MATH', 'SVR_MC', 'SVR_MATH_CHALLENGE', 'SVR_MC_CHALLENGE', 'META_DEBATE_PROMPTS', 'PromptSet', 'fill',
-           'number_word', 'register_prompt', 'get_prompt', 'opening_messages', 'debate_message']
+           'SVR_MATH', 'SVR_MC', 'SVR_MATH_CHALLENGE', 'SVR_MC_CHALLENGE', 'META_DEBATE_PROMPTS', 'RUMAD_MC',
+           'RUMAD_MATH', 'PromptSet', 'fill', 'number_word', 'register_prompt', 'get_prompt', 'opening_messages',
+           'debate_message']
 
 # %% ../nbs/04a_prompts.ipynb #2e2cd4c6
 @dataclass(frozen=True)
@@ -224,3 +225,27 @@ META_DEBATE_PROMPTS: dict = {
     "role_titles": {"affirmative": "Affirmative", "negative": "Negative", "moderator": "Moderator Judge",
                     "cot": "Chain-of-Thought", "step_back": "Step-Back", "pot": "Program-of-Thought"},
 }
+
+# %% ../nbs/04a_prompts.ipynb #a044ae9a
+_RUMAD_SYSTEM = ("Welcome to the debate! You are a seasoned debater with expertise in succinctly and persuasively expressing your "
+    "viewpoints. You will be assigned to debate groups, where you will engage in discussions with fellow participants. The "
+    "outcomes of each group’s deliberations will be shared among all members. It is crucial for you to leverage this "
+    "information effectively in order to critically analyze the question at hand and ultimately arrive at the correct answer. "
+    "Best of luck!")
+_RUMAD_FMT_MC = "Put your final choice in the form \\boxed{answer} at the end of your response."
+_RUMAD_FMT_NUM = "Your final answer should be a single numerical number, in the Form \\boxed{answer}, at the end of your response."
+
+def _rumad(fmt_sentence: str, task: str) -> PromptSet:
+    return PromptSet(
+        source=f"RUMAD App. C, Tables 7-8 ({task}); adaptation: one tagged block per shown solution, lone-agent re-check",
+        system=_RUMAD_SYSTEM,
+        opening="Can you answer the following question as accurately as possible? {question} Explain your answer. " + fmt_sentence,
+        debate_intro="These are the solutions from other agents: ",
+        peer="\n\n {tag}One agent solution: ```{solution}```",
+        debate_outro=". Based on the above responses with their indicated importance, can you provide an updated answer? "
+                     "Examine all solutions step by step. " + fmt_sentence,
+        alone="Can you double check that your answer is correct? Examine your solution step by step. " + fmt_sentence)
+
+RUMAD_MC = _rumad(_RUMAD_FMT_MC, "MMLU & GPQA")
+RUMAD_MATH = _rumad(_RUMAD_FMT_NUM, "GSM8K")
+PROMPTS.update({"rumad_mc": RUMAD_MC, "rumad_math": RUMAD_MATH})

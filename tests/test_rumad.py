@@ -1,0 +1,80 @@
+"""RUMAD (nbs/13_rumad.ipynb): equation-level functions and the PPO pieces, independent of the notebook's own tests."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mad_study.core import ConfigError
+from mad_study import rumad as R
+
+
+def test_tiers_at_the_printed_thresholds():
+    # Eq. 5: strict inequalities; exactly 0.40 / 0.25 / 0.10 fall to the tier below
+    assert [R.prompt_tier(w) for w in (0.40 + 1e-9, 0.40, 0.25 + 1e-9, 0.25, 0.10 + 1e-9, 0.10)] == \
+        ["Critical", "Reference", "Reference", "Background", "Background", None]
+
+
+def test_activation_is_mean_external_weight_at_least_self_weight():
+    W = np.array([[0.2, 0.3, 0.1], [0.9, 0.95, 0.9], [0.5, 0.5, 0.5]])
+    # a0: mean(0.3, 0.1) = 0.2 >= 0.2 speaks; a1: 0.9 < 0.95 silent; a2: 0.5 >= 0.5 speaks
+    assert R.activation_mask(W).tolist() == [True, False, True]
+
+
+def test_similarity_is_eq2_with_answer_equivalence():
+    e = np.array([[1.0, 0.0], [0.6, 0.8]])
+    S = R.similarity_matrix(e, ["0.5", "1/2"], lam=0.25, fmt="number")
+    assert S[0, 1] == pytest.approx(0.25 * 0.6 + 0.75 * 1.0)
+    S = R.similarity_matrix(e, ["A", "B"], lam=0.25, fmt="option")
+    assert S[0, 1] == pytest.approx(0.25 * 0.6)
+
+
+def test_budget_loss_gradient_pushes_weights_below_delta_when_over_budget():
+    mu = torch.full((1, 6, 6), 0.0, requires_grad=True)             # every weight 0.5 > delta: 30 links, B = 12
+    opt = torch.optim.SGD([mu], lr=2.0)
+    for _ in range(300):
+        loss = R.budget_loss(torch.distributions.Normal(mu, torch.ones(1, 6, 6)), 12)
+        opt.zero_grad(); loss.backward(); opt.step()
+    W = torch.sigmoid(mu.detach())[0].numpy()
+    assert R.budget_count(W, 12) == 0                               # the printed Eq. 6 is satisfied at the end
+    assert (W[~np.eye(6, dtype=bool)] <= 0.5).all()
+
+
+def test_reward_components_with_table5_weights():
+    assert R.ALPHA == {"accuracy": 1.0, "consensus": 0.3, "progress": 0.1, "efficiency": 0.2, "improvement": 1.0, "sparsity": 0.1}
+    assert R.BETA == {"accuracy": 2.0, "consensus": 0.5, "efficiency": 0.3, "improvement": 0.2}
+    c = {"accuracy": 0.0, "consensus": 1.0, "progress": 0.0, "efficiency": -1.0, "improvement": 0.0, "sparsity": 1.0}
+    assert R.step_reward(c) == pytest.approx(0.3 - 0.2 - 0.1)
+    assert R.episode_reward(c) == pytest.approx(0.5 - 0.3)
+    assert R.progress_reward(True, 2, 5) == pytest.approx(0.8)
+    assert R.efficiency_reward(600, 1200) == pytest.approx(0.5)
+    assert R.improvement_reward(False, True) == 1.0 and R.improvement_reward(True, False) == 0.0
+    assert R.sparsity_penalty(np.full((3, 3), 0.3)) == pytest.approx(2 / 3)
+
+
+def test_table2_savings_recomputed():
+    assert round(100 * R.cost_saving(11.43, 62.58), 2) == -81.74
+    assert round(100 * R.cost_saving(10.46, 76.90), 2) == -86.40
+    assert 100 * R.cost_saving(33.39, 57.80) == pytest.approx(-42.24, abs=0.011)     # printed from unrounded costs
+
+
+def test_ppo_update_lowers_the_loss_on_a_fixed_batch():
+    p = R.TopologyPolicy(4, hidden=32, init_seed=3)
+    g = np.random.default_rng(1)
+    obs = torch.as_tensor(g.random((20, 4, 4)), dtype=torch.float32)
+    with torch.no_grad():
+        d = p.dist(obs); act = d.sample(); lp = d.log_prob(act).sum((-1, -2))
+    batch = {"obs": obs, "action": act, "logp": lp, "adv": torch.as_tensor(g.standard_normal(20), dtype=torch.float32),
+             "ret": torch.as_tensor(g.standard_normal(20), dtype=torch.float32)}
+    before, _ = R.ppo_loss(p, batch, B=6)
+    opt = torch.optim.Adam(p.parameters(), lr=3e-3)
+    for _ in range(10): R.ppo_update(p, opt, batch, B=6, epochs=1, batch_size=20)
+    after, _ = R.ppo_loss(p, batch, B=6)
+    assert after.item() < before.item()
+
+
+def test_bad_input_is_a_clear_error():
+    with pytest.raises(ConfigError, match="distribution"): R.TopologyPolicy(3, dist="laplace")
+    with pytest.raises(ConfigError, match="reward mode"): R.RumadConfig.from_params({"rewards": "x"}) and R.episodes(None, None, 1, rewards="x")
+    with pytest.raises(ConfigError, match="topology"): R.SparseTopology("tree")
+    with pytest.raises(ConfigError, match="unknown RUMAD"): R.RumadConfig.from_params({"B2": 3})
