@@ -68,6 +68,11 @@ def test_sid_et_skip_rate_tuning():
 
 
 # ---- the effects under synthetic agents ----------------------------------------------------------------------------
+def _svr_mad_gain(ev):
+    "SVR-MAD's accuracy minus Self-Consistency's (points), same items."
+    return 100 * (ev["costs"]["svr_mad"]["correct"].mean() - ev["costs"]["sc"]["correct"].mean())
+
+
 def _hard_rates(ev):
     f = fig1_table(ev)
     f = f[f["n_correct"].between(1, 2)]
@@ -77,15 +82,20 @@ def _hard_rates(ev):
 
 
 def test_fig1_svr_ranks_correct_agents_on_hard_items_and_the_effect_vanishes_with_equal_stickiness():
-    n_hard, rates, chance = _hard_rates(_evaluate(400, STICKY))
+    ev = _evaluate(400, STICKY)
+    n_hard, rates, chance = _hard_rates(ev)
     assert n_hard >= 100
     best_prior = rates[["min_ll", "ppl", "conf"]].max()
     assert rates["svr"] > best_prior + 0.25, rates        # SVR beats every prior signal on hard items
     assert rates["svr"] > chance + 0.25, (rates, chance)  # ... and a random pick
-    n_hard_c, rates_c, chance_c = _hard_rates(_evaluate(400, EQUAL))
+    ev_c = _evaluate(400, EQUAL)
+    n_hard_c, rates_c, chance_c = _hard_rates(ev_c)
     assert n_hard_c >= 100
     assert rates_c["svr"] < chance_c + 0.10, (rates_c, chance_c)   # control: no better than a random pick
     assert rates["svr"] - rates_c["svr"] > 0.3
+    # and SVR-MAD's gain over Self-Consistency (the same pre-debate answers) goes with it
+    print("SVR-MAD - SC (points): sticky", _svr_mad_gain(ev), "equal", _svr_mad_gain(ev_c))
+    assert _svr_mad_gain(ev) > 8 and _svr_mad_gain(ev_c) < 2
 
 
 def test_tab1_svr_mad_is_cheaper_than_groupdebate_and_s2mad_at_equal_or_better_accuracy():
