@@ -342,11 +342,15 @@ def test_every_metric_survives_any_transcript(tr):
     assert len(vt) == (tr.groupby(["item_id", "sample", "round"]).ngroups if n else 0)
     if n:
         assert vt["correct"].isin([True, False]).all()
-    ut = M.uncertainty_table(tr)
+    ut = M.uncertainty_table(tr)                                      # default unparsed="drop"
     if n:
-        _no_nan(ut, ["tu", "eu", "au", "accuracy"])
-        assert (ut["eu"] >= 0).all() and (ut["au"] >= 0).all()
-        assert np.allclose(ut["tu"], ut["eu"] + ut["au"])
+        _no_nan(ut, ["accuracy", "parse_failure"])
+        undefined = ut[[c for c in ut if c.startswith("parse_failure_")]].eq(1.0).any(axis=1)   # an agent never parsed
+        assert ut.loc[undefined, ["tu", "eu", "au"]].isna().all().all()
+        ok = ut[~undefined]
+        _no_nan(ok, ["tu", "eu", "au"])
+        assert (ok["eu"] >= 0).all() and (ok["au"] >= 0).all()
+        assert np.allclose(ok["tu"], ok["eu"] + ok["au"])
     ft = M.flip_table(tr)
     if n and tr["round"].max() >= 1:
         _no_nan(ft, ["C2C", "C2W", "W2C", "W2W", "flip_ratio"])
@@ -364,8 +368,10 @@ def test_every_metric_survives_any_transcript(tr):
         per_agent = [g.loc[g["agent"] == a, "answer"].tolist() for a in dict.fromkeys(g["agent"])]
         pc = M.path_consistency([[None if pd.isna(x) else x for x in s] for s in per_agent], fmt=fmt)
         assert len(pc) == len(per_agent) and all(math.isfinite(x) and 0 <= x <= len(pc) - 1 + 1e-9 for x in pc)
-        d = M.uncertainty_decomposition([[None if pd.isna(x) else x for x in s] for s in per_agent], fmt=fmt)
-        assert all(math.isfinite(d[k]) for k in ("tu", "eu", "au"))
+        lists = [[None if pd.isna(x) else x for x in s] for s in per_agent]
+        d = M.uncertainty_decomposition(lists, fmt=fmt)
+        defined = min(d["n_parsed"]) > 0                                  # "drop": NaN when an agent never parsed
+        assert all(math.isfinite(d[k]) if defined else math.isnan(d[k]) for k in ("tu", "eu", "au"))
     if n:
         per_item = tr.groupby("item_id")["correct"].mean().to_numpy(dtype=float)
         lo, hi = M.bootstrap_ci(per_item, n_resamples=200)
@@ -380,11 +386,16 @@ def test_every_metric_survives_any_transcript(tr):
 def test_distribution_metrics_on_any_answers(samples, fmt):
     "Empty lists, all None, one agent, unicode: values where defined, NaN only where nothing is defined."
     flat = [a for s in samples for a in s]
-    d = M.uncertainty_decomposition(samples, fmt=fmt)
-    if flat:
-        assert all(math.isfinite(d[k]) for k in ("tu", "eu", "au")) and abs(d["tu"] - d["eu"] - d["au"]) < 1e-9
-    else:
-        assert all(math.isnan(d[k]) for k in ("tu", "eu", "au"))
+    if any(len(s) == 0 for s in samples):                              # an agent without samples: an error, not a smaller N
+        with pytest.raises(ValueError, match="have no samples"):
+            M.uncertainty_decomposition(samples, fmt=fmt)
+    for mode in M.UNPARSED_MODES:
+        if any(len(s) == 0 for s in samples): break
+        d = M.uncertainty_decomposition(samples, fmt=fmt, unparsed=mode)
+        if samples and (mode != "drop" or min(d["n_parsed"]) > 0):          # n_parsed: answers valid in `fmt`
+            assert all(math.isfinite(d[k]) for k in ("tu", "eu", "au")) and abs(d["tu"] - d["eu"] - d["au"]) < 1e-9
+        else:
+            assert all(math.isnan(d[k]) for k in ("tu", "eu", "au"))
     h = M.viewpoint_entropy(flat, fmt=fmt)
     assert (math.isnan(h) if not flat else math.isfinite(h) and h >= 0)
     pc = M.path_consistency(samples, fmt=fmt)
@@ -466,7 +477,9 @@ def test_fast_tables_equal_the_reference(tr):
     if not len(tr):
         return
     pd.testing.assert_frame_equal(vote_table(tr), _ref_vote_table(tr), check_exact=True)
-    pd.testing.assert_frame_equal(M.uncertainty_table(tr), _ref_uncertainty_table(tr), check_exact=True)
+    shared = M.uncertainty_table(tr, unparsed="shared")                # the reference counts unparsed answers as one outcome
+    shared = shared.drop(columns=[c for c in shared if c.startswith("parse_failure")])
+    pd.testing.assert_frame_equal(shared, _ref_uncertainty_table(tr), check_exact=True)
     for (item, rnd), g in tr.groupby(["item_id", "round"]):
         ans, fmt = g["answer"].tolist(), TASK_FMT[g["task"].iloc[0]]
         ref = float(_stats.entropy(M.answer_distribution(ans, fmt=fmt).to_numpy(), base=2))
