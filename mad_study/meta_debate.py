@@ -295,8 +295,10 @@ def plan_tab1(p: Mapping) -> dict:
 
 @planner("meta_tab2")
 def plan_tab2(p: Mapping) -> dict:
-    "meta_tab2: uniform per model, `random_seeds` random assignments and Meta-Debate, for MAD and DMAD."
-    return _plan(p, single=False, uniform=True, random_=True, meta=True)
+    "meta_tab2: uniform per model, `random_seeds` random assignments and Meta-Debate, for MAD and DMAD (twice with the sim control)."
+    r = _plan(p, single=False, uniform=True, random_=True, meta=True)
+    if p.get("control") and all(str(m).startswith("sim") for m in p.get("models") or []): r = {k: 2 * v for k, v in r.items()}
+    return r
 
 @planner("meta_examples")
 def plan_examples(p: Mapping) -> dict:
