@@ -69,6 +69,7 @@ class TrainConfig:
     lora_r: int = 16
     lora_alpha: int = 32
     shared_policy: bool = False    # True: agents running the same model share one policy (default: one per agent, IPPO's θ_i)
+    gradient_checkpointing: bool = False   # recompute activations in the backward pass (long debate prompts on one GPU)
     seed: int = 0
 
     def __post_init__(self):
@@ -206,6 +207,7 @@ class Policy:
         else:
             self.ref = copy.deepcopy(m).requires_grad_(False).eval()
             m.requires_grad_(True)
+        if cfg.gradient_checkpointing: m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.backend.model = self.model = m
         self.params = [p for p in m.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -254,6 +256,7 @@ def update(self: Policy, P, C, A) -> dict:
         old = [self._fwd(self.model, sub(P, ch), sub(C, ch))[0] for ch in chunks]
         ref = [self.ref_logprobs(sub(P, ch), sub(C, ch)) for ch in chunks]
     losses, kls, clips, norms = [], [], [], []
+    if cfg.gradient_checkpointing: self.model.train()       # HF checkpoints only in training mode (no dropout in these models)
     for mini in np.array_split(np.arange(len(chunks)), min(cfg.mini_batches, len(chunks))):
         n_tok = sum(len(C[i]) for k in mini for i in chunks[k])
         self.opt.zero_grad(set_to_none=True)
@@ -265,6 +268,7 @@ def update(self: Policy, P, C, A) -> dict:
             losses.append(float(loss.detach())); kls.append(st["kl"]); clips.append(st["clipped"])
         norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)))
         self.opt.step()
+    self.model.eval()
     self.backend.version += 1
     return dict(sequences=len(P), tokens=sum(map(len, C)), loss=float(np.sum(losses)), kl=float(np.mean(kls)),
                 clipped=float(np.mean(clips)), grad_norm=float(np.mean(norms)))

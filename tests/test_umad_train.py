@@ -56,6 +56,16 @@ def test_whole_loop_and_checkpoint_round_trip(items, tmp_path):
     with pytest.raises(ConfigError, match="no such trained checkpoint"): U.checkpoint_spec("nope", root=tmp_path / "nope")
 
 
+def test_gradient_checkpointing_gives_the_same_gradient():
+    norms = []
+    for gc in (False, True):
+        pol = U.Policy("tiny-random-llama", U.TrainConfig(lr=1e-2, micro_batch_size=2, gradient_checkpointing=gc), tag=f"gc-{gc}")
+        C = [pol.backend.tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("Blue.", "I cannot say.")]
+        norms.append(pol.update([pol.backend.encode(MSGS)] * 2, C, [1.0, -1.0])["grad_norm"])
+        assert not pol.model.training                                   # back to eval mode for the next rollouts
+    assert norms[0] == pytest.approx(norms[1], rel=1e-5) and norms[0] > 0
+
+
 def test_rollouts_are_cached_per_policy_version(items, tmp_path):
     from mad_study.backends import GenerationCache
     cache = GenerationCache(tmp_path / "g.sqlite")
