@@ -136,3 +136,19 @@ def test_plan_counts_table2_sizes():
     assert pl["rollouts"] == 2 * (2 * 7500 * 5)
     assert pl["generations"] == 2 * (2 * 7500 * 5 * 2 * 2)
     assert pl["train_memory_gb"]["qwen3-4b-instruct-2507"]["full"] > 70 > pl["train_memory_gb"]["qwen3-4b-instruct-2507"]["lora_nf4"]
+
+
+@pytest.mark.parametrize("profile", ["sim", "cpu", "paper"])
+def test_experiment_file_validates_and_plans(profile):
+    from mad_study.reproduce import experiments, load_profile, merge_params, plan_experiment, validate_params
+    prof = load_profile(profile)
+    e = experiments()["umad_train"]
+    assert e.notebook.name == "10b_umad_train.ipynb" and e.artefacts == ["umad_train"]
+    p = merge_params(e, prof)
+    validate_params(p, e, prof)
+    U.TrainConfig.from_params(p, quant=p["train_quant"])                 # every profile gives a valid configuration
+    pl = plan_experiment(e, p)                                           # mad_study.umad_train is imported: its planner
+    assert pl["rollouts"] > 0 and "train_memory_gb" in pl
+    if profile == "paper":
+        assert (p["group_size"], p["train_turns"], p["batch_size"], p["lr"], p["beta"], p["eta"], p["alpha"]) == (5, 2, 256, 1e-6, 0.001, 0.25, 0.25)
+        assert pl["rollouts"] == 2 * (4 * 2 * 7500 * 5 + 15 * 7500 * 5)  # 2 settings x (4 debate variants x 2 epochs + Single-GRPO 15 epochs)
