@@ -33,9 +33,9 @@ from .core import (ConfigError, GenRequest, Generation, cache_home, runs_dir, si
 _log = logging.getLogger("mad_study.backends")
 
 # %% auto #0
-__all__ = ['MODEL_KINDS', 'MODELS', 'UMAD_D5_GRID', 'CLOSED_SUBSTITUTES', 'EMBEDDED_GGUF', 'TINY_RANDOM_VERSION', 'QUANTS',
-           'CLAIM_TIMEOUT', 'POLL_SECONDS', 'Backend', 'BaseBackend', 'ModelSpec', 'get_model', 'models_table',
-           'ModelUnavailable', 'embedded_gguf_path', 'embedded_checkpoint', 'tiny_random_checkpoint',
+__all__ = ['MODEL_KINDS', 'MODELS', 'UMAD_D5_GRID', 'CLOSED_SUBSTITUTES', 'SERVE_HINTS', 'EMBEDDED_GGUF', 'TINY_RANDOM_VERSION',
+           'QUANTS', 'CLAIM_TIMEOUT', 'POLL_SECONDS', 'Backend', 'BaseBackend', 'ModelSpec', 'get_model',
+           'models_table', 'ModelUnavailable', 'embedded_gguf_path', 'embedded_checkpoint', 'tiny_random_checkpoint',
            'truncate_messages', 'truncate_ids', 'HFBackend', 'CacheError', 'pid_alive', 'GenerationCache',
            'CachedBackend', 'make_backend', 'weight_memory_gb', 'loaded_footprint_bytes']
 
@@ -75,6 +75,7 @@ class ModelSpec:
     notes: str = ""                 # substitutions, gating, quantization caveats
     prequantized: str | None = None # weights ship quantized (e.g. "mxfp4", "fp8"): bitsandbytes is not applied
     chat_template_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)  # default chat-template options
+    serve: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)  # extra `vllm serve` arguments (mad_study.serving)
 
     def __post_init__(self):
         if self.kind not in MODEL_KINDS: raise ConfigError("unknown model kind", key="kind", value=self.kind, choices=MODEL_KINDS)
@@ -166,6 +167,12 @@ def get_model(name: str) -> ModelSpec:
         raise ConfigError(f"closed model, not served by this kit; use its open substitute {CLOSED_SUBSTITUTES[key]!r}",
                           key="model", value=name)
     raise ConfigError("unknown model", key="model", value=name, choices=MODELS)
+
+# %% ../nbs/03_backends.ipynb #e4310b05
+_MISTRAL_FORMAT = {"tokenizer_mode": "mistral", "config_format": "mistral", "load_format": "mistral"}
+SERVE_HINTS: dict[str, dict] = {"mistral-small-24b-instruct-2501": _MISTRAL_FORMAT, "pixtral-large-instruct-2411": _MISTRAL_FORMAT,
+                                "deepseek-v3.1": {"enable_expert_parallel": True}}
+for _n, _hint in SERVE_HINTS.items(): MODELS[_n] = dataclasses.replace(MODELS[_n], serve=dict(_hint))
 
 # %% ../nbs/03_backends.ipynb #46258846
 def models_table():
@@ -860,12 +867,19 @@ class CachedBackend(BaseBackend):
 
 # %% ../nbs/03_backends.ipynb #a11c2a94
 def make_backend(model_name: str, *, quant: str = "nf4", cache: GenerationCache | str | os.PathLike | bool | None = None,
-                 sim_agents: Mapping[str, Mapping] | None = None, **kw) -> Backend:
-    "A backend for a registry name: `SimBackend` for 'sim*' names, else `HFBackend`; behind `CachedBackend` if `cache` is given."
+                 sim_agents: Mapping[str, Mapping] | None = None, backend: str = "hf", **kw) -> Backend:
+    """A backend for a registry name: `SimBackend` for 'sim*' names, else `HFBackend` (`backend="hf"`) or
+    `mad_study.serving.OpenAIBackend` (`backend="openai"`, `kw` = its arguments); behind `CachedBackend` if `cache` is given."""
     spec = _spec_for(model_name)
+    kind = backend
     if spec.kind == "sim":
         from mad_study.sim import SimBackend
         backend = SimBackend(model_name, **dict((sim_agents or {}).get(model_name) or {}))
+    elif kind == "openai":
+        from mad_study.serving import OpenAIBackend
+        backend = OpenAIBackend(model_name, **kw)
+    elif kind != "hf":
+        raise ConfigError("unknown backend", key="backend", value=kind, choices=("hf", "openai"))
     else:
         backend = HFBackend(spec, quant=quant, **kw)
     if cache is None or cache is False: return backend

@@ -82,7 +82,9 @@ class Study:
     `params` are the notebook's declared parameters (`declared_params`: the experiment file merged with a profile by
     `mad-study reproduce`), never its namespace.
     Keys read here: `experiment`, `profile`, `seed`, `quant`, `sim_agents`, `cache` (True | False; the cache file is
-    runs/cache/generations.sqlite under `$MAD_STUDY_RUNS`)."""
+    runs/cache/generations.sqlite under `$MAD_STUDY_RUNS`), and the serving keys of `mad_study.serving.SERVING_KEYS`
+    (`backend: openai`, `base_url`, `served_model`, `api_key_env`, ...): then every model is an `OpenAIBackend` whose
+    failed generations go to runs/<profile>/<experiment>/failed_generations.jsonl (`mad-study reproduce` names them)."""
     def __init__(self, params: Mapping[str, Any], paper: str):
         self.params = _check_params(params)
         self.paper = paper
@@ -112,11 +114,18 @@ class Study:
         return self._cache
 
     def backends(self, models: Sequence[str]) -> dict[str, Any]:
-        "Backends for `models` (created once per study, behind the generation cache)."
+        "Backends for `models` (created once per study, behind the generation cache; through servers when `backend: openai`)."
         from mad_study.backends import make_backend
         for m in models:
             if m not in self._backends:
-                self._backends[m] = make_backend(m, quant=self.quant, cache=self.cache, sim_agents=self.sim_agents)
+                kw = {}
+                if self.params.get("backend", "hf") == "openai" and not m.startswith("sim"):
+                    from mad_study.serving import serving_kwargs
+                    log = self.run_dir / "failed_generations.jsonl"
+                    if not any(hasattr(getattr(b, "inner", b), "failures") for b in self._backends.values()):
+                        log.unlink(missing_ok=True)                    # this run's failures only
+                    kw = dict(backend="openai", failure_log=log, **serving_kwargs(self.params, m))
+                self._backends[m] = make_backend(m, quant=self.quant, cache=self.cache, sim_agents=self.sim_agents, **kw)
         return {m: self._backends[m] for m in models}
 
     def items(self, task: str, n: int | None = None, seed: int | None = None, source: str | None = None) -> list[Item]:
@@ -160,6 +169,8 @@ class Study:
         return {"paper": self.paper, "experiment": self.experiment, "profile": self.profile, "seed": self.seed,
                 "params": _jsonable(self.params), "label": self.label, **git_commit(), "versions": package_versions(),
                 "models": {m: getattr(b, "backend_id", None) for m, b in self._backends.items()},
+                **({"serving": serving} if (serving := {m: getattr(b, "inner", b).provenance() for m, b in self._backends.items()
+                                                        if hasattr(getattr(b, "inner", b), "provenance")}) else {}),
                 "items": self.item_ids, "transcripts": self.transcripts, "cache": stats, "started": self.started,
                 "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 

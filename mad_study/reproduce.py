@@ -35,7 +35,7 @@ from .report import experiment_files, load_registry, write_index
 __all__ = ['PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PLANNERS', 'KERNEL_SHUTDOWN_WAIT', 'notebook_parameters', 'read_yaml',
            'load_profile', 'auto_profile', 'Experiment', 'experiments', 'resolve_targets', 'map_models',
            'parse_override', 'merge_params', 'validate_params', 'planner', 'generic_plan', 'plan_experiment',
-           'stop_kernels', 'remove_temporaries', 'RunResult', 'run_experiment', 'reproduce', 'main']
+           'serve_table', 'stop_kernels', 'remove_temporaries', 'RunResult', 'run_experiment', 'reproduce', 'main']
 
 # %% ../nbs/20_reproduce.ipynb #b28c82b1
 def notebook_parameters(nb_path: str | os.PathLike) -> dict[str, Any]:
@@ -121,7 +121,12 @@ def resolve_targets(targets: Sequence[str]) -> list[Experiment]:
 
 # %% ../nbs/20_reproduce.ipynb #c62bc179
 def _is_model_key(k: str) -> bool:
-    return k in ("model", "models", "pairs") or k.endswith("_model") or k.endswith("_models")
+    return k in ("model", "models", "pairs") or (k.endswith("_model") or k.endswith("_models")) and k != "served_model"
+
+def _serving_keys() -> set[str]:
+    "Keys every experiment accepts for running through servers (`mad_study.serving.SERVING_KEYS`), plus the refused `api_key`."
+    from mad_study.serving import SERVING_KEYS
+    return set(SERVING_KEYS) | {"api_key"}
 
 def map_models(value, model_map: Mapping[str, str]):
     "Apply a profile's `model_map` to a model name or (nested) list of names (`'*'` maps any other name)."
@@ -143,7 +148,7 @@ def merge_params(exp: Experiment, profile: Mapping, overrides: Mapping | None = 
     p = copy.deepcopy(exp.spec.get("params") or {})
     nb_keys = set(notebook_parameters(exp.notebook))
     for k, v in (profile.get("params") or {}).items():
-        if k in nb_keys: p[k] = copy.deepcopy(v)
+        if k in nb_keys or k in _serving_keys(): p[k] = copy.deepcopy(v)
     for k, cap in (profile.get("limits") or {}).items():
         if isinstance(p.get(k), (int, float)) and not isinstance(p.get(k), bool): p[k] = min(p[k], cap)
     per = (exp.spec.get("profiles") or {})
@@ -182,7 +187,10 @@ def validate_params(p: Mapping, exp: Experiment, profile: Mapping, overrides: Ma
     overrides = overrides or {}
     def src(k): return "command line (-p)" if k in overrides else exp.path
     where = exp.path
+    from mad_study.serving import check_serving_params
+    check_serving_params(p, where=src(next((k for k in ("api_key", "backend", "base_url") if k in p), "backend")))
     for k, v in p.items():
+        if k in _serving_keys(): continue
         if k not in nb: raise ConfigError(f"not a parameter of {exp.notebook.name}", where=src(k), key=k, value=v, choices=nb)
         if not _type_ok(nb[k], v):
             raise ConfigError(f"expected {type(nb[k]).__name__}, got {type(v).__name__}", where=src(k), key=k, value=v)
@@ -243,7 +251,22 @@ def plan_experiment(exp: Experiment, p: Mapping) -> dict:
     mem = {}
     for m in sorted(set(_models_in(p))):
         mem[m] = None if m.startswith("sim") else round(weight_memory_gb(m, p.get("quant", "nf4")), 2)
-    return {"experiment": exp.id, "paper": exp.paper, **est, "weight_memory_gb": mem}
+    from mad_study.serving import serve_command
+    serve = {m: serve_command(m) for m in mem if mem[m] is not None}
+    return {"experiment": exp.id, "paper": exp.paper, **est, "weight_memory_gb": mem, "serve": serve}
+
+def serve_table(plans: Sequence[Mapping]) -> list[dict]:
+    """Per model of the plans: the experiments that use it, their generations and completion-token bound, the bf16
+    weights, the tensor-parallel size and the vLLM command (`mad_study.serving.serve_command`)."""
+    from mad_study.backends import weight_memory_gb
+    from mad_study.serving import tensor_parallel_size
+    rows: dict[str, dict] = {}
+    for pl in plans:
+        for m, cmd in (pl.get("serve") or {}).items():
+            r = rows.setdefault(m, dict(model=m, experiments=0, generations=0, completion_tokens=0, command=cmd,
+                                        weights_bf16=f"{weight_memory_gb(m, 'none'):.0f} GB", tp=tensor_parallel_size(m)))
+            r["experiments"] += 1; r["generations"] += int(pl["generations"]); r["completion_tokens"] += int(pl["completion_tokens"])
+    return [dict(r, generations=f"{r['generations']:,}", completion_tokens=f"<= {r['completion_tokens']:,}") for r in rows.values()]
 
 # %% ../nbs/20_reproduce.ipynb #9d0307fe
 _KERNELS: dict[int, str] = {}          # pid -> experiment id, of every kernel this process launched and did not stop
@@ -318,6 +341,14 @@ class RunResult:
     seconds: float
     output: Path | None = None
     error: str | None = None
+    failed_generations: int = 0       # generations that failed at a server (recorded in failed_generations.jsonl)
+
+def _failed_generations(run_dir: Path, since: float) -> int:
+    "Failed generations this run recorded (OpenAIBackend's failed_generations.jsonl, written since `since`)."
+    f = run_dir / "failed_generations.jsonl"
+    with contextlib.suppress(OSError):
+        if f.stat().st_mtime >= since - 1: return sum(1 for l in f.read_text().splitlines() if l.strip())
+    return 0
 
 def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
     """Execute the experiment's notebook with papermill; keep the executed copy under runs/<profile>/<experiment>/.
@@ -330,7 +361,7 @@ def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
         pm.execute_notebook(str(exp.notebook), str(out), parameters=dict(p), kernel_name="python3",
                             progress_bar=False, cwd=str(exp.notebook.parent), log_output=False,
                             kernel_manager_class=_logged_kernel(out.parent / "kernel.log", exp.id))
-        return RunResult(exp.id, True, time.time() - t, out)
+        return RunResult(exp.id, True, time.time() - t, out, failed_generations=_failed_generations(out.parent, t))
     except KeyboardInterrupt:
         raise
     except Exception as e:
@@ -339,12 +370,16 @@ def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
         return RunResult(exp.id, False, time.time() - t, out, f"{type(e).__name__}: {short[:300]}")
 
 # %% ../nbs/20_reproduce.ipynb #827d8981
+def _failed_note(r: RunResult) -> str:
+    return f", with {r.failed_generations} failed generation(s)" if r.failed_generations else ""
+
 def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", overrides: Mapping | None = None,
               jobs: int = 1, log=print) -> list[RunResult]:
     "Validate every target first, then run them (continuing past failures) and rewrite figures/INDEX.md."
     name = auto_profile() if profile == "auto" else profile
     prof = load_profile(name)
-    if (prof.get("requires") or {}).get("gpu"):
+    served = dict(prof.get("params") or {}, **dict(overrides or {})).get("backend") == "openai"
+    if (prof.get("requires") or {}).get("gpu") and not served:           # through servers, the GPUs are theirs
         try:
             import torch; has_gpu = torch.cuda.is_available()
         except ImportError: has_gpu = False
@@ -363,12 +398,12 @@ def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", override
             for i, (e, p) in enumerate(merged, 1):
                 log(f"[{i}/{len(merged)}] {e.id} ({e.paper}) ...")
                 r = pool.submit(run_experiment, e, p).result(); results.append(r)
-                log(f"    {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f}s" + (f": {r.error}" if r.error else ""))
+                log(f"    {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f}s" + (f": {r.error}" if r.error else "") + _failed_note(r))
         else:
             futs = {pool.submit(run_experiment, e, p): e for e, p in merged}
             for i, f in enumerate(as_completed(futs), 1):
                 r = f.result(); results.append(r)
-                log(f"[{i}/{len(merged)}] {r.experiment}: {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f}s" + (f": {r.error}" if r.error else ""))
+                log(f"[{i}/{len(merged)}] {r.experiment}: {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f}s" + (f": {r.error}" if r.error else "") + _failed_note(r))
         pool.shutdown(wait=True)
     except KeyboardInterrupt:
         pool.shutdown(wait=False, cancel_futures=True)
@@ -380,6 +415,14 @@ def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", override
     finally:
         idx = write_index()
         log(f"wrote {idx.relative_to(project_root()) if idx.is_relative_to(project_root()) else idx}")
+    partial = [r for r in results if r.failed_generations]
+    if partial:
+        log(f"{len(partial)} experiment(s) have failed generations (server errors after retries; not cached: run again to compute only those):")
+        for r in partial:
+            f = r.output.parent / "failed_generations.jsonl"
+            first = json.loads(f.read_text().splitlines()[0])
+            log(f"  {r.experiment}: {r.failed_generations} failed generation(s), e.g. item {first.get('item')} "
+                f"{first.get('agent', '')} round {first.get('round')}: {first.get('error')} (all: {f})")
     failed = [r for r in results if not r.ok]
     if failed:
         log(f"{len(failed)} experiment(s) failed:")
@@ -429,16 +472,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.cmd == "plan":
             name = auto_profile() if a.profile == "auto" else a.profile
             prof = load_profile(name)
-            rows = []
+            rows, plans = [], []
             for e in resolve_targets(a.targets):
                 p = merge_params(e, prof, overrides); validate_params(p, e, prof, overrides)
-                pl = plan_experiment(e, p)
+                pl = plan_experiment(e, p); plans.append(pl)
                 mem = ", ".join(f"{m}: {g} GB" if g is not None else f"{m}: synthetic" for m, g in pl["weight_memory_gb"].items())
                 rows.append(dict(experiment=e.id, paper=e.paper, generations=f"{pl['generations']:,}",
                                  completion_tokens=f"<= {pl['completion_tokens']:,}", prompt_tokens=f"~ {pl['prompt_tokens']:,}",
                                  weights=f"{mem} ({p.get('quant', 'nf4')})"))
             print(f"plan for profile '{name}' (nothing is run)")
             _print_table(rows, ["experiment", "paper", "generations", "completion_tokens", "prompt_tokens", "weights"])
+            srv = serve_table(plans)
+            if srv:
+                print("\nto serve them (vLLM, 80 GB GPUs; then add -p backend=openai -p base_url=http://HOST:8000/v1; see docs/serving.md)")
+                _print_table(srv, ["model", "experiments", "generations", "completion_tokens", "weights_bf16", "tp", "command"])
             return 0
         res = reproduce(a.targets, a.profile, overrides, jobs=a.jobs)
         return 0 if all(r.ok for r in res) else 1
