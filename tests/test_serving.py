@@ -110,3 +110,23 @@ def test_killed_server_rerun_computes_only_the_missing(server, tmp_path):
     res = again.generate(qs)
     assert again.stats()["computed"] == len(qs) - len(done) and all(g.finish_reason != "error" for g in res)
     assert [g.text for g in res if g.cached] == [g.text for g in done]
+
+
+def test_reproduce_names_failed_generations(scratch):
+    "`mad-study reproduce ... -p backend=openai`: server errors become failed generations, the run finishes, the report names them."
+    import json, os
+    from conftest import mad_study
+    fail_first_round = lambda n, body: (500, {"detail": "boom"}) if len(body["messages"]) == 1 else (200, echo_completion(body))
+    with StubServer(fail_first_round) as stub:
+        args = ["reproduce", "du_gsm8k", "--profile", "cpu", "-p", "backend=openai", "-p", f"base_url={stub.base_url}",
+                "-p", "served_model=smollm2", "-p", "n_items=1", "-p", "max_retries=0"]
+        r = mad_study(*args, env=os.environ.copy(), timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert "with 1 failed generation(s)" in r.stdout and "HTTP 500: boom (after 1 tries)" in r.stdout, r.stdout
+        log = scratch / "runs" / "cpu" / "du_gsm8k" / "failed_generations.jsonl"
+        rec = json.loads(log.read_text().splitlines()[0])
+        assert rec["round"] == 0 and rec["item"].startswith("gsm8k/") and "api_key" not in rec
+        stub.script = lambda n, body: (200, echo_completion(body))        # the server is fixed: the re-run has no failures
+        r2 = mad_study(*args, env=os.environ.copy(), timeout=600)
+        assert r2.returncode == 0 and "failed generation" not in r2.stdout, r2.stdout
+        assert not log.exists()
