@@ -24,7 +24,7 @@ from .core import ANSWER_FORMATS, ConfigError
 # %% auto #0
 __all__ = ['MAX_CHARS', 'OPTION_LETTERS', 'MATH_VERIFY_TIMEOUT', 'MATH_VERIFY_MAX_CHARS', 'ELEMENTWISE_FORMATS', 'last_boxed',
            'normalize_latex', 'number_candidates', 'parse_number', 'canonical_number', 'extract_answer', 'is_correct',
-           'answers_equivalent', 'merge_equivalent', 'parse_failure_rate']
+           'answers_equivalent', 'merge_equivalent', 'parse_failure_rate', 'extract_confidence']
 
 # %% ../nbs/01_answers.ipynb #a1b712c7
 MAX_CHARS = 50_000   # only the last MAX_CHARS characters of a response are read (answers come at the end)
@@ -511,3 +511,18 @@ def parse_failure_rate(answers: Iterable[Any]) -> float:
     bad = sum(1 for a in answers if a is None or (isinstance(a, float) and math.isnan(a))
               or (not isinstance(a, str) and str(a) in ("<NA>", "nan", "NaT")))
     return bad / len(answers)
+
+# %% ../nbs/01_answers.ipynb #da254203
+_CONF_RE = re.compile(r"confidence\s*(?:level|score)?\s*(?:is|=|:)?\s*\**\s*(\d+(?:\.\d+)?)\s*(%|/\s*100|/\s*10\b)?", re.I)
+
+def extract_confidence(text: Any) -> float | None:
+    """Self-reported confidence in [0, 1] from a response (SVR-MAD Sec. 3, prior signal "conf"): the last
+    "Confidence: 85%", "confidence: 0.85", "Confidence: 8/10" or "Confidence: 85/100". None when absent or out of range."""
+    if not isinstance(text, str): return None
+    hits = list(_CONF_RE.finditer(text[-5000:]))
+    if not hits: return None
+    m = hits[-1]; v, unit = float(m.group(1)), (m.group(2) or "").replace(" ", "")
+    if unit in ("%", "/100"): v /= 100
+    elif unit == "/10": v /= 10
+    elif v > 1: v /= 100                      # "Confidence: 85" means percent
+    return v if 0 <= v <= 1 else None

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .core import ConfigError, GenRequest, Item, derive_seed, rng_for
-from .answers import answers_equivalent, is_correct, merge_equivalent
+from .answers import answers_equivalent, extract_confidence, is_correct, merge_equivalent
 from .data import format_question
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
 from .debate import run_debate
@@ -25,26 +25,11 @@ from .metrics import survival_rate
 from .reproduce import planner
 
 # %% auto #0
-__all__ = ['PRIORS', 'SIGNAL_LABELS', 'METHODS', 'METHOD_LABELS', 'extract_confidence', 'prior_signals', 'signal_score',
-           'comm_budget', 'answer_clusters', 'SVRResult', 'svr_mad_steps', 'fallback_vote', 'svr_mad', 'svr_prompts',
+__all__ = ['PRIORS', 'SIGNAL_LABELS', 'METHODS', 'METHOD_LABELS', 'prior_signals', 'signal_score', 'comm_budget',
+           'answer_clusters', 'SVRResult', 'svr_mad_steps', 'fallback_vote', 'svr_mad', 'svr_prompts',
            'challenge_request', 'run_challenges', 'probe_pairs', 'probe_svr', 'top_ranked_correct', 'probe_memo',
            'run_svr_mad', 'unanimous', 'evaluate', 'method_table', 'savings', 'fig1_table', 'difficulty_group',
            'ablation_points']
-
-# %% ../nbs/12_svr_mad.ipynb #da254203
-_CONF_RE = re.compile(r"confidence\s*(?:level|score)?\s*(?:is|=|:)?\s*\**\s*(\d+(?:\.\d+)?)\s*(%|/\s*100|/\s*10\b)?", re.I)
-
-def extract_confidence(text: Any) -> float | None:
-    """Self-reported confidence in [0, 1] from a response (SVR-MAD Sec. 3, prior signal "conf"): the last
-    "Confidence: 85%", "confidence: 0.85", "Confidence: 8/10" or "Confidence: 85/100". None when absent or out of range."""
-    if not isinstance(text, str): return None
-    hits = list(_CONF_RE.finditer(text[-5000:]))
-    if not hits: return None
-    m = hits[-1]; v, unit = float(m.group(1)), (m.group(2) or "").replace(" ", "")
-    if unit in ("%", "/100"): v /= 100
-    elif unit == "/10": v /= 10
-    elif v > 1: v /= 100                      # "Confidence: 85" means percent
-    return v if 0 <= v <= 1 else None
 
 # %% ../nbs/12_svr_mad.ipynb #65a2defc
 PRIORS = ("min_ll", "ppl", "conf")
