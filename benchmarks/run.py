@@ -9,6 +9,9 @@
 3. Cache: the cpu-profile baseline experiment (du_gsm8k, small) cold vs. warm (every generation cached; the warm run
    must not even load the model).
 4. Analysis: every metric of the kit on a synthetic transcript of 500 items x 6 agents x 5 rounds x 16 samples.
+5. Serving: the same debate round through `OpenAIBackend` against a local `transformers serve` of the embedded model
+   (full precision, CPU): all requests in flight vs one at a time, and vs the in-process batched `HFBackend` (same
+   precision). Needs the `serving` extra; skipped with the reason otherwise.
 
 Ratios are measured within one run. The summary table is printed last and written, with the machine, versions and
 date, to benchmarks/RESULTS.md."""
@@ -125,6 +128,34 @@ def bench_throughput(model: str = "smollm2-135m-instruct", quant: str = "nf4", m
             "completion_tokens": sum(g.completion_tokens for g in batched), "single_s": round(t_single, 2),
             "batched_s": round(t_batched, 2), "single_tok_s": round(tok_s, 1), "batched_tok_s": round(tok_b, 1),
             "ratio": round(tok_b / tok_s, 2), "same_text": sum(a.text == b.text for a, b in zip(batched, single))}
+
+
+# ------------------------------------------------------------------ 5. serving
+def bench_serving(n_requests: int = 8, max_new_tokens: int = 16) -> dict:
+    "The first `n_requests` of the debate round through a local `transformers serve`: all in flight vs one at a time vs in process."
+    from mad_study.backends import HFBackend, embedded_checkpoint
+    from mad_study.serving import OpenAIBackend, TransformersServer, serving_available
+    if (why := serving_available()): return {"error": why}
+    reqs = debate_round_requests(max_new_tokens=max_new_tokens)[:n_requests]
+    ntok = lambda gs: sum(g.completion_tokens or 0 for g in gs)
+    with TransformersServer(embedded_checkpoint()) as srv:
+        log(f"  transformers serve healthy after {srv.started_in:.1f} s; {len(reqs)} requests, max_new_tokens={max_new_tokens}")
+        be = OpenAIBackend("smollm2-135m-instruct", srv.base_url, server="transformers", concurrency=len(reqs))
+        be.generate(reqs[:1])                                           # warm-up (client, server kernels)
+        t = time.perf_counter(); single = [be.generate([r])[0] for r in reqs]; t_single = time.perf_counter() - t
+        log(f"  served, one at a time: {t_single:.1f} s")
+        t = time.perf_counter(); flight = be.generate(reqs); t_flight = time.perf_counter() - t
+        log(f"  served, all {len(reqs)} in flight: {t_flight:.1f} s")
+    hf = HFBackend("smollm2-135m-instruct", quant="none", batch_size=len(reqs), progress=False)
+    hf.generate(reqs[:1])
+    t = time.perf_counter(); local = hf.generate(reqs); t_local = time.perf_counter() - t
+    log(f"  in process, batched (quant none): {t_local:.1f} s")
+    return {"requests": len(reqs), "max_new_tokens": max_new_tokens, "start_s": round(srv.started_in, 1),
+            "single_s": round(t_single, 2), "flight_s": round(t_flight, 2), "local_s": round(t_local, 2),
+            "single_tok_s": round(ntok(single) / t_single, 1), "flight_tok_s": round(ntok(flight) / t_flight, 1),
+            "local_tok_s": round(ntok(local) / t_local, 1), "ratio": round((ntok(flight) / t_flight) / (ntok(single) / t_single), 2),
+            "vs_local": round((ntok(flight) / t_flight) / (ntok(local) / t_local), 2),
+            "same_text": sum(a.text == b.text for a, b in zip(flight, single)), "same_as_local": sum(a.text == b.text for a, b in zip(flight, local))}
 
 
 # ------------------------------------------------------------------ 2. memory
@@ -328,6 +359,11 @@ def summary_rows(res: dict) -> list[list[str]]:
         rows.append([f"4. analysis: every metric on {a['rows']:,} transcript rows ({' x '.join(map(str, a['shape']))})",
                      f"**{a['total_s']} s** in all (slowest: {a['slowest'].split(' (')[0]})", f"< {TARGETS['analysis']:.0f} s",
                      _met(a["total_s"] < TARGETS["analysis"])])
+    v = res.get("serving")
+    if v:
+        if "error" in v: rows.append(["5. serving (transformers serve, CPU)", f"not run: {v['error']}", "report", "n/a"])
+        else: rows.append(["5. serving (transformers serve, CPU)", f"all in flight **{v['ratio']}x** one at a time; **{v['vs_local']}x** in-process batched",
+                           "report", "n/a"])
     return rows
 
 
@@ -397,6 +433,18 @@ def render(res: dict, info: dict, argv: list[str]) -> str:
               "Each metric of `mad_study.metrics` (and the majority vote of `mad_study.debate`) on all of it, one process, one core:", "",
               md_table(["metric", "seconds"], [[r["metric"], r["seconds"]] for r in a["metrics"]] + [["**all together**", f"**{a['total_s']}**"]]), "",
               f"Answer extraction (not a metric: transcripts store the extracted answer) costs {a['extract_us_per_call']} us per response.", ""]
+    v = res.get("serving")
+    if v and "error" not in v:
+        L += ["## 5. Serving", "", f"The first {v['requests']} requests of the same debate round (max_new_tokens = {v['max_new_tokens']}, greedy) "
+              "through `OpenAIBackend` against `transformers serve` of the embedded SmolLM2 (full precision, CPU, 127.0.0.1; healthy "
+              f"after {v['start_s']} s), one request at a time and all in flight at once, and through the in-process `HFBackend` "
+              "(quant none, one batch). `transformers serve` without `--continuous-batching` runs each request's `generate` on its "
+              "own, so on a CPU requests in flight share the cores rather than a batch; vLLM or SGLang batch them on a GPU.", "",
+              md_table(["mode", "seconds", "tokens/s"], [["served, one at a time", v["single_s"], v["single_tok_s"]],
+                                                         ["served, all in flight", v["flight_s"], v["flight_tok_s"]],
+                                                         ["in process, batched", v["local_s"], v["local_tok_s"]]]), "",
+              f"All in flight / one at a time: {v['ratio']}x; vs in process batched: {v['vs_local']}x. Same greedy text in flight "
+              f"vs one at a time for {v['same_text']} of {v['requests']} requests, and vs in process for {v['same_as_local']}.", ""]
     return "\n".join(L)
 
 
@@ -405,7 +453,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cuda: also throughput and memory of --gpu-model on the GPU")
     ap.add_argument("--gpu-model", default="qwen2.5-7b-instruct", help="paper-profile model for --device cuda (from the local hub cache)")
-    ap.add_argument("--only", default="throughput,memory,cache,analysis", help="comma-separated subset")
+    ap.add_argument("--only", default="throughput,memory,cache,analysis,serving", help="comma-separated subset")
+    ap.add_argument("--serving-requests", type=int, default=8, help="requests of the round sent through the server (benchmark 5)")
+    ap.add_argument("--serving-tokens", type=int, default=16, help="max_new_tokens per request in benchmark 5")
     ap.add_argument("--max-new-tokens", type=int, default=48, help="new tokens per request in the throughput benchmark (CPU)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS.md"))
     ap.add_argument("--json", default=None, help="also write the raw results as JSON")
@@ -431,6 +481,9 @@ def main(argv=None) -> int:
     if "analysis" in only:
         log("4. analysis")
         res["analysis"] = bench_analysis()
+    if "serving" in only:
+        log("5. serving: OpenAIBackend against a local transformers serve")
+        res["serving"] = bench_serving(a.serving_requests, a.serving_tokens)
     if a.device == "cuda":
         log(f"1g. generation throughput and memory on the GPU ({a.gpu_model})")
         res.update(run_gpu_child(a.gpu_model, gpu_env))
