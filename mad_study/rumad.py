@@ -28,13 +28,15 @@ from .reproduce import planner
 from .sim import read_final_answers
 
 # %% auto #0
-__all__ = ['TIERS', 'DELTA', 'DISTS', 'INITS', 'DENSE_LOGIT', 'ALPHA', 'BETA', 'TIER_COST', 'TABLE6', 'REWARD_MODES',
-           'PAPER_TAB2', 'Embedder', 'similarity_matrix', 'SimEmbedder', 'MiniLMEmbedder', 'make_embedder',
-           'prompt_tier', 'activation_mask', 'TopologyPolicy', 'budget_count', 'expected_links', 'budget_loss',
-           'accuracy_reward', 'consensus_reward', 'progress_reward', 'efficiency_reward', 'improvement_reward',
-           'sparsity_penalty', 'step_reward', 'episode_reward', 'gae', 'ppo_loss', 'ppo_update', 'RumadController',
-           'fixed_policy', 'round_outcomes', 'episodes', 'RumadConfig', 'train_controller', 'one_thread',
-           'save_controller', 'load_controller', 'SparseTopology', 'cost_saving', 'tokens_per_point']
+__all__ = ['TIERS', 'DELTA', 'DISTS', 'INITS', 'DENSE_LOGIT', 'BUDGET_READINGS', 'ALPHA', 'BETA', 'TIER_COST', 'TABLE6',
+           'REWARD_MODES', 'PAPER_TAB2', 'Embedder', 'similarity_matrix', 'SimEmbedder', 'MiniLMEmbedder',
+           'make_embedder', 'prompt_tier', 'activation_mask', 'TopologyPolicy', 'budget_count', 'expected_links',
+           'mean_weights', 'budget_loss', 'accuracy_reward', 'consensus_reward', 'progress_reward', 'efficiency_reward',
+           'improvement_reward', 'sparsity_penalty', 'step_reward', 'episode_reward', 'gae', 'ppo_loss', 'ppo_update',
+           'RumadController', 'fixed_policy', 'round_outcomes', 'episodes', 'RumadConfig', 'train_controller',
+           'one_thread', 'save_controller', 'load_controller', 'SparseTopology', 'cost_saving', 'tokens_per_point',
+           'ForcedDense', 'rumad_agents', 'rumad_prompt', 'training_meta', 'checkpoint_mismatch', 'rumad_checkpoint',
+           'plan_rumad']
 
 # %% ../nbs/13_rumad.ipynb #1859985e
 class Embedder(_TypingProtocol):
@@ -191,9 +193,22 @@ def expected_links(dist, delta: float = DELTA) -> torch.Tensor:
     off = ~torch.eye(n, dtype=torch.bool)
     return p[:, off].sum(-1)
 
-def budget_loss(dist, B: float, delta: float = DELTA) -> torch.Tensor:
-    "RUMAD Eq. 6, differentiable: mean over the batch of max(0, E[#{w_ij > delta}] - B) (see the notebook for the reading)."
-    return torch.relu(expected_links(dist, delta) - B).mean()
+BUDGET_READINGS = ("expected", "straight_through")
+
+def mean_weights(dist) -> torch.Tensor:
+    "The deployment weights of a policy distribution: Sigmoid(mu) (Gaussian over z, Eq. 3) or the Beta mean."
+    return torch.sigmoid(dist.mean) if isinstance(dist, torch.distributions.Normal) else dist.mean
+
+def budget_loss(dist, B: float, delta: float = DELTA, reading: str = "expected") -> torch.Tensor:
+    """RUMAD Eq. 6, differentiable (see the notebook for both readings): mean over the batch of max(0, count - B) with
+    count = E[#{w_ij > delta}] (`expected`), or the printed count on the mean weights with the gradient of the sum of
+    the visible links' weights (`straight_through`)."""
+    if reading == "expected": return torch.relu(expected_links(dist, delta) - B).mean()
+    if reading != "straight_through": raise ConfigError("unknown budget-loss reading", key="budget_reading", value=reading, choices=BUDGET_READINGS)
+    w = mean_weights(dist); n = w.shape[-1]
+    vis = (w > delta).float()
+    cnt = (vis * (1.0 + w - w.detach()))[:, ~torch.eye(n, dtype=torch.bool)].sum(-1)    # forward: the count; backward: d(sum of visible w)
+    return torch.relu(cnt - B).mean()
 
 # %% ../nbs/13_rumad.ipynb #3f522433
 ALPHA = {"accuracy": 1.0, "consensus": 0.3, "progress": 0.1, "efficiency": 0.2, "improvement": 1.0, "sparsity": 0.1}   # Table 5, Eq. 7
@@ -257,7 +272,7 @@ def gae(rewards: Sequence[float], values: Sequence[float], gamma: float = 0.99, 
     return adv, adv + v
 
 def ppo_loss(policy: TopologyPolicy, batch: Mapping[str, torch.Tensor], B: float, clip: float = 0.2, c1: float = 0.01,
-             c2: float = 0.01, delta: float = DELTA) -> tuple[torch.Tensor, dict]:
+             c2: float = 0.01, delta: float = DELTA, budget_reading: str = "expected") -> tuple[torch.Tensor, dict]:
     "RUMAD's total loss Eq. 11 = Eq. 9 (clipped PPO policy loss) + c1 Eq. 10 (value loss) + c2 Eq. 6 (budget loss)."
     d = policy.dist(batch["obs"])
     logp = d.log_prob(batch["action"]).sum((-1, -2))
@@ -266,7 +281,7 @@ def ppo_loss(policy: TopologyPolicy, batch: Mapping[str, torch.Tensor], B: float
     A = (A - A.mean()) / (A.std() + 1e-8) if len(A) > 1 else A
     l_pi = -torch.min(ratio * A, torch.clamp(ratio, 1 - clip, 1 + clip) * A).mean()           # Eq. 9
     l_v = ((policy.value(batch["obs"]) - batch["ret"]) ** 2).mean()                           # Eq. 10
-    l_b = budget_loss(d, B, delta)                                                            # Eq. 6 (expected count)
+    l_b = budget_loss(d, B, delta, budget_reading)                                            # Eq. 6 (our reading)
     total = l_pi + c1 * l_v + c2 * l_b                                                        # Eq. 11
     return total, {"policy": l_pi.item(), "value": l_v.item(), "budget": l_b.item(), "total": total.item()}
 
@@ -406,6 +421,7 @@ class RumadConfig:
     rewards: str = "full"           # ablations: "no_ep", "no_t"
     activation: bool = True         # ablation: False (every agent speaks every round)
     use_budget: bool = True         # ablation: False (c2 = 0)
+    budget_reading: str = "expected"           # Eq. 6's differentiable reading (or "straight_through", see above)
     temperature: float = 1.0
 
     @classmethod
@@ -458,7 +474,7 @@ def _train_step(u, items, agents, backends, cfg, embedder, seed, prompt, max_new
                     experiment="rumad-train", progress=False)
     eps = episodes(tr, ctl, cfg.token_budget, cfg.lam, cfg.rewards)
     logs = ppo_update(policy, opt, _batch(eps, cfg), cfg.B, cfg.epochs, cfg.batch_size, rng=g, clip=cfg.clip,
-                      c1=cfg.c1, c2=cfg.c2 if cfg.use_budget else 0.0, delta=cfg.delta)
+                      c1=cfg.c1, c2=cfg.c2 if cfg.use_budget else 0.0, delta=cfg.delta, budget_reading=cfg.budget_reading)
     links = np.mean([(s["W"][~np.eye(cfg.n_agents, dtype=bool)] > cfg.delta).sum() for e in eps for s in e["steps"]])
     return {"update": u, "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
                  "tokens": float(np.mean([e["tokens"] for e in eps])), "accuracy": float(np.mean([e["correct"] for e in eps])),
@@ -512,3 +528,94 @@ PAPER_TAB2 = pd.DataFrame([
     ("GSM8K", "S-MAD star", 83, 39.38, -48.78), ("GSM8K", "S-MAD ring", 70, 37.82, -50.81), ("GSM8K", "GD", 84, 29.76, -61.30),
     ("GSM8K", "S2-MAD", 70, 30.51, -60.32),
 ], columns=["task", "method", "accuracy_pct", "tokens_k", "saving_pct"])
+
+# %% ../nbs/13_rumad.ipynb #bb2e1694
+class ForcedDense(RumadController):
+    "Control for RUMAD's saving: the controller's observation and policy as usual, but every agent speaks (no Eq. 4) and sees every peer as Critical (no Eq. 5 pruning)."
+    def decide(self, ctx: RoundContext) -> dict:
+        d = super().decide(ctx)
+        if not d.get("forced"):
+            n = len(d["W"]); order = np.argsort(-d["W"], axis=1, kind="stable")     # keep the policy's order of peers
+            d["W_policy"], d["forced"] = d["W"], True
+            W = np.zeros((n, n))
+            for i in range(n):
+                for rank, j in enumerate([j for j in order[i] if j != i]): W[i, j] = 1.0 - 0.01 * rank   # all Critical, policy order
+            d["W"], d["active"] = W, np.ones(n, dtype=bool)
+        return d
+
+# %% ../nbs/13_rumad.ipynb #a14e8447
+def rumad_agents(models: Sequence[str], n_agents: int) -> list[Agent]:
+    "N agents, the same number of each model in `models` (paper: two each of Llama-3.1-8B, GLM-4-9B, DeepSeek-Math-7B), grouped by model."
+    if n_agents % len(models): raise ConfigError(f"{n_agents} agents cannot be split evenly over {len(models)} models", key="n_agents")
+    return make_agents([m for m in models for _ in range(n_agents // len(models))])
+
+def rumad_prompt(name: str, fmt: str):
+    "The prompt set for answer format `fmt`: `rumad` = RUMAD's Tables 7-8 (multiple choice or numeric wording), else `get_prompt(name, fmt)`."
+    from mad_study.prompts import get_prompt
+    if name == "rumad": return get_prompt("rumad_math" if fmt == "number" else "rumad_mc")
+    return get_prompt(name, fmt)
+
+def training_meta(models: Sequence[str], train_task: str, seed: int, embedder: str, prompt: str, max_new_tokens: int,
+                  source: str = "fixture", sim_agents: Mapping | None = None) -> dict:
+    "Everything besides `RumadConfig` that shapes a training run (stored in a checkpoint; a different value means retrain)."
+    return {"models": list(models), "train_task": train_task, "seed": int(seed), "embedder": embedder, "prompt": prompt,
+            "max_new_tokens": int(max_new_tokens), "source": source,
+            "sim_agents": {m: dict((sim_agents or {}).get(m, {})) for m in models if m.startswith("sim")}}
+
+_NOT_PARAMS = ("log", "train_seconds")
+
+def checkpoint_mismatch(path: str | Path, cfg: RumadConfig, meta: Mapping) -> str | None:
+    "None when the checkpoint at `path` was trained with `cfg` and `meta`, else why not (missing file, the differing keys)."
+    path = Path(path)
+    if not path.exists(): return f"no checkpoint {path.name}"
+    _, c, m = load_controller(path)
+    diff = [k for k in asdict(cfg) if asdict(c)[k] != asdict(cfg)[k]]
+    diff += [k for k in set(meta) | (set(m) - set(_NOT_PARAMS)) if k not in _NOT_PARAMS and m.get(k) != meta.get(k)]
+    return f"{path.name} was trained with other {', '.join(sorted(diff))}" if diff else None
+
+def rumad_checkpoint(path: str | Path, cfg: RumadConfig, meta: Mapping, train: Callable[[], tuple],
+                     may_train: bool = True, log: Callable = print) -> tuple[TopologyPolicy, pd.DataFrame, str]:
+    """Load the controller at `path` if its stored training parameters equal (`cfg`, `meta`); otherwise call `train()`
+    (-> policy, log DataFrame), save it there with `meta` and the log, and return it. Returns (policy, log, 'loaded'|'trained')."""
+    why = checkpoint_mismatch(path, cfg, meta)
+    if why is None:
+        pol, _, m = load_controller(path)
+        return pol, pd.DataFrame(m.get("log") or {}), "loaded"
+    if not may_train: raise ConfigError(f"{why}; training is switched off (train_missing=False)", key="checkpoint", value=str(path))
+    log(f"RUMAD: {why}: training {Path(path).name} ({cfg.updates} PPO updates) ...")
+    import time
+    t0 = time.time(); pol, hist = train()
+    save_controller(pol, cfg, path, meta={**meta, "log": hist.to_dict("list"), "train_seconds": round(time.time() - t0, 1)})
+    return pol, hist, "trained"
+
+# %% ../nbs/13_rumad.ipynb #4488ad50
+_QUESTION_TOKENS = 250                 # an opening prompt (system + question + instructions), rough
+
+def _debates_cost(n_debates: int, n_agents: int, rounds: int, mnt: int) -> dict:
+    "Upper bounds for `n_debates` fully connected debates: every agent speaks every round and sees every peer in full."
+    gens = n_debates * n_agents * (rounds + 1)
+    per_agent_prompt = _QUESTION_TOKENS * (rounds + 1) + (n_agents - 1) * mnt * rounds
+    return {"generations": gens, "prompt_tokens": n_debates * n_agents * per_agent_prompt, "completion_tokens": gens * mnt}
+
+@planner("rumad_all")
+def plan_rumad(p: Mapping) -> dict:
+    "rumad_all: evaluation debates (Tables 2-4, Figs. 1 and 3) plus the PPO training of every controller (upper bounds)."
+    n, R, mnt = int(p.get("n_items") or 0), int(p.get("debate_rounds") or 5), int(p.get("max_new_tokens") or 512)
+    N, tasks = int(p.get("n_agents") or 6), p.get("tasks") or []
+    budgets, abl, scal = p.get("budgets") or [], p.get("ablations") or [], p.get("scaling") or []
+    methods = len(budgets) + 5 + (1 if p.get("control") else 0)           # + MAD, S-MAD star / ring, GD, S2-MAD
+    ev = [(n * len(tasks) * methods, N), (n * len(p.get("ablation_tasks") or []) * len(abl), N)]
+    ev += [(n * len(p.get("scaling_tasks") or []), int(k)) for k, b in scal if [k, b] not in [[N, x] for x in budgets]]
+    tr_cfg = RumadConfig.from_params({k: v for k, v in (p.get("train") or {}).items()})
+    runs = [N] * (len(budgets) + len(abl)) + [int(k) for k, b in scal if [k, b] not in [[N, x] for x in budgets]]
+    tr = [(int(tr_cfg.updates) * int(tr_cfg.rollout), k) for k in runs]
+    out = {"generations": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    for what in (ev, tr):
+        for d, k in what:
+            c = _debates_cost(d, k, R, mnt)
+            for key in out: out[key] += c[key]
+    t = {k: 0 for k in out}
+    for d, k in tr:
+        for key, v in _debates_cost(d, k, R, mnt).items(): t[key] += v
+    return {**out, "training_runs": len(runs), "training_updates": len(runs) * int(tr_cfg.updates),
+            "training_generations": t["generations"], "training_tokens": t["prompt_tokens"] + t["completion_tokens"]}

@@ -78,3 +78,76 @@ def test_bad_input_is_a_clear_error():
     with pytest.raises(ConfigError, match="reward mode"): R.RumadConfig.from_params({"rewards": "x"}) and R.episodes(None, None, 1, rewards="x")
     with pytest.raises(ConfigError, match="topology"): R.SparseTopology("tree")
     with pytest.raises(ConfigError, match="unknown RUMAD"): R.RumadConfig.from_params({"B2": 3})
+
+
+# ---- the sim claim, its control, and a short training run (uses the committed checkpoint; no training) ----
+from pathlib import Path
+
+from mad_study.backends import make_backend
+from mad_study.data import load_items
+from mad_study.debate import FullyConnected, run_debate
+from mad_study.protocols import debate_costs
+from mad_study.reproduce import load_profile
+
+CKPT = Path(__file__).resolve().parents[1] / "checkpoints" / "rumad_sim_B12.pt"
+MODELS = ["sim-llama-3.1-8b", "sim-glm-4-9b", "sim-deepseek-math-7b"]
+
+
+def _sim_setup():
+    prof = load_profile("sim")["sim_agents"]
+    sa = {m: prof[m] for m in MODELS}
+    return {m: make_backend(m, sim_agents=sa) for m in MODELS}, sa
+
+
+def _run(items, protocol, backends):
+    kw = dict(debate_rounds=5, temperature=1.0, max_new_tokens=512, seed=0, progress=False)
+    with R.one_thread():
+        tr = run_debate(items, R.rumad_agents(MODELS, 6), backends, protocol=protocol,
+                        prompt=R.rumad_prompt("rumad", items[0].fmt), **kw)
+    c = debate_costs(tr)
+    return c["correct"].mean(), c["tokens"].mean()
+
+
+def _controller():
+    pol, cfg, meta = R.load_controller(CKPT)
+    _, sa = _sim_setup()
+    # the checkpoint was trained under the sim profile's parameters (what the notebook checks before loading it)
+    assert R.checkpoint_mismatch(CKPT, cfg, R.training_meta(MODELS, "mmlu:dev", 0, "sim", "rumad", 512, "fixture", sa)) is None
+    return pol, cfg
+
+
+def test_sim_controller_keeps_mad_accuracy_at_a_much_lower_cost():
+    # MMLU test items (the controller was trained on MMLU dev) and GSM8K (zero-shot transfer): 90 items
+    backends, _ = _sim_setup(); pol, cfg = _controller()
+    items = load_items("mmlu", n=45, save=False) + load_items("gsm8k", n=45, save=False)
+    acc_mad, tok_mad = _run(items, FullyConnected(), backends)
+    acc_r, tok_r = _run(items, R.RumadController(pol, R.SimEmbedder(), cfg.lam), backends)
+    print(f"MAD {acc_mad:.3f} {tok_mad:.0f} | RUMAD {acc_r:.3f} {tok_r:.0f} ({100 * R.cost_saving(tok_r, tok_mad):+.1f}%)")
+    # measured: MAD 90.0% at 63.0k tokens per item, RUMAD B=12 85.6% at 23.6k (-63%)
+    assert acc_r >= acc_mad - 0.06                        # MAD's accuracy within 6 points (90 items)
+    assert R.cost_saving(tok_r, tok_mad) < -0.40          # at least 40% fewer tokens
+
+
+def test_control_forced_dense_removes_the_saving():
+    # the same controller without Eq. 4 (silencing) and Eq. 5 (hidden links): its saving against MAD vanishes
+    backends, _ = _sim_setup(); pol, cfg = _controller()
+    items = load_items("mmlu", n=45, save=False) + load_items("gsm8k", n=45, save=False)
+    acc_mad, tok_mad = _run(items, FullyConnected(), backends)
+    acc_f, tok_f = _run(items, R.ForcedDense(pol, R.SimEmbedder(), cfg.lam), backends)
+    print(f"MAD {acc_mad:.3f} {tok_mad:.0f} | forced dense {acc_f:.3f} {tok_f:.0f} ({100 * R.cost_saving(tok_f, tok_mad):+.1f}%)")
+    # measured: MAD 90.0% at 63.0k, forced dense 94.4% at 63.6k (+1.0%)
+    assert abs(R.cost_saving(tok_f, tok_mad)) < 0.05      # no saving (only the tag text differs)
+    assert abs(acc_f - acc_mad) <= 0.06
+
+
+def test_short_training_prunes_links_and_tokens_fall():
+    # 6 PPO updates from the dense start, 3 agents, 2 debate rounds, fixed seed: the loss falls and the controller prunes
+    # (the rollout items change per update, so the return over 6 updates is noise; the full run's curves are in rumad_train)
+    backends, _ = _sim_setup()
+    cfg = R.RumadConfig(n_agents=3, debate_rounds=2, B=2, init="dense", lr=0.02, updates=6, rollout=6, batch_size=6, c2=0.05)
+    _, log = R.train_controller(load_items("mmlu", split="dev", save=False), R.rumad_agents(MODELS, 3), backends, cfg,
+                                R.SimEmbedder(), seed=0, prompt=R.rumad_prompt("rumad", "option"))
+    first, last = log.iloc[:2], log.iloc[-2:]
+    assert last["links"].mean() < first["links"].mean() - 1            # measured: 5.8 -> 4.1 of 6 links
+    assert last["loss_budget"].mean() < first["loss_budget"].mean() - 1   # Eq. 6: 4.0 -> 2.0
+    assert log["tokens"].iloc[-3:].mean() < log["tokens"].iloc[0]       # below the dense start (= MAD) on the rollouts
