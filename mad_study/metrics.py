@@ -20,9 +20,9 @@ from .answers import merge_equivalent, parse_failure_rate
 
 # %% auto #0
 __all__ = ['UNPARSED', 'UNPARSED_MODES', 'wilson_ci', 'accuracy_by_round', 'bootstrap_ci', 'paired_test', 'cluster_bootstrap_ci',
-           'clustered_accuracy_ci', 'token_cost', 'token_savings', 'survival_rate', 'answer_distribution', 'entropy',
-           'uncertainty_decomposition', 'uncertainty_table', 'flip_transitions', 'flip_table', 'viewpoint_entropy',
-           'viewpoint_log_likelihood', 'path_consistency', 'reversal_point']
+           'clustered_accuracy_ci', 'token_cost', 'token_savings', 'survival_rate', 'cost_saving', 'tokens_per_point',
+           'answer_distribution', 'entropy', 'uncertainty_decomposition', 'uncertainty_table', 'flip_transitions',
+           'flip_table', 'viewpoint_entropy', 'viewpoint_log_likelihood', 'path_consistency', 'reversal_point']
 
 # %% ../nbs/05_metrics.ipynb #423c4746
 def wilson_ci(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -151,6 +151,16 @@ def survival_rate(retained: int, changed: int, total: int) -> float:
     if total < 0 or retained < 0 or changed < 0: raise ValueError(f"counts must be non-negative: {retained}, {changed}, {total}")
     if retained + changed != total: raise ValueError(f"retained + changed must equal total: {retained} + {changed} != {total}")
     return math.nan if total == 0 else (retained - changed) / total
+
+# %% ../nbs/05_metrics.ipynb #4b853ae8
+def cost_saving(cost: float, baseline: float) -> float:
+    "RUMAD Table 2's Cost Saving: (cost - baseline) / baseline (a fraction; -0.8174 is -81.74%)."
+    if not baseline: raise ValueError("baseline cost must be non-zero")
+    return (cost - baseline) / baseline
+
+def tokens_per_point(tokens: float, accuracy: float) -> float:
+    "Tokens per accuracy point (Sec. 1: 0.121k for RUMAD B=12 on GSM8K); `accuracy` a fraction, NaN at 0."
+    return float("nan") if not accuracy else tokens / (100.0 * accuracy)
 
 # %% ../nbs/05_metrics.ipynb #58846208
 UNPARSED = "<unparsed>"

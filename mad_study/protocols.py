@@ -22,7 +22,7 @@ from .debate import FullyConnected, Protocol, RoundContext, run_debate, vote_tab
 # %% auto #0
 __all__ = ['BASELINES', 'answer_only_text', 'ScriptedBackend', 'largest_agreement', 'EarlyStop', 'GroupDebate', 'S2MAD',
            'run_protocol', 'debate_costs', 'self_consistency', 'sid_scores', 'sid_et', 'tune_skip_rate',
-           'make_baseline']
+           'SparseTopology', 'make_baseline']
 
 # %% ../nbs/04b_protocols.ipynb #d25e52c5
 def answer_only_text(answer: str | None, fmt: str) -> str:
@@ -229,8 +229,21 @@ def tune_skip_rate(evaluate: Callable[[float], tuple[float, float]], tok_ref: fl
         if tok > tok_ref: trace[-1]["stop"] = "tokens"; return pct / 100, trace        # lines 8-9
     return 0.10, trace                                                  # line 13
 
+# %% ../nbs/04b_protocols.ipynb #98259ac3
+class SparseTopology(FullyConnected):
+    "S-MAD (Li et al. 2024) fixed sparse topology: `ring` (adjacent agents visible) or `star` (the centre, agent 0, visible)."
+    def __init__(self, kind: str = "ring", center: int = 0):
+        if kind not in ("ring", "star"): raise ConfigError("unknown sparse topology", key="topology", value=kind, choices=["ring", "star"])
+        self.kind, self.center, self.name, self.include_self = kind, int(center), f"smad_{kind}", False
+    def visible(self, ctx, agent, order):
+        names = ctx.names; i, n = names.index(agent), len(names)
+        if self.kind == "ring": keep = {names[(i - 1) % n], names[(i + 1) % n]} - {agent}
+        else: keep = set(names) - {agent} if i == self.center else {names[self.center]}
+        return [p for p in order if p in keep]
+
+
 # %% ../nbs/04b_protocols.ipynb #c05aa4d2
-BASELINES = ("mad", "groupdebate", "groupdebate_2-2-2", "s2mad")
+BASELINES = ("mad", "groupdebate", "groupdebate_2-2-2", "s2mad", "smad_ring", "smad_star")
 
 def make_baseline(name: str, min_agree: int | None = 5, seed: Any = 0) -> Protocol:
     "A debate baseline by name (`BASELINES`), wrapped in `EarlyStop(min_agree)` unless `min_agree` is None."
@@ -238,6 +251,7 @@ def make_baseline(name: str, min_agree: int | None = 5, seed: Any = 0) -> Protoc
     elif name == "groupdebate": p = GroupDebate((3, 3), seed=seed)
     elif name == "groupdebate_2-2-2": p = GroupDebate((2, 2, 2), seed=seed)
     elif name == "s2mad": p = S2MAD()
+    elif name in ("smad_ring", "smad_star"): p = SparseTopology(name.split("_")[1])
     else: raise ConfigError("unknown baseline", key="baseline", value=name, choices=BASELINES)
     if name == "mad": p.name = "mad"
     return p if min_agree is None else EarlyStop(p, min_agree)

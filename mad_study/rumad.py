@@ -34,9 +34,8 @@ __all__ = ['TIERS', 'DELTA', 'DISTS', 'INITS', 'DENSE_LOGIT', 'BUDGET_READINGS',
            'mean_weights', 'budget_loss', 'accuracy_reward', 'consensus_reward', 'progress_reward', 'efficiency_reward',
            'improvement_reward', 'sparsity_penalty', 'step_reward', 'episode_reward', 'gae', 'ppo_loss', 'ppo_update',
            'RumadController', 'fixed_policy', 'round_outcomes', 'episodes', 'RumadConfig', 'train_controller',
-           'one_thread', 'save_controller', 'load_controller', 'SparseTopology', 'cost_saving', 'tokens_per_point',
-           'ForcedDense', 'rumad_agents', 'rumad_prompt', 'training_meta', 'checkpoint_mismatch', 'rumad_checkpoint',
-           'plan_rumad']
+           'one_thread', 'save_controller', 'load_controller', 'ForcedDense', 'rumad_agents', 'rumad_prompt',
+           'training_meta', 'checkpoint_mismatch', 'rumad_checkpoint', 'plan_rumad']
 
 # %% ../nbs/13_rumad.ipynb #1859985e
 class Embedder(_TypingProtocol):
@@ -496,25 +495,8 @@ def load_controller(path: str | Path) -> tuple[TopologyPolicy, RumadConfig, dict
     return pol, cfg, ck["meta"]
 
 # %% ../nbs/13_rumad.ipynb #144c7885
-class SparseTopology(FullyConnected):
-    "S-MAD (Li et al. 2024) fixed sparse topology: `ring` (adjacent agents visible) or `star` (the centre, agent 0, visible)."
-    def __init__(self, kind: str = "ring", center: int = 0):
-        if kind not in ("ring", "star"): raise ConfigError("unknown sparse topology", key="topology", value=kind, choices=["ring", "star"])
-        self.kind, self.center, self.name, self.include_self = kind, int(center), f"smad_{kind}", False
-    def visible(self, ctx, agent, order):
-        names = ctx.names; i, n = names.index(agent), len(names)
-        if self.kind == "ring": keep = {names[(i - 1) % n], names[(i + 1) % n]} - {agent}
-        else: keep = set(names) - {agent} if i == self.center else {names[self.center]}
-        return [p for p in order if p in keep]
-
-def cost_saving(cost: float, baseline: float) -> float:
-    "RUMAD Table 2's Cost Saving: (cost - baseline) / baseline (a fraction; -0.8174 is -81.74%)."
-    if not baseline: raise ValueError("baseline cost must be non-zero")
-    return (cost - baseline) / baseline
-
-def tokens_per_point(tokens: float, accuracy: float) -> float:
-    "Tokens per accuracy point (Sec. 1: 0.121k for RUMAD B=12 on GSM8K); `accuracy` a fraction, NaN at 0."
-    return float("nan") if not accuracy else tokens / (100.0 * accuracy)
+from .protocols import SparseTopology          # S-MAD ring / star (nbs/04b_protocols)
+from .metrics import cost_saving, tokens_per_point   # Table 2's saving, Sec. 1's tokens per point (nbs/05_metrics)
 
 # %% ../nbs/13_rumad.ipynb #671fdc8f
 PAPER_TAB2 = pd.DataFrame([
