@@ -220,7 +220,7 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None):
     "Yield a temporary path next to `path`; on success it is renamed onto `path`, on error removed."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix or path.suffix)
-    os.close(fd)
+    os.close(fd); os.chmod(tmp, 0o644)            # mkstemp makes it private (0600): a finished file is readable like any other
     try:
         yield Path(tmp)
         os.replace(tmp, path)

@@ -292,9 +292,9 @@ def artefact_status(paper: str, art: Mapping, experiments: Mapping | None = None
         commit = (meta.get("commit") or "")[:8] + ("+dirty" if meta.get("dirty") else "")
         return {"status": "regenerated", "profile": meta.get("profile", "?"), "commit": commit, "files": files,
                 "experiment": exp_s}
-    if exp is not None: status = "implemented, not yet run"
-    elif art.get("needs") == "training": status = "needs GPU (training)"
+    if art.get("needs") == "training": status = "needs GPU (training)"       # implemented or not: no output without one
     elif art.get("needs") == "vision": status = "needs a vision backend"
+    elif exp is not None: status = "implemented, not yet run"
     else: status = "not yet implemented"
     return {"status": status, "profile": "", "commit": "", "files": [], "experiment": exp_s}
 
