@@ -7,6 +7,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= auto
 JOBS ?= 2
+# pytest workers (pytest-xdist; a test file stays on one worker): the suite waits on subprocesses, kernels and servers
+TEST_JOBS ?= 2
 TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 PIP    := $(BIN)/python -m pip -q --disable-pip-version-check --no-input
 # pip --no-compile, then bytecode written for just the modules the kit imports (WARM below), even where
@@ -80,7 +82,7 @@ nbtest: $(STAMP)
 
 pytest: $(STAMP)
 	@touch $(VENV)/.test-start
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile
 	$(UNTOUCHED)
 
 bench: $(STAMP)
