@@ -33,8 +33,8 @@ from .core import ConfigError, figures_dir, params_dir, project_root, runs_dir
 from .report import experiment_files, load_registry, write_index
 
 # %% auto #0
-__all__ = ['PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PLANNERS', 'KERNEL_SHUTDOWN_WAIT', 'notebook_parameters', 'read_yaml',
-           'load_profile', 'auto_profile', 'Experiment', 'experiments', 'resolve_targets', 'map_models',
+__all__ = ['PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'KERNEL_SHUTDOWN_WAIT', 'notebook_parameters',
+           'read_yaml', 'load_profile', 'auto_profile', 'Experiment', 'experiments', 'resolve_targets', 'map_models',
            'parse_override', 'merge_params', 'validate_params', 'planner', 'generic_plan', 'plan_experiment',
            'serve_table', 'stop_kernels', 'remove_temporaries', 'RunResult', 'run_experiment', 'reproduce', 'main']
 
@@ -107,12 +107,15 @@ def experiments() -> dict[str, Experiment]:
         out[eid] = Experiment(eid, e["paper"], e["path"], project_root() / nb, e["artefacts"], spec)
     return out
 
+PAPER_ALIASES = {"meta": "meta_debate", "meta-debate": "meta_debate", "svr_mad": "svr", "svr-mad": "svr"}
+
 def resolve_targets(targets: Sequence[str]) -> list[Experiment]:
-    "Experiments named by `targets`: 'all', a paper, an experiment id or an artefact id."
+    "Experiments named by `targets`: 'all', a paper (or its alias, `PAPER_ALIASES`), an experiment id or an artefact id."
     exps = experiments()
     if not targets or "all" in targets: return list(exps.values())
     out = []
     for t in targets:
+        t = PAPER_ALIASES.get(t, t)
         hit = [e for e in exps.values() if t in (e.id, e.paper) or t in e.artefacts]
         if not hit:
             raise ConfigError("unknown target", key="target", value=t,
