@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass
 
 # %% auto #0
-__all__ = ['SANDBOX_STATUSES', 'NOBODY', 'SHARED_WRITABLE', 'SandboxResult', 'os_isolation_available', 'run_program']
+__all__ = ['SANDBOX_STATUSES', 'NOBODY', 'SHARED_WRITABLE', 'SandboxResult', 'tmpfs_covers', 'os_isolation_available',
+           'run_program']
 
 # %% ../nbs/04d_sandbox.ipynb #4d8aabd9
 SANDBOX_STATUSES = ("ok", "timeout", "memory", "error", "setup")
@@ -90,7 +91,17 @@ exec(compile(open("program.py").read(), "program.py", "exec"), {"__name__": "__m
 def _libc():
     return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
-def _child_setup(workdir: str, memory_mb: int, cpu_seconds: int, fsize_mb: int, isolate: bool):
+def tmpfs_covers(keep: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The shared writable folders the child covers with tmpfs: all of `SHARED_WRITABLE` but those holding the
+    interpreter or its environment (`keep`, default: this Python's prefix and executable), which the child must still
+    run from (a checkout or virtual environment under /tmp). An uncovered folder is left to uid nobody's permissions
+    and the audit hook."""
+    keep = keep if keep is not None else tuple({os.path.realpath(p) for p in (sys.prefix, sys.executable)} |
+                                               {os.path.abspath(p) for p in (sys.prefix, sys.executable)})
+    return tuple(d for d in SHARED_WRITABLE if not any(k == d or k.startswith(d.rstrip("/") + "/") for k in keep))
+
+def _child_setup(workdir: str, memory_mb: int, cpu_seconds: int, fsize_mb: int, isolate: bool,
+                 covers: tuple[str, ...] = SHARED_WRITABLE):
     "The function run in the child between fork and exec (root): session, limits, folder, namespaces, tmpfs covers."
     def setup():
         os.setsid()
@@ -105,7 +116,7 @@ def _child_setup(workdir: str, memory_mb: int, cpu_seconds: int, fsize_mb: int, 
             libc = _libc()
             if libc.unshare(_CLONE_NEWNET | _CLONE_NEWNS) != 0: os._exit(_SETUP_FAILED)
             if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0: os._exit(_SETUP_FAILED)
-            for d in SHARED_WRITABLE:
+            for d in covers:
                 if os.path.isdir(d) and libc.mount(b"none", d.encode(), b"tmpfs", 0, b"size=1m") != 0:
                     os._exit(_SETUP_FAILED)
     return setup
@@ -133,7 +144,9 @@ def run_program(code: str, timeout: float = 10.0, memory_mb: int = 1024, cpu_sec
     `guard`: the audit-hook layer (tests switch it off to check the OS layers alone)."""
     isolate = os_isolation_available() if isolate is None else bool(isolate)
     cpu_seconds = int(cpu_seconds or max(1, round(timeout)))
-    layers = ("rlimits", "timeout") + (("netns", "mountns", "uid-nobody") if isolate else ()) + (("audit-hook",) if guard else ())
+    covers = tmpfs_covers() if isolate else ()
+    layers = (("rlimits", "timeout") + (("netns", "mountns", "uid-nobody") if isolate else ())
+              + tuple(f"tmpfs:{d}" for d in covers) + (("audit-hook",) if guard else ()))
     work = tempfile.mkdtemp(prefix="mad-pot-")
     t0 = time.monotonic()
     try:
@@ -145,7 +158,7 @@ def run_program(code: str, timeout: float = 10.0, memory_mb: int = 1024, cpu_sec
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         proc = subprocess.Popen([sys.executable, "-I", "-c", head + _RUNNER], cwd=work, env=env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
-                                preexec_fn=_child_setup(work, memory_mb, cpu_seconds, fsize_mb, isolate))
+                                preexec_fn=_child_setup(work, memory_mb, cpu_seconds, fsize_mb, isolate, covers))
         status = None
         try:
             out, err = proc.communicate(timeout=timeout)

@@ -6,6 +6,7 @@ on after a hostile program, the experiment files and planners, and the synthetic
 by role and question, Meta-Debate beats every uniform assignment and the mean of random ones; with identical
 role-blind agents the advantage disappears."""
 import os
+from pathlib import Path
 import subprocess
 import time
 
@@ -127,8 +128,14 @@ def test_sandbox_os_layers_alone():
     r = run_program("import socket\nsocket.socket().connect(('1.1.1.1', 53))", preload=("socket",), guard=False)
     assert r.status == "error" and "unreachable" in r.error.lower()
     target = f"/tmp/mad-test-escape2-{os.getpid()}"
-    run_program(f"open({target!r}, 'w').write('x')", guard=False)
-    assert not os.path.exists(target)                      # it wrote into a private tmpfs, gone at exit
+    r = run_program(f"open({target!r}, 'w').write('x')", guard=False)
+    if "tmpfs:/tmp" in r.layers:
+        assert not os.path.exists(target)                  # it wrote into a private tmpfs, gone at exit
+    elif os.path.exists(target):                           # this Python lives under /tmp, which stays visible
+        os.remove(target)
+    mine = str(Path(__file__).parent / f"escape-{os.getpid()}.txt")         # a root-owned folder: nobody may not write
+    r = run_program(f"open({mine!r}, 'w').write('x')", guard=False)
+    assert r.status == "error" and "PermissionError" in r.error and not os.path.exists(mine)
     r = run_program("import os\nwhile True: os.fork()", timeout=3, guard=False, nproc=16)
     assert r.status in ("timeout", "error")
     for _ in range(30):
