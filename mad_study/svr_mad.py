@@ -360,13 +360,15 @@ def evaluate(items: Sequence[Item], agents, backends: Mapping[str, Any], S: int 
 
 # %% ../nbs/12_svr_mad.ipynb #5fafc717
 def method_table(ev: dict, methods: Sequence[str] = METHODS) -> pd.DataFrame:
-    "Table 1 rows of one evaluation: NComm (mean per problem), tokens (mean, x10^3), accuracy (%), n."
+    """Table 1 rows of one evaluation: NComm (mean per problem), tokens (mean, x10^3), accuracy (%), the share of problems
+    whose final answer could not be read (`Unparsed (%)`: counted wrong, DESIGN's parse-failure column), n."""
     rows = []
     for m in methods:
         c = ev["costs"].get(m)
         if c is None or not len(c): continue
         rows.append({"method": METHOD_LABELS[m], "key": m, "NComm": float(c["ncomm"].mean()), "Tok (x10^3)": float(c["tokens"].mean()) / 1e3,
-                     "Acc (%)": 100 * float(c["correct"].mean()), "n": len(c)})
+                     "Acc (%)": 100 * float(c["correct"].mean()),
+                     "Unparsed (%)": 100 * float(c["answer"].isna().mean()) if "answer" in c else math.nan, "n": len(c)})
     return pd.DataFrame(rows)
 
 def savings(tab: pd.DataFrame, method: str = "svr_mad", exclude: Sequence[str] = ("sc", "svr_mad", "mad")) -> dict:

@@ -12,6 +12,13 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# a test that does not ask for `scratch` still never writes into the project's runs/ or figures/ (e.g. the subset files
+# `load_items` saves): each pytest process gets its own scratch folders, removed when it exits
+import atexit, tempfile
+_SCRATCH = Path(tempfile.mkdtemp(prefix="mad-study-pytest-"))
+atexit.register(shutil.rmtree, _SCRATCH, True)
+os.environ.setdefault("MAD_STUDY_RUNS", str(_SCRATCH / "runs"))
+os.environ.setdefault("MAD_STUDY_FIGURES", str(_SCRATCH / "figures"))
 
 
 @pytest.fixture
