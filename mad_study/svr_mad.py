@@ -21,7 +21,7 @@ from .answers import answers_equivalent, extract_confidence, is_correct, merge_e
 from .data import format_question
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
 from .debate import run_debate
-from .metrics import survival_rate
+from .metrics import _isna as _isnull, survival_rate      # missing: None, NaN or pd.NA (one definition)
 from .reproduce import planner
 
 # %% auto #0
@@ -254,7 +254,6 @@ def probe_memo(probes: pd.DataFrame | None) -> dict[tuple, dict]:
     if probes is None: return {}
     return {(r["item_id"], int(r["sample"]), r["receiver"], r["challenger"]): r for r in probes.to_dict("records")}
 
-def _isnull(v) -> bool: return v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA
 
 def run_svr_mad(pre: pd.DataFrame, items: Mapping[str, Item], backends: Mapping[str, Any] | None = None, S: int = 2, C: int = 2,
                 tau: float = 1.0, prior: str = "conf", posterior: str = "svr", budget: int | None = None,
