@@ -1,4 +1,4 @@
-"""The eleven benchmarks of the five papers: where each lives on the hub, how its rows become `Item`s,
+"""The eleven benchmarks of the five papers (and MATH's training split, on which UMAD trains): where each lives on the hub, how its rows become `Item`s,
 deterministic saved subsets, and the small fixtures that let everything run offline.
 
 Docs: https://mad-study.github.io/mad_study/data.html.md"""
@@ -27,9 +27,10 @@ from .answers import canonical_number, parse_number
 from .core import ConfigError, Item, atomic_write_text, rng_for, runs_dir
 
 # %% auto #0
-__all__ = ['LETTERS', 'TASKS', 'SYNTHETIC_TAG', 'SYNTHETIC_COUNTS', 'SOURCES', 'plain_question', 'du_options_question',
-           'format_question', 'TaskSpec', 'get_task', 'describe_tasks', 'fixtures_dir', 'synthetic_items',
-           'HubUnavailableError', 'SubsetSizeWarning', 'subset_path', 'choose_subset', 'load_items', 'items_from_ids']
+__all__ = ['LETTERS', 'TASKS', 'MATH_SUBJECTS', 'SYNTHETIC_TAG', 'SYNTHETIC_COUNTS', 'SOURCES', 'plain_question',
+           'du_options_question', 'format_question', 'TaskSpec', 'get_task', 'describe_tasks', 'fixtures_dir',
+           'synthetic_items', 'HubUnavailableError', 'SubsetSizeWarning', 'subset_path', 'choose_subset', 'load_items',
+           'items_from_ids']
 
 # %% ../nbs/02_data.ipynb #a41088c2
 def plain_question(item: Item) -> str:
@@ -200,6 +201,25 @@ def describe_tasks() -> pd.DataFrame:
     return pd.DataFrame([dict(task=s.name, title=s.title, hub=s.hf_id, configs=",".join(s.configs), split=s.split,
                               fmt=s.fmt, licence=s.licence, fixture="real" if s.redistributable else "synthetic",
                               papers=",".join(s.papers)) for s in TASKS.values()])
+
+# %% ../nbs/02_data.ipynb #f7746681
+MATH_SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory", "prealgebra", "precalculus")
+
+def _conv_math_train(spec, row, index, split, config):
+    """MATH (Hendrycks et al., 2021) rows of `EleutherAI/hendrycks_math`: gold = the last `\\boxed{}` of the solution
+    (`mad_study.answers.last_boxed`); a row with no (or an empty) boxed answer has no gold and is left out (None)."""
+    from mad_study.answers import last_boxed
+    gold = (last_boxed(row["solution"]) or "").strip()
+    if not gold: return None
+    lvl = str(row.get("level", "")).rpartition(" ")[2]
+    return dict(question=row["problem"], gold=gold,
+                meta={"subject": row.get("type"), "level": int(lvl) if lvl.isdigit() else None, "solution": row["solution"]})
+
+TASKS["math_train"] = _spec(
+    name="math_train", title="MATH (train)", hf_id="EleutherAI/hendrycks_math", configs=MATH_SUBJECTS, split="train",
+    n_items=7498, fields={"question": "problem", "answer": "last \\boxed{} of solution", "meta": "type (subject), level, solution"},
+    fmt="boxed", licence="MIT", redistributable=True, papers=("umad",), convert=_conv_math_train,
+    notes="UMAD's training set (Sec. 5.1: 7,500 questions; 2 rows without a boxed answer are left out)")
 
 # %% ../nbs/02_data.ipynb #ba75da00
 def fixtures_dir() -> Path:

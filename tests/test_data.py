@@ -24,8 +24,8 @@ def _runs(tmp_path, monkeypatch):
 
 def test_registry_covers_the_study():
     assert set(TASKS) == {"gsm8k", "math500", "mmlu", "gpqa", "bbh_logical_deduction_7", "bbh_geometric_shapes",
-                          "amc23", "aime24", "aime25", "imo_answerbench", "hle_mc"}
-    assert set(REAL) == {"gsm8k", "math500", "mmlu", "bbh_logical_deduction_7", "bbh_geometric_shapes"}
+                          "amc23", "aime24", "aime25", "imo_answerbench", "hle_mc", "math_train"}
+    assert set(REAL) == {"gsm8k", "math500", "mmlu", "bbh_logical_deduction_7", "bbh_geometric_shapes", "math_train"}
     for s in TASKS.values():
         assert s.hf_id and s.configs and s.split and s.fields and s.licence and s.papers and callable(s.convert)
         assert s.fmt in ("number", "boxed", "option", "exact")
