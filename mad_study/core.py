@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +24,10 @@ import pandas as pd
 
 # %% auto #0
 __all__ = ['ANSWER_FORMATS', 'SIGNALS', 'TRANSCRIPT_SCHEMA', 'TRANSCRIPT_COLUMNS', 'project_root', 'runs_dir', 'figures_dir',
-           'params_dir', 'cache_home', 'ConfigError', 'derive_seed', 'rng_for', 'Item', 'GenRequest', 'Generation',
-           'signals_from_logprobs', 'transcript_frame', 'describe_transcript', 'atomic_path', 'atomic_write_text',
-           'save_transcript', 'load_transcript']
+           'params_dir', 'cache_home', 'ConfigError', 'derive_seed', 'rng_for', 'is_image_hash', 'Item', 'GenRequest',
+           'Generation', 'signals_from_logprobs', 'transcript_frame', 'describe_transcript', 'atomic_path',
+           'atomic_write_text', 'save_transcript', 'load_transcript', 'images_dir', 'image_hash', 'image_path',
+           'put_image', 'load_image']
 
 # %% ../nbs/00_core.ipynb #b4c3b41f
 def project_root() -> Path:
@@ -83,6 +85,11 @@ def rng_for(*parts: Any) -> np.random.Generator:
 
 # %% ../nbs/00_core.ipynb #c2d7229f
 ANSWER_FORMATS = ("number", "boxed", "option", "exact")
+_IMAGE_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+def is_image_hash(h: Any) -> bool:
+    "Whether `h` is an image content hash `sha256:<64 lowercase hex>`."
+    return isinstance(h, str) and bool(_IMAGE_HASH.match(h))
 
 @dataclass(frozen=True)
 class Item:
@@ -95,17 +102,28 @@ class Item:
     choices: tuple[str, ...] | None = None   # option texts in order A, B, ... (multiple choice only)
     meta: Mapping[str, Any] = field(default_factory=dict)
     synthetic: bool = False
+    images: tuple[str, ...] = ()             # content hashes of the item's images in the image store (vision items)
 
     def __post_init__(self):
         if self.fmt not in ANSWER_FORMATS:
             raise ConfigError("unknown answer format", key="fmt", value=self.fmt, choices=ANSWER_FORMATS)
         if self.choices is not None and not isinstance(self.choices, tuple):
             object.__setattr__(self, "choices", tuple(self.choices))
+        imgs = (self.images,) if isinstance(self.images, str) else tuple(self.images or ())
+        bad = [h for h in imgs if not is_image_hash(h)]
+        if bad: raise ConfigError("an image must be given by its content hash 'sha256:<64 hex>' (see put_image)", key="images", value=bad[0])
+        object.__setattr__(self, "images", imgs)
+
+    @property
+    def modality(self) -> str:
+        "'vision' for items with images, else 'text'."
+        return "vision" if self.images else "text"
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["choices"] = list(self.choices) if self.choices is not None else None
         d["meta"] = dict(self.meta)
+        d["images"] = list(self.images)
         return d
 
     @classmethod
@@ -123,6 +141,14 @@ class GenRequest:
     top_p: float = 1.0
     seed: int = 0
     meta: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        "Attach the item's images to the first user message (see above), unless some message already has images."
+        imgs = list(getattr((self.meta or {}).get("item"), "images", ()) or ())
+        if not imgs or any(m.get("images") for m in self.messages): return
+        first = next((k for k, m in enumerate(self.messages) if m.get("role") == "user"), None)
+        if first is not None:
+            self.messages = [dict(m, images=imgs) if k == first else m for k, m in enumerate(self.messages)]
 
     def sampling(self) -> dict:
         "The sampling parameters that determine the output (seed only when sampling)."
@@ -195,6 +221,7 @@ TRANSCRIPT_SCHEMA: dict[str, tuple[str, str]] = {
     "perplexity":        ("float64", "exp(-logprob_mean)"),
     "token_entropy":     ("float64", "mean next-token entropy (nats)"),
     "confidence":        ("float64", "self-reported confidence in [0, 1]"),
+    "images":            ("string",  "comma-separated content hashes of the item's images (vision items; see the image store)"),
 }
 TRANSCRIPT_COLUMNS = list(TRANSCRIPT_SCHEMA)
 
@@ -242,3 +269,51 @@ def save_transcript(df: pd.DataFrame, path: str | os.PathLike) -> Path:
 def load_transcript(path: str | os.PathLike) -> pd.DataFrame:
     "Load a transcript saved by `save_transcript`."
     return transcript_frame(pd.read_parquet(path))
+
+# %% ../nbs/00_core.ipynb #d8353abd
+def images_dir() -> Path:
+    "The image store (`runs/images`, content-addressed PNG files)."
+    return runs_dir() / "images"
+
+def _as_pil(img: Any):
+    "A PIL image from a PIL image, encoded bytes, a file path or an HxW(xC) uint8 array."
+    from PIL import Image
+    if isinstance(img, Image.Image): return img
+    if isinstance(img, (bytes, bytearray)):
+        import io
+        im = Image.open(io.BytesIO(bytes(img))); im.load(); return im
+    if isinstance(img, (str, os.PathLike)):
+        im = Image.open(img); im.load(); return im
+    if isinstance(img, np.ndarray): return Image.fromarray(img)
+    if isinstance(img, Mapping) and img.get("bytes") is not None: return _as_pil(img["bytes"])   # datasets' Image feature
+    raise ConfigError("not an image (PIL image, bytes, path or array)", key="image", value=type(img).__name__)
+
+def image_hash(img: Any) -> str:
+    "The content hash `sha256:<hex>` of an image: over its mode, size and pixels (re-encoding keeps it)."
+    im = _as_pil(img)
+    h = hashlib.sha256(f"{im.mode}:{im.width}x{im.height}:".encode())
+    h.update(im.tobytes())
+    return "sha256:" + h.hexdigest()
+
+def image_path(h: str, root: str | os.PathLike | None = None) -> Path:
+    "Where the image with content hash `h` is stored."
+    if not is_image_hash(h): raise ConfigError("not an image content hash 'sha256:<64 hex>'", key="image", value=h)
+    return Path(root or images_dir()) / h[7:9] / f"{h[7:]}.png"
+
+def put_image(img: Any, root: str | os.PathLike | None = None) -> str:
+    "Store an image (PIL image, bytes, path or array) as PNG, once; return its content hash."
+    im = _as_pil(img)
+    h = image_hash(im)
+    p = image_path(h, root)
+    if not p.exists():
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(p, suffix=".png") as tmp: im.save(tmp, format="PNG")
+    return h
+
+def load_image(h: str, root: str | os.PathLike | None = None):
+    "The stored image (PIL, RGB) of content hash `h`; a missing one raises ConfigError naming it."
+    p = image_path(h, root)
+    if not p.exists():
+        raise ConfigError(f"image not in the image store {p.parent.parent} (load the items again to store their images)", key="image", value=h)
+    from PIL import Image
+    with Image.open(p) as im: return im.convert("RGB")
