@@ -28,15 +28,16 @@ from typing import Any, Callable, Mapping, Sequence
 
 from fastcore.basics import patch
 
-from .core import ConfigError, GenRequest, Generation, signals_from_logprobs
+from .core import ConfigError, GenRequest, Generation, image_path, load_image, signals_from_logprobs
 from .backends import BaseBackend, ModelSpec, _spec_for, get_model, weight_memory_gb
 
 _log = logging.getLogger("mad_study.serving")
 
 # %% auto #0
-__all__ = ['SERVER_KINDS', 'RETRY_STATUS', 'SERVING_KEYS', 'BACKENDS', 'logprob_signals', 'request_body', 'ServingError',
-           'OpenAIBackend', 'free_port', 'echo_completion', 'StubServer', 'serving_available', 'TransformersServer',
-           'tensor_parallel_size', 'serve_command', 'check_serving_params', 'serving_kwargs']
+__all__ = ['SERVER_KINDS', 'RETRY_STATUS', 'SERVING_KEYS', 'BACKENDS', 'logprob_signals', 'image_data_url', 'openai_messages',
+           'request_body', 'ServingError', 'OpenAIBackend', 'free_port', 'echo_completion', 'StubServer',
+           'serving_available', 'TransformersServer', 'tensor_parallel_size', 'serve_command', 'check_serving_params',
+           'serving_kwargs']
 
 # %% ../nbs/03c_serving.ipynb #bfadcb62
 def logprob_signals(logprobs: Mapping | None) -> tuple[dict, str]:
@@ -65,11 +66,27 @@ def _local_generation_ids(served_model: str) -> dict:
     d = json.loads(p.read_text())
     return {k: d[k] for k in ("eos_token_id", "pad_token_id", "bos_token_id") if d.get(k) is not None}
 
+def image_data_url(h: str) -> str:
+    "A stored image (content hash `h`) as a `data:image/png;base64,...` URL."
+    import base64
+    load_image(h)                                      # a missing image raises the store's error, naming the hash
+    return "data:image/png;base64," + base64.b64encode(image_path(h).read_bytes()).decode("ascii")
+
+def openai_messages(messages: Sequence[Mapping]) -> list[dict]:
+    "Kit messages as OpenAI chat messages: `images` become `image_url` parts before the text part."
+    out = []
+    for m in messages:
+        imgs = list(m.get("images") or ())
+        if not imgs: out.append({"role": m["role"], "content": m["content"]}); continue
+        parts = [{"type": "image_url", "image_url": {"url": image_data_url(h)}} for h in imgs]
+        out.append({"role": m["role"], "content": parts + [{"type": "text", "text": str(m["content"])}]})
+    return out
+
 def request_body(r: GenRequest, served_model: str, server: str = "vllm", top_k: int | None = None,
                  top_logprobs: int | None = 5, chat_template_kwargs: Mapping | None = None) -> dict:
     "A chat-completions body for `r` (temperature, top-p, top-k, max tokens, seed; logprobs when `top_logprobs` is not None)."
     if server not in SERVER_KINDS: raise ConfigError("unknown server kind", key="server", value=server, choices=SERVER_KINDS)
-    b = {"model": served_model, "messages": list(r.messages), "max_tokens": int(r.max_new_tokens),
+    b = {"model": served_model, "messages": openai_messages(r.messages), "max_tokens": int(r.max_new_tokens),
          "temperature": float(r.temperature), "top_p": float(r.top_p)}
     if r.temperature > 0: b["seed"] = int(r.seed) % (2 ** 31)
     if chat_template_kwargs: b["chat_template_kwargs"] = dict(chat_template_kwargs)
