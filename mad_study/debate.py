@@ -242,7 +242,7 @@ def _row(experiment, item, sample, rnd, agent, role, position, peers, text, gen:
     r = dict(experiment=experiment, item_id=item.id, task=item.task, gold=str(item.gold), round=rnd, agent=agent.name,
              role=role, model=agent.model, sample=sample, position=position, visible_peers=",".join(peers), reused=False,
              prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens, text=text, answer=ans,
-             correct=bool(ans is not None and is_correct(ans, item.gold, item.fmt)))
+             correct=bool(ans is not None and is_correct(ans, item.gold, item.fmt)), images=",".join(item.images) or None)
     for s in SIGNALS: r[s] = getattr(gen, s)
     return r
 

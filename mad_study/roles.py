@@ -7,6 +7,7 @@ Docs: https://mad-study.github.io/mad_study/roles.html.md"""
 # %% ../nbs/04c_roles.ipynb #a745aded
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -26,10 +27,11 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['LETTERS', 'MAD_ROLES', 'MAD_PROMPTS', 'ROUND_WORDS', 'VERDICT_STATUSES', 'Assignment', 'DMAD_ROLES',
-           'DMAD_METHOD_NAMES', 'DMAD_PROMPTS', 'ROLE_SIM_KEYS', 'SIM_CRITERIA', 'question_parts', 'answer_instruction',
-           'question_block', 'loose_answer', 'mad_topic', 'Verdict', 'first_json_object', 'parse_verdict',
-           'resolve_assignment', 'run_mad', 'dmad_opening', 'dmad_debate_message', 'extract_program', 'pot_answer',
-           'run_dmad', 'RoleSimBackend']
+           'DMAD_METHOD_NAMES', 'DMAD_PROMPTS', 'DMAD_VISION_ROLES', 'DMAD_TWO_STEP', 'DMAD_VISION_PROMPTS',
+           'ROLE_SIM_KEYS', 'SIM_AUX', 'SIM_CRITERIA', 'question_parts', 'answer_instruction', 'question_block',
+           'loose_answer', 'mad_topic', 'Verdict', 'first_json_object', 'parse_verdict', 'resolve_assignment',
+           'run_mad', 'dmad_opening', 'dmad_debate_message', 'dmad_roles', 'dmad_vision_message', 'extract_program',
+           'pot_answer', 'run_dmad', 'RoleSimBackend']
 
 # %% ../nbs/04c_roles.ipynb #5d932869
 LETTERS = "ABCDEFGHIJ"
@@ -150,7 +152,7 @@ def _row(experiment, item, rnd, role, model, position, peers, gen: Generation, a
              model=model, sample=0, position=position, visible_peers=",".join(peers), reused=False,
              prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
              text=gen.text if text is None else text, answer=answer,
-             correct=bool(answer is not None and is_correct(answer, item.gold, item.fmt)))
+             correct=bool(answer is not None and is_correct(answer, item.gold, item.fmt)), images=",".join(item.images) or None)
     for s in SIGNALS: r[s] = getattr(gen, s)
     return r
 
@@ -275,6 +277,48 @@ def dmad_debate_message(role: str, item: Item, solutions: Sequence[tuple[str, st
     return (prompts["intro"] + "".join(_fill(prompts["peer"], method=DMAD_METHOD_NAMES[r], solution=t) for r, t in solutions)
             + _fill(prompts["outro"], method=DMAD_METHOD_NAMES[role], again=again))
 
+# %% ../nbs/04c_roles.ipynb #0ceb3a27
+DMAD_VISION_ROLES = ("io", "ccot", "ddcot")
+DMAD_TWO_STEP = ("ccot", "ddcot")
+DMAD_METHOD_NAMES.update(io="direct answering", ccot="compositional chain-of-thought", ddcot="duty-distinct chain-of-thought")
+
+DMAD_VISION_PROMPTS: dict[str, str] = {
+    "source": "IO; CCoT: Mitra et al. 2024; DDCoT: Zheng et al. 2023; two calls per turn and the debate message as in DMAD's "
+              "released code (Liu et al. 2025, MraDonkey/DMAD); our wording of their structure",
+    "io": "{question}\n\nAnswer the question directly. {instruction}",
+    "ccot_aux": "{question}\n\nFor the image and this question, write a scene graph in JSON format that holds:\n1. the objects relevant "
+                "to answering the question;\n2. the attributes of those objects relevant to answering the question;\n3. the "
+                "relationships between those objects relevant to answering the question.\nWrite only the scene graph in JSON, nothing else.",
+    "ddcot_aux": "{question}\n\nThink step by step about the knowledge needed to answer this question, and break the problem down, as "
+                 "completely as possible, into the sub-questions it needs. Then, to help answer the original question, answer each "
+                 "sub-question. Use this form:\nSub-questions:\n1. <sub-question 1>\n2. <sub-question 2>\n...\n\nSub-answers:\n"
+                 "1. <sub-answer 1>\n2. <sub-answer 2>\n...",
+    "ccot": "{question}\n\nThe scene graph of the image in JSON format:\n{aux}\n\nUse the image and the scene graph as context and answer the question. {instruction}",
+    "ddcot": "{question}\n\nThe problem breaks down into these sub-questions and sub-answers:\n{aux}\n\nFrom the sub-questions and "
+             "sub-answers, answer the question. {instruction}",
+    "intro": "These are the answers to the question from other agents, each using a different reasoning method: ",
+    "peer": "\n\n One answer ({method}): ```{solution}```",
+    "outro": "\n\n Using the answers of the other methods as additional information, ",
+    "joined_ccot": "First, the scene graph of the image in JSON format:\n{aux}\n\nThen, with the image and the scene graph as context, the answer:\n{answer}",
+    "joined_ddcot": "First, the question broken down into sub-questions:\n{aux}\n\nThen, from the sub-questions and sub-answers, the answer:\n{answer}",
+}
+
+def dmad_roles(items: Sequence[Item]) -> tuple[str, ...]:
+    "DMAD's methods for `items`: CoT / step-back / PoT (text) or IO / CCoT / DDCoT (vision); one modality per call."
+    mods = sorted({it.modality for it in items})
+    if len(mods) > 1: raise ConfigError("DMAD runs one modality at a time (its methods differ): split text and vision items", key="items", value=mods)
+    return DMAD_VISION_ROLES if mods == ["vision"] else DMAD_ROLES
+
+def dmad_vision_message(role: str, item: Item, step: str, solutions: Sequence[tuple[str, str]] = (), aux: str = "",
+                        prompts: Mapping[str, str] = DMAD_VISION_PROMPTS) -> str:
+    "A vision method's user message: `step` 'aux' (scene graph / sub-questions) or 'answer'; with the peers' turns in debate rounds."
+    if role not in DMAD_VISION_ROLES: raise ConfigError("unknown DMAD vision method", key="role", value=role, choices=DMAD_VISION_ROLES)
+    key = f"{role}_aux" if step == "aux" else role
+    body = _fill(prompts[key], question=question_block(item), instruction=answer_instruction(item), aux=aux)
+    if not solutions: return body
+    peers = prompts["intro"] + "".join(_fill(prompts["peer"], method=DMAD_METHOD_NAMES[r], solution=t) for r, t in solutions)
+    return peers + prompts["outro"] + body[0].lower() + body[1:]
+
 # %% ../nbs/04c_roles.ipynb #78286a09
 def extract_program(text: str) -> str | None:
     "The last ```python code block of `text` (else the last ``` block); None if there is none."
@@ -296,25 +340,38 @@ def pot_answer(text: str, item: Item, timeout: float = 10.0, memory_mb: int = 10
     return ans, ("ok" if ans is not None else "no_answer"), out[-2000:]
 
 # %% ../nbs/04c_roles.ipynb #85d525a7
+def _dmad_user(role: str, it: Item, rnd: int, peers, prompts, vprompts, aux: str = "", step: str = "answer") -> str:
+    if role in DMAD_VISION_ROLES: return dmad_vision_message(role, it, step, peers if rnd else (), aux, vprompts)
+    return dmad_opening(role, it, prompts) if rnd == 0 else dmad_debate_message(role, it, peers, prompts)
+
 def run_dmad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str, Any], *, rounds: int = 3,
              temperature: float = 0.0, max_new_tokens: int = 1024, seed: int = 0, experiment: str = "dmad",
-             prompts: Mapping[str, str] = DMAD_PROMPTS, pot_timeout: float = 10.0, pot_memory_mb: int = 1024,
-             execute: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """DMAD (Liu et al. 2025) with the text methods CoT / step-back / PoT as roles and a per-item assignment.
-    `rounds` counts the opening round. Returns (transcript, outcomes, pot_log): outcomes hold the majority vote of the
-    last round per item; pot_log one row per program-of-thought turn (status, output or error)."""
+             prompts: Mapping[str, str] = DMAD_PROMPTS, vision_prompts: Mapping[str, str] = DMAD_VISION_PROMPTS,
+             pot_timeout: float = 10.0, pot_memory_mb: int = 1024, execute: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """DMAD (Liu et al. 2025): text items with CoT / step-back / PoT, image items with IO / CCoT / DDCoT (`dmad_roles`), as roles
+    with a per-item assignment. `rounds` counts the opening round. Returns (transcript, outcomes, pot_log): outcomes hold the
+    majority vote of the last round per item; pot_log one row per program-of-thought turn (status, output or error)."""
     if rounds < 1: raise ConfigError("must be >= 1", key="rounds", value=rounds)
-    st = {it.id: dict(item=it, a=resolve_assignment(assignment, it, DMAD_ROLES), conv={r: [] for r in DMAD_ROLES}, last={})
-          for it in items}
+    roles = dmad_roles(items)
+    st = {it.id: dict(item=it, a=resolve_assignment(assignment, it, roles), conv={r: [] for r in roles}, last={}) for it in items}
     rows, pot_log = [], []
     kw = dict(seed=seed, temperature=temperature, max_new_tokens=max_new_tokens)
     for rnd in range(int(rounds)):
+        peers = lambda s, role: [(p, s["last"][p]) for p in roles if p != role] if rnd else []
+        aux = {}                                                   # CCoT / DDCoT: the scene graph or sub-questions first
+        jobs, keys = [], []
+        for s in st.values():
+            for role in (r for r in roles if r in DMAD_TWO_STEP):
+                user = _dmad_user(role, s["item"], rnd, peers(s, role), prompts, vision_prompts, step="aux")
+                jobs.append((s["a"][role], _req(s["conv"][role] + [{"role": "user", "content": user}], s["item"], role, rnd, "aux", **kw)))
+                keys.append((s["item"].id, role))
+        aux = dict(zip(keys, _generate(backends, jobs)))
         jobs, keys = [], []
         for s in st.values():
             it = s["item"]
-            for role in DMAD_ROLES:
-                if rnd == 0: user = dmad_opening(role, it, prompts)
-                else: user = dmad_debate_message(role, it, [(p, s["last"][p]) for p in DMAD_ROLES if p != role], prompts)
+            for role in roles:
+                a = aux.get((it.id, role))
+                user = _dmad_user(role, it, rnd, peers(s, role), prompts, vision_prompts, aux=a.text if a else "")
                 s["conv"][role] = s["conv"][role] + [{"role": "user", "content": user}]
                 jobs.append((s["a"][role], _req(s["conv"][role], it, role, rnd, "answer", **kw))); keys.append((s, role))
         for (s, role), g in zip(keys, _generate(backends, jobs)):
@@ -327,10 +384,14 @@ def run_dmad(items: Sequence[Item], assignment: Assignment, backends: Mapping[st
                 pot_log.append(dict(item_id=it.id, round=rnd, model=s["a"][role], status=status, answer=pa,
                                     fallback=pa is None, output=out[:500]))
                 if pa is not None: ans = pa
+            a = aux.get((it.id, role))
+            if a is not None:                                      # the turn others see: both steps joined, both calls' tokens
+                text = _fill(vision_prompts[f"joined_{role}"], aux=a.text, answer=text)
+                g = dataclasses.replace(g, prompt_tokens=g.prompt_tokens + a.prompt_tokens, completion_tokens=g.completion_tokens + a.completion_tokens)
             s["conv"][role] = s["conv"][role] + [{"role": "assistant", "content": text}]
             s["last"][role] = text
-            rows.append(_row(experiment, it, rnd, role, s["a"][role], DMAD_ROLES.index(role),
-                             () if rnd == 0 else tuple(p for p in DMAD_ROLES if p != role), g, ans, text=text))
+            rows.append(_row(experiment, it, rnd, role, s["a"][role], roles.index(role),
+                             () if rnd == 0 else tuple(p for p in roles if p != role), g, ans, text=text))
     tr = transcript_frame(rows)
     out = []
     last = tr[tr["round"] == rounds - 1]
@@ -344,18 +405,22 @@ def run_dmad(items: Sequence[Item], assignment: Assignment, backends: Mapping[st
     return tr, pd.DataFrame(out), pd.DataFrame(pot_log, columns=["item_id", "round", "model", "status", "answer", "fallback", "output"])
 
 # %% ../nbs/04c_roles.ipynb #55e27bea
-ROLE_SIM_KEYS = ("role_skill", "role_item_sd", "role_consistency", "decisiveness", "verdict_fail", "review_skill", "review_noise", "review_fail")
+ROLE_SIM_KEYS = ("role_skill", "modality_skill", "role_item_sd", "role_consistency", "decisiveness", "verdict_fail", "review_skill", "review_noise", "review_fail")
 
 class RoleSimBackend(SimBackend):
     "Synthetic agents with a skill per role and per question (see above); a `SimBackend` otherwise."
     kind = "sim"
 
     def __init__(self, model_name: str = "sim", role_skill: Mapping[str, float] | None = None, role_item_sd: float = 0.0,
+                 modality_skill: Mapping[str, float] | None = None,
                  role_consistency: float = 0.0, decisiveness: float = 0.5, verdict_fail: float = 0.0, review_skill: float = 0.8, review_noise: float = 0.5,
                  review_fail: float = 0.0, **params):
         super().__init__(model_name, **params)
         self.role_skill = {str(k): float(v) for k, v in dict(role_skill or {}).items()}
-        for k, v in [*self.role_skill.items(), ("decisiveness", decisiveness), ("verdict_fail", verdict_fail),
+        self.modality_skill = {str(k): float(v) for k, v in dict(modality_skill or {}).items()}
+        bad = sorted(set(self.modality_skill) - {"text", "vision"})
+        if bad: raise ConfigError("unknown modality", key=f"role_sim.{model_name}.modality_skill", value=bad[0], choices=("text", "vision"))
+        for k, v in [*self.role_skill.items(), *self.modality_skill.items(), ("decisiveness", decisiveness), ("verdict_fail", verdict_fail),
                      ("role_consistency", role_consistency),
                      ("review_skill", review_skill), ("review_fail", review_fail)]:
             if not 0.0 <= float(v) <= 1.0: raise ConfigError("must be a probability in [0, 1]", key=f"role_sim.{model_name}.{k}", value=v)
@@ -367,8 +432,9 @@ class RoleSimBackend(SimBackend):
         self._role = None
 
     def role_p(self, item: Item, role: str | None) -> float:
-        "P(correct) of this agent alone in `role` on `item`."
-        s = self.role_skill.get(role, self.agent.skill) if role else self.agent.skill
+        "P(correct) of this agent alone in `role` on `item`: skill from `<modality>:<role>`, else `<role>`, else the modality's, else `skill`."
+        base = self.modality_skill.get(item.modality, self.agent.skill)
+        s = self.role_skill.get(f"{item.modality}:{role}", self.role_skill.get(role, base)) if role else base
         u = float(rng_for("role-sim", self.model_name, role, item.id).standard_normal()) * self.role_item_sd if role else 0.0
         return _sigmoid(_logit(s) - float(_difficulty(item, self.agent.difficulty_sd)) + u)
 
@@ -433,6 +499,8 @@ def _review_text(b: "RoleSimBackend", req: GenRequest) -> str:
     return "\n".join(out)
 
 # %% ../nbs/04c_roles.ipynb #577b6377
+SIM_AUX = {"ccot": '{"objects": ["shape"], "attributes": {"shape": ["colour", "size"]}, "relationships": []}',
+           "ddcot": "Sub-questions:\n1. What does the image show?\n\nSub-answers:\n1. Shapes."}   # the auxiliary step (no answer in it)
 SIM_CRITERIA = "1. Accuracy - the reasoning is valid and reaches the correct answer.\n2. Role fulfilment - the response does what the role requires."
 
 @patch
@@ -448,7 +516,8 @@ def generate_one(self: RoleSimBackend, req: GenRequest) -> Generation:
     elif kind == "judge_candidates": text = "The candidates are the answers of the two sides."
     elif kind == "review": text = _review_text(self, req)
     elif kind == "criteria": text = SIM_CRITERIA
-    else: raise ConfigError("unknown request kind", key="meta.kind", value=kind, choices=("answer", "verdict", "judge_candidates", "review", "criteria"))
+    elif kind == "aux": text = SIM_AUX.get(req.meta.get("role"), "Notes on the question.")
+    else: raise ConfigError("unknown request kind", key="meta.kind", value=kind, choices=("answer", "verdict", "judge_candidates", "review", "criteria", "aux"))
     n_tok = min(max(1, int(round(len(text.split()) * 1.3))), int(req.max_new_tokens))
     prompt_tokens = int(round(sum(len(m["content"].split()) for m in req.messages) * 1.3))
     return Generation(text=text, prompt_tokens=prompt_tokens, completion_tokens=n_tok)
