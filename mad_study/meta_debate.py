@@ -7,6 +7,7 @@ Docs: https://mad-study.github.io/mad_study/meta_debate.html.md"""
 # %% ../nbs/14_meta_debate.ipynb #186b9c93
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import warnings
@@ -20,22 +21,35 @@ from .core import ConfigError, GenRequest, Item, atomic_write_text, derive_seed,
 from .answers import extract_answer, is_correct
 from .prompts import META_DEBATE_PROMPTS, fill, number_word
 from .reproduce import planner
-from .roles import (DMAD_ROLES, MAD_ROLES, _fill, _generate, _pot_what, answer_instruction, parse_verdict,
+from .roles import (DMAD_ROLES, DMAD_VISION_ROLES, MAD_ROLES, _fill, _generate, _pot_what, answer_instruction, parse_verdict,
                              question_parts, run_dmad, run_mad)
 
 # %% auto #0
-__all__ = ['FRAMEWORKS', 'DATA_DESCRIPTIONS', 'PAPER_CRITERIA', 'PAPER_TAB1', 'PAPER_TAB2', 'PAPER_MODELS', 'framework_roles',
-           'parse_review', 'suitability', 'assign_roles', 'role_title', 'criteria_prompt', 'parse_criteria',
-           'format_criteria', 'CriteriaCache', 'generate_criteria', 'MetaDebateResult', 'meta_debate',
-           'uniform_assignment', 'random_assignment', 'run_framework', 'plan_tab1', 'plan_tab2', 'plan_examples']
+__all__ = ['FRAMEWORKS', 'MODALITIES', 'DATA_DESCRIPTIONS', 'PAPER_CRITERIA', 'PAPER_TAB1', 'PAPER_TAB2', 'PAPER_MODELS',
+           'framework_roles', 'items_modality', 'context_key', 'parse_review', 'suitability', 'assign_roles',
+           'role_title', 'criteria_prompt', 'parse_criteria', 'format_criteria', 'CriteriaCache', 'generate_criteria',
+           'MetaDebateResult', 'meta_debate', 'uniform_assignment', 'random_assignment', 'run_framework', 'plan_tab1',
+           'plan_tab2', 'plan_examples']
 
 # %% ../nbs/14_meta_debate.ipynb #76ac9273
 FRAMEWORKS: dict[str, tuple[str, ...]] = {"mad": MAD_ROLES, "dmad": DMAD_ROLES}
+MODALITIES = ("text", "vision")
 
-def framework_roles(framework: str) -> tuple[str, ...]:
-    "The roles of `framework` ('mad' or 'dmad'), in debate order."
+def framework_roles(framework: str, modality: str = "text") -> tuple[str, ...]:
+    "The roles of `framework` ('mad' or 'dmad') in debate order; DMAD's on images are IO / CCoT / DDCoT (Sec. 4)."
     if framework not in FRAMEWORKS: raise ConfigError("unknown debate framework", key="framework", value=framework, choices=FRAMEWORKS)
-    return FRAMEWORKS[framework]
+    if modality not in MODALITIES: raise ConfigError("unknown modality", key="modality", value=modality, choices=MODALITIES)
+    return DMAD_VISION_ROLES if (framework, modality) == ("dmad", "vision") else FRAMEWORKS[framework]
+
+def items_modality(items: Sequence[Item]) -> str:
+    "The one modality of `items` ('text' or 'vision'); a mix is an error (the frameworks' roles differ)."
+    mods = sorted({it.modality for it in items})
+    if len(mods) > 1: raise ConfigError("items mix text and vision questions: run them apart", key="items", value=mods)
+    return mods[0] if mods else "text"
+
+def context_key(framework: str, role: str) -> str:
+    "The key of the framework's description in App. A's prompts: DMAD's vision methods have their own."
+    return "dmad_vision" if role in DMAD_VISION_ROLES else framework
 
 # %% ../nbs/14_meta_debate.ipynb #998ad5a7
 _SCALE = re.compile(r"\(?\b1\s*[-–]\s*5\b\)?")
@@ -97,7 +111,12 @@ def assign_roles(scores: np.ndarray, roles: Sequence[str] | None = None, agents:
 # %% ../nbs/14_meta_debate.ipynb #91d3440b
 DATA_DESCRIPTIONS = {"gpqa": "text-only STEM multiple-choice questions (graduate-level biology, chemistry and physics)",
                      "mmlu": "text-only multiple-choice knowledge questions", "gsm8k": "text-only math word problems",
-                     "math500": "text-only competition math problems"}
+                     "math500": "text-only competition math problems",
+                     # vision-text tasks (issue 14): the paper's example of a data description is "vision-text scene understanding tasks"
+                     "mathvision": "vision-text math competition multiple-choice questions about a figure",
+                     "mathvision_all": "vision-text math competition questions about a figure",
+                     "realworldqa": "vision-text real-world scene understanding multiple-choice questions",
+                     "realworldqa_all": "vision-text real-world scene understanding questions"}
 
 def role_title(role: str) -> str: return META_DEBATE_PROMPTS["role_titles"].get(role, role)
 
@@ -107,7 +126,7 @@ def criteria_prompt(framework: str, role: str, examples: Sequence[Item], data: s
     qs = [question_parts(it)[0] for it in examples][:3]
     if len(qs) < 3: raise ConfigError("criteria generation needs three example questions", key="examples", value=len(qs))
     P = META_DEBATE_PROMPTS
-    return _fill(P["criteria"], context=P["contexts"][framework], role=role_title(role), data=data,
+    return _fill(P["criteria"], context=P["contexts"][context_key(framework, role)], role=role_title(role), data=data,
                 question1=qs[0], question2=qs[1], question3=qs[2])
 
 def parse_criteria(text: str, max_criteria: int = 3) -> list[tuple[str, str]]:
@@ -151,12 +170,12 @@ def generate_criteria(framework: str, task: str, examples: Sequence[Item], model
     cache = cache or CriteriaCache()
     data = data or DATA_DESCRIPTIONS.get(task, f"text-only questions of the task {task}")
     out, jobs, todo = {}, [], []
-    for role in framework_roles(framework):
+    for role in framework_roles(framework, items_modality(examples)):
         hit = cache.get(task, framework, role, model)
         if hit is not None: out[role] = {**hit, "criteria": [tuple(c) for c in hit["criteria"]]}; continue
         msgs = [{"role": "user", "content": criteria_prompt(framework, role, examples, data)}]
         jobs.append((model, GenRequest(msgs, max_new_tokens=max_new_tokens, temperature=0.0, seed=derive_seed(seed, task, role),
-                                       meta=dict(item=examples[0], role=role, kind="criteria")))); todo.append(role)
+                                       meta=dict(item=dataclasses.replace(examples[0], images=()), role=role, kind="criteria")))); todo.append(role)
     for role, g in zip(todo, _generate(backends, jobs)):
         crit = parse_criteria(g.text)
         val = {"criteria": crit or PAPER_CRITERIA, "text": g.text, "fallback": not crit}
@@ -197,7 +216,7 @@ def meta_debate(items: Sequence[Item], framework: str, models: Sequence[str], ba
                 max_new_tokens: int = 1024, seed: int = 0, review_format: bool = True) -> MetaDebateResult:
     """Meta-Debate (Zhang et al., Sec. 3.1): proposals P_ij (Prompt 1), peer review S^(k)_ij (Prompt 2, 1-5 per
     criterion, mean over criteria), mean over evaluators, argmax per role (`assign_roles`), per item."""
-    roles = framework_roles(framework); models = list(models); N = len(models)
+    roles = framework_roles(framework, items_modality(items)); models = list(models); N = len(models)
     if N < 1 or len(set(models)) != N: raise ConfigError("models must be a non-empty list of distinct names", key="models", value=models)
     crit = {r: list((criteria or {}).get(r) or PAPER_CRITERIA) for r in roles}
     P = META_DEBATE_PROMPTS
@@ -229,7 +248,7 @@ def meta_debate(items: Sequence[Item], framework: str, models: Sequence[str], ba
             for r in stage:
                 names = [c[0] for c in crit[r]]
                 resp = "\n\n".join(_fill(P["review_response"], j=j + 1, response=props[(it.id, r, j)]) for j in range(N))
-                user = _fill(P["review"], context=P["review_contexts"][framework], n_agents=number_word(N).capitalize(),
+                user = _fill(P["review"], context=P["review_contexts"][context_key(framework, r)], n_agents=number_word(N).capitalize(),
                             role=role_title(r), criteria=format_criteria(crit[r]), question=q, choices=ch,
                             responses=resp) + (P["review_format"] if review_format else "")    # one pass: model text is not rescanned
                 aff = _proposal_answer(chosen[it.id].get("affirmative", ""), it, "affirmative") if r == "negative" else None
@@ -253,13 +272,13 @@ def meta_debate(items: Sequence[Item], framework: str, models: Sequence[str], ba
                             pd.DataFrame(prop_rows), pd.DataFrame(rev_rows))
 
 # %% ../nbs/14_meta_debate.ipynb #c462ac4a
-def uniform_assignment(framework: str, model: str) -> dict[str, str]:
+def uniform_assignment(framework: str, model: str, modality: str = "text") -> dict[str, str]:
     "One model in every role (Tables 1-2: '<model> for all roles')."
-    return {r: model for r in framework_roles(framework)}
+    return {r: model for r in framework_roles(framework, modality)}
 
-def random_assignment(framework: str, models: Sequence[str], seed: int) -> dict[str, str]:
+def random_assignment(framework: str, models: Sequence[str], seed: int, modality: str = "text") -> dict[str, str]:
     "A role -> model map drawn uniformly (with repetition) from `models`, fixed for the whole benchmark (Table 2)."
-    return {r: models[derive_seed("meta-random-assignment", framework, seed, r) % len(models)] for r in framework_roles(framework)}
+    return {r: models[derive_seed("meta-random-assignment", framework, seed, r) % len(models)] for r in framework_roles(framework, modality)}
 
 def run_framework(framework: str, items: Sequence[Item], assignment, backends: Mapping[str, Any], *, rounds: int = 3,
                   **kw) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -273,19 +292,27 @@ def run_framework(framework: str, items: Sequence[Item], assignment, backends: M
 
 # %% ../nbs/14_meta_debate.ipynb #0db07b34
 def _plan(p: Mapping, single: bool, uniform: bool, random_: bool, meta: bool) -> dict:
-    n, m, R = int(p.get("n_items") or 0), len(p.get("models") or []), int(p.get("rounds") or 3)
+    "Generations and tokens summed over `tasks` (`n_items` each, or the whole task when null); vision DMAD adds CCoT/DDCoT's first calls."
+    from mad_study.data import get_task
+    m, R = len(p.get("models") or []), int(p.get("rounds") or 3)
     fws = list(p.get("frameworks") or ["mad", "dmad"]); seeds = int(p.get("random_seeds") or 0)
     mnt = int(p.get("max_new_tokens") or 1024); Q = 300
-    per = {"mad": 3 * R + 2, "dmad": 3 * R}
-    prompt_per = {"mad": sum(Q + t * mnt for t in range(3 * R + 2)), "dmad": 3 * sum(Q + 3 * t * mnt for t in range(R))}
     gens = prompt = 0
-    if single: gens += n * m; prompt += n * m * Q
-    for f in fws:
-        k = len(framework_roles(f))
-        runs = (m if uniform else 0) + (seeds if random_ else 0) + (1 if meta else 0)
-        gens += n * runs * per[f]; prompt += n * runs * prompt_per[f]
-        if meta:
-            gens += n * 2 * k * m + k; prompt += n * k * m * (Q + mnt) + n * k * m * (Q + m * mnt + 400) + k * 800
+    for task in list(p.get("tasks") or [p.get("task") or "gpqa"]):
+        spec = get_task(task)
+        n = int(p["n_items"]) if p.get("n_items") else int(spec.n_items or 0)
+        vision = "image" in spec.fields
+        Qt = Q + (1000 if vision else 0)                      # an image costs about 1k prompt tokens in a VLM
+        per = {"mad": 3 * R + 2, "dmad": 3 * R + (2 * R if vision else 0)}
+        prompt_per = {"mad": sum(Qt + t * mnt for t in range(3 * R + 2)),
+                      "dmad": (5 if vision else 3) * sum(Qt + 3 * t * mnt for t in range(R))}
+        if single: gens += n * m; prompt += n * m * Qt
+        for f in fws:
+            k = len(framework_roles(f, "vision" if vision else "text"))
+            runs = (m if uniform else 0) + (seeds if random_ else 0) + (1 if meta else 0)
+            gens += n * runs * per[f]; prompt += n * runs * prompt_per[f]
+            if meta:
+                gens += n * 2 * k * m + k; prompt += n * k * m * (Qt + mnt) + n * k * m * (Qt + m * mnt + 400) + k * 800
     return {"generations": gens, "prompt_tokens": prompt, "completion_tokens": gens * mnt}
 
 @planner("meta_tab1")

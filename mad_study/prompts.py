@@ -208,6 +208,9 @@ META_DEBATE_PROMPTS: dict = {
         "cot": "You solve it with chain-of-thought reasoning. Let's think step by step. {instruction}",
         "step_back": "You solve it with step-back prompting: first state the underlying principles and concepts behind this question, then answer by reasoning from them. {instruction}",
         "pot": "You solve it with program of thoughts: write a Python program in one ```python code block that computes the answer and prints only the final answer{what}.",
+        "io": "You answer the question directly. {instruction}",
+        "ccot": "You solve it with compositional chain-of-thought: first write a scene graph of the image in JSON (the objects, attributes and relationships relevant to the question), then answer with the image and the scene graph as context. {instruction}",
+        "ddcot": "You solve it with duty-distinct chain-of-thought: first break the question down into the sub-questions it needs and answer each, then answer the question from the sub-questions and sub-answers. {instruction}",
     },
     "review": "You are participating in a debate assessment to evaluate agent performance on a given STEM question. Here is the data:\n\nQuestion: {question}\n\nChoices: {choices}\n\nContext: {context}\n\n{n_agents} agents have each submitted responses attempting to fulfill the {role} role.\n\n{responses}\n\nYour Task: Evaluate each agent’s suitability for the {role} role based on their submitted responses using the criteria below. You will provide a 1–5 score for each criterion per agent, along with a brief explanation.\n\nEvaluation Criteria:\n\n{criteria}\n\n*Note*: Do not be biased toward agent writing styles (e.g., length, complexity)\n\nScoring Scale:\n\n5 = Excellent - Natural fit, strong performance on this criterion\n\n4 = Good - Minor room for improvement\n\n3 = Adequate - Acceptable but with clear concerns\n\n2 = Poor - Significant weaknesses\n\n1 = Very Poor - Clearly inadequate performance",
     "review_response": "Agent {j} Response:\n\n{response}",
@@ -217,13 +220,16 @@ META_DEBATE_PROMPTS: dict = {
     "contexts": {
         "mad": "The debate system includes an Affirmative debater to first express viewpoints, a Negative debater to respond to Affirmative’s answer and correct the mistakes. A Judge to review Affimrative and Negative’s arguments, then decides whether the correct solution can be obtained and choose a side to support.",
         "dmad": "The debate system includes three agents that each solve the question with a different reasoning method: Chain-of-Thought (step-by-step reasoning), Step-Back (first the underlying principles, then reasoning from them) and Program-of-Thought (a Python program computes the answer); they then read each other's solutions and update their answers.",
+        "dmad_vision": "The debate system includes three agents that each answer the question about the image with a different reasoning method: IO (a direct answer), CCoT (first a scene graph of the image, then the answer) and DDCoT (first sub-questions and their answers, then the answer); they then read each other's answers and update them.",
     },
     "review_contexts": {
         "mad": "This is part of a structured debate with three roles (Affirmative, Negative, and Moderator Judge).",
         "dmad": "This is part of a structured debate with three roles (Chain-of-Thought, Step-Back, and Program-of-Thought).",
+        "dmad_vision": "This is part of a structured debate with three roles (IO, CCoT, and DDCoT).",
     },
     "role_titles": {"affirmative": "Affirmative", "negative": "Negative", "moderator": "Moderator Judge",
-                    "cot": "Chain-of-Thought", "step_back": "Step-Back", "pot": "Program-of-Thought"},
+                    "cot": "Chain-of-Thought", "step_back": "Step-Back", "pot": "Program-of-Thought",
+                    "io": "IO", "ccot": "CCoT", "ddcot": "DDCoT"},     # DMAD's vision methods (issue 14; our wording)
 }
 
 # %% ../nbs/04a_prompts.ipynb #a044ae9a
