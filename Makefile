@@ -17,7 +17,7 @@ PIP_INSTALL := $(PIP) install --no-compile
 WARM := import mad_study.core, mad_study.answers, mad_study.data, mad_study.backends, mad_study.sim, mad_study.prompts, \
   mad_study.debate, mad_study.metrics, mad_study.report, mad_study.umad, mad_study.madc, mad_study.reproduce, \
   mad_study.protocols, mad_study.roles, mad_study.sandbox, mad_study.svr_mad, mad_study.meta_debate, mad_study.rumad, \
-  mad_study.serving, mad_study.umad_train, peft, httpx, torch, transformers, \
+  mad_study.serving, mad_study.umad_train, mad_study.vision, peft, httpx, torch, transformers, \
   bitsandbytes, accelerate, gguf, nbdev, papermill, nbclient, ipykernel.kernelapp, pandas, pyarrow.parquet, scipy.stats, \
   seaborn, matplotlib.pyplot, math_verify, datasets, hypothesis, pytest; \
   from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig, LlamaForCausalLM
