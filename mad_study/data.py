@@ -611,7 +611,7 @@ for _name, _title in [("mathvision", "MathVision (multiple choice)"), ("mathvisi
                          convert=_conv_mathvision, notes="image items; free-form rows only in mathvision_all", **_VISION)
 for _name, _title in [("realworldqa", "RealWorldQA (multiple choice)"), ("realworldqa_all", "RealWorldQA (all)")]:
     TASKS[_name] = _spec(name=_name, title=_title, hf_id="xai-org/RealworldQA", configs=("default",), split="test",
-                         n_items=None if _name == "realworldqa" else 765, fmt="option",
+                         n_items=437 if _name == "realworldqa" else 765, fmt="option",   # 437: the paper's count
                          fields={"question": "question (options inline)", "answer": "answer", "image": "image"},
                          convert=_conv_realworldqa, notes="image items; free-form rows only in realworldqa_all", **_VISION)
 
