@@ -33,11 +33,11 @@ from .core import (ConfigError, GenRequest, Generation, cache_home, runs_dir, si
 _log = logging.getLogger("mad_study.backends")
 
 # %% auto #0
-__all__ = ['MODEL_KINDS', 'MODELS', 'UMAD_D5_GRID', 'CLOSED_SUBSTITUTES', 'SERVE_HINTS', 'EMBEDDED_GGUF', 'TINY_RANDOM_VERSION',
-           'QUANTS', 'CLAIM_TIMEOUT', 'POLL_SECONDS', 'Backend', 'BaseBackend', 'ModelSpec', 'get_model',
-           'models_table', 'ModelUnavailable', 'embedded_gguf_path', 'embedded_checkpoint', 'tiny_random_checkpoint',
-           'truncate_messages', 'truncate_ids', 'HFBackend', 'CacheError', 'pid_alive', 'GenerationCache',
-           'CachedBackend', 'make_backend', 'weight_memory_gb', 'loaded_footprint_bytes']
+__all__ = ['MODEL_KINDS', 'MODELS', 'UMAD_D5_GRID', 'CLOSED_SUBSTITUTES', 'MODEL_PREFIXES', 'SERVE_HINTS', 'EMBEDDED_GGUF',
+           'TINY_RANDOM_VERSION', 'QUANTS', 'CLAIM_TIMEOUT', 'POLL_SECONDS', 'Backend', 'BaseBackend', 'ModelSpec',
+           'get_model', 'model_prefix', 'models_table', 'ModelUnavailable', 'embedded_gguf_path', 'embedded_checkpoint',
+           'tiny_random_checkpoint', 'truncate_messages', 'truncate_ids', 'HFBackend', 'CacheError', 'pid_alive',
+           'GenerationCache', 'CachedBackend', 'make_backend', 'weight_memory_gb', 'loaded_footprint_bytes']
 
 # %% ../nbs/03_backends.ipynb #698decee
 @runtime_checkable
@@ -161,12 +161,27 @@ def get_model(name: str) -> ModelSpec:
     "The registry entry for `name`; names starting with 'sim' are synthetic agents (kind 'sim'). Unknown names raise ConfigError."
     if not isinstance(name, str): raise ConfigError("model name must be a string", key="model", value=name)
     key = name.strip().lower()
+    if (pre := model_prefix(name)) is not None: return _prefix_module(pre).registry_spec(name.strip()[len(pre):])
     if key in MODELS: return MODELS[key]
     if key.startswith("sim"): return dataclasses.replace(MODELS["sim"], name=name)
     if key in CLOSED_SUBSTITUTES:
         raise ConfigError(f"closed model, not served by this kit; use its open substitute {CLOSED_SUBSTITUTES[key]!r}",
                           key="model", value=name)
     raise ConfigError("unknown model", key="model", value=name, choices=MODELS)
+
+# %% ../nbs/03_backends.ipynb #598ef2d6
+MODEL_PREFIXES: dict[str, str] = {"umad-train:": "mad_study.umad_train"}   # name prefix -> module with registry_spec / registry_backend
+
+def model_prefix(name: Any) -> str | None:
+    "The `MODEL_PREFIXES` entry that `name` starts with (case-insensitive), else None."
+    if not isinstance(name, str): return None
+    k = name.strip().lower()
+    return next((p for p in MODEL_PREFIXES if k.startswith(p)), None)
+
+def _prefix_module(prefix: str):
+    "The module serving names with `prefix`, imported lazily (it imports this module)."
+    import importlib
+    return importlib.import_module(MODEL_PREFIXES[prefix])
 
 # %% ../nbs/03_backends.ipynb #e4310b05
 _MISTRAL_FORMAT = {"tokenizer_mode": "mistral", "config_format": "mistral", "load_format": "mistral"}
@@ -388,6 +403,7 @@ def _quantized_checkpoint(src: Path, quant: str, dtype, qc) -> Path:
 def _spec_for(model: str | ModelSpec) -> ModelSpec:
     "Registry entry for a name; a hub id ('org/name') or a local folder outside the registry becomes an ad-hoc hf spec."
     if isinstance(model, ModelSpec): return model
+    if model_prefix(model) is not None: return get_model(model)             # e.g. umad-train:<checkpoint>/<agent>
     if isinstance(model, (str, os.PathLike)) and ("/" in str(model) or Path(str(model)).is_dir()) and str(model).lower() not in MODELS:
         return ModelSpec(str(model), "hf", str(model), params_b=0.0, context_len=1 << 30, notes="ad-hoc (not in the registry)")
     return get_model(str(model))
@@ -868,7 +884,7 @@ class CachedBackend(BaseBackend):
 # %% ../nbs/03_backends.ipynb #a11c2a94
 def make_backend(model_name: str, *, quant: str = "nf4", cache: GenerationCache | str | os.PathLike | bool | None = None,
                  sim_agents: Mapping[str, Mapping] | None = None, backend: str = "hf", **kw) -> Backend:
-    """A backend for a registry name: `SimBackend` for 'sim*' names, else `HFBackend` (`backend="hf"`) or
+    """A backend for a registry name (or a `MODEL_PREFIXES` name such as `umad-train:<checkpoint>/<agent>`): `SimBackend` for 'sim*' names, else `HFBackend` (`backend="hf"`) or
     `mad_study.serving.OpenAIBackend` (`backend="openai"`, `kw` = its arguments); behind `CachedBackend` if `cache` is given."""
     spec = _spec_for(model_name)
     kind = backend
@@ -880,6 +896,8 @@ def make_backend(model_name: str, *, quant: str = "nf4", cache: GenerationCache 
         backend = OpenAIBackend(model_name, **kw)
     elif kind != "hf":
         raise ConfigError("unknown backend", key="backend", value=kind, choices=("hf", "openai"))
+    elif (pre := model_prefix(model_name)) is not None:
+        backend = _prefix_module(pre).registry_backend(spec, quant=quant, **kw)   # e.g. a UMAD training checkpoint
     else:
         backend = HFBackend(spec, quant=quant, **kw)
     if cache is None or cache is False: return backend

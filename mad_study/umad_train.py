@@ -21,15 +21,17 @@ import pandas as pd
 
 from .core import ConfigError, derive_seed, runs_dir
 from .reproduce import planner
-from .umad import (ALPHA_AU, EPS, ETA_PAPER, PROMPT_OVERHEAD, UMAD_PROMPT, au_advantage, grpo_advantage,
-                   sent_messages, token_nll, umad_agents, umad_protocol, umad_rewards)
+from .umad import (ALPHA_AU, EPS, ETA_PAPER, PROMPT_OVERHEAD, UMAD_PROMPT, au_advantage, grpo_advantage, pair_label,
+                   parse_failures_by_turn, seed_accuracy, sent_messages, token_nll, umad_agents, umad_protocol, umad_rewards,
+                   zeroshot_summary, zeroshot_table)
 
 # %% auto #0
-__all__ = ['VARIANTS', 'FINETUNE', 'CHECKPOINT_META', 'CHECKPOINT_PREFIX', 'FULL_BYTES_PER_PARAM', 'REF_BYTES_PER_PARAM',
-           'LORA_SHARE', 'TrainConfig', 'rollout', 'alg2_advantages', 'transcript_advantages', 'sequence_logprobs',
-           'grpo_loss', 'PolicyBackend', 'Policy', 'UMADTrainer', 'checkpoint_dir', 'save_checkpoint',
-           'load_checkpoint_meta', 'checkpoint_spec', 'TrainedBackend', 'trained_backend', 'train_memory_gb',
-           'plan_train']
+__all__ = ['VARIANTS', 'FINETUNE', 'CHECKPOINT_META', 'CHECKPOINT_PREFIX', 'VARIANT_LABELS', 'TAB1_VARIANTS', 'TAB3_VARIANTS',
+           'FULL_BYTES_PER_PARAM', 'REF_BYTES_PER_PARAM', 'LORA_SHARE', 'TrainConfig', 'rollout', 'alg2_advantages',
+           'transcript_advantages', 'sequence_logprobs', 'grpo_loss', 'PolicyBackend', 'Policy', 'UMADTrainer',
+           'checkpoint_dir', 'save_checkpoint', 'load_checkpoint_meta', 'checkpoint_spec', 'TrainedBackend',
+           'trained_backend', 'registry_spec', 'registry_backend', 'checkpoint_name', 'setting_variants',
+           'trained_agents', 'trained_table', 'train_memory_gb', 'plan_train', 'plan_trained']
 
 # %% ../nbs/10b_umad_train.ipynb #5dc50ae7
 VARIANTS: dict[str, dict] = {
@@ -376,15 +378,62 @@ class TrainedBackend(HFBackend):
 def trained_backend(name: str, agent: str = "a0", quant: str = "none", cache=None, root: str | Path | None = None, **kw):
     "A backend serving agent `agent` of checkpoint `name` (behind the generation cache when `cache` is given)."
     from mad_study.backends import CachedBackend
-    spec = checkpoint_spec(name, agent, root)
-    if (Path(spec.hub_id) / "adapter_config.json").exists(): _need_peft()
-    b = TrainedBackend(spec, quant=quant, **kw)
+    b = registry_backend(checkpoint_spec(name, agent, root), quant=quant, **kw)
     return CachedBackend(b, cache) if cache is not None else b
+
+def registry_spec(ref: str, root: str | Path | None = None):
+    "The `ModelSpec` of `<checkpoint>/<agent>`: `mad_study.backends.get_model('umad-train:<checkpoint>/<agent>')` lands here."
+    name, sep, agent = str(ref).strip().partition("/")
+    if not (sep and name and agent):
+        raise ConfigError("a trained agent is named umad-train:<checkpoint>/<agent> (e.g. umad-train:umad_train-cpu-x-umad/a0)",
+                          key="model", value=CHECKPOINT_PREFIX + str(ref))
+    return checkpoint_spec(name, agent, root)
+
+def registry_backend(spec, quant: str = "none", **kw):
+    "The backend of a trained agent's spec (`mad_study.backends.make_backend('umad-train:...')` lands here)."
+    if (Path(spec.hub_id) / "adapter_config.json").exists(): _need_peft()
+    return TrainedBackend(spec, quant=quant, **kw)
 
 def _need_peft():
     import importlib.util
     if importlib.util.find_spec("peft") is None:
         raise ConfigError("this checkpoint is a LoRA adapter: loading it needs peft (pip install peft)", key="checkpoint")
+
+# %% ../nbs/10b_umad_train.ipynb #f9c48f6f
+VARIANT_LABELS = {"zeroshot": "Zero-Shot", "ippo": "IPPO", "umad": "UMAD", "intrinsic_only": "Intrinsic-only",
+                  "nll_only": "NLL-only", "single_grpo": "Single-GRPO Pair"}
+TAB1_VARIANTS = ("ippo", "umad")                                          # UMAD Table 1: the trained rows
+TAB3_VARIANTS = ("umad", "intrinsic_only", "nll_only", "single_grpo")     # UMAD Table 3 / App. E.1 (heterogeneous)
+
+def checkpoint_name(experiment: str, profile: str, pair: Sequence[str], variant: str) -> str:
+    "The checkpoint the training writes for one setting and variant (UMAD Table 1 / 3 row): `<experiment>-<profile>-<pair>-<variant>`."
+    if variant not in VARIANTS: raise ConfigError("unknown training variant", key="variant", value=variant, choices=VARIANTS)
+    return f"{experiment}-{profile}-{pair_label(pair).replace(' ', '').replace('+', '_')}-{variant}"
+
+def setting_variants(pair: Sequence[str], variants: Sequence[str]) -> list[str]:
+    """The variants a setting trains and evaluates: all of them for a heterogeneous pair; Table 1's IPPO and UMAD for a
+    homogeneous one (Table 3, App. E.1 and Fig. 3 are heterogeneous only)."""
+    from mad_study.umad import pair_kind
+    return list(variants) if pair_kind(pair) == "heterogeneous" else [v for v in variants if v in TAB1_VARIANTS]
+
+def trained_agents(name: str):
+    "UMAD's agents (App. F roles, as trained) of checkpoint `name`, their models named `umad-train:<name>/<agent>`."
+    from mad_study.debate import make_agents
+    ags = sorted(load_checkpoint_meta(name)["agents"].items(), key=lambda kv: int(kv[0][1:]))
+    return make_agents([f"{CHECKPOINT_PREFIX}{name}/{a}" for a, _ in ags], roles=[info["role"] for _, info in ags])
+
+def trained_table(transcript: pd.DataFrame, tasks: Sequence[str] | None = None, turns: Sequence[int] = (1, 2, 5),
+                  variants: Sequence[str] | None = None) -> pd.DataFrame:
+    """UMAD Table 1 (trained rows) / Table 3: `zeroshot_table`'s layout per variant (the transcript's `variant` column),
+    method = the paper's row name (`VARIANT_LABELS`), pass@1 mean ± sd over the evaluation seeds, parse failures per turn."""
+    out = []
+    for v in (variants if variants is not None else list(dict.fromkeys(transcript["variant"]))):
+        t = transcript[transcript["variant"] == v]
+        if t.empty: raise ConfigError("no evaluation runs of this variant", key="variant", value=v, choices=set(transcript["variant"]))
+        s = zeroshot_summary(seed_accuracy(t), tasks=tasks)
+        out.append(zeroshot_table(s, turns=turns, method=VARIANT_LABELS[v], parse_failures=parse_failures_by_turn(t)))
+    tab = pd.concat(out, ignore_index=True)
+    return tab.iloc[np.argsort(pd.Categorical(tab["Setting"], list(dict.fromkeys(tab["Setting"]))).codes, kind="stable")].reset_index(drop=True)
 
 # %% ../nbs/10b_umad_train.ipynb #18f7bf0f
 FULL_BYTES_PER_PARAM = 16.0   # fp32 weights + fp32 gradients + AdamW's two fp32 moments
@@ -402,8 +451,7 @@ def train_memory_gb(model: str, finetune: str = "full", quant: str = "nf4") -> f
 
 def _train_items(p: Mapping) -> int:
     from mad_study.umad import _n_items_for
-    try: return _n_items_for(p.get("train_task", "math500"), p.get("n_items", 0))
-    except ConfigError: return int(p.get("n_items", 0))       # a task the data registry does not know yet: the stated size
+    return _n_items_for(p.get("train_task", "math_train"), p.get("n_items", 0))     # capped at the task's size (MATH train: 7,498)
 
 @planner("umad_train")
 def plan_train(p: Mapping) -> dict:
@@ -416,7 +464,7 @@ def plan_train(p: Mapping) -> dict:
     models = set()
     for pair in p.get("pairs") or []:
         models |= set(pair)
-        for v in p.get("variants") or ["umad"]:
+        for v in setting_variants(pair, p.get("variants") or ["umad"]):
             single = v == "single_grpo"
             turns = 1 if single else int(p.get("train_turns", 2))
             ep = int(p.get("single_grpo_epochs", 15) if single else p.get("epochs", 2))
@@ -428,3 +476,18 @@ def plan_train(p: Mapping) -> dict:
             for k, x in zip(tot, (g, c, pr, rollouts, steps * int(p.get("mini_batches", 1)) * policies)): tot[k] += int(x)
     mem = {m: {"full": round(train_memory_gb(m, "full"), 1), "lora_nf4": round(train_memory_gb(m, "lora", "nf4"), 1)} for m in sorted(models)}
     return {**tot, "train_memory_gb": mem}
+
+# %% ../nbs/10b_umad_train.ipynb #1851226b
+@planner("umad_trained")
+def plan_trained(p: Mapping) -> dict:
+    "Generations and token bounds of evaluating the trained checkpoints (Table 1 trained rows, Table 3, Fig. 3): debates per setting, variant and task."
+    from mad_study.umad import _debate_plan, _n_items_for, pair_kind
+    S, R, tot = int(p.get("samples", 5)), int(p.get("debate_rounds", 4)), np.zeros(3, dtype=np.int64)
+    long = set(p.get("long_tasks") or [])
+    for pair in p.get("pairs") or []:
+        runs = [(v, t) for v in setting_variants(pair, p.get("variants") or []) for t in (p.get("tasks") or [])]
+        if pair_kind(pair) == "heterogeneous": runs.append(("zeroshot", p.get("task", "math500")))     # Fig. 3 (a)
+        for v, t in runs:
+            mnt = int(p.get("max_new_tokens_long", 4096) if t in long else p.get("eval_max_new_tokens", 2048))
+            tot += _debate_plan(_n_items_for(t, p.get("eval_n_items", 0)) * S, len(pair), R, mnt)
+    return dict(zip(("generations", "completion_tokens", "prompt_tokens"), map(int, tot)))

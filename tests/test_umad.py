@@ -118,7 +118,7 @@ def test_turns_map_to_rounds():
 def test_params_files_validate_and_plan(profile):
     from mad_study.reproduce import load_profile, merge_params, plan_experiment, resolve_targets, validate_params
     prof = load_profile(profile)
-    exps = {e.id: e for e in resolve_targets(["umad"]) if e.id != "umad_train"}     # training: tests/test_umad_train.py
+    exps = {e.id: e for e in resolve_targets(["umad"]) if e.id not in ("umad_train", "umad_trained")}   # training and its evaluation: tests/test_umad_train.py
     assert set(exps) == {"umad_decomposition", "umad_zeroshot"}
     assert {a for e in exps.values() for a in e.artefacts} == {"umad_fig1", "umad_fig2", "umad_fig5", "umad_tab1_zeroshot"}
     plans = {}
@@ -216,7 +216,7 @@ def test_paired_seeds(paired):
 def test_paired_seeds_is_a_parameter_of_both_experiments():
     from mad_study.reproduce import load_profile, merge_params, resolve_targets, validate_params
     for e in resolve_targets(["umad"]):
-        if e.id == "umad_train": continue                                   # the training notebook has its own seeds
+        if e.id in ("umad_train", "umad_trained"): continue                 # the training notebook has its own seeds
         p = merge_params(e, load_profile("sim"))
         validate_params(p, e, load_profile("sim"))
         assert p["paired_seeds"] is True

@@ -56,6 +56,125 @@ def test_whole_loop_and_checkpoint_round_trip(items, tmp_path):
     with pytest.raises(ConfigError, match="no such trained checkpoint"): U.checkpoint_spec("nope", root=tmp_path / "nope")
 
 
+def test_checkpoint_loads_by_name_like_a_registry_model(items, scratch):
+    "mad_study.backends resolves `umad-train:<checkpoint>/<agent>`: get_model, make_backend (cached), and a clear error."
+    from mad_study.backends import CachedBackend, get_model, make_backend
+    cfg = U.TrainConfig(group_size=2, batch_size=1, max_new_tokens=4, lr=1e-3)
+    tr = U.UMADTrainer(["tiny-random-llama", "tiny-random-llama"], cfg, name="byname")
+    tr.step(items[:1])
+    U.save_checkpoint(tr, "byname")                                   # runs/checkpoints/byname under the scratch runs/
+    spec = get_model("umad-train:byname/a0")
+    assert (spec.name, spec.kind, spec.params_b) == ("umad-train:byname/a0", "hf", get_model("tiny-random-llama").params_b)
+    be = make_backend("umad-train:byname/a0", quant="none", cache=scratch / "c.sqlite", progress=False)
+    assert isinstance(be, CachedBackend) and be.backend_id.startswith("umad-train:byname/a0@") and str(scratch) not in be.backend_id
+    req = [GenRequest(MSGS, max_new_tokens=6, temperature=1.0, top_p=1.0, seed=3)]
+    first = be.generate(req)[0]
+    assert first.text == tr.policies["tiny-random-llama@a0"].backend.generate(req)[0].text and first.completion_tokens > 0
+    assert be.generate(req)[0].cached
+    with pytest.raises(ConfigError) as e: make_backend("umad-train:never-trained/a0", quant="none")
+    assert "checkpoint='never-trained'" in str(e.value) and str(scratch / "runs" / "checkpoints" / "never-trained") in str(e.value)
+    with pytest.raises(ConfigError, match="no such agent"): get_model("umad-train:byname/a5")
+    with pytest.raises(ConfigError, match="<checkpoint>/<agent>"): get_model("umad-train:byname")
+
+
+@pytest.mark.parametrize("variant", ["umad", "ippo", "nll_only", "intrinsic_only"])
+def test_eq4_eq5_advantages_are_what_the_update_receives(items, variant, monkeypatch):
+    """The advantages each policy's GRPO update gets (and so the loss's -A/n gradient per token, see `grpo_loss`'s
+    test) are, row by row, those of `mad_study.umad` on the rollouts' correctness and token NLL: `umad_advantages`
+    (Eq. 4 and Eq. 5, as their unit tests define them) for UMAD, plain `grpo_advantage` for IPPO, one switch each."""
+    from mad_study.umad import au_weight, group_standardize, umad_rewards
+    got = {}
+    def spy(self, P, C, A):
+        got[self.backend.tag] = list(A); return dict(sequences=len(A))
+    monkeypatch.setattr(U.Policy, "update", spy)
+    real_rollout = U.rollout
+    def graded(*a, **kw):      # the random model is never right: a fixed pattern of correctness makes the advantages non-zero
+        tr = real_rollout(*a, **kw)
+        return tr.assign(correct=np.random.default_rng(7).random(len(tr)) < 0.5)
+    monkeypatch.setattr(U, "rollout", graded)
+    cfg = U.TrainConfig(variant=variant, group_size=3, batch_size=2, max_new_tokens=6, temperature=1.0)
+    tr = U.UMADTrainer(["tiny-random-llama", "tiny-random-llama"], cfg, name=f"spy-{variant}")
+    tr.step(items)
+    ta = tr.last_transcript
+    for k, pol in tr.policies.items():
+        rows = ta[ta["model"] == k]
+        exp = []
+        for r in rows.itertuples():
+            g = ta[ta["item_id"] == r.item_id]
+            c = np.zeros((3, 2, 2)); u = np.zeros((3, 2, 2))
+            for q in g.itertuples():
+                c[q.sample, int(q.agent[1:]), q.round] = float(q.correct); u[q.sample, int(q.agent[1:]), q.round] = -q.logprob_mean
+            a = {"umad": umad_advantages(c, u), "ippo": grpo_advantage(c),
+                 "nll_only": au_weight(group_standardize(u, axis=0)) * grpo_advantage(c),
+                 "intrinsic_only": grpo_advantage(umad_rewards(c, cfg.eta))}[variant]
+            exp.append(a[r.sample, int(r.agent[1:]), r.round])
+        assert len(got[pol.backend.tag]) == len(exp) == 2 * 3 * 2          # items x G x turns of this agent
+        assert np.allclose(got[pol.backend.tag], exp) and np.abs(exp).max() > 0.1
+    if variant != "ippo":      # the switch changes what the update receives
+        ippo = [grpo_advantage(ta[(ta["item_id"] == i) & (ta["agent"] == a) & (ta["round"] == r)].sort_values("sample")["correct"].astype(float).to_numpy())
+                for (i, a, r), _ in ta.groupby(["item_id", "agent", "round"])]
+        mine = [ta[(ta["item_id"] == i) & (ta["agent"] == a) & (ta["round"] == r)].sort_values("sample")["advantage"].to_numpy()
+                for (i, a, r), _ in ta.groupby(["item_id", "agent", "round"])]
+        assert not np.allclose(np.concatenate(ippo), np.concatenate(mine))
+
+
+def test_evaluation_path_on_a_trained_checkpoint(items, scratch):
+    "The evaluation of nbs/10b (umad_trained): trained agents by name, a debate through make_backend, Table 1's layout, Fig. 3's decomposition."
+    from mad_study.backends import make_backend
+    from mad_study.debate import run_debate
+    from mad_study.umad import decomposition_summary, decomposition_table, umad_role
+    pair = ["tiny-random-llama", "tiny-random-llama"]
+    name = U.checkpoint_name("umad_train", "test", pair, "umad")
+    tr = U.UMADTrainer(pair, U.TrainConfig(group_size=2, batch_size=1, max_new_tokens=4, lr=1e-3), name=name)
+    tr.step(items[:1]); U.save_checkpoint(tr, name)
+    ags = U.trained_agents(name)
+    assert [a.model for a in ags] == [f"umad-train:{name}/a0", f"umad-train:{name}/a1"]
+    assert [a.role for a in ags] == [umad_role(m) for m in pair]          # the App. F roles it was trained with
+    bes = {a.model: make_backend(a.model, quant="none", cache=scratch / "c.sqlite", progress=False) for a in ags}
+    ev = run_debate(items[:1], ags, bes, protocol=U.umad_protocol(), prompt=U.UMAD_PROMPT, samples=2, debate_rounds=1,
+                    max_new_tokens=6, temperature=0.6, top_p=0.95, history="none", seed=0, progress=False)
+    ev = ev.assign(setting="Homogeneous MAD", variant="umad")
+    assert len(ev) == 1 * 2 * 2 * 2 and set(ev["model"]) == {a.model for a in ags}
+    tab = U.trained_table(ev, turns=[1, 2])
+    assert list(tab["Method"]) == ["UMAD (T=1)", "UMAD (T=2)"] and "Parse failures (%)" in tab
+    dec = decomposition_summary(decomposition_table(ev.assign(config="UMAD"), by=("config",)), by=("config",))
+    assert list(dec["turn"]) == [1, 2] and {"tu", "eu", "au", "acc_a0", "acc_a1"} <= set(dec.columns)
+    with pytest.raises(ConfigError, match="no such trained checkpoint"): U.trained_agents("umad_train-test-nothing-umad")
+
+
+@pytest.mark.slow
+def test_cpu_profile_smoke_run_writes_a_checkpoint_the_evaluation_loads(scratch):
+    """The whole loop with the embedded SmolLM2-135M as umad_train's cpu profile configures it (LoRA, G = 2, one step on
+    a MATH-train fixture question), then umad_trained's cpu evaluation path on its checkpoint. Smaller than the profile
+    to stay a test (one question, 8 new tokens, bf16 base weights instead of nf4: bitsandbytes' 4-bit layers are slow
+    on the CPU, about 13 minutes here; LoRA on nf4 is tested with the tiny model above)."""
+    pytest.importorskip("peft"); pytest.importorskip("bitsandbytes")
+    from mad_study.backends import make_backend
+    from mad_study.debate import run_debate
+    from mad_study.reproduce import experiments, load_profile, merge_params
+    prof = load_profile("cpu")
+    p = merge_params(experiments()["umad_train"], prof)
+    pair, v = p["pairs"][0], p["variants"][0]
+    assert (p["finetune"], p["train_quant"], pair) == ("lora", "nf4", ["smollm2-135m-instruct"] * 2)
+    cfg = U.TrainConfig.from_params(p, variant=v, quant="none", max_new_tokens=8, batch_size=1)
+    name = U.checkpoint_name("umad_train", "cpu", pair, v)
+    trainer = U.UMADTrainer(pair, cfg, name=name)
+    hist = trainer.train(load_items(p["train_task"], n=1, seed=0), max_steps=p["max_steps"])
+    assert len(hist) == 1 and hist.loc[0, "questions"] == 1
+    assert all(hist.loc[0, f"{k}/sequences"] > 0 for k in trainer.policies)
+    U.save_checkpoint(trainer, name)
+    e = merge_params(experiments()["umad_trained"], prof)
+    assert U.checkpoint_name(e["checkpoint_experiment"], "cpu", e["pairs"][0], e["variants"][0]) == name
+    ags = U.trained_agents(name)
+    bes = {a.model: make_backend(a.model, quant="none", cache=scratch / "c.sqlite", progress=False) for a in ags}
+    ev = run_debate(load_items(e["tasks"][0], n=e["eval_n_items"], seed=0), ags, bes, protocol=U.umad_protocol(), prompt=U.UMAD_PROMPT,
+                    samples=e["samples"], debate_rounds=e["debate_rounds"], max_new_tokens=8,
+                    temperature=e["eval_temperature"], top_p=e["eval_top_p"], history="none", seed=0, progress=False)
+    assert (ev["completion_tokens"] > 0).all()
+    tab = U.trained_table(ev.assign(setting="Homogeneous MAD", variant="umad"), turns=e["report_turns"])
+    assert tab.shape[0] == 2 and tab["MATH500 A0"].str.len().gt(0).all()
+
+
 def test_gradient_checkpointing_gives_the_same_gradient():
     norms = []
     for gc in (False, True):
@@ -133,8 +252,10 @@ def test_plan_counts_table2_sizes():
     p = dict(train_task="math_train", n_items=7500, batch_size=256, group_size=5, train_turns=2, epochs=2,
              max_new_tokens=2048, pairs=[["qwen2.5-3b-instruct", "qwen3-4b-instruct-2507"]], variants=["umad", "ippo"])
     pl = U.plan_train(p)
-    assert pl["rollouts"] == 2 * (2 * 7500 * 5)
-    assert pl["generations"] == 2 * (2 * 7500 * 5 * 2 * 2)
+    assert pl["rollouts"] == 2 * (2 * 7498 * 5)                      # MATH train: 7,498 questions with a gold
+    assert pl["generations"] == 2 * (2 * 7498 * 5 * 2 * 2)
+    assert pl["completion_tokens"] == pl["generations"] * 2048 and pl["prompt_tokens"] > 0
+    assert pl["optimizer_steps"] == 2 * (2 * 30 * 2)                  # 30 steps per epoch, one update per agent
     assert pl["train_memory_gb"]["qwen3-4b-instruct-2507"]["full"] > 70 > pl["train_memory_gb"]["qwen3-4b-instruct-2507"]["lora_nf4"]
 
 
@@ -146,9 +267,41 @@ def test_experiment_file_validates_and_plans(profile):
     assert e.notebook.name == "10b_umad_train.ipynb" and e.artefacts == ["umad_train"]
     p = merge_params(e, prof)
     validate_params(p, e, prof)
+    assert p["train_task"] == "math_train"                               # the MATH training split (its fixture in sim / cpu)
     U.TrainConfig.from_params(p, quant=p["train_quant"])                 # every profile gives a valid configuration
     pl = plan_experiment(e, p)                                           # mad_study.umad_train is imported: its planner
     assert pl["rollouts"] > 0 and "train_memory_gb" in pl
     if profile == "paper":
         assert (p["group_size"], p["train_turns"], p["batch_size"], p["lr"], p["beta"], p["eta"], p["alpha"]) == (5, 2, 256, 1e-6, 0.001, 0.25, 0.25)
-        assert pl["rollouts"] == 2 * (4 * 2 * 7500 * 5 + 15 * 7500 * 5)  # 2 settings x (4 debate variants x 2 epochs + Single-GRPO 15 epochs)
+        # heterogeneous: 4 debate variants x 2 epochs + Single-GRPO 15 epochs; homogeneous: IPPO and UMAD (Table 1) x 2 epochs
+        assert pl["rollouts"] == (4 * 2 * 7498 * 5 + 15 * 7498 * 5) + 2 * 2 * 7498 * 5
+        mem = pl["train_memory_gb"]["qwen3-4b-instruct-2507"]
+        assert mem["full"] > 70 > 5 > mem["lora_nf4"]                    # full fine-tuning needs a big GPU per agent, LoRA on nf4 a few GB
+
+
+@pytest.mark.parametrize("profile", ["sim", "cpu", "paper"])
+def test_evaluation_experiment_validates_and_plans(profile):
+    from mad_study.reproduce import experiments, load_profile, merge_params, plan_experiment, validate_params
+    prof = load_profile(profile)
+    e = experiments()["umad_trained"]
+    assert e.notebook.name == "10b_umad_train.ipynb" and e.artefacts == ["umad_tab1_trained", "umad_tab3", "umad_fig3"]
+    p = merge_params(e, prof)
+    validate_params(p, e, prof)
+    pl = plan_experiment(e, p)
+    assert pl["generations"] > 0
+    # the checkpoints it evaluates are those umad_train writes in the same profile
+    t = merge_params(experiments()["umad_train"], prof)
+    assert [U.checkpoint_name("umad_train", profile, q, v) for q in t["pairs"] for v in U.setting_variants(q, t["variants"])] == \
+           [U.checkpoint_name(p["checkpoint_experiment"], profile, q, v) for q in p["pairs"] for v in U.setting_variants(q, p["variants"])]
+    if profile == "paper":   # (heterogeneous: 5 variants x 5 tasks + the base pair on MATH500; homogeneous: 2 x 5 tasks) x 5 seeds x 2 agents x 5 turns
+        n = 1319 + 500 + 40 + 30 + 30
+        assert pl["generations"] == ((5 + 2) * n + 500) * 5 * 2 * 5
+
+
+def test_status_stays_needs_gpu_without_trained_checkpoints(scratch):
+    "The artefacts of the trained checkpoints are 'needs GPU (training)' until a paper-profile evaluation saves them."
+    from mad_study.report import index_table
+    df = index_table().set_index("id")
+    for a in ("umad_tab1_trained", "umad_tab3", "umad_fig3", "umad_train"):
+        assert df.loc[a, "status"] == "needs GPU (training)", a
+    assert df.loc["umad_tab3", "experiment"] == "params/umad/umad_trained.yaml"
