@@ -33,9 +33,9 @@ __all__ = ['TIERS', 'DELTA', 'DISTS', 'INITS', 'DENSE_LOGIT', 'BUDGET_READINGS',
            'make_embedder', 'prompt_tier', 'activation_mask', 'TopologyPolicy', 'budget_count', 'expected_links',
            'mean_weights', 'budget_loss', 'accuracy_reward', 'consensus_reward', 'progress_reward', 'efficiency_reward',
            'improvement_reward', 'sparsity_penalty', 'step_reward', 'episode_reward', 'gae', 'ppo_loss', 'ppo_update',
-           'RumadController', 'fixed_policy', 'round_outcomes', 'episodes', 'RumadConfig', 'train_controller',
-           'one_thread', 'save_controller', 'load_controller', 'ForcedDense', 'rumad_agents', 'rumad_prompt',
-           'training_meta', 'checkpoint_mismatch', 'rumad_checkpoint', 'plan_rumad']
+           'RumadController', 'fixed_policy', 'round_outcomes', 'episodes', 'RumadConfig', 'rollout_episodes',
+           'train_controller', 'one_thread', 'evaluate_controller', 'save_controller', 'load_controller', 'ForcedDense',
+           'rumad_agents', 'rumad_prompt', 'training_meta', 'checkpoint_mismatch', 'rumad_checkpoint', 'plan_rumad']
 
 # %% ../nbs/13_rumad.ipynb #1859985e
 class Embedder(_TypingProtocol):
@@ -315,6 +315,7 @@ class RumadController(Protocol):
             S = similarity_matrix(self.embedder([r["text"] or "" for r in last]), [r["answer"] for r in last], self.lam, ctx.item.fmt)
             rng = rng_for(self.seed, "rumad-action", ctx.item.id, ctx.sample, ctx.round) if self.explore else None
             d = self.policy.act(S, rng)
+            d["S"] = S                                                # the observation in full precision (reused by the rewards)
             d["active"] = activation_mask(d["W"]) if self.activation else np.ones(len(S), dtype=bool)
             self.records[key] = d
         return self.records[key]
@@ -352,14 +353,16 @@ def fixed_policy(W: np.ndarray, hidden: int = 8) -> TopologyPolicy:
 # %% ../nbs/13_rumad.ipynb #63380390
 REWARD_MODES = ("full", "no_ep", "no_t")
 
-def round_outcomes(transcript: pd.DataFrame, embedder: Callable, lam: float = 0.5) -> pd.DataFrame:
-    "Per (item, thread, round): majority correct, answers, tokens (prompt + completion), S (Eq. 2), for the rewards."
+def round_outcomes(transcript: pd.DataFrame, embedder: Callable, lam: float = 0.5, records: Mapping | None = None) -> pd.DataFrame:
+    """Per (item, thread, round): majority correct, answers, tokens (prompt + completion), S (Eq. 2), for the rewards.
+    S of round t's responses is the controller's observation at round t + 1: taken from its `records` when there."""
     from mad_study.data import get_task
     votes = vote_table(transcript, by=("item_id", "sample", "round"))
-    rows = []
+    rows = []; records = records or {}
     for (iid, k, t), g in transcript.groupby(["item_id", "sample", "round"], sort=False):
         ans = g["answer"].tolist(); fmt = get_task(g["task"].iloc[0]).fmt
-        S = similarity_matrix(embedder(g["text"].fillna("").tolist()), ans, lam, fmt)
+        rec = records.get((iid, k, int(t) + 1))
+        S = rec["S"] if rec is not None and "S" in rec else similarity_matrix(embedder(g["text"].fillna("").tolist()), ans, lam, fmt)
         rows.append({"item_id": iid, "sample": int(k), "round": int(t), "answers": ans, "fmt": fmt, "S": S,
                      "tokens": int((g["prompt_tokens"].fillna(0) + g["completion_tokens"].fillna(0)).sum()),
                      "speakers": int((~g["reused"].astype(bool)).sum())})
@@ -370,7 +373,7 @@ def episodes(transcript: pd.DataFrame, controller: RumadController, token_budget
              rewards: str = "full", alpha: Mapping = ALPHA, beta: Mapping = BETA) -> list[dict]:
     "One dict per (item, thread): steps (obs, action, logp, value), reward per step (Eq. 7 / Eq. 8), components, tokens."
     if rewards not in REWARD_MODES: raise ConfigError("unknown reward mode", key="rewards", value=rewards, choices=REWARD_MODES)
-    oc = round_outcomes(transcript, controller.embedder, lam)
+    oc = round_outcomes(transcript, controller.embedder, lam, controller.records if lam == controller.lam else None)
     eps = []
     for (iid, k), g in oc.groupby(["item_id", "sample"], sort=False):
         g = g.sort_values("round"); T = int(g["round"].max()); n = len(g["answers"].iloc[0])
@@ -441,6 +444,10 @@ def _batch(eps: list[dict], cfg: RumadConfig) -> dict[str, torch.Tensor]:
     f = lambda x: torch.as_tensor(np.asarray(x), dtype=torch.float32)
     return {"obs": f(obs), "action": f(act), "logp": f(logp), "adv": f(adv), "ret": f(ret)}
 
+def rollout_episodes(cfg: RumadConfig) -> int:
+    "Debates per PPO iteration: Table 6's rollout length L counts transitions (debate rounds), so ceil(L / T) debates of T steps."
+    return max(1, math.ceil(int(cfg.rollout) / int(cfg.debate_rounds)))
+
 def train_controller(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping[str, Any], cfg: RumadConfig,
                      embedder: Callable, seed: int = 0, prompt: Any = "auto", max_new_tokens: int = 512,
                      policy: TopologyPolicy | None = None, log: Callable | None = None) -> tuple[TopologyPolicy, pd.DataFrame]:
@@ -464,9 +471,9 @@ def one_thread():
     finally: torch.set_num_threads(n)
 
 def _train_step(u, items, agents, backends, cfg, embedder, seed, prompt, max_new_tokens, policy, opt) -> dict:
-    "One PPO iteration: a rollout of `cfg.rollout` episodes, rewards, GAE, Eq. 11 updates; returns its log row."
+    "One PPO iteration: a rollout of `cfg.rollout` transitions (`rollout_episodes` debates), rewards, GAE, Eq. 11 updates; returns its log row."
     g = rng_for(seed, "rumad-rollout", u)
-    pick = [items[i] for i in g.choice(len(items), size=min(cfg.rollout, len(items)), replace=False)]
+    pick = [items[i] for i in g.choice(len(items), size=min(rollout_episodes(cfg), len(items)), replace=False)]
     ctl = RumadController(policy, embedder, cfg.lam, explore=True, activation=cfg.activation, seed=derive_seed(seed, u))
     tr = run_debate(pick, agents, backends, protocol=ctl, debate_rounds=cfg.debate_rounds, prompt=prompt,
                     temperature=cfg.temperature, max_new_tokens=max_new_tokens, seed=derive_seed(seed, "rumad-train", u),
@@ -479,6 +486,23 @@ def _train_step(u, items, agents, backends, cfg, embedder, seed, prompt, max_new
                  "tokens": float(np.mean([e["tokens"] for e in eps])), "accuracy": float(np.mean([e["correct"] for e in eps])),
                  "speakers": float(np.mean([e["speakers"] for e in eps])), "links": float(links),
             **{f"loss_{k}": float(np.mean([l[k] for l in logs])) for k in logs[0]}}
+
+# %% ../nbs/13_rumad.ipynb #da9deb98
+def evaluate_controller(policy: TopologyPolicy, items: Sequence[Item], agents: Sequence[Agent], backends: Mapping[str, Any],
+                        cfg: RumadConfig, embedder: Callable, seed: int = 0, prompt: Any = "auto", max_new_tokens: int = 512,
+                        explore: bool = False) -> dict:
+    """The deployed controller (mean weights, Sec. 3.6) on fixed `items` with a fixed seed: mean episode return (the sum
+    of a debate's rewards, Eq. 7-8 with `cfg.rewards`), final-majority accuracy, tokens per item, visible links per round."""
+    ctl = RumadController(policy, embedder, cfg.lam, explore=explore, activation=cfg.activation, seed=seed)
+    with one_thread():
+        tr = run_debate(items, agents, backends, protocol=ctl, debate_rounds=cfg.debate_rounds, prompt=prompt,
+                        temperature=cfg.temperature, max_new_tokens=max_new_tokens, seed=derive_seed(seed, "rumad-eval"),
+                        experiment="rumad-eval", progress=False)
+    eps = episodes(tr, ctl, cfg.token_budget, cfg.lam, cfg.rewards)
+    off = ~np.eye(cfg.n_agents, dtype=bool)
+    return {"episode_return": float(np.mean([sum(e["rewards"]) for e in eps])), "accuracy": float(np.mean([e["correct"] for e in eps])),
+            "tokens": float(np.mean([e["tokens"] for e in eps])),
+            "links": float(np.mean([(s["W"][off] > cfg.delta).sum() for e in eps for s in e["steps"]]))}
 
 # %% ../nbs/13_rumad.ipynb #a7bfd6e4
 def save_controller(policy: TopologyPolicy, cfg: RumadConfig, path: str | Path, meta: Mapping | None = None) -> Path:
@@ -590,7 +614,7 @@ def plan_rumad(p: Mapping) -> dict:
     ev += [(n * len(p.get("scaling_tasks") or []), int(k)) for k, b in scal if [k, b] not in [[N, x] for x in budgets]]
     tr_cfg = RumadConfig.from_params({k: v for k, v in (p.get("train") or {}).items()})
     runs = [N] * (len(budgets) + len(abl)) + [int(k) for k, b in scal if [k, b] not in [[N, x] for x in budgets]]
-    tr = [(int(tr_cfg.updates) * int(tr_cfg.rollout), k) for k in runs]
+    tr = [(int(tr_cfg.updates) * math.ceil(int(tr_cfg.rollout) / R), k) for k in runs]
     out = {"generations": 0, "prompt_tokens": 0, "completion_tokens": 0}
     for what in (ev, tr):
         for d, k in what:

@@ -116,38 +116,92 @@ def _controller():
     return pol, cfg
 
 
-def test_sim_controller_keeps_mad_accuracy_at_a_much_lower_cost():
-    # MMLU test items (the controller was trained on MMLU dev) and GSM8K (zero-shot transfer): 90 items
+def _items90():
+    # MMLU test items (the controllers were trained on MMLU dev) and GSM8K (zero-shot transfer): 90 items
+    return load_items("mmlu", n=45, save=False) + load_items("gsm8k", n=45, save=False)
+
+
+def test_sim_controller_saves_most_tokens_at_a_small_accuracy_cost():
     backends, _ = _sim_setup(); pol, cfg = _controller()
-    items = load_items("mmlu", n=45, save=False) + load_items("gsm8k", n=45, save=False)
+    items = _items90()
     acc_mad, tok_mad = _run(items, FullyConnected(), backends)
     acc_r, tok_r = _run(items, R.RumadController(pol, R.SimEmbedder(), cfg.lam), backends)
     print(f"MAD {acc_mad:.3f} {tok_mad:.0f} | RUMAD {acc_r:.3f} {tok_r:.0f} ({100 * R.cost_saving(tok_r, tok_mad):+.1f}%)")
-    # measured: MAD 90.0% at 63.0k tokens per item, RUMAD B=12 85.6% at 23.6k (-63%)
-    assert acc_r >= acc_mad - 0.06                        # MAD's accuracy within 6 points (90 items)
+    # measured: MAD 90.0% at 63.0k tokens per item, RUMAD B=12 85.6% at 22.8k (-64%): NOT MAD's accuracy (see below)
+    assert acc_r >= acc_mad - 0.06                        # within 6 points of MAD (90 items)
     assert R.cost_saving(tok_r, tok_mad) < -0.40          # at least 40% fewer tokens
+
+
+def test_table5_reward_prefers_the_trained_trade_off_to_mad():
+    # why the controller gives up accuracy: on the deployed debates the Table 5 reward of the trained B = 12 controller
+    # is higher than that of the dense start (= MAD: every agent speaks and sees everyone), although it is less accurate
+    backends, _ = _sim_setup(); pol, cfg = _controller()
+    items, agents, ps = load_items("mmlu", n=45, save=False), R.rumad_agents(MODELS, 6), R.rumad_prompt("rumad", "option")
+    mad = R.evaluate_controller(R.TopologyPolicy(6, init="dense"), items, agents, backends, cfg, R.SimEmbedder(), seed=0, prompt=ps)
+    rumad = R.evaluate_controller(pol, items, agents, backends, cfg, R.SimEmbedder(), seed=0, prompt=ps)
+    print(mad, rumad)
+    # measured: dense start 6.95 (100% accuracy, 63.6k tokens), trained 7.16 (84.4%, 22.8k)
+    assert rumad["episode_return"] > mad["episode_return"] and rumad["accuracy"] < mad["accuracy"]
+
+
+def test_link_pruning_alone_keeps_mad_accuracy():
+    # the ablation without agent activation (Eq. 5 hides links, no agent is silenced by Eq. 4): MAD's accuracy or
+    # better at a lower cost; the accuracy the main controller loses comes from silencing agents
+    backends, _ = _sim_setup()
+    pol, cfg, _ = R.load_controller(CKPT.parent / "rumad_sim_no_activation.pt")
+    assert not cfg.activation
+    items = _items90()
+    acc_mad, tok_mad = _run(items, FullyConnected(), backends)
+    acc_n, tok_n = _run(items, R.RumadController(pol, R.SimEmbedder(), cfg.lam, activation=False), backends)
+    print(f"MAD {acc_mad:.3f} {tok_mad:.0f} | w/o activation {acc_n:.3f} {tok_n:.0f} ({100 * R.cost_saving(tok_n, tok_mad):+.1f}%)")
+    # measured: MAD 90.0% at 63.0k, without activation 91.1% at 45.6k (-28%)
+    assert acc_n >= acc_mad and R.cost_saving(tok_n, tok_mad) < -0.15
 
 
 def test_control_forced_dense_removes_the_saving():
     # the same controller without Eq. 4 (silencing) and Eq. 5 (hidden links): its saving against MAD vanishes
     backends, _ = _sim_setup(); pol, cfg = _controller()
-    items = load_items("mmlu", n=45, save=False) + load_items("gsm8k", n=45, save=False)
+    items = _items90()
     acc_mad, tok_mad = _run(items, FullyConnected(), backends)
     acc_f, tok_f = _run(items, R.ForcedDense(pol, R.SimEmbedder(), cfg.lam), backends)
     print(f"MAD {acc_mad:.3f} {tok_mad:.0f} | forced dense {acc_f:.3f} {tok_f:.0f} ({100 * R.cost_saving(tok_f, tok_mad):+.1f}%)")
-    # measured: MAD 90.0% at 63.0k, forced dense 94.4% at 63.6k (+1.0%)
+    # measured: MAD 90.0% at 63.0k, forced dense 95.6% at 63.6k (+0.9%)
     assert abs(R.cost_saving(tok_f, tok_mad)) < 0.05      # no saving (only the tag text differs)
     assert abs(acc_f - acc_mad) <= 0.06
 
 
-def test_short_training_prunes_links_and_tokens_fall():
-    # 6 PPO updates from the dense start, 3 agents, 2 debate rounds, fixed seed: the loss falls and the controller prunes
-    # (the rollout items change per update, so the return over 6 updates is noise; the full run's curves are in rumad_train)
+def test_larger_budget_keeps_at_least_as_many_links():
+    # Eq. 6 binds: the B = 18 controller, trained exactly as the B = 12 one but for B, keeps at least as many visible
+    # links (w > delta) per deployed round on the same items, and the two are different controllers
     backends, _ = _sim_setup()
-    cfg = R.RumadConfig(n_agents=3, debate_rounds=2, B=2, init="dense", lr=0.02, updates=6, rollout=6, batch_size=6, c2=0.05)
-    _, log = R.train_controller(load_items("mmlu", split="dev", save=False), R.rumad_agents(MODELS, 3), backends, cfg,
-                                R.SimEmbedder(), seed=0, prompt=R.rumad_prompt("rumad", "option"))
-    first, last = log.iloc[:2], log.iloc[-2:]
-    assert last["links"].mean() < first["links"].mean() - 1            # measured: 5.8 -> 4.1 of 6 links
-    assert last["loss_budget"].mean() < first["loss_budget"].mean() - 1   # Eq. 6: 4.0 -> 2.0
-    assert log["tokens"].iloc[-3:].mean() < log["tokens"].iloc[0]       # below the dense start (= MAD) on the rollouts
+    items = load_items("mmlu", n=45, save=False)
+    links = {}
+    for b in (12, 18):
+        pol, cfg, _ = R.load_controller(CKPT.parent / f"rumad_sim_B{b}.pt")
+        assert cfg.B == b
+        links[b] = R.evaluate_controller(pol, items, R.rumad_agents(MODELS, 6), backends, cfg, R.SimEmbedder(), seed=0,
+                                         prompt=R.rumad_prompt("rumad", "option"))["links"]
+    print(links)
+    assert links[18] >= links[12] and links[18] != links[12]
+
+
+SHORT = dict(n_agents=6, debate_rounds=5, B=12, init="dense", lr=0.01, c2=0.1, updates=50)   # the sim profile's, 50 updates
+
+
+def test_short_training_raises_the_deployed_episode_reward():
+    # a short PPO run (the sim profile's settings, 50 updates instead of 100, fixed seed) from the dense start (= MAD);
+    # the deployed controller (mean weights) is measured before and after on the same 30 held-out MMLU test items with
+    # the same agent seeds, so the difference is the training, not rollout noise
+    backends, _ = _sim_setup()
+    cfg = R.RumadConfig(**SHORT)
+    agents, ps = R.rumad_agents(MODELS, 6), R.rumad_prompt("rumad", "option")
+    ev = load_items("mmlu", n=30, save=False)
+    before = R.evaluate_controller(R.TopologyPolicy(6, cfg.hidden, init=cfg.init, init_seed=0), ev, agents, backends, cfg,
+                                   R.SimEmbedder(), seed=1, prompt=ps)
+    pol, log = R.train_controller(load_items("mmlu", split="dev", save=False), agents, backends, cfg, R.SimEmbedder(),
+                                  seed=0, prompt=ps)
+    after = R.evaluate_controller(pol, ev, agents, backends, cfg, R.SimEmbedder(), seed=1, prompt=ps)
+    print(before, after)
+    # measured: return 6.42 -> 6.63, tokens 63.6k -> 31.8k, links 30 -> 17.8, accuracy 90.0% -> 83.3% (not asserted)
+    assert after["episode_return"] > before["episode_return"] + 0.1
+    assert after["tokens"] < 0.7 * before["tokens"] and after["links"] < before["links"]
