@@ -76,6 +76,7 @@ class ModelSpec:
     prequantized: str | None = None # weights ship quantized (e.g. "mxfp4", "fp8"): bitsandbytes is not applied
     chat_template_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)  # default chat-template options
     serve: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)  # extra `vllm serve` arguments (mad_study.serving)
+    vision: bool = False            # an image-text-to-text model: served by mad_study.vision.VLMBackend, sees `images`
 
     def __post_init__(self):
         if self.kind not in MODEL_KINDS: raise ConfigError("unknown model kind", key="kind", value=self.kind, choices=MODEL_KINDS)
@@ -188,6 +189,23 @@ _MISTRAL_FORMAT = {"tokenizer_mode": "mistral", "config_format": "mistral", "loa
 SERVE_HINTS: dict[str, dict] = {"mistral-small-24b-instruct-2501": _MISTRAL_FORMAT, "pixtral-large-instruct-2411": _MISTRAL_FORMAT,
                                 "deepseek-v3.1": {"enable_expert_parallel": True}}
 for _n, _hint in SERVE_HINTS.items(): MODELS[_n] = dataclasses.replace(MODELS[_n], serve=dict(_hint))
+
+# %% ../nbs/03_backends.ipynb #d577c6bb
+# Meta-Debate's vision columns (MathVision, RealWorldQA) used Pixtral-Large (124B). Open VLMs of four families that one
+# GPU holds in 4-bit stand in for it (issue 14); the tiny random LLaVA serves the tests (mad_study.vision).
+for _v in [
+    _m("tiny-random-llava", "tiny-random", None, 0.0035, 2048, (),
+       "Random LLaVA (2-layer CLIP vision tower + 2-layer Llama, SmolLM2's tokenizer) built from a config; tests only.", vision=True),
+    _m("qwen2.5-vl-7b-instruct", "hf", "Qwen/Qwen2.5-VL-7B-Instruct", 8.29, 32768, ("meta_debate",),
+       "Meta-Debate vision substitute for Pixtral-Large (Qwen family).", vision=True),
+    _m("pixtral-12b", "hf", "mistral-community/pixtral-12b", 12.7, 131072, ("meta_debate",),
+       "Pixtral 12B in the transformers LLaVA format: the open relative of the paper's Pixtral-Large (Mistral family).", vision=True),
+    _m("llama-3.2-11b-vision-instruct", "hf", "meta-llama/Llama-3.2-11B-Vision-Instruct", 10.7, 131072, ("meta_debate",),
+       "Meta-Debate vision substitute (Meta family); " + _GATED, vision=True),
+    _m("gemma-3-12b-it", "hf", "google/gemma-3-12b-it", 12.2, 131072, ("meta_debate",),
+       "Meta-Debate vision substitute (Google family); gated: accept the Gemma terms, then `hf download`.", vision=True),
+]: MODELS[_v.name] = _v
+MODELS["pixtral-large-instruct-2411"] = dataclasses.replace(MODELS["pixtral-large-instruct-2411"], vision=True)
 
 # %% ../nbs/03_backends.ipynb #46258846
 def models_table():
@@ -545,6 +563,9 @@ class HFBackend(BaseBackend):
         return self.tokenizer(self._template(messages), add_special_tokens=False)["input_ids"]
 
     def _prepare(self, r: GenRequest) -> _Prepared:
+        if not self.spec.vision and any(m.get("images") for m in r.messages):
+            raise ConfigError("a text-only model cannot see this request's images (a vision item): choose a vision-language "
+                              "model (ModelSpec.vision, e.g. qwen2.5-vl-7b-instruct)", key="model", value=self.spec.name)
         ctx, max_new = self.max_context, int(r.max_new_tokens)
         if max_new > ctx - ctx // 4:
             warnings.warn(f"{self.spec.name}: max_new_tokens={max_new} leaves too little of the {ctx}-token context; capped at {ctx - ctx // 4}")
@@ -898,6 +919,9 @@ def make_backend(model_name: str, *, quant: str = "nf4", cache: GenerationCache 
         raise ConfigError("unknown backend", key="backend", value=kind, choices=("hf", "openai"))
     elif (pre := model_prefix(model_name)) is not None:
         backend = _prefix_module(pre).registry_backend(spec, quant=quant, **kw)   # e.g. a UMAD training checkpoint
+    elif spec.vision:
+        from mad_study.vision import VLMBackend
+        backend = VLMBackend(spec, quant=quant, **kw)
     else:
         backend = HFBackend(spec, quant=quant, **kw)
     if cache is None or cache is False: return backend
