@@ -27,11 +27,12 @@ from .umad import (ALPHA_AU, EPS, ETA_PAPER, PROMPT_OVERHEAD, UMAD_PROMPT, au_ad
 
 # %% auto #0
 __all__ = ['VARIANTS', 'FINETUNE', 'CHECKPOINT_META', 'CHECKPOINT_PREFIX', 'VARIANT_LABELS', 'TAB1_VARIANTS', 'TAB3_VARIANTS',
-           'FULL_BYTES_PER_PARAM', 'REF_BYTES_PER_PARAM', 'LORA_SHARE', 'TrainConfig', 'rollout', 'alg2_advantages',
-           'transcript_advantages', 'sequence_logprobs', 'grpo_loss', 'PolicyBackend', 'Policy', 'UMADTrainer',
-           'checkpoint_dir', 'save_checkpoint', 'load_checkpoint_meta', 'checkpoint_spec', 'TrainedBackend',
-           'trained_backend', 'registry_spec', 'registry_backend', 'checkpoint_name', 'setting_variants',
-           'trained_agents', 'trained_table', 'train_memory_gb', 'plan_train', 'plan_trained']
+           'FIG3_PANELS', 'FULL_BYTES_PER_PARAM', 'REF_BYTES_PER_PARAM', 'LORA_SHARE', 'TrainConfig', 'rollout',
+           'alg2_advantages', 'transcript_advantages', 'sequence_logprobs', 'grpo_loss', 'PolicyBackend', 'Policy',
+           'UMADTrainer', 'checkpoint_dir', 'save_checkpoint', 'load_checkpoint_meta', 'checkpoint_spec',
+           'TrainedBackend', 'trained_backend', 'registry_spec', 'registry_backend', 'checkpoint_name',
+           'setting_variants', 'trained_agents', 'trained_table', 'fig3_summary', 'plot_fig3', 'train_memory_gb',
+           'plan_train', 'plan_trained']
 
 # %% ../nbs/10b_umad_train.ipynb #5dc50ae7
 VARIANTS: dict[str, dict] = {
@@ -434,6 +435,39 @@ def trained_table(transcript: pd.DataFrame, tasks: Sequence[str] | None = None, 
         out.append(zeroshot_table(s, turns=turns, method=VARIANT_LABELS[v], parse_failures=parse_failures_by_turn(t)))
     tab = pd.concat(out, ignore_index=True)
     return tab.iloc[np.argsort(pd.Categorical(tab["Setting"], list(dict.fromkeys(tab["Setting"]))).codes, kind="stable")].reset_index(drop=True)
+
+# %% ../nbs/10b_umad_train.ipynb #65a85bf6
+FIG3_PANELS = {"zeroshot": "(a) Base models", "umad": "(b) UMAD models"}
+
+def fig3_summary(transcript: pd.DataFrame) -> pd.DataFrame:
+    """UMAD Fig. 3's data: per panel (base models = the `zeroshot` variant, UMAD models = `umad`) and turn, the mean over items
+    of TU, Sys-EU, Sys-AU (Alg. 1, `decomposition_table` over the evaluation threads) and each agent's accuracy."""
+    from mad_study.umad import decomposition_summary, decomposition_table
+    t = transcript[transcript["variant"].isin(list(FIG3_PANELS))]
+    if set(t["variant"]) != set(FIG3_PANELS): raise ConfigError("Fig. 3 needs the base models' and the UMAD models' runs", key="variant", value=sorted(set(t["variant"])))
+    if t["setting"].nunique() != 1 or t["task"].nunique() != 1: raise ConfigError("Fig. 3 is one setting on one task", key="setting", value=sorted(set(t["setting"])))
+    return decomposition_summary(decomposition_table(t.assign(config=t["variant"].map(FIG3_PANELS)), by=("config",)), by=("config",))
+
+def plot_fig3(summary: pd.DataFrame, title: str = ""):
+    "UMAD Fig. 3: per panel, Sys-EU (purple) and Sys-AU (gray) stacked to TU over the turns, each agent's accuracy (orange A0, blue A1)."
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    for ax, (c, g) in zip(axes, summary.groupby("config", sort=True)):
+        g = g.sort_values("turn"); x = g["turn"].to_numpy()
+        ax.fill_between(x, 0, g["eu"], color="#7b3294", alpha=0.3, lw=0, label="Sys-EU (JSD)")
+        ax.fill_between(x, g["eu"], g["tu"], color="0.85", alpha=0.6, label="Sys-AU (TU - EU)")
+        ax.plot(x, g["tu"], color="0.35", lw=2, label="TU")
+        ax.set_xticks(x); ax.set_xlabel("turn T"); ax.set_ylabel("nats"); ax.set_title(c, fontsize=10)
+        ax.set_ylim(0, max(1e-3, float(summary["tu"].max())) * 1.15)
+        ax2 = ax.twinx()
+        for a, col in (("acc_a0", "tab:orange"), ("acc_a1", "tab:blue")):
+            if a in g: ax2.plot(x, g[a], marker="o", ms=3, color=col, label=f"accuracy A{a[-1]}")
+        ax2.set_ylim(0, 1.02); ax2.set_ylabel("accuracy"); ax2.grid(False)
+    h1, l1 = axes[0].get_legend_handles_labels(); h2, l2 = ax2.get_legend_handles_labels()
+    fig.legend(h1 + h2, l1 + l2, loc="lower center", ncol=5, fontsize=8, bbox_to_anchor=(0.5, -0.04))
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    return fig
 
 # %% ../nbs/10b_umad_train.ipynb #18f7bf0f
 FULL_BYTES_PER_PARAM = 16.0   # fp32 weights + fp32 gradients + AdamW's two fp32 moments
