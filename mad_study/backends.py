@@ -492,7 +492,7 @@ class HFBackend(BaseBackend):
     def load(self) -> "HFBackend":
         "Load tokenizer and model now (otherwise the first `generate` does)."
         if self.model is not None: return self
-        from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+        from transformers import AutoModelForCausalLM, AutoTokenizer
         src, t0 = self._source(), time.time()
         local = Path(src).is_dir()
         kw = dict(revision=self.spec.revision) if (self.spec.revision and not local) else {}
@@ -514,6 +514,11 @@ class HFBackend(BaseBackend):
             if local: raise
             raise ModelUnavailable(f"not in the local Hugging Face cache (nothing downloads at run time): run `hf download {src}` first",
                                    key="model", value=self.spec.name) from e
+        return self._loaded(model, tok, t0)
+
+    def _loaded(self, model, tok, t0: float) -> "HFBackend":
+        "After loading: end-of-sequence and padding ids, a greedy generation config, left padding, the context limit."
+        from transformers import GenerationConfig
         model.eval()
         self.original_generation_config = model.generation_config
         gc = model.generation_config
@@ -526,7 +531,8 @@ class HFBackend(BaseBackend):
         model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=self.pad_id,
                                                    bos_token_id=gc.bos_token_id, do_sample=False)
         tok.padding_side = "left"
-        limits = [self.spec.context_len, getattr(model.config, "max_position_embeddings", None), self.max_context_arg]
+        text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        limits = [self.spec.context_len, getattr(text_cfg, "max_position_embeddings", None), self.max_context_arg]
         self.max_context = int(min(x for x in limits if x))
         self.tokenizer, self.model = tok, model
         self.stats["load_seconds"] = round(time.time() - t0, 3)
@@ -647,6 +653,10 @@ class HFBackend(BaseBackend):
             raw = torch.stack(res.logits, 1).float()
             ref = torch.log_softmax(raw, -1).gather(2, res.sequences[:, L:, None].to(raw.device)).squeeze(-1).cpu().double()
             self.last_verify = (lps[:, :ref.shape[1]], ref)
+        return self._decode(seqs, lps, ents, preps)
+
+    def _decode(self, seqs, lps, ents, preps: list[_Prepared]) -> list[Generation]:
+        "Generations from a batch's new tokens and their log-probs / entropies: each row cut at its end token or limit."
         eos = set(self.eos_ids)
         gens = []
         for b, p in enumerate(preps):

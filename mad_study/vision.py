@@ -15,7 +15,7 @@ from typing import Any
 from fastcore.basics import patch
 
 from .backends import (HFBackend, ModelUnavailable, _build_checkpoint, _complete, _Prepared, _torch_parts,
-                                cache_home, embedded_checkpoint, signals_from_logprobs, truncate_messages)
+                                cache_home, embedded_checkpoint, truncate_messages)
 from .core import ConfigError, GenRequest, Generation, load_image
 
 # %% auto #0
@@ -97,7 +97,7 @@ class VLMBackend(HFBackend):
 def load(self: VLMBackend) -> VLMBackend:
     "Load processor and model now (4-bit through bitsandbytes unless quant='none'); a model not in the local cache raises ModelUnavailable."
     if self.model is not None: return self
-    from transformers import AutoModelForImageTextToText, AutoProcessor, GenerationConfig
+    from transformers import AutoModelForImageTextToText, AutoProcessor
     src, t0 = self._source(), time.time()
     local = Path(src).is_dir()
     kw = dict(revision=self.spec.revision) if (self.spec.revision and not local) else {}
@@ -113,22 +113,8 @@ def load(self: VLMBackend) -> VLMBackend:
         if local: raise
         raise ModelUnavailable(f"not in the local Hugging Face cache (nothing downloads at run time): run `hf download {src}` first",
                                key="model", value=self.spec.name) from e
-    model.eval()
-    tok = proc.tokenizer
-    gc = model.generation_config
-    eos = gc.eos_token_id if gc.eos_token_id is not None else tok.eos_token_id
-    eos = [eos] if isinstance(eos, int) else list(eos or [])
-    if tok.eos_token_id is not None and tok.eos_token_id not in eos: eos.append(tok.eos_token_id)
-    self.eos_ids = eos
-    self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
-    model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=self.pad_id, bos_token_id=gc.bos_token_id, do_sample=False)
-    tok.padding_side = "left"
-    text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    limits = [self.spec.context_len, getattr(text_cfg, "max_position_embeddings", None), self.max_context_arg]
-    self.max_context = int(min(x for x in limits if x))
-    self.processor, self.tokenizer, self.model = proc, tok, model
-    self.stats["load_seconds"] = round(time.time() - t0, 3)
-    return self
+    self.processor = proc
+    return self._loaded(model, proc.tokenizer, t0)          # end/pad ids, greedy config, left padding, context limit
 
 # %% ../nbs/03d_vision.ipynb #8fee7eb4
 @patch
@@ -194,17 +180,5 @@ def _generate_batch(self: VLMBackend, reqs: list[GenRequest], preps: list[_Prepa
     with torch.inference_mode():
         res = self.model.generate(**inputs, max_new_tokens=max(limits), do_sample=False, return_dict_in_generate=True,
                                   logits_processor=LogitsProcessorList([sampler]), stopping_criteria=StoppingCriteriaList([stopper]))
-    seqs = res.sequences[:, L:].cpu()
     lps, ents = torch.stack(sampler.logprobs, 1).cpu().double(), torch.stack(sampler.entropies, 1).cpu().double()
-    eos, gens = set(self.eos_ids), []
-    for b, p in enumerate(preps):
-        toks = seqs[b, :p.max_new].tolist()
-        stop = next((k for k, t in enumerate(toks) if t in eos), None)
-        n = stop + 1 if stop is not None else len(toks)
-        text = self.tokenizer.decode(toks[:stop] if stop is not None else toks, skip_special_tokens=True)
-        finish = "truncated_prompt" if p.truncated else ("stop" if stop is not None else "length")
-        gens.append(Generation(text, prompt_tokens=len(p.ids), completion_tokens=n, finish_reason=finish,
-                               **signals_from_logprobs(lps[b, :n].tolist(), ents[b, :n].tolist())))
-        self.stats["prompt_tokens"] += len(p.ids); self.stats["completion_tokens"] += n
-    self.stats["batches"] += 1
-    return gens
+    return self._decode(res.sequences[:, L:].cpu(), lps, ents, preps)
