@@ -36,7 +36,8 @@ from .report import experiment_files, load_registry, write_index
 __all__ = ['PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'KERNEL_SHUTDOWN_WAIT', 'notebook_parameters',
            'read_yaml', 'load_profile', 'auto_profile', 'Experiment', 'experiments', 'resolve_targets', 'map_models',
            'parse_override', 'merge_params', 'validate_params', 'planner', 'generic_plan', 'plan_experiment',
-           'serve_table', 'stop_kernels', 'remove_temporaries', 'RunResult', 'run_experiment', 'reproduce', 'main']
+           'serve_table', 'stop_kernels', 'remove_temporaries', 'RunResult', 'run_experiment', 'run_order', 'reproduce',
+           'main']
 
 # %% ../nbs/20_reproduce.ipynb #b28c82b1
 def notebook_parameters(nb_path: str | os.PathLike) -> dict[str, Any]:
@@ -54,7 +55,7 @@ def notebook_parameters(nb_path: str | os.PathLike) -> dict[str, Any]:
 
 # %% ../nbs/20_reproduce.ipynb #e98fea53
 PROFILE_KEYS = {"description", "params", "limits", "model_map", "sim_agents", "requires"}
-EXPERIMENT_KEYS = {"description", "artefacts", "params", "profiles", "notebook"}
+EXPERIMENT_KEYS = {"description", "artefacts", "params", "profiles", "notebook", "expected_seconds"}
 
 def read_yaml(path: str | os.PathLike) -> dict:
     "A YAML mapping from `path`, with one-line errors for a missing file or bad YAML."
@@ -385,6 +386,15 @@ def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
         short = next((l for l in reversed(msg) if l.strip()), type(e).__name__)
         return RunResult(exp.id, False, time.time() - t, out, f"{type(e).__name__}: {short[:300]}")
 
+# %% ../nbs/20_reproduce.ipynb #53e3134d
+def run_order(merged: Sequence[tuple[Experiment, dict]], profile: str) -> list[tuple[Experiment, dict]]:
+    "Experiments sorted by their file's `expected_seconds[profile]`, longest first (stable: the rest keep registry order)."
+    def secs(ep):
+        v = (ep[0].spec.get("expected_seconds") or {})
+        if not isinstance(v, Mapping): raise ConfigError("must map profile names to seconds", where=ep[0].path, key="expected_seconds", value=v)
+        return -float(v.get(profile, 0) or 0)
+    return sorted(merged, key=secs)
+
 # %% ../nbs/20_reproduce.ipynb #827d8981
 def _failed_note(r: RunResult) -> str:
     return f", with {r.failed_generations} failed generation(s)" if r.failed_generations else ""
@@ -416,7 +426,7 @@ def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", override
                 r = pool.submit(run_experiment, e, p).result(); results.append(r)
                 log(f"    {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f}s" + (f": {r.error}" if r.error else "") + _failed_note(r))
         else:
-            futs = {pool.submit(run_experiment, e, p): e for e, p in merged}
+            futs = {pool.submit(run_experiment, e, p): e for e, p in run_order(merged, name)}
             for i, f in enumerate(as_completed(futs), 1):
                 r = f.result(); results.append(r)
                 log(f"[{i}/{len(merged)}] {r.experiment}: {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f}s" + (f": {r.error}" if r.error else "") + _failed_note(r))
