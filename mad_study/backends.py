@@ -489,10 +489,11 @@ class HFBackend(BaseBackend):
         if self.quant == "int8": return BitsAndBytesConfig(load_in_8bit=True)
         return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=self.quant, bnb_4bit_compute_dtype=self.compute_dtype)
 
+    _keep_quantized_copy = True     # a quantized copy of the kit's own checkpoints on the CPU (a causal LM's; VLMBackend: off)
+
     def load(self) -> "HFBackend":
         "Load tokenizer and model now (otherwise the first `generate` does)."
         if self.model is not None: return self
-        from transformers import AutoModelForCausalLM, AutoTokenizer
         src, t0 = self._source(), time.time()
         local = Path(src).is_dir()
         kw = dict(revision=self.spec.revision) if (self.spec.revision and not local) else {}
@@ -502,19 +503,23 @@ class HFBackend(BaseBackend):
         if qc is not None: mkw["quantization_config"] = qc
         if self.quant == "int8": _quiet_int8_cast_warning()
         if self.device_map is not None: mkw["device_map"] = self.device_map
-        if qc is not None and local and self.spec.kind in ("embedded", "tiny-random") and not self._cuda:
+        if qc is not None and local and self._keep_quantized_copy and self.spec.kind in ("embedded", "tiny-random") and not self._cuda:
             # bitsandbytes quantizes slowly on the CPU (~10 s for SmolLM2): keep a quantized copy next to the checkpoint
             msrc = str(_quantized_checkpoint(Path(src), self.quant, self.compute_dtype, qc))
             mkw = {k: v for k, v in mkw.items() if k != "quantization_config"}
         else: msrc = src
-        try:
-            tok = AutoTokenizer.from_pretrained(src, **kw)
-            model = AutoModelForCausalLM.from_pretrained(msrc, **mkw)
+        try: model, tok = self._from_pretrained(src, msrc, kw, mkw)
         except OSError as e:
             if local: raise
             raise ModelUnavailable(f"not in the local Hugging Face cache (nothing downloads at run time): run `hf download {src}` first",
                                    key="model", value=self.spec.name) from e
         return self._loaded(model, tok, t0)
+
+    def _from_pretrained(self, src: str, msrc: str, kw: dict, mkw: dict):
+        "(model, tokenizer): the tokenizer from `src`, the causal LM from `msrc` (a quantized copy, or `src`)."
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(src, **kw)
+        return AutoModelForCausalLM.from_pretrained(msrc, **mkw), tok
 
     def _loaded(self, model, tok, t0: float) -> "HFBackend":
         "After loading: end-of-sequence and padding ids, a greedy generation config, left padding, the context limit."

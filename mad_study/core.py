@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -315,5 +316,10 @@ def load_image(h: str, root: str | os.PathLike | None = None):
     p = image_path(h, root)
     if not p.exists():
         raise ConfigError(f"image not in the image store {p.parent.parent} (load the items again to store their images)", key="image", value=h)
+    return _decoded(str(p))
+
+@functools.lru_cache(maxsize=256)
+def _decoded(path: str):
+    "A stored PNG decoded once (a debate shows an item's image in every turn; backends measure, then batch, each prompt)."
     from PIL import Image
-    with Image.open(p) as im: return im.convert("RGB")
+    with Image.open(path) as im: return im.convert("RGB")

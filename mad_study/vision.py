@@ -7,14 +7,11 @@ Docs: https://mad-study.github.io/mad_study/vision.html.md"""
 # %% ../nbs/03d_vision.ipynb #30a815dc
 from __future__ import annotations
 
-import time
-import warnings
 from pathlib import Path
-from typing import Any
 
 from fastcore.basics import patch
 
-from .backends import (HFBackend, ModelUnavailable, _build_checkpoint, _complete, _Prepared, _torch_parts,
+from .backends import (HFBackend, _build_checkpoint, _complete, _Prepared, _torch_parts,
                                 cache_home, embedded_checkpoint, truncate_messages)
 from .core import ConfigError, GenRequest, Generation, load_image
 
@@ -76,6 +73,7 @@ def vlm_messages(messages: list[dict]) -> tuple[list[dict], list[str]]:
 # %% ../nbs/03d_vision.ipynb #ab604182
 class VLMBackend(HFBackend):
     "A transformers image-text-to-text model (LLaVA/Pixtral, Qwen2.5-VL, Llama 3.2 Vision, Gemma 3): 4-bit nf4 by default, batched, seeded, with log-prob signals."
+    _keep_quantized_copy = False    # quantized at load (the tiny model in a second); HFBackend's copy is a causal LM's
     def __init__(self, model, quant: str = "nf4", **kw):
         super().__init__(model, quant=quant, **kw)
         if not self.spec.vision:
@@ -94,27 +92,11 @@ class VLMBackend(HFBackend):
 
 # %% ../nbs/03d_vision.ipynb #71b05cbe
 @patch
-def load(self: VLMBackend) -> VLMBackend:
-    "Load processor and model now (4-bit through bitsandbytes unless quant='none'); a model not in the local cache raises ModelUnavailable."
-    if self.model is not None: return self
+def _from_pretrained(self: VLMBackend, src: str, msrc: str, kw: dict, mkw: dict):
+    "(model, tokenizer): the processor and the image-text-to-text model; `HFBackend.load` does the rest (4-bit, errors, ids)."
     from transformers import AutoModelForImageTextToText, AutoProcessor
-    src, t0 = self._source(), time.time()
-    local = Path(src).is_dir()
-    kw = dict(revision=self.spec.revision) if (self.spec.revision and not local) else {}
-    if not local and not self.allow_download: kw["local_files_only"] = True
-    mkw = dict(kw, dtype=self.compute_dtype)
-    qc = self._quant_config()
-    if qc is not None: mkw["quantization_config"] = qc
-    if self.device_map is not None: mkw["device_map"] = self.device_map
-    try:
-        proc = AutoProcessor.from_pretrained(src, **kw)
-        model = AutoModelForImageTextToText.from_pretrained(src, **mkw)
-    except OSError as e:
-        if local: raise
-        raise ModelUnavailable(f"not in the local Hugging Face cache (nothing downloads at run time): run `hf download {src}` first",
-                               key="model", value=self.spec.name) from e
-    self.processor = proc
-    return self._loaded(model, proc.tokenizer, t0)          # end/pad ids, greedy config, left padding, context limit
+    self.processor = AutoProcessor.from_pretrained(src, **kw)
+    return AutoModelForImageTextToText.from_pretrained(msrc, **mkw), self.processor.tokenizer
 
 # %% ../nbs/03d_vision.ipynb #8fee7eb4
 @patch

@@ -1,4 +1,5 @@
 """RUMAD (nbs/13_rumad.ipynb): equation-level functions and the PPO pieces, independent of the notebook's own tests."""
+import functools
 import math
 
 import numpy as np
@@ -121,10 +122,17 @@ def _items90():
     return load_items("mmlu", n=45, save=False) + load_items("gsm8k", n=45, save=False)
 
 
+@functools.lru_cache(maxsize=None)
+def _mad90():
+    "Fully connected MAD on the 90 items: (accuracy, tokens per item), run once for the tests that compare against it."
+    backends, _ = _sim_setup()
+    return _run(_items90(), FullyConnected(), backends)
+
+
 def test_sim_controller_saves_most_tokens_at_a_small_accuracy_cost():
     backends, _ = _sim_setup(); pol, cfg = _controller()
     items = _items90()
-    acc_mad, tok_mad = _run(items, FullyConnected(), backends)
+    acc_mad, tok_mad = _mad90()
     acc_r, tok_r = _run(items, R.RumadController(pol, R.SimEmbedder(), cfg.lam), backends)
     print(f"MAD {acc_mad:.3f} {tok_mad:.0f} | RUMAD {acc_r:.3f} {tok_r:.0f} ({100 * R.cost_saving(tok_r, tok_mad):+.1f}%)")
     # measured: MAD 90.0% at 63.0k tokens per item, RUMAD B=12 85.6% at 22.8k (-64%): NOT MAD's accuracy (see below)
@@ -151,7 +159,7 @@ def test_link_pruning_alone_keeps_mad_accuracy():
     pol, cfg, _ = R.load_controller(CKPT.parent / "rumad_sim_no_activation.pt")
     assert not cfg.activation
     items = _items90()
-    acc_mad, tok_mad = _run(items, FullyConnected(), backends)
+    acc_mad, tok_mad = _mad90()
     acc_n, tok_n = _run(items, R.RumadController(pol, R.SimEmbedder(), cfg.lam, activation=False), backends)
     print(f"MAD {acc_mad:.3f} {tok_mad:.0f} | w/o activation {acc_n:.3f} {tok_n:.0f} ({100 * R.cost_saving(tok_n, tok_mad):+.1f}%)")
     # measured: MAD 90.0% at 63.0k, without activation 91.1% at 45.6k (-28%)
@@ -162,7 +170,7 @@ def test_control_forced_dense_removes_the_saving():
     # the same controller without Eq. 4 (silencing) and Eq. 5 (hidden links): its saving against MAD vanishes
     backends, _ = _sim_setup(); pol, cfg = _controller()
     items = _items90()
-    acc_mad, tok_mad = _run(items, FullyConnected(), backends)
+    acc_mad, tok_mad = _mad90()
     acc_f, tok_f = _run(items, R.ForcedDense(pol, R.SimEmbedder(), cfg.lam), backends)
     print(f"MAD {acc_mad:.3f} {tok_mad:.0f} | forced dense {acc_f:.3f} {tok_f:.0f} ({100 * R.cost_saving(tok_f, tok_mad):+.1f}%)")
     # measured: MAD 90.0% at 63.0k, forced dense 95.6% at 63.6k (+0.9%)
