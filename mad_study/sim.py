@@ -42,6 +42,7 @@ class SimAgent:
     response_words: int = 60        # mean length of the reasoning text in words
     signal_strength: float = 1.0    # separation of log-prob / confidence signals, correct vs wrong (in SDs)
     signal_inversion: float = 0.0   # SVR-MAD: on items hard for the agent the signals point the wrong way (0 = never)
+    context_decay: float = 0.0      # RUMAD: P(a turn is derailed) = 1 - exp(-context_decay * prompt tokens / 1000) (0 = never)
 
     def __post_init__(self):
         for f in ("skill", "conformity", "stubborn_correct", "stubborn_wrong", "recognition", "parse_fail"):
@@ -50,6 +51,8 @@ class SimAgent:
                 raise ConfigError("must be a probability in [0, 1]", key=f"sim_agents.{f}", value=v)
         if self.n_distractors < 1: raise ConfigError("must be >= 1", key="sim_agents.n_distractors", value=self.n_distractors)
         if self.response_words < 1: raise ConfigError("must be >= 1", key="sim_agents.response_words", value=self.response_words)
+        if not (isinstance(self.context_decay, (int, float)) and self.context_decay >= 0):
+            raise ConfigError("must be >= 0", key="sim_agents.context_decay", value=self.context_decay)
 
     @classmethod
     def from_params(cls, params: dict | None, where: str = "sim_agents") -> "SimAgent":
@@ -156,7 +159,9 @@ class SimBackend:
         "`latency` (seconds per generation) and `batch_size` only shape the run (for tests of resume and concurrency), not the answers."
         self.model_name = model_name
         self.agent = agent if agent is not None else SimAgent.from_params(params, where=f"sim_agents.{model_name}")
-        p = json.dumps(dataclasses.asdict(self.agent), sort_keys=True)
+        d = dataclasses.asdict(self.agent)
+        if not d["context_decay"]: del d["context_decay"]     # added later: agents without it keep their ids (and caches)
+        p = json.dumps(d, sort_keys=True)
         self.backend_id = f"sim:{model_name}:{hashlib.sha256(p.encode()).hexdigest()[:12]}"
         self.latency, self.batch_size = float(latency), int(batch_size)
 
@@ -199,6 +204,17 @@ class SimBackend:
         return dict(logprob_sum=mean * n_tokens, logprob_min=lmin, logprob_mean=mean, perplexity=math.exp(-mean),
                     token_entropy=ent, confidence=conf)
 
+    def p_derail(self, prompt_tokens: int) -> float:
+        "Probability that a turn with a prompt of `prompt_tokens` tokens is derailed (`context_decay`, see above)."
+        return 1.0 - math.exp(-self.agent.context_decay * prompt_tokens / 1000)
+
+    def _derail(self, item: Item, req: GenRequest, prompt_tokens: int, answer: str | None) -> str | None:
+        "With probability `p_derail`, a uniform guess among the item's plausible answers (own random stream)."
+        rng = rng_for("sim-derail", self.model_name, req.seed if req.temperature > 0 else _msg_hash(req.messages))
+        if rng.random() >= self.p_derail(prompt_tokens): return answer
+        cands = [str(item.gold)] + distractor_pool(item, self.agent.n_distractors)
+        return cands[int(rng.integers(len(cands)))]
+
     def generate_one(self, req: GenRequest) -> Generation:
         item = req.meta.get("item")
         if not isinstance(item, Item): raise ConfigError("SimBackend needs the Item in request.meta['item']", key="meta.item")
@@ -213,11 +229,12 @@ class SimBackend:
         shown = read_final_answers(users[-1]) if users else []
         debate_turn = bool(assistants) or bool(shown)
         answer = self.decide(item, own, shown, rng) if debate_turn else self._independent(item, rng)
+        prompt_tokens = int(round(sum(len(m["content"].split()) for m in req.messages) * 1.3))
+        if self.agent.context_decay: answer = self._derail(item, req, prompt_tokens, answer)
         if rng.random() < self.agent.parse_fail: answer = None
         text = compose_text(answer, item.fmt, self.agent.response_words, rng)
         n_tok = max(1, int(round(len(text.split()) * 1.3)))
         n_tok = min(n_tok, int(req.max_new_tokens))
-        prompt_tokens = int(round(sum(len(m["content"].split()) for m in req.messages) * 1.3))
         agree = (sum(s == answer for s in shown) / len(shown)) if shown else 0.0
         sig = self._signals(answer is not None and answer == str(item.gold), n_tok, agree, rng, p_solve=self.p_solve(item))
         return Generation(text=text, prompt_tokens=prompt_tokens, completion_tokens=n_tok, finish_reason="stop", **sig)

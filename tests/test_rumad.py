@@ -88,15 +88,16 @@ from mad_study.backends import make_backend
 from mad_study.data import load_items
 from mad_study.debate import FullyConnected, run_debate
 from mad_study.protocols import debate_costs
-from mad_study.reproduce import load_profile
+from mad_study.reproduce import experiments, load_profile, merge_params
 
 CKPT = Path(__file__).resolve().parents[1] / "checkpoints" / "rumad_sim_B12.pt"
 MODELS = ["sim-llama-3.1-8b", "sim-glm-4-9b", "sim-deepseek-math-7b"]
 
 
-def _sim_setup():
-    prof = load_profile("sim")["sim_agents"]
-    sa = {m: prof[m] for m in MODELS}
+def _sim_setup(off: bool = False):
+    "The rumad_all sim profile's synthetic agents (they derail on long prompts); `off`: the same without `context_decay`."
+    sa = merge_params(experiments()["rumad_all"], load_profile("sim"))["sim_agents"]
+    sa = {m: {k: v for k, v in sa[m].items() if not (off and k == "context_decay")} for m in MODELS}
     return {m: make_backend(m, sim_agents=sa) for m in MODELS}, sa
 
 
@@ -109,11 +110,12 @@ def _run(items, protocol, backends):
     return c["correct"].mean(), c["tokens"].mean()
 
 
-def _controller():
-    pol, cfg, meta = R.load_controller(CKPT)
-    _, sa = _sim_setup()
+def _controller(variant: str = "B12", off: bool = False):
+    path = CKPT.parent / f"rumad_sim_{variant}.pt"
+    pol, cfg, meta = R.load_controller(path)
+    _, sa = _sim_setup(off)
     # the checkpoint was trained under the sim profile's parameters (what the notebook checks before loading it)
-    assert R.checkpoint_mismatch(CKPT, cfg, R.training_meta(MODELS, "mmlu:dev", 0, "sim", "rumad", 512, "fixture", sa)) is None
+    assert R.checkpoint_mismatch(path, cfg, R.training_meta(MODELS, "mmlu:dev", 0, "sim", "rumad", 512, "fixture", sa)) is None
     return pol, cfg
 
 
@@ -123,27 +125,40 @@ def _items90():
 
 
 @functools.lru_cache(maxsize=None)
-def _mad90():
+def _mad90(off: bool = False):
     "Fully connected MAD on the 90 items: (accuracy, tokens per item), run once for the tests that compare against it."
-    backends, _ = _sim_setup()
+    backends, _ = _sim_setup(off)
     return _run(_items90(), FullyConnected(), backends)
 
 
-def test_sim_controller_saves_most_tokens_at_a_small_accuracy_cost():
+def test_sim_controller_saves_tokens_at_equal_or_better_accuracy():
+    # the sim profile's agents derail on long prompts (context_decay 0.15, calibrated on MAD vs S-MAD star only, as
+    # RUMAD's Table 2 shows for dense MAD): the trained B = 12 controller is at least as accurate as MAD, far cheaper
     backends, _ = _sim_setup(); pol, cfg = _controller()
-    items = _items90()
     acc_mad, tok_mad = _mad90()
-    acc_r, tok_r = _run(items, R.RumadController(pol, R.SimEmbedder(), cfg.lam), backends)
+    acc_r, tok_r = _run(_items90(), R.RumadController(pol, R.SimEmbedder(), cfg.lam), backends)
     print(f"MAD {acc_mad:.3f} {tok_mad:.0f} | RUMAD {acc_r:.3f} {tok_r:.0f} ({100 * R.cost_saving(tok_r, tok_mad):+.1f}%)")
-    # measured: MAD 90.0% at 63.0k tokens per item, RUMAD B=12 85.6% at 22.8k (-64%): NOT MAD's accuracy (see below)
-    assert acc_r >= acc_mad - 0.06                        # within 6 points of MAD (90 items)
+    # measured: MAD 67.8% at 63.1k tokens per item, RUMAD B=12 70.0% at 28.0k (-55.6%)
+    assert acc_r >= acc_mad
     assert R.cost_saving(tok_r, tok_mad) < -0.40          # at least 40% fewer tokens
 
 
-def test_table5_reward_prefers_the_trained_trade_off_to_mad():
-    # why the controller gives up accuracy: on the deployed debates the Table 5 reward of the trained B = 12 controller
-    # is higher than that of the dense start (= MAD: every agent speaks and sees everyone), although it is less accurate
-    backends, _ = _sim_setup(); pol, cfg = _controller()
+def test_without_derailment_the_accuracy_edge_vanishes():
+    # the control: the same agents without context_decay, a controller trained the same way on them; it still saves
+    # tokens, but it is now LESS accurate than MAD (silenced agents keep their round-0 answers, and re-answering helps)
+    backends, _ = _sim_setup(off=True); pol, cfg = _controller("nodecay", off=True)
+    acc_mad, tok_mad = _mad90(off=True)
+    acc_r, tok_r = _run(_items90(), R.RumadController(pol, R.SimEmbedder(), cfg.lam), backends)
+    print(f"no derailment: MAD {acc_mad:.3f} {tok_mad:.0f} | RUMAD {acc_r:.3f} {tok_r:.0f} ({100 * R.cost_saving(tok_r, tok_mad):+.1f}%)")
+    # measured: MAD 90.0% at 63.0k tokens per item, RUMAD B=12 85.6% at 22.8k (-64%)
+    assert acc_r < acc_mad and R.cost_saving(tok_r, tok_mad) < -0.40
+
+
+def test_without_derailment_table5_reward_prefers_the_trade_off_to_mad():
+    # why, without derailment, the controller gives up accuracy: on the deployed debates the Table 5 reward of the
+    # trained B = 12 controller is higher than that of the dense start (= MAD: every agent speaks and sees everyone),
+    # although it is less accurate
+    backends, _ = _sim_setup(off=True); pol, cfg = _controller("nodecay", off=True)
     items, agents, ps = load_items("mmlu", n=45, save=False), R.rumad_agents(MODELS, 6), R.rumad_prompt("rumad", "option")
     mad = R.evaluate_controller(R.TopologyPolicy(6, init="dense"), items, agents, backends, cfg, R.SimEmbedder(), seed=0, prompt=ps)
     rumad = R.evaluate_controller(pol, items, agents, backends, cfg, R.SimEmbedder(), seed=0, prompt=ps)
@@ -154,7 +169,8 @@ def test_table5_reward_prefers_the_trained_trade_off_to_mad():
 
 def test_link_pruning_alone_keeps_mad_accuracy():
     # the ablation without agent activation (Eq. 5 hides links, no agent is silenced by Eq. 4): MAD's accuracy or
-    # better at a lower cost; the accuracy the main controller loses comes from silencing agents
+    # better at a lower cost. On the derailing agents it is the most accurate variant (shorter prompts, and every agent
+    # re-answers), unlike the paper's Table 3, where removing activation costs accuracy
     backends, _ = _sim_setup()
     pol, cfg, _ = R.load_controller(CKPT.parent / "rumad_sim_no_activation.pt")
     assert not cfg.activation
@@ -162,7 +178,7 @@ def test_link_pruning_alone_keeps_mad_accuracy():
     acc_mad, tok_mad = _mad90()
     acc_n, tok_n = _run(items, R.RumadController(pol, R.SimEmbedder(), cfg.lam, activation=False), backends)
     print(f"MAD {acc_mad:.3f} {tok_mad:.0f} | w/o activation {acc_n:.3f} {tok_n:.0f} ({100 * R.cost_saving(tok_n, tok_mad):+.1f}%)")
-    # measured: MAD 90.0% at 63.0k, without activation 91.1% at 45.6k (-28%)
+    # measured: MAD 67.8% at 63.1k, without activation 81.1% at 41.7k (-33.8%)
     assert acc_n >= acc_mad and R.cost_saving(tok_n, tok_mad) < -0.15
 
 
@@ -173,24 +189,25 @@ def test_control_forced_dense_removes_the_saving():
     acc_mad, tok_mad = _mad90()
     acc_f, tok_f = _run(items, R.ForcedDense(pol, R.SimEmbedder(), cfg.lam), backends)
     print(f"MAD {acc_mad:.3f} {tok_mad:.0f} | forced dense {acc_f:.3f} {tok_f:.0f} ({100 * R.cost_saving(tok_f, tok_mad):+.1f}%)")
-    # measured: MAD 90.0% at 63.0k, forced dense 95.6% at 63.6k (+0.9%)
+    # measured: MAD 67.8% at 63.1k, forced dense 64.4% at 63.6k (+0.9%)
     assert abs(R.cost_saving(tok_f, tok_mad)) < 0.05      # no saving (only the tag text differs)
     assert abs(acc_f - acc_mad) <= 0.06
 
 
-def test_larger_budget_keeps_at_least_as_many_links():
+def test_larger_budget_communicates_at_least_as_much():
     # Eq. 6 binds: the B = 18 controller, trained exactly as the B = 12 one but for B, keeps at least as many visible
-    # links (w > delta) per deployed round on the same items, and the two are different controllers
+    # links (w > delta) per deployed round and spends more tokens on the same items: a different, denser controller
     backends, _ = _sim_setup()
     items = load_items("mmlu", n=45, save=False)
-    links = {}
+    ev = {}
     for b in (12, 18):
         pol, cfg, _ = R.load_controller(CKPT.parent / f"rumad_sim_B{b}.pt")
         assert cfg.B == b
-        links[b] = R.evaluate_controller(pol, items, R.rumad_agents(MODELS, 6), backends, cfg, R.SimEmbedder(), seed=0,
-                                         prompt=R.rumad_prompt("rumad", "option"))["links"]
-    print(links)
-    assert links[18] >= links[12] and links[18] != links[12]
+        ev[b] = R.evaluate_controller(pol, items, R.rumad_agents(MODELS, 6), backends, cfg, R.SimEmbedder(), seed=0,
+                                      prompt=R.rumad_prompt("rumad", "option"))
+    print({b: (e["links"], round(e["tokens"])) for b, e in ev.items()})
+    # measured: B = 12 15.0 links and 28.0k tokens per item, B = 18 15.0 links and 35.6k tokens
+    assert ev[18]["links"] >= ev[12]["links"] and ev[18]["tokens"] > 1.1 * ev[12]["tokens"]
 
 
 SHORT = dict(n_agents=6, debate_rounds=5, B=12, init="dense", lr=0.01, c2=0.1, updates=50)   # the sim profile's, 50 updates
@@ -210,6 +227,6 @@ def test_short_training_raises_the_deployed_episode_reward():
                                   seed=0, prompt=ps)
     after = R.evaluate_controller(pol, ev, agents, backends, cfg, R.SimEmbedder(), seed=1, prompt=ps)
     print(before, after)
-    # measured: return 6.42 -> 6.63, tokens 63.6k -> 31.8k, links 30 -> 17.8, accuracy 90.0% -> 83.3% (not asserted)
+    # measured: return 5.16 -> 5.72, tokens 63.6k -> 40.9k, links 30 -> 20, accuracy 63.3% -> 66.7% (not asserted)
     assert after["episode_return"] > before["episode_return"] + 0.1
     assert after["tokens"] < 0.7 * before["tokens"] and after["links"] < before["links"]
