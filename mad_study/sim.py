@@ -205,11 +205,11 @@ class SimBackend:
                     token_entropy=ent, confidence=conf)
 
     def p_derail(self, prompt_tokens: int) -> float:
-        "Probability that a turn with a prompt of `prompt_tokens` tokens is derailed (`context_decay`, see above)."
+        "P(derailed turn) = 1 - exp(-context_decay * prompt_tokens / 1000): the long-prompt harm RUMAD's Table 2 shows for dense MAD (see above)."
         return 1.0 - math.exp(-self.agent.context_decay * prompt_tokens / 1000)
 
     def _derail(self, item: Item, req: GenRequest, prompt_tokens: int, answer: str | None) -> str | None:
-        "With probability `p_derail`, a uniform guess among the item's plausible answers (own random stream)."
+        "With probability `p_derail`, a uniform guess among the item's plausible answers (own random stream; RUMAD sim profile, see above)."
         rng = rng_for("sim-derail", self.model_name, req.seed if req.temperature > 0 else _msg_hash(req.messages))
         if rng.random() >= self.p_derail(prompt_tokens): return answer
         cands = [str(item.gold)] + distractor_pool(item, self.agent.n_distractors)
