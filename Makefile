@@ -82,6 +82,7 @@ nbtest: $(STAMP)
 
 pytest: $(STAMP)
 	@touch $(VENV)/.test-start
+	@$(BIN)/python -c "import mad_study.backends as b; print('CPU:', b.cpu_description(), '| 4-bit layers on the CPU: dequantize path (the kit default)')"
 	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile
 	$(UNTOUCHED)
 

@@ -34,10 +34,12 @@ _log = logging.getLogger("mad_study.backends")
 
 # %% auto #0
 __all__ = ['MODEL_KINDS', 'MODELS', 'UMAD_D5_GRID', 'CLOSED_SUBSTITUTES', 'MODEL_PREFIXES', 'SERVE_HINTS', 'EMBEDDED_GGUF',
-           'TINY_RANDOM_VERSION', 'QUANTS', 'CLAIM_TIMEOUT', 'POLL_SECONDS', 'Backend', 'BaseBackend', 'ModelSpec',
-           'get_model', 'model_prefix', 'models_table', 'ModelUnavailable', 'embedded_gguf_path', 'embedded_checkpoint',
-           'tiny_random_checkpoint', 'truncate_messages', 'truncate_ids', 'HFBackend', 'CacheError', 'pid_alive',
-           'GenerationCache', 'CachedBackend', 'make_backend', 'weight_memory_gb', 'loaded_footprint_bytes']
+           'TINY_RANDOM_VERSION', 'CPU_4BIT_KERNELS', 'BF16_KERNEL_BLOCK_N', 'QUANTS', 'CLAIM_TIMEOUT', 'POLL_SECONDS',
+           'Backend', 'BaseBackend', 'ModelSpec', 'get_model', 'model_prefix', 'models_table', 'ModelUnavailable',
+           'embedded_gguf_path', 'embedded_checkpoint', 'tiny_random_checkpoint', 'truncate_messages', 'truncate_ids',
+           'cpu_has_bf16_kernel', 'bf16_kernel_accepts', 'cpu_description', 'set_cpu_4bit_kernel', 'HFBackend',
+           'CacheError', 'pid_alive', 'GenerationCache', 'CachedBackend', 'make_backend', 'weight_memory_gb',
+           'loaded_footprint_bytes']
 
 # %% ../nbs/03_backends.ipynb #698decee
 @runtime_checkable
@@ -51,6 +53,7 @@ class BaseBackend:
     "Optional base class: `generate_one`, `close` and a readable repr on top of `generate`."
     backend_id: str = ""
     model_name: str = ""
+    batch_invariant: bool = False   # is a generation independent of the other requests in its batch? (03_backends: the guarantee)
     def generate(self, requests: list[GenRequest]) -> list[Generation]: raise NotImplementedError
     def generate_one(self, request: GenRequest) -> Generation:
         "Generate for a single request."
@@ -399,6 +402,52 @@ def truncate_ids(ids: list[int], budget: int) -> list[int]:
     first = budget // 4
     return list(ids[:first]) + list(ids[len(ids) - (budget - first):])
 
+# %% ../nbs/03_backends.ipynb #c8604322
+CPU_4BIT_KERNELS = ("dequantize", "bf16")
+BF16_KERNEL_BLOCK_N = 32          # bitsandbytes' CPU repack tiles the output dimension in blocks of 32 rows
+
+def cpu_has_bf16_kernel() -> bool:
+    "Does bitsandbytes offer its AVX512-BF16 4-bit CPU kernel on this machine (`bitsandbytes.functional.has_avx512bf16`)?"
+    try: from bitsandbytes.functional import has_avx512bf16
+    except Exception: return False
+    return bool(has_avx512bf16())
+
+def bf16_kernel_accepts(out_features: int, in_features: int, blocksize: int = 64) -> bool:
+    """Can bitsandbytes' CPU repack (`_convert_weight_packed_for_cpu`) take a 4-bit weight of this shape? It reshapes the
+    block scales to (out, in // blocksize) and tiles out in blocks of 32: in must be a multiple of the block, out of 32."""
+    return in_features > 0 and in_features % blocksize == 0 and out_features % BF16_KERNEL_BLOCK_N == 0
+
+def cpu_description() -> str:
+    "The CPU model name and whether bitsandbytes' AVX512-BF16 4-bit kernel is available (for logs and benchmarks)."
+    import platform
+    name = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        name = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), name)
+    return f"{name} ({'with' if cpu_has_bf16_kernel() else 'without'} AVX512-BF16)"
+
+# %% ../nbs/03_backends.ipynb #f3650a17
+def set_cpu_4bit_kernel(model, kernel: str = "dequantize") -> dict:
+    """Choose bitsandbytes' CPU path for every 4-bit layer of `model`: 'dequantize' (float32, the kit's default: the same
+    numbers on every CPU, batch-invariant) or 'bf16' (the AVX512-BF16 kernel where the machine has it and
+    `bf16_kernel_accepts` the layer's shape; other layers dequantize). Weights already repacked are unpacked first.
+    Returns how many layers take each path."""
+    if kernel not in CPU_4BIT_KERNELS:
+        raise ConfigError("unknown 4-bit CPU kernel", key="cpu_4bit_kernel", value=kernel, choices=CPU_4BIT_KERNELS)
+    counts = {"bf16": 0, "dequantize": 0}
+    if importlib.util.find_spec("bitsandbytes") is None: return counts
+    import bitsandbytes as bnb
+    from bitsandbytes.functional import _convert_weight_packed_for_cpu_inverse
+    has = cpu_has_bf16_kernel()
+    for m in model.modules():
+        if not isinstance(m, bnb.nn.Linear4bit): continue
+        qs = getattr(m.weight, "quant_state", None)
+        if qs is not None and getattr(qs, "packing_format_for_cpu", False):
+            m.weight.data, m.weight.quant_state = _convert_weight_packed_for_cpu_inverse(m.weight.data, qs)
+        use = kernel == "bf16" and has and bf16_kernel_accepts(m.out_features, m.in_features, qs.blocksize if qs else 64)
+        m.support_avx512bf16_for_cpu = use
+        counts["bf16" if use else "dequantize"] += 1
+    return counts
+
 # %% ../nbs/03_backends.ipynb #5ab79470
 QUANTS = ("nf4", "fp4", "int8", "none")
 _DT_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -430,12 +479,16 @@ class HFBackend(BaseBackend):
     "A Hugging Face causal LM, 4-bit (nf4) by default through bitsandbytes; batched, seeded, with token log-prob signals."
     def __init__(self, model: str | ModelSpec, quant: str = "nf4", device_map: str | dict | None = "auto",
                  batch_size: int = 16, compute_dtype: Any = None, max_context: int | None = None,
-                 chat_template_kwargs: Mapping | None = None, allow_download: bool = False, progress: bool = True):
+                 chat_template_kwargs: Mapping | None = None, allow_download: bool = False, progress: bool = True,
+                 cpu_4bit_kernel: str = "dequantize"):
         self.spec = _spec_for(model)
         if self.spec.kind == "sim":
             raise ConfigError("synthetic agents are served by mad_study.sim.SimBackend (use make_backend)", key="model", value=self.spec.name)
         if quant not in QUANTS: raise ConfigError("unknown quantization", key="quant", value=quant, choices=QUANTS)
         if int(batch_size) < 1: raise ConfigError("batch size must be >= 1", key="batch_size", value=batch_size)
+        if cpu_4bit_kernel not in CPU_4BIT_KERNELS:
+            raise ConfigError("unknown 4-bit CPU kernel", key="cpu_4bit_kernel", value=cpu_4bit_kernel, choices=CPU_4BIT_KERNELS)
+        self.cpu_4bit_kernel = cpu_4bit_kernel
         self.model_name, self.quant = self.spec.name, quant
         if self.spec.prequantized:
             if quant != "none":
@@ -457,7 +510,7 @@ class HFBackend(BaseBackend):
         self.allow_download, self.progress = allow_download, progress
         self.model = self.tokenizer = None
         self.stats = dict(load_seconds=None, generate_seconds=0.0, batches=0, requests=0, prompt_tokens=0,
-                          completion_tokens=0, oom_backoffs=0, truncated_prompts=0)
+                          completion_tokens=0, oom_backoffs=0, truncated_prompts=0, cpu_4bit_layers=None)
         self._verify_logits = False      # tests: also request output_logits and check the recorded log-probs against them
 
     kind = property(lambda self: self.spec.kind)
@@ -472,7 +525,18 @@ class HFBackend(BaseBackend):
         else: src = f"{s.hub_id}@{s.revision or 'main'}"
         bid = f"{s.kind}:{src}:{self.quant}:{dt}"
         if self.chat_template_kwargs: bid += ":" + json.dumps(self.chat_template_kwargs, sort_keys=True)
+        if self._bf16_kernel: bid += ":cpu-bf16-kernel"        # another kernel, other numbers: another cache identity
         return bid
+
+    @property
+    def _bf16_kernel(self) -> bool:
+        "Does this backend run 4-bit layers through bitsandbytes' AVX512-BF16 CPU kernel (opted in, and available here)?"
+        return (not self._cuda and self.quant in ("nf4", "fp4") and self.cpu_4bit_kernel == "bf16" and cpu_has_bf16_kernel())
+
+    @property
+    def batch_invariant(self) -> bool:
+        "Are generations independent of the batch that computes them? (CPU, float32 dequantize path or unquantized: yes.)"
+        return not self._cuda and not self._bf16_kernel and self.quant in ("nf4", "fp4", "none")
 
     # ---------------------------------------------------------------- loading
     def _source(self) -> str:
@@ -525,6 +589,7 @@ class HFBackend(BaseBackend):
         "After loading: end-of-sequence and padding ids, a greedy generation config, left padding, the context limit."
         from transformers import GenerationConfig
         model.eval()
+        if not self._cuda: self.stats["cpu_4bit_layers"] = set_cpu_4bit_kernel(model, self.cpu_4bit_kernel)
         self.original_generation_config = model.generation_config
         gc = model.generation_config
         eos = gc.eos_token_id if gc.eos_token_id is not None else tok.eos_token_id
@@ -772,6 +837,19 @@ class GenerationCache:
                 raise self._error("cannot write", e) from None
         return len(rows)
 
+    def note_backend(self, backend_id: str, batch_invariant: bool) -> None:
+        "Record that `backend_id`'s generations may depend on the batch that computed them (a no-op for batch-invariant ones)."
+        if batch_invariant: return
+        with self._lock:
+            try: self._conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"batch_variant:{backend_id}", "1"))
+            except sqlite3.Error as e: raise self._error("cannot write", e) from None
+
+    def batch_variant_backends(self) -> list[str]:
+        "Backend ids whose cached generations may depend on the batch that computed them (`note_backend`)."
+        with self._lock:
+            rows = self._conn.execute("SELECT k FROM meta WHERE k LIKE 'batch_variant:%' ORDER BY k").fetchall()
+        return [k.split(":", 1)[1] for (k,) in rows]
+
     # ---------------------------------------------------------------- claims
     def _stale(self, host, pid, pstart, claimed, now, alive: dict) -> bool:
         if claimed is None or now - float(claimed) > self.claim_timeout: return True
@@ -866,6 +944,7 @@ class CachedBackend(BaseBackend):
     backend_id = property(lambda self: self.inner.backend_id)
     model_name = property(lambda self: self.inner.model_name)
     kind = property(lambda self: getattr(self.inner, "kind", None))
+    batch_invariant = property(lambda self: bool(getattr(self.inner, "batch_invariant", False)))
 
     def _chunk(self) -> int:
         return max(1, int(self.chunk_size or getattr(self.inner, "batch_size", None) or 64))
@@ -893,6 +972,7 @@ class CachedBackend(BaseBackend):
                     del remaining[k]
                 self.waited += len(done); self.cache.waited += len(done)
                 if won:
+                    if not self.batch_invariant and len(won) > 1: self.cache.note_backend(bid, False)
                     gens = self.inner.generate([requests[pending[k][0]] for k in won])
                     if len(gens) != len(won): raise RuntimeError(f"{bid}: backend returned {len(gens)} generations for {len(won)} requests")
                     self.cache.put_many(zip(won, gens))

@@ -16,10 +16,11 @@ from .backends import (HFBackend, _build_checkpoint, _complete, _Prepared, _torc
 from .core import ConfigError, GenRequest, Generation, load_image
 
 # %% auto #0
-__all__ = ['TINY_VLM_VERSION', 'CHATML_VISION_TEMPLATE', 'tiny_random_vlm_checkpoint', 'vlm_messages', 'VLMBackend']
+__all__ = ['TINY_VLM_VERSION', 'CHATML_VISION_TEMPLATE', 'VISION_FULL_PRECISION', 'tiny_random_vlm_checkpoint', 'vlm_messages',
+           'VLMBackend']
 
 # %% ../nbs/03d_vision.ipynb #b4cecd27
-TINY_VLM_VERSION = "v1-seed0"
+TINY_VLM_VERSION = "v2-seed0"      # v2: vision width 64 (v1: 32, narrower than a 4-bit block)
 CHATML_VISION_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
     "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for p in m['content'] %}"
@@ -45,8 +46,8 @@ def tiny_random_vlm_checkpoint(force: bool = False) -> Path:
         ip = _clip_image_processor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
         proc = LlavaProcessor(image_processor=ip, tokenizer=tok, patch_size=8, vision_feature_select_strategy="default",
                               chat_template=CHATML_VISION_TEMPLATE, image_token="<image>", num_additional_image_tokens=1)
-        vc = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32,
-                              patch_size=8, projection_dim=32)
+        vc = CLIPVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, image_size=32,
+                              patch_size=8, projection_dim=64)
         tc = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                          num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True, initializer_range=0.2,
                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
@@ -89,6 +90,18 @@ class VLMBackend(HFBackend):
         "HFBackend's identity; the tiny model's version is its own."
         bid = super().backend_id
         return bid.replace(f"{self.spec.name}@", f"{self.spec.name}@vlm-{TINY_VLM_VERSION}-", 1) if self.spec.kind == "tiny-random" else bid
+
+# %% ../nbs/03d_vision.ipynb #11b6db2d
+VISION_FULL_PRECISION = (
+    r".*vision_tower", r".*vision_model", r".*visual",     # LLaVA / Pixtral / Gemma 3, Llama 3.2 Vision, Qwen2.5-VL
+    r".*multi_modal_projector", r"lm_head")                 # the projector into the text model; the output layer
+
+@patch
+def _quant_config(self: VLMBackend):
+    "HFBackend's 4-bit / 8-bit config with the vision tower, projector and LM head left out (`VISION_FULL_PRECISION`)."
+    qc = HFBackend._quant_config(self)
+    if qc is not None: qc.llm_int8_skip_modules = list(VISION_FULL_PRECISION)
+    return qc
 
 # %% ../nbs/03d_vision.ipynb #71b05cbe
 @patch

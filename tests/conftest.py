@@ -49,3 +49,11 @@ def mad_study(*args, env=None, timeout=600, **kw):
     exe = Path(sys.executable).parent / "mad-study"
     return subprocess.run([str(exe), *args], capture_output=True, text=True,
                           timeout=timeout, env=env or os.environ.copy(), cwd=kw.pop("cwd", ROOT), **kw)
+
+
+def pytest_report_header(config):
+    "The CPU and bitsandbytes' 4-bit CPU paths on it: the kit's default (dequantize) and whether the bf16 kernel exists here."
+    from mad_study.backends import cpu_description, cpu_has_bf16_kernel
+    other = ("the bf16-kernel tests run too" if cpu_has_bf16_kernel()
+             else "bitsandbytes' bf16 kernel is not available here: its tests check the shape rule through plain torch")
+    return [f"CPU: {cpu_description()}; 4-bit CPU path of the kit: dequantize (float32); {other}"]
