@@ -518,8 +518,10 @@ def _plan_svr(p: Mapping, ablation_only: bool = False) -> dict:
     models = list(p.get("models") or [])
     if ablation_only: models = models[:int(p.get("fig3_model_count") or 1)]
     cells, q, B = len(models) * len(p.get("tasks") or []), 300, 0 if ablation_only else 3
-    per_item_gens = n + n * (n - 1) + B * R * n
-    prompt = n * q + n * (n - 1) * (q + 2 * mnt) + B * sum(n * (q + r * n * mnt) for r in range(1, R + 1))
+    S = max([int(x) for x in (p.get("comm_per_round") or [2])])
+    debates = n * (n - 1) + S * (n + 1)                         # probing + SVR-MAD's repeated debates (choice 4)
+    per_item_gens = n + debates + B * R * n
+    prompt = n * q + debates * (q + 2 * mnt) + B * sum(n * (q + r * n * mnt) for r in range(1, R + 1))
     return {"generations": cells * n_items * per_item_gens, "completion_tokens": cells * n_items * per_item_gens * mnt,
             "prompt_tokens": cells * n_items * prompt}
 
