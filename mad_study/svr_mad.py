@@ -306,6 +306,22 @@ def prior_on_svr_scale(values: Sequence[float], signal: str) -> np.ndarray:
     if ok.any(): out[ok] = (pd.Series(s[ok]).rank(method="average").to_numpy() - 0.5) / ok.sum()
     return out
 
+# %% ../nbs/12_svr_mad.ipynb #50455530
+def _svr_start(pre: pd.DataFrame, items: Mapping[str, Item], prior: str, posterior: str, prior_scale: str, **steps_kw):
+    "`run_svr_mad`'s set-up: one Alg. 1 generator per (item, thread), its first request, and the round-0 tokens."
+    gens, pending, results, groups = {}, {}, {}, {}
+    for x in pre[["item_id", "sample", "agent", "answer", prior, "prompt_tokens", "completion_tokens"]].to_dict("records"):
+        groups.setdefault((x["item_id"], int(x["sample"])), []).append(x)
+    r0tok = {key: sum(int(x["prompt_tokens"]) + int(x["completion_tokens"]) for x in g) for key, g in groups.items()}
+    scale = prior_on_svr_scale if (posterior == "svr" and prior_scale == "svr") else signal_score
+    for key, g in groups.items():
+        answers = {x["agent"]: (None if _isnull(x["answer"]) else x["answer"]) for x in g}
+        pr = dict(zip(answers, scale([np.nan if _isnull(x[prior]) else x[prior] for x in g], prior)))
+        gens[key] = svr_mad_steps(answers, pr, items[key[0]].fmt, posterior=posterior, tie_seed=key, **steps_kw)
+        try: pending[key] = next(gens[key])
+        except StopIteration as e: results[key] = e.value
+    return gens, pending, results, r0tok
+
 # %% ../nbs/12_svr_mad.ipynb #6caec984
 def run_svr_mad(pre: pd.DataFrame, items: Mapping[str, Item], backends: Mapping[str, Any] | None = None, S: int = 2, C: int = 2,
                 tau: float = 1.0, prior: str = "conf", posterior: str = "svr", budget: int | None = None,
@@ -319,20 +335,9 @@ def run_svr_mad(pre: pd.DataFrame, items: Mapping[str, Item], backends: Mapping[
     if prior not in PRIORS: raise ConfigError("unknown prior", key="prior", value=prior, choices=PRIORS)
     if prior_scale not in PRIOR_SCALES: raise ConfigError("unknown prior_scale", key="prior_scale", value=prior_scale, choices=PRIOR_SCALES)
     memo = probes if isinstance(probes, dict) else probe_memo(probes)
-    gens, pending, made, results, seen = {}, {}, {}, {}, {}
-    groups: dict[tuple, list] = {}
-    for x in pre[["item_id", "sample", "agent", "answer", prior, "prompt_tokens", "completion_tokens"]].to_dict("records"):
-        groups.setdefault((x["item_id"], int(x["sample"])), []).append(x)
-    r0tok = {key: sum(int(x["prompt_tokens"]) + int(x["completion_tokens"]) for x in g) for key, g in groups.items()}
-    scale = prior_on_svr_scale if (posterior == "svr" and prior_scale == "svr") else signal_score
-    for key, g in groups.items():
-        answers = {x["agent"]: (None if _isnull(x["answer"]) else x["answer"]) for x in g}
-        pr = dict(zip(answers, scale([np.nan if _isnull(x[prior]) else x[prior] for x in g], prior)))
-        gens[key] = svr_mad_steps(answers, pr, items[key[0]].fmt, S=S, C=C, tau=tau, budget=budget, posterior=posterior,
-                                  tie_seed=key, challengers=challengers, check=check, unparsed=unparsed, budget_cap=budget_cap)
-        made[key], seen[key] = [], Counter()
-        try: pending[key] = next(gens[key])
-        except StopIteration as e: results[key] = e.value
+    gens, pending, results, r0tok = _svr_start(pre, items, prior, posterior, prior_scale, S=S, C=C, tau=tau, budget=budget,
+                                               challengers=challengers, check=check, unparsed=unparsed, budget_cap=budget_cap)
+    made, seen = {key: [] for key in gens}, {key: Counter() for key in gens}
     while pending:
         asked = {}
         for key, pairs in pending.items():
