@@ -389,10 +389,11 @@ def _method_prompt(fmt: str) -> str: return "svr_mc" if fmt == "option" else "sv
 def evaluate(items: Sequence[Item], agents, backends: Mapping[str, Any], S: int = 2, C: int = 2, tau: float = 1.0,
              prior: str = "conf", min_agree: int = 5, debate_rounds: int = 2, baselines: Sequence[str] = ("mad", "groupdebate", "s2mad"),
              probe: bool = True, seed: int = 0, temperature: float = 1.0, top_p: float = 0.95, max_new_tokens: int = 16384,
-             experiment: str = "svr") -> dict:
+             experiment: str = "svr", challengers: str = "reuse", check: str = "iteration") -> dict:
     """SVR-MAD Sec. 5 / App. A evaluation on one task: returns round0, kept/skipped item ids, pre (prior signals),
     probes, per-method per-problem costs (`costs[method]`: answer, correct, ncomm, tokens), the SID-ET skip rate and trace,
-    and the backends and generation settings (`ablation_points` generates the repeated debates Alg. 1 asks for)."""
+    and the backends, generation settings and Alg. 1 options (`ablation_points` generates the repeated debates Alg. 1
+    asks for). `challengers`, `check`: Alg. 1's readings (`svr_mad`)."""
     from mad_study.protocols import make_baseline, run_protocol, debate_costs, self_consistency, sid_et, tune_skip_rate
     fmts = {it.fmt for it in items}
     if len(fmts) != 1: raise ConfigError(f"evaluate runs one answer format at a time, got {sorted(fmts)}", key="items")
@@ -404,7 +405,7 @@ def evaluate(items: Sequence[Item], agents, backends: Mapping[str, Any], S: int 
     kept = [byid[i] for i in dict.fromkeys(kept_ids)]
     r0k = r0[r0["item_id"].isin(set(kept_ids))].reset_index(drop=True)
     pre = prior_signals(r0k)
-    out = {"items": byid, "backends": backends, "gen": gen, "S": S, "round0": r0, "kept": list(dict.fromkeys(kept_ids)), "skipped": [iid for (iid, k), u in un.items() if u],
+    out = {"items": byid, "backends": backends, "gen": gen, "svr_opts": dict(challengers=challengers, check=check), "round0": r0, "kept": list(dict.fromkeys(kept_ids)), "skipped": [iid for (iid, k), u in un.items() if u],
            "pre": pre, "fmt": fmt, "costs": {}, "transcripts": {}}
     fmt_of = {i: fmt for i in out["kept"]}
     out["probes"] = run_challenges(probe_pairs(pre, fmt_of), pre, byid, backends, **gen) if probe and kept else None
@@ -418,7 +419,7 @@ def evaluate(items: Sequence[Item], agents, backends: Mapping[str, Any], S: int 
             raise RuntimeError(f"{name}: round 0 differs from the shared pre-debate responses (Sec. 5: all methods share them)")
         out["transcripts"][name] = tr
         out["costs"][name] = debate_costs(tr, proto, fmt=fmt)
-    svr, debates = run_svr_mad(pre, byid, backends, S=S, C=C, tau=tau, prior=prior, probes=out["probes"], **gen)
+    svr, debates = run_svr_mad(pre, byid, backends, S=S, C=C, tau=tau, prior=prior, probes=out["probes"], **out["svr_opts"], **gen)
     out["costs"]["svr_mad"], out["svr_debates"] = svr, debates
     if "mad" in out["costs"]:
         ev = lambda r: (float(sid_et(r0k, out["costs"]["mad"], r)["tokens"].mean()), float(sid_et(r0k, out["costs"]["mad"], r)["correct"].mean()))
@@ -511,7 +512,7 @@ def ablation_points(ev: dict, posterior: str, S: int = 2, C: int = 2, quantiles:
     rows = []
     for tau, c in grid:
         res, _ = run_svr_mad(ev["pre"], byid, ev.get("backends"), S=S, C=c, tau=tau, prior=prior, posterior=posterior, probes=memo,
-                             **ev.get("gen", {}))
+                             **ev.get("svr_opts", {}), **ev.get("gen", {}))
         rows.append({"posterior": posterior, "tau": tau, "C": c, "acceptance": float(res["accepted"].mean()),
                      "tokens": float(res["tokens"].mean()), "accuracy": float(res["correct"].mean()), "ncomm": float(res["ncomm"].mean())})
     return pd.DataFrame(rows)
