@@ -21,7 +21,7 @@ from .debate import FullyConnected, Protocol, RoundContext, run_debate, vote_tab
 
 # %% auto #0
 __all__ = ['BASELINES', 'answer_only_text', 'ScriptedBackend', 'largest_agreement', 'EarlyStop', 'GroupDebate', 'S2MAD',
-           'run_protocol', 'debate_costs', 'self_consistency', 'sid_scores', 'sid_et', 'tune_skip_rate',
+           'run_protocol', 'debate_costs', 'self_consistency', 'sid_scores', 'sid_et', 'SIDAgentExit', 'tune_skip_rate',
            'SparseTopology', 'make_baseline']
 
 # %% ../nbs/04b_protocols.ipynb #d25e52c5
@@ -186,14 +186,17 @@ def self_consistency(transcript: pd.DataFrame, fmt: str | None = None) -> pd.Dat
 
 # %% ../nbs/04b_protocols.ipynb #4fcc14f3
 def sid_scores(round0: pd.DataFrame) -> pd.DataFrame:
-    "Per (item, sample): the most confident agent by pre-debate min-LL (`logprob_min`), its score and answer."
+    """Per (item, sample): the most confident agent with a parsed answer by pre-debate min-LL (`logprob_min`), its score and
+    answer (SVR-MAD App. A's SID-ET); no parsed answer: score -inf, answer None."""
     r0 = round0[round0["round"] == 0]
     if r0["logprob_min"].isna().any():
         raise ValueError("SID-ET needs every pre-debate min log-likelihood (logprob_min); this backend gives none for "
                          f"{int(r0['logprob_min'].isna().sum())} responses")
-    idx = r0.groupby(["item_id", "sample"], sort=False)["logprob_min"].idxmax()
-    best = r0.loc[idx, ["item_id", "sample", "agent", "logprob_min", "answer", "correct"]]
-    return best.rename(columns={"agent": "sid_agent", "logprob_min": "score"}).reset_index(drop=True)
+    key = r0["logprob_min"].astype(float).where(r0["answer"].notna(), -np.inf)      # unparsed: never the answering agent
+    idx = key.groupby([r0["item_id"], r0["sample"]], sort=False).idxmax()
+    best = r0.loc[idx.to_numpy(), ["item_id", "sample", "agent", "answer", "correct"]].assign(score=key.loc[idx.to_numpy()].to_numpy())
+    best.loc[best["score"] == -np.inf, ["answer", "correct"]] = [None, False]
+    return best.rename(columns={"agent": "sid_agent"})[["item_id", "sample", "sid_agent", "score", "answer", "correct"]].reset_index(drop=True)
 
 def sid_et(round0: pd.DataFrame, mad_costs: pd.DataFrame, skip_rate: float) -> pd.DataFrame:
     """SID-ET at `skip_rate` (SVR-MAD App. A): the top `round(skip_rate * n)` items by `sid_scores` skip the debate and take
@@ -215,6 +218,22 @@ def sid_et(round0: pd.DataFrame, mad_costs: pd.DataFrame, skip_rate: float) -> p
             rows.append({"item_id": r.item_id, "sample": r.sample, "skipped": False, "answer": m["answer"],
                          "correct": bool(m["correct"]), "ncomm": int(m["ncomm"]), "tokens": int(m["tokens"])})
     return pd.DataFrame(rows)
+
+# %% ../nbs/04b_protocols.ipynb #8a3630d4
+class SIDAgentExit(FullyConnected):
+    """SID (Chen et al. 2025) model-level early exit, per agent: an agent whose pre-debate min-LL (`logprob_min`, SVR-MAD
+    App. A's signal) is >= `threshold` and whose answer was parsed leaves the debate; the others debate all-to-all."""
+    name = "sid_agent_exit"
+    def __init__(self, threshold: float):
+        if threshold is None or np.isnan(float(threshold)): raise ConfigError("threshold must be a number", key="threshold", value=threshold)
+        self.threshold = float(threshold)
+    def exited(self, ctx: RoundContext, agent: str) -> bool:
+        "Whether `agent` left the debate after round 0 (its round-0 min-LL against the threshold)."
+        r0 = ctx.history[agent][0]
+        lp = r0.get("logprob_min")
+        if lp is None or np.isnan(float(lp)): raise ValueError(f"SID needs the pre-debate logprob_min of {agent}; the backend gives none")
+        return r0.get("answer") is not None and float(lp) >= self.threshold
+    def speaks(self, ctx, agent): return not self.exited(ctx, agent)
 
 # %% ../nbs/04b_protocols.ipynb #da093e8a
 def tune_skip_rate(evaluate: Callable[[float], tuple[float, float]], tok_ref: float, acc_ref: float,

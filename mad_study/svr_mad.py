@@ -25,11 +25,11 @@ from .metrics import _isna as _isnull, survival_rate      # missing: None, NaN o
 from .reproduce import planner
 
 # %% auto #0
-__all__ = ['PRIORS', 'SIGNAL_LABELS', 'METHODS', 'METHOD_LABELS', 'prior_signals', 'signal_score', 'comm_budget',
-           'answer_clusters', 'SVRResult', 'svr_mad_steps', 'fallback_vote', 'svr_mad', 'svr_prompts',
-           'challenge_request', 'run_challenges', 'probe_pairs', 'probe_svr', 'top_ranked_correct', 'probe_memo',
-           'run_svr_mad', 'unanimous', 'evaluate', 'method_table', 'savings', 'fig1_table', 'difficulty_group',
-           'ablation_points']
+__all__ = ['PRIORS', 'SIGNAL_LABELS', 'SVR_OPTIONS', 'PRIOR_SCALES', 'METHODS', 'METHOD_LABELS', 'FIG2_YLABEL', 'prior_signals',
+           'signal_score', 'comm_budget', 'answer_clusters', 'SVRResult', 'svr_mad_steps', 'fallback_vote', 'svr_mad',
+           'svr_prompts', 'challenge_request', 'run_challenges', 'probe_pairs', 'probe_svr', 'top_ranked_correct',
+           'probe_memo', 'prior_on_svr_scale', 'run_svr_mad', 'unanimous', 'evaluate', 'method_table', 'savings',
+           'savings_note', 'table1_caption', 'fig1_table', 'difficulty_group', 'finish_figure', 'ablation_points']
 
 # %% ../nbs/12_svr_mad.ipynb #65a2defc
 PRIORS = ("min_ll", "ppl", "conf")
@@ -67,15 +67,19 @@ def answer_clusters(answers: Sequence[str | None], fmt: str) -> tuple[int, int]:
 # %% ../nbs/12_svr_mad.ipynb #3000436c
 @dataclass
 class SVRResult:
-    "Outcome of SVR-MAD on one problem."
-    answer: str | None
+    "Outcome of SVR-MAD (Alg. 1) on one problem."
+    answer: str | None             # y_hat
     accepted: bool                 # line 14 (accepted) or line 18 (fallback vote)
     ncomm: int                     # pairwise context transfers made (one per Debate(A_s -> A_r))
     budget: int                    # B_max
-    k: int
-    m: int
-    trace: list = field(default_factory=list)   # one dict per debate: iteration, receiver, challenger, post, outcome, score
-    scores: dict = field(default_factory=dict)  # final Corr
+    k: int                         # App. A: distinct pre-debate answer clusters
+    m: int                         # App. A: size of the largest cluster
+    trace: list = field(default_factory=list)   # one dict per debate: iteration, receiver, challenger, repeat, post, outcome, score
+    scores: dict = field(default_factory=dict)  # final Corr per agent
+    counts: dict = field(default_factory=dict)  # Sec. 3/4 per agent: {"D": debates as receiver, "r": retained, "c": changed}
+
+SVR_OPTIONS = {"challengers": ("reuse", "distinct"), "check": ("iteration", "debate"), "unparsed": ("changed", "ignore"),
+               "posterior": ("svr", "min_ll", "ppl", "conf")}
 
 def _argmax(names: Sequence[str], score: Mapping[str, float]) -> str:
     "The agent with the highest score; NaN ranks last; ties by list order."
@@ -84,50 +88,65 @@ def _argmax(names: Sequence[str], score: Mapping[str, float]) -> str:
 def _posterior(kind: str, retained: int, changed: int, signals: list) -> float:
     "Sec. 4 posterior: SVR(D, r, c); App. B ablation: the mean post-debate signal (missing values skipped)."
     if kind == "svr": return survival_rate(retained, changed, retained + changed)
-    v = [s for s in signals if s is not None and not math.isnan(s)]
+    v = [s for s in signals if not _isnull(s)]
     return float(np.mean(signal_score(v, kind))) if v else math.nan
 
 # %% ../nbs/12_svr_mad.ipynb #96b791d4
+def _svr_check(S, C, tau, budget, **opts):
+    "Clear errors for SVR-MAD's hyper-parameters (`ConfigError` naming the key)."
+    if int(S) < 1: raise ConfigError("S (communications per round) must be >= 1", key="S", value=S)
+    if int(C) < 1: raise ConfigError("C (challengers before acceptance) must be >= 1", key="C", value=C)
+    if _isnull(tau): raise ConfigError("tau (acceptance threshold) must be a number", key="tau", value=tau)
+    if budget is not None and int(budget) < 0: raise ConfigError("budget must be >= 0", key="budget", value=budget)
+    for k, v in opts.items():
+        if v not in SVR_OPTIONS[k]: raise ConfigError(f"unknown {k}", key=k, value=v, choices=SVR_OPTIONS[k])
+
+def _top(pool: Sequence[str], corr: Mapping[str, float], names: Sequence[str], n: int) -> list[str]:
+    "Alg. 1 line 8: the top-n of `pool` ranked by Corr (NaN last, ties by list order)."
+    return sorted(pool, key=lambda j: (-(corr[j] if not math.isnan(corr[j]) else -math.inf), names.index(j)))[:max(n, 0)]
+
+# %% ../nbs/12_svr_mad.ipynb #b53f7028
 def svr_mad_steps(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: str, S: int = 2, C: int = 2,
-                  tau: float = 1.0, budget: int | None = None, posterior: str = "svr", tie_seed: Any = 0
+                  tau: float = 1.0, budget: int | None = None, posterior: str = "svr", tie_seed: Any = 0,
+                  challengers: str = "reuse", check: str = "iteration", unparsed: str = "changed", budget_cap: bool = True
                   ) -> Generator[list[tuple[str, str]], list[tuple[str | None, float | None]], SVRResult]:
-    """SVR-MAD Alg. 1 on one problem, as a generator: yields the pairs (receiver, challenger) of one iteration, is sent
-    [(post-debate answer, post-debate signal)] for them; returns an `SVRResult`. `answers`/`prior`: pre-debate answer and
-    prior score per agent (higher = more reliable). `posterior`: 'svr' (Sec. 4) or a signal for the App. B ablation."""
+    """SVR-MAD Alg. 1 on one problem, as a generator: yields the debates (receiver A_r, challenger A_s) it wants next, is
+    sent [(post-debate answer, post-debate signal)] for them; returns an `SVRResult`. Parameters as `svr_mad`."""
+    _svr_check(S, C, tau, budget, challengers=challengers, check=check, unparsed=unparsed, posterior=posterior)
     names = list(answers)
-    y = dict(answers)
-    live = [a for a in names if y[a] is not None]                                   # choice 7
+    y = {a: None if _isnull(v) else v for a, v in answers.items()}                  # choice 7: every missing value
+    live = [a for a in names if y[a] is not None]
     k, m = answer_clusters([y[a] for a in names], fmt)
-    corr = {a: float(prior.get(a, math.nan)) for a in names}                        # line 3: Corr = Prior
+    corr = {a: math.nan if _isnull(prior.get(a)) else float(prior[a]) for a in names}   # line 3: Corr = Prior
     B_max = comm_budget(S, k, m) if budget is None else int(budget)
     B = B_max                                                                       # line 4
-    kept = {a: 0 for a in names}; changed = {a: 0 for a in names}
-    post = {a: [] for a in names}; sig = {a: [] for a in names}
-    used = {a: set() for a in names}
+    n = {a: {"D": 0, "r": 0, "c": 0} for a in names}
+    post, sig, met = {a: [] for a in names}, {a: [] for a in names}, Counter()
     trace, ncomm, it = [], 0, 0
-    _dis = {r: [j for j in live if j != r and not answers_equivalent(y[j], y[r], fmt)] for r in live}
-    def disagree(r): return _dis[r]                                                 # line 7
+    dis = {r: [j for j in live if j != r and not answers_equivalent(y[j], y[r], fmt)] for r in live}   # line 7
+    def accept(r): return n[r]["D"] >= C and not math.isnan(corr[r]) and corr[r] >= tau   # line 13 (App. A: D >= C)
     while B > 0:                                                                    # line 5
-        cands = [a for a in live if any(j not in used[a] for j in disagree(a))]
-        if not cands: break                                                         # choice 4
+        fresh = lambda a: [j for j in dis[a] if challengers == "reuse" or (a, j) not in met]
+        cands = [a for a in live if fresh(a)]
+        if not cands: break                                                         # unanimous, or (distinct) exhausted
         r = _argmax(cands, {a: corr[a] for a in cands})                             # line 6
-        pool = [j for j in disagree(r) if j not in used[r]]
-        P = sorted(pool, key=lambda j: (-(corr[j] if not math.isnan(corr[j]) else -math.inf), names.index(j)))[:S]   # line 8
-        outcomes = yield [(r, s) for s in P]                                        # lines 9-10: Debate(A_s -> A_r)
-        for s, (ans, signal) in zip(P, outcomes):
-            used[r].add(s); ncomm += 1
-            retained = answers_equivalent(ans, y[r], fmt)
-            kept[r] += retained; changed[r] += not retained
-            post[r].append(ans); sig[r].append(signal)
-            corr[r] = _posterior(posterior, kept[r], changed[r], sig[r])            # line 11 (Sec. 4 rule)
-            trace.append({"iteration": it, "receiver": r, "challenger": s, "post": ans,
-                          "outcome": "retained" if retained else "changed", "score": corr[r]})
-        D = kept[r] + changed[r]
-        if D >= C and not math.isnan(corr[r]) and corr[r] >= tau:                   # line 13
-            return SVRResult(y[r], True, ncomm, B_max, k, m, trace, corr)           # line 14
+        P = _top(fresh(r), corr, names, min(S, B) if budget_cap else S)             # line 8 (choices 4, 6)
+        for batch in ([P] if check == "iteration" else [[s] for s in P]):
+            outcomes = yield [(r, s) for s in batch]                                # lines 9-10: Debate(A_s -> A_r)
+            for s, (ans, signal) in zip(batch, outcomes):
+                ans = None if _isnull(ans) else ans
+                ncomm += 1; rep = met[(r, s)]; met[(r, s)] += 1
+                kept = ans is not None and answers_equivalent(ans, y[r], fmt)
+                if ans is not None or unparsed == "changed":                       # choice 7
+                    n[r]["D"] += 1; n[r]["r" if kept else "c"] += 1
+                    post[r].append(ans); sig[r].append(signal)
+                    corr[r] = _posterior(posterior, n[r]["r"], n[r]["c"], sig[r])   # line 11 (Sec. 4 rule)
+                trace.append({"iteration": it, "receiver": r, "challenger": s, "repeat": rep, "post": ans,
+                              "outcome": "retained" if kept else "changed" if ans is not None else "unparsed", "score": corr[r]})
+            if accept(r): return SVRResult(y[r], True, ncomm, B_max, k, m, trace, corr, n)   # lines 13-14
         B -= S                                                                      # line 16
         it += 1
-    return SVRResult(fallback_vote(y, post, fmt, tie_seed), False, ncomm, B_max, k, m, trace, corr)   # line 18
+    return SVRResult(fallback_vote(y, post, fmt, tie_seed), False, ncomm, B_max, k, m, trace, corr, n)   # line 18
 
 # %% ../nbs/12_svr_mad.ipynb #4c2161f4
 def _seeded_pick(options: list[str], seed: Any) -> str:
@@ -158,10 +177,26 @@ def fallback_vote(pre: Mapping[str, str | None], post: Mapping[str, Sequence[str
 
 # %% ../nbs/12_svr_mad.ipynb #a8772901
 def svr_mad(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: str,
-            debate: Callable[[str, str], tuple[str | None, float | None] | str | None], **kw) -> SVRResult:
-    """SVR-MAD (Alg. 1) on one problem with a debate function `debate(receiver, challenger) -> post-debate answer` (or
-    (answer, signal)). Keywords as `svr_mad_steps`: S, C, tau, budget, posterior, tie_seed."""
-    gen = svr_mad_steps(answers, prior, fmt, **kw)
+            debate: Callable[[str, str], tuple[str | None, float | None] | str | None],
+            S: int = 2, C: int = 2, tau: float = 1.0, budget: int | None = None, posterior: str = "svr",
+            tie_seed: Any = 0, challengers: str = "reuse", check: str = "iteration", unparsed: str = "changed",
+            budget_cap: bool = True) -> SVRResult:
+    """SVR-MAD (Jiang et al., Alg. 1, Sec. 4, App. A) on one problem.
+
+    answers: y_1..y_N, each agent's pre-debate answer (missing: None, NaN or pd.NA). prior: Prior(A_i), line 3, higher =
+    more reliable. fmt: the answer format (the kit's answer equivalence decides y_j != y_r, line 7).
+    debate(A_r, A_s) -> the receiver's post-debate answer, or (answer, post-debate signal): Debate(A_s -> A_r), line 10.
+    S: communications per round (line 8's top-S; App. A: 2 GPT-OSS-120B, 3 DeepSeek-V3.1). C: challenges a receiver
+    must survive before acceptance (App. A "100% SVR for at least C challengers": D >= C). tau: acceptance threshold
+    (line 13; App. A: 1). budget: B_max (line 4; None: S(k + m), App. A). posterior: 'svr' (Sec. 4) or min_ll / ppl /
+    conf (App. B ablation). tie_seed: seeds the fallback vote's draws (line 18). challengers: 'reuse' (line 8 as
+    written) or 'distinct' (an agent challenges a receiver once). check: 'iteration' (line 13 after the S debates) or
+    'debate' (Sec. 4: after each debate). unparsed: an unparsed post-debate answer is 'changed' or 'ignore'd (not in
+    D, r, c). budget_cap: never make more than `budget` debates (False: the literal loop, which may overspend a budget
+    that is not a multiple of S). The result carries the answer y_hat, accepted, NComm, B_max, k, m, the trace,
+    the final Corr and per-agent counts D, r, c."""
+    gen = svr_mad_steps(answers, prior, fmt, S=S, C=C, tau=tau, budget=budget, posterior=posterior, tie_seed=tie_seed,
+                        challengers=challengers, check=check, unparsed=unparsed, budget_cap=budget_cap)
     def run(pairs):
         out = [debate(r, s) for r, s in pairs]
         return [o if isinstance(o, tuple) else (o, None) for o in out]
@@ -179,41 +214,44 @@ def svr_prompts(fmt: str, prompt: str = "svr") -> tuple[PromptSet, PromptSet]:
     return get_prompt(base), get_prompt(base + "_challenge")
 
 def challenge_request(item: Item, receiver: Mapping, challenger: Mapping, seed: int = 0, prompt: str = "svr",
-                      temperature: float = 1.0, top_p: float = 0.95, max_new_tokens: int = 16384, role: str = "debater") -> GenRequest:
-    "The request of SVR-MAD's Debate(A_s -> A_r) (Alg. 1 line 10): `receiver`/`challenger` are pre-debate rows (agent, sample, text)."
+                      temperature: float = 1.0, top_p: float = 0.95, max_new_tokens: int = 16384, role: str = "debater", repeat: int = 0) -> GenRequest:
+    """The request of SVR-MAD's Debate(A_s -> A_r) (Alg. 1 line 10): `receiver`/`challenger` are pre-debate rows (agent,
+    sample, text). `repeat` > 0: the same pair debated again (choice 4), a fresh sample with its own seed."""
     ps, ch = svr_prompts(item.fmt, prompt)
     q = format_question(item)
     msgs = opening_messages(ps, q, role) + [{"role": "assistant", "content": receiver["text"] or ""},
                                             {"role": "user", "content": debate_message(ch, q, [challenger["text"] or ""])}]
     return GenRequest(msgs, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                      seed=derive_seed(seed, item.id, receiver["agent"], "svr-challenge", challenger["agent"], int(receiver["sample"])),
-                      meta=dict(item=item, agent=receiver["agent"], round=1, sample=int(receiver["sample"]), challenger=challenger["agent"]))
+                      seed=derive_seed(seed, item.id, receiver["agent"], "svr-challenge", challenger["agent"], int(receiver["sample"]),
+                                       *([int(repeat)] if repeat else [])),
+                      meta=dict(item=item, agent=receiver["agent"], round=1, sample=int(receiver["sample"]), challenger=challenger["agent"], repeat=int(repeat)))
 
 # %% ../nbs/12_svr_mad.ipynb #1a04327c
 def run_challenges(pairs: Sequence[tuple[str, int, str, str]], pre: pd.DataFrame, items: Mapping[str, Item],
                    backends: Mapping[str, Any], **kw) -> pd.DataFrame:
-    """Run SVR-MAD's Debate(A_s -> A_r) (Alg. 1 line 10) for `pairs` (item_id, sample, receiver, challenger), batched per model. `pre`: `prior_signals`
-    of round 0. One row per debate: post answer, outcome (retained / changed), post-debate signals, tokens."""
-    cols = ["item_id", "sample", "receiver", "challenger", "model", "post", "outcome", "min_ll", "ppl", "conf",
+    """Run SVR-MAD's Debate(A_s -> A_r) (Alg. 1 line 10) for `pairs` (item_id, sample, receiver, challenger[, repeat]), batched
+    per model. `pre`: `prior_signals` of round 0. One row per debate: post answer, outcome (retained / changed / unparsed),
+    post-debate signals, tokens."""
+    cols = ["item_id", "sample", "receiver", "challenger", "repeat", "model", "post", "outcome", "min_ll", "ppl", "conf",
             "prompt_tokens", "completion_tokens", "text"]
     if not len(pairs): return pd.DataFrame(columns=cols)
     rows = {(x["item_id"], int(x["sample"]), x["agent"]): x for x in pre[["item_id", "sample", "agent", "model", "text", "answer"]].to_dict("records")}
     jobs: dict[str, list] = {}
-    for iid, k, r, s in pairs:
-        rr, sr = rows[(iid, int(k), r)], rows[(iid, int(k), s)]
-        req = challenge_request(items[iid], {"agent": r, "sample": k, "text": rr["text"]}, {"agent": s, "text": sr["text"]}, **kw)
-        jobs.setdefault(rr["model"], []).append(((iid, k, r, s), rr, req))
+    for iid, k, r, s, *rep in pairs:
+        rr, sr, rep = rows[(iid, int(k), r)], rows[(iid, int(k), s)], int(rep[0]) if rep else 0
+        req = challenge_request(items[iid], {"agent": r, "sample": k, "text": rr["text"]}, {"agent": s, "text": sr["text"]}, repeat=rep, **kw)
+        jobs.setdefault(rr["model"], []).append(((iid, k, r, s, rep), rr, req))
     out = []
     from mad_study.answers import extract_answer
     for model, js in jobs.items():
         if model not in backends: raise ConfigError("no backend for model", key="model", value=model, choices=backends)
         gens = backends[model].generate([j[2] for j in js])
-        for ((iid, k, r, s), rr, _), g in zip(js, gens):
+        for ((iid, k, r, s, rep), rr, _), g in zip(js, gens):
             it = items[iid]
             ans = extract_answer(g.text, it.fmt)
             conf = extract_confidence(g.text)
-            out.append({"item_id": iid, "sample": k, "receiver": r, "challenger": s, "model": model, "post": ans,
-                        "outcome": "retained" if answers_equivalent(ans, rr["answer"], it.fmt) else "changed",
+            out.append({"item_id": iid, "sample": k, "receiver": r, "challenger": s, "repeat": rep, "model": model, "post": ans,
+                        "outcome": "unparsed" if ans is None else "retained" if answers_equivalent(ans, rr["answer"], it.fmt) else "changed",
                         "min_ll": g.logprob_min, "ppl": g.perplexity, "conf": conf if conf is not None else g.confidence,
                         "prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens, "text": g.text})
     df = pd.DataFrame(out, columns=cols)
@@ -232,7 +270,7 @@ def probe_pairs(pre: pd.DataFrame, fmt_of: Mapping[str, str]) -> list[tuple[str,
     return out
 
 def probe_svr(probes: pd.DataFrame) -> pd.DataFrame:
-    "Per (item, sample, agent): D, r, c over the probing debates and SVR = (r - c) / D (`metrics.survival_rate`)."
+    "Per (item, sample, agent): D, r, c over the probing debates (an unparsed answer is a change) and SVR = (r - c) / D (`metrics.survival_rate`)."
     g = probes.assign(kept=probes["outcome"].eq("retained")).groupby(["item_id", "sample", "receiver"], sort=False)["kept"]
     df = pd.DataFrame({"D": g.size(), "r": g.sum().astype(int)}).reset_index().rename(columns={"receiver": "agent"})
     df["c"] = df["D"] - df["r"]
@@ -250,46 +288,78 @@ def top_ranked_correct(scores: Sequence[float], correct: Sequence[bool]) -> floa
 
 # %% ../nbs/12_svr_mad.ipynb #45cb772a
 def probe_memo(probes: pd.DataFrame | None) -> dict[tuple, dict]:
-    "SVR-MAD Fig. 1 probe debates by (item_id, sample, receiver, challenger), for `run_svr_mad(probes=...)` (a dict is used, and extended, as is)."
+    """SVR-MAD Fig. 1 probe debates by (item_id, sample, receiver, challenger, repeat), for `run_svr_mad(probes=...)` (a dict
+    is used, and extended, as is)."""
     if probes is None: return {}
-    return {(r["item_id"], int(r["sample"]), r["receiver"], r["challenger"]): r for r in probes.to_dict("records")}
+    return {(r["item_id"], int(r["sample"]), r["receiver"], r["challenger"], int(r.get("repeat", 0) or 0)): r
+            for r in probes.to_dict("records")}
 
+PRIOR_SCALES = ("svr", "raw")
 
-def run_svr_mad(pre: pd.DataFrame, items: Mapping[str, Item], backends: Mapping[str, Any] | None = None, S: int = 2, C: int = 2,
-                tau: float = 1.0, prior: str = "conf", posterior: str = "svr", budget: int | None = None,
-                probes: pd.DataFrame | dict | None = None, **challenge_kw) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """SVR-MAD (Alg. 1) on every (item, thread) of `pre` (`prior_signals` of round 0), in lockstep. Debates come from
-    `probes` where present, else are generated with `backends` (`run_challenges`, keywords `challenge_kw`).
-    Returns (one row per problem: answer, correct, accepted, ncomm, tokens, budget, k, m, trace; every debate made)."""
-    if prior not in PRIORS: raise ConfigError("unknown prior", key="prior", value=prior, choices=PRIORS)
-    memo = probes if isinstance(probes, dict) else probe_memo(probes)
-    gens, pending, made, results = {}, {}, {}, {}
-    groups: dict[tuple, list] = {}
+def prior_on_svr_scale(values: Sequence[float], signal: str) -> np.ndarray:
+    """SVR-MAD Alg. 1 line 3, choice 2: a problem's priors on SVR's scale. Confidence (already in [0, 1]) as it is; min-LL
+    and PPL (another scale) as their within-problem percentile (rank - 1/2) / n in (0, 1), higher = more reliable
+    (ties share their mean rank); missing stays NaN (ranks last)."""
+    s = signal_score(values, signal)
+    if signal == "conf": return s
+    out, ok = np.full(len(s), np.nan), ~np.isnan(s)
+    if ok.any(): out[ok] = (pd.Series(s[ok]).rank(method="average").to_numpy() - 0.5) / ok.sum()
+    return out
+
+# %% ../nbs/12_svr_mad.ipynb #50455530
+def _svr_start(pre: pd.DataFrame, items: Mapping[str, Item], prior: str, posterior: str, prior_scale: str, **steps_kw):
+    "`run_svr_mad`'s set-up: one Alg. 1 generator per (item, thread), its first request, and the round-0 tokens."
+    gens, pending, results, groups = {}, {}, {}, {}
     for x in pre[["item_id", "sample", "agent", "answer", prior, "prompt_tokens", "completion_tokens"]].to_dict("records"):
         groups.setdefault((x["item_id"], int(x["sample"])), []).append(x)
     r0tok = {key: sum(int(x["prompt_tokens"]) + int(x["completion_tokens"]) for x in g) for key, g in groups.items()}
+    scale = prior_on_svr_scale if (posterior == "svr" and prior_scale == "svr") else signal_score
     for key, g in groups.items():
-        fmt = items[key[0]].fmt
         answers = {x["agent"]: (None if _isnull(x["answer"]) else x["answer"]) for x in g}
-        pr = dict(zip(answers, signal_score([np.nan if _isnull(x[prior]) else x[prior] for x in g], prior)))
-        gens[key] = svr_mad_steps(answers, pr, fmt, S=S, C=C, tau=tau, budget=budget, posterior=posterior, tie_seed=key)
-        made[key] = []
+        pr = dict(zip(answers, scale([np.nan if _isnull(x[prior]) else x[prior] for x in g], prior)))
+        gens[key] = svr_mad_steps(answers, pr, items[key[0]].fmt, posterior=posterior, tie_seed=key, **steps_kw)
         try: pending[key] = next(gens[key])
         except StopIteration as e: results[key] = e.value
+    return gens, pending, results, r0tok
+
+# %% ../nbs/12_svr_mad.ipynb #6caec984
+def run_svr_mad(pre: pd.DataFrame, items: Mapping[str, Item], backends: Mapping[str, Any] | None = None, S: int = 2, C: int = 2,
+                tau: float = 1.0, prior: str = "conf", posterior: str = "svr", budget: int | None = None,
+                probes: pd.DataFrame | dict | None = None, prior_scale: str = "svr", challengers: str = "reuse",
+                check: str = "iteration", unparsed: str = "changed", budget_cap: bool = True, **challenge_kw) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """SVR-MAD (Alg. 1) on every (item, thread) of `pre` (`prior_signals` of round 0), in lockstep; parameters as `svr_mad`.
+    `prior_scale`: 'svr' puts min-LL / PPL priors on SVR's scale (`prior_on_svr_scale`) when the posterior is SVR; 'raw'
+    keeps them. Debates come from `probes` where present, else are generated with `backends` (`run_challenges`, keywords
+    `challenge_kw`). Returns (one row per problem: answer, correct, accepted, ncomm, tokens, budget, k, m, counts, trace;
+    every debate made)."""
+    if prior not in PRIORS: raise ConfigError("unknown prior", key="prior", value=prior, choices=PRIORS)
+    if prior_scale not in PRIOR_SCALES: raise ConfigError("unknown prior_scale", key="prior_scale", value=prior_scale, choices=PRIOR_SCALES)
+    memo = probes if isinstance(probes, dict) else probe_memo(probes)
+    gens, pending, results, r0tok = _svr_start(pre, items, prior, posterior, prior_scale, S=S, C=C, tau=tau, budget=budget,
+                                               challengers=challengers, check=check, unparsed=unparsed, budget_cap=budget_cap)
+    made, seen = {key: [] for key in gens}, {key: Counter() for key in gens}
     while pending:
-        need = [(*key, r, s) for key, pairs in pending.items() for r, s in pairs if (*key, r, s) not in memo]
+        asked = {}
+        for key, pairs in pending.items():
+            asked[key] = []
+            for r, s in pairs: asked[key].append((*key, r, s, seen[key][(r, s)])); seen[key][(r, s)] += 1
+        need = [q for qs in asked.values() for q in qs if q not in memo]
         if need:
             if backends is None: raise ConfigError(f"{len(need)} debates are not in `probes` and no backends were given", key="backends")
-            for row in run_challenges(need, pre, items, backends, **challenge_kw).to_dict("records"):
-                memo[(row["item_id"], int(row["sample"]), row["receiver"], row["challenger"])] = row
+            memo.update(probe_memo(run_challenges(need, pre, items, backends, **challenge_kw)))
         nxt = {}
-        for key, pairs in pending.items():
-            rows = [memo[(*key, r, s)] for r, s in pairs]
-            made[key] += rows
+        for key, qs in asked.items():
+            rows = [memo[q] for q in qs]
+            made[key] += [{**x, "repeat": q[-1]} for x, q in zip(rows, qs)]
             sent = [(None if _isnull(x["post"]) else x["post"], None if posterior == "svr" else x[posterior]) for x in rows]
             try: nxt[key] = gens[key].send(sent)
             except StopIteration as e: results[key] = e.value
         pending = nxt
+    return _svr_rows(results, gens, made, r0tok, items)
+
+# %% ../nbs/12_svr_mad.ipynb #9257df2c
+def _svr_rows(results, gens, made, r0tok, items) -> tuple[pd.DataFrame, pd.DataFrame]:
+    "`run_svr_mad`'s tables: one row per problem (tokens = its round 0 + the debates it made), and every debate made."
     out = []
     for key, res in results.items():
         it = items[key[0]]
@@ -297,11 +367,10 @@ def run_svr_mad(pre: pd.DataFrame, items: Mapping[str, Item], backends: Mapping[
         out.append({"item_id": key[0], "sample": key[1], "answer": res.answer,
                     "correct": bool(res.answer is not None and is_correct(res.answer, it.gold, it.fmt)),
                     "accepted": res.accepted, "ncomm": res.ncomm, "tokens": r0tok[key] + dtok,
-                    "budget": res.budget, "k": res.k, "m": res.m, "trace": res.trace})
+                    "budget": res.budget, "k": res.k, "m": res.m, "counts": res.counts, "trace": res.trace})
     order = {k: i for i, k in enumerate(gens)}
     out.sort(key=lambda r: order[(r["item_id"], r["sample"])])
-    debates = pd.DataFrame([x for key in gens for x in made[key]])
-    return pd.DataFrame(out), debates
+    return pd.DataFrame(out), pd.DataFrame([x for key in gens for x in made[key]])
 
 # %% ../nbs/12_svr_mad.ipynb #4dc51556
 METHODS = ("sc", "groupdebate", "sid_et", "s2mad", "svr_mad")
@@ -320,9 +389,11 @@ def _method_prompt(fmt: str) -> str: return "svr_mc" if fmt == "option" else "sv
 def evaluate(items: Sequence[Item], agents, backends: Mapping[str, Any], S: int = 2, C: int = 2, tau: float = 1.0,
              prior: str = "conf", min_agree: int = 5, debate_rounds: int = 2, baselines: Sequence[str] = ("mad", "groupdebate", "s2mad"),
              probe: bool = True, seed: int = 0, temperature: float = 1.0, top_p: float = 0.95, max_new_tokens: int = 16384,
-             experiment: str = "svr") -> dict:
+             experiment: str = "svr", challengers: str = "reuse", check: str = "iteration") -> dict:
     """SVR-MAD Sec. 5 / App. A evaluation on one task: returns round0, kept/skipped item ids, pre (prior signals),
-    probes, per-method per-problem costs (`costs[method]`: answer, correct, ncomm, tokens), the SID-ET skip rate and trace."""
+    probes, per-method per-problem costs (`costs[method]`: answer, correct, ncomm, tokens), the SID-ET skip rate and trace,
+    and the backends, generation settings and Alg. 1 options (`ablation_points` generates the repeated debates Alg. 1
+    asks for). `challengers`, `check`: Alg. 1's readings (`svr_mad`)."""
     from mad_study.protocols import make_baseline, run_protocol, debate_costs, self_consistency, sid_et, tune_skip_rate
     fmts = {it.fmt for it in items}
     if len(fmts) != 1: raise ConfigError(f"evaluate runs one answer format at a time, got {sorted(fmts)}", key="items")
@@ -334,7 +405,7 @@ def evaluate(items: Sequence[Item], agents, backends: Mapping[str, Any], S: int 
     kept = [byid[i] for i in dict.fromkeys(kept_ids)]
     r0k = r0[r0["item_id"].isin(set(kept_ids))].reset_index(drop=True)
     pre = prior_signals(r0k)
-    out = {"items": byid, "round0": r0, "kept": list(dict.fromkeys(kept_ids)), "skipped": [iid for (iid, k), u in un.items() if u],
+    out = {"items": byid, "backends": backends, "gen": gen, "svr_opts": dict(challengers=challengers, check=check), "round0": r0, "kept": list(dict.fromkeys(kept_ids)), "skipped": [iid for (iid, k), u in un.items() if u],
            "pre": pre, "fmt": fmt, "costs": {}, "transcripts": {}}
     fmt_of = {i: fmt for i in out["kept"]}
     out["probes"] = run_challenges(probe_pairs(pre, fmt_of), pre, byid, backends, **gen) if probe and kept else None
@@ -348,7 +419,7 @@ def evaluate(items: Sequence[Item], agents, backends: Mapping[str, Any], S: int 
             raise RuntimeError(f"{name}: round 0 differs from the shared pre-debate responses (Sec. 5: all methods share them)")
         out["transcripts"][name] = tr
         out["costs"][name] = debate_costs(tr, proto, fmt=fmt)
-    svr, debates = run_svr_mad(pre, byid, backends, S=S, C=C, tau=tau, prior=prior, probes=out["probes"], **gen)
+    svr, debates = run_svr_mad(pre, byid, backends, S=S, C=C, tau=tau, prior=prior, probes=out["probes"], **out["svr_opts"], **gen)
     out["costs"]["svr_mad"], out["svr_debates"] = svr, debates
     if "mad" in out["costs"]:
         ev = lambda r: (float(sid_et(r0k, out["costs"]["mad"], r)["tokens"].mean()), float(sid_et(r0k, out["costs"]["mad"], r)["correct"].mean()))
@@ -380,6 +451,27 @@ def savings(tab: pd.DataFrame, method: str = "svr_mad", exclude: Sequence[str] =
             "ncomm_saving_pct": 100 * (1 - s["NComm"] / b["NComm"]) if b["NComm"] > 0 else math.nan,
             "acc_diff_points": s["Acc (%)"] - b["Acc (%)"]}
 
+# %% ../nbs/12_svr_mad.ipynb #fcb5efa4
+def _pct(x: float) -> str:
+    "A saving as a signed whole percent of change ('-38%'), 'n/a' when it is missing."
+    if _isnull(x): return "n/a"
+    v = -round(float(x))
+    return f"{v:+d}%" if v else "0%"
+
+def savings_note(setting: str, sv: Mapping, sid_rate: float | None = None) -> str:
+    "One setting's part of Table 1's caption (SVR-MAD Sec. 5.1): savings against the most accurate MAD baseline."
+    if not sv: return f"{setting}: no MAD baseline run"
+    sid = "" if _isnull(sid_rate) else f" (SID-ET skip rate {sid_rate:.0%} by Alg. 2)"
+    return (f"{setting}: vs {sv['reference']}: tokens {_pct(sv['tokens_saving_pct'])}, NComm {_pct(sv['ncomm_saving_pct'])}, "
+            f"accuracy {sv['acc_diff_points']:+.1f} points{sid}")
+
+def table1_caption(notes: Sequence[str], label: str | None, single_gpu_config: str = "") -> str:
+    "SVR-MAD Table 1's caption; it begins with the study's label (the profile it was made with), if any."
+    head = f"{label.split(':')[0]}: " if label else ""
+    return (f"SVR-MAD Table 1. {head}savings of SVR-MAD against the most accurate MAD baseline: " + "; ".join(notes) +
+            ". Paper (GPT-OSS-120B and DeepSeek-V3.1, real models): tokens -38..61%, NComm -48..75% at equal or better accuracy."
+            + (f" Single-GPU open configuration of the paper profile: {single_gpu_config}." if single_gpu_config else ""))
+
 # %% ../nbs/12_svr_mad.ipynb #b7b15137
 def fig1_table(ev: dict) -> pd.DataFrame:
     "Per (item, sample): n_correct before debate and, per signal (min_ll, ppl, conf, svr), whether its top-ranked agent is correct."
@@ -397,6 +489,17 @@ def difficulty_group(n_correct: int) -> str:
     "Fig. 1 / Fig. 2 difficulty groups by the number of agents correct before debate."
     return "4+" if n_correct >= 4 else str(int(n_correct))
 
+# %% ../nbs/12_svr_mad.ipynb #7bc3d74c
+FIG2_YLABEL = "hard problems\nanswered correctly"
+
+def finish_figure(fig, title: str, top_in: float = 0.42, title_in: float = 0.30):
+    """Lay out `fig` (`tight_layout`) in all but the top `top_in` inches, then put `title` `title_in` inches from the top,
+    below the label `mad_study.report.save_figure` stamps there (SVR-MAD Figs. 1-3)."""
+    h = fig.get_figheight()
+    fig.tight_layout(rect=(0, 0, 1, 1 - top_in / h))
+    fig.suptitle(title, fontsize=9, y=1 - title_in / h, va="top")
+    return fig
+
 # %% ../nbs/12_svr_mad.ipynb #bd1debf6
 def ablation_points(ev: dict, posterior: str, S: int = 2, C: int = 2, quantiles: Sequence[float] = np.arange(0.1, 0.91, 0.1)) -> pd.DataFrame:
     "SVR-MAD App. B: (tau, C, acceptance rate, mean tokens, accuracy) of Alg. 1 with `posterior` in place of SVR."
@@ -408,7 +511,8 @@ def ablation_points(ev: dict, posterior: str, S: int = 2, C: int = 2, quantiles:
         grid, prior = [(float(np.nanquantile(vals, q)), C) for q in quantiles], posterior
     rows = []
     for tau, c in grid:
-        res, _ = run_svr_mad(ev["pre"], byid, None, S=S, C=c, tau=tau, prior=prior, posterior=posterior, probes=memo)
+        res, _ = run_svr_mad(ev["pre"], byid, ev.get("backends"), S=S, C=c, tau=tau, prior=prior, posterior=posterior, probes=memo,
+                             **ev.get("svr_opts", {}), **ev.get("gen", {}))
         rows.append({"posterior": posterior, "tau": tau, "C": c, "acceptance": float(res["accepted"].mean()),
                      "tokens": float(res["tokens"].mean()), "accuracy": float(res["correct"].mean()), "ncomm": float(res["ncomm"].mean())})
     return pd.DataFrame(rows)
@@ -420,8 +524,10 @@ def _plan_svr(p: Mapping, ablation_only: bool = False) -> dict:
     models = list(p.get("models") or [])
     if ablation_only: models = models[:int(p.get("fig3_model_count") or 1)]
     cells, q, B = len(models) * len(p.get("tasks") or []), 300, 0 if ablation_only else 3
-    per_item_gens = n + n * (n - 1) + B * R * n
-    prompt = n * q + n * (n - 1) * (q + 2 * mnt) + B * sum(n * (q + r * n * mnt) for r in range(1, R + 1))
+    S = max([int(x) for x in (p.get("comm_per_round") or [2])])
+    debates = n * (n - 1) + S * (n + 1)                         # probing + SVR-MAD's repeated debates (choice 4)
+    per_item_gens = n + debates + B * R * n
+    prompt = n * q + debates * (q + 2 * mnt) + B * sum(n * (q + r * n * mnt) for r in range(1, R + 1))
     return {"generations": cells * n_items * per_item_gens, "completion_tokens": cells * n_items * per_item_gens * mnt,
             "prompt_tokens": cells * n_items * prompt}
 

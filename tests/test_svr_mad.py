@@ -109,3 +109,196 @@ def test_tab1_svr_mad_is_cheaper_than_groupdebate_and_s2mad_at_equal_or_better_a
     assert tab.loc["svr_mad", "Acc (%)"] >= max(tab.loc["groupdebate", "Acc (%)"], tab.loc["s2mad", "Acc (%)"]) - 2.0, tab
     sv = savings(method_table(ev))
     assert sv["tokens_saving_pct"] > 0 and sv["ncomm_saving_pct"] > 0
+
+
+# ---- issue 21: review fixes ---------------------------------------------------------------------------------------
+def _keep(y):
+    return lambda r, s: y[r]
+
+
+def test_issue21_a_lone_dissenter_does_not_beat_the_majority():
+    """Alg. 1 as written (line 8: top-S of all disagreeing agents, D counts debates): the majority agent meets its one
+    challenger again and is accepted; the distinct-challenger reading (the option) lets the dissenter win."""
+    y = {f"a{i}": "A" for i in range(5)} | {"a5": "B"}
+    conf = {f"a{i}": 0.9 - 0.1 * i for i in range(6)}
+    res = svr_mad(y, conf, "option", _keep(y), S=2, C=2)
+    assert (res.answer, res.accepted, res.ncomm) == ("A", True, 2)
+    assert res.counts["a0"] == {"D": 2, "r": 2, "c": 0}
+    old = svr_mad(y, conf, "option", _keep(y), S=2, C=2, challengers="distinct")
+    assert (old.answer, old.accepted, old.ncomm) == ("B", True, 7)
+    y42 = {f"a{i}": "A" for i in range(4)} | {"a4": "B", "a5": "B"}
+    res = svr_mad(y42, conf, "option", _keep(y42), S=3, C=3)
+    assert (res.answer, res.accepted, res.ncomm) == ("A", True, 4)
+    assert svr_mad(y42, conf, "option", _keep(y42), S=3, C=3, check="debate").ncomm == 3
+    old = svr_mad(y42, conf, "option", _keep(y42), S=3, C=3, challengers="distinct")
+    assert (old.answer, old.accepted, old.ncomm) == ("B", True, 11)
+
+
+def test_issue21_majority_wins_5_1_splits_under_synthetic_agents():
+    """With the sim-svr-gptoss agents, on 5-1 splits Alg. 1 as written departs from the five less often than the
+    distinct-challenger reading and is as accurate as their majority (the distinct reading is not)."""
+    from mad_study.svr_mad import run_svr_mad
+    b = SimBackend("sim-svr-test", **dict(STICKY, skill=0.5))
+    ev = evaluate(_items(300), make_agents(["sim-svr-test"] * 6), {"sim-svr-test": b}, S=2, C=2, baselines=(), seed=0)
+    pre = ev["pre"]
+    items = sorted(i for i, g in pre.groupby("item_id")
+                   if g["answer"].notna().all() and sorted(g["answer"].value_counts().tolist()) == [1, 5])
+    assert len(items) >= 30
+    g = pre[pre["item_id"].isin(items)].groupby("item_id")
+    maj = g["answer"].agg(lambda a: a.value_counts().index[0])
+    maj_acc = float(g.apply(lambda x: bool(x.loc[x["answer"] == maj[x.name], "correct"].iloc[0])).mean())
+    out = {}
+    for ch in ("reuse", "distinct"):
+        res, _ = run_svr_mad(pre, ev["items"], {"sim-svr-test": b}, S=2, C=2, probes=ev["probes"], challengers=ch, **ev["gen"])
+        r = res.set_index("item_id").loc[items]
+        out[ch] = (int((r["answer"] != maj.loc[items]).sum()), float(r["correct"].mean()), float(r["ncomm"].mean()))
+    print("5-1 items", len(items), "majority acc", maj_acc, "(differ, acc, ncomm):", out)
+    assert out["reuse"][0] < out["distinct"][0], out
+    assert out["reuse"][1] >= maj_acc - 0.03 and out["reuse"][1] > out["distinct"][1], (out, maj_acc)
+    assert out["reuse"][2] < out["distinct"][2]
+
+
+def test_issue21_missing_values_are_unparsed_whatever_their_type():
+    y = {"a0": "A", "a1": np.nan, "a2": "B", "a3": pd.NA, "a4": "B"}
+    conf = {"a0": 0.9, "a1": 0.99, "a2": 0.5, "a3": 0.98, "a4": 0.4}
+    res = svr_mad(y, conf, "option", _keep(y), S=2, C=2)
+    assert all({t["receiver"], t["challenger"]}.isdisjoint({"a1", "a3"}) for t in res.trace)
+    assert (res.answer, res.k, res.m, res.budget) == ("A", 2, 2, 8)
+    res = svr_mad(y, conf, "option", lambda r, s: np.nan, S=2, C=2)
+    assert res.trace[0]["outcome"] == "unparsed" and res.trace[0]["post"] is None
+
+
+def test_issue21_sid_et_never_answers_with_an_unparsed_response():
+    from mad_study.protocols import sid_et, sid_scores
+    r0 = pd.DataFrame({"item_id": ["u0"] * 3 + ["u1"] * 3, "sample": 0, "round": 0, "agent": ["a0", "a1", "a2"] * 2,
+                       "logprob_min": [-0.1, -2.0, -3.0, -1.0, -1.5, -0.5], "answer": [None, "A", "A", "B", "C", np.nan],
+                       "correct": [False, True, True, False, True, False], "prompt_tokens": 10, "completion_tokens": 5})
+    mad = pd.DataFrame({"item_id": ["u0", "u1"], "sample": 0, "answer": ["A", "C"], "correct": [True, True], "ncomm": 6, "tokens": 90})
+    assert sid_scores(r0)["answer"].tolist() == ["A", "B"]
+    s = sid_et(r0, mad, 0.5)
+    assert s[["skipped", "answer"]].values.tolist() == [[False, "A"], [True, "B"]]
+    assert sid_et(r0, mad, 1.0)["answer"].notna().all()
+
+
+def test_issue21_documented_choices_and_their_options():
+    y = {"a0": "A", "a1": "A", "a2": "B", "a3": "B", "a4": "C", "a5": "A"}
+    conf = {"a0": 0.9, "a1": 0.5, "a2": 0.95, "a3": 0.6, "a4": 0.3, "a5": 0.4}
+    gives_way = lambda r, s: y[s]
+    # a budget that is not a multiple of S is not overspent (the literal loop is the option)
+    assert svr_mad(y, conf, "option", gives_way, S=2, C=2, budget=3).ncomm == 3
+    assert svr_mad(y, conf, "option", gives_way, S=2, C=2, budget=3, budget_cap=False).ncomm == 4
+    # acceptance after each debate vs after each iteration: with C = 1 < S = 2 they differ
+    holds = lambda r, s: y[r]
+    assert svr_mad(y, conf, "option", holds, S=2, C=1).ncomm == 2
+    assert svr_mad(y, conf, "option", holds, S=2, C=1, check="debate").ncomm == 1
+    # an unparsed post-debate answer: a change (default) or left out of D, r, c
+    assert svr_mad(y, conf, "option", lambda r, s: None, S=2, C=2).counts["a2"] == {"D": 2, "r": 0, "c": 2}
+    assert svr_mad(y, conf, "option", lambda r, s: None, S=2, C=2, unparsed="ignore").counts["a2"] == {"D": 0, "r": 0, "c": 0}
+
+
+def test_issue21_priors_on_another_scale_do_not_outrank_a_receiver_that_gave_way():
+    from mad_study.svr_mad import run_svr_mad
+    items = {"q/0": Item("q/0", "toy", "Which? (A) (B) (C) (D)", "D", "option")}
+    ans = {"a0": "A", "a1": "B", "a2": "C", "a3": "D"}
+    pre = pd.DataFrame({"item_id": "q/0", "sample": 0, "agent": list(ans), "answer": list(ans.values()),
+                        "min_ll": [-0.5, -2.0, -3.0, -4.0], "ppl": [1.1, 1.5, 1.7, 1.9], "prompt_tokens": 1, "completion_tokens": 1})
+    memo = {("q/0", 0, r, s, k): {"post": ans[s], "prompt_tokens": 1, "completion_tokens": 1}
+            for r in ans for s in ans if r != s for k in range(9)}
+    for prior in ("min_ll", "ppl"):
+        res, _ = run_svr_mad(pre, items, None, S=2, C=2, prior=prior, probes=dict(memo))
+        assert [t["receiver"] for t in res.loc[0, "trace"]][:4] == ["a0", "a0", "a1", "a1"], prior
+        res, _ = run_svr_mad(pre, items, None, S=2, C=2, prior=prior, probes=dict(memo), prior_scale="raw")
+        assert [t["receiver"] for t in res.loc[0, "trace"]][:4] == ["a0"] * 4, prior
+
+
+def test_issue21_sid_per_agent_early_exit_is_offered():
+    from mad_study.protocols import SIDAgentExit, ScriptedBackend, run_protocol, debate_costs
+    it = [Item("toy/0", "toy", "Which? (A) x (B) y", "A", "option")]
+    lp = {"a0": -0.1, "a1": -3.0, "a2": -3.0, "a3": -3.0}
+    sb = ScriptedBackend(lambda item, agent, rnd, msgs: "A" if agent in ("a0", "a1") else "B",
+                         lambda item, agent, rnd, msgs: {"logprob_min": lp[agent]})
+    tr = run_protocol(it, make_agents(["s"] * 4), {"s": sb}, SIDAgentExit(-1.0), prompt="du_mmlu", debate_rounds=1)
+    assert tr[tr["round"] == 1]["reused"].tolist() == [True, False, False, False]
+    assert debate_costs(tr, fmt="option").ncomm[0] == 3 * 3
+
+
+def test_issue21_svr_mad_signature_names_every_hyper_parameter():
+    import inspect
+    sig = inspect.signature(svr_mad)
+    assert not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    for name in ("S", "C", "tau", "budget", "posterior", "tie_seed", "challengers", "check", "unparsed", "budget_cap"):
+        assert name in sig.parameters and f"{name}:" in svr_mad.__doc__, name
+    assert "D, r, c" in svr_mad.__doc__
+
+
+@pytest.mark.parametrize("setting,rows,ref,ncomm,tokens", [
+    ("GPT-OSS-120B / IMO", [(19.4, 164.1, 41.8), (17.5, 85.5, 38.7), (22.8, 131.4, 42.1), (5.6, 82.1, 42.8)], "S2-MAD", 75, 38),
+    ("GPT-OSS-120B / HLE", [(18.4, 111.0, 20.2), (12.8, 39.6, 17.2), (14.0, 67.7, 21.0), (7.3, 39.1, 21.4)], "S2-MAD", 48, 42),
+    ("DeepSeek-V3.1 / IMO", [(19.8, 234.6, 40.1), (20.0, 103.0, 33.8), (20.9, 154.7, 36.8), (8.9, 91.7, 41.5)], "GroupDebate", 55, 61),
+    ("DeepSeek-V3.1 / HLE", [(19.6, 108.7, 14.9), (16.6, 33.7, 14.1), (18.7, 71.7, 16.7), (5.3, 30.3, 16.7)], "S2-MAD", 72, 58)])
+def test_issue21_table1_savings_in_all_four_settings(setting, rows, ref, ncomm, tokens):
+    "SVR-MAD Sec. 5.1 from Table 1: NComm -48..75%, tokens -38..61% against the most accurate MAD baseline."
+    keys, labels = ["groupdebate", "sid_et", "s2mad", "svr_mad"], ["GroupDebate", "SID-ET", "S2-MAD", "SVR-MAD"]
+    tab = pd.DataFrame({"key": keys, "method": labels, "NComm": [r[0] for r in rows], "Tok (x10^3)": [r[1] for r in rows],
+                        "Acc (%)": [r[2] for r in rows]})
+    sv = savings(tab)
+    assert (sv["reference"], round(sv["ncomm_saving_pct"]), round(sv["tokens_saving_pct"])) == (ref, ncomm, tokens), setting
+    assert sv["acc_diff_points"] >= -1e-9
+
+
+def test_issue21_table1_caption_names_its_profile():
+    from mad_study.report import EMBEDDED_LABEL, SYNTHETIC_LABEL
+    from mad_study.svr_mad import savings_note, table1_caption
+    note = savings_note("smollm2 / HLE (MC)", {"reference": "SID-ET", "tokens_saving_pct": 0.0, "ncomm_saving_pct": math.nan,
+                                               "acc_diff_points": 0.0}, 0.9)
+    cap = table1_caption([note], EMBEDDED_LABEL)
+    assert cap.startswith("SVR-MAD Table 1. Embedded SmolLM2-135M (cpu profile)")
+    assert "SYNTHETIC" not in cap and "nan" not in cap and "NComm n/a" in cap
+    assert table1_caption([note], SYNTHETIC_LABEL).startswith("SVR-MAD Table 1. SYNTHETIC AGENTS (sim profile)")
+
+
+def test_issue21_figure_layout_no_clipped_label_no_blank_band():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from mad_study.report import SYNTHETIC_LABEL, label_figure
+    from mad_study.svr_mad import FIG2_YLABEL, finish_figure
+    fig, axes = plt.subplots(1, 4, figsize=(12.8, 3.4), squeeze=False)
+    names = ["Self Consistency", "GroupDebate", "SID-ET", "S2-MAD", "SVR-MAD"]
+    for ax in axes[0]:
+        ax.bar(range(5), [8, 9, 6, 12, 13]); ax.set_xticks(range(5), names, rotation=35, ha="right", fontsize=7)
+        ax.set_title("sim-svr-gptoss / IMO-AnswerBench\n(16 hard problems)", fontsize=8)
+    axes[0][0].set_ylabel(FIG2_YLABEL)
+    finish_figure(fig, "SVR-MAD Fig. 2: accuracy on hard problems (1-3 agents correct before debate)")
+    label_figure(fig, SYNTHETIC_LABEL)
+    fig.canvas.draw(); rd = fig.canvas.get_renderer(); dpi = fig.dpi
+    ax0 = axes[0][0]
+    yl, box = ax0.yaxis.label.get_window_extent(rd), ax0.get_window_extent(rd)
+    assert yl.y0 >= box.y0 - 1 and yl.y1 <= box.y1 + 1                                   # the y-label fits beside its axis
+    assert not any(yl.overlaps(t.get_window_extent(rd)) for t in ax0.get_xticklabels())
+    title = fig._suptitle.get_window_extent(rd)
+    top_axes = max(ax.get_tightbbox(rd).y1 for ax in axes[0])
+    assert 0 <= (title.y0 - top_axes) / dpi < 0.25                                        # no blank band under the title
+    stamp = [t for t in fig.texts if t.get_text() == SYNTHETIC_LABEL][0].get_window_extent(rd)
+    assert not stamp.overlaps(title)
+    plt.close(fig)
+
+
+def test_issue21_fig1_layout_has_no_blank_band_under_its_title():
+    "Fig. 1's layout (five panels, shared y, two-line panel titles): the old recipe left 0.48 in under the title."
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from mad_study.report import SYNTHETIC_LABEL, label_figure
+    from mad_study.svr_mad import finish_figure
+    fig, axes = plt.subplots(1, 5, figsize=(16, 3.4), sharey=True, squeeze=False)
+    for ax in axes[0]:
+        ax.bar(range(4), [100, 60, 50, 10]); ax.set_xlabel("agents correct before debate")
+        ax.set_title("sim-svr-gptoss\nIMO-AnswerBench", fontsize=8)
+    axes[0][0].set_ylabel("top-ranked agent correct (%)")
+    finish_figure(fig, "SVR-MAD Fig. 1: top-ranked agent correct, by difficulty (min-LL, PPL, confidence, SVR)")
+    label_figure(fig, SYNTHETIC_LABEL)
+    fig.canvas.draw(); rd = fig.canvas.get_renderer()
+    title = fig._suptitle.get_window_extent(rd)
+    assert 0 <= (title.y0 - max(ax.get_tightbbox(rd).y1 for ax in axes[0])) / fig.dpi < 0.25
+    plt.close(fig)
