@@ -422,7 +422,7 @@ def run_dmad(items: Sequence[Item], assignment: Assignment, backends: Mapping[st
     for s in st.values():
         it = s["item"]
         ans = last.loc[last["item_id"] == it.id, "answer"].tolist()
-        v = majority_vote([None if pd.isna(a) else a for a in ans], it.fmt, tie_seed=(experiment, it.id))
+        v = majority_vote([None if pd.isna(a) else a for a in ans], it.fmt, tie_seed=("dmad", seed, it.id))   # the item, not the experiment's name
         out.append(dict(item_id=it.id, task=it.task, gold=str(it.gold), answer=v,
                         correct=bool(v is not None and is_correct(v, it.gold, it.fmt)), rounds=rounds,
                         **{f"model_{r}": m for r, m in s["a"].items()}))

@@ -370,3 +370,20 @@ def test_tab1_and_tab2_use_the_same_items():
         p1, p2 = (merge_params(ex[e], prof) for e in ("meta_tab1", "meta_tab2"))
         for k in ("n_items", "tasks", "seed", "source", "models", "vision_models", "rounds", "temperature", "max_new_tokens", "frameworks"):
             assert p1.get(k) == p2.get(k), (profile, k, p1.get(k), p2.get(k))
+
+
+class _Split:
+    "Every DMAD method answers a different letter: each item's final vote is a three-way tie."
+    backend_id = "split"
+    def generate(self, reqs):
+        return [Generation(text=f"So the answer is ({'ABC'[['cot', 'step_back', 'pot'].index(r.meta['role'])]}).",
+                           prompt_tokens=1, completion_tokens=1) for r in reqs]
+
+
+def test_dmad_vote_is_the_same_in_every_experiment():
+    "Table 1 and Table 2 share their uniform cells: the vote's tie-break depends on the item, not the experiment's name."
+    items = [Item(f"d/{i}", "d", f"q{i}", "A", "option", ("w", "x", "y", "z")) for i in range(30)]
+    a = {r: "s" for r in ("cot", "step_back", "pot")}
+    o1 = run_dmad(items, a, {"s": _Split()}, rounds=1, experiment="meta_tab1", execute=False)[1]
+    o2 = run_dmad(items, a, {"s": _Split()}, rounds=1, experiment="meta_tab2", execute=False)[1]
+    assert o1["answer"].tolist() == o2["answer"].tolist() and set(o1["answer"]) == {"A", "B", "C"}
