@@ -60,7 +60,7 @@ MAX_REVIEW_CHARS = 50_000      # a review is read from its last 50,000 character
 MAX_REVIEW_OBJECTS = 64        # at most this many `{"Agent` starts are decoded
 
 def review_skeleton(n_agents: int, criteria: Sequence[str]) -> str:
-    "The JSON form Prompt 2's added sentence asks for: one entry per agent (`Agent 1` .. `Agent n`) and criterion."
+    "Meta-Debate Prompt 2 (App. A.1) + the kit's sentence: the JSON form asked for, one entry per agent (`Agent 1` .. `Agent n`) and criterion."
     inner = ", ".join(f"{json.dumps(str(c).strip(), ensure_ascii=False)}: <score>" for c in criteria) or '"score": <score>'
     return "{" + ",\n ".join(f'"Agent {j}": {{{inner}}}' for j in range(1, int(n_agents) + 1)) + "}"
 
@@ -98,7 +98,7 @@ def _agent_objects(text: str) -> list[dict]:
     return out
 
 def structured_scores(obj: Mapping, n_agents: int, criteria: Sequence[str]) -> np.ndarray:
-    "Scores from one structured review object: per agent the mean over `criteria`, each given exactly; else NaN."
+    "S^(k)_{i,j} (Meta-Debate Sec. 3.1) from one structured review object: per agent the mean over `criteria`, each given exactly; else NaN."
     out = np.full(int(n_agents), np.nan)
     by_agent: dict[int, Any] = {}
     for k, v in obj.items():
@@ -165,7 +165,7 @@ def _section_score(sec: str, names: Sequence[str]) -> float | None:
     return float("nan")
 
 def text_scores(text: str, n_agents: int, criteria: Sequence[str] = ()) -> np.ndarray:
-    "The conservative text reader (see above): per agent its score, NaN when absent or ambiguous."
+    "S^(k)_{i,j} (Meta-Debate Sec. 3.1) by the conservative text reader (see above): per agent its score, NaN when absent or ambiguous."
     out = np.full(int(n_agents), np.nan)
     if not isinstance(text, str): return out
     t = _SCALE.sub(" ", text[-MAX_REVIEW_CHARS:])
@@ -394,7 +394,7 @@ def _propose(items, framework, stage, models, backends, chosen, run) -> tuple[di
 
 # %% ../nbs/14_meta_debate.ipynb #b8fb31a9
 def shown_order(n_agents: int, order: str, *key) -> list[int]:
-    "The agents (0-based) in the order a review shows them: `fixed` (0..m-1) or `shuffled` (seeded by `key`: seed, item, role, evaluator)."
+    "Order of the proposals in a Meta-Debate review (Prompt 2, App. A.1): `fixed` (0..m-1, the paper) or `shuffled` (seeded by `key`: seed, item, role, evaluator)."
     if order not in PROPOSAL_ORDERS: raise ConfigError("unknown proposal order", key="proposal_order", value=order, choices=PROPOSAL_ORDERS)
     return list(range(n_agents)) if order == "fixed" else [int(x) for x in rng_for("meta-debate-order", *key).permutation(n_agents)]
 
@@ -469,7 +469,7 @@ def random_assignment(framework: str, models: Sequence[str], seed: int, modality
     return {r: models[derive_seed("meta-random-assignment", framework, seed, r) % len(models)] for r in framework_roles(framework, modality)}
 
 def item_tokens(tr: pd.DataFrame) -> pd.DataFrame:
-    "Prompt and completion tokens per item of a transcript (every call of the debate stage)."
+    "Prompt and completion tokens per item of a transcript (every call of the debate stage; Meta-Debate Sec. 6 names this cost)."
     return tr.groupby("item_id", sort=False)[["prompt_tokens", "completion_tokens"]].sum(min_count=1).reset_index()
 
 def run_framework(framework: str, items: Sequence[Item], assignment, backends: Mapping[str, Any], *, rounds: int = 3,

@@ -124,6 +124,7 @@ def first_json_object(text: str) -> dict | None:
         if isinstance(obj, dict): return obj
     return None
 
+# %% ../nbs/04c_roles.ipynb #606fb22a
 def _key(k: str) -> str: return re.sub(r"[^a-z]", "", str(k).lower())
 
 def _yes_no(v: Any) -> bool | None:
