@@ -8,6 +8,7 @@ Docs: https://mad-study.github.io/mad_study/meta_debate.html.md"""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 import json
 import re
 import warnings
@@ -21,15 +22,17 @@ from .core import ConfigError, GenRequest, Item, atomic_write_text, derive_seed,
 from .answers import extract_answer, is_correct
 from .prompts import META_DEBATE_PROMPTS, fill, number_word
 from .reproduce import planner
-from .roles import (DMAD_ROLES, DMAD_VISION_ROLES, MAD_ROLES, _fill, _generate, _pot_what, answer_instruction, parse_verdict,
+from .roles import (DMAD_ROLES, DMAD_VISION_ROLES, MAD_ROLES, _fill, _generate, _pot_what, answer_instruction, parse_verdict, pot_turn,
                              question_parts, run_dmad, run_mad)
 
 # %% auto #0
-__all__ = ['FRAMEWORKS', 'MODALITIES', 'DATA_DESCRIPTIONS', 'PAPER_CRITERIA', 'PAPER_TAB1', 'PAPER_TAB2', 'PAPER_MODELS',
-           'framework_roles', 'items_modality', 'context_key', 'parse_review', 'suitability', 'assign_roles',
-           'role_title', 'criteria_prompt', 'parse_criteria', 'format_criteria', 'CriteriaCache', 'generate_criteria',
-           'MetaDebateResult', 'meta_debate', 'uniform_assignment', 'random_assignment', 'run_framework', 'plan_tab1',
-           'plan_tab2', 'plan_examples']
+__all__ = ['FRAMEWORKS', 'MODALITIES', 'SCORE_MIN', 'SCORE_MAX', 'MAX_REVIEW_CHARS', 'MAX_REVIEW_OBJECTS', 'TIE_ATOL',
+           'TIE_BREAKS', 'DATA_DESCRIPTIONS', 'PAPER_CRITERIA', 'PROPOSAL_ORDERS', 'PAPER_TAB1', 'PAPER_TAB2',
+           'PAPER_MODELS', 'framework_roles', 'items_modality', 'context_key', 'review_skeleton', 'structured_scores',
+           'text_scores', 'ReviewScores', 'read_review', 'parse_review', 'suitability', 'role_decisions',
+           'assign_roles', 'role_title', 'criteria_prompt', 'parse_criteria', 'format_criteria', 'CriteriaCache',
+           'generate_criteria', 'MetaDebateResult', 'shown_order', 'meta_debate', 'uniform_assignment',
+           'random_assignment', 'item_tokens', 'run_framework', 'plan_tab1', 'plan_tab2', 'plan_examples']
 
 # %% ../nbs/14_meta_debate.ipynb #76ac9273
 FRAMEWORKS: dict[str, tuple[str, ...]] = {"mad": MAD_ROLES, "dmad": DMAD_ROLES}
@@ -52,37 +55,158 @@ def context_key(framework: str, role: str) -> str:
     return "dmad_vision" if role in DMAD_VISION_ROLES else framework
 
 # %% ../nbs/14_meta_debate.ipynb #998ad5a7
-_SCALE = re.compile(r"\(?\b1\s*[-–]\s*5\b\)?")
-_AGENT = re.compile(r"(?:\*\*|#+\s*)?\bAgent\s*(\d+)\b", re.I)
-_GENERIC = re.compile(r"(?:\b([1-5](?:\.\d+)?)\s*/\s*5\b)|(?:\bscore\s*(?:is|:|=|of)?\s*\**\s*([1-5](?:\.\d+)?)\b)", re.I)
+SCORE_MIN, SCORE_MAX = 1.0, 5.0
+MAX_REVIEW_CHARS = 50_000      # a review is read from its last 50,000 characters (the JSON object ends the reply)
+MAX_REVIEW_OBJECTS = 64        # at most this many `{"Agent` starts are decoded
 
-def _num(s) -> float:
-    try: v = float(s)
-    except (TypeError, ValueError): return float("nan")
-    return v if 1.0 <= v <= 5.0 else float("nan")
+def review_skeleton(n_agents: int, criteria: Sequence[str]) -> str:
+    "Meta-Debate Prompt 2 (App. A.1) + the kit's sentence: the JSON form asked for, one entry per agent (`Agent 1` .. `Agent n`) and criterion."
+    inner = ", ".join(f"{json.dumps(str(c).strip(), ensure_ascii=False)}: <score>" for c in criteria) or '"score": <score>'
+    return "{" + ",\n ".join(f'"Agent {j}": {{{inner}}}' for j in range(1, int(n_agents) + 1)) + "}"
 
-def parse_review(text: str, n_agents: int, criteria: Sequence[str] = ()) -> np.ndarray:
-    "Scores S^(k)_{i,j} of one review (Meta-Debate Prompt 2) for agents 1..n_agents: mean over criteria, NaN if unreadable."
-    out = np.full(int(n_agents), np.nan)
-    if not isinstance(text, str) or not text.strip(): return out
-    t = _SCALE.sub(" ", text)
-    marks = [(int(m.group(1)), m.start()) for m in _AGENT.finditer(t)]
-    sections: dict[int, str] = {}
-    for (j, start), nxt in zip(marks, marks[1:] + [(None, len(t))]):
-        if 1 <= j <= n_agents: sections[j] = sections.get(j, "") + " " + t[start:nxt[1]]
-    for j, sec in sections.items():
-        vals = []
-        for c in criteria:
-            m = re.search(re.escape(str(c).strip()) + r"[^0-9\n]{0,40}?\b(\d+(?:\.\d+)?)\b", sec, flags=re.I)
-            if m and not np.isnan(_num(m.group(1))): vals.append(_num(m.group(1)))
-        if not vals:
-            vals = [v for v in (_num(a or b) for a, b in _GENERIC.findall(sec)) if not np.isnan(v)]
-        if vals: out[j - 1] = float(np.mean(vals))
+def _norm_name(s) -> str: return re.sub(r"\s+", " ", re.sub(r"\(\s*1\s*[-–]\s*5\s*\)|\*", " ", str(s))).strip().casefold()
+
+def _exact_score(v) -> float:
+    "A structured score: a number (or numeric string, `/5` allowed) from 1 to 5; else NaN."
+    if isinstance(v, bool): return float("nan")
+    if isinstance(v, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(?:/\s*5\s*)?", v)
+        v = m.group(1) if m else None
+    try: x = float(v)
+    except (TypeError, ValueError, OverflowError): return float("nan")
+    return x if SCORE_MIN <= x <= SCORE_MAX else float("nan")
+
+def _dup_pairs(pairs):
+    "object_pairs_hook: a key given twice is marked ambiguous (never silently the last)."
+    out = {}
+    for k, v in pairs: out[k] = _AMBIGUOUS if k in out else v
+    return out
+_AMBIGUOUS = object()
+
+# %% ../nbs/14_meta_debate.ipynb #cbcbc526
+_AGENT_KEY = re.compile(r"\s*agent\s*(\d+)\s*", re.I)
+
+def _agent_objects(text: str) -> list[dict]:
+    "Every JSON object in `text` whose keys include `Agent <j>`, in order (bounded, never raises)."
+    s = re.sub(r"```(?:json|JSON)?", "", text[-MAX_REVIEW_CHARS:])
+    dec, out = json.JSONDecoder(object_pairs_hook=_dup_pairs, parse_int=lambda x: x if len(x) > 100 else int(x)), []
+    for n, m in enumerate(re.finditer(r'\{\s*"\s*agent\s*\d', s, flags=re.I)):
+        if n >= MAX_REVIEW_OBJECTS: break
+        try: obj, _ = dec.raw_decode(s, m.start())
+        except (ValueError, RecursionError): continue
+        if isinstance(obj, dict) and any(_AGENT_KEY.fullmatch(str(k)) for k in obj): out.append(obj)
     return out
 
+def structured_scores(obj: Mapping, n_agents: int, criteria: Sequence[str]) -> np.ndarray:
+    "S^(k)_{i,j} (Meta-Debate Sec. 3.1) from one structured review object: per agent the mean over `criteria`, each given exactly; else NaN."
+    out = np.full(int(n_agents), np.nan)
+    by_agent: dict[int, Any] = {}
+    for k, v in obj.items():
+        m = _AGENT_KEY.fullmatch(str(k))
+        if m: j = int(m.group(1)); by_agent[j] = _AMBIGUOUS if j in by_agent else v
+    names = [_norm_name(c) for c in criteria]
+    for j in range(1, int(n_agents) + 1):
+        e = by_agent.get(j)
+        if e is _AMBIGUOUS or e is None: continue
+        if not names: vals = [_exact_score(e if not isinstance(e, Mapping) else e.get("score"))]
+        elif not isinstance(e, Mapping): continue
+        else:
+            got: dict[str, Any] = {}
+            for k, v in e.items():
+                nk = _norm_name(k); got[nk] = _AMBIGUOUS if nk in got or v is _AMBIGUOUS else v
+            vals = [_exact_score(got[c]) if got.get(c, _AMBIGUOUS) is not _AMBIGUOUS else np.nan for c in names]
+        if vals and not np.isnan(vals).any(): out[j - 1] = float(np.mean(vals))
+    return out
+
+# %% ../nbs/14_meta_debate.ipynb #a473c277
+_SCALE = re.compile(r"\(?\b1\s*[-–]\s*5\b\)?")                    # echoed scale text "(1-5)", "1–5"
+_HEADER = re.compile(r"^[ \t>|*#\-•]*(?:\*\*|__)?\s*Agent\s*(\d+)\b", re.I | re.M)
+_NUM = r"(?P<neg>[-−](?=\d))?(?P<v>\d+(?:\.\d+)?)(?:\s*/\s*(?P<d>\d+(?:\.\d+)?))?(?!\.?\d)(?!\s*%)"
+_FRACTION = re.compile(r"(?<![\w.\-−/])(?P<neg>[-−](?=\d))?(?P<v>\d+(?:\.\d+)?)\s*/\s*(?P<d>5|10)(?![\d.]\d*)")
+_SCORE_IS = re.compile(r"\bscore\s*(?:is|:|=|of)?\s*\**\s*" + _NUM, re.I)
+
+def _scaled(m) -> float:
+    "A text score on the 1-5 scale: `v` (1-5), or `v/d` mapped linearly from [1, d]; negative or off-scale -> NaN."
+    if m.group("neg"): return float("nan")
+    try: v = float(m.group("v")); d = float(m.group("d")) if m.group("d") else SCORE_MAX
+    except (TypeError, ValueError, OverflowError): return float("nan")
+    if not (d > 1 and 1 <= v <= d): return float("nan")
+    return v if d == SCORE_MAX else SCORE_MIN + (SCORE_MAX - SCORE_MIN) * (v - 1) / (d - 1)
+
+def _named(sec: str, name: str) -> list[float]:
+    "Every score written right after the criterion `name` (whole words) in `sec`."
+    words = str(name).split()
+    if not words: return []
+    pat = (r"(?<![\w])" + r"\s+".join(map(re.escape, words)) + r"(?![\w])[\s*_]*(?:\(\s*score\s*)?"
+           r"(?:[:=–—]|-(?=\s))?[\s*_]*" + _NUM)
+    return [_scaled(m) for m in re.finditer(pat, sec, flags=re.I)]
+
+def _generic(sec: str) -> list[float]:
+    "The section's explicit scores: `Score is n` (or `Score: n/d`) and `n/5`, `n/10`, each counted once."
+    out, spans = [], []
+    for m in _SCORE_IS.finditer(sec): out.append((m.start(), _scaled(m))); spans.append(m.span())
+    for m in _FRACTION.finditer(sec):
+        if not any(a <= m.start() < b for a, b in spans): out.append((m.start(), _scaled(m)))
+    return [v for _, v in sorted(out)]
+
+# %% ../nbs/14_meta_debate.ipynb #a4858a95
+def _same(vals: Sequence[float]) -> float:
+    "The one value of `vals` if they all agree (and none is NaN), else NaN."
+    v = np.asarray(vals, dtype=float)
+    return float(v[0]) if len(v) and not np.isnan(v).any() and np.ptp(v) < 1e-9 else float("nan")
+
+def _section_score(sec: str, names: Sequence[str]) -> float | None:
+    "One section's score: None (no score in it), NaN (ambiguous or invalid) or the mean over the criteria."
+    found = {c: _same(v) for c in names if (v := _named(sec, c))}
+    if names and len(found) == len(names): return _same([np.mean(list(found.values()))])
+    gen = _generic(sec)
+    if not gen: return float("nan") if found else None
+    if (len(gen) == 1 and not found) or len(gen) == len(names): return _same([np.mean(gen)])
+    return float("nan")
+
+def text_scores(text: str, n_agents: int, criteria: Sequence[str] = ()) -> np.ndarray:
+    "S^(k)_{i,j} (Meta-Debate Sec. 3.1) by the conservative text reader (see above): per agent its score, NaN when absent or ambiguous."
+    out = np.full(int(n_agents), np.nan)
+    if not isinstance(text, str): return out
+    t = _SCALE.sub(" ", text[-MAX_REVIEW_CHARS:])
+    marks = [(int(m.group(1)), m.start()) for m in _HEADER.finditer(t)]
+    per: dict[int, list[float]] = {}
+    for (j, start), nxt in zip(marks, marks[1:] + [(None, len(t))]):
+        if not 1 <= j <= n_agents: continue
+        v = _section_score(t[start:nxt[1]], [str(c).strip() for c in criteria])
+        if v is not None: per.setdefault(j, []).append(v)
+    for j, vals in per.items(): out[j - 1] = _same(vals)
+    return out
+
+# %% ../nbs/14_meta_debate.ipynb #02e696a7
+@dataclass
+class ReviewScores:
+    "One review's scores S^(k)_{i,j} for agents 1..m, and how they were read: 'structured', 'text' (fallback) or 'none'."
+    scores: np.ndarray
+    how: str
+    @property
+    def fallback(self) -> bool: return self.how != "structured"
+
+def read_review(text: str, n_agents: int, criteria: Sequence[str] = ()) -> ReviewScores:
+    """One review (Meta-Debate Prompt 2, Sec. 3.1: S^(k)_{i,j} = mean over the role's criteria) for agents 1..n_agents:
+    the last structured JSON object, else the conservative text reader (fallback). Never raises; missing is NaN."""
+    n = int(n_agents)
+    if not isinstance(text, str) or not text.strip(): return ReviewScores(np.full(n, np.nan), "none")
+    objs = _agent_objects(text)
+    if objs: return ReviewScores(structured_scores(objs[-1], n, criteria), "structured")
+    s = text_scores(text, n, criteria)
+    return ReviewScores(s, "text" if np.isfinite(s).any() else "none")
+
+def parse_review(text: str, n_agents: int, criteria: Sequence[str] = ()) -> np.ndarray:
+    "Scores S^(k)_{i,j} of one review (Meta-Debate Prompt 2, Sec. 3.1): `read_review(...).scores`; NaN = missing."
+    return read_review(text, n_agents, criteria).scores
+
 # %% ../nbs/14_meta_debate.ipynb #14fc0d02
+TIE_ATOL = 1e-9
+TIE_BREAKS = ("seeded", "first")
+
 def suitability(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    "Mean score S-bar[i, j] over evaluators (missing skipped; NaN if none) and the number of reviews behind each."
+    "Mean score S-bar[i, j] over evaluators (Meta-Debate Sec. 3.1; missing skipped; NaN if none) and the number of reviews behind each."
     s = np.asarray(scores, dtype=float)
     if s.ndim != 3: raise ConfigError("scores must have shape (evaluators, roles, agents)", key="scores", value=s.shape)
     n = np.isfinite(s).sum(axis=0)
@@ -91,22 +215,35 @@ def suitability(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         mean = np.where(n > 0, np.nansum(np.where(np.isfinite(s), s, 0.0), axis=0) / np.maximum(n, 1), np.nan)
     return mean, n
 
-def assign_roles(scores: np.ndarray, roles: Sequence[str] | None = None, agents: Sequence[str] | None = None) -> dict:
-    """Meta-Debate's assignment pi_Q(R_i) = argmax_j mean_k S^(k)_{i,j} (Sec. 3.1) from `scores[evaluator, role, agent]`.
-    Returns {role: agent}; ties -> the agent listed first; one agent may hold several roles."""
-    mean, _ = suitability(scores)
+def _names(names, n: int, key: str) -> list:
+    out = list(names) if names is not None else list(range(n))
+    if len(out) != n: raise ConfigError(f"scores have {n} {key}, got {len(out)} names", key=key, value=out)
+    if len(set(map(str, out))) != len(out): raise ConfigError(f"duplicate {key} names", key=key, value=out)
+    return out
+
+# %% ../nbs/14_meta_debate.ipynb #af9a4980
+def role_decisions(scores: np.ndarray, roles: Sequence[str] | None = None, agents: Sequence[str] | None = None, *,
+                   tie_break: str = "seeded", tie_seed: Any = (), atol: float = TIE_ATOL) -> list[dict]:
+    """Meta-Debate's pi_Q(R_i) = argmax_j S-bar_{i,j} (Sec. 3.1), per role: {role, agent, tied (agents at the maximum),
+    reviews (behind the winner's mean)}. Ties within `atol` are broken by `tie_break` (see above)."""
+    if tie_break not in TIE_BREAKS: raise ConfigError("unknown tie-break rule", key="tie_break", value=tie_break, choices=TIE_BREAKS)
+    mean, n = suitability(scores)
     R, N = mean.shape
-    roles = list(roles) if roles is not None else list(range(R))
-    agents = list(agents) if agents is not None else list(range(N))
-    if len(roles) != R or len(agents) != N:
-        raise ConfigError(f"scores have {R} roles x {N} agents, got {len(roles)} role and {len(agents)} agent names", key="scores")
-    out = {}
+    if N == 0: raise ConfigError("no agents to assign roles to", key="agents", value=[])
+    roles, agents = _names(roles, R, "roles"), _names(agents, N, "agents")
+    seed = tie_seed if isinstance(tie_seed, (tuple, list)) else (tie_seed,)
+    out = []
     for i, r in enumerate(roles):
         row = mean[i]
-        if not np.isfinite(row).any(): out[r] = agents[0]; continue
-        best = np.nanmax(row)
-        out[r] = agents[int(np.flatnonzero(row == best)[0])]
+        tied = np.flatnonzero(row >= np.nanmax(row) - atol) if np.isfinite(row).any() else np.arange(N)
+        win = int(tied[0]) if tie_break == "first" else min(tied, key=lambda t: derive_seed("meta-debate-tie", *seed, r, agents[t]))
+        out.append(dict(role=r, agent=agents[win], tied=[agents[t] for t in tied], reviews=int(n[i, win])))
     return out
+
+def assign_roles(scores: np.ndarray, roles: Sequence[str] | None = None, agents: Sequence[str] | None = None, **kw) -> dict:
+    """Meta-Debate's assignment pi_Q(R_i) = argmax_j mean_k S^(k)_{i,j} (Sec. 3.1) from `scores[evaluator, role, agent]`.
+    Returns {role: agent}; one agent may hold several roles; ties as in `role_decisions` (`tie_break`, `tie_seed`, `atol`)."""
+    return {d["role"]: d["agent"] for d in role_decisions(scores, roles, agents, **kw)}
 
 # %% ../nbs/14_meta_debate.ipynb #91d3440b
 DATA_DESCRIPTIONS = {"gpqa": "text-only STEM multiple-choice questions (graduate-level biology, chemistry and physics)",
@@ -166,7 +303,8 @@ def generate_criteria(framework: str, task: str, examples: Sequence[Item], model
                       cache: CriteriaCache | None = None, data: str | None = None, seed: int = 0,
                       max_new_tokens: int = 512) -> dict[str, dict]:
     """Criteria for every role of `framework` on `task` (Meta-Debate Sec. 3.2, App. A.2), drafted by `model`, cached.
-    Returns {role: {"criteria": [(name, explanation)], "text": generator output, "fallback": bool}}."""
+    Returns {role: {"criteria": [(name, explanation)], "text": generator output, "fallback": bool, "prompt_tokens",
+    "completion_tokens"}} (the tokens of the one call that drafted them, kept in the cache)."""
     cache = cache or CriteriaCache()
     data = data or DATA_DESCRIPTIONS.get(task, f"text-only questions of the task {task}")
     out, jobs, todo = {}, [], []
@@ -178,13 +316,12 @@ def generate_criteria(framework: str, task: str, examples: Sequence[Item], model
                                        meta=dict(item=dataclasses.replace(examples[0], images=()), role=role, kind="criteria")))); todo.append(role)
     for role, g in zip(todo, _generate(backends, jobs)):
         crit = parse_criteria(g.text)
-        val = {"criteria": crit or PAPER_CRITERIA, "text": g.text, "fallback": not crit}
+        val = {"criteria": crit or PAPER_CRITERIA, "text": g.text, "fallback": not crit,
+               "prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens}
         cache.put({**val, "criteria": [list(c) for c in val["criteria"]]}, task, framework, role, model); out[role] = val
     return out
 
 # %% ../nbs/14_meta_debate.ipynb #7b5a0a2f
-from dataclasses import dataclass, field
-
 @dataclass
 class MetaDebateResult:
     "Meta-Debate outputs for a batch of items (see above)."
@@ -192,15 +329,35 @@ class MetaDebateResult:
     models: list[str]
     roles: tuple[str, ...]
     assignment: dict[str, dict[str, str]]
-    scores: np.ndarray                         # (items, evaluators, roles, agents)
+    scores: np.ndarray                         # (items, evaluators, roles, agents); NaN: missing or self-review left out
     item_ids: list[str]
-    proposals: pd.DataFrame
-    reviews: pd.DataFrame
+    proposals: pd.DataFrame                    # one row per (item, role, agent): text, answer, tokens, program status
+    reviews: pd.DataFrame                      # one row per (item, role, evaluator): scores, how read, tokens
+    decisions: pd.DataFrame = field(default_factory=pd.DataFrame)   # one row per (item, role): winner, tied agents
 
     @property
     def missing_reviews(self) -> int:
-        "Reviews whose score for a proposal could not be read (excluded from the averages)."
-        return int(np.isnan(self.scores).sum())
+        "Scores that reviews should have given and did not (unreadable: excluded from the averages)."
+        return int(self.reviews["missing"].sum()) if len(self.reviews) else 0
+
+    @property
+    def review_fallbacks(self) -> int:
+        "Reviews without a structured JSON object: read (or not) by the conservative text reader."
+        return int(self.reviews["fallback"].sum()) if len(self.reviews) else 0
+
+    @property
+    def ties(self) -> int:
+        "Role decisions (item x role) where several agents shared the highest mean score (broken by `tie_break`)."
+        return int((self.decisions["n_tied"] > 1).sum()) if len(self.decisions) else 0
+
+    def selection_tokens(self) -> pd.DataFrame:
+        "Prompt and completion tokens of the selection stage per item: proposals + reviews (the paper's Sec. 6 cost)."
+        cols = ["prompt_tokens", "completion_tokens"]
+        t = pd.concat([self.proposals[["item_id", *cols]], self.reviews[["item_id", *cols]]])
+        return t.groupby("item_id", sort=False)[cols].sum().reindex(self.item_ids, fill_value=0).reset_index()
+
+# %% ../nbs/14_meta_debate.ipynb #9d05699a
+PROPOSAL_ORDERS = ("fixed", "shuffled")
 
 def _role_sentence(framework, role, item, chosen: Mapping[str, str]) -> str:
     P = META_DEBATE_PROMPTS["proposal_roles"]
@@ -211,65 +368,96 @@ def _proposal_answer(text, item, role):
     if role == "moderator": v = parse_verdict(text, item); return v.answer
     return extract_answer(text, item.fmt)
 
+def _propose(items, framework, stage, models, backends, chosen, run) -> tuple[dict, list[dict]]:
+    "Prompt 1 for every item, role of `stage` and agent: ({(item id, role, j): text the reviewers see}, proposal rows)."
+    P, jobs, keys = META_DEBATE_PROMPTS, [], []
+    for it in items:
+        q, ch = question_parts(it)
+        for r in stage:
+            user = _fill(P["proposal"], question=q, choices=ch, role_sentence=_role_sentence(framework, r, it, chosen[it.id]))
+            for j, m in enumerate(models):
+                jobs.append((m, GenRequest([{"role": "user", "content": user}], max_new_tokens=run["max_new_tokens"],
+                                           temperature=run["temperature"], seed=derive_seed(run["seed"], it.id, r, m, "proposal"),
+                                           meta=dict(item=it, role=r, kind="verdict" if r == "moderator" else "answer"))))
+                keys.append((it, r, j))
+    props, rows = {}, []
+    for (it, r, j), g in zip(keys, _generate(backends, jobs)):
+        text, a, status = g.text, _proposal_answer(g.text, it, r), None
+        if r == "pot":                                        # run the program; reviewers see its output (as in DMAD)
+            pa, text, status, _ = pot_turn(g.text, it, **run["pot"])
+            a = pa if pa is not None else a
+        props[(it.id, r, j)] = text
+        rows.append(dict(item_id=it.id, role=r, agent=j + 1, model=models[j], text=text, answer=a,
+                         correct=bool(a is not None and is_correct(a, it.gold, it.fmt)), pot_status=status,
+                         prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens))
+    return props, rows
+
+# %% ../nbs/14_meta_debate.ipynb #b8fb31a9
+def shown_order(n_agents: int, order: str, *key) -> list[int]:
+    "Order of the proposals in a Meta-Debate review (Prompt 2, App. A.1): `fixed` (0..m-1, the paper) or `shuffled` (seeded by `key`: seed, item, role, evaluator)."
+    if order not in PROPOSAL_ORDERS: raise ConfigError("unknown proposal order", key="proposal_order", value=order, choices=PROPOSAL_ORDERS)
+    return list(range(n_agents)) if order == "fixed" else [int(x) for x in rng_for("meta-debate-order", *key).permutation(n_agents)]
+
+def _review(items, framework, stage, models, backends, crit, props, chosen, run) -> list[dict]:
+    "Prompt 2 for every item, role of `stage` and evaluator; one row per review with the scores mapped back to the agents."
+    P, N, jobs, keys = META_DEBATE_PROMPTS, len(models), [], []
+    for it in items:
+        q, ch = question_parts(it)
+        for r in stage:
+            names = [c[0] for c in crit[r]]
+            fmt = _fill(P["review_format"], skeleton=review_skeleton(N, names)) if run["review_format"] else ""
+            aff = _proposal_answer(chosen[it.id].get("affirmative", ""), it, "affirmative") if r == "negative" else None
+            for k, m in enumerate(models):
+                order = shown_order(N, run["order"], run["seed"], it.id, r, k)
+                resp = "\n\n".join(_fill(P["review_response"], j=p + 1, response=props[(it.id, r, j)]) for p, j in enumerate(order))
+                user = _fill(P["review"], context=P["review_contexts"][context_key(framework, r)], n_agents=number_word(N).capitalize(),
+                             role=role_title(r), criteria=format_criteria(crit[r]), question=q, choices=ch, responses=resp) + fmt
+                jobs.append((m, GenRequest([{"role": "user", "content": user}], max_new_tokens=run["max_new_tokens"],
+                                           temperature=run["temperature"], seed=derive_seed(run["seed"], it.id, r, m, "review"),
+                                           meta=dict(item=it, role=r, kind="review", target_role=r, affirmative_answer=aff))))
+                keys.append((it, r, k, names, order))
+    rows = []
+    for (it, r, k, names, order), g in zip(keys, _generate(backends, jobs)):
+        rv = read_review(g.text, N, names)
+        s = np.full(N, np.nan); s[order] = rv.scores          # shown position p -> agent order[p]
+        rows.append(dict(item_id=it.id, role=r, evaluator=k + 1, model=models[k], text=g.text, shown=",".join(str(j + 1) for j in order),
+                         **{f"score_{j + 1}": s[j] for j in range(N)}, missing=int(np.isnan(s).sum()), read=rv.how,
+                         fallback=rv.fallback, prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens))
+    return rows
+
+# %% ../nbs/14_meta_debate.ipynb #4ba6c780
 def meta_debate(items: Sequence[Item], framework: str, models: Sequence[str], backends: Mapping[str, Any],
                 criteria: Mapping[str, Sequence[tuple[str, str]]] | None = None, *, temperature: float = 0.0,
-                max_new_tokens: int = 1024, seed: int = 0, review_format: bool = True) -> MetaDebateResult:
+                max_new_tokens: int = 1024, seed: int = 0, review_format: bool = True, proposal_order: str = "fixed",
+                self_review: bool = True, tie_break: str = "seeded", pot_timeout: float = 10.0, pot_memory_mb: int = 1024,
+                execute: bool = True) -> MetaDebateResult:
     """Meta-Debate (Zhang et al., Sec. 3.1): proposals P_ij (Prompt 1), peer review S^(k)_ij (Prompt 2, 1-5 per
-    criterion, mean over criteria), mean over evaluators, argmax per role (`assign_roles`), per item."""
+    criterion, mean over criteria), mean over evaluators, argmax per role (`role_decisions`), per item. Options above."""
     roles = framework_roles(framework, items_modality(items)); models = list(models); N = len(models)
     if N < 1 or len(set(models)) != N: raise ConfigError("models must be a non-empty list of distinct names", key="models", value=models)
+    ids = [it.id for it in items]
+    if len(set(ids)) != len(ids): raise ConfigError("item ids must be distinct", key="items", value=[i for i in ids if ids.count(i) > 1][:3])
+    shown_order(N, proposal_order); role_decisions(np.zeros((1, 1, N)), tie_break=tie_break)   # check the options first
     crit = {r: list((criteria or {}).get(r) or PAPER_CRITERIA) for r in roles}
-    P = META_DEBATE_PROMPTS
+    run = dict(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, review_format=review_format, order=proposal_order,
+               pot=dict(timeout=pot_timeout, memory_mb=pot_memory_mb, execute=execute))
     scores = np.full((len(items), N, len(roles), N), np.nan)
-    chosen = {it.id: {} for it in items}          # role -> chosen proposal text (MAD's dependent roles)
-    assign = {it.id: {} for it in items}
-    prop_rows, rev_rows = [], []
-    stages = [[r] for r in roles] if framework == "mad" else [list(roles)]
-    for stage in stages:
-        jobs, keys = [], []
+    chosen, assign, at = {i: {} for i in ids}, {i: {} for i in ids}, {i: n for n, i in enumerate(ids)}
+    prop_rows, rev_rows, dec_rows = [], [], []
+    for stage in ([[r] for r in roles] if framework == "mad" else [list(roles)]):
+        props, rows = _propose(items, framework, stage, models, backends, chosen, run); prop_rows += rows
+        rows = _review(items, framework, stage, models, backends, crit, props, chosen, run); rev_rows += rows
+        for row in rows:
+            s = np.array([row[f"score_{j + 1}"] for j in range(N)], dtype=float)
+            if not self_review: s[row["evaluator"] - 1] = np.nan           # its own proposal: left out, not missing
+            scores[at[row["item_id"]], row["evaluator"] - 1, roles.index(row["role"]), :] = s
         for it in items:
-            q, ch = question_parts(it)
-            for r in stage:
-                user = _fill(P["proposal"], question=q, choices=ch, role_sentence=_role_sentence(framework, r, it, chosen[it.id]))
-                for j, m in enumerate(models):
-                    jobs.append((m, GenRequest([{"role": "user", "content": user}], max_new_tokens=max_new_tokens, temperature=temperature,
-                                               seed=derive_seed(seed, it.id, r, m, "proposal"),
-                                               meta=dict(item=it, role=r, kind="verdict" if r == "moderator" else "answer"))))
-                    keys.append((it, r, j))
-        props = {}
-        for (it, r, j), g in zip(keys, _generate(backends, jobs)):
-            props[(it.id, r, j)] = g.text
-            a = _proposal_answer(g.text, it, r)
-            prop_rows.append(dict(item_id=it.id, role=r, agent=j + 1, model=models[j], text=g.text, answer=a,
-                                  correct=bool(a is not None and is_correct(a, it.gold, it.fmt)), completion_tokens=g.completion_tokens))
-        jobs, keys = [], []
-        for ii, it in enumerate(items):
-            q, ch = question_parts(it)
-            for r in stage:
-                names = [c[0] for c in crit[r]]
-                resp = "\n\n".join(_fill(P["review_response"], j=j + 1, response=props[(it.id, r, j)]) for j in range(N))
-                user = _fill(P["review"], context=P["review_contexts"][context_key(framework, r)], n_agents=number_word(N).capitalize(),
-                            role=role_title(r), criteria=format_criteria(crit[r]), question=q, choices=ch,
-                            responses=resp) + (P["review_format"] if review_format else "")    # one pass: model text is not rescanned
-                aff = _proposal_answer(chosen[it.id].get("affirmative", ""), it, "affirmative") if r == "negative" else None
-                for k, m in enumerate(models):
-                    jobs.append((m, GenRequest([{"role": "user", "content": user}], max_new_tokens=max_new_tokens, temperature=temperature,
-                                               seed=derive_seed(seed, it.id, r, m, "review"),
-                                               meta=dict(item=it, role=r, kind="review", target_role=r, affirmative_answer=aff))))
-                    keys.append((ii, it, r, k, names))
-        for (ii, it, r, k, names), g in zip(keys, _generate(backends, jobs)):
-            s = parse_review(g.text, N, names)
-            scores[ii, k, roles.index(r), :] = s
-            rev_rows.append(dict(item_id=it.id, role=r, evaluator=k + 1, model=models[k], text=g.text,
-                                 **{f"score_{j + 1}": s[j] for j in range(N)}, missing=int(np.isnan(s).sum())))
-        for ii, it in enumerate(items):
             for r in stage:
                 i = roles.index(r)
-                win = assign_roles(scores[ii][:, i:i + 1, :], [r], list(range(N)))[r]
-                assign[it.id][r] = models[win]
-                chosen[it.id][r] = props[(it.id, r, win)]
-    return MetaDebateResult(framework, models, roles, assign, scores, [it.id for it in items],
-                            pd.DataFrame(prop_rows), pd.DataFrame(rev_rows))
+                d = role_decisions(scores[at[it.id]][:, i:i + 1, :], [r], models, tie_break=tie_break, tie_seed=(seed, it.id))[0]
+                assign[it.id][r] = d["agent"]; chosen[it.id][r] = props[(it.id, r, models.index(d["agent"]))]
+                dec_rows.append(dict(item_id=it.id, role=r, agent=d["agent"], tied=",".join(d["tied"]), n_tied=len(d["tied"]), reviews=d["reviews"]))
+    return MetaDebateResult(framework, models, roles, assign, scores, ids, pd.DataFrame(prop_rows), pd.DataFrame(rev_rows), pd.DataFrame(dec_rows))
 
 # %% ../nbs/14_meta_debate.ipynb #c462ac4a
 def uniform_assignment(framework: str, model: str, modality: str = "text") -> dict[str, str]:
@@ -280,15 +468,19 @@ def random_assignment(framework: str, models: Sequence[str], seed: int, modality
     "A role -> model map drawn uniformly (with repetition) from `models`, fixed for the whole benchmark (Table 2)."
     return {r: models[derive_seed("meta-random-assignment", framework, seed, r) % len(models)] for r in framework_roles(framework, modality)}
 
+def item_tokens(tr: pd.DataFrame) -> pd.DataFrame:
+    "Prompt and completion tokens per item of a transcript (every call of the debate stage; Meta-Debate Sec. 6 names this cost)."
+    return tr.groupby("item_id", sort=False)[["prompt_tokens", "completion_tokens"]].sum(min_count=1).reset_index()
+
 def run_framework(framework: str, items: Sequence[Item], assignment, backends: Mapping[str, Any], *, rounds: int = 3,
                   **kw) -> tuple[pd.DataFrame, pd.DataFrame]:
-    "MAD (`max_rounds=rounds`) or DMAD (`rounds`) under `assignment`: (transcript, per-item outcomes)."
-    if framework == "mad": return run_mad(items, assignment, backends, max_rounds=rounds, **kw)
-    if framework == "dmad":
+    "MAD (`max_rounds=rounds`) or DMAD (`rounds`) under `assignment`: (transcript, per-item outcomes with the debate's tokens)."
+    if framework == "mad": tr, out = run_mad(items, assignment, backends, max_rounds=rounds, **kw)
+    elif framework == "dmad":
         tr, out, pot = run_dmad(items, assignment, backends, rounds=rounds, **kw)
         if len(pot): out = out.merge(pot.groupby("item_id")["fallback"].sum().rename("pot_fallbacks").reset_index(), on="item_id", how="left")
-        return tr, out
-    framework_roles(framework)
+    else: framework_roles(framework)
+    return tr, out.merge(item_tokens(tr), on="item_id", how="left")
 
 # %% ../nbs/14_meta_debate.ipynb #0db07b34
 def _plan(p: Mapping, single: bool, uniform: bool, random_: bool, meta: bool) -> dict:

@@ -26,12 +26,12 @@ from .sim import SimBackend, read_final_answers, _logit, _msg_hash, _sigmoid, it
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['LETTERS', 'MAD_ROLES', 'MAD_PROMPTS', 'ROUND_WORDS', 'VERDICT_STATUSES', 'Assignment', 'DMAD_ROLES',
-           'DMAD_METHOD_NAMES', 'DMAD_PROMPTS', 'DMAD_VISION_ROLES', 'DMAD_TWO_STEP', 'DMAD_VISION_PROMPTS',
-           'ROLE_SIM_KEYS', 'SIM_AUX', 'SIM_CRITERIA', 'question_parts', 'answer_instruction', 'question_block',
-           'loose_answer', 'mad_topic', 'Verdict', 'first_json_object', 'parse_verdict', 'resolve_assignment',
-           'run_mad', 'dmad_opening', 'dmad_debate_message', 'dmad_roles', 'dmad_vision_message', 'extract_program',
-           'pot_answer', 'run_dmad', 'RoleSimBackend']
+__all__ = ['LETTERS', 'MAD_ROLES', 'MAD_PROMPTS', 'ROUND_WORDS', 'VERDICT_STATUSES', 'MAX_VERDICT_CHARS', 'MAX_JSON_STARTS',
+           'Assignment', 'DMAD_ROLES', 'DMAD_METHOD_NAMES', 'DMAD_PROMPTS', 'DMAD_VISION_ROLES', 'DMAD_TWO_STEP',
+           'DMAD_VISION_PROMPTS', 'ROLE_SIM_KEYS', 'SIM_AUX', 'SIM_CRITERIA', 'question_parts', 'answer_instruction',
+           'question_block', 'loose_answer', 'mad_topic', 'Verdict', 'first_json_object', 'parse_verdict',
+           'resolve_assignment', 'run_mad', 'dmad_opening', 'dmad_debate_message', 'dmad_roles', 'dmad_vision_message',
+           'extract_program', 'pot_answer', 'pot_turn', 'run_dmad', 'RoleSimBackend']
 
 # %% ../nbs/04c_roles.ipynb #5d932869
 LETTERS = "ABCDEFGHIJ"
@@ -105,30 +105,44 @@ class Verdict:
     reason: str | None = None
     raw_answer: str | None = None
 
+MAX_VERDICT_CHARS = 20_000   # a verdict is a short JSON object: only the reply's first 20,000 characters are read
+MAX_JSON_STARTS = 64         # and at most 64 places where an object may start (`{"` or `{}`) are tried
+
+def _json_int(s: str) -> int | str:
+    "A JSON integer: int when short; the digit string when long (Python's int() refuses more than 4,300 digits)."
+    return int(s) if len(s) <= 100 else s
+
 def first_json_object(text: str) -> dict | None:
-    "The first JSON object (a dict) in `text`, decoded with `json` only; None if there is none."
+    "The first JSON object (a dict) in `text`, decoded with `json` only; None if there is none. Bounded: never raises, never slow."
     if not isinstance(text, str): return None
-    s = re.sub(r"```(?:json|JSON)?", "", text)
-    dec = json.JSONDecoder()
-    for m in re.finditer(r"\{", s):
+    s = re.sub(r"```(?:json|JSON)?", "", text[:MAX_VERDICT_CHARS])
+    dec = json.JSONDecoder(parse_int=_json_int)
+    for n, m in enumerate(re.finditer(r'\{\s*["}]', s)):
+        if n >= MAX_JSON_STARTS: break
         try: obj, _ = dec.raw_decode(s, m.start())
-        except (json.JSONDecodeError, RecursionError): continue
+        except (ValueError, RecursionError): continue          # JSONDecodeError is a ValueError; so is a too-long number
         if isinstance(obj, dict): return obj
     return None
 
+# %% ../nbs/04c_roles.ipynb #606fb22a
 def _key(k: str) -> str: return re.sub(r"[^a-z]", "", str(k).lower())
+
+def _yes_no(v: Any) -> bool | None:
+    "'Whether there is a preference': JSON true/false, or a string starting with yes/true or no/false; else None."
+    if isinstance(v, bool): return v
+    s = str(v).strip().lower() if v is not None else ""
+    return True if s.startswith(("y", "true")) else False if s.startswith(("n", "false")) else None
 
 def parse_verdict(text: str, item: Item) -> Verdict:
     "A moderator / judge JSON reply (MAD) -> `Verdict`; never raises, never evaluates code."
     obj = first_json_object(text)
     if obj is None: return Verdict("malformed")
     d = {_key(k): v for k, v in obj.items()}
-    pref = d.get("whetherthereisapreference")
-    pref = None if pref is None else str(pref).strip().lower().startswith("y")
+    pref = _yes_no(d.get("whetherthereisapreference"))
     side = d.get("supportedside"); side = str(side).strip() if side not in (None, "") else None
     reason = d.get("reason"); reason = None if reason is None else str(reason)
     raw = d.get("debateanswer")
-    raw = None if raw is None else (raw if isinstance(raw, str) else json.dumps(raw))
+    raw = None if raw is None else (raw if isinstance(raw, str) else json.dumps(raw))[:1000]     # kept short
     if raw is None or not raw.strip(): return Verdict("no_answer", None, pref, side, reason, raw)
     ans = loose_answer(raw, item)
     return Verdict("ok" if ans is not None else "unreadable_answer", ans, pref, side, reason, raw)
@@ -227,6 +241,7 @@ def run_mad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str
                       {"role": "user", "content": _fill(P["judge_candidates"], aff_ans=s["last"]["affirmative"], neg_ans=s["last"]["negative"])}]
         jobs.append((s["a"]["moderator"], _req(s["judge"], s["item"], "judge", max_rounds + 1, "judge_candidates", **kw)))
     for s, g in zip(live, _generate(backends, jobs)):
+        s["cand"] = g                                              # its tokens go into the judge's row (both calls)
         s["judge"] = s["judge"] + [{"role": "assistant", "content": g.text},
                                    {"role": "user", "content": _fill(P["judge_final"], topic=s["topic"])}]
     jobs = [(s["a"]["moderator"], _req(s["judge"], s["item"], "judge", max_rounds + 1, "verdict", final=True, **kw)) for s in live]
@@ -236,6 +251,8 @@ def run_mad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str
         else:
             a = extract_answer(g.text, it.fmt)
             s.update(answer=a, decided_by="judge_text" if a is not None else "none")
+        g = dataclasses.replace(g, prompt_tokens=(g.prompt_tokens or 0) + (s["cand"].prompt_tokens or 0),
+                                completion_tokens=(g.completion_tokens or 0) + (s["cand"].completion_tokens or 0))
         rows.append(_row(experiment, it, max_rounds + 1, "judge", s["a"]["moderator"], 3, ("affirmative", "negative"), g, s["answer"]))
     out = []
     for s in st.values():
@@ -339,6 +356,16 @@ def pot_answer(text: str, item: Item, timeout: float = 10.0, memory_mb: int = 10
     ans = loose_answer(last, item) or loose_answer(out, item)
     return ans, ("ok" if ans is not None else "no_answer"), out[-2000:]
 
+# %% ../nbs/04c_roles.ipynb #18ca7512
+def pot_turn(text: str, item: Item, timeout: float = 10.0, memory_mb: int = 1024, execute: bool = True) -> tuple[str | None, str, str, str]:
+    """A program-of-thought turn (Chen et al. 2023), as DMAD's debate and Meta-Debate's PoT proposals run it: the program
+    runs in the sandbox (`pot_answer`). Returns (answer from its output or None, the text the others see: the turn with
+    the program's output or error appended, status, output)."""
+    pa, status, out = pot_answer(text, item, timeout=timeout, memory_mb=memory_mb, execute=execute)
+    if status == "no_program": return pa, text, status, out
+    shown = f"{text}\n\nProgram output:\n{out}" if status in ("ok", "no_answer") else f"{text}\n\nProgram error: {out}"
+    return pa, shown, status, out
+
 # %% ../nbs/04c_roles.ipynb #85d525a7
 def _dmad_user(role: str, it: Item, rnd: int, peers, prompts, vprompts, aux: str = "", step: str = "answer") -> str:
     if role in DMAD_VISION_ROLES: return dmad_vision_message(role, it, step, peers if rnd else (), aux, vprompts)
@@ -378,9 +405,7 @@ def run_dmad(items: Sequence[Item], assignment: Assignment, backends: Mapping[st
             it, text = s["item"], g.text
             ans = extract_answer(text, it.fmt)
             if role == "pot":
-                pa, status, out = pot_answer(text, it, timeout=pot_timeout, memory_mb=pot_memory_mb, execute=execute)
-                if status not in ("no_program",):
-                    text = f"{text}\n\nProgram output:\n{out}" if status in ("ok", "no_answer") else f"{text}\n\nProgram error: {out}"
+                pa, text, status, out = pot_turn(text, it, timeout=pot_timeout, memory_mb=pot_memory_mb, execute=execute)
                 pot_log.append(dict(item_id=it.id, round=rnd, model=s["a"][role], status=status, answer=pa,
                                     fallback=pa is None, output=out[:500]))
                 if pa is not None: ans = pa
@@ -398,7 +423,7 @@ def run_dmad(items: Sequence[Item], assignment: Assignment, backends: Mapping[st
     for s in st.values():
         it = s["item"]
         ans = last.loc[last["item_id"] == it.id, "answer"].tolist()
-        v = majority_vote([None if pd.isna(a) else a for a in ans], it.fmt, tie_seed=(experiment, it.id))
+        v = majority_vote([None if pd.isna(a) else a for a in ans], it.fmt, tie_seed=("dmad", seed, it.id))   # the item, not the experiment's name
         out.append(dict(item_id=it.id, task=it.task, gold=str(it.gold), answer=v,
                         correct=bool(v is not None and is_correct(v, it.gold, it.fmt)), rounds=rounds,
                         **{f"model_{r}": m for r, m in s["a"].items()}))
@@ -485,7 +510,7 @@ def _review_text(b: "RoleSimBackend", req: GenRequest) -> str:
     parts = _AGENT_BLOCK.split(user)
     blocks = {int(parts[i]): parts[i + 1] for i in range(1, len(parts) - 1, 2)}
     aff = req.meta.get("affirmative_answer")
-    out = []
+    out, js = [], {}
     for j in sorted(blocks):
         blk = blocks[j].split("Your Task:")[0]
         v = parse_verdict(blk, item)
@@ -496,6 +521,8 @@ def _review_text(b: "RoleSimBackend", req: GenRequest) -> str:
         if req.meta.get("target_role") == "negative" and aff is not None and ans == aff: base -= 1.5
         sc = [int(min(5, max(1, round(base + b.review_noise * rng.standard_normal())))) for _ in crits]
         out.append(f"Agent {j}: " + ", ".join(f"{c.strip()}: {s}/5" for c, s in zip(crits, sc)) + ". Brief explanation.")
+        js[f"Agent {j}"] = {c.strip(): s for c, s in zip(crits, sc)}
+    if '{"Agent 1": {' in user: out.append(json.dumps(js))          # the structured form, when Prompt 2 asks for it
     return "\n".join(out)
 
 # %% ../nbs/04c_roles.ipynb #577b6377

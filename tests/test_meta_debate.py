@@ -17,7 +17,9 @@ from scipy import stats
 
 from mad_study.core import ConfigError, Generation, Item
 from mad_study.meta_debate import (PAPER_CRITERIA, assign_roles, framework_roles, meta_debate, parse_review,
-                                   random_assignment, run_framework, suitability, uniform_assignment)
+                                   random_assignment, read_review, review_skeleton, role_decisions, run_framework, suitability,
+                                   uniform_assignment)
+from mad_study.prompts import META_DEBATE_PROMPTS
 from mad_study.roles import RoleSimBackend, parse_verdict, run_dmad, run_mad
 from mad_study.sandbox import NOBODY, os_isolation_available, run_program
 from conftest import mad_study
@@ -83,14 +85,16 @@ def test_assign_roles_hand_made():
     assert assign_roles(S, ["aff", "neg", "mod"], ["x", "y", "z"]) == {"aff": "x", "neg": "y", "mod": "z"}
     one = np.array([[[5, 2], [4, 3], [5, 1]]], float)             # one agent wins every role
     assert assign_roles(one, ["r1", "r2", "r3"], ["x", "y"]) == {"r1": "x", "r2": "x", "r3": "x"}
-    tie = np.array([[[2, 4, 4]], [[2, 4, 4]]], float)             # tie between y and z: the first listed
-    assert assign_roles(tie, ["r"], ["x", "y", "z"]) == {"r": "y"}
-    assert assign_roles(tie[:, :, ::-1], ["r"], ["z", "y", "x"]) == {"r": "z"}
+    tie = np.array([[[2, 4, 4]], [[2, 4, 4]]], float)             # tie between y and z: "first" takes the first listed ...
+    assert assign_roles(tie, ["r"], ["x", "y", "z"], tie_break="first") == {"r": "y"}
+    assert assign_roles(tie[:, :, ::-1], ["r"], ["z", "y", "x"], tie_break="first") == {"r": "z"}
+    seeded = assign_roles(tie, ["r"], ["x", "y", "z"], tie_seed=(0, "t/0"))   # ... the default draw ignores the list order
+    assert seeded["r"] in ("y", "z") and assign_roles(tie[:, :, ::-1], ["r"], ["z", "y", "x"], tie_seed=(0, "t/0")) == seeded
     miss = np.array([[[np.nan, 3, 3]], [[5, np.nan, 3]], [[np.nan, 4, np.nan]]])
     mean, n = suitability(miss)
     np.testing.assert_allclose(mean[0], [5.0, 3.5, 3.0]); assert n[0].tolist() == [1, 2, 2]
     assert assign_roles(miss, ["r"], ["x", "y", "z"]) == {"r": "x"}
-    assert assign_roles(np.full((3, 1, 3), np.nan), ["r"], ["x", "y", "z"]) == {"r": "x"}
+    assert role_decisions(np.full((3, 1, 3), np.nan), ["r"], ["x", "y", "z"])[0]["tied"] == ["x", "y", "z"]   # nothing readable: all tie
     with pytest.raises(ConfigError, match="shape"): assign_roles(np.zeros((3, 3)))
 
 
@@ -220,3 +224,166 @@ def test_meta_debate_beats_uniform_and_random_only_when_skills_differ(framework,
     assert ctl["meta"].mean() - np.mean(others) < 0.03
     assert ctl["meta"].mean() - max(others) < gain / 2
     assert _mcnemar_p(ctl["meta"], max((v for k, v in ctl.items() if k != "meta"), key=lambda v: v.mean())) > 0.05
+
+
+# ---------------------------------------------------------------- issue 21: review fixes
+CR = [c for c, _ in PAPER_CRITERIA]
+
+
+@pytest.mark.parametrize("text,want", [
+    # reasoning before the score lines (old: [3.5, 3.0], the wrong agent wins)
+    ("Agent 1 gets C; its accuracy suffers because it uses 5 moles where 2 are needed; Agent 2 is right.\n"
+     "Agent 1: 1/5, 2/5\nAgent 2: 4/5, 2/5", [1.5, 3.0]),
+    # ... and reasoning that itself reads as a score and disagrees with the score line: missing, not a guess
+    ("Agent 1 gets C; technical depth 4 for effort, but it uses 5 moles.\nAgent 1: 1/5, 2/5\nAgent 2: 4/5, 2/5", [np.nan, 3.0]),
+    # "Unlike Agent 2" inside Agent 1's section (old: [nan, 5.0])
+    ("Agent 1: Unlike Agent 2, it balances the equation. Accuracy: 5/5, Technical Depth: 5/5\nAgent 2: 1/5, 1/5", [5.0, 1.0]),
+    # a draft then a final block that disagree: never the draft (old: the draft's 2.0)
+    ("Draft:\nAgent 1: Accuracy: 2/5, Technical Depth: 2/5\nFinal:\nAgent 1: Accuracy: 4/5, Technical Depth: 4/5\n"
+     "Agent 2: Accuracy: 3/5, Technical Depth: 3/5", [np.nan, 3.0]),
+    # another scale (old: dropped)
+    ("Agent 1: Accuracy: 8/10, Technical Depth: 10/10\nAgent 2: Accuracy: 3/5, Technical Depth: 3/5", [(1 + 4 * 7 / 9 + 5) / 2, 3.0]),
+    # a negative score is not its absolute value (old: 3)
+    ("Agent 1: Accuracy: -3/5, Technical Depth: 3/5\nAgent 2: Accuracy: 4/5, Technical Depth: 4/5", [np.nan, 4.0]),
+])
+def test_review_text_fallback_issue_cases(text, want):
+    r = read_review(text, 2, CR)
+    np.testing.assert_allclose(r.scores, want)
+    assert r.how == "text" and r.fallback
+    np.testing.assert_allclose(parse_review(text, 2, CR), want)
+
+
+def test_review_names_that_prefix_each_other():
+    c = ["Role", "Role fulfilment"]                  # old: "Role" took "Role fulfilment"'s score
+    np.testing.assert_allclose(parse_review("Agent 1: Role fulfilment: 5, Role: 1\nAgent 2: Role: 2, Role fulfilment: 4", 2, c), [3.0, 3.0])
+    js = '{"Agent 1": {"Role fulfilment": 5, "Role": 1}, "Agent 2": {"Role": 2, "Role fulfilment": 4}}'
+    assert read_review(js, 2, c).how == "structured"
+    np.testing.assert_allclose(parse_review(js, 2, c), [3.0, 3.0])
+    assert np.isnan(parse_review("Agent 1: Role fulfilment: 4\nAgent 2: Role fulfilment: 5", 2, ["Role"])).all()
+
+
+def test_review_structured_is_read_exactly():
+    text = ("Agent 1 is wrong: it uses 5 moles. Agent 2 is right.\n"
+            '{"Agent 1": {"Accuracy": 5, "Technical Depth": 5}, "Agent 2": {"Accuracy": 1, "Technical Depth": 1}}\n'
+            "On reflection I swapped them:\n"
+            '```json\n{"Agent 1": {"Accuracy": 1, "Technical Depth": 2}, "Agent 2": {"Accuracy": 4, "Technical Depth": "4/5"}}\n```')
+    r = read_review(text, 2, CR)
+    assert r.how == "structured" and not r.fallback
+    np.testing.assert_allclose(r.scores, [1.5, 4.0])                            # the last object: the final block
+    bad = ('{"Agent 1": {"Accuracy": 6, "Technical Depth": 3}, "Agent 2": {"Accuracy": -3, "Technical Depth": 3}, '
+           '"Agent 3": {"Accuracy": 4}, "Agent 4": {"Accuracy": 4, "Accuracy": 1, "Technical Depth": 3}}')
+    assert np.isnan(parse_review(bad, 4, CR)).all()                             # off-scale, negative, partial, duplicate: missing
+    assert review_skeleton(3, CR).count('"Technical Depth": <score>') == 3
+    assert "{skeleton}" in META_DEBATE_PROMPTS["review_format"]
+
+
+def test_meta_debate_counts_review_fallbacks():
+    items = [Item(f"r/{i}", "r", f"q{i}", "ABCD"[i % 4], "option", ("w", "x", "y", "z")) for i in range(20)]
+    b = {m: RoleSimBackend(m, parse_fail=0.0, review_fail=0.3) for m in ("sim-a", "sim-b", "sim-c")}
+    md = meta_debate(items, "dmad", list(b), b)
+    assert set(md.reviews["read"]) == {"structured", "none"}
+    assert 0 < md.review_fallbacks == int(md.reviews["fallback"].sum()) == int((md.reviews["read"] != "structured").sum())
+    assert md.missing_reviews == 3 * md.review_fallbacks                       # an unreadable review misses all three scores
+
+
+def test_verdict_never_raises_never_slow():
+    assert parse_verdict('{"debate_answer": ' + "9" * 5000 + "}", IT).status == "unreadable_answer"    # old: ValueError
+    assert parse_verdict('{"Whether there is a preference": true, "debate_answer": "B"}', IT).preference is True
+    assert parse_verdict('{"Whether there is a preference": false, "debate_answer": ""}', IT).preference is False
+    t0 = time.perf_counter()
+    assert parse_verdict('{"a":' * 100_000, IT).status == "malformed"       # old: 12 s
+    assert time.perf_counter() - t0 < 1.0
+
+
+def test_assign_roles_ties_exact_and_seeded():
+    fp = np.array([[3, 3], [3, 10 / 3], [11 / 3, 10 / 3]], float)[:, None, :]   # 29/9 twice, through different float paths
+    assert role_decisions(fp, ["r"], ["p", "q"])[0]["tied"] == ["p", "q"]
+    tie = np.array([[[4, 4, 4]]], float)
+    wins = [assign_roles(tie, ["r"], ["p", "q", "r"], tie_seed=(0, f"i{i}"))["r"] for i in range(90)]
+    assert {w: wins.count(w) for w in "pqr"} and min(wins.count(w) for w in "pqr") > 15    # old: always "p"
+    assert [assign_roles(tie, ["r"], ["r", "q", "p"], tie_seed=(0, f"i{i}"))["r"] for i in range(90)] == wins   # not the list order
+    assert assign_roles(tie, ["r"], ["p", "q", "r"], tie_break="first") == {"r": "p"}
+    with pytest.raises(ConfigError, match="no agents"): assign_roles(np.zeros((1, 2, 0)))
+    with pytest.raises(ConfigError, match="duplicate roles"): assign_roles(np.zeros((1, 2, 2)), ["a", "a"])
+
+
+def test_meta_debate_records_ties_and_options():
+    items = [Item(f"o/{i}", "o", f"q{i}", "ABCD"[i % 4], "option", ("w", "x", "y", "z")) for i in range(30)]
+    b = {m: RoleSimBackend(m, role_skill=SKILLS[m], role_item_sd=0.5, parse_fail=0.0, review_skill=1.0, review_noise=0.0) for m in SKILLS}
+    md = meta_debate(items, "dmad", list(b), b)
+    assert len(md.decisions) == 30 * 3 and md.ties == int((md.decisions["n_tied"] > 1).sum()) > 0
+    won = md.decisions.loc[md.decisions["n_tied"] > 1, "agent"]
+    assert won.nunique() > 1                                                    # ties do not all go to the first model
+    sh = meta_debate(items, "dmad", list(b), b, proposal_order="shuffled", self_review=False)
+    assert (sh.reviews["shown"] != "1,2,3").any()
+    ok = sh.proposals.set_index(["item_id", "role", "agent"])["correct"]
+    for row in sh.reviews.itertuples():                                         # exact reviewers: score >= 4 iff the proposal is right
+        for j in (1, 2, 3): assert (getattr(row, f"score_{j}") >= 4) == bool(ok[(row.item_id, row.role, j)])
+    for k in range(3): assert np.isnan(sh.scores[:, k, :, k]).all()
+    assert sh.missing_reviews == 0
+
+
+class _PotReviewed:
+    "PoT proposals are code only; every review prompt is recorded and answered in the structured form."
+    backend_id = "pot-reviewed"
+    def __init__(self): self.prompts = []
+    def generate(self, reqs):
+        out = []
+        for r in reqs:
+            self.prompts.append((r.meta.get("kind"), r.meta.get("role"), r.messages[-1]["content"]))
+            if r.meta.get("kind") == "review": t = '{"Agent 1": {"Accuracy": 4, "Technical Depth": 4}}'
+            elif r.meta.get("role") == "pot": t = "```python\nprint(['3', '4', '5', '6'].index(str(2 + 2)) * 'x' and 'B')\n```"
+            else: t = "The answer is (B)."
+            out.append(Generation(text=t, prompt_tokens=11, completion_tokens=3))
+        return out
+
+
+def test_pot_runs_in_meta_debate_and_dmad_and_is_shown():
+    b = _PotReviewed()
+    md = meta_debate([IT], "dmad", ["m"], {"m": b})
+    pot = md.proposals.set_index("role").loc["pot"]
+    assert (pot["answer"], pot["pot_status"], bool(pot["correct"])) == ("B", "ok", True)      # old: NaN
+    assert any(k == "review" and r == "pot" and "Program output:\nB" in t for k, r, t in b.prompts)
+    b2 = _PotReviewed()
+    tr, out, log = run_dmad([IT], {"cot": "m", "step_back": "m", "pot": "m"}, {"m": b2}, rounds=2)
+    assert log["status"].tolist() == ["ok", "ok"] and out["answer"].tolist() == ["B"]
+    assert any(r == "cot" and "Program output:\nB" in t for k, r, t in b2.prompts)           # the peers see the output
+
+
+def test_tokens_of_every_call():
+    b = _PotReviewed()
+    md = meta_debate([IT], "mad", ["m", "n"], {"m": b, "n": b})
+    for df in (md.proposals, md.reviews): assert (df["prompt_tokens"] == 11).all() and (df["completion_tokens"] == 3).all()
+    sel = md.selection_tokens()
+    assert sel["prompt_tokens"].tolist() == [11 * (len(md.proposals) + len(md.reviews))]
+    tr, out = run_framework("mad", [IT], {"affirmative": "m", "negative": "m", "moderator": "m"}, {"m": b}, rounds=1)
+    assert out["prompt_tokens"].tolist() == [int(tr["prompt_tokens"].sum())]
+    judge = tr[tr["agent"] == "judge"]
+    assert judge["prompt_tokens"].tolist() == [22] and judge["completion_tokens"].tolist() == [6]    # candidates + final call
+
+
+def test_tab1_and_tab2_use_the_same_items():
+    from mad_study.reproduce import experiments, load_profile, merge_params
+    ex = experiments()
+    for profile in ("sim", "cpu", "paper"):
+        prof = load_profile(profile)
+        p1, p2 = (merge_params(ex[e], prof) for e in ("meta_tab1", "meta_tab2"))
+        for k in ("n_items", "tasks", "seed", "source", "models", "vision_models", "rounds", "temperature", "max_new_tokens", "frameworks"):
+            assert p1.get(k) == p2.get(k), (profile, k, p1.get(k), p2.get(k))
+
+
+class _Split:
+    "Every DMAD method answers a different letter: each item's final vote is a three-way tie."
+    backend_id = "split"
+    def generate(self, reqs):
+        return [Generation(text=f"So the answer is ({'ABC'[['cot', 'step_back', 'pot'].index(r.meta['role'])]}).",
+                           prompt_tokens=1, completion_tokens=1) for r in reqs]
+
+
+def test_dmad_vote_is_the_same_in_every_experiment():
+    "Table 1 and Table 2 share their uniform cells: the vote's tie-break depends on the item, not the experiment's name."
+    items = [Item(f"d/{i}", "d", f"q{i}", "A", "option", ("w", "x", "y", "z")) for i in range(30)]
+    a = {r: "s" for r in ("cot", "step_back", "pot")}
+    o1 = run_dmad(items, a, {"s": _Split()}, rounds=1, experiment="meta_tab1", execute=False)[1]
+    o2 = run_dmad(items, a, {"s": _Split()}, rounds=1, experiment="meta_tab2", execute=False)[1]
+    assert o1["answer"].tolist() == o2["answer"].tolist() and set(o1["answer"]) == {"A", "B", "C"}
