@@ -7,12 +7,13 @@ Docs: https://mad-study.github.io/mad_study/vision.html.md"""
 # %% ../nbs/03d_vision.ipynb #30a815dc
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 from fastcore.basics import patch
 
-from .backends import (HFBackend, _build_checkpoint, _complete, _Prepared, _torch_parts,
-                                cache_home, embedded_checkpoint, truncate_messages)
+from .backends import (TWIN_REVISION, HFBackend, _build_checkpoint, _complete, _Prepared, _torch_parts,
+                                cache_home, dequantized_4bit, embedded_checkpoint, truncate_messages)
 from .core import ConfigError, GenRequest, Generation, load_image
 
 # %% auto #0
@@ -82,14 +83,15 @@ class VLMBackend(HFBackend):
         self.processor = None
 
     def _source(self) -> str:
-        if self.spec.kind == "tiny-random": return str(tiny_random_vlm_checkpoint())
-        return super()._source()
+        if self.spec.kind == "tiny-random" and self.spec.revision != TWIN_REVISION: return str(tiny_random_vlm_checkpoint())
+        return super()._source()                        # a hub model, or an architecture twin (03e_twins)
 
     @property
     def backend_id(self) -> str:
         "HFBackend's identity; the tiny model's version is its own."
         bid = super().backend_id
-        return bid.replace(f"{self.spec.name}@", f"{self.spec.name}@vlm-{TINY_VLM_VERSION}-", 1) if self.spec.kind == "tiny-random" else bid
+        if self.spec.kind != "tiny-random" or self.spec.revision == TWIN_REVISION: return bid
+        return bid.replace(f"{self.spec.name}@", f"{self.spec.name}@vlm-{TINY_VLM_VERSION}-", 1)
 
 # %% ../nbs/03d_vision.ipynb #11b6db2d
 VISION_FULL_PRECISION = (
@@ -108,6 +110,8 @@ def _quant_config(self: VLMBackend):
 def _from_pretrained(self: VLMBackend, src: str, msrc: str, kw: dict, mkw: dict):
     "(model, tokenizer): the processor and the image-text-to-text model; `HFBackend.load` does the rest (4-bit, errors, ids)."
     from transformers import AutoModelForImageTextToText, AutoProcessor
+    if self.spec.revision == TWIN_REVISION:             # twins of Pixtral / Qwen2.5-VL on a machine without torchvision
+        importlib.import_module("mad_study.twins").torchvision_free_processors()
     self.processor = AutoProcessor.from_pretrained(src, **kw)
     return AutoModelForImageTextToText.from_pretrained(msrc, **mkw), self.processor.tokenizer
 
@@ -126,7 +130,8 @@ def _inputs(self: VLMBackend, batch: list[list[dict]]):
         images.append([load_image(h) for h in vlm_messages(msgs)[1]])
     kw = dict(images=images) if any(images) else {}
     if kw and not all(images): raise ConfigError("a batch mixes requests with and without images", key="images")
-    return self.processor(text=texts, padding=True, return_tensors="pt", **kw)
+    # the template writes the special tokens it wants (Gemma 3's and Llama 3's <bos>): the tokenizer adds none (as HFBackend)
+    return self.processor(text=texts, padding=True, return_tensors="pt", add_special_tokens=False, **kw)
 
 @patch
 def encode(self: VLMBackend, messages: list[dict]) -> list[int]:
@@ -172,7 +177,7 @@ def _generate_batch(self: VLMBackend, reqs: list[GenRequest], preps: list[_Prepa
     L, limits = inputs["input_ids"].shape[1], [p.max_new for p in preps]
     sampler = P["RowSampler"]([r.temperature for r in reqs], [r.top_p for r in reqs], [r.seed for r in reqs], dev)
     stopper = P["RowLimit"](L, limits, dev)
-    with torch.inference_mode():
+    with torch.inference_mode(), dequantized_4bit(self.model, self.dequantize_once_gb):
         res = self.model.generate(**inputs, max_new_tokens=max(limits), do_sample=False, return_dict_in_generate=True,
                                   logits_processor=LogitsProcessorList([sampler]), stopping_criteria=StoppingCriteriaList([stopper]))
     lps, ents = torch.stack(sampler.logprobs, 1).cpu().double(), torch.stack(sampler.entropies, 1).cpu().double()
