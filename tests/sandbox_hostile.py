@@ -51,6 +51,8 @@ def cases(c: dict) -> dict:
         "output_flood": ("while True: print('x' * 4096)", dict(timeout=2)),
         "setsid_grandchild": ("import os, sys, time\nif os.fork() == 0:\n    os.setsid()\n"
                               "    os.execv(sys.executable, " + sleeper + ")\ntime.sleep(30)", dict(timeout=1.5)),
+        "setsid_daemon": ("import os, sys\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0: os.execv(sys.executable, "
+                          + sleeper + ")\n    os._exit(0)\nprint('parent done')", dict(timeout=5)),
         "listener": (f"import socket\ns = socket.create_connection(('127.0.0.1', {c['port']}), timeout=2)\n"
                      "s.sendall(b'escaped')\nprint('connected')", dict(timeout=5)),
         "write_host_tmp": (f"open({c['host_tmp']!r}, 'w').write('x')\nprint('wrote')", {}),
