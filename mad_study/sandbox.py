@@ -188,7 +188,9 @@ exec(compile(_src, "program.py", "exec"), {"__name__": "__main__"})
 
 # %% ../nbs/04d_sandbox.ipynb #89280578
 def _limits(memory_mb: int, cpu_seconds: int, fsize_mb: int, nproc: int | None) -> dict:
-    "The rlimits the runner sets (soft = hard, so the program cannot raise them); RLIMIT_NPROC only in a user namespace."
+    """The rlimits the runner sets (soft = hard, so the program cannot raise them). RLIMIT_NPROC only under bwrap, where it
+    counts the sandbox's own processes (its user namespace) or the host's uid nobody (root); unisolated it would count
+    all of the caller's processes."""
     mem = int(memory_mb) * 2**20
     lim = {"RLIMIT_AS": (mem, mem), "RLIMIT_CPU": (int(cpu_seconds), int(cpu_seconds) + 1),
            "RLIMIT_FSIZE": (int(fsize_mb) * 2**20,) * 2, "RLIMIT_NOFILE": (64, 64), "RLIMIT_CORE": (0, 0)}
@@ -307,8 +309,8 @@ def sandbox_provenance() -> dict:
 def run_program(code: str, timeout: float = 10.0, memory_mb: int = 1024, cpu_seconds: int | None = None,
                 nproc: int = 32, fsize_mb: int = 16, max_output: int = 20_000, preload: tuple[str, ...] = (),
                 isolate: bool | None = None, guard: bool = True, *, isolation: str = "auto", disk_mb: int = 64) -> SandboxResult:
-    """Run the Python program `code` in a sandbox (Program of Thoughts, Chen et al. 2023, Sec. 2: the program's printed
-    output is its result; DMAD, Liu et al. 2025, Sec. 3, runs it as one of its reasoning methods). `isolation`: 'auto' /
+    """Run the Python program `code` in a sandbox (Program of Thoughts, Chen et al., TMLR 2023: the program's printed
+    output is its result; the PoT role of DMAD, Liu et al. 2025, Meta-Debate's baseline, Sec. 4.1). `isolation`: 'auto' /
     'bwrap' = OS isolation by bubblewrap, refused (SandboxUnavailable) where there is none; 'none' = opt in to running it
     without (rlimits, timeout and the audit hook only). `isolate` (older): True = 'bwrap', False = 'none'. `guard`: the
     audit-hook layer (reports early; the tests switch it off to show the OS layers hold alone)."""
