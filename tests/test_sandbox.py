@@ -63,8 +63,11 @@ def _leftovers(marker: str, wait: float = 3.0) -> list[str]:
     "Host processes still carrying `marker` in their command line, after up to `wait` s for the killed ones to go."
     end = time.monotonic() + wait
     while True:
-        left = [l for l in subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
-                if marker in l]
+        left = []
+        for d in Path("/proc").iterdir():
+            try:
+                if d.name.isdigit() and marker.encode() in (d / "cmdline").read_bytes(): left.append(d.name)
+            except OSError: pass
         if not left or time.monotonic() > end: return left
         time.sleep(0.1)
 
