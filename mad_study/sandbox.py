@@ -78,19 +78,25 @@ def find_bwrap() -> str | None:
     return None
 
 def python_view() -> tuple[str, tuple[str, ...]]:
-    """The interpreter the sandbox runs (this one; a virtual environment's `bin/python`, so its packages come along)
-    and the host folders it needs, bound read-only at the same paths: the base installation (only its Python
-    folders when that is a system prefix such as /usr) and the environment. Not the checkout, not the home folder."""
+    """The interpreter the sandbox runs (this one: a virtual environment's `bin/python`, so its packages come along) and
+    the host paths it needs, bound read-only at the same paths: the base installation (only its Python folders when
+    that is a system prefix such as /usr) and, of a virtual environment, just `pyvenv.cfg`, the links to the
+    interpreter and the site-packages folders. Not the checkout, not a home folder, not the rest of the environment."""
     prefix, base = os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)
     exe = os.path.join(prefix, "bin", os.path.basename(sys.executable))          # keeps the environment's pyvenv.cfg
     if prefix == base or not os.path.exists(exe): exe = os.path.realpath(sys.executable)
-    paths = {os.path.realpath(exe)}
+    paths, p = set(), exe
+    for _ in range(40):                                # the chain of links to the interpreter, each bound as a link
+        paths.add(p)
+        if not os.path.islink(p): break
+        p = os.path.join(os.path.dirname(p), os.readlink(p))
     if base in _SYSTEM_PREFIXES:
         sp = sysconfig.get_paths(vars={"base": base, "platbase": base})
         paths |= {os.path.realpath(sp[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     else: paths.add(base)
-    if prefix != base: paths.add(prefix)
-    return exe, tuple(sorted(p for p in paths if os.path.exists(p)))
+    if prefix != base: paths |= {os.path.join(prefix, "pyvenv.cfg"), *site_folders()}
+    paths = {q for q in paths if not any(q.startswith(b.rstrip("/") + "/") for b in paths if b != q and not os.path.islink(b))}
+    return exe, tuple(sorted(q for q in paths if os.path.lexists(q)))
 
 def site_folders() -> tuple[str, ...]:
     """This environment's site-packages folders (real paths). The child runs with `-S` and puts just these on its path:
@@ -137,7 +143,7 @@ def bwrap_argv(bwrap: str, exe: str, paths: tuple[str, ...], program_fd: int, di
     a += ["--hostname", "sandbox", "--die-with-parent", "--new-session", "--clearenv"]
     binds = [d for d in ("/usr/lib", "/usr/lib64", "/usr/lib32", "/lib", "/lib64", "/lib32", "/etc/ld.so.cache", *paths)
              if os.path.lexists(d)]
-    parents = {q for p in binds if not os.path.islink(p) for q in _parents(p)}
+    parents = {q for p in binds for q in _parents(p)}
     for d in sorted(parents, key=lambda q: (q.count("/"), q)): a += ["--perms", "0755", "--dir", d]   # traversable by nobody
     for d in binds: a += ["--symlink", os.readlink(d), d] if os.path.islink(d) else ["--ro-bind", d, d]
     a += ["--proc", "/proc", "--dev", "/dev", "--size", str(2**20), "--tmpfs", "/dev/shm",
