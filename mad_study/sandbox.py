@@ -205,11 +205,12 @@ def _limits(memory_mb: int, cpu_seconds: int, fsize_mb: int, nproc: int | None) 
 
 # %% ../nbs/04d_sandbox.ipynb #0e88e487
 def _collect(proc: subprocess.Popen, timeout: float, max_output: int) -> tuple[bytes, bytes, str | None]:
-    """Read the child's stdout and stderr in chunks until both close, the deadline passes (-> 'timeout') or stdout
-    exceeds `max_output` bytes (-> 'output'). Memory stays bounded: stdout up to max_output + a chunk, stderr's tail."""
+    """Read the child's stdout and stderr in chunks until both close, the deadline passes (-> 'timeout'), stdout
+    exceeds `max_output` bytes or stderr four times that (-> 'output'). Memory stays bounded: stdout up to max_output
+    + a chunk, stderr's tail."""
     sel = selectors.DefaultSelector()
     for f in (proc.stdout, proc.stderr): os.set_blocking(f.fileno(), False); sel.register(f, selectors.EVENT_READ)
-    out, err, why = bytearray(), bytearray(), None
+    out, err, why, err_total = bytearray(), bytearray(), None, 0
     end = time.monotonic() + timeout
     try:
         while sel.get_map() and why is None:
@@ -223,8 +224,9 @@ def _collect(proc: subprocess.Popen, timeout: float, max_output: int) -> tuple[b
                     out += chunk
                     if len(out) > max_output: why = "output"; break
                 else:
-                    err += chunk
+                    err += chunk; err_total += len(chunk)
                     if len(err) > 2 * max_output: del err[:len(err) - max_output]
+                    if err_total > 4 * max_output: why = "output"; break
         if why is None:
             try: proc.wait(max(end - time.monotonic(), 0.001))
             except subprocess.TimeoutExpired: why = "timeout"

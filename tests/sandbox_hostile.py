@@ -2,7 +2,7 @@
 
 `python sandbox_hostile.py CONTEXT.json` runs every case twice (as written, and after the program switched off every
 in-process guard it can reach: the audit hook's tables through the runner's frame, any table left in memory, and every
-rlimit it may raise) and prints one JSON line: the results, the parent's peak-memory growth during the output flood,
+rlimit it may raise) and prints one JSON line: the results, the parent's peak-memory growth during the output floods,
 and that the parent is still alive (it printed). tests/test_sandbox.py runs it as root with the kit's interpreter and
 as user nobody with the system's Python (and a copy of mad_study/sandbox.py: only the standard library), and checks the
 host side: nothing written, no connection on its listener, no process left. With `--debate` (the kit's interpreter
@@ -49,6 +49,7 @@ def cases(c: dict) -> dict:
                       "    except OSError: break\n    if pid == 0: os.execv(sys.executable, " + sleeper + ")\n"
                       "    n += 1\nprint('forked', n)", dict(timeout=5, nproc=16)),
         "output_flood": ("while True: print('x' * 4096)", dict(timeout=2)),
+        "stderr_flood": ("import sys\nwhile True: sys.stderr.write('y' * 4096)", dict(timeout=2)),
         "setsid_grandchild": ("import os, sys, time\nif os.fork() == 0:\n    os.setsid()\n"
                               "    os.execv(sys.executable, " + sleeper + ")\ntime.sleep(30)", dict(timeout=1.5)),
         "setsid_daemon": ("import os, sys\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0: os.execv(sys.executable, "
@@ -88,11 +89,12 @@ def run_all(c: dict, debate: bool = False) -> dict:
             t0 = time.monotonic()
             r = run_program((DISARM if disarm else "") + code, **kw)
             wall = time.monotonic() - t0
-            if name == "output_flood":
+            if name.endswith("_flood"):
                 g = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024     # MiB (ru_maxrss: KiB)
                 growth = g if growth is None else max(growth, g)
             res[f"{name}{'+disarm' if disarm else ''}"] = dict(
                 status=r.status, stdout=r.stdout[-4000:], stderr=r.stderr[-2000:], error=r.error, wall=round(wall, 3),
+                out_len=len(r.stdout), err_len=len(r.stderr),
                 timeout=kw.get("timeout", 10.0), mode=getattr(r, "mode", ""), layers=list(r.layers))
     out = dict(results=res, flood_growth_mib=growth, parent_pid=os.getpid(), alive=True, ctx=c)
     if debate: out["debate"] = run_debates(c)

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
 FLOOD_CAP_MIB = 64                      # the parent's peak-memory growth allowed during an endless writer's run
 NEEDS_SANDBOX = pytest.mark.skipif(not os_isolation_available(), reason=f"no OS sandbox here: {sandbox_check()[1]}")
-CASES = ["loop", "memory", "fork_bomb", "output_flood", "setsid_grandchild", "setsid_daemon", "listener", "write_host_tmp", "write_outside",
+CASES = ["loop", "memory", "fork_bomb", "output_flood", "stderr_flood", "setsid_grandchild", "setsid_daemon", "listener", "write_host_tmp", "write_outside",
          "write_interpreter", "read_checkout", "read_ssh", "read_passwd", "read_parent_environ", "signal_parent",
          "subprocess", "ctypes"]
 
@@ -160,14 +160,14 @@ def test_hostile_program(run, case, disarm):
     seen = r["stdout"] + r["stderr"]
     assert ctx["secret"] not in seen and ctx["ssh_secret"] not in seen and "root:x:0:0" not in seen and "uid=0" not in seen
     assert r["wall"] < r["timeout"] + 3, r                                     # the run returned by its timeout
-    expect = {"loop": "timeout", "memory": "memory", "output_flood": "output", "listener": "error", "write_outside": "error",
+    expect = {"loop": "timeout", "memory": "memory", "output_flood": "output", "stderr_flood": "output", "listener": "error", "write_outside": "error",
               "write_interpreter": "error", "read_checkout": "error", "read_ssh": "error", "read_passwd": "error",
               "subprocess": "error"}
     if case in expect: assert r["status"] == expect[case], r
     if case == "fork_bomb": assert _forked(r["stdout"]) == 0 if not disarm else (_forked(r["stdout"]) or 0) < 16, r
     if case == "setsid_grandchild": assert r["status"] == ("timeout" if disarm else "error"), r
     if case == "setsid_daemon": assert r["status"] == ("ok" if disarm else "error") and r["wall"] < 3, r   # no wait on it
-    if case == "output_flood": assert len(r["stdout"]) <= 20_000
+    if case.endswith("_flood"): assert r["out_len"] <= 20_000 and r["err_len"] <= 20_000 and r["wall"] < 1.5, r   # cut, not timed out
     if case == "read_checkout": assert Path(ctx["checkout_file"]).read_text()[:60] not in seen
 
 
