@@ -33,7 +33,7 @@ export TRANSFORMERS_OFFLINE = $(HF_OFFLINE)
 export TOKENIZERS_PARALLELISM = false
 export PYTHONWARNINGS = ignore::DeprecationWarning
 
-.PHONY: reproduce test bench check-sync nbtest pytest venv clean-runs lab
+.PHONY: reproduce test bench check-sync nbtest pytest venv clean-runs lab sandbox-tool
 
 venv: $(STAMP)
 
@@ -47,12 +47,24 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
 
+## the OS sandbox for model-written programs (DMAD's program-of-thought role): bubblewrap. As root with apt-get (CI on
+## Debian) it is installed here; otherwise how to get it is printed (without it the kit refuses to run such programs).
+sandbox-tool:
+	@command -v bwrap >/dev/null 2>&1 || [ -x /usr/bin/bwrap ] || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing bubblewrap (the sandbox for model-written programs)"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; } \
+	      || { echo "could not install bubblewrap with apt-get"; exit 1; }; \
+	  else echo "bubblewrap (bwrap) is missing: the kit will refuse to run model-written programs. Install it:" \
+	    "Debian/Ubuntu 'sudo apt-get install bubblewrap', Fedora 'sudo dnf install bubblewrap', conda" \
+	    "'conda install -c conda-forge bubblewrap' (README: The program-of-thought sandbox)"; fi; }
+
 ## the main job: regenerate every figure and table (+ figures/INDEX.md); PROFILE=auto picks `paper` on a GPU, else `sim`
-reproduce: $(STAMP)
+reproduce: $(STAMP) sandbox-tool
 	$(BIN)/mad-study reproduce all --profile $(PROFILE) --jobs $(JOBS)
 
 ## the test suite: notebooks in sync and clean, the notebooks' own tests, then pytest
-test: $(STAMP) check-sync nbtest pytest
+test: $(STAMP) sandbox-tool check-sync nbtest pytest
 test nbtest pytest check-sync: HF_OFFLINE = 1
 
 SNAP = find nbs mad_study -type f -not -path '*/__pycache__/*' -not -path '*/.ipynb_checkpoints/*' | LC_ALL=C sort | xargs md5sum
@@ -86,7 +98,7 @@ pytest: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile
 	$(UNTOUCHED)
 
-bench: $(STAMP)
+bench: $(STAMP) sandbox-tool
 	$(BIN)/python benchmarks/run.py
 
 ## JupyterLab on the repository (file browser opens in nbs/; runs/ and figures/ are reachable too) with the kit's

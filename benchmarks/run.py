@@ -327,6 +327,32 @@ def bench_analysis(n_items=500, n_agents=6, n_rounds=5, n_samples=16) -> dict:
 
 
 # ------------------------------------------------------------------ report
+def bench_sandbox(n: int = 20) -> dict:
+    """6. Sandbox: start-up cost per program-of-thought program (`print(1)`, median of `n`): the OS sandbox (bubblewrap,
+    the default) next to the in-process-guard-only mode (`isolation='none'`, the old unisolated child); goal < 100 ms.
+    `row` is the summary-table row."""
+    import statistics
+    from mad_study.sandbox import os_isolation_available, run_program, sandbox_check
+    def cost(**kw):
+        run_program("print(1)", **kw)                                    # warm (the first call also tries bwrap once)
+        ts = []
+        for _ in range(n):
+            t = time.perf_counter(); r = run_program("print(1)", **kw); ts.append(time.perf_counter() - t)
+            if not r.ok: raise RuntimeError(r.error)
+        return round(1000 * statistics.median(ts), 1)
+    out = {"n": n, "none_ms": cost(isolation="none")}
+    name = "6. sandbox: start-up cost per program (`print(1)`, median)"
+    if not os_isolation_available():
+        out["error"] = sandbox_check()[1]
+        out["row"] = [name, f"not run: {out['error']} (in-process guard only: {out['none_ms']} ms)", "< 100 ms", "n/a"]
+    else:
+        out["bwrap_ms"] = cost()
+        out["row"] = [name, f"bubblewrap **{out['bwrap_ms']} ms** vs in-process guard only {out['none_ms']} ms",
+                      "< 100 ms", _met(out["bwrap_ms"] < 100)]
+    log("   " + " | ".join(map(str, out["row"])))
+    return out
+
+
 def _met(ok):
     return "yes" if ok else "**no**"
 
@@ -484,6 +510,8 @@ def main(argv=None) -> int:
     if "serving" in only:
         log("5. serving: OpenAIBackend against a local transformers serve")
         res["serving"] = bench_serving(a.serving_requests, a.serving_tokens)
+    if "sandbox" in only or not {"throughput", "memory", "cache", "analysis", "serving"} - only:
+        log("6. sandbox: start-up cost per program"); res["sandbox"] = bench_sandbox()
     if a.device == "cuda":
         log(f"1g. generation throughput and memory on the GPU ({a.gpu_model})")
         res.update(run_gpu_child(a.gpu_model, gpu_env))

@@ -31,7 +31,7 @@ __all__ = ['LETTERS', 'MAD_ROLES', 'MAD_PROMPTS', 'ROUND_WORDS', 'VERDICT_STATUS
            'DMAD_VISION_PROMPTS', 'ROLE_SIM_KEYS', 'SIM_AUX', 'SIM_CRITERIA', 'question_parts', 'answer_instruction',
            'question_block', 'loose_answer', 'mad_topic', 'Verdict', 'first_json_object', 'parse_verdict',
            'resolve_assignment', 'run_mad', 'dmad_opening', 'dmad_debate_message', 'dmad_roles', 'dmad_vision_message',
-           'extract_program', 'pot_answer', 'pot_turn', 'run_dmad', 'RoleSimBackend']
+           'extract_program', 'PotAnswer', 'pot_answer', 'PotTurn', 'pot_turn', 'run_dmad', 'RoleSimBackend']
 
 # %% ../nbs/04c_roles.ipynb #5d932869
 LETTERS = "ABCDEFGHIJ"
@@ -344,27 +344,40 @@ def extract_program(text: str) -> str | None:
     if not blocks: blocks = re.findall(r"```\s*\n(.*?)```", text, flags=re.S)
     return blocks[-1] if blocks and blocks[-1].strip() else None
 
-def pot_answer(text: str, item: Item, timeout: float = 10.0, memory_mb: int = 1024, execute: bool = True) -> tuple[str | None, str, str]:
-    "Run the program in `text` in the sandbox: (answer or None, status, output or error line)."
+class PotAnswer(tuple):
+    "pot_answer's (answer, status, output), with `.sandbox`: the sandbox mode and layers that ran ('' when none ran)."
+    def __new__(cls, answer: str | None, status: str, output: str, sandbox: str = ""):
+        t = super().__new__(cls, (answer, status, output)); t.sandbox = sandbox
+        return t
+
+def pot_answer(text: str, item: Item, timeout: float = 10.0, memory_mb: int = 1024, execute: bool = True,
+               isolation: str = "auto") -> PotAnswer:
+    "Run the program in `text` in the sandbox (Program of Thoughts, DMAD's PoT role): (answer or None, status, output or error line)."
     code = extract_program(text)
-    if code is None: return None, "no_program", ""
-    if not execute: return None, "not_run", ""
-    r = run_program(code, timeout=timeout, memory_mb=memory_mb)
-    if not r.ok: return None, r.status, r.error or ""
+    if code is None: return PotAnswer(None, "no_program", "")
+    if not execute: return PotAnswer(None, "not_run", "")
+    r = run_program(code, timeout=timeout, memory_mb=memory_mb, isolation=isolation)
+    if not r.ok: return PotAnswer(None, r.status, r.error or "", r.sandbox)
     out = r.stdout.strip()
     last = out.splitlines()[-1] if out else ""
     ans = loose_answer(last, item) or loose_answer(out, item)
-    return ans, ("ok" if ans is not None else "no_answer"), out[-2000:]
+    return PotAnswer(ans, ("ok" if ans is not None else "no_answer"), out[-2000:], r.sandbox)
 
 # %% ../nbs/04c_roles.ipynb #18ca7512
-def pot_turn(text: str, item: Item, timeout: float = 10.0, memory_mb: int = 1024, execute: bool = True) -> tuple[str | None, str, str, str]:
+class PotTurn(tuple):
+    "pot_turn's (answer, text shown to the others, status, output), with `.sandbox`: the sandbox mode and layers that ran."
+
+def pot_turn(text: str, item: Item, timeout: float = 10.0, memory_mb: int = 1024, execute: bool = True,
+             isolation: str = "auto") -> PotTurn:
     """A program-of-thought turn (Chen et al. 2023), as DMAD's debate and Meta-Debate's PoT proposals run it: the program
-    runs in the sandbox (`pot_answer`). Returns (answer from its output or None, the text the others see: the turn with
-    the program's output or error appended, status, output)."""
-    pa, status, out = pot_answer(text, item, timeout=timeout, memory_mb=memory_mb, execute=execute)
-    if status == "no_program": return pa, text, status, out
-    shown = f"{text}\n\nProgram output:\n{out}" if status in ("ok", "no_answer") else f"{text}\n\nProgram error: {out}"
-    return pa, shown, status, out
+    runs in the sandbox (`pot_answer`; `isolation` as there). Returns (answer from its output or None, the text the others
+    see: the turn with the program's output or error appended, status, output), with `.sandbox`."""
+    pr = pot_answer(text, item, timeout=timeout, memory_mb=memory_mb, execute=execute, isolation=isolation)
+    pa, status, out = pr
+    shown = text if status == "no_program" else (f"{text}\n\nProgram output:\n{out}" if status in ("ok", "no_answer")
+                                                else f"{text}\n\nProgram error: {out}")
+    t = tuple.__new__(PotTurn, (pa, shown, status, out)); t.sandbox = pr.sandbox
+    return t
 
 # %% ../nbs/04c_roles.ipynb #85d525a7
 def _dmad_user(role: str, it: Item, rnd: int, peers, prompts, vprompts, aux: str = "", step: str = "answer") -> str:
@@ -374,10 +387,11 @@ def _dmad_user(role: str, it: Item, rnd: int, peers, prompts, vprompts, aux: str
 def run_dmad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str, Any], *, rounds: int = 3,
              temperature: float = 0.0, max_new_tokens: int = 1024, seed: int = 0, experiment: str = "dmad",
              prompts: Mapping[str, str] = DMAD_PROMPTS, vision_prompts: Mapping[str, str] = DMAD_VISION_PROMPTS,
-             pot_timeout: float = 10.0, pot_memory_mb: int = 1024, execute: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+             pot_timeout: float = 10.0, pot_memory_mb: int = 1024, execute: bool = True, pot_isolation: str = "auto") -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """DMAD (Liu et al. 2025): text items with CoT / step-back / PoT, image items with IO / CCoT / DDCoT (`dmad_roles`), as roles
     with a per-item assignment. `rounds` counts the opening round. Returns (transcript, outcomes, pot_log): outcomes hold the
-    majority vote of the last round per item; pot_log one row per program-of-thought turn (status, output or error)."""
+    majority vote of the last round per item; pot_log one row per program-of-thought turn (status, output or error, and the
+    sandbox that ran it; `pot_isolation`: see `pot_answer`)."""
     if rounds < 1: raise ConfigError("must be >= 1", key="rounds", value=rounds)
     roles = dmad_roles(items)
     st = {it.id: dict(item=it, a=resolve_assignment(assignment, it, roles), conv={r: [] for r in roles}, last={}) for it in items}
@@ -405,9 +419,9 @@ def run_dmad(items: Sequence[Item], assignment: Assignment, backends: Mapping[st
             it, text = s["item"], g.text
             ans = extract_answer(text, it.fmt)
             if role == "pot":
-                pa, text, status, out = pot_turn(text, it, timeout=pot_timeout, memory_mb=pot_memory_mb, execute=execute)
+                pa, text, status, out = pr = pot_turn(text, it, timeout=pot_timeout, memory_mb=pot_memory_mb, execute=execute, isolation=pot_isolation)
                 pot_log.append(dict(item_id=it.id, round=rnd, model=s["a"][role], status=status, answer=pa,
-                                    fallback=pa is None, output=out[:500]))
+                                    fallback=pa is None, output=out[:500], sandbox=pr.sandbox))
                 if pa is not None: ans = pa
             a = aux.get((it.id, role))
             if a is not None:                                      # the turn others see: both steps joined, both calls' tokens
@@ -427,7 +441,7 @@ def run_dmad(items: Sequence[Item], assignment: Assignment, backends: Mapping[st
         out.append(dict(item_id=it.id, task=it.task, gold=str(it.gold), answer=v,
                         correct=bool(v is not None and is_correct(v, it.gold, it.fmt)), rounds=rounds,
                         **{f"model_{r}": m for r, m in s["a"].items()}))
-    return tr, pd.DataFrame(out), pd.DataFrame(pot_log, columns=["item_id", "round", "model", "status", "answer", "fallback", "output"])
+    return tr, pd.DataFrame(out), pd.DataFrame(pot_log, columns=["item_id", "round", "model", "status", "answer", "fallback", "output", "sandbox"])
 
 # %% ../nbs/04c_roles.ipynb #55e27bea
 ROLE_SIM_KEYS = ("role_skill", "modality_skill", "role_item_sd", "role_consistency", "decisiveness", "verdict_fail", "review_skill", "review_noise", "review_fail")

@@ -1,0 +1,209 @@
+"""The program-of-thought sandbox (mad_study.sandbox) against hostile programs (issue 22).
+
+Every hostile program of tests/sandbox_hostile.py runs through `run_program` twice, as written and after switching off
+every in-process guard it can reach, in the default mode (this user: root in CI) and as user nobody (via setpriv, with
+the system's Python), each from a parent process that is itself the target. Each ends with a recorded status, the
+parent lives, and nothing outside the sandbox changed: no file written on the host, no connection on the test's own
+listener on 127.0.0.1, no secret of the parent read, no process left after the run. Then the same programs as the
+program-of-thought turn of a DMAD debate: the debate goes on and its PoT log says which sandbox ran. Without OS
+isolation the kit refuses to run model-written code unless the caller opts in (isolation='none'), and records it."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import mad_study.sandbox as sb
+from mad_study.core import ConfigError
+from mad_study.sandbox import SANDBOX_STATUSES, SandboxUnavailable, os_isolation_available, run_program, sandbox_check
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+FLOOD_CAP_MIB = 64                      # the parent's peak-memory growth allowed during an endless writer's run
+NEEDS_SANDBOX = pytest.mark.skipif(not os_isolation_available(), reason=f"no OS sandbox here: {sandbox_check()[1]}")
+CASES = ["loop", "memory", "fork_bomb", "output_flood", "stderr_flood", "setsid_grandchild", "setsid_daemon", "listener", "write_host_tmp", "write_outside",
+         "write_interpreter", "read_checkout", "read_ssh", "read_passwd", "read_parent_environ", "signal_parent",
+         "subprocess", "ctypes"]
+
+
+def _context(tmp: Path, listener: socket.socket) -> dict:
+    "Paths, secrets and the listener's port for one run; everything the program aims at is readable/writable by nobody."
+    tag = uuid.uuid4().hex[:12]
+    home, outside = tmp / "home", tmp / "outside"
+    (home / ".ssh").mkdir(parents=True); outside.mkdir()
+    ssh = home / ".ssh" / "id_ed25519"
+    ssh.write_text(f"-----BEGIN OPENSSH PRIVATE KEY----- ssh-secret-{tag}\n")
+    for p in (tmp, home, home / ".ssh"): p.chmod(0o755)
+    ssh.chmod(0o644); outside.chmod(0o777)
+    return dict(marker=f"mad-sandbox-marker-{tag}", host_tmp=f"/tmp/mad-sandbox-escape-{tag}", outside=str(outside),
+                checkout_file=str(ROOT / "pyproject.toml"), ssh_file=str(ssh), secret=f"env-secret-{tag}",
+                ssh_secret=f"ssh-secret-{tag}", port=listener.getsockname()[1], parent_pid=0)
+
+
+def _run_driver(argv: list[str], ctx: dict, env: dict, cwd: str, timeout: float = 240) -> dict:
+    path = Path(cwd) / "ctx.json"
+    path.write_text(json.dumps(ctx)); path.chmod(0o644)
+    r = subprocess.run(argv + [str(path)] + (["--debate"] if "--debate" in env.get("_FLAGS", "") else []),
+                       capture_output=True, text=True, timeout=timeout, env={k: v for k, v in env.items() if k != "_FLAGS"}, cwd=cwd)
+    lines = [l for l in r.stdout.splitlines() if l.startswith("@@")]
+    assert r.returncode == 0 and lines, f"the parent died or failed (rc {r.returncode}): {r.stderr[-2000:]}"
+    out = json.loads(lines[-1][2:])
+    out["ctx"] = {**ctx, **out.get("ctx", {})}
+    return out
+
+
+def _leftovers(marker: str, wait: float = 3.0) -> list[str]:
+    "Host processes still carrying `marker` in their command line, after up to `wait` s for the killed ones to go."
+    end = time.monotonic() + wait
+    while True:
+        left = []
+        for d in Path("/proc").iterdir():
+            try:
+                if d.name.isdigit() and marker.encode() in (d / "cmdline").read_bytes(): left.append(d.name)
+            except OSError: pass
+        if not left or time.monotonic() > end: return left
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def listener():
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16); s.setblocking(False)
+    yield s
+    s.close()
+
+
+def _host_side(out: dict) -> dict:
+    "What the host saw after a driver's run: files written, processes left, and cleans them up."
+    ctx = out["ctx"]
+    paths = [ctx["host_tmp"], ctx["host_tmp"] + ".sh", os.path.join(ctx["outside"], "escape.txt"), ctx["prefix_target"]]
+    written = [p for p in paths if os.path.exists(p)]
+    for p in written: os.remove(p)
+    return dict(written=written, left=_leftovers(ctx["marker"]))
+
+
+@pytest.fixture(scope="module")
+def scratch_dir():
+    "A folder under /tmp that user nobody can enter (pytest's own tmp folders are private to this user)."
+    d = Path(tempfile.mkdtemp(prefix="mad-sandbox-test-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def default_run(listener, scratch_dir):
+    "The driver as this user with the kit's interpreter (root in CI), with a secret in the parent's environment."
+    if not os_isolation_available(): pytest.skip(f"no OS sandbox here: {sandbox_check()[1]}")
+    tmp = scratch_dir / "default"; tmp.mkdir()
+    ctx = _context(tmp, listener)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MAD_SANDBOX_SECRET=ctx["secret"], _FLAGS="--debate")
+    out = _run_driver([sys.executable, str(HERE / "sandbox_hostile.py")], ctx, env, str(tmp))
+    out["host"] = _host_side(out)
+    return out
+
+
+def _nobody_python() -> tuple[list[str], str]:
+    "The command prefix that runs as user nobody, and a Python nobody can start; or a reason to skip."
+    if not hasattr(os, "geteuid") or os.geteuid() != 0: return [], "switching to user nobody needs root"
+    setpriv = shutil.which("setpriv")
+    if not setpriv: return [], "setpriv (util-linux) is not installed"
+    pre = [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    for py in ("/usr/bin/python3", "/usr/local/bin/python3", shutil.which("python3") or ""):
+        if py and subprocess.run(pre + [py, "-c", "import sys; assert sys.version_info >= (3, 9)"], capture_output=True,
+                                 cwd="/").returncode == 0:
+            return pre + [py], ""
+    return [], "no Python 3.9+ that user nobody can run"
+
+
+@pytest.fixture(scope="module")
+def nobody_run(listener, scratch_dir):
+    "The driver as user nobody (setpriv), the system's Python, and a copy of the module (standard library only)."
+    pre, why = _nobody_python()
+    if not pre: pytest.skip(why)
+    tmp = scratch_dir / "nobody"; tmp.mkdir(); tmp.chmod(0o755)
+    for src in (ROOT / "mad_study" / "sandbox.py", HERE / "sandbox_hostile.py"):
+        shutil.copy(src, tmp / src.name); (tmp / src.name).chmod(0o644)
+    chk = subprocess.run(pre + ["-c", "import sandbox; print(sandbox.sandbox_check())"], capture_output=True, text=True, cwd=tmp)
+    if "True" not in chk.stdout: pytest.skip(f"no OS sandbox for user nobody: {(chk.stdout + chk.stderr).strip()[-300:]}")
+    ctx = _context(tmp / "ctx", listener)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp / "ctx" / "home"), "MAD_SANDBOX_SECRET": ctx["secret"]}
+    out = _run_driver(pre + [str(tmp / "sandbox_hostile.py")], ctx, env, str(tmp))
+    out["host"] = _host_side(out)
+    return out
+
+
+@pytest.fixture(params=["default", "nobody"])
+def run(request):
+    "The results of one driver run: as this user (root in CI), then as user nobody."
+    return request.getfixturevalue(f"{request.param}_run")
+
+
+def _forked(stdout: str) -> int | None:
+    words = stdout.split()
+    return int(words[words.index("forked") + 1]) if "forked" in words else None
+
+
+@pytest.mark.parametrize("disarm", [False, True], ids=["guarded", "disarmed"])
+@pytest.mark.parametrize("case", CASES)
+def test_hostile_program(run, case, disarm):
+    "Each hostile program ends with a recorded status in the OS sandbox; what it aimed at on the host is untouched."
+    r, ctx = run["results"][case + ("+disarm" if disarm else "")], run["ctx"]
+    assert r["status"] in SANDBOX_STATUSES and r["mode"] == "bwrap", r
+    if disarm: assert "sandbox: " not in r["stderr"], r["stderr"][-300:]      # the audit hook was switched off
+    seen = r["stdout"] + r["stderr"]
+    assert ctx["secret"] not in seen and ctx["ssh_secret"] not in seen and "root:x:0:0" not in seen and "uid=0" not in seen
+    assert r["wall"] < r["timeout"] + 3, r                                     # the run returned by its timeout
+    expect = {"loop": "timeout", "memory": "memory", "output_flood": "output", "stderr_flood": "output", "listener": "error", "write_outside": "error",
+              "write_interpreter": "error", "read_checkout": "error", "read_ssh": "error", "read_passwd": "error",
+              "subprocess": "error"}
+    if case in expect: assert r["status"] == expect[case], r
+    if case == "fork_bomb": assert _forked(r["stdout"]) == 0 if not disarm else (_forked(r["stdout"]) or 0) < 16, r
+    if case == "setsid_grandchild": assert r["status"] == ("timeout" if disarm else "error"), r
+    if case == "setsid_daemon": assert r["status"] == ("ok" if disarm else "error") and r["wall"] < 3, r   # no wait on it
+    if case.endswith("_flood"): assert r["out_len"] <= 20_000 and r["err_len"] <= 20_000 and r["wall"] < 1.5, r   # cut, not timed out
+    if case == "read_checkout": assert Path(ctx["checkout_file"]).read_text()[:60] not in seen
+
+
+def test_host_untouched(run, listener):
+    "After all the runs: the parent lived, no file written outside, no process left, no connection on the listener."
+    assert run["alive"] and run["parent_pid"] > 0
+    assert run["host"]["written"] == [] and run["host"]["left"] == []
+    try: conn, _ = listener.accept(); conn.close(); pytest.fail("a sandboxed program reached the 127.0.0.1 listener")
+    except BlockingIOError: pass
+    assert run["flood_growth_mib"] is not None and run["flood_growth_mib"] < FLOOD_CAP_MIB, run["flood_growth_mib"]
+
+
+def test_debate_goes_on(default_run):
+    "Each disarmed hostile program as DMAD's program-of-thought turn: the debate ends, with the sandbox in its PoT log."
+    for case in CASES:
+        d = default_run["debate"][case]
+        assert d["turns"] == 3 and d["answer"] == ["B"], (case, d)
+        assert d["status"][0] in SANDBOX_STATUSES + ("no_answer",) and d["sandbox"][0].startswith("bwrap:"), (case, d)
+
+
+@NEEDS_SANDBOX
+def test_correct_program_returns_its_result():
+    r = run_program("import math, fractions\nprint(math.comb(10, 3), fractions.Fraction(6, 4))")
+    assert (r.status, r.stdout.strip(), r.mode) == ("ok", "120 3/2", "bwrap") and "pidns" in r.layers and "netns" in r.layers
+    r = run_program("import numpy, sympy\nprint(int(numpy.arange(5).sum()), sympy.Rational(6, 4))")   # guard on: imports work
+    assert (r.status, r.stdout.strip()) == ("ok", "10 3/2"), r.stderr[-500:]
+
+
+def test_refuses_without_os_isolation(monkeypatch):
+    "No bwrap: the kit refuses model-written code unless the caller opts in, and the result says which mode ran."
+    monkeypatch.setattr(sb, "find_bwrap", lambda: None)
+    with pytest.raises(SandboxUnavailable, match="isolation='none'"): run_program("print(1)")
+    with pytest.raises(SandboxUnavailable): run_program("print(1)", isolate=True)
+    assert issubclass(SandboxUnavailable, ConfigError)
+    r = run_program("print(6 * 7)", isolation="none")
+    assert (r.status, r.stdout.strip(), r.mode) == ("ok", "42", "none") and "pidns" not in r.layers
+    assert r.sandbox.startswith("none:") and run_program("print(1)", isolate=False).mode == "none"
+    with pytest.raises(ConfigError, match="isolation"): run_program("print(1)", isolation="weak")
+    with pytest.raises(ConfigError, match="timeout"): run_program("print(1)", timeout=0, isolation="none")
