@@ -631,13 +631,19 @@ class ShuffledObservation(RumadController):
 
 # %% ../nbs/13_rumad.ipynb #f0862354
 class AgreementGate:
-    "Hand-set reference rule on RUMAD's observation (not learned): everyone silent when >= k agents agree (S_ij > 0.6), else everyone speaks and sees all."
-    def __init__(self, n: int, k: int, agree: float = 0.6): self.n, self.k, self.agree = int(n), int(k), float(agree)
+    """Hand-set reference rule on RUMAD's observation (not learned): everyone silent once >= k agents agree (S_ij > 0.6);
+    else everyone speaks and sees the `peers` agents of the largest answer clusters as Critical (all others when None)."""
+    def __init__(self, n: int, k: int, peers: int | None = None, agree: float = 0.6):
+        self.n, self.k, self.peers, self.agree = int(n), int(k), peers, float(agree)
     def act(self, S: np.ndarray, rng=None) -> dict:
         "The decision on S, in `TopologyPolicy.act`'s format (weights 0.9 / 0.05; no log-probability)."
         sup = (np.asarray(S) > self.agree).sum(1)                 # the size of each agent's answer cluster (itself included)
         W = np.full((self.n, self.n), 0.05); np.fill_diagonal(W, 0.9)
-        if sup.max() < self.k: W = np.full((self.n, self.n), 0.9); np.fill_diagonal(W, 0.05)
+        if sup.max() < self.k:
+            W = np.full((self.n, self.n), 0.05)
+            for i in range(self.n):
+                js = [j for j in np.argsort(-sup, kind="stable") if j != i][: self.peers]
+                W[i, js] = 0.9
         return {"obs": np.asarray(S, dtype=np.float32), "action": W, "logp": 0.0, "value": 0.0, "W": W}
 
 
