@@ -28,14 +28,16 @@ from .reproduce import planner
 from .sim import read_final_answers
 
 # %% auto #0
-__all__ = ['TIERS', 'DELTA', 'DISTS', 'INITS', 'DENSE_LOGIT', 'BUDGET_READINGS', 'ALPHA', 'BETA', 'TIER_COST', 'TABLE6',
-           'REWARD_MODES', 'PAPER_TAB2', 'Embedder', 'similarity_matrix', 'SimEmbedder', 'MiniLMEmbedder',
-           'make_embedder', 'prompt_tier', 'activation_mask', 'TopologyPolicy', 'budget_count', 'expected_links',
-           'mean_weights', 'budget_loss', 'accuracy_reward', 'consensus_reward', 'progress_reward', 'efficiency_reward',
-           'improvement_reward', 'sparsity_penalty', 'step_reward', 'episode_reward', 'gae', 'ppo_loss', 'ppo_update',
-           'RumadController', 'fixed_policy', 'round_outcomes', 'episodes', 'RumadConfig', 'rollout_episodes',
-           'train_controller', 'one_thread', 'evaluate_controller', 'save_controller', 'load_controller', 'ForcedDense',
-           'rumad_agents', 'rumad_prompt', 'training_meta', 'checkpoint_mismatch', 'rumad_checkpoint', 'plan_rumad']
+__all__ = ['TIERS', 'DELTA', 'ACTIVATION_ATOL', 'DISTS', 'INITS', 'DENSE_LOGIT', 'BUDGET_READINGS', 'ALPHA', 'BETA', 'TIER_COST',
+           'TABLE6', 'REWARD_MODES', 'ROLLOUT_UNITS', 'SELECTS', 'PAPER_TAB2', 'Embedder', 'similarity_matrix',
+           'SimEmbedder', 'MiniLMEmbedder', 'make_embedder', 'prompt_tier', 'activation_mask', 'TopologyPolicy',
+           'visible_links', 'budget_count', 'expected_links', 'mean_weights', 'budget_loss', 'accuracy_reward',
+           'consensus_reward', 'progress_reward', 'efficiency_reward', 'improvement_reward', 'sparsity_penalty',
+           'step_reward', 'episode_reward', 'gae', 'ppo_loss', 'ppo_update', 'RumadController', 'fixed_policy',
+           'round_outcomes', 'episodes', 'RumadConfig', 'rollout_episodes', 'train_controller', 'one_thread',
+           'evaluate_controller', 'save_controller', 'load_controller', 'ForcedDense', 'ShuffledObservation',
+           'AgreementGate', 'rumad_agents', 'rumad_prompt', 'training_meta', 'checkpoint_mismatch', 'rumad_checkpoint',
+           'plan_rumad']
 
 # %% ../nbs/13_rumad.ipynb #1859985e
 class Embedder(_TypingProtocol):
@@ -109,6 +111,7 @@ DELTA = 0.10       # the minimum visible weight (Eq. 5's lowest threshold, Eq. 6
 
 def prompt_tier(w: float) -> str | None:
     "RUMAD Eq. 5: the tag of a peer shown with weight `w` (Critical > 0.40, Reference > 0.25, Background > 0.10), None = invisible."
+    w = float(w)                        # float64, as `visible_links` and `budget_count` compare: a float32 0.10 is 0.1000000015
     for name, lo in TIERS:
         if w > lo: return name
     return None
@@ -119,7 +122,9 @@ def activation_mask(W: np.ndarray) -> np.ndarray:
     n = W.shape[0]
     if W.shape != (n, n) or n < 2: raise ValueError(f"need a square matrix of at least 2 agents, got shape {W.shape}")
     wbar = (W.sum(axis=1) - np.diag(W)) / (n - 1)
-    return (wbar >= np.diag(W)) | np.isclose(wbar, np.diag(W))     # 'at least', robust to float sums
+    return wbar >= np.diag(W) - ACTIVATION_ATOL          # 'at least'; only float-sum rounding is forgiven, not 1e-5 relative
+
+ACTIVATION_ATOL = 1e-12
 
 # %% ../nbs/13_rumad.ipynb #5a8756fc
 DISTS = ("gaussian", "beta")
@@ -142,10 +147,15 @@ class TopologyPolicy(nn.Module):
             self.actor = _mlp(self.n ** 2, self.hidden, 2 * self.n ** 2)
             self.critic = _mlp(self.n ** 2, self.hidden, 1)
         finally: g.__exit__(None, None, None)
-        if init == "dense" and dist == "gaussian":
+        if init == "dense":
             with torch.no_grad():
                 z = torch.full((self.n, self.n), DENSE_LOGIT); z.fill_diagonal_(-DENSE_LOGIT)
-                self.actor[-1].bias[: self.n ** 2] = z.reshape(-1)
+                if dist == "gaussian": self.actor[-1].bias[: self.n ** 2] = z.reshape(-1)
+                else:                         # Beta with the same mean weights sigmoid(+-1.5): (a, b) = (e^1.5, 1) or (1, e^1.5)
+                    inv = lambda x: float(math.log(math.expm1(x)))                  # softplus^-1 (a, b = softplus(.) + 1)
+                    peer = torch.where(z > 0, inv(math.exp(DENSE_LOGIT) - 1), -30.0)  # softplus(-30) ~ 0: the parameter is 1
+                    self_ = torch.where(z > 0, -30.0, inv(math.exp(DENSE_LOGIT) - 1))
+                    self.actor[-1].bias[: self.n ** 2] = peer.reshape(-1); self.actor[-1].bias[self.n ** 2:] = self_.reshape(-1)
 
     def dist(self, obs: torch.Tensor):
         "The action distribution for a batch of observations (B, N, N): Normal over z (gaussian) or Beta over w (beta)."
@@ -174,11 +184,14 @@ class TopologyPolicy(nn.Module):
                 "value": float(self.value(obs)[0]), "W": self.weights(a)[0].numpy()}
 
 # %% ../nbs/13_rumad.ipynb #9beb69e9
+def visible_links(W: np.ndarray, delta: float = DELTA) -> int:
+    "RUMAD Eq. 5-6: the number of links i != j with w_ij > delta, compared in float64 as `prompt_tier` does (shown = counted)."
+    W = np.asarray(W, dtype=np.float64)
+    return int((W[..., ~np.eye(W.shape[-1], dtype=bool)] > delta).sum())
+
 def budget_count(W: np.ndarray, B: float, delta: float = DELTA) -> float:
     "RUMAD Eq. 6 as printed: max(0, #{(i, j), i != j : w_ij > delta} - B) for one weight matrix (no gradient)."
-    W = np.asarray(W, dtype=float)
-    off = ~np.eye(W.shape[-1], dtype=bool)
-    return float(max(0.0, (W[..., off] > delta).sum() - B))
+    return float(max(0.0, visible_links(W, delta) - B))
 
 def expected_links(dist, delta: float = DELTA) -> torch.Tensor:
     "Per observation, sum over links i != j of P(w_ij > delta) under the policy's distribution (our reading of Eq. 6's count)."
@@ -282,11 +295,13 @@ def ppo_loss(policy: TopologyPolicy, batch: Mapping[str, torch.Tensor], B: float
     l_v = ((policy.value(batch["obs"]) - batch["ret"]) ** 2).mean()                           # Eq. 10
     l_b = budget_loss(d, B, delta, budget_reading)                                            # Eq. 6 (our reading)
     total = l_pi + c1 * l_v + c2 * l_b                                                        # Eq. 11
-    return total, {"policy": l_pi.item(), "value": l_v.item(), "budget": l_b.item(), "total": total.item()}
+    dev = (ratio.detach() - 1).abs()                                                          # how far the policy moved since the rollout
+    return total, {"policy": l_pi.item(), "value": l_v.item(), "budget": l_b.item(), "total": total.item(),
+                   "ratio_dev": float(dev.max()), "clipped": float((dev > clip).float().mean())}
 
 def ppo_update(policy: TopologyPolicy, opt: torch.optim.Optimizer, batch: Mapping[str, torch.Tensor], B: float,
                epochs: int = 1, batch_size: int = 10, rng: np.random.Generator | None = None, **kw) -> list[dict]:
-    "`epochs` passes over `batch` in shuffled minibatches of `batch_size` transitions (Table 6: E = 1, b = 10), one Adam step each."
+    "`epochs` passes over `batch` in shuffled minibatches of `batch_size` transitions (Table 6: E = 1, b = 10), one Adam step each (Eq. 11)."
     n = len(batch["obs"]); rng = rng or np.random.default_rng(0); logs = []
     for _ in range(int(epochs)):
         perm = rng.permutation(n)
@@ -306,19 +321,25 @@ class RumadController(Protocol):
         self.records: dict[tuple, dict] = {}
 
     def decide(self, ctx: RoundContext) -> dict:
-        "The round's decision (computed once per item, thread and round): S, action, weights W, active agents."
+        """The round's decision, computed once per item, thread, round, debate seed and observed responses: S, action,
+        weights W, active agents. `records[(item, thread, round)]` holds the latest (a second run is never a replay)."""
         key = (ctx.item.id, ctx.sample, ctx.round)
-        if key not in self.records:
+        last = [ctx.last(a) for a in ctx.names]
+        run = (ctx.seed, tuple((r["text"] or "", r["answer"]) for r in last))
+        if key not in self.records or self.records[key]["run"] != run:
             if len(ctx.names) != self.policy.n:
                 raise ConfigError(f"the controller was trained for {self.policy.n} agents, the debate has {len(ctx.names)}", key="n_agents")
-            last = [ctx.last(a) for a in ctx.names]
             S = similarity_matrix(self.embedder([r["text"] or "" for r in last]), [r["answer"] for r in last], self.lam, ctx.item.fmt)
             rng = rng_for(self.seed, "rumad-action", ctx.item.id, ctx.sample, ctx.round) if self.explore else None
-            d = self.policy.act(S, rng)
-            d["S"] = S                                                # the observation in full precision (reused by the rewards)
+            d = self.policy.act(self.observe(ctx, S), rng)
+            d["S"], d["run"] = S, run                                 # the true observation in full precision (reused by the rewards)
             d["active"] = activation_mask(d["W"]) if self.activation else np.ones(len(S), dtype=bool)
             self.records[key] = d
         return self.records[key]
+
+    def observe(self, ctx: RoundContext, S: np.ndarray) -> np.ndarray:
+        "What the policy is given: the round's similarity matrix (a control may substitute another)."
+        return S
 
 # %% ../nbs/13_rumad.ipynb #d4098152
 @patch
@@ -400,12 +421,12 @@ def episodes(transcript: pd.DataFrame, controller: RumadController, token_budget
 # %% ../nbs/13_rumad.ipynb #78545311
 @dataclass
 class RumadConfig:
-    "Every setting of one RUMAD training run (defaults: Table 6, B = 12, delta = 0.10, lam = 0.5)."
+    "Every setting of one RUMAD training run (defaults: Table 6, B = 12, delta = 0.10; lam = 0.5 is the kit's choice, Eq. 2 gives none)."
     n_agents: int = 6
     debate_rounds: int = 5          # rounds after round 0: 6 rounds in all, rounds 0-5 (App. B)
     B: float = 12
     delta: float = DELTA
-    lam: float = 0.5
+    lam: float = 0.5                # Eq. 2's lambda: the paper gives no value; 0.5 weighs meaning and answer agreement equally (ours)
     token_budget: float = 1700.0    # tokens per agent-turn of the Efficiency budget (paper: MAD's 62.58k / 36 turns)
     hidden: int = TABLE6["hidden"]
     lr: float = TABLE6["lr"]
@@ -425,6 +446,10 @@ class RumadConfig:
     use_budget: bool = True         # ablation: False (c2 = 0)
     budget_reading: str = "expected"           # Eq. 6's differentiable reading (or "straight_through", see above)
     temperature: float = 1.0
+    rollout_unit: str = "debates"   # Table 6's L counts debates (episodes of T steps); "transitions": ceil(L / T) debates
+    n_val: int = 0                  # training items held out for the periodic evaluation and model selection (Sec. 3.6)
+    eval_every: int = 0             # PPO updates between evaluations of the deployed controller on them (0 = never)
+    select: str = "last"            # "best": return the controller of the evaluation with the best episode return
 
     @classmethod
     def from_params(cls, params: Mapping | None) -> "RumadConfig":
@@ -444,24 +469,63 @@ def _batch(eps: list[dict], cfg: RumadConfig) -> dict[str, torch.Tensor]:
     f = lambda x: torch.as_tensor(np.asarray(x), dtype=torch.float32)
     return {"obs": f(obs), "action": f(act), "logp": f(logp), "adv": f(adv), "ret": f(ret)}
 
+ROLLOUT_UNITS, SELECTS = ("debates", "transitions"), ("last", "best")
+
 def rollout_episodes(cfg: RumadConfig) -> int:
-    "Debates per PPO iteration: Table 6's rollout length L counts transitions (debate rounds), so ceil(L / T) debates of T steps."
-    return max(1, math.ceil(int(cfg.rollout) / int(cfg.debate_rounds)))
+    "Debates per PPO iteration (Table 6's L): L debates of T steps (`debates`, ours), or ceil(L / T) (`transitions`)."
+    if cfg.rollout_unit == "debates": return int(cfg.rollout)
+    if cfg.rollout_unit == "transitions": return max(1, math.ceil(int(cfg.rollout) / int(cfg.debate_rounds)))
+    raise ConfigError("unknown rollout unit", key="rollout_unit", value=cfg.rollout_unit, choices=ROLLOUT_UNITS)
 
 def train_controller(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping[str, Any], cfg: RumadConfig,
                      embedder: Callable, seed: int = 0, prompt: Any = "auto", max_new_tokens: int = 512,
-                     policy: TopologyPolicy | None = None, log: Callable | None = None) -> tuple[TopologyPolicy, pd.DataFrame]:
-    "Train RUMAD's controller with PPO (Sec. 3.6, Eq. 11, Table 6) on debates of `items`; returns the policy and the training log."
+                     policy: TopologyPolicy | None = None, log: Callable | None = None, state_path: str | Path | None = None,
+                     save_every: int = 5) -> tuple[TopologyPolicy, pd.DataFrame]:
+    """Train RUMAD's controller with PPO (Sec. 3.6, Eq. 11, Table 6) on debates of `items`; returns the policy and the log.
+    Sec. 3.6's periodic evaluation: the last `cfg.n_val` items are held out and the deployed controller is evaluated on
+    them every `cfg.eval_every` updates (`select="best"` returns the best of those within the budget: deployed links
+    <= B on average; the last if none is). `state_path`: the training state is saved
+    there every `save_every` updates, and a run started again after a kill resumes from it (same result)."""
     if len(agents) != cfg.n_agents: raise ConfigError(f"{len(agents)} agents for a controller of {cfg.n_agents}", key="n_agents")
+    if cfg.select not in SELECTS: raise ConfigError("unknown model selection", key="select", value=cfg.select, choices=SELECTS)
+    val, items = (list(items[-cfg.n_val:]), list(items[:-cfg.n_val])) if cfg.n_val else ([], list(items))
     if not items: raise ConfigError("no training items", key="train_task")
     policy = policy or TopologyPolicy(cfg.n_agents, cfg.hidden, cfg.dist, init_seed=seed, init=cfg.init)
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-    hist = []
+    st = _load_state(state_path, cfg, seed, policy, opt)
+    hist, best = st["hist"], st["best"]
+    ev = lambda: evaluate_controller(policy, val, agents, backends, cfg, embedder, seed, prompt, max_new_tokens)
     with one_thread():
-        for u in range(int(cfg.updates)):
-            hist.append(_train_step(u, items, agents, backends, cfg, embedder, seed, prompt, max_new_tokens, policy, opt))
-            if log: log(hist[-1])
-    return policy, pd.DataFrame(hist)
+        for u in range(len(hist), int(cfg.updates)):
+            row = _train_step(u, items, agents, backends, cfg, embedder, seed, prompt, max_new_tokens, policy, opt)
+            if val and cfg.eval_every and ((u + 1) % cfg.eval_every == 0 or u + 1 == cfg.updates):
+                row.update({f"val_{k}": v for k, v in ev().items()})
+                within = cfg.B is None or row["val_links"] <= cfg.B           # "under fixed communication budgets" (Sec. 3.6)
+                if within and (best is None or row["val_episode_return"] > best["val_episode_return"]):
+                    best = {"update": u, "val_episode_return": row["val_episode_return"],
+                            "state": {k: v.clone() for k, v in policy.state_dict().items()}}
+            hist.append(row)
+            if state_path and ((u + 1) % int(save_every) == 0 or u + 1 == cfg.updates):
+                _save_state(state_path, cfg, seed, policy, opt, hist, best)
+            if log: log(row)
+    if cfg.select == "best" and best is not None: policy.load_state_dict(best["state"])
+    out = pd.DataFrame(hist); out.attrs["selected_update"] = None if best is None or cfg.select == "last" else best["update"]
+    return policy, out
+
+def _save_state(path, cfg, seed, policy, opt, hist, best):
+    "The training state (weights, Adam moments, log, best so far), written atomically so a kill never leaves half a file."
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True); tmp = path.with_suffix(".tmp")
+    torch.save({"config": asdict(cfg), "seed": seed, "policy": policy.state_dict(), "opt": opt.state_dict(), "hist": hist,
+                "best": best}, tmp)
+    tmp.replace(path)
+
+def _load_state(path, cfg, seed, policy, opt) -> dict:
+    "Resume from a saved training state of the same config and seed (else start afresh)."
+    if not path or not Path(path).exists(): return {"hist": [], "best": None}
+    st = torch.load(Path(path), map_location="cpu", weights_only=True)
+    if st["config"] != asdict(cfg) or st["seed"] != seed: return {"hist": [], "best": None}
+    policy.load_state_dict(st["policy"]); opt.load_state_dict(st["opt"])
+    return {"hist": list(st["hist"]), "best": st["best"]}
 
 @contextmanager
 def one_thread():
@@ -549,6 +613,40 @@ class ForcedDense(RumadController):
             d["W"], d["active"] = W, np.ones(n, dtype=bool)
         return d
 
+# %% ../nbs/13_rumad.ipynb #4dbc417c
+class ShuffledObservation(RumadController):
+    "Control for RUMAD's observation (Eq. 1-2): the policy acts on the S that `donor` records (a deployed run) hold for another item, same thread and round."
+    def __init__(self, policy: TopologyPolicy, embedder: Callable, donor: Mapping, lam: float = 0.5, activation: bool = True,
+                 seed: Any = 0, name: str = "rumad"):
+        super().__init__(policy, embedder, lam, explore=False, activation=activation, seed=seed, name=name)
+        ids = sorted({k[0] for k in donor})
+        if len(ids) < 2: raise ConfigError("shuffling needs the records of at least 2 items", key="donor")
+        perm = [ids[i] for i in rng_for(seed, "rumad-shuffle").permutation(len(ids))]
+        self.donor, self.pair = donor, {perm[i]: perm[(i + 1) % len(perm)] for i in range(len(perm))}   # a derangement
+
+    def observe(self, ctx: RoundContext, S: np.ndarray) -> np.ndarray:
+        "Another item's observation at this thread and round."
+        return self.donor[(self.pair[ctx.item.id], ctx.sample, ctx.round)]["S"]
+
+
+# %% ../nbs/13_rumad.ipynb #f0862354
+class AgreementGate:
+    """Hand-set reference rule on RUMAD's observation (not learned): everyone silent once >= k agents agree (S_ij > 0.6);
+    else everyone speaks and sees the `peers` agents of the largest answer clusters as Critical (all others when None)."""
+    def __init__(self, n: int, k: int, peers: int | None = None, agree: float = 0.6):
+        self.n, self.k, self.peers, self.agree = int(n), int(k), peers, float(agree)
+    def act(self, S: np.ndarray, rng=None) -> dict:
+        "The decision on S, in `TopologyPolicy.act`'s format (weights 0.9 / 0.05; no log-probability)."
+        sup = (np.asarray(S) > self.agree).sum(1)                 # the size of each agent's answer cluster (itself included)
+        W = np.full((self.n, self.n), 0.05); np.fill_diagonal(W, 0.9)
+        if sup.max() < self.k:
+            W = np.full((self.n, self.n), 0.05)
+            for i in range(self.n):
+                js = [j for j in np.argsort(-sup, kind="stable") if j != i][: self.peers]
+                W[i, js] = 0.9
+        return {"obs": np.asarray(S, dtype=np.float32), "action": W, "logp": 0.0, "value": 0.0, "W": W}
+
+
 # %% ../nbs/13_rumad.ipynb #a14e8447
 def rumad_agents(models: Sequence[str], n_agents: int) -> list[Agent]:
     "N agents, the same number of each model in `models` (paper: two each of Llama-3.1-8B, GLM-4-9B, DeepSeek-Math-7B), grouped by model."
@@ -614,7 +712,9 @@ def plan_rumad(p: Mapping) -> dict:
     ev += [(n * len(p.get("scaling_tasks") or []), int(k)) for k, b in scal if [k, b] not in [[N, x] for x in budgets]]
     tr_cfg = RumadConfig.from_params({k: v for k, v in (p.get("train") or {}).items()})
     runs = [N] * (len(budgets) + len(abl)) + [int(k) for k, b in scal if [k, b] not in [[N, x] for x in budgets]]
-    tr = [(int(tr_cfg.updates) * math.ceil(int(tr_cfg.rollout) / R), k) for k in runs]
+    tr_cfg.debate_rounds = R
+    evals = (int(tr_cfg.updates) // int(tr_cfg.eval_every) + bool(int(tr_cfg.updates) % int(tr_cfg.eval_every))) * int(tr_cfg.n_val) if tr_cfg.eval_every else 0
+    tr = [(int(tr_cfg.updates) * rollout_episodes(tr_cfg) + evals, k) for k in runs]     # rollouts + Sec. 3.6's periodic evaluations
     out = {"generations": 0, "prompt_tokens": 0, "completion_tokens": 0}
     for what in (ev, tr):
         for d, k in what:

@@ -22,8 +22,8 @@ import numpy as np
 from .core import ConfigError, GenRequest, Generation, Item, rng_for
 
 # %% auto #0
-__all__ = ['FINAL_SENTENCE', 'RUN_KEYS', 'SimAgent', 'item_difficulty', 'n_options', 'distractor_pool', 'read_final_answers',
-           'compose_text', 'SimBackend']
+__all__ = ['FINAL_SENTENCE', 'TIER_TAGS', 'RUN_KEYS', 'SimAgent', 'item_difficulty', 'n_options', 'distractor_pool',
+           'read_final_answers', 'read_shown_solutions', 'compose_text', 'SimBackend']
 
 # %% ../nbs/03b_sim.ipynb #d713bb3d
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class SimAgent:
     signal_strength: float = 1.0    # separation of log-prob / confidence signals, correct vs wrong (in SDs)
     signal_inversion: float = 0.0   # SVR-MAD: on items hard for the agent the signals point the wrong way (0 = never)
     context_decay: float = 0.0      # RUMAD: P(a turn is derailed) = 1 - exp(-context_decay * prompt tokens / 1000) (0 = never)
+    tier_trust: float = 0.0         # RUMAD Eq. 5 / Table 8: adopt Critical > Reference > Background tagged answers (0 = tags ignored)
 
     def __post_init__(self):
         for f in ("skill", "conformity", "stubborn_correct", "stubborn_wrong", "recognition", "parse_fail"):
@@ -53,6 +54,8 @@ class SimAgent:
         if self.response_words < 1: raise ConfigError("must be >= 1", key="sim_agents.response_words", value=self.response_words)
         if not (isinstance(self.context_decay, (int, float)) and self.context_decay >= 0):
             raise ConfigError("must be >= 0", key="sim_agents.context_decay", value=self.context_decay)
+        if not (isinstance(self.tier_trust, (int, float)) and self.tier_trust >= 0):
+            raise ConfigError("must be >= 0", key="sim_agents.tier_trust", value=self.tier_trust)
 
     @classmethod
     def from_params(cls, params: dict | None, where: str = "sim_agents") -> "SimAgent":
@@ -132,6 +135,19 @@ def read_final_answers(text: str) -> list[str]:
             if mm: out.append(mm.group(1))
     return out
 
+TIER_TAGS = ("Critical", "Reference", "Background")     # RUMAD Eq. 5's prompt tags, most important first
+
+def read_shown_solutions(text: str) -> list[tuple[str, str | None]]:
+    "Each final answer in `text` with the RUMAD importance tag (Eq. 5) last written before it since the previous answer, or None."
+    out, start = [], 0
+    tag_re = re.compile(r"\[(" + "|".join(TIER_TAGS) + r")\]")
+    for m in re.finditer(re.escape(FINAL_SENTENCE), text or ""):
+        tags = tag_re.findall(text, start, m.start())
+        ans = read_final_answers(text[m.start():])[:1]
+        if ans: out.append((ans[0], tags[-1] if tags else None))
+        start = m.end()
+    return out
+
 def compose_text(answer: str | None, fmt: str, n_words: int, rng: np.random.Generator) -> str:
     "Filler reasoning of about `n_words` words and the final sentence (none when `answer` is None)."
     n = max(1, int(rng.poisson(n_words)))
@@ -160,7 +176,8 @@ class SimBackend:
         self.model_name = model_name
         self.agent = agent if agent is not None else SimAgent.from_params(params, where=f"sim_agents.{model_name}")
         d = dataclasses.asdict(self.agent)
-        if not d["context_decay"]: del d["context_decay"]     # added later: agents without it keep their ids (and caches)
+        for k in ("context_decay", "tier_trust"):                 # added later: agents without them keep their ids (and caches)
+            if not d[k]: del d[k]
         p = json.dumps(d, sort_keys=True)
         self.backend_id = f"sim:{model_name}:{hashlib.sha256(p.encode()).hexdigest()[:12]}"
         self.latency, self.batch_size = float(latency), int(batch_size)
@@ -179,8 +196,8 @@ class SimBackend:
         w = 1.0 / np.arange(1, len(pool) + 1) ** self.agent.distractor_zipf
         return pool[int(rng.choice(len(pool), p=w / w.sum()))]
 
-    def decide(self, item: Item, own: str | None, shown: Sequence[str], rng) -> str:
-        "The answer chosen in a debate turn given one's previous answer and the answers shown, in order."
+    def decide(self, item: Item, own: str | None, shown: Sequence[str], rng, tags: Sequence[str | None] | None = None) -> str:
+        "The answer chosen in a debate turn given one's previous answer and the answers shown, in order (with their RUMAD tags, if any)."
         a, gold = self.agent, str(item.gold)
         if own is not None:
             keep = a.stubborn_correct if own == gold else a.stubborn_wrong
@@ -188,9 +205,15 @@ class SimBackend:
         if shown and rng.random() < a.conformity:
             m = len(shown)
             w = np.exp(a.recency * np.arange(m) / max(m - 1, 1))
+            if a.tier_trust and tags: w = w * self.tier_weights(tags)
             return shown[int(rng.choice(m, p=w / w.sum()))]
         bonus = a.recognition if (shown and gold in shown) else 0.0
         return self._independent(item, rng, bonus)
+
+    def tier_weights(self, tags: Sequence[str | None]) -> np.ndarray:
+        "RUMAD Table 8 read as told: weight e^(2t) for a [Critical] solution, e^t for [Reference], 1 for [Background] or untagged (t = tier_trust)."
+        rank = {"Critical": 2.0, "Reference": 1.0}
+        return np.exp(self.agent.tier_trust * np.array([rank.get(t, 0.0) for t in tags]))
 
     def _signals(self, correct: bool, n_tokens: int, agree: float, rng, p_solve: float | None = None) -> dict:
         s = self.agent.signal_strength
@@ -227,8 +250,9 @@ class SimBackend:
         # a debate turn: the agent has answered before (its history), or the prompt shows others' solutions
         # (protocols that send a fresh conversation each round, e.g. UMAD App. F.2, show them only there)
         shown = read_final_answers(users[-1]) if users else []
+        tags = [t for _, t in read_shown_solutions(users[-1])] if (self.agent.tier_trust and shown) else None
         debate_turn = bool(assistants) or bool(shown)
-        answer = self.decide(item, own, shown, rng) if debate_turn else self._independent(item, rng)
+        answer = self.decide(item, own, shown, rng, tags) if debate_turn else self._independent(item, rng)
         prompt_tokens = int(round(sum(len(m["content"].split()) for m in req.messages) * 1.3))
         if self.agent.context_decay: answer = self._derail(item, req, prompt_tokens, answer)
         if rng.random() < self.agent.parse_fail: answer = None
