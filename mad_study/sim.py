@@ -169,6 +169,7 @@ RUN_KEYS = ("latency", "batch_size")   # SimBackend arguments that shape a run b
 class SimBackend:
     "Synthetic agents behind the backend interface: `generate(requests) -> generations` (see the notebook for the model)."
     kind = "sim"
+    batch_invariant = True     # each answer is drawn from the request alone (see 03_backends: the batching guarantee)
 
     def __init__(self, model_name: str = "sim", agent: SimAgent | None = None, latency: float = 0.0,
                  batch_size: int = 64, **params):

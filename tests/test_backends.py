@@ -354,3 +354,42 @@ def test_weight_memory_estimates():
     assert gb("gpt-oss-120b", "nf4") == pytest.approx(70, abs=6)                   # MXFP4 weights regardless of quant
     with pytest.raises(ConfigError):
         gb("qwen2.5-7b-instruct", "q3")
+
+
+class _Stand(B.BaseBackend):
+    "A stand-in backend whose batch behaviour we declare."
+    def __init__(self, bid, invariant): self.backend_id, self.model_name, self.batch_invariant = bid, "stand", invariant
+    def generate(self, reqs): return [B.Generation(f"{self.backend_id}:{r.messages[-1]['content']}") for r in reqs]
+
+
+def test_cache_records_batch_variant_backends(tmp_path):
+    "The cache records, per backend id, whose generations may depend on the batch that computed them (issue 20)."
+    cache = B.GenerationCache(tmp_path / "c.sqlite")
+    reqs = [chat(f"q{i}") for i in range(3)]
+    B.CachedBackend(_Stand("steady", True), cache).generate(reqs)
+    B.CachedBackend(_Stand("wobbly", False), cache).generate(reqs)
+    B.CachedBackend(_Stand("lonely", False), cache).generate(reqs[:1])        # computed alone: nothing to record
+    assert cache.batch_variant_backends() == ["wobbly"]
+    assert B.GenerationCache(tmp_path / "c.sqlite").batch_variant_backends() == ["wobbly"]    # it persists
+
+
+def test_backends_say_whether_they_are_batch_invariant():
+    "The guarantee of 03_backends, per backend: CPU dequantize path and synthetic agents yes; opted-in bf16 kernel, int8 no."
+    from mad_study.sim import SimBackend
+    assert SimBackend("sim-a").batch_invariant
+    assert B.HFBackend("tiny-random-llama", quant="nf4").batch_invariant
+    assert B.HFBackend("tiny-random-llama", quant="none").batch_invariant
+    assert not B.HFBackend("tiny-random-llama", quant="int8").batch_invariant
+    bf16 = B.HFBackend("tiny-random-llama", quant="nf4", cpu_4bit_kernel="bf16")
+    assert bf16.batch_invariant == (not B.cpu_has_bf16_kernel())
+    assert bf16.backend_id.endswith(":cpu-bf16-kernel") == B.cpu_has_bf16_kernel()
+
+
+@needs_embedded
+def test_kit_never_repacks_4bit_weights_on_the_cpu(tiny):
+    "Whatever the CPU, the kit's 4-bit layers stay on the dequantize path: no weight repacked after a generation (issue 20)."
+    import bitsandbytes as bnb
+    tiny.generate([chat("Hello", max_new_tokens=3)])
+    layers = [m for m in tiny.model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert layers and not any(m.support_avx512bf16_for_cpu for m in layers)
+    assert not any(getattr(m.weight.quant_state, "packing_format_for_cpu", False) for m in layers)
