@@ -109,10 +109,11 @@ def debate_round_requests(n_items: int = 4, n_agents: int = 6, max_new_tokens: i
 
 
 def bench_throughput(model: str = "smollm2-135m-instruct", quant: str = "nf4", max_new_tokens: int = 48,
-                     batch_size: int = 16, device: str = "cpu") -> dict:
-    from mad_study.backends import HFBackend
+                     batch_size: int = 16, device: str = "cpu", cpu_4bit_kernel: str = "dequantize") -> dict:
+    "1. One debate round batched vs one at a time, on the 4-bit CPU path `cpu_4bit_kernel` (the kit's: dequantize)."
+    from mad_study.backends import HFBackend, cpu_description
     reqs = debate_round_requests(max_new_tokens=max_new_tokens)
-    be = HFBackend(model, quant=quant, batch_size=batch_size, progress=False)
+    be = HFBackend(model, quant=quant, batch_size=batch_size, progress=False, cpu_4bit_kernel=cpu_4bit_kernel)
     t = time.perf_counter(); be.load(); load_s = time.perf_counter() - t
     be.generate(reqs[:2])                                              # warm-up (kernels, allocator)
     prompt = [len(be.encode(r.messages)) for r in reqs]
@@ -127,7 +128,18 @@ def bench_throughput(model: str = "smollm2-135m-instruct", quant: str = "nf4", m
             "batch_size": batch_size, "prompt_tokens": [min(prompt), max(prompt)], "load_s": round(load_s, 1),
             "completion_tokens": sum(g.completion_tokens for g in batched), "single_s": round(t_single, 2),
             "batched_s": round(t_batched, 2), "single_tok_s": round(tok_s, 1), "batched_tok_s": round(tok_b, 1),
-            "ratio": round(tok_b / tok_s, 2), "same_text": sum(a.text == b.text for a, b in zip(batched, single))}
+            "ratio": round(tok_b / tok_s, 2), "same_text": sum(a.text == b.text for a, b in zip(batched, single)),
+            "logprob_max_diff": max(abs(a.logprob_sum - b.logprob_sum) for a, b in zip(batched, single)
+                                    if a.text == b.text and a.logprob_sum is not None),
+            "path": _path_name(be, device), "cpu": cpu_description() if device == "cpu" else device,
+            "layers": be.stats.get("cpu_4bit_layers"), "batch_invariant": be.batch_invariant}
+
+
+def _path_name(be, device: str) -> str:
+    "The 4-bit path a backend ran (for the report): bitsandbytes' bf16 kernel, or dequantize (once per call / per token)."
+    if device != "cpu" or be.quant not in ("nf4", "fp4"): return f"{be.quant} on {device}"
+    if be._bf16_kernel: return "bitsandbytes' AVX512-BF16 kernel (opted in)"
+    return "dequantize, float32 (the kit's path; weights dequantized once per generate call)"
 
 
 # ------------------------------------------------------------------ 5. serving
@@ -359,15 +371,19 @@ def _met(ok):
 
 def summary_rows(res: dict) -> list[list[str]]:
     rows = []
-    for key in ("throughput", "throughput_gpu"):
+    for key in ("throughput", "throughput_bf16", "throughput_gpu"):
         t = res.get(key)
         if t is None: continue
         if "error" in t:
             rows.append([f"1. generation throughput ({t.get('device', '?')})", f"not run: {t['error']}", f">= {TARGETS['throughput']}x", "n/a"]); continue
-        rows.append([f"1. generation throughput: one debate round ({t['requests']} requests, {t['max_new_tokens']} new tokens), "
-                     f"{t['model']} {t['quant']} on {t['device']}",
-                     f"batched {t['batched_tok_s']} tok/s vs one at a time {t['single_tok_s']} tok/s: **{t['ratio']}x**",
-                     f">= {TARGETS['throughput']}x", _met(t["ratio"] >= TARGETS["throughput"])])
+        kit = key != "throughput_bf16"
+        rows.append([f"1{'' if kit else 'b'}. generation throughput: one debate round ({t['requests']} requests, {t['max_new_tokens']} new tokens), "
+                     f"{t['model']} {t['quant']} on {t['device']}, {t.get('path', '?')}",
+                     f"batched {t['batched_tok_s']} tok/s vs one at a time {t['single_tok_s']} tok/s: **{t['ratio']}x**; "
+                     f"identical greedy text {t['same_text']} of {t['requests']}",
+                     f">= {TARGETS['throughput']}x{', all identical' if t.get('batch_invariant') else ''}" if kit else "comparison",
+                     _met(t["ratio"] >= TARGETS["throughput"] and (not t.get("batch_invariant") or t["same_text"] == t["requests"]))
+                     if kit else "n/a"])
     m = res.get("memory")
     if m:
         r = {x["quant"]: x for x in m["rows"]}
@@ -390,6 +406,7 @@ def summary_rows(res: dict) -> list[list[str]]:
         if "error" in v: rows.append(["5. serving (transformers serve, CPU)", f"not run: {v['error']}", "report", "n/a"])
         else: rows.append(["5. serving (transformers serve, CPU)", f"all in flight **{v['ratio']}x** one at a time; **{v['vs_local']}x** in-process batched",
                            "report", "n/a"])
+    if res.get("sandbox"): rows.append(res["sandbox"]["row"])
     return rows
 
 
@@ -408,10 +425,11 @@ def render(res: dict, info: dict, argv: list[str]) -> str:
          "ratios are measured within one run).", "",
          "Versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items() if v) + f", Python {info['python']}.", "",
          md_table(["benchmark", "measured", "target", "met"], summary_rows(res)), ""]
-    for key in ("throughput", "throughput_gpu"):
+    for key in ("throughput", "throughput_bf16", "throughput_gpu"):
         t = res.get(key)
         if t and "error" not in t:
-            L += [f"## 1. Generation throughput ({t['device']})", "",
+            L += [f"## 1{'b' if key == 'throughput_bf16' else ''}. Generation throughput ({t['device']}"
+                  f"{': bitsandbytes AVX512-BF16 kernel, for comparison' if key == 'throughput_bf16' else ''})", "",
                   f"One debate round of Du et al.'s GSM8K debate: {t['requests']} requests (6 agents x 4 items; each agent sees the other "
                   f"five agents' round-0 solutions, prompts of {t['prompt_tokens'][0]}-{t['prompt_tokens'][1]} tokens), greedy, "
                   f"max_new_tokens = {t['max_new_tokens']}, {t['model']} in {t['quant']} ({t['device']}). Batched: the kit's "
@@ -421,7 +439,9 @@ def render(res: dict, info: dict, argv: list[str]) -> str:
                   md_table(["mode", "seconds", "tokens/s"], [["one at a time", t["single_s"], t["single_tok_s"]],
                                                              ["batched", t["batched_s"], t["batched_tok_s"]]]), "",
                   f"Ratio {t['ratio']}x; greedy outputs identical batched vs. one at a time for {t['same_text']} of {t['requests']} "
-                  f"requests; model load {t['load_s']} s (not timed).", ""]
+                  f"requests (log-prob sums of the identical ones apart by at most {t.get('logprob_max_diff', 0):.2g}); "
+                  f"model load {t['load_s']} s (not timed). CPU: {t.get('cpu', '?')}; 4-bit path: {t.get('path', '?')} "
+                  f"(layers per path: {t.get('layers')}).", ""]
     m = res.get("memory")
     if m:
         L += ["## 2. Memory", "", f"Weights and buffers of the loaded {m['model']} on the {m['device']} (transformers' "
@@ -512,6 +532,11 @@ def main(argv=None) -> int:
         res["serving"] = bench_serving(a.serving_requests, a.serving_tokens)
     if "sandbox" in only or not {"throughput", "memory", "cache", "analysis", "serving"} - only:
         log("6. sandbox: start-up cost per program"); res["sandbox"] = bench_sandbox()
+    if res.get("throughput") and "error" not in res["throughput"]:
+        from mad_study.backends import cpu_has_bf16_kernel
+        if cpu_has_bf16_kernel():                                # what the kit's batch-invariant path costs on this CPU
+            log("1b. the same round on bitsandbytes' AVX512-BF16 kernel (for comparison)")
+            res["throughput_bf16"] = bench_throughput(max_new_tokens=a.max_new_tokens, cpu_4bit_kernel="bf16")
     if a.device == "cuda":
         log(f"1g. generation throughput and memory on the GPU ({a.gpu_model})")
         res.update(run_gpu_child(a.gpu_model, gpu_env))

@@ -485,10 +485,10 @@ class RoleSimBackend(SimBackend):
             rng = rng_for("role-sim-fixed", self.model_name, self._role, item.id)
         return super()._independent(item, rng, bonus)
 
-    def decide(self, item: Item, own: str | None, shown: Sequence[str], rng) -> str:
+    def decide(self, item: Item, own: str | None, shown: Sequence[str], rng, tags=None) -> str:
         "The sim's debate turn; a Negative's first turn answers on its own (its role is to disagree, not to conform)."
         if self._role == "negative" and own is None: return self._independent(item, rng)
-        return super().decide(item, own, shown, rng)
+        return super().decide(item, own, shown, rng, tags)
 
 # %% ../nbs/04c_roles.ipynb #6f21873f
 def _req_rng(b: SimBackend, req: GenRequest, tag: str):
