@@ -461,7 +461,8 @@ def cpu_description() -> str:
 def set_cpu_4bit_kernel(model, kernel: str = "dequantize") -> dict:
     """Choose bitsandbytes' CPU path for every 4-bit layer of `model`: 'dequantize' (float32, the kit's default: the same
     numbers on every CPU, batch-invariant) or 'bf16' (the AVX512-BF16 kernel where the machine has it and
-    `bf16_kernel_accepts` the layer's shape; other layers dequantize). Weights already repacked are unpacked first.
+    `bf16_kernel_accepts` the layer's shape; other layers dequantize). Weights already repacked are unpacked first, but the
+    repack rounded their block scales to bfloat16: reload the model for its exact weights (the kit sets the path at load).
     Returns how many layers take each path."""
     if kernel not in CPU_4BIT_KERNELS:
         raise ConfigError("unknown 4-bit CPU kernel", key="cpu_4bit_kernel", value=kernel, choices=CPU_4BIT_KERNELS)

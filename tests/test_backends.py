@@ -393,3 +393,29 @@ def test_kit_never_repacks_4bit_weights_on_the_cpu(tiny):
     layers = [m for m in tiny.model.modules() if isinstance(m, bnb.nn.Linear4bit)]
     assert layers and not any(m.support_avx512bf16_for_cpu for m in layers)
     assert not any(getattr(m.weight.quant_state, "packing_format_for_cpu", False) for m in layers)
+
+
+@pytest.mark.skipif(not B.cpu_has_bf16_kernel(), reason="this CPU has no AVX512-BF16, so bitsandbytes' bf16 4-bit kernel cannot "
+                    "run here; the repack's shape rule is tested through plain torch in nbs/03_backends.ipynb on every CPU")
+def test_opting_into_the_bf16_kernel_skips_layers_it_cannot_take():
+    "Opted in, a layer narrower than a 4-bit block stays on the dequantize path instead of crashing the repack (issue 20)."
+    import torch, bitsandbytes as bnb
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(bnb.nn.Linear4bit(32, 64, compute_dtype=torch.float32, quant_type="nf4"),
+                              bnb.nn.Linear4bit(64, 64, compute_dtype=torch.float32, quant_type="nf4")).to("cpu").eval()
+    x = torch.randn(3, 32)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="invalid for input"):
+        net(x)                                            # bitsandbytes' own default on this CPU: the repack crashes
+    assert B.set_cpu_4bit_kernel(net, "dequantize") == {"bf16": 0, "dequantize": 2}
+    with torch.no_grad():
+        ref = net(x)
+    assert B.set_cpu_4bit_kernel(net, "bf16") == {"bf16": 1, "dequantize": 1}
+    with torch.no_grad():
+        out = net(x)
+    assert getattr(net[1].weight.quant_state, "packing_format_for_cpu", False)
+    assert not getattr(net[0].weight.quant_state, "packing_format_for_cpu", False)
+    assert torch.allclose(out, ref, atol=0.05, rtol=0.05)    # bf16 activations: close, not equal
+    assert B.set_cpu_4bit_kernel(net, "dequantize") == {"bf16": 0, "dequantize": 2}   # unpacked again, but the repack
+    with torch.no_grad():                                 # rounded the block scales to bfloat16: close, not the same weights
+        back = net(x)
+    assert not torch.equal(back, ref) and torch.allclose(back, ref, atol=0.01, rtol=0.01)
