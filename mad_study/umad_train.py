@@ -34,11 +34,11 @@ __all__ = ['VARIANTS', 'FINETUNE', 'LOSS_AGGS', 'REWARDS', 'LR_FULL', 'LR_LORA',
            'FULL_BYTES_PER_PARAM', 'REF_BYTES_PER_PARAM', 'LORA_SHARE', 'GPU_HEADROOM', 'ROLLOUT_THROUGHPUT',
            'PAPER_GPU_HOURS_PER_RUN', 'TrainConfig', 'rollout', 'team_rewards', 'alg2_rewards', 'nan_group_standardize',
            'alg2_advantages', 'transcript_advantages', 'sequence_logprobs', 'grpo_loss', 'pin_4bit_training_path',
-           'PolicyBackend', 'Policy', 'RolloutEngine', 'EngineBackend', 'UMADTrainer', 'checkpoint_dir',
-           'save_checkpoint', 'load_checkpoint_meta', 'checkpoint_spec', 'TrainedBackend', 'trained_backend',
-           'registry_spec', 'registry_backend', 'checkpoint_name', 'setting_variants', 'trained_agents',
-           'trained_table', 'fig3_summary', 'plot_fig3', 'train_memory_gb', 'check_train_memory', 'rollout_gpu_hours',
-           'plan_train', 'plan_trained']
+           'PolicyBackend', 'Policy', 'RolloutEngine', 'EngineBackend', 'VLLMLoRAEngine', 'UMADTrainer',
+           'checkpoint_dir', 'save_checkpoint', 'load_checkpoint_meta', 'checkpoint_spec', 'TrainedBackend',
+           'trained_backend', 'registry_spec', 'registry_backend', 'checkpoint_name', 'setting_variants',
+           'trained_agents', 'trained_table', 'fig3_summary', 'plot_fig3', 'train_memory_gb', 'check_train_memory',
+           'rollout_gpu_hours', 'plan_train', 'plan_trained']
 
 # %% ../nbs/10b_umad_train.ipynb #5dc50ae7
 VARIANTS: dict[str, dict] = {
@@ -396,6 +396,40 @@ class EngineBackend(BaseBackend):
         if self.synced != self.policy.lineage:
             self.engine.sync(self.policy); self.synced = self.policy.lineage
         return self.engine.generate(list(requests))
+
+# %% ../nbs/10b_umad_train.ipynb #a1c0f015
+class VLLMLoRAEngine:
+    """A UMAD rollout engine (Alg. 2 lines 4-17) on a vLLM server with runtime LoRA: `sync` saves the policy's adapter under
+    `adapter_dir`, loads it by a lineage name and unloads the previous one; `generate` goes through `OpenAIBackend` (`kw`)."""
+    def __init__(self, policy: Policy, base_url: str, adapter_dir: str | Path, **kw):
+        if policy.cfg.finetune != "lora":
+            raise ConfigError("a LoRA server engine serves adapters: use finetune='lora' (full weights need a weight-sync engine)",
+                              key="finetune", value=policy.cfg.finetune)
+        self.spec, self.base_url, self.adapter_dir, self.kw = policy.backend.spec, str(base_url).rstrip("/"), Path(adapter_dir), kw
+        self.inner, self.loaded = None, None
+
+    backend_id = property(lambda self: f"vllm-lora:{self.spec.name}")
+
+    def _post(self, route: str, body: dict):
+        import urllib.error, urllib.request
+        req = urllib.request.Request(f"{self.base_url}/{route}", data=json.dumps(body).encode(), headers={"content-type": "application/json"})
+        try: urllib.request.urlopen(req, timeout=300).read()
+        except (urllib.error.URLError, OSError) as e:
+            from mad_study.serving import ServingError
+            raise ServingError(f"the server refused {route} ({e}); start it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora",
+                               key="lora_name", value=body.get("lora_name")) from None
+
+    def sync(self, policy: Policy) -> None:
+        from mad_study.serving import OpenAIBackend
+        name = f"{policy.backend.tag.replace('/', '_').replace('@', '_')}-{policy.lineage}"
+        d = self.adapter_dir / name
+        policy.model.save_pretrained(d)
+        self._post("load_lora_adapter", {"lora_name": name, "lora_path": str(d.resolve())})
+        if self.loaded: self._post("unload_lora_adapter", {"lora_name": self.loaded})
+        self.loaded, self.inner = name, OpenAIBackend(self.spec, self.base_url, served_model=name, **self.kw)
+
+    def generate(self, requests: list[GenRequest]) -> list[Generation]:
+        return self.inner.generate(list(requests))
 
 # %% ../nbs/10b_umad_train.ipynb #29370936
 class UMADTrainer:

@@ -516,3 +516,24 @@ def test_plan_prints_rollout_gpu_hours_per_engine(capsys):
     pl = U.plan_train(dict(pairs=[["qwen2.5-3b-instruct", "qwen3-4b-instruct-2507"]], variants=["umad"], n_items=7500))
     hf = int(pl["rollout_gpu_hours"]["hf"].split(" GPU-h")[0][3:].replace(",", ""))
     assert hf == round(pl["completion_tokens"] / 520 / 3600)
+
+
+def test_vllm_lora_engine_against_a_stub_server(items, tmp_path):
+    "VLLMLoRAEngine: the adapter of every policy version is saved, loaded by its lineage name, the previous one unloaded; rollouts are that adapter's."
+    pytest.importorskip("peft")
+    from mad_study.serving import StubServer, echo_completion
+    with StubServer(lambda n, body: (200, {}) if "lora_name" in body else (200, echo_completion(body))) as srv:
+        cfg = U.TrainConfig(group_size=2, batch_size=1, max_new_tokens=8, finetune="lora", lora_r=4, lora_alpha=8, shared_policy=True)
+        tr = U.UMADTrainer(["tiny-random-llama"] * 2, cfg, name="srv",
+                           engine=lambda p: U.VLLMLoRAEngine(p, srv.base_url, tmp_path / "adapters", concurrency=2))
+        pol = tr.policies["tiny-random-llama"]
+        lineages = [pol.lineage]; tr.step(items[:1]); lineages.append(pol.lineage); tr.step(items[:1])
+        loads = [b for b in srv.bodies if "lora_path" in b]
+        names = [f"srv_tiny-random-llama-{l}" for l in lineages]
+        assert [b["lora_name"] for b in loads] == names
+        assert all((Path(b["lora_path"]) / "adapter_config.json").exists() for b in loads)
+        assert [b["lora_name"] for b in srv.bodies if "lora_name" in b and "lora_path" not in b] == names[:1]    # unloaded
+        chats = [b for b in srv.bodies if "messages" in b]
+        assert len(chats) == 2 * (2 * 2 * 2) and {b["model"] for b in chats} == set(names) and all(b.get("logprobs") for b in chats)
+        assert tr.last_transcript["text"].str.startswith("echo: ").all()
+    with pytest.raises(ConfigError, match="finetune='lora'"): U.VLLMLoRAEngine(U.Policy("tiny-random-llama", U.TrainConfig(), tag="f"), "http://x", tmp_path)
