@@ -9,30 +9,36 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
+from fastcore.basics import patch
 import pandas as pd
 
-from .core import ConfigError, derive_seed, runs_dir
+from .core import ConfigError, GenRequest, Generation, derive_seed, runs_dir
 from .reproduce import planner
 from .umad import (ALPHA_AU, EPS, ETA_PAPER, PROMPT_OVERHEAD, UMAD_PROMPT, au_advantage, grpo_advantage, pair_label,
                    parse_failures_by_turn, seed_accuracy, sent_messages, token_nll, umad_agents, umad_protocol, umad_rewards,
+                   epistemic_influence_reward, au_weight,
                    zeroshot_summary, zeroshot_table)
 
 # %% auto #0
-__all__ = ['VARIANTS', 'FINETUNE', 'CHECKPOINT_META', 'CHECKPOINT_PREFIX', 'VARIANT_LABELS', 'TAB1_VARIANTS', 'TAB3_VARIANTS',
-           'FIG3_PANELS', 'FULL_BYTES_PER_PARAM', 'REF_BYTES_PER_PARAM', 'LORA_SHARE', 'TrainConfig', 'rollout',
-           'alg2_advantages', 'transcript_advantages', 'sequence_logprobs', 'grpo_loss', 'PolicyBackend', 'Policy',
-           'UMADTrainer', 'checkpoint_dir', 'save_checkpoint', 'load_checkpoint_meta', 'checkpoint_spec',
-           'TrainedBackend', 'trained_backend', 'registry_spec', 'registry_backend', 'checkpoint_name',
-           'setting_variants', 'trained_agents', 'trained_table', 'fig3_summary', 'plot_fig3', 'train_memory_gb',
-           'plan_train', 'plan_trained']
+__all__ = ['VARIANTS', 'FINETUNE', 'LOSS_AGGS', 'REWARDS', 'LR_FULL', 'LR_LORA', 'VERL_KL_CLAMP', 'CHECKPOINT_META',
+           'CHECKPOINT_PREFIX', 'VARIANT_LABELS', 'TAB1_VARIANTS', 'TAB3_VARIANTS', 'FIG3_PANELS',
+           'FULL_BYTES_PER_PARAM', 'REF_BYTES_PER_PARAM', 'LORA_SHARE', 'GPU_HEADROOM', 'ROLLOUT_THROUGHPUT',
+           'PAPER_GPU_HOURS_PER_RUN', 'TrainConfig', 'rollout', 'team_rewards', 'alg2_rewards', 'nan_group_standardize',
+           'alg2_advantages', 'transcript_advantages', 'sequence_logprobs', 'grpo_loss', 'pin_4bit_training_path',
+           'PolicyBackend', 'Policy', 'RolloutEngine', 'EngineBackend', 'VLLMLoRAEngine', 'UMADTrainer',
+           'checkpoint_dir', 'save_checkpoint', 'load_checkpoint_meta', 'checkpoint_spec', 'TrainedBackend',
+           'trained_backend', 'registry_spec', 'registry_backend', 'checkpoint_name', 'setting_variants',
+           'trained_agents', 'trained_table', 'fig3_summary', 'plot_fig3', 'train_memory_gb', 'check_train_memory',
+           'rollout_gpu_hours', 'plan_train', 'plan_trained']
 
 # %% ../nbs/10b_umad_train.ipynb #5dc50ae7
 VARIANTS: dict[str, dict] = {
@@ -43,6 +49,11 @@ VARIANTS: dict[str, dict] = {
     "single_grpo":    dict(eq5=False, eq4=False, debate=False),
 }
 FINETUNE = ("full", "lora")
+LOSS_AGGS = ("token-mean", "seq-mean-token-mean")   # veRL's default (the paper's stack) | Eq. 1 read literally
+REWARDS = ("agent", "team")                         # Alg. 2 line 22 (own correctness) | Sec. 4.1 (team reward, joint return)
+LR_FULL = 1e-6                                      # Table 2 (full fine-tuning)
+LR_LORA = 1e-5                                      # LoRA: 10x the full fine-tuning rate (see the prose)
+VERL_KL_CLAMP = 10.0                                # veRL's low_var_kl clamps the k3 estimate to [-10, 10]
 
 @dataclass
 class TrainConfig:
@@ -56,7 +67,7 @@ class TrainConfig:
     top_p: float = 0.95
     max_new_tokens: int = 2048     # Table 2 "Max Response Length"
     max_prompt_tokens: int = 5120  # Table 2 "Max Prompt Length" (longer prompts are left out of the update and counted)
-    lr: float = 1e-6
+    lr: float | None = None        # None: Table 2's 1e-6 (`LR_FULL`) in full fine-tuning, `LR_LORA` with LoRA
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     clip_ratio: float = 0.2
@@ -65,6 +76,9 @@ class TrainConfig:
     alpha: float = ALPHA_AU        # Eq. 4 ratio (0.25)
     eps: float = EPS
     per_trajectory: bool = True    # Eq. 5's ΔR_peer per rollout (False: averaged over the G rollouts)
+    reward: str = "agent"          # "agent": Alg. 2 line 22's own correctness; "team": Sec. 4.1's team reward, joint return
+    loss_agg: str = "token-mean"   # "token-mean" (veRL's default) or "seq-mean-token-mean" (Eq. 1's 1/|y_i| per response)
+    kl_clamp: float | None = VERL_KL_CLAMP   # clamp of the k3 KL estimate (veRL's low_var_kl); None: unclamped
     mini_batches: int = 1          # optimizer steps per rollout batch (veRL's PPO mini-batches)
     micro_batch_size: int = 4      # sequences per forward pass (gradient accumulation)
     finetune: str = "full"         # "full" (the paper) or "lora" (peft)
@@ -73,30 +87,41 @@ class TrainConfig:
     lora_alpha: int = 32
     shared_policy: bool = False    # True: agents running the same model share one policy (default: one per agent, IPPO's θ_i)
     gradient_checkpointing: bool = False   # recompute activations in the backward pass (long debate prompts on one GPU)
+    rollout_batch: int = 16        # requests per generation batch of the in-process HF engine
+    policy_gpus: int = 1           # GPUs the policies are spread over (policy k on GPU k mod policy_gpus)
+    gpu_memory_gb: float = 0.0     # one GPU's memory for the memory check (0: the visible GPU's; no GPU: no check)
     seed: int = 0
 
     def __post_init__(self):
         if self.variant not in VARIANTS: raise ConfigError("unknown training variant", key="variant", value=self.variant, choices=VARIANTS)
-        if self.finetune not in FINETUNE: raise ConfigError("unknown fine-tuning mode", key="finetune", value=self.finetune, choices=FINETUNE)
-        if self.quant not in ("none", "nf4"): raise ConfigError("unknown base quantization", key="quant", value=self.quant, choices=["none", "nf4"])
+        for k, ok in (("finetune", FINETUNE), ("quant", ("none", "nf4")), ("reward", REWARDS), ("loss_agg", LOSS_AGGS)):
+            if getattr(self, k) not in ok: raise ConfigError(f"unknown {k}", key=k, value=getattr(self, k), choices=list(ok))
         if self.quant != "none" and self.finetune != "lora":
             raise ConfigError("4-bit base weights cannot be fine-tuned in full: use finetune='lora'", key="quant", value=self.quant)
-        for k in ("group_size", "train_turns", "batch_size", "mini_batches", "micro_batch_size"):
+        for k in ("group_size", "train_turns", "batch_size", "mini_batches", "micro_batch_size", "rollout_batch", "policy_gpus"):
             if int(getattr(self, k)) < 1: raise ConfigError("must be >= 1", key=k, value=getattr(self, k))
+        if self.kl_clamp is not None and not float(self.kl_clamp) > 0: raise ConfigError("must be > 0 or None", key="kl_clamp", value=self.kl_clamp)
+        if self.lr is None: self.lr = LR_FULL if self.finetune == "full" else LR_LORA
 
-    @property
-    def switches(self) -> dict: return VARIANTS[self.variant]
+# %% ../nbs/10b_umad_train.ipynb #a1c0f001
+@patch(as_prop=True)
+def switches(self: TrainConfig) -> dict: return VARIANTS[self.variant]
 
-    @property
-    def turns(self) -> int:
-        "Turns per rollout: T_train, or 1 for the Single-GRPO Pair (no debate during training)."
-        return int(self.train_turns) if self.switches["debate"] else 1
+@patch(as_prop=True)
+def turns(self: TrainConfig) -> int:
+    "Turns per rollout: T_train, or 1 for the Single-GRPO Pair (no debate during training)."
+    return int(self.train_turns) if self.switches["debate"] else 1
 
-    @classmethod
-    def from_params(cls, p: Mapping, **kw) -> "TrainConfig":
-        "The fields of `p` (e.g. a notebook's parameters) that name a field; `kw` override."
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{**{k: v for k, v in p.items() if k in names}, **kw})
+@patch(as_prop=True)
+def fingerprint(self: TrainConfig) -> str:
+    "sha256 (16 hex digits) of every field: part of a trained policy's identity (`Policy.lineage`)."
+    return hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+@patch(cls_method=True)
+def from_params(cls: TrainConfig, p: Mapping, **kw) -> TrainConfig:
+    "The fields of `p` (e.g. a notebook's parameters) that name a field; `kw` override."
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{**{k: v for k, v in p.items() if k in names}, **kw})
 
 # %% ../nbs/10b_umad_train.ipynb #4130af23
 def rollout(items, agents, backends: Mapping[str, Any], cfg: TrainConfig, step: int, experiment: str = "umad_train") -> pd.DataFrame:
@@ -109,24 +134,52 @@ def rollout(items, agents, backends: Mapping[str, Any], cfg: TrainConfig, step: 
                       seed=derive_seed(cfg.seed, "umad-train", int(step)), experiment=experiment, history="none", progress=False)
 
 # %% ../nbs/10b_umad_train.ipynb #f8440b57
-def alg2_advantages(correct, nll, *, eq5: bool = True, eq4: bool = True, eta: float = ETA_PAPER, alpha: float = ALPHA_AU,
-                    eps: float = EPS, per_trajectory: bool = True) -> np.ndarray:
-    """UMAD Alg. 2 lines 19-27 on arrays shaped (G rollouts, N agents, T turns): line 22 total reward (Eq. 5 when `eq5`),
-    line 24 group advantage over G (`grpo_advantage`), line 26 aleatoric weighting (Eq. 4 when `eq4`, `au_advantage`)."""
+def team_rewards(correct) -> np.ndarray:
+    """UMAD Sec. 4.1's reading of the reward: the dense team reward R_t = sum_i r(a_{i,t}, y*) and, for every agent, the
+    joint return from turn t on (undiscounted: the paper gives no γ), shaped (G, N, T) like `correct`."""
+    c = np.asarray(correct, dtype=float)
+    R = c.sum(axis=1, keepdims=True)                                             # (G, 1, T): the team reward per turn
+    return np.broadcast_to(np.flip(np.cumsum(np.flip(R, 2), 2), 2), c.shape).copy()
+
+def alg2_rewards(correct, *, eq5: bool = True, eta: float = ETA_PAPER, per_trajectory: bool = True, reward: str = "agent") -> np.ndarray:
+    """UMAD Alg. 2 line 22 on (G, N, T) arrays: R_total = R_corr (`reward='agent'`, the agent's own correctness; or Sec. 4.1's
+    team return, `team_rewards`, with `reward='team'`) + Eq. 5's r^eu when `eq5`."""
     c = np.asarray(correct, dtype=float)
     if c.ndim != 3: raise ConfigError("expected an array shaped (G rollouts, N agents, T turns)", key="correct", value=c.shape)
-    r = umad_rewards(c, eta, per_trajectory) if eq5 else c                       # line 22 (Eq. 5)
-    a = grpo_advantage(r, eps=eps, axis=0)                                       # line 24
+    if reward not in REWARDS: raise ConfigError("unknown reward", key="reward", value=reward, choices=REWARDS)
+    base = c if reward == "agent" else team_rewards(c)
+    return base + epistemic_influence_reward(c, eta, per_trajectory) if eq5 else base
+
+# %% ../nbs/10b_umad_train.ipynb #a1c0f002
+def nan_group_standardize(x, eps: float = EPS, axis: int = 0) -> np.ndarray:
+    """`group_standardize` (Sec. 4.2's $\bar U$, ddof = 1) over the entries that are not NaN: a response without tokens has no
+    NLL and is left out of its group's statistics; it stays NaN. A group with fewer than two values gives 0."""
+    x = np.asarray(x, dtype=float)
+    ok = ~np.isnan(x); n = ok.sum(axis=axis, keepdims=True)
+    mu = np.where(ok, x, 0).sum(axis=axis, keepdims=True) / np.maximum(n, 1)
+    var = np.where(ok, (x - mu) ** 2, 0).sum(axis=axis, keepdims=True) / np.maximum(n - 1, 1)
+    z = (x - mu) / (np.sqrt(var) + eps)
+    return np.where(ok, np.where(n >= 2, z, 0.0), np.nan)
+
+def alg2_advantages(correct, nll, *, eq5: bool = True, eq4: bool = True, eta: float = ETA_PAPER, alpha: float = ALPHA_AU,
+                    eps: float = EPS, per_trajectory: bool = True, reward: str = "agent") -> np.ndarray:
+    """UMAD Alg. 2 lines 19-27 on arrays shaped (G rollouts, N agents, T turns): line 22 total reward (`alg2_rewards`; Eq. 5 when
+    `eq5`), line 24 group advantage over G (`grpo_advantage`), line 26 aleatoric weighting (Eq. 4 when `eq4`, `au_advantage`).
+    A NaN NLL marks a response without tokens: left out of the NLL statistics, its advantage unweighted (it has no token to update)."""
+    c = np.asarray(correct, dtype=float)
+    a = grpo_advantage(alg2_rewards(c, eq5=eq5, eta=eta, per_trajectory=per_trajectory, reward=reward), eps=eps, axis=0)   # lines 22, 24
     if not eq4: return a
     u = np.asarray(nll, dtype=float)
     if u.shape != c.shape: raise ConfigError(f"nll shape {u.shape} differs from correct {c.shape}", key="nll")
-    if np.isnan(u).any(): raise ConfigError("Eq. 4 needs every response's token NLL; some are missing (logprob_mean)", key="nll")
-    return au_advantage(a, u, alpha=alpha, eps=eps, axis=0)                      # line 26 (Eq. 4)
+    if not np.isnan(u).any(): return au_advantage(a, u, alpha=alpha, eps=eps, axis=0)                    # line 26 (Eq. 4)
+    w = au_weight(nan_group_standardize(u, eps=eps, axis=0), alpha)
+    return np.where(np.isnan(w), 1.0, w) * a
 
 # %% ../nbs/10b_umad_train.ipynb #f3ce645a
 def transcript_advantages(tr: pd.DataFrame, cfg: TrainConfig) -> pd.DataFrame:
     """UMAD Alg. 2 lines 19-27 on a `rollout` transcript: per question, arrays (G, N, T) of correctness and token NLL
-    (`token_nll` = -`logprob_mean`), the variant's rewards and advantages (`alg2_advantages`) written back per row."""
+    (`token_nll` = -`logprob_mean`), the variant's rewards and advantages (`alg2_advantages`) written back per row.
+    An empty generation (no completion token, e.g. an over-long prompt) gets zero correctness and no NLL (column `empty`)."""
     sw = cfg.switches
     agents = list(dict.fromkeys(tr["agent"]))
     out = []
@@ -134,12 +187,17 @@ def transcript_advantages(tr: pd.DataFrame, cfg: TrainConfig) -> pd.DataFrame:
         G, T = int(g["sample"].max()) + 1, int(g["round"].max()) + 1
         if len(g) != G * len(agents) * T: raise ConfigError("incomplete rollout group", key="item_id", value=g["item_id"].iloc[0])
         gi, ai, ti = g["sample"].astype(int).to_numpy(), g["agent"].map(agents.index).to_numpy(), g["round"].astype(int).to_numpy()
+        empty = pd.to_numeric(g["completion_tokens"], errors="coerce").fillna(0).to_numpy() <= 0
+        lp = pd.to_numeric(g["logprob_mean"], errors="coerce").to_numpy(dtype=float)
+        if sw["eq4"] and np.isnan(lp[~empty]).any():
+            raise ConfigError("Eq. 4 needs every response's token log-probs; the rollout engine returned none for some", key="logprob_mean")
         c = np.zeros((G, len(agents), T)); u = np.full((G, len(agents), T), np.nan)
-        c[gi, ai, ti] = g["correct"].astype(float).to_numpy()
-        u[gi, ai, ti] = -pd.to_numeric(g["logprob_mean"], errors="coerce").to_numpy(dtype=float)
-        rew = umad_rewards(c, cfg.eta, cfg.per_trajectory) if sw["eq5"] else c
-        adv = alg2_advantages(c, u, eq5=sw["eq5"], eq4=sw["eq4"], eta=cfg.eta, alpha=cfg.alpha, eps=cfg.eps, per_trajectory=cfg.per_trajectory)
-        out.append(g.assign(reward=rew[gi, ai, ti], advantage=adv[gi, ai, ti], nll=u[gi, ai, ti]))
+        c[gi, ai, ti] = np.where(empty, 0.0, g["correct"].astype(float).to_numpy())
+        u[gi, ai, ti] = np.where(empty, np.nan, -lp)
+        kw = dict(eta=cfg.eta, per_trajectory=cfg.per_trajectory, reward=cfg.reward)
+        rew = alg2_rewards(c, eq5=sw["eq5"], **kw)
+        adv = alg2_advantages(c, u, eq5=sw["eq5"], eq4=sw["eq4"], alpha=cfg.alpha, eps=cfg.eps, **kw)
+        out.append(g.assign(reward=rew[gi, ai, ti], advantage=adv[gi, ai, ti], nll=u[gi, ai, ti], empty=empty))
     return pd.concat(out).loc[tr.index]
 
 # %% ../nbs/10b_umad_train.ipynb #16e5060b
@@ -164,10 +222,12 @@ def sequence_logprobs(model, prompts: Sequence[Sequence[int]], completions: Sequ
     return lp, mask
 
 # %% ../nbs/10b_umad_train.ipynb #4e43e3b3
-def grpo_loss(logp, old_logp, ref_logp, adv, mask, clip_ratio: float = 0.2, beta: float = 0.001, n_tokens: int | None = None):
-    """UMAD Alg. 2 line 29: -(min(r A, clip(r, 1 - eps, 1 + eps) A) - beta * KL(pi_theta || pi_ref)) per token, r = pi_theta / pi_old,
-    KL by the k3 estimator; summed over masked tokens and divided by `n_tokens` (default: this batch's, i.e. token-mean).
-    `adv`: one advantage per sequence (B,). Returns (loss, stats)."""
+def grpo_loss(logp, old_logp, ref_logp, adv, mask, clip_ratio: float = 0.2, beta: float = 0.001, n_tokens: int | None = None,
+              agg: str = "token-mean", n_seqs: int | None = None, kl_clamp: float | None = None):
+    """UMAD Alg. 2 line 29 / Eq. 1: -(min(r A, clip(r, 1 - eps, 1 + eps) A) - beta * KL(pi_theta || pi_ref)) per token,
+    r = pi_theta / pi_old, KL by the k3 estimator (clamped to +-`kl_clamp` as veRL's low_var_kl when given). `agg`:
+    "token-mean" sums over masked tokens and divides by `n_tokens` (default: this batch's); "seq-mean-token-mean" averages
+    each response's tokens (Eq. 1's 1/|y_i|), sums and divides by `n_seqs` (default: this batch's). `adv`: one per sequence (B,)."""
     import torch
     m = mask.to(logp.dtype)
     a = adv.to(logp.dtype)[:, None]
@@ -175,33 +235,61 @@ def grpo_loss(logp, old_logp, ref_logp, adv, mask, clip_ratio: float = 0.2, beta
     surr = torch.minimum(ratio * a, torch.clamp(ratio, 1 - clip_ratio, 1 + clip_ratio) * a)
     d = ref_logp - logp
     kl = torch.exp(d) - d - 1
-    n = float(n_tokens) if n_tokens is not None else m.sum().clamp(min=1)
-    loss = -((surr - beta * kl) * m).sum() / n
+    if kl_clamp is not None: kl = torch.clamp(kl, -float(kl_clamp), float(kl_clamp))
+    per_tok = (surr - beta * kl) * m
+    if agg == "token-mean":
+        loss = -per_tok.sum() / (float(n_tokens) if n_tokens is not None else m.sum().clamp(min=1))
+    elif agg == "seq-mean-token-mean":
+        loss = -(per_tok.sum(1) / m.sum(1).clamp(min=1)).sum() / float(n_seqs if n_seqs is not None else logp.shape[0])
+    else: raise ConfigError("unknown loss aggregation", key="loss_agg", value=agg, choices=LOSS_AGGS)
     with torch.no_grad():
         stats = dict(kl=float((kl * m).sum() / m.sum().clamp(min=1)), clipped=float((((ratio - 1).abs() > clip_ratio) * m).sum() / m.sum().clamp(min=1)))
     return loss, stats
 
+# %% ../nbs/10b_umad_train.ipynb #a1c0f003
+def pin_4bit_training_path(model) -> int:
+    """Keep every bitsandbytes 4-bit layer of `model` on its dequantizing path, on every CPU: Alg. 2 line 29's ratio
+    pi_theta / pi_old and KL(pi_theta || pi_ref) compare forwards with and without gradient, which must run through one
+    kernel. (On a CPU with AVX512-BF16, `Linear4bit.forward` otherwise repacks the weight for a bf16 kernel at its first
+    forward without gradient in eval mode, and serves every later forward from it.) Returns the number of 4-bit layers."""
+    try:
+        import bitsandbytes as bnb
+        from bitsandbytes.functional import _convert_weight_packed_for_cpu_inverse
+    except ImportError: return 0
+    n = 0
+    for mod in model.modules():
+        if not isinstance(mod, bnb.nn.Linear4bit): continue
+        qs = getattr(mod.weight, "quant_state", None)
+        if qs is not None and getattr(qs, "packing_format_for_cpu", False):      # already repacked: undo it
+            mod.weight.data, mod.weight.quant_state = _convert_weight_packed_for_cpu_inverse(mod.weight.data, qs)
+        mod.support_avx512bf16_for_cpu = False; n += 1
+    return n
+
 # %% ../nbs/10b_umad_train.ipynb #bfa9a23d
-from .backends import HFBackend
+from .backends import BaseBackend, HFBackend
 
 class PolicyBackend(HFBackend):
-    "An `HFBackend` whose model is being trained: cache identity = the base model's + run tag + policy version."
+    """An `HFBackend` whose model is being trained (the in-process rollout engine): cache identity = the base model's + run
+    tag + the policy's lineage (training config, parent weights, every update so far) + version."""
     tag: str = ""
     version: int = 0
+    lineage: str = ""
     @property
     def backend_id(self) -> str:
-        return f"{HFBackend.backend_id.fget(self)}:policy:{self.tag}:v{self.version}"
+        return f"{HFBackend.backend_id.fget(self)}:policy:{self.tag}:{self.lineage}:v{self.version}"
 
 # %% ../nbs/10b_umad_train.ipynb #864cb816
 class Policy:
     "One trained policy pi_theta_i of UMAD Alg. 2 (line 1: policy, reference, learning rate): model, reference, optimizer."
-    def __init__(self, model, cfg: TrainConfig, tag: str):
+    def __init__(self, model, cfg: TrainConfig, tag: str, device: int | None = None):
         import torch
         self.cfg = cfg
         dtype = "float32" if cfg.finetune == "full" else None        # full: fp32 master weights; LoRA: the backend's default
-        self.backend = PolicyBackend(model, quant=cfg.quant, compute_dtype=dtype, progress=False)
+        dm = {"": int(device)} if device is not None and torch.cuda.is_available() else "auto"
+        self.backend = PolicyBackend(model, quant=cfg.quant, compute_dtype=dtype, batch_size=cfg.rollout_batch, device_map=dm, progress=False)
         self.backend.tag = tag
         m = self.backend.load().model
+        self.four_bit_layers = pin_4bit_training_path(m)             # pi_theta, pi_old, pi_ref and the rollouts: one kernel
         if cfg.finetune == "lora":
             from peft import LoraConfig, get_peft_model
             m = get_peft_model(m, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
@@ -214,7 +302,11 @@ class Policy:
         self.backend.model = self.model = m
         self.params = [p for p in m.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        self.skipped_long = 0
+        self.skipped_long = self.skipped_empty = 0
+        # identity of the weights: the training config and the parent weights (the base's cache identity: a checkpoint's holds its fingerprint)
+        self.backend.lineage = self.lineage = _sha(cfg.fingerprint, HFBackend.backend_id.fget(self.backend))
+
+    version = property(lambda self: self.backend.version)
 
     def _fwd(self, model, P, C):
         import torch, contextlib
@@ -229,15 +321,18 @@ class Policy:
             if self.ref is not None: return self._fwd(self.ref, P, C)[0]
             with self.model.disable_adapter(): return self._fwd(self.model, P, C)[0]
 
-# %% ../nbs/10b_umad_train.ipynb #dd671a39
-from fastcore.basics import patch
+def _sha(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
+# %% ../nbs/10b_umad_train.ipynb #dd671a39
 @patch
 def sequences(self: Policy, tr: pd.DataFrame, rows: pd.DataFrame, items: Mapping[str, Any]):
-    "(prompt ids, completion ids, advantages) of `rows` (this policy's turns): the messages `sent_messages` rebuilds, `HFBackend.encode`d."
+    """(prompt ids, completion ids, advantages) of `rows` (this policy's turns): the messages `sent_messages` rebuilds,
+    `HFBackend.encode`d. Left out and counted: prompts over `max_prompt_tokens`, empty generations (no token to update)."""
     tok, cfg = self.backend.tokenizer, self.cfg
     P, C, A = [], [], []
     for r in rows.itertuples():
+        if int(r.completion_tokens or 0) <= 0: self.skipped_empty += 1; continue
         p = self.backend.encode(sent_messages(tr, items[r.item_id], r.agent, int(r.round), int(r.sample), UMAD_PROMPT, "none"))
         if len(p) > cfg.max_prompt_tokens: self.skipped_long += 1; continue
         c = tok(str(r.text or ""), add_special_tokens=False)["input_ids"][:cfg.max_new_tokens]
@@ -261,33 +356,99 @@ def update(self: Policy, P, C, A) -> dict:
     losses, kls, clips, norms = [], [], [], []
     if cfg.gradient_checkpointing: self.model.train()       # HF checkpoints only in training mode (no dropout in these models)
     for mini in np.array_split(np.arange(len(chunks)), min(cfg.mini_batches, len(chunks))):
-        n_tok = sum(len(C[i]) for k in mini for i in chunks[k])
+        n_tok, n_seq = sum(len(C[i]) for k in mini for i in chunks[k]), sum(len(chunks[k]) for k in mini)
         self.opt.zero_grad(set_to_none=True)
         for k in mini:
             lp, mask = self._fwd(self.model, sub(P, chunks[k]), sub(C, chunks[k]))
             adv = torch.tensor(sub(A, chunks[k]), device=lp.device)
-            loss, st = grpo_loss(lp, old[k].to(lp.device), ref[k].to(lp.device), adv, mask, cfg.clip_ratio, cfg.beta, n_tokens=n_tok)
+            loss, st = grpo_loss(lp, old[k].to(lp.device), ref[k].to(lp.device), adv, mask, cfg.clip_ratio, cfg.beta, n_tokens=n_tok,
+                                 agg=cfg.loss_agg, n_seqs=n_seq, kl_clamp=cfg.kl_clamp)
             loss.backward()
             losses.append(float(loss.detach())); kls.append(st["kl"]); clips.append(st["clipped"])
         norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)))
         self.opt.step()
     self.model.eval()
+    self.backend.lineage = self.lineage = _sha(self.lineage, P, C, A)      # the new weights: the old ones and this update's inputs
     self.backend.version += 1
     return dict(sequences=len(P), tokens=sum(map(len, C)), loss=float(np.sum(losses)), kl=float(np.mean(kls)),
                 clipped=float(np.mean(clips)), grad_norm=float(np.mean(norms)))
 
+# %% ../nbs/10b_umad_train.ipynb #a1c0f005
+@runtime_checkable
+class RolloutEngine(Protocol):
+    "A rollout engine for UMAD Alg. 2 lines 4-17: the kit's `Backend` plus `sync(policy)` (load the policy's current weights)."
+    backend_id: str
+    def generate(self, requests: list[GenRequest]) -> list[Generation]: ...
+    def sync(self, policy: Policy) -> None: ...
+
+class EngineBackend(BaseBackend):
+    "The backend the trainer's debate sees for `policy` served by `engine`: synced once per policy version, identity per version."
+    def __init__(self, policy: Policy, engine: RolloutEngine):
+        if not isinstance(engine, RolloutEngine): raise ConfigError("a rollout engine needs generate(requests) and sync(policy)", key="engine", value=type(engine).__name__)
+        self.policy, self.engine, self.synced = policy, engine, None
+        self.model_name = policy.backend.model_name
+
+    @property
+    def backend_id(self) -> str:
+        return f"{self.engine.backend_id}:policy:{self.policy.backend.tag}:{self.policy.lineage}:v{self.policy.version}"
+
+    def generate(self, requests: list[GenRequest]) -> list[Generation]:
+        if self.synced != self.policy.lineage:
+            self.engine.sync(self.policy); self.synced = self.policy.lineage
+        return self.engine.generate(list(requests))
+
+# %% ../nbs/10b_umad_train.ipynb #a1c0f015
+class VLLMLoRAEngine:
+    """A UMAD rollout engine (Alg. 2 lines 4-17) on a vLLM server with runtime LoRA: `sync` saves the policy's adapter under
+    `adapter_dir`, loads it by a lineage name and unloads the previous one; `generate` goes through `OpenAIBackend` (`kw`)."""
+    def __init__(self, policy: Policy, base_url: str, adapter_dir: str | Path, **kw):
+        if policy.cfg.finetune != "lora":
+            raise ConfigError("a LoRA server engine serves adapters: use finetune='lora' (full weights need a weight-sync engine)",
+                              key="finetune", value=policy.cfg.finetune)
+        self.spec, self.base_url, self.adapter_dir, self.kw = policy.backend.spec, str(base_url).rstrip("/"), Path(adapter_dir), kw
+        self.inner, self.loaded = None, None
+
+    backend_id = property(lambda self: f"vllm-lora:{self.spec.name}")
+
+    def _post(self, route: str, body: dict):
+        import urllib.error, urllib.request
+        req = urllib.request.Request(f"{self.base_url}/{route}", data=json.dumps(body).encode(), headers={"content-type": "application/json"})
+        try: urllib.request.urlopen(req, timeout=300).read()
+        except (urllib.error.URLError, OSError) as e:
+            from mad_study.serving import ServingError
+            raise ServingError(f"the server refused {route} ({e}); start it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora",
+                               key="lora_name", value=body.get("lora_name")) from None
+
+    def sync(self, policy: Policy) -> None:
+        from mad_study.serving import OpenAIBackend
+        name = f"{policy.backend.tag.replace('/', '_').replace('@', '_')}-{policy.lineage}"
+        d = self.adapter_dir / name
+        policy.model.save_pretrained(d)
+        self._post("load_lora_adapter", {"lora_name": name, "lora_path": str(d.resolve())})
+        if self.loaded: self._post("unload_lora_adapter", {"lora_name": self.loaded})
+        self.loaded, self.inner = name, OpenAIBackend(self.spec, self.base_url, served_model=name, **self.kw)
+
+    def generate(self, requests: list[GenRequest]) -> list[Generation]:
+        return self.inner.generate(list(requests))
+
 # %% ../nbs/10b_umad_train.ipynb #29370936
 class UMADTrainer:
     "UMAD Alg. 2: joint debate rollouts (lines 4-17), rewards and advantages (19-27), one GRPO update per agent on its own turns (28-30)."
-    def __init__(self, models: Sequence[str], cfg: TrainConfig, name: str = "umad", cache=None):
+    def __init__(self, models: Sequence[str], cfg: TrainConfig, name: str = "umad", cache=None,
+                 engine: Callable[[Policy], RolloutEngine] | None = None):
+        import torch
         from mad_study.backends import CachedBackend
         self.cfg, self.name, self.models = cfg, name, list(models)
         base = umad_agents(self.models)
         key = {a.name: (a.model if cfg.shared_policy else f"{a.model}@{a.name}") for a in base}
         self.agents = [dataclasses.replace(a, model=key[a.name]) for a in base]
         self.base_model = {key[a.name]: a.model for a in base}
-        self.policies = {k: Policy(m, cfg, tag=f"{name}/{k}") for k, m in self.base_model.items()}
-        self.backends = {k: (CachedBackend(p.backend, cache) if cache is not None else p.backend) for k, p in self.policies.items()}
+        self.memory = check_train_memory(list(self.base_model.values()), cfg)    # before any weight is loaded or rollout made
+        gpu = torch.cuda.is_available()
+        self.policies = {k: Policy(m, cfg, tag=f"{name}/{k}", device=i % cfg.policy_gpus if gpu else None)
+                         for i, (k, m) in enumerate(self.base_model.items())}
+        engines = {k: (EngineBackend(p, engine(p)) if engine is not None else p.backend) for k, p in self.policies.items()}
+        self.backends = {k: (CachedBackend(e, cache) if cache is not None else e) for k, e in engines.items()}
         self.step_count, self.history = 0, []
 
     def step(self, items) -> dict:
@@ -296,7 +457,8 @@ class UMADTrainer:
         tr = rollout(items, self.agents, self.backends, self.cfg, self.step_count, experiment=self.name)   # lines 4-17
         ta = transcript_advantages(tr, self.cfg)                                                              # lines 19-27
         by_id = {it.id: it for it in items}
-        rec = dict(step=self.step_count, variant=self.cfg.variant, questions=len(items), reward=float(ta["reward"].mean()))
+        rec = dict(step=self.step_count, variant=self.cfg.variant, questions=len(items), reward=float(ta["reward"].mean()),
+                   empty_generations=int(ta["empty"].sum()))
         for (a, r), g in ta.groupby(["agent", "round"]): rec[f"acc_{a}_t{int(r) + 1}"] = float(g["correct"].astype(float).mean())
         for k, pol in self.policies.items():                                                                  # lines 28-30
             st = pol.update(*pol.sequences(tr, ta[ta["model"] == k], by_id))
@@ -305,16 +467,18 @@ class UMADTrainer:
         self.step_count += 1; self.history.append(rec); self.last_transcript = ta
         return rec
 
-    def train(self, items, epochs: int | None = None, max_steps: int | None = None, log=None) -> pd.DataFrame:
-        "Alg. 2 lines 3-32: `epochs` passes over `items` in batches of `batch_size` (a seeded order per epoch), at most `max_steps` steps."
-        items = list(items)
-        for e in range(int(self.cfg.epochs if epochs is None else epochs)):
-            order = np.random.default_rng(derive_seed(self.cfg.seed, "umad-train-epoch", e)).permutation(len(items))
-            for i in range(0, len(items), self.cfg.batch_size):
-                if max_steps is not None and self.step_count >= max_steps: return pd.DataFrame(self.history)
-                rec = self.step([items[j] for j in order[i:i + self.cfg.batch_size]])
-                if log: log(rec)
-        return pd.DataFrame(self.history)
+# %% ../nbs/10b_umad_train.ipynb #a1c0f006
+@patch
+def train(self: UMADTrainer, items, epochs: int | None = None, max_steps: int | None = None, log=None) -> pd.DataFrame:
+    "Alg. 2 lines 3-32: `epochs` passes over `items` in batches of `batch_size` (a seeded order per epoch), at most `max_steps` steps."
+    items = list(items)
+    for e in range(int(self.cfg.epochs if epochs is None else epochs)):
+        order = np.random.default_rng(derive_seed(self.cfg.seed, "umad-train-epoch", e)).permutation(len(items))
+        for i in range(0, len(items), self.cfg.batch_size):
+            if max_steps is not None and self.step_count >= max_steps: return pd.DataFrame(self.history)
+            rec = self.step([items[j] for j in order[i:i + self.cfg.batch_size]])
+            if log: log(rec)
+    return pd.DataFrame(self.history)
 
 # %% ../nbs/10b_umad_train.ipynb #6fd9a8cb
 CHECKPOINT_META = "umad_train.json"
@@ -368,7 +532,13 @@ def checkpoint_spec(name: str, agent: str = "a0", root: str | Path | None = None
                      chat_template_kwargs=dict(base.chat_template_kwargs))
 
 class TrainedBackend(HFBackend):
-    "An `HFBackend` for a trained checkpoint: cache identity `umad-train:<name>/<agent>@<fingerprint>:<quant>:<dtype>` (no machine path)."
+    """An `HFBackend` for a trained checkpoint: cache identity `umad-train:<name>/<agent>@<fingerprint>:<quant>:<dtype>` (no
+    machine path); its 4-bit layers run on the path they were trained on (`pin_4bit_training_path`), so a trained agent
+    generates what the trained policy generated, on every CPU."""
+    def load(self) -> "TrainedBackend":
+        if self.model is None: super().load(); pin_4bit_training_path(self.model)
+        return self
+
     @property
     def backend_id(self) -> str:
         from mad_study.backends import _DT_SHORT
@@ -471,11 +641,14 @@ def plot_fig3(summary: pd.DataFrame, title: str = ""):
 
 # %% ../nbs/10b_umad_train.ipynb #18f7bf0f
 FULL_BYTES_PER_PARAM = 16.0   # fp32 weights + fp32 gradients + AdamW's two fp32 moments
-REF_BYTES_PER_PARAM = 2.0     # the frozen reference policy in bf16
+REF_BYTES_PER_PARAM = 4.0     # `Policy`'s frozen reference: a deep copy of the fp32 policy
 LORA_SHARE = 0.01             # LoRA r = 16 on all linear layers: ~1% of the parameters (Qwen2.5-3B: ~30M)
+GPU_HEADROOM = 0.9            # share of a GPU the check gives weights, gradients, optimizer and reference (rest: activations, KV cache)
 
 def train_memory_gb(model: str, finetune: str = "full", quant: str = "nf4") -> float:
-    "Estimated GPU memory (GB) of weights, gradients, optimizer states and reference for training `model` (no activations)."
+    """Memory (GB) `Policy` allocates to train `model` (UMAD Alg. 2 line 1: policy, reference, optimizer), activations
+    excluded: full = fp32 weights, gradients, AdamW moments and the fp32 reference copy (20 B/param); LoRA = the base
+    weights (`quant`) + adapters with their gradients and moments."""
     from mad_study.backends import get_model, weight_memory_gb
     spec = get_model(model)
     if spec.kind == "sim": return 0.0
@@ -483,19 +656,66 @@ def train_memory_gb(model: str, finetune: str = "full", quant: str = "nf4") -> f
     if finetune != "lora": raise ConfigError("unknown fine-tuning mode", key="finetune", value=finetune, choices=FINETUNE)
     return weight_memory_gb(model, quant) + spec.params_b * LORA_SHARE * FULL_BYTES_PER_PARAM
 
+# %% ../nbs/10b_umad_train.ipynb #a1c0f007
+def _gpu_gb(cfg: TrainConfig) -> float | None:
+    if cfg.gpu_memory_gb: return float(cfg.gpu_memory_gb)
+    import torch
+    return torch.cuda.get_device_properties(0).total_memory / 1e9 if torch.cuda.is_available() else None
+
+def check_train_memory(models: Sequence[str], cfg: TrainConfig, gpu_gb: float | None = None) -> dict:
+    """Refuse (ConfigError naming the fixes), before any model is loaded or rollout made, a UMAD training (Alg. 2 line 1: one
+    policy per entry of `models`) whose policies on one GPU (policy k on GPU k mod `policy_gpus`) need more than
+    `GPU_HEADROOM` of it (`gpu_gb`, else `cfg.gpu_memory_gb`, else the visible GPU's; no GPU: no check). Returns GB per GPU."""
+    per = [train_memory_gb(m, cfg.finetune, cfg.quant) for m in models]
+    dev = [0.0] * int(cfg.policy_gpus)
+    for i, g in enumerate(per): dev[i % int(cfg.policy_gpus)] += g
+    gb = gpu_gb or _gpu_gb(cfg)
+    out = dict(per_gpu=[round(x, 1) for x in dev], gpu_gb=gb)
+    if gb is None or max(dev) <= GPU_HEADROOM * gb: return out
+    lora = sum(train_memory_gb(m, "lora", "nf4") for m in models)
+    fixes = [f"LoRA on nf4 base weights (-p finetune=lora -p train_quant=nf4: {lora:.1f} GB for all {len(models)} policies)"]
+    if len(models) > int(cfg.policy_gpus):
+        fixes.append(f"one agent per GPU (-p policy_gpus={len(models)}: {max(per):.1f} GB on the fullest)")
+    fixes.append(f"a bigger GPU (at least {max(dev) / GPU_HEADROOM:.0f} GB)")
+    raise ConfigError(f"UMAD training ({cfg.finetune} fine-tuning of {', '.join(models)}) needs {max(dev):.1f} GB on one GPU "
+                      f"before activations, more than {GPU_HEADROOM:.0%} of its {gb:.0f} GB; fixes: " + "; ".join(fixes),
+                      key="finetune", value=cfg.finetune)
+
+# %% ../nbs/10b_umad_train.ipynb #a1c0f008
+# output tokens per second per GPU (bf16, one 80 GB GPU, long generations, large batches) that `plan_train` assumes
+ROLLOUT_THROUGHPUT = {
+    "vllm": (12_500, "published vLLM benchmarks: ~12,500 output tok/s for Llama-3.1-8B bf16 on one H100 80GB; "
+                     "a 3-4B model is no slower"),
+    "hf": (520, "vLLM's launch post: up to 24x the throughput of HF Transformers generate (12,500 / 24)"),
+}
+PAPER_GPU_HOURS_PER_RUN = (200, 300)   # UMAD App. (compute): "between 200 and 300 GPU-hours" per GRPO training, 8 x H800
+
+def rollout_gpu_hours(completion_tokens: int, runs: int, throughput: Mapping | None = None) -> dict:
+    """GPU-hours of generating `completion_tokens` (UMAD Alg. 2 lines 4-17) per engine at `ROLLOUT_THROUGHPUT` (or
+    `throughput` = {engine: tok/s}, overriding), each with the figure and its source; and the paper's own total."""
+    out = {}
+    for eng, (tps, src) in ROLLOUT_THROUGHPUT.items():
+        if throughput and eng in throughput: tps, src = float(throughput[eng]), "-p rollout_throughput"
+        out[eng] = f"<= {completion_tokens / tps / 3600:,.0f} GPU-h at {tps:,.0f} tok/s ({src})"
+    lo, hi = PAPER_GPU_HOURS_PER_RUN
+    out["paper"] = f"{lo * runs:,}-{hi * runs:,} GPU-h ({runs} training runs x 200-300 GPU-h each, UMAD's compute appendix)"
+    return out
+
 def _train_items(p: Mapping) -> int:
     from mad_study.umad import _n_items_for
     return _n_items_for(p.get("train_task", "math_train"), p.get("n_items", 0))     # capped at the task's size (MATH train: 7,498)
 
+# %% ../nbs/10b_umad_train.ipynb #a1c0f009
 @planner("umad_train")
 def plan_train(p: Mapping) -> dict:
     """UMAD training cost (Alg. 2 with Table 2's sizes) over `pairs` x `variants`: generations, token bounds, joint rollouts,
-    optimizer steps, and per model the training memory for full fine-tuning and for LoRA on nf4 weights (`train_memory_gb`)."""
+    optimizer steps, rollout GPU-hours per engine (`rollout_gpu_hours`), and per model the training memory for full
+    fine-tuning, LoRA on bf16 and LoRA on nf4 weights (`train_memory_gb`)."""
     from mad_study.umad import _debate_plan
     n, bs, G = _train_items(p), int(p.get("batch_size", 256)), int(p.get("group_size", 5))
     mnt, mx = int(p.get("max_new_tokens", 2048)), int(p.get("max_steps", 0) or 0)
     tot = dict(generations=0, completion_tokens=0, prompt_tokens=0, rollouts=0, optimizer_steps=0)
-    models = set()
+    models, runs = set(), 0
     for pair in p.get("pairs") or []:
         models |= set(pair)
         for v in setting_variants(pair, p.get("variants") or ["umad"]):
@@ -508,8 +728,10 @@ def plan_train(p: Mapping) -> dict:
             g, c, pr = _debate_plan(rollouts, len(pair), turns - 1, mnt)
             policies = len(set(pair)) if p.get("shared_policy") else len(pair)
             for k, x in zip(tot, (g, c, pr, rollouts, steps * int(p.get("mini_batches", 1)) * policies)): tot[k] += int(x)
-    mem = {m: {"full": round(train_memory_gb(m, "full"), 1), "lora_nf4": round(train_memory_gb(m, "lora", "nf4"), 1)} for m in sorted(models)}
-    return {**tot, "train_memory_gb": mem}
+            runs += 1
+    mem = {m: {"full": round(train_memory_gb(m, "full"), 1), "lora": round(train_memory_gb(m, "lora", "none"), 1),
+               "lora_nf4": round(train_memory_gb(m, "lora", "nf4"), 1)} for m in sorted(models)}
+    return {**tot, "train_memory_gb": mem, "rollout_gpu_hours": rollout_gpu_hours(tot["completion_tokens"], runs, p.get("rollout_throughput"))}
 
 # %% ../nbs/10b_umad_train.ipynb #1851226b
 @planner("umad_trained")

@@ -272,7 +272,8 @@ def test_experiment_file_validates_and_plans(profile):
     pl = plan_experiment(e, p)                                           # mad_study.umad_train is imported: its planner
     assert pl["rollouts"] > 0 and "train_memory_gb" in pl
     if profile == "paper":
-        assert (p["group_size"], p["train_turns"], p["batch_size"], p["lr"], p["beta"], p["eta"], p["alpha"]) == (5, 2, 256, 1e-6, 0.001, 0.25, 0.25)
+        assert (p["group_size"], p["train_turns"], p["batch_size"], p["lr"], p["beta"], p["eta"], p["alpha"]) == (5, 2, 256, None, 0.001, 0.25, 0.25)
+        assert (p["finetune"], U.TrainConfig.from_params(p, quant=p["train_quant"]).lr) == ("lora", U.LR_LORA)   # fits one 80 GB GPU
         # heterogeneous: 4 debate variants x 2 epochs + Single-GRPO 15 epochs; homogeneous: IPPO and UMAD (Table 1) x 2 epochs
         assert pl["rollouts"] == (4 * 2 * 7498 * 5 + 15 * 7498 * 5) + 2 * 2 * 7498 * 5
         mem = pl["train_memory_gb"]["qwen3-4b-instruct-2507"]
@@ -305,3 +306,234 @@ def test_status_stays_needs_gpu_without_trained_checkpoints(scratch):
     for a in ("umad_tab1_trained", "umad_tab3", "umad_fig3", "umad_train"):
         assert df.loc[a, "status"] == "needs GPU (training)", a
     assert df.loc["umad_tab3", "experiment"] == "params/umad/umad_trained.yaml"
+
+
+# ---------------------------------------------------------------- 4-bit training path (issue 20)
+def _nf4_policy(tag):
+    pol = U.Policy("tiny-random-llama", U.TrainConfig(finetune="lora", quant="nf4", lora_r=4, lora_alpha=8, lr=1e-2,
+                                                      micro_batch_size=2), tag=tag)
+    P = [pol.backend.encode(MSGS)] * 2
+    C = [pol.backend.tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("Blue.", "I cannot say.")]
+    return pol, P, C
+
+
+def _assert_one_kernel(pol, P, C):
+    """Alg. 2 line 29 at step 0 (zero adapters): pi_theta (with grad), pi_old (no grad) and pi_ref are the same numbers,
+    before and after a rollout; and the backward never goes through a 4-bit kernel that has no gradient."""
+    import warnings
+    import bitsandbytes as bnb
+    def same():
+        lp = pol._fwd(pol.model, P, C)[0]
+        assert lp.requires_grad
+        with torch.no_grad(): old = pol._fwd(pol.model, P, C)[0]
+        ref = pol.ref_logprobs(P, C)
+        assert torch.equal(lp.detach(), old) and torch.equal(lp.detach(), ref)          # ratio = 1, KL = 0 exactly
+    same()                                                                            # issue 20's case: no rollout yet
+    pol.backend.generate([GenRequest(MSGS, max_new_tokens=4, temperature=1.0, top_p=1.0, seed=1)])   # a rollout (eval, no grad)
+    same()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        rec = pol.update(P, C, [1.0, -1.0])
+    assert not [x for x in w if "autograd kernel was not registered" in str(x.message)]   # bf16 gemv: silently wrong gradients
+    assert rec["kl"] == 0.0 and rec["clipped"] == 0.0
+    layers = [m for m in pol.model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert layers and pol.four_bit_layers == len(layers)
+    assert not any(getattr(m.weight.quant_state, "packing_format_for_cpu", False) for m in layers)   # never repacked
+
+
+def test_4bit_training_reference_runs_through_the_policy_kernels():
+    """With zero adapters the policy's log-probs (with gradient) equal pi_old's and pi_ref's (without) exactly. On a CPU
+    with AVX512-BF16 bitsandbytes would otherwise serve the no-gradient forwards from its repacked bf16 kernel (about 0.02
+    apart per token), and after the first rollout every forward, whose backward then has no gradient kernel."""
+    pytest.importorskip("peft"); bnbm = pytest.importorskip("bitsandbytes.nn.modules")
+    print("CPU AVX512-BF16:", bnbm.has_avx512bf16())
+    _assert_one_kernel(*_nf4_policy("kernel"))
+
+
+def test_4bit_training_path_is_pinned_even_where_the_bf16_kernel_is_chosen(monkeypatch):
+    "The same rule with bitsandbytes told the CPU has AVX512-BF16 (its layers then choose the bf16 repack): runs on every CPU."
+    pytest.importorskip("peft"); bnbm = pytest.importorskip("bitsandbytes.nn.modules")
+    monkeypatch.setattr(bnbm, "has_avx512bf16", lambda: True)
+    pol, P, C = _nf4_policy("forced")
+    _assert_one_kernel(pol, P, C)
+    assert all(m.support_avx512bf16_for_cpu is False for m in pol.model.modules() if isinstance(m, bnbm.Linear4bit))
+
+
+# ---------------------------------------------------------------- issue 23, points 7-11
+def test_cache_identity_holds_what_determines_the_weights(items, tmp_path):
+    "Run A (lr 1e-2) then run B (lr 0) under one name and cache: none of B's rollouts is served from A's entries."
+    from mad_study.backends import GenerationCache
+    cache = GenerationCache(tmp_path / "g.sqlite")
+    cfg = dict(group_size=2, batch_size=1, max_new_tokens=4)
+    a = U.UMADTrainer(["tiny-random-llama"] * 2, U.TrainConfig(lr=1e-2, **cfg), name="run", cache=cache)
+    a.step(items[:1]); a.step(items[:1])
+    n = len(cache)
+    assert n == 2 * (2 * 2 * 2)                                       # 2 steps x G x agents x turns
+    b = U.UMADTrainer(["tiny-random-llama"] * 2, U.TrainConfig(lr=0.0, **cfg), name="run", cache=cache)
+    b.step(items[:1]); b.step(items[:1])
+    assert len(cache) == 2 * n                                        # every request of B is a new entry
+    pa, pb = a.policies["tiny-random-llama@a0"], b.policies["tiny-random-llama@a0"]
+    assert pa.backend.backend_id != pb.backend.backend_id and pa.lineage in pa.backend.backend_id
+
+
+def test_lineage_moves_with_the_update_inputs():
+    p1 = U.Policy("tiny-random-llama", U.TrainConfig(lr=1e-3), tag="l")
+    p2 = U.Policy("tiny-random-llama", U.TrainConfig(lr=1e-3), tag="l")
+    assert p1.lineage == p2.lineage                                   # same config, same parent
+    P, C = [p1.backend.encode(MSGS)], [[5, 6, 7]]
+    p1.update(P, C, [1.0]); p2.update(P, C, [-1.0])
+    assert p1.version == p2.version == 1 and p1.lineage != p2.lineage and p1.backend.backend_id != p2.backend.backend_id
+
+
+def _tensor_bytes(ts):
+    seen, n = set(), 0
+    for t in ts:
+        if t is None or t.dim() == 0 or t.data_ptr() in seen: continue
+        seen.add(t.data_ptr()); n += t.numel() * t.element_size()
+    return n
+
+
+def test_train_memory_estimate_is_what_policy_allocates():
+    "Full fine-tuning: weights, gradients, AdamW moments and the frozen reference, per parameter, as `train_memory_gb` counts them."
+    from mad_study.backends import get_model
+    pol = U.Policy("tiny-random-llama", U.TrainConfig(lr=1e-3), tag="mem")
+    pol.update([pol.backend.encode(MSGS)], [[5, 6, 7]], [1.0])
+    params = list(pol.model.parameters())
+    n = sum(p.numel() for p in params)
+    got = _tensor_bytes(params) + _tensor_bytes(pol.ref.parameters()) + _tensor_bytes(p.grad for p in params) + \
+        _tensor_bytes(t for s in pol.opt.state.values() for t in s.values())
+    assert got / n == U.FULL_BYTES_PER_PARAM + U.REF_BYTES_PER_PARAM == 20.0
+    assert U.train_memory_gb("tiny-random-llama", "full") == pytest.approx(get_model("tiny-random-llama").params_b * 20.0)
+    assert U.train_memory_gb("qwen2.5-3b-instruct", "full") == pytest.approx(61.8, abs=0.1)
+    assert U.train_memory_gb("qwen3-4b-instruct-2507", "full") == pytest.approx(80.4, abs=0.1)
+
+
+def test_paper_profile_refuses_a_training_that_does_not_fit_before_any_rollout(monkeypatch):
+    """The paper profile on one 80 GB GPU: its default (LoRA) passes the check; the paper's full fine-tuning of both agents
+    in one process (~142 GB) is refused with the fixes named, before any model is loaded or rollout made."""
+    from mad_study.reproduce import experiments, load_profile, merge_params
+    def never(*a, **kw): raise AssertionError("loaded a model or made a rollout before the memory check")
+    monkeypatch.setattr(U, "Policy", never); monkeypatch.setattr(U, "rollout", never)
+    p = merge_params(experiments()["umad_train"], load_profile("paper"))
+    pair = p["pairs"][0]
+    cfg = lambda **kw: U.TrainConfig.from_params(p, quant=p["train_quant"], gpu_memory_gb=80, **kw)
+    assert (p["finetune"], cfg().lr) == ("lora", U.LR_LORA)
+    assert max(U.check_train_memory(pair, cfg())["per_gpu"]) < 0.9 * 80          # the default fits one 80 GB GPU
+    with pytest.raises(ConfigError) as e: U.UMADTrainer(pair, cfg(finetune="full", lr=1e-6), name="too-big")
+    msg = str(e.value)
+    assert "142.2 GB" in msg and "80 GB" in msg
+    assert "finetune=lora -p train_quant=nf4" in msg and "policy_gpus=2" in msg and "bigger GPU" in msg
+    with pytest.raises(ConfigError, match="80.4 GB"): U.UMADTrainer(pair, cfg(finetune="full", policy_gpus=2), name="x")
+    assert U.check_train_memory(pair, cfg(finetune="full", policy_gpus=2), gpu_gb=141)["per_gpu"] == [61.8, 80.4]   # two H200
+
+
+def test_empty_generation_is_zero_reward_counted_and_left_out(items, monkeypatch):
+    "One generation without a token (an over-long prompt) in a UMAD batch: the step goes on, the row has zero reward and no NLL."
+    real = U.rollout
+    def one_empty(*a, **kw):
+        tr = real(*a, **kw); k = tr.index[(tr["agent"] == "a0") & (tr["round"] == 0)][0]
+        tr.loc[k, ["text", "completion_tokens", "logprob_mean", "correct"]] = ["", 0, None, True]
+        return tr
+    monkeypatch.setattr(U, "rollout", one_empty)
+    tr = U.UMADTrainer(["tiny-random-llama"] * 2, U.TrainConfig(variant="nll_only", group_size=2, batch_size=1, max_new_tokens=4, lr=1e-3), name="empty")
+    rec = tr.step(items[:1])
+    ta = tr.last_transcript
+    assert rec["empty_generations"] == 1 and ta["empty"].sum() == 1
+    row = ta[ta["empty"]].iloc[0]
+    assert row["reward"] == 0.0 and np.isnan(row["nll"])
+    assert rec["tiny-random-llama@a0/sequences"] == 2 * 2 - 1 and tr.policies["tiny-random-llama@a0"].skipped_empty == 1
+    assert rec["tiny-random-llama@a1/sequences"] == 2 * 2
+
+
+def test_update_uses_the_configured_readings(items, monkeypatch):
+    "The loss averaging and the KL clamp of the config reach `grpo_loss`; the team reward reaches the advantages."
+    seen = []
+    real = U.grpo_loss
+    def spy(*a, **kw): seen.append((kw["agg"], kw["kl_clamp"])); return real(*a, **kw)
+    monkeypatch.setattr(U, "grpo_loss", spy)
+    cfg = U.TrainConfig(variant="ippo", group_size=2, batch_size=1, max_new_tokens=4, lr=1e-3, loss_agg="seq-mean-token-mean",
+                        kl_clamp=None, reward="team")
+    tr = U.UMADTrainer(["tiny-random-llama"] * 2, cfg, name="readings")
+    tr.step(items[:1])
+    assert seen and set(seen) == {("seq-mean-token-mean", None)}
+    ta = tr.last_transcript
+    g = ta.sort_values(["sample", "agent", "round"])
+    team = U.team_rewards(g["correct"].astype(float).to_numpy().reshape(2, 2, 2))
+    assert np.allclose(g["reward"].to_numpy(), team.reshape(-1))
+
+
+class StandInEngine:
+    "A stand-in rollout engine (as vLLM would be): fixed answers with log-probs; records every weight sync."
+    backend_id = "stand-in-engine"
+    def __init__(self, policy):
+        self.policy, self.synced, self.requests = policy, [], 0
+    def sync(self, policy):
+        self.synced.append((policy.version, float(sum(p.detach().double().sum() for p in policy.params))))
+    def generate(self, requests):
+        from mad_study.core import Generation
+        self.requests += len(requests)
+        return [Generation(f"The answer is \\boxed{{{(r.seed + i) % 3}}}.", prompt_tokens=10, completion_tokens=9,
+                           logprob_sum=-9.0 * (1 + (r.seed % 5) / 10), logprob_mean=-(1 + (r.seed % 5) / 10)) for i, r in enumerate(requests)]
+
+
+def test_rollouts_come_from_an_engine_behind_the_backend_interface(items, monkeypatch, tmp_path):
+    "Rollouts from a stand-in engine: HF generate never runs, the engine is synced once per policy version, the update trains."
+    from mad_study.backends import GenerationCache
+    def no_hf(*a, **kw): raise AssertionError("the in-process HF engine generated")
+    monkeypatch.setattr(U.PolicyBackend, "_generate_batch", no_hf)
+    engines = {}
+    def make(policy): engines[policy.backend.tag] = StandInEngine(policy); return engines[policy.backend.tag]
+    cache = GenerationCache(tmp_path / "g.sqlite")
+    cfg = U.TrainConfig(group_size=2, batch_size=1, max_new_tokens=16, lr=1e-2)
+    tr = U.UMADTrainer(["tiny-random-llama"] * 2, cfg, name="eng", cache=cache, engine=make)
+    w0 = tr.policies["tiny-random-llama@a0"].params[0].detach().clone()
+    tr.step(items[:1]); tr.step(items[:1])
+    assert tr.last_transcript["text"].str.startswith("The answer is").all()
+    for e in engines.values():
+        assert [v for v, _ in e.synced] == [0, 1] and e.synced[0][1] != e.synced[1][1]   # new weights pushed after the update
+        assert e.requests == 2 * (2 * 2)                                                 # 2 steps x G x turns
+    assert not torch.equal(w0, tr.policies["tiny-random-llama@a0"].params[0])
+    bid = tr.backends["tiny-random-llama@a0"].backend_id
+    assert bid.startswith("stand-in-engine:policy:eng/tiny-random-llama@a0:") and bid.endswith(":v2")
+    with pytest.raises(ConfigError, match="sync"): U.EngineBackend(tr.policies["tiny-random-llama@a0"], object())
+
+
+def test_rollout_batch_is_a_parameter():
+    pol = U.Policy("tiny-random-llama", U.TrainConfig(rollout_batch=3), tag="rb")
+    pol.backend.generate([GenRequest(MSGS, max_new_tokens=2, temperature=1.0, top_p=1.0, seed=s) for s in range(7)])
+    assert pol.backend.batch_size == 3 and pol.backend.stats["batches"] == 3
+    with pytest.raises(ConfigError, match="rollout_batch"): U.TrainConfig(rollout_batch=0)
+
+
+def test_plan_prints_rollout_gpu_hours_per_engine(capsys):
+    from mad_study.reproduce import main
+    assert main(["plan", "umad_train", "--profile", "paper"]) == 0
+    out = capsys.readouterr().out
+    line = next(l for l in out.splitlines() if "rollout_gpu_hours" in l)
+    for eng, (tps, src) in U.ROLLOUT_THROUGHPUT.items():
+        assert f"'{eng}': " in line and f"GPU-h at {tps:,} tok/s ({src})" in line
+    assert "200-300 GPU-h" in line
+    pl = U.plan_train(dict(pairs=[["qwen2.5-3b-instruct", "qwen3-4b-instruct-2507"]], variants=["umad"], n_items=7500))
+    hf = int(pl["rollout_gpu_hours"]["hf"].split(" GPU-h")[0][3:].replace(",", ""))
+    assert hf == round(pl["completion_tokens"] / 520 / 3600)
+
+
+def test_vllm_lora_engine_against_a_stub_server(items, tmp_path):
+    "VLLMLoRAEngine: the adapter of every policy version is saved, loaded by its lineage name, the previous one unloaded; rollouts are that adapter's."
+    pytest.importorskip("peft")
+    from mad_study.serving import StubServer, echo_completion
+    with StubServer(lambda n, body: (200, {}) if "lora_name" in body else (200, echo_completion(body))) as srv:
+        cfg = U.TrainConfig(group_size=2, batch_size=1, max_new_tokens=8, finetune="lora", lora_r=4, lora_alpha=8, shared_policy=True)
+        tr = U.UMADTrainer(["tiny-random-llama"] * 2, cfg, name="srv",
+                           engine=lambda p: U.VLLMLoRAEngine(p, srv.base_url, tmp_path / "adapters", concurrency=2))
+        pol = tr.policies["tiny-random-llama"]
+        lineages = [pol.lineage]; tr.step(items[:1]); lineages.append(pol.lineage); tr.step(items[:1])
+        loads = [b for b in srv.bodies if "lora_path" in b]
+        names = [f"srv_tiny-random-llama-{l}" for l in lineages]
+        assert [b["lora_name"] for b in loads] == names
+        assert all((Path(b["lora_path"]) / "adapter_config.json").exists() for b in loads)
+        assert [b["lora_name"] for b in srv.bodies if "lora_name" in b and "lora_path" not in b] == names[:1]    # unloaded
+        chats = [b for b in srv.bodies if "messages" in b]
+        assert len(chats) == 2 * (2 * 2 * 2) and {b["model"] for b in chats} == set(names) and all(b.get("logprobs") for b in chats)
+        assert tr.last_transcript["text"].str.startswith("echo: ").all()
+    with pytest.raises(ConfigError, match="finetune='lora'"): U.VLLMLoRAEngine(U.Policy("tiny-random-llama", U.TrainConfig(), tag="f"), "http://x", tmp_path)
