@@ -223,6 +223,14 @@ _ARCH = {"smollm2-135m-instruct": "LlamaForCausalLM", "tiny-random-llama": "Llam
 _ARCH |= {n: "Qwen2ForCausalLM" for n in MODELS if n.startswith("qwen2.5-") and n not in _ARCH}
 _ARCH |= {n: "LlamaForCausalLM" for n in MODELS if n.startswith("llama-3") and n not in _ARCH}
 for _n, _a in _ARCH.items(): MODELS[_n] = dataclasses.replace(MODELS[_n], arch=_a)
+# what a family needs beyond its class (tested on its twin as far as a CPU allows, 03e_twins)
+_NEEDS = {"glm-4-9b-chat": "The -hf repository: transformers' native GlmForCausalLM, no trust_remote_code.",
+          "gpt-oss-20b": "Chat template: the harmony format, shipped by its tokenizer.",
+          "gpt-oss-120b": "Chat template: the harmony format, shipped by its tokenizer.",
+          "pixtral-12b": "Its processor needs torchvision (no CPU build for torch 2.13 on PyPI; GPU machines have it).",
+          "qwen2.5-vl-7b-instruct": "Its processor needs torchvision (a video processor is part of it); GPU machines have it.",
+          "gemma-3-12b-it": "Its template folds a system message into the first user turn and writes <bos> itself."}
+for _n, _x in _NEEDS.items(): MODELS[_n] = dataclasses.replace(MODELS[_n], notes=f"{MODELS[_n].notes} {_x}")
 
 TWIN_REVISION = "twin-v1"                # the twins' build version (part of their backend_id)
 TWINS: dict[str, str] = {                # twin -> the families of the registry it stands for

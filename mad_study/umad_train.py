@@ -252,18 +252,8 @@ def pin_4bit_training_path(model) -> int:
     pi_theta / pi_old and KL(pi_theta || pi_ref) compare forwards with and without gradient, which must run through one
     kernel. (On a CPU with AVX512-BF16, `Linear4bit.forward` otherwise repacks the weight for a bf16 kernel at its first
     forward without gradient in eval mode, and serves every later forward from it.) Returns the number of 4-bit layers."""
-    try:
-        import bitsandbytes as bnb
-        from bitsandbytes.functional import _convert_weight_packed_for_cpu_inverse
-    except ImportError: return 0
-    n = 0
-    for mod in model.modules():
-        if not isinstance(mod, bnb.nn.Linear4bit): continue
-        qs = getattr(mod.weight, "quant_state", None)
-        if qs is not None and getattr(qs, "packing_format_for_cpu", False):      # already repacked: undo it
-            mod.weight.data, mod.weight.quant_state = _convert_weight_packed_for_cpu_inverse(mod.weight.data, qs)
-        mod.support_avx512bf16_for_cpu = False; n += 1
-    return n
+    from mad_study.backends import set_cpu_4bit_kernel     # the kit's one rule for the 4-bit CPU path (03_backends)
+    return sum(set_cpu_4bit_kernel(model, "dequantize").values())
 
 # %% ../nbs/10b_umad_train.ipynb #bfa9a23d
 from .backends import BaseBackend, HFBackend
