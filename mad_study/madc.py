@@ -20,7 +20,8 @@ from .core import ConfigError, GenRequest, Item, SIGNALS, derive_seed, rng_for, 
 from .answers import extract_answer, is_correct, merge_equivalent
 from .data import format_question, get_task
 from .debate import ORDERINGS, OrderedPeers, Protocol, RoundContext, make_agents, run_debate, vote_table
-from .metrics import _isna, path_consistency, paired_test, reversal_point, viewpoint_entropy
+from .metrics import _isna, path_consistency, reversal_point, viewpoint_entropy
+from .stats import adjust_pvalues, cochran_q, paired_test   # cochran_q lives in nbs/05b_stats (re-exported here)
 from .prompts import debate_message, get_prompt, opening_messages
 from .reproduce import planner
 
@@ -29,7 +30,7 @@ __all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 
            'PAPER_REVERSAL_TABLES', 'PAPER_TABLE1', 'PAPER_TABLE1_TASKS', 'PAPER_AGENT_SCALING', 'COUNT_TABLE_ORDERS',
            'random_variants', 'madc_order', 'madc_ordering', 'MADCPeers', 'strategy_protocol', 'strategy_label',
            'run_strategies', 'shared_round0', 'item_scores', 'strategy_scores', 'repeat_scores', 'default_pairs',
-           'strategy_tests', 'cochran_q', 'reversal_sequence', 'solution_pools', 'run_reversal', 'reversal_curve',
+           'strategy_tests', 'reversal_sequence', 'solution_pools', 'run_reversal', 'reversal_curve',
            'first_pool_sizes', 'reversal_table', 'paper_reversal_curves', 'reversal_count_table', 'plan_fig1',
            'plan_fig3_5', 'plan_tab1', 'plan_fig7', 'plan_tab2_5', 'plan_fig8', 'plan_fig9']
 
@@ -174,16 +175,6 @@ def strategy_tests(per_unit: pd.DataFrame, metrics: Sequence[str] = ("accuracy",
                          "pvalue_wilcoxon": w["pvalue"]})
     return pd.DataFrame(rows)
 
-def cochran_q(outcomes: Any) -> dict:
-    """Cochran's Q test (scipy chi-square tail) that k paired binary outcomes (columns; rows are units) have equal
-    success probability: Q = (k-1)(k sum C_j^2 - N^2) / (k N - sum R_i^2), chi-square with k-1 degrees of freedom."""
-    x = np.asarray(outcomes, dtype=float)
-    n, k = x.shape
-    rows, cols, total = x.sum(1), x.sum(0), x.sum()
-    den = k * total - float((rows ** 2).sum())
-    if k < 2 or den == 0: return {"statistic": 0.0, "df": k - 1, "pvalue": 1.0, "n": n}
-    q = (k - 1) * (k * float((cols ** 2).sum()) - total ** 2) / den
-    return {"statistic": float(q), "df": k - 1, "pvalue": float(stats.chi2.sf(q, k - 1)), "n": n}
 
 # %% ../nbs/11_madc.ipynb #f865914e
 CASES = {"CASE-54": "bbh_logical_deduction_7/53", "CASE-66": "bbh_logical_deduction_7/65", "CASE-94": "bbh_logical_deduction_7/93"}

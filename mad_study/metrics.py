@@ -19,10 +19,10 @@ from scipy import special, stats
 from .answers import merge_equivalent, parse_failure_rate
 
 # %% auto #0
-__all__ = ['UNPARSED', 'UNPARSED_MODES', 'wilson_ci', 'accuracy_by_round', 'bootstrap_ci', 'paired_test', 'cluster_bootstrap_ci',
-           'clustered_accuracy_ci', 'token_cost', 'token_savings', 'survival_rate', 'cost_saving', 'tokens_per_point',
-           'answer_distribution', 'entropy', 'uncertainty_decomposition', 'uncertainty_table', 'flip_transitions',
-           'flip_table', 'viewpoint_entropy', 'viewpoint_log_likelihood', 'path_consistency', 'reversal_point']
+__all__ = ['UNPARSED', 'UNPARSED_MODES', 'wilson_ci', 'accuracy_by_round', 'cluster_bootstrap_ci', 'clustered_accuracy_ci',
+           'token_cost', 'token_savings', 'survival_rate', 'cost_saving', 'tokens_per_point', 'answer_distribution',
+           'entropy', 'uncertainty_decomposition', 'uncertainty_table', 'flip_transitions', 'flip_table',
+           'viewpoint_entropy', 'viewpoint_log_likelihood', 'path_consistency', 'reversal_point']
 
 # %% ../nbs/05_metrics.ipynb #423c4746
 def wilson_ci(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -60,34 +60,6 @@ def accuracy_by_round(transcript: pd.DataFrame, majority: bool = True, level: fl
                           "n": n, "parse_failure": parse_failure_rate(g["answer"].tolist()), "ci_method": how})
         out = pd.concat([out, pd.DataFrame(mrows)], ignore_index=True)
     return out.sort_values([*by, "round", "who"], kind="stable").reset_index(drop=True)
-
-# %% ../nbs/05_metrics.ipynb #d876792e
-def bootstrap_ci(values: Sequence[float], statistic=np.mean, level: float = 0.95, n_resamples: int = 2000,
-                 seed: int = 0) -> tuple[float, float]:
-    "Percentile bootstrap interval of `statistic` over `values` (scipy.stats.bootstrap; NaNs for fewer than 2 values)."
-    x = np.asarray([v for v in values if not _isna(v)], dtype=float)
-    if x.size < 2 or np.all(x == x[0]): return (float(statistic(x)) if x.size else math.nan,) * 2
-    res = stats.bootstrap((x,), statistic, confidence_level=level, n_resamples=n_resamples, method="percentile",
-                          random_state=np.random.default_rng(seed), vectorized=False)
-    return (float(res.confidence_interval.low), float(res.confidence_interval.high))
-
-def paired_test(a: Sequence[float], b: Sequence[float], test: str = "ttest") -> dict:
-    """Paired comparison of two conditions measured on the same units (items or repeats).
-    `ttest` (scipy.stats.ttest_rel), `wilcoxon` (signed-rank) or `mcnemar` (exact, for paired 0/1 outcomes)."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if a.shape != b.shape: raise ValueError(f"paired_test: {a.shape} vs {b.shape}")
-    out = {"test": test, "n": int(a.size), "mean_a": float(a.mean()) if a.size else math.nan,
-           "mean_b": float(b.mean()) if b.size else math.nan}
-    if a.size < 2 or np.allclose(a, b):
-        return {**out, "statistic": math.nan, "pvalue": 1.0 if a.size else math.nan}
-    if test == "ttest": r = stats.ttest_rel(a, b); s, p = r.statistic, r.pvalue
-    elif test == "wilcoxon": r = stats.wilcoxon(a, b); s, p = r.statistic, r.pvalue
-    elif test == "mcnemar":
-        n01 = int(((a == 0) & (b == 1)).sum()); n10 = int(((a == 1) & (b == 0)).sum())
-        s = n10 - n01
-        p = stats.binomtest(n10, n01 + n10, 0.5).pvalue if n01 + n10 else 1.0
-    else: raise ValueError(f"unknown test {test!r}: ttest, wilcoxon or mcnemar")
-    return {**out, "statistic": float(s), "pvalue": float(p)}
 
 # %% ../nbs/05_metrics.ipynb #5dec6118
 def cluster_bootstrap_ci(values: Sequence[float], clusters: Sequence[Any], level: float = 0.95, n_resamples: int = 2000,
