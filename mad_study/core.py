@@ -283,9 +283,10 @@ def pool_keys(df: pd.DataFrame, by: Sequence[str] = ()) -> list[str]:
 
 def check_unique_turns(df: pd.DataFrame, by: Sequence[str] = (), what: str = "transcript") -> None:
     """Raise ConfigError when one (condition..., by..., item, sample, round, agent) holds more than one row: pooled
-    transcripts of several methods that share their `experiment` and `method` names (set `method` to tell them apart)."""
-    keys = [k for k in dict.fromkeys([*pool_keys(df, by), *TURN_KEYS]) if k in df.columns]
-    if not len(df) or not keys: return
+    transcripts of several methods that share their `experiment` and `method` names (set `method` to tell them apart).
+    A frame without all of `TURN_KEYS` (a hand-made table of answers) is not checked."""
+    if not len(df) or any(k not in df.columns for k in TURN_KEYS): return
+    keys = list(dict.fromkeys([*pool_keys(df, by), *TURN_KEYS]))
     dup = df.duplicated(keys, keep=False)
     if dup.any():
         first = df.loc[dup, keys].iloc[0].to_dict()
