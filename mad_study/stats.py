@@ -82,7 +82,8 @@ def accuracy_ci(correct: Sequence[Any], items: Sequence[Any] | None = None, leve
     x, items = [x[i] for i in keep], [items[i] for i in keep]
     n_items = len(set(items))
     if 0 < n_items < min_items:
-        warnings.warn(f"accuracy_ci: {n_items} items (< {min_items}): the interval is wide and, from the bootstrap, too narrow", stacklevel=2)
+        warnings.warn(f"accuracy_ci: {n_items} items (< {min_items}): an interval from so few items is wide, and a bootstrap "
+                      "over so few items undercovers", stacklevel=2)
     lo, hi, how = clustered_accuracy_ci(x, items, level, n_resamples, seed)
     return {"accuracy": float(np.mean(x)) if x else math.nan, "ci_low": lo, "ci_high": hi, "n_items": n_items,
             "n_answers": len(x), "method": how, "level": level}
@@ -280,10 +281,10 @@ def comparison_caption(table: pd.DataFrame, unit_name: str = "items", fixed_item
 
 # %% ../nbs/05b_stats.ipynb #77449274
 def condition_labels(df: pd.DataFrame) -> pd.Series:
-    "One label per row for its condition: `method` ('' -> the experiment), as `experiment/method` when several experiments are pooled."
+    "One label per row for its condition: `method` ('' -> the experiment), as `experiment/method` when several experiments are pooled (and differ from the method)."
     exp = df["experiment"].astype(str) if "experiment" in df else pd.Series("", index=df.index)
     meth = df["method"].astype("object").where(df["method"].notna(), "").astype(str) if "method" in df else pd.Series("", index=df.index)
-    if exp.nunique() > 1: return exp.where(meth == "", exp + "/" + meth)
+    if exp.nunique() > 1: return exp.where((meth == "") | (meth == exp), exp + "/" + meth)
     return meth.where(meth != "", exp)
 
 def per_item_results(transcript: pd.DataFrame, who: str = "majority", fmt: str | None = None) -> pd.DataFrame:
