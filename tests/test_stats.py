@@ -163,3 +163,16 @@ def test_compare_methods_on_pooled_transcripts(three):
     for r in tab.iloc[1:].itertuples():
         assert r.diff_low <= r.diff <= r.diff_high
         assert (("not distinguishable" in cap.split(f"{r.method} vs")[1].split(";")[0]) == (not r.distinguishable))
+
+
+def test_readme_new_study_example_is_a_real_debate():
+    "The README's new-study example runs, and its agents disagree (before: three copies of one agent at temperature 0)."
+    from conftest import ROOT
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("## Using the kit in a new study", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    env: dict = {}
+    exec(compile(block, "README.md", "exec"), env)
+    disagree = env["r0"].groupby(["method", "item_id", "sample"])["answer"].nunique().gt(1).mean()
+    assert disagree > 0.5, disagree
+    assert sorted(env["pooled"]["method"].unique()) == ["fully_connected", "truth_last"]
+    assert "30 distinct items" in env["caption"]
