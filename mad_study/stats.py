@@ -21,7 +21,8 @@ from .metrics import _isna, clustered_accuracy_ci, wilson_ci
 # %% auto #0
 __all__ = ['PAIRED_TESTS', 'CORRECTIONS', 'bootstrap_ci', 'paired_test', 'accuracy_ci', 'item_means', 'paired_difference',
            'simulate_paired', 'tost', 'adjust_pvalues', 'cochran_q', 'omnibus_test', 'compare_methods',
-           'comparison_caption', 'condition_labels', 'per_item_results']
+           'comparison_caption', 'condition_labels', 'per_item_results', 'tokens_per_thread',
+           'self_consistency_at_budget']
 
 # %% ../nbs/05b_stats.ipynb #d57d6595
 def bootstrap_ci(values: Sequence[float], statistic=np.mean, level: float = 0.95, n_resamples: int = 2000,
@@ -290,7 +291,7 @@ def condition_labels(df: pd.DataFrame) -> pd.Series:
 def per_item_results(transcript: pd.DataFrame, who: str = "majority", fmt: str | None = None) -> pd.DataFrame:
     """Per-item results of every condition of a (pooled) transcript (the DESIGN's "per-item results next to every table"):
     item_id, method, experiment, sample, correct (majority vote, or agent `who`, at the condition's last round), answer,
-    tokens (prompt + completion tokens of the thread over all rounds)."""
+    tokens (prompt + completion tokens of the thread over all rounds; of agent `who` only when one agent is scored)."""
     from mad_study.debate import vote_table
     check_unique_turns(transcript, what="per_item_results")
     t = transcript.assign(_cond=condition_labels(transcript))
@@ -303,9 +304,33 @@ def per_item_results(transcript: pd.DataFrame, who: str = "majority", fmt: str |
     else:
         if who not in set(t["agent"]): raise ConfigError("no such agent in the transcript", key="who", value=who, choices=sorted(set(t["agent"])))
         v = fin[fin["agent"] == who][[*pool_keys(fin), *keys, "answer", "correct"]]
-    tok = t.groupby(keys, sort=False)["_tok"].sum().rename("tokens").reset_index()
+    spent = t if who == "majority" else t[t["agent"] == who]
+    tok = spent.groupby(keys, sort=False)["_tok"].sum().rename("tokens").reset_index()
     out = v.merge(tok, on=keys, how="left")
     out = out.rename(columns={"_cond": "method_label"})
     out["correct"] = out["correct"].astype(float)
     cols = ["item_id", "method_label", "experiment", "sample", "correct", "answer", "tokens"]
     return out[[c for c in cols if c in out]].rename(columns={"method_label": "method"}).reset_index(drop=True)
+
+# %% ../nbs/05b_stats.ipynb #dd9870ef
+def tokens_per_thread(transcript: pd.DataFrame) -> float:
+    "Mean prompt + completion tokens of generated turns per (item, thread): what one debate of one item costs."
+    t = transcript[~transcript["reused"].fillna(False).astype(bool)]
+    tok = t["prompt_tokens"].fillna(0).astype(float) + t["completion_tokens"].fillna(0).astype(float)
+    return float(tok.groupby([t["item_id"], t["sample"]]).sum().mean()) if len(t) else math.nan
+
+def self_consistency_at_budget(debate: pd.DataFrame, items: Sequence[Any], model: str, backends: Mapping[str, Any], *,
+                               temperature: float = 0.7, max_samples: int = 64, seed: int = 0, **kw) -> pd.DataFrame:
+    """Self-consistency (Wang et al. 2023: majority over K sampled answers of one model) at the token budget of `debate`
+    (its `tokens_per_thread`): K = floor(budget / tokens of one sample), 1 <= K <= max_samples. A transcript of K round-0
+    agents (`run_debate(debate_rounds=0)`), method `self_consistency@K`; attrs: budget, tokens_per_sample, k."""
+    from mad_study.debate import make_agents, run_debate
+    budget = tokens_per_thread(debate)
+    if not budget > 0: raise ConfigError("the debate transcript has no token counts to match", key="debate", value=budget)
+    run = dict(debate_rounds=0, temperature=temperature, seed=seed, progress=False, experiment=str(debate["experiment"].iloc[0]), **kw)
+    probe = run_debate(items, make_agents([model], prefix="a"), backends, method="probe", **run)
+    per_sample = tokens_per_thread(probe)
+    k = int(max(1, min(max_samples, budget // per_sample)))
+    sc = run_debate(items, make_agents([model] * k, prefix="a"), backends, method=f"self_consistency@{k}", **run)
+    sc.attrs.update(budget=budget, tokens_per_sample=per_sample, k=k, sc_tokens=tokens_per_thread(sc))
+    return sc
