@@ -165,6 +165,7 @@ def decomposition_table(transcript: pd.DataFrame, fmt: str | None = None, base: 
     by = pool_keys(transcript, [b for b in by if b in transcript.columns])
     check_unique_turns(transcript, by, what="decomposition_table")
     keys = [*by, "item_id", "round"]
+    ncond = len(pool_keys(transcript))          # the floor's Monte Carlo seed: (by..., item, round), not the condition's name
     rows = []
     for key, g in transcript.groupby(keys, sort=False):
         f = fmt or get_task(g["task"].iloc[0]).fmt
@@ -180,7 +181,7 @@ def decomposition_table(transcript: pd.DataFrame, fmt: str | None = None, base: 
         k, kp = min(len(s) for s in samples), min(d["n_parsed"])
         cor = g["correct"].astype(float).to_numpy()
         floor = (math.nan if math.isnan(d["tu"]) else
-                 eu_sampling_floor(d["mixture"].to_numpy(), kp if unparsed == "drop" else k, len(agents), base=base, seed=derive_seed("eu-floor", *key)))
+                 eu_sampling_floor(d["mixture"].to_numpy(), kp if unparsed == "drop" else k, len(agents), base=base, seed=derive_seed("eu-floor", *key[ncond:])))
         r = {**dict(zip(keys, key)), "turn": int(key[-1]) + 1, "tu": d["tu"], "eu": d["eu"], "au": d["au"],
              "n_answers": len(d["support"]) if not math.isnan(d["tu"]) else len({m for m in merged if m is not None}),
              "k": k, "k_parsed": kp, "n_agents": len(agents), "eu_floor": floor, "accuracy": float(cor.mean())}
