@@ -214,12 +214,13 @@ def _token_change(ta: np.ndarray, tb: np.ndarray, level: float, n_resamples: int
 def compare_methods(results: pd.DataFrame, reference: str, methods: Sequence[str] | None = None, value: str = "correct",
                     tokens: str | None = "tokens", item: str = "item_id", method: str = "method", correction: str = "holm",
                     level: float = 0.95, margin: float | None = None, n_resamples: int = 2000, seed: int = 0,
-                    test: str = "auto", min_items: int = 20) -> tuple[pd.DataFrame, str]:
+                    test: str = "auto", min_items: int = 20, fixed_items: bool = False) -> tuple[pd.DataFrame, str]:
     """Many methods against `reference` on the same items (the kit's statistics standard, DESIGN "Statistics"): per
     method accuracy + interval, paired difference vs the reference (bootstrap over items, `paired_difference`), test,
     p adjusted by `correction` (Holm 1979 by default), `distinguishable`, TOST with `margin`, tokens and their paired
     relative change. Items every compared method answered only. Returns (table, caption sentence); the omnibus test is
-    in `table.attrs['omnibus']`."""
+    in `table.attrs['omnibus']`. `fixed_items`: the caption says the tests speak for these items only (repeats of a
+    fixed set, e.g. MADC Figs. 3-5)."""
     means = item_means(results, value, item, method)
     methods = list(dict.fromkeys([reference, *(methods if methods is not None else means.columns)]))
     missing = [m for m in methods if m not in means.columns]
@@ -253,7 +254,7 @@ def compare_methods(results: pd.DataFrame, reference: str, methods: Sequence[str
     table.loc[table["method"] == reference, "distinguishable"] = None
     table.attrs.update(reference=reference, correction=correction, level=level, unit=item, margin=margin,
                        omnibus=omnibus_test(means.to_numpy()))
-    return table, comparison_caption(table)
+    return table, comparison_caption(table, fixed_items=fixed_items)
 
 # %% ../nbs/05b_stats.ipynb #d1d7e749
 def _pts(x: float) -> str: return f"{100 * x:+.1f}"
