@@ -24,11 +24,11 @@ import numpy as np
 import pandas as pd
 
 # %% auto #0
-__all__ = ['ANSWER_FORMATS', 'SIGNALS', 'TRANSCRIPT_SCHEMA', 'TRANSCRIPT_COLUMNS', 'project_root', 'runs_dir', 'figures_dir',
-           'params_dir', 'cache_home', 'ConfigError', 'derive_seed', 'rng_for', 'is_image_hash', 'Item', 'GenRequest',
-           'Generation', 'signals_from_logprobs', 'transcript_frame', 'describe_transcript', 'atomic_path',
-           'atomic_write_text', 'save_transcript', 'load_transcript', 'images_dir', 'image_hash', 'image_path',
-           'put_image', 'load_image']
+__all__ = ['ANSWER_FORMATS', 'SIGNALS', 'TRANSCRIPT_SCHEMA', 'TRANSCRIPT_COLUMNS', 'CONDITION_KEYS', 'TURN_KEYS', 'project_root',
+           'runs_dir', 'figures_dir', 'params_dir', 'cache_home', 'ConfigError', 'derive_seed', 'rng_for',
+           'is_image_hash', 'Item', 'GenRequest', 'Generation', 'signals_from_logprobs', 'transcript_frame',
+           'describe_transcript', 'atomic_path', 'atomic_write_text', 'save_transcript', 'load_transcript', 'pool_keys',
+           'check_unique_turns', 'images_dir', 'image_hash', 'image_path', 'put_image', 'load_image']
 
 # %% ../nbs/00_core.ipynb #b4c3b41f
 def project_root() -> Path:
@@ -200,6 +200,7 @@ def signals_from_logprobs(logprobs: Sequence[float], entropies: Sequence[float] 
 # %% ../nbs/00_core.ipynb #39c93bdd
 TRANSCRIPT_SCHEMA: dict[str, tuple[str, str]] = {
     "experiment":        ("string",  "experiment id (params file name)"),
+    "method":            ("string",  "method / condition of the row (protocol or variant name; '' when not set): the pooling key"),
     "item_id":           ("string",  "unique item id, `task/index`"),
     "task":              ("string",  "task name in the registry"),
     "gold":              ("string",  "gold answer (normalised)"),
@@ -236,6 +237,7 @@ def transcript_frame(rows: Iterable[Mapping] | pd.DataFrame = ()) -> pd.DataFram
         col = df[c]
         if dt == "float64": df[c] = pd.to_numeric(col.astype("object").where(col.notna(), np.nan), errors="coerce").astype("float64")
         else: df[c] = col.astype("object").where(col.notna(), None).astype(dt)
+    df["method"] = df["method"].fillna("")          # a condition is never missing: groupby would drop its rows
     return df[TRANSCRIPT_COLUMNS].reset_index(drop=True)
 
 def describe_transcript() -> pd.DataFrame:
@@ -270,6 +272,26 @@ def save_transcript(df: pd.DataFrame, path: str | os.PathLike) -> Path:
 def load_transcript(path: str | os.PathLike) -> pd.DataFrame:
     "Load a transcript saved by `save_transcript`."
     return transcript_frame(pd.read_parquet(path))
+
+# %% ../nbs/00_core.ipynb #5f0829bd
+CONDITION_KEYS = ("experiment", "method")
+TURN_KEYS = ("item_id", "sample", "round", "agent")
+
+def pool_keys(df: pd.DataFrame, by: Sequence[str] = ()) -> list[str]:
+    "The kit's grouping convention: the `CONDITION_KEYS` present in `df`, then `by` (duplicates dropped, order kept)."
+    return list(dict.fromkeys([*(c for c in CONDITION_KEYS if c in df.columns), *by]))
+
+def check_unique_turns(df: pd.DataFrame, by: Sequence[str] = (), what: str = "transcript") -> None:
+    """Raise ConfigError when one (condition..., by..., item, sample, round, agent) holds more than one row: pooled
+    transcripts of several methods that share their `experiment` and `method` names (set `method` to tell them apart).
+    A frame without all of `TURN_KEYS` (a hand-made table of answers) is not checked."""
+    if not len(df) or any(k not in df.columns for k in TURN_KEYS): return
+    keys = list(dict.fromkeys([*pool_keys(df, by), *TURN_KEYS]))
+    dup = df.duplicated(keys, keep=False)
+    if dup.any():
+        first = df.loc[dup, keys].iloc[0].to_dict()
+        raise ConfigError(f"{int(dup.sum())} rows share their ({', '.join(keys)}), e.g. {first}: pooled transcripts of "
+                          "several methods need distinct `method` (or `experiment`) values", key=what)
 
 # %% ../nbs/00_core.ipynb #d8353abd
 def images_dir() -> Path:

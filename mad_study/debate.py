@@ -20,14 +20,16 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from .core import (ConfigError, GenRequest, Generation, Item, derive_seed, rng_for, runs_dir,
-                            transcript_frame, save_transcript, load_transcript, SIGNALS)
+                            transcript_frame, save_transcript, load_transcript, SIGNALS,
+                   pool_keys, check_unique_turns)
 from .answers import extract_answer, is_correct, merge_equivalent
 from .data import format_question
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
 
 # %% auto #0
-__all__ = ['ORDERINGS', 'HISTORY_MODES', 'Agent', 'make_agents', 'Turn', 'RoundPlan', 'RoundContext', 'Protocol',
-           'FullyConnected', 'OrderedPeers', 'make_protocol', 'majority_vote', 'group_rows', 'vote_table', 'run_debate']
+__all__ = ['ORDERINGS', 'PROTOCOLS', 'HISTORY_MODES', 'Agent', 'make_agents', 'Turn', 'RoundPlan', 'RoundContext', 'Protocol',
+           'FullyConnected', 'OrderedPeers', 'register_protocol', 'make_protocol', 'majority_vote', 'group_rows',
+           'tie_seeds', 'vote_table', 'run_debate']
 
 # %% ../nbs/04_debate.ipynb #dbb9df2f
 @dataclass(frozen=True)
@@ -98,6 +100,9 @@ class Protocol:
     def visible(self, ctx: RoundContext, agent: str, order: list[str]) -> list[str]:
         return [p for p in order if self.include_self or p != agent]
     def tags(self, ctx: RoundContext, agent: str, peers: list[str]) -> tuple[str, ...] | None: return None
+    def role(self, ctx: RoundContext, agent: str) -> str | None:
+        "The role `agent` plays this round (its system prompt; None: the agent's own role). A devil's advocate is one line."
+        return None
 
     def plan(self, ctx: RoundContext) -> RoundPlan:
         "The round plan: `order()`, then per agent `speaks()`, `visible()` (of its `viewer_order()`) and `tags()`."
@@ -107,9 +112,18 @@ class Protocol:
         for a in ctx.names:
             seen = list(self.viewer_order(ctx, a, order))
             if sorted(seen) != sorted(ctx.names): raise ValueError(f"{self.name}: {a}'s order {seen} is not a permutation of {ctx.names}")
-            peers = self.visible(ctx, a, seen)
-            turns[a] = Turn(speak=self.speaks(ctx, a), peers=tuple(peers), tags=self.tags(ctx, a, peers))
+            peers = self._checked_peers(ctx, a, self.visible(ctx, a, seen))
+            turns[a] = Turn(speak=self.speaks(ctx, a), peers=tuple(peers), tags=self.tags(ctx, a, peers), role=self.role(ctx, a))
         return RoundPlan(order, turns)
+
+    def _checked_peers(self, ctx: RoundContext, agent: str, peers) -> list[str]:
+        "`visible()`'s answer, checked: every peer a known agent, none twice (a ConfigError naming the protocol and agent)."
+        peers = list(peers)
+        unknown = [p for p in peers if p not in ctx.history]
+        if unknown: raise ConfigError(f"{self.name}: visible() for {agent!r} names unknown agent(s) {unknown}", key="visible", value=agent, choices=ctx.names)
+        twice = sorted({p for p in peers if peers.count(p) > 1})
+        if twice: raise ConfigError(f"{self.name}: visible() for {agent!r} names agent(s) {twice} more than once", key="visible", value=agent)
+        return peers
 
     def __repr__(self): return f"{type(self).__name__}({self.name!r})"
 
@@ -145,11 +159,20 @@ class OrderedPeers(FullyConnected):
         if self.ordering != "random": return order
         return [order[i] for i in ctx.viewer_rng(agent).permutation(len(order))]
 
+PROTOCOLS: dict[str, Callable[..., Protocol]] = {"fully_connected": FullyConnected,
+                                                 **{o: (lambda o: lambda **kw: OrderedPeers(o, **kw))(o) for o in ORDERINGS}}
+
+def register_protocol(name: str, factory: Callable[..., Protocol], replace: bool = False) -> Callable[..., Protocol]:
+    "Make `make_protocol(name, **kw)` call `factory(**kw)` (a Protocol class or function), like `register_prompt` for prompts."
+    if not callable(factory): raise ConfigError("a protocol factory must be callable (a Protocol class or a function)", key="protocol", value=name)
+    if name in PROTOCOLS and not replace: raise ConfigError("protocol already registered (pass replace=True)", key="protocol", value=name)
+    PROTOCOLS[name] = factory
+    return factory
+
 def make_protocol(name: str = "fully_connected", **kw) -> Protocol:
-    "A protocol by name: `fully_connected`, or an ordering in ORDERINGS (`fixed`, `random` (per viewer), `random_shared`, `truth_first`, `truth_last`)."
-    if name == "fully_connected": return FullyConnected(**kw)
-    if name in ORDERINGS: return OrderedPeers(name, **kw)
-    raise ConfigError("unknown protocol", key="protocol", value=name, choices=["fully_connected", *ORDERINGS])
+    "A registered protocol by name: `fully_connected`, an ordering in ORDERINGS (`fixed`, `random` (per viewer), `random_shared`, `truth_first`, `truth_last`), or one added with `register_protocol`."
+    if name not in PROTOCOLS: raise ConfigError("unknown protocol", key="protocol", value=name, choices=PROTOCOLS)
+    return PROTOCOLS[name](**kw)
 
 # %% ../nbs/04_debate.ipynb #719ade34
 def majority_vote(answers: Sequence[str | None], fmt: str, tie_seed: Any = 0) -> str | None:
@@ -204,15 +227,25 @@ def _majorities(groups: list[np.ndarray], merged: np.ndarray, tie_seeds: list) -
         out[gi] = t[0] if len(t) == 1 else t[int(rng_for("tie", tie_seeds[gi]).integers(len(t)))]
     return out
 
-def vote_table(transcript: pd.DataFrame, by: Sequence[str] = ("experiment", "item_id", "sample", "round"),
+def tie_seeds(transcript: pd.DataFrame, groups: list[np.ndarray]) -> list[tuple]:
+    "Each group's tie seed `(item_id, sample, round)` from its first row (missing columns: None): never the experiment."
+    cols = [transcript[c].to_numpy(dtype=object) if c in transcript else np.full(len(transcript), None, dtype=object)
+            for c in ("item_id", "sample", "round")]
+    return [tuple(None if pd.isna(v) else (int(v) if k else str(v)) for k, v in enumerate(c[idx[0]] for c in cols)) for idx in groups]
+
+def vote_table(transcript: pd.DataFrame, by: Sequence[str] = ("item_id", "sample", "round"),
                fmt: str | None = None) -> pd.DataFrame:
-    """Majority vote per item, thread and round: columns `by` + task, gold, `answer`, `correct`, `n_agents`.
+    """Majority vote per condition (`experiment`, `method`), item, thread and round (`pool_keys(transcript, by)`): those
+    columns + task, gold, `answer`, `correct`, `n_agents`. Ties: `tie_seeds` (item, sample, round only).
     The answer format is the task's (registry) unless `fmt` is given. (Numeric and multiple-choice answers are counted
     for all groups at once; other formats group by group. Both give `majority_vote`'s answer.)"""
     from mad_study.data import get_task
     from mad_study.answers import ELEMENTWISE_FORMATS
+    by = pool_keys(transcript, by)
+    check_unique_turns(transcript, by, what="vote_table")
     keys, groups = group_rows(transcript, by, dropna=False)
     if not keys: return pd.DataFrame([])
+    seeds = tie_seeds(transcript, groups)
     answers = transcript["answer"].to_numpy(dtype=object, na_value=None)
     tasks, golds = transcript["task"].to_numpy(dtype=object), transcript["gold"].to_numpy(dtype=object)
     fmts: dict = {}
@@ -221,10 +254,10 @@ def vote_table(transcript: pd.DataFrame, by: Sequence[str] = ("experiment", "ite
     for f in dict.fromkeys(gfmt):
         sel = [i for i, x in enumerate(gfmt) if x == f]
         if f in ELEMENTWISE_FORMATS:
-            for i, v in zip(sel, _majorities([groups[i] for i in sel], _merged_column(answers, f), [(*keys[i],) for i in sel])):
+            for i, v in zip(sel, _majorities([groups[i] for i in sel], _merged_column(answers, f), [seeds[i] for i in sel])):
                 votes[i] = v
         else:
-            for i in sel: votes[i] = majority_vote(answers[groups[i]].tolist(), f, tie_seed=(*keys[i],))
+            for i in sel: votes[i] = majority_vote(answers[groups[i]].tolist(), f, tie_seed=seeds[i])
     rows = []
     for key, idx, f, ans in zip(keys, groups, gfmt, votes):
         task, gold = tasks[idx[0]], golds[idx[0]]
@@ -233,13 +266,18 @@ def vote_table(transcript: pd.DataFrame, by: Sequence[str] = ("experiment", "ite
     return pd.DataFrame(rows)
 
 # %% ../nbs/04_debate.ipynb #5ee0d268
-def _row(experiment, item, sample, rnd, agent, role, position, peers, text, gen: Generation | None, reused=False, prev=None):
+def _with_system(msgs: list[dict], system: str | None) -> list[dict]:
+    "`msgs` with its leading system message set to `system` (removed when None): a role changed by the protocol is sent."
+    rest = msgs[1:] if msgs and msgs[0].get("role") == "system" else msgs
+    return ([{"role": "system", "content": system}] if system else []) + list(rest)
+
+def _row(experiment, item, sample, rnd, agent, role, position, peers, text, gen: Generation | None, reused=False, prev=None, method=""):
     if reused:
         r = dict(prev); r.update(round=rnd, position=position, visible_peers=",".join(peers), reused=True,
                                  prompt_tokens=0, completion_tokens=0)
         return r
     ans = extract_answer(text, item.fmt)
-    r = dict(experiment=experiment, item_id=item.id, task=item.task, gold=str(item.gold), round=rnd, agent=agent.name,
+    r = dict(experiment=experiment, method=method, item_id=item.id, task=item.task, gold=str(item.gold), round=rnd, agent=agent.name,
              role=role, model=agent.model, sample=sample, position=position, visible_peers=",".join(peers), reused=False,
              prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens, text=text, answer=ans,
              correct=bool(ans is not None and is_correct(ans, item.gold, item.fmt)), images=",".join(item.images) or None)
@@ -252,7 +290,7 @@ def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping
                protocol: Protocol | None = None, debate_rounds: int = 1, samples: int = 1,
                prompt: str | PromptSet = "auto", temperature: float = 0.0, top_p: float = 1.0,
                max_new_tokens: int = 512, seed: int = 0, experiment: str = "debate", history: str = "full",
-               progress: bool = True) -> pd.DataFrame:
+               progress: bool = True, method: str | None = None) -> pd.DataFrame:
     """Run a multi-agent debate on `items` and return its transcript (one row per agent turn).
 
     Du et al. (2024) when `protocol` is `FullyConnected()`; UMAD's K trajectory-level rollouts (App. C.1,
@@ -260,8 +298,12 @@ def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping
     `debate_rounds=1`). `backends` maps each agent's model name to a backend. `history='full'` keeps each
     agent's whole conversation (Du et al.); `'last'` sends only the opening, the agent's last response and the
     latest debate message; `'none'` sends a fresh conversation each round, the system prompt and the debate
-    message only (UMAD App. F.2, whose message already holds the question and every agent's last response)."""
+    message only (UMAD App. F.2, whose message already holds the question and every agent's last response).
+    `method` (default: the protocol's name) fills the transcript's `method` column, the key that keeps pooled
+    transcripts of several methods apart. A role set by the protocol (`Protocol.role`) is sent as the system prompt
+    in every history mode."""
     agents = list(agents); protocol = protocol or FullyConnected()
+    method = protocol.name if method is None else str(method)
     if len({a.name for a in agents}) != len(agents): raise ConfigError("agent names must be unique", key="agents")
     for a in agents:
         if a.model not in backends: raise ConfigError("no backend for model", key="model", value=a.model, choices=backends)
@@ -289,7 +331,7 @@ def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping
                 role = turn.role or a.role
                 pos = plan.order.index(a.name)
                 if rnd > 0 and not turn.speak:
-                    rows.append(_row(experiment, it, k, rnd, a, role, pos, turn.peers, None, None, reused=True, prev=hist[th][a.name][-1]))
+                    rows.append(_row(experiment, it, k, rnd, a, role, pos, turn.peers, None, None, reused=True, prev=hist[th][a.name][-1], method=method))
                     hist[th][a.name].append(rows[-1]); bar.update(1)
                     continue
                 if rnd == 0:
@@ -298,7 +340,7 @@ def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping
                 else:
                     sols = [hist[th][p][-1]["text"] for p in turn.peers]
                     user = {"role": "user", "content": debate_message(ps, q, sols, list(turn.tags) if turn.tags else None)}
-                    if history == "full": msgs = conv[th][a.name] + [user]
+                    if history == "full": msgs = _with_system(conv[th][a.name], ps.system_for(role)) + [user]
                     elif history == "last": msgs = opening_messages(ps, q, role) + [{"role": "assistant", "content": hist[th][a.name][-1]["text"]}, user]
                     else: msgs = opening_messages(ps, q, role)[:-1] + [user]
                     conv[th][a.name] = msgs
@@ -310,7 +352,7 @@ def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping
             gens = backends[model].generate([j[-1] for j in jobs])
             if len(gens) != len(jobs): raise RuntimeError(f"backend for {model} returned {len(gens)} generations for {len(jobs)} requests")
             for (th, it, k, a, role, pos, peers, req), g in zip(jobs, gens):
-                rows.append(_row(experiment, it, k, rnd, a, role, pos, peers, g.text, g))
+                rows.append(_row(experiment, it, k, rnd, a, role, pos, peers, g.text, g, method=method))
                 hist[th][a.name].append(rows[-1])
                 conv[th][a.name] = conv[th][a.name] + [{"role": "assistant", "content": g.text}]
             bar.update(len(jobs))

@@ -16,11 +16,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .core import ConfigError, GenRequest, Item, SIGNALS, derive_seed, rng_for, transcript_frame
+from .core import ConfigError, GenRequest, Item, SIGNALS, check_unique_turns, derive_seed, pool_keys, rng_for, transcript_frame
 from .answers import extract_answer, is_correct, merge_equivalent
 from .data import format_question, get_task
 from .debate import ORDERINGS, OrderedPeers, Protocol, RoundContext, make_agents, run_debate, vote_table
-from .metrics import _isna, path_consistency, paired_test, reversal_point, viewpoint_entropy
+from .metrics import _isna, path_consistency, reversal_point, viewpoint_entropy
+from .stats import adjust_pvalues, cochran_q, condition_labels, paired_difference, paired_test   # cochran_q: nbs/05b_stats
 from .prompts import debate_message, get_prompt, opening_messages
 from .reproduce import planner
 
@@ -29,9 +30,9 @@ __all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 
            'PAPER_REVERSAL_TABLES', 'PAPER_TABLE1', 'PAPER_TABLE1_TASKS', 'PAPER_AGENT_SCALING', 'COUNT_TABLE_ORDERS',
            'random_variants', 'madc_order', 'madc_ordering', 'MADCPeers', 'strategy_protocol', 'strategy_label',
            'run_strategies', 'shared_round0', 'item_scores', 'strategy_scores', 'repeat_scores', 'default_pairs',
-           'strategy_tests', 'cochran_q', 'reversal_sequence', 'solution_pools', 'run_reversal', 'reversal_curve',
-           'first_pool_sizes', 'reversal_table', 'paper_reversal_curves', 'reversal_count_table', 'plan_fig1',
-           'plan_fig3_5', 'plan_tab1', 'plan_fig7', 'plan_tab2_5', 'plan_fig8', 'plan_fig9']
+           'strategy_tests', 'path_consistency_table', 'reversal_sequence', 'solution_pools', 'run_reversal',
+           'reversal_curve', 'first_pool_sizes', 'reversal_table', 'paper_reversal_curves', 'reversal_count_table',
+           'plan_fig1', 'plan_fig3_5', 'plan_tab1', 'plan_fig7', 'plan_tab2_5', 'plan_fig8', 'plan_fig9']
 
 # %% ../nbs/11_madc.ipynb #2fb1a6c0
 STRATEGIES = ("fixed", "random", "truth_first", "truth_last", "madc")
@@ -113,9 +114,11 @@ def shared_round0(transcripts: Mapping[str, pd.DataFrame]) -> bool:
 
 # %% ../nbs/11_madc.ipynb #d1572c9d
 def item_scores(transcript: pd.DataFrame, fmt: str | None = None, entropy: bool = True) -> pd.DataFrame:
-    """MADC metrics per (item, sample, round): accuracy (majority vote correct), share of agents correct,
+    """MADC metrics per (condition, item, sample, round) (`pool_keys`: experiment and method first, so pooled strategies
+    stay apart): accuracy (majority vote correct), share of agents correct,
     log_likelihood (App. A.1, floor log2(1/(2n)) when no agent is correct), log_likelihood_released, entropy (App. A.2, bits)."""
-    by = ["item_id", "sample", "round"]
+    by = pool_keys(transcript, ["item_id", "sample", "round"])
+    check_unique_turns(transcript, by, what="item_scores")
     vt = vote_table(transcript, by=tuple(by), fmt=fmt).set_index(by)
     g = transcript.groupby(by, sort=False)
     out = pd.DataFrame({"task": g["task"].first(), "n_agents": g.size(), "share": g["correct"].mean().astype(float)})
@@ -132,9 +135,13 @@ def item_scores(transcript: pd.DataFrame, fmt: str | None = None, entropy: bool 
 
 METRICS = ("accuracy", "share", "log_likelihood", "entropy")
 
-def strategy_scores(transcripts: Mapping[str, pd.DataFrame], fmt: str | None = None, entropy: bool = True,
+def strategy_scores(transcripts: Mapping[str, pd.DataFrame] | pd.DataFrame, fmt: str | None = None, entropy: bool = True,
                     round: int | None = None) -> pd.DataFrame:
-    "`item_scores` of every strategy's transcript (at `round`, default the last), with a `strategy` column."
+    """`item_scores` of every strategy's transcript (at `round`, default the last), with a `strategy` column. A pooled
+    transcript (one DataFrame) is split by condition (`mad_study.stats.condition_labels`: its `method`)."""
+    if isinstance(transcripts, pd.DataFrame):
+        lab = condition_labels(transcripts)
+        transcripts = {s: transcripts[lab == s] for s in dict.fromkeys(lab)}
     parts = []
     for s, t in transcripts.items():
         r = int(t["round"].max()) if round is None else round
@@ -156,34 +163,50 @@ def default_pairs(strategies: Sequence[str]) -> list[tuple[str, str]]:
     return out
 
 def strategy_tests(per_unit: pd.DataFrame, metrics: Sequence[str] = ("accuracy", "log_likelihood", "entropy"),
-                   pairs: Sequence[tuple[str, str]] | None = None, unit: str | Sequence[str] = "sample") -> pd.DataFrame:
-    """Paired tests between strategies over units (default: repeats): mean of a and b, difference, paired t-test
-    p-value (`pvalue`) and Wilcoxon signed-rank p-value (`pvalue_wilcoxon`), per metric."""
+                   pairs: Sequence[tuple[str, str]] | None = None, unit: str | Sequence[str] = "sample",
+                   correction: str = "holm", n_resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Paired tests between strategies over units (`unit`: "item_id" for claims about items, "sample" for repeats of fixed
+    items), rows of a unit **averaged first** (several votes of an item: one value). Per metric and pair: means, difference
+    with a bootstrap interval over units (`mad_study.stats.paired_difference`), `pvalue` (exact McNemar when every unit
+    has one 0/1 value, else the paired t-test), `pvalue_wilcoxon` (signed-rank check; NaN for 0/1), `p_adjusted` over the
+    pairs of a metric (`correction`, Holm 1979 by default) and `significant` (adjusted p < 0.05). MADC Figs. 3-5 "p < 0.0001"."""
     unit = [unit] if isinstance(unit, str) else list(unit)
     pairs = list(pairs) if pairs is not None else default_pairs(list(dict.fromkeys(per_unit["strategy"])))
     rows = []
     for m in metrics:
         wide = per_unit.pivot_table(index=unit, columns="strategy", values=m, aggfunc="mean")
+        mrows = []
         for a, b in pairs:
             if a not in wide or b not in wide: continue
             x, y = wide[a].to_numpy(float), wide[b].to_numpy(float)
-            t = paired_test(x, y, "ttest")
-            w = paired_test(x, y, "wilcoxon") if not np.allclose(x, y) else {"pvalue": 1.0}
-            rows.append({"metric": m, "a": a, "b": b, "n": t["n"], "mean_a": t["mean_a"], "mean_b": t["mean_b"],
-                         "diff": t["mean_a"] - t["mean_b"], "statistic": t["statistic"], "pvalue": t["pvalue"],
-                         "pvalue_wilcoxon": w["pvalue"]})
+            d = paired_difference(x, y, n_resamples=n_resamples, seed=seed)
+            ok = ~(np.isnan(x) | np.isnan(y))
+            w = (paired_test(x, y, "wilcoxon")["pvalue"] if d["test"] == "ttest" and not np.allclose(x[ok], y[ok]) else
+                 (1.0 if d["test"] == "ttest" else math.nan))
+            mrows.append({"metric": m, "a": a, "b": b, "unit": "+".join(unit), "n": d["n_items"], "mean_a": d["mean_a"],
+                          "mean_b": d["mean_b"], "diff": d["diff"], "diff_low": d["ci_low"], "diff_high": d["ci_high"],
+                          "test": d["test"], "statistic": d["statistic"], "pvalue": d["pvalue"], "pvalue_wilcoxon": w})
+        if mrows:
+            adj = adjust_pvalues([r["pvalue"] for r in mrows], correction)
+            for r, p in zip(mrows, adj): r.update(p_adjusted=float(p), correction=correction, significant=bool(p < 0.05))
+        rows += mrows
     return pd.DataFrame(rows)
 
-def cochran_q(outcomes: Any) -> dict:
-    """Cochran's Q test (scipy chi-square tail) that k paired binary outcomes (columns; rows are units) have equal
-    success probability: Q = (k-1)(k sum C_j^2 - N^2) / (k N - sum R_i^2), chi-square with k-1 degrees of freedom."""
-    x = np.asarray(outcomes, dtype=float)
-    n, k = x.shape
-    rows, cols, total = x.sum(1), x.sum(0), x.sum()
-    den = k * total - float((rows ** 2).sum())
-    if k < 2 or den == 0: return {"statistic": 0.0, "df": k - 1, "pvalue": 1.0, "n": n}
-    q = (k - 1) * (k * float((cols ** 2).sum()) - total ** 2) / den
-    return {"statistic": float(q), "df": k - 1, "pvalue": float(stats.chi2.sf(q, k - 1)), "n": n}
+
+# %% ../nbs/11_madc.ipynb #492e1afb
+def path_consistency_table(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFrame:
+    """MADC Eq. 2 over a transcript: per (condition, item, sample, round, agent) the agent's consistency
+    sum_{k != i} Pr(V_i = V_k) with the other agents at that round (`mad_study.metrics.path_consistency`; answers merged
+    by equivalence in the task's format), and its rank among the agents (0 = most consistent, Alg. 1 line 9)."""
+    keys = pool_keys(transcript, ["item_id", "sample", "round"])
+    check_unique_turns(transcript, keys, what="path_consistency_table")
+    rows = []
+    for key, g in transcript.groupby(keys, sort=False):
+        f = fmt or get_task(g["task"].iloc[0]).fmt
+        cons = path_consistency([None if _isna(a) else a for a in g["answer"]], fmt=f)
+        rank = pd.Series(cons).rank(method="first", ascending=False).astype(int) - 1
+        for a, c, r in zip(g["agent"], cons, rank): rows.append({**dict(zip(keys, key)), "agent": a, "consistency": c, "rank": int(r)})
+    return pd.DataFrame(rows)
 
 # %% ../nbs/11_madc.ipynb #f865914e
 CASES = {"CASE-54": "bbh_logical_deduction_7/53", "CASE-66": "bbh_logical_deduction_7/65", "CASE-94": "bbh_logical_deduction_7/93"}

@@ -17,12 +17,13 @@ import pandas as pd
 from scipy import special, stats
 
 from .answers import merge_equivalent, parse_failure_rate
+from .core import pool_keys, check_unique_turns
 
 # %% auto #0
-__all__ = ['UNPARSED', 'UNPARSED_MODES', 'wilson_ci', 'accuracy_by_round', 'bootstrap_ci', 'paired_test', 'cluster_bootstrap_ci',
-           'clustered_accuracy_ci', 'token_cost', 'token_savings', 'survival_rate', 'cost_saving', 'tokens_per_point',
-           'answer_distribution', 'entropy', 'uncertainty_decomposition', 'uncertainty_table', 'flip_transitions',
-           'flip_table', 'viewpoint_entropy', 'viewpoint_log_likelihood', 'path_consistency', 'reversal_point']
+__all__ = ['UNPARSED', 'UNPARSED_MODES', 'wilson_ci', 'accuracy_by_round', 'cluster_bootstrap_ci', 'clustered_accuracy_ci',
+           'token_cost', 'token_savings', 'survival_rate', 'cost_saving', 'tokens_per_point', 'answer_distribution',
+           'entropy', 'uncertainty_decomposition', 'uncertainty_table', 'flip_transitions', 'flip_table',
+           'viewpoint_entropy', 'viewpoint_log_likelihood', 'path_consistency', 'reversal_point']
 
 # %% ../nbs/05_metrics.ipynb #423c4746
 def wilson_ci(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -37,10 +38,12 @@ def _isna(a) -> bool:
 def accuracy_by_round(transcript: pd.DataFrame, majority: bool = True, level: float = 0.95,
                       by: Sequence[str] = ()) -> pd.DataFrame:
     """Accuracy per round for each agent and (optionally) the majority vote (`mad_study.debate.vote_table`).
-    One row per (by..., round, who): accuracy, CI, n, parse_failure (share of missing answers), ci_method. The interval
+    One row per (experiment, method, by..., round, who) (`pool_keys`): accuracy, CI, n, parse_failure (share of missing answers), ci_method. The interval
     is Wilson's when every item gives one answer to the row, else the item-clustered bootstrap (`clustered_accuracy_ci`:
     K samples per agent, or several experiments pooled by `by`, are answers of one item, not independent ones)."""
     rows = []
+    by = pool_keys(transcript, by)
+    check_unique_turns(transcript, by, what="accuracy_by_round")
     keys = [*by, "round", "agent"]
     for key, g in transcript.groupby(keys, sort=True):
         k, n = int(g["correct"].sum()), len(g)
@@ -50,7 +53,7 @@ def accuracy_by_round(transcript: pd.DataFrame, majority: bool = True, level: fl
     out = pd.DataFrame(rows).drop(columns="agent") if rows else pd.DataFrame(columns=[*by, "round", "who", "accuracy", "ci_low", "ci_high", "n", "parse_failure", "ci_method"])
     if majority and len(transcript):
         from mad_study.debate import vote_table
-        vt = vote_table(transcript, by=tuple(dict.fromkeys([*by, "experiment", "item_id", "sample", "round"])))
+        vt = vote_table(transcript, by=(*by, "item_id", "sample", "round"))
         mrows = []
         for key, g in vt.groupby([*by, "round"], sort=True):
             key = key if isinstance(key, tuple) else (key,)
@@ -60,34 +63,6 @@ def accuracy_by_round(transcript: pd.DataFrame, majority: bool = True, level: fl
                           "n": n, "parse_failure": parse_failure_rate(g["answer"].tolist()), "ci_method": how})
         out = pd.concat([out, pd.DataFrame(mrows)], ignore_index=True)
     return out.sort_values([*by, "round", "who"], kind="stable").reset_index(drop=True)
-
-# %% ../nbs/05_metrics.ipynb #d876792e
-def bootstrap_ci(values: Sequence[float], statistic=np.mean, level: float = 0.95, n_resamples: int = 2000,
-                 seed: int = 0) -> tuple[float, float]:
-    "Percentile bootstrap interval of `statistic` over `values` (scipy.stats.bootstrap; NaNs for fewer than 2 values)."
-    x = np.asarray([v for v in values if not _isna(v)], dtype=float)
-    if x.size < 2 or np.all(x == x[0]): return (float(statistic(x)) if x.size else math.nan,) * 2
-    res = stats.bootstrap((x,), statistic, confidence_level=level, n_resamples=n_resamples, method="percentile",
-                          random_state=np.random.default_rng(seed), vectorized=False)
-    return (float(res.confidence_interval.low), float(res.confidence_interval.high))
-
-def paired_test(a: Sequence[float], b: Sequence[float], test: str = "ttest") -> dict:
-    """Paired comparison of two conditions measured on the same units (items or repeats).
-    `ttest` (scipy.stats.ttest_rel), `wilcoxon` (signed-rank) or `mcnemar` (exact, for paired 0/1 outcomes)."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if a.shape != b.shape: raise ValueError(f"paired_test: {a.shape} vs {b.shape}")
-    out = {"test": test, "n": int(a.size), "mean_a": float(a.mean()) if a.size else math.nan,
-           "mean_b": float(b.mean()) if b.size else math.nan}
-    if a.size < 2 or np.allclose(a, b):
-        return {**out, "statistic": math.nan, "pvalue": 1.0 if a.size else math.nan}
-    if test == "ttest": r = stats.ttest_rel(a, b); s, p = r.statistic, r.pvalue
-    elif test == "wilcoxon": r = stats.wilcoxon(a, b); s, p = r.statistic, r.pvalue
-    elif test == "mcnemar":
-        n01 = int(((a == 0) & (b == 1)).sum()); n10 = int(((a == 1) & (b == 0)).sum())
-        s = n10 - n01
-        p = stats.binomtest(n10, n01 + n10, 0.5).pvalue if n01 + n10 else 1.0
-    else: raise ValueError(f"unknown test {test!r}: ttest, wilcoxon or mcnemar")
-    return {**out, "statistic": float(s), "pvalue": float(p)}
 
 # %% ../nbs/05_metrics.ipynb #5dec6118
 def cluster_bootstrap_ci(values: Sequence[float], clusters: Sequence[Any], level: float = 0.95, n_resamples: int = 2000,
@@ -132,8 +107,10 @@ def clustered_accuracy_ci(correct: Sequence[Any], clusters: Sequence[Any], level
     return (*cluster_bootstrap_ci(x, c, level, n_resamples, seed), "item-cluster bootstrap")
 
 # %% ../nbs/05_metrics.ipynb #069b7792
-def token_cost(transcript: pd.DataFrame, by: Sequence[str] = ("experiment",)) -> pd.DataFrame:
-    "Mean tokens per item (prompt, completion, total) and generations per item, per group `by`."
+def token_cost(transcript: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
+    "Mean tokens per item (prompt, completion, total) and generations per item, per condition (`pool_keys`: experiment, method, `by`)."
+    by = pool_keys(transcript, by)
+    check_unique_turns(transcript, by, what="token_cost")
     t = transcript.assign(total_tokens=transcript["prompt_tokens"].fillna(0) + transcript["completion_tokens"].fillna(0),
                           generated=~transcript["reused"].fillna(False).astype(bool))
     per_item = t.groupby([*by, "item_id"]).agg(prompt_tokens=("prompt_tokens", "sum"), completion_tokens=("completion_tokens", "sum"),
@@ -269,6 +246,12 @@ def uncertainty_decomposition(samples: Sequence[Sequence[Any]], base: float = ma
             "mixture": pd.Series(mix, index=idx, dtype=float), **extra}
 
 # %% ../nbs/05_metrics.ipynb #5384a370
+def _warn_one_sample(counts: np.ndarray, who: str) -> None:
+    "Warn when no agent has more than one sample at any group: UMAD's decomposition is then degenerate (AU = 0, EU = TU)."
+    if len(counts) and int(np.max(counts)) <= 1:
+        warnings.warn(f"{who}: one sample per agent everywhere, so Sys-AU = 0 and Sys-EU = TU by construction (UMAD Alg. 1 "
+                      "needs K > 1 trajectory-level samples per agent: run_debate(samples=K) at temperature > 0)", stacklevel=3)
+
 def _decompose_groups(g: np.ndarray, a: np.ndarray, o: np.ndarray, G: int, base: float):
     """Prop. 3.2 for G groups at once. Row i: outcome `o[i]` (an integer, numbered in support order) of agent slot
     `a[i]` (first appearance in its group) of group `g[i]`. Returns tu, eu, au and the support size per group, with
@@ -293,17 +276,21 @@ def _decompose_groups(g: np.ndarray, a: np.ndarray, o: np.ndarray, G: int, base:
     return tu, np.where(d > -1e-12, np.maximum(d, 0.0), d), au, L
 
 def uncertainty_table(transcript: pd.DataFrame, fmt: str | None = None, base: float = math.e,
-                      by: Sequence[str] = ("experiment", "item_id", "round"), unparsed: str = "drop") -> pd.DataFrame:
+                      by: Sequence[str] = ("item_id", "round"), unparsed: str = "drop") -> pd.DataFrame:
     """TU / Sys-EU / Sys-AU per item and round (UMAD Alg. 1) from a transcript with K samples per agent turn,
     plus the mean accuracy of the samples (`accuracy`) and of each agent (`acc_<agent>`), and the share of unparsed
     answers (`parse_failure`, and per agent `parse_failure_<agent>`). `unparsed` as in `uncertainty_decomposition`
     (default `drop`: NaN where an agent has no parsed answer at that item and round).
+    Groups: `pool_keys(transcript, by)` (experiment, method, then item and round). With one sample per agent the
+    decomposition is degenerate (AU = 0, EU = TU by construction): a warning says so.
     (Numeric and multiple-choice answers are computed for all groups at once, other formats group by group: the same
     numbers as `uncertainty_decomposition` on each group.)"""
     from mad_study.answers import ELEMENTWISE_FORMATS
     from mad_study.data import get_task
     from mad_study.debate import group_rows
     _check_unparsed(unparsed)
+    by = pool_keys(transcript, by)
+    check_unique_turns(transcript, by, what="uncertainty_table")
     keys, groups = group_rows(transcript, by)
     if not keys: return pd.DataFrame([])
     G = len(groups)
@@ -321,6 +308,7 @@ def uncertainty_table(transcript: pd.DataFrame, fmt: str | None = None, base: fl
     names = [[] for _ in range(G)]
     for gi, ai in zip(first["g"].tolist(), first["a"].tolist()): names[gi].append(anames[ai])
     A = int(a.max()) + 1
+    _warn_one_sample(np.bincount(g * A + a, minlength=G * A), "uncertainty_table")
     # accuracies (NA skipped, as pandas' mean of a boolean column)
     ok = ~np.isnan(cor); c0 = np.where(ok, cor, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -388,8 +376,10 @@ def flip_transitions(before: Sequence[bool], after: Sequence[bool]) -> dict:
     return {**out, "flip_ratio": out["C2W"] + out["W2C"], "n": n}
 
 def flip_table(transcript: pd.DataFrame, before_round: int = 0, after_round: int = 1,
-               by: Sequence[str] = ("experiment",)) -> pd.DataFrame:
-    "Flip transitions between two rounds, pairing each response by (item, sample, agent), per group `by`."
+               by: Sequence[str] = ()) -> pd.DataFrame:
+    "Flip transitions between two rounds, pairing each response by (item, sample, agent), per condition (`pool_keys`: experiment, method, `by`)."
+    by = pool_keys(transcript, by)
+    check_unique_turns(transcript, by, what="flip_table")
     key = ["item_id", "sample", "agent"]
     b = transcript[transcript["round"] == before_round].set_index([*by, *key])["correct"]
     a = transcript[transcript["round"] == after_round].set_index([*by, *key])["correct"]

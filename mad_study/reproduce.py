@@ -37,7 +37,7 @@ __all__ = ['PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'KERN
            'read_yaml', 'load_profile', 'auto_profile', 'Experiment', 'experiments', 'resolve_targets', 'map_models',
            'parse_override', 'merge_params', 'validate_params', 'planner', 'generic_plan', 'plan_experiment',
            'serve_table', 'stop_kernels', 'remove_temporaries', 'RunResult', 'run_experiment', 'run_order', 'reproduce',
-           'main']
+           'load_runs', 'compare_runs', 'main']
 
 # %% ../nbs/20_reproduce.ipynb #b28c82b1
 def notebook_parameters(nb_path: str | os.PathLike) -> dict[str, Any]:
@@ -455,6 +455,48 @@ def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", override
         for r in failed: log(f"  {r.experiment}: {r.error} (executed notebook: {r.output})")
     return results
 
+# %% ../nbs/20_reproduce.ipynb #d79486f9
+def _run_files(run: str) -> list[Path]:
+    "The transcript files of one RUN argument: a .parquet file, a folder (recursive) or an experiment id under runs/<profile>/."
+    p = Path(run)
+    if p.is_file(): return [p]
+    if p.is_dir(): files = sorted(p.rglob("*.parquet"))
+    else: files = sorted(f for d in runs_dir().glob(f"*/{run}") if d.is_dir() for f in d.rglob("*.parquet"))
+    files = [f for f in files if "cache" not in f.parts]
+    if not files: raise ConfigError("no transcript (.parquet) found: give a transcript file, a folder of them or an experiment id with finished runs", key="run", value=run)
+    return files
+
+def load_runs(runs: Sequence[str], by_file: bool = False) -> "pd.DataFrame":
+    """Stored transcripts pooled for a comparison: an empty `method` takes the file name (`by_file`: every file is its
+    own condition, named by its file name). Files that collide on (experiment, method, item, sample, round, agent), e.g.
+    one method run with several models, are refused with a ConfigError that says what to pass instead."""
+    import pandas as pd
+    from mad_study.core import load_transcript, check_unique_turns
+    files = list(dict.fromkeys(f for r in runs for f in _run_files(r)))
+    parts = []
+    for f in files:
+        t = load_transcript(f)
+        parts.append(t.assign(method=f.stem, experiment=f.stem) if by_file else t.assign(method=t["method"].where(t["method"] != "", f.stem)))
+    pooled = pd.concat(parts, ignore_index=True)
+    try: check_unique_turns(pooled)
+    except ConfigError as e:
+        raise ConfigError(f"{e}; these files hold the same condition twice (e.g. one method run with several models or "
+                          "tasks): pass the files of one comparison, or --by-file to make every file its own condition", key="runs") from None
+    return pooled
+
+# %% ../nbs/20_reproduce.ipynb #67adba08
+def compare_runs(runs: Sequence[str], reference: str | None = None, who: str = "majority", correction: str = "holm",
+                 margin: float | None = None, level: float = 0.95, seed: int = 0, by_file: bool = False) -> tuple:
+    """The paired comparison of finished runs from their stored transcripts (no generation): (table, caption, per-item
+    results). `mad_study.stats.compare_methods` on `per_item_results` of the pooled transcripts (`load_runs`)."""
+    from mad_study.stats import compare_methods, per_item_results
+    res = per_item_results(load_runs(runs, by_file), who=who)
+    conds = list(dict.fromkeys(res["method"]))
+    if len(conds) < 2: raise ConfigError("a comparison needs at least two conditions (methods) in the runs", key="runs", value=list(runs))
+    ref = reference or conds[0]
+    table, caption = compare_methods(res, ref, correction=correction, margin=margin, level=level, seed=seed)
+    return table, caption, res
+
 # %% ../nbs/20_reproduce.ipynb #4199cf4f
 def _exit_if_stuck(code: int, wait: float = 2.0) -> None:
     """After an interrupt, give the run's worker threads `wait` seconds to see their kernels gone; if one is still
@@ -485,6 +527,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     pl.add_argument("--profile", default="paper")
     pl.add_argument("-p", "--param", action="append", default=[])
     sub.add_parser("list", help="every experiment and artefact with its status")
+    cp = sub.add_parser("compare", help="paired comparison of finished runs from their stored transcripts (no generation)")
+    cp.add_argument("runs", nargs="+", help="transcript files, folders of them, or experiment ids under runs/<profile>/")
+    cp.add_argument("--reference", default=None, help="the condition every other is compared with (default: the first)")
+    cp.add_argument("--who", default="majority", help="majority (the vote at the last round) or an agent name")
+    cp.add_argument("--correction", default="holm", help="holm | bonferroni | fdr_bh | none")
+    cp.add_argument("--margin", type=float, default=None, help="equivalence margin (a fraction, e.g. 0.05) for TOST")
+    cp.add_argument("--csv", default="compare.csv", help="where the table goes (the per-item results: <name>_items.csv)")
+    cp.add_argument("--by-file", action="store_true", help="every transcript file is its own condition (named by the file)")
     a = ap.parse_args(argv)
     try:
         if a.cmd == "list":
@@ -493,6 +543,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             exps = {aid: eid for eid, e in experiment_files().items() for aid in e["artefacts"]}
             rows = [dict(paper=r.paper, artefact=r.id, experiment=exps.get(r.id, ""), status=r.status, profile=r.profile) for r in df.itertuples()]
             _print_table(rows, ["paper", "artefact", "experiment", "status", "profile"])
+            return 0
+        if a.cmd == "compare":
+            import pandas as pd
+            table, caption, res = compare_runs(a.runs, a.reference, a.who, a.correction, a.margin, by_file=a.by_file)
+            with pd.option_context("display.width", 200, "display.max_columns", 30):
+                print(table.round(4).to_string(index=False))
+            print("\n" + caption)
+            out = Path(a.csv); out.parent.mkdir(parents=True, exist_ok=True)
+            table.to_csv(out, index=False); res.to_csv(out.with_name(out.stem + "_items.csv"), index=False)
+            print(f"wrote {out} and {out.with_name(out.stem + '_items.csv')}")
             return 0
         overrides = dict(parse_override(s) for s in a.param)
         if a.cmd == "plan":

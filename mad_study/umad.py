@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .core import ConfigError
+from .core import ConfigError, pool_keys
 from .answers import parse_failure_rate
 from .debate import Agent, FullyConnected, make_agents
 from .metrics import _entropy_rows, clustered_accuracy_ci, wilson_ci
@@ -153,14 +153,19 @@ def decomposition_table(transcript: pd.DataFrame, fmt: str | None = None, base: 
     the share of unparsed answers (`parse_failure`, `parse_failure_a0`, ...), the number of distinct answers, K, the
     fewest parsed samples of an agent (`k_parsed`), N and the finite-K EU floor (`eu_sampling_floor` of the team's
     mixture, from `k_parsed` samples under `drop`). `unparsed`: `drop` (default; TU/EU/AU NaN where an agent has no
-    parsed answer), `distinct` or `shared` (see `mad_study.metrics`). `by`: extra grouping columns present in the
-    transcript (e.g. `config`); the answer format is the task's."""
+    parsed answer), `distinct` or `shared` (see `mad_study.metrics`). Groups: the kit's convention
+    (`mad_study.core.pool_keys`: experiment, method, then `by`'s columns present, e.g. `config`), and a condition that
+    holds an agent's (sample, round) twice is refused; the answer format is the task's. With one sample per agent
+    (K = 1) the decomposition is degenerate (AU = 0, EU = TU by construction): a warning says so."""
     from mad_study.answers import merge_equivalent
     from mad_study.core import derive_seed
     from mad_study.data import get_task
     from mad_study.metrics import uncertainty_decomposition
-    by = [b for b in by if b in transcript.columns]
+    from mad_study.core import check_unique_turns
+    by = pool_keys(transcript, [b for b in by if b in transcript.columns])
+    check_unique_turns(transcript, by, what="decomposition_table")
     keys = [*by, "item_id", "round"]
+    ncond = len(pool_keys(transcript))          # the floor's Monte Carlo seed: (by..., item, round), not the condition's name
     rows = []
     for key, g in transcript.groupby(keys, sort=False):
         f = fmt or get_task(g["task"].iloc[0]).fmt
@@ -176,7 +181,7 @@ def decomposition_table(transcript: pd.DataFrame, fmt: str | None = None, base: 
         k, kp = min(len(s) for s in samples), min(d["n_parsed"])
         cor = g["correct"].astype(float).to_numpy()
         floor = (math.nan if math.isnan(d["tu"]) else
-                 eu_sampling_floor(d["mixture"].to_numpy(), kp if unparsed == "drop" else k, len(agents), base=base, seed=derive_seed("eu-floor", *key)))
+                 eu_sampling_floor(d["mixture"].to_numpy(), kp if unparsed == "drop" else k, len(agents), base=base, seed=derive_seed("eu-floor", *key[ncond:])))
         r = {**dict(zip(keys, key)), "turn": int(key[-1]) + 1, "tu": d["tu"], "eu": d["eu"], "au": d["au"],
              "n_answers": len(d["support"]) if not math.isnan(d["tu"]) else len({m for m in merged if m is not None}),
              "k": k, "k_parsed": kp, "n_agents": len(agents), "eu_floor": floor, "accuracy": float(cor.mean())}
@@ -184,13 +189,17 @@ def decomposition_table(transcript: pd.DataFrame, fmt: str | None = None, base: 
         r["parse_failure"] = float(np.mean([m is None for m in merged]))
         for a, pf in zip(agents, d["parse_failure"]): r[f"parse_failure_{a}"] = pf
         rows.append(r)
+    if rows and max(r["k"] for r in rows) <= 1:
+        import warnings
+        warnings.warn("decomposition_table: one sample per agent (K = 1): Sys-AU = 0 and Sys-EU = TU by construction; "
+                      "UMAD Alg. 1 needs K > 1 trajectory-level samples per agent", stacklevel=2)
     return pd.DataFrame(rows)
 
 def decomposition_summary(table: pd.DataFrame, by: Sequence[str] = ("config",)) -> pd.DataFrame:
     """Mean over items of TU, Sys-EU, Sys-AU, the accuracies, the parse-failure shares and the EU floor, per configuration
     and turn (Fig. 2). `n_items` counts the items, `n_defined` those whose decomposition is defined (TU/EU/AU average
     over these only: under `unparsed='drop'` an item where an agent never parsed is left out, and counted here)."""
-    by = [b for b in by if b in table.columns]
+    by = pool_keys(table, [b for b in by if b in table.columns])   # the kit's convention: experiment, method, then `by`
     cols = [c for c in table.columns if c in ("tu", "eu", "au", "accuracy", "eu_floor") or c.startswith(("acc_", "parse_failure"))]
     g = table.groupby([*by, "turn"], sort=False)
     return g[cols].mean().join(g.size().rename("n_items")).join(g["tu"].count().rename("n_defined")).reset_index()
@@ -207,7 +216,7 @@ def classify_trajectory(acc_first: float, acc_last: float, band: float = 0.02) -
 
 def classify_configs(summary: pd.DataFrame, band: float = 0.02, by: Sequence[str] = ("config",)) -> pd.DataFrame:
     "Per configuration: accuracy, Sys-EU and Sys-AU at the first and last turn, Δ accuracy and its class (`classify_trajectory`)."
-    by = [b for b in by if b in summary.columns]
+    by = pool_keys(summary, [b for b in by if b in summary.columns])   # the kit's convention: experiment, method, then `by`
     rows = []
     for key, g in summary.groupby(by, sort=False):
         g = g.sort_values("turn"); f, l = g.iloc[0], g.iloc[-1]
@@ -220,7 +229,7 @@ def classify_configs(summary: pd.DataFrame, band: float = 0.02, by: Sequence[str
 
 def trajectory_classes(table: pd.DataFrame, band: float = 0.02, by: Sequence[str] = ("config",)) -> pd.DataFrame:
     "The same rule per item (its K threads, both agents): one row per configuration and item with Δ accuracy and class."
-    by = [b for b in by if b in table.columns]
+    by = pool_keys(table, [b for b in by if b in table.columns])   # the kit's convention: experiment, method, then `by`
     rows = []
     for key, g in table.groupby([*by, "item_id"], sort=False):
         g = g.sort_values("turn"); f, l = g.iloc[0], g.iloc[-1]

@@ -17,7 +17,8 @@ from mad_study.madc import (CASES, PAPER_REVERSAL_TABLES, REVERSAL_ORDERS, STRAT
                             item_scores, madc_order, paper_reversal_curves, random_variants, reversal_count_table, reversal_curve,
                             reversal_sequence, reversal_table, run_reversal, run_strategies, shared_round0, solution_pools,
                             strategy_label, strategy_protocol, strategy_scores, strategy_tests)
-from mad_study.metrics import path_consistency, paired_test, reversal_point, viewpoint_entropy, viewpoint_log_likelihood
+from mad_study.metrics import path_consistency, reversal_point, viewpoint_entropy, viewpoint_log_likelihood
+from mad_study.stats import paired_test
 from mad_study.sim import SimBackend
 
 
