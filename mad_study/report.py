@@ -238,9 +238,11 @@ def save_figure(fig, artefact: str, paper: str, study: Study | None = None, labe
     return files
 
 def save_table(df: pd.DataFrame, artefact: str, paper: str, study: Study | None = None, notes: Mapping | None = None,
-               floatfmt: str = ".4g", caption: str | None = None) -> list[Path]:
+               floatfmt: str = ".4g", caption: str | None = None, items: pd.DataFrame | None = None) -> list[Path]:
     """Write `df` as figures/<paper>/<artefact>.csv and .md (+ .json provenance), atomically.
-    The Markdown starts with the study's label when the table comes from synthetic agents or the embedded model."""
+    The Markdown starts with the study's label when the table comes from synthetic agents or the embedded model.
+    `items`: the per-item results behind the table (item_id, method, correct, tokens: `mad_study.stats.per_item_results`),
+    written beside it as <artefact>.items.csv, so anyone can recompute its comparisons (the DESIGN's statistics standard)."""
     csv = _out(paper, artefact, "csv"); md = _out(paper, artefact, "md")
     atomic_write_text(csv, df.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
     head = [f"# {artefact}", ""]
@@ -249,7 +251,10 @@ def save_table(df: pd.DataFrame, artefact: str, paper: str, study: Study | None 
     if label: head += [f"**{label}**", ""]
     atomic_write_text(md, "\n".join(head) + "\n" + df.to_markdown(index=False, floatfmt=floatfmt) + "\n")
     files = [csv, md]
-    _sidecar(paper, artefact, study, files, {**(notes or {}), "label": label})
+    if items is not None:
+        files.append(_out(paper, artefact, "items.csv"))
+        atomic_write_text(files[-1], items.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
+    _sidecar(paper, artefact, study, files, {**(notes or {}), "label": label, **({"caption": caption} if caption else {})})
     return files
 
 # %% ../nbs/06_report.ipynb #066a1bf2
