@@ -179,7 +179,7 @@ def text_scores(text: str, n_agents: int, criteria: Sequence[str] = ()) -> np.nd
 # %% ../nbs/14_meta_debate.ipynb #02e696a7
 @dataclass
 class ReviewScores:
-    "One review's scores S^(k)_{i,j} for agents 1..m, and how they were read: 'structured', 'text' (fallback) or 'none'."
+    "Meta-Debate's peer review: one review's scores S^(k)_{i,j} for agents 1..m, and how they were read: 'structured', 'text' (fallback) or 'none'."
     scores: np.ndarray
     how: str
     @property
@@ -265,7 +265,7 @@ def criteria_prompt(framework: str, role: str, examples: Sequence[Item], data: s
                 question1=qs[0], question2=qs[1], question3=qs[2])
 
 def parse_criteria(text: str, max_criteria: int = 3) -> list[tuple[str, str]]:
-    "The generator's criteria as [(name, explanation)] (at most `max_criteria`); [] if none can be read."
+    "Meta-Debate's peer-review criteria (Prompt 2's generator output) as [(name, explanation)] (at most `max_criteria`); [] if none can be read."
     out = []
     for line in (text or "").splitlines():
         m = re.match(r"^\s*(?:\d+[.)]|[-*•])\s*(.+)$", line)
@@ -281,7 +281,7 @@ PAPER_CRITERIA = [("Accuracy", "The response demonstrates correct application of
                   ("Technical Depth", "The response shows genuine understanding of underlying mechanisms and theory, providing substantive analysis that goes beyond surface-level observations to address the core scientific concepts involved.")]
 
 def format_criteria(criteria: Sequence[tuple[str, str]]) -> str:
-    "Criteria in Prompt 2's layout."
+    "Criteria in the layout of Meta-Debate's Prompt 2."
     return "\n\n".join(f"{i}. {n} (1-5) - {e}" for i, (n, e) in enumerate(criteria, 1))
 
 # %% ../nbs/14_meta_debate.ipynb #b90dcfe7

@@ -263,7 +263,7 @@ class SparseTopology(FullyConnected):
 BASELINES = ("mad", "groupdebate", "groupdebate_2-2-2", "s2mad", "smad_ring", "smad_star")
 
 def make_baseline(name: str, min_agree: int | None = 5, seed: Any = 0) -> Protocol:
-    "A debate baseline by name (`BASELINES`), wrapped in `EarlyStop(min_agree)` unless `min_agree` is None."
+    "A debate baseline by name (`BASELINES`: Du et al.'s MAD, GroupDebate 3-3 or 2-2-2, S2-MAD, S-MAD ring or star), wrapped in `EarlyStop(min_agree)` unless `min_agree` is None."
     if name == "mad": p = FullyConnected()
     elif name == "groupdebate": p = GroupDebate((3, 3), seed=seed)
     elif name == "groupdebate_2-2-2": p = GroupDebate((2, 2, 2), seed=seed)

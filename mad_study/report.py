@@ -217,6 +217,8 @@ def _sidecar(paper: str, artefact: str, study: Study | None, files: list[Path], 
     if study is not None:
         meta.update(study.provenance()); study.outputs.extend(str(p) for p in files)
     if extra: meta["notes"] = _jsonable(extra)
+    from mad_study.cite import KIT_KEY, provenance_refs    # the reference keys of what made the artefact
+    meta["references"] = [KIT_KEY, *provenance_refs(meta)]
     return atomic_write_text(path, json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
 def save_figure(fig, artefact: str, paper: str, study: Study | None = None, label: str | None = None,

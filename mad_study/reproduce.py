@@ -483,8 +483,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     pl.add_argument("--profile", default="paper")
     pl.add_argument("-p", "--param", action="append", default=[])
     sub.add_parser("list", help="every experiment and artefact with its status")
+    ci = sub.add_parser("cite", help="BibTeX of what a function, protocol, experiment or run folder depends on (mad_study.cite)")
+    ci.add_argument("targets", nargs="+"); ci.add_argument("--keys", action="store_true", help="print the reference keys only")
     a = ap.parse_args(argv)
     try:
+        if a.cmd == "cite": from mad_study.cite import cite_command; return cite_command(a.targets, keys_only=a.keys)
         if a.cmd == "list":
             from mad_study.report import index_table
             df = index_table()

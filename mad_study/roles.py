@@ -87,7 +87,7 @@ def _fill(t: str, **kw) -> str:
     return re.sub(r"\{(\w+)\}", lambda m: str(kw[m.group(1)]) if m.group(1) in kw else m.group(0), t)
 
 def mad_topic(item: Item, prompts: Mapping[str, str] = MAD_PROMPTS) -> str:
-    "The debate topic of `item`."
+    "The debate topic of `item` (Liang et al.'s MAD: the question the debaters argue about)."
     return _fill(prompts["topic"], question=question_block(item), instruction=answer_instruction(item))
 
 # %% ../nbs/04c_roles.ipynb #13695cde
@@ -95,7 +95,7 @@ VERDICT_STATUSES = ("ok", "no_answer", "unreadable_answer", "malformed")
 
 @dataclass
 class Verdict:
-    "A parsed moderator / judge reply."
+    "A parsed moderator / judge reply of Liang et al.'s MAD (their JSON fields: preference, supported side, reason, answer)."
     status: str
     answer: str | None = None
     preference: bool | None = None
@@ -132,7 +132,7 @@ def _yes_no(v: Any) -> bool | None:
     return True if s.startswith(("y", "true")) else False if s.startswith(("n", "false")) else None
 
 def parse_verdict(text: str, item: Item) -> Verdict:
-    "A moderator / judge JSON reply (MAD) -> `Verdict`; never raises, never evaluates code."
+    "A moderator / judge JSON reply (Liang et al.'s MAD) -> `Verdict`; never raises, never evaluates code."
     obj = first_json_object(text)
     if obj is None: return Verdict("malformed")
     d = {_key(k): v for k, v in obj.items()}
@@ -286,7 +286,7 @@ def dmad_opening(role: str, item: Item, prompts: Mapping[str, str] = DMAD_PROMPT
     return _fill(prompts[role], question=question_block(item), instruction=answer_instruction(item), what=_pot_what(item))
 
 def dmad_debate_message(role: str, item: Item, solutions: Sequence[tuple[str, str]], prompts: Mapping[str, str] = DMAD_PROMPTS) -> str:
-    "A debate-round message: the other methods' solutions [(role, text)], then the update request in one's own method."
+    "DMAD's debate-round message: the other methods' solutions [(role, text)], then the update request in one's own method."
     again = (f"Again write one ```python code block whose program prints only the final answer{_pot_what(item)}."
              if role == "pot" else answer_instruction(item))
     return (prompts["intro"] + "".join(_fill(prompts["peer"], method=DMAD_METHOD_NAMES[r], solution=t) for r, t in solutions)
@@ -326,7 +326,7 @@ def dmad_roles(items: Sequence[Item]) -> tuple[str, ...]:
 
 def dmad_vision_message(role: str, item: Item, step: str, solutions: Sequence[tuple[str, str]] = (), aux: str = "",
                         prompts: Mapping[str, str] = DMAD_VISION_PROMPTS) -> str:
-    "A vision method's user message: `step` 'aux' (scene graph / sub-questions) or 'answer'; with the peers' turns in debate rounds."
+    "A user message of DMAD's vision methods (CCoT, DDCoT): `step` 'aux' (scene graph / sub-questions) or 'answer'; with the peers' turns in debate rounds."
     if role not in DMAD_VISION_ROLES: raise ConfigError("unknown DMAD vision method", key="role", value=role, choices=DMAD_VISION_ROLES)
     key = f"{role}_aux" if step == "aux" else role
     body = _fill(prompts[key], question=question_block(item), instruction=answer_instruction(item), aux=aux)
@@ -336,7 +336,7 @@ def dmad_vision_message(role: str, item: Item, step: str, solutions: Sequence[tu
 
 # %% ../nbs/04c_roles.ipynb #78286a09
 def extract_program(text: str) -> str | None:
-    "The last ```python code block of `text` (else the last ``` block); None if there is none."
+    "The program of a program-of-thought (PoT) reply: the last ```python code block of `text` (else the last ``` block); None if there is none."
     if not isinstance(text, str): return None
     blocks = re.findall(r"```(?:python|py|Python)\s*\n(.*?)```", text, flags=re.S)
     if not blocks: blocks = re.findall(r"```\s*\n(.*?)```", text, flags=re.S)

@@ -647,7 +647,7 @@ class AgreementGate:
 
 # %% ../nbs/13_rumad.ipynb #a14e8447
 def rumad_agents(models: Sequence[str], n_agents: int) -> list[Agent]:
-    "N agents, the same number of each model in `models` (paper: two each of Llama-3.1-8B, GLM-4-9B, DeepSeek-Math-7B), grouped by model."
+    "RUMAD's debaters: N agents, the same number of each model in `models` (paper: two each of Llama-3.1-8B, GLM-4-9B, DeepSeek-Math-7B), grouped by model."
     if n_agents % len(models): raise ConfigError(f"{n_agents} agents cannot be split evenly over {len(models)} models", key="n_agents")
     return make_agents([m for m in models for _ in range(n_agents // len(models))])
 

@@ -46,7 +46,7 @@ def prior_signals(transcript: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 def signal_score(values: Sequence[float], signal: str) -> np.ndarray:
-    "Scores where higher = more reliable: min-LL and confidence as they are, perplexity negated; NaN stays NaN."
+    "SVR-MAD's prior signals (Sec. 3) as scores where higher = more reliable: min-LL and confidence as they are, perplexity negated; NaN stays NaN."
     if signal not in (*PRIORS, "svr"): raise ConfigError("unknown signal", key="signal", value=signal, choices=(*PRIORS, "svr"))
     v = np.asarray(values, dtype=float)
     return -v if signal == "ppl" else v
@@ -472,7 +472,7 @@ def table1_caption(notes: Sequence[str], label: str | None, single_gpu_config: s
 
 # %% ../nbs/12_svr_mad.ipynb #b7b15137
 def fig1_table(ev: dict) -> pd.DataFrame:
-    "Per (item, sample): n_correct before debate and, per signal (min_ll, ppl, conf, svr), whether its top-ranked agent is correct."
+    "SVR-MAD Fig. 1: per (item, sample), n_correct before debate and, per signal (min_ll, ppl, conf, svr), whether its top-ranked agent is correct."
     pre = ev["pre"]
     sv = probe_svr(ev["probes"]) if ev.get("probes") is not None and len(ev["probes"]) else pd.DataFrame(columns=["item_id", "sample", "agent", "svr"])
     df = pre.merge(sv[["item_id", "sample", "agent", "svr"]], on=["item_id", "sample", "agent"], how="left")
