@@ -104,7 +104,7 @@ ALIASES: dict[str, str] = {   # regular expression by which a docstring names a 
     r"RealWorldQA": "xai2024realworldqa", r"\bHLE\b|Humanity's Last Exam": "phan2026hle",
     r"IMO-AnswerBench": "luong2025imo", r"\bBBH\b|BIG-Bench Hard": "suzgun2023bbh",
     r"AIME ?24": "aops2024aime", r"AIME ?25": "aops2025aime", r"AMC-?23": "knovel2025amc23",
-    r"McNemar": "mcnemar1947", r"Cochran": "cochran1950q", r"Wilcoxon": "wilcoxon1945", r"\bHolm\b": "holm1979",
+    r"McNemar": "mcnemar1947", r"Cochran": "cochran1950q", r"Wilcoxon": "wilcoxon1945", r"\bHolm\b": "holm1979", r"Schuirmann": "schuirmann1987tost",
     r"\bWilson\b": "wilson1927", r"Davison": "davison1997bootstrap",
     r"[Pp]ercentile bootstrap|[Bb]ootstrap interval|bootstrap CI": "efron1979bootstrap", r"MiniLM": "wang2020minilm",
 }
@@ -135,7 +135,12 @@ REFS: dict[str, tuple[str, ...]] = {
     "debate.majority_vote": ("du2024debate", "wang2023selfconsistency"),
     # metrics and statistics
     "metrics.wilson_ci": ("wilson1927",), "metrics.accuracy_by_round": ("wilson1927", "davison1997bootstrap"),
-    "metrics.bootstrap_ci": ("efron1979bootstrap",), "metrics.paired_test": ("mcnemar1947", "wilcoxon1945"),
+    "stats.bootstrap_ci": ("efron1979bootstrap",), "stats.paired_test": ("mcnemar1947", "wilcoxon1945"),
+    "stats.accuracy_ci": ("wilson1927", "davison1997bootstrap"), "stats.adjust_pvalues": ("holm1979",),
+    "stats.cochran_q": ("cochran1950q",), "stats.omnibus_test": ("cochran1950q",), "stats.tost": ("schuirmann1987tost",),
+    "stats.paired_difference": ("efron1979bootstrap", "mcnemar1947"), "stats.compare_methods": ("holm1979", "zhang2025madc"),
+    "stats.self_consistency_at_budget": ("wang2023selfconsistency",),
+    "umad_train.VLLMLoRAEngine": ("hu2022lora",), "umad_train.train_memory_gb": ("hu2022lora",),
     "metrics.cluster_bootstrap_ci": ("davison1997bootstrap", "efron1979bootstrap", "qiao2026umad", "zhang2025madc"),
     "metrics.clustered_accuracy_ci": ("wilson1927", "davison1997bootstrap"),
     "metrics.token_savings": ("wang2026rumad",), "metrics.cost_saving": ("wang2026rumad",),
@@ -168,7 +173,7 @@ REFS.update({
     "roles.pot_answer": ("chen2023pot", "liu2025dmad"), "roles.pot_turn": ("chen2023pot", "liu2025dmad", "zhang2026metadebate"),
     "sandbox.run_program": ("chen2023pot", "liu2025dmad", "zhang2026metadebate"), "sandbox.sandbox_provenance": ("chen2023pot",),
     # the paper modules: what they use beyond their own paper
-    "madc.run_strategies": ("du2024debate",), "madc.strategy_tests": ("wilcoxon1945",), "madc.cochran_q": ("cochran1950q",),
+    "madc.run_strategies": ("du2024debate",), "madc.strategy_tests": ("wilcoxon1945", "mcnemar1947", "efron1979bootstrap", "holm1979"),
     "madc.solution_pools": ("wei2022cot",), "madc.plan_tab1": ("wang2023selfconsistency", "wei2022cot"),
     "madc.plan_fig8": ("wei2022cot",), "madc.plan_fig9": ("wei2022cot",),
     "meta_debate.framework_roles": ("liu2025dmad", "mitra2024ccot", "zheng2023ddcot"), "meta_debate.context_key": ("liu2025dmad",),
@@ -190,8 +195,10 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
     "core": ("ConfigError", "GenRequest", "Generation", "Item", "atomic_path", "atomic_write_text", "cache_home",
              "derive_seed", "describe_transcript", "figures_dir", "image_hash", "image_path", "images_dir", "is_image_hash",
              "load_image", "load_transcript", "params_dir", "project_root", "put_image", "rng_for", "runs_dir",
-             "save_transcript", "transcript_frame"),
-    "debate": ("Agent", "RoundContext", "RoundPlan", "Turn", "group_rows", "make_agents", "vote_table"),
+             "save_transcript", "transcript_frame", "check_unique_turns", "pool_keys"),
+    "debate": ("Agent", "RoundContext", "RoundPlan", "Turn", "group_rows", "make_agents", "vote_table", "register_protocol",
+               "tie_seeds"),
+    "stats": ("comparison_caption", "condition_labels", "item_means", "per_item_results", "simulate_paired", "tokens_per_thread"),
     "madc": ("shared_round0", "strategy_label"),
     "meta_debate": ("CriteriaCache", "items_modality", "role_title"),
     "protocols": ("ScriptedBackend",),
@@ -201,7 +208,7 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
               "save_controller", "training_meta"),
     "umad": ("config_seed", "pair_label", "parse_failures_by_turn"),
     "umad_train": ("PolicyBackend", "TrainedBackend", "checkpoint_dir", "checkpoint_spec", "load_checkpoint_meta",
-                   "registry_backend", "registry_spec", "train_memory_gb", "trained_backend"),
+                   "registry_backend", "registry_spec", "trained_backend", "EngineBackend"),
 }
 
 def kit_own(name: str) -> bool:

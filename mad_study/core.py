@@ -187,7 +187,7 @@ class Generation:
         return cls(**json.loads(s), cached=cached)
 
 def signals_from_logprobs(logprobs: Sequence[float], entropies: Sequence[float] | None = None) -> dict:
-    "Signal fields of `Generation` from a completion's per-token log-probs (and optional per-token entropies)."
+    "Signal fields of `Generation` from a completion's per-token log-probs (and optional per-token entropies). (the prior signals of SVR-MAD Sec. 3 (min-LL, PPL) and SID's token log-likelihoods.)"
     lp = np.asarray(list(logprobs), dtype=float)
     if lp.size == 0: return {}
     out = dict(logprob_sum=float(lp.sum()), logprob_min=float(lp.min()), logprob_mean=float(lp.mean()),

@@ -85,7 +85,7 @@ class RoundContext:
         return rng_for(self.seed, "viewer", self.item.id, self.sample, self.round, agent)
 
 class Protocol:
-    "Base protocol: everyone speaks and sees every other agent, in the agents' list order."
+    "Base protocol: everyone speaks and sees every other agent, in the agents' list order. (one round of Du et al.'s multi-agent debate: who speaks, whom they see, in what order.)"
     name = "protocol"
     include_self = False      # show an agent its own last response among the solutions (UMAD App. F.2)
     oracle = False            # uses the gold answer (Truth First / Truth Last): marked in figures
@@ -168,13 +168,13 @@ def register_protocol(name: str, factory: Callable[..., Protocol], replace: bool
     return factory
 
 def make_protocol(name: str = "fully_connected", **kw) -> Protocol:
-    "A registered protocol by name: `fully_connected`, an ordering in ORDERINGS (`fixed`, `random` (per viewer), `random_shared`, `truth_first`, `truth_last`), or one added with `register_protocol`."
+    "A registered protocol by name: `fully_connected`, an ordering in ORDERINGS (`fixed`, `random` (per viewer), `random_shared`, `truth_first`, `truth_last`), or one added with `register_protocol`. (Du et al.'s fully connected debate or MADC's orderings (Fixed, Random, Truth First, Truth Last).)"
     if name not in PROTOCOLS: raise ConfigError("unknown protocol", key="protocol", value=name, choices=PROTOCOLS)
     return PROTOCOLS[name](**kw)
 
 # %% ../nbs/04_debate.ipynb #719ade34
 def majority_vote(answers: Sequence[str | None], fmt: str, tie_seed: Any = 0) -> str | None:
-    "Majority answer (equivalent answers merged, None abstains; ties broken by a draw seeded with `tie_seed`)."
+    "Majority answer (equivalent answers merged, None abstains; ties broken by a draw seeded with `tie_seed`). (majority vote as Du et al. (2024) and Self-Consistency (Wang et al. 2023) aggregate.)"
     merged = [a for a in merge_equivalent(list(answers), fmt) if a is not None]
     if not merged: return None
     counts = Counter(merged)

@@ -106,7 +106,7 @@ def clustered_accuracy_ci(correct: Sequence[Any], clusters: Sequence[Any], level
 
 # %% ../nbs/05_metrics.ipynb #069b7792
 def token_cost(transcript: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
-    "Mean tokens per item (prompt, completion, total) and generations per item, per condition (`pool_keys`: experiment, method, `by`)."
+    "Mean tokens per item (prompt, completion, total) and generations per item, per condition (`pool_keys`: experiment, method, `by`). (token cost as RUMAD Table 2 and SVR-MAD Table 1 count it.)"
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="token_cost")
     t = transcript.assign(total_tokens=transcript["prompt_tokens"].fillna(0) + transcript["completion_tokens"].fillna(0),
@@ -175,7 +175,7 @@ def answer_distribution(answers: Sequence[Any], support: Sequence[str] | None = 
 
 def entropy(p: Sequence[float] | pd.Series, base: float = math.e) -> float:
     """Shannon entropy of a distribution (normalised first; 0 log 0 = 0). NaN for an empty or all-zero vector.
-    The arithmetic of `scipy.stats.entropy` (same result, bit for bit) without its per-call argument handling (~1 ms)."""
+    The arithmetic of `scipy.stats.entropy` (same result, bit for bit) without its per-call argument handling (~1 ms). (Shannon entropy in bits of an answer distribution (MADC App. A.2; UMAD's TU, Eq. 2).)"""
     p = np.asarray(p, dtype=float)
     if p.size == 0 or p.sum() <= 0: return math.nan
     return float(_entropy_rows(p, base))
@@ -375,7 +375,7 @@ def flip_transitions(before: Sequence[bool], after: Sequence[bool]) -> dict:
 
 def flip_table(transcript: pd.DataFrame, before_round: int = 0, after_round: int = 1,
                by: Sequence[str] = ()) -> pd.DataFrame:
-    "Flip transitions between two rounds, pairing each response by (item, sample, agent), per condition (`pool_keys`: experiment, method, `by`)."
+    "Flip transitions between two rounds, pairing each response by (item, sample, agent), per condition (`pool_keys`: experiment, method, `by`). (UMAD Fig. 5: C2C / C2W / W2C / W2W transitions.)"
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="flip_table")
     key = ["item_id", "sample", "agent"]

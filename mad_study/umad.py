@@ -58,7 +58,7 @@ def umad_protocol() -> FullyConnected:
     return FullyConnected(include_self=True)
 
 def pair_kind(models: Sequence[str]) -> str:
-    "'homogeneous' when all agents run the same model, else 'heterogeneous'."
+    "'homogeneous' when all agents run the same model, else 'heterogeneous'. (UMAD Sec. 5.1: homogeneous vs heterogeneous pairs.)"
     return "homogeneous" if len(set(models)) == 1 else "heterogeneous"
 
 def pair_label(models: Sequence[str]) -> str:
@@ -213,7 +213,7 @@ def classify_trajectory(acc_first: float, acc_last: float, band: float = 0.02) -
     return "success" if d > band else ("fail" if d < -band else "neutral")
 
 def classify_configs(summary: pd.DataFrame, band: float = 0.02, by: Sequence[str] = ("config",)) -> pd.DataFrame:
-    "Per configuration: accuracy, Sys-EU and Sys-AU at the first and last turn, Δ accuracy and its class (`classify_trajectory`)."
+    "Per configuration: accuracy, Sys-EU and Sys-AU at the first and last turn, Δ accuracy and its class (`classify_trajectory`). (UMAD Fig. 2 / Fig. 6: success / neutral / fail configurations.)"
     by = pool_keys(summary, [b for b in by if b in summary.columns])   # the kit's convention: experiment, method, then `by`
     rows = []
     for key, g in summary.groupby(by, sort=False):
@@ -226,7 +226,7 @@ def classify_configs(summary: pd.DataFrame, band: float = 0.02, by: Sequence[str
     return pd.DataFrame(rows)
 
 def trajectory_classes(table: pd.DataFrame, band: float = 0.02, by: Sequence[str] = ("config",)) -> pd.DataFrame:
-    "The same rule per item (its K threads, both agents): one row per configuration and item with Δ accuracy and class."
+    "The same rule per item (its K threads, both agents): one row per configuration and item with Δ accuracy and class. (UMAD Fig. 2 / Fig. 6: success / neutral / fail trajectories.)"
     by = pool_keys(table, [b for b in by if b in table.columns])   # the kit's convention: experiment, method, then `by`
     rows = []
     for key, g in table.groupby([*by, "item_id"], sort=False):
@@ -246,7 +246,7 @@ def seed_accuracy(transcript: pd.DataFrame, by: Sequence[str] = ("setting", "tas
 
 def zeroshot_summary(seed_acc: pd.DataFrame, tasks: Sequence[str] | None = None) -> pd.DataFrame:
     """Mean and sample sd over seeds of each agent's pass@1 per setting, task and turn, plus the task `Average`
-    (the mean over `tasks`, per seed; only where every task is present)."""
+    (the mean over `tasks`, per seed; only where every task is present). (UMAD Table 1 (Zero-Shot rows).)"""
     sa = seed_acc.copy()
     tasks = list(tasks) if tasks is not None else list(dict.fromkeys(sa["task"]))
     sa = sa[sa["task"].isin(tasks)]
@@ -307,7 +307,7 @@ def token_entropy_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ()) -> p
 # %% ../nbs/10_umad.ipynb #7d7b1c21
 ALPHA_AU = 0.25       # Table 2, "Aleatoric Uncertainty Advantage Ratio"; the released code uses the same
 ETA_PAPER = 0.25      # Table 2 / App. D.2, "Epistemic Influence Intrinsic Rewards"
-ETA_RELEASED = 0.2    # the released training config (PEERS.md)
+ETA_RELEASED = 0.2    # the released training config (docs/reference_code.md)
 EPS = 1e-6            # GRPO's epsilon (veRL)
 
 def token_nll(logprobs: Sequence[float]) -> float:

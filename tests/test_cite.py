@@ -25,34 +25,10 @@ from mad_study import cite
 ROOT = Path(__file__).resolve().parents[1]
 
 # exported name -> what its docstring must add (notebooks busy on other branches); remove an entry once applied
-PENDING_DOCSTRINGS = {
-    "core.signals_from_logprobs": "the prior signals of SVR-MAD Sec. 3 (min-LL, PPL) and SID's token log-likelihoods",
-    "debate.Protocol": "one round of Du et al.'s multi-agent debate: who speaks, whom they see, in what order",
-    "debate.majority_vote": "majority vote as Du et al. (2024) and Self-Consistency (Wang et al. 2023) aggregate",
-    "debate.make_protocol": "Du et al.'s fully connected debate or MADC's orderings (Fixed, Random, Truth First, Truth Last)",
-    "metrics.entropy": "Shannon entropy in bits of an answer distribution (MADC App. A.2; UMAD's TU, Eq. 2)",
-    "metrics.flip_table": "UMAD Fig. 5: C2C / C2W / W2C / W2W transitions",
-    "metrics.paired_test": "Wilcoxon (1945) signed-rank test; McNemar (1947) exact test",
-    "metrics.token_cost": "token cost as RUMAD Table 2 and SVR-MAD Table 1 count it",
-    "madc.plan_fig1": "MADC Fig. 1", "madc.plan_fig3_5": "MADC Figs. 3-5",
-    "madc.random_variants": "MADC Fig. 1 / Figs. 3-5: the Random strategy's draws",
-    "madc.repeat_scores": "MADC Figs. 3-5: 20 repeats per strategy",
-    "madc.reversal_curve": "MADC Fig. 9 (reversal experiment)", "madc.reversal_table": "MADC Tables 6-11",
-    "madc.strategy_protocol": "MADC's strategies Fixed / Random / Truth First / Truth Last / MADC (Alg. 1)",
-    "madc.strategy_scores": "MADC Figs. 3-5: accuracy, log-likelihood (App. A.1), entropy (App. A.2)",
-    "umad.classify_configs": "UMAD Fig. 2 / Fig. 6: success / neutral / fail configurations",
-    "umad.pair_kind": "UMAD Sec. 5.1: homogeneous vs heterogeneous pairs",
-    "umad.trajectory_classes": "UMAD Fig. 2 / Fig. 6: success / neutral / fail trajectories",
-    "umad.zeroshot_summary": "UMAD Table 1 (Zero-Shot rows)",
-}
+PENDING_DOCSTRINGS: dict[str, str] = {}        # exports whose docstring still owes a sentence (all applied)
 # file -> pointers it may still hold (notebooks busy on other branches): replace with docs/reference_code.md,
 # params/artefacts.yaml / figures/INDEX.md and the BibTeX key qiao2026umad, then remove the entry
-PENDING_POINTERS = {
-    "nbs/10_umad.ipynb": ("PEERS.md", "FIGURES.md", "papers/umad.txt"),
-    "nbs/10b_umad_train.ipynb": ("papers/umad.txt",),
-    "nbs/11_madc.ipynb": ("PEERS.md",),
-    "mad_study/umad.py": ("PEERS.md",),                              # generated from nbs/10_umad.ipynb
-}
+PENDING_POINTERS: dict[str, tuple[str, ...]] = {}   # notebooks still pointing outside the repository (all fixed)
 # files a reader is told to write (examples), not files the repository should have
 EXAMPLE_PATHS = ("params/profiles/cluster.yaml",)
 # a docstring that names an equation, algorithm line, section, table, figure, appendix or prompt of a paper
