@@ -26,11 +26,12 @@ from .roles import (DMAD_ROLES, DMAD_VISION_ROLES, MAD_ROLES, _fill, _generate, 
 # %% auto #0
 __all__ = ['FRAMEWORKS', 'MODALITIES', 'SCORE_MIN', 'SCORE_MAX', 'MAX_REVIEW_CHARS', 'MAX_REVIEW_OBJECTS', 'TIE_ATOL',
            'TIE_BREAKS', 'DATA_DESCRIPTIONS', 'PAPER_CRITERIA', 'PROPOSAL_ORDERS', 'PAPER_TAB1', 'PAPER_TAB2',
-           'PAPER_MODELS', 'framework_roles', 'items_modality', 'context_key', 'review_skeleton', 'structured_scores',
-           'text_scores', 'ReviewScores', 'read_review', 'parse_review', 'suitability', 'role_decisions',
-           'assign_roles', 'role_title', 'criteria_prompt', 'parse_criteria', 'format_criteria', 'CriteriaCache',
-           'generate_criteria', 'MetaDebateResult', 'shown_order', 'meta_debate', 'uniform_assignment',
-           'random_assignment', 'item_tokens', 'run_framework', 'plan_tab1', 'plan_tab2', 'plan_examples']
+           'PAPER_MODELS', 'GAP_COLUMNS', 'framework_roles', 'items_modality', 'context_key', 'review_skeleton',
+           'structured_scores', 'text_scores', 'ReviewScores', 'read_review', 'parse_review', 'suitability',
+           'role_decisions', 'assign_roles', 'role_title', 'criteria_prompt', 'parse_criteria', 'format_criteria',
+           'CriteriaCache', 'generate_criteria', 'MetaDebateResult', 'shown_order', 'meta_debate', 'uniform_assignment',
+           'random_assignment', 'item_tokens', 'run_framework', 'plan_tab1', 'plan_tab2', 'plan_examples',
+           'paired_gaps', 'gap_text', 'gaps_caption']
 
 # %% ../nbs/14_meta_debate.ipynb #76ac9273
 FRAMEWORKS: dict[str, tuple[str, ...]] = {"mad": MAD_ROLES, "dmad": DMAD_ROLES}
@@ -532,3 +533,74 @@ PAPER_TAB2 = {  # row: (MAD, DMAD) on GPQA
     "random 1": (50.67, 53.57), "random 2": (52.23, 58.26), "random 3": (55.58, 60.27),
     "capability-aware (Meta-Debate)": (59.15, 66.29)}
 PAPER_MODELS = {"pixtral": "mistral-small-24b-instruct-2501", "claude": "qwen2.5-32b-instruct", "nova": "llama-3.1-8b-instruct"}
+
+# %% ../nbs/14_meta_debate.ipynb #71ad8db1
+GAP_COLUMNS = ("n_items", "accuracy", "acc_low", "acc_high", "ref_accuracy", "ref_low", "ref_high", "diff", "diff_low", "diff_high",
+               "test", "pvalue", "tokens", "ref_tokens", "token_change", "token_change_low", "token_change_high")
+
+def _one_gap(g: pd.DataFrame, method: str, reference: str, level: float, n_resamples: int, seed: int) -> dict:
+    "One paired comparison `method` - `reference` on the items both answered (`mad_study.stats.compare_methods`); NaNs below 2 items."
+    from mad_study.stats import compare_methods
+    both = g[g["method"].isin([method, reference])]
+    n = int(both.groupby("item_id")["method"].nunique().eq(2).sum())
+    if n < 2: return {"n_items": n, "test": "none", "pvalue": float("nan")}
+    tab, _ = compare_methods(both, reference, methods=[method], correction="none", level=level, n_resamples=n_resamples,
+                             seed=seed, min_items=min(20, n))
+    ref, m = tab.iloc[0], tab.iloc[1]
+    out = {"n_items": int(m["n_items"]), "accuracy": m["accuracy"], "acc_low": m["acc_low"], "acc_high": m["acc_high"],
+           "ref_accuracy": ref["accuracy"], "ref_low": ref["acc_low"], "ref_high": ref["acc_high"]}
+    for c in ("diff", "diff_low", "diff_high", "test", "pvalue", "tokens", "token_change", "token_change_low", "token_change_high"):
+        out[c] = m.get(c, float("nan"))
+    out["ref_tokens"] = ref.get("tokens", float("nan"))
+    return out
+
+# %% ../nbs/14_meta_debate.ipynb #f9de1edd
+def paired_gaps(items: pd.DataFrame, pairs: Sequence[tuple[str, str]], by: Sequence[str] = ("task", "framework"),
+                correction: str = "holm", level: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """The comparisons of one Meta-Debate table (Zhang et al., Tables 1-2) under the kit's statistics standard: per cell
+    (`by`) and pair (method, reference) of `pairs`, the paired difference method - reference by item (bootstrap interval
+    over items, McNemar or paired t; `mad_study.stats.compare_methods`), p adjusted by `correction` across **every**
+    comparison of the table, `distinguishable` = adjusted p < 1 - level and the interval excludes 0. `items`: the
+    per-item frame (item_id, method, correct, tokens and the `by` columns; several rows per item and method are averaged)."""
+    from mad_study.stats import adjust_pvalues
+    need = {"item_id", "method", "correct", *by}
+    if need - set(items.columns): raise ConfigError("column missing from the per-item frame", key="column", value=sorted(need - set(items.columns)))
+    rows = []
+    for key, g in items.groupby(list(by), sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        for m, ref in pairs:
+            if {m, ref} <= set(g["method"]):
+                rows.append({**dict(zip(by, key)), "method": m, "reference": ref, **_one_gap(g, m, ref, level, n_resamples, seed)})
+    out = pd.DataFrame(rows, columns=[*by, "method", "reference", *GAP_COLUMNS]) if not rows else pd.DataFrame(rows).reindex(columns=[*by, "method", "reference", *GAP_COLUMNS])
+    out["p_adjusted"] = adjust_pvalues(out["pvalue"].astype(float), correction)
+    holds0 = ~((out["diff_low"].astype(float) > 0) | (out["diff_high"].astype(float) < 0))
+    out["distinguishable"] = (out["p_adjusted"] < 1 - level) & ~holds0
+    out.attrs.update(by=list(by), correction=correction, level=level, n_comparisons=int(out["pvalue"].notna().sum()))
+    return out
+
+# %% ../nbs/14_meta_debate.ipynb #db37858a
+def _pts(x: float) -> str: return f"{100 * x:+.1f}"
+
+def gap_text(r: Mapping, correction: str = "holm") -> str:
+    "One gap of a `paired_gaps` row: '+x points [lo, hi], (not) distinguishable (test, Holm p = ..); tokens +y% [..]'."
+    if pd.isna(r.get("diff")): return f"too few items to compare ({int(r.get('n_items') or 0)})"
+    s = (f"{_pts(r['diff'])} points [{_pts(r['diff_low'])}, {_pts(r['diff_high'])}], "
+         f"{'distinguishable' if r['distinguishable'] else 'not distinguishable'} ({r['test']}, {correction} p = {r['p_adjusted']:.2g})")
+    if not pd.isna(r.get("token_change")):
+        s += f"; tokens {100 * r['token_change']:+.0f}% [{100 * r['token_change_low']:+.0f}, {100 * r['token_change_high']:+.0f}]"
+    return s
+
+def gaps_caption(gaps: pd.DataFrame, cell=lambda r: "", name=lambda r: f"{r['method']} vs {r['reference']}") -> str:
+    """The caption sentence of a `paired_gaps` table (the kit's statistics standard): items per cell, resampled unit, tests,
+    correction and its number of comparisons, then every gap with its interval and "distinguishable" or "not distinguishable"."""
+    a = gaps.attrs; lvl = int(round(100 * a.get("level", 0.95))); corr = a.get("correction", "holm")
+    parts, by_cell = [], {}
+    for r in gaps.to_dict("records"): by_cell.setdefault(cell(r), []).append(r)
+    for c, rs in by_cell.items():
+        parts.append(f"{c} ({rs[0]['n_items']} items): " + "; ".join(f"{name(r)} {gap_text(r, corr)}" for r in rs))
+    d = gaps["distinguishable"].astype(bool)
+    head = (f"Paired by item; {lvl}% intervals from a bootstrap over items (several outcomes of an item averaged first); "
+            f"tests exact McNemar for one 0/1 outcome per item, else paired t over item means; {corr} correction over the "
+            f"table's {a.get('n_comparisons', len(gaps))} comparisons; distinguishable = adjusted p < {1 - a.get('level', 0.95):.2g} "
+            f"and the interval excludes 0 ({int(d.sum())} of {len(gaps)} are)")
+    return head + ". " + ". ".join(parts) + "."

@@ -389,3 +389,41 @@ def test_dmad_vote_is_the_same_in_every_experiment():
     o1 = run_dmad(items, a, {"s": _Split()}, rounds=1, experiment="meta_tab1", execute=False)[1]
     o2 = run_dmad(items, a, {"s": _Split()}, rounds=1, experiment="meta_tab2", execute=False)[1]
     assert o1["answer"].tolist() == o2["answer"].tolist() and set(o1["answer"]) == {"A", "B", "C"}
+
+
+# ---------------------------------------------------------------- issue 24: Tables 1-2's gaps, Holm across the table
+def test_paired_gaps_holm_across_the_table_and_caption():
+    from mad_study.meta_debate import gap_text, gaps_caption, paired_gaps
+    from mad_study.stats import adjust_pvalues, paired_difference
+    rng = np.random.default_rng(1)
+    rows, n = [], 60
+    for task in ("a", "b", "c"):
+        base = rng.random(n) < 0.5
+        meta = base | (rng.random(n) < 0.3)
+        rand = rng.random((n, 3)) < 0.5
+        for i in range(n):
+            rows += [dict(task=task, framework="MAD", item_id=f"{task}{i}", method="ref", seed=0, correct=float(base[i]), tokens=10.0),
+                     dict(task=task, framework="MAD", item_id=f"{task}{i}", method="meta", seed=0, correct=float(meta[i]), tokens=30.0)]
+            rows += [dict(task=task, framework="MAD", item_id=f"{task}{i}", method="random", seed=s + 1, correct=float(rand[i, s]), tokens=10.0)
+                     for s in range(3)]
+    items = pd.DataFrame(rows)
+    g = paired_gaps(items, [("meta", "random"), ("meta", "ref")])
+    assert len(g) == 6 and g.attrs["n_comparisons"] == 6 and (g["n_items"] == n).all()
+    np.testing.assert_allclose(g["p_adjusted"], adjust_pvalues(g["pvalue"]))            # Holm over the 6, not per cell
+    assert set(g.loc[g["reference"] == "ref", "test"]) == {"mcnemar"}
+    assert set(g.loc[g["reference"] == "random", "test"]) == {"ttest"}                    # seeds averaged per item first
+    a = items[items["task"] == "a"]
+    want = paired_difference(a[a["method"] == "meta"]["correct"].to_numpy(),
+                             a[a["method"] == "random"].groupby("item_id", sort=False)["correct"].mean().to_numpy())
+    r = g[(g["task"] == "a") & (g["reference"] == "random")].iloc[0]
+    assert abs(r["diff"] - want["diff"]) < 1e-12 and abs(r["pvalue"] - want["pvalue"]) < 1e-12
+    assert np.allclose(g["token_change"], 2.0)                                            # meta spends 3x the tokens
+    cap = gaps_caption(g, cell=lambda r: r["task"])
+    for r in g.to_dict("records"):
+        if r["diff_low"] <= 0 <= r["diff_high"]: assert not r["distinguishable"]
+        assert r["distinguishable"] == (r["p_adjusted"] < 0.05 and not r["diff_low"] <= 0 <= r["diff_high"])
+        assert gap_text(r) in cap
+    assert f"({int(g['distinguishable'].sum())} of 6 are)" in cap and "over the table's 6 comparisons" in cap
+    assert 0 < int(g["distinguishable"].sum()) < 6                                        # the case has both verdicts
+    with pytest.raises(ConfigError, match="task"):
+        paired_gaps(items.drop(columns="task"), [("meta", "ref")])
