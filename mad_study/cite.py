@@ -140,6 +140,8 @@ REFS: dict[str, tuple[str, ...]] = {
     "stats.cochran_q": ("cochran1950q",), "stats.omnibus_test": ("cochran1950q",), "stats.tost": ("schuirmann1987tost",),
     "stats.paired_difference": ("efron1979bootstrap", "mcnemar1947"), "stats.compare_methods": ("holm1979", "zhang2025madc"),
     "stats.self_consistency_at_budget": ("wang2023selfconsistency",),
+    "meta_debate.gap_text": ("holm1979",), "meta_debate.paired_gaps": ("efron1979bootstrap", "mcnemar1947", "holm1979"),
+    "meta_debate.gaps_caption": ("holm1979",),
     "umad_train.VLLMLoRAEngine": ("hu2022lora",), "umad_train.train_memory_gb": ("hu2022lora",),
     "metrics.cluster_bootstrap_ci": ("davison1997bootstrap", "efron1979bootstrap", "qiao2026umad", "zhang2025madc"),
     "metrics.clustered_accuracy_ci": ("wilson1927", "davison1997bootstrap"),

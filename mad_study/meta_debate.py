@@ -592,7 +592,7 @@ def gap_text(r: Mapping, correction: str = "holm") -> str:
 
 def gaps_caption(gaps: pd.DataFrame, cell=lambda r: "", name=lambda r: f"{r['method']} vs {r['reference']}") -> str:
     """The caption sentence of a `paired_gaps` table (the kit's statistics standard): items per cell, resampled unit, tests,
-    correction and its number of comparisons, then every gap with its interval and "distinguishable" or "not distinguishable"."""
+    correction and its number of comparisons, then every gap with its interval and "distinguishable" or "not distinguishable". (Holm's correction, as in the table: Meta-Debate Table 2 with the kit's statistics standard)"""
     a = gaps.attrs; lvl = int(round(100 * a.get("level", 0.95))); corr = a.get("correction", "holm")
     parts, by_cell = [], {}
     for r in gaps.to_dict("records"): by_cell.setdefault(cell(r), []).append(r)
