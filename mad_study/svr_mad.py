@@ -30,7 +30,8 @@ __all__ = ['PRIORS', 'SIGNAL_LABELS', 'SVR_OPTIONS', 'PRIOR_SCALES', 'METHODS', 
            'svr_prompts', 'challenge_request', 'run_challenges', 'probe_pairs', 'probe_svr', 'top_ranked_correct',
            'probe_memo', 'prior_on_svr_scale', 'run_svr_mad', 'unanimous', 'evaluate', 'method_table', 'savings',
            'savings_note', 'table1_caption', 'tab1_items', 'tab1_comparison', 'tab1_stats_caption',
-           'check_tab1_caption', 'fig1_table', 'difficulty_group', 'finish_figure', 'ablation_points']
+           'check_tab1_caption', 'fig1_table', 'difficulty_group', 'fig1_comparison', 'finish_figure',
+           'ablation_points']
 
 # %% ../nbs/12_svr_mad.ipynb #65a2defc
 PRIORS = ("min_ll", "ppl", "conf")
@@ -594,6 +595,36 @@ def fig1_table(ev: dict) -> pd.DataFrame:
 def difficulty_group(n_correct: int) -> str:
     "Fig. 1 / Fig. 2 difficulty groups by the number of agents correct before debate."
     return "4+" if n_correct >= 4 else str(int(n_correct))
+
+# %% ../nbs/12_svr_mad.ipynb #cff45c63
+def fig1_comparison(rows: pd.DataFrame, reference: str = "svr", by: str = "panel", correction: str = "holm", level: float = 0.95,
+                    n_resamples: int = 2000, seed: int = 0) -> tuple[pd.DataFrame, str]:
+    """SVR-MAD Fig. 1 (Sec. 3) on hard problems, paired by problem: per `by` panel and signal, the share whose top-ranked agent
+    is correct with a bootstrap interval over problems; `reference` (SVR) minus each prior with interval, test, p adjusted by
+    `correction` over the table, `distinguishable`. `rows`: item_id, signal, top_correct, `by`. Returns (table, caption)."""
+    from mad_study.stats import _boot_mean_ci, paired_difference, adjust_pvalues
+    out = []
+    for panel, g in rows.groupby(by, sort=False):
+        w = g.pivot_table(index="item_id", columns="signal", values="top_correct", aggfunc="mean").dropna()
+        for s in [reference, *(c for c in w.columns if c != reference)]:
+            lo, hi = _boot_mean_ci(w[s].to_numpy(float), level, n_resamples, seed)
+            r = {by: panel, "signal": s, "n_items": len(w), "share": float(w[s].mean()), "share_low": lo, "share_high": hi}
+            if s != reference:
+                d = paired_difference(w[reference].to_numpy(float), w[s].to_numpy(float), level, n_resamples, seed)
+                r.update(diff=d["diff"], diff_low=d["ci_low"], diff_high=d["ci_high"], test=d["test"], pvalue=d["pvalue"])
+            out.append(r)
+    t = pd.DataFrame(out)
+    t["p_adjusted"] = adjust_pvalues(t["pvalue"], correction)
+    ok = t["signal"] != reference
+    t["distinguishable"] = ((t["p_adjusted"] < 1 - level) & ~((t["diff_low"] <= 0) & (t["diff_high"] >= 0))).astype(object).where(ok, None)
+    parts = [f"{r[by]}: {SIGNAL_LABELS.get(reference, reference)} minus {SIGNAL_LABELS.get(r['signal'], r['signal'])} {_sg(100 * r['diff'])} points "
+             f"[{_sg(100 * r['diff_low'])}, {_sg(100 * r['diff_high'])}], {'distinguishable' if r['distinguishable'] else 'not distinguishable'} "
+             f"({r['test']}, p = {r['p_adjusted']:.2g})" for r in t[ok].to_dict("records")]
+    n = ", ".join(f"{p} {k}" for p, k in t.groupby(by, sort=False)["n_items"].first().items())
+    cap = (f"Paired by problem on hard problems (1-2 agents correct before debate; distinct problems per panel: {n}); {int(100 * level)}% "
+           f"intervals from a bootstrap over problems (unadjusted); McNemar for 0/1 values, else paired t; {correction} correction over "
+           f"the table's {int(ok.sum())} comparisons. " + "; ".join(parts) + ".")
+    return t, cap
 
 # %% ../nbs/12_svr_mad.ipynb #7bc3d74c
 FIG2_YLABEL = "hard problems\nanswered correctly"
