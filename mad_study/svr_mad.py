@@ -639,7 +639,8 @@ def finish_figure(fig, title: str, top_in: float = 0.42, title_in: float = 0.30)
 
 # %% ../nbs/12_svr_mad.ipynb #bd1debf6
 def ablation_points(ev: dict, posterior: str, S: int = 2, C: int = 2, quantiles: Sequence[float] = np.arange(0.1, 0.91, 0.1)) -> pd.DataFrame:
-    "SVR-MAD App. B: (tau, C, acceptance rate, mean tokens, accuracy) of Alg. 1 with `posterior` in place of SVR."
+    "SVR-MAD App. B: (tau, C, acceptance rate, mean tokens, accuracy with its 95% Wilson interval over problems, n_items) of Alg. 1 with `posterior` in place of SVR."
+    from mad_study.metrics import wilson_ci
     probes, byid = ev["probes"], ev["items"]
     memo = ev.setdefault("probe_memo", probe_memo(probes))
     if posterior == "svr": grid, prior = [(t, c) for c in (1, 2, 3) for t in (1.0, 0.5, 0.0, -0.5)], "conf"
@@ -650,8 +651,10 @@ def ablation_points(ev: dict, posterior: str, S: int = 2, C: int = 2, quantiles:
     for tau, c in grid:
         res, _ = run_svr_mad(ev["pre"], byid, ev.get("backends"), S=S, C=c, tau=tau, prior=prior, posterior=posterior, probes=memo,
                              **ev.get("svr_opts", {}), **ev.get("gen", {}))
+        lo, hi = wilson_ci(int(res["correct"].sum()), len(res))       # one thread per problem: Wilson over problems
         rows.append({"posterior": posterior, "tau": tau, "C": c, "acceptance": float(res["accepted"].mean()),
-                     "tokens": float(res["tokens"].mean()), "accuracy": float(res["correct"].mean()), "ncomm": float(res["ncomm"].mean())})
+                     "tokens": float(res["tokens"].mean()), "accuracy": float(res["correct"].mean()), "acc_low": lo, "acc_high": hi,
+                     "n_items": int(res["item_id"].nunique()), "ncomm": float(res["ncomm"].mean())})
     return pd.DataFrame(rows)
 
 # %% ../nbs/12_svr_mad.ipynb #04650229

@@ -340,3 +340,15 @@ def test_issue24_pooled_protocol_transcripts_give_each_methods_costs():
         one = debate_costs(tr, protos[n], fmt="option")
         pd.testing.assert_frame_equal(pooled[pooled["method"] == n].reset_index(drop=True), one)
     assert pooled.groupby("method")["ncomm"].max().max() <= 60            # 6 agents x 5 peers x 2 rounds at most
+
+
+def test_issue24_fig3_points_carry_their_accuracy_interval():
+    from mad_study.svr_mad import ablation_points
+    from mad_study.metrics import wilson_ci
+    ev = _evaluate(30, STICKY, S=2)
+    pts = ablation_points(ev, "svr", S=2, C=2)
+    n = len(ev["kept"])
+    assert (pts["n_items"] == n).all() and n > 0
+    for r in pts.to_dict("records"):
+        assert np.allclose((r["acc_low"], r["acc_high"]), wilson_ci(round(r["accuracy"] * n), n))
+        assert r["acc_low"] <= r["accuracy"] <= r["acc_high"]
