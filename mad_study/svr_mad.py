@@ -476,7 +476,7 @@ def table1_caption(notes: Sequence[str], label: str | None, single_gpu_config: s
     "SVR-MAD Table 1's caption; it begins with the study's label (the profile it was made with), if any."
     head = f"{label.split(':')[0]}: " if label else ""
     return (f"SVR-MAD Table 1. {head}savings of SVR-MAD against the most accurate MAD baseline: " + "; ".join(notes) +
-            ". Paper (GPT-OSS-120B and DeepSeek-V3.1, real models): tokens -38..61%, NComm -48..75% at equal or better accuracy."
+            ". The paper claims (GPT-OSS-120B and DeepSeek-V3.1, real models, 267-299 items per setting, no intervals reported): tokens -38..61%, NComm -48..75% at equal or better accuracy."
             + (f" Single-GPU open configuration of the paper profile: {single_gpu_config}." if single_gpu_config else ""))
 
 # %% ../nbs/12_svr_mad.ipynb #c52e391e
