@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .core import ConfigError, GenRequest, Generation, Item, rng_for
+from .core import ConfigError, GenRequest, Generation, Item, rng_for, pool_keys, check_unique_turns
 from .answers import answers_equivalent, merge_equivalent
 from .prompts import PromptSet, get_prompt
 from .debate import FullyConnected, Protocol, RoundContext, run_debate, vote_table, majority_vote
@@ -149,31 +149,36 @@ def run_protocol(items: Sequence[Item], agents, backends: Mapping[str, Any], pro
 def _peers(s) -> list[str]:
     return [p for p in str(s).split(",") if p] if isinstance(s, str) else []
 
-def debate_costs(transcript: pd.DataFrame, protocol: Protocol | None = None, fmt: str | None = None) -> pd.DataFrame:
-    """Per (item, sample): final majority answer, correct, rounds_spoken, NComm (full-response transfers, SVR-MAD Sec. 5),
-    n_answer_msgs (answer-only messages, GroupDebate), tokens (prompt + completion, all rounds)."""
-    inner = getattr(protocol, "inner", protocol)
-    full = getattr(inner, "full_context", None)
-    if not len(transcript): return pd.DataFrame(columns=["item_id", "sample", "answer", "correct", "rounds_spoken", "ncomm", "n_answer_msgs", "tokens"])
-    last = transcript.groupby(["item_id", "sample"])["round"].transform("max") == transcript["round"]
-    votes = {(r["item_id"], r["sample"]): r for r in vote_table(transcript[last], by=("item_id", "sample"), fmt=fmt).to_dict("records")}
-    cols = ["item_id", "sample", "round", "agent", "reused", "visible_peers", "prompt_tokens", "completion_tokens"]
+def debate_costs(transcript: pd.DataFrame, protocol: Protocol | Mapping[str, Protocol] | None = None, fmt: str | None = None) -> pd.DataFrame:
+    """Per condition (`experiment`, `method`: `mad_study.core.pool_keys`), item and sample: final majority answer, correct,
+    rounds_spoken, NComm (full-response transfers, SVR-MAD Sec. 5), n_answer_msgs (answer-only messages, GroupDebate),
+    tokens (prompt + completion, all rounds). Pooled transcripts give each method's own costs; `protocol` may map a
+    `method` value to its protocol. Duplicate turns (two methods sharing a name) raise (`check_unique_turns`)."""
+    cond = pool_keys(transcript)
+    keys = [*cond, "item_id", "sample"]
+    if not len(transcript): return pd.DataFrame(columns=[*keys, "answer", "correct", "rounds_spoken", "ncomm", "n_answer_msgs", "tokens"])
+    check_unique_turns(transcript, what="debate_costs")
+    def full_of(key):
+        p = protocol.get(dict(zip(cond, key)).get("method")) if isinstance(protocol, Mapping) else protocol
+        return getattr(getattr(p, "inner", p), "full_context", None)
+    last = transcript.groupby(keys, dropna=False)["round"].transform("max") == transcript["round"]
+    votes = {tuple(r[k] for k in keys): r for r in vote_table(transcript[last], by=("item_id", "sample"), fmt=fmt).to_dict("records")}
+    cols = list(dict.fromkeys([*keys, "round", "agent", "reused", "visible_peers", "prompt_tokens", "completion_tokens"]))
     acc: dict[tuple, dict] = {}
     for r in transcript[cols].to_dict("records"):
-        key = (r["item_id"], r["sample"])
-        a = acc.setdefault(key, {"names": [], "rows": [], "tokens": 0})
+        a = acc.setdefault(tuple(r[k] for k in keys), {"names": [], "rows": [], "tokens": 0})
         if r["agent"] not in a["names"]: a["names"].append(r["agent"])
         a["tokens"] += int(r["prompt_tokens"] or 0) + int(r["completion_tokens"] or 0)
         if r["round"] > 0 and not bool(r["reused"]): a["rows"].append(r)
     out = []
-    for (iid, k), a in acc.items():
-        ncomm = nans = 0
+    for key, a in acc.items():
+        ncomm = nans = 0; full = full_of(key[:len(cond)]); iid, k = key[-2:]
         for r in a["rows"]:
             for p in _peers(r["visible_peers"]):
                 if full is None or full(iid, k, a["names"], r["agent"], p): ncomm += 1
                 else: nans += 1
-        v = votes[(iid, k)]
-        out.append({"item_id": iid, "sample": k, "answer": v["answer"], "correct": bool(v["correct"]),
+        v = votes[key]
+        out.append({**dict(zip(keys, key)), "answer": v["answer"], "correct": bool(v["correct"]),
                     "rounds_spoken": max((int(r["round"]) for r in a["rows"]), default=0), "ncomm": ncomm, "n_answer_msgs": nans,
                     "tokens": a["tokens"]})
     return pd.DataFrame(out)

@@ -27,7 +27,9 @@ __all__ = ['PRIORS', 'SIGNAL_LABELS', 'SVR_OPTIONS', 'PRIOR_SCALES', 'METHODS', 
            'signal_score', 'comm_budget', 'answer_clusters', 'SVRResult', 'svr_mad_steps', 'fallback_vote', 'svr_mad',
            'svr_prompts', 'challenge_request', 'run_challenges', 'probe_pairs', 'probe_svr', 'top_ranked_correct',
            'probe_memo', 'prior_on_svr_scale', 'run_svr_mad', 'unanimous', 'evaluate', 'method_table', 'savings',
-           'savings_note', 'table1_caption', 'fig1_table', 'difficulty_group', 'finish_figure', 'ablation_points']
+           'savings_note', 'table1_caption', 'tab1_items', 'tab1_comparison', 'tab1_stats_caption',
+           'check_tab1_caption', 'fig1_table', 'difficulty_group', 'fig1_comparison', 'finish_figure',
+           'ablation_points']
 
 # %% ../nbs/12_svr_mad.ipynb #65a2defc
 PRIORS = ("min_ll", "ppl", "conf")
@@ -456,19 +458,124 @@ def _pct(x: float) -> str:
     v = -round(float(x))
     return f"{v:+d}%" if v else "0%"
 
-def savings_note(setting: str, sv: Mapping, sid_rate: float | None = None) -> str:
-    "One setting's part of Table 1's caption (SVR-MAD Sec. 5.1): savings against the most accurate MAD baseline."
+def savings_note(setting: str, sv: Mapping, sid_rate: float | None = None, stats: Mapping | None = None) -> str:
+    """One setting's part of Table 1's caption (SVR-MAD Sec. 5.1): savings against the most accurate MAD baseline; with
+    `stats` (that baseline's `tab1_comparison` row) the accuracy gap and token change carry their interval and verdict."""
     if not sv: return f"{setting}: no MAD baseline run"
     sid = "" if _isnull(sid_rate) else f" (SID-ET skip rate {sid_rate:.0%} by Alg. 2)"
-    return (f"{setting}: vs {sv['reference']}: tokens {_pct(sv['tokens_saving_pct'])}, NComm {_pct(sv['ncomm_saving_pct'])}, "
-            f"accuracy {sv['acc_diff_points']:+.1f} points{sid}")
+    if stats is None:
+        return (f"{setting}: vs {sv['reference']}: tokens {_pct(sv['tokens_saving_pct'])}, NComm {_pct(sv['ncomm_saving_pct'])}, "
+                f"accuracy {sv['acc_diff_points']:+.1f} points{sid}")
+    g = _gap(stats).split("; tokens ")
+    tok = f"tokens {g[1]}" if len(g) > 1 else f"tokens {_pct(sv['tokens_saving_pct'])}"
+    return f"{setting}: vs {sv['reference']}: {tok}, NComm {_pct(sv['ncomm_saving_pct'])}, {g[0]}{sid}"
 
 def table1_caption(notes: Sequence[str], label: str | None, single_gpu_config: str = "") -> str:
     "SVR-MAD Table 1's caption; it begins with the study's label (the profile it was made with), if any."
     head = f"{label.split(':')[0]}: " if label else ""
     return (f"SVR-MAD Table 1. {head}savings of SVR-MAD against the most accurate MAD baseline: " + "; ".join(notes) +
-            ". Paper (GPT-OSS-120B and DeepSeek-V3.1, real models): tokens -38..61%, NComm -48..75% at equal or better accuracy."
+            ". The paper claims (GPT-OSS-120B and DeepSeek-V3.1, real models, 267-299 items per setting, no intervals reported): tokens -38..61%, NComm -48..75% at equal or better accuracy."
             + (f" Single-GPU open configuration of the paper profile: {single_gpu_config}." if single_gpu_config else ""))
+
+# %% ../nbs/12_svr_mad.ipynb #c52e391e
+def tab1_items(ev: dict, methods: Sequence[str] = METHODS) -> pd.DataFrame:
+    """SVR-MAD Table 1's per-item results of one `evaluate` (Sec. 5: every method on the same kept problems): item_id,
+    sample, method (its Table 1 label), correct (0/1), answer, tokens, ncomm; the rows `method_table` averages."""
+    parts = []
+    for m in methods:
+        c = ev["costs"].get(m)
+        if c is None or not len(c): continue
+        parts.append(pd.DataFrame({"item_id": c["item_id"].to_numpy(), "sample": c["sample"].to_numpy(), "method": METHOD_LABELS[m],
+                                   "correct": c["correct"].astype(float).to_numpy(),
+                                   "answer": c["answer"].to_numpy(dtype=object) if "answer" in c else None,
+                                   "tokens": c["tokens"].astype(float).to_numpy(), "ncomm": c["ncomm"].astype(float).to_numpy()}))
+    cols = ["item_id", "sample", "method", "correct", "answer", "tokens", "ncomm"]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
+
+# %% ../nbs/12_svr_mad.ipynb #16fdcf78
+def _tab1_rows(sub: pd.DataFrame, reference: str, level: float, n_resamples: int, seed: int) -> tuple[list[dict], dict]:
+    "One setting's rows of `tab1_comparison` (raw p-values) and its omnibus test."
+    from mad_study.stats import compare_methods, item_means, paired_difference, _token_change
+    tab, _ = compare_methods(sub, reference, level=level, n_resamples=n_resamples, seed=seed, correction="none")
+    common = item_means(sub)[tab["method"].tolist()].dropna().index
+    tok = item_means(sub, "tokens").reindex(index=common, columns=tab["method"].tolist())
+    rows = []
+    for r in tab.to_dict("records"):
+        row = {"method": r["method"], "n_items": int(r["n_items"]), "accuracy": r["accuracy"], "acc_low": r["acc_low"], "acc_high": r["acc_high"]}
+        if r["method"] != reference:
+            a, b = tok[reference].to_numpy(float), tok[r["method"]].to_numpy(float)
+            c, lo, hi = _token_change(a, b, level, n_resamples, seed)
+            row.update(acc_gap=-r["diff"], acc_gap_low=-r["diff_high"], acc_gap_high=-r["diff_low"], acc_test=r["test"], acc_p=r["pvalue"],
+                       token_change=c, token_change_low=lo, token_change_high=hi,
+                       tok_p=paired_difference(a, b, level, 10, seed, test="ttest")["pvalue"])
+        rows.append(row)
+    return rows, tab.attrs["omnibus"]
+
+# %% ../nbs/12_svr_mad.ipynb #cfdbbae4
+def tab1_comparison(items: pd.DataFrame, reference: str = "SVR-MAD", by: Sequence[str] = ("model", "dataset"),
+                    correction: str = "holm", level: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """SVR-MAD Table 1 (Sec. 5.1) with its statistics: per setting (`by`) and method, accuracy + interval; vs `reference`:
+    accuracy gap reference - method (bootstrap over items, McNemar), reference's relative token change (bootstrap, paired t),
+    p-values adjusted by `correction` over the whole table (accuracy and tokens separately), `*_distinguishable`
+    (adjusted p < 1 - level and interval excluding 0). attrs: reference, correction, level, omnibus per setting."""
+    from mad_study.stats import adjust_pvalues
+    by = [c for c in by if c in items.columns]
+    groups = items.groupby(by, sort=False) if by else [((), items)]
+    rows, omni = [], {}
+    for key, sub in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        r, omni[" / ".join(map(str, key))] = _tab1_rows(sub, reference, level, n_resamples, seed)
+        rows += [{**dict(zip(by, key)), **x} for x in r]
+    out = pd.DataFrame(rows)
+    base = out["method"] != reference
+    for k, lo, hi in (("acc", "acc_gap_low", "acc_gap_high"), ("tok", "token_change_low", "token_change_high")):
+        if f"{k}_p" not in out: out[f"{k}_p"] = np.nan
+        out[f"{k}_p_adj"] = adjust_pvalues(out[f"{k}_p"], correction)
+        dist = (out[f"{k}_p_adj"] < 1 - level) & ~((out.get(lo, np.nan) <= 0) & (out.get(hi, np.nan) >= 0))
+        out[f"{k}_distinguishable"] = dist.astype(object).where(base, None)
+    out.attrs.update(reference=reference, correction=correction, level=level, by=by, omnibus=omni)
+    return out
+
+# %% ../nbs/12_svr_mad.ipynb #b9be5a92
+def _sg(x: float, nd: int = 1) -> str:
+    "Signed number with `nd` decimals, a rounded zero as +0 (never -0.0)."
+    s = f"{x:+.{nd}f}"
+    return "+" + s[1:] if float(s) == 0 else s
+
+def _gap(r: Mapping) -> str:
+    "One comparison of `tab1_comparison` in words: accuracy gap and token change with intervals and verdicts."
+    acc = (f"accuracy {_sg(100 * r['acc_gap'])} points [{_sg(100 * r['acc_gap_low'])}, {_sg(100 * r['acc_gap_high'])}], "
+           f"{'distinguishable' if r['acc_distinguishable'] else 'not distinguishable'} ({r['acc_test']}, p = {r['acc_p_adj']:.2g})")
+    if _isnull(r.get("token_change")): return acc
+    return (acc + f"; tokens {_sg(100 * r['token_change'], 0)}% [{_sg(100 * r['token_change_low'], 0)}, {_sg(100 * r['token_change_high'], 0)}], "
+            f"{'distinguishable' if r['tok_distinguishable'] else 'not distinguishable'} (paired t, p = {r['tok_p_adj']:.2g})")
+
+def tab1_stats_caption(cmp: pd.DataFrame) -> str:
+    """The statistics sentence of SVR-MAD Table 1's caption (DESIGN "Statistics"): items per setting, resampled unit, tests,
+    correction, omnibus, and SVR-MAD's accuracy gap and token change vs each baseline, "not distinguishable" where so."""
+    a = cmp.attrs; ref = a["reference"]; by = a.get("by", []); lvl = int(round(100 * a.get("level", 0.95)))
+    setting = lambda r: " / ".join(str(r[c]) for c in by) or "all"
+    first = cmp[cmp["method"] == ref]
+    n = ", ".join(f"{setting(r)} {int(r['n_items'])}" for r in first.to_dict("records"))
+    k = int((cmp["method"] != ref).sum())
+    om = "; ".join(f"{s} {o.get('test')} p = {o.get('pvalue', math.nan):.2g}" for s, o in a.get("omnibus", {}).items())
+    head = (f"Statistics ({ref} minus each baseline, paired by item; distinct items per setting: {n}; {lvl}% intervals from a "
+            f"bootstrap over items, accuracy intervals Wilson, all unadjusted; verdicts from the adjusted p; accuracy: exact McNemar; tokens: {ref}'s relative change, paired t "
+            f"over items; {a['correction']} correction over the table's {k} accuracy and, separately, {k} token comparisons; "
+            f"omnibus: {om}; no equivalence margin, so not distinguishable is not equal)")
+    parts = [f"{setting(r)} vs {r['method']}: {_gap(r)}" for r in cmp[cmp["method"] != ref].to_dict("records")]
+    return head + ". " + "; ".join(parts) + "."
+
+# %% ../nbs/12_svr_mad.ipynb #485df6e9
+def check_tab1_caption(cmp: pd.DataFrame, caption: str) -> None:
+    """Raise AssertionError unless every comparison of `tab1_comparison` is in `caption` (from `tab1_stats_caption`) with
+    the table's verdict, and no gap whose interval holds 0 is distinguishable (SVR-MAD Table 1, DESIGN "Statistics")."""
+    ref, by = cmp.attrs["reference"], cmp.attrs.get("by", [])
+    for r in cmp[cmp["method"] != ref].to_dict("records"):
+        for k, lo, hi in (("acc", "acc_gap_low", "acc_gap_high"), ("tok", "token_change_low", "token_change_high")):
+            if r[lo] <= 0 <= r[hi]: assert not r[f"{k}_distinguishable"], (r["method"], k, r[lo], r[hi])
+        s = f"{' / '.join(str(r[c]) for c in by) or 'all'} vs {r['method']}: {_gap(r)}"
+        assert s in caption, s
 
 # %% ../nbs/12_svr_mad.ipynb #b7b15137
 def fig1_table(ev: dict) -> pd.DataFrame:
@@ -487,6 +594,36 @@ def difficulty_group(n_correct: int) -> str:
     "Fig. 1 / Fig. 2 difficulty groups by the number of agents correct before debate."
     return "4+" if n_correct >= 4 else str(int(n_correct))
 
+# %% ../nbs/12_svr_mad.ipynb #cff45c63
+def fig1_comparison(rows: pd.DataFrame, reference: str = "svr", by: str = "panel", correction: str = "holm", level: float = 0.95,
+                    n_resamples: int = 2000, seed: int = 0) -> tuple[pd.DataFrame, str]:
+    """SVR-MAD Fig. 1 (Sec. 3) on hard problems, paired by problem: per `by` panel and signal, the share whose top-ranked agent
+    is correct with a bootstrap interval over problems; `reference` (SVR) minus each prior with interval, test, p adjusted by
+    `correction` over the table, `distinguishable`. `rows`: item_id, signal, top_correct, `by`. Returns (table, caption)."""
+    from mad_study.stats import _boot_mean_ci, paired_difference, adjust_pvalues
+    out = []
+    for panel, g in rows.groupby(by, sort=False):
+        w = g.pivot_table(index="item_id", columns="signal", values="top_correct", aggfunc="mean").dropna()
+        for s in [reference, *(c for c in w.columns if c != reference)]:
+            lo, hi = _boot_mean_ci(w[s].to_numpy(float), level, n_resamples, seed)
+            r = {by: panel, "signal": s, "n_items": len(w), "share": float(w[s].mean()), "share_low": lo, "share_high": hi}
+            if s != reference:
+                d = paired_difference(w[reference].to_numpy(float), w[s].to_numpy(float), level, n_resamples, seed)
+                r.update(diff=d["diff"], diff_low=d["ci_low"], diff_high=d["ci_high"], test=d["test"], pvalue=d["pvalue"])
+            out.append(r)
+    t = pd.DataFrame(out)
+    t["p_adjusted"] = adjust_pvalues(t["pvalue"], correction)
+    ok = t["signal"] != reference
+    t["distinguishable"] = ((t["p_adjusted"] < 1 - level) & ~((t["diff_low"] <= 0) & (t["diff_high"] >= 0))).astype(object).where(ok, None)
+    parts = [f"{r[by]}: {SIGNAL_LABELS.get(reference, reference)} minus {SIGNAL_LABELS.get(r['signal'], r['signal'])} {_sg(100 * r['diff'])} points "
+             f"[{_sg(100 * r['diff_low'])}, {_sg(100 * r['diff_high'])}], {'distinguishable' if r['distinguishable'] else 'not distinguishable'} "
+             f"({r['test']}, p = {r['p_adjusted']:.2g})" for r in t[ok].to_dict("records")]
+    n = ", ".join(f"{p} {k}" for p, k in t.groupby(by, sort=False)["n_items"].first().items())
+    cap = (f"Paired by problem on hard problems (1-2 agents correct before debate; distinct problems per panel: {n}); {int(100 * level)}% "
+           f"intervals from a bootstrap over problems (unadjusted); McNemar for 0/1 values, else paired t; {correction} correction over "
+           f"the table's {int(ok.sum())} comparisons. " + "; ".join(parts) + ".")
+    return t, cap
+
 # %% ../nbs/12_svr_mad.ipynb #7bc3d74c
 FIG2_YLABEL = "hard problems\nanswered correctly"
 
@@ -500,7 +637,8 @@ def finish_figure(fig, title: str, top_in: float = 0.42, title_in: float = 0.30)
 
 # %% ../nbs/12_svr_mad.ipynb #bd1debf6
 def ablation_points(ev: dict, posterior: str, S: int = 2, C: int = 2, quantiles: Sequence[float] = np.arange(0.1, 0.91, 0.1)) -> pd.DataFrame:
-    "SVR-MAD App. B: (tau, C, acceptance rate, mean tokens, accuracy) of Alg. 1 with `posterior` in place of SVR."
+    "SVR-MAD App. B: (tau, C, acceptance rate, mean tokens, accuracy with its 95% Wilson interval over problems, n_items) of Alg. 1 with `posterior` in place of SVR."
+    from mad_study.metrics import wilson_ci
     probes, byid = ev["probes"], ev["items"]
     memo = ev.setdefault("probe_memo", probe_memo(probes))
     if posterior == "svr": grid, prior = [(t, c) for c in (1, 2, 3) for t in (1.0, 0.5, 0.0, -0.5)], "conf"
@@ -511,8 +649,10 @@ def ablation_points(ev: dict, posterior: str, S: int = 2, C: int = 2, quantiles:
     for tau, c in grid:
         res, _ = run_svr_mad(ev["pre"], byid, ev.get("backends"), S=S, C=c, tau=tau, prior=prior, posterior=posterior, probes=memo,
                              **ev.get("svr_opts", {}), **ev.get("gen", {}))
+        lo, hi = wilson_ci(int(res["correct"].sum()), len(res))       # one thread per problem: Wilson over problems
         rows.append({"posterior": posterior, "tau": tau, "C": c, "acceptance": float(res["accepted"].mean()),
-                     "tokens": float(res["tokens"].mean()), "accuracy": float(res["correct"].mean()), "ncomm": float(res["ncomm"].mean())})
+                     "tokens": float(res["tokens"].mean()), "accuracy": float(res["correct"].mean()), "acc_low": lo, "acc_high": hi,
+                     "n_items": int(res["item_id"].nunique()), "ncomm": float(res["ncomm"].mean())})
     return pd.DataFrame(rows)
 
 # %% ../nbs/12_svr_mad.ipynb #04650229

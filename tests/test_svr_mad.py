@@ -302,3 +302,53 @@ def test_issue21_fig1_layout_has_no_blank_band_under_its_title():
     title = fig._suptitle.get_window_extent(rd)
     assert 0 <= (title.y0 - max(ax.get_tightbbox(rd).y1 for ax in axes[0])) / fig.dpi < 0.25
     plt.close(fig)
+
+
+# ---- issue 24: Table 1's statistics and its per-item results --------------------------------------------------------
+def test_issue24_tab1_caption_follows_the_table_and_items_recompute_it():
+    from mad_study.svr_mad import tab1_items, tab1_comparison, tab1_stats_caption, check_tab1_caption
+    ev = _evaluate(60, STICKY, S=2, baselines=("mad", "groupdebate", "s2mad"))
+    tab = method_table(ev).set_index("method")
+    items = tab1_items(ev)
+    # the per-item file recomputes the table's accuracy, tokens and NComm
+    per = items.groupby("method").agg(acc=("correct", "mean"), tok=("tokens", "mean"), ncomm=("ncomm", "mean"))
+    assert np.allclose(100 * per.loc[tab.index, "acc"], tab["Acc (%)"]) and np.allclose(per.loc[tab.index, "tok"] / 1e3, tab["Tok (x10^3)"])
+    assert np.allclose(per.loc[tab.index, "ncomm"], tab["NComm"])
+    cmp = tab1_comparison(items.assign(model="m", dataset="d"), n_resamples=500)
+    cap = tab1_stats_caption(cmp)
+    check_tab1_caption(cmp, cap)
+    base = cmp[cmp["method"] != "SVR-MAD"]
+    assert len(base) == 4 and f"distinct items per setting: m / d {len(set(items['item_id']))}" in cap
+    for r in base.to_dict("records"):
+        holds0 = r["acc_gap_low"] <= 0 <= r["acc_gap_high"]
+        assert not (holds0 and r["acc_distinguishable"])
+        word = "distinguishable" if r["acc_distinguishable"] else "not distinguishable"
+        assert f"m / d vs {r['method']}: accuracy" in cap and f"], {word} (mcnemar" in cap.split(f"m / d vs {r['method']}: ")[1].split(";")[0]
+        assert np.isclose(r["acc_gap"], tab.loc["SVR-MAD", "Acc (%)"] / 100 - tab.loc[r["method"], "Acc (%)"] / 100)
+        assert np.isclose(r["token_change"], tab.loc["SVR-MAD", "Tok (x10^3)"] / tab.loc[r["method"], "Tok (x10^3)"] - 1)
+
+
+def test_issue24_pooled_protocol_transcripts_give_each_methods_costs():
+    from mad_study.protocols import GroupDebate, S2MAD, EarlyStop, run_protocol, debate_costs
+    from mad_study.debate import FullyConnected
+    b = SimBackend("sim-svr-test", **STICKY)
+    protos = {"fully_connected": EarlyStop(FullyConnected(), 5), "s2mad": EarlyStop(S2MAD(), 5), "groupdebate_3-3": GroupDebate((3, 3))}
+    alone = {n: run_protocol(_items(12), make_agents(["sim-svr-test"] * 6), {"sim-svr-test": b}, p, debate_rounds=2, progress=False)
+             for n, p in protos.items()}
+    pooled = debate_costs(pd.concat(alone.values(), ignore_index=True), protos, fmt="option")
+    for n, tr in alone.items():
+        one = debate_costs(tr, protos[n], fmt="option")
+        pd.testing.assert_frame_equal(pooled[pooled["method"] == n].reset_index(drop=True), one)
+    assert pooled.groupby("method")["ncomm"].max().max() <= 60            # 6 agents x 5 peers x 2 rounds at most
+
+
+def test_issue24_fig3_points_carry_their_accuracy_interval():
+    from mad_study.svr_mad import ablation_points
+    from mad_study.metrics import wilson_ci
+    ev = _evaluate(30, STICKY, S=2)
+    pts = ablation_points(ev, "svr", S=2, C=2)
+    n = len(ev["kept"])
+    assert (pts["n_items"] == n).all() and n > 0
+    for r in pts.to_dict("records"):
+        assert np.allclose((r["acc_low"], r["acc_high"]), wilson_ci(round(r["accuracy"] * n), n))
+        assert r["acc_low"] <= r["accuracy"] <= r["acc_high"]
