@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import importlib.metadata
 import json
 import os
@@ -169,6 +170,7 @@ class Study:
                 "models": {m: getattr(b, "backend_id", None) for m, b in self._backends.items()},
                 **({"serving": serving} if (serving := {m: getattr(b, "inner", b).provenance() for m, b in self._backends.items()
                                                         if hasattr(getattr(b, "inner", b), "provenance")}) else {}),
+                "sandbox": _sandbox_mode(),        # where model-written programs run (DMAD's / Meta-Debate's program of thought)
                 "items": self.item_ids, "transcripts": self.transcripts, "cache": stats, "started": self.started,
                 "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 
@@ -179,6 +181,12 @@ class Study:
     def save_table(self, df: pd.DataFrame, artefact: str, **kw) -> list[Path]:
         "`save_table` with this study's paper and provenance."
         return save_table(df, artefact, paper=self.paper, study=self, **kw)
+
+@functools.lru_cache(maxsize=None)
+def _sandbox_mode() -> str:
+    "The sandbox that would run a program of thought in this process: 'bwrap' (OS isolation) or 'unavailable' (04d_sandbox)."
+    from mad_study.sandbox import sandbox_provenance
+    return sandbox_provenance()["sandbox"]
 
 def _jsonable(x):
     if isinstance(x, Mapping): return {str(k): _jsonable(v) for k, v in x.items()}
