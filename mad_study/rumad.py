@@ -768,7 +768,8 @@ def families_caption(table: pd.DataFrame, highlight: Sequence[str] = (), unit: s
     ns = sorted(set(cmp["n_items"].astype(int)))
     head = (f"Paired by item ({'/'.join(map(str, ns))} distinct {unit} per {', '.join(by) or 'table'}); {lvl}% intervals from a "
             f"bootstrap over {unit} (answers of an item averaged first); McNemar (exact) for one 0/1 answer per item, else paired t; "
-            f"{a.get('correction')} correction over the table's {a.get('n_comparisons', len(cmp))} accuracy comparisons")
+            f"{a.get('correction')} correction over the table's {a.get('n_comparisons', len(cmp))} accuracy comparisons "
+            f"('distinguishable' follows the adjusted test; the intervals are not adjusted)")
     parts = []
     for r in cmp[cmp["method"].isin(highlight)].to_dict("records"):
         g = ", ".join(str(r[b]) for b in by)
