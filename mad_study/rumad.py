@@ -35,7 +35,7 @@ __all__ = ['TIERS', 'DELTA', 'ACTIVATION_ATOL', 'DISTS', 'INITS', 'DENSE_LOGIT',
            'round_outcomes', 'episodes', 'RumadConfig', 'rollout_episodes', 'train_controller', 'one_thread',
            'evaluate_controller', 'save_controller', 'load_controller', 'ForcedDense', 'ShuffledObservation',
            'AgreementGate', 'rumad_agents', 'rumad_prompt', 'training_meta', 'checkpoint_mismatch', 'rumad_checkpoint',
-           'plan_rumad']
+           'plan_rumad', 'compare_families', 'families_caption']
 
 # %% ../nbs/13_rumad.ipynb #1859985e
 class Embedder(_TypingProtocol):
@@ -723,3 +723,65 @@ def plan_rumad(p: Mapping) -> dict:
         for key, v in _debates_cost(d, k, R, mnt).items(): t[key] += v
     return {**out, "training_runs": len(runs), "training_updates": len(runs) * int(tr_cfg.updates),
             "training_generations": t["generations"], "training_tokens": t["prompt_tokens"] + t["completion_tokens"]}
+
+# %% ../nbs/13_rumad.ipynb #4cd5a6a6
+from .stats import adjust_pvalues, compare_methods   # the kit's statistics (nbs/05b_stats)
+
+def compare_families(results: pd.DataFrame, families: Mapping[str, Sequence[str]], by: str | Sequence[str] = "task",
+                     correction: str = "holm", level: float = 0.95, seed: int = 0) -> pd.DataFrame:
+    """RUMAD Tables 2-4 (Sec. 4.2-4.4) with the kit's statistics standard: per group of `by`, each method of
+    `families[reference]` against its `reference` (`compare_methods`, paired by item), then `correction` (Holm) over every
+    accuracy comparison of the table. Returns one row per (group, method) with the reference, accuracy interval, paired
+    difference and interval, test, raw and adjusted p, `distinguishable`, and the relative token change with its interval."""
+    by = [by] if isinstance(by, str) else list(by)
+    miss = [c for c in [*by, "item_id", "method", "correct"] if c not in results]
+    if miss: raise ConfigError("results lack a column", key="results", value=miss[0])
+    parts = []
+    for key, g in results.groupby(by, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        for ref, meths in families.items():
+            meths = [m for m in meths if m in set(g["method"])]
+            if ref not in set(g["method"]) or not meths: continue
+            t, _ = compare_methods(g, ref, meths, correction="none", level=level, seed=seed)
+            parts.append(t.assign(reference=ref, **dict(zip(by, key))))
+    if not parts: raise ConfigError("no family found in the results", key="families", value=list(families))
+    out = pd.concat(parts, ignore_index=True)
+    out = out[~((out["method"] == out["reference"]) & out.duplicated(by + ["method"]))].reset_index(drop=True)
+    out["p_raw"] = out["pvalue"]; out["p_adjusted"] = adjust_pvalues(out["pvalue"], correction)
+    cmp = out["method"] != out["reference"]
+    out["distinguishable"] = (out["p_adjusted"] < 1 - level).astype(object).where(cmp, None)
+    if "token_change" in out:
+        out["tokens_distinguishable"] = ((out["token_change_low"] > 0) | (out["token_change_high"] < 0)).astype(object).where(cmp, None)
+    out.attrs.update(by=by, correction=correction, level=level, n_comparisons=int(cmp.sum()))
+    return out[by + ["reference"] + [c for c in out if c not in by + ["reference"]]]
+
+
+# %% ../nbs/13_rumad.ipynb #73090282
+def families_caption(table: pd.DataFrame, highlight: Sequence[str] = (), unit: str = "items") -> str:
+    """The caption sentence of a `compare_families` table (RUMAD Tables 2-4, the kit's caption standard): distinct items per
+    group, resampled unit, tests, the correction over the table's comparisons; each `highlight`ed method's gap vs its
+    reference with interval, test, adjusted p and its token change; how many other comparisons are distinguishable."""
+    a = table.attrs; by = a.get("by", []); lvl = int(round(100 * a.get("level", 0.95)))
+    cmp = table[table["method"] != table["reference"]]
+    ns = sorted(set(cmp["n_items"].astype(int)))
+    head = (f"Paired by item ({'/'.join(map(str, ns))} distinct {unit} per {', '.join(by) or 'table'}); {lvl}% intervals from a "
+            f"bootstrap over {unit} (answers of an item averaged first); McNemar (exact) for one 0/1 answer per item, else paired t; "
+            f"{a.get('correction')} correction over the table's {a.get('n_comparisons', len(cmp))} accuracy comparisons "
+            f"('distinguishable' follows the adjusted test; the intervals are not adjusted)")
+    parts = []
+    for r in cmp[cmp["method"].isin(highlight)].to_dict("records"):
+        g = ", ".join(str(r[b]) for b in by)
+        s = (f"{g}: {r['method']} vs {r['reference']} {100 * r['diff']:+.1f} points [{100 * r['diff_low']:+.1f}, {100 * r['diff_high']:+.1f}], "
+             f"{'distinguishable' if r['distinguishable'] else 'not distinguishable'} ({r['test']}, adjusted p = {r['p_adjusted']:.2g})")
+        if not pd.isna(r.get("token_change", math.nan)):
+            s += (f", tokens {100 * r['token_change']:+.0f}% [{100 * r['token_change_low']:+.0f}, {100 * r['token_change_high']:+.0f}]"
+                  f" ({'distinguishable' if r['tokens_distinguishable'] else 'not distinguishable'})")
+        parts.append(s)
+    rest = cmp[~cmp["method"].isin(highlight)]
+    dist = rest[rest["distinguishable"].astype(bool)]
+    tail = (f"Other comparisons: {len(dist)} of {len(rest)} accuracy differences distinguishable"
+            + (" (" + "; ".join(f"{', '.join(str(r[b]) for b in by)}: {r['method']} vs {r['reference']} {100 * r['diff']:+.1f} "
+                                f"[{100 * r['diff_low']:+.1f}, {100 * r['diff_high']:+.1f}]" for r in dist.to_dict("records")) + ")" if len(dist) else "")
+            + "; intervals in the diff_* columns; per-item results beside the table." if len(rest) else "")
+    return (head + ". " + ("; ".join(parts) + ". " if parts else "") + tail).strip()
+

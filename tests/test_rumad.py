@@ -3,6 +3,7 @@ import functools
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -88,6 +89,7 @@ from mad_study.backends import make_backend
 from mad_study.data import load_items
 from mad_study.debate import FullyConnected, run_debate
 from mad_study.protocols import debate_costs
+from mad_study.stats import compare_methods
 from mad_study.reproduce import experiments, load_profile, merge_params
 
 CKPT = Path(__file__).resolve().parents[1] / "checkpoints" / "rumad_sim_B12.pt"
@@ -101,12 +103,17 @@ def _sim_setup(off: bool = False):
     return {m: make_backend(m, sim_agents=sa) for m in MODELS}, sa
 
 
-def _run(items, protocol, backends):
+def _run_costs(items, protocol, backends):
+    "Per-item final-majority correctness and tokens (`debate_costs`) of one debate run."
     kw = dict(debate_rounds=5, temperature=1.0, max_new_tokens=512, seed=0, progress=False)
     with R.one_thread():
         tr = run_debate(items, R.rumad_agents(MODELS, 6), backends, protocol=protocol,
                         prompt=R.rumad_prompt("rumad", items[0].fmt), **kw)
-    c = debate_costs(tr)
+    return debate_costs(tr)
+
+
+def _run(items, protocol, backends):
+    c = _run_costs(items, protocol, backends)
     return c["correct"].mean(), c["tokens"].mean()
 
 
@@ -125,48 +132,65 @@ def _items90():
 
 
 @functools.lru_cache(maxsize=None)
-def _mad90(off: bool = False):
-    "Fully connected MAD on the 90 items: (accuracy, tokens per item), run once for the tests that compare against it."
+def _mad90_costs(off: bool = False):
+    "Fully connected MAD on the 90 items, per item, run once for the tests that compare against it."
     backends, _ = _sim_setup(off)
-    return _run(_items90(), FullyConnected(), backends)
+    return _run_costs(_items90(), FullyConnected(), backends)
 
 
-def test_sim_controller_saves_tokens_at_equal_or_better_accuracy():
-    # the sim profile's agents derail on long prompts (context_decay 0.15, calibrated on MAD vs S-MAD star only, as
-    # RUMAD's Table 2 shows for dense MAD): the trained B = 12 controller is at least as accurate as MAD, far cheaper
+def _mad90(off: bool = False):
+    "Fully connected MAD on the 90 items: (accuracy, tokens per item)."
+    c = _mad90_costs(off)
+    return c["correct"].mean(), c["tokens"].mean()
+
+
+def _paired_vs_mad(costs, off: bool = False) -> dict:
+    "`compare_methods` of one run's per-item costs against MAD's on the same 90 items (paired by item, the kit's standard)."
+    res = pd.concat([_mad90_costs(off).assign(method="MAD"), costs.assign(method="X")], ignore_index=True)
+    t, cap = compare_methods(res, "MAD", ["X"])
+    return {**t.set_index("method").loc["X"].to_dict(), "caption": cap}
+
+
+def test_sim_controller_saves_tokens_without_a_resolvable_accuracy_loss():
+    # the sim profile's agents derail on long prompts (context_decay calibrated on MAD vs S-MAD star only, as RUMAD's
+    # Table 2 shows for dense MAD): the trained B = 12 controller is far cheaper than MAD (the paired token change's
+    # interval is below -40%), and 90 items resolve no accuracy loss against MAD (no "at least as accurate" point claim:
+    # the gap is within item noise either way, and a tie-break change moved it from +4.4 to -5.6 points)
     backends, _ = _sim_setup(); pol, cfg = _controller()
-    acc_mad, tok_mad = _mad90()
-    acc_r, tok_r = _run(_items90(), R.RumadController(pol, R.SimEmbedder(), cfg.lam), backends)
-    print(f"MAD {acc_mad:.3f} {tok_mad:.0f} | RUMAD {acc_r:.3f} {tok_r:.0f} ({100 * R.cost_saving(tok_r, tok_mad):+.1f}%)")
-    # measured (issue 23 controllers): MAD 67.8% at 63.1k tokens per item, RUMAD B=12 72.2% at 6.5k (-89.6%)
-    assert acc_r >= acc_mad
-    assert R.cost_saving(tok_r, tok_mad) < -0.40          # at least 40% fewer tokens
+    r = _paired_vs_mad(_run_costs(_items90(), R.RumadController(pol, R.SimEmbedder(), cfg.lam), backends))
+    print(r["caption"])
+    # measured (issue 24 tie-breaks): MAD 72.2% at 63.1k tokens per item, RUMAD B=12 66.7% at 6.5k (-90% [-90, -90]),
+    # -5.6 points [-18.9, +7.8] (McNemar p = 0.51); before issue 24: MAD 67.8%, RUMAD 72.2%
+    assert r["n_items"] == 90
+    assert r["token_change_high"] < -0.40                  # at least 40% fewer tokens, resolved by the 90 items
+    assert not (r["distinguishable"] and r["diff"] < 0)    # no accuracy loss the 90 items can resolve
+    assert r["distinguishable"] == (r["p_adjusted"] < 0.05)
 
 
 def test_without_derailment_the_accuracy_edge_vanishes():
     # the control: the same agents without context_decay, a controller trained the same way on them; it still saves
-    # tokens, but it is now LESS accurate than MAD (silenced agents keep their round-0 answers, and re-answering helps)
+    # tokens (resolved), and its point accuracy is now below MAD's (silenced agents keep their round-0 answers, and
+    # re-answering helps); the assertion is on the point estimate: whether 90 items resolve the gap is printed
     backends, _ = _sim_setup(off=True); pol, cfg = _controller("nodecay", off=True)
-    acc_mad, tok_mad = _mad90(off=True)
-    acc_r, tok_r = _run(_items90(), R.RumadController(pol, R.SimEmbedder(), cfg.lam), backends)
-    print(f"no derailment: MAD {acc_mad:.3f} {tok_mad:.0f} | RUMAD {acc_r:.3f} {tok_r:.0f} ({100 * R.cost_saving(tok_r, tok_mad):+.1f}%)")
-    # measured: MAD 90.0% at 63.0k tokens per item, RUMAD B=12 80.0% at 20.3k (-68%)
-    assert acc_r < acc_mad and R.cost_saving(tok_r, tok_mad) < -0.40
+    r = _paired_vs_mad(_run_costs(_items90(), R.RumadController(pol, R.SimEmbedder(), cfg.lam), backends), off=True)
+    print("no derailment:", r["caption"])
+    # measured: MAD 90.0% at 63.0k tokens per item, RUMAD B=12 80.0% at 20.3k (-68% [-68, -68]); -10.0 points
+    # [-20.0, -1.1], McNemar p = 0.064: the 90 items do not resolve it
+    assert r["diff"] < 0 and r["token_change_high"] < -0.40
 
 
 def test_link_pruning_alone_keeps_mad_accuracy():
-    # the ablation without agent activation (Eq. 5 hides links, no agent is silenced by Eq. 4): MAD's accuracy or
-    # better at a lower cost. On the derailing agents it is the most accurate variant (shorter prompts, and every agent
-    # re-answers), unlike the paper's Table 3, where removing activation costs accuracy
+    # the ablation without agent activation (Eq. 5 hides links, no agent is silenced by Eq. 4): no accuracy loss
+    # against MAD that 90 items resolve, at a resolved lower cost (the paper's Table 3: removing activation costs accuracy)
     backends, _ = _sim_setup()
     pol, cfg, _ = R.load_controller(CKPT.parent / "rumad_sim_no_activation.pt")
     assert not cfg.activation
     items = _items90()
-    acc_mad, tok_mad = _mad90()
-    acc_n, tok_n = _run(items, R.RumadController(pol, R.SimEmbedder(), cfg.lam, activation=False), backends)
-    print(f"MAD {acc_mad:.3f} {tok_mad:.0f} | w/o activation {acc_n:.3f} {tok_n:.0f} ({100 * R.cost_saving(tok_n, tok_mad):+.1f}%)")
-    # measured: MAD 67.8% at 63.1k, without activation 77.8% at 39.0k (-38.1%)
-    assert acc_n >= acc_mad and R.cost_saving(tok_n, tok_mad) < -0.15
+    r = _paired_vs_mad(_run_costs(items, R.RumadController(pol, R.SimEmbedder(), cfg.lam, activation=False), backends))
+    print("w/o activation:", r["caption"])
+    # measured (issue 24 tie-breaks): MAD 72.2% at 63.1k, without activation 73.3% at 39.0k (-38.1%): +1.1 points, one
+    # item (before issue 24: 67.8% and 77.8%); so no accuracy loss the 90 items resolve, and a resolved saving
+    assert not (r["distinguishable"] and r["diff"] < 0) and r["token_change_high"] < -0.15
 
 
 def test_control_forced_dense_removes_the_saving():
@@ -176,7 +200,7 @@ def test_control_forced_dense_removes_the_saving():
     acc_mad, tok_mad = _mad90()
     acc_f, tok_f = _run(items, R.ForcedDense(pol, R.SimEmbedder(), cfg.lam), backends)
     print(f"MAD {acc_mad:.3f} {tok_mad:.0f} | forced dense {acc_f:.3f} {tok_f:.0f} ({100 * R.cost_saving(tok_f, tok_mad):+.1f}%)")
-    # measured: MAD 67.8% at 63.1k, forced dense 66.7% at 63.6k (+0.9%)
+    # measured (issue 24 tie-breaks): MAD 72.2% at 63.1k, forced dense 68.9% at 63.6k (+0.9%)
     assert abs(R.cost_saving(tok_f, tok_mad)) < 0.05      # no saving (only the tag text differs)
     assert abs(acc_f - acc_mad) <= 0.06
 
@@ -339,3 +363,24 @@ def test_periodic_evaluation_selects_the_best_controller():
     ev = R.evaluate_controller(pol, items[-2:], agents, backends, cfg, R.SimEmbedder(), seed=0)
     assert ev["episode_return"] == pytest.approx(log.loc[best, "val_episode_return"])
     with pytest.raises(ConfigError, match="select"): R.train_controller(items, agents, backends, R.RumadConfig(**{**TOY, "select": "top"}), R.SimEmbedder())
+
+
+def test_table_caption_claims_follow_from_the_intervals():
+    # compare_families / families_caption (RUMAD Tables 2-4, issue 24): on random paired results, every comparison the
+    # caption calls distinguishable has a Holm-adjusted p < 0.05 and an interval that excludes 0; one whose interval
+    # holds 0 is called "not distinguishable"; Holm over the whole table (both tasks), not per task
+    rng = np.random.default_rng(3)
+    rows = [{"task": t, "item_id": f"{t}{i}", "method": m, "correct": float(rng.random() < p), "tokens": float(rng.integers(100, 1000) * k)}
+            for t in ("A", "B") for i in range(30) for m, p, k in (("MAD", 0.5, 10), ("R1", 0.95, 1), ("R2", 0.5, 1), ("S", 0.6, 5))]
+    t = R.compare_families(pd.DataFrame(rows), {"MAD": ["R1", "R2", "S"]})
+    assert t.attrs["n_comparisons"] == 6 and len(t) == 8
+    cmp = t[t["method"] != "MAD"]
+    assert (cmp["p_adjusted"] >= cmp["p_raw"]).all() and cmp["p_adjusted"].max() <= 1
+    cap = R.families_caption(t, highlight=["R1", "R2"])
+    for r in cmp[cmp["method"].isin(["R1", "R2"])].to_dict("records"):
+        said = f"{r['task']}: {r['method']} vs MAD {100 * r['diff']:+.1f} points [{100 * r['diff_low']:+.1f}, {100 * r['diff_high']:+.1f}], "
+        assert said + ("distinguishable" if r["distinguishable"] else "not distinguishable") in cap, said
+        if r["diff_low"] <= 0 <= r["diff_high"]: assert not r["distinguishable"]
+        assert r["distinguishable"] == (r["p_adjusted"] < 0.05)
+    assert cmp.set_index(["task", "method"]).loc[("A", "R1"), "distinguishable"]          # +45 points on 30 items: resolved
+    assert "holm correction over the table's 6 accuracy comparisons (" in cap and "intervals are not adjusted" in cap
