@@ -144,6 +144,7 @@ REFS: dict[str, tuple[str, ...]] = {
     "meta_debate.gaps_caption": ("holm1979",),
     "svr_mad.ablation_points": ("wilson1927",), "svr_mad.fig1_comparison": ("efron1979bootstrap", "holm1979"),
     "svr_mad.tab1_comparison": ("mcnemar1947", "holm1979"),
+    "rumad.compare_families": ("holm1979",), "rumad.families_caption": ("holm1979",),
     "umad_train.VLLMLoRAEngine": ("hu2022lora",), "umad_train.train_memory_gb": ("hu2022lora",),
     "metrics.cluster_bootstrap_ci": ("davison1997bootstrap", "efron1979bootstrap", "qiao2026umad", "zhang2025madc"),
     "metrics.clustered_accuracy_ci": ("wilson1927", "davison1997bootstrap"),
