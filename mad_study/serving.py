@@ -341,11 +341,12 @@ def generate(self: OpenAIBackend, requests: list[GenRequest]) -> list[Generation
 # %% ../nbs/03c_serving.ipynb #cc2a1ecd
 @patch
 def _write_stats(self: OpenAIBackend) -> None:
-    "`serving_stats.json` beside `failure_log`: per model, the requests answered / retried / failed and the requests in flight."
+    "`serving_stats.json` beside `failure_log`: per model, the requests answered / retried / failed and the requests in flight (this process's run only)."
     p = self.failure_log.with_name("serving_stats.json")
     with self._lock, contextlib.suppress(OSError):
-        d = json.loads(p.read_text()) if p.is_file() else {}
-        d[self.model_name] = dict(requests=dict(self.stats), in_flight=self.flight.summary(), failed_generations=len(self.failures))
+        d = {k: v for k, v in (json.loads(p.read_text()) if p.is_file() else {}).items() if v.get("pid") == os.getpid()}
+        d[self.model_name] = dict(requests=dict(self.stats), in_flight=self.flight.summary(), failed_generations=len(self.failures),
+                                  pid=os.getpid())
         p.parent.mkdir(parents=True, exist_ok=True); p.write_text(json.dumps(d, indent=1))
 
 # %% ../nbs/03c_serving.ipynb #1a7ea4c7
@@ -400,6 +401,11 @@ def serving_available() -> str | None:
     missing = [m for m in ("fastapi", "uvicorn", "httpx") if importlib.util.find_spec(m) is None]
     return f"transformers serve needs {', '.join(missing)}: pip install 'transformers[serving]'" if missing else None
 
+def _die_with_parent() -> None:
+    "In the server's process (Linux): SIGTERM when the process that started it dies, even by a signal that skips `stop()`."
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)         # PR_SET_PDEATHSIG
+
 CB_SETTINGS = {"block_size": int, "num_blocks": int, "max_batch_tokens": int, "max_memory_percent": float}
 CB_CPU_DEFAULTS = {"num_blocks": 64}      # 64 pages of 256 tokens: transformers sizes the cache from free memory, on a CPU all the RAM
 
@@ -440,7 +446,8 @@ class TransformersServer:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
         t0 = time.time()
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                         preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
         while time.time() - t0 < self.start_timeout:
             if self.proc.poll() is not None: break
             with contextlib.suppress(httpx.HTTPError):
