@@ -32,10 +32,10 @@ from .backends import BaseBackend, ModelSpec, _spec_for, get_model, weight_memor
 _log = logging.getLogger("mad_study.serving")
 
 # %% auto #0
-__all__ = ['SERVER_KINDS', 'RETRY_STATUS', 'SERVING_KEYS', 'BACKENDS', 'logprob_signals', 'image_data_url', 'openai_messages',
-           'request_body', 'ServingError', 'OpenAIBackend', 'free_port', 'echo_completion', 'StubServer',
-           'serving_available', 'TransformersServer', 'tensor_parallel_size', 'serve_command', 'check_serving_params',
-           'serving_kwargs']
+__all__ = ['SERVER_KINDS', 'RETRY_STATUS', 'CB_SETTINGS', 'CB_CPU_DEFAULTS', 'SERVING_KEYS', 'BACKENDS', 'logprob_signals',
+           'image_data_url', 'openai_messages', 'request_body', 'ServingError', 'OpenAIBackend', 'FlightMeter',
+           'free_port', 'echo_completion', 'StubServer', 'serving_available', 'TransformersServer',
+           'tensor_parallel_size', 'serve_command', 'check_serving_params', 'serving_kwargs']
 
 # %% ../nbs/03c_serving.ipynb #bfadcb62
 def logprob_signals(logprobs: Mapping | None) -> tuple[dict, str]:
@@ -151,7 +151,8 @@ class OpenAIBackend(BaseBackend):
         self.failure_log = Path(failure_log) if failure_log else None
         self.failures: list[dict] = []
         self.signal_notes: Counter = Counter()
-        self.stats = Counter()
+        self.stats = Counter(ok=0, retried=0, failed=0)
+        self.flight = FlightMeter()
         self._reached: set[str] = set()
         self._client = None
         self._lock = threading.Lock()
@@ -168,10 +169,34 @@ class OpenAIBackend(BaseBackend):
         return f"openai:{self.model_name}:" + json.dumps({k: v for k, v in ident.items() if v is not None}, sort_keys=True)
 
     def provenance(self) -> dict:
-        "What a sidecar records about this backend: server kind, number of servers, signal source, failures (never the key or a URL's credentials)."
+        """What a sidecar records about this backend: server kind, number of servers, signal source, failures, the HTTP requests
+        answered / retried / failed and how many were in flight on average (never the key or a URL's credentials)."""
         return dict(backend="openai", server=self.server, served_model=_served_id(self.served_model), n_servers=len(self.base_urls),
                     concurrency=self.concurrency, signals=dict(self.signal_notes), failed_generations=len(self.failures),
-                    requests=dict(self.stats))
+                    requests=dict(self.stats), in_flight=self.flight.summary())
+
+# %% ../nbs/03c_serving.ipynb #75ccd897
+class FlightMeter:
+    "Requests in flight over time (thread-safe): time-weighted mean while any is open, maximum, busy seconds (a context manager per request)."
+    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+        self.clock, self.n, self.max, self.area, self.busy, self.count = clock, 0, 0, 0.0, 0.0, 0
+        self._t, self._lock = None, threading.Lock()
+
+    def _move(self, d: int) -> None:
+        with self._lock:
+            t = self.clock()
+            if self.n > 0: self.area += self.n * (t - self._t); self.busy += t - self._t
+            self.n += d; self._t = t
+            if d > 0: self.count += 1; self.max = max(self.max, self.n)
+
+    def __enter__(self): self._move(+1); return self
+    def __exit__(self, *a): self._move(-1)
+
+    def summary(self) -> dict:
+        "requests (HTTP requests sent), mean (time-weighted, over busy time), max, busy_s."
+        with self._lock:
+            return dict(requests=self.count, mean=round(self.area / self.busy, 2) if self.busy > 0 else None, max=self.max,
+                        busy_s=round(self.busy, 3))
 
 # %% ../nbs/03c_serving.ipynb #12a4a5ca
 def _headers(self: OpenAIBackend) -> dict:
@@ -235,7 +260,7 @@ def _one(self: OpenAIBackend, r: GenRequest, home: int) -> Generation:
     for attempt in range(self.max_retries + 1):
         url = self.base_urls[(home + attempt) % n]; tries += 1; wait = None
         try:
-            resp = self.client().post(url + "/chat/completions", json=body)
+            with self.flight: resp = self.client().post(url + "/chat/completions", json=body)
         except httpx.TimeoutException:
             err = f"timed out after {self.timeout:g} s"
         except httpx.TransportError as e:
@@ -302,6 +327,7 @@ def generate(self: OpenAIBackend, requests: list[GenRequest]) -> list[Generation
             while t.is_alive(): t.join(0.2)
     except KeyboardInterrupt:
         stop.set(); raise
+    if self.failure_log is not None: self._write_stats()
     if fatal: raise fatal[0]
     new = self.failures[n_before:]
     if new:
@@ -309,6 +335,17 @@ def generate(self: OpenAIBackend, requests: list[GenRequest]) -> list[Generation
         _log.warning("%s: %d of %d generations failed and are recorded as failed (finish_reason='error', not cached; a re-run "
                      "computes them): %s", self.model_name, len(new), len(requests), "; ".join(f"{c} x {e}" for e, c in why))
     return out
+
+# %% ../nbs/03c_serving.ipynb #cc2a1ecd
+@patch
+def _write_stats(self: OpenAIBackend) -> None:
+    "`serving_stats.json` beside `failure_log`: per model, the requests answered / retried / failed and the requests in flight (this process's run only)."
+    p = self.failure_log.with_name("serving_stats.json")
+    with self._lock, contextlib.suppress(OSError):
+        d = {k: v for k, v in (json.loads(p.read_text()) if p.is_file() else {}).items() if v.get("pid") == os.getpid()}
+        d[self.model_name] = dict(requests=dict(self.stats), in_flight=self.flight.summary(), failed_generations=len(self.failures),
+                                  pid=os.getpid())
+        p.parent.mkdir(parents=True, exist_ok=True); p.write_text(json.dumps(d, indent=1))
 
 # %% ../nbs/03c_serving.ipynb #1a7ea4c7
 def free_port(host: str = "127.0.0.1") -> int:
@@ -362,10 +399,33 @@ def serving_available() -> str | None:
     missing = [m for m in ("fastapi", "uvicorn", "httpx") if importlib.util.find_spec(m) is None]
     return f"transformers serve needs {', '.join(missing)}: pip install 'transformers[serving]'" if missing else None
 
+def _die_with_parent() -> None:
+    "In the server's process (Linux): SIGTERM when the process that started it dies, even by a signal that skips `stop()`."
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)         # PR_SET_PDEATHSIG
+
+CB_SETTINGS = {"block_size": int, "num_blocks": int, "max_batch_tokens": int, "max_memory_percent": float}
+CB_CPU_DEFAULTS = {"num_blocks": 64}      # 64 pages of 256 tokens: transformers sizes the cache from free memory, on a CPU all the RAM
+
+def _cb_args(cb: Mapping | None) -> list[str]:
+    "`--cb-*` arguments of `transformers serve` from a mapping of `CB_SETTINGS` (ConfigError naming a wrong key or value)."
+    out = []
+    for k, v in dict(cb or {}).items():
+        if k not in CB_SETTINGS: raise ConfigError("unknown continuous-batching setting", key=f"cb.{k}", value=v, choices=tuple(CB_SETTINGS))
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 or (CB_SETTINGS[k] is int and v != int(v)):
+            raise ConfigError(f"must be a positive {CB_SETTINGS[k].__name__}", key=f"cb.{k}", value=v)
+        out += [f"--cb-{k.replace('_', '-')}", str(CB_SETTINGS[k](v))]
+    return out
+
 class TransformersServer:
-    "`transformers serve` on a local checkpoint, on 127.0.0.1 and a free port: start, wait for /health (bounded), always stop (bounded)."
+    """`transformers serve` on a local checkpoint, on 127.0.0.1 and a free port: start, wait for /health (bounded), always stop
+    (bounded); with `continuous_batching` the server batches the requests in flight (paged attention, `cb` = its `--cb-*` settings)."""
     def __init__(self, checkpoint: str | os.PathLike, port: int | None = None, log_path: str | os.PathLike | None = None,
-                 start_timeout: float = 240.0, stop_timeout: float = 10.0, extra_args: Sequence[str] = ()):
+                 start_timeout: float = 240.0, stop_timeout: float = 10.0, extra_args: Sequence[str] = (),
+                 continuous_batching: bool = False, cb: Mapping | None = None):
+        if cb and not continuous_batching: raise ConfigError("--cb-* settings need continuous_batching=True", key="cb", value=dict(cb))
+        self.continuous_batching, self.cb = bool(continuous_batching), ({**CB_CPU_DEFAULTS, **dict(cb or {})} if continuous_batching else {})
+        self._cb_args = _cb_args(self.cb)
         self.checkpoint, self.port = str(checkpoint), port or free_port()
         self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="transformers-serve-", suffix=".log")[1])
         self.start_timeout, self.stop_timeout, self.extra_args = start_timeout, stop_timeout, list(extra_args)
@@ -373,18 +433,19 @@ class TransformersServer:
         self.started_in: float | None = None
 
     base_url = property(lambda self: f"http://127.0.0.1:{self.port}/v1")
+    batching = property(lambda self: "continuous batching" if self.continuous_batching else "one generate call per request")
     served_model = property(lambda self: self.checkpoint)
 
     def start(self) -> "TransformersServer":
         "Start the server and wait until /health answers (raises with the log's tail if it dies or takes too long)."
         import httpx
         if (why := serving_available()): raise ConfigError(why, key="backend", value="openai")
-        cmd = [sys.executable, "-m", "transformers.cli.transformers", "serve", self.checkpoint, "--host", "127.0.0.1",
-               "--port", str(self.port), "--device", "cpu", "--log-level", "warning", *self.extra_args]
+        cmd = self.command()
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
         t0 = time.time()
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                         preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
         while time.time() - t0 < self.start_timeout:
             if self.proc.poll() is not None: break
             with contextlib.suppress(httpx.HTTPError):
@@ -410,6 +471,30 @@ class TransformersServer:
 
     def __enter__(self): return self.start()
     def __exit__(self, *a): self.stop()
+
+# %% ../nbs/03c_serving.ipynb #0a64dbff
+@patch
+def command(self: TransformersServer) -> list[str]:
+    "The command line (the log level info writes the access log that `requests_seen` reads)."
+    return [sys.executable, "-m", "transformers.cli.transformers", "serve", self.checkpoint, "--host", "127.0.0.1",
+            "--port", str(self.port), "--device", "cpu", "--log-level", "info",
+            *(["--continuous-batching", *self._cb_args] if self.continuous_batching else []), *self.extra_args]
+
+@patch
+def requests_seen(self: TransformersServer, since: int = 0) -> dict:
+    """From the server's log (from byte `since`): chat completions received and answered, and the most held at once
+    (received, not yet answered). `mark()` gives the `since` of now."""
+    text = self.log_path.read_bytes()[since:].decode(errors="replace") if self.log_path.is_file() else ""
+    n = peak = received = answered = 0
+    for line in text.splitlines():
+        if "[Request received]" in line: n += 1; received += 1; peak = max(peak, n)
+        elif '"POST /v1/chat/completions HTTP' in line: n -= 1; answered += 1
+    return dict(received=received, answered=answered, max_in_flight=peak)
+
+@patch
+def mark(self: TransformersServer) -> int:
+    "The log's length now (the `since` of `requests_seen`)."
+    return self.log_path.stat().st_size if self.log_path.is_file() else 0
 
 # %% ../nbs/03c_serving.ipynb #4c42295e
 def tensor_parallel_size(model: str, gpu_gb: float = 80.0, weight_share: float = 0.6, max_tp: int = 8) -> int:

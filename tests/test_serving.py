@@ -9,8 +9,8 @@ import time
 import pytest
 
 from mad_study.core import GenRequest
-from mad_study.serving import (OpenAIBackend, ServingError, StubServer, TransformersServer, echo_completion, free_port,
-                               serving_available)
+from mad_study.serving import (FlightMeter, OpenAIBackend, ServingError, StubServer, TransformersServer, echo_completion,
+                               free_port, serving_available)
 
 _why = serving_available()
 pytestmark = pytest.mark.skipif(_why is not None, reason=_why or "")
@@ -40,6 +40,18 @@ def server(checkpoint, tmp_path_factory):
         assert srv.proc is None or srv.proc.poll() is not None        # always stopped
 
 
+@pytest.fixture(scope="module")
+def cb_server(checkpoint, tmp_path_factory):
+    "`transformers serve --continuous-batching` (a small paged cache: 32 blocks of 256 tokens), started once, always stopped."
+    srv = TransformersServer(checkpoint, log_path=tmp_path_factory.mktemp("serve-cb") / "serve.log", continuous_batching=True,
+                             cb=dict(num_blocks=32))
+    try:
+        yield srv.start()
+    finally:
+        srv.stop()
+        assert srv.proc is None or srv.proc.poll() is not None
+
+
 def backend(server, **kw):
     return OpenAIBackend("smollm2-135m-instruct", server.base_url, served_model=server.served_model, server="transformers", **kw)
 
@@ -55,6 +67,24 @@ def test_batch_equals_one_by_one(server):
     # transformers serve gives no log-probs: the signals are missing (never zero) and the provenance says why
     assert all(g.logprob_sum is None and g.token_entropy is None and g.perplexity is None for g in batch)
     assert be.provenance()["signals"] == {"missing: the server returned no logprobs": 6}
+
+
+def test_round_reaches_the_server_concurrently(cb_server):
+    "A round through `generate` is held by the server all at once (its own log says so); the same requests one at a time never overlap."
+    be = backend(cb_server, concurrency=4, timeout=120)
+    qs = [chat(f"What is {i} times 3?") for i in range(4)]
+    be.generate(qs[:1])                                  # the first request starts the server's batching loop
+    m, be.flight = cb_server.mark(), FlightMeter()
+    batch = be.generate(qs)
+    seen = cb_server.requests_seen(since=m)
+    assert seen["received"] == seen["answered"] == 4 and seen["max_in_flight"] >= 2, seen
+    assert be.provenance()["in_flight"]["max"] >= 2
+    m, be.flight = cb_server.mark(), FlightMeter()
+    single = [be.generate([q])[0] for q in qs]
+    assert cb_server.requests_seen(since=m) == dict(received=4, answered=4, max_in_flight=1)
+    assert be.provenance()["in_flight"]["mean"] == 1.0 and be.provenance()["requests"] == {"ok": 9, "retried": 0, "failed": 0}
+    assert [g.text for g in batch] == [g.text for g in single] and all(g.text for g in batch)     # greedy: batching changes no text
+    assert cb_server.batching == "continuous batching"
 
 
 def test_seed_gives_the_same_text_twice(server):
@@ -126,6 +156,8 @@ def test_reproduce_names_failed_generations(scratch):
         log = scratch / "runs" / "cpu" / "du_gsm8k" / "failed_generations.jsonl"
         rec = json.loads(log.read_text().splitlines()[0])
         assert rec["round"] == 0 and rec["item"].startswith("gsm8k/") and "api_key" not in rec
+        stats = json.loads((log.parent / "serving_stats.json").read_text())     # what the run's requests did, per model
+        assert sum(m["requests"]["failed"] for m in stats.values()) == 1 and all(m["in_flight"]["mean"] >= 1 for m in stats.values())
         stub.script = lambda n, body: (200, echo_completion(body))        # the server is fixed: the re-run has no failures
         r2 = mad_study(*args, env=os.environ.copy(), timeout=600)
         assert r2.returncode == 0 and "failed generation" not in r2.stdout, r2.stdout
