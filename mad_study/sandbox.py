@@ -141,12 +141,13 @@ def bwrap_argv(bwrap: str, exe: str, paths: tuple[str, ...], program_fd: int, di
     a += ["--hostname", "sandbox", "--die-with-parent", "--new-session", "--clearenv"]
     binds = [d for d in ("/usr/lib", "/usr/lib64", "/usr/lib32", "/lib", "/lib64", "/lib32", "/etc/ld.so.cache", *paths)
              if os.path.lexists(d)]
-    parents = {q for p in binds for q in _parents(p)}
+    # the fresh /proc, /dev and tmpfs /tmp first: a venv or interpreter under /tmp (a checkout there) is bound on top
+    a += ["--proc", "/proc", "--dev", "/dev", "--size", str(2**20), "--tmpfs", "/dev/shm",
+          "--perms", "1777", "--size", str(int(disk_mb) * 2**20), "--tmpfs", "/tmp", "--perms", "0777", "--dir", WORKDIR]
+    parents = {q for p in binds for q in _parents(p)} - {"/tmp", "/dev", "/proc"}
     for d in sorted(parents, key=lambda q: (q.count("/"), q)): a += ["--perms", "0755", "--dir", d]   # traversable by nobody
     for d in binds: a += ["--symlink", os.readlink(d), d] if os.path.islink(d) else ["--ro-bind", d, d]
-    a += ["--proc", "/proc", "--dev", "/dev", "--size", str(2**20), "--tmpfs", "/dev/shm",
-          "--perms", "1777", "--size", str(int(disk_mb) * 2**20), "--tmpfs", "/tmp", "--perms", "0777", "--dir", WORKDIR,
-          "--file", str(program_fd), f"{WORKDIR}/program.py", "--remount-ro", "/", "--chdir", WORKDIR]
+    a += ["--file", str(program_fd), f"{WORKDIR}/program.py", "--remount-ro", "/", "--chdir", WORKDIR]
     for k, v in _child_env(WORKDIR).items(): a += ["--setenv", k, v]
     layers = ("bwrap", "pidns", "netns", "ipcns", "utsns", "mountns") + who + (
         "no-capabilities", "ro-root", "ro-python-only", "tmpfs:/tmp", "own-proc", "clearenv", "die-with-parent", "new-session")
