@@ -207,3 +207,18 @@ def test_refuses_without_os_isolation(monkeypatch):
     assert r.sandbox.startswith("none:") and run_program("print(1)", isolate=False).mode == "none"
     with pytest.raises(ConfigError, match="isolation"): run_program("print(1)", isolation="weak")
     with pytest.raises(ConfigError, match="timeout"): run_program("print(1)", timeout=0, isolation="none")
+
+
+def test_binds_under_tmp_land_on_the_sandbox_tmpfs(tmp_path):
+    "A checkout (and its venv) under /tmp: the tmpfs /tmp is mounted first, the interpreter's binds on top (a fresh clone under /tmp failed)."
+    from mad_study.sandbox import bwrap_argv
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="clone-"))
+    try:
+        (root / ".venv" / "bin").mkdir(parents=True); (root / ".venv" / "lib").mkdir()
+        exe = root / ".venv" / "bin" / "python"; exe.write_text("")
+        argv, _ = bwrap_argv("bwrap", str(exe), (str(exe), str(root / ".venv" / "lib")), 3)
+    finally: shutil.rmtree(root)
+    tmpfs = max(i for i, a in enumerate(argv) if a == "--tmpfs" and argv[i + 1] == "/tmp")
+    under = [i for i, a in enumerate(argv) if a in ("--ro-bind", "--dir") and argv[i + 1].startswith(str(root))]
+    assert under and tmpfs < min(under)
+    assert not any(a == "--dir" and argv[i + 1] == "/tmp" for i, a in enumerate(argv))      # /tmp keeps its tmpfs mode
