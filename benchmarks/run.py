@@ -140,7 +140,7 @@ def _path_name(be, device: str) -> str:
     "The 4-bit path a backend ran (for the report): bitsandbytes' bf16 kernel, or dequantize (once per call / per token)."
     if device != "cpu" or be.quant not in ("nf4", "fp4"): return f"{be.quant} on {device}"
     if be._bf16_kernel: return "bitsandbytes' AVX512-BF16 kernel (opted in)"
-    return "dequantize, float32 (the kit's path; weights dequantized once per generate call)"
+    return "dequantize, float32 (the kit's path)"
 
 
 # ------------------------------------------------------------------ 5. serving

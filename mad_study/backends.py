@@ -36,8 +36,8 @@ __all__ = ['MODEL_KINDS', 'MODELS', 'UMAD_D5_GRID', 'CLOSED_SUBSTITUTES', 'MODEL
            'CLAIM_TIMEOUT', 'POLL_SECONDS', 'Backend', 'BaseBackend', 'ModelSpec', 'get_model', 'model_prefix',
            'models_table', 'ModelUnavailable', 'embedded_gguf_path', 'embedded_checkpoint', 'tiny_random_checkpoint',
            'truncate_messages', 'truncate_ids', 'cpu_has_bf16_kernel', 'bf16_kernel_accepts', 'cpu_description',
-           'set_cpu_4bit_kernel', 'dequantized_4bit', 'HFBackend', 'CacheError', 'pid_alive', 'GenerationCache',
-           'CachedBackend', 'make_backend', 'weight_memory_gb', 'loaded_footprint_bytes']
+           'set_cpu_4bit_kernel', 'HFBackend', 'CacheError', 'pid_alive', 'GenerationCache', 'CachedBackend',
+           'make_backend', 'weight_memory_gb', 'loaded_footprint_bytes']
 
 # %% ../nbs/03_backends.ipynb #698decee
 @runtime_checkable
@@ -487,26 +487,6 @@ def set_cpu_4bit_kernel(model, kernel: str = "dequantize") -> dict:
         counts["bf16" if use else "dequantize"] += 1
     return counts
 
-# %% ../nbs/03_backends.ipynb #0cfb2edf
-@contextlib.contextmanager
-def dequantized_4bit(model, max_gb: float = 4.0):
-    "Within the block, CPU 4-bit layers on the dequantize path multiply by a weight dequantized once (same numbers, fewer dequantizations)."
-    if importlib.util.find_spec("bitsandbytes") is None: yield; return
-    import torch, bitsandbytes as bnb, bitsandbytes.functional as bF
-    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit) and m.weight.device.type == "cpu"
-              and not getattr(m, "support_avx512bf16_for_cpu", False)]
-    if not layers or sum(m.in_features * m.out_features for m in layers) * 4 / 1e9 > max_gb: yield; return
-    def once(m):
-        cd = m.compute_dtype or torch.float32
-        W = bF.dequantize_4bit(m.weight.data, m.weight.quant_state).to(cd)       # what gemm_4bit computes at every call
-        b = None if m.bias is None else m.bias.to(cd)
-        return lambda x: torch.nn.functional.linear(x.to(cd), W, b).to(x.dtype)
-    try:
-        for m in layers: m.forward = once(m)
-        yield
-    finally:
-        for m in layers: m.__dict__.pop("forward", None)
-
 # %% ../nbs/03_backends.ipynb #5ab79470
 QUANTS = ("nf4", "fp4", "int8", "none")
 _DT_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -614,7 +594,6 @@ class HFBackend(BaseBackend):
         if self.quant == "int8": return BitsAndBytesConfig(load_in_8bit=True)
         return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=self.quant, bnb_4bit_compute_dtype=self.compute_dtype)
 
-    dequantize_once_gb = 4.0         # CPU 4-bit: dequantize each weight once per generate call up to this size (dequantized_4bit)
     _keep_quantized_copy = True     # a quantized copy of the kit's own checkpoints on the CPU (a causal LM's; VLMBackend: off)
 
     def load(self) -> "HFBackend":
@@ -773,7 +752,7 @@ class HFBackend(BaseBackend):
         limits = [p.max_new for p in preps]
         sampler = P["RowSampler"]([r.temperature for r in reqs], [r.top_p for r in reqs], [r.seed for r in reqs], dev)
         stopper = P["RowLimit"](L, limits, dev)
-        with torch.inference_mode(), dequantized_4bit(self.model, self.dequantize_once_gb):
+        with torch.inference_mode():
             res = self.model.generate(input_ids=input_ids.to(dev), attention_mask=attn.to(dev), max_new_tokens=max(limits),
                                       do_sample=False, logits_processor=LogitsProcessorList([sampler]),
                                       stopping_criteria=StoppingCriteriaList([stopper]), return_dict_in_generate=True,

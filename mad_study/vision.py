@@ -11,7 +11,7 @@ from pathlib import Path
 from fastcore.basics import patch
 
 from .backends import (TWIN_REVISION, HFBackend, _build_checkpoint, _complete, _Prepared, _torch_parts,
-                                cache_home, dequantized_4bit, embedded_checkpoint, truncate_messages)
+                                cache_home, embedded_checkpoint, truncate_messages)
 from .core import ConfigError, GenRequest, Generation, load_image
 
 # %% auto #0
@@ -175,7 +175,7 @@ def _generate_batch(self: VLMBackend, reqs: list[GenRequest], preps: list[_Prepa
     L, limits = inputs["input_ids"].shape[1], [p.max_new for p in preps]
     sampler = P["RowSampler"]([r.temperature for r in reqs], [r.top_p for r in reqs], [r.seed for r in reqs], dev)
     stopper = P["RowLimit"](L, limits, dev)
-    with torch.inference_mode(), dequantized_4bit(self.model, self.dequantize_once_gb):
+    with torch.inference_mode():
         res = self.model.generate(**inputs, max_new_tokens=max(limits), do_sample=False, return_dict_in_generate=True,
                                   logits_processor=LogitsProcessorList([sampler]), stopping_criteria=StoppingCriteriaList([stopper]))
     lps, ents = torch.stack(sampler.logprobs, 1).cpu().double(), torch.stack(sampler.entropies, 1).cpu().double()
