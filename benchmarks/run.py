@@ -322,6 +322,7 @@ def synthetic_transcript(n_items=500, n_agents=6, n_rounds=5, n_samples=16, seed
 def bench_analysis(n_items=500, n_agents=6, n_rounds=5, n_samples=16) -> dict:
     import numpy as np
     from mad_study import metrics as M
+    from mad_study import stats as S
     from mad_study.answers import extract_answer, parse_failure_rate
     from mad_study.debate import group_rows, vote_table
     t = time.perf_counter(); tr = synthetic_transcript(n_items, n_agents, n_rounds, n_samples); build = time.perf_counter() - t
@@ -359,8 +360,8 @@ def bench_analysis(n_items=500, n_agents=6, n_rounds=5, n_samples=16) -> dict:
         ("path_consistency per item-round (MADC Eq. 2)", lambda: per_item_round(path_consistency)),
         ("reversal_point per item (MADC RQ3)", reversal_points),
         ("bootstrap_ci + paired_test (ttest, wilcoxon, mcnemar) over items", lambda: (
-            M.bootstrap_ci(aL), M.paired_test(a0, aL), M.paired_test(a0, aL, "wilcoxon"),
-            M.paired_test((a0 > 0.5).astype(float), (aL > 0.5).astype(float), "mcnemar"))),
+            S.bootstrap_ci(aL), S.paired_test(a0, aL), S.paired_test(a0, aL, "wilcoxon"),
+            S.paired_test((a0 > 0.5).astype(float), (aL > 0.5).astype(float), "mcnemar"))),
         ("parse_failure_rate (all answers)", lambda: parse_failure_rate(ans.tolist())),
     ]
     rows = []
