@@ -230,7 +230,7 @@ _NEEDS = {"glm-4-9b-chat": "The -hf repository: transformers' native GlmForCausa
           "gemma-3-12b-it": "Its template folds a system message into the first user turn and writes <bos> itself."}
 for _n, _x in _NEEDS.items(): MODELS[_n] = dataclasses.replace(MODELS[_n], notes=f"{MODELS[_n].notes} {_x}")
 
-TWIN_REVISION = "twin-v2"                # the twins' build version (part of their backend_id): bump when a builder changes
+TWIN_REVISION = "twin-v3"                # the twins' build version (part of their backend_id): bump when a builder changes
 TWINS: dict[str, str] = {                # twin -> the families of the registry it stands for
     "tiny-random-qwen2": "Qwen2.5 (Instruct) and DeepSeek-R1-Distill-Qwen", "tiny-random-qwen3": "Qwen3",
     "tiny-random-mistral": "Mistral Small", "tiny-random-gemma3-text": "Gemma 3 (text model)", "tiny-random-glm": "GLM-4 (-hf)",

@@ -30,7 +30,7 @@ TEXT_TWINS: dict[str, tuple[str, dict]] = {            # twin -> (transformers c
     "tiny-random-gpt-oss": ("GptOssConfig", dict(head_dim=16, num_local_experts=4, num_experts_per_tok=2, **_ALTERNATING)),
     "tiny-random-deepseek-v3": ("DeepseekV3Config", dict(
         num_key_value_heads=4, moe_intermediate_size=64, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
-        n_shared_experts=1, first_k_dense_replace=1, q_lora_rank=64, kv_lora_rank=48, qk_rope_head_dim=16,
+        n_shared_experts=1, first_k_dense_replace=1, q_lora_rank=64, kv_lora_rank=64, qk_rope_head_dim=32,
         qk_nope_head_dim=16, v_head_dim=16, rope_scaling=None)),
 }
 
@@ -293,7 +293,7 @@ def twin_checkpoint(name: str, force: bool = False) -> Path:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             model = transformers.AutoModelForCausalLM.from_config(cfg).to(torch.float32)
-        model.save_pretrained(tmp); tok.save_pretrained(tmp)
+        _save(tmp, model, tok)                         # refuses widths outside bitsandbytes' 4-bit block rule
         return dict(version=TWIN_REVISION, config=cls)
     return _build_checkpoint(dst, build, force)
 
