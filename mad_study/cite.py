@@ -85,6 +85,9 @@ PAPER_REFS: dict[str, tuple[str, ...]] = {        # paper id (params/<paper>/) -
     "rumad": ("wang2026rumad", "schulman2017ppo", "schulman2016gae", "du2024debate", "li2024smad", "liu2024groupdebate",
               "zeng2025s2mad"),
     "meta_debate": ("zhang2026metadebate", "liang2024mad", "liu2025dmad"),
+    "arena": ("du2024debate", "zhang2025madc", "jiang2026svrmad", "wang2026rumad", "zhang2026metadebate", "qiao2026umad",
+              "liang2024mad", "liu2025dmad", "liu2024groupdebate", "zeng2025s2mad", "li2024smad", "chen2025sid",
+              "wang2023selfconsistency", "smit2024mad", "holm1979"),
 }
 
 # %% ../nbs/00b_cite.ipynb #38616a03
@@ -180,6 +183,7 @@ REFS.update({
     # trajectory metrics (05c): DebateLLM's metrics are the reference point
     "trajectory.agent_turns": ("smit2024mad",), "trajectory.first_correct": ("smit2024mad",),
     "trajectory.persuasion_graph": ("smit2024mad",), "trajectory.trajectory_summary": ("smit2024mad",),
+    "arena.svr_transcript": ("jiang2026svrmad",),
     # the paper modules: what they use beyond their own paper
     "madc.run_strategies": ("du2024debate",), "madc.strategy_tests": ("wilcoxon1945", "mcnemar1947", "efron1979bootstrap", "holm1979"),
     "madc.solution_pools": ("wei2022cot",), "madc.plan_tab1": ("wang2023selfconsistency", "wei2022cot"),
@@ -206,6 +210,7 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
              "save_transcript", "transcript_frame", "check_unique_turns", "pool_keys"),
     "debate": ("Agent", "RoundContext", "RoundPlan", "Turn", "group_rows", "make_agents", "vote_table", "register_protocol",
                "tie_seeds"),
+    "arena": ("ARENA_METHODS", "pareto_front", "plan_arena"),
     "trajectory": ("canonical_answers", "answer_grid", "item_outcomes"),
     "stats": ("comparison_caption", "condition_labels", "item_means", "per_item_results", "simulate_paired", "tokens_per_thread"),
     "madc": ("shared_round0", "strategy_label"),
