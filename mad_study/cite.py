@@ -210,7 +210,7 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
              "save_transcript", "transcript_frame", "check_unique_turns", "pool_keys"),
     "debate": ("Agent", "RoundContext", "RoundPlan", "Turn", "group_rows", "make_agents", "vote_table", "register_protocol",
                "tie_seeds"),
-    "arena": ("ARENA_METHODS", "pareto_front", "plan_arena"),
+    "arena": ("pareto_front", "plan_arena"),
     "trajectory": ("canonical_answers", "answer_grid", "item_outcomes"),
     "stats": ("comparison_caption", "condition_labels", "item_means", "per_item_results", "simulate_paired", "tokens_per_thread"),
     "madc": ("shared_round0", "strategy_label"),
