@@ -85,6 +85,9 @@ PAPER_REFS: dict[str, tuple[str, ...]] = {        # paper id (params/<paper>/) -
     "rumad": ("wang2026rumad", "schulman2017ppo", "schulman2016gae", "du2024debate", "li2024smad", "liu2024groupdebate",
               "zeng2025s2mad"),
     "meta_debate": ("zhang2026metadebate", "liang2024mad", "liu2025dmad"),
+    "arena": ("du2024debate", "zhang2025madc", "jiang2026svrmad", "wang2026rumad", "zhang2026metadebate", "qiao2026umad",
+              "liang2024mad", "liu2025dmad", "liu2024groupdebate", "zeng2025s2mad", "li2024smad", "chen2025sid",
+              "wang2023selfconsistency", "smit2024mad", "holm1979"),
 }
 
 # %% ../nbs/00b_cite.ipynb #38616a03
@@ -105,7 +108,7 @@ ALIASES: dict[str, str] = {   # regular expression by which a docstring names a 
     r"IMO-AnswerBench": "luong2025imo", r"\bBBH\b|BIG-Bench Hard": "suzgun2023bbh",
     r"AIME ?24": "aops2024aime", r"AIME ?25": "aops2025aime", r"AMC-?23": "knovel2025amc23",
     r"McNemar": "mcnemar1947", r"Cochran": "cochran1950q", r"Wilcoxon": "wilcoxon1945", r"\bHolm\b": "holm1979", r"Schuirmann": "schuirmann1987tost",
-    r"\bWilson\b": "wilson1927", r"Davison": "davison1997bootstrap",
+    r"\bWilson\b": "wilson1927", r"Davison": "davison1997bootstrap", r"Smit et al|DebateLLM": "smit2024mad",
     r"[Pp]ercentile bootstrap|[Bb]ootstrap interval|bootstrap CI": "efron1979bootstrap", r"MiniLM": "wang2020minilm",
 }
 
@@ -177,6 +180,10 @@ REFS.update({
     "roles.run_dmad": ("liu2025dmad", "wei2022cot", "zheng2024stepback", "chen2023pot", "mitra2024ccot", "zheng2023ddcot"),
     "roles.pot_answer": ("chen2023pot", "liu2025dmad"), "roles.pot_turn": ("chen2023pot", "liu2025dmad", "zhang2026metadebate"),
     "sandbox.run_program": ("chen2023pot", "liu2025dmad", "zhang2026metadebate"), "sandbox.sandbox_provenance": ("chen2023pot",),
+    # trajectory metrics (05c): DebateLLM's metrics are the reference point
+    "trajectory.agent_turns": ("smit2024mad",), "trajectory.first_correct": ("smit2024mad",),
+    "trajectory.persuasion_graph": ("smit2024mad",), "trajectory.trajectory_summary": ("smit2024mad",),
+    "arena.svr_transcript": ("jiang2026svrmad",),
     # the paper modules: what they use beyond their own paper
     "madc.run_strategies": ("du2024debate",), "madc.strategy_tests": ("wilcoxon1945", "mcnemar1947", "efron1979bootstrap", "holm1979"),
     "madc.solution_pools": ("wei2022cot",), "madc.plan_tab1": ("wang2023selfconsistency", "wei2022cot"),
@@ -203,6 +210,8 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
              "save_transcript", "transcript_frame", "check_unique_turns", "pool_keys"),
     "debate": ("Agent", "RoundContext", "RoundPlan", "Turn", "group_rows", "make_agents", "vote_table", "register_protocol",
                "tie_seeds"),
+    "arena": ("pareto_front", "plan_arena"),
+    "trajectory": ("canonical_answers", "answer_grid", "item_outcomes"),
     "stats": ("comparison_caption", "condition_labels", "item_means", "per_item_results", "simulate_paired", "tokens_per_thread"),
     "madc": ("shared_round0", "strategy_label"),
     "meta_debate": ("CriteriaCache", "items_modality", "role_title"),
