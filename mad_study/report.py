@@ -341,7 +341,9 @@ def layout_problems(fig, tol: float = 1.5) -> list[str]:
     rot = np.array([t.get_rotation() % 90 != 0 for _, t, _ in texts])
     w = np.minimum(box[:, None, 2], box[None, :, 2]) - np.maximum(box[:, None, 0], box[None, :, 0])
     h = np.minimum(box[:, None, 3], box[None, :, 3]) - np.maximum(box[:, None, 1], box[None, :, 1])
-    hit = (w > tol) & (h > tol) & ~(rot[:, None] & rot[None, :])
+    strs = np.array([t.get_text() for _, t, _ in texts], dtype=object)         # a twin axes repeats its tick labels in place
+    twin = (np.abs(box[:, None] - box[None, :]).max(-1) < 0.5) & (strs[:, None] == strs[None, :])
+    hit = (w > tol) & (h > tol) & ~(rot[:, None] & rot[None, :]) & ~twin
     for i, j in zip(*np.nonzero(np.triu(hit, 1))):
         probs.append(f"{name(*texts[i][:2])} overlaps {name(*texts[j][:2])}")
     if fig._suptitle is not None and fig._suptitle.get_text() and fig.axes:
