@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
+import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
+import textwrap
+import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -22,9 +26,11 @@ from .core import (ConfigError, Item, atomic_path, atomic_write_text, figures_di
                             runs_dir, save_transcript)
 
 # %% auto #0
-__all__ = ['SOURCE_DIRS', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'package_versions', 'git_commit', 'declared_params', 'Study',
-           'set_style', 'label_figure', 'save_figure', 'save_table', 'load_registry', 'experiment_files',
-           'artefact_status', 'index_table', 'write_index']
+__all__ = ['SOURCE_DIRS', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'COLUMN_IN', 'PAGE_IN',
+           'package_versions', 'git_commit', 'declared_params', 'Study', 'register_style', 'method_style', 'set_style',
+           'panel_figure', 'label_points', 'layout_problems', 'label_figure', 'LayoutWarning', 'save_figure',
+           'save_table', 'load_registry', 'experiment_files', 'artefact_status', 'write_gallery', 'index_table',
+           'write_index']
 
 # %% ../nbs/06_report.ipynb #7cf92f74
 _PACKAGES = ("mad_study", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "torch", "transformers", "bitsandbytes",
@@ -196,55 +202,217 @@ def _jsonable(x):
     if isinstance(x, (str, int, float, bool)) or x is None: return x
     return str(x)
 
-# %% ../nbs/06_report.ipynb #7522ea8f
-def set_style():
-    "The kit's one plotting style (seaborn whitegrid, colour-blind palette)."
-    import seaborn as sns
-    sns.set_theme(context="paper", style="whitegrid", palette="colorblind", font_scale=1.1)
+# %% ../nbs/06_report.ipynb #fb355aec
+STYLES: dict[str, dict] = {}                 # canonical name -> {"color", "marker"}
+_STYLE_KEYS: dict[str, str] = {}             # every spelling's key -> canonical name
+CONTROL_STYLE = {"color": "#b0b0b0", "marker": "o"}
 
+def _style_key(name: str) -> str:
+    "Lower case, '_' and '-' as spaces, no '(...)' remark: 'MAD+Truth Last (oracle)' -> 'mad+truth last'."
+    s = re.sub(r"\(.*?\)", " ", str(name)).lower().replace("_", " ").replace("-", " ")
+    return " ".join(s.split())
+
+def register_style(name: str, color: str, marker: str = "o", aliases: Sequence[str] = ()) -> dict:
+    """Give a method or model `name` its one colour and marker in every figure of the kit (the kit's own);
+    `aliases`: the other spellings the notebooks use. A new study registers its methods the same way."""
+    STYLES[name] = {"color": color, "marker": marker}
+    for a in (name, *aliases): _STYLE_KEYS[_style_key(a)] = name
+    return STYLES[name]
+
+def _fallback_style(key: str) -> dict:
+    "An unregistered name: a colour and marker picked by a stable hash of its key (the same in every run)."
+    h = int(hashlib.sha1(key.encode()).hexdigest(), 16)
+    return {"color": _FALLBACK_COLORS[h % len(_FALLBACK_COLORS)], "marker": "o^sDvP"[h // 7 % 6]}
+
+_FALLBACK_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#9c755f", "#76b7b2", "#edc948", "#ff9da7")
+
+def method_style(name: str) -> dict:
+    """Colour and marker of a method, model or signal, the same in every figure of every paper (the kit's own).
+    Lookup: the exact spelling; then without a leading 'MAD '/'MAD+' (MADC's strategies, 'MAD Truth Last');
+    then the longest registered prefix ending at a word ('RUMAD B=12' -> RUMAD); a control row is grey."""
+    key = _style_key(name)
+    if "control" in str(name).lower(): return dict(CONTROL_STYLE)
+    for k in (key, re.sub(r"^(mad ?\+ ?|mad |multi agent: )", "", key), re.sub(r"^sim ", "", key)):
+        if k in _STYLE_KEYS: return dict(STYLES[_STYLE_KEYS[k]])
+    pre = [k for k in _STYLE_KEYS if key.startswith(k + " ")]
+    return dict(STYLES[_STYLE_KEYS[max(pre, key=len)]]) if pre else _fallback_style(key)
+
+# %% ../nbs/06_report.ipynb #349da9ba
+for _n, _c, _m, _a in [      # methods of the five papers and their baselines (colour-blind safe: Okabe-Ito first)
+    ("MAD", "#0072b2", "o", ("fully connected", "Du et al.", "fixed", "MAD Fixed", "MAD (Fixed)", "debate")),
+    ("Single agent", "#7f7f7f", "s", ("single", "Single CoT", "Single (CoT)", "CoT", "single agent sampling")),
+    ("Self-Consistency", "#3d3d3d", "D", ("SC", "self consistency")),
+    ("majority", "#000000", "o", ("majority vote",)),
+    ("S-MAD star", "#cc79a7", "^", ("star", "smad star")), ("S-MAD ring", "#56b4e9", "v", ("ring", "smad ring")),
+    ("GroupDebate", "#009e73", "P", ("GD", "group debate")), ("S2-MAD", "#e69f00", "X", ("s2mad",)),
+    ("SID-ET", "#8c564b", "h", ("sid et", "sid")), ("RUMAD", "#d55e00", "*", ()),
+    ("SVR-MAD", "#a50f15", "*", ("SVR", "svr mad")), ("min-LL", "#332288", "v", ("min ll", "minll")),
+    ("PPL", "#88ccee", "^", ("perplexity",)), ("confidence", "#ddcc77", "s", ("self-reported confidence", "conf")),
+    ("Liang MAD", "#6a3d9a", "o", ("Multi-agent: MAD", "affirmative/negative/judge")),
+    ("DMAD", "#117733", "s", ("Multi-agent: DMAD",)), ("Meta-Debate", "#e7298a", "*", ("meta debate", "meta")),
+    ("Random", "#aa4499", "d", ("random assignment", "random order")),
+    ("MADC", "#44aa99", "D", ("MAD+MADC", "madc")), ("MADC peers", "#999933", "p", ("madc peers",)),
+    ("Truth First", "#ddaa33", "<", ("truth first",)), ("Truth Last", "#bb5566", ">", ("truth last",)),
+]: register_style(_n, _c, _m, _a)
+
+for _n, _c, _m in [          # models (paper profile) and their synthetic stand-ins (sim-<name>)
+    ("qwen2.5-3b-instruct", "#66c2a5", "o"), ("qwen2.5-7b-instruct", "#fc8d62", "s"),
+    ("qwen2.5-32b-instruct", "#e5c494", "X"), ("deepseek-r1-distill-qwen-7b", "#8da0cb", "^"),
+    ("deepseek-r1-distill-qwen-14b", "#e78ac3", "v"), ("llama-3.1-8b-instruct", "#a6d854", "D"),
+    ("mistral-small-24b-instruct-2501", "#ffd92f", "P"), ("glm-4-9b-chat", "#b3b3b3", "h"),
+    ("deepseek-math-7b-instruct", "#1b9e77", "p"), ("gpt-oss-120b", "#d95f02", "o"),
+    ("deepseek-v3.1", "#7570b3", "s"), ("smollm2-135m-instruct", "#666666", "o"),
+]: register_style(_n, _c, _m, (re.sub(r"-(instruct|chat)(-\d+)?$", "", _n), "sim-" + re.sub(r"-(instruct|chat)(-\d+)?$", "", _n)))
+register_style("svr-gptoss", STYLES["gpt-oss-120b"]["color"], "o", ("sim-svr-gptoss",))
+register_style("svr-dsv31", STYLES["deepseek-v3.1"]["color"], "s", ("sim-svr-dsv31",));
+
+# %% ../nbs/06_report.ipynb #38512eec
+COLUMN_IN, PAGE_IN = 3.4, 7.0        # a two-column paper's column width and text width (inches)
+
+def set_style():
+    """The kit's one plotting style (the kit's own): seaborn whitegrid, colour-blind palette, font sizes that read at
+    a paper's column width (8 pt text, 7 pt ticks and legends), TrueType fonts in the PDF, tight bounding boxes."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+    sns.set_theme(context="paper", style="whitegrid", palette="colorblind")
+    plt.rcParams.update({"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7,
+                         "ytick.labelsize": 7, "legend.fontsize": 7, "legend.title_fontsize": 7, "figure.titlesize": 9,
+                         "lines.markersize": 5, "pdf.fonttype": 42, "ps.fonttype": 42, "savefig.bbox": "tight"})
+
+def panel_figure(n: int, ncols: int | None = None, panel_h: float = 2.3, width: float | None = None, **kw):
+    """`plt.subplots` for `n` panels sized for print (the kit's own): one panel spans a column (`COLUMN_IN`), more
+    span the page (`PAGE_IN`), in rows of `ncols` (default: up to 3); constrained layout, so no empty bands."""
+    import matplotlib.pyplot as plt
+    ncols = ncols or min(n, 3); nrows = -(-n // ncols)
+    width = width or (COLUMN_IN if n == 1 else PAGE_IN)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, panel_h * nrows), layout="constrained", squeeze=False, **kw)
+    for ax in axes.flat[n:]: ax.axis("off")
+    return fig, axes
+
+# %% ../nbs/06_report.ipynb #d2a92ebc
+def label_points(ax, x: Sequence[float], y: Sequence[float], texts: Sequence[str], fontsize: float = 6.5, **kw) -> list:
+    """Name each point (x, y) of `ax` with its text, placed by adjustText so that no two labels overlap and none
+    leaves the axes (the kit's own use of adjustText, Flyamer et al.); a grey line joins a label moved off its point."""
+    from adjustText import adjust_text
+    fig = ax.figure
+    fig.canvas.draw()                                       # the final axes size (constrained layout) before placing
+    ts = [ax.text(a, b, t, fontsize=fontsize, ha="center", va="center") for a, b, t in zip(x, y, texts)]
+    adjust_text(ts, x=list(x), y=list(y), ax=ax, ensure_inside_axes=True, expand=(1.15, 1.4),
+                arrowprops=dict(arrowstyle="-", color="0.5", lw=0.5), **kw)
+    return ts
+
+# %% ../nbs/06_report.ipynb #7e518cf1
+def _drawn_texts(fig) -> list[tuple[str, Any]]:
+    "(what, Text) for every non-empty text `fig` draws: figure texts, titles, axis and tick labels, legends, annotations."
+    out = [("title", t) for t in (fig._suptitle, fig._supxlabel, fig._supylabel) if t] + [("figure text", t) for t in fig.texts]
+    for lg in fig.legends: out += [("legend", t) for t in [lg.get_title(), *lg.get_texts()]]
+    for ax in fig.axes:
+        if not ax.get_visible(): continue
+        out += [("title", t) for t in (ax.title, ax._left_title, ax._right_title)] + [("text", t) for t in ax.texts]
+        if ax.axison:
+            for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+                ticks = axis._update_ticks()                     # the ticks drawn: inside the view interval
+                out += [(f"{name}-label", axis.label)] + [(f"{name} tick label", t) for k in ticks for t in (k.label1, k.label2)]
+        if ax.get_legend(): out += [("legend", t) for t in [ax.get_legend().get_title(), *ax.get_legend().get_texts()]]
+    seen = set()                                                 # the suptitle is also one of fig.texts
+    return [(w, t) for w, t in out if t.get_visible() and t.get_text().strip() and not (id(t) in seen or seen.add(id(t)))]
+
+def _in_data(t, ax) -> bool:
+    "Whether text `t` is anchored at a data point of `ax` (an annotation or `ax.text` in data coordinates)."
+    if hasattr(t, "xycoords"): return t.xycoords == "data"
+    return t.get_transform() == ax.transData
+
+# %% ../nbs/06_report.ipynb #80b3b2d8
+def layout_problems(fig, tol: float = 1.5) -> list[str]:
+    """What a reviewer would reject in the drawn `fig` (the kit's own check, run by `save_figure`): two texts that
+    overlap, a text outside the canvas (an axis label cut off), a label anchored at a data point that runs past its axes,
+    an empty band of more than 0.3 in under the figure title. Extents are matplotlib's (`get_window_extent`), in pixels;
+    `tol`: pixels of overlap allowed. Rotated tick labels are compared by their boxes only with unrotated texts."""
+    fig.canvas.draw(); r = fig.canvas.get_renderer(); fb = fig.bbox
+    texts = [(w, t, t.get_window_extent(r)) for w, t in _drawn_texts(fig)]
+    name = lambda w, t: f"{w} '{' '.join(t.get_text().split())[:40]}'"
+    probs = [f"{name(w, t)} outside the canvas" for w, t, b in texts if t.get_gid() != "mad_study_label" and
+             (b.x0 < fb.x0 - tol or b.x1 > fb.x1 + tol or b.y0 < fb.y0 - tol or b.y1 > fb.y1 + tol)]
+    for ax in fig.axes:
+        ab = ax.get_window_extent(r)
+        probs += [f"{name('text', t)} runs past its axes" for t in ax.texts if t.get_visible() and t.get_text().strip() and _in_data(t, ax) and
+                  (b := t.get_window_extent(r)) and (b.x0 < ab.x0 - tol or b.x1 > ab.x1 + tol or b.y0 < ab.y0 - tol or b.y1 > ab.y1 + tol)]
+    box = np.array([[b.x0, b.y0, b.x1, b.y1] for _, _, b in texts]).reshape(-1, 4)
+    rot = np.array([t.get_rotation() % 90 != 0 for _, t, _ in texts])
+    w = np.minimum(box[:, None, 2], box[None, :, 2]) - np.maximum(box[:, None, 0], box[None, :, 0])
+    h = np.minimum(box[:, None, 3], box[None, :, 3]) - np.maximum(box[:, None, 1], box[None, :, 1])
+    strs = np.array([t.get_text() for _, t, _ in texts], dtype=object)         # a twin axes repeats its tick labels in place
+    twin = (np.abs(box[:, None] - box[None, :]).max(-1) < 0.5) & (strs[:, None] == strs[None, :])
+    hit = (w > tol) & (h > tol) & ~(rot[:, None] & rot[None, :]) & ~twin
+    for i, j in zip(*np.nonzero(np.triu(hit, 1))):
+        probs.append(f"{name(*texts[i][:2])} overlaps {name(*texts[j][:2])}")
+    if fig._suptitle is not None and fig._suptitle.get_text() and fig.axes:
+        top = max((ax.get_tightbbox(r).y1 for ax in fig.axes if ax.get_visible() and (ax.axison or ax.images)), default=None)
+        gap = (fig._suptitle.get_window_extent(r).y0 - top) / fig.dpi if top is not None else 0
+        if gap > 0.3: probs.append(f"empty band of {gap:.2f} in under the figure title")
+    return probs
+
+# %% ../nbs/06_report.ipynb #1a681b38
 def label_figure(fig, text: str | None):
-    "Stamp `text` (e.g. 'SYNTHETIC AGENTS ...') visibly at the top of `fig`."
+    """Stamp `text` (e.g. 'SYNTHETIC AGENTS ...') visibly above everything `fig` draws, wrapped to the figure's width
+    (the kit's own): the saved file grows by the label's height (`bbox_inches="tight"`), so no figure reserves room for it."""
     if not text: return fig
-    fig.text(0.5, 0.995, text, ha="center", va="top", fontsize=8, color="#b00020", weight="bold",
-             bbox=dict(boxstyle="round,pad=0.2", fc="#fff3f3", ec="#b00020", lw=0.6))
+    fig.canvas.draw(); r = fig.canvas.get_renderer()
+    top = fig.get_tightbbox(r).y1 / fig.get_figheight()           # inches -> figure fraction; above 1 if a title sticks out
+    width = max(30, int(fig.get_figwidth() * 72 / (0.6 * 7)))      # characters of 7 pt bold text across the figure
+    fig.text(0.5, top + 0.04 / fig.get_figheight(), textwrap.fill(text, width), ha="center", va="bottom", fontsize=7,
+             color="#b00020", weight="bold", gid="mad_study_label", bbox=dict(boxstyle="round,pad=0.2", fc="#fff3f3", ec="#b00020", lw=0.6))
     return fig
 
+# %% ../nbs/06_report.ipynb #ddeea581
 def _out(paper: str, artefact: str, ext: str) -> Path:
     return figures_dir() / paper / f"{artefact}.{ext}"
 
 def _sidecar(paper: str, artefact: str, study: Study | None, files: list[Path], extra: Mapping | None) -> Path:
-    "Write the provenance sidecar; a figure and a table of the same artefact from one study share it."
+    """Write the provenance sidecar; a figure and a table of the same artefact from one study share it (their files
+    and notes are merged: the figure's caption is `figure_caption`, the table's `caption`)."""
     path = _out(paper, artefact, "json")
-    names = [p.name for p in files]
+    names, notes = [p.name for p in files], {}
     if study is not None and path.exists():
         try: old = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError): old = {}
         if old.get("started") == study.started and old.get("experiment") == study.experiment:
-            names = list(dict.fromkeys([*old.get("files", []), *names]))
+            names = list(dict.fromkeys([*old.get("files", []), *names])); notes = dict(old.get("notes") or {})
     meta = {"artefact": artefact, "paper": paper, "files": names}
     if study is not None:
         meta.update(study.provenance()); study.outputs.extend(str(p) for p in files)
-    if extra: meta["notes"] = _jsonable(extra)
+    if extra or notes: meta["notes"] = {**notes, **_jsonable(extra or {})}
     from mad_study.cite import KIT_KEY, provenance_refs    # the reference keys of what made the artefact
     meta["references"] = [KIT_KEY, *provenance_refs(meta)]
     return atomic_write_text(path, json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
+# %% ../nbs/06_report.ipynb #5165c48d
+class LayoutWarning(UserWarning):
+    "A saved figure has layout problems (`layout_problems`): overlapping or cut-off text, an empty band."
+
 def save_figure(fig, artefact: str, paper: str, study: Study | None = None, label: str | None = None,
-                notes: Mapping | None = None, formats: Sequence[str] = ("png", "pdf")) -> list[Path]:
-    """Write `fig` as figures/<paper>/<artefact>.png/.pdf (+ .json provenance), atomically.
-    The study's label (synthetic agents / embedded model) is stamped on the figure."""
+                notes: Mapping | None = None, formats: Sequence[str] = ("png", "pdf"), caption: str | None = None,
+                check: str = "warn") -> list[Path]:
+    """Write `fig` as figures/<paper>/<artefact>.png and .pdf (vector) + the .json sidecar, atomically (the kit's own).
+    The study's label (synthetic agents / embedded model) is stamped above the figure. The sidecar holds the
+    `caption` (as `figure_caption`) and the `layout_problems` found; `check`: 'warn' (a `LayoutWarning`), 'raise' (a `ValueError`) or 'off'."""
     label = label if label is not None else (study.label if study is not None else None)
     label_figure(fig, label)
+    probs = layout_problems(fig) if check != "off" else None
+    if probs and check == "raise": raise ValueError(f"{paper}/{artefact}: layout problems: {probs}")
+    if probs and check == "warn": warnings.warn(f"{paper}/{artefact}: {len(probs)} layout problem(s): {probs[:3]}", LayoutWarning)
     files = []
     for ext in formats:
         p = _out(paper, artefact, ext)
         with atomic_path(p) as tmp:
-            fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight",
+            fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight", pad_inches=0.03,
                         metadata={"CreationDate": None} if ext == "pdf" else {"Software": None})
         files.append(p)
-    _sidecar(paper, artefact, study, files, {**(notes or {}), "label": label})
+    _sidecar(paper, artefact, study, files, {**(notes or {}), "label": label, **({"figure_caption": caption} if caption else {}),
+                                              **({"layout_problems": probs} if probs is not None else {})})
     return files
 
+# %% ../nbs/06_report.ipynb #ce70e4ba
 def save_table(df: pd.DataFrame, artefact: str, paper: str, study: Study | None = None, notes: Mapping | None = None,
                floatfmt: str = ".4g", caption: str | None = None, items: pd.DataFrame | None = None) -> list[Path]:
     """Write `df` as figures/<paper>/<artefact>.csv and .md (+ .json provenance), atomically.
@@ -291,6 +459,7 @@ def experiment_files(registry: Mapping | None = None) -> dict[str, dict]:
             out[f.stem] = {"paper": paper, "path": f, "artefacts": list(arts)}
     return out
 
+# %% ../nbs/06_report.ipynb #94735245
 def artefact_status(paper: str, art: Mapping, experiments: Mapping | None = None) -> dict:
     "Status, profile and files of one registry artefact (see the list above)."
     aid = art["id"]
@@ -311,6 +480,33 @@ def artefact_status(paper: str, art: Mapping, experiments: Mapping | None = None
     else: status = "not yet implemented"
     return {"status": status, "profile": "", "commit": "", "files": [], "experiment": exp_s}
 
+# %% ../nbs/06_report.ipynb #c0ce1b9d
+def _sidecar_of(paper: str, aid: str) -> dict:
+    try: return json.loads((figures_dir() / paper / f"{aid}.json").read_text())
+    except (OSError, json.JSONDecodeError): return {}
+
+def write_gallery(registry: Mapping | None = None, path: Path | None = None, thumb_px: int = 360) -> Path:
+    """Write figures/GALLERY.md (the kit's own): every regenerated figure as a thumbnail (linked to its PDF) with the
+    caption from its sidecar, its profile and its layout check, paper by paper, so a reader sees the whole set at once."""
+    reg = registry or load_registry()
+    lines = ["# Gallery of figures", "", "Generated with figures/INDEX.md (mad_study.report.write_gallery): every figure that is in this",
+             "folder, with the caption its notebook wrote into the sidecar. Figures of the `sim` profile come from synthetic agents",
+             "and say so on the figure.", ""]
+    for paper, d in reg.items():
+        rows = []
+        for a in d.get("artefacts", []):
+            png = figures_dir() / paper / f"{a['id']}.png"
+            if not png.exists(): continue
+            meta = _sidecar_of(paper, a["id"]); notes = meta.get("notes", {})
+            probs = notes.get("layout_problems")
+            check = "not checked" if probs is None else ("layout check passed" if not probs else f"{len(probs)} layout problem(s)")
+            cap = " ".join(str(notes.get("figure_caption") or a.get("title", "")).split()).replace("|", "/")
+            rows.append(f'| <a href="{paper}/{a["id"]}.pdf"><img src="{paper}/{a["id"]}.png" width="{thumb_px}"></a> | '
+                        f'**{a["id"]}** ({meta.get("profile", "?")} profile; {check}). {cap} |')
+        if rows: lines += [f"## {paper}: {d.get('paper', '')}", "", "| figure | caption |", "|---|---|", *rows, ""]
+    return atomic_write_text(path or figures_dir() / "GALLERY.md", "\n".join(lines))
+
+# %% ../nbs/06_report.ipynb #6a7fe6dd
 def index_table(registry: Mapping | None = None) -> pd.DataFrame:
     "One row per registry artefact: paper, id, kind, title, notebook, experiment file, status, profile, commit, files."
     reg = registry or load_registry()
@@ -331,7 +527,7 @@ def write_index(registry: Mapping | None = None, path: Path | None = None) -> Pa
              "Generated by `mad-study reproduce` (mad_study.report.write_index) from `params/artefacts.yaml` and the",
              "files in this folder. Profiles: `sim` = synthetic agents (illustrates each method; **not** the papers'",
              "results), `cpu` = the embedded SmolLM2-135M model (proves the LLM path; not the papers' results),",
-             "`paper` = the papers' open models on a GPU.", ""]
+             "`paper` = the papers' open models on a GPU. GALLERY.md beside this file shows every figure with its caption.", ""]
     counts = df["status"].value_counts()
     lines += ["Summary: " + ", ".join(f"{n} {s}" for s, n in counts.items()), ""]
     for paper, d in reg.items():
@@ -344,4 +540,6 @@ def write_index(registry: Mapping | None = None, path: Path | None = None) -> Pa
             exp = f"`{r['experiment']}`" if r["experiment"] else ""
             lines.append(f"| {r['id']} | {r['kind']} | {r['title']} | {exp} | {r['status']} | {r['profile']} | {r['commit']} | {files} |")
         lines.append("")
-    return atomic_write_text(path or figures_dir() / "INDEX.md", "\n".join(lines))
+    out = atomic_write_text(path or figures_dir() / "INDEX.md", "\n".join(lines))
+    write_gallery(reg, out.parent / "GALLERY.md")             # the figures themselves, with their captions
+    return out

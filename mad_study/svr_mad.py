@@ -627,12 +627,11 @@ def fig1_comparison(rows: pd.DataFrame, reference: str = "svr", by: str = "panel
 # %% ../nbs/12_svr_mad.ipynb #7bc3d74c
 FIG2_YLABEL = "hard problems\nanswered correctly"
 
-def finish_figure(fig, title: str, top_in: float = 0.42, title_in: float = 0.30):
-    """Lay out `fig` (`tight_layout`) in all but the top `top_in` inches, then put `title` `title_in` inches from the top,
-    below the label `mad_study.report.save_figure` stamps there (SVR-MAD Figs. 1-3)."""
-    h = fig.get_figheight()
-    fig.tight_layout(rect=(0, 0, 1, 1 - top_in / h))
-    fig.suptitle(title, fontsize=9, y=1 - title_in / h, va="top")
+def finish_figure(fig, title: str):
+    """Put `title` over `fig` with constrained layout, which keeps no blank band under the title and room for the long
+    tick labels; `mad_study.report.save_figure` stamps its label above everything (SVR-MAD Figs. 1-3)."""
+    fig.set_layout_engine("constrained")
+    fig.suptitle(title)
     return fig
 
 # %% ../nbs/12_svr_mad.ipynb #bd1debf6
