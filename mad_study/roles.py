@@ -184,15 +184,9 @@ def resolve_assignment(assignment: Assignment, item: Item, roles: Sequence[str])
     if missing: raise ConfigError(f"assignment has no model for roles {missing}", key="assignment", value=dict(a), choices=roles)
     return {r: a[r] for r in roles}
 
-# %% ../nbs/04c_roles.ipynb #c1db7e3b
-def run_mad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str, Any], *, max_rounds: int = 3,
-            temperature: float = 0.0, max_new_tokens: int = 1024, seed: int = 0, experiment: str = "mad",
-            prompts: Mapping[str, str] = MAD_PROMPTS) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """MAD (Liang et al. 2024; released round logic, see above) on `items` with a per-item role assignment.
-    Returns (transcript, outcomes): one transcript row per turn; one outcome row per item (final `answer`, `correct`,
-    `rounds`, `decided_by`, verdict statuses)."""
-    if max_rounds < 1: raise ConfigError("must be >= 1", key="max_rounds", value=max_rounds)
-    P = prompts
+# %% ../nbs/04c_roles.ipynb #88bccad5
+def _mad_states(items: Sequence[Item], assignment: Assignment, P: Mapping[str, str]) -> dict[str, dict]:
+    "item id -> the item's debate state before round 1."
     st = {}
     for it in items:
         a = resolve_assignment(assignment, it, MAD_ROLES)
@@ -202,36 +196,33 @@ def run_mad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str
                                "negative": [{"role": "system", "content": _fill(P["player_system"], topic=topic)}],
                                "moderator": [{"role": "system", "content": _fill(P["moderator_system"], topic=topic)}]},
                          last={})
-    rows: list[dict] = []
-    kw = dict(seed=seed, temperature=temperature, max_new_tokens=max_new_tokens)
+    return st
 
-    def step(role, user_of, rnd, pos, peers):
-        live = [s for s in st.values() if not s["done"]]
-        jobs = []
-        for s in live:
-            s["conv"][role] = s["conv"][role] + [{"role": "user", "content": user_of(s)}]
-            kind = "verdict" if role == "moderator" else "answer"
-            jobs.append((s["a"][role], _req(s["conv"][role], s["item"], role, rnd, kind, **kw)))
-        for s, g in zip(live, _generate(backends, jobs)):
-            s["conv"][role] = s["conv"][role] + [{"role": "assistant", "content": g.text}]
-            s["last"][role] = g.text
-            it = s["item"]
-            if role == "moderator":
-                v = parse_verdict(g.text, it); s["verdicts"].append(v.status); s["rounds"] = rnd
-                if v.status == "ok": s.update(done=True, answer=v.answer, decided_by="moderator", side=v.side)
-                ans = v.answer
-            else: ans = extract_answer(g.text, it.fmt)
-            rows.append(_row(experiment, it, rnd, role, s["a"][role], pos, peers, g, ans))
+# %% ../nbs/04c_roles.ipynb #e7e0011e
+def _mad_step(st: dict, backends: Mapping[str, Any], rows: list[dict], kw: dict, experiment: str,
+              role: str, user_of: Callable, rnd: int, pos: int, peers: tuple) -> None:
+    "`role`'s turn of round `rnd` for every undecided item (`user_of(state)`: its user message); rows appended in place."
+    live = [s for s in st.values() if not s["done"]]
+    jobs = []
+    for s in live:
+        s["conv"][role] = s["conv"][role] + [{"role": "user", "content": user_of(s)}]
+        kind = "verdict" if role == "moderator" else "answer"
+        jobs.append((s["a"][role], _req(s["conv"][role], s["item"], role, rnd, kind, **kw)))
+    for s, g in zip(live, _generate(backends, jobs)):
+        s["conv"][role] = s["conv"][role] + [{"role": "assistant", "content": g.text}]
+        s["last"][role] = g.text
+        it = s["item"]
+        if role == "moderator":
+            v = parse_verdict(g.text, it); s["verdicts"].append(v.status); s["rounds"] = rnd
+            if v.status == "ok": s.update(done=True, answer=v.answer, decided_by="moderator", side=v.side)
+            ans = v.answer
+        else: ans = extract_answer(g.text, it.fmt)
+        rows.append(_row(experiment, it, rnd, role, s["a"][role], pos, peers, g, ans))
 
-    for rnd in range(1, int(max_rounds) + 1):
-        word = ROUND_WORDS[rnd - 1] if rnd <= len(ROUND_WORDS) else f"{rnd}th"
-        if rnd == 1: step("affirmative", lambda s: _fill(P["affirmative"], topic=s["topic"]), rnd, 0, ())
-        else: step("affirmative", lambda s: _fill(P["debate"], oppo_ans=s["last"]["negative"]), rnd, 0, ("negative",))
-        if rnd == 1: step("negative", lambda s: _fill(P["negative"], aff_ans=s["last"]["affirmative"]), rnd, 1, ("affirmative",))
-        else: step("negative", lambda s: _fill(P["debate"], oppo_ans=s["last"]["affirmative"]), rnd, 1, ("affirmative",))
-        step("moderator", lambda s: _fill(P["moderator"], round=word, aff_ans=s["last"]["affirmative"],
-                                          neg_ans=s["last"]["negative"]), rnd, 2, ("affirmative", "negative"))
-    # final judge for the undecided items: candidates, then a JSON answer (one conversation)
+# %% ../nbs/04c_roles.ipynb #1b49fed7
+def _mad_judge(st: dict, backends: Mapping[str, Any], rows: list[dict], kw: dict, experiment: str,
+               P: Mapping[str, str], max_rounds: int) -> None:
+    "The final judge's two calls for every undecided item; states updated and rows appended in place."
     live = [s for s in st.values() if not s["done"]]
     jobs = []
     for s in live:
@@ -252,6 +243,10 @@ def run_mad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str
         g = dataclasses.replace(g, prompt_tokens=(g.prompt_tokens or 0) + (s["cand"].prompt_tokens or 0),
                                 completion_tokens=(g.completion_tokens or 0) + (s["cand"].completion_tokens or 0))
         rows.append(_row(experiment, it, max_rounds + 1, "judge", s["a"]["moderator"], 3, ("affirmative", "negative"), g, s["answer"]))
+
+# %% ../nbs/04c_roles.ipynb #aaea2141
+def _mad_outcomes(st: dict) -> pd.DataFrame:
+    "The outcomes table of `run_mad`."
     out = []
     for s in st.values():
         it = s["item"]
@@ -260,7 +255,31 @@ def run_mad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str
                         rounds=s["rounds"], decided_by=s["decided_by"], verdicts=",".join(s["verdicts"]),
                         malformed=sum(v.endswith("malformed") for v in s["verdicts"]),
                         **{f"model_{r}": m for r, m in s["a"].items()}))
-    return transcript_frame(rows), pd.DataFrame(out)
+    return pd.DataFrame(out)
+
+# %% ../nbs/04c_roles.ipynb #791a357e
+def run_mad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str, Any], *, max_rounds: int = 3,
+            temperature: float = 0.0, max_new_tokens: int = 1024, seed: int = 0, experiment: str = "mad",
+            prompts: Mapping[str, str] = MAD_PROMPTS) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """MAD (Liang et al. 2024; released round logic, see above) on `items` with a per-item role assignment.
+    Returns (transcript, outcomes): one transcript row per turn; one outcome row per item (final `answer`, `correct`,
+    `rounds`, `decided_by`, verdict statuses)."""
+    if max_rounds < 1: raise ConfigError("must be >= 1", key="max_rounds", value=max_rounds)
+    P = prompts
+    st = _mad_states(items, assignment, P)
+    rows: list[dict] = []
+    kw = dict(seed=seed, temperature=temperature, max_new_tokens=max_new_tokens)
+    def step(role, user_of, rnd, pos, peers): _mad_step(st, backends, rows, kw, experiment, role, user_of, rnd, pos, peers)
+    for rnd in range(1, int(max_rounds) + 1):
+        word = ROUND_WORDS[rnd - 1] if rnd <= len(ROUND_WORDS) else f"{rnd}th"
+        if rnd == 1: step("affirmative", lambda s: _fill(P["affirmative"], topic=s["topic"]), rnd, 0, ())
+        else: step("affirmative", lambda s: _fill(P["debate"], oppo_ans=s["last"]["negative"]), rnd, 0, ("negative",))
+        if rnd == 1: step("negative", lambda s: _fill(P["negative"], aff_ans=s["last"]["affirmative"]), rnd, 1, ("affirmative",))
+        else: step("negative", lambda s: _fill(P["debate"], oppo_ans=s["last"]["affirmative"]), rnd, 1, ("affirmative",))
+        step("moderator", lambda s: _fill(P["moderator"], round=word, aff_ans=s["last"]["affirmative"],
+                                          neg_ans=s["last"]["negative"]), rnd, 2, ("affirmative", "negative"))
+    _mad_judge(st, backends, rows, kw, experiment, P, max_rounds)
+    return transcript_frame(rows), _mad_outcomes(st)
 
 # %% ../nbs/04c_roles.ipynb #d58aedd8
 DMAD_ROLES = ("cot", "step_back", "pot")
