@@ -88,7 +88,7 @@ def normalize_latex(s: str) -> str:
     s = re.sub(r"\s+", " ", s).strip()
     return _strip_wrappers(s)
 
-# %% ../nbs/01_answers.ipynb #a1100d51
+# %% ../nbs/01_answers.ipynb #df60f8c7
 _NUM_RE = re.compile(
     r"(?<![\w.)\]}])(?P<sign>[-−+]?)\s?\$?\s?"
     r"(?P<int>\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?P<frac>\.\d+)?"
@@ -120,6 +120,7 @@ def number_candidates(s: str) -> list[Fraction]:
         if v is not None: out.append(v)
     return out
 
+# %% ../nbs/01_answers.ipynb #6e1ba7ed
 def parse_number(s: Any, last: bool = True) -> Fraction | None:
     "One number from `s` as a Fraction (the last one when there are several, else the first), or None."
     try:
@@ -180,7 +181,7 @@ def _cut_statement(rest: str) -> str:
     m = re.search(r"\$|\\\)|\.(?:\s|$)|\s+(?:because|since|as|which|so)\b|[;!?]", rest)
     return rest[:m.start()] if m else rest
 
-# %% ../nbs/01_answers.ipynb #78dcc0d8
+# %% ../nbs/01_answers.ipynb #d983df8d
 OPTION_LETTERS = "ABCDEFGHIJK"   # BBH geometric_shapes has 11 options, (A)..(K); MMLU-Pro 10; MMLU/GPQA 4
 _L = f"[{OPTION_LETTERS}]"
 _l = f"[{OPTION_LETTERS}{OPTION_LETTERS.lower()}]"
@@ -214,6 +215,7 @@ def _listing_lines(s: str) -> set[int]:
             if (prev_ is not None and starts[prev_]) or (next_ is not None and starts[next_]): out.add(i)
     return out
 
+# %% ../nbs/01_answers.ipynb #c09564ab
 _PAREN_RE = re.compile(rf"\(({_L})\)")
 _END_PAREN_RE = re.compile(rf"\(({_L})\)[\s.*_!)\]$`]*$")
 # a bare letter after "the answer is": not followed by a letter or digit; a bare "I" (the pronoun) only before punctuation
@@ -241,7 +243,7 @@ def _extract_option(s: str) -> str | None:
     last = next((l for l in reversed(lines) if l.strip()), "")
     return _letter_from(last, lower_ok=False, strict=True) if len(last.strip()) <= 20 else None
 
-# %% ../nbs/01_answers.ipynb #5f69a77a
+# %% ../nbs/01_answers.ipynb #e1494836
 def _extract_number(s: str) -> str | None:
     for _, content in reversed(_boxes(s)):                        # 1. boxed (last box holding a number)
         v = parse_number(content)
@@ -264,6 +266,7 @@ def _extract_boxed(s: str) -> str | None:
         if a: return a
     return None
 
+# %% ../nbs/01_answers.ipynb #106c04ac
 def _extract_exact(s: str) -> str | None:
     for _, content in reversed(_boxes(s)):
         a = normalize_latex(re.sub(r"^\\text\{(.*)\}$", r"\1", content.strip()))
@@ -282,6 +285,7 @@ def _check_fmt(fmt: str) -> None:
     if fmt not in ANSWER_FORMATS:
         raise ConfigError("unknown answer format", key="fmt", value=fmt, choices=ANSWER_FORMATS)
 
+# %% ../nbs/01_answers.ipynb #f9e8a4ca
 def extract_answer(text: Any, fmt: str) -> str | None:
     """The final answer in a model response for answer format `fmt` (`number`, `boxed`, `option`, `exact`), or None.
 
@@ -308,7 +312,7 @@ def extract_answer(text: Any, fmt: str) -> str | None:
     except Exception:
         return None
 
-# %% ../nbs/01_answers.ipynb #d0fde7b1
+# %% ../nbs/01_answers.ipynb #5b8a2cf8
 MATH_VERIFY_TIMEOUT = 5          # seconds per math-verify parse/verify call (main thread only)
 MATH_VERIFY_MAX_CHARS = 400      # longer answers are compared as normalised strings, not by math-verify
 
@@ -346,6 +350,7 @@ def _mv_verify(gold: str, pred: str) -> bool:
         if isinstance(e, (KeyboardInterrupt, SystemExit)): raise
         return False
 
+# %% ../nbs/01_answers.ipynb #6ab408a9
 _TEXT_WRAP_RE = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
 
 def _unwrap_text(s: str) -> str:
@@ -375,6 +380,7 @@ def _plain_number(s: str) -> Fraction | None:
 def _num_eq(a: Fraction, b: Fraction) -> bool:
     return a == b or abs(a - b) <= Fraction(1, 10**9) * max(1, abs(a), abs(b))
 
+# %% ../nbs/01_answers.ipynb #cf566f9f
 def _boxed_equal(gold: str, pred: str) -> bool:
     g, p = normalize_latex(gold), normalize_latex(pred)
     if not g or not p: return False
@@ -393,6 +399,7 @@ def _boxed_equal(gold: str, pred: str) -> bool:
 def _option_letter(a: Any) -> str | None:
     return _letter_from(str(a)) if a is not None else None
 
+# %% ../nbs/01_answers.ipynb #6f20d73a
 def is_correct(pred: Any, gold: Any, fmt: str) -> bool:
     """Whether the extracted answer `pred` matches `gold` under answer format `fmt`.
 
@@ -423,8 +430,7 @@ def _is_correct(pred: Any, gold: Any, fmt: str) -> bool:
 
 _is_correct_str = functools.lru_cache(maxsize=1 << 18)(_is_correct)   # transcripts repeat few distinct answers
 
-
-# %% ../nbs/01_answers.ipynb #ea4e7e6d
+# %% ../nbs/01_answers.ipynb #2a0d40d2
 def _key(a: Any, fmt: str) -> str | None:
     "Exact grouping key: canonical number, letter, normalised text, or normalised LaTeX (memoised for strings)."
     return _key_str(a, fmt) if type(a) is str else _key_any(a, fmt)
@@ -453,6 +459,7 @@ def _display_any(a: Any, fmt: str) -> str | None:
 
 _display_str = functools.lru_cache(maxsize=1 << 18)(_display_any)
 
+# %% ../nbs/01_answers.ipynb #95bccd19
 def answers_equivalent(a: Any, b: Any, fmt: str) -> bool:
     "Whether two extracted answers are the same answer under `fmt` (symmetric; None is equivalent to nothing)."
     _check_fmt(fmt)
@@ -468,6 +475,7 @@ def answers_equivalent(a: Any, b: Any, fmt: str) -> bool:
     except Exception:
         return False
 
+# %% ../nbs/01_answers.ipynb #0da25614
 ELEMENTWISE_FORMATS = ("number", "option")   # formats whose classes are exact keys: merging maps each answer on its own
 
 def merge_equivalent(answers: Sequence[Any], fmt: str) -> list[str | None]:
@@ -502,6 +510,7 @@ def merge_equivalent(answers: Sequence[Any], fmt: str) -> list[str | None]:
     rep = {root: min(c.items(), key=lambda kv: (-kv[1], len(kv[0]), kv[0]))[0] for root, c in counts.items()}
     return [rep.get(find(k)) if k is not None else None for k in keys]
 
+# %% ../nbs/01_answers.ipynb #12e74df7
 def parse_failure_rate(answers: Iterable[Any]) -> float:
     "Share of answers that did not parse (None or NaN); NaN for an empty input. A column of every results table."
     answers = list(answers)

@@ -130,7 +130,7 @@ class Item:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
-# %% ../nbs/00_core.ipynb #8e76aa2d
+# %% ../nbs/00_core.ipynb #e9613697
 @dataclass
 class GenRequest:
     "One chat-completion request. `messages` is a list of `{'role', 'content'}` dicts."
@@ -161,6 +161,7 @@ class GenRequest:
                              sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
+# %% ../nbs/00_core.ipynb #8f52f04d
 SIGNALS = ("logprob_sum", "logprob_min", "logprob_mean", "perplexity", "token_entropy", "confidence")
 
 @dataclass
@@ -186,6 +187,7 @@ class Generation:
     def from_json(cls, s: str, cached: bool = True) -> "Generation":
         return cls(**json.loads(s), cached=cached)
 
+# %% ../nbs/00_core.ipynb #3882e1fe
 def signals_from_logprobs(logprobs: Sequence[float], entropies: Sequence[float] | None = None) -> dict:
     "Signal fields of `Generation` from a completion's per-token log-probs (and optional per-token entropies). (the prior signals of SVR-MAD Sec. 3 (min-LL, PPL) and SID's token log-likelihoods.)"
     lp = np.asarray(list(logprobs), dtype=float)

@@ -48,7 +48,7 @@ def format_question(item: Item) -> str:
     if spec is not None: return spec.formatter(item)
     return du_options_question(item) if item.choices else plain_question(item)
 
-# %% ../nbs/02_data.ipynb #d6b401c6
+# %% ../nbs/02_data.ipynb #ef3d4211
 LETTERS = string.ascii_uppercase
 
 def _int_gold(x: Any) -> str:
@@ -61,6 +61,7 @@ def _is_plain_number(s: str) -> bool:
     try: float(s); return True
     except ValueError: return False
 
+# %% ../nbs/02_data.ipynb #bd3573d7
 def _conv_gsm8k(spec, row, index, split, config):
     sol = row["answer"]
     gold = canonical_number(parse_number(sol.split("####")[-1].replace(",", ""), last=False))
@@ -88,6 +89,7 @@ def _conv_gpqa(spec, row, index, split, config):
 def _conv_bbh(spec, row, index, split, config):
     return dict(question=row["input"], gold=str(row["target"]).strip().strip("()"))
 
+# %% ../nbs/02_data.ipynb #ea82dd9f
 def _conv_aime(spec, row, index, split, config):
     q = row.get("problem", row.get("question"))
     meta = {"config": config} if config not in (None, "default") else {}
@@ -105,7 +107,7 @@ def _conv_hle(spec, row, index, split, config):
     return dict(question=row["question"], gold=str(row["answer"]).strip(),
                 meta={k: row[k] for k in ("id", "category", "raw_subject") if k in row})
 
-# %% ../nbs/02_data.ipynb #af7ad035
+# %% ../nbs/02_data.ipynb #d4842206
 @dataclass(frozen=True)
 class TaskSpec:
     "One benchmark: where it is, how its rows become Items, its licence and who uses it."
@@ -136,6 +138,7 @@ class TaskSpec:
         "Whether the fixture source generates synthetic look-alikes (no real items shipped)."
         return not self.redistributable
 
+# %% ../nbs/02_data.ipynb #05bb177d
 def _spec(**kw) -> TaskSpec: return TaskSpec(**kw)
 
 TASKS: dict[str, TaskSpec] = {s.name: s for s in [
@@ -161,6 +164,10 @@ TASKS: dict[str, TaskSpec] = {s.name: s for s in [
     _spec(name="bbh_geometric_shapes", title="BBH geometric shapes", hf_id="lukaemon/bbh", configs=("geometric_shapes",),
           split="test", n_items=250, fields={"question": "input (options inline, (A)-(K))", "answer": "target '(D)' -> 'D'"},
           fmt="option", licence="MIT", redistributable=True, papers=("madc",), convert=_conv_bbh),
+]}
+
+# %% ../nbs/02_data.ipynb #a5e15d94
+TASKS.update({s.name: s for s in [
     _spec(name="amc23", title="AMC 2023", hf_id="math-ai/amc23", configs=("default",), split="test", n_items=40,
           fields={"question": "question", "answer": "answer (number)"}, fmt="boxed", licence="unclear (competition problems)",
           redistributable=False, papers=("umad",), convert=_conv_aime),
@@ -182,8 +189,9 @@ TASKS: dict[str, TaskSpec] = {s.name: s for s in [
                                 "filter": "image == '', answer_type == 'multipleChoice', category != 'Math'"},
           fmt="option", licence="gated; the authors ask that items not be redistributed (see the dataset card)", redistributable=False,
           papers=("svr_mad",), convert=_conv_hle),
-]}
+]})
 
+# %% ../nbs/02_data.ipynb #7c04acb6
 def get_task(name: str) -> TaskSpec:
     "The TaskSpec of `name` (or `name:split`); an unknown name or split raises a one-line ConfigError listing the choices."
     if not isinstance(name, str) or not name:
@@ -237,7 +245,7 @@ def _fixture_rows(task: str) -> tuple[dict, ...]:
         except json.JSONDecodeError as e: raise ConfigError(f"bad JSON ({e.msg})", where=f"{p}:{k + 1}") from None
     return tuple(rows)
 
-# %% ../nbs/02_data.ipynb #7e8538ed
+# %% ../nbs/02_data.ipynb #cb68293a
 SYNTHETIC_TAG = "[synthetic look-alike]"
 SYNTHETIC_COUNTS = {"aime24": 30, "aime25": 30, "amc23": 40, "imo_answerbench": 100, "gpqa": 100, "hle_mc": 100}
 
@@ -256,6 +264,7 @@ def _lin(a: int, var: str, first: bool = False) -> str:
     if first: return ("-" if a < 0 else "") + mag
     return (" - " if a < 0 else " + ") + mag
 
+# %% ../nbs/02_data.ipynb #654643d5
 def _int_problem(r) -> tuple[str, int]:
     "An AIME-style problem with an integer answer in 0..999."
     kind = int(r.integers(5))
@@ -286,6 +295,7 @@ def _int_problem(r) -> tuple[str, int]:
     cnt = n // a + n // b - 2 * (n // l)
     return f"How many integers $n$ with $1 \\le n \\le {n}$ are divisible by ${a}$ or by ${b}$, but not by both?", cnt
 
+# %% ../nbs/02_data.ipynb #6196659e
 def _latex_frac(p: int, q: int) -> str:
     f = Fraction(p, q)
     if f.denominator == 1: return str(f.numerator)
@@ -300,6 +310,7 @@ def _radical(n: int) -> str:
     if m == 1: return str(k)
     return f"\\sqrt{{{m}}}" if k == 1 else f"{k}\\sqrt{{{m}}}"
 
+# %% ../nbs/02_data.ipynb #2e71e73e
 def _imo_problem(r) -> tuple[str, str, str]:
     "An olympiad-flavoured problem with a LaTeX short answer, and its category."
     kind = int(r.integers(5))
@@ -325,6 +336,7 @@ def _imo_problem(r) -> tuple[str, str, str]:
     return (f"In how many ways can ${k}$ identical balls be placed into ${m}$ distinct boxes (boxes may be empty)?",
             str(math.comb(k + m - 1, m - 1)), "Combinatorics")
 
+# %% ../nbs/02_data.ipynb #51816013
 def _fmt3(x: float) -> str:
     return f"{x:.3g}" if abs(x) < 1e4 else f"{x:.3e}"
 
@@ -359,6 +371,7 @@ def _gpqa_row(r) -> dict:
     return {"Question": f"{SYNTHETIC_TAG} {q}", "Correct Answer": texts[0], "Incorrect Answer 1": texts[1],
             "Incorrect Answer 2": texts[2], "Incorrect Answer 3": texts[3], "High-level domain": dom[0], "Subdomain": dom[1]}
 
+# %% ../nbs/02_data.ipynb #4c659a2c
 def _hle_row(r, i: int) -> dict:
     "An HLE-layout multiple-choice row (five options inline under 'Answer Choices:')."
     kind = int(r.integers(4))
@@ -394,6 +407,7 @@ def _hle_row(r, i: int) -> dict:
     return {"id": f"synthetic-{i}", "question": f"{SYNTHETIC_TAG} {q}\n\nAnswer Choices:\n{lines}", "image": "",
             "answer": LETTERS[order.index(0)], "answer_type": "multipleChoice", "category": cat}
 
+# %% ../nbs/02_data.ipynb #6f76a680
 _SYNTHETIC_GENERATORS: dict[str, Callable] = {}   # task -> fn(rng, i) -> hub-like row (filled below: vision tasks)
 
 def _synthetic_row(task: str, i: int) -> tuple[dict, str | None]:
@@ -446,7 +460,7 @@ def _fixture_items(spec: TaskSpec, split: str) -> list[Item]:
     items = [_make_item(spec, r, int(r["index"]), split, spec.configs[0]) for r in rows]
     return sorted((it for it in items if it is not None), key=lambda it: it.meta["index"])
 
-# %% ../nbs/02_data.ipynb #06d2106b
+# %% ../nbs/02_data.ipynb #9a232311
 class HubUnavailableError(ConnectionError):
     "The hub (or the dataset's host) could not be reached, or the dataset is gated; the one-line message says which."
 
@@ -464,6 +478,7 @@ def _hub_error(spec: TaskSpec, config: str, split: str, e: BaseException) -> Hub
         msg = f"could not reach the Hugging Face hub for {what}: {reason}; source='fixture' works offline"
     return HubUnavailableError(msg)
 
+# %% ../nbs/02_data.ipynb #60006cdc
 def _hub_rows(spec: TaskSpec, split: str) -> list[tuple[int, str, dict]]:
     "(index, config, row) for every row of the split, configs concatenated in order."
     out = []
@@ -492,7 +507,7 @@ def _hub_items(spec: TaskSpec, split: str) -> list[Item]:
     items = (_make_item(spec, row, index, split, config) for index, config, row in _hub_rows(spec, split))
     return [it for it in items if it is not None]
 
-# %% ../nbs/02_data.ipynb #bae6acd3
+# %% ../nbs/02_data.ipynb #1c47a2af
 SOURCES = ("fixture", "hub")
 
 class SubsetSizeWarning(UserWarning):
@@ -512,6 +527,7 @@ def choose_subset(items: Sequence[Item], n: int | None, seed: int, *key: Any) ->
     keep = set(int(i) for i in perm[:n])
     return [it for i, it in enumerate(items) if i in keep]
 
+# %% ../nbs/02_data.ipynb #48bf4e93
 def load_items(task: str, n: int | None = None, seed: int = 0, source: str = "fixture", split: str | None = None,
                save: bool = True) -> list[Item]:
     """Items of `task` (a TASKS name, or `name:split`): all, or a deterministic subset of `n` for `seed`.
@@ -541,6 +557,7 @@ def load_items(task: str, n: int | None = None, seed: int = 0, source: str = "fi
         except OSError as e: warnings.warn(f"could not save the subset ids under {runs_dir()}: {e}", stacklevel=2)
     return items
 
+# %% ../nbs/02_data.ipynb #2402481a
 def items_from_ids(ids: Iterable[str], source: str = "fixture") -> list[Item]:
     "The items with these ids (e.g. read back from a saved subset file), in the order given."
     ids = list(ids)
@@ -557,7 +574,7 @@ def items_from_ids(ids: Iterable[str], source: str = "fixture") -> list[Item]:
     if missing: raise ConfigError(f"{len(missing)} item ids not found in source {source}", key="ids", value=missing[0])
     return [found[i] for i in ids]
 
-# %% ../nbs/02_data.ipynb #356f35c2
+# %% ../nbs/02_data.ipynb #a961f0bf
 _IMG_TAG = re.compile(r"<image\s*\d*>")
 _OPT_LINE = re.compile(r"^\s*\(?([A-F])[.):]\s*(.+?)\s*$", re.M)
 
@@ -585,6 +602,7 @@ def _conv_mathvision(spec, row, index, split, config):
     else: d["fmt"] = _free_form(gold)
     return d
 
+# %% ../nbs/02_data.ipynb #a798f5e6
 def _conv_realworldqa(spec, row, index, split, config):
     """RealWorldQA (xAI 2024) rows: the options are inline (`A. ...` lines) and the gold is their letter; other rows
     are free-form (a number or a word). `realworldqa` keeps the multiple-choice rows, our reading of Meta-Debate's
@@ -600,6 +618,7 @@ def _conv_realworldqa(spec, row, index, split, config):
     else: d["fmt"] = _free_form(gold)
     return d
 
+# %% ../nbs/02_data.ipynb #0e5c523c
 _VISION = dict(licence="research use; the authors' terms apply (not shipped: the fixture draws synthetic look-alikes)",
                redistributable=False, papers=("meta_debate",), formatter=du_options_question)
 for _name, _title in [("mathvision", "MathVision (multiple choice)"), ("mathvision_all", "MathVision (all)")]:
@@ -613,8 +632,7 @@ for _name, _title in [("realworldqa", "RealWorldQA (multiple choice)"), ("realwo
                          fields={"question": "question (options inline)", "answer": "answer", "image": "image"},
                          convert=_conv_realworldqa, notes="image items; free-form rows only in realworldqa_all", **_VISION)
 
-
-# %% ../nbs/02_data.ipynb #ac7728e7
+# %% ../nbs/02_data.ipynb #73b85434
 _COLOURS = {"red": (220, 40, 40), "blue": (40, 80, 220), "green": (30, 160, 60), "orange": (240, 150, 20), "purple": (140, 60, 190)}
 _SHAPES = ("circle", "square", "triangle")
 
@@ -634,6 +652,7 @@ def _mc(r, correct: str, wrong: Sequence[str]) -> tuple[list[str], str]:
     order = [int(x) for x in r.permutation(len(opts))]
     return [opts[o] for o in order], LETTERS[order.index(0)]
 
+# %% ../nbs/02_data.ipynb #589e17cd
 def _mathvision_row(r, i: int) -> dict:
     "A MathVision look-alike: count a shape among others, or read the shaded fraction of a grid (every 4th, a count: free-form)."
     im, d = _canvas()
@@ -662,6 +681,7 @@ def _mathvision_row(r, i: int) -> dict:
     return {"id": f"synthetic-{i}", "question": f"{SYNTHETIC_TAG} <image1> {q}", "options": opts, "answer": gold,
             "decoded_image": im, "subject": "synthetic", "level": 1}
 
+# %% ../nbs/02_data.ipynb #5c5bb28e
 def _realworldqa_row(r, i: int) -> dict:
     "A RealWorldQA look-alike: where one object is relative to another, or the colour of the largest one (every 4th: free-form count)."
     im, d = _canvas()
@@ -690,4 +710,3 @@ def _realworldqa_row(r, i: int) -> dict:
 _SYNTHETIC_GENERATORS.update({"mathvision": _mathvision_row, "mathvision_all": _mathvision_row,
                      "realworldqa": _realworldqa_row, "realworldqa_all": _realworldqa_row})
 SYNTHETIC_COUNTS.update({k: 80 for k in ("mathvision", "mathvision_all", "realworldqa", "realworldqa_all")})
-

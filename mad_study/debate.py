@@ -29,7 +29,7 @@ __all__ = ['ORDERINGS', 'PROTOCOLS', 'HISTORY_MODES', 'Agent', 'make_agents', 'T
            'FullyConnected', 'OrderedPeers', 'register_protocol', 'make_protocol', 'majority_vote', 'group_rows',
            'tie_seeds', 'vote_table', 'run_debate']
 
-# %% ../nbs/04_debate.ipynb #dbb9df2f
+# %% ../nbs/04_debate.ipynb #2b7ad846
 @dataclass(frozen=True)
 class Agent:
     "A debater: unique `name`, `model` (registry name) and `role` (selects a system prompt)."
@@ -43,6 +43,7 @@ def make_agents(models: Sequence[str], roles: Sequence[str] | None = None, prefi
     if len(roles) != len(models): raise ConfigError(f"{len(roles)} roles for {len(models)} models", key="roles")
     return [Agent(f"{prefix}{i}", m, r) for i, (m, r) in enumerate(zip(models, roles))]
 
+# %% ../nbs/04_debate.ipynb #b36075c2
 @dataclass
 class Turn:
     "What one agent does in a debate round."
@@ -57,6 +58,7 @@ class RoundPlan:
     order: list[str]
     turns: dict[str, Turn]
 
+# %% ../nbs/04_debate.ipynb #77ea22b7
 @dataclass
 class RoundContext:
     "What a protocol may look at: the item, thread, round, agents and each agent's rows so far."
@@ -84,6 +86,7 @@ class RoundContext:
         "A generator of `agent`'s own, seeded by (protocol seed, item, thread, round, agent): per-viewer draws, deterministic."
         return rng_for(self.seed, "viewer", self.item.id, self.sample, self.round, agent)
 
+# %% ../nbs/04_debate.ipynb #acd3414e
 class Protocol:
     "Base protocol: everyone speaks and sees every other agent, in the agents' list order. (one round of Du et al.'s multi-agent debate: who speaks, whom they see, in what order.)"
     name = "protocol"
@@ -101,36 +104,42 @@ class Protocol:
     def role(self, ctx: RoundContext, agent: str) -> str | None:
         "The role `agent` plays this round (its system prompt; None: the agent's own role). A devil's advocate is one line."
         return None
-
-    def plan(self, ctx: RoundContext) -> RoundPlan:
-        "The round plan: `order()`, then per agent `speaks()`, `visible()` (of its `viewer_order()`) and `tags()`."
-        order = list(self.order(ctx))
-        if sorted(order) != sorted(ctx.names): raise ValueError(f"{self.name}: order {order} is not a permutation of {ctx.names}")
-        turns = {}
-        for a in ctx.names:
-            seen = list(self.viewer_order(ctx, a, order))
-            if sorted(seen) != sorted(ctx.names): raise ValueError(f"{self.name}: {a}'s order {seen} is not a permutation of {ctx.names}")
-            peers = self._checked_peers(ctx, a, self.visible(ctx, a, seen))
-            turns[a] = Turn(speak=self.speaks(ctx, a), peers=tuple(peers), tags=self.tags(ctx, a, peers), role=self.role(ctx, a))
-        return RoundPlan(order, turns)
-
-    def _checked_peers(self, ctx: RoundContext, agent: str, peers) -> list[str]:
-        "`visible()`'s answer, checked: every peer a known agent, none twice (a ConfigError naming the protocol and agent)."
-        peers = list(peers)
-        unknown = [p for p in peers if p not in ctx.history]
-        if unknown: raise ConfigError(f"{self.name}: visible() for {agent!r} names unknown agent(s) {unknown}", key="visible", value=agent, choices=ctx.names)
-        twice = sorted({p for p in peers if peers.count(p) > 1})
-        if twice: raise ConfigError(f"{self.name}: visible() for {agent!r} names agent(s) {twice} more than once", key="visible", value=agent)
-        return peers
-
     def __repr__(self): return f"{type(self).__name__}({self.name!r})"
 
+# %% ../nbs/04_debate.ipynb #fa654116
+from fastcore.basics import patch
+
+# %% ../nbs/04_debate.ipynb #db64a6b8
+@patch
+def plan(self: Protocol, ctx: RoundContext) -> RoundPlan:
+    "The round plan: `order()`, then per agent `speaks()`, `visible()` (of its `viewer_order()`) and `tags()`."
+    order = list(self.order(ctx))
+    if sorted(order) != sorted(ctx.names): raise ValueError(f"{self.name}: order {order} is not a permutation of {ctx.names}")
+    turns = {}
+    for a in ctx.names:
+        seen = list(self.viewer_order(ctx, a, order))
+        if sorted(seen) != sorted(ctx.names): raise ValueError(f"{self.name}: {a}'s order {seen} is not a permutation of {ctx.names}")
+        peers = self._checked_peers(ctx, a, self.visible(ctx, a, seen))
+        turns[a] = Turn(speak=self.speaks(ctx, a), peers=tuple(peers), tags=self.tags(ctx, a, peers), role=self.role(ctx, a))
+    return RoundPlan(order, turns)
+
+@patch
+def _checked_peers(self: Protocol, ctx: RoundContext, agent: str, peers) -> list[str]:
+    "`visible()`'s answer, checked: every peer a known agent, none twice (a ConfigError naming the protocol and agent)."
+    peers = list(peers)
+    unknown = [p for p in peers if p not in ctx.history]
+    if unknown: raise ConfigError(f"{self.name}: visible() for {agent!r} names unknown agent(s) {unknown}", key="visible", value=agent, choices=ctx.names)
+    twice = sorted({p for p in peers if peers.count(p) > 1})
+    if twice: raise ConfigError(f"{self.name}: visible() for {agent!r} names agent(s) {twice} more than once", key="visible", value=agent)
+    return peers
+
+# %% ../nbs/04_debate.ipynb #c5ab4199
 class FullyConnected(Protocol):
     "Du et al. (2024) multi-agent debate: every agent sees all other agents' last responses, in a fixed order."
     name = "fully_connected"
     def __init__(self, include_self: bool = False): self.include_self = include_self
 
-# %% ../nbs/04_debate.ipynb #c826e462
+# %% ../nbs/04_debate.ipynb #776b5564
 ORDERINGS = ("fixed", "random", "random_shared", "truth_first", "truth_last")
 
 class OrderedPeers(FullyConnected):
@@ -157,6 +166,7 @@ class OrderedPeers(FullyConnected):
         if self.ordering != "random": return order
         return [order[i] for i in ctx.viewer_rng(agent).permutation(len(order))]
 
+# %% ../nbs/04_debate.ipynb #59cf432d
 PROTOCOLS: dict[str, Callable[..., Protocol]] = {"fully_connected": FullyConnected,
                                                  **{o: (lambda o: lambda **kw: OrderedPeers(o, **kw))(o) for o in ORDERINGS}}
 
@@ -172,7 +182,7 @@ def make_protocol(name: str = "fully_connected", **kw) -> Protocol:
     if name not in PROTOCOLS: raise ConfigError("unknown protocol", key="protocol", value=name, choices=PROTOCOLS)
     return PROTOCOLS[name](**kw)
 
-# %% ../nbs/04_debate.ipynb #719ade34
+# %% ../nbs/04_debate.ipynb #4cd9e6a9
 def majority_vote(answers: Sequence[str | None], fmt: str, tie_seed: Any = 0) -> str | None:
     "Majority answer (equivalent answers merged, None abstains; ties broken by a draw seeded with `tie_seed`). (majority vote as Du et al. (2024) and Self-Consistency (Wang et al. 2023) aggregate.)"
     merged = [a for a in merge_equivalent(list(answers), fmt) if a is not None]
@@ -198,6 +208,7 @@ def group_rows(df: pd.DataFrame, by: Sequence[str], dropna: bool = True) -> tupl
     bounds = np.r_[0, np.cumsum(np.bincount(c, minlength=len(keys)))]
     return keys, [order[bounds[i]:bounds[i + 1]] for i in range(len(keys))]
 
+# %% ../nbs/04_debate.ipynb #3d949911
 def _merged_column(answers: np.ndarray, fmt: str) -> np.ndarray:
     "Each answer's class representative for an element-wise format (`ELEMENTWISE_FORMATS`), computed once per distinct answer."
     uniq = list(dict.fromkeys(a for a in answers.tolist() if a is not None))
@@ -231,6 +242,7 @@ def tie_seeds(transcript: pd.DataFrame, groups: list[np.ndarray]) -> list[tuple]
             for c in ("item_id", "sample", "round")]
     return [tuple(None if pd.isna(v) else (int(v) if k else str(v)) for k, v in enumerate(c[idx[0]] for c in cols)) for idx in groups]
 
+# %% ../nbs/04_debate.ipynb #bbd0f219
 def vote_table(transcript: pd.DataFrame, by: Sequence[str] = ("item_id", "sample", "round"),
                fmt: str | None = None) -> pd.DataFrame:
     """Majority vote per condition (`experiment`, `method`), item, thread and round (`pool_keys(transcript, by)`): those
@@ -263,7 +275,7 @@ def vote_table(transcript: pd.DataFrame, by: Sequence[str] = ("item_id", "sample
                      "correct": ans is not None and is_correct(ans, gold, f), "n_agents": len(idx)})
     return pd.DataFrame(rows)
 
-# %% ../nbs/04_debate.ipynb #5ee0d268
+# %% ../nbs/04_debate.ipynb #fbb9c44a
 def _with_system(msgs: list[dict], system: str | None) -> list[dict]:
     "`msgs` with its leading system message set to `system` (removed when None): a role changed by the protocol is sent."
     rest = msgs[1:] if msgs and msgs[0].get("role") == "system" else msgs
@@ -284,6 +296,81 @@ def _row(experiment, item, sample, rnd, agent, role, position, peers, text, gen:
 
 HISTORY_MODES = ("full", "last", "none")
 
+# %% ../nbs/04_debate.ipynb #a2bee58a
+def _check_debate_args(agents: list[Agent], backends: Mapping[str, Any], history: str) -> None:
+    "Unique agent names, a backend for every agent's model, a known history mode: else a one-line ConfigError."
+    if len({a.name for a in agents}) != len(agents): raise ConfigError("agent names must be unique", key="agents")
+    for a in agents:
+        if a.model not in backends: raise ConfigError("no backend for model", key="model", value=a.model, choices=backends)
+    if history not in HISTORY_MODES: raise ConfigError("unknown history mode", key="history", value=history, choices=HISTORY_MODES)
+
+# %% ../nbs/04_debate.ipynb #b7dcb690
+def _round_plan(protocol: Protocol, agents: list[Agent], hist_th: dict, it: Item, k: int, rnd: int, seed: int) -> RoundPlan:
+    "The plan of round `rnd` of thread (`it`, `k`): everyone speaks and sees nothing in round 0, else the protocol's plan."
+    if rnd == 0: return RoundPlan([a.name for a in agents], {a.name: Turn() for a in agents})
+    ctx = ctx = RoundContext(it, k, rnd, agents, hist_th, rng_for(seed, "protocol", protocol.name, it.id, k, rnd),
+                       seed=derive_seed(seed, "protocol", protocol.name))
+    return protocol.plan(ctx)
+
+# %% ../nbs/04_debate.ipynb #02526fb3
+def _turn_messages(ps: PromptSet, q: str, role: str, rnd: int, turn: Turn, conv_a: list[dict] | None, hist_th: dict,
+                   agent: str, history: str) -> list[dict]:
+    "The messages `agent` is sent this turn: the opening in round 0, else its peers' last responses in the debate message."
+    if rnd == 0: return opening_messages(ps, q, role)
+    sols = [hist_th[p][-1]["text"] for p in turn.peers]
+    user = {"role": "user", "content": debate_message(ps, q, sols, list(turn.tags) if turn.tags else None)}
+    if history == "full": msgs = _with_system(conv_a, ps.system_for(role)) + [user]
+    elif history == "last": msgs = opening_messages(ps, q, role) + [{"role": "assistant", "content": hist_th[agent][-1]["text"]}, user]
+    else: msgs = opening_messages(ps, q, role)[:-1] + [user]
+    return msgs
+
+# %% ../nbs/04_debate.ipynb #9dbdaa23
+def _round_requests(threads, agents, protocol, rnd, psets, questions, hist, conv, rows, bar, *, history, seed,
+                    experiment, method, max_new_tokens, temperature, top_p) -> dict[str, list]:
+    "model -> [(thread, item, sample, agent, role, position, peers, GenRequest)] for round `rnd` of every thread."
+    pending = defaultdict(list)             # model -> [(thread, agent, role, position, peers, request)]
+    for it, k in threads:
+        th, ps, q = (it.id, k), psets[it.id], questions[it.id]
+        plan = _round_plan(protocol, agents, hist[th], it, k, rnd, seed)
+        for a in agents:
+            turn = plan.turns[a.name]
+            role = turn.role or a.role
+            pos = plan.order.index(a.name)
+            if rnd > 0 and not turn.speak:
+                rows.append(_row(experiment, it, k, rnd, a, role, pos, turn.peers, None, None, reused=True, prev=hist[th][a.name][-1], method=method))
+                hist[th][a.name].append(rows[-1]); bar.update(1)
+                continue
+            msgs = _turn_messages(ps, q, role, rnd, turn, conv[th].get(a.name), hist[th], a.name, history)
+            conv[th][a.name] = list(msgs) if rnd == 0 else msgs
+            req = GenRequest(msgs, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                             seed=derive_seed(seed, it.id, a.name, rnd, k),
+                             meta=dict(item=it, agent=a.name, round=rnd, sample=k))
+            pending[a.model].append((th, it, k, a, role, pos, turn.peers, req))
+    return pending
+
+# %% ../nbs/04_debate.ipynb #25f97da6
+def _generate_round(pending: dict[str, list], backends: Mapping[str, Any], rnd: int, rows: list[dict], hist: dict,
+                    conv: dict, bar, experiment: str, method: str) -> None:
+    "Run round `rnd`'s requests, model by model, appending the rows (in place) to `rows`, `hist` and `conv`."
+    for model, jobs in pending.items():
+        gens = backends[model].generate([j[-1] for j in jobs])
+        if len(gens) != len(jobs): raise RuntimeError(f"backend for {model} returned {len(gens)} generations for {len(jobs)} requests")
+        for (th, it, k, a, role, pos, peers, req), g in zip(jobs, gens):
+            rows.append(_row(experiment, it, k, rnd, a, role, pos, peers, g.text, g, method=method))
+            hist[th][a.name].append(rows[-1])
+            conv[th][a.name] = conv[th][a.name] + [{"role": "assistant", "content": g.text}]
+        bar.update(len(jobs))
+
+# %% ../nbs/04_debate.ipynb #295b4e36
+def _sorted_transcript(rows: list[dict], items: Sequence[Item], agents: Sequence[Agent]) -> pd.DataFrame:
+    "The rows as a transcript frame sorted by item, thread, round and agent."
+    order = {it.id: i for i, it in enumerate(items)}
+    agent_order = {a.name: i for i, a in enumerate(agents)}
+    df = transcript_frame(rows)
+    key = df["item_id"].map(order) * 10**9 + df["sample"].astype(int) * 10**6 + df["round"].astype(int) * 10**3 + df["agent"].map(agent_order)
+    return df.iloc[np.argsort(key.to_numpy(), kind="stable")].reset_index(drop=True)
+
+# %% ../nbs/04_debate.ipynb #77dc5728
 def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping[str, Any], *,
                protocol: Protocol | None = None, debate_rounds: int = 1, samples: int = 1,
                prompt: str | PromptSet = "auto", temperature: float = 0.0, top_p: float = 1.0,
@@ -302,10 +389,7 @@ def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping
     in every history mode."""
     agents = list(agents); protocol = protocol or FullyConnected()
     method = protocol.name if method is None else str(method)
-    if len({a.name for a in agents}) != len(agents): raise ConfigError("agent names must be unique", key="agents")
-    for a in agents:
-        if a.model not in backends: raise ConfigError("no backend for model", key="model", value=a.model, choices=backends)
-    if history not in HISTORY_MODES: raise ConfigError("unknown history mode", key="history", value=history, choices=HISTORY_MODES)
+    _check_debate_args(agents, backends, history)
     threads = [(it, k) for it in items for k in range(int(samples))]
     conv = {(it.id, k): {} for it, k in threads}
     hist = {(it.id, k): {a.name: [] for a in agents} for it, k in threads}
@@ -315,48 +399,9 @@ def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping
     total = len(threads) * len(agents) * (int(debate_rounds) + 1)
     bar = tqdm(total=total, desc=f"{experiment}", disable=not progress, leave=False)
     for rnd in range(int(debate_rounds) + 1):
-        pending = defaultdict(list)             # model -> [(thread, agent, role, position, peers, request)]
-        for it, k in threads:
-            th, ps, q = (it.id, k), psets[it.id], questions[it.id]
-            if rnd == 0:
-                plan = RoundPlan([a.name for a in agents], {a.name: Turn() for a in agents})
-            else:
-                ctx = RoundContext(it, k, rnd, agents, hist[th], rng_for(seed, "protocol", protocol.name, it.id, k, rnd),
-                                   seed=derive_seed(seed, "protocol", protocol.name))
-                plan = protocol.plan(ctx)
-            for a in agents:
-                turn = plan.turns[a.name]
-                role = turn.role or a.role
-                pos = plan.order.index(a.name)
-                if rnd > 0 and not turn.speak:
-                    rows.append(_row(experiment, it, k, rnd, a, role, pos, turn.peers, None, None, reused=True, prev=hist[th][a.name][-1], method=method))
-                    hist[th][a.name].append(rows[-1]); bar.update(1)
-                    continue
-                if rnd == 0:
-                    msgs = opening_messages(ps, q, role)
-                    conv[th][a.name] = list(msgs)
-                else:
-                    sols = [hist[th][p][-1]["text"] for p in turn.peers]
-                    user = {"role": "user", "content": debate_message(ps, q, sols, list(turn.tags) if turn.tags else None)}
-                    if history == "full": msgs = _with_system(conv[th][a.name], ps.system_for(role)) + [user]
-                    elif history == "last": msgs = opening_messages(ps, q, role) + [{"role": "assistant", "content": hist[th][a.name][-1]["text"]}, user]
-                    else: msgs = opening_messages(ps, q, role)[:-1] + [user]
-                    conv[th][a.name] = msgs
-                req = GenRequest(msgs, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                 seed=derive_seed(seed, it.id, a.name, rnd, k),
-                                 meta=dict(item=it, agent=a.name, round=rnd, sample=k))
-                pending[a.model].append((th, it, k, a, role, pos, turn.peers, req))
-        for model, jobs in pending.items():
-            gens = backends[model].generate([j[-1] for j in jobs])
-            if len(gens) != len(jobs): raise RuntimeError(f"backend for {model} returned {len(gens)} generations for {len(jobs)} requests")
-            for (th, it, k, a, role, pos, peers, req), g in zip(jobs, gens):
-                rows.append(_row(experiment, it, k, rnd, a, role, pos, peers, g.text, g, method=method))
-                hist[th][a.name].append(rows[-1])
-                conv[th][a.name] = conv[th][a.name] + [{"role": "assistant", "content": g.text}]
-            bar.update(len(jobs))
+        pending = _round_requests(threads, agents, protocol, rnd, psets, questions, hist, conv, rows, bar, history=history,
+                                  seed=seed, experiment=experiment, method=method, max_new_tokens=max_new_tokens,
+                                  temperature=temperature, top_p=top_p)
+        _generate_round(pending, backends, rnd, rows, hist, conv, bar, experiment, method)
     bar.close()
-    order = {it.id: i for i, it in enumerate(items)}
-    agent_order = {a.name: i for i, a in enumerate(agents)}
-    df = transcript_frame(rows)
-    key = df["item_id"].map(order) * 10**9 + df["sample"].astype(int) * 10**6 + df["round"].astype(int) * 10**3 + df["agent"].map(agent_order)
-    return df.iloc[np.argsort(key.to_numpy(), kind="stable")].reset_index(drop=True)
+    return _sorted_transcript(rows, items, agents)

@@ -62,7 +62,7 @@ def accuracy_by_round(transcript: pd.DataFrame, majority: bool = True, level: fl
         out = pd.concat([out, pd.DataFrame(mrows)], ignore_index=True)
     return out.sort_values([*by, "round", "who"], kind="stable").reset_index(drop=True)
 
-# %% ../nbs/05_metrics.ipynb #5dec6118
+# %% ../nbs/05_metrics.ipynb #8a8995a1
 def cluster_bootstrap_ci(values: Sequence[float], clusters: Sequence[Any], level: float = 0.95, n_resamples: int = 2000,
                          seed: int = 0) -> tuple[float, float]:
     """Cluster (item-level) bootstrap interval of the pooled mean of `values` (Davison & Hinkley 1997, Sec. 3.8):
@@ -92,6 +92,7 @@ def cluster_bootstrap_ci(values: Sequence[float], clusters: Sequence[Any], level
     lo, hi = np.percentile(np.concatenate(thetas), [100 * a, 100 * (1 - a)])
     return (float(lo), float(hi))
 
+# %% ../nbs/05_metrics.ipynb #7540a3f3
 def clustered_accuracy_ci(correct: Sequence[Any], clusters: Sequence[Any], level: float = 0.95, n_resamples: int = 2000,
                           seed: int = 0) -> tuple[float, float, str]:
     """Interval for a pooled accuracy: `wilson_ci` when each cluster (item) gives one answer, else `cluster_bootstrap_ci`
@@ -137,7 +138,7 @@ def tokens_per_point(tokens: float, accuracy: float) -> float:
     "Tokens per accuracy point (Sec. 1: 0.121k for RUMAD B=12 on GSM8K); `accuracy` a fraction, NaN at 0."
     return float("nan") if not accuracy else tokens / (100.0 * accuracy)
 
-# %% ../nbs/05_metrics.ipynb #58846208
+# %% ../nbs/05_metrics.ipynb #8e6ea690
 UNPARSED = "<unparsed>"
 UNPARSED_MODES = ("drop", "distinct", "shared")
 
@@ -160,6 +161,7 @@ def _outcomes(answers: Sequence[Any], fmt: str | None, unparsed: str = "shared",
     if unparsed == "drop": return [a for a in ans if a is not None]
     return ans
 
+# %% ../nbs/05_metrics.ipynb #18aaa848
 def answer_distribution(answers: Sequence[Any], support: Sequence[str] | None = None, fmt: str | None = None,
                         unparsed: str = "shared") -> pd.Series:
     """Empirical answer distribution (UMAD App. C.1) over `support` (default: the answers seen, sorted).
@@ -186,6 +188,7 @@ def _entropy_rows(P: np.ndarray, base: float) -> np.ndarray:
     if base is not None: S /= math.log(base)
     return S
 
+# %% ../nbs/05_metrics.ipynb #256ae06f
 def _agent_outcomes(samples: list[list[Any]], fmt: str | None, unparsed: str) -> list[list[str]]:
     "Each agent's outcomes: answers merged across the whole team (App. C.1), unparsed ones as `unparsed` says."
     flat = _outcomes([a for s in samples for a in s], fmt, "keep")
@@ -219,6 +222,7 @@ def _decompose_p(P: np.ndarray, base: float) -> tuple[float, float, float, np.nd
     eu = max(tu - au, 0.0) if tu - au > -1e-12 else tu - au   # JSD >= 0; clip float noise only
     return tu, eu, au, mix
 
+# %% ../nbs/05_metrics.ipynb #d4deb05a
 def uncertainty_decomposition(samples: Sequence[Sequence[Any]], base: float = math.e, fmt: str | None = None,
                               unparsed: str = "drop") -> dict:
     """UMAD Prop. 3.2 / Eq. 3 (Alg. 1 lines 7-15): `samples[i]` are agent i's sampled answers at one turn.
@@ -243,7 +247,7 @@ def uncertainty_decomposition(samples: Sequence[Sequence[Any]], base: float = ma
     return {"tu": tu, "eu": eu, "au": au, "support": support, "p": [pd.Series(row, index=idx, dtype=float) for row in P],
             "mixture": pd.Series(mix, index=idx, dtype=float), **extra}
 
-# %% ../nbs/05_metrics.ipynb #5384a370
+# %% ../nbs/05_metrics.ipynb #03bb25d2
 def _warn_one_sample(counts: np.ndarray, who: str) -> None:
     "Warn when no agent has more than one sample at any group: UMAD's decomposition is then degenerate (AU = 0, EU = TU)."
     if len(counts) and int(np.max(counts)) <= 1:
@@ -273,6 +277,101 @@ def _decompose_groups(g: np.ndarray, a: np.ndarray, o: np.ndarray, G: int, base:
     d = tu - au
     return tu, np.where(d > -1e-12, np.maximum(d, 0.0), d), au, L
 
+# %% ../nbs/05_metrics.ipynb #bfaec721
+def _agent_slots(agents_col: np.ndarray, g: np.ndarray, G: int) -> tuple[np.ndarray, list[list]]:
+    "Each row's agent slot in its group `g` (agents numbered by first appearance) and each group's agent names by slot."
+    # agent slots: agents numbered by first appearance in their group
+    ac, anames = pd.factorize(pd.Series(agents_col, dtype=object), use_na_sentinel=False)
+    first = pd.DataFrame({"g": g, "a": ac}).drop_duplicates()
+    slot_of = np.zeros(G * len(anames), dtype=np.int64)
+    slot_of[first["g"].to_numpy() * len(anames) + first["a"].to_numpy()] = first.groupby("g").cumcount().to_numpy()
+    a = slot_of[g * len(anames) + ac]
+    names = [[] for _ in range(G)]
+    for gi, ai in zip(first["g"].tolist(), first["a"].tolist()): names[gi].append(anames[ai])
+    return a, names
+
+# %% ../nbs/05_metrics.ipynb #d6fdf4bd
+def _group_accuracies(cor: np.ndarray, g: np.ndarray, a: np.ndarray, G: int, A: int) -> tuple[list, list]:
+    "Mean correctness per group and per (group, agent slot); NaN (not parsed, not graded) rows are skipped."
+    # accuracies (NA skipped, as pandas' mean of a boolean column)
+    ok = ~np.isnan(cor); c0 = np.where(ok, cor, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc = (np.bincount(g, weights=c0, minlength=G) / np.bincount(g, weights=ok, minlength=G)).tolist()
+        acc_a = (np.bincount(g * A + a, weights=c0, minlength=G * A) / np.bincount(g * A + a, weights=ok, minlength=G * A)).reshape(G, A).tolist()
+    return acc, acc_a
+
+# %% ../nbs/05_metrics.ipynb #2c6446f5
+def _merge_by_format(answers: np.ndarray, g: np.ndarray, gfmt: list[str], bounds: np.ndarray) -> np.ndarray:
+    "Each answer replaced by its class representative (None: unparsed); `gfmt[gi]` is group gi's answer format."
+    from mad_study.answers import ELEMENTWISE_FORMATS
+    # answers merged by equivalence (per format; group by group for formats that are not element-wise); None: unparsed
+    merged = np.empty(len(answers), dtype=object)
+    for f in dict.fromkeys(gfmt):
+        sel = np.array([x == f for x in gfmt])
+        if f in ELEMENTWISE_FORMATS: merged[sel[g]] = _outcomes(answers[sel[g]].tolist(), f, "keep")
+        else:
+            for gi in np.flatnonzero(sel).tolist():
+                sl = slice(bounds[gi], bounds[gi + 1]); merged[sl] = _outcomes(answers[sl].tolist(), f, "keep")
+    return merged
+
+# %% ../nbs/05_metrics.ipynb #7bf8012f
+def _parse_failures(merged: np.ndarray, g: np.ndarray, a: np.ndarray, G: int, A: int, unparsed: str):
+    "Which answers did not parse, their share per group and per (group, agent slot), and the undefined groups."
+    # parse failures, and (drop) the groups where an agent has no parsed answer: undefined, never a smaller N
+    none = np.array([x is None for x in merged.tolist()], dtype=bool)
+    n_a = np.bincount(g * A + a, minlength=G * A).reshape(G, A)
+    bad_a = np.bincount(g * A + a, weights=none, minlength=G * A).reshape(G, A)
+    pf = (np.bincount(g, weights=none, minlength=G) / np.bincount(g, minlength=G)).tolist()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pf_a = (bad_a / n_a).tolist()
+    undefined = ((n_a > 0) & (bad_a == n_a)).any(axis=1) if unparsed == "drop" else np.zeros(G, dtype=bool)
+    return none, pf, pf_a, undefined
+
+# %% ../nbs/05_metrics.ipynb #3d7868a0
+def _group_uncertainty(merged: np.ndarray, none: np.ndarray, g: np.ndarray, a: np.ndarray, names: list[list],
+                       gfmt: list[str], bounds: np.ndarray, undefined: np.ndarray, unparsed: str, base: float) -> list:
+    "(tu, eu, au, support size) of every group, in group order."
+    from mad_study.answers import ELEMENTWISE_FORMATS
+    G = len(gfmt)
+    res: list = [None] * G
+    for f in dict.fromkeys(gfmt):
+        sel = np.array([x == f for x in gfmt])
+        for gi in np.flatnonzero(sel & undefined).tolist():        # NaN, with the distinct parsed answers counted
+            res[gi] = (math.nan, math.nan, math.nan, len({m for m in merged[bounds[gi]:bounds[gi + 1]].tolist() if m is not None}))
+        sel = sel & ~undefined
+        if not sel.any(): continue
+        rows_f = sel[g] & (~none if unparsed == "drop" else True)
+        if f in ELEMENTWISE_FORMATS:
+            out = _outcomes(merged[rows_f].tolist(), None, "shared" if unparsed == "drop" else unparsed)
+            sup = sorted(set(out), key=_support_key)
+            o = pd.Categorical(out, categories=sup).codes.astype(np.int64)
+            gsel = np.flatnonzero(sel)
+            remap = np.full(G, -1); remap[gsel] = np.arange(len(gsel))
+            tu, eu, au, L = _decompose_groups(remap[g[rows_f]], a[rows_f], o, len(gsel), base)
+            for j, gi in enumerate(gsel.tolist()): res[gi] = (float(tu[j]), float(eu[j]), float(au[j]), int(L[j]))
+        else:
+            for gi in np.flatnonzero(sel).tolist():                   # answers already merged within the group
+                mg, ag = merged[bounds[gi]:bounds[gi + 1]], a[bounds[gi]:bounds[gi + 1]]
+                samples = [mg[ag == i].tolist() for i in range(len(names[gi]))]
+                tu, eu, au, support, _, _ = _decompose(samples, base, None, unparsed)
+                res[gi] = (tu, eu, au, len(support))
+    return res
+
+# %% ../nbs/05_metrics.ipynb #045ca4a9
+def _uncertainty_rows(keys: list, by: Sequence[str], res: list, acc: list, acc_a: list, pf: list, pf_a: list,
+                      names: list[list]) -> pd.DataFrame:
+    "The table of `uncertainty_table` from the per-group results."
+    rows = []
+    for gi, key in enumerate(keys):
+        tu, eu, au, n_sup = res[gi]
+        r = {**dict(zip(by, key)), "tu": tu, "eu": eu, "au": au, "n_answers": n_sup, "accuracy": acc[gi]}
+        for i, name in enumerate(names[gi]): r[f"acc_{name}"] = acc_a[gi][i]
+        r["parse_failure"] = pf[gi]
+        for i, name in enumerate(names[gi]): r[f"parse_failure_{name}"] = pf_a[gi][i]
+        rows.append(r)
+    return pd.DataFrame(rows)
+
+# %% ../nbs/05_metrics.ipynb #1bb68f08
 def uncertainty_table(transcript: pd.DataFrame, fmt: str | None = None, base: float = math.e,
                       by: Sequence[str] = ("item_id", "round"), unparsed: str = "drop") -> pd.DataFrame:
     """TU / Sys-EU / Sys-AU per item and round (UMAD Alg. 1) from a transcript with K samples per agent turn,
@@ -297,71 +396,17 @@ def uncertainty_table(transcript: pd.DataFrame, fmt: str | None = None, base: fl
     answers = transcript["answer"].to_numpy(dtype=object, na_value=None)[order]
     agents_col, tasks = transcript["agent"].to_numpy(dtype=object)[order], transcript["task"].to_numpy(dtype=object)
     cor = transcript["correct"].astype("boolean").to_numpy(dtype=float, na_value=np.nan)[order]
-    # agent slots: agents numbered by first appearance in their group
-    ac, anames = pd.factorize(pd.Series(agents_col, dtype=object), use_na_sentinel=False)
-    first = pd.DataFrame({"g": g, "a": ac}).drop_duplicates()
-    slot_of = np.zeros(G * len(anames), dtype=np.int64)
-    slot_of[first["g"].to_numpy() * len(anames) + first["a"].to_numpy()] = first.groupby("g").cumcount().to_numpy()
-    a = slot_of[g * len(anames) + ac]
-    names = [[] for _ in range(G)]
-    for gi, ai in zip(first["g"].tolist(), first["a"].tolist()): names[gi].append(anames[ai])
+    a, names = _agent_slots(agents_col, g, G)
     A = int(a.max()) + 1
     _warn_one_sample(np.bincount(g * A + a, minlength=G * A), "uncertainty_table")
-    # accuracies (NA skipped, as pandas' mean of a boolean column)
-    ok = ~np.isnan(cor); c0 = np.where(ok, cor, 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        acc = (np.bincount(g, weights=c0, minlength=G) / np.bincount(g, weights=ok, minlength=G)).tolist()
-        acc_a = (np.bincount(g * A + a, weights=c0, minlength=G * A) / np.bincount(g * A + a, weights=ok, minlength=G * A)).reshape(G, A).tolist()
-    # answers merged by equivalence (per format; group by group for formats that are not element-wise); None: unparsed
+    acc, acc_a = _group_accuracies(cor, g, a, G, A)
     fmts: dict = {}
     gfmt = [fmt or fmts.get(tasks[x[0]]) or fmts.setdefault(tasks[x[0]], get_task(tasks[x[0]]).fmt) for x in groups]
     bounds = np.r_[0, np.cumsum([len(x) for x in groups])]     # rows are in group order: group gi is rows bounds[gi]:bounds[gi + 1]
-    merged = np.empty(len(answers), dtype=object)
-    for f in dict.fromkeys(gfmt):
-        sel = np.array([x == f for x in gfmt])
-        if f in ELEMENTWISE_FORMATS: merged[sel[g]] = _outcomes(answers[sel[g]].tolist(), f, "keep")
-        else:
-            for gi in np.flatnonzero(sel).tolist():
-                sl = slice(bounds[gi], bounds[gi + 1]); merged[sl] = _outcomes(answers[sl].tolist(), f, "keep")
-    # parse failures, and (drop) the groups where an agent has no parsed answer: undefined, never a smaller N
-    none = np.array([x is None for x in merged.tolist()], dtype=bool)
-    n_a = np.bincount(g * A + a, minlength=G * A).reshape(G, A)
-    bad_a = np.bincount(g * A + a, weights=none, minlength=G * A).reshape(G, A)
-    pf = (np.bincount(g, weights=none, minlength=G) / np.bincount(g, minlength=G)).tolist()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        pf_a = (bad_a / n_a).tolist()
-    undefined = ((n_a > 0) & (bad_a == n_a)).any(axis=1) if unparsed == "drop" else np.zeros(G, dtype=bool)
-    res: list = [None] * G
-    for f in dict.fromkeys(gfmt):
-        sel = np.array([x == f for x in gfmt])
-        for gi in np.flatnonzero(sel & undefined).tolist():        # NaN, with the distinct parsed answers counted
-            res[gi] = (math.nan, math.nan, math.nan, len({m for m in merged[bounds[gi]:bounds[gi + 1]].tolist() if m is not None}))
-        sel = sel & ~undefined
-        if not sel.any(): continue
-        rows_f = sel[g] & (~none if unparsed == "drop" else True)
-        if f in ELEMENTWISE_FORMATS:
-            out = _outcomes(merged[rows_f].tolist(), None, "shared" if unparsed == "drop" else unparsed)
-            sup = sorted(set(out), key=_support_key)
-            o = pd.Categorical(out, categories=sup).codes.astype(np.int64)
-            gsel = np.flatnonzero(sel)
-            remap = np.full(G, -1); remap[gsel] = np.arange(len(gsel))
-            tu, eu, au, L = _decompose_groups(remap[g[rows_f]], a[rows_f], o, len(gsel), base)
-            for j, gi in enumerate(gsel.tolist()): res[gi] = (float(tu[j]), float(eu[j]), float(au[j]), int(L[j]))
-        else:
-            for gi in np.flatnonzero(sel).tolist():                   # answers already merged within the group
-                mg, ag = merged[bounds[gi]:bounds[gi + 1]], a[bounds[gi]:bounds[gi + 1]]
-                samples = [mg[ag == i].tolist() for i in range(len(names[gi]))]
-                tu, eu, au, support, _, _ = _decompose(samples, base, None, unparsed)
-                res[gi] = (tu, eu, au, len(support))
-    rows = []
-    for gi, key in enumerate(keys):
-        tu, eu, au, n_sup = res[gi]
-        r = {**dict(zip(by, key)), "tu": tu, "eu": eu, "au": au, "n_answers": n_sup, "accuracy": acc[gi]}
-        for i, name in enumerate(names[gi]): r[f"acc_{name}"] = acc_a[gi][i]
-        r["parse_failure"] = pf[gi]
-        for i, name in enumerate(names[gi]): r[f"parse_failure_{name}"] = pf_a[gi][i]
-        rows.append(r)
-    return pd.DataFrame(rows)
+    merged = _merge_by_format(answers, g, gfmt, bounds)
+    none, pf, pf_a, undefined = _parse_failures(merged, g, a, G, A, unparsed)
+    res = _group_uncertainty(merged, none, g, a, names, gfmt, bounds, undefined, unparsed, base)
+    return _uncertainty_rows(keys, by, res, acc, acc_a, pf, pf_a, names)
 
 # %% ../nbs/05_metrics.ipynb #0adb9da6
 def flip_transitions(before: Sequence[bool], after: Sequence[bool]) -> dict:

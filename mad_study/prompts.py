@@ -117,8 +117,8 @@ def debate_message(ps: PromptSet, question: str, solutions: list[str], tags: lis
     blocks = "".join(fill(ps.peer, solution=s, idx=i, tag=t) for i, (s, t) in enumerate(zip(solutions, tags)))
     return fill(ps.debate_intro, question=question, n_solutions=n) + blocks + fill(ps.debate_outro, question=question, n_solutions=n)
 
-# %% ../nbs/04a_prompts.ipynb #71bb4086
-MADC_FEWSHOT_EXAMPLES = r"""### Instruction:
+# %% ../nbs/04a_prompts.ipynb #e09991d5
+_MADC_EXAMPLES_12 = r"""### Instruction:
 Gracie and Joe are choosing numbers on the complex plane. Joe chooses the point $1+2i$. Gracie chooses $-1+i$. How far apart are Gracie and Joe's points?
 
 ### Response:
@@ -138,9 +138,10 @@ Step 1: We want $\frac{n+6}{n}$ to be an integer. This means that $n+6$ must be 
 Step 2: Since $n$ is a positive integer, $n+6$ must be greater than $n$.
 Step 3: Therefore, $n$ must be a factor of 6.
 Step 4: The positive factors of 6 are 1, 2, 3, and 6. The sum of these factors is $1+2+3+6=\boxed{12}$.
-Step 5: The answer is: 12.
+Step 5: The answer is: 12."""
 
-### Instruction:
+# %% ../nbs/04a_prompts.ipynb #322dd217
+_MADC_EXAMPLES_34 = r"""### Instruction:
 Abigail, Beatrice, and Carson want to sell their eggs at the market. Abigail has 37 eggs, Beatrice has 49 eggs, and Carson has 14 eggs. They can only sell the eggs in cartons of 12. How many eggs will be remaining if they sell all the cartons?
 
 ### Response:
@@ -160,7 +161,9 @@ Step 2: So, the image of point $T(-2,6)$ after reflecting across the $y$-axis is
 Step 3: Then, translating a point down 8 units subtracts 8 from its $y$-coordinate.
 Step 4: So, the image of point $(2,6)$ after translating down 8 units is $(2,6-8)=(2,-2)$. Therefore, the coordinates of the image of the center of circle $T$ are $\boxed{(2,-2)}$.
 Step 5: The answer is: (2,-2)."""
+MADC_FEWSHOT_EXAMPLES = _MADC_EXAMPLES_12 + "\n\n" + _MADC_EXAMPLES_34
 
+# %% ../nbs/04a_prompts.ipynb #a14b651e
 _MADC_TEMPLATE = ("A chat between a curious user and an AI assistant. The assistant gives step-by-step solutions to the user's "
                   "questions. At the final step, a conclusive answer is given in the format of \"The answer is: <ANSWER>.\", "
                   "where <ANSWER> should be a numeric answer.\n\n{examples}\n\n### Instruction:\n{instruction}\n\n### Response:\n"

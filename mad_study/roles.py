@@ -184,15 +184,9 @@ def resolve_assignment(assignment: Assignment, item: Item, roles: Sequence[str])
     if missing: raise ConfigError(f"assignment has no model for roles {missing}", key="assignment", value=dict(a), choices=roles)
     return {r: a[r] for r in roles}
 
-# %% ../nbs/04c_roles.ipynb #c1db7e3b
-def run_mad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str, Any], *, max_rounds: int = 3,
-            temperature: float = 0.0, max_new_tokens: int = 1024, seed: int = 0, experiment: str = "mad",
-            prompts: Mapping[str, str] = MAD_PROMPTS) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """MAD (Liang et al. 2024; released round logic, see above) on `items` with a per-item role assignment.
-    Returns (transcript, outcomes): one transcript row per turn; one outcome row per item (final `answer`, `correct`,
-    `rounds`, `decided_by`, verdict statuses)."""
-    if max_rounds < 1: raise ConfigError("must be >= 1", key="max_rounds", value=max_rounds)
-    P = prompts
+# %% ../nbs/04c_roles.ipynb #88bccad5
+def _mad_states(items: Sequence[Item], assignment: Assignment, P: Mapping[str, str]) -> dict[str, dict]:
+    "item id -> the item's debate state before round 1."
     st = {}
     for it in items:
         a = resolve_assignment(assignment, it, MAD_ROLES)
@@ -202,36 +196,33 @@ def run_mad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str
                                "negative": [{"role": "system", "content": _fill(P["player_system"], topic=topic)}],
                                "moderator": [{"role": "system", "content": _fill(P["moderator_system"], topic=topic)}]},
                          last={})
-    rows: list[dict] = []
-    kw = dict(seed=seed, temperature=temperature, max_new_tokens=max_new_tokens)
+    return st
 
-    def step(role, user_of, rnd, pos, peers):
-        live = [s for s in st.values() if not s["done"]]
-        jobs = []
-        for s in live:
-            s["conv"][role] = s["conv"][role] + [{"role": "user", "content": user_of(s)}]
-            kind = "verdict" if role == "moderator" else "answer"
-            jobs.append((s["a"][role], _req(s["conv"][role], s["item"], role, rnd, kind, **kw)))
-        for s, g in zip(live, _generate(backends, jobs)):
-            s["conv"][role] = s["conv"][role] + [{"role": "assistant", "content": g.text}]
-            s["last"][role] = g.text
-            it = s["item"]
-            if role == "moderator":
-                v = parse_verdict(g.text, it); s["verdicts"].append(v.status); s["rounds"] = rnd
-                if v.status == "ok": s.update(done=True, answer=v.answer, decided_by="moderator", side=v.side)
-                ans = v.answer
-            else: ans = extract_answer(g.text, it.fmt)
-            rows.append(_row(experiment, it, rnd, role, s["a"][role], pos, peers, g, ans))
+# %% ../nbs/04c_roles.ipynb #e7e0011e
+def _mad_step(st: dict, backends: Mapping[str, Any], rows: list[dict], kw: dict, experiment: str,
+              role: str, user_of: Callable, rnd: int, pos: int, peers: tuple) -> None:
+    "`role`'s turn of round `rnd` for every undecided item (`user_of(state)`: its user message); rows appended in place."
+    live = [s for s in st.values() if not s["done"]]
+    jobs = []
+    for s in live:
+        s["conv"][role] = s["conv"][role] + [{"role": "user", "content": user_of(s)}]
+        kind = "verdict" if role == "moderator" else "answer"
+        jobs.append((s["a"][role], _req(s["conv"][role], s["item"], role, rnd, kind, **kw)))
+    for s, g in zip(live, _generate(backends, jobs)):
+        s["conv"][role] = s["conv"][role] + [{"role": "assistant", "content": g.text}]
+        s["last"][role] = g.text
+        it = s["item"]
+        if role == "moderator":
+            v = parse_verdict(g.text, it); s["verdicts"].append(v.status); s["rounds"] = rnd
+            if v.status == "ok": s.update(done=True, answer=v.answer, decided_by="moderator", side=v.side)
+            ans = v.answer
+        else: ans = extract_answer(g.text, it.fmt)
+        rows.append(_row(experiment, it, rnd, role, s["a"][role], pos, peers, g, ans))
 
-    for rnd in range(1, int(max_rounds) + 1):
-        word = ROUND_WORDS[rnd - 1] if rnd <= len(ROUND_WORDS) else f"{rnd}th"
-        if rnd == 1: step("affirmative", lambda s: _fill(P["affirmative"], topic=s["topic"]), rnd, 0, ())
-        else: step("affirmative", lambda s: _fill(P["debate"], oppo_ans=s["last"]["negative"]), rnd, 0, ("negative",))
-        if rnd == 1: step("negative", lambda s: _fill(P["negative"], aff_ans=s["last"]["affirmative"]), rnd, 1, ("affirmative",))
-        else: step("negative", lambda s: _fill(P["debate"], oppo_ans=s["last"]["affirmative"]), rnd, 1, ("affirmative",))
-        step("moderator", lambda s: _fill(P["moderator"], round=word, aff_ans=s["last"]["affirmative"],
-                                          neg_ans=s["last"]["negative"]), rnd, 2, ("affirmative", "negative"))
-    # final judge for the undecided items: candidates, then a JSON answer (one conversation)
+# %% ../nbs/04c_roles.ipynb #1b49fed7
+def _mad_judge(st: dict, backends: Mapping[str, Any], rows: list[dict], kw: dict, experiment: str,
+               P: Mapping[str, str], max_rounds: int) -> None:
+    "The final judge's two calls for every undecided item; states updated and rows appended in place."
     live = [s for s in st.values() if not s["done"]]
     jobs = []
     for s in live:
@@ -252,6 +243,10 @@ def run_mad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str
         g = dataclasses.replace(g, prompt_tokens=(g.prompt_tokens or 0) + (s["cand"].prompt_tokens or 0),
                                 completion_tokens=(g.completion_tokens or 0) + (s["cand"].completion_tokens or 0))
         rows.append(_row(experiment, it, max_rounds + 1, "judge", s["a"]["moderator"], 3, ("affirmative", "negative"), g, s["answer"]))
+
+# %% ../nbs/04c_roles.ipynb #aaea2141
+def _mad_outcomes(st: dict) -> pd.DataFrame:
+    "The outcomes table of `run_mad`."
     out = []
     for s in st.values():
         it = s["item"]
@@ -260,7 +255,31 @@ def run_mad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str
                         rounds=s["rounds"], decided_by=s["decided_by"], verdicts=",".join(s["verdicts"]),
                         malformed=sum(v.endswith("malformed") for v in s["verdicts"]),
                         **{f"model_{r}": m for r, m in s["a"].items()}))
-    return transcript_frame(rows), pd.DataFrame(out)
+    return pd.DataFrame(out)
+
+# %% ../nbs/04c_roles.ipynb #791a357e
+def run_mad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str, Any], *, max_rounds: int = 3,
+            temperature: float = 0.0, max_new_tokens: int = 1024, seed: int = 0, experiment: str = "mad",
+            prompts: Mapping[str, str] = MAD_PROMPTS) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """MAD (Liang et al. 2024; released round logic, see above) on `items` with a per-item role assignment.
+    Returns (transcript, outcomes): one transcript row per turn; one outcome row per item (final `answer`, `correct`,
+    `rounds`, `decided_by`, verdict statuses)."""
+    if max_rounds < 1: raise ConfigError("must be >= 1", key="max_rounds", value=max_rounds)
+    P = prompts
+    st = _mad_states(items, assignment, P)
+    rows: list[dict] = []
+    kw = dict(seed=seed, temperature=temperature, max_new_tokens=max_new_tokens)
+    def step(role, user_of, rnd, pos, peers): _mad_step(st, backends, rows, kw, experiment, role, user_of, rnd, pos, peers)
+    for rnd in range(1, int(max_rounds) + 1):
+        word = ROUND_WORDS[rnd - 1] if rnd <= len(ROUND_WORDS) else f"{rnd}th"
+        if rnd == 1: step("affirmative", lambda s: _fill(P["affirmative"], topic=s["topic"]), rnd, 0, ())
+        else: step("affirmative", lambda s: _fill(P["debate"], oppo_ans=s["last"]["negative"]), rnd, 0, ("negative",))
+        if rnd == 1: step("negative", lambda s: _fill(P["negative"], aff_ans=s["last"]["affirmative"]), rnd, 1, ("affirmative",))
+        else: step("negative", lambda s: _fill(P["debate"], oppo_ans=s["last"]["affirmative"]), rnd, 1, ("affirmative",))
+        step("moderator", lambda s: _fill(P["moderator"], round=word, aff_ans=s["last"]["affirmative"],
+                                          neg_ans=s["last"]["negative"]), rnd, 2, ("affirmative", "negative"))
+    _mad_judge(st, backends, rows, kw, experiment, P, max_rounds)
+    return transcript_frame(rows), _mad_outcomes(st)
 
 # %% ../nbs/04c_roles.ipynb #d58aedd8
 DMAD_ROLES = ("cot", "step_back", "pot")
@@ -377,11 +396,75 @@ def pot_turn(text: str, item: Item, timeout: float = 10.0, memory_mb: int = 1024
     t = tuple.__new__(PotTurn, (pa, shown, status, out)); t.sandbox = pr.sandbox
     return t
 
-# %% ../nbs/04c_roles.ipynb #85d525a7
+# %% ../nbs/04c_roles.ipynb #84e7fb05
 def _dmad_user(role: str, it: Item, rnd: int, peers, prompts, vprompts, aux: str = "", step: str = "answer") -> str:
     if role in DMAD_VISION_ROLES: return dmad_vision_message(role, it, step, peers if rnd else (), aux, vprompts)
     return dmad_opening(role, it, prompts) if rnd == 0 else dmad_debate_message(role, it, peers, prompts)
 
+# %% ../nbs/04c_roles.ipynb #62e5c668
+def _dmad_aux(st: dict, roles: list[str], rnd: int, peers: Callable, backends: Mapping[str, Any], kw: dict,
+              prompts: Mapping[str, str], vision_prompts: Mapping[str, str]) -> dict:
+    "(item id, role) -> the first-step Generation of each two-step role this round."
+    jobs, keys = [], []
+    for s in st.values():
+        for role in (r for r in roles if r in DMAD_TWO_STEP):
+            user = _dmad_user(role, s["item"], rnd, peers(s, role), prompts, vision_prompts, step="aux")
+            jobs.append((s["a"][role], _req(s["conv"][role] + [{"role": "user", "content": user}], s["item"], role, rnd, "aux", **kw)))
+            keys.append((s["item"].id, role))
+    aux = dict(zip(keys, _generate(backends, jobs)))
+    return aux
+
+# %% ../nbs/04c_roles.ipynb #c965e87c
+def _dmad_answer_jobs(st: dict, roles: list[str], rnd: int, peers: Callable, aux: dict, kw: dict,
+                      prompts: Mapping[str, str], vision_prompts: Mapping[str, str]) -> tuple[list, list]:
+    "The (model, request) jobs of round `rnd` and their (state, role) keys."
+    jobs, keys = [], []
+    for s in st.values():
+        it = s["item"]
+        for role in roles:
+            a = aux.get((it.id, role))
+            user = _dmad_user(role, it, rnd, peers(s, role), prompts, vision_prompts, aux=a.text if a else "")
+            s["conv"][role] = s["conv"][role] + [{"role": "user", "content": user}]
+            jobs.append((s["a"][role], _req(s["conv"][role], it, role, rnd, "answer", **kw))); keys.append((s, role))
+    return jobs, keys
+
+# %% ../nbs/04c_roles.ipynb #7e29aa51
+def _dmad_turns(keys: list, jobs: list, backends: Mapping[str, Any], aux: dict, roles: list[str], rnd: int, rows: list,
+                pot_log: list, experiment: str, vision_prompts: Mapping[str, str], pot_timeout: float, pot_memory_mb: int,
+                execute: bool, pot_isolation: str) -> None:
+    "Generate round `rnd`'s answers and append their rows (and PoT log entries) in place."
+    for (s, role), g in zip(keys, _generate(backends, jobs)):
+        it, text = s["item"], g.text
+        ans = extract_answer(text, it.fmt)
+        if role == "pot":
+            pa, text, status, out = pr = pot_turn(text, it, timeout=pot_timeout, memory_mb=pot_memory_mb, execute=execute, isolation=pot_isolation)
+            pot_log.append(dict(item_id=it.id, round=rnd, model=s["a"][role], status=status, answer=pa,
+                                fallback=pa is None, output=out[:500], sandbox=pr.sandbox))
+            if pa is not None: ans = pa
+        a = aux.get((it.id, role))
+        if a is not None:                                      # the turn others see: both steps joined, both calls' tokens
+            text = _fill(vision_prompts[f"joined_{role}"], aux=a.text, answer=text)
+            g = dataclasses.replace(g, prompt_tokens=g.prompt_tokens + a.prompt_tokens, completion_tokens=g.completion_tokens + a.completion_tokens)
+        s["conv"][role] = s["conv"][role] + [{"role": "assistant", "content": text}]
+        s["last"][role] = text
+        rows.append(_row(experiment, it, rnd, role, s["a"][role], roles.index(role),
+                         () if rnd == 0 else tuple(p for p in roles if p != role), g, ans, text=text))
+
+# %% ../nbs/04c_roles.ipynb #426b76b2
+def _dmad_outcomes(tr: pd.DataFrame, st: dict, rounds: int, seed: int) -> pd.DataFrame:
+    "The outcomes table of `run_dmad`."
+    out = []
+    last = tr[tr["round"] == rounds - 1]
+    for s in st.values():
+        it = s["item"]
+        ans = last.loc[last["item_id"] == it.id, "answer"].tolist()
+        v = majority_vote([None if pd.isna(a) else a for a in ans], it.fmt, tie_seed=("dmad", seed, it.id))   # the item, not the experiment's name
+        out.append(dict(item_id=it.id, task=it.task, gold=str(it.gold), answer=v,
+                        correct=bool(v is not None and is_correct(v, it.gold, it.fmt)), rounds=rounds,
+                        **{f"model_{r}": m for r, m in s["a"].items()}))
+    return pd.DataFrame(out)
+
+# %% ../nbs/04c_roles.ipynb #3432d81d
 def run_dmad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str, Any], *, rounds: int = 3,
              temperature: float = 0.0, max_new_tokens: int = 1024, seed: int = 0, experiment: str = "dmad",
              prompts: Mapping[str, str] = DMAD_PROMPTS, vision_prompts: Mapping[str, str] = DMAD_VISION_PROMPTS,
@@ -397,49 +480,12 @@ def run_dmad(items: Sequence[Item], assignment: Assignment, backends: Mapping[st
     kw = dict(seed=seed, temperature=temperature, max_new_tokens=max_new_tokens)
     for rnd in range(int(rounds)):
         peers = lambda s, role: [(p, s["last"][p]) for p in roles if p != role] if rnd else []
-        aux = {}                                                   # CCoT / DDCoT: the scene graph or sub-questions first
-        jobs, keys = [], []
-        for s in st.values():
-            for role in (r for r in roles if r in DMAD_TWO_STEP):
-                user = _dmad_user(role, s["item"], rnd, peers(s, role), prompts, vision_prompts, step="aux")
-                jobs.append((s["a"][role], _req(s["conv"][role] + [{"role": "user", "content": user}], s["item"], role, rnd, "aux", **kw)))
-                keys.append((s["item"].id, role))
-        aux = dict(zip(keys, _generate(backends, jobs)))
-        jobs, keys = [], []
-        for s in st.values():
-            it = s["item"]
-            for role in roles:
-                a = aux.get((it.id, role))
-                user = _dmad_user(role, it, rnd, peers(s, role), prompts, vision_prompts, aux=a.text if a else "")
-                s["conv"][role] = s["conv"][role] + [{"role": "user", "content": user}]
-                jobs.append((s["a"][role], _req(s["conv"][role], it, role, rnd, "answer", **kw))); keys.append((s, role))
-        for (s, role), g in zip(keys, _generate(backends, jobs)):
-            it, text = s["item"], g.text
-            ans = extract_answer(text, it.fmt)
-            if role == "pot":
-                pa, text, status, out = pr = pot_turn(text, it, timeout=pot_timeout, memory_mb=pot_memory_mb, execute=execute, isolation=pot_isolation)
-                pot_log.append(dict(item_id=it.id, round=rnd, model=s["a"][role], status=status, answer=pa,
-                                    fallback=pa is None, output=out[:500], sandbox=pr.sandbox))
-                if pa is not None: ans = pa
-            a = aux.get((it.id, role))
-            if a is not None:                                      # the turn others see: both steps joined, both calls' tokens
-                text = _fill(vision_prompts[f"joined_{role}"], aux=a.text, answer=text)
-                g = dataclasses.replace(g, prompt_tokens=g.prompt_tokens + a.prompt_tokens, completion_tokens=g.completion_tokens + a.completion_tokens)
-            s["conv"][role] = s["conv"][role] + [{"role": "assistant", "content": text}]
-            s["last"][role] = text
-            rows.append(_row(experiment, it, rnd, role, s["a"][role], roles.index(role),
-                             () if rnd == 0 else tuple(p for p in roles if p != role), g, ans, text=text))
+        aux = _dmad_aux(st, roles, rnd, peers, backends, kw, prompts, vision_prompts)
+        jobs, keys = _dmad_answer_jobs(st, roles, rnd, peers, aux, kw, prompts, vision_prompts)
+        _dmad_turns(keys, jobs, backends, aux, roles, rnd, rows, pot_log, experiment, vision_prompts,
+                    pot_timeout, pot_memory_mb, execute, pot_isolation)
     tr = transcript_frame(rows)
-    out = []
-    last = tr[tr["round"] == rounds - 1]
-    for s in st.values():
-        it = s["item"]
-        ans = last.loc[last["item_id"] == it.id, "answer"].tolist()
-        v = majority_vote([None if pd.isna(a) else a for a in ans], it.fmt, tie_seed=("dmad", seed, it.id))   # the item, not the experiment's name
-        out.append(dict(item_id=it.id, task=it.task, gold=str(it.gold), answer=v,
-                        correct=bool(v is not None and is_correct(v, it.gold, it.fmt)), rounds=rounds,
-                        **{f"model_{r}": m for r, m in s["a"].items()}))
-    return tr, pd.DataFrame(out), pd.DataFrame(pot_log, columns=["item_id", "round", "model", "status", "answer", "fallback", "output", "sandbox"])
+    return tr, _dmad_outcomes(tr, st, rounds, seed), pd.DataFrame(pot_log, columns=["item_id", "round", "model", "status", "answer", "fallback", "output", "sandbox"])
 
 # %% ../nbs/04c_roles.ipynb #55e27bea
 ROLE_SIM_KEYS = ("role_skill", "modality_skill", "role_item_sd", "role_consistency", "decisiveness", "verdict_fail", "review_skill", "review_noise", "review_fail")
