@@ -33,7 +33,7 @@ export TRANSFORMERS_OFFLINE = $(HF_OFFLINE)
 export TOKENIZERS_PARALLELISM = false
 export PYTHONWARNINGS = ignore::DeprecationWarning
 
-.PHONY: reproduce test bench check-sync nbtest pytest venv clean-runs lab sandbox-tool
+.PHONY: reproduce test bench check-sync nbtest pytest venv clean-runs lab sandbox-tool browser-tool
 
 venv: $(STAMP)
 
@@ -59,12 +59,23 @@ sandbox-tool:
 	    "Debian/Ubuntu 'sudo apt-get install bubblewrap', Fedora 'sudo dnf install bubblewrap', conda" \
 	    "'conda install -c conda-forge bubblewrap' (README: The program-of-thought sandbox)"; fi; }
 
+## the browser of the notebooks' test in JupyterLab (tests/test_lab.py): Debian's chromium and chromium-driver, driven by
+## selenium (the dev extra). As root with apt-get (CI on Debian) they are installed here; otherwise the test is skipped.
+browser-tool:
+	@{ command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; } && command -v chromedriver >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium and chromium-driver (the browser test of the notebooks in JupyterLab)"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } \
+	      || echo "could not install chromium with apt-get: tests/test_lab.py will be skipped"; \
+	  else echo "chromium / chromedriver missing: tests/test_lab.py will be skipped. Install them:" \
+	    "Debian 'sudo apt-get install chromium chromium-driver', Ubuntu 'sudo apt-get install chromium-browser chromium-chromedriver'"; fi; }
+
 ## the main job: regenerate every figure and table (+ figures/INDEX.md); PROFILE=auto picks `paper` on a GPU, else `sim`
 reproduce: $(STAMP) sandbox-tool
 	$(BIN)/mad-study reproduce all --profile $(PROFILE) --jobs $(JOBS)
 
 ## the test suite: notebooks in sync and clean, the notebooks' own tests, then pytest
-test: $(STAMP) sandbox-tool check-sync nbtest pytest
+test: $(STAMP) sandbox-tool browser-tool check-sync nbtest pytest
 test nbtest pytest check-sync: HF_OFFLINE = 1
 
 SNAP = find nbs mad_study -type f -not -path '*/__pycache__/*' -not -path '*/.ipynb_checkpoints/*' | LC_ALL=C sort | xargs md5sum

@@ -65,6 +65,7 @@ def madc_ordering(ctx: RoundContext) -> list[str]:
     "MADC (Alg. 1) as an `OrderedPeers` ordering: `madc_order` of every agent's latest answer (Eq. 2 at the last round)."
     return madc_order(ctx.last_answers(), fmt=ctx.item.fmt)
 
+# %% ../nbs/11_madc.ipynb #8c400220
 class MADCPeers(OrderedPeers):
     """MADC allocation (Alg. 1): peers shown in ascending path consistency, the most consistent last; recomputed every round.
     `scope='all'` (Alg. 1): one order from all agents' answers, each agent sees the others in it; `scope='peers'`
@@ -238,6 +239,7 @@ def solution_pools(samples: pd.DataFrame, pool_size: int, seed: int = 0, repeat:
             "wrong_answer": wrong_answer, "correct": draw(correct), "incorrect": draw(incorrect),
             "available_correct": len(correct), "available_incorrect": len(incorrect)}
 
+# %% ../nbs/11_madc.ipynb #a6fd0b21
 def run_reversal(item: Item, pools: Sequence[dict], backend: Any, model: str, orders: Sequence[str] = REVERSAL_ORDERS,
                  reps_per_count: int = 10, prompt: str = "madc", seed: int = 0, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 4096, experiment: str = "madc_fig9", counts: Sequence[int] | None = None) -> pd.DataFrame:
@@ -271,6 +273,7 @@ def run_reversal(item: Item, pools: Sequence[dict], backend: Any, model: str, or
                          correct=bool(ans is not None and is_correct(ans, item.gold, item.fmt)), **{s: getattr(g, s) for s in SIGNALS}))
     return transcript_frame(rows)
 
+# %% ../nbs/11_madc.ipynb #d2684616
 def reversal_curve(transcript: pd.DataFrame) -> pd.DataFrame:
     "Accuracy per (model, item, order, count) of a `run_reversal` transcript. (MADC Fig. 9 (reversal experiment).)"
     g = transcript.groupby(["model", "item_id", "agent", "position"], sort=True)["correct"]
@@ -306,7 +309,7 @@ def reversal_table(curve: pd.DataFrame, pool_size: int | Mapping[str, int] | Non
         if c in out: out[c] = pd.array([None if v is None or pd.isna(v) else int(v) for v in out[c]], dtype="Int64")
     return out
 
-# %% ../nbs/11_madc.ipynb #f801adb0
+# %% ../nbs/11_madc.ipynb #e27cbe1f
 PAPER_REVERSAL_TABLES: dict[tuple[int, str, str], dict[str, str]] = {
     (6, "CASE-54", "qwen2.5-7b-instruct"): {
         "correct_first": "0.94 1.00 0.96 0.98 0.98 0.92 0.94 0.94 0.94 1.00 0.98 1.00 0.98 0.96 1.00 1.00 1.00 0.96 0.96 1.00 "
@@ -336,6 +339,10 @@ PAPER_REVERSAL_TABLES: dict[tuple[int, str, str], dict[str, str]] = {
                "0.66 0.50 0.52 0.42 0.78 0.84 0.76 0.64 0.82 0.42 0.72 0.64 0.80 0.68 0.66 0.50 0.72 0.60 0.88 0.64 "
                "0.76 0.70 0.92 0.76 0.90 0.72 0.84 0.72 0.68 0.64 0.66 0.72 0.84 0.78 0.80 0.66 0.84 0.68 0.66 0.44",
     },
+}
+
+# %% ../nbs/11_madc.ipynb #fd102c55
+PAPER_REVERSAL_TABLES.update({
     (8, "CASE-94", "qwen2.5-7b-instruct"): {
         "correct_first": "0.78 0.98 0.64 0.66 0.86 0.84 0.94 0.84 0.82 0.88 1.00 0.94 0.94 0.96 0.92 0.94 0.96 0.96 0.88 0.84 "
                "0.92 0.90 1.00 0.96 0.94 0.96 0.96 0.98 0.94 0.96 0.92 0.98 0.94 0.98 0.94 0.98 1.00 0.96 0.94 0.98 "
@@ -364,6 +371,10 @@ PAPER_REVERSAL_TABLES: dict[tuple[int, str, str], dict[str, str]] = {
                "0.48 0.22 0.54 0.48 0.48 0.40 0.70 0.20 0.52 0.18 0.52 0.36 0.70 0.32 0.68 0.38 0.48 0.30 0.60 0.20 "
                "0.74 0.24 0.70 0.34 0.66 0.18 0.46 0.52 0.70 0.50 0.70 0.42 0.52 0.66 0.58 0.50 0.74 0.20 0.68 0.42",
     },
+})
+
+# %% ../nbs/11_madc.ipynb #904b527f
+PAPER_REVERSAL_TABLES.update({
     (10, "CASE-66", "qwen2.5-3b-instruct"): {
         "correct_first": "0.90 0.76 0.94 0.98 0.92 0.76 0.86 0.90 0.94 0.98 0.96 0.98 0.90 0.90 0.60 0.80 0.90 0.92 0.76 0.80 "
                "0.76 0.96 0.92 0.86 0.94 0.88 0.74 0.88 0.82 0.92 0.90 0.92 0.94 0.86 0.80 0.82 0.92 0.92 0.88 0.86 "
@@ -392,8 +403,9 @@ PAPER_REVERSAL_TABLES: dict[tuple[int, str, str], dict[str, str]] = {
                "0.34 0.16 0.40 0.06 0.48 0.28 0.44 0.16 0.34 0.16 0.58 0.32 0.46 0.34 0.46 0.12 0.40 0.24 0.22 0.08 "
                "0.18 0.26 0.20 0.10 0.16 0.12 0.12 0.20 0.36 0.20 0.40 0.14 0.36 0.32 0.34 0.14 0.42 0.16 0.42 0.24",
     },
-}
+})
 
+# %% ../nbs/11_madc.ipynb #a6e855ce
 def paper_reversal_curves() -> pd.DataFrame:
     "The paper's Tables 6-11 as a tidy table: table, case, item_id, model, order, count, accuracy."
     rows = []
@@ -479,6 +491,7 @@ def _debate_plan(p: Mapping, n_strategies: int, rounds: int, repeats: int = 1, a
                 prompt += n * a * n_strategies * sum(per_turn + (r - 1) * (a * L) for r in range(1, rounds + 1))
     return {"generations": gens, "prompt_tokens": prompt, "completion_tokens": gens * mnt}
 
+# %% ../nbs/11_madc.ipynb #77852174
 @planner("madc_fig1")
 def plan_fig1(p: Mapping) -> dict:
     "madc_fig1: one run per (model, task), every strategy in `strategies`. (MADC Fig. 1.)"
@@ -513,6 +526,7 @@ def plan_fig8(p: Mapping) -> dict:
     "madc_fig8: `cot_samples` zero-shot CoT samples per case question and model."
     return _cot_plan(p)
 
+# %% ../nbs/11_madc.ipynb #4d2f8e68
 @planner("madc_fig9")
 def plan_fig9(p: Mapping) -> dict:
     "madc_fig9: the CoT samples, then per pool repeat, order and count (at most 2 x pool_size) `reps_per_count` responses."

@@ -5,6 +5,7 @@
 # %% ../nbs/06_report.ipynb #0ecc5254
 from __future__ import annotations
 
+import ast
 import datetime as _dt
 import functools
 import hashlib
@@ -27,10 +28,10 @@ from .core import (ConfigError, Item, atomic_path, atomic_write_text, figures_di
 
 # %% auto #0
 __all__ = ['SOURCE_DIRS', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'COLUMN_IN', 'PAGE_IN',
-           'package_versions', 'git_commit', 'declared_params', 'Study', 'register_style', 'method_style', 'set_style',
-           'panel_figure', 'label_points', 'layout_problems', 'label_figure', 'LayoutWarning', 'save_figure',
-           'save_table', 'load_registry', 'experiment_files', 'artefact_status', 'write_gallery', 'index_table',
-           'write_index']
+           'package_versions', 'git_commit', 'notebook_parameters', 'run_params', 'Study', 'show_figure',
+           'register_style', 'method_style', 'set_style', 'panel_figure', 'label_points', 'layout_problems',
+           'label_figure', 'LayoutWarning', 'save_figure', 'save_table', 'load_registry', 'experiment_files',
+           'artefact_status', 'write_gallery', 'index_table', 'write_index']
 
 # %% ../nbs/06_report.ipynb #7cf92f74
 _PACKAGES = ("mad_study", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "torch", "transformers", "bitsandbytes",
@@ -62,15 +63,35 @@ def git_commit(paths: Sequence[str] = SOURCE_DIRS, root: Path | None = None) -> 
 _PLAIN = (str, int, float, bool, list, dict, tuple, type(None))
 _NAMESPACE_KEYS = {"In", "Out", "get_ipython", "exit", "quit", "__name__", "__builtins__"}
 
-def declared_params(ns: Mapping[str, Any], before: set[str]) -> dict[str, Any]:
-    """The parameters a notebook declared: names bound in `ns` (the notebook's `globals()`) since the snapshot
-    `before` was taken (the parameters cell and papermill's injected cell), plain YAML values only, in order."""
-    return {k: v for k, v in ns.items() if k not in before and not k.startswith("_") and isinstance(v, _PLAIN)}
+def notebook_parameters(nb_path: str | os.PathLike) -> dict[str, Any]:
+    "Names and default values of the notebook cell tagged `parameters` (literal assignments only). The kit's own."
+    import nbformat
+    nb = nbformat.read(str(nb_path), as_version=4)
+    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if not cells: raise ConfigError("notebook has no cell tagged 'parameters'", where=nb_path)
+    out = {}
+    for node in ast.parse(cells[0].source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try: out[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError: raise ConfigError("parameters must be literals", where=nb_path, key=node.targets[0].id) from None
+    return out
 
+def run_params(notebook: str | os.PathLike, ns: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters this run of `notebook` was given: the names its `parameters` cell declares, in that cell's order,
+    with their values in `ns` (the notebook's `globals()`: papermill's injected values, else the cell's defaults).
+    `notebook` is found from the working directory (a kernel runs in its notebook's folder), else in nbs/. The kit's own."""
+    path = Path(notebook)
+    if not path.exists(): path = project_root() / "nbs" / path.name
+    names = list(notebook_parameters(path))
+    if missing := [k for k in names if k not in ns]:
+        raise ConfigError(f"run the notebook's `parameters` cell first (not set: {missing})", where=path)
+    return _check_params({k: ns[k] for k in names})
+
+# %% ../nbs/06_report.ipynb #5b47d645
 def _check_params(params: Mapping[str, Any]) -> dict[str, Any]:
     "Refuse a namespace (`globals()`) or values a params file cannot hold: a sidecar records declared parameters only."
     bad = sorted(set(map(str, params)) & _NAMESPACE_KEYS)
-    if bad: raise ConfigError(f"Study was given a namespace (it has {bad}); pass declared_params(globals(), _before)",
+    if bad: raise ConfigError(f"Study was given a namespace (it has {bad}); pass run_params(<this notebook>, globals())",
                               key="params")
     odd = sorted(str(k) for k, v in params.items() if not isinstance(v, _PLAIN))
     if odd: raise ConfigError(f"parameters must be plain values (str, number, bool, list, dict, None); not: {odd}",
@@ -84,8 +105,8 @@ EMBEDDED_LABEL = "Embedded SmolLM2-135M (cpu profile): proves the LLM path, not 
 class Study:
     """Run context of one experiment: profile, seed, generation cache, backends, items, transcripts, provenance.
 
-    `params` are the notebook's declared parameters (`declared_params`: the experiment file merged with a profile by
-    `mad-study reproduce`), never its namespace.
+    `params` are the parameters the run was given (`run_params`: the experiment file merged with a profile by
+    `mad-study reproduce`), never the notebook's namespace.
     Keys read here: `experiment`, `profile`, `seed`, `quant`, `sim_agents`, `cache` (True | False; the cache file is
     runs/cache/generations.sqlite under `$MAD_STUDY_RUNS`), and the serving keys of `mad_study.serving.SERVING_KEYS`
     (`backend: openai`, `base_url`, `served_model`, `api_key_env`, ...): then every model is an `OpenAIBackend` whose
@@ -201,6 +222,16 @@ def _jsonable(x):
     if isinstance(x, (np.floating,)): return float(x)
     if isinstance(x, (str, int, float, bool)) or x is None: return x
     return str(x)
+
+# %% ../nbs/06_report.ipynb #cfdbc570
+def show_figure(fig) -> None:
+    "Show `fig` once under the running notebook cell (IPython's `display`) and close it; outside IPython only close it. The kit's own."
+    import matplotlib.pyplot as plt
+    from IPython import get_ipython
+    if get_ipython() is not None:
+        from IPython.display import display
+        display(fig)
+    plt.close(fig)
 
 # %% ../nbs/06_report.ipynb #fb355aec
 STYLES: dict[str, dict] = {}                 # canonical name -> {"color", "marker"}
@@ -392,10 +423,11 @@ class LayoutWarning(UserWarning):
 
 def save_figure(fig, artefact: str, paper: str, study: Study | None = None, label: str | None = None,
                 notes: Mapping | None = None, formats: Sequence[str] = ("png", "pdf"), caption: str | None = None,
-                check: str = "warn") -> list[Path]:
+                check: str = "warn", show: bool = True) -> list[Path]:
     """Write `fig` as figures/<paper>/<artefact>.png and .pdf (vector) + the .json sidecar, atomically (the kit's own).
     The study's label (synthetic agents / embedded model) is stamped above the figure. The sidecar holds the
-    `caption` (as `figure_caption`) and the `layout_problems` found; `check`: 'warn' (a `LayoutWarning`), 'raise' (a `ValueError`) or 'off'."""
+    `caption` (as `figure_caption`) and the `layout_problems` found; `check`: 'warn' (a `LayoutWarning`), 'raise' (a `ValueError`) or 'off'.
+    In a notebook the figure is then shown once under the cell (`show_figure`)."""
     label = label if label is not None else (study.label if study is not None else None)
     label_figure(fig, label)
     probs = layout_problems(fig) if check != "off" else None
@@ -410,6 +442,7 @@ def save_figure(fig, artefact: str, paper: str, study: Study | None = None, labe
         files.append(p)
     _sidecar(paper, artefact, study, files, {**(notes or {}), "label": label, **({"figure_caption": caption} if caption else {}),
                                               **({"layout_problems": probs} if probs is not None else {})})
+    if show: show_figure(fig)
     return files
 
 # %% ../nbs/06_report.ipynb #ce70e4ba

@@ -31,25 +31,14 @@ from .core import ConfigError, figures_dir, params_dir, project_root, runs_dir
 from .report import experiment_files, load_registry, write_index
 
 # %% auto #0
-__all__ = ['PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'KERNEL_SHUTDOWN_WAIT', 'notebook_parameters',
-           'read_yaml', 'load_profile', 'auto_profile', 'Experiment', 'experiments', 'resolve_targets', 'map_models',
+__all__ = ['PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'read_yaml',
+           'load_profile', 'auto_profile', 'Experiment', 'experiments', 'resolve_targets', 'map_models',
            'parse_override', 'merge_params', 'validate_params', 'planner', 'generic_plan', 'plan_experiment',
            'serve_table', 'stop_kernels', 'remove_temporaries', 'RunResult', 'run_experiment', 'run_order', 'reproduce',
            'load_runs', 'compare_runs', 'main']
 
 # %% ../nbs/20_reproduce.ipynb #b28c82b1
-def notebook_parameters(nb_path: str | os.PathLike) -> dict[str, Any]:
-    "Names and default values of the notebook cell tagged `parameters` (literal assignments only)."
-    import nbformat
-    nb = nbformat.read(str(nb_path), as_version=4)
-    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
-    if not cells: raise ConfigError("notebook has no cell tagged 'parameters'", where=nb_path)
-    out = {}
-    for node in ast.parse(cells[0].source).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try: out[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError: raise ConfigError("parameters must be literals", where=nb_path, key=node.targets[0].id) from None
-    return out
+from .report import notebook_parameters      # the names and defaults of a notebook's `parameters` cell (06_report)
 
 # %% ../nbs/20_reproduce.ipynb #e98fea53
 PROFILE_KEYS = {"description", "params", "limits", "model_map", "sim_agents", "requires"}
@@ -287,14 +276,18 @@ def serve_table(plans: Sequence[Mapping]) -> list[dict]:
 _KERNELS: dict[int, str] = {}          # pid -> experiment id, of every kernel this process launched and did not stop
 _KERNELS_LOCK = threading.Lock()
 KERNEL_SHUTDOWN_WAIT = 3.0             # seconds a kernel gets to stop after a shutdown request before it is killed
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"   # the kernels' matplotlib: figures into the executed copy
 
 def _logged_kernel(log_path: Path, experiment: str = "?"):
     """A jupyter kernel manager whose kernel writes its own stdout/stderr (start-up warnings, C-level messages) to
-    `log_path`, not the terminal, and whose process is registered in `_KERNELS` until it has stopped."""
+    `log_path`, not the terminal, and whose process is registered in `_KERNELS` until it has stopped. The kernel draws
+    with matplotlib's inline backend whatever `MPLBACKEND` says here (`make` exports Agg for its own processes), so
+    papermill's executed copy holds every figure (image/png outputs) as JupyterLab shows it."""
     from jupyter_client.manager import AsyncKernelManager
     class LoggedKernelManager(AsyncKernelManager):
         shutdown_wait_time = KERNEL_SHUTDOWN_WAIT
         async def _async_launch_kernel(self, kernel_cmd, **kw):
+            kw["env"] = {**kw.get("env", os.environ), "MPLBACKEND": INLINE_BACKEND}
             with open(log_path, "wb") as f:  # the kernel keeps its own copy of the descriptor
                 await super()._async_launch_kernel(kernel_cmd, **{**kw, "stdout": f, "stderr": f})
             pid = getattr(getattr(self.provisioner, "process", None), "pid", None)

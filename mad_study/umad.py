@@ -100,6 +100,7 @@ def sent_messages(transcript: pd.DataFrame, item, agent: str, round: int, sample
         msgs = msgs + [{"role": "assistant", "content": row[(r - 1, agent)].text}, user(r)]
     return msgs
 
+# %% ../nbs/10_umad.ipynb #b9cf58b6
 def alg1_samples(transcript: pd.DataFrame, items, backends: Mapping[str, Any], k: int = 16, thread: int = 0,
                  prompt: str = UMAD_PROMPT, history: str = "none", temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 2048, seed: int = 0) -> pd.DataFrame:
@@ -144,6 +145,36 @@ def eu_sampling_floor(p: Sequence[float], k: int, n_agents: int = 2, base: float
     c = np.random.default_rng(seed).multinomial(int(k), p / p.sum(), size=(int(n_draws), int(n_agents))) / int(k)
     return float((_entropy_rows(c.mean(axis=1), base) - _entropy_rows(c, base).mean(axis=1)).mean())
 
+# %% ../nbs/10_umad.ipynb #c16fa04e
+def _decomposition_row(key: tuple, g: pd.DataFrame, keys: list, fmt: str | None, base: float, unparsed: str, ncond: int) -> dict:
+    "One row of `decomposition_table`: UMAD Alg. 1 at one item and turn (`g`: every agent's K samples there)."
+    from mad_study.answers import merge_equivalent
+    from mad_study.core import derive_seed
+    from mad_study.data import get_task
+    from mad_study.metrics import uncertainty_decomposition
+    f = fmt or get_task(g["task"].iloc[0]).fmt
+    ans = [None if (a is None or a is pd.NA or (isinstance(a, float) and math.isnan(a))) else str(a) for a in g["answer"]]
+    # merge equivalent answers once per distinct answer (the same classes as merging every sample; much faster)
+    distinct = list(dict.fromkeys(a for a in ans if a is not None))
+    rep = dict(zip(distinct, merge_equivalent(distinct, f)))
+    merged = [None if a is None else rep[a] for a in ans]
+    who = g["agent"].tolist()
+    agents = list(dict.fromkeys(who))
+    samples = [[m for m, w in zip(merged, who) if w == a] for a in agents]
+    d = uncertainty_decomposition(samples, base=base, unparsed=unparsed)
+    k, kp = min(len(s) for s in samples), min(d["n_parsed"])
+    cor = g["correct"].astype(float).to_numpy()
+    floor = (math.nan if math.isnan(d["tu"]) else
+             eu_sampling_floor(d["mixture"].to_numpy(), kp if unparsed == "drop" else k, len(agents), base=base, seed=derive_seed("eu-floor", *key[ncond:])))
+    r = {**dict(zip(keys, key)), "turn": int(key[-1]) + 1, "tu": d["tu"], "eu": d["eu"], "au": d["au"],
+         "n_answers": len(d["support"]) if not math.isnan(d["tu"]) else len({m for m in merged if m is not None}),
+         "k": k, "k_parsed": kp, "n_agents": len(agents), "eu_floor": floor, "accuracy": float(cor.mean())}
+    for a in agents: r[f"acc_{a}"] = float(cor[[w == a for w in who]].mean())
+    r["parse_failure"] = float(np.mean([m is None for m in merged]))
+    for a, pf in zip(agents, d["parse_failure"]): r[f"parse_failure_{a}"] = pf
+    return r
+
+# %% ../nbs/10_umad.ipynb #de0f7aad
 def decomposition_table(transcript: pd.DataFrame, fmt: str | None = None, base: float = math.e,
                         by: Sequence[str] = ("config",), unparsed: str = "drop") -> pd.DataFrame:
     """UMAD Alg. 1 per item and turn: TU, Sys-EU, Sys-AU (`mad_study.metrics.uncertainty_decomposition`) from each
@@ -155,44 +186,19 @@ def decomposition_table(transcript: pd.DataFrame, fmt: str | None = None, base: 
     (`mad_study.core.pool_keys`: experiment, method, then `by`'s columns present, e.g. `config`), and a condition that
     holds an agent's (sample, round) twice is refused; the answer format is the task's. With one sample per agent
     (K = 1) the decomposition is degenerate (AU = 0, EU = TU by construction): a warning says so."""
-    from mad_study.answers import merge_equivalent
-    from mad_study.core import derive_seed
-    from mad_study.data import get_task
-    from mad_study.metrics import uncertainty_decomposition
     from mad_study.core import check_unique_turns
     by = pool_keys(transcript, [b for b in by if b in transcript.columns])
     check_unique_turns(transcript, by, what="decomposition_table")
     keys = [*by, "item_id", "round"]
     ncond = len(pool_keys(transcript))          # the floor's Monte Carlo seed: (by..., item, round), not the condition's name
-    rows = []
-    for key, g in transcript.groupby(keys, sort=False):
-        f = fmt or get_task(g["task"].iloc[0]).fmt
-        ans = [None if (a is None or a is pd.NA or (isinstance(a, float) and math.isnan(a))) else str(a) for a in g["answer"]]
-        # merge equivalent answers once per distinct answer (the same classes as merging every sample; much faster)
-        distinct = list(dict.fromkeys(a for a in ans if a is not None))
-        rep = dict(zip(distinct, merge_equivalent(distinct, f)))
-        merged = [None if a is None else rep[a] for a in ans]
-        who = g["agent"].tolist()
-        agents = list(dict.fromkeys(who))
-        samples = [[m for m, w in zip(merged, who) if w == a] for a in agents]
-        d = uncertainty_decomposition(samples, base=base, unparsed=unparsed)
-        k, kp = min(len(s) for s in samples), min(d["n_parsed"])
-        cor = g["correct"].astype(float).to_numpy()
-        floor = (math.nan if math.isnan(d["tu"]) else
-                 eu_sampling_floor(d["mixture"].to_numpy(), kp if unparsed == "drop" else k, len(agents), base=base, seed=derive_seed("eu-floor", *key[ncond:])))
-        r = {**dict(zip(keys, key)), "turn": int(key[-1]) + 1, "tu": d["tu"], "eu": d["eu"], "au": d["au"],
-             "n_answers": len(d["support"]) if not math.isnan(d["tu"]) else len({m for m in merged if m is not None}),
-             "k": k, "k_parsed": kp, "n_agents": len(agents), "eu_floor": floor, "accuracy": float(cor.mean())}
-        for a in agents: r[f"acc_{a}"] = float(cor[[w == a for w in who]].mean())
-        r["parse_failure"] = float(np.mean([m is None for m in merged]))
-        for a, pf in zip(agents, d["parse_failure"]): r[f"parse_failure_{a}"] = pf
-        rows.append(r)
+    rows = [_decomposition_row(key, g, keys, fmt, base, unparsed, ncond) for key, g in transcript.groupby(keys, sort=False)]
     if rows and max(r["k"] for r in rows) <= 1:
         import warnings
         warnings.warn("decomposition_table: one sample per agent (K = 1): Sys-AU = 0 and Sys-EU = TU by construction; "
                       "UMAD Alg. 1 needs K > 1 trajectory-level samples per agent", stacklevel=2)
     return pd.DataFrame(rows)
 
+# %% ../nbs/10_umad.ipynb #d966a3b6
 def decomposition_summary(table: pd.DataFrame, by: Sequence[str] = ("config",)) -> pd.DataFrame:
     """Mean over items of TU, Sys-EU, Sys-AU, the accuracies, the parse-failure shares and the EU floor, per configuration
     and turn (Fig. 2). `n_items` counts the items, `n_defined` those whose decomposition is defined (TU/EU/AU average
@@ -263,6 +269,7 @@ def parse_failures_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ("setti
     t = transcript.assign(turn=transcript["round"].astype(int) + 1)
     return {(k if isinstance(k, tuple) else (k,)): parse_failure_rate(g.tolist()) for k, g in t.groupby([*by, "turn"], sort=False)["answer"]}
 
+# %% ../nbs/10_umad.ipynb #f82a2680
 def zeroshot_table(summary: pd.DataFrame, turns: Sequence[int] = (1, 2, 5), method: str = "Zero-Shot",
                    parse_failures: Mapping | None = None) -> pd.DataFrame:
     """Table 1's layout: a row per setting and turn T; per task and `Average`, columns A0, A1 as 'mean ± sd' in %.
@@ -286,6 +293,7 @@ def zeroshot_table(summary: pd.DataFrame, turns: Sequence[int] = (1, 2, 5), meth
             rows.append(r)
     return pd.DataFrame(rows)
 
+# %% ../nbs/10_umad.ipynb #a38900ea
 def token_entropy_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
     """UMAD Fig. 1: per turn, the responses' accuracy (with a 95% interval that accounts for the clustering by item:
     both agents and every seed of an item are pooled, `clustered_accuracy_ci`; `ci_method` names it) and their token
@@ -340,6 +348,7 @@ def _gnt(correct) -> np.ndarray:
     if c.ndim != 3: raise ConfigError("expected an array shaped (G rollouts, N agents, T turns)", key="correct", value=c.shape)
     return c
 
+# %% ../nbs/10_umad.ipynb #dcfb81cc
 def peer_improvement(correct, per_trajectory: bool = True) -> np.ndarray:
     """ΔR_peer(j, t+1) = R_{j,t+1} - R_{j,t} (UMAD Eq. 5), shaped (G, N, T-1). `correct`: (G, N, T) 0/1.
     `per_trajectory=False`: averaged over the G rollouts (the same value for every rollout)."""

@@ -38,7 +38,7 @@ __all__ = ['VARIANTS', 'FINETUNE', 'LOSS_AGGS', 'REWARDS', 'LR_FULL', 'LR_LORA',
            'trained_agents', 'trained_table', 'fig3_summary', 'plot_fig3', 'train_memory_gb', 'check_train_memory',
            'rollout_gpu_hours', 'plan_train', 'plan_trained']
 
-# %% ../nbs/10b_umad_train.ipynb #5dc50ae7
+# %% ../nbs/10b_umad_train.ipynb #544dc829
 VARIANTS: dict[str, dict] = {
     "umad":           dict(eq5=True,  eq4=True,  debate=True),
     "ippo":           dict(eq5=False, eq4=False, debate=True),
@@ -53,6 +53,7 @@ LR_FULL = 1e-6                                      # Table 2 (full fine-tuning)
 LR_LORA = 1e-5                                      # LoRA: 10x the full fine-tuning rate (see the prose)
 VERL_KL_CLAMP = 10.0                                # veRL's low_var_kl clamps the k3 estimate to [-10, 10]
 
+# %% ../nbs/10b_umad_train.ipynb #b5967707
 @dataclass
 class TrainConfig:
     "UMAD Table 2 hyper-parameters (defaults) and the kit's switches; `variant` picks a row of Table 1 / Table 3 / App. E.1."
@@ -90,16 +91,20 @@ class TrainConfig:
     gpu_memory_gb: float = 0.0     # one GPU's memory for the memory check (0: the visible GPU's; no GPU: no check)
     seed: int = 0
 
-    def __post_init__(self):
-        if self.variant not in VARIANTS: raise ConfigError("unknown training variant", key="variant", value=self.variant, choices=VARIANTS)
-        for k, ok in (("finetune", FINETUNE), ("quant", ("none", "nf4")), ("reward", REWARDS), ("loss_agg", LOSS_AGGS)):
-            if getattr(self, k) not in ok: raise ConfigError(f"unknown {k}", key=k, value=getattr(self, k), choices=list(ok))
-        if self.quant != "none" and self.finetune != "lora":
-            raise ConfigError("4-bit base weights cannot be fine-tuned in full: use finetune='lora'", key="quant", value=self.quant)
-        for k in ("group_size", "train_turns", "batch_size", "mini_batches", "micro_batch_size", "rollout_batch", "policy_gpus"):
-            if int(getattr(self, k)) < 1: raise ConfigError("must be >= 1", key=k, value=getattr(self, k))
-        if self.kl_clamp is not None and not float(self.kl_clamp) > 0: raise ConfigError("must be > 0 or None", key="kl_clamp", value=self.kl_clamp)
-        if self.lr is None: self.lr = LR_FULL if self.finetune == "full" else LR_LORA
+    def __post_init__(self): _check_train_config(self)
+
+# %% ../nbs/10b_umad_train.ipynb #5ff3a52f
+def _check_train_config(cfg: TrainConfig) -> None:
+    "Refuse a `TrainConfig` the trainer cannot run (unknown variant or switch, 4-bit full fine-tuning, sizes < 1); set Table 2's learning rate when `lr` is None."
+    if cfg.variant not in VARIANTS: raise ConfigError("unknown training variant", key="variant", value=cfg.variant, choices=VARIANTS)
+    for k, ok in (("finetune", FINETUNE), ("quant", ("none", "nf4")), ("reward", REWARDS), ("loss_agg", LOSS_AGGS)):
+        if getattr(cfg, k) not in ok: raise ConfigError(f"unknown {k}", key=k, value=getattr(cfg, k), choices=list(ok))
+    if cfg.quant != "none" and cfg.finetune != "lora":
+        raise ConfigError("4-bit base weights cannot be fine-tuned in full: use finetune='lora'", key="quant", value=cfg.quant)
+    for k in ("group_size", "train_turns", "batch_size", "mini_batches", "micro_batch_size", "rollout_batch", "policy_gpus"):
+        if int(getattr(cfg, k)) < 1: raise ConfigError("must be >= 1", key=k, value=getattr(cfg, k))
+    if cfg.kl_clamp is not None and not float(cfg.kl_clamp) > 0: raise ConfigError("must be > 0 or None", key="kl_clamp", value=cfg.kl_clamp)
+    if cfg.lr is None: cfg.lr = LR_FULL if cfg.finetune == "full" else LR_LORA
 
 # %% ../nbs/10b_umad_train.ipynb #a1c0f001
 @patch(as_prop=True)
@@ -296,21 +301,24 @@ class Policy:
 
     version = property(lambda self: self.backend.version)
 
-    def _fwd(self, model, P, C):
-        import torch, contextlib
-        cuda = next(model.parameters()).is_cuda
-        ctx = torch.autocast("cuda", dtype=torch.bfloat16) if cuda and self.cfg.finetune == "full" else contextlib.nullcontext()
-        with ctx: return sequence_logprobs(model, P, C, self.backend.pad_id, self.cfg.temperature)
-
-    def ref_logprobs(self, P, C):
-        "log pi_ref of the completions (no gradient)."
-        import torch
-        with torch.no_grad():
-            if self.ref is not None: return self._fwd(self.ref, P, C)[0]
-            with self.model.disable_adapter(): return self._fwd(self.model, P, C)[0]
-
 def _sha(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+# %% ../nbs/10b_umad_train.ipynb #bfe1292c
+@patch
+def _fwd(self: Policy, model, P, C):
+    import torch, contextlib
+    cuda = next(model.parameters()).is_cuda
+    ctx = torch.autocast("cuda", dtype=torch.bfloat16) if cuda and self.cfg.finetune == "full" else contextlib.nullcontext()
+    with ctx: return sequence_logprobs(model, P, C, self.backend.pad_id, self.cfg.temperature)
+
+@patch
+def ref_logprobs(self: Policy, P, C):
+    "log pi_ref of the completions (no gradient)."
+    import torch
+    with torch.no_grad():
+        if self.ref is not None: return self._fwd(self.ref, P, C)[0]
+        with self.model.disable_adapter(): return self._fwd(self.model, P, C)[0]
 
 # %% ../nbs/10b_umad_train.ipynb #dd671a39
 @patch
@@ -540,6 +548,7 @@ def trained_backend(name: str, agent: str = "a0", quant: str = "none", cache=Non
     b = registry_backend(checkpoint_spec(name, agent, root), quant=quant, **kw)
     return CachedBackend(b, cache) if cache is not None else b
 
+# %% ../nbs/10b_umad_train.ipynb #4f827f23
 def registry_spec(ref: str, root: str | Path | None = None):
     "The `ModelSpec` of `<checkpoint>/<agent>`: `mad_study.backends.get_model('umad-train:<checkpoint>/<agent>')` lands here."
     name, sep, agent = str(ref).strip().partition("/")
