@@ -29,9 +29,9 @@ from .core import (ConfigError, Item, atomic_path, atomic_write_text, figures_di
 # %% auto #0
 __all__ = ['SOURCE_DIRS', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'COLUMN_IN', 'PAGE_IN',
            'package_versions', 'git_commit', 'notebook_parameters', 'run_params', 'Study', 'show_figure',
-           'register_style', 'method_style', 'set_style', 'panel_figure', 'label_points', 'layout_problems',
-           'label_figure', 'LayoutWarning', 'save_figure', 'save_table', 'load_registry', 'experiment_files',
-           'artefact_status', 'write_gallery', 'index_table', 'write_index']
+           'register_style', 'method_style', 'set_style', 'panel_figure', 'drawn_renderer', 'label_points',
+           'layout_problems', 'label_figure', 'LayoutWarning', 'save_figure', 'save_table', 'load_registry',
+           'experiment_files', 'artefact_status', 'write_gallery', 'index_table', 'write_index']
 
 # %% ../nbs/06_report.ipynb #7cf92f74
 _PACKAGES = ("mad_study", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "torch", "transformers", "bitsandbytes",
@@ -320,13 +320,23 @@ def panel_figure(n: int, ncols: int | None = None, panel_h: float = 2.3, width: 
     for ax in axes.flat[n:]: ax.axis("off")
     return fig, axes
 
+# %% ../nbs/06_report.ipynb #drawnrend2
+def drawn_renderer(fig):
+    """Draw `fig` and return its renderer, whatever canvas it has: a figure made with `Figure()` or under a backend
+    without a renderer of its own gets matplotlib's Agg canvas (text extents need a drawing; the kit's own)."""
+    if not hasattr(fig.canvas, "get_renderer"):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    return fig.canvas.get_renderer()
+
 # %% ../nbs/06_report.ipynb #d2a92ebc
 def label_points(ax, x: Sequence[float], y: Sequence[float], texts: Sequence[str], fontsize: float = 6.5, **kw) -> list:
     """Name each point (x, y) of `ax` with its text, placed by adjustText so that no two labels overlap and none
     leaves the axes (the kit's own use of adjustText, Flyamer et al.); a grey line joins a label moved off its point."""
     from adjustText import adjust_text
     fig = ax.figure
-    fig.canvas.draw()                                       # the final axes size (constrained layout) before placing
+    drawn_renderer(fig)                                     # the final axes size (constrained layout) before placing
     ts = [ax.text(a, b, t, fontsize=fontsize, ha="center", va="center") for a, b, t in zip(x, y, texts)]
     adjust_text(ts, x=list(x), y=list(y), ax=ax, ensure_inside_axes=True, expand=(1.15, 1.4),
                 arrowprops=dict(arrowstyle="-", color="0.5", lw=0.5), **kw)
@@ -359,7 +369,7 @@ def layout_problems(fig, tol: float = 1.5) -> list[str]:
     overlap, a text outside the canvas (an axis label cut off), a label anchored at a data point that runs past its axes,
     an empty band of more than 0.3 in under the figure title. Extents are matplotlib's (`get_window_extent`), in pixels;
     `tol`: pixels of overlap allowed. Rotated tick labels are compared by their boxes only with unrotated texts."""
-    fig.canvas.draw(); r = fig.canvas.get_renderer(); fb = fig.bbox
+    r = drawn_renderer(fig); fb = fig.bbox
     texts = [(w, t, t.get_window_extent(r)) for w, t in _drawn_texts(fig)]
     name = lambda w, t: f"{w} '{' '.join(t.get_text().split())[:40]}'"
     probs = [f"{name(w, t)} outside the canvas" for w, t, b in texts if t.get_gid() != "mad_study_label" and
@@ -388,7 +398,7 @@ def label_figure(fig, text: str | None):
     """Stamp `text` (e.g. 'SYNTHETIC AGENTS ...') visibly above everything `fig` draws, wrapped to the figure's width
     (the kit's own): the saved file grows by the label's height (`bbox_inches="tight"`), so no figure reserves room for it."""
     if not text: return fig
-    fig.canvas.draw(); r = fig.canvas.get_renderer()
+    r = drawn_renderer(fig)
     top = fig.get_tightbbox(r).y1 / fig.get_figheight()           # inches -> figure fraction; above 1 if a title sticks out
     width = max(30, int(fig.get_figwidth() * 72 / (0.6 * 7)))      # characters of 7 pt bold text across the figure
     fig.text(0.5, top + 0.04 / fig.get_figheight(), textwrap.fill(text, width), ha="center", va="bottom", fontsize=7,
