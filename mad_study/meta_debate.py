@@ -481,7 +481,7 @@ def run_framework(framework: str, items: Sequence[Item], assignment, backends: M
     else: framework_roles(framework)
     return tr, out.merge(item_tokens(tr), on="item_id", how="left")
 
-# %% ../nbs/14_meta_debate.ipynb #0db07b34
+# %% ../nbs/14_meta_debate.ipynb #21bb2384
 def _plan(p: Mapping, single: bool, uniform: bool, random_: bool, meta: bool) -> dict:
     "Generations and tokens summed over `tasks` (`n_items` each, or the whole task when null); vision DMAD adds CCoT/DDCoT's first calls."
     from mad_study.data import get_task
@@ -506,6 +506,7 @@ def _plan(p: Mapping, single: bool, uniform: bool, random_: bool, meta: bool) ->
                 gens += n * 2 * k * m + k; prompt += n * k * m * (Qt + mnt) + n * k * m * (Qt + m * mnt + 400) + k * 800
     return {"generations": gens, "prompt_tokens": prompt, "completion_tokens": gens * mnt}
 
+# %% ../nbs/14_meta_debate.ipynb #3a949b4d
 @planner("meta_tab1")
 def plan_tab1(p: Mapping) -> dict:
     "meta_tab1: single agent per model; MAD and DMAD with one model in every role, per model."

@@ -259,8 +259,8 @@ _FALLBACK_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#9c755f", "#76b
 
 def method_style(name: str) -> dict:
     """Colour and marker of a method, model or signal, the same in every figure of every paper (the kit's own).
-    Lookup: the exact spelling; then without a leading 'MAD '/'MAD+' (MADC's strategies, 'MAD Truth Last');
-    then the longest registered prefix ending at a word ('RUMAD B=12' -> RUMAD); a control row is grey."""
+    Lookup: the exact spelling; then without a leading 'MAD '/'MAD+' (ordering variants such as 'MAD Fixed');
+    then the longest registered prefix ending at a word ('majority vote K=8' -> majority vote); a control row is grey."""
     key = _style_key(name)
     if "control" in str(name).lower(): return dict(CONTROL_STYLE)
     for k in (key, re.sub(r"^(mad ?\+ ?|mad |multi agent: )", "", key), re.sub(r"^sim ", "", key)):

@@ -105,7 +105,37 @@ def _top(pool: Sequence[str], corr: Mapping[str, float], names: Sequence[str], n
     "Alg. 1 line 8: the top-n of `pool` ranked by Corr (NaN last, ties by list order)."
     return sorted(pool, key=lambda j: (-(corr[j] if not math.isnan(corr[j]) else -math.inf), names.index(j)))[:max(n, 0)]
 
-# %% ../nbs/12_svr_mad.ipynb #b53f7028
+# %% ../nbs/12_svr_mad.ipynb #96d51fb5
+def _svr_init(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: str, S: int, budget: int | None):
+    """SVR-MAD Alg. 1 lines 1-4 and 7 for one problem: the answers (None for every missing value, choice 7), the agents
+    holding one, the clusters k and m, Corr = Prior, B_max = S (k + m), who disagrees with whom, and empty counters."""
+    from types import SimpleNamespace
+    names = list(answers)
+    y = {a: None if _isnull(v) else v for a, v in answers.items()}                  # choice 7: every missing value
+    live = [a for a in names if y[a] is not None]
+    k, m = answer_clusters([y[a] for a in names], fmt)
+    corr = {a: math.nan if _isnull(prior.get(a)) else float(prior[a]) for a in names}   # line 3: Corr = Prior
+    dis = {r: [j for j in live if j != r and not answers_equivalent(y[j], y[r], fmt)] for r in live}   # line 7
+    return SimpleNamespace(names=names, y=y, live=live, k=k, m=m, corr=corr, dis=dis,
+                           B_max=comm_budget(S, k, m) if budget is None else int(budget),
+                           n={a: {"D": 0, "r": 0, "c": 0} for a in names}, post={a: [] for a in names},
+                           sig={a: [] for a in names}, met=Counter(), trace=[], ncomm=0)
+
+# %% ../nbs/12_svr_mad.ipynb #d056798c
+def _svr_record(st, r: str, s: str, ans, signal, fmt: str, posterior: str, unparsed: str, it: int):
+    """SVR-MAD Alg. 1 lines 10-11 for one debate Debate(A_s -> A_r) of state `st` (`_svr_init`): count it, update the
+    receiver's D, r, c and its posterior Corr (Sec. 4's rule; choice 7 for an unparsed answer), and trace it."""
+    ans = None if _isnull(ans) else ans
+    st.ncomm += 1; rep = st.met[(r, s)]; st.met[(r, s)] += 1
+    kept = ans is not None and answers_equivalent(ans, st.y[r], fmt)
+    if ans is not None or unparsed == "changed":                                   # choice 7
+        st.n[r]["D"] += 1; st.n[r]["r" if kept else "c"] += 1
+        st.post[r].append(ans); st.sig[r].append(signal)
+        st.corr[r] = _posterior(posterior, st.n[r]["r"], st.n[r]["c"], st.sig[r])  # line 11 (Sec. 4 rule)
+    st.trace.append({"iteration": it, "receiver": r, "challenger": s, "repeat": rep, "post": ans,
+                     "outcome": "retained" if kept else "changed" if ans is not None else "unparsed", "score": st.corr[r]})
+
+# %% ../nbs/12_svr_mad.ipynb #1c1b134c
 def svr_mad_steps(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: str, S: int = 2, C: int = 2,
                   tau: float = 1.0, budget: int | None = None, posterior: str = "svr", tie_seed: Any = 0,
                   challengers: str = "reuse", check: str = "iteration", unparsed: str = "changed", budget_cap: bool = True
@@ -113,40 +143,24 @@ def svr_mad_steps(answers: Mapping[str, str | None], prior: Mapping[str, float],
     """SVR-MAD Alg. 1 on one problem, as a generator: yields the debates (receiver A_r, challenger A_s) it wants next, is
     sent [(post-debate answer, post-debate signal)] for them; returns an `SVRResult`. Parameters as `svr_mad`."""
     _svr_check(S, C, tau, budget, challengers=challengers, check=check, unparsed=unparsed, posterior=posterior)
-    names = list(answers)
-    y = {a: None if _isnull(v) else v for a, v in answers.items()}                  # choice 7: every missing value
-    live = [a for a in names if y[a] is not None]
-    k, m = answer_clusters([y[a] for a in names], fmt)
-    corr = {a: math.nan if _isnull(prior.get(a)) else float(prior[a]) for a in names}   # line 3: Corr = Prior
-    B_max = comm_budget(S, k, m) if budget is None else int(budget)
-    B = B_max                                                                       # line 4
-    n = {a: {"D": 0, "r": 0, "c": 0} for a in names}
-    post, sig, met = {a: [] for a in names}, {a: [] for a in names}, Counter()
-    trace, ncomm, it = [], 0, 0
-    dis = {r: [j for j in live if j != r and not answers_equivalent(y[j], y[r], fmt)] for r in live}   # line 7
+    st = _svr_init(answers, prior, fmt, S, budget)
+    corr, n = st.corr, st.n
+    B, it = st.B_max, 0                                                             # line 4
     def accept(r): return n[r]["D"] >= C and not math.isnan(corr[r]) and corr[r] >= tau   # line 13 (App. A: D >= C)
+    def done(r, ok, answer): return SVRResult(answer, ok, st.ncomm, st.B_max, st.k, st.m, st.trace, corr, n)
     while B > 0:                                                                    # line 5
-        fresh = lambda a: [j for j in dis[a] if challengers == "reuse" or (a, j) not in met]
-        cands = [a for a in live if fresh(a)]
+        fresh = lambda a: [j for j in st.dis[a] if challengers == "reuse" or (a, j) not in st.met]
+        cands = [a for a in st.live if fresh(a)]
         if not cands: break                                                         # unanimous, or (distinct) exhausted
         r = _argmax(cands, {a: corr[a] for a in cands})                             # line 6
-        P = _top(fresh(r), corr, names, min(S, B) if budget_cap else S)             # line 8 (choices 4, 6)
+        P = _top(fresh(r), corr, st.names, min(S, B) if budget_cap else S)          # line 8 (choices 4, 6)
         for batch in ([P] if check == "iteration" else [[s] for s in P]):
             outcomes = yield [(r, s) for s in batch]                                # lines 9-10: Debate(A_s -> A_r)
-            for s, (ans, signal) in zip(batch, outcomes):
-                ans = None if _isnull(ans) else ans
-                ncomm += 1; rep = met[(r, s)]; met[(r, s)] += 1
-                kept = ans is not None and answers_equivalent(ans, y[r], fmt)
-                if ans is not None or unparsed == "changed":                       # choice 7
-                    n[r]["D"] += 1; n[r]["r" if kept else "c"] += 1
-                    post[r].append(ans); sig[r].append(signal)
-                    corr[r] = _posterior(posterior, n[r]["r"], n[r]["c"], sig[r])   # line 11 (Sec. 4 rule)
-                trace.append({"iteration": it, "receiver": r, "challenger": s, "repeat": rep, "post": ans,
-                              "outcome": "retained" if kept else "changed" if ans is not None else "unparsed", "score": corr[r]})
-            if accept(r): return SVRResult(y[r], True, ncomm, B_max, k, m, trace, corr, n)   # lines 13-14
+            for s, (ans, signal) in zip(batch, outcomes): _svr_record(st, r, s, ans, signal, fmt, posterior, unparsed, it)
+            if accept(r): return done(r, True, st.y[r])                             # lines 13-14
         B -= S                                                                      # line 16
         it += 1
-    return SVRResult(fallback_vote(y, post, fmt, tie_seed), False, ncomm, B_max, k, m, trace, corr, n)   # line 18
+    return done(None, False, fallback_vote(st.y, st.post, fmt, tie_seed))           # line 18
 
 # %% ../nbs/12_svr_mad.ipynb #4c2161f4
 def _seeded_pick(options: list[str], seed: Any) -> str:
@@ -385,7 +399,42 @@ def unanimous(round0: pd.DataFrame, fmt: str) -> pd.Series:
 
 def _method_prompt(fmt: str) -> str: return "svr_mc" if fmt == "option" else "svr_math"
 
-# %% ../nbs/12_svr_mad.ipynb #ad624375
+# %% ../nbs/12_svr_mad.ipynb #013e9852
+def _shared_start(items: Sequence[Item], agents, backends: Mapping[str, Any], prompt: str, experiment: str, gen: dict, svr_opts: dict,
+                  probe: bool) -> tuple[dict, pd.DataFrame]:
+    """SVR-MAD Sec. 5 / App. A, the start every method shares: round 0 of every agent, unanimous problems skipped (counted),
+    the kept problems' prior signals, the probing debates (Fig. 1) and Self-Consistency. Returns (evaluation dict, kept round 0)."""
+    from mad_study.protocols import self_consistency
+    fmt = items[0].fmt; byid = {it.id: it for it in items}
+    r0 = run_debate(items, agents, backends, debate_rounds=0, prompt=prompt, experiment=experiment, progress=False, **gen)
+    un = unanimous(r0, fmt)
+    kept_ids = [iid for (iid, k), u in un.items() if not u]
+    r0k = r0[r0["item_id"].isin(set(kept_ids))].reset_index(drop=True)
+    pre = prior_signals(r0k)
+    out = {"items": byid, "backends": backends, "gen": gen, "svr_opts": svr_opts, "round0": r0, "kept": list(dict.fromkeys(kept_ids)),
+           "skipped": [iid for (iid, k), u in un.items() if u], "pre": pre, "fmt": fmt, "costs": {}, "transcripts": {}}
+    fmt_of = {i: fmt for i in out["kept"]}
+    out["probes"] = run_challenges(probe_pairs(pre, fmt_of), pre, byid, backends, **gen) if probe and out["kept"] else None
+    out["costs"]["sc"] = self_consistency(r0k, fmt=fmt)
+    return out, r0k
+
+# %% ../nbs/12_svr_mad.ipynb #980976e0
+def _run_baselines(out: dict, r0k: pd.DataFrame, agents, backends: Mapping[str, Any], baselines: Sequence[str], prompt: str,
+                   min_agree: int, debate_rounds: int, seed: int, experiment: str, gen: dict):
+    """SVR-MAD Sec. 5: the MAD baselines on the kept problems (`out["transcripts"]`, `out["costs"]`), each checked to start
+    from the shared round 0 (Sec. 5: all methods share the pre-debate responses)."""
+    from mad_study.protocols import make_baseline, run_protocol, debate_costs
+    kept = [out["items"][i] for i in out["kept"]]
+    for name in baselines:
+        proto = make_baseline(name, min_agree=min_agree, seed=seed)
+        tr = run_protocol(kept, agents, backends, proto, prompt=prompt, debate_rounds=debate_rounds, experiment=experiment, progress=False, **gen)
+        a = tr[tr["round"] == 0][["item_id", "agent", "answer", "text"]].reset_index(drop=True)
+        if not a.equals(r0k[["item_id", "agent", "answer", "text"]].reset_index(drop=True)):
+            raise RuntimeError(f"{name}: round 0 differs from the shared pre-debate responses (Sec. 5: all methods share them)")
+        out["transcripts"][name] = tr
+        out["costs"][name] = debate_costs(tr, proto, fmt=out["fmt"])
+
+# %% ../nbs/12_svr_mad.ipynb #5a85adc3
 def evaluate(items: Sequence[Item], agents, backends: Mapping[str, Any], S: int = 2, C: int = 2, tau: float = 1.0,
              prior: str = "conf", min_agree: int = 5, debate_rounds: int = 2, baselines: Sequence[str] = ("mad", "groupdebate", "s2mad"),
              probe: bool = True, seed: int = 0, temperature: float = 1.0, top_p: float = 0.95, max_new_tokens: int = 16384,
@@ -394,34 +443,17 @@ def evaluate(items: Sequence[Item], agents, backends: Mapping[str, Any], S: int 
     probes, per-method per-problem costs (`costs[method]`: answer, correct, ncomm, tokens), the SID-ET skip rate and trace,
     and the backends, generation settings and Alg. 1 options (`ablation_points` generates the repeated debates Alg. 1
     asks for). `challengers`, `check`: Alg. 1's readings (`svr_mad`)."""
-    from mad_study.protocols import make_baseline, run_protocol, debate_costs, self_consistency, sid_et, tune_skip_rate
+    from mad_study.protocols import sid_et, tune_skip_rate
     fmts = {it.fmt for it in items}
     if len(fmts) != 1: raise ConfigError(f"evaluate runs one answer format at a time, got {sorted(fmts)}", key="items")
-    fmt = fmts.pop(); prompt = _method_prompt(fmt); byid = {it.id: it for it in items}
     gen = dict(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
-    r0 = run_debate(items, agents, backends, debate_rounds=0, prompt=prompt, experiment=experiment, progress=False, **gen)
-    un = unanimous(r0, fmt)
-    kept_ids = [iid for (iid, k), u in un.items() if not u]
-    kept = [byid[i] for i in dict.fromkeys(kept_ids)]
-    r0k = r0[r0["item_id"].isin(set(kept_ids))].reset_index(drop=True)
-    pre = prior_signals(r0k)
-    out = {"items": byid, "backends": backends, "gen": gen, "svr_opts": dict(challengers=challengers, check=check), "round0": r0, "kept": list(dict.fromkeys(kept_ids)), "skipped": [iid for (iid, k), u in un.items() if u],
-           "pre": pre, "fmt": fmt, "costs": {}, "transcripts": {}}
-    fmt_of = {i: fmt for i in out["kept"]}
-    out["probes"] = run_challenges(probe_pairs(pre, fmt_of), pre, byid, backends, **gen) if probe and kept else None
-    out["costs"]["sc"] = self_consistency(r0k, fmt=fmt)
-    if not kept: return out
-    for name in baselines:
-        proto = make_baseline(name, min_agree=min_agree, seed=seed)
-        tr = run_protocol(kept, agents, backends, proto, prompt=prompt, debate_rounds=debate_rounds, experiment=experiment, progress=False, **gen)
-        a = tr[tr["round"] == 0][["item_id", "agent", "answer", "text"]].reset_index(drop=True)
-        if not a.equals(r0k[["item_id", "agent", "answer", "text"]].reset_index(drop=True)):
-            raise RuntimeError(f"{name}: round 0 differs from the shared pre-debate responses (Sec. 5: all methods share them)")
-        out["transcripts"][name] = tr
-        out["costs"][name] = debate_costs(tr, proto, fmt=fmt)
-    svr, debates = run_svr_mad(pre, byid, backends, S=S, C=C, tau=tau, prior=prior, probes=out["probes"], **out["svr_opts"], **gen)
+    out, r0k = _shared_start(items, agents, backends, _method_prompt(next(iter(fmts))), experiment, gen,
+                             dict(challengers=challengers, check=check), probe)
+    if not out["kept"]: return out
+    _run_baselines(out, r0k, agents, backends, baselines, _method_prompt(out["fmt"]), min_agree, debate_rounds, seed, experiment, gen)
+    svr, debates = run_svr_mad(out["pre"], out["items"], backends, S=S, C=C, tau=tau, prior=prior, probes=out["probes"], **out["svr_opts"], **gen)
     out["costs"]["svr_mad"], out["svr_debates"] = svr, debates
-    if "mad" in out["costs"]:
+    if "mad" in out["costs"]:                    # SID-ET's skip rate tuned to SVR-MAD's tokens (Alg. 2)
         ev = lambda r: (float(sid_et(r0k, out["costs"]["mad"], r)["tokens"].mean()), float(sid_et(r0k, out["costs"]["mad"], r)["correct"].mean()))
         rate, trace = tune_skip_rate(ev, float(svr["tokens"].mean()), float(svr["correct"].mean()))
         out["sid_rate"], out["sid_trace"] = rate, trace
