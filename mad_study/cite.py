@@ -122,6 +122,7 @@ MODULE_REFS: dict[str, tuple[str, ...]] = {
     "svr_mad": ("jiang2026svrmad",), "rumad": ("wang2026rumad",), "meta_debate": ("zhang2026metadebate",),
 }
 
+# %% ../nbs/00b_cite.ipynb #6ea0259e
 REFS: dict[str, tuple[str, ...]] = {
     # answers, data, backends, prompts, debate engine
     "answers.is_correct": ("cobbe2021gsm8k", "du2024debate"), "answers.merge_equivalent": ("qiao2026umad",),
@@ -136,7 +137,10 @@ REFS: dict[str, tuple[str, ...]] = {
     "sim.read_shown_solutions": ("wang2026rumad",),
     "core.signals_from_logprobs": ("jiang2026svrmad", "chen2025sid"), "debate.make_protocol": ("du2024debate", "zhang2025madc"),
     "debate.majority_vote": ("du2024debate", "wang2023selfconsistency"),
-    # metrics and statistics
+}
+
+# %% ../nbs/00b_cite.ipynb #f0eaefa8
+REFS.update({
     "metrics.wilson_ci": ("wilson1927",), "metrics.accuracy_by_round": ("wilson1927", "davison1997bootstrap"),
     "stats.bootstrap_ci": ("efron1979bootstrap",), "stats.paired_test": ("mcnemar1947", "wilcoxon1945"),
     "stats.accuracy_ci": ("wilson1927", "davison1997bootstrap"), "stats.adjust_pvalues": ("holm1979",),
@@ -159,7 +163,7 @@ REFS: dict[str, tuple[str, ...]] = {
     "metrics.token_cost": ("wang2026rumad", "jiang2026svrmad"),
     "metrics.viewpoint_entropy": ("zhang2025madc",), "metrics.viewpoint_log_likelihood": ("zhang2025madc",),
     "metrics.path_consistency": ("zhang2025madc",), "metrics.reversal_point": ("zhang2025madc",),
-}
+})
 
 # %% ../nbs/00b_cite.ipynb #1a0b8031
 REFS.update({
@@ -251,6 +255,8 @@ TASK_REFS: dict[str, tuple[str, ...]] = {
     "mathvision": ("wang2024mathvision",), "mathvision_all": ("wang2024mathvision",),
     "realworldqa": ("xai2024realworldqa",), "realworldqa_all": ("xai2024realworldqa",),
 }
+
+# %% ../nbs/00b_cite.ipynb #406d6bde
 MODEL_REFS: tuple[tuple[str, tuple[str, ...]], ...] = (   # (name prefix, keys), the first match wins
     ("qwen2.5-vl", ("qwen2025qwen25vl",)), ("qwen2.5", ("qwen2025qwen25",)), ("qwen3", ("qwen2025qwen3",)),
     ("llama-3", ("llama2024herd",)), ("deepseek-r1-distill-qwen", ("deepseek2025r1", "qwen2025qwen25")),
@@ -259,6 +265,8 @@ MODEL_REFS: tuple[tuple[str, tuple[str, ...]], ...] = (   # (name prefix, keys),
     ("smollm2", ("allal2025smollm2",)),
 )
 MODEL_NO_PAPER = ("mistral-small", "pixtral-large")     # real models of the registry with no paper to cite
+
+# %% ../nbs/00b_cite.ipynb #36bac214
 PARAM_REFS: dict[str, dict[str, tuple[str, ...]]] = {
     "baselines": {k: PROTOCOL_REFS[k] for k in ("mad", "groupdebate", "groupdebate_2-2-2", "s2mad", "smad_ring", "smad_star")},
     "frameworks": {"mad": ("liang2024mad",), "dmad": _DMAD},

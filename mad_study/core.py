@@ -24,8 +24,8 @@ import pandas as pd
 # %% auto #0
 __all__ = ['ANSWER_FORMATS', 'SIGNALS', 'TRANSCRIPT_SCHEMA', 'TRANSCRIPT_COLUMNS', 'CONDITION_KEYS', 'TURN_KEYS', 'project_root',
            'runs_dir', 'figures_dir', 'params_dir', 'cache_home', 'ConfigError', 'derive_seed', 'rng_for',
-           'is_image_hash', 'Item', 'GenRequest', 'Generation', 'signals_from_logprobs', 'transcript_frame',
-           'describe_transcript', 'atomic_path', 'atomic_write_text', 'save_transcript', 'load_transcript', 'pool_keys',
+           'is_image_hash', 'Item', 'GenRequest', 'Generation', 'signals_from_logprobs', 'describe_transcript',
+           'transcript_frame', 'atomic_path', 'atomic_write_text', 'save_transcript', 'load_transcript', 'pool_keys',
            'check_unique_turns', 'images_dir', 'image_hash', 'image_path', 'put_image', 'load_image']
 
 # %% ../nbs/00_core.ipynb #b4c3b41f
@@ -90,6 +90,7 @@ def is_image_hash(h: Any) -> bool:
     "Whether `h` is an image content hash `sha256:<64 lowercase hex>`."
     return isinstance(h, str) and bool(_IMAGE_HASH.match(h))
 
+# %% ../nbs/00_core.ipynb #0db09e56
 @dataclass(frozen=True)
 class Item:
     "One benchmark question: `id` is unique across tasks (`task/index`)."
@@ -227,6 +228,11 @@ TRANSCRIPT_SCHEMA: dict[str, tuple[str, str]] = {
 }
 TRANSCRIPT_COLUMNS = list(TRANSCRIPT_SCHEMA)
 
+def describe_transcript() -> pd.DataFrame:
+    "The schema as a table (column, dtype, meaning)."
+    return pd.DataFrame([(c, d, m) for c, (d, m) in TRANSCRIPT_SCHEMA.items()], columns=["column", "dtype", "meaning"])
+
+# %% ../nbs/00_core.ipynb #2bd36b5c
 def transcript_frame(rows: Iterable[Mapping] | pd.DataFrame = ()) -> pd.DataFrame:
     "Rows (dicts) -> a transcript DataFrame with exactly the schema's columns, order and dtypes."
     df = rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
@@ -239,10 +245,6 @@ def transcript_frame(rows: Iterable[Mapping] | pd.DataFrame = ()) -> pd.DataFram
         else: df[c] = col.astype("object").where(col.notna(), None).astype(dt)
     df["method"] = df["method"].fillna("")          # a condition is never missing: groupby would drop its rows
     return df[TRANSCRIPT_COLUMNS].reset_index(drop=True)
-
-def describe_transcript() -> pd.DataFrame:
-    "The schema as a table (column, dtype, meaning)."
-    return pd.DataFrame([(c, d, m) for c, (d, m) in TRANSCRIPT_SCHEMA.items()], columns=["column", "dtype", "meaning"])
 
 # %% ../nbs/00_core.ipynb #76c81b99
 @contextlib.contextmanager
@@ -318,6 +320,7 @@ def image_hash(img: Any) -> str:
     h.update(im.tobytes())
     return "sha256:" + h.hexdigest()
 
+# %% ../nbs/00_core.ipynb #a5fab438
 def image_path(h: str, root: str | os.PathLike | None = None) -> Path:
     "Where the image with content hash `h` is stored."
     if not is_image_hash(h): raise ConfigError("not an image content hash 'sha256:<64 hex>'", key="image", value=h)
@@ -333,6 +336,7 @@ def put_image(img: Any, root: str | os.PathLike | None = None) -> str:
         with atomic_path(p, suffix=".png") as tmp: im.save(tmp, format="PNG")
     return h
 
+# %% ../nbs/00_core.ipynb #856706f5
 def load_image(h: str, root: str | os.PathLike | None = None):
     "The stored image (PIL, RGB) of content hash `h`; a missing one raises ConfigError naming it."
     p = image_path(h, root)

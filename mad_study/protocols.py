@@ -90,29 +90,39 @@ class GroupDebate(FullyConnected):
         memo[key] = out
         return out
 
-    def same_group(self, item_id: str, sample: int, names: Sequence[str], a: str, b: str) -> bool:
-        return any(a in g and b in g for g in self.groups(item_id, sample, names))
+# %% ../nbs/04b_protocols.ipynb #00edf00e
+from fastcore.basics import patch
 
-    def visible(self, ctx, agent, order):
-        inside = [p for p in order if p != agent and self.same_group(ctx.item.id, ctx.sample, ctx.names, agent, p)]
-        return inside + [p for p in order if p != agent and p not in inside]
+# %% ../nbs/04b_protocols.ipynb #18e39d90
+@patch
+def same_group(self: GroupDebate, item_id: str, sample: int, names: Sequence[str], a: str, b: str) -> bool:
+    return any(a in g and b in g for g in self.groups(item_id, sample, names))
 
-    def tags(self, ctx, agent, peers):
-        tpl = self.peer or self.__dict__.get("_peer")
-        if tpl is None: raise ConfigError("GroupDebate renders each peer in its tag: run it with run_protocol, or with prompt=gd.prompt_for(ps)", key="prompt")
-        return tuple(tpl.replace("{solution}", ctx.last(p)["text"] or "").replace("{tag}", "")
-                     if self.same_group(ctx.item.id, ctx.sample, ctx.names, agent, p)
-                     else self.answer_peer.replace("{solution}", answer_only_text(ctx.last(p)["answer"], ctx.item.fmt))
-                     for p in peers)
+@patch
+def visible(self: GroupDebate, ctx, agent, order):
+    inside = [p for p in order if p != agent and self.same_group(ctx.item.id, ctx.sample, ctx.names, agent, p)]
+    return inside + [p for p in order if p != agent and p not in inside]
 
-    def prompt_for(self, ps: PromptSet) -> PromptSet:
-        "The prompt set to run with: `ps` with the peer template `{tag}` (each peer block is rendered in its tag)."
-        self._peer = ps.peer
-        return replace(ps, peer="{tag}", source=ps.source + " (GroupDebate peer views)")
+# %% ../nbs/04b_protocols.ipynb #b47fcdb4
+@patch
+def tags(self: GroupDebate, ctx, agent, peers):
+    tpl = self.peer or self.__dict__.get("_peer")
+    if tpl is None: raise ConfigError("GroupDebate renders each peer in its tag: run it with run_protocol, or with prompt=gd.prompt_for(ps)", key="prompt")
+    return tuple(tpl.replace("{solution}", ctx.last(p)["text"] or "").replace("{tag}", "")
+                 if self.same_group(ctx.item.id, ctx.sample, ctx.names, agent, p)
+                 else self.answer_peer.replace("{solution}", answer_only_text(ctx.last(p)["answer"], ctx.item.fmt))
+                 for p in peers)
 
-    def full_context(self, item_id: str, sample: int, names: Sequence[str], viewer: str, peer: str) -> bool:
-        "Whether `viewer` is shown `peer`'s full response (a context transfer, counted in NComm)."
-        return self.same_group(item_id, sample, names, viewer, peer)
+@patch
+def prompt_for(self: GroupDebate, ps: PromptSet) -> PromptSet:
+    "The prompt set to run with: `ps` with the peer template `{tag}` (each peer block is rendered in its tag)."
+    self._peer = ps.peer
+    return replace(ps, peer="{tag}", source=ps.source + " (GroupDebate peer views)")
+
+@patch
+def full_context(self: GroupDebate, item_id: str, sample: int, names: Sequence[str], viewer: str, peer: str) -> bool:
+    "Whether `viewer` is shown `peer`'s full response (a context transfer, counted in NComm)."
+    return self.same_group(item_id, sample, names, viewer, peer)
 
 # %% ../nbs/04b_protocols.ipynb #15400be5
 class S2MAD(FullyConnected):
@@ -146,9 +156,36 @@ def run_protocol(items: Sequence[Item], agents, backends: Mapping[str, Any], pro
     df = pd.concat(parts, ignore_index=True)
     return df.iloc[np.argsort(df["item_id"].map(order).to_numpy(), kind="stable")].reset_index(drop=True)
 
+# %% ../nbs/04b_protocols.ipynb #6d47d308
 def _peers(s) -> list[str]:
     return [p for p in str(s).split(",") if p] if isinstance(s, str) else []
 
+def _full_context_of(protocol, cond: Sequence[str], ckey: tuple):
+    "The `full_context(item_id, sample, names, viewer, peer)` test of the protocol of one condition (`protocol` may map `method` to it); None: every shown peer is a full response."
+    p = protocol.get(dict(zip(cond, ckey)).get("method")) if isinstance(protocol, Mapping) else protocol
+    return getattr(getattr(p, "inner", p), "full_context", None)
+
+def _thread_turns(transcript: pd.DataFrame, keys: Sequence[str]) -> dict[tuple, dict]:
+    "Per (condition, item, sample): the agents in order of appearance, the debate-round turns that spoke, and the tokens of all turns."
+    cols = list(dict.fromkeys([*keys, "round", "agent", "reused", "visible_peers", "prompt_tokens", "completion_tokens"]))
+    acc: dict[tuple, dict] = {}
+    for r in transcript[cols].to_dict("records"):
+        a = acc.setdefault(tuple(r[k] for k in keys), {"names": [], "rows": [], "tokens": 0})
+        if r["agent"] not in a["names"]: a["names"].append(r["agent"])
+        a["tokens"] += int(r["prompt_tokens"] or 0) + int(r["completion_tokens"] or 0)
+        if r["round"] > 0 and not bool(r["reused"]): a["rows"].append(r)
+    return acc
+
+def _count_messages(a: Mapping, full, item_id: str, sample: int) -> tuple[int, int]:
+    "(NComm, answer-only messages) of one thread: each (speaking agent, shown peer) of a debate round is a full-context transfer when `full` says so (or `full` is None), else an answer-only message."
+    ncomm = nans = 0
+    for r in a["rows"]:
+        for p in _peers(r["visible_peers"]):
+            if full is None or full(item_id, sample, a["names"], r["agent"], p): ncomm += 1
+            else: nans += 1
+    return ncomm, nans
+
+# %% ../nbs/04b_protocols.ipynb #25a24c34
 def debate_costs(transcript: pd.DataFrame, protocol: Protocol | Mapping[str, Protocol] | None = None, fmt: str | None = None) -> pd.DataFrame:
     """Per condition (`experiment`, `method`: `mad_study.core.pool_keys`), item and sample: final majority answer, correct,
     rounds_spoken, NComm (full-response transfers, SVR-MAD Sec. 5), n_answer_msgs (answer-only messages, GroupDebate),
@@ -158,31 +195,19 @@ def debate_costs(transcript: pd.DataFrame, protocol: Protocol | Mapping[str, Pro
     keys = [*cond, "item_id", "sample"]
     if not len(transcript): return pd.DataFrame(columns=[*keys, "answer", "correct", "rounds_spoken", "ncomm", "n_answer_msgs", "tokens"])
     check_unique_turns(transcript, what="debate_costs")
-    def full_of(key):
-        p = protocol.get(dict(zip(cond, key)).get("method")) if isinstance(protocol, Mapping) else protocol
-        return getattr(getattr(p, "inner", p), "full_context", None)
     last = transcript.groupby(keys, dropna=False)["round"].transform("max") == transcript["round"]
     votes = {tuple(r[k] for k in keys): r for r in vote_table(transcript[last], by=("item_id", "sample"), fmt=fmt).to_dict("records")}
-    cols = list(dict.fromkeys([*keys, "round", "agent", "reused", "visible_peers", "prompt_tokens", "completion_tokens"]))
-    acc: dict[tuple, dict] = {}
-    for r in transcript[cols].to_dict("records"):
-        a = acc.setdefault(tuple(r[k] for k in keys), {"names": [], "rows": [], "tokens": 0})
-        if r["agent"] not in a["names"]: a["names"].append(r["agent"])
-        a["tokens"] += int(r["prompt_tokens"] or 0) + int(r["completion_tokens"] or 0)
-        if r["round"] > 0 and not bool(r["reused"]): a["rows"].append(r)
     out = []
-    for key, a in acc.items():
-        ncomm = nans = 0; full = full_of(key[:len(cond)]); iid, k = key[-2:]
-        for r in a["rows"]:
-            for p in _peers(r["visible_peers"]):
-                if full is None or full(iid, k, a["names"], r["agent"], p): ncomm += 1
-                else: nans += 1
+    for key, a in _thread_turns(transcript, keys).items():
+        iid, k = key[-2:]
+        ncomm, nans = _count_messages(a, _full_context_of(protocol, cond, key[:len(cond)]), iid, k)
         v = votes[key]
         out.append({**dict(zip(keys, key)), "answer": v["answer"], "correct": bool(v["correct"]),
                     "rounds_spoken": max((int(r["round"]) for r in a["rows"]), default=0), "ncomm": ncomm, "n_answer_msgs": nans,
                     "tokens": a["tokens"]})
     return pd.DataFrame(out)
 
+# %% ../nbs/04b_protocols.ipynb #2b1e7aff
 def self_consistency(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFrame:
     "Self-Consistency (Wang et al. 2023): majority of the round-0 answers; NComm 0, tokens of round 0 (SVR-MAD Table 1)."
     return debate_costs(transcript[transcript["round"] == 0], fmt=fmt)

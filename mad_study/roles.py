@@ -337,6 +337,7 @@ DMAD_VISION_PROMPTS: dict[str, str] = {
     "joined_ddcot": "First, the question broken down into sub-questions:\n{aux}\n\nThen, from the sub-questions and sub-answers, the answer:\n{answer}",
 }
 
+# %% ../nbs/04c_roles.ipynb #c3c3dc74
 def dmad_roles(items: Sequence[Item]) -> tuple[str, ...]:
     "DMAD's methods for `items`: CoT / step-back / PoT (text) or IO / CCoT / DDCoT (vision); one modality per call."
     mods = sorted({it.modality for it in items})
@@ -514,25 +515,30 @@ class RoleSimBackend(SimBackend):
         self.backend_id = f"{self.backend_id}:role:{derive_seed(extra)}"
         self._role = None
 
-    def role_p(self, item: Item, role: str | None) -> float:
-        "P(correct) of this agent alone in `role` on `item`: skill from `<modality>:<role>`, else `<role>`, else the modality's, else `skill`."
-        base = self.modality_skill.get(item.modality, self.agent.skill)
-        s = self.role_skill.get(f"{item.modality}:{role}", self.role_skill.get(role, base)) if role else base
-        u = float(rng_for("role-sim", self.model_name, role, item.id).standard_normal()) * self.role_item_sd if role else 0.0
-        return _sigmoid(_logit(s) - float(_difficulty(item, self.agent.difficulty_sd)) + u)
-
     def p_solve(self, item: Item) -> float: return self.role_p(item, self._role)
 
-    def _independent(self, item: Item, rng, bonus: float = 0.0) -> str:
-        "An answer on one's own; with probability `role_consistency` the agent's fixed answer for (role, item)."
-        if self._role is not None and self.role_consistency > 0 and bonus == 0.0 and rng.random() < self.role_consistency:
-            rng = rng_for("role-sim-fixed", self.model_name, self._role, item.id)
-        return super()._independent(item, rng, bonus)
+# %% ../nbs/04c_roles.ipynb #ecce02f3
+@patch
+def role_p(self: RoleSimBackend, item: Item, role: str | None) -> float:
+    "P(correct) of this agent alone in `role` on `item`: skill from `<modality>:<role>`, else `<role>`, else the modality's, else `skill`."
+    base = self.modality_skill.get(item.modality, self.agent.skill)
+    s = self.role_skill.get(f"{item.modality}:{role}", self.role_skill.get(role, base)) if role else base
+    u = float(rng_for("role-sim", self.model_name, role, item.id).standard_normal()) * self.role_item_sd if role else 0.0
+    return _sigmoid(_logit(s) - float(_difficulty(item, self.agent.difficulty_sd)) + u)
 
-    def decide(self, item: Item, own: str | None, shown: Sequence[str], rng, tags=None) -> str:
-        "The sim's debate turn; a Negative's first turn answers on its own (its role is to disagree, not to conform)."
-        if self._role == "negative" and own is None: return self._independent(item, rng)
-        return super().decide(item, own, shown, rng, tags)
+# %% ../nbs/04c_roles.ipynb #8f665655
+@patch
+def _independent(self: RoleSimBackend, item: Item, rng, bonus: float = 0.0) -> str:
+    "An answer on one's own; with probability `role_consistency` the agent's fixed answer for (role, item)."
+    if self._role is not None and self.role_consistency > 0 and bonus == 0.0 and rng.random() < self.role_consistency:
+        rng = rng_for("role-sim-fixed", self.model_name, self._role, item.id)
+    return super(RoleSimBackend, self)._independent(item, rng, bonus)
+
+@patch
+def decide(self: RoleSimBackend, item: Item, own: str | None, shown: Sequence[str], rng, tags=None) -> str:
+    "The sim's debate turn; a Negative's first turn answers on its own (its role is to disagree, not to conform)."
+    if self._role == "negative" and own is None: return self._independent(item, rng)
+    return super(RoleSimBackend, self).decide(item, own, shown, rng, tags)
 
 # %% ../nbs/04c_roles.ipynb #6f21873f
 def _req_rng(b: SimBackend, req: GenRequest, tag: str):

@@ -208,7 +208,54 @@ def _token_change(ta: np.ndarray, tb: np.ndarray, level: float, n_resamples: int
     lo, hi = np.nanpercentile(r, [100 * a, 100 * (1 - a)])
     return (float(est), float(lo), float(hi))
 
-# %% ../nbs/05b_stats.ipynb #87696017
+# %% ../nbs/05b_stats.ipynb #479708dd
+def _compared_items(results: pd.DataFrame, reference: str, methods: Sequence[str] | None, value: str, item: str,
+                    method: str) -> tuple[list[str], pd.DataFrame, pd.DataFrame]:
+    "Step 1 of `compare_methods` (the kit's own): the methods (reference first), their item means on the items every one of them answered, and those items' rows."
+    means = item_means(results, value, item, method)
+    methods = list(dict.fromkeys([reference, *(methods if methods is not None else means.columns)]))
+    missing = [m for m in methods if m not in means.columns]
+    if missing: raise ConfigError("method not in the results", key="method", value=missing[0], choices=means.columns)
+    means = means[methods].dropna()
+    common = means.index
+    if len(common) < 2: raise ConfigError(f"fewer than 2 items answered by every method ({len(common)})", key="methods", value=methods)
+    return methods, means, results[results[item].isin(common) & results[method].isin(methods)]
+
+# %% ../nbs/05b_stats.ipynb #31aef48a
+def _method_row(m: str, reference: str, sub: pd.DataFrame, means: pd.DataFrame, tok: pd.DataFrame | None, *, value: str,
+                item: str, method: str, level: float, margin: float | None, n_resamples: int, seed: int, test: str,
+                min_items: int) -> dict:
+    "Step 2 of `compare_methods` (the kit's own): method `m`'s row: accuracy and interval; against the reference the paired difference, test and TOST; tokens and their paired change."
+    acc = accuracy_ci(sub.loc[sub[method] == m, value].tolist(), sub.loc[sub[method] == m, item].tolist(), level,
+                      n_resamples, seed, min_items=min_items)
+    r = {"method": m, "n_items": len(means), "accuracy": acc["accuracy"], "acc_low": acc["ci_low"], "acc_high": acc["ci_high"],
+         "acc_ci_method": acc["method"]}
+    if m != reference:
+        d = paired_difference(means[m].to_numpy(), means[reference].to_numpy(), level, n_resamples, seed, test)
+        r.update(diff=d["diff"], diff_low=d["ci_low"], diff_high=d["ci_high"], test=d["test"], pvalue=d["pvalue"])
+        if margin is not None:
+            e = tost(means[m].to_numpy(), means[reference].to_numpy(), margin, 1 - level); r.update(tost_p=e["pvalue"], equivalent=e["equivalent"])
+    if tok is not None:
+        r["tokens"] = float(tok[m].mean())
+        if m != reference:
+            c, lo, hi = _token_change(tok[m].to_numpy(float), tok[reference].to_numpy(float), level, n_resamples, seed)
+            r.update(token_change=c, token_change_low=lo, token_change_high=hi)
+    return r
+
+# %% ../nbs/05b_stats.ipynb #4409f975
+def _adjusted_table(rows: list[dict], means: pd.DataFrame, reference: str, item: str, correction: str, level: float,
+                    margin: float | None) -> pd.DataFrame:
+    "Step 3 of `compare_methods` (the kit's own): the table with p-values adjusted over the comparisons, `distinguishable`, and the attrs the caption reads (the omnibus test among them)."
+    table = pd.DataFrame(rows)
+    if "pvalue" not in table: table["pvalue"] = np.nan
+    table["p_adjusted"] = adjust_pvalues(table["pvalue"], correction)
+    table["distinguishable"] = (table["p_adjusted"] < (1 - level)).astype(object)
+    table.loc[table["method"] == reference, "distinguishable"] = None
+    table.attrs.update(reference=reference, correction=correction, level=level, unit=item, margin=margin,
+                       omnibus=omnibus_test(means.to_numpy()))
+    return table
+
+# %% ../nbs/05b_stats.ipynb #651d8e40
 def compare_methods(results: pd.DataFrame, reference: str, methods: Sequence[str] | None = None, value: str = "correct",
                     tokens: str | None = "tokens", item: str = "item_id", method: str = "method", correction: str = "holm",
                     level: float = 0.95, margin: float | None = None, n_resamples: int = 2000, seed: int = 0,
@@ -219,39 +266,12 @@ def compare_methods(results: pd.DataFrame, reference: str, methods: Sequence[str
     relative change. Items every compared method answered only. Returns (table, caption sentence); the omnibus test is
     in `table.attrs['omnibus']`. `fixed_items`: the caption says the tests speak for these items only (repeats of a
     fixed set, e.g. MADC Figs. 3-5)."""
-    means = item_means(results, value, item, method)
-    methods = list(dict.fromkeys([reference, *(methods if methods is not None else means.columns)]))
-    missing = [m for m in methods if m not in means.columns]
-    if missing: raise ConfigError("method not in the results", key="method", value=missing[0], choices=means.columns)
-    means = means[methods].dropna()
-    common = means.index
-    if len(common) < 2: raise ConfigError(f"fewer than 2 items answered by every method ({len(common)})", key="methods", value=methods)
-    sub = results[results[item].isin(common) & results[method].isin(methods)]
-    tok = item_means(sub, tokens, item, method).reindex(index=common, columns=methods) if tokens and tokens in results else None
-    rows = []
-    for m in methods:
-        acc = accuracy_ci(sub.loc[sub[method] == m, value].tolist(), sub.loc[sub[method] == m, item].tolist(), level,
-                          n_resamples, seed, min_items=min_items)
-        r = {"method": m, "n_items": len(common), "accuracy": acc["accuracy"], "acc_low": acc["ci_low"], "acc_high": acc["ci_high"],
-             "acc_ci_method": acc["method"]}
-        if m != reference:
-            d = paired_difference(means[m].to_numpy(), means[reference].to_numpy(), level, n_resamples, seed, test)
-            r.update(diff=d["diff"], diff_low=d["ci_low"], diff_high=d["ci_high"], test=d["test"], pvalue=d["pvalue"])
-            if margin is not None:
-                e = tost(means[m].to_numpy(), means[reference].to_numpy(), margin, 1 - level); r.update(tost_p=e["pvalue"], equivalent=e["equivalent"])
-        if tok is not None:
-            r["tokens"] = float(tok[m].mean())
-            if m != reference:
-                c, lo, hi = _token_change(tok[m].to_numpy(float), tok[reference].to_numpy(float), level, n_resamples, seed)
-                r.update(token_change=c, token_change_low=lo, token_change_high=hi)
-        rows.append(r)
-    table = pd.DataFrame(rows)
-    if "pvalue" not in table: table["pvalue"] = np.nan
-    table["p_adjusted"] = adjust_pvalues(table["pvalue"], correction)
-    table["distinguishable"] = (table["p_adjusted"] < (1 - level)).astype(object)
-    table.loc[table["method"] == reference, "distinguishable"] = None
-    table.attrs.update(reference=reference, correction=correction, level=level, unit=item, margin=margin,
-                       omnibus=omnibus_test(means.to_numpy()))
+    methods, means, sub = _compared_items(results, reference, methods, value, item, method)
+    tok = item_means(sub, tokens, item, method).reindex(index=means.index, columns=methods) if tokens and tokens in results else None
+    opts = dict(value=value, item=item, method=method, level=level, margin=margin, n_resamples=n_resamples, seed=seed,
+                test=test, min_items=min_items)
+    rows = [_method_row(m, reference, sub, means, tok, **opts) for m in methods]
+    table = _adjusted_table(rows, means, reference, item, correction, level, margin)
     return table, comparison_caption(table, fixed_items=fixed_items)
 
 # %% ../nbs/05b_stats.ipynb #d1d7e749
