@@ -28,14 +28,20 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 
 from .core import ConfigError, figures_dir, params_dir, project_root, runs_dir
-from .report import experiment_files, load_registry, write_index
+from .registry import (EXPERIMENT_KEYS, PAPER_ALIASES, PLANNERS, PROFILE_KEYS, Experiment, _check_keys,
+                                experiment_files, experiments, generic_plan, load_profile, load_registry, planner,
+                                read_yaml, resolve_targets)
+from .report import write_index
+
+_all_ = ["PROFILE_KEYS", "EXPERIMENT_KEYS", "PAPER_ALIASES", "PLANNERS", "read_yaml", "load_profile", "Experiment",
+         "experiments", "resolve_targets", "planner", "generic_plan"]   # the registries (02b_registry), re-exported
 
 # %% auto #0
-__all__ = ['PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'KERNEL_SHUTDOWN_WAIT', 'notebook_parameters',
-           'read_yaml', 'load_profile', 'auto_profile', 'Experiment', 'experiments', 'resolve_targets', 'map_models',
-           'parse_override', 'merge_params', 'validate_params', 'planner', 'generic_plan', 'plan_experiment',
-           'serve_table', 'stop_kernels', 'remove_temporaries', 'RunResult', 'run_experiment', 'run_order', 'reproduce',
-           'load_runs', 'compare_runs', 'main']
+__all__ = ['KERNEL_SHUTDOWN_WAIT', 'notebook_parameters', 'auto_profile', 'map_models', 'parse_override', 'merge_params',
+           'validate_params', 'plan_experiment', 'serve_table', 'stop_kernels', 'remove_temporaries', 'RunResult',
+           'run_experiment', 'run_order', 'reproduce', 'load_runs', 'compare_runs', 'main', 'PROFILE_KEYS',
+           'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'read_yaml', 'load_profile', 'Experiment', 'experiments',
+           'resolve_targets', 'planner', 'generic_plan']
 
 # %% ../nbs/20_reproduce.ipynb #b28c82b1
 def notebook_parameters(nb_path: str | os.PathLike) -> dict[str, Any]:
@@ -52,32 +58,6 @@ def notebook_parameters(nb_path: str | os.PathLike) -> dict[str, Any]:
     return out
 
 # %% ../nbs/20_reproduce.ipynb #e98fea53
-PROFILE_KEYS = {"description", "params", "limits", "model_map", "sim_agents", "requires"}
-EXPERIMENT_KEYS = {"description", "artefacts", "params", "profiles", "notebook", "expected_seconds"}
-
-def read_yaml(path: str | os.PathLike) -> dict:
-    "A YAML mapping from `path`, with one-line errors for a missing file or bad YAML."
-    path = Path(path)
-    try: d = yaml.safe_load(path.read_text())
-    except FileNotFoundError: raise ConfigError("file not found", where=path) from None
-    except yaml.YAMLError as e: raise ConfigError(f"not valid YAML ({' '.join(str(e).split())[:160]})", where=path) from None
-    if d is None: d = {}
-    if not isinstance(d, dict): raise ConfigError("must be a mapping of keys to values", where=path)
-    return d
-
-def _check_keys(d: Mapping, allowed: set, where) -> None:
-    for k in d:
-        if k not in allowed: raise ConfigError("unknown key", where=where, key=k, choices=allowed)
-
-def load_profile(name: str) -> dict:
-    "The profile `params/profiles/<name>.yaml` (keys checked)."
-    path = params_dir() / "profiles" / f"{name}.yaml"
-    if not path.exists():
-        raise ConfigError("unknown profile", key="--profile", value=name, choices=[p.stem for p in (params_dir() / "profiles").glob("*.yaml")])
-    d = read_yaml(path); _check_keys(d, PROFILE_KEYS, path)
-    d["name"] = name; d["path"] = path
-    return d
-
 def auto_profile() -> str:
     "`paper` when a CUDA GPU is visible, else `sim`."
     try:
@@ -85,42 +65,6 @@ def auto_profile() -> str:
         return "paper" if torch.cuda.is_available() else "sim"
     except ImportError:
         return "sim"
-
-@dataclass
-class Experiment:
-    "One experiment file: id, paper, file, notebook, artefacts and its raw content."
-    id: str
-    paper: str
-    path: Path
-    notebook: Path
-    artefacts: list[str]
-    spec: dict
-
-def experiments() -> dict[str, Experiment]:
-    "Every experiment of the registry's papers, by id."
-    reg = load_registry()
-    out = {}
-    for eid, e in experiment_files(reg).items():
-        spec = read_yaml(e["path"]); _check_keys(spec, EXPERIMENT_KEYS, e["path"])
-        nb = spec.get("notebook") or reg[e["paper"]].get("notebook")
-        out[eid] = Experiment(eid, e["paper"], e["path"], project_root() / nb, e["artefacts"], spec)
-    return out
-
-PAPER_ALIASES = {"meta": "meta_debate", "meta-debate": "meta_debate", "svr_mad": "svr", "svr-mad": "svr"}
-
-def resolve_targets(targets: Sequence[str]) -> list[Experiment]:
-    "Experiments named by `targets`: 'all', a paper (or its alias, `PAPER_ALIASES`), an experiment id or an artefact id."
-    exps = experiments()
-    if not targets or "all" in targets: return list(exps.values())
-    out = []
-    for t in targets:
-        t = PAPER_ALIASES.get(t, t)
-        hit = [e for e in exps.values() if t in (e.id, e.paper) or t in e.artefacts]
-        if not hit:
-            raise ConfigError("unknown target", key="target", value=t,
-                              choices=sorted({"all", *exps, *(e.paper for e in exps.values()), *(a for e in exps.values() for a in e.artefacts)}))
-        out += [e for e in hit if e not in out]
-    return out
 
 # %% ../nbs/20_reproduce.ipynb #c62bc179
 def _is_model_key(k: str) -> bool:
@@ -202,7 +146,7 @@ def validate_params(p: Mapping, exp: Experiment, profile: Mapping, overrides: Ma
     for t in tasks:
         try: get_task(t)
         except ConfigError as e: raise ConfigError(f"unknown task ({e})", where=where, key="task", value=t) from None
-    from mad_study.backends import get_model
+    from mad_study.registry import get_model
     sims = set(p.get("sim_agents") or {})
     for m in _models_in(p):
         if m.startswith("sim"):
@@ -229,31 +173,6 @@ def _notebook_module(notebook: Path) -> str | None:
     return None
 
 # %% ../nbs/20_reproduce.ipynb #d6e2c2f5
-PLANNERS: dict[str, Callable[[Mapping], dict]] = {}
-
-def planner(*experiment_ids: str):
-    "Register an exact generation planner `f(params) -> {'generations', 'prompt_tokens', 'completion_tokens'}`."
-    def deco(f):
-        for e in experiment_ids: PLANNERS[e] = f
-        return f
-    return deco
-
-def generic_plan(p: Mapping) -> dict:
-    "The generic debate count (see above); tokens are upper bounds from `max_new_tokens`."
-    n_items = int(p.get("n_items") or 0)
-    samples = int(p.get("samples") or 1)
-    rounds = int(p.get("debate_rounds") or 0) + 1
-    repeats = int(p.get("repeats") or 1)
-    strategies = len(p.get("strategies") or [1])
-    configs = len(p.get("pairs") or [1])
-    models = p.get("models") or []
-    n_agents = int(p.get("n_agents") or (len(models) if models and not p.get("pairs") else 2))
-    gens = n_items * samples * n_agents * rounds * repeats * strategies * configs
-    mnt = int(p.get("max_new_tokens") or 512)
-    per_item_prompt = 200 * rounds + (n_agents - 1) * mnt * (rounds - 1)
-    return {"generations": gens, "completion_tokens": gens * mnt,
-            "prompt_tokens": n_items * samples * n_agents * repeats * strategies * configs * per_item_prompt}
-
 def plan_experiment(exp: Experiment, p: Mapping) -> dict:
     "Generations, token bounds and per-model weight memory for one merged experiment."
     reg = load_registry()
@@ -262,7 +181,7 @@ def plan_experiment(exp: Experiment, p: Mapping) -> dict:
             try: importlib.import_module(mod)
             except ModuleNotFoundError: pass
     est = (PLANNERS.get(exp.id) or generic_plan)(p)
-    from mad_study.backends import weight_memory_gb
+    from mad_study.registry import weight_memory_gb
     mem = {}
     for m in sorted(set(_models_in(p))):
         mem[m] = None if m.startswith("sim") else round(weight_memory_gb(m, p.get("quant", "nf4")), 2)
@@ -273,7 +192,7 @@ def plan_experiment(exp: Experiment, p: Mapping) -> dict:
 def serve_table(plans: Sequence[Mapping]) -> list[dict]:
     """Per model of the plans: the experiments that use it, their generations and completion-token bound, the bf16
     weights, the tensor-parallel size and the vLLM command (`mad_study.serving.serve_command`)."""
-    from mad_study.backends import weight_memory_gb
+    from mad_study.registry import weight_memory_gb
     from mad_study.serving import tensor_parallel_size
     rows: dict[str, dict] = {}
     for pl in plans:

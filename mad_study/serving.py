@@ -27,7 +27,8 @@ from typing import Any, Callable, Mapping, Sequence
 from fastcore.basics import patch
 
 from .core import ConfigError, GenRequest, Generation, image_path, load_image, signals_from_logprobs
-from .backends import BaseBackend, ModelSpec, _spec_for, get_model, weight_memory_gb
+from .interface import BaseBackend
+from .registry import ModelSpec, _spec_for, get_model, weight_memory_gb
 
 _log = logging.getLogger("mad_study.serving")
 
@@ -117,10 +118,10 @@ def _served_id(served_model: str) -> str:
 def _default_served_model(spec: ModelSpec) -> str:
     "What a server calls the model by default: the hub id (vLLM, SGLang), the local checkpoint for the kit's own models."
     if spec.kind == "embedded":
-        from mad_study.backends import embedded_checkpoint
+        from mad_study.checkpoints import embedded_checkpoint
         return str(embedded_checkpoint())
     if spec.kind == "tiny-random":
-        from mad_study.backends import tiny_random_checkpoint
+        from mad_study.checkpoints import tiny_random_checkpoint
         return str(tiny_random_checkpoint())
     return spec.hub_id or spec.name
 
