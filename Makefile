@@ -34,7 +34,7 @@ export TRANSFORMERS_OFFLINE = $(HF_OFFLINE)
 export TOKENIZERS_PARALLELISM = false
 export PYTHONWARNINGS = ignore::DeprecationWarning
 
-.PHONY: reproduce test bench check-sync nbtest pytest venv clean-runs lab sandbox-tool
+.PHONY: reproduce test bench docs check-sync nbtest pytest venv clean-runs lab sandbox-tool
 
 venv: $(STAMP)
 
@@ -101,6 +101,11 @@ pytest: $(STAMP)
 
 bench: $(STAMP) sandbox-tool
 	$(BIN)/python benchmarks/run.py
+
+## An API reference without Quarto (nbdev's docs site needs it): pdoc renders the exported modules' docstrings
+## (markdown) to HTML in docs/api/ (not committed): open docs/api/index.html.
+docs: $(STAMP)
+	$(BIN)/pdoc --docformat markdown -o docs/api mad_study '!mad_study._modidx'
 
 ## JupyterLab on the repository (file browser opens in nbs/; runs/ and figures/ are reachable too) with the kit's
 ## kernel `python3` (this venv's python). `make lab LAB_PORT=8890 LAB_ARGS=--no-browser` on a remote machine.

