@@ -14,7 +14,8 @@ PIP    := $(BIN)/python -m pip -q --disable-pip-version-check --no-input
 # pip --no-compile, then bytecode written for just the modules the kit imports (WARM below), even where
 # PYTHONDONTWRITEBYTECODE is set: set-up measured 156 s -> 107 s here, same run times afterwards
 PIP_INSTALL := $(PIP) install --no-compile
-WARM := import mad_study.core, mad_study.answers, mad_study.data, mad_study.backends, mad_study.sim, mad_study.prompts, \
+WARM := import mad_study.core, mad_study.answers, mad_study.data, mad_study.registry, mad_study.interface, \
+  mad_study.checkpoints, mad_study.hf, mad_study.cache, mad_study.twins, mad_study.backends, mad_study.sim, mad_study.prompts, \
   mad_study.debate, mad_study.metrics, mad_study.report, mad_study.umad, mad_study.madc, mad_study.reproduce, \
   mad_study.protocols, mad_study.roles, mad_study.sandbox, mad_study.svr_mad, mad_study.meta_debate, mad_study.rumad, \
   mad_study.serving, mad_study.umad_train, mad_study.vision, peft, httpx, torch, transformers, \
@@ -33,7 +34,7 @@ export TRANSFORMERS_OFFLINE = $(HF_OFFLINE)
 export TOKENIZERS_PARALLELISM = false
 export PYTHONWARNINGS = ignore::DeprecationWarning
 
-.PHONY: reproduce test bench check-sync nbtest pytest venv clean-runs lab sandbox-tool browser-tool
+.PHONY: reproduce test bench docs check-sync nbtest pytest venv clean-runs lab sandbox-tool browser-tool
 
 venv: $(STAMP)
 
@@ -111,6 +112,11 @@ pytest: $(STAMP)
 
 bench: $(STAMP) sandbox-tool
 	$(BIN)/python benchmarks/run.py
+
+## An API reference without Quarto (nbdev's docs site needs it): pdoc renders the exported modules' docstrings
+## (markdown) to HTML in docs/api/ (not committed): open docs/api/index.html.
+docs: $(STAMP)
+	$(BIN)/pdoc --docformat markdown -o docs/api mad_study '!mad_study._modidx'
 
 ## JupyterLab on the repository (file browser opens in nbs/; runs/ and figures/ are reachable too) with the kit's
 ## kernel `python3` (this venv's python). `make lab LAB_PORT=8890 LAB_ARGS=--no-browser` on a remote machine.

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .core import transcript_frame
-from .reproduce import planner
+from .registry import planner
 
 # %% auto #0
 __all__ = ['ARENA_METHODS', 'svr_transcript', 'pareto_front', 'plan_arena']

@@ -128,7 +128,7 @@ REFS: dict[str, tuple[str, ...]] = {
     "answers.is_correct": ("cobbe2021gsm8k", "du2024debate"), "answers.merge_equivalent": ("qiao2026umad",),
     "answers.extract_confidence": ("jiang2026svrmad",),
     "data.du_options_question": ("du2024debate",), "data.format_question": ("du2024debate",),
-    "backends.HFBackend": ("wolf2020transformers", "dettmers2023qlora", "dettmers2022llmint8"),
+    "hf.HFBackend": ("wolf2020transformers", "dettmers2023qlora", "dettmers2022llmint8"),
     "vision.VLMBackend": ("wolf2020transformers", "dettmers2023qlora"),
     "serving.logprob_signals": ("qiao2026umad",),
     "prompts.get_prompt": ("du2024debate",),
@@ -206,8 +206,8 @@ REFS.update({
 
 # %% ../nbs/00b_cite.ipynb #832b3c0d
 KIT_OWN: dict[str, tuple[str, ...]] = {
-    **{m: ("*",) for m in ("answers", "backends", "cite", "data", "prompts", "report", "reproduce", "sandbox", "serving",
-                           "sim", "twins", "vision")},
+    **{m: ("*",) for m in ("answers", "backends", "cache", "checkpoints", "cite", "data", "hf", "interface", "prompts",
+                           "registry", "report", "reproduce", "sandbox", "serving", "sim", "twins", "vision")},
     "core": ("ConfigError", "GenRequest", "Generation", "Item", "atomic_path", "atomic_write_text", "cache_home",
              "derive_seed", "describe_transcript", "figures_dir", "image_hash", "image_path", "images_dir", "is_image_hash",
              "load_image", "load_transcript", "params_dir", "project_root", "put_image", "rng_for", "runs_dir",

@@ -21,7 +21,7 @@ from .debate import ORDERINGS, OrderedPeers, Protocol, RoundContext, make_agents
 from .metrics import _isna, path_consistency, reversal_point, viewpoint_entropy
 from .stats import adjust_pvalues, cochran_q, condition_labels, paired_difference, paired_test   # cochran_q: nbs/05b_stats
 from .prompts import debate_message, get_prompt, opening_messages
-from .reproduce import planner
+from .registry import planner
 
 # %% auto #0
 __all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 'METRICS', 'CASES', 'REVERSAL_ORDERS',

@@ -19,7 +19,7 @@ import pandas as pd
 from .core import ConfigError, GenRequest, Item, atomic_write_text, derive_seed, rng_for
 from .answers import extract_answer, is_correct
 from .prompts import META_DEBATE_PROMPTS, fill, number_word
-from .reproduce import planner
+from .registry import planner
 from .roles import (DMAD_ROLES, DMAD_VISION_ROLES, MAD_ROLES, _fill, _generate, _pot_what, answer_instruction, parse_verdict, pot_turn,
                              question_parts, run_dmad, run_mad)
 

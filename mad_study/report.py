@@ -25,13 +25,14 @@ import yaml
 
 from .core import (ConfigError, Item, atomic_path, atomic_write_text, figures_dir, params_dir, project_root,
                             runs_dir, save_transcript)
+from .registry import experiment_files, load_registry    # the artefact registry (02b_registry)
 
 # %% auto #0
 __all__ = ['SOURCE_DIRS', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'COLUMN_IN', 'PAGE_IN',
            'package_versions', 'git_commit', 'notebook_parameters', 'run_params', 'Study', 'show_figure',
            'register_style', 'method_style', 'set_style', 'panel_figure', 'drawn_renderer', 'label_points',
-           'layout_problems', 'label_figure', 'LayoutWarning', 'save_figure', 'save_table', 'load_registry',
-           'experiment_files', 'artefact_status', 'write_gallery', 'index_table', 'write_index']
+           'layout_problems', 'label_figure', 'LayoutWarning', 'save_figure', 'save_table', 'artefact_status',
+           'write_gallery', 'index_table', 'write_index']
 
 # %% ../nbs/06_report.ipynb #7cf92f74
 _PACKAGES = ("mad_study", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "torch", "transformers", "bitsandbytes",
@@ -477,32 +478,6 @@ def save_table(df: pd.DataFrame, artefact: str, paper: str, study: Study | None 
     return files
 
 # %% ../nbs/06_report.ipynb #066a1bf2
-def load_registry(path: Path | None = None) -> dict:
-    "The artefact registry (params/artefacts.yaml): paper -> {paper, notebook, artefacts: [{id, kind, title, needs}]}."
-    path = Path(path or params_dir() / "artefacts.yaml")
-    try: reg = yaml.safe_load(path.read_text())
-    except FileNotFoundError: raise ConfigError("artefact registry not found", where=path) from None
-    for paper, d in reg.items():
-        for a in d.get("artefacts", []):
-            if "id" not in a: raise ConfigError("artefact without id", where=path, key=paper)
-    return reg
-
-def experiment_files(registry: Mapping | None = None) -> dict[str, dict]:
-    """Every experiment file `params/<paper>/<experiment>.yaml` of a registry paper:
-    experiment id -> {paper, path, artefacts} (`artefacts:` in the file, default: the experiment id)."""
-    reg = registry or load_registry()
-    out = {}
-    for paper in reg:
-        for f in sorted((params_dir() / paper).glob("*.yaml")):
-            try: d = yaml.safe_load(f.read_text()) or {}
-            except yaml.YAMLError as e: raise ConfigError(f"not valid YAML ({str(e).splitlines()[0]})", where=f) from None
-            if not isinstance(d, Mapping): raise ConfigError("must be a mapping of keys to values", where=f)
-            arts = d.get("artefacts") or [f.stem]
-            if f.stem in out: raise ConfigError(f"experiment id also used in {out[f.stem]['path']}", where=f)
-            out[f.stem] = {"paper": paper, "path": f, "artefacts": list(arts)}
-    return out
-
-# %% ../nbs/06_report.ipynb #94735245
 def artefact_status(paper: str, art: Mapping, experiments: Mapping | None = None) -> dict:
     "Status, profile and files of one registry artefact (see the list above)."
     aid = art["id"]

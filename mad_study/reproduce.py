@@ -28,45 +28,25 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 
 from .core import ConfigError, figures_dir, params_dir, project_root, runs_dir
-from .report import experiment_files, load_registry, write_index
+from .registry import (EXPERIMENT_KEYS, PAPER_ALIASES, PLANNERS, PROFILE_KEYS, Experiment, _check_keys,
+                                experiment_files, experiments, generic_plan, load_profile, load_registry, planner,
+                                read_yaml, resolve_targets)
+from .report import write_index
+
+_all_ = ["PROFILE_KEYS", "EXPERIMENT_KEYS", "PAPER_ALIASES", "PLANNERS", "read_yaml", "load_profile", "Experiment",
+         "experiments", "resolve_targets", "planner", "generic_plan"]   # the registries (02b_registry), re-exported
 
 # %% auto #0
-__all__ = ['PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'read_yaml',
-           'load_profile', 'auto_profile', 'Experiment', 'experiments', 'resolve_targets', 'map_models',
-           'parse_override', 'merge_params', 'validate_params', 'planner', 'generic_plan', 'plan_experiment',
-           'serve_table', 'stop_kernels', 'remove_temporaries', 'RunResult', 'run_experiment', 'run_order', 'reproduce',
-           'load_runs', 'compare_runs', 'main']
+__all__ = ['KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'auto_profile', 'map_models', 'parse_override', 'merge_params',
+           'validate_params', 'plan_experiment', 'serve_table', 'stop_kernels', 'remove_temporaries', 'RunResult',
+           'run_experiment', 'run_order', 'reproduce', 'load_runs', 'compare_runs', 'main', 'PROFILE_KEYS',
+           'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'read_yaml', 'load_profile', 'Experiment', 'experiments',
+           'resolve_targets', 'planner', 'generic_plan']
 
 # %% ../nbs/20_reproduce.ipynb #b28c82b1
 from .report import notebook_parameters      # the names and defaults of a notebook's `parameters` cell (06_report)
 
 # %% ../nbs/20_reproduce.ipynb #e98fea53
-PROFILE_KEYS = {"description", "params", "limits", "model_map", "sim_agents", "requires"}
-EXPERIMENT_KEYS = {"description", "artefacts", "params", "profiles", "notebook", "expected_seconds"}
-
-def read_yaml(path: str | os.PathLike) -> dict:
-    "A YAML mapping from `path`, with one-line errors for a missing file or bad YAML."
-    path = Path(path)
-    try: d = yaml.safe_load(path.read_text())
-    except FileNotFoundError: raise ConfigError("file not found", where=path) from None
-    except yaml.YAMLError as e: raise ConfigError(f"not valid YAML ({' '.join(str(e).split())[:160]})", where=path) from None
-    if d is None: d = {}
-    if not isinstance(d, dict): raise ConfigError("must be a mapping of keys to values", where=path)
-    return d
-
-def _check_keys(d: Mapping, allowed: set, where) -> None:
-    for k in d:
-        if k not in allowed: raise ConfigError("unknown key", where=where, key=k, choices=allowed)
-
-def load_profile(name: str) -> dict:
-    "The profile `params/profiles/<name>.yaml` (keys checked)."
-    path = params_dir() / "profiles" / f"{name}.yaml"
-    if not path.exists():
-        raise ConfigError("unknown profile", key="--profile", value=name, choices=[p.stem for p in (params_dir() / "profiles").glob("*.yaml")])
-    d = read_yaml(path); _check_keys(d, PROFILE_KEYS, path)
-    d["name"] = name; d["path"] = path
-    return d
-
 def auto_profile() -> str:
     "`paper` when a CUDA GPU is visible, else `sim`."
     try:
@@ -74,42 +54,6 @@ def auto_profile() -> str:
         return "paper" if torch.cuda.is_available() else "sim"
     except ImportError:
         return "sim"
-
-@dataclass
-class Experiment:
-    "One experiment file: id, paper, file, notebook, artefacts and its raw content."
-    id: str
-    paper: str
-    path: Path
-    notebook: Path
-    artefacts: list[str]
-    spec: dict
-
-def experiments() -> dict[str, Experiment]:
-    "Every experiment of the registry's papers, by id."
-    reg = load_registry()
-    out = {}
-    for eid, e in experiment_files(reg).items():
-        spec = read_yaml(e["path"]); _check_keys(spec, EXPERIMENT_KEYS, e["path"])
-        nb = spec.get("notebook") or reg[e["paper"]].get("notebook")
-        out[eid] = Experiment(eid, e["paper"], e["path"], project_root() / nb, e["artefacts"], spec)
-    return out
-
-PAPER_ALIASES = {"meta": "meta_debate", "meta-debate": "meta_debate", "svr_mad": "svr", "svr-mad": "svr"}
-
-def resolve_targets(targets: Sequence[str]) -> list[Experiment]:
-    "Experiments named by `targets`: 'all', a paper (or its alias, `PAPER_ALIASES`), an experiment id or an artefact id."
-    exps = experiments()
-    if not targets or "all" in targets: return list(exps.values())
-    out = []
-    for t in targets:
-        t = PAPER_ALIASES.get(t, t)
-        hit = [e for e in exps.values() if t in (e.id, e.paper) or t in e.artefacts]
-        if not hit:
-            raise ConfigError("unknown target", key="target", value=t,
-                              choices=sorted({"all", *exps, *(e.paper for e in exps.values()), *(a for e in exps.values() for a in e.artefacts)}))
-        out += [e for e in hit if e not in out]
-    return out
 
 # %% ../nbs/20_reproduce.ipynb #c62bc179
 def _is_model_key(k: str) -> bool:
@@ -135,6 +79,7 @@ def parse_override(s: str) -> tuple[str, Any]:
     k, v = s.split("=", 1)
     return k.strip(), yaml.safe_load(v)
 
+# %% ../nbs/20_reproduce.ipynb #64881bcf
 def merge_params(exp: Experiment, profile: Mapping, overrides: Mapping | None = None) -> dict:
     "Experiment params <- profile params <- limits <- experiment profiles[profile] <- overrides; models mapped."
     p = copy.deepcopy(exp.spec.get("params") or {})
@@ -155,6 +100,7 @@ def merge_params(exp: Experiment, profile: Mapping, overrides: Mapping | None = 
     p["experiment"], p["profile"] = exp.id, profile["name"]
     return p
 
+# %% ../nbs/20_reproduce.ipynb #b4b3ae60
 def _type_ok(default, value) -> bool:
     if default is None or value is None: return True
     if isinstance(default, bool): return isinstance(value, bool)
@@ -173,6 +119,24 @@ def _models_in(p: Mapping) -> list[str]:
         if _is_model_key(k): walk(v)
     return out
 
+# %% ../nbs/20_reproduce.ipynb #767cca8f
+def _check_models(p: Mapping, where) -> None:
+    "Every model of `p` is in the model registry, or a synthetic agent of its `sim_agents` whose parameters are valid."
+    from mad_study.registry import get_model
+    sims = set(p.get("sim_agents") or {})
+    for m in _models_in(p):
+        if m.startswith("sim"):
+            if m not in sims and sims: raise ConfigError("synthetic agent not defined under sim_agents", where=where, key="models", value=m, choices=sims)
+            continue
+        try: get_model(m)
+        except ConfigError: raise ConfigError("unknown model", where=where, key="models", value=m) from None
+    if p.get("sim_agents"):
+        from mad_study.sim import SimAgent, RUN_KEYS
+        for name, sa in p["sim_agents"].items():
+            if not isinstance(sa, Mapping): raise ConfigError("must map parameter names to values", where=where, key=f"sim_agents.{name}", value=sa)
+            SimAgent.from_params({k: v for k, v in sa.items() if k not in RUN_KEYS}, where=f"{where}: sim_agents.{name}")
+
+# %% ../nbs/20_reproduce.ipynb #2cd67020
 def validate_params(p: Mapping, exp: Experiment, profile: Mapping, overrides: Mapping | None = None) -> None:
     "Raise a one-line ConfigError for an unknown key, a wrong type, an unknown task or an unknown model."
     nb = notebook_parameters(exp.notebook)
@@ -191,19 +155,7 @@ def validate_params(p: Mapping, exp: Experiment, profile: Mapping, overrides: Ma
     for t in tasks:
         try: get_task(t)
         except ConfigError as e: raise ConfigError(f"unknown task ({e})", where=where, key="task", value=t) from None
-    from mad_study.backends import get_model
-    sims = set(p.get("sim_agents") or {})
-    for m in _models_in(p):
-        if m.startswith("sim"):
-            if m not in sims and sims: raise ConfigError("synthetic agent not defined under sim_agents", where=where, key="models", value=m, choices=sims)
-            continue
-        try: get_model(m)
-        except ConfigError: raise ConfigError("unknown model", where=where, key="models", value=m) from None
-    if p.get("sim_agents"):
-        from mad_study.sim import SimAgent, RUN_KEYS
-        for name, sa in p["sim_agents"].items():
-            if not isinstance(sa, Mapping): raise ConfigError("must map parameter names to values", where=where, key=f"sim_agents.{name}", value=sa)
-            SimAgent.from_params({k: v for k, v in sa.items() if k not in RUN_KEYS}, where=f"{where}: sim_agents.{name}")
+    _check_models(p, where)
 
 # %% ../nbs/20_reproduce.ipynb #7d1a76f5
 _PLAN_SHOWN = {"experiment", "paper", "generations", "completion_tokens", "prompt_tokens", "weight_memory_gb", "serve"}
@@ -218,31 +170,6 @@ def _notebook_module(notebook: Path) -> str | None:
     return None
 
 # %% ../nbs/20_reproduce.ipynb #d6e2c2f5
-PLANNERS: dict[str, Callable[[Mapping], dict]] = {}
-
-def planner(*experiment_ids: str):
-    "Register an exact generation planner `f(params) -> {'generations', 'prompt_tokens', 'completion_tokens'}`."
-    def deco(f):
-        for e in experiment_ids: PLANNERS[e] = f
-        return f
-    return deco
-
-def generic_plan(p: Mapping) -> dict:
-    "The generic debate count (see above); tokens are upper bounds from `max_new_tokens`."
-    n_items = int(p.get("n_items") or 0)
-    samples = int(p.get("samples") or 1)
-    rounds = int(p.get("debate_rounds") or 0) + 1
-    repeats = int(p.get("repeats") or 1)
-    strategies = len(p.get("strategies") or [1])
-    configs = len(p.get("pairs") or [1])
-    models = p.get("models") or []
-    n_agents = int(p.get("n_agents") or (len(models) if models and not p.get("pairs") else 2))
-    gens = n_items * samples * n_agents * rounds * repeats * strategies * configs
-    mnt = int(p.get("max_new_tokens") or 512)
-    per_item_prompt = 200 * rounds + (n_agents - 1) * mnt * (rounds - 1)
-    return {"generations": gens, "completion_tokens": gens * mnt,
-            "prompt_tokens": n_items * samples * n_agents * repeats * strategies * configs * per_item_prompt}
-
 def plan_experiment(exp: Experiment, p: Mapping) -> dict:
     "Generations, token bounds and per-model weight memory for one merged experiment."
     reg = load_registry()
@@ -251,7 +178,7 @@ def plan_experiment(exp: Experiment, p: Mapping) -> dict:
             try: importlib.import_module(mod)
             except ModuleNotFoundError: pass
     est = (PLANNERS.get(exp.id) or generic_plan)(p)
-    from mad_study.backends import weight_memory_gb
+    from mad_study.registry import weight_memory_gb
     mem = {}
     for m in sorted(set(_models_in(p))):
         mem[m] = None if m.startswith("sim") else round(weight_memory_gb(m, p.get("quant", "nf4")), 2)
@@ -262,7 +189,7 @@ def plan_experiment(exp: Experiment, p: Mapping) -> dict:
 def serve_table(plans: Sequence[Mapping]) -> list[dict]:
     """Per model of the plans: the experiments that use it, their generations and completion-token bound, the bf16
     weights, the tensor-parallel size and the vLLM command (`mad_study.serving.serve_command`)."""
-    from mad_study.backends import weight_memory_gb
+    from mad_study.registry import weight_memory_gb
     from mad_study.serving import tensor_parallel_size
     rows: dict[str, dict] = {}
     for pl in plans:
@@ -386,26 +313,22 @@ def run_order(merged: Sequence[tuple[Experiment, dict]], profile: str) -> list[t
         return -float(v.get(profile, 0) or 0)
     return sorted(merged, key=secs)
 
-# %% ../nbs/20_reproduce.ipynb #827d8981
+# %% ../nbs/20_reproduce.ipynb #c0ce79df
 def _failed_note(r: RunResult) -> str:
     return f", with {r.failed_generations} failed generation(s)" if r.failed_generations else ""
 
-def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", overrides: Mapping | None = None,
-              jobs: int = 1, log=print) -> list[RunResult]:
-    "Validate every target first, then run them (continuing past failures) and rewrite figures/INDEX.md."
-    name = auto_profile() if profile == "auto" else profile
-    prof = load_profile(name)
+def _check_gpu(prof: Mapping, name: str, overrides: Mapping | None) -> None:
+    "A profile that `requires: {gpu: true}` needs a visible CUDA GPU, unless its models are served (`backend: openai`)."
     served = dict(prof.get("params") or {}, **dict(overrides or {})).get("backend") == "openai"
     if (prof.get("requires") or {}).get("gpu") and not served:           # through servers, the GPUs are theirs
         try:
             import torch; has_gpu = torch.cuda.is_available()
         except ImportError: has_gpu = False
         if not has_gpu: raise ConfigError("needs a CUDA GPU and none is visible; use --profile sim or --profile cpu", key="--profile", value=name)
-    exps = resolve_targets(targets)
-    merged = []
-    for e in exps:
-        p = merge_params(e, prof, overrides); validate_params(p, e, prof, overrides); merged.append((e, p))
-    log(f"mad-study: {len(merged)} experiment(s), profile '{name}'" + (" (synthetic agents: not the papers' results)" if name == "sim" else ""))
+
+# %% ../nbs/20_reproduce.ipynb #cb38b7b4
+def _run_all(merged: Sequence[tuple[Experiment, dict]], name: str, jobs: int, log=print) -> list[RunResult]:
+    "Run the merged experiments in worker threads (`jobs` at once), logging each; on Ctrl-C stop the kernels; always rewrite the index."
     results: list[RunResult] = []
     started = time.time()
     from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -432,6 +355,11 @@ def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", override
     finally:
         idx = write_index()
         log(f"wrote {idx.relative_to(project_root()) if idx.is_relative_to(project_root()) else idx}")
+    return results
+
+# %% ../nbs/20_reproduce.ipynb #e20eb29c
+def _report_failures(results: Sequence[RunResult], log=print) -> None:
+    "Log the experiments with failed generations (and where they are listed) and the experiments that failed."
     partial = [r for r in results if r.failed_generations]
     if partial:
         log(f"{len(partial)} experiment(s) have failed generations (server errors after retries; not cached: run again to compute only those):")
@@ -444,6 +372,21 @@ def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", override
     if failed:
         log(f"{len(failed)} experiment(s) failed:")
         for r in failed: log(f"  {r.experiment}: {r.error} (executed notebook: {r.output})")
+
+# %% ../nbs/20_reproduce.ipynb #827d8981
+def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", overrides: Mapping | None = None,
+              jobs: int = 1, log=print) -> list[RunResult]:
+    "Validate every target first, then run them (continuing past failures) and rewrite figures/INDEX.md."
+    name = auto_profile() if profile == "auto" else profile
+    prof = load_profile(name)
+    _check_gpu(prof, name, overrides)
+    exps = resolve_targets(targets)
+    merged = []
+    for e in exps:
+        p = merge_params(e, prof, overrides); validate_params(p, e, prof, overrides); merged.append((e, p))
+    log(f"mad-study: {len(merged)} experiment(s), profile '{name}'" + (" (synthetic agents: not the papers' results)" if name == "sim" else ""))
+    results = _run_all(merged, name, jobs, log)
+    _report_failures(results, log)
     return results
 
 # %% ../nbs/20_reproduce.ipynb #d79486f9
@@ -504,8 +447,8 @@ def _print_table(rows: list[dict], cols: Sequence[str], log=print):
     log("  ".join(c.ljust(w[c]) for c in cols))
     for r in rows: log("  ".join(str(r.get(c, "")).ljust(w[c]) for c in cols))
 
-def main(argv: Sequence[str] | None = None) -> int:
-    "Entry point of the `mad-study` command."
+def _parser() -> argparse.ArgumentParser:
+    "The `mad-study` argument parser: reproduce, plan, list, compare, cite."
     ap = argparse.ArgumentParser(prog="mad-study", description="Regenerate the figures and tables of five multi-agent-debate papers.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("reproduce", help="run experiments (papermill) and rewrite figures/INDEX.md")
@@ -528,48 +471,64 @@ def main(argv: Sequence[str] | None = None) -> int:
     cp.add_argument("--by-file", action="store_true", help="every transcript file is its own condition (named by the file)")
     ci = sub.add_parser("cite", help="BibTeX of what a function, protocol, experiment or run folder depends on (mad_study.cite)")
     ci.add_argument("targets", nargs="+"); ci.add_argument("--keys", action="store_true", help="print the reference keys only")
-    a = ap.parse_args(argv)
+    return ap
+
+# %% ../nbs/20_reproduce.ipynb #50d3eff7
+def _cmd_list() -> int:
+    "`mad-study list`: every artefact of every paper, its experiment and status."
+    from mad_study.report import index_table
+    df = index_table()
+    exps = {aid: eid for eid, e in experiment_files().items() for aid in e["artefacts"]}
+    rows = [dict(paper=r.paper, artefact=r.id, experiment=exps.get(r.id, ""), status=r.status, profile=r.profile) for r in df.itertuples()]
+    _print_table(rows, ["paper", "artefact", "experiment", "status", "profile"])
+    return 0
+
+def _cmd_compare(a) -> int:
+    "`mad-study compare`: the paired comparison of finished runs, printed and written to `--csv`."
+    import pandas as pd
+    table, caption, res = compare_runs(a.runs, a.reference, a.who, a.correction, a.margin, by_file=a.by_file)
+    with pd.option_context("display.width", 200, "display.max_columns", 30):
+        print(table.round(4).to_string(index=False))
+    print("\n" + caption)
+    out = Path(a.csv); out.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out, index=False); res.to_csv(out.with_name(out.stem + "_items.csv"), index=False)
+    print(f"wrote {out} and {out.with_name(out.stem + '_items.csv')}")
+    return 0
+
+# %% ../nbs/20_reproduce.ipynb #2c8e6862
+def _cmd_plan(a, overrides: Mapping) -> int:
+    "`mad-study plan`: generations, tokens, weights and serve commands of the targets (nothing is run)."
+    name = auto_profile() if a.profile == "auto" else a.profile
+    prof = load_profile(name)
+    rows, plans = [], []
+    for e in resolve_targets(a.targets):
+        p = merge_params(e, prof, overrides); validate_params(p, e, prof, overrides)
+        pl = plan_experiment(e, p); plans.append(pl)
+        mem = ", ".join(f"{m}: {g} GB" if g is not None else f"{m}: synthetic" for m, g in pl["weight_memory_gb"].items())
+        rows.append(dict(experiment=e.id, paper=e.paper, generations=f"{pl['generations']:,}",
+                         completion_tokens=f"<= {pl['completion_tokens']:,}", prompt_tokens=f"~ {pl['prompt_tokens']:,}",
+                         weights=f"{mem} ({p.get('quant', 'nf4')})"))
+    print(f"plan for profile '{name}' (nothing is run)")
+    _print_table(rows, ["experiment", "paper", "generations", "completion_tokens", "prompt_tokens", "weights"])
+    for pl in plans:                                   # what a planner adds (training: rollouts, steps, memory)
+        extra = {k: v for k, v in pl.items() if k not in _PLAN_SHOWN}
+        if extra: print(f"  {pl['experiment']}: " + ", ".join(f"{k}={v}" for k, v in extra.items()))
+    srv = serve_table(plans)
+    if srv:
+        print("\nto serve them (vLLM, 80 GB GPUs; then add -p backend=openai -p base_url=http://HOST:8000/v1; see docs/serving.md)")
+        _print_table(srv, ["model", "experiments", "generations", "completion_tokens", "weights_bf16", "tp", "command"])
+    return 0
+
+# %% ../nbs/20_reproduce.ipynb #bfe16dc6
+def main(argv: Sequence[str] | None = None) -> int:
+    "Entry point of the `mad-study` command."
+    a = _parser().parse_args(argv)
     try:
         if a.cmd == "cite": from mad_study.cite import cite_command; return cite_command(a.targets, keys_only=a.keys)
-        if a.cmd == "list":
-            from mad_study.report import index_table
-            df = index_table()
-            exps = {aid: eid for eid, e in experiment_files().items() for aid in e["artefacts"]}
-            rows = [dict(paper=r.paper, artefact=r.id, experiment=exps.get(r.id, ""), status=r.status, profile=r.profile) for r in df.itertuples()]
-            _print_table(rows, ["paper", "artefact", "experiment", "status", "profile"])
-            return 0
-        if a.cmd == "compare":
-            import pandas as pd
-            table, caption, res = compare_runs(a.runs, a.reference, a.who, a.correction, a.margin, by_file=a.by_file)
-            with pd.option_context("display.width", 200, "display.max_columns", 30):
-                print(table.round(4).to_string(index=False))
-            print("\n" + caption)
-            out = Path(a.csv); out.parent.mkdir(parents=True, exist_ok=True)
-            table.to_csv(out, index=False); res.to_csv(out.with_name(out.stem + "_items.csv"), index=False)
-            print(f"wrote {out} and {out.with_name(out.stem + '_items.csv')}")
-            return 0
+        if a.cmd == "list": return _cmd_list()
+        if a.cmd == "compare": return _cmd_compare(a)
         overrides = dict(parse_override(s) for s in a.param)
-        if a.cmd == "plan":
-            name = auto_profile() if a.profile == "auto" else a.profile
-            prof = load_profile(name)
-            rows, plans = [], []
-            for e in resolve_targets(a.targets):
-                p = merge_params(e, prof, overrides); validate_params(p, e, prof, overrides)
-                pl = plan_experiment(e, p); plans.append(pl)
-                mem = ", ".join(f"{m}: {g} GB" if g is not None else f"{m}: synthetic" for m, g in pl["weight_memory_gb"].items())
-                rows.append(dict(experiment=e.id, paper=e.paper, generations=f"{pl['generations']:,}",
-                                 completion_tokens=f"<= {pl['completion_tokens']:,}", prompt_tokens=f"~ {pl['prompt_tokens']:,}",
-                                 weights=f"{mem} ({p.get('quant', 'nf4')})"))
-            print(f"plan for profile '{name}' (nothing is run)")
-            _print_table(rows, ["experiment", "paper", "generations", "completion_tokens", "prompt_tokens", "weights"])
-            for pl in plans:                                   # what a planner adds (training: rollouts, steps, memory)
-                extra = {k: v for k, v in pl.items() if k not in _PLAN_SHOWN}
-                if extra: print(f"  {pl['experiment']}: " + ", ".join(f"{k}={v}" for k, v in extra.items()))
-            srv = serve_table(plans)
-            if srv:
-                print("\nto serve them (vLLM, 80 GB GPUs; then add -p backend=openai -p base_url=http://HOST:8000/v1; see docs/serving.md)")
-                _print_table(srv, ["model", "experiments", "generations", "completion_tokens", "weights_bf16", "tp", "command"])
-            return 0
+        if a.cmd == "plan": return _cmd_plan(a, overrides)
         res = reproduce(a.targets, a.profile, overrides, jobs=a.jobs)
         return 0 if all(r.ok for r in res) else 1
     except ConfigError as e:

@@ -22,7 +22,7 @@ from .core import ConfigError, Item, derive_seed, rng_for
 from .answers import answers_equivalent
 from .debate import Agent, FullyConnected, Protocol, RoundContext, RoundPlan, Turn, make_agents, run_debate, vote_table
 from .prompts import PromptSet
-from .reproduce import planner
+from .registry import planner
 from .sim import read_final_answers
 
 # %% auto #0

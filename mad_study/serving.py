@@ -27,7 +27,8 @@ from typing import Any, Callable, Mapping, Sequence
 from fastcore.basics import patch
 
 from .core import ConfigError, GenRequest, Generation, image_path, load_image, signals_from_logprobs
-from .backends import BaseBackend, ModelSpec, _spec_for, get_model, weight_memory_gb
+from .interface import BaseBackend
+from .registry import ModelSpec, _spec_for, get_model, weight_memory_gb
 
 _log = logging.getLogger("mad_study.serving")
 
@@ -80,6 +81,7 @@ def openai_messages(messages: Sequence[Mapping]) -> list[dict]:
         out.append({"role": m["role"], "content": parts + [{"type": "text", "text": str(m["content"])}]})
     return out
 
+# %% ../nbs/03c_serving.ipynb #bfe37b85
 def request_body(r: GenRequest, served_model: str, server: str = "vllm", top_k: int | None = None,
                  top_logprobs: int | None = 5, chat_template_kwargs: Mapping | None = None) -> dict:
     "A chat-completions body for `r` (temperature, top-p, top-k, max tokens, seed; logprobs when `top_logprobs` is not None)."
@@ -98,7 +100,7 @@ def request_body(r: GenRequest, served_model: str, server: str = "vllm", top_k: 
     if top_logprobs is not None: b.update(logprobs=True, top_logprobs=int(top_logprobs))
     return b
 
-# %% ../nbs/03c_serving.ipynb #de0bc6d1
+# %% ../nbs/03c_serving.ipynb #484b013e
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 class ServingError(ConfigError):
@@ -117,13 +119,14 @@ def _served_id(served_model: str) -> str:
 def _default_served_model(spec: ModelSpec) -> str:
     "What a server calls the model by default: the hub id (vLLM, SGLang), the local checkpoint for the kit's own models."
     if spec.kind == "embedded":
-        from mad_study.backends import embedded_checkpoint
+        from mad_study.checkpoints import embedded_checkpoint
         return str(embedded_checkpoint())
     if spec.kind == "tiny-random":
-        from mad_study.backends import tiny_random_checkpoint
+        from mad_study.checkpoints import tiny_random_checkpoint
         return str(tiny_random_checkpoint())
     return spec.hub_id or spec.name
 
+# %% ../nbs/03c_serving.ipynb #de0bc6d1
 class OpenAIBackend(BaseBackend):
     "A model behind OpenAI-compatible servers (vLLM, SGLang, llama.cpp, `transformers serve`): concurrent, retried, failures recorded."
     def __init__(self, model: str | ModelSpec, base_url: str | Sequence[str], served_model: str | None = None,
@@ -157,23 +160,27 @@ class OpenAIBackend(BaseBackend):
         self._client = None
         self._lock = threading.Lock()
 
-    @property
-    def batch_size(self) -> int:
-        "How many requests a `CachedBackend` hands over per chunk: enough to keep every server's slots busy."
-        return max(64, 4 * self.concurrency * len(self.base_urls))
+# %% ../nbs/03c_serving.ipynb #890ee339
+@patch(as_prop=True)
+def batch_size(self: OpenAIBackend) -> int:
+    "How many requests a `CachedBackend` hands over per chunk: enough to keep every server's slots busy."
+    return max(64, 4 * self.concurrency * len(self.base_urls))
 
-    @property
-    def backend_id(self) -> str:
-        ident = dict(served=_served_id(self.served_model), quant=self.served_quant, top_k=self.top_k,
-                     logprobs=self.top_logprobs, chat_template_kwargs=self.chat_template_kwargs or None)
-        return f"openai:{self.model_name}:" + json.dumps({k: v for k, v in ident.items() if v is not None}, sort_keys=True)
+# %% ../nbs/03c_serving.ipynb #93f8c037
+@patch(as_prop=True)
+def backend_id(self: OpenAIBackend) -> str:
+    ident = dict(served=_served_id(self.served_model), quant=self.served_quant, top_k=self.top_k,
+                 logprobs=self.top_logprobs, chat_template_kwargs=self.chat_template_kwargs or None)
+    return f"openai:{self.model_name}:" + json.dumps({k: v for k, v in ident.items() if v is not None}, sort_keys=True)
 
-    def provenance(self) -> dict:
-        """What a sidecar records about this backend: server kind, number of servers, signal source, failures, the HTTP requests
-        answered / retried / failed and how many were in flight on average (never the key or a URL's credentials)."""
-        return dict(backend="openai", server=self.server, served_model=_served_id(self.served_model), n_servers=len(self.base_urls),
-                    concurrency=self.concurrency, signals=dict(self.signal_notes), failed_generations=len(self.failures),
-                    requests=dict(self.stats), in_flight=self.flight.summary())
+# %% ../nbs/03c_serving.ipynb #576e013d
+@patch
+def provenance(self: OpenAIBackend) -> dict:
+    """What a sidecar records about this backend: server kind, number of servers, signal source, failures, the HTTP requests
+    answered / retried / failed and how many were in flight on average (never the key or a URL's credentials)."""
+    return dict(backend="openai", server=self.server, served_model=_served_id(self.served_model), n_servers=len(self.base_urls),
+                concurrency=self.concurrency, signals=dict(self.signal_notes), failed_generations=len(self.failures),
+                requests=dict(self.stats), in_flight=self.flight.summary())
 
 # %% ../nbs/03c_serving.ipynb #75ccd897
 class FlightMeter:
@@ -286,6 +293,7 @@ def _one(self: OpenAIBackend, r: GenRequest, home: int) -> Generation:
     self._record_failure(r, url, f"{err} (after {tries} tries)")
     return Generation("", prompt_tokens=None, completion_tokens=None, finish_reason="error")
 
+# %% ../nbs/03c_serving.ipynb #c2345769
 @patch
 def _record_failure(self: OpenAIBackend, r: GenRequest, url: str, error: str) -> None:
     "Remember a failed generation (and append it to `failure_log`): item, agent/role, round, URL, error."
@@ -362,6 +370,7 @@ def echo_completion(body: Mapping, logprobs: bool = True) -> dict:
     return {"id": "stub", "object": "chat.completion", "model": body.get("model"), "choices": [ch],
             "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}}
 
+# %% ../nbs/03c_serving.ipynb #2d623d52
 class StubServer:
     "A scripted OpenAI-compatible server on 127.0.0.1 (a thread): `script(n, body) -> (status, payload)` for the n-th request."
     def __init__(self, script: Callable[[int, dict], tuple[int, Any]] | None = None, delay: float = 0.0):
@@ -392,7 +401,7 @@ class StubServer:
     def __enter__(self): return self
     def __exit__(self, *a): self.close()
 
-# %% ../nbs/03c_serving.ipynb #551eeb12
+# %% ../nbs/03c_serving.ipynb #53f25ba8
 def serving_available() -> str | None:
     "None when `transformers serve` can run here, else the reason (the packages of the `serving` extra that are missing)."
     import importlib.util
@@ -417,6 +426,7 @@ def _cb_args(cb: Mapping | None) -> list[str]:
         out += [f"--cb-{k.replace('_', '-')}", str(CB_SETTINGS[k](v))]
     return out
 
+# %% ../nbs/03c_serving.ipynb #551eeb12
 class TransformersServer:
     """`transformers serve` on a local checkpoint, on 127.0.0.1 and a free port: start, wait for /health (bounded), always stop
     (bounded); with `continuous_batching` the server batches the requests in flight (paged attention, `cb` = its `--cb-*` settings)."""
@@ -436,41 +446,47 @@ class TransformersServer:
     batching = property(lambda self: "continuous batching" if self.continuous_batching else "one generate call per request")
     served_model = property(lambda self: self.checkpoint)
 
-    def start(self) -> "TransformersServer":
-        "Start the server and wait until /health answers (raises with the log's tail if it dies or takes too long)."
-        import httpx
-        if (why := serving_available()): raise ConfigError(why, key="backend", value="openai")
-        cmd = self.command()
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-        t0 = time.time()
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                         preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
-        while time.time() - t0 < self.start_timeout:
-            if self.proc.poll() is not None: break
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
-                    self.started_in = time.time() - t0; return self
-            time.sleep(0.5)
-        tail = " | ".join(self.log_path.read_text(errors="replace").strip().splitlines()[-3:])[-400:]
-        self.stop()
-        raise RuntimeError(f"transformers serve did not become healthy in {self.start_timeout:g} s (log {self.log_path}: {tail})")
-
-    def kill(self) -> None:
-        "End the server at once (SIGKILL to its process group)."
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError): os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        "SIGTERM to the server's process group, SIGKILL after `stop_timeout` seconds."
-        if self.proc is None or self.proc.poll() is not None: return
-        with contextlib.suppress(ProcessLookupError): os.killpg(self.proc.pid, signal.SIGTERM)
-        try: self.proc.wait(timeout=self.stop_timeout)
-        except subprocess.TimeoutExpired: self.kill()
-
     def __enter__(self): return self.start()
     def __exit__(self, *a): self.stop()
+
+# %% ../nbs/03c_serving.ipynb #0fae1409
+@patch
+def start(self: TransformersServer) -> "TransformersServer":
+    "Start the server and wait until /health answers (raises with the log's tail if it dies or takes too long)."
+    import httpx
+    if (why := serving_available()): raise ConfigError(why, key="backend", value="openai")
+    cmd = self.command()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    t0 = time.time()
+    with open(self.log_path, "ab") as log:
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                     preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+    while time.time() - t0 < self.start_timeout:
+        if self.proc.poll() is not None: break
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
+                self.started_in = time.time() - t0; return self
+        time.sleep(0.5)
+    tail = " | ".join(self.log_path.read_text(errors="replace").strip().splitlines()[-3:])[-400:]
+    self.stop()
+    raise RuntimeError(f"transformers serve did not become healthy in {self.start_timeout:g} s (log {self.log_path}: {tail})")
+
+# %% ../nbs/03c_serving.ipynb #d6d071e6
+@patch
+def kill(self: TransformersServer) -> None:
+    "End the server at once (SIGKILL to its process group)."
+    if self.proc is not None and self.proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError): os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+# %% ../nbs/03c_serving.ipynb #88165aa1
+@patch
+def stop(self: TransformersServer) -> None:
+    "SIGTERM to the server's process group, SIGKILL after `stop_timeout` seconds."
+    if self.proc is None or self.proc.poll() is not None: return
+    with contextlib.suppress(ProcessLookupError): os.killpg(self.proc.pid, signal.SIGTERM)
+    try: self.proc.wait(timeout=self.stop_timeout)
+    except subprocess.TimeoutExpired: self.kill()
 
 # %% ../nbs/03c_serving.ipynb #0a64dbff
 @patch
@@ -537,6 +553,7 @@ def check_serving_params(p: Mapping, where: Any = None) -> None:
         raise ConfigError("backend openai needs base_url (e.g. http://127.0.0.1:8000/v1)", where=where, key="base_url")
     if p.get("backend") == "openai": _per_model(p, "base_url", "any", where); _as_urls_any(p["base_url"], where)
 
+# %% ../nbs/03c_serving.ipynb #72946f17
 def _per_model(p: Mapping, key: str, model: str, where: Any = None, required: bool = True):
     "The value of a serving key for `model`: a mapping is looked up by model name ('*' = any other; None when not `required`)."
     v = p.get(key)

@@ -17,6 +17,8 @@ from typing import Sequence
 
 import numpy as np
 
+from fastcore.basics import patch
+
 from .core import ConfigError, GenRequest, Generation, Item, rng_for
 
 # %% auto #0
@@ -120,6 +122,7 @@ def _read_braced(s: str, i: int) -> str | None:
             if depth == 0: return s[i + 1:j]
     return None
 
+# %% ../nbs/03b_sim.ipynb #1b249a12
 def read_final_answers(text: str) -> list[str]:
     "Answers of every synthetic-agent final sentence in `text`, in order of appearance."
     out = []
@@ -133,6 +136,7 @@ def read_final_answers(text: str) -> list[str]:
             if mm: out.append(mm.group(1))
     return out
 
+# %% ../nbs/03b_sim.ipynb #1000f4e7
 TIER_TAGS = ("Critical", "Reference", "Background")     # RUMAD Eq. 5's prompt tags, most important first
 
 def read_shown_solutions(text: str) -> list[tuple[str, str | None]]:
@@ -154,7 +158,7 @@ def compose_text(answer: str | None, fmt: str, n_words: int, rng: np.random.Gene
     if answer is None: return body + " I could not reach a definite conclusion."
     return f"{body} {FINAL_SENTENCE}{_wrap(answer, fmt)}."
 
-# %% ../nbs/03b_sim.ipynb #9c3932c2
+# %% ../nbs/03b_sim.ipynb #5399dff8
 def _sigmoid(x: float) -> float: return 1.0 / (1.0 + math.exp(-x))
 def _logit(p: float) -> float:
     p = min(max(p, 1e-6), 1 - 1e-6); return math.log(p / (1 - p))
@@ -164,6 +168,7 @@ def _msg_hash(messages: list[dict]) -> str:
 
 RUN_KEYS = ("latency", "batch_size")   # SimBackend arguments that shape a run but not the answers
 
+# %% ../nbs/03b_sim.ipynb #9c3932c2
 class SimBackend:
     "Synthetic agents behind the backend interface: `generate(requests) -> generations` (see the notebook for the model)."
     kind = "sim"
@@ -183,86 +188,104 @@ class SimBackend:
 
     def __repr__(self): return f"SimBackend({self.model_name!r}, {self.agent})"
 
-    def p_solve(self, item: Item) -> float:
-        "Probability of solving `item` alone: sigma(logit(skill) - difficulty)."
-        return _sigmoid(_logit(self.agent.skill) - item_difficulty(item, self.agent.difficulty_sd))
+# %% ../nbs/03b_sim.ipynb #fda1c66a
+@patch
+def p_solve(self: SimBackend, item: Item) -> float:
+    "Probability of solving `item` alone: sigma(logit(skill) - difficulty)."
+    return _sigmoid(_logit(self.agent.skill) - item_difficulty(item, self.agent.difficulty_sd))
 
-    def _independent(self, item: Item, rng, bonus: float = 0.0) -> str:
-        p = self.p_solve(item)
-        p = p + bonus * (1 - p)
-        if rng.random() < p: return str(item.gold)
-        pool = distractor_pool(item, self.agent.n_distractors)
-        w = 1.0 / np.arange(1, len(pool) + 1) ** self.agent.distractor_zipf
-        return pool[int(rng.choice(len(pool), p=w / w.sum()))]
+# %% ../nbs/03b_sim.ipynb #9597ed3a
+@patch
+def _independent(self: SimBackend, item: Item, rng, bonus: float = 0.0) -> str:
+    p = self.p_solve(item)
+    p = p + bonus * (1 - p)
+    if rng.random() < p: return str(item.gold)
+    pool = distractor_pool(item, self.agent.n_distractors)
+    w = 1.0 / np.arange(1, len(pool) + 1) ** self.agent.distractor_zipf
+    return pool[int(rng.choice(len(pool), p=w / w.sum()))]
 
-    def decide(self, item: Item, own: str | None, shown: Sequence[str], rng, tags: Sequence[str | None] | None = None) -> str:
-        "The answer chosen in a debate turn given one's previous answer and the answers shown, in order (with their RUMAD tags, if any)."
-        a, gold = self.agent, str(item.gold)
-        if own is not None:
-            keep = a.stubborn_correct if own == gold else a.stubborn_wrong
-            if rng.random() < keep: return own
-        if shown and rng.random() < a.conformity:
-            m = len(shown)
-            w = np.exp(a.recency * np.arange(m) / max(m - 1, 1))
-            if a.tier_trust and tags: w = w * self.tier_weights(tags)
-            return shown[int(rng.choice(m, p=w / w.sum()))]
-        bonus = a.recognition if (shown and gold in shown) else 0.0
-        return self._independent(item, rng, bonus)
+# %% ../nbs/03b_sim.ipynb #d9298434
+@patch
+def decide(self: SimBackend, item: Item, own: str | None, shown: Sequence[str], rng, tags: Sequence[str | None] | None = None) -> str:
+    "The answer chosen in a debate turn given one's previous answer and the answers shown, in order (with their RUMAD tags, if any)."
+    a, gold = self.agent, str(item.gold)
+    if own is not None:
+        keep = a.stubborn_correct if own == gold else a.stubborn_wrong
+        if rng.random() < keep: return own
+    if shown and rng.random() < a.conformity:
+        m = len(shown)
+        w = np.exp(a.recency * np.arange(m) / max(m - 1, 1))
+        if a.tier_trust and tags: w = w * self.tier_weights(tags)
+        return shown[int(rng.choice(m, p=w / w.sum()))]
+    bonus = a.recognition if (shown and gold in shown) else 0.0
+    return self._independent(item, rng, bonus)
 
-    def tier_weights(self, tags: Sequence[str | None]) -> np.ndarray:
-        "RUMAD Table 8 read as told: weight e^(2t) for a [Critical] solution, e^t for [Reference], 1 for [Background] or untagged (t = tier_trust)."
-        rank = {"Critical": 2.0, "Reference": 1.0}
-        return np.exp(self.agent.tier_trust * np.array([rank.get(t, 0.0) for t in tags]))
+# %% ../nbs/03b_sim.ipynb #57ad56ed
+@patch
+def tier_weights(self: SimBackend, tags: Sequence[str | None]) -> np.ndarray:
+    "RUMAD Table 8 read as told: weight e^(2t) for a [Critical] solution, e^t for [Reference], 1 for [Background] or untagged (t = tier_trust)."
+    rank = {"Critical": 2.0, "Reference": 1.0}
+    return np.exp(self.agent.tier_trust * np.array([rank.get(t, 0.0) for t in tags]))
 
-    def _signals(self, correct: bool, n_tokens: int, agree: float, rng, p_solve: float | None = None) -> dict:
-        s = self.agent.signal_strength
-        if self.agent.signal_inversion and p_solve is not None:      # confident wrong agents on hard items (SVR-MAD Sec. 3)
-            s = s * (1.0 - 2.0 * self.agent.signal_inversion * (1.0 - p_solve))
-        mean = -0.35 + (0.12 * s if correct else -0.12 * s) * 0.5 + 0.06 * rng.standard_normal()
-        mean = min(mean, -0.01)
-        lmin = mean * 3 - abs(rng.standard_normal()) * (1.0 if correct else 1.0 + 0.5 * s)
-        conf = _sigmoid(1.0 + (0.8 * s if correct else -0.8 * s) + 0.6 * rng.standard_normal())
-        ent = max(0.02, (0.9 - 0.4 * agree) * (0.85 if correct else 1.15) * math.exp(0.15 * rng.standard_normal()))
-        return dict(logprob_sum=mean * n_tokens, logprob_min=lmin, logprob_mean=mean, perplexity=math.exp(-mean),
-                    token_entropy=ent, confidence=conf)
+# %% ../nbs/03b_sim.ipynb #6a2583e0
+@patch
+def _signals(self: SimBackend, correct: bool, n_tokens: int, agree: float, rng, p_solve: float | None = None) -> dict:
+    s = self.agent.signal_strength
+    if self.agent.signal_inversion and p_solve is not None:      # confident wrong agents on hard items (SVR-MAD Sec. 3)
+        s = s * (1.0 - 2.0 * self.agent.signal_inversion * (1.0 - p_solve))
+    mean = -0.35 + (0.12 * s if correct else -0.12 * s) * 0.5 + 0.06 * rng.standard_normal()
+    mean = min(mean, -0.01)
+    lmin = mean * 3 - abs(rng.standard_normal()) * (1.0 if correct else 1.0 + 0.5 * s)
+    conf = _sigmoid(1.0 + (0.8 * s if correct else -0.8 * s) + 0.6 * rng.standard_normal())
+    ent = max(0.02, (0.9 - 0.4 * agree) * (0.85 if correct else 1.15) * math.exp(0.15 * rng.standard_normal()))
+    return dict(logprob_sum=mean * n_tokens, logprob_min=lmin, logprob_mean=mean, perplexity=math.exp(-mean),
+                token_entropy=ent, confidence=conf)
 
-    def p_derail(self, prompt_tokens: int) -> float:
-        "P(derailed turn) = 1 - exp(-context_decay * prompt_tokens / 1000): the long-prompt harm RUMAD's Table 2 shows for dense MAD (see above)."
-        return 1.0 - math.exp(-self.agent.context_decay * prompt_tokens / 1000)
+# %% ../nbs/03b_sim.ipynb #861025fb
+@patch
+def p_derail(self: SimBackend, prompt_tokens: int) -> float:
+    "P(derailed turn) = 1 - exp(-context_decay * prompt_tokens / 1000): the long-prompt harm RUMAD's Table 2 shows for dense MAD (see above)."
+    return 1.0 - math.exp(-self.agent.context_decay * prompt_tokens / 1000)
 
-    def _derail(self, item: Item, req: GenRequest, prompt_tokens: int, answer: str | None) -> str | None:
-        "With probability `p_derail`, a uniform guess among the item's plausible answers (own random stream; RUMAD sim profile, see above)."
-        rng = rng_for("sim-derail", self.model_name, req.seed if req.temperature > 0 else _msg_hash(req.messages))
-        if rng.random() >= self.p_derail(prompt_tokens): return answer
-        cands = [str(item.gold)] + distractor_pool(item, self.agent.n_distractors)
-        return cands[int(rng.integers(len(cands)))]
+# %% ../nbs/03b_sim.ipynb #02f5d072
+@patch
+def _derail(self: SimBackend, item: Item, req: GenRequest, prompt_tokens: int, answer: str | None) -> str | None:
+    "With probability `p_derail`, a uniform guess among the item's plausible answers (own random stream; RUMAD sim profile, see above)."
+    rng = rng_for("sim-derail", self.model_name, req.seed if req.temperature > 0 else _msg_hash(req.messages))
+    if rng.random() >= self.p_derail(prompt_tokens): return answer
+    cands = [str(item.gold)] + distractor_pool(item, self.agent.n_distractors)
+    return cands[int(rng.integers(len(cands)))]
 
-    def generate_one(self, req: GenRequest) -> Generation:
-        item = req.meta.get("item")
-        if not isinstance(item, Item): raise ConfigError("SimBackend needs the Item in request.meta['item']", key="meta.item")
-        # greedy: randomness fixed by the prompt; sampling: by the request seed
-        rng = rng_for("sim", self.model_name, req.seed) if req.temperature > 0 else rng_for("sim", self.model_name, _msg_hash(req.messages))
-        users = [m["content"] for m in req.messages if m["role"] == "user"]
-        assistants = [m["content"] for m in req.messages if m["role"] == "assistant"]
-        own_prev = read_final_answers(assistants[-1]) if assistants else []
-        own = own_prev[-1] if own_prev else None
-        # a debate turn: the agent has answered before (its history), or the prompt shows others' solutions
-        # (protocols that send a fresh conversation each round, e.g. UMAD App. F.2, show them only there)
-        shown = read_final_answers(users[-1]) if users else []
-        tags = [t for _, t in read_shown_solutions(users[-1])] if (self.agent.tier_trust and shown) else None
-        debate_turn = bool(assistants) or bool(shown)
-        answer = self.decide(item, own, shown, rng, tags) if debate_turn else self._independent(item, rng)
-        prompt_tokens = int(round(sum(len(m["content"].split()) for m in req.messages) * 1.3))
-        if self.agent.context_decay: answer = self._derail(item, req, prompt_tokens, answer)
-        if rng.random() < self.agent.parse_fail: answer = None
-        text = compose_text(answer, item.fmt, self.agent.response_words, rng)
-        n_tok = max(1, int(round(len(text.split()) * 1.3)))
-        n_tok = min(n_tok, int(req.max_new_tokens))
-        agree = (sum(s == answer for s in shown) / len(shown)) if shown else 0.0
-        sig = self._signals(answer is not None and answer == str(item.gold), n_tok, agree, rng, p_solve=self.p_solve(item))
-        return Generation(text=text, prompt_tokens=prompt_tokens, completion_tokens=n_tok, finish_reason="stop", **sig)
+# %% ../nbs/03b_sim.ipynb #44145eaf
+@patch
+def generate_one(self: SimBackend, req: GenRequest) -> Generation:
+    item = req.meta.get("item")
+    if not isinstance(item, Item): raise ConfigError("SimBackend needs the Item in request.meta['item']", key="meta.item")
+    # greedy: randomness fixed by the prompt; sampling: by the request seed
+    rng = rng_for("sim", self.model_name, req.seed) if req.temperature > 0 else rng_for("sim", self.model_name, _msg_hash(req.messages))
+    users = [m["content"] for m in req.messages if m["role"] == "user"]
+    assistants = [m["content"] for m in req.messages if m["role"] == "assistant"]
+    own_prev = read_final_answers(assistants[-1]) if assistants else []
+    own = own_prev[-1] if own_prev else None
+    # a debate turn: the agent has answered before (its history), or the prompt shows others' solutions
+    # (protocols that send a fresh conversation each round, e.g. UMAD App. F.2, show them only there)
+    shown = read_final_answers(users[-1]) if users else []
+    tags = [t for _, t in read_shown_solutions(users[-1])] if (self.agent.tier_trust and shown) else None
+    debate_turn = bool(assistants) or bool(shown)
+    answer = self.decide(item, own, shown, rng, tags) if debate_turn else self._independent(item, rng)
+    prompt_tokens = int(round(sum(len(m["content"].split()) for m in req.messages) * 1.3))
+    if self.agent.context_decay: answer = self._derail(item, req, prompt_tokens, answer)
+    if rng.random() < self.agent.parse_fail: answer = None
+    text = compose_text(answer, item.fmt, self.agent.response_words, rng)
+    n_tok = max(1, int(round(len(text.split()) * 1.3)))
+    n_tok = min(n_tok, int(req.max_new_tokens))
+    agree = (sum(s == answer for s in shown) / len(shown)) if shown else 0.0
+    sig = self._signals(answer is not None and answer == str(item.gold), n_tok, agree, rng, p_solve=self.p_solve(item))
+    return Generation(text=text, prompt_tokens=prompt_tokens, completion_tokens=n_tok, finish_reason="stop", **sig)
 
-    def generate(self, requests: Sequence[GenRequest]) -> list[Generation]:
-        "Answer a batch of requests (each independently; deterministic for a seed)."
-        if self.latency: time.sleep(self.latency * len(requests))
-        return [self.generate_one(r) for r in requests]
+# %% ../nbs/03b_sim.ipynb #0a71e06f
+@patch
+def generate(self: SimBackend, requests: Sequence[GenRequest]) -> list[Generation]:
+    "Answer a batch of requests (each independently; deterministic for a seed)."
+    if self.latency: time.sleep(self.latency * len(requests))
+    return [self.generate_one(r) for r in requests]

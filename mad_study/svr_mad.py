@@ -20,7 +20,7 @@ from .data import format_question
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
 from .debate import run_debate
 from .metrics import _isna as _isnull, survival_rate      # missing: None, NaN or pd.NA (one definition)
-from .reproduce import planner
+from .registry import planner
 
 # %% auto #0
 __all__ = ['PRIORS', 'SIGNAL_LABELS', 'SVR_OPTIONS', 'PRIOR_SCALES', 'METHODS', 'METHOD_LABELS', 'FIG2_YLABEL', 'prior_signals',

@@ -8,14 +8,14 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from .backends import (MODELS, TWIN_REVISION, TWINS, _build_checkpoint, _complete, cache_home,
-                                embedded_checkpoint)
-from .core import ConfigError
+from .core import ConfigError, cache_home
+from .registry import MODELS, TWIN_REVISION, TWINS
+from .checkpoints import _build_checkpoint, _complete, embedded_checkpoint
 
 # %% auto #0
 __all__ = ['TWIN_SHAPE', 'TEXT_TWINS', 'H', 'FF', 'LAYERS', 'HEADS', 'KV', 'HEAD_DIM', 'IMG', 'GEMMA3_TEMPLATE',
            'LLAMA3_TEMPLATE', 'VLM_TWINS', 'NoVideoProcessor', 'torchvision_free_processors', 'build_pixtral',
-           'build_gemma3', 'build_qwen2_5_vl', 'build_mllama', 'twin_checkpoint', 'check_twin', 'check_vlm_twin']
+           'build_gemma3', 'build_qwen2_5_vl', 'build_mllama', 'twin_checkpoint']
 
 # %% ../nbs/03e_twins.ipynb #f0917fb0
 TWIN_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -296,42 +296,3 @@ def twin_checkpoint(name: str, force: bool = False) -> Path:
         _save(tmp, model, tok)                         # refuses widths outside bitsandbytes' 4-bit block rule
         return dict(version=TWIN_REVISION, config=cls)
     return _build_checkpoint(dst, build, force)
-
-# %% ../nbs/03e_twins.ipynb #625ab8ab
-def check_twin(name: str, quant: str = "nf4") -> dict:
-    "Run the twin `name` through `make_backend` as a paper run would; returns what the tests check (texts, signals, layers)."
-    from mad_study.backends import make_backend
-    from mad_study.core import GenRequest
-    chat = lambda q, **kw: GenRequest([{"role": "system", "content": "Be brief."}, {"role": "user", "content": q}], **kw)
-    reqs = [chat("What is 2+3?", max_new_tokens=6), chat("Name a colour, then explain the choice at length.", max_new_tokens=6),
-            chat("Hi", max_new_tokens=6, temperature=1.0, seed=5)]
-    be = make_backend(name, quant=quant, progress=False)
-    batched, single = be.generate(reqs), [be.generate([r])[0] for r in reqs]
-    short = make_backend(name, quant=quant, progress=False, max_context=48)
-    long = short.generate([chat("word " * 200, max_new_tokens=4)])[0]
-    kinds = [type(m).__name__ for m in be.model.modules()]
-    return dict(arch=type(be.model).__name__, linear4bit=kinds.count("Linear4bit"), linear=kinds.count("Linear"),
-                same_text=[a.text == b.text for a, b in zip(batched, single)],
-                lp_diff=max(abs(a.logprob_sum - b.logprob_sum) for a, b in zip(batched, single)),
-                finite=all(g.logprob_sum is not None and g.token_entropy >= 0 for g in batched),
-                truncated=long.finish_reason, batch_invariant=be.batch_invariant)
-
-# %% ../nbs/03e_twins.ipynb #dba90e4e
-def check_vlm_twin(name: str, items: list) -> dict:
-    "Run the VLM twin `name` through `make_backend` on image `items` as a paper run would; returns what the tests check."
-    import re
-    from mad_study.backends import make_backend
-    from mad_study.core import GenRequest
-    ask = lambda it, imgs=None: GenRequest([{"role": "system", "content": "Be brief."}, {"role": "user", "content": it.question,
-                                            **({"images": imgs} if imgs else {})}], max_new_tokens=5, meta={"item": it})
-    reqs = [ask(it) for it in items]
-    be = make_backend(name, progress=False)
-    batched, single = be.generate(reqs), [be.generate([r])[0] for r in reqs]
-    other = be.generate([ask(items[0], list(items[1].images))])[0]
-    text = be.generate([GenRequest([{"role": "user", "content": "Hi"}], max_new_tokens=3)])[0]
-    q4 = [n for n, m in be.model.named_modules() if type(m).__name__ == "Linear4bit"]
-    return dict(arch=type(be.model).__name__, linear4bit=len(q4), in_vision=[n for n in q4 if re.search("vision|visual|projector|lm_head", n)],
-                same_text=[a.text == b.text for a, b in zip(batched, single)],
-                lp_diff=max(abs(a.logprob_sum - b.logprob_sum) for a, b in zip(batched, single)),
-                sees_image=other.logprob_sum != batched[0].logprob_sum, text_only=text.completion_tokens,
-                image_tokens=batched[0].prompt_tokens - text.prompt_tokens)

@@ -15,7 +15,7 @@ from .core import ConfigError, pool_keys
 from .answers import parse_failure_rate
 from .debate import Agent, FullyConnected, make_agents
 from .metrics import _entropy_rows, clustered_accuracy_ci, wilson_ci
-from .reproduce import planner
+from .registry import planner
 
 # %% auto #0
 __all__ = ['UMAD_PROMPT', 'TRAJECTORY_CLASSES', 'TASK_TITLES', 'ALPHA_AU', 'ETA_PAPER', 'ETA_RELEASED', 'EPS', 'PROMPT_OVERHEAD',

@@ -20,7 +20,7 @@ from fastcore.basics import patch
 import pandas as pd
 
 from .core import ConfigError, GenRequest, Generation, derive_seed, runs_dir
-from .reproduce import planner
+from .registry import planner
 from .umad import (ALPHA_AU, EPS, ETA_PAPER, PROMPT_OVERHEAD, UMAD_PROMPT, au_advantage, grpo_advantage, pair_label,
                    parse_failures_by_turn, seed_accuracy, sent_messages, token_nll, umad_agents, umad_protocol, umad_rewards,
                    epistemic_influence_reward, au_weight,

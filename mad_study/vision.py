@@ -10,9 +10,10 @@ from pathlib import Path
 
 from fastcore.basics import patch
 
-from .backends import (TWIN_REVISION, HFBackend, _build_checkpoint, _complete, _Prepared, _torch_parts,
-                                cache_home, embedded_checkpoint, truncate_messages)
-from .core import ConfigError, GenRequest, Generation, load_image
+from .core import ConfigError, GenRequest, Generation, cache_home, load_image
+from .registry import TWIN_REVISION
+from .checkpoints import _build_checkpoint, _complete, embedded_checkpoint
+from .hf import HFBackend, _Prepared, _torch_parts, truncate_messages
 
 # %% auto #0
 __all__ = ['TINY_VLM_VERSION', 'CHATML_VISION_TEMPLATE', 'VISION_FULL_PRECISION', 'tiny_random_vlm_checkpoint', 'vlm_messages',
@@ -109,7 +110,7 @@ def _from_pretrained(self: VLMBackend, src: str, msrc: str, kw: dict, mkw: dict)
     "(model, tokenizer): the processor and the image-text-to-text model; `HFBackend.load` does the rest (4-bit, errors, ids)."
     from transformers import AutoModelForImageTextToText, AutoProcessor
     if self.spec.revision == TWIN_REVISION:             # twins of Pixtral / Qwen2.5-VL on a machine without torchvision
-        importlib.import_module("mad_study.twins").torchvision_free_processors()
+        from mad_study.twins import torchvision_free_processors; torchvision_free_processors()
     self.processor = AutoProcessor.from_pretrained(src, **kw)
     return AutoModelForImageTextToText.from_pretrained(msrc, **mkw), self.processor.tokenizer
 

