@@ -99,7 +99,9 @@ def _check_params(params: Mapping[str, Any]) -> dict[str, Any]:
                               key="params")
     return dict(params)
 
-# %% ../nbs/06_report.ipynb #0746fccf
+# %% ../nbs/06_report.ipynb #st15026752
+from fastcore.basics import patch
+
 SYNTHETIC_LABEL = "SYNTHETIC AGENTS (sim profile): illustrates the method, not the paper's results"
 EMBEDDED_LABEL = "Embedded SmolLM2-135M (cpu profile): proves the LLM path, not the paper's results"
 
@@ -130,85 +132,94 @@ class Study:
 
     def __repr__(self): return f"Study({self.paper!r}, experiment={self.experiment!r}, profile={self.profile!r})"
 
-    @property
-    def cache(self):
-        "The generation cache (SQLite, shared by all experiments; `cache: false` disables it)."
-        if self._cache is None:
-            setting = self.params.get("cache", True)
-            if setting in (False, "off", None): return None
-            from mad_study.backends import GenerationCache
-            self._cache = GenerationCache() if setting in (True, "on") else GenerationCache(Path(setting))
-        return self._cache
+# %% ../nbs/06_report.ipynb #st91434894
+@patch(as_prop=True)
+def cache(self: Study):
+    "The generation cache (SQLite, shared by all experiments; `cache: false` disables it)."
+    if self._cache is None:
+        setting = self.params.get("cache", True)
+        if setting in (False, "off", None): return None
+        from mad_study.backends import GenerationCache
+        self._cache = GenerationCache() if setting in (True, "on") else GenerationCache(Path(setting))
+    return self._cache
 
-    def backends(self, models: Sequence[str]) -> dict[str, Any]:
-        "Backends for `models` (created once per study, behind the generation cache; through servers when `backend: openai`)."
-        from mad_study.backends import make_backend
-        for m in models:
-            if m not in self._backends:
-                kw = {}
-                if self.params.get("backend", "hf") == "openai" and not m.startswith("sim"):
-                    from mad_study.serving import serving_kwargs
-                    log = self.run_dir / "failed_generations.jsonl"
-                    if not any(hasattr(getattr(b, "inner", b), "failures") for b in self._backends.values()):
-                        log.unlink(missing_ok=True)                    # this run's failures only
-                    kw = dict(backend="openai", failure_log=log, **serving_kwargs(self.params, m))
-                self._backends[m] = make_backend(m, quant=self.quant, cache=self.cache, sim_agents=self.sim_agents, **kw)
-        return {m: self._backends[m] for m in models}
+# %% ../nbs/06_report.ipynb #st70404895
+@patch
+def backends(self: Study, models: Sequence[str]) -> dict[str, Any]:
+    "Backends for `models` (created once per study, behind the generation cache; through servers when `backend: openai`)."
+    from mad_study.backends import make_backend
+    for m in models:
+        if m not in self._backends:
+            kw = {}
+            if self.params.get("backend", "hf") == "openai" and not m.startswith("sim"):
+                from mad_study.serving import serving_kwargs
+                log = self.run_dir / "failed_generations.jsonl"
+                if not any(hasattr(getattr(b, "inner", b), "failures") for b in self._backends.values()):
+                    log.unlink(missing_ok=True)                    # this run's failures only
+                kw = dict(backend="openai", failure_log=log, **serving_kwargs(self.params, m))
+            self._backends[m] = make_backend(m, quant=self.quant, cache=self.cache, sim_agents=self.sim_agents, **kw)
+    return {m: self._backends[m] for m in models}
 
-    def items(self, task: str, n: int | None = None, seed: int | None = None, source: str | None = None) -> list[Item]:
-        "Load (and record) a deterministic subset of `task`."
-        from mad_study.data import load_items
-        src = source or self.params.get("source", "fixture")
-        items = load_items(task, n=n, seed=self.seed if seed is None else seed, source=src)
-        self.item_ids[task] = [it.id for it in items]
-        return items
+@patch
+def adopt(self: Study, backends: Mapping[str, Any]) -> dict[str, Any]:
+    "Record backends built outside `Study.backends` (their ids go into the provenance, their kinds into the label); return them."
+    self._backends.update(backends)
+    return dict(backends)
 
-    def debate(self, name: str, items: Sequence[Item], agents, **kw) -> pd.DataFrame:
-        "Run `mad_study.debate.run_debate` with this study's backends and seed; save the transcript as `name`."
-        from mad_study.debate import run_debate
-        kw.setdefault("seed", self.seed)
-        kw.setdefault("experiment", self.experiment)
-        tr = run_debate(items, agents, self.backends(sorted({a.model for a in agents})), **kw)
-        self.save_transcript(tr, name)
-        return tr
+# %% ../nbs/06_report.ipynb #st98034847
+@patch
+def items(self: Study, task: str, n: int | None = None, seed: int | None = None, source: str | None = None) -> list[Item]:
+    "Load (and record) a deterministic subset of `task`."
+    from mad_study.data import load_items
+    src = source or self.params.get("source", "fixture")
+    items = load_items(task, n=n, seed=self.seed if seed is None else seed, source=src)
+    self.item_ids[task] = [it.id for it in items]
+    return items
 
-    def save_transcript(self, tr: pd.DataFrame, name: str) -> Path:
-        "Save a transcript under runs/<profile>/<experiment>/<name>.parquet."
-        p = save_transcript(tr, self.run_dir / f"{name}.parquet")
-        self.transcripts[name] = "runs/" + p.relative_to(runs_dir()).as_posix()      # never a machine path
-        return p
+@patch
+def debate(self: Study, name: str, items: Sequence[Item], agents, **kw) -> pd.DataFrame:
+    "Run `mad_study.debate.run_debate` with this study's backends and seed; save the transcript as `name`."
+    from mad_study.debate import run_debate
+    kw.setdefault("seed", self.seed)
+    kw.setdefault("experiment", self.experiment)
+    tr = run_debate(items, agents, self.backends(sorted({a.model for a in agents})), **kw)
+    self.save_transcript(tr, name)
+    return tr
 
-    @property
-    def kinds(self) -> set[str]:
-        "Backend kinds used so far ('sim', 'hf', 'embedded', 'tiny-random')."
-        return {getattr(getattr(b, "inner", b), "kind", "?") for b in self._backends.values()}
+# %% ../nbs/06_report.ipynb #st13180642
+@patch
+def save_transcript(self: Study, tr: pd.DataFrame, name: str) -> Path:
+    "Save a transcript under runs/<profile>/<experiment>/<name>.parquet."
+    p = save_transcript(tr, self.run_dir / f"{name}.parquet")
+    self.transcripts[name] = "runs/" + p.relative_to(runs_dir()).as_posix()      # never a machine path
+    return p
 
-    @property
-    def label(self) -> str | None:
-        "The label every figure of this study must carry (None for real paper-profile models)."
-        if self.profile == "sim" or "sim" in self.kinds: return SYNTHETIC_LABEL
-        if self.profile == "cpu" or "embedded" in self.kinds or "tiny-random" in self.kinds: return EMBEDDED_LABEL
-        return None
+# %% ../nbs/06_report.ipynb #st69539384
+@patch(as_prop=True)
+def kinds(self: Study) -> set[str]:
+    "Backend kinds used so far ('sim', 'hf', 'embedded', 'tiny-random')."
+    return {getattr(getattr(b, "inner", b), "kind", "?") for b in self._backends.values()}
 
-    def provenance(self) -> dict:
-        "Everything needed to trace an artefact back to its run."
-        stats = self._cache.stats() if self._cache is not None else {}
-        return {"paper": self.paper, "experiment": self.experiment, "profile": self.profile, "seed": self.seed,
-                "params": _jsonable(self.params), "label": self.label, **git_commit(), "versions": package_versions(),
-                "models": {m: getattr(b, "backend_id", None) for m, b in self._backends.items()},
-                **({"serving": serving} if (serving := {m: getattr(b, "inner", b).provenance() for m, b in self._backends.items()
-                                                        if hasattr(getattr(b, "inner", b), "provenance")}) else {}),
-                "sandbox": _sandbox_mode(),        # where model-written programs run (DMAD's / Meta-Debate's program of thought)
-                "items": self.item_ids, "transcripts": self.transcripts, "cache": stats, "started": self.started,
-                "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+@patch(as_prop=True)
+def label(self: Study) -> str | None:
+    "The label every figure of this study must carry (None for real paper-profile models)."
+    if self.profile == "sim" or "sim" in self.kinds: return SYNTHETIC_LABEL
+    if self.profile == "cpu" or "embedded" in self.kinds or "tiny-random" in self.kinds: return EMBEDDED_LABEL
+    return None
 
-    def save_figure(self, fig, artefact: str, **kw) -> list[Path]:
-        "`save_figure` with this study's paper, label and provenance."
-        return save_figure(fig, artefact, paper=self.paper, study=self, **kw)
-
-    def save_table(self, df: pd.DataFrame, artefact: str, **kw) -> list[Path]:
-        "`save_table` with this study's paper and provenance."
-        return save_table(df, artefact, paper=self.paper, study=self, **kw)
+# %% ../nbs/06_report.ipynb #st96966327
+@patch
+def provenance(self: Study) -> dict:
+    "Everything needed to trace an artefact back to its run."
+    stats = self._cache.stats() if self._cache is not None else {}
+    return {"paper": self.paper, "experiment": self.experiment, "profile": self.profile, "seed": self.seed,
+            "params": _jsonable(self.params), "label": self.label, **git_commit(), "versions": package_versions(),
+            "models": {m: getattr(b, "backend_id", None) for m, b in self._backends.items()},
+            **({"serving": serving} if (serving := {m: getattr(b, "inner", b).provenance() for m, b in self._backends.items()
+                                                    if hasattr(getattr(b, "inner", b), "provenance")}) else {}),
+            "sandbox": _sandbox_mode(),        # where model-written programs run (DMAD's / Meta-Debate's program of thought)
+            "items": self.item_ids, "transcripts": self.transcripts, "cache": stats, "started": self.started,
+            "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 
 @functools.lru_cache(maxsize=None)
 def _sandbox_mode() -> str:
@@ -223,6 +234,17 @@ def _jsonable(x):
     if isinstance(x, (np.floating,)): return float(x)
     if isinstance(x, (str, int, float, bool)) or x is None: return x
     return str(x)
+
+# %% ../nbs/06_report.ipynb #st96506712
+@patch
+def save_figure(self: Study, fig, artefact: str, **kw) -> list[Path]:
+    "`save_figure` with this study's paper, label and provenance."
+    return save_figure(fig, artefact, paper=self.paper, study=self, **kw)
+
+@patch
+def save_table(self: Study, df: pd.DataFrame, artefact: str, **kw) -> list[Path]:
+    "`save_table` with this study's paper and provenance."
+    return save_table(df, artefact, paper=self.paper, study=self, **kw)
 
 # %% ../nbs/06_report.ipynb #cfdbc570
 def show_figure(fig) -> None:
