@@ -287,7 +287,7 @@ def experiment_files(registry: Mapping | None = None) -> dict[str, dict]:
 
 # %% ../nbs/02b_registry.ipynb #86e148a8
 PROFILE_KEYS = {"description", "params", "limits", "model_map", "sim_agents", "requires"}
-EXPERIMENT_KEYS = {"description", "artefacts", "params", "profiles", "notebook", "expected_seconds"}
+EXPERIMENT_KEYS = {"description", "artefacts", "params", "profiles", "notebook", "expected_seconds", "after"}
 
 def read_yaml(path: str | os.PathLike) -> dict:
     "A YAML mapping from `path`, with one-line errors for a missing file or bad YAML."
@@ -331,6 +331,10 @@ def experiments() -> dict[str, Experiment]:
         spec = read_yaml(e["path"]); _check_keys(spec, EXPERIMENT_KEYS, e["path"])
         nb = spec.get("notebook") or reg[e["paper"]].get("notebook")
         out[eid] = Experiment(eid, e["paper"], e["path"], project_root() / nb, e["artefacts"], spec)
+    for x in out.values():                                  # `after:` names experiments that exist (20_reproduce waits for them)
+        after = x.spec.get("after") or []
+        if unknown := sorted(set([after] if isinstance(after, str) else after) - set(out)):
+            raise ConfigError(f"waits for unknown experiment(s) {unknown}", where=x.path, key="after")
     return out
 
 # %% ../nbs/02b_registry.ipynb #6e38b9df

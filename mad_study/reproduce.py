@@ -39,7 +39,7 @@ _all_ = ["PROFILE_KEYS", "EXPERIMENT_KEYS", "PAPER_ALIASES", "PLANNERS", "read_y
 # %% auto #0
 __all__ = ['KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'auto_profile', 'map_models', 'parse_override', 'merge_params',
            'validate_params', 'plan_experiment', 'serve_table', 'stop_kernels', 'remove_temporaries', 'RunResult',
-           'run_experiment', 'run_order', 'reproduce', 'load_runs', 'compare_runs', 'main', 'PROFILE_KEYS',
+           'run_experiment', 'run_order', 'run_after', 'reproduce', 'load_runs', 'compare_runs', 'main', 'PROFILE_KEYS',
            'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'read_yaml', 'load_profile', 'Experiment', 'experiments',
            'resolve_targets', 'planner', 'generic_plan']
 
@@ -277,6 +277,7 @@ class RunResult:
     output: Path | None = None
     error: str | None = None
     failed_generations: int = 0       # generations that failed at a server (recorded in failed_generations.jsonl)
+    serving: dict | None = None       # per served model: requests ok / retried / failed and in flight (serving_stats.json)
 
 def _failed_generations(run_dir: Path, since: float) -> int:
     "Failed generations this run recorded (OpenAIBackend's failed_generations.jsonl, written since `since`)."
@@ -284,6 +285,14 @@ def _failed_generations(run_dir: Path, since: float) -> int:
     with contextlib.suppress(OSError):
         if f.stat().st_mtime >= since - 1: return sum(1 for l in f.read_text().splitlines() if l.strip())
     return 0
+
+def _serving_stats(run_dir: Path, since: float) -> dict | None:
+    "What the run's servers answered (OpenAIBackend's serving_stats.json, written since `since`): per model, requests and in flight."
+    f = run_dir / "serving_stats.json"
+    with contextlib.suppress(OSError, ValueError):
+        if f.stat().st_mtime >= since - 1:
+            return {m: {"requests": d.get("requests", {}), "in_flight": d.get("in_flight", {})} for m, d in json.loads(f.read_text()).items()}
+    return None
 
 def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
     """Execute the experiment's notebook with papermill; keep the executed copy under runs/<profile>/<experiment>/.
@@ -296,13 +305,15 @@ def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
         pm.execute_notebook(str(exp.notebook), str(out), parameters=dict(p), kernel_name="python3",
                             progress_bar=False, cwd=str(exp.notebook.parent), log_output=False,
                             kernel_manager_class=_logged_kernel(out.parent / "kernel.log", exp.id))
-        return RunResult(exp.id, True, time.time() - t, out, failed_generations=_failed_generations(out.parent, t))
+        return RunResult(exp.id, True, time.time() - t, out, failed_generations=_failed_generations(out.parent, t),
+                         serving=_serving_stats(out.parent, t))
     except KeyboardInterrupt:
         raise
     except Exception as e:
         msg = str(e).strip().splitlines()
         short = next((l for l in reversed(msg) if l.strip()), type(e).__name__)
-        return RunResult(exp.id, False, time.time() - t, out, f"{type(e).__name__}: {short[:300]}")
+        return RunResult(exp.id, False, time.time() - t, out, f"{type(e).__name__}: {short[:300]}",
+                         _failed_generations(out.parent, t), _serving_stats(out.parent, t))
 
 # %% ../nbs/20_reproduce.ipynb #53e3134d
 def run_order(merged: Sequence[tuple[Experiment, dict]], profile: str) -> list[tuple[Experiment, dict]]:
@@ -312,6 +323,27 @@ def run_order(merged: Sequence[tuple[Experiment, dict]], profile: str) -> list[t
         if not isinstance(v, Mapping): raise ConfigError("must map profile names to seconds", where=ep[0].path, key="expected_seconds", value=v)
         return -float(v.get(profile, 0) or 0)
     return sorted(merged, key=secs)
+
+# %% ../nbs/20_reproduce.ipynb #after02
+def run_after(merged: Sequence[tuple[Experiment, dict]]) -> dict[str, set[str]]:
+    "Per experiment of this run, the experiments of this run it waits for (its file's `after:` list). The kit's own."
+    ids = {e.id for e, _ in merged}
+    out = {}
+    for e, _ in merged:
+        after = e.spec.get("after") or []
+        after = [after] if isinstance(after, str) else after
+        if not isinstance(after, list): raise ConfigError("must list experiment ids", where=e.path, key="after", value=after)
+        out[e.id] = set(after) & ids - {e.id}
+    return out
+
+def _after_order(order: Sequence[tuple[Experiment, dict]], after: Mapping[str, set[str]]) -> list[tuple[Experiment, dict]]:
+    "`order` with every experiment moved behind those it waits for (stable otherwise); a cycle is a `ConfigError`."
+    todo, placed, out = list(order), set(), []
+    while todo:
+        k = next((k for k, (e, _) in enumerate(todo) if after.get(e.id, set()) <= placed), None)
+        if k is None: raise ConfigError("experiments wait for each other in a cycle", key="after", value=sorted(e.id for e, _ in todo))
+        e, p = todo.pop(k); placed.add(e.id); out.append((e, p))
+    return out
 
 # %% ../nbs/20_reproduce.ipynb #c0ce79df
 def _failed_note(r: RunResult) -> str:
@@ -326,24 +358,41 @@ def _check_gpu(prof: Mapping, name: str, overrides: Mapping | None) -> None:
         except ImportError: has_gpu = False
         if not has_gpu: raise ConfigError("needs a CUDA GPU and none is visible; use --profile sim or --profile cpu", key="--profile", value=name)
 
+# %% ../nbs/20_reproduce.ipynb #after04
+def _result_line(r: RunResult) -> str:
+    return f"{r.experiment}: {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f}s" + (f": {r.error}" if r.error else "") + _failed_note(r)
+
+def _run_waiting(order, after: Mapping[str, set[str]], pool, run=None, log=print) -> list[RunResult]:
+    """Submit each experiment of `order` to `pool` once those it waits for (`run_after`) have finished; one that waits
+    for a failed experiment is not run and its result says why. The kit's own."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+    run = run or run_experiment
+    results, done, failed, running, waiting = [], set(), set(), {}, list(order)
+    def note(r): results.append(r); (done if r.ok else failed).add(r.experiment); log(f"[{len(results)}/{len(order)}] {_result_line(r)}")
+    while waiting or running:
+        for e, p in list(waiting):
+            deps = after.get(e.id, set())
+            if deps & failed:
+                waiting.remove((e, p)); note(RunResult(e.id, False, 0.0, None, f"not run: it waits for {', '.join(sorted(deps & failed))}, which failed"))
+            elif deps <= done:
+                waiting.remove((e, p)); running[pool.submit(run, e, p)] = e
+        if running:
+            fin, _ = wait(running, return_when=FIRST_COMPLETED)
+            for f in fin: running.pop(f); note(f.result())
+    return results
+
 # %% ../nbs/20_reproduce.ipynb #cb38b7b4
 def _run_all(merged: Sequence[tuple[Experiment, dict]], name: str, jobs: int, log=print) -> list[RunResult]:
-    "Run the merged experiments in worker threads (`jobs` at once), logging each; on Ctrl-C stop the kernels; always rewrite the index."
-    results: list[RunResult] = []
+    """Run the merged experiments in worker threads (`jobs` at once; the longest first with several, each after those it
+    waits for), logging each; on Ctrl-C stop the kernels; always rewrite the index."""
     started = time.time()
-    from concurrent.futures import ThreadPoolExecutor, as_completed
+    from concurrent.futures import ThreadPoolExecutor
+    after = run_after(merged)
+    order = _after_order(run_order(merged, name) if jobs > 1 else merged, after)
     pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="mad-study-run")
+    if jobs <= 1: log("running " + ", ".join(e.id for e, _ in order))
     try:
-        if jobs <= 1:
-            for i, (e, p) in enumerate(merged, 1):
-                log(f"[{i}/{len(merged)}] {e.id} ({e.paper}) ...")
-                r = pool.submit(run_experiment, e, p).result(); results.append(r)
-                log(f"    {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f}s" + (f": {r.error}" if r.error else "") + _failed_note(r))
-        else:
-            futs = {pool.submit(run_experiment, e, p): e for e, p in run_order(merged, name)}
-            for i, f in enumerate(as_completed(futs), 1):
-                r = f.result(); results.append(r)
-                log(f"[{i}/{len(merged)}] {r.experiment}: {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f}s" + (f": {r.error}" if r.error else "") + _failed_note(r))
+        results = _run_waiting(order, after, pool, log=log)
         pool.shutdown(wait=True)
     except KeyboardInterrupt:
         pool.shutdown(wait=False, cancel_futures=True)
@@ -358,6 +407,19 @@ def _run_all(merged: Sequence[tuple[Experiment, dict]], name: str, jobs: int, lo
     return results
 
 # %% ../nbs/20_reproduce.ipynb #e20eb29c
+def _serving_line(model: str, d: Mapping) -> str:
+    "One served model's requests and in-flight count, for the end-of-run report."
+    q, f = d.get("requests") or {}, d.get("in_flight") or {}
+    return (f"{model}: {q.get('ok', 0)} answered, {q.get('retried', 0)} retried, {q.get('failed', 0)} failed; "
+            f"{f.get('mean') if f.get('mean') is not None else '-'} in flight on average (max {f.get('max', 0)})")
+
+def _report_serving(results: Sequence[RunResult], log=print) -> None:
+    "Log, per experiment that reached servers, what they answered and how many requests were in flight."
+    served = [r for r in results if r.serving]
+    if served: log("served requests (retried: attempts repeated after a server error; failed: given up, not cached):")
+    for r in served:
+        for m, d in r.serving.items(): log(f"  {r.experiment}: {_serving_line(m, d)}")
+
 def _report_failures(results: Sequence[RunResult], log=print) -> None:
     "Log the experiments with failed generations (and where they are listed) and the experiments that failed."
     partial = [r for r in results if r.failed_generations]
@@ -386,6 +448,7 @@ def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", override
         p = merge_params(e, prof, overrides); validate_params(p, e, prof, overrides); merged.append((e, p))
     log(f"mad-study: {len(merged)} experiment(s), profile '{name}'" + (" (synthetic agents: not the papers' results)" if name == "sim" else ""))
     results = _run_all(merged, name, jobs, log)
+    _report_serving(results, log)
     _report_failures(results, log)
     return results
 
