@@ -79,13 +79,17 @@ def notebook_parameters(nb_path: str | os.PathLike) -> dict[str, Any]:
 
 def run_params(notebook: str | os.PathLike, ns: Mapping[str, Any]) -> dict[str, Any]:
     """The parameters this run of `notebook` was given: the names its `parameters` cell declares, in that cell's order,
-    with their values in `ns` (the notebook's `globals()`: papermill's injected values, else the cell's defaults).
+    with their values in `ns` (the notebook's `globals()`: papermill's injected values, else the cell's defaults),
+    and the serving keys papermill injected (`mad_study.serving.SERVING_KEYS`: `backend`, `base_url`, ...), which every
+    experiment accepts without declaring them.
     `notebook` is found from the working directory (a kernel runs in its notebook's folder), else in nbs/. The kit's own."""
     path = Path(notebook)
     if not path.exists(): path = project_root() / "nbs" / path.name
     names = list(notebook_parameters(path))
     if missing := [k for k in names if k not in ns]:
         raise ConfigError(f"run the notebook's `parameters` cell first (not set: {missing})", where=path)
+    from mad_study.serving import SERVING_KEYS              # keys every experiment accepts to run through servers
+    names += [k for k in SERVING_KEYS if k in ns and k not in names]
     return _check_params({k: ns[k] for k in names})
 
 # %% ../nbs/06_report.ipynb #5b47d645

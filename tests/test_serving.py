@@ -158,6 +158,8 @@ def test_reproduce_names_failed_generations(scratch):
         assert rec["round"] == 0 and rec["item"].startswith("gsm8k/") and "api_key" not in rec
         stats = json.loads((log.parent / "serving_stats.json").read_text())     # what the run's requests did, per model
         assert sum(m["requests"]["failed"] for m in stats.values()) == 1 and all(m["in_flight"]["mean"] >= 1 for m in stats.values())
+        served = [l for l in r.stdout.splitlines() if l.startswith("  du_gsm8k: ") and "answered" in l]   # the end-of-run report
+        assert served and "1 failed" in "".join(served) and "in flight on average" in served[0], r.stdout
         stub.script = lambda n, body: (200, echo_completion(body))        # the server is fixed: the re-run has no failures
         r2 = mad_study(*args, env=os.environ.copy(), timeout=600)
         assert r2.returncode == 0 and "failed generation" not in r2.stdout, r2.stdout
