@@ -294,6 +294,7 @@ def _serving_stats(run_dir: Path, since: float) -> dict | None:
             return {m: {"requests": d.get("requests", {}), "in_flight": d.get("in_flight", {})} for m, d in json.loads(f.read_text()).items()}
     return None
 
+# %% ../nbs/20_reproduce.ipynb #runexp2
 def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
     """Execute the experiment's notebook with papermill; keep the executed copy under runs/<profile>/<experiment>/.
     The kernel's own messages (not the notebook's outputs) go to kernel.log beside it."""
