@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Mapping, Sequence
 
+import warnings
 import numpy as np
 import pandas as pd
 
@@ -675,6 +676,9 @@ def ablation_points(ev: dict, posterior: str, S: int = 2, C: int = 2, quantiles:
     if posterior == "svr": grid, prior = [(t, c) for c in (1, 2, 3) for t in (1.0, 0.5, 0.0, -0.5)], "conf"
     else:
         vals = signal_score(probes[posterior].to_numpy(dtype=float), posterior)
+        if np.isnan(vals).all():                                      # e.g. a backend without log-probs: no threshold to sweep
+            warnings.warn(f"ablation_points: no {posterior} signal in the probes (the backend gives none): no points for it")
+            return pd.DataFrame(columns=["posterior", "tau", "C", "acceptance", "tokens", "accuracy", "acc_low", "acc_high", "n_items", "ncomm"])
         grid, prior = [(float(np.nanquantile(vals, q)), C) for q in quantiles], posterior
     rows = []
     for tau, c in grid:
