@@ -267,6 +267,13 @@ def remove_temporaries(folder: Path, since: float) -> list[Path]:
             if p.is_file() and p.stat().st_mtime >= since - 1: p.unlink(); gone.append(p)
     return gone
 
+# %% ../nbs/20_reproduce.ipynb #pmwarn2
+class _CheckedParameters(logging.Filter):
+    "Drop papermill's 'Passed unknown parameter' warnings: `validate_params` has checked every name. The kit's own."
+    def filter(self, record): return not record.getMessage().startswith("Passed unknown parameter")
+
+logging.getLogger("papermill").addFilter(_CheckedParameters())
+
 # %% ../nbs/20_reproduce.ipynb #afaa1878
 @dataclass
 class RunResult:
