@@ -526,9 +526,22 @@ def tab1_items(ev: dict, methods: Sequence[str] = METHODS) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
 
 # %% ../nbs/12_svr_mad.ipynb #16fdcf78
+def _tab1_unpaired(sub: pd.DataFrame, reference: str, n_common: int) -> tuple[list[dict], dict]:
+    """A setting of `tab1_comparison` with fewer than 2 problems every method answered (e.g. the cpu profile's one item):
+    accuracy per method without an interval, and no paired comparison (`acc_test` says why) instead of an error."""
+    why = f"none: {n_common} shared item(s), a paired difference needs 2"
+    rows = []
+    for m, g in sub.groupby("method", sort=False):
+        row = {"method": m, "n_items": int(g["item_id"].nunique()), "accuracy": float(g["correct"].mean()), "acc_low": np.nan, "acc_high": np.nan}
+        if m != reference: row.update(acc_gap=np.nan, acc_gap_low=np.nan, acc_gap_high=np.nan, acc_test=why, acc_p=np.nan)
+        rows.append(row)
+    rows.sort(key=lambda r: r["method"] != reference)
+    return rows, {"test": why, "pvalue": np.nan, "n_items": n_common}
+
 def _tab1_rows(sub: pd.DataFrame, reference: str, level: float, n_resamples: int, seed: int) -> tuple[list[dict], dict]:
-    "One setting's rows of `tab1_comparison` (raw p-values) and its omnibus test."
+    "One setting's rows of `tab1_comparison` (raw p-values) and its omnibus test; accuracy only below 2 shared items."
     from mad_study.stats import compare_methods, item_means, paired_difference, _token_change
+    if len(common := item_means(sub).dropna().index) < 2: return _tab1_unpaired(sub, reference, len(common))
     tab, _ = compare_methods(sub, reference, level=level, n_resamples=n_resamples, seed=seed, correction="none")
     common = item_means(sub)[tab["method"].tolist()].dropna().index
     tok = item_means(sub, "tokens").reindex(index=common, columns=tab["method"].tolist())
@@ -576,7 +589,8 @@ def _sg(x: float, nd: int = 1) -> str:
     return "+" + s[1:] if float(s) == 0 else s
 
 def _gap(r: Mapping) -> str:
-    "One comparison of `tab1_comparison` in words: accuracy gap and token change with intervals and verdicts."
+    "One comparison of `tab1_comparison` in words: accuracy gap and token change with intervals and verdicts (or why none)."
+    if _isnull(r.get("acc_gap")): return f"no paired comparison ({r['acc_test']})"
     acc = (f"accuracy {_sg(100 * r['acc_gap'])} points [{_sg(100 * r['acc_gap_low'])}, {_sg(100 * r['acc_gap_high'])}], "
            f"{'distinguishable' if r['acc_distinguishable'] else 'not distinguishable'} ({r['acc_test']}, p = {r['acc_p_adj']:.2g})")
     if _isnull(r.get("token_change")): return acc
@@ -606,7 +620,7 @@ def check_tab1_caption(cmp: pd.DataFrame, caption: str) -> None:
     ref, by = cmp.attrs["reference"], cmp.attrs.get("by", [])
     for r in cmp[cmp["method"] != ref].to_dict("records"):
         for k, lo, hi in (("acc", "acc_gap_low", "acc_gap_high"), ("tok", "token_change_low", "token_change_high")):
-            if r[lo] <= 0 <= r[hi]: assert not r[f"{k}_distinguishable"], (r["method"], k, r[lo], r[hi])
+            if r.get(lo, math.nan) <= 0 <= r.get(hi, math.nan): assert not r[f"{k}_distinguishable"], (r["method"], k, r[lo], r[hi])
         s = f"{' / '.join(str(r[c]) for c in by) or 'all'} vs {r['method']}: {_gap(r)}"
         assert s in caption, s
 
