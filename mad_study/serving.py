@@ -429,13 +429,17 @@ def _cb_args(cb: Mapping | None) -> list[str]:
 # %% ../nbs/03c_serving.ipynb #551eeb12
 class TransformersServer:
     """`transformers serve` on a local checkpoint, on 127.0.0.1 and a free port: start, wait for /health (bounded), always stop
-    (bounded); with `continuous_batching` the server batches the requests in flight (paged attention, `cb` = its `--cb-*` settings)."""
+    (bounded); with `continuous_batching` the server batches the requests in flight (paged attention, `cb` = its `--cb-*` settings);
+    `threads` caps its CPU threads (OMP_NUM_THREADS: replicas on one machine split its cores instead of oversubscribing them)."""
     def __init__(self, checkpoint: str | os.PathLike, port: int | None = None, log_path: str | os.PathLike | None = None,
                  start_timeout: float = 240.0, stop_timeout: float = 10.0, extra_args: Sequence[str] = (),
-                 continuous_batching: bool = False, cb: Mapping | None = None):
+                 continuous_batching: bool = False, cb: Mapping | None = None, threads: int | None = None):
         if cb and not continuous_batching: raise ConfigError("--cb-* settings need continuous_batching=True", key="cb", value=dict(cb))
         self.continuous_batching, self.cb = bool(continuous_batching), ({**CB_CPU_DEFAULTS, **dict(cb or {})} if continuous_batching else {})
         self._cb_args = _cb_args(self.cb)
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ConfigError("must be a positive int (CPU threads of the server)", key="threads", value=threads)
+        self.threads = threads
         self.checkpoint, self.port = str(checkpoint), port or free_port()
         self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="transformers-serve-", suffix=".log")[1])
         self.start_timeout, self.stop_timeout, self.extra_args = start_timeout, stop_timeout, list(extra_args)
@@ -456,7 +460,7 @@ def start(self: TransformersServer) -> "TransformersServer":
     import httpx
     if (why := serving_available()): raise ConfigError(why, key="backend", value="openai")
     cmd = self.command()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = self.env()
     t0 = time.time()
     with open(self.log_path, "ab") as log:
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
@@ -495,6 +499,13 @@ def command(self: TransformersServer) -> list[str]:
     return [sys.executable, "-m", "transformers.cli.transformers", "serve", self.checkpoint, "--host", "127.0.0.1",
             "--port", str(self.port), "--device", "cpu", "--log-level", "info",
             *(["--continuous-batching", *self._cb_args] if self.continuous_batching else []), *self.extra_args]
+
+@patch
+def env(self: TransformersServer) -> dict:
+    "The server's environment: offline (nothing from the hub), and `threads` as the CPU thread count of torch and its BLAS."
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if self.threads: env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
+    return env
 
 @patch
 def requests_seen(self: TransformersServer, since: int = 0) -> dict:
