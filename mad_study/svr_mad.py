@@ -533,7 +533,8 @@ def _tab1_unpaired(sub: pd.DataFrame, reference: str, n_common: int) -> tuple[li
     rows = []
     for m, g in sub.groupby("method", sort=False):
         row = {"method": m, "n_items": int(g["item_id"].nunique()), "accuracy": float(g["correct"].mean()), "acc_low": np.nan, "acc_high": np.nan}
-        if m != reference: row.update(acc_gap=np.nan, acc_gap_low=np.nan, acc_gap_high=np.nan, acc_test=why, acc_p=np.nan)
+        if m != reference: row.update(acc_gap=np.nan, acc_gap_low=np.nan, acc_gap_high=np.nan, acc_test=why, acc_p=np.nan,
+                                     token_change=np.nan, token_change_low=np.nan, token_change_high=np.nan, tok_p=np.nan)
         rows.append(row)
     rows.sort(key=lambda r: r["method"] != reference)
     return rows, {"test": why, "pvalue": np.nan, "n_items": n_common}
