@@ -659,7 +659,9 @@ def fig1_comparison(rows: pd.DataFrame, reference: str = "svr", by: str = "panel
                 d = paired_difference(w[reference].to_numpy(float), w[s].to_numpy(float), level, n_resamples, seed)
                 r.update(diff=d["diff"], diff_low=d["ci_low"], diff_high=d["ci_high"], test=d["test"], pvalue=d["pvalue"])
             out.append(r)
-    t = pd.DataFrame(out)
+    cols = [by, "signal", "n_items", "share", "share_low", "share_high", "diff", "diff_low", "diff_high", "test", "pvalue"]
+    t = pd.DataFrame(out).reindex(columns=cols)
+    if not len(t): return t.assign(p_adjusted=np.nan, distinguishable=None), "No hard problems (1-2 agents correct before debate): nothing to compare."
     t["p_adjusted"] = adjust_pvalues(t["pvalue"], correction)
     ok = t["signal"] != reference
     t["distinguishable"] = ((t["p_adjusted"] < 1 - level) & ~((t["diff_low"] <= 0) & (t["diff_high"] >= 0))).astype(object).where(ok, None)
