@@ -186,8 +186,9 @@ def trajectory_summary(transcript: pd.DataFrame, fmt: str | None = None, final: 
     tu, fc, io = agent_turns(transcript, fmt), first_correct(transcript, fmt), item_outcomes(transcript, fmt, final)
     rate = lambda s: s.astype("Float64").mean()
     grp = lambda d: d.groupby(cond, sort=False, dropna=False) if cond else d.groupby(lambda _: 0)
-    out = grp(tu).agg(turns=("spoke", "sum"), change_rate=("changed", rate), adoption_rate=("adopted", rate),
-                      swayed_rate=("swayed", rate), corrected_rate=("corrected", rate), hold_rate=("held_against_majority", rate))
+    out = grp(io).size().to_frame("_n").join(grp(tu).agg(turns=("spoke", "sum"), change_rate=("changed", rate), adoption_rate=("adopted", rate),
+                      swayed_rate=("swayed", rate), corrected_rate=("corrected", rate), hold_rate=("held_against_majority", rate))).drop(columns="_n")
+    out["turns"] = out["turns"].fillna(0).astype(int)          # a condition with one round only (no turn after the first) keeps its row
     out = out.join(grp(fc).agg(first_correct_round=("first_correct_round", "mean"),
                                never_correct=("first_correct_round", lambda s: float(s.isna().mean()))))
     out = out.join(grp(io).agg(consensus=("consensus_round", lambda s: float(s.notna().mean())), consensus_round=("consensus_round", "mean"),
