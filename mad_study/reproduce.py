@@ -37,7 +37,7 @@ _all_ = ["PROFILE_KEYS", "EXPERIMENT_KEYS", "PAPER_ALIASES", "PLANNERS", "read_y
          "experiments", "resolve_targets", "planner", "generic_plan"]   # the registries (02b_registry), re-exported
 
 # %% auto #0
-__all__ = ['KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'auto_profile', 'map_models', 'parse_override', 'merge_params',
+__all__ = ['KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'WAKE_S', 'auto_profile', 'map_models', 'parse_override', 'merge_params',
            'validate_params', 'plan_experiment', 'serve_table', 'stop_kernels', 'remove_temporaries', 'RunResult',
            'run_experiment', 'run_order', 'run_after', 'reproduce', 'load_runs', 'compare_runs', 'main', 'PROFILE_KEYS',
            'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'read_yaml', 'load_profile', 'Experiment', 'experiments',
@@ -370,6 +370,8 @@ def _check_gpu(prof: Mapping, name: str, overrides: Mapping | None) -> None:
 def _result_line(r: RunResult) -> str:
     return f"{r.experiment}: {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f}s" + (f": {r.error}" if r.error else "") + _failed_note(r)
 
+WAKE_S = 0.2                       # how often the scheduler's main thread wakes (to see a Ctrl-C delivered to another thread)
+
 def _run_waiting(order, after: Mapping[str, set[str]], pool, run=None, log=print) -> list[RunResult]:
     """Submit each experiment of `order` to `pool` once those it waits for (`run_after`) have finished; one that waits
     for a failed experiment is not run and its result says why. The kit's own."""
@@ -385,7 +387,9 @@ def _run_waiting(order, after: Mapping[str, set[str]], pool, run=None, log=print
             elif deps <= done:
                 waiting.remove((e, p)); running[pool.submit(run, e, p)] = e
         if running:
-            fin, _ = wait(running, return_when=FIRST_COMPLETED)
+            # a bounded wait: Ctrl-C's SIGINT may land on another thread (a worker, zmq's); the main thread must wake to
+            # run Python's handler, which it never does blocked in a lock without a timeout (found by a flaky CI run)
+            fin, _ = wait(running, timeout=WAKE_S, return_when=FIRST_COMPLETED)
             for f in fin: running.pop(f); note(f.result())
     return results
 
