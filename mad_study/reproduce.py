@@ -388,7 +388,8 @@ def _run_waiting(order, after: Mapping[str, set[str]], pool, run=None, log=print
                 waiting.remove((e, p)); running[pool.submit(run, e, p)] = e
         if running:
             # a bounded wait: Ctrl-C's SIGINT may land on another thread (a worker, zmq's); the main thread must wake to
-            # run Python's handler, which it never does blocked in a lock without a timeout (found by a flaky CI run)
+            # run Python's handler, which it never does blocked in a lock without a timeout (found by a flaky CI run;
+            # tests/test_hardening.py delivers SIGINT to a worker thread: nbdev runs cells off the main thread)
             fin, _ = wait(running, timeout=WAKE_S, return_when=FIRST_COMPLETED)
             for f in fin: running.pop(f); note(f.result())
     return results

@@ -213,6 +213,33 @@ def test_ctrl_c_leaves_no_half_written_outputs(project_copy):
     assert not alive, alive                                                     # the notebook kernel is gone too
 
 
+def test_ctrl_c_delivered_to_a_worker_thread_still_interrupts_the_run():
+    """The OS may deliver Ctrl-C's SIGINT to any thread (a run's worker, zmq's); Python runs its handler in the main thread
+    only when that thread wakes. The scheduler's bounded wait wakes it: KeyboardInterrupt within a second, not when the
+    busy experiment ends (8 s here; the cause of a CI run where test_ctrl_c_leaves_no_half_written_outputs timed out)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    from mad_study.reproduce import RunResult, _run_waiting
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("the test must run in the main thread, where Python raises KeyboardInterrupt")
+    class Exp: id = "busy"
+    release, box = threading.Event(), {}
+    def busy(e, p):
+        box["tid"] = threading.get_ident(); release.wait(8); return RunResult(e.id, True, 0.0)
+    def ctrl_c_to_the_worker():
+        while "tid" not in box: time.sleep(0.01)
+        time.sleep(0.1); signal.pthread_kill(box["tid"], signal.SIGINT)
+    threading.Thread(target=ctrl_c_to_the_worker, daemon=True).start()
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                _run_waiting([(Exp(), {})], {}, pool, run=busy, log=lambda s: None)
+        finally:
+            release.set()
+    assert time.monotonic() - t0 < 3
+
+
 def _interrupt_at(delay, args, env):
     "Start `mad-study reproduce args`, send SIGINT to its process group after `delay` s; (rc, seconds to exit, family)."
     import psutil
