@@ -29,24 +29,21 @@ _log = logging.getLogger("mad_study.hf")
 
 # %% auto #0
 __all__ = ['CPU_4BIT_KERNELS', 'BF16_KERNEL_BLOCK_N', 'truncate_messages', 'truncate_ids', 'cpu_has_bf16_kernel',
-           'bf16_kernel_accepts', 'cpu_description', 'set_cpu_4bit_kernel', 'HFBackend']
+           'bf16_kernel_accepts', 'cpu_description', 'set_cpu_4bit_kernel', 'HFBackend', 'reserved_cache']
 
 # %% ../nbs/03g_hf.ipynb #d0ce0551
 def _nucleus_draw(logits, temps, top_ps, gens):
-    """One token per row: logits / temperature, restricted to the top-p nucleus, drawn by inverting the cumulative
-    distribution at one uniform draw of the row's own seeded `torch.Generator` (`gens[i]` for row i)."""
+    """One token per row: logits / temperature, restricted to the top-p nucleus, drawn by the Gumbel-max trick with
+    noise from the row's own seeded `torch.Generator` (`gens[i]` for row i): argmax over the nucleus of log p + G."""
     import torch
-    probs = torch.softmax(logits / temps[:, None], dim=-1)
-    sp, si = probs.sort(dim=-1, descending=True)
-    cum = sp.cumsum(-1)
+    logp = torch.log_softmax(logits.float() / temps[:, None], dim=-1)
+    sp, si = logp.exp().sort(dim=-1, descending=True)
     top_p = top_ps[:, None]
-    keep = ((cum - sp) < top_p) | (top_p >= 1.0)
-    sp = sp * keep
-    cum = sp.cumsum(-1)
-    u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in gens]).to(cum)
-    j = torch.searchsorted(cum, (u * cum[:, -1])[:, None].contiguous()).squeeze(-1)
-    j = j.clamp(max=keep.sum(-1) - 1)
-    return si.gather(1, j[:, None]).squeeze(-1)
+    keep = torch.zeros_like(sp, dtype=torch.bool).scatter_(1, si, ((sp.cumsum(-1) - sp) < top_p) | (top_p >= 1.0))
+    u = torch.stack([torch.rand(logits.shape[-1], generator=g, dtype=torch.float64) for g in gens])
+    gumbel = (-torch.log(-torch.log(u))).to(logp)                       # in float64 first: u < 1, so the noise is finite
+    return (logp + gumbel).masked_fill(~keep, -math.inf).argmax(-1)
+
 
 # %% ../nbs/03g_hf.ipynb #e328c922
 @functools.lru_cache(maxsize=None)
@@ -196,18 +193,20 @@ class HFBackend(BaseBackend):
     kind = property(lambda self: self.spec.kind)
 
     _keep_quantized_copy = True     # a quantized copy of the kit's own checkpoints on the CPU (a causal LM's; VLMBackend: off)
+    cpu_prefill_rows = True         # on the CPU: each prompt prefilled alone into a reserved KV cache (below); False: transformers' own
+
 
 # %% ../nbs/03g_hf.ipynb #d4d45ba5
 @patch
 def __init__(self: HFBackend, model: str | ModelSpec, quant: str = "nf4", device_map: str | dict | None = "auto",
-             batch_size: int = 16, compute_dtype: Any = None, max_context: int | None = None,
+             batch_size: int | None = None, compute_dtype: Any = None, max_context: int | None = None,
              chat_template_kwargs: Mapping | None = None, allow_download: bool = False, progress: bool = True,
              cpu_4bit_kernel: str = "dequantize"):
     self.spec = _spec_for(model)
     if self.spec.kind == "sim":
         raise ConfigError("synthetic agents are served by mad_study.sim.SimBackend (use make_backend)", key="model", value=self.spec.name)
     if quant not in QUANTS: raise ConfigError("unknown quantization", key="quant", value=quant, choices=QUANTS)
-    if int(batch_size) < 1: raise ConfigError("batch size must be >= 1", key="batch_size", value=batch_size)
+    if batch_size is not None and int(batch_size) < 1: raise ConfigError("batch size must be >= 1", key="batch_size", value=batch_size)
     if cpu_4bit_kernel not in CPU_4BIT_KERNELS:
         raise ConfigError("unknown 4-bit CPU kernel", key="cpu_4bit_kernel", value=cpu_4bit_kernel, choices=CPU_4BIT_KERNELS)
     self.cpu_4bit_kernel = cpu_4bit_kernel
@@ -226,7 +225,9 @@ def __init__(self: HFBackend, model: str | ModelSpec, quant: str = "nf4", device
         compute_dtype = getattr(torch, compute_dtype)
     self.compute_dtype = compute_dtype
     self.device_map = device_map if self._cuda else None
-    self.batch_size, self.max_context_arg = int(batch_size), max_context
+    # default batch: 16 on a GPU; 32 on the CPU, where each decode step pays a fixed cost per batch (dequantizing every weight)
+    self.batch_size = int(batch_size) if batch_size is not None else (16 if self._cuda else 32)
+    self.max_context_arg = max_context
     # the model's default template options (e.g. Qwen3 non-thinking), overridden key by key by the caller's
     self.chat_template_kwargs = {**dict(self.spec.chat_template_kwargs), **dict(chat_template_kwargs or {})}
     self.allow_download, self.progress = allow_download, progress
@@ -443,6 +444,70 @@ def _empty_cache(self: HFBackend):
 def _device(self: HFBackend):
     return next(self.model.parameters()).device if self.device_map is None else self.model.device
 
+# %% ../nbs/03g_hf.ipynb #43f7c7c8
+@functools.lru_cache(maxsize=None)
+def _reserved_layer():
+    "`ReservedLayer`, built on first use (a subclass of transformers' `DynamicLayer`; keeps the import torch-free)."
+    from transformers.cache_utils import DynamicLayer
+
+    class ReservedLayer(DynamicLayer):
+        "A KV-cache layer with room reserved for `capacity` positions: each step writes in place, attention reads a view."
+        def __init__(self, capacity: int):
+            super().__init__()
+            self.capacity, self._kb, self._vb, self._view = int(capacity), None, None, None
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized: self.lazy_initialization(key_states, value_states)
+            n, m = self.get_seq_length(), key_states.shape[-2]
+            # a new reserve: the first write, more than the room left, or the keys replaced from outside (crop, select)
+            if self._kb is None or self.keys is not self._view or n + m > self._kb.shape[-2]:
+                cap = max(self.capacity, n + m, 2 * n)
+                kb = key_states.new_zeros((*key_states.shape[:-2], cap, key_states.shape[-1]))
+                vb = value_states.new_zeros((*value_states.shape[:-2], cap, value_states.shape[-1]))
+                if n: kb[..., :n, :], vb[..., :n, :] = self.keys, self.values
+                self._kb, self._vb = kb, vb
+            self._kb[..., n:n + m, :], self._vb[..., n:n + m, :] = key_states, value_states
+            self.keys, self.values = self._kb[..., :n + m, :], self._vb[..., :n + m, :]
+            self._view = self.keys
+            return self.keys, self.values
+
+    return ReservedLayer
+
+# %% ../nbs/03g_hf.ipynb #24d74e03
+def reserved_cache(config, capacity: int):
+    """A `DynamicCache` of `ReservedLayer`s with room for `capacity` positions, or None where the model's cache is not
+    a plain list of full-attention layers (sliding windows, KV sharing): those keep transformers' own cache."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+    cache = DynamicCache(config=config)
+    if not cache.layers or any(type(l) is not DynamicLayer for l in cache.layers): return None
+    cache.layers = [_reserved_layer()(capacity) for _ in cache.layers]
+    return cache
+
+# %% ../nbs/03g_hf.ipynb #7c4799e4
+@patch
+def _prefill_rows(self: HFBackend, input_ids, attn, cache) -> bool:
+    """Fill `cache` with a left-padded batch's prompts but their last token, one row at a time (a row's prompt is
+    computed exactly as when it is alone); each row's keys and values go to its padded positions. False: nothing to
+    prefill (every prompt is one token long)."""
+    torch = _torch_parts()["torch"]
+    from transformers.cache_utils import DynamicCache
+    B, L = input_ids.shape
+    keys = values = None
+    for b in range(B):
+        n = int(attn[b].sum())
+        if n < 2: continue
+        row = DynamicCache(config=self.model.config)
+        self.model(input_ids=input_ids[b:b + 1, L - n:L - 1], use_cache=True, past_key_values=row, logits_to_keep=1)
+        if keys is None:
+            shape = lambda t: (B, *t.shape[1:-2], L - 1, t.shape[-1])
+            keys = [l.keys.new_zeros(shape(l.keys)) for l in row.layers]
+            values = [l.values.new_zeros(shape(l.values)) for l in row.layers]
+        for i, l in enumerate(row.layers):
+            keys[i][b, ..., L - n:L - 1, :], values[i][b, ..., L - n:L - 1, :] = l.keys[0], l.values[0]
+    if keys is None: return False
+    for layer, k, v in zip(cache.layers, keys, values): layer.update(k, v)
+    return True
+
 # %% ../nbs/03g_hf.ipynb #66e37e43
 @patch
 def _generate_batch(self: HFBackend, reqs: list[GenRequest], preps: list[_Prepared]) -> list[Generation]:
@@ -458,11 +523,14 @@ def _generate_batch(self: HFBackend, reqs: list[GenRequest], preps: list[_Prepar
     limits = [p.max_new for p in preps]
     sampler = P["RowSampler"]([r.temperature for r in reqs], [r.top_p for r in reqs], [r.seed for r in reqs], dev)
     stopper = P["RowLimit"](L, limits, dev)
+    kw = {}
     with torch.inference_mode():
+        cache = reserved_cache(self.model.config, L + max(limits)) if self.cpu_prefill_rows and dev.type == "cpu" and L > 1 else None
+        if cache is not None and self._prefill_rows(input_ids.to(dev), attn, cache): kw["past_key_values"] = cache
         res = self.model.generate(input_ids=input_ids.to(dev), attention_mask=attn.to(dev), max_new_tokens=max(limits),
                                   do_sample=False, logits_processor=LogitsProcessorList([sampler]),
                                   stopping_criteria=StoppingCriteriaList([stopper]), return_dict_in_generate=True,
-                                  output_logits=self._verify_logits)
+                                  output_logits=self._verify_logits, **kw)
     seqs = res.sequences[:, L:].cpu()
     lps = torch.stack(sampler.logprobs, 1).cpu().double()
     ents = torch.stack(sampler.entropies, 1).cpu().double()
