@@ -509,7 +509,7 @@ def summary_rows(res: dict) -> list[list[str]]:
                      f"batched {t['batched_tok_s']} tok/s vs one at a time {t['single_tok_s']} tok/s: **{t['ratio']}x**; "
                      f"identical greedy text {t['same_text']} of {t['requests']}"
                      + (f"; prefill ~{100 * t['prefill']['share_of_batched']:.0f}% of the batched time" if t.get("prefill") else "")
-                     + (f"; before this session's row prefill and reserved cache (batch 16): {t['before']['ratio']}x" if t.get("before") else ""),
+                     + (f"; the batched path as it was before 2026-11-24 (batch 16, batched prefill, transformers' cache), same run: {t['before']['ratio']}x" if t.get("before") else ""),
                      f">= {TARGETS['throughput']}x{', all identical' if t.get('batch_invariant') else ''}" if kit else "comparison",
                      _met(t["ratio"] >= TARGETS["throughput"] and (not t.get("batch_invariant") or t["same_text"] == t["requests"]))
                      if kit else "n/a"])
@@ -583,7 +583,8 @@ def render(res: dict, info: dict, argv: list[str]) -> str:
             if t.get("prefill"):
                 pf = t["prefill"]
                 L += [f"Timed in the order one at a time (first half of the round, {t['single_runs_s'][0]} s), batched ({t['batched_runs_s'][0]} s), "
-                      f"one at a time (second half, {t['single_runs_s'][1]} s), batched again ({t['batched_runs_s'][1]} s; same text as the first "
+                      f"{'batched as before (below), ' if t.get('before') else ''}one at a time (second half, {t['single_runs_s'][1]} s), "
+                      f"batched again ({t['batched_runs_s'][1]} s{', then as before' if t.get('before') else ''}; same text as the first "
                       f"batched run for {t['same_batched_runs']} of {t['requests']}). The prefill alone ({pf['prompts']} of the round's prompts, one "
                       f"new token): batched {pf['batched_s']} s, one at a time {pf['single_s']} s. Scaled to the round it is about "
                       f"{100 * pf['share_of_batched']:.0f}% of the batched time: a compute-bound pass over each prompt that batching does not "
