@@ -243,7 +243,9 @@ def _toy_run(lr, steps=6, G=8, seed=0):
 
 @pytest.mark.slow
 def test_toy_reward_rises_and_not_without_learning():
-    trained, control = _toy_run(1e-3), _toy_run(0.0)
+    "Pooled over three seeds: one seed's six steps of eight samples are too few to show the rise every time (seed 0 alone did not, once the draw became Gumbel-max)."
+    trained = np.stack([_toy_run(1e-3, seed=s) for s in range(3)]).mean(0)
+    control = np.stack([_toy_run(0.0, seed=s) for s in range(3)]).mean(0)
     assert trained[-3:].mean() > trained[0] + 0.05
     assert trained[-3:].mean() > control[-3:].mean() + 0.05
 
