@@ -153,32 +153,101 @@ def canonical_number(v: Fraction | int | float | str | None) -> str | None:
 
 # %% ../nbs/01_answers.ipynb #796d0c1c
 _STMT_RE = re.compile(
-    r"(?:\b(?:final|correct|right|best)\s+)?\b(?P<kw>answer|option|choice)s?\b"
+    r"(?:\b(?P<final>final|correct|right|best)\s+)?\b(?P<kw>answer|option|choice)s?\b"
     r"(?:\s+to\s+(?:the|this)\s+(?:question|problem))?[\s*_]*"
-    r"(?:(?P<verb>is|was|would\s+be|should\s+be|will\s+be|must\s+be|remains|becomes)\b\s*[:：]?|[:：=])"
+    r"(?:(?P<verb>is|was|would\s+be|should\s+be|will\s+be|must\s+be|remains|becomes|stays)\b"
+    r"\s*(?:still\s+)?[:：]?|[:：=])"
     r"[\s*_]*", re.IGNORECASE)
 _FINAL_CUE_RE = re.compile(r"\bfinal\s*[:：][\s*_]*", re.IGNORECASE)     # a bare "Final:" cue
-_NOT_AN_ANSWER_RE = re.compile(r"(?:correct|incorrect|wrong|right|not|unclear|clear|obvious|above|below)\b", re.I)
+# first-person choices: "I choose (B)", "I'll go with B", "I still maintain (C)", "I stand by 42"
+_CHOOSE_RE = re.compile(
+    r"\bI(?:\s+still|\s+now|\s+will|\s+would|'ll|'d)?\s+(?:choose|select|pick|go\s+with|stick\s+with|"
+    r"maintain|stand\s+by|keep|vote\s+for|settle\s+on)\b(?:\s+(?:answer|option|choice))?[\s:*_]*",
+    re.IGNORECASE)
+_NOT_AN_ANSWER_RE = re.compile(
+    r"(?:correct|incorrect|wrong|right|not|unclear|clear|obvious|above|below)\b", re.I)
+_NOT_BUT_RE = re.compile(r"not\b[^.\n]{0,80}?\b(?:but|rather)\b[\s,:]*(?:it\s+is\s+|is\s+)?", re.I)
 
+# %% ../nbs/01_answers.ipynb #0508c16b
+# a clause ends at a sentence end, a semicolon, or a contrast ("..., but I think")
+_CLAUSE_RE = re.compile(
+    r"[.!?;\n](?:\s|$)|[;\n]|,?\s*\b(?:but|however|whereas|while|although|though|yet)\b", re.I)
+_OTHERS = (r"(?:agents?(?:\s*#?\d+)?|peers?|others|other\s+agents?|solutions?(?:\s*#?\d+)?|"
+           r"they|he|she|someone|everyone|both|the\s+(?:other|first|second|third)\s+\w+)")
+_SAYS = (r"(?:said|says|say|claim\w*|think|thinks|thought|believ\w*|argu\w*|suggest\w*|propos\w*|"
+         r"conclud\w*|stat\w*|insist\w*|answered|answers|chose|choose|chooses|picked|picks|"
+         r"selected|select|went\s+with|go\s+with|voted\s+for|gave|got|favou?r\w*|support\w*)")
+_ATTRIB_RE = re.compile(rf"\b{_OTHERS}\b[^.]*?\b{_SAYS}\b", re.I)
+_POSSESSIVE_RE = re.compile(
+    rf"(?:\b{_OTHERS}'s?|\btheir|\bhis|\bher|\byour)\s+(?:final\s+|own\s+)?$", re.I)
+_REJECT_BEFORE_RE = re.compile(
+    r"(?:\bnot|\bthan|\binstead\s+of|\bover|\bexcept|\bunlike|\bagainst|\brul(?:e|ed|ing)\s+out|"
+    r"\beliminat\w*|\breject\w*|\bexclud\w*|n't|\bnor|\bneither|\bfrom)"
+    r"\s+(?:the\s+)?(?:option\s+|choice\s+|answer\s+)?[*_$]*$", re.I)
+_REJECT_AFTER_RE = re.compile(
+    r"^[)*_$\s]*(?:is|was|seems|would\s+be|are)\s+(?:also\s+|clearly\s+|definitely\s+)?"
+    r"(?:wrong|incorrect|false|not\b|invalid|eliminated|ruled\s+out|unlikely|implausible)", re.I)
+
+def _clause_before(s: str, p: int) -> str:
+    "The text of the clause that `p` sits in, up to `p` (at most 200 characters back)."
+    w = s[max(0, p - 200):p]
+    ends = list(_CLAUSE_RE.finditer(w))
+    return w[ends[-1].end():] if ends else w
+
+_AGREE_RE = re.compile(r"\b(?:agree\w*|concur\w*|side\s+with|same\s+as|consistent\s+with)\b", re.I)
+_FIRST_PERSON_RE = re.compile(r"\b(?:I|I'm|I've|we|my|our)\b")
+
+def _attributed(s: str, p: int) -> bool:
+    """Whether an answer at `p` is another agent's: `Agent 2 chose (A)`, `their answer is`, `agent 1's`.
+    Not when the clause agrees (`I agree with Agent 2, who chose (B)`) or speaks for itself after
+    naming the others (`Given the other agents' solutions, I think ...`)."""
+    c = _clause_before(s, p)
+    if _POSSESSIVE_RE.search(c): return True
+    hits = list(_ATTRIB_RE.finditer(c))
+    if not hits or _AGREE_RE.search(c): return False
+    return not _FIRST_PERSON_RE.search(c[hits[-1].start():])
+
+def _rejected(s: str, p: int, q: int) -> bool:
+    "Whether the answer `s[p:q]` is rejected: `not (D)`, `rather than (C)`, `(A) is wrong`."
+    return bool(_REJECT_BEFORE_RE.search(_clause_before(s, p)) or _REJECT_AFTER_RE.match(s[q:q + 60]))
+
+def _excluded(s: str, p: int, q: int) -> bool:
+    "Another agent's answer, or one the text rejects: never the answer (the statement rules above)."
+    return _attributed(s, p) or _rejected(s, p, q)
+
+# %% ../nbs/01_answers.ipynb #4e1f346f
 def _statements(s: str, kws=("answer",)) -> list[tuple[int, str]]:
-    """Positions and the rest of the line after each answer statement (`kws`: which keywords count).
-    Statements about an answer ("the answer is correct", "the answer is not ...") are skipped."""
-    cues = [m for m in _STMT_RE.finditer(s) if m.group("kw").lower() in kws]
-    if "answer" in kws: cues = sorted(cues + list(_FINAL_CUE_RE.finditer(s)), key=lambda m: m.start())
+    """Positions and the rest of the line after each of the responder's own answer statements (`kws`:
+    which keywords count), in order of preference (the preferred one last: final statements after plain
+    ones, then by position). Statements about an answer ("the answer is correct"), another agent's
+    statements ("Agent 2 says the answer is", "their answer is") and rejections are skipped;
+    "the answer is not X but Y" reads Y."""
+    cues = [(m, False) for m in _STMT_RE.finditer(s) if m.group("kw").lower() in kws]
+    cues = [(m, bool(m.group("final") and m.group("final").lower() == "final")) for m, _ in cues]
+    if "answer" in kws: cues += [(m, True) for m in _FINAL_CUE_RE.finditer(s)]
+    cues += [(m, False) for m in _CHOOSE_RE.finditer(s)]
     out = []
-    for m in cues:
+    for m, final in cues:
         rest = s[m.end():m.end() + 300].split("\n", 1)[0]
-        if _NOT_AN_ANSWER_RE.match(rest.lstrip("$*_ ")): continue
-        out.append((m.start(), rest))
-    return out
+        nb = _NOT_BUT_RE.match(rest.lstrip("$*_ "))
+        if nb: rest = rest.lstrip("$*_ ")[nb.end():]
+        elif _NOT_AN_ANSWER_RE.match(rest.lstrip("$*_ ")): continue
+        if _attributed(s, m.start()): continue
+        out.append((final, m.start(), rest))
+    return [(p, r) for _, p, r in sorted(out, key=lambda t: (t[0], t[1]))]
+
+# %% ../nbs/01_answers.ipynb #5fb7bdc7
+_UNESCAPED_DOLLAR_RE = re.compile(r"(?<!\\)\$")
 
 def _cut_statement(rest: str) -> str:
-    "The answer inside the text after 'the answer is': up to a closing `$`, else a sentence end."
+    """The answer inside the text after 'the answer is': up to a closing `$`, else a sentence end.
+    An escaped dollar `\\$` (currency, as MATH-500 golds write it) is part of the answer."""
     rest = rest.strip()
     if rest.startswith("$"):
-        k = rest.find("$", 1)
-        if k > 0: return rest[1:k]
-    m = re.search(r"\$|\\\)|\.(?:\s|$)|\s+(?:because|since|as|which|so)\b|[;!?]", rest)
+        m = _UNESCAPED_DOLLAR_RE.search(rest, 1)
+        if m: return rest[1:m.start()]
+    m = re.search(r"(?<!\\)\$|\\\)|\.(?:\s|$)|,\s+(?:not|rather)\b|\s+(?:because|since|as|which|so)\b|[;!?]",
+                  rest)
     return rest[:m.start()] if m else rest
 
 # %% ../nbs/01_answers.ipynb #d983df8d
@@ -218,34 +287,71 @@ def _listing_lines(s: str) -> set[int]:
 # %% ../nbs/01_answers.ipynb #c09564ab
 _PAREN_RE = re.compile(rf"\(({_L})\)")
 _END_PAREN_RE = re.compile(rf"\(({_L})\)[\s.*_!)\]$`]*$")
-# a bare letter after "the answer is": not followed by a letter or digit; a bare "I" (the pronoun) only before punctuation
-_STMT_LETTER_RE = re.compile(rf"^(?:option\s+|choice\s+)?(?:\(({_l})\)|\[({_L})\]|(?!I\s)({_L})(?:\)|\]|(?![A-Za-z0-9'])))")
+_ALONE_PAREN_RE = re.compile(rf"(?:^|\n)[\s*_>#]*\(({_L})\)[\s.*_!]*$")   # a last line that is only (X)
+# a bare letter after "the answer is": not followed by a letter or digit; a bare "I" (the pronoun)
+# only before punctuation
+_STMT_LETTER_RE = re.compile(
+    rf"^(?:option\s+|choice\s+)?(?:\(({_l})\)|\[({_L})\]|(?!I\s)({_L})(?:\)|\]|(?![A-Za-z0-9'])))")
+_STMT_PREFIX_RE = re.compile(r"^[\s*_$]*(?:\\\(|\\\[)?\s*(?:\\(?:text|textbf|mathrm|mathbf)\s*\{)?")
+
+def _stated_letter(s: str) -> str | None:
+    "The letter of the preferred own answer statement (rule 2), a last line `(X)` counting as a final one."
+    found = []
+    for p, rest in _statements(s, kws=("answer", "option", "choice")):
+        mm = _STMT_LETTER_RE.match(_STMT_PREFIX_RE.sub("", rest))
+        if mm: found.append(((mm.group(1) or mm.group(2) or mm.group(3)).upper(), p))
+    alone = _ALONE_PAREN_RE.search(s.rstrip())
+    if alone and (not found or alone.start(1) > found[-1][1]): return alone.group(1)
+    return found[-1][0] if found else None
+
+# %% ../nbs/01_answers.ipynb #89b25854
+def _line_index(s: str):
+    "A function from a position in `s` to its line number."
+    offsets, pos = [], 0
+    for l in s.split("\n"): offsets.append(pos); pos += len(l) + 1
+    return lambda p: bisect.bisect_right(offsets, p) - 1
 
 def _extract_option(s: str) -> str | None:
-    for _, content in reversed(_boxes(s)):                       # 1. boxed letter
+    for p, content in reversed(_boxes(s)):                          # 1. boxed letter
         l = _letter_from(content)
-        if l: return l
-    lines = s.split("\n")
-    listing = _listing_lines(s)
-    offsets, pos = [], 0
-    for l in lines: offsets.append(pos); pos += len(l) + 1
-    def line_of(p): return bisect.bisect_right(offsets, p) - 1
-    m = _END_PAREN_RE.search(s.rstrip())                          # 2. a closing (X)
-    if m and line_of(m.start()) not in listing: return m.group(1)
-    for p, rest in reversed(_statements(s, kws=("answer", "option", "choice"))):   # 3. answer statement
-        r = re.sub(r"^[\s*_$]*(?:\\\(|\\\[)?\s*(?:\\(?:text|textbf|mathrm|mathbf)\s*\{)?", "", rest)
-        mm = _STMT_LETTER_RE.match(r)
-        if mm: return (mm.group(1) or mm.group(2) or mm.group(3)).upper()
-    for m in reversed(list(_PAREN_RE.finditer(s))):               # 4. last (X) outside option lists
-        if line_of(m.start()) not in listing: return m.group(1)
-    m = list(re.finditer(rf"\*\*\s*\(?({_L})\)?[.:]?\s*\*\*", s))  # 5. bold letter, or a bare letter
+        if l and not _excluded(s, p, p): return l
+    stated = _stated_letter(s)                                       # 2. own answer statement
+    if stated: return stated
+    listing, line_of = _listing_lines(s), _line_index(s)
+    def usable(m): return line_of(m.start()) not in listing and not _excluded(s, m.start(), m.end())
+    m = _END_PAREN_RE.search(s.rstrip())                             # 3. a closing (X)
+    if m and usable(m): return m.group(1)
+    for m in reversed(list(_PAREN_RE.finditer(s))):                  # 4. last usable (X)
+        if usable(m): return m.group(1)
+    m = list(re.finditer(rf"\*\*\s*\(?({_L})\)?[.:]?\s*\*\*", s))   # 5. bold letter, or a bare letter
     if m: return m[-1].group(1)
-    last = next((l for l in reversed(lines) if l.strip()), "")
+    last = next((l for l in reversed(s.split("\n")) if l.strip()), "")
     return _letter_from(last, lower_ok=False, strict=True) if len(last.strip()) <= 20 else None
 
 # %% ../nbs/01_answers.ipynb #e1494836
+def _own_boxes(s: str) -> list[tuple[int, str]]:
+    "The boxes that are not another agent's or rejected (`Agent 2 got \\boxed{5}`, `\\boxed{18} is wrong`)."
+    out = []
+    for p, content in _boxes(s):
+        i = s.find(content, p)
+        if not _excluded(s, p, i + len(content) + 1 if i >= 0 else p): out.append((p, content))
+    return out
+
+_LABEL_RE = re.compile(r"\b(?:agents?|solutions?|rounds?|steps?|players?|models?|peers?)\s*#?\s*$", re.I)
+
+def _last_own_number(s: str) -> str | None:
+    """The last number of the text that is not another agent's or rejected (`I get 42, not 24`),
+    nor a label (`Agent 2`, `round 3`)."""
+    c = _clean_number_text(s)
+    for m in reversed(list(_NUM_RE.finditer(c))):
+        v = _to_fraction(m)
+        if v is None or _LABEL_RE.search(c[max(0, m.start() - 20):m.start()]): continue
+        if not _excluded(c, m.start(), m.end()): return canonical_number(v)
+    return None
+
+# %% ../nbs/01_answers.ipynb #ce3e74e5
 def _extract_number(s: str) -> str | None:
-    for _, content in reversed(_boxes(s)):                        # 1. boxed (last box holding a number)
+    for _, content in reversed(_own_boxes(s)):                    # 1. boxed (last box holding a number)
         v = parse_number(content)
         if v is not None: return canonical_number(v)
     ms = list(re.finditer(r"####\s*([^\n]*)", s))                 # 2. GSM8K's "#### N"
@@ -253,12 +359,16 @@ def _extract_number(s: str) -> str | None:
         v = parse_number(m.group(1), last=False)
         if v is not None: return canonical_number(v)
     for _, rest in reversed(_statements(s)):                      # 3. "The answer is N"
-        v = parse_number(rest[:80], last=False)
+        v = parse_number(_cut_number_statement(rest), last=False)
         if v is not None: return canonical_number(v)
-    return canonical_number(parse_number(s))                      # 4. the last number in the text
+    return _last_own_number(s)                                    # 4. the last own number
+
+def _cut_number_statement(rest: str) -> str:
+    "The first 80 characters after 'the answer is', cut before `, not 24` / `rather than 24`."
+    return re.split(r",?\s+(?:not|rather\s+than|instead\s+of)\b", rest[:80], maxsplit=1)[0]
 
 def _extract_boxed(s: str) -> str | None:
-    for _, content in reversed(_boxes(s)):
+    for _, content in reversed(_own_boxes(s)):
         a = normalize_latex(content)
         if a: return a
     for _, rest in reversed(_statements(s)):
@@ -268,7 +378,7 @@ def _extract_boxed(s: str) -> str | None:
 
 # %% ../nbs/01_answers.ipynb #106c04ac
 def _extract_exact(s: str) -> str | None:
-    for _, content in reversed(_boxes(s)):
+    for _, content in reversed(_own_boxes(s)):
         a = normalize_latex(re.sub(r"^\\text\{(.*)\}$", r"\1", content.strip()))
         if a: return a
     for _, rest in reversed(_statements(s)):

@@ -5,10 +5,13 @@
 # %% ../nbs/04c_roles.ipynb #a745aded
 from __future__ import annotations
 
+import ast
 import dataclasses
+import io
 import json
 import math
 import re
+import tokenize
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -25,11 +28,12 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['LETTERS', 'MAD_ROLES', 'MAD_PROMPTS', 'ROUND_WORDS', 'VERDICT_STATUSES', 'MAX_VERDICT_CHARS', 'MAX_JSON_STARTS',
-           'Assignment', 'DMAD_ROLES', 'DMAD_METHOD_NAMES', 'DMAD_PROMPTS', 'DMAD_VISION_ROLES', 'DMAD_TWO_STEP',
-           'DMAD_VISION_PROMPTS', 'ROLE_SIM_KEYS', 'SIM_AUX', 'SIM_CRITERIA', 'question_parts', 'answer_instruction',
-           'question_block', 'loose_answer', 'mad_topic', 'Verdict', 'first_json_object', 'parse_verdict',
-           'resolve_assignment', 'run_mad', 'dmad_opening', 'dmad_debate_message', 'dmad_roles', 'dmad_vision_message',
-           'extract_program', 'PotAnswer', 'pot_answer', 'PotTurn', 'pot_turn', 'run_dmad', 'RoleSimBackend']
+           'MAX_LITERAL_CHARS', 'Assignment', 'DMAD_ROLES', 'DMAD_METHOD_NAMES', 'DMAD_PROMPTS', 'DMAD_VISION_ROLES',
+           'DMAD_TWO_STEP', 'DMAD_VISION_PROMPTS', 'ROLE_SIM_KEYS', 'SIM_AUX', 'SIM_CRITERIA', 'question_parts',
+           'answer_instruction', 'question_block', 'loose_answer', 'mad_topic', 'Verdict', 'literal_object',
+           'first_json_object', 'parse_verdict', 'resolve_assignment', 'run_mad', 'dmad_opening', 'dmad_debate_message',
+           'dmad_roles', 'dmad_vision_message', 'extract_program', 'PotAnswer', 'pot_answer', 'PotTurn', 'pot_turn',
+           'run_dmad', 'RoleSimBackend']
 
 # %% ../nbs/04c_roles.ipynb #5d932869
 LETTERS = "ABCDEFGHIJ"
@@ -110,15 +114,58 @@ def _json_int(s: str) -> int | str:
     "A JSON integer: int when short; the digit string when long (Python's int() refuses more than 4,300 digits)."
     return int(s) if len(s) <= 100 else s
 
+# %% ../nbs/04c_roles.ipynb #8a5a6a35
+MAX_LITERAL_CHARS = 4_000    # a Python-literal verdict is read only when its braces close within this many characters
+_LIT_TOKEN_RE = re.compile(r"\\.|['\"{}]", re.S)
+_JSON_WORDS = {"true": "True", "false": "False", "null": "None"}
+
+def _closing_brace(s: str, start: int) -> int | None:
+    "Index of the `}` that closes the `{` at `start`, skipping quoted text ('...' or \"...\"); None if unclosed."
+    depth, quote = 0, None
+    for m in _LIT_TOKEN_RE.finditer(s, start, min(len(s), start + MAX_LITERAL_CHARS)):
+        c = m.group()
+        if quote:
+            if c == quote: quote = None
+        elif c in "'\"": quote = c
+        elif c == "{": depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0: return m.start()
+    return None
+
+def _json_words_to_python(src: str) -> str:
+    "JSON's `true`/`false`/`null` outside strings -> Python's, via the tokenizer (strings untouched)."
+    toks = tokenize.generate_tokens(io.StringIO(src).readline)
+    return tokenize.untokenize((t.type, _JSON_WORDS.get(t.string, t.string) if t.type == tokenize.NAME
+                                else t.string) for t in toks)
+
+# %% ../nbs/04c_roles.ipynb #b3068ef2
+def literal_object(text: str, start: int = 0) -> dict | None:
+    """The dict written as a Python literal at `text[start]` (`{'Supported Side': 'Affirmative', ...}`, the style
+    of every moderator reply in Liang et al.'s released transcripts; mixed quotes and JSON's true/false/null
+    too), read with `ast.literal_eval`: literals only, so code in a value is refused, never run. None if the
+    braces do not close within `MAX_LITERAL_CHARS` or the text is not a literal dict. Never raises."""
+    try:
+        end = _closing_brace(text, start)
+        if end is None: return None
+        obj = ast.literal_eval(_json_words_to_python(text[start:end + 1]))
+        return obj if isinstance(obj, dict) else None
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, tokenize.TokenError,
+            IndentationError):
+        return None
+
+# %% ../nbs/04c_roles.ipynb #ad7fef8f
 def first_json_object(text: str) -> dict | None:
-    "The first JSON object (a dict) in `text`, decoded with `json` only; None if there is none. Bounded: never raises, never slow."
+    """The first object (a dict) in `text`: JSON decoded with `json`, else a Python-literal dict read by
+    `literal_object` (never `eval`); None if there is none. Bounded: never raises, never slow."""
     if not isinstance(text, str): return None
-    s = re.sub(r"```(?:json|JSON)?", "", text[:MAX_VERDICT_CHARS])
+    s = re.sub(r"```(?:json|JSON|python)?", "", text[:MAX_VERDICT_CHARS])
     dec = json.JSONDecoder(parse_int=_json_int)
-    for n, m in enumerate(re.finditer(r'\{\s*["}]', s)):
+    for n, m in enumerate(re.finditer(r"\{\s*[\"'}]", s)):
         if n >= MAX_JSON_STARTS: break
         try: obj, _ = dec.raw_decode(s, m.start())
-        except (ValueError, RecursionError): continue          # JSONDecodeError is a ValueError; so is a too-long number
+        except (ValueError, RecursionError):                 # JSONDecodeError is a ValueError; so is a long number
+            obj = literal_object(s, m.start())
         if isinstance(obj, dict): return obj
     return None
 
