@@ -20,9 +20,10 @@ from typing import Any, Iterable, Sequence
 from .core import ANSWER_FORMATS, ConfigError
 
 # %% auto #0
-__all__ = ['MAX_CHARS', 'OPTION_LETTERS', 'MATH_VERIFY_TIMEOUT', 'MATH_VERIFY_MAX_CHARS', 'ELEMENTWISE_FORMATS', 'last_boxed',
-           'normalize_latex', 'number_candidates', 'parse_number', 'canonical_number', 'extract_answer', 'is_correct',
-           'answers_equivalent', 'merge_equivalent', 'parse_failure_rate', 'extract_confidence']
+__all__ = ['MAX_CHARS', 'OPTION_LETTERS', 'MATH_VERIFY_TIMEOUT', 'MATH_VERIFY_MAX_CHARS', 'GRADINGS', 'ELEMENTWISE_FORMATS',
+           'last_boxed', 'normalize_latex', 'number_candidates', 'parse_number', 'canonical_number', 'extract_answer',
+           'math_equiv_strict', 'is_correct', 'answers_equivalent', 'merge_equivalent', 'parse_failure_rate',
+           'extract_confidence']
 
 # %% ../nbs/01_answers.ipynb #a1b712c7
 MAX_CHARS = 50_000   # only the last MAX_CHARS characters of a response are read (answers come at the end)
@@ -509,15 +510,61 @@ def _boxed_equal(gold: str, pred: str) -> bool:
 def _option_letter(a: Any) -> str | None:
     return _letter_from(str(a)) if a is not None else None
 
+# %% ../nbs/01_answers.ipynb #3c78a4e5
+def _fix_fracs(s: str) -> str:
+    r"`\frac12` -> `\frac{1}{2}`, `\frac1{2}` -> `\frac{1}{2}` (the MATH script's brace repair)."
+    parts = s.split("\\frac")
+    out = parts[0]
+    for p in parts[1:]:
+        out += "\\frac"
+        if p.startswith("{") or len(p) < 2: out += p; continue
+        a, b, rest = p[0], p[1], p[2:]
+        out += "{" + a + "}" + (b + rest if b == "{" else "{" + b + "}" + rest)
+    return out
+
+def _fix_slash(s: str) -> str:
+    r"`3/4` (integers only) -> `\frac{3}{4}`."
+    m = re.fullmatch(r"(\d+)/(\d+)", s)
+    return f"\\frac{{{m.group(1)}}}{{{m.group(2)}}}" if m else s
+
+def _strip_math_string(s: str) -> str:
+    "The MATH benchmark's string normalisation (Hendrycks et al. 2021), step by step."
+    s = s.replace("\n", "").replace("\\!", "").replace("\\\\", "\\")
+    s = s.replace("tfrac", "frac").replace("dfrac", "frac").replace("\\left", "").replace("\\right", "")
+    s = s.replace("^{\\circ}", "").replace("^\\circ", "").replace("\\$", "")
+    if "\\text{ " in s: s = s.split("\\text{ ")[0]              # a unit: `5 \text{ cm}` -> `5 `
+    s = s.replace("\\%", "").replace("%", "").replace(" .", " 0.").replace("{.", "{0.")
+    if s.startswith("."): s = "0" + s
+    if len(s.split("=")) == 2 and len(s.split("=")[0]) <= 2: s = s.split("=")[1]   # `x = 5` -> `5`
+    s = re.sub(r"\\sqrt(\w)", r"\\sqrt{\1}", s).replace(" ", "")
+    s = _fix_fracs(s)
+    return _fix_slash("\\frac{1}{2}" if s == "0.5" else s)
+
+def math_equiv_strict(pred: Any, gold: Any) -> bool:
+    """Strict MATH grading: equal strings after the MATH benchmark's normalisation (Hendrycks et al. 2021),
+    the check UMAD's reward uses (App. D: "the MATH benchmark's equivalence script"). `0.5` equals `\\frac12`;
+    `\\frac{2}{4}` does not equal `\\frac12`, nor `2x` `x*2` (math-verify's lenient `is_correct` says equal)."""
+    if pred is None or gold is None: return False
+    try:
+        return _strip_math_string(str(pred)) == _strip_math_string(str(gold))
+    except Exception:
+        return str(pred) == str(gold)
+
 # %% ../nbs/01_answers.ipynb #6f20d73a
-def is_correct(pred: Any, gold: Any, fmt: str) -> bool:
+GRADINGS = ("lenient", "strict")   # boxed answers: math-verify (the kit's default) | the MATH script
+
+def is_correct(pred: Any, gold: Any, fmt: str, grading: str = "lenient") -> bool:
     """Whether the extracted answer `pred` matches `gold` under answer format `fmt`.
 
     `None` (nothing parsed) is never correct; Du et al.'s GSM8K evaluation counted it as correct, a pitfall we
     avoid. `boxed` uses math-verify (`parse` + `verify`, gold first) on `\\boxed{...}`-wrapped strings, after the
     fast paths described above; `number` compares values; `option` letters; `exact` normalised strings,
-    case-insensitively. Never raises (an unknown `fmt` raises `ConfigError`). Results for string inputs are memoised."""
+    case-insensitively. `grading="strict"` grades `boxed` answers with `math_equiv_strict` (the MATH
+    benchmark's script, UMAD's reward) instead. Never raises (an unknown `fmt` or `grading` raises
+    `ConfigError`). Results for string inputs are memoised."""
     _check_fmt(fmt)
+    if grading not in GRADINGS: raise ConfigError("unknown grading", key="grading", value=grading, choices=GRADINGS)
+    if grading == "strict" and fmt == "boxed": return math_equiv_strict(pred, gold)
     if type(pred) is str and type(gold) is str: return _is_correct_str(pred, gold, fmt)
     return _is_correct(pred, gold, fmt)
 

@@ -69,7 +69,8 @@ def madc_ordering(ctx: RoundContext) -> list[str]:
 class MADCPeers(OrderedPeers):
     """MADC allocation (Alg. 1): peers shown in ascending path consistency, the most consistent last; recomputed every round.
     `scope='all'` (Alg. 1): one order from all agents' answers, each agent sees the others in it; `scope='peers'`
-    (the released `exchangeI6` variant): each agent's peers ordered by consistency among those peers only."""
+    (after the released `exchangeI6` variant): each agent's peers ordered by consistency among those peers only;
+    the same order as the release's only when no two peers tie; ties follow `madc_order`'s rule."""
     def __init__(self, scope: str = "all", include_self: bool = False, name: str | None = None):
         if scope not in ("all", "peers"): raise ConfigError("unknown MADC scope", key="scope", value=scope, choices=["all", "peers"])
         super().__init__(madc_ordering, include_self=include_self, name=name or ("madc" if scope == "all" else "madc_peers"))

@@ -166,7 +166,7 @@ def answer_distribution(answers: Sequence[Any], support: Sequence[str] | None = 
                         unparsed: str = "shared") -> pd.Series:
     """Empirical answer distribution (UMAD App. C.1) over `support` (default: the answers seen, sorted).
     Equivalent answers are merged when `fmt` is given; unparsed answers as `unparsed` says (default `shared`: one
-    outcome `UNPARSED`, as MADC's viewpoint entropy counts them; `drop`: left out; `distinct`: one outcome each)."""
+    outcome `UNPARSED`, as the kit's viewpoint entropy counts them (MADC's release drops them); `drop`: left out; `distinct`: one outcome each)."""
     outs = _outcomes(answers, fmt, _check_unparsed(unparsed))
     sup = sorted(set(outs), key=_support_key) if support is None else list(support)
     extra = set(outs) - set(sup)
@@ -432,17 +432,23 @@ def flip_table(transcript: pd.DataFrame, before_round: int = 0, after_round: int
     return pd.DataFrame(rows)
 
 # %% ../nbs/05_metrics.ipynb #4f82c63b
-def viewpoint_entropy(answers: Sequence[Any], base: float = 2, fmt: str | None = None) -> float:
-    "MADC App. A.2: Shannon entropy (bits by default) of the agents' answer distribution on one question."
+def viewpoint_entropy(answers: Sequence[Any], base: float = 2, fmt: str | None = None,
+                      unparsed: str = "shared") -> float:
+    """MADC App. A.2: Shannon entropy (bits by default) of the agents' answer distribution on one question.
+    `unparsed`: `shared` (the kit: one viewpoint), `drop` (MADC's release), or `distinct`."""
     if len(answers) == 0: return math.nan
-    outs = _outcomes(answers, fmt)                    # answer_distribution's numbers, without building a Series
+    outs = _outcomes(answers, fmt, _check_unparsed(unparsed))   # answer_distribution's numbers
     c, n = Counter(outs), len(outs)
+    if n == 0: return math.nan
     return entropy([c[a] / n for a in sorted(c, key=lambda a: (a == UNPARSED, a))], base)
 
-def viewpoint_log_likelihood(answers: Sequence[Any], gold: Any, fmt: str = "exact", floor: float | None = None) -> float:
+def viewpoint_log_likelihood(answers: Sequence[Any], gold: Any, fmt: str = "exact", floor: float | None = None,
+                             unparsed: str = "shared") -> float:
     """MADC App. A.1: log2 of the share of agents whose answer equals `gold` (graded with `is_correct`).
-    -inf when no agent is correct (or `floor` if given); NaN for no answers."""
+    -inf when no agent is correct (or `floor` if given); NaN for no answers. `unparsed="drop"` (MADC's
+    release): the share among parsed agents only; otherwise among all agents."""
     from mad_study.answers import is_correct
+    if _check_unparsed(unparsed) == "drop": answers = [a for a in answers if not _isna(a)]
     n = len(answers)
     if n == 0: return math.nan
     k = sum(1 for a in answers if not _isna(a) and is_correct(a, gold, fmt))

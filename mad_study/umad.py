@@ -18,13 +18,14 @@ from .metrics import _entropy_rows, clustered_accuracy_ci, wilson_ci
 from .registry import planner
 
 # %% auto #0
-__all__ = ['UMAD_PROMPT', 'TRAJECTORY_CLASSES', 'TASK_TITLES', 'ALPHA_AU', 'ETA_PAPER', 'ETA_RELEASED', 'EPS', 'PROMPT_OVERHEAD',
-           'round_of_turn', 'turn_of_round', 'umad_role', 'umad_agents', 'umad_protocol', 'pair_kind', 'pair_label',
-           'config_seed', 'sent_messages', 'alg1_samples', 'eu_sampling_floor', 'decomposition_table',
-           'decomposition_summary', 'classify_trajectory', 'classify_configs', 'trajectory_classes', 'seed_accuracy',
-           'zeroshot_summary', 'parse_failures_by_turn', 'zeroshot_table', 'token_entropy_by_turn', 'token_nll',
-           'group_standardize', 'grpo_advantage', 'au_weight', 'au_advantage', 'peer_improvement',
-           'epistemic_influence_reward', 'umad_rewards', 'umad_advantages', 'plan_decomposition', 'plan_zeroshot']
+__all__ = ['UMAD_PROMPT', 'TRAJECTORY_CLASSES', 'TASK_TITLES', 'ALPHA_AU', 'ETA_PAPER', 'ETA_RELEASED', 'EPS', 'NLL_NORMS',
+           'REWARD_READINGS', 'PROMPT_OVERHEAD', 'round_of_turn', 'turn_of_round', 'umad_role', 'umad_agents',
+           'umad_protocol', 'pair_kind', 'pair_label', 'config_seed', 'sent_messages', 'alg1_samples',
+           'eu_sampling_floor', 'decomposition_table', 'decomposition_summary', 'classify_trajectory',
+           'classify_configs', 'trajectory_classes', 'seed_accuracy', 'zeroshot_summary', 'parse_failures_by_turn',
+           'zeroshot_table', 'token_entropy_by_turn', 'token_nll', 'group_standardize', 'grpo_advantage', 'au_weight',
+           'au_advantage', 'peer_improvement', 'epistemic_influence_reward', 'umad_rewards', 'released_rewards',
+           'umad_advantages', 'plan_decomposition', 'plan_zeroshot']
 
 # %% ../nbs/10_umad.ipynb #92bcc896
 def round_of_turn(T: int) -> int:
@@ -317,6 +318,8 @@ ALPHA_AU = 0.25       # Table 2, "Aleatoric Uncertainty Advantage Ratio"; the re
 ETA_PAPER = 0.25      # Table 2 / App. D.2, "Epistemic Influence Intrinsic Rewards"
 ETA_RELEASED = 0.2    # the released training config (docs/reference_code.md)
 EPS = 1e-6            # GRPO's epsilon (veRL)
+# how the token NLL is standardised for Eq. 4: (ddof, eps); the paper is silent
+NLL_NORMS = {"kit": (1, EPS), "released": (0, 1e-8)}
 
 def token_nll(logprobs: Sequence[float]) -> float:
     "UMAD Sec. 4.2: $\\hat U$ = mean negative log-probability of a response's tokens (from a transcript: `-logprob_mean`)."
@@ -339,8 +342,13 @@ def au_weight(u_bar: Sequence[float] | float, alpha: float = ALPHA_AU) -> np.nda
     return np.exp(-float(alpha) * np.asarray(u_bar, dtype=float))
 
 def au_advantage(advantages: Sequence[float], nll: Sequence[float], alpha: float = ALPHA_AU, eps: float = EPS,
-                 ddof: int = 1, axis: int = 0) -> np.ndarray:
-    "UMAD Eq. 4: A^au = W(standardised NLL) * A, the NLL standardised over the group (`axis`)."
+                 ddof: int = 1, axis: int = 0, nll_norm: str | None = None) -> np.ndarray:
+    """UMAD Eq. 4: A^au = W(standardised NLL) * A, the NLL standardised over the group (`axis`) with `ddof`
+    and `eps`, or as `nll_norm` names it (`NLL_NORMS`: "kit", or "released" = population std, eps 1e-8)."""
+    if nll_norm is not None:
+        if nll_norm not in NLL_NORMS: raise ConfigError("unknown nll_norm", key="nll_norm", value=nll_norm,
+                                                        choices=list(NLL_NORMS))
+        ddof, eps = NLL_NORMS[nll_norm]
     return au_weight(group_standardize(nll, eps=eps, ddof=ddof, axis=axis), alpha) * np.asarray(advantages, dtype=float)
 
 def _gnt(correct) -> np.ndarray:
@@ -372,14 +380,29 @@ def umad_rewards(correct, eta: float = ETA_PAPER, per_trajectory: bool = True) -
     "Alg. 2 line 22: R_total = R_corr + r^eu (Eq. 5), shaped (G, N, T)."
     return _gnt(correct) + epistemic_influence_reward(correct, eta, per_trajectory)
 
+def released_rewards(correct, eta: float = ETA_RELEASED) -> np.ndarray:
+    """The release's default reward (agg_mode "sum", dense team reward), next to Alg. 2 line 22 / Eq. 5: every
+    agent gets the team's correct count at turn t, plus eta * sign(team(t+1) - team(t)) for t < T (the
+    influence term as the sign of the change, eta = 0.2). Shaped (G, N, T)."""
+    c = _gnt(correct)
+    team = np.broadcast_to(c.sum(axis=1, keepdims=True), c.shape).copy()
+    team[:, :, :-1] += float(eta) * np.sign(team[:, :, 1:] - team[:, :, :-1])
+    return team
+
+REWARD_READINGS = ("paper", "released")   # Eq. 5 as the paper writes it | the release's default
+
 def umad_advantages(correct, nll, eta: float = ETA_PAPER, alpha: float = ALPHA_AU, eps: float = EPS, ddof: int = 1,
-                    per_trajectory: bool = True) -> np.ndarray:
-    """UMAD's advantages (Alg. 2 lines 19-27): total reward (Eq. 5), group-normalised over the G rollouts per agent and
-    turn, weighted by the aleatoric weight of the group-standardised token NLL (Eq. 4). `correct`, `nll`: (G, N, T)."""
+                    per_trajectory: bool = True, reward: str = "paper", nll_norm: str | None = None) -> np.ndarray:
+    """UMAD's advantages (Alg. 2 lines 19-27): total reward (Eq. 5; `reward="released"`: `released_rewards`),
+    group-normalised over the G rollouts per agent and turn, weighted by the aleatoric weight of the
+    group-standardised token NLL (Eq. 4; `nll_norm` as in `au_advantage`). `correct`, `nll`: (G, N, T)."""
     c = _gnt(correct); u = np.asarray(nll, dtype=float)
     if u.shape != c.shape: raise ConfigError(f"nll shape {u.shape} differs from correct {c.shape}", key="nll")
-    adv = grpo_advantage(umad_rewards(c, eta, per_trajectory), eps=eps, ddof=ddof, axis=0)
-    return au_advantage(adv, u, alpha=alpha, eps=eps, ddof=ddof, axis=0)
+    if reward not in REWARD_READINGS:
+        raise ConfigError("unknown reward reading", key="reward", value=reward, choices=REWARD_READINGS)
+    R = umad_rewards(c, eta, per_trajectory) if reward == "paper" else released_rewards(c, eta)
+    adv = grpo_advantage(R, eps=eps, ddof=ddof, axis=0)
+    return au_advantage(adv, u, alpha=alpha, eps=eps, ddof=ddof, axis=0, nll_norm=nll_norm)
 
 # %% ../nbs/10_umad.ipynb #277450a7
 PROMPT_OVERHEAD = 300      # rough tokens of system prompt, question and instructions per request
