@@ -114,7 +114,7 @@ def _json_int(s: str) -> int | str:
     "A JSON integer: int when short; the digit string when long (Python's int() refuses more than 4,300 digits)."
     return int(s) if len(s) <= 100 else s
 
-# %% ../nbs/04c_roles.ipynb #8a5a6a35
+# %% ../nbs/04c_roles.ipynb #41d4fcef
 MAX_LITERAL_CHARS = 4_000    # a Python-literal verdict is read only when its braces close within this many characters
 _LIT_TOKEN_RE = re.compile(r"\\.|['\"{}]", re.S)
 _JSON_WORDS = {"true": "True", "false": "False", "null": "None"}
@@ -139,7 +139,7 @@ def _json_words_to_python(src: str) -> str:
     return tokenize.untokenize((t.type, _JSON_WORDS.get(t.string, t.string) if t.type == tokenize.NAME
                                 else t.string) for t in toks)
 
-# %% ../nbs/04c_roles.ipynb #b3068ef2
+# %% ../nbs/04c_roles.ipynb #0545716c
 def literal_object(text: str, start: int = 0) -> dict | None:
     """The dict written as a Python literal at `text[start]` (`{'Supported Side': 'Affirmative', ...}`, the style
     of every moderator reply in Liang et al.'s released transcripts; mixed quotes and JSON's true/false/null
@@ -154,7 +154,7 @@ def literal_object(text: str, start: int = 0) -> dict | None:
             IndentationError):
         return None
 
-# %% ../nbs/04c_roles.ipynb #ad7fef8f
+# %% ../nbs/04c_roles.ipynb #b5f552eb
 def first_json_object(text: str) -> dict | None:
     """The first object (a dict) in `text`: JSON decoded with `json`, else a Python-literal dict read by
     `literal_object` (never `eval`); None if there is none. Bounded: never raises, never slow."""
