@@ -17,9 +17,9 @@ from .core import ConfigError, pool_keys, check_unique_turns
 from .metrics import _isna, clustered_accuracy_ci, wilson_ci
 
 # %% auto #0
-__all__ = ['PAIRED_TESTS', 'CORRECTIONS', 'bootstrap_ci', 'paired_test', 'accuracy_ci', 'item_means', 'paired_difference',
-           'simulate_paired', 'tost', 'adjust_pvalues', 'cochran_q', 'omnibus_test', 'compare_methods',
-           'comparison_caption', 'condition_labels', 'per_item_results', 'tokens_per_thread',
+__all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'CORRECTIONS', 'bootstrap_ci', 'paired_test', 'accuracy_ci', 'item_means',
+           'paired_difference', 'simulate_paired', 'tost', 'adjust_pvalues', 'cochran_q', 'omnibus_test',
+           'compare_methods', 'comparison_caption', 'condition_labels', 'per_item_results', 'tokens_per_thread',
            'self_consistency_at_budget']
 
 # %% ../nbs/05b_stats.ipynb #d57d6595
@@ -35,46 +35,129 @@ def bootstrap_ci(values: Sequence[float], statistic=np.mean, level: float = 0.95
     return (float(res.confidence_interval.low), float(res.confidence_interval.high))
 
 # %% ../nbs/05b_stats.ipynb #70f8c777
-PAIRED_TESTS = ("ttest", "wilcoxon", "mcnemar")
+PAIRED_TESTS = ("ttest", "wilcoxon", "mcnemar", "permutation")
+MIN_ITEMS = 10
+
+def _numbers(v, who: str) -> np.ndarray:
+    "Values as floats, missing ones NaN; text raises (a `correct` column read back as strings is not 0/1)."
+    v = list(v)
+    text = [x for x in v if isinstance(x, (str, bytes))]
+    if text:
+        raise ConfigError(f"{who}: values must be numbers or booleans, got text (e.g. {text[0]!r}); convert the "
+                          "column to 0/1 or bool first", key="values", value=sorted({str(x) for x in text})[:3])
+    return np.asarray([math.nan if _isna(x) else x for x in v], dtype=float)
 
 def _pairs(a, b, who: str) -> tuple[np.ndarray, np.ndarray]:
     "Two equally long vectors as floats, pairs with a missing value on either side dropped."
-    a = np.asarray([math.nan if _isna(v) else v for v in a], dtype=float)
-    b = np.asarray([math.nan if _isna(v) else v for v in b], dtype=float)
+    a, b = _numbers(a, who), _numbers(b, who)
     if a.shape != b.shape: raise ValueError(f"{who}: {a.shape} vs {b.shape} values; pairs must match")
     ok = ~(np.isnan(a) | np.isnan(b))
     return a[ok], b[ok]
 
 def _binary(x: np.ndarray) -> bool: return bool(np.isin(x, (0.0, 1.0)).all())
 
-def paired_test(a: Sequence[float], b: Sequence[float], test: str = "ttest") -> dict:
-    """Paired comparison of two conditions on the same units: `ttest` (scipy.stats.ttest_rel), `wilcoxon` (signed-rank)
-    or `mcnemar` (exact binomial McNemar test, McNemar 1947, for paired 0/1 outcomes only; other values raise).
-    Pairs with a missing value are dropped; `n` counts the pairs used. statistic for McNemar: n10 - n01."""
+# %% ../nbs/05b_stats.ipynb #f5f34a03
+def _aligned(a, b, who: str, on: str = "all") -> tuple[np.ndarray, np.ndarray, int]:
+    """Two methods' values paired by item (the kit's own rule): two Series align on their index, the item key (an item
+    twice raises; different item sets raise unless `on="shared"`, which keeps the shared items and warns); two vectors
+    pair by position; a Series indexed by item next to a vector raises. Returns the pairs and the items dropped."""
+    if on not in ("all", "shared"):
+        raise ConfigError("pairing: `on` is 'all' or 'shared'", key="on", value=on, choices=("all", "shared"))
+    if isinstance(a, pd.DataFrame) or isinstance(b, pd.DataFrame):
+        raise ConfigError(f"{who}: one Series (indexed by item) or vector per method, not a DataFrame", key="values",
+                          value="DataFrame")
+    sa, sb = isinstance(a, pd.Series), isinstance(b, pd.Series)
+    if sa != sb and not isinstance((a if sa else b).index, pd.RangeIndex):
+        raise ConfigError(f"{who}: a Series indexed by item next to a plain vector: pass both as Series (paired by "
+                          "item) or both as vectors in the same item order", key="values", value=type(b if sa else a).__name__)
+    if not (sa and sb): return (*_pairs(a, b, who), 0)
+    for s in (a, b):
+        if s.index.has_duplicates:
+            raise ConfigError(f"{who}: an item appears more than once (a second run? average the runs of an item "
+                              "first: compare_methods with a `run` column)", key="items",
+                              value=s.index[s.index.duplicated()].unique().tolist()[:3])
+    keep, every = a.index[a.index.isin(b.index)], a.index.union(b.index)
+    dropped = len(every) - len(keep)
+    if dropped and on != "shared":
+        raise ConfigError(f"{who}: the methods answered different items ({len(a)} and {len(b)}, {len(keep)} shared); "
+                          "pass on='shared' to compare on the shared items", key="items", value=dropped)
+    if dropped:
+        warnings.warn(f"{who}: {dropped} of {len(every)} items dropped (not answered by both methods); compared on "
+                      f"the {len(keep)} shared items", UserWarning, stacklevel=3)
+    return (*_pairs(a.loc[keep], b.loc[keep], who), dropped)
+
+# %% ../nbs/05b_stats.ipynb #8aa05088
+_STATUS = {"ok": "", "too few items": "fewer than 2 items: no test and no interval",
+           "identical": "the two agree on every item: p = 1, no interval from resampling",
+           "zero variance": "every item differs by the same amount: exact sign-flip p, no interval from resampling",
+           "few items": "fewer than {m} items: exact or permutation test, and a bootstrap over so few items undercovers"}
+
+def _status(d: np.ndarray, min_items: int) -> str:
+    "What paired differences `d` can support (the kit's own names): ok, too few items, identical, zero variance, few items."
+    if d.size < 2: return "too few items"
+    if np.allclose(d, 0): return "identical"
+    if np.ptp(d) <= 1e-12 * np.abs(d).max(): return "zero variance"
+    return "few items" if d.size < min_items else "ok"
+
+def _warn_status(status: str, who: str, n: int, min_items: int) -> None:
+    if status != "ok":
+        warnings.warn(f"{who}: {status} ({n} items): " + _STATUS[status].format(m=min_items), UserWarning, stacklevel=3)
+
+def _signflip_p(d: np.ndarray, alternative: str = "two-sided", seed: int = 0) -> float:
+    """p of the sign-flip permutation test that paired differences `d` are symmetric about 0 (Fisher's randomisation
+    test; scipy.stats.permutation_test, exact over all 2^n signs up to 16 items, else 2^16 random ones). A constant gap
+    c != 0: only the observed signs are as extreme, so p = 2^-n one-sided and 2^(1-n) two-sided, exactly."""
+    d = np.asarray(d, dtype=float)
+    if d.size == 0: return math.nan
+    if not np.any(d): return 1.0
+    if np.ptp(d) <= 1e-12 * np.abs(d).max():
+        one = 0.5 ** d.size
+        if alternative == "two-sided": return min(1.0, 2 * one)
+        return one if (d[0] > 0) == (alternative == "greater") else 1.0
+    r = stats.permutation_test((d,), np.mean, permutation_type="samples", alternative=alternative, vectorized=True,
+                               n_resamples=2 ** 16, random_state=np.random.default_rng(seed))
+    return float(r.pvalue)
+
+# %% ../nbs/05b_stats.ipynb #36182ff4
+def _paired_test(a, b, test: str, min_items: int) -> dict:
+    "`paired_test` without its warning (the callers below warn once)."
     if test not in PAIRED_TESTS: raise ConfigError("unknown paired test", key="test", value=test, choices=PAIRED_TESTS)
     a, b = _pairs(a, b, "paired_test")
     if test == "mcnemar" and not (_binary(a) and _binary(b)):
         bad = sorted({float(v) for v in np.r_[a, b] if v not in (0.0, 1.0)})[:5]
-        raise ConfigError("McNemar's test needs paired 0/1 outcomes (average several answers per item and use ttest)", key="values", value=bad)
+        raise ConfigError("McNemar's test needs paired 0/1 outcomes (average several answers per item and use ttest)",
+                          key="values", value=bad)
+    d = a - b
     out = {"test": test, "n": int(a.size), "mean_a": float(a.mean()) if a.size else math.nan,
-           "mean_b": float(b.mean()) if b.size else math.nan}
-    if a.size < 2 or np.allclose(a, b):
+           "mean_b": float(b.mean()) if b.size else math.nan, "status": _status(d, min_items)}
+    if out["status"] in ("too few items", "identical"):
         return {**out, "statistic": math.nan, "pvalue": 1.0 if a.size else math.nan}
-    if test == "ttest": r = stats.ttest_rel(a, b); s, p = r.statistic, r.pvalue
-    elif test == "wilcoxon": r = stats.wilcoxon(a, b); s, p = r.statistic, r.pvalue
-    else:
-        n01 = int(((a == 0) & (b == 1)).sum()); n10 = int(((a == 1) & (b == 0)).sum())
-        s = n10 - n01
-        p = stats.binomtest(n10, n01 + n10, 0.5).pvalue if n01 + n10 else 1.0
-    return {**out, "statistic": float(s), "pvalue": float(p)}
+    if test == "mcnemar":
+        n01, n10 = int(((a == 0) & (b == 1)).sum()), int(((a == 1) & (b == 0)).sum())
+        return {**out, "statistic": float(n10 - n01), "pvalue": float(stats.binomtest(n10, n01 + n10, 0.5).pvalue)}
+    if test == "permutation" or out["status"] == "zero variance":      # no t or W from a constant gap
+        return {**out, "test": "permutation", "statistic": float(d.mean()), "pvalue": _signflip_p(d)}
+    r = stats.ttest_rel(a, b) if test == "ttest" else stats.wilcoxon(a, b)
+    return {**out, "statistic": float(r.statistic), "pvalue": float(r.pvalue)}
+
+def paired_test(a: Sequence[float], b: Sequence[float], test: str = "ttest", min_items: int = MIN_ITEMS) -> dict:
+    """Paired comparison of two conditions on the same units: `ttest` (scipy.stats.ttest_rel), `wilcoxon` (signed-rank),
+    `mcnemar` (exact binomial McNemar test, McNemar 1947, for paired 0/1 outcomes only; other values raise) or
+    `permutation` (sign-flip, exact up to 16 units). Pairs with a missing value are dropped; `n` counts the pairs used.
+    statistic for McNemar: n10 - n01. `status`: ok, or what the data cannot support (`few items` below `min_items`;
+    `identical`: p = 1; `zero variance`: a constant gap gets the exact sign-flip p, not a t of 1e16; `too few items`),
+    and a warning says so."""
+    r = _paired_test(a, b, test, min_items)
+    _warn_status(r["status"], "paired_test", r["n"], min_items)
+    return r
 
 # %% ../nbs/05b_stats.ipynb #bac7c8c5
 def accuracy_ci(correct: Sequence[Any], items: Sequence[Any] | None = None, level: float = 0.95, n_resamples: int = 2000,
                 seed: int = 0, min_items: int = 20) -> dict:
     """Accuracy with its interval, the item as unit: Wilson (1927) when each item gives one answer, else the item-cluster
     bootstrap (Davison & Hinkley 1997, Sec. 3.8; `mad_study.metrics.clustered_accuracy_ci`). Missing outcomes are
-    dropped. `items` None: each answer its own item. Warns below `min_items` distinct items."""
-    x = [None if _isna(v) else bool(v) for v in correct]
+    dropped; text outcomes raise. `items` None: each answer its own item. Warns below `min_items` distinct items."""
+    x = [None if math.isnan(v) else bool(v) for v in _numbers(correct, "accuracy_ci")]
     items = list(range(len(x))) if items is None else list(items)
     if len(items) != len(x): raise ValueError(f"accuracy_ci: {len(x)} outcomes but {len(items)} item labels")
     keep = [i for i, v in enumerate(x) if v is not None]
@@ -89,10 +172,11 @@ def accuracy_ci(correct: Sequence[Any], items: Sequence[Any] | None = None, leve
 
 # %% ../nbs/05b_stats.ipynb #cc2f1407
 def item_means(df: pd.DataFrame, value: str = "correct", item: str = "item_id", method: str = "method") -> pd.DataFrame:
-    "Per-item means of `value` (several answers per item averaged first): a frame items x methods (NaN: not observed)."
+    """Per-item means of `value` (several answers per item averaged first): a frame items x methods (NaN: not observed).
+    A `value` column holding text raises (a `correct` read back as strings is not 0/1)."""
     for c in (value, item, method):
         if c not in df.columns: raise ConfigError("column missing from the per-item frame", key="column", value=c, choices=df.columns)
-    v = pd.to_numeric(df[value].astype("object").where(df[value].notna(), np.nan), errors="coerce").astype(float)
+    v = pd.Series(_numbers(df[value], f"item_means: column {value!r}"), index=df.index)
     return v.groupby([df[item], df[method]], sort=False).mean().unstack(method)
 
 def _boot_mean_ci(d: np.ndarray, level: float, n_resamples: int, seed: int) -> tuple[float, float]:
@@ -106,17 +190,23 @@ def _boot_mean_ci(d: np.ndarray, level: float, n_resamples: int, seed: int) -> t
 
 # %% ../nbs/05b_stats.ipynb #b2357871
 def paired_difference(a: Sequence[float], b: Sequence[float], level: float = 0.95, n_resamples: int = 2000,
-                      seed: int = 0, test: str = "auto") -> dict:
-    """Difference a - b of two methods matched by item (one value per item each, e.g. `item_means`): mean difference,
-    percentile bootstrap interval over items (Efron & Tibshirani 1993, Ch. 13) and a paired test (`auto`: exact
-    McNemar for 0/1 outcomes, else the paired t-test; or any of PAIRED_TESTS). Pairs with a missing value are dropped."""
-    x, y = _pairs(a, b, "paired_difference")
-    if test == "auto": test = "mcnemar" if _binary(x) and _binary(y) else "ttest"
-    t = paired_test(x, y, test)
-    lo, hi = _boot_mean_ci(x - y, level, n_resamples, seed)
+                      seed: int = 0, test: str = "auto", *, on: str = "all", min_items: int = MIN_ITEMS) -> dict:
+    """Difference a - b of two methods matched by item: two Series indexed by item pair on it (different items raise
+    unless `on="shared"`), vectors by position (e.g. `item_means` columns). Mean difference, percentile bootstrap
+    interval over items (Efron & Tibshirani 1993, Ch. 13) and a paired test (`auto`: exact McNemar for 0/1 outcomes,
+    else the paired t-test, or the sign-flip permutation test below `min_items` items; or any of PAIRED_TESTS).
+    Pairs with a missing value are dropped. `status` as in `paired_test`; no interval (NaN) when the gap is the same on
+    every item, and a warning for any status but ok."""
+    x, y, dropped = _aligned(a, b, "paired_difference", on)
+    if test == "auto":
+        test = "mcnemar" if _binary(x) and _binary(y) else ("ttest" if x.size >= min_items else "permutation")
+    t = _paired_test(x, y, test, min_items)
+    flat = t["status"] in ("identical", "zero variance")
+    lo, hi = (math.nan, math.nan) if flat else _boot_mean_ci(x - y, level, n_resamples, seed)
+    _warn_status(t["status"], "paired_difference", t["n"], min_items)
     return {"n_items": int(x.size), "mean_a": t["mean_a"], "mean_b": t["mean_b"], "diff": t["mean_a"] - t["mean_b"],
-            "ci_low": lo, "ci_high": hi, "level": level, "test": test, "statistic": t["statistic"], "pvalue": t["pvalue"],
-            "unit": "item"}
+            "ci_low": lo, "ci_high": hi, "level": level, "test": t["test"], "statistic": t["statistic"],
+            "pvalue": t["pvalue"], "status": t["status"], "n_dropped": dropped, "unit": "item"}
 
 # %% ../nbs/05b_stats.ipynb #353c0158
 def simulate_paired(n_items: int, diff: float, n_agents: int = 3, rho: float = 0.6, seed: int = 0
@@ -134,19 +224,25 @@ def simulate_paired(n_items: int, diff: float, n_agents: int = 3, rho: float = 0
     return answers(p + diff / 2), answers(p - diff / 2)
 
 # %% ../nbs/05b_stats.ipynb #9ce8050c
-def tost(a: Sequence[float], b: Sequence[float], margin: float, alpha: float = 0.05) -> dict:
+def tost(a: Sequence[float], b: Sequence[float], margin: float, alpha: float = 0.05, *, on: str = "all",
+         min_items: int = MIN_ITEMS) -> dict:
     """Equivalence of two methods matched by item (Schuirmann 1987, two one-sided paired t-tests): H0 |mean(a - b)| >=
-    margin. `pvalue` = max of the two one-sided p-values; `equivalent` when it is below `alpha`. Missing pairs dropped."""
+    margin. `pvalue` = max of the two one-sided p-values; `equivalent` when it is below `alpha`. Missing pairs dropped;
+    pairing by item as `paired_difference`'s (`on`). Below `min_items` items, or for a gap that is the same on every item,
+    the t-tests' normal approximation cannot hold: the two one-sided tests are then exact sign-flip tests of d + margin
+    and d - margin (`test`: permutation). `status` as in `paired_test`, and a warning for any status but ok."""
     if not margin > 0: raise ConfigError("the equivalence margin must be positive", key="margin", value=margin)
-    x, y = _pairs(a, b, "tost")
+    x, y, _ = _aligned(a, b, "tost", on)
     d = x - y
-    if d.size < 2: return {"n_items": int(d.size), "diff": math.nan, "margin": margin, "pvalue": math.nan, "equivalent": False}
-    if np.all(d == d[0]):
-        p = 0.0 if abs(d[0]) < margin else 1.0
-    else:
-        p = max(stats.ttest_1samp(d, -margin, alternative="greater").pvalue, stats.ttest_1samp(d, margin, alternative="less").pvalue)
-    return {"n_items": int(d.size), "diff": float(d.mean()), "margin": float(margin), "pvalue": float(p),
-            "equivalent": bool(p < alpha)}
+    st = _status(d, min_items)
+    out = {"n_items": int(d.size), "diff": float(d.mean()) if d.size else math.nan, "margin": float(margin), "status": st}
+    if st == "too few items": p, how = math.nan, "none"
+    elif st == "ok":
+        p, how = max(stats.ttest_1samp(d, -margin, alternative="greater").pvalue,
+                     stats.ttest_1samp(d, margin, alternative="less").pvalue), "ttest"
+    else: p, how = max(_signflip_p(d + margin, "greater"), _signflip_p(d - margin, "less")), "permutation"
+    _warn_status(st, "tost", d.size, min_items)
+    return {**out, "test": how, "pvalue": float(p), "equivalent": bool(p < alpha)}
 
 # %% ../nbs/05b_stats.ipynb #5b8d403a
 CORRECTIONS = ("holm", "bonferroni", "fdr_bh", "none")
@@ -163,6 +259,27 @@ def adjust_pvalues(pvalues: Sequence[float], method: str = "holm") -> np.ndarray
     order = np.argsort(q, kind="stable")
     adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * q[order]))
     res = np.empty(m); res[order] = adj; out[ok] = res
+    return out
+
+# %% ../nbs/05b_stats.ipynb #0d1acc27
+def _adjusted_levels(pvalues: Sequence[float], method: str, level: float) -> np.ndarray:
+    """Each comparison's interval level in the family of its verdict (the kit's own pairing of intervals with
+    `adjust_pvalues`): Holm's step-down tests the r-th smallest p at alpha / (m - r + 1), so each gap gets the level of
+    the step that tested it, and every gap from the first one retained on gets that step's level (where the procedure
+    stopped); Bonferroni 1 - alpha / m (simultaneous); Benjamini-Hochberg 1 - R alpha / m with R rejections (the
+    false-coverage-rate intervals of Benjamini & Yekutieli 2005; 1 - alpha / m when R = 0); none `level`. With an
+    interval dual to the test, an interval then excludes 0 exactly where the adjusted test rejects. NaN p: `level`."""
+    p = np.asarray(pvalues, dtype=float); out = np.full(p.shape, float(level))
+    ok = ~np.isnan(p); q = p[ok]; m = q.size; alpha = 1 - level
+    if m == 0 or method == "none": return out
+    if method == "bonferroni": out[ok] = 1 - alpha / m; return out
+    adj = adjust_pvalues(q, method)
+    if method == "fdr_bh": out[ok] = 1 - max(int((adj < alpha).sum()), 1) * alpha / m; return out
+    order = np.argsort(q, kind="stable")
+    rejected = adj[order] < alpha                                   # a prefix: Holm's adjusted p rise along the order
+    stop = m if rejected.all() else int(np.argmin(rejected))
+    lv = np.empty(m); lv[order] = 1 - alpha / (m - np.minimum(np.arange(m), stop))
+    out[ok] = lv
     return out
 
 # %% ../nbs/05b_stats.ipynb #01eb5ffe
@@ -209,32 +326,57 @@ def _token_change(ta: np.ndarray, tb: np.ndarray, level: float, n_resamples: int
     return (float(est), float(lo), float(hi))
 
 # %% ../nbs/05b_stats.ipynb #479708dd
+_REPEAT_KEYS = ("sample", "run", "agent", "round", "repeat")
+
 def _compared_items(results: pd.DataFrame, reference: str, methods: Sequence[str] | None, value: str, item: str,
-                    method: str) -> tuple[list[str], pd.DataFrame, pd.DataFrame]:
-    "Step 1 of `compare_methods` (the kit's own): the methods (reference first), their item means on the items every one of them answered, and those items' rows."
+                    method: str, on: str = "all") -> tuple[list[str], pd.DataFrame, pd.DataFrame, dict]:
+    """Step 1 of `compare_methods` (the kit's own): the methods (reference first), their item means on the items every
+    one of them answered, those items' rows, and what pairing did: items dropped and runs per method. Rows that repeat
+    (method, item, sample) with no `run` column raise (a second run appended is not more samples); different item sets
+    raise unless `on="shared"`, which keeps the items every method answered and warns."""
+    if on not in ("all", "shared"): raise ConfigError("pairing: `on` is 'all' or 'shared'", key="on", value=on, choices=("all", "shared"))
+    if "sample" in results or "run" in results:
+        keys = [method, item, *(c for c in _REPEAT_KEYS if c in results)]
+        if (dup := results.duplicated(keys)).any():
+            raise ConfigError(f"{int(dup.sum())} rows repeat ({', '.join(keys)}): a second run of a method? name it in "
+                              "a `run` column (its runs are averaged per item)", key="rows", value=results.loc[dup, keys].iloc[0].tolist())
     means = item_means(results, value, item, method)
     methods = list(dict.fromkeys([reference, *(methods if methods is not None else means.columns)]))
     missing = [m for m in methods if m not in means.columns]
     if missing: raise ConfigError("method not in the results", key="method", value=missing[0], choices=means.columns)
-    means = means[methods].dropna()
-    common = means.index
+    seen = means[methods].notna()
+    common = means.index[seen.all(axis=1)]
+    n_any = int(seen.any(axis=1).sum())
+    if n_any > len(common) and on != "shared":
+        raise ConfigError(f"the methods answered different items ({seen.sum().to_dict()}; {len(common)} by every one): "
+                          "pass on='shared' to compare on those", key="items", value=n_any - len(common))
+    if n_any > len(common):
+        warnings.warn(f"compare_methods: {n_any - len(common)} of {n_any} items dropped (not answered by every method); "
+                      f"compared on the {len(common)} items every method answered", UserWarning, stacklevel=3)
     if len(common) < 2: raise ConfigError(f"fewer than 2 items answered by every method ({len(common)})", key="methods", value=methods)
-    return methods, means, results[results[item].isin(common) & results[method].isin(methods)]
+    sub = results[results[item].isin(common) & results[method].isin(methods)]
+    runs = sub.groupby(method)["run"].nunique().to_dict() if "run" in sub else {}
+    return methods, means.loc[common, methods], sub, {"n_dropped": n_any - len(common), "n_any": n_any, "runs": runs}
 
 # %% ../nbs/05b_stats.ipynb #31aef48a
 def _method_row(m: str, reference: str, sub: pd.DataFrame, means: pd.DataFrame, tok: pd.DataFrame | None, *, value: str,
                 item: str, method: str, level: float, margin: float | None, n_resamples: int, seed: int, test: str,
                 min_items: int) -> dict:
-    "Step 2 of `compare_methods` (the kit's own): method `m`'s row: accuracy and interval; against the reference the paired difference, test and TOST; tokens and their paired change."
+    """Step 2 of `compare_methods` (the kit's own): method `m`'s row: accuracy and interval; against the reference the
+    paired difference (with its `status`), test and TOST; tokens and their paired change. Warnings of the paired
+    statistics are left to `compare_methods` (one for the table)."""
     acc = accuracy_ci(sub.loc[sub[method] == m, value].tolist(), sub.loc[sub[method] == m, item].tolist(), level,
                       n_resamples, seed, min_items=min_items)
     r = {"method": m, "n_items": len(means), "accuracy": acc["accuracy"], "acc_low": acc["ci_low"], "acc_high": acc["ci_high"],
          "acc_ci_method": acc["method"]}
     if m != reference:
-        d = paired_difference(means[m].to_numpy(), means[reference].to_numpy(), level, n_resamples, seed, test)
-        r.update(diff=d["diff"], diff_low=d["ci_low"], diff_high=d["ci_high"], test=d["test"], pvalue=d["pvalue"])
-        if margin is not None:
-            e = tost(means[m].to_numpy(), means[reference].to_numpy(), margin, 1 - level); r.update(tost_p=e["pvalue"], equivalent=e["equivalent"])
+        a, b = means[m].to_numpy(), means[reference].to_numpy()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            d = paired_difference(a, b, level, n_resamples, seed, test, min_items=min_items)
+            e = tost(a, b, margin, 1 - level, min_items=min_items) if margin is not None else None
+        r.update(diff=d["diff"], diff_low=d["ci_low"], diff_high=d["ci_high"], test=d["test"], pvalue=d["pvalue"], status=d["status"])
+        if e is not None: r.update(tost_p=e["pvalue"], equivalent=e["equivalent"])
     if tok is not None:
         r["tokens"] = float(tok[m].mean())
         if m != reference:
@@ -255,46 +397,118 @@ def _adjusted_table(rows: list[dict], means: pd.DataFrame, reference: str, item:
                        omnibus=omnibus_test(means.to_numpy()))
     return table
 
+# %% ../nbs/05b_stats.ipynb #4faca5ae
+def _family_intervals(table: pd.DataFrame, means: pd.DataFrame, reference: str, level: float, n_resamples: int,
+                      seed: int) -> pd.DataFrame:
+    """Step 4 of `compare_methods` (the kit's own): each gap's bootstrap interval again, at the level its correction
+    tested it (`_adjusted_levels`, in `diff_level`; same resamples), so that intervals and verdicts come from one
+    family; `agrees` (whether the interval excludes 0 exactly where the verdict is distinguishable: the bootstrap is not
+    the test's dual, so the caption names any gap where they part); the TOST verdict never stands next to a
+    distinguishable gap (`equivalent` False there, `tost_equivalent` keeps the test's own); `verdict` in words."""
+    t = table.copy()
+    for c in ("diff", "diff_low", "diff_high", "status"):
+        if c not in t: t[c] = np.nan
+    gap = (t["method"] != reference).to_numpy()
+    t["diff_level"] = np.where(gap, _adjusted_levels(t["pvalue"], t.attrs["correction"], level), np.nan)
+    for i in np.flatnonzero(gap):
+        r = t.iloc[i]
+        if r.get("status") in ("identical", "zero variance", "too few items"): continue
+        d = (means[r["method"]] - means[reference]).to_numpy(float)
+        t.iloc[i, t.columns.get_indexer(["diff_low", "diff_high"])] = _boot_mean_ci(d, r["diff_level"], n_resamples, seed)
+    dist = t["distinguishable"].eq(True)
+    excludes = (t["diff_low"] > 0) | (t["diff_high"] < 0)
+    t["agrees"] = (excludes == dist).astype(object).where(gap & t["diff_low"].notna().to_numpy(), None)
+    if "equivalent" in t:
+        t["tost_equivalent"] = t["equivalent"]
+        t["equivalent"] = (t["equivalent"].eq(True) & ~dist).astype(object).where(gap, None)
+    eq = t["equivalent"].eq(True) if "equivalent" in t else False
+    words = np.where(dist, "distinguishable", np.where(eq, "equivalent", "not distinguishable"))
+    t["verdict"] = pd.Series(words, index=t.index, dtype=object).where(gap, None)
+    return t
+
 # %% ../nbs/05b_stats.ipynb #651d8e40
 def compare_methods(results: pd.DataFrame, reference: str, methods: Sequence[str] | None = None, value: str = "correct",
                     tokens: str | None = "tokens", item: str = "item_id", method: str = "method", correction: str = "holm",
                     level: float = 0.95, margin: float | None = None, n_resamples: int = 2000, seed: int = 0,
-                    test: str = "auto", min_items: int = 20, fixed_items: bool = False) -> tuple[pd.DataFrame, str]:
+                    test: str = "auto", min_items: int = 20, fixed_items: bool = False, on: str = "all"
+                    ) -> tuple[pd.DataFrame, str]:
     """Many methods against `reference` on the same items (the kit's statistics standard, DESIGN "Statistics"): per
     method accuracy + interval, paired difference vs the reference (bootstrap over items, `paired_difference`), test,
-    p adjusted by `correction` (Holm 1979 by default), `distinguishable`, TOST with `margin`, tokens and their paired
-    relative change. Items every compared method answered only. Returns (table, caption sentence); the omnibus test is
-    in `table.attrs['omnibus']`. `fixed_items`: the caption says the tests speak for these items only (repeats of a
-    fixed set, e.g. MADC Figs. 3-5)."""
-    methods, means, sub = _compared_items(results, reference, methods, value, item, method)
+    p adjusted by `correction` (Holm 1979 by default), `distinguishable`, intervals at the levels of that correction
+    (`diff_level`), TOST with `margin` (never `equivalent` where distinguishable), `verdict`, `status` of each gap, tokens
+    and their paired relative change. Pairing by item: a method's repeated runs need a `run` column; different item
+    sets raise unless `on="shared"` (then a warning and the caption say how many items were dropped). Returns (table,
+    caption sentence); the omnibus test is in `table.attrs['omnibus']`. `fixed_items`: the caption says the tests speak
+    for these items only (repeats of a fixed set, e.g. MADC Figs. 3-5)."""
+    methods, means, sub, info = _compared_items(results, reference, methods, value, item, method, on)
     tok = item_means(sub, tokens, item, method).reindex(index=means.index, columns=methods) if tokens and tokens in results else None
     opts = dict(value=value, item=item, method=method, level=level, margin=margin, n_resamples=n_resamples, seed=seed,
                 test=test, min_items=min_items)
     rows = [_method_row(m, reference, sub, means, tok, **opts) for m in methods]
     table = _adjusted_table(rows, means, reference, item, correction, level, margin)
+    table = _family_intervals(table, means, reference, level, n_resamples, seed)
+    table.attrs.update(min_items=min_items, **info)
+    odd = table.dropna(subset=["status"]).query("status != 'ok'") if "status" in table else table.iloc[:0]
+    if len(odd):
+        warnings.warn("compare_methods: " + "; ".join(f"{r.method} vs {reference}: {r.status}" for r in odd.itertuples())
+                      + " (the caption says what each status means)", UserWarning, stacklevel=2)
     return table, comparison_caption(table, fixed_items=fixed_items)
 
 # %% ../nbs/05b_stats.ipynb #d1d7e749
 def _pts(x: float) -> str: return f"{100 * x:+.1f}"
 
+_TESTS = {"mcnemar": "McNemar (exact) for one 0/1 answer per item", "ttest": "paired t over item means",
+          "permutation": "sign-flip permutation over items (exact up to 16 items) where t cannot hold",
+          "wilcoxon": "Wilcoxon signed-rank over item means"}
+
+def _interval_words(a: Mapping, levels: pd.Series) -> str:
+    "How the table's gap intervals relate to its verdicts (one family), for the caption."
+    c, lvl = a.get("correction"), a.get("level", 0.95)
+    lv = levels.dropna()
+    if c == "none" or not len(lv): return f"{100 * lvl:g}% intervals, unadjusted like the p-values (no correction)"
+    span = f"{100 * lv.min():.4g}%" if lv.min() == lv.max() else f"{100 * lv.min():.4g}% to {100 * lv.max():.4g}%"
+    words = {"holm": f"Holm-adjusted intervals (each at the level of the Holm step that tested it: {span})",
+             "bonferroni": f"Bonferroni-adjusted simultaneous {span} intervals",
+             "fdr_bh": f"false-coverage-rate-adjusted {span} intervals (Benjamini-Yekutieli)"}
+    return words.get(c, f"{c}-adjusted {span} intervals")
+
+def _gap_words(r: Mapping, ref: str, a: Mapping) -> str:
+    "One gap of the caption: difference, interval (or why none), verdict, test and adjusted p, TOST, tokens."
+    st = r.get("status") or "ok"
+    if st == "identical": ci = "(identical on every item: no interval)"
+    elif st == "zero variance": ci = "(the same gap on every item: no interval)"
+    else: ci = f"[{_pts(r['diff_low'])}, {_pts(r['diff_high'])}]"
+    s = f"{r['method']} vs {ref}: {_pts(r['diff'])} points {ci}, {r.get('verdict') or ('distinguishable' if r['distinguishable'] else 'not distinguishable')}"
+    s += f" ({r['test']}, {a.get('correction')}-adjusted p = {r['p_adjusted']:.3g})"
+    if r.get("tost_equivalent") is True and r.get("verdict") == "distinguishable":
+        s += f", a real gap inside ±{100 * a['margin']:.1f} points (TOST), so not called equivalent"
+    elif "equivalent" in r and not pd.isna(r.get("equivalent")) and r.get("verdict") != "equivalent":
+        s += f", not shown equivalent within ±{100 * a['margin']:.1f} points (TOST)"
+    elif r.get("verdict") == "equivalent": s += f" within ±{100 * a['margin']:.1f} points (TOST)"
+    if st == "few items": s += f", only {int(r['n_items'])} items (< {a.get('min_items')})"
+    if r.get("agrees") is False: s += ", the bootstrap interval and the test disagree at this level (the verdict is the test's)"
+    if not pd.isna(r.get("token_change", math.nan)):
+        s += f"; tokens {100 * r['token_change']:+.0f}% [{100 * r['token_change_low']:+.0f}, {100 * r['token_change_high']:+.0f}]"
+    return s
+
 def comparison_caption(table: pd.DataFrame, unit_name: str = "items", fixed_items: bool = False) -> str:
-    """The caption sentence of a `compare_methods` table: item count, resampled unit, tests, correction, omnibus, and each
-    method's gap vs the reference with its interval, "distinguishable" or "not distinguishable"."""
-    a = table.attrs; ref = a.get("reference"); lvl = int(round(100 * a.get("level", 0.95)))
+    """The caption sentence of a `compare_methods` table: item count (and the items dropped to pair them), runs,
+    resampled unit, interval family, tests, correction, omnibus, and each method's gap vs the reference with its
+    interval (or why none), its verdict and any status that limits it."""
+    a = table.attrs; ref = a.get("reference")
     n = int(table["n_items"].iloc[0]) if len(table) else 0
-    parts = []
-    for r in table[table["method"] != ref].to_dict("records"):
-        s = (f"{r['method']} vs {ref}: {_pts(r['diff'])} points [{_pts(r['diff_low'])}, {_pts(r['diff_high'])}], "
-             f"{'distinguishable' if r['distinguishable'] else 'not distinguishable'} ({r['test']}, {a.get('correction')}-adjusted p = {r['p_adjusted']:.3g})")
-        if "equivalent" in r and not pd.isna(r.get("equivalent")):
-            s += f", {'equivalent' if r['equivalent'] else 'not shown equivalent'} within ±{100 * a['margin']:.1f} points (TOST)"
-        if not pd.isna(r.get("token_change", math.nan)):
-            s += f"; tokens {100 * r['token_change']:+.0f}% [{100 * r['token_change_low']:+.0f}, {100 * r['token_change_high']:+.0f}]"
-        parts.append(s)
+    gaps = table[table["method"] != ref]
+    parts = [_gap_words(r, ref, a) for r in gaps.to_dict("records")]
+    head = f"Paired by item on {n} distinct {unit_name}"
+    if a.get("n_dropped"):
+        head += f" answered by every method ({a['n_dropped']} of {a['n_any']} {unit_name} dropped: not answered by every method)"
+    if a.get("runs"):
+        head += f"; runs per method averaged per item ({', '.join(f'{m}: {k}' for m, k in a['runs'].items())})"
+    levels = gaps.loc[gaps["diff_low"].notna(), "diff_level"] if "diff_level" in gaps else pd.Series(dtype=float)
+    tests = [_TESTS.get(t, t) for t in dict.fromkeys(gaps["test"].dropna())] if "test" in gaps else []
+    head += (f"; {_interval_words(a, levels)}, percentile bootstrap over {unit_name} (answers of an item averaged first); "
+             f"tests: {', '.join(tests) or 'none'}; {a.get('correction')} correction over {len(parts)} comparison(s)")
     o = a.get("omnibus", {})
-    head = (f"Paired by item on {n} distinct {unit_name}; {lvl}% intervals from a bootstrap over {unit_name} (answers of an "
-            f"item averaged first); tests McNemar (exact) for one 0/1 answer per item, else paired t over item means; "
-            f"{a.get('correction')} correction over {len(parts)} comparison(s)")
     if o: head += f"; omnibus {o.get('test')} p = {o.get('pvalue', math.nan):.3g}"
     tail = (f" The tests speak for these {n} fixed {unit_name} only." if fixed_items else "")
     return head + ". " + "; ".join(parts) + "." + tail
@@ -338,18 +552,47 @@ def tokens_per_thread(transcript: pd.DataFrame) -> float:
     tok = t["prompt_tokens"].fillna(0).astype(float) + t["completion_tokens"].fillna(0).astype(float)
     return float(tok.groupby([t["item_id"], t["sample"]]).sum().mean()) if len(t) else math.nan
 
+def _tokens_by_item(transcript: pd.DataFrame) -> pd.Series:
+    "Prompt + completion tokens of generated turns per item, averaged over its threads."
+    t = transcript[~transcript["reused"].fillna(False).astype(bool)]
+    tok = t["prompt_tokens"].fillna(0).astype(float) + t["completion_tokens"].fillna(0).astype(float)
+    return tok.groupby([t["item_id"], t["sample"]]).sum().groupby(level=0).mean()
+
 def self_consistency_at_budget(debate: pd.DataFrame, items: Sequence[Any], model: str, backends: Mapping[str, Any], *,
-                               temperature: float = 0.7, max_samples: int = 64, seed: int = 0, **kw) -> pd.DataFrame:
+                               temperature: float = 0.7, max_samples: int | None = None, tolerance: float = 0.05,
+                               seed: int = 0, **kw) -> pd.DataFrame:
     """Self-consistency (Wang et al. 2023: majority over K sampled answers of one model) at the token budget of `debate`
-    (its `tokens_per_thread`): K = floor(budget / tokens of one sample), 1 <= K <= max_samples. A transcript of K round-0
-    agents (`run_debate(debate_rounds=0)`), method `self_consistency@K`; attrs: budget, tokens_per_sample, k."""
+    (its `tokens_per_thread`): K = round(budget / tokens of one sample), corrected by the measured spend (at most three
+    times) until the K samples spend within `tolerance` of the budget per item. `max_samples` caps K only when given; a
+    cap that binds, or a spend outside the tolerance, warns. A transcript of K round-0 agents (`run_debate(debate_rounds=0)`),
+    method `self_consistency@K`; attrs: budget, tokens_per_sample, k, sc_tokens, spend (sc_tokens / budget),
+    spend_range (per item, min and max), tolerance, matched, clamped, note (the caption's sentence)."""
     from mad_study.debate import make_agents, run_debate
     budget = tokens_per_thread(debate)
     if not budget > 0: raise ConfigError("the debate transcript has no token counts to match", key="debate", value=budget)
+    if not 0 < tolerance < 1: raise ConfigError("the budget tolerance is a fraction in (0, 1)", key="tolerance", value=tolerance)
     run = dict(debate_rounds=0, temperature=temperature, seed=seed, progress=False, experiment=str(debate["experiment"].iloc[0]), **kw)
     probe = run_debate(items, make_agents([model], prefix="a"), backends, method="probe", **run)
     per_sample = tokens_per_thread(probe)
-    k = int(max(1, min(max_samples, budget // per_sample)))
-    sc = run_debate(items, make_agents([model] * k, prefix="a"), backends, method=f"self_consistency@{k}", **run)
-    sc.attrs.update(budget=budget, tokens_per_sample=per_sample, k=k, sc_tokens=tokens_per_thread(sc))
+    k, clamped, tried = max(1, int(round(budget / per_sample))), False, {}
+    for _ in range(4):
+        if max_samples is not None and k > max_samples: k, clamped = int(max_samples), True
+        if k in tried: break
+        tried[k] = run_debate(items, make_agents([model] * k, prefix="a"), backends, method=f"self_consistency@{k}", **run)
+        spend = tokens_per_thread(tried[k]) / budget
+        if abs(spend - 1) <= tolerance: break
+        k = max(1, int(round(k / spend)))
+    k = min(tried, key=lambda j: abs(tokens_per_thread(tried[j]) / budget - 1))
+    sc = tried[k]
+    spend = tokens_per_thread(sc) / budget
+    per_item = (_tokens_by_item(sc) / _tokens_by_item(debate)).dropna()
+    matched = abs(spend - 1) <= tolerance
+    note = (f"K = {k} samples spending {100 * spend:.1f}% of the reference's tokens per item (per item "
+            f"{100 * per_item.min():.0f}-{100 * per_item.max():.0f}%), "
+            + (f"budget-matched within ±{100 * tolerance:g}%" if matched else
+               f"NOT budget-matched (outside ±{100 * tolerance:g}%{f'; K capped at max_samples = {max_samples}' if clamped else ''})"))
+    if not matched: warnings.warn(f"self_consistency_at_budget: {note}", UserWarning, stacklevel=2)
+    sc.attrs.update(budget=budget, tokens_per_sample=per_sample, k=k, sc_tokens=tokens_per_thread(sc), spend=spend,
+                    spend_range=(float(per_item.min()), float(per_item.max())), tolerance=tolerance, matched=matched,
+                    clamped=clamped, note=note)
     return sc
