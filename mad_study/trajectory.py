@@ -14,8 +14,8 @@ from .answers import ELEMENTWISE_FORMATS, merge_equivalent
 from .core import check_unique_turns, pool_keys
 
 # %% auto #0
-__all__ = ['canonical_answers', 'answer_grid', 'agent_turns', 'first_correct', 'item_outcomes', 'persuasion_graph',
-           'trajectory_summary']
+__all__ = ['canonical_answers', 'answer_grid', 'agent_turns', 'first_correct', 'agent_outcomes', 'item_outcomes',
+           'persuasion_graph', 'trajectory_summary']
 
 # %% ../nbs/05c_trajectory.ipynb #5bf7215d
 def canonical_answers(transcript: pd.DataFrame, fmt: str | None = None) -> pd.Series:
@@ -104,15 +104,18 @@ def agent_turns(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFram
     corrected (wrong -> correct). Events of silent turns are NA; see the notebook for ties and unparsed answers."""
     g = answer_grid(transcript, fmt)
     cond, th, ag = _keys(transcript)
-    prev = g[[*ag, "round", "answer", "correct"]].assign(round=g["round"] + 1).rename(columns={"answer": "prev_answer", "correct": "prev_correct"})
+    prev = g[[*ag, "round", "answer", "correct"]].assign(round=g["round"] + 1).rename(
+        columns={"answer": "prev_answer", "correct": "prev_correct"})
+    prev["prev_parsed"] = prev.groupby(ag, sort=False, dropna=False)["prev_answer"].ffill()
     maj = _plurality(g, [*th, "round"]).rename("prev_majority").reset_index()
     tu = g.merge(prev, on=[*ag, "round"], how="inner").merge(maj.assign(round=maj["round"] + 1), on=[*th, "round"], how="left")
     tu["prev_majority"] = tu["prev_majority"].astype(object).where(tu["prev_majority"].notna(), None)
     sp, a, p, m = tu["spoke"], tu["answer"], tu["prev_answer"], tu["prev_majority"]
     both = sp & a.notna() & p.notna()
-    tu["changed"] = _defined(both, a != p)
+    lp = tu["prev_parsed"]                                  # the last parsed answer before this round
+    tu["changed"] = _defined(sp & a.notna() & lp.notna(), a != lp)
     tu = tu.merge(_adoptions(tu, prev, th, ag).reset_index(), on=[*ag, "round"], how="left")
-    tu["adopted"] = _defined(both, tu["adopted_from"].notna())
+    tu["adopted"] = _defined(sp & a.notna() & lp.notna(), tu["adopted_from"].notna())
     tu["in_minority"] = _defined(p.notna() & m.notna(), p != m)
     tu["held_against_majority"] = _defined(both & m.notna() & (p != m), a == p)
     tu["swayed"] = _defined(sp, tu["prev_correct"] & ~tu["correct"])
@@ -132,24 +135,56 @@ def first_correct(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFr
     out["first_correct_round"] = g[g["correct"]].groupby(ag, sort=False, dropna=False)["round"].min().reindex(out.index).astype(float)
     return out.reset_index()
 
+# %% ../nbs/05c_trajectory.ipynb #bb54d46d
+def agent_outcomes(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFrame:
+    """Per condition, item, sample and agent (DebateLLM's per-agent metrics, Smit et al. 2024, on the kit's grid):
+    `rounds` present, `distinct_answers` (parsed answers it held, carried rounds included), `correct_rounds`
+    and `correct_share` (rounds in which it held the gold answer), with `first_correct`'s columns."""
+    g = answer_grid(transcript, fmt)
+    _, _, ag = _keys(transcript)
+    out = g.groupby(ag, sort=False, dropna=False).agg(
+        rounds=("round", "size"), distinct_answers=("answer", "nunique"), correct_rounds=("correct", "sum"))
+    out["correct_share"] = out["correct_rounds"] / out["rounds"]
+    return first_correct(transcript, fmt).merge(out.reset_index(), on=ag, how="left")
+
+# %% ../nbs/05c_trajectory.ipynb #607b1a07
+def _round_agreement(g: pd.DataFrame, th: list[str]) -> pd.DataFrame:
+    "Per thread and round: `agreed` (every present agent holds one parsed answer) and `distinct` parsed answers."
+    per = g.groupby([*th, "round"], sort=False, dropna=False).agg(
+        parsed=("answer", "count"), n=("agent", "size"), distinct=("answer", "nunique")).reset_index()
+    return per.assign(agreed=(per["parsed"] == per["n"]) & (per["distinct"] == 1))
+
+def _thread_costs(transcript: pd.DataFrame, th: list[str]) -> pd.DataFrame:
+    "Per thread: prompt and completion tokens over every generated row (reused rows cost nothing)."
+    t = transcript[~transcript["reused"].fillna(False).astype(bool)]
+    tok = t[["prompt_tokens", "completion_tokens"]].apply(pd.to_numeric, errors="coerce").fillna(0)
+    return tok.assign(**{k: t[k] for k in th}).groupby(th, sort=False, dropna=False).sum().reset_index()
+
 # %% ../nbs/05c_trajectory.ipynb #027add6a
 def item_outcomes(transcript: pd.DataFrame, fmt: str | None = None, final: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per condition, item and sample: `consensus_round` (first round in which every present agent holds one parsed
-    answer; NaN never), the first round's majority (`vote_table`, seeded ties) and the final answer (the last round's
-    majority with silent agents carried, or `final`: a method's own answers, columns condition keys, item_id, sample,
-    answer, correct), and `outcome`: helped (first majority wrong, final right), hurt (the reverse) or neither."""
+    answer; NaN never), `final_agreement` (they do in the last round: a consensus can be lost), `first_distinct`
+    (distinct parsed answers in the first round), `any_correct` (some agent held the gold answer in some round),
+    `prompt_tokens` / `completion_tokens` (the thread's cost; DebateLLM's per-question metrics, Smit et al. 2024),
+    the first round's majority (`vote_table`, seeded ties) and the final answer (the last round's majority with silent
+    agents carried, or `final`: a method's own answers, columns condition keys, item_id, sample, answer, correct),
+    and `outcome`: helped (first majority wrong, final right), hurt (the reverse) or neither."""
     from mad_study.debate import vote_table
     g = answer_grid(transcript, fmt)
     cond, th, _ = _keys(transcript)
-    per = g.groupby([*th, "round"], sort=False, dropna=False).agg(
-        parsed=("answer", "count"), n=("agent", "size"), distinct=("answer", "nunique")).reset_index()
-    agreed = per[(per["parsed"] == per["n"]) & (per["distinct"] == 1)]
-    out = g.groupby(th, sort=False, dropna=False).agg(first_round=("round", "min"), last_round=("round", "max")).reset_index()
-    out = out.merge(agreed.groupby(th, sort=False, dropna=False)["round"].min().rename("consensus_round").reset_index(), on=th, how="left")
+    per = _round_agreement(g, th)
+    by = lambda d: d.groupby(th, sort=False, dropna=False)
+    out = by(g).agg(first_round=("round", "min"), last_round=("round", "max"), any_correct=("correct", "any"))
+    out = out.reset_index()
+    out = out.merge(by(per[per["agreed"]])["round"].min().rename("consensus_round").reset_index(), on=th, how="left")
+    at = lambda d, col: d.merge(out[[*th, col]].rename(columns={col: "round"}), on=[*th, "round"])
+    out = out.merge(at(per, "first_round")[[*th, "distinct"]].rename(columns={"distinct": "first_distinct"}), on=th)
+    out = out.merge(at(per, "last_round")[[*th, "agreed"]].rename(columns={"agreed": "final_agreement"}), on=th)
+    out = out.merge(_thread_costs(transcript, th), on=th, how="left")
     vt = lambda rows: vote_table(rows, by=("item_id", "sample"), fmt=fmt)[[*th, "answer", "correct"]]
-    at = lambda col: g.merge(out[[*th, col]].rename(columns={col: "round"}), on=[*th, "round"])
-    out = out.merge(vt(at("first_round")).rename(columns={"answer": "first_majority", "correct": "first_correct"}), on=th, how="left")
-    fin = vt(at("last_round")) if final is None else final[[*th, "answer", "correct"]]
+    first = vt(at(g, "first_round")).rename(columns={"answer": "first_majority", "correct": "first_correct"})
+    out = out.merge(first, on=th, how="left")
+    fin = vt(at(g, "last_round")) if final is None else final[[*th, "answer", "correct"]]
     out = out.merge(fin.rename(columns={"answer": "final_answer", "correct": "final_correct"}), on=th, how="left")
     f0, f1 = out["first_correct"].astype(bool), out["final_correct"].fillna(False).astype(bool)
     out["outcome"] = np.where(~f0 & f1, "helped", np.where(f0 & ~f1, "hurt", "neither"))
@@ -178,20 +213,33 @@ def persuasion_graph(transcript: pd.DataFrame, by: str = "agent", fmt: str | Non
         weight=("weight", "sum"), to_correct=("to_correct", "sum"), n=("weight", "size")).reset_index()[cols]
 
 # %% ../nbs/05c_trajectory.ipynb #485d0d2d
+_RATES = ("change_rate", "adoption_rate", "swayed_rate", "corrected_rate", "hold_rate")
+
 def trajectory_summary(transcript: pd.DataFrame, fmt: str | None = None, final: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per condition: spoken turns, change / adoption / sway / correction rates, hold rate against the majority, mean first
-    correct round (agents ever correct) and the share never correct, consensus share and mean round, helped / hurt shares
-    (the kit's own summary of DebateLLM-style metrics, Smit et al. 2024)."""
+    correct round (agents ever correct) and the share never correct, consensus share and mean round, final-round
+    agreement, first-round distinct answers, the share of items some agent got right, per agent the distinct answers
+    and the share of correct rounds, tokens per item, helped / hurt shares (the kit's own summary of DebateLLM-style
+    metrics, Smit et al. 2024)."""
     cond, _, _ = _keys(transcript)
-    tu, fc, io = agent_turns(transcript, fmt), first_correct(transcript, fmt), item_outcomes(transcript, fmt, final)
+    tu, ao, io = agent_turns(transcript, fmt), agent_outcomes(transcript, fmt), item_outcomes(transcript, fmt, final)
     rate = lambda s: s.astype("Float64").mean()
+    share = lambda s: float(s.astype(float).mean())
     grp = lambda d: d.groupby(cond, sort=False, dropna=False) if cond else d.groupby(lambda _: 0)
-    out = grp(io).size().to_frame("_n").join(grp(tu).agg(turns=("spoke", "sum"), change_rate=("changed", rate), adoption_rate=("adopted", rate),
-                      swayed_rate=("swayed", rate), corrected_rate=("corrected", rate), hold_rate=("held_against_majority", rate))).drop(columns="_n")
-    out["turns"] = out["turns"].fillna(0).astype(int)          # a condition with one round only (no turn after the first) keeps its row
-    out = out.join(grp(fc).agg(first_correct_round=("first_correct_round", "mean"),
-                               never_correct=("first_correct_round", lambda s: float(s.isna().mean()))))
-    out = out.join(grp(io).agg(consensus=("consensus_round", lambda s: float(s.notna().mean())), consensus_round=("consensus_round", "mean"),
-                               helped=("outcome", lambda s: float((s == "helped").mean())), hurt=("outcome", lambda s: float((s == "hurt").mean())),
-                               items=("item_id", "nunique")))
-    return out.reset_index(drop=not cond).astype({c: float for c in ("change_rate", "adoption_rate", "swayed_rate", "corrected_rate", "hold_rate")})
+    out = grp(io).size().to_frame("_n").join(grp(tu).agg(
+        turns=("spoke", "sum"), change_rate=("changed", rate), adoption_rate=("adopted", rate),
+        swayed_rate=("swayed", rate), corrected_rate=("corrected", rate),
+        hold_rate=("held_against_majority", rate))).drop(columns="_n")
+    out["turns"] = out["turns"].fillna(0).astype(int)   # a one-round condition (no turn after the first) keeps its row
+    out = out.join(grp(ao).agg(
+        first_correct_round=("first_correct_round", "mean"),
+        never_correct=("first_correct_round", lambda s: float(s.isna().mean())),
+        distinct_answers=("distinct_answers", "mean"), correct_share=("correct_share", "mean")))
+    io = io.assign(tokens=io["prompt_tokens"].fillna(0) + io["completion_tokens"].fillna(0))
+    out = out.join(grp(io).agg(
+        consensus=("consensus_round", lambda s: float(s.notna().mean())), consensus_round=("consensus_round", "mean"),
+        final_agreement=("final_agreement", share), first_distinct=("first_distinct", "mean"),
+        any_correct=("any_correct", share), tokens=("tokens", "mean"),
+        helped=("outcome", lambda s: float((s == "helped").mean())),
+        hurt=("outcome", lambda s: float((s == "hurt").mean())), items=("item_id", "nunique")))
+    return out.reset_index(drop=not cond).astype({c: float for c in _RATES})
