@@ -81,7 +81,7 @@ def _strip_wrappers(s: str) -> str:
 
 def normalize_latex(s: str) -> str:
     "Light normalisation of a LaTeX answer: wrappers, trailing punctuation, `\\left`/`\\right`, `\\dfrac` -> `\\frac`."
-    s = _strip_wrappers(str(s))
+    s = _strip_wrappers(str(s)).replace("\\!", "")                 # `\!` (negative thin space): removed
     s = re.sub(r"\\(?:left|right)(?![a-zA-Z])\s*", "", s)
     s = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", s)
     s = re.sub(r"\\(?:displaystyle|!|,|;|quad|qquad)(?![a-zA-Z])", " ", s) if "\\" in s else s
@@ -93,7 +93,7 @@ def normalize_latex(s: str) -> str:
 _NUM_RE = re.compile(
     r"(?<![\w.)\]}])(?P<sign>[-−+]?)\s?\$?\s?"
     r"(?P<int>\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?P<frac>\.\d+)?"
-    r"(?:\s?/\s?(?P<den>\d+(?:\.\d+)?)(?![\d.]))?")
+    r"(?:\s?/\s?(?P<den>\d+(?:\.\d+)?)(?!\d|\.\d))?")
 
 def _clean_number_text(s: str) -> str:
     s = s.replace("−", "-").replace("–", "-").replace("\u2009", "").replace("\u202f", "")
@@ -154,7 +154,7 @@ def canonical_number(v: Fraction | int | float | str | None) -> str | None:
 
 # %% ../nbs/01_answers.ipynb #796d0c1c
 _STMT_RE = re.compile(
-    r"(?:\b(?P<final>final|correct|right|best)\s+)?\b(?P<kw>answer|option|choice)s?\b"
+    r"(?:\b(?P<final>final|correct|right|best)\s+)?\b(?P<kw>answer|option|choice)(?P<plural>s?)\b"
     r"(?:\s+to\s+(?:the|this)\s+(?:question|problem))?[\s*_]*"
     r"(?:(?P<verb>is|was|would\s+be|should\s+be|will\s+be|must\s+be|remains|becomes|stays)\b"
     r"\s*(?:still\s+)?[:：]?|[:：=])"
@@ -187,7 +187,8 @@ _REJECT_BEFORE_RE = re.compile(
     r"\s+(?:the\s+)?(?:option\s+|choice\s+|answer\s+)?[*_$]*$", re.I)
 _REJECT_AFTER_RE = re.compile(
     r"^[)*_$\s]*(?:is|was|seems|would\s+be|are)\s+(?:also\s+|clearly\s+|definitely\s+)?"
-    r"(?:wrong|incorrect|false|not\b|invalid|eliminated|ruled\s+out|unlikely|implausible)", re.I)
+    r"(?:wrong|incorrect|false|not\b|invalid|eliminated|ruled\s+out|unlikely|implausible)"
+    r"|^[)*_$\s]*(?:contradicts|fails|violates|ignores|cannot|can't|does\s+not|doesn't)\b", re.I)
 
 def _clause_before(s: str, p: int) -> str:
     "The text of the clause that `p` sits in, up to `p` (at most 200 characters back)."
@@ -223,7 +224,8 @@ def _statements(s: str, kws=("answer",)) -> list[tuple[int, str]]:
     ones, then by position). Statements about an answer ("the answer is correct"), another agent's
     statements ("Agent 2 says the answer is", "their answer is") and rejections are skipped;
     "the answer is not X but Y" reads Y."""
-    cues = [(m, False) for m in _STMT_RE.finditer(s) if m.group("kw").lower() in kws]
+    cues = [(m, False) for m in _STMT_RE.finditer(s)
+            if m.group("kw").lower() in kws and not m.group("plural")]   # "Options:" heads a list
     cues = [(m, bool(m.group("final") and m.group("final").lower() == "final")) for m, _ in cues]
     if "answer" in kws: cues += [(m, True) for m in _FINAL_CUE_RE.finditer(s)]
     cues += [(m, False) for m in _CHOOSE_RE.finditer(s)]
@@ -244,6 +246,7 @@ def _cut_statement(rest: str) -> str:
     """The answer inside the text after 'the answer is': up to a closing `$`, else a sentence end.
     An escaped dollar `\\$` (currency, as MATH-500 golds write it) is part of the answer."""
     rest = rest.strip()
+    if rest.startswith("\\(") and "\\)" in rest: return rest[2:rest.index("\\)")]
     if rest.startswith("$"):
         m = _UNESCAPED_DOLLAR_RE.search(rest, 1)
         if m: return rest[1:m.start()]
@@ -270,6 +273,10 @@ def _letter_from(s: str, lower_ok: bool = True, strict: bool = False) -> str | N
     m = re.match(rf"[\(\[]?({_L})[\)\].:](?:\s|$)", s)
     return m.group(1) if m else None
 
+def _consecutive(letters: list[str]) -> bool:
+    "Whether option letters run in order, each the next letter (`A B C`): a list, not prose naming options."
+    return all(ord(b) - ord(a) == 1 for a, b in zip(letters, letters[1:]))
+
 def _listing_lines(s: str) -> set[int]:
     "Indices of lines that belong to an option list."
     lines = s.split("\n")
@@ -277,8 +284,8 @@ def _listing_lines(s: str) -> set[int]:
     nonempty = [i for i, l in enumerate(lines) if l.strip()]
     out = set()
     for k, i in enumerate(nonempty):
-        marks = {m.group(1) or m.group(2) for m in _MARK_RE.finditer(lines[i])}
-        if len(marks) >= 3 or (len(marks) == 2 and starts[i]): out.add(i); continue
+        marks = [m.group(1) or m.group(2) for m in _MARK_RE.finditer(lines[i])]
+        if _consecutive(marks) and (len(marks) >= 3 or (len(marks) == 2 and starts[i])): out.add(i); continue
         if starts[i]:
             prev_ = nonempty[k - 1] if k > 0 else None
             next_ = nonempty[k + 1] if k + 1 < len(nonempty) else None
@@ -365,8 +372,10 @@ def _extract_number(s: str) -> str | None:
     return _last_own_number(s)                                    # 4. the last own number
 
 def _cut_number_statement(rest: str) -> str:
-    "The first 80 characters after 'the answer is', cut before `, not 24` / `rather than 24`."
-    return re.split(r",?\s+(?:not|rather\s+than|instead\s+of)\b", rest[:80], maxsplit=1)[0]
+    """The first 80 characters after 'the answer is', cut before `, not 24` / `rather than 24` and at the
+    sentence's end; after its last `=` when it has one (`2^{10} = 1024`, `x = 5`)."""
+    r = re.split(r",?\s+(?:not|rather\s+than|instead\s+of)\b|\.(?:\s|$)", rest[:80], maxsplit=1)[0]
+    return r.rsplit("=", 1)[-1] if "=" in r else r
 
 def _extract_boxed(s: str) -> str | None:
     for _, content in reversed(_own_boxes(s)):
@@ -374,7 +383,7 @@ def _extract_boxed(s: str) -> str | None:
         if a: return a
     for _, rest in reversed(_statements(s)):
         a = normalize_latex(_cut_statement(rest))
-        if a: return a
+        if a and not _BOX_RE.search(a): return a          # an empty `\boxed{}` is no answer
     return None
 
 # %% ../nbs/01_answers.ipynb #106c04ac
@@ -384,7 +393,8 @@ def _extract_exact(s: str) -> str | None:
         if a: return a
     for _, rest in reversed(_statements(s)):
         a = _strip_wrappers(rest).strip("\"'“”‘’`").strip()
-        a = re.split(r"\s+(?:because|since|as|which)\b", a, maxsplit=1)[0].strip()
+        a = re.split(r"\s+(?:because|since|as|which)\b|[.;!?]\s+(?=[A-Z])", a, maxsplit=1)[0].strip()
+        a = _strip_wrappers(a).strip("\"'“”‘’`").strip()
         if a: return a
     t = s.strip()
     if t and "\n" not in t and len(t) <= 200: return _strip_wrappers(t).strip("\"'“”‘’`").strip() or None
