@@ -48,17 +48,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
 
-## the OS sandbox for model-written programs (DMAD's program-of-thought role): bubblewrap. As root with apt-get (CI on
-## Debian) it is installed here; otherwise how to get it is printed (without it the kit refuses to run such programs).
+## the OS sandbox for model-written programs (DMAD's program-of-thought role): bubblewrap, and libseccomp for its
+## syscall filter (libseccomp2: on every Debian/Ubuntu already, apt links it; its Python binding pyseccomp is a pip
+## dependency). As root with apt-get (CI on Debian) they are installed here; otherwise how to get them is printed
+## (without them the kit refuses to run such programs).
 sandbox-tool:
-	@command -v bwrap >/dev/null 2>&1 || [ -x /usr/bin/bwrap ] || { \
+	@{ command -v bwrap >/dev/null 2>&1 || [ -x /usr/bin/bwrap ]; } && { /sbin/ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2'; } || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing bubblewrap (the sandbox for model-written programs)"; \
-	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; } \
-	      || { echo "could not install bubblewrap with apt-get"; exit 1; }; \
-	  else echo "bubblewrap (bwrap) is missing: the kit will refuse to run model-written programs. Install it:" \
-	    "Debian/Ubuntu 'sudo apt-get install bubblewrap', Fedora 'sudo dnf install bubblewrap', conda" \
-	    "'conda install -c conda-forge bubblewrap' (README: The program-of-thought sandbox)"; fi; }
+	    echo "installing bubblewrap and libseccomp2 (the sandbox for model-written programs)"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap libseccomp2 >/dev/null; } \
+	      || { echo "could not install bubblewrap / libseccomp2 with apt-get"; exit 1; }; \
+	  else echo "bubblewrap (bwrap) or libseccomp is missing: the kit will refuse to run model-written programs. Install them:" \
+	    "Debian/Ubuntu 'sudo apt-get install bubblewrap libseccomp2', Fedora 'sudo dnf install bubblewrap libseccomp', conda" \
+	    "'conda install -c conda-forge bubblewrap libseccomp' (README: The program-of-thought sandbox)"; fi; }
 
 ## the browser of the notebooks' test in JupyterLab (tests/test_lab.py): Debian's chromium and chromium-driver, driven by
 ## selenium (the dev extra). As root with apt-get (CI on Debian) they are installed here; otherwise the test is skipped.

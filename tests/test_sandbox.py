@@ -122,13 +122,20 @@ def _nobody_python() -> tuple[list[str], str]:
     return [], "no Python 3.9+ that user nobody can run"
 
 
+def _binding_files() -> list[Path]:
+    "The libseccomp binding the kit uses (pyseccomp: one file, standard library only), copied next to the module."
+    try: import pyseccomp
+    except Exception: return []
+    return [Path(pyseccomp.__file__)]
+
+
 @pytest.fixture(scope="module")
 def nobody_run(listener, scratch_dir):
     "The driver as user nobody (setpriv), the system's Python, and a copy of the module (standard library only)."
     pre, why = _nobody_python()
     if not pre: pytest.skip(why)
     tmp = scratch_dir / "nobody"; tmp.mkdir(); tmp.chmod(0o755)
-    for src in (ROOT / "mad_study" / "sandbox.py", HERE / "sandbox_hostile.py"):
+    for src in (ROOT / "mad_study" / "sandbox.py", HERE / "sandbox_hostile.py", *_binding_files()):
         shutil.copy(src, tmp / src.name); (tmp / src.name).chmod(0o644)
     chk = subprocess.run(pre + ["-c", "import sandbox; print(sandbox.sandbox_check())"], capture_output=True, text=True, cwd=tmp)
     if "True" not in chk.stdout: pytest.skip(f"no OS sandbox for user nobody: {(chk.stdout + chk.stderr).strip()[-300:]}")
