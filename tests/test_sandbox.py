@@ -1,4 +1,4 @@
-"""The program-of-thought sandbox (mad_study.sandbox) against hostile programs (issue 22).
+"""The program-of-thought sandbox (mad_study.sandbox) against hostile programs (issues 22 and 36).
 
 Every hostile program of tests/sandbox_hostile.py runs through `run_program` twice, as written and after switching off
 every in-process guard it can reach, in the default mode (this user: root in CI) and as user nobody (via setpriv, with
@@ -6,7 +6,11 @@ the system's Python), each from a parent process that is itself the target. Each
 parent lives, and nothing outside the sandbox changed: no file written on the host, no connection on the test's own
 listener on 127.0.0.1, no secret of the parent read, no process left after the run. Then the same programs as the
 program-of-thought turn of a DMAD debate: the debate goes on and its PoT log says which sandbox ran. Without OS
-isolation the kit refuses to run model-written code unless the caller opts in (isolation='none'), and records it."""
+isolation the kit refuses to run model-written code unless the caller opts in (isolation='none'), and records it.
+Issue 36 adds what the kernel shares that namespaces do not separate: the parent's session keyring (holding a secret
+during the runs), keys carried between runs, nested user namespaces, memory outside RLIMIT_AS (memfds, SysV shm, many
+children), files in /tmp, socket families, the kernel's riskier calls, terminal escapes in transcripts, statuses a
+program tries to choose, threads, text that cannot be encoded, and two sandboxes at once each forking to its limit."""
 import json
 import os
 import shutil
@@ -30,7 +34,11 @@ FLOOD_CAP_MIB = 64                      # the parent's peak-memory growth allowe
 NEEDS_SANDBOX = pytest.mark.skipif(not os_isolation_available(), reason=f"no OS sandbox here: {sandbox_check()[1]}")
 CASES = ["loop", "memory", "fork_bomb", "output_flood", "stderr_flood", "setsid_grandchild", "setsid_daemon", "listener", "write_host_tmp", "write_outside",
          "write_interpreter", "read_checkout", "read_ssh", "read_passwd", "read_parent_environ", "signal_parent",
-         "subprocess", "ctypes"]
+         "subprocess", "ctypes",
+         # issue 36
+         "keyring_read_parent", "keyring_add", "keyring_store", "keyring_load", "nested_userns", "kernel_surface",
+         "memfd_memory", "shm_memory", "dev_shm_fill", "fork_memory", "many_files", "socket_families", "escape_output",
+         "forge_setup", "forge_memory", "forge_timeout", "forge_started", "threads"]
 
 
 def _context(tmp: Path, listener: socket.socket) -> dict:
@@ -44,7 +52,9 @@ def _context(tmp: Path, listener: socket.socket) -> dict:
     ssh.chmod(0o644); outside.chmod(0o777)
     return dict(marker=f"mad-sandbox-marker-{tag}", host_tmp=f"/tmp/mad-sandbox-escape-{tag}", outside=str(outside),
                 checkout_file=str(ROOT / "pyproject.toml"), ssh_file=str(ssh), secret=f"env-secret-{tag}",
-                ssh_secret=f"ssh-secret-{tag}", port=listener.getsockname()[1], parent_pid=0)
+                ssh_secret=f"ssh-secret-{tag}", port=listener.getsockname()[1], parent_pid=0,
+                key_desc=f"mad-sandbox-key-{tag}", key_ring=f"mad-sandbox-ring-{tag}", key_secret=f"keyring-secret-{tag}",
+                carry=f"carried-{tag}")
 
 
 def _run_driver(argv: list[str], ctx: dict, env: dict, cwd: str, timeout: float = 240) -> dict:
@@ -176,6 +186,66 @@ def test_hostile_program(run, case, disarm):
     if case == "setsid_daemon": assert r["status"] == ("ok" if disarm else "error") and r["wall"] < 3, r   # no wait on it
     if case.endswith("_flood"): assert r["out_len"] <= 20_000 and r["err_len"] <= 20_000 and r["wall"] < 1.5, r   # cut, not timed out
     if case == "read_checkout": assert Path(ctx["checkout_file"]).read_text()[:60] not in seen
+    assert ctx["key_secret"] not in seen and ctx["carry"] not in seen or case == "keyring_store"
+    if case.startswith(("keyring", "nested_userns", "kernel_surface", "shm_memory", "socket_families", "fork_memory")) and not disarm:
+        assert r["status"] == "error" and "sandbox: " in r["stderr"], r            # the audit hook refused ctypes / fork
+    elif case in ISSUE36: ISSUE36[case](r, r["stdout"], r["layers"])
+
+
+def _lines(out: str, first: str) -> list[list[str]]:
+    return [l.split() for l in out.splitlines() if l.split()[:1] == [first]]
+
+
+def _held(out: str) -> int:
+    return int(out.split("held")[-1].split()[0])
+
+
+def _fork_memory(r, out, layers):
+    n = int(out.split("children holding 40 MiB:")[-1].split()[0]) if "children holding" in out else 0
+    if "cgroup-memory" in layers:                      # the whole sandbox: 64 + 64 (disk) + 16 MiB, not 6 x 40 MiB
+        assert n * 40 < 64 + 64 + 16 and r["status"] in ("memory", "ok"), r
+    else: assert n <= 6, r                             # documented residual risk without a cgroup: nproc x memory_mb
+
+
+def _many_files(r, out, layers):
+    files = int(out.split("files")[-1].split()[0])
+    if "tmp-file-limit" in layers: assert files <= 4096 and "No space left" in out, r   # tmpfs nr_inodes
+    else: assert r["status"] in ("ok", "error"), r     # documented residual risk without root: bytes limited, not files
+
+
+ISSUE36 = {   # the disarmed programs (guard off): what the OS layers alone must show
+    "keyring_read_parent": lambda r, out, lay: (
+        r["status"] == "ok" and all(l[2] == "EPERM" for l in _lines(out, "search")) and len(_lines(out, "search")) == 5
+        and "request EPERM" in out and "join EPERM" in out and "ring EPERM EPERM" in out) or pytest.fail(str(r)),
+    "keyring_add": lambda r, out, lay: (
+        [l[1] for l in _lines(out, "-3") + _lines(out, "-4") + _lines(out, "-5")] == ["EPERM"] * 3
+        and "last EPERM" in out) or pytest.fail(str(r)),
+    "keyring_store": lambda r, out, lay: out.strip() == "EPERM" or pytest.fail(str(r)),
+    "keyring_load": lambda r, out, lay: out.startswith("found EPERM") or pytest.fail(str(r)),
+    "nested_userns": lambda r, out, lay: (
+        all(l[2] == "EPERM" for l in _lines(out, "unshare")) and len(_lines(out, "unshare")) == 5 and "clone3 ENOSYS" in out
+        and "setns EPERM" in out and "mount EPERM" in out and "pivot_root EPERM" in out and "os.unshare ok" not in out
+        and "no-nested-userns" in lay) or pytest.fail(str(r)),
+    "kernel_surface": lambda r, out, lay: (
+        [l[1] for l in map(str.split, out.strip().splitlines())] == ["EPERM"] * 9) or pytest.fail(str(r)),
+    "memfd_memory": lambda r, out, lay: (_held(out) == 0 and "Operation not permitted" in out) or pytest.fail(str(r)),
+    "shm_memory": lambda r, out, lay: (_held(out) == 0 and "shmget EPERM" in out) or pytest.fail(str(r)),
+    "dev_shm_fill": lambda r, out, lay: (
+        int(out.split("written")[1].split()[0]) <= 1 and "modes 0o41777 0o41777" in out) or pytest.fail(str(r)),
+    "fork_memory": _fork_memory,
+    "many_files": _many_files,
+    "socket_families": lambda r, out, lay: (
+        [l[1] for l in map(str.split, out.splitlines()[:7])] == ["EAFNOSUPPORT"] * 7
+        and "hidden EAFNOSUPPORT EAFNOSUPPORT EAFNOSUPPORT" in out and "unix ok" in out) or pytest.fail(str(r)),
+    "escape_output": lambda r, out, lay: (
+        r["status"] == "ok" and out == "abcdef\n" and "\\x1b[2J" in r["stdout_raw"] and "\\x00" in r["stdout_raw"]
+        and "\\u202e" in r["stdout_raw"] and "\x1b" not in r["stderr"] and "red" in r["stderr"]) or pytest.fail(str(r)),
+    "forge_setup": lambda r, out, lay: r["status"] == "error" or pytest.fail(str(r)),
+    "forge_memory": lambda r, out, lay: r["status"] == "error" or pytest.fail(str(r)),
+    "forge_timeout": lambda r, out, lay: r["status"] == "error" or pytest.fail(str(r)),
+    "forge_started": lambda r, out, lay: (r["status"] == "error" and "wrote" not in out) or pytest.fail(str(r)),
+    "threads": lambda r, out, lay: "threads 24" in out or pytest.fail(str(r)),
+}
 
 
 def test_host_untouched(run, listener):
@@ -185,6 +255,25 @@ def test_host_untouched(run, listener):
     try: conn, _ = listener.accept(); conn.close(); pytest.fail("a sandboxed program reached the 127.0.0.1 listener")
     except BlockingIOError: pass
     assert run["flood_growth_mib"] is not None and run["flood_growth_mib"] < FLOOD_CAP_MIB, run["flood_growth_mib"]
+
+
+def test_parent_keyring_untouched(run):
+    "The parent kept a secret in its session keyring during every run: still there, nothing added, nothing read."
+    k = run["keyring"]
+    assert k["secret_back"] == run["ctx"]["key_secret"] and k["after"] == k["before"] and len(k["before"]) == 1, k
+
+
+def test_two_sandboxes_at_once(run):
+    "Two sandboxes at once, each forking to its limit (nproc=16): neither's forks fail because of the other."
+    a, b = run["concurrent"]
+    assert a["forked"] is not None and b["forked"] is not None, (a, b)
+    assert min(a["forked"], b["forked"]) >= 12 and max(a["forked"], b["forked"]) < 16, (a, b)
+
+
+def test_unencodable_program_gets_a_status(run):
+    "Program text with a lone surrogate: status 'error' and no exception, in both modes."
+    u = run["unencodable"]
+    assert "raised" not in u and u["status"] == "error" and u["returncode"] is None and "UTF-8" in u["error"], u
 
 
 def test_debate_goes_on(default_run):
