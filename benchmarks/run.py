@@ -467,11 +467,13 @@ def bench_analysis(n_items=500, n_agents=6, n_rounds=5, n_samples=16) -> dict:
 
 # ------------------------------------------------------------------ report
 def bench_sandbox(n: int = 20) -> dict:
-    """6. Sandbox: start-up cost per program-of-thought program (`print(1)`, median of `n`): the OS sandbox (bubblewrap,
-    the default) next to the in-process-guard-only mode (`isolation='none'`, the old unisolated child); goal < 100 ms.
-    `row` is the summary-table row."""
+    """6. Sandbox: start-up cost per program-of-thought program (`print(1)`, median of `n`): the OS sandbox as it runs
+    by default (bubblewrap with its seccomp filter, fresh keyring and, where one can be made, a cgroup; as root the
+    private mount view), next to bubblewrap without the filter (`syscall_filter=False`) and the in-process-guard-only
+    mode (`isolation='none'`), all measured in this run; goal < 50 ms (issue 36; the README's earlier 16 ms was
+    bubblewrap without the filter on another run). `row` is the summary-table row."""
     import statistics
-    from mad_study.sandbox import os_isolation_available, run_program, sandbox_check
+    from mad_study.sandbox import os_isolation_available, run_program, sandbox_check, sandbox_provenance
     def cost(**kw):
         run_program("print(1)", **kw)                                    # warm (the first call also tries bwrap once)
         ts = []
@@ -483,11 +485,15 @@ def bench_sandbox(n: int = 20) -> dict:
     name = "6. sandbox: start-up cost per program (`print(1)`, median)"
     if not os_isolation_available():
         out["error"] = sandbox_check()[1]
-        out["row"] = [name, f"not run: {out['error']} (in-process guard only: {out['none_ms']} ms)", "< 100 ms", "n/a"]
+        out["row"] = [name, f"not run: {out['error']} (in-process guard only: {out['none_ms']} ms)", "< 50 ms", "n/a"]
     else:
         out["bwrap_ms"] = cost()
-        out["row"] = [name, f"bubblewrap **{out['bwrap_ms']} ms** vs in-process guard only {out['none_ms']} ms",
-                      "< 100 ms", _met(out["bwrap_ms"] < 100)]
+        out["layers"] = run_program("print(1)").sandbox
+        out["no_filter_ms"] = cost(syscall_filter=False) if sandbox_check(syscall_filter=False)[0] else None
+        out.update({k: v for k, v in sandbox_provenance().items() if k != "sandbox"})
+        out["row"] = [name, f"bubblewrap with the seccomp filter **{out['bwrap_ms']} ms** (without the filter "
+                            f"{out['no_filter_ms']} ms; in-process guard only {out['none_ms']} ms; cgroup: "
+                            f"{out['sandbox_cgroup']})", "< 50 ms", _met(out["bwrap_ms"] < 50)]
     log("   " + " | ".join(map(str, out["row"])))
     return out
 
