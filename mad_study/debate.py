@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from .core import (ConfigError, GenRequest, Generation, Item, derive_seed, rng_for, runs_dir,
                             transcript_frame, save_transcript, load_transcript, SIGNALS,
-                   pool_keys, check_unique_turns)
+                   pool_keys, check_unique_turns, row_formats)
 from .answers import extract_answer, is_correct, merge_equivalent
 from .data import format_question
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
@@ -247,9 +247,8 @@ def vote_table(transcript: pd.DataFrame, by: Sequence[str] = ("item_id", "sample
                fmt: str | None = None) -> pd.DataFrame:
     """Majority vote per condition (`experiment`, `method`), item, thread and round (`pool_keys(transcript, by)`): those
     columns + task, gold, `answer`, `correct`, `n_agents`. Ties: `tie_seeds` (item, sample, round only).
-    The answer format is the task's (registry) unless `fmt` is given. (Numeric and multiple-choice answers are counted
+    The answer format is `fmt` when given, else the row's `fmt` column, else the task's (`row_formats`). (Numeric and multiple-choice answers are counted
     for all groups at once; other formats group by group. Both give `majority_vote`'s answer.)"""
-    from mad_study.data import get_task
     from mad_study.answers import ELEMENTWISE_FORMATS
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="vote_table")
@@ -258,8 +257,8 @@ def vote_table(transcript: pd.DataFrame, by: Sequence[str] = ("item_id", "sample
     seeds = tie_seeds(transcript, groups)
     answers = transcript["answer"].to_numpy(dtype=object, na_value=None)
     tasks, golds = transcript["task"].to_numpy(dtype=object), transcript["gold"].to_numpy(dtype=object)
-    fmts: dict = {}
-    gfmt = [fmt or fmts.get(tasks[idx[0]]) or fmts.setdefault(tasks[idx[0]], get_task(tasks[idx[0]]).fmt) for idx in groups]
+    rowf = row_formats(transcript, fmt, what="vote_table").to_numpy(dtype=object)
+    gfmt = [rowf[idx[0]] for idx in groups]
     votes: list = [None] * len(groups)
     for f in dict.fromkeys(gfmt):
         sel = [i for i, x in enumerate(gfmt) if x == f]
@@ -287,7 +286,7 @@ def _row(experiment, item, sample, rnd, agent, role, position, peers, text, gen:
                                  prompt_tokens=0, completion_tokens=0)
         return r
     ans = extract_answer(text, item.fmt)
-    r = dict(experiment=experiment, method=method, item_id=item.id, task=item.task, gold=str(item.gold), round=rnd, agent=agent.name,
+    r = dict(experiment=experiment, method=method, item_id=item.id, task=item.task, gold=str(item.gold), fmt=item.fmt, round=rnd, agent=agent.name,
              role=role, model=agent.model, sample=sample, position=position, visible_peers=",".join(peers), reused=False,
              prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens, text=text, answer=ans,
              correct=bool(ans is not None and is_correct(ans, item.gold, item.fmt)), images=",".join(item.images) or None)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .answers import ELEMENTWISE_FORMATS, merge_equivalent
-from .core import check_unique_turns, pool_keys
+from .core import check_unique_turns, complete_transcript, pool_keys, row_formats
 
 # %% auto #0
 __all__ = ['canonical_answers', 'answer_grid', 'agent_turns', 'first_correct', 'agent_outcomes', 'item_outcomes',
@@ -20,12 +20,10 @@ __all__ = ['canonical_answers', 'answer_grid', 'agent_turns', 'first_correct', '
 # %% ../nbs/05c_trajectory.ipynb #5bf7215d
 def canonical_answers(transcript: pd.DataFrame, fmt: str | None = None) -> pd.Series:
     """Each row's answer as the representative of its equivalence class (`mad_study.answers.merge_equivalent`), None when
-    unparsed (the kit's own step; the answer format is the task's unless `fmt` is given)."""
-    from mad_study.data import get_task
+    unparsed (the kit's own step; the answer format is `fmt`, else the row's `fmt`, else its task's: `row_formats`)."""
     ans = transcript["answer"].astype(object).where(transcript["answer"].notna(), None)
     out = pd.Series([None] * len(ans), index=transcript.index, dtype=object)
-    fm = {t: fmt or get_task(t).fmt for t in transcript["task"].dropna().unique()}
-    fmts = transcript["task"].map(fm)
+    fmts = row_formats(transcript, fmt, what="canonical_answers")
     for f in dict.fromkeys(fmts.dropna()):
         sel = (fmts == f).to_numpy()
         parts = [np.flatnonzero(sel)] if f in ELEMENTWISE_FORMATS else list(transcript[sel].groupby("item_id", sort=False).indices.values())
@@ -48,12 +46,13 @@ def _keys(transcript: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
 
 def answer_grid(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFrame:
     """One row per (condition, item, sample, agent, round) from the agent's first row to its thread's last round: task,
-    gold, model, `answer` (canonical, None = unparsed), `correct`, `spoke`, `visible_peers` (the kit's own rule for silent
+    fmt, gold, model, `answer` (canonical, None = unparsed), `correct`, `spoke`, `visible_peers` (the kit's own rule for silent
     agents: a round without a row, or a reused row, carries the last answer forward with `spoke` False)."""
+    transcript = complete_transcript(transcript, fmt, what="answer_grid")
     check_unique_turns(transcript, what="answer_grid")
     cond, th, ag = _keys(transcript)
     t = transcript.assign(answer=canonical_answers(transcript, fmt), spoke=~transcript["reused"].fillna(False).astype(bool))
-    t = t[[*ag, "round", "task", "gold", "model", "answer", "correct", "spoke", "visible_peers"]].copy()
+    t = t[[*ag, "round", "task", "fmt", "gold", "model", "answer", "correct", "spoke", "visible_peers"]].copy()
     t["round"] = t["round"].astype(int)
     t["answer"] = t["answer"].where(t["answer"].notna(), _UNPARSED)
     span = t.assign(_last=t.groupby(th, sort=False, dropna=False)["round"].transform("max")).groupby(ag, sort=False, dropna=False).agg(
@@ -62,7 +61,7 @@ def answer_grid(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFram
     grid = span.loc[span.index.repeat(n), ag].reset_index(drop=True)
     grid["round"] = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n) + np.repeat(span["first"].to_numpy(), n)
     g = grid.merge(t, on=[*ag, "round"], how="left")
-    fill = ["task", "gold", "model", "answer", "correct"]
+    fill = ["task", "fmt", "gold", "model", "answer", "correct"]
     g[fill] = g.groupby(ag, sort=False, dropna=False)[fill].ffill()
     g["answer"] = g["answer"].astype(object).where(g["answer"] != _UNPARSED, None)
     g["correct"] = g["correct"].astype(bool)
@@ -102,6 +101,7 @@ def agent_turns(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFram
     reference metrics, Smit et al. 2024): spoke, prev_answer, answer, prev_correct, correct, prev_majority; changed, adopted,
     adopted_from (which shown peers held the new answer), in_minority, held_against_majority, swayed (correct -> wrong),
     corrected (wrong -> correct). Events of silent turns are NA; see the notebook for ties and unparsed answers."""
+    transcript = complete_transcript(transcript, fmt, what="agent_turns")
     g = answer_grid(transcript, fmt)
     cond, th, ag = _keys(transcript)
     prev = g[[*ag, "round", "answer", "correct"]].assign(round=g["round"] + 1).rename(
@@ -128,6 +128,7 @@ def agent_turns(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFram
 def first_correct(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFrame:
     """Per condition, item, sample and agent: its first round, `first_correct_round` (NaN when never correct; DebateLLM's
     round of the first correct answer, Smit et al. 2024) and whether it ends correct (silent rounds carried)."""
+    transcript = complete_transcript(transcript, fmt, what="first_correct")
     g = answer_grid(transcript, fmt)
     _, _, ag = _keys(transcript)
     by = g.groupby(ag, sort=False, dropna=False)
@@ -140,6 +141,7 @@ def agent_outcomes(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataF
     """Per condition, item, sample and agent (DebateLLM's per-agent metrics, Smit et al. 2024, on the kit's grid):
     `rounds` present, `distinct_answers` (parsed answers it held, carried rounds included), `correct_rounds`
     and `correct_share` (rounds in which it held the gold answer), with `first_correct`'s columns."""
+    transcript = complete_transcript(transcript, fmt, what="agent_outcomes")
     g = answer_grid(transcript, fmt)
     _, _, ag = _keys(transcript)
     out = g.groupby(ag, sort=False, dropna=False).agg(
@@ -169,6 +171,7 @@ def item_outcomes(transcript: pd.DataFrame, fmt: str | None = None, final: pd.Da
     the first round's majority (`vote_table`, seeded ties) and the final answer (the last round's majority with silent
     agents carried, or `final`: a method's own answers, columns condition keys, item_id, sample, answer, correct),
     and `outcome`: helped (first majority wrong, final right), hurt (the reverse) or neither."""
+    transcript = complete_transcript(transcript, fmt, what="item_outcomes")
     from mad_study.debate import vote_table
     g = answer_grid(transcript, fmt)
     cond, th, _ = _keys(transcript)
@@ -195,6 +198,7 @@ def persuasion_graph(transcript: pd.DataFrame, by: str = "agent", fmt: str | Non
     """Edges source -> target per condition: `weight` (adoptions, 1/k each when k shown peers held the adopted answer),
     `to_correct` (the part of it that made the target correct), `n` (adoption events); over agents or models (`by`).
     The kit's own graph of DebateLLM's "reliance on other agents" (Smit et al. 2024)."""
+    transcript = complete_transcript(transcript, fmt, what="persuasion_graph")
     if by not in ("agent", "model"): raise ValueError(f"by must be 'agent' or 'model', got {by!r}")
     cond, th, ag = _keys(transcript)
     tu = agent_turns(transcript, fmt)
@@ -221,6 +225,7 @@ def trajectory_summary(transcript: pd.DataFrame, fmt: str | None = None, final: 
     agreement, first-round distinct answers, the share of items some agent got right, per agent the distinct answers
     and the share of correct rounds, tokens per item, helped / hurt shares (the kit's own summary of DebateLLM-style
     metrics, Smit et al. 2024)."""
+    transcript = complete_transcript(transcript, fmt, what="trajectory_summary")
     cond, _, _ = _keys(transcript)
     tu, ao, io = agent_turns(transcript, fmt), agent_outcomes(transcript, fmt), item_outcomes(transcript, fmt, final)
     rate = lambda s: s.astype("Float64").mean()
