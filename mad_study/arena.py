@@ -46,11 +46,14 @@ def svr_transcript(round0: pd.DataFrame, debates: pd.DataFrame, method: str = "s
     return transcript_frame(pd.concat([r0, transcript_frame(rows)], ignore_index=True)).assign(method=method)
 
 # %% ../nbs/15_arena.ipynb #669acc0a
-def pareto_front(df: pd.DataFrame, cost: str = "tokens", value: str = "accuracy") -> pd.Series:
-    "Whether each row is on the Pareto front: no other row has cost <= and value >=, one of them strictly (the kit's own)."
+def pareto_front(df: pd.DataFrame, cost: str = "tokens", value: str = "accuracy", exclude=None) -> pd.Series:
+    """Whether each row is on the Pareto front: no other row has cost <= and value >=, one of them strictly (the kit's own).
+    `exclude` (a boolean mask, e.g. methods that read the gold answer): those rows are neither on the front nor dominate."""
     c, v = df[cost].to_numpy(float), df[value].to_numpy(float)
+    out = np.zeros(len(df), bool) if exclude is None else np.asarray(exclude, dtype=bool)
     dom = (c[None, :] <= c[:, None]) & (v[None, :] >= v[:, None]) & ((c[None, :] < c[:, None]) | (v[None, :] > v[:, None]))
-    return pd.Series(~dom.any(axis=1), index=df.index)
+    dom &= ~out[None, :]
+    return pd.Series(~dom.any(axis=1) & ~out, index=df.index)
 
 # %% ../nbs/15_arena.ipynb #152648ad
 @planner("arena")
@@ -61,7 +64,7 @@ def plan_arena(p: Mapping) -> dict:
     N, m = len(models) * int(p.get("agents_per_model") or 1), int(p.get("max_new_tokens") or 512)
     dr, rr, S = int(p.get("debate_rounds") or 0), int(p.get("role_rounds") or 1), int(p.get("svr_S") or 2)
     engine = N + 8 * N * dr
-    per_item = engine + 2 * S * N + int(p.get("sc_max_samples") or 64) + (3 * rr + 2) + 2 * 3 * rr + 2 * 3 * len(models)
+    per_item = engine + 2 * S * N + int(p.get("sc_max_samples") or 256) + (3 * rr + 2) + 2 * 3 * rr + 2 * 3 * len(models)
     gens = n * per_item
     prompt = n * (engine * (250 + (N - 1) * m) + (per_item - engine) * (250 + m))
     return {"generations": gens, "completion_tokens": gens * m, "prompt_tokens": prompt}
