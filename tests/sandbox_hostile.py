@@ -80,15 +80,21 @@ def session_keys() -> list[int]:
     return list(memoryview(buf.raw[:n]).cast("i"))
 
 
+def fork_bomb(marker: str) -> str:
+    "Fork until refused, each child a sleeper carrying `marker`; prints how many forks succeeded."
+    sleeper = f'[sys.executable, "-S", "-c", "import time; time.sleep(30)", "{marker}"]'
+    return ("import os, sys\nn = 0\nfor i in range(100):\n    try: pid = os.fork()\n"
+            "    except OSError: break\n    if pid == 0: os.execv(sys.executable, " + sleeper + ")\n"
+            "    n += 1\nprint('forked', n)")
+
+
 def cases(c: dict) -> dict:
     "name -> (program, run_program keywords); `c` holds the paths, port, pid and marker the host side checks."
     sleeper = f'[sys.executable, "-S", "-c", "import time; time.sleep(30)", "{c["marker"]}"]'
     return {
         "loop": ("while True: pass", dict(timeout=1.5)),
         "memory": ("xs = []\nwhile True: xs.append(bytearray(10**7))", dict(memory_mb=256, timeout=10)),
-        "fork_bomb": ("import os, sys\nn = 0\nfor i in range(100):\n    try: pid = os.fork()\n"
-                      "    except OSError: break\n    if pid == 0: os.execv(sys.executable, " + sleeper + ")\n"
-                      "    n += 1\nprint('forked', n)", dict(timeout=5, nproc=16)),
+        "fork_bomb": (fork_bomb(c["marker"]), dict(timeout=5, nproc=16)),
         "output_flood": ("while True: print('x' * 4096)", dict(timeout=2)),
         "stderr_flood": ("import sys\nwhile True: sys.stderr.write('y' * 4096)", dict(timeout=2)),
         "setsid_grandchild": ("import os, sys, time\nif os.fork() == 0:\n    os.setsid()\n"
@@ -211,7 +217,7 @@ def run_all(c: dict, debate: bool = False) -> dict:
 
 def run_concurrent(c: dict, n: int = 2) -> list:
     "`n` sandboxes at once, each forking to its limit (nproc=16): the forks each managed, and each status."
-    code = cases(c)["fork_bomb"][0]
+    code = fork_bomb(c["marker"])
     out = [None] * n
     def one(i):
         r = run_program(DISARM + code, timeout=8, nproc=16)

@@ -305,6 +305,51 @@ def test_refuses_without_os_isolation(monkeypatch):
     with pytest.raises(ConfigError, match="timeout"): run_program("print(1)", timeout=0, isolation="none")
 
 
+def test_refuses_without_the_syscall_filter(monkeypatch):
+    "No libseccomp: the kit refuses unless the caller opts out of the filter by name, and the result says so."
+    monkeypatch.setattr(sb, "seccomp_program", lambda: (None, "no libseccomp binding (test)"))
+    ok, why = sandbox_check()
+    assert not ok and "no syscall filter" in why
+    with pytest.raises(SandboxUnavailable, match="syscall_filter=False"): run_program("print(1)")
+    if not sandbox_check(syscall_filter=False)[0]: pytest.skip("no bubblewrap here")
+    r = run_program("print(6 * 7)", syscall_filter=False)
+    assert (r.status, r.stdout.strip(), r.mode) == ("ok", "42", "bwrap") and "seccomp" not in r.layers, r
+
+
+@NEEDS_SANDBOX
+def test_privileged_fallback_holds(monkeypatch):
+    "As root where bwrap cannot run as nobody: no user namespace, but the filter, the keyring and (with a cgroup) a process count of its own."
+    if not sb._privileged(): pytest.skip("the fallback is for root")
+    monkeypatch.setattr(sb, "_variant", lambda *a: "root")
+    prog = ("import ctypes, errno, os\nlibc = ctypes.CDLL(None, use_errno=True)\nnr = 250 if os.uname().machine == 'x86_64' else 219\n"
+            "print(libc.syscall(nr, 0, -3, 0), errno.errorcode[ctypes.get_errno()])\n"
+            "print(libc.unshare(0x10000000), errno.errorcode[ctypes.get_errno()])\nprint(os.getuid())")
+    r = run_program(sandbox_hostile_disarm() + prog, guard=False)
+    assert r.status == "ok" and r.stdout.split() == ["-1", "EPERM", "-1", "EPERM", "65534"], r
+    assert "host-uid-nobody" in r.layers and "seccomp" in r.layers and "own-keyring" in r.layers, r.layers
+    if "cgroup-pids" in r.layers:                      # two at once, each forking to its limit: pids.max is each one's own
+        import sandbox_hostile as h
+        out = h.run_concurrent({"marker": "fallback-" + uuid.uuid4().hex[:8]})
+        assert all(o["forked"] is not None and o["forked"] >= 12 for o in out), out
+
+
+def sandbox_hostile_disarm() -> str:
+    sys.path.insert(0, str(HERE))
+    import sandbox_hostile
+    return sandbox_hostile.DISARM
+
+
+@NEEDS_SANDBOX
+def test_launcher_comes_back():
+    "The launcher (root, or with a cgroup) is started again when it died."
+    r = run_program("print(1)")
+    l = sb._LAUNCHER.get(os.getpid())
+    if l is None: pytest.skip("this machine starts bwrap without the launcher")
+    l["proc"].kill(); l["proc"].wait()
+    r = run_program("print(2)")
+    assert (r.status, r.stdout.strip()) == ("ok", "2") and sb._LAUNCHER[os.getpid()]["proc"].poll() is None, r
+
+
 def test_binds_under_tmp_land_on_the_sandbox_tmpfs(tmp_path):
     "A checkout (and its venv) under /tmp: the tmpfs /tmp is mounted first, the interpreter's binds on top (a fresh clone under /tmp failed)."
     from mad_study.sandbox import bwrap_argv
