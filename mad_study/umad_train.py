@@ -31,12 +31,12 @@ __all__ = ['VARIANTS', 'FINETUNE', 'LOSS_AGGS', 'REWARDS', 'LR_FULL', 'LR_LORA',
            'CHECKPOINT_PREFIX', 'VARIANT_LABELS', 'TAB1_VARIANTS', 'TAB3_VARIANTS', 'FIG3_PANELS',
            'FULL_BYTES_PER_PARAM', 'REF_BYTES_PER_PARAM', 'LORA_SHARE', 'GPU_HEADROOM', 'ROLLOUT_THROUGHPUT',
            'PAPER_GPU_HOURS_PER_RUN', 'TrainConfig', 'rollout', 'team_rewards', 'alg2_rewards', 'nan_group_standardize',
-           'alg2_advantages', 'transcript_advantages', 'sequence_logprobs', 'grpo_loss', 'pin_4bit_training_path',
-           'PolicyBackend', 'Policy', 'RolloutEngine', 'EngineBackend', 'VLLMLoRAEngine', 'UMADTrainer',
-           'checkpoint_dir', 'save_checkpoint', 'load_checkpoint_meta', 'checkpoint_spec', 'TrainedBackend',
-           'trained_backend', 'registry_spec', 'registry_backend', 'checkpoint_name', 'setting_variants',
-           'trained_agents', 'trained_table', 'fig3_summary', 'plot_fig3', 'train_memory_gb', 'check_train_memory',
-           'rollout_gpu_hours', 'plan_train', 'plan_trained']
+           'alg2_advantages', 'reward_correct', 'transcript_advantages', 'sequence_logprobs', 'grpo_loss',
+           'pin_4bit_training_path', 'PolicyBackend', 'Policy', 'RolloutEngine', 'EngineBackend', 'VLLMLoRAEngine',
+           'UMADTrainer', 'checkpoint_dir', 'save_checkpoint', 'load_checkpoint_meta', 'checkpoint_spec',
+           'TrainedBackend', 'trained_backend', 'registry_spec', 'registry_backend', 'checkpoint_name',
+           'setting_variants', 'trained_agents', 'trained_table', 'fig3_summary', 'plot_fig3', 'train_memory_gb',
+           'check_train_memory', 'rollout_gpu_hours', 'plan_train', 'plan_trained']
 
 # %% ../nbs/10b_umad_train.ipynb #544dc829
 VARIANTS: dict[str, dict] = {
@@ -76,6 +76,7 @@ class TrainConfig:
     eps: float = EPS
     per_trajectory: bool = True    # Eq. 5's ΔR_peer per rollout (False: averaged over the G rollouts)
     reward: str = "agent"          # "agent": Alg. 2 line 22's own correctness; "team": Sec. 4.1's team reward, joint return
+    grading: str = "strict"        # App. D: "the strict equivalence reward script provided by the MATH dataset benchmark"
     loss_agg: str = "token-mean"   # "token-mean" (veRL's default) or "seq-mean-token-mean" (Eq. 1's 1/|y_i| per response)
     kl_clamp: float | None = VERL_KL_CLAMP   # clamp of the k3 KL estimate (veRL's low_var_kl); None: unclamped
     mini_batches: int = 1          # optimizer steps per rollout batch (veRL's PPO mini-batches)
@@ -97,7 +98,8 @@ class TrainConfig:
 def _check_train_config(cfg: TrainConfig) -> None:
     "Refuse a `TrainConfig` the trainer cannot run (unknown variant or switch, 4-bit full fine-tuning, sizes < 1); set Table 2's learning rate when `lr` is None."
     if cfg.variant not in VARIANTS: raise ConfigError("unknown training variant", key="variant", value=cfg.variant, choices=VARIANTS)
-    for k, ok in (("finetune", FINETUNE), ("quant", ("none", "nf4")), ("reward", REWARDS), ("loss_agg", LOSS_AGGS)):
+    for k, ok in (("finetune", FINETUNE), ("quant", ("none", "nf4")), ("reward", REWARDS), ("loss_agg", LOSS_AGGS),
+                  ("grading", ("lenient", "strict"))):
         if getattr(cfg, k) not in ok: raise ConfigError(f"unknown {k}", key=k, value=getattr(cfg, k), choices=list(ok))
     if cfg.quant != "none" and cfg.finetune != "lora":
         raise ConfigError("4-bit base weights cannot be fine-tuned in full: use finetune='lora'", key="quant", value=cfg.quant)
@@ -178,11 +180,23 @@ def alg2_advantages(correct, nll, *, eq5: bool = True, eq4: bool = True, eta: fl
     w = au_weight(nan_group_standardize(u, eps=eps, axis=0), alpha)
     return np.where(np.isnan(w), 1.0, w) * a
 
+# %% ../nbs/10b_umad_train.ipynb #de9361ac
+def reward_correct(rows: pd.DataFrame, grading: str = "strict") -> np.ndarray:
+    """R_corr (UMAD Alg. 2 line 13) of transcript rows under `grading`: `is_correct(answer, gold, fmt, grading)`,
+    the format the task's; "strict" is App. D's MATH script for boxed answers."""
+    from mad_study.answers import is_correct
+    from mad_study.data import get_task
+    fmts = {t: get_task(t).fmt for t in rows["task"].dropna().unique()}
+    return np.array([float(a is not None and not (isinstance(a, float) and np.isnan(a))
+                           and is_correct(a, gold, fmts[t], grading=grading))
+                     for a, gold, t in zip(rows["answer"], rows["gold"], rows["task"])])
+
 # %% ../nbs/10b_umad_train.ipynb #f3ce645a
 def transcript_advantages(tr: pd.DataFrame, cfg: TrainConfig) -> pd.DataFrame:
     """UMAD Alg. 2 lines 19-27 on a `rollout` transcript: per question, arrays (G, N, T) of correctness and token NLL
     (`token_nll` = -`logprob_mean`), the variant's rewards and advantages (`alg2_advantages`) written back per row.
-    An empty generation (no completion token, e.g. an over-long prompt) gets zero correctness and no NLL (column `empty`)."""
+    An empty generation (no completion token, e.g. an over-long prompt) gets zero correctness and no NLL (column `empty`).
+    Correctness is re-graded with `cfg.grading` (App. D: the MATH script, `grading="strict"`) for the reward."""
     sw = cfg.switches
     agents = list(dict.fromkeys(tr["agent"]))
     out = []
@@ -195,7 +209,7 @@ def transcript_advantages(tr: pd.DataFrame, cfg: TrainConfig) -> pd.DataFrame:
         if sw["eq4"] and np.isnan(lp[~empty]).any():
             raise ConfigError("Eq. 4 needs every response's token log-probs; the rollout engine returned none for some", key="logprob_mean")
         c = np.zeros((G, len(agents), T)); u = np.full((G, len(agents), T), np.nan)
-        c[gi, ai, ti] = np.where(empty, 0.0, g["correct"].astype(float).to_numpy())
+        c[gi, ai, ti] = np.where(empty, 0.0, reward_correct(g, cfg.grading))
         u[gi, ai, ti] = np.where(empty, np.nan, -lp)
         kw = dict(eta=cfg.eta, per_trajectory=cfg.per_trajectory, reward=cfg.reward)
         rew = alg2_rewards(c, eq5=sw["eq5"], **kw)
