@@ -37,11 +37,11 @@ _all_ = ["PROFILE_KEYS", "EXPERIMENT_KEYS", "PAPER_ALIASES", "PLANNERS", "read_y
          "experiments", "resolve_targets", "planner", "generic_plan"]   # the registries (02b_registry), re-exported
 
 # %% auto #0
-__all__ = ['KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'WAKE_S', 'auto_profile', 'map_models', 'parse_override', 'merge_params',
-           'validate_params', 'plan_experiment', 'serve_table', 'stop_kernels', 'remove_temporaries', 'RunResult',
-           'run_experiment', 'run_order', 'run_after', 'reproduce', 'load_runs', 'compare_runs', 'main', 'PROFILE_KEYS',
-           'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'read_yaml', 'load_profile', 'Experiment', 'experiments',
-           'resolve_targets', 'planner', 'generic_plan']
+__all__ = ['NOT_AGENT_LISTS', 'KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'WAKE_S', 'auto_profile', 'map_models', 'parse_override',
+           'merge_params', 'validate_params', 'agent_count', 'param_warnings', 'plan_experiment', 'serve_table',
+           'stop_kernels', 'remove_temporaries', 'RunResult', 'run_experiment', 'run_order', 'run_after', 'reproduce',
+           'load_runs', 'compare_runs', 'main', 'PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS',
+           'read_yaml', 'load_profile', 'Experiment', 'experiments', 'resolve_targets', 'planner', 'generic_plan']
 
 # %% ../nbs/20_reproduce.ipynb #b28c82b1
 from .report import notebook_parameters      # the names and defaults of a notebook's `parameters` cell (06_report)
@@ -150,12 +150,78 @@ def validate_params(p: Mapping, exp: Experiment, profile: Mapping, overrides: Ma
         if k not in nb: raise ConfigError(f"not a parameter of {exp.notebook.name}", where=src(k), key=k, value=v, choices=nb)
         if not _type_ok(nb[k], v):
             raise ConfigError(f"expected {type(nb[k]).__name__}, got {type(v).__name__}", where=src(k), key=k, value=v)
-    from mad_study.data import get_task
+    from mad_study.data import get_task, TASKS
     tasks = ([p["task"]] if isinstance(p.get("task"), str) else []) + list(p.get("tasks") or [])
     for t in tasks:
+        k = "task" if t == p.get("task") else "tasks"
         try: get_task(t)
-        except ConfigError as e: raise ConfigError(f"unknown task ({e})", where=where, key="task", value=t) from None
+        except ConfigError as e:
+            raise ConfigError(e.problem, where=_where(k, exp, profile, overrides), key=k, value=t, choices=TASKS) from None
+    _check_source_models(exp, profile, overrides)
     _check_models(p, where)
+    _check_agent_count(p, exp, profile, overrides)
+
+# %% ../nbs/20_reproduce.ipynb #aa04a49f
+NOT_AGENT_LISTS = {"14_meta_debate"}    # `models` there: one model per table column (each debates with itself in roles)
+
+def _where(k: str, exp: Experiment, profile: Mapping, overrides: Mapping | None) -> str:
+    "Where the value of `k` came from: `-p`, the experiment's `profiles.<name>` block, the profile file or the experiment file."
+    if k in (overrides or {}): return "command line (-p)"
+    per = (exp.spec.get("profiles") or {}).get(profile.get("name")) or {}
+    if isinstance(per, Mapping) and k in per: return f"{exp.path} (profiles.{profile.get('name')})"
+    if k in (profile.get("params") or {}): return f"params/profiles/{profile.get('name')}.yaml"
+    return str(exp.path)
+
+def _check_source_models(exp: Experiment, profile: Mapping, overrides: Mapping | None) -> None:
+    """Every model name as written, before the profile's `model_map`: a registry model, a `sim-*` agent or a name the
+    profile maps explicitly (the kit's own rule: a `'*'` map must not turn a typo into a generic agent)."""
+    from mad_study.registry import get_model, MODELS
+    mm = profile.get("model_map") or {}
+    per = (exp.spec.get("profiles") or {}).get(profile.get("name")) or {}
+    for d in (exp.spec.get("params") or {}, per if isinstance(per, Mapping) else {}, overrides or {}):
+        for k, v in d.items():
+            if not _is_model_key(k): continue
+            for m in _models_in({k: v}):
+                if m.startswith("sim") or m in mm: continue
+                try: get_model(m)
+                except ConfigError as e:
+                    raise ConfigError(e.problem, where=_where(k, exp, profile, overrides), key=k, value=m,
+                                      choices=MODELS if e.problem == "unknown model" else None) from None
+
+# %% ../nbs/20_reproduce.ipynb #4e4b9381
+def agent_count(p: Mapping, exp: Experiment) -> tuple[str, int] | None:
+    "The key that sets the number of debaters and that number (`n_agents`, else `models` x `agents_per_model`); None: not a debate list."
+    nb = notebook_parameters(exp.notebook)
+    if exp.notebook.stem in NOT_AGENT_LISTS: return None
+    if "n_agents" in nb:
+        n = p.get("n_agents", nb["n_agents"])
+        return ("n_agents", n) if isinstance(n, int) and not isinstance(n, bool) else None
+    models = p.get("models", nb.get("models"))
+    if "models" not in nb or not isinstance(models, list): return None
+    per = p.get("agents_per_model", nb.get("agents_per_model", 1))
+    return "models", len(models) * (per if isinstance(per, int) and per > 0 else 1)
+
+def _check_agent_count(p: Mapping, exp: Experiment, profile: Mapping, overrides: Mapping | None) -> None:
+    "A debate of fewer than two agents is refused in one line naming the source of the value (Du et al.'s debate needs peers)."
+    kc = agent_count(p, exp)
+    if kc is not None and kc[1] < 2:
+        k = kc[0]
+        raise ConfigError(f"a debate needs at least two agents, this gives {kc[1]}", where=_where(k, exp, profile, overrides),
+                          key=k, value=p.get(k))
+
+# %% ../nbs/20_reproduce.ipynb #47476bc5
+def param_warnings(p: Mapping, exp: Experiment, profile: Mapping, overrides: Mapping | None = None) -> list[str]:
+    """One line per setting that runs but cannot mean what it says: every agent the same model at temperature 0 (each
+    round repeats round 0; Du et al.'s debate needs agents that can differ)."""
+    kc = agent_count(p, exp)
+    if kc is None or kc[1] < 2: return []
+    nb = notebook_parameters(exp.notebook)
+    models = _models_in({"models": p.get("models", nb.get("models"))})
+    temp = p.get("temperature", nb.get("temperature"))
+    if len(set(models)) != 1 or not isinstance(temp, (int, float)) or temp > 0: return []
+    return [f"{_where('temperature', exp, profile, overrides)}: temperature={temp!r}: all {kc[1]} agents of {exp.id} are "
+            f"{models[0]} and greedy, so every round repeats round 0 (set temperature > 0: each agent's seed differs; "
+            "or use distinct models)"]
 
 # %% ../nbs/20_reproduce.ipynb #7d1a76f5
 _PLAN_SHOWN = {"experiment", "paper", "generations", "completion_tokens", "prompt_tokens", "weight_memory_gb", "serve"}
@@ -459,6 +525,7 @@ def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", override
     merged = []
     for e in exps:
         p = merge_params(e, prof, overrides); validate_params(p, e, prof, overrides); merged.append((e, p))
+        for w in param_warnings(p, e, prof, overrides): print(f"mad-study: warning: {w}", file=sys.stderr)
     log(f"mad-study: {len(merged)} experiment(s), profile '{name}'" + (" (synthetic agents: not the papers' results)" if name == "sim" else ""))
     results = _run_all(merged, name, jobs, log)
     _report_serving(results, log)
@@ -579,6 +646,7 @@ def _cmd_plan(a, overrides: Mapping) -> int:
     rows, plans = [], []
     for e in resolve_targets(a.targets):
         p = merge_params(e, prof, overrides); validate_params(p, e, prof, overrides)
+        for w in param_warnings(p, e, prof, overrides): print(f"mad-study: warning: {w}", file=sys.stderr)
         pl = plan_experiment(e, p); plans.append(pl)
         mem = ", ".join(f"{m}: {g} GB" if g is not None else f"{m}: synthetic" for m, g in pl["weight_memory_gb"].items())
         rows.append(dict(experiment=e.id, paper=e.paper, generations=f"{pl['generations']:,}",
