@@ -49,7 +49,8 @@ class Turn:
     "What one agent does in a debate round."
     speak: bool = True                      # False: reuse the previous answer (no generation)
     peers: tuple[str, ...] = ()             # whose last responses it sees, in the order shown
-    tags: tuple[str, ...] | None = None     # optional tag per shown peer
+    tags: tuple[str, ...] | None = None     # optional tag per shown peer (the peer template must have {tag})
+    views: tuple[str, ...] | None = None    # the text shown per peer (`Protocol.peer_view`); None: their last responses
     role: str | None = None                 # role override for this turn
 
 @dataclass
@@ -101,6 +102,9 @@ class Protocol:
     def visible(self, ctx: RoundContext, agent: str, order: list[str]) -> list[str]:
         return [p for p in order if self.include_self or p != agent]
     def tags(self, ctx: RoundContext, agent: str, peers: list[str]) -> tuple[str, ...] | None: return None
+    def peer_view(self, ctx: RoundContext, viewer: str, peer: str) -> str | None:
+        "The text `viewer` is shown for `peer` in the peer template's `{solution}` (None: `peer`'s last full response)."
+        return None
     def role(self, ctx: RoundContext, agent: str) -> str | None:
         "The role `agent` plays this round (its system prompt; None: the agent's own role). A devil's advocate is one line."
         return None
@@ -112,7 +116,7 @@ from fastcore.basics import patch
 # %% ../nbs/04_debate.ipynb #db64a6b8
 @patch
 def plan(self: Protocol, ctx: RoundContext) -> RoundPlan:
-    "The round plan: `order()`, then per agent `speaks()`, `visible()` (of its `viewer_order()`) and `tags()`."
+    "The round plan: `order()`, then per agent `speaks()`, `visible()` (of its `viewer_order()`), `tags()` and `peer_view()`."
     order = list(self.order(ctx))
     if sorted(order) != sorted(ctx.names): raise ValueError(f"{self.name}: order {order} is not a permutation of {ctx.names}")
     turns = {}
@@ -120,7 +124,11 @@ def plan(self: Protocol, ctx: RoundContext) -> RoundPlan:
         seen = list(self.viewer_order(ctx, a, order))
         if sorted(seen) != sorted(ctx.names): raise ValueError(f"{self.name}: {a}'s order {seen} is not a permutation of {ctx.names}")
         peers = self._checked_peers(ctx, a, self.visible(ctx, a, seen))
-        turns[a] = Turn(speak=self.speaks(ctx, a), peers=tuple(peers), tags=self.tags(ctx, a, peers), role=self.role(ctx, a))
+        views = [self.peer_view(ctx, a, p) for p in peers]
+        views = None if all(v is None for v in views) else tuple(
+            (ctx.last(p)["text"] or "") if v is None else str(v) for p, v in zip(peers, views))
+        turns[a] = Turn(speak=self.speaks(ctx, a), peers=tuple(peers), tags=self.tags(ctx, a, peers), role=self.role(ctx, a),
+                        views=views)
     return RoundPlan(order, turns)
 
 @patch
@@ -316,7 +324,7 @@ def _turn_messages(ps: PromptSet, q: str, role: str, rnd: int, turn: Turn, conv_
                    agent: str, history: str) -> list[dict]:
     "The messages `agent` is sent this turn: the opening in round 0, else its peers' last responses in the debate message."
     if rnd == 0: return opening_messages(ps, q, role)
-    sols = [hist_th[p][-1]["text"] for p in turn.peers]
+    sols = list(turn.views) if turn.views is not None else [hist_th[p][-1]["text"] for p in turn.peers]
     user = {"role": "user", "content": debate_message(ps, q, sols, list(turn.tags) if turn.tags else None)}
     if history == "full": msgs = _with_system(conv_a, ps.system_for(role)) + [user]
     elif history == "last": msgs = opening_messages(ps, q, role) + [{"role": "assistant", "content": hist_th[agent][-1]["text"]}, user]

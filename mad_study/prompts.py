@@ -38,10 +38,11 @@ _NUMBER_WORDS = {0: "zero", 1: "one", 2: "two", 3: "three", 4: "four", 5: "five"
                  9: "nine", 10: "ten"}
 
 def fill(template: str, **values) -> str:
-    "Replace `{name}` by `values[name]` for the given names only (other braces are left alone)."
-    out = template
-    for k, v in values.items(): out = out.replace("{" + k + "}", str(v))
-    return out
+    """Replace `{name}` by `values[name]` for the given names only (other braces are left alone), in one pass: a value
+    that contains `{tag}` or `{idx}` (a model's response) is inserted as it is, never filled again."""
+    if not values: return template
+    pat = re.compile("|".join(re.escape("{" + k + "}") for k in values))
+    return pat.sub(lambda m: str(values[m.group(0)[1:-1]]), template)
 
 def number_word(n: int) -> str:
     "2 -> 'two' (digits above ten)."
@@ -110,10 +111,18 @@ def opening_messages(ps: PromptSet, question: str, role: str | None = None) -> l
     return msgs
 
 def debate_message(ps: PromptSet, question: str, solutions: list[str], tags: list[str] | None = None) -> str:
-    "The debate-round user message showing `solutions` in order (optionally tagged)."
+    """The debate-round user message showing `solutions` in order (optionally tagged). Tags that the prompt set's peer
+    template cannot render (no `{tag}`) are an error, never dropped (the kit's own rule; a protocol that changes what a
+    peer looks like uses `Protocol.peer_view`)."""
     if not solutions and ps.alone: return fill(ps.alone, question=question)
     n = number_word(len(solutions))
-    tags = tags or [""] * len(solutions)
+    tags = list(tags) if tags else [""] * len(solutions)
+    if len(tags) != len(solutions):
+        raise ConfigError(f"{len(tags)} tags for {len(solutions)} shown solutions", key="tags", value=tags)
+    if any(tags) and "{tag}" not in ps.peer:
+        raise ConfigError("the prompt set's peer template has no {tag}, so the protocol's tags would be dropped: use a "
+                          "prompt set whose peer has {tag}, or Protocol.peer_view to change what a peer shows",
+                          key="tags", value=next(t for t in tags if t))
     blocks = "".join(fill(ps.peer, solution=s, idx=i, tag=t) for i, (s, t) in enumerate(zip(solutions, tags)))
     return fill(ps.debate_intro, question=question, n_solutions=n) + blocks + fill(ps.debate_outro, question=question, n_solutions=n)
 

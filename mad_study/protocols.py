@@ -65,6 +65,7 @@ class EarlyStop(Protocol):
     def speaks(self, ctx, agent): return False if self.stopped(ctx) else self.inner.speaks(ctx, agent)
     def visible(self, ctx, agent, order): return [] if self.stopped(ctx) else self.inner.visible(ctx, agent, order)
     def tags(self, ctx, agent, peers): return self.inner.tags(ctx, agent, peers) if peers else None
+    def peer_view(self, ctx, viewer, peer): return self.inner.peer_view(ctx, viewer, peer)
     def __repr__(self): return f"EarlyStop({self.inner!r}, min_agree={self.min_agree})"
 
 # %% ../nbs/04b_protocols.ipynb #dc4ed911
@@ -105,19 +106,19 @@ def visible(self: GroupDebate, ctx, agent, order):
 
 # %% ../nbs/04b_protocols.ipynb #b47fcdb4
 @patch
-def tags(self: GroupDebate, ctx, agent, peers):
+def peer_view(self: GroupDebate, ctx, viewer, peer):
+    "GroupDebate (Liu et al. 2025): `peer`'s full response block inside `viewer`'s group, its final answer only across groups."
     tpl = self.peer or self.__dict__.get("_peer")
-    if tpl is None: raise ConfigError("GroupDebate renders each peer in its tag: run it with run_protocol, or with prompt=gd.prompt_for(ps)", key="prompt")
-    return tuple(tpl.replace("{solution}", ctx.last(p)["text"] or "").replace("{tag}", "")
-                 if self.same_group(ctx.item.id, ctx.sample, ctx.names, agent, p)
-                 else self.answer_peer.replace("{solution}", answer_only_text(ctx.last(p)["answer"], ctx.item.fmt))
-                 for p in peers)
+    if tpl is None: raise ConfigError("GroupDebate renders each peer block itself: run it with run_protocol, or with prompt=gd.prompt_for(ps)", key="prompt")
+    if self.same_group(ctx.item.id, ctx.sample, ctx.names, viewer, peer):
+        return tpl.replace("{solution}", ctx.last(peer)["text"] or "").replace("{tag}", "")
+    return self.answer_peer.replace("{solution}", answer_only_text(ctx.last(peer)["answer"], ctx.item.fmt))
 
 @patch
 def prompt_for(self: GroupDebate, ps: PromptSet) -> PromptSet:
-    "The prompt set to run with: `ps` with the peer template `{tag}` (each peer block is rendered in its tag)."
+    "The prompt set to run with: `ps` with the peer template `{solution}` (`peer_view` renders each peer block)."
     self._peer = ps.peer
-    return replace(ps, peer="{tag}", source=ps.source + " (GroupDebate peer views)")
+    return replace(ps, peer="{solution}", source=ps.source + " (GroupDebate peer views)")
 
 @patch
 def full_context(self: GroupDebate, item_id: str, sample: int, names: Sequence[str], viewer: str, peer: str) -> bool:
@@ -141,6 +142,9 @@ class S2MAD(FullyConnected):
         return [p for p in order if p != agent and not self.redundant(ctx, agent, p)]
     def speaks(self, ctx, agent):
         return bool(self.visible(ctx, agent, ctx.names))
+    def peer_view(self, ctx, viewer, peer):
+        "S2-MAD (Zeng et al. 2025) keeps a link whole: a linked peer's full last response (pruning decides who is shown)."
+        return ctx.last(peer)["text"] or ""
 
 # %% ../nbs/04b_protocols.ipynb #3fd07d7d
 def run_protocol(items: Sequence[Item], agents, backends: Mapping[str, Any], protocol: Protocol, prompt: str | PromptSet = "auto",
