@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from conftest import mad_study  # noqa: F401  (puts the checkout first on the path)
 from mad_study import metrics as M
@@ -176,3 +177,176 @@ def test_readme_new_study_example_is_a_real_debate():
     assert disagree > 0.5, disagree
     assert sorted(env["pooled"]["method"].unique()) == ["fully_connected", "truth_last"]
     assert "30 distinct items" in env["caption"]
+
+
+# ---- issue 40: statistics that cannot mislead -------------------------------------------------------------------------
+
+def _loud(fn, *a, **k):
+    "fn's result and the messages of the warnings it raised."
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out = fn(*a, **k)
+    return out, [str(x.message) for x in w]
+
+
+@pytest.fixture(scope="module")
+def mad_debate():
+    return run_debate(ITEMS, AGENTS, SIMS, debate_rounds=2, temperature=0.8, experiment="budget", progress=False)
+
+
+def test_budget_matched_self_consistency_matches_the_spend(mad_debate):
+    "K is chosen so that the samples spend within the tolerance of the debate's tokens per item (was: silently capped at 64)."
+    sc, msgs = _loud(S.self_consistency_at_budget, mad_debate, ITEMS, "sim-b", SIMS)
+    a = sc.attrs
+    assert a["matched"] and not a["clamped"] and abs(a["spend"] - 1) <= a["tolerance"] == 0.05, a
+    assert a["sc_tokens"] == pytest.approx(S.tokens_per_thread(sc)) and a["k"] == sc["agent"].nunique()
+    assert f"{100 * a['spend']:.1f}%" in a["note"] and "budget-matched within ±5%" in a["note"] and not msgs
+
+
+def test_a_binding_cap_warns_and_says_the_spend(mad_debate):
+    sc, msgs = _loud(S.self_consistency_at_budget, mad_debate, ITEMS, "sim-b", SIMS, max_samples=3)
+    a = sc.attrs
+    assert a["k"] == 3 and a["clamped"] and not a["matched"] and a["spend"] < 0.95
+    assert f"spending {100 * a['spend']:.1f}% of the reference's tokens" in a["note"] and "NOT budget-matched" in a["note"]
+    assert any("K capped at max_samples = 3" in m for m in msgs)
+
+
+def _family(n=200, seed=0):
+    "One reference and four methods with 0/1 answers on n items; gaps 0, 4, 6 and 20 points."
+    g = np.random.default_rng(seed)
+    p = g.uniform(0.2, 0.9, n)
+    ref = (g.random(n) < p).astype(float)
+    rows = [dict(item_id=i, method="ref", correct=ref[i]) for i in range(n)]
+    for m, gap in (("same", 0.0), ("small", 0.04), ("mid", 0.06), ("big", 0.2)):
+        flip = g.random(n) < 0.15
+        v = np.where(flip, (g.random(n) < np.clip(p - gap, 0, 1)).astype(float), ref)
+        rows += [dict(item_id=i, method=m, correct=v[i]) for i in range(n)]
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_intervals_come_from_the_verdicts_family(seed):
+    "Holm verdicts next to Holm-level intervals: a gap whose interval excludes 0 is distinguishable, unless `agrees` says the two part."
+    tab, cap = _loud(S.compare_methods, _family(seed=seed), "ref", tokens=None)[0]
+    gaps = tab[tab["method"] != "ref"].dropna(subset=["diff_low"])
+    excl = (gaps["diff_low"] > 0) | (gaps["diff_high"] < 0)
+    assert ((excl == gaps["distinguishable"].astype(bool)) == gaps["agrees"].astype(bool)).all()
+    assert gaps["diff_level"].between(0.95, 1 - 0.05 / 4).all()
+    assert "Holm-adjusted intervals (each at the level of the Holm step that tested it" in cap
+    for r in gaps[~gaps["agrees"].astype(bool)].itertuples():
+        assert "the bootstrap interval and the test disagree" in cap.split(f"{r.method} vs ref")[1].split(";")[0]
+    none, cap0 = _loud(S.compare_methods, _family(seed=seed), "ref", tokens=None, correction="none")[0]
+    assert none["diff_level"].dropna().eq(0.95).all() and "unadjusted like the p-values (no correction)" in cap0
+
+
+def test_holm_levels_are_dual_to_holm_on_t_intervals():
+    g = np.random.default_rng(1)
+    for _ in range(100):
+        ds = [g.normal(g.choice([0.0, 0.25, 0.5]), 1, 30) for _ in range(6)]
+        p = np.array([stats.ttest_1samp(d, 0).pvalue for d in ds])
+        lv = S._adjusted_levels(p, "holm", 0.95)
+        excl = [not (ci.low <= 0 <= ci.high) for d, l in zip(ds, lv) for ci in [stats.ttest_1samp(d, 0).confidence_interval(l)]]
+        assert excl == list(S.adjust_pvalues(p) < 0.05)
+
+
+def test_the_smad_ring_case_no_longer_contradicts_itself():
+    "The audit's case: raw McNemar p = 0.009, Holm p = 0.063 among 15: its interval is no longer the unadjusted 95% one that excluded 0."
+    p = np.r_[0.009 / 1, np.linspace(0.0001, 0.9, 14)]
+    lv = S._adjusted_levels(p, "holm", 0.95)
+    adj = S.adjust_pvalues(p)
+    assert adj[0] > 0.05 and lv[0] > 0.99                              # tested at a step level, not at 95%
+
+
+def test_degenerate_samples_are_named_not_certain():
+    d, msgs = _loud(S.paired_difference, np.ones(3), np.zeros(3))       # was: +100 points [+100, +100]
+    assert d["status"] == "zero variance" and np.isnan(d["ci_low"]) and np.isnan(d["ci_high"]) and d["pvalue"] == pytest.approx(0.25)
+    assert any("zero variance (3 items)" in m for m in msgs)
+    c, msgs = _loud(S.paired_difference, np.linspace(0, 1, 50), np.linspace(0, 1, 50) - 0.1)   # was: t = 1e16, p = 0
+    assert c["status"] == "zero variance" and c["test"] == "permutation" and c["pvalue"] == pytest.approx(2 * 0.5 ** 50) and c["pvalue"] > 0
+    assert np.isnan(c["ci_low"]) and msgs
+    t, msgs = _loud(S.paired_test, np.linspace(0, 1, 50), np.linspace(0, 1, 50) - 0.1)
+    assert t["status"] == "zero variance" and np.isfinite(t["statistic"]) and t["pvalue"] > 0 and msgs
+    e, msgs = _loud(S.tost, np.ones(3), np.ones(3), 0.05)               # was: equivalent, p = 0
+    assert not e["equivalent"] and e["pvalue"] == pytest.approx(0.125) and e["test"] == "permutation" and msgs
+    i, msgs = _loud(S.paired_difference, [0.2, 0.5, 0.9], [0.2, 0.5, 0.9])
+    assert i["status"] == "identical" and i["pvalue"] == 1.0 and np.isnan(i["ci_low"]) and msgs
+
+
+def test_tiny_samples_warn_and_use_an_exact_test():
+    d, msgs = _loud(S.paired_difference, [0.5, 0.9, 0.2, 0.7], [0.4, 0.6, 0.3, 0.5])
+    assert d["status"] == "few items" and d["test"] == "permutation" and any("few items (4 items)" in m for m in msgs)
+    signs = np.array(np.meshgrid(*[[-1, 1]] * 4)).reshape(4, -1).T * np.array([0.1, 0.3, -0.1, 0.2])
+    assert d["pvalue"] == pytest.approx(np.mean(np.abs(signs.mean(1)) >= 0.125 - 1e-12))   # exact over the 16 sign vectors
+    b, msgs = _loud(S.paired_difference, [1, 0, 1, 1, 0], [0, 0, 1, 0, 0])
+    assert b["test"] == "mcnemar" and b["status"] == "few items" and msgs
+
+
+def test_compare_methods_never_says_distinguishable_and_equivalent():
+    g = np.random.default_rng(2)
+    base = g.uniform(0.3, 0.7, 300)
+    res = pd.DataFrame([dict(item_id=i, method=m, correct=v) for i in range(300)
+                        for m, v in (("R", base[i]), ("M", base[i] + 0.02 + g.normal(0, 0.01)))])
+    tab, cap = S.compare_methods(res, "R", tokens=None, margin=0.05)
+    m = tab.set_index("method").loc["M"]
+    assert m["distinguishable"] and m["tost_equivalent"] and not m["equivalent"] and m["verdict"] == "distinguishable"
+    assert f"M vs R: {100 * m['diff']:+.1f} points" in cap and 0.015 < m["diff"] < 0.025 and "so not called equivalent" in cap
+    both = tab[(tab["distinguishable"] == True) & (tab["equivalent"] == True)]
+    assert both.empty
+
+
+def test_series_pair_by_item_not_position():
+    "A shuffled Series was paired by position (p 0.029 -> 0.065); now it aligns on the item key."
+    g = np.random.default_rng(3)
+    a = pd.Series((g.random(60) < 0.7).astype(float), index=[f"q{i}" for i in range(60)])
+    b = pd.Series((g.random(60) < 0.5).astype(float), index=a.index)
+    assert S.paired_difference(a, b.sample(frac=1, random_state=1)) == S.paired_difference(a, b)
+    with pytest.raises(ConfigError, match="both as Series"):
+        S.paired_difference(a, b.sample(frac=1, random_state=1).to_numpy())
+    with pytest.raises(ConfigError, match="on='shared'"):
+        S.paired_difference(a, b.iloc[:40])
+    d, msgs = _loud(S.paired_difference, a, b.iloc[:40], on="shared")
+    assert d["n_items"] == 40 and d["n_dropped"] == 20 and any("20 of 60 items dropped" in m for m in msgs)
+    with pytest.raises(ConfigError, match="on='shared'"):
+        S.tost(a, b.iloc[:40], 0.1)
+
+
+def test_compare_methods_on_different_item_sets_raises_unless_shared():
+    "Methods run on different items: it quietly kept the 50 shared of 150; now it raises, or says how many it dropped."
+    res = _family(n=150)
+    res = res[~((res["method"] == "big") & (res["item_id"] >= 50))]
+    with pytest.raises(ConfigError, match="on='shared'"):
+        S.compare_methods(res, "ref", tokens=None)
+    (tab, cap), msgs = _loud(S.compare_methods, res, "ref", tokens=None, on="shared")
+    assert tab["n_items"].eq(50).all() and tab.attrs["n_dropped"] == 100
+    assert "on 50 distinct items answered by every method (100 of 150 items dropped" in cap
+    assert any("100 of 150 items dropped" in m for m in msgs)
+
+
+def test_repeated_runs_are_a_named_dimension():
+    "A second run appended became extra samples and switched McNemar to t; now it raises unless a `run` column names it."
+    one = _family(n=60).assign(sample=0)
+    with pytest.raises(ConfigError, match="run"):
+        S.compare_methods(pd.concat([one, one]), "ref", tokens=None)
+    tab, cap = _loud(S.compare_methods, pd.concat([one.assign(run=0), one.assign(run=1)]), "ref", tokens=None)[0]
+    assert tab.attrs["runs"] == {m: 2 for m in ["big", "mid", "ref", "same", "small"]} and "runs per method averaged per item" in cap
+    assert tab.set_index("method").loc["big", "test"] == "mcnemar"     # two identical runs: still one 0/1 value per item
+
+
+def test_text_outcomes_are_a_clear_error():
+    "`correct` stored as strings became NaN, then 'fewer than 2 items' (or, via bool('False'), accuracy 1)."
+    res = _family(n=30).assign(correct=lambda d: d["correct"].map({1.0: "True", 0.0: "False"}))
+    for call in (lambda: S.compare_methods(res, "ref", tokens=None), lambda: S.item_means(res),
+                 lambda: S.accuracy_ci(["False", "False"]), lambda: S.paired_difference(["1", "0"], [0, 1])):
+        with pytest.raises(ConfigError, match="text"):
+            call()
+
+
+def test_coverage_strict_and_inclusive():
+    "The interval's bounds sit on a lattice: strict coverage (lo < d < hi) is below inclusive (lo <= d <= hi), both reported."
+    strict = incl = 0
+    for r in range(150):
+        a, b = S.simulate_paired(20, 0.1, seed=30_000 + r)
+        d = S.paired_difference(a.mean(1), b.mean(1), n_resamples=500, seed=r)
+        strict += d["ci_low"] < 0.1 - 1e-9 and 0.1 + 1e-9 < d["ci_high"]
+        incl += d["ci_low"] - 1e-9 <= 0.1 <= d["ci_high"] + 1e-9
+    assert strict <= incl and 0.87 <= incl / 150 <= 0.99, (strict, incl)
