@@ -514,8 +514,9 @@ _RUNNER = r'''
 import os, sys, resource
 if NR_KEYCTL is not None:      # a new anonymous session keyring before anything else (the filter allows just this call)
     import ctypes
-    if ctypes.CDLL(None, use_errno=True).syscall(NR_KEYCTL, 1, None) < 0 and ctypes.get_errno() != 38:
-        os._exit(71)           # no fresh keyring: the start byte is not written, the run is a 'setup' failure
+    _keyctl = ctypes.CDLL(None, use_errno=True).syscall
+    if _keyctl(NR_KEYCTL, 1, None) < 0 and _keyctl(NR_KEYCTL, 0, -3, 0) >= 0:
+        os._exit(71)           # no fresh keyring but the old one reachable: no start byte, the run is a 'setup' failure
 os.write(STARTED, b"1")
 os.close(STARTED)
 sys.path.extend(SITE)

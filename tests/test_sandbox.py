@@ -260,6 +260,7 @@ def test_host_untouched(run, listener):
 def test_parent_keyring_untouched(run):
     "The parent kept a secret in its session keyring during every run: still there, nothing added, nothing read."
     k = run["keyring"]
+    if k is None: pytest.skip(f"keyrings are off on this machine: {run['ctx'].get('keyring_off')}")
     assert k["secret_back"] == run["ctx"]["key_secret"] and k["after"] == k["before"] and len(k["before"]) == 1, k
 
 
