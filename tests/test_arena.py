@@ -19,6 +19,28 @@ def test_arena_runs_on_a_small_sim_slice(scratch):
     assert "Distinguishable from self-consistency at MAD's budget" in cap
     assert (out / "arena.items.csv").exists() and (out / "arena_pareto.png").exists()
     assert side["label"].startswith("SYNTHETIC AGENTS")
+    _issue40_checks(out, side)
+
+
+def _issue40_checks(out, side):
+    "Issue 40 on the arena's own files: the budget, the intervals' family, the oracle off the front, per-item files."
+    import pandas as pd
+    cap, sc = side["notes"]["caption"], side["notes"]["sc_budget"]
+    assert sc["matched"] and abs(sc["spend"] - 1) <= sc["tolerance"] and f"spending {100 * sc['spend']:.1f}%" in cap
+    assert "Holm-adjusted intervals (each at the level of the Holm step that tested it" in cap
+    tab = pd.read_csv(out / "arena.csv").set_index("method")
+    assert tab.loc["madc_truth_last", "oracle"] and not tab.loc["madc_truth_last", "pareto"]
+    for tag in ("mad", "sc"):
+        g = tab.dropna(subset=[f"diff_low_vs_{tag}"])
+        excl = (g[f"diff_low_vs_{tag}"] > 0) | (g[f"diff_high_vs_{tag}"] < 0)
+        assert ((excl == g[f"distinguishable_vs_{tag}"].astype(bool)) == g[f"agrees_vs_{tag}"].astype(bool)).all()
+    pe, pi = pd.read_csv(out / "arena_persuasion.csv"), pd.read_csv(out / "arena_persuasion.items.csv")
+    back = pi.groupby(["method", "source_model", "target_model"])["weight"].sum()
+    want = pe.set_index(["method", "source", "target"])["weight"]
+    assert len(back) == len(want) and abs(back.to_numpy() - want.loc[back.index].to_numpy()).max() < 1e-3   # CSVs: 6 digits
+    un, ui = pd.read_csv(out / "arena_uncertainty.csv"), pd.read_csv(out / "arena_uncertainty.items.csv")
+    ent = ui.groupby(["method", "round"])["viewpoint_entropy"].mean()
+    assert (ent - un.set_index(["method", "round"])["viewpoint_entropy"]).abs().max() < 1e-4
 
 
 def test_plan_arena_paper_profile(capsys):
