@@ -326,13 +326,14 @@ def _token_change(ta: np.ndarray, tb: np.ndarray, level: float, n_resamples: int
     return (float(est), float(lo), float(hi))
 
 # %% ../nbs/05b_stats.ipynb #479708dd
-_REPEAT_KEYS = ("sample", "run", "agent", "round", "repeat")
+_REPEAT_KEYS = ("sample", "run", "seed", "agent", "round", "repeat", "model")   # named dimensions of a per-item row
 
 def _compared_items(results: pd.DataFrame, reference: str, methods: Sequence[str] | None, value: str, item: str,
                     method: str, on: str = "all") -> tuple[list[str], pd.DataFrame, pd.DataFrame, dict]:
     """Step 1 of `compare_methods` (the kit's own): the methods (reference first), their item means on the items every
     one of them answered, those items' rows, and what pairing did: items dropped and runs per method. Rows that repeat
-    (method, item, sample) with no `run` column raise (a second run appended is not more samples); different item sets
+    (method, item, sample and the named dimensions present, `_REPEAT_KEYS`) raise: a second run appended is not more
+    samples, so it needs a `run` (or `seed`) column, and its runs are averaged per item; different item sets
     raise unless `on="shared"`, which keeps the items every method answered and warns."""
     if on not in ("all", "shared"): raise ConfigError("pairing: `on` is 'all' or 'shared'", key="on", value=on, choices=("all", "shared"))
     if "sample" in results or "run" in results:
