@@ -176,7 +176,9 @@ def item_means(df: pd.DataFrame, value: str = "correct", item: str = "item_id", 
     A `value` column holding text raises (a `correct` read back as strings is not 0/1)."""
     for c in (value, item, method):
         if c not in df.columns: raise ConfigError("column missing from the per-item frame", key="column", value=c, choices=df.columns)
-    v = pd.Series(_numbers(df[value], f"item_means: column {value!r}"), index=df.index)
+    col = df[value]
+    fast = pd.api.types.is_numeric_dtype(col.dtype) or pd.api.types.is_bool_dtype(col.dtype)
+    v = col.astype("Float64").astype(float) if fast else pd.Series(_numbers(col, f"item_means: column {value!r}"), index=df.index)
     return v.groupby([df[item], df[method]], sort=False).mean().unstack(method)
 
 def _boot_mean_ci(d: np.ndarray, level: float, n_resamples: int, seed: int) -> tuple[float, float]:
