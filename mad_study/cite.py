@@ -12,13 +12,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .core import ConfigError, params_dir
+from .core import ConfigError, params_dir, runs_dir
 
 # %% auto #0
-__all__ = ['KIT_KEY', 'PAPER_REFS', 'ALIASES', 'MODULE_REFS', 'REFS', 'KIT_OWN', 'PROTOCOL_REFS', 'TASK_REFS', 'MODEL_REFS',
-           'MODEL_NO_PAPER', 'PARAM_REFS', 'bib_path', 'read_bib', 'references', 'named_refs', 'kit_own', 'model_refs',
-           'task_refs', 'qualified_name', 'refs_of', 'params_refs', 'experiment_file', 'experiment_refs',
-           'injected_params', 'run_refs', 'provenance_refs', 'resolve_refs', 'bibtex', 'cite_command']
+__all__ = ['KIT_KEY', 'PAPER_REFS', 'ALIASES', 'MODULE_REFS', 'REFS', 'MENTIONS', 'KIT_OWN', 'PROTOCOL_REFS', 'TASK_REFS',
+           'MODEL_REFS', 'MODEL_NO_PAPER', 'PARAM_REFS', 'bib_path', 'read_bib', 'references', 'named_refs', 'kit_own',
+           'model_refs', 'task_refs', 'qualified_name', 'refs_of', 'params_refs', 'experiment_file', 'experiment_refs',
+           'injected_params', 'run_refs', 'provenance_refs', 'transcript_refs', 'resolve_refs', 'bibtex', 'kit_entry',
+           'cite_command']
 
 # %% ../nbs/00b_cite.ipynb #60ac4697
 KIT_KEY = "madstudy"     # the kit's own entry: every citation printed by `mad-study cite` starts with it
@@ -145,7 +146,7 @@ REFS.update({
     "stats.bootstrap_ci": ("efron1979bootstrap",), "stats.paired_test": ("mcnemar1947", "wilcoxon1945"),
     "stats.accuracy_ci": ("wilson1927", "davison1997bootstrap"), "stats.adjust_pvalues": ("holm1979",),
     "stats.cochran_q": ("cochran1950q",), "stats.omnibus_test": ("cochran1950q",), "stats.tost": ("schuirmann1987tost",),
-    "stats.paired_difference": ("efron1979bootstrap", "mcnemar1947"), "stats.compare_methods": ("holm1979", "zhang2025madc"),
+    "stats.paired_difference": ("efron1979bootstrap", "mcnemar1947"), "stats.compare_methods": ("holm1979",),
     "stats.self_consistency_at_budget": ("wang2023selfconsistency",),
     "meta_debate.gap_text": ("holm1979",), "meta_debate.paired_gaps": ("efron1979bootstrap", "mcnemar1947", "holm1979"),
     "meta_debate.gaps_caption": ("holm1979",),
@@ -187,6 +188,7 @@ REFS.update({
     # trajectory metrics (05c): DebateLLM's metrics are the reference point
     "trajectory.agent_turns": ("smit2024mad",), "trajectory.first_correct": ("smit2024mad",),
     "trajectory.persuasion_graph": ("smit2024mad",), "trajectory.trajectory_summary": ("smit2024mad",),
+    "trajectory.agent_outcomes": ("smit2024mad",), "trajectory.item_outcomes": ("smit2024mad",),
     "arena.svr_transcript": ("jiang2026svrmad",),
     # the paper modules: what they use beyond their own paper
     "madc.run_strategies": ("du2024debate",), "madc.strategy_tests": ("wilcoxon1945", "mcnemar1947", "efron1979bootstrap", "holm1979"),
@@ -204,6 +206,13 @@ REFS.update({
     "umad_train.setting_variants": ("dewitt2020ippo",), "umad_train.plan_train": ("hu2022lora", "dettmers2023qlora"),
 })
 
+# %% ../nbs/00b_cite.ipynb #0fc1bf81
+MENTIONS: dict[str, tuple[str, ...]] = {    # exported name -> works its docstring names without using them (not cited)
+    "stats.compare_methods": ("zhang2025madc",),
+    "core.load_debate_export": ("du2024debate", "smit2024mad"),     # reads their exports, uses no method of theirs
+    "reproduce.param_warnings": ("du2024debate",),
+}
+
 # %% ../nbs/00b_cite.ipynb #832b3c0d
 KIT_OWN: dict[str, tuple[str, ...]] = {
     **{m: ("*",) for m in ("answers", "backends", "cache", "checkpoints", "cite", "data", "hf", "interface", "prompts",
@@ -211,7 +220,8 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
     "core": ("ConfigError", "GenRequest", "Generation", "Item", "atomic_path", "atomic_write_text", "cache_home",
              "derive_seed", "describe_transcript", "figures_dir", "image_hash", "image_path", "images_dir", "is_image_hash",
              "load_image", "load_transcript", "params_dir", "project_root", "put_image", "rng_for", "runs_dir",
-             "save_transcript", "transcript_frame", "check_unique_turns", "pool_keys"),
+             "save_transcript", "transcript_frame", "check_unique_turns", "pool_keys", "row_formats", "complete_transcript",
+             "load_debate_export"),
     "debate": ("Agent", "RoundContext", "RoundPlan", "Turn", "group_rows", "make_agents", "vote_table", "register_protocol",
                "tie_seeds"),
     "arena": ("pareto_front", "plan_arena"),
@@ -332,9 +342,13 @@ def _is_model_key(k: str) -> bool:
     return k in ("model", "models", "pairs") or k.endswith(("_model", "_models")) and k != "served_model"
 
 def params_refs(paper: str | None, params: Mapping[str, Any] | None) -> list[str]:
-    "Keys of what a run with `params` of `paper` uses: the paper's works, its tasks, model families and methods."
+    """Keys of what a run with `params` of `paper` uses: the paper's works, its tasks, model families and methods (a served
+    run, `backend: openai`, cites the quantization the server was declared to run, `served_quant`, not the kit's `quant`)."""
     keys = [*PAPER_REFS.get(paper or "", ())]
-    for k, v in (params or {}).items():
+    params = dict(params or {})
+    if params.get("backend") == "openai":       # a served run: the server's weights (served_quant), never the kit's quant
+        params["quant"] = params.pop("served_quant", None)
+    for k, v in params.items():
         if _is_task_key(k): keys += [r for t in _strings(v) for r in task_refs(t)]
         elif _is_model_key(k): keys += [r for m in _strings(v) for r in model_refs(m)]
         elif k in PARAM_REFS: keys += [r for s in _strings(v) for r in PARAM_REFS[k].get(s, PARAM_REFS[k].get("*", ()))]
@@ -374,11 +388,15 @@ def injected_params(nb_path: str | Path) -> dict[str, Any]:
                 except ValueError: pass                          # not a literal: not a parameter a file can hold
     return out
 
+def _transcript_files(folder: Path) -> list[Path]:
+    "The `*.parquet` files under `folder`, except those in hidden folders (`.previous/`: an earlier run's outputs)."
+    return [f for f in sorted(folder.rglob("*.parquet")) if not any(p.startswith(".") for p in f.relative_to(folder).parts)]
+
 def _transcript_names(folder: Path) -> dict[str, list[str]]:
     "The models and tasks named in the transcripts (`*.parquet` with `model` / `task` columns) under `folder`."
     import pyarrow.parquet as pq
     seen = {"models": [], "tasks": []}
-    for f in sorted(folder.rglob("*.parquet")):
+    for f in _transcript_files(folder):
         cols = [c for c in ("model", "task") if c in pq.read_schema(f).names]
         if not cols: continue
         t = pq.read_table(f, columns=cols)
@@ -391,6 +409,8 @@ def run_refs(folder: str | Path) -> list[str]:
     (paper, tasks, models, methods) and the models and tasks of its transcripts."""
     folder = Path(folder)
     nbs = sorted(folder.glob("*.ipynb"))
+    if not nbs and (files := _transcript_files(folder)):          # the user's own study: transcripts only
+        return list(dict.fromkeys(k for f in files for k in transcript_refs(f)))
     if not nbs: raise ConfigError("not a run folder: no executed notebook in it", where=folder)
     params = {}
     for nb in nbs: params.update(injected_params(nb))
@@ -404,10 +424,37 @@ def provenance_refs(meta: Mapping[str, Any]) -> list[str]:
     return params_refs(meta.get("paper"), {**(meta.get("params") or {}), "sidecar_models": list(meta.get("models") or {}),
                                            "sidecar_tasks": list(meta.get("items") or {})})
 
+# %% ../nbs/00b_cite.ipynb #c5721f73
+def transcript_refs(path: str | Path) -> list[str]:
+    """Keys of one transcript file (the kit's Parquet, or another tool's JSONL / CSV export): the works of its tasks,
+    model families and methods (`method` column: a protocol name of `PROTOCOL_REFS`)."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+        names = pq.read_schema(path).names
+        df = pq.read_table(path, columns=[c for c in ("task", "model", "method") if c in names]).to_pandas()
+    else:
+        from mad_study.core import load_debate_export
+        df = load_debate_export(path)
+    col = lambda c: sorted({str(x) for x in df[c].dropna()}) if c in df else []
+    keys = [r for t in col("task") for r in task_refs(t)] + [r for m in col("model") for r in model_refs(m)]
+    keys += [r for m in col("method") for r in PROTOCOL_REFS.get(m, ())]
+    return list(dict.fromkeys(keys))
+
 # %% ../nbs/00b_cite.ipynb #621c5456
+def _runs_path(target: str) -> Path:
+    "`target` as a path; `runs/...` that is not a path here is read under `runs_dir()` (`$MAD_STUDY_RUNS`)."
+    p = Path(target)
+    if not p.exists() and p.parts[:1] == ("runs",): return runs_dir().joinpath(*p.parts[1:])
+    return p
+
 def resolve_refs(target: str) -> list[str]:
-    "Keys of a run folder, experiment / artefact / paper id, protocol name, or exported function or class."
-    if Path(target).is_dir(): return run_refs(target)
+    """Keys of a run folder or transcript file (a `runs/...` path is read under `MAD_STUDY_RUNS`), an experiment /
+    artefact / paper id, a task name, a protocol name, or an exported function or class."""
+    path = _runs_path(target)
+    if path.is_dir(): return run_refs(path)
+    if path.is_file(): return transcript_refs(path)
+    if str(target).split(":")[0] in TASK_REFS: return list(task_refs(target))
     if target in PAPER_REFS or experiment_file(target): return experiment_refs(target)
     return list(refs_of(target))
 
@@ -415,7 +462,17 @@ def bibtex(keys: Iterable[str]) -> str:
     "The BibTeX entries of `keys` with the kit's own first, in the file's order; an unknown key is an error."
     refs, want = references(), {KIT_KEY, *keys}
     if (bad := sorted(want - set(refs))): raise ConfigError("unknown reference key", key="key", value=bad[0])
-    return "\n\n".join(refs[k]["raw"] for k in refs if k in want) + "\n"
+    return "\n\n".join(kit_entry() if k == KIT_KEY else refs[k]["raw"] for k in refs if k in want) + "\n"
+
+def kit_entry() -> str:
+    "The kit's own BibTeX entry with the version and commit that ran (`version`, and the commit in `note`)."
+    from mad_study import __version__
+    from mad_study.report import git_commit
+    raw = references()[KIT_KEY]["raw"].rstrip()
+    g = git_commit()
+    sha = (g.get("commit") or "unknown")[:12] + (" with uncommitted changes" if g.get("dirty") else "")
+    raw = re.sub(r"note\s*=\s*\{", lambda m: m.group(0) + f"commit {sha}; ", raw, count=1)
+    return raw[:-1].rstrip().rstrip(",") + f",\n  version = {{{__version__}}}\n}}"
 
 def cite_command(targets: Sequence[str], keys_only: bool = False, log=print) -> int:
     "The body of `mad-study cite`: print the BibTeX entries (or, with `keys_only`, the keys) that `targets` depend on."
