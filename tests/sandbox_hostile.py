@@ -187,6 +187,11 @@ def cases(c: dict) -> dict:
         "forge_timeout": ("import os\nos._exit(128 + 24)", {}),
         "forge_started": ("import os\nfor fd in range(3, 64):\n    try: os.write(fd, b'1'); print('wrote', fd)\n    except OSError: pass\n"
                           "print(sorted(os.listdir('/proc/self/fd')))\nraise SystemExit(3)", {}),
+        "compat_syscall": ("import ctypes, mmap, os, platform\nif platform.machine() != 'x86_64': print('skip'); raise SystemExit\n"
+                           "code = bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3])   # mov eax, 20 (getpid, i386); int 0x80; ret\n"
+                           "m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\nm.write(code)\n"
+                           "f = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))\n"
+                           "print('i386 getpid', f(), os.getpid())", {}),
         "threads": ("import threading, time\nev = threading.Event()\nts = [threading.Thread(target=ev.wait) for _ in range(24)]\n"
                     "n = 0\nfor t in ts:\n    try: t.start(); n += 1\n    except RuntimeError as e: print(e); break\n"
                     "ev.set()\nprint('threads', n)", dict(memory_mb=1024)),
