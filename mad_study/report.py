@@ -218,10 +218,14 @@ def label(self: Study) -> str | None:
 # %% ../nbs/06_report.ipynb #st96966327
 @patch
 def provenance(self: Study) -> dict:
-    "Everything needed to trace an artefact back to its run."
+    """Everything needed to trace an artefact back to its run. A served run (`backend: openai`) records the quantization
+    the server was declared to run (`served_quant`) or 'unknown', never the kit's own `quant` setting."""
     stats = self._cache.stats() if self._cache is not None else {}
+    params = _jsonable(self.params)
+    if params.get("backend") == "openai":      # served: the server's weights, as declared (served_quant), else unknown
+        params["quant"] = params.get("served_quant") or "unknown"
     return {"paper": self.paper, "experiment": self.experiment, "profile": self.profile, "seed": self.seed,
-            "params": _jsonable(self.params), "label": self.label, **git_commit(), "versions": package_versions(),
+            "params": params, "label": self.label, **git_commit(), "versions": package_versions(),
             "models": {m: getattr(b, "backend_id", None) for m, b in self._backends.items()},
             **({"serving": serving} if (serving := {m: getattr(b, "inner", b).provenance() for m, b in self._backends.items()
                                                     if hasattr(getattr(b, "inner", b), "provenance")}) else {}),

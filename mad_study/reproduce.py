@@ -39,9 +39,10 @@ _all_ = ["PROFILE_KEYS", "EXPERIMENT_KEYS", "PAPER_ALIASES", "PLANNERS", "read_y
 # %% auto #0
 __all__ = ['NOT_AGENT_LISTS', 'KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'WAKE_S', 'auto_profile', 'map_models', 'parse_override',
            'merge_params', 'validate_params', 'agent_count', 'param_warnings', 'plan_experiment', 'serve_table',
-           'stop_kernels', 'remove_temporaries', 'RunResult', 'run_experiment', 'run_order', 'run_after', 'reproduce',
-           'load_runs', 'compare_runs', 'main', 'PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS',
-           'read_yaml', 'load_profile', 'Experiment', 'experiments', 'resolve_targets', 'planner', 'generic_plan']
+           'stop_kernels', 'remove_temporaries', 'RunResult', 'set_aside', 'run_experiment', 'run_order', 'run_after',
+           'reproduce', 'load_runs', 'compare_runs', 'main', 'PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES',
+           'PLANNERS', 'read_yaml', 'load_profile', 'Experiment', 'experiments', 'resolve_targets', 'planner',
+           'generic_plan']
 
 # %% ../nbs/20_reproduce.ipynb #b28c82b1
 from .report import notebook_parameters      # the names and defaults of a notebook's `parameters` cell (06_report)
@@ -367,6 +368,21 @@ def _serving_stats(run_dir: Path, since: float) -> dict | None:
             return {m: {"requests": d.get("requests", {}), "in_flight": d.get("in_flight", {})} for m, d in json.loads(f.read_text()).items()}
     return None
 
+# %% ../nbs/20_reproduce.ipynb #c433891a
+def set_aside(folder: Path, why: str = "a new run of this experiment started") -> Path | None:
+    "Move the files (not the sub-folders) of a run folder into `.previous/<UTC time>/` with a note; the new folder (None: nothing to move)."
+    files = [f for f in Path(folder).glob("*") if f.is_file()] if Path(folder).is_dir() else []
+    if not files: return None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    dest = Path(folder) / ".previous" / stamp
+    k = 1
+    while dest.exists(): dest = Path(folder) / ".previous" / f"{stamp}-{k}"; k += 1
+    dest.mkdir(parents=True)
+    for f in files: os.replace(f, dest / f.name)
+    (dest / "NOTE.txt").write_text(f"Outputs of an earlier run, moved here at {stamp} because {why}.\n"
+                                   "mad-study compare and cite do not read this folder.\n", encoding="utf-8")
+    return dest
+
 # %% ../nbs/20_reproduce.ipynb #runexp2
 def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
     """Execute the experiment's notebook with papermill; keep the executed copy under runs/<profile>/<experiment>/.
@@ -374,6 +390,8 @@ def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
     import papermill as pm
     out = runs_dir() / p["profile"] / exp.id / f"{exp.notebook.stem}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
+    if (moved := set_aside(out.parent)) is not None:
+        log(f"{exp.id}: an earlier run's outputs moved to {moved.relative_to(runs_dir()) if moved.is_relative_to(runs_dir()) else moved}")
     t = time.time()
     try:
         pm.execute_notebook(str(exp.notebook), str(out), parameters=dict(p), kernel_name="python3",
@@ -533,27 +551,38 @@ def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", override
     return results
 
 # %% ../nbs/20_reproduce.ipynb #d79486f9
-def _run_files(run: str) -> list[Path]:
-    "The transcript files of one RUN argument: a .parquet file, a folder (recursive) or an experiment id under runs/<profile>/."
+def _run_files(run: str, profile: str | None = None) -> list[Path]:
+    """The transcript files of one RUN argument: a .parquet file, a folder (recursive) or an experiment id under
+    runs/<profile>/ (`profile`; an id finished under several profiles needs one: they are not pooled). Hidden folders
+    (`.previous/`: an earlier run's outputs) and the cache are never read."""
     p = Path(run)
     if p.is_file(): return [p]
     if p.is_dir(): files = sorted(p.rglob("*.parquet"))
-    else: files = sorted(f for d in runs_dir().glob(f"*/{run}") if d.is_dir() for f in d.rglob("*.parquet"))
-    files = [f for f in files if "cache" not in f.parts]
+    else:
+        dirs = [d for d in sorted(runs_dir().glob(f"{profile or '*'}/{run}")) if d.is_dir()]
+        if profile is None and len(dirs) > 1:
+            raise ConfigError(f"finished under several profiles ({', '.join(d.parent.name for d in dirs)}): pass --profile "
+                              "(runs of different profiles are not one comparison)", key="run", value=run)
+        files = sorted(f for d in dirs for f in d.rglob("*.parquet"))
+    base = p if p.is_dir() else runs_dir()
+    files = [f for f in files if "cache" not in f.parts
+             and not any(x.startswith(".") for x in (f.relative_to(base).parts if f.is_relative_to(base) else f.parts))]
     if not files: raise ConfigError("no transcript (.parquet) found: give a transcript file, a folder of them or an experiment id with finished runs", key="run", value=run)
     return files
 
-def load_runs(runs: Sequence[str], by_file: bool = False) -> "pd.DataFrame":
+def load_runs(runs: Sequence[str], by_file: bool = False, profile: str | None = None) -> "pd.DataFrame":
     """Stored transcripts pooled for a comparison: an empty `method` takes the file name (`by_file`: every file is its
-    own condition, named by its file name). Files that collide on (experiment, method, item, sample, round, agent), e.g.
+    own condition, named by its file name, or folder/file name when two files share a name). Files that collide on (experiment, method, item, sample, round, agent), e.g.
     one method run with several models, are refused with a ConfigError that says what to pass instead."""
     import pandas as pd
     from mad_study.core import load_transcript, check_unique_turns
-    files = list(dict.fromkeys(f for r in runs for f in _run_files(r)))
+    files = list(dict.fromkeys(f for r in runs for f in _run_files(r, profile)))
+    stems = [f.stem for f in files]
+    label = {f: f.stem if stems.count(f.stem) == 1 else f"{f.parent.name}/{f.stem}" for f in files}   # debate.parquet twice: by folder
     parts = []
     for f in files:
         t = load_transcript(f)
-        parts.append(t.assign(method=f.stem, experiment=f.stem) if by_file else t.assign(method=t["method"].where(t["method"] != "", f.stem)))
+        parts.append(t.assign(method=label[f], experiment=label[f]) if by_file else t.assign(method=t["method"].where(t["method"] != "", label[f])))
     pooled = pd.concat(parts, ignore_index=True)
     try: check_unique_turns(pooled)
     except ConfigError as e:
@@ -563,11 +592,12 @@ def load_runs(runs: Sequence[str], by_file: bool = False) -> "pd.DataFrame":
 
 # %% ../nbs/20_reproduce.ipynb #67adba08
 def compare_runs(runs: Sequence[str], reference: str | None = None, who: str = "majority", correction: str = "holm",
-                 margin: float | None = None, level: float = 0.95, seed: int = 0, by_file: bool = False) -> tuple:
+                 margin: float | None = None, level: float = 0.95, seed: int = 0, by_file: bool = False,
+                 profile: str | None = None) -> tuple:
     """The paired comparison of finished runs from their stored transcripts (no generation): (table, caption, per-item
     results). `mad_study.stats.compare_methods` on `per_item_results` of the pooled transcripts (`load_runs`)."""
     from mad_study.stats import compare_methods, per_item_results
-    res = per_item_results(load_runs(runs, by_file), who=who)
+    res = per_item_results(load_runs(runs, by_file, profile), who=who)
     conds = list(dict.fromkeys(res["method"]))
     if len(conds) < 2: raise ConfigError("a comparison needs at least two conditions (methods) in the runs", key="runs", value=list(runs))
     ref = reference or conds[0]
@@ -611,7 +641,8 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("--correction", default="holm", help="holm | bonferroni | fdr_bh | none")
     cp.add_argument("--margin", type=float, default=None, help="equivalence margin (a fraction, e.g. 0.05) for TOST")
     cp.add_argument("--csv", default="compare.csv", help="where the table goes (the per-item results: <name>_items.csv)")
-    cp.add_argument("--by-file", action="store_true", help="every transcript file is its own condition (named by the file)")
+    cp.add_argument("--by-file", action="store_true", help="every transcript file is its own condition (named by the file, or folder/file)")
+    cp.add_argument("--profile", default=None, help="read experiment ids under runs/<profile>/ only (required when several profiles ran it)")
     ci = sub.add_parser("cite", help="BibTeX of what a function, protocol, experiment or run folder depends on (mad_study.cite)")
     ci.add_argument("targets", nargs="+"); ci.add_argument("--keys", action="store_true", help="print the reference keys only")
     return ap
@@ -629,7 +660,8 @@ def _cmd_list() -> int:
 def _cmd_compare(a) -> int:
     "`mad-study compare`: the paired comparison of finished runs, printed and written to `--csv`."
     import pandas as pd
-    table, caption, res = compare_runs(a.runs, a.reference, a.who, a.correction, a.margin, by_file=a.by_file)
+    table, caption, res = compare_runs(a.runs, a.reference, a.who, a.correction, a.margin, by_file=a.by_file,
+                                       profile=a.profile)
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(table.round(4).to_string(index=False))
     print("\n" + caption)

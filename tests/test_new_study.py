@@ -40,3 +40,80 @@ def test_identical_greedy_agents_warned_in_one_line(scratch):
     assert line.startswith("mad-study: warning: command line (-p): temperature=0.0: all 3 agents") and "greedy" in line
     r = mad_study("plan", "du_gsm8k", "--profile", "cpu", "-p", "temperature=0.7")
     assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+
+
+# ------------------------------------------------------------------ the README's "Your own study", as written
+def _readme_section(title: str) -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index(f"## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end > 0 else None]
+
+
+def test_readme_your_own_study_runs_as_written(tmp_path, monkeypatch):
+    import os
+    import re
+    import subprocess
+    sec = _readme_section("Your own study")
+    code = re.search(r"```python\n(.*?)```", sec, re.S).group(1)
+    cmds = re.search(r"```bash\n(.*?)```", sec, re.S).group(1)
+    assert 8 <= len(code.strip().splitlines()) + len(cmds.strip().splitlines()) <= 25
+    (tmp_path / "study.py").write_text(code)
+    (tmp_path / ".venv").symlink_to(ROOT / ".venv")           # the commands use .venv/bin/ paths, as a user's checkout
+    env = {**os.environ, "MAD_STUDY_RUNS": str(tmp_path / "kit_runs"), "MAD_STUDY_FIGURES": str(tmp_path / "kit_figs")}
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", cmds], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "majority_only vs fully_connected" in r.stdout
+    assert "@software{madstudy" in r.stdout and "version = {" in r.stdout and "du2024debate" in r.stdout
+    table = pd.read_csv(tmp_path / "runs" / "mine" / "compare.csv")
+    assert sorted(table["method"]) == ["fully_connected", "majority_only"] and (table["n_items"] == 30).all()
+
+
+# ------------------------------------------------------------------ compare for the user's own runs
+def _two_runs(runs_root, profile_dirs=("sim", "cpu")):
+    from mad_study.core import Item, save_transcript
+    from mad_study.debate import FullyConnected, OrderedPeers, make_agents, run_debate
+    from mad_study.sim import SimBackend
+    items = [Item(f"x/{i}", "my_sums", f"What is {i} + {i}?", str(2 * i), "number") for i in range(12)]
+    ag, be = make_agents(["s"] * 3), {"s": SimBackend("s", skill=0.6)}
+    for prof in profile_dirs:
+        for proto, folder in ((FullyConnected(), "a"), (OrderedPeers("truth_last"), "b")):
+            tr = run_debate(items, ag, be, protocol=proto, temperature=1.0, progress=False, experiment="mine")
+            save_transcript(tr, runs_root / prof / "mine" / folder / "debate.parquet")
+
+
+def test_compare_profiles_folder_labels_and_stale_outputs(scratch):
+    from mad_study.core import ConfigError, runs_dir
+    from mad_study.reproduce import compare_runs, load_runs, set_aside
+    _two_runs(runs_dir())
+    with pytest.raises(ConfigError, match="several profiles .*--profile"):     # cpu and sim are never pooled
+        compare_runs(["mine"])
+    table, caption, res = compare_runs(["mine"], profile="sim", by_file=True)
+    assert sorted(table["method"]) == ["a/debate", "b/debate"]              # both files are debate.parquet: by folder
+    n = len(load_runs(["mine"], profile="cpu"))
+    set_aside(runs_dir() / "cpu" / "mine" / "a")                              # an earlier run's outputs, moved aside
+    with pytest.raises(ConfigError):                                          # ... are never read again
+        load_runs([str(runs_dir() / "cpu" / "mine" / "a")])
+    assert len(load_runs(["mine"], profile="cpu")) == n // 2
+
+
+def test_hand_made_transcript_and_other_tools_export_reach_every_metric(tmp_path):
+    import csv
+    from mad_study import trajectory as T
+    from mad_study.core import load_debate_export
+    from mad_study.debate import vote_table
+    rows = [dict(id=q, iteration=r, speaker=f"agent_{a}", output=f"I think it is {4 if (a or r > 1) else 5}.", label="4")
+            for q in ("q1", "q2") for r in (1, 2, 3) for a in range(3)]
+    with open(tmp_path / "export.csv", "w", newline="") as f:                 # the csv module, as another tool writes it
+        w = csv.DictWriter(f, fieldnames=list(rows[0])); w.writeheader(); w.writerows(rows)
+    tr = load_debate_export(tmp_path / "export.csv", task="their_arith", fmt="number")
+    assert tr["round"].tolist()[:3] == [0, 0, 0] and tr["item_id"].iloc[0] == "their_arith/q1"
+    s = T.trajectory_summary(tr).iloc[0]
+    assert s["corrected_rate"] > 0 and s["consensus"] == 1.0
+    assert vote_table(tr[tr["round"] == 2])["correct"].all()              # the row's own format, no registry
+    hand = tr[["item_id", "agent", "round", "answer", "gold", "fmt"]]           # the documented required columns only
+    assert len(T.agent_turns(hand)) == len(T.agent_turns(tr))
+    with pytest.raises(Exception, match="missing required column 'agent'"):
+        T.item_outcomes(hand.drop(columns="agent"))
+    with pytest.raises(Exception, match="task='their_arith'"):
+        T.first_correct(tr.drop(columns="fmt"))
