@@ -362,14 +362,19 @@ def _mount(src: bytes | None, target: bytes, fstype: bytes | None, flags: int, d
         e = ctypes.get_errno()
         raise OSError(e, f"mount {target.decode()}: {os.strerror(e)}")
 
-def _stage_mounts(stage: str, sources: list[str], tmp_bytes: int, files: int) -> None:
+def _stage_mounts(stage: str, sources: list[str], tmp_bytes: int, files: int, ids: list[int] | None = None) -> None:
     """As root, in the child between fork and exec, before it becomes uid nobody and starts bwrap: a mount namespace
     of its own (private: nothing reaches the host's mount table, and it is gone with the sandbox) in which `stage`
     holds a read-only-to-be view of each of `sources` (`v0`, `v1`, ...: bwrap, run as nobody, can reach them even
     where their folders are closed to nobody, e.g. a Python under /root) and the sandbox's /tmp (`box`), a tmpfs with
     a size *and a file-count* limit (`nr_inodes`: bwrap's --tmpfs takes only a size, and 120,000 empty files fit in
-    1 MiB: issue 36), mode 1777."""
-    if _LIBC.unshare(0x20000) != 0: raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
+    1 MiB: issue 36), mode 1777. Without root (`ids`: this uid and gid) the same /tmp, no views: first a user
+    namespace mapping the user to itself (in which it may mount), inside which bwrap then makes the sandbox's own."""
+    if ids is not None:
+        if _LIBC.unshare(0x10000000 | 0x20000) != 0: raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER | CLONE_NEWNS)")
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{ids[0]} {ids[0]} 1"), ("gid_map", f"{ids[1]} {ids[1]} 1")):
+            with open(f"/proc/self/{name}", "w") as f: f.write(text)
+    elif _LIBC.unshare(0x20000) != 0: raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
     _mount(None, b"/", None, _MS_REC | _MS_PRIVATE)
     s = stage.encode()
     _mount(b"tmpfs", s, b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=65536,nr_inodes=4096,mode=0755")
@@ -483,13 +488,13 @@ def _binds(paths: tuple[str, ...]) -> list[str]:
 
 def bwrap_argv(bwrap: str, exe: str, paths: tuple[str, ...], program_fd: int, disk_mb: int = 64,
                privileged: bool = False, seccomp_fd: int | None = None, status_fd: int | None = None,
-               stage: str | None = None) -> tuple[list[str], tuple[str, ...]]:
+               stage: str | None = None, views: bool = True) -> tuple[list[str], tuple[str, ...]]:
     """The bubblewrap command line up to the interpreter, and the layers it sets up: PID, network, IPC, UTS, mount (and
     cgroup where it can) namespaces, killed with its parent, a new session, an empty environment; a read-only root
     holding only the shared libraries and the interpreter's folders (read-only binds), a fresh /proc of its own PID
     namespace, a minimal /dev, size-limited tmpfs /tmp and /dev/shm (mode 1777 each), and the work folder with the
-    program copied in (with `stage`, as root: the binds' sources are the views `_stage_mounts` made there, and /tmp
-    its tmpfs with a file-count limit); the syscall
+    program copied in (with `stage`: /tmp is the tmpfs with a file-count limit `_stage_mounts` made there, and with
+    `views`, as root, the binds' sources are its views); the syscall
     filter read from `seccomp_fd` (issue 36) and bwrap's JSON status (child pid, exit code) written to `status_fd`.
     The program's user: a user namespace mapping uid nobody to the user bwrap runs as (as root, the kit starts bwrap
     as uid nobody), in which no further user namespace can be made (`--disable-userns`). `privileged` (the fallback
@@ -507,7 +512,7 @@ def bwrap_argv(bwrap: str, exe: str, paths: tuple[str, ...], program_fd: int, di
     if seccomp_fd is not None: a += ["--seccomp", str(seccomp_fd)]
     if status_fd is not None: a += ["--json-status-fd", str(status_fd)]
     binds = _binds(paths)
-    staged = {d: f"{stage}/v{i}" for i, d in enumerate(d for d in binds if not os.path.islink(d))} if stage else {}
+    staged = {d: f"{stage}/v{i}" for i, d in enumerate(d for d in binds if not os.path.islink(d))} if stage and views else {}
     # the fresh /proc, /dev and tmpfs /tmp first: a venv or interpreter under /tmp (a checkout there) is bound on top.
     # --perms and --size apply to the next option: each stands right before its own --tmpfs
     a += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(2**20), "--tmpfs", "/dev/shm"]
@@ -680,9 +685,9 @@ def _bwrap_status(raw: bytes) -> int | None:
 def _execute(code: str, mode: str, timeout: float, limits: dict, preload: tuple[str, ...], guard: bool,
              max_output: int, disk_mb: int, bwrap: str | None = None, variant: str = "userns",
              syscall_filter: bool = True, max_files: int = 4096) -> SandboxResult:
-    """Run `code` once in `mode` ('bwrap' or 'none'; `variant` of bwrap: 'userns' as this user, 'drop' = as root,
-    bwrap started as uid nobody from a private view, 'root' = the privileged fallback): start, bounded reading, kill of
-    the tree, status. Where work is needed between fork and exec (a cgroup to join, the view, the change of user) the
+    """Run `code` once in `mode` ('bwrap' or 'none'; `variant` of bwrap: 'staged' = as this user, with /tmp's tmpfs
+    made in a user namespace of its own first, 'userns' = as this user without, 'drop' = as root, bwrap started as
+    uid nobody from a private view, 'root' = the privileged fallback): start, bounded reading, kill of the tree, status. Where work is needed between fork and exec (a cgroup to join, the view, the change of user) the
     launcher starts bwrap; otherwise `subprocess` does (vfork: no copy of this process's memory map)."""
     layers = ("rlimits",) + (("nproc",) if "RLIMIT_NPROC" in limits else ()) + ("timeout", "bounded-output") + (
         ("audit-hook",) if guard else ()) + (("own-keyring",) if _NR_KEYCTL else ())
@@ -700,7 +705,7 @@ def _execute(code: str, mode: str, timeout: float, limits: dict, preload: tuple[
             layers += ("cgroup-memory", "cgroup-pids")
         if drop and cg is not None and "RLIMIT_NPROC" in limits:   # the fallback: the cgroup's pids.max is the
             limits = {k: v for k, v in limits.items() if k != "RLIMIT_NPROC"}   # sandbox's own, host nobody's count is not
-        launched = mode == "bwrap" and (cg is not None or variant == "drop")
+        launched = mode == "bwrap" and (cg is not None or variant in ("drop", "staged"))
         ref = (lambda i: f"@FD{i}@") if launched else (lambda i: str(fds[i]))   # descriptor numbers in the command line
         if mode == "bwrap":
             exe, paths = python_view()
@@ -710,11 +715,13 @@ def _execute(code: str, mode: str, timeout: float, limits: dict, preload: tuple[
             if bpf is not None: fds.append(_memfd("seccomp", bpf))
             status_r, status_w = os.pipe(); fds.append(status_w)
             staged = None
-            if variant == "drop":                      # root: bwrap as nobody, binding from a private view
+            if variant in ("drop", "staged"):          # root: bwrap as nobody from a private view; a user: /tmp only
                 stage = tempfile.mkdtemp(prefix="mad-sandbox-stage-")
-                staged = [stage, [d for d in _binds(paths) if not os.path.islink(d)], int(disk_mb) * 2**20, int(max_files)]
+                os.chmod(stage, 0o755)
+                staged = [stage, [d for d in _binds(paths) if not os.path.islink(d)] if variant == "drop" else [],
+                          int(disk_mb) * 2**20, int(max_files), None if variant == "drop" else [os.getuid(), os.getgid()]]
             argv, os_layers = bwrap_argv(bwrap, exe, paths, ref(1), disk_mb, drop, ref(2) if bpf is not None else None,
-                                         ref(len(fds) - 1), stage)
+                                         ref(len(fds) - 1), stage, views=variant == "drop")
             layers, cwd, env = os_layers + layers, "/", {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         else:
             work = tempfile.mkdtemp(prefix="mad-pot-")
@@ -785,12 +792,13 @@ def _status(why: str | None, started: bool, rc: int | None, oom: bool, cpu: floa
 # %% ../nbs/04d_sandbox.ipynb #1d624f9f
 @functools.lru_cache(maxsize=8)
 def _probe(bwrap: str | None, view: tuple, euid: int, syscall_filter: bool) -> tuple[bool, str, str]:
-    "(works, why, variant): as root bwrap started as uid nobody ('drop'), else the privileged fallback ('root')."
+    """(works, why, variant): as root bwrap started as uid nobody ('drop'), else the privileged fallback ('root');
+    as a user with /tmp's file-count limit ('staged'), else without ('userns')."""
     if not sys.platform.startswith("linux"): return False, f"no Linux namespaces on {sys.platform}", ""
     if bwrap is None: return False, "bubblewrap (bwrap) is not installed", ""
     if syscall_filter and seccomp_program()[0] is None: return False, f"no syscall filter: {seccomp_program()[1]}", ""
     errors = []
-    for variant in (("drop", "root") if euid == 0 else ("userns",)):
+    for variant in (("drop", "root") if euid == 0 else ("staged", "userns")):
         r = _execute("print(6 * 7)", "bwrap", 30.0, _limits(1024, 30, 1, 64), (), False, 1000, 8, bwrap, variant, syscall_filter)
         if r.ok and r.stdout.strip() == "42": return True, f"{bwrap} works ({variant})", variant
         errors.append(f"{variant}: {r.error}")

@@ -211,7 +211,7 @@ def _fork_memory(r, out, layers):
 def _many_files(r, out, layers):
     files = int(out.split("files")[-1].split()[0])
     if "tmp-file-limit" in layers: assert files <= 4096 and "No space left" in out, r   # tmpfs nr_inodes
-    else: assert r["status"] in ("ok", "error"), r     # documented residual risk without root: bytes limited, not files
+    else: assert r["status"] in ("ok", "error"), r     # documented residual where the kit cannot mount it: bytes, not files
 
 
 ISSUE36 = {   # the disarmed programs (guard off): what the OS layers alone must show
