@@ -343,6 +343,23 @@ def sandbox_hostile_disarm() -> str:
     return sandbox_hostile.DISARM
 
 
+def test_plain_bwrap_variant_as_nobody(scratch_dir):
+    "The fallback for a user who may not make a user namespace of the kit's own: plain bwrap, still filtered."
+    pre, why = _nobody_python()
+    if not pre: pytest.skip(why)
+    tmp = scratch_dir / "plain"; tmp.mkdir(); tmp.chmod(0o755)
+    for src in (ROOT / "mad_study" / "sandbox.py", *_binding_files()):
+        shutil.copy(src, tmp / src.name); (tmp / src.name).chmod(0o644)
+    code = ("import sandbox as sb\nok, why = sb.sandbox_check()\nif not ok: print('SKIP', why); raise SystemExit\n"
+            "sb._variant = lambda *a: 'userns'\n"
+            "r = sb.run_program('import ctypes, errno, os\\nl = ctypes.CDLL(None, use_errno=True)\\n"
+            "print(l.unshare(0x10000000), errno.errorcode[ctypes.get_errno()], os.getuid())', guard=False)\n"
+            "print(r.status, r.stdout.strip(), 'tmp-file-limit' in r.layers, 'seccomp' in r.layers)")
+    out = subprocess.run(pre + ["-c", code], capture_output=True, text=True, cwd=tmp, timeout=120)
+    if out.stdout.startswith("SKIP"): pytest.skip(out.stdout)
+    assert out.stdout.split() == ["ok", "-1", "EPERM", "65534", "False", "True"], (out.stdout, out.stderr[-500:])
+
+
 @NEEDS_SANDBOX
 def test_launcher_comes_back():
     "The launcher (root, or with a cgroup) is started again when it died."
