@@ -40,9 +40,9 @@ _all_ = ["PROFILE_KEYS", "EXPERIMENT_KEYS", "PAPER_ALIASES", "PLANNERS", "read_y
 __all__ = ['NOT_AGENT_LISTS', 'KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'WAKE_S', 'auto_profile', 'map_models', 'parse_override',
            'merge_params', 'validate_params', 'agent_count', 'param_warnings', 'plan_experiment', 'serve_table',
            'stop_kernels', 'remove_temporaries', 'RunResult', 'set_aside', 'run_experiment', 'run_order', 'run_after',
-           'reproduce', 'load_runs', 'compare_runs', 'main', 'PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES',
-           'PLANNERS', 'read_yaml', 'load_profile', 'Experiment', 'experiments', 'resolve_targets', 'planner',
-           'generic_plan']
+           'reproduce', 'load_runs', 'compare_runs', 'run_items', 'main', 'PROFILE_KEYS', 'EXPERIMENT_KEYS',
+           'PAPER_ALIASES', 'PLANNERS', 'read_yaml', 'load_profile', 'Experiment', 'experiments', 'resolve_targets',
+           'planner', 'generic_plan']
 
 # %% ../nbs/20_reproduce.ipynb #b28c82b1
 from .report import notebook_parameters      # the names and defaults of a notebook's `parameters` cell (06_report)
@@ -608,8 +608,16 @@ def compare_runs(runs: Sequence[str], reference: str | None = None, who: str = "
     conds = list(dict.fromkeys(res["method"]))
     if len(conds) < 2: raise ConfigError("a comparison needs at least two conditions (methods) in the runs", key="runs", value=list(runs))
     ref = reference or conds[0]
-    table, caption = compare_methods(res, ref, correction=correction, margin=margin, level=level, seed=seed)
+    sets = {c: set(res.loc[res["method"] == c, "item_id"]) for c in conds}
+    on = "all" if len({frozenset(s) for s in sets.values()}) == 1 else "shared"   # dropped items are named (run_items)
+    table, caption = compare_methods(res, ref, correction=correction, margin=margin, level=level, seed=seed, on=on)
     return table, caption, res
+
+def run_items(res: "pd.DataFrame") -> tuple[dict[str, int], list[str]]:
+    "Per condition its number of items, and the items some condition lacks (left out of a paired comparison)."
+    sets = {c: set(g["item_id"]) for c, g in res.groupby("method", sort=False)}
+    shared = set.intersection(*sets.values()) if sets else set()
+    return {c: len(s) for c, s in sets.items()}, sorted(set.union(*sets.values()) - shared) if sets else []
 
 # %% ../nbs/20_reproduce.ipynb #4199cf4f
 def _exit_if_stuck(code: int, wait: float = 2.0) -> None:
@@ -671,6 +679,9 @@ def _cmd_compare(a) -> int:
                                        profile=a.profile)
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(table.round(4).to_string(index=False))
+    counts, dropped = run_items(res)
+    print("items: " + ", ".join(f"{c}: {n}" for c, n in counts.items()))
+    if dropped: print(f"dropped (not in every condition): {len(dropped)}: {', '.join(dropped[:20])}{' ...' if len(dropped) > 20 else ''}")
     print("\n" + caption)
     out = Path(a.csv); out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(out, index=False); res.to_csv(out.with_name(out.stem + "_items.csv"), index=False)

@@ -117,3 +117,18 @@ def test_hand_made_transcript_and_other_tools_export_reach_every_metric(tmp_path
         T.item_outcomes(hand.drop(columns="agent"))
     with pytest.raises(Exception, match="task='their_arith'"):
         T.first_correct(tr.drop(columns="fmt"))
+
+
+def test_compare_names_each_runs_items_and_the_dropped_ones(scratch):
+    from mad_study.core import load_transcript, runs_dir, save_transcript
+    from mad_study.reproduce import main
+    _two_runs(runs_dir(), profile_dirs=("sim",))
+    b = runs_dir() / "sim" / "mine" / "b" / "debate.parquet"
+    t = load_transcript(b)
+    save_transcript(t[t["item_id"] != "x/3"], b)                 # one condition lacks an item
+    import contextlib, io
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["compare", "mine", "--profile", "sim", "--by-file", "--csv", str(scratch / "c.csv")]) == 0
+    s = out.getvalue()
+    assert "items: a/debate: 12, b/debate: 11" in s and "dropped (not in every condition): 1: x/3" in s, s
