@@ -132,3 +132,37 @@ def test_compare_names_each_runs_items_and_the_dropped_ones(scratch):
         assert main(["compare", "mine", "--profile", "sim", "--by-file", "--csv", str(scratch / "c.csv")]) == 0
     s = out.getvalue()
     assert "items: a/debate: 12, b/debate: 11" in s and "dropped (not in every condition): 1: x/3" in s, s
+
+
+def test_own_experiment_as_the_readme_says_is_planned_and_run(project_copy):
+    "The README's recipe: a notebook with a `parameters` cell, an artefacts.yaml entry and a params file; reproduce runs it."
+    import nbformat
+    import yaml
+    nb = nbformat.v4.new_notebook()
+    par = nbformat.v4.new_code_cell('experiment = "my_exp"\nprofile = "sim"\nn_items = 5')
+    par.metadata["tags"] = ["parameters"]
+    body = nbformat.v4.new_code_cell(
+        "from mad_study.core import Item, runs_dir, save_transcript\n"
+        "from mad_study.debate import FullyConnected, make_agents, run_debate\n"
+        "from mad_study.sim import SimBackend\n"
+        "items = [Item(f'mine/{i}', 'my_sums', f'What is {i} + {i}?', str(2 * i), 'number') for i in range(n_items)]\n"
+        "tr = run_debate(items, make_agents(['s'] * 3), {'s': SimBackend('s')}, protocol=FullyConnected(), progress=False)\n"
+        "save_transcript(tr, runs_dir() / profile / experiment / 'debate.parquet')")
+    nb.cells = [par, body]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, project_copy / "nbs" / "my_study.ipynb")
+    reg = yaml.safe_load((project_copy / "params" / "artefacts.yaml").read_text())
+    reg["my_study"] = {"paper": "My study", "notebook": "nbs/my_study.ipynb",
+                       "artefacts": [{"id": "my_exp", "kind": "table", "title": "mine"}]}
+    (project_copy / "params" / "artefacts.yaml").write_text(yaml.safe_dump(reg))
+    (project_copy / "params" / "my_study").mkdir()
+    (project_copy / "params" / "my_study" / "my_exp.yaml").write_text("params: {n_items: 4}\n")
+    r = mad_study("plan", "my_exp", "--profile", "sim")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = mad_study("reproduce", "my_exp", "--profile", "sim", "-p", "n_items=3")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    import os
+    tr = pd.read_parquet(os.path.join(os.environ["MAD_STUDY_RUNS"], "sim", "my_exp", "debate.parquet"))
+    assert tr["item_id"].nunique() == 3 and set(tr["fmt"]) == {"number"}
+    r = mad_study("reproduce", "my_exp", "--profile", "sim", "-p", "n_items=2")      # a second run: the first is set aside
+    assert r.returncode == 0 and "an earlier run's outputs moved to" in r.stdout, r.stdout + r.stderr
