@@ -166,3 +166,44 @@ def test_own_experiment_as_the_readme_says_is_planned_and_run(project_copy):
     assert tr["item_id"].nunique() == 3 and set(tr["fmt"]) == {"number"}
     r = mad_study("reproduce", "my_exp", "--profile", "sim", "-p", "n_items=2")      # a second run: the first is set aside
     assert r.returncode == 0 and "an earlier run's outputs moved to" in r.stdout, r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------ what the agent sees; what a served run records
+def test_tags_a_template_cannot_render_are_an_error_and_peer_view_is_what_is_shown():
+    from mad_study.core import ConfigError, Generation, Item
+    from mad_study.debate import FullyConnected, make_agents, run_debate
+    from mad_study.prompts import get_prompt
+    from mad_study.protocols import GroupDebate, run_protocol
+    items = [Item("t/0", "mine", "What is 2 + 2?", "4", "number")]
+
+    class Sent:
+        def __init__(self): self.msgs = []
+        def generate(self, reqs):
+            self.msgs += [r.messages[-1]["content"] for r in reqs]
+            return [Generation(text=f"Full reasoning of {r.meta['agent']}. The answer is 4.") for r in reqs]
+
+    class MajorityTag(FullyConnected):
+        def tags(self, ctx, agent, peers): return tuple("[majority] " for _ in peers)
+    with pytest.raises(ConfigError, match=r"no \{tag\}"):
+        run_debate(items, make_agents(["x"] * 3), {"x": Sent()}, protocol=MajorityTag(), progress=False)
+
+    class AnswersOnly(FullyConnected):
+        def peer_view(self, ctx, viewer, peer): return f"{peer} answered {ctx.last(peer)['answer']}."
+    b = Sent()
+    run_debate(items, make_agents(["x"] * 3), {"x": b}, protocol=AnswersOnly(), progress=False)
+    assert all("answered 4." in m and "Full reasoning" not in m for m in b.msgs[3:])
+    b = Sent()                                             # GroupDebate through the same hook: groups of one see answers only
+    run_protocol(items, make_agents(["x"] * 3), {"x": b}, GroupDebate((1, 1, 1)), prompt=get_prompt("auto", "number"),
+                 progress=False)
+    assert all("Full reasoning" not in m and "another group" in m for m in b.msgs[3:]), b.msgs[3]
+
+
+def test_served_run_records_what_the_server_ran():
+    from mad_study.cite import provenance_refs
+    from mad_study.report import Study
+    p = {"experiment": "e", "profile": "cpu", "quant": "nf4", "backend": "openai", "base_url": "http://127.0.0.1:1/v1",
+         "served_model": "/srv/m"}
+    meta = Study(p, "baseline").provenance()
+    assert meta["params"]["quant"] == "unknown" and "dettmers2023qlora" not in provenance_refs(meta)
+    meta = Study({**p, "served_quant": "nf4"}, "baseline").provenance()
+    assert meta["params"]["quant"] == "nf4" and "dettmers2023qlora" in provenance_refs(meta)
