@@ -46,7 +46,8 @@ def test_verdict_good():
     ('{"debate_answer": "neither"}', "unreadable_answer"),
     ("I support the negative side.", "malformed"),
     ('{"debate_answer": "B"', "malformed"),
-    ("{'debate_answer': 'B'}", "malformed"),          # a Python literal is not JSON
+    ("{'debate_answer': 'B'}", "ok"),                 # a Python literal (Liang et al.'s released style) is read
+    ("{'debate_answer': 'B'", "malformed"),           # unclosed
     ("", "malformed"), (None, "malformed"), ("[1, 2, 3]", "malformed"),
 ])
 def test_verdict_malformed(text, status):
