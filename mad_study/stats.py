@@ -468,7 +468,8 @@ def _interval_words(a: Mapping, levels: pd.Series) -> str:
     "How the table's gap intervals relate to its verdicts (one family), for the caption."
     c, lvl = a.get("correction"), a.get("level", 0.95)
     lv = levels.dropna()
-    if c == "none" or not len(lv): return f"{100 * lvl:g}% intervals, unadjusted like the p-values (no correction)"
+    if c == "none": return f"{100 * lvl:g}% intervals, unadjusted like the p-values (no correction)"
+    if not len(lv): return "no gap has an interval (each gap says why)"
     span = f"{100 * lv.min():.4g}%" if lv.min() == lv.max() else f"{100 * lv.min():.4g}% to {100 * lv.max():.4g}%"
     words = {"holm": f"Holm-adjusted intervals (each at the level of the Holm step that tested it: {span})",
              "bonferroni": f"Bonferroni-adjusted simultaneous {span} intervals",
@@ -509,7 +510,8 @@ def comparison_caption(table: pd.DataFrame, unit_name: str = "items", fixed_item
         head += f"; runs per method averaged per item ({', '.join(f'{m}: {k}' for m, k in a['runs'].items())})"
     levels = gaps.loc[gaps["diff_low"].notna(), "diff_level"] if "diff_level" in gaps else pd.Series(dtype=float)
     tests = [_TESTS.get(t, t) for t in dict.fromkeys(gaps["test"].dropna())] if "test" in gaps else []
-    head += (f"; {_interval_words(a, levels)}, percentile bootstrap over {unit_name} (answers of an item averaged first); "
+    boot = f", percentile bootstrap over {unit_name} (answers of an item averaged first)" if len(levels.dropna()) else ""
+    head += (f"; {_interval_words(a, levels)}{boot}; "
              f"tests: {', '.join(tests) or 'none'}; {a.get('correction')} correction over {len(parts)} comparison(s)")
     o = a.get("omnibus", {})
     if o: head += f"; omnibus {o.get('test')} p = {o.get('pvalue', math.nan):.3g}"
