@@ -286,7 +286,7 @@ def experiment_files(registry: Mapping | None = None) -> dict[str, dict]:
     return out
 
 # %% ../nbs/02b_registry.ipynb #86e148a8
-PROFILE_KEYS = {"description", "params", "limits", "model_map", "sim_agents", "requires"}
+PROFILE_KEYS = {"description", "params", "limits", "model_map", "sim_agents", "requires", "identical_agents"}
 EXPERIMENT_KEYS = {"description", "artefacts", "params", "profiles", "notebook", "expected_seconds", "after"}
 
 def read_yaml(path: str | os.PathLike) -> dict:

@@ -82,7 +82,9 @@ def parse_override(s: str) -> tuple[str, Any]:
 
 # %% ../nbs/20_reproduce.ipynb #64881bcf
 def merge_params(exp: Experiment, profile: Mapping, overrides: Mapping | None = None) -> dict:
-    "Experiment params <- profile params <- limits <- experiment profiles[profile] <- overrides; models mapped."
+    """Experiment params <- profile params <- limits <- experiment profiles[profile] <- overrides; models mapped. A profile's
+    `identical_agents: {temperature: T}` then makes a debate whose agents are one model at temperature 0 sample at T
+    (each agent's seed differs), unless `-p temperature=...` says otherwise (the kit's own rule, issue 41)."""
     p = copy.deepcopy(exp.spec.get("params") or {})
     nb_keys = set(notebook_parameters(exp.notebook))
     for k, v in (profile.get("params") or {}).items():
@@ -99,6 +101,9 @@ def merge_params(exp: Experiment, profile: Mapping, overrides: Mapping | None = 
     if profile.get("sim_agents") and "sim_agents" in nb_keys:
         p["sim_agents"] = {**copy.deepcopy(profile["sim_agents"]), **(p.get("sim_agents") or {})}
     p["experiment"], p["profile"] = exp.id, profile["name"]
+    floor = (profile.get("identical_agents") or {}).get("temperature")
+    if floor is not None and "temperature" not in (overrides or {}) and _identical_greedy(p, exp):
+        p["temperature"] = float(floor)       # the profile's debates sample: copies of one greedy model repeat round 0
     return p
 
 # %% ../nbs/20_reproduce.ipynb #b4b3ae60
@@ -211,15 +216,22 @@ def _check_agent_count(p: Mapping, exp: Experiment, profile: Mapping, overrides:
                           key=k, value=p.get(k))
 
 # %% ../nbs/20_reproduce.ipynb #47476bc5
-def param_warnings(p: Mapping, exp: Experiment, profile: Mapping, overrides: Mapping | None = None) -> list[str]:
-    """One line per setting that runs but cannot mean what it says: every agent the same model at temperature 0 (each
-    round repeats round 0; Du et al.'s debate needs agents that can differ)."""
+def _identical_greedy(p: Mapping, exp: Experiment) -> bool:
+    "Whether `p` makes a debate of two or more agents that are all one model at temperature 0."
     kc = agent_count(p, exp)
-    if kc is None or kc[1] < 2: return []
+    if kc is None or kc[1] < 2: return False
     nb = notebook_parameters(exp.notebook)
     models = _models_in({"models": p.get("models", nb.get("models"))})
     temp = p.get("temperature", nb.get("temperature"))
-    if len(set(models)) != 1 or not isinstance(temp, (int, float)) or temp > 0: return []
+    return len(set(models)) == 1 and isinstance(temp, (int, float)) and not isinstance(temp, bool) and temp <= 0
+
+def param_warnings(p: Mapping, exp: Experiment, profile: Mapping, overrides: Mapping | None = None) -> list[str]:
+    """One line per setting that runs but cannot mean what it says: every agent the same model at temperature 0 (each
+    round repeats round 0; Du et al.'s debate needs agents that can differ)."""
+    if not _identical_greedy(p, exp): return []
+    kc, nb = agent_count(p, exp), notebook_parameters(exp.notebook)
+    models = _models_in({"models": p.get("models", nb.get("models"))})
+    temp = p.get("temperature", nb.get("temperature"))
     return [f"{_where('temperature', exp, profile, overrides)}: temperature={temp!r}: all {kc[1]} agents of {exp.id} are "
             f"{models[0]} and greedy, so every round repeats round 0 (set temperature > 0: each agent's seed differs; "
             "or use distinct models)"]
