@@ -30,7 +30,7 @@ PENDING_DOCSTRINGS: dict[str, str] = {}        # exports whose docstring still o
 # params/artefacts.yaml / figures/INDEX.md and the BibTeX key qiao2026umad, then remove the entry
 PENDING_POINTERS: dict[str, tuple[str, ...]] = {}   # notebooks still pointing outside the repository (all fixed)
 # files a reader is told to write (examples), not files the repository should have
-EXAMPLE_PATHS = ("params/profiles/cluster.yaml",)
+EXAMPLE_PATHS = ("params/profiles/cluster.yaml", "nbs/my_study.ipynb", "params/my_study/my_exp.yaml")   # README: "Your own study"
 # a docstring that names an equation, algorithm line, section, table, figure, appendix or prompt of a paper
 SECTION = re.compile(r"\b(Eqs?|Alg|Algorithm|Apps?|Appendix|Secs?|Section|Tables?|Tab|Figs?|Figures?|Prompt)\b\.?\s*[A-Z0-9]")
 
