@@ -50,8 +50,8 @@ class Turn:
     speak: bool = True                      # False: reuse the previous answer (no generation)
     peers: tuple[str, ...] = ()             # whose last responses it sees, in the order shown
     tags: tuple[str, ...] | None = None     # optional tag per shown peer (the peer template must have {tag})
-    views: tuple[str, ...] | None = None    # the text shown per peer (`Protocol.peer_view`); None: their last responses
     role: str | None = None                 # role override for this turn
+    views: tuple[str, ...] | None = None    # the text shown per peer (`Protocol.peer_view`); None: their last responses
 
 @dataclass
 class RoundPlan:
