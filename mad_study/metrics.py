@@ -15,13 +15,36 @@ import pandas as pd
 from scipy import special, stats
 
 from .answers import merge_equivalent, parse_failure_rate
-from .core import pool_keys, check_unique_turns
+from .core import (ConfigError, TRANSCRIPT_DEFAULTS, check_unique_turns, complete_transcript,
+                            pool_keys)
 
 # %% auto #0
-__all__ = ['UNPARSED', 'UNPARSED_MODES', 'wilson_ci', 'accuracy_by_round', 'cluster_bootstrap_ci', 'clustered_accuracy_ci',
-           'token_cost', 'token_savings', 'survival_rate', 'cost_saving', 'tokens_per_point', 'answer_distribution',
-           'entropy', 'uncertainty_decomposition', 'uncertainty_table', 'flip_transitions', 'flip_table',
-           'viewpoint_entropy', 'viewpoint_log_likelihood', 'path_consistency', 'reversal_point']
+__all__ = ['UNPARSED', 'UNPARSED_MODES', 'with_defaults', 'wilson_ci', 'accuracy_by_round', 'cluster_bootstrap_ci',
+           'clustered_accuracy_ci', 'token_cost', 'token_savings', 'survival_rate', 'cost_saving', 'tokens_per_point',
+           'answer_distribution', 'entropy', 'uncertainty_decomposition', 'uncertainty_table', 'flip_transitions',
+           'flip_table', 'viewpoint_entropy', 'viewpoint_log_likelihood', 'path_consistency', 'reversal_point']
+
+# %% ../nbs/05_metrics.ipynb #365e2221
+def with_defaults(transcript: pd.DataFrame, need: Sequence[str], what: str = "transcript") -> pd.DataFrame:
+    """`transcript` with the columns a metric reads: each of `need` present (else one line naming it), every other
+    schema column filled with its documented default (`mad_study.core.TRANSCRIPT_DEFAULTS`) where missing, except
+    the keys `sample`, `method` and `experiment` (an absent key is no grouping, as `pool_keys` reads it), and the
+    missing cells of `reused`, `sample`, `method` and `experiment` filled too. (The kit's contract for transcripts
+    from outside the kit; without `correct`, `complete_transcript` grades `answer` against `gold`.)"""
+    cols = set(transcript.columns)
+    if "correct" in need and "correct" not in cols and {"answer", "gold"} <= cols:
+        transcript = complete_transcript(transcript, what=what)            # grades each row in its own format
+    miss = [c for c in need if c not in transcript.columns]
+    if miss: raise ConfigError(f"missing required column {miss[0]!r} (this metric reads {list(need)})", where=what)
+    keys = ("sample", "method", "experiment")
+    fill = {c: v for c, v in TRANSCRIPT_DEFAULTS.items() if c not in transcript.columns and c not in keys}
+    fix = [c for c in ("reused", "sample", "method", "experiment")
+           if c in transcript.columns and transcript[c].isna().any()]
+    if not fill and not fix: return transcript
+    out = transcript.assign(**{c: pd.Series([v] * len(transcript), index=transcript.index, dtype=object)
+                               for c, v in fill.items()})
+    for c in fix: out[c] = out[c].where(out[c].notna(), TRANSCRIPT_DEFAULTS[c])
+    return out
 
 # %% ../nbs/05_metrics.ipynb #423c4746
 def wilson_ci(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -40,6 +63,7 @@ def accuracy_by_round(transcript: pd.DataFrame, majority: bool = True, level: fl
     is Wilson's when every item gives one answer to the row, else the item-clustered bootstrap (`clustered_accuracy_ci`:
     K samples per agent, or several experiments pooled by `by`, are answers of one item, not independent ones)."""
     rows = []
+    transcript = with_defaults(transcript, ("item_id", "agent", "round", "correct"), what="accuracy_by_round")   # a transcript from outside the kit
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="accuracy_by_round")
     keys = [*by, "round", "agent"]
@@ -108,12 +132,14 @@ def clustered_accuracy_ci(correct: Sequence[Any], clusters: Sequence[Any], level
 # %% ../nbs/05_metrics.ipynb #069b7792
 def token_cost(transcript: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
     "Mean tokens per item (prompt, completion, total) and generations per item, per condition (`pool_keys`: experiment, method, `by`). (token cost as RUMAD Table 2 and SVR-MAD Table 1 count it.)"
+    transcript = with_defaults(transcript, ("item_id",), what="token_cost")
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="token_cost")
     t = transcript.assign(total_tokens=transcript["prompt_tokens"].fillna(0) + transcript["completion_tokens"].fillna(0),
                           generated=~transcript["reused"].fillna(False).astype(bool))
     per_item = t.groupby([*by, "item_id"]).agg(prompt_tokens=("prompt_tokens", "sum"), completion_tokens=("completion_tokens", "sum"),
                                               total_tokens=("total_tokens", "sum"), generations=("generated", "sum"))
+    if not by: return per_item.mean().to_frame().T                 # no condition column: one row
     return per_item.groupby(list(by)).mean().reset_index()
 
 def token_savings(cost: float, reference: float) -> float:
@@ -383,9 +409,9 @@ def uncertainty_table(transcript: pd.DataFrame, fmt: str | None = None, base: fl
     (Numeric and multiple-choice answers are computed for all groups at once, other formats group by group: the same
     numbers as `uncertainty_decomposition` on each group.)"""
     from mad_study.answers import ELEMENTWISE_FORMATS
-    from mad_study.data import get_task
     from mad_study.debate import group_rows
     _check_unparsed(unparsed)
+    transcript = complete_transcript(transcript, fmt, what="uncertainty_table")   # `fmt`: each row's format
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="uncertainty_table")
     keys, groups = group_rows(transcript, by)
@@ -400,8 +426,8 @@ def uncertainty_table(transcript: pd.DataFrame, fmt: str | None = None, base: fl
     A = int(a.max()) + 1
     _warn_one_sample(np.bincount(g * A + a, minlength=G * A), "uncertainty_table")
     acc, acc_a = _group_accuracies(cor, g, a, G, A)
-    fmts: dict = {}
-    gfmt = [fmt or fmts.get(tasks[x[0]]) or fmts.setdefault(tasks[x[0]], get_task(tasks[x[0]]).fmt) for x in groups]
+    row_fmt = transcript["fmt"].to_numpy(dtype=object)
+    gfmt = [row_fmt[x[0]] for x in groups]                     # the group's format: its first row's
     bounds = np.r_[0, np.cumsum([len(x) for x in groups])]     # rows are in group order: group gi is rows bounds[gi]:bounds[gi + 1]
     merged = _merge_by_format(answers, g, gfmt, bounds)
     none, pf, pf_a, undefined = _parse_failures(merged, g, a, G, A, unparsed)
@@ -421,6 +447,7 @@ def flip_transitions(before: Sequence[bool], after: Sequence[bool]) -> dict:
 def flip_table(transcript: pd.DataFrame, before_round: int = 0, after_round: int = 1,
                by: Sequence[str] = ()) -> pd.DataFrame:
     "Flip transitions between two rounds, pairing each response by (item, sample, agent), per condition (`pool_keys`: experiment, method, `by`). (UMAD Fig. 5: C2C / C2W / W2C / W2W transitions.)"
+    transcript = with_defaults(transcript, ("item_id", "agent", "round", "correct"), what="flip_table")
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="flip_table")
     key = ["item_id", "sample", "agent"]
