@@ -202,7 +202,8 @@ REFS.update({
     "rumad.plan_rumad": ("schulman2017ppo",),
     "svr_mad.evaluate": ("chen2025sid",), "svr_mad.savings": ("wang2023selfconsistency",),
     "umad.group_standardize": ("shao2024deepseekmath",), "umad.grpo_advantage": ("shao2024deepseekmath",),
-    "umad_train.UMADTrainer": ("shao2024deepseekmath",), "umad_train.save_checkpoint": ("hu2022lora",),
+    "umad_train.UMADTrainer": ("shao2024deepseekmath",),
+    "answers.math_equiv_strict": ("hendrycks2021math",), "umad_train.save_checkpoint": ("hu2022lora",),
     "umad_train.setting_variants": ("dewitt2020ippo",), "umad_train.plan_train": ("hu2022lora", "dettmers2023qlora"),
 })
 
@@ -211,6 +212,9 @@ MENTIONS: dict[str, tuple[str, ...]] = {    # exported name -> works its docstri
     "stats.compare_methods": ("zhang2025madc",),
     "core.load_debate_export": ("du2024debate", "smit2024mad"),     # reads their exports, uses no method of theirs
     "reproduce.param_warnings": ("du2024debate",),
+    "answers.is_correct": ("qiao2026umad",),          # names UMAD's reward grading; the option is the MATH script's
+    "answers.math_equiv_strict": ("qiao2026umad",),   # the MATH benchmark's script (cited), as UMAD's reward uses it
+    "roles.literal_object": ("liang2024mad",),        # reads the style of their released replies
 }
 
 # %% ../nbs/00b_cite.ipynb #832b3c0d
@@ -226,13 +230,14 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
                "tie_seeds"),
     "arena": ("pareto_front", "plan_arena"),
     "trajectory": ("canonical_answers", "answer_grid", "item_outcomes"),
+    "metrics": ("with_defaults",),
     "stats": ("comparison_caption", "condition_labels", "item_means", "per_item_results", "simulate_paired", "tokens_per_thread"),
     "madc": ("shared_round0", "strategy_label"),
     "meta_debate": ("CriteriaCache", "items_modality", "role_title"),
     "protocols": ("ScriptedBackend",),
-    "roles": ("PotAnswer", "PotTurn", "RoleSimBackend", "answer_instruction", "first_json_object", "loose_answer",
+    "roles": ("PotAnswer", "PotTurn", "RoleSimBackend", "answer_instruction", "first_json_object", "literal_object", "loose_answer",
               "question_parts", "resolve_assignment"),
-    "rumad": ("Embedder", "checkpoint_mismatch", "fixed_policy", "load_controller", "one_thread", "rumad_checkpoint",
+    "rumad": ("Embedder", "checkpoint_mismatch", "fixed_family", "fixed_policy", "load_controller", "one_thread", "rumad_checkpoint",
               "save_controller", "training_meta"),
     "umad": ("config_seed", "pair_label", "parse_failures_by_turn"),
     "umad_train": ("PolicyBackend", "TrainedBackend", "checkpoint_dir", "checkpoint_spec", "load_checkpoint_meta",
