@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import bisect
 import functools
+import importlib.resources
+import json
 import math
 import re
 import signal
@@ -21,9 +23,9 @@ from .core import ANSWER_FORMATS, ConfigError
 
 # %% auto #0
 __all__ = ['MAX_CHARS', 'OPTION_LETTERS', 'MATH_VERIFY_TIMEOUT', 'MATH_VERIFY_MAX_CHARS', 'GRADINGS', 'ELEMENTWISE_FORMATS',
-           'last_boxed', 'normalize_latex', 'number_candidates', 'parse_number', 'canonical_number', 'extract_answer',
-           'math_equiv_strict', 'is_correct', 'answers_equivalent', 'merge_equivalent', 'parse_failure_rate',
-           'extract_confidence']
+           'CORPUS_FILE', 'last_boxed', 'normalize_latex', 'number_candidates', 'parse_number', 'canonical_number',
+           'extract_answer', 'math_equiv_strict', 'is_correct', 'answers_equivalent', 'merge_equivalent',
+           'parse_failure_rate', 'load_answer_corpus', 'corpus_agreement', 'extract_confidence']
 
 # %% ../nbs/01_answers.ipynb #a1b712c7
 MAX_CHARS = 50_000   # only the last MAX_CHARS characters of a response are read (answers come at the end)
@@ -155,7 +157,7 @@ def canonical_number(v: Fraction | int | float | str | None) -> str | None:
 # %% ../nbs/01_answers.ipynb #796d0c1c
 _STMT_RE = re.compile(
     r"(?:\b(?P<final>final|correct|right|best)\s+)?\b(?P<kw>answer|option|choice)(?P<plural>s?)\b"
-    r"(?:\s+to\s+(?:the|this)\s+(?:question|problem))?[\s*_]*"
+    r"(?:\s+to\s+(?:the|this)\s+(?:math\s+)?(?:question|problem))?[\s*_]*"
     r"(?:(?P<verb>is|was|would\s+be|should\s+be|will\s+be|must\s+be|remains|becomes|stays)\b"
     r"\s*(?:still\s+)?[:：]?|[:：=])"
     r"[\s*_]*", re.IGNORECASE)
@@ -312,6 +314,21 @@ def _stated_letter(s: str) -> str | None:
     if alone and (not found or alone.start(1) > found[-1][1]): return alone.group(1)
     return found[-1][0] if found else None
 
+# %% ../nbs/01_answers.ipynb #f16e3ae7
+_OPEN_RE = re.compile(rf"\s*[*_]*\(?(?:option\s+)?({_L})\)[*_]*(?=\s+\S)", re.I)
+
+def _opening_option(s: str, listing: set[int]) -> str | None:
+    """The letter of a response that opens with one option and its text (`D) reticular formation`,
+    `(option A) ...`) on a first line that names no other option and is no list; else None."""
+    lines = s.split("\n")
+    k = next((j for j, l in enumerate(lines) if l.strip()), None)
+    if k is None or k in listing: return None
+    m = _OPEN_RE.match(lines[k])
+    if not m or m.group(1) != m.group(1).upper(): return None
+    marks = {x.group(1) or x.group(2) for x in _MARK_RE.finditer(lines[k])}
+    if marks - {m.group(1)} or _REJECT_AFTER_RE.match(lines[k][m.end(1):m.end(1) + 60]): return None
+    return m.group(1)
+
 # %% ../nbs/01_answers.ipynb #89b25854
 def _line_index(s: str):
     "A function from a position in `s` to its line number."
@@ -329,6 +346,8 @@ def _extract_option(s: str) -> str | None:
     def usable(m): return line_of(m.start()) not in listing and not _excluded(s, m.start(), m.end())
     m = _END_PAREN_RE.search(s.rstrip())                             # 3. a closing (X)
     if m and usable(m): return m.group(1)
+    opening = _opening_option(s, listing)                            # 3b. an opening `X) text`
+    if opening: return opening
     for m in reversed(list(_PAREN_RE.finditer(s))):                  # 4. last usable (X)
         if usable(m): return m.group(1)
     m = list(re.finditer(rf"\*\*\s*\(?({_L})\)?[.:]?\s*\*\*", s))   # 5. bold letter, or a bare letter
@@ -337,14 +356,19 @@ def _extract_option(s: str) -> str | None:
     return _letter_from(last, lower_ok=False, strict=True) if len(last.strip()) <= 20 else None
 
 # %% ../nbs/01_answers.ipynb #e1494836
+_PLACEHOLDER_RE = re.compile(r"\s*(?:\\text\{)?\s*(?:your\s+|final\s+)?answer\s*\}?\s*", re.I)
+
 def _own_boxes(s: str) -> list[tuple[int, str]]:
-    "The boxes that are not another agent's or rejected (`Agent 2 got \\boxed{5}`, `\\boxed{18} is wrong`)."
+    """The boxes that are not another agent's or rejected (`Agent 2 got \\boxed{5}`, `\\boxed{18} is wrong`), nor
+    the prompt's placeholder echoed back (`in the form \\boxed{answer}`: weak models copy it)."""
     out = []
     for p, content in _boxes(s):
+        if _PLACEHOLDER_RE.fullmatch(content): continue
         i = s.find(content, p)
         if not _excluded(s, p, i + len(content) + 1 if i >= 0 else p): out.append((p, content))
     return out
 
+_ENUM_RE = re.compile(r"[.)][ \t]")           # `4. Provide the answer`: a list item's number, not an answer
 _LABEL_RE = re.compile(r"\b(?:agents?|solutions?|rounds?|steps?|players?|models?|peers?)\s*#?\s*$", re.I)
 
 def _last_own_number(s: str) -> str | None:
@@ -354,6 +378,7 @@ def _last_own_number(s: str) -> str | None:
     for m in reversed(list(_NUM_RE.finditer(c))):
         v = _to_fraction(m)
         if v is None or _LABEL_RE.search(c[max(0, m.start() - 20):m.start()]): continue
+        if _ENUM_RE.match(c, m.end()) and not c[c.rfind("\n", 0, m.start()) + 1:m.start()].strip(): continue
         if not _excluded(c, m.start(), m.end()): return canonical_number(v)
     return None
 
@@ -685,6 +710,28 @@ def parse_failure_rate(answers: Iterable[Any]) -> float:
     bad = sum(1 for a in answers if a is None or (isinstance(a, float) and math.isnan(a))
               or (not isinstance(a, str) and str(a) in ("<NA>", "nan", "NaT")))
     return bad / len(answers)
+
+# %% ../nbs/01_answers.ipynb #d352660d
+CORPUS_FILE = "answer_corpus.jsonl"   # in mad_study/fixtures/
+
+def load_answer_corpus() -> list[dict]:
+    """The labelled corpus of model outputs the extraction rules are checked on (`mad_study/fixtures/`): per entry
+    `text`, `fmt`, `expected` (None: no answer), `cls` (the pattern), `reason`, `ambiguous` (a documented case
+    where the kit's reading differs from the label) and `source` (`smollm2`: the embedded model's own debate
+    turns; `written`: patterns of debate text written as models write them)."""
+    p = importlib.resources.files("mad_study") / "fixtures" / CORPUS_FILE
+    return [json.loads(l) for l in p.read_text(encoding="utf-8").splitlines() if l.strip()]
+
+def corpus_agreement(corpus: Iterable[dict]) -> list[dict]:
+    """Each entry with `got` (`extract_answer`) and `agrees`: both None, or `got` graded correct against
+    `expected` with `is_correct` (so `0.5` agrees with `\\frac12`)."""
+    out = []
+    for e in corpus:
+        got = extract_answer(e["text"], e["fmt"])
+        exp = e["expected"]
+        ok = got is None if exp is None else (got is not None and is_correct(got, exp, e["fmt"]))
+        out.append({**e, "got": got, "agrees": ok})
+    return out
 
 # %% ../nbs/01_answers.ipynb #da254203
 _CONF_RE = re.compile(r"confidence\s*(?:level|score)?\s*(?:is|=|:)?\s*\**\s*(\d+(?:\.\d+)?)\s*(%|/\s*100|/\s*10\b)?", re.I)

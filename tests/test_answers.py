@@ -113,3 +113,50 @@ def test_math_verify_in_a_thread():
     with ThreadPoolExecutor(2) as ex:
         res = list(ex.map(lambda p: is_correct(p, "\\frac{\\sqrt{2}}{2}", "boxed"), ["\\sqrt{2}/2", "\\sqrt{3}/2"]))
     assert res == [True, False]
+
+
+def test_labelled_corpus_agrees_or_is_documented():
+    "Issue 35: the labelled corpus of model text; every disagreement is a documented ambiguous entry."
+    from mad_study.answers import corpus_agreement, load_answer_corpus
+    corpus = load_answer_corpus()
+    assert len(corpus) >= 300
+    assert {e["source"] for e in corpus} == {"smollm2", "written"}
+    assert {e["fmt"] for e in corpus} >= {"option", "number", "boxed", "exact"}
+    rows = corpus_agreement(corpus)
+    bad = [(e["fmt"], e["text"][:80], e["expected"], e["got"]) for e in rows if not e["agrees"] and not e["ambiguous"]]
+    assert bad == []
+    assert sum(e["ambiguous"] for e in rows) <= 10          # ambiguity is the exception, each one explained
+    assert all(e["reason"] for e in rows)
+
+
+def test_debate_distractors_hidden_variants():
+    "Issue 35: explicit answers with rejected / attributed options and numbers before and after, other wordings."
+    from mad_study.answers import extract_answer
+    cases = [
+        ("Agent 3 went with (C) and agent 1 with (A); having checked both, my final answer is (B), not (C).", "option", "B"),
+        ("Not (A). Not (C) either. I'd choose (D).", "option", "D"),
+        ("MY ANSWER REMAINS (C), whatever agent 2 says about (A).", "option", "C"),
+        ("Final answer: **(A)** — agent 2's (D) misreads the graph.", "option", "A"),
+        ("Agent 1 found 350 and agent 2 found 300; I find 325, not 350.", "number", "325"),
+        ("My final answer is 7, not 9 as agent 2 suggested.", "number", "7"),
+        (r"The answer is \$4.50, not \$5.", "boxed", r"\$4.50"),
+        (r"Each ticket costs \$12, so the answer is \$36.", "number", "36"),
+    ]
+    for text, fmt, want in cases:
+        assert extract_answer(text, fmt) == want, (text, extract_answer(text, fmt))
+
+
+def test_verdict_hidden_variants_never_run_code(tmp_path):
+    "Issue 35: single-quoted, mixed-quote and code-valued moderator dicts; code never runs."
+    from mad_study.core import Item
+    from mad_study.roles import parse_verdict
+    item = Item("mmlu/0", "mmlu", "q", "B", "option", choices=("1", "2", "3", "4"))
+    ok = parse_verdict("Verdict:\n{'Whether there is a preference': 'Yes', \"Supported Side\": 'Negative', "
+                       "'Reason': \"The negative side's count is right\", 'debate_answer': '(B)'}", item)
+    assert (ok.status, ok.answer, ok.side, ok.preference) == ("ok", "B", "Negative", True)
+    flag = tmp_path / "ran"
+    for code in [f"__import__('os').system('touch {flag}')", f"open('{flag}', 'w').write('x')",
+                 "breakpoint()", "(lambda: 1)()", "{**globals()}"]:
+        v = parse_verdict("{'Whether there is a preference': 'Yes', 'debate_answer': " + code + "}", item)
+        assert v.status == "malformed"
+    assert not flag.exists()
