@@ -24,11 +24,11 @@ import pandas as pd
 # %% auto #0
 __all__ = ['ANSWER_FORMATS', 'SIGNALS', 'TRANSCRIPT_SCHEMA', 'TRANSCRIPT_COLUMNS', 'CONDITION_KEYS', 'TURN_KEYS',
            'TRANSCRIPT_REQUIRED', 'TRANSCRIPT_DEFAULTS', 'EXPORT_ALIASES', 'project_root', 'runs_dir', 'figures_dir',
-           'params_dir', 'cache_home', 'ConfigError', 'derive_seed', 'rng_for', 'is_image_hash', 'Item', 'GenRequest',
-           'Generation', 'signals_from_logprobs', 'describe_transcript', 'transcript_frame', 'atomic_path',
-           'atomic_write_text', 'save_transcript', 'load_transcript', 'pool_keys', 'check_unique_turns', 'row_formats',
-           'complete_transcript', 'load_debate_export', 'images_dir', 'image_hash', 'image_path', 'put_image',
-           'load_image']
+           'params_dir', 'cache_home', 'ConfigError', 'clip_line', 'derive_seed', 'rng_for', 'is_image_hash', 'Item',
+           'GenRequest', 'Generation', 'signals_from_logprobs', 'describe_transcript', 'transcript_frame',
+           'atomic_path', 'atomic_write_text', 'save_transcript', 'load_transcript', 'pool_keys', 'check_unique_turns',
+           'row_formats', 'complete_transcript', 'load_debate_export', 'images_dir', 'image_hash', 'image_path',
+           'put_image', 'load_image']
 
 # %% ../nbs/00_core.ipynb #b4c3b41f
 def project_root() -> Path:
@@ -73,6 +73,14 @@ class ConfigError(ValueError):
             ch = sorted(map(str, choices))
             msg += f" (choose from: {', '.join(ch[:25])}{', ...' if len(ch) > 25 else ''})"
         super().__init__(msg.replace("\n", " "))
+
+# %% ../nbs/00_core.ipynb #62703b33
+def clip_line(s: str, n: int) -> str:
+    "`s` on one line in at most `n` characters, cut at a word boundary with an ellipsis (never mid-word)."
+    s = " ".join(str(s).split())
+    if len(s) <= n: return s
+    cut = s[:n - 1]
+    return (cut[:cut.rfind(" ")] if " " in cut else cut).rstrip(" ,;:") + "…"
 
 # %% ../nbs/00_core.ipynb #3a22cf40
 def derive_seed(*parts: Any) -> int:

@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-from .core import ConfigError, figures_dir, params_dir, project_root, runs_dir
+from .core import ConfigError, clip_line, figures_dir, params_dir, project_root, runs_dir
 from .registry import (EXPERIMENT_KEYS, PAPER_ALIASES, PLANNERS, PROFILE_KEYS, Experiment, _check_keys,
                                 experiment_files, experiments, generic_plan, load_profile, load_registry, planner,
                                 read_yaml, resolve_targets)
@@ -396,13 +396,6 @@ def set_aside(folder: Path, why: str = "a new run of this experiment started") -
     return dest
 
 # %% ../nbs/20_reproduce.ipynb #runexp2
-def _clip(s: str, n: int) -> str:
-    "`s` in at most `n` characters, cut at a word boundary with an ellipsis (an error line is never cut mid-word)."
-    s = " ".join(str(s).split())
-    if len(s) <= n: return s
-    cut = s[:n - 1]
-    return (cut[:cut.rfind(" ")] if " " in cut else cut).rstrip(" ,;:") + "…"
-
 def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
     """Execute the experiment's notebook with papermill; keep the executed copy under runs/<profile>/<experiment>/.
     The kernel's own messages (not the notebook's outputs) go to kernel.log beside it."""
@@ -423,7 +416,7 @@ def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
     except Exception as e:
         msg = str(e).strip().splitlines()
         short = next((l for l in reversed(msg) if l.strip()), type(e).__name__)
-        return RunResult(exp.id, False, time.time() - t, out, f"{type(e).__name__}: {_clip(short, 300)}",
+        return RunResult(exp.id, False, time.time() - t, out, f"{type(e).__name__}: {clip_line(short, 300)}",
                          _failed_generations(out.parent, t), _serving_stats(out.parent, t))
 
 # %% ../nbs/20_reproduce.ipynb #53e3134d

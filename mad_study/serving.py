@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from fastcore.basics import patch
 
-from .core import ConfigError, GenRequest, Generation, image_path, load_image, signals_from_logprobs
+from .core import ConfigError, clip_line, GenRequest, Generation, image_path, load_image, signals_from_logprobs
 from .interface import BaseBackend
 from .registry import ModelSpec, _spec_for, get_model, weight_memory_gb
 
@@ -239,7 +239,7 @@ def _detail(resp) -> str:
         msg = (d.get("error") or {}).get("message") if isinstance(d.get("error"), dict) else d.get("error")
         msg = msg or d.get("detail") or d.get("message") or json.dumps(d)
     except Exception: msg = resp.text
-    return " ".join(str(msg).split())[:300]
+    return clip_line(msg, 300)
 
 def _retry_after(resp) -> float | None:
     try: return float(resp.headers.get("retry-after"))
