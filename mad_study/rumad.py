@@ -26,16 +26,17 @@ from .registry import planner
 from .sim import read_final_answers
 
 # %% auto #0
-__all__ = ['TIERS', 'DELTA', 'ACTIVATION_ATOL', 'DISTS', 'INITS', 'DENSE_LOGIT', 'BUDGET_READINGS', 'ALPHA', 'BETA', 'TIER_COST',
-           'TABLE6', 'REWARD_MODES', 'ROLLOUT_UNITS', 'SELECTS', 'PAPER_TAB2', 'Embedder', 'similarity_matrix',
-           'SimEmbedder', 'MiniLMEmbedder', 'make_embedder', 'prompt_tier', 'activation_mask', 'TopologyPolicy',
-           'visible_links', 'budget_count', 'expected_links', 'mean_weights', 'budget_loss', 'accuracy_reward',
-           'consensus_reward', 'progress_reward', 'efficiency_reward', 'improvement_reward', 'sparsity_penalty',
-           'step_reward', 'episode_reward', 'gae', 'ppo_loss', 'ppo_update', 'RumadController', 'fixed_policy',
-           'round_outcomes', 'episodes', 'RumadConfig', 'rollout_episodes', 'train_controller', 'one_thread',
-           'evaluate_controller', 'save_controller', 'load_controller', 'ForcedDense', 'ShuffledObservation',
-           'AgreementGate', 'rumad_agents', 'rumad_prompt', 'training_meta', 'checkpoint_mismatch', 'rumad_checkpoint',
-           'plan_rumad', 'compare_families', 'families_caption']
+__all__ = ['TIERS', 'DELTA', 'ACTIVATION_ATOL', 'DISTS', 'INITS', 'SIGMAS', 'DENSE_LOGIT', 'SIGMA_MIN', 'SIGMA_MAX', 'SIGMA_INIT',
+           'BUDGET_READINGS', 'ALPHA', 'BETA', 'TIER_COST', 'TABLE6', 'REWARD_MODES', 'ROLLOUT_UNITS', 'SELECTS',
+           'PAPER_TAB2', 'Embedder', 'similarity_matrix', 'SimEmbedder', 'MiniLMEmbedder', 'make_embedder',
+           'prompt_tier', 'activation_mask', 'TopologyPolicy', 'visible_links', 'budget_count', 'expected_links',
+           'mean_weights', 'budget_loss', 'accuracy_reward', 'consensus_reward', 'progress_reward', 'efficiency_reward',
+           'improvement_reward', 'sparsity_penalty', 'step_reward', 'episode_reward', 'gae', 'ppo_loss', 'ppo_update',
+           'RumadController', 'rumad_prompt', 'fixed_policy', 'round_outcomes', 'episodes', 'RumadConfig',
+           'rollout_episodes', 'policy_for', 'probe_stats', 'train_controller', 'one_thread', 'evaluate_controller',
+           'save_controller', 'load_controller', 'ForcedDense', 'ShuffledObservation', 'AgreementGate', 'FixedTopology',
+           'fixed_family', 'rumad_agents', 'training_meta', 'checkpoint_mismatch', 'rumad_checkpoint', 'plan_rumad',
+           'compare_families', 'families_caption']
 
 # %% ../nbs/13_rumad.ipynb #1859985e
 class Embedder(_TypingProtocol):
@@ -127,46 +128,90 @@ ACTIVATION_ATOL = 1e-12
 
 # %% ../nbs/13_rumad.ipynb #5a8756fc
 DISTS = ("gaussian", "beta")
-INITS = ("default", "dense")
+INITS = ("default", "dense", "ortho", "ortho_dense")
+SIGMAS = ("state", "free")
 DENSE_LOGIT = 1.5      # init="dense": mean weights sigmoid(1.5) = 0.82 (Critical) to peers, sigmoid(-1.5) = 0.18 to oneself
+SIGMA_MIN, SIGMA_MAX, SIGMA_INIT = 0.05, 1.5, 1.0      # sigma="free": the kit's bounds and start (CleanRL: log-sigma 0)
 
 def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, n_out))
 
+def _ortho(net: nn.Sequential, out_gain: float):
+    "CleanRL's PPO init: orthogonal weights (gain sqrt 2 in the tanh layers, `out_gain` in the last), zero biases."
+    layers = [m for m in net if isinstance(m, nn.Linear)]
+    for m in layers:
+        nn.init.orthogonal_(m.weight, math.sqrt(2) if m is not layers[-1] else out_gain); nn.init.zeros_(m.bias)
+
+# %% ../nbs/13_rumad.ipynb #e121c041
 class TopologyPolicy(nn.Module):
-    "RUMAD's actor-critic (Eq. 1, Eq. 3): MLP(sim matrix) -> per-edge Gaussian over the pre-sigmoid weight; MLP critic."
-    def __init__(self, n_agents: int, hidden: int = 128, dist: str = "gaussian", init_seed: int = 0, init: str = "default"):
+    """RUMAD's actor-critic (Eq. 1, Eq. 3): MLP(sim matrix) -> per-edge Gaussian over the pre-sigmoid weight; MLP critic.
+    `sigma="state"`: the actor also outputs sigma (softplus + 0.05, unbounded: Eq. 3 as printed); `"free"`: one learned
+    sigma per edge, independent of the observation and bounded to [SIGMA_MIN, SIGMA_MAX] (the kit's choice).
+    `obs_norm`: the actor and critic see 2 S - 1 (S in [0, 1] centred on 0; the kit's choice)."""
+    def __init__(self, n_agents: int, hidden: int = 128, dist: str = "gaussian", init_seed: int = 0, init: str = "default",
+                 sigma: str = "state", obs_norm: bool = False):
         super().__init__()
         if dist not in DISTS: raise ConfigError("unknown action distribution", key="dist", value=dist, choices=DISTS)
         if init not in INITS: raise ConfigError("unknown initialisation", key="init", value=init, choices=INITS)
+        if sigma not in SIGMAS: raise ConfigError("unknown sigma parameterisation", key="sigma", value=sigma, choices=SIGMAS)
         if n_agents < 2: raise ConfigError("need at least 2 agents", key="n_agents", value=n_agents)
         self.n, self.hidden, self.dist_kind = int(n_agents), int(hidden), dist
+        self.sigma_kind = sigma if dist == "gaussian" else "state"          # Beta: both parameters from the actor
+        self.obs_norm = bool(obs_norm)
+        n_out = self.n ** 2 if self.sigma_kind == "free" else 2 * self.n ** 2
         g = torch.random.fork_rng(); g.__enter__(); torch.manual_seed(derive_seed("rumad-init", init_seed))
         try:
-            self.actor = _mlp(self.n ** 2, self.hidden, 2 * self.n ** 2)
+            self.actor = _mlp(self.n ** 2, self.hidden, n_out)
             self.critic = _mlp(self.n ** 2, self.hidden, 1)
+            if init.startswith("ortho"): _ortho(self.actor, 0.01); _ortho(self.critic, 1.0)
         finally: g.__exit__(None, None, None)
-        if init == "dense":
-            with torch.no_grad():
-                z = torch.full((self.n, self.n), DENSE_LOGIT); z.fill_diagonal_(-DENSE_LOGIT)
-                if dist == "gaussian": self.actor[-1].bias[: self.n ** 2] = z.reshape(-1)
-                else:                         # Beta with the same mean weights sigmoid(+-1.5): (a, b) = (e^1.5, 1) or (1, e^1.5)
-                    inv = lambda x: float(math.log(math.expm1(x)))                  # softplus^-1 (a, b = softplus(.) + 1)
-                    peer = torch.where(z > 0, inv(math.exp(DENSE_LOGIT) - 1), -30.0)  # softplus(-30) ~ 0: the parameter is 1
-                    self_ = torch.where(z > 0, -30.0, inv(math.exp(DENSE_LOGIT) - 1))
-                    self.actor[-1].bias[: self.n ** 2] = peer.reshape(-1); self.actor[-1].bias[self.n ** 2:] = self_.reshape(-1)
+        if self.sigma_kind == "free":        # sigma = lo + (hi - lo) sigmoid(p): bounded, smooth, starts at SIGMA_INIT
+            p0 = math.log((SIGMA_INIT - SIGMA_MIN) / (SIGMA_MAX - SIGMA_INIT))
+            self.sigma_param = nn.Parameter(torch.full((self.n, self.n), p0))
+        if init.endswith("dense"): self._dense_start()
+
+# %% ../nbs/13_rumad.ipynb #8f47c873
+@patch
+def _dense_start(self: TopologyPolicy):
+    "init='dense': the last layer's bias makes the untrained controller the fully connected debate (MAD)."
+    n = self.n
+    with torch.no_grad():
+        z = torch.full((n, n), DENSE_LOGIT); z.fill_diagonal_(-DENSE_LOGIT)
+        if self.dist_kind == "gaussian": self.actor[-1].bias[: n ** 2] = z.reshape(-1)
+        else:                         # Beta with the same mean weights sigmoid(+-1.5): (a, b) = (e^1.5, 1) or (1, e^1.5)
+            inv = lambda x: float(math.log(math.expm1(x)))                  # softplus^-1 (a, b = softplus(.) + 1)
+            peer = torch.where(z > 0, inv(math.exp(DENSE_LOGIT) - 1), -30.0)  # softplus(-30) ~ 0: the parameter is 1
+            self_ = torch.where(z > 0, -30.0, inv(math.exp(DENSE_LOGIT) - 1))
+            self.actor[-1].bias[: n ** 2] = peer.reshape(-1); self.actor[-1].bias[n ** 2:] = self_.reshape(-1)
 
 # %% ../nbs/13_rumad.ipynb #eab51850
 @patch
+def features(self: TopologyPolicy, obs: torch.Tensor) -> torch.Tensor:
+    "What the MLPs read: the flattened S, or 2 S - 1 with `obs_norm` (S lies in [0, 1])."
+    x = obs.reshape(obs.shape[0], -1)
+    return 2.0 * x - 1.0 if self.obs_norm else x
+
+@patch
+def sigma(self: TopologyPolicy, h: torch.Tensor | None = None) -> torch.Tensor:
+    "The Gaussian's sigma: bounded and state-free (`free`), or softplus(actor output) + 0.05 (`state`, Eq. 3)."
+    if self.sigma_kind == "free":
+        return SIGMA_MIN + (SIGMA_MAX - SIGMA_MIN) * torch.sigmoid(self.sigma_param)
+    return nn.functional.softplus(h) + 0.05
+
+@patch
 def dist(self: TopologyPolicy, obs: torch.Tensor):
     "The action distribution for a batch of observations (B, N, N): Normal over z (gaussian) or Beta over w (beta)."
-    h = self.actor(obs.reshape(obs.shape[0], -1)).reshape(-1, 2, self.n, self.n)
+    h = self.actor(self.features(obs))
+    if self.sigma_kind == "free":
+        mu = h.reshape(-1, self.n, self.n)
+        return torch.distributions.Normal(mu, self.sigma().expand_as(mu))
+    h = h.reshape(-1, 2, self.n, self.n)
     if self.dist_kind == "gaussian":
-        return torch.distributions.Normal(h[:, 0], nn.functional.softplus(h[:, 1]) + 0.05)
+        return torch.distributions.Normal(h[:, 0], self.sigma(h[:, 1]))
     return torch.distributions.Beta(nn.functional.softplus(h[:, 0]) + 1.0, nn.functional.softplus(h[:, 1]) + 1.0)
 
 @patch
-def value(self: TopologyPolicy, obs: torch.Tensor) -> torch.Tensor: return self.critic(obs.reshape(obs.shape[0], -1)).squeeze(-1)
+def value(self: TopologyPolicy, obs: torch.Tensor) -> torch.Tensor: return self.critic(self.features(obs)).squeeze(-1)
 
 @patch
 def weights(self: TopologyPolicy, action: torch.Tensor) -> torch.Tensor:
@@ -290,8 +335,10 @@ def gae(rewards: Sequence[float], values: Sequence[float], gamma: float = 0.99, 
     return adv, adv + v
 
 def ppo_loss(policy: TopologyPolicy, batch: Mapping[str, torch.Tensor], B: float, clip: float = 0.2, c1: float = 0.01,
-             c2: float = 0.01, delta: float = DELTA, budget_reading: str = "expected") -> tuple[torch.Tensor, dict]:
-    "RUMAD's total loss Eq. 11 = Eq. 9 (clipped PPO policy loss) + c1 Eq. 10 (value loss) + c2 Eq. 6 (budget loss)."
+             c2: float = 0.01, delta: float = DELTA, budget_reading: str = "expected",
+             ent_coef: float = 0.0) -> tuple[torch.Tensor, dict]:
+    """RUMAD's total loss Eq. 11 = Eq. 9 (clipped PPO policy loss) + c1 Eq. 10 (value loss) + c2 Eq. 6 (budget loss),
+    minus `ent_coef` x the policy's entropy (not in Eq. 11: 0 by default). Logs the clip fraction and approximate KL."""
     d = policy.dist(batch["obs"])
     logp = d.log_prob(batch["action"]).sum((-1, -2))
     ratio = torch.exp(logp - batch["logp"])                                                   # r_t (Eq. 9)
@@ -300,22 +347,29 @@ def ppo_loss(policy: TopologyPolicy, batch: Mapping[str, torch.Tensor], B: float
     l_pi = -torch.min(ratio * A, torch.clamp(ratio, 1 - clip, 1 + clip) * A).mean()           # Eq. 9
     l_v = ((policy.value(batch["obs"]) - batch["ret"]) ** 2).mean()                           # Eq. 10
     l_b = budget_loss(d, B, delta, budget_reading)                                            # Eq. 6 (our reading)
-    total = l_pi + c1 * l_v + c2 * l_b                                                        # Eq. 11
+    ent = d.entropy().sum((-1, -2)).mean()                                                    # nats per decision
+    total = l_pi + c1 * l_v + c2 * l_b - ent_coef * ent                                       # Eq. 11 (+ entropy, ours)
+    lr_ = (logp - batch["logp"]).detach()
     dev = (ratio.detach() - 1).abs()                                                          # how far the policy moved since the rollout
     return total, {"policy": l_pi.item(), "value": l_v.item(), "budget": l_b.item(), "total": total.item(),
-                   "ratio_dev": float(dev.max()), "clipped": float((dev > clip).float().mean())}
+                   "ratio_dev": float(dev.max()), "clipped": float((dev > clip).float().mean()),
+                   "approx_kl": float(((lr_.exp() - 1) - lr_).mean()), "entropy": ent.item()}
 
 # %% ../nbs/13_rumad.ipynb #61a67d4d
 def ppo_update(policy: TopologyPolicy, opt: torch.optim.Optimizer, batch: Mapping[str, torch.Tensor], B: float,
-               epochs: int = 1, batch_size: int = 10, rng: np.random.Generator | None = None, **kw) -> list[dict]:
-    "`epochs` passes over `batch` in shuffled minibatches of `batch_size` transitions (Table 6: E = 1, b = 10), one Adam step each (Eq. 11)."
+               epochs: int = 1, batch_size: int = 10, rng: np.random.Generator | None = None,
+               max_grad_norm: float | None = None, **kw) -> list[dict]:
+    """`epochs` passes over `batch` in shuffled minibatches of `batch_size` transitions (Table 6: E = 1, b = 10), one Adam
+    step each (Eq. 11); `max_grad_norm`: the global gradient norm is clipped to it first (CleanRL's 0.5; not in the paper)."""
     n = len(batch["obs"]); rng = rng or np.random.default_rng(0); logs = []
     for _ in range(int(epochs)):
         perm = rng.permutation(n)
         for s in range(0, n, int(batch_size)):
             idx = torch.as_tensor(perm[s:s + int(batch_size)])
             loss, parts = ppo_loss(policy, {k: v[idx] for k, v in batch.items()}, B, **kw)
-            opt.zero_grad(); loss.backward(); opt.step(); logs.append(parts)
+            opt.zero_grad(); loss.backward()
+            norm = nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm if max_grad_norm else math.inf)
+            opt.step(); logs.append({**parts, "grad_norm": float(norm)})
     return logs
 
 # %% ../nbs/13_rumad.ipynb #9e53ed53
@@ -347,6 +401,13 @@ class RumadController(Protocol):
     def observe(self, ctx: RoundContext, S: np.ndarray) -> np.ndarray:
         "What the policy is given: the round's similarity matrix (a control may substitute another)."
         return S
+
+# %% ../nbs/13_rumad.ipynb #2a64d13d
+def rumad_prompt(name: str, fmt: str):
+    "The prompt set for answer format `fmt`: `rumad` = RUMAD's Tables 7-8 (multiple choice or numeric wording), else `get_prompt(name, fmt)`."
+    from mad_study.prompts import get_prompt
+    if name == "rumad": return get_prompt("rumad_math" if fmt == "number" else "rumad_mc")
+    return get_prompt(name, fmt)
 
 # %% ../nbs/13_rumad.ipynb #d4098152
 @patch
@@ -429,7 +490,8 @@ def episodes(transcript: pd.DataFrame, controller: RumadController, token_budget
 # %% ../nbs/13_rumad.ipynb #78545311
 @dataclass
 class RumadConfig:
-    "Every setting of one RUMAD training run (defaults: Table 6, B = 12, delta = 0.10; lam = 0.5 is the kit's choice, Eq. 2 gives none)."
+    """Every setting of one RUMAD training run (defaults: Table 6, B = 12, delta = 0.10; lam = 0.5 is the kit's choice, Eq. 2
+    gives none; init, sigma, obs_norm, max_grad_norm, adam_eps: the kit's safeguards, on which the paper says nothing)."""
     n_agents: int = 6
     debate_rounds: int = 5          # rounds after round 0: 6 rounds in all, rounds 0-5 (App. B)
     B: float = 12
@@ -448,7 +510,12 @@ class RumadConfig:
     rollout: int = TABLE6["rollout"]
     updates: int = 100
     dist: str = "gaussian"          # ablation: "beta"
-    init: str = "default"           # "dense": start from the fully connected debate (see TopologyPolicy)
+    init: str = "ortho"             # the kit's: CleanRL's orthogonal init, small output layer ("dense": start from MAD)
+    sigma: str = "free"             # the kit's: state-free sigma in [0.05, 1.5] ("state": Eq. 3's unbounded head)
+    obs_norm: bool = True           # the kit's: the MLPs read 2 S - 1
+    max_grad_norm: float = 0.5      # the kit's: global gradient-norm clip (CleanRL's 0.5; 0 = none)
+    adam_eps: float = 1e-5          # the kit's: CleanRL's Adam eps (PyTorch's default 1e-8)
+    ent_coef: float = 0.0           # entropy bonus: not in Eq. 11 (Table 6's c1 is the value-loss weight), so 0
     rewards: str = "full"           # ablations: "no_ep", "no_t"
     activation: bool = True         # ablation: False (every agent speaks every round)
     use_budget: bool = True         # ablation: False (c2 = 0)
@@ -485,6 +552,25 @@ def rollout_episodes(cfg: RumadConfig) -> int:
     if cfg.rollout_unit == "transitions": return max(1, math.ceil(int(cfg.rollout) / int(cfg.debate_rounds)))
     raise ConfigError("unknown rollout unit", key="rollout_unit", value=cfg.rollout_unit, choices=ROLLOUT_UNITS)
 
+# %% ../nbs/13_rumad.ipynb #5a96728c
+def policy_for(cfg: RumadConfig, init_seed: int = 0) -> TopologyPolicy:
+    "The untrained policy of a RUMAD training config (Eq. 1, Eq. 3 and the kit's init, sigma and observation choices)."
+    return TopologyPolicy(cfg.n_agents, cfg.hidden, cfg.dist, init_seed=init_seed, init=cfg.init, sigma=cfg.sigma,
+                          obs_norm=cfg.obs_norm)
+
+@torch.no_grad()
+def probe_stats(policy: TopologyPolicy, obs: torch.Tensor) -> dict:
+    """Training diagnostics on fixed observations (B, N, N): saturated second-layer units (|tanh| > 0.99), the spread of
+    the actor's mean across them (std over observations per edge, averaged; Beta: of the mean weight), the mean |mu| and
+    sigma, and the number of distinct speaker sets (Eq. 4) of the deployed weights (the issue-39 diagnostics)."""
+    h2 = policy.actor[:4](policy.features(obs))
+    d = policy.dist(obs)
+    W = mean_weights(d).numpy()
+    sets = {tuple(activation_mask(w).tolist()) for w in W}
+    return {"saturation": float((h2.abs() > 0.99).float().mean()), "mu_spread": float(d.mean.std(0).mean()),
+            "mu_abs": float(d.mean.abs().mean()), "sigma": float(d.stddev.mean()), "speaker_sets": len(sets),
+            "links": float(np.mean([visible_links(w) for w in W]))}
+
 # %% ../nbs/13_rumad.ipynb #8cf03aa7
 def train_controller(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping[str, Any], cfg: RumadConfig,
                      embedder: Callable, seed: int = 0, prompt: Any = "auto", max_new_tokens: int = 512,
@@ -492,21 +578,25 @@ def train_controller(items: Sequence[Item], agents: Sequence[Agent], backends: M
                      save_every: int = 5) -> tuple[TopologyPolicy, pd.DataFrame]:
     """Train RUMAD's controller with PPO (Sec. 3.6, Eq. 11, Table 6) on debates of `items`; returns the policy and the log.
     Sec. 3.6's periodic evaluation: the last `cfg.n_val` items are held out and the deployed controller is evaluated on
-    them every `cfg.eval_every` updates (`select="best"` returns the best of those within the budget: deployed links
+    them every `cfg.eval_every` updates; `prompt="auto"`: RUMAD's Tables 7-8 prompt (`rumad_prompt`) (`select="best"` returns the best of those within the budget: deployed links
     <= B on average; the last if none is). `state_path`: the training state is saved
-    there every `save_every` updates, and a run started again after a kill resumes from it (same result)."""
+    there every `save_every` updates, and a run started again after a kill resumes from it (same result). Each log row
+    also holds `probe_stats` on a fixed observation set (the first rollout's observations)."""
     if len(agents) != cfg.n_agents: raise ConfigError(f"{len(agents)} agents for a controller of {cfg.n_agents}", key="n_agents")
     if cfg.select not in SELECTS: raise ConfigError("unknown model selection", key="select", value=cfg.select, choices=SELECTS)
     val, items = (list(items[-cfg.n_val:]), list(items[:-cfg.n_val])) if cfg.n_val else ([], list(items))
     if not items: raise ConfigError("no training items", key="train_task")
-    policy = policy or TopologyPolicy(cfg.n_agents, cfg.hidden, cfg.dist, init_seed=seed, init=cfg.init)
-    opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    if prompt == "auto": prompt = rumad_prompt("rumad", items[0].fmt)       # the tags of Eq. 5 need Table 8's prompt
+    policy = policy or policy_for(cfg, init_seed=seed)
+    opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
     st = _load_state(state_path, cfg, seed, policy, opt)
-    hist, best = st["hist"], st["best"]
+    hist, best, probe = st["hist"], st["best"], st.get("probe")
     ev = lambda: evaluate_controller(policy, val, agents, backends, cfg, embedder, seed, prompt, max_new_tokens)
     with one_thread():
         for u in range(len(hist), int(cfg.updates)):
-            row = _train_step(u, items, agents, backends, cfg, embedder, seed, prompt, max_new_tokens, policy, opt)
+            row, obs = _train_step(u, items, agents, backends, cfg, embedder, seed, prompt, max_new_tokens, policy, opt)
+            probe = obs if probe is None else probe                           # the fixed observation set: update 0's
+            row.update({f"probe_{k}": v for k, v in probe_stats(policy, probe).items()})
             if val and cfg.eval_every and ((u + 1) % cfg.eval_every == 0 or u + 1 == cfg.updates):
                 row.update({f"val_{k}": v for k, v in ev().items()})
                 within = cfg.B is None or row["val_links"] <= cfg.B           # "under fixed communication budgets" (Sec. 3.6)
@@ -515,18 +605,18 @@ def train_controller(items: Sequence[Item], agents: Sequence[Agent], backends: M
                             "state": {k: v.clone() for k, v in policy.state_dict().items()}}
             hist.append(row)
             if state_path and ((u + 1) % int(save_every) == 0 or u + 1 == cfg.updates):
-                _save_state(state_path, cfg, seed, policy, opt, hist, best)
+                _save_state(state_path, cfg, seed, policy, opt, hist, best, probe)
             if log: log(row)
     if cfg.select == "best" and best is not None: policy.load_state_dict(best["state"])
     out = pd.DataFrame(hist); out.attrs["selected_update"] = None if best is None or cfg.select == "last" else best["update"]
     return policy, out
 
 # %% ../nbs/13_rumad.ipynb #daa53627
-def _save_state(path, cfg, seed, policy, opt, hist, best):
+def _save_state(path, cfg, seed, policy, opt, hist, best, probe=None):
     "The training state (weights, Adam moments, log, best so far), written atomically so a kill never leaves half a file."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True); tmp = path.with_suffix(".tmp")
     torch.save({"config": asdict(cfg), "seed": seed, "policy": policy.state_dict(), "opt": opt.state_dict(), "hist": hist,
-                "best": best}, tmp)
+                "best": best, "probe": probe}, tmp)
     tmp.replace(path)
 
 def _load_state(path, cfg, seed, policy, opt) -> dict:
@@ -535,7 +625,7 @@ def _load_state(path, cfg, seed, policy, opt) -> dict:
     st = torch.load(Path(path), map_location="cpu", weights_only=True)
     if st["config"] != asdict(cfg) or st["seed"] != seed: return {"hist": [], "best": None}
     policy.load_state_dict(st["policy"]); opt.load_state_dict(st["opt"])
-    return {"hist": list(st["hist"]), "best": st["best"]}
+    return {"hist": list(st["hist"]), "best": st["best"], "probe": st.get("probe")}
 
 @contextmanager
 def one_thread():
@@ -546,7 +636,8 @@ def one_thread():
 
 # %% ../nbs/13_rumad.ipynb #3a9d29b7
 def _train_step(u, items, agents, backends, cfg, embedder, seed, prompt, max_new_tokens, policy, opt) -> dict:
-    "One PPO iteration: a rollout of `cfg.rollout` transitions (`rollout_episodes` debates), rewards, GAE, Eq. 11 updates; returns its log row."
+    """One PPO iteration: a rollout of `rollout_episodes` debates, rewards, GAE, Eq. 11 updates; returns its log row
+    (`loss_clipped`: the clip fraction, `loss_approx_kl`, `loss_entropy`, means over the minibatches) and the rollout's observations."""
     g = rng_for(seed, "rumad-rollout", u)
     pick = [items[i] for i in g.choice(len(items), size=min(rollout_episodes(cfg), len(items)), replace=False)]
     ctl = RumadController(policy, embedder, cfg.lam, explore=True, activation=cfg.activation, seed=derive_seed(seed, u))
@@ -554,13 +645,15 @@ def _train_step(u, items, agents, backends, cfg, embedder, seed, prompt, max_new
                     temperature=cfg.temperature, max_new_tokens=max_new_tokens, seed=derive_seed(seed, "rumad-train", u),
                     experiment="rumad-train", progress=False)
     eps = episodes(tr, ctl, cfg.token_budget, cfg.lam, cfg.rewards)
-    logs = ppo_update(policy, opt, _batch(eps, cfg), cfg.B, cfg.epochs, cfg.batch_size, rng=g, clip=cfg.clip,
-                      c1=cfg.c1, c2=cfg.c2 if cfg.use_budget else 0.0, delta=cfg.delta, budget_reading=cfg.budget_reading)
+    batch = _batch(eps, cfg)
+    logs = ppo_update(policy, opt, batch, cfg.B, cfg.epochs, cfg.batch_size, rng=g, max_grad_norm=cfg.max_grad_norm,
+                      clip=cfg.clip, c1=cfg.c1, c2=cfg.c2 if cfg.use_budget else 0.0, delta=cfg.delta,
+                      budget_reading=cfg.budget_reading, ent_coef=cfg.ent_coef)
     links = np.mean([(s["W"][~np.eye(cfg.n_agents, dtype=bool)] > cfg.delta).sum() for e in eps for s in e["steps"]])
     return {"update": u, "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
                  "tokens": float(np.mean([e["tokens"] for e in eps])), "accuracy": float(np.mean([e["correct"] for e in eps])),
                  "speakers": float(np.mean([e["speakers"] for e in eps])), "links": float(links),
-            **{f"loss_{k}": float(np.mean([l[k] for l in logs])) for k in logs[0]}}
+            **{f"loss_{k}": float(np.mean([l[k] for l in logs])) for k in logs[0]}}, batch["obs"]
 
 # %% ../nbs/13_rumad.ipynb #da9deb98
 def evaluate_controller(policy: TopologyPolicy, items: Sequence[Item], agents: Sequence[Agent], backends: Mapping[str, Any],
@@ -568,6 +661,7 @@ def evaluate_controller(policy: TopologyPolicy, items: Sequence[Item], agents: S
                         explore: bool = False) -> dict:
     """The deployed controller (mean weights, Sec. 3.6) on fixed `items` with a fixed seed: mean episode return (the sum
     of a debate's rewards, Eq. 7-8 with `cfg.rewards`), final-majority accuracy, tokens per item, visible links per round."""
+    if prompt == "auto": prompt = rumad_prompt("rumad", items[0].fmt)       # the tags of Eq. 5 need Table 8's prompt
     ctl = RumadController(policy, embedder, cfg.lam, explore=explore, activation=cfg.activation, seed=seed)
     with one_thread():
         tr = run_debate(items, agents, backends, protocol=ctl, debate_rounds=cfg.debate_rounds, prompt=prompt,
@@ -590,7 +684,7 @@ def load_controller(path: str | Path) -> tuple[TopologyPolicy, RumadConfig, dict
     "Load a controller saved by `save_controller`: (policy, config, meta)."
     ck = torch.load(Path(path), map_location="cpu", weights_only=True)
     cfg = RumadConfig.from_params(ck["config"])
-    pol = TopologyPolicy(cfg.n_agents, cfg.hidden, cfg.dist, init=cfg.init); pol.load_state_dict(ck["state_dict"])
+    pol = policy_for(cfg); pol.load_state_dict(ck["state_dict"])
     return pol, cfg, ck["meta"]
 
 # %% ../nbs/13_rumad.ipynb #144c7885
@@ -658,17 +752,40 @@ class AgreementGate:
         return {"obs": np.asarray(S, dtype=np.float32), "action": W, "logp": 0.0, "value": 0.0, "W": W}
 
 
+# %% ../nbs/13_rumad.ipynb #f0e298e4
+class FixedTopology:
+    """A fixed topology as a RUMAD decision (the best-fixed-topology baseline; not learned, ignores S): the agents in
+    `speakers` speak every round, each seeing its `k` nearest ring neighbours as Critical; the others stay silent."""
+    def __init__(self, n: int, speakers: Sequence[int], k: int):
+        self.n, self.speakers, self.k = int(n), tuple(sorted(int(s) for s in speakers)), int(k)
+        if not 0 <= self.k < self.n: raise ConfigError(f"k must be in 0..{self.n - 1}", key="k", value=k)
+        ring = [d for s in range(1, self.n) for d in (s, -s)]                    # i+1, i-1, i+2, i-2, ...
+        W = np.full((self.n, self.n), 0.05); np.fill_diagonal(W, 0.9)           # silent: self 0.9 > mean external 0.05
+        for i in self.speakers:
+            W[i, i] = 0.05
+            for d in list(dict.fromkeys((i + d) % self.n for d in ring))[: self.k]: W[i, d] = 0.9
+        self.W = W
+    @property
+    def label(self) -> str: return f"{len(self.speakers)} speak ({','.join(f'a{s}' for s in self.speakers)}), k={self.k}"
+    def act(self, S: np.ndarray, rng=None) -> dict:
+        "The same decision whatever S is, in `TopologyPolicy.act`'s format."
+        return {"obs": np.asarray(S, dtype=np.float32), "action": self.W, "logp": 0.0, "value": 0.0, "W": self.W.copy()}
+
+def fixed_family(n: int, B: float, n_models: int = 3) -> list[FixedTopology]:
+    """The searched family of fixed topologies (stated in the notebook): the first m = 0..n of the agents taken one per
+    model in turn (`rumad_agents` groups them by model), each seeing k in {0, 1, 2, 3, n-1} ring neighbours, m k <= B."""
+    per = n // n_models if n % n_models == 0 else n
+    order = [g * per + j for j in range(per) for g in range(n // per)]
+    ks = sorted({k for k in (0, 1, 2, 3, n - 1) if k < n})
+    out = [FixedTopology(n, [], 0)]
+    out += [FixedTopology(n, order[:m], k) for m in range(1, n + 1) for k in ks if m * k <= B]
+    return out
+
 # %% ../nbs/13_rumad.ipynb #a14e8447
 def rumad_agents(models: Sequence[str], n_agents: int) -> list[Agent]:
     "RUMAD's debaters: N agents, the same number of each model in `models` (paper: two each of Llama-3.1-8B, GLM-4-9B, DeepSeek-Math-7B), grouped by model."
     if n_agents % len(models): raise ConfigError(f"{n_agents} agents cannot be split evenly over {len(models)} models", key="n_agents")
     return make_agents([m for m in models for _ in range(n_agents // len(models))])
-
-def rumad_prompt(name: str, fmt: str):
-    "The prompt set for answer format `fmt`: `rumad` = RUMAD's Tables 7-8 (multiple choice or numeric wording), else `get_prompt(name, fmt)`."
-    from mad_study.prompts import get_prompt
-    if name == "rumad": return get_prompt("rumad_math" if fmt == "number" else "rumad_mc")
-    return get_prompt(name, fmt)
 
 def training_meta(models: Sequence[str], train_task: str, seed: int, embedder: str, prompt: str, max_new_tokens: int,
                   source: str = "fixture", sim_agents: Mapping | None = None) -> dict:
@@ -715,12 +832,16 @@ def _debates_cost(n_debates: int, n_agents: int, rounds: int, mnt: int) -> dict:
 
 @planner("rumad_all")
 def plan_rumad(p: Mapping) -> dict:
-    "rumad_all: evaluation debates (Tables 2-4, Figs. 1 and 3) plus the PPO training of every controller (upper bounds)."
+    """rumad_all: evaluation debates (Tables 2-4, Figs. 1 and 3; with `baselines` the best-fixed-topology search over
+    `fixed_search_items` training items and two more Table 2 rows) plus the PPO training of every controller (upper bounds)."""
     n, R, mnt = int(p.get("n_items") or 0), int(p.get("debate_rounds") or 5), int(p.get("max_new_tokens") or 512)
     N, tasks = int(p.get("n_agents") or 6), p.get("tasks") or []
     budgets, abl, scal = p.get("budgets") or [], p.get("ablations") or [], p.get("scaling") or []
     methods = len(budgets) + 5 + (1 if p.get("control") else 0)           # + MAD, S-MAD star / ring, GD, S2-MAD
+    methods += 2 if p.get("baselines") else 0                            # + the best fixed topology and the AgreementGate
     ev = [(n * len(tasks) * methods, N), (n * len(p.get("ablation_tasks") or []) * len(abl), N)]
+    if p.get("baselines") and budgets:                                   # the fixed-topology search on the training items
+        ev.append((len(fixed_family(N, float(budgets[0]))) * int(p.get("fixed_search_items") or 0), N))
     ev += [(n * len(p.get("scaling_tasks") or []), int(k)) for k, b in scal if [k, b] not in [[N, x] for x in budgets]]
     tr_cfg = RumadConfig.from_params({k: v for k, v in (p.get("train") or {}).items()})
     runs = [N] * (len(budgets) + len(abl)) + [int(k) for k, b in scal if [k, b] not in [[N, x] for x in budgets]]

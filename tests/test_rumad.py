@@ -159,8 +159,8 @@ def test_sim_controller_saves_tokens_without_a_resolvable_accuracy_loss():
     backends, _ = _sim_setup(); pol, cfg = _controller()
     r = _paired_vs_mad(_run_costs(_items90(), R.RumadController(pol, R.SimEmbedder(), cfg.lam), backends))
     print(r["caption"])
-    # measured (issue 24 tie-breaks): MAD 72.2% at 63.1k tokens per item, RUMAD B=12 66.7% at 6.5k (-90% [-90, -90]),
-    # -5.6 points [-18.9, +7.8] (McNemar p = 0.51); before issue 24: MAD 67.8%, RUMAD 72.2%
+    # measured (issue 39 controllers, Table 6's lr): RUMAD B=12 lets nobody speak after round 0 (tokens -97% [-97, -97]),
+    # -1.1 points [-14.4, +12.2] against MAD (McNemar, p = 1); before issue 39 (lr 1e-2): -5.6 points at -90% tokens
     assert r["n_items"] == 90
     assert r["token_change_high"] < -0.40                  # at least 40% fewer tokens, resolved by the 90 items
     assert not (r["distinguishable"] and r["diff"] < 0)    # no accuracy loss the 90 items can resolve
@@ -227,7 +227,8 @@ def test_budget_binds_at_deployment():
         ev[b] = R.evaluate_controller(pol, items, R.rumad_agents(MODELS, 6), backends, cfg, R.SimEmbedder(), seed=0,
                                       prompt=R.rumad_prompt("rumad", "option"))
     print({b: (e["links"], round(e["tokens"])) for b, e in ev.items()})
-    # measured: B = 12 8.0 links and 6.6k tokens per item, B = 18 17.0 links and 41.1k
+    # measured (issue 39): B = 12 8.0 links, B = 18 15.8, both 1.7k tokens per item (nobody speaks after round 0:
+    # Eq. 6 lowers the links, not the self-weights, so Eq. 4 silences everyone; see the notebook)
     assert ev[12]["links"] <= 12 and ev[18]["links"] <= 18 and ev[18]["links"] > ev[12]["links"]
 
 
@@ -242,33 +243,100 @@ def test_shuffled_observation_control():
     _, ret_s, acc_s = _deployed(gate, cfg, items, backends, R.ShuffledObservation(gate, R.SimEmbedder(), own.records))
     print("gate", ret, acc, "shuffled", ret_s, acc_s)                  # measured: 6.70, 73.3% -> 6.23, 68.9%
     assert ret_s < ret - 0.2 and acc_s < acc
-    # the trained B = 12 controller: the notebook's finding, a fixed topology: shuffling changes none of its speaker sets
+    # the trained B = 12 controller (issue 39, Table 6's lr): a fixed topology, everyone silent after round 0, so
+    # shuffling changes none of its decisions (the notebook's sweep: at lr 1e-3 the decisions vary, the shuffle costs nothing)
     pol, cfg = _controller()
     own, ret, acc = _deployed(pol, cfg, items, backends)
     sh, ret_s, acc_s = _deployed(pol, cfg, items, backends, R.ShuffledObservation(pol, R.SimEmbedder(), own.records, cfg.lam))
     sets = {tuple(d["active"]) for d in own.records.values()} | {tuple(d["active"]) for d in sh.records.values()}
-    print("trained", ret, acc, "shuffled", ret_s, acc_s, "speaker sets", sets)   # measured: 6.61, 68.9% both; only a5 speaks
+    print("trained", ret, acc, "shuffled", ret_s, acc_s, "speaker sets", sets)   # measured: 6.14, 66.7% both; nobody speaks
     assert len(sets) == 1
 
 
 def test_retraining_reproduces_the_committed_controller():
-    # what is reproducible (the notebook says so): the same seed, code and agents give the same rollout log and the same
-    # deployed decisions; parameters agree to float rounding (bit-identical on one machine, ~3.5e-4 across CPUs)
-    pol0, cfg, meta = R.load_controller(CKPT)
+    # what is reproducible (the notebook says so): the same seed, code and agents give the same rollout log. The committed
+    # controller took 300 updates (minutes); the test retrains its first 10 and compares them with the stored log (the
+    # rollout's outcomes exactly, the losses and diagnostics to float rounding across CPUs)
+    from dataclasses import replace
+    _, cfg, meta = R.load_controller(CKPT)
     backends, _ = _sim_setup()
     items = load_items("mmlu:dev", seed=0, source="fixture", save=False)
-    pol, log = R.train_controller(items, R.rumad_agents(MODELS, 6), backends, cfg, R.SimEmbedder(), seed=0,
-                                  prompt=R.rumad_prompt("rumad", "option"), max_new_tokens=512)
+    _, log = R.train_controller(items, R.rumad_agents(MODELS, 6), backends, replace(cfg, updates=10), R.SimEmbedder(), seed=0,
+                                prompt=R.rumad_prompt("rumad", "option"), max_new_tokens=512)
+    ref = pd.DataFrame(meta["log"]).head(10)
     cols = ["episode_return", "tokens", "accuracy", "speakers", "links"]
-    import pandas as pd
-    assert log[cols].equals(pd.DataFrame(meta["log"])[cols])
-    diff = max(float((v - pol0.state_dict()[k]).abs().max()) for k, v in pol.state_dict().items())
-    assert diff < 1e-3, diff
-    test = load_items("mmlu", n=45, save=False)
-    a, _, _ = _deployed(pol, cfg, test, backends); b, _, _ = _deployed(pol0, cfg, test, backends)
-    for k in a.records:
-        assert (a.records[k]["active"] == b.records[k]["active"]).all()
-        assert R.visible_links(a.records[k]["W"]) == R.visible_links(b.records[k]["W"])
+    assert log[cols].equals(ref[cols])
+    for c in ("loss_total", "loss_clipped", "loss_approx_kl", "probe_mu_spread", "probe_saturation"):
+        assert np.allclose(log[c], ref[c], rtol=1e-3, atol=1e-4), c
+
+
+def _committed():
+    return sorted(CKPT.parent.glob("rumad_sim_*.pt"))
+
+
+ABLATIONS = ("beta", "no_ep", "no_t", "no_activation", "no_budget")       # Table 3's variants: 200 updates (sim profile)
+
+
+def test_committed_checkpoints_train_as_table6_with_a_calm_clip():
+    # issue 39: every committed controller was trained at Table 6's learning rate with the kit's safeguards, its clip
+    # fraction at the end of training is at most 0.3, and its return has plateaued: the deployed controller's episode
+    # return on the held-out dev items (Sec. 3.6's periodic evaluation: fixed items and seed, the mean weights, so no
+    # sampling noise) moves by at most 0.25 over the evaluations of the last 100 updates (the rollout return is noisier:
+    # each update draws 10 of the 20 training items), except the variants listed in NOT_PLATEAUED
+    paths = _committed()
+    assert len(paths) == 10
+    for p in paths:
+        _, cfg, meta = R.load_controller(p)
+        log = pd.DataFrame(meta["log"])
+        assert cfg.lr == R.TABLE6["lr"] and cfg.max_grad_norm == 0.5 and cfg.sigma == "free" and cfg.obs_norm, p.name
+        assert len(log) == cfg.updates >= (200 if p.stem.split("rumad_sim_")[1] in ABLATIONS else 300), p.name
+        assert log["loss_clipped"].iloc[-1] <= 0.3 and log["loss_clipped"].tail(25).mean() <= 0.3, p.name
+        val = log.loc[log["update"] >= cfg.updates - 100, "val_episode_return"].dropna()
+        flat = len(val) >= 4 and val.max() - val.min() <= 0.25
+        assert flat == (p.stem.split("rumad_sim_")[1] not in NOT_PLATEAUED), (p.name, val.round(3).tolist())
+
+
+# measured 2026-11-26: these three still move on the held-out items over their last 100 updates (N3_B6 by 1.29, no_budget
+# 1.18, no_activation 0.61): weights near 0.5 put Eq. 4 on a knife edge, so tiny moves flip who speaks. Not plateaued;
+# listed so that the test fails (and this list is revisited) when a retraining changes it
+NOT_PLATEAUED = {"N3_B6", "no_activation", "no_budget"}
+
+
+def test_the_kit_safeguards():
+    # bounded, state-free sigma; orthogonal init with a small output layer (mu ~ 0 at the start); the gradient-norm clip
+    cfg = R.RumadConfig(n_agents=4, hidden=32)
+    p = R.policy_for(cfg)
+    obs = torch.as_tensor(np.random.default_rng(0).random((8, 4, 4)), dtype=torch.float32)
+    with torch.no_grad(): d = p.dist(obs)
+    assert float(d.mean.abs().max()) < 0.1 and torch.allclose(d.stddev, torch.full_like(d.stddev, R.SIGMA_INIT))
+    with torch.no_grad(): p.sigma_param.fill_(-50.0); lo = float(p.dist(obs).stddev.min())
+    assert lo == pytest.approx(R.SIGMA_MIN)
+    with torch.no_grad(): d = p.dist(obs); act = d.sample(); lp = d.log_prob(act).sum((-1, -2))
+    batch = {"obs": obs, "action": act + 3.0, "logp": lp, "adv": torch.linspace(-1, 1, 8), "ret": torch.full((8,), 50.0)}
+    logs = R.ppo_update(p, torch.optim.SGD(p.parameters(), lr=0.0), batch, B=2, batch_size=8, max_grad_norm=0.5)
+    assert logs[0]["grad_norm"] > 0.5                                          # the raw gradient was larger ...
+    total = math.sqrt(sum(float(q.grad.pow(2).sum()) for q in p.parameters() if q.grad is not None))
+    assert total == pytest.approx(0.5, rel=1e-4)                               # ... and was clipped to 0.5
+    assert {"approx_kl", "entropy", "clipped"} <= set(logs[0])
+
+
+def test_probe_stats_see_saturation():
+    p = R.policy_for(R.RumadConfig(n_agents=3, hidden=16))
+    obs = torch.as_tensor(np.random.default_rng(1).random((30, 3, 3)), dtype=torch.float32)
+    assert R.probe_stats(p, obs)["saturation"] == 0.0
+    with torch.no_grad(): p.actor[2].bias.fill_(10.0)                        # every second-layer unit at tanh(10)
+    st = R.probe_stats(p, obs)
+    assert st["saturation"] == 1.0 and st["mu_spread"] < 1e-3                  # saturated: the observation no longer reaches mu
+
+
+def test_fixed_family_is_the_stated_one():
+    fam = R.fixed_family(6, 12)
+    assert len(fam) == 25 and all(R.visible_links(f.W) <= 12 for f in fam)
+    assert {f.speakers for f in fam if len(f.speakers) == 3} == {(0, 2, 4)}       # one agent of each model first
+    for f in fam:                                                               # the decision is the stated one
+        act = R.activation_mask(f.W)
+        assert act.tolist() == [i in f.speakers for i in range(6)]
+        assert all(int((f.W[i, [j for j in range(6) if j != i]] > R.DELTA).sum()) == f.k for i in f.speakers)
 
 
 # ---- issue 23: review fixes (each of these fails on the code before the fix) ----
@@ -297,7 +365,7 @@ def _toy_setup(n=3):
 def test_a_reused_controller_does_not_replay_another_seed():
     agents, backends, items = _toy_setup(4)
     pol = R.TopologyPolicy(4, hidden=16, init_seed=2)                   # untrained: its weights depend on its observation
-    kw = dict(debate_rounds=2, temperature=1.0, progress=False)
+    kw = dict(debate_rounds=2, temperature=1.0, progress=False, prompt=R.rumad_prompt("rumad", "option"))   # the tags need it
     reused = R.RumadController(pol, R.SimEmbedder())
     run_debate(items, agents, backends, protocol=reused, seed=0, **kw)
     run_debate(items, agents, backends, protocol=reused, seed=1, **kw)
