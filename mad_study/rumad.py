@@ -526,13 +526,14 @@ class RumadConfig:
     eval_every: int = 0             # PPO updates between evaluations of the deployed controller on them (0 = never)
     select: str = "last"            # "best": return the controller of the evaluation with the best episode return
 
-    @classmethod
-    def from_params(cls, params: Mapping | None) -> "RumadConfig":
-        "From a params mapping; an unknown key is a ConfigError naming it."
-        names = set(cls.__dataclass_fields__)
-        for k in params or {}:
-            if k not in names: raise ConfigError("unknown RUMAD training parameter", key=k, choices=sorted(names))
-        return cls(**dict(params or {}))
+# %% ../nbs/13_rumad.ipynb #5c0aeacb
+@patch(cls_method=True)
+def from_params(cls: RumadConfig, params: Mapping | None) -> RumadConfig:
+    "A RUMAD training config from a params mapping; an unknown key is a ConfigError naming it."
+    names = set(cls.__dataclass_fields__)
+    for k in params or {}:
+        if k not in names: raise ConfigError("unknown RUMAD training parameter", key=k, choices=sorted(names))
+    return cls(**dict(params or {}))
 
 # %% ../nbs/13_rumad.ipynb #8f347108
 def _batch(eps: list[dict], cfg: RumadConfig) -> dict[str, torch.Tensor]:
