@@ -210,7 +210,7 @@ REFS.update({
 # %% ../nbs/00b_cite.ipynb #0fc1bf81
 MENTIONS: dict[str, tuple[str, ...]] = {    # exported name -> works its docstring names without using them (not cited)
     "stats.compare_methods": ("zhang2025madc",),
-    "core.load_debate_export": ("du2024debate", "smit2024mad"),     # reads their exports, uses no method of theirs
+    "data.load_debate_export": ("du2024debate", "smit2024mad"),     # reads their exports, uses no method of theirs
     "reproduce.param_warnings": ("du2024debate",),
     "answers.is_correct": ("qiao2026umad",),          # names UMAD's reward grading; the option is the MATH script's
     "answers.math_equiv_strict": ("qiao2026umad",),   # the MATH benchmark's script (cited), as UMAD's reward uses it
@@ -224,8 +224,7 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
     "core": ("ConfigError", "GenRequest", "Generation", "Item", "atomic_path", "atomic_write_text", "cache_home",
              "derive_seed", "describe_transcript", "figures_dir", "image_hash", "image_path", "images_dir", "is_image_hash",
              "load_image", "load_transcript", "params_dir", "project_root", "put_image", "rng_for", "runs_dir",
-             "save_transcript", "transcript_frame", "check_unique_turns", "pool_keys", "row_formats", "complete_transcript",
-             "load_debate_export"),
+             "save_transcript", "transcript_frame", "check_unique_turns", "pool_keys", "git_commit", "clip_line"),
     "debate": ("Agent", "RoundContext", "RoundPlan", "Turn", "group_rows", "make_agents", "vote_table", "register_protocol",
                "tie_seeds"),
     "arena": ("pareto_front", "plan_arena"),
@@ -439,7 +438,7 @@ def transcript_refs(path: str | Path) -> list[str]:
         names = pq.read_schema(path).names
         df = pq.read_table(path, columns=[c for c in ("task", "model", "method") if c in names]).to_pandas()
     else:
-        from mad_study.core import load_debate_export
+        from mad_study.data import load_debate_export
         df = load_debate_export(path)
     col = lambda c: sorted({str(x) for x in df[c].dropna()}) if c in df else []
     keys = [r for t in col("task") for r in task_refs(t)] + [r for m in col("model") for r in model_refs(m)]
@@ -472,7 +471,7 @@ def bibtex(keys: Iterable[str]) -> str:
 def kit_entry() -> str:
     "The kit's own BibTeX entry with the version and commit that ran (`version`, and the commit in `note`)."
     from mad_study import __version__
-    from mad_study.report import git_commit
+    from mad_study.core import git_commit
     raw = references()[KIT_KEY]["raw"].rstrip()
     g = git_commit()
     sha = (g.get("commit") or "unknown")[:12] + (" with uncommitted changes" if g.get("dirty") else "")

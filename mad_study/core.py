@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,13 +23,12 @@ import numpy as np
 import pandas as pd
 
 # %% auto #0
-__all__ = ['ANSWER_FORMATS', 'SIGNALS', 'TRANSCRIPT_SCHEMA', 'TRANSCRIPT_COLUMNS', 'CONDITION_KEYS', 'TURN_KEYS',
-           'TRANSCRIPT_REQUIRED', 'TRANSCRIPT_DEFAULTS', 'EXPORT_ALIASES', 'project_root', 'runs_dir', 'figures_dir',
-           'params_dir', 'cache_home', 'ConfigError', 'clip_line', 'derive_seed', 'rng_for', 'is_image_hash', 'Item',
-           'GenRequest', 'Generation', 'signals_from_logprobs', 'describe_transcript', 'transcript_frame',
-           'atomic_path', 'atomic_write_text', 'save_transcript', 'load_transcript', 'pool_keys', 'check_unique_turns',
-           'row_formats', 'complete_transcript', 'load_debate_export', 'images_dir', 'image_hash', 'image_path',
-           'put_image', 'load_image']
+__all__ = ['SOURCE_DIRS', 'ANSWER_FORMATS', 'SIGNALS', 'TRANSCRIPT_SCHEMA', 'TRANSCRIPT_COLUMNS', 'CONDITION_KEYS', 'TURN_KEYS',
+           'project_root', 'runs_dir', 'figures_dir', 'params_dir', 'cache_home', 'git_commit', 'ConfigError',
+           'clip_line', 'derive_seed', 'rng_for', 'is_image_hash', 'Item', 'GenRequest', 'Generation',
+           'signals_from_logprobs', 'describe_transcript', 'transcript_frame', 'atomic_path', 'atomic_write_text',
+           'save_transcript', 'load_transcript', 'pool_keys', 'check_unique_turns', 'images_dir', 'image_hash',
+           'image_path', 'put_image', 'load_image']
 
 # %% ../nbs/00_core.ipynb #b4c3b41f
 def project_root() -> Path:
@@ -58,6 +58,21 @@ def params_dir() -> Path:
 def cache_home() -> Path:
     "Converted model checkpoints and other reusable downloads (`$MAD_STUDY_HOME` or `~/.cache/mad_study`)."
     return Path(os.environ.get("MAD_STUDY_HOME") or Path.home() / ".cache" / "mad_study")
+
+# %% ../nbs/00_core.ipynb #376ef666
+SOURCE_DIRS = ("nbs", "mad_study", "params")
+
+def git_commit(paths: Sequence[str] = SOURCE_DIRS, root: Path | None = None) -> dict:
+    """The project's git commit and whether the sources that make an artefact (`paths`: nbs/, mad_study/, params/)
+    have uncommitted changes. figures/ is not a source: a run rewrites it, so it never makes a later artefact dirty."""
+    try:
+        root = root or project_root()
+        c = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        d = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *paths], cwd=root,
+                           capture_output=True, text=True, timeout=10)
+        return {"commit": c.stdout.strip() or None, "dirty": bool(d.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
 
 # %% ../nbs/00_core.ipynb #fc05909d
 class ConfigError(ValueError):
@@ -305,134 +320,6 @@ def check_unique_turns(df: pd.DataFrame, by: Sequence[str] = (), what: str = "tr
         first = df.loc[dup, keys].iloc[0].to_dict()
         raise ConfigError(f"{int(dup.sum())} rows share their ({', '.join(keys)}), e.g. {first}: pooled transcripts of "
                           "several methods need distinct `method` (or `experiment`) values", key=what)
-
-# %% ../nbs/00_core.ipynb #18b956f2
-TRANSCRIPT_REQUIRED = ("item_id", "agent", "round", "answer", ("gold", "correct"), ("task", "fmt"))
-TRANSCRIPT_DEFAULTS: dict[str, Any] = {
-    "experiment": "", "method": "", "task": "", "role": "debater", "model": "", "sample": 0, "position": None,
-    "visible_peers": "", "reused": False, "prompt_tokens": None, "completion_tokens": None, "text": None,
-    "images": None, **{s: None for s in SIGNALS}}
-
-def row_formats(df: pd.DataFrame, fmt: str | None = None, what: str = "transcript") -> pd.Series:
-    """The answer format of each row: `fmt` when given, else the row's `fmt` column, else the registry's format of its
-    `task` (the kit's own rule, so a task outside the registry is read from its rows); one line naming a task that has
-    neither."""
-    if fmt is not None:
-        if fmt not in ANSWER_FORMATS: raise ConfigError("unknown answer format", key="fmt", value=fmt, choices=ANSWER_FORMATS)
-        return pd.Series(fmt, index=df.index, dtype=object)
-    own = df["fmt"].astype(object) if "fmt" in df.columns else pd.Series(None, index=df.index, dtype=object)
-    own = own.where(own.notna(), None)
-    bad = sorted({str(f) for f in own.dropna().unique()} - set(ANSWER_FORMATS))
-    if bad: raise ConfigError("unknown answer format in the fmt column", where=what, key="fmt", value=bad[0], choices=ANSWER_FORMATS)
-    need = own.isna()
-    if need.any():
-        tasks = df["task"].astype(object) if "task" in df.columns else pd.Series(None, index=df.index, dtype=object)
-        own = own.copy()
-        own[need] = tasks[need].map(lambda t: _registry_fmt(t, what))
-    return own
-
-def _registry_fmt(task: Any, what: str) -> str:
-    "The registry's answer format of `task`; one line when the task is unknown and its rows carry no `fmt`."
-    from mad_study.data import TASKS
-    base = str(task).partition(":")[0] if isinstance(task, str) else ""
-    if base in TASKS: return TASKS[base].fmt
-    raise ConfigError("task not in the registry and its rows have no fmt: fill the transcript's fmt column "
-                      "(number, boxed, option, exact) or pass fmt=", where=what, key="task", value=task)
-
-# %% ../nbs/00_core.ipynb #e338b66c
-def complete_transcript(df: pd.DataFrame, fmt: str | None = None, what: str = "transcript") -> pd.DataFrame:
-    """A copy of `df` with every schema column: a missing required column (`TRANSCRIPT_REQUIRED`) is one line naming
-    it, a missing optional one gets its `TRANSCRIPT_DEFAULTS` value (missing cells of `reused`, `sample`, `method` and
-    `experiment` too), `fmt` holds each row's answer format (`row_formats`) and `correct` is graded where missing.
-    Extra columns are kept. (The kit's own contract for transcripts from outside the kit.)"""
-    if not isinstance(df, pd.DataFrame): raise ConfigError("a transcript is a pandas DataFrame", key=what, value=type(df).__name__)
-    for req in TRANSCRIPT_REQUIRED:
-        alts = req if isinstance(req, tuple) else (req,)
-        if not any(a in df.columns for a in alts):
-            raise ConfigError(f"missing required column {' or '.join(map(repr, alts))} (required: item_id, agent, round, "
-                              "answer, gold or correct, task or fmt; see TRANSCRIPT_REQUIRED)", where=what)
-    out = df.copy()
-    for c, v in TRANSCRIPT_DEFAULTS.items():
-        if c not in out.columns: out[c] = pd.Series([v] * len(out), index=out.index, dtype=object)
-    for c in ("reused", "sample", "method", "experiment"):
-        out[c] = out[c].astype(object).where(out[c].notna(), TRANSCRIPT_DEFAULTS[c])
-    out["reused"] = out["reused"].astype(bool)
-    out["sample"], out["round"] = out["sample"].astype(int), pd.to_numeric(out["round"]).astype(int)
-    out["answer"] = out["answer"].astype(object).where(out["answer"].notna(), None)
-    out["fmt"] = row_formats(out, fmt, what)
-    if "gold" not in out.columns: out["gold"] = None
-    if "correct" not in out.columns or out["correct"].isna().any():
-        from mad_study.answers import is_correct
-        graded = [a is not None and g is not None and not pd.isna(g) and is_correct(a, str(g), f)
-                  for a, g, f in zip(out["answer"], out["gold"], out["fmt"])]
-        old = out["correct"] if "correct" in out.columns else pd.Series(None, index=out.index, dtype=object)
-        out["correct"] = old.astype(object).where(old.notna(), pd.Series(graded, index=out.index))
-    out["correct"] = out["correct"].astype(bool)
-    return out
-
-# %% ../nbs/00_core.ipynb #6e8bcb17
-EXPORT_ALIASES: dict[str, tuple[str, ...]] = {
-    "item_id": ("item_id", "question_id", "qid", "question_idx", "problem_id", "example_id", "id", "idx"),
-    "agent": ("agent", "agent_id", "agent_name", "agent_idx", "speaker", "model_id"),
-    "round": ("round", "round_idx", "round_id", "turn", "iteration", "step"),
-    "text": ("text", "response", "content", "completion", "output", "message", "generation"),
-    "answer": ("answer", "prediction", "pred", "parsed_answer", "extracted_answer", "final_answer"),
-    "gold": ("gold", "gold_answer", "answer_gt", "ground_truth", "target", "label", "reference", "solution"),
-    "task": ("task", "dataset", "benchmark"),
-    "fmt": ("fmt", "answer_format"), "model": ("model", "model_name"), "correct": ("correct", "is_correct"),
-    "prompt_tokens": ("prompt_tokens", "input_tokens"), "completion_tokens": ("completion_tokens", "output_tokens"),
-}
-
-def _read_export(path: Path) -> pd.DataFrame:
-    "A JSONL / JSON-lines, JSON array or CSV file as a frame of strings (ids and answers are not numbers)."
-    suf = path.suffix.lower()
-    if suf == ".csv": return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
-    if suf in (".jsonl", ".json", ".ndjson"):
-        txt = path.read_text(encoding="utf-8")
-        rows = json.loads(txt) if txt.lstrip().startswith("[") else [json.loads(l) for l in txt.splitlines() if l.strip()]
-        return pd.DataFrame(rows)
-    raise ConfigError("not a .jsonl, .json or .csv file", key="path", value=str(path))
-
-# %% ../nbs/00_core.ipynb #b0cdf821
-def load_debate_export(path: str | os.PathLike, columns: Mapping[str, str] | None = None, task: str | None = None,
-                       fmt: str | None = None, experiment: str | None = None, method: str = "") -> pd.DataFrame:
-    """Another tool's debate export (JSONL or CSV, one row per agent turn) as a kit transcript: `columns` maps schema
-    names to the file's, else `EXPORT_ALIASES` are tried; `task` / `fmt` fill what the file lacks; `experiment`
-    defaults to the file's stem. (The kit's own reader; Du et al.'s and DebateLLM's exports are per-turn tables.)"""
-    path = Path(path)
-    raw = _read_export(path)
-    cols = dict(columns or {})
-    miss = sorted(set(cols.values()) - set(raw.columns))
-    if miss: raise ConfigError(f"columns= names a column the file lacks (it has: {', '.join(map(str, raw.columns))})",
-                               where=path, key="columns", value=miss[0])
-    for k, names in EXPORT_ALIASES.items():
-        hit = next((n for n in names if n in raw.columns and n not in cols.values()), None)
-        if k not in cols and hit is not None: cols[k] = hit
-    df = pd.DataFrame({k: raw[v] for k, v in cols.items()}, index=raw.index)
-    if task is not None: df["task"] = df["task"].fillna(task) if "task" in df else task
-    if fmt is not None: df["fmt"] = fmt
-    for c in ("item_id", "agent", "round"):
-        if c not in df: raise ConfigError(f"missing required column {c!r} (name it with columns=)", where=path)
-    if "task" not in df and df["item_id"].astype(str).str.contains("/").all():     # ids `task/index` name their task
-        df["task"] = df["item_id"].astype(str).str.rsplit("/", n=1).str[0]
-    if "task" not in df and "fmt" not in df: raise ConfigError("the file names no task: pass task= (and fmt= for a task outside the registry)", where=path)
-    df["round"] = pd.to_numeric(df["round"], errors="raise").astype(int)
-    df["round"] -= int(df["round"].min())
-    df["agent"] = df["agent"].astype(str)
-    tk = df["task"].astype(str) if "task" in df else pd.Series("", index=df.index)
-    iid = df["item_id"].astype(str)
-    df["item_id"] = iid.where(iid.str.contains("/") | (tk == ""), tk + "/" + iid)
-    df["fmt"] = row_formats(df, None, what=str(path))
-    if "answer" not in df:
-        if "text" not in df: raise ConfigError("the file has neither an answer nor a text column (name one with columns=)", where=path)
-        from mad_study.answers import extract_answer
-        df["answer"] = [extract_answer(t, f) for t, f in zip(df["text"], df["fmt"])]
-    df["answer"] = df["answer"].astype(object).where(df["answer"].notna() & (df["answer"].astype(str) != ""), None)
-    df["answer"] = df["answer"].map(lambda a: None if a is None else str(a))
-    if "correct" in df: df["correct"] = df["correct"].map(lambda v: None if pd.isna(v) else str(v).lower() in ("1", "true", "yes"))
-    df["experiment"] = experiment or path.stem
-    df["method"] = method
-    return transcript_frame(complete_transcript(df, what=str(path))[TRANSCRIPT_COLUMNS])
 
 # %% ../nbs/00_core.ipynb #d8353abd
 def images_dir() -> Path:

@@ -19,7 +19,8 @@ from tqdm.auto import tqdm
 
 from .core import (ConfigError, GenRequest, Generation, Item, derive_seed, rng_for, runs_dir,
                             transcript_frame, save_transcript, load_transcript, SIGNALS,
-                   pool_keys, check_unique_turns, row_formats)
+                            pool_keys, check_unique_turns)
+from .data import row_formats
 from .answers import extract_answer, is_correct, merge_equivalent
 from .data import format_question
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message

@@ -15,8 +15,8 @@ import pandas as pd
 from scipy import special, stats
 
 from .answers import merge_equivalent, parse_failure_rate
-from .core import (ConfigError, TRANSCRIPT_DEFAULTS, check_unique_turns, complete_transcript,
-                            pool_keys)
+from .core import ConfigError, check_unique_turns, pool_keys
+from .data import TRANSCRIPT_DEFAULTS, complete_transcript
 
 # %% auto #0
 __all__ = ['UNPARSED', 'UNPARSED_MODES', 'with_defaults', 'wilson_ci', 'accuracy_by_round', 'cluster_bootstrap_ci',
@@ -27,7 +27,7 @@ __all__ = ['UNPARSED', 'UNPARSED_MODES', 'with_defaults', 'wilson_ci', 'accuracy
 # %% ../nbs/05_metrics.ipynb #365e2221
 def with_defaults(transcript: pd.DataFrame, need: Sequence[str], what: str = "transcript") -> pd.DataFrame:
     """`transcript` with the columns a metric reads: each of `need` present (else one line naming it), every other
-    schema column filled with its documented default (`mad_study.core.TRANSCRIPT_DEFAULTS`) where missing, except
+    schema column filled with its documented default (`mad_study.data.TRANSCRIPT_DEFAULTS`) where missing, except
     the keys `sample`, `method` and `experiment` (an absent key is no grouping, as `pool_keys` reads it), and the
     missing cells of `reused`, `sample`, `method` and `experiment` filled too. (The kit's contract for transcripts
     from outside the kit; without `correct`, `complete_transcript` grades `answer` against `gold`.)"""

@@ -23,16 +23,15 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from .core import (ConfigError, Item, atomic_path, atomic_write_text, figures_dir, params_dir, project_root,
+from .core import (SOURCE_DIRS, ConfigError, Item, atomic_path, git_commit, atomic_write_text, figures_dir, params_dir, project_root,
                             runs_dir, save_transcript)
 from .registry import experiment_files, load_registry    # the artefact registry (02b_registry)
 
 # %% auto #0
-__all__ = ['SOURCE_DIRS', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'COLUMN_IN', 'PAGE_IN',
-           'package_versions', 'git_commit', 'notebook_parameters', 'run_params', 'Study', 'show_figure',
-           'register_style', 'method_style', 'set_style', 'panel_figure', 'drawn_renderer', 'label_points',
-           'layout_problems', 'label_figure', 'LayoutWarning', 'save_figure', 'save_table', 'artefact_status',
-           'write_gallery', 'index_table', 'write_index']
+__all__ = ['SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'COLUMN_IN', 'PAGE_IN', 'package_versions',
+           'notebook_parameters', 'run_params', 'Study', 'show_figure', 'register_style', 'method_style', 'set_style',
+           'panel_figure', 'drawn_renderer', 'label_points', 'layout_problems', 'label_figure', 'LayoutWarning',
+           'save_figure', 'save_table', 'artefact_status', 'write_gallery', 'index_table', 'write_index']
 
 # %% ../nbs/06_report.ipynb #7cf92f74
 _PACKAGES = ("mad_study", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "torch", "transformers", "bitsandbytes",
@@ -45,20 +44,6 @@ def package_versions(names: Sequence[str] = _PACKAGES) -> dict[str, str | None]:
         try: out[n] = importlib.metadata.version(n)
         except importlib.metadata.PackageNotFoundError: out[n] = None
     return out
-
-SOURCE_DIRS = ("nbs", "mad_study", "params")
-
-def git_commit(paths: Sequence[str] = SOURCE_DIRS, root: Path | None = None) -> dict:
-    """The project's git commit and whether the sources that make an artefact (`paths`: nbs/, mad_study/, params/)
-    have uncommitted changes. figures/ is not a source: a run rewrites it, so it never makes a later artefact dirty."""
-    try:
-        root = root or project_root()
-        c = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        d = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *paths], cwd=root,
-                           capture_output=True, text=True, timeout=10)
-        return {"commit": c.stdout.strip() or None, "dirty": bool(d.stdout.strip())}
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
 
 # %% ../nbs/06_report.ipynb #e687f5a1
 _PLAIN = (str, int, float, bool, list, dict, tuple, type(None))

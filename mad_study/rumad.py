@@ -526,7 +526,7 @@ class RumadConfig:
     eval_every: int = 0             # PPO updates between evaluations of the deployed controller on them (0 = never)
     select: str = "last"            # "best": return the controller of the evaluation with the best episode return
 
-# %% ../nbs/13_rumad.ipynb #5c0aeacb
+# %% ../nbs/13_rumad.ipynb #ea14bdd9
 @patch(cls_method=True)
 def from_params(cls: RumadConfig, params: Mapping | None) -> RumadConfig:
     "A RUMAD training config from a params mapping; an unknown key is a ConfigError naming it."

@@ -267,6 +267,7 @@ def _cgroup_home() -> tuple[str, dict[str, str]] | None:
     if not (v1["memory"] and v1["pids"]): return None
     return "v1", {c: d for c, d in v1.items() if d}
 
+# %% ../nbs/04d_sandbox.ipynb #838caf3a
 @functools.lru_cache(maxsize=1)
 def _sweep_cgroups() -> int:
     """Once per process: remove the empty cgroups a killed kit process left (`mad-sandbox-<pid>-...` of a pid that is
@@ -282,7 +283,39 @@ def _sweep_cgroups() -> int:
                 except OSError: pass
     return n
 
-class SandboxCgroup:
+# %% ../nbs/04d_sandbox.ipynb #55a11424
+class _CgroupReadings:
+    "What the kernel counts for a sandbox's cgroup (the base of `SandboxCgroup`): OOM kills, CPU time, peak memory."
+    @staticmethod
+    def _set(d: str, key: str, value: int, must: bool = True) -> None:
+        try:
+            with open(os.path.join(d, key), "w") as f: f.write(str(int(value)))
+        except OSError:
+            if must: raise
+
+    def oom(self) -> bool:
+        "Whether the kernel's OOM killer killed a process of this cgroup (v1 memory.oom_control, v2 memory.events)."
+        try:
+            text = _read_text(os.path.join(self.dirs[0], "memory.events" if self.kind == "v2" else "memory.oom_control"))
+            kv = dict(l.split()[:2] for l in text.splitlines() if len(l.split()) >= 2)
+            return int(kv.get("oom_kill", 0)) > 0 or int(kv.get("under_oom", 0)) > 0
+        except (OSError, ValueError, IndexError): return False
+
+    def cpu_seconds(self) -> float | None:
+        "CPU time used by all of its processes (v2 cpu.stat, v1 cpuacct.usage), None where not accounted."
+        try:
+            if self.kind == "v2":
+                return int(dict(l.split() for l in _read_text(os.path.join(self.dirs[0], "cpu.stat")).splitlines())["usage_usec"]) / 1e6
+            return int(_read_text(os.path.join(self.dirs[2], "cpuacct.usage"))) / 1e9 if len(self.dirs) > 2 else None
+        except (OSError, ValueError, KeyError): return None
+
+    def peak_bytes(self) -> int | None:
+        key = "memory.peak" if self.kind == "v2" else "memory.max_usage_in_bytes"
+        try: return int(_read_text(os.path.join(self.dirs[0], key)))
+        except (OSError, ValueError, IndexError): return None
+
+# %% ../nbs/04d_sandbox.ipynb #e86574cf
+class SandboxCgroup(_CgroupReadings):
     """The cgroup of one sandbox: a memory limit for all of its processes together (anonymous memory, memfds, tmpfs
     pages and kernel memory: what RLIMIT_AS, per process, does not bound: issue 36) and a process-count limit of its
     own (pids.max), and its CPU time. `join` is called between fork and exec (writes to descriptors opened here),
@@ -307,36 +340,8 @@ class SandboxCgroup:
         except BaseException:
             self.close(); raise
 
-    @staticmethod
-    def _set(d: str, key: str, value: int, must: bool = True) -> None:
-        try:
-            with open(os.path.join(d, key), "w") as f: f.write(str(int(value)))
-        except OSError:
-            if must: raise
-
     def join(self) -> None:
         for fd in self.fds: os.write(fd, b"0")
-
-    def oom(self) -> bool:
-        "Whether the kernel's OOM killer killed a process of this cgroup (v1 memory.oom_control, v2 memory.events)."
-        try:
-            text = _read_text(os.path.join(self.dirs[0], "memory.events" if self.kind == "v2" else "memory.oom_control"))
-            kv = dict(l.split()[:2] for l in text.splitlines() if len(l.split()) >= 2)
-            return int(kv.get("oom_kill", 0)) > 0 or int(kv.get("under_oom", 0)) > 0
-        except (OSError, ValueError, IndexError): return False
-
-    def cpu_seconds(self) -> float | None:
-        "CPU time used by all of its processes (v2 cpu.stat, v1 cpuacct.usage), None where not accounted."
-        try:
-            if self.kind == "v2":
-                return int(dict(l.split() for l in _read_text(os.path.join(self.dirs[0], "cpu.stat")).splitlines())["usage_usec"]) / 1e6
-            return int(_read_text(os.path.join(self.dirs[2], "cpuacct.usage"))) / 1e9 if len(self.dirs) > 2 else None
-        except (OSError, ValueError, KeyError): return None
-
-    def peak_bytes(self) -> int | None:
-        key = "memory.peak" if self.kind == "v2" else "memory.max_usage_in_bytes"
-        try: return int(_read_text(os.path.join(self.dirs[0], key)))
-        except (OSError, ValueError, IndexError): return None
 
     def close(self) -> None:
         for fd in self.fds: os.close(fd)
@@ -398,6 +403,7 @@ def _module_file() -> str:
     import importlib.util
     return importlib.util.find_spec("mad_study.sandbox").origin
 
+# %% ../nbs/04d_sandbox.ipynb #2900cebf
 def _launcher_main(sock_fd: int) -> None:
     """The launcher's loop. It is a small interpreter of its own, started once per kit process (`_launch`): for each
     request it forks (cheap in a small process; in a kit process holding torch a fork with work between fork and exec
@@ -435,6 +441,7 @@ def _launcher_main(sock_fd: int) -> None:
             for fd in fds: os.close(fd)
         sock.sendall(json.dumps(reply).encode())
 
+# %% ../nbs/04d_sandbox.ipynb #0b30e8f6
 def _launch(argv: list[str], env: dict, cwd: str, out_w: int, err_w: int, argv_fds: list[int], cg_fds: list[int],
             stage: list | None, nobody: bool) -> int:
     "Ask the launcher (started on first use, restarted if it died) to start `argv`; returns the pid."
@@ -473,6 +480,7 @@ def _stop_launcher() -> None:
     try: l["proc"].wait(2)
     except subprocess.TimeoutExpired: l["proc"].kill(); l["proc"].wait()
 
+# %% ../nbs/04d_sandbox.ipynb #963ec96b
 class _Launched:
     "A process the launcher started, seen through a pidfd: what `_collect`, `_reap` and `_kill_tree` use of a Popen."
     def __init__(self, pid: int, stdout, stderr):
@@ -618,6 +626,7 @@ def _collect(proc: subprocess.Popen, timeout: float, max_output: int) -> tuple[b
     finally: sel.close()
     return bytes(out), bytes(err[-max_output:]), why
 
+# %% ../nbs/04d_sandbox.ipynb #cfd1d754
 def _reap(proc, until: float) -> bool:
     """Wait for the child until `until` (monotonic); True once it has exited. A child of ours is reaped with wait4(2):
     `returncode` and its CPU seconds (`_cpu`: its own and its reaped descendants'; in `isolation='none'` the program's;
@@ -681,6 +690,66 @@ def _bwrap_status(raw: bytes) -> int | None:
         if isinstance(d, dict) and isinstance(d.get("exit-code"), int): code = d["exit-code"]
     return code
 
+# %% ../nbs/04d_sandbox.ipynb #1b2ebe22
+def _bwrap_command(bwrap, program: bytes, fds: list, ref, disk_mb: int, max_files: int, drop: bool, variant: str,
+                   syscall_filter: bool):
+    """bwrap's command line for one run; appends the program's and the filter's memfds and bwrap's status pipe to `fds`.
+    Returns (argv, layers, the status pipe's read end, the stage folder or None, the launcher's stage spec or None)."""
+    exe, paths = python_view()
+    fds.append(_memfd("program.py", program))
+    bpf = seccomp_program()[0] if syscall_filter else None
+    if syscall_filter and bpf is None: raise SandboxUnavailable(f"no syscall filter: {seccomp_program()[1]}")
+    if bpf is not None: fds.append(_memfd("seccomp", bpf))
+    status_r, status_w = os.pipe(); fds.append(status_w)
+    stage = staged = None
+    try:
+        if variant in ("drop", "staged"):          # root: bwrap as nobody from a private view; a user: /tmp only
+            stage = tempfile.mkdtemp(prefix="mad-sandbox-stage-")
+            os.chmod(stage, 0o755)
+            staged = [stage, [d for d in _binds(paths) if not os.path.islink(d)] if variant == "drop" else [],
+                      int(disk_mb) * 2**20, int(max_files), None if variant == "drop" else [os.getuid(), os.getgid()]]
+        argv, os_layers = bwrap_argv(bwrap, exe, paths, ref(1), disk_mb, drop, ref(2) if bpf is not None else None,
+                                     ref(len(fds) - 1), stage, views=variant == "drop")
+    except BaseException:
+        os.close(status_r)
+        if stage is not None: os.rmdir(stage)
+        raise
+    return argv, os_layers, status_r, stage, staged
+
+# %% ../nbs/04d_sandbox.ipynb #c344acfb
+def _start(argv, env, cwd, fds, cg, staged, drop_view: bool, launched: bool):
+    "Start the sandboxed process: through the launcher (work between fork and exec), else `subprocess` (vfork)."
+    if launched:
+        out_r, out_w = os.pipe(); err_r, err_w = os.pipe()
+        try: pid = _launch(argv, env, cwd, out_w, err_w, fds, cg.fds if cg else [], staged, drop_view)
+        except BaseException: os.close(out_r); os.close(err_r); raise
+        finally: os.close(out_w); os.close(err_w)
+        return _Launched(pid, open(out_r, "rb", buffering=0), open(err_r, "rb", buffering=0))
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, close_fds=True, pass_fds=tuple(fds), start_new_session=True)
+    try: proc._pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError): proc._pidfd = None
+    return proc
+
+# %% ../nbs/04d_sandbox.ipynb #412f44b2
+def _result(proc, out: bytes, err: bytes, why, mark_r, status_r, cg, t0: float, cpu_limit, mode: str, layers,
+            max_output: int) -> SandboxResult:
+    "The kit's status of a finished run (never from the program's text) and its cleaned and escaped output."
+    started = _read_all(mark_r) == b"1"
+    rc = proc.returncode
+    if status_r is not None:
+        code_ = _bwrap_status(_read_all(status_r))
+        rc = code_ if code_ is not None else rc
+    oom = cg is not None and cg.oom()
+    cpu = getattr(proc, "_cpu", None)
+    if mode == "bwrap":         # bwrap does not reap its init: the cgroup's count, else a bound from the wall clock
+        cpu = cg.cpu_seconds() if cg is not None else None
+        if cpu is None: cpu = (time.monotonic() - t0) * (os.cpu_count() or 1)
+    status = _status(why, started, rc, oom, cpu, cpu_limit, mode)
+    o, e = out.decode("utf-8", "replace")[:max_output], err.decode("utf-8", "replace")[-max_output:]
+    return SandboxResult(status, clean_text(o), clean_text(e), rc, time.monotonic() - t0, layers, mode,
+                         escape_text(o), escape_text(e))
+
 # %% ../nbs/04d_sandbox.ipynb #beb228aa
 def _execute(code: str, mode: str, timeout: float, limits: dict, preload: tuple[str, ...], guard: bool,
              max_output: int, disk_mb: int, bwrap: str | None = None, variant: str = "userns",
@@ -697,7 +766,7 @@ def _execute(code: str, mode: str, timeout: float, limits: dict, preload: tuple[
         msg = f"the program's text cannot be encoded as UTF-8: {e}"
         return SandboxResult("error", "", clean_text(msg), None, 0.0, layers, mode, "", escape_text(msg))
     drop, cpu_limit = mode == "bwrap" and variant == "root", limits["RLIMIT_CPU"][0]
-    fds, cg, stage, work, mark_r, status_r, proc = [], None, None, None, None, None, None
+    fds, cg, stage, staged, work, mark_r, status_r, proc = [], None, None, None, None, None, None, None
     try:
         mark_r, mark_w = os.pipe(); fds.append(mark_w)   # the runner writes here before the program runs
         if _cgroup_home() is not None and mode == "bwrap":
@@ -708,20 +777,8 @@ def _execute(code: str, mode: str, timeout: float, limits: dict, preload: tuple[
         launched = mode == "bwrap" and (cg is not None or variant in ("drop", "staged"))
         ref = (lambda i: f"@FD{i}@") if launched else (lambda i: str(fds[i]))   # descriptor numbers in the command line
         if mode == "bwrap":
-            exe, paths = python_view()
-            fds.append(_memfd("program.py", program))
-            bpf = seccomp_program()[0] if syscall_filter else None
-            if syscall_filter and bpf is None: raise SandboxUnavailable(f"no syscall filter: {seccomp_program()[1]}")
-            if bpf is not None: fds.append(_memfd("seccomp", bpf))
-            status_r, status_w = os.pipe(); fds.append(status_w)
-            staged = None
-            if variant in ("drop", "staged"):          # root: bwrap as nobody from a private view; a user: /tmp only
-                stage = tempfile.mkdtemp(prefix="mad-sandbox-stage-")
-                os.chmod(stage, 0o755)
-                staged = [stage, [d for d in _binds(paths) if not os.path.islink(d)] if variant == "drop" else [],
-                          int(disk_mb) * 2**20, int(max_files), None if variant == "drop" else [os.getuid(), os.getgid()]]
-            argv, os_layers = bwrap_argv(bwrap, exe, paths, ref(1), disk_mb, drop, ref(2) if bpf is not None else None,
-                                         ref(len(fds) - 1), stage, views=variant == "drop")
+            argv, os_layers, status_r, stage, staged = _bwrap_command(bwrap, program, fds, ref, disk_mb, max_files,
+                                                                      drop, variant, syscall_filter)
             layers, cwd, env = os_layers + layers, "/", {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         else:
             work = tempfile.mkdtemp(prefix="mad-pot-")
@@ -730,18 +787,7 @@ def _execute(code: str, mode: str, timeout: float, limits: dict, preload: tuple[
         head = (f"PRELOAD = {tuple(preload)!r}\nGUARD = {bool(guard)!r}\nLIMITS = {limits!r}\nDROP = {NOBODY if drop else None}\n"
                 f"SITE = {site_folders()!r}\nSTARTED = {ref(0)}\nMEMORY_EXIT = {MEMORY_EXIT}\nNR_KEYCTL = {_NR_KEYCTL}\n")
         argv = argv + ["-I", "-S", "-c", head + _RUNNER]
-        try:
-            if launched:
-                out_r, out_w = os.pipe(); err_r, err_w = os.pipe()
-                try: pid = _launch(argv, env, cwd, out_w, err_w, fds, cg.fds if cg else [], staged, variant == "drop")
-                except BaseException: os.close(out_r); os.close(err_r); raise
-                finally: os.close(out_w); os.close(err_w)
-                proc = _Launched(pid, open(out_r, "rb", buffering=0), open(err_r, "rb", buffering=0))
-            else:
-                proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, close_fds=True, pass_fds=tuple(fds), start_new_session=True)
-                try: proc._pidfd = os.pidfd_open(proc.pid)
-                except (AttributeError, OSError): proc._pidfd = None
+        try: proc = _start(argv, env, cwd, fds, cg, staged, variant == "drop", launched)
         except (OSError, subprocess.SubprocessError) as e:     # the program never ran
             msg = f"the sandbox could not start: {type(e).__name__}: {e}"
             return SandboxResult("setup", "", msg, None, time.monotonic() - t0, layers, mode, "", escape_text(msg))
@@ -749,20 +795,7 @@ def _execute(code: str, mode: str, timeout: float, limits: dict, preload: tuple[
         fds = []
         try: out, err, why = _collect(proc, timeout, max_output)
         finally: _kill_tree(proc, group_may_outlive=mode == "none")
-        started = _read_all(mark_r) == b"1"
-        rc = proc.returncode
-        if status_r is not None:
-            code_ = _bwrap_status(_read_all(status_r))
-            rc = code_ if code_ is not None else rc
-        oom = cg is not None and cg.oom()
-        cpu = getattr(proc, "_cpu", None)
-        if mode == "bwrap":         # bwrap does not reap its init: the cgroup's count, else a bound from the wall clock
-            cpu = cg.cpu_seconds() if cg is not None else None
-            if cpu is None: cpu = (time.monotonic() - t0) * (os.cpu_count() or 1)
-        status = _status(why, started, rc, oom, cpu, cpu_limit, mode)
-        o, e = out.decode("utf-8", "replace")[:max_output], err.decode("utf-8", "replace")[-max_output:]
-        return SandboxResult(status, clean_text(o), clean_text(e), rc, time.monotonic() - t0, layers, mode,
-                             escape_text(o), escape_text(e))
+        return _result(proc, out, err, why, mark_r, status_r, cg, t0, cpu_limit, mode, layers, max_output)
     finally:
         for fd in fds: os.close(fd)
         for fd in (mark_r, status_r):

@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from .answers import ELEMENTWISE_FORMATS, merge_equivalent
-from .core import check_unique_turns, complete_transcript, pool_keys, row_formats
+from .core import check_unique_turns, pool_keys
+from .data import complete_transcript, row_formats
 
 # %% auto #0
 __all__ = ['canonical_answers', 'answer_grid', 'agent_turns', 'first_correct', 'agent_outcomes', 'item_outcomes',
