@@ -182,14 +182,17 @@ def alg2_advantages(correct, nll, *, eq5: bool = True, eq4: bool = True, eta: fl
 
 # %% ../nbs/10b_umad_train.ipynb #de9361ac
 def reward_correct(rows: pd.DataFrame, grading: str = "strict") -> np.ndarray:
-    """R_corr (UMAD Alg. 2 line 13) of transcript rows under `grading`: `is_correct(answer, gold, fmt, grading)`,
-    the format the task's; "strict" is App. D's MATH script for boxed answers."""
+    """R_corr (UMAD Alg. 2 line 13) of transcript rows under `grading`: the rows' `correct` (math-verify), except boxed
+    answers under "strict" (App. D's MATH script), which are re-graded with `is_correct(..., grading="strict")`."""
     from mad_study.answers import is_correct
-    from mad_study.data import get_task
-    fmts = {t: get_task(t).fmt for t in rows["task"].dropna().unique()}
-    return np.array([float(a is not None and not (isinstance(a, float) and np.isnan(a))
-                           and is_correct(a, gold, fmts[t], grading=grading))
-                     for a, gold, t in zip(rows["answer"], rows["gold"], rows["task"])])
+    from mad_study.data import row_formats
+    out = rows["correct"].astype(float).to_numpy().copy() if "correct" in rows else np.zeros(len(rows))
+    if grading == "lenient": return out
+    fmts = row_formats(rows, what="reward_correct").to_numpy(dtype=object)
+    for k, (a, gold, f) in enumerate(zip(rows["answer"], rows["gold"], fmts)):
+        if f == "boxed":
+            out[k] = float(isinstance(a, str) and is_correct(a, gold, f, grading="strict"))
+    return out
 
 # %% ../nbs/10b_umad_train.ipynb #f3ce645a
 def transcript_advantages(tr: pd.DataFrame, cfg: TrainConfig) -> pd.DataFrame:

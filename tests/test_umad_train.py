@@ -92,7 +92,8 @@ def test_eq4_eq5_advantages_are_what_the_update_receives(items, variant, monkeyp
         tr = real_rollout(*a, **kw)
         return tr.assign(correct=np.random.default_rng(7).random(len(tr)) < 0.5)
     monkeypatch.setattr(U, "rollout", graded)
-    cfg = U.TrainConfig(variant=variant, group_size=3, batch_size=2, max_new_tokens=6, temperature=1.0)
+    cfg = U.TrainConfig(variant=variant, group_size=3, batch_size=2, max_new_tokens=6, temperature=1.0,
+                        grading="lenient")     # the faked `correct` is the reward (strict re-grading: 10b's reward_correct)
     tr = U.UMADTrainer(["tiny-random-llama", "tiny-random-llama"], cfg, name=f"spy-{variant}")
     tr.step(items)
     ta = tr.last_transcript
