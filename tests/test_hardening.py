@@ -28,6 +28,12 @@ EXE = Path(sys.executable).parent / "mad-study"
 SLOW_AGENTS = ["-p", "models=[sim-generic, sim-generic, sim-generic]", "-p", "temperature=1.0"]
 
 
+
+def _default_sigint():
+    """preexec_fn: SIGINT back to its default in the child, so Python installs its handler there even when the test
+    runner was started with SIGINT ignored (as a shell's background job is: `make test &`)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 def _env(tmp, **extra):
     env = {**os.environ, "MAD_STUDY_RUNS": str(tmp / "runs"), "MAD_STUDY_FIGURES": str(tmp / "fig")}
     env.update({k: str(v) for k, v in extra.items()})
@@ -53,7 +59,7 @@ def test_two_reproduce_processes_share_one_cache(tmp_path):
     procs = []
     for i in range(2):
         env = _env(tmp_path, MAD_STUDY_FIGURES=tmp_path / f"fig{i}")          # one runs/ (one cache), two figure folders
-        procs.append(subprocess.Popen([str(EXE), "reproduce", "du_gsm8k", "--profile", "sim", "-p", slow, *SLOW_AGENTS],
+        procs.append(subprocess.Popen(preexec_fn=_default_sigint, args=[str(EXE), "reproduce", "du_gsm8k", "--profile", "sim", "-p", slow, *SLOW_AGENTS],
                                       env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (out, err) in zip(procs, outs):
@@ -187,7 +193,7 @@ def test_ctrl_c_leaves_no_half_written_outputs(project_copy):
     nb.cells.insert(at + 1, nbformat.v4.new_code_cell(SLOW_SAVE))
     nbformat.write(nb, nb_path)
     env = {**os.environ, "MAD_STUDY_TEST_MARKER": str(marker)}
-    proc = subprocess.Popen([str(EXE), "reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=4"], env=env, cwd=ROOT,
+    proc = subprocess.Popen(preexec_fn=_default_sigint, args=[str(EXE), "reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=4"], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 180
     while not marker.exists() and time.time() < deadline and proc.poll() is None:
@@ -229,6 +235,7 @@ def test_ctrl_c_delivered_to_a_worker_thread_still_interrupts_the_run():
     def ctrl_c_to_the_worker():
         while "tid" not in box: time.sleep(0.01)
         time.sleep(0.1); signal.pthread_kill(box["tid"], signal.SIGINT)
+    old_handler = signal.signal(signal.SIGINT, signal.default_int_handler)   # even if started with SIGINT ignored
     threading.Thread(target=ctrl_c_to_the_worker, daemon=True).start()
     t0 = time.monotonic()
     with ThreadPoolExecutor(1) as pool:
@@ -236,14 +243,14 @@ def test_ctrl_c_delivered_to_a_worker_thread_still_interrupts_the_run():
             with pytest.raises(KeyboardInterrupt):
                 _run_waiting([(Exp(), {})], {}, pool, run=busy, log=lambda s: None)
         finally:
-            release.set()
+            release.set(); signal.signal(signal.SIGINT, old_handler)
     assert time.monotonic() - t0 < 3
 
 
 def _interrupt_at(delay, args, env):
     "Start `mad-study reproduce args`, send SIGINT to its process group after `delay` s; (rc, seconds to exit, family)."
     import psutil
-    proc = subprocess.Popen([str(EXE), "reproduce", *args], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(preexec_fn=_default_sigint, args=[str(EXE), "reproduce", *args], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     time.sleep(delay)
     family = set()
