@@ -9,6 +9,7 @@ import contextlib
 import functools
 import importlib.util
 import json
+import os
 import logging
 import math
 import time
@@ -28,8 +29,9 @@ from .checkpoints import (TINY_RANDOM_VERSION, ModelUnavailable, _build_checkpoi
 _log = logging.getLogger("mad_study.hf")
 
 # %% auto #0
-__all__ = ['CPU_4BIT_KERNELS', 'BF16_KERNEL_BLOCK_N', 'truncate_messages', 'truncate_ids', 'cpu_has_bf16_kernel',
-           'bf16_kernel_accepts', 'cpu_description', 'set_cpu_4bit_kernel', 'HFBackend', 'reserved_cache']
+__all__ = ['CPU_4BIT_KERNELS', 'BF16_KERNEL_BLOCK_N', 'BATCH_MEMORY_SHARE', 'BUCKET_SPREAD', 'STATIC_CACHE_STEP',
+           'truncate_messages', 'truncate_ids', 'cpu_has_bf16_kernel', 'bf16_kernel_accepts', 'cpu_description',
+           'set_cpu_4bit_kernel', 'HFBackend', 'row_bytes', 'batch_plan', 'free_memory', 'reserved_cache']
 
 # %% ../nbs/03g_hf.ipynb #d0ce0551
 def _nucleus_draw(logits, temps, top_ps, gens):
@@ -40,7 +42,8 @@ def _nucleus_draw(logits, temps, top_ps, gens):
     sp, si = logp.exp().sort(dim=-1, descending=True)
     top_p = top_ps[:, None]
     keep = torch.zeros_like(sp, dtype=torch.bool).scatter_(1, si, ((sp.cumsum(-1) - sp) < top_p) | (top_p >= 1.0))
-    u = torch.stack([torch.rand(logits.shape[-1], generator=g, dtype=torch.float64) for g in gens])
+    u = torch.stack([torch.rand(logits.shape[-1], generator=g, device=g.device, dtype=torch.float64)
+                     for g in gens])
     gumbel = (-torch.log(-torch.log(u))).to(logp)                       # in float64 first: u < 1, so the noise is finite
     return (logp + gumbel).masked_fill(~keep, -math.inf).argmax(-1)
 
@@ -59,7 +62,8 @@ def _torch_parts():
             self.top_ps = torch.tensor([float(p) for p in top_ps], dtype=torch.float32, device=device)
             self.sampled = [i for i, t in enumerate(temperatures) if t > 0]
             self.sampled_idx = torch.tensor(self.sampled, dtype=torch.long, device=device)
-            self.gens = [torch.Generator().manual_seed(int(seeds[i]) % (2**63)) for i in self.sampled]
+            self.gens = [torch.Generator(device=device).manual_seed(int(seeds[i]) % (2**63))
+                         for i in self.sampled]
             self.logprobs, self.entropies = [], []
 
         def __call__(self, input_ids, scores):
@@ -194,19 +198,30 @@ class HFBackend(BaseBackend):
 
     _keep_quantized_copy = True     # a quantized copy of the kit's own checkpoints on the CPU (a causal LM's; VLMBackend: off)
     cpu_prefill_rows = True         # on the CPU: each prompt prefilled alone into a reserved KV cache (below); False: transformers' own
+    device_reserved_cache = True    # batch_size 'auto' or a GPU: the reserved cache with a batched prefill (below)
+    max_auto_batch = 256            # the most rows an automatic batch takes
+
+
+# %% ../nbs/03g_hf.ipynb #c3883185
+def _check_batch_size(batch_size) -> None:
+    "A batch size is a positive integer, 'auto' or None (the device's default)."
+    if batch_size is None or batch_size == "auto": return
+    try: ok = int(batch_size) >= 1 and int(batch_size) == float(batch_size)
+    except (TypeError, ValueError): ok = False
+    if not ok: raise ConfigError("batch size must be an integer >= 1 or 'auto'", key="batch_size", value=batch_size)
 
 
 # %% ../nbs/03g_hf.ipynb #d4d45ba5
 @patch
 def __init__(self: HFBackend, model: str | ModelSpec, quant: str = "nf4", device_map: str | dict | None = "auto",
-             batch_size: int | None = None, compute_dtype: Any = None, max_context: int | None = None,
+             batch_size: int | str | None = None, compute_dtype: Any = None, max_context: int | None = None,
              chat_template_kwargs: Mapping | None = None, allow_download: bool = False, progress: bool = True,
-             cpu_4bit_kernel: str = "dequantize"):
+             cpu_4bit_kernel: str = "dequantize", cuda_graphs: bool = False):
     self.spec = _spec_for(model)
     if self.spec.kind == "sim":
         raise ConfigError("synthetic agents are served by mad_study.sim.SimBackend (use make_backend)", key="model", value=self.spec.name)
     if quant not in QUANTS: raise ConfigError("unknown quantization", key="quant", value=quant, choices=QUANTS)
-    if batch_size is not None and int(batch_size) < 1: raise ConfigError("batch size must be >= 1", key="batch_size", value=batch_size)
+    _check_batch_size(batch_size)
     if cpu_4bit_kernel not in CPU_4BIT_KERNELS:
         raise ConfigError("unknown 4-bit CPU kernel", key="cpu_4bit_kernel", value=cpu_4bit_kernel, choices=CPU_4BIT_KERNELS)
     self.cpu_4bit_kernel = cpu_4bit_kernel
@@ -225,15 +240,21 @@ def __init__(self: HFBackend, model: str | ModelSpec, quant: str = "nf4", device
         compute_dtype = getattr(torch, compute_dtype)
     self.compute_dtype = compute_dtype
     self.device_map = device_map if self._cuda else None
-    # default batch: 16 on a GPU; 32 on the CPU, where each decode step pays a fixed cost per batch (dequantizing every weight)
-    self.batch_size = int(batch_size) if batch_size is not None else (16 if self._cuda else 32)
+    # default batch: on a GPU 'auto' (sized from free memory, `batch_plan`); 32 on the CPU, where each decode step pays
+    # a fixed cost per batch (dequantizing every weight)
+    if batch_size is None: batch_size = "auto" if self._cuda else 32
+    self.auto_batch = batch_size == "auto"
+    self.batch_size = None if self.auto_batch else int(batch_size)
+    self.cuda_graphs = bool(cuda_graphs)     # a GPU: static KV cache + torch.compile (CUDA graphs) for the decode steps
     self.max_context_arg = max_context
     # the model's default template options (e.g. Qwen3 non-thinking), overridden key by key by the caller's
     self.chat_template_kwargs = {**dict(self.spec.chat_template_kwargs), **dict(chat_template_kwargs or {})}
     self.allow_download, self.progress = allow_download, progress
     self.model = self.tokenizer = None
     self.stats = dict(load_seconds=None, generate_seconds=0.0, batches=0, requests=0, prompt_tokens=0,
-                      completion_tokens=0, oom_backoffs=0, truncated_prompts=0, cpu_4bit_layers=None)
+                      completion_tokens=0, oom_backoffs=0, truncated_prompts=0, cpu_4bit_layers=None,
+                      batch_sizes=[])
+    self._auto_cap = None            # 'auto': the batch cap an out-of-memory error set
     self._verify_logits = False      # tests: also request output_logits and check the recorded log-probs against them
 
 # %% ../nbs/03g_hf.ipynb #8de98d1b
@@ -339,9 +360,24 @@ def _loaded(self: HFBackend, model, tok, t0: float) -> "HFBackend":
     limits = [self.spec.context_len, getattr(text_cfg, "max_position_embeddings", None), self.max_context_arg]
     self.max_context = int(min(x for x in limits if x))
     self.tokenizer, self.model = tok, model
+    warm = self.warmup() if self._device().type != "cpu" else 0.0   # kernels load outside timed work
+    self.stats["warmup_seconds"] = round(warm, 3)
     self.stats["load_seconds"] = round(time.time() - t0, 3)
     _log.info("loaded %s (%s) in %.1fs", self.spec.name, self.backend_id, self.stats["load_seconds"])
     return self
+
+# %% ../nbs/03g_hf.ipynb #18120a51
+@patch
+def warmup(self: HFBackend, n_tokens: int = 4) -> float:
+    """One short batched generation, so that the device's kernels load and its allocator settles outside timed work
+    (on a GPU the first generation of a process is several times slower); seconds taken; `stats` unchanged."""
+    self.load()
+    saved, t0 = {k: (list(v) if isinstance(v, list) else v) for k, v in self.stats.items()}, time.time()
+    req = GenRequest([{"role": "user", "content": "Say hello."}], max_new_tokens=n_tokens)
+    self.generate([req, req])
+    self.stats = saved
+    return time.time() - t0
+
 
 # %% ../nbs/03g_hf.ipynb #82fad7db
 @patch
@@ -409,28 +445,50 @@ def generate(self: HFBackend, requests: list[GenRequest]) -> list[Generation]:
     out: list[Generation | None] = [None] * len(requests)
     todo = []
     for i, p in enumerate(prepared):
-        if p.max_new <= 0: out[i] = Generation("", len(p.ids), 0, "truncated_prompt" if p.truncated else "length")
+        if p.max_new <= 0:
+            out[i] = Generation("", len(p.ids), 0, "truncated_prompt" if p.truncated else "length")
         else: todo.append(i)
     todo.sort(key=lambda i: len(prepared[i].ids), reverse=True)
     pos, t0 = 0, time.time()
-    bar = tqdm(total=len(todo), desc=self.spec.name, leave=False, disable=not self.progress or len(todo) <= self.batch_size)
+    bar = tqdm(total=len(todo), desc=self.spec.name, leave=False, disable=not self.progress or len(todo) < 2)
     while pos < len(todo):
-        idx = todo[pos:pos + self.batch_size]
+        idx = self._next_batch(todo[pos:], prepared)
         try:
             gens = self._generate_batch([requests[i] for i in idx], [prepared[i] for i in idx])
         except Exception as e:
             if not _is_oom(e) or len(idx) == 1: raise
-            self.batch_size = max(1, len(idx) // 2)
-            self.stats["oom_backoffs"] += 1
-            _log.warning("%s: out of memory with a batch of %d; retrying with batch_size=%d", self.spec.name, len(idx), self.batch_size)
-            self._empty_cache()
+            self._oom_backoff(len(idx))
             continue
-        for i, g in zip(idx, gens): out[i] = g
+        for i, g in zip(idx, gens, strict=True): out[i] = g
         pos += len(idx); bar.update(len(idx))
+        self.stats["batch_sizes"].append(len(idx))
     bar.close()
     self.stats["generate_seconds"] += time.time() - t0
     self.stats["requests"] += len(requests)
     return out
+
+
+# %% ../nbs/03g_hf.ipynb #d54d3f65
+@patch
+def _next_batch(self: HFBackend, rest: list[int], prepared: list[_Prepared]) -> list[int]:
+    "The next batch: the first indices of `rest` (sorted longest prompt first) that one call generates."
+    if not self.auto_batch: return rest[:self.batch_size]
+    lens = [len(prepared[i].ids) for i in rest[:self.max_auto_batch]]
+    news = [prepared[i].max_new for i in rest[:self.max_auto_batch]]
+    size = lambda L, m: row_bytes(self.model.config, L, m, self._dtype_bytes)
+    n = batch_plan(lens, news, size, free_memory(self._device()), cap=self._auto_cap)
+    return rest[:n]
+
+@patch
+def _oom_backoff(self: HFBackend, n: int) -> None:
+    "Out of memory with a batch of `n`: halve the batch (fixed size, or the cap on 'auto') and free the cache."
+    if self.auto_batch: self._auto_cap = max(1, n // 2)
+    else: self.batch_size = max(1, n // 2)
+    self.stats["oom_backoffs"] += 1
+    _log.warning("%s: out of memory with a batch of %d; retrying with batches of at most %d",
+                 self.spec.name, n, max(1, n // 2))
+    self._empty_cache()
+
 
 # %% ../nbs/03g_hf.ipynb #45af75f7
 @patch
@@ -443,6 +501,64 @@ def _empty_cache(self: HFBackend):
 @patch
 def _device(self: HFBackend):
     return next(self.model.parameters()).device if self.device_map is None else self.model.device
+
+@patch(as_prop=True)
+def _dtype_bytes(self: HFBackend) -> int:
+    "Bytes per activation and KV-cache value (the compute dtype's)."
+    return 4 if "float32" in str(self.compute_dtype) else 2
+
+
+# %% ../nbs/03g_hf.ipynb #6d73844a
+BATCH_MEMORY_SHARE = 0.7   # of the free device memory a batch may plan for (the rest: fragmentation, estimate error)
+BUCKET_SPREAD = 0.75       # a batch holds prompts of at least this share of its longest (left padding wastes <= 25%)
+
+def row_bytes(config, prompt_len: int, max_new: int, dtype_bytes: int = 2) -> int:
+    """Device memory one request of a batch needs beyond the weights (estimate, bytes): its KV cache (prompt + new
+    tokens), its share of the prefill's activations (one layer at a time) and the sampler's vocabulary-wide rows."""
+    c = config.get_text_config() if hasattr(config, "get_text_config") else config
+    hidden, heads = c.hidden_size, c.num_attention_heads
+    kv_heads = getattr(c, "num_key_value_heads", None) or heads
+    head_dim = getattr(c, "head_dim", None) or hidden // heads
+    if getattr(c, "kv_lora_rank", None):        # MLA (DeepSeek-V3): the cache holds full keys and values per head
+        per_token = heads * (c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim)
+    else: per_token = 2 * kv_heads * head_dim
+    kv = c.num_hidden_layers * per_token * dtype_bytes * (prompt_len + max_new)
+    moe = (getattr(c, "moe_intermediate_size", 0) or 0) * (getattr(c, "num_experts_per_tok", 1) or 1)
+    ff = max(getattr(c, "intermediate_size", 0) or 0, moe)
+    act = prompt_len * (8 * hidden + 3 * ff + 2 * heads * head_dim) * dtype_bytes
+    if getattr(c, "_attn_implementation", None) == "eager": act += heads * prompt_len ** 2 * 4
+    return int(kv + act + 6 * c.vocab_size * 4)
+
+
+# %% ../nbs/03g_hf.ipynb #aadf0aa5
+def batch_plan(lens: list[int], news: list[int], size, free_bytes: int, share: float = BATCH_MEMORY_SHARE,
+               spread: float = BUCKET_SPREAD, cap: int | None = None) -> int:
+    """How many of the next requests (prompt lengths `lens`, longest first; `news`: their max_new_tokens) one batch
+    takes: as many as `share` x `free_bytes` holds at the batch's padded size (`size(L, max_new)` bytes a row, L the
+    longest prompt), only prompts of at least `spread` x L (a length bucket), at most `cap`; at least one."""
+    L, budget, m, n = lens[0], share * free_bytes, 0, 0
+    for k, (length, new) in enumerate(zip(lens, news)):
+        m = max(m, new)
+        if length < spread * L or (k + 1) * size(L, m) > budget: break
+        n = k + 1
+        if cap and n >= cap: break
+    return max(1, n)
+
+
+# %% ../nbs/03g_hf.ipynb #e5751662
+def free_memory(device) -> int:
+    """Bytes free for a batch on `device`: on a GPU what the driver reports free plus what torch holds unused; on the
+    CPU the kernel's MemAvailable."""
+    import torch
+    if getattr(device, "type", str(device)) == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"): return int(line.split()[1]) * 1024
+    except OSError: pass
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
 
 # %% ../nbs/03g_hf.ipynb #43f7c7c8
 @functools.lru_cache(maxsize=None)
@@ -508,6 +624,25 @@ def _prefill_rows(self: HFBackend, input_ids, attn, cache) -> bool:
     for layer, k, v in zip(cache.layers, keys, values): layer.update(k, v)
     return True
 
+# %% ../nbs/03g_hf.ipynb #2434a479
+STATIC_CACHE_STEP = 256     # static cache lengths are multiples of this (fewer shapes, fewer compilations)
+
+@patch
+def _cache_kwargs(self: HFBackend, input_ids, attn, capacity: int, dev) -> dict:
+    "The KV cache arguments of `model.generate` for one left-padded batch (see above)."
+    cpu, L = dev.type == "cpu", input_ids.shape[1]
+    if self.cuda_graphs and not cpu:
+        cap = -(-capacity // STATIC_CACHE_STEP) * STATIC_CACHE_STEP
+        return dict(cache_implementation="static", max_cache_len=cap)
+    if cpu and not self.auto_batch:
+        if not (self.cpu_prefill_rows and L > 1): return {}
+        cache = reserved_cache(self.model.config, capacity)
+        ok = cache is not None and self._prefill_rows(input_ids, attn, cache)
+        return dict(past_key_values=cache) if ok else {}
+    cache = reserved_cache(self.model.config, capacity) if self.device_reserved_cache else None
+    return dict(past_key_values=cache) if cache is not None else {}
+
+
 # %% ../nbs/03g_hf.ipynb #66e37e43
 @patch
 def _generate_batch(self: HFBackend, reqs: list[GenRequest], preps: list[_Prepared]) -> list[Generation]:
@@ -523,10 +658,8 @@ def _generate_batch(self: HFBackend, reqs: list[GenRequest], preps: list[_Prepar
     limits = [p.max_new for p in preps]
     sampler = P["RowSampler"]([r.temperature for r in reqs], [r.top_p for r in reqs], [r.seed for r in reqs], dev)
     stopper = P["RowLimit"](L, limits, dev)
-    kw = {}
     with torch.inference_mode():
-        cache = reserved_cache(self.model.config, L + max(limits)) if self.cpu_prefill_rows and dev.type == "cpu" and L > 1 else None
-        if cache is not None and self._prefill_rows(input_ids.to(dev), attn, cache): kw["past_key_values"] = cache
+        kw = self._cache_kwargs(input_ids.to(dev), attn, L + max(limits), dev)
         res = self.model.generate(input_ids=input_ids.to(dev), attention_mask=attn.to(dev), max_new_tokens=max(limits),
                                   do_sample=False, logits_processor=LogitsProcessorList([sampler]),
                                   stopping_criteria=StoppingCriteriaList([stopper]), return_dict_in_generate=True,
