@@ -6,11 +6,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
 import re
 import time
+import warnings
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Sequence
@@ -20,10 +22,12 @@ import numpy as np
 from fastcore.basics import patch
 
 from .core import ConfigError, GenRequest, Generation, Item, rng_for
+from .data import SubsetSizeWarning, get_task, load_items
 
 # %% auto #0
-__all__ = ['FINAL_SENTENCE', 'TIER_TAGS', 'RUN_KEYS', 'SimAgent', 'item_difficulty', 'n_options', 'distractor_pool',
-           'read_final_answers', 'read_shown_solutions', 'compose_text', 'SimBackend']
+__all__ = ['FINAL_SENTENCE', 'TIER_TAGS', 'RUN_KEYS', 'SIM_ITEM_TAG', 'SIM_ITEM_MAKERS', 'SimAgent', 'item_difficulty',
+           'n_options', 'distractor_pool', 'read_final_answers', 'read_shown_solutions', 'compose_text', 'SimBackend',
+           'synthetic_sim_items', 'sim_items']
 
 # %% ../nbs/03b_sim.ipynb #d713bb3d
 @dataclass(frozen=True)
@@ -44,9 +48,11 @@ class SimAgent:
     signal_inversion: float = 0.0   # SVR-MAD: on items hard for the agent the signals point the wrong way (0 = never)
     context_decay: float = 0.0      # RUMAD: P(a turn is derailed) = 1 - exp(-context_decay * prompt tokens / 1000) (0 = never)
     tier_trust: float = 0.0         # RUMAD Eq. 5 / Table 8: adopt Critical > Reference > Background tagged answers (0 = tags ignored)
+    debate_noise: float = 0.0       # UMAD: P(a debate turn's answer is a uniform guess among the plausible ones) (0 = never)
+    context_entropy: float = 0.0    # UMAD Fig. 1: debate-turn token entropy x exp(this * prompt tokens / 1000) (0 = unchanged)
 
     def __post_init__(self):
-        for f in ("skill", "conformity", "stubborn_correct", "stubborn_wrong", "recognition", "parse_fail"):
+        for f in ("skill", "conformity", "stubborn_correct", "stubborn_wrong", "recognition", "parse_fail", "debate_noise"):
             v = getattr(self, f)
             if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
                 raise ConfigError("must be a probability in [0, 1]", key=f"sim_agents.{f}", value=v)
@@ -54,8 +60,9 @@ class SimAgent:
         if self.response_words < 1: raise ConfigError("must be >= 1", key="sim_agents.response_words", value=self.response_words)
         if not (isinstance(self.context_decay, (int, float)) and self.context_decay >= 0):
             raise ConfigError("must be >= 0", key="sim_agents.context_decay", value=self.context_decay)
-        if not (isinstance(self.tier_trust, (int, float)) and self.tier_trust >= 0):
-            raise ConfigError("must be >= 0", key="sim_agents.tier_trust", value=self.tier_trust)
+        for f in ("tier_trust", "context_entropy"):
+            v = getattr(self, f)
+            if not (isinstance(v, (int, float)) and v >= 0): raise ConfigError("must be >= 0", key=f"sim_agents.{f}", value=v)
 
     @classmethod
     def from_params(cls, params: dict | None, where: str = "sim_agents") -> "SimAgent":
@@ -67,9 +74,13 @@ class SimAgent:
         return cls(**params)
 
 # %% ../nbs/03b_sim.ipynb #cdd361d7
+@functools.lru_cache(maxsize=1 << 16)
+def _difficulty_z(item_id: str) -> float:
+    return float(rng_for("sim-difficulty", item_id).standard_normal())
+
 def item_difficulty(item: Item, sd: float = 1.0) -> float:
     "Hidden logit-scale difficulty of `item` (standard normal times `sd`, fixed by the item id)."
-    return float(rng_for("sim-difficulty", item.id).standard_normal() * sd)
+    return _difficulty_z(item.id) * sd
 
 def _fmt_num(x: Fraction) -> str:
     if x.denominator == 1: return str(x.numerator)
@@ -87,10 +98,13 @@ def n_options(item: Item) -> int:
 
 def distractor_pool(item: Item, n: int = 4) -> list[str]:
     "The item's plausible wrong answers, in order of attractiveness (a deterministic function of the item)."
-    rng = rng_for("sim-distractors", item.id)
-    gold = str(item.gold).strip()
-    if item.fmt == "option":
-        k = n_options(item)
+    k = n_options(item) if item.fmt == "option" else 0
+    return list(_pool(item.id, str(item.gold).strip(), item.fmt, k, n))
+
+@functools.lru_cache(maxsize=1 << 16)
+def _pool(item_id: str, gold: str, fmt: str, k: int, n: int) -> tuple[str, ...]:
+    rng = rng_for("sim-distractors", item_id)
+    if fmt == "option":
         cands = [chr(65 + i) for i in range(k) if chr(65 + i) != gold.upper()]
     else:
         g = _as_fraction(gold)
@@ -100,9 +114,9 @@ def distractor_pool(item: Item, n: int = 4) -> list[str]:
         else:
             base = gold if len(gold) < 60 else gold[:60]
             cands = [f"{base}+1", f"2({base})", f"-({base})", f"({base})^2", f"{base}-1", f"\\frac{{{base}}}{{2}}"]
-            if item.fmt == "exact": cands = [f"{base} (variant {i})" for i in range(1, 7)]
+            if fmt == "exact": cands = [f"{base} (variant {i})" for i in range(1, 7)]
     cands = [cands[i] for i in rng.permutation(len(cands))]
-    return cands[:max(1, n)]
+    return tuple(cands[:max(1, n)])
 
 # %% ../nbs/03b_sim.ipynb #744eca30
 FINAL_SENTENCE = "So the final answer is "
@@ -180,7 +194,8 @@ class SimBackend:
         self.model_name = model_name
         self.agent = agent if agent is not None else SimAgent.from_params(params, where=f"sim_agents.{model_name}")
         d = dataclasses.asdict(self.agent)
-        for k in ("context_decay", "tier_trust"):                 # added later: agents without them keep their ids (and caches)
+        for k in ("context_decay", "tier_trust", "debate_noise", "context_entropy"):   # added later: agents without them
+                                                                                        # keep their ids (and caches)
             if not d[k]: del d[k]
         p = json.dumps(d, sort_keys=True)
         self.backend_id = f"sim:{model_name}:{hashlib.sha256(p.encode()).hexdigest()[:12]}"
@@ -256,6 +271,16 @@ def _derail(self: SimBackend, item: Item, req: GenRequest, prompt_tokens: int, a
     cands = [str(item.gold)] + distractor_pool(item, self.agent.n_distractors)
     return cands[int(rng.integers(len(cands)))]
 
+# %% ../nbs/03b_sim.ipynb #2ab4ba82
+@patch
+def _unstable(self: SimBackend, item: Item, req: GenRequest, answer: str | None) -> str | None:
+    "With probability `debate_noise`, a uniform guess among the item's plausible answers (UMAD's aleatoric cost, see above)."
+    seed = req.seed if req.temperature > 0 else _msg_hash(req.messages)
+    rng = rng_for("sim-unstable", self.model_name, seed)
+    if rng.random() >= self.agent.debate_noise: return answer
+    cands = [str(item.gold)] + distractor_pool(item, self.agent.n_distractors)
+    return cands[int(rng.integers(len(cands)))]
+
 # %% ../nbs/03b_sim.ipynb #44145eaf
 @patch
 def generate_one(self: SimBackend, req: GenRequest) -> Generation:
@@ -275,12 +300,15 @@ def generate_one(self: SimBackend, req: GenRequest) -> Generation:
     answer = self.decide(item, own, shown, rng, tags) if debate_turn else self._independent(item, rng)
     prompt_tokens = int(round(sum(len(m["content"].split()) for m in req.messages) * 1.3))
     if self.agent.context_decay: answer = self._derail(item, req, prompt_tokens, answer)
+    if self.agent.debate_noise and debate_turn: answer = self._unstable(item, req, answer)
     if rng.random() < self.agent.parse_fail: answer = None
     text = compose_text(answer, item.fmt, self.agent.response_words, rng)
     n_tok = max(1, int(round(len(text.split()) * 1.3)))
     n_tok = min(n_tok, int(req.max_new_tokens))
     agree = (sum(s == answer for s in shown) / len(shown)) if shown else 0.0
     sig = self._signals(answer is not None and answer == str(item.gold), n_tok, agree, rng, p_solve=self.p_solve(item))
+    if self.agent.context_entropy and debate_turn:
+        sig["token_entropy"] *= math.exp(self.agent.context_entropy * prompt_tokens / 1000)
     return Generation(text=text, prompt_tokens=prompt_tokens, completion_tokens=n_tok, finish_reason="stop", **sig)
 
 # %% ../nbs/03b_sim.ipynb #0a71e06f
@@ -289,3 +317,67 @@ def generate(self: SimBackend, requests: Sequence[GenRequest]) -> list[Generatio
     "Answer a batch of requests (each independently; deterministic for a seed)."
     if self.latency: time.sleep(self.latency * len(requests))
     return [self.generate_one(r) for r in requests]
+
+# %% ../nbs/03b_sim.ipynb #326982df
+SIM_ITEM_TAG = "[synthetic item, sim profile]"
+_BIRDS = ("robin", "owl", "quail", "falcon", "hummingbird", "cardinal", "crow", "raven", "blue jay", "swallow")
+_NTH = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh")
+_SHAPES = ("circle", "heptagon", "hexagon", "kite", "line", "octagon", "pentagon", "rectangle", "sector", "triangle")
+_SIDES = {"triangle": 3, "pentagon": 5, "hexagon": 6, "heptagon": 7, "octagon": 8}
+
+def _opts(lines) -> str: return "\n".join(f"({chr(65 + j)}) {o}" for j, o in enumerate(lines))
+
+def _ld7(r) -> tuple[str, str]:
+    "Seven birds in a row, six placed by a clue: which one is k-th from the left?"
+    birds = [str(b) for b in r.choice(_BIRDS, 7, replace=False)]
+    k = int(r.integers(7))
+    clues = " ".join(f"The {b} is the {_NTH[i]} from the left." for i, b in enumerate(birds) if i != k)
+    order = [birds[int(i)] for i in r.permutation(7)]
+    q = (f"On a branch, there are seven birds: {', '.join(order)}. {clues}\nOptions:\n"
+         + _opts(f"The {b} is the {_NTH[k]} from the left" for b in order))
+    return q, chr(65 + order.index(birds[k]))
+
+# %% ../nbs/03b_sim.ipynb #b7056be4
+def _shape(r) -> tuple[str, str]:
+    "An SVG path of a closed polygon with 3, 5, 6, 7 or 8 corners: which shape does it draw?"
+    name = str(r.choice(list(_SIDES)))
+    n, cx, cy, rad = _SIDES[name], r.uniform(20, 80), r.uniform(20, 80), r.uniform(8, 20)
+    a0 = r.uniform(0, 2 * math.pi)
+    pts = [(cx + rad * math.cos(a0 + 2 * math.pi * j / n), cy + rad * math.sin(a0 + 2 * math.pi * j / n)) for j in range(n)]
+    d = "M " + " L ".join(f"{x:.2f},{y:.2f}" for x, y in pts + pts[:1])
+    return f'This SVG path element <path d="{d}"/> draws a\nOptions:\n' + _opts(_SHAPES), chr(65 + _SHAPES.index(name))
+
+def _arith(r) -> tuple[str, str]:
+    "MATH-style: the value of a small expression."
+    a, b, c = (int(x) for x in r.integers(2, 40, 3))
+    return f"Compute ${a} \\times {b} - {c}$.", str(a * b - c)
+
+def _word(r) -> tuple[str, str]:
+    "GSM8K-style: a two-step word problem with an integer answer."
+    a, b, c = int(r.integers(3, 12)), int(r.integers(4, 25)), int(r.integers(1, 30))
+    return (f"A baker fills {a} trays with {b} cookies each and sells {c} of the cookies. "
+            f"How many cookies are left?"), str(a * b - c)
+
+SIM_ITEM_MAKERS = {"bbh_logical_deduction_7": _ld7, "bbh_geometric_shapes": _shape, "math500": _arith, "gsm8k": _word}
+
+# %% ../nbs/03b_sim.ipynb #20700972
+def synthetic_sim_items(task: str, n: int, start: int = 0) -> list[Item]:
+    "Synthetic items `start`..`start+n-1` of `task` for the sim profile (marked synthetic; see above)."
+    spec = get_task(task)
+    make = SIM_ITEM_MAKERS.get(spec.name)
+    if make is None: raise ConfigError("no synthetic sim items for this task", key="task", value=task, choices=SIM_ITEM_MAKERS)
+    out = []
+    for i in range(start, start + n):
+        q, gold = make(rng_for("sim-item", spec.name, i))
+        meta = {"split": "sim-synthetic", "index": i, "synthetic": "sim profile"}
+        out.append(Item(f"{spec.name}/sim-synthetic-{i}", spec.name, f"{SIM_ITEM_TAG} {q}", gold, spec.fmt, meta=meta,
+                        synthetic=True))
+    return out
+
+def sim_items(task: str, n: int | None = None, seed: int = 0, source: str = "fixture") -> list[Item]:
+    "`load_items(task, n, seed, source)`, topped up to `n` with `synthetic_sim_items` where the source holds fewer."
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SubsetSizeWarning)
+        items = load_items(task, n=n, seed=seed, source=source)
+    if n is None or len(items) >= n: return items
+    return items + synthetic_sim_items(task, n - len(items))
