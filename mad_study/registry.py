@@ -146,7 +146,9 @@ def get_model(name: str) -> ModelSpec:
     raise ConfigError("unknown model", key="model", value=name, choices=MODELS)
 
 # %% ../nbs/02b_registry.ipynb #598ef2d6
-MODEL_PREFIXES: dict[str, str] = {"umad-train:": "mad_study.umad_train"}   # name prefix -> module with registry_spec / registry_backend
+MODEL_PREFIXES: dict[str, str] = {   # name prefix -> module with registry_spec / registry_backend
+    "umad-train:": "mad_study.umad_train",   # a UMAD training checkpoint
+    "random:": "mad_study.twins"}            # random weights in a registry model's exact shape
 
 def model_prefix(name: Any) -> str | None:
     "The `MODEL_PREFIXES` entry that `name` starts with (case-insensitive), else None."
