@@ -28,9 +28,11 @@ from .core import (SOURCE_DIRS, ConfigError, Item, atomic_path, git_commit, atom
 from .registry import experiment_files, load_registry    # the artefact registry (02b_registry)
 
 # %% auto #0
-__all__ = ['SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'COLUMN_IN', 'PAGE_IN', 'package_versions',
-           'notebook_parameters', 'run_params', 'Study', 'show_figure', 'register_style', 'method_style', 'set_style',
-           'panel_figure', 'drawn_renderer', 'label_points', 'layout_problems', 'label_figure', 'LayoutWarning',
+__all__ = ['SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'CONTROL_STYLES', 'COLUMN_IN', 'PAGE_IN', 'MIN_PT',
+           'package_versions', 'notebook_parameters', 'run_params', 'Study', 'show_figure', 'register_style',
+           'registered_method', 'method_style', 'set_style', 'panel_figure', 'percent_axis', 'pct', 'drawn_renderer',
+           'label_points', 'drawn_marks', 'drawn_line_points', 'drawn_patches', 'hidden_markers', 'data_problems',
+           'small_texts', 'bar_grids', 'tidy_bar_grids', 'layout_problems', 'label_figure', 'LayoutWarning',
            'save_figure', 'save_table', 'artefact_status', 'write_gallery', 'index_table', 'write_index']
 
 # %% ../nbs/06_report.ipynb #7cf92f74
@@ -257,6 +259,7 @@ def show_figure(fig) -> None:
 STYLES: dict[str, dict] = {}                 # canonical name -> {"color", "marker"}
 _STYLE_KEYS: dict[str, str] = {}             # every spelling's key -> canonical name
 CONTROL_STYLE = {"color": "#b0b0b0", "marker": "o"}
+CONTROL_STYLES: dict[str, dict] = {}         # a kind of control (words of its name) -> its grey and marker
 
 def _style_key(name: str) -> str:
     "Lower case, '_' and '-' as spaces, no '(...)' remark: 'MAD+Truth Last (oracle)' -> 'mad+truth last'."
@@ -277,34 +280,65 @@ def _fallback_style(key: str) -> dict:
 
 _FALLBACK_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#9c755f", "#76b7b2", "#edc948", "#ff9da7")
 
-def method_style(name: str) -> dict:
-    """Colour and marker of a method, model or signal, the same in every figure of every paper (the kit's own).
-    Lookup: the exact spelling; then without a leading 'MAD '/'MAD+' (ordering variants such as 'MAD Fixed');
-    then the longest registered prefix ending at a word ('majority vote K=8' -> majority vote); a control row is grey."""
+# %% ../nbs/06_report.ipynb #a7c1e001
+def registered_method(name: str) -> str | None:
+    """The registered method, model or control kind that `name` resolves to, or None (the
+    kit's own). Lookup: the exact spelling; then without a leading 'MAD '/'MAD+' (ordering
+    variants such as 'MAD Fixed'); then the longest registered prefix ending at a word
+    ('majority vote K=8' -> majority vote); a control by its kind ('shuffled', 'forced dense')."""
     key = _style_key(name)
-    if "control" in str(name).lower(): return dict(CONTROL_STYLE)
+    if "control" in str(name).lower():
+        low, kinds = str(name).lower(), sorted(CONTROL_STYLES, key=len, reverse=True)
+        return next((f"control: {k}" for k in kinds if k in low), "control")
     for k in (key, re.sub(r"^(mad ?\+ ?|mad |multi agent: )", "", key), re.sub(r"^sim ", "", key)):
-        if k in _STYLE_KEYS: return dict(STYLES[_STYLE_KEYS[k]])
+        if k in _STYLE_KEYS: return _STYLE_KEYS[k]
     pre = [k for k in _STYLE_KEYS if key.startswith(k + " ")]
-    return dict(STYLES[_STYLE_KEYS[max(pre, key=len)]]) if pre else _fallback_style(key)
+    return _STYLE_KEYS[max(pre, key=len)] if pre else None
+
+def method_style(name: str) -> dict:
+    """Colour and marker of a method, model, signal or control, the same in every figure of every
+    paper (the kit's own): the registered one (`registered_method`); a control is grey, with the
+    marker of its kind; a name nobody registered gets a stable colour and marker from a hash of
+    it."""
+    reg = registered_method(name)
+    if reg == "control": return dict(CONTROL_STYLE)
+    if reg and reg.startswith("control: "): return dict(CONTROL_STYLES[reg[9:]])
+    return dict(STYLES[reg]) if reg else _fallback_style(_style_key(name))
 
 # %% ../nbs/06_report.ipynb #349da9ba
-for _n, _c, _m, _a in [      # methods of the five papers and their baselines (colour-blind safe: Okabe-Ito first)
-    ("MAD", "#0072b2", "o", ("fully connected", "Du et al.", "fixed", "MAD Fixed", "MAD (Fixed)", "debate")),
-    ("Single agent", "#7f7f7f", "s", ("single", "Single CoT", "Single (CoT)", "CoT", "single agent sampling")),
-    ("Self-Consistency", "#3d3d3d", "D", ("SC", "self consistency")),
+# methods of the five papers and their baselines (colour-blind safe: Okabe-Ito first)
+for _n, _c, _m, _a in [
+    ("MAD", "#0072b2", "o", ("fully connected", "Du et al.", "fixed", "MAD Fixed", "MAD (Fixed)",
+                             "debate")),
+    ("Single agent", "#7f7f7f", "s", ("single", "Single CoT", "Single (CoT)", "CoT",
+                                      "single agent sampling", "Zero-Shot", "zero shot")),
+    ("Self-Consistency", "#3d3d3d", "D", ("SC", "self consistency", "sc budget")),
     ("majority", "#000000", "o", ("majority vote",)),
-    ("S-MAD star", "#cc79a7", "^", ("star", "smad star")), ("S-MAD ring", "#56b4e9", "v", ("ring", "smad ring")),
+    ("S-MAD star", "#cc79a7", "^", ("star", "smad star")),
+    ("S-MAD ring", "#56b4e9", "v", ("ring", "smad ring")),
     ("GroupDebate", "#009e73", "P", ("GD", "group debate")), ("S2-MAD", "#e69f00", "X", ("s2mad",)),
-    ("SID-ET", "#8c564b", "h", ("sid et", "sid")), ("RUMAD", "#d55e00", "*", ()),
-    ("SVR-MAD", "#a50f15", "*", ("SVR", "svr mad")), ("min-LL", "#332288", "v", ("min ll", "minll")),
-    ("PPL", "#88ccee", "^", ("perplexity",)), ("confidence", "#ddcc77", "s", ("self-reported confidence", "conf")),
-    ("Liang MAD", "#6a3d9a", "o", ("Multi-agent: MAD", "affirmative/negative/judge")),
-    ("DMAD", "#117733", "s", ("Multi-agent: DMAD",)), ("Meta-Debate", "#e7298a", "*", ("meta debate", "meta")),
+    ("SID-ET", "#8c564b", "h", ("sid et", "sid")), ("RUMAD", "#d55e00", "*", ("RUMAD controller",)),
+    ("SVR-MAD", "#882255", "p", ("SVR", "svr mad")),
+    ("min-LL", "#332288", "v", ("min ll", "minll")), ("PPL", "#88ccee", "^", ("perplexity",)),
+    ("confidence", "#ddcc77", "s", ("self-reported confidence", "conf")),
+    ("Liang MAD", "#6a3d9a", "o", ("Multi-agent: MAD", "affirmative/negative/judge",
+                                   "MAD with roles")),
+    ("DMAD", "#117733", "s", ("Multi-agent: DMAD",)),
+    ("Meta-Debate", "#e7298a", "H", ("meta debate", "meta")),
     ("Random", "#aa4499", "d", ("random assignment", "random order")),
-    ("MADC", "#44aa99", "D", ("MAD+MADC", "madc")), ("MADC peers", "#999933", "p", ("madc peers",)),
-    ("Truth First", "#ddaa33", "<", ("truth first",)), ("Truth Last", "#bb5566", ">", ("truth last",)),
+    ("MADC", "#44aa99", "D", ("MAD+MADC", "madc", "MADC order")),
+    ("MADC peers", "#999933", "8", ("madc peers",)),
+    ("Truth First", "#ddaa33", "<", ("truth first",)),
+    ("Truth Last", "#bb5566", ">", ("truth last", "madc truth last")),
+    ("AgreementGate", "#b8860b", "d", ("agreement gate",)),
+    ("Best fixed topology", "#5b7f95", "s", ("fixed topology",)),
+    ("Homogeneous MAD", "#0072b2", "o", ("homogeneous",)),
+    ("Heterogeneous MAD", "#b15928", "s", ("heterogeneous",)),
 ]: register_style(_n, _c, _m, _a)
+
+for _k, _c, _m in [("shuffled", "#8c8c8c", "X"), ("forced dense", "#5f5f5f", "P"),
+                   ("no derail", "#b0b0b0", "o"), ("no hallucinat", "#9a9a9a", "s")]:
+    CONTROL_STYLES[_k] = {"color": _c, "marker": _m}     # controls: grey, one marker per kind
 
 for _n, _c, _m in [          # models (paper profile) and their synthetic stand-ins (sim-<name>)
     ("qwen2.5-3b-instruct", "#66c2a5", "o"), ("qwen2.5-7b-instruct", "#fc8d62", "s"),
@@ -313,7 +347,12 @@ for _n, _c, _m in [          # models (paper profile) and their synthetic stand-
     ("mistral-small-24b-instruct-2501", "#ffd92f", "P"), ("glm-4-9b-chat", "#b3b3b3", "h"),
     ("deepseek-math-7b-instruct", "#1b9e77", "p"), ("gpt-oss-120b", "#d95f02", "o"),
     ("deepseek-v3.1", "#7570b3", "s"), ("smollm2-135m-instruct", "#666666", "o"),
-]: register_style(_n, _c, _m, (re.sub(r"-(instruct|chat)(-\d+)?$", "", _n), "sim-" + re.sub(r"-(instruct|chat)(-\d+)?$", "", _n)))
+    ("qwen3-4b-instruct-2507", "#1f78b4", "d"), ("qwen3-1.7b", "#a6cee3", "<"),
+    ("qwen2.5-1.5b-instruct", "#b2df8a", ">"), ("qwen2.5-14b-instruct", "#fb9a99", "H"),
+    ("llama-3.2-3b-instruct", "#cab2d6", "8"), ("gpt-oss-20b", "#e6ab02", "*"),
+]:
+    _short = re.sub(r"-(instruct|chat)(-\d+)?$", "", _n)
+    register_style(_n, _c, _m, (_short, "sim-" + _short))
 register_style("svr-gptoss", STYLES["gpt-oss-120b"]["color"], "o", ("sim-svr-gptoss",))
 register_style("svr-dsv31", STYLES["deepseek-v3.1"]["color"], "s", ("sim-svr-dsv31",));
 
@@ -340,6 +379,22 @@ def panel_figure(n: int, ncols: int | None = None, panel_h: float = 2.3, width: 
     for ax in axes.flat[n:]: ax.axis("off")
     return fig, axes
 
+# %% ../nbs/06_report.ipynb #a7c1e004
+def percent_axis(ax, which: str = "y", xmax: float = 1.0, decimals: int = 0):
+    """Show accuracy (or any share) on `ax`'s `which` axis in percent, the kit's one convention (the
+    kit's own); `xmax`: the value that means 100% (1 for fractions, 100 for data already in
+    percent). The axis label gets '(%)'."""
+    from matplotlib.ticker import PercentFormatter
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    axis.set_major_formatter(PercentFormatter(xmax=xmax, decimals=decimals, symbol=""))
+    lab = axis.get_label_text()
+    if lab and "%" not in lab: axis.set_label_text(f"{lab} (%)")
+    return ax
+
+def pct(x: float, decimals: int = 1) -> str:
+    "A fraction as percent, for captions and labels (the kit's own): pct(0.6234) -> '62.3%'."
+    return "n/a" if x is None or x != x else f"{100 * x:.{decimals}f}%"
+
 # %% ../nbs/06_report.ipynb #drawnrend2
 def drawn_renderer(fig):
     """Draw `fig` and return its renderer, whatever canvas it has: a figure made with `Figure()` or under a backend
@@ -351,15 +406,58 @@ def drawn_renderer(fig):
     return fig.canvas.get_renderer()
 
 # %% ../nbs/06_report.ipynb #d2a92ebc
-def label_points(ax, x: Sequence[float], y: Sequence[float], texts: Sequence[str], fontsize: float = 6.5, **kw) -> list:
-    """Name each point (x, y) of `ax` with its text, placed by adjustText so that no two labels overlap and none
-    leaves the axes (the kit's own use of adjustText, Flyamer et al.); a grey line joins a label moved off its point."""
+def _label_free(b, others, marks, lines, box, tol: float = -2.0) -> bool:
+    """Whether a label's box `b` stays in the axes `box` and keeps `-tol` pixels from other labels,
+    markers and lines."""
+    inside = b.x0 >= box.x0 and b.x1 <= box.x1 and b.y0 >= box.y0 and b.y1 <= box.y1
+    return (inside and not any(_boxes_overlap(b, o, tol) for o in others)
+            and not _covers(b, marks, lines, [], tol))
+
+def _free_spot(w: float, h: float, xy, r: float, others, marks, lines, box, reach: float = 90):
+    """The centre (pixels) of the nearest free place for a `w` x `h` label beside a point `xy` of
+    radius `r`: rings of growing distance, 16 directions each (right and left first); None when
+    nothing within `reach` pixels is free."""
+    from matplotlib.transforms import Bbox
+    angles = np.deg2rad([0, 180, 30, 150, 330, 210, 90, 270, 60, 120, 300, 240, 15, 165, 345, 195])
+    for d in np.arange(r + 1.5, r + reach, 2.5):
+        for a in angles:
+            cx, cy = xy[0] + np.cos(a) * (d + w / 2), xy[1] + np.sin(a) * (d + h / 2)
+            b = Bbox.from_bounds(cx - w / 2, cy - h / 2, w, h)
+            if _label_free(b, others, marks, lines, box): return cx, cy
+    return None
+
+# %% ../nbs/06_report.ipynb #a7c1e006
+def _join(ax, p, b, r: float) -> None:
+    "A grey line from the point `p` (pixels, radius `r`) to its label's box `b` if apart."
+    q = np.clip(p, [b.x0, b.y0], [b.x1, b.y1])
+    if np.hypot(*(q - p)) > r + 4:
+        inv = ax.transData.inverted()
+        ax.annotate("", xy=tuple(inv.transform(p)), xytext=tuple(inv.transform(q)),
+                    arrowprops=dict(arrowstyle="-", color="0.5", lw=0.5, shrinkA=0, shrinkB=3))
+
+def label_points(ax, x: Sequence[float], y: Sequence[float], texts: Sequence[str],
+                 fontsize: float = 7, **kw) -> list:
+    """Name each point (x, y) of `ax` with its text beside it (the kit's own use of adjustText,
+    Flyamer et al.): adjustText spreads the labels; a label that still covers a marker or a line of
+    the axes or another label, sits far from its point, or leaves the axes moves to the nearest free
+    place beside its point (`_free_spot`: the layout check's geometry); a grey line joins a label
+    to its point when they are apart."""
     from adjustText import adjust_text
-    fig = ax.figure
-    drawn_renderer(fig)                                     # the final axes size (constrained layout) before placing
-    ts = [ax.text(a, b, t, fontsize=fontsize, ha="center", va="center") for a, b, t in zip(x, y, texts)]
-    adjust_text(ts, x=list(x), y=list(y), ax=ax, ensure_inside_axes=True, expand=(1.15, 1.4),
-                arrowprops=dict(arrowstyle="-", color="0.5", lw=0.5), **kw)
+    r = drawn_renderer(ax.figure)                 # the final axes size (constrained layout) first
+    ts = [ax.text(a, b, t, fontsize=fontsize, ha="center", va="center")
+          for a, b, t in zip(x, y, texts)]
+    adjust_text(ts, x=list(x), y=list(y), ax=ax, ensure_inside_axes=True, expand=(1.2, 1.5), **kw)
+    marks, lines, box = drawn_marks(ax), drawn_line_points(ax), ax.get_window_extent(r)
+    pts = ax.transData.transform(np.column_stack([x, y]).astype(float))
+    rad = {tuple(np.round(p, 1)): rr for m in marks for p, rr in zip(m["xy"], m["r"])}
+    radius = lambda p: rad.get(tuple(np.round(p, 1)), 3.0)
+    for t, p in zip(ts, pts):
+        b = t.get_window_extent(r); others = [o.get_window_extent(r) for o in ts if o is not t]
+        near = np.hypot(*(p - [(b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2])) < 60
+        if near and _label_free(b, others, marks, lines, box): continue
+        spot = _free_spot(b.width, b.height, p, radius(p), others, marks, lines, box)
+        if spot is not None: t.set_position(ax.transData.inverted().transform(spot))
+    for t, p in zip(ts, pts): _join(ax, p, t.get_window_extent(r), radius(p))
     return ts
 
 # %% ../nbs/06_report.ipynb #7e518cf1
@@ -383,11 +481,204 @@ def _in_data(t, ax) -> bool:
     if hasattr(t, "xycoords"): return t.xycoords == "data"
     return t.get_transform() == ax.transData
 
+# %% ../nbs/06_report.ipynb #a7c1e010
+_NOT_MARKERS = ("_", "|", "none", "None", "", " ", ",", *range(12))     # error-bar caps, tick marks
+
+def _colour(c) -> str:
+    from matplotlib.colors import to_hex
+    return to_hex(c, keep_alpha=False)
+
+def _points(xy) -> np.ndarray:
+    "An (n, 2) float array of coordinates (masked or missing values as NaN)."
+    return np.asarray(np.ma.filled(np.ma.asarray(xy, float), np.nan), float).reshape(-1, 2)
+
+def _line_marks(ln) -> dict | None:
+    "A Line2D's markers in display pixels (centres, radii, colour); None if none (or caps)."
+    m = ln.get_marker()
+    if not ln.get_visible() or (isinstance(m, (str, int)) and m in _NOT_MARKERS): return None
+    xy = ln.get_transform().transform(_points(ln.get_xydata()))
+    fc = ln.get_markerfacecolor()
+    col = _colour(ln.get_markeredgecolor() if str(fc).lower() == "none" else fc)
+    r = ln.get_markersize() * ln.figure.dpi / 72 / 2
+    return dict(xy=xy, r=np.full(len(xy), r), colour=[col] * len(xy), artist=ln)
+
+def _scatter_marks(c) -> dict | None:
+    "A scatter's points (PathCollection offsets) in display pixels, with their radii and colours."
+    from matplotlib.collections import PathCollection
+    if not (isinstance(c, PathCollection) and c.get_visible() and len(c.get_offsets())): return None
+    xy = c.get_offset_transform().transform(_points(c.get_offsets()))
+    n, s = len(xy), np.asarray(c.get_sizes(), float)
+    fc = c.get_facecolors() if len(c.get_facecolors()) else c.get_edgecolors()
+    r = np.sqrt(np.resize(s if len(s) else [36.0], n)) * c.figure.dpi / 72 / 2
+    col = [_colour(fc[i % len(fc)]) if len(fc) else "none" for i in range(n)]
+    return dict(xy=xy, r=r, colour=col, artist=c)
+
+def drawn_marks(ax) -> list[dict]:
+    """Every marker `ax` draws, one dict per artist (the kit's own, for `layout_problems` and
+    `label_points`): `xy` centres in display pixels, `r` radii in pixels, `colour` per marker,
+    `artist`. Line2D markers (not error-bar caps) and scatter points; those off the axes not."""
+    box = ax.get_window_extent()
+    out = [m for m in [*map(_line_marks, ax.lines), *map(_scatter_marks, ax.collections)] if m]
+    for d in out:
+        x, y = d["xy"][:, 0], d["xy"][:, 1]
+        keep = (np.isfinite(x) & np.isfinite(y) & (x >= box.x0 - 1) & (x <= box.x1 + 1)
+                & (y >= box.y0 - 1) & (y <= box.y1 + 1))
+        cols = [c for c, k in zip(d["colour"], keep) if k]
+        d.update(xy=d["xy"][keep], r=d["r"][keep], colour=cols)
+    return [d for d in out if len(d["xy"])]
+
+# %% ../nbs/06_report.ipynb #a7c1e011
+def _in_box(pts: np.ndarray, b, tol: float = 0.0) -> np.ndarray:
+    "Which points (pixels) lie inside the box `b` shrunk by `tol` pixels (grown when `tol` < 0)."
+    return ((pts[:, 0] > b.x0 + tol) & (pts[:, 0] < b.x1 - tol)
+            & (pts[:, 1] > b.y0 + tol) & (pts[:, 1] < b.y1 - tol))
+
+def drawn_line_points(ax, step: float = 1.0) -> list[tuple[Any, np.ndarray]]:
+    """(line, points) for every visible line of `ax` drawn with a line style: its segments sampled
+    every `step` pixels in display coordinates, clipped to the axes (the kit's own)."""
+    box, out = ax.get_window_extent(), []
+    for ln in ax.lines:
+        if not ln.get_visible() or ln.get_linestyle() in ("None", "", " "): continue
+        if ln.get_linewidth() <= 0: continue
+        xy = ln.get_transform().transform(_points(ln.get_xydata()))
+        a, b = xy[:-1], xy[1:]
+        ok = np.isfinite(a).all(1) & np.isfinite(b).all(1)
+        a, b = a[ok], b[ok]
+        if not len(a): continue
+        k = np.minimum(np.maximum(1, np.ceil(np.hypot(*(b - a).T) / step)), 4000).astype(int)
+        t = np.concatenate([np.linspace(0, 1, n + 1) for n in k])
+        seg = np.repeat(np.arange(len(a)), k + 1)
+        pts = a[seg] + (b[seg] - a[seg]) * t[:, None]
+        inside = _in_box(pts, box, -0.5)
+        if inside.any(): out.append((ln, pts[inside]))
+    return out
+
+def drawn_patches(ax, r) -> list[tuple[Any, Any]]:
+    """(patch, display bbox) for every visible bar, box or other patch of `ax` with an area (the
+    kit's own): matplotlib's and seaborn's bars and boxes are patches; the axes' background is
+    not."""
+    out = []
+    for p in ax.patches:
+        if not p.get_visible() or (not p.get_fill() and p.get_linewidth() == 0): continue
+        b = p.get_window_extent(r)
+        if b.width > 0.5 and b.height > 0.5: out.append((p, b))
+    return out
+
+# %% ../nbs/06_report.ipynb #a7c1e012
+def _rect_hits_circles(b, xy: np.ndarray, r: np.ndarray, tol: float) -> np.ndarray:
+    "Which circles (centres `xy`, radii `r`, pixels) reach more than `tol` pixels into the box `b`."
+    dx = np.maximum(np.maximum(b.x0 - xy[:, 0], 0), xy[:, 0] - b.x1)
+    dy = np.maximum(np.maximum(b.y0 - xy[:, 1], 0), xy[:, 1] - b.y1)
+    return np.hypot(dx, dy) < r - tol
+
+def _boxes_overlap(a, b, tol: float) -> bool:
+    return min(a.x1, b.x1) - max(a.x0, b.x0) > tol and min(a.y1, b.y1) - max(a.y0, b.y0) > tol
+
+def _labels_from_inside(b, p, pb) -> bool:
+    "A text wholly inside a bar (a rectangle): the bar's own value label (`bar_label`, centred)."
+    from matplotlib.patches import Rectangle
+    within = pb.x0 <= b.x0 and b.x1 <= pb.x1 and pb.y0 <= b.y0 and b.y1 <= pb.y1
+    return isinstance(p, Rectangle) and within
+
+def _name(a) -> str:
+    "How a report names an artist: its label, else its kind."
+    lab = a.get_label() if hasattr(a, "get_label") else ""
+    return f"'{lab}'" if lab and not str(lab).startswith("_") else type(a).__name__
+
+def hidden_markers(marks: Sequence[dict], share: float = 0.6) -> list[tuple[dict, dict]]:
+    """(hidden, on top) pairs of markers of different methods (different colours) whose centres lie
+    closer than `share` of the larger radius (the kit's own; MAD under MADC in the arena before
+    issue 42). On top: the one drawn later (higher zorder)."""
+    from scipy.spatial import cKDTree
+    if sum(len(m["xy"]) for m in marks) < 2: return []
+    xy, r = np.concatenate([m["xy"] for m in marks]), np.concatenate([m["r"] for m in marks])
+    col = [c for m in marks for c in m["colour"]]
+    own = np.concatenate([np.full(len(m["xy"]), i) for i, m in enumerate(marks)])
+    order = lambda i: (marks[i]["artist"].get_zorder(), i)
+    out = {}
+    for i, j in cKDTree(xy).query_pairs(share * r.max()):
+        if col[i] != col[j] and np.hypot(*(xy[i] - xy[j])) < share * max(r[i], r[j]):
+            lo, hi = sorted((own[i], own[j]), key=order)
+            if lo != hi: out.setdefault((lo, hi), (marks[lo], marks[hi]))
+    return list(out.values())
+
+# %% ../nbs/06_report.ipynb #a7c1e013
+def _covers(b, marks, lines, patches, tol: float) -> list:
+    "The artists whose markers, line segments or patches the box `b` (a text's, a legend's) covers."
+    hit = [m["artist"] for m in marks if _rect_hits_circles(b, m["xy"], m["r"], tol).any()]
+    hit += [ln for ln, p in lines if _in_box(p, b, tol).any()]
+    return hit + [p for p, pb in patches if _boxes_overlap(b, pb, tol)]
+
+def _legend_problems(fig, ax, r, marks, lines, patches, tol: float) -> list[str]:
+    "A legend (the axes' or the figure's) that covers markers, lines or bars of `ax`."
+    out = []
+    for lg in [ax.get_legend(), *fig.legends]:
+        if lg is None or not lg.get_visible(): continue
+        b = lg.get_window_extent(r)
+        if not _boxes_overlap(b, ax.get_window_extent(r), tol): continue
+        hit = _covers(b, marks, lines, patches, tol)
+        if hit: out.append(f"legend covers data: {', '.join(dict.fromkeys(map(_name, hit)))}")
+    return out
+
+def data_problems(fig, r, tol: float = 1.5) -> list[str]:
+    """What covers the data of each axes of the drawn `fig` (the kit's own, part of
+    `layout_problems`): a text over a marker or a line, a text over a bar or box (unless it is a
+    value label inside its bar), a legend over markers, lines or bars, a marker hidden under another
+    method's marker."""
+    probs, txt = [], lambda t: f"'{' '.join(t.get_text().split())[:40]}'"
+    for ax in fig.axes:
+        if not ax.get_visible(): continue
+        marks, lines, patches = drawn_marks(ax), drawn_line_points(ax), drawn_patches(ax, r)
+        for t in ax.texts:
+            if not (t.get_visible() and t.get_text().strip()): continue
+            if t.get_gid() == "mad_study_label": continue
+            b = t.get_window_extent(r)
+            inner = [p for p, pb in patches if _labels_from_inside(b, p, pb)]
+            hit = _covers(b, marks, lines, patches, tol)
+            hit = [a for a in hit if not any(a is p for p in inner)]
+            probs += [f"text {txt(t)} covers {_name(a)}" for a in hit]
+        probs += _legend_problems(fig, ax, r, marks, lines, patches, tol)
+        probs += [f"marker of {_name(a['artist'])} hidden under a marker of {_name(b['artist'])}"
+                  for a, b in hidden_markers(marks)]
+    return list(dict.fromkeys(probs))
+
+# %% ../nbs/06_report.ipynb #a7c1e014
+MIN_PT = 7.0      # the smallest text a figure may print, in points at its printed size
+
+def small_texts(fig, r, texts, min_pt: float = MIN_PT) -> list[str]:
+    """The (what, Text) pairs smaller than `min_pt` points as printed (the kit's own): a figure
+    wider than a page (`PAGE_IN`, what sticks out of the canvas included) is shrunk to the page."""
+    scale = min(1.0, PAGE_IN / fig.get_tightbbox(r).width)
+    say = lambda w, t: f"{w} '{' '.join(t.get_text().split())[:40]}'"
+    return [f"{say(w, t)} is {t.get_fontsize() * scale:.1f} pt (under {min_pt:g})"
+            for w, t in texts if t.get_fontsize() * scale < min_pt - 1e-6]
+
+def _categorical(axis) -> bool:
+    "Whether an axis names categories (string ticks: seaborn's, pandas' and matplotlib's bars)."
+    from matplotlib.category import StrCategoryFormatter
+    from matplotlib.ticker import FixedFormatter
+    return isinstance(axis.get_major_formatter(), (StrCategoryFormatter, FixedFormatter))
+
+def bar_grids(fig, r) -> list[tuple[Any, str]]:
+    "(axes, 'x' or 'y') per categorical axis of a bar or box plot whose grid runs through bars."
+    out = []
+    for ax in fig.axes:
+        if not ax.get_visible() or not drawn_patches(ax, r): continue
+        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            if _categorical(axis) and any(t.gridline.get_visible() for t in axis.get_major_ticks()):
+                out.append((ax, name))
+    return out
+
+def tidy_bar_grids(fig) -> None:
+    "No grid on a categorical axis of a bar or box plot (the kit's style; `save_figure` calls it)."
+    for ax, name in bar_grids(fig, drawn_renderer(fig)): ax.grid(False, axis=name)
+
 # %% ../nbs/06_report.ipynb #80b3b2d8
 def layout_problems(fig, tol: float = 1.5) -> list[str]:
     """What a reviewer would reject in the drawn `fig` (the kit's own check, run by `save_figure`): two texts that
     overlap, a text outside the canvas (an axis label cut off), a label anchored at a data point that runs past its axes,
-    an empty band of more than 0.3 in under the figure title. Extents are matplotlib's (`get_window_extent`), in pixels;
+    an empty band of more than 0.3 in under the figure title; what covers the data (`data_problems`),
+    text under 7 pt as printed (`small_texts`), grid lines through bars (`bar_grids`). Extents are matplotlib's (`get_window_extent`), in pixels;
     `tol`: pixels of overlap allowed. Rotated tick labels are compared by their boxes only with unrotated texts."""
     r = drawn_renderer(fig); fb = fig.bbox
     texts = [(w, t, t.get_window_extent(r)) for w, t in _drawn_texts(fig)]
@@ -411,7 +702,9 @@ def layout_problems(fig, tol: float = 1.5) -> list[str]:
         top = max((ax.get_tightbbox(r).y1 for ax in fig.axes if ax.get_visible() and (ax.axison or ax.images)), default=None)
         gap = (fig._suptitle.get_window_extent(r).y0 - top) / fig.dpi if top is not None else 0
         if gap > 0.3: probs.append(f"empty band of {gap:.2f} in under the figure title")
-    return probs
+    probs += data_problems(fig, r, tol) + small_texts(fig, r, [(w, t) for w, t, _ in texts])
+    grid = [f"grid lines of the categorical {n} axis run through its bars" for _, n in bar_grids(fig, r)]
+    return probs + grid
 
 # %% ../nbs/06_report.ipynb #1a681b38
 def label_figure(fig, text: str | None):
@@ -459,6 +752,7 @@ def save_figure(fig, artefact: str, paper: str, study: Study | None = None, labe
     `caption` (as `figure_caption`) and the `layout_problems` found; `check`: 'warn' (a `LayoutWarning`), 'raise' (a `ValueError`) or 'off'.
     In a notebook the figure is then shown once under the cell (`show_figure`)."""
     label = label if label is not None else (study.label if study is not None else None)
+    tidy_bar_grids(fig)                                # no grid line through a bar (the kit's style)
     label_figure(fig, label)
     probs = layout_problems(fig) if check != "off" else None
     if probs and check == "raise": raise ValueError(f"{paper}/{artefact}: layout problems: {probs}")

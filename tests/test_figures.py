@@ -10,7 +10,12 @@ import matplotlib.pyplot as plt
 import pytest
 
 from conftest import ROOT, mad_study
-from mad_study.report import SYNTHETIC_LABEL, label_figure, layout_problems, load_registry, panel_figure
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from mad_study.report import (SYNTHETIC_LABEL, label_figure, label_points, layout_problems,
+                               load_registry, method_style, panel_figure, tidy_bar_grids)
 
 
 def test_layout_check_finds_what_a_reviewer_rejects():
@@ -30,6 +35,89 @@ def test_layout_check_finds_what_a_reviewer_rejects():
     assert any("empty band" in p for p in layout_problems(fig))
     plt.close(fig)
 
+
+
+def _one():
+    return plt.subplots(figsize=(3.4, 2.2), layout="constrained")
+
+
+def _found(fig, what):
+    out = [p for p in layout_problems(fig) if what in p]
+    plt.close(fig)
+    return out
+
+
+def _label_on_marker(dx):
+    fig, ax = _one(); ax.plot([1, 2, 3], [1, 2, 3], "o", ls="", label="MAD")
+    ax.text(2 + dx, 2 - dx, "SID-ET")
+    return fig
+
+
+def _text_on_line(y):
+    fig, ax = _one(); ax.plot([0, 1], [0, 1], label="RUMAD"); ax.text(0.45, y, "on the line")
+    return fig
+
+
+def _legend(loc, anchor=None):
+    fig, ax = _one()
+    for i in range(3):
+        ax.plot(np.linspace(0, 1, 20), np.full(20, 0.9 - 0.1 * i), "o-", ms=3, label=f"m{i}")
+    ax.legend(loc=loc, bbox_to_anchor=anchor); return fig
+
+
+def _pair(dx):
+    fig, ax = _one(); ax.set_xlim(0, 3); ax.set_ylim(0, 3)
+    ax.scatter([1, 2], [1, 2], color=method_style("MADC")["color"], s=40, label="MADC", zorder=3)
+    ax.scatter([1 + dx], [1], color=method_style("MAD")["color"], s=30, label="MAD"); return fig
+
+
+def _pvalue(y):
+    acc = np.random.default_rng(0).normal(60, 5, 40)
+    d = pd.DataFrame({"s": np.repeat(["Fixed", "Random"], 20), "acc": acc})
+    fig, ax = _one(); sns.boxplot(d, x="s", y="acc", ax=ax); ax.set_ylim(35, 90)
+    ax.text(0.5, y, "p = 0.003")
+    return fig
+
+
+def _small(size):
+    fig, ax = _one(); ax.plot([0, 1]); ax.text(0.1, 0.8, "note", fontsize=size); return fig
+
+
+def _bars(tidy):
+    fig, ax = _one(); ax.bar(["MAD", "MADC"], [50, 70]); ax.grid(True)      # whitegrid: both axes
+    if tidy: tidy_bar_grids(fig)
+    return fig
+
+
+@pytest.mark.parametrize("make, bad, good, what", [
+    (_label_on_marker, 0, 0.4, "text 'SID-ET' covers 'MAD'"),
+    (_text_on_line, 0.48, 0.9, "text 'on the line' covers 'RUMAD'"),
+    (_legend, "upper right", "upper left", "legend covers data"),
+    (_pair, 0.005, 0.3, "marker of 'MAD' hidden under a marker of 'MADC'"),
+    (_pvalue, 60, 84, "text 'p = 0.003' covers PathPatch"),
+    (_small, 5, 7, "text 'note' is 5.0 pt (under 7)"),
+    (_bars, False, True, "grid lines of the categorical x axis run through its bars"),
+])
+def test_each_planted_defect_is_flagged_and_the_clean_figure_is_not(make, bad, good, what):
+    "Issue 42: the check reads the drawn figure (markers, lines, legends, patches, size), not text only."
+    assert _found(make(bad), what), what
+    clean = make(good, (1.01, 1)) if make is _legend else make(good)
+    assert layout_problems(clean) == [], layout_problems(clean)
+    plt.close(clean)
+
+
+def test_labels_placed_by_label_points_sit_beside_their_points():
+    "adjustText, then the nearest free place: no label on a marker, a line or another label."
+    fig, axes = panel_figure(2)
+    for ax in axes.flat:
+        names = ["MAD", "S-MAD star", "GroupDebate", "MADC"]
+        x, y = [1, 1.02, 2, 1.5], [50, 50.5, 60, 55]
+        for a, b, n in zip(x, y, names):
+            ax.scatter(a, b, color=method_style(n)["color"], marker=method_style(n)["marker"])
+        ax.plot([1, 2], [50, 60], color="0.5", lw=0.8)
+        label_points(ax, x, y, names)
+    assert layout_problems(fig) == []
+    plt.close(fig)
 
 def test_clean_figure_passes_and_label_goes_above():
     fig, axes = panel_figure(3)
