@@ -22,7 +22,7 @@ import numpy as np
 from fastcore.basics import patch
 
 from .core import ConfigError, GenRequest, Generation, Item, rng_for
-from .data import SubsetSizeWarning, get_task, load_items
+from .data import SYNTHETIC_COUNTS, SubsetSizeWarning, get_task, load_items, synthetic_items
 
 # %% auto #0
 __all__ = ['FINAL_SENTENCE', 'TIER_TAGS', 'RUN_KEYS', 'SIM_ITEM_TAG', 'SIM_ITEM_MAKERS', 'SimAgent', 'item_difficulty',
@@ -380,4 +380,11 @@ def sim_items(task: str, n: int | None = None, seed: int = 0, source: str = "fix
         warnings.simplefilter("ignore", SubsetSizeWarning)
         items = load_items(task, n=n, seed=seed, source=source)
     if n is None or len(items) >= n: return items
+    spec = get_task(task)
+    if spec.synthetic_fixture and source == "fixture":     # a fixture of synthetic look-alikes: more of the same (02_data)
+        k, more = SYNTHETIC_COUNTS[spec.name], []
+        while len(items) + len(more) < n and k < 50 * n:
+            more = [it for it in synthetic_items(spec.name, k + 2 * n)[len(items):]][: n - len(items)]
+            k += 2 * n
+        return items + more
     return items + synthetic_sim_items(task, n - len(items))
