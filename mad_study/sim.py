@@ -22,7 +22,8 @@ import numpy as np
 from fastcore.basics import patch
 
 from .core import ConfigError, GenRequest, Generation, Item, rng_for
-from .data import SYNTHETIC_COUNTS, SubsetSizeWarning, get_task, load_items, synthetic_items
+from .data import (SYNTHETIC_COUNTS, SubsetSizeWarning, get_task, load_items,
+                            synthetic_items)
 
 # %% auto #0
 __all__ = ['FINAL_SENTENCE', 'TIER_TAGS', 'RUN_KEYS', 'SIM_ITEM_TAG', 'SIM_ITEM_MAKERS', 'SimAgent', 'item_difficulty',
@@ -48,11 +49,13 @@ class SimAgent:
     signal_inversion: float = 0.0   # SVR-MAD: on items hard for the agent the signals point the wrong way (0 = never)
     context_decay: float = 0.0      # RUMAD: P(a turn is derailed) = 1 - exp(-context_decay * prompt tokens / 1000) (0 = never)
     tier_trust: float = 0.0         # RUMAD Eq. 5 / Table 8: adopt Critical > Reference > Background tagged answers (0 = tags ignored)
-    debate_noise: float = 0.0       # UMAD: P(a debate turn's answer is a uniform guess among the plausible ones) (0 = never)
-    context_entropy: float = 0.0    # UMAD Fig. 1: debate-turn token entropy x exp(this * prompt tokens / 1000) (0 = unchanged)
+    debate_noise: float = 0.0       # UMAD: P(a debate turn is a uniform guess) (0 = never)
+    context_entropy: float = 0.0    # UMAD Fig. 1: debate-turn entropy x exp(e * tokens / 1000)
 
     def __post_init__(self):
-        for f in ("skill", "conformity", "stubborn_correct", "stubborn_wrong", "recognition", "parse_fail", "debate_noise"):
+        probs = ("skill", "conformity", "stubborn_correct", "stubborn_wrong", "recognition",
+                 "parse_fail")
+        for f in (*probs, "debate_noise"):
             v = getattr(self, f)
             if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
                 raise ConfigError("must be a probability in [0, 1]", key=f"sim_agents.{f}", value=v)
@@ -62,7 +65,8 @@ class SimAgent:
             raise ConfigError("must be >= 0", key="sim_agents.context_decay", value=self.context_decay)
         for f in ("tier_trust", "context_entropy"):
             v = getattr(self, f)
-            if not (isinstance(v, (int, float)) and v >= 0): raise ConfigError("must be >= 0", key=f"sim_agents.{f}", value=v)
+            if not (isinstance(v, (int, float)) and v >= 0):
+                raise ConfigError("must be >= 0", key=f"sim_agents.{f}", value=v)
 
     @classmethod
     def from_params(cls, params: dict | None, where: str = "sim_agents") -> "SimAgent":
@@ -194,9 +198,8 @@ class SimBackend:
         self.model_name = model_name
         self.agent = agent if agent is not None else SimAgent.from_params(params, where=f"sim_agents.{model_name}")
         d = dataclasses.asdict(self.agent)
-        for k in ("context_decay", "tier_trust", "debate_noise", "context_entropy"):   # added later: agents without them
-                                                                                        # keep their ids (and caches)
-            if not d[k]: del d[k]
+        for k in ("context_decay", "tier_trust", "debate_noise", "context_entropy"):
+            if not d[k]: del d[k]      # added later: agents without them keep their ids, caches
         p = json.dumps(d, sort_keys=True)
         self.backend_id = f"sim:{model_name}:{hashlib.sha256(p.encode()).hexdigest()[:12]}"
         self.latency, self.batch_size = float(latency), int(batch_size)
@@ -274,10 +277,11 @@ def _derail(self: SimBackend, item: Item, req: GenRequest, prompt_tokens: int, a
 # %% ../nbs/03b_sim.ipynb #2ab4ba82
 @patch
 def _unstable(self: SimBackend, item: Item, req: GenRequest, answer: str | None) -> str | None:
-    "With probability `debate_noise`, a uniform guess among the item's plausible answers (UMAD's aleatoric cost, see above)."
+    "With probability `debate_noise`, a uniform guess among the item's plausible answers (UMAD)."
     seed = req.seed if req.temperature > 0 else _msg_hash(req.messages)
     rng = rng_for("sim-unstable", self.model_name, seed)
-    if rng.random() >= self.agent.debate_noise: return answer
+    if rng.random() >= self.agent.debate_noise:
+        return answer
     cands = [str(item.gold)] + distractor_pool(item, self.agent.n_distractors)
     return cands[int(rng.integers(len(cands)))]
 
@@ -320,21 +324,49 @@ def generate(self: SimBackend, requests: Sequence[GenRequest]) -> list[Generatio
 
 # %% ../nbs/03b_sim.ipynb #326982df
 SIM_ITEM_TAG = "[synthetic item, sim profile]"
-_BIRDS = ("robin", "owl", "quail", "falcon", "hummingbird", "cardinal", "crow", "raven", "blue jay", "swallow")
+_BIRDS = (
+    "robin",
+    "owl",
+    "quail",
+    "falcon",
+    "hummingbird",
+    "cardinal",
+    "crow",
+    "raven",
+    "blue jay",
+    "swallow",
+)
 _NTH = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh")
-_SHAPES = ("circle", "heptagon", "hexagon", "kite", "line", "octagon", "pentagon", "rectangle", "sector", "triangle")
+_SHAPES = (
+    "circle",
+    "heptagon",
+    "hexagon",
+    "kite",
+    "line",
+    "octagon",
+    "pentagon",
+    "rectangle",
+    "sector",
+    "triangle",
+)
 _SIDES = {"triangle": 3, "pentagon": 5, "hexagon": 6, "heptagon": 7, "octagon": 8}
 
-def _opts(lines) -> str: return "\n".join(f"({chr(65 + j)}) {o}" for j, o in enumerate(lines))
 
+def _opts(lines) -> str:
+    return "\n".join(f"({chr(65 + j)}) {o}" for j, o in enumerate(lines))
+
+# %% ../nbs/03b_sim.ipynb #56f624da
 def _ld7(r) -> tuple[str, str]:
     "Seven birds in a row, six placed by a clue: which one is k-th from the left?"
     birds = [str(b) for b in r.choice(_BIRDS, 7, replace=False)]
     k = int(r.integers(7))
-    clues = " ".join(f"The {b} is the {_NTH[i]} from the left." for i, b in enumerate(birds) if i != k)
+    clues = " ".join(
+        f"The {b} is the {_NTH[i]} from the left." for i, b in enumerate(birds) if i != k
+    )
     order = [birds[int(i)] for i in r.permutation(7)]
-    q = (f"On a branch, there are seven birds: {', '.join(order)}. {clues}\nOptions:\n"
-         + _opts(f"The {b} is the {_NTH[k]} from the left" for b in order))
+    q = f"On a branch, there are seven birds: {', '.join(order)}. {clues}\nOptions:\n" + _opts(
+        f"The {b} is the {_NTH[k]} from the left" for b in order
+    )
     return q, chr(65 + order.index(birds[k]))
 
 # %% ../nbs/03b_sim.ipynb #b7056be4
@@ -343,48 +375,86 @@ def _shape(r) -> tuple[str, str]:
     name = str(r.choice(list(_SIDES)))
     n, cx, cy, rad = _SIDES[name], r.uniform(20, 80), r.uniform(20, 80), r.uniform(8, 20)
     a0 = r.uniform(0, 2 * math.pi)
-    pts = [(cx + rad * math.cos(a0 + 2 * math.pi * j / n), cy + rad * math.sin(a0 + 2 * math.pi * j / n)) for j in range(n)]
+    pts = [
+        (
+            cx + rad * math.cos(a0 + 2 * math.pi * j / n),
+            cy + rad * math.sin(a0 + 2 * math.pi * j / n),
+        )
+        for j in range(n)
+    ]
     d = "M " + " L ".join(f"{x:.2f},{y:.2f}" for x, y in pts + pts[:1])
-    return f'This SVG path element <path d="{d}"/> draws a\nOptions:\n' + _opts(_SHAPES), chr(65 + _SHAPES.index(name))
+    return f'This SVG path element <path d="{d}"/> draws a\nOptions:\n' + _opts(_SHAPES), chr(
+        65 + _SHAPES.index(name)
+    )
+
 
 def _arith(r) -> tuple[str, str]:
     "MATH-style: the value of a small expression."
     a, b, c = (int(x) for x in r.integers(2, 40, 3))
     return f"Compute ${a} \\times {b} - {c}$.", str(a * b - c)
 
+
 def _word(r) -> tuple[str, str]:
     "GSM8K-style: a two-step word problem with an integer answer."
     a, b, c = int(r.integers(3, 12)), int(r.integers(4, 25)), int(r.integers(1, 30))
-    return (f"A baker fills {a} trays with {b} cookies each and sells {c} of the cookies. "
-            f"How many cookies are left?"), str(a * b - c)
+    return (
+        f"A baker fills {a} trays with {b} cookies each and sells {c} of the cookies. "
+        f"How many cookies are left?"
+    ), str(a * b - c)
 
-SIM_ITEM_MAKERS = {"bbh_logical_deduction_7": _ld7, "bbh_geometric_shapes": _shape, "math500": _arith, "gsm8k": _word}
+
+SIM_ITEM_MAKERS = {
+    "bbh_logical_deduction_7": _ld7,
+    "bbh_geometric_shapes": _shape,
+    "math500": _arith,
+    "gsm8k": _word,
+}
 
 # %% ../nbs/03b_sim.ipynb #20700972
 def synthetic_sim_items(task: str, n: int, start: int = 0) -> list[Item]:
-    "Synthetic items `start`..`start+n-1` of `task` for the sim profile (marked synthetic; see above)."
+    "Synthetic items `start`..`start+n-1` of `task` for the sim profile (marked synthetic)."
     spec = get_task(task)
     make = SIM_ITEM_MAKERS.get(spec.name)
-    if make is None: raise ConfigError("no synthetic sim items for this task", key="task", value=task, choices=SIM_ITEM_MAKERS)
+    if make is None:
+        raise ConfigError(
+            "no synthetic sim items for this task", key="task", value=task, choices=SIM_ITEM_MAKERS
+        )
     out = []
     for i in range(start, start + n):
         q, gold = make(rng_for("sim-item", spec.name, i))
         meta = {"split": "sim-synthetic", "index": i, "synthetic": "sim profile"}
-        out.append(Item(f"{spec.name}/sim-synthetic-{i}", spec.name, f"{SIM_ITEM_TAG} {q}", gold, spec.fmt, meta=meta,
-                        synthetic=True))
+        out.append(
+            Item(
+                f"{spec.name}/sim-synthetic-{i}",
+                spec.name,
+                f"{SIM_ITEM_TAG} {q}",
+                gold,
+                spec.fmt,
+                meta=meta,
+                synthetic=True,
+            )
+        )
     return out
 
-def sim_items(task: str, n: int | None = None, seed: int = 0, source: str = "fixture") -> list[Item]:
-    "`load_items(task, n, seed, source)`, topped up to `n` with `synthetic_sim_items` where the source holds fewer."
+# %% ../nbs/03b_sim.ipynb #4de1810c
+def sim_items(
+    task: str, n: int | None = None, seed: int = 0, source: str = "fixture"
+) -> list[Item]:
+    "`load_items(task, n, seed, source)`, topped up to `n` with synthetic items if it has fewer."
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SubsetSizeWarning)
         items = load_items(task, n=n, seed=seed, source=source)
-    if n is None or len(items) >= n: return items
+    if n is None or len(items) >= n:
+        return items
     spec = get_task(task)
-    if spec.synthetic_fixture and source == "fixture":     # a fixture of synthetic look-alikes: more of the same (02_data)
+    if (
+        spec.synthetic_fixture and source == "fixture"
+    ):  # a fixture of synthetic look-alikes: more of the same (02_data)
         k, more = SYNTHETIC_COUNTS[spec.name], []
         while len(items) + len(more) < n and k < 50 * n:
-            more = [it for it in synthetic_items(spec.name, k + 2 * n)[len(items):]][: n - len(items)]
+            more = [it for it in synthetic_items(spec.name, k + 2 * n)[len(items) :]][
+                : n - len(items)
+            ]
             k += 2 * n
         return items + more
     return items + synthetic_sim_items(task, n - len(items))
