@@ -192,7 +192,6 @@ def strategy_tests(per_unit: pd.DataFrame, metrics: Sequence[str] = ("accuracy",
         rows += mrows
     return pd.DataFrame(rows)
 
-
 # %% ../nbs/11_madc.ipynb #492e1afb
 def path_consistency_table(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFrame:
     """MADC Eq. 2 over a transcript: per (condition, item, sample, round, agent) the agent's consistency
