@@ -31,9 +31,10 @@ from .registry import experiment_files, load_registry    # the artefact registry
 __all__ = ['SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'CONTROL_STYLES', 'COLUMN_IN', 'PAGE_IN', 'MIN_PT',
            'package_versions', 'notebook_parameters', 'run_params', 'Study', 'show_figure', 'register_style',
            'registered_method', 'method_style', 'set_style', 'panel_figure', 'percent_axis', 'pct', 'drawn_renderer',
-           'label_points', 'drawn_marks', 'drawn_line_points', 'drawn_patches', 'hidden_markers', 'data_problems',
-           'small_texts', 'bar_grids', 'tidy_bar_grids', 'layout_problems', 'label_figure', 'LayoutWarning',
-           'save_figure', 'save_table', 'artefact_status', 'write_gallery', 'index_table', 'write_index']
+           'label_points', 'dodge_points', 'drawn_marks', 'drawn_line_points', 'drawn_patches', 'hidden_markers',
+           'data_problems', 'small_texts', 'bar_grids', 'tidy_bar_grids', 'layout_problems', 'label_figure',
+           'LayoutWarning', 'save_figure', 'save_table', 'artefact_status', 'write_gallery', 'index_table',
+           'write_index']
 
 # %% ../nbs/06_report.ipynb #7cf92f74
 _PACKAGES = ("mad_study", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "torch", "transformers", "bitsandbytes",
@@ -460,6 +461,20 @@ def label_points(ax, x: Sequence[float], y: Sequence[float], texts: Sequence[str
     for t, p in zip(ts, pts): _join(ax, p, t.get_window_extent(r), radius(p))
     return ts
 
+# %% ../nbs/06_report.ipynb #a7c1e007
+def dodge_points(ax, x: Sequence[float], y: Sequence[float], r_px: float,
+                 gap: float = 2.2) -> np.ndarray:
+    """x positions (data) that keep markers of radius `r_px` pixels off one another (the kit's own):
+    in the order given, a point closer than `gap` radii to one already placed moves right along the
+    x axis, in display pixels, by the least that frees it. Set the axes' scales and limits first;
+    say in the caption what moved and how far."""
+    pts = ax.transData.transform(np.column_stack([x, y]).astype(float))
+    placed = []
+    for p in pts:
+        while any(np.hypot(*(p - q)) < gap * r_px for q in placed): p = p + [1.0, 0.0]
+        placed.append(p)
+    return ax.transData.inverted().transform(np.array(placed))[:, 0]
+
 # %% ../nbs/06_report.ipynb #7e518cf1
 def _drawn_texts(fig) -> list[tuple[str, Any]]:
     "(what, Text) for every non-empty text `fig` draws: figure texts, titles, axis and tick labels, legends, annotations."
@@ -498,9 +513,10 @@ def _line_marks(ln) -> dict | None:
     if not ln.get_visible() or (isinstance(m, (str, int)) and m in _NOT_MARKERS): return None
     xy = ln.get_transform().transform(_points(ln.get_xydata()))
     fc = ln.get_markerfacecolor()
-    col = _colour(ln.get_markeredgecolor() if str(fc).lower() == "none" else fc)
+    hollow = str(fc).lower() == "none"
+    col = _colour(ln.get_markeredgecolor() if hollow else fc)
     r = ln.get_markersize() * ln.figure.dpi / 72 / 2
-    return dict(xy=xy, r=np.full(len(xy), r), colour=[col] * len(xy), artist=ln)
+    return dict(xy=xy, r=np.full(len(xy), r), colour=[col] * len(xy), artist=ln, filled=not hollow)
 
 def _scatter_marks(c) -> dict | None:
     "A scatter's points (PathCollection offsets) in display pixels, with their radii and colours."
@@ -508,15 +524,17 @@ def _scatter_marks(c) -> dict | None:
     if not (isinstance(c, PathCollection) and c.get_visible() and len(c.get_offsets())): return None
     xy = c.get_offset_transform().transform(_points(c.get_offsets()))
     n, s = len(xy), np.asarray(c.get_sizes(), float)
-    fc = c.get_facecolors() if len(c.get_facecolors()) else c.get_edgecolors()
+    filled = bool(len(c.get_facecolors())) and float(np.max(c.get_facecolors()[:, 3])) > 0
+    fc = c.get_facecolors() if filled else c.get_edgecolors()
     r = np.sqrt(np.resize(s if len(s) else [36.0], n)) * c.figure.dpi / 72 / 2
     col = [_colour(fc[i % len(fc)]) if len(fc) else "none" for i in range(n)]
-    return dict(xy=xy, r=r, colour=col, artist=c)
+    return dict(xy=xy, r=r, colour=col, artist=c, filled=filled)
 
 def drawn_marks(ax) -> list[dict]:
     """Every marker `ax` draws, one dict per artist (the kit's own, for `layout_problems` and
     `label_points`): `xy` centres in display pixels, `r` radii in pixels, `colour` per marker,
-    `artist`. Line2D markers (not error-bar caps) and scatter points; those off the axes not."""
+    `artist`, `filled` (a hollow marker, e.g. a ring around a point, hides nothing). Line2D markers
+    (not error-bar caps) and scatter points; those off the axes are left out."""
     box = ax.get_window_extent()
     out = [m for m in [*map(_line_marks, ax.lines), *map(_scatter_marks, ax.collections)] if m]
     for d in out:
@@ -588,7 +606,8 @@ def _name(a) -> str:
 def hidden_markers(marks: Sequence[dict], share: float = 0.6) -> list[tuple[dict, dict]]:
     """(hidden, on top) pairs of markers of different methods (different colours) whose centres lie
     closer than `share` of the larger radius (the kit's own; MAD under MADC in the arena before
-    issue 42). On top: the one drawn later (higher zorder)."""
+    issue 42). On top: the one drawn later (higher zorder); a hollow marker on top hides nothing,
+    nor does one much smaller than the marker under it (nested: the larger one's ring shows)."""
     from scipy.spatial import cKDTree
     if sum(len(m["xy"]) for m in marks) < 2: return []
     xy, r = np.concatenate([m["xy"] for m in marks]), np.concatenate([m["r"] for m in marks])
@@ -598,8 +617,9 @@ def hidden_markers(marks: Sequence[dict], share: float = 0.6) -> list[tuple[dict
     out = {}
     for i, j in cKDTree(xy).query_pairs(share * r.max()):
         if col[i] != col[j] and np.hypot(*(xy[i] - xy[j])) < share * max(r[i], r[j]):
-            lo, hi = sorted((own[i], own[j]), key=order)
-            if lo != hi: out.setdefault((lo, hi), (marks[lo], marks[hi]))
+            (lo, a), (hi, b) = sorted(((own[i], i), (own[j], j)), key=lambda p: order(p[0]))
+            if lo != hi and marks[hi].get("filled", True) and r[b] >= 0.8 * r[a]:
+                out.setdefault((lo, hi), (marks[lo], marks[hi]))
     return list(out.values())
 
 # %% ../nbs/06_report.ipynb #a7c1e013
