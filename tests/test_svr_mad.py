@@ -15,7 +15,7 @@ from mad_study.svr_mad import (comm_budget, answer_clusters, evaluate, fallback_
                                svr_mad, extract_confidence)
 
 # the notebook's sim stand-in (params/svr/svr_main.yaml), skill between its two models
-STICKY = dict(skill=0.45, difficulty_sd=1.5, signal_strength=1.5, signal_inversion=1.0, conformity=1.0, recognition=0.0,
+STICKY = dict(skill=0.45, difficulty_sd=1.5, signal_strength=1.5, signal_inversion=0.67, conformity=1.0, recognition=0.0,
               parse_fail=0.01, stubborn_correct=0.8, stubborn_wrong=0.3)
 EQUAL = {**STICKY, "stubborn_correct": 0.55, "stubborn_wrong": 0.55}      # the control: same mean stickiness
 
@@ -92,6 +92,9 @@ def test_fig1_svr_ranks_correct_agents_on_hard_items_and_the_effect_vanishes_wit
     n_hard_c, rates_c, chance_c = _hard_rates(ev_c)
     assert n_hard_c >= 100
     assert rates_c["svr"] < chance_c + 0.10, (rates_c, chance_c)   # control: no better than a random pick
+    for r, c in ((rates, chance), (rates_c, chance_c)):               # issue 42: priors never below chance
+        assert (r[["min_ll", "ppl", "conf"]] > c - 0.06).all(), (r, c)
+    assert rates_c["svr"] - rates_c[["min_ll", "ppl", "conf"]].max() < 0.05, rates_c   # control: SVR's edge gone
     assert rates["svr"] - rates_c["svr"] > 0.3
     # and SVR-MAD's gain over Self-Consistency (the same pre-debate answers) goes with it
     print("SVR-MAD - SC (points): sticky", _svr_mad_gain(ev), "equal", _svr_mad_gain(ev_c))
