@@ -171,6 +171,93 @@ def bench_throughput(model: str = "smollm2-135m-instruct", quant: str = "nf4", m
             "layers": be.stats.get("cpu_4bit_layers"), "batch_invariant": be.batch_invariant}
 
 
+# ------------------------------------------------------------------ 1g. the GPU: today's path vs the new one
+def _gpu_run(be, reqs, **attrs) -> tuple[list, float, list]:
+    "Generate `reqs` with the backend's attributes set to `attrs` for the call; (generations, seconds, batch sizes)."
+    old = {k: getattr(be, k) for k in attrs}
+    for k, v in attrs.items(): setattr(be, k, v)
+    try:
+        be.stats["batch_sizes"] = []
+        _sync(); t = time.perf_counter()
+        out = be.generate(reqs)
+        _sync(); dt = time.perf_counter() - t
+        return out, dt, list(be.stats["batch_sizes"])
+    finally:
+        for k, v in old.items(): setattr(be, k, v)
+
+
+def _sync():
+    import torch
+    if torch.cuda.is_available(): torch.cuda.synchronize()
+
+
+def _peak_gib(reset: bool = False) -> float | None:
+    import torch
+    if not torch.cuda.is_available(): return None
+    if reset: torch.cuda.reset_peak_memory_stats()
+    return round(torch.cuda.max_memory_allocated() / 2**30, 2)
+
+
+TODAY = dict(auto_batch=False, batch_size=16, device_reserved_cache=False)   # the kit's GPU path before 2026-11-26
+NEW = dict(auto_batch=True, batch_size=None, device_reserved_cache=True)
+
+
+def bench_gpu(model: str = "random:qwen2.5-7b-instruct", n_items: int = 16, n_agents: int = 6, max_new_tokens: int = 128,
+              budget_s: float = 420, save=None) -> dict:
+    """1g. One debate round at paper scale on the GPU (Du et al.'s GSM8K round 1: `n_items` x `n_agents` requests,
+    greedy, `max_new_tokens`): the kit's path before 2026-11-26 (batches of 16, transformers' dynamic cache) and the
+    new one (batches from free memory, the reserved cache) in one process on a warm GPU, nf4; then bf16 (new path),
+    and bf16 with CUDA graphs while `budget_s` lasts. `save(res)` is called after every step (partial results)."""
+    import dataclasses, torch
+    from mad_study.backends import make_backend, get_model
+    t_start, res = time.time(), {"model": model, "steps": {},
+                           "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (dry run)"}
+    save = save or (lambda r: None)
+    reqs = debate_round_requests(n_items=n_items, n_agents=n_agents, max_new_tokens=max_new_tokens)
+    res.update(requests=len(reqs), max_new_tokens=max_new_tokens, params_b=get_model(model).params_b)
+    t = time.perf_counter(); be = make_backend(model, quant="nf4", progress=False).load()
+    res["nf4_load_s"] = round(time.perf_counter() - t, 1)             # includes building the random model once
+    res["nf4_footprint_gib"] = round(be.memory_footprint() / 2**30, 2)
+    prompt = [len(be.encode(r.messages)) for r in reqs]
+    res["prompt_tokens"] = [min(prompt), max(prompt)]
+    log(f"  {len(reqs)} requests, prompts {min(prompt)}-{max(prompt)} tokens, {max_new_tokens} new tokens, {model}")
+
+    def step(name, backend, rq, mode):
+        _peak_gib(reset=True)
+        out, dt, sizes = _gpu_run(backend, rq, **mode)
+        n = sum(g.completion_tokens for g in out)
+        res["steps"][name] = dict(seconds=round(dt, 2), tokens=n, tok_s=round(n / dt, 1), batches=sizes,
+                                  peak_gib=_peak_gib())
+        log(f"  {name}: {dt:.1f} s, {n / dt:.0f} tok/s, batches {sizes}")
+        save(res)
+        return out
+
+    today = step("nf4 today", be, reqs, TODAY)
+    new = step("nf4 new", be, reqs, NEW)
+    res["same_text_nf4"] = sum(a.text == b.text for a, b in zip(today, new))
+    step("nf4 today, 24 requests", be, reqs[:24], TODAY)
+    step("nf4 new, 24 requests", be, reqs[:24], NEW)
+    first = [dataclasses.replace(r, max_new_tokens=1) for r in reqs]
+    step("nf4 new, prefill only", be, first, NEW)
+    res["speedup_nf4"] = round(res["steps"]["nf4 new"]["tok_s"] / res["steps"]["nf4 today"]["tok_s"], 2)
+    be.close(); del be
+    t = time.perf_counter(); bf = make_backend(model, quant="none", progress=False).load()
+    res["bf16_load_s"] = round(time.perf_counter() - t, 1)
+    step("bf16 today", bf, reqs, TODAY)
+    bnew = step("bf16 new", bf, reqs, NEW)
+    res["speedup_bf16_vs_nf4_today"] = round(res["steps"]["bf16 new"]["tok_s"] / res["steps"]["nf4 today"]["tok_s"], 2)
+    if time.time() - t_start < budget_s:                     # CUDA graphs: the first call compiles
+        try:
+            t = time.perf_counter(); _gpu_run(bf, reqs[:4], **NEW, cuda_graphs=True); res["graphs_compile_s"] = round(time.perf_counter() - t, 1)
+            g = step("bf16 new + CUDA graphs", bf, reqs, dict(NEW, cuda_graphs=True))
+            res["same_text_graphs"] = sum(a.text == b.text for a, b in zip(bnew, g))
+        except Exception as e:
+            res["graphs_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    res["seconds"] = round(time.time() - t_start)
+    save(res)
+    return res
+
+
 def _path_name(be, device: str) -> str:
     "The 4-bit path a backend ran (for the report): bitsandbytes' bf16 kernel, or dequantize (once per call / per token)."
     if device != "cpu" or be.quant not in ("nf4", "fp4"): return f"{be.quant} on {device}"
@@ -683,7 +770,9 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cuda: also throughput and memory of --gpu-model on the GPU")
-    ap.add_argument("--gpu-model", default="qwen2.5-7b-instruct", help="paper-profile model for --device cuda (from the local hub cache)")
+    ap.add_argument("--gpu-model", default="random:qwen2.5-7b-instruct",
+                    help="model for --device cuda: random:<registry name> (built on the GPU, no download) or a hub model")
+    ap.add_argument("--gpu-out", default=str(ROOT / "benchmarks" / "RESULTS-gpu.md"), help="where the GPU results go")
     ap.add_argument("--only", default="throughput,memory,cache,analysis,serving", help="comma-separated subset")
     ap.add_argument("--serving-requests", type=int, default=8, help="requests of the round sent through the server (benchmark 5)")
     ap.add_argument("--serving-tokens", type=int, default=None, help="max_new_tokens per request in benchmark 5 (default: the cpu profile's, as for 1)")
@@ -728,9 +817,12 @@ def main(argv=None) -> int:
     if a.device == "cuda":
         log(f"1g. generation throughput and memory on the GPU ({a.gpu_model})")
         res.update(run_gpu_child(a.gpu_model, gpu_env))
+        Path(a.gpu_out).write_text(render_gpu(res, info) + "\n")
+        where = save_measurement(res)
+        log(f"wrote {a.gpu_out}" + (f"; the measurement for `mad-study plan`: {where}" if where else ""))
     info["bench_seconds"] = round(time.time() - t0)
     text = render(res, info, argv)
-    Path(a.out).write_text(text + "\n")
+    if res.keys() - {"gpu"}: Path(a.out).write_text(text + "\n")      # --only gpu leaves the CPU results as they are
     if a.json: Path(a.json).write_text(json.dumps({"info": info, "results": res}, indent=1, default=str))
     log("")
     log(f"wrote {Path(a.out).relative_to(ROOT) if Path(a.out).is_relative_to(ROOT) else a.out} ({info['bench_seconds']} s)")
@@ -739,21 +831,66 @@ def main(argv=None) -> int:
     return 0
 
 
-def run_gpu_child(model: str, gpu_env: str | None) -> dict:
-    "The GPU benchmarks in a child process that sees the GPU (this one hides it for the CPU benchmarks)."
-    code = ("import json, sys, torch; sys.path.insert(0, %r); import run as R; R._quiet(); out = {}\n"
+def run_gpu_child(model: str, gpu_env: str | None, partial: Path | None = None) -> dict:
+    """The GPU benchmark (`bench_gpu`) in a child process that sees the GPU (this one hides it for the CPU benchmarks);
+    its partial results go to `partial` after every step, so a run cut short still reports what it measured."""
+    partial = partial or Path(tempfile.gettempdir()) / "mad-study-bench-gpu.json"
+    code = ("import json, os, sys, torch; sys.path.insert(0, %r); import run as R; R._quiet(); out = {}\n"
+            "save = lambda r: open(%r, 'w').write(json.dumps(r, default=str))\n"
             "try:\n    assert torch.cuda.is_available(), 'no CUDA GPU is visible'\n"
-            "    out['throughput_gpu'] = R.bench_throughput(%r, max_new_tokens=128, batch_size=24, device='cuda')\n"
-            "except Exception as e:\n    out['throughput_gpu'] = {'device': 'cuda', 'error': str(e).splitlines()[0][:200]}\n"
-            "print('@@' + json.dumps(out))\n") % (str(Path(__file__).parent), model)
+            "    out['gpu'] = R.bench_gpu(%r, save=save, budget_s=float(os.environ.get('MAD_BENCH_GPU_BUDGET', 420)))\n"
+            "except Exception as e:\n    out['gpu'] = {'device': 'cuda', 'error': str(e).splitlines()[0][:300]}\n"
+            "print('@@' + json.dumps(out, default=str))\n") % (str(Path(__file__).parent), str(partial), model)
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     if gpu_env is not None: env["CUDA_VISIBLE_DEVICES"] = gpu_env
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     for line in r.stdout.splitlines():
         if line.startswith("@@"): return json.loads(line[2:])
         log(line)
-    return {"throughput_gpu": {"device": "cuda", "error": (r.stderr.strip().splitlines() or ["failed"])[-1][:200]}}
+    err = (r.stderr.strip().splitlines() or ["failed"])[-1][:300]
+    got = json.loads(partial.read_text()) if partial.exists() else {}
+    return {"gpu": {**got, "device": got.get("device", "cuda"), "error": err}}
 
+
+def render_gpu(res: dict, info: dict) -> str:
+    "RESULTS-gpu.md: the GPU benchmark's steps, the machine, and what they show."
+    g, V = res.get("gpu", {}), info.get("versions", {})
+    lines = [f"# GPU benchmark ({time.strftime('%Y-%m-%d')})", "",
+             f"Machine: {g.get('device', '?')} (host CPU {info.get('cpu')}, {info.get('cores')} cores); commit "
+             f"{info.get('commit')}; torch {V.get('torch')}, transformers {V.get('transformers')}, "
+             f"bitsandbytes {V.get('bitsandbytes')}. Written by `make bench --device cuda` "
+             f"(`benchmarks/run.py`, `bench_gpu`).", ""]
+    if g.get("error"): lines += [f"**Error:** {g['error']}", ""]
+    lines += [f"Workload: one debate round of Du et al.'s GSM8K (round 1, six agents each seeing five peers' solutions), "
+              f"{g.get('requests')} requests, prompts {g.get('prompt_tokens')} tokens, {g.get('max_new_tokens')} new "
+              f"tokens, greedy; model `{g.get('model')}` (random weights in the published shape: no download). "
+              f"Every step in one process on a warm GPU (warm-up at load). *Today* = the kit's GPU path before "
+              f"2026-11-26 (batches of 16, transformers' dynamic cache); *new* = batches sized from free memory "
+              f"(`batch_size='auto'`), requests sorted by prompt length, the reserved KV cache.", "",
+              "| step | seconds | tokens | tok/s | batches | peak GiB |", "|---|---|---|---|---|---|"]
+    for name, st in g.get("steps", {}).items():
+        b = st["batches"]
+        bs = ", ".join(map(str, b)) if len(b) <= 8 else f"{len(b)} batches of {min(b)}-{max(b)}"
+        lines.append(f"| {name} | {st['seconds']} | {st['tokens']} | {st['tok_s']:,.0f} | {bs} | {st['peak_gib']} |")
+    keys = ("speedup_nf4", "same_text_nf4", "speedup_bf16_vs_nf4_today", "graphs_compile_s", "same_text_graphs",
+            "graphs_error", "nf4_load_s", "nf4_footprint_gib", "bf16_load_s", "seconds")
+    lines += ["", *[f"- `{k}`: {g[k]}" for k in keys if k in g]]
+    return "\n".join(lines)
+
+
+def save_measurement(res: dict) -> Path | None:
+    """The GPU benchmark's tok/s where `mad-study plan` finds it: `cache_home()/measurements/throughput.json` (the
+    latest measurement on this machine) and `benchmarks/gpu_throughput.json` (the one committed with the kit)."""
+    g = res.get("gpu", {})
+    if "steps" not in g: return None
+    from mad_study.core import cache_home
+    rec = {"device": g["device"], "date": time.strftime("%Y-%m-%d"), "model": g["model"], "params_b": g["params_b"],
+           "tok_s": {k: v["tok_s"] for k, v in g["steps"].items()}, "requests": g["requests"],
+           "max_new_tokens": g["max_new_tokens"]}
+    out = cache_home() / "measurements" / "throughput.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for p in (out, ROOT / "benchmarks" / "gpu_throughput.json"): p.write_text(json.dumps(rec, indent=1) + "\n")
+    return out
 
 if __name__ == "__main__":
     sys.exit(main())

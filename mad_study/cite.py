@@ -215,12 +215,18 @@ MENTIONS: dict[str, tuple[str, ...]] = {    # exported name -> works its docstri
     "answers.is_correct": ("qiao2026umad",),          # names UMAD's reward grading; the option is the MATH script's
     "answers.math_equiv_strict": ("qiao2026umad",),   # the MATH benchmark's script (cited), as UMAD's reward uses it
     "roles.literal_object": ("liang2024mad",),        # reads the style of their released replies
+    "doctor.check_bitsandbytes": ("dettmers2023qlora",),   # checks the library the kit's 4-bit path uses
+    "doctor.check_text_twin": ("dettmers2023qlora",), "doctor.check_vision_twin": ("dettmers2023qlora",),
+    "doctor.check_lora_reference": ("hu2022lora",),       # checks that UMAD's LoRA policy starts at its reference
+    "doctor.vision_items": ("wang2024mathvision",),       # drawn look-alikes of its items
+    "report.hidden_markers": ("zhang2025madc",),          # names the figure where the defect was found
 }
 
 # %% ../nbs/00b_cite.ipynb #832b3c0d
 KIT_OWN: dict[str, tuple[str, ...]] = {
     **{m: ("*",) for m in ("answers", "backends", "cache", "checkpoints", "cite", "data", "hf", "interface", "prompts",
-                           "registry", "report", "reproduce", "sandbox", "serving", "sim", "twins", "vision")},
+                           "registry", "report", "reproduce", "sandbox", "serving", "sim", "twins", "vision",
+                           "doctor")},
     "core": ("ConfigError", "GenRequest", "Generation", "Item", "atomic_path", "atomic_write_text", "cache_home",
              "derive_seed", "describe_transcript", "figures_dir", "image_hash", "image_path", "images_dir", "is_image_hash",
              "load_image", "load_transcript", "params_dir", "project_root", "put_image", "rng_for", "runs_dir",

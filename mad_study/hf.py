@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -31,7 +32,8 @@ _log = logging.getLogger("mad_study.hf")
 # %% auto #0
 __all__ = ['CPU_4BIT_KERNELS', 'BF16_KERNEL_BLOCK_N', 'BATCH_MEMORY_SHARE', 'BUCKET_SPREAD', 'STATIC_CACHE_STEP',
            'truncate_messages', 'truncate_ids', 'cpu_has_bf16_kernel', 'bf16_kernel_accepts', 'cpu_description',
-           'set_cpu_4bit_kernel', 'HFBackend', 'row_bytes', 'batch_plan', 'free_memory', 'reserved_cache']
+           'set_cpu_4bit_kernel', 'HFBackend', 'row_bytes', 'batch_plan', 'free_memory', 'reserved_cache',
+           'registry_spec', 'registry_backend', 'ShapeBackend']
 
 # %% ../nbs/03g_hf.ipynb #d0ce0551
 def _nucleus_draw(logits, temps, top_ps, gens):
@@ -510,7 +512,8 @@ def _dtype_bytes(self: HFBackend) -> int:
 
 # %% ../nbs/03g_hf.ipynb #6d73844a
 BATCH_MEMORY_SHARE = 0.7   # of the free device memory a batch may plan for (the rest: fragmentation, estimate error)
-BUCKET_SPREAD = 0.75       # a batch holds prompts of at least this share of its longest (left padding wastes <= 25%)
+BUCKET_SPREAD = None       # off: measured on an H200, splitting a round by length cost a whole extra decode pass
+                           # ([84, 12] took 2x one batch); a float s keeps prompts of >= s x the batch's longest
 
 def row_bytes(config, prompt_len: int, max_new: int, dtype_bytes: int = 2) -> int:
     """Device memory one request of a batch needs beyond the weights (estimate, bytes): its KV cache (prompt + new
@@ -532,14 +535,15 @@ def row_bytes(config, prompt_len: int, max_new: int, dtype_bytes: int = 2) -> in
 
 # %% ../nbs/03g_hf.ipynb #aadf0aa5
 def batch_plan(lens: list[int], news: list[int], size, free_bytes: int, share: float = BATCH_MEMORY_SHARE,
-               spread: float = BUCKET_SPREAD, cap: int | None = None) -> int:
+               spread: float | None = BUCKET_SPREAD, cap: int | None = None) -> int:
     """How many of the next requests (prompt lengths `lens`, longest first; `news`: their max_new_tokens) one batch
     takes: as many as `share` x `free_bytes` holds at the batch's padded size (`size(L, max_new)` bytes a row, L the
-    longest prompt), only prompts of at least `spread` x L (a length bucket), at most `cap`; at least one."""
+    longest prompt), only prompts of at least `spread` x L where given (a length bucket), at most `cap`; at least
+    one. The requests come sorted by length, so a batch holds neighbouring lengths either way."""
     L, budget, m, n = lens[0], share * free_bytes, 0, 0
     for k, (length, new) in enumerate(zip(lens, news)):
         m = max(m, new)
-        if length < spread * L or (k + 1) * size(L, m) > budget: break
+        if (spread and length < spread * L) or (k + 1) * size(L, m) > budget: break
         n = k + 1
         if cap and n >= cap: break
     return max(1, n)
@@ -696,3 +700,28 @@ def _decode(self: HFBackend, seqs, lps, ents, preps: list[_Prepared]) -> list[Ge
 def memory_footprint(self: HFBackend) -> int:
     "Bytes taken by the loaded weights and buffers (transformers' `get_memory_footprint`)."
     return int(self.load().model.get_memory_footprint())
+
+# %% ../nbs/03g_hf.ipynb #9c968504
+def registry_spec(ref: str):
+    """The `ModelSpec` of `random:<name>`, random weights in the exact shape of registry text model `<name>`
+    (`mad_study.twins.shape_config`; `get_model('random:...')` lands here)."""
+    from mad_study.registry import get_model
+    from mad_study.twins import RANDOM_PREFIX, SHAPE_VERSION, shape_table
+    name = str(ref).strip().lower()
+    if name not in shape_table():
+        raise ConfigError("random:<name> needs a registry text model with a published shape", key="model",
+                          value=RANDOM_PREFIX + name, choices=sorted(shape_table()))
+    base = get_model(name)
+    return dataclasses.replace(base, name=RANDOM_PREFIX + name, hub_id=f"random-shape/{name}", revision=SHAPE_VERSION,
+                               prequantized=None, notes=f"Random weights in the shape of {base.hub_id}; measures only.")
+
+def registry_backend(spec, quant: str = "nf4", **kw):
+    "The backend of `random:<name>`: an `HFBackend` whose weights are `shape_checkpoint(name)`, built on first load."
+    return ShapeBackend(spec, quant=quant, **kw)
+
+class ShapeBackend(HFBackend):
+    "An `HFBackend` on `random:<name>`: its weights are `twins.shape_checkpoint(name)`, built on the device at first load."
+    def _source(self) -> str:
+        from mad_study.twins import RANDOM_PREFIX, shape_checkpoint
+        return str(shape_checkpoint(self.spec.name[len(RANDOM_PREFIX):]))
+

@@ -148,7 +148,7 @@ def get_model(name: str) -> ModelSpec:
 # %% ../nbs/02b_registry.ipynb #598ef2d6
 MODEL_PREFIXES: dict[str, str] = {   # name prefix -> module with registry_spec / registry_backend
     "umad-train:": "mad_study.umad_train",   # a UMAD training checkpoint
-    "random:": "mad_study.twins"}            # random weights in a registry model's exact shape
+    "random:": "mad_study.hf"}              # random weights in a registry model's exact shape
 
 def model_prefix(name: Any) -> str | None:
     "The `MODEL_PREFIXES` entry that `name` starts with (case-insensitive), else None."

@@ -40,9 +40,9 @@ _all_ = ["PROFILE_KEYS", "EXPERIMENT_KEYS", "PAPER_ALIASES", "PLANNERS", "read_y
 __all__ = ['NOT_AGENT_LISTS', 'KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'WAKE_S', 'auto_profile', 'map_models', 'parse_override',
            'merge_params', 'validate_params', 'agent_count', 'param_warnings', 'plan_experiment', 'serve_table',
            'stop_kernels', 'remove_temporaries', 'RunResult', 'set_aside', 'run_experiment', 'run_order', 'run_after',
-           'reproduce', 'load_runs', 'compare_runs', 'run_items', 'main', 'PROFILE_KEYS', 'EXPERIMENT_KEYS',
-           'PAPER_ALIASES', 'PLANNERS', 'read_yaml', 'load_profile', 'Experiment', 'experiments', 'resolve_targets',
-           'planner', 'generic_plan']
+           'reproduce', 'load_runs', 'compare_runs', 'run_items', 'throughput_measurement', 'plan_gpu_hours',
+           'profile_weights', 'main', 'PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'read_yaml',
+           'load_profile', 'Experiment', 'experiments', 'resolve_targets', 'planner', 'generic_plan']
 
 # %% ../nbs/20_reproduce.ipynb #b28c82b1
 from .report import notebook_parameters      # the names and defaults of a notebook's `parameters` cell (06_report)
@@ -641,7 +641,7 @@ def _print_table(rows: list[dict], cols: Sequence[str], log=print):
     for r in rows: log("  ".join(str(r.get(c, "")).ljust(w[c]) for c in cols))
 
 def _parser() -> argparse.ArgumentParser:
-    "The `mad-study` argument parser: reproduce, plan, list, compare, cite."
+    "The `mad-study` argument parser: reproduce, plan, list, compare, cite, doctor."
     ap = argparse.ArgumentParser(prog="mad-study", description="Regenerate the figures and tables of five multi-agent-debate papers.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("reproduce", help="run experiments (papermill) and rewrite figures/INDEX.md")
@@ -654,6 +654,12 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--profile", default="paper")
     pl.add_argument("-p", "--param", action="append", default=[])
     sub.add_parser("list", help="every experiment and artefact with its status")
+    dr = sub.add_parser("doctor", help="check what a run on this machine needs, one line per check")
+    dr.add_argument("--only", default=None, help="comma-separated: torch,bitsandbytes,twins,vision,lora,sandbox,memory,served")
+    dr.add_argument("--profile", default="auto", help="whose models' memory to check (auto: paper on a GPU, else sim)")
+    dr.add_argument("--base-url", default=None, help="also check a served model (OpenAI-compatible)")
+    dr.add_argument("--model", default="smollm2-135m-instruct", help="the served model's registry name")
+    dr.add_argument("--served-model", default=None, help="the name the server knows it by")
     cp = sub.add_parser("compare", help="paired comparison of finished runs from their stored transcripts (no generation)")
     cp.add_argument("runs", nargs="+", help="transcript files, folders of them, or experiment ids under runs/<profile>/")
     cp.add_argument("--reference", default=None, help="the condition every other is compared with (default: the first)")
@@ -693,6 +699,28 @@ def _cmd_compare(a) -> int:
     print(f"wrote {out} and {out.with_name(out.stem + '_items.csv')}")
     return 0
 
+# %% ../nbs/20_reproduce.ipynb #a063bd6d
+def throughput_measurement() -> tuple[dict | None, str]:
+    """The latest GPU throughput measurement and where it is from: this machine's (`make bench --device cuda`), else
+    the one committed with the kit; (None, why) when there is neither."""
+    from mad_study.core import cache_home
+    for p, who in ((cache_home() / "measurements" / "throughput.json", "this machine"),
+                   (project_root() / "benchmarks" / "gpu_throughput.json", "committed with the kit")):
+        if p.exists():
+            rec = json.loads(p.read_text())
+            return rec, f"{who}: {rec['device']}, {rec['date']}, {rec['model']}"
+    return None, "no GPU measurement (run `make bench --device cuda` on a GPU)"
+
+def plan_gpu_hours(tokens: int, params_b: float, quant: str = "nf4", rec: Mapping | None = None) -> dict:
+    "GPU-hours of `tokens` completion tokens of a `params_b` model: at the measurement `rec` and at vLLM's figure."
+    from mad_study.umad_train import ROLLOUT_THROUGHPUT
+    scale = lambda tok_s, ref_b: tok_s * ref_b / max(params_b, 0.5)
+    out = {"vllm": tokens / scale(ROLLOUT_THROUGHPUT["vllm"][0], 8.03) / 3600}
+    step = "nf4 new" if quant in ("nf4", "fp4") else "bf16 new"
+    if rec and step in rec.get("tok_s", {}):
+        out["measured"] = tokens / scale(rec["tok_s"][step], rec["params_b"]) / 3600
+    return out
+
 # %% ../nbs/20_reproduce.ipynb #2c8e6862
 def _cmd_plan(a, overrides: Mapping) -> int:
     "`mad-study plan`: generations, tokens, weights and serve commands of the targets (nothing is run)."
@@ -712,11 +740,48 @@ def _cmd_plan(a, overrides: Mapping) -> int:
     for pl in plans:                                   # what a planner adds (training: rollouts, steps, memory)
         extra = {k: v for k, v in pl.items() if k not in _PLAN_SHOWN}
         if extra: print(f"  {pl['experiment']}: " + ", ".join(f"{k}={v}" for k, v in extra.items()))
+    _print_gpu_hours(plans, p.get("quant", "nf4") if plans else "nf4")
     srv = serve_table(plans)
     if srv:
         print("\nto serve them (vLLM, 80 GB GPUs; then add -p backend=openai -p base_url=http://HOST:8000/v1; see docs/serving.md)")
         _print_table(srv, ["model", "experiments", "generations", "completion_tokens", "weights_bf16", "tp", "command"])
     return 0
+
+
+# %% ../nbs/20_reproduce.ipynb #1a710abb
+def _print_gpu_hours(plans: Sequence[Mapping], quant: str) -> None:
+    "Per experiment and in total: GPU-hours at the latest measurement and at vLLM's published figure."
+    from mad_study.registry import get_model
+    rec, where = throughput_measurement()
+    rows, tot = [], {"measured": 0.0, "vllm": 0.0}
+    for pl in plans:
+        sizes = [get_model(m).params_b for m, gb in pl["weight_memory_gb"].items() if gb is not None]
+        if not sizes: continue
+        h = plan_gpu_hours(pl["completion_tokens"], max(sizes), quant, rec)
+        for k in h: tot[k] += h[k]
+        rows.append(dict(experiment=pl["experiment"], measured=f"{h['measured']:,.1f}" if "measured" in h else "-",
+                         vllm=f"{h['vllm']:,.1f}"))
+    if not rows: return
+    print(f"\nGPU-hours of the completion tokens ({quant}; measured: {where}; vllm: 12,500 tok/s published)")
+    rows.append(dict(experiment="total", measured=f"{tot['measured']:,.0f}" if rec else "-", vllm=f"{tot['vllm']:,.0f}"))
+    _print_table(rows, ["experiment", "measured", "vllm"])
+
+
+# %% ../nbs/20_reproduce.ipynb #b78a54db
+def profile_weights(profile: str = "auto") -> tuple[str, dict]:
+    "(label, {model: GB}): the weights of every model the profile's experiments plan (what `mad-study doctor` checks)."
+    name = auto_profile() if profile == "auto" else profile
+    prof, need = load_profile(name), {}
+    for e in resolve_targets(["all"]):
+        for m, gb in plan_experiment(e, merge_params(e, prof)).get("weight_memory_gb", {}).items():
+            if gb is not None: need[m] = gb
+    return f"profile '{name}' ({prof.get('params', {}).get('quant', 'nf4')})", need
+
+def _cmd_doctor(a) -> int:
+    "`mad-study doctor`: `mad_study.doctor` with the profile's planned weights."
+    from mad_study.doctor import doctor_command
+    label, need = profile_weights(a.profile)
+    return doctor_command(a, need, label)
 
 # %% ../nbs/20_reproduce.ipynb #bfe16dc6
 def main(argv: Sequence[str] | None = None) -> int:
@@ -725,6 +790,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if a.cmd == "cite": from mad_study.cite import cite_command; return cite_command(a.targets, keys_only=a.keys)
         if a.cmd == "list": return _cmd_list()
+        if a.cmd == "doctor": return _cmd_doctor(a)
         if a.cmd == "compare": return _cmd_compare(a)
         overrides = dict(parse_override(s) for s in a.param)
         if a.cmd == "plan": return _cmd_plan(a, overrides)

@@ -20,8 +20,7 @@ from .checkpoints import _build_checkpoint, _complete, embedded_checkpoint
 __all__ = ['TWIN_SHAPE', 'TEXT_TWINS', 'H', 'FF', 'LAYERS', 'HEADS', 'KV', 'HEAD_DIM', 'IMG', 'GEMMA3_TEMPLATE',
            'LLAMA3_TEMPLATE', 'VLM_TWINS', 'SHAPE_VERSION', 'RANDOM_PREFIX', 'NoVideoProcessor',
            'torchvision_free_processors', 'build_pixtral', 'build_gemma3', 'build_qwen2_5_vl', 'build_mllama',
-           'twin_checkpoint', 'check_twin', 'check_vlm_twin', 'shape_table', 'shape_config', 'shape_checkpoint',
-           'registry_spec', 'registry_backend']
+           'twin_checkpoint', 'shape_table', 'shape_config', 'shape_checkpoint']
 
 # %% ../nbs/03e_twins.ipynb #f0917fb0
 TWIN_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -303,47 +302,6 @@ def twin_checkpoint(name: str, force: bool = False) -> Path:
         return dict(version=TWIN_REVISION, config=cls)
     return _build_checkpoint(dst, build, force)
 
-# %% ../nbs/03e_twins.ipynb #625ab8ab
-def check_twin(name: str, quant: str = "nf4") -> dict:
-    """Run the twin `name` through `make_backend` as a paper run would (kit-own: the architecture check of
-    `mad-study doctor`); returns what the tests check (texts, signals, layers)."""
-    from mad_study.backends import make_backend
-    from mad_study.core import GenRequest
-    chat = lambda q, **kw: GenRequest([{"role": "system", "content": "Be brief."}, {"role": "user", "content": q}], **kw)
-    reqs = [chat("What is 2+3?", max_new_tokens=6), chat("Name a colour, then explain the choice at length.", max_new_tokens=6),
-            chat("Hi", max_new_tokens=6, temperature=1.0, seed=5)]
-    be = make_backend(name, quant=quant, progress=False)
-    batched, single = be.generate(reqs), [be.generate([r])[0] for r in reqs]
-    short = make_backend(name, quant=quant, progress=False, max_context=48)
-    long = short.generate([chat("word " * 200, max_new_tokens=4)])[0]
-    kinds = [type(m).__name__ for m in be.model.modules()]
-    return dict(arch=type(be.model).__name__, linear4bit=kinds.count("Linear4bit"), linear=kinds.count("Linear"),
-                same_text=[a.text == b.text for a, b in zip(batched, single)],
-                lp_diff=max(abs(a.logprob_sum - b.logprob_sum) for a, b in zip(batched, single)),
-                finite=all(g.logprob_sum is not None and g.token_entropy >= 0 for g in batched),
-                truncated=long.finish_reason, batch_invariant=be.batch_invariant)
-
-# %% ../nbs/03e_twins.ipynb #dba90e4e
-def check_vlm_twin(name: str, items: list) -> dict:
-    """Run the VLM twin `name` through `make_backend` on image `items` as a paper run would (kit-own: `mad-study
-    doctor`); returns what the tests check."""
-    import re
-    from mad_study.backends import make_backend
-    from mad_study.core import GenRequest
-    ask = lambda it, imgs=None: GenRequest([{"role": "system", "content": "Be brief."}, {"role": "user", "content": it.question,
-                                            **({"images": imgs} if imgs else {})}], max_new_tokens=5, meta={"item": it})
-    reqs = [ask(it) for it in items]
-    be = make_backend(name, progress=False)
-    batched, single = be.generate(reqs), [be.generate([r])[0] for r in reqs]
-    other = be.generate([ask(items[0], list(items[1].images))])[0]
-    text = be.generate([GenRequest([{"role": "user", "content": "Hi"}], max_new_tokens=3)])[0]
-    q4 = [n for n, m in be.model.named_modules() if type(m).__name__ == "Linear4bit"]
-    return dict(arch=type(be.model).__name__, linear4bit=len(q4), in_vision=[n for n in q4 if re.search("vision|visual|projector|lm_head", n)],
-                same_text=[a.text == b.text for a, b in zip(batched, single)],
-                lp_diff=max(abs(a.logprob_sum - b.logprob_sum) for a, b in zip(batched, single)),
-                sees_image=other.logprob_sum != batched[0].logprob_sum, text_only=text.completion_tokens,
-                image_tokens=batched[0].prompt_tokens - text.prompt_tokens)
-
 # %% ../nbs/03e_twins.ipynb #79e1468d
 SHAPE_VERSION = "shape-v1"           # the random shape models' build version (part of their cache identity)
 RANDOM_PREFIX = "random:"
@@ -383,24 +341,4 @@ def shape_checkpoint(name: str, device: str | None = None, overrides: dict | Non
         model.save_pretrained(tmp); tok.save_pretrained(tmp)
         return dict(version=SHAPE_VERSION, shape=name, source=shape_table()[name]["source"], overrides=overrides)
     return _build_checkpoint(dst, build, force)
-
-
-# %% ../nbs/03e_twins.ipynb #e6aae2fd
-def registry_spec(ref: str):
-    "The `ModelSpec` of `random:<name>` (`mad_study.registry.get_model('random:...')` lands here)."
-    from mad_study.registry import get_model
-    name = str(ref).strip().lower()
-    if name not in shape_table():
-        raise ConfigError("random:<name> needs a registry text model with a published shape", key="model",
-                          value=RANDOM_PREFIX + name, choices=sorted(shape_table()))
-    base = get_model(name)
-    return dataclasses.replace(base, name=RANDOM_PREFIX + name, hub_id=f"random-shape/{name}", revision=SHAPE_VERSION,
-                               prequantized=None, notes=f"Random weights in the shape of {base.hub_id}; measures only.")
-
-def registry_backend(spec, quant: str = "nf4", **kw):
-    "The backend of `random:<name>`: an `HFBackend` whose weights are `shape_checkpoint(name)`, built on first load."
-    from mad_study.hf import HFBackend
-    class ShapeBackend(HFBackend):
-        def _source(self) -> str: return str(shape_checkpoint(self.spec.name[len(RANDOM_PREFIX):]))
-    return ShapeBackend(spec, quant=quant, **kw)
 

@@ -291,6 +291,7 @@ class PolicyBackend(HFBackend):
 # %% ../nbs/10b_umad_train.ipynb #864cb816
 class Policy:
     "One trained policy pi_theta_i of UMAD Alg. 2 (line 1: policy, reference, learning rate): model, reference, optimizer."
+    train_attention = "math"     # the SDPA kernel of every training forward on a GPU (None: PyTorch's choice)
     def __init__(self, model, cfg: TrainConfig, tag: str, device: int | None = None):
         import torch
         self.cfg = cfg
@@ -324,10 +325,17 @@ def _sha(*parts) -> str:
 # %% ../nbs/10b_umad_train.ipynb #bfe1292c
 @patch
 def _fwd(self: Policy, model, P, C):
+    """log pi of the completions through `model`. On a GPU every training forward (pi_theta with gradient, pi_old and
+    pi_ref without) runs one attention kernel, `Policy.train_attention` (PyTorch's math SDPA): the fused kernels
+    PyTorch picks otherwise can differ with and without gradient, and pi != pi_ref at step 0 (seen on an H200)."""
     import torch, contextlib
     cuda = next(model.parameters()).is_cuda
-    ctx = torch.autocast("cuda", dtype=torch.bfloat16) if cuda and self.cfg.finetune == "full" else contextlib.nullcontext()
-    with ctx: return sequence_logprobs(model, P, C, self.backend.pad_id, self.cfg.temperature)
+    with contextlib.ExitStack() as st:
+        if cuda and self.cfg.finetune == "full": st.enter_context(torch.autocast("cuda", dtype=torch.bfloat16))
+        if cuda and self.train_attention:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            st.enter_context(sdpa_kernel(getattr(SDPBackend, self.train_attention.upper())))
+        return sequence_logprobs(model, P, C, self.backend.pad_id, self.cfg.temperature)
 
 @patch
 def ref_logprobs(self: Policy, P, C):
