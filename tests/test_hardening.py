@@ -59,7 +59,8 @@ def test_two_reproduce_processes_share_one_cache(tmp_path):
     procs = []
     for i in range(2):
         env = _env(tmp_path, MAD_STUDY_FIGURES=tmp_path / f"fig{i}")          # one runs/ (one cache), two figure folders
-        procs.append(subprocess.Popen(preexec_fn=_default_sigint, args=[str(EXE), "reproduce", "du_gsm8k", "--profile", "sim", "-p", slow, *SLOW_AGENTS],
+        procs.append(subprocess.Popen(preexec_fn=_default_sigint, args=[str(EXE), "reproduce", "du_gsm8k", "--profile", "sim", "-p", slow, "-p", "n_items=40",
+                                                                  *SLOW_AGENTS],
                                       env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (out, err) in zip(procs, outs):
@@ -244,7 +245,7 @@ def test_ctrl_c_delivered_to_a_worker_thread_still_interrupts_the_run():
                 _run_waiting([(Exp(), {})], {}, pool, run=busy, log=lambda s: None)
         finally:
             release.set(); signal.signal(signal.SIGINT, old_handler)
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < 6       # the worker holds 8 s: less shows Ctrl-C did not wait for it (busy machine: 3-5 s)
 
 
 def _interrupt_at(delay, args, env):
@@ -266,6 +267,16 @@ def _interrupt_at(delay, args, env):
     return proc.returncode, time.time() - t0, family, out + err
 
 
+def _exit_bound(env) -> float:
+    """How long answering Ctrl-C may take on this machine now: 10 s on a quiet one, or five start-ups of the command
+    (`mad-study list`, measured here) when the machine is busy. Exiting stops each kernel (a 2 s grace, then a
+    kill) and rewrites figures/INDEX.md: a few process start-ups of work, which a loaded machine slows alike. (A
+    fresh clone's suite with other work on both cores took 18-21 s to answer against a fixed 10 s bound.)"""
+    t = time.time()
+    subprocess.run([str(EXE), "list"], env=env, cwd=ROOT, capture_output=True, timeout=300)
+    return max(10.0, 5 * (time.time() - t))
+
+
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_ctrl_c_at_any_moment_ends_the_run_within_seconds(tmp_path, jobs):
     """SIGINT at many moments of a run (start-up, kernel start, execution, saving, shutdown), one or two experiments
@@ -279,10 +290,11 @@ def test_ctrl_c_at_any_moment_ends_the_run_within_seconds(tmp_path, jobs):
     full = time.time() - t
     assert r.returncode == 0, r.stdout + r.stderr
     fracs = (0.15, 0.45, 0.75) if jobs == "1" else (0.3, 0.7)
+    bound = _exit_bound(env)
     for frac in fracs:
         rc, took, family, out = _interrupt_at(frac * full, args, env)
         assert rc in (130, 0), (frac, rc, out)
-        assert took is not None and took < 10, (frac, took, out)                 # Ctrl-C answered within seconds
+        assert took is not None and took < bound, (frac, took, bound, out)      # Ctrl-C answered within seconds
         time.sleep(0.3)
         alive = [p for p in family if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
         assert not alive, (frac, alive)                                         # no kernel left behind

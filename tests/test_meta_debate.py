@@ -295,7 +295,7 @@ def test_verdict_never_raises_never_slow():
     assert parse_verdict('{"Whether there is a preference": false, "debate_answer": ""}', IT).preference is False
     t0 = time.perf_counter()
     assert parse_verdict('{"a":' * 100_000, IT).status == "malformed"       # old: 12 s
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < 3.0             # milliseconds quiet; the old parser took 12 s (a busy machine: margin)
 
 
 def test_assign_roles_ties_exact_and_seeded():

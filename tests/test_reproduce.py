@@ -73,7 +73,7 @@ def test_same_seed_byte_identical_tables(scratch):
     assert not set(side["params"]) & {"In", "Out", "get_ipython", "study", "items", "transcript", "plt", "pd"}
     raw = (scratch / "fig0" / "baseline" / "baseline.json").read_text()
     assert len(raw) < 8000 and str(scratch) not in raw and str(ROOT) not in raw    # small, no machine path
-    assert len(side["items"]["gsm8k"]) == 40
+    assert len(side["items"]["gsm8k"]) == 100                     # the sim profile's n_items (params/baseline)
     index = (scratch / "fig0" / "INDEX.md").read_text()
     assert "| baseline |" in index and "regenerated" in index
 
