@@ -212,6 +212,17 @@ def _check_batch_size(batch_size) -> None:
     except (TypeError, ValueError): ok = False
     if not ok: raise ConfigError("batch size must be an integer >= 1 or 'auto'", key="batch_size", value=batch_size)
 
+def _compute_dtype(compute_dtype, cuda: bool):
+    "The compute dtype: given (a torch dtype or its name), else bf16 on a GPU that has it (fp16 otherwise), fp32 on the CPU."
+    import torch
+    if compute_dtype is None:
+        return (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if cuda else torch.float32
+    if isinstance(compute_dtype, str):
+        if not isinstance(getattr(torch, compute_dtype, None), torch.dtype):
+            raise ConfigError("unknown compute dtype", key="compute_dtype", value=compute_dtype, choices=_DT_SHORT)
+        return getattr(torch, compute_dtype)
+    return compute_dtype
+
 
 # %% ../nbs/03g_hf.ipynb #d4d45ba5
 @patch
@@ -234,13 +245,7 @@ def __init__(self: HFBackend, model: str | ModelSpec, quant: str = "nf4", device
         self.quant = self.spec.prequantized
     import torch
     self._cuda = torch.cuda.is_available()
-    if compute_dtype is None:
-        compute_dtype = (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if self._cuda else torch.float32
-    elif isinstance(compute_dtype, str):
-        if not isinstance(getattr(torch, compute_dtype, None), torch.dtype):
-            raise ConfigError("unknown compute dtype", key="compute_dtype", value=compute_dtype, choices=_DT_SHORT)
-        compute_dtype = getattr(torch, compute_dtype)
-    self.compute_dtype = compute_dtype
+    self.compute_dtype = _compute_dtype(compute_dtype, self._cuda)
     self.device_map = device_map if self._cuda else None
     # default batch: on a GPU 'auto' (sized from free memory, `batch_plan`); 32 on the CPU, where each decode step pays
     # a fixed cost per batch (dequantizing every weight)

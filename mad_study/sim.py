@@ -105,6 +105,8 @@ def distractor_pool(item: Item, n: int = 4) -> list[str]:
     k = n_options(item) if item.fmt == "option" else 0
     return list(_pool(item.id, str(item.gold).strip(), item.fmt, k, n))
 
+
+# %% ../nbs/03b_sim.ipynb #1e3c8241
 @functools.lru_cache(maxsize=1 << 16)
 def _pool(item_id: str, gold: str, fmt: str, k: int, n: int) -> tuple[str, ...]:
     rng = rng_for("sim-distractors", item_id)
