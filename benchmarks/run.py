@@ -203,7 +203,7 @@ NEW = dict(auto_batch=True, batch_size=None, device_reserved_cache=True)
 
 
 def bench_gpu(model: str = "random:qwen2.5-7b-instruct", n_items: int = 16, n_agents: int = 6, max_new_tokens: int = 128,
-              budget_s: float = 420, save=None) -> dict:
+              budget_s: float = 420, save=None, bf16: bool = True) -> dict:
     """1g. One debate round at paper scale on the GPU (Du et al.'s GSM8K round 1: `n_items` x `n_agents` requests,
     greedy, `max_new_tokens`): the kit's path before 2026-11-26 (batches of 16, transformers' dynamic cache) and the
     new one (batches from free memory, the reserved cache) in one process on a warm GPU, nf4; then bf16 (new path),
@@ -235,12 +235,14 @@ def bench_gpu(model: str = "random:qwen2.5-7b-instruct", n_items: int = 16, n_ag
     today = step("nf4 today", be, reqs, TODAY)
     new = step("nf4 new", be, reqs, NEW)
     res["same_text_nf4"] = sum(a.text == b.text for a, b in zip(today, new))
-    step("nf4 today, 24 requests", be, reqs[:24], TODAY)
-    step("nf4 new, 24 requests", be, reqs[:24], NEW)
-    first = [dataclasses.replace(r, max_new_tokens=1) for r in reqs]
-    step("nf4 new, prefill only", be, first, NEW)
+    if bf16:                                                 # the full run: a small round and the prefill alone
+        step("nf4 today, 24 requests", be, reqs[:24], TODAY)
+        step("nf4 new, 24 requests", be, reqs[:24], NEW)
+        first = [dataclasses.replace(r, max_new_tokens=1) for r in reqs]
+        step("nf4 new, prefill only", be, first, NEW)
     res["speedup_nf4"] = round(res["steps"]["nf4 new"]["tok_s"] / res["steps"]["nf4 today"]["tok_s"], 2)
     be.close(); del be
+    if not bf16: res["seconds"] = round(time.time() - t_start); save(res); return res
     t = time.perf_counter(); bf = make_backend(model, quant="none", progress=False).load()
     res["bf16_load_s"] = round(time.perf_counter() - t, 1)
     step("bf16 today", bf, reqs, TODAY)
@@ -838,7 +840,8 @@ def run_gpu_child(model: str, gpu_env: str | None, partial: Path | None = None) 
     code = ("import json, os, sys, torch; sys.path.insert(0, %r); import run as R; R._quiet(); out = {}\n"
             "save = lambda r: open(%r, 'w').write(json.dumps(r, default=str))\n"
             "try:\n    assert torch.cuda.is_available(), 'no CUDA GPU is visible'\n"
-            "    out['gpu'] = R.bench_gpu(%r, save=save, budget_s=float(os.environ.get('MAD_BENCH_GPU_BUDGET', 420)))\n"
+            "    E = os.environ.get; out['gpu'] = R.bench_gpu(%r, save=save, budget_s=float(E('MAD_BENCH_GPU_BUDGET', 420)), "
+            "n_items=int(E('MAD_BENCH_GPU_ITEMS', 16)), bf16=E('MAD_BENCH_GPU_BF16', '1') == '1')\n"
             "except Exception as e:\n    out['gpu'] = {'device': 'cuda', 'error': str(e).splitlines()[0][:300]}\n"
             "print('@@' + json.dumps(out, default=str))\n") % (str(Path(__file__).parent), str(partial), model)
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
