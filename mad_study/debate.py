@@ -24,6 +24,8 @@ from .data import row_formats
 from .answers import extract_answer, is_correct, merge_equivalent
 from .data import format_question
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
+from .interface import generate_jobs
+
 
 # %% auto #0
 __all__ = ['ORDERINGS', 'PROTOCOLS', 'HISTORY_MODES', 'Agent', 'make_agents', 'Turn', 'RoundPlan', 'RoundContext', 'Protocol',
@@ -361,8 +363,7 @@ def _generate_round(pending: dict[str, list], backends: Mapping[str, Any], rnd: 
                     conv: dict, bar, experiment: str, method: str) -> None:
     "Run round `rnd`'s requests, model by model, appending the rows (in place) to `rows`, `hist` and `conv`."
     for model, jobs in pending.items():
-        gens = backends[model].generate([j[-1] for j in jobs])
-        if len(gens) != len(jobs): raise RuntimeError(f"backend for {model} returned {len(gens)} generations for {len(jobs)} requests")
+        gens = generate_jobs(backends, [(model, j[-1]) for j in jobs])    # one call for the model, counts checked
         for (th, it, k, a, role, pos, peers, req), g in zip(jobs, gens):
             rows.append(_row(experiment, it, k, rnd, a, role, pos, peers, g.text, g, method=method))
             hist[th][a.name].append(rows[-1])

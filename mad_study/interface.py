@@ -5,12 +5,13 @@
 # %% ../nbs/03a_interface.ipynb #847a3a2c
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections import defaultdict
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
-from .core import GenRequest, Generation
+from .core import ConfigError, GenRequest, Generation
 
 # %% auto #0
-__all__ = ['Backend', 'BaseBackend']
+__all__ = ['Backend', 'BaseBackend', 'generate_jobs']
 
 # %% ../nbs/03a_interface.ipynb #698decee
 @runtime_checkable
@@ -32,3 +33,18 @@ class BaseBackend:
     def close(self) -> None:
         "Release the model (memory); the backend stays usable and reloads on the next call where it can."
     def __repr__(self): return f"{type(self).__name__}({self.backend_id!r})"
+
+# %% ../nbs/03a_interface.ipynb #88304566
+def generate_jobs(backends: Mapping[str, Any], jobs: Sequence[tuple[str, GenRequest]]) -> list[Generation]:
+    "Generate `jobs` [(model, request)] with one `generate` call per model (in job order); results in job order."
+    by = defaultdict(list)
+    for i, (m, _) in enumerate(jobs):
+        if m not in backends: raise ConfigError("no backend for model", key="model", value=m, choices=sorted(backends))
+        by[m].append(i)
+    out: list = [None] * len(jobs)
+    for m, idx in by.items():
+        gens = list(backends[m].generate([jobs[i][1] for i in idx]))
+        if len(gens) != len(idx):
+            raise RuntimeError(f"backend for {m} returned {len(gens)} generations for {len(idx)} requests")
+        for i, g in zip(idx, gens): out[i] = g
+    return out

@@ -22,6 +22,8 @@ from .metrics import _isna, path_consistency, reversal_point, viewpoint_entropy
 from .stats import adjust_pvalues, cochran_q, condition_labels, paired_difference, paired_test   # cochran_q: nbs/05b_stats
 from .prompts import debate_message, get_prompt, opening_messages
 from .registry import planner
+from .interface import generate_jobs
+
 
 # %% auto #0
 __all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 'METRICS', 'CASES', 'REVERSAL_ORDERS',
@@ -263,7 +265,7 @@ def run_reversal(item: Item, pools: Sequence[dict], backend: Any, model: str, or
                                      seed=derive_seed(seed, "madc-reversal", item.id, order, c, r, k),
                                      meta=dict(item=item, agent=order, round=1, sample=smp))
                     jobs.append((order, c, smp, seq[:c], req))
-    gens = backend.generate([j[-1] for j in jobs]) if jobs else []
+    gens = generate_jobs({model: backend}, [(model, j[-1]) for j in jobs])      # counts checked (03a_interface)
     rows = []
     for (order, c, smp, shown, _), g in zip(jobs, gens):
         ans = extract_answer(g.text, item.fmt)

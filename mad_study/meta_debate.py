@@ -20,7 +20,8 @@ from .core import ConfigError, GenRequest, Item, atomic_write_text, derive_seed,
 from .answers import extract_answer, is_correct
 from .prompts import META_DEBATE_PROMPTS, fill, number_word
 from .registry import planner
-from .roles import (DMAD_ROLES, DMAD_VISION_ROLES, MAD_ROLES, _fill, _generate, _pot_what, answer_instruction, parse_verdict, pot_turn,
+from .interface import generate_jobs
+from .roles import (DMAD_ROLES, DMAD_VISION_ROLES, MAD_ROLES, _fill, _pot_what, answer_instruction, parse_verdict, pot_turn,
                              question_parts, run_dmad, run_mad)
 
 # %% auto #0
@@ -313,7 +314,7 @@ def generate_criteria(framework: str, task: str, examples: Sequence[Item], model
         msgs = [{"role": "user", "content": criteria_prompt(framework, role, examples, data)}]
         jobs.append((model, GenRequest(msgs, max_new_tokens=max_new_tokens, temperature=0.0, seed=derive_seed(seed, task, role),
                                        meta=dict(item=dataclasses.replace(examples[0], images=()), role=role, kind="criteria")))); todo.append(role)
-    for role, g in zip(todo, _generate(backends, jobs)):
+    for role, g in zip(todo, generate_jobs(backends, jobs)):
         crit = parse_criteria(g.text)
         val = {"criteria": crit or PAPER_CRITERIA, "text": g.text, "fallback": not crit,
                "prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens}
@@ -380,7 +381,7 @@ def _propose(items, framework, stage, models, backends, chosen, run) -> tuple[di
                                            meta=dict(item=it, role=r, kind="verdict" if r == "moderator" else "answer"))))
                 keys.append((it, r, j))
     props, rows = {}, []
-    for (it, r, j), g in zip(keys, _generate(backends, jobs)):
+    for (it, r, j), g in zip(keys, generate_jobs(backends, jobs)):
         text, a, status = g.text, _proposal_answer(g.text, it, r), None
         if r == "pot":                                        # run the program; reviewers see its output (as in DMAD)
             pa, text, status, _ = pot_turn(g.text, it, **run["pot"])
@@ -416,7 +417,7 @@ def _review(items, framework, stage, models, backends, crit, props, chosen, run)
                                            meta=dict(item=it, role=r, kind="review", target_role=r, affirmative_answer=aff))))
                 keys.append((it, r, k, names, order))
     rows = []
-    for (it, r, k, names, order), g in zip(keys, _generate(backends, jobs)):
+    for (it, r, k, names, order), g in zip(keys, generate_jobs(backends, jobs)):
         rv = read_review(g.text, N, names)
         s = np.full(N, np.nan); s[order] = rv.scores          # shown position p -> agent order[p]
         rows.append(dict(item_id=it.id, role=r, evaluator=k + 1, model=models[k], text=g.text, shown=",".join(str(j + 1) for j in order),

@@ -22,6 +22,7 @@ import pandas as pd
 from .core import ConfigError, GenRequest, Generation, Item, SIGNALS, derive_seed, rng_for, transcript_frame
 from .answers import extract_answer, is_correct
 from .debate import majority_vote
+from .interface import generate_jobs
 from .sandbox import run_program
 from .sim import SimBackend, read_final_answers, _logit, _msg_hash, _sigmoid, item_difficulty as _difficulty
 from fastcore.basics import patch
@@ -193,19 +194,6 @@ def parse_verdict(text: str, item: Item) -> Verdict:
     return Verdict("ok" if ans is not None else "unreadable_answer", ans, pref, side, reason, raw)
 
 # %% ../nbs/04c_roles.ipynb #c654eba4
-def _generate(backends: Mapping[str, Any], jobs: Sequence[tuple[str, GenRequest]]) -> list[Generation]:
-    "Generate `jobs` [(model, request)] with one `generate` call per model; results in job order."
-    by = defaultdict(list)
-    for i, (m, r) in enumerate(jobs):
-        if m not in backends: raise ConfigError("no backend for model", key="model", value=m, choices=backends)
-        by[m].append(i)
-    out: list = [None] * len(jobs)
-    for m, idx in by.items():
-        gens = backends[m].generate([jobs[i][1] for i in idx])
-        if len(gens) != len(idx): raise RuntimeError(f"backend for {m} returned {len(gens)} generations for {len(idx)} requests")
-        for i, g in zip(idx, gens): out[i] = g
-    return out
-
 def _row(experiment, item, rnd, role, model, position, peers, gen: Generation, answer, text=None) -> dict:
     r = dict(experiment=experiment, item_id=item.id, task=item.task, gold=str(item.gold), round=rnd, agent=role, role=role,
              model=model, sample=0, position=position, visible_peers=",".join(peers), reused=False,
@@ -255,7 +243,7 @@ def _mad_step(st: dict, backends: Mapping[str, Any], rows: list[dict], kw: dict,
         s["conv"][role] = s["conv"][role] + [{"role": "user", "content": user_of(s)}]
         kind = "verdict" if role == "moderator" else "answer"
         jobs.append((s["a"][role], _req(s["conv"][role], s["item"], role, rnd, kind, **kw)))
-    for s, g in zip(live, _generate(backends, jobs)):
+    for s, g in zip(live, generate_jobs(backends, jobs)):
         s["conv"][role] = s["conv"][role] + [{"role": "assistant", "content": g.text}]
         s["last"][role] = g.text
         it = s["item"]
@@ -276,12 +264,12 @@ def _mad_judge(st: dict, backends: Mapping[str, Any], rows: list[dict], kw: dict
         s["judge"] = [{"role": "system", "content": _fill(P["moderator_system"], topic=s["topic"])},
                       {"role": "user", "content": _fill(P["judge_candidates"], aff_ans=s["last"]["affirmative"], neg_ans=s["last"]["negative"])}]
         jobs.append((s["a"]["moderator"], _req(s["judge"], s["item"], "judge", max_rounds + 1, "judge_candidates", **kw)))
-    for s, g in zip(live, _generate(backends, jobs)):
+    for s, g in zip(live, generate_jobs(backends, jobs)):
         s["cand"] = g                                              # its tokens go into the judge's row (both calls)
         s["judge"] = s["judge"] + [{"role": "assistant", "content": g.text},
                                    {"role": "user", "content": _fill(P["judge_final"], topic=s["topic"])}]
     jobs = [(s["a"]["moderator"], _req(s["judge"], s["item"], "judge", max_rounds + 1, "verdict", final=True, **kw)) for s in live]
-    for s, g in zip(live, _generate(backends, jobs)):
+    for s, g in zip(live, generate_jobs(backends, jobs)):
         it = s["item"]; v = parse_verdict(g.text, it); s["verdicts"].append(f"judge:{v.status}")
         if v.status == "ok": s.update(answer=v.answer, decided_by="judge")
         else:
@@ -459,7 +447,7 @@ def _dmad_aux(st: dict, roles: list[str], rnd: int, peers: Callable, backends: M
             user = _dmad_user(role, s["item"], rnd, peers(s, role), prompts, vision_prompts, step="aux")
             jobs.append((s["a"][role], _req(s["conv"][role] + [{"role": "user", "content": user}], s["item"], role, rnd, "aux", **kw)))
             keys.append((s["item"].id, role))
-    aux = dict(zip(keys, _generate(backends, jobs)))
+    aux = dict(zip(keys, generate_jobs(backends, jobs)))
     return aux
 
 # %% ../nbs/04c_roles.ipynb #c965e87c
@@ -481,7 +469,7 @@ def _dmad_turns(keys: list, jobs: list, backends: Mapping[str, Any], aux: dict, 
                 pot_log: list, experiment: str, vision_prompts: Mapping[str, str], pot_timeout: float, pot_memory_mb: int,
                 execute: bool, pot_isolation: str) -> None:
     "Generate round `rnd`'s answers and append their rows (and PoT log entries) in place."
-    for (s, role), g in zip(keys, _generate(backends, jobs)):
+    for (s, role), g in zip(keys, generate_jobs(backends, jobs)):
         it, text = s["item"], g.text
         ans = extract_answer(text, it.fmt)
         if role == "pot":

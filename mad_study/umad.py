@@ -16,6 +16,8 @@ from .answers import parse_failure_rate
 from .debate import Agent, FullyConnected, make_agents
 from .metrics import _entropy_rows, clustered_accuracy_ci, wilson_ci
 from .registry import planner
+from .interface import generate_jobs
+
 
 # %% auto #0
 __all__ = ['UMAD_PROMPT', 'TRAJECTORY_CLASSES', 'TASK_TITLES', 'ALPHA_AU', 'ETA_PAPER', 'ETA_RELEASED', 'EPS', 'NLL_NORMS',
@@ -123,7 +125,7 @@ def alg1_samples(transcript: pd.DataFrame, items, backends: Mapping[str, Any], k
             pending[r.model].append((r, it, j, req))
     rows = []
     for model, jobs in pending.items():
-        gens = backends[model].generate([j[-1] for j in jobs])
+        gens = generate_jobs(backends, [(model, j[-1]) for j in jobs])     # counts checked (03a_interface)
         for (r, it, j, req), g in zip(jobs, gens):
             ans = extract_answer(g.text, it.fmt)
             rows.append(dict(experiment=r.experiment, item_id=it.id, task=it.task, gold=str(it.gold), round=int(r.round), agent=r.agent,
