@@ -11,11 +11,11 @@ from typing import Mapping
 from .core import ConfigError, GenRequest, Generation
 from .interface import Backend, BaseBackend
 from .registry import (CLOSED_SUBSTITUTES, MODEL_KINDS, MODEL_PREFIXES, MODELS, QUANTS, SERVE_HINTS, TWIN_REVISION,
-                                TWINS, UMAD_D5_GRID, ModelSpec, _prefix_module, _spec_for, get_model, model_prefix,
+                                TWINS, UMAD_D5_GRID, ModelSpec, prefix_module, spec_for, get_model, model_prefix,
                                 models_table, weight_memory_gb)
-from .checkpoints import (EMBEDDED_GGUF, TINY_RANDOM_VERSION, ModelUnavailable, _build_checkpoint, _complete,
+from .checkpoints import (EMBEDDED_GGUF, TINY_RANDOM_VERSION, ModelUnavailable, build_checkpoint, checkpoint_complete,
                                    embedded_checkpoint, embedded_gguf_path, tiny_random_checkpoint)
-from .hf import (BF16_KERNEL_BLOCK_N, CPU_4BIT_KERNELS, HFBackend, _DT_SHORT, _is_oom, bf16_kernel_accepts,
+from .hf import (BF16_KERNEL_BLOCK_N, CPU_4BIT_KERNELS, HFBackend, DTYPE_SHORT, is_out_of_memory, bf16_kernel_accepts,
                           cpu_description, cpu_has_bf16_kernel, set_cpu_4bit_kernel, truncate_ids, truncate_messages)
 from .cache import CLAIM_TIMEOUT, POLL_SECONDS, CacheError, CachedBackend, GenerationCache, pid_alive
 from .sim import SimBackend
@@ -46,7 +46,7 @@ def make_backend(model_name: str, *, quant: str = "nf4", cache: GenerationCache 
                  sim_agents: Mapping[str, Mapping] | None = None, backend: str = "hf", **kw) -> Backend:
     """A backend for a registry name (or a `MODEL_PREFIXES` name such as `umad-train:<checkpoint>/<agent>`): `SimBackend` for 'sim*' names, else `HFBackend` (`backend="hf"`) or
     `mad_study.serving.OpenAIBackend` (`backend="openai"`, `kw` = its arguments); behind `CachedBackend` if `cache` is given."""
-    spec = _spec_for(model_name)
+    spec = spec_for(model_name)
     kind = backend
     if spec.kind == "sim":
         backend = SimBackend(model_name, **dict((sim_agents or {}).get(model_name) or {}))
@@ -55,7 +55,7 @@ def make_backend(model_name: str, *, quant: str = "nf4", cache: GenerationCache 
     elif kind != "hf":
         raise ConfigError("unknown backend", key="backend", value=kind, choices=("hf", "openai"))
     elif (pre := model_prefix(model_name)) is not None:
-        backend = _prefix_module(pre).registry_backend(spec, quant=quant, **kw)   # e.g. a UMAD training checkpoint
+        backend = prefix_module(pre).registry_backend(spec, quant=quant, **kw)   # e.g. a UMAD training checkpoint
     elif spec.vision:
         backend = VLMBackend(spec, quant=quant, **kw)
     else:

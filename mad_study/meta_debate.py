@@ -21,7 +21,7 @@ from .answers import extract_answer, is_correct
 from .prompts import META_DEBATE_PROMPTS, fill, number_word
 from .registry import planner
 from .interface import generate_jobs
-from .roles import (DMAD_ROLES, DMAD_VISION_ROLES, MAD_ROLES, _fill, _pot_what, answer_instruction, parse_verdict, pot_turn,
+from .roles import (DMAD_ROLES, DMAD_VISION_ROLES, MAD_ROLES, fill_placeholders, pot_answer_hint, answer_instruction, parse_verdict, pot_turn,
                              question_parts, run_dmad, run_mad)
 
 # %% auto #0
@@ -263,7 +263,7 @@ def criteria_prompt(framework: str, role: str, examples: Sequence[Item], data: s
     qs = [question_parts(it)[0] for it in examples][:3]
     if len(qs) < 3: raise ConfigError("criteria generation needs three example questions", key="examples", value=len(qs))
     P = META_DEBATE_PROMPTS
-    return _fill(P["criteria"], context=P["contexts"][context_key(framework, role)], role=role_title(role), data=data,
+    return fill_placeholders(P["criteria"], context=P["contexts"][context_key(framework, role)], role=role_title(role), data=data,
                 question1=qs[0], question2=qs[1], question3=qs[2])
 
 def parse_criteria(text: str, max_criteria: int = 3) -> list[tuple[str, str]]:
@@ -361,8 +361,8 @@ PROPOSAL_ORDERS = ("fixed", "shuffled")
 
 def _role_sentence(framework, role, item, chosen: Mapping[str, str]) -> str:
     P = META_DEBATE_PROMPTS["proposal_roles"]
-    return _fill(P[role], affirmative=chosen.get("affirmative", ""), negative=chosen.get("negative", ""),
-                instruction=answer_instruction(item), what=_pot_what(item))
+    return fill_placeholders(P[role], affirmative=chosen.get("affirmative", ""), negative=chosen.get("negative", ""),
+                instruction=answer_instruction(item), what=pot_answer_hint(item))
 
 def _proposal_answer(text, item, role):
     if role == "moderator": v = parse_verdict(text, item); return v.answer
@@ -374,7 +374,7 @@ def _propose(items, framework, stage, models, backends, chosen, run) -> tuple[di
     for it in items:
         q, ch = question_parts(it)
         for r in stage:
-            user = _fill(P["proposal"], question=q, choices=ch, role_sentence=_role_sentence(framework, r, it, chosen[it.id]))
+            user = fill_placeholders(P["proposal"], question=q, choices=ch, role_sentence=_role_sentence(framework, r, it, chosen[it.id]))
             for j, m in enumerate(models):
                 jobs.append((m, GenRequest([{"role": "user", "content": user}], max_new_tokens=run["max_new_tokens"],
                                            temperature=run["temperature"], seed=derive_seed(run["seed"], it.id, r, m, "proposal"),
@@ -405,12 +405,12 @@ def _review(items, framework, stage, models, backends, crit, props, chosen, run)
         q, ch = question_parts(it)
         for r in stage:
             names = [c[0] for c in crit[r]]
-            fmt = _fill(P["review_format"], skeleton=review_skeleton(N, names)) if run["review_format"] else ""
+            fmt = fill_placeholders(P["review_format"], skeleton=review_skeleton(N, names)) if run["review_format"] else ""
             aff = _proposal_answer(chosen[it.id].get("affirmative", ""), it, "affirmative") if r == "negative" else None
             for k, m in enumerate(models):
                 order = shown_order(N, run["order"], run["seed"], it.id, r, k)
-                resp = "\n\n".join(_fill(P["review_response"], j=p + 1, response=props[(it.id, r, j)]) for p, j in enumerate(order))
-                user = _fill(P["review"], context=P["review_contexts"][context_key(framework, r)], n_agents=number_word(N).capitalize(),
+                resp = "\n\n".join(fill_placeholders(P["review_response"], j=p + 1, response=props[(it.id, r, j)]) for p, j in enumerate(order))
+                user = fill_placeholders(P["review"], context=P["review_contexts"][context_key(framework, r)], n_agents=number_word(N).capitalize(),
                              role=role_title(r), criteria=format_criteria(crit[r]), question=q, choices=ch, responses=resp) + fmt
                 jobs.append((m, GenRequest([{"role": "user", "content": user}], max_new_tokens=run["max_new_tokens"],
                                            temperature=run["temperature"], seed=derive_seed(run["seed"], it.id, r, m, "review"),

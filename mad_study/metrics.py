@@ -21,8 +21,9 @@ from .data import TRANSCRIPT_DEFAULTS, complete_transcript
 # %% auto #0
 __all__ = ['UNPARSED', 'UNPARSED_MODES', 'with_defaults', 'wilson_ci', 'accuracy_by_round', 'cluster_bootstrap_ci',
            'clustered_accuracy_ci', 'token_cost', 'token_savings', 'survival_rate', 'cost_saving', 'tokens_per_point',
-           'answer_distribution', 'entropy', 'uncertainty_decomposition', 'uncertainty_table', 'flip_transitions',
-           'flip_table', 'viewpoint_entropy', 'viewpoint_log_likelihood', 'path_consistency', 'reversal_point']
+           'answer_distribution', 'entropy', 'entropy_rows', 'uncertainty_decomposition', 'uncertainty_table',
+           'flip_transitions', 'flip_table', 'viewpoint_entropy', 'viewpoint_log_likelihood', 'path_consistency',
+           'reversal_point']
 
 # %% ../nbs/05_metrics.ipynb #365e2221
 def with_defaults(transcript: pd.DataFrame, need: Sequence[str], what: str = "transcript") -> pd.DataFrame:
@@ -206,9 +207,9 @@ def entropy(p: Sequence[float] | pd.Series, base: float = math.e) -> float:
     The arithmetic of `scipy.stats.entropy` (same result, bit for bit) without its per-call argument handling (~1 ms). (Shannon entropy in bits of an answer distribution (MADC App. A.2; UMAD's TU, Eq. 2).)"""
     p = np.asarray(p, dtype=float)
     if p.size == 0 or p.sum() <= 0: return math.nan
-    return float(_entropy_rows(p, base))
+    return float(entropy_rows(p, base))
 
-def _entropy_rows(P: np.ndarray, base: float) -> np.ndarray:
+def entropy_rows(P: np.ndarray, base: float) -> np.ndarray:
     "`entropy` of every non-zero distribution along the last axis, without checks (the one place of its arithmetic)."
     S = np.sum(special.entr(P / np.sum(P, axis=-1, keepdims=True)), axis=-1)
     if base is not None: S /= math.log(base)
@@ -243,8 +244,8 @@ def _decompose_p(P: np.ndarray, base: float) -> tuple[float, float, float, np.nd
     mix = P[0].copy()
     for row in P[1:]: mix = mix + row                           # the mixture, summed in agent order
     mix = mix / len(P)
-    tu = float(_entropy_rows(mix, base))
-    au = float(np.mean([_entropy_rows(row, base) for row in P]))
+    tu = float(entropy_rows(mix, base))
+    au = float(np.mean([entropy_rows(row, base) for row in P]))
     eu = max(tu - au, 0.0) if tu - au > -1e-12 else tu - au   # JSD >= 0; clip float noise only
     return tu, eu, au, mix
 
@@ -298,8 +299,8 @@ def _decompose_groups(g: np.ndarray, a: np.ndarray, o: np.ndarray, G: int, base:
         P = counts[sel, :nn, :ll] / n[sel, :nn, None]            # each agent's distribution (App. C.1)
         mix = P[:, 0, :].copy()
         for i in range(1, nn): mix = mix + P[:, i, :]            # the mixture, summed in agent order
-        tu[sel] = _entropy_rows(mix / nn, base)
-        au[sel] = np.mean(_entropy_rows(P, base), axis=1)
+        tu[sel] = entropy_rows(mix / nn, base)
+        au[sel] = np.mean(entropy_rows(P, base), axis=1)
     d = tu - au
     return tu, np.where(d > -1e-12, np.maximum(d, 0.0), d), au, L
 

@@ -19,8 +19,9 @@ from .core import ConfigError, params_dir, project_root
 # %% auto #0
 __all__ = ['MODEL_KINDS', 'MODELS', 'UMAD_D5_GRID', 'CLOSED_SUBSTITUTES', 'MODEL_PREFIXES', 'SERVE_HINTS', 'TWIN_REVISION',
            'TWINS', 'QUANTS', 'PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'ModelSpec', 'get_model',
-           'model_prefix', 'models_table', 'weight_memory_gb', 'load_registry', 'experiment_files', 'read_yaml',
-           'load_profile', 'Experiment', 'experiments', 'resolve_targets', 'planner', 'generic_plan']
+           'model_prefix', 'prefix_module', 'models_table', 'weight_memory_gb', 'spec_for', 'load_registry',
+           'experiment_files', 'read_yaml', 'check_keys', 'load_profile', 'Experiment', 'experiments',
+           'resolve_targets', 'planner', 'generic_plan']
 
 # %% ../nbs/02b_registry.ipynb #20cd8c87
 MODEL_KINDS = ("hf", "embedded", "tiny-random", "sim")
@@ -137,7 +138,7 @@ def get_model(name: str) -> ModelSpec:
     "The registry entry for `name`; names starting with 'sim' are synthetic agents (kind 'sim'). Unknown names raise ConfigError."
     if not isinstance(name, str): raise ConfigError("model name must be a string", key="model", value=name)
     key = name.strip().lower()
-    if (pre := model_prefix(name)) is not None: return _prefix_module(pre).registry_spec(name.strip()[len(pre):])
+    if (pre := model_prefix(name)) is not None: return prefix_module(pre).registry_spec(name.strip()[len(pre):])
     if key in MODELS: return MODELS[key]
     if key.startswith("sim"): return dataclasses.replace(MODELS["sim"], name=name)
     if key in CLOSED_SUBSTITUTES:
@@ -156,7 +157,7 @@ def model_prefix(name: Any) -> str | None:
     k = name.strip().lower()
     return next((p for p in MODEL_PREFIXES if k.startswith(p)), None)
 
-def _prefix_module(prefix: str):
+def prefix_module(prefix: str):
     "The module serving names with `prefix`, imported by name when first used (a plugin: it imports this registry, never the reverse)."
     import importlib
     return importlib.import_module(MODEL_PREFIXES[prefix])
@@ -253,7 +254,7 @@ def weight_memory_gb(model_name: str, quant: str = "nf4", dtype_bytes: float = 2
     return (spec.params_b - emb) * body + emb * dtype_bytes
 
 # %% ../nbs/02b_registry.ipynb #1cf16991
-def _spec_for(model: str | ModelSpec) -> ModelSpec:
+def spec_for(model: str | ModelSpec) -> ModelSpec:
     "Registry entry for a name; a hub id ('org/name') or a local folder outside the registry becomes an ad-hoc hf spec."
     if isinstance(model, ModelSpec): return model
     if model_prefix(model) is not None: return get_model(model)             # e.g. umad-train:<checkpoint>/<agent>
@@ -301,7 +302,7 @@ def read_yaml(path: str | os.PathLike) -> dict:
     if not isinstance(d, dict): raise ConfigError("must be a mapping of keys to values", where=path)
     return d
 
-def _check_keys(d: Mapping, allowed: set, where) -> None:
+def check_keys(d: Mapping, allowed: set, where) -> None:
     for k in d:
         if k not in allowed: raise ConfigError("unknown key", where=where, key=k, choices=allowed)
 
@@ -310,7 +311,7 @@ def load_profile(name: str) -> dict:
     path = params_dir() / "profiles" / f"{name}.yaml"
     if not path.exists():
         raise ConfigError("unknown profile", key="--profile", value=name, choices=[p.stem for p in (params_dir() / "profiles").glob("*.yaml")])
-    d = read_yaml(path); _check_keys(d, PROFILE_KEYS, path)
+    d = read_yaml(path); check_keys(d, PROFILE_KEYS, path)
     d["name"] = name; d["path"] = path
     return d
 
@@ -330,7 +331,7 @@ def experiments() -> dict[str, Experiment]:
     reg = load_registry()
     out = {}
     for eid, e in experiment_files(reg).items():
-        spec = read_yaml(e["path"]); _check_keys(spec, EXPERIMENT_KEYS, e["path"])
+        spec = read_yaml(e["path"]); check_keys(spec, EXPERIMENT_KEYS, e["path"])
         nb = spec.get("notebook") or reg[e["paper"]].get("notebook")
         out[eid] = Experiment(eid, e["paper"], e["path"], project_root() / nb, e["artefacts"], spec)
     for x in out.values():                                  # `after:` names experiments that exist (20_reproduce waits for them)

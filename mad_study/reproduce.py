@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 
 from .core import ConfigError, clip_line, figures_dir, params_dir, project_root, runs_dir
-from .registry import (EXPERIMENT_KEYS, PAPER_ALIASES, PLANNERS, PROFILE_KEYS, Experiment, _check_keys,
+from .registry import (EXPERIMENT_KEYS, PAPER_ALIASES, PLANNERS, PROFILE_KEYS, Experiment, check_keys,
                                 experiment_files, experiments, generic_plan, load_profile, load_registry, planner,
                                 read_yaml, resolve_targets)
 from .report import write_index

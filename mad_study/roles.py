@@ -24,17 +24,17 @@ from .answers import extract_answer, is_correct
 from .debate import majority_vote
 from .interface import generate_jobs
 from .sandbox import run_program
-from .sim import SimBackend, read_final_answers, _logit, _msg_hash, _sigmoid, item_difficulty as _difficulty
+from .sim import SimBackend, read_final_answers, logit, message_hash, sigmoid, item_difficulty as _difficulty
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['LETTERS', 'MAD_ROLES', 'MAD_PROMPTS', 'ROUND_WORDS', 'VERDICT_STATUSES', 'MAX_VERDICT_CHARS', 'MAX_JSON_STARTS',
            'MAX_LITERAL_CHARS', 'Assignment', 'DMAD_ROLES', 'DMAD_METHOD_NAMES', 'DMAD_PROMPTS', 'DMAD_VISION_ROLES',
            'DMAD_TWO_STEP', 'DMAD_VISION_PROMPTS', 'ROLE_SIM_KEYS', 'SIM_AUX', 'SIM_CRITERIA', 'question_parts',
-           'answer_instruction', 'question_block', 'loose_answer', 'mad_topic', 'Verdict', 'literal_object',
-           'first_json_object', 'parse_verdict', 'resolve_assignment', 'run_mad', 'dmad_opening', 'dmad_debate_message',
-           'dmad_roles', 'dmad_vision_message', 'extract_program', 'PotAnswer', 'pot_answer', 'PotTurn', 'pot_turn',
-           'run_dmad', 'RoleSimBackend']
+           'answer_instruction', 'question_block', 'loose_answer', 'fill_placeholders', 'mad_topic', 'Verdict',
+           'literal_object', 'first_json_object', 'parse_verdict', 'resolve_assignment', 'run_mad', 'pot_answer_hint',
+           'dmad_opening', 'dmad_debate_message', 'dmad_roles', 'dmad_vision_message', 'extract_program', 'PotAnswer',
+           'pot_answer', 'PotTurn', 'pot_turn', 'run_dmad', 'RoleSimBackend']
 
 # %% ../nbs/04c_roles.ipynb #5d932869
 LETTERS = "ABCDEFGHIJ"
@@ -87,13 +87,13 @@ MAD_PROMPTS: dict[str, str] = {
 }
 ROUND_WORDS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
 
-def _fill(t: str, **kw) -> str:
+def fill_placeholders(t: str, **kw) -> str:
     "Replace `{name}` placeholders in one pass: inserted text (model output) is never scanned for placeholders."
     return re.sub(r"\{(\w+)\}", lambda m: str(kw[m.group(1)]) if m.group(1) in kw else m.group(0), t)
 
 def mad_topic(item: Item, prompts: Mapping[str, str] = MAD_PROMPTS) -> str:
     "The debate topic of `item` (Liang et al.'s MAD: the question the debaters argue about)."
-    return _fill(prompts["topic"], question=question_block(item), instruction=answer_instruction(item))
+    return fill_placeholders(prompts["topic"], question=question_block(item), instruction=answer_instruction(item))
 
 # %% ../nbs/04c_roles.ipynb #13695cde
 VERDICT_STATUSES = ("ok", "no_answer", "unreadable_answer", "malformed")
@@ -227,9 +227,9 @@ def _mad_states(items: Sequence[Item], assignment: Assignment, P: Mapping[str, s
         a = resolve_assignment(assignment, it, MAD_ROLES)
         topic = mad_topic(it, P)
         st[it.id] = dict(item=it, a=a, topic=topic, done=False, verdicts=[], answer=None, decided_by="none", rounds=0,
-                         conv={"affirmative": [{"role": "system", "content": _fill(P["player_system"], topic=topic)}],
-                               "negative": [{"role": "system", "content": _fill(P["player_system"], topic=topic)}],
-                               "moderator": [{"role": "system", "content": _fill(P["moderator_system"], topic=topic)}]},
+                         conv={"affirmative": [{"role": "system", "content": fill_placeholders(P["player_system"], topic=topic)}],
+                               "negative": [{"role": "system", "content": fill_placeholders(P["player_system"], topic=topic)}],
+                               "moderator": [{"role": "system", "content": fill_placeholders(P["moderator_system"], topic=topic)}]},
                          last={})
     return st
 
@@ -261,13 +261,13 @@ def _mad_judge(st: dict, backends: Mapping[str, Any], rows: list[dict], kw: dict
     live = [s for s in st.values() if not s["done"]]
     jobs = []
     for s in live:
-        s["judge"] = [{"role": "system", "content": _fill(P["moderator_system"], topic=s["topic"])},
-                      {"role": "user", "content": _fill(P["judge_candidates"], aff_ans=s["last"]["affirmative"], neg_ans=s["last"]["negative"])}]
+        s["judge"] = [{"role": "system", "content": fill_placeholders(P["moderator_system"], topic=s["topic"])},
+                      {"role": "user", "content": fill_placeholders(P["judge_candidates"], aff_ans=s["last"]["affirmative"], neg_ans=s["last"]["negative"])}]
         jobs.append((s["a"]["moderator"], _req(s["judge"], s["item"], "judge", max_rounds + 1, "judge_candidates", **kw)))
     for s, g in zip(live, generate_jobs(backends, jobs)):
         s["cand"] = g                                              # its tokens go into the judge's row (both calls)
         s["judge"] = s["judge"] + [{"role": "assistant", "content": g.text},
-                                   {"role": "user", "content": _fill(P["judge_final"], topic=s["topic"])}]
+                                   {"role": "user", "content": fill_placeholders(P["judge_final"], topic=s["topic"])}]
     jobs = [(s["a"]["moderator"], _req(s["judge"], s["item"], "judge", max_rounds + 1, "verdict", final=True, **kw)) for s in live]
     for s, g in zip(live, generate_jobs(backends, jobs)):
         it = s["item"]; v = parse_verdict(g.text, it); s["verdicts"].append(f"judge:{v.status}")
@@ -307,11 +307,11 @@ def run_mad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str
     def step(role, user_of, rnd, pos, peers): _mad_step(st, backends, rows, kw, experiment, role, user_of, rnd, pos, peers)
     for rnd in range(1, int(max_rounds) + 1):
         word = ROUND_WORDS[rnd - 1] if rnd <= len(ROUND_WORDS) else f"{rnd}th"
-        if rnd == 1: step("affirmative", lambda s: _fill(P["affirmative"], topic=s["topic"]), rnd, 0, ())
-        else: step("affirmative", lambda s: _fill(P["debate"], oppo_ans=s["last"]["negative"]), rnd, 0, ("negative",))
-        if rnd == 1: step("negative", lambda s: _fill(P["negative"], aff_ans=s["last"]["affirmative"]), rnd, 1, ("affirmative",))
-        else: step("negative", lambda s: _fill(P["debate"], oppo_ans=s["last"]["affirmative"]), rnd, 1, ("affirmative",))
-        step("moderator", lambda s: _fill(P["moderator"], round=word, aff_ans=s["last"]["affirmative"],
+        if rnd == 1: step("affirmative", lambda s: fill_placeholders(P["affirmative"], topic=s["topic"]), rnd, 0, ())
+        else: step("affirmative", lambda s: fill_placeholders(P["debate"], oppo_ans=s["last"]["negative"]), rnd, 0, ("negative",))
+        if rnd == 1: step("negative", lambda s: fill_placeholders(P["negative"], aff_ans=s["last"]["affirmative"]), rnd, 1, ("affirmative",))
+        else: step("negative", lambda s: fill_placeholders(P["debate"], oppo_ans=s["last"]["affirmative"]), rnd, 1, ("affirmative",))
+        step("moderator", lambda s: fill_placeholders(P["moderator"], round=word, aff_ans=s["last"]["affirmative"],
                                           neg_ans=s["last"]["negative"]), rnd, 2, ("affirmative", "negative"))
     _mad_judge(st, backends, rows, kw, experiment, P, max_rounds)
     return transcript_frame(rows), _mad_outcomes(st)
@@ -331,20 +331,20 @@ DMAD_PROMPTS: dict[str, str] = {
     "outro": "\n\n Using the solutions from other agents as additional information, give an updated answer to the question, again with your own method ({method}). {again}",
 }
 
-def _pot_what(item: Item) -> str:
+def pot_answer_hint(item: Item) -> str:
     return " (the letter of the correct option)" if item.fmt == "option" else ""
 
 def dmad_opening(role: str, item: Item, prompts: Mapping[str, str] = DMAD_PROMPTS) -> str:
     "The opening user message of a DMAD method."
     if role not in DMAD_ROLES: raise ConfigError("unknown DMAD method", key="role", value=role, choices=DMAD_ROLES)
-    return _fill(prompts[role], question=question_block(item), instruction=answer_instruction(item), what=_pot_what(item))
+    return fill_placeholders(prompts[role], question=question_block(item), instruction=answer_instruction(item), what=pot_answer_hint(item))
 
 def dmad_debate_message(role: str, item: Item, solutions: Sequence[tuple[str, str]], prompts: Mapping[str, str] = DMAD_PROMPTS) -> str:
     "DMAD's debate-round message: the other methods' solutions [(role, text)], then the update request in one's own method."
-    again = (f"Again write one ```python code block whose program prints only the final answer{_pot_what(item)}."
+    again = (f"Again write one ```python code block whose program prints only the final answer{pot_answer_hint(item)}."
              if role == "pot" else answer_instruction(item))
-    return (prompts["intro"] + "".join(_fill(prompts["peer"], method=DMAD_METHOD_NAMES[r], solution=t) for r, t in solutions)
-            + _fill(prompts["outro"], method=DMAD_METHOD_NAMES[role], again=again))
+    return (prompts["intro"] + "".join(fill_placeholders(prompts["peer"], method=DMAD_METHOD_NAMES[r], solution=t) for r, t in solutions)
+            + fill_placeholders(prompts["outro"], method=DMAD_METHOD_NAMES[role], again=again))
 
 # %% ../nbs/04c_roles.ipynb #0ceb3a27
 DMAD_VISION_ROLES = ("io", "ccot", "ddcot")
@@ -384,9 +384,9 @@ def dmad_vision_message(role: str, item: Item, step: str, solutions: Sequence[tu
     "A user message of DMAD's vision methods (CCoT, DDCoT): `step` 'aux' (scene graph / sub-questions) or 'answer'; with the peers' turns in debate rounds."
     if role not in DMAD_VISION_ROLES: raise ConfigError("unknown DMAD vision method", key="role", value=role, choices=DMAD_VISION_ROLES)
     key = f"{role}_aux" if step == "aux" else role
-    body = _fill(prompts[key], question=question_block(item), instruction=answer_instruction(item), aux=aux)
+    body = fill_placeholders(prompts[key], question=question_block(item), instruction=answer_instruction(item), aux=aux)
     if not solutions: return body
-    peers = prompts["intro"] + "".join(_fill(prompts["peer"], method=DMAD_METHOD_NAMES[r], solution=t) for r, t in solutions)
+    peers = prompts["intro"] + "".join(fill_placeholders(prompts["peer"], method=DMAD_METHOD_NAMES[r], solution=t) for r, t in solutions)
     return peers + prompts["outro"] + body[0].lower() + body[1:]
 
 # %% ../nbs/04c_roles.ipynb #78286a09
@@ -479,7 +479,7 @@ def _dmad_turns(keys: list, jobs: list, backends: Mapping[str, Any], aux: dict, 
             if pa is not None: ans = pa
         a = aux.get((it.id, role))
         if a is not None:                                      # the turn others see: both steps joined, both calls' tokens
-            text = _fill(vision_prompts[f"joined_{role}"], aux=a.text, answer=text)
+            text = fill_placeholders(vision_prompts[f"joined_{role}"], aux=a.text, answer=text)
             g = dataclasses.replace(g, prompt_tokens=g.prompt_tokens + a.prompt_tokens, completion_tokens=g.completion_tokens + a.completion_tokens)
         s["conv"][role] = s["conv"][role] + [{"role": "assistant", "content": text}]
         s["last"][role] = text
@@ -559,7 +559,7 @@ def role_p(self: RoleSimBackend, item: Item, role: str | None) -> float:
     base = self.modality_skill.get(item.modality, self.agent.skill)
     s = self.role_skill.get(f"{item.modality}:{role}", self.role_skill.get(role, base)) if role else base
     u = float(rng_for("role-sim", self.model_name, role, item.id).standard_normal()) * self.role_item_sd if role else 0.0
-    return _sigmoid(_logit(s) - float(_difficulty(item, self.agent.difficulty_sd)) + u)
+    return sigmoid(logit(s) - float(_difficulty(item, self.agent.difficulty_sd)) + u)
 
 # %% ../nbs/04c_roles.ipynb #8f665655
 @patch
@@ -577,7 +577,7 @@ def decide(self: RoleSimBackend, item: Item, own: str | None, shown: Sequence[st
 
 # %% ../nbs/04c_roles.ipynb #6f21873f
 def _req_rng(b: SimBackend, req: GenRequest, tag: str):
-    return rng_for("role-sim", tag, b.model_name, req.seed) if req.temperature > 0 else rng_for("role-sim", tag, b.model_name, _msg_hash(req.messages))
+    return rng_for("role-sim", tag, b.model_name, req.seed) if req.temperature > 0 else rng_for("role-sim", tag, b.model_name, message_hash(req.messages))
 
 def _verdict_text(b: "RoleSimBackend", req: GenRequest, final: bool) -> str:
     item, rng = req.meta["item"], _req_rng(b, req, "verdict")

@@ -28,7 +28,7 @@ from fastcore.basics import patch
 
 from .core import ConfigError, clip_line, GenRequest, Generation, image_path, load_image, signals_from_logprobs
 from .interface import BaseBackend
-from .registry import ModelSpec, _spec_for, get_model, weight_memory_gb
+from .registry import ModelSpec, spec_for, get_model, weight_memory_gb
 
 _log = logging.getLogger("mad_study.serving")
 
@@ -134,7 +134,7 @@ class OpenAIBackend(BaseBackend):
                  max_retries: int = 3, backoff: float = 0.5, backoff_max: float = 8.0, top_k: int | None = None,
                  top_logprobs: int | None = 5, served_quant: str | None = None, chat_template_kwargs: Mapping | None = None,
                  failure_log: str | os.PathLike | None = None):
-        self.spec = _spec_for(model)
+        self.spec = spec_for(model)
         if self.spec.kind == "sim": raise ConfigError("synthetic agents are not served over HTTP", key="model", value=self.spec.name)
         if server not in SERVER_KINDS: raise ConfigError("unknown server kind", key="server", value=server, choices=SERVER_KINDS)
         for k, v, lo in (("concurrency", concurrency, 1), ("max_retries", max_retries, 0), ("timeout", timeout, 1e-3)):

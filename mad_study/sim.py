@@ -27,8 +27,8 @@ from .data import (SYNTHETIC_COUNTS, SubsetSizeWarning, get_task, load_items,
 
 # %% auto #0
 __all__ = ['FINAL_SENTENCE', 'TIER_TAGS', 'RUN_KEYS', 'SIM_ITEM_TAG', 'SIM_ITEM_MAKERS', 'SimAgent', 'item_difficulty',
-           'n_options', 'distractor_pool', 'read_final_answers', 'read_shown_solutions', 'compose_text', 'SimBackend',
-           'synthetic_sim_items', 'sim_items']
+           'n_options', 'distractor_pool', 'read_final_answers', 'read_shown_solutions', 'compose_text', 'sigmoid',
+           'logit', 'message_hash', 'SimBackend', 'synthetic_sim_items', 'sim_items']
 
 # %% ../nbs/03b_sim.ipynb #d713bb3d
 @dataclass(frozen=True)
@@ -179,11 +179,11 @@ def compose_text(answer: str | None, fmt: str, n_words: int, rng: np.random.Gene
     return f"{body} {FINAL_SENTENCE}{_wrap(answer, fmt)}."
 
 # %% ../nbs/03b_sim.ipynb #5399dff8
-def _sigmoid(x: float) -> float: return 1.0 / (1.0 + math.exp(-x))
-def _logit(p: float) -> float:
+def sigmoid(x: float) -> float: return 1.0 / (1.0 + math.exp(-x))
+def logit(p: float) -> float:
     p = min(max(p, 1e-6), 1 - 1e-6); return math.log(p / (1 - p))
 
-def _msg_hash(messages: list[dict]) -> str:
+def message_hash(messages: list[dict]) -> str:
     return hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
 
 RUN_KEYS = ("latency", "batch_size")   # SimBackend arguments that shape a run but not the answers
@@ -212,7 +212,7 @@ class SimBackend:
 @patch
 def p_solve(self: SimBackend, item: Item) -> float:
     "Probability of solving `item` alone: sigma(logit(skill) - difficulty)."
-    return _sigmoid(_logit(self.agent.skill) - item_difficulty(item, self.agent.difficulty_sd))
+    return sigmoid(logit(self.agent.skill) - item_difficulty(item, self.agent.difficulty_sd))
 
 # %% ../nbs/03b_sim.ipynb #9597ed3a
 @patch
@@ -256,7 +256,7 @@ def _signals(self: SimBackend, correct: bool, n_tokens: int, agree: float, rng, 
     mean = -0.35 + (0.12 * s if correct else -0.12 * s) * 0.5 + 0.06 * rng.standard_normal()
     mean = min(mean, -0.01)
     lmin = mean * 3 - abs(rng.standard_normal()) * (1.0 if correct else 1.0 + 0.5 * s)
-    conf = _sigmoid(1.0 + (0.8 * s if correct else -0.8 * s) + 0.6 * rng.standard_normal())
+    conf = sigmoid(1.0 + (0.8 * s if correct else -0.8 * s) + 0.6 * rng.standard_normal())
     ent = max(0.02, (0.9 - 0.4 * agree) * (0.85 if correct else 1.15) * math.exp(0.15 * rng.standard_normal()))
     return dict(logprob_sum=mean * n_tokens, logprob_min=lmin, logprob_mean=mean, perplexity=math.exp(-mean),
                 token_entropy=ent, confidence=conf)
@@ -271,7 +271,7 @@ def p_derail(self: SimBackend, prompt_tokens: int) -> float:
 @patch
 def _derail(self: SimBackend, item: Item, req: GenRequest, prompt_tokens: int, answer: str | None) -> str | None:
     "With probability `p_derail`, a uniform guess among the item's plausible answers (own random stream; RUMAD sim profile, see above)."
-    rng = rng_for("sim-derail", self.model_name, req.seed if req.temperature > 0 else _msg_hash(req.messages))
+    rng = rng_for("sim-derail", self.model_name, req.seed if req.temperature > 0 else message_hash(req.messages))
     if rng.random() >= self.p_derail(prompt_tokens): return answer
     cands = [str(item.gold)] + distractor_pool(item, self.agent.n_distractors)
     return cands[int(rng.integers(len(cands)))]
@@ -280,7 +280,7 @@ def _derail(self: SimBackend, item: Item, req: GenRequest, prompt_tokens: int, a
 @patch
 def _unstable(self: SimBackend, item: Item, req: GenRequest, answer: str | None) -> str | None:
     "With probability `debate_noise`, a uniform guess among the item's plausible answers (UMAD)."
-    seed = req.seed if req.temperature > 0 else _msg_hash(req.messages)
+    seed = req.seed if req.temperature > 0 else message_hash(req.messages)
     rng = rng_for("sim-unstable", self.model_name, seed)
     if rng.random() >= self.agent.debate_noise:
         return answer
@@ -293,7 +293,7 @@ def generate_one(self: SimBackend, req: GenRequest) -> Generation:
     item = req.meta.get("item")
     if not isinstance(item, Item): raise ConfigError("SimBackend needs the Item in request.meta['item']", key="meta.item")
     # greedy: randomness fixed by the prompt; sampling: by the request seed
-    rng = rng_for("sim", self.model_name, req.seed) if req.temperature > 0 else rng_for("sim", self.model_name, _msg_hash(req.messages))
+    rng = rng_for("sim", self.model_name, req.seed) if req.temperature > 0 else rng_for("sim", self.model_name, message_hash(req.messages))
     users = [m["content"] for m in req.messages if m["role"] == "user"]
     assistants = [m["content"] for m in req.messages if m["role"] == "assistant"]
     own_prev = read_final_answers(assistants[-1]) if assistants else []

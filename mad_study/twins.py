@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .core import ConfigError, cache_home
 from .registry import MODELS, TWIN_REVISION, TWINS
-from .checkpoints import _build_checkpoint, _complete, embedded_checkpoint
+from .checkpoints import build_checkpoint, checkpoint_complete, embedded_checkpoint
 
 # %% auto #0
 __all__ = ['TWIN_SHAPE', 'TEXT_TWINS', 'H', 'FF', 'LAYERS', 'HEADS', 'KV', 'HEAD_DIM', 'IMG', 'GEMMA3_TEMPLATE',
@@ -284,7 +284,7 @@ def twin_checkpoint(name: str, force: bool = False) -> Path:
     if name not in TEXT_TWINS and name not in VLM_TWINS:
         raise ConfigError("not an architecture twin", key="model", value=name, choices=[*TEXT_TWINS, *VLM_TWINS])
     dst = cache_home() / "models" / f"{name}-{TWIN_REVISION}"
-    if _complete(dst) and not force: return dst
+    if checkpoint_complete(dst) and not force: return dst
     def build(tmp: Path):
         import torch, transformers
         if name in VLM_TWINS: return VLM_TWINS[name](tmp) or dict(version=TWIN_REVISION)
@@ -300,7 +300,7 @@ def twin_checkpoint(name: str, force: bool = False) -> Path:
             model = transformers.AutoModelForCausalLM.from_config(cfg).to(torch.float32)
         _save(tmp, model, tok)                         # refuses widths outside bitsandbytes' 4-bit block rule
         return dict(version=TWIN_REVISION, config=cls)
-    return _build_checkpoint(dst, build, force)
+    return build_checkpoint(dst, build, force)
 
 # %% ../nbs/03e_twins.ipynb #79e1468d
 SHAPE_VERSION = "shape-v1"           # the random shape models' build version (part of their cache identity)
@@ -340,5 +340,5 @@ def shape_checkpoint(name: str, device: str | None = None, overrides: dict | Non
             model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
         model.save_pretrained(tmp); tok.save_pretrained(tmp)
         return dict(version=SHAPE_VERSION, shape=name, source=shape_table()[name]["source"], overrides=overrides)
-    return _build_checkpoint(dst, build, force)
+    return build_checkpoint(dst, build, force)
 

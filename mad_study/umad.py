@@ -14,7 +14,7 @@ import pandas as pd
 from .core import ConfigError, pool_keys
 from .answers import parse_failure_rate
 from .debate import Agent, FullyConnected, make_agents
-from .metrics import _entropy_rows, clustered_accuracy_ci, wilson_ci
+from .metrics import entropy_rows, clustered_accuracy_ci, wilson_ci
 from .registry import planner
 from .interface import generate_jobs
 
@@ -27,7 +27,7 @@ __all__ = ['UMAD_PROMPT', 'TRAJECTORY_CLASSES', 'TASK_TITLES', 'ALPHA_AU', 'ETA_
            'classify_configs', 'trajectory_classes', 'seed_accuracy', 'zeroshot_summary', 'parse_failures_by_turn',
            'zeroshot_table', 'token_entropy_by_turn', 'token_nll', 'group_standardize', 'grpo_advantage', 'au_weight',
            'au_advantage', 'peer_improvement', 'epistemic_influence_reward', 'umad_rewards', 'released_rewards',
-           'umad_advantages', 'plan_decomposition', 'plan_zeroshot']
+           'umad_advantages', 'n_items_for', 'debate_token_plan', 'plan_decomposition', 'plan_zeroshot']
 
 # %% ../nbs/10_umad.ipynb #92bcc896
 def round_of_turn(T: int) -> int:
@@ -146,7 +146,7 @@ def eu_sampling_floor(p: Sequence[float], k: int, n_agents: int = 2, base: float
     p = p[p > 0]
     if p.size <= 1 or k is None or int(k) < 1 or n_agents < 2: return 0.0
     c = np.random.default_rng(seed).multinomial(int(k), p / p.sum(), size=(int(n_draws), int(n_agents))) / int(k)
-    return float((_entropy_rows(c.mean(axis=1), base) - _entropy_rows(c, base).mean(axis=1)).mean())
+    return float((entropy_rows(c.mean(axis=1), base) - entropy_rows(c, base).mean(axis=1)).mean())
 
 # %% ../nbs/10_umad.ipynb #c16fa04e
 def _decomposition_row(key: tuple, g: pd.DataFrame, keys: list, fmt: str | None, base: float, unparsed: str, ncond: int) -> dict:
@@ -409,12 +409,12 @@ def umad_advantages(correct, nll, eta: float = ETA_PAPER, alpha: float = ALPHA_A
 # %% ../nbs/10_umad.ipynb #277450a7
 PROMPT_OVERHEAD = 300      # rough tokens of system prompt, question and instructions per request
 
-def _n_items_for(task: str, n_items: int) -> int:
+def n_items_for(task: str, n_items: int) -> int:
     from mad_study.data import get_task
     size = get_task(task).n_items
     return min(int(n_items), int(size)) if size else int(n_items)
 
-def _debate_plan(n_threads: int, n_agents: int, debate_rounds: int, max_new: int) -> tuple[int, int, int]:
+def debate_token_plan(n_threads: int, n_agents: int, debate_rounds: int, max_new: int) -> tuple[int, int, int]:
     "generations, completion-token bound, rough prompt tokens of `n_threads` debates of `n_agents` over debate_rounds + 1 turns."
     gens = n_threads * n_agents * (debate_rounds + 1)
     prompt = n_threads * n_agents * (PROMPT_OVERHEAD + debate_rounds * (PROMPT_OVERHEAD + n_agents * max_new))
@@ -424,11 +424,11 @@ def _debate_plan(n_threads: int, n_agents: int, debate_rounds: int, max_new: int
 def plan_decomposition(p: Mapping) -> dict:
     """App. D.5 runs: per pair, items x K threads x N agents x T turns (T = debate_rounds + 1); with `rollout: alg1`,
     one trajectory plus K samples per agent and turn (K + 1 instead of K)."""
-    n = _n_items_for(p.get("task", "math500"), p.get("n_items", 0))
+    n = n_items_for(p.get("task", "math500"), p.get("n_items", 0))
     k = int(p.get("samples", 1)) + (1 if p.get("rollout", "threads") == "alg1" else 0)
     tot = np.zeros(3, dtype=np.int64)
     for pair in p.get("pairs") or []:
-        tot += _debate_plan(n * k, len(pair), int(p.get("debate_rounds", 0)), int(p.get("max_new_tokens", 2048)))
+        tot += debate_token_plan(n * k, len(pair), int(p.get("debate_rounds", 0)), int(p.get("max_new_tokens", 2048)))
     return dict(zip(("generations", "completion_tokens", "prompt_tokens"), map(int, tot)))
 
 @planner("umad_zeroshot")
@@ -437,8 +437,8 @@ def plan_zeroshot(p: Mapping) -> dict:
     tot = np.zeros(3, dtype=np.int64)
     long = set(p.get("long_tasks") or [])
     for t in p.get("tasks") or []:
-        n = _n_items_for(t, p.get("n_items", 0))
+        n = n_items_for(t, p.get("n_items", 0))
         mnt = int(p.get("max_new_tokens_long", 4096) if t in long else p.get("max_new_tokens", 2048))
         for pair in p.get("zeroshot_models") or []:
-            tot += _debate_plan(n * int(p.get("samples", 1)), len(pair), int(p.get("debate_rounds", 0)), mnt)
+            tot += debate_token_plan(n * int(p.get("samples", 1)), len(pair), int(p.get("debate_rounds", 0)), mnt)
     return dict(zip(("generations", "completion_tokens", "prompt_tokens"), map(int, tot)))

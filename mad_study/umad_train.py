@@ -562,8 +562,8 @@ class TrainedBackend(HFBackend):
 
     @property
     def backend_id(self) -> str:
-        from mad_study.backends import _DT_SHORT
-        dt = _DT_SHORT.get(str(self.compute_dtype).replace("torch.", ""), str(self.compute_dtype))
+        from mad_study.backends import DTYPE_SHORT
+        dt = DTYPE_SHORT.get(str(self.compute_dtype).replace("torch.", ""), str(self.compute_dtype))
         bid = f"{self.spec.name}@{self.spec.revision}:{self.quant}:{dt}"
         return bid + (":" + json.dumps(self.chat_template_kwargs, sort_keys=True) if self.chat_template_kwargs else "")
 
@@ -724,8 +724,8 @@ def rollout_gpu_hours(completion_tokens: int, runs: int, throughput: Mapping | N
     return out
 
 def _train_items(p: Mapping) -> int:
-    from mad_study.umad import _n_items_for
-    return _n_items_for(p.get("train_task", "math_train"), p.get("n_items", 0))     # capped at the task's size (MATH train: 7,498)
+    from mad_study.umad import n_items_for
+    return n_items_for(p.get("train_task", "math_train"), p.get("n_items", 0))     # capped at the task's size (MATH train: 7,498)
 
 # %% ../nbs/10b_umad_train.ipynb #a1c0f009
 @planner("umad_train")
@@ -733,7 +733,7 @@ def plan_train(p: Mapping) -> dict:
     """UMAD training cost (Alg. 2 with Table 2's sizes) over `pairs` x `variants`: generations, token bounds, joint rollouts,
     optimizer steps, rollout GPU-hours per engine (`rollout_gpu_hours`), and per model the training memory for full
     fine-tuning, LoRA on bf16 and LoRA on nf4 weights (`train_memory_gb`)."""
-    from mad_study.umad import _debate_plan
+    from mad_study.umad import debate_token_plan
     n, bs, G = _train_items(p), int(p.get("batch_size", 256)), int(p.get("group_size", 5))
     mnt, mx = int(p.get("max_new_tokens", 2048)), int(p.get("max_steps", 0) or 0)
     tot = dict(generations=0, completion_tokens=0, prompt_tokens=0, rollouts=0, optimizer_steps=0)
@@ -747,7 +747,7 @@ def plan_train(p: Mapping) -> dict:
             steps = ep * math.ceil(n / bs) if n else 0
             if mx: steps = min(steps, mx)
             rollouts = min(steps * bs, ep * n) * G
-            g, c, pr = _debate_plan(rollouts, len(pair), turns - 1, mnt)
+            g, c, pr = debate_token_plan(rollouts, len(pair), turns - 1, mnt)
             policies = len(set(pair)) if p.get("shared_policy") else len(pair)
             for k, x in zip(tot, (g, c, pr, rollouts, steps * int(p.get("mini_batches", 1)) * policies)): tot[k] += int(x)
             runs += 1
@@ -759,7 +759,7 @@ def plan_train(p: Mapping) -> dict:
 @planner("umad_trained")
 def plan_trained(p: Mapping) -> dict:
     "Generations and token bounds of evaluating the trained checkpoints (Table 1 trained rows, Table 3, Fig. 3): debates per setting, variant and task."
-    from mad_study.umad import _debate_plan, _n_items_for, pair_kind
+    from mad_study.umad import debate_token_plan, n_items_for, pair_kind
     S, R, tot = int(p.get("samples", 5)), int(p.get("debate_rounds", 4)), np.zeros(3, dtype=np.int64)
     long = set(p.get("long_tasks") or [])
     for pair in p.get("pairs") or []:
@@ -767,5 +767,5 @@ def plan_trained(p: Mapping) -> dict:
         if pair_kind(pair) == "heterogeneous": runs.append(("zeroshot", p.get("task", "math500")))     # Fig. 3 (a)
         for v, t in runs:
             mnt = int(p.get("max_new_tokens_long", 4096) if t in long else p.get("eval_max_new_tokens", 2048))
-            tot += _debate_plan(_n_items_for(t, p.get("eval_n_items", 0)) * S, len(pair), R, mnt)
+            tot += debate_token_plan(n_items_for(t, p.get("eval_n_items", 0)) * S, len(pair), R, mnt)
     return dict(zip(("generations", "completion_tokens", "prompt_tokens"), map(int, tot)))

@@ -12,8 +12,8 @@ from fastcore.basics import patch
 
 from .core import ConfigError, GenRequest, Generation, cache_home, load_image
 from .registry import TWIN_REVISION
-from .checkpoints import _build_checkpoint, _complete, embedded_checkpoint
-from .hf import HFBackend, _Prepared, _torch_parts, truncate_messages
+from .checkpoints import build_checkpoint, checkpoint_complete, embedded_checkpoint
+from .hf import HFBackend, PreparedRequest, torch_parts, truncate_messages
 
 # %% auto #0
 __all__ = ['TINY_VLM_VERSION', 'CHATML_VISION_TEMPLATE', 'VISION_FULL_PRECISION', 'tiny_random_vlm_checkpoint', 'vlm_messages',
@@ -36,7 +36,7 @@ def _clip_image_processor(**kw):
 def tiny_random_vlm_checkpoint(force: bool = False) -> Path:
     "The tiny random LLaVA checkpoint folder (model + processor), built once from a config with a fixed seed."
     dst = cache_home() / "models" / f"tiny-random-llava-{TINY_VLM_VERSION}"
-    if _complete(dst) and not force: return dst
+    if checkpoint_complete(dst) and not force: return dst
     tok_dir = embedded_checkpoint()
     def build(tmp: Path):
         import torch
@@ -58,7 +58,7 @@ def tiny_random_vlm_checkpoint(force: bool = False) -> Path:
             model = LlavaForConditionalGeneration(cfg).to(torch.float32)
         model.save_pretrained(tmp); proc.save_pretrained(tmp)
         return dict(version=TINY_VLM_VERSION)
-    return _build_checkpoint(dst, build, force)
+    return build_checkpoint(dst, build, force)
 
 # %% ../nbs/03d_vision.ipynb #6a30c19e
 def vlm_messages(messages: list[dict]) -> tuple[list[dict], list[str]]:
@@ -140,14 +140,14 @@ def encode(self: VLMBackend, messages: list[dict]) -> list[int]:
 
 # %% ../nbs/03d_vision.ipynb #daf40660
 @patch
-def _prepare(self: VLMBackend, r: GenRequest) -> _Prepared:
+def _prepare(self: VLMBackend, r: GenRequest) -> PreparedRequest:
     ctx, max_new = self.max_context, int(r.max_new_tokens)
     max_new = min(max_new, ctx - ctx // 4)
     budget = ctx - max_new
     msgs, cut = truncate_messages(r.messages, lambda ms: len(self.encode(ms)), budget)
     ids = self.encode(msgs)
     if cut: self.stats["truncated_prompts"] += 1
-    p = _Prepared(ids, 0 if len(ids) > budget else max_new, cut)
+    p = PreparedRequest(ids, 0 if len(ids) > budget else max_new, cut)
     p.messages = msgs
     return p
 
@@ -165,8 +165,8 @@ def generate(self: VLMBackend, requests: list[GenRequest]) -> list[Generation]:
 
 # %% ../nbs/03d_vision.ipynb #f4b4147e
 @patch
-def _generate_batch(self: VLMBackend, reqs: list[GenRequest], preps: list[_Prepared]) -> list[Generation]:
-    P = _torch_parts(); torch = P["torch"]
+def _generate_batch(self: VLMBackend, reqs: list[GenRequest], preps: list[PreparedRequest]) -> list[Generation]:
+    P = torch_parts(); torch = P["torch"]
     from transformers import LogitsProcessorList, StoppingCriteriaList
     inputs = self._inputs([p.messages for p in preps])
     dev = self._device()

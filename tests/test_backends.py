@@ -179,7 +179,7 @@ def test_oom_backoff(tiny):
             be.generate(reqs)
     finally:
         be.model.generate = real
-    assert B._is_oom(RuntimeError("CUDA error: out of memory")) and not B._is_oom(RuntimeError("shape mismatch"))
+    assert B.is_out_of_memory(RuntimeError("CUDA error: out of memory")) and not B.is_out_of_memory(RuntimeError("shape mismatch"))
 
 
 # ------------------------------------------------------------------ the embedded model
@@ -233,12 +233,12 @@ def test_checkpoint_build_is_atomic(tmp_path):
         raise RuntimeError("killed mid-conversion")
 
     with pytest.raises(RuntimeError):
-        B._build_checkpoint(dst, bad)
+        B.build_checkpoint(dst, bad)
     assert not dst.exists() and [p.name for p in dst.parent.iterdir()] == [".x.lock"]
-    B._build_checkpoint(dst, lambda tmp: (tmp / "config.json").write_text("{}") and None)
-    assert B._complete(dst)
-    B._build_checkpoint(dst, bad)                      # complete: not rebuilt
-    assert B._complete(dst)
+    B.build_checkpoint(dst, lambda tmp: (tmp / "config.json").write_text("{}") and None)
+    assert B.checkpoint_complete(dst)
+    B.build_checkpoint(dst, bad)                      # complete: not rebuilt
+    assert B.checkpoint_complete(dst)
 
 
 # ------------------------------------------------------------------ cache
