@@ -143,7 +143,8 @@ REFS: dict[str, tuple[str, ...]] = {
 # %% ../nbs/00b_cite.ipynb #f0eaefa8
 REFS.update({
     "metrics.wilson_ci": ("wilson1927",), "metrics.accuracy_by_round": ("wilson1927", "davison1997bootstrap"),
-    "stats.bootstrap_ci": ("efron1979bootstrap",), "stats.paired_test": ("mcnemar1947", "wilcoxon1945"),
+    "stats.bootstrap_ci": ("efron1979bootstrap",), "stats.boot_mean_ci": ("efron1979bootstrap",),
+    "stats.token_change": ("efron1979bootstrap",), "stats.paired_test": ("mcnemar1947", "wilcoxon1945"),
     "stats.accuracy_ci": ("wilson1927", "davison1997bootstrap"), "stats.adjust_pvalues": ("holm1979",),
     "stats.cochran_q": ("cochran1950q",), "stats.omnibus_test": ("cochran1950q",), "stats.tost": ("schuirmann1987tost",),
     "stats.paired_difference": ("efron1979bootstrap", "mcnemar1947"), "stats.compare_methods": ("holm1979",),
@@ -235,7 +236,7 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
                "tie_seeds"),
     "arena": ("pareto_front", "plan_arena"),
     "trajectory": ("canonical_answers", "answer_grid", "item_outcomes"),
-    "metrics": ("with_defaults", "entropy_rows"),
+    "metrics": ("with_defaults", "entropy_rows", "is_missing"),
     "stats": ("comparison_caption", "condition_labels", "item_means", "per_item_results", "simulate_paired", "tokens_per_thread"),
     "madc": ("shared_round0", "strategy_label"),
     "meta_debate": ("CriteriaCache", "items_modality", "role_title"),

@@ -18,7 +18,7 @@ from .core import ConfigError, GenRequest, Item, SIGNALS, check_unique_turns, de
 from .answers import extract_answer, is_correct, merge_equivalent
 from .data import format_question, get_task
 from .debate import ORDERINGS, OrderedPeers, Protocol, RoundContext, make_agents, run_debate, vote_table
-from .metrics import _isna, path_consistency, reversal_point, viewpoint_entropy
+from .metrics import is_missing, path_consistency, reversal_point, viewpoint_entropy
 from .stats import adjust_pvalues, cochran_q, condition_labels, paired_difference, paired_test   # cochran_q: nbs/05b_stats
 from .prompts import debate_message, get_prompt, opening_messages
 from .registry import planner
@@ -54,7 +54,7 @@ def madc_order(answers: Sequence[Any] | Mapping[str, Any], fmt: str | None = Non
     first holder is listed first goes first; unparsed answers first. Equivalent answers are merged when `fmt` is given."""
     names = list(answers) if isinstance(answers, Mapping) else None
     vals = [answers[k] for k in names] if names is not None else list(answers)
-    vals = [None if _isna(a) else str(a) for a in vals]
+    vals = [None if is_missing(a) else str(a) for a in vals]
     if fmt is not None: vals = merge_equivalent(vals, fmt)
     cons = path_consistency(vals)
     first: dict[str, int] = {}
@@ -204,7 +204,7 @@ def path_consistency_table(transcript: pd.DataFrame, fmt: str | None = None) -> 
     rows = []
     for key, g in transcript.groupby(keys, sort=False):
         f = fmt or get_task(g["task"].iloc[0]).fmt
-        cons = path_consistency([None if _isna(a) else a for a in g["answer"]], fmt=f)
+        cons = path_consistency([None if is_missing(a) else a for a in g["answer"]], fmt=f)
         rank = pd.Series(cons).rank(method="first", ascending=False).astype(int) - 1
         for a, c, r in zip(g["agent"], cons, rank): rows.append({**dict(zip(keys, key)), "agent": a, "consistency": c, "rank": int(r)})
     return pd.DataFrame(rows)
@@ -237,7 +237,7 @@ def solution_pools(samples: pd.DataFrame, pool_size: int, seed: int = 0, repeat:
     def draw(df):
         return df["text"].iloc[rng.permutation(len(df))[:pool_size]].tolist()
     correct, incorrect = rest[ok], wrong[wrong["answer"] == wrong_answer]
-    return {"item_id": s["item_id"].iloc[0], "own_text": own["text"], "own_answer": None if _isna(own["answer"]) else own["answer"],
+    return {"item_id": s["item_id"].iloc[0], "own_text": own["text"], "own_answer": None if is_missing(own["answer"]) else own["answer"],
             "wrong_answer": wrong_answer, "correct": draw(correct), "incorrect": draw(incorrect),
             "available_correct": len(correct), "available_incorrect": len(incorrect)}
 

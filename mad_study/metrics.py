@@ -19,7 +19,7 @@ from .core import ConfigError, check_unique_turns, pool_keys
 from .data import TRANSCRIPT_DEFAULTS, complete_transcript
 
 # %% auto #0
-__all__ = ['UNPARSED', 'UNPARSED_MODES', 'with_defaults', 'wilson_ci', 'accuracy_by_round', 'cluster_bootstrap_ci',
+__all__ = ['UNPARSED', 'UNPARSED_MODES', 'with_defaults', 'wilson_ci', 'is_missing', 'accuracy_by_round', 'cluster_bootstrap_ci',
            'clustered_accuracy_ci', 'token_cost', 'token_savings', 'survival_rate', 'cost_saving', 'tokens_per_point',
            'answer_distribution', 'entropy', 'entropy_rows', 'uncertainty_decomposition', 'uncertainty_table',
            'flip_transitions', 'flip_table', 'viewpoint_entropy', 'viewpoint_log_likelihood', 'path_consistency',
@@ -54,7 +54,7 @@ def wilson_ci(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence_level=level, method="wilson")
     return (float(ci.low), float(ci.high))
 
-def _isna(a) -> bool:
+def is_missing(a) -> bool:
     return a is None or (isinstance(a, float) and math.isnan(a)) or a is pd.NA
 
 def accuracy_by_round(transcript: pd.DataFrame, majority: bool = True, level: float = 0.95,
@@ -181,7 +181,7 @@ def _support_key(a: str) -> tuple:
 def _outcomes(answers: Sequence[Any], fmt: str | None, unparsed: str = "shared", start: int = 0) -> list:
     """Answers as outcomes (equivalent answers merged when `fmt` is given). Unparsed answers: `shared` -> `UNPARSED`,
     `distinct` -> `UNPARSED#<position>` (one outcome each, numbered from `start`), `drop` -> removed, `keep` -> None."""
-    ans = [a if type(a) is str else None if _isna(a) else str(a) for a in answers]
+    ans = [a if type(a) is str else None if is_missing(a) else str(a) for a in answers]
     if fmt is not None: ans = merge_equivalent(ans, fmt)
     if unparsed == "shared": return [UNPARSED if a is None else a for a in ans]
     if unparsed == "distinct": return [f"{UNPARSED}#{start + i:07d}" if a is None else a for i, a in enumerate(ans)]
@@ -476,10 +476,10 @@ def viewpoint_log_likelihood(answers: Sequence[Any], gold: Any, fmt: str = "exac
     -inf when no agent is correct (or `floor` if given); NaN for no answers. `unparsed="drop"` (MADC's
     release): the share among parsed agents only; otherwise among all agents."""
     from mad_study.answers import is_correct
-    if _check_unparsed(unparsed) == "drop": answers = [a for a in answers if not _isna(a)]
+    if _check_unparsed(unparsed) == "drop": answers = [a for a in answers if not is_missing(a)]
     n = len(answers)
     if n == 0: return math.nan
-    k = sum(1 for a in answers if not _isna(a) and is_correct(a, gold, fmt))
+    k = sum(1 for a in answers if not is_missing(a) and is_correct(a, gold, fmt))
     if k == 0: return -math.inf if floor is None else float(floor)
     return math.log2(k / n)
 
@@ -489,7 +489,7 @@ def path_consistency(answers: Sequence[Any], fmt: str | None = None) -> list[flo
     `answers[i]` is agent i's answer, or a list of its sampled answers."""
     multi = any(isinstance(a, (list, tuple)) for a in answers)
     lists = [list(a) if isinstance(a, (list, tuple)) else [a] for a in answers]
-    flat = [None if _isna(a) else a for s in lists for a in s]
+    flat = [None if is_missing(a) else a for s in lists for a in s]
     if fmt is not None: flat = merge_equivalent(flat, fmt)
     cut = np.cumsum([0] + [len(s) for s in lists])
     per = [flat[cut[i]:cut[i + 1]] for i in range(len(lists))]
@@ -507,7 +507,7 @@ def reversal_point(counts: Sequence[float], accuracy: Sequence[float], level: fl
                    after: float | None = None) -> float | None:
     """MADC RQ3: first count at which the accuracy curve crosses `level` against its starting side (None if never).
     `after`: start from the curve's side at the last count <= `after` and search only larger counts."""
-    pts = [(c, a) for c, a in sorted(zip(counts, accuracy), key=lambda t: t[0]) if not _isna(a)]
+    pts = [(c, a) for c, a in sorted(zip(counts, accuracy), key=lambda t: t[0]) if not is_missing(a)]
     if after is not None:
         base = [p for p in pts if p[0] <= after]
         pts = base[-1:] + [p for p in pts if p[0] > after]

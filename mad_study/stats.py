@@ -14,20 +14,20 @@ import pandas as pd
 from scipy import stats
 
 from .core import ConfigError, pool_keys, check_unique_turns
-from .metrics import _isna, clustered_accuracy_ci, wilson_ci
+from .metrics import is_missing, clustered_accuracy_ci, wilson_ci
 
 # %% auto #0
-__all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'CORRECTIONS', 'bootstrap_ci', 'paired_test', 'accuracy_ci', 'item_means',
+__all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'CORRECTIONS', 'bootstrap_ci', 'paired_test', 'accuracy_ci', 'item_means', 'boot_mean_ci',
            'paired_difference', 'simulate_paired', 'tost', 'adjust_pvalues', 'cochran_q', 'omnibus_test',
-           'compare_methods', 'comparison_caption', 'condition_labels', 'per_item_results', 'tokens_per_thread',
-           'self_consistency_at_budget']
+           'token_change', 'compare_methods', 'comparison_caption', 'condition_labels', 'per_item_results',
+           'tokens_per_thread', 'self_consistency_at_budget']
 
 # %% ../nbs/05b_stats.ipynb #d57d6595
 def bootstrap_ci(values: Sequence[float], statistic=np.mean, level: float = 0.95, n_resamples: int = 2000,
                  seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap interval of `statistic` over `values` (Efron & Tibshirani 1993, Ch. 13; scipy.stats.bootstrap).
     Missing values are dropped; (NaN, NaN) for fewer than 2 values; (v, v) when all values equal v."""
-    x = np.asarray([v for v in values if not _isna(v)], dtype=float)
+    x = np.asarray([v for v in values if not is_missing(v)], dtype=float)
     if x.size < 2: return (math.nan, math.nan)
     if np.all(x == x[0]): v = float(statistic(x)); return (v, v)
     res = stats.bootstrap((x,), statistic, confidence_level=level, n_resamples=n_resamples, method="percentile",
@@ -45,7 +45,7 @@ def _numbers(v, who: str) -> np.ndarray:
     if text:
         raise ConfigError(f"{who}: values must be numbers or booleans, got text (e.g. {text[0]!r}); convert the "
                           "column to 0/1 or bool first", key="values", value=sorted({str(x) for x in text})[:3])
-    return np.asarray([math.nan if _isna(x) else x for x in v], dtype=float)
+    return np.asarray([math.nan if is_missing(x) else x for x in v], dtype=float)
 
 def _pairs(a, b, who: str) -> tuple[np.ndarray, np.ndarray]:
     "Two equally long vectors as floats, pairs with a missing value on either side dropped."
@@ -181,7 +181,7 @@ def item_means(df: pd.DataFrame, value: str = "correct", item: str = "item_id", 
     v = col.astype("Float64").astype(float) if fast else pd.Series(_numbers(col, f"item_means: column {value!r}"), index=df.index)
     return v.groupby([df[item], df[method]], sort=False).mean().unstack(method)
 
-def _boot_mean_ci(d: np.ndarray, level: float, n_resamples: int, seed: int) -> tuple[float, float]:
+def boot_mean_ci(d: np.ndarray, level: float, n_resamples: int, seed: int) -> tuple[float, float]:
     "Percentile bootstrap interval of the mean of `d` resampling its entries (items), vectorised; NaNs below 2 items."
     if d.size < 2: return (math.nan, math.nan)
     if np.all(d == d[0]): return (float(d[0]), float(d[0]))
@@ -204,7 +204,7 @@ def paired_difference(a: Sequence[float], b: Sequence[float], level: float = 0.9
         test = "mcnemar" if _binary(x) and _binary(y) else ("ttest" if x.size >= min_items else "permutation")
     t = _paired_test(x, y, test, min_items)
     flat = t["status"] in ("identical", "zero variance")
-    lo, hi = (math.nan, math.nan) if flat else _boot_mean_ci(x - y, level, n_resamples, seed)
+    lo, hi = (math.nan, math.nan) if flat else boot_mean_ci(x - y, level, n_resamples, seed)
     _warn_status(t["status"], "paired_difference", t["n"], min_items)
     return {"n_items": int(x.size), "mean_a": t["mean_a"], "mean_b": t["mean_b"], "diff": t["mean_a"] - t["mean_b"],
             "ci_low": lo, "ci_high": hi, "level": level, "test": t["test"], "statistic": t["statistic"],
@@ -313,7 +313,7 @@ def omnibus_test(wide: pd.DataFrame | np.ndarray) -> dict:
     return {"test": "friedman", "statistic": float(r.statistic), "pvalue": float(r.pvalue), "n_items": n, "k": k}
 
 # %% ../nbs/05b_stats.ipynb #471fd96d
-def _token_change(ta: np.ndarray, tb: np.ndarray, level: float, n_resamples: int, seed: int) -> tuple[float, float, float]:
+def token_change(ta: np.ndarray, tb: np.ndarray, level: float, n_resamples: int, seed: int) -> tuple[float, float, float]:
     "Relative change of mean tokens a vs b (mean a / mean b - 1) with a percentile bootstrap interval over items."
     ok = ~(np.isnan(ta) | np.isnan(tb))
     ta, tb = ta[ok], tb[ok]
@@ -383,7 +383,7 @@ def _method_row(m: str, reference: str, sub: pd.DataFrame, means: pd.DataFrame, 
     if tok is not None:
         r["tokens"] = float(tok[m].mean())
         if m != reference:
-            c, lo, hi = _token_change(tok[m].to_numpy(float), tok[reference].to_numpy(float), level, n_resamples, seed)
+            c, lo, hi = token_change(tok[m].to_numpy(float), tok[reference].to_numpy(float), level, n_resamples, seed)
             r.update(token_change=c, token_change_low=lo, token_change_high=hi)
     return r
 
@@ -417,7 +417,7 @@ def _family_intervals(table: pd.DataFrame, means: pd.DataFrame, reference: str, 
         r = t.iloc[i]
         if r.get("status") in ("identical", "zero variance", "too few items"): continue
         d = (means[r["method"]] - means[reference]).to_numpy(float)
-        t.iloc[i, t.columns.get_indexer(["diff_low", "diff_high"])] = _boot_mean_ci(d, r["diff_level"], n_resamples, seed)
+        t.iloc[i, t.columns.get_indexer(["diff_low", "diff_high"])] = boot_mean_ci(d, r["diff_level"], n_resamples, seed)
     dist = t["distinguishable"].eq(True)
     excludes = (t["diff_low"] > 0) | (t["diff_high"] < 0)
     t["agrees"] = (excludes == dist).astype(object).where(gap & t["diff_low"].notna().to_numpy(), None)

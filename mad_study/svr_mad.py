@@ -20,8 +20,10 @@ from .answers import answers_equivalent, extract_confidence, is_correct, merge_e
 from .data import format_question
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
 from .debate import run_debate
-from .metrics import _isna as _isnull, survival_rate      # missing: None, NaN or pd.NA (one definition)
+from .metrics import is_missing as _isnull, survival_rate      # missing: None, NaN or pd.NA (one definition)
 from .registry import planner
+from .interface import generate_jobs
+
 
 # %% auto #0
 __all__ = ['PRIORS', 'SIGNAL_LABELS', 'SVR_OPTIONS', 'PRIOR_SCALES', 'METHODS', 'METHOD_LABELS', 'FIG2_YLABEL', 'prior_signals',
@@ -259,8 +261,7 @@ def run_challenges(pairs: Sequence[tuple[str, int, str, str]], pre: pd.DataFrame
     out = []
     from mad_study.answers import extract_answer
     for model, js in jobs.items():
-        if model not in backends: raise ConfigError("no backend for model", key="model", value=model, choices=backends)
-        gens = backends[model].generate([j[2] for j in js])
+        gens = generate_jobs(backends, [(model, j[2]) for j in js])       # counts checked (03a_interface)
         for ((iid, k, r, s, rep), rr, _), g in zip(js, gens):
             it = items[iid]
             ans = extract_answer(g.text, it.fmt)
@@ -541,7 +542,7 @@ def _tab1_unpaired(sub: pd.DataFrame, reference: str, n_common: int) -> tuple[li
 
 def _tab1_rows(sub: pd.DataFrame, reference: str, level: float, n_resamples: int, seed: int) -> tuple[list[dict], dict]:
     "One setting's rows of `tab1_comparison` (raw p-values) and its omnibus test; accuracy only below 2 shared items."
-    from mad_study.stats import compare_methods, item_means, paired_difference, _token_change
+    from mad_study.stats import compare_methods, item_means, paired_difference, token_change
     if len(common := item_means(sub).dropna().index) < 2: return _tab1_unpaired(sub, reference, len(common))
     tab, _ = compare_methods(sub, reference, level=level, n_resamples=n_resamples, seed=seed, correction="none")
     common = item_means(sub)[tab["method"].tolist()].dropna().index
@@ -551,7 +552,7 @@ def _tab1_rows(sub: pd.DataFrame, reference: str, level: float, n_resamples: int
         row = {"method": r["method"], "n_items": int(r["n_items"]), "accuracy": r["accuracy"], "acc_low": r["acc_low"], "acc_high": r["acc_high"]}
         if r["method"] != reference:
             a, b = tok[reference].to_numpy(float), tok[r["method"]].to_numpy(float)
-            c, lo, hi = _token_change(a, b, level, n_resamples, seed)
+            c, lo, hi = token_change(a, b, level, n_resamples, seed)
             row.update(acc_gap=-r["diff"], acc_gap_low=-r["diff_high"], acc_gap_high=-r["diff_low"], acc_test=r["test"], acc_p=r["pvalue"],
                        token_change=c, token_change_low=lo, token_change_high=hi,
                        tok_p=paired_difference(a, b, level, 10, seed, test="ttest")["pvalue"])
@@ -648,12 +649,12 @@ def fig1_comparison(rows: pd.DataFrame, reference: str = "svr", by: str = "panel
     """SVR-MAD Fig. 1 (Sec. 3) on hard problems, paired by problem: per `by` panel and signal, the share whose top-ranked agent
     is correct with a bootstrap interval over problems; `reference` (SVR) minus each prior with interval, test, p adjusted by
     `correction` over the table, `distinguishable`. `rows`: item_id, signal, top_correct, `by`. Returns (table, caption)."""
-    from mad_study.stats import _boot_mean_ci, paired_difference, adjust_pvalues
+    from mad_study.stats import boot_mean_ci, paired_difference, adjust_pvalues
     out = []
     for panel, g in rows.groupby(by, sort=False):
         w = g.pivot_table(index="item_id", columns="signal", values="top_correct", aggfunc="mean").dropna()
         for s in [reference, *(c for c in w.columns if c != reference)]:
-            lo, hi = _boot_mean_ci(w[s].to_numpy(float), level, n_resamples, seed)
+            lo, hi = boot_mean_ci(w[s].to_numpy(float), level, n_resamples, seed)
             r = {by: panel, "signal": s, "n_items": len(w), "share": float(w[s].mean()), "share_low": lo, "share_high": hi}
             if s != reference:
                 d = paired_difference(w[reference].to_numpy(float), w[s].to_numpy(float), level, n_resamples, seed)

@@ -99,3 +99,16 @@ def test_code_cells_fit_on_a_screen():
         if over40[nb]: print(f"  {nb}: over {LONG_LINES}: {sorted(over40[nb], reverse=True)}")
     assert n60 == 0, {nb: v for nb, v in over60.items() if v}
     assert n40 <= MAX_LONG, f"{n40} code cells over {LONG_LINES} lines"
+
+
+def test_no_private_name_imported_across_modules():
+    "A helper another module needs is shared API: public, named for what it does (issue 37)."
+    import ast
+    bad = []
+    for p in sorted((ROOT / "mad_study").glob("*.py")):
+        if p.name == "_modidx.py": continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and ("mad_study" in node.module or node.level):
+                bad += [f"{p.stem} <- {node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    assert bad == []
