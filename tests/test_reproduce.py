@@ -26,7 +26,7 @@ def _edit(root: Path, rel: str, change):
 
 @pytest.mark.parametrize("change, expect", [
     (lambda d: d["params"].update(n_itmes=5), ["du_gsm8k.yaml", "n_itmes=5", "not a parameter of 09_baseline.ipynb"]),
-    (lambda d: d["params"].update(n_items="many"), ["du_gsm8k.yaml", "n_items='many'", "expected int, got str"]),
+    (lambda d: d["profiles"]["sim"].update(n_items="many"), ["du_gsm8k.yaml", "n_items='many'", "expected int, got str"]),
     (lambda d: d["params"].update(task="gsm9k"), ["du_gsm8k.yaml", "task='gsm9k'", "unknown task"]),
     (lambda d: d["params"].update(models=["qwen9-7b", "qwen9-7b"]), ["du_gsm8k.yaml", "qwen9-7b", "unknown model"]),
     (lambda d: d.update(parmas={}), ["du_gsm8k.yaml", "parmas", "unknown key"]),
@@ -88,7 +88,8 @@ def _cache_rows(path: Path) -> int:
 
 def test_kill_midway_then_resume_recomputes_nothing(scratch):
     slow = "sim_agents={sim-generic: {skill: 0.55, recency: 1.0, latency: 0.05, batch_size: 6}}"
-    use = ["-p", "models=[sim-generic, sim-generic, sim-generic]"]     # the agents the latency applies to
+    use = ["-p", "models=[sim-generic, sim-generic, sim-generic]",     # the agents the latency applies to
+           "-p", "n_items=40"]                                          # (the sim profile's 100: a longer test)
     total = 40 * 3 * 2
     env = {**os.environ, "MAD_STUDY_RUNS": str(scratch / "runs"), "MAD_STUDY_FIGURES": str(scratch / "fig")}
     exe = Path(sys.executable).parent / "mad-study"
