@@ -713,9 +713,11 @@ def throughput_measurement() -> tuple[dict | None, str]:
 
 def plan_gpu_hours(tokens: int, params_b: float, quant: str = "nf4", rec: Mapping | None = None) -> dict:
     "GPU-hours of `tokens` completion tokens of a `params_b` model: at the measurement `rec` and at vLLM's figure."
+    from mad_study.registry import get_model
     from mad_study.umad_train import ROLLOUT_THROUGHPUT
     scale = lambda tok_s, ref_b: tok_s * ref_b / max(params_b, 0.5)
-    out = {"vllm": tokens / scale(ROLLOUT_THROUGHPUT["vllm"][0], 8.03) / 3600}
+    vllm_b = get_model("llama-3.1-8b-instruct").params_b            # the model vLLM's figure was measured on
+    out = {"vllm": tokens / scale(ROLLOUT_THROUGHPUT["vllm"][0], vllm_b) / 3600}
     step = "nf4 new" if quant in ("nf4", "fp4") else "bf16 new"
     if rec and step in rec.get("tok_s", {}):
         out["measured"] = tokens / scale(rec["tok_s"][step], rec["params_b"]) / 3600
