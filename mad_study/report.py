@@ -52,18 +52,23 @@ def package_versions(names: Sequence[str] = _PACKAGES) -> dict[str, str | None]:
 _PLAIN = (str, int, float, bool, list, dict, tuple, type(None))
 _NAMESPACE_KEYS = {"In", "Out", "get_ipython", "exit", "quit", "__name__", "__builtins__"}
 
+def _source(cell: Mapping) -> str:
+    "A notebook cell's source: nbformat stores it as one string or a list of lines."
+    s = cell.get("source", "")
+    return s if isinstance(s, str) else "".join(s)
+
 def notebook_parameters(nb_path: str | os.PathLike) -> dict[str, Any]:
     """Names and default values of the notebook cell tagged `parameters` and of the cells tagged `parameters-part`
     right before it (literal assignments only; papermill injects its values after the `parameters` cell). The kit's own."""
-    import nbformat
-    nb = nbformat.read(str(nb_path), as_version=4)
-    tags = [set(c.get("metadata", {}).get("tags", [])) for c in nb.cells]
+    # plain JSON, not nbformat: importing nbformat (its schema validator) took 2-4 s of every experiment's kernel
+    cells = json.loads(Path(nb_path).read_text(encoding="utf-8"))["cells"]
+    tags = [set(c.get("metadata", {}).get("tags", [])) for c in cells]
     at = next((i for i, t in enumerate(tags) if "parameters" in t), None)
     if at is None: raise ConfigError("notebook has no cell tagged 'parameters'", where=nb_path)
     first = at                                     # a long list: `parameters-part` cells right before it (papermill
     while first > 0 and "parameters-part" in tags[first - 1]: first -= 1   # injects after the `parameters` cell)
     out = {}
-    for node in (n for c in nb.cells[first:at + 1] for n in ast.parse(c.source).body):
+    for node in (n for c in cells[first:at + 1] for n in ast.parse(_source(c)).body):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             try: out[node.targets[0].id] = ast.literal_eval(node.value)
             except ValueError: raise ConfigError("parameters must be literals", where=nb_path, key=node.targets[0].id) from None

@@ -288,6 +288,11 @@ def _unstable(self: SimBackend, item: Item, req: GenRequest, answer: str | None)
     return cands[int(rng.integers(len(cands)))]
 
 # %% ../nbs/03b_sim.ipynb #44145eaf
+@functools.lru_cache(maxsize=1 << 14)
+def _n_words(s: str) -> int:
+    "Words of a message (cached: a debate resends each earlier message every round)."
+    return len(s.split())
+
 @patch
 def generate_one(self: SimBackend, req: GenRequest) -> Generation:
     item = req.meta.get("item")
@@ -304,7 +309,7 @@ def generate_one(self: SimBackend, req: GenRequest) -> Generation:
     tags = [t for _, t in read_shown_solutions(users[-1])] if (self.agent.tier_trust and shown) else None
     debate_turn = bool(assistants) or bool(shown)
     answer = self.decide(item, own, shown, rng, tags) if debate_turn else self._independent(item, rng)
-    prompt_tokens = int(round(sum(len(m["content"].split()) for m in req.messages) * 1.3))
+    prompt_tokens = int(round(sum(_n_words(m["content"]) for m in req.messages) * 1.3))
     if self.agent.context_decay: answer = self._derail(item, req, prompt_tokens, answer)
     if self.agent.debate_noise and debate_turn: answer = self._unstable(item, req, answer)
     if rng.random() < self.agent.parse_fail: answer = None

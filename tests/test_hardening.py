@@ -59,7 +59,7 @@ def test_two_reproduce_processes_share_one_cache(tmp_path):
     procs = []
     for i in range(2):
         env = _env(tmp_path, MAD_STUDY_FIGURES=tmp_path / f"fig{i}")          # one runs/ (one cache), two figure folders
-        procs.append(subprocess.Popen(preexec_fn=_default_sigint, args=[str(EXE), "reproduce", "du_gsm8k", "--profile", "sim", "-p", slow, "-p", "n_items=40",
+        procs.append(subprocess.Popen(preexec_fn=_default_sigint, args=[str(EXE), "reproduce", "du_gsm8k", "--profile", "sim", "-p", slow, "-p", "n_items=40", "-p", "cache=true",
                                                                   *SLOW_AGENTS],
                                       env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=300) for p in procs]
@@ -100,7 +100,7 @@ def test_readonly_cache_location_one_clear_line(tmp_path):
         pytest.skip("no read-only folder on this machine")
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "cache").symlink_to(ro)                          # the cache folder is read-only
-    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=2", env=_env(tmp_path))
+    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=2", "-p", "cache=true", env=_env(tmp_path))
     assert r.returncode == 1, r.stdout + r.stderr
     (line,) = _failure_lines(r)
     assert "cannot open the generation cache (read-only location" in line and "generations.sqlite" in line, line
@@ -116,7 +116,7 @@ def test_full_cache_location_one_clear_line(tmp_path):
         pytest.skip("no /dev/full on this machine")
     (tmp_path / "runs" / "cache").mkdir(parents=True)
     (tmp_path / "runs" / "cache" / "generations.sqlite").symlink_to("/dev/full")   # every write: no space left
-    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=2", env=_env(tmp_path))
+    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=2", "-p", "cache=true", env=_env(tmp_path))
     assert r.returncode == 1, r.stdout + r.stderr
     (line,) = _failure_lines(r)
     assert "the generation cache (disk full" in line and "generations.sqlite" in line, line

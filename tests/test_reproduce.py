@@ -89,7 +89,8 @@ def _cache_rows(path: Path) -> int:
 def test_kill_midway_then_resume_recomputes_nothing(scratch):
     slow = "sim_agents={sim-generic: {skill: 0.55, recency: 1.0, latency: 0.05, batch_size: 6}}"
     use = ["-p", "models=[sim-generic, sim-generic, sim-generic]",     # the agents the latency applies to
-           "-p", "n_items=40"]                                          # (the sim profile's 100: a longer test)
+           "-p", "n_items=40",                                          # (the sim profile's 100: a longer test)
+           "-p", "cache=true"]                                          # the sim profile runs without the cache
     total = 40 * 3 * 2
     env = {**os.environ, "MAD_STUDY_RUNS": str(scratch / "runs"), "MAD_STUDY_FIGURES": str(scratch / "fig")}
     exe = Path(sys.executable).parent / "mad-study"
