@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-from .core import ConfigError, clip_line, figures_dir, params_dir, project_root, runs_dir
+from .core import ConfigError, atomic_write_text, clip_line, figures_dir, params_dir, project_root, runs_dir
 from .registry import (EXPERIMENT_KEYS, PAPER_ALIASES, PLANNERS, PROFILE_KEYS, Experiment, check_keys,
                                 experiment_files, experiments, generic_plan, load_profile, load_registry, planner,
                                 read_yaml, resolve_targets)
@@ -37,12 +37,13 @@ _all_ = ["PROFILE_KEYS", "EXPERIMENT_KEYS", "PAPER_ALIASES", "PLANNERS", "read_y
          "experiments", "resolve_targets", "planner", "generic_plan"]   # the registries (02b_registry), re-exported
 
 # %% auto #0
-__all__ = ['NOT_AGENT_LISTS', 'KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'WAKE_S', 'auto_profile', 'map_models', 'parse_override',
-           'merge_params', 'validate_params', 'agent_count', 'param_warnings', 'plan_experiment', 'serve_table',
-           'stop_kernels', 'remove_temporaries', 'RunResult', 'set_aside', 'run_experiment', 'run_order', 'run_after',
-           'reproduce', 'load_runs', 'compare_runs', 'run_items', 'throughput_measurement', 'plan_gpu_hours',
-           'profile_weights', 'main', 'PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'read_yaml',
-           'load_profile', 'Experiment', 'experiments', 'resolve_targets', 'planner', 'generic_plan']
+__all__ = ['NOT_AGENT_LISTS', 'KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'SKIPPED_TEST', 'WAKE_S', 'auto_profile', 'map_models',
+           'parse_override', 'merge_params', 'validate_params', 'agent_count', 'param_warnings', 'plan_experiment',
+           'serve_table', 'stop_kernels', 'remove_temporaries', 'RunResult', 'set_aside', 'experiment_notebook',
+           'run_experiment', 'run_order', 'run_after', 'reproduce', 'load_runs', 'compare_runs', 'run_items',
+           'throughput_measurement', 'plan_gpu_hours', 'profile_weights', 'main', 'PROFILE_KEYS', 'EXPERIMENT_KEYS',
+           'PAPER_ALIASES', 'PLANNERS', 'read_yaml', 'load_profile', 'Experiment', 'experiments', 'resolve_targets',
+           'planner', 'generic_plan']
 
 # %% ../nbs/20_reproduce.ipynb #b28c82b1
 from .report import notebook_parameters      # the names and defaults of a notebook's `parameters` cell (06_report)
@@ -395,6 +396,29 @@ def set_aside(folder: Path, why: str = "a new run of this experiment started") -
                                    "mad-study compare and cite do not read this folder.\n", encoding="utf-8")
     return dest
 
+# %% ../nbs/20_reproduce.ipynb #f1ce2746
+SKIPPED_TEST = "# a test of this notebook: `make test` runs it, an experiment's run skips it (experiment_notebook)"
+
+def _kept(source: str) -> bool:
+    "Export cells and cells of imports only: what an experiment may use from above its parameters."
+    directives = [l for l in source.splitlines() if l.startswith("#|")]
+    if any(d.split()[1:2] and d.split()[1] in ("export", "exporti", "default_exp") for d in directives):
+        return True
+    try: body = ast.parse(source).body
+    except SyntaxError: return True
+    return all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in body)
+
+def experiment_notebook(path: str | os.PathLike) -> dict:
+    """The notebook at `path` as an experiment runs it (JSON): the code cells above the `parameters` cell that
+    are neither exports nor imports (the notebook's tests) blanked with `SKIPPED_TEST` (the kit's own)."""
+    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    tags = [c.get("metadata", {}).get("tags", []) for c in nb["cells"]]
+    at = next((i for i, t in enumerate(tags) if "parameters" in t or "parameters-part" in t), 0)
+    for c in nb["cells"][:at]:
+        src = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        if c["cell_type"] == "code" and not _kept(src): c["source"] = SKIPPED_TEST
+    return nb
+
 # %% ../nbs/20_reproduce.ipynb #runexp2
 def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
     """Execute the experiment's notebook with papermill; keep the executed copy under runs/<profile>/<experiment>/.
@@ -405,8 +429,10 @@ def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
     if (moved := set_aside(out.parent)) is not None:
         log(f"{exp.id}: an earlier run's outputs moved to {moved.relative_to(runs_dir()) if moved.is_relative_to(runs_dir()) else moved}")
     t = time.time()
+    src = out.parent / f".{exp.notebook.stem}.input.ipynb"          # the notebook without its tests
+    atomic_write_text(src, json.dumps(experiment_notebook(exp.notebook), ensure_ascii=False))
     try:
-        pm.execute_notebook(str(exp.notebook), str(out), parameters=dict(p), kernel_name="python3",
+        pm.execute_notebook(str(src), str(out), parameters=dict(p), kernel_name="python3",
                             progress_bar=False, cwd=str(exp.notebook.parent), log_output=False,
                             # the executed notebook is written once, at the end or at the failing cell: papermill's
                             # save after every cell (twice) rewrote it whole, ~7% of `make reproduce`'s CPU (sim)
@@ -421,6 +447,8 @@ def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
         short = next((l for l in reversed(msg) if l.strip()), type(e).__name__)
         return RunResult(exp.id, False, time.time() - t, out, f"{type(e).__name__}: {clip_line(short, 300)}",
                          _failed_generations(out.parent, t), _serving_stats(out.parent, t))
+    finally:
+        src.unlink(missing_ok=True)
 
 # %% ../nbs/20_reproduce.ipynb #53e3134d
 def run_order(merged: Sequence[tuple[Experiment, dict]], profile: str) -> list[tuple[Experiment, dict]]:

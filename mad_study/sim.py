@@ -126,6 +126,7 @@ def _pool(item_id: str, gold: str, fmt: str, k: int, n: int) -> tuple[str, ...]:
 
 # %% ../nbs/03b_sim.ipynb #744eca30
 FINAL_SENTENCE = "So the final answer is "
+_FINAL_RE = re.compile(re.escape(FINAL_SENTENCE))
 _FILLER = ("we", "consider", "the", "given", "quantities", "and", "combine", "them", "step", "by", "carefully",
            "checking", "each", "intermediate", "result", "so", "that", "nothing", "is", "missed", "then")
 
@@ -146,7 +147,7 @@ def _read_braced(s: str, i: int) -> str | None:
 def read_final_answers(text: str) -> list[str]:
     "Answers of every synthetic-agent final sentence in `text`, in order of appearance."
     out = []
-    for m in re.finditer(re.escape(FINAL_SENTENCE), text or ""):
+    for m in _FINAL_RE.finditer(text or ""):
         rest = text[m.end():]
         if rest.startswith("\\boxed{"):
             a = _read_braced(rest, len("\\boxed"))
@@ -163,7 +164,7 @@ def read_shown_solutions(text: str) -> list[tuple[str, str | None]]:
     "Each final answer in `text` with the RUMAD importance tag (Eq. 5) last written before it since the previous answer, or None."
     out, start = [], 0
     tag_re = re.compile(r"\[(" + "|".join(TIER_TAGS) + r")\]")
-    for m in re.finditer(re.escape(FINAL_SENTENCE), text or ""):
+    for m in _FINAL_RE.finditer(text or ""):
         tags = tag_re.findall(text, start, m.start())
         ans = read_final_answers(text[m.start():])[:1]
         if ans: out.append((ans[0], tags[-1] if tags else None))
