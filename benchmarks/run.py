@@ -500,7 +500,7 @@ def bench_analysis(n_items=500, n_agents=6, n_rounds=5, n_samples=16) -> dict:
     from mad_study import metrics as M
     from mad_study import stats as S
     from mad_study.answers import extract_answer, parse_failure_rate
-    from mad_study.debate import group_rows, vote_table
+    from mad_study.voting import group_rows, vote_table
     t = time.perf_counter(); tr = synthetic_transcript(n_items, n_agents, n_rounds, n_samples); build = time.perf_counter() - t
     log(f"  transcript: {len(tr):,} rows ({n_items} items x {n_agents} agents x {n_rounds} rounds x {n_samples} samples), built in {build:.1f} s")
     ans = tr["answer"].to_numpy(dtype=object, na_value=None)

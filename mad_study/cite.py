@@ -137,7 +137,7 @@ REFS: dict[str, tuple[str, ...]] = {
     "debate.OrderedPeers": ("zhang2025madc",), "debate.run_debate": ("du2024debate", "qiao2026umad"),
     "sim.read_shown_solutions": ("wang2026rumad",),
     "core.signals_from_logprobs": ("jiang2026svrmad", "chen2025sid"), "debate.make_protocol": ("du2024debate", "zhang2025madc"),
-    "debate.majority_vote": ("du2024debate", "wang2023selfconsistency"),
+    "voting.majority_vote": ("du2024debate", "wang2023selfconsistency"),
 }
 
 # %% ../nbs/00b_cite.ipynb #f0eaefa8
@@ -232,8 +232,8 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
              "derive_seed", "describe_transcript", "figures_dir", "image_hash", "image_path", "images_dir", "is_image_hash",
              "load_image", "load_transcript", "params_dir", "project_root", "put_image", "rng_for", "runs_dir",
              "save_transcript", "transcript_frame", "check_unique_turns", "pool_keys", "git_commit", "clip_line"),
-    "debate": ("Agent", "RoundContext", "RoundPlan", "Turn", "group_rows", "make_agents", "vote_table", "register_protocol",
-               "tie_seeds"),
+    "debate": ("Agent", "RoundContext", "RoundPlan", "Turn", "make_agents", "register_protocol"),
+    "voting": ("group_rows", "vote_table", "tie_seeds"),
     "arena": ("pareto_front", "plan_arena"),
     "trajectory": ("canonical_answers", "answer_grid", "item_outcomes"),
     "metrics": ("with_defaults", "entropy_rows", "is_missing"),

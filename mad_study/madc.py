@@ -17,7 +17,8 @@ from scipy import stats
 from .core import ConfigError, GenRequest, Item, SIGNALS, check_unique_turns, derive_seed, pool_keys, rng_for, transcript_frame
 from .answers import extract_answer, is_correct, merge_equivalent
 from .data import format_question, get_task
-from .debate import ORDERINGS, OrderedPeers, Protocol, RoundContext, make_agents, run_debate, vote_table
+from .debate import ORDERINGS, OrderedPeers, Protocol, RoundContext, make_agents, run_debate
+from .voting import vote_table
 from .metrics import is_missing, path_consistency, reversal_point, viewpoint_entropy
 from .stats import adjust_pvalues, cochran_q, condition_labels, paired_difference, paired_test   # cochran_q: nbs/05b_stats
 from .prompts import debate_message, get_prompt, opening_messages

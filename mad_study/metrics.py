@@ -17,6 +17,7 @@ from scipy import special, stats
 from .answers import merge_equivalent, parse_failure_rate
 from .core import ConfigError, check_unique_turns, pool_keys
 from .data import TRANSCRIPT_DEFAULTS, complete_transcript
+from .voting import group_rows, vote_table
 
 # %% auto #0
 __all__ = ['UNPARSED', 'UNPARSED_MODES', 'with_defaults', 'wilson_ci', 'is_missing', 'accuracy_by_round', 'cluster_bootstrap_ci',
@@ -59,7 +60,7 @@ def is_missing(a) -> bool:
 
 def accuracy_by_round(transcript: pd.DataFrame, majority: bool = True, level: float = 0.95,
                       by: Sequence[str] = ()) -> pd.DataFrame:
-    """Accuracy per round for each agent and (optionally) the majority vote (`mad_study.debate.vote_table`).
+    """Accuracy per round for each agent and (optionally) the majority vote (`mad_study.voting.vote_table`).
     One row per (experiment, method, by..., round, who) (`pool_keys`): accuracy, CI, n, parse_failure (share of missing answers), ci_method. The interval
     is Wilson's when every item gives one answer to the row, else the item-clustered bootstrap (`clustered_accuracy_ci`:
     K samples per agent, or several experiments pooled by `by`, are answers of one item, not independent ones)."""
@@ -75,7 +76,6 @@ def accuracy_by_round(transcript: pd.DataFrame, majority: bool = True, level: fl
                      "n": n, "parse_failure": float(g["answer"].isna().mean()), "ci_method": how})    # = parse_failure_rate, vectorised
     out = pd.DataFrame(rows).drop(columns="agent") if rows else pd.DataFrame(columns=[*by, "round", "who", "accuracy", "ci_low", "ci_high", "n", "parse_failure", "ci_method"])
     if majority and len(transcript):
-        from mad_study.debate import vote_table
         vt = vote_table(transcript, by=(*by, "item_id", "sample", "round"))
         mrows = []
         for key, g in vt.groupby([*by, "round"], sort=True):
@@ -410,7 +410,6 @@ def uncertainty_table(transcript: pd.DataFrame, fmt: str | None = None, base: fl
     (Numeric and multiple-choice answers are computed for all groups at once, other formats group by group: the same
     numbers as `uncertainty_decomposition` on each group.)"""
     from mad_study.answers import ELEMENTWISE_FORMATS
-    from mad_study.debate import group_rows
     _check_unparsed(unparsed)
     transcript = complete_transcript(transcript, fmt, what="uncertainty_table")   # `fmt`: each row's format
     by = pool_keys(transcript, by)

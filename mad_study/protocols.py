@@ -15,7 +15,8 @@ import pandas as pd
 from .core import ConfigError, GenRequest, Generation, Item, rng_for, pool_keys, check_unique_turns
 from .answers import answers_equivalent, merge_equivalent
 from .prompts import PromptSet, get_prompt
-from .debate import FullyConnected, Protocol, RoundContext, run_debate, vote_table, majority_vote
+from .debate import FullyConnected, Protocol, RoundContext, run_debate
+from .voting import vote_table, majority_vote
 
 # %% auto #0
 __all__ = ['BASELINES', 'answer_only_text', 'ScriptedBackend', 'largest_agreement', 'EarlyStop', 'GroupDebate', 'S2MAD',

@@ -21,7 +21,7 @@ import pandas as pd
 
 from .core import ConfigError, GenRequest, Generation, Item, SIGNALS, derive_seed, rng_for, transcript_frame
 from .answers import extract_answer, is_correct
-from .debate import majority_vote
+from .voting import majority_vote
 from .interface import generate_jobs
 from .sandbox import run_program
 from .sim import SimBackend, read_final_answers, logit, message_hash, sigmoid, item_difficulty as _difficulty

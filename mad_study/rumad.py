@@ -20,7 +20,8 @@ from fastcore.basics import patch
 
 from .core import ConfigError, Item, derive_seed, rng_for
 from .answers import answers_equivalent
-from .debate import Agent, FullyConnected, Protocol, RoundContext, RoundPlan, Turn, make_agents, run_debate, vote_table
+from .debate import Agent, FullyConnected, Protocol, RoundContext, RoundPlan, Turn, make_agents, run_debate
+from .voting import vote_table
 from .prompts import PromptSet
 from .registry import planner
 from .sim import read_final_answers
@@ -284,7 +285,7 @@ def accuracy_reward(majority_correct: bool) -> float:
 def consensus_reward(answers: Sequence[str | None], S: np.ndarray, fmt: str) -> float:
     """RUMAD Consensus_t / Consensus_ep (Sec. 3.5): mean of (share of agents whose answer equals the majority answer,
     mean off-diagonal similarity of Eq. 2). No parsed answer: the share is 0."""
-    from mad_study.debate import majority_vote
+    from mad_study.voting import majority_vote
     maj = majority_vote(list(answers), fmt)
     share = 0.0 if maj is None else sum(answers_equivalent(a, maj, fmt) for a in answers) / len(answers)
     S = np.asarray(S, dtype=float); n = len(S)

@@ -15,6 +15,7 @@ from scipy import stats
 
 from .core import ConfigError, pool_keys, check_unique_turns
 from .metrics import is_missing, clustered_accuracy_ci, wilson_ci
+from .voting import vote_table
 
 # %% auto #0
 __all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'CORRECTIONS', 'bootstrap_ci', 'paired_test', 'accuracy_ci', 'item_means', 'boot_mean_ci',
@@ -530,7 +531,6 @@ def per_item_results(transcript: pd.DataFrame, who: str = "majority", fmt: str |
     """Per-item results of every condition of a (pooled) transcript (the DESIGN's "per-item results next to every table"):
     item_id, method, experiment, sample, correct (majority vote, or agent `who`, at the condition's last round), answer,
     tokens (prompt + completion tokens of the thread over all rounds; of agent `who` only when one agent is scored)."""
-    from mad_study.debate import vote_table
     check_unique_turns(transcript, what="per_item_results")
     t = transcript.assign(_cond=condition_labels(transcript))
     t = t.assign(_tok=t["prompt_tokens"].fillna(0).astype(float) + t["completion_tokens"].fillna(0).astype(float))

@@ -13,6 +13,7 @@ import pandas as pd
 from .answers import ELEMENTWISE_FORMATS, merge_equivalent
 from .core import check_unique_turns, pool_keys
 from .data import complete_transcript, row_formats
+from .voting import vote_table
 
 # %% auto #0
 __all__ = ['canonical_answers', 'answer_grid', 'agent_turns', 'first_correct', 'agent_outcomes', 'item_outcomes',
@@ -173,7 +174,6 @@ def item_outcomes(transcript: pd.DataFrame, fmt: str | None = None, final: pd.Da
     agents carried, or `final`: a method's own answers, columns condition keys, item_id, sample, answer, correct),
     and `outcome`: helped (first majority wrong, final right), hurt (the reverse) or neither."""
     transcript = complete_transcript(transcript, fmt, what="item_outcomes")
-    from mad_study.debate import vote_table
     g = answer_grid(transcript, fmt)
     cond, th, _ = _keys(transcript)
     per = _round_agreement(g, th)

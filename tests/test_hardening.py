@@ -306,7 +306,7 @@ from mad_study import metrics as M
 from mad_study import stats as S
 from mad_study.answers import answers_equivalent, extract_answer, is_correct, merge_equivalent, parse_failure_rate
 from mad_study.core import ANSWER_FORMATS, transcript_frame
-from mad_study.debate import majority_vote, vote_table
+from mad_study.voting import majority_vote, vote_table
 
 FUZZ = settings(max_examples=int(os.environ.get("MAD_STUDY_FUZZ_EXAMPLES", 60)), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 UNICODE = ["Ω", "😀", "−7", "٣", "１２", "\u200b", "é", "∞", "\\boxed{ß}", "(Ж)", "\\frac{1}{2}", "0.5", "B", "b", "(C)"]

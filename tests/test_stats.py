@@ -12,7 +12,8 @@ from conftest import mad_study  # noqa: F401  (puts the checkout first on the pa
 from mad_study import metrics as M
 from mad_study import stats as S
 from mad_study.core import ConfigError, Item
-from mad_study.debate import FullyConnected, OrderedPeers, make_agents, run_debate, vote_table
+from mad_study.debate import FullyConnected, OrderedPeers, make_agents, run_debate
+from mad_study.voting import vote_table
 from mad_study.madc import item_scores, path_consistency_table, strategy_scores
 from mad_study.sim import SimBackend
 from mad_study.umad import decomposition_table
