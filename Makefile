@@ -34,7 +34,7 @@ export TRANSFORMERS_OFFLINE = $(HF_OFFLINE)
 export TOKENIZERS_PARALLELISM = false
 export PYTHONWARNINGS = ignore::DeprecationWarning
 
-.PHONY: reproduce test bench docs check-sync nbtest pytest venv clean-runs lab sandbox-tool browser-tool
+.PHONY: reproduce test bench docs check-sync lint nbtest pytest venv clean-runs lab sandbox-tool browser-tool
 
 venv: $(STAMP)
 
@@ -77,8 +77,8 @@ browser-tool:
 reproduce: $(STAMP) sandbox-tool
 	$(BIN)/mad-study reproduce all --profile $(PROFILE) --jobs $(JOBS)
 
-## the test suite: notebooks in sync and clean, the notebooks' own tests, then pytest
-test: $(STAMP) sandbox-tool browser-tool check-sync nbtest pytest
+## the test suite: notebooks in sync and clean, formatted and linted, the notebooks' own tests, then pytest
+test: $(STAMP) sandbox-tool browser-tool check-sync lint nbtest pytest
 test nbtest pytest check-sync: HF_OFFLINE = 1
 
 SNAP = find nbs mad_study -type f -not -path '*/__pycache__/*' -not -path '*/.ipynb_checkpoints/*' | LC_ALL=C sort | xargs md5sum
@@ -92,6 +92,12 @@ check-sync: $(STAMP)
 	  echo "nbdev-export / nbdev-clean changed these files; run them and commit the result:"; \
 	  diff $(VENV)/sync-before $(VENV)/sync-after | grep '^[<>]' | awk '{print "  " $$3}' | sort -u; exit 1; fi
 	@echo "notebooks clean and in sync with mad_study/"
+
+## ruff over the notebooks (settings in pyproject.toml; issue 37): formatted, and no lint finding.
+## tools/format_notebooks.py formats, fixes and splits them.
+lint: $(STAMP)
+	$(BIN)/ruff format --check nbs
+	$(BIN)/ruff check nbs
 
 # notebooks write their runs and figures into a scratch folder under .venv, not into runs/ and figures/
 # and neither the notebooks' tests nor pytest may touch the project's figures/ or runs/: checked after each

@@ -28,11 +28,16 @@ __all__ = ['MAX_CHARS', 'OPTION_LETTERS', 'MATH_VERIFY_TIMEOUT', 'MATH_VERIFY_MA
            'parse_failure_rate', 'load_answer_corpus', 'corpus_agreement', 'extract_confidence']
 
 # %% ../nbs/01_answers.ipynb #a1b712c7
-MAX_CHARS = 50_000   # only the last MAX_CHARS characters of a response are read (answers come at the end)
+MAX_CHARS = (
+    50_000  # only the last MAX_CHARS characters of a response are read (answers come at the end)
+)
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\b")
 
-_BRACE_TOKEN_RE = re.compile(r"\\.|[{}]", re.S)   # a backslash with the character it escapes, or a brace
+_BRACE_TOKEN_RE = re.compile(
+    r"\\.|[{}]", re.S
+)  # a backslash with the character it escapes, or a brace
+
 
 def _brace_pairs(s: str) -> dict[int, int]:
     """Positions of matching braces, `{open: close}`, in one pass (escaped `\\{` `\\}` skipped; unclosed ones absent).
@@ -40,29 +45,38 @@ def _brace_pairs(s: str) -> dict[int, int]:
     pairs, stack = {}, []
     for m in _BRACE_TOKEN_RE.finditer(s):
         c = m.group()
-        if c == "{": stack.append(m.start())
-        elif c == "}" and stack: pairs[stack.pop()] = m.start()
+        if c == "{":
+            stack.append(m.start())
+        elif c == "}" and stack:
+            pairs[stack.pop()] = m.start()
     return pairs
 
+# %% ../nbs/01_answers.ipynb #ea5999ea
 def _boxes(s: str) -> list[tuple[int, str]]:
     "All complete boxes in `s` as `(position, content)`, in order of appearance."
     out, pairs = [], None
     for m in _BOX_RE.finditer(s):
         j = m.end()
-        while j < len(s) and s[j] in " \t": j += 1
+        while j < len(s) and s[j] in " \t":
+            j += 1
         if j < len(s) and s[j] == "{":
-            if pairs is None: pairs = _brace_pairs(s)
+            if pairs is None:
+                pairs = _brace_pairs(s)
             k = pairs.get(j, -1)
-            if k > j: out.append((m.start(), s[j + 1:k]))
-        elif j > m.end() and j < len(s):                       # `\boxed 5`: one token after a space
-            tok = re.match(r"[^\s$]+", s[j:j + 100])
-            if tok: out.append((m.start(), tok.group(0)))
+            if k > j:
+                out.append((m.start(), s[j + 1 : k]))
+        elif j > m.end() and j < len(s):  # `\boxed 5`: one token after a space
+            tok = re.match(r"[^\s$]+", s[j : j + 100])
+            if tok:
+                out.append((m.start(), tok.group(0)))
     return out
 
+# %% ../nbs/01_answers.ipynb #b4f2bdce
 def last_boxed(text: str) -> str | None:
     "Content of the last complete `\\boxed{...}` or `\\fbox{...}` in `text` (nested braces handled), else None."
     try:
-        if not isinstance(text, str): return None
+        if not isinstance(text, str):
+            return None
         boxes = _boxes(text[-MAX_CHARS:])
         return boxes[-1][1] if boxes else None
     except Exception:
@@ -74,16 +88,21 @@ def _strip_wrappers(s: str) -> str:
     for _ in range(4):
         before = s
         s = s.strip().strip("*_").strip()
-        if len(s) >= 2 and s[0] == "$" and s[-1] == "$": s = s.strip("$").strip()
-        if s.startswith("\\(") and s.endswith("\\)"): s = s[2:-2].strip()
-        if s.startswith("\\[") and s.endswith("\\]"): s = s[2:-2].strip()
+        if len(s) >= 2 and s[0] == "$" and s[-1] == "$":
+            s = s.strip("$").strip()
+        if s.startswith("\\(") and s.endswith("\\)"):
+            s = s[2:-2].strip()
+        if s.startswith("\\[") and s.endswith("\\]"):
+            s = s[2:-2].strip()
         s = re.sub(r"[.,;:]+$", "", s).strip()
-        if s == before: break
+        if s == before:
+            break
     return s
 
+# %% ../nbs/01_answers.ipynb #99480dbe
 def normalize_latex(s: str) -> str:
     "Light normalisation of a LaTeX answer: wrappers, trailing punctuation, `\\left`/`\\right`, `\\dfrac` -> `\\frac`."
-    s = _strip_wrappers(str(s)).replace("\\!", "")                 # `\!` (negative thin space): removed
+    s = _strip_wrappers(str(s)).replace("\\!", "")  # `\!` (negative thin space): removed
     s = re.sub(r"\\(?:left|right)(?![a-zA-Z])\s*", "", s)
     s = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", s)
     s = re.sub(r"\\(?:displaystyle|!|,|;|quad|qquad)(?![a-zA-Z])", " ", s) if "\\" in s else s
@@ -95,7 +114,9 @@ def normalize_latex(s: str) -> str:
 _NUM_RE = re.compile(
     r"(?<![\w.)\]}])(?P<sign>[-−+]?)\s?\$?\s?"
     r"(?P<int>\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?P<frac>\.\d+)?"
-    r"(?:\s?/\s?(?P<den>\d+(?:\.\d+)?)(?!\d|\.\d))?")
+    r"(?:\s?/\s?(?P<den>\d+(?:\.\d+)?)(?!\d|\.\d))?"
+)
+
 
 def _clean_number_text(s: str) -> str:
     s = s.replace("−", "-").replace("–", "-").replace("\u2009", "").replace("\u202f", "")
@@ -107,118 +128,160 @@ def _clean_number_text(s: str) -> str:
     s = s.replace("\\$", "$").replace("\\%", "%").replace("\\left", "").replace("\\right", "")
     return s
 
+# %% ../nbs/01_answers.ipynb #5325677c
 def _to_fraction(m: re.Match) -> Fraction | None:
     val = Fraction(m.group("int").replace(",", "") + (m.group("frac") or ""))
     if m.group("den") is not None:
         den = Fraction(m.group("den"))
-        if den == 0: return None
+        if den == 0:
+            return None
         val = val / den
     return -val if m.group("sign") in ("-", "−") else val
 
+# %% ../nbs/01_answers.ipynb #f63d8137
 def number_candidates(s: str) -> list[Fraction]:
     "All numbers in `s`, in order, as exact Fractions (see the rules above)."
     out = []
     for m in _NUM_RE.finditer(_clean_number_text(s)):
         v = _to_fraction(m)
-        if v is not None: out.append(v)
+        if v is not None:
+            out.append(v)
     return out
 
 # %% ../nbs/01_answers.ipynb #6e1ba7ed
 def parse_number(s: Any, last: bool = True) -> Fraction | None:
     "One number from `s` as a Fraction (the last one when there are several, else the first), or None."
     try:
-        if isinstance(s, bool) or s is None: return None
-        if isinstance(s, int): return Fraction(s)
-        if isinstance(s, float): return Fraction(s).limit_denominator(10**12) if math.isfinite(s) else None
-        if isinstance(s, Fraction): return s
+        if isinstance(s, bool) or s is None:
+            return None
+        if isinstance(s, int):
+            return Fraction(s)
+        if isinstance(s, float):
+            return Fraction(s).limit_denominator(10**12) if math.isfinite(s) else None
+        if isinstance(s, Fraction):
+            return s
         c = number_candidates(str(s)[-MAX_CHARS:])
         return (c[-1] if last else c[0]) if c else None
     except Exception:
         return None
 
+# %% ../nbs/01_answers.ipynb #c71b5296
 def canonical_number(v: Fraction | int | float | str | None) -> str | None:
     "Canonical string of a number: `18`, `-3`, `0.75`; non-terminating decimals rounded to 10 places."
-    if v is None: return None
+    if v is None:
+        return None
     if not isinstance(v, Fraction):
         v = parse_number(v)
-        if v is None: return None
-    if v.denominator == 1: return str(v.numerator)
+        if v is None:
+            return None
+    if v.denominator == 1:
+        return str(v.numerator)
     d = v.denominator
-    while d % 2 == 0: d //= 2
-    while d % 5 == 0: d //= 5
+    while d % 2 == 0:
+        d //= 2
+    while d % 5 == 0:
+        d //= 5
     with localcontext() as ctx:
         ctx.prec = max(60, len(str(abs(v.numerator))) + 30)
         x = Decimal(v.numerator) / Decimal(v.denominator)
-        if d != 1: x = x.quantize(Decimal("1e-10"))
+        if d != 1:
+            x = x.quantize(Decimal("1e-10"))
         txt = format(x, "f")
-    if "." in txt: txt = txt.rstrip("0").rstrip(".")
+    if "." in txt:
+        txt = txt.rstrip("0").rstrip(".")
     return "0" if txt in ("-0", "") else txt
 
 # %% ../nbs/01_answers.ipynb #796d0c1c
 _STMT_RE = re.compile(
-    r"(?=[fcrbao])"     # the first letter of every match: re skips other positions fast (2.6x, same matches)
+    # the first letter of every match: re skips other positions fast (2.6x, same matches)
+    r"(?=[fcrbao])"
     r"(?:\b(?P<final>final|correct|right|best)\s+)?\b(?P<kw>answer|option|choice)(?P<plural>s?)\b"
     r"(?:\s+to\s+(?:the|this)\s+(?:math\s+)?(?:question|problem))?[\s*_]*"
     r"(?:(?P<verb>is|was|would\s+be|should\s+be|will\s+be|must\s+be|remains|becomes|stays)\b"
     r"\s*(?:still\s+)?[:：]?|[:：=])"
-    r"[\s*_]*", re.IGNORECASE)
-_FINAL_CUE_RE = re.compile(r"\bfinal\s*[:：][\s*_]*", re.IGNORECASE)     # a bare "Final:" cue
+    r"[\s*_]*",
+    re.IGNORECASE,
+)
+_FINAL_CUE_RE = re.compile(r"\bfinal\s*[:：][\s*_]*", re.IGNORECASE)  # a bare "Final:" cue
 # first-person choices: "I choose (B)", "I'll go with B", "I still maintain (C)", "I stand by 42"
 _CHOOSE_RE = re.compile(
     r"\bI(?:\s+still|\s+now|\s+will|\s+would|'ll|'d)?\s+(?:choose|select|pick|go\s+with|stick\s+with|"
     r"maintain|stand\s+by|keep|vote\s+for|settle\s+on)\b(?:\s+(?:answer|option|choice))?[\s:*_]*",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 _NOT_AN_ANSWER_RE = re.compile(
-    r"(?:correct|incorrect|wrong|right|not|unclear|clear|obvious|above|below)\b", re.I)
+    r"(?:correct|incorrect|wrong|right|not|unclear|clear|obvious|above|below)\b", re.I
+)
 _NOT_BUT_RE = re.compile(r"not\b[^.\n]{0,80}?\b(?:but|rather)\b[\s,:]*(?:it\s+is\s+|is\s+)?", re.I)
 
 # %% ../nbs/01_answers.ipynb #0508c16b
-# a clause ends at a sentence end, a semicolon, or a contrast ("..., but I think"). Only where the last
-# clause ends is read, so the contrast word alone is matched (not ",? \s*" before it), and the lookahead of
+# a clause ends at a sentence end, a semicolon, or a
+# contrast ("..., but I think"). Only where the last
+# clause ends is read, so the contrast word alone is
+# matched (not ",? \s*" before it), and the lookahead of
 # first letters lets re skip other positions: 3.5x faster, the same ends (tested below)
 _CLAUSE_RE = re.compile(
     r"(?=[.!?;\nbhwaty])(?:[.!?;\n](?:\s|$)|[;\n]|\b(?:but|however|whereas|while|although|though|yet)\b)",
-    re.I)
-_OTHERS = (r"(?:agents?(?:\s*#?\d+)?|peers?|others|other\s+agents?|solutions?(?:\s*#?\d+)?|"
-           r"they|he|she|someone|everyone|both|the\s+(?:other|first|second|third)\s+\w+)")
-_SAYS = (r"(?:said|says|say|claim\w*|think|thinks|thought|believ\w*|argu\w*|suggest\w*|propos\w*|"
-         r"conclud\w*|stat\w*|insist\w*|answered|answers|chose|choose|chooses|picked|picks|"
-         r"selected|select|went\s+with|go\s+with|voted\s+for|gave|got|favou?r\w*|support\w*)")
+    re.I,
+)
+_OTHERS = (
+    r"(?:agents?(?:\s*#?\d+)?|peers?|others|other\s+agents?|solutions?(?:\s*#?\d+)?|"
+    r"they|he|she|someone|everyone|both|the\s+(?:other|first|second|third)\s+\w+)"
+)
+_SAYS = (
+    r"(?:said|says|say|claim\w*|think|thinks|thought|believ\w*|argu\w*|suggest\w*|propos\w*|"
+    r"conclud\w*|stat\w*|insist\w*|answered|answers|chose|choose|chooses|picked|picks|"
+    r"selected|select|went\s+with|go\s+with|voted\s+for|gave|got|favou?r\w*|support\w*)"
+)
 _ATTRIB_RE = re.compile(rf"\b{_OTHERS}\b[^.]*?\b{_SAYS}\b", re.I)
 _POSSESSIVE_RE = re.compile(
-    rf"(?:\b{_OTHERS}'s?|\btheir|\bhis|\bher|\byour)\s+(?:final\s+|own\s+)?$", re.I)
+    rf"(?:\b{_OTHERS}'s?|\btheir|\bhis|\bher|\byour)\s+(?:final\s+|own\s+)?$", re.I
+)
 _REJECT_BEFORE_RE = re.compile(
     r"(?:\bnot|\bthan|\binstead\s+of|\bover|\bexcept|\bunlike|\bagainst|\brul(?:e|ed|ing)\s+out|"
     r"\beliminat\w*|\breject\w*|\bexclud\w*|n't|\bnor|\bneither|\bfrom)"
-    r"\s+(?:the\s+)?(?:option\s+|choice\s+|answer\s+)?[*_$]*$", re.I)
+    r"\s+(?:the\s+)?(?:option\s+|choice\s+|answer\s+)?[*_$]*$",
+    re.I,
+)
 _REJECT_AFTER_RE = re.compile(
     r"^[)*_$\s]*(?:is|was|seems|would\s+be|are)\s+(?:also\s+|clearly\s+|definitely\s+)?"
     r"(?:wrong|incorrect|false|not\b|invalid|eliminated|ruled\s+out|unlikely|implausible)"
-    r"|^[)*_$\s]*(?:contradicts|fails|violates|ignores|cannot|can't|does\s+not|doesn't)\b", re.I)
+    r"|^[)*_$\s]*(?:contradicts|fails|violates|ignores|cannot|can't|does\s+not|doesn't)\b",
+    re.I,
+)
+
 
 def _clause_before(s: str, p: int) -> str:
     "The text of the clause that `p` sits in, up to `p` (at most 200 characters back)."
-    w = s[max(0, p - 200):p]
+    w = s[max(0, p - 200) : p]
     ends = list(_CLAUSE_RE.finditer(w))
-    return w[ends[-1].end():] if ends else w
+    return w[ends[-1].end() :] if ends else w
 
+# %% ../nbs/01_answers.ipynb #fb3343c7
 _AGREE_RE = re.compile(r"\b(?:agree\w*|concur\w*|side\s+with|same\s+as|consistent\s+with)\b", re.I)
 _FIRST_PERSON_RE = re.compile(r"\b(?:I|I'm|I've|we|my|our)\b")
+
 
 def _attributed(s: str, p: int) -> bool:
     """Whether an answer at `p` is another agent's: `Agent 2 chose (A)`, `their answer is`, `agent 1's`.
     Not when the clause agrees (`I agree with Agent 2, who chose (B)`) or speaks for itself after
     naming the others (`Given the other agents' solutions, I think ...`)."""
     c = _clause_before(s, p)
-    if _POSSESSIVE_RE.search(c): return True
+    if _POSSESSIVE_RE.search(c):
+        return True
     hits = list(_ATTRIB_RE.finditer(c))
-    if not hits or _AGREE_RE.search(c): return False
-    return not _FIRST_PERSON_RE.search(c[hits[-1].start():])
+    if not hits or _AGREE_RE.search(c):
+        return False
+    return not _FIRST_PERSON_RE.search(c[hits[-1].start() :])
 
+# %% ../nbs/01_answers.ipynb #0f216cc6
 def _rejected(s: str, p: int, q: int) -> bool:
     "Whether the answer `s[p:q]` is rejected: `not (D)`, `rather than (C)`, `(A) is wrong`."
-    return bool(_REJECT_BEFORE_RE.search(_clause_before(s, p)) or _REJECT_AFTER_RE.match(s[q:q + 60]))
+    return bool(
+        _REJECT_BEFORE_RE.search(_clause_before(s, p)) or _REJECT_AFTER_RE.match(s[q : q + 60])
+    )
 
+# %% ../nbs/01_answers.ipynb #29cb33cc
 def _excluded(s: str, p: int, q: int) -> bool:
     "Another agent's answer, or one the text rejects: never the answer (the statement rules above)."
     return _attributed(s, p) or _rejected(s, p, q)
@@ -230,42 +293,59 @@ def _statements(s: str, kws=("answer",)) -> list[tuple[int, str]]:
     ones, then by position). Statements about an answer ("the answer is correct"), another agent's
     statements ("Agent 2 says the answer is", "their answer is") and rejections are skipped;
     "the answer is not X but Y" reads Y."""
-    cues = [(m, False) for m in _STMT_RE.finditer(s)
-            if m.group("kw").lower() in kws and not m.group("plural")]   # "Options:" heads a list
+    cues = [
+        (m, False)
+        for m in _STMT_RE.finditer(s)
+        if m.group("kw").lower() in kws and not m.group("plural")
+    ]  # "Options:" heads a list
     cues = [(m, bool(m.group("final") and m.group("final").lower() == "final")) for m, _ in cues]
-    if "answer" in kws: cues += [(m, True) for m in _FINAL_CUE_RE.finditer(s)]
+    if "answer" in kws:
+        cues += [(m, True) for m in _FINAL_CUE_RE.finditer(s)]
     cues += [(m, False) for m in _CHOOSE_RE.finditer(s)]
     out = []
     for m, final in cues:
-        rest = s[m.end():m.end() + 300].split("\n", 1)[0]
+        rest = s[m.end() : m.end() + 300].split("\n", 1)[0]
         nb = _NOT_BUT_RE.match(rest.lstrip("$*_ "))
-        if nb: rest = rest.lstrip("$*_ ")[nb.end():]
-        elif _NOT_AN_ANSWER_RE.match(rest.lstrip("$*_ ")): continue
-        if _attributed(s, m.start()): continue
+        if nb:
+            rest = rest.lstrip("$*_ ")[nb.end() :]
+        elif _NOT_AN_ANSWER_RE.match(rest.lstrip("$*_ ")):
+            continue
+        if _attributed(s, m.start()):
+            continue
         out.append((final, m.start(), rest))
     return [(p, r) for _, p, r in sorted(out, key=lambda t: (t[0], t[1]))]
 
 # %% ../nbs/01_answers.ipynb #5fb7bdc7
 _UNESCAPED_DOLLAR_RE = re.compile(r"(?<!\\)\$")
 
+
 def _cut_statement(rest: str) -> str:
     """The answer inside the text after 'the answer is': up to a closing `$`, else a sentence end.
     An escaped dollar `\\$` (currency, as MATH-500 golds write it) is part of the answer."""
     rest = rest.strip()
-    if rest.startswith("\\(") and "\\)" in rest: return rest[2:rest.index("\\)")]
+    if rest.startswith("\\(") and "\\)" in rest:
+        return rest[2 : rest.index("\\)")]
     if rest.startswith("$"):
         m = _UNESCAPED_DOLLAR_RE.search(rest, 1)
-        if m: return rest[1:m.start()]
-    m = re.search(r"(?<!\\)\$|\\\)|\.(?:\s|$)|,\s+(?:not|rather)\b|\s+(?:because|since|as|which|so)\b|[;!?]",
-                  rest)
-    return rest[:m.start()] if m else rest
+        if m:
+            return rest[1 : m.start()]
+    m = re.search(
+        r"(?<!\\)\$|\\\)|\.(?:\s|$)|,\s+(?:not|rather)\b|\s+(?:because|since|as|which|so)\b|[;!?]",
+        rest,
+    )
+    return rest[: m.start()] if m else rest
 
 # %% ../nbs/01_answers.ipynb #d983df8d
-OPTION_LETTERS = "ABCDEFGHIJK"   # BBH geometric_shapes has 11 options, (A)..(K); MMLU-Pro 10; MMLU/GPQA 4
+OPTION_LETTERS = (
+    "ABCDEFGHIJK"  # BBH geometric_shapes has 11 options, (A)..(K); MMLU-Pro 10; MMLU/GPQA 4
+)
 _L = f"[{OPTION_LETTERS}]"
 _l = f"[{OPTION_LETTERS}{OPTION_LETTERS.lower()}]"
-_MARK_RE = re.compile(rf"(?:^|(?<=[\s,;:(\[]))\(?({_L})\)(?=\s|$|[,.;:])|(?:^|(?<=\n))\s*({_L})[.:](?=\s)", re.M)
+_MARK_RE = re.compile(
+    rf"(?:^|(?<=[\s,;:(\[]))\(?({_L})\)(?=\s|$|[,.;:])|(?:^|(?<=\n))\s*({_L})[.:](?=\s)", re.M
+)
 _LINE_MARK_RE = re.compile(rf"^\s*[*_]*\(?({_L})[).:][*_]*\s+\S")
+
 
 def _letter_from(s: str, lower_ok: bool = True, strict: bool = False) -> str | None:
     """A letter in `OPTION_LETTERS` (A-K) when `s` is essentially just one (`B`, `(B)`, `\\text{B}`, `option B`; unless `strict`, also
@@ -274,15 +354,19 @@ def _letter_from(s: str, lower_ok: bool = True, strict: bool = False) -> str | N
     s = _strip_wrappers(s)
     s = re.sub(r"^(?:option|choice)\s+", "", s, flags=re.I).strip()
     m = re.fullmatch(rf"[\(\[]?({_l})[\)\]]?", s)
-    if m and (lower_ok or m.group(1).isupper()): return m.group(1).upper()
-    if strict: return None
+    if m and (lower_ok or m.group(1).isupper()):
+        return m.group(1).upper()
+    if strict:
+        return None
     m = re.match(rf"[\(\[]?({_L})[\)\].:](?:\s|$)", s)
     return m.group(1) if m else None
 
+# %% ../nbs/01_answers.ipynb #46acc137
 def _consecutive(letters: list[str]) -> bool:
     "Whether option letters run in order, each the next letter (`A B C`): a list, not prose naming options."
     return all(ord(b) - ord(a) == 1 for a, b in zip(letters, letters[1:]))
 
+# %% ../nbs/01_answers.ipynb #b1efe777
 def _listing_lines(s: str) -> set[int]:
     "Indices of lines that belong to an option list."
     lines = s.split("\n")
@@ -291,89 +375,123 @@ def _listing_lines(s: str) -> set[int]:
     out = set()
     for k, i in enumerate(nonempty):
         marks = [m.group(1) or m.group(2) for m in _MARK_RE.finditer(lines[i])]
-        if _consecutive(marks) and (len(marks) >= 3 or (len(marks) == 2 and starts[i])): out.add(i); continue
+        if _consecutive(marks) and (len(marks) >= 3 or (len(marks) == 2 and starts[i])):
+            out.add(i)
+            continue
         if starts[i]:
             prev_ = nonempty[k - 1] if k > 0 else None
             next_ = nonempty[k + 1] if k + 1 < len(nonempty) else None
-            if (prev_ is not None and starts[prev_]) or (next_ is not None and starts[next_]): out.add(i)
+            if (prev_ is not None and starts[prev_]) or (next_ is not None and starts[next_]):
+                out.add(i)
     return out
 
 # %% ../nbs/01_answers.ipynb #c09564ab
 _PAREN_RE = re.compile(rf"\(({_L})\)")
 _END_PAREN_RE = re.compile(rf"\(({_L})\)[\s.*_!)\]$`]*$")
-_ALONE_PAREN_RE = re.compile(rf"(?:^|\n)[\s*_>#]*\(({_L})\)[\s.*_!]*$")   # a last line that is only (X)
+_ALONE_PAREN_RE = re.compile(
+    rf"(?:^|\n)[\s*_>#]*\(({_L})\)[\s.*_!]*$"
+)  # a last line that is only (X)
 # a bare letter after "the answer is": not followed by a letter or digit; a bare "I" (the pronoun)
 # only before punctuation
 _STMT_LETTER_RE = re.compile(
-    rf"^(?:option\s+|choice\s+)?(?:\(({_l})\)|\[({_L})\]|(?!I\s)({_L})(?:\)|\]|(?![A-Za-z0-9'])))")
+    rf"^(?:option\s+|choice\s+)?(?:\(({_l})\)|\[({_L})\]|(?!I\s)({_L})(?:\)|\]|(?![A-Za-z0-9'])))"
+)
 _STMT_PREFIX_RE = re.compile(r"^[\s*_$]*(?:\\\(|\\\[)?\s*(?:\\(?:text|textbf|mathrm|mathbf)\s*\{)?")
+
 
 def _stated_letter(s: str) -> str | None:
     "The letter of the preferred own answer statement (rule 2), a last line `(X)` counting as a final one."
     found = []
     for p, rest in _statements(s, kws=("answer", "option", "choice")):
         mm = _STMT_LETTER_RE.match(_STMT_PREFIX_RE.sub("", rest))
-        if mm: found.append(((mm.group(1) or mm.group(2) or mm.group(3)).upper(), p))
+        if mm:
+            found.append(((mm.group(1) or mm.group(2) or mm.group(3)).upper(), p))
     alone = _ALONE_PAREN_RE.search(s.rstrip())
-    if alone and (not found or alone.start(1) > found[-1][1]): return alone.group(1)
+    if alone and (not found or alone.start(1) > found[-1][1]):
+        return alone.group(1)
     return found[-1][0] if found else None
 
 # %% ../nbs/01_answers.ipynb #f16e3ae7
 _OPEN_RE = re.compile(rf"\s*[*_]*\(?(?:option\s+)?({_L})\)[*_]*(?=\s+\S)", re.I)
+
 
 def _opening_option(s: str, listing: set[int]) -> str | None:
     """The letter of a response that opens with one option and its text (`D) reticular formation`,
     `(option A) ...`) on a first line that names no other option and is no list; else None."""
     lines = s.split("\n")
     k = next((j for j, l in enumerate(lines) if l.strip()), None)
-    if k is None or k in listing: return None
+    if k is None or k in listing:
+        return None
     m = _OPEN_RE.match(lines[k])
-    if not m or m.group(1) != m.group(1).upper(): return None
+    if not m or m.group(1) != m.group(1).upper():
+        return None
     marks = {x.group(1) or x.group(2) for x in _MARK_RE.finditer(lines[k])}
-    if marks - {m.group(1)} or _REJECT_AFTER_RE.match(lines[k][m.end(1):m.end(1) + 60]): return None
+    if marks - {m.group(1)} or _REJECT_AFTER_RE.match(lines[k][m.end(1) : m.end(1) + 60]):
+        return None
     return m.group(1)
 
 # %% ../nbs/01_answers.ipynb #89b25854
 def _line_index(s: str):
     "A function from a position in `s` to its line number."
     offsets, pos = [], 0
-    for l in s.split("\n"): offsets.append(pos); pos += len(l) + 1
+    for l in s.split("\n"):
+        offsets.append(pos)
+        pos += len(l) + 1
     return lambda p: bisect.bisect_right(offsets, p) - 1
 
+# %% ../nbs/01_answers.ipynb #12d12890
 def _extract_option(s: str) -> str | None:
-    for p, content in reversed(_boxes(s)):                          # 1. boxed letter
+    for p, content in reversed(_boxes(s)):  # 1. boxed letter
         l = _letter_from(content)
-        if l and not _excluded(s, p, p): return l
-    stated = _stated_letter(s)                                       # 2. own answer statement
-    if stated: return stated
+        if l and not _excluded(s, p, p):
+            return l
+    stated = _stated_letter(s)  # 2. own answer statement
+    if stated:
+        return stated
     listing, line_of = _listing_lines(s), _line_index(s)
-    def usable(m): return line_of(m.start()) not in listing and not _excluded(s, m.start(), m.end())
-    m = _END_PAREN_RE.search(s.rstrip())                             # 3. a closing (X)
-    if m and usable(m): return m.group(1)
-    opening = _opening_option(s, listing)                            # 3b. an opening `X) text`
-    if opening: return opening
-    for m in reversed(list(_PAREN_RE.finditer(s))):                  # 4. last usable (X)
-        if usable(m): return m.group(1)
-    m = list(re.finditer(rf"\*\*\s*\(?({_L})\)?[.:]?\s*\*\*", s))   # 5. bold letter, or a bare letter
-    if m: return m[-1].group(1)
+
+    def usable(m):
+        return line_of(m.start()) not in listing and not _excluded(s, m.start(), m.end())
+
+    m = _END_PAREN_RE.search(s.rstrip())  # 3. a closing (X)
+    if m and usable(m):
+        return m.group(1)
+    opening = _opening_option(s, listing)  # 3b. an opening `X) text`
+    if opening:
+        return opening
+    for m in reversed(list(_PAREN_RE.finditer(s))):  # 4. last usable (X)
+        if usable(m):
+            return m.group(1)
+    m = list(
+        re.finditer(rf"\*\*\s*\(?({_L})\)?[.:]?\s*\*\*", s)
+    )  # 5. bold letter, or a bare letter
+    if m:
+        return m[-1].group(1)
     last = next((l for l in reversed(s.split("\n")) if l.strip()), "")
     return _letter_from(last, lower_ok=False, strict=True) if len(last.strip()) <= 20 else None
 
 # %% ../nbs/01_answers.ipynb #e1494836
 _PLACEHOLDER_RE = re.compile(r"\s*(?:\\text\{)?\s*(?:your\s+|final\s+)?answer\s*\}?\s*", re.I)
 
+
 def _own_boxes(s: str) -> list[tuple[int, str]]:
     """The boxes that are not another agent's or rejected (`Agent 2 got \\boxed{5}`, `\\boxed{18} is wrong`), nor
     the prompt's placeholder echoed back (`in the form \\boxed{answer}`: weak models copy it)."""
     out = []
     for p, content in _boxes(s):
-        if _PLACEHOLDER_RE.fullmatch(content): continue
+        if _PLACEHOLDER_RE.fullmatch(content):
+            continue
         i = s.find(content, p)
-        if not _excluded(s, p, i + len(content) + 1 if i >= 0 else p): out.append((p, content))
+        if not _excluded(s, p, i + len(content) + 1 if i >= 0 else p):
+            out.append((p, content))
     return out
 
-_ENUM_RE = re.compile(r"[.)][ \t]")           # `4. Provide the answer`: a list item's number, not an answer
-_LABEL_RE = re.compile(r"\b(?:agents?|solutions?|rounds?|steps?|players?|models?|peers?)\s*#?\s*$", re.I)
+# %% ../nbs/01_answers.ipynb #93d15bf6
+_ENUM_RE = re.compile(r"[.)][ \t]")  # `4. Provide the answer`: a list item's number, not an answer
+_LABEL_RE = re.compile(
+    r"\b(?:agents?|solutions?|rounds?|steps?|players?|models?|peers?)\s*#?\s*$", re.I
+)
+
 
 def _last_own_number(s: str) -> str | None:
     """The last number of the text that is not another agent's or rejected (`I get 42, not 24`),
@@ -381,55 +499,80 @@ def _last_own_number(s: str) -> str | None:
     c = _clean_number_text(s)
     for m in reversed(list(_NUM_RE.finditer(c))):
         v = _to_fraction(m)
-        if v is None or _LABEL_RE.search(c[max(0, m.start() - 20):m.start()]): continue
-        if _ENUM_RE.match(c, m.end()) and not c[c.rfind("\n", 0, m.start()) + 1:m.start()].strip(): continue
-        if not _excluded(c, m.start(), m.end()): return canonical_number(v)
+        if v is None or _LABEL_RE.search(c[max(0, m.start() - 20) : m.start()]):
+            continue
+        if (
+            _ENUM_RE.match(c, m.end())
+            and not c[c.rfind("\n", 0, m.start()) + 1 : m.start()].strip()
+        ):
+            continue
+        if not _excluded(c, m.start(), m.end()):
+            return canonical_number(v)
     return None
 
 # %% ../nbs/01_answers.ipynb #ce3e74e5
 def _extract_number(s: str) -> str | None:
-    for _, content in reversed(_own_boxes(s)):                    # 1. boxed (last box holding a number)
+    for _, content in reversed(_own_boxes(s)):  # 1. boxed (last box holding a number)
         v = parse_number(content)
-        if v is not None: return canonical_number(v)
-    ms = list(re.finditer(r"####\s*([^\n]*)", s))                 # 2. GSM8K's "#### N"
+        if v is not None:
+            return canonical_number(v)
+    ms = list(re.finditer(r"####\s*([^\n]*)", s))  # 2. GSM8K's "#### N"
     for m in reversed(ms):
         v = parse_number(m.group(1), last=False)
-        if v is not None: return canonical_number(v)
-    for _, rest in reversed(_statements(s)):                      # 3. "The answer is N"
+        if v is not None:
+            return canonical_number(v)
+    for _, rest in reversed(_statements(s)):  # 3. "The answer is N"
         v = parse_number(_cut_number_statement(rest), last=False)
-        if v is not None: return canonical_number(v)
-    return _last_own_number(s)                                    # 4. the last own number
+        if v is not None:
+            return canonical_number(v)
+    return _last_own_number(s)  # 4. the last own number
 
+# %% ../nbs/01_answers.ipynb #4e45d630
 def _cut_number_statement(rest: str) -> str:
     """The first 80 characters after 'the answer is', cut before `, not 24` / `rather than 24` and at the
     sentence's end; after its last `=` when it has one (`2^{10} = 1024`, `x = 5`)."""
     r = re.split(r",?\s+(?:not|rather\s+than|instead\s+of)\b|\.(?:\s|$)", rest[:80], maxsplit=1)[0]
     return r.rsplit("=", 1)[-1] if "=" in r else r
 
+# %% ../nbs/01_answers.ipynb #7541c782
 def _extract_boxed(s: str) -> str | None:
     for _, content in reversed(_own_boxes(s)):
         a = normalize_latex(content)
-        if a: return a
+        if a:
+            return a
     for _, rest in reversed(_statements(s)):
         a = normalize_latex(_cut_statement(rest))
-        if a and not _BOX_RE.search(a): return a          # an empty `\boxed{}` is no answer
+        if a and not _BOX_RE.search(a):
+            return a  # an empty `\boxed{}` is no answer
     return None
 
 # %% ../nbs/01_answers.ipynb #106c04ac
 def _extract_exact(s: str) -> str | None:
     for _, content in reversed(_own_boxes(s)):
         a = normalize_latex(re.sub(r"^\\text\{(.*)\}$", r"\1", content.strip()))
-        if a: return a
+        if a:
+            return a
     for _, rest in reversed(_statements(s)):
         a = _strip_wrappers(rest).strip("\"'“”‘’`").strip()
-        a = re.split(r"\s+(?:because|since|as|which)\b|[.;!?]\s+(?=[A-Z])", a, maxsplit=1)[0].strip()
+        a = re.split(r"\s+(?:because|since|as|which)\b|[.;!?]\s+(?=[A-Z])", a, maxsplit=1)[
+            0
+        ].strip()
         a = _strip_wrappers(a).strip("\"'“”‘’`").strip()
-        if a: return a
+        if a:
+            return a
     t = s.strip()
-    if t and "\n" not in t and len(t) <= 200: return _strip_wrappers(t).strip("\"'“”‘’`").strip() or None
+    if t and "\n" not in t and len(t) <= 200:
+        return _strip_wrappers(t).strip("\"'“”‘’`").strip() or None
     return None
 
-_EXTRACTORS = {"number": _extract_number, "boxed": _extract_boxed, "option": _extract_option, "exact": _extract_exact}
+# %% ../nbs/01_answers.ipynb #0bd9d952
+_EXTRACTORS = {
+    "number": _extract_number,
+    "boxed": _extract_boxed,
+    "option": _extract_option,
+    "exact": _extract_exact,
+}
+
 
 def _check_fmt(fmt: str) -> None:
     if fmt not in ANSWER_FORMATS:
@@ -449,103 +592,140 @@ def extract_answer(text: Any, fmt: str) -> str | None:
     Only the last `MAX_CHARS` characters are read."""
     _check_fmt(fmt)
     try:
-        if text is None or isinstance(text, bool): return None
-        if isinstance(text, (bytes, bytearray)): text = bytes(text).decode("utf-8", errors="replace")
+        if text is None or isinstance(text, bool):
+            return None
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode("utf-8", errors="replace")
         elif isinstance(text, (int, float, Fraction)):
-            if isinstance(text, float) and not math.isfinite(text): return None
+            if isinstance(text, float) and not math.isfinite(text):
+                return None
             text = str(text)
-        elif not isinstance(text, str): return None
+        elif not isinstance(text, str):
+            return None
         s = text[-MAX_CHARS:].replace("\r\n", "\n").replace("\x00", "")
-        if not s.strip(): return None
+        if not s.strip():
+            return None
         a = _EXTRACTORS[fmt](s)
         return a if a else None
     except Exception:
         return None
 
 # %% ../nbs/01_answers.ipynb #5b8a2cf8
-MATH_VERIFY_TIMEOUT = 5          # seconds per math-verify parse/verify call (main thread only)
-MATH_VERIFY_MAX_CHARS = 400      # longer answers are compared as normalised strings, not by math-verify
+MATH_VERIFY_TIMEOUT = 5  # seconds per math-verify parse/verify call (main thread only)
+MATH_VERIFY_MAX_CHARS = 400  # longer answers are compared as normalised strings, not by math-verify
+
 
 def _mv_timeout() -> int | None:
     "math-verify's signal-based timeout, only where it is safe (main thread, no other alarm pending)."
-    if threading.current_thread() is not threading.main_thread(): return None
+    if threading.current_thread() is not threading.main_thread():
+        return None
     try:
-        if signal.getitimer(signal.ITIMER_REAL)[0] > 0: return None
+        if signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+            return None
     except Exception:
         return None
     return MATH_VERIFY_TIMEOUT
 
+# %% ../nbs/01_answers.ipynb #b10e7e5f
 _TOWER_RE = re.compile(r"\^\s*\{?[^}]*\^|\^\s*\{?\s*\d{5,}|!\s*!|\d{200,}")
+
 
 def _mv_safe(s: str) -> bool:
     return len(s) <= MATH_VERIFY_MAX_CHARS and not _TOWER_RE.search(s)
 
+# %% ../nbs/01_answers.ipynb #f4d08fc6
 @functools.lru_cache(maxsize=1 << 16)
 def _mv_parse(s: str):
     from math_verify import parse
+
     try:
         return tuple(parse("\\boxed{" + s + "}", parsing_timeout=_mv_timeout()))
-    except BaseException as e:       # math-verify's TimeoutException and threading errors
-        if isinstance(e, (KeyboardInterrupt, SystemExit)): raise
+    except BaseException as e:  # math-verify's TimeoutException and threading errors
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
         return ()
 
+# %% ../nbs/01_answers.ipynb #33b7c480
 @functools.lru_cache(maxsize=1 << 17)
 def _mv_verify(gold: str, pred: str) -> bool:
     from math_verify import verify
+
     g, p = _mv_parse(gold), _mv_parse(pred)
-    if not g or not p: return False
+    if not g or not p:
+        return False
     try:
         return bool(verify(list(g), list(p), timeout_seconds=_mv_timeout()))
     except BaseException as e:
-        if isinstance(e, (KeyboardInterrupt, SystemExit)): raise
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
         return False
 
 # %% ../nbs/01_answers.ipynb #6ab408a9
-_TEXT_WRAP_RE = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
+_TEXT_WRAP_RE = re.compile(
+    r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}"
+)
+
 
 def _unwrap_text(s: str) -> str:
     return _TEXT_WRAP_RE.sub(r"\1", s).strip()
 
+# %% ../nbs/01_answers.ipynb #2ab5b862
 def _is_word_answer(s: str) -> bool:
     "A word answer (`Evelyn`, `\\text{north east}`): letters, no digits or LaTeX, with a word of 3+ letters."
     u = _unwrap_text(s)
-    return bool(re.fullmatch(r"[A-Za-z][A-Za-z '\-,.()]*", u)) and bool(re.search(r"[A-Za-z]{3,}", u))
+    return bool(re.fullmatch(r"[A-Za-z][A-Za-z '\-,.()]*", u)) and bool(
+        re.search(r"[A-Za-z]{3,}", u)
+    )
 
+# %% ../nbs/01_answers.ipynb #f3dc3b90
 def _norm_text(s: str) -> str:
     s = _strip_wrappers(_unwrap_text(str(s))).strip("\"'“”‘’`()").strip()
     return re.sub(r"\s+", " ", s).casefold()
 
+# %% ../nbs/01_answers.ipynb #60081ff8
 _UNIT_RE = re.compile(r"\s*(?:\\text\{\s*)?[A-Za-z]{3,}(?:\s+[A-Za-z]+)*\s*\}?\s*")
+
 
 def _plain_number(s: str) -> Fraction | None:
     "The value of `s` when it is only a number (optionally with `$`, `%`, `\\!` or a unit word), else None."
-    if len(s) > 200: return None
+    if len(s) > 200:
+        return None
     c = _clean_number_text(s).strip().strip("$").strip()
     m = _NUM_RE.match(c)
-    if not m or m.start() != 0: return None
-    tail = c[m.end():]
-    if tail.strip() in ("", "%", "\\%") or _UNIT_RE.fullmatch(tail): return _to_fraction(m)
+    if not m or m.start() != 0:
+        return None
+    tail = c[m.end() :]
+    if tail.strip() in ("", "%", "\\%") or _UNIT_RE.fullmatch(tail):
+        return _to_fraction(m)
     return None
 
+# %% ../nbs/01_answers.ipynb #ea9a1ae7
 def _num_eq(a: Fraction, b: Fraction) -> bool:
     return a == b or abs(a - b) <= Fraction(1, 10**9) * max(1, abs(a), abs(b))
 
 # %% ../nbs/01_answers.ipynb #cf566f9f
 def _boxed_equal(gold: str, pred: str) -> bool:
     g, p = normalize_latex(gold), normalize_latex(pred)
-    if not g or not p: return False
-    if g == p: return True
+    if not g or not p:
+        return False
+    if g == p:
+        return True
     gw, pw = _is_word_answer(g), _is_word_answer(p)
-    if gw and pw: return _norm_text(g) == _norm_text(p)
+    if gw and pw:
+        return _norm_text(g) == _norm_text(p)
     gn, pn = _plain_number(g), _plain_number(p)
     if gn is not None and pn is not None:
-        if _num_eq(gn, pn): return True
-        if gn.denominator == 1 and pn.denominator == 1: return False
-    if not (_mv_safe(g) and _mv_safe(p)): return _norm_text(g) == _norm_text(p)
+        if _num_eq(gn, pn):
+            return True
+        if gn.denominator == 1 and pn.denominator == 1:
+            return False
+    if not (_mv_safe(g) and _mv_safe(p)):
+        return _norm_text(g) == _norm_text(p)
     gm = canonical_number(gn) if gn is not None else g
     pm = canonical_number(pn) if pn is not None else p
     return _mv_verify(gm, pm)
 
+# %% ../nbs/01_answers.ipynb #1763af13
 def _option_letter(a: Any) -> str | None:
     return _letter_from(str(a)) if a is not None else None
 
@@ -556,41 +736,56 @@ def _fix_fracs(s: str) -> str:
     out = parts[0]
     for p in parts[1:]:
         out += "\\frac"
-        if p.startswith("{") or len(p) < 2: out += p; continue
+        if p.startswith("{") or len(p) < 2:
+            out += p
+            continue
         a, b, rest = p[0], p[1], p[2:]
         out += "{" + a + "}" + (b + rest if b == "{" else "{" + b + "}" + rest)
     return out
 
+# %% ../nbs/01_answers.ipynb #34832f18
 def _fix_slash(s: str) -> str:
     r"`3/4` (integers only) -> `\frac{3}{4}`."
     m = re.fullmatch(r"(\d+)/(\d+)", s)
     return f"\\frac{{{m.group(1)}}}{{{m.group(2)}}}" if m else s
 
+# %% ../nbs/01_answers.ipynb #28ac3e6f
 def _strip_math_string(s: str) -> str:
     "The MATH benchmark's string normalisation (Hendrycks et al. 2021), step by step."
     s = s.replace("\n", "").replace("\\!", "").replace("\\\\", "\\")
-    s = s.replace("tfrac", "frac").replace("dfrac", "frac").replace("\\left", "").replace("\\right", "")
+    s = (
+        s.replace("tfrac", "frac")
+        .replace("dfrac", "frac")
+        .replace("\\left", "")
+        .replace("\\right", "")
+    )
     s = s.replace("^{\\circ}", "").replace("^\\circ", "").replace("\\$", "")
-    if "\\text{ " in s: s = s.split("\\text{ ")[0]              # a unit: `5 \text{ cm}` -> `5 `
+    if "\\text{ " in s:
+        s = s.split("\\text{ ")[0]  # a unit: `5 \text{ cm}` -> `5 `
     s = s.replace("\\%", "").replace("%", "").replace(" .", " 0.").replace("{.", "{0.")
-    if s.startswith("."): s = "0" + s
-    if len(s.split("=")) == 2 and len(s.split("=")[0]) <= 2: s = s.split("=")[1]   # `x = 5` -> `5`
+    if s.startswith("."):
+        s = "0" + s
+    if len(s.split("=")) == 2 and len(s.split("=")[0]) <= 2:
+        s = s.split("=")[1]  # `x = 5` -> `5`
     s = re.sub(r"\\sqrt(\w)", r"\\sqrt{\1}", s).replace(" ", "")
     s = _fix_fracs(s)
     return _fix_slash("\\frac{1}{2}" if s == "0.5" else s)
 
+# %% ../nbs/01_answers.ipynb #fb036db9
 def math_equiv_strict(pred: Any, gold: Any) -> bool:
     """Strict MATH grading: equal strings after the MATH benchmark's normalisation (Hendrycks et al. 2021),
     the check UMAD's reward uses (App. D: "the MATH benchmark's equivalence script"). `0.5` equals `\\frac12`;
     `\\frac{2}{4}` does not equal `\\frac12`, nor `2x` `x*2` (math-verify's lenient `is_correct` says equal)."""
-    if pred is None or gold is None: return False
+    if pred is None or gold is None:
+        return False
     try:
         return _strip_math_string(str(pred)) == _strip_math_string(str(gold))
     except Exception:
         return str(pred) == str(gold)
 
 # %% ../nbs/01_answers.ipynb #6f20d73a
-GRADINGS = ("lenient", "strict")   # boxed answers: math-verify (the kit's default) | the MATH script
+GRADINGS = ("lenient", "strict")  # boxed answers: math-verify (the kit's default) | the MATH script
+
 
 def is_correct(pred: Any, gold: Any, fmt: str, grading: str = "lenient") -> bool:
     """Whether the extracted answer `pred` matches `gold` under answer format `fmt`.
@@ -602,15 +797,21 @@ def is_correct(pred: Any, gold: Any, fmt: str, grading: str = "lenient") -> bool
     benchmark's script, UMAD's reward) instead. Never raises (an unknown `fmt` or `grading` raises
     `ConfigError`). Results for string inputs are memoised."""
     _check_fmt(fmt)
-    if grading not in GRADINGS: raise ConfigError("unknown grading", key="grading", value=grading, choices=GRADINGS)
-    if grading == "strict" and fmt == "boxed": return math_equiv_strict(pred, gold)
-    if type(pred) is str and type(gold) is str: return _is_correct_str(pred, gold, fmt)
+    if grading not in GRADINGS:
+        raise ConfigError("unknown grading", key="grading", value=grading, choices=GRADINGS)
+    if grading == "strict" and fmt == "boxed":
+        return math_equiv_strict(pred, gold)
+    if type(pred) is str and type(gold) is str:
+        return _is_correct_str(pred, gold, fmt)
     return _is_correct(pred, gold, fmt)
 
+# %% ../nbs/01_answers.ipynb #5b9f04ec
 def _is_correct(pred: Any, gold: Any, fmt: str) -> bool:
-    if pred is None or gold is None: return False
+    if pred is None or gold is None:
+        return False
     try:
-        if isinstance(pred, float) and math.isnan(pred): return False
+        if isinstance(pred, float) and math.isnan(pred):
+            return False
         if fmt == "option":
             a, b = _option_letter(pred), _option_letter(gold)
             return a is not None and a == b
@@ -624,34 +825,50 @@ def _is_correct(pred: Any, gold: Any, fmt: str) -> bool:
     except Exception:
         return False
 
-_is_correct_str = functools.lru_cache(maxsize=1 << 18)(_is_correct)   # transcripts repeat few distinct answers
+
+_is_correct_str = functools.lru_cache(maxsize=1 << 18)(
+    _is_correct
+)  # transcripts repeat few distinct answers
 
 # %% ../nbs/01_answers.ipynb #2a0d40d2
 def _key(a: Any, fmt: str) -> str | None:
     "Exact grouping key: canonical number, letter, normalised text, or normalised LaTeX (memoised for strings)."
     return _key_str(a, fmt) if type(a) is str else _key_any(a, fmt)
 
+# %% ../nbs/01_answers.ipynb #7df7a203
 def _key_any(a: Any, fmt: str) -> str | None:
-    if a is None or (isinstance(a, float) and math.isnan(a)): return None
-    if fmt == "number": return canonical_number(parse_number(a))
-    if fmt == "option": return _option_letter(a)
-    if fmt == "exact": return _norm_text(a) or None
+    if a is None or (isinstance(a, float) and math.isnan(a)):
+        return None
+    if fmt == "number":
+        return canonical_number(parse_number(a))
+    if fmt == "option":
+        return _option_letter(a)
+    if fmt == "exact":
+        return _norm_text(a) or None
     s = normalize_latex(str(a))
-    if not s: return None
-    if _is_word_answer(s): return "\x00text:" + _norm_text(s)
+    if not s:
+        return None
+    if _is_word_answer(s):
+        return "\x00text:" + _norm_text(s)
     n = _plain_number(s)
     return canonical_number(n) if n is not None else s
 
+# %% ../nbs/01_answers.ipynb #98a230b0
 _key_str = functools.lru_cache(maxsize=1 << 18)(_key_any)
+
 
 def _display(a: Any, fmt: str) -> str | None:
     "The normalised form an answer is shown as when it represents its class (memoised for strings)."
     return _display_str(a, fmt) if type(a) is str else _display_any(a, fmt)
 
+# %% ../nbs/01_answers.ipynb #1d1236d5
 def _display_any(a: Any, fmt: str) -> str | None:
-    if fmt in ("number", "option"): return _key(a, fmt)
-    if fmt == "exact": return _strip_wrappers(str(a)) or None
+    if fmt in ("number", "option"):
+        return _key(a, fmt)
+    if fmt == "exact":
+        return _strip_wrappers(str(a)) or None
     return normalize_latex(str(a)) or None
+
 
 _display_str = functools.lru_cache(maxsize=1 << 18)(_display_any)
 
@@ -659,21 +876,29 @@ _display_str = functools.lru_cache(maxsize=1 << 18)(_display_any)
 def answers_equivalent(a: Any, b: Any, fmt: str) -> bool:
     "Whether two extracted answers are the same answer under `fmt` (symmetric; None is equivalent to nothing)."
     _check_fmt(fmt)
-    if a is None or b is None: return False
+    if a is None or b is None:
+        return False
     try:
         ka, kb = _key(a, fmt), _key(b, fmt)
-        if ka is None or kb is None: return False
-        if ka == kb: return True
+        if ka is None or kb is None:
+            return False
+        if ka == kb:
+            return True
         if fmt == "number":
             return _num_eq(parse_number(ka), parse_number(kb))
-        if fmt != "boxed": return False
+        if fmt != "boxed":
+            return False
         return _boxed_equal(str(a), str(b)) or _boxed_equal(str(b), str(a))
     except Exception:
         return False
 
 # %% ../nbs/01_answers.ipynb #0da25614
-ELEMENTWISE_FORMATS = ("number", "option")   # formats whose classes are exact keys: merging maps each answer on its own
+ELEMENTWISE_FORMATS = (
+    "number",
+    "option",
+)  # formats whose classes are exact keys: merging maps each answer on its own
 
+# %% ../nbs/01_answers.ipynb #b7d5dc24
 def merge_equivalent(answers: Sequence[Any], fmt: str) -> list[str | None]:
     """Map each answer to the representative of its equivalence class (UMAD: answer distributions over classes).
 
@@ -683,40 +908,61 @@ def merge_equivalent(answers: Sequence[Any], fmt: str) -> list[str | None]:
     answers = list(answers)
     keys = []
     for a in answers:
-        try: keys.append(_key(a, fmt))
-        except Exception: keys.append(None)
-    if fmt in ELEMENTWISE_FORMATS: return keys        # classes are exact keys, shown as their key: element-wise
+        try:
+            keys.append(_key(a, fmt))
+        except Exception:
+            keys.append(None)
+    if fmt in ELEMENTWISE_FORMATS:
+        return keys  # classes are exact keys, shown as their key: element-wise
     uniq = sorted({k for k in keys if k is not None})
     parent = {k: k for k in uniq}
+
     def find(k):
         while parent[k] != k:
-            parent[k] = parent[parent[k]]; k = parent[k]
+            parent[k] = parent[parent[k]]
+            k = parent[k]
         return k
+
     if fmt == "boxed" and len(uniq) > 1:
         for i, ki in enumerate(uniq):
-            for kj in uniq[i + 1:]:
-                if find(ki) == find(kj): continue
-                if ki.startswith("\x00text:") or kj.startswith("\x00text:"): continue
-                if answers_equivalent(ki, kj, "boxed"): parent[find(kj)] = find(ki)
+            for kj in uniq[i + 1 :]:
+                if find(ki) == find(kj):
+                    continue
+                if ki.startswith("\x00text:") or kj.startswith("\x00text:"):
+                    continue
+                if answers_equivalent(ki, kj, "boxed"):
+                    parent[find(kj)] = find(ki)
     counts: dict[str, Counter] = {}
     for a, k in zip(answers, keys):
-        if k is None: continue
+        if k is None:
+            continue
         d = _display(a, fmt)
-        if d is not None: counts.setdefault(find(k), Counter())[d] += 1
-    rep = {root: min(c.items(), key=lambda kv: (-kv[1], len(kv[0]), kv[0]))[0] for root, c in counts.items()}
+        if d is not None:
+            counts.setdefault(find(k), Counter())[d] += 1
+    rep = {
+        root: min(c.items(), key=lambda kv: (-kv[1], len(kv[0]), kv[0]))[0]
+        for root, c in counts.items()
+    }
     return [rep.get(find(k)) if k is not None else None for k in keys]
 
 # %% ../nbs/01_answers.ipynb #12e74df7
 def parse_failure_rate(answers: Iterable[Any]) -> float:
     "Share of answers that did not parse (None or NaN); NaN for an empty input. A column of every results table."
     answers = list(answers)
-    if not answers: return float("nan")
-    bad = sum(1 for a in answers if a is None or (isinstance(a, float) and math.isnan(a))
-              or (not isinstance(a, str) and str(a) in ("<NA>", "nan", "NaT")))
+    if not answers:
+        return float("nan")
+    bad = sum(
+        1
+        for a in answers
+        if a is None
+        or (isinstance(a, float) and math.isnan(a))
+        or (not isinstance(a, str) and str(a) in ("<NA>", "nan", "NaT"))
+    )
     return bad / len(answers)
 
 # %% ../nbs/01_answers.ipynb #d352660d
-CORPUS_FILE = "answer_corpus.jsonl"   # in mad_study/fixtures/
+CORPUS_FILE = "answer_corpus.jsonl"  # in mad_study/fixtures/
+
 
 def load_answer_corpus() -> list[dict]:
     """The labelled corpus of model outputs the extraction rules are checked on (`mad_study/fixtures/`): per entry
@@ -726,6 +972,7 @@ def load_answer_corpus() -> list[dict]:
     p = importlib.resources.files("mad_study") / "fixtures" / CORPUS_FILE
     return [json.loads(l) for l in p.read_text(encoding="utf-8").splitlines() if l.strip()]
 
+# %% ../nbs/01_answers.ipynb #0015fdcc
 def corpus_agreement(corpus: Iterable[dict]) -> list[dict]:
     """Each entry with `got` (`extract_answer`) and `agrees`: both None, or `got` graded correct against
     `expected` with `is_correct` (so `0.5` agrees with `\\frac12`)."""
@@ -738,16 +985,26 @@ def corpus_agreement(corpus: Iterable[dict]) -> list[dict]:
     return out
 
 # %% ../nbs/01_answers.ipynb #da254203
-_CONF_RE = re.compile(r"confidence\s*(?:level|score)?\s*(?:is|=|:)?\s*\**\s*(\d+(?:\.\d+)?)\s*(%|/\s*100|/\s*10\b)?", re.I)
+_CONF_RE = re.compile(
+    r"confidence\s*(?:level|score)?\s*(?:is|=|:)?\s*\**\s*(\d+(?:\.\d+)?)\s*(%|/\s*100|/\s*10\b)?",
+    re.I,
+)
+
 
 def extract_confidence(text: Any) -> float | None:
     """Self-reported confidence in [0, 1] from a response (SVR-MAD Sec. 3, prior signal "conf"): the last
     "Confidence: 85%", "confidence: 0.85", "Confidence: 8/10" or "Confidence: 85/100". None when absent or out of range."""
-    if not isinstance(text, str): return None
+    if not isinstance(text, str):
+        return None
     hits = list(_CONF_RE.finditer(text[-5000:]))
-    if not hits: return None
-    m = hits[-1]; v, unit = float(m.group(1)), (m.group(2) or "").replace(" ", "")
-    if unit in ("%", "/100"): v /= 100
-    elif unit == "/10": v /= 10
-    elif v > 1: v /= 100                      # "Confidence: 85" means percent
+    if not hits:
+        return None
+    m = hits[-1]
+    v, unit = float(m.group(1)), (m.group(2) or "").replace(" ", "")
+    if unit in ("%", "/100"):
+        v /= 100
+    elif unit == "/10":
+        v /= 10
+    elif v > 1:
+        v /= 100  # "Confidence: 85" means percent
     return v if 0 <= v <= 1 else None

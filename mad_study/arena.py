@@ -5,7 +5,6 @@
 # %% ../nbs/15_arena.ipynb #93252e6c
 from __future__ import annotations
 
-import math
 from typing import Mapping
 
 import numpy as np
@@ -19,39 +18,79 @@ __all__ = ['ARENA_METHODS', 'svr_transcript', 'pareto_front', 'plan_arena']
 
 # %% ../nbs/15_arena.ipynb #a498f61c
 ARENA_METHODS: dict[str, str] = {
-    "single": "Single agent", "sc": "Self-consistency (round 0 of the N agents)", "sc_budget": "Self-consistency at MAD's budget",
-    "mad": "MAD (Du et al.)", "madc_truth_last": "MAD + Truth Last (oracle)", "madc": "MAD + MADC order",
-    "groupdebate": "GroupDebate", "s2mad": "S2-MAD", "smad_star": "S-MAD star", "smad_ring": "S-MAD ring", "sid_et": "SID-ET",
-    "svr_mad": "SVR-MAD", "rumad": "RUMAD controller", "liang_mad": "MAD with roles (Liang et al.)", "dmad": "DMAD",
+    "single": "Single agent",
+    "sc": "Self-consistency (round 0 of the N agents)",
+    "sc_budget": "Self-consistency at MAD's budget",
+    "mad": "MAD (Du et al.)",
+    "madc_truth_last": "MAD + Truth Last (oracle)",
+    "madc": "MAD + MADC order",
+    "groupdebate": "GroupDebate",
+    "s2mad": "S2-MAD",
+    "smad_star": "S-MAD star",
+    "smad_ring": "S-MAD ring",
+    "sid_et": "SID-ET",
+    "svr_mad": "SVR-MAD",
+    "rumad": "RUMAD controller",
+    "liang_mad": "MAD with roles (Liang et al.)",
+    "dmad": "DMAD",
     "meta_debate": "Meta-Debate assignment (DMAD)",
 }
 
 # %% ../nbs/15_arena.ipynb #872ceb4d
-def svr_transcript(round0: pd.DataFrame, debates: pd.DataFrame, method: str = "svr_mad") -> pd.DataFrame:
+def svr_transcript(
+    round0: pd.DataFrame, debates: pd.DataFrame, method: str = "svr_mad"
+) -> pd.DataFrame:
     """SVR-MAD (Alg. 1) in the transcript schema (the kit's own reading): `round0` as given and, as round 1, each receiver's
     first pairwise challenge (post-debate answer, the challenger as its visible peer); never-challenged agents have no row."""
     from mad_study.answers import is_correct
     from mad_study.data import get_task
+
     r0 = round0[round0["round"] == 0]
-    first = debates.drop_duplicates(["item_id", "sample", "receiver"], keep="first") if len(debates) else debates
+    first = (
+        debates.drop_duplicates(["item_id", "sample", "receiver"], keep="first")
+        if len(debates)
+        else debates
+    )
     base = r0.set_index(["item_id", "sample", "agent"])
     rows = []
     for d in first.to_dict("records"):
         b = base.loc[(d["item_id"], d["sample"], d["receiver"])]
         post = None if pd.isna(d["post"]) else d["post"]
-        rows.append({**{k: b[k] for k in ("experiment", "task", "gold", "model", "role")}, "item_id": d["item_id"], "sample": d["sample"],
-                     "agent": d["receiver"], "round": 1, "position": 0, "visible_peers": d["challenger"], "reused": False,
-                     "prompt_tokens": d["prompt_tokens"], "completion_tokens": d["completion_tokens"], "text": d["text"], "answer": post,
-                     "correct": post is not None and is_correct(post, b["gold"], get_task(b["task"]).fmt)})
-    return transcript_frame(pd.concat([r0, transcript_frame(rows)], ignore_index=True)).assign(method=method)
+        rows.append(
+            {
+                **{k: b[k] for k in ("experiment", "task", "gold", "model", "role")},
+                "item_id": d["item_id"],
+                "sample": d["sample"],
+                "agent": d["receiver"],
+                "round": 1,
+                "position": 0,
+                "visible_peers": d["challenger"],
+                "reused": False,
+                "prompt_tokens": d["prompt_tokens"],
+                "completion_tokens": d["completion_tokens"],
+                "text": d["text"],
+                "answer": post,
+                "correct": post is not None
+                and is_correct(post, b["gold"], get_task(b["task"]).fmt),
+            }
+        )
+    return transcript_frame(pd.concat([r0, transcript_frame(rows)], ignore_index=True)).assign(
+        method=method
+    )
 
 # %% ../nbs/15_arena.ipynb #669acc0a
-def pareto_front(df: pd.DataFrame, cost: str = "tokens", value: str = "accuracy", exclude=None) -> pd.Series:
+def pareto_front(
+    df: pd.DataFrame, cost: str = "tokens", value: str = "accuracy", exclude=None
+) -> pd.Series:
     """Whether each row is on the Pareto front: no other row has cost <= and value >=, one of them strictly (the kit's own).
     `exclude` (a boolean mask, e.g. methods that read the gold answer): those rows are neither on the front nor dominate."""
     c, v = df[cost].to_numpy(float), df[value].to_numpy(float)
     out = np.zeros(len(df), bool) if exclude is None else np.asarray(exclude, dtype=bool)
-    dom = (c[None, :] <= c[:, None]) & (v[None, :] >= v[:, None]) & ((c[None, :] < c[:, None]) | (v[None, :] > v[:, None]))
+    dom = (
+        (c[None, :] <= c[:, None])
+        & (v[None, :] >= v[:, None])
+        & ((c[None, :] < c[:, None]) | (v[None, :] > v[:, None]))
+    )
     dom &= ~out[None, :]
     return pd.Series(~dom.any(axis=1) & ~out, index=df.index)
 
@@ -62,9 +101,20 @@ def plan_arena(p: Mapping) -> dict:
     n = int(p.get("n_items") or 0) * len(p.get("tasks") or [1])
     models = list(p.get("models") or [])
     N, m = len(models) * int(p.get("agents_per_model") or 1), int(p.get("max_new_tokens") or 512)
-    dr, rr, S = int(p.get("debate_rounds") or 0), int(p.get("role_rounds") or 1), int(p.get("svr_S") or 2)
+    dr, rr, S = (
+        int(p.get("debate_rounds") or 0),
+        int(p.get("role_rounds") or 1),
+        int(p.get("svr_S") or 2),
+    )
     engine = N + 8 * N * dr
-    per_item = engine + 2 * S * N + int(p.get("sc_max_samples") or 256) + (3 * rr + 2) + 2 * 3 * rr + 2 * 3 * len(models)
+    per_item = (
+        engine
+        + 2 * S * N
+        + int(p.get("sc_max_samples") or 256)
+        + (3 * rr + 2)
+        + 2 * 3 * rr
+        + 2 * 3 * len(models)
+    )
     gens = n * per_item
     prompt = n * (engine * (250 + (N - 1) * m) + (per_item - engine) * (250 + m))
     return {"generations": gens, "completion_tokens": gens * m, "prompt_tokens": prompt}

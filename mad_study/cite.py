@@ -22,21 +22,29 @@ __all__ = ['KIT_KEY', 'PAPER_REFS', 'ALIASES', 'MODULE_REFS', 'REFS', 'MENTIONS'
            'cite_command']
 
 # %% ../nbs/00b_cite.ipynb #60ac4697
-KIT_KEY = "madstudy"     # the kit's own entry: every citation printed by `mad-study cite` starts with it
+KIT_KEY = (
+    "madstudy"  # the kit's own entry: every citation printed by `mad-study cite` starts with it
+)
+
 
 def bib_path() -> Path:
     "The kit's BibTeX file (package data: `mad_study/refs/references.bib`)."
     from importlib.resources import files
+
     return Path(str(files("mad_study") / "refs" / "references.bib"))
 
+# %% ../nbs/00b_cite.ipynb #6d2460cc
 def _braced(text: str, i: int, close: str) -> int:
     "Index just past the `close` that ends the group opened before `i`, counting nested braces."
     depth = 0
     while i < len(text):
         ch = text[i]
-        if ch == "{": depth += 1
-        elif ch == "}" and depth: depth -= 1
-        elif ch == close and depth == 0: return i + 1
+        if ch == "{":
+            depth += 1
+        elif ch == "}" and depth:
+            depth -= 1
+        elif ch == close and depth == 0:
+            return i + 1
         i += 1
     raise ConfigError("unterminated BibTeX entry or field", key="offset", value=i)
 
@@ -44,26 +52,32 @@ def _braced(text: str, i: int, close: str) -> int:
 _ENTRY = re.compile(r"@(\w+)\s*\{\s*([^,\s]+)\s*,")
 _FIELD = re.compile(r"\s*(\w+)\s*=\s*")
 
+
 def read_bib(text: str) -> dict[str, dict[str, str]]:
     """Entries of BibTeX `text`: {key: {"ENTRYTYPE", "ID", "raw" (the entry as written), field: value}}.
     Comments (`%` lines) and text between entries are skipped; a repeated key is an error."""
     text = "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("%"))
     out, pos = {}, 0
-    while (m := _ENTRY.search(text, pos)):
+    while m := _ENTRY.search(text, pos):
         end = _braced(text, m.end(), "}")
-        body, e = text[m.end():end - 1], {"ENTRYTYPE": m[1].lower(), "ID": m[2]}
+        body, e = text[m.end() : end - 1], {"ENTRYTYPE": m[1].lower(), "ID": m[2]}
         j = 0
-        while (f := _FIELD.match(body, j)):
+        while f := _FIELD.match(body, j):
             k = f.end()
             if k < len(body) and body[k] in '{"':
-                stop = _braced(body, k + 1, "}" if body[k] == "{" else '"'); val = body[k + 1:stop - 1]
+                stop = _braced(body, k + 1, "}" if body[k] == "{" else '"')
+                val = body[k + 1 : stop - 1]
             else:
-                stop = k + len(re.match(r"[^,]*", body[k:])[0]); val = body[k:stop].strip()
-            e[f[1].lower()] = " ".join(val.split()); j = stop
+                stop = k + len(re.match(r"[^,]*", body[k:])[0])
+                val = body[k:stop].strip()
+            e[f[1].lower()] = " ".join(val.split())
+            j = stop
             j += len(re.match(r"\s*,?", body[j:])[0])
-        if body[j:].strip(): raise ConfigError("cannot read BibTeX field", key=m[2], value=body[j:j + 40].strip())
-        if m[2] in out: raise ConfigError("duplicate BibTeX key", key="key", value=m[2])
-        out[m[2]] = {**e, "raw": text[m.start():end]}
+        if body[j:].strip():
+            raise ConfigError("cannot read BibTeX field", key=m[2], value=body[j : j + 40].strip())
+        if m[2] in out:
+            raise ConfigError("duplicate BibTeX key", key="key", value=m[2])
+        out[m[2]] = {**e, "raw": text[m.start() : end]}
         pos = end
     return out
 
@@ -72,231 +86,537 @@ def read_bib(text: str) -> dict[str, dict[str, str]]:
 def _cached_references(path: str, mtime: float) -> dict[str, dict[str, str]]:
     return read_bib(Path(path).read_text(encoding="utf-8"))
 
+# %% ../nbs/00b_cite.ipynb #4f05364d
 def references() -> dict[str, dict[str, str]]:
     "Every entry of the kit's BibTeX file, by key (read once, again when the file changes)."
     p = bib_path()
     return _cached_references(str(p), p.stat().st_mtime)
 
 # %% ../nbs/00b_cite.ipynb #053ff82a
-PAPER_REFS: dict[str, tuple[str, ...]] = {        # paper id (params/<paper>/) -> works every experiment of it uses
+PAPER_REFS: dict[
+    str, tuple[str, ...]
+] = {  # paper id (params/<paper>/) -> works every experiment of it uses
     "baseline": ("du2024debate",),
     "umad": ("qiao2026umad", "du2024debate"),
     "madc": ("zhang2025madc", "du2024debate", "wang2023selfconsistency", "wei2022cot"),
-    "svr": ("jiang2026svrmad", "wang2023selfconsistency", "liu2024groupdebate", "chen2025sid", "zeng2025s2mad", "du2024debate"),
-    "rumad": ("wang2026rumad", "schulman2017ppo", "schulman2016gae", "du2024debate", "li2024smad", "liu2024groupdebate",
-              "zeng2025s2mad"),
+    "svr": (
+        "jiang2026svrmad",
+        "wang2023selfconsistency",
+        "liu2024groupdebate",
+        "chen2025sid",
+        "zeng2025s2mad",
+        "du2024debate",
+    ),
+    "rumad": (
+        "wang2026rumad",
+        "schulman2017ppo",
+        "schulman2016gae",
+        "du2024debate",
+        "li2024smad",
+        "liu2024groupdebate",
+        "zeng2025s2mad",
+    ),
     "meta_debate": ("zhang2026metadebate", "liang2024mad", "liu2025dmad"),
-    "arena": ("du2024debate", "zhang2025madc", "jiang2026svrmad", "wang2026rumad", "zhang2026metadebate", "qiao2026umad",
-              "liang2024mad", "liu2025dmad", "liu2024groupdebate", "zeng2025s2mad", "li2024smad", "chen2025sid",
-              "wang2023selfconsistency", "smit2024mad", "holm1979"),
+    "arena": (
+        "du2024debate",
+        "zhang2025madc",
+        "jiang2026svrmad",
+        "wang2026rumad",
+        "zhang2026metadebate",
+        "qiao2026umad",
+        "liang2024mad",
+        "liu2025dmad",
+        "liu2024groupdebate",
+        "zeng2025s2mad",
+        "li2024smad",
+        "chen2025sid",
+        "wang2023selfconsistency",
+        "smit2024mad",
+        "holm1979",
+    ),
 }
 
 # %% ../nbs/00b_cite.ipynb #38616a03
-ALIASES: dict[str, str] = {   # regular expression by which a docstring names a work -> its key
-    r"\bUMAD\b": "qiao2026umad", r"\bMADC\b|Truth Last|Truth First": "zhang2025madc",
-    r"\bSVR(-MAD)?\b": "jiang2026svrmad", r"\bRUMAD\b": "wang2026rumad", r"Meta-Debate": "zhang2026metadebate",
-    r"Du et al": "du2024debate", r"Liang et al": "liang2024mad", r"GroupDebate": "liu2024groupdebate",
-    r"\bSID(-ET)?\b": "chen2025sid", r"\bS2-?MAD\b": "zeng2025s2mad", r"\bS-MAD\b": "li2024smad", r"\bDMAD\b": "liu2025dmad",
-    r"[Ss]elf-[Cc]onsistency": "wang2023selfconsistency", r"[Cc]hain-of-[Tt]hought|\bCoT\b": "wei2022cot",
-    r"[Pp]rogram-of-[Tt]hought|\bPoT\b": "chen2023pot", r"[Ss]tep-[Bb]ack": "zheng2024stepback",
-    r"\bCCoT\b": "mitra2024ccot", r"\bDDCoT\b": "zheng2023ddcot",
-    r"\bGRPO\b": "shao2024deepseekmath", r"\bPPO\b": "schulman2017ppo", r"\bIPPO\b": "dewitt2020ippo",
-    r"\bGAE\b|[Gg]enerali[sz]ed [Aa]dvantage": "schulman2016gae", r"\bLoRA\b": "hu2022lora",
+ALIASES: dict[str, str] = {  # regular expression by which a docstring names a work -> its key
+    r"\bUMAD\b": "qiao2026umad",
+    r"\bMADC\b|Truth Last|Truth First": "zhang2025madc",
+    r"\bSVR(-MAD)?\b": "jiang2026svrmad",
+    r"\bRUMAD\b": "wang2026rumad",
+    r"Meta-Debate": "zhang2026metadebate",
+    r"Du et al": "du2024debate",
+    r"Liang et al": "liang2024mad",
+    r"GroupDebate": "liu2024groupdebate",
+    r"\bSID(-ET)?\b": "chen2025sid",
+    r"\bS2-?MAD\b": "zeng2025s2mad",
+    r"\bS-MAD\b": "li2024smad",
+    r"\bDMAD\b": "liu2025dmad",
+    r"[Ss]elf-[Cc]onsistency": "wang2023selfconsistency",
+    r"[Cc]hain-of-[Tt]hought|\bCoT\b": "wei2022cot",
+    r"[Pp]rogram-of-[Tt]hought|\bPoT\b": "chen2023pot",
+    r"[Ss]tep-[Bb]ack": "zheng2024stepback",
+    r"\bCCoT\b": "mitra2024ccot",
+    r"\bDDCoT\b": "zheng2023ddcot",
+    r"\bGRPO\b": "shao2024deepseekmath",
+    r"\bPPO\b": "schulman2017ppo",
+    r"\bIPPO\b": "dewitt2020ippo",
+    r"\bGAE\b|[Gg]enerali[sz]ed [Aa]dvantage": "schulman2016gae",
+    r"\bLoRA\b": "hu2022lora",
     r"QLoRA|\b[nN][fF]4\b": "dettmers2023qlora",
-    r"GSM8K": "cobbe2021gsm8k", r"\bMMLU\b": "hendrycks2021mmlu", r"\bGPQA\b": "rein2024gpqa",
-    r"MATH-?500": "lightman2024verify", r"MathVision|MATH-Vision": "wang2024mathvision",
-    r"RealWorldQA": "xai2024realworldqa", r"\bHLE\b|Humanity's Last Exam": "phan2026hle",
-    r"IMO-AnswerBench": "luong2025imo", r"\bBBH\b|BIG-Bench Hard": "suzgun2023bbh",
-    r"AIME ?24": "aops2024aime", r"AIME ?25": "aops2025aime", r"AMC-?23": "knovel2025amc23",
-    r"McNemar": "mcnemar1947", r"Cochran": "cochran1950q", r"Wilcoxon": "wilcoxon1945", r"\bHolm\b": "holm1979", r"Schuirmann": "schuirmann1987tost",
-    r"\bWilson\b": "wilson1927", r"Davison": "davison1997bootstrap", r"Smit et al|DebateLLM": "smit2024mad",
-    r"[Pp]ercentile bootstrap|[Bb]ootstrap interval|bootstrap CI": "efron1979bootstrap", r"MiniLM": "wang2020minilm",
+    r"GSM8K": "cobbe2021gsm8k",
+    r"\bMMLU\b": "hendrycks2021mmlu",
+    r"\bGPQA\b": "rein2024gpqa",
+    r"MATH-?500": "lightman2024verify",
+    r"MathVision|MATH-Vision": "wang2024mathvision",
+    r"RealWorldQA": "xai2024realworldqa",
+    r"\bHLE\b|Humanity's Last Exam": "phan2026hle",
+    r"IMO-AnswerBench": "luong2025imo",
+    r"\bBBH\b|BIG-Bench Hard": "suzgun2023bbh",
+    r"AIME ?24": "aops2024aime",
+    r"AIME ?25": "aops2025aime",
+    r"AMC-?23": "knovel2025amc23",
+    r"McNemar": "mcnemar1947",
+    r"Cochran": "cochran1950q",
+    r"Wilcoxon": "wilcoxon1945",
+    r"\bHolm\b": "holm1979",
+    r"Schuirmann": "schuirmann1987tost",
+    r"\bWilson\b": "wilson1927",
+    r"Davison": "davison1997bootstrap",
+    r"Smit et al|DebateLLM": "smit2024mad",
+    r"[Pp]ercentile bootstrap|[Bb]ootstrap interval|bootstrap CI": "efron1979bootstrap",
+    r"MiniLM": "wang2020minilm",
 }
 
+# %% ../nbs/00b_cite.ipynb #513d5883
 def named_refs(text: str | None) -> set[str]:
     "Keys of the works `text` (a docstring) names, by `ALIASES`."
     return {k for pat, k in ALIASES.items() if re.search(pat, text or "")}
 
 # %% ../nbs/00b_cite.ipynb #922f0f12
 MODULE_REFS: dict[str, tuple[str, ...]] = {
-    "umad": ("qiao2026umad",), "umad_train": ("qiao2026umad",), "madc": ("zhang2025madc",),
-    "svr_mad": ("jiang2026svrmad",), "rumad": ("wang2026rumad",), "meta_debate": ("zhang2026metadebate",),
+    "umad": ("qiao2026umad",),
+    "umad_train": ("qiao2026umad",),
+    "madc": ("zhang2025madc",),
+    "svr_mad": ("jiang2026svrmad",),
+    "rumad": ("wang2026rumad",),
+    "meta_debate": ("zhang2026metadebate",),
 }
 
 # %% ../nbs/00b_cite.ipynb #6ea0259e
 REFS: dict[str, tuple[str, ...]] = {
     # answers, data, backends, prompts, debate engine
-    "answers.is_correct": ("cobbe2021gsm8k", "du2024debate"), "answers.merge_equivalent": ("qiao2026umad",),
+    "answers.is_correct": ("cobbe2021gsm8k", "du2024debate"),
+    "answers.merge_equivalent": ("qiao2026umad",),
     "answers.extract_confidence": ("jiang2026svrmad",),
-    "data.du_options_question": ("du2024debate",), "data.format_question": ("du2024debate",),
+    "data.du_options_question": ("du2024debate",),
+    "data.format_question": ("du2024debate",),
     "hf.HFBackend": ("wolf2020transformers", "dettmers2023qlora", "dettmers2022llmint8"),
     "vision.VLMBackend": ("wolf2020transformers", "dettmers2023qlora"),
     "serving.logprob_signals": ("qiao2026umad",),
     "prompts.get_prompt": ("du2024debate",),
-    "debate.Protocol": ("du2024debate",), "debate.FullyConnected": ("du2024debate",),
-    "debate.OrderedPeers": ("zhang2025madc",), "debate.run_debate": ("du2024debate", "qiao2026umad"),
+    "debate.Protocol": ("du2024debate",),
+    "debate.FullyConnected": ("du2024debate",),
+    "debate.OrderedPeers": ("zhang2025madc",),
+    "debate.run_debate": ("du2024debate", "qiao2026umad"),
     "sim.read_shown_solutions": ("wang2026rumad",),
-    "core.signals_from_logprobs": ("jiang2026svrmad", "chen2025sid"), "debate.make_protocol": ("du2024debate", "zhang2025madc"),
+    "core.signals_from_logprobs": ("jiang2026svrmad", "chen2025sid"),
+    "debate.make_protocol": ("du2024debate", "zhang2025madc"),
     "voting.majority_vote": ("du2024debate", "wang2023selfconsistency"),
 }
 
 # %% ../nbs/00b_cite.ipynb #f0eaefa8
-REFS.update({
-    "metrics.wilson_ci": ("wilson1927",), "metrics.accuracy_by_round": ("wilson1927", "davison1997bootstrap"),
-    "stats.bootstrap_ci": ("efron1979bootstrap",), "stats.boot_mean_ci": ("efron1979bootstrap",),
-    "stats.token_change": ("efron1979bootstrap",), "stats.paired_test": ("mcnemar1947", "wilcoxon1945"),
-    "stats.accuracy_ci": ("wilson1927", "davison1997bootstrap"), "stats.adjust_pvalues": ("holm1979",),
-    "stats.cochran_q": ("cochran1950q",), "stats.omnibus_test": ("cochran1950q",), "stats.tost": ("schuirmann1987tost",),
-    "stats.paired_difference": ("efron1979bootstrap", "mcnemar1947"), "stats.compare_methods": ("holm1979",),
-    "stats.self_consistency_at_budget": ("wang2023selfconsistency",),
-    "meta_debate.gap_text": ("holm1979",), "meta_debate.paired_gaps": ("efron1979bootstrap", "mcnemar1947", "holm1979"),
-    "meta_debate.gaps_caption": ("holm1979",),
-    "svr_mad.ablation_points": ("wilson1927",), "svr_mad.fig1_comparison": ("efron1979bootstrap", "holm1979"),
-    "svr_mad.tab1_comparison": ("mcnemar1947", "holm1979"),
-    "rumad.compare_families": ("holm1979",), "rumad.families_caption": ("holm1979",),
-    "umad_train.VLLMLoRAEngine": ("hu2022lora",), "umad_train.train_memory_gb": ("hu2022lora",),
-    "metrics.cluster_bootstrap_ci": ("davison1997bootstrap", "efron1979bootstrap", "qiao2026umad", "zhang2025madc"),
-    "metrics.clustered_accuracy_ci": ("wilson1927", "davison1997bootstrap"),
-    "metrics.token_savings": ("wang2026rumad",), "metrics.cost_saving": ("wang2026rumad",),
-    "metrics.tokens_per_point": ("cobbe2021gsm8k", "wang2026rumad"), "metrics.survival_rate": ("jiang2026svrmad",),
-    "metrics.answer_distribution": ("qiao2026umad", "zhang2025madc"), "metrics.uncertainty_decomposition": ("qiao2026umad",),
-    "metrics.uncertainty_table": ("qiao2026umad",), "metrics.flip_transitions": ("qiao2026umad",),
-    "metrics.flip_table": ("qiao2026umad",), "metrics.entropy": ("zhang2025madc", "qiao2026umad"),
-    "metrics.token_cost": ("wang2026rumad", "jiang2026svrmad"),
-    "metrics.viewpoint_entropy": ("zhang2025madc",), "metrics.viewpoint_log_likelihood": ("zhang2025madc",),
-    "metrics.path_consistency": ("zhang2025madc",), "metrics.reversal_point": ("zhang2025madc",),
-})
+REFS.update(
+    {
+        "metrics.wilson_ci": ("wilson1927",),
+        "metrics.accuracy_by_round": ("wilson1927", "davison1997bootstrap"),
+        "stats.bootstrap_ci": ("efron1979bootstrap",),
+        "stats.boot_mean_ci": ("efron1979bootstrap",),
+        "stats.token_change": ("efron1979bootstrap",),
+        "stats.paired_test": ("mcnemar1947", "wilcoxon1945"),
+        "stats.accuracy_ci": ("wilson1927", "davison1997bootstrap"),
+        "stats.adjust_pvalues": ("holm1979",),
+        "stats.cochran_q": ("cochran1950q",),
+        "stats.omnibus_test": ("cochran1950q",),
+        "stats.tost": ("schuirmann1987tost",),
+        "stats.paired_difference": ("efron1979bootstrap", "mcnemar1947"),
+        "stats.compare_methods": ("holm1979",),
+        "stats.self_consistency_at_budget": ("wang2023selfconsistency",),
+        "meta_debate.gap_text": ("holm1979",),
+        "meta_debate.paired_gaps": ("efron1979bootstrap", "mcnemar1947", "holm1979"),
+        "meta_debate.gaps_caption": ("holm1979",),
+        "svr_mad.ablation_points": ("wilson1927",),
+        "svr_mad.fig1_comparison": ("efron1979bootstrap", "holm1979"),
+        "svr_mad.tab1_comparison": ("mcnemar1947", "holm1979"),
+        "rumad.compare_families": ("holm1979",),
+        "rumad.families_caption": ("holm1979",),
+        "umad_train.VLLMLoRAEngine": ("hu2022lora",),
+        "umad_train.train_memory_gb": ("hu2022lora",),
+        "metrics.cluster_bootstrap_ci": (
+            "davison1997bootstrap",
+            "efron1979bootstrap",
+            "qiao2026umad",
+            "zhang2025madc",
+        ),
+        "metrics.clustered_accuracy_ci": ("wilson1927", "davison1997bootstrap"),
+        "metrics.token_savings": ("wang2026rumad",),
+        "metrics.cost_saving": ("wang2026rumad",),
+        "metrics.tokens_per_point": ("cobbe2021gsm8k", "wang2026rumad"),
+        "metrics.survival_rate": ("jiang2026svrmad",),
+        "metrics.answer_distribution": ("qiao2026umad", "zhang2025madc"),
+        "metrics.uncertainty_decomposition": ("qiao2026umad",),
+        "metrics.uncertainty_table": ("qiao2026umad",),
+        "metrics.flip_transitions": ("qiao2026umad",),
+        "metrics.flip_table": ("qiao2026umad",),
+        "metrics.entropy": ("zhang2025madc", "qiao2026umad"),
+        "metrics.token_cost": ("wang2026rumad", "jiang2026svrmad"),
+        "metrics.viewpoint_entropy": ("zhang2025madc",),
+        "metrics.viewpoint_log_likelihood": ("zhang2025madc",),
+        "metrics.path_consistency": ("zhang2025madc",),
+        "metrics.reversal_point": ("zhang2025madc",),
+    }
+)
 
 # %% ../nbs/00b_cite.ipynb #1a0b8031
-REFS.update({
-    # the efficient-debate baselines (04b) and the role debates (04c, 04d)
-    "protocols.answer_only_text": ("liu2024groupdebate",), "protocols.largest_agreement": ("jiang2026svrmad",),
-    "protocols.EarlyStop": ("jiang2026svrmad",), "protocols.GroupDebate": ("liu2024groupdebate", "jiang2026svrmad"),
-    "protocols.S2MAD": ("zeng2025s2mad",), "protocols.SparseTopology": ("li2024smad",),
-    "protocols.run_protocol": ("jiang2026svrmad",), "protocols.debate_costs": ("jiang2026svrmad", "liu2024groupdebate"),
-    "protocols.self_consistency": ("wang2023selfconsistency", "jiang2026svrmad"),
-    "protocols.sid_scores": ("chen2025sid", "jiang2026svrmad"), "protocols.sid_et": ("chen2025sid", "jiang2026svrmad"),
-    "protocols.SIDAgentExit": ("chen2025sid", "jiang2026svrmad"), "protocols.tune_skip_rate": ("chen2025sid", "jiang2026svrmad"),
-    "protocols.make_baseline": ("du2024debate", "liu2024groupdebate", "zeng2025s2mad", "li2024smad"),
-    "roles.question_block": ("zhang2026metadebate",), "roles.run_mad": ("liang2024mad",),
-    "roles.parse_verdict": ("liang2024mad",), "roles.Verdict": ("liang2024mad",), "roles.mad_topic": ("liang2024mad",),
-    "roles.dmad_opening": ("liu2025dmad",), "roles.dmad_debate_message": ("liu2025dmad",),
-    "roles.dmad_vision_message": ("liu2025dmad", "mitra2024ccot", "zheng2023ddcot"), "roles.extract_program": ("chen2023pot",),
-    "roles.dmad_roles": ("liu2025dmad", "wei2022cot", "zheng2024stepback", "chen2023pot", "mitra2024ccot", "zheng2023ddcot"),
-    "roles.run_dmad": ("liu2025dmad", "wei2022cot", "zheng2024stepback", "chen2023pot", "mitra2024ccot", "zheng2023ddcot"),
-    "roles.pot_answer": ("chen2023pot", "liu2025dmad"), "roles.pot_turn": ("chen2023pot", "liu2025dmad", "zhang2026metadebate"),
-    "sandbox.run_program": ("chen2023pot", "liu2025dmad", "zhang2026metadebate"), "sandbox.sandbox_provenance": ("chen2023pot",),
-    # trajectory metrics (05c): DebateLLM's metrics are the reference point
-    "trajectory.agent_turns": ("smit2024mad",), "trajectory.first_correct": ("smit2024mad",),
-    "trajectory.persuasion_graph": ("smit2024mad",), "trajectory.trajectory_summary": ("smit2024mad",),
-    "trajectory.agent_outcomes": ("smit2024mad",), "trajectory.item_outcomes": ("smit2024mad",),
-    "arena.svr_transcript": ("jiang2026svrmad",),
-    # the paper modules: what they use beyond their own paper
-    "madc.run_strategies": ("du2024debate",), "madc.strategy_tests": ("wilcoxon1945", "mcnemar1947", "efron1979bootstrap", "holm1979"),
-    "madc.solution_pools": ("wei2022cot",), "madc.plan_tab1": ("wang2023selfconsistency", "wei2022cot"),
-    "madc.plan_fig8": ("wei2022cot",), "madc.plan_fig9": ("wei2022cot",),
-    "meta_debate.framework_roles": ("liu2025dmad", "mitra2024ccot", "zheng2023ddcot"), "meta_debate.context_key": ("liu2025dmad",),
-    "meta_debate.run_framework": ("liu2025dmad",), "meta_debate.plan_tab1": ("liu2025dmad",), "meta_debate.plan_tab2": ("liu2025dmad",),
-    "rumad.MiniLMEmbedder": ("reimers2019sbert", "wang2020minilm"), "rumad.make_embedder": ("reimers2019sbert", "wang2020minilm"),
-    "rumad.gae": ("schulman2016gae",), "rumad.ppo_loss": ("schulman2017ppo",), "rumad.ppo_update": ("schulman2017ppo",),
-    "rumad.rollout_episodes": ("schulman2017ppo",), "rumad.train_controller": ("schulman2017ppo", "schulman2016gae"),
-    "rumad.plan_rumad": ("schulman2017ppo",),
-    "svr_mad.evaluate": ("chen2025sid",), "svr_mad.savings": ("wang2023selfconsistency",),
-    "umad.group_standardize": ("shao2024deepseekmath",), "umad.grpo_advantage": ("shao2024deepseekmath",),
-    "umad_train.UMADTrainer": ("shao2024deepseekmath",),
-    "answers.math_equiv_strict": ("hendrycks2021math",), "umad_train.save_checkpoint": ("hu2022lora",),
-    "umad_train.setting_variants": ("dewitt2020ippo",), "umad_train.plan_train": ("hu2022lora", "dettmers2023qlora"),
-})
+REFS.update(
+    {
+        # the efficient-debate baselines (04b) and the role debates (04c, 04d)
+        "protocols.answer_only_text": ("liu2024groupdebate",),
+        "protocols.largest_agreement": ("jiang2026svrmad",),
+        "protocols.EarlyStop": ("jiang2026svrmad",),
+        "protocols.GroupDebate": ("liu2024groupdebate", "jiang2026svrmad"),
+        "protocols.S2MAD": ("zeng2025s2mad",),
+        "protocols.SparseTopology": ("li2024smad",),
+        "protocols.run_protocol": ("jiang2026svrmad",),
+        "protocols.debate_costs": ("jiang2026svrmad", "liu2024groupdebate"),
+        "protocols.self_consistency": ("wang2023selfconsistency", "jiang2026svrmad"),
+        "protocols.sid_scores": ("chen2025sid", "jiang2026svrmad"),
+        "protocols.sid_et": ("chen2025sid", "jiang2026svrmad"),
+        "protocols.SIDAgentExit": ("chen2025sid", "jiang2026svrmad"),
+        "protocols.tune_skip_rate": ("chen2025sid", "jiang2026svrmad"),
+        "protocols.make_baseline": (
+            "du2024debate",
+            "liu2024groupdebate",
+            "zeng2025s2mad",
+            "li2024smad",
+        ),
+        "roles.question_block": ("zhang2026metadebate",),
+        "roles.run_mad": ("liang2024mad",),
+        "roles.parse_verdict": ("liang2024mad",),
+        "roles.Verdict": ("liang2024mad",),
+        "roles.mad_topic": ("liang2024mad",),
+        "roles.dmad_opening": ("liu2025dmad",),
+        "roles.dmad_debate_message": ("liu2025dmad",),
+        "roles.dmad_vision_message": ("liu2025dmad", "mitra2024ccot", "zheng2023ddcot"),
+        "roles.extract_program": ("chen2023pot",),
+        "roles.dmad_roles": (
+            "liu2025dmad",
+            "wei2022cot",
+            "zheng2024stepback",
+            "chen2023pot",
+            "mitra2024ccot",
+            "zheng2023ddcot",
+        ),
+        "roles.run_dmad": (
+            "liu2025dmad",
+            "wei2022cot",
+            "zheng2024stepback",
+            "chen2023pot",
+            "mitra2024ccot",
+            "zheng2023ddcot",
+        ),
+        "roles.pot_answer": ("chen2023pot", "liu2025dmad"),
+        "roles.pot_turn": ("chen2023pot", "liu2025dmad", "zhang2026metadebate"),
+        "sandbox.run_program": ("chen2023pot", "liu2025dmad", "zhang2026metadebate"),
+        "sandbox.sandbox_provenance": ("chen2023pot",),
+        # trajectory metrics (05c): DebateLLM's metrics are the reference point
+        "trajectory.agent_turns": ("smit2024mad",),
+        "trajectory.first_correct": ("smit2024mad",),
+        "trajectory.persuasion_graph": ("smit2024mad",),
+        "trajectory.trajectory_summary": ("smit2024mad",),
+        "trajectory.agent_outcomes": ("smit2024mad",),
+        "trajectory.item_outcomes": ("smit2024mad",),
+        "arena.svr_transcript": ("jiang2026svrmad",),
+        # the paper modules: what they use beyond their own paper
+        "madc.run_strategies": ("du2024debate",),
+        "madc.strategy_tests": ("wilcoxon1945", "mcnemar1947", "efron1979bootstrap", "holm1979"),
+        "madc.solution_pools": ("wei2022cot",),
+        "madc.plan_tab1": ("wang2023selfconsistency", "wei2022cot"),
+        "madc.plan_fig8": ("wei2022cot",),
+        "madc.plan_fig9": ("wei2022cot",),
+        "meta_debate.framework_roles": ("liu2025dmad", "mitra2024ccot", "zheng2023ddcot"),
+        "meta_debate.context_key": ("liu2025dmad",),
+        "meta_debate.run_framework": ("liu2025dmad",),
+        "meta_debate.plan_tab1": ("liu2025dmad",),
+        "meta_debate.plan_tab2": ("liu2025dmad",),
+        "rumad.MiniLMEmbedder": ("reimers2019sbert", "wang2020minilm"),
+        "rumad.make_embedder": ("reimers2019sbert", "wang2020minilm"),
+        "rumad.gae": ("schulman2016gae",),
+        "rumad.ppo_loss": ("schulman2017ppo",),
+        "rumad.ppo_update": ("schulman2017ppo",),
+        "rumad.rollout_episodes": ("schulman2017ppo",),
+        "rumad.train_controller": ("schulman2017ppo", "schulman2016gae"),
+        "rumad.plan_rumad": ("schulman2017ppo",),
+        "svr_mad.evaluate": ("chen2025sid",),
+        "svr_mad.savings": ("wang2023selfconsistency",),
+        "umad.group_standardize": ("shao2024deepseekmath",),
+        "umad.grpo_advantage": ("shao2024deepseekmath",),
+        "umad_train.UMADTrainer": ("shao2024deepseekmath",),
+        "answers.math_equiv_strict": ("hendrycks2021math",),
+        "umad_train.save_checkpoint": ("hu2022lora",),
+        "umad_train.setting_variants": ("dewitt2020ippo",),
+        "umad_train.plan_train": ("hu2022lora", "dettmers2023qlora"),
+    }
+)
 
 # %% ../nbs/00b_cite.ipynb #0fc1bf81
-MENTIONS: dict[str, tuple[str, ...]] = {    # exported name -> works its docstring names without using them (not cited)
+MENTIONS: dict[
+    str, tuple[str, ...]
+] = {  # exported name -> works its docstring names without using them (not cited)
     "stats.compare_methods": ("zhang2025madc",),
-    "data.load_debate_export": ("du2024debate", "smit2024mad"),     # reads their exports, uses no method of theirs
+    "data.load_debate_export": (
+        "du2024debate",
+        "smit2024mad",
+    ),  # reads their exports, uses no method of theirs
     "reproduce.param_warnings": ("du2024debate",),
-    "answers.is_correct": ("qiao2026umad",),          # names UMAD's reward grading; the option is the MATH script's
-    "answers.math_equiv_strict": ("qiao2026umad",),   # the MATH benchmark's script (cited), as UMAD's reward uses it
-    "roles.literal_object": ("liang2024mad",),        # reads the style of their released replies
-    "doctor.check_bitsandbytes": ("dettmers2023qlora",),   # checks the library the kit's 4-bit path uses
-    "doctor.check_text_twin": ("dettmers2023qlora",), "doctor.check_vision_twin": ("dettmers2023qlora",),
-    "doctor.check_lora_reference": ("hu2022lora",),       # checks that UMAD's LoRA policy starts at its reference
-    "doctor.vision_items": ("wang2024mathvision",),       # drawn look-alikes of its items
-    "report.hidden_markers": ("zhang2025madc",),          # names the figure where the defect was found
+    "answers.is_correct": (
+        "qiao2026umad",
+    ),  # names UMAD's reward grading; the option is the MATH script's
+    "answers.math_equiv_strict": (
+        "qiao2026umad",
+    ),  # the MATH benchmark's script (cited), as UMAD's reward uses it
+    "roles.literal_object": ("liang2024mad",),  # reads the style of their released replies
+    "doctor.check_bitsandbytes": (
+        "dettmers2023qlora",
+    ),  # checks the library the kit's 4-bit path uses
+    "doctor.check_text_twin": ("dettmers2023qlora",),
+    "doctor.check_vision_twin": ("dettmers2023qlora",),
+    "doctor.check_lora_reference": (
+        "hu2022lora",
+    ),  # checks that UMAD's LoRA policy starts at its reference
+    "doctor.vision_items": ("wang2024mathvision",),  # drawn look-alikes of its items
+    "report.hidden_markers": ("zhang2025madc",),  # names the figure where the defect was found
 }
 
 # %% ../nbs/00b_cite.ipynb #832b3c0d
 KIT_OWN: dict[str, tuple[str, ...]] = {
-    **{m: ("*",) for m in ("answers", "backends", "cache", "checkpoints", "cite", "data", "hf", "interface", "prompts",
-                           "registry", "report", "reproduce", "sandbox", "serving", "sim", "twins", "vision",
-                           "doctor")},
-    "core": ("ConfigError", "GenRequest", "Generation", "Item", "atomic_path", "atomic_write_text", "cache_home",
-             "derive_seed", "describe_transcript", "figures_dir", "image_hash", "image_path", "images_dir", "is_image_hash",
-             "load_image", "load_transcript", "params_dir", "project_root", "put_image", "rng_for", "runs_dir",
-             "save_transcript", "transcript_frame", "check_unique_turns", "pool_keys", "git_commit", "clip_line"),
+    **{
+        m: ("*",)
+        for m in (
+            "answers",
+            "backends",
+            "cache",
+            "checkpoints",
+            "cite",
+            "data",
+            "hf",
+            "interface",
+            "prompts",
+            "registry",
+            "report",
+            "reproduce",
+            "sandbox",
+            "serving",
+            "sim",
+            "twins",
+            "vision",
+            "doctor",
+        )
+    },
+    "core": (
+        "ConfigError",
+        "GenRequest",
+        "Generation",
+        "Item",
+        "atomic_path",
+        "atomic_write_text",
+        "cache_home",
+        "derive_seed",
+        "describe_transcript",
+        "figures_dir",
+        "image_hash",
+        "image_path",
+        "images_dir",
+        "is_image_hash",
+        "load_image",
+        "load_transcript",
+        "params_dir",
+        "project_root",
+        "put_image",
+        "rng_for",
+        "runs_dir",
+        "save_transcript",
+        "transcript_frame",
+        "check_unique_turns",
+        "pool_keys",
+        "git_commit",
+        "clip_line",
+    ),
     "debate": ("Agent", "RoundContext", "RoundPlan", "Turn", "make_agents", "register_protocol"),
     "voting": ("group_rows", "vote_table", "tie_seeds"),
     "arena": ("pareto_front", "plan_arena"),
     "trajectory": ("canonical_answers", "answer_grid", "item_outcomes"),
     "metrics": ("with_defaults", "entropy_rows", "is_missing"),
-    "stats": ("comparison_caption", "condition_labels", "item_means", "per_item_results", "simulate_paired", "tokens_per_thread"),
+    "stats": (
+        "comparison_caption",
+        "condition_labels",
+        "item_means",
+        "per_item_results",
+        "simulate_paired",
+        "tokens_per_thread",
+    ),
     "madc": ("shared_round0", "strategy_label"),
     "meta_debate": ("CriteriaCache", "items_modality", "role_title"),
     "protocols": ("ScriptedBackend",),
-    "roles": ("PotAnswer", "PotTurn", "RoleSimBackend", "answer_instruction", "first_json_object", "literal_object", "loose_answer",
-              "question_parts", "resolve_assignment", "fill_placeholders", "pot_answer_hint"),
-    "rumad": ("Embedder", "checkpoint_mismatch", "fixed_family", "fixed_policy", "load_controller", "one_thread", "rumad_checkpoint",
-              "save_controller", "training_meta"),
-    "umad": ("config_seed", "pair_label", "parse_failures_by_turn", "debate_token_plan", "n_items_for"),
-    "umad_train": ("PolicyBackend", "TrainedBackend", "checkpoint_dir", "checkpoint_spec", "load_checkpoint_meta",
-                   "registry_backend", "registry_spec", "trained_backend", "EngineBackend"),
+    "roles": (
+        "PotAnswer",
+        "PotTurn",
+        "RoleSimBackend",
+        "answer_instruction",
+        "first_json_object",
+        "literal_object",
+        "loose_answer",
+        "question_parts",
+        "resolve_assignment",
+        "fill_placeholders",
+        "pot_answer_hint",
+    ),
+    "rumad": (
+        "Embedder",
+        "checkpoint_mismatch",
+        "fixed_family",
+        "fixed_policy",
+        "load_controller",
+        "one_thread",
+        "rumad_checkpoint",
+        "save_controller",
+        "training_meta",
+    ),
+    "umad": (
+        "config_seed",
+        "pair_label",
+        "parse_failures_by_turn",
+        "debate_token_plan",
+        "n_items_for",
+    ),
+    "umad_train": (
+        "PolicyBackend",
+        "TrainedBackend",
+        "checkpoint_dir",
+        "checkpoint_spec",
+        "load_checkpoint_meta",
+        "registry_backend",
+        "registry_spec",
+        "trained_backend",
+        "EngineBackend",
+    ),
 }
 
+# %% ../nbs/00b_cite.ipynb #2ae002d0
 def kit_own(name: str) -> bool:
     "Whether exported `module.Name` is the kit's own machinery (`KIT_OWN`)."
     mod, n = name.split(".")[:2]
     return bool({"*", n} & set(KIT_OWN.get(mod, ())))
 
 # %% ../nbs/00b_cite.ipynb #39cee94a
-_DMAD = ("liu2025dmad", "wei2022cot", "zheng2024stepback", "chen2023pot", "mitra2024ccot", "zheng2023ddcot")
+_DMAD = (
+    "liu2025dmad",
+    "wei2022cot",
+    "zheng2024stepback",
+    "chen2023pot",
+    "mitra2024ccot",
+    "zheng2023ddcot",
+)
 PROTOCOL_REFS: dict[str, tuple[str, ...]] = {
-    "fully_connected": ("du2024debate",), "mad": ("du2024debate",),
-    **{o: ("zhang2025madc",) for o in ("fixed", "random", "random_shared", "truth_first", "truth_last", "madc")},
-    "groupdebate": ("liu2024groupdebate",), "groupdebate_2-2-2": ("liu2024groupdebate",), "s2mad": ("zeng2025s2mad",),
-    "smad_ring": ("li2024smad",), "smad_star": ("li2024smad",), "sid_et": ("chen2025sid",),
-    "self_consistency": ("wang2023selfconsistency",), "svr_mad": ("jiang2026svrmad",), "rumad": ("wang2026rumad",),
-    "mad_roles": ("liang2024mad",), "dmad": _DMAD, "meta_debate": ("zhang2026metadebate",),
-    "cot": ("wei2022cot",), "step_back": ("zheng2024stepback",), "pot": ("chen2023pot",),
-    "ccot": ("mitra2024ccot",), "ddcot": ("zheng2023ddcot",),
+    "fully_connected": ("du2024debate",),
+    "mad": ("du2024debate",),
+    **{
+        o: ("zhang2025madc",)
+        for o in ("fixed", "random", "random_shared", "truth_first", "truth_last", "madc")
+    },
+    "groupdebate": ("liu2024groupdebate",),
+    "groupdebate_2-2-2": ("liu2024groupdebate",),
+    "s2mad": ("zeng2025s2mad",),
+    "smad_ring": ("li2024smad",),
+    "smad_star": ("li2024smad",),
+    "sid_et": ("chen2025sid",),
+    "self_consistency": ("wang2023selfconsistency",),
+    "svr_mad": ("jiang2026svrmad",),
+    "rumad": ("wang2026rumad",),
+    "mad_roles": ("liang2024mad",),
+    "dmad": _DMAD,
+    "meta_debate": ("zhang2026metadebate",),
+    "cot": ("wei2022cot",),
+    "step_back": ("zheng2024stepback",),
+    "pot": ("chen2023pot",),
+    "ccot": ("mitra2024ccot",),
+    "ddcot": ("zheng2023ddcot",),
 }
+
+# %% ../nbs/00b_cite.ipynb #39787dc7
 TASK_REFS: dict[str, tuple[str, ...]] = {
-    "gsm8k": ("cobbe2021gsm8k",), "math500": ("hendrycks2021math", "lightman2024verify"), "math_train": ("hendrycks2021math",),
-    "mmlu": ("hendrycks2021mmlu",), "gpqa": ("rein2024gpqa",),
-    "bbh_logical_deduction_7": ("suzgun2023bbh",), "bbh_geometric_shapes": ("suzgun2023bbh",),
-    "amc23": ("knovel2025amc23",), "aime24": ("aops2024aime",), "aime25": ("aops2025aime",),
-    "imo_answerbench": ("luong2025imo",), "hle_mc": ("phan2026hle",),
-    "mathvision": ("wang2024mathvision",), "mathvision_all": ("wang2024mathvision",),
-    "realworldqa": ("xai2024realworldqa",), "realworldqa_all": ("xai2024realworldqa",),
+    "gsm8k": ("cobbe2021gsm8k",),
+    "math500": ("hendrycks2021math", "lightman2024verify"),
+    "math_train": ("hendrycks2021math",),
+    "mmlu": ("hendrycks2021mmlu",),
+    "gpqa": ("rein2024gpqa",),
+    "bbh_logical_deduction_7": ("suzgun2023bbh",),
+    "bbh_geometric_shapes": ("suzgun2023bbh",),
+    "amc23": ("knovel2025amc23",),
+    "aime24": ("aops2024aime",),
+    "aime25": ("aops2025aime",),
+    "imo_answerbench": ("luong2025imo",),
+    "hle_mc": ("phan2026hle",),
+    "mathvision": ("wang2024mathvision",),
+    "mathvision_all": ("wang2024mathvision",),
+    "realworldqa": ("xai2024realworldqa",),
+    "realworldqa_all": ("xai2024realworldqa",),
 }
 
 # %% ../nbs/00b_cite.ipynb #406d6bde
-MODEL_REFS: tuple[tuple[str, tuple[str, ...]], ...] = (   # (name prefix, keys), the first match wins
-    ("qwen2.5-vl", ("qwen2025qwen25vl",)), ("qwen2.5", ("qwen2025qwen25",)), ("qwen3", ("qwen2025qwen3",)),
-    ("llama-3", ("llama2024herd",)), ("deepseek-r1-distill-qwen", ("deepseek2025r1", "qwen2025qwen25")),
-    ("deepseek-math", ("shao2024deepseekmath",)), ("deepseek-v3", ("deepseek2024v3",)), ("glm-4", ("glm2024chatglm",)),
-    ("gpt-oss", ("openai2025gptoss",)), ("gemma-3", ("gemma2025gemma3",)), ("pixtral-12b", ("mistral2024pixtral",)),
+MODEL_REFS: tuple[tuple[str, tuple[str, ...]], ...] = (  # (name prefix, keys), the first match wins
+    ("qwen2.5-vl", ("qwen2025qwen25vl",)),
+    ("qwen2.5", ("qwen2025qwen25",)),
+    ("qwen3", ("qwen2025qwen3",)),
+    ("llama-3", ("llama2024herd",)),
+    ("deepseek-r1-distill-qwen", ("deepseek2025r1", "qwen2025qwen25")),
+    ("deepseek-math", ("shao2024deepseekmath",)),
+    ("deepseek-v3", ("deepseek2024v3",)),
+    ("glm-4", ("glm2024chatglm",)),
+    ("gpt-oss", ("openai2025gptoss",)),
+    ("gemma-3", ("gemma2025gemma3",)),
+    ("pixtral-12b", ("mistral2024pixtral",)),
     ("smollm2", ("allal2025smollm2",)),
 )
-MODEL_NO_PAPER = ("mistral-small", "pixtral-large")     # real models of the registry with no paper to cite
+MODEL_NO_PAPER = (
+    "mistral-small",
+    "pixtral-large",
+)  # real models of the registry with no paper to cite
 
 # %% ../nbs/00b_cite.ipynb #36bac214
 PARAM_REFS: dict[str, dict[str, tuple[str, ...]]] = {
-    "baselines": {k: PROTOCOL_REFS[k] for k in ("mad", "groupdebate", "groupdebate_2-2-2", "s2mad", "smad_ring", "smad_star")},
+    "baselines": {
+        k: PROTOCOL_REFS[k]
+        for k in ("mad", "groupdebate", "groupdebate_2-2-2", "s2mad", "smad_ring", "smad_star")
+    },
     "frameworks": {"mad": ("liang2024mad",), "dmad": _DMAD},
-    "strategies": {"*": ("zhang2025madc",)}, "orders": {"*": ("zhang2025madc",)},
-    "prompt": {"du_gsm8k": ("du2024debate",), "madc": ("zhang2025madc", "wei2022cot"), "rumad": ("wang2026rumad",)},
+    "strategies": {"*": ("zhang2025madc",)},
+    "orders": {"*": ("zhang2025madc",)},
+    "prompt": {
+        "du_gsm8k": ("du2024debate",),
+        "madc": ("zhang2025madc", "wei2022cot"),
+        "rumad": ("wang2026rumad",),
+    },
     "case_prompt": {"*": ("zhang2025madc", "wei2022cot")},
-    "variants": {"ippo": ("dewitt2020ippo",), "single_grpo": ("shao2024deepseekmath",), "umad": ("shao2024deepseekmath",)},
+    "variants": {
+        "ippo": ("dewitt2020ippo",),
+        "single_grpo": ("shao2024deepseekmath",),
+        "umad": ("shao2024deepseekmath",),
+    },
     "finetune": {"lora": ("hu2022lora",)},
-    "quant": {"nf4": ("dettmers2023qlora",), "fp4": ("dettmers2023qlora",), "int8": ("dettmers2022llmint8",)},
+    "quant": {
+        "nf4": ("dettmers2023qlora",),
+        "fp4": ("dettmers2023qlora",),
+        "int8": ("dettmers2022llmint8",),
+    },
     "train_quant": {"nf4": ("dettmers2023qlora",), "int8": ("dettmers2022llmint8",)},
     "embedder": {"minilm": ("reimers2019sbert", "wang2020minilm")},
 }
@@ -306,9 +626,11 @@ def model_refs(model: str) -> tuple[str, ...]:
     "Keys of a model registry name's family (`MODEL_REFS`); () for the kit's synthetic agents, random twins and `MODEL_NO_PAPER`."
     m = str(model).lower()
     for prefix, keys in MODEL_REFS:
-        if m.startswith(prefix): return keys
+        if m.startswith(prefix):
+            return keys
     return ()
 
+# %% ../nbs/00b_cite.ipynb #3228c8c1
 def task_refs(task: str) -> tuple[str, ...]:
     "Keys of a task (`TASK_REFS`; a split after a colon, as in `mmlu:dev`, is ignored); () for an unknown name."
     return TASK_REFS.get(str(task).split(":")[0], ())
@@ -317,11 +639,13 @@ def task_refs(task: str) -> tuple[str, ...]:
 def _exported() -> dict[str, str]:
     "{'module.Name': 'mad_study.module'} for every public exported function and class (a method counts as its class)."
     from mad_study._modidx import d
+
     out = {}
     for mod, syms in d["syms"].items():
         for q in syms:
             short = ".".join(q.split(".")[1:3])
-            if not short.split(".")[1].startswith("_"): out[short] = mod
+            if not short.split(".")[1].startswith("_"):
+                out[short] = mod
     return out
 
 # %% ../nbs/00b_cite.ipynb #c7e3657a
@@ -329,59 +653,93 @@ def qualified_name(name: str) -> str:
     "`module.Name` (below the package) of an exported function or class named fully, below the package, or bare when unique."
     exported = _exported()
     parts = str(name).removeprefix("mad_study.").split(".")
-    if len(parts) >= 2 and ".".join(parts[:2]) in exported: return ".".join(parts[:2])
+    if len(parts) >= 2 and ".".join(parts[:2]) in exported:
+        return ".".join(parts[:2])
     hits = sorted(q for q in exported if q.split(".")[1] == parts[0])
-    if len(hits) == 1: return hits[0]
-    if hits: raise ConfigError("ambiguous name: give its module", key="name", value=name, choices=hits)
-    raise ConfigError("not an exported function, class or protocol of mad_study", key="name", value=name)
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        raise ConfigError("ambiguous name: give its module", key="name", value=name, choices=hits)
+    raise ConfigError(
+        "not an exported function, class or protocol of mad_study", key="name", value=name
+    )
 
+# %% ../nbs/00b_cite.ipynb #a4cbc090
 def refs_of(name: str) -> tuple[str, ...]:
     "Reference keys of an exported function or class (`MODULE_REFS` + `REFS`) or of a protocol name (`PROTOCOL_REFS`)."
-    if name in PROTOCOL_REFS: return PROTOCOL_REFS[name]
+    if name in PROTOCOL_REFS:
+        return PROTOCOL_REFS[name]
     q = qualified_name(name)
     return tuple(dict.fromkeys([*MODULE_REFS.get(q.split(".")[0], ()), *REFS.get(q, ())]))
 
 # %% ../nbs/00b_cite.ipynb #4f5b0b17
 def _strings(v) -> list[str]:
-    if isinstance(v, str): return [v]
-    if isinstance(v, Mapping): return [s for x in v.values() for s in _strings(x)]
-    if isinstance(v, (list, tuple, set)): return [s for x in v for s in _strings(x)]
+    if isinstance(v, str):
+        return [v]
+    if isinstance(v, Mapping):
+        return [s for x in v.values() for s in _strings(x)]
+    if isinstance(v, (list, tuple, set)):
+        return [s for x in v for s in _strings(x)]
     return []
 
-def _is_task_key(k: str) -> bool: return k in ("task", "tasks") or k.endswith(("_task", "_tasks"))
-def _is_model_key(k: str) -> bool:
-    return k in ("model", "models", "pairs") or k.endswith(("_model", "_models")) and k != "served_model"
+# %% ../nbs/00b_cite.ipynb #6199e241
+def _is_task_key(k: str) -> bool:
+    return k in ("task", "tasks") or k.endswith(("_task", "_tasks"))
 
+# %% ../nbs/00b_cite.ipynb #32f15787
+def _is_model_key(k: str) -> bool:
+    return (
+        k in ("model", "models", "pairs")
+        or k.endswith(("_model", "_models"))
+        and k != "served_model"
+    )
+
+# %% ../nbs/00b_cite.ipynb #7f659e7a
 def params_refs(paper: str | None, params: Mapping[str, Any] | None) -> list[str]:
     """Keys of what a run with `params` of `paper` uses: the paper's works, its tasks, model families and methods (a served
     run, `backend: openai`, cites the quantization the server was declared to run, `served_quant`, not the kit's `quant`)."""
     keys = [*PAPER_REFS.get(paper or "", ())]
     params = dict(params or {})
-    if params.get("backend") == "openai":       # a served run: the server's weights (served_quant), never the kit's quant
+    if (
+        params.get("backend") == "openai"
+    ):  # a served run: the server's weights (served_quant), never the kit's quant
         params["quant"] = params.pop("served_quant", None)
     for k, v in params.items():
-        if _is_task_key(k): keys += [r for t in _strings(v) for r in task_refs(t)]
-        elif _is_model_key(k): keys += [r for m in _strings(v) for r in model_refs(m)]
-        elif k in PARAM_REFS: keys += [r for s in _strings(v) for r in PARAM_REFS[k].get(s, PARAM_REFS[k].get("*", ()))]
+        if _is_task_key(k):
+            keys += [r for t in _strings(v) for r in task_refs(t)]
+        elif _is_model_key(k):
+            keys += [r for m in _strings(v) for r in model_refs(m)]
+        elif k in PARAM_REFS:
+            keys += [
+                r for s in _strings(v) for r in PARAM_REFS[k].get(s, PARAM_REFS[k].get("*", ()))
+            ]
     return list(dict.fromkeys(keys))
 
 # %% ../nbs/00b_cite.ipynb #46d518c0
 def experiment_file(target: str) -> tuple[str, Path] | None:
     "(paper id, file) of the experiment whose id, or one of whose artefacts, is `target`; None when there is none."
     for f in sorted(params_dir().glob("*/*.yaml")):
-        if f.parent.name == "profiles": continue
-        if f.stem == target: return f.parent.name, f
+        if f.parent.name == "profiles":
+            continue
+        if f.stem == target:
+            return f.parent.name, f
     import yaml
+
     for f in sorted(params_dir().glob("*/*.yaml")):
-        if f.parent.name == "profiles": continue
-        if target in ((yaml.safe_load(f.read_text()) or {}).get("artefacts") or []): return f.parent.name, f
+        if f.parent.name == "profiles":
+            continue
+        if target in ((yaml.safe_load(f.read_text()) or {}).get("artefacts") or []):
+            return f.parent.name, f
     return None
 
+# %% ../nbs/00b_cite.ipynb #509d037d
 def experiment_refs(target: str) -> list[str]:
     "Keys of an experiment (or artefact) id with its paper-faithful parameters, or of a paper id (`PAPER_REFS`)."
     import yaml
+
     if (hit := experiment_file(target)) is None:
-        if target in PAPER_REFS: return list(PAPER_REFS[target])
+        if target in PAPER_REFS:
+            return list(PAPER_REFS[target])
         raise ConfigError("not an experiment, artefact or paper id", key="target", value=target)
     paper, f = hit
     return params_refs(paper, (yaml.safe_load(f.read_text()) or {}).get("params"))
@@ -391,27 +749,43 @@ def injected_params(nb_path: str | Path) -> dict[str, Any]:
     "The parameters papermill injected into an executed notebook (its cell tagged `injected-parameters`)."
     out = {}
     for c in json.loads(Path(nb_path).read_text(encoding="utf-8"))["cells"]:
-        if "injected-parameters" not in c.get("metadata", {}).get("tags", []): continue
+        if "injected-parameters" not in c.get("metadata", {}).get("tags", []):
+            continue
         src = c["source"] if isinstance(c["source"], str) else "".join(c["source"])
         for node in ast.parse(src).body:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                try: out[node.targets[0].id] = ast.literal_eval(node.value)
-                except ValueError: pass                          # not a literal: not a parameter a file can hold
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+            ):
+                try:
+                    out[node.targets[0].id] = ast.literal_eval(node.value)
+                except ValueError:
+                    pass  # not a literal: not a parameter a file can hold
     return out
 
+# %% ../nbs/00b_cite.ipynb #0ad03310
 def _transcript_files(folder: Path) -> list[Path]:
     "The `*.parquet` files under `folder`, except those in hidden folders (`.previous/`: an earlier run's outputs)."
-    return [f for f in sorted(folder.rglob("*.parquet")) if not any(p.startswith(".") for p in f.relative_to(folder).parts)]
+    return [
+        f
+        for f in sorted(folder.rglob("*.parquet"))
+        if not any(p.startswith(".") for p in f.relative_to(folder).parts)
+    ]
 
+# %% ../nbs/00b_cite.ipynb #6be783a2
 def _transcript_names(folder: Path) -> dict[str, list[str]]:
     "The models and tasks named in the transcripts (`*.parquet` with `model` / `task` columns) under `folder`."
     import pyarrow.parquet as pq
+
     seen = {"models": [], "tasks": []}
     for f in _transcript_files(folder):
         cols = [c for c in ("model", "task") if c in pq.read_schema(f).names]
-        if not cols: continue
+        if not cols:
+            continue
         t = pq.read_table(f, columns=cols)
-        for c in cols: seen[c + "s"] += sorted({str(x) for x in t.column(c).to_pylist() if x is not None})
+        for c in cols:
+            seen[c + "s"] += sorted({str(x) for x in t.column(c).to_pylist() if x is not None})
     return {k: list(dict.fromkeys(v)) for k, v in seen.items()}
 
 # %% ../nbs/00b_cite.ipynb #bbfffe84
@@ -420,20 +794,33 @@ def run_refs(folder: str | Path) -> list[str]:
     (paper, tasks, models, methods) and the models and tasks of its transcripts."""
     folder = Path(folder)
     nbs = sorted(folder.glob("*.ipynb"))
-    if not nbs and (files := _transcript_files(folder)):          # the user's own study: transcripts only
+    if not nbs and (files := _transcript_files(folder)):  # the user's own study: transcripts only
         return list(dict.fromkeys(k for f in files for k in transcript_refs(f)))
-    if not nbs: raise ConfigError("not a run folder: no executed notebook in it", where=folder)
+    if not nbs:
+        raise ConfigError("not a run folder: no executed notebook in it", where=folder)
     params = {}
-    for nb in nbs: params.update(injected_params(nb))
-    if not params: raise ConfigError("no injected parameters in the executed notebook", where=nbs[0])
+    for nb in nbs:
+        params.update(injected_params(nb))
+    if not params:
+        raise ConfigError("no injected parameters in the executed notebook", where=nbs[0])
     hit = experiment_file(str(params.get("experiment") or folder.name))
     seen = _transcript_names(folder)
-    return params_refs(hit[0] if hit else None, {**params, "transcript_models": seen["models"], "transcript_tasks": seen["tasks"]})
+    return params_refs(
+        hit[0] if hit else None,
+        {**params, "transcript_models": seen["models"], "transcript_tasks": seen["tasks"]},
+    )
 
+# %% ../nbs/00b_cite.ipynb #08fd9058
 def provenance_refs(meta: Mapping[str, Any]) -> list[str]:
     "Keys for a provenance sidecar: its paper, its study's parameters, the models it loaded and the tasks of its items."
-    return params_refs(meta.get("paper"), {**(meta.get("params") or {}), "sidecar_models": list(meta.get("models") or {}),
-                                           "sidecar_tasks": list(meta.get("items") or {})})
+    return params_refs(
+        meta.get("paper"),
+        {
+            **(meta.get("params") or {}),
+            "sidecar_models": list(meta.get("models") or {}),
+            "sidecar_tasks": list(meta.get("items") or {}),
+        },
+    )
 
 # %% ../nbs/00b_cite.ipynb #c5721f73
 def transcript_refs(path: str | Path) -> list[str]:
@@ -442,13 +829,19 @@ def transcript_refs(path: str | Path) -> list[str]:
     path = Path(path)
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
+
         names = pq.read_schema(path).names
-        df = pq.read_table(path, columns=[c for c in ("task", "model", "method") if c in names]).to_pandas()
+        df = pq.read_table(
+            path, columns=[c for c in ("task", "model", "method") if c in names]
+        ).to_pandas()
     else:
         from mad_study.data import load_debate_export
+
         df = load_debate_export(path)
     col = lambda c: sorted({str(x) for x in df[c].dropna()}) if c in df else []
-    keys = [r for t in col("task") for r in task_refs(t)] + [r for m in col("model") for r in model_refs(m)]
+    keys = [r for t in col("task") for r in task_refs(t)] + [
+        r for m in col("model") for r in model_refs(m)
+    ]
     keys += [r for m in col("method") for r in PROTOCOL_REFS.get(m, ())]
     return list(dict.fromkeys(keys))
 
@@ -456,35 +849,51 @@ def transcript_refs(path: str | Path) -> list[str]:
 def _runs_path(target: str) -> Path:
     "`target` as a path; `runs/...` that is not a path here is read under `runs_dir()` (`$MAD_STUDY_RUNS`)."
     p = Path(target)
-    if not p.exists() and p.parts[:1] == ("runs",): return runs_dir().joinpath(*p.parts[1:])
+    if not p.exists() and p.parts[:1] == ("runs",):
+        return runs_dir().joinpath(*p.parts[1:])
     return p
 
+# %% ../nbs/00b_cite.ipynb #84db8609
 def resolve_refs(target: str) -> list[str]:
     """Keys of a run folder or transcript file (a `runs/...` path is read under `MAD_STUDY_RUNS`), an experiment /
     artefact / paper id, a task name, a protocol name, or an exported function or class."""
     path = _runs_path(target)
-    if path.is_dir(): return run_refs(path)
-    if path.is_file(): return transcript_refs(path)
-    if str(target).split(":")[0] in TASK_REFS: return list(task_refs(target))
-    if target in PAPER_REFS or experiment_file(target): return experiment_refs(target)
+    if path.is_dir():
+        return run_refs(path)
+    if path.is_file():
+        return transcript_refs(path)
+    if str(target).split(":")[0] in TASK_REFS:
+        return list(task_refs(target))
+    if target in PAPER_REFS or experiment_file(target):
+        return experiment_refs(target)
     return list(refs_of(target))
 
+# %% ../nbs/00b_cite.ipynb #1413d286
 def bibtex(keys: Iterable[str]) -> str:
     "The BibTeX entries of `keys` with the kit's own first, in the file's order; an unknown key is an error."
     refs, want = references(), {KIT_KEY, *keys}
-    if (bad := sorted(want - set(refs))): raise ConfigError("unknown reference key", key="key", value=bad[0])
-    return "\n\n".join(kit_entry() if k == KIT_KEY else refs[k]["raw"] for k in refs if k in want) + "\n"
+    if bad := sorted(want - set(refs)):
+        raise ConfigError("unknown reference key", key="key", value=bad[0])
+    return (
+        "\n\n".join(kit_entry() if k == KIT_KEY else refs[k]["raw"] for k in refs if k in want)
+        + "\n"
+    )
 
+# %% ../nbs/00b_cite.ipynb #9cd74ee7
 def kit_entry() -> str:
     "The kit's own BibTeX entry with the version and commit that ran (`version`, and the commit in `note`)."
     from mad_study import __version__
     from mad_study.core import git_commit
+
     raw = references()[KIT_KEY]["raw"].rstrip()
     g = git_commit()
-    sha = (g.get("commit") or "unknown")[:12] + (" with uncommitted changes" if g.get("dirty") else "")
+    sha = (g.get("commit") or "unknown")[:12] + (
+        " with uncommitted changes" if g.get("dirty") else ""
+    )
     raw = re.sub(r"note\s*=\s*\{", lambda m: m.group(0) + f"commit {sha}; ", raw, count=1)
     return raw[:-1].rstrip().rstrip(",") + f",\n  version = {{{__version__}}}\n}}"
 
+# %% ../nbs/00b_cite.ipynb #3d845645
 def cite_command(targets: Sequence[str], keys_only: bool = False, log=print) -> int:
     "The body of `mad-study cite`: print the BibTeX entries (or, with `keys_only`, the keys) that `targets` depend on."
     keys = list(dict.fromkeys(k for t in targets for k in resolve_refs(t)))

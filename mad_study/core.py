@@ -34,27 +34,34 @@ __all__ = ['SOURCE_DIRS', 'ANSWER_FORMATS', 'SIGNALS', 'TRANSCRIPT_SCHEMA', 'TRA
 def project_root() -> Path:
     "The project root: `$MAD_STUDY_ROOT`, else the checkout the package lives in, else the current directory."
     env = os.environ.get("MAD_STUDY_ROOT")
-    if env: return Path(env).expanduser().resolve()
+    if env:
+        return Path(env).expanduser().resolve()
     import importlib.util
+
     spec = importlib.util.find_spec("mad_study")
     candidates = [Path(spec.origin).resolve().parent.parent] if spec and spec.origin else []
     candidates += [Path.cwd().resolve(), *Path.cwd().resolve().parents]
     for d in candidates:
-        if (d / "pyproject.toml").exists() and (d / "nbs").is_dir() and (d / "params").is_dir(): return d
+        if (d / "pyproject.toml").exists() and (d / "nbs").is_dir() and (d / "params").is_dir():
+            return d
     return Path.cwd().resolve()
 
+# %% ../nbs/00_core.ipynb #882914e1
 def runs_dir() -> Path:
     "Where transcripts, executed notebooks and the generation cache go (`$MAD_STUDY_RUNS` or `<root>/runs`)."
     return Path(os.environ.get("MAD_STUDY_RUNS") or project_root() / "runs")
 
+# %% ../nbs/00_core.ipynb #749cd86f
 def figures_dir() -> Path:
     "Where figures and tables are written (`$MAD_STUDY_FIGURES` or `<root>/figures`)."
     return Path(os.environ.get("MAD_STUDY_FIGURES") or project_root() / "figures")
 
+# %% ../nbs/00_core.ipynb #366c1efe
 def params_dir() -> Path:
     "The experiment and profile parameter files (`<root>/params`)."
     return project_root() / "params"
 
+# %% ../nbs/00_core.ipynb #1ef3b078
 def cache_home() -> Path:
     "Converted model checkpoints and other reusable downloads (`$MAD_STUDY_HOME` or `~/.cache/mad_study`)."
     return Path(os.environ.get("MAD_STUDY_HOME") or Path.home() / ".cache" / "mad_study")
@@ -62,14 +69,22 @@ def cache_home() -> Path:
 # %% ../nbs/00_core.ipynb #376ef666
 SOURCE_DIRS = ("nbs", "mad_study", "params")
 
+
 def git_commit(paths: Sequence[str] = SOURCE_DIRS, root: Path | None = None) -> dict:
     """The project's git commit and whether the sources that make an artefact (`paths`: nbs/, mad_study/, params/)
     have uncommitted changes. figures/ is not a source: a run rewrites it, so it never makes a later artefact dirty."""
     try:
         root = root or project_root()
-        c = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        d = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *paths], cwd=root,
-                           capture_output=True, text=True, timeout=10)
+        c = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        )
+        d = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", *paths],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return {"commit": c.stdout.strip() or None, "dirty": bool(d.stdout.strip())}
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
@@ -77,12 +92,21 @@ def git_commit(paths: Sequence[str] = SOURCE_DIRS, root: Path | None = None) -> 
 # %% ../nbs/00_core.ipynb #fc05909d
 class ConfigError(ValueError):
     "A configuration problem, reported in one line: `where: key=value: problem`."
-    def __init__(self, problem: str, where: str | os.PathLike | None = None, key: str | None = None, value: Any = None,
-                 choices: Iterable | None = None):
+
+    def __init__(
+        self,
+        problem: str,
+        where: str | os.PathLike | None = None,
+        key: str | None = None,
+        value: Any = None,
+        choices: Iterable | None = None,
+    ):
         self.problem, self.where, self.key, self.value = problem, where, key, value
         parts = []
-        if where is not None: parts.append(str(where))
-        if key is not None: parts.append(f"{key}={value!r}" if value is not None else str(key))
+        if where is not None:
+            parts.append(str(where))
+        if key is not None:
+            parts.append(f"{key}={value!r}" if value is not None else str(key))
         msg = ": ".join(parts + [problem])
         if choices is not None:
             ch = sorted(map(str, choices))
@@ -93,9 +117,10 @@ class ConfigError(ValueError):
 def clip_line(s: str, n: int) -> str:
     "`s` on one line in at most `n` characters, cut at a word boundary with an ellipsis (never mid-word)."
     s = " ".join(str(s).split())
-    if len(s) <= n: return s
-    cut = s[:n - 1]
-    return (cut[:cut.rfind(" ")] if " " in cut else cut).rstrip(" ,;:") + "…"
+    if len(s) <= n:
+        return s
+    cut = s[: n - 1]
+    return (cut[: cut.rfind(" ")] if " " in cut else cut).rstrip(" ,;:") + "…"
 
 # %% ../nbs/00_core.ipynb #3a22cf40
 def derive_seed(*parts: Any) -> int:
@@ -103,6 +128,7 @@ def derive_seed(*parts: Any) -> int:
     h = hashlib.sha256("\x1f".join(map(str, parts)).encode("utf-8")).digest()
     return int.from_bytes(h[:8], "little") % (2**31 - 1)
 
+# %% ../nbs/00_core.ipynb #07f130e3
 def rng_for(*parts: Any) -> np.random.Generator:
     "A numpy Generator seeded with `derive_seed(*parts)`."
     return np.random.default_rng(derive_seed(*parts))
@@ -110,6 +136,7 @@ def rng_for(*parts: Any) -> np.random.Generator:
 # %% ../nbs/00_core.ipynb #c2d7229f
 ANSWER_FORMATS = ("number", "boxed", "option", "exact")
 _IMAGE_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
+
 
 def is_image_hash(h: Any) -> bool:
     "Whether `h` is an image content hash `sha256:<64 lowercase hex>`."
@@ -119,24 +146,34 @@ def is_image_hash(h: Any) -> bool:
 @dataclass(frozen=True)
 class Item:
     "One benchmark question: `id` is unique across tasks (`task/index`)."
+
     id: str
     task: str
     question: str
     gold: str
     fmt: str
-    choices: tuple[str, ...] | None = None   # option texts in order A, B, ... (multiple choice only)
+    choices: tuple[str, ...] | None = None  # option texts in order A, B, ... (multiple choice only)
     meta: Mapping[str, Any] = field(default_factory=dict)
     synthetic: bool = False
-    images: tuple[str, ...] = ()             # content hashes of the item's images in the image store (vision items)
+    images: tuple[
+        str, ...
+    ] = ()  # content hashes of the item's images in the image store (vision items)
 
     def __post_init__(self):
         if self.fmt not in ANSWER_FORMATS:
-            raise ConfigError("unknown answer format", key="fmt", value=self.fmt, choices=ANSWER_FORMATS)
+            raise ConfigError(
+                "unknown answer format", key="fmt", value=self.fmt, choices=ANSWER_FORMATS
+            )
         if self.choices is not None and not isinstance(self.choices, tuple):
             object.__setattr__(self, "choices", tuple(self.choices))
         imgs = (self.images,) if isinstance(self.images, str) else tuple(self.images or ())
         bad = [h for h in imgs if not is_image_hash(h)]
-        if bad: raise ConfigError("an image must be given by its content hash 'sha256:<64 hex>' (see put_image)", key="images", value=bad[0])
+        if bad:
+            raise ConfigError(
+                "an image must be given by its content hash 'sha256:<64 hex>' (see put_image)",
+                key="images",
+                value=bad[0],
+            )
         object.__setattr__(self, "images", imgs)
 
     @property
@@ -160,6 +197,7 @@ class Item:
 @dataclass
 class GenRequest:
     "One chat-completion request. `messages` is a list of `{'role', 'content'}` dicts."
+
     messages: list[dict]
     max_new_tokens: int = 512
     temperature: float = 0.0
@@ -170,43 +208,68 @@ class GenRequest:
     def __post_init__(self):
         "Attach the item's images to the first user message (see above), unless some message already has images."
         imgs = list(getattr((self.meta or {}).get("item"), "images", ()) or ())
-        if not imgs or any(m.get("images") for m in self.messages): return
+        if not imgs or any(m.get("images") for m in self.messages):
+            return
         first = next((k for k, m in enumerate(self.messages) if m.get("role") == "user"), None)
         if first is not None:
-            self.messages = [dict(m, images=imgs) if k == first else m for k, m in enumerate(self.messages)]
+            self.messages = [
+                dict(m, images=imgs) if k == first else m for k, m in enumerate(self.messages)
+            ]
 
     def sampling(self) -> dict:
         "The sampling parameters that determine the output (seed only when sampling)."
-        d = {"max_new_tokens": int(self.max_new_tokens), "temperature": float(self.temperature), "top_p": float(self.top_p)}
-        if self.temperature > 0: d["seed"] = int(self.seed)
+        d = {
+            "max_new_tokens": int(self.max_new_tokens),
+            "temperature": float(self.temperature),
+            "top_p": float(self.top_p),
+        }
+        if self.temperature > 0:
+            d["seed"] = int(self.seed)
         return d
 
     def cache_key(self, backend_id: str) -> str:
         "sha256 of (backend identity, messages, sampling parameters, seed)."
-        payload = json.dumps({"backend": backend_id, "messages": self.messages, "sampling": self.sampling()},
-                             sort_keys=True, ensure_ascii=False)
+        payload = json.dumps(
+            {"backend": backend_id, "messages": self.messages, "sampling": self.sampling()},
+            sort_keys=True,
+            ensure_ascii=False,
+        )
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 # %% ../nbs/00_core.ipynb #8f52f04d
-SIGNALS = ("logprob_sum", "logprob_min", "logprob_mean", "perplexity", "token_entropy", "confidence")
+SIGNALS = (
+    "logprob_sum",
+    "logprob_min",
+    "logprob_mean",
+    "perplexity",
+    "token_entropy",
+    "confidence",
+)
+
 
 @dataclass
 class Generation:
     "What a backend returns for one request; signal fields are None where the backend cannot give them."
+
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    finish_reason: str = "stop"          # 'stop' | 'length' | 'truncated_prompt' | 'error'
-    logprob_sum: float | None = None     # sum of token log-probs of the completion (temperature 1)
-    logprob_min: float | None = None     # lowest token log-prob (SVR-MAD's min-LL)
-    logprob_mean: float | None = None    # mean token log-prob
-    perplexity: float | None = None      # exp(-logprob_mean)
-    token_entropy: float | None = None   # mean entropy (nats) of the next-token distributions (UMAD Fig. 1)
-    confidence: float | None = None      # self-reported confidence in [0, 1], where the prompt asks for it
-    cached: bool = False                 # served from the generation cache (not part of the transcript)
+    finish_reason: str = "stop"  # 'stop' | 'length' | 'truncated_prompt' | 'error'
+    logprob_sum: float | None = None  # sum of token log-probs of the completion (temperature 1)
+    logprob_min: float | None = None  # lowest token log-prob (SVR-MAD's min-LL)
+    logprob_mean: float | None = None  # mean token log-prob
+    perplexity: float | None = None  # exp(-logprob_mean)
+    token_entropy: float | None = (
+        None  # mean entropy (nats) of the next-token distributions (UMAD Fig. 1)
+    )
+    confidence: float | None = (
+        None  # self-reported confidence in [0, 1], where the prompt asks for it
+    )
+    cached: bool = False  # served from the generation cache (not part of the transcript)
 
     def to_json(self) -> str:
-        d = dataclasses.asdict(self); d.pop("cached")
+        d = dataclasses.asdict(self)
+        d.pop("cached")
         return json.dumps(d, sort_keys=True)
 
     @classmethod
@@ -214,89 +277,138 @@ class Generation:
         return cls(**json.loads(s), cached=cached)
 
 # %% ../nbs/00_core.ipynb #3882e1fe
-def signals_from_logprobs(logprobs: Sequence[float], entropies: Sequence[float] | None = None) -> dict:
+def signals_from_logprobs(
+    logprobs: Sequence[float], entropies: Sequence[float] | None = None
+) -> dict:
     "Signal fields of `Generation` from a completion's per-token log-probs (and optional per-token entropies). (the prior signals of SVR-MAD Sec. 3 (min-LL, PPL) and SID's token log-likelihoods.)"
     lp = np.asarray(list(logprobs), dtype=float)
-    if lp.size == 0: return {}
-    out = dict(logprob_sum=float(lp.sum()), logprob_min=float(lp.min()), logprob_mean=float(lp.mean()),
-               perplexity=float(np.exp(-lp.mean())))
-    if entropies is not None and len(entropies): out["token_entropy"] = float(np.mean(entropies))
+    if lp.size == 0:
+        return {}
+    out = dict(
+        logprob_sum=float(lp.sum()),
+        logprob_min=float(lp.min()),
+        logprob_mean=float(lp.mean()),
+        perplexity=float(np.exp(-lp.mean())),
+    )
+    if entropies is not None and len(entropies):
+        out["token_entropy"] = float(np.mean(entropies))
     return out
 
 # %% ../nbs/00_core.ipynb #39c93bdd
 TRANSCRIPT_SCHEMA: dict[str, tuple[str, str]] = {
-    "experiment":        ("string",  "experiment id (params file name)"),
-    "method":            ("string",  "method / condition of the row (protocol or variant name; '' when not set): the pooling key"),
-    "item_id":           ("string",  "unique item id, `task/index`"),
-    "task":              ("string",  "task name in the registry"),
-    "gold":              ("string",  "gold answer (normalised)"),
-    "fmt":               ("string",  "answer format of the row's task (number, boxed, option, exact); missing: the task registry's"),
-    "round":             ("Int64",   "0 = independent answers; r >= 1 = debate round r"),
-    "agent":             ("string",  "agent name, e.g. `a0`"),
-    "role":              ("string",  "role prompt used (debater, affirmative, judge, ...)"),
-    "model":             ("string",  "model name in the registry (after profile substitution)"),
-    "sample":            ("Int64",   "sample / thread index k (UMAD's K trajectory-level rollouts; 0 otherwise)"),
-    "position":          ("Int64",   "speaking position of this agent in the round (0 = first)"),
-    "visible_peers":     ("string",  "comma-separated peers shown to the agent, in the order shown"),
-    "reused":            ("boolean", "True if the agent did not speak and its previous answer was carried over"),
-    "prompt_tokens":     ("Int64",   "prompt length in tokens"),
-    "completion_tokens": ("Int64",   "completion length in tokens (0 when reused)"),
-    "text":              ("string",  "the completion"),
-    "answer":            ("string",  "extracted, normalised answer; missing when nothing parsed"),
-    "correct":           ("boolean", "answer equals gold (a missing answer is never correct)"),
-    "logprob_sum":       ("float64", "sum of completion token log-probs"),
-    "logprob_min":       ("float64", "lowest completion token log-prob"),
-    "logprob_mean":      ("float64", "mean completion token log-prob"),
-    "perplexity":        ("float64", "exp(-logprob_mean)"),
-    "token_entropy":     ("float64", "mean next-token entropy (nats)"),
-    "confidence":        ("float64", "self-reported confidence in [0, 1]"),
-    "images":            ("string",  "comma-separated content hashes of the item's images (vision items; see the image store)"),
+    "experiment": ("string", "experiment id (params file name)"),
+    "method": (
+        "string",
+        "method / condition of the row (protocol or variant name; '' when not set): the pooling key",
+    ),
+    "item_id": ("string", "unique item id, `task/index`"),
+    "task": ("string", "task name in the registry"),
+    "gold": ("string", "gold answer (normalised)"),
+    "fmt": (
+        "string",
+        "answer format of the row's task (number, boxed, option, exact); missing: the task registry's",
+    ),
+    "round": ("Int64", "0 = independent answers; r >= 1 = debate round r"),
+    "agent": ("string", "agent name, e.g. `a0`"),
+    "role": ("string", "role prompt used (debater, affirmative, judge, ...)"),
+    "model": ("string", "model name in the registry (after profile substitution)"),
+    "sample": (
+        "Int64",
+        "sample / thread index k (UMAD's K trajectory-level rollouts; 0 otherwise)",
+    ),
+    "position": ("Int64", "speaking position of this agent in the round (0 = first)"),
+    "visible_peers": ("string", "comma-separated peers shown to the agent, in the order shown"),
+    "reused": (
+        "boolean",
+        "True if the agent did not speak and its previous answer was carried over",
+    ),
+    "prompt_tokens": ("Int64", "prompt length in tokens"),
+    "completion_tokens": ("Int64", "completion length in tokens (0 when reused)"),
+    "text": ("string", "the completion"),
+    "answer": ("string", "extracted, normalised answer; missing when nothing parsed"),
+    "correct": ("boolean", "answer equals gold (a missing answer is never correct)"),
+    "logprob_sum": ("float64", "sum of completion token log-probs"),
+    "logprob_min": ("float64", "lowest completion token log-prob"),
+    "logprob_mean": ("float64", "mean completion token log-prob"),
+    "perplexity": ("float64", "exp(-logprob_mean)"),
+    "token_entropy": ("float64", "mean next-token entropy (nats)"),
+    "confidence": ("float64", "self-reported confidence in [0, 1]"),
+    "images": (
+        "string",
+        "comma-separated content hashes of the item's images (vision items; see the image store)",
+    ),
 }
+
+# %% ../nbs/00_core.ipynb #1921e336
 TRANSCRIPT_COLUMNS = list(TRANSCRIPT_SCHEMA)
+
 
 def describe_transcript() -> pd.DataFrame:
     "The schema as a table (column, dtype, meaning)."
-    return pd.DataFrame([(c, d, m) for c, (d, m) in TRANSCRIPT_SCHEMA.items()], columns=["column", "dtype", "meaning"])
+    return pd.DataFrame(
+        [(c, d, m) for c, (d, m) in TRANSCRIPT_SCHEMA.items()],
+        columns=["column", "dtype", "meaning"],
+    )
 
 # %% ../nbs/00_core.ipynb #2bd36b5c
 def transcript_frame(rows: Iterable[Mapping] | pd.DataFrame = ()) -> pd.DataFrame:
     "Rows (dicts) -> a transcript DataFrame with exactly the schema's columns, order and dtypes."
     df = rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
     extra = set(df.columns) - set(TRANSCRIPT_SCHEMA)
-    if extra: raise ConfigError(f"not transcript columns: {sorted(extra)}", key="columns")
+    if extra:
+        raise ConfigError(f"not transcript columns: {sorted(extra)}", key="columns")
     for c, (dt, _) in TRANSCRIPT_SCHEMA.items():
-        if c not in df.columns: df[c] = pd.Series([None] * len(df), dtype="object")
+        if c not in df.columns:
+            df[c] = pd.Series([None] * len(df), dtype="object")
         col = df[c]
-        if dt == "float64": df[c] = pd.to_numeric(col.astype("object").where(col.notna(), np.nan), errors="coerce").astype("float64")
-        else: df[c] = col.astype("object").where(col.notna(), None).astype(dt)
-    df["method"] = df["method"].fillna("")          # a condition is never missing: groupby would drop its rows
+        if dt == "float64":
+            df[c] = pd.to_numeric(
+                col.astype("object").where(col.notna(), np.nan), errors="coerce"
+            ).astype("float64")
+        else:
+            df[c] = col.astype("object").where(col.notna(), None).astype(dt)
+    df["method"] = df["method"].fillna(
+        ""
+    )  # a condition is never missing: groupby would drop its rows
     return df[TRANSCRIPT_COLUMNS].reset_index(drop=True)
 
 # %% ../nbs/00_core.ipynb #76c81b99
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str | None = None):
     "Yield a temporary path next to `path`; on success it is renamed onto `path`, on error removed."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix or path.suffix)
-    os.close(fd); os.chmod(tmp, 0o644)            # mkstemp makes it private (0600): a finished file is readable like any other
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}.", suffix=suffix or path.suffix
+    )
+    os.close(fd)
+    os.chmod(
+        tmp, 0o644
+    )  # mkstemp makes it private (0600): a finished file is readable like any other
     try:
         yield Path(tmp)
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError): os.unlink(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
         raise
 
+# %% ../nbs/00_core.ipynb #36a2df2d
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     "Write `text` to `path` atomically."
-    with atomic_path(path) as tmp: Path(tmp).write_text(text, encoding="utf-8")
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(text, encoding="utf-8")
     return Path(path)
 
+# %% ../nbs/00_core.ipynb #2104091f
 def save_transcript(df: pd.DataFrame, path: str | os.PathLike) -> Path:
     "Save a transcript as Parquet (atomically); `load_transcript` gives back an equal frame."
     df = transcript_frame(df)
-    with atomic_path(path) as tmp: df.to_parquet(tmp, index=False)
+    with atomic_path(path) as tmp:
+        df.to_parquet(tmp, index=False)
     return Path(path)
 
+# %% ../nbs/00_core.ipynb #a0be8698
 def load_transcript(path: str | os.PathLike) -> pd.DataFrame:
     "Load a transcript saved by `save_transcript`."
     return transcript_frame(pd.read_parquet(path))
@@ -305,40 +417,59 @@ def load_transcript(path: str | os.PathLike) -> pd.DataFrame:
 CONDITION_KEYS = ("experiment", "method")
 TURN_KEYS = ("item_id", "sample", "round", "agent")
 
+
 def pool_keys(df: pd.DataFrame, by: Sequence[str] = ()) -> list[str]:
     "The kit's grouping convention: the `CONDITION_KEYS` present in `df`, then `by` (duplicates dropped, order kept)."
     return list(dict.fromkeys([*(c for c in CONDITION_KEYS if c in df.columns), *by]))
 
+# %% ../nbs/00_core.ipynb #6c083400
 def check_unique_turns(df: pd.DataFrame, by: Sequence[str] = (), what: str = "transcript") -> None:
     """Raise ConfigError when one (condition..., by..., item, sample, round, agent) holds more than one row: pooled
     transcripts of several methods that share their `experiment` and `method` names (set `method` to tell them apart).
     A frame without all of `TURN_KEYS` (a hand-made table of answers) is not checked."""
-    if not len(df) or any(k not in df.columns for k in TURN_KEYS): return
+    if not len(df) or any(k not in df.columns for k in TURN_KEYS):
+        return
     keys = list(dict.fromkeys([*pool_keys(df, by), *TURN_KEYS]))
     dup = df.duplicated(keys, keep=False)
     if dup.any():
         first = df.loc[dup, keys].iloc[0].to_dict()
-        raise ConfigError(f"{int(dup.sum())} rows share their ({', '.join(keys)}), e.g. {first}: pooled transcripts of "
-                          "several methods need distinct `method` (or `experiment`) values", key=what)
+        raise ConfigError(
+            f"{int(dup.sum())} rows share their ({', '.join(keys)}), e.g. {first}: pooled transcripts of "
+            "several methods need distinct `method` (or `experiment`) values",
+            key=what,
+        )
 
 # %% ../nbs/00_core.ipynb #d8353abd
 def images_dir() -> Path:
     "The image store (`runs/images`, content-addressed PNG files)."
     return runs_dir() / "images"
 
+# %% ../nbs/00_core.ipynb #dd046ef2
 def _as_pil(img: Any):
     "A PIL image from a PIL image, encoded bytes, a file path or an HxW(xC) uint8 array."
     from PIL import Image
-    if isinstance(img, Image.Image): return img
+
+    if isinstance(img, Image.Image):
+        return img
     if isinstance(img, (bytes, bytearray)):
         import io
-        im = Image.open(io.BytesIO(bytes(img))); im.load(); return im
-    if isinstance(img, (str, os.PathLike)):
-        im = Image.open(img); im.load(); return im
-    if isinstance(img, np.ndarray): return Image.fromarray(img)
-    if isinstance(img, Mapping) and img.get("bytes") is not None: return _as_pil(img["bytes"])   # datasets' Image feature
-    raise ConfigError("not an image (PIL image, bytes, path or array)", key="image", value=type(img).__name__)
 
+        im = Image.open(io.BytesIO(bytes(img)))
+        im.load()
+        return im
+    if isinstance(img, (str, os.PathLike)):
+        im = Image.open(img)
+        im.load()
+        return im
+    if isinstance(img, np.ndarray):
+        return Image.fromarray(img)
+    if isinstance(img, Mapping) and img.get("bytes") is not None:
+        return _as_pil(img["bytes"])  # datasets' Image feature
+    raise ConfigError(
+        "not an image (PIL image, bytes, path or array)", key="image", value=type(img).__name__
+    )
+
+# %% ../nbs/00_core.ipynb #d38bfdf0
 def image_hash(img: Any) -> str:
     "The content hash `sha256:<hex>` of an image: over its mode, size and pixels (re-encoding keeps it)."
     im = _as_pil(img)
@@ -349,9 +480,11 @@ def image_hash(img: Any) -> str:
 # %% ../nbs/00_core.ipynb #a5fab438
 def image_path(h: str, root: str | os.PathLike | None = None) -> Path:
     "Where the image with content hash `h` is stored."
-    if not is_image_hash(h): raise ConfigError("not an image content hash 'sha256:<64 hex>'", key="image", value=h)
+    if not is_image_hash(h):
+        raise ConfigError("not an image content hash 'sha256:<64 hex>'", key="image", value=h)
     return Path(root or images_dir()) / h[7:9] / f"{h[7:]}.png"
 
+# %% ../nbs/00_core.ipynb #e53329fc
 def put_image(img: Any, root: str | os.PathLike | None = None) -> str:
     "Store an image (PIL image, bytes, path or array) as PNG, once; return its content hash."
     im = _as_pil(img)
@@ -359,7 +492,8 @@ def put_image(img: Any, root: str | os.PathLike | None = None) -> str:
     p = image_path(h, root)
     if not p.exists():
         p.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(p, suffix=".png") as tmp: im.save(tmp, format="PNG")
+        with atomic_path(p, suffix=".png") as tmp:
+            im.save(tmp, format="PNG")
     return h
 
 # %% ../nbs/00_core.ipynb #856706f5
@@ -367,11 +501,18 @@ def load_image(h: str, root: str | os.PathLike | None = None):
     "The stored image (PIL, RGB) of content hash `h`; a missing one raises ConfigError naming it."
     p = image_path(h, root)
     if not p.exists():
-        raise ConfigError(f"image not in the image store {p.parent.parent} (load the items again to store their images)", key="image", value=h)
+        raise ConfigError(
+            f"image not in the image store {p.parent.parent} (load the items again to store their images)",
+            key="image",
+            value=h,
+        )
     return _decoded(str(p))
 
+# %% ../nbs/00_core.ipynb #0e9b2b07
 @functools.lru_cache(maxsize=256)
 def _decoded(path: str):
     "A stored PNG decoded once (a debate shows an item's image in every turn; backends measure, then batch, each prompt)."
     from PIL import Image
-    with Image.open(path) as im: return im.convert("RGB")
+
+    with Image.open(path) as im:
+        return im.convert("RGB")

@@ -6,7 +6,6 @@ deterministic saved subsets, and the small fixtures that let everything run offl
 # %% ../nbs/02_data.ipynb #5bb3478d
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import numbers
@@ -23,8 +22,18 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import pandas as pd
 
 from .answers import canonical_number, extract_answer, is_correct, parse_number
-from .core import (ANSWER_FORMATS, SIGNALS, TRANSCRIPT_COLUMNS, ConfigError, Item, atomic_write_text, put_image,
-                            rng_for, runs_dir, transcript_frame)
+from mad_study.core import (
+    ANSWER_FORMATS,
+    SIGNALS,
+    TRANSCRIPT_COLUMNS,
+    ConfigError,
+    Item,
+    atomic_write_text,
+    put_image,
+    rng_for,
+    runs_dir,
+    transcript_frame,
+)
 
 # %% auto #0
 __all__ = ['LETTERS', 'TASKS', 'MATH_SUBJECTS', 'SYNTHETIC_TAG', 'SYNTHETIC_COUNTS', 'SOURCES', 'TRANSCRIPT_REQUIRED',
@@ -38,30 +47,41 @@ def plain_question(item: Item) -> str:
     "The question text as it is (options, if any, are already inline)."
     return item.question.strip()
 
+# %% ../nbs/02_data.ipynb #5c364d25
 def du_options_question(item: Item) -> str:
     "Du et al.'s multiple-choice layout: `{question}: A) {a}, B) {b}, C) {c}, D) {d}`."
-    if not item.choices: return item.question.strip()
-    opts = ", ".join(f"{string.ascii_uppercase[i]}) {str(c).strip()}" for i, c in enumerate(item.choices))
+    if not item.choices:
+        return item.question.strip()
+    opts = ", ".join(
+        f"{string.ascii_uppercase[i]}) {str(c).strip()}" for i, c in enumerate(item.choices)
+    )
     return f"{item.question.strip()}: {opts}"
 
+# %% ../nbs/02_data.ipynb #e328d0f2
 def format_question(item: Item) -> str:
     "The text prompt templates insert as `{question}`, formatted by the item's task (Du et al. style options)."
     spec = TASKS.get(item.task)
-    if spec is not None: return spec.formatter(item)
+    if spec is not None:
+        return spec.formatter(item)
     return du_options_question(item) if item.choices else plain_question(item)
 
 # %% ../nbs/02_data.ipynb #ef3d4211
 LETTERS = string.ascii_uppercase
+
 
 def _int_gold(x: Any) -> str:
     "A numeric gold in canonical form (`'1,450,000'` -> `'1450000'`, `27.0` -> `'27'`); other text stripped."
     v = parse_number(x) if isinstance(x, (int, float)) or _is_plain_number(str(x)) else None
     return canonical_number(v) if v is not None else str(x).strip()
 
+# %% ../nbs/02_data.ipynb #32709483
 def _is_plain_number(s: str) -> bool:
     s = s.strip().replace(",", "")
-    try: float(s); return True
-    except ValueError: return False
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
 
 # %% ../nbs/02_data.ipynb #bd3573d7
 def _conv_gsm8k(spec, row, index, split, config):
@@ -69,25 +89,40 @@ def _conv_gsm8k(spec, row, index, split, config):
     gold = canonical_number(parse_number(sol.split("####")[-1].replace(",", ""), last=False))
     return dict(question=row["question"], gold=gold, meta={"solution": sol})
 
+# %% ../nbs/02_data.ipynb #67fa1ae4
 def _conv_math(spec, row, index, split, config):
     meta = {k: row[k] for k in ("subject", "level", "unique_id", "solution") if k in row}
     return dict(question=row["problem"], gold=str(row["answer"]).strip(), meta=meta)
 
+# %% ../nbs/02_data.ipynb #22bb647e
 def _conv_mmlu(spec, row, index, split, config):
-    return dict(question=row["question"], gold=LETTERS[int(row["answer"])], choices=tuple(row["choices"]),
-                meta={"subject": row.get("subject", config)})
+    return dict(
+        question=row["question"],
+        gold=LETTERS[int(row["answer"])],
+        choices=tuple(row["choices"]),
+        meta={"subject": row.get("subject", config)},
+    )
 
+# %% ../nbs/02_data.ipynb #11c6607c
 def _conv_gpqa(spec, row, index, split, config):
     """GPQA: the correct option and the three incorrect ones are shuffled, deterministically per item
     (`rng_for('gpqa-options', config, index)`), and graded by letter."""
-    opts = [str(row["Correct Answer"]).strip()] + [str(row[f"Incorrect Answer {k}"]).strip() for k in (1, 2, 3)]
+    opts = [str(row["Correct Answer"]).strip()] + [
+        str(row[f"Incorrect Answer {k}"]).strip() for k in (1, 2, 3)
+    ]
     order = [int(i) for i in rng_for("gpqa-options", config, index).permutation(4)]
     meta = {"config": config, "options_order": order}
     for k in ("High-level domain", "Subdomain"):
-        if k in row: meta[k] = row[k]
-    return dict(question=str(row["Question"]).strip(), gold=LETTERS[order.index(0)],
-                choices=tuple(opts[i] for i in order), meta=meta)
+        if k in row:
+            meta[k] = row[k]
+    return dict(
+        question=str(row["Question"]).strip(),
+        gold=LETTERS[order.index(0)],
+        choices=tuple(opts[i] for i in order),
+        meta=meta,
+    )
 
+# %% ../nbs/02_data.ipynb #40200f5f
 def _conv_bbh(spec, row, index, split, config):
     return dict(question=row["input"], gold=str(row["target"]).strip().strip("()"))
 
@@ -97,37 +132,53 @@ def _conv_aime(spec, row, index, split, config):
     meta = {"config": config} if config not in (None, "default") else {}
     return dict(question=q, gold=_int_gold(row["answer"]), meta=meta)
 
+# %% ../nbs/02_data.ipynb #a6d0145c
 def _conv_imo(spec, row, index, split, config):
-    meta = {k.lower().replace(" ", "_"): row[k] for k in ("Problem ID", "Category", "Subcategory", "Level", "Source") if k in row}
+    meta = {
+        k.lower().replace(" ", "_"): row[k]
+        for k in ("Problem ID", "Category", "Subcategory", "Level", "Source")
+        if k in row
+    }
     return dict(question=row["Problem"], gold=str(row["Short Answer"]).strip(), meta=meta)
 
+# %% ../nbs/02_data.ipynb #74e3674c
 def _conv_hle(spec, row, index, split, config):
     """HLE rows kept for `hle_mc`: text-only (`image == ""`), multiple choice, not in the Math category
     (SVR-MAD, Sec. 5: 'text-only, non-math, multiple-choice questions')."""
-    if (row.get("image") or "") != "" or row.get("answer_type") != "multipleChoice" or row.get("category") == "Math":
+    if (
+        (row.get("image") or "") != ""
+        or row.get("answer_type") != "multipleChoice"
+        or row.get("category") == "Math"
+    ):
         return None
-    return dict(question=row["question"], gold=str(row["answer"]).strip(),
-                meta={k: row[k] for k in ("id", "category", "raw_subject") if k in row})
+    return dict(
+        question=row["question"],
+        gold=str(row["answer"]).strip(),
+        meta={k: row[k] for k in ("id", "category", "raw_subject") if k in row},
+    )
 
 # %% ../nbs/02_data.ipynb #d4842206
 @dataclass(frozen=True)
 class TaskSpec:
     "One benchmark: where it is, how its rows become Items, its licence and who uses it."
+
     name: str
     title: str
-    hf_id: str                           # hub dataset id (or, for `loader='csv'`, the repository holding the CSV)
-    configs: tuple[str, ...]             # hub configs, concatenated in this order (AIME 2025 has two)
-    split: str                           # default split
-    fields: Mapping[str, str]            # kit role -> dataset column
-    fmt: str                             # answer format (see mad_study.core.Item)
+    hf_id: str  # hub dataset id (or, for `loader='csv'`, the repository holding the CSV)
+    configs: tuple[str, ...]  # hub configs, concatenated in this order (AIME 2025 has two)
+    split: str  # default split
+    fields: Mapping[str, str]  # kit role -> dataset column
+    fmt: str  # answer format (see mad_study.core.Item)
     licence: str
-    redistributable: bool                # True only where the kit ships real items (MIT-licensed sets)
+    redistributable: bool  # True only where the kit ships real items (MIT-licensed sets)
     papers: tuple[str, ...]
     convert: Callable = field(repr=False, default=None)
     formatter: Callable[[Item], str] = field(repr=False, default=plain_question)
-    splits: tuple[str, ...] = ()         # all splits the kit knows (default: just `split`)
-    n_items: int | None = None           # size of the default split on the hub (after filtering, where known)
-    loader: str = "hf"                   # 'hf' (datasets.load_dataset) or 'csv' (a CSV file at `data_url`)
+    splits: tuple[str, ...] = ()  # all splits the kit knows (default: just `split`)
+    n_items: int | None = (
+        None  # size of the default split on the hub (after filtering, where known)
+    )
+    loader: str = "hf"  # 'hf' (datasets.load_dataset) or 'csv' (a CSV file at `data_url`)
     data_url: str | None = None
     notes: str = ""
 
@@ -135,63 +186,217 @@ class TaskSpec:
     def known_splits(self) -> tuple[str, ...]:
         "The splits `load_items` accepts for this task."
         return self.splits or (self.split,)
+
     @property
     def synthetic_fixture(self) -> bool:
         "Whether the fixture source generates synthetic look-alikes (no real items shipped)."
         return not self.redistributable
 
 # %% ../nbs/02_data.ipynb #05bb177d
-def _spec(**kw) -> TaskSpec: return TaskSpec(**kw)
+def _spec(**kw) -> TaskSpec:
+    return TaskSpec(**kw)
 
-TASKS: dict[str, TaskSpec] = {s.name: s for s in [
-    _spec(name="gsm8k", title="GSM8K", hf_id="openai/gsm8k", configs=("main",), split="test", n_items=1319,
-          fields={"question": "question", "answer": "answer (gold after '#### ', commas removed)"}, fmt="number",
-          licence="MIT", redistributable=True, papers=("rumad", "umad"), convert=_conv_gsm8k),
-    _spec(name="math500", title="MATH-500", hf_id="HuggingFaceH4/MATH-500", configs=("default",), split="test", n_items=500,
-          fields={"question": "problem", "answer": "answer (bare LaTeX)", "meta": "subject, level, unique_id, solution"},
-          fmt="boxed", licence="MIT", redistributable=True, papers=("umad", "madc"), convert=_conv_math),
-    _spec(name="mmlu", title="MMLU", hf_id="cais/mmlu", configs=("all",), split="test", splits=("test", "validation", "dev"),
-          n_items=14042, fields={"question": "question", "choices": "choices (4)", "answer": "answer (0-3 -> A-D)", "meta": "subject"},
-          fmt="option", licence="MIT", redistributable=True, papers=("rumad",), convert=_conv_mmlu,
-          formatter=du_options_question, notes="RUMAD trains its controller on the dev split (`mmlu:dev`)"),
-    _spec(name="gpqa", title="GPQA (main)", hf_id="Idavidrein/gpqa", configs=("gpqa_main",), split="train", n_items=448,
-          fields={"question": "Question", "correct": "Correct Answer", "incorrect": "Incorrect Answer 1-3"}, fmt="option",
-          licence="CC BY 4.0, gated; the authors ask that items not be republished", redistributable=False,
-          papers=("rumad", "meta_debate"), convert=_conv_gpqa, formatter=du_options_question,
-          notes="options shuffled deterministically per item; config gpqa_diamond also exists (198 items)"),
-    _spec(name="bbh_logical_deduction_7", title="BBH logical deduction (7 objects)", hf_id="lukaemon/bbh",
-          configs=("logical_deduction_seven_objects",), split="test", n_items=250,
-          fields={"question": "input (options inline)", "answer": "target '(D)' -> 'D'"}, fmt="option", licence="MIT",
-          redistributable=True, papers=("madc",), convert=_conv_bbh),
-    _spec(name="bbh_geometric_shapes", title="BBH geometric shapes", hf_id="lukaemon/bbh", configs=("geometric_shapes",),
-          split="test", n_items=250, fields={"question": "input (options inline, (A)-(K))", "answer": "target '(D)' -> 'D'"},
-          fmt="option", licence="MIT", redistributable=True, papers=("madc",), convert=_conv_bbh),
-]}
+# %% ../nbs/02_data.ipynb #56d06fca
+TASKS: dict[str, TaskSpec] = {
+    s.name: s
+    for s in [
+        _spec(
+            name="gsm8k",
+            title="GSM8K",
+            hf_id="openai/gsm8k",
+            configs=("main",),
+            split="test",
+            n_items=1319,
+            fields={
+                "question": "question",
+                "answer": "answer (gold after '#### ', commas removed)",
+            },
+            fmt="number",
+            licence="MIT",
+            redistributable=True,
+            papers=("rumad", "umad"),
+            convert=_conv_gsm8k,
+        ),
+        _spec(
+            name="math500",
+            title="MATH-500",
+            hf_id="HuggingFaceH4/MATH-500",
+            configs=("default",),
+            split="test",
+            n_items=500,
+            fields={
+                "question": "problem",
+                "answer": "answer (bare LaTeX)",
+                "meta": "subject, level, unique_id, solution",
+            },
+            fmt="boxed",
+            licence="MIT",
+            redistributable=True,
+            papers=("umad", "madc"),
+            convert=_conv_math,
+        ),
+        _spec(
+            name="mmlu",
+            title="MMLU",
+            hf_id="cais/mmlu",
+            configs=("all",),
+            split="test",
+            splits=("test", "validation", "dev"),
+            n_items=14042,
+            fields={
+                "question": "question",
+                "choices": "choices (4)",
+                "answer": "answer (0-3 -> A-D)",
+                "meta": "subject",
+            },
+            fmt="option",
+            licence="MIT",
+            redistributable=True,
+            papers=("rumad",),
+            convert=_conv_mmlu,
+            formatter=du_options_question,
+            notes="RUMAD trains its controller on the dev split (`mmlu:dev`)",
+        ),
+        _spec(
+            name="gpqa",
+            title="GPQA (main)",
+            hf_id="Idavidrein/gpqa",
+            configs=("gpqa_main",),
+            split="train",
+            n_items=448,
+            fields={
+                "question": "Question",
+                "correct": "Correct Answer",
+                "incorrect": "Incorrect Answer 1-3",
+            },
+            fmt="option",
+            licence="CC BY 4.0, gated; the authors ask that items not be republished",
+            redistributable=False,
+            papers=("rumad", "meta_debate"),
+            convert=_conv_gpqa,
+            formatter=du_options_question,
+            notes="options shuffled deterministically per item; config gpqa_diamond also exists (198 items)",
+        ),
+        _spec(
+            name="bbh_logical_deduction_7",
+            title="BBH logical deduction (7 objects)",
+            hf_id="lukaemon/bbh",
+            configs=("logical_deduction_seven_objects",),
+            split="test",
+            n_items=250,
+            fields={"question": "input (options inline)", "answer": "target '(D)' -> 'D'"},
+            fmt="option",
+            licence="MIT",
+            redistributable=True,
+            papers=("madc",),
+            convert=_conv_bbh,
+        ),
+        _spec(
+            name="bbh_geometric_shapes",
+            title="BBH geometric shapes",
+            hf_id="lukaemon/bbh",
+            configs=("geometric_shapes",),
+            split="test",
+            n_items=250,
+            fields={"question": "input (options inline, (A)-(K))", "answer": "target '(D)' -> 'D'"},
+            fmt="option",
+            licence="MIT",
+            redistributable=True,
+            papers=("madc",),
+            convert=_conv_bbh,
+        ),
+    ]
+}
 
 # %% ../nbs/02_data.ipynb #a5e15d94
-TASKS.update({s.name: s for s in [
-    _spec(name="amc23", title="AMC 2023", hf_id="math-ai/amc23", configs=("default",), split="test", n_items=40,
-          fields={"question": "question", "answer": "answer (number)"}, fmt="boxed", licence="unclear (competition problems)",
-          redistributable=False, papers=("umad",), convert=_conv_aime),
-    _spec(name="aime24", title="AIME 2024", hf_id="HuggingFaceH4/aime_2024", configs=("default",), split="train", n_items=30,
-          fields={"question": "problem", "answer": "answer (integer 0-999)"}, fmt="boxed", licence="unclear (competition problems)",
-          redistributable=False, papers=("umad",), convert=_conv_aime),
-    _spec(name="aime25", title="AIME 2025", hf_id="opencompass/AIME2025", configs=("AIME2025-I", "AIME2025-II"), split="test",
-          n_items=30, fields={"question": "question", "answer": "answer (integer 0-999)"}, fmt="boxed",
-          licence="unclear (competition problems)", redistributable=False, papers=("umad",), convert=_conv_aime,
-          notes="index runs over AIME2025-I (0-14) then AIME2025-II (15-29)"),
-    _spec(name="imo_answerbench", title="IMO-AnswerBench", hf_id="google-deepmind/superhuman", configs=("default",),
-          split="train", n_items=400, loader="csv",
-          data_url="https://raw.githubusercontent.com/google-deepmind/superhuman/main/imobench/answerbench_v2.csv",
-          fields={"question": "Problem", "answer": "Short Answer (LaTeX)", "meta": "Category"}, fmt="boxed",
-          licence="CC BY 4.0 (not shipped: the kit ships real items of MIT-licensed sets only)", redistributable=False,
-          papers=("svr_mad",), convert=_conv_imo, notes="short answers are LaTeX; the benchmark's own grader is an LLM autograder"),
-    _spec(name="hle_mc", title="Humanity's Last Exam, text-only non-math multiple choice", hf_id="cais/hle", configs=("default",),
-          split="test", fields={"question": "question (options inline, 'Answer Choices:')", "answer": "answer (letter)",
-                                "filter": "image == '', answer_type == 'multipleChoice', category != 'Math'"},
-          fmt="option", licence="gated; the authors ask that items not be redistributed (see the dataset card)", redistributable=False,
-          papers=("svr_mad",), convert=_conv_hle),
-]})
+TASKS.update(
+    {
+        s.name: s
+        for s in [
+            _spec(
+                name="amc23",
+                title="AMC 2023",
+                hf_id="math-ai/amc23",
+                configs=("default",),
+                split="test",
+                n_items=40,
+                fields={"question": "question", "answer": "answer (number)"},
+                fmt="boxed",
+                licence="unclear (competition problems)",
+                redistributable=False,
+                papers=("umad",),
+                convert=_conv_aime,
+            ),
+            _spec(
+                name="aime24",
+                title="AIME 2024",
+                hf_id="HuggingFaceH4/aime_2024",
+                configs=("default",),
+                split="train",
+                n_items=30,
+                fields={"question": "problem", "answer": "answer (integer 0-999)"},
+                fmt="boxed",
+                licence="unclear (competition problems)",
+                redistributable=False,
+                papers=("umad",),
+                convert=_conv_aime,
+            ),
+            _spec(
+                name="aime25",
+                title="AIME 2025",
+                hf_id="opencompass/AIME2025",
+                configs=("AIME2025-I", "AIME2025-II"),
+                split="test",
+                n_items=30,
+                fields={"question": "question", "answer": "answer (integer 0-999)"},
+                fmt="boxed",
+                licence="unclear (competition problems)",
+                redistributable=False,
+                papers=("umad",),
+                convert=_conv_aime,
+                notes="index runs over AIME2025-I (0-14) then AIME2025-II (15-29)",
+            ),
+            _spec(
+                name="imo_answerbench",
+                title="IMO-AnswerBench",
+                hf_id="google-deepmind/superhuman",
+                configs=("default",),
+                split="train",
+                n_items=400,
+                loader="csv",
+                data_url="https://raw.githubusercontent.com/google-deepmind/superhuman/main/imobench/answerbench_v2.csv",
+                fields={
+                    "question": "Problem",
+                    "answer": "Short Answer (LaTeX)",
+                    "meta": "Category",
+                },
+                fmt="boxed",
+                licence="CC BY 4.0 (not shipped: the kit ships real items of MIT-licensed sets only)",
+                redistributable=False,
+                papers=("svr_mad",),
+                convert=_conv_imo,
+                notes="short answers are LaTeX; the benchmark's own grader is an LLM autograder",
+            ),
+            _spec(
+                name="hle_mc",
+                title="Humanity's Last Exam, text-only non-math multiple choice",
+                hf_id="cais/hle",
+                configs=("default",),
+                split="test",
+                fields={
+                    "question": "question (options inline, 'Answer Choices:')",
+                    "answer": "answer (letter)",
+                    "filter": "image == '', answer_type == 'multipleChoice', category != 'Math'",
+                },
+                fmt="option",
+                licence="gated; the authors ask that items not be redistributed (see the dataset card)",
+                redistributable=False,
+                papers=("svr_mad",),
+                convert=_conv_hle,
+            ),
+        ]
+    }
+)
 
 # %% ../nbs/02_data.ipynb #7c04acb6
 def get_task(name: str) -> TaskSpec:
@@ -199,71 +404,143 @@ def get_task(name: str) -> TaskSpec:
     if not isinstance(name, str) or not name:
         raise ConfigError("unknown task", key="task", value=name, choices=TASKS)
     base, _, split = name.partition(":")
-    if base not in TASKS: raise ConfigError("unknown task", key="task", value=name, choices=TASKS)
+    if base not in TASKS:
+        raise ConfigError("unknown task", key="task", value=name, choices=TASKS)
     spec = TASKS[base]
     if split and split not in spec.known_splits:
-        raise ConfigError(f"unknown split of task {base}", key="split", value=split, choices=spec.known_splits)
+        raise ConfigError(
+            f"unknown split of task {base}", key="split", value=split, choices=spec.known_splits
+        )
     return spec
 
+# %% ../nbs/02_data.ipynb #9a3a7691
 def describe_tasks() -> pd.DataFrame:
     "The registry as a table."
-    return pd.DataFrame([dict(task=s.name, title=s.title, hub=s.hf_id, configs=",".join(s.configs), split=s.split,
-                              fmt=s.fmt, licence=s.licence, fixture="real" if s.redistributable else "synthetic",
-                              papers=",".join(s.papers)) for s in TASKS.values()])
+    return pd.DataFrame(
+        [
+            dict(
+                task=s.name,
+                title=s.title,
+                hub=s.hf_id,
+                configs=",".join(s.configs),
+                split=s.split,
+                fmt=s.fmt,
+                licence=s.licence,
+                fixture="real" if s.redistributable else "synthetic",
+                papers=",".join(s.papers),
+            )
+            for s in TASKS.values()
+        ]
+    )
 
 # %% ../nbs/02_data.ipynb #f7746681
-MATH_SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory", "prealgebra", "precalculus")
+MATH_SUBJECTS = (
+    "algebra",
+    "counting_and_probability",
+    "geometry",
+    "intermediate_algebra",
+    "number_theory",
+    "prealgebra",
+    "precalculus",
+)
+
 
 def _conv_math_train(spec, row, index, split, config):
     """MATH (Hendrycks et al., 2021) rows of `EleutherAI/hendrycks_math`: gold = the last `\\boxed{}` of the solution
     (`mad_study.answers.last_boxed`); a row with no (or an empty) boxed answer has no gold and is left out (None)."""
     from mad_study.answers import last_boxed
-    gold = (last_boxed(row["solution"]) or "").strip()
-    if not gold: return None
-    lvl = str(row.get("level", "")).rpartition(" ")[2]
-    return dict(question=row["problem"], gold=gold,
-                meta={"subject": row.get("type"), "level": int(lvl) if lvl.isdigit() else None, "solution": row["solution"]})
 
+    gold = (last_boxed(row["solution"]) or "").strip()
+    if not gold:
+        return None
+    lvl = str(row.get("level", "")).rpartition(" ")[2]
+    return dict(
+        question=row["problem"],
+        gold=gold,
+        meta={
+            "subject": row.get("type"),
+            "level": int(lvl) if lvl.isdigit() else None,
+            "solution": row["solution"],
+        },
+    )
+
+# %% ../nbs/02_data.ipynb #ed1c597d
 TASKS["math_train"] = _spec(
-    name="math_train", title="MATH (train)", hf_id="EleutherAI/hendrycks_math", configs=MATH_SUBJECTS, split="train",
-    n_items=7498, fields={"question": "problem", "answer": "last \\boxed{} of solution", "meta": "type (subject), level, solution"},
-    fmt="boxed", licence="MIT", redistributable=True, papers=("umad",), convert=_conv_math_train,
-    notes="UMAD's training set (Sec. 5.1: 7,500 questions; 2 rows without a boxed answer are left out)")
+    name="math_train",
+    title="MATH (train)",
+    hf_id="EleutherAI/hendrycks_math",
+    configs=MATH_SUBJECTS,
+    split="train",
+    n_items=7498,
+    fields={
+        "question": "problem",
+        "answer": "last \\boxed{} of solution",
+        "meta": "type (subject), level, solution",
+    },
+    fmt="boxed",
+    licence="MIT",
+    redistributable=True,
+    papers=("umad",),
+    convert=_conv_math_train,
+    notes="UMAD's training set (Sec. 5.1: 7,500 questions; 2 rows without a boxed answer are left out)",
+)
 
 # %% ../nbs/02_data.ipynb #ba75da00
 def fixtures_dir() -> Path:
     "The folder of the shipped fixture files (package data of mad_study)."
     import mad_study
+
     return Path(mad_study.__file__).parent / "fixtures"
 
+# %% ../nbs/02_data.ipynb #74233318
 @lru_cache(maxsize=None)
 def _fixture_rows(task: str) -> tuple[dict, ...]:
     p = fixtures_dir() / f"{task}.jsonl"
-    if not p.exists(): raise ConfigError("fixture file missing (reinstall mad_study)", where=p, key="task", value=task)
+    if not p.exists():
+        raise ConfigError(
+            "fixture file missing (reinstall mad_study)", where=p, key="task", value=task
+        )
     rows = []
     for k, line in enumerate(p.read_text(encoding="utf-8").splitlines()):
-        if not line.strip(): continue
-        try: rows.append(json.loads(line))
-        except json.JSONDecodeError as e: raise ConfigError(f"bad JSON ({e.msg})", where=f"{p}:{k + 1}") from None
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"bad JSON ({e.msg})", where=f"{p}:{k + 1}") from None
     return tuple(rows)
 
 # %% ../nbs/02_data.ipynb #cb68293a
 SYNTHETIC_TAG = "[synthetic look-alike]"
-SYNTHETIC_COUNTS = {"aime24": 30, "aime25": 30, "amc23": 40, "imo_answerbench": 100, "gpqa": 100, "hle_mc": 100}
+SYNTHETIC_COUNTS = {
+    "aime24": 30,
+    "aime25": 30,
+    "amc23": 40,
+    "imo_answerbench": 100,
+    "gpqa": 100,
+    "hle_mc": 100,
+}
+
 
 def _n_divisors(n: int) -> int:
     c, p = 1, 2
     while p * p <= n:
         e = 0
-        while n % p == 0: n //= p; e += 1
-        c *= e + 1; p += 1
+        while n % p == 0:
+            n //= p
+            e += 1
+        c *= e + 1
+        p += 1
     return c * (2 if n > 1 else 1)
 
+# %% ../nbs/02_data.ipynb #249633a1
 def _lin(a: int, var: str, first: bool = False) -> str:
     "A term `a*var` written as in print: `x`, `-x`, `3x`, ` + 3x`, ` - 3x`, `` for a = 0."
-    if a == 0: return ""
+    if a == 0:
+        return ""
     mag = ("" if abs(a) == 1 else str(abs(a))) + var
-    if first: return ("-" if a < 0 else "") + mag
+    if first:
+        return ("-" if a < 0 else "") + mag
     return (" - " if a < 0 else " + ") + mag
 
 # %% ../nbs/02_data.ipynb #654643d5
@@ -275,41 +552,59 @@ def _int_problem(r) -> tuple[str, int]:
         return f"Find the remainder when ${a}^{{{b}}}$ is divided by $1000$.", pow(a, b, 1000)
     if kind == 1:
         while True:
-            n = int(r.choice([2, 3, 5, 7])) ** int(r.integers(1, 6)) * int(r.choice([3, 5, 7, 11, 13])) ** int(r.integers(1, 4)) * int(r.integers(1, 30))
-            if _n_divisors(n) < 1000: break
+            n = (
+                int(r.choice([2, 3, 5, 7])) ** int(r.integers(1, 6))
+                * int(r.choice([3, 5, 7, 11, 13])) ** int(r.integers(1, 4))
+                * int(r.integers(1, 30))
+            )
+            if _n_divisors(n) < 1000:
+                break
         return f"How many positive integer divisors does ${n}$ have?", _n_divisors(n)
     if kind == 2:
         while True:
             x, y = int(r.integers(1, 400)), int(r.integers(1, 400))
             a, b, d, e = (int(v) for v in r.integers(1, 13, size=4))
-            if a * (-e) - b * d != 0: break
-        return (f"Real numbers $x$ and $y$ satisfy ${_lin(a, 'x', True)}{_lin(b, 'y')} = {a * x + b * y}$ and "
-                f"${_lin(d, 'x', True)}{_lin(-e, 'y')} = {d * x - e * y}$. "
-                f"Find $x + y$."), x + y
+            if a * (-e) - b * d != 0:
+                break
+        return (
+            f"Real numbers $x$ and $y$ satisfy ${_lin(a, 'x', True)}{_lin(b, 'y')} = {a * x + b * y}$ and "
+            f"${_lin(d, 'x', True)}{_lin(-e, 'y')} = {d * x - e * y}$. "
+            f"Find $x + y$."
+        ), x + y
     if kind == 3:
         k, n = int(r.integers(3, 30)), int(r.integers(100, 5000))
         s = k * (n // k) * (n // k + 1) // 2
-        return (f"Let $S$ be the sum of all positive multiples of ${k}$ that are at most ${n}$. "
-                f"Find the remainder when $S$ is divided by $1000$."), s % 1000
+        return (
+            f"Let $S$ be the sum of all positive multiples of ${k}$ that are at most ${n}$. "
+            f"Find the remainder when $S$ is divided by $1000$."
+        ), s % 1000
     a, b = (int(v) for v in r.choice(range(2, 14), size=2, replace=False))
     n = int(r.integers(100, 1000))
     l = a * b // math.gcd(a, b)
     cnt = n // a + n // b - 2 * (n // l)
-    return f"How many integers $n$ with $1 \\le n \\le {n}$ are divisible by ${a}$ or by ${b}$, but not by both?", cnt
+    return (
+        f"How many integers $n$ with $1 \\le n \\le {n}$ are divisible by ${a}$ or by ${b}$, but not by both?",
+        cnt,
+    )
 
 # %% ../nbs/02_data.ipynb #6196659e
 def _latex_frac(p: int, q: int) -> str:
     f = Fraction(p, q)
-    if f.denominator == 1: return str(f.numerator)
+    if f.denominator == 1:
+        return str(f.numerator)
     sign = "-" if f < 0 else ""
     return f"{sign}\\frac{{{abs(f.numerator)}}}{{{f.denominator}}}"
 
+# %% ../nbs/02_data.ipynb #d1b39c5a
 def _radical(n: int) -> str:
     "sqrt(n) in simplest radical form."
     k, m = 1, n
     for d in range(int(math.isqrt(n)), 1, -1):
-        if n % (d * d) == 0: k, m = d, n // (d * d); break
-    if m == 1: return str(k)
+        if n % (d * d) == 0:
+            k, m = d, n // (d * d)
+            break
+    if m == 1:
+        return str(k)
     return f"\\sqrt{{{m}}}" if k == 1 else f"{k}\\sqrt{{{m}}}"
 
 # %% ../nbs/02_data.ipynb #2e71e73e
@@ -319,59 +614,103 @@ def _imo_problem(r) -> tuple[str, str, str]:
     if kind == 0:
         a, c = int(r.integers(-12, 13)), int(r.integers(-50, 51))
         const = "" if c == 0 else f" {'+' if c > 0 else '-'} {abs(c)}"
-        return (f"Find the minimum value of $x^2{_lin(-2 * a, 'x')}{const}$ over all real numbers $x$.",
-                str(c - a * a), "Algebra")
+        return (
+            f"Find the minimum value of $x^2{_lin(-2 * a, 'x')}{const}$ over all real numbers $x$.",
+            str(c - a * a),
+            "Algebra",
+        )
     if kind == 1:
         n = int(r.integers(5, 200))
-        return f"Compute $\\displaystyle\\sum_{{k=1}}^{{{n}}} \\frac{{1}}{{k(k+1)}}$.", _latex_frac(n, n + 1), "Algebra"
+        return (
+            f"Compute $\\displaystyle\\sum_{{k=1}}^{{{n}}} \\frac{{1}}{{k(k+1)}}$.",
+            _latex_frac(n, n + 1),
+            "Algebra",
+        )
     if kind == 2:
         a, b, c, d = (int(v) for v in r.integers(-20, 21, size=4))
-        if (a, b) == (c, d): c += 1
-        return (f"In the coordinate plane, find the distance between the points $({a}, {b})$ and $({c}, {d})$. "
-                f"Express your answer in simplest radical form."), _radical((a - c) ** 2 + (b - d) ** 2), "Geometry"
+        if (a, b) == (c, d):
+            c += 1
+        return (
+            (
+                f"In the coordinate plane, find the distance between the points $({a}, {b})$ and $({c}, {d})$. "
+                f"Express your answer in simplest radical form."
+            ),
+            _radical((a - c) ** 2 + (b - d) ** 2),
+            "Geometry",
+        )
     if kind == 3:
         p, N = int(r.choice([2, 3, 5, 7])), int(r.integers(20, 500))
         e, q = 0, p
-        while q <= N: e += N // q; q *= p
-        return f"Find the largest integer $n$ such that ${p}^n$ divides ${N}!$.", str(e), "Number theory"
+        while q <= N:
+            e += N // q
+            q *= p
+        return (
+            f"Find the largest integer $n$ such that ${p}^n$ divides ${N}!$.",
+            str(e),
+            "Number theory",
+        )
     k, m = int(r.integers(3, 15)), int(r.integers(2, 6))
-    return (f"In how many ways can ${k}$ identical balls be placed into ${m}$ distinct boxes (boxes may be empty)?",
-            str(math.comb(k + m - 1, m - 1)), "Combinatorics")
+    return (
+        f"In how many ways can ${k}$ identical balls be placed into ${m}$ distinct boxes (boxes may be empty)?",
+        str(math.comb(k + m - 1, m - 1)),
+        "Combinatorics",
+    )
 
 # %% ../nbs/02_data.ipynb #51816013
 def _fmt3(x: float) -> str:
     return f"{x:.3g}" if abs(x) < 1e4 else f"{x:.3e}"
 
+# %% ../nbs/02_data.ipynb #ab34ca5b
 def _gpqa_row(r) -> dict:
     "A GPQA-layout row: Question, Correct Answer, Incorrect Answer 1-3, with a computed correct answer."
     kind = int(r.integers(5))
     if kind == 0:
         a, t = int(r.integers(2, 10)), int(r.integers(3, 15))
         q = f"A cart starts from rest and accelerates uniformly at {a} m/s^2 for {t} s. How far does it travel in that time?"
-        opts = [0.5 * a * t * t, a * t * t, a * t, 0.25 * a * t * t]; unit, dom = " m", ("Physics", "Classical Mechanics")
+        opts = [0.5 * a * t * t, a * t * t, a * t, 0.25 * a * t * t]
+        unit, dom = " m", ("Physics", "Classical Mechanics")
     elif kind == 1:
-        name, M = [("water", 18.02), ("carbon dioxide", 44.01), ("sodium chloride", 58.44), ("glucose", 180.16)][int(r.integers(4))]
+        name, M = [
+            ("water", 18.02),
+            ("carbon dioxide", 44.01),
+            ("sodium chloride", 58.44),
+            ("glucose", 180.16),
+        ][int(r.integers(4))]
         m = int(r.integers(5, 500))
         q = f"How many moles of {name} (molar mass {M} g/mol) are contained in {m} g of it?"
-        opts = [m / M, M / m, m * M / 1000, m / (2 * M)]; unit, dom = " mol", ("Chemistry", "General Chemistry")
+        opts = [m / M, M / m, m * M / 1000, m / (2 * M)]
+        unit, dom = " mol", ("Chemistry", "General Chemistry")
     elif kind == 2:
         R, I = int(r.integers(2, 100)), int(r.integers(2, 12))
         q = f"A current of {I} A flows through a {R} ohm resistor. How much power does the resistor dissipate?"
-        opts = [I * I * R, I * R, I * R * R, I * I * R / 2]; unit, dom = " W", ("Physics", "Electromagnetism")
+        opts = [I * I * R, I * R, I * R * R, I * I * R / 2]
+        unit, dom = " W", ("Physics", "Electromagnetism")
     elif kind == 3:
         k = int(r.integers(1, 5))
-        q = (f"Two organisms are each heterozygous at {k} unlinked genes with complete dominance. What fraction of their "
-             f"offspring is homozygous recessive at all {k} genes?")
-        opts = [f"1/{4 ** k}", f"1/{2 ** k}", f"{3 ** k}/{4 ** k}", f"1/{4 ** k + 4}"]; unit, dom = "", ("Biology", "Genetics")
+        q = (
+            f"Two organisms are each heterozygous at {k} unlinked genes with complete dominance. What fraction of their "
+            f"offspring is homozygous recessive at all {k} genes?"
+        )
+        opts = [f"1/{4**k}", f"1/{2**k}", f"{3**k}/{4**k}", f"1/{4**k + 4}"]
+        unit, dom = "", ("Biology", "Genetics")
     else:
         f14 = int(r.integers(2, 20))
         q = f"Light of frequency {f14} x 10^14 Hz travels in vacuum. What is its wavelength?"
         lam = 3e8 / (f14 * 1e14) * 1e9
-        opts = [lam, 2 * lam, lam / 2, lam / 1000]; unit, dom = " nm", ("Physics", "Optics")
+        opts = [lam, 2 * lam, lam / 2, lam / 1000]
+        unit, dom = " nm", ("Physics", "Optics")
     texts = [(o if isinstance(o, str) else _fmt3(o)) + unit for o in opts]
-    if len(set(texts)) < 4: return _gpqa_row(r)
-    return {"Question": f"{SYNTHETIC_TAG} {q}", "Correct Answer": texts[0], "Incorrect Answer 1": texts[1],
-            "Incorrect Answer 2": texts[2], "Incorrect Answer 3": texts[3], "High-level domain": dom[0], "Subdomain": dom[1]}
+    if len(set(texts)) < 4:
+        return _gpqa_row(r)
+    return {
+        "Question": f"{SYNTHETIC_TAG} {q}",
+        "Correct Answer": texts[0],
+        "Incorrect Answer 1": texts[1],
+        "Incorrect Answer 2": texts[2],
+        "Incorrect Answer 3": texts[3],
+        "High-level domain": dom[0],
+        "Subdomain": dom[1],
+    }
 
 # %% ../nbs/02_data.ipynb #4c659a2c
 def _hle_row(r, i: int) -> dict:
@@ -380,55 +719,114 @@ def _hle_row(r, i: int) -> dict:
     if kind == 0:
         seq = "".join(r.choice(list("ACGT"), size=int(r.integers(8, 13))))
         comp = seq.translate(str.maketrans("ACGT", "TGCA"))
-        mut = list(comp[::-1]); j = int(r.integers(len(mut))); mut[j] = "ACGT"[("ACGT".index(mut[j]) + 1) % 4]
-        q, cat = f"What is the reverse complement of the DNA strand 5'-{seq}-3'?", "Biology/Medicine"
+        mut = list(comp[::-1])
+        j = int(r.integers(len(mut)))
+        mut[j] = "ACGT"[("ACGT".index(mut[j]) + 1) % 4]
+        q, cat = (
+            f"What is the reverse complement of the DNA strand 5'-{seq}-3'?",
+            "Biology/Medicine",
+        )
         opts = [comp[::-1], comp, seq[::-1], "".join(mut)]
         opts.append(seq if seq not in opts else comp[::-1] + "A")
     elif kind == 1:
         n = int(r.integers(20, 10**6))
         b = n.bit_length()
-        q, cat = f"What is the minimum number of bits needed to write every integer from 0 to {n} inclusive in unsigned binary?", "Computer Science/AI"
+        q, cat = (
+            f"What is the minimum number of bits needed to write every integer from 0 to {n} inclusive in unsigned binary?",
+            "Computer Science/AI",
+        )
         opts = [str(b), str(b - 1), str(b + 1), str(b + 2), str(b - 2)]
     elif kind == 2:
         h, k = int(r.integers(2, 60)), int(r.integers(2, 7))
-        q, cat = f"A radioactive sample has a half-life of {h} years. What fraction of it remains after {h * k} years?", "Physics"
-        opts = [f"1/{2 ** k}", f"1/{2 * k}", f"1/{2 ** (k + 1)}", f"1/{k}", f"1/{2 ** (k - 1)}"]
+        q, cat = (
+            f"A radioactive sample has a half-life of {h} years. What fraction of it remains after {h * k} years?",
+            "Physics",
+        )
+        opts = [f"1/{2**k}", f"1/{2 * k}", f"1/{2 ** (k + 1)}", f"1/{k}", f"1/{2 ** (k - 1)}"]
     else:
-        words = ["listen", "garden", "binary", "thread", "master", "stream", "planet", "orange", "carpet", "silent"]
+        words = [
+            "listen",
+            "garden",
+            "binary",
+            "thread",
+            "master",
+            "stream",
+            "planet",
+            "orange",
+            "carpet",
+            "silent",
+        ]
         w = words[int(r.integers(len(words)))]
         while True:
             ana = "".join(r.permutation(list(w)))
-            if ana != w: break
+            if ana != w:
+                break
+
         def near(s):
-            s = list(s); j = int(r.integers(len(s))); s[j] = "e" if s[j] != "e" else "a"; return "".join(s)
-        q, cat = f"Which of the following strings is an anagram of the word '{w}'?", "Humanities/Social Science"
+            s = list(s)
+            j = int(r.integers(len(s)))
+            s[j] = "e" if s[j] != "e" else "a"
+            return "".join(s)
+
+        q, cat = (
+            f"Which of the following strings is an anagram of the word '{w}'?",
+            "Humanities/Social Science",
+        )
         opts = [ana, near(ana), near(ana[::-1]), near(w[::-1]), w + "s"]
-    if len(set(opts)) < 5: return _hle_row(r, i)
+    if len(set(opts)) < 5:
+        return _hle_row(r, i)
     order = [int(x) for x in r.permutation(5)]
     lines = "\n".join(f"{LETTERS[j]}. {opts[o]}" for j, o in enumerate(order))
-    return {"id": f"synthetic-{i}", "question": f"{SYNTHETIC_TAG} {q}\n\nAnswer Choices:\n{lines}", "image": "",
-            "answer": LETTERS[order.index(0)], "answer_type": "multipleChoice", "category": cat}
+    return {
+        "id": f"synthetic-{i}",
+        "question": f"{SYNTHETIC_TAG} {q}\n\nAnswer Choices:\n{lines}",
+        "image": "",
+        "answer": LETTERS[order.index(0)],
+        "answer_type": "multipleChoice",
+        "category": cat,
+    }
 
 # %% ../nbs/02_data.ipynb #6f76a680
-_SYNTHETIC_GENERATORS: dict[str, Callable] = {}   # task -> fn(rng, i) -> hub-like row (filled below: vision tasks)
+_SYNTHETIC_GENERATORS: dict[
+    str, Callable
+] = {}  # task -> fn(rng, i) -> hub-like row (filled below: vision tasks)
+
 
 def _synthetic_row(task: str, i: int) -> tuple[dict, str | None]:
     "Row `i` of the synthetic look-alike set of `task` (and its config), from `rng_for('synthetic', task, i)`."
     r = rng_for("synthetic", task, i)
-    if task in _SYNTHETIC_GENERATORS: return _SYNTHETIC_GENERATORS[task](r, i), "default"
+    if task in _SYNTHETIC_GENERATORS:
+        return _SYNTHETIC_GENERATORS[task](r, i), "default"
     if task in ("aime24", "aime25", "amc23"):
         q, a = _int_problem(r)
         key = "problem" if task == "aime24" else "question"
-        config = ("AIME2025-I" if i < SYNTHETIC_COUNTS[task] // 2 else "AIME2025-II") if task == "aime25" else "default"
-        return {key: f"{SYNTHETIC_TAG} {q}", "answer": float(a) if task == "amc23" else str(a)}, config
+        config = (
+            ("AIME2025-I" if i < SYNTHETIC_COUNTS[task] // 2 else "AIME2025-II")
+            if task == "aime25"
+            else "default"
+        )
+        return {
+            key: f"{SYNTHETIC_TAG} {q}",
+            "answer": float(a) if task == "amc23" else str(a),
+        }, config
     if task == "imo_answerbench":
         q, a, cat = _imo_problem(r)
-        return {"Problem ID": f"synthetic-{i}", "Problem": f"{SYNTHETIC_TAG} {q}", "Short Answer": a, "Category": cat,
-                "Level": "synthetic"}, "default"
-    if task == "gpqa": return _gpqa_row(r), "gpqa_main"
-    if task == "hle_mc": return _hle_row(r, i), "default"
-    raise ConfigError("no synthetic generator for task", key="task", value=task, choices=SYNTHETIC_COUNTS)
+        return {
+            "Problem ID": f"synthetic-{i}",
+            "Problem": f"{SYNTHETIC_TAG} {q}",
+            "Short Answer": a,
+            "Category": cat,
+            "Level": "synthetic",
+        }, "default"
+    if task == "gpqa":
+        return _gpqa_row(r), "gpqa_main"
+    if task == "hle_mc":
+        return _hle_row(r, i), "default"
+    raise ConfigError(
+        "no synthetic generator for task", key="task", value=task, choices=SYNTHETIC_COUNTS
+    )
 
+# %% ../nbs/02_data.ipynb #d934e05e
 def synthetic_items(task: str, n: int | None = None) -> list[Item]:
     "The synthetic look-alike items of `task` (`Item.synthetic=True`, ids `task/synthetic-<i>`); never benchmark items."
     spec = get_task(task)
@@ -436,29 +834,57 @@ def synthetic_items(task: str, n: int | None = None) -> list[Item]:
     for i in range(SYNTHETIC_COUNTS[spec.name] if n is None else n):
         row, config = _synthetic_row(spec.name, i)
         it = _make_item(spec, row, f"synthetic-{i}", spec.split, config, synthetic=True)
-        if it is not None: out.append(it)
+        if it is not None:
+            out.append(it)
     return out
 
 # %% ../nbs/02_data.ipynb #d18bebeb
 def _item_id(spec: TaskSpec, index: int | str, split: str) -> str:
     return f"{spec.name}/{index}" if split == spec.split else f"{spec.name}/{split}-{index}"
 
-def _make_item(spec: TaskSpec, row: Mapping, index: int | str, split: str, config: str | None, synthetic: bool = False) -> Item | None:
+# %% ../nbs/02_data.ipynb #ee7c60a6
+def _make_item(
+    spec: TaskSpec,
+    row: Mapping,
+    index: int | str,
+    split: str,
+    config: str | None,
+    synthetic: bool = False,
+) -> Item | None:
     d = spec.convert(spec, row, index, split, config)
-    if d is None: return None
+    if d is None:
+        return None
     meta = {"split": split, "index": index, **d.pop("meta", {})}
-    fmt = d.pop("fmt", spec.fmt)          # a task may mix formats (MathVision: options, or free-form)
-    return Item(id=_item_id(spec, index, split), task=spec.name, fmt=fmt, meta=meta, synthetic=synthetic, **d)
+    fmt = d.pop("fmt", spec.fmt)  # a task may mix formats (MathVision: options, or free-form)
+    return Item(
+        id=_item_id(spec, index, split),
+        task=spec.name,
+        fmt=fmt,
+        meta=meta,
+        synthetic=synthetic,
+        **d,
+    )
 
+# %% ../nbs/02_data.ipynb #f6c89ba3
 def _fixture_items(spec: TaskSpec, split: str) -> list[Item]:
     if spec.synthetic_fixture:
         if split != spec.split:
-            raise ConfigError(f"synthetic fixture of {spec.name} has only its default split", key="split", value=split, choices=[spec.split])
+            raise ConfigError(
+                f"synthetic fixture of {spec.name} has only its default split",
+                key="split",
+                value=split,
+                choices=[spec.split],
+            )
         return synthetic_items(spec.name)
     rows = [r for r in _fixture_rows(spec.name) if r.get("split", spec.split) == split]
     if not rows:
         have = sorted({r.get("split", spec.split) for r in _fixture_rows(spec.name)})
-        raise ConfigError(f"no fixture items of {spec.name} in this split (source='hub' has all splits)", key="split", value=split, choices=have)
+        raise ConfigError(
+            f"no fixture items of {spec.name} in this split (source='hub' has all splits)",
+            key="split",
+            value=split,
+            choices=have,
+        )
     items = [_make_item(spec, r, int(r["index"]), split, spec.configs[0]) for r in rows]
     return sorted((it for it in items if it is not None), key=lambda it: it.meta["index"])
 
@@ -466,16 +892,22 @@ def _fixture_items(spec: TaskSpec, split: str) -> list[Item]:
 class HubUnavailableError(ConnectionError):
     "The hub (or the dataset's host) could not be reached, or the dataset is gated; the one-line message says which."
 
+# %% ../nbs/02_data.ipynb #4768b4a5
 def _offline() -> bool:
-    return any(os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on")
-               for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(
+        os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on")
+        for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
 
+# %% ../nbs/02_data.ipynb #2cb83a2f
 def _hub_error(spec: TaskSpec, config: str, split: str, e: BaseException) -> HubUnavailableError:
     what = f"{spec.hf_id} (config {config}, split {split})"
     reason = " ".join(str(e).split())[:160] or type(e).__name__
     if "gated" in str(e).lower() or "GatedRepo" in type(e).__name__:
-        msg = (f"{what} is gated on the Hugging Face hub: accept its terms on huggingface.co and log in (`hf auth login`); "
-               f"source='fixture' works offline ({reason})")
+        msg = (
+            f"{what} is gated on the Hugging Face hub: accept its terms on huggingface.co and log in (`hf auth login`); "
+            f"source='fixture' works offline ({reason})"
+        )
     else:
         msg = f"could not reach the Hugging Face hub for {what}: {reason}; source='fixture' works offline"
     return HubUnavailableError(msg)
@@ -486,35 +918,55 @@ def _hub_rows(spec: TaskSpec, split: str) -> list[tuple[int, str, dict]]:
     out = []
     for config in spec.configs:
         if spec.loader == "csv":
-            if _offline(): raise _hub_error(spec, config, split, ConnectionError("offline mode (HF_HUB_OFFLINE) is on"))
-            import io, urllib.request
+            if _offline():
+                raise _hub_error(
+                    spec, config, split, ConnectionError("offline mode (HF_HUB_OFFLINE) is on")
+                )
+            import io
+            import urllib.request
+
             try:
-                with urllib.request.urlopen(spec.data_url, timeout=30) as resp: text = resp.read().decode("utf-8")
-            except Exception as e: raise _hub_error(spec, config, split, e) from None
-            rows = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False).to_dict("records")
+                with urllib.request.urlopen(spec.data_url, timeout=30) as resp:
+                    text = resp.read().decode("utf-8")
+            except Exception as e:
+                raise _hub_error(spec, config, split, e) from None
+            rows = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False).to_dict(
+                "records"
+            )
         else:
             try:
                 import datasets
+
                 ds = datasets.load_dataset(spec.hf_id, config, split=split)
-            except (ConnectionError, OSError, TimeoutError) as e: raise _hub_error(spec, config, split, e) from None
+            except (ConnectionError, OSError, TimeoutError) as e:
+                raise _hub_error(spec, config, split, e) from None
             except Exception as e:
-                if "gated" in str(e).lower() or "couldn't reach" in str(e).lower() or "offline" in str(e).lower():
+                if (
+                    "gated" in str(e).lower()
+                    or "couldn't reach" in str(e).lower()
+                    or "offline" in str(e).lower()
+                ):
                     raise _hub_error(spec, config, split, e) from None
                 raise
             rows = list(ds)
         out += [(len(out) + k, config, r) for k, r in enumerate(rows)]
     return out
 
+# %% ../nbs/02_data.ipynb #62cb7a29
 def _hub_items(spec: TaskSpec, split: str) -> list[Item]:
-    items = (_make_item(spec, row, index, split, config) for index, config, row in _hub_rows(spec, split))
+    items = (
+        _make_item(spec, row, index, split, config) for index, config, row in _hub_rows(spec, split)
+    )
     return [it for it in items if it is not None]
 
 # %% ../nbs/02_data.ipynb #1c47a2af
 SOURCES = ("fixture", "hub")
 
+
 class SubsetSizeWarning(UserWarning):
     "More items were requested than the source holds; all of them are used."
 
+# %% ../nbs/02_data.ipynb #5edb80c0
 def subset_path(task: str, source: str, n: int | None, seed: int, split: str | None = None) -> Path:
     "Where `load_items` records the ids it chose: `runs/subsets/<task>[.<split>]-<source>-n<n>-s<seed>.json`."
     spec = get_task(task)
@@ -522,16 +974,24 @@ def subset_path(task: str, source: str, n: int | None, seed: int, split: str | N
     tname = spec.name if split == spec.split else f"{spec.name}.{split}"
     return runs_dir() / "subsets" / f"{tname}-{source}-n{'all' if n is None else n}-s{seed}.json"
 
+# %% ../nbs/02_data.ipynb #78d59946
 def choose_subset(items: Sequence[Item], n: int | None, seed: int, *key: Any) -> list[Item]:
     "The first `n` items of a permutation from `rng_for('subset', *key, seed)`, in the original order (all if `n` is None)."
-    if n is None or n >= len(items): return list(items)
+    if n is None or n >= len(items):
+        return list(items)
     perm = rng_for("subset", *key, seed).permutation(len(items))
     keep = set(int(i) for i in perm[:n])
     return [it for i, it in enumerate(items) if i in keep]
 
 # %% ../nbs/02_data.ipynb #48bf4e93
-def load_items(task: str, n: int | None = None, seed: int = 0, source: str = "fixture", split: str | None = None,
-               save: bool = True) -> list[Item]:
+def load_items(
+    task: str,
+    n: int | None = None,
+    seed: int = 0,
+    source: str = "fixture",
+    split: str | None = None,
+    save: bool = True,
+) -> list[Item]:
     """Items of `task` (a TASKS name, or `name:split`): all, or a deterministic subset of `n` for `seed`.
 
     `source='fixture'` (default) reads the shipped fixtures (real MIT items, or synthetic look-alikes), offline;
@@ -540,23 +1000,50 @@ def load_items(task: str, n: int | None = None, seed: int = 0, source: str = "fi
     spec = get_task(task)
     split = split or (task.partition(":")[2] if isinstance(task, str) else "") or spec.split
     if split not in spec.known_splits:
-        raise ConfigError(f"unknown split of task {spec.name}", key="split", value=split, choices=spec.known_splits)
-    if source not in SOURCES: raise ConfigError("unknown item source", key="source", value=source, choices=SOURCES)
+        raise ConfigError(
+            f"unknown split of task {spec.name}",
+            key="split",
+            value=split,
+            choices=spec.known_splits,
+        )
+    if source not in SOURCES:
+        raise ConfigError("unknown item source", key="source", value=source, choices=SOURCES)
     if n is not None and (isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0):
         raise ConfigError("n must be a non-negative integer or None", key="n", value=n)
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral): raise ConfigError("seed must be an integer", key="seed", value=seed)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ConfigError("seed must be an integer", key="seed", value=seed)
     n, seed = (None if n is None else int(n)), int(seed)
     pool = _fixture_items(spec, split) if source == "fixture" else _hub_items(spec, split)
     if n is not None and n > len(pool):
-        hint = " (the fixture is a small excerpt; source='hub' has the full split)" if source == "fixture" and not spec.synthetic_fixture else ""
-        warnings.warn(f"{spec.name} ({source}, split {split}) has only {len(pool)} items; n={n} was requested, "
-                      f"so all {len(pool)} are used{hint}", SubsetSizeWarning, stacklevel=2)
+        hint = (
+            " (the fixture is a small excerpt; source='hub' has the full split)"
+            if source == "fixture" and not spec.synthetic_fixture
+            else ""
+        )
+        warnings.warn(
+            f"{spec.name} ({source}, split {split}) has only {len(pool)} items; n={n} was requested, "
+            f"so all {len(pool)} are used{hint}",
+            SubsetSizeWarning,
+            stacklevel=2,
+        )
     items = choose_subset(pool, n, seed, spec.name, split)
     if save:
-        rec = {"task": spec.name, "split": split, "source": source, "n_requested": n, "n_available": len(pool),
-               "seed": seed, "synthetic": any(it.synthetic for it in items), "ids": [it.id for it in items]}
-        try: atomic_write_text(subset_path(spec.name, source, n, seed, split), json.dumps(rec, indent=1) + "\n")
-        except OSError as e: warnings.warn(f"could not save the subset ids under {runs_dir()}: {e}", stacklevel=2)
+        rec = {
+            "task": spec.name,
+            "split": split,
+            "source": source,
+            "n_requested": n,
+            "n_available": len(pool),
+            "seed": seed,
+            "synthetic": any(it.synthetic for it in items),
+            "ids": [it.id for it in items],
+        }
+        try:
+            atomic_write_text(
+                subset_path(spec.name, source, n, seed, split), json.dumps(rec, indent=1) + "\n"
+            )
+        except OSError as e:
+            warnings.warn(f"could not save the subset ids under {runs_dir()}: {e}", stacklevel=2)
     return items
 
 # %% ../nbs/02_data.ipynb #2402481a
@@ -567,41 +1054,58 @@ def items_from_ids(ids: Iterable[str], source: str = "fixture") -> list[Item]:
     for i in ids:
         t, _, rest = str(i).partition("/")
         spec = get_task(t)
-        split = rest.split("-", 1)[0] if "-" in rest and not rest.startswith("synthetic") else spec.split
+        split = (
+            rest.split("-", 1)[0]
+            if "-" in rest and not rest.startswith("synthetic")
+            else spec.split
+        )
         want[(t, split)] = None
     found = {}
     for t, split in want:
         found.update({it.id: it for it in load_items(t, source=source, split=split, save=False)})
     missing = [i for i in ids if i not in found]
-    if missing: raise ConfigError(f"{len(missing)} item ids not found in source {source}", key="ids", value=missing[0])
+    if missing:
+        raise ConfigError(
+            f"{len(missing)} item ids not found in source {source}", key="ids", value=missing[0]
+        )
     return [found[i] for i in ids]
 
 # %% ../nbs/02_data.ipynb #a961f0bf
 _IMG_TAG = re.compile(r"<image\s*\d*>")
 _OPT_LINE = re.compile(r"^\s*\(?([A-F])[.):]\s*(.+?)\s*$", re.M)
 
+
 def _row_image(row: Mapping, *keys: str):
     for k in keys:
         v = row.get(k)
-        if v is not None and not isinstance(v, str): return v
+        if v is not None and not isinstance(v, str):
+            return v
     raise ConfigError("row has no decoded image", key="image", value=sorted(row))
 
+# %% ../nbs/02_data.ipynb #bfd2561a
 def _free_form(gold: str) -> str:
     "Answer format of a free-form gold: 'number' when it is a plain number, else 'exact'."
     return "number" if _is_plain_number(gold) else "exact"
 
+# %% ../nbs/02_data.ipynb #dd9721d1
 def _conv_mathvision(spec, row, index, split, config):
     """MathVision (Wang et al. 2024) rows: options -> multiple choice graded by letter; no options -> free-form.
     `mathvision` keeps the multiple-choice rows only (Meta-Debate Sec. 4: testmini without the open-ended questions,
     190 items); `mathvision_all` keeps both. `<imageN>` placeholders are dropped: the image goes with the message."""
     opts = tuple(str(o).strip() for o in (row.get("options") or ()))
     gold = str(row["answer"]).strip()
-    if not opts and not spec.name.endswith("_all"): return None
-    d = dict(question=_IMG_TAG.sub("", str(row["question"])).strip(), gold=gold,
-             images=(put_image(_row_image(row, "decoded_image", "image")),),
-             meta={k: row[k] for k in ("id", "subject", "level") if k in row})
-    if opts: d["choices"] = opts
-    else: d["fmt"] = _free_form(gold)
+    if not opts and not spec.name.endswith("_all"):
+        return None
+    d = dict(
+        question=_IMG_TAG.sub("", str(row["question"])).strip(),
+        gold=gold,
+        images=(put_image(_row_image(row, "decoded_image", "image")),),
+        meta={k: row[k] for k in ("id", "subject", "level") if k in row},
+    )
+    if opts:
+        d["choices"] = opts
+    else:
+        d["fmt"] = _free_form(gold)
     return d
 
 # %% ../nbs/02_data.ipynb #a798f5e6
@@ -611,43 +1115,105 @@ def _conv_realworldqa(spec, row, index, split, config):
     'questions with verifiable answer' (437 of 765; the count is not checked offline); `realworldqa_all` keeps all."""
     q, gold = str(row["question"]), str(row["answer"]).strip()
     opts = _OPT_LINE.findall(q)
-    mc = len(opts) >= 2 and [l for l, _ in opts] == list(LETTERS[:len(opts)]) and gold.strip("().") in LETTERS[:len(opts)]
-    if not mc and not spec.name.endswith("_all"): return None
-    stem = q[:_OPT_LINE.search(q).start()].strip() if mc else q.strip()
-    stem = re.sub(r"\s*Please answer[^\n]*$", "", stem, flags=re.S).strip()      # the task's own answer instruction
-    d = dict(question=stem, gold=gold.strip("().") if mc else gold, images=(put_image(_row_image(row, "image")),))
-    if mc: d["choices"] = tuple(t for _, t in opts)
-    else: d["fmt"] = _free_form(gold)
+    mc = (
+        len(opts) >= 2
+        and [l for l, _ in opts] == list(LETTERS[: len(opts)])
+        and gold.strip("().") in LETTERS[: len(opts)]
+    )
+    if not mc and not spec.name.endswith("_all"):
+        return None
+    stem = q[: _OPT_LINE.search(q).start()].strip() if mc else q.strip()
+    stem = re.sub(
+        r"\s*Please answer[^\n]*$", "", stem, flags=re.S
+    ).strip()  # the task's own answer instruction
+    d = dict(
+        question=stem,
+        gold=gold.strip("().") if mc else gold,
+        images=(put_image(_row_image(row, "image")),),
+    )
+    if mc:
+        d["choices"] = tuple(t for _, t in opts)
+    else:
+        d["fmt"] = _free_form(gold)
     return d
 
 # %% ../nbs/02_data.ipynb #0e5c523c
-_VISION = dict(licence="research use; the authors' terms apply (not shipped: the fixture draws synthetic look-alikes)",
-               redistributable=False, papers=("meta_debate",), formatter=du_options_question)
-for _name, _title in [("mathvision", "MathVision (multiple choice)"), ("mathvision_all", "MathVision (all)")]:
-    TASKS[_name] = _spec(name=_name, title=_title, hf_id="MathLLMs/MathVision", configs=("default",), split="testmini",
-                         splits=("testmini", "test"), n_items=190 if _name == "mathvision" else 304, fmt="option",
-                         fields={"question": "question", "choices": "options", "answer": "answer", "image": "decoded_image"},
-                         convert=_conv_mathvision, notes="image items; free-form rows only in mathvision_all", **_VISION)
-for _name, _title in [("realworldqa", "RealWorldQA (multiple choice)"), ("realworldqa_all", "RealWorldQA (all)")]:
-    TASKS[_name] = _spec(name=_name, title=_title, hf_id="xai-org/RealworldQA", configs=("default",), split="test",
-                         n_items=437 if _name == "realworldqa" else 765, fmt="option",   # 437: the paper's count
-                         fields={"question": "question (options inline)", "answer": "answer", "image": "image"},
-                         convert=_conv_realworldqa, notes="image items; free-form rows only in realworldqa_all", **_VISION)
+_VISION = dict(
+    licence="research use; the authors' terms apply (not shipped: the fixture draws synthetic look-alikes)",
+    redistributable=False,
+    papers=("meta_debate",),
+    formatter=du_options_question,
+)
+for _name, _title in [
+    ("mathvision", "MathVision (multiple choice)"),
+    ("mathvision_all", "MathVision (all)"),
+]:
+    TASKS[_name] = _spec(
+        name=_name,
+        title=_title,
+        hf_id="MathLLMs/MathVision",
+        configs=("default",),
+        split="testmini",
+        splits=("testmini", "test"),
+        n_items=190 if _name == "mathvision" else 304,
+        fmt="option",
+        fields={
+            "question": "question",
+            "choices": "options",
+            "answer": "answer",
+            "image": "decoded_image",
+        },
+        convert=_conv_mathvision,
+        notes="image items; free-form rows only in mathvision_all",
+        **_VISION,
+    )
+
+# %% ../nbs/02_data.ipynb #686c5127
+for _name, _title in [
+    ("realworldqa", "RealWorldQA (multiple choice)"),
+    ("realworldqa_all", "RealWorldQA (all)"),
+]:
+    TASKS[_name] = _spec(
+        name=_name,
+        title=_title,
+        hf_id="xai-org/RealworldQA",
+        configs=("default",),
+        split="test",
+        n_items=437 if _name == "realworldqa" else 765,
+        fmt="option",  # 437: the paper's count
+        fields={"question": "question (options inline)", "answer": "answer", "image": "image"},
+        convert=_conv_realworldqa,
+        notes="image items; free-form rows only in realworldqa_all",
+        **_VISION,
+    )
 
 # %% ../nbs/02_data.ipynb #73b85434
-_COLOURS = {"red": (220, 40, 40), "blue": (40, 80, 220), "green": (30, 160, 60), "orange": (240, 150, 20), "purple": (140, 60, 190)}
+_COLOURS = {
+    "red": (220, 40, 40),
+    "blue": (40, 80, 220),
+    "green": (30, 160, 60),
+    "orange": (240, 150, 20),
+    "purple": (140, 60, 190),
+}
 _SHAPES = ("circle", "square", "triangle")
 
-def _draw_shape(d, kind: str, cx: float, cy: float, s: float, fill) -> None:
-    if kind == "circle": d.ellipse([cx - s, cy - s, cx + s, cy + s], fill=fill, outline=(0, 0, 0))
-    elif kind == "square": d.rectangle([cx - s, cy - s, cx + s, cy + s], fill=fill, outline=(0, 0, 0))
-    else: d.polygon([(cx, cy - s), (cx - s, cy + s), (cx + s, cy + s)], fill=fill, outline=(0, 0, 0))
 
+def _draw_shape(d, kind: str, cx: float, cy: float, s: float, fill) -> None:
+    if kind == "circle":
+        d.ellipse([cx - s, cy - s, cx + s, cy + s], fill=fill, outline=(0, 0, 0))
+    elif kind == "square":
+        d.rectangle([cx - s, cy - s, cx + s, cy + s], fill=fill, outline=(0, 0, 0))
+    else:
+        d.polygon([(cx, cy - s), (cx - s, cy + s), (cx + s, cy + s)], fill=fill, outline=(0, 0, 0))
+
+# %% ../nbs/02_data.ipynb #e7042355
 def _canvas(size: int = 224):
     from PIL import Image, ImageDraw
+
     im = Image.new("RGB", (size, size), (255, 255, 255))
     return im, ImageDraw.Draw(im)
 
+# %% ../nbs/02_data.ipynb #6ef08750
 def _mc(r, correct: str, wrong: Sequence[str]) -> tuple[list[str], str]:
     "Options (the correct one among up to 4 distinct wrong ones, shuffled by `r`) and the gold letter."
     opts = [correct] + [w for w in dict.fromkeys(wrong) if w != correct][:4]
@@ -661,27 +1227,57 @@ def _mathvision_row(r, i: int) -> dict:
     if i % 2 == 0:
         target = _SHAPES[int(r.integers(3))]
         k = int(r.integers(2, 8))
-        kinds = [target] * k + [s for s in r.choice([s for s in _SHAPES if s != target], int(r.integers(1, 5)))]
+        kinds = [target] * k + [
+            s for s in r.choice([s for s in _SHAPES if s != target], int(r.integers(1, 5)))
+        ]
         for j, kind in enumerate(kinds):
             cx, cy = 28 + (j % 5) * 42, 40 + (j // 5) * 60 + float(r.integers(-6, 7))
             _draw_shape(d, kind, cx, cy, 14, tuple(_COLOURS.values())[int(r.integers(5))])
-        q, ans, wrong = f"How many {target}s are there in the figure?", str(k), [str(k + o) for o in (-2, -1, 1, 2, 3) if k + o > 0]
+        q, ans, wrong = (
+            f"How many {target}s are there in the figure?",
+            str(k),
+            [str(k + o) for o in (-2, -1, 1, 2, 3) if k + o > 0],
+        )
     else:
-        n = int(r.integers(2, 5)); m = int(r.integers(1, n * n))
+        n = int(r.integers(2, 5))
+        m = int(r.integers(1, n * n))
         cells = set(int(c) for c in r.permutation(n * n)[:m])
         w = 180 // n
         for c in range(n * n):
             x, y = 22 + (c % n) * w, 22 + (c // n) * w
-            d.rectangle([x, y, x + w, y + w], fill=(90, 90, 90) if c in cells else (255, 255, 255), outline=(0, 0, 0), width=2)
+            d.rectangle(
+                [x, y, x + w, y + w],
+                fill=(90, 90, 90) if c in cells else (255, 255, 255),
+                outline=(0, 0, 0),
+                width=2,
+            )
         f = Fraction(m, n * n)
         q, ans = "What fraction of the large square is shaded?", f"{f.numerator}/{f.denominator}"
-        wrong = [str(Fraction(m + o, n * n)) for o in (-1, 1, 2) if 0 < m + o < n * n] + [f"{m}/{n}", f"{n}/{m + n}"]
+        wrong = [str(Fraction(m + o, n * n)) for o in (-1, 1, 2) if 0 < m + o < n * n] + [
+            f"{m}/{n}",
+            f"{n}/{m + n}",
+        ]
         wrong = [w_ if "/" in w_ else f"{w_}/1" for w_ in wrong]
-    if i % 4 == 2: return {"id": f"synthetic-{i}", "question": f"{SYNTHETIC_TAG} <image1> {q}", "options": [], "answer": ans,
-                           "decoded_image": im, "subject": "synthetic", "level": 1}
+    if i % 4 == 2:
+        return {
+            "id": f"synthetic-{i}",
+            "question": f"{SYNTHETIC_TAG} <image1> {q}",
+            "options": [],
+            "answer": ans,
+            "decoded_image": im,
+            "subject": "synthetic",
+            "level": 1,
+        }
     opts, gold = _mc(r, ans, wrong)
-    return {"id": f"synthetic-{i}", "question": f"{SYNTHETIC_TAG} <image1> {q}", "options": opts, "answer": gold,
-            "decoded_image": im, "subject": "synthetic", "level": 1}
+    return {
+        "id": f"synthetic-{i}",
+        "question": f"{SYNTHETIC_TAG} <image1> {q}",
+        "options": opts,
+        "answer": gold,
+        "decoded_image": im,
+        "subject": "synthetic",
+        "level": 1,
+    }
 
 # %% ../nbs/02_data.ipynb #5c5bb28e
 def _realworldqa_row(r, i: int) -> dict:
@@ -691,116 +1287,220 @@ def _realworldqa_row(r, i: int) -> dict:
     a, b = [names[int(x)] for x in r.permutation(5)[:2]]
     sa, sb = [_SHAPES[int(x)] for x in r.integers(0, 3, 2)]
     (xa, ya), (xb, yb) = r.integers(30, 194, 2), r.integers(30, 194, 2)
-    while abs(int(xa) - int(xb)) < 50 and abs(int(ya) - int(yb)) < 50: xb, yb = r.integers(30, 194, 2)
+    while abs(int(xa) - int(xb)) < 50 and abs(int(ya) - int(yb)) < 50:
+        xb, yb = r.integers(30, 194, 2)
     big = int(r.integers(2))
     _draw_shape(d, sa, float(xa), float(ya), 22 if big == 0 else 12, _COLOURS[a])
     _draw_shape(d, sb, float(xb), float(yb), 22 if big == 1 else 12, _COLOURS[b])
     if i % 4 == 3:
-        return {"image": im, "question": f"{SYNTHETIC_TAG} How many objects are in the picture?", "answer": "2"}
+        return {
+            "image": im,
+            "question": f"{SYNTHETIC_TAG} How many objects are in the picture?",
+            "answer": "2",
+        }
     if i % 2 == 0:
         dx, dy = int(xa) - int(xb), int(ya) - int(yb)
-        rel = ("to the right of" if dx > 0 else "to the left of") if abs(dx) >= abs(dy) else ("below" if dy > 0 else "above")
+        rel = (
+            ("to the right of" if dx > 0 else "to the left of")
+            if abs(dx) >= abs(dy)
+            else ("below" if dy > 0 else "above")
+        )
         opts, gold = _mc(r, rel, ["to the left of", "to the right of", "above", "below"])
         q = f"Where is the {a} {sa} relative to the {b} {sb}?"
     else:
         opts, gold = _mc(r, (a, b)[big], [c for c in names if c != (a, b)[big]])
         q = "What colour is the largest object in the picture?"
     lines = "\n".join(f"{LETTERS[j]}. {o}" for j, o in enumerate(opts))
-    return {"image": im, "question": f"{SYNTHETIC_TAG} {q}\n{lines}\nPlease answer directly with only the letter of the correct option and nothing else.",
-            "answer": gold}
+    return {
+        "image": im,
+        "question": f"{SYNTHETIC_TAG} {q}\n{lines}\nPlease answer directly with only the letter of the correct option and nothing else.",
+        "answer": gold,
+    }
 
-_SYNTHETIC_GENERATORS.update({"mathvision": _mathvision_row, "mathvision_all": _mathvision_row,
-                     "realworldqa": _realworldqa_row, "realworldqa_all": _realworldqa_row})
-SYNTHETIC_COUNTS.update({k: 80 for k in ("mathvision", "mathvision_all", "realworldqa", "realworldqa_all")})
+# %% ../nbs/02_data.ipynb #a90aad8c
+_SYNTHETIC_GENERATORS.update(
+    {
+        "mathvision": _mathvision_row,
+        "mathvision_all": _mathvision_row,
+        "realworldqa": _realworldqa_row,
+        "realworldqa_all": _realworldqa_row,
+    }
+)
+SYNTHETIC_COUNTS.update(
+    {k: 80 for k in ("mathvision", "mathvision_all", "realworldqa", "realworldqa_all")}
+)
 
 # %% ../nbs/02_data.ipynb #18b956f2
 TRANSCRIPT_REQUIRED = ("item_id", "agent", "round", "answer", ("gold", "correct"), ("task", "fmt"))
 TRANSCRIPT_DEFAULTS: dict[str, Any] = {
-    "experiment": "", "method": "", "task": "", "role": "debater", "model": "", "sample": 0, "position": None,
-    "visible_peers": "", "reused": False, "prompt_tokens": None, "completion_tokens": None, "text": None,
-    "images": None, **{s: None for s in SIGNALS}}
+    "experiment": "",
+    "method": "",
+    "task": "",
+    "role": "debater",
+    "model": "",
+    "sample": 0,
+    "position": None,
+    "visible_peers": "",
+    "reused": False,
+    "prompt_tokens": None,
+    "completion_tokens": None,
+    "text": None,
+    "images": None,
+    **{s: None for s in SIGNALS},
+}
 
+# %% ../nbs/02_data.ipynb #79477c10
 def row_formats(df: pd.DataFrame, fmt: str | None = None, what: str = "transcript") -> pd.Series:
     """The answer format of each row: `fmt` when given, else the row's `fmt` column, else the registry's format of its
     `task` (the kit's own rule, so a task outside the registry is read from its rows); one line naming a task that has
     neither."""
     if fmt is not None:
-        if fmt not in ANSWER_FORMATS: raise ConfigError("unknown answer format", key="fmt", value=fmt, choices=ANSWER_FORMATS)
+        if fmt not in ANSWER_FORMATS:
+            raise ConfigError("unknown answer format", key="fmt", value=fmt, choices=ANSWER_FORMATS)
         return pd.Series(fmt, index=df.index, dtype=object)
-    own = df["fmt"].astype(object) if "fmt" in df.columns else pd.Series(None, index=df.index, dtype=object)
+    own = (
+        df["fmt"].astype(object)
+        if "fmt" in df.columns
+        else pd.Series(None, index=df.index, dtype=object)
+    )
     own = own.where(own.notna(), None)
     bad = sorted({str(f) for f in own.dropna().unique()} - set(ANSWER_FORMATS))
-    if bad: raise ConfigError("unknown answer format in the fmt column", where=what, key="fmt", value=bad[0], choices=ANSWER_FORMATS)
+    if bad:
+        raise ConfigError(
+            "unknown answer format in the fmt column",
+            where=what,
+            key="fmt",
+            value=bad[0],
+            choices=ANSWER_FORMATS,
+        )
     need = own.isna()
     if need.any():
-        tasks = df["task"].astype(object) if "task" in df.columns else pd.Series(None, index=df.index, dtype=object)
+        tasks = (
+            df["task"].astype(object)
+            if "task" in df.columns
+            else pd.Series(None, index=df.index, dtype=object)
+        )
         own = own.copy()
         own[need] = tasks[need].map(lambda t: _registry_fmt(t, what))
     return own
 
+# %% ../nbs/02_data.ipynb #ea287018
 def _registry_fmt(task: Any, what: str) -> str:
     "The registry's answer format of `task`; one line when the task is unknown and its rows carry no `fmt`."
     base = str(task).partition(":")[0] if isinstance(task, str) else ""
-    if base in TASKS: return TASKS[base].fmt
-    raise ConfigError("task not in the registry and its rows have no fmt: fill the transcript's fmt column "
-                      "(number, boxed, option, exact) or pass fmt=", where=what, key="task", value=task)
+    if base in TASKS:
+        return TASKS[base].fmt
+    raise ConfigError(
+        "task not in the registry and its rows have no fmt: fill the transcript's fmt column "
+        "(number, boxed, option, exact) or pass fmt=",
+        where=what,
+        key="task",
+        value=task,
+    )
 
 # %% ../nbs/02_data.ipynb #e338b66c
-def complete_transcript(df: pd.DataFrame, fmt: str | None = None, what: str = "transcript") -> pd.DataFrame:
+def complete_transcript(
+    df: pd.DataFrame, fmt: str | None = None, what: str = "transcript"
+) -> pd.DataFrame:
     """A copy of `df` with every schema column: a missing required column (`TRANSCRIPT_REQUIRED`) is one line naming
     it, a missing optional one gets its `TRANSCRIPT_DEFAULTS` value (missing cells of `reused`, `sample`, `method` and
     `experiment` too), `fmt` holds each row's answer format (`row_formats`) and `correct` is graded where missing.
     Extra columns are kept. (The kit's own contract for transcripts from outside the kit.)"""
-    if not isinstance(df, pd.DataFrame): raise ConfigError("a transcript is a pandas DataFrame", key=what, value=type(df).__name__)
+    if not isinstance(df, pd.DataFrame):
+        raise ConfigError("a transcript is a pandas DataFrame", key=what, value=type(df).__name__)
     for req in TRANSCRIPT_REQUIRED:
         alts = req if isinstance(req, tuple) else (req,)
         if not any(a in df.columns for a in alts):
-            raise ConfigError(f"missing required column {' or '.join(map(repr, alts))} (required: item_id, agent, round, "
-                              "answer, gold or correct, task or fmt; see TRANSCRIPT_REQUIRED)", where=what)
+            raise ConfigError(
+                f"missing required column {' or '.join(map(repr, alts))} (required: item_id, agent, round, "
+                "answer, gold or correct, task or fmt; see TRANSCRIPT_REQUIRED)",
+                where=what,
+            )
     out = df.copy()
     for c, v in TRANSCRIPT_DEFAULTS.items():
-        if c not in out.columns: out[c] = pd.Series([v] * len(out), index=out.index, dtype=object)
+        if c not in out.columns:
+            out[c] = pd.Series([v] * len(out), index=out.index, dtype=object)
     for c in ("reused", "sample", "method", "experiment"):
         out[c] = out[c].astype(object).where(out[c].notna(), TRANSCRIPT_DEFAULTS[c])
     out["reused"] = out["reused"].astype(bool)
     out["sample"], out["round"] = out["sample"].astype(int), pd.to_numeric(out["round"]).astype(int)
     out["answer"] = out["answer"].astype(object).where(out["answer"].notna(), None)
     out["fmt"] = row_formats(out, fmt, what)
-    if "gold" not in out.columns: out["gold"] = None
+    if "gold" not in out.columns:
+        out["gold"] = None
     if "correct" not in out.columns or out["correct"].isna().any():
-        graded = [a is not None and g is not None and not pd.isna(g) and is_correct(a, str(g), f)
-                  for a, g, f in zip(out["answer"], out["gold"], out["fmt"])]
-        old = out["correct"] if "correct" in out.columns else pd.Series(None, index=out.index, dtype=object)
+        graded = [
+            a is not None and g is not None and not pd.isna(g) and is_correct(a, str(g), f)
+            for a, g, f in zip(out["answer"], out["gold"], out["fmt"])
+        ]
+        old = (
+            out["correct"]
+            if "correct" in out.columns
+            else pd.Series(None, index=out.index, dtype=object)
+        )
         out["correct"] = old.astype(object).where(old.notna(), pd.Series(graded, index=out.index))
     out["correct"] = out["correct"].astype(bool)
     return out
 
 # %% ../nbs/02_data.ipynb #6e8bcb17
 EXPORT_ALIASES: dict[str, tuple[str, ...]] = {
-    "item_id": ("item_id", "question_id", "qid", "question_idx", "problem_id", "example_id", "id", "idx"),
+    "item_id": (
+        "item_id",
+        "question_id",
+        "qid",
+        "question_idx",
+        "problem_id",
+        "example_id",
+        "id",
+        "idx",
+    ),
     "agent": ("agent", "agent_id", "agent_name", "agent_idx", "speaker", "model_id"),
     "round": ("round", "round_idx", "round_id", "turn", "iteration", "step"),
     "text": ("text", "response", "content", "completion", "output", "message", "generation"),
     "answer": ("answer", "prediction", "pred", "parsed_answer", "extracted_answer", "final_answer"),
-    "gold": ("gold", "gold_answer", "answer_gt", "ground_truth", "target", "label", "reference", "solution"),
+    "gold": (
+        "gold",
+        "gold_answer",
+        "answer_gt",
+        "ground_truth",
+        "target",
+        "label",
+        "reference",
+        "solution",
+    ),
     "task": ("task", "dataset", "benchmark"),
-    "fmt": ("fmt", "answer_format"), "model": ("model", "model_name"), "correct": ("correct", "is_correct"),
-    "prompt_tokens": ("prompt_tokens", "input_tokens"), "completion_tokens": ("completion_tokens", "output_tokens"),
+    "fmt": ("fmt", "answer_format"),
+    "model": ("model", "model_name"),
+    "correct": ("correct", "is_correct"),
+    "prompt_tokens": ("prompt_tokens", "input_tokens"),
+    "completion_tokens": ("completion_tokens", "output_tokens"),
 }
 
+# %% ../nbs/02_data.ipynb #489d8f07
 def _read_export(path: Path) -> pd.DataFrame:
     "A JSONL / JSON-lines, JSON array or CSV file as a frame of strings (ids and answers are not numbers)."
     suf = path.suffix.lower()
-    if suf == ".csv": return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+    if suf == ".csv":
+        return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
     if suf in (".jsonl", ".json", ".ndjson"):
         txt = path.read_text(encoding="utf-8")
-        rows = json.loads(txt) if txt.lstrip().startswith("[") else [json.loads(l) for l in txt.splitlines() if l.strip()]
+        rows = (
+            json.loads(txt)
+            if txt.lstrip().startswith("[")
+            else [json.loads(l) for l in txt.splitlines() if l.strip()]
+        )
         return pd.DataFrame(rows)
     raise ConfigError("not a .jsonl, .json or .csv file", key="path", value=str(path))
 
 # %% ../nbs/02_data.ipynb #b0cdf821
-def load_debate_export(path: str | os.PathLike, columns: Mapping[str, str] | None = None, task: str | None = None,
-                       fmt: str | None = None, experiment: str | None = None, method: str = "") -> pd.DataFrame:
+def load_debate_export(
+    path: str | os.PathLike,
+    columns: Mapping[str, str] | None = None,
+    task: str | None = None,
+    fmt: str | None = None,
+    experiment: str | None = None,
+    method: str = "",
+) -> pd.DataFrame:
     """Another tool's debate export (JSONL or CSV, one row per agent turn) as a kit transcript: `columns` maps schema
     names to the file's, else `EXPORT_ALIASES` are tried; `task` / `fmt` fill what the file lacks; `experiment`
     defaults to the file's stem. (The kit's own reader; Du et al.'s and DebateLLM's exports are per-turn tables.)"""
@@ -808,19 +1508,34 @@ def load_debate_export(path: str | os.PathLike, columns: Mapping[str, str] | Non
     raw = _read_export(path)
     cols = dict(columns or {})
     miss = sorted(set(cols.values()) - set(raw.columns))
-    if miss: raise ConfigError(f"columns= names a column the file lacks (it has: {', '.join(map(str, raw.columns))})",
-                               where=path, key="columns", value=miss[0])
+    if miss:
+        raise ConfigError(
+            f"columns= names a column the file lacks (it has: {', '.join(map(str, raw.columns))})",
+            where=path,
+            key="columns",
+            value=miss[0],
+        )
     for k, names in EXPORT_ALIASES.items():
         hit = next((n for n in names if n in raw.columns and n not in cols.values()), None)
-        if k not in cols and hit is not None: cols[k] = hit
+        if k not in cols and hit is not None:
+            cols[k] = hit
     df = pd.DataFrame({k: raw[v] for k, v in cols.items()}, index=raw.index)
-    if task is not None: df["task"] = df["task"].fillna(task) if "task" in df else task
-    if fmt is not None: df["fmt"] = fmt
+    if task is not None:
+        df["task"] = df["task"].fillna(task) if "task" in df else task
+    if fmt is not None:
+        df["fmt"] = fmt
     for c in ("item_id", "agent", "round"):
-        if c not in df: raise ConfigError(f"missing required column {c!r} (name it with columns=)", where=path)
-    if "task" not in df and df["item_id"].astype(str).str.contains("/").all():     # ids `task/index` name their task
+        if c not in df:
+            raise ConfigError(f"missing required column {c!r} (name it with columns=)", where=path)
+    if (
+        "task" not in df and df["item_id"].astype(str).str.contains("/").all()
+    ):  # ids `task/index` name their task
         df["task"] = df["item_id"].astype(str).str.rsplit("/", n=1).str[0]
-    if "task" not in df and "fmt" not in df: raise ConfigError("the file names no task: pass task= (and fmt= for a task outside the registry)", where=path)
+    if "task" not in df and "fmt" not in df:
+        raise ConfigError(
+            "the file names no task: pass task= (and fmt= for a task outside the registry)",
+            where=path,
+        )
     df["round"] = pd.to_numeric(df["round"], errors="raise").astype(int)
     df["round"] -= int(df["round"].min())
     df["agent"] = df["agent"].astype(str)
@@ -829,11 +1544,22 @@ def load_debate_export(path: str | os.PathLike, columns: Mapping[str, str] | Non
     df["item_id"] = iid.where(iid.str.contains("/") | (tk == ""), tk + "/" + iid)
     df["fmt"] = row_formats(df, None, what=str(path))
     if "answer" not in df:
-        if "text" not in df: raise ConfigError("the file has neither an answer nor a text column (name one with columns=)", where=path)
+        if "text" not in df:
+            raise ConfigError(
+                "the file has neither an answer nor a text column (name one with columns=)",
+                where=path,
+            )
         df["answer"] = [extract_answer(t, f) for t, f in zip(df["text"], df["fmt"])]
-    df["answer"] = df["answer"].astype(object).where(df["answer"].notna() & (df["answer"].astype(str) != ""), None)
+    df["answer"] = (
+        df["answer"]
+        .astype(object)
+        .where(df["answer"].notna() & (df["answer"].astype(str) != ""), None)
+    )
     df["answer"] = df["answer"].map(lambda a: None if a is None else str(a))
-    if "correct" in df: df["correct"] = df["correct"].map(lambda v: None if pd.isna(v) else str(v).lower() in ("1", "true", "yes"))
+    if "correct" in df:
+        df["correct"] = df["correct"].map(
+            lambda v: None if pd.isna(v) else str(v).lower() in ("1", "true", "yes")
+        )
     df["experiment"] = experiment or path.stem
     df["method"] = method
     return transcript_frame(complete_transcript(df, what=str(path))[TRANSCRIPT_COLUMNS])

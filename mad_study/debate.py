@@ -5,27 +5,28 @@
 # %% ../nbs/04_debate.ipynb #e9a39f70
 from __future__ import annotations
 
-import json
-import os
-import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from .core import (ConfigError, GenRequest, Generation, Item, derive_seed, rng_for, runs_dir,
-                            transcript_frame, save_transcript, load_transcript, SIGNALS,
-                            pool_keys, check_unique_turns)
-from .data import row_formats
-from .answers import extract_answer, is_correct, merge_equivalent
+from mad_study.core import (
+    ConfigError,
+    GenRequest,
+    Generation,
+    Item,
+    derive_seed,
+    rng_for,
+    transcript_frame,
+    SIGNALS,
+)
+from .answers import extract_answer, is_correct
 from .data import format_question
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
 from .interface import generate_jobs
-
 
 # %% auto #0
 __all__ = ['ORDERINGS', 'PROTOCOLS', 'HISTORY_MODES', 'Agent', 'make_agents', 'Turn', 'RoundPlan', 'RoundContext', 'Protocol',
@@ -35,29 +36,41 @@ __all__ = ['ORDERINGS', 'PROTOCOLS', 'HISTORY_MODES', 'Agent', 'make_agents', 'T
 @dataclass(frozen=True)
 class Agent:
     "A debater: unique `name`, `model` (registry name) and `role` (selects a system prompt)."
+
     name: str
     model: str
     role: str = "debater"
 
-def make_agents(models: Sequence[str], roles: Sequence[str] | None = None, prefix: str = "a") -> list[Agent]:
+# %% ../nbs/04_debate.ipynb #ae560cfe
+def make_agents(
+    models: Sequence[str], roles: Sequence[str] | None = None, prefix: str = "a"
+) -> list[Agent]:
     "Agents `a0, a1, ...` for a list of model names (and optional roles)."
     roles = list(roles) if roles is not None else ["debater"] * len(models)
-    if len(roles) != len(models): raise ConfigError(f"{len(roles)} roles for {len(models)} models", key="roles")
+    if len(roles) != len(models):
+        raise ConfigError(f"{len(roles)} roles for {len(models)} models", key="roles")
     return [Agent(f"{prefix}{i}", m, r) for i, (m, r) in enumerate(zip(models, roles))]
 
 # %% ../nbs/04_debate.ipynb #b36075c2
 @dataclass
 class Turn:
     "What one agent does in a debate round."
-    speak: bool = True                      # False: reuse the previous answer (no generation)
-    peers: tuple[str, ...] = ()             # whose last responses it sees, in the order shown
-    tags: tuple[str, ...] | None = None     # optional tag per shown peer (the peer template must have {tag})
-    role: str | None = None                 # role override for this turn
-    views: tuple[str, ...] | None = None    # the text shown per peer (`Protocol.peer_view`); None: their last responses
 
+    speak: bool = True  # False: reuse the previous answer (no generation)
+    peers: tuple[str, ...] = ()  # whose last responses it sees, in the order shown
+    tags: tuple[str, ...] | None = (
+        None  # optional tag per shown peer (the peer template must have {tag})
+    )
+    role: str | None = None  # role override for this turn
+    views: tuple[str, ...] | None = (
+        None  # the text shown per peer (`Protocol.peer_view`); None: their last responses
+    )
+
+# %% ../nbs/04_debate.ipynb #4db1ad5c
 @dataclass
 class RoundPlan:
     "A protocol's decision for one round of one thread: speaking order and one `Turn` per agent."
+
     order: list[str]
     turns: dict[str, Turn]
 
@@ -65,26 +78,36 @@ class RoundPlan:
 @dataclass
 class RoundContext:
     "What a protocol may look at: the item, thread, round, agents and each agent's rows so far."
+
     item: Item
     sample: int
     round: int
     agents: list[Agent]
     history: dict[str, list[dict]]
     rng: np.random.Generator
-    seed: Any = None            # the protocol's seed for this debate (`viewer_rng` derives per-viewer draws from it)
+    seed: Any = (
+        None  # the protocol's seed for this debate (`viewer_rng` derives per-viewer draws from it)
+    )
 
     @property
-    def names(self) -> list[str]: return [a.name for a in self.agents]
-    def last(self, agent: str) -> dict: return self.history[agent][-1]
+    def names(self) -> list[str]:
+        return [a.name for a in self.agents]
+
+    def last(self, agent: str) -> dict:
+        return self.history[agent][-1]
+
     def last_answers(self) -> dict[str, str | None]:
         "Each agent's latest answer."
         return {a: self.last(a)["answer"] for a in self.names}
+
     def last_correct(self) -> dict[str, bool]:
         "ORACLE: whether each agent's latest answer is correct (uses the gold answer)."
         return {a: bool(self.last(a)["correct"]) for a in self.names}
+
     def paths(self) -> dict[str, list[str | None]]:
         "Each agent's answers over the rounds so far (its debating path, MADC Def. 1)."
         return {a: [h["answer"] for h in self.history[a]] for a in self.names}
+
     def viewer_rng(self, agent: str) -> np.random.Generator:
         "A generator of `agent`'s own, seeded by (protocol seed, item, thread, round, agent): per-viewer draws, deterministic."
         return rng_for(self.seed, "viewer", self.item.id, self.sample, self.round, agent)
@@ -92,25 +115,37 @@ class RoundContext:
 # %% ../nbs/04_debate.ipynb #acd3414e
 class Protocol:
     "Base protocol: everyone speaks and sees every other agent, in the agents' list order. (one round of Du et al.'s multi-agent debate: who speaks, whom they see, in what order.)"
-    name = "protocol"
-    include_self = False      # show an agent its own last response among the solutions (UMAD App. F.2)
-    oracle = False            # uses the gold answer (Truth First / Truth Last): marked in figures
 
-    def order(self, ctx: RoundContext) -> list[str]: return ctx.names
+    name = "protocol"
+    include_self = False  # show an agent its own last response among the solutions (UMAD App. F.2)
+    oracle = False  # uses the gold answer (Truth First / Truth Last): marked in figures
+
+    def order(self, ctx: RoundContext) -> list[str]:
+        return ctx.names
+
     def viewer_order(self, ctx: RoundContext, agent: str, order: list[str]) -> list[str]:
         "The order in which `agent` is shown the others (default: the round's shared `order`); `visible()` filters it."
         return order
-    def speaks(self, ctx: RoundContext, agent: str) -> bool: return True
+
+    def speaks(self, ctx: RoundContext, agent: str) -> bool:
+        return True
+
     def visible(self, ctx: RoundContext, agent: str, order: list[str]) -> list[str]:
         return [p for p in order if self.include_self or p != agent]
-    def tags(self, ctx: RoundContext, agent: str, peers: list[str]) -> tuple[str, ...] | None: return None
+
+    def tags(self, ctx: RoundContext, agent: str, peers: list[str]) -> tuple[str, ...] | None:
+        return None
+
     def peer_view(self, ctx: RoundContext, viewer: str, peer: str) -> str | None:
         "The text `viewer` is shown for `peer` in the peer template's `{solution}` (None: `peer`'s last full response)."
         return None
+
     def role(self, ctx: RoundContext, agent: str) -> str | None:
         "The role `agent` plays this round (its system prompt; None: the agent's own role). A devil's advocate is one line."
         return None
-    def __repr__(self): return f"{type(self).__name__}({self.name!r})"
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.name!r})"
 
 # %% ../nbs/04_debate.ipynb #fa654116
 from fastcore.basics import patch
@@ -120,88 +155,149 @@ from fastcore.basics import patch
 def plan(self: Protocol, ctx: RoundContext) -> RoundPlan:
     "The round plan: `order()`, then per agent `speaks()`, `visible()` (of its `viewer_order()`), `tags()` and `peer_view()`."
     order = list(self.order(ctx))
-    if sorted(order) != sorted(ctx.names): raise ValueError(f"{self.name}: order {order} is not a permutation of {ctx.names}")
+    if sorted(order) != sorted(ctx.names):
+        raise ValueError(f"{self.name}: order {order} is not a permutation of {ctx.names}")
     turns = {}
     for a in ctx.names:
         seen = list(self.viewer_order(ctx, a, order))
-        if sorted(seen) != sorted(ctx.names): raise ValueError(f"{self.name}: {a}'s order {seen} is not a permutation of {ctx.names}")
+        if sorted(seen) != sorted(ctx.names):
+            raise ValueError(f"{self.name}: {a}'s order {seen} is not a permutation of {ctx.names}")
         peers = self._checked_peers(ctx, a, self.visible(ctx, a, seen))
         views = [self.peer_view(ctx, a, p) for p in peers]
-        views = None if all(v is None for v in views) else tuple(
-            (ctx.last(p)["text"] or "") if v is None else str(v) for p, v in zip(peers, views))
-        turns[a] = Turn(speak=self.speaks(ctx, a), peers=tuple(peers), tags=self.tags(ctx, a, peers), role=self.role(ctx, a),
-                        views=views)
+        views = (
+            None
+            if all(v is None for v in views)
+            else tuple(
+                (ctx.last(p)["text"] or "") if v is None else str(v) for p, v in zip(peers, views)
+            )
+        )
+        turns[a] = Turn(
+            speak=self.speaks(ctx, a),
+            peers=tuple(peers),
+            tags=self.tags(ctx, a, peers),
+            role=self.role(ctx, a),
+            views=views,
+        )
     return RoundPlan(order, turns)
 
+# %% ../nbs/04_debate.ipynb #82ab8078
 @patch
 def _checked_peers(self: Protocol, ctx: RoundContext, agent: str, peers) -> list[str]:
     "`visible()`'s answer, checked: every peer a known agent, none twice (a ConfigError naming the protocol and agent)."
     peers = list(peers)
     unknown = [p for p in peers if p not in ctx.history]
-    if unknown: raise ConfigError(f"{self.name}: visible() for {agent!r} names unknown agent(s) {unknown}", key="visible", value=agent, choices=ctx.names)
+    if unknown:
+        raise ConfigError(
+            f"{self.name}: visible() for {agent!r} names unknown agent(s) {unknown}",
+            key="visible",
+            value=agent,
+            choices=ctx.names,
+        )
     twice = sorted({p for p in peers if peers.count(p) > 1})
-    if twice: raise ConfigError(f"{self.name}: visible() for {agent!r} names agent(s) {twice} more than once", key="visible", value=agent)
+    if twice:
+        raise ConfigError(
+            f"{self.name}: visible() for {agent!r} names agent(s) {twice} more than once",
+            key="visible",
+            value=agent,
+        )
     return peers
 
 # %% ../nbs/04_debate.ipynb #c5ab4199
 class FullyConnected(Protocol):
     "Du et al. (2024) multi-agent debate: every agent sees all other agents' last responses, in a fixed order."
+
     name = "fully_connected"
-    def __init__(self, include_self: bool = False): self.include_self = include_self
+
+    def __init__(self, include_self: bool = False):
+        self.include_self = include_self
 
 # %% ../nbs/04_debate.ipynb #776b5564
 ORDERINGS = ("fixed", "random", "random_shared", "truth_first", "truth_last")
 
+
 class OrderedPeers(FullyConnected):
     "Fully connected debate with the peers shown in a chosen order (MADC's allocation strategies)."
-    def __init__(self, ordering: str | Callable[[RoundContext], list[str]] = "fixed", include_self: bool = False,
-                 name: str | None = None):
+
+    def __init__(
+        self,
+        ordering: str | Callable[[RoundContext], list[str]] = "fixed",
+        include_self: bool = False,
+        name: str | None = None,
+    ):
         if not callable(ordering) and ordering not in ORDERINGS:
             raise ConfigError("unknown ordering", key="ordering", value=ordering, choices=ORDERINGS)
         self.ordering, self.include_self = ordering, include_self
-        self.name = name or (ordering if isinstance(ordering, str) else getattr(ordering, "__name__", "custom"))
+        self.name = name or (
+            ordering if isinstance(ordering, str) else getattr(ordering, "__name__", "custom")
+        )
         self.oracle = ordering in ("truth_first", "truth_last")
 
     def order(self, ctx: RoundContext) -> list[str]:
         names = ctx.names
-        if callable(self.ordering): return list(self.ordering(ctx))
-        if self.ordering in ("fixed", "random"): return names        # random: no shared order (see `viewer_order`)
-        if self.ordering == "random_shared": return [names[i] for i in ctx.rng.permutation(len(names))]
-        ok = ctx.last_correct()          # oracle
+        if callable(self.ordering):
+            return list(self.ordering(ctx))
+        if self.ordering in ("fixed", "random"):
+            return names  # random: no shared order (see `viewer_order`)
+        if self.ordering == "random_shared":
+            return [names[i] for i in ctx.rng.permutation(len(names))]
+        ok = ctx.last_correct()  # oracle
         first = self.ordering == "truth_first"
-        return sorted(names, key=lambda a: (not ok[a]) if first else ok[a])     # stable sort
+        return sorted(names, key=lambda a: (not ok[a]) if first else ok[a])  # stable sort
 
     def viewer_order(self, ctx: RoundContext, agent: str, order: list[str]) -> list[str]:
         "`random` (MADC's released Random): each viewer's own seeded shuffle; every other ordering: the shared order."
-        if self.ordering != "random": return order
+        if self.ordering != "random":
+            return order
         return [order[i] for i in ctx.viewer_rng(agent).permutation(len(order))]
 
 # %% ../nbs/04_debate.ipynb #59cf432d
-PROTOCOLS: dict[str, Callable[..., Protocol]] = {"fully_connected": FullyConnected,
-                                                 **{o: (lambda o: lambda **kw: OrderedPeers(o, **kw))(o) for o in ORDERINGS}}
+PROTOCOLS: dict[str, Callable[..., Protocol]] = {
+    "fully_connected": FullyConnected,
+    **{o: (lambda o: lambda **kw: OrderedPeers(o, **kw))(o) for o in ORDERINGS},
+}
 
-def register_protocol(name: str, factory: Callable[..., Protocol], replace: bool = False) -> Callable[..., Protocol]:
+
+def register_protocol(
+    name: str, factory: Callable[..., Protocol], replace: bool = False
+) -> Callable[..., Protocol]:
     "Make `make_protocol(name, **kw)` call `factory(**kw)` (a Protocol class or function), like `register_prompt` for prompts."
-    if not callable(factory): raise ConfigError("a protocol factory must be callable (a Protocol class or a function)", key="protocol", value=name)
-    if name in PROTOCOLS and not replace: raise ConfigError("protocol already registered (pass replace=True)", key="protocol", value=name)
+    if not callable(factory):
+        raise ConfigError(
+            "a protocol factory must be callable (a Protocol class or a function)",
+            key="protocol",
+            value=name,
+        )
+    if name in PROTOCOLS and not replace:
+        raise ConfigError(
+            "protocol already registered (pass replace=True)", key="protocol", value=name
+        )
     PROTOCOLS[name] = factory
     return factory
 
+# %% ../nbs/04_debate.ipynb #77646c03
 def make_protocol(name: str = "fully_connected", **kw) -> Protocol:
     "A registered protocol by name: `fully_connected`, an ordering in ORDERINGS (`fixed`, `random` (per viewer), `random_shared`, `truth_first`, `truth_last`), or one added with `register_protocol`. (Du et al.'s fully connected debate or MADC's orderings (Fixed, Random, Truth First, Truth Last).)"
-    if name not in PROTOCOLS: raise ConfigError("unknown protocol", key="protocol", value=name, choices=PROTOCOLS)
+    if name not in PROTOCOLS:
+        raise ConfigError("unknown protocol", key="protocol", value=name, choices=PROTOCOLS)
     return PROTOCOLS[name](**kw)
 
 # %% ../nbs/04_debate.ipynb #bba6471f
 _MOVED_TO_VOTING = ("majority_vote", "vote_table", "group_rows", "tie_seeds")
 
+
 def __getattr__(name: str):
     "The names that moved to `mad_study.voting` (issue 37), importable from here for one release, with a warning."
     if name in _MOVED_TO_VOTING:
         import warnings
-        warnings.warn(f"mad_study.debate.{name} moved to mad_study.voting.{name}; the old name goes in the next "
-                      "release", DeprecationWarning, stacklevel=2)
+
+        warnings.warn(
+            f"mad_study.debate.{name} moved to mad_study.voting.{name}; the old name goes in the next "
+            "release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         from mad_study import voting
+
         return getattr(voting, name)
     raise AttributeError(f"module 'mad_study.debate' has no attribute {name!r}")
 
@@ -211,54 +307,150 @@ def _with_system(msgs: list[dict], system: str | None) -> list[dict]:
     rest = msgs[1:] if msgs and msgs[0].get("role") == "system" else msgs
     return ([{"role": "system", "content": system}] if system else []) + list(rest)
 
-def _row(experiment, item, sample, rnd, agent, role, position, peers, text, gen: Generation | None, reused=False, prev=None, method=""):
+# %% ../nbs/04_debate.ipynb #e9be3943
+def _row(
+    experiment,
+    item,
+    sample,
+    rnd,
+    agent,
+    role,
+    position,
+    peers,
+    text,
+    gen: Generation | None,
+    reused=False,
+    prev=None,
+    method="",
+):
     if reused:
-        r = dict(prev); r.update(round=rnd, position=position, visible_peers=",".join(peers), reused=True,
-                                 prompt_tokens=0, completion_tokens=0)
+        r = dict(prev)
+        r.update(
+            round=rnd,
+            position=position,
+            visible_peers=",".join(peers),
+            reused=True,
+            prompt_tokens=0,
+            completion_tokens=0,
+        )
         return r
     ans = extract_answer(text, item.fmt)
-    r = dict(experiment=experiment, method=method, item_id=item.id, task=item.task, gold=str(item.gold), fmt=item.fmt, round=rnd, agent=agent.name,
-             role=role, model=agent.model, sample=sample, position=position, visible_peers=",".join(peers), reused=False,
-             prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens, text=text, answer=ans,
-             correct=bool(ans is not None and is_correct(ans, item.gold, item.fmt)), images=",".join(item.images) or None)
-    for s in SIGNALS: r[s] = getattr(gen, s)
+    r = dict(
+        experiment=experiment,
+        method=method,
+        item_id=item.id,
+        task=item.task,
+        gold=str(item.gold),
+        fmt=item.fmt,
+        round=rnd,
+        agent=agent.name,
+        role=role,
+        model=agent.model,
+        sample=sample,
+        position=position,
+        visible_peers=",".join(peers),
+        reused=False,
+        prompt_tokens=gen.prompt_tokens,
+        completion_tokens=gen.completion_tokens,
+        text=text,
+        answer=ans,
+        correct=bool(ans is not None and is_correct(ans, item.gold, item.fmt)),
+        images=",".join(item.images) or None,
+    )
+    for s in SIGNALS:
+        r[s] = getattr(gen, s)
     return r
 
+# %% ../nbs/04_debate.ipynb #361b3495
 HISTORY_MODES = ("full", "last", "none")
 
 # %% ../nbs/04_debate.ipynb #a2bee58a
 def _check_debate_args(agents: list[Agent], backends: Mapping[str, Any], history: str) -> None:
     "Unique agent names, a backend for every agent's model, a known history mode: else a one-line ConfigError."
-    if len({a.name for a in agents}) != len(agents): raise ConfigError("agent names must be unique", key="agents")
+    if len({a.name for a in agents}) != len(agents):
+        raise ConfigError("agent names must be unique", key="agents")
     for a in agents:
-        if a.model not in backends: raise ConfigError("no backend for model", key="model", value=a.model, choices=backends)
-    if history not in HISTORY_MODES: raise ConfigError("unknown history mode", key="history", value=history, choices=HISTORY_MODES)
+        if a.model not in backends:
+            raise ConfigError("no backend for model", key="model", value=a.model, choices=backends)
+    if history not in HISTORY_MODES:
+        raise ConfigError(
+            "unknown history mode", key="history", value=history, choices=HISTORY_MODES
+        )
 
 # %% ../nbs/04_debate.ipynb #b7dcb690
-def _round_plan(protocol: Protocol, agents: list[Agent], hist_th: dict, it: Item, k: int, rnd: int, seed: int) -> RoundPlan:
+def _round_plan(
+    protocol: Protocol, agents: list[Agent], hist_th: dict, it: Item, k: int, rnd: int, seed: int
+) -> RoundPlan:
     "The plan of round `rnd` of thread (`it`, `k`): everyone speaks and sees nothing in round 0, else the protocol's plan."
-    if rnd == 0: return RoundPlan([a.name for a in agents], {a.name: Turn() for a in agents})
-    ctx = ctx = RoundContext(it, k, rnd, agents, hist_th, rng_for(seed, "protocol", protocol.name, it.id, k, rnd),
-                       seed=derive_seed(seed, "protocol", protocol.name))
+    if rnd == 0:
+        return RoundPlan([a.name for a in agents], {a.name: Turn() for a in agents})
+    ctx = ctx = RoundContext(
+        it,
+        k,
+        rnd,
+        agents,
+        hist_th,
+        rng_for(seed, "protocol", protocol.name, it.id, k, rnd),
+        seed=derive_seed(seed, "protocol", protocol.name),
+    )
     return protocol.plan(ctx)
 
 # %% ../nbs/04_debate.ipynb #02526fb3
-def _turn_messages(ps: PromptSet, q: str, role: str, rnd: int, turn: Turn, conv_a: list[dict] | None, hist_th: dict,
-                   agent: str, history: str) -> list[dict]:
+def _turn_messages(
+    ps: PromptSet,
+    q: str,
+    role: str,
+    rnd: int,
+    turn: Turn,
+    conv_a: list[dict] | None,
+    hist_th: dict,
+    agent: str,
+    history: str,
+) -> list[dict]:
     "The messages `agent` is sent this turn: the opening in round 0, else its peers' last responses in the debate message."
-    if rnd == 0: return opening_messages(ps, q, role)
-    sols = list(turn.views) if turn.views is not None else [hist_th[p][-1]["text"] for p in turn.peers]
-    user = {"role": "user", "content": debate_message(ps, q, sols, list(turn.tags) if turn.tags else None)}
-    if history == "full": msgs = _with_system(conv_a, ps.system_for(role)) + [user]
-    elif history == "last": msgs = opening_messages(ps, q, role) + [{"role": "assistant", "content": hist_th[agent][-1]["text"]}, user]
-    else: msgs = opening_messages(ps, q, role)[:-1] + [user]
+    if rnd == 0:
+        return opening_messages(ps, q, role)
+    sols = (
+        list(turn.views) if turn.views is not None else [hist_th[p][-1]["text"] for p in turn.peers]
+    )
+    user = {
+        "role": "user",
+        "content": debate_message(ps, q, sols, list(turn.tags) if turn.tags else None),
+    }
+    if history == "full":
+        msgs = _with_system(conv_a, ps.system_for(role)) + [user]
+    elif history == "last":
+        msgs = opening_messages(ps, q, role) + [
+            {"role": "assistant", "content": hist_th[agent][-1]["text"]},
+            user,
+        ]
+    else:
+        msgs = opening_messages(ps, q, role)[:-1] + [user]
     return msgs
 
 # %% ../nbs/04_debate.ipynb #9dbdaa23
-def _round_requests(threads, agents, protocol, rnd, psets, questions, hist, conv, rows, bar, *, history, seed,
-                    experiment, method, max_new_tokens, temperature, top_p) -> dict[str, list]:
+def _round_requests(
+    threads,
+    agents,
+    protocol,
+    rnd,
+    psets,
+    questions,
+    hist,
+    conv,
+    rows,
+    bar,
+    *,
+    history,
+    seed,
+    experiment,
+    method,
+    max_new_tokens,
+    temperature,
+    top_p,
+) -> dict[str, list]:
     "model -> [(thread, item, sample, agent, role, position, peers, GenRequest)] for round `rnd` of every thread."
-    pending = defaultdict(list)             # model -> [(thread, agent, role, position, peers, request)]
+    pending = defaultdict(list)  # model -> [(thread, agent, role, position, peers, request)]
     for it, k in threads:
         th, ps, q = (it.id, k), psets[it.id], questions[it.id]
         plan = _round_plan(protocol, agents, hist[th], it, k, rnd, seed)
@@ -267,23 +459,58 @@ def _round_requests(threads, agents, protocol, rnd, psets, questions, hist, conv
             role = turn.role or a.role
             pos = plan.order.index(a.name)
             if rnd > 0 and not turn.speak:
-                rows.append(_row(experiment, it, k, rnd, a, role, pos, turn.peers, None, None, reused=True, prev=hist[th][a.name][-1], method=method))
-                hist[th][a.name].append(rows[-1]); bar.update(1)
+                rows.append(
+                    _row(
+                        experiment,
+                        it,
+                        k,
+                        rnd,
+                        a,
+                        role,
+                        pos,
+                        turn.peers,
+                        None,
+                        None,
+                        reused=True,
+                        prev=hist[th][a.name][-1],
+                        method=method,
+                    )
+                )
+                hist[th][a.name].append(rows[-1])
+                bar.update(1)
                 continue
-            msgs = _turn_messages(ps, q, role, rnd, turn, conv[th].get(a.name), hist[th], a.name, history)
+            msgs = _turn_messages(
+                ps, q, role, rnd, turn, conv[th].get(a.name), hist[th], a.name, history
+            )
             conv[th][a.name] = list(msgs) if rnd == 0 else msgs
-            req = GenRequest(msgs, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                             seed=derive_seed(seed, it.id, a.name, rnd, k),
-                             meta=dict(item=it, agent=a.name, round=rnd, sample=k))
+            req = GenRequest(
+                msgs,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                top_p=top_p,
+                seed=derive_seed(seed, it.id, a.name, rnd, k),
+                meta=dict(item=it, agent=a.name, round=rnd, sample=k),
+            )
             pending[a.model].append((th, it, k, a, role, pos, turn.peers, req))
     return pending
 
 # %% ../nbs/04_debate.ipynb #25f97da6
-def _generate_round(pending: dict[str, list], backends: Mapping[str, Any], rnd: int, rows: list[dict], hist: dict,
-                    conv: dict, bar, experiment: str, method: str) -> None:
+def _generate_round(
+    pending: dict[str, list],
+    backends: Mapping[str, Any],
+    rnd: int,
+    rows: list[dict],
+    hist: dict,
+    conv: dict,
+    bar,
+    experiment: str,
+    method: str,
+) -> None:
     "Run round `rnd`'s requests, model by model, appending the rows (in place) to `rows`, `hist` and `conv`."
     for model, jobs in pending.items():
-        gens = generate_jobs(backends, [(model, j[-1]) for j in jobs])    # one call for the model, counts checked
+        gens = generate_jobs(
+            backends, [(model, j[-1]) for j in jobs]
+        )  # one call for the model, counts checked
         for (th, it, k, a, role, pos, peers, req), g in zip(jobs, gens):
             rows.append(_row(experiment, it, k, rnd, a, role, pos, peers, g.text, g, method=method))
             hist[th][a.name].append(rows[-1])
@@ -291,20 +518,40 @@ def _generate_round(pending: dict[str, list], backends: Mapping[str, Any], rnd: 
         bar.update(len(jobs))
 
 # %% ../nbs/04_debate.ipynb #295b4e36
-def _sorted_transcript(rows: list[dict], items: Sequence[Item], agents: Sequence[Agent]) -> pd.DataFrame:
+def _sorted_transcript(
+    rows: list[dict], items: Sequence[Item], agents: Sequence[Agent]
+) -> pd.DataFrame:
     "The rows as a transcript frame sorted by item, thread, round and agent."
     order = {it.id: i for i, it in enumerate(items)}
     agent_order = {a.name: i for i, a in enumerate(agents)}
     df = transcript_frame(rows)
-    key = df["item_id"].map(order) * 10**9 + df["sample"].astype(int) * 10**6 + df["round"].astype(int) * 10**3 + df["agent"].map(agent_order)
+    key = (
+        df["item_id"].map(order) * 10**9
+        + df["sample"].astype(int) * 10**6
+        + df["round"].astype(int) * 10**3
+        + df["agent"].map(agent_order)
+    )
     return df.iloc[np.argsort(key.to_numpy(), kind="stable")].reset_index(drop=True)
 
 # %% ../nbs/04_debate.ipynb #77dc5728
-def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping[str, Any], *,
-               protocol: Protocol | None = None, debate_rounds: int = 1, samples: int = 1,
-               prompt: str | PromptSet = "auto", temperature: float = 0.0, top_p: float = 1.0,
-               max_new_tokens: int = 512, seed: int = 0, experiment: str = "debate", history: str = "full",
-               progress: bool = True, method: str | None = None) -> pd.DataFrame:
+def run_debate(
+    items: Sequence[Item],
+    agents: Sequence[Agent],
+    backends: Mapping[str, Any],
+    *,
+    protocol: Protocol | None = None,
+    debate_rounds: int = 1,
+    samples: int = 1,
+    prompt: str | PromptSet = "auto",
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 512,
+    seed: int = 0,
+    experiment: str = "debate",
+    history: str = "full",
+    progress: bool = True,
+    method: str | None = None,
+) -> pd.DataFrame:
     """Run a multi-agent debate on `items` and return its transcript (one row per agent turn).
 
     Du et al. (2024) when `protocol` is `FullyConnected()`; UMAD's K trajectory-level rollouts (App. C.1,
@@ -316,7 +563,8 @@ def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping
     `method` (default: the protocol's name) fills the transcript's `method` column, the key that keeps pooled
     transcripts of several methods apart. A role set by the protocol (`Protocol.role`) is sent as the system prompt
     in every history mode."""
-    agents = list(agents); protocol = protocol or FullyConnected()
+    agents = list(agents)
+    protocol = protocol or FullyConnected()
     method = protocol.name if method is None else str(method)
     _check_debate_args(agents, backends, history)
     threads = [(it, k) for it in items for k in range(int(samples))]
@@ -328,9 +576,25 @@ def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping
     total = len(threads) * len(agents) * (int(debate_rounds) + 1)
     bar = tqdm(total=total, desc=f"{experiment}", disable=not progress, leave=False)
     for rnd in range(int(debate_rounds) + 1):
-        pending = _round_requests(threads, agents, protocol, rnd, psets, questions, hist, conv, rows, bar, history=history,
-                                  seed=seed, experiment=experiment, method=method, max_new_tokens=max_new_tokens,
-                                  temperature=temperature, top_p=top_p)
+        pending = _round_requests(
+            threads,
+            agents,
+            protocol,
+            rnd,
+            psets,
+            questions,
+            hist,
+            conv,
+            rows,
+            bar,
+            history=history,
+            seed=seed,
+            experiment=experiment,
+            method=method,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+        )
         _generate_round(pending, backends, rnd, rows, hist, conv, bar, experiment, method)
     bar.close()
     return _sorted_transcript(rows, items, agents)

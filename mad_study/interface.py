@@ -17,34 +17,53 @@ __all__ = ['Backend', 'BaseBackend', 'generate_jobs']
 @runtime_checkable
 class Backend(Protocol):
     "The interface of every backend: `generate(requests)` returns one `Generation` per request, in order."
+
     backend_id: str
     model_name: str
+
     def generate(self, requests: list[GenRequest]) -> list[Generation]: ...
 
+# %% ../nbs/03a_interface.ipynb #aa4286df
 class BaseBackend:
     "Optional base class: `generate_one`, `close` and a readable repr on top of `generate`."
+
     backend_id: str = ""
     model_name: str = ""
-    batch_invariant: bool = False   # is a generation independent of the other requests in its batch? (03_backends: the guarantee)
-    def generate(self, requests: list[GenRequest]) -> list[Generation]: raise NotImplementedError
+    # is a generation independent of the other requests in its batch? (03_backends: the guarantee)
+    batch_invariant: bool = False
+
+    def generate(self, requests: list[GenRequest]) -> list[Generation]:
+        raise NotImplementedError
+
     def generate_one(self, request: GenRequest) -> Generation:
         "Generate for a single request."
         return self.generate([request])[0]
+
     def close(self) -> None:
         "Release the model (memory); the backend stays usable and reloads on the next call where it can."
-    def __repr__(self): return f"{type(self).__name__}({self.backend_id!r})"
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.backend_id!r})"
 
 # %% ../nbs/03a_interface.ipynb #88304566
-def generate_jobs(backends: Mapping[str, Any], jobs: Sequence[tuple[str, GenRequest]]) -> list[Generation]:
+def generate_jobs(
+    backends: Mapping[str, Any], jobs: Sequence[tuple[str, GenRequest]]
+) -> list[Generation]:
     "Generate `jobs` [(model, request)] with one `generate` call per model (in job order); results in job order."
     by = defaultdict(list)
     for i, (m, _) in enumerate(jobs):
-        if m not in backends: raise ConfigError("no backend for model", key="model", value=m, choices=sorted(backends))
+        if m not in backends:
+            raise ConfigError(
+                "no backend for model", key="model", value=m, choices=sorted(backends)
+            )
         by[m].append(i)
     out: list = [None] * len(jobs)
     for m, idx in by.items():
         gens = list(backends[m].generate([jobs[i][1] for i in idx]))
         if len(gens) != len(idx):
-            raise RuntimeError(f"backend for {m} returned {len(gens)} generations for {len(idx)} requests")
-        for i, g in zip(idx, gens): out[i] = g
+            raise RuntimeError(
+                f"backend for {m} returned {len(gens)} generations for {len(idx)} requests"
+            )
+        for i, g in zip(idx, gens):
+            out[i] = g
     return out

@@ -8,23 +8,44 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
-from .core import ConfigError, GenRequest, Item, SIGNALS, check_unique_turns, derive_seed, pool_keys, rng_for, transcript_frame
+from mad_study.core import (
+    ConfigError,
+    GenRequest,
+    Item,
+    SIGNALS,
+    check_unique_turns,
+    derive_seed,
+    pool_keys,
+    rng_for,
+    transcript_frame,
+)
 from .answers import extract_answer, is_correct, merge_equivalent
 from .data import format_question, get_task
-from .debate import ORDERINGS, OrderedPeers, Protocol, RoundContext, make_agents, run_debate
+from mad_study.debate import (
+    ORDERINGS,
+    OrderedPeers,
+    Protocol,
+    RoundContext,
+    make_agents,
+    run_debate,
+)
 from .voting import vote_table
 from .metrics import is_missing, path_consistency, reversal_point, viewpoint_entropy
-from .stats import adjust_pvalues, cochran_q, condition_labels, paired_difference, paired_test   # cochran_q: nbs/05b_stats
+from mad_study.stats import (
+    adjust_pvalues,
+    cochran_q,
+    condition_labels,
+    paired_difference,
+    paired_test,
+)  # cochran_q: nbs/05b_stats
 from .prompts import debate_message, get_prompt, opening_messages
 from .registry import planner
 from .interface import generate_jobs
-
 
 # %% auto #0
 __all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 'METRICS', 'CASES', 'REVERSAL_ORDERS',
@@ -38,16 +59,26 @@ __all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 
 # %% ../nbs/11_madc.ipynb #2fb1a6c0
 STRATEGIES = ("fixed", "random", "truth_first", "truth_last", "madc")
 ORACLE_STRATEGIES = ("truth_first", "truth_last")
-STRATEGY_LABELS = {"fixed": "Fixed", "random": "Random (per viewer)", "random_shared": "Random (shared order)",
-                   "truth_first": "Truth First (oracle)", "truth_last": "Truth Last (oracle)", "madc": "MADC",
-                   "madc_peers": "MADC (per-viewer)"}
-RANDOM_NOTE = {"random": "Random = each agent's peers shuffled independently every round (per viewer, as the released code)",
-               "random_shared": "Random (shared order) = one permutation per round shown to every agent"}
+STRATEGY_LABELS = {
+    "fixed": "Fixed",
+    "random": "Random (per viewer)",
+    "random_shared": "Random (shared order)",
+    "truth_first": "Truth First (oracle)",
+    "truth_last": "Truth Last (oracle)",
+    "madc": "MADC",
+    "madc_peers": "MADC (per-viewer)",
+}
+RANDOM_NOTE = {
+    "random": "Random = each agent's peers shuffled independently every round (per viewer, as the released code)",
+    "random_shared": "Random (shared order) = one permutation per round shown to every agent",
+}
+
 
 def random_variants(strategies: Sequence[str]) -> str:
     "The sentence an artefact's caption / notes carry about the Random variant(s) among `strategies` ('' if none). (MADC Fig. 1 / Figs. 3-5: the Random strategy's draws.)"
     return "; ".join(RANDOM_NOTE[s] for s in strategies if s in RANDOM_NOTE)
 
+# %% ../nbs/11_madc.ipynb #16ab87d3
 def madc_order(answers: Sequence[Any] | Mapping[str, Any], fmt: str | None = None) -> list:
     """MADC speaking order (Alg. 1 lines 6-12): ascending path consistency (Eq. 2), the most consistent agent last.
     `answers`: each agent's latest answer, as a sequence (returns indices) or a mapping name -> answer (returns
@@ -56,14 +87,19 @@ def madc_order(answers: Sequence[Any] | Mapping[str, Any], fmt: str | None = Non
     names = list(answers) if isinstance(answers, Mapping) else None
     vals = [answers[k] for k in names] if names is not None else list(answers)
     vals = [None if is_missing(a) else str(a) for a in vals]
-    if fmt is not None: vals = merge_equivalent(vals, fmt)
+    if fmt is not None:
+        vals = merge_equivalent(vals, fmt)
     cons = path_consistency(vals)
     first: dict[str, int] = {}
     for i, a in enumerate(vals):
-        if a is not None: first.setdefault(a, i)
-    idx = sorted(range(len(vals)), key=lambda i: (cons[i], -1 if vals[i] is None else first[vals[i]], i))
+        if a is not None:
+            first.setdefault(a, i)
+    idx = sorted(
+        range(len(vals)), key=lambda i: (cons[i], -1 if vals[i] is None else first[vals[i]], i)
+    )
     return [names[i] for i in idx] if names is not None else idx
 
+# %% ../nbs/11_madc.ipynb #6f584fe5
 def madc_ordering(ctx: RoundContext) -> list[str]:
     "MADC (Alg. 1) as an `OrderedPeers` ordering: `madc_order` of every agent's latest answer (Eq. 2 at the last round)."
     return madc_order(ctx.last_answers(), fmt=ctx.item.fmt)
@@ -74,49 +110,99 @@ class MADCPeers(OrderedPeers):
     `scope='all'` (Alg. 1): one order from all agents' answers, each agent sees the others in it; `scope='peers'`
     (after the released `exchangeI6` variant): each agent's peers ordered by consistency among those peers only;
     the same order as the release's only when no two peers tie; ties follow `madc_order`'s rule."""
+
     def __init__(self, scope: str = "all", include_self: bool = False, name: str | None = None):
-        if scope not in ("all", "peers"): raise ConfigError("unknown MADC scope", key="scope", value=scope, choices=["all", "peers"])
-        super().__init__(madc_ordering, include_self=include_self, name=name or ("madc" if scope == "all" else "madc_peers"))
+        if scope not in ("all", "peers"):
+            raise ConfigError(
+                "unknown MADC scope", key="scope", value=scope, choices=["all", "peers"]
+            )
+        super().__init__(
+            madc_ordering,
+            include_self=include_self,
+            name=name or ("madc" if scope == "all" else "madc_peers"),
+        )
         self.scope = scope
 
     def visible(self, ctx: RoundContext, agent: str, order: list[str]) -> list[str]:
         peers = super().visible(ctx, agent, order)
-        if self.scope == "all": return peers
+        if self.scope == "all":
+            return peers
         ans = ctx.last_answers()
         return madc_order({p: ans[p] for p in peers}, fmt=ctx.item.fmt)
 
+# %% ../nbs/11_madc.ipynb #07d89c27
 def strategy_protocol(name: str, include_self: bool = False) -> Protocol:
     """The debate protocol of an allocation strategy: `fixed`, `random` (per viewer, the released code), `random_shared`
     (one permutation per round), `truth_first`, `truth_last` (oracles), `madc`, `madc_peers`. (MADC's strategies Fixed / Random / Truth First / Truth Last / MADC (Alg. 1).)"""
-    if name in ORDERINGS: return OrderedPeers(name, include_self=include_self)
-    if name in ("madc", "madc_peers"): return MADCPeers("all" if name == "madc" else "peers", include_self=include_self)
-    raise ConfigError("unknown allocation strategy", key="strategies", value=name, choices=[*STRATEGIES, "random_shared", "madc_peers"])
+    if name in ORDERINGS:
+        return OrderedPeers(name, include_self=include_self)
+    if name in ("madc", "madc_peers"):
+        return MADCPeers("all" if name == "madc" else "peers", include_self=include_self)
+    raise ConfigError(
+        "unknown allocation strategy",
+        key="strategies",
+        value=name,
+        choices=[*STRATEGIES, "random_shared", "madc_peers"],
+    )
 
+# %% ../nbs/11_madc.ipynb #114b5f2f
 def strategy_label(name: str) -> str:
     "Display name of a strategy; oracle strategies say so."
     return STRATEGY_LABELS.get(name, name)
 
 # %% ../nbs/11_madc.ipynb #890bcc06
-def run_strategies(items: Sequence[Item], model: str, backends: Mapping[str, Any], strategies: Sequence[str] = STRATEGIES,
-                   n_agents: int = 10, debate_rounds: int = 1, repeats: int = 1, prompt: str = "madc",
-                   temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 4096, seed: int = 0,
-                   experiment: str = "madc", progress: bool = False) -> dict[str, pd.DataFrame]:
+def run_strategies(
+    items: Sequence[Item],
+    model: str,
+    backends: Mapping[str, Any],
+    strategies: Sequence[str] = STRATEGIES,
+    n_agents: int = 10,
+    debate_rounds: int = 1,
+    repeats: int = 1,
+    prompt: str = "madc",
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 4096,
+    seed: int = 0,
+    experiment: str = "madc",
+    progress: bool = False,
+) -> dict[str, pd.DataFrame]:
     """MADC comparison (Table 1, Figs. 1, 3-5, 7): Du et al.'s debate with `n_agents` agents of `model`, once per
     allocation strategy, `repeats` independent threads each; returns strategy -> transcript (`sample` = repeat)."""
     agents = make_agents([model] * int(n_agents))
-    return {s: run_debate(items, agents, backends, protocol=strategy_protocol(s), debate_rounds=debate_rounds,
-                          samples=repeats, prompt=prompt, temperature=temperature, top_p=top_p,
-                          max_new_tokens=max_new_tokens, seed=seed, experiment=experiment, progress=progress)
-            for s in strategies}
+    return {
+        s: run_debate(
+            items,
+            agents,
+            backends,
+            protocol=strategy_protocol(s),
+            debate_rounds=debate_rounds,
+            samples=repeats,
+            prompt=prompt,
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+            experiment=experiment,
+            progress=progress,
+        )
+        for s in strategies
+    }
 
+# %% ../nbs/11_madc.ipynb #11aecbd4
 def shared_round0(transcripts: Mapping[str, pd.DataFrame]) -> bool:
     "Whether all strategies' round-0 turns are identical (text and answer per item, thread and agent)."
     key = ["item_id", "sample", "agent"]
-    r0 = [t[t["round"] == 0].sort_values(key)[key + ["text", "answer"]].reset_index(drop=True) for t in transcripts.values()]
+    r0 = [
+        t[t["round"] == 0].sort_values(key)[key + ["text", "answer"]].reset_index(drop=True)
+        for t in transcripts.values()
+    ]
     return all(r.equals(r0[0]) for r in r0[1:])
 
 # %% ../nbs/11_madc.ipynb #d1572c9d
-def item_scores(transcript: pd.DataFrame, fmt: str | None = None, entropy: bool = True) -> pd.DataFrame:
+def item_scores(
+    transcript: pd.DataFrame, fmt: str | None = None, entropy: bool = True
+) -> pd.DataFrame:
     """MADC metrics per (condition, item, sample, round) (`pool_keys`: experiment and method first, so pooled strategies
     stay apart): accuracy (majority vote correct), share of agents correct,
     log_likelihood (App. A.1, floor log2(1/(2n)) when no agent is correct), log_likelihood_released, entropy (App. A.2, bits)."""
@@ -124,7 +210,13 @@ def item_scores(transcript: pd.DataFrame, fmt: str | None = None, entropy: bool 
     check_unique_turns(transcript, by, what="item_scores")
     vt = vote_table(transcript, by=tuple(by), fmt=fmt).set_index(by)
     g = transcript.groupby(by, sort=False)
-    out = pd.DataFrame({"task": g["task"].first(), "n_agents": g.size(), "share": g["correct"].mean().astype(float)})
+    out = pd.DataFrame(
+        {
+            "task": g["task"].first(),
+            "n_agents": g.size(),
+            "share": g["correct"].mean().astype(float),
+        }
+    )
     out["accuracy"] = vt["correct"].astype(float)
     floor = np.log2(1.0 / (2.0 * out["n_agents"]))
     with np.errstate(divide="ignore"):
@@ -133,13 +225,22 @@ def item_scores(transcript: pd.DataFrame, fmt: str | None = None, entropy: bool 
     out["log_likelihood_released"] = np.where(out["share"] > 0, ll, 0.0)
     if entropy:
         f = (lambda task: fmt) if fmt is not None else (lambda task: get_task(task).fmt)
-        out["entropy"] = [viewpoint_entropy(list(a), fmt=f(t)) for (a, t) in zip(g["answer"].agg(list), out["task"])]
+        out["entropy"] = [
+            viewpoint_entropy(list(a), fmt=f(t))
+            for (a, t) in zip(g["answer"].agg(list), out["task"])
+        ]
     return out.reset_index()
 
+# %% ../nbs/11_madc.ipynb #34c5d275
 METRICS = ("accuracy", "share", "log_likelihood", "entropy")
 
-def strategy_scores(transcripts: Mapping[str, pd.DataFrame] | pd.DataFrame, fmt: str | None = None, entropy: bool = True,
-                    round: int | None = None) -> pd.DataFrame:
+
+def strategy_scores(
+    transcripts: Mapping[str, pd.DataFrame] | pd.DataFrame,
+    fmt: str | None = None,
+    entropy: bool = True,
+    round: int | None = None,
+) -> pd.DataFrame:
     """`item_scores` of every strategy's transcript (at `round`, default the last), with a `strategy` column. A pooled
     transcript (one DataFrame) is split by condition (`mad_study.stats.condition_labels`: its `method`). (MADC Figs. 3-5: accuracy, log-likelihood (App. A.1), entropy (App. A.2).)"""
     if isinstance(transcripts, pd.DataFrame):
@@ -151,6 +252,7 @@ def strategy_scores(transcripts: Mapping[str, pd.DataFrame] | pd.DataFrame, fmt:
         parts.append(item_scores(t[t["round"] == r], fmt=fmt, entropy=entropy).assign(strategy=s))
     return pd.concat(parts, ignore_index=True)
 
+# %% ../nbs/11_madc.ipynb #372c0120
 def repeat_scores(scores: pd.DataFrame, by: Sequence[str] = ("strategy",)) -> pd.DataFrame:
     "Means over items per repeat (`sample`): one row per (by..., sample, round). (MADC Figs. 3-5: 20 repeats per strategy.)"
     cols = [c for c in (*METRICS, "log_likelihood_released") if c in scores]
@@ -159,39 +261,74 @@ def repeat_scores(scores: pd.DataFrame, by: Sequence[str] = ("strategy",)) -> pd
 # %% ../nbs/11_madc.ipynb #9fc3d6d0
 def default_pairs(strategies: Sequence[str]) -> list[tuple[str, str]]:
     "Truth Last against every other strategy, Fixed against Random, MADC against Fixed (those present)."
-    s = list(strategies); out = []
-    if "truth_last" in s: out += [("truth_last", x) for x in s if x != "truth_last"]
-    if "fixed" in s and "random" in s: out.append(("fixed", "random"))
-    if "madc" in s and "fixed" in s: out.append(("madc", "fixed"))
+    s = list(strategies)
+    out = []
+    if "truth_last" in s:
+        out += [("truth_last", x) for x in s if x != "truth_last"]
+    if "fixed" in s and "random" in s:
+        out.append(("fixed", "random"))
+    if "madc" in s and "fixed" in s:
+        out.append(("madc", "fixed"))
     return out
 
-def strategy_tests(per_unit: pd.DataFrame, metrics: Sequence[str] = ("accuracy", "log_likelihood", "entropy"),
-                   pairs: Sequence[tuple[str, str]] | None = None, unit: str | Sequence[str] = "sample",
-                   correction: str = "holm", n_resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
+# %% ../nbs/11_madc.ipynb #382e331a
+def strategy_tests(
+    per_unit: pd.DataFrame,
+    metrics: Sequence[str] = ("accuracy", "log_likelihood", "entropy"),
+    pairs: Sequence[tuple[str, str]] | None = None,
+    unit: str | Sequence[str] = "sample",
+    correction: str = "holm",
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> pd.DataFrame:
     """Paired tests between strategies over units (`unit`: "item_id" for claims about items, "sample" for repeats of fixed
     items), rows of a unit **averaged first** (several votes of an item: one value). Per metric and pair: means, difference
     with a bootstrap interval over units (`mad_study.stats.paired_difference`), `pvalue` (exact McNemar when every unit
     has one 0/1 value, else the paired t-test), `pvalue_wilcoxon` (signed-rank check; NaN for 0/1), `p_adjusted` over the
     pairs of a metric (`correction`, Holm 1979 by default) and `significant` (adjusted p < 0.05). MADC Figs. 3-5 "p < 0.0001"."""
     unit = [unit] if isinstance(unit, str) else list(unit)
-    pairs = list(pairs) if pairs is not None else default_pairs(list(dict.fromkeys(per_unit["strategy"])))
+    pairs = (
+        list(pairs)
+        if pairs is not None
+        else default_pairs(list(dict.fromkeys(per_unit["strategy"])))
+    )
     rows = []
     for m in metrics:
         wide = per_unit.pivot_table(index=unit, columns="strategy", values=m, aggfunc="mean")
         mrows = []
         for a, b in pairs:
-            if a not in wide or b not in wide: continue
+            if a not in wide or b not in wide:
+                continue
             x, y = wide[a].to_numpy(float), wide[b].to_numpy(float)
             d = paired_difference(x, y, n_resamples=n_resamples, seed=seed)
             ok = ~(np.isnan(x) | np.isnan(y))
-            w = (paired_test(x, y, "wilcoxon")["pvalue"] if d["test"] == "ttest" and not np.allclose(x[ok], y[ok]) else
-                 (1.0 if d["test"] == "ttest" else math.nan))
-            mrows.append({"metric": m, "a": a, "b": b, "unit": "+".join(unit), "n": d["n_items"], "mean_a": d["mean_a"],
-                          "mean_b": d["mean_b"], "diff": d["diff"], "diff_low": d["ci_low"], "diff_high": d["ci_high"],
-                          "test": d["test"], "statistic": d["statistic"], "pvalue": d["pvalue"], "pvalue_wilcoxon": w})
+            w = (
+                paired_test(x, y, "wilcoxon")["pvalue"]
+                if d["test"] == "ttest" and not np.allclose(x[ok], y[ok])
+                else (1.0 if d["test"] == "ttest" else math.nan)
+            )
+            mrows.append(
+                {
+                    "metric": m,
+                    "a": a,
+                    "b": b,
+                    "unit": "+".join(unit),
+                    "n": d["n_items"],
+                    "mean_a": d["mean_a"],
+                    "mean_b": d["mean_b"],
+                    "diff": d["diff"],
+                    "diff_low": d["ci_low"],
+                    "diff_high": d["ci_high"],
+                    "test": d["test"],
+                    "statistic": d["statistic"],
+                    "pvalue": d["pvalue"],
+                    "pvalue_wilcoxon": w,
+                }
+            )
         if mrows:
             adj = adjust_pvalues([r["pvalue"] for r in mrows], correction)
-            for r, p in zip(mrows, adj): r.update(p_adjusted=float(p), correction=correction, significant=bool(p < 0.05))
+            for r, p in zip(mrows, adj):
+                r.update(p_adjusted=float(p), correction=correction, significant=bool(p < 0.05))
         rows += mrows
     return pd.DataFrame(rows)
 
@@ -207,45 +344,79 @@ def path_consistency_table(transcript: pd.DataFrame, fmt: str | None = None) -> 
         f = fmt or get_task(g["task"].iloc[0]).fmt
         cons = path_consistency([None if is_missing(a) else a for a in g["answer"]], fmt=f)
         rank = pd.Series(cons).rank(method="first", ascending=False).astype(int) - 1
-        for a, c, r in zip(g["agent"], cons, rank): rows.append({**dict(zip(keys, key)), "agent": a, "consistency": c, "rank": int(r)})
+        for a, c, r in zip(g["agent"], cons, rank):
+            rows.append({**dict(zip(keys, key)), "agent": a, "consistency": c, "rank": int(r)})
     return pd.DataFrame(rows)
 
 # %% ../nbs/11_madc.ipynb #f865914e
-CASES = {"CASE-54": "bbh_logical_deduction_7/53", "CASE-66": "bbh_logical_deduction_7/65", "CASE-94": "bbh_logical_deduction_7/93"}
+CASES = {
+    "CASE-54": "bbh_logical_deduction_7/53",
+    "CASE-66": "bbh_logical_deduction_7/65",
+    "CASE-94": "bbh_logical_deduction_7/93",
+}
 REVERSAL_ORDERS = ("correct_first", "incorrect_first", "alternating")
+
 
 def reversal_sequence(order: str, n_correct: int, n_incorrect: int) -> list[str]:
     "Labels of the pool solutions in the order they are added (MADC RQ3, Fig. 6): `C<i>` correct, `W<i>` incorrect."
-    C = [f"C{i}" for i in range(n_correct)]; W = [f"W{i}" for i in range(n_incorrect)]
-    if order == "correct_first": return C + W
-    if order == "incorrect_first": return W + C
+    C = [f"C{i}" for i in range(n_correct)]
+    W = [f"W{i}" for i in range(n_incorrect)]
+    if order == "correct_first":
+        return C + W
+    if order == "incorrect_first":
+        return W + C
     if order == "alternating":
-        return [x for i in range(max(n_correct, n_incorrect)) for x in (C[i:i + 1] + W[i:i + 1])]
+        return [
+            x for i in range(max(n_correct, n_incorrect)) for x in (C[i : i + 1] + W[i : i + 1])
+        ]
     raise ConfigError("unknown reversal order", key="orders", value=order, choices=REVERSAL_ORDERS)
 
+# %% ../nbs/11_madc.ipynb #113ec6b6
 def solution_pools(samples: pd.DataFrame, pool_size: int, seed: int = 0, repeat: int = 0) -> dict:
     """MADC RQ3 pools from one item's CoT samples (transcript rows, one per `sample`): the responder's own solution
     (sample 0), up to `pool_size` correct solutions and up to `pool_size` solutions of the most frequent wrong answer,
     drawn without replacement with a seed per repeat."""
     s = samples.sort_values("sample", kind="stable")
-    if s.empty: raise ValueError("solution_pools: no samples")
+    if s.empty:
+        raise ValueError("solution_pools: no samples")
     own, rest = s.iloc[0], s.iloc[1:]
     ok = rest["correct"].fillna(False).astype(bool)
     wrong = rest[~ok & rest["answer"].notna()]
     counts = Counter(wrong["answer"])
     wrong_answer = min(counts, key=lambda a: (-counts[a], a)) if counts else None
     rng = rng_for(seed, "madc-pools", s["item_id"].iloc[0], repeat)
+
     def draw(df):
         return df["text"].iloc[rng.permutation(len(df))[:pool_size]].tolist()
+
     correct, incorrect = rest[ok], wrong[wrong["answer"] == wrong_answer]
-    return {"item_id": s["item_id"].iloc[0], "own_text": own["text"], "own_answer": None if is_missing(own["answer"]) else own["answer"],
-            "wrong_answer": wrong_answer, "correct": draw(correct), "incorrect": draw(incorrect),
-            "available_correct": len(correct), "available_incorrect": len(incorrect)}
+    return {
+        "item_id": s["item_id"].iloc[0],
+        "own_text": own["text"],
+        "own_answer": None if is_missing(own["answer"]) else own["answer"],
+        "wrong_answer": wrong_answer,
+        "correct": draw(correct),
+        "incorrect": draw(incorrect),
+        "available_correct": len(correct),
+        "available_incorrect": len(incorrect),
+    }
 
 # %% ../nbs/11_madc.ipynb #a6fd0b21
-def run_reversal(item: Item, pools: Sequence[dict], backend: Any, model: str, orders: Sequence[str] = REVERSAL_ORDERS,
-                 reps_per_count: int = 10, prompt: str = "madc", seed: int = 0, temperature: float = 1.0, top_p: float = 1.0,
-                 max_new_tokens: int = 4096, experiment: str = "madc_fig9", counts: Sequence[int] | None = None) -> pd.DataFrame:
+def run_reversal(
+    item: Item,
+    pools: Sequence[dict],
+    backend: Any,
+    model: str,
+    orders: Sequence[str] = REVERSAL_ORDERS,
+    reps_per_count: int = 10,
+    prompt: str = "madc",
+    seed: int = 0,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 4096,
+    experiment: str = "madc_fig9",
+    counts: Sequence[int] | None = None,
+) -> pd.DataFrame:
     """MADC RQ3 (Fig. 6, Tables 6-11): for each pool (one per repeat), order and count, `reps_per_count` responses of a
     responder shown the first `count` solutions. Returns a transcript: `agent` = the order, `position` = the count
     (solutions shown before the responder speaks), `sample` = repeat * reps_per_count + rep, `visible_peers` = labels shown."""
@@ -253,27 +424,58 @@ def run_reversal(item: Item, pools: Sequence[dict], backend: Any, model: str, or
     q = format_question(item)
     jobs = []
     for r, pool in enumerate(pools):
-        texts = {**{f"C{i}": t for i, t in enumerate(pool["correct"])}, **{f"W{i}": t for i, t in enumerate(pool["incorrect"])}}
+        texts = {
+            **{f"C{i}": t for i, t in enumerate(pool["correct"])},
+            **{f"W{i}": t for i, t in enumerate(pool["incorrect"])},
+        }
         head = opening_messages(ps, q) + [{"role": "assistant", "content": pool["own_text"]}]
         for order in orders:
             seq = reversal_sequence(order, len(pool["correct"]), len(pool["incorrect"]))
-            for c in (counts if counts is not None else range(1, len(seq) + 1)):
-                if not 1 <= c <= len(seq): continue
-                msgs = head + [{"role": "user", "content": debate_message(ps, q, [texts[l] for l in seq[:c]])}]
+            for c in counts if counts is not None else range(1, len(seq) + 1):
+                if not 1 <= c <= len(seq):
+                    continue
+                msgs = head + [
+                    {"role": "user", "content": debate_message(ps, q, [texts[l] for l in seq[:c]])}
+                ]
                 for k in range(int(reps_per_count)):
                     smp = r * int(reps_per_count) + k
-                    req = GenRequest(msgs, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                     seed=derive_seed(seed, "madc-reversal", item.id, order, c, r, k),
-                                     meta=dict(item=item, agent=order, round=1, sample=smp))
+                    req = GenRequest(
+                        msgs,
+                        max_new_tokens=max_new_tokens,
+                        temperature=temperature,
+                        top_p=top_p,
+                        seed=derive_seed(seed, "madc-reversal", item.id, order, c, r, k),
+                        meta=dict(item=item, agent=order, round=1, sample=smp),
+                    )
                     jobs.append((order, c, smp, seq[:c], req))
-    gens = generate_jobs({model: backend}, [(model, j[-1]) for j in jobs])      # counts checked (03a_interface)
+    gens = generate_jobs(
+        {model: backend}, [(model, j[-1]) for j in jobs]
+    )  # counts checked (03a_interface)
     rows = []
     for (order, c, smp, shown, _), g in zip(jobs, gens):
         ans = extract_answer(g.text, item.fmt)
-        rows.append(dict(experiment=experiment, item_id=item.id, task=item.task, gold=str(item.gold), round=1, agent=order,
-                         role="responder", model=model, sample=smp, position=c, visible_peers=",".join(shown), reused=False,
-                         prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens, text=g.text, answer=ans,
-                         correct=bool(ans is not None and is_correct(ans, item.gold, item.fmt)), **{s: getattr(g, s) for s in SIGNALS}))
+        rows.append(
+            dict(
+                experiment=experiment,
+                item_id=item.id,
+                task=item.task,
+                gold=str(item.gold),
+                round=1,
+                agent=order,
+                role="responder",
+                model=model,
+                sample=smp,
+                position=c,
+                visible_peers=",".join(shown),
+                reused=False,
+                prompt_tokens=g.prompt_tokens,
+                completion_tokens=g.completion_tokens,
+                text=g.text,
+                answer=ans,
+                correct=bool(ans is not None and is_correct(ans, item.gold, item.fmt)),
+                **{s: getattr(g, s) for s in SIGNALS},
+            )
+        )
     return transcript_frame(rows)
 
 # %% ../nbs/11_madc.ipynb #d2684616
@@ -283,13 +485,19 @@ def reversal_curve(transcript: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"accuracy": g.mean().astype(float), "n": g.size()}).reset_index()
     return out.rename(columns={"agent": "order", "position": "count"})
 
+# %% ../nbs/11_madc.ipynb #2ea32393
 def first_pool_sizes(n_correct: int, n_incorrect: int) -> dict[str, int]:
     """Where each order's first pool ends (MADC RQ3): correct first after its `n_correct` correct solutions, incorrect
     first after its `n_incorrect` incorrect ones (alternating has no first pool). Unequal pools: unequal boundaries."""
     return {"correct_first": int(n_correct), "incorrect_first": int(n_incorrect)}
 
-def reversal_table(curve: pd.DataFrame, pool_size: int | Mapping[str, int] | None = None, level: float = 0.5,
-                   by: Sequence[str] = ("model", "item_id", "order")) -> pd.DataFrame:
+# %% ../nbs/11_madc.ipynb #014cbb02
+def reversal_table(
+    curve: pd.DataFrame,
+    pool_size: int | Mapping[str, int] | None = None,
+    level: float = 0.5,
+    by: Sequence[str] = ("model", "item_id", "order"),
+) -> pd.DataFrame:
     """Reversal points per curve (`mad_study.metrics.reversal_point`): `first_crossing` (from count 1) and, for correct
     first / incorrect first, `after_pool` (the crossing after the order's first pool), `opposing_needed` (solutions of
     the other pool it took) and `pool_boundary`. `pool_size`: the size of the pool shown first, one number when both
@@ -297,116 +505,128 @@ def reversal_table(curve: pd.DataFrame, pool_size: int | Mapping[str, int] | Non
     rows = []
     for key, g in curve.groupby(list(by), sort=False):
         key = key if isinstance(key, tuple) else (key,)
-        r = {**dict(zip(by, key)), "start": float(g.sort_values("count")["accuracy"].iloc[0]),
-             "first_crossing": reversal_point(g["count"], g["accuracy"], level)}
+        r = {
+            **dict(zip(by, key)),
+            "start": float(g.sort_values("count")["accuracy"].iloc[0]),
+            "first_crossing": reversal_point(g["count"], g["accuracy"], level),
+        }
         order = dict(zip(by, key)).get("order")
         bound = pool_size.get(order) if isinstance(pool_size, Mapping) else pool_size
         if bound is not None and order in ("correct_first", "incorrect_first"):
             p = reversal_point(g["count"], g["accuracy"], level, after=bound)
-            r.update(after_pool=p, opposing_needed=None if p is None else p - bound, pool_boundary=bound)
+            r.update(
+                after_pool=p, opposing_needed=None if p is None else p - bound, pool_boundary=bound
+            )
         else:
             r.update(after_pool=None, opposing_needed=None, pool_boundary=None)
         rows.append(r)
     out = pd.DataFrame(rows)
     for c in ("first_crossing", "after_pool", "opposing_needed", "pool_boundary"):
-        if c in out: out[c] = pd.array([None if v is None or pd.isna(v) else int(v) for v in out[c]], dtype="Int64")
+        if c in out:
+            out[c] = pd.array(
+                [None if v is None or pd.isna(v) else int(v) for v in out[c]], dtype="Int64"
+            )
     return out
 
 # %% ../nbs/11_madc.ipynb #e27cbe1f
 PAPER_REVERSAL_TABLES: dict[tuple[int, str, str], dict[str, str]] = {
     (6, "CASE-54", "qwen2.5-7b-instruct"): {
         "correct_first": "0.94 1.00 0.96 0.98 0.98 0.92 0.94 0.94 0.94 1.00 0.98 1.00 0.98 0.96 1.00 1.00 1.00 0.96 0.96 1.00 "
-               "1.00 0.96 0.96 0.98 1.00 0.94 0.96 0.98 1.00 0.96 0.94 0.98 0.98 0.98 0.98 0.98 1.00 1.00 1.00 1.00 "
-               "0.98 0.98 0.94 0.96 0.94 0.80 0.78 0.82 0.48 0.50 0.38 0.54 0.52 0.50 0.46 0.36 0.44 0.24 0.18 0.22 "
-               "0.16 0.12 0.20 0.06 0.16 0.02 0.12 0.04 0.06 0.08 0.04 0.08 0.04 0.02 0.06 0.08 0.10 0.00 0.02 0.00",
+        "1.00 0.96 0.96 0.98 1.00 0.94 0.96 0.98 1.00 0.96 0.94 0.98 0.98 0.98 0.98 0.98 1.00 1.00 1.00 1.00 "
+        "0.98 0.98 0.94 0.96 0.94 0.80 0.78 0.82 0.48 0.50 0.38 0.54 0.52 0.50 0.46 0.36 0.44 0.24 0.18 0.22 "
+        "0.16 0.12 0.20 0.06 0.16 0.02 0.12 0.04 0.06 0.08 0.04 0.08 0.04 0.02 0.06 0.08 0.10 0.00 0.02 0.00",
         "incorrect_first": "0.00 0.00 0.02 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 "
-               "0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 "
-               "0.02 0.10 0.24 0.16 0.26 0.48 0.30 0.56 0.58 0.62 0.62 0.72 0.72 0.76 0.72 0.84 0.92 0.70 0.82 0.78 "
-               "0.84 0.96 0.90 0.94 0.94 0.92 0.92 0.86 0.92 0.92 0.92 0.90 0.96 0.96 0.86 0.98 1.00 0.92 0.98 0.94",
+        "0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 "
+        "0.02 0.10 0.24 0.16 0.26 0.48 0.30 0.56 0.58 0.62 0.62 0.72 0.72 0.76 0.72 0.84 0.92 0.70 0.82 0.78 "
+        "0.84 0.96 0.90 0.94 0.94 0.92 0.92 0.86 0.92 0.92 0.92 0.90 0.96 0.96 0.86 0.98 1.00 0.92 0.98 0.94",
         "alternating": "1.00 0.06 0.94 0.04 0.92 0.12 0.66 0.28 0.88 0.40 0.88 0.20 0.90 0.78 0.74 0.54 0.82 0.32 0.68 0.22 "
-               "0.78 0.32 0.94 0.64 0.76 0.66 0.82 0.52 0.82 0.54 0.72 0.50 0.86 0.42 0.62 0.26 0.86 0.68 0.70 0.80 "
-               "0.82 0.70 0.90 0.54 0.80 0.56 0.88 0.54 0.66 0.34 0.70 0.58 0.84 0.64 0.84 0.76 0.78 0.72 0.80 0.58 "
-               "0.80 0.54 0.80 0.60 0.80 0.62 0.78 0.68 0.82 0.72 0.86 0.68 0.76 0.70 0.80 0.62 0.70 0.56 0.68 0.56",
+        "0.78 0.32 0.94 0.64 0.76 0.66 0.82 0.52 0.82 0.54 0.72 0.50 0.86 0.42 0.62 0.26 0.86 0.68 0.70 0.80 "
+        "0.82 0.70 0.90 0.54 0.80 0.56 0.88 0.54 0.66 0.34 0.70 0.58 0.84 0.64 0.84 0.76 0.78 0.72 0.80 0.58 "
+        "0.80 0.54 0.80 0.60 0.80 0.62 0.78 0.68 0.82 0.72 0.86 0.68 0.76 0.70 0.80 0.62 0.70 0.56 0.68 0.56",
     },
     (7, "CASE-66", "qwen2.5-7b-instruct"): {
         "correct_first": "0.96 1.00 1.00 1.00 0.98 1.00 1.00 0.98 0.98 1.00 1.00 1.00 1.00 1.00 0.98 1.00 1.00 1.00 0.98 0.96 "
-               "0.96 0.92 0.96 1.00 0.96 1.00 1.00 0.98 0.98 0.98 0.98 0.98 0.96 1.00 1.00 1.00 0.96 1.00 1.00 1.00 "
-               "1.00 1.00 1.00 1.00 0.98 1.00 0.92 0.68 0.80 0.52 0.54 0.40 0.46 0.34 0.40 0.32 0.44 0.32 0.30 0.32 "
-               "0.38 0.22 0.36 0.20 0.18 0.20 0.20 0.22 0.08 0.20 0.12 0.26 0.12 0.18 0.04 0.02 0.06 0.12 0.04 0.04",
+        "0.96 0.92 0.96 1.00 0.96 1.00 1.00 0.98 0.98 0.98 0.98 0.98 0.96 1.00 1.00 1.00 0.96 1.00 1.00 1.00 "
+        "1.00 1.00 1.00 1.00 0.98 1.00 0.92 0.68 0.80 0.52 0.54 0.40 0.46 0.34 0.40 0.32 0.44 0.32 0.30 0.32 "
+        "0.38 0.22 0.36 0.20 0.18 0.20 0.20 0.22 0.08 0.20 0.12 0.26 0.12 0.18 0.04 0.02 0.06 0.12 0.04 0.04",
         "incorrect_first": "0.20 0.64 0.04 0.18 0.00 0.02 0.02 0.02 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.02 0.00 0.00 0.00 "
-               "0.00 0.00 0.02 0.00 0.04 0.00 0.00 0.00 0.04 0.00 0.00 0.00 0.02 0.00 0.00 0.00 0.00 0.00 0.00 0.00 "
-               "0.00 0.08 0.10 0.22 0.48 0.64 0.74 0.80 0.92 0.94 0.84 0.94 0.92 0.96 0.88 0.92 0.96 0.82 0.92 0.96 "
-               "0.94 0.98 0.98 1.00 0.96 0.98 1.00 1.00 0.98 0.98 0.92 1.00 1.00 0.94 1.00 1.00 0.98 0.98 0.98 1.00",
+        "0.00 0.00 0.02 0.00 0.04 0.00 0.00 0.00 0.04 0.00 0.00 0.00 0.02 0.00 0.00 0.00 0.00 0.00 0.00 0.00 "
+        "0.00 0.08 0.10 0.22 0.48 0.64 0.74 0.80 0.92 0.94 0.84 0.94 0.92 0.96 0.88 0.92 0.96 0.82 0.92 0.96 "
+        "0.94 0.98 0.98 1.00 0.96 0.98 1.00 1.00 0.98 0.98 0.92 1.00 1.00 0.94 1.00 1.00 0.98 0.98 0.98 1.00",
         "alternating": "0.96 0.78 1.00 0.60 0.98 0.94 0.96 0.94 0.84 0.78 0.98 0.52 0.80 0.40 0.76 0.40 0.82 0.54 0.86 0.58 "
-               "0.68 0.44 0.90 0.28 0.70 0.32 0.54 0.34 0.76 0.36 0.76 0.52 0.68 0.46 0.88 0.52 0.88 0.44 0.82 0.48 "
-               "0.66 0.50 0.52 0.42 0.78 0.84 0.76 0.64 0.82 0.42 0.72 0.64 0.80 0.68 0.66 0.50 0.72 0.60 0.88 0.64 "
-               "0.76 0.70 0.92 0.76 0.90 0.72 0.84 0.72 0.68 0.64 0.66 0.72 0.84 0.78 0.80 0.66 0.84 0.68 0.66 0.44",
+        "0.68 0.44 0.90 0.28 0.70 0.32 0.54 0.34 0.76 0.36 0.76 0.52 0.68 0.46 0.88 0.52 0.88 0.44 0.82 0.48 "
+        "0.66 0.50 0.52 0.42 0.78 0.84 0.76 0.64 0.82 0.42 0.72 0.64 0.80 0.68 0.66 0.50 0.72 0.60 0.88 0.64 "
+        "0.76 0.70 0.92 0.76 0.90 0.72 0.84 0.72 0.68 0.64 0.66 0.72 0.84 0.78 0.80 0.66 0.84 0.68 0.66 0.44",
     },
 }
 
 # %% ../nbs/11_madc.ipynb #fd102c55
-PAPER_REVERSAL_TABLES.update({
-    (8, "CASE-94", "qwen2.5-7b-instruct"): {
-        "correct_first": "0.78 0.98 0.64 0.66 0.86 0.84 0.94 0.84 0.82 0.88 1.00 0.94 0.94 0.96 0.92 0.94 0.96 0.96 0.88 0.84 "
-               "0.92 0.90 1.00 0.96 0.94 0.96 0.96 0.98 0.94 0.96 0.92 0.98 0.94 0.98 0.94 0.98 1.00 0.96 0.94 0.98 "
-               "0.82 0.78 0.56 0.72 0.52 0.54 0.28 0.20 0.16 0.20 0.22 0.10 0.18 0.10 0.22 0.06 0.06 0.06 0.10 0.08 "
-               "0.02 0.06 0.00 0.02 0.00 0.00 0.02 0.12 0.06 0.04 0.12 0.10 0.08 0.14 0.00 0.00 0.04 0.08 0.04 0.02",
-        "incorrect_first": "0.12 0.02 0.02 0.00 0.06 0.00 0.00 0.10 0.04 0.06 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.02 0.02 0.00 "
-               "0.00 0.00 0.00 0.02 0.02 0.00 0.00 0.00 0.02 0.02 0.02 0.00 0.00 0.02 0.02 0.00 0.00 0.04 0.02 0.02 "
-               "0.02 0.24 0.12 0.30 0.32 0.68 0.52 0.42 0.38 0.52 0.72 0.64 0.50 0.74 0.64 0.66 0.52 0.66 0.68 0.68 "
-               "0.78 0.90 0.80 0.72 0.80 0.82 0.84 0.94 0.78 0.82 0.80 0.80 0.74 0.82 0.86 0.90 0.86 0.78 0.84 0.78",
-        "alternating": "0.84 0.04 0.98 0.20 0.42 0.04 0.32 0.40 0.62 0.04 0.52 0.54 0.74 0.28 0.36 0.06 0.62 0.20 0.54 0.14 "
-               "0.72 0.10 0.34 0.04 0.32 0.06 0.40 0.24 0.62 0.10 0.28 0.08 0.26 0.26 0.50 0.18 0.58 0.20 0.42 0.06 "
-               "0.50 0.22 0.40 0.16 0.44 0.20 0.40 0.14 0.26 0.14 0.24 0.12 0.40 0.14 0.48 0.34 0.22 0.14 0.16 0.06 "
-               "0.28 0.06 0.26 0.16 0.28 0.06 0.28 0.16 0.14 0.06 0.26 0.10 0.28 0.18 0.30 0.14 0.42 0.30 0.38 0.14",
-    },
-    (9, "CASE-54", "qwen2.5-3b-instruct"): {
-        "correct_first": "0.54 0.80 0.68 0.98 0.76 0.74 0.96 0.98 1.00 0.94 1.00 0.92 0.80 0.98 0.88 0.96 0.94 0.94 0.96 0.92 "
-               "0.96 1.00 0.94 0.98 1.00 1.00 0.94 0.92 0.96 0.86 0.98 0.96 0.96 0.90 0.86 0.92 0.94 0.96 0.80 0.92 "
-               "0.92 0.76 0.76 0.78 0.76 0.78 0.76 0.86 0.64 0.36 0.62 0.56 0.46 0.24 0.32 0.12 0.14 0.12 0.04 0.10 "
-               "0.06 0.02 0.00 0.04 0.02 0.02 0.04 0.08 0.02 0.00 0.04 0.00 0.02 0.04 0.04 0.02 0.02 0.02 0.00 0.00",
-        "incorrect_first": "0.06 0.04 0.00 0.02 0.00 0.02 0.00 0.00 0.00 0.00 0.04 0.00 0.02 0.02 0.00 0.00 0.02 0.00 0.00 0.00 "
-               "0.00 0.00 0.00 0.02 0.00 0.02 0.00 0.00 0.00 0.00 0.00 0.00 0.02 0.02 0.00 0.00 0.00 0.00 0.00 0.04 "
-               "0.16 0.48 0.50 0.46 0.56 0.40 0.54 0.50 0.44 0.60 0.60 0.72 0.66 0.68 0.72 0.66 0.86 0.72 0.78 0.82 "
-               "0.80 0.86 0.80 0.94 0.86 0.98 0.88 0.76 0.96 0.72 0.82 0.80 0.76 0.84 0.86 0.78 0.82 0.80 0.76 0.78",
-        "alternating": "0.44 0.16 0.78 0.10 0.92 0.36 0.84 0.20 0.78 0.36 0.86 0.30 0.56 0.44 0.82 0.20 0.58 0.36 0.82 0.32 "
-               "0.70 0.42 0.48 0.28 0.66 0.22 0.56 0.14 0.60 0.18 0.36 0.04 0.38 0.10 0.20 0.14 0.32 0.16 0.36 0.26 "
-               "0.48 0.22 0.54 0.48 0.48 0.40 0.70 0.20 0.52 0.18 0.52 0.36 0.70 0.32 0.68 0.38 0.48 0.30 0.60 0.20 "
-               "0.74 0.24 0.70 0.34 0.66 0.18 0.46 0.52 0.70 0.50 0.70 0.42 0.52 0.66 0.58 0.50 0.74 0.20 0.68 0.42",
-    },
-})
+PAPER_REVERSAL_TABLES.update(
+    {
+        (8, "CASE-94", "qwen2.5-7b-instruct"): {
+            "correct_first": "0.78 0.98 0.64 0.66 0.86 0.84 0.94 0.84 0.82 0.88 1.00 0.94 0.94 0.96 0.92 0.94 0.96 0.96 0.88 0.84 "
+            "0.92 0.90 1.00 0.96 0.94 0.96 0.96 0.98 0.94 0.96 0.92 0.98 0.94 0.98 0.94 0.98 1.00 0.96 0.94 0.98 "
+            "0.82 0.78 0.56 0.72 0.52 0.54 0.28 0.20 0.16 0.20 0.22 0.10 0.18 0.10 0.22 0.06 0.06 0.06 0.10 0.08 "
+            "0.02 0.06 0.00 0.02 0.00 0.00 0.02 0.12 0.06 0.04 0.12 0.10 0.08 0.14 0.00 0.00 0.04 0.08 0.04 0.02",
+            "incorrect_first": "0.12 0.02 0.02 0.00 0.06 0.00 0.00 0.10 0.04 0.06 0.00 0.00 0.00 0.00 0.00 0.00 0.00 0.02 0.02 0.00 "
+            "0.00 0.00 0.00 0.02 0.02 0.00 0.00 0.00 0.02 0.02 0.02 0.00 0.00 0.02 0.02 0.00 0.00 0.04 0.02 0.02 "
+            "0.02 0.24 0.12 0.30 0.32 0.68 0.52 0.42 0.38 0.52 0.72 0.64 0.50 0.74 0.64 0.66 0.52 0.66 0.68 0.68 "
+            "0.78 0.90 0.80 0.72 0.80 0.82 0.84 0.94 0.78 0.82 0.80 0.80 0.74 0.82 0.86 0.90 0.86 0.78 0.84 0.78",
+            "alternating": "0.84 0.04 0.98 0.20 0.42 0.04 0.32 0.40 0.62 0.04 0.52 0.54 0.74 0.28 0.36 0.06 0.62 0.20 0.54 0.14 "
+            "0.72 0.10 0.34 0.04 0.32 0.06 0.40 0.24 0.62 0.10 0.28 0.08 0.26 0.26 0.50 0.18 0.58 0.20 0.42 0.06 "
+            "0.50 0.22 0.40 0.16 0.44 0.20 0.40 0.14 0.26 0.14 0.24 0.12 0.40 0.14 0.48 0.34 0.22 0.14 0.16 0.06 "
+            "0.28 0.06 0.26 0.16 0.28 0.06 0.28 0.16 0.14 0.06 0.26 0.10 0.28 0.18 0.30 0.14 0.42 0.30 0.38 0.14",
+        },
+        (9, "CASE-54", "qwen2.5-3b-instruct"): {
+            "correct_first": "0.54 0.80 0.68 0.98 0.76 0.74 0.96 0.98 1.00 0.94 1.00 0.92 0.80 0.98 0.88 0.96 0.94 0.94 0.96 0.92 "
+            "0.96 1.00 0.94 0.98 1.00 1.00 0.94 0.92 0.96 0.86 0.98 0.96 0.96 0.90 0.86 0.92 0.94 0.96 0.80 0.92 "
+            "0.92 0.76 0.76 0.78 0.76 0.78 0.76 0.86 0.64 0.36 0.62 0.56 0.46 0.24 0.32 0.12 0.14 0.12 0.04 0.10 "
+            "0.06 0.02 0.00 0.04 0.02 0.02 0.04 0.08 0.02 0.00 0.04 0.00 0.02 0.04 0.04 0.02 0.02 0.02 0.00 0.00",
+            "incorrect_first": "0.06 0.04 0.00 0.02 0.00 0.02 0.00 0.00 0.00 0.00 0.04 0.00 0.02 0.02 0.00 0.00 0.02 0.00 0.00 0.00 "
+            "0.00 0.00 0.00 0.02 0.00 0.02 0.00 0.00 0.00 0.00 0.00 0.00 0.02 0.02 0.00 0.00 0.00 0.00 0.00 0.04 "
+            "0.16 0.48 0.50 0.46 0.56 0.40 0.54 0.50 0.44 0.60 0.60 0.72 0.66 0.68 0.72 0.66 0.86 0.72 0.78 0.82 "
+            "0.80 0.86 0.80 0.94 0.86 0.98 0.88 0.76 0.96 0.72 0.82 0.80 0.76 0.84 0.86 0.78 0.82 0.80 0.76 0.78",
+            "alternating": "0.44 0.16 0.78 0.10 0.92 0.36 0.84 0.20 0.78 0.36 0.86 0.30 0.56 0.44 0.82 0.20 0.58 0.36 0.82 0.32 "
+            "0.70 0.42 0.48 0.28 0.66 0.22 0.56 0.14 0.60 0.18 0.36 0.04 0.38 0.10 0.20 0.14 0.32 0.16 0.36 0.26 "
+            "0.48 0.22 0.54 0.48 0.48 0.40 0.70 0.20 0.52 0.18 0.52 0.36 0.70 0.32 0.68 0.38 0.48 0.30 0.60 0.20 "
+            "0.74 0.24 0.70 0.34 0.66 0.18 0.46 0.52 0.70 0.50 0.70 0.42 0.52 0.66 0.58 0.50 0.74 0.20 0.68 0.42",
+        },
+    }
+)
 
 # %% ../nbs/11_madc.ipynb #904b527f
-PAPER_REVERSAL_TABLES.update({
-    (10, "CASE-66", "qwen2.5-3b-instruct"): {
-        "correct_first": "0.90 0.76 0.94 0.98 0.92 0.76 0.86 0.90 0.94 0.98 0.96 0.98 0.90 0.90 0.60 0.80 0.90 0.92 0.76 0.80 "
-               "0.76 0.96 0.92 0.86 0.94 0.88 0.74 0.88 0.82 0.92 0.90 0.92 0.94 0.86 0.80 0.82 0.92 0.92 0.88 0.86 "
-               "0.40 0.46 0.42 0.42 0.48 0.34 0.36 0.32 0.24 0.38 0.24 0.12 0.14 0.08 0.14 0.10 0.16 0.10 0.26 0.26 "
-               "0.18 0.30 0.32 0.16 0.14 0.10 0.12 0.12 0.08 0.04 0.18 0.04 0.16 0.12 0.10 0.08 0.08 0.04 0.06 0.18",
-        "incorrect_first": "0.04 0.06 0.02 0.00 0.00 0.02 0.02 0.00 0.00 0.04 0.00 0.00 0.00 0.00 0.00 0.00 0.02 0.02 0.02 0.14 "
-               "0.06 0.06 0.02 0.04 0.02 0.00 0.00 0.00 0.00 0.00 0.02 0.02 0.06 0.12 0.04 0.04 0.04 0.02 0.02 0.04 "
-               "0.16 0.22 0.26 0.38 0.20 0.18 0.34 0.22 0.44 0.36 0.36 0.32 0.60 0.48 0.62 0.58 0.78 0.32 0.52 0.40 "
-               "0.54 0.76 0.80 0.62 0.74 0.62 0.60 0.72 0.52 0.80 0.78 0.74 0.74 0.58 0.62 0.56 0.56 0.68 0.76 0.68",
-        "alternating": "0.90 0.40 0.62 0.10 0.78 0.18 0.76 0.38 0.52 0.14 0.16 0.12 0.40 0.28 0.48 0.34 0.36 0.14 0.60 0.34 "
-               "0.54 0.12 0.48 0.14 0.46 0.24 0.54 0.18 0.32 0.26 0.24 0.12 0.38 0.26 0.22 0.30 0.26 0.30 0.30 0.28 "
-               "0.44 0.22 0.50 0.34 0.40 0.34 0.36 0.10 0.34 0.26 0.36 0.30 0.36 0.34 0.50 0.26 0.28 0.24 0.44 0.20 "
-               "0.36 0.34 0.48 0.30 0.40 0.44 0.34 0.20 0.40 0.10 0.24 0.18 0.54 0.32 0.30 0.22 0.38 0.32 0.46 0.38",
-    },
-    (11, "CASE-94", "qwen2.5-3b-instruct"): {
-        "correct_first": "0.56 0.88 0.64 0.50 0.42 0.74 0.66 0.50 0.54 0.34 0.60 0.60 0.60 0.54 0.68 0.60 0.78 0.64 0.90 0.84 "
-               "0.74 0.76 0.76 0.84 0.74 0.84 0.86 0.84 0.82 0.90 0.82 0.86 0.90 0.92 0.92 0.92 0.90 0.90 0.82 0.74 "
-               "0.62 0.66 0.40 0.22 0.28 0.14 0.26 0.18 0.08 0.06 0.08 0.12 0.04 0.02 0.04 0.06 0.10 0.10 0.08 0.02 "
-               "0.02 0.02 0.00 0.04 0.08 0.04 0.06 0.04 0.04 0.04 0.06 0.08 0.06 0.08 0.02 0.06 0.02 0.08 0.04 0.12",
-        "incorrect_first": "0.00 0.02 0.04 0.00 0.00 0.04 0.04 0.00 0.00 0.02 0.00 0.00 0.04 0.02 0.00 0.02 0.02 0.02 0.00 0.02 "
-               "0.02 0.06 0.00 0.02 0.04 0.04 0.02 0.02 0.04 0.06 0.06 0.02 0.00 0.02 0.04 0.02 0.00 0.02 0.02 0.02 "
-               "0.08 0.16 0.08 0.20 0.38 0.24 0.28 0.24 0.18 0.16 0.38 0.38 0.42 0.50 0.34 0.46 0.42 0.50 0.60 0.60 "
-               "0.74 0.68 0.64 0.72 0.76 0.86 0.70 0.86 0.80 0.74 0.64 0.64 0.82 0.88 0.86 0.74 0.92 0.72 0.76 0.78",
-        "alternating": "0.50 0.06 0.40 0.02 0.66 0.08 0.34 0.06 0.24 0.10 0.44 0.42 0.28 0.10 0.28 0.08 0.22 0.10 0.22 0.16 "
-               "0.26 0.14 0.30 0.16 0.36 0.12 0.26 0.14 0.32 0.26 0.44 0.34 0.28 0.26 0.32 0.32 0.40 0.32 0.38 0.08 "
-               "0.34 0.16 0.40 0.06 0.48 0.28 0.44 0.16 0.34 0.16 0.58 0.32 0.46 0.34 0.46 0.12 0.40 0.24 0.22 0.08 "
-               "0.18 0.26 0.20 0.10 0.16 0.12 0.12 0.20 0.36 0.20 0.40 0.14 0.36 0.32 0.34 0.14 0.42 0.16 0.42 0.24",
-    },
-})
+PAPER_REVERSAL_TABLES.update(
+    {
+        (10, "CASE-66", "qwen2.5-3b-instruct"): {
+            "correct_first": "0.90 0.76 0.94 0.98 0.92 0.76 0.86 0.90 0.94 0.98 0.96 0.98 0.90 0.90 0.60 0.80 0.90 0.92 0.76 0.80 "
+            "0.76 0.96 0.92 0.86 0.94 0.88 0.74 0.88 0.82 0.92 0.90 0.92 0.94 0.86 0.80 0.82 0.92 0.92 0.88 0.86 "
+            "0.40 0.46 0.42 0.42 0.48 0.34 0.36 0.32 0.24 0.38 0.24 0.12 0.14 0.08 0.14 0.10 0.16 0.10 0.26 0.26 "
+            "0.18 0.30 0.32 0.16 0.14 0.10 0.12 0.12 0.08 0.04 0.18 0.04 0.16 0.12 0.10 0.08 0.08 0.04 0.06 0.18",
+            "incorrect_first": "0.04 0.06 0.02 0.00 0.00 0.02 0.02 0.00 0.00 0.04 0.00 0.00 0.00 0.00 0.00 0.00 0.02 0.02 0.02 0.14 "
+            "0.06 0.06 0.02 0.04 0.02 0.00 0.00 0.00 0.00 0.00 0.02 0.02 0.06 0.12 0.04 0.04 0.04 0.02 0.02 0.04 "
+            "0.16 0.22 0.26 0.38 0.20 0.18 0.34 0.22 0.44 0.36 0.36 0.32 0.60 0.48 0.62 0.58 0.78 0.32 0.52 0.40 "
+            "0.54 0.76 0.80 0.62 0.74 0.62 0.60 0.72 0.52 0.80 0.78 0.74 0.74 0.58 0.62 0.56 0.56 0.68 0.76 0.68",
+            "alternating": "0.90 0.40 0.62 0.10 0.78 0.18 0.76 0.38 0.52 0.14 0.16 0.12 0.40 0.28 0.48 0.34 0.36 0.14 0.60 0.34 "
+            "0.54 0.12 0.48 0.14 0.46 0.24 0.54 0.18 0.32 0.26 0.24 0.12 0.38 0.26 0.22 0.30 0.26 0.30 0.30 0.28 "
+            "0.44 0.22 0.50 0.34 0.40 0.34 0.36 0.10 0.34 0.26 0.36 0.30 0.36 0.34 0.50 0.26 0.28 0.24 0.44 0.20 "
+            "0.36 0.34 0.48 0.30 0.40 0.44 0.34 0.20 0.40 0.10 0.24 0.18 0.54 0.32 0.30 0.22 0.38 0.32 0.46 0.38",
+        },
+        (11, "CASE-94", "qwen2.5-3b-instruct"): {
+            "correct_first": "0.56 0.88 0.64 0.50 0.42 0.74 0.66 0.50 0.54 0.34 0.60 0.60 0.60 0.54 0.68 0.60 0.78 0.64 0.90 0.84 "
+            "0.74 0.76 0.76 0.84 0.74 0.84 0.86 0.84 0.82 0.90 0.82 0.86 0.90 0.92 0.92 0.92 0.90 0.90 0.82 0.74 "
+            "0.62 0.66 0.40 0.22 0.28 0.14 0.26 0.18 0.08 0.06 0.08 0.12 0.04 0.02 0.04 0.06 0.10 0.10 0.08 0.02 "
+            "0.02 0.02 0.00 0.04 0.08 0.04 0.06 0.04 0.04 0.04 0.06 0.08 0.06 0.08 0.02 0.06 0.02 0.08 0.04 0.12",
+            "incorrect_first": "0.00 0.02 0.04 0.00 0.00 0.04 0.04 0.00 0.00 0.02 0.00 0.00 0.04 0.02 0.00 0.02 0.02 0.02 0.00 0.02 "
+            "0.02 0.06 0.00 0.02 0.04 0.04 0.02 0.02 0.04 0.06 0.06 0.02 0.00 0.02 0.04 0.02 0.00 0.02 0.02 0.02 "
+            "0.08 0.16 0.08 0.20 0.38 0.24 0.28 0.24 0.18 0.16 0.38 0.38 0.42 0.50 0.34 0.46 0.42 0.50 0.60 0.60 "
+            "0.74 0.68 0.64 0.72 0.76 0.86 0.70 0.86 0.80 0.74 0.64 0.64 0.82 0.88 0.86 0.74 0.92 0.72 0.76 0.78",
+            "alternating": "0.50 0.06 0.40 0.02 0.66 0.08 0.34 0.06 0.24 0.10 0.44 0.42 0.28 0.10 0.28 0.08 0.22 0.10 0.22 0.16 "
+            "0.26 0.14 0.30 0.16 0.36 0.12 0.26 0.14 0.32 0.26 0.44 0.34 0.28 0.26 0.32 0.32 0.40 0.32 0.38 0.08 "
+            "0.34 0.16 0.40 0.06 0.48 0.28 0.44 0.16 0.34 0.16 0.58 0.32 0.46 0.34 0.46 0.12 0.40 0.24 0.22 0.08 "
+            "0.18 0.26 0.20 0.10 0.16 0.12 0.12 0.20 0.36 0.20 0.40 0.14 0.36 0.32 0.34 0.14 0.42 0.16 0.42 0.24",
+        },
+    }
+)
 
 # %% ../nbs/11_madc.ipynb #a6e855ce
 def paper_reversal_curves() -> pd.DataFrame:
@@ -415,70 +635,140 @@ def paper_reversal_curves() -> pd.DataFrame:
     for (tab, case, model), cols in PAPER_REVERSAL_TABLES.items():
         for order, s in cols.items():
             vals = [float(v) for v in s.split()]
-            rows += [dict(table=tab, case=case, item_id=CASES[case], model=model, order=order, count=i + 1, accuracy=v)
-                     for i, v in enumerate(vals)]
+            rows += [
+                dict(
+                    table=tab,
+                    case=case,
+                    item_id=CASES[case],
+                    model=model,
+                    order=order,
+                    count=i + 1,
+                    accuracy=v,
+                )
+                for i, v in enumerate(vals)
+            ]
     return pd.DataFrame(rows)
 
-# Table 1 (10 agents, 1 debate round), the open models: row -> (Logical Deduction, Geometric Shapes, MATH500), percent
+# %% ../nbs/11_madc.ipynb #8bb141ff
+# Table 1 (10 agents, 1 debate round), the open models: row
+# -> (Logical Deduction, Geometric Shapes, MATH500), percent
 PAPER_TABLE1: dict[str, dict[str, tuple[float, float, float]]] = {
-    "qwen2.5-3b-instruct": {"single": (42.0, 27.2, 61.4), "sc": (54.0, 28.8, 69.2), "mad": (41.2, 25.2, 69.6),
-                            "truth_last": (64.0, 48.0, 76.2), "madc": (50.0, 28.4, 71.0)},
-    "qwen2.5-7b-instruct": {"single": (52.4, 57.0, 67.8), "sc": (60.2, 64.0, 75.8), "mad": (70.4, 64.8, 74.4),
-                            "truth_last": (81.8, 76.0, 80.4), "madc": (72.0, 68.4, 76.8)},
-    "deepseek-r1-distill-qwen-7b": {"single": (61.2, 62.4, 86.2), "sc": (86.8, 74.0, 90.6), "mad": (76.0, 65.2, 87.2),
-                                    "truth_last": (89.6, 89.6, 91.8), "madc": (85.2, 74.8, 90.2)},
-    "deepseek-r1-distill-qwen-14b": {"single": (92.4, 75.2, 87.2), "sc": (99.2, 79.2, 90.8), "mad": (99.6, 79.6, 90.2),
-                                     "truth_last": (99.6, 81.6, 92.2), "madc": (99.6, 80.4, 90.8)},
+    "qwen2.5-3b-instruct": {
+        "single": (42.0, 27.2, 61.4),
+        "sc": (54.0, 28.8, 69.2),
+        "mad": (41.2, 25.2, 69.6),
+        "truth_last": (64.0, 48.0, 76.2),
+        "madc": (50.0, 28.4, 71.0),
+    },
+    "qwen2.5-7b-instruct": {
+        "single": (52.4, 57.0, 67.8),
+        "sc": (60.2, 64.0, 75.8),
+        "mad": (70.4, 64.8, 74.4),
+        "truth_last": (81.8, 76.0, 80.4),
+        "madc": (72.0, 68.4, 76.8),
+    },
+    "deepseek-r1-distill-qwen-7b": {
+        "single": (61.2, 62.4, 86.2),
+        "sc": (86.8, 74.0, 90.6),
+        "mad": (76.0, 65.2, 87.2),
+        "truth_last": (89.6, 89.6, 91.8),
+        "madc": (85.2, 74.8, 90.2),
+    },
+    "deepseek-r1-distill-qwen-14b": {
+        "single": (92.4, 75.2, 87.2),
+        "sc": (99.2, 79.2, 90.8),
+        "mad": (99.6, 79.6, 90.2),
+        "truth_last": (99.6, 81.6, 92.2),
+        "madc": (99.6, 80.4, 90.8),
+    },
 }
 PAPER_TABLE1_TASKS = ("bbh_logical_deduction_7", "bbh_geometric_shapes", "math500")
+
+# %% ../nbs/11_madc.ipynb #46f8773f
 # Tables 2-5 (agent scaling, 3..10 agents): (model, task) -> {"mad": [...], "madc": [...]}, percent
 PAPER_AGENT_SCALING: dict[tuple[str, str], dict[str, tuple[float, ...]]] = {
-    ("qwen2.5-7b-instruct", "bbh_geometric_shapes"): {"mad": (59.2, 61.6, 60.8, 62.0, 62.0, 64.0, 63.2, 64.8),
-                                                      "madc": (58.0, 64.0, 62.4, 64.4, 62.8, 64.8, 67.2, 68.4)},
-    ("qwen2.5-7b-instruct", "bbh_logical_deduction_7"): {"mad": (61.2, 62.8, 65.2, 66.8, 67.2, 67.6, 67.6, 70.4),
-                                                         "madc": (61.6, 64.8, 66.0, 69.2, 69.6, 68.0, 70.0, 72.0)},
-    ("deepseek-r1-distill-qwen-7b", "bbh_geometric_shapes"): {"mad": (60.0, 61.6, 62.4, 64.0, 63.2, 64.0, 66.0, 65.2),
-                                                              "madc": (61.6, 63.2, 66.4, 71.2, 70.4, 74.4, 74.0, 74.8)},
-    ("deepseek-r1-distill-qwen-7b", "bbh_logical_deduction_7"): {"mad": (72.0, 72.4, 73.2, 74.8, 73.6, 76.0, 77.2, 76.0),
-                                                                 "madc": (74.8, 75.6, 78.0, 81.2, 80.8, 81.2, 84.4, 85.2)},
+    ("qwen2.5-7b-instruct", "bbh_geometric_shapes"): {
+        "mad": (59.2, 61.6, 60.8, 62.0, 62.0, 64.0, 63.2, 64.8),
+        "madc": (58.0, 64.0, 62.4, 64.4, 62.8, 64.8, 67.2, 68.4),
+    },
+    ("qwen2.5-7b-instruct", "bbh_logical_deduction_7"): {
+        "mad": (61.2, 62.8, 65.2, 66.8, 67.2, 67.6, 67.6, 70.4),
+        "madc": (61.6, 64.8, 66.0, 69.2, 69.6, 68.0, 70.0, 72.0),
+    },
+    ("deepseek-r1-distill-qwen-7b", "bbh_geometric_shapes"): {
+        "mad": (60.0, 61.6, 62.4, 64.0, 63.2, 64.0, 66.0, 65.2),
+        "madc": (61.6, 63.2, 66.4, 71.2, 70.4, 74.4, 74.0, 74.8),
+    },
+    ("deepseek-r1-distill-qwen-7b", "bbh_logical_deduction_7"): {
+        "mad": (72.0, 72.4, 73.2, 74.8, 73.6, 76.0, 77.2, 76.0),
+        "madc": (74.8, 75.6, 78.0, 81.2, 80.8, 81.2, 84.4, 85.2),
+    },
 }
 
 # %% ../nbs/11_madc.ipynb #786664d9
-COUNT_TABLE_ORDERS = {"correct_first": "Correct First", "incorrect_first": "Incorrect First", "alternating": "Alternating"}
+COUNT_TABLE_ORDERS = {
+    "correct_first": "Correct First",
+    "incorrect_first": "Incorrect First",
+    "alternating": "Alternating",
+}
+
 
 def reversal_count_table(curve: pd.DataFrame, blocks: int = 2) -> pd.DataFrame:
     """MADC Tables 6-11's layout for one model and case question: a row per count (`Count`) with the accuracy of
     correct first, incorrect first and alternating (those present), the counts split into `blocks` column blocks side
     by side (the paper prints counts 1-40 beside 41-80). `curve`: `reversal_curve` rows of one (model, item_id)."""
     if len(curve[["model", "item_id"]].drop_duplicates()) != 1:
-        raise ValueError("reversal_count_table: give the curve of exactly one model and case question")
+        raise ValueError(
+            "reversal_count_table: give the curve of exactly one model and case question"
+        )
     wide = curve.pivot_table(index="count", columns="order", values="accuracy")
     cols = [o for o in COUNT_TABLE_ORDERS if o in wide.columns]
-    wide = wide[cols].rename(columns=COUNT_TABLE_ORDERS).reset_index().rename(columns={"count": "Count"})
+    wide = (
+        wide[cols]
+        .rename(columns=COUNT_TABLE_ORDERS)
+        .reset_index()
+        .rename(columns={"count": "Count"})
+    )
     wide["Count"] = wide["Count"].astype("Int64")
     n = math.ceil(len(wide) / max(1, int(blocks)))
-    parts = [wide.iloc[i * n:(i + 1) * n].reset_index(drop=True) for i in range(max(1, int(blocks)))]
+    parts = [
+        wide.iloc[i * n : (i + 1) * n].reset_index(drop=True) for i in range(max(1, int(blocks)))
+    ]
     return pd.concat([p for p in parts if len(p)], axis=1)
 
 # %% ../nbs/11_madc.ipynb #ed49da25
 _OPENING_TOKENS, _QUESTION_TOKENS = 900, 200
 
+
 def _task_size(task: str, source: str) -> int:
     spec = get_task(task)
-    if source == "hub" and spec.n_items: return int(spec.n_items)
+    if source == "hub" and spec.n_items:
+        return int(spec.n_items)
     from mad_study.data import load_items
+
     return len(load_items(task, source="fixture", save=False))
 
+# %% ../nbs/11_madc.ipynb #86ea9009
 def _n_items(p: Mapping, task: str) -> int:
     size = _task_size(task, str(p.get("source") or "fixture"))
     return size if p.get("n_items") is None else min(int(p["n_items"]), size)
 
+# %% ../nbs/11_madc.ipynb #d9cccf79
 def _distinct(xs: Sequence) -> list:
     return list(dict.fromkeys(xs))
 
-def _sol(p: Mapping) -> int: return min(int(p.get("max_new_tokens") or 512), 512)
+# %% ../nbs/11_madc.ipynb #ab0e0506
+def _sol(p: Mapping) -> int:
+    return min(int(p.get("max_new_tokens") or 512), 512)
 
-def _debate_plan(p: Mapping, n_strategies: int, rounds: int, repeats: int = 1, agent_counts: Sequence[int] | None = None) -> dict:
+# %% ../nbs/11_madc.ipynb #ce3a6996
+def _debate_plan(
+    p: Mapping,
+    n_strategies: int,
+    rounds: int,
+    repeats: int = 1,
+    agent_counts: Sequence[int] | None = None,
+) -> dict:
     gens = prompt = 0
     mnt, L = int(p.get("max_new_tokens") or 512), _sol(p)
     counts = list(agent_counts) if agent_counts else [int(p.get("n_agents") or 10)]
@@ -491,7 +781,12 @@ def _debate_plan(p: Mapping, n_strategies: int, rounds: int, repeats: int = 1, a
             for a in counts:
                 per_turn = _OPENING_TOKENS + _QUESTION_TOKENS + L + (a - 1) * L
                 gens += n * a * n_strategies * rounds
-                prompt += n * a * n_strategies * sum(per_turn + (r - 1) * (a * L) for r in range(1, rounds + 1))
+                prompt += (
+                    n
+                    * a
+                    * n_strategies
+                    * sum(per_turn + (r - 1) * (a * L) for r in range(1, rounds + 1))
+                )
     return {"generations": gens, "prompt_tokens": prompt, "completion_tokens": gens * mnt}
 
 # %% ../nbs/11_madc.ipynb #77852174
@@ -500,30 +795,51 @@ def plan_fig1(p: Mapping) -> dict:
     "madc_fig1: one run per (model, task), every strategy in `strategies`. (MADC Fig. 1.)"
     return _debate_plan(p, len(p.get("strategies") or []), int(p.get("debate_rounds") or 1))
 
+# %% ../nbs/11_madc.ipynb #4ceec9db
 @planner("madc_fig3_5")
 def plan_fig3_5(p: Mapping) -> dict:
     "madc_fig3_5: `repeats` runs per (model, task), every strategy (the sim-only recency control is not counted). (MADC Figs. 3-5.)"
-    return _debate_plan(p, len(p.get("strategies") or []), int(p.get("debate_rounds") or 1), repeats=int(p.get("repeats") or 1))
+    return _debate_plan(
+        p,
+        len(p.get("strategies") or []),
+        int(p.get("debate_rounds") or 1),
+        repeats=int(p.get("repeats") or 1),
+    )
 
+# %% ../nbs/11_madc.ipynb #a4bd1070
 @planner("madc_tab1")
 def plan_tab1(p: Mapping) -> dict:
     "madc_tab1: MAD (Fixed), MAD+Truth Last, MAD+MADC; Single CoT and Self-Consistency reuse round 0."
     return _debate_plan(p, 3, int(p.get("debate_rounds") or 1))
 
+# %% ../nbs/11_madc.ipynb #cad3da6f
 @planner("madc_fig7")
 def plan_fig7(p: Mapping) -> dict:
     "madc_fig7: MAD, MAD+Truth Last, MAD+MADC for `max_rounds` debate rounds."
     return _debate_plan(p, 3, int(p.get("max_rounds") or 1))
 
+# %% ../nbs/11_madc.ipynb #e5fb235b
 @planner("madc_tab2_5")
 def plan_tab2_5(p: Mapping) -> dict:
     "madc_tab2_5: MAD and MAD+MADC for every agent count (round 0 shared across counts)."
-    return _debate_plan(p, 2, int(p.get("debate_rounds") or 1), agent_counts=p.get("agent_counts") or [10])
+    return _debate_plan(
+        p, 2, int(p.get("debate_rounds") or 1), agent_counts=p.get("agent_counts") or [10]
+    )
 
+# %% ../nbs/11_madc.ipynb #cfba5a11
 def _cot_plan(p: Mapping) -> dict:
-    n = len(_distinct(p.get("models") or [])) * len(p.get("case_ids") or []) * int(p.get("cot_samples") or 0)
-    return {"generations": n, "prompt_tokens": n * (_QUESTION_TOKENS + 60), "completion_tokens": n * int(p.get("max_new_tokens") or 512)}
+    n = (
+        len(_distinct(p.get("models") or []))
+        * len(p.get("case_ids") or [])
+        * int(p.get("cot_samples") or 0)
+    )
+    return {
+        "generations": n,
+        "prompt_tokens": n * (_QUESTION_TOKENS + 60),
+        "completion_tokens": n * int(p.get("max_new_tokens") or 512),
+    }
 
+# %% ../nbs/11_madc.ipynb #0c7a9479
 @planner("madc_fig8")
 def plan_fig8(p: Mapping) -> dict:
     "madc_fig8: `cot_samples` zero-shot CoT samples per case question and model."
@@ -534,9 +850,21 @@ def plan_fig8(p: Mapping) -> dict:
 def plan_fig9(p: Mapping) -> dict:
     "madc_fig9: the CoT samples, then per pool repeat, order and count (at most 2 x pool_size) `reps_per_count` responses."
     out = _cot_plan(p)
-    units = len(_distinct(p.get("models") or [])) * len(p.get("case_ids") or []) * int(p.get("reversal_repeats") or 1) * len(p.get("orders") or [])
+    units = (
+        len(_distinct(p.get("models") or []))
+        * len(p.get("case_ids") or [])
+        * int(p.get("reversal_repeats") or 1)
+        * len(p.get("orders") or [])
+    )
     reps, counts, L = int(p.get("reps_per_count") or 1), 2 * int(p.get("pool_size") or 0), _sol(p)
     gens = units * counts * reps
-    prompt = units * reps * sum(_OPENING_TOKENS + _QUESTION_TOKENS + L + c * L for c in range(1, counts + 1))
-    return {"generations": out["generations"] + gens, "prompt_tokens": out["prompt_tokens"] + prompt,
-            "completion_tokens": out["completion_tokens"] + gens * int(p.get("max_new_tokens") or 512)}
+    prompt = (
+        units
+        * reps
+        * sum(_OPENING_TOKENS + _QUESTION_TOKENS + L + c * L for c in range(1, counts + 1))
+    )
+    return {
+        "generations": out["generations"] + gens,
+        "prompt_tokens": out["prompt_tokens"] + prompt,
+        "completion_tokens": out["completion_tokens"] + gens * int(p.get("max_new_tokens") or 512),
+    }

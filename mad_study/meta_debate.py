@@ -18,11 +18,22 @@ import pandas as pd
 
 from .core import ConfigError, GenRequest, Item, atomic_write_text, derive_seed, rng_for
 from .answers import extract_answer, is_correct
-from .prompts import META_DEBATE_PROMPTS, fill, number_word
+from .prompts import META_DEBATE_PROMPTS, number_word
 from .registry import planner
 from .interface import generate_jobs
-from .roles import (DMAD_ROLES, DMAD_VISION_ROLES, MAD_ROLES, fill_placeholders, pot_answer_hint, answer_instruction, parse_verdict, pot_turn,
-                             question_parts, run_dmad, run_mad)
+from mad_study.roles import (
+    DMAD_ROLES,
+    DMAD_VISION_ROLES,
+    MAD_ROLES,
+    fill_placeholders,
+    pot_answer_hint,
+    answer_instruction,
+    parse_verdict,
+    pot_turn,
+    question_parts,
+    run_dmad,
+    run_mad,
+)
 
 # %% auto #0
 __all__ = ['FRAMEWORKS', 'MODALITIES', 'SCORE_MIN', 'SCORE_MAX', 'MAX_REVIEW_CHARS', 'MAX_REVIEW_OBJECTS', 'TIE_ATOL',
@@ -38,115 +49,180 @@ __all__ = ['FRAMEWORKS', 'MODALITIES', 'SCORE_MIN', 'SCORE_MAX', 'MAX_REVIEW_CHA
 FRAMEWORKS: dict[str, tuple[str, ...]] = {"mad": MAD_ROLES, "dmad": DMAD_ROLES}
 MODALITIES = ("text", "vision")
 
+
 def framework_roles(framework: str, modality: str = "text") -> tuple[str, ...]:
     "The roles of `framework` ('mad' or 'dmad') in debate order; DMAD's on images are IO / CCoT / DDCoT (Sec. 4)."
-    if framework not in FRAMEWORKS: raise ConfigError("unknown debate framework", key="framework", value=framework, choices=FRAMEWORKS)
-    if modality not in MODALITIES: raise ConfigError("unknown modality", key="modality", value=modality, choices=MODALITIES)
-    return DMAD_VISION_ROLES if (framework, modality) == ("dmad", "vision") else FRAMEWORKS[framework]
+    if framework not in FRAMEWORKS:
+        raise ConfigError(
+            "unknown debate framework", key="framework", value=framework, choices=FRAMEWORKS
+        )
+    if modality not in MODALITIES:
+        raise ConfigError("unknown modality", key="modality", value=modality, choices=MODALITIES)
+    return (
+        DMAD_VISION_ROLES if (framework, modality) == ("dmad", "vision") else FRAMEWORKS[framework]
+    )
 
+# %% ../nbs/14_meta_debate.ipynb #82118202
 def items_modality(items: Sequence[Item]) -> str:
     "The one modality of `items` ('text' or 'vision'); a mix is an error (the frameworks' roles differ)."
     mods = sorted({it.modality for it in items})
-    if len(mods) > 1: raise ConfigError("items mix text and vision questions: run them apart", key="items", value=mods)
+    if len(mods) > 1:
+        raise ConfigError(
+            "items mix text and vision questions: run them apart", key="items", value=mods
+        )
     return mods[0] if mods else "text"
 
+# %% ../nbs/14_meta_debate.ipynb #e1f4a885
 def context_key(framework: str, role: str) -> str:
     "The key of the framework's description in App. A's prompts: DMAD's vision methods have their own."
     return "dmad_vision" if role in DMAD_VISION_ROLES else framework
 
 # %% ../nbs/14_meta_debate.ipynb #998ad5a7
 SCORE_MIN, SCORE_MAX = 1.0, 5.0
-MAX_REVIEW_CHARS = 50_000      # a review is read from its last 50,000 characters (the JSON object ends the reply)
-MAX_REVIEW_OBJECTS = 64        # at most this many `{"Agent` starts are decoded
+MAX_REVIEW_CHARS = (
+    50_000  # a review is read from its last 50,000 characters (the JSON object ends the reply)
+)
+MAX_REVIEW_OBJECTS = 64  # at most this many `{"Agent` starts are decoded
+
 
 def review_skeleton(n_agents: int, criteria: Sequence[str]) -> str:
     "Meta-Debate Prompt 2 (App. A.1) + the kit's sentence: the JSON form asked for, one entry per agent (`Agent 1` .. `Agent n`) and criterion."
-    inner = ", ".join(f"{json.dumps(str(c).strip(), ensure_ascii=False)}: <score>" for c in criteria) or '"score": <score>'
+    inner = (
+        ", ".join(f"{json.dumps(str(c).strip(), ensure_ascii=False)}: <score>" for c in criteria)
+        or '"score": <score>'
+    )
     return "{" + ",\n ".join(f'"Agent {j}": {{{inner}}}' for j in range(1, int(n_agents) + 1)) + "}"
 
-def _norm_name(s) -> str: return re.sub(r"\s+", " ", re.sub(r"\(\s*1\s*[-–]\s*5\s*\)|\*", " ", str(s))).strip().casefold()
+# %% ../nbs/14_meta_debate.ipynb #b5e50e72
+def _norm_name(s) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"\(\s*1\s*[-–]\s*5\s*\)|\*", " ", str(s))).strip().casefold()
 
+# %% ../nbs/14_meta_debate.ipynb #a136a4b0
 def _exact_score(v) -> float:
     "A structured score: a number (or numeric string, `/5` allowed) from 1 to 5; else NaN."
-    if isinstance(v, bool): return float("nan")
+    if isinstance(v, bool):
+        return float("nan")
     if isinstance(v, str):
         m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(?:/\s*5\s*)?", v)
         v = m.group(1) if m else None
-    try: x = float(v)
-    except (TypeError, ValueError, OverflowError): return float("nan")
+    try:
+        x = float(v)
+    except (TypeError, ValueError, OverflowError):
+        return float("nan")
     return x if SCORE_MIN <= x <= SCORE_MAX else float("nan")
 
+# %% ../nbs/14_meta_debate.ipynb #4fd7bad7
 def _dup_pairs(pairs):
     "object_pairs_hook: a key given twice is marked ambiguous (never silently the last)."
     out = {}
-    for k, v in pairs: out[k] = _AMBIGUOUS if k in out else v
+    for k, v in pairs:
+        out[k] = _AMBIGUOUS if k in out else v
     return out
+
+
 _AMBIGUOUS = object()
 
 # %% ../nbs/14_meta_debate.ipynb #cbcbc526
 _AGENT_KEY = re.compile(r"\s*agent\s*(\d+)\s*", re.I)
 
+
 def _agent_objects(text: str) -> list[dict]:
     "Every JSON object in `text` whose keys include `Agent <j>`, in order (bounded, never raises)."
     s = re.sub(r"```(?:json|JSON)?", "", text[-MAX_REVIEW_CHARS:])
-    dec, out = json.JSONDecoder(object_pairs_hook=_dup_pairs, parse_int=lambda x: x if len(x) > 100 else int(x)), []
+    dec, out = (
+        json.JSONDecoder(
+            object_pairs_hook=_dup_pairs, parse_int=lambda x: x if len(x) > 100 else int(x)
+        ),
+        [],
+    )
     for n, m in enumerate(re.finditer(r'\{\s*"\s*agent\s*\d', s, flags=re.I)):
-        if n >= MAX_REVIEW_OBJECTS: break
-        try: obj, _ = dec.raw_decode(s, m.start())
-        except (ValueError, RecursionError): continue
-        if isinstance(obj, dict) and any(_AGENT_KEY.fullmatch(str(k)) for k in obj): out.append(obj)
+        if n >= MAX_REVIEW_OBJECTS:
+            break
+        try:
+            obj, _ = dec.raw_decode(s, m.start())
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(obj, dict) and any(_AGENT_KEY.fullmatch(str(k)) for k in obj):
+            out.append(obj)
     return out
 
+# %% ../nbs/14_meta_debate.ipynb #56b56179
 def structured_scores(obj: Mapping, n_agents: int, criteria: Sequence[str]) -> np.ndarray:
     "S^(k)_{i,j} (Meta-Debate Sec. 3.1) from one structured review object: per agent the mean over `criteria`, each given exactly; else NaN."
     out = np.full(int(n_agents), np.nan)
     by_agent: dict[int, Any] = {}
     for k, v in obj.items():
         m = _AGENT_KEY.fullmatch(str(k))
-        if m: j = int(m.group(1)); by_agent[j] = _AMBIGUOUS if j in by_agent else v
+        if m:
+            j = int(m.group(1))
+            by_agent[j] = _AMBIGUOUS if j in by_agent else v
     names = [_norm_name(c) for c in criteria]
     for j in range(1, int(n_agents) + 1):
         e = by_agent.get(j)
-        if e is _AMBIGUOUS or e is None: continue
-        if not names: vals = [_exact_score(e if not isinstance(e, Mapping) else e.get("score"))]
-        elif not isinstance(e, Mapping): continue
+        if e is _AMBIGUOUS or e is None:
+            continue
+        if not names:
+            vals = [_exact_score(e if not isinstance(e, Mapping) else e.get("score"))]
+        elif not isinstance(e, Mapping):
+            continue
         else:
             got: dict[str, Any] = {}
             for k, v in e.items():
-                nk = _norm_name(k); got[nk] = _AMBIGUOUS if nk in got or v is _AMBIGUOUS else v
-            vals = [_exact_score(got[c]) if got.get(c, _AMBIGUOUS) is not _AMBIGUOUS else np.nan for c in names]
-        if vals and not np.isnan(vals).any(): out[j - 1] = float(np.mean(vals))
+                nk = _norm_name(k)
+                got[nk] = _AMBIGUOUS if nk in got or v is _AMBIGUOUS else v
+            vals = [
+                _exact_score(got[c]) if got.get(c, _AMBIGUOUS) is not _AMBIGUOUS else np.nan
+                for c in names
+            ]
+        if vals and not np.isnan(vals).any():
+            out[j - 1] = float(np.mean(vals))
     return out
 
 # %% ../nbs/14_meta_debate.ipynb #a473c277
-_SCALE = re.compile(r"\(?\b1\s*[-–]\s*5\b\)?")                    # echoed scale text "(1-5)", "1–5"
+_SCALE = re.compile(r"\(?\b1\s*[-–]\s*5\b\)?")  # echoed scale text "(1-5)", "1–5"
 _HEADER = re.compile(r"^[ \t>|*#\-•]*(?:\*\*|__)?\s*Agent\s*(\d+)\b", re.I | re.M)
 _NUM = r"(?P<neg>[-−](?=\d))?(?P<v>\d+(?:\.\d+)?)(?:\s*/\s*(?P<d>\d+(?:\.\d+)?))?(?!\.?\d)(?!\s*%)"
-_FRACTION = re.compile(r"(?<![\w.\-−/])(?P<neg>[-−](?=\d))?(?P<v>\d+(?:\.\d+)?)\s*/\s*(?P<d>5|10)(?![\d.]\d*)")
+_FRACTION = re.compile(
+    r"(?<![\w.\-−/])(?P<neg>[-−](?=\d))?(?P<v>\d+(?:\.\d+)?)\s*/\s*(?P<d>5|10)(?![\d.]\d*)"
+)
 _SCORE_IS = re.compile(r"\bscore\s*(?:is|:|=|of)?\s*\**\s*" + _NUM, re.I)
+
 
 def _scaled(m) -> float:
     "A text score on the 1-5 scale: `v` (1-5), or `v/d` mapped linearly from [1, d]; negative or off-scale -> NaN."
-    if m.group("neg"): return float("nan")
-    try: v = float(m.group("v")); d = float(m.group("d")) if m.group("d") else SCORE_MAX
-    except (TypeError, ValueError, OverflowError): return float("nan")
-    if not (d > 1 and 1 <= v <= d): return float("nan")
+    if m.group("neg"):
+        return float("nan")
+    try:
+        v = float(m.group("v"))
+        d = float(m.group("d")) if m.group("d") else SCORE_MAX
+    except (TypeError, ValueError, OverflowError):
+        return float("nan")
+    if not (d > 1 and 1 <= v <= d):
+        return float("nan")
     return v if d == SCORE_MAX else SCORE_MIN + (SCORE_MAX - SCORE_MIN) * (v - 1) / (d - 1)
 
+# %% ../nbs/14_meta_debate.ipynb #a946096f
 def _named(sec: str, name: str) -> list[float]:
     "Every score written right after the criterion `name` (whole words) in `sec`."
     words = str(name).split()
-    if not words: return []
-    pat = (r"(?<![\w])" + r"\s+".join(map(re.escape, words)) + r"(?![\w])[\s*_]*(?:\(\s*score\s*)?"
-           r"(?:[:=–—]|-(?=\s))?[\s*_]*" + _NUM)
+    if not words:
+        return []
+    pat = (
+        r"(?<![\w])" + r"\s+".join(map(re.escape, words)) + r"(?![\w])[\s*_]*(?:\(\s*score\s*)?"
+        r"(?:[:=–—]|-(?=\s))?[\s*_]*" + _NUM
+    )
     return [_scaled(m) for m in re.finditer(pat, sec, flags=re.I)]
 
+# %% ../nbs/14_meta_debate.ipynb #38f47818
 def _generic(sec: str) -> list[float]:
     "The section's explicit scores: `Score is n` (or `Score: n/d`) and `n/5`, `n/10`, each counted once."
     out, spans = [], []
-    for m in _SCORE_IS.finditer(sec): out.append((m.start(), _scaled(m))); spans.append(m.span())
+    for m in _SCORE_IS.finditer(sec):
+        out.append((m.start(), _scaled(m)))
+        spans.append(m.span())
     for m in _FRACTION.finditer(sec):
-        if not any(a <= m.start() < b for a, b in spans): out.append((m.start(), _scaled(m)))
+        if not any(a <= m.start() < b for a, b in spans):
+            out.append((m.start(), _scaled(m)))
     return [v for _, v in sorted(out)]
 
 # %% ../nbs/14_meta_debate.ipynb #a4858a95
@@ -155,48 +231,64 @@ def _same(vals: Sequence[float]) -> float:
     v = np.asarray(vals, dtype=float)
     return float(v[0]) if len(v) and not np.isnan(v).any() and np.ptp(v) < 1e-9 else float("nan")
 
+# %% ../nbs/14_meta_debate.ipynb #db7dd2dd
 def _section_score(sec: str, names: Sequence[str]) -> float | None:
     "One section's score: None (no score in it), NaN (ambiguous or invalid) or the mean over the criteria."
     found = {c: _same(v) for c in names if (v := _named(sec, c))}
-    if names and len(found) == len(names): return _same([np.mean(list(found.values()))])
+    if names and len(found) == len(names):
+        return _same([np.mean(list(found.values()))])
     gen = _generic(sec)
-    if not gen: return float("nan") if found else None
-    if (len(gen) == 1 and not found) or len(gen) == len(names): return _same([np.mean(gen)])
+    if not gen:
+        return float("nan") if found else None
+    if (len(gen) == 1 and not found) or len(gen) == len(names):
+        return _same([np.mean(gen)])
     return float("nan")
 
+# %% ../nbs/14_meta_debate.ipynb #070bb039
 def text_scores(text: str, n_agents: int, criteria: Sequence[str] = ()) -> np.ndarray:
     "S^(k)_{i,j} (Meta-Debate Sec. 3.1) by the conservative text reader (see above): per agent its score, NaN when absent or ambiguous."
     out = np.full(int(n_agents), np.nan)
-    if not isinstance(text, str): return out
+    if not isinstance(text, str):
+        return out
     t = _SCALE.sub(" ", text[-MAX_REVIEW_CHARS:])
     marks = [(int(m.group(1)), m.start()) for m in _HEADER.finditer(t)]
     per: dict[int, list[float]] = {}
     for (j, start), nxt in zip(marks, marks[1:] + [(None, len(t))]):
-        if not 1 <= j <= n_agents: continue
-        v = _section_score(t[start:nxt[1]], [str(c).strip() for c in criteria])
-        if v is not None: per.setdefault(j, []).append(v)
-    for j, vals in per.items(): out[j - 1] = _same(vals)
+        if not 1 <= j <= n_agents:
+            continue
+        v = _section_score(t[start : nxt[1]], [str(c).strip() for c in criteria])
+        if v is not None:
+            per.setdefault(j, []).append(v)
+    for j, vals in per.items():
+        out[j - 1] = _same(vals)
     return out
 
 # %% ../nbs/14_meta_debate.ipynb #02e696a7
 @dataclass
 class ReviewScores:
     "Meta-Debate's peer review: one review's scores S^(k)_{i,j} for agents 1..m, and how they were read: 'structured', 'text' (fallback) or 'none'."
+
     scores: np.ndarray
     how: str
-    @property
-    def fallback(self) -> bool: return self.how != "structured"
 
+    @property
+    def fallback(self) -> bool:
+        return self.how != "structured"
+
+# %% ../nbs/14_meta_debate.ipynb #5e9a4189
 def read_review(text: str, n_agents: int, criteria: Sequence[str] = ()) -> ReviewScores:
     """One review (Meta-Debate Prompt 2, Sec. 3.1: S^(k)_{i,j} = mean over the role's criteria) for agents 1..n_agents:
     the last structured JSON object, else the conservative text reader (fallback). Never raises; missing is NaN."""
     n = int(n_agents)
-    if not isinstance(text, str) or not text.strip(): return ReviewScores(np.full(n, np.nan), "none")
+    if not isinstance(text, str) or not text.strip():
+        return ReviewScores(np.full(n, np.nan), "none")
     objs = _agent_objects(text)
-    if objs: return ReviewScores(structured_scores(objs[-1], n, criteria), "structured")
+    if objs:
+        return ReviewScores(structured_scores(objs[-1], n, criteria), "structured")
     s = text_scores(text, n, criteria)
     return ReviewScores(s, "text" if np.isfinite(s).any() else "none")
 
+# %% ../nbs/14_meta_debate.ipynb #25f63502
 def parse_review(text: str, n_agents: int, criteria: Sequence[str] = ()) -> np.ndarray:
     "Scores S^(k)_{i,j} of one review (Meta-Debate Prompt 2, Sec. 3.1): `read_review(...).scores`; NaN = missing."
     return read_review(text, n_agents, criteria).scores
@@ -205,82 +297,148 @@ def parse_review(text: str, n_agents: int, criteria: Sequence[str] = ()) -> np.n
 TIE_ATOL = 1e-9
 TIE_BREAKS = ("seeded", "first")
 
+
 def suitability(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     "Mean score S-bar[i, j] over evaluators (Meta-Debate Sec. 3.1; missing skipped; NaN if none) and the number of reviews behind each."
     s = np.asarray(scores, dtype=float)
-    if s.ndim != 3: raise ConfigError("scores must have shape (evaluators, roles, agents)", key="scores", value=s.shape)
+    if s.ndim != 3:
+        raise ConfigError(
+            "scores must have shape (evaluators, roles, agents)", key="scores", value=s.shape
+        )
     n = np.isfinite(s).sum(axis=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        mean = np.where(n > 0, np.nansum(np.where(np.isfinite(s), s, 0.0), axis=0) / np.maximum(n, 1), np.nan)
+        mean = np.where(
+            n > 0, np.nansum(np.where(np.isfinite(s), s, 0.0), axis=0) / np.maximum(n, 1), np.nan
+        )
     return mean, n
 
+# %% ../nbs/14_meta_debate.ipynb #baa8d19d
 def _names(names, n: int, key: str) -> list:
     out = list(names) if names is not None else list(range(n))
-    if len(out) != n: raise ConfigError(f"scores have {n} {key}, got {len(out)} names", key=key, value=out)
-    if len(set(map(str, out))) != len(out): raise ConfigError(f"duplicate {key} names", key=key, value=out)
+    if len(out) != n:
+        raise ConfigError(f"scores have {n} {key}, got {len(out)} names", key=key, value=out)
+    if len(set(map(str, out))) != len(out):
+        raise ConfigError(f"duplicate {key} names", key=key, value=out)
     return out
 
 # %% ../nbs/14_meta_debate.ipynb #af9a4980
-def role_decisions(scores: np.ndarray, roles: Sequence[str] | None = None, agents: Sequence[str] | None = None, *,
-                   tie_break: str = "seeded", tie_seed: Any = (), atol: float = TIE_ATOL) -> list[dict]:
+def role_decisions(
+    scores: np.ndarray,
+    roles: Sequence[str] | None = None,
+    agents: Sequence[str] | None = None,
+    *,
+    tie_break: str = "seeded",
+    tie_seed: Any = (),
+    atol: float = TIE_ATOL,
+) -> list[dict]:
     """Meta-Debate's pi_Q(R_i) = argmax_j S-bar_{i,j} (Sec. 3.1), per role: {role, agent, tied (agents at the maximum),
     reviews (behind the winner's mean)}. Ties within `atol` are broken by `tie_break` (see above)."""
-    if tie_break not in TIE_BREAKS: raise ConfigError("unknown tie-break rule", key="tie_break", value=tie_break, choices=TIE_BREAKS)
+    if tie_break not in TIE_BREAKS:
+        raise ConfigError(
+            "unknown tie-break rule", key="tie_break", value=tie_break, choices=TIE_BREAKS
+        )
     mean, n = suitability(scores)
     R, N = mean.shape
-    if N == 0: raise ConfigError("no agents to assign roles to", key="agents", value=[])
+    if N == 0:
+        raise ConfigError("no agents to assign roles to", key="agents", value=[])
     roles, agents = _names(roles, R, "roles"), _names(agents, N, "agents")
     seed = tie_seed if isinstance(tie_seed, (tuple, list)) else (tie_seed,)
     out = []
     for i, r in enumerate(roles):
         row = mean[i]
-        tied = np.flatnonzero(row >= np.nanmax(row) - atol) if np.isfinite(row).any() else np.arange(N)
-        win = int(tied[0]) if tie_break == "first" else min(tied, key=lambda t: derive_seed("meta-debate-tie", *seed, r, agents[t]))
-        out.append(dict(role=r, agent=agents[win], tied=[agents[t] for t in tied], reviews=int(n[i, win])))
+        tied = (
+            np.flatnonzero(row >= np.nanmax(row) - atol) if np.isfinite(row).any() else np.arange(N)
+        )
+        win = (
+            int(tied[0])
+            if tie_break == "first"
+            else min(tied, key=lambda t: derive_seed("meta-debate-tie", *seed, r, agents[t]))
+        )
+        out.append(
+            dict(role=r, agent=agents[win], tied=[agents[t] for t in tied], reviews=int(n[i, win]))
+        )
     return out
 
-def assign_roles(scores: np.ndarray, roles: Sequence[str] | None = None, agents: Sequence[str] | None = None, **kw) -> dict:
+# %% ../nbs/14_meta_debate.ipynb #52b2a940
+def assign_roles(
+    scores: np.ndarray,
+    roles: Sequence[str] | None = None,
+    agents: Sequence[str] | None = None,
+    **kw,
+) -> dict:
     """Meta-Debate's assignment pi_Q(R_i) = argmax_j mean_k S^(k)_{i,j} (Sec. 3.1) from `scores[evaluator, role, agent]`.
     Returns {role: agent}; one agent may hold several roles; ties as in `role_decisions` (`tie_break`, `tie_seed`, `atol`)."""
     return {d["role"]: d["agent"] for d in role_decisions(scores, roles, agents, **kw)}
 
 # %% ../nbs/14_meta_debate.ipynb #91d3440b
-DATA_DESCRIPTIONS = {"gpqa": "text-only STEM multiple-choice questions (graduate-level biology, chemistry and physics)",
-                     "mmlu": "text-only multiple-choice knowledge questions", "gsm8k": "text-only math word problems",
-                     "math500": "text-only competition math problems",
-                     # vision-text tasks (issue 14): the paper's example of a data description is "vision-text scene understanding tasks"
-                     "mathvision": "vision-text math competition multiple-choice questions about a figure",
-                     "mathvision_all": "vision-text math competition questions about a figure",
-                     "realworldqa": "vision-text real-world scene understanding multiple-choice questions",
-                     "realworldqa_all": "vision-text real-world scene understanding questions"}
+DATA_DESCRIPTIONS = {
+    "gpqa": "text-only STEM multiple-choice questions (graduate-level biology, chemistry and physics)",
+    "mmlu": "text-only multiple-choice knowledge questions",
+    "gsm8k": "text-only math word problems",
+    "math500": "text-only competition math problems",
+    # vision-text tasks (issue 14): the paper's example of a data
+    # description is "vision-text scene understanding tasks"
+    "mathvision": "vision-text math competition multiple-choice questions about a figure",
+    "mathvision_all": "vision-text math competition questions about a figure",
+    "realworldqa": "vision-text real-world scene understanding multiple-choice questions",
+    "realworldqa_all": "vision-text real-world scene understanding questions",
+}
 
-def role_title(role: str) -> str: return META_DEBATE_PROMPTS["role_titles"].get(role, role)
 
+def role_title(role: str) -> str:
+    return META_DEBATE_PROMPTS["role_titles"].get(role, role)
+
+# %% ../nbs/14_meta_debate.ipynb #91d086d5
 def criteria_prompt(framework: str, role: str, examples: Sequence[Item], data: str) -> str:
     "App. A.2's criteria-generation prompt for `role` of `framework`, with three example questions."
     framework_roles(framework)
     qs = [question_parts(it)[0] for it in examples][:3]
-    if len(qs) < 3: raise ConfigError("criteria generation needs three example questions", key="examples", value=len(qs))
+    if len(qs) < 3:
+        raise ConfigError(
+            "criteria generation needs three example questions", key="examples", value=len(qs)
+        )
     P = META_DEBATE_PROMPTS
-    return fill_placeholders(P["criteria"], context=P["contexts"][context_key(framework, role)], role=role_title(role), data=data,
-                question1=qs[0], question2=qs[1], question3=qs[2])
+    return fill_placeholders(
+        P["criteria"],
+        context=P["contexts"][context_key(framework, role)],
+        role=role_title(role),
+        data=data,
+        question1=qs[0],
+        question2=qs[1],
+        question3=qs[2],
+    )
 
+# %% ../nbs/14_meta_debate.ipynb #2b993577
 def parse_criteria(text: str, max_criteria: int = 3) -> list[tuple[str, str]]:
     "Meta-Debate's peer-review criteria (Prompt 2's generator output) as [(name, explanation)] (at most `max_criteria`); [] if none can be read."
     out = []
     for line in (text or "").splitlines():
         m = re.match(r"^\s*(?:\d+[.)]|[-*•])\s*(.+)$", line)
-        if not m: continue
+        if not m:
+            continue
         body = m.group(1).strip()
-        mm = re.match(r"^\*\*(.+?)\*\*\s*[:\-–—]?\s*(.*)$", body) or re.match(r"^([^:\-–—]{2,60}?)\s*(?:\(1-5\))?\s*[:\-–—]\s*(.+)$", body)
+        mm = re.match(r"^\*\*(.+?)\*\*\s*[:\-–—]?\s*(.*)$", body) or re.match(
+            r"^([^:\-–—]{2,60}?)\s*(?:\(1-5\))?\s*[:\-–—]\s*(.+)$", body
+        )
         if mm:
             name = re.sub(r"\(1-5\)", "", mm.group(1)).strip(" *:")
-            if name and len(name.split()) <= 6: out.append((name, mm.group(2).strip()))
+            if name and len(name.split()) <= 6:
+                out.append((name, mm.group(2).strip()))
     return out[:max_criteria]
 
-PAPER_CRITERIA = [("Accuracy", "The response demonstrates correct application of fundamental principles, proper use of formulas/equations, and arrives at the right answer through valid reasoning steps without mathematical or conceptual errors."),
-                  ("Technical Depth", "The response shows genuine understanding of underlying mechanisms and theory, providing substantive analysis that goes beyond surface-level observations to address the core scientific concepts involved.")]
+# %% ../nbs/14_meta_debate.ipynb #59b51bed
+PAPER_CRITERIA = [
+    (
+        "Accuracy",
+        "The response demonstrates correct application of fundamental principles, proper use of formulas/equations, and arrives at the right answer through valid reasoning steps without mathematical or conceptual errors.",
+    ),
+    (
+        "Technical Depth",
+        "The response shows genuine understanding of underlying mechanisms and theory, providing substantive analysis that goes beyond surface-level observations to address the core scientific concepts involved.",
+    ),
+]
+
 
 def format_criteria(criteria: Sequence[tuple[str, str]]) -> str:
     "Criteria in the layout of Meta-Debate's Prompt 2."
@@ -289,19 +447,37 @@ def format_criteria(criteria: Sequence[tuple[str, str]]) -> str:
 # %% ../nbs/14_meta_debate.ipynb #b90dcfe7
 class CriteriaCache:
     "Generated criteria per (task, framework, role, generator model), in a JSON file (None: in memory only)."
+
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path else None
-        self.data: dict = json.loads(self.path.read_text()) if self.path and self.path.exists() else {}
+        self.data: dict = (
+            json.loads(self.path.read_text()) if self.path and self.path.exists() else {}
+        )
+
     @staticmethod
-    def key(task, framework, role, model) -> str: return f"{task}|{framework}|{role}|{model}"
-    def get(self, *k): return self.data.get(self.key(*k))
+    def key(task, framework, role, model) -> str:
+        return f"{task}|{framework}|{role}|{model}"
+
+    def get(self, *k):
+        return self.data.get(self.key(*k))
+
     def put(self, value: dict, *k) -> None:
         self.data[self.key(*k)] = value
-        if self.path: atomic_write_text(self.path, json.dumps(self.data, indent=1, ensure_ascii=False))
+        if self.path:
+            atomic_write_text(self.path, json.dumps(self.data, indent=1, ensure_ascii=False))
 
-def generate_criteria(framework: str, task: str, examples: Sequence[Item], model: str, backends: Mapping[str, Any],
-                      cache: CriteriaCache | None = None, data: str | None = None, seed: int = 0,
-                      max_new_tokens: int = 512) -> dict[str, dict]:
+# %% ../nbs/14_meta_debate.ipynb #070048d8
+def generate_criteria(
+    framework: str,
+    task: str,
+    examples: Sequence[Item],
+    model: str,
+    backends: Mapping[str, Any],
+    cache: CriteriaCache | None = None,
+    data: str | None = None,
+    seed: int = 0,
+    max_new_tokens: int = 512,
+) -> dict[str, dict]:
     """Criteria for every role of `framework` on `task` (Meta-Debate Sec. 3.2, App. A.2), drafted by `model`, cached.
     Returns {role: {"criteria": [(name, explanation)], "text": generator output, "fallback": bool, "prompt_tokens",
     "completion_tokens"}} (the tokens of the one call that drafted them, kept in the cache)."""
@@ -310,30 +486,56 @@ def generate_criteria(framework: str, task: str, examples: Sequence[Item], model
     out, jobs, todo = {}, [], []
     for role in framework_roles(framework, items_modality(examples)):
         hit = cache.get(task, framework, role, model)
-        if hit is not None: out[role] = {**hit, "criteria": [tuple(c) for c in hit["criteria"]]}; continue
+        if hit is not None:
+            out[role] = {**hit, "criteria": [tuple(c) for c in hit["criteria"]]}
+            continue
         msgs = [{"role": "user", "content": criteria_prompt(framework, role, examples, data)}]
-        jobs.append((model, GenRequest(msgs, max_new_tokens=max_new_tokens, temperature=0.0, seed=derive_seed(seed, task, role),
-                                       meta=dict(item=dataclasses.replace(examples[0], images=()), role=role, kind="criteria")))); todo.append(role)
+        jobs.append(
+            (
+                model,
+                GenRequest(
+                    msgs,
+                    max_new_tokens=max_new_tokens,
+                    temperature=0.0,
+                    seed=derive_seed(seed, task, role),
+                    meta=dict(
+                        item=dataclasses.replace(examples[0], images=()), role=role, kind="criteria"
+                    ),
+                ),
+            )
+        )
+        todo.append(role)
     for role, g in zip(todo, generate_jobs(backends, jobs)):
         crit = parse_criteria(g.text)
-        val = {"criteria": crit or PAPER_CRITERIA, "text": g.text, "fallback": not crit,
-               "prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens}
-        cache.put({**val, "criteria": [list(c) for c in val["criteria"]]}, task, framework, role, model); out[role] = val
+        val = {
+            "criteria": crit or PAPER_CRITERIA,
+            "text": g.text,
+            "fallback": not crit,
+            "prompt_tokens": g.prompt_tokens,
+            "completion_tokens": g.completion_tokens,
+        }
+        cache.put(
+            {**val, "criteria": [list(c) for c in val["criteria"]]}, task, framework, role, model
+        )
+        out[role] = val
     return out
 
 # %% ../nbs/14_meta_debate.ipynb #7b5a0a2f
 @dataclass
 class MetaDebateResult:
     "Meta-Debate outputs for a batch of items (see above)."
+
     framework: str
     models: list[str]
     roles: tuple[str, ...]
     assignment: dict[str, dict[str, str]]
-    scores: np.ndarray                         # (items, evaluators, roles, agents); NaN: missing or self-review left out
+    scores: np.ndarray  # (items, evaluators, roles, agents); NaN: missing or self-review left out
     item_ids: list[str]
-    proposals: pd.DataFrame                    # one row per (item, role, agent): text, answer, tokens, program status
-    reviews: pd.DataFrame                      # one row per (item, role, evaluator): scores, how read, tokens
-    decisions: pd.DataFrame = field(default_factory=pd.DataFrame)   # one row per (item, role): winner, tied agents
+    proposals: pd.DataFrame  # one row per (item, role, agent): text, answer, tokens, program status
+    reviews: pd.DataFrame  # one row per (item, role, evaluator): scores, how read, tokens
+    decisions: pd.DataFrame = field(
+        default_factory=pd.DataFrame
+    )  # one row per (item, role): winner, tied agents
 
     @property
     def missing_reviews(self) -> int:
@@ -354,50 +556,100 @@ class MetaDebateResult:
         "Prompt and completion tokens of the selection stage per item: proposals + reviews (the paper's Sec. 6 cost)."
         cols = ["prompt_tokens", "completion_tokens"]
         t = pd.concat([self.proposals[["item_id", *cols]], self.reviews[["item_id", *cols]]])
-        return t.groupby("item_id", sort=False)[cols].sum().reindex(self.item_ids, fill_value=0).reset_index()
+        return (
+            t.groupby("item_id", sort=False)[cols]
+            .sum()
+            .reindex(self.item_ids, fill_value=0)
+            .reset_index()
+        )
 
 # %% ../nbs/14_meta_debate.ipynb #9d05699a
 PROPOSAL_ORDERS = ("fixed", "shuffled")
 
+
 def _role_sentence(framework, role, item, chosen: Mapping[str, str]) -> str:
     P = META_DEBATE_PROMPTS["proposal_roles"]
-    return fill_placeholders(P[role], affirmative=chosen.get("affirmative", ""), negative=chosen.get("negative", ""),
-                instruction=answer_instruction(item), what=pot_answer_hint(item))
+    return fill_placeholders(
+        P[role],
+        affirmative=chosen.get("affirmative", ""),
+        negative=chosen.get("negative", ""),
+        instruction=answer_instruction(item),
+        what=pot_answer_hint(item),
+    )
 
+# %% ../nbs/14_meta_debate.ipynb #b879908a
 def _proposal_answer(text, item, role):
-    if role == "moderator": v = parse_verdict(text, item); return v.answer
+    if role == "moderator":
+        v = parse_verdict(text, item)
+        return v.answer
     return extract_answer(text, item.fmt)
 
+# %% ../nbs/14_meta_debate.ipynb #89c29977
 def _propose(items, framework, stage, models, backends, chosen, run) -> tuple[dict, list[dict]]:
     "Prompt 1 for every item, role of `stage` and agent: ({(item id, role, j): text the reviewers see}, proposal rows)."
     P, jobs, keys = META_DEBATE_PROMPTS, [], []
     for it in items:
         q, ch = question_parts(it)
         for r in stage:
-            user = fill_placeholders(P["proposal"], question=q, choices=ch, role_sentence=_role_sentence(framework, r, it, chosen[it.id]))
+            user = fill_placeholders(
+                P["proposal"],
+                question=q,
+                choices=ch,
+                role_sentence=_role_sentence(framework, r, it, chosen[it.id]),
+            )
             for j, m in enumerate(models):
-                jobs.append((m, GenRequest([{"role": "user", "content": user}], max_new_tokens=run["max_new_tokens"],
-                                           temperature=run["temperature"], seed=derive_seed(run["seed"], it.id, r, m, "proposal"),
-                                           meta=dict(item=it, role=r, kind="verdict" if r == "moderator" else "answer"))))
+                jobs.append(
+                    (
+                        m,
+                        GenRequest(
+                            [{"role": "user", "content": user}],
+                            max_new_tokens=run["max_new_tokens"],
+                            temperature=run["temperature"],
+                            seed=derive_seed(run["seed"], it.id, r, m, "proposal"),
+                            meta=dict(
+                                item=it, role=r, kind="verdict" if r == "moderator" else "answer"
+                            ),
+                        ),
+                    )
+                )
                 keys.append((it, r, j))
     props, rows = {}, []
     for (it, r, j), g in zip(keys, generate_jobs(backends, jobs)):
         text, a, status = g.text, _proposal_answer(g.text, it, r), None
-        if r == "pot":                                        # run the program; reviewers see its output (as in DMAD)
+        if r == "pot":  # run the program; reviewers see its output (as in DMAD)
             pa, text, status, _ = pot_turn(g.text, it, **run["pot"])
             a = pa if pa is not None else a
         props[(it.id, r, j)] = text
-        rows.append(dict(item_id=it.id, role=r, agent=j + 1, model=models[j], text=text, answer=a,
-                         correct=bool(a is not None and is_correct(a, it.gold, it.fmt)), pot_status=status,
-                         prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens))
+        rows.append(
+            dict(
+                item_id=it.id,
+                role=r,
+                agent=j + 1,
+                model=models[j],
+                text=text,
+                answer=a,
+                correct=bool(a is not None and is_correct(a, it.gold, it.fmt)),
+                pot_status=status,
+                prompt_tokens=g.prompt_tokens,
+                completion_tokens=g.completion_tokens,
+            )
+        )
     return props, rows
 
 # %% ../nbs/14_meta_debate.ipynb #b8fb31a9
 def shown_order(n_agents: int, order: str, *key) -> list[int]:
     "Order of the proposals in a Meta-Debate review (Prompt 2, App. A.1): `fixed` (0..m-1, the paper) or `shuffled` (seeded by `key`: seed, item, role, evaluator)."
-    if order not in PROPOSAL_ORDERS: raise ConfigError("unknown proposal order", key="proposal_order", value=order, choices=PROPOSAL_ORDERS)
-    return list(range(n_agents)) if order == "fixed" else [int(x) for x in rng_for("meta-debate-order", *key).permutation(n_agents)]
+    if order not in PROPOSAL_ORDERS:
+        raise ConfigError(
+            "unknown proposal order", key="proposal_order", value=order, choices=PROPOSAL_ORDERS
+        )
+    return (
+        list(range(n_agents))
+        if order == "fixed"
+        else [int(x) for x in rng_for("meta-debate-order", *key).permutation(n_agents)]
+    )
 
+# %% ../nbs/14_meta_debate.ipynb #3f4ce313
 def _review(items, framework, stage, models, backends, crit, props, chosen, run) -> list[dict]:
     "Prompt 2 for every item, role of `stage` and evaluator; one row per review with the scores mapped back to the agents."
     P, N, jobs, keys = META_DEBATE_PROMPTS, len(models), [], []
@@ -405,106 +657,253 @@ def _review(items, framework, stage, models, backends, crit, props, chosen, run)
         q, ch = question_parts(it)
         for r in stage:
             names = [c[0] for c in crit[r]]
-            fmt = fill_placeholders(P["review_format"], skeleton=review_skeleton(N, names)) if run["review_format"] else ""
-            aff = _proposal_answer(chosen[it.id].get("affirmative", ""), it, "affirmative") if r == "negative" else None
+            fmt = (
+                fill_placeholders(P["review_format"], skeleton=review_skeleton(N, names))
+                if run["review_format"]
+                else ""
+            )
+            aff = (
+                _proposal_answer(chosen[it.id].get("affirmative", ""), it, "affirmative")
+                if r == "negative"
+                else None
+            )
             for k, m in enumerate(models):
                 order = shown_order(N, run["order"], run["seed"], it.id, r, k)
-                resp = "\n\n".join(fill_placeholders(P["review_response"], j=p + 1, response=props[(it.id, r, j)]) for p, j in enumerate(order))
-                user = fill_placeholders(P["review"], context=P["review_contexts"][context_key(framework, r)], n_agents=number_word(N).capitalize(),
-                             role=role_title(r), criteria=format_criteria(crit[r]), question=q, choices=ch, responses=resp) + fmt
-                jobs.append((m, GenRequest([{"role": "user", "content": user}], max_new_tokens=run["max_new_tokens"],
-                                           temperature=run["temperature"], seed=derive_seed(run["seed"], it.id, r, m, "review"),
-                                           meta=dict(item=it, role=r, kind="review", target_role=r, affirmative_answer=aff))))
+                resp = "\n\n".join(
+                    fill_placeholders(P["review_response"], j=p + 1, response=props[(it.id, r, j)])
+                    for p, j in enumerate(order)
+                )
+                user = (
+                    fill_placeholders(
+                        P["review"],
+                        context=P["review_contexts"][context_key(framework, r)],
+                        n_agents=number_word(N).capitalize(),
+                        role=role_title(r),
+                        criteria=format_criteria(crit[r]),
+                        question=q,
+                        choices=ch,
+                        responses=resp,
+                    )
+                    + fmt
+                )
+                jobs.append(
+                    (
+                        m,
+                        GenRequest(
+                            [{"role": "user", "content": user}],
+                            max_new_tokens=run["max_new_tokens"],
+                            temperature=run["temperature"],
+                            seed=derive_seed(run["seed"], it.id, r, m, "review"),
+                            meta=dict(
+                                item=it,
+                                role=r,
+                                kind="review",
+                                target_role=r,
+                                affirmative_answer=aff,
+                            ),
+                        ),
+                    )
+                )
                 keys.append((it, r, k, names, order))
     rows = []
     for (it, r, k, names, order), g in zip(keys, generate_jobs(backends, jobs)):
         rv = read_review(g.text, N, names)
-        s = np.full(N, np.nan); s[order] = rv.scores          # shown position p -> agent order[p]
-        rows.append(dict(item_id=it.id, role=r, evaluator=k + 1, model=models[k], text=g.text, shown=",".join(str(j + 1) for j in order),
-                         **{f"score_{j + 1}": s[j] for j in range(N)}, missing=int(np.isnan(s).sum()), read=rv.how,
-                         fallback=rv.fallback, prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens))
+        s = np.full(N, np.nan)
+        s[order] = rv.scores  # shown position p -> agent order[p]
+        rows.append(
+            dict(
+                item_id=it.id,
+                role=r,
+                evaluator=k + 1,
+                model=models[k],
+                text=g.text,
+                shown=",".join(str(j + 1) for j in order),
+                **{f"score_{j + 1}": s[j] for j in range(N)},
+                missing=int(np.isnan(s).sum()),
+                read=rv.how,
+                fallback=rv.fallback,
+                prompt_tokens=g.prompt_tokens,
+                completion_tokens=g.completion_tokens,
+            )
+        )
     return rows
 
 # %% ../nbs/14_meta_debate.ipynb #4ba6c780
-def meta_debate(items: Sequence[Item], framework: str, models: Sequence[str], backends: Mapping[str, Any],
-                criteria: Mapping[str, Sequence[tuple[str, str]]] | None = None, *, temperature: float = 0.0,
-                max_new_tokens: int = 1024, seed: int = 0, review_format: bool = True, proposal_order: str = "fixed",
-                self_review: bool = True, tie_break: str = "seeded", pot_timeout: float = 10.0, pot_memory_mb: int = 1024,
-                execute: bool = True) -> MetaDebateResult:
+def meta_debate(
+    items: Sequence[Item],
+    framework: str,
+    models: Sequence[str],
+    backends: Mapping[str, Any],
+    criteria: Mapping[str, Sequence[tuple[str, str]]] | None = None,
+    *,
+    temperature: float = 0.0,
+    max_new_tokens: int = 1024,
+    seed: int = 0,
+    review_format: bool = True,
+    proposal_order: str = "fixed",
+    self_review: bool = True,
+    tie_break: str = "seeded",
+    pot_timeout: float = 10.0,
+    pot_memory_mb: int = 1024,
+    execute: bool = True,
+) -> MetaDebateResult:
     """Meta-Debate (Zhang et al., Sec. 3.1): proposals P_ij (Prompt 1), peer review S^(k)_ij (Prompt 2, 1-5 per
     criterion, mean over criteria), mean over evaluators, argmax per role (`role_decisions`), per item. Options above."""
-    roles = framework_roles(framework, items_modality(items)); models = list(models); N = len(models)
-    if N < 1 or len(set(models)) != N: raise ConfigError("models must be a non-empty list of distinct names", key="models", value=models)
+    roles = framework_roles(framework, items_modality(items))
+    models = list(models)
+    N = len(models)
+    if N < 1 or len(set(models)) != N:
+        raise ConfigError(
+            "models must be a non-empty list of distinct names", key="models", value=models
+        )
     ids = [it.id for it in items]
-    if len(set(ids)) != len(ids): raise ConfigError("item ids must be distinct", key="items", value=[i for i in ids if ids.count(i) > 1][:3])
-    shown_order(N, proposal_order); role_decisions(np.zeros((1, 1, N)), tie_break=tie_break)   # check the options first
+    if len(set(ids)) != len(ids):
+        raise ConfigError(
+            "item ids must be distinct", key="items", value=[i for i in ids if ids.count(i) > 1][:3]
+        )
+    shown_order(N, proposal_order)
+    role_decisions(np.zeros((1, 1, N)), tie_break=tie_break)  # check the options first
     crit = {r: list((criteria or {}).get(r) or PAPER_CRITERIA) for r in roles}
-    run = dict(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, review_format=review_format, order=proposal_order,
-               pot=dict(timeout=pot_timeout, memory_mb=pot_memory_mb, execute=execute))
+    run = dict(
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        review_format=review_format,
+        order=proposal_order,
+        pot=dict(timeout=pot_timeout, memory_mb=pot_memory_mb, execute=execute),
+    )
     scores = np.full((len(items), N, len(roles), N), np.nan)
-    chosen, assign, at = {i: {} for i in ids}, {i: {} for i in ids}, {i: n for n, i in enumerate(ids)}
+    chosen, assign, at = (
+        {i: {} for i in ids},
+        {i: {} for i in ids},
+        {i: n for n, i in enumerate(ids)},
+    )
     prop_rows, rev_rows, dec_rows = [], [], []
-    for stage in ([[r] for r in roles] if framework == "mad" else [list(roles)]):
-        props, rows = _propose(items, framework, stage, models, backends, chosen, run); prop_rows += rows
-        rows = _review(items, framework, stage, models, backends, crit, props, chosen, run); rev_rows += rows
+    for stage in [[r] for r in roles] if framework == "mad" else [list(roles)]:
+        props, rows = _propose(items, framework, stage, models, backends, chosen, run)
+        prop_rows += rows
+        rows = _review(items, framework, stage, models, backends, crit, props, chosen, run)
+        rev_rows += rows
         for row in rows:
             s = np.array([row[f"score_{j + 1}"] for j in range(N)], dtype=float)
-            if not self_review: s[row["evaluator"] - 1] = np.nan           # its own proposal: left out, not missing
+            if not self_review:
+                s[row["evaluator"] - 1] = np.nan  # its own proposal: left out, not missing
             scores[at[row["item_id"]], row["evaluator"] - 1, roles.index(row["role"]), :] = s
         for it in items:
             for r in stage:
                 i = roles.index(r)
-                d = role_decisions(scores[at[it.id]][:, i:i + 1, :], [r], models, tie_break=tie_break, tie_seed=(seed, it.id))[0]
-                assign[it.id][r] = d["agent"]; chosen[it.id][r] = props[(it.id, r, models.index(d["agent"]))]
-                dec_rows.append(dict(item_id=it.id, role=r, agent=d["agent"], tied=",".join(d["tied"]), n_tied=len(d["tied"]), reviews=d["reviews"]))
-    return MetaDebateResult(framework, models, roles, assign, scores, ids, pd.DataFrame(prop_rows), pd.DataFrame(rev_rows), pd.DataFrame(dec_rows))
+                d = role_decisions(
+                    scores[at[it.id]][:, i : i + 1, :],
+                    [r],
+                    models,
+                    tie_break=tie_break,
+                    tie_seed=(seed, it.id),
+                )[0]
+                assign[it.id][r] = d["agent"]
+                chosen[it.id][r] = props[(it.id, r, models.index(d["agent"]))]
+                dec_rows.append(
+                    dict(
+                        item_id=it.id,
+                        role=r,
+                        agent=d["agent"],
+                        tied=",".join(d["tied"]),
+                        n_tied=len(d["tied"]),
+                        reviews=d["reviews"],
+                    )
+                )
+    return MetaDebateResult(
+        framework,
+        models,
+        roles,
+        assign,
+        scores,
+        ids,
+        pd.DataFrame(prop_rows),
+        pd.DataFrame(rev_rows),
+        pd.DataFrame(dec_rows),
+    )
 
 # %% ../nbs/14_meta_debate.ipynb #c462ac4a
 def uniform_assignment(framework: str, model: str, modality: str = "text") -> dict[str, str]:
     "One model in every role (Tables 1-2: '<model> for all roles')."
     return {r: model for r in framework_roles(framework, modality)}
 
-def random_assignment(framework: str, models: Sequence[str], seed: int, modality: str = "text") -> dict[str, str]:
+# %% ../nbs/14_meta_debate.ipynb #c77f9fe4
+def random_assignment(
+    framework: str, models: Sequence[str], seed: int, modality: str = "text"
+) -> dict[str, str]:
     "A role -> model map drawn uniformly (with repetition) from `models`, fixed for the whole benchmark (Table 2)."
-    return {r: models[derive_seed("meta-random-assignment", framework, seed, r) % len(models)] for r in framework_roles(framework, modality)}
+    return {
+        r: models[derive_seed("meta-random-assignment", framework, seed, r) % len(models)]
+        for r in framework_roles(framework, modality)
+    }
 
+# %% ../nbs/14_meta_debate.ipynb #db0066f5
 def item_tokens(tr: pd.DataFrame) -> pd.DataFrame:
     "Prompt and completion tokens per item of a transcript (every call of the debate stage; Meta-Debate Sec. 6 names this cost)."
-    return tr.groupby("item_id", sort=False)[["prompt_tokens", "completion_tokens"]].sum(min_count=1).reset_index()
+    return (
+        tr.groupby("item_id", sort=False)[["prompt_tokens", "completion_tokens"]]
+        .sum(min_count=1)
+        .reset_index()
+    )
 
-def run_framework(framework: str, items: Sequence[Item], assignment, backends: Mapping[str, Any], *, rounds: int = 3,
-                  **kw) -> tuple[pd.DataFrame, pd.DataFrame]:
+# %% ../nbs/14_meta_debate.ipynb #e40d4b07
+def run_framework(
+    framework: str,
+    items: Sequence[Item],
+    assignment,
+    backends: Mapping[str, Any],
+    *,
+    rounds: int = 3,
+    **kw,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     "MAD (`max_rounds=rounds`) or DMAD (`rounds`) under `assignment`: (transcript, per-item outcomes with the debate's tokens)."
-    if framework == "mad": tr, out = run_mad(items, assignment, backends, max_rounds=rounds, **kw)
+    if framework == "mad":
+        tr, out = run_mad(items, assignment, backends, max_rounds=rounds, **kw)
     elif framework == "dmad":
         tr, out, pot = run_dmad(items, assignment, backends, rounds=rounds, **kw)
-        if len(pot): out = out.merge(pot.groupby("item_id")["fallback"].sum().rename("pot_fallbacks").reset_index(), on="item_id", how="left")
-    else: framework_roles(framework)
+        if len(pot):
+            out = out.merge(
+                pot.groupby("item_id")["fallback"].sum().rename("pot_fallbacks").reset_index(),
+                on="item_id",
+                how="left",
+            )
+    else:
+        framework_roles(framework)
     return tr, out.merge(item_tokens(tr), on="item_id", how="left")
 
 # %% ../nbs/14_meta_debate.ipynb #21bb2384
 def _plan(p: Mapping, single: bool, uniform: bool, random_: bool, meta: bool) -> dict:
     "Generations and tokens summed over `tasks` (`n_items` each, or the whole task when null); vision DMAD adds CCoT/DDCoT's first calls."
     from mad_study.data import get_task
+
     m, R = len(p.get("models") or []), int(p.get("rounds") or 3)
-    fws = list(p.get("frameworks") or ["mad", "dmad"]); seeds = int(p.get("random_seeds") or 0)
-    mnt = int(p.get("max_new_tokens") or 1024); Q = 300
+    fws = list(p.get("frameworks") or ["mad", "dmad"])
+    seeds = int(p.get("random_seeds") or 0)
+    mnt = int(p.get("max_new_tokens") or 1024)
+    Q = 300
     gens = prompt = 0
     for task in list(p.get("tasks") or [p.get("task") or "gpqa"]):
         spec = get_task(task)
         n = int(p["n_items"]) if p.get("n_items") else int(spec.n_items or 0)
         vision = "image" in spec.fields
-        Qt = Q + (1000 if vision else 0)                      # an image costs about 1k prompt tokens in a VLM
+        Qt = Q + (1000 if vision else 0)  # an image costs about 1k prompt tokens in a VLM
         per = {"mad": 3 * R + 2, "dmad": 3 * R + (2 * R if vision else 0)}
-        prompt_per = {"mad": sum(Qt + t * mnt for t in range(3 * R + 2)),
-                      "dmad": (5 if vision else 3) * sum(Qt + 3 * t * mnt for t in range(R))}
-        if single: gens += n * m; prompt += n * m * Qt
+        prompt_per = {
+            "mad": sum(Qt + t * mnt for t in range(3 * R + 2)),
+            "dmad": (5 if vision else 3) * sum(Qt + 3 * t * mnt for t in range(R)),
+        }
+        if single:
+            gens += n * m
+            prompt += n * m * Qt
         for f in fws:
             k = len(framework_roles(f, "vision" if vision else "text"))
             runs = (m if uniform else 0) + (seeds if random_ else 0) + (1 if meta else 0)
-            gens += n * runs * per[f]; prompt += n * runs * prompt_per[f]
+            gens += n * runs * per[f]
+            prompt += n * runs * prompt_per[f]
             if meta:
-                gens += n * 2 * k * m + k; prompt += n * k * m * (Qt + mnt) + n * k * m * (Qt + m * mnt + 400) + k * 800
+                gens += n * 2 * k * m + k
+                prompt += n * k * m * (Qt + mnt) + n * k * m * (Qt + m * mnt + 400) + k * 800
     return {"generations": gens, "prompt_tokens": prompt, "completion_tokens": gens * mnt}
 
 # %% ../nbs/14_meta_debate.ipynb #3a949b4d
@@ -513,96 +912,210 @@ def plan_tab1(p: Mapping) -> dict:
     "meta_tab1: single agent per model; MAD and DMAD with one model in every role, per model."
     return _plan(p, single=True, uniform=True, random_=False, meta=False)
 
+# %% ../nbs/14_meta_debate.ipynb #8ab8c5f6
 @planner("meta_tab2")
 def plan_tab2(p: Mapping) -> dict:
     "meta_tab2: uniform per model, `random_seeds` random assignments and Meta-Debate, for MAD and DMAD (twice with the sim control)."
     r = _plan(p, single=False, uniform=True, random_=True, meta=True)
-    if p.get("control") and all(str(m).startswith("sim") for m in p.get("models") or []): r = {k: 2 * v for k, v in r.items()}
+    if p.get("control") and all(str(m).startswith("sim") for m in p.get("models") or []):
+        r = {k: 2 * v for k, v in r.items()}
     return r
 
+# %% ../nbs/14_meta_debate.ipynb #8a14c7c6
 @planner("meta_examples")
 def plan_examples(p: Mapping) -> dict:
     "meta_examples: the Meta-Debate stages and debates for `n_examples` items."
-    return _plan({**p, "n_items": int(p.get("n_examples") or 3)}, single=False, uniform=False, random_=False, meta=True)
+    return _plan(
+        {**p, "n_items": int(p.get("n_examples") or 3)},
+        single=False,
+        uniform=False,
+        random_=False,
+        meta=True,
+    )
 
 # %% ../nbs/14_meta_debate.ipynb #f7569e7d
 PAPER_TAB1 = {  # (method, model): (GPQA, MathVision, RealWorldQA)
-    ("single", "pixtral"): (43.08, 32.10, 70.25), ("single", "claude"): (44.42, 30.50, 63.61),
-    ("mad", "pixtral"): (44.64, 31.05, 62.24), ("mad", "claude"): (54.24, 38.42, 63.39),
-    ("dmad", "pixtral"): (50.45, 28.90, 70.94), ("dmad", "claude"): (58.93, 33.68, 67.28)}
+    ("single", "pixtral"): (43.08, 32.10, 70.25),
+    ("single", "claude"): (44.42, 30.50, 63.61),
+    ("mad", "pixtral"): (44.64, 31.05, 62.24),
+    ("mad", "claude"): (54.24, 38.42, 63.39),
+    ("dmad", "pixtral"): (50.45, 28.90, 70.94),
+    ("dmad", "claude"): (58.93, 33.68, 67.28),
+}
 PAPER_TAB2 = {  # row: (MAD, DMAD) on GPQA
-    "pixtral for all roles": (44.64, 50.45), "claude for all roles": (54.24, 58.93), "nova for all roles": (52.46, 54.46),
-    "random 1": (50.67, 53.57), "random 2": (52.23, 58.26), "random 3": (55.58, 60.27),
-    "capability-aware (Meta-Debate)": (59.15, 66.29)}
-PAPER_MODELS = {"pixtral": "mistral-small-24b-instruct-2501", "claude": "qwen2.5-32b-instruct", "nova": "llama-3.1-8b-instruct"}
+    "pixtral for all roles": (44.64, 50.45),
+    "claude for all roles": (54.24, 58.93),
+    "nova for all roles": (52.46, 54.46),
+    "random 1": (50.67, 53.57),
+    "random 2": (52.23, 58.26),
+    "random 3": (55.58, 60.27),
+    "capability-aware (Meta-Debate)": (59.15, 66.29),
+}
+PAPER_MODELS = {
+    "pixtral": "mistral-small-24b-instruct-2501",
+    "claude": "qwen2.5-32b-instruct",
+    "nova": "llama-3.1-8b-instruct",
+}
 
 # %% ../nbs/14_meta_debate.ipynb #71ad8db1
-GAP_COLUMNS = ("n_items", "accuracy", "acc_low", "acc_high", "ref_accuracy", "ref_low", "ref_high", "diff", "diff_low", "diff_high",
-               "test", "pvalue", "tokens", "ref_tokens", "token_change", "token_change_low", "token_change_high")
+GAP_COLUMNS = (
+    "n_items",
+    "accuracy",
+    "acc_low",
+    "acc_high",
+    "ref_accuracy",
+    "ref_low",
+    "ref_high",
+    "diff",
+    "diff_low",
+    "diff_high",
+    "test",
+    "pvalue",
+    "tokens",
+    "ref_tokens",
+    "token_change",
+    "token_change_low",
+    "token_change_high",
+)
 
-def _one_gap(g: pd.DataFrame, method: str, reference: str, level: float, n_resamples: int, seed: int) -> dict:
+# %% ../nbs/14_meta_debate.ipynb #3b2b556d
+def _one_gap(
+    g: pd.DataFrame, method: str, reference: str, level: float, n_resamples: int, seed: int
+) -> dict:
     "One paired comparison `method` - `reference` on the items both answered (`mad_study.stats.compare_methods`); NaNs below 2 items."
     from mad_study.stats import compare_methods
+
     both = g[g["method"].isin([method, reference])]
     n = int(both.groupby("item_id")["method"].nunique().eq(2).sum())
-    if n < 2: return {"n_items": n, "test": "none", "pvalue": float("nan")}
-    tab, _ = compare_methods(both, reference, methods=[method], correction="none", level=level, n_resamples=n_resamples,
-                             seed=seed, min_items=min(20, n))
+    if n < 2:
+        return {"n_items": n, "test": "none", "pvalue": float("nan")}
+    tab, _ = compare_methods(
+        both,
+        reference,
+        methods=[method],
+        correction="none",
+        level=level,
+        n_resamples=n_resamples,
+        seed=seed,
+        min_items=min(20, n),
+    )
     ref, m = tab.iloc[0], tab.iloc[1]
-    out = {"n_items": int(m["n_items"]), "accuracy": m["accuracy"], "acc_low": m["acc_low"], "acc_high": m["acc_high"],
-           "ref_accuracy": ref["accuracy"], "ref_low": ref["acc_low"], "ref_high": ref["acc_high"]}
-    for c in ("diff", "diff_low", "diff_high", "test", "pvalue", "tokens", "token_change", "token_change_low", "token_change_high"):
+    out = {
+        "n_items": int(m["n_items"]),
+        "accuracy": m["accuracy"],
+        "acc_low": m["acc_low"],
+        "acc_high": m["acc_high"],
+        "ref_accuracy": ref["accuracy"],
+        "ref_low": ref["acc_low"],
+        "ref_high": ref["acc_high"],
+    }
+    for c in (
+        "diff",
+        "diff_low",
+        "diff_high",
+        "test",
+        "pvalue",
+        "tokens",
+        "token_change",
+        "token_change_low",
+        "token_change_high",
+    ):
         out[c] = m.get(c, float("nan"))
     out["ref_tokens"] = ref.get("tokens", float("nan"))
     return out
 
 # %% ../nbs/14_meta_debate.ipynb #f9de1edd
-def paired_gaps(items: pd.DataFrame, pairs: Sequence[tuple[str, str]], by: Sequence[str] = ("task", "framework"),
-                correction: str = "holm", level: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
+def paired_gaps(
+    items: pd.DataFrame,
+    pairs: Sequence[tuple[str, str]],
+    by: Sequence[str] = ("task", "framework"),
+    correction: str = "holm",
+    level: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> pd.DataFrame:
     """The comparisons of one Meta-Debate table (Zhang et al., Tables 1-2) under the kit's statistics standard: per cell
     (`by`) and pair (method, reference) of `pairs`, the paired difference method - reference by item (bootstrap interval
     over items, McNemar or paired t; `mad_study.stats.compare_methods`), p adjusted by `correction` across **every**
     comparison of the table, `distinguishable` = adjusted p < 1 - level and the interval excludes 0. `items`: the
     per-item frame (item_id, method, correct, tokens and the `by` columns; several rows per item and method are averaged)."""
     from mad_study.stats import adjust_pvalues
+
     need = {"item_id", "method", "correct", *by}
-    if need - set(items.columns): raise ConfigError("column missing from the per-item frame", key="column", value=sorted(need - set(items.columns)))
+    if need - set(items.columns):
+        raise ConfigError(
+            "column missing from the per-item frame",
+            key="column",
+            value=sorted(need - set(items.columns)),
+        )
     rows = []
     for key, g in items.groupby(list(by), sort=False):
         key = key if isinstance(key, tuple) else (key,)
         for m, ref in pairs:
             if {m, ref} <= set(g["method"]):
-                rows.append({**dict(zip(by, key)), "method": m, "reference": ref, **_one_gap(g, m, ref, level, n_resamples, seed)})
-    out = pd.DataFrame(rows, columns=[*by, "method", "reference", *GAP_COLUMNS]) if not rows else pd.DataFrame(rows).reindex(columns=[*by, "method", "reference", *GAP_COLUMNS])
+                rows.append(
+                    {
+                        **dict(zip(by, key)),
+                        "method": m,
+                        "reference": ref,
+                        **_one_gap(g, m, ref, level, n_resamples, seed),
+                    }
+                )
+    out = (
+        pd.DataFrame(rows, columns=[*by, "method", "reference", *GAP_COLUMNS])
+        if not rows
+        else pd.DataFrame(rows).reindex(columns=[*by, "method", "reference", *GAP_COLUMNS])
+    )
     out["p_adjusted"] = adjust_pvalues(out["pvalue"].astype(float), correction)
     holds0 = ~((out["diff_low"].astype(float) > 0) | (out["diff_high"].astype(float) < 0))
     out["distinguishable"] = (out["p_adjusted"] < 1 - level) & ~holds0
-    out.attrs.update(by=list(by), correction=correction, level=level, n_comparisons=int(out["pvalue"].notna().sum()))
+    out.attrs.update(
+        by=list(by),
+        correction=correction,
+        level=level,
+        n_comparisons=int(out["pvalue"].notna().sum()),
+    )
     return out
 
 # %% ../nbs/14_meta_debate.ipynb #db37858a
-def _pts(x: float) -> str: return f"{100 * x:+.1f}"
+def _pts(x: float) -> str:
+    return f"{100 * x:+.1f}"
 
+# %% ../nbs/14_meta_debate.ipynb #f986dc8b
 def gap_text(r: Mapping, correction: str = "holm") -> str:
     "One gap of a `paired_gaps` row: '+x points [lo, hi], (not) distinguishable (test, Holm p = ..); tokens +y% [..]'."
-    if pd.isna(r.get("diff")): return f"too few items to compare ({int(r.get('n_items') or 0)})"
-    s = (f"{_pts(r['diff'])} points [{_pts(r['diff_low'])}, {_pts(r['diff_high'])}], "
-         f"{'distinguishable' if r['distinguishable'] else 'not distinguishable'} ({r['test']}, {correction} p = {r['p_adjusted']:.2g})")
+    if pd.isna(r.get("diff")):
+        return f"too few items to compare ({int(r.get('n_items') or 0)})"
+    s = (
+        f"{_pts(r['diff'])} points [{_pts(r['diff_low'])}, {_pts(r['diff_high'])}], "
+        f"{'distinguishable' if r['distinguishable'] else 'not distinguishable'} ({r['test']}, {correction} p = {r['p_adjusted']:.2g})"
+    )
     if not pd.isna(r.get("token_change")):
         s += f"; tokens {100 * r['token_change']:+.0f}% [{100 * r['token_change_low']:+.0f}, {100 * r['token_change_high']:+.0f}]"
     return s
 
-def gaps_caption(gaps: pd.DataFrame, cell=lambda r: "", name=lambda r: f"{r['method']} vs {r['reference']}") -> str:
+# %% ../nbs/14_meta_debate.ipynb #98777377
+def gaps_caption(
+    gaps: pd.DataFrame, cell=lambda r: "", name=lambda r: f"{r['method']} vs {r['reference']}"
+) -> str:
     """The caption sentence of a `paired_gaps` table (the kit's statistics standard): items per cell, resampled unit, tests,
     correction and its number of comparisons, then every gap with its interval and "distinguishable" or "not distinguishable". (Holm's correction, as in the table: Meta-Debate Table 2 with the kit's statistics standard)"""
-    a = gaps.attrs; lvl = int(round(100 * a.get("level", 0.95))); corr = a.get("correction", "holm")
+    a = gaps.attrs
+    lvl = int(round(100 * a.get("level", 0.95)))
+    corr = a.get("correction", "holm")
     parts, by_cell = [], {}
-    for r in gaps.to_dict("records"): by_cell.setdefault(cell(r), []).append(r)
+    for r in gaps.to_dict("records"):
+        by_cell.setdefault(cell(r), []).append(r)
     for c, rs in by_cell.items():
-        parts.append(f"{c} ({rs[0]['n_items']} items): " + "; ".join(f"{name(r)} {gap_text(r, corr)}" for r in rs))
+        parts.append(
+            f"{c} ({rs[0]['n_items']} items): "
+            + "; ".join(f"{name(r)} {gap_text(r, corr)}" for r in rs)
+        )
     d = gaps["distinguishable"].astype(bool)
-    head = (f"Paired by item; {lvl}% intervals from a bootstrap over items (several outcomes of an item averaged first); "
-            f"tests exact McNemar for one 0/1 outcome per item, else paired t over item means; {corr} correction over the "
-            f"table's {a.get('n_comparisons', len(gaps))} comparisons; distinguishable = adjusted p < {1 - a.get('level', 0.95):.2g} "
-            f"and the interval excludes 0 ({int(d.sum())} of {len(gaps)} are)")
+    head = (
+        f"Paired by item; {lvl}% intervals from a bootstrap over items (several outcomes of an item averaged first); "
+        f"tests exact McNemar for one 0/1 outcome per item, else paired t over item means; {corr} correction over the "
+        f"table's {a.get('n_comparisons', len(gaps))} comparisons; distinguishable = adjusted p < {1 - a.get('level', 0.95):.2g} "
+        f"and the interval excludes 0 ({int(d.sum())} of {len(gaps)} are)"
+    )
     return head + ". " + ". ".join(parts) + "."

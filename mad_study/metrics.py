@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,7 +27,9 @@ __all__ = ['UNPARSED', 'UNPARSED_MODES', 'with_defaults', 'wilson_ci', 'is_missi
            'reversal_point']
 
 # %% ../nbs/05_metrics.ipynb #365e2221
-def with_defaults(transcript: pd.DataFrame, need: Sequence[str], what: str = "transcript") -> pd.DataFrame:
+def with_defaults(
+    transcript: pd.DataFrame, need: Sequence[str], what: str = "transcript"
+) -> pd.DataFrame:
     """`transcript` with the columns a metric reads: each of `need` present (else one line naming it), every other
     schema column filled with its documented default (`mad_study.data.TRANSCRIPT_DEFAULTS`) where missing, except
     the keys `sample`, `method` and `experiment` (an absent key is no grouping, as `pool_keys` reads it), and the
@@ -35,46 +37,94 @@ def with_defaults(transcript: pd.DataFrame, need: Sequence[str], what: str = "tr
     from outside the kit; without `correct`, `complete_transcript` grades `answer` against `gold`.)"""
     cols = set(transcript.columns)
     if "correct" in need and "correct" not in cols and {"answer", "gold"} <= cols:
-        transcript = complete_transcript(transcript, what=what)            # grades each row in its own format
+        transcript = complete_transcript(transcript, what=what)  # grades each row in its own format
     miss = [c for c in need if c not in transcript.columns]
-    if miss: raise ConfigError(f"missing required column {miss[0]!r} (this metric reads {list(need)})", where=what)
+    if miss:
+        raise ConfigError(
+            f"missing required column {miss[0]!r} (this metric reads {list(need)})", where=what
+        )
     keys = ("sample", "method", "experiment")
-    fill = {c: v for c, v in TRANSCRIPT_DEFAULTS.items() if c not in transcript.columns and c not in keys}
-    fix = [c for c in ("reused", "sample", "method", "experiment")
-           if c in transcript.columns and transcript[c].isna().any()]
-    if not fill and not fix: return transcript
-    out = transcript.assign(**{c: pd.Series([v] * len(transcript), index=transcript.index, dtype=object)
-                               for c, v in fill.items()})
-    for c in fix: out[c] = out[c].where(out[c].notna(), TRANSCRIPT_DEFAULTS[c])
+    fill = {
+        c: v
+        for c, v in TRANSCRIPT_DEFAULTS.items()
+        if c not in transcript.columns and c not in keys
+    }
+    fix = [
+        c
+        for c in ("reused", "sample", "method", "experiment")
+        if c in transcript.columns and transcript[c].isna().any()
+    ]
+    if not fill and not fix:
+        return transcript
+    out = transcript.assign(
+        **{
+            c: pd.Series([v] * len(transcript), index=transcript.index, dtype=object)
+            for c, v in fill.items()
+        }
+    )
+    for c in fix:
+        out[c] = out[c].where(out[c].notna(), TRANSCRIPT_DEFAULTS[c])
     return out
 
 # %% ../nbs/05_metrics.ipynb #423c4746
 def wilson_ci(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     "Wilson score interval for k successes in n trials (NaN, NaN when n == 0)."
-    if n <= 0: return (math.nan, math.nan)
+    if n <= 0:
+        return (math.nan, math.nan)
     ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence_level=level, method="wilson")
     return (float(ci.low), float(ci.high))
 
+# %% ../nbs/05_metrics.ipynb #0555800a
 def is_missing(a) -> bool:
     return a is None or (isinstance(a, float) and math.isnan(a)) or a is pd.NA
 
-def accuracy_by_round(transcript: pd.DataFrame, majority: bool = True, level: float = 0.95,
-                      by: Sequence[str] = ()) -> pd.DataFrame:
+# %% ../nbs/05_metrics.ipynb #e744d73f
+def accuracy_by_round(
+    transcript: pd.DataFrame, majority: bool = True, level: float = 0.95, by: Sequence[str] = ()
+) -> pd.DataFrame:
     """Accuracy per round for each agent and (optionally) the majority vote (`mad_study.voting.vote_table`).
     One row per (experiment, method, by..., round, who) (`pool_keys`): accuracy, CI, n, parse_failure (share of missing answers), ci_method. The interval
     is Wilson's when every item gives one answer to the row, else the item-clustered bootstrap (`clustered_accuracy_ci`:
     K samples per agent, or several experiments pooled by `by`, are answers of one item, not independent ones)."""
     rows = []
-    transcript = with_defaults(transcript, ("item_id", "agent", "round", "correct"), what="accuracy_by_round")   # a transcript from outside the kit
+    transcript = with_defaults(
+        transcript, ("item_id", "agent", "round", "correct"), what="accuracy_by_round"
+    )  # a transcript from outside the kit
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="accuracy_by_round")
     keys = [*by, "round", "agent"]
     for key, g in transcript.groupby(keys, sort=True):
         k, n = int(g["correct"].sum()), len(g)
         lo, hi, how = clustered_accuracy_ci(g["correct"].tolist(), g["item_id"].tolist(), level)
-        rows.append({**dict(zip(keys, key)), "who": key[-1], "accuracy": k / n if n else math.nan, "ci_low": lo, "ci_high": hi,
-                     "n": n, "parse_failure": float(g["answer"].isna().mean()), "ci_method": how})    # = parse_failure_rate, vectorised
-    out = pd.DataFrame(rows).drop(columns="agent") if rows else pd.DataFrame(columns=[*by, "round", "who", "accuracy", "ci_low", "ci_high", "n", "parse_failure", "ci_method"])
+        rows.append(
+            {
+                **dict(zip(keys, key)),
+                "who": key[-1],
+                "accuracy": k / n if n else math.nan,
+                "ci_low": lo,
+                "ci_high": hi,
+                "n": n,
+                "parse_failure": float(g["answer"].isna().mean()),
+                "ci_method": how,
+            }
+        )  # = parse_failure_rate, vectorised
+    out = (
+        pd.DataFrame(rows).drop(columns="agent")
+        if rows
+        else pd.DataFrame(
+            columns=[
+                *by,
+                "round",
+                "who",
+                "accuracy",
+                "ci_low",
+                "ci_high",
+                "n",
+                "parse_failure",
+                "ci_method",
+            ]
+        )
+    )
     if majority and len(transcript):
         vt = vote_table(transcript, by=(*by, "item_id", "sample", "round"))
         mrows = []
@@ -82,14 +132,29 @@ def accuracy_by_round(transcript: pd.DataFrame, majority: bool = True, level: fl
             key = key if isinstance(key, tuple) else (key,)
             k, n = int(g["correct"].sum()), len(g)
             lo, hi, how = clustered_accuracy_ci(g["correct"].tolist(), g["item_id"].tolist(), level)
-            mrows.append({**dict(zip([*by, "round"], key)), "who": "majority", "accuracy": k / n, "ci_low": lo, "ci_high": hi,
-                          "n": n, "parse_failure": parse_failure_rate(g["answer"].tolist()), "ci_method": how})
+            mrows.append(
+                {
+                    **dict(zip([*by, "round"], key)),
+                    "who": "majority",
+                    "accuracy": k / n,
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "n": n,
+                    "parse_failure": parse_failure_rate(g["answer"].tolist()),
+                    "ci_method": how,
+                }
+            )
         out = pd.concat([out, pd.DataFrame(mrows)], ignore_index=True)
     return out.sort_values([*by, "round", "who"], kind="stable").reset_index(drop=True)
 
 # %% ../nbs/05_metrics.ipynb #8a8995a1
-def cluster_bootstrap_ci(values: Sequence[float], clusters: Sequence[Any], level: float = 0.95, n_resamples: int = 2000,
-                         seed: int = 0) -> tuple[float, float]:
+def cluster_bootstrap_ci(
+    values: Sequence[float],
+    clusters: Sequence[Any],
+    level: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
     """Cluster (item-level) bootstrap interval of the pooled mean of `values` (Davison & Hinkley 1997, Sec. 3.8):
     whole clusters are resampled with replacement and the statistic is the ratio of sums (scipy.stats.bootstrap,
     percentile, seeded). For answers of several agents / samples per item pooled together (MADC Fig. 1 "Single",
@@ -97,16 +162,23 @@ def cluster_bootstrap_ci(values: Sequence[float], clusters: Sequence[Any], level
     cluster has the same mean m."""
     v = np.asarray(values, dtype=float)
     c = pd.Series(list(clusters), dtype=object)
-    if len(c) != v.size: raise ValueError(f"cluster_bootstrap_ci: {v.size} values but {len(c)} cluster labels")
+    if len(c) != v.size:
+        raise ValueError(f"cluster_bootstrap_ci: {v.size} values but {len(c)} cluster labels")
     ok = ~np.isnan(v)
     codes, _ = pd.factorize(c[ok].reset_index(drop=True))
-    if codes.size == 0: return (math.nan, math.nan)
-    sums = np.bincount(codes, weights=v[ok]); counts = np.bincount(codes).astype(float)
+    if codes.size == 0:
+        return (math.nan, math.nan)
+    sums = np.bincount(codes, weights=v[ok])
+    counts = np.bincount(codes).astype(float)
     m = float(sums.sum() / counts.sum())
-    if sums.size < 2: return (math.nan, math.nan)
-    if np.allclose(sums / counts, m, rtol=0, atol=1e-12): return (m, m)
-    # scipy.stats.bootstrap((sums, counts), ratio, paired=True, method="percentile") written out (the same draws and
-    # percentiles, bit for bit: tested below), in batches, without its per-call overhead (2x faster; accuracy_by_round
+    if sums.size < 2:
+        return (math.nan, math.nan)
+    if np.allclose(sums / counts, m, rtol=0, atol=1e-12):
+        return (m, m)
+    # scipy.stats.bootstrap((sums, counts), ratio, paired=True,
+    # method="percentile") written out (the same draws and
+    # percentiles, bit for bit: tested below), in batches,
+    # without its per-call overhead (2x faster; accuracy_by_round
     # calls it once per agent and round)
     g, C, thetas = np.random.default_rng(seed), sums.size, []
     batch = max(1, min(int(n_resamples), 2_000_000 // C))
@@ -118,16 +190,24 @@ def cluster_bootstrap_ci(values: Sequence[float], clusters: Sequence[Any], level
     return (float(lo), float(hi))
 
 # %% ../nbs/05_metrics.ipynb #7540a3f3
-def clustered_accuracy_ci(correct: Sequence[Any], clusters: Sequence[Any], level: float = 0.95, n_resamples: int = 2000,
-                          seed: int = 0) -> tuple[float, float, str]:
+def clustered_accuracy_ci(
+    correct: Sequence[Any],
+    clusters: Sequence[Any],
+    level: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float, str]:
     """Interval for a pooled accuracy: `wilson_ci` when each cluster (item) gives one answer, else `cluster_bootstrap_ci`
     over items; with one item and several answers, Wilson with n = 1 item (the conservative limit). Returns (low, high, method)."""
     x = np.asarray([bool(v) for v in correct], dtype=float)
     c = list(clusters)
     n_items = len(set(c))
-    if x.size == 0: return (math.nan, math.nan, "none")
-    if n_items == x.size: return (*wilson_ci(int(x.sum()), int(x.size), level), "wilson")
-    if n_items < 2: return (*wilson_ci(round(float(x.mean()) * n_items), n_items, level), "wilson over items")
+    if x.size == 0:
+        return (math.nan, math.nan, "none")
+    if n_items == x.size:
+        return (*wilson_ci(int(x.sum()), int(x.size), level), "wilson")
+    if n_items < 2:
+        return (*wilson_ci(round(float(x.mean()) * n_items), n_items, level), "wilson over items")
     return (*cluster_bootstrap_ci(x, c, level, n_resamples, seed), "item-cluster bootstrap")
 
 # %% ../nbs/05_metrics.ipynb #069b7792
@@ -136,13 +216,22 @@ def token_cost(transcript: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame
     transcript = with_defaults(transcript, ("item_id",), what="token_cost")
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="token_cost")
-    t = transcript.assign(total_tokens=transcript["prompt_tokens"].fillna(0) + transcript["completion_tokens"].fillna(0),
-                          generated=~transcript["reused"].fillna(False).astype(bool))
-    per_item = t.groupby([*by, "item_id"]).agg(prompt_tokens=("prompt_tokens", "sum"), completion_tokens=("completion_tokens", "sum"),
-                                              total_tokens=("total_tokens", "sum"), generations=("generated", "sum"))
-    if not by: return per_item.mean().to_frame().T                 # no condition column: one row
+    t = transcript.assign(
+        total_tokens=transcript["prompt_tokens"].fillna(0)
+        + transcript["completion_tokens"].fillna(0),
+        generated=~transcript["reused"].fillna(False).astype(bool),
+    )
+    per_item = t.groupby([*by, "item_id"]).agg(
+        prompt_tokens=("prompt_tokens", "sum"),
+        completion_tokens=("completion_tokens", "sum"),
+        total_tokens=("total_tokens", "sum"),
+        generations=("generated", "sum"),
+    )
+    if not by:
+        return per_item.mean().to_frame().T  # no condition column: one row
     return per_item.groupby(list(by)).mean().reset_index()
 
+# %% ../nbs/05_metrics.ipynb #b9439552
 def token_savings(cost: float, reference: float) -> float:
     "Relative saving 1 - cost / reference (RUMAD Table 2 'saving vs MAD')."
     return math.nan if not reference else 1.0 - cost / reference
@@ -151,16 +240,20 @@ def token_savings(cost: float, reference: float) -> float:
 def survival_rate(retained: int, changed: int, total: int) -> float:
     """Survival rate SVR = (r - c) / D of an agent after D debates, r retained and c changed (SVR-MAD Sec. 3);
     NaN when D = 0. In a pairwise debate the outcome is one or the other, so r + c = D is checked."""
-    if total < 0 or retained < 0 or changed < 0: raise ValueError(f"counts must be non-negative: {retained}, {changed}, {total}")
-    if retained + changed != total: raise ValueError(f"retained + changed must equal total: {retained} + {changed} != {total}")
+    if total < 0 or retained < 0 or changed < 0:
+        raise ValueError(f"counts must be non-negative: {retained}, {changed}, {total}")
+    if retained + changed != total:
+        raise ValueError(f"retained + changed must equal total: {retained} + {changed} != {total}")
     return math.nan if total == 0 else (retained - changed) / total
 
 # %% ../nbs/05_metrics.ipynb #4b853ae8
 def cost_saving(cost: float, baseline: float) -> float:
     "RUMAD Table 2's Cost Saving: (cost - baseline) / baseline (a fraction; -0.8174 is -81.74%)."
-    if not baseline: raise ValueError("baseline cost must be non-zero")
+    if not baseline:
+        raise ValueError("baseline cost must be non-zero")
     return (cost - baseline) / baseline
 
+# %% ../nbs/05_metrics.ipynb #85df988a
 def tokens_per_point(tokens: float, accuracy: float) -> float:
     "Tokens per accuracy point (Sec. 1: 0.121k for RUMAD B=12 on GSM8K); `accuracy` a fraction, NaN at 0."
     return float("nan") if not accuracy else tokens / (100.0 * accuracy)
@@ -169,50 +262,76 @@ def tokens_per_point(tokens: float, accuracy: float) -> float:
 UNPARSED = "<unparsed>"
 UNPARSED_MODES = ("drop", "distinct", "shared")
 
+
 def _check_unparsed(unparsed: str) -> str:
     if unparsed not in UNPARSED_MODES:
         from mad_study.core import ConfigError
-        raise ConfigError("unknown treatment of unparsed answers", key="unparsed", value=unparsed, choices=UNPARSED_MODES)
+
+        raise ConfigError(
+            "unknown treatment of unparsed answers",
+            key="unparsed",
+            value=unparsed,
+            choices=UNPARSED_MODES,
+        )
     return unparsed
 
+# %% ../nbs/05_metrics.ipynb #c70f20c9
 def _support_key(a: str) -> tuple:
     return (a.startswith(UNPARSED), a)
 
-def _outcomes(answers: Sequence[Any], fmt: str | None, unparsed: str = "shared", start: int = 0) -> list:
+# %% ../nbs/05_metrics.ipynb #b8a05085
+def _outcomes(
+    answers: Sequence[Any], fmt: str | None, unparsed: str = "shared", start: int = 0
+) -> list:
     """Answers as outcomes (equivalent answers merged when `fmt` is given). Unparsed answers: `shared` -> `UNPARSED`,
     `distinct` -> `UNPARSED#<position>` (one outcome each, numbered from `start`), `drop` -> removed, `keep` -> None."""
     ans = [a if type(a) is str else None if is_missing(a) else str(a) for a in answers]
-    if fmt is not None: ans = merge_equivalent(ans, fmt)
-    if unparsed == "shared": return [UNPARSED if a is None else a for a in ans]
-    if unparsed == "distinct": return [f"{UNPARSED}#{start + i:07d}" if a is None else a for i, a in enumerate(ans)]
-    if unparsed == "drop": return [a for a in ans if a is not None]
+    if fmt is not None:
+        ans = merge_equivalent(ans, fmt)
+    if unparsed == "shared":
+        return [UNPARSED if a is None else a for a in ans]
+    if unparsed == "distinct":
+        return [f"{UNPARSED}#{start + i:07d}" if a is None else a for i, a in enumerate(ans)]
+    if unparsed == "drop":
+        return [a for a in ans if a is not None]
     return ans
 
 # %% ../nbs/05_metrics.ipynb #18aaa848
-def answer_distribution(answers: Sequence[Any], support: Sequence[str] | None = None, fmt: str | None = None,
-                        unparsed: str = "shared") -> pd.Series:
+def answer_distribution(
+    answers: Sequence[Any],
+    support: Sequence[str] | None = None,
+    fmt: str | None = None,
+    unparsed: str = "shared",
+) -> pd.Series:
     """Empirical answer distribution (UMAD App. C.1) over `support` (default: the answers seen, sorted).
     Equivalent answers are merged when `fmt` is given; unparsed answers as `unparsed` says (default `shared`: one
     outcome `UNPARSED`, as the kit's viewpoint entropy counts them (MADC's release drops them); `drop`: left out; `distinct`: one outcome each)."""
     outs = _outcomes(answers, fmt, _check_unparsed(unparsed))
     sup = sorted(set(outs), key=_support_key) if support is None else list(support)
     extra = set(outs) - set(sup)
-    if extra: raise ValueError(f"answer_distribution: answers {sorted(extra)} are not in the support")
+    if extra:
+        raise ValueError(f"answer_distribution: answers {sorted(extra)} are not in the support")
     c = Counter(outs)
     n = len(outs)
-    return pd.Series([c[a] / n if n else 0.0 for a in sup], index=pd.Index(sup, dtype=object), dtype=float)
+    return pd.Series(
+        [c[a] / n if n else 0.0 for a in sup], index=pd.Index(sup, dtype=object), dtype=float
+    )
 
+# %% ../nbs/05_metrics.ipynb #e4cb57a2
 def entropy(p: Sequence[float] | pd.Series, base: float = math.e) -> float:
     """Shannon entropy of a distribution (normalised first; 0 log 0 = 0). NaN for an empty or all-zero vector.
     The arithmetic of `scipy.stats.entropy` (same result, bit for bit) without its per-call argument handling (~1 ms). (Shannon entropy in bits of an answer distribution (MADC App. A.2; UMAD's TU, Eq. 2).)"""
     p = np.asarray(p, dtype=float)
-    if p.size == 0 or p.sum() <= 0: return math.nan
+    if p.size == 0 or p.sum() <= 0:
+        return math.nan
     return float(entropy_rows(p, base))
 
+# %% ../nbs/05_metrics.ipynb #024b1d8f
 def entropy_rows(P: np.ndarray, base: float) -> np.ndarray:
     "`entropy` of every non-zero distribution along the last axis, without checks (the one place of its arithmetic)."
     S = np.sum(special.entr(P / np.sum(P, axis=-1, keepdims=True)), axis=-1)
-    if base is not None: S /= math.log(base)
+    if base is not None:
+        S /= math.log(base)
     return S
 
 # %% ../nbs/05_metrics.ipynb #256ae06f
@@ -221,11 +340,14 @@ def _agent_outcomes(samples: list[list[Any]], fmt: str | None, unparsed: str) ->
     flat = _outcomes([a for s in samples for a in s], fmt, "keep")
     out, start = [], 0
     for s in samples:
-        out.append(_outcomes(flat[start:start + len(s)], None, unparsed, start=start)); start += len(s)
+        out.append(_outcomes(flat[start : start + len(s)], None, unparsed, start=start))
+        start += len(s)
     return out
 
-def _decompose(samples: list[list[Any]], base: float, fmt: str | None, unparsed: str = "shared"
-               ) -> tuple[float, float, float, list[str], np.ndarray, np.ndarray]:
+# %% ../nbs/05_metrics.ipynb #44734ee9
+def _decompose(
+    samples: list[list[Any]], base: float, fmt: str | None, unparsed: str = "shared"
+) -> tuple[float, float, float, list[str], np.ndarray, np.ndarray]:
     """Numbers of Prop. 3.2 for non-empty per-agent answer lists: tu, eu, au, support, P (agents x support), mixture.
     NaNs (and an empty support) when `unparsed='drop'` leaves an agent without a parsed answer."""
     per = _agent_outcomes(samples, fmt, unparsed)
@@ -234,24 +356,31 @@ def _decompose(samples: list[list[Any]], base: float, fmt: str | None, unparsed:
     support = sorted({a for s in per for a in s}, key=_support_key)
     col = {a: j for j, a in enumerate(support)}
     P = np.zeros((len(per), len(support)))
-    for i, s in enumerate(per):                                 # each agent's empirical distribution (App. C.1)
-        for a, k in Counter(s).items(): P[i, col[a]] = k / len(s)
+    for i, s in enumerate(per):  # each agent's empirical distribution (App. C.1)
+        for a, k in Counter(s).items():
+            P[i, col[a]] = k / len(s)
     tu, eu, au, mix = _decompose_p(P, base)
     return tu, eu, au, support, P, mix
 
+# %% ../nbs/05_metrics.ipynb #ebd5cd65
 def _decompose_p(P: np.ndarray, base: float) -> tuple[float, float, float, np.ndarray]:
     "tu, eu, au and the mixture from the agents' distributions P (agents x support)."
     mix = P[0].copy()
-    for row in P[1:]: mix = mix + row                           # the mixture, summed in agent order
+    for row in P[1:]:
+        mix = mix + row  # the mixture, summed in agent order
     mix = mix / len(P)
     tu = float(entropy_rows(mix, base))
     au = float(np.mean([entropy_rows(row, base) for row in P]))
-    eu = max(tu - au, 0.0) if tu - au > -1e-12 else tu - au   # JSD >= 0; clip float noise only
+    eu = max(tu - au, 0.0) if tu - au > -1e-12 else tu - au  # JSD >= 0; clip float noise only
     return tu, eu, au, mix
 
 # %% ../nbs/05_metrics.ipynb #d4deb05a
-def uncertainty_decomposition(samples: Sequence[Sequence[Any]], base: float = math.e, fmt: str | None = None,
-                              unparsed: str = "drop") -> dict:
+def uncertainty_decomposition(
+    samples: Sequence[Sequence[Any]],
+    base: float = math.e,
+    fmt: str | None = None,
+    unparsed: str = "drop",
+) -> dict:
     """UMAD Prop. 3.2 / Eq. 3 (Alg. 1 lines 7-15): `samples[i]` are agent i's sampled answers at one turn.
     Returns tu = H(mixture), eu = generalised Jensen-Shannon divergence (Sys-EU), au = mean per-agent entropy
     (Sys-AU), with tu == eu + au, plus the common support, per-agent distributions, the mixture and each agent's
@@ -262,43 +391,77 @@ def uncertainty_decomposition(samples: Sequence[Sequence[Any]], base: float = ma
     _check_unparsed(unparsed)
     samples = [list(s) for s in samples]
     empty = [i for i, s in enumerate(samples) if not s]
-    if empty: raise ValueError(f"uncertainty_decomposition: agent(s) {empty} have no samples; every agent needs at least one "
-                               f"(leaving an agent out would change N from {len(samples)} to {len(samples) - len(empty)})")
-    nan = {"tu": math.nan, "eu": math.nan, "au": math.nan, "support": [], "p": [], "mixture": pd.Series(dtype=float)}
-    if not samples: return {**nan, "parse_failure": [], "n_parsed": []}
-    n_bad = [sum(1 for a in s if a is None) for s in _agent_outcomes(samples, fmt, "keep")]   # unparsed (or invalid in `fmt`)
-    extra = {"parse_failure": [b / len(s) for b, s in zip(n_bad, samples)], "n_parsed": [len(s) - b for b, s in zip(n_bad, samples)]}
+    if empty:
+        raise ValueError(
+            f"uncertainty_decomposition: agent(s) {empty} have no samples; every agent needs at least one "
+            f"(leaving an agent out would change N from {len(samples)} to {len(samples) - len(empty)})"
+        )
+    nan = {
+        "tu": math.nan,
+        "eu": math.nan,
+        "au": math.nan,
+        "support": [],
+        "p": [],
+        "mixture": pd.Series(dtype=float),
+    }
+    if not samples:
+        return {**nan, "parse_failure": [], "n_parsed": []}
+    n_bad = [
+        sum(1 for a in s if a is None) for s in _agent_outcomes(samples, fmt, "keep")
+    ]  # unparsed (or invalid in `fmt`)
+    extra = {
+        "parse_failure": [b / len(s) for b, s in zip(n_bad, samples)],
+        "n_parsed": [len(s) - b for b, s in zip(n_bad, samples)],
+    }
     tu, eu, au, support, P, mix = _decompose(samples, base, fmt, unparsed)
-    if math.isnan(tu): return {**nan, **extra}
+    if math.isnan(tu):
+        return {**nan, **extra}
     idx = pd.Index(support, dtype=object)
-    return {"tu": tu, "eu": eu, "au": au, "support": support, "p": [pd.Series(row, index=idx, dtype=float) for row in P],
-            "mixture": pd.Series(mix, index=idx, dtype=float), **extra}
+    return {
+        "tu": tu,
+        "eu": eu,
+        "au": au,
+        "support": support,
+        "p": [pd.Series(row, index=idx, dtype=float) for row in P],
+        "mixture": pd.Series(mix, index=idx, dtype=float),
+        **extra,
+    }
 
 # %% ../nbs/05_metrics.ipynb #03bb25d2
 def _warn_one_sample(counts: np.ndarray, who: str) -> None:
     "Warn when no agent has more than one sample at any group: UMAD's decomposition is then degenerate (AU = 0, EU = TU)."
     if len(counts) and int(np.max(counts)) <= 1:
-        warnings.warn(f"{who}: one sample per agent everywhere, so Sys-AU = 0 and Sys-EU = TU by construction (UMAD Alg. 1 "
-                      "needs K > 1 trajectory-level samples per agent: run_debate(samples=K) at temperature > 0)", stacklevel=3)
+        warnings.warn(
+            f"{who}: one sample per agent everywhere, so Sys-AU = 0 and Sys-EU = TU by construction (UMAD Alg. 1 "
+            "needs K > 1 trajectory-level samples per agent: run_debate(samples=K) at temperature > 0)",
+            stacklevel=3,
+        )
 
+# %% ../nbs/05_metrics.ipynb #e7be90aa
 def _decompose_groups(g: np.ndarray, a: np.ndarray, o: np.ndarray, G: int, base: float):
     """Prop. 3.2 for G groups at once. Row i: outcome `o[i]` (an integer, numbered in support order) of agent slot
     `a[i]` (first appearance in its group) of group `g[i]`. Returns tu, eu, au and the support size per group, with
     `_decompose`'s arithmetic: groups with the same numbers of agents and outcomes are stacked, nothing is padded."""
     A, O = int(a.max()) + 1, int(o.max()) + 1
-    pair = np.unique(g * O + o)                                  # each group's support, in order
+    pair = np.unique(g * O + o)  # each group's support, in order
     pg = pair // O
     L = np.bincount(pg, minlength=G)
-    s = np.searchsorted(pair, g * O + o) - np.searchsorted(pg, np.arange(G))[g]   # the row's support slot
-    N = np.zeros(G, dtype=np.int64); np.maximum.at(N, g, a + 1)
-    counts = np.zeros((G, A, int(L.max()))); np.add.at(counts, (g, a, s), 1.0)
-    n = np.zeros((G, A)); np.add.at(n, (g, a), 1.0)
+    s = (
+        np.searchsorted(pair, g * O + o) - np.searchsorted(pg, np.arange(G))[g]
+    )  # the row's support slot
+    N = np.zeros(G, dtype=np.int64)
+    np.maximum.at(N, g, a + 1)
+    counts = np.zeros((G, A, int(L.max())))
+    np.add.at(counts, (g, a, s), 1.0)
+    n = np.zeros((G, A))
+    np.add.at(n, (g, a), 1.0)
     tu, au = np.empty(G), np.empty(G)
     for nn, ll in set(zip(N.tolist(), L.tolist())):
         sel = np.flatnonzero((N == nn) & (L == ll))
-        P = counts[sel, :nn, :ll] / n[sel, :nn, None]            # each agent's distribution (App. C.1)
+        P = counts[sel, :nn, :ll] / n[sel, :nn, None]  # each agent's distribution (App. C.1)
         mix = P[:, 0, :].copy()
-        for i in range(1, nn): mix = mix + P[:, i, :]            # the mixture, summed in agent order
+        for i in range(1, nn):
+            mix = mix + P[:, i, :]  # the mixture, summed in agent order
         tu[sel] = entropy_rows(mix / nn, base)
         au[sel] = np.mean(entropy_rows(P, base), axis=1)
     d = tu - au
@@ -311,96 +474,167 @@ def _agent_slots(agents_col: np.ndarray, g: np.ndarray, G: int) -> tuple[np.ndar
     ac, anames = pd.factorize(pd.Series(agents_col, dtype=object), use_na_sentinel=False)
     first = pd.DataFrame({"g": g, "a": ac}).drop_duplicates()
     slot_of = np.zeros(G * len(anames), dtype=np.int64)
-    slot_of[first["g"].to_numpy() * len(anames) + first["a"].to_numpy()] = first.groupby("g").cumcount().to_numpy()
+    slot_of[first["g"].to_numpy() * len(anames) + first["a"].to_numpy()] = (
+        first.groupby("g").cumcount().to_numpy()
+    )
     a = slot_of[g * len(anames) + ac]
     names = [[] for _ in range(G)]
-    for gi, ai in zip(first["g"].tolist(), first["a"].tolist()): names[gi].append(anames[ai])
+    for gi, ai in zip(first["g"].tolist(), first["a"].tolist()):
+        names[gi].append(anames[ai])
     return a, names
 
 # %% ../nbs/05_metrics.ipynb #d6fdf4bd
-def _group_accuracies(cor: np.ndarray, g: np.ndarray, a: np.ndarray, G: int, A: int) -> tuple[list, list]:
+def _group_accuracies(
+    cor: np.ndarray, g: np.ndarray, a: np.ndarray, G: int, A: int
+) -> tuple[list, list]:
     "Mean correctness per group and per (group, agent slot); NaN (not parsed, not graded) rows are skipped."
     # accuracies (NA skipped, as pandas' mean of a boolean column)
-    ok = ~np.isnan(cor); c0 = np.where(ok, cor, 0.0)
+    ok = ~np.isnan(cor)
+    c0 = np.where(ok, cor, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        acc = (np.bincount(g, weights=c0, minlength=G) / np.bincount(g, weights=ok, minlength=G)).tolist()
-        acc_a = (np.bincount(g * A + a, weights=c0, minlength=G * A) / np.bincount(g * A + a, weights=ok, minlength=G * A)).reshape(G, A).tolist()
+        acc = (
+            np.bincount(g, weights=c0, minlength=G) / np.bincount(g, weights=ok, minlength=G)
+        ).tolist()
+        acc_a = (
+            (
+                np.bincount(g * A + a, weights=c0, minlength=G * A)
+                / np.bincount(g * A + a, weights=ok, minlength=G * A)
+            )
+            .reshape(G, A)
+            .tolist()
+        )
     return acc, acc_a
 
 # %% ../nbs/05_metrics.ipynb #2c6446f5
-def _merge_by_format(answers: np.ndarray, g: np.ndarray, gfmt: list[str], bounds: np.ndarray) -> np.ndarray:
+def _merge_by_format(
+    answers: np.ndarray, g: np.ndarray, gfmt: list[str], bounds: np.ndarray
+) -> np.ndarray:
     "Each answer replaced by its class representative (None: unparsed); `gfmt[gi]` is group gi's answer format."
     from mad_study.answers import ELEMENTWISE_FORMATS
-    # answers merged by equivalence (per format; group by group for formats that are not element-wise); None: unparsed
+
+    # answers merged by equivalence (per format; group by group
+    # for formats that are not element-wise); None: unparsed
     merged = np.empty(len(answers), dtype=object)
     for f in dict.fromkeys(gfmt):
         sel = np.array([x == f for x in gfmt])
-        if f in ELEMENTWISE_FORMATS: merged[sel[g]] = _outcomes(answers[sel[g]].tolist(), f, "keep")
+        if f in ELEMENTWISE_FORMATS:
+            merged[sel[g]] = _outcomes(answers[sel[g]].tolist(), f, "keep")
         else:
             for gi in np.flatnonzero(sel).tolist():
-                sl = slice(bounds[gi], bounds[gi + 1]); merged[sl] = _outcomes(answers[sl].tolist(), f, "keep")
+                sl = slice(bounds[gi], bounds[gi + 1])
+                merged[sl] = _outcomes(answers[sl].tolist(), f, "keep")
     return merged
 
 # %% ../nbs/05_metrics.ipynb #7bf8012f
-def _parse_failures(merged: np.ndarray, g: np.ndarray, a: np.ndarray, G: int, A: int, unparsed: str):
+def _parse_failures(
+    merged: np.ndarray, g: np.ndarray, a: np.ndarray, G: int, A: int, unparsed: str
+):
     "Which answers did not parse, their share per group and per (group, agent slot), and the undefined groups."
-    # parse failures, and (drop) the groups where an agent has no parsed answer: undefined, never a smaller N
+    # parse failures, and (drop) the groups where an agent
+    # has no parsed answer: undefined, never a smaller N
     none = np.array([x is None for x in merged.tolist()], dtype=bool)
     n_a = np.bincount(g * A + a, minlength=G * A).reshape(G, A)
     bad_a = np.bincount(g * A + a, weights=none, minlength=G * A).reshape(G, A)
     pf = (np.bincount(g, weights=none, minlength=G) / np.bincount(g, minlength=G)).tolist()
     with np.errstate(invalid="ignore", divide="ignore"):
         pf_a = (bad_a / n_a).tolist()
-    undefined = ((n_a > 0) & (bad_a == n_a)).any(axis=1) if unparsed == "drop" else np.zeros(G, dtype=bool)
+    undefined = (
+        ((n_a > 0) & (bad_a == n_a)).any(axis=1) if unparsed == "drop" else np.zeros(G, dtype=bool)
+    )
     return none, pf, pf_a, undefined
 
 # %% ../nbs/05_metrics.ipynb #3d7868a0
-def _group_uncertainty(merged: np.ndarray, none: np.ndarray, g: np.ndarray, a: np.ndarray, names: list[list],
-                       gfmt: list[str], bounds: np.ndarray, undefined: np.ndarray, unparsed: str, base: float) -> list:
+def _group_uncertainty(
+    merged: np.ndarray,
+    none: np.ndarray,
+    g: np.ndarray,
+    a: np.ndarray,
+    names: list[list],
+    gfmt: list[str],
+    bounds: np.ndarray,
+    undefined: np.ndarray,
+    unparsed: str,
+    base: float,
+) -> list:
     "(tu, eu, au, support size) of every group, in group order."
     from mad_study.answers import ELEMENTWISE_FORMATS
+
     G = len(gfmt)
     res: list = [None] * G
     for f in dict.fromkeys(gfmt):
         sel = np.array([x == f for x in gfmt])
-        for gi in np.flatnonzero(sel & undefined).tolist():        # NaN, with the distinct parsed answers counted
-            res[gi] = (math.nan, math.nan, math.nan, len({m for m in merged[bounds[gi]:bounds[gi + 1]].tolist() if m is not None}))
+        for gi in np.flatnonzero(
+            sel & undefined
+        ).tolist():  # NaN, with the distinct parsed answers counted
+            res[gi] = (
+                math.nan,
+                math.nan,
+                math.nan,
+                len({m for m in merged[bounds[gi] : bounds[gi + 1]].tolist() if m is not None}),
+            )
         sel = sel & ~undefined
-        if not sel.any(): continue
+        if not sel.any():
+            continue
         rows_f = sel[g] & (~none if unparsed == "drop" else True)
         if f in ELEMENTWISE_FORMATS:
-            out = _outcomes(merged[rows_f].tolist(), None, "shared" if unparsed == "drop" else unparsed)
+            out = _outcomes(
+                merged[rows_f].tolist(), None, "shared" if unparsed == "drop" else unparsed
+            )
             sup = sorted(set(out), key=_support_key)
             o = pd.Categorical(out, categories=sup).codes.astype(np.int64)
             gsel = np.flatnonzero(sel)
-            remap = np.full(G, -1); remap[gsel] = np.arange(len(gsel))
+            remap = np.full(G, -1)
+            remap[gsel] = np.arange(len(gsel))
             tu, eu, au, L = _decompose_groups(remap[g[rows_f]], a[rows_f], o, len(gsel), base)
-            for j, gi in enumerate(gsel.tolist()): res[gi] = (float(tu[j]), float(eu[j]), float(au[j]), int(L[j]))
+            for j, gi in enumerate(gsel.tolist()):
+                res[gi] = (float(tu[j]), float(eu[j]), float(au[j]), int(L[j]))
         else:
-            for gi in np.flatnonzero(sel).tolist():                   # answers already merged within the group
-                mg, ag = merged[bounds[gi]:bounds[gi + 1]], a[bounds[gi]:bounds[gi + 1]]
+            for gi in np.flatnonzero(sel).tolist():  # answers already merged within the group
+                mg, ag = merged[bounds[gi] : bounds[gi + 1]], a[bounds[gi] : bounds[gi + 1]]
                 samples = [mg[ag == i].tolist() for i in range(len(names[gi]))]
                 tu, eu, au, support, _, _ = _decompose(samples, base, None, unparsed)
                 res[gi] = (tu, eu, au, len(support))
     return res
 
 # %% ../nbs/05_metrics.ipynb #045ca4a9
-def _uncertainty_rows(keys: list, by: Sequence[str], res: list, acc: list, acc_a: list, pf: list, pf_a: list,
-                      names: list[list]) -> pd.DataFrame:
+def _uncertainty_rows(
+    keys: list,
+    by: Sequence[str],
+    res: list,
+    acc: list,
+    acc_a: list,
+    pf: list,
+    pf_a: list,
+    names: list[list],
+) -> pd.DataFrame:
     "The table of `uncertainty_table` from the per-group results."
     rows = []
     for gi, key in enumerate(keys):
         tu, eu, au, n_sup = res[gi]
-        r = {**dict(zip(by, key)), "tu": tu, "eu": eu, "au": au, "n_answers": n_sup, "accuracy": acc[gi]}
-        for i, name in enumerate(names[gi]): r[f"acc_{name}"] = acc_a[gi][i]
+        r = {
+            **dict(zip(by, key)),
+            "tu": tu,
+            "eu": eu,
+            "au": au,
+            "n_answers": n_sup,
+            "accuracy": acc[gi],
+        }
+        for i, name in enumerate(names[gi]):
+            r[f"acc_{name}"] = acc_a[gi][i]
         r["parse_failure"] = pf[gi]
-        for i, name in enumerate(names[gi]): r[f"parse_failure_{name}"] = pf_a[gi][i]
+        for i, name in enumerate(names[gi]):
+            r[f"parse_failure_{name}"] = pf_a[gi][i]
         rows.append(r)
     return pd.DataFrame(rows)
 
 # %% ../nbs/05_metrics.ipynb #1bb68f08
-def uncertainty_table(transcript: pd.DataFrame, fmt: str | None = None, base: float = math.e,
-                      by: Sequence[str] = ("item_id", "round"), unparsed: str = "drop") -> pd.DataFrame:
+def uncertainty_table(
+    transcript: pd.DataFrame,
+    fmt: str | None = None,
+    base: float = math.e,
+    by: Sequence[str] = ("item_id", "round"),
+    unparsed: str = "drop",
+) -> pd.DataFrame:
     """TU / Sys-EU / Sys-AU per item and round (UMAD Alg. 1) from a transcript with K samples per agent turn,
     plus the mean accuracy of the samples (`accuracy`) and of each agent (`acc_<agent>`), and the share of unparsed
     answers (`parse_failure`, and per agent `parse_failure_<agent>`). `unparsed` as in `uncertainty_decomposition`
@@ -409,26 +643,31 @@ def uncertainty_table(transcript: pd.DataFrame, fmt: str | None = None, base: fl
     decomposition is degenerate (AU = 0, EU = TU by construction): a warning says so.
     (Numeric and multiple-choice answers are computed for all groups at once, other formats group by group: the same
     numbers as `uncertainty_decomposition` on each group.)"""
-    from mad_study.answers import ELEMENTWISE_FORMATS
+
     _check_unparsed(unparsed)
-    transcript = complete_transcript(transcript, fmt, what="uncertainty_table")   # `fmt`: each row's format
+    transcript = complete_transcript(
+        transcript, fmt, what="uncertainty_table"
+    )  # `fmt`: each row's format
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="uncertainty_table")
     keys, groups = group_rows(transcript, by)
-    if not keys: return pd.DataFrame([])
+    if not keys:
+        return pd.DataFrame([])
     G = len(groups)
     order = np.concatenate(groups)
     g = np.repeat(np.arange(G), [len(x) for x in groups])
     answers = transcript["answer"].to_numpy(dtype=object, na_value=None)[order]
-    agents_col, tasks = transcript["agent"].to_numpy(dtype=object)[order], transcript["task"].to_numpy(dtype=object)
+    agents_col = transcript["agent"].to_numpy(dtype=object)[order]
     cor = transcript["correct"].astype("boolean").to_numpy(dtype=float, na_value=np.nan)[order]
     a, names = _agent_slots(agents_col, g, G)
     A = int(a.max()) + 1
     _warn_one_sample(np.bincount(g * A + a, minlength=G * A), "uncertainty_table")
     acc, acc_a = _group_accuracies(cor, g, a, G, A)
     row_fmt = transcript["fmt"].to_numpy(dtype=object)
-    gfmt = [row_fmt[x[0]] for x in groups]                     # the group's format: its first row's
-    bounds = np.r_[0, np.cumsum([len(x) for x in groups])]     # rows are in group order: group gi is rows bounds[gi]:bounds[gi + 1]
+    gfmt = [row_fmt[x[0]] for x in groups]  # the group's format: its first row's
+    bounds = np.r_[
+        0, np.cumsum([len(x) for x in groups])
+    ]  # rows are in group order: group gi is rows bounds[gi]:bounds[gi + 1]
     merged = _merge_by_format(answers, g, gfmt, bounds)
     none, pf, pf_a, undefined = _parse_failures(merged, g, a, G, A, unparsed)
     res = _group_uncertainty(merged, none, g, a, names, gfmt, bounds, undefined, unparsed, base)
@@ -437,81 +676,134 @@ def uncertainty_table(transcript: pd.DataFrame, fmt: str | None = None, base: fl
 # %% ../nbs/05_metrics.ipynb #0adb9da6
 def flip_transitions(before: Sequence[bool], after: Sequence[bool]) -> dict:
     "Shares of C2C, C2W, W2C, W2W and flip_ratio = C2W + W2C (UMAD App. D.4); NaN shares when empty."
-    b = np.asarray([bool(x) for x in before]); a = np.asarray([bool(x) for x in after])
-    if b.shape != a.shape: raise ValueError(f"flip_transitions: {b.size} responses before, {a.size} after")
+    b = np.asarray([bool(x) for x in before])
+    a = np.asarray([bool(x) for x in after])
+    if b.shape != a.shape:
+        raise ValueError(f"flip_transitions: {b.size} responses before, {a.size} after")
     n = int(b.size)
-    if n == 0: return {"C2C": math.nan, "C2W": math.nan, "W2C": math.nan, "W2W": math.nan, "flip_ratio": math.nan, "n": 0}
-    out = {"C2C": float(np.mean(b & a)), "C2W": float(np.mean(b & ~a)), "W2C": float(np.mean(~b & a)), "W2W": float(np.mean(~b & ~a))}
+    if n == 0:
+        return {
+            "C2C": math.nan,
+            "C2W": math.nan,
+            "W2C": math.nan,
+            "W2W": math.nan,
+            "flip_ratio": math.nan,
+            "n": 0,
+        }
+    out = {
+        "C2C": float(np.mean(b & a)),
+        "C2W": float(np.mean(b & ~a)),
+        "W2C": float(np.mean(~b & a)),
+        "W2W": float(np.mean(~b & ~a)),
+    }
     return {**out, "flip_ratio": out["C2W"] + out["W2C"], "n": n}
 
-def flip_table(transcript: pd.DataFrame, before_round: int = 0, after_round: int = 1,
-               by: Sequence[str] = ()) -> pd.DataFrame:
+# %% ../nbs/05_metrics.ipynb #cd29e9b9
+def flip_table(
+    transcript: pd.DataFrame, before_round: int = 0, after_round: int = 1, by: Sequence[str] = ()
+) -> pd.DataFrame:
     "Flip transitions between two rounds, pairing each response by (item, sample, agent), per condition (`pool_keys`: experiment, method, `by`). (UMAD Fig. 5: C2C / C2W / W2C / W2W transitions.)"
-    transcript = with_defaults(transcript, ("item_id", "agent", "round", "correct"), what="flip_table")
+    transcript = with_defaults(
+        transcript, ("item_id", "agent", "round", "correct"), what="flip_table"
+    )
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="flip_table")
     key = ["item_id", "sample", "agent"]
     b = transcript[transcript["round"] == before_round].set_index([*by, *key])["correct"]
     a = transcript[transcript["round"] == after_round].set_index([*by, *key])["correct"]
     j = pd.concat([b.rename("before"), a.rename("after")], axis=1, join="inner").reset_index()
-    rows = [{**dict(zip(by, k if isinstance(k, tuple) else (k,))), **flip_transitions(g["before"], g["after"])}
-            for k, g in j.groupby(list(by), sort=True)]
+    rows = [
+        {
+            **dict(zip(by, k if isinstance(k, tuple) else (k,))),
+            **flip_transitions(g["before"], g["after"]),
+        }
+        for k, g in j.groupby(list(by), sort=True)
+    ]
     return pd.DataFrame(rows)
 
 # %% ../nbs/05_metrics.ipynb #4f82c63b
-def viewpoint_entropy(answers: Sequence[Any], base: float = 2, fmt: str | None = None,
-                      unparsed: str = "shared") -> float:
+def viewpoint_entropy(
+    answers: Sequence[Any], base: float = 2, fmt: str | None = None, unparsed: str = "shared"
+) -> float:
     """MADC App. A.2: Shannon entropy (bits by default) of the agents' answer distribution on one question.
     `unparsed`: `shared` (the kit: one viewpoint), `drop` (MADC's release), or `distinct`."""
-    if len(answers) == 0: return math.nan
-    outs = _outcomes(answers, fmt, _check_unparsed(unparsed))   # answer_distribution's numbers
+    if len(answers) == 0:
+        return math.nan
+    outs = _outcomes(answers, fmt, _check_unparsed(unparsed))  # answer_distribution's numbers
     c, n = Counter(outs), len(outs)
-    if n == 0: return math.nan
+    if n == 0:
+        return math.nan
     return entropy([c[a] / n for a in sorted(c, key=lambda a: (a == UNPARSED, a))], base)
 
-def viewpoint_log_likelihood(answers: Sequence[Any], gold: Any, fmt: str = "exact", floor: float | None = None,
-                             unparsed: str = "shared") -> float:
+# %% ../nbs/05_metrics.ipynb #08d94ff1
+def viewpoint_log_likelihood(
+    answers: Sequence[Any],
+    gold: Any,
+    fmt: str = "exact",
+    floor: float | None = None,
+    unparsed: str = "shared",
+) -> float:
     """MADC App. A.1: log2 of the share of agents whose answer equals `gold` (graded with `is_correct`).
     -inf when no agent is correct (or `floor` if given); NaN for no answers. `unparsed="drop"` (MADC's
     release): the share among parsed agents only; otherwise among all agents."""
     from mad_study.answers import is_correct
-    if _check_unparsed(unparsed) == "drop": answers = [a for a in answers if not is_missing(a)]
+
+    if _check_unparsed(unparsed) == "drop":
+        answers = [a for a in answers if not is_missing(a)]
     n = len(answers)
-    if n == 0: return math.nan
+    if n == 0:
+        return math.nan
     k = sum(1 for a in answers if not is_missing(a) and is_correct(a, gold, fmt))
-    if k == 0: return -math.inf if floor is None else float(floor)
+    if k == 0:
+        return -math.inf if floor is None else float(floor)
     return math.log2(k / n)
 
 # %% ../nbs/05_metrics.ipynb #9b0a1b8f
 def path_consistency(answers: Sequence[Any], fmt: str | None = None) -> list[float]:
     """MADC Eq. 2: for each agent i, sum over k != i of Pr(V_i = V_k) at one round.
     `answers[i]` is agent i's answer, or a list of its sampled answers."""
-    multi = any(isinstance(a, (list, tuple)) for a in answers)
     lists = [list(a) if isinstance(a, (list, tuple)) else [a] for a in answers]
     flat = [None if is_missing(a) else a for s in lists for a in s]
-    if fmt is not None: flat = merge_equivalent(flat, fmt)
+    if fmt is not None:
+        flat = merge_equivalent(flat, fmt)
     cut = np.cumsum([0] + [len(s) for s in lists])
-    per = [flat[cut[i]:cut[i + 1]] for i in range(len(lists))]
+    per = [flat[cut[i] : cut[i + 1]] for i in range(len(lists))]
     dists = []
     for s in per:
         c = Counter(a for a in s if a is not None)
         dists.append({a: v / len(s) for a, v in c.items()} if s else {})
     out = []
     for i, di in enumerate(dists):
-        out.append(float(sum(sum(p * dk.get(a, 0.0) for a, p in di.items()) for k, dk in enumerate(dists) if k != i)))
+        out.append(
+            float(
+                sum(
+                    sum(p * dk.get(a, 0.0) for a, p in di.items())
+                    for k, dk in enumerate(dists)
+                    if k != i
+                )
+            )
+        )
     return out
 
 # %% ../nbs/05_metrics.ipynb #b7e5595e
-def reversal_point(counts: Sequence[float], accuracy: Sequence[float], level: float = 0.5,
-                   after: float | None = None) -> float | None:
+def reversal_point(
+    counts: Sequence[float],
+    accuracy: Sequence[float],
+    level: float = 0.5,
+    after: float | None = None,
+) -> float | None:
     """MADC RQ3: first count at which the accuracy curve crosses `level` against its starting side (None if never).
     `after`: start from the curve's side at the last count <= `after` and search only larger counts."""
-    pts = [(c, a) for c, a in sorted(zip(counts, accuracy), key=lambda t: t[0]) if not is_missing(a)]
+    pts = [
+        (c, a) for c, a in sorted(zip(counts, accuracy), key=lambda t: t[0]) if not is_missing(a)
+    ]
     if after is not None:
         base = [p for p in pts if p[0] <= after]
         pts = base[-1:] + [p for p in pts if p[0] > after]
-    if not pts: return None
+    if not pts:
+        return None
     above = pts[0][1] > level
     for c, a in pts[1:]:
-        if (above and a < level) or (not above and a > level): return c
+        if (above and a < level) or (not above and a > level):
+            return c
     return None

@@ -22,33 +22,50 @@ __all__ = ['DU_GSM8K', 'DU_MMLU', 'DU_MATH', 'UMAD_MATH', 'PROMPTS', 'MADC_FEWSH
 @dataclass(frozen=True)
 class PromptSet:
     "The wording of one debate protocol (see the table above for placeholders)."
-    source: str                        # paper / repository the wording comes from, or 'adaptation: ...'
-    opening: str                       # round-0 user message
-    debate_intro: str                  # debate-round user message: before the shown solutions
-    peer: str                          # one shown solution
-    debate_outro: str                  # after the shown solutions
-    system: str | None = None          # system prompt (None: the model's default)
-    alone: str | None = None           # debate-round message when no solution is shown (a lone agent)
-    roles: Mapping[str, str] = field(default_factory=dict)   # role -> system prompt for that role
+
+    source: str  # paper / repository the wording comes from, or 'adaptation: ...'
+    opening: str  # round-0 user message
+    debate_intro: str  # debate-round user message: before the shown solutions
+    peer: str  # one shown solution
+    debate_outro: str  # after the shown solutions
+    system: str | None = None  # system prompt (None: the model's default)
+    alone: str | None = None  # debate-round message when no solution is shown (a lone agent)
+    roles: Mapping[str, str] = field(default_factory=dict)  # role -> system prompt for that role
 
     def system_for(self, role: str | None) -> str | None:
         "System prompt for `role` (falls back to `system`)."
         return self.roles.get(role, self.system) if role else self.system
 
-_NUMBER_WORDS = {0: "zero", 1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight",
-                 9: "nine", 10: "ten"}
+# %% ../nbs/04a_prompts.ipynb #f9e78804
+_NUMBER_WORDS = {
+    0: "zero",
+    1: "one",
+    2: "two",
+    3: "three",
+    4: "four",
+    5: "five",
+    6: "six",
+    7: "seven",
+    8: "eight",
+    9: "nine",
+    10: "ten",
+}
+
 
 @functools.lru_cache(maxsize=256)
 def _fill_pattern(names: tuple[str, ...]) -> re.Pattern:
     "The pattern of `fill`'s placeholders `{name}` (compiled once per set of names: a debate fills thousands)."
     return re.compile("|".join(re.escape("{" + k + "}") for k in names))
 
+# %% ../nbs/04a_prompts.ipynb #d71edead
 def fill(template: str, **values) -> str:
     """Replace `{name}` by `values[name]` for the given names only (other braces are left alone), in one pass: a value
     that contains `{tag}` or `{idx}` (a model's response) is inserted as it is, never filled again."""
-    if not values: return template
+    if not values:
+        return template
     return _fill_pattern(tuple(values)).sub(lambda m: str(values[m.group(0)[1:-1]]), template)
 
+# %% ../nbs/04a_prompts.ipynb #89aa9bfb
 def number_word(n: int) -> str:
     "2 -> 'two' (digits above ten)."
     return _NUMBER_WORDS.get(n, str(n))
@@ -70,10 +87,12 @@ DU_MMLU = PromptSet(
     debate_outro="\n\n Using the reasoning from other agents as additional advice, can you give an updated answer? Examine your solution and that other agents step by step. Put your answer in the form (X) at the end of your response.",
     alone="Can you double check that your answer is correct. Put your final answer in the form (X) at the end of your response.",
 )
-DU_MATH = replace(DU_GSM8K,
+DU_MATH = replace(
+    DU_GSM8K,
     source="adaptation of Du et al. 2024 GSM8K wording for LaTeX answers ('a single numerical number' removed)",
     opening="Can you solve the following math problem? {question} Explain your reasoning. Your final answer should be in the form \\boxed{answer}, at the end of your response.",
-    debate_outro="\n\n Using the solutions from other agents as additional information, can you provide your answer to the math problem? \n The original math problem is {question}. Your final answer should be in the form \\boxed{answer}, at the end of your response.")
+    debate_outro="\n\n Using the solutions from other agents as additional information, can you provide your answer to the math problem? \n The original math problem is {question}. Your final answer should be in the form \\boxed{answer}, at the end of your response.",
+)
 
 # %% ../nbs/04a_prompts.ipynb #e61c2bef
 UMAD_MATH = PromptSet(
@@ -83,7 +102,7 @@ UMAD_MATH = PromptSet(
     debate_intro="Given the following problem: {question}. We have {n_solutions} answers: ",
     peer="agent {idx} response is: {solution}. ",
     debate_outro="Please carefully review these answers and recognize which one is right. If one or all of them are right, please summarize the reasoning process of the right one and give the final answer. If both of them are wrong, please correct their mistakes and provide a novel and complete solution to the problem and give the final answer. Let's think step by step and output the final answer within \\boxed{}.",
-    roles={"model_default": None},     # no system message: the model's own chat-template default
+    roles={"model_default": None},  # no system message: the model's own chat-template default
 )
 
 # %% ../nbs/04a_prompts.ipynb #4b0ab4e6
@@ -94,16 +113,23 @@ PROMPTS: dict[str, PromptSet] = {
     "umad_math": UMAD_MATH,
 }
 
+
 def register_prompt(name: str, ps: PromptSet) -> PromptSet:
     "Add a prompt set to the registry (for new studies; the papers' sets are defined above)."
-    PROMPTS[name] = ps; return ps
+    PROMPTS[name] = ps
+    return ps
 
+# %% ../nbs/04a_prompts.ipynb #e18fa9d6
 def get_prompt(name: str | PromptSet, fmt: str | None = None) -> PromptSet:
     "The prompt set `name`; `'auto'` picks Du et al.'s wording for the answer format `fmt`."
-    if isinstance(name, PromptSet): return name
+    if isinstance(name, PromptSet):
+        return name
     if name == "auto":
         return {"option": DU_MMLU, "number": DU_GSM8K}.get(fmt, DU_MATH)
-    if name not in PROMPTS: raise ConfigError("unknown prompt set", key="prompt", value=name, choices=[*PROMPTS, "auto"])
+    if name not in PROMPTS:
+        raise ConfigError(
+            "unknown prompt set", key="prompt", value=name, choices=[*PROMPTS, "auto"]
+        )
     return PROMPTS[name]
 
 # %% ../nbs/04a_prompts.ipynb #8dd34be5
@@ -111,25 +137,41 @@ def opening_messages(ps: PromptSet, question: str, role: str | None = None) -> l
     "Round-0 chat messages: optional system prompt, then the opening user message."
     msgs = []
     sys_prompt = ps.system_for(role)
-    if sys_prompt: msgs.append({"role": "system", "content": sys_prompt})
+    if sys_prompt:
+        msgs.append({"role": "system", "content": sys_prompt})
     msgs.append({"role": "user", "content": fill(ps.opening, question=question)})
     return msgs
 
-def debate_message(ps: PromptSet, question: str, solutions: list[str], tags: list[str] | None = None) -> str:
+# %% ../nbs/04a_prompts.ipynb #8b4de704
+def debate_message(
+    ps: PromptSet, question: str, solutions: list[str], tags: list[str] | None = None
+) -> str:
     """The debate-round user message showing `solutions` in order (optionally tagged). Tags that the prompt set's peer
     template cannot render (no `{tag}`) are an error, never dropped (the kit's own rule; a protocol that changes what a
     peer looks like uses `Protocol.peer_view`)."""
-    if not solutions and ps.alone: return fill(ps.alone, question=question)
+    if not solutions and ps.alone:
+        return fill(ps.alone, question=question)
     n = number_word(len(solutions))
     tags = list(tags) if tags else [""] * len(solutions)
     if len(tags) != len(solutions):
-        raise ConfigError(f"{len(tags)} tags for {len(solutions)} shown solutions", key="tags", value=tags)
+        raise ConfigError(
+            f"{len(tags)} tags for {len(solutions)} shown solutions", key="tags", value=tags
+        )
     if any(tags) and "{tag}" not in ps.peer:
-        raise ConfigError("the prompt set's peer template has no {tag}, so the protocol's tags would be dropped: use a "
-                          "prompt set whose peer has {tag}, or Protocol.peer_view to change what a peer shows",
-                          key="tags", value=next(t for t in tags if t))
-    blocks = "".join(fill(ps.peer, solution=s, idx=i, tag=t) for i, (s, t) in enumerate(zip(solutions, tags)))
-    return fill(ps.debate_intro, question=question, n_solutions=n) + blocks + fill(ps.debate_outro, question=question, n_solutions=n)
+        raise ConfigError(
+            "the prompt set's peer template has no {tag}, so the protocol's tags would be dropped: use a "
+            "prompt set whose peer has {tag}, or Protocol.peer_view to change what a peer shows",
+            key="tags",
+            value=next(t for t in tags if t),
+        )
+    blocks = "".join(
+        fill(ps.peer, solution=s, idx=i, tag=t) for i, (s, t) in enumerate(zip(solutions, tags))
+    )
+    return (
+        fill(ps.debate_intro, question=question, n_solutions=n)
+        + blocks
+        + fill(ps.debate_outro, question=question, n_solutions=n)
+    )
 
 # %% ../nbs/04a_prompts.ipynb #e09991d5
 _MADC_EXAMPLES_12 = r"""### Instruction:
@@ -178,39 +220,71 @@ Step 5: The answer is: (2,-2)."""
 MADC_FEWSHOT_EXAMPLES = _MADC_EXAMPLES_12 + "\n\n" + _MADC_EXAMPLES_34
 
 # %% ../nbs/04a_prompts.ipynb #a14b651e
-_MADC_TEMPLATE = ("A chat between a curious user and an AI assistant. The assistant gives step-by-step solutions to the user's "
-                  "questions. At the final step, a conclusive answer is given in the format of \"The answer is: <ANSWER>.\", "
-                  "where <ANSWER> should be a numeric answer.\n\n{examples}\n\n### Instruction:\n{instruction}\n\n### Response:\n"
-                  "Let's think step by step.\n")
-MADC_FEWSHOT = replace(DU_MMLU,
+_MADC_TEMPLATE = (
+    "A chat between a curious user and an AI assistant. The assistant gives step-by-step solutions to the user's "
+    'questions. At the final step, a conclusive answer is given in the format of "The answer is: <ANSWER>.", '
+    "where <ANSWER> should be a numeric answer.\n\n{examples}\n\n### Instruction:\n{instruction}\n\n### Response:\n"
+    "Let's think step by step.\n"
+)
+MADC_FEWSHOT = replace(
+    DU_MMLU,
     source="MADC (Key Decision-Makers in Multi-Agent Debates), App. 'Example of MADC in MAD'; SG-XM/AAAI2026-MADC "
-           "prompt/fewshot_ost_config.json + fewshot_ost_prompt.txt (round 1), debate_bbh_qwen3b.py (round 2: Du et al. MMLU wording)",
+    "prompt/fewshot_ost_config.json + fewshot_ost_prompt.txt (round 1), debate_bbh_qwen3b.py (round 2: Du et al. MMLU wording)",
     system="You are a helpful assistant.",
-    opening=fill(_MADC_TEMPLATE, examples=MADC_FEWSHOT_EXAMPLES,
-                 instruction="Can you answer the following question as accurately as possible? {question} \n Explain your answer."
-                             "Make sure putting the answer in the form (X) at the end of your response."))
-MADC_CASE_COT = replace(MADC_FEWSHOT,
+    opening=fill(
+        _MADC_TEMPLATE,
+        examples=MADC_FEWSHOT_EXAMPLES,
+        instruction="Can you answer the following question as accurately as possible? {question} \n Explain your answer."
+        "Make sure putting the answer in the form (X) at the end of your response.",
+    ),
+)
+MADC_CASE_COT = replace(
+    MADC_FEWSHOT,
     source="MADC RQ3 case study: SG-XM/AAAI2026-MADC case_study.py cot() (zero-shot CoT samples, no system prompt)",
     system=None,
     opening="Can you answer the following question as accurately as possible? {question} \n Explain your answer."
-            "Make sure putting the final answer in the form (X) at the end of your response. Let's think step by step.")
+    "Make sure putting the final answer in the form (X) at the end of your response. Let's think step by step.",
+)
 PROMPTS.update({"madc": MADC_FEWSHOT, "madc_case_cot": MADC_CASE_COT})
 
 # %% ../nbs/04a_prompts.ipynb #72dbb958
 _CONF = " Finally, on the last line, state how confident you are that your final answer is correct, in the form Confidence: X% (a number from 0 to 100)."
-SVR_MATH = replace(DU_MATH,
+SVR_MATH = replace(
+    DU_MATH,
     source="adaptation for SVR-MAD (prompts not printed in the paper): Du et al. 2024 LaTeX wording + a self-reported confidence",
-    opening=DU_MATH.opening + _CONF, debate_outro=DU_MATH.debate_outro + _CONF)
-SVR_MC = replace(DU_MMLU,
+    opening=DU_MATH.opening + _CONF,
+    debate_outro=DU_MATH.debate_outro + _CONF,
+)
+SVR_MC = replace(
+    DU_MMLU,
     source="adaptation for SVR-MAD (prompts not printed in the paper): Du et al. 2024 MMLU wording + a self-reported confidence",
-    opening=DU_MMLU.opening + _CONF, debate_outro=DU_MMLU.debate_outro + _CONF)
-SVR_MATH_CHALLENGE = replace(SVR_MATH, source=SVR_MATH.source + "; pairwise challenge (Alg. 1 line 10)",
-    debate_intro="This is a solution to the problem from another agent: ", peer="\n\n ```{solution}```",
-    debate_outro="\n\n Using the other agent's solution as additional information, examine your solution and theirs step by step. Can you provide your answer to the math problem? \n The original math problem is {question}. Your final answer should be in the form \\boxed{answer}, at the end of your response." + _CONF)
-SVR_MC_CHALLENGE = replace(SVR_MC, source=SVR_MC.source + "; pairwise challenge (Alg. 1 line 10)",
-    debate_intro="This is a solution to the problem from another agent: ", peer="\n\n ```{solution}```",
-    debate_outro="\n\n Using the reasoning of the other agent as additional advice, can you give an updated answer? Examine your solution and that of the other agent step by step. Put your answer in the form (X) at the end of your response." + _CONF)
-PROMPTS.update({"svr_math": SVR_MATH, "svr_mc": SVR_MC, "svr_math_challenge": SVR_MATH_CHALLENGE, "svr_mc_challenge": SVR_MC_CHALLENGE})
+    opening=DU_MMLU.opening + _CONF,
+    debate_outro=DU_MMLU.debate_outro + _CONF,
+)
+SVR_MATH_CHALLENGE = replace(
+    SVR_MATH,
+    source=SVR_MATH.source + "; pairwise challenge (Alg. 1 line 10)",
+    debate_intro="This is a solution to the problem from another agent: ",
+    peer="\n\n ```{solution}```",
+    debate_outro="\n\n Using the other agent's solution as additional information, examine your solution and theirs step by step. Can you provide your answer to the math problem? \n The original math problem is {question}. Your final answer should be in the form \\boxed{answer}, at the end of your response."
+    + _CONF,
+)
+SVR_MC_CHALLENGE = replace(
+    SVR_MC,
+    source=SVR_MC.source + "; pairwise challenge (Alg. 1 line 10)",
+    debate_intro="This is a solution to the problem from another agent: ",
+    peer="\n\n ```{solution}```",
+    debate_outro="\n\n Using the reasoning of the other agent as additional advice, can you give an updated answer? Examine your solution and that of the other agent step by step. Put your answer in the form (X) at the end of your response."
+    + _CONF,
+)
+PROMPTS.update(
+    {
+        "svr_math": SVR_MATH,
+        "svr_mc": SVR_MC,
+        "svr_math_challenge": SVR_MATH_CHALLENGE,
+        "svr_mc_challenge": SVR_MC_CHALLENGE,
+    }
+)
 
 # %% ../nbs/04a_prompts.ipynb #4807d440
 META_DEBATE_PROMPTS: dict = {
@@ -219,7 +293,7 @@ META_DEBATE_PROMPTS: dict = {
     "proposal_roles": {
         "affirmative": "You are affirmative side. Please express your viewpoints.",
         "negative": "You are negative side. The affirmative side argues:\n\n{affirmative}\n\nYou disagree with the affirmative side's answer. Provide your answer and reasons.",
-        "moderator": "You are the moderator judge. The affirmative side argues:\n\n{affirmative}\n\nThe negative side argues:\n\n{negative}\n\nEvaluate both sides' answers and determine if there is a clear preference for an answer candidate. Output your answer in json format: {\"Whether there is a preference\": \"Yes or No\", \"Supported Side\": \"Affirmative or Negative\", \"Reason\": \"\", \"debate_answer\": \"\"}.",
+        "moderator": 'You are the moderator judge. The affirmative side argues:\n\n{affirmative}\n\nThe negative side argues:\n\n{negative}\n\nEvaluate both sides\' answers and determine if there is a clear preference for an answer candidate. Output your answer in json format: {"Whether there is a preference": "Yes or No", "Supported Side": "Affirmative or Negative", "Reason": "", "debate_answer": ""}.',
         "cot": "You solve it with chain-of-thought reasoning. Let's think step by step. {instruction}",
         "step_back": "You solve it with step-back prompting: first state the underlying principles and concepts behind this question, then answer by reasoning from them. {instruction}",
         "pot": "You solve it with program of thoughts: write a Python program in one ```python code block that computes the answer and prints only the final answer{what}.",
@@ -242,30 +316,45 @@ META_DEBATE_PROMPTS: dict = {
         "dmad": "This is part of a structured debate with three roles (Chain-of-Thought, Step-Back, and Program-of-Thought).",
         "dmad_vision": "This is part of a structured debate with three roles (IO, CCoT, and DDCoT).",
     },
-    "role_titles": {"affirmative": "Affirmative", "negative": "Negative", "moderator": "Moderator Judge",
-                    "cot": "Chain-of-Thought", "step_back": "Step-Back", "pot": "Program-of-Thought",
-                    "io": "IO", "ccot": "CCoT", "ddcot": "DDCoT"},     # DMAD's vision methods (issue 14; our wording)
+    "role_titles": {
+        "affirmative": "Affirmative",
+        "negative": "Negative",
+        "moderator": "Moderator Judge",
+        "cot": "Chain-of-Thought",
+        "step_back": "Step-Back",
+        "pot": "Program-of-Thought",
+        "io": "IO",
+        "ccot": "CCoT",
+        "ddcot": "DDCoT",
+    },  # DMAD's vision methods (issue 14; our wording)
 }
 
 # %% ../nbs/04a_prompts.ipynb #a044ae9a
-_RUMAD_SYSTEM = ("Welcome to the debate! You are a seasoned debater with expertise in succinctly and persuasively expressing your "
+_RUMAD_SYSTEM = (
+    "Welcome to the debate! You are a seasoned debater with expertise in succinctly and persuasively expressing your "
     "viewpoints. You will be assigned to debate groups, where you will engage in discussions with fellow participants. The "
     "outcomes of each group’s deliberations will be shared among all members. It is crucial for you to leverage this "
     "information effectively in order to critically analyze the question at hand and ultimately arrive at the correct answer. "
-    "Best of luck!")
+    "Best of luck!"
+)
 _RUMAD_FMT_MC = "Put your final choice in the form \\boxed{answer} at the end of your response."
 _RUMAD_FMT_NUM = "Your final answer should be a single numerical number, in the Form \\boxed{answer}, at the end of your response."
+
 
 def _rumad(fmt_sentence: str, task: str) -> PromptSet:
     return PromptSet(
         source=f"RUMAD App. C, Tables 7-8 ({task}); adaptation: one tagged block per shown solution, lone-agent re-check",
         system=_RUMAD_SYSTEM,
-        opening="Can you answer the following question as accurately as possible? {question} Explain your answer. " + fmt_sentence,
+        opening="Can you answer the following question as accurately as possible? {question} Explain your answer. "
+        + fmt_sentence,
         debate_intro="These are the solutions from other agents: ",
         peer="\n\n {tag}One agent solution: ```{solution}```",
         debate_outro=". Based on the above responses with their indicated importance, can you provide an updated answer? "
-                     "Examine all solutions step by step. " + fmt_sentence,
-        alone="Can you double check that your answer is correct? Examine your solution step by step. " + fmt_sentence)
+        "Examine all solutions step by step. " + fmt_sentence,
+        alone="Can you double check that your answer is correct? Examine your solution step by step. "
+        + fmt_sentence,
+    )
+
 
 RUMAD_MC = _rumad(_RUMAD_FMT_MC, "MMLU & GPQA")
 RUMAD_MATH = _rumad(_RUMAD_FMT_NUM, "GSM8K")

@@ -12,11 +12,19 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .core import ConfigError, GenRequest, Generation, Item, rng_for, pool_keys, check_unique_turns
+from mad_study.core import (
+    ConfigError,
+    GenRequest,
+    Generation,
+    Item,
+    rng_for,
+    pool_keys,
+    check_unique_turns,
+)
 from .answers import answers_equivalent, merge_equivalent
 from .prompts import PromptSet, get_prompt
 from .debate import FullyConnected, Protocol, RoundContext, run_debate
-from .voting import vote_table, majority_vote
+from .voting import vote_table
 
 # %% auto #0
 __all__ = ['BASELINES', 'answer_only_text', 'ScriptedBackend', 'largest_agreement', 'EarlyStop', 'GroupDebate', 'S2MAD',
@@ -27,25 +35,49 @@ __all__ = ['BASELINES', 'answer_only_text', 'ScriptedBackend', 'largest_agreemen
 def answer_only_text(answer: str | None, fmt: str) -> str:
     "A response reduced to its final answer (GroupDebate's cross-group message, Liu et al. 2025), in a sentence the kit's extractors and synthetic agents read."
     from mad_study.sim import FINAL_SENTENCE
-    if answer is None: return "No final answer was given."
+
+    if answer is None:
+        return "No final answer was given."
     return f"{FINAL_SENTENCE}{'(' + answer + ')' if fmt == 'option' else chr(92) + 'boxed{' + str(answer) + '}'}."
 
+# %% ../nbs/04b_protocols.ipynb #ad5e4d98
 class ScriptedBackend:
     """A backend whose answers a test chooses: `script(item, agent, round, messages) -> answer` (None: unparsable),
     `signals(item, agent, round, messages) -> dict` of Generation signal fields. Tokens: words x 1.3, as `SimBackend`."""
+
     kind = "scripted"
+
     def __init__(self, script: Callable, signals: Callable | None = None, name: str = "scripted"):
-        self.script, self.signals, self.backend_id, self.calls = script, signals, f"scripted:{name}", []
+        self.script, self.signals, self.backend_id, self.calls = (
+            script,
+            signals,
+            f"scripted:{name}",
+            [],
+        )
+
     def generate(self, requests: Sequence[GenRequest]) -> list[Generation]:
         out = []
         for r in requests:
-            m = r.meta; it = m["item"]
+            m = r.meta
+            it = m["item"]
             ans = self.script(it, m.get("agent"), m.get("round"), r.messages)
             text = "Reasoning. " + answer_only_text(ans, it.fmt)
-            sig = dict(self.signals(it, m.get("agent"), m.get("round"), r.messages)) if self.signals else {}
+            sig = (
+                dict(self.signals(it, m.get("agent"), m.get("round"), r.messages))
+                if self.signals
+                else {}
+            )
             self.calls.append(m)
-            out.append(Generation(text=text, prompt_tokens=int(round(sum(len(x["content"].split()) for x in r.messages) * 1.3)),
-                                  completion_tokens=int(round(len(text.split()) * 1.3)), **sig))
+            out.append(
+                Generation(
+                    text=text,
+                    prompt_tokens=int(
+                        round(sum(len(x["content"].split()) for x in r.messages) * 1.3)
+                    ),
+                    completion_tokens=int(round(len(text.split()) * 1.3)),
+                    **sig,
+                )
+            )
         return out
 
 # %% ../nbs/04b_protocols.ipynb #1181d37d
@@ -54,41 +86,72 @@ def largest_agreement(answers: Sequence[str | None], fmt: str) -> int:
     merged = [a for a in merge_equivalent(list(answers), fmt) if a is not None]
     return max(Counter(merged).values()) if merged else 0
 
+# %% ../nbs/04b_protocols.ipynb #47ffe346
 class EarlyStop(Protocol):
     "Stop after a round in which >= `min_agree` agents agree (SVR-MAD Sec. 5: 6 agents, stop after round one at >= 5)."
+
     def __init__(self, inner: Protocol, min_agree: int = 5):
         self.inner, self.min_agree = inner, int(min_agree)
         self.name = inner.name
-    def __getattr__(self, k): return getattr(self.__dict__["inner"], k)
+
+    def __getattr__(self, k):
+        return getattr(self.__dict__["inner"], k)
+
     def stopped(self, ctx: RoundContext) -> bool:
-        return ctx.round > 1 and largest_agreement(list(ctx.last_answers().values()), ctx.item.fmt) >= self.min_agree
-    def order(self, ctx): return self.inner.order(ctx)
-    def speaks(self, ctx, agent): return False if self.stopped(ctx) else self.inner.speaks(ctx, agent)
-    def visible(self, ctx, agent, order): return [] if self.stopped(ctx) else self.inner.visible(ctx, agent, order)
-    def tags(self, ctx, agent, peers): return self.inner.tags(ctx, agent, peers) if peers else None
-    def peer_view(self, ctx, viewer, peer): return self.inner.peer_view(ctx, viewer, peer)
-    def __repr__(self): return f"EarlyStop({self.inner!r}, min_agree={self.min_agree})"
+        return (
+            ctx.round > 1
+            and largest_agreement(list(ctx.last_answers().values()), ctx.item.fmt) >= self.min_agree
+        )
+
+    def order(self, ctx):
+        return self.inner.order(ctx)
+
+    def speaks(self, ctx, agent):
+        return False if self.stopped(ctx) else self.inner.speaks(ctx, agent)
+
+    def visible(self, ctx, agent, order):
+        return [] if self.stopped(ctx) else self.inner.visible(ctx, agent, order)
+
+    def tags(self, ctx, agent, peers):
+        return self.inner.tags(ctx, agent, peers) if peers else None
+
+    def peer_view(self, ctx, viewer, peer):
+        return self.inner.peer_view(ctx, viewer, peer)
+
+    def __repr__(self):
+        return f"EarlyStop({self.inner!r}, min_agree={self.min_agree})"
 
 # %% ../nbs/04b_protocols.ipynb #dc4ed911
 class GroupDebate(FullyConnected):
     "GroupDebate (Liu et al. 2025) as SVR-MAD describes it: full context inside random groups, final answers across groups."
+
     answer_peer = "\n\n One agent of another group gave this final answer: ```{solution}```"
 
     def __init__(self, groups: Sequence[int] = (3, 3), seed: Any = 0, peer: str | None = None):
         self.sizes, self.seed = tuple(int(g) for g in groups), seed
-        if not self.sizes or min(self.sizes) < 1: raise ConfigError("group sizes must be >= 1", key="groups", value=groups)
-        self.peer = peer            # full-response template (default: the prompt set's own)
+        if not self.sizes or min(self.sizes) < 1:
+            raise ConfigError("group sizes must be >= 1", key="groups", value=groups)
+        self.peer = peer  # full-response template (default: the prompt set's own)
         self.name = "groupdebate_" + "-".join(map(str, self.sizes))
 
     def groups(self, item_id: str, sample: int, names: Sequence[str]) -> list[list[str]]:
         "The random partition of `names` into groups of `sizes` for one item and thread (seeded, fixed for the debate)."
         key = (item_id, int(sample), tuple(names))
         memo = self.__dict__.setdefault("_groups", {})
-        if key in memo: return memo[key]
-        if sum(self.sizes) != len(names): raise ConfigError(f"group sizes {self.sizes} do not add up to {len(names)} agents", key="groups")
-        perm = [names[i] for i in rng_for("groupdebate", self.seed, item_id, sample).permutation(len(names))]
+        if key in memo:
+            return memo[key]
+        if sum(self.sizes) != len(names):
+            raise ConfigError(
+                f"group sizes {self.sizes} do not add up to {len(names)} agents", key="groups"
+            )
+        perm = [
+            names[i]
+            for i in rng_for("groupdebate", self.seed, item_id, sample).permutation(len(names))
+        ]
         out, i = [], 0
-        for s in self.sizes: out.append(sorted(perm[i:i + s], key=list(names).index)); i += s
+        for s in self.sizes:
+            out.append(sorted(perm[i : i + s], key=list(names).index))
+            i += s
         memo[key] = out
         return out
 
@@ -97,12 +160,19 @@ from fastcore.basics import patch
 
 # %% ../nbs/04b_protocols.ipynb #18e39d90
 @patch
-def same_group(self: GroupDebate, item_id: str, sample: int, names: Sequence[str], a: str, b: str) -> bool:
+def same_group(
+    self: GroupDebate, item_id: str, sample: int, names: Sequence[str], a: str, b: str
+) -> bool:
     return any(a in g and b in g for g in self.groups(item_id, sample, names))
 
+# %% ../nbs/04b_protocols.ipynb #a16861cf
 @patch
 def visible(self: GroupDebate, ctx, agent, order):
-    inside = [p for p in order if p != agent and self.same_group(ctx.item.id, ctx.sample, ctx.names, agent, p)]
+    inside = [
+        p
+        for p in order
+        if p != agent and self.same_group(ctx.item.id, ctx.sample, ctx.names, agent, p)
+    ]
     return inside + [p for p in order if p != agent and p not in inside]
 
 # %% ../nbs/04b_protocols.ipynb #b47fcdb4
@@ -110,106 +180,193 @@ def visible(self: GroupDebate, ctx, agent, order):
 def peer_view(self: GroupDebate, ctx, viewer, peer):
     "GroupDebate (Liu et al. 2025): `peer`'s full response block inside `viewer`'s group, its final answer only across groups."
     tpl = self.peer or self.__dict__.get("_peer")
-    if tpl is None: raise ConfigError("GroupDebate renders each peer block itself: run it with run_protocol, or with prompt=gd.prompt_for(ps)", key="prompt")
+    if tpl is None:
+        raise ConfigError(
+            "GroupDebate renders each peer block itself: run it with run_protocol, or with prompt=gd.prompt_for(ps)",
+            key="prompt",
+        )
     if self.same_group(ctx.item.id, ctx.sample, ctx.names, viewer, peer):
         return tpl.replace("{solution}", ctx.last(peer)["text"] or "").replace("{tag}", "")
-    return self.answer_peer.replace("{solution}", answer_only_text(ctx.last(peer)["answer"], ctx.item.fmt))
+    return self.answer_peer.replace(
+        "{solution}", answer_only_text(ctx.last(peer)["answer"], ctx.item.fmt)
+    )
 
+# %% ../nbs/04b_protocols.ipynb #2843f113
 @patch
 def prompt_for(self: GroupDebate, ps: PromptSet) -> PromptSet:
     "The prompt set to run with: `ps` with the peer template `{solution}` (`peer_view` renders each peer block)."
     self._peer = ps.peer
     return replace(ps, peer="{solution}", source=ps.source + " (GroupDebate peer views)")
 
+# %% ../nbs/04b_protocols.ipynb #1366f9d9
 @patch
-def full_context(self: GroupDebate, item_id: str, sample: int, names: Sequence[str], viewer: str, peer: str) -> bool:
+def full_context(
+    self: GroupDebate, item_id: str, sample: int, names: Sequence[str], viewer: str, peer: str
+) -> bool:
     "Whether `viewer` is shown `peer`'s full response (a context transfer, counted in NComm)."
     return self.same_group(item_id, sample, names, viewer, peer)
 
 # %% ../nbs/04b_protocols.ipynb #15400be5
 class S2MAD(FullyConnected):
     "S2-MAD (Zeng et al. 2025) sparsification: no link between agents whose answers are equivalent (or responses similar)."
+
     name = "s2mad"
-    def __init__(self, similarity: Callable[[str, str], float] | None = None, threshold: float = 0.9):
+
+    def __init__(
+        self, similarity: Callable[[str, str], float] | None = None, threshold: float = 0.9
+    ):
         self.similarity, self.threshold = similarity, float(threshold)
 
     def redundant(self, ctx: RoundContext, a: str, b: str) -> bool:
         "Whether the link between `a` and `b` is pruned."
         ra, rb = ctx.last(a), ctx.last(b)
-        if answers_equivalent(ra["answer"], rb["answer"], ctx.item.fmt): return True
-        return self.similarity is not None and self.similarity(ra["text"] or "", rb["text"] or "") >= self.threshold
+        if answers_equivalent(ra["answer"], rb["answer"], ctx.item.fmt):
+            return True
+        return (
+            self.similarity is not None
+            and self.similarity(ra["text"] or "", rb["text"] or "") >= self.threshold
+        )
 
     def visible(self, ctx, agent, order):
         return [p for p in order if p != agent and not self.redundant(ctx, agent, p)]
+
     def speaks(self, ctx, agent):
         return bool(self.visible(ctx, agent, ctx.names))
+
     def peer_view(self, ctx, viewer, peer):
         "S2-MAD (Zeng et al. 2025) keeps a link whole: a linked peer's full last response (pruning decides who is shown)."
         return ctx.last(peer)["text"] or ""
 
 # %% ../nbs/04b_protocols.ipynb #3fd07d7d
-def run_protocol(items: Sequence[Item], agents, backends: Mapping[str, Any], protocol: Protocol, prompt: str | PromptSet = "auto",
-                 **kw) -> pd.DataFrame:
+def run_protocol(
+    items: Sequence[Item],
+    agents,
+    backends: Mapping[str, Any],
+    protocol: Protocol,
+    prompt: str | PromptSet = "auto",
+    **kw,
+) -> pd.DataFrame:
     "`run_debate` with a baseline `protocol` (SVR-MAD Sec. 5; its prompt variant, `prompt_for`, where it has one), items grouped by answer format."
     inner = getattr(protocol, "inner", protocol)
-    if not hasattr(inner, "prompt_for"): return run_debate(items, agents, backends, protocol=protocol, prompt=prompt, **kw)
+    if not hasattr(inner, "prompt_for"):
+        return run_debate(items, agents, backends, protocol=protocol, prompt=prompt, **kw)
     parts = []
     for fmt in dict.fromkeys(it.fmt for it in items):
         sub = [it for it in items if it.fmt == fmt]
-        parts.append(run_debate(sub, agents, backends, protocol=protocol, prompt=inner.prompt_for(get_prompt(prompt, fmt)), **kw))
+        parts.append(
+            run_debate(
+                sub,
+                agents,
+                backends,
+                protocol=protocol,
+                prompt=inner.prompt_for(get_prompt(prompt, fmt)),
+                **kw,
+            )
+        )
     order = {it.id: i for i, it in enumerate(items)}
     df = pd.concat(parts, ignore_index=True)
-    return df.iloc[np.argsort(df["item_id"].map(order).to_numpy(), kind="stable")].reset_index(drop=True)
+    return df.iloc[np.argsort(df["item_id"].map(order).to_numpy(), kind="stable")].reset_index(
+        drop=True
+    )
 
 # %% ../nbs/04b_protocols.ipynb #6d47d308
 def _peers(s) -> list[str]:
     return [p for p in str(s).split(",") if p] if isinstance(s, str) else []
 
+# %% ../nbs/04b_protocols.ipynb #14c500ed
 def _full_context_of(protocol, cond: Sequence[str], ckey: tuple):
     "The `full_context(item_id, sample, names, viewer, peer)` test of the protocol of one condition (`protocol` may map `method` to it); None: every shown peer is a full response."
-    p = protocol.get(dict(zip(cond, ckey)).get("method")) if isinstance(protocol, Mapping) else protocol
+    p = (
+        protocol.get(dict(zip(cond, ckey)).get("method"))
+        if isinstance(protocol, Mapping)
+        else protocol
+    )
     return getattr(getattr(p, "inner", p), "full_context", None)
 
+# %% ../nbs/04b_protocols.ipynb #c69fb1c9
 def _thread_turns(transcript: pd.DataFrame, keys: Sequence[str]) -> dict[tuple, dict]:
     "Per (condition, item, sample): the agents in order of appearance, the debate-round turns that spoke, and the tokens of all turns."
-    cols = list(dict.fromkeys([*keys, "round", "agent", "reused", "visible_peers", "prompt_tokens", "completion_tokens"]))
+    cols = list(
+        dict.fromkeys(
+            [
+                *keys,
+                "round",
+                "agent",
+                "reused",
+                "visible_peers",
+                "prompt_tokens",
+                "completion_tokens",
+            ]
+        )
+    )
     acc: dict[tuple, dict] = {}
     for r in transcript[cols].to_dict("records"):
         a = acc.setdefault(tuple(r[k] for k in keys), {"names": [], "rows": [], "tokens": 0})
-        if r["agent"] not in a["names"]: a["names"].append(r["agent"])
+        if r["agent"] not in a["names"]:
+            a["names"].append(r["agent"])
         a["tokens"] += int(r["prompt_tokens"] or 0) + int(r["completion_tokens"] or 0)
-        if r["round"] > 0 and not bool(r["reused"]): a["rows"].append(r)
+        if r["round"] > 0 and not bool(r["reused"]):
+            a["rows"].append(r)
     return acc
 
+# %% ../nbs/04b_protocols.ipynb #b656c13a
 def _count_messages(a: Mapping, full, item_id: str, sample: int) -> tuple[int, int]:
     "(NComm, answer-only messages) of one thread: each (speaking agent, shown peer) of a debate round is a full-context transfer when `full` says so (or `full` is None), else an answer-only message."
     ncomm = nans = 0
     for r in a["rows"]:
         for p in _peers(r["visible_peers"]):
-            if full is None or full(item_id, sample, a["names"], r["agent"], p): ncomm += 1
-            else: nans += 1
+            if full is None or full(item_id, sample, a["names"], r["agent"], p):
+                ncomm += 1
+            else:
+                nans += 1
     return ncomm, nans
 
 # %% ../nbs/04b_protocols.ipynb #25a24c34
-def debate_costs(transcript: pd.DataFrame, protocol: Protocol | Mapping[str, Protocol] | None = None, fmt: str | None = None) -> pd.DataFrame:
+def debate_costs(
+    transcript: pd.DataFrame,
+    protocol: Protocol | Mapping[str, Protocol] | None = None,
+    fmt: str | None = None,
+) -> pd.DataFrame:
     """Per condition (`experiment`, `method`: `mad_study.core.pool_keys`), item and sample: final majority answer, correct,
     rounds_spoken, NComm (full-response transfers, SVR-MAD Sec. 5), n_answer_msgs (answer-only messages, GroupDebate),
     tokens (prompt + completion, all rounds). Pooled transcripts give each method's own costs; `protocol` may map a
     `method` value to its protocol. Duplicate turns (two methods sharing a name) raise (`check_unique_turns`)."""
     cond = pool_keys(transcript)
     keys = [*cond, "item_id", "sample"]
-    if not len(transcript): return pd.DataFrame(columns=[*keys, "answer", "correct", "rounds_spoken", "ncomm", "n_answer_msgs", "tokens"])
+    if not len(transcript):
+        return pd.DataFrame(
+            columns=[
+                *keys,
+                "answer",
+                "correct",
+                "rounds_spoken",
+                "ncomm",
+                "n_answer_msgs",
+                "tokens",
+            ]
+        )
     check_unique_turns(transcript, what="debate_costs")
     last = transcript.groupby(keys, dropna=False)["round"].transform("max") == transcript["round"]
-    votes = {tuple(r[k] for k in keys): r for r in vote_table(transcript[last], by=("item_id", "sample"), fmt=fmt).to_dict("records")}
+    votes = {
+        tuple(r[k] for k in keys): r
+        for r in vote_table(transcript[last], by=("item_id", "sample"), fmt=fmt).to_dict("records")
+    }
     out = []
     for key, a in _thread_turns(transcript, keys).items():
         iid, k = key[-2:]
-        ncomm, nans = _count_messages(a, _full_context_of(protocol, cond, key[:len(cond)]), iid, k)
+        ncomm, nans = _count_messages(a, _full_context_of(protocol, cond, key[: len(cond)]), iid, k)
         v = votes[key]
-        out.append({**dict(zip(keys, key)), "answer": v["answer"], "correct": bool(v["correct"]),
-                    "rounds_spoken": max((int(r["round"]) for r in a["rows"]), default=0), "ncomm": ncomm, "n_answer_msgs": nans,
-                    "tokens": a["tokens"]})
+        out.append(
+            {
+                **dict(zip(keys, key)),
+                "answer": v["answer"],
+                "correct": bool(v["correct"]),
+                "rounds_spoken": max((int(r["round"]) for r in a["rows"]), default=0),
+                "ncomm": ncomm,
+                "n_answer_msgs": nans,
+                "tokens": a["tokens"],
+            }
+        )
     return pd.DataFrame(out)
 
 # %% ../nbs/04b_protocols.ipynb #2b1e7aff
@@ -223,87 +380,159 @@ def sid_scores(round0: pd.DataFrame) -> pd.DataFrame:
     answer (SVR-MAD App. A's SID-ET); no parsed answer: score -inf, answer None."""
     r0 = round0[round0["round"] == 0]
     if r0["logprob_min"].isna().any():
-        raise ValueError("SID-ET needs every pre-debate min log-likelihood (logprob_min); this backend gives none for "
-                         f"{int(r0['logprob_min'].isna().sum())} responses")
-    key = r0["logprob_min"].astype(float).where(r0["answer"].notna(), -np.inf)      # unparsed: never the answering agent
+        raise ValueError(
+            "SID-ET needs every pre-debate min log-likelihood (logprob_min); this backend gives none for "
+            f"{int(r0['logprob_min'].isna().sum())} responses"
+        )
+    key = (
+        r0["logprob_min"].astype(float).where(r0["answer"].notna(), -np.inf)
+    )  # unparsed: never the answering agent
     idx = key.groupby([r0["item_id"], r0["sample"]], sort=False).idxmax()
-    best = r0.loc[idx.to_numpy(), ["item_id", "sample", "agent", "answer", "correct"]].assign(score=key.loc[idx.to_numpy()].to_numpy())
+    best = r0.loc[idx.to_numpy(), ["item_id", "sample", "agent", "answer", "correct"]].assign(
+        score=key.loc[idx.to_numpy()].to_numpy()
+    )
     best.loc[best["score"] == -np.inf, ["answer", "correct"]] = [None, False]
-    return best.rename(columns={"agent": "sid_agent"})[["item_id", "sample", "sid_agent", "score", "answer", "correct"]].reset_index(drop=True)
+    return best.rename(columns={"agent": "sid_agent"})[
+        ["item_id", "sample", "sid_agent", "score", "answer", "correct"]
+    ].reset_index(drop=True)
 
+# %% ../nbs/04b_protocols.ipynb #dc628da6
 def sid_et(round0: pd.DataFrame, mad_costs: pd.DataFrame, skip_rate: float) -> pd.DataFrame:
     """SID-ET at `skip_rate` (SVR-MAD App. A): the top `round(skip_rate * n)` items by `sid_scores` skip the debate and take
     the most confident agent's answer; the others take all-to-all MAD (`mad_costs`, from `debate_costs`)."""
-    if not 0 <= skip_rate <= 1: raise ConfigError("must be in [0, 1]", key="skip_rate", value=skip_rate)
+    if not 0 <= skip_rate <= 1:
+        raise ConfigError("must be in [0, 1]", key="skip_rate", value=skip_rate)
     s = sid_scores(round0)
     n_skip = int(round(skip_rate * len(s)))
     order = np.argsort(-s["score"].to_numpy(), kind="stable")
-    skip = np.zeros(len(s), bool); skip[order[:n_skip]] = True
-    r0tok = round0[round0["round"] == 0].groupby(["item_id", "sample"])[["prompt_tokens", "completion_tokens"]].sum().sum(axis=1)
+    skip = np.zeros(len(s), bool)
+    skip[order[:n_skip]] = True
+    r0tok = (
+        round0[round0["round"] == 0]
+        .groupby(["item_id", "sample"])[["prompt_tokens", "completion_tokens"]]
+        .sum()
+        .sum(axis=1)
+    )
     mad = mad_costs.set_index(["item_id", "sample"])
     rows = []
     for sk, r in zip(skip, s.itertuples()):
         key = (r.item_id, r.sample)
-        if sk: rows.append({"item_id": r.item_id, "sample": r.sample, "skipped": True, "answer": r.answer,
-                            "correct": bool(r.correct), "ncomm": 0, "tokens": int(r0tok.loc[key])})
+        if sk:
+            rows.append(
+                {
+                    "item_id": r.item_id,
+                    "sample": r.sample,
+                    "skipped": True,
+                    "answer": r.answer,
+                    "correct": bool(r.correct),
+                    "ncomm": 0,
+                    "tokens": int(r0tok.loc[key]),
+                }
+            )
         else:
             m = mad.loc[key]
-            rows.append({"item_id": r.item_id, "sample": r.sample, "skipped": False, "answer": m["answer"],
-                         "correct": bool(m["correct"]), "ncomm": int(m["ncomm"]), "tokens": int(m["tokens"])})
+            rows.append(
+                {
+                    "item_id": r.item_id,
+                    "sample": r.sample,
+                    "skipped": False,
+                    "answer": m["answer"],
+                    "correct": bool(m["correct"]),
+                    "ncomm": int(m["ncomm"]),
+                    "tokens": int(m["tokens"]),
+                }
+            )
     return pd.DataFrame(rows)
 
 # %% ../nbs/04b_protocols.ipynb #8a3630d4
 class SIDAgentExit(FullyConnected):
     """SID (Chen et al. 2025) model-level early exit, per agent: an agent whose pre-debate min-LL (`logprob_min`, SVR-MAD
     App. A's signal) is >= `threshold` and whose answer was parsed leaves the debate; the others debate all-to-all."""
+
     name = "sid_agent_exit"
+
     def __init__(self, threshold: float):
-        if threshold is None or np.isnan(float(threshold)): raise ConfigError("threshold must be a number", key="threshold", value=threshold)
+        if threshold is None or np.isnan(float(threshold)):
+            raise ConfigError("threshold must be a number", key="threshold", value=threshold)
         self.threshold = float(threshold)
+
     def exited(self, ctx: RoundContext, agent: str) -> bool:
         "Whether `agent` left the debate after round 0 (its round-0 min-LL against the threshold)."
         r0 = ctx.history[agent][0]
         lp = r0.get("logprob_min")
-        if lp is None or np.isnan(float(lp)): raise ValueError(f"SID needs the pre-debate logprob_min of {agent}; the backend gives none")
+        if lp is None or np.isnan(float(lp)):
+            raise ValueError(
+                f"SID needs the pre-debate logprob_min of {agent}; the backend gives none"
+            )
         return r0.get("answer") is not None and float(lp) >= self.threshold
-    def speaks(self, ctx, agent): return not self.exited(ctx, agent)
+
+    def speaks(self, ctx, agent):
+        return not self.exited(ctx, agent)
 
 # %% ../nbs/04b_protocols.ipynb #da093e8a
-def tune_skip_rate(evaluate: Callable[[float], tuple[float, float]], tok_ref: float, acc_ref: float,
-                   rates: Iterable[int] = range(90, 0, -10)) -> tuple[float, list[dict]]:
+def tune_skip_rate(
+    evaluate: Callable[[float], tuple[float, float]],
+    tok_ref: float,
+    acc_ref: float,
+    rates: Iterable[int] = range(90, 0, -10),
+) -> tuple[float, list[dict]]:
     """SVR-MAD App. A, Alg. 2: the SID-ET skip rate. `evaluate(r) -> (tokens, accuracy)` (r a fraction). Returns the
     chosen rate and the trace of the rates tried."""
     trace = []
-    for pct in rates:                                                   # line 4: while r >= 10%
-        tok, acc = evaluate(pct / 100)                                  # line 5
+    for pct in rates:  # line 4: while r >= 10%
+        tok, acc = evaluate(pct / 100)  # line 5
         trace.append({"skip_rate": pct / 100, "tokens": tok, "accuracy": acc})
-        if acc >= acc_ref: trace[-1]["stop"] = "accuracy"; return pct / 100, trace     # lines 6-7
-        if tok > tok_ref: trace[-1]["stop"] = "tokens"; return pct / 100, trace        # lines 8-9
-    return 0.10, trace                                                  # line 13
+        if acc >= acc_ref:
+            trace[-1]["stop"] = "accuracy"
+            return pct / 100, trace  # lines 6-7
+        if tok > tok_ref:
+            trace[-1]["stop"] = "tokens"
+            return pct / 100, trace  # lines 8-9
+    return 0.10, trace  # line 13
 
 # %% ../nbs/04b_protocols.ipynb #98259ac3
 class SparseTopology(FullyConnected):
     "S-MAD (Li et al. 2024) fixed sparse topology: `ring` (adjacent agents visible) or `star` (the centre, agent 0, visible)."
-    def __init__(self, kind: str = "ring", center: int = 0):
-        if kind not in ("ring", "star"): raise ConfigError("unknown sparse topology", key="topology", value=kind, choices=["ring", "star"])
-        self.kind, self.center, self.name, self.include_self = kind, int(center), f"smad_{kind}", False
-    def visible(self, ctx, agent, order):
-        names = ctx.names; i, n = names.index(agent), len(names)
-        if self.kind == "ring": keep = {names[(i - 1) % n], names[(i + 1) % n]} - {agent}
-        else: keep = set(names) - {agent} if i == self.center else {names[self.center]}
-        return [p for p in order if p in keep]
 
+    def __init__(self, kind: str = "ring", center: int = 0):
+        if kind not in ("ring", "star"):
+            raise ConfigError(
+                "unknown sparse topology", key="topology", value=kind, choices=["ring", "star"]
+            )
+        self.kind, self.center, self.name, self.include_self = (
+            kind,
+            int(center),
+            f"smad_{kind}",
+            False,
+        )
+
+    def visible(self, ctx, agent, order):
+        names = ctx.names
+        i, n = names.index(agent), len(names)
+        if self.kind == "ring":
+            keep = {names[(i - 1) % n], names[(i + 1) % n]} - {agent}
+        else:
+            keep = set(names) - {agent} if i == self.center else {names[self.center]}
+        return [p for p in order if p in keep]
 
 # %% ../nbs/04b_protocols.ipynb #c05aa4d2
 BASELINES = ("mad", "groupdebate", "groupdebate_2-2-2", "s2mad", "smad_ring", "smad_star")
 
+
 def make_baseline(name: str, min_agree: int | None = 5, seed: Any = 0) -> Protocol:
     "A debate baseline by name (`BASELINES`: Du et al.'s MAD, GroupDebate 3-3 or 2-2-2, S2-MAD, S-MAD ring or star), wrapped in `EarlyStop(min_agree)` unless `min_agree` is None."
-    if name == "mad": p = FullyConnected()
-    elif name == "groupdebate": p = GroupDebate((3, 3), seed=seed)
-    elif name == "groupdebate_2-2-2": p = GroupDebate((2, 2, 2), seed=seed)
-    elif name == "s2mad": p = S2MAD()
-    elif name in ("smad_ring", "smad_star"): p = SparseTopology(name.split("_")[1])
-    else: raise ConfigError("unknown baseline", key="baseline", value=name, choices=BASELINES)
-    if name == "mad": p.name = "mad"
+    if name == "mad":
+        p = FullyConnected()
+    elif name == "groupdebate":
+        p = GroupDebate((3, 3), seed=seed)
+    elif name == "groupdebate_2-2-2":
+        p = GroupDebate((2, 2, 2), seed=seed)
+    elif name == "s2mad":
+        p = S2MAD()
+    elif name in ("smad_ring", "smad_star"):
+        p = SparseTopology(name.split("_")[1])
+    else:
+        raise ConfigError("unknown baseline", key="baseline", value=name, choices=BASELINES)
+    if name == "mad":
+        p.name = "mad"
     return p if min_agree is None else EarlyStop(p, min_agree)

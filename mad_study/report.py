@@ -21,11 +21,22 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-import yaml
 
-from .core import (SOURCE_DIRS, ConfigError, Item, atomic_path, git_commit, atomic_write_text, figures_dir, params_dir, project_root,
-                            runs_dir, save_transcript)
-from .registry import experiment_files, load_registry    # the artefact registry (02b_registry)
+from mad_study.core import (
+    ConfigError,
+    Item,
+    atomic_path,
+    git_commit,
+    atomic_write_text,
+    figures_dir,
+    project_root,
+    runs_dir,
+    save_transcript,
+)
+from mad_study.registry import (
+    experiment_files,
+    load_registry,
+)  # the artefact registry (02b_registry)
 
 # %% auto #0
 __all__ = ['SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'CONTROL_STYLES', 'COLUMN_IN', 'PAGE_IN', 'MIN_PT',
@@ -37,43 +48,73 @@ __all__ = ['SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'CONT
            'write_index']
 
 # %% ../nbs/06_report.ipynb #7cf92f74
-_PACKAGES = ("mad_study", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "torch", "transformers", "bitsandbytes",
-             "accelerate", "math-verify", "datasets", "papermill")
+_PACKAGES = (
+    "mad_study",
+    "numpy",
+    "pandas",
+    "scipy",
+    "matplotlib",
+    "seaborn",
+    "torch",
+    "transformers",
+    "bitsandbytes",
+    "accelerate",
+    "math-verify",
+    "datasets",
+    "papermill",
+)
+
 
 def package_versions(names: Sequence[str] = _PACKAGES) -> dict[str, str | None]:
     "Installed versions of the packages results depend on (None if not installed)."
     out = {}
     for n in names:
-        try: out[n] = importlib.metadata.version(n)
-        except importlib.metadata.PackageNotFoundError: out[n] = None
+        try:
+            out[n] = importlib.metadata.version(n)
+        except importlib.metadata.PackageNotFoundError:
+            out[n] = None
     return out
 
 # %% ../nbs/06_report.ipynb #e687f5a1
 _PLAIN = (str, int, float, bool, list, dict, tuple, type(None))
 _NAMESPACE_KEYS = {"In", "Out", "get_ipython", "exit", "quit", "__name__", "__builtins__"}
 
+
 def _source(cell: Mapping) -> str:
     "A notebook cell's source: nbformat stores it as one string or a list of lines."
     s = cell.get("source", "")
     return s if isinstance(s, str) else "".join(s)
 
+# %% ../nbs/06_report.ipynb #1b3049c9
 def notebook_parameters(nb_path: str | os.PathLike) -> dict[str, Any]:
     """Names and default values of the notebook cell tagged `parameters` and of the cells tagged `parameters-part`
     right before it (literal assignments only; papermill injects its values after the `parameters` cell). The kit's own."""
-    # plain JSON, not nbformat: importing nbformat (its schema validator) took 2-4 s of every experiment's kernel
+    # plain JSON, not nbformat: importing nbformat (its schema
+    # validator) took 2-4 s of every experiment's kernel
     cells = json.loads(Path(nb_path).read_text(encoding="utf-8"))["cells"]
     tags = [set(c.get("metadata", {}).get("tags", [])) for c in cells]
     at = next((i for i, t in enumerate(tags) if "parameters" in t), None)
-    if at is None: raise ConfigError("notebook has no cell tagged 'parameters'", where=nb_path)
-    first = at                                     # a long list: `parameters-part` cells right before it (papermill
-    while first > 0 and "parameters-part" in tags[first - 1]: first -= 1   # injects after the `parameters` cell)
+    if at is None:
+        raise ConfigError("notebook has no cell tagged 'parameters'", where=nb_path)
+    first = at  # a long list: `parameters-part` cells right before it (papermill
+    while first > 0 and "parameters-part" in tags[first - 1]:
+        first -= 1  # injects after the `parameters` cell)
     out = {}
-    for node in (n for c in cells[first:at + 1] for n in ast.parse(_source(c)).body):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try: out[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError: raise ConfigError("parameters must be literals", where=nb_path, key=node.targets[0].id) from None
+    for node in (n for c in cells[first : at + 1] for n in ast.parse(_source(c)).body):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
+            try:
+                out[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                raise ConfigError(
+                    "parameters must be literals", where=nb_path, key=node.targets[0].id
+                ) from None
     return out
 
+# %% ../nbs/06_report.ipynb #0625b810
 def run_params(notebook: str | os.PathLike, ns: Mapping[str, Any]) -> dict[str, Any]:
     """The parameters this run of `notebook` was given: the names its `parameters` cell declares, in that cell's order,
     with their values in `ns` (the notebook's `globals()`: papermill's injected values, else the cell's defaults),
@@ -81,11 +122,17 @@ def run_params(notebook: str | os.PathLike, ns: Mapping[str, Any]) -> dict[str, 
     experiment accepts without declaring them.
     `notebook` is found from the working directory (a kernel runs in its notebook's folder), else in nbs/. The kit's own."""
     path = Path(notebook)
-    if not path.exists(): path = project_root() / "nbs" / path.name
+    if not path.exists():
+        path = project_root() / "nbs" / path.name
     names = list(notebook_parameters(path))
     if missing := [k for k in names if k not in ns]:
-        raise ConfigError(f"run the notebook's `parameters` cell first (not set: {missing})", where=path)
-    from mad_study.serving import SERVING_KEYS              # keys every experiment accepts to run through servers
+        raise ConfigError(
+            f"run the notebook's `parameters` cell first (not set: {missing})", where=path
+        )
+    from mad_study.serving import (
+        SERVING_KEYS,
+    )  # keys every experiment accepts to run through servers
+
     names += [k for k in SERVING_KEYS if k in ns and k not in names]
     return _check_params({k: ns[k] for k in names})
 
@@ -93,11 +140,17 @@ def run_params(notebook: str | os.PathLike, ns: Mapping[str, Any]) -> dict[str, 
 def _check_params(params: Mapping[str, Any]) -> dict[str, Any]:
     "Refuse a namespace (`globals()`) or values a params file cannot hold: a sidecar records declared parameters only."
     bad = sorted(set(map(str, params)) & _NAMESPACE_KEYS)
-    if bad: raise ConfigError(f"Study was given a namespace (it has {bad}); pass run_params(<this notebook>, globals())",
-                              key="params")
+    if bad:
+        raise ConfigError(
+            f"Study was given a namespace (it has {bad}); pass run_params(<this notebook>, globals())",
+            key="params",
+        )
     odd = sorted(str(k) for k, v in params.items() if not isinstance(v, _PLAIN))
-    if odd: raise ConfigError(f"parameters must be plain values (str, number, bool, list, dict, None); not: {odd}",
-                              key="params")
+    if odd:
+        raise ConfigError(
+            f"parameters must be plain values (str, number, bool, list, dict, None); not: {odd}",
+            key="params",
+        )
     return dict(params)
 
 # %% ../nbs/06_report.ipynb #st15026752
@@ -105,6 +158,7 @@ from fastcore.basics import patch
 
 SYNTHETIC_LABEL = "SYNTHETIC AGENTS (sim profile): illustrates the method, not the paper's results"
 EMBEDDED_LABEL = "Embedded SmolLM2-135M (cpu profile): proves the LLM path, not the paper's results"
+
 
 class Study:
     """Run context of one experiment: profile, seed, generation cache, backends, items, transcripts, provenance.
@@ -115,6 +169,7 @@ class Study:
     runs/cache/generations.sqlite under `$MAD_STUDY_RUNS`), and the serving keys of `mad_study.serving.SERVING_KEYS`
     (`backend: openai`, `base_url`, `served_model`, `api_key_env`, ...): then every model is an `OpenAIBackend` whose
     failed generations go to runs/<profile>/<experiment>/failed_generations.jsonl (`mad-study reproduce` names them)."""
+
     def __init__(self, params: Mapping[str, Any], paper: str):
         self.params = _check_params(params)
         self.paper = paper
@@ -131,7 +186,8 @@ class Study:
         self.outputs: list[str] = []
         self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
-    def __repr__(self): return f"Study({self.paper!r}, experiment={self.experiment!r}, profile={self.profile!r})"
+    def __repr__(self):
+        return f"Study({self.paper!r}, experiment={self.experiment!r}, profile={self.profile!r})"
 
 # %% ../nbs/06_report.ipynb #st91434894
 @patch(as_prop=True)
@@ -139,9 +195,13 @@ def cache(self: Study):
     "The generation cache (SQLite, shared by all experiments; `cache: false` disables it)."
     if self._cache is None:
         setting = self.params.get("cache", True)
-        if setting in (False, "off", None): return None
+        if setting in (False, "off", None):
+            return None
         from mad_study.backends import GenerationCache
-        self._cache = GenerationCache() if setting in (True, "on") else GenerationCache(Path(setting))
+
+        self._cache = (
+            GenerationCache() if setting in (True, "on") else GenerationCache(Path(setting))
+        )
     return self._cache
 
 # %% ../nbs/06_report.ipynb #st70404895
@@ -149,18 +209,25 @@ def cache(self: Study):
 def backends(self: Study, models: Sequence[str]) -> dict[str, Any]:
     "Backends for `models` (created once per study, behind the generation cache; through servers when `backend: openai`)."
     from mad_study.backends import make_backend
+
     for m in models:
         if m not in self._backends:
             kw = {}
             if self.params.get("backend", "hf") == "openai" and not m.startswith("sim"):
                 from mad_study.serving import serving_kwargs
+
                 log = self.run_dir / "failed_generations.jsonl"
-                if not any(hasattr(getattr(b, "inner", b), "failures") for b in self._backends.values()):
-                    log.unlink(missing_ok=True)                    # this run's failures only
+                if not any(
+                    hasattr(getattr(b, "inner", b), "failures") for b in self._backends.values()
+                ):
+                    log.unlink(missing_ok=True)  # this run's failures only
                 kw = dict(backend="openai", failure_log=log, **serving_kwargs(self.params, m))
-            self._backends[m] = make_backend(m, quant=self.quant, cache=self.cache, sim_agents=self.sim_agents, **kw)
+            self._backends[m] = make_backend(
+                m, quant=self.quant, cache=self.cache, sim_agents=self.sim_agents, **kw
+            )
     return {m: self._backends[m] for m in models}
 
+# %% ../nbs/06_report.ipynb #c0cc2df2
 @patch
 def adopt(self: Study, backends: Mapping[str, Any]) -> dict[str, Any]:
     "Record backends built outside `Study.backends` (their ids go into the provenance, their kinds into the label); return them."
@@ -169,18 +236,23 @@ def adopt(self: Study, backends: Mapping[str, Any]) -> dict[str, Any]:
 
 # %% ../nbs/06_report.ipynb #st98034847
 @patch
-def items(self: Study, task: str, n: int | None = None, seed: int | None = None, source: str | None = None) -> list[Item]:
+def items(
+    self: Study, task: str, n: int | None = None, seed: int | None = None, source: str | None = None
+) -> list[Item]:
     "Load (and record) a deterministic subset of `task`."
     from mad_study.data import load_items
+
     src = source or self.params.get("source", "fixture")
     items = load_items(task, n=n, seed=self.seed if seed is None else seed, source=src)
     self.item_ids[task] = [it.id for it in items]
     return items
 
+# %% ../nbs/06_report.ipynb #fefa0ff2
 @patch
 def debate(self: Study, name: str, items: Sequence[Item], agents, **kw) -> pd.DataFrame:
     "Run `mad_study.debate.run_debate` with this study's backends and seed; save the transcript as `name`."
     from mad_study.debate import run_debate
+
     kw.setdefault("seed", self.seed)
     kw.setdefault("experiment", self.experiment)
     tr = run_debate(items, agents, self.backends(sorted({a.model for a in agents})), **kw)
@@ -192,7 +264,7 @@ def debate(self: Study, name: str, items: Sequence[Item], agents, **kw) -> pd.Da
 def save_transcript(self: Study, tr: pd.DataFrame, name: str) -> Path:
     "Save a transcript under runs/<profile>/<experiment>/<name>.parquet."
     p = save_transcript(tr, self.run_dir / f"{name}.parquet")
-    self.transcripts[name] = "runs/" + p.relative_to(runs_dir()).as_posix()      # never a machine path
+    self.transcripts[name] = "runs/" + p.relative_to(runs_dir()).as_posix()  # never a machine path
     return p
 
 # %% ../nbs/06_report.ipynb #st69539384
@@ -201,11 +273,14 @@ def kinds(self: Study) -> set[str]:
     "Backend kinds used so far ('sim', 'hf', 'embedded', 'tiny-random')."
     return {getattr(getattr(b, "inner", b), "kind", "?") for b in self._backends.values()}
 
+# %% ../nbs/06_report.ipynb #f9d698ca
 @patch(as_prop=True)
 def label(self: Study) -> str | None:
     "The label every figure of this study must carry (None for real paper-profile models)."
-    if self.profile == "sim" or "sim" in self.kinds: return SYNTHETIC_LABEL
-    if self.profile == "cpu" or "embedded" in self.kinds or "tiny-random" in self.kinds: return EMBEDDED_LABEL
+    if self.profile == "sim" or "sim" in self.kinds:
+        return SYNTHETIC_LABEL
+    if self.profile == "cpu" or "embedded" in self.kinds or "tiny-random" in self.kinds:
+        return EMBEDDED_LABEL
     return None
 
 # %% ../nbs/06_report.ipynb #st96966327
@@ -215,29 +290,60 @@ def provenance(self: Study) -> dict:
     the server was declared to run (`served_quant`) or 'unknown', never the kit's own `quant` setting."""
     stats = self._cache.stats() if self._cache is not None else {}
     params = _jsonable(self.params)
-    if params.get("backend") == "openai":      # served: the server's weights, as declared (served_quant), else unknown
+    if (
+        params.get("backend") == "openai"
+    ):  # served: the server's weights, as declared (served_quant), else unknown
         params["quant"] = params.get("served_quant") or "unknown"
-    return {"paper": self.paper, "experiment": self.experiment, "profile": self.profile, "seed": self.seed,
-            "params": params, "label": self.label, **git_commit(), "versions": package_versions(),
-            "models": {m: getattr(b, "backend_id", None) for m, b in self._backends.items()},
-            **({"serving": serving} if (serving := {m: getattr(b, "inner", b).provenance() for m, b in self._backends.items()
-                                                    if hasattr(getattr(b, "inner", b), "provenance")}) else {}),
-            "sandbox": _sandbox_mode(),        # where model-written programs run (DMAD's / Meta-Debate's program of thought)
-            "items": self.item_ids, "transcripts": self.transcripts, "cache": stats, "started": self.started,
-            "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    return {
+        "paper": self.paper,
+        "experiment": self.experiment,
+        "profile": self.profile,
+        "seed": self.seed,
+        "params": params,
+        "label": self.label,
+        **git_commit(),
+        "versions": package_versions(),
+        "models": {m: getattr(b, "backend_id", None) for m, b in self._backends.items()},
+        **(
+            {"serving": serving}
+            if (
+                serving := {
+                    m: getattr(b, "inner", b).provenance()
+                    for m, b in self._backends.items()
+                    if hasattr(getattr(b, "inner", b), "provenance")
+                }
+            )
+            else {}
+        ),
+        # where model-written programs run (DMAD's / Meta-Debate's program of thought)
+        "sandbox": _sandbox_mode(),
+        "items": self.item_ids,
+        "transcripts": self.transcripts,
+        "cache": stats,
+        "started": self.started,
+        "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
 
+# %% ../nbs/06_report.ipynb #48a4a939
 @functools.lru_cache(maxsize=None)
 def _sandbox_mode() -> str:
     "The sandbox that would run a program of thought in this process: 'bwrap' (OS isolation) or 'unavailable' (04d_sandbox)."
     from mad_study.sandbox import sandbox_provenance
+
     return sandbox_provenance()["sandbox"]
 
+# %% ../nbs/06_report.ipynb #b4098add
 def _jsonable(x):
-    if isinstance(x, Mapping): return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple, set)): return [_jsonable(v) for v in x]
-    if isinstance(x, (np.integer,)): return int(x)
-    if isinstance(x, (np.floating,)): return float(x)
-    if isinstance(x, (str, int, float, bool)) or x is None: return x
+    if isinstance(x, Mapping):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, set)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return float(x)
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
     return str(x)
 
 # %% ../nbs/06_report.ipynb #st96506712
@@ -246,6 +352,7 @@ def save_figure(self: Study, fig, artefact: str, **kw) -> list[Path]:
     "`save_figure` with this study's paper, label and provenance."
     return save_figure(fig, artefact, paper=self.paper, study=self, **kw)
 
+# %% ../nbs/06_report.ipynb #da8bb017
 @patch
 def save_table(self: Study, df: pd.DataFrame, artefact: str, **kw) -> list[Path]:
     "`save_table` with this study's paper and provenance."
@@ -256,35 +363,51 @@ def show_figure(fig) -> None:
     "Show `fig` once under the running notebook cell (IPython's `display`) and close it; outside IPython only close it. The kit's own."
     import matplotlib.pyplot as plt
     from IPython import get_ipython
+
     if get_ipython() is not None:
         from IPython.display import display
+
         display(fig)
     plt.close(fig)
 
 # %% ../nbs/06_report.ipynb #fb355aec
-STYLES: dict[str, dict] = {}                 # canonical name -> {"color", "marker"}
-_STYLE_KEYS: dict[str, str] = {}             # every spelling's key -> canonical name
+STYLES: dict[str, dict] = {}  # canonical name -> {"color", "marker"}
+_STYLE_KEYS: dict[str, str] = {}  # every spelling's key -> canonical name
 CONTROL_STYLE = {"color": "#b0b0b0", "marker": "o"}
-CONTROL_STYLES: dict[str, dict] = {}         # a kind of control (words of its name) -> its grey and marker
+CONTROL_STYLES: dict[str, dict] = {}  # a kind of control (words of its name) -> its grey and marker
+
 
 def _style_key(name: str) -> str:
     "Lower case, '_' and '-' as spaces, no '(...)' remark: 'MAD+Truth Last (oracle)' -> 'mad+truth last'."
     s = re.sub(r"\(.*?\)", " ", str(name)).lower().replace("_", " ").replace("-", " ")
     return " ".join(s.split())
 
+# %% ../nbs/06_report.ipynb #c8a21a70
 def register_style(name: str, color: str, marker: str = "o", aliases: Sequence[str] = ()) -> dict:
     """Give a method or model `name` its one colour and marker in every figure of the kit (the kit's own);
     `aliases`: the other spellings the notebooks use. A new study registers its methods the same way."""
     STYLES[name] = {"color": color, "marker": marker}
-    for a in (name, *aliases): _STYLE_KEYS[_style_key(a)] = name
+    for a in (name, *aliases):
+        _STYLE_KEYS[_style_key(a)] = name
     return STYLES[name]
 
+# %% ../nbs/06_report.ipynb #c1638a79
 def _fallback_style(key: str) -> dict:
     "An unregistered name: a colour and marker picked by a stable hash of its key (the same in every run)."
     h = int(hashlib.sha1(key.encode()).hexdigest(), 16)
     return {"color": _FALLBACK_COLORS[h % len(_FALLBACK_COLORS)], "marker": "o^sDvP"[h // 7 % 6]}
 
-_FALLBACK_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#9c755f", "#76b7b2", "#edc948", "#ff9da7")
+
+_FALLBACK_COLORS = (
+    "#4e79a7",
+    "#f28e2b",
+    "#59a14f",
+    "#b07aa1",
+    "#9c755f",
+    "#76b7b2",
+    "#edc948",
+    "#ff9da7",
+)
 
 # %% ../nbs/06_report.ipynb #a7c1e001
 def registered_method(name: str) -> str | None:
@@ -297,38 +420,65 @@ def registered_method(name: str) -> str | None:
         low, kinds = str(name).lower(), sorted(CONTROL_STYLES, key=len, reverse=True)
         return next((f"control: {k}" for k in kinds if k in low), "control")
     for k in (key, re.sub(r"^(mad ?\+ ?|mad |multi agent: )", "", key), re.sub(r"^sim ", "", key)):
-        if k in _STYLE_KEYS: return _STYLE_KEYS[k]
+        if k in _STYLE_KEYS:
+            return _STYLE_KEYS[k]
     pre = [k for k in _STYLE_KEYS if key.startswith(k + " ")]
     return _STYLE_KEYS[max(pre, key=len)] if pre else None
 
+# %% ../nbs/06_report.ipynb #42b6b0cd
 def method_style(name: str) -> dict:
     """Colour and marker of a method, model, signal or control, the same in every figure of every
     paper (the kit's own): the registered one (`registered_method`); a control is grey, with the
     marker of its kind; a name nobody registered gets a stable colour and marker from a hash of
     it."""
     reg = registered_method(name)
-    if reg == "control": return dict(CONTROL_STYLE)
-    if reg and reg.startswith("control: "): return dict(CONTROL_STYLES[reg[9:]])
+    if reg == "control":
+        return dict(CONTROL_STYLE)
+    if reg and reg.startswith("control: "):
+        return dict(CONTROL_STYLES[reg[9:]])
     return dict(STYLES[reg]) if reg else _fallback_style(_style_key(name))
 
 # %% ../nbs/06_report.ipynb #349da9ba
 # methods of the five papers and their baselines (colour-blind safe: Okabe-Ito first)
 for _n, _c, _m, _a in [
-    ("MAD", "#0072b2", "o", ("fully connected", "Du et al.", "fixed", "MAD Fixed", "MAD (Fixed)",
-                             "debate")),
-    ("Single agent", "#7f7f7f", "s", ("single", "Single CoT", "Single (CoT)", "CoT",
-                                      "single agent sampling", "Zero-Shot", "zero shot")),
+    (
+        "MAD",
+        "#0072b2",
+        "o",
+        ("fully connected", "Du et al.", "fixed", "MAD Fixed", "MAD (Fixed)", "debate"),
+    ),
+    (
+        "Single agent",
+        "#7f7f7f",
+        "s",
+        (
+            "single",
+            "Single CoT",
+            "Single (CoT)",
+            "CoT",
+            "single agent sampling",
+            "Zero-Shot",
+            "zero shot",
+        ),
+    ),
     ("Self-Consistency", "#3d3d3d", "D", ("SC", "self consistency", "sc budget")),
     ("majority", "#000000", "o", ("majority vote",)),
     ("S-MAD star", "#cc79a7", "^", ("star", "smad star")),
     ("S-MAD ring", "#56b4e9", "v", ("ring", "smad ring")),
-    ("GroupDebate", "#009e73", "P", ("GD", "group debate")), ("S2-MAD", "#e69f00", "X", ("s2mad",)),
-    ("SID-ET", "#8c564b", "h", ("sid et", "sid")), ("RUMAD", "#d55e00", "*", ("RUMAD controller",)),
+    ("GroupDebate", "#009e73", "P", ("GD", "group debate")),
+    ("S2-MAD", "#e69f00", "X", ("s2mad",)),
+    ("SID-ET", "#8c564b", "h", ("sid et", "sid")),
+    ("RUMAD", "#d55e00", "*", ("RUMAD controller",)),
     ("SVR-MAD", "#882255", "p", ("SVR", "svr mad")),
-    ("min-LL", "#332288", "v", ("min ll", "minll")), ("PPL", "#88ccee", "^", ("perplexity",)),
+    ("min-LL", "#332288", "v", ("min ll", "minll")),
+    ("PPL", "#88ccee", "^", ("perplexity",)),
     ("confidence", "#ddcc77", "s", ("self-reported confidence", "conf")),
-    ("Liang MAD", "#6a3d9a", "o", ("Multi-agent: MAD", "affirmative/negative/judge",
-                                   "MAD with roles")),
+    (
+        "Liang MAD",
+        "#6a3d9a",
+        "o",
+        ("Multi-agent: MAD", "affirmative/negative/judge", "MAD with roles"),
+    ),
     ("DMAD", "#117733", "s", ("Multi-agent: DMAD",)),
     ("Meta-Debate", "#e7298a", "H", ("meta debate", "meta")),
     ("Random", "#aa4499", "d", ("random assignment", "random order")),
@@ -340,49 +490,89 @@ for _n, _c, _m, _a in [
     ("Best fixed topology", "#5b7f95", "s", ("fixed topology",)),
     ("Homogeneous MAD", "#0072b2", "o", ("homogeneous",)),
     ("Heterogeneous MAD", "#b15928", "s", ("heterogeneous",)),
-]: register_style(_n, _c, _m, _a)
+]:
+    register_style(_n, _c, _m, _a)
 
-for _k, _c, _m in [("shuffled", "#8c8c8c", "X"), ("forced dense", "#5f5f5f", "P"),
-                   ("no derail", "#b0b0b0", "o"), ("no hallucinat", "#9a9a9a", "s")]:
-    CONTROL_STYLES[_k] = {"color": _c, "marker": _m}     # controls: grey, one marker per kind
+# %% ../nbs/06_report.ipynb #a70e5331
+for _k, _c, _m in [
+    ("shuffled", "#8c8c8c", "X"),
+    ("forced dense", "#5f5f5f", "P"),
+    ("no derail", "#b0b0b0", "o"),
+    ("no hallucinat", "#9a9a9a", "s"),
+]:
+    CONTROL_STYLES[_k] = {"color": _c, "marker": _m}  # controls: grey, one marker per kind
 
-for _n, _c, _m in [          # models (paper profile) and their synthetic stand-ins (sim-<name>)
-    ("qwen2.5-3b-instruct", "#66c2a5", "o"), ("qwen2.5-7b-instruct", "#fc8d62", "s"),
-    ("qwen2.5-32b-instruct", "#e5c494", "X"), ("deepseek-r1-distill-qwen-7b", "#8da0cb", "^"),
-    ("deepseek-r1-distill-qwen-14b", "#e78ac3", "v"), ("llama-3.1-8b-instruct", "#a6d854", "D"),
-    ("mistral-small-24b-instruct-2501", "#ffd92f", "P"), ("glm-4-9b-chat", "#b3b3b3", "h"),
-    ("deepseek-math-7b-instruct", "#1b9e77", "p"), ("gpt-oss-120b", "#d95f02", "o"),
-    ("deepseek-v3.1", "#7570b3", "s"), ("smollm2-135m-instruct", "#666666", "o"),
-    ("qwen3-4b-instruct-2507", "#1f78b4", "d"), ("qwen3-1.7b", "#a6cee3", "<"),
-    ("qwen2.5-1.5b-instruct", "#b2df8a", ">"), ("qwen2.5-14b-instruct", "#fb9a99", "H"),
-    ("llama-3.2-3b-instruct", "#cab2d6", "8"), ("gpt-oss-20b", "#e6ab02", "*"),
+for _n, _c, _m in [  # models (paper profile) and their synthetic stand-ins (sim-<name>)
+    ("qwen2.5-3b-instruct", "#66c2a5", "o"),
+    ("qwen2.5-7b-instruct", "#fc8d62", "s"),
+    ("qwen2.5-32b-instruct", "#e5c494", "X"),
+    ("deepseek-r1-distill-qwen-7b", "#8da0cb", "^"),
+    ("deepseek-r1-distill-qwen-14b", "#e78ac3", "v"),
+    ("llama-3.1-8b-instruct", "#a6d854", "D"),
+    ("mistral-small-24b-instruct-2501", "#ffd92f", "P"),
+    ("glm-4-9b-chat", "#b3b3b3", "h"),
+    ("deepseek-math-7b-instruct", "#1b9e77", "p"),
+    ("gpt-oss-120b", "#d95f02", "o"),
+    ("deepseek-v3.1", "#7570b3", "s"),
+    ("smollm2-135m-instruct", "#666666", "o"),
+    ("qwen3-4b-instruct-2507", "#1f78b4", "d"),
+    ("qwen3-1.7b", "#a6cee3", "<"),
+    ("qwen2.5-1.5b-instruct", "#b2df8a", ">"),
+    ("qwen2.5-14b-instruct", "#fb9a99", "H"),
+    ("llama-3.2-3b-instruct", "#cab2d6", "8"),
+    ("gpt-oss-20b", "#e6ab02", "*"),
 ]:
     _short = re.sub(r"-(instruct|chat)(-\d+)?$", "", _n)
     register_style(_n, _c, _m, (_short, "sim-" + _short))
+
+# %% ../nbs/06_report.ipynb #1027eae8
 register_style("svr-gptoss", STYLES["gpt-oss-120b"]["color"], "o", ("sim-svr-gptoss",))
 register_style("svr-dsv31", STYLES["deepseek-v3.1"]["color"], "s", ("sim-svr-dsv31",));
 
 # %% ../nbs/06_report.ipynb #38512eec
-COLUMN_IN, PAGE_IN = 3.4, 7.0        # a two-column paper's column width and text width (inches)
+COLUMN_IN, PAGE_IN = 3.4, 7.0  # a two-column paper's column width and text width (inches)
+
 
 def set_style():
     """The kit's one plotting style (the kit's own): seaborn whitegrid, colour-blind palette, font sizes that read at
     a paper's column width (8 pt text, 7 pt ticks and legends), TrueType fonts in the PDF, tight bounding boxes."""
     import matplotlib.pyplot as plt
     import seaborn as sns
-    sns.set_theme(context="paper", style="whitegrid", palette="colorblind")
-    plt.rcParams.update({"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7,
-                         "ytick.labelsize": 7, "legend.fontsize": 7, "legend.title_fontsize": 7, "figure.titlesize": 9,
-                         "lines.markersize": 5, "pdf.fonttype": 42, "ps.fonttype": 42, "savefig.bbox": "tight"})
 
-def panel_figure(n: int, ncols: int | None = None, panel_h: float = 2.3, width: float | None = None, **kw):
+    sns.set_theme(context="paper", style="whitegrid", palette="colorblind")
+    plt.rcParams.update(
+        {
+            "font.size": 8,
+            "axes.titlesize": 8,
+            "axes.labelsize": 8,
+            "xtick.labelsize": 7,
+            "ytick.labelsize": 7,
+            "legend.fontsize": 7,
+            "legend.title_fontsize": 7,
+            "figure.titlesize": 9,
+            "lines.markersize": 5,
+            "pdf.fonttype": 42,
+            "ps.fonttype": 42,
+            "savefig.bbox": "tight",
+        }
+    )
+
+# %% ../nbs/06_report.ipynb #48a5f9fc
+def panel_figure(
+    n: int, ncols: int | None = None, panel_h: float = 2.3, width: float | None = None, **kw
+):
     """`plt.subplots` for `n` panels sized for print (the kit's own): one panel spans a column (`COLUMN_IN`), more
     span the page (`PAGE_IN`), in rows of `ncols` (default: up to 3); constrained layout, so no empty bands."""
     import matplotlib.pyplot as plt
-    ncols = ncols or min(n, 3); nrows = -(-n // ncols)
+
+    ncols = ncols or min(n, 3)
+    nrows = -(-n // ncols)
     width = width or (COLUMN_IN if n == 1 else PAGE_IN)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width, panel_h * nrows), layout="constrained", squeeze=False, **kw)
-    for ax in axes.flat[n:]: ax.axis("off")
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(width, panel_h * nrows), layout="constrained", squeeze=False, **kw
+    )
+    for ax in axes.flat[n:]:
+        ax.axis("off")
     return fig, axes
 
 # %% ../nbs/06_report.ipynb #a7c1e004
@@ -391,12 +581,15 @@ def percent_axis(ax, which: str = "y", xmax: float = 1.0, decimals: int = 0):
     kit's own); `xmax`: the value that means 100% (1 for fractions, 100 for data already in
     percent). The axis label gets '(%)'."""
     from matplotlib.ticker import PercentFormatter
+
     axis = ax.yaxis if which == "y" else ax.xaxis
     axis.set_major_formatter(PercentFormatter(xmax=xmax, decimals=decimals, symbol=""))
     lab = axis.get_label_text()
-    if lab and "%" not in lab: axis.set_label_text(f"{lab} (%)")
+    if lab and "%" not in lab:
+        axis.set_label_text(f"{lab} (%)")
     return ax
 
+# %% ../nbs/06_report.ipynb #84834d58
 def pct(x: float, decimals: int = 1) -> str:
     "A fraction as percent, for captions and labels (the kit's own): pct(0.6234) -> '62.3%'."
     return "n/a" if x is None or x != x else f"{100 * x:.{decimals}f}%"
@@ -407,6 +600,7 @@ def drawn_renderer(fig):
     without a renderer of its own gets matplotlib's Agg canvas (text extents need a drawing; the kit's own)."""
     if not hasattr(fig.canvas, "get_renderer"):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
+
         FigureCanvasAgg(fig)
     fig.canvas.draw()
     return fig.canvas.get_renderer()
@@ -416,20 +610,26 @@ def _label_free(b, others, marks, lines, box, tol: float = -2.0) -> bool:
     """Whether a label's box `b` stays in the axes `box` and keeps `-tol` pixels from other labels,
     markers and lines."""
     inside = b.x0 >= box.x0 and b.x1 <= box.x1 and b.y0 >= box.y0 and b.y1 <= box.y1
-    return (inside and not any(_boxes_overlap(b, o, tol) for o in others)
-            and not _covers(b, marks, lines, [], tol))
+    return (
+        inside
+        and not any(_boxes_overlap(b, o, tol) for o in others)
+        and not _covers(b, marks, lines, [], tol)
+    )
 
+# %% ../nbs/06_report.ipynb #5f66325e
 def _free_spot(w: float, h: float, xy, r: float, others, marks, lines, box, reach: float = 90):
     """The centre (pixels) of the nearest free place for a `w` x `h` label beside a point `xy` of
     radius `r`: rings of growing distance, 16 directions each (right and left first); None when
     nothing within `reach` pixels is free."""
     from matplotlib.transforms import Bbox
+
     angles = np.deg2rad([0, 180, 30, 150, 330, 210, 90, 270, 60, 120, 300, 240, 15, 165, 345, 195])
     for d in np.arange(r + 1.5, r + reach, 2.5):
         for a in angles:
             cx, cy = xy[0] + np.cos(a) * (d + w / 2), xy[1] + np.sin(a) * (d + h / 2)
             b = Bbox.from_bounds(cx - w / 2, cy - h / 2, w, h)
-            if _label_free(b, others, marks, lines, box): return cx, cy
+            if _label_free(b, others, marks, lines, box):
+                return cx, cy
     return None
 
 # %% ../nbs/06_report.ipynb #a7c1e006
@@ -438,37 +638,51 @@ def _join(ax, p, b, r: float) -> None:
     q = np.clip(p, [b.x0, b.y0], [b.x1, b.y1])
     if np.hypot(*(q - p)) > r + 4:
         inv = ax.transData.inverted()
-        ax.annotate("", xy=tuple(inv.transform(p)), xytext=tuple(inv.transform(q)),
-                    arrowprops=dict(arrowstyle="-", color="0.5", lw=0.5, shrinkA=0, shrinkB=3))
+        ax.annotate(
+            "",
+            xy=tuple(inv.transform(p)),
+            xytext=tuple(inv.transform(q)),
+            arrowprops=dict(arrowstyle="-", color="0.5", lw=0.5, shrinkA=0, shrinkB=3),
+        )
 
-def label_points(ax, x: Sequence[float], y: Sequence[float], texts: Sequence[str],
-                 fontsize: float = 7, **kw) -> list:
+# %% ../nbs/06_report.ipynb #0296e2d3
+def label_points(
+    ax, x: Sequence[float], y: Sequence[float], texts: Sequence[str], fontsize: float = 7, **kw
+) -> list:
     """Name each point (x, y) of `ax` with its text beside it (the kit's own use of adjustText,
     Flyamer et al.): adjustText spreads the labels; a label that still covers a marker or a line of
     the axes or another label, sits far from its point, or leaves the axes moves to the nearest free
     place beside its point (`_free_spot`: the layout check's geometry); a grey line joins a label
     to its point when they are apart."""
     from adjustText import adjust_text
-    r = drawn_renderer(ax.figure)                 # the final axes size (constrained layout) first
-    ts = [ax.text(a, b, t, fontsize=fontsize, ha="center", va="center")
-          for a, b, t in zip(x, y, texts)]
+
+    r = drawn_renderer(ax.figure)  # the final axes size (constrained layout) first
+    ts = [
+        ax.text(a, b, t, fontsize=fontsize, ha="center", va="center")
+        for a, b, t in zip(x, y, texts)
+    ]
     adjust_text(ts, x=list(x), y=list(y), ax=ax, ensure_inside_axes=True, expand=(1.2, 1.5), **kw)
     marks, lines, box = drawn_marks(ax), drawn_line_points(ax), ax.get_window_extent(r)
     pts = ax.transData.transform(np.column_stack([x, y]).astype(float))
     rad = {tuple(np.round(p, 1)): rr for m in marks for p, rr in zip(m["xy"], m["r"])}
     radius = lambda p: rad.get(tuple(np.round(p, 1)), 3.0)
     for t, p in zip(ts, pts):
-        b = t.get_window_extent(r); others = [o.get_window_extent(r) for o in ts if o is not t]
+        b = t.get_window_extent(r)
+        others = [o.get_window_extent(r) for o in ts if o is not t]
         near = np.hypot(*(p - [(b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2])) < 60
-        if near and _label_free(b, others, marks, lines, box): continue
+        if near and _label_free(b, others, marks, lines, box):
+            continue
         spot = _free_spot(b.width, b.height, p, radius(p), others, marks, lines, box)
-        if spot is not None: t.set_position(ax.transData.inverted().transform(spot))
-    for t, p in zip(ts, pts): _join(ax, p, t.get_window_extent(r), radius(p))
+        if spot is not None:
+            t.set_position(ax.transData.inverted().transform(spot))
+    for t, p in zip(ts, pts):
+        _join(ax, p, t.get_window_extent(r), radius(p))
     return ts
 
 # %% ../nbs/06_report.ipynb #a7c1e007
-def dodge_points(ax, x: Sequence[float], y: Sequence[float], r_px: float,
-                 gap: float = 2.2) -> np.ndarray:
+def dodge_points(
+    ax, x: Sequence[float], y: Sequence[float], r_px: float, gap: float = 2.2
+) -> np.ndarray:
     """x positions (data) that keep markers of radius `r_px` pixels off one another (the kit's own):
     in the order given, a point closer than `gap` radii to one already placed moves right along the
     x axis, in display pixels, by the least that frees it. Set the axes' scales and limits first;
@@ -476,46 +690,69 @@ def dodge_points(ax, x: Sequence[float], y: Sequence[float], r_px: float,
     pts = ax.transData.transform(np.column_stack([x, y]).astype(float))
     placed = []
     for p in pts:
-        while any(np.hypot(*(p - q)) < gap * r_px for q in placed): p = p + [1.0, 0.0]
+        while any(np.hypot(*(p - q)) < gap * r_px for q in placed):
+            p = p + [1.0, 0.0]
         placed.append(p)
     return ax.transData.inverted().transform(np.array(placed))[:, 0]
 
 # %% ../nbs/06_report.ipynb #7e518cf1
 def _drawn_texts(fig) -> list[tuple[str, Any]]:
     "(what, Text) for every non-empty text `fig` draws: figure texts, titles, axis and tick labels, legends, annotations."
-    out = [("title", t) for t in (fig._suptitle, fig._supxlabel, fig._supylabel) if t] + [("figure text", t) for t in fig.texts]
-    for lg in fig.legends: out += [("legend", t) for t in [lg.get_title(), *lg.get_texts()]]
+    out = [("title", t) for t in (fig._suptitle, fig._supxlabel, fig._supylabel) if t] + [
+        ("figure text", t) for t in fig.texts
+    ]
+    for lg in fig.legends:
+        out += [("legend", t) for t in [lg.get_title(), *lg.get_texts()]]
     for ax in fig.axes:
-        if not ax.get_visible(): continue
-        out += [("title", t) for t in (ax.title, ax._left_title, ax._right_title)] + [("text", t) for t in ax.texts]
+        if not ax.get_visible():
+            continue
+        out += [("title", t) for t in (ax.title, ax._left_title, ax._right_title)] + [
+            ("text", t) for t in ax.texts
+        ]
         if ax.axison:
             for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
-                ticks = axis._update_ticks()                     # the ticks drawn: inside the view interval
-                out += [(f"{name}-label", axis.label)] + [(f"{name} tick label", t) for k in ticks for t in (k.label1, k.label2)]
-        if ax.get_legend(): out += [("legend", t) for t in [ax.get_legend().get_title(), *ax.get_legend().get_texts()]]
-    seen = set()                                                 # the suptitle is also one of fig.texts
-    return [(w, t) for w, t in out if t.get_visible() and t.get_text().strip() and not (id(t) in seen or seen.add(id(t)))]
+                ticks = axis._update_ticks()  # the ticks drawn: inside the view interval
+                out += [(f"{name}-label", axis.label)] + [
+                    (f"{name} tick label", t) for k in ticks for t in (k.label1, k.label2)
+                ]
+        if ax.get_legend():
+            out += [
+                ("legend", t) for t in [ax.get_legend().get_title(), *ax.get_legend().get_texts()]
+            ]
+    seen = set()  # the suptitle is also one of fig.texts
+    return [
+        (w, t)
+        for w, t in out
+        if t.get_visible() and t.get_text().strip() and not (id(t) in seen or seen.add(id(t)))
+    ]
 
+# %% ../nbs/06_report.ipynb #1e90db12
 def _in_data(t, ax) -> bool:
     "Whether text `t` is anchored at a data point of `ax` (an annotation or `ax.text` in data coordinates)."
-    if hasattr(t, "xycoords"): return t.xycoords == "data"
+    if hasattr(t, "xycoords"):
+        return t.xycoords == "data"
     return t.get_transform() == ax.transData
 
 # %% ../nbs/06_report.ipynb #a7c1e010
-_NOT_MARKERS = ("_", "|", "none", "None", "", " ", ",", *range(12))     # error-bar caps, tick marks
+_NOT_MARKERS = ("_", "|", "none", "None", "", " ", ",", *range(12))  # error-bar caps, tick marks
+
 
 def _colour(c) -> str:
     from matplotlib.colors import to_hex
+
     return to_hex(c, keep_alpha=False)
 
+# %% ../nbs/06_report.ipynb #2b159f07
 def _points(xy) -> np.ndarray:
     "An (n, 2) float array of coordinates (masked or missing values as NaN)."
     return np.asarray(np.ma.filled(np.ma.asarray(xy, float), np.nan), float).reshape(-1, 2)
 
+# %% ../nbs/06_report.ipynb #cdd1334b
 def _line_marks(ln) -> dict | None:
     "A Line2D's markers in display pixels (centres, radii, colour); None if none (or caps)."
     m = ln.get_marker()
-    if not ln.get_visible() or (isinstance(m, (str, int)) and m in _NOT_MARKERS): return None
+    if not ln.get_visible() or (isinstance(m, (str, int)) and m in _NOT_MARKERS):
+        return None
     xy = ln.get_transform().transform(_points(ln.get_xydata()))
     fc = ln.get_markerfacecolor()
     hollow = str(fc).lower() == "none"
@@ -523,10 +760,13 @@ def _line_marks(ln) -> dict | None:
     r = ln.get_markersize() * ln.figure.dpi / 72 / 2
     return dict(xy=xy, r=np.full(len(xy), r), colour=[col] * len(xy), artist=ln, filled=not hollow)
 
+# %% ../nbs/06_report.ipynb #39974b0b
 def _scatter_marks(c) -> dict | None:
     "A scatter's points (PathCollection offsets) in display pixels, with their radii and colours."
     from matplotlib.collections import PathCollection
-    if not (isinstance(c, PathCollection) and c.get_visible() and len(c.get_offsets())): return None
+
+    if not (isinstance(c, PathCollection) and c.get_visible() and len(c.get_offsets())):
+        return None
     xy = c.get_offset_transform().transform(_points(c.get_offsets()))
     n, s = len(xy), np.asarray(c.get_sizes(), float)
     filled = bool(len(c.get_facecolors())) and float(np.max(c.get_facecolors()[:, 3])) > 0
@@ -535,6 +775,7 @@ def _scatter_marks(c) -> dict | None:
     col = [_colour(fc[i % len(fc)]) if len(fc) else "none" for i in range(n)]
     return dict(xy=xy, r=r, colour=col, artist=c, filled=filled)
 
+# %% ../nbs/06_report.ipynb #191e33f8
 def drawn_marks(ax) -> list[dict]:
     """Every marker `ax` draws, one dict per artist (the kit's own, for `layout_problems` and
     `label_points`): `xy` centres in display pixels, `r` radii in pixels, `colour` per marker,
@@ -544,8 +785,14 @@ def drawn_marks(ax) -> list[dict]:
     out = [m for m in [*map(_line_marks, ax.lines), *map(_scatter_marks, ax.collections)] if m]
     for d in out:
         x, y = d["xy"][:, 0], d["xy"][:, 1]
-        keep = (np.isfinite(x) & np.isfinite(y) & (x >= box.x0 - 1) & (x <= box.x1 + 1)
-                & (y >= box.y0 - 1) & (y <= box.y1 + 1))
+        keep = (
+            np.isfinite(x)
+            & np.isfinite(y)
+            & (x >= box.x0 - 1)
+            & (x <= box.x1 + 1)
+            & (y >= box.y0 - 1)
+            & (y <= box.y1 + 1)
+        )
         cols = [c for c, k in zip(d["colour"], keep) if k]
         d.update(xy=d["xy"][keep], r=d["r"][keep], colour=cols)
     return [d for d in out if len(d["xy"])]
@@ -553,38 +800,50 @@ def drawn_marks(ax) -> list[dict]:
 # %% ../nbs/06_report.ipynb #a7c1e011
 def _in_box(pts: np.ndarray, b, tol: float = 0.0) -> np.ndarray:
     "Which points (pixels) lie inside the box `b` shrunk by `tol` pixels (grown when `tol` < 0)."
-    return ((pts[:, 0] > b.x0 + tol) & (pts[:, 0] < b.x1 - tol)
-            & (pts[:, 1] > b.y0 + tol) & (pts[:, 1] < b.y1 - tol))
+    return (
+        (pts[:, 0] > b.x0 + tol)
+        & (pts[:, 0] < b.x1 - tol)
+        & (pts[:, 1] > b.y0 + tol)
+        & (pts[:, 1] < b.y1 - tol)
+    )
 
+# %% ../nbs/06_report.ipynb #ede1dadf
 def drawn_line_points(ax, step: float = 1.0) -> list[tuple[Any, np.ndarray]]:
     """(line, points) for every visible line of `ax` drawn with a line style: its segments sampled
     every `step` pixels in display coordinates, clipped to the axes (the kit's own)."""
     box, out = ax.get_window_extent(), []
     for ln in ax.lines:
-        if not ln.get_visible() or ln.get_linestyle() in ("None", "", " "): continue
-        if ln.get_linewidth() <= 0: continue
+        if not ln.get_visible() or ln.get_linestyle() in ("None", "", " "):
+            continue
+        if ln.get_linewidth() <= 0:
+            continue
         xy = ln.get_transform().transform(_points(ln.get_xydata()))
         a, b = xy[:-1], xy[1:]
         ok = np.isfinite(a).all(1) & np.isfinite(b).all(1)
         a, b = a[ok], b[ok]
-        if not len(a): continue
+        if not len(a):
+            continue
         k = np.minimum(np.maximum(1, np.ceil(np.hypot(*(b - a).T) / step)), 4000).astype(int)
         t = np.concatenate([np.linspace(0, 1, n + 1) for n in k])
         seg = np.repeat(np.arange(len(a)), k + 1)
         pts = a[seg] + (b[seg] - a[seg]) * t[:, None]
         inside = _in_box(pts, box, -0.5)
-        if inside.any(): out.append((ln, pts[inside]))
+        if inside.any():
+            out.append((ln, pts[inside]))
     return out
 
+# %% ../nbs/06_report.ipynb #a456160a
 def drawn_patches(ax, r) -> list[tuple[Any, Any]]:
     """(patch, display bbox) for every visible bar, box or other patch of `ax` with an area (the
     kit's own): matplotlib's and seaborn's bars and boxes are patches; the axes' background is
     not."""
     out = []
     for p in ax.patches:
-        if not p.get_visible() or (not p.get_fill() and p.get_linewidth() == 0): continue
+        if not p.get_visible() or (not p.get_fill() and p.get_linewidth() == 0):
+            continue
         b = p.get_window_extent(r)
-        if b.width > 0.5 and b.height > 0.5: out.append((p, b))
+        if b.width > 0.5 and b.height > 0.5:
+            out.append((p, b))
     return out
 
 # %% ../nbs/06_report.ipynb #a7c1e012
@@ -594,27 +853,34 @@ def _rect_hits_circles(b, xy: np.ndarray, r: np.ndarray, tol: float) -> np.ndarr
     dy = np.maximum(np.maximum(b.y0 - xy[:, 1], 0), xy[:, 1] - b.y1)
     return np.hypot(dx, dy) < r - tol
 
+# %% ../nbs/06_report.ipynb #19b68e5a
 def _boxes_overlap(a, b, tol: float) -> bool:
     return min(a.x1, b.x1) - max(a.x0, b.x0) > tol and min(a.y1, b.y1) - max(a.y0, b.y0) > tol
 
+# %% ../nbs/06_report.ipynb #d12bd180
 def _labels_from_inside(b, p, pb) -> bool:
     "A text wholly inside a bar (a rectangle): the bar's own value label (`bar_label`, centred)."
     from matplotlib.patches import Rectangle
+
     within = pb.x0 <= b.x0 and b.x1 <= pb.x1 and pb.y0 <= b.y0 and b.y1 <= pb.y1
     return isinstance(p, Rectangle) and within
 
+# %% ../nbs/06_report.ipynb #265564e9
 def _name(a) -> str:
     "How a report names an artist: its label, else its kind."
     lab = a.get_label() if hasattr(a, "get_label") else ""
     return f"'{lab}'" if lab and not str(lab).startswith("_") else type(a).__name__
 
+# %% ../nbs/06_report.ipynb #d4c8f087
 def hidden_markers(marks: Sequence[dict], share: float = 0.6) -> list[tuple[dict, dict]]:
     """(hidden, on top) pairs of markers of different methods (different colours) whose centres lie
     closer than `share` of the larger radius (the kit's own; MAD under MADC in the arena before
     issue 42). On top: the one drawn later (higher zorder); a hollow marker on top hides nothing,
     nor does one much smaller than the marker under it (nested: the larger one's ring shows)."""
     from scipy.spatial import cKDTree
-    if sum(len(m["xy"]) for m in marks) < 2: return []
+
+    if sum(len(m["xy"]) for m in marks) < 2:
+        return []
     xy, r = np.concatenate([m["xy"] for m in marks]), np.concatenate([m["r"] for m in marks])
     col = [c for m in marks for c in m["colour"]]
     own = np.concatenate([np.full(len(m["xy"]), i) for i, m in enumerate(marks)])
@@ -634,17 +900,22 @@ def _covers(b, marks, lines, patches, tol: float) -> list:
     hit += [ln for ln, p in lines if _in_box(p, b, tol).any()]
     return hit + [p for p, pb in patches if _boxes_overlap(b, pb, tol)]
 
+# %% ../nbs/06_report.ipynb #32e74d3b
 def _legend_problems(fig, ax, r, marks, lines, patches, tol: float) -> list[str]:
     "A legend (the axes' or the figure's) that covers markers, lines or bars of `ax`."
     out = []
     for lg in [ax.get_legend(), *fig.legends]:
-        if lg is None or not lg.get_visible(): continue
+        if lg is None or not lg.get_visible():
+            continue
         b = lg.get_window_extent(r)
-        if not _boxes_overlap(b, ax.get_window_extent(r), tol): continue
+        if not _boxes_overlap(b, ax.get_window_extent(r), tol):
+            continue
         hit = _covers(b, marks, lines, patches, tol)
-        if hit: out.append(f"legend covers data: {', '.join(dict.fromkeys(map(_name, hit)))}")
+        if hit:
+            out.append(f"legend covers data: {', '.join(dict.fromkeys(map(_name, hit)))}")
     return out
 
+# %% ../nbs/06_report.ipynb #4075e417
 def data_problems(fig, r, tol: float = 1.5) -> list[str]:
     """What covers the data of each axes of the drawn `fig` (the kit's own, part of
     `layout_problems`): a text over a marker or a line, a text over a bar or box (unless it is a
@@ -652,51 +923,66 @@ def data_problems(fig, r, tol: float = 1.5) -> list[str]:
     method's marker."""
     probs, txt = [], lambda t: f"'{' '.join(t.get_text().split())[:40]}'"
     for ax in fig.axes:
-        if not ax.get_visible(): continue
+        if not ax.get_visible():
+            continue
         marks, lines, patches = drawn_marks(ax), drawn_line_points(ax), drawn_patches(ax, r)
         for t in ax.texts:
-            if not (t.get_visible() and t.get_text().strip()): continue
-            if t.get_gid() == "mad_study_label": continue
+            if not (t.get_visible() and t.get_text().strip()):
+                continue
+            if t.get_gid() == "mad_study_label":
+                continue
             b = t.get_window_extent(r)
             inner = [p for p, pb in patches if _labels_from_inside(b, p, pb)]
             hit = _covers(b, marks, lines, patches, tol)
             hit = [a for a in hit if not any(a is p for p in inner)]
             probs += [f"text {txt(t)} covers {_name(a)}" for a in hit]
         probs += _legend_problems(fig, ax, r, marks, lines, patches, tol)
-        probs += [f"marker of {_name(a['artist'])} hidden under a marker of {_name(b['artist'])}"
-                  for a, b in hidden_markers(marks)]
+        probs += [
+            f"marker of {_name(a['artist'])} hidden under a marker of {_name(b['artist'])}"
+            for a, b in hidden_markers(marks)
+        ]
     return list(dict.fromkeys(probs))
 
 # %% ../nbs/06_report.ipynb #a7c1e014
-MIN_PT = 7.0      # the smallest text a figure may print, in points at its printed size
+MIN_PT = 7.0  # the smallest text a figure may print, in points at its printed size
+
 
 def small_texts(fig, r, texts, min_pt: float = MIN_PT) -> list[str]:
     """The (what, Text) pairs smaller than `min_pt` points as printed (the kit's own): a figure
     wider than a page (`PAGE_IN`, what sticks out of the canvas included) is shrunk to the page."""
     scale = min(1.0, PAGE_IN / fig.get_tightbbox(r).width)
     say = lambda w, t: f"{w} '{' '.join(t.get_text().split())[:40]}'"
-    return [f"{say(w, t)} is {t.get_fontsize() * scale:.1f} pt (under {min_pt:g})"
-            for w, t in texts if t.get_fontsize() * scale < min_pt - 1e-6]
+    return [
+        f"{say(w, t)} is {t.get_fontsize() * scale:.1f} pt (under {min_pt:g})"
+        for w, t in texts
+        if t.get_fontsize() * scale < min_pt - 1e-6
+    ]
 
+# %% ../nbs/06_report.ipynb #5fb9f528
 def _categorical(axis) -> bool:
     "Whether an axis names categories (string ticks: seaborn's, pandas' and matplotlib's bars)."
     from matplotlib.category import StrCategoryFormatter
     from matplotlib.ticker import FixedFormatter
+
     return isinstance(axis.get_major_formatter(), (StrCategoryFormatter, FixedFormatter))
 
+# %% ../nbs/06_report.ipynb #01f49122
 def bar_grids(fig, r) -> list[tuple[Any, str]]:
     "(axes, 'x' or 'y') per categorical axis of a bar or box plot whose grid runs through bars."
     out = []
     for ax in fig.axes:
-        if not ax.get_visible() or not drawn_patches(ax, r): continue
+        if not ax.get_visible() or not drawn_patches(ax, r):
+            continue
         for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
             if _categorical(axis) and any(t.gridline.get_visible() for t in axis.get_major_ticks()):
                 out.append((ax, name))
     return out
 
+# %% ../nbs/06_report.ipynb #840321a2
 def tidy_bar_grids(fig) -> None:
     "No grid on a categorical axis of a bar or box plot (the kit's style; `save_figure` calls it)."
-    for ax, name in bar_grids(fig, drawn_renderer(fig)): ax.grid(False, axis=name)
+    for ax, name in bar_grids(fig, drawn_renderer(fig)):
+        ax.grid(False, axis=name)
 
 # %% ../nbs/06_report.ipynb #80b3b2d8
 def layout_problems(fig, tol: float = 1.5) -> list[str]:
@@ -705,63 +991,116 @@ def layout_problems(fig, tol: float = 1.5) -> list[str]:
     an empty band of more than 0.3 in under the figure title; what covers the data (`data_problems`),
     text under 7 pt as printed (`small_texts`), grid lines through bars (`bar_grids`). Extents are matplotlib's (`get_window_extent`), in pixels;
     `tol`: pixels of overlap allowed. Rotated tick labels are compared by their boxes only with unrotated texts."""
-    r = drawn_renderer(fig); fb = fig.bbox
+    r = drawn_renderer(fig)
+    fb = fig.bbox
     texts = [(w, t, t.get_window_extent(r)) for w, t in _drawn_texts(fig)]
     name = lambda w, t: f"{w} '{' '.join(t.get_text().split())[:40]}'"
-    probs = [f"{name(w, t)} outside the canvas" for w, t, b in texts if t.get_gid() != "mad_study_label" and
-             (b.x0 < fb.x0 - tol or b.x1 > fb.x1 + tol or b.y0 < fb.y0 - tol or b.y1 > fb.y1 + tol)]
+    probs = [
+        f"{name(w, t)} outside the canvas"
+        for w, t, b in texts
+        if t.get_gid() != "mad_study_label"
+        and (b.x0 < fb.x0 - tol or b.x1 > fb.x1 + tol or b.y0 < fb.y0 - tol or b.y1 > fb.y1 + tol)
+    ]
     for ax in fig.axes:
         ab = ax.get_window_extent(r)
-        probs += [f"{name('text', t)} runs past its axes" for t in ax.texts if t.get_visible() and t.get_text().strip() and _in_data(t, ax) and
-                  (b := t.get_window_extent(r)) and (b.x0 < ab.x0 - tol or b.x1 > ab.x1 + tol or b.y0 < ab.y0 - tol or b.y1 > ab.y1 + tol)]
+        probs += [
+            f"{name('text', t)} runs past its axes"
+            for t in ax.texts
+            if t.get_visible()
+            and t.get_text().strip()
+            and _in_data(t, ax)
+            and (b := t.get_window_extent(r))
+            and (
+                b.x0 < ab.x0 - tol or b.x1 > ab.x1 + tol or b.y0 < ab.y0 - tol or b.y1 > ab.y1 + tol
+            )
+        ]
     box = np.array([[b.x0, b.y0, b.x1, b.y1] for _, _, b in texts]).reshape(-1, 4)
     rot = np.array([t.get_rotation() % 90 != 0 for _, t, _ in texts])
     w = np.minimum(box[:, None, 2], box[None, :, 2]) - np.maximum(box[:, None, 0], box[None, :, 0])
     h = np.minimum(box[:, None, 3], box[None, :, 3]) - np.maximum(box[:, None, 1], box[None, :, 1])
-    strs = np.array([t.get_text() for _, t, _ in texts], dtype=object)         # a twin axes repeats its tick labels in place
+    strs = np.array(
+        [t.get_text() for _, t, _ in texts], dtype=object
+    )  # a twin axes repeats its tick labels in place
     twin = (np.abs(box[:, None] - box[None, :]).max(-1) < 0.5) & (strs[:, None] == strs[None, :])
     hit = (w > tol) & (h > tol) & ~(rot[:, None] & rot[None, :]) & ~twin
     for i, j in zip(*np.nonzero(np.triu(hit, 1))):
         probs.append(f"{name(*texts[i][:2])} overlaps {name(*texts[j][:2])}")
     if fig._suptitle is not None and fig._suptitle.get_text() and fig.axes:
-        top = max((ax.get_tightbbox(r).y1 for ax in fig.axes if ax.get_visible() and (ax.axison or ax.images)), default=None)
+        top = max(
+            (
+                ax.get_tightbbox(r).y1
+                for ax in fig.axes
+                if ax.get_visible() and (ax.axison or ax.images)
+            ),
+            default=None,
+        )
         gap = (fig._suptitle.get_window_extent(r).y0 - top) / fig.dpi if top is not None else 0
-        if gap > 0.3: probs.append(f"empty band of {gap:.2f} in under the figure title")
+        if gap > 0.3:
+            probs.append(f"empty band of {gap:.2f} in under the figure title")
     probs += data_problems(fig, r, tol) + small_texts(fig, r, [(w, t) for w, t, _ in texts])
-    grid = [f"grid lines of the categorical {n} axis run through its bars" for _, n in bar_grids(fig, r)]
+    grid = [
+        f"grid lines of the categorical {n} axis run through its bars" for _, n in bar_grids(fig, r)
+    ]
     return probs + grid
 
 # %% ../nbs/06_report.ipynb #1a681b38
 def label_figure(fig, text: str | None):
     """Stamp `text` (e.g. 'SYNTHETIC AGENTS ...') visibly above everything `fig` draws, wrapped to the figure's width
     (the kit's own): the saved file grows by the label's height (`bbox_inches="tight"`), so no figure reserves room for it."""
-    if not text: return fig
+    if not text:
+        return fig
     r = drawn_renderer(fig)
-    top = fig.get_tightbbox(r).y1 / fig.get_figheight()           # inches -> figure fraction; above 1 if a title sticks out
-    width = max(30, int(fig.get_figwidth() * 72 / (0.6 * 7)))      # characters of 7 pt bold text across the figure
-    fig.text(0.5, top + 0.04 / fig.get_figheight(), textwrap.fill(text, width), ha="center", va="bottom", fontsize=7,
-             color="#b00020", weight="bold", gid="mad_study_label", bbox=dict(boxstyle="round,pad=0.2", fc="#fff3f3", ec="#b00020", lw=0.6))
+    top = (
+        fig.get_tightbbox(r).y1 / fig.get_figheight()
+    )  # inches -> figure fraction; above 1 if a title sticks out
+    width = max(
+        30, int(fig.get_figwidth() * 72 / (0.6 * 7))
+    )  # characters of 7 pt bold text across the figure
+    fig.text(
+        0.5,
+        top + 0.04 / fig.get_figheight(),
+        textwrap.fill(text, width),
+        ha="center",
+        va="bottom",
+        fontsize=7,
+        color="#b00020",
+        weight="bold",
+        gid="mad_study_label",
+        bbox=dict(boxstyle="round,pad=0.2", fc="#fff3f3", ec="#b00020", lw=0.6),
+    )
     return fig
 
 # %% ../nbs/06_report.ipynb #ddeea581
 def _out(paper: str, artefact: str, ext: str) -> Path:
     return figures_dir() / paper / f"{artefact}.{ext}"
 
-def _sidecar(paper: str, artefact: str, study: Study | None, files: list[Path], extra: Mapping | None) -> Path:
+# %% ../nbs/06_report.ipynb #7806f3c7
+def _sidecar(
+    paper: str, artefact: str, study: Study | None, files: list[Path], extra: Mapping | None
+) -> Path:
     """Write the provenance sidecar; a figure and a table of the same artefact from one study share it (their files
     and notes are merged: the figure's caption is `figure_caption`, the table's `caption`)."""
     path = _out(paper, artefact, "json")
     names, notes = [p.name for p in files], {}
     if study is not None and path.exists():
-        try: old = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError): old = {}
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            old = {}
         if old.get("started") == study.started and old.get("experiment") == study.experiment:
-            names = list(dict.fromkeys([*old.get("files", []), *names])); notes = dict(old.get("notes") or {})
+            names = list(dict.fromkeys([*old.get("files", []), *names]))
+            notes = dict(old.get("notes") or {})
     meta = {"artefact": artefact, "paper": paper, "files": names}
     if study is not None:
-        meta.update(study.provenance()); study.outputs.extend(str(p) for p in files)
-    if extra or notes: meta["notes"] = {**notes, **_jsonable(extra or {})}
-    from mad_study.cite import KIT_KEY, provenance_refs    # the reference keys of what made the artefact
+        meta.update(study.provenance())
+        study.outputs.extend(str(p) for p in files)
+    if extra or notes:
+        meta["notes"] = {**notes, **_jsonable(extra or {})}
+    from mad_study.cite import (
+        KIT_KEY,
+        provenance_refs,
+    )  # the reference keys of what made the artefact
+
     meta["references"] = [KIT_KEY, *provenance_refs(meta)]
     return atomic_write_text(path, json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
@@ -769,50 +1108,102 @@ def _sidecar(paper: str, artefact: str, study: Study | None, files: list[Path], 
 class LayoutWarning(UserWarning):
     "A saved figure has layout problems (`layout_problems`): overlapping or cut-off text, an empty band."
 
-def save_figure(fig, artefact: str, paper: str, study: Study | None = None, label: str | None = None,
-                notes: Mapping | None = None, formats: Sequence[str] = ("png", "pdf"), caption: str | None = None,
-                check: str = "warn", show: bool = True) -> list[Path]:
+# %% ../nbs/06_report.ipynb #d58adb09
+def save_figure(
+    fig,
+    artefact: str,
+    paper: str,
+    study: Study | None = None,
+    label: str | None = None,
+    notes: Mapping | None = None,
+    formats: Sequence[str] = ("png", "pdf"),
+    caption: str | None = None,
+    check: str = "warn",
+    show: bool = True,
+) -> list[Path]:
     """Write `fig` as figures/<paper>/<artefact>.png and .pdf (vector) + the .json sidecar, atomically (the kit's own).
     The study's label (synthetic agents / embedded model) is stamped above the figure. The sidecar holds the
     `caption` (as `figure_caption`) and the `layout_problems` found; `check`: 'warn' (a `LayoutWarning`), 'raise' (a `ValueError`) or 'off'.
     In a notebook the figure is then shown once under the cell (`show_figure`)."""
     label = label if label is not None else (study.label if study is not None else None)
-    tidy_bar_grids(fig)                                # no grid line through a bar (the kit's style)
+    tidy_bar_grids(fig)  # no grid line through a bar (the kit's style)
     label_figure(fig, label)
     probs = layout_problems(fig) if check != "off" else None
-    if probs and check == "raise": raise ValueError(f"{paper}/{artefact}: layout problems: {probs}")
-    if probs and check == "warn": warnings.warn(f"{paper}/{artefact}: {len(probs)} layout problem(s): {probs[:3]}", LayoutWarning)
+    if probs and check == "raise":
+        raise ValueError(f"{paper}/{artefact}: layout problems: {probs}")
+    if probs and check == "warn":
+        warnings.warn(
+            f"{paper}/{artefact}: {len(probs)} layout problem(s): {probs[:3]}", LayoutWarning
+        )
     files = []
     for ext in formats:
         p = _out(paper, artefact, ext)
         with atomic_path(p) as tmp:
-            fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight", pad_inches=0.03,
-                        metadata={"CreationDate": None} if ext == "pdf" else {"Software": None})
+            fig.savefig(
+                tmp,
+                format=ext,
+                dpi=150,
+                bbox_inches="tight",
+                pad_inches=0.03,
+                metadata={"CreationDate": None} if ext == "pdf" else {"Software": None},
+            )
         files.append(p)
-    _sidecar(paper, artefact, study, files, {**(notes or {}), "label": label, **({"figure_caption": caption} if caption else {}),
-                                              **({"layout_problems": probs} if probs is not None else {})})
-    if show: show_figure(fig)
+    _sidecar(
+        paper,
+        artefact,
+        study,
+        files,
+        {
+            **(notes or {}),
+            "label": label,
+            **({"figure_caption": caption} if caption else {}),
+            **({"layout_problems": probs} if probs is not None else {}),
+        },
+    )
+    if show:
+        show_figure(fig)
     return files
 
 # %% ../nbs/06_report.ipynb #ce70e4ba
-def save_table(df: pd.DataFrame, artefact: str, paper: str, study: Study | None = None, notes: Mapping | None = None,
-               floatfmt: str = ".4g", caption: str | None = None, items: pd.DataFrame | None = None) -> list[Path]:
+def save_table(
+    df: pd.DataFrame,
+    artefact: str,
+    paper: str,
+    study: Study | None = None,
+    notes: Mapping | None = None,
+    floatfmt: str = ".4g",
+    caption: str | None = None,
+    items: pd.DataFrame | None = None,
+) -> list[Path]:
     """Write `df` as figures/<paper>/<artefact>.csv and .md (+ .json provenance), atomically.
     The Markdown starts with the study's label when the table comes from synthetic agents or the embedded model.
     `items`: the per-item results behind the table (item_id, method, correct, tokens: `mad_study.stats.per_item_results`),
     written beside it as <artefact>.items.csv, so anyone can recompute its comparisons (the DESIGN's statistics standard)."""
-    csv = _out(paper, artefact, "csv"); md = _out(paper, artefact, "md")
+    csv = _out(paper, artefact, "csv")
+    md = _out(paper, artefact, "md")
     atomic_write_text(csv, df.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
     head = [f"# {artefact}", ""]
-    if caption: head += [caption, ""]
+    if caption:
+        head += [caption, ""]
     label = study.label if study is not None else None
-    if label: head += [f"**{label}**", ""]
-    atomic_write_text(md, "\n".join(head) + "\n" + df.to_markdown(index=False, floatfmt=floatfmt) + "\n")
+    if label:
+        head += [f"**{label}**", ""]
+    atomic_write_text(
+        md, "\n".join(head) + "\n" + df.to_markdown(index=False, floatfmt=floatfmt) + "\n"
+    )
     files = [csv, md]
     if items is not None:
         files.append(_out(paper, artefact, "items.csv"))
-        atomic_write_text(files[-1], items.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
-    _sidecar(paper, artefact, study, files, {**(notes or {}), "label": label, **({"caption": caption} if caption else {})})
+        atomic_write_text(
+            files[-1], items.to_csv(index=False, float_format="%.6g", lineterminator="\n")
+        )
+    _sidecar(
+        paper,
+        artefact,
+        study,
+        files,
+        {**(notes or {}), "label": label, **({"caption": caption} if caption else {})},
+    )
     return files
 
 # %% ../nbs/06_report.ipynb #066a1bf2
@@ -821,45 +1212,86 @@ def artefact_status(paper: str, art: Mapping, experiments: Mapping | None = None
     aid = art["id"]
     side = figures_dir() / paper / f"{aid}.json"
     exps = experiments if experiments is not None else experiment_files()
-    exp = next((e["path"] for e in exps.values() if e["paper"] == paper and aid in e["artefacts"]), None)
+    exp = next(
+        (e["path"] for e in exps.values() if e["paper"] == paper and aid in e["artefacts"]), None
+    )
     exp_s = str(Path(exp).relative_to(project_root())) if exp is not None else ""
     if side.exists():
-        try: meta = json.loads(side.read_text())
-        except json.JSONDecodeError: meta = {}
+        try:
+            meta = json.loads(side.read_text())
+        except json.JSONDecodeError:
+            meta = {}
         files = [f"{paper}/{f}" for f in meta.get("files", [])]
         commit = (meta.get("commit") or "")[:8] + ("+dirty" if meta.get("dirty") else "")
-        return {"status": "regenerated", "profile": meta.get("profile", "?"), "commit": commit, "files": files,
-                "experiment": exp_s}
-    if art.get("needs") == "training": status = "needs GPU (training)"       # implemented or not: no output without one
-    elif art.get("needs") == "vision": status = "needs a vision backend"
-    elif exp is not None: status = "implemented, not yet run"
-    else: status = "not yet implemented"
+        return {
+            "status": "regenerated",
+            "profile": meta.get("profile", "?"),
+            "commit": commit,
+            "files": files,
+            "experiment": exp_s,
+        }
+    if art.get("needs") == "training":
+        status = "needs GPU (training)"  # implemented or not: no output without one
+    elif art.get("needs") == "vision":
+        status = "needs a vision backend"
+    elif exp is not None:
+        status = "implemented, not yet run"
+    else:
+        status = "not yet implemented"
     return {"status": status, "profile": "", "commit": "", "files": [], "experiment": exp_s}
 
 # %% ../nbs/06_report.ipynb #c0ce1b9d
 def _sidecar_of(paper: str, aid: str) -> dict:
-    try: return json.loads((figures_dir() / paper / f"{aid}.json").read_text())
-    except (OSError, json.JSONDecodeError): return {}
+    try:
+        return json.loads((figures_dir() / paper / f"{aid}.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
 
-def write_gallery(registry: Mapping | None = None, path: Path | None = None, thumb_px: int = 360) -> Path:
+# %% ../nbs/06_report.ipynb #ffa5ed04
+def write_gallery(
+    registry: Mapping | None = None, path: Path | None = None, thumb_px: int = 360
+) -> Path:
     """Write figures/GALLERY.md (the kit's own): every regenerated figure as a thumbnail (linked to its PDF) with the
     caption from its sidecar, its profile and its layout check, paper by paper, so a reader sees the whole set at once."""
     reg = registry or load_registry()
-    lines = ["# Gallery of figures", "", "Generated with figures/INDEX.md (mad_study.report.write_gallery): every figure that is in this",
-             "folder, with the caption its notebook wrote into the sidecar. Figures of the `sim` profile come from synthetic agents",
-             "and say so on the figure.", ""]
+    lines = [
+        "# Gallery of figures",
+        "",
+        "Generated with figures/INDEX.md (mad_study.report.write_gallery): every figure that is in this",
+        "folder, with the caption its notebook wrote into the sidecar. Figures of the `sim` profile come from synthetic agents",
+        "and say so on the figure.",
+        "",
+    ]
     for paper, d in reg.items():
         rows = []
         for a in d.get("artefacts", []):
             png = figures_dir() / paper / f"{a['id']}.png"
-            if not png.exists(): continue
-            meta = _sidecar_of(paper, a["id"]); notes = meta.get("notes", {})
+            if not png.exists():
+                continue
+            meta = _sidecar_of(paper, a["id"])
+            notes = meta.get("notes", {})
             probs = notes.get("layout_problems")
-            check = "not checked" if probs is None else ("layout check passed" if not probs else f"{len(probs)} layout problem(s)")
-            cap = " ".join(str(notes.get("figure_caption") or a.get("title", "")).split()).replace("|", "/")
-            rows.append(f'| <a href="{paper}/{a["id"]}.pdf"><img src="{paper}/{a["id"]}.png" width="{thumb_px}"></a> | '
-                        f'**{a["id"]}** ({meta.get("profile", "?")} profile; {check}). {cap} |')
-        if rows: lines += [f"## {paper}: {d.get('paper', '')}", "", "| figure | caption |", "|---|---|", *rows, ""]
+            check = (
+                "not checked"
+                if probs is None
+                else ("layout check passed" if not probs else f"{len(probs)} layout problem(s)")
+            )
+            cap = " ".join(str(notes.get("figure_caption") or a.get("title", "")).split()).replace(
+                "|", "/"
+            )
+            rows.append(
+                f'| <a href="{paper}/{a["id"]}.pdf"><img src="{paper}/{a["id"]}.png" width="{thumb_px}"></a> | '
+                f"**{a['id']}** ({meta.get('profile', '?')} profile; {check}). {cap} |"
+            )
+        if rows:
+            lines += [
+                f"## {paper}: {d.get('paper', '')}",
+                "",
+                "| figure | caption |",
+                "|---|---|",
+                *rows,
+                "",
+            ]
     return atomic_write_text(path or figures_dir() / "GALLERY.md", "\n".join(lines))
 
 # %% ../nbs/06_report.ipynb #6a7fe6dd
@@ -871,31 +1303,51 @@ def index_table(registry: Mapping | None = None) -> pd.DataFrame:
     for paper, d in reg.items():
         for a in d.get("artefacts", []):
             st = artefact_status(paper, a, exps)
-            rows.append({"paper": paper, "id": a["id"], "kind": a.get("kind", ""), "title": a.get("title", ""),
-                         "notebook": d.get("notebook", ""), **st})
+            rows.append(
+                {
+                    "paper": paper,
+                    "id": a["id"],
+                    "kind": a.get("kind", ""),
+                    "title": a.get("title", ""),
+                    "notebook": d.get("notebook", ""),
+                    **st,
+                }
+            )
     return pd.DataFrame(rows)
 
+# %% ../nbs/06_report.ipynb #fcfd7602
 def write_index(registry: Mapping | None = None, path: Path | None = None) -> Path:
     "Write figures/INDEX.md: every artefact of every paper, where it comes from, its profile and status."
     reg = registry or load_registry()
     df = index_table(reg)
-    lines = ["# Index of figures and tables", "",
-             "Generated by `mad-study reproduce` (mad_study.report.write_index) from `params/artefacts.yaml` and the",
-             "files in this folder. Profiles: `sim` = synthetic agents (illustrates each method; **not** the papers'",
-             "results), `cpu` = the embedded SmolLM2-135M model (proves the LLM path; not the papers' results),",
-             "`paper` = the papers' open models on a GPU. GALLERY.md beside this file shows every figure with its caption.", ""]
+    lines = [
+        "# Index of figures and tables",
+        "",
+        "Generated by `mad-study reproduce` (mad_study.report.write_index) from `params/artefacts.yaml` and the",
+        "files in this folder. Profiles: `sim` = synthetic agents (illustrates each method; **not** the papers'",
+        "results), `cpu` = the embedded SmolLM2-135M model (proves the LLM path; not the papers' results),",
+        "`paper` = the papers' open models on a GPU. GALLERY.md beside this file shows every figure with its caption.",
+        "",
+    ]
     counts = df["status"].value_counts()
     lines += ["Summary: " + ", ".join(f"{n} {s}" for s, n in counts.items()), ""]
     for paper, d in reg.items():
         sub = df[df["paper"] == paper]
-        lines += [f"## {paper}: {d.get('paper', '')}", "", f"Notebook: `{d.get('notebook', '')}`", "",
-                  "| artefact | kind | what | experiment file | status | profile | commit | files |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"## {paper}: {d.get('paper', '')}",
+            "",
+            f"Notebook: `{d.get('notebook', '')}`",
+            "",
+            "| artefact | kind | what | experiment file | status | profile | commit | files |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for _, r in sub.iterrows():
             files = " ".join(f"[{Path(f).name}]({f})" for f in r["files"])
             exp = f"`{r['experiment']}`" if r["experiment"] else ""
-            lines.append(f"| {r['id']} | {r['kind']} | {r['title']} | {exp} | {r['status']} | {r['profile']} | {r['commit']} | {files} |")
+            lines.append(
+                f"| {r['id']} | {r['kind']} | {r['title']} | {exp} | {r['status']} | {r['profile']} | {r['commit']} | {files} |"
+            )
         lines.append("")
     out = atomic_write_text(path or figures_dir() / "INDEX.md", "\n".join(lines))
-    write_gallery(reg, out.parent / "GALLERY.md")             # the figures themselves, with their captions
+    write_gallery(reg, out.parent / "GALLERY.md")  # the figures themselves, with their captions
     return out

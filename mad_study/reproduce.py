@@ -9,32 +9,29 @@ import argparse
 import ast
 import contextlib
 import copy
-import fnmatch
 import importlib
 import json
 import logging
-import math
 import os
 import re
 import signal
 import sys
 import threading
 import time
-import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import yaml
 
-from .core import ConfigError, atomic_write_text, clip_line, figures_dir, params_dir, project_root, runs_dir
-from .registry import (EXPERIMENT_KEYS, PAPER_ALIASES, PLANNERS, PROFILE_KEYS, Experiment, check_keys,
-                                experiment_files, experiments, generic_plan, load_profile, load_registry, planner,
-                                read_yaml, resolve_targets)
-from .report import write_index
-
-_all_ = ["PROFILE_KEYS", "EXPERIMENT_KEYS", "PAPER_ALIASES", "PLANNERS", "read_yaml", "load_profile", "Experiment",
-         "experiments", "resolve_targets", "planner", "generic_plan"]   # the registries (02b_registry), re-exported
+from mad_study.core import (
+    ConfigError,
+    atomic_write_text,
+    clip_line,
+    figures_dir,
+    project_root,
+    runs_dir,
+)
 
 # %% auto #0
 __all__ = ['NOT_AGENT_LISTS', 'KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'SKIPPED_TEST', 'WAKE_S', 'auto_profile', 'map_models',
@@ -45,39 +42,86 @@ __all__ = ['NOT_AGENT_LISTS', 'KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'SKIPPED
            'PAPER_ALIASES', 'PLANNERS', 'read_yaml', 'load_profile', 'Experiment', 'experiments', 'resolve_targets',
            'planner', 'generic_plan']
 
+# %% ../nbs/20_reproduce.ipynb #6c61c045
+from mad_study.registry import (
+    EXPERIMENT_KEYS,  # noqa: F401
+    PAPER_ALIASES,  # noqa: F401
+    PLANNERS,
+    PROFILE_KEYS,  # noqa: F401
+    Experiment,
+    experiment_files,
+    experiments,
+    generic_plan,
+    load_profile,
+    load_registry,
+    planner,  # noqa: F401
+    read_yaml,  # noqa: F401
+    resolve_targets,
+)
+from .report import write_index
+
+_all_ = [
+    "PROFILE_KEYS",
+    "EXPERIMENT_KEYS",
+    "PAPER_ALIASES",
+    "PLANNERS",
+    "read_yaml",
+    "load_profile",
+    "Experiment",
+    "experiments",
+    "resolve_targets",
+    "planner",
+    "generic_plan",
+]  # the registries (02b_registry), re-exported
+
 # %% ../nbs/20_reproduce.ipynb #b28c82b1
-from .report import notebook_parameters      # the names and defaults of a notebook's `parameters` cell (06_report)
+from mad_study.report import (
+    notebook_parameters,
+)  # the names and defaults of a notebook's `parameters` cell (06_report)
 
 # %% ../nbs/20_reproduce.ipynb #e98fea53
 def auto_profile() -> str:
     "`paper` when a CUDA GPU is visible, else `sim`."
     try:
         import torch
+
         return "paper" if torch.cuda.is_available() else "sim"
     except ImportError:
         return "sim"
 
 # %% ../nbs/20_reproduce.ipynb #c62bc179
 def _is_model_key(k: str) -> bool:
-    return k in ("model", "models", "pairs") or (k.endswith("_model") or k.endswith("_models")) and k != "served_model"
+    return (
+        k in ("model", "models", "pairs")
+        or (k.endswith("_model") or k.endswith("_models"))
+        and k != "served_model"
+    )
 
+# %% ../nbs/20_reproduce.ipynb #ba3c0af1
 def _serving_keys() -> set[str]:
     "Keys every experiment accepts for running through servers (`mad_study.serving.SERVING_KEYS`), plus the refused `api_key`."
     from mad_study.serving import SERVING_KEYS
+
     return set(SERVING_KEYS) | {"api_key"}
 
+# %% ../nbs/20_reproduce.ipynb #6afdbf3e
 def map_models(value, model_map: Mapping[str, str]):
     "Apply a profile's `model_map` to a model name or (nested) list of names (`'*'` maps any other name)."
     if isinstance(value, str):
-        if value in model_map: return model_map[value]
-        if "*" in model_map and not value.startswith("sim"): return model_map["*"]
+        if value in model_map:
+            return model_map[value]
+        if "*" in model_map and not value.startswith("sim"):
+            return model_map["*"]
         return value
-    if isinstance(value, list): return [map_models(v, model_map) for v in value]
+    if isinstance(value, list):
+        return [map_models(v, model_map) for v in value]
     return value
 
+# %% ../nbs/20_reproduce.ipynb #a36e8ead
 def parse_override(s: str) -> tuple[str, Any]:
     "`key=value` from the command line; the value is read as YAML (numbers, lists, booleans)."
-    if "=" not in s: raise ConfigError("expected key=value", key="-p", value=s)
+    if "=" not in s:
+        raise ConfigError("expected key=value", key="-p", value=s)
     k, v = s.split("=", 1)
     return k.strip(), yaml.safe_load(v)
 
@@ -89,201 +133,354 @@ def merge_params(exp: Experiment, profile: Mapping, overrides: Mapping | None = 
     p = copy.deepcopy(exp.spec.get("params") or {})
     nb_keys = set(notebook_parameters(exp.notebook))
     for k, v in (profile.get("params") or {}).items():
-        if k in nb_keys or k in _serving_keys(): p[k] = copy.deepcopy(v)
+        if k in nb_keys or k in _serving_keys():
+            p[k] = copy.deepcopy(v)
     for k, cap in (profile.get("limits") or {}).items():
-        if isinstance(p.get(k), (int, float)) and not isinstance(p.get(k), bool): p[k] = min(p[k], cap)
-    per = (exp.spec.get("profiles") or {})
-    if not isinstance(per, Mapping): raise ConfigError("must map profile names to overrides", where=exp.path, key="profiles")
+        if isinstance(p.get(k), (int, float)) and not isinstance(p.get(k), bool):
+            p[k] = min(p[k], cap)
+    per = exp.spec.get("profiles") or {}
+    if not isinstance(per, Mapping):
+        raise ConfigError("must map profile names to overrides", where=exp.path, key="profiles")
     p.update(copy.deepcopy(per.get(profile["name"]) or {}))
     p.update(copy.deepcopy(dict(overrides or {})))
     mm = profile.get("model_map") or {}
     for k in list(p):
-        if _is_model_key(k): p[k] = map_models(p[k], mm)
+        if _is_model_key(k):
+            p[k] = map_models(p[k], mm)
     if profile.get("sim_agents") and "sim_agents" in nb_keys:
         p["sim_agents"] = {**copy.deepcopy(profile["sim_agents"]), **(p.get("sim_agents") or {})}
     p["experiment"], p["profile"] = exp.id, profile["name"]
     floor = (profile.get("identical_agents") or {}).get("temperature")
     if floor is not None and "temperature" not in (overrides or {}) and _identical_greedy(p, exp):
-        p["temperature"] = float(floor)       # the profile's debates sample: copies of one greedy model repeat round 0
+        p["temperature"] = float(
+            floor
+        )  # the profile's debates sample: copies of one greedy model repeat round 0
     return p
 
 # %% ../nbs/20_reproduce.ipynb #b4b3ae60
 def _type_ok(default, value) -> bool:
-    if default is None or value is None: return True
-    if isinstance(default, bool): return isinstance(value, bool)
-    if isinstance(default, float): return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if isinstance(default, int): return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(default, (list, tuple)): return isinstance(value, (list, tuple))
+    if default is None or value is None:
+        return True
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, (list, tuple))
     return isinstance(value, type(default))
 
+# %% ../nbs/20_reproduce.ipynb #0b9d6d98
 def _models_in(p: Mapping) -> list[str]:
     out = []
+
     def walk(v):
-        if isinstance(v, str): out.append(v)
+        if isinstance(v, str):
+            out.append(v)
         elif isinstance(v, list):
-            for x in v: walk(x)
+            for x in v:
+                walk(x)
+
     for k, v in p.items():
-        if _is_model_key(k): walk(v)
+        if _is_model_key(k):
+            walk(v)
     return out
 
 # %% ../nbs/20_reproduce.ipynb #767cca8f
 def _check_models(p: Mapping, where) -> None:
     "Every model of `p` is in the model registry, or a synthetic agent of its `sim_agents` whose parameters are valid."
     from mad_study.registry import get_model
+
     sims = set(p.get("sim_agents") or {})
     for m in _models_in(p):
         if m.startswith("sim"):
-            if m not in sims and sims: raise ConfigError("synthetic agent not defined under sim_agents", where=where, key="models", value=m, choices=sims)
+            if m not in sims and sims:
+                raise ConfigError(
+                    "synthetic agent not defined under sim_agents",
+                    where=where,
+                    key="models",
+                    value=m,
+                    choices=sims,
+                )
             continue
-        try: get_model(m)
-        except ConfigError: raise ConfigError("unknown model", where=where, key="models", value=m) from None
+        try:
+            get_model(m)
+        except ConfigError:
+            raise ConfigError("unknown model", where=where, key="models", value=m) from None
     if p.get("sim_agents"):
         from mad_study.sim import SimAgent, RUN_KEYS
+
         for name, sa in p["sim_agents"].items():
-            if not isinstance(sa, Mapping): raise ConfigError("must map parameter names to values", where=where, key=f"sim_agents.{name}", value=sa)
-            SimAgent.from_params({k: v for k, v in sa.items() if k not in RUN_KEYS}, where=f"{where}: sim_agents.{name}")
+            if not isinstance(sa, Mapping):
+                raise ConfigError(
+                    "must map parameter names to values",
+                    where=where,
+                    key=f"sim_agents.{name}",
+                    value=sa,
+                )
+            SimAgent.from_params(
+                {k: v for k, v in sa.items() if k not in RUN_KEYS},
+                where=f"{where}: sim_agents.{name}",
+            )
 
 # %% ../nbs/20_reproduce.ipynb #2cd67020
-def validate_params(p: Mapping, exp: Experiment, profile: Mapping, overrides: Mapping | None = None) -> None:
+def validate_params(
+    p: Mapping, exp: Experiment, profile: Mapping, overrides: Mapping | None = None
+) -> None:
     "Raise a one-line ConfigError for an unknown key, a wrong type, an unknown task or an unknown model."
     nb = notebook_parameters(exp.notebook)
     overrides = overrides or {}
-    def src(k): return "command line (-p)" if k in overrides else exp.path
+
+    def src(k):
+        return "command line (-p)" if k in overrides else exp.path
+
     where = exp.path
     from mad_study.serving import check_serving_params
-    check_serving_params(p, where=src(next((k for k in ("api_key", "backend", "base_url") if k in p), "backend")))
+
+    check_serving_params(
+        p, where=src(next((k for k in ("api_key", "backend", "base_url") if k in p), "backend"))
+    )
     for k, v in p.items():
-        if k in _serving_keys(): continue
-        if k not in nb: raise ConfigError(f"not a parameter of {exp.notebook.name}", where=src(k), key=k, value=v, choices=nb)
+        if k in _serving_keys():
+            continue
+        if k not in nb:
+            raise ConfigError(
+                f"not a parameter of {exp.notebook.name}", where=src(k), key=k, value=v, choices=nb
+            )
         if not _type_ok(nb[k], v):
-            raise ConfigError(f"expected {type(nb[k]).__name__}, got {type(v).__name__}", where=src(k), key=k, value=v)
+            raise ConfigError(
+                f"expected {type(nb[k]).__name__}, got {type(v).__name__}",
+                where=src(k),
+                key=k,
+                value=v,
+            )
     from mad_study.data import get_task, TASKS
+
     tasks = ([p["task"]] if isinstance(p.get("task"), str) else []) + list(p.get("tasks") or [])
     for t in tasks:
         k = "task" if t == p.get("task") else "tasks"
-        try: get_task(t)
+        try:
+            get_task(t)
         except ConfigError as e:
-            raise ConfigError(e.problem, where=_where(k, exp, profile, overrides), key=k, value=t, choices=TASKS) from None
+            raise ConfigError(
+                e.problem, where=_where(k, exp, profile, overrides), key=k, value=t, choices=TASKS
+            ) from None
     _check_source_models(exp, profile, overrides)
     _check_models(p, where)
     _check_agent_count(p, exp, profile, overrides)
 
 # %% ../nbs/20_reproduce.ipynb #aa04a49f
-NOT_AGENT_LISTS = {"14_meta_debate"}    # `models` there: one model per table column (each debates with itself in roles)
+NOT_AGENT_LISTS = {
+    "14_meta_debate"
+}  # `models` there: one model per table column (each debates with itself in roles)
+
 
 def _where(k: str, exp: Experiment, profile: Mapping, overrides: Mapping | None) -> str:
     "Where the value of `k` came from: `-p`, the experiment's `profiles.<name>` block, the profile file or the experiment file."
-    if k in (overrides or {}): return "command line (-p)"
+    if k in (overrides or {}):
+        return "command line (-p)"
     per = (exp.spec.get("profiles") or {}).get(profile.get("name")) or {}
-    if isinstance(per, Mapping) and k in per: return f"{exp.path} (profiles.{profile.get('name')})"
-    if k in (profile.get("params") or {}): return f"params/profiles/{profile.get('name')}.yaml"
+    if isinstance(per, Mapping) and k in per:
+        return f"{exp.path} (profiles.{profile.get('name')})"
+    if k in (profile.get("params") or {}):
+        return f"params/profiles/{profile.get('name')}.yaml"
     return str(exp.path)
 
+# %% ../nbs/20_reproduce.ipynb #2e8ee402
 def _check_source_models(exp: Experiment, profile: Mapping, overrides: Mapping | None) -> None:
     """Every model name as written, before the profile's `model_map`: a registry model, a `sim-*` agent or a name the
     profile maps explicitly (the kit's own rule: a `'*'` map must not turn a typo into a generic agent)."""
     from mad_study.registry import get_model, MODELS
+
     mm = profile.get("model_map") or {}
     per = (exp.spec.get("profiles") or {}).get(profile.get("name")) or {}
-    for d in (exp.spec.get("params") or {}, per if isinstance(per, Mapping) else {}, overrides or {}):
+    for d in (
+        exp.spec.get("params") or {},
+        per if isinstance(per, Mapping) else {},
+        overrides or {},
+    ):
         for k, v in d.items():
-            if not _is_model_key(k): continue
+            if not _is_model_key(k):
+                continue
             for m in _models_in({k: v}):
-                if m.startswith("sim") or m in mm: continue
-                try: get_model(m)
+                if m.startswith("sim") or m in mm:
+                    continue
+                try:
+                    get_model(m)
                 except ConfigError as e:
-                    raise ConfigError(e.problem, where=_where(k, exp, profile, overrides), key=k, value=m,
-                                      choices=MODELS if e.problem == "unknown model" else None) from None
+                    raise ConfigError(
+                        e.problem,
+                        where=_where(k, exp, profile, overrides),
+                        key=k,
+                        value=m,
+                        choices=MODELS if e.problem == "unknown model" else None,
+                    ) from None
 
 # %% ../nbs/20_reproduce.ipynb #4e4b9381
 def agent_count(p: Mapping, exp: Experiment) -> tuple[str, int] | None:
     "The key that sets the number of debaters and that number (`n_agents`, else `models` x `agents_per_model`); None: not a debate list."
     nb = notebook_parameters(exp.notebook)
-    if exp.notebook.stem in NOT_AGENT_LISTS: return None
+    if exp.notebook.stem in NOT_AGENT_LISTS:
+        return None
     if "n_agents" in nb:
         n = p.get("n_agents", nb["n_agents"])
         return ("n_agents", n) if isinstance(n, int) and not isinstance(n, bool) else None
     models = p.get("models", nb.get("models"))
-    if "models" not in nb or not isinstance(models, list): return None
+    if "models" not in nb or not isinstance(models, list):
+        return None
     per = p.get("agents_per_model", nb.get("agents_per_model", 1))
     return "models", len(models) * (per if isinstance(per, int) and per > 0 else 1)
 
-def _check_agent_count(p: Mapping, exp: Experiment, profile: Mapping, overrides: Mapping | None) -> None:
+# %% ../nbs/20_reproduce.ipynb #0c3cf5cd
+def _check_agent_count(
+    p: Mapping, exp: Experiment, profile: Mapping, overrides: Mapping | None
+) -> None:
     "A debate of fewer than two agents is refused in one line naming the source of the value (Du et al.'s debate needs peers)."
     kc = agent_count(p, exp)
     if kc is not None and kc[1] < 2:
         k = kc[0]
-        raise ConfigError(f"a debate needs at least two agents, this gives {kc[1]}", where=_where(k, exp, profile, overrides),
-                          key=k, value=p.get(k))
+        raise ConfigError(
+            f"a debate needs at least two agents, this gives {kc[1]}",
+            where=_where(k, exp, profile, overrides),
+            key=k,
+            value=p.get(k),
+        )
 
 # %% ../nbs/20_reproduce.ipynb #47476bc5
 def _identical_greedy(p: Mapping, exp: Experiment) -> bool:
     "Whether `p` makes a debate of two or more agents that are all one model at temperature 0."
     kc = agent_count(p, exp)
-    if kc is None or kc[1] < 2: return False
+    if kc is None or kc[1] < 2:
+        return False
     nb = notebook_parameters(exp.notebook)
     models = _models_in({"models": p.get("models", nb.get("models"))})
     temp = p.get("temperature", nb.get("temperature"))
-    return len(set(models)) == 1 and isinstance(temp, (int, float)) and not isinstance(temp, bool) and temp <= 0
+    return (
+        len(set(models)) == 1
+        and isinstance(temp, (int, float))
+        and not isinstance(temp, bool)
+        and temp <= 0
+    )
 
-def param_warnings(p: Mapping, exp: Experiment, profile: Mapping, overrides: Mapping | None = None) -> list[str]:
+# %% ../nbs/20_reproduce.ipynb #3bb06b28
+def param_warnings(
+    p: Mapping, exp: Experiment, profile: Mapping, overrides: Mapping | None = None
+) -> list[str]:
     """One line per setting that runs but cannot mean what it says: every agent the same model at temperature 0 (each
     round repeats round 0; Du et al.'s debate needs agents that can differ)."""
-    if not _identical_greedy(p, exp): return []
+    if not _identical_greedy(p, exp):
+        return []
     kc, nb = agent_count(p, exp), notebook_parameters(exp.notebook)
     models = _models_in({"models": p.get("models", nb.get("models"))})
     temp = p.get("temperature", nb.get("temperature"))
-    return [f"{_where('temperature', exp, profile, overrides)}: temperature={temp!r}: all {kc[1]} agents of {exp.id} are "
-            f"{models[0]} and greedy, so every round repeats round 0 (set temperature > 0: each agent's seed differs; "
-            "or use distinct models)"]
+    return [
+        f"{_where('temperature', exp, profile, overrides)}: temperature={temp!r}: all {kc[1]} agents of {exp.id} are "
+        f"{models[0]} and greedy, so every round repeats round 0 (set temperature > 0: each agent's seed differs; "
+        "or use distinct models)"
+    ]
 
 # %% ../nbs/20_reproduce.ipynb #7d1a76f5
-_PLAN_SHOWN = {"experiment", "paper", "generations", "completion_tokens", "prompt_tokens", "weight_memory_gb", "serve"}
+_PLAN_SHOWN = {
+    "experiment",
+    "paper",
+    "generations",
+    "completion_tokens",
+    "prompt_tokens",
+    "weight_memory_gb",
+    "serve",
+}
+
 
 def _notebook_module(notebook: Path) -> str | None:
     "The module a notebook exports (`#| default_exp x` -> `mad_study.x`), e.g. a training notebook beside the paper's."
-    try: cells = json.loads(Path(notebook).read_text())["cells"]
-    except (OSError, ValueError, KeyError): return None
+    try:
+        cells = json.loads(Path(notebook).read_text())["cells"]
+    except (OSError, ValueError, KeyError):
+        return None
     for c in cells:
         m = re.search(r"^#\|\s*default_exp\s+(\S+)", "".join(c.get("source", [])), re.M)
-        if m: return f"mad_study.{m.group(1)}"
+        if m:
+            return f"mad_study.{m.group(1)}"
     return None
 
 # %% ../nbs/20_reproduce.ipynb #d6e2c2f5
 def plan_experiment(exp: Experiment, p: Mapping) -> dict:
     "Generations, token bounds and per-model weight memory for one merged experiment."
     reg = load_registry()
-    for mod in (reg.get(exp.paper, {}).get("module"), _notebook_module(exp.notebook)):   # where its planner is registered
+    for mod in (
+        reg.get(exp.paper, {}).get("module"),
+        _notebook_module(exp.notebook),
+    ):  # where its planner is registered
         if mod:
-            try: importlib.import_module(mod)
-            except ModuleNotFoundError: pass
+            try:
+                importlib.import_module(mod)
+            except ModuleNotFoundError:
+                pass
     est = (PLANNERS.get(exp.id) or generic_plan)(p)
     from mad_study.registry import weight_memory_gb
+
     mem = {}
     for m in sorted(set(_models_in(p))):
-        mem[m] = None if m.startswith("sim") else round(weight_memory_gb(m, p.get("quant", "nf4")), 2)
+        mem[m] = (
+            None if m.startswith("sim") else round(weight_memory_gb(m, p.get("quant", "nf4")), 2)
+        )
     from mad_study.serving import serve_command
-    serve = {m: serve_command(m) for m in mem if mem[m] is not None}
-    return {"experiment": exp.id, "paper": exp.paper, **est, "weight_memory_gb": mem, "serve": serve}
 
+    serve = {m: serve_command(m) for m in mem if mem[m] is not None}
+    return {
+        "experiment": exp.id,
+        "paper": exp.paper,
+        **est,
+        "weight_memory_gb": mem,
+        "serve": serve,
+    }
+
+# %% ../nbs/20_reproduce.ipynb #bb743cda
 def serve_table(plans: Sequence[Mapping]) -> list[dict]:
     """Per model of the plans: the experiments that use it, their generations and completion-token bound, the bf16
     weights, the tensor-parallel size and the vLLM command (`mad_study.serving.serve_command`)."""
     from mad_study.registry import weight_memory_gb
     from mad_study.serving import tensor_parallel_size
+
     rows: dict[str, dict] = {}
     for pl in plans:
         for m, cmd in (pl.get("serve") or {}).items():
-            r = rows.setdefault(m, dict(model=m, experiments=0, generations=0, completion_tokens=0, command=cmd,
-                                        weights_bf16=f"{weight_memory_gb(m, 'none'):.0f} GB", tp=tensor_parallel_size(m)))
-            r["experiments"] += 1; r["generations"] += int(pl["generations"]); r["completion_tokens"] += int(pl["completion_tokens"])
-    return [dict(r, generations=f"{r['generations']:,}", completion_tokens=f"<= {r['completion_tokens']:,}") for r in rows.values()]
+            r = rows.setdefault(
+                m,
+                dict(
+                    model=m,
+                    experiments=0,
+                    generations=0,
+                    completion_tokens=0,
+                    command=cmd,
+                    weights_bf16=f"{weight_memory_gb(m, 'none'):.0f} GB",
+                    tp=tensor_parallel_size(m),
+                ),
+            )
+            r["experiments"] += 1
+            r["generations"] += int(pl["generations"])
+            r["completion_tokens"] += int(pl["completion_tokens"])
+    return [
+        dict(
+            r,
+            generations=f"{r['generations']:,}",
+            completion_tokens=f"<= {r['completion_tokens']:,}",
+        )
+        for r in rows.values()
+    ]
 
 # %% ../nbs/20_reproduce.ipynb #9d0307fe
-_KERNELS: dict[int, str] = {}          # pid -> experiment id, of every kernel this process launched and did not stop
+_KERNELS: dict[
+    int, str
+] = {}  # pid -> experiment id, of every kernel this process launched and did not stop
 _KERNELS_LOCK = threading.Lock()
-KERNEL_SHUTDOWN_WAIT = 3.0             # seconds a kernel gets to stop after a shutdown request before it is killed
-INLINE_BACKEND = "module://matplotlib_inline.backend_inline"   # the kernels' matplotlib: figures into the executed copy
+KERNEL_SHUTDOWN_WAIT = (
+    3.0  # seconds a kernel gets to stop after a shutdown request before it is killed
+)
+# the kernels' matplotlib: figures into the executed copy
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+
 
 def _logged_kernel(log_path: Path, experiment: str = "?"):
     """A jupyter kernel manager whose kernel writes its own stdout/stderr (start-up warnings, C-level messages) to
@@ -291,66 +488,94 @@ def _logged_kernel(log_path: Path, experiment: str = "?"):
     with matplotlib's inline backend whatever `MPLBACKEND` says here (`make` exports Agg for its own processes), so
     papermill's executed copy holds every figure (image/png outputs) as JupyterLab shows it."""
     from jupyter_client.manager import AsyncKernelManager
+
     class LoggedKernelManager(AsyncKernelManager):
         shutdown_wait_time = KERNEL_SHUTDOWN_WAIT
+
         async def _async_launch_kernel(self, kernel_cmd, **kw):
             kw["env"] = {**kw.get("env", os.environ), "MPLBACKEND": INLINE_BACKEND}
             with open(log_path, "wb") as f:  # the kernel keeps its own copy of the descriptor
                 await super()._async_launch_kernel(kernel_cmd, **{**kw, "stdout": f, "stderr": f})
             pid = getattr(getattr(self.provisioner, "process", None), "pid", None)
             if pid:
-                with _KERNELS_LOCK: _KERNELS[pid] = experiment
+                with _KERNELS_LOCK:
+                    _KERNELS[pid] = experiment
+
         async def _async_cleanup_resources(self, restart: bool = False):
             pid = getattr(getattr(self.provisioner, "process", None), "pid", None)
             await super()._async_cleanup_resources(restart=restart)
-            with _KERNELS_LOCK: _KERNELS.pop(pid, None)
+            with _KERNELS_LOCK:
+                _KERNELS.pop(pid, None)
+
     return LoggedKernelManager
 
 # %% ../nbs/20_reproduce.ipynb #a9608843
 def _alive(pid: int) -> bool:
-    try: os.kill(pid, 0)
-    except ProcessLookupError: return False
-    except PermissionError: return True
-    try:                                            # a zombie (exited, not yet reaped) counts as gone
-        with open(f"/proc/{pid}/stat") as f: return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError: return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (exited, not yet reaped) counts as gone
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
 
+# %% ../nbs/20_reproduce.ipynb #fce61f38
 def _signal_group(pid: int, sig: int) -> None:
     "Send `sig` to the kernel's process group (the kernel leads its own session), else to the kernel alone."
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        try: os.killpg(pid, sig)
-        except (ProcessLookupError, PermissionError): os.kill(pid, sig)
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
 
+# %% ../nbs/20_reproduce.ipynb #99611779
 def stop_kernels(grace: float = 2.0, pids: Sequence[int] | None = None) -> list[int]:
     """End every registered kernel within about 2 x `grace` seconds: SIGINT (the running cell cleans up), SIGTERM,
     then SIGKILL of its process group. Returns the pids that had to be killed."""
-    with _KERNELS_LOCK: pids = list(_KERNELS) if pids is None else list(pids)
+    with _KERNELS_LOCK:
+        pids = list(_KERNELS) if pids is None else list(pids)
     killed = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         live = [p for p in pids if _alive(p)]
-        for p in live: _signal_group(p, sig)
+        for p in live:
+            _signal_group(p, sig)
         end = time.monotonic() + grace
         while live and time.monotonic() < end:
-            time.sleep(0.05); live = [p for p in live if _alive(p)]
-        if sig == signal.SIGINT: time.sleep(min(grace, 0.5))   # the interrupted cell's clean-up, then ask it to stop
+            time.sleep(0.05)
+            live = [p for p in live if _alive(p)]
+        if sig == signal.SIGINT:
+            time.sleep(min(grace, 0.5))  # the interrupted cell's clean-up, then ask it to stop
     for p in pids:
-        if _alive(p): _signal_group(p, signal.SIGKILL); killed.append(p)
+        if _alive(p):
+            _signal_group(p, signal.SIGKILL)
+            killed.append(p)
     with _KERNELS_LOCK:
-        for p in pids: _KERNELS.pop(p, None)
+        for p in pids:
+            _KERNELS.pop(p, None)
     return killed
 
+# %% ../nbs/20_reproduce.ipynb #d02bbce8
 def remove_temporaries(folder: Path, since: float) -> list[Path]:
     "Remove the hidden temporaries of `atomic_path` (`.<name>.*`) modified since `since` (a killed writer's leftovers)."
     gone = []
     for p in Path(folder).rglob(".*"):
         with contextlib.suppress(OSError):
-            if p.is_file() and p.stat().st_mtime >= since - 1: p.unlink(); gone.append(p)
+            if p.is_file() and p.stat().st_mtime >= since - 1:
+                p.unlink()
+                gone.append(p)
     return gone
 
 # %% ../nbs/20_reproduce.ipynb #pmwarn2
 class _CheckedParameters(logging.Filter):
     "Drop papermill's 'Passed unknown parameter' warnings: `validate_params` has checked every name. The kit's own."
-    def filter(self, record): return not record.getMessage().startswith("Passed unknown parameter")
+
+    def filter(self, record):
+        return not record.getMessage().startswith("Passed unknown parameter")
+
 
 logging.getLogger("papermill").addFilter(_CheckedParameters())
 
@@ -358,56 +583,80 @@ logging.getLogger("papermill").addFilter(_CheckedParameters())
 @dataclass
 class RunResult:
     "Outcome of one experiment run."
+
     experiment: str
     ok: bool
     seconds: float
     output: Path | None = None
     error: str | None = None
-    failed_generations: int = 0       # generations that failed at a server (recorded in failed_generations.jsonl)
-    serving: dict | None = None       # per served model: requests ok / retried / failed and in flight (serving_stats.json)
+    failed_generations: int = (
+        0  # generations that failed at a server (recorded in failed_generations.jsonl)
+    )
+    serving: dict | None = (
+        None  # per served model: requests ok / retried / failed and in flight (serving_stats.json)
+    )
 
+# %% ../nbs/20_reproduce.ipynb #ec14cca1
 def _failed_generations(run_dir: Path, since: float) -> int:
     "Failed generations this run recorded (OpenAIBackend's failed_generations.jsonl, written since `since`)."
     f = run_dir / "failed_generations.jsonl"
     with contextlib.suppress(OSError):
-        if f.stat().st_mtime >= since - 1: return sum(1 for l in f.read_text().splitlines() if l.strip())
+        if f.stat().st_mtime >= since - 1:
+            return sum(1 for l in f.read_text().splitlines() if l.strip())
     return 0
 
+# %% ../nbs/20_reproduce.ipynb #de26b6cc
 def _serving_stats(run_dir: Path, since: float) -> dict | None:
     "What the run's servers answered (OpenAIBackend's serving_stats.json, written since `since`): per model, requests and in flight."
     f = run_dir / "serving_stats.json"
     with contextlib.suppress(OSError, ValueError):
         if f.stat().st_mtime >= since - 1:
-            return {m: {"requests": d.get("requests", {}), "in_flight": d.get("in_flight", {})} for m, d in json.loads(f.read_text()).items()}
+            return {
+                m: {"requests": d.get("requests", {}), "in_flight": d.get("in_flight", {})}
+                for m, d in json.loads(f.read_text()).items()
+            }
     return None
 
 # %% ../nbs/20_reproduce.ipynb #c433891a
 def set_aside(folder: Path, why: str = "a new run of this experiment started") -> Path | None:
     "Move the files (not the sub-folders) of a run folder into `.previous/<UTC time>/` with a note; the new folder (None: nothing to move)."
     files = [f for f in Path(folder).glob("*") if f.is_file()] if Path(folder).is_dir() else []
-    if not files: return None
+    if not files:
+        return None
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     dest = Path(folder) / ".previous" / stamp
     k = 1
-    while dest.exists(): dest = Path(folder) / ".previous" / f"{stamp}-{k}"; k += 1
+    while dest.exists():
+        dest = Path(folder) / ".previous" / f"{stamp}-{k}"
+        k += 1
     dest.mkdir(parents=True)
-    for f in files: os.replace(f, dest / f.name)
-    (dest / "NOTE.txt").write_text(f"Outputs of an earlier run, moved here at {stamp} because {why}.\n"
-                                   "mad-study compare and cite do not read this folder.\n", encoding="utf-8")
+    for f in files:
+        os.replace(f, dest / f.name)
+    (dest / "NOTE.txt").write_text(
+        f"Outputs of an earlier run, moved here at {stamp} because {why}.\n"
+        "mad-study compare and cite do not read this folder.\n",
+        encoding="utf-8",
+    )
     return dest
 
 # %% ../nbs/20_reproduce.ipynb #f1ce2746
 SKIPPED_TEST = "# a test of this notebook: `make test` runs it, an experiment's run skips it (experiment_notebook)"
 
+
 def _kept(source: str) -> bool:
     "Export cells and cells of imports only: what an experiment may use from above its parameters."
     directives = [l for l in source.splitlines() if l.startswith("#|")]
-    if any(d.split()[1:2] and d.split()[1] in ("export", "exporti", "default_exp") for d in directives):
+    if any(
+        d.split()[1:2] and d.split()[1] in ("export", "exporti", "default_exp") for d in directives
+    ):
         return True
-    try: body = ast.parse(source).body
-    except SyntaxError: return True
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return True
     return all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in body)
 
+# %% ../nbs/20_reproduce.ipynb #8b43439e
 def experiment_notebook(path: str | os.PathLike) -> dict:
     """The notebook at `path` as an experiment runs it (JSON): the code cells above the `parameters` cell that
     are neither exports nor imports (the notebook's tests) blanked with `SKIPPED_TEST` (the kit's own)."""
@@ -416,7 +665,8 @@ def experiment_notebook(path: str | os.PathLike) -> dict:
     at = next((i for i, t in enumerate(tags) if "parameters" in t or "parameters-part" in t), 0)
     for c in nb["cells"][:at]:
         src = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-        if c["cell_type"] == "code" and not _kept(src): c["source"] = SKIPPED_TEST
+        if c["cell_type"] == "code" and not _kept(src):
+            c["source"] = SKIPPED_TEST
     return nb
 
 # %% ../nbs/20_reproduce.ipynb #runexp2
@@ -424,39 +674,72 @@ def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
     """Execute the experiment's notebook with papermill; keep the executed copy under runs/<profile>/<experiment>/.
     The kernel's own messages (not the notebook's outputs) go to kernel.log beside it."""
     import papermill as pm
+
     out = runs_dir() / p["profile"] / exp.id / f"{exp.notebook.stem}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
     if (moved := set_aside(out.parent)) is not None:
-        log(f"{exp.id}: an earlier run's outputs moved to {moved.relative_to(runs_dir()) if moved.is_relative_to(runs_dir()) else moved}")
+        log(
+            f"{exp.id}: an earlier run's outputs moved to {moved.relative_to(runs_dir()) if moved.is_relative_to(runs_dir()) else moved}"
+        )
     t = time.time()
-    src = out.parent / f".{exp.notebook.stem}.input.ipynb"          # the notebook without its tests
+    src = out.parent / f".{exp.notebook.stem}.input.ipynb"  # the notebook without its tests
     atomic_write_text(src, json.dumps(experiment_notebook(exp.notebook), ensure_ascii=False))
     try:
-        pm.execute_notebook(str(src), str(out), parameters=dict(p), kernel_name="python3",
-                            progress_bar=False, cwd=str(exp.notebook.parent), log_output=False,
-                            # the executed notebook is written once, at the end or at the failing cell: papermill's
-                            # save after every cell (twice) rewrote it whole, ~7% of `make reproduce`'s CPU (sim)
-                            request_save_on_cell_execute=False,
-                            kernel_manager_class=_logged_kernel(out.parent / "kernel.log", exp.id))
-        return RunResult(exp.id, True, time.time() - t, out, failed_generations=_failed_generations(out.parent, t),
-                         serving=_serving_stats(out.parent, t))
+        pm.execute_notebook(
+            str(src),
+            str(out),
+            parameters=dict(p),
+            kernel_name="python3",
+            progress_bar=False,
+            cwd=str(exp.notebook.parent),
+            log_output=False,
+            # the executed notebook is written once, at the end or at the failing cell: papermill's
+            # save after every cell (twice) rewrote it whole, ~7% of `make reproduce`'s CPU (sim)
+            request_save_on_cell_execute=False,
+            kernel_manager_class=_logged_kernel(out.parent / "kernel.log", exp.id),
+        )
+        return RunResult(
+            exp.id,
+            True,
+            time.time() - t,
+            out,
+            failed_generations=_failed_generations(out.parent, t),
+            serving=_serving_stats(out.parent, t),
+        )
     except KeyboardInterrupt:
         raise
     except Exception as e:
         msg = str(e).strip().splitlines()
         short = next((l for l in reversed(msg) if l.strip()), type(e).__name__)
-        return RunResult(exp.id, False, time.time() - t, out, f"{type(e).__name__}: {clip_line(short, 300)}",
-                         _failed_generations(out.parent, t), _serving_stats(out.parent, t))
+        return RunResult(
+            exp.id,
+            False,
+            time.time() - t,
+            out,
+            f"{type(e).__name__}: {clip_line(short, 300)}",
+            _failed_generations(out.parent, t),
+            _serving_stats(out.parent, t),
+        )
     finally:
         src.unlink(missing_ok=True)
 
 # %% ../nbs/20_reproduce.ipynb #53e3134d
-def run_order(merged: Sequence[tuple[Experiment, dict]], profile: str) -> list[tuple[Experiment, dict]]:
+def run_order(
+    merged: Sequence[tuple[Experiment, dict]], profile: str
+) -> list[tuple[Experiment, dict]]:
     "Experiments sorted by their file's `expected_seconds[profile]`, longest first (stable: the rest keep registry order)."
+
     def secs(ep):
-        v = (ep[0].spec.get("expected_seconds") or {})
-        if not isinstance(v, Mapping): raise ConfigError("must map profile names to seconds", where=ep[0].path, key="expected_seconds", value=v)
+        v = ep[0].spec.get("expected_seconds") or {}
+        if not isinstance(v, Mapping):
+            raise ConfigError(
+                "must map profile names to seconds",
+                where=ep[0].path,
+                key="expected_seconds",
+                value=v,
+            )
         return -float(v.get(profile, 0) or 0)
+
     return sorted(merged, key=secs)
 
 # %% ../nbs/20_reproduce.ipynb #after02
@@ -467,117 +750,197 @@ def run_after(merged: Sequence[tuple[Experiment, dict]]) -> dict[str, set[str]]:
     for e, _ in merged:
         after = e.spec.get("after") or []
         after = [after] if isinstance(after, str) else after
-        if not isinstance(after, list): raise ConfigError("must list experiment ids", where=e.path, key="after", value=after)
+        if not isinstance(after, list):
+            raise ConfigError("must list experiment ids", where=e.path, key="after", value=after)
         out[e.id] = set(after) & ids - {e.id}
     return out
 
-def _after_order(order: Sequence[tuple[Experiment, dict]], after: Mapping[str, set[str]]) -> list[tuple[Experiment, dict]]:
+# %% ../nbs/20_reproduce.ipynb #35b9609a
+def _after_order(
+    order: Sequence[tuple[Experiment, dict]], after: Mapping[str, set[str]]
+) -> list[tuple[Experiment, dict]]:
     "`order` with every experiment moved behind those it waits for (stable otherwise); a cycle is a `ConfigError`."
     todo, placed, out = list(order), set(), []
     while todo:
         k = next((k for k, (e, _) in enumerate(todo) if after.get(e.id, set()) <= placed), None)
-        if k is None: raise ConfigError("experiments wait for each other in a cycle", key="after", value=sorted(e.id for e, _ in todo))
-        e, p = todo.pop(k); placed.add(e.id); out.append((e, p))
+        if k is None:
+            raise ConfigError(
+                "experiments wait for each other in a cycle",
+                key="after",
+                value=sorted(e.id for e, _ in todo),
+            )
+        e, p = todo.pop(k)
+        placed.add(e.id)
+        out.append((e, p))
     return out
 
 # %% ../nbs/20_reproduce.ipynb #c0ce79df
 def _failed_note(r: RunResult) -> str:
     return f", with {r.failed_generations} failed generation(s)" if r.failed_generations else ""
 
+# %% ../nbs/20_reproduce.ipynb #05caca82
 def _check_gpu(prof: Mapping, name: str, overrides: Mapping | None) -> None:
     "A profile that `requires: {gpu: true}` needs a visible CUDA GPU, unless its models are served (`backend: openai`)."
     served = dict(prof.get("params") or {}, **dict(overrides or {})).get("backend") == "openai"
-    if (prof.get("requires") or {}).get("gpu") and not served:           # through servers, the GPUs are theirs
+    if (prof.get("requires") or {}).get(
+        "gpu"
+    ) and not served:  # through servers, the GPUs are theirs
         try:
-            import torch; has_gpu = torch.cuda.is_available()
-        except ImportError: has_gpu = False
-        if not has_gpu: raise ConfigError("needs a CUDA GPU and none is visible; use --profile sim or --profile cpu", key="--profile", value=name)
+            import torch
+
+            has_gpu = torch.cuda.is_available()
+        except ImportError:
+            has_gpu = False
+        if not has_gpu:
+            raise ConfigError(
+                "needs a CUDA GPU and none is visible; use --profile sim or --profile cpu",
+                key="--profile",
+                value=name,
+            )
 
 # %% ../nbs/20_reproduce.ipynb #after04
 def _result_line(r: RunResult) -> str:
-    return f"{r.experiment}: {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f}s" + (f": {r.error}" if r.error else "") + _failed_note(r)
+    return (
+        f"{r.experiment}: {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f}s"
+        + (f": {r.error}" if r.error else "")
+        + _failed_note(r)
+    )
 
-WAKE_S = 0.2                       # how often the scheduler's main thread wakes (to see a Ctrl-C delivered to another thread)
+# %% ../nbs/20_reproduce.ipynb #6a546b29
+WAKE_S = (
+    0.2  # how often the scheduler's main thread wakes (to see a Ctrl-C delivered to another thread)
+)
 
-def _run_waiting(order, after: Mapping[str, set[str]], pool, run=None, log=print) -> list[RunResult]:
+# %% ../nbs/20_reproduce.ipynb #d6a0a1b2
+def _run_waiting(
+    order, after: Mapping[str, set[str]], pool, run=None, log=print
+) -> list[RunResult]:
     """Submit each experiment of `order` to `pool` once those it waits for (`run_after`) have finished; one that waits
     for a failed experiment is not run and its result says why. The kit's own."""
     from concurrent.futures import FIRST_COMPLETED, wait
+
     run = run or run_experiment
     results, done, failed, running, waiting = [], set(), set(), {}, list(order)
-    def note(r): results.append(r); (done if r.ok else failed).add(r.experiment); log(f"[{len(results)}/{len(order)}] {_result_line(r)}")
+
+    def note(r):
+        results.append(r)
+        (done if r.ok else failed).add(r.experiment)
+        log(f"[{len(results)}/{len(order)}] {_result_line(r)}")
+
     while waiting or running:
         for e, p in list(waiting):
             deps = after.get(e.id, set())
             if deps & failed:
-                waiting.remove((e, p)); note(RunResult(e.id, False, 0.0, None, f"not run: it waits for {', '.join(sorted(deps & failed))}, which failed"))
+                waiting.remove((e, p))
+                note(
+                    RunResult(
+                        e.id,
+                        False,
+                        0.0,
+                        None,
+                        f"not run: it waits for {', '.join(sorted(deps & failed))}, which failed",
+                    )
+                )
             elif deps <= done:
-                waiting.remove((e, p)); running[pool.submit(run, e, p)] = e
+                waiting.remove((e, p))
+                running[pool.submit(run, e, p)] = e
         if running:
-            # a bounded wait: Ctrl-C's SIGINT may land on another thread (a worker, zmq's); the main thread must wake to
-            # run Python's handler, which it never does blocked in a lock without a timeout (found by a flaky CI run;
-            # tests/test_hardening.py delivers SIGINT to a worker thread: nbdev runs cells off the main thread)
+            # a bounded wait: Ctrl-C's SIGINT may land on another
+            # thread (a worker, zmq's); the main thread must wake to
+            # run Python's handler, which it never does blocked in
+            # a lock without a timeout (found by a flaky CI run;
+            # tests/test_hardening.py delivers SIGINT to a worker
+            # thread: nbdev runs cells off the main thread)
             fin, _ = wait(running, timeout=WAKE_S, return_when=FIRST_COMPLETED)
-            for f in fin: running.pop(f); note(f.result())
+            for f in fin:
+                running.pop(f)
+                note(f.result())
     return results
 
 # %% ../nbs/20_reproduce.ipynb #cb38b7b4
-def _run_all(merged: Sequence[tuple[Experiment, dict]], name: str, jobs: int, log=print) -> list[RunResult]:
+def _run_all(
+    merged: Sequence[tuple[Experiment, dict]], name: str, jobs: int, log=print
+) -> list[RunResult]:
     """Run the merged experiments in worker threads (`jobs` at once; the longest first with several, each after those it
     waits for), logging each; on Ctrl-C stop the kernels; always rewrite the index."""
     started = time.time()
     from concurrent.futures import ThreadPoolExecutor
+
     after = run_after(merged)
     order = _after_order(run_order(merged, name) if jobs > 1 else merged, after)
     pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="mad-study-run")
-    if jobs <= 1: log("running " + ", ".join(e.id for e, _ in order))
+    if jobs <= 1:
+        log("running " + ", ".join(e.id for e, _ in order))
     try:
         results = _run_waiting(order, after, pool, log=log)
         pool.shutdown(wait=True)
     except KeyboardInterrupt:
         pool.shutdown(wait=False, cancel_futures=True)
-        logging.disable(logging.ERROR)                 # the workers' "kernel died" messages: we killed them on purpose
+        logging.disable(
+            logging.ERROR
+        )  # the workers' "kernel died" messages: we killed them on purpose
         killed = stop_kernels()
         remove_temporaries(figures_dir(), since=started)
-        if killed: log(f"stopped {len(killed)} kernel(s) that did not stop by themselves")
+        if killed:
+            log(f"stopped {len(killed)} kernel(s) that did not stop by themselves")
         raise
     finally:
         idx = write_index()
-        log(f"wrote {idx.relative_to(project_root()) if idx.is_relative_to(project_root()) else idx}")
+        log(
+            f"wrote {idx.relative_to(project_root()) if idx.is_relative_to(project_root()) else idx}"
+        )
     return results
 
 # %% ../nbs/20_reproduce.ipynb #e20eb29c
 def _serving_line(model: str, d: Mapping) -> str:
     "One served model's requests and in-flight count, for the end-of-run report."
     q, f = d.get("requests") or {}, d.get("in_flight") or {}
-    return (f"{model}: {q.get('ok', 0)} answered, {q.get('retried', 0)} retried, {q.get('failed', 0)} failed; "
-            f"{f.get('mean') if f.get('mean') is not None else '-'} in flight on average (max {f.get('max', 0)})")
+    return (
+        f"{model}: {q.get('ok', 0)} answered, {q.get('retried', 0)} retried, {q.get('failed', 0)} failed; "
+        f"{f.get('mean') if f.get('mean') is not None else '-'} in flight on average (max {f.get('max', 0)})"
+    )
 
+# %% ../nbs/20_reproduce.ipynb #afcf90b0
 def _report_serving(results: Sequence[RunResult], log=print) -> None:
     "Log, per experiment that reached servers, what they answered and how many requests were in flight."
     served = [r for r in results if r.serving]
-    if served: log("served requests (retried: attempts repeated after a server error; failed: given up, not cached):")
+    if served:
+        log(
+            "served requests (retried: attempts repeated after a server error; failed: given up, not cached):"
+        )
     for r in served:
-        for m, d in r.serving.items(): log(f"  {r.experiment}: {_serving_line(m, d)}")
+        for m, d in r.serving.items():
+            log(f"  {r.experiment}: {_serving_line(m, d)}")
 
+# %% ../nbs/20_reproduce.ipynb #93d59543
 def _report_failures(results: Sequence[RunResult], log=print) -> None:
     "Log the experiments with failed generations (and where they are listed) and the experiments that failed."
     partial = [r for r in results if r.failed_generations]
     if partial:
-        log(f"{len(partial)} experiment(s) have failed generations (server errors after retries; not cached: run again to compute only those):")
+        log(
+            f"{len(partial)} experiment(s) have failed generations (server errors after retries; not cached: run again to compute only those):"
+        )
         for r in partial:
             f = r.output.parent / "failed_generations.jsonl"
             first = json.loads(f.read_text().splitlines()[0])
-            log(f"  {r.experiment}: {r.failed_generations} failed generation(s), e.g. item {first.get('item')} "
-                f"{first.get('agent', '')} round {first.get('round')}: {first.get('error')} (all: {f})")
+            log(
+                f"  {r.experiment}: {r.failed_generations} failed generation(s), e.g. item {first.get('item')} "
+                f"{first.get('agent', '')} round {first.get('round')}: {first.get('error')} (all: {f})"
+            )
     failed = [r for r in results if not r.ok]
     if failed:
         log(f"{len(failed)} experiment(s) failed:")
-        for r in failed: log(f"  {r.experiment}: {r.error} (executed notebook: {r.output})")
+        for r in failed:
+            log(f"  {r.experiment}: {r.error} (executed notebook: {r.output})")
 
 # %% ../nbs/20_reproduce.ipynb #827d8981
-def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", overrides: Mapping | None = None,
-              jobs: int = 1, log=print) -> list[RunResult]:
+def reproduce(
+    targets: Sequence[str] = ("all",),
+    profile: str = "auto",
+    overrides: Mapping | None = None,
+    jobs: int = 1,
+    log=print,
+) -> list[RunResult]:
     "Validate every target first, then run them (continuing past failures) and rewrite figures/INDEX.md."
     name = auto_profile() if profile == "auto" else profile
     prof = load_profile(name)
@@ -585,9 +948,15 @@ def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto", override
     exps = resolve_targets(targets)
     merged = []
     for e in exps:
-        p = merge_params(e, prof, overrides); validate_params(p, e, prof, overrides); merged.append((e, p))
-        for w in param_warnings(p, e, prof, overrides): print(f"mad-study: warning: {w}", file=sys.stderr)
-    log(f"mad-study: {len(merged)} experiment(s), profile '{name}'" + (" (synthetic agents: not the papers' results)" if name == "sim" else ""))
+        p = merge_params(e, prof, overrides)
+        validate_params(p, e, prof, overrides)
+        merged.append((e, p))
+        for w in param_warnings(p, e, prof, overrides):
+            print(f"mad-study: warning: {w}", file=sys.stderr)
+    log(
+        f"mad-study: {len(merged)} experiment(s), profile '{name}'"
+        + (" (synthetic agents: not the papers' results)" if name == "sim" else "")
+    )
     results = _run_all(merged, name, jobs, log)
     _report_serving(results, log)
     _report_failures(results, log)
@@ -599,61 +968,114 @@ def _run_files(run: str, profile: str | None = None) -> list[Path]:
     runs/<profile>/ (`profile`; an id finished under several profiles needs one: they are not pooled). Hidden folders
     (`.previous/`: an earlier run's outputs) and the cache are never read."""
     p = Path(run)
-    if p.is_file(): return [p]
-    if p.is_dir(): files = sorted(p.rglob("*.parquet"))
+    if p.is_file():
+        return [p]
+    if p.is_dir():
+        files = sorted(p.rglob("*.parquet"))
     else:
         dirs = [d for d in sorted(runs_dir().glob(f"{profile or '*'}/{run}")) if d.is_dir()]
         if profile is None and len(dirs) > 1:
-            raise ConfigError(f"finished under several profiles ({', '.join(d.parent.name for d in dirs)}): pass --profile "
-                              "(runs of different profiles are not one comparison)", key="run", value=run)
+            raise ConfigError(
+                f"finished under several profiles ({', '.join(d.parent.name for d in dirs)}): pass --profile "
+                "(runs of different profiles are not one comparison)",
+                key="run",
+                value=run,
+            )
         files = sorted(f for d in dirs for f in d.rglob("*.parquet"))
     base = p if p.is_dir() else runs_dir()
-    files = [f for f in files if "cache" not in f.parts
-             and not any(x.startswith(".") for x in (f.relative_to(base).parts if f.is_relative_to(base) else f.parts))]
-    if not files: raise ConfigError("no transcript (.parquet) found: give a transcript file, a folder of them or an experiment id with finished runs", key="run", value=run)
+    files = [
+        f
+        for f in files
+        if "cache" not in f.parts
+        and not any(
+            x.startswith(".")
+            for x in (f.relative_to(base).parts if f.is_relative_to(base) else f.parts)
+        )
+    ]
+    if not files:
+        raise ConfigError(
+            "no transcript (.parquet) found: give a transcript file, a folder of them or an experiment id with finished runs",
+            key="run",
+            value=run,
+        )
     return files
 
-def load_runs(runs: Sequence[str], by_file: bool = False, profile: str | None = None) -> "pd.DataFrame":
+# %% ../nbs/20_reproduce.ipynb #a9c0eabb
+def load_runs(
+    runs: Sequence[str], by_file: bool = False, profile: str | None = None
+) -> "pd.DataFrame":
     """Stored transcripts pooled for a comparison: an empty `method` takes the file name (`by_file`: every file is its
     own condition, named by its file name, or folder/file name when two files share a name). Files that collide on (experiment, method, item, sample, round, agent), e.g.
     one method run with several models, are refused with a ConfigError that says what to pass instead."""
     import pandas as pd
     from mad_study.core import load_transcript, check_unique_turns
+
     files = list(dict.fromkeys(f for r in runs for f in _run_files(r, profile)))
     stems = [f.stem for f in files]
-    label = {f: f.stem if stems.count(f.stem) == 1 else f"{f.parent.name}/{f.stem}" for f in files}   # debate.parquet twice: by folder
+    label = {
+        f: f.stem if stems.count(f.stem) == 1 else f"{f.parent.name}/{f.stem}" for f in files
+    }  # debate.parquet twice: by folder
     parts = []
     for f in files:
         t = load_transcript(f)
-        parts.append(t.assign(method=label[f], experiment=label[f]) if by_file else t.assign(method=t["method"].where(t["method"] != "", label[f])))
+        parts.append(
+            t.assign(method=label[f], experiment=label[f])
+            if by_file
+            else t.assign(method=t["method"].where(t["method"] != "", label[f]))
+        )
     pooled = pd.concat(parts, ignore_index=True)
-    try: check_unique_turns(pooled)
+    try:
+        check_unique_turns(pooled)
     except ConfigError as e:
-        raise ConfigError(f"{e}; these files hold the same condition twice (e.g. one method run with several models or "
-                          "tasks): pass the files of one comparison, or --by-file to make every file its own condition", key="runs") from None
+        raise ConfigError(
+            f"{e}; these files hold the same condition twice (e.g. one method run with several models or "
+            "tasks): pass the files of one comparison, or --by-file to make every file its own condition",
+            key="runs",
+        ) from None
     return pooled
 
 # %% ../nbs/20_reproduce.ipynb #67adba08
-def compare_runs(runs: Sequence[str], reference: str | None = None, who: str = "majority", correction: str = "holm",
-                 margin: float | None = None, level: float = 0.95, seed: int = 0, by_file: bool = False,
-                 profile: str | None = None) -> tuple:
+def compare_runs(
+    runs: Sequence[str],
+    reference: str | None = None,
+    who: str = "majority",
+    correction: str = "holm",
+    margin: float | None = None,
+    level: float = 0.95,
+    seed: int = 0,
+    by_file: bool = False,
+    profile: str | None = None,
+) -> tuple:
     """The paired comparison of finished runs from their stored transcripts (no generation): (table, caption, per-item
     results). `mad_study.stats.compare_methods` on `per_item_results` of the pooled transcripts (`load_runs`)."""
     from mad_study.stats import compare_methods, per_item_results
+
     res = per_item_results(load_runs(runs, by_file, profile), who=who)
     conds = list(dict.fromkeys(res["method"]))
-    if len(conds) < 2: raise ConfigError("a comparison needs at least two conditions (methods) in the runs", key="runs", value=list(runs))
+    if len(conds) < 2:
+        raise ConfigError(
+            "a comparison needs at least two conditions (methods) in the runs",
+            key="runs",
+            value=list(runs),
+        )
     ref = reference or conds[0]
     sets = {c: set(res.loc[res["method"] == c, "item_id"]) for c in conds}
-    on = "all" if len({frozenset(s) for s in sets.values()}) == 1 else "shared"   # dropped items are named (run_items)
-    table, caption = compare_methods(res, ref, correction=correction, margin=margin, level=level, seed=seed, on=on)
+    on = (
+        "all" if len({frozenset(s) for s in sets.values()}) == 1 else "shared"
+    )  # dropped items are named (run_items)
+    table, caption = compare_methods(
+        res, ref, correction=correction, margin=margin, level=level, seed=seed, on=on
+    )
     return table, caption, res
 
+# %% ../nbs/20_reproduce.ipynb #3252823e
 def run_items(res: "pd.DataFrame") -> tuple[dict[str, int], list[str]]:
     "Per condition its number of items, and the items some condition lacks (left out of a paired comparison)."
     sets = {c: set(g["item_id"]) for c, g in res.groupby("method", sort=False)}
     shared = set.intersection(*sets.values()) if sets else set()
-    return {c: len(s) for c, s in sets.items()}, sorted(set.union(*sets.values()) - shared) if sets else []
+    return {c: len(s) for c, s in sets.items()}, sorted(
+        set.union(*sets.values()) - shared
+    ) if sets else []
 
 # %% ../nbs/20_reproduce.ipynb #4199cf4f
 def _exit_if_stuck(code: int, wait: float = 2.0) -> None:
@@ -663,70 +1085,153 @@ def _exit_if_stuck(code: int, wait: float = 2.0) -> None:
     for t in [t for t in threading.enumerate() if t.name.startswith("mad-study-run")]:
         t.join(max(0.0, end - time.monotonic()))
     if any(t.is_alive() for t in threading.enumerate() if t.name.startswith("mad-study-run")):
-        sys.stdout.flush(); sys.stderr.flush(); os._exit(code)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 # %% ../nbs/20_reproduce.ipynb #f7c35345
 def _print_table(rows: list[dict], cols: Sequence[str], log=print):
     w = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) if rows else len(c) for c in cols}
     log("  ".join(c.ljust(w[c]) for c in cols))
-    for r in rows: log("  ".join(str(r.get(c, "")).ljust(w[c]) for c in cols))
+    for r in rows:
+        log("  ".join(str(r.get(c, "")).ljust(w[c]) for c in cols))
 
+# %% ../nbs/20_reproduce.ipynb #5e446364
 def _parser() -> argparse.ArgumentParser:
     "The `mad-study` argument parser: reproduce, plan, list, compare, cite, doctor."
-    ap = argparse.ArgumentParser(prog="mad-study", description="Regenerate the figures and tables of five multi-agent-debate papers.")
+    ap = argparse.ArgumentParser(
+        prog="mad-study",
+        description="Regenerate the figures and tables of five multi-agent-debate papers.",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("reproduce", help="run experiments (papermill) and rewrite figures/INDEX.md")
-    r.add_argument("targets", nargs="*", default=["all"], help="all | paper | experiment | artefact ids")
-    r.add_argument("--profile", default="auto", help="auto (paper on a GPU, else sim) | sim | cpu | paper")
-    r.add_argument("-p", "--param", action="append", default=[], help="override a parameter: key=value (YAML value)")
+    r.add_argument(
+        "targets", nargs="*", default=["all"], help="all | paper | experiment | artefact ids"
+    )
+    r.add_argument(
+        "--profile", default="auto", help="auto (paper on a GPU, else sim) | sim | cpu | paper"
+    )
+    r.add_argument(
+        "-p",
+        "--param",
+        action="append",
+        default=[],
+        help="override a parameter: key=value (YAML value)",
+    )
     r.add_argument("--jobs", type=int, default=1, help="experiments run in parallel")
-    pl = sub.add_parser("plan", help="generations, tokens and weight memory, without running anything")
+    pl = sub.add_parser(
+        "plan", help="generations, tokens and weight memory, without running anything"
+    )
     pl.add_argument("targets", nargs="*", default=["all"])
     pl.add_argument("--profile", default="paper")
     pl.add_argument("-p", "--param", action="append", default=[])
     sub.add_parser("list", help="every experiment and artefact with its status")
     dr = sub.add_parser("doctor", help="check what a run on this machine needs, one line per check")
-    dr.add_argument("--only", default=None, help="comma-separated: torch,bitsandbytes,twins,vision,lora,sandbox,memory,served")
-    dr.add_argument("--profile", default="auto", help="whose models' memory to check (auto: paper on a GPU, else sim)")
-    dr.add_argument("--base-url", default=None, help="also check a served model (OpenAI-compatible)")
-    dr.add_argument("--model", default="smollm2-135m-instruct", help="the served model's registry name")
+    dr.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated: torch,bitsandbytes,twins,vision,lora,sandbox,memory,served",
+    )
+    dr.add_argument(
+        "--profile",
+        default="auto",
+        help="whose models' memory to check (auto: paper on a GPU, else sim)",
+    )
+    dr.add_argument(
+        "--base-url", default=None, help="also check a served model (OpenAI-compatible)"
+    )
+    dr.add_argument(
+        "--model", default="smollm2-135m-instruct", help="the served model's registry name"
+    )
     dr.add_argument("--served-model", default=None, help="the name the server knows it by")
-    cp = sub.add_parser("compare", help="paired comparison of finished runs from their stored transcripts (no generation)")
-    cp.add_argument("runs", nargs="+", help="transcript files, folders of them, or experiment ids under runs/<profile>/")
-    cp.add_argument("--reference", default=None, help="the condition every other is compared with (default: the first)")
-    cp.add_argument("--who", default="majority", help="majority (the vote at the last round) or an agent name")
+    cp = sub.add_parser(
+        "compare",
+        help="paired comparison of finished runs from their stored transcripts (no generation)",
+    )
+    cp.add_argument(
+        "runs",
+        nargs="+",
+        help="transcript files, folders of them, or experiment ids under runs/<profile>/",
+    )
+    cp.add_argument(
+        "--reference",
+        default=None,
+        help="the condition every other is compared with (default: the first)",
+    )
+    cp.add_argument(
+        "--who", default="majority", help="majority (the vote at the last round) or an agent name"
+    )
     cp.add_argument("--correction", default="holm", help="holm | bonferroni | fdr_bh | none")
-    cp.add_argument("--margin", type=float, default=None, help="equivalence margin (a fraction, e.g. 0.05) for TOST")
-    cp.add_argument("--csv", default="compare.csv", help="where the table goes (the per-item results: <name>_items.csv)")
-    cp.add_argument("--by-file", action="store_true", help="every transcript file is its own condition (named by the file, or folder/file)")
-    cp.add_argument("--profile", default=None, help="read experiment ids under runs/<profile>/ only (required when several profiles ran it)")
-    ci = sub.add_parser("cite", help="BibTeX of what a function, protocol, experiment or run folder depends on (mad_study.cite)")
-    ci.add_argument("targets", nargs="+"); ci.add_argument("--keys", action="store_true", help="print the reference keys only")
+    cp.add_argument(
+        "--margin",
+        type=float,
+        default=None,
+        help="equivalence margin (a fraction, e.g. 0.05) for TOST",
+    )
+    cp.add_argument(
+        "--csv",
+        default="compare.csv",
+        help="where the table goes (the per-item results: <name>_items.csv)",
+    )
+    cp.add_argument(
+        "--by-file",
+        action="store_true",
+        help="every transcript file is its own condition (named by the file, or folder/file)",
+    )
+    cp.add_argument(
+        "--profile",
+        default=None,
+        help="read experiment ids under runs/<profile>/ only (required when several profiles ran it)",
+    )
+    ci = sub.add_parser(
+        "cite",
+        help="BibTeX of what a function, protocol, experiment or run folder depends on (mad_study.cite)",
+    )
+    ci.add_argument("targets", nargs="+")
+    ci.add_argument("--keys", action="store_true", help="print the reference keys only")
     return ap
 
 # %% ../nbs/20_reproduce.ipynb #50d3eff7
 def _cmd_list() -> int:
     "`mad-study list`: every artefact of every paper, its experiment and status."
     from mad_study.report import index_table
+
     df = index_table()
     exps = {aid: eid for eid, e in experiment_files().items() for aid in e["artefacts"]}
-    rows = [dict(paper=r.paper, artefact=r.id, experiment=exps.get(r.id, ""), status=r.status, profile=r.profile) for r in df.itertuples()]
+    rows = [
+        dict(
+            paper=r.paper,
+            artefact=r.id,
+            experiment=exps.get(r.id, ""),
+            status=r.status,
+            profile=r.profile,
+        )
+        for r in df.itertuples()
+    ]
     _print_table(rows, ["paper", "artefact", "experiment", "status", "profile"])
     return 0
 
+# %% ../nbs/20_reproduce.ipynb #95c58158
 def _cmd_compare(a) -> int:
     "`mad-study compare`: the paired comparison of finished runs, printed and written to `--csv`."
     import pandas as pd
-    table, caption, res = compare_runs(a.runs, a.reference, a.who, a.correction, a.margin, by_file=a.by_file,
-                                       profile=a.profile)
+
+    table, caption, res = compare_runs(
+        a.runs, a.reference, a.who, a.correction, a.margin, by_file=a.by_file, profile=a.profile
+    )
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(table.round(4).to_string(index=False))
     counts, dropped = run_items(res)
     print("items: " + ", ".join(f"{c}: {n}" for c, n in counts.items()))
-    if dropped: print(f"dropped (not in every condition): {len(dropped)}: {', '.join(dropped[:20])}{' ...' if len(dropped) > 20 else ''}")
+    if dropped:
+        print(
+            f"dropped (not in every condition): {len(dropped)}: {', '.join(dropped[:20])}{' ...' if len(dropped) > 20 else ''}"
+        )
     print("\n" + caption)
-    out = Path(a.csv); out.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out, index=False); res.to_csv(out.with_name(out.stem + "_items.csv"), index=False)
+    out = Path(a.csv)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out, index=False)
+    res.to_csv(out.with_name(out.stem + "_items.csv"), index=False)
     print(f"wrote {out} and {out.with_name(out.stem + '_items.csv')}")
     return 0
 
@@ -735,19 +1240,26 @@ def throughput_measurement() -> tuple[dict | None, str]:
     """The latest GPU throughput measurement and where it is from: this machine's (`make bench --device cuda`), else
     the one committed with the kit; (None, why) when there is neither."""
     from mad_study.core import cache_home
-    for p, who in ((cache_home() / "measurements" / "throughput.json", "this machine"),
-                   (project_root() / "benchmarks" / "gpu_throughput.json", "committed with the kit")):
+
+    for p, who in (
+        (cache_home() / "measurements" / "throughput.json", "this machine"),
+        (project_root() / "benchmarks" / "gpu_throughput.json", "committed with the kit"),
+    ):
         if p.exists():
             rec = json.loads(p.read_text())
             return rec, f"{who}: {rec['device']}, {rec['date']}, {rec['model']}"
     return None, "no GPU measurement (run `make bench --device cuda` on a GPU)"
 
-def plan_gpu_hours(tokens: int, params_b: float, quant: str = "nf4", rec: Mapping | None = None) -> dict:
+# %% ../nbs/20_reproduce.ipynb #2a852519
+def plan_gpu_hours(
+    tokens: int, params_b: float, quant: str = "nf4", rec: Mapping | None = None
+) -> dict:
     "GPU-hours of `tokens` completion tokens of a `params_b` model: at the measurement `rec` and at vLLM's figure."
     from mad_study.registry import get_model
     from mad_study.umad_train import ROLLOUT_THROUGHPUT
+
     scale = lambda tok_s, ref_b: tok_s * ref_b / max(params_b, 0.5)
-    vllm_b = get_model("llama-3.1-8b-instruct").params_b            # the model vLLM's figure was measured on
+    vllm_b = get_model("llama-3.1-8b-instruct").params_b  # the model vLLM's figure was measured on
     out = {"vllm": tokens / scale(ROLLOUT_THROUGHPUT["vllm"][0], vllm_b) / 3600}
     step = "nf4 new" if quant in ("nf4", "fp4") else "bf16 new"
     if rec and step in rec.get("tok_s", {}):
@@ -761,44 +1273,91 @@ def _cmd_plan(a, overrides: Mapping) -> int:
     prof = load_profile(name)
     rows, plans = [], []
     for e in resolve_targets(a.targets):
-        p = merge_params(e, prof, overrides); validate_params(p, e, prof, overrides)
-        for w in param_warnings(p, e, prof, overrides): print(f"mad-study: warning: {w}", file=sys.stderr)
-        pl = plan_experiment(e, p); plans.append(pl)
-        mem = ", ".join(f"{m}: {g} GB" if g is not None else f"{m}: synthetic" for m, g in pl["weight_memory_gb"].items())
-        rows.append(dict(experiment=e.id, paper=e.paper, generations=f"{pl['generations']:,}",
-                         completion_tokens=f"<= {pl['completion_tokens']:,}", prompt_tokens=f"~ {pl['prompt_tokens']:,}",
-                         weights=f"{mem} ({p.get('quant', 'nf4')})"))
+        p = merge_params(e, prof, overrides)
+        validate_params(p, e, prof, overrides)
+        for w in param_warnings(p, e, prof, overrides):
+            print(f"mad-study: warning: {w}", file=sys.stderr)
+        pl = plan_experiment(e, p)
+        plans.append(pl)
+        mem = ", ".join(
+            f"{m}: {g} GB" if g is not None else f"{m}: synthetic"
+            for m, g in pl["weight_memory_gb"].items()
+        )
+        rows.append(
+            dict(
+                experiment=e.id,
+                paper=e.paper,
+                generations=f"{pl['generations']:,}",
+                completion_tokens=f"<= {pl['completion_tokens']:,}",
+                prompt_tokens=f"~ {pl['prompt_tokens']:,}",
+                weights=f"{mem} ({p.get('quant', 'nf4')})",
+            )
+        )
     print(f"plan for profile '{name}' (nothing is run)")
-    _print_table(rows, ["experiment", "paper", "generations", "completion_tokens", "prompt_tokens", "weights"])
-    for pl in plans:                                   # what a planner adds (training: rollouts, steps, memory)
+    _print_table(
+        rows,
+        ["experiment", "paper", "generations", "completion_tokens", "prompt_tokens", "weights"],
+    )
+    for pl in plans:  # what a planner adds (training: rollouts, steps, memory)
         extra = {k: v for k, v in pl.items() if k not in _PLAN_SHOWN}
-        if extra: print(f"  {pl['experiment']}: " + ", ".join(f"{k}={v}" for k, v in extra.items()))
+        if extra:
+            print(f"  {pl['experiment']}: " + ", ".join(f"{k}={v}" for k, v in extra.items()))
     _print_gpu_hours(plans, p.get("quant", "nf4") if plans else "nf4")
     srv = serve_table(plans)
     if srv:
-        print("\nto serve them (vLLM, 80 GB GPUs; then add -p backend=openai -p base_url=http://HOST:8000/v1; see docs/serving.md)")
-        _print_table(srv, ["model", "experiments", "generations", "completion_tokens", "weights_bf16", "tp", "command"])
+        print(
+            "\nto serve them (vLLM, 80 GB GPUs; then add -p backend=openai -p base_url=http://HOST:8000/v1; see docs/serving.md)"
+        )
+        _print_table(
+            srv,
+            [
+                "model",
+                "experiments",
+                "generations",
+                "completion_tokens",
+                "weights_bf16",
+                "tp",
+                "command",
+            ],
+        )
     return 0
-
 
 # %% ../nbs/20_reproduce.ipynb #1a710abb
 def _print_gpu_hours(plans: Sequence[Mapping], quant: str) -> None:
     "Per experiment and in total: GPU-hours at the latest measurement and at vLLM's published figure."
     from mad_study.registry import get_model
+
     rec, where = throughput_measurement()
     rows, tot = [], {"measured": 0.0, "vllm": 0.0}
     for pl in plans:
-        sizes = [get_model(m).params_b for m, gb in pl["weight_memory_gb"].items() if gb is not None]
-        if not sizes: continue
+        sizes = [
+            get_model(m).params_b for m, gb in pl["weight_memory_gb"].items() if gb is not None
+        ]
+        if not sizes:
+            continue
         h = plan_gpu_hours(pl["completion_tokens"], max(sizes), quant, rec)
-        for k in h: tot[k] += h[k]
-        rows.append(dict(experiment=pl["experiment"], measured=f"{h['measured']:,.1f}" if "measured" in h else "-",
-                         vllm=f"{h['vllm']:,.1f}"))
-    if not rows: return
-    print(f"\nGPU-hours of the completion tokens ({quant}; measured: {where}; vllm: 12,500 tok/s published)")
-    rows.append(dict(experiment="total", measured=f"{tot['measured']:,.0f}" if rec else "-", vllm=f"{tot['vllm']:,.0f}"))
+        for k in h:
+            tot[k] += h[k]
+        rows.append(
+            dict(
+                experiment=pl["experiment"],
+                measured=f"{h['measured']:,.1f}" if "measured" in h else "-",
+                vllm=f"{h['vllm']:,.1f}",
+            )
+        )
+    if not rows:
+        return
+    print(
+        f"\nGPU-hours of the completion tokens ({quant}; measured: {where}; vllm: 12,500 tok/s published)"
+    )
+    rows.append(
+        dict(
+            experiment="total",
+            measured=f"{tot['measured']:,.0f}" if rec else "-",
+            vllm=f"{tot['vllm']:,.0f}",
+        )
+    )
     _print_table(rows, ["experiment", "measured", "vllm"])
-
 
 # %% ../nbs/20_reproduce.ipynb #b78a54db
 def profile_weights(profile: str = "auto") -> tuple[str, dict]:
@@ -807,12 +1366,15 @@ def profile_weights(profile: str = "auto") -> tuple[str, dict]:
     prof, need = load_profile(name), {}
     for e in resolve_targets(["all"]):
         for m, gb in plan_experiment(e, merge_params(e, prof)).get("weight_memory_gb", {}).items():
-            if gb is not None: need[m] = gb
+            if gb is not None:
+                need[m] = gb
     return f"profile '{name}' ({prof.get('params', {}).get('quant', 'nf4')})", need
 
+# %% ../nbs/20_reproduce.ipynb #38ec6473
 def _cmd_doctor(a) -> int:
     "`mad-study doctor`: `mad_study.doctor` with the profile's planned weights."
     from mad_study.doctor import doctor_command
+
     label, need = profile_weights(a.profile)
     return doctor_command(a, need, label)
 
@@ -821,18 +1383,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     "Entry point of the `mad-study` command."
     a = _parser().parse_args(argv)
     try:
-        if a.cmd == "cite": from mad_study.cite import cite_command; return cite_command(a.targets, keys_only=a.keys)
-        if a.cmd == "list": return _cmd_list()
-        if a.cmd == "doctor": return _cmd_doctor(a)
-        if a.cmd == "compare": return _cmd_compare(a)
+        if a.cmd == "cite":
+            from mad_study.cite import cite_command
+
+            return cite_command(a.targets, keys_only=a.keys)
+        if a.cmd == "list":
+            return _cmd_list()
+        if a.cmd == "doctor":
+            return _cmd_doctor(a)
+        if a.cmd == "compare":
+            return _cmd_compare(a)
         overrides = dict(parse_override(s) for s in a.param)
-        if a.cmd == "plan": return _cmd_plan(a, overrides)
+        if a.cmd == "plan":
+            return _cmd_plan(a, overrides)
         res = reproduce(a.targets, a.profile, overrides, jobs=a.jobs)
         return 0 if all(r.ok for r in res) else 1
     except ConfigError as e:
         print(f"mad-study: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("mad-study: interrupted; finished outputs are kept, figures/INDEX.md rewritten", file=sys.stderr)
+        print(
+            "mad-study: interrupted; finished outputs are kept, figures/INDEX.md rewritten",
+            file=sys.stderr,
+        )
         _exit_if_stuck(130)
         return 130

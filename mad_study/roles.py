@@ -9,22 +9,36 @@ import ast
 import dataclasses
 import io
 import json
-import math
 import re
 import tokenize
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .core import ConfigError, GenRequest, Generation, Item, SIGNALS, derive_seed, rng_for, transcript_frame
+from mad_study.core import (
+    ConfigError,
+    GenRequest,
+    Generation,
+    Item,
+    SIGNALS,
+    derive_seed,
+    rng_for,
+    transcript_frame,
+)
 from .answers import extract_answer, is_correct
 from .voting import majority_vote
 from .interface import generate_jobs
 from .sandbox import run_program
-from .sim import SimBackend, read_final_answers, logit, message_hash, sigmoid, item_difficulty as _difficulty
+from mad_study.sim import (
+    SimBackend,
+    read_final_answers,
+    logit,
+    message_hash,
+    sigmoid,
+    item_difficulty as _difficulty,
+)
 from fastcore.basics import patch
 
 # %% auto #0
@@ -39,16 +53,23 @@ __all__ = ['LETTERS', 'MAD_ROLES', 'MAD_PROMPTS', 'ROUND_WORDS', 'VERDICT_STATUS
 # %% ../nbs/04c_roles.ipynb #5d932869
 LETTERS = "ABCDEFGHIJ"
 
+
 def question_parts(item: Item) -> tuple[str, str]:
     "The question text and its choices as `A) ..., B) ...` (empty when the item has no options)."
-    if not item.choices: return item.question.strip(), ""
-    return item.question.strip(), ", ".join(f"{LETTERS[i]}) {str(c).strip()}" for i, c in enumerate(item.choices))
+    if not item.choices:
+        return item.question.strip(), ""
+    return item.question.strip(), ", ".join(
+        f"{LETTERS[i]}) {str(c).strip()}" for i, c in enumerate(item.choices)
+    )
 
+# %% ../nbs/04c_roles.ipynb #33b26676
 def answer_instruction(item: Item) -> str:
     "How the final answer must be written, by answer format."
-    if item.fmt == "option": return "Put your final answer in the form (X) at the end of your response."
+    if item.fmt == "option":
+        return "Put your final answer in the form (X) at the end of your response."
     return "Put your final answer in the form \\boxed{answer} at the end of your response."
 
+# %% ../nbs/04c_roles.ipynb #f3deda8d
 def question_block(item: Item) -> str:
     "`Question: ...` and `Choices: ...` as in Meta-Debate's Prompt 1."
     q, c = question_parts(item)
@@ -57,15 +78,19 @@ def question_block(item: Item) -> str:
 # %% ../nbs/04c_roles.ipynb #dbefca61
 def loose_answer(s: Any, item: Item) -> str | None:
     "An answer from a short string (verdict field, program output): bare letter / option text / number, else `extract_answer`."
-    if s is None: return None
+    if s is None:
+        return None
     s = str(s).strip()
-    if not s: return None
+    if not s:
+        return None
     if item.fmt == "option":
         n = len(item.choices) if item.choices else 4
         m = re.match(r"^\s*(?:option\s*)?\(?([A-Za-z])\)?(?:[\s.:,)]|$)", s, flags=re.I)
-        if m and m.group(1).upper() in LETTERS[:n] and (len(s) <= 3 or not s[1:2].isalpha()): return m.group(1).upper()
+        if m and m.group(1).upper() in LETTERS[:n] and (len(s) <= 3 or not s[1:2].isalpha()):
+            return m.group(1).upper()
         for i, c in enumerate(item.choices or ()):
-            if s.strip(" .").lower() == str(c).strip().lower(): return LETTERS[i]
+            if s.strip(" .").lower() == str(c).strip().lower():
+                return LETTERS[i]
         a = extract_answer(s, "option")
         return a if a is not None and a in LETTERS[:n] else None
     return extract_answer(s, item.fmt) or extract_answer(f"\\boxed{{{s}}}", item.fmt)
@@ -77,30 +102,49 @@ MAD_PROMPTS: dict[str, str] = {
     "source": "Liang et al. 2024, Skytliang/Multi-Agents-Debate code/utils/config4all.json (topic: Meta-Debate App. A.1)",
     "topic": "The debate topic is to solve a given question and select the correct answer. Here is the data:\n\n{question}\n\n{instruction}",
     "player_system": "You are a debater. Hello and welcome to the debate. It's not necessary to fully agree with each other's perspectives, as our objective is to find the correct answer.\nThe debate topic is stated as follows:\n{topic}",
-    "moderator_system": "You are a moderator. There will be two debaters involved in a debate. They will present their answers and discuss their perspectives on the following topic: \"{topic}\"\nAt the end of each round, you will evaluate answers and decide which is correct.",
+    "moderator_system": 'You are a moderator. There will be two debaters involved in a debate. They will present their answers and discuss their perspectives on the following topic: "{topic}"\nAt the end of each round, you will evaluate answers and decide which is correct.',
     "affirmative": "{topic}",
     "negative": "{aff_ans}\n\nYou disagree with my answer. Provide your answer and reasons.",
     "debate": "{oppo_ans}\n\nDo you agree with my perspective? Please provide your reasons and answer.",
-    "moderator": "Now the {round} round of debate for both sides has ended.\n\nAffirmative side arguing:\n{aff_ans}\n\nNegative side arguing: {neg_ans}\n\nYou, as the moderator, will evaluate both sides' answers and determine if there is a clear preference for an answer candidate. If so, please summarize your reasons for supporting affirmative/negative side and give the final answer that you think is correct, and the debate will conclude. If not, the debate will continue to the next round. Now please output your answer in json format, with the format as follows: {\"Whether there is a preference\": \"Yes or No\", \"Supported Side\": \"Affirmative or Negative\", \"Reason\": \"\", \"debate_answer\": \"\"}. Please strictly output in JSON format, do not output irrelevant content.",
+    "moderator": 'Now the {round} round of debate for both sides has ended.\n\nAffirmative side arguing:\n{aff_ans}\n\nNegative side arguing: {neg_ans}\n\nYou, as the moderator, will evaluate both sides\' answers and determine if there is a clear preference for an answer candidate. If so, please summarize your reasons for supporting affirmative/negative side and give the final answer that you think is correct, and the debate will conclude. If not, the debate will continue to the next round. Now please output your answer in json format, with the format as follows: {"Whether there is a preference": "Yes or No", "Supported Side": "Affirmative or Negative", "Reason": "", "debate_answer": ""}. Please strictly output in JSON format, do not output irrelevant content.',
     "judge_candidates": "Affirmative side arguing: {aff_ans}\n\nNegative side arguing: {neg_ans}\n\nNow, what answer candidates do we have? Present them without reasons.",
-    "judge_final": "Therefore, {topic}\nPlease summarize your reasons and give the final answer that you think is correct. Now please output your answer in json format, with the format as follows: {\"Reason\": \"\", \"debate_answer\": \"\"}. Please strictly output in JSON format, do not output irrelevant content.",
+    "judge_final": 'Therefore, {topic}\nPlease summarize your reasons and give the final answer that you think is correct. Now please output your answer in json format, with the format as follows: {"Reason": "", "debate_answer": ""}. Please strictly output in JSON format, do not output irrelevant content.',
 }
-ROUND_WORDS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
+ROUND_WORDS = (
+    "first",
+    "second",
+    "third",
+    "fourth",
+    "fifth",
+    "sixth",
+    "seventh",
+    "eighth",
+    "ninth",
+    "tenth",
+)
+
 
 def fill_placeholders(t: str, **kw) -> str:
     "Replace `{name}` placeholders in one pass: inserted text (model output) is never scanned for placeholders."
-    return re.sub(r"\{(\w+)\}", lambda m: str(kw[m.group(1)]) if m.group(1) in kw else m.group(0), t)
+    return re.sub(
+        r"\{(\w+)\}", lambda m: str(kw[m.group(1)]) if m.group(1) in kw else m.group(0), t
+    )
 
+# %% ../nbs/04c_roles.ipynb #50255cf8
 def mad_topic(item: Item, prompts: Mapping[str, str] = MAD_PROMPTS) -> str:
     "The debate topic of `item` (Liang et al.'s MAD: the question the debaters argue about)."
-    return fill_placeholders(prompts["topic"], question=question_block(item), instruction=answer_instruction(item))
+    return fill_placeholders(
+        prompts["topic"], question=question_block(item), instruction=answer_instruction(item)
+    )
 
 # %% ../nbs/04c_roles.ipynb #13695cde
 VERDICT_STATUSES = ("ok", "no_answer", "unreadable_answer", "malformed")
 
+
 @dataclass
 class Verdict:
     "A parsed moderator / judge reply of Liang et al.'s MAD (their JSON fields: preference, supported side, reason, answer)."
+
     status: str
     answer: str | None = None
     preference: bool | None = None
@@ -108,17 +152,24 @@ class Verdict:
     reason: str | None = None
     raw_answer: str | None = None
 
-MAX_VERDICT_CHARS = 20_000   # a verdict is a short JSON object: only the reply's first 20,000 characters are read
-MAX_JSON_STARTS = 64         # and at most 64 places where an object may start (`{"` or `{}`) are tried
+# %% ../nbs/04c_roles.ipynb #078b4754
+MAX_VERDICT_CHARS = (
+    20_000  # a verdict is a short JSON object: only the reply's first 20,000 characters are read
+)
+MAX_JSON_STARTS = 64  # and at most 64 places where an object may start (`{"` or `{}`) are tried
+
 
 def _json_int(s: str) -> int | str:
     "A JSON integer: int when short; the digit string when long (Python's int() refuses more than 4,300 digits)."
     return int(s) if len(s) <= 100 else s
 
 # %% ../nbs/04c_roles.ipynb #41d4fcef
-MAX_LITERAL_CHARS = 4_000    # a Python-literal verdict is read only when its braces close within this many characters
+MAX_LITERAL_CHARS = (
+    4_000  # a Python-literal verdict is read only when its braces close within this many characters
+)
 _LIT_TOKEN_RE = re.compile(r"\\.|['\"{}]", re.S)
 _JSON_WORDS = {"true": "True", "false": "False", "null": "None"}
+
 
 def _closing_brace(s: str, start: int) -> int | None:
     "Index of the `}` that closes the `{` at `start`, skipping quoted text ('...' or \"...\"); None if unclosed."
@@ -126,19 +177,26 @@ def _closing_brace(s: str, start: int) -> int | None:
     for m in _LIT_TOKEN_RE.finditer(s, start, min(len(s), start + MAX_LITERAL_CHARS)):
         c = m.group()
         if quote:
-            if c == quote: quote = None
-        elif c in "'\"": quote = c
-        elif c == "{": depth += 1
+            if c == quote:
+                quote = None
+        elif c in "'\"":
+            quote = c
+        elif c == "{":
+            depth += 1
         elif c == "}":
             depth -= 1
-            if depth == 0: return m.start()
+            if depth == 0:
+                return m.start()
     return None
 
+# %% ../nbs/04c_roles.ipynb #d6f102a0
 def _json_words_to_python(src: str) -> str:
     "JSON's `true`/`false`/`null` outside strings -> Python's, via the tokenizer (strings untouched)."
     toks = tokenize.generate_tokens(io.StringIO(src).readline)
-    return tokenize.untokenize((t.type, _JSON_WORDS.get(t.string, t.string) if t.type == tokenize.NAME
-                                else t.string) for t in toks)
+    return tokenize.untokenize(
+        (t.type, _JSON_WORDS.get(t.string, t.string) if t.type == tokenize.NAME else t.string)
+        for t in toks
+    )
 
 # %% ../nbs/04c_roles.ipynb #0545716c
 def literal_object(text: str, start: int = 0) -> dict | None:
@@ -148,94 +206,190 @@ def literal_object(text: str, start: int = 0) -> dict | None:
     braces do not close within `MAX_LITERAL_CHARS` or the text is not a literal dict. Never raises."""
     try:
         end = _closing_brace(text, start)
-        if end is None: return None
-        obj = ast.literal_eval(_json_words_to_python(text[start:end + 1]))
+        if end is None:
+            return None
+        obj = ast.literal_eval(_json_words_to_python(text[start : end + 1]))
         return obj if isinstance(obj, dict) else None
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, tokenize.TokenError,
-            IndentationError):
+    except (
+        ValueError,
+        TypeError,
+        SyntaxError,
+        MemoryError,
+        RecursionError,
+        tokenize.TokenError,
+        IndentationError,
+    ):
         return None
 
 # %% ../nbs/04c_roles.ipynb #b5f552eb
 def first_json_object(text: str) -> dict | None:
     """The first object (a dict) in `text`: JSON decoded with `json`, else a Python-literal dict read by
     `literal_object` (never `eval`); None if there is none. Bounded: never raises, never slow."""
-    if not isinstance(text, str): return None
+    if not isinstance(text, str):
+        return None
     s = re.sub(r"```(?:json|JSON|python)?", "", text[:MAX_VERDICT_CHARS])
     dec = json.JSONDecoder(parse_int=_json_int)
     for n, m in enumerate(re.finditer(r"\{\s*[\"'}]", s)):
-        if n >= MAX_JSON_STARTS: break
-        try: obj, _ = dec.raw_decode(s, m.start())
-        except (ValueError, RecursionError):                 # JSONDecodeError is a ValueError; so is a long number
+        if n >= MAX_JSON_STARTS:
+            break
+        try:
+            obj, _ = dec.raw_decode(s, m.start())
+        except (ValueError, RecursionError):  # JSONDecodeError is a ValueError; so is a long number
             obj = literal_object(s, m.start())
-        if isinstance(obj, dict): return obj
+        if isinstance(obj, dict):
+            return obj
     return None
 
 # %% ../nbs/04c_roles.ipynb #606fb22a
-def _key(k: str) -> str: return re.sub(r"[^a-z]", "", str(k).lower())
+def _key(k: str) -> str:
+    return re.sub(r"[^a-z]", "", str(k).lower())
 
+# %% ../nbs/04c_roles.ipynb #fa456053
 def _yes_no(v: Any) -> bool | None:
     "'Whether there is a preference': JSON true/false, or a string starting with yes/true or no/false; else None."
-    if isinstance(v, bool): return v
+    if isinstance(v, bool):
+        return v
     s = str(v).strip().lower() if v is not None else ""
     return True if s.startswith(("y", "true")) else False if s.startswith(("n", "false")) else None
 
+# %% ../nbs/04c_roles.ipynb #8c575adb
 def parse_verdict(text: str, item: Item) -> Verdict:
     "A moderator / judge JSON reply (Liang et al.'s MAD) -> `Verdict`; never raises, never evaluates code."
     obj = first_json_object(text)
-    if obj is None: return Verdict("malformed")
+    if obj is None:
+        return Verdict("malformed")
     d = {_key(k): v for k, v in obj.items()}
     pref = _yes_no(d.get("whetherthereisapreference"))
-    side = d.get("supportedside"); side = str(side).strip() if side not in (None, "") else None
-    reason = d.get("reason"); reason = None if reason is None else str(reason)
+    side = d.get("supportedside")
+    side = str(side).strip() if side not in (None, "") else None
+    reason = d.get("reason")
+    reason = None if reason is None else str(reason)
     raw = d.get("debateanswer")
-    raw = None if raw is None else (raw if isinstance(raw, str) else json.dumps(raw))[:1000]     # kept short
-    if raw is None or not raw.strip(): return Verdict("no_answer", None, pref, side, reason, raw)
+    raw = (
+        None if raw is None else (raw if isinstance(raw, str) else json.dumps(raw))[:1000]
+    )  # kept short
+    if raw is None or not raw.strip():
+        return Verdict("no_answer", None, pref, side, reason, raw)
     ans = loose_answer(raw, item)
     return Verdict("ok" if ans is not None else "unreadable_answer", ans, pref, side, reason, raw)
 
 # %% ../nbs/04c_roles.ipynb #c654eba4
-def _row(experiment, item, rnd, role, model, position, peers, gen: Generation, answer, text=None) -> dict:
-    r = dict(experiment=experiment, item_id=item.id, task=item.task, gold=str(item.gold), round=rnd, agent=role, role=role,
-             model=model, sample=0, position=position, visible_peers=",".join(peers), reused=False,
-             prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
-             text=gen.text if text is None else text, answer=answer,
-             correct=bool(answer is not None and is_correct(answer, item.gold, item.fmt)), images=",".join(item.images) or None)
-    for s in SIGNALS: r[s] = getattr(gen, s)
+def _row(
+    experiment, item, rnd, role, model, position, peers, gen: Generation, answer, text=None
+) -> dict:
+    r = dict(
+        experiment=experiment,
+        item_id=item.id,
+        task=item.task,
+        gold=str(item.gold),
+        round=rnd,
+        agent=role,
+        role=role,
+        model=model,
+        sample=0,
+        position=position,
+        visible_peers=",".join(peers),
+        reused=False,
+        prompt_tokens=gen.prompt_tokens,
+        completion_tokens=gen.completion_tokens,
+        text=gen.text if text is None else text,
+        answer=answer,
+        correct=bool(answer is not None and is_correct(answer, item.gold, item.fmt)),
+        images=",".join(item.images) or None,
+    )
+    for s in SIGNALS:
+        r[s] = getattr(gen, s)
     return r
 
+# %% ../nbs/04c_roles.ipynb #1d3bd589
 def _req(messages, item, role, rnd, kind, seed, temperature, max_new_tokens, **meta) -> GenRequest:
-    return GenRequest(list(messages), max_new_tokens=max_new_tokens, temperature=temperature,
-                      seed=derive_seed(seed, item.id, role, rnd, kind), meta=dict(item=item, role=role, round=rnd, kind=kind, **meta))
+    return GenRequest(
+        list(messages),
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        seed=derive_seed(seed, item.id, role, rnd, kind),
+        meta=dict(item=item, role=role, round=rnd, kind=kind, **meta),
+    )
 
 # %% ../nbs/04c_roles.ipynb #082de7b4
-Assignment = Mapping[str, str] | Mapping[str, Mapping[str, str]] | Callable[[Item], Mapping[str, str]]
+Assignment = (
+    Mapping[str, str] | Mapping[str, Mapping[str, str]] | Callable[[Item], Mapping[str, str]]
+)
+
 
 def resolve_assignment(assignment: Assignment, item: Item, roles: Sequence[str]) -> dict[str, str]:
     "Role -> model for `item` (see above); a missing role is a ConfigError."
-    if callable(assignment): a = assignment(item)
-    elif item.id in assignment and isinstance(assignment[item.id], Mapping): a = assignment[item.id]
-    else: a = assignment
+    if callable(assignment):
+        a = assignment(item)
+    elif item.id in assignment and isinstance(assignment[item.id], Mapping):
+        a = assignment[item.id]
+    else:
+        a = assignment
     missing = [r for r in roles if r not in a]
-    if missing: raise ConfigError(f"assignment has no model for roles {missing}", key="assignment", value=dict(a), choices=roles)
+    if missing:
+        raise ConfigError(
+            f"assignment has no model for roles {missing}",
+            key="assignment",
+            value=dict(a),
+            choices=roles,
+        )
     return {r: a[r] for r in roles}
 
 # %% ../nbs/04c_roles.ipynb #88bccad5
-def _mad_states(items: Sequence[Item], assignment: Assignment, P: Mapping[str, str]) -> dict[str, dict]:
+def _mad_states(
+    items: Sequence[Item], assignment: Assignment, P: Mapping[str, str]
+) -> dict[str, dict]:
     "item id -> the item's debate state before round 1."
     st = {}
     for it in items:
         a = resolve_assignment(assignment, it, MAD_ROLES)
         topic = mad_topic(it, P)
-        st[it.id] = dict(item=it, a=a, topic=topic, done=False, verdicts=[], answer=None, decided_by="none", rounds=0,
-                         conv={"affirmative": [{"role": "system", "content": fill_placeholders(P["player_system"], topic=topic)}],
-                               "negative": [{"role": "system", "content": fill_placeholders(P["player_system"], topic=topic)}],
-                               "moderator": [{"role": "system", "content": fill_placeholders(P["moderator_system"], topic=topic)}]},
-                         last={})
+        st[it.id] = dict(
+            item=it,
+            a=a,
+            topic=topic,
+            done=False,
+            verdicts=[],
+            answer=None,
+            decided_by="none",
+            rounds=0,
+            conv={
+                "affirmative": [
+                    {
+                        "role": "system",
+                        "content": fill_placeholders(P["player_system"], topic=topic),
+                    }
+                ],
+                "negative": [
+                    {
+                        "role": "system",
+                        "content": fill_placeholders(P["player_system"], topic=topic),
+                    }
+                ],
+                "moderator": [
+                    {
+                        "role": "system",
+                        "content": fill_placeholders(P["moderator_system"], topic=topic),
+                    }
+                ],
+            },
+            last={},
+        )
     return st
 
 # %% ../nbs/04c_roles.ipynb #e7e0011e
-def _mad_step(st: dict, backends: Mapping[str, Any], rows: list[dict], kw: dict, experiment: str,
-              role: str, user_of: Callable, rnd: int, pos: int, peers: tuple) -> None:
+def _mad_step(
+    st: dict,
+    backends: Mapping[str, Any],
+    rows: list[dict],
+    kw: dict,
+    experiment: str,
+    role: str,
+    user_of: Callable,
+    rnd: int,
+    pos: int,
+    peers: tuple,
+) -> None:
     "`role`'s turn of round `rnd` for every undecided item (`user_of(state)`: its user message); rows appended in place."
     live = [s for s in st.values() if not s["done"]]
     jobs = []
@@ -248,36 +402,90 @@ def _mad_step(st: dict, backends: Mapping[str, Any], rows: list[dict], kw: dict,
         s["last"][role] = g.text
         it = s["item"]
         if role == "moderator":
-            v = parse_verdict(g.text, it); s["verdicts"].append(v.status); s["rounds"] = rnd
-            if v.status == "ok": s.update(done=True, answer=v.answer, decided_by="moderator", side=v.side)
+            v = parse_verdict(g.text, it)
+            s["verdicts"].append(v.status)
+            s["rounds"] = rnd
+            if v.status == "ok":
+                s.update(done=True, answer=v.answer, decided_by="moderator", side=v.side)
             ans = v.answer
-        else: ans = extract_answer(g.text, it.fmt)
+        else:
+            ans = extract_answer(g.text, it.fmt)
         rows.append(_row(experiment, it, rnd, role, s["a"][role], pos, peers, g, ans))
 
 # %% ../nbs/04c_roles.ipynb #1b49fed7
-def _mad_judge(st: dict, backends: Mapping[str, Any], rows: list[dict], kw: dict, experiment: str,
-               P: Mapping[str, str], max_rounds: int) -> None:
+def _mad_judge(
+    st: dict,
+    backends: Mapping[str, Any],
+    rows: list[dict],
+    kw: dict,
+    experiment: str,
+    P: Mapping[str, str],
+    max_rounds: int,
+) -> None:
     "The final judge's two calls for every undecided item; states updated and rows appended in place."
     live = [s for s in st.values() if not s["done"]]
     jobs = []
     for s in live:
-        s["judge"] = [{"role": "system", "content": fill_placeholders(P["moderator_system"], topic=s["topic"])},
-                      {"role": "user", "content": fill_placeholders(P["judge_candidates"], aff_ans=s["last"]["affirmative"], neg_ans=s["last"]["negative"])}]
-        jobs.append((s["a"]["moderator"], _req(s["judge"], s["item"], "judge", max_rounds + 1, "judge_candidates", **kw)))
+        s["judge"] = [
+            {
+                "role": "system",
+                "content": fill_placeholders(P["moderator_system"], topic=s["topic"]),
+            },
+            {
+                "role": "user",
+                "content": fill_placeholders(
+                    P["judge_candidates"],
+                    aff_ans=s["last"]["affirmative"],
+                    neg_ans=s["last"]["negative"],
+                ),
+            },
+        ]
+        jobs.append(
+            (
+                s["a"]["moderator"],
+                _req(s["judge"], s["item"], "judge", max_rounds + 1, "judge_candidates", **kw),
+            )
+        )
     for s, g in zip(live, generate_jobs(backends, jobs)):
-        s["cand"] = g                                              # its tokens go into the judge's row (both calls)
-        s["judge"] = s["judge"] + [{"role": "assistant", "content": g.text},
-                                   {"role": "user", "content": fill_placeholders(P["judge_final"], topic=s["topic"])}]
-    jobs = [(s["a"]["moderator"], _req(s["judge"], s["item"], "judge", max_rounds + 1, "verdict", final=True, **kw)) for s in live]
+        s["cand"] = g  # its tokens go into the judge's row (both calls)
+        s["judge"] = s["judge"] + [
+            {"role": "assistant", "content": g.text},
+            {"role": "user", "content": fill_placeholders(P["judge_final"], topic=s["topic"])},
+        ]
+    jobs = [
+        (
+            s["a"]["moderator"],
+            _req(s["judge"], s["item"], "judge", max_rounds + 1, "verdict", final=True, **kw),
+        )
+        for s in live
+    ]
     for s, g in zip(live, generate_jobs(backends, jobs)):
-        it = s["item"]; v = parse_verdict(g.text, it); s["verdicts"].append(f"judge:{v.status}")
-        if v.status == "ok": s.update(answer=v.answer, decided_by="judge")
+        it = s["item"]
+        v = parse_verdict(g.text, it)
+        s["verdicts"].append(f"judge:{v.status}")
+        if v.status == "ok":
+            s.update(answer=v.answer, decided_by="judge")
         else:
             a = extract_answer(g.text, it.fmt)
             s.update(answer=a, decided_by="judge_text" if a is not None else "none")
-        g = dataclasses.replace(g, prompt_tokens=(g.prompt_tokens or 0) + (s["cand"].prompt_tokens or 0),
-                                completion_tokens=(g.completion_tokens or 0) + (s["cand"].completion_tokens or 0))
-        rows.append(_row(experiment, it, max_rounds + 1, "judge", s["a"]["moderator"], 3, ("affirmative", "negative"), g, s["answer"]))
+        g = dataclasses.replace(
+            g,
+            prompt_tokens=(g.prompt_tokens or 0) + (s["cand"].prompt_tokens or 0),
+            completion_tokens=(g.completion_tokens or 0) + (s["cand"].completion_tokens or 0),
+        )
+        rows.append(
+            _row(
+                experiment,
+                it,
+                max_rounds + 1,
+                "judge",
+                s["a"]["moderator"],
+                3,
+                ("affirmative", "negative"),
+                g,
+                s["answer"],
+            )
+        )
 
 # %% ../nbs/04c_roles.ipynb #aaea2141
 def _mad_outcomes(st: dict) -> pd.DataFrame:
@@ -285,44 +493,108 @@ def _mad_outcomes(st: dict) -> pd.DataFrame:
     out = []
     for s in st.values():
         it = s["item"]
-        out.append(dict(item_id=it.id, task=it.task, gold=str(it.gold), answer=s["answer"],
-                        correct=bool(s["answer"] is not None and is_correct(s["answer"], it.gold, it.fmt)),
-                        rounds=s["rounds"], decided_by=s["decided_by"], verdicts=",".join(s["verdicts"]),
-                        malformed=sum(v.endswith("malformed") for v in s["verdicts"]),
-                        **{f"model_{r}": m for r, m in s["a"].items()}))
+        out.append(
+            dict(
+                item_id=it.id,
+                task=it.task,
+                gold=str(it.gold),
+                answer=s["answer"],
+                correct=bool(s["answer"] is not None and is_correct(s["answer"], it.gold, it.fmt)),
+                rounds=s["rounds"],
+                decided_by=s["decided_by"],
+                verdicts=",".join(s["verdicts"]),
+                malformed=sum(v.endswith("malformed") for v in s["verdicts"]),
+                **{f"model_{r}": m for r, m in s["a"].items()},
+            )
+        )
     return pd.DataFrame(out)
 
 # %% ../nbs/04c_roles.ipynb #791a357e
-def run_mad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str, Any], *, max_rounds: int = 3,
-            temperature: float = 0.0, max_new_tokens: int = 1024, seed: int = 0, experiment: str = "mad",
-            prompts: Mapping[str, str] = MAD_PROMPTS) -> tuple[pd.DataFrame, pd.DataFrame]:
+def run_mad(
+    items: Sequence[Item],
+    assignment: Assignment,
+    backends: Mapping[str, Any],
+    *,
+    max_rounds: int = 3,
+    temperature: float = 0.0,
+    max_new_tokens: int = 1024,
+    seed: int = 0,
+    experiment: str = "mad",
+    prompts: Mapping[str, str] = MAD_PROMPTS,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """MAD (Liang et al. 2024; released round logic, see above) on `items` with a per-item role assignment.
     Returns (transcript, outcomes): one transcript row per turn; one outcome row per item (final `answer`, `correct`,
     `rounds`, `decided_by`, verdict statuses)."""
-    if max_rounds < 1: raise ConfigError("must be >= 1", key="max_rounds", value=max_rounds)
+    if max_rounds < 1:
+        raise ConfigError("must be >= 1", key="max_rounds", value=max_rounds)
     P = prompts
     st = _mad_states(items, assignment, P)
     rows: list[dict] = []
     kw = dict(seed=seed, temperature=temperature, max_new_tokens=max_new_tokens)
-    def step(role, user_of, rnd, pos, peers): _mad_step(st, backends, rows, kw, experiment, role, user_of, rnd, pos, peers)
+
+    def step(role, user_of, rnd, pos, peers):
+        _mad_step(st, backends, rows, kw, experiment, role, user_of, rnd, pos, peers)
+
     for rnd in range(1, int(max_rounds) + 1):
         word = ROUND_WORDS[rnd - 1] if rnd <= len(ROUND_WORDS) else f"{rnd}th"
-        if rnd == 1: step("affirmative", lambda s: fill_placeholders(P["affirmative"], topic=s["topic"]), rnd, 0, ())
-        else: step("affirmative", lambda s: fill_placeholders(P["debate"], oppo_ans=s["last"]["negative"]), rnd, 0, ("negative",))
-        if rnd == 1: step("negative", lambda s: fill_placeholders(P["negative"], aff_ans=s["last"]["affirmative"]), rnd, 1, ("affirmative",))
-        else: step("negative", lambda s: fill_placeholders(P["debate"], oppo_ans=s["last"]["affirmative"]), rnd, 1, ("affirmative",))
-        step("moderator", lambda s: fill_placeholders(P["moderator"], round=word, aff_ans=s["last"]["affirmative"],
-                                          neg_ans=s["last"]["negative"]), rnd, 2, ("affirmative", "negative"))
+        if rnd == 1:
+            step(
+                "affirmative",
+                lambda s: fill_placeholders(P["affirmative"], topic=s["topic"]),
+                rnd,
+                0,
+                (),
+            )
+        else:
+            step(
+                "affirmative",
+                lambda s: fill_placeholders(P["debate"], oppo_ans=s["last"]["negative"]),
+                rnd,
+                0,
+                ("negative",),
+            )
+        if rnd == 1:
+            step(
+                "negative",
+                lambda s: fill_placeholders(P["negative"], aff_ans=s["last"]["affirmative"]),
+                rnd,
+                1,
+                ("affirmative",),
+            )
+        else:
+            step(
+                "negative",
+                lambda s: fill_placeholders(P["debate"], oppo_ans=s["last"]["affirmative"]),
+                rnd,
+                1,
+                ("affirmative",),
+            )
+        step(
+            "moderator",
+            lambda s: fill_placeholders(
+                P["moderator"],
+                round=word,
+                aff_ans=s["last"]["affirmative"],
+                neg_ans=s["last"]["negative"],
+            ),
+            rnd,
+            2,
+            ("affirmative", "negative"),
+        )
     _mad_judge(st, backends, rows, kw, experiment, P, max_rounds)
     return transcript_frame(rows), _mad_outcomes(st)
 
 # %% ../nbs/04c_roles.ipynb #d58aedd8
 DMAD_ROLES = ("cot", "step_back", "pot")
-DMAD_METHOD_NAMES = {"cot": "chain-of-thought", "step_back": "step-back prompting", "pot": "program of thoughts"}
+DMAD_METHOD_NAMES = {
+    "cot": "chain-of-thought",
+    "step_back": "step-back prompting",
+    "pot": "program of thoughts",
+}
 
 DMAD_PROMPTS: dict[str, str] = {
     "source": "CoT: Wei et al. 2022 / Kojima et al. 2022; step-back: Zheng et al. 2024; PoT: Chen et al. 2023; "
-              "debate rounds: Du et al. 2024 wording with the peers' methods named (DMAD, Liu et al. 2025)",
+    "debate rounds: Du et al. 2024 wording with the peers' methods named (DMAD, Liu et al. 2025)",
     "cot": "{question}\n\nLet's think step by step. {instruction}",
     "step_back": "{question}\n\nBefore answering, take a step back: what are the underlying principles and concepts behind this question? State them first. Then answer the question by reasoning from these principles. {instruction}",
     "pot": "{question}\n\nSolve this question by writing a Python program. Use variables with meaningful names and compute the result in the program rather than by hand. Put the whole program in one ```python code block. The program must print only the final answer{what}.",
@@ -331,40 +603,67 @@ DMAD_PROMPTS: dict[str, str] = {
     "outro": "\n\n Using the solutions from other agents as additional information, give an updated answer to the question, again with your own method ({method}). {again}",
 }
 
+
 def pot_answer_hint(item: Item) -> str:
     return " (the letter of the correct option)" if item.fmt == "option" else ""
 
+# %% ../nbs/04c_roles.ipynb #40e060c5
 def dmad_opening(role: str, item: Item, prompts: Mapping[str, str] = DMAD_PROMPTS) -> str:
     "The opening user message of a DMAD method."
-    if role not in DMAD_ROLES: raise ConfigError("unknown DMAD method", key="role", value=role, choices=DMAD_ROLES)
-    return fill_placeholders(prompts[role], question=question_block(item), instruction=answer_instruction(item), what=pot_answer_hint(item))
+    if role not in DMAD_ROLES:
+        raise ConfigError("unknown DMAD method", key="role", value=role, choices=DMAD_ROLES)
+    return fill_placeholders(
+        prompts[role],
+        question=question_block(item),
+        instruction=answer_instruction(item),
+        what=pot_answer_hint(item),
+    )
 
-def dmad_debate_message(role: str, item: Item, solutions: Sequence[tuple[str, str]], prompts: Mapping[str, str] = DMAD_PROMPTS) -> str:
+# %% ../nbs/04c_roles.ipynb #cbcc6650
+def dmad_debate_message(
+    role: str,
+    item: Item,
+    solutions: Sequence[tuple[str, str]],
+    prompts: Mapping[str, str] = DMAD_PROMPTS,
+) -> str:
     "DMAD's debate-round message: the other methods' solutions [(role, text)], then the update request in one's own method."
-    again = (f"Again write one ```python code block whose program prints only the final answer{pot_answer_hint(item)}."
-             if role == "pot" else answer_instruction(item))
-    return (prompts["intro"] + "".join(fill_placeholders(prompts["peer"], method=DMAD_METHOD_NAMES[r], solution=t) for r, t in solutions)
-            + fill_placeholders(prompts["outro"], method=DMAD_METHOD_NAMES[role], again=again))
+    again = (
+        f"Again write one ```python code block whose program prints only the final answer{pot_answer_hint(item)}."
+        if role == "pot"
+        else answer_instruction(item)
+    )
+    return (
+        prompts["intro"]
+        + "".join(
+            fill_placeholders(prompts["peer"], method=DMAD_METHOD_NAMES[r], solution=t)
+            for r, t in solutions
+        )
+        + fill_placeholders(prompts["outro"], method=DMAD_METHOD_NAMES[role], again=again)
+    )
 
 # %% ../nbs/04c_roles.ipynb #0ceb3a27
 DMAD_VISION_ROLES = ("io", "ccot", "ddcot")
 DMAD_TWO_STEP = ("ccot", "ddcot")
-DMAD_METHOD_NAMES.update(io="direct answering", ccot="compositional chain-of-thought", ddcot="duty-distinct chain-of-thought")
+DMAD_METHOD_NAMES.update(
+    io="direct answering",
+    ccot="compositional chain-of-thought",
+    ddcot="duty-distinct chain-of-thought",
+)
 
 DMAD_VISION_PROMPTS: dict[str, str] = {
     "source": "IO; CCoT: Mitra et al. 2024; DDCoT: Zheng et al. 2023; two calls per turn and the debate message as in DMAD's "
-              "released code (Liu et al. 2025, MraDonkey/DMAD); our wording of their structure",
+    "released code (Liu et al. 2025, MraDonkey/DMAD); our wording of their structure",
     "io": "{question}\n\nAnswer the question directly. {instruction}",
     "ccot_aux": "{question}\n\nFor the image and this question, write a scene graph in JSON format that holds:\n1. the objects relevant "
-                "to answering the question;\n2. the attributes of those objects relevant to answering the question;\n3. the "
-                "relationships between those objects relevant to answering the question.\nWrite only the scene graph in JSON, nothing else.",
+    "to answering the question;\n2. the attributes of those objects relevant to answering the question;\n3. the "
+    "relationships between those objects relevant to answering the question.\nWrite only the scene graph in JSON, nothing else.",
     "ddcot_aux": "{question}\n\nThink step by step about the knowledge needed to answer this question, and break the problem down, as "
-                 "completely as possible, into the sub-questions it needs. Then, to help answer the original question, answer each "
-                 "sub-question. Use this form:\nSub-questions:\n1. <sub-question 1>\n2. <sub-question 2>\n...\n\nSub-answers:\n"
-                 "1. <sub-answer 1>\n2. <sub-answer 2>\n...",
+    "completely as possible, into the sub-questions it needs. Then, to help answer the original question, answer each "
+    "sub-question. Use this form:\nSub-questions:\n1. <sub-question 1>\n2. <sub-question 2>\n...\n\nSub-answers:\n"
+    "1. <sub-answer 1>\n2. <sub-answer 2>\n...",
     "ccot": "{question}\n\nThe scene graph of the image in JSON format:\n{aux}\n\nUse the image and the scene graph as context and answer the question. {instruction}",
     "ddcot": "{question}\n\nThe problem breaks down into these sub-questions and sub-answers:\n{aux}\n\nFrom the sub-questions and "
-             "sub-answers, answer the question. {instruction}",
+    "sub-answers, answer the question. {instruction}",
     "intro": "These are the answers to the question from other agents, each using a different reasoning method: ",
     "peer": "\n\n One answer ({method}): ```{solution}```",
     "outro": "\n\n Using the answers of the other methods as additional information, ",
@@ -376,41 +675,77 @@ DMAD_VISION_PROMPTS: dict[str, str] = {
 def dmad_roles(items: Sequence[Item]) -> tuple[str, ...]:
     "DMAD's methods for `items`: CoT / step-back / PoT (text) or IO / CCoT / DDCoT (vision); one modality per call."
     mods = sorted({it.modality for it in items})
-    if len(mods) > 1: raise ConfigError("DMAD runs one modality at a time (its methods differ): split text and vision items", key="items", value=mods)
+    if len(mods) > 1:
+        raise ConfigError(
+            "DMAD runs one modality at a time (its methods differ): split text and vision items",
+            key="items",
+            value=mods,
+        )
     return DMAD_VISION_ROLES if mods == ["vision"] else DMAD_ROLES
 
-def dmad_vision_message(role: str, item: Item, step: str, solutions: Sequence[tuple[str, str]] = (), aux: str = "",
-                        prompts: Mapping[str, str] = DMAD_VISION_PROMPTS) -> str:
+# %% ../nbs/04c_roles.ipynb #9742cfdc
+def dmad_vision_message(
+    role: str,
+    item: Item,
+    step: str,
+    solutions: Sequence[tuple[str, str]] = (),
+    aux: str = "",
+    prompts: Mapping[str, str] = DMAD_VISION_PROMPTS,
+) -> str:
     "A user message of DMAD's vision methods (CCoT, DDCoT): `step` 'aux' (scene graph / sub-questions) or 'answer'; with the peers' turns in debate rounds."
-    if role not in DMAD_VISION_ROLES: raise ConfigError("unknown DMAD vision method", key="role", value=role, choices=DMAD_VISION_ROLES)
+    if role not in DMAD_VISION_ROLES:
+        raise ConfigError(
+            "unknown DMAD vision method", key="role", value=role, choices=DMAD_VISION_ROLES
+        )
     key = f"{role}_aux" if step == "aux" else role
-    body = fill_placeholders(prompts[key], question=question_block(item), instruction=answer_instruction(item), aux=aux)
-    if not solutions: return body
-    peers = prompts["intro"] + "".join(fill_placeholders(prompts["peer"], method=DMAD_METHOD_NAMES[r], solution=t) for r, t in solutions)
+    body = fill_placeholders(
+        prompts[key], question=question_block(item), instruction=answer_instruction(item), aux=aux
+    )
+    if not solutions:
+        return body
+    peers = prompts["intro"] + "".join(
+        fill_placeholders(prompts["peer"], method=DMAD_METHOD_NAMES[r], solution=t)
+        for r, t in solutions
+    )
     return peers + prompts["outro"] + body[0].lower() + body[1:]
 
 # %% ../nbs/04c_roles.ipynb #78286a09
 def extract_program(text: str) -> str | None:
     "The program of a program-of-thought (PoT) reply: the last ```python code block of `text` (else the last ``` block); None if there is none."
-    if not isinstance(text, str): return None
+    if not isinstance(text, str):
+        return None
     blocks = re.findall(r"```(?:python|py|Python)\s*\n(.*?)```", text, flags=re.S)
-    if not blocks: blocks = re.findall(r"```\s*\n(.*?)```", text, flags=re.S)
+    if not blocks:
+        blocks = re.findall(r"```\s*\n(.*?)```", text, flags=re.S)
     return blocks[-1] if blocks and blocks[-1].strip() else None
 
+# %% ../nbs/04c_roles.ipynb #6b73f631
 class PotAnswer(tuple):
     "pot_answer's (answer, status, output), with `.sandbox`: the sandbox mode and layers that ran ('' when none ran)."
+
     def __new__(cls, answer: str | None, status: str, output: str, sandbox: str = ""):
-        t = super().__new__(cls, (answer, status, output)); t.sandbox = sandbox
+        t = super().__new__(cls, (answer, status, output))
+        t.sandbox = sandbox
         return t
 
-def pot_answer(text: str, item: Item, timeout: float = 10.0, memory_mb: int = 1024, execute: bool = True,
-               isolation: str = "auto") -> PotAnswer:
+# %% ../nbs/04c_roles.ipynb #3fddcb72
+def pot_answer(
+    text: str,
+    item: Item,
+    timeout: float = 10.0,
+    memory_mb: int = 1024,
+    execute: bool = True,
+    isolation: str = "auto",
+) -> PotAnswer:
     "Run the program in `text` in the sandbox (Program of Thoughts, DMAD's PoT role): (answer or None, status, output or error line)."
     code = extract_program(text)
-    if code is None: return PotAnswer(None, "no_program", "")
-    if not execute: return PotAnswer(None, "not_run", "")
+    if code is None:
+        return PotAnswer(None, "no_program", "")
+    if not execute:
+        return PotAnswer(None, "not_run", "")
     r = run_program(code, timeout=timeout, memory_mb=memory_mb, isolation=isolation)
-    if not r.ok: return PotAnswer(None, r.status, r.error or "", r.sandbox)
+    if not r.ok:
+        return PotAnswer(None, r.status, r.error or "", r.sandbox)
     out = r.stdout.strip()
     last = out.splitlines()[-1] if out else ""
     ans = loose_answer(last, item) or loose_answer(out, item)
@@ -420,71 +755,175 @@ def pot_answer(text: str, item: Item, timeout: float = 10.0, memory_mb: int = 10
 class PotTurn(tuple):
     "pot_turn's (answer, text shown to the others, status, output), with `.sandbox`: the sandbox mode and layers that ran."
 
-def pot_turn(text: str, item: Item, timeout: float = 10.0, memory_mb: int = 1024, execute: bool = True,
-             isolation: str = "auto") -> PotTurn:
+# %% ../nbs/04c_roles.ipynb #d8dd80e7
+def pot_turn(
+    text: str,
+    item: Item,
+    timeout: float = 10.0,
+    memory_mb: int = 1024,
+    execute: bool = True,
+    isolation: str = "auto",
+) -> PotTurn:
     """A program-of-thought turn (Chen et al. 2023), as DMAD's debate and Meta-Debate's PoT proposals run it: the program
     runs in the sandbox (`pot_answer`; `isolation` as there). Returns (answer from its output or None, the text the others
     see: the turn with the program's output or error appended, status, output), with `.sandbox`."""
-    pr = pot_answer(text, item, timeout=timeout, memory_mb=memory_mb, execute=execute, isolation=isolation)
+    pr = pot_answer(
+        text, item, timeout=timeout, memory_mb=memory_mb, execute=execute, isolation=isolation
+    )
     pa, status, out = pr
-    shown = text if status == "no_program" else (f"{text}\n\nProgram output:\n{out}" if status in ("ok", "no_answer")
-                                                else f"{text}\n\nProgram error: {out}")
-    t = tuple.__new__(PotTurn, (pa, shown, status, out)); t.sandbox = pr.sandbox
+    shown = (
+        text
+        if status == "no_program"
+        else (
+            f"{text}\n\nProgram output:\n{out}"
+            if status in ("ok", "no_answer")
+            else f"{text}\n\nProgram error: {out}"
+        )
+    )
+    t = tuple.__new__(PotTurn, (pa, shown, status, out))
+    t.sandbox = pr.sandbox
     return t
 
 # %% ../nbs/04c_roles.ipynb #84e7fb05
-def _dmad_user(role: str, it: Item, rnd: int, peers, prompts, vprompts, aux: str = "", step: str = "answer") -> str:
-    if role in DMAD_VISION_ROLES: return dmad_vision_message(role, it, step, peers if rnd else (), aux, vprompts)
-    return dmad_opening(role, it, prompts) if rnd == 0 else dmad_debate_message(role, it, peers, prompts)
+def _dmad_user(
+    role: str, it: Item, rnd: int, peers, prompts, vprompts, aux: str = "", step: str = "answer"
+) -> str:
+    if role in DMAD_VISION_ROLES:
+        return dmad_vision_message(role, it, step, peers if rnd else (), aux, vprompts)
+    return (
+        dmad_opening(role, it, prompts)
+        if rnd == 0
+        else dmad_debate_message(role, it, peers, prompts)
+    )
 
 # %% ../nbs/04c_roles.ipynb #62e5c668
-def _dmad_aux(st: dict, roles: list[str], rnd: int, peers: Callable, backends: Mapping[str, Any], kw: dict,
-              prompts: Mapping[str, str], vision_prompts: Mapping[str, str]) -> dict:
+def _dmad_aux(
+    st: dict,
+    roles: list[str],
+    rnd: int,
+    peers: Callable,
+    backends: Mapping[str, Any],
+    kw: dict,
+    prompts: Mapping[str, str],
+    vision_prompts: Mapping[str, str],
+) -> dict:
     "(item id, role) -> the first-step Generation of each two-step role this round."
     jobs, keys = [], []
     for s in st.values():
         for role in (r for r in roles if r in DMAD_TWO_STEP):
-            user = _dmad_user(role, s["item"], rnd, peers(s, role), prompts, vision_prompts, step="aux")
-            jobs.append((s["a"][role], _req(s["conv"][role] + [{"role": "user", "content": user}], s["item"], role, rnd, "aux", **kw)))
+            user = _dmad_user(
+                role, s["item"], rnd, peers(s, role), prompts, vision_prompts, step="aux"
+            )
+            jobs.append(
+                (
+                    s["a"][role],
+                    _req(
+                        s["conv"][role] + [{"role": "user", "content": user}],
+                        s["item"],
+                        role,
+                        rnd,
+                        "aux",
+                        **kw,
+                    ),
+                )
+            )
             keys.append((s["item"].id, role))
     aux = dict(zip(keys, generate_jobs(backends, jobs)))
     return aux
 
 # %% ../nbs/04c_roles.ipynb #c965e87c
-def _dmad_answer_jobs(st: dict, roles: list[str], rnd: int, peers: Callable, aux: dict, kw: dict,
-                      prompts: Mapping[str, str], vision_prompts: Mapping[str, str]) -> tuple[list, list]:
+def _dmad_answer_jobs(
+    st: dict,
+    roles: list[str],
+    rnd: int,
+    peers: Callable,
+    aux: dict,
+    kw: dict,
+    prompts: Mapping[str, str],
+    vision_prompts: Mapping[str, str],
+) -> tuple[list, list]:
     "The (model, request) jobs of round `rnd` and their (state, role) keys."
     jobs, keys = [], []
     for s in st.values():
         it = s["item"]
         for role in roles:
             a = aux.get((it.id, role))
-            user = _dmad_user(role, it, rnd, peers(s, role), prompts, vision_prompts, aux=a.text if a else "")
+            user = _dmad_user(
+                role, it, rnd, peers(s, role), prompts, vision_prompts, aux=a.text if a else ""
+            )
             s["conv"][role] = s["conv"][role] + [{"role": "user", "content": user}]
-            jobs.append((s["a"][role], _req(s["conv"][role], it, role, rnd, "answer", **kw))); keys.append((s, role))
+            jobs.append((s["a"][role], _req(s["conv"][role], it, role, rnd, "answer", **kw)))
+            keys.append((s, role))
     return jobs, keys
 
 # %% ../nbs/04c_roles.ipynb #7e29aa51
-def _dmad_turns(keys: list, jobs: list, backends: Mapping[str, Any], aux: dict, roles: list[str], rnd: int, rows: list,
-                pot_log: list, experiment: str, vision_prompts: Mapping[str, str], pot_timeout: float, pot_memory_mb: int,
-                execute: bool, pot_isolation: str) -> None:
+def _dmad_turns(
+    keys: list,
+    jobs: list,
+    backends: Mapping[str, Any],
+    aux: dict,
+    roles: list[str],
+    rnd: int,
+    rows: list,
+    pot_log: list,
+    experiment: str,
+    vision_prompts: Mapping[str, str],
+    pot_timeout: float,
+    pot_memory_mb: int,
+    execute: bool,
+    pot_isolation: str,
+) -> None:
     "Generate round `rnd`'s answers and append their rows (and PoT log entries) in place."
     for (s, role), g in zip(keys, generate_jobs(backends, jobs)):
         it, text = s["item"], g.text
         ans = extract_answer(text, it.fmt)
         if role == "pot":
-            pa, text, status, out = pr = pot_turn(text, it, timeout=pot_timeout, memory_mb=pot_memory_mb, execute=execute, isolation=pot_isolation)
-            pot_log.append(dict(item_id=it.id, round=rnd, model=s["a"][role], status=status, answer=pa,
-                                fallback=pa is None, output=out[:500], sandbox=pr.sandbox))
-            if pa is not None: ans = pa
+            pa, text, status, out = pr = pot_turn(
+                text,
+                it,
+                timeout=pot_timeout,
+                memory_mb=pot_memory_mb,
+                execute=execute,
+                isolation=pot_isolation,
+            )
+            pot_log.append(
+                dict(
+                    item_id=it.id,
+                    round=rnd,
+                    model=s["a"][role],
+                    status=status,
+                    answer=pa,
+                    fallback=pa is None,
+                    output=out[:500],
+                    sandbox=pr.sandbox,
+                )
+            )
+            if pa is not None:
+                ans = pa
         a = aux.get((it.id, role))
-        if a is not None:                                      # the turn others see: both steps joined, both calls' tokens
+        if a is not None:  # the turn others see: both steps joined, both calls' tokens
             text = fill_placeholders(vision_prompts[f"joined_{role}"], aux=a.text, answer=text)
-            g = dataclasses.replace(g, prompt_tokens=g.prompt_tokens + a.prompt_tokens, completion_tokens=g.completion_tokens + a.completion_tokens)
+            g = dataclasses.replace(
+                g,
+                prompt_tokens=g.prompt_tokens + a.prompt_tokens,
+                completion_tokens=g.completion_tokens + a.completion_tokens,
+            )
         s["conv"][role] = s["conv"][role] + [{"role": "assistant", "content": text}]
         s["last"][role] = text
-        rows.append(_row(experiment, it, rnd, role, s["a"][role], roles.index(role),
-                         () if rnd == 0 else tuple(p for p in roles if p != role), g, ans, text=text))
+        rows.append(
+            _row(
+                experiment,
+                it,
+                rnd,
+                role,
+                s["a"][role],
+                roles.index(role),
+                () if rnd == 0 else tuple(p for p in roles if p != role),
+                g,
+                ans,
+                text=text,
+            )
+        )
 
 # %% ../nbs/04c_roles.ipynb #426b76b2
 def _dmad_outcomes(tr: pd.DataFrame, st: dict, rounds: int, seed: int) -> pd.DataFrame:
@@ -494,117 +933,266 @@ def _dmad_outcomes(tr: pd.DataFrame, st: dict, rounds: int, seed: int) -> pd.Dat
     for s in st.values():
         it = s["item"]
         ans = last.loc[last["item_id"] == it.id, "answer"].tolist()
-        v = majority_vote([None if pd.isna(a) else a for a in ans], it.fmt, tie_seed=("dmad", seed, it.id))   # the item, not the experiment's name
-        out.append(dict(item_id=it.id, task=it.task, gold=str(it.gold), answer=v,
-                        correct=bool(v is not None and is_correct(v, it.gold, it.fmt)), rounds=rounds,
-                        **{f"model_{r}": m for r, m in s["a"].items()}))
+        v = majority_vote(
+            [None if pd.isna(a) else a for a in ans], it.fmt, tie_seed=("dmad", seed, it.id)
+        )  # the item, not the experiment's name
+        out.append(
+            dict(
+                item_id=it.id,
+                task=it.task,
+                gold=str(it.gold),
+                answer=v,
+                correct=bool(v is not None and is_correct(v, it.gold, it.fmt)),
+                rounds=rounds,
+                **{f"model_{r}": m for r, m in s["a"].items()},
+            )
+        )
     return pd.DataFrame(out)
 
 # %% ../nbs/04c_roles.ipynb #3432d81d
-def run_dmad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str, Any], *, rounds: int = 3,
-             temperature: float = 0.0, max_new_tokens: int = 1024, seed: int = 0, experiment: str = "dmad",
-             prompts: Mapping[str, str] = DMAD_PROMPTS, vision_prompts: Mapping[str, str] = DMAD_VISION_PROMPTS,
-             pot_timeout: float = 10.0, pot_memory_mb: int = 1024, execute: bool = True, pot_isolation: str = "auto") -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def run_dmad(
+    items: Sequence[Item],
+    assignment: Assignment,
+    backends: Mapping[str, Any],
+    *,
+    rounds: int = 3,
+    temperature: float = 0.0,
+    max_new_tokens: int = 1024,
+    seed: int = 0,
+    experiment: str = "dmad",
+    prompts: Mapping[str, str] = DMAD_PROMPTS,
+    vision_prompts: Mapping[str, str] = DMAD_VISION_PROMPTS,
+    pot_timeout: float = 10.0,
+    pot_memory_mb: int = 1024,
+    execute: bool = True,
+    pot_isolation: str = "auto",
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """DMAD (Liu et al. 2025): text items with CoT / step-back / PoT, image items with IO / CCoT / DDCoT (`dmad_roles`), as roles
     with a per-item assignment. `rounds` counts the opening round. Returns (transcript, outcomes, pot_log): outcomes hold the
     majority vote of the last round per item; pot_log one row per program-of-thought turn (status, output or error, and the
     sandbox that ran it; `pot_isolation`: see `pot_answer`)."""
-    if rounds < 1: raise ConfigError("must be >= 1", key="rounds", value=rounds)
+    if rounds < 1:
+        raise ConfigError("must be >= 1", key="rounds", value=rounds)
     roles = dmad_roles(items)
-    st = {it.id: dict(item=it, a=resolve_assignment(assignment, it, roles), conv={r: [] for r in roles}, last={}) for it in items}
+    st = {
+        it.id: dict(
+            item=it,
+            a=resolve_assignment(assignment, it, roles),
+            conv={r: [] for r in roles},
+            last={},
+        )
+        for it in items
+    }
     rows, pot_log = [], []
     kw = dict(seed=seed, temperature=temperature, max_new_tokens=max_new_tokens)
     for rnd in range(int(rounds)):
         peers = lambda s, role: [(p, s["last"][p]) for p in roles if p != role] if rnd else []
         aux = _dmad_aux(st, roles, rnd, peers, backends, kw, prompts, vision_prompts)
         jobs, keys = _dmad_answer_jobs(st, roles, rnd, peers, aux, kw, prompts, vision_prompts)
-        _dmad_turns(keys, jobs, backends, aux, roles, rnd, rows, pot_log, experiment, vision_prompts,
-                    pot_timeout, pot_memory_mb, execute, pot_isolation)
+        _dmad_turns(
+            keys,
+            jobs,
+            backends,
+            aux,
+            roles,
+            rnd,
+            rows,
+            pot_log,
+            experiment,
+            vision_prompts,
+            pot_timeout,
+            pot_memory_mb,
+            execute,
+            pot_isolation,
+        )
     tr = transcript_frame(rows)
-    return tr, _dmad_outcomes(tr, st, rounds, seed), pd.DataFrame(pot_log, columns=["item_id", "round", "model", "status", "answer", "fallback", "output", "sandbox"])
+    return (
+        tr,
+        _dmad_outcomes(tr, st, rounds, seed),
+        pd.DataFrame(
+            pot_log,
+            columns=[
+                "item_id",
+                "round",
+                "model",
+                "status",
+                "answer",
+                "fallback",
+                "output",
+                "sandbox",
+            ],
+        ),
+    )
 
 # %% ../nbs/04c_roles.ipynb #55e27bea
-ROLE_SIM_KEYS = ("role_skill", "modality_skill", "role_item_sd", "role_consistency", "decisiveness", "verdict_fail", "review_skill", "review_noise", "review_fail")
+ROLE_SIM_KEYS = (
+    "role_skill",
+    "modality_skill",
+    "role_item_sd",
+    "role_consistency",
+    "decisiveness",
+    "verdict_fail",
+    "review_skill",
+    "review_noise",
+    "review_fail",
+)
 
+# %% ../nbs/04c_roles.ipynb #bde1347a
 class RoleSimBackend(SimBackend):
     "Synthetic agents with a skill per role and per question (see above); a `SimBackend` otherwise."
+
     kind = "sim"
 
-    def __init__(self, model_name: str = "sim", role_skill: Mapping[str, float] | None = None, role_item_sd: float = 0.0,
-                 modality_skill: Mapping[str, float] | None = None,
-                 role_consistency: float = 0.0, decisiveness: float = 0.5, verdict_fail: float = 0.0, review_skill: float = 0.8, review_noise: float = 0.5,
-                 review_fail: float = 0.0, **params):
+    def __init__(
+        self,
+        model_name: str = "sim",
+        role_skill: Mapping[str, float] | None = None,
+        role_item_sd: float = 0.0,
+        modality_skill: Mapping[str, float] | None = None,
+        role_consistency: float = 0.0,
+        decisiveness: float = 0.5,
+        verdict_fail: float = 0.0,
+        review_skill: float = 0.8,
+        review_noise: float = 0.5,
+        review_fail: float = 0.0,
+        **params,
+    ):
         super().__init__(model_name, **params)
         self.role_skill = {str(k): float(v) for k, v in dict(role_skill or {}).items()}
         self.modality_skill = {str(k): float(v) for k, v in dict(modality_skill or {}).items()}
         bad = sorted(set(self.modality_skill) - {"text", "vision"})
-        if bad: raise ConfigError("unknown modality", key=f"role_sim.{model_name}.modality_skill", value=bad[0], choices=("text", "vision"))
-        for k, v in [*self.role_skill.items(), *self.modality_skill.items(), ("decisiveness", decisiveness), ("verdict_fail", verdict_fail),
-                     ("role_consistency", role_consistency),
-                     ("review_skill", review_skill), ("review_fail", review_fail)]:
-            if not 0.0 <= float(v) <= 1.0: raise ConfigError("must be a probability in [0, 1]", key=f"role_sim.{model_name}.{k}", value=v)
-        self.role_item_sd, self.decisiveness, self.verdict_fail = float(role_item_sd), float(decisiveness), float(verdict_fail)
+        if bad:
+            raise ConfigError(
+                "unknown modality",
+                key=f"role_sim.{model_name}.modality_skill",
+                value=bad[0],
+                choices=("text", "vision"),
+            )
+        for k, v in [
+            *self.role_skill.items(),
+            *self.modality_skill.items(),
+            ("decisiveness", decisiveness),
+            ("verdict_fail", verdict_fail),
+            ("role_consistency", role_consistency),
+            ("review_skill", review_skill),
+            ("review_fail", review_fail),
+        ]:
+            if not 0.0 <= float(v) <= 1.0:
+                raise ConfigError(
+                    "must be a probability in [0, 1]", key=f"role_sim.{model_name}.{k}", value=v
+                )
+        self.role_item_sd, self.decisiveness, self.verdict_fail = (
+            float(role_item_sd),
+            float(decisiveness),
+            float(verdict_fail),
+        )
         self.role_consistency = float(role_consistency)
-        self.review_skill, self.review_noise, self.review_fail = float(review_skill), float(review_noise), float(review_fail)
+        self.review_skill, self.review_noise, self.review_fail = (
+            float(review_skill),
+            float(review_noise),
+            float(review_fail),
+        )
         extra = json.dumps({k: getattr(self, k) for k in ROLE_SIM_KEYS}, sort_keys=True)
         self.backend_id = f"{self.backend_id}:role:{derive_seed(extra)}"
         self._role = None
 
-    def p_solve(self, item: Item) -> float: return self.role_p(item, self._role)
+    def p_solve(self, item: Item) -> float:
+        return self.role_p(item, self._role)
 
 # %% ../nbs/04c_roles.ipynb #ecce02f3
 @patch
 def role_p(self: RoleSimBackend, item: Item, role: str | None) -> float:
     "P(correct) of this agent alone in `role` on `item`: skill from `<modality>:<role>`, else `<role>`, else the modality's, else `skill`."
     base = self.modality_skill.get(item.modality, self.agent.skill)
-    s = self.role_skill.get(f"{item.modality}:{role}", self.role_skill.get(role, base)) if role else base
-    u = float(rng_for("role-sim", self.model_name, role, item.id).standard_normal()) * self.role_item_sd if role else 0.0
+    s = (
+        self.role_skill.get(f"{item.modality}:{role}", self.role_skill.get(role, base))
+        if role
+        else base
+    )
+    u = (
+        float(rng_for("role-sim", self.model_name, role, item.id).standard_normal())
+        * self.role_item_sd
+        if role
+        else 0.0
+    )
     return sigmoid(logit(s) - float(_difficulty(item, self.agent.difficulty_sd)) + u)
 
 # %% ../nbs/04c_roles.ipynb #8f665655
 @patch
 def _independent(self: RoleSimBackend, item: Item, rng, bonus: float = 0.0) -> str:
     "An answer on one's own; with probability `role_consistency` the agent's fixed answer for (role, item)."
-    if self._role is not None and self.role_consistency > 0 and bonus == 0.0 and rng.random() < self.role_consistency:
+    if (
+        self._role is not None
+        and self.role_consistency > 0
+        and bonus == 0.0
+        and rng.random() < self.role_consistency
+    ):
         rng = rng_for("role-sim-fixed", self.model_name, self._role, item.id)
     return super(RoleSimBackend, self)._independent(item, rng, bonus)
 
+# %% ../nbs/04c_roles.ipynb #c5f86f10
 @patch
-def decide(self: RoleSimBackend, item: Item, own: str | None, shown: Sequence[str], rng, tags=None) -> str:
+def decide(
+    self: RoleSimBackend, item: Item, own: str | None, shown: Sequence[str], rng, tags=None
+) -> str:
     "The sim's debate turn; a Negative's first turn answers on its own (its role is to disagree, not to conform)."
-    if self._role == "negative" and own is None: return self._independent(item, rng)
+    if self._role == "negative" and own is None:
+        return self._independent(item, rng)
     return super(RoleSimBackend, self).decide(item, own, shown, rng, tags)
 
 # %% ../nbs/04c_roles.ipynb #6f21873f
 def _req_rng(b: SimBackend, req: GenRequest, tag: str):
-    return rng_for("role-sim", tag, b.model_name, req.seed) if req.temperature > 0 else rng_for("role-sim", tag, b.model_name, message_hash(req.messages))
+    return (
+        rng_for("role-sim", tag, b.model_name, req.seed)
+        if req.temperature > 0
+        else rng_for("role-sim", tag, b.model_name, message_hash(req.messages))
+    )
 
+# %% ../nbs/04c_roles.ipynb #999ea1f5
 def _verdict_text(b: "RoleSimBackend", req: GenRequest, final: bool) -> str:
     item, rng = req.meta["item"], _req_rng(b, req, "verdict")
     users = [m["content"] for m in req.messages if m["role"] == "user"]
     shown = [a for u in users for a in read_final_answers(u)]
     cands = shown[-2:]
     gold = str(item.gold)
-    if not cands: ans = b._independent(item, rng)
-    elif len(set(cands)) == 1: ans = cands[0]
-    elif gold in cands: ans = gold if rng.random() < b.role_p(item, "moderator") else next(c for c in cands if c != gold)
-    else: ans = cands[int(rng.integers(len(cands)))]
+    if not cands:
+        ans = b._independent(item, rng)
+    elif len(set(cands)) == 1:
+        ans = cands[0]
+    elif gold in cands:
+        ans = (
+            gold
+            if rng.random() < b.role_p(item, "moderator")
+            else next(c for c in cands if c != gold)
+        )
+    else:
+        ans = cands[int(rng.integers(len(cands)))]
     side = "Affirmative" if cands and ans == cands[0] else "Negative"
     decide = final or (len(set(cands)) == 1) or rng.random() < b.decisiveness
     shown_ans = f"({ans})" if item.fmt == "option" else str(ans)
-    if rng.random() < b.verdict_fail: return f"I support the {side} side, so the answer is {shown_ans}."   # prose, not JSON
-    if final: return json.dumps({"Reason": "Weighing both sides.", "debate_answer": shown_ans})
-    return json.dumps({"Whether there is a preference": "Yes" if decide else "No", "Supported Side": side if decide else "",
-                       "Reason": "Weighing both sides.", "debate_answer": shown_ans if decide else ""})
+    if rng.random() < b.verdict_fail:
+        return f"I support the {side} side, so the answer is {shown_ans}."  # prose, not JSON
+    if final:
+        return json.dumps({"Reason": "Weighing both sides.", "debate_answer": shown_ans})
+    return json.dumps(
+        {
+            "Whether there is a preference": "Yes" if decide else "No",
+            "Supported Side": side if decide else "",
+            "Reason": "Weighing both sides.",
+            "debate_answer": shown_ans if decide else "",
+        }
+    )
 
 # %% ../nbs/04c_roles.ipynb #87c39a26
 _AGENT_BLOCK = re.compile(r"Agent (\d+) Response:")
 _CRIT_LINE = re.compile(r"^\s*\d+\.\s*([^(\n]+?)\s*\(1-5\)", re.M)
 
+
 def _review_text(b: "RoleSimBackend", req: GenRequest) -> str:
     item, rng = req.meta["item"], _req_rng(b, req, "review")
     user = [m["content"] for m in req.messages if m["role"] == "user"][-1]
-    if rng.random() < b.review_fail: return "All agents did reasonably well; it is hard to compare them."
+    if rng.random() < b.review_fail:
+        return "All agents did reasonably well; it is hard to compare them."
     crits = _CRIT_LINE.findall(user) or ["Accuracy"]
     parts = _AGENT_BLOCK.split(user)
     blocks = {int(parts[i]): parts[i + 1] for i in range(1, len(parts) - 1, 2)}
@@ -617,33 +1205,58 @@ def _review_text(b: "RoleSimBackend", req: GenRequest) -> str:
         right = ans is not None and ans == str(item.gold)
         believed = right if rng.random() < b.review_skill else not right
         base = 4.5 if believed else 2.0
-        if req.meta.get("target_role") == "negative" and aff is not None and ans == aff: base -= 1.5
-        sc = [int(min(5, max(1, round(base + b.review_noise * rng.standard_normal())))) for _ in crits]
-        out.append(f"Agent {j}: " + ", ".join(f"{c.strip()}: {s}/5" for c, s in zip(crits, sc)) + ". Brief explanation.")
+        if req.meta.get("target_role") == "negative" and aff is not None and ans == aff:
+            base -= 1.5
+        sc = [
+            int(min(5, max(1, round(base + b.review_noise * rng.standard_normal())))) for _ in crits
+        ]
+        out.append(
+            f"Agent {j}: "
+            + ", ".join(f"{c.strip()}: {s}/5" for c, s in zip(crits, sc))
+            + ". Brief explanation."
+        )
         js[f"Agent {j}"] = {c.strip(): s for c, s in zip(crits, sc)}
-    if '{"Agent 1": {' in user: out.append(json.dumps(js))          # the structured form, when Prompt 2 asks for it
+    if '{"Agent 1": {' in user:
+        out.append(json.dumps(js))  # the structured form, when Prompt 2 asks for it
     return "\n".join(out)
 
 # %% ../nbs/04c_roles.ipynb #577b6377
-SIM_AUX = {"ccot": '{"objects": ["shape"], "attributes": {"shape": ["colour", "size"]}, "relationships": []}',
-           "ddcot": "Sub-questions:\n1. What does the image show?\n\nSub-answers:\n1. Shapes."}   # the auxiliary step (no answer in it)
+SIM_AUX = {
+    "ccot": '{"objects": ["shape"], "attributes": {"shape": ["colour", "size"]}, "relationships": []}',
+    "ddcot": "Sub-questions:\n1. What does the image show?\n\nSub-answers:\n1. Shapes.",
+}  # the auxiliary step (no answer in it)
 SIM_CRITERIA = "1. Accuracy - the reasoning is valid and reaches the correct answer.\n2. Role fulfilment - the response does what the role requires."
+
 
 @patch
 def generate_one(self: RoleSimBackend, req: GenRequest) -> Generation:
     "Answer one request according to `meta['kind']` (see above)."
     kind, item = req.meta.get("kind", "answer"), req.meta.get("item")
-    if not isinstance(item, Item): raise ConfigError("RoleSimBackend needs the Item in request.meta['item']", key="meta.item")
+    if not isinstance(item, Item):
+        raise ConfigError("RoleSimBackend needs the Item in request.meta['item']", key="meta.item")
     if kind == "answer":
         self._role = req.meta.get("role")
-        try: return SimBackend.generate_one(self, req)
-        finally: self._role = None
-    if kind == "verdict": text = _verdict_text(self, req, final=bool(req.meta.get("final")))
-    elif kind == "judge_candidates": text = "The candidates are the answers of the two sides."
-    elif kind == "review": text = _review_text(self, req)
-    elif kind == "criteria": text = SIM_CRITERIA
-    elif kind == "aux": text = SIM_AUX.get(req.meta.get("role"), "Notes on the question.")
-    else: raise ConfigError("unknown request kind", key="meta.kind", value=kind, choices=("answer", "verdict", "judge_candidates", "review", "criteria", "aux"))
+        try:
+            return SimBackend.generate_one(self, req)
+        finally:
+            self._role = None
+    if kind == "verdict":
+        text = _verdict_text(self, req, final=bool(req.meta.get("final")))
+    elif kind == "judge_candidates":
+        text = "The candidates are the answers of the two sides."
+    elif kind == "review":
+        text = _review_text(self, req)
+    elif kind == "criteria":
+        text = SIM_CRITERIA
+    elif kind == "aux":
+        text = SIM_AUX.get(req.meta.get("role"), "Notes on the question.")
+    else:
+        raise ConfigError(
+            "unknown request kind",
+            key="meta.kind",
+            value=kind,
+            choices=("answer", "verdict", "judge_candidates", "review", "criteria", "aux"),
+        )
     n_tok = min(max(1, int(round(len(text.split()) * 1.3))), int(req.max_new_tokens))
     prompt_tokens = int(round(sum(len(m["content"].split()) for m in req.messages) * 1.3))
     return Generation(text=text, prompt_tokens=prompt_tokens, completion_tokens=n_tok)

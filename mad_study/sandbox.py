@@ -26,8 +26,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-try: from mad_study.core import ConfigError
-except ImportError:                  # this file alone (the unprivileged tests copy it and run the system's Python)
+try:
+    from mad_study.core import ConfigError
+except ImportError:  # this file alone (the unprivileged tests copy it and run the system's Python)
+
     class ConfigError(ValueError):
         def __init__(self, problem, where=None, key=None, value=None, choices=None):
             super().__init__(f"{key}={value!r}: {problem}" if key else problem)
@@ -43,11 +45,13 @@ SANDBOX_STATUSES = ("ok", "timeout", "memory", "output", "error", "setup")
 
 ISOLATION_MODES = ("auto", "bwrap", "none")
 
+
 @dataclass
 class SandboxResult:
     """What a sandboxed program did: `status` in SANDBOX_STATUSES (decided by the kit), its captured output with terminal
     control removed (`stdout`, `stderr`: what transcripts show), the same escaped (`stdout_raw`, `stderr_raw`: the raw
     log), the mode that ran and its layers."""
+
     status: str
     stdout: str
     stderr: str
@@ -59,12 +63,14 @@ class SandboxResult:
     stderr_raw: str = ""
 
     @property
-    def ok(self) -> bool: return self.status == "ok"
+    def ok(self) -> bool:
+        return self.status == "ok"
 
     @property
     def error(self) -> str | None:
         "One line for a transcript: the status and the last line of stderr (None when the program succeeded)."
-        if self.ok: return None
+        if self.ok:
+            return None
         lines = self.stderr.strip().splitlines()
         return f"{self.status}: {lines[-1] if lines else f'exit code {self.returncode}'}"[:300]
 
@@ -73,15 +79,19 @@ class SandboxResult:
         "The mode and its layers in one string for a log: `bwrap:userns,pidns,...` or `none:rlimits,...`."
         return f"{self.mode}:{','.join(self.layers)}"
 
+# %% ../nbs/04d_sandbox.ipynb #b97928b4
 class SandboxUnavailable(ConfigError):
     "No OS isolation here, and the caller did not opt in (isolation='none') to running model-written code without it."
 
 # %% ../nbs/04d_sandbox.ipynb #d7c97a5b
 # CSI, OSC, DCS/SOS/PM/APC strings and two-byte escapes (ECMA-48); then single control characters
-_ESC_SEQ = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]?|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[PX^_][^\x1b]*(?:\x1b\\)?|[ -~]?)"
-                      r"|\x9b[0-?]*[ -/]*[@-~]?|[\x9d\x90\x98\x9e\x9f][^\x07\x1b\x9c]*[\x07\x9c]?")
+_ESC_SEQ = re.compile(
+    r"\x1b(?:\[[0-?]*[ -/]*[@-~]?|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[PX^_][^\x1b]*(?:\x1b\\)?|[ -~]?)"
+    r"|\x9b[0-?]*[ -/]*[@-~]?|[\x9d\x90\x98\x9e\x9f][^\x07\x1b\x9c]*[\x07\x9c]?"
+)
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _RAW = re.compile("[\\\\\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
 
 def clean_text(s: str) -> str:
     """What a transcript may show of a program's output: escape sequences (ECMA-48 CSI, OSC, DCS, ...) removed, then
@@ -90,11 +100,20 @@ def clean_text(s: str) -> str:
     can drive the terminal a transcript is read in (issue 36)."""
     return _CONTROL.sub("", _ESC_SEQ.sub("", s.replace("\r\n", "\n")))
 
+# %% ../nbs/04d_sandbox.ipynb #cef62051
 def escape_text(s: str) -> str:
     """The raw log of a program's output: nothing removed, every control character (and the backslash) escaped as
     `\\xNN` / `\\uNNNN` / `\\\\`, so the log can be read in a terminal and still says exactly what the program wrote."""
-    return _RAW.sub(lambda m: "\\\\" if m.group() == "\\" else repr(m.group())[1:-1] if ord(m.group()) < 0x100
-                    else f"\\u{ord(m.group()):04x}", s)
+    return _RAW.sub(
+        lambda m: (
+            "\\\\"
+            if m.group() == "\\"
+            else repr(m.group())[1:-1]
+            if ord(m.group()) < 0x100
+            else f"\\u{ord(m.group()):04x}"
+        ),
+        s,
+    )
 
 # %% ../nbs/04d_sandbox.ipynb #610de3b1
 NOBODY = 65534
@@ -103,84 +122,168 @@ WORKDIR = "/tmp/work"
 
 _SYSTEM_PREFIXES = ("/", "/usr", "/usr/local")
 
+
 def find_bwrap() -> str | None:
     "The bubblewrap executable: `$MAD_STUDY_BWRAP`, else `bwrap` on PATH, else /usr/bin/bwrap; None if there is none."
     for p in (os.environ.get("MAD_STUDY_BWRAP"), shutil.which("bwrap"), "/usr/bin/bwrap"):
-        if p and os.path.isfile(p) and os.access(p, os.X_OK): return p
+        if p and os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
     return None
 
+# %% ../nbs/04d_sandbox.ipynb #55a29a4b
 def python_view() -> tuple[str, tuple[str, ...]]:
     """The interpreter the sandbox runs (this one: a virtual environment's `bin/python`, so its packages come along) and
     the host paths it needs, bound read-only at the same paths: the base installation (only its Python folders when
     that is a system prefix such as /usr) and, of a virtual environment, just `pyvenv.cfg`, the links to the
     interpreter and the site-packages folders. Not the checkout, not a home folder, not the rest of the environment."""
     prefix, base = os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)
-    exe = os.path.join(prefix, "bin", os.path.basename(sys.executable))          # keeps the environment's pyvenv.cfg
-    if prefix == base or not os.path.exists(exe): exe = os.path.realpath(sys.executable)
+    exe = os.path.join(
+        prefix, "bin", os.path.basename(sys.executable)
+    )  # keeps the environment's pyvenv.cfg
+    if prefix == base or not os.path.exists(exe):
+        exe = os.path.realpath(sys.executable)
     paths, p = set(), exe
-    for _ in range(40):                                # the chain of links to the interpreter, each bound as a link
+    for _ in range(40):  # the chain of links to the interpreter, each bound as a link
         paths.add(p)
-        if not os.path.islink(p): break
+        if not os.path.islink(p):
+            break
         p = os.path.join(os.path.dirname(p), os.readlink(p))
     if base in _SYSTEM_PREFIXES:
         sp = sysconfig.get_paths(vars={"base": base, "platbase": base})
         paths |= {os.path.realpath(sp[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    else: paths.add(base)
-    if prefix != base: paths |= {os.path.join(prefix, "pyvenv.cfg"), *site_folders()}
-    paths = {q for q in paths if not any(q.startswith(b.rstrip("/") + "/") for b in paths if b != q and not os.path.islink(b))}
+    else:
+        paths.add(base)
+    if prefix != base:
+        paths |= {os.path.join(prefix, "pyvenv.cfg"), *site_folders()}
+    paths = {
+        q
+        for q in paths
+        if not any(
+            q.startswith(b.rstrip("/") + "/") for b in paths if b != q and not os.path.islink(b)
+        )
+    }
     return exe, tuple(sorted(q for q in paths if os.path.lexists(q)))
 
+# %% ../nbs/04d_sandbox.ipynb #e03147bd
 def site_folders() -> tuple[str, ...]:
     """This environment's site-packages folders (real paths). The child runs with `-S` and puts just these on its path:
     no `.pth` file is run (an editable install's finder alone took ~25 ms of each start-up here, for a checkout the
     sandbox does not show anyway)."""
     import site
-    return tuple(dict.fromkeys(os.path.realpath(p) for p in site.getsitepackages() if os.path.isdir(p)))
+
+    return tuple(
+        dict.fromkeys(os.path.realpath(p) for p in site.getsitepackages() if os.path.isdir(p))
+    )
 
 # %% ../nbs/04d_sandbox.ipynb #870324f9
 @functools.lru_cache(maxsize=None)
 def _bwrap_options(bwrap: str) -> frozenset[str]:
     "The options this bwrap knows (`--disable-userns` came with 0.8)."
-    try: h = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError): return frozenset()
+    try:
+        h = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return frozenset()
     return frozenset(w for w in h.split() if w.startswith("--"))
 
+# %% ../nbs/04d_sandbox.ipynb #367af428
 def _parents(p: str) -> list[str]:
     "The folders above `p`, without '/': /a/b/c -> [/a, /a/b]."
     parts = p.strip("/").split("/")[:-1]
-    return ["/" + "/".join(parts[:i + 1]) for i in range(len(parts))]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
 
+# %% ../nbs/04d_sandbox.ipynb #881d9ff0
 def _child_env(home: str) -> dict[str, str]:
     """The program's environment. MALLOC_ARENA_MAX=2: glibc reserves 64 MiB of address space for each thread's arena,
     so under RLIMIT_AS=1 GiB only 14 threads started (issue 36)."""
-    return {"PATH": "/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
-            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": home,
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "MALLOC_ARENA_MAX": "2",
+    }
 
 # %% ../nbs/04d_sandbox.ipynb #0a96a595
 DENIED_SYSCALLS = (
-    "add_key", "request_key",                 # keyrings: no namespace of their own (keyctl: all but one use, below)
-    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "fsopen", "fsmount", "fsconfig", "fspick",
-    "move_mount", "open_tree", "mount_setattr",                               # namespaces and mounts
-    "io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd", "perf_event_open", "bpf",
-    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp",                # other processes' memory
-    "memfd_create", "memfd_secret", "shmget", "shmat", "msgget", "msgsnd",    # memory outside RLIMIT_AS
-    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "open_by_handle_at",
-    "name_to_handle_at", "fanotify_init", "quotactl", "swapon", "swapoff", "reboot", "acct", "syslog", "vhangup",
-    "lookup_dcookie", "sethostname", "setdomainname")
-CLONE_NAMESPACE_FLAGS = {"CLONE_NEWNS": 0x20000, "CLONE_NEWCGROUP": 0x2000000, "CLONE_NEWUTS": 0x4000000,
-                         "CLONE_NEWIPC": 0x8000000, "CLONE_NEWUSER": 0x10000000, "CLONE_NEWPID": 0x20000000,
-                         "CLONE_NEWNET": 0x40000000}
-SOCKET_FAMILIES = {"AF_UNIX": 1, "AF_INET": 2, "AF_INET6": 10}               # every other family is refused
+    "add_key",
+    "request_key",  # keyrings: no namespace of their own (keyctl: all but one use, below)
+    "unshare",
+    "setns",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "fsopen",
+    "fsmount",
+    "fsconfig",
+    "fspick",
+    "move_mount",
+    "open_tree",
+    "mount_setattr",  # namespaces and mounts
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "userfaultfd",
+    "perf_event_open",
+    "bpf",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "kcmp",  # other processes' memory
+    "memfd_create",
+    "memfd_secret",
+    "shmget",
+    "shmat",
+    "msgget",
+    "msgsnd",  # memory outside RLIMIT_AS
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "fanotify_init",
+    "quotactl",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "acct",
+    "syslog",
+    "vhangup",
+    "lookup_dcookie",
+    "sethostname",
+    "setdomainname",
+)
+
+# %% ../nbs/04d_sandbox.ipynb #55bbd0b8
+CLONE_NAMESPACE_FLAGS = {
+    "CLONE_NEWNS": 0x20000,
+    "CLONE_NEWCGROUP": 0x2000000,
+    "CLONE_NEWUTS": 0x4000000,
+    "CLONE_NEWIPC": 0x8000000,
+    "CLONE_NEWUSER": 0x10000000,
+    "CLONE_NEWPID": 0x20000000,
+    "CLONE_NEWNET": 0x40000000,
+}
+SOCKET_FAMILIES = {"AF_UNIX": 1, "AF_INET": 2, "AF_INET6": 10}  # every other family is refused
+
 
 def _seccomp_binding():
     """libseccomp's Python binding: its own (`seccomp`, Debian's python3-seccomp) where installed, else `pyseccomp`
     (PyPI: the same API over the system's libseccomp.so.2 through ctypes); (module, None) or (None, why not)."""
     why = []
     for name in ("seccomp", "pyseccomp"):
-        try: return __import__(name), None
-        except Exception as e: why.append(f"{name}: {type(e).__name__}: {e}")
+        try:
+            return __import__(name), None
+        except Exception as e:
+            why.append(f"{name}: {type(e).__name__}: {e}")
     return None, "no libseccomp binding (" + "; ".join(why) + ")"
 
+# %% ../nbs/04d_sandbox.ipynb #4e9734fe
 @functools.lru_cache(maxsize=1)
 def seccomp_program() -> tuple[bytes | None, str]:
     """The syscall filter given to bubblewrap (`--seccomp FD`), compiled by libseccomp to a BPF program: (bytes, what
@@ -192,38 +295,64 @@ def seccomp_program() -> tuple[bytes | None, str]:
     network namespace does not cover all of them). Another architecture's calls (32-bit x86 on x86-64) kill the
     process (libseccomp's default). Why: issue 36, the kernel state namespaces do not separate."""
     m, why = _seccomp_binding()
-    if m is None: return None, why
+    if m is None:
+        return None, why
     try:
         f = m.SyscallFilter(m.ALLOW)
         unknown = []
         for name in dict.fromkeys(DENIED_SYSCALLS):
-            try: f.add_rule(m.ERRNO(errno.EPERM), name)
-            except Exception: unknown.append(name)                             # not a call of this libseccomp / arch
-        f.add_rule(m.ERRNO(errno.EPERM), "keyctl", m.Arg(0, m.NE, 1))       # 1 = KEYCTL_JOIN_SESSION_KEYRING,
-        f.add_rule(m.ERRNO(errno.EPERM), "keyctl", m.Arg(0, m.EQ, 1), m.Arg(1, m.NE, 0))   # with no name: a new one
-        for bit in CLONE_NAMESPACE_FLAGS.values(): f.add_rule(m.ERRNO(errno.EPERM), "clone", m.Arg(0, m.MASKED_EQ, bit, bit))
+            try:
+                f.add_rule(m.ERRNO(errno.EPERM), name)
+            except Exception:
+                unknown.append(name)  # not a call of this libseccomp / arch
+        f.add_rule(
+            m.ERRNO(errno.EPERM), "keyctl", m.Arg(0, m.NE, 1)
+        )  # 1 = KEYCTL_JOIN_SESSION_KEYRING,
+        f.add_rule(
+            m.ERRNO(errno.EPERM), "keyctl", m.Arg(0, m.EQ, 1), m.Arg(1, m.NE, 0)
+        )  # with no name: a new one
+        for bit in CLONE_NAMESPACE_FLAGS.values():
+            f.add_rule(m.ERRNO(errno.EPERM), "clone", m.Arg(0, m.MASKED_EQ, bit, bit))
         f.add_rule(m.ERRNO(errno.ENOSYS), "clone3")
         top = max(SOCKET_FAMILIES.values())
-        for call in ("socket", "socketpair"):                                  # the kernel reads the family as an int
+        for call in ("socket", "socketpair"):  # the kernel reads the family as an int
             for fam in sorted(set(range(top)) - set(SOCKET_FAMILIES.values())):
-                f.add_rule(m.ERRNO(errno.EAFNOSUPPORT), call, m.Arg(0, m.MASKED_EQ, 0xFFFFFFFF, fam))
+                f.add_rule(
+                    m.ERRNO(errno.EAFNOSUPPORT), call, m.Arg(0, m.MASKED_EQ, 0xFFFFFFFF, fam)
+                )
             f.add_rule(m.ERRNO(errno.EAFNOSUPPORT), call, m.Arg(0, m.GT, top))
         with tempfile.TemporaryFile() as t:
-            f.export_bpf(t); t.seek(0); bpf = t.read()
-    except Exception as e: return None, f"libseccomp ({m.__name__}) could not build the filter: {type(e).__name__}: {e}"
-    return bpf, f"libseccomp via {m.__name__}" + (f" (not on this architecture: {', '.join(unknown)})" if unknown else "")
+            f.export_bpf(t)
+            t.seek(0)
+            bpf = t.read()
+    except Exception as e:
+        return (
+            None,
+            f"libseccomp ({m.__name__}) could not build the filter: {type(e).__name__}: {e}",
+        )
+    return bpf, f"libseccomp via {m.__name__}" + (
+        f" (not on this architecture: {', '.join(unknown)})" if unknown else ""
+    )
 
 # %% ../nbs/04d_sandbox.ipynb #9fb4b4bd
-# keyctl(2)'s number: the runner's first act is KEYCTL_JOIN_SESSION_KEYRING with no name, a new anonymous session
+# keyctl(2)'s number: the runner's first act is
+# KEYCTL_JOIN_SESSION_KEYRING with no name, a new anonymous session
 # keyring, so the program never holds the parent's (keyrings have no namespace: issue 36)
-_NR_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 355, "s390x": 280}.get(platform.machine())
+_NR_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 355, "s390x": 280}.get(
+    platform.machine()
+)
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
-def _privileged() -> bool: return hasattr(os, "geteuid") and os.geteuid() == 0
 
+def _privileged() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+# %% ../nbs/04d_sandbox.ipynb #924266c0
 def _read_text(path: str) -> str:
-    with open(path) as f: return f.read()
+    with open(path) as f:
+        return f.read()
 
+# %% ../nbs/04d_sandbox.ipynb #4ab8914b
 def _mount_table() -> list[tuple[str, str, str, str]]:
     "(root, mount point, fstype, super options) of each mount (proc(5) mountinfo)."
     rows = []
@@ -231,40 +360,56 @@ def _mount_table() -> list[tuple[str, str, str, str]]:
         for line in f:
             pre, _, post = line.partition(" - ")
             a, b = pre.split(), post.split()
-            if len(a) > 4 and len(b) > 2: rows.append((a[3], a[4], b[0], b[2]))
+            if len(a) > 4 and len(b) > 2:
+                rows.append((a[3], a[4], b[0], b[2]))
     return rows
 
 # %% ../nbs/04d_sandbox.ipynb #7ae21392
 _CG_COUNTER = itertools.count()
 
+# %% ../nbs/04d_sandbox.ipynb #e156443e
 @functools.lru_cache(maxsize=1)
 def _cgroup_home() -> tuple[str, dict[str, str]] | None:
     """Where this process may create the sandboxes' cgroups: ('v2', {'v2': folder}) where a cgroup v2 folder of ours
     is writable with memory and pids enabled for its children (a delegated one: root, `systemd-run --user --scope
     -p Delegate=yes`), else ('v1', {'memory': folder, 'pids': folder}) where both v1 controllers are mounted and
     our folders in them writable (root on a v1 host; cpuacct too where it is); None without."""
-    if not sys.platform.startswith("linux"): return None
+    if not sys.platform.startswith("linux"):
+        return None
     try:
         mounts, own = _mount_table(), {}
         with open("/proc/self/cgroup") as f:
             for line in f:
                 hid, ctrls, path = line.rstrip("\n").split(":", 2)
-                for c in (["v2"] if hid == "0" else ctrls.split(",")): own[c] = path
-    except OSError: return None
+                for c in ["v2"] if hid == "0" else ctrls.split(","):
+                    own[c] = path
+    except OSError:
+        return None
+
     def folder(fstype, ctrl):
         for root, point, typ, opts in mounts:
             if typ == fstype and (ctrl == "v2" or ctrl in opts.split(",")) and ctrl in own:
-                rel = own[ctrl][len(root.rstrip("/")):] if own[ctrl].startswith(root.rstrip("/") + "/") else own[ctrl]
+                rel = (
+                    own[ctrl][len(root.rstrip("/")) :]
+                    if own[ctrl].startswith(root.rstrip("/") + "/")
+                    else own[ctrl]
+                )
                 d = os.path.join(point, rel.lstrip("/")).rstrip("/")
-                if os.path.isdir(d) and os.access(d, os.W_OK): return d
+                if os.path.isdir(d) and os.access(d, os.W_OK):
+                    return d
         return None
+
     v2 = folder("cgroup2", "v2")
     if v2:
-        try: ctl = _read_text(os.path.join(v2, "cgroup.subtree_control")).split()
-        except OSError: ctl = []
-        if {"memory", "pids"} <= set(ctl): return "v2", {"v2": v2}
+        try:
+            ctl = _read_text(os.path.join(v2, "cgroup.subtree_control")).split()
+        except OSError:
+            ctl = []
+        if {"memory", "pids"} <= set(ctl):
+            return "v2", {"v2": v2}
     v1 = {c: folder("cgroup", c) for c in ("memory", "pids", "cpuacct")}
-    if not (v1["memory"] and v1["pids"]): return None
+    if not (v1["memory"] and v1["pids"]):
+        return None
     return "v1", {c: d for c, d in v1.items() if d}
 
 # %% ../nbs/04d_sandbox.ipynb #838caf3a
@@ -273,46 +418,79 @@ def _sweep_cgroups() -> int:
     """Once per process: remove the empty cgroups a killed kit process left (`mad-sandbox-<pid>-...` of a pid that is
     gone); their processes died with their sandboxes. Returns how many."""
     home, n = _cgroup_home(), 0
-    for d in (home[1].values() if home else ()):
-        try: names = os.listdir(d)
-        except OSError: continue
+    for d in home[1].values() if home else ():
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
         for name in names:
             parts = name.split("-")
-            if name.startswith("mad-sandbox-") and len(parts) > 2 and parts[2].isdigit() and not os.path.exists(f"/proc/{parts[2]}"):
-                try: os.rmdir(os.path.join(d, name)); n += 1
-                except OSError: pass
+            if (
+                name.startswith("mad-sandbox-")
+                and len(parts) > 2
+                and parts[2].isdigit()
+                and not os.path.exists(f"/proc/{parts[2]}")
+            ):
+                try:
+                    os.rmdir(os.path.join(d, name))
+                    n += 1
+                except OSError:
+                    pass
     return n
 
 # %% ../nbs/04d_sandbox.ipynb #55a11424
 class _CgroupReadings:
     "What the kernel counts for a sandbox's cgroup (the base of `SandboxCgroup`): OOM kills, CPU time, peak memory."
+
     @staticmethod
     def _set(d: str, key: str, value: int, must: bool = True) -> None:
         try:
-            with open(os.path.join(d, key), "w") as f: f.write(str(int(value)))
+            with open(os.path.join(d, key), "w") as f:
+                f.write(str(int(value)))
         except OSError:
-            if must: raise
+            if must:
+                raise
 
     def oom(self) -> bool:
         "Whether the kernel's OOM killer killed a process of this cgroup (v1 memory.oom_control, v2 memory.events)."
         try:
-            text = _read_text(os.path.join(self.dirs[0], "memory.events" if self.kind == "v2" else "memory.oom_control"))
+            text = _read_text(
+                os.path.join(
+                    self.dirs[0], "memory.events" if self.kind == "v2" else "memory.oom_control"
+                )
+            )
             kv = dict(l.split()[:2] for l in text.splitlines() if len(l.split()) >= 2)
             return int(kv.get("oom_kill", 0)) > 0 or int(kv.get("under_oom", 0)) > 0
-        except (OSError, ValueError, IndexError): return False
+        except (OSError, ValueError, IndexError):
+            return False
 
     def cpu_seconds(self) -> float | None:
         "CPU time used by all of its processes (v2 cpu.stat, v1 cpuacct.usage), None where not accounted."
         try:
             if self.kind == "v2":
-                return int(dict(l.split() for l in _read_text(os.path.join(self.dirs[0], "cpu.stat")).splitlines())["usage_usec"]) / 1e6
-            return int(_read_text(os.path.join(self.dirs[2], "cpuacct.usage"))) / 1e9 if len(self.dirs) > 2 else None
-        except (OSError, ValueError, KeyError): return None
+                return (
+                    int(
+                        dict(
+                            l.split()
+                            for l in _read_text(os.path.join(self.dirs[0], "cpu.stat")).splitlines()
+                        )["usage_usec"]
+                    )
+                    / 1e6
+                )
+            return (
+                int(_read_text(os.path.join(self.dirs[2], "cpuacct.usage"))) / 1e9
+                if len(self.dirs) > 2
+                else None
+            )
+        except (OSError, ValueError, KeyError):
+            return None
 
     def peak_bytes(self) -> int | None:
         key = "memory.peak" if self.kind == "v2" else "memory.max_usage_in_bytes"
-        try: return int(_read_text(os.path.join(self.dirs[0], key)))
-        except (OSError, ValueError, IndexError): return None
+        try:
+            return int(_read_text(os.path.join(self.dirs[0], key)))
+        except (OSError, ValueError, IndexError):
+            return None
 
 # %% ../nbs/04d_sandbox.ipynb #e86574cf
 class SandboxCgroup(_CgroupReadings):
@@ -320,6 +498,7 @@ class SandboxCgroup(_CgroupReadings):
     pages and kernel memory: what RLIMIT_AS, per process, does not bound: issue 36) and a process-count limit of its
     own (pids.max), and its CPU time. `join` is called between fork and exec (writes to descriptors opened here),
     `oom` says whether the kernel killed in it for memory, `close` kills what is left and removes it."""
+
     def __init__(self, memory_bytes: int, pids: int):
         kind, homes = _cgroup_home()
         _sweep_cgroups()
@@ -327,47 +506,74 @@ class SandboxCgroup(_CgroupReadings):
         name = f"mad-sandbox-{os.getpid()}-{threading.get_ident() % 10**6}-{next(_CG_COUNTER)}"
         try:
             if kind == "v2":
-                d = os.path.join(homes["v2"], name); os.mkdir(d); self.dirs.append(d)
-                self._set(d, "memory.max", memory_bytes); self._set(d, "memory.swap.max", 0, must=False)
+                d = os.path.join(homes["v2"], name)
+                os.mkdir(d)
+                self.dirs.append(d)
+                self._set(d, "memory.max", memory_bytes)
+                self._set(d, "memory.swap.max", 0, must=False)
                 self._set(d, "pids.max", pids)
             else:
                 for c in ("memory", "pids", "cpuacct"):
-                    if c in homes: d = os.path.join(homes[c], name); os.mkdir(d); self.dirs.append(d)
+                    if c in homes:
+                        d = os.path.join(homes[c], name)
+                        os.mkdir(d)
+                        self.dirs.append(d)
                 self._set(self.dirs[0], "memory.limit_in_bytes", memory_bytes)
-                self._set(self.dirs[0], "memory.memsw.limit_in_bytes", memory_bytes, must=False)   # no swap either
+                self._set(
+                    self.dirs[0], "memory.memsw.limit_in_bytes", memory_bytes, must=False
+                )  # no swap either
                 self._set(self.dirs[1], "pids.max", pids)
-            self.fds = [os.open(os.path.join(d, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC) for d in self.dirs]
+            self.fds = [
+                os.open(os.path.join(d, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+                for d in self.dirs
+            ]
         except BaseException:
-            self.close(); raise
+            self.close()
+            raise
 
     def join(self) -> None:
-        for fd in self.fds: os.write(fd, b"0")
+        for fd in self.fds:
+            os.write(fd, b"0")
 
     def close(self) -> None:
-        for fd in self.fds: os.close(fd)
+        for fd in self.fds:
+            os.close(fd)
         self.fds = []
         for d in reversed(self.dirs):
-            for i in range(200):                     # the processes SIGKILLed a moment ago leave within milliseconds
-                try: os.rmdir(d); break
-                except FileNotFoundError: break
+            for i in range(200):  # the processes SIGKILLed a moment ago leave within milliseconds
+                try:
+                    os.rmdir(d)
+                    break
+                except FileNotFoundError:
+                    break
                 except OSError:
-                    try: pids = [int(p) for p in _read_text(os.path.join(d, "cgroup.procs")).split()]
-                    except (OSError, ValueError): pids = []
+                    try:
+                        pids = [int(p) for p in _read_text(os.path.join(d, "cgroup.procs")).split()]
+                    except (OSError, ValueError):
+                        pids = []
                     for p in pids:
-                        try: os.kill(p, signal.SIGKILL)
-                        except OSError: pass
+                        try:
+                            os.kill(p, signal.SIGKILL)
+                        except OSError:
+                            pass
                     time.sleep(0.01)
         self.dirs = []
 
 # %% ../nbs/04d_sandbox.ipynb #f1c653f6
 _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
 
-def _mount(src: bytes | None, target: bytes, fstype: bytes | None, flags: int, data: bytes | None = None) -> None:
+
+def _mount(
+    src: bytes | None, target: bytes, fstype: bytes | None, flags: int, data: bytes | None = None
+) -> None:
     if _LIBC.mount(src, target, fstype, flags, data) != 0:
         e = ctypes.get_errno()
         raise OSError(e, f"mount {target.decode()}: {os.strerror(e)}")
 
-def _stage_mounts(stage: str, sources: list[str], tmp_bytes: int, files: int, ids: list[int] | None = None) -> None:
+# %% ../nbs/04d_sandbox.ipynb #347efbc0
+def _stage_mounts(
+    stage: str, sources: list[str], tmp_bytes: int, files: int, ids: list[int] | None = None
+) -> None:
     """As root, in the child between fork and exec, before it becomes uid nobody and starts bwrap: a mount namespace
     of its own (private: nothing reaches the host's mount table, and it is gone with the sandbox) in which `stage`
     holds a read-only-to-be view of each of `sources` (`v0`, `v1`, ...: bwrap, run as nobody, can reach them even
@@ -376,31 +582,49 @@ def _stage_mounts(stage: str, sources: list[str], tmp_bytes: int, files: int, id
     1 MiB: issue 36), mode 1777. Without root (`ids`: this uid and gid) the same /tmp, no views: first a user
     namespace mapping the user to itself (in which it may mount), inside which bwrap then makes the sandbox's own."""
     if ids is not None:
-        if _LIBC.unshare(0x10000000 | 0x20000) != 0: raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER | CLONE_NEWNS)")
-        for name, text in (("setgroups", "deny"), ("uid_map", f"{ids[0]} {ids[0]} 1"), ("gid_map", f"{ids[1]} {ids[1]} 1")):
-            with open(f"/proc/self/{name}", "w") as f: f.write(text)
-    elif _LIBC.unshare(0x20000) != 0: raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
+        if _LIBC.unshare(0x10000000 | 0x20000) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER | CLONE_NEWNS)")
+        for name, text in (
+            ("setgroups", "deny"),
+            ("uid_map", f"{ids[0]} {ids[0]} 1"),
+            ("gid_map", f"{ids[1]} {ids[1]} 1"),
+        ):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    elif _LIBC.unshare(0x20000) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
     _mount(None, b"/", None, _MS_REC | _MS_PRIVATE)
     s = stage.encode()
     _mount(b"tmpfs", s, b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=65536,nr_inodes=4096,mode=0755")
     for i, src in enumerate(sources):
         target = os.path.join(s, b"v%d" % i)
-        if os.path.isdir(src): os.mkdir(target)
-        else: os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+        if os.path.isdir(src):
+            os.mkdir(target)
+        else:
+            os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
         _mount(src.encode(), target, None, _MS_BIND | _MS_REC)
     box = os.path.join(s, b"box")
     os.mkdir(box)
-    _mount(b"tmpfs", box, b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=%d,nr_inodes=%d,mode=1777" % (tmp_bytes, files))
+    _mount(
+        b"tmpfs",
+        box,
+        b"tmpfs",
+        _MS_NOSUID | _MS_NODEV,
+        b"size=%d,nr_inodes=%d,mode=1777" % (tmp_bytes, files),
+    )
 
 # %% ../nbs/04d_sandbox.ipynb #9d8f1ab7
 _LAUNCH_LOCK = threading.Lock()
 _LAUNCHER: dict = {}
 
+
 def _module_file() -> str:
     "This module's file (the launcher loads it alone: standard library only)."
     f = globals().get("__file__")
-    if f and f.endswith(".py"): return os.path.realpath(f)
+    if f and f.endswith(".py"):
+        return os.path.realpath(f)
     import importlib.util
+
     return importlib.util.find_spec("mad_study.sandbox").origin
 
 # %% ../nbs/04d_sandbox.ipynb #2900cebf
@@ -411,92 +635,188 @@ def _launcher_main(sock_fd: int) -> None:
     (join the cgroup, make the private mount view, become uid nobody) and executes bwrap; it replies with the pid.
     Descriptors come with the request (SCM_RIGHTS); `@FDi@` in the command line is the i-th passed descriptor."""
     import socket as sk
+
     sock = sk.socket(fileno=sock_fd)
+
     def reap():
         while True:
-            try: os.waitpid(-1, 0)
-            except ChildProcessError: time.sleep(0.05)
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                time.sleep(0.05)
+
     threading.Thread(target=reap, daemon=True).start()
     while True:
-        try: msg, fds, _, _ = sk.recv_fds(sock, 1 << 20, 64)
-        except OSError: return
-        if not msg: return
+        try:
+            msg, fds, _, _ = sk.recv_fds(sock, 1 << 20, 64)
+        except OSError:
+            return
+        if not msg:
+            return
         try:
             req = json.loads(msg)
             n = len(req["argv_fds"])
-            passed, cg_fds = fds[2:2 + n], fds[2 + n:]
-            argv = [re.sub(r"@FD(\d+)@", lambda m: str(passed[int(m.group(1))]), a) for a in req["argv"]]
+            passed, cg_fds = fds[2 : 2 + n], fds[2 + n :]
+            argv = [
+                re.sub(r"@FD(\d+)@", lambda m: str(passed[int(m.group(1))]), a) for a in req["argv"]
+            ]
             stage, nobody = req.get("stage"), req.get("nobody")
+
             def before_exec():
-                for fd in cg_fds: os.write(fd, b"0")
-                if stage: _stage_mounts(*stage)
-                if nobody: os.setgroups([]); os.setgid(NOBODY); os.setuid(NOBODY)
-            p = subprocess.Popen(argv, cwd=req["cwd"], env=req["env"], stdin=subprocess.DEVNULL, stdout=fds[0],
-                                 stderr=fds[1], close_fds=True, pass_fds=passed, start_new_session=True,
-                                 preexec_fn=before_exec)
-            p.returncode = 0                           # reaped by the thread above, never waited for here
+                for fd in cg_fds:
+                    os.write(fd, b"0")
+                if stage:
+                    _stage_mounts(*stage)
+                if nobody:
+                    os.setgroups([])
+                    os.setgid(NOBODY)
+                    os.setuid(NOBODY)
+
+            p = subprocess.Popen(
+                argv,
+                cwd=req["cwd"],
+                env=req["env"],
+                stdin=subprocess.DEVNULL,
+                stdout=fds[0],
+                stderr=fds[1],
+                close_fds=True,
+                pass_fds=passed,
+                start_new_session=True,
+                preexec_fn=before_exec,
+            )
+            p.returncode = 0  # reaped by the thread above, never waited for here
             reply = {"pid": p.pid}
-        except Exception as e: reply = {"error": f"{type(e).__name__}: {e}"}
+        except Exception as e:
+            reply = {"error": f"{type(e).__name__}: {e}"}
         finally:
-            for fd in fds: os.close(fd)
+            for fd in fds:
+                os.close(fd)
         sock.sendall(json.dumps(reply).encode())
 
 # %% ../nbs/04d_sandbox.ipynb #0b30e8f6
-def _launch(argv: list[str], env: dict, cwd: str, out_w: int, err_w: int, argv_fds: list[int], cg_fds: list[int],
-            stage: list | None, nobody: bool) -> int:
+def _launch(
+    argv: list[str],
+    env: dict,
+    cwd: str,
+    out_w: int,
+    err_w: int,
+    argv_fds: list[int],
+    cg_fds: list[int],
+    stage: list | None,
+    nobody: bool,
+) -> int:
     "Ask the launcher (started on first use, restarted if it died) to start `argv`; returns the pid."
     import socket as sk
-    msg = json.dumps({"argv": argv, "env": env, "cwd": cwd, "argv_fds": list(argv_fds), "stage": stage,
-                      "nobody": nobody}).encode()
+
+    msg = json.dumps(
+        {
+            "argv": argv,
+            "env": env,
+            "cwd": cwd,
+            "argv_fds": list(argv_fds),
+            "stage": stage,
+            "nobody": nobody,
+        }
+    ).encode()
     with _LAUNCH_LOCK:
         for attempt in range(2):
             l = _LAUNCHER.get(os.getpid())
             if l is None or l["proc"].poll() is not None:
                 a, b = sk.socketpair(sk.AF_UNIX, sk.SOCK_SEQPACKET)
-                code = (f"import importlib.util as u, sys\ns = u.spec_from_file_location('_mad_sandbox_launcher', {_module_file()!r})\n"
-                        f"m = sys.modules[s.name] = u.module_from_spec(s)\ns.loader.exec_module(m)\nm._launcher_main({b.fileno()})")
-                proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", code], pass_fds=(b.fileno(),), close_fds=True,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+                code = (
+                    f"import importlib.util as u, sys\ns = u.spec_from_file_location('_mad_sandbox_launcher', {_module_file()!r})\n"
+                    f"m = sys.modules[s.name] = u.module_from_spec(s)\ns.loader.exec_module(m)\nm._launcher_main({b.fileno()})"
+                )
+                proc = subprocess.Popen(
+                    [sys.executable, "-I", "-S", "-c", code],
+                    pass_fds=(b.fileno(),),
+                    close_fds=True,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
                 b.close()
-                a.settimeout(30)                       # a launcher that hangs is replaced, not waited on forever
+                a.settimeout(30)  # a launcher that hangs is replaced, not waited on forever
                 l = _LAUNCHER[os.getpid()] = {"proc": proc, "sock": a}
-                if len(_LAUNCHER) == 1: atexit.register(_stop_launcher)
+                if len(_LAUNCHER) == 1:
+                    atexit.register(_stop_launcher)
             try:
                 sk.send_fds(l["sock"], [msg], [out_w, err_w, *argv_fds, *cg_fds])
                 reply = l["sock"].recv(1 << 16)
-                if reply: break
-            except OSError: pass
-            l["proc"].kill(); l["proc"].wait(); _LAUNCHER.pop(os.getpid(), None)
-        else: raise OSError("the sandbox launcher did not answer")
+                if reply:
+                    break
+            except OSError:
+                pass
+            l["proc"].kill()
+            l["proc"].wait()
+            _LAUNCHER.pop(os.getpid(), None)
+        else:
+            raise OSError("the sandbox launcher did not answer")
     r = json.loads(reply)
-    if "error" in r: raise OSError(r["error"])
+    if "error" in r:
+        raise OSError(r["error"])
     return int(r["pid"])
 
+# %% ../nbs/04d_sandbox.ipynb #f84f7c7e
 def _stop_launcher() -> None:
     "At exit: close the socket (the launcher leaves at end of file) and reap it."
     l = _LAUNCHER.pop(os.getpid(), None)
-    if l is None: return
+    if l is None:
+        return
     l["sock"].close()
-    try: l["proc"].wait(2)
-    except subprocess.TimeoutExpired: l["proc"].kill(); l["proc"].wait()
+    try:
+        l["proc"].wait(2)
+    except subprocess.TimeoutExpired:
+        l["proc"].kill()
+        l["proc"].wait()
 
 # %% ../nbs/04d_sandbox.ipynb #963ec96b
 class _Launched:
     "A process the launcher started, seen through a pidfd: what `_collect`, `_reap` and `_kill_tree` use of a Popen."
+
     def __init__(self, pid: int, stdout, stderr):
-        self.pid, self.stdout, self.stderr, self.returncode, self._done = pid, stdout, stderr, None, False
-        try: self._pidfd = os.pidfd_open(pid)
-        except OSError: self._pidfd, self._done = None, True          # already gone
+        self.pid, self.stdout, self.stderr, self.returncode, self._done = (
+            pid,
+            stdout,
+            stderr,
+            None,
+            False,
+        )
+        try:
+            self._pidfd = os.pidfd_open(pid)
+        except OSError:
+            self._pidfd, self._done = None, True  # already gone
 
 # %% ../nbs/04d_sandbox.ipynb #e5b28c12
 def _binds(paths: tuple[str, ...]) -> list[str]:
     "What the sandbox binds from the host: the shared libraries, the loader's cache and the interpreter's `paths`."
-    return [d for d in ("/usr/lib", "/usr/lib64", "/usr/lib32", "/lib", "/lib64", "/lib32", "/etc/ld.so.cache", *paths)
-            if os.path.lexists(d)]
+    return [
+        d
+        for d in (
+            "/usr/lib",
+            "/usr/lib64",
+            "/usr/lib32",
+            "/lib",
+            "/lib64",
+            "/lib32",
+            "/etc/ld.so.cache",
+            *paths,
+        )
+        if os.path.lexists(d)
+    ]
 
-def bwrap_argv(bwrap: str, exe: str, paths: tuple[str, ...], program_fd: int, disk_mb: int = 64,
-               privileged: bool = False, seccomp_fd: int | None = None, status_fd: int | None = None,
-               stage: str | None = None, views: bool = True) -> tuple[list[str], tuple[str, ...]]:
+# %% ../nbs/04d_sandbox.ipynb #bfe60c25
+def bwrap_argv(
+    bwrap: str,
+    exe: str,
+    paths: tuple[str, ...],
+    program_fd: int,
+    disk_mb: int = 64,
+    privileged: bool = False,
+    seccomp_fd: int | None = None,
+    status_fd: int | None = None,
+    stage: str | None = None,
+    views: bool = True,
+) -> tuple[list[str], tuple[str, ...]]:
     """The bubblewrap command line up to the interpreter, and the layers it sets up: PID, network, IPC, UTS, mount (and
     cgroup where it can) namespaces, killed with its parent, a new session, an empty environment; a read-only root
     holding only the shared libraries and the interpreter's folders (read-only binds), a fresh /proc of its own PID
@@ -509,35 +829,91 @@ def bwrap_argv(bwrap: str, exe: str, paths: tuple[str, ...], program_fd: int, di
     as root where bwrap cannot run as nobody): no user namespace, the runner drops to the host's uid nobody, keeping
     only CAP_SETUID and CAP_SETGID until then; there the syscall filter alone stops nested namespaces."""
     if privileged:
-        a = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-             "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        a = [
+            bwrap,
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--cap-drop",
+            "ALL",
+            "--cap-add",
+            "CAP_SETUID",
+            "--cap-add",
+            "CAP_SETGID",
+        ]
         who = ("host-uid-nobody",)
     else:
         a = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
         who = ("userns", "uid-nobody")
-        if "--disable-userns" in _bwrap_options(bwrap): a += ["--disable-userns"]; who += ("no-nested-userns",)
+        if "--disable-userns" in _bwrap_options(bwrap):
+            a += ["--disable-userns"]
+            who += ("no-nested-userns",)
     a += ["--hostname", "sandbox", "--die-with-parent", "--new-session", "--clearenv"]
-    if seccomp_fd is not None: a += ["--seccomp", str(seccomp_fd)]
-    if status_fd is not None: a += ["--json-status-fd", str(status_fd)]
+    if seccomp_fd is not None:
+        a += ["--seccomp", str(seccomp_fd)]
+    if status_fd is not None:
+        a += ["--json-status-fd", str(status_fd)]
     binds = _binds(paths)
-    staged = {d: f"{stage}/v{i}" for i, d in enumerate(d for d in binds if not os.path.islink(d))} if stage and views else {}
-    # the fresh /proc, /dev and tmpfs /tmp first: a venv or interpreter under /tmp (a checkout there) is bound on top.
+    staged = (
+        {d: f"{stage}/v{i}" for i, d in enumerate(d for d in binds if not os.path.islink(d))}
+        if stage and views
+        else {}
+    )
+    # the fresh /proc, /dev and tmpfs /tmp first: a venv or
+    # interpreter under /tmp (a checkout there) is bound on top.
     # --perms and --size apply to the next option: each stands right before its own --tmpfs
-    a += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(2**20), "--tmpfs", "/dev/shm"]
-    a += ["--bind", f"{stage}/box", "/tmp"] if stage else ["--perms", "1777", "--size", str(int(disk_mb) * 2**20), "--tmpfs", "/tmp"]
+    a += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(2**20),
+        "--tmpfs",
+        "/dev/shm",
+    ]
+    a += (
+        ["--bind", f"{stage}/box", "/tmp"]
+        if stage
+        else ["--perms", "1777", "--size", str(int(disk_mb) * 2**20), "--tmpfs", "/tmp"]
+    )
     a += ["--perms", "0777", "--dir", WORKDIR]
     parents = {q for p in binds for q in _parents(p)} - {"/tmp", "/dev", "/proc"}
-    for d in sorted(parents, key=lambda q: (q.count("/"), q)): a += ["--perms", "0755", "--dir", d]   # traversable by nobody
-    for d in binds: a += ["--symlink", os.readlink(d), d] if os.path.islink(d) else ["--ro-bind", staged.get(d, d), d]
-    a += ["--file", str(program_fd), f"{WORKDIR}/program.py", "--remount-ro", "/", "--chdir", WORKDIR]
-    for k, v in _child_env(WORKDIR).items(): a += ["--setenv", k, v]
-    layers = ("bwrap", "pidns", "netns", "ipcns", "utsns", "mountns") + who + (
-        "no-capabilities", "ro-root", "ro-python-only", "tmpfs:/tmp") + (("tmp-file-limit",) if stage else ()) + (
-        "own-proc", "clearenv", "die-with-parent", "new-session") + (("seccomp",) if seccomp_fd is not None else ())
+    for d in sorted(parents, key=lambda q: (q.count("/"), q)):
+        a += ["--perms", "0755", "--dir", d]  # traversable by nobody
+    for d in binds:
+        a += (
+            ["--symlink", os.readlink(d), d]
+            if os.path.islink(d)
+            else ["--ro-bind", staged.get(d, d), d]
+        )
+    a += [
+        "--file",
+        str(program_fd),
+        f"{WORKDIR}/program.py",
+        "--remount-ro",
+        "/",
+        "--chdir",
+        WORKDIR,
+    ]
+    for k, v in _child_env(WORKDIR).items():
+        a += ["--setenv", k, v]
+    layers = (
+        ("bwrap", "pidns", "netns", "ipcns", "utsns", "mountns")
+        + who
+        + ("no-capabilities", "ro-root", "ro-python-only", "tmpfs:/tmp")
+        + (("tmp-file-limit",) if stage else ())
+        + ("own-proc", "clearenv", "die-with-parent", "new-session")
+        + (("seccomp",) if seccomp_fd is not None else ())
+    )
     return a + ["--", exe], layers
 
 # %% ../nbs/04d_sandbox.ipynb #d56a7c5a
-_RUNNER = r'''
+_RUNNER = r"""
 import os, sys, resource
 if NR_KEYCTL is not None:      # a new anonymous session keyring before anything else (the filter allows just this call)
     import ctypes
@@ -585,7 +961,7 @@ except MemoryError:
         traceback.print_exc()
         sys.stdout.flush()
     finally: os._exit(MEMORY_EXIT)
-'''
+"""
 
 # %% ../nbs/04d_sandbox.ipynb #89280578
 def _limits(memory_mb: int, cpu_seconds: int, fsize_mb: int, nproc: int | None) -> dict:
@@ -593,37 +969,61 @@ def _limits(memory_mb: int, cpu_seconds: int, fsize_mb: int, nproc: int | None) 
     counts the sandbox's own processes (its user namespace) or the host's uid nobody (root); unisolated it would count
     all of the caller's processes."""
     mem = int(memory_mb) * 2**20
-    lim = {"RLIMIT_AS": (mem, mem), "RLIMIT_CPU": (int(cpu_seconds), int(cpu_seconds) + 1),
-           "RLIMIT_FSIZE": (int(fsize_mb) * 2**20,) * 2, "RLIMIT_NOFILE": (64, 64), "RLIMIT_CORE": (0, 0)}
-    if nproc is not None: lim["RLIMIT_NPROC"] = (int(nproc), int(nproc))
+    lim = {
+        "RLIMIT_AS": (mem, mem),
+        "RLIMIT_CPU": (int(cpu_seconds), int(cpu_seconds) + 1),
+        "RLIMIT_FSIZE": (int(fsize_mb) * 2**20,) * 2,
+        "RLIMIT_NOFILE": (64, 64),
+        "RLIMIT_CORE": (0, 0),
+    }
+    if nproc is not None:
+        lim["RLIMIT_NPROC"] = (int(nproc), int(nproc))
     return lim
 
 # %% ../nbs/04d_sandbox.ipynb #9b2938e6
-def _collect(proc: subprocess.Popen, timeout: float, max_output: int) -> tuple[bytes, bytes, str | None]:
+def _collect(
+    proc: subprocess.Popen, timeout: float, max_output: int
+) -> tuple[bytes, bytes, str | None]:
     """Read the child's stdout and stderr in chunks until both close, the deadline passes (-> 'timeout'), stdout
     exceeds `max_output` bytes or stderr four times that (-> 'output'); then reap it (`_reap`). Memory stays bounded:
     stdout up to max_output + a chunk, stderr's tail."""
     sel = selectors.DefaultSelector()
-    for f in (proc.stdout, proc.stderr): os.set_blocking(f.fileno(), False); sel.register(f, selectors.EVENT_READ)
+    for f in (proc.stdout, proc.stderr):
+        os.set_blocking(f.fileno(), False)
+        sel.register(f, selectors.EVENT_READ)
     out, err, why, err_total = bytearray(), bytearray(), None, 0
     end = time.monotonic() + timeout
     try:
         while sel.get_map() and why is None:
             left = end - time.monotonic()
-            if left <= 0: why = "timeout"; break
+            if left <= 0:
+                why = "timeout"
+                break
             for key, _ in sel.select(min(left, 0.25)):
-                try: chunk = os.read(key.fd, 65536)
-                except BlockingIOError: continue
-                if not chunk: sel.unregister(key.fileobj); continue
+                try:
+                    chunk = os.read(key.fd, 65536)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
                 if key.fileobj is proc.stdout:
                     out += chunk
-                    if len(out) > max_output: why = "output"; break
+                    if len(out) > max_output:
+                        why = "output"
+                        break
                 else:
-                    err += chunk; err_total += len(chunk)
-                    if len(err) > 2 * max_output: del err[:len(err) - max_output]
-                    if err_total > 4 * max_output: why = "output"; break
-        if why is None and not _reap(proc, end): why = "timeout"
-    finally: sel.close()
+                    err += chunk
+                    err_total += len(chunk)
+                    if len(err) > 2 * max_output:
+                        del err[: len(err) - max_output]
+                    if err_total > 4 * max_output:
+                        why = "output"
+                        break
+        if why is None and not _reap(proc, end):
+            why = "timeout"
+    finally:
+        sel.close()
     return bytes(out), bytes(err[-max_output:]), why
 
 # %% ../nbs/04d_sandbox.ipynb #cfd1d754
@@ -632,21 +1032,35 @@ def _reap(proc, until: float) -> bool:
     `returncode` and its CPU seconds (`_cpu`: its own and its reaped descendants'; in `isolation='none'` the program's;
     bwrap exits without reaping its init, so there the cgroup counts). A process the launcher started is watched
     through its pidfd. The kit checks the CPU limit itself, not from an exit code a program can choose."""
-    if getattr(proc, "_done", False): return True
+    if getattr(proc, "_done", False):
+        return True
     while True:
         if isinstance(proc, _Launched):
-            if proc._pidfd is None or select.select([proc._pidfd], [], [], 0)[0]: proc._done = True; return True
+            if proc._pidfd is None or select.select([proc._pidfd], [], [], 0)[0]:
+                proc._done = True
+                return True
         else:
-            try: pid, st, ru = os.wait4(proc.pid, os.WNOHANG)
-            except ChildProcessError: proc._done = True; return True
+            try:
+                pid, st, ru = os.wait4(proc.pid, os.WNOHANG)
+            except ChildProcessError:
+                proc._done = True
+                return True
             if pid:
-                proc.returncode, proc._cpu, proc._done = os.waitstatus_to_exitcode(st), ru.ru_utime + ru.ru_stime, True
+                proc.returncode, proc._cpu, proc._done = (
+                    os.waitstatus_to_exitcode(st),
+                    ru.ru_utime + ru.ru_stime,
+                    True,
+                )
                 return True
         left = until - time.monotonic()
-        if left <= 0: return False
-        if getattr(proc, "_pidfd", None) is not None: select.select([proc._pidfd], [], [], left)
-        else: time.sleep(min(left, 0.005))
+        if left <= 0:
+            return False
+        if getattr(proc, "_pidfd", None) is not None:
+            select.select([proc._pidfd], [], [], left)
+        else:
+            time.sleep(min(left, 0.005))
 
+# %% ../nbs/04d_sandbox.ipynb #484b04d5
 def _kill_tree(proc, group_may_outlive: bool) -> None:
     """SIGKILL what we started: bwrap, whose PID namespace dies with it (its init has bwrap's parent-death signal),
     every descendant included (through the pidfd where the launcher started it), or the unisolated child and its
@@ -654,65 +1068,116 @@ def _kill_tree(proc, group_may_outlive: bool) -> None:
     be anyone's: then nothing is signalled."""
     if not getattr(proc, "_done", False) or group_may_outlive:
         try:
-            if isinstance(proc, _Launched): signal.pidfd_send_signal(proc._pidfd, signal.SIGKILL)
-            else: os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, TypeError, OSError): pass
+            if isinstance(proc, _Launched):
+                signal.pidfd_send_signal(proc._pidfd, signal.SIGKILL)
+            else:
+                os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, TypeError, OSError):
+            pass
     _reap(proc, time.monotonic() + 5)
-    for f in (proc.stdout, proc.stderr): f.close()
-    if getattr(proc, "_pidfd", None) is not None: os.close(proc._pidfd); proc._pidfd = None
+    for f in (proc.stdout, proc.stderr):
+        f.close()
+    if getattr(proc, "_pidfd", None) is not None:
+        os.close(proc._pidfd)
+        proc._pidfd = None
 
 # %% ../nbs/04d_sandbox.ipynb #38582b4c
-MEMORY_EXIT = 86           # the runner's exit code for a MemoryError the program did not catch (RLIMIT_AS)
+MEMORY_EXIT = 86  # the runner's exit code for a MemoryError the program did not catch (RLIMIT_AS)
+
 
 def _memfd(name: str, data: bytes) -> int:
     "A descriptor holding `data`, read from the start (a memfd; a deleted temporary file where there is none)."
-    fd = os.memfd_create(name) if hasattr(os, "memfd_create") else tempfile.TemporaryFile().detach().fileno()
-    while data: data = data[os.write(fd, data):]
+    fd = (
+        os.memfd_create(name)
+        if hasattr(os, "memfd_create")
+        else tempfile.TemporaryFile().detach().fileno()
+    )
+    while data:
+        data = data[os.write(fd, data) :]
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
 
+# %% ../nbs/04d_sandbox.ipynb #1b5ea98e
 def _read_all(fd: int) -> bytes:
     "What is left in a pipe whose writers are gone (or would block)."
     os.set_blocking(fd, False)
     buf = b""
     while True:
-        try: chunk = os.read(fd, 65536)
-        except BlockingIOError: return buf
-        if not chunk: return buf
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return buf
+        if not chunk:
+            return buf
         buf += chunk
 
+# %% ../nbs/04d_sandbox.ipynb #36753810
 def _bwrap_status(raw: bytes) -> int | None:
     "The program's exit code from bwrap's --json-status-fd (one JSON object a line; 128 + n for signal n), or None."
     code = None
     for line in raw.decode("utf-8", "replace").splitlines():
-        try: d = json.loads(line)
-        except ValueError: continue
-        if isinstance(d, dict) and isinstance(d.get("exit-code"), int): code = d["exit-code"]
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(d, dict) and isinstance(d.get("exit-code"), int):
+            code = d["exit-code"]
     return code
 
 # %% ../nbs/04d_sandbox.ipynb #1b2ebe22
-def _bwrap_command(bwrap, program: bytes, fds: list, ref, disk_mb: int, max_files: int, drop: bool, variant: str,
-                   syscall_filter: bool):
+def _bwrap_command(
+    bwrap,
+    program: bytes,
+    fds: list,
+    ref,
+    disk_mb: int,
+    max_files: int,
+    drop: bool,
+    variant: str,
+    syscall_filter: bool,
+):
     """bwrap's command line for one run; appends the program's and the filter's memfds and bwrap's status pipe to `fds`.
     Returns (argv, layers, the status pipe's read end, the stage folder or None, the launcher's stage spec or None)."""
     exe, paths = python_view()
     fds.append(_memfd("program.py", program))
     bpf = seccomp_program()[0] if syscall_filter else None
-    if syscall_filter and bpf is None: raise SandboxUnavailable(f"no syscall filter: {seccomp_program()[1]}")
-    if bpf is not None: fds.append(_memfd("seccomp", bpf))
-    status_r, status_w = os.pipe(); fds.append(status_w)
+    if syscall_filter and bpf is None:
+        raise SandboxUnavailable(f"no syscall filter: {seccomp_program()[1]}")
+    if bpf is not None:
+        fds.append(_memfd("seccomp", bpf))
+    status_r, status_w = os.pipe()
+    fds.append(status_w)
     stage = staged = None
     try:
-        if variant in ("drop", "staged"):          # root: bwrap as nobody from a private view; a user: /tmp only
+        if variant in (
+            "drop",
+            "staged",
+        ):  # root: bwrap as nobody from a private view; a user: /tmp only
             stage = tempfile.mkdtemp(prefix="mad-sandbox-stage-")
             os.chmod(stage, 0o755)
-            staged = [stage, [d for d in _binds(paths) if not os.path.islink(d)] if variant == "drop" else [],
-                      int(disk_mb) * 2**20, int(max_files), None if variant == "drop" else [os.getuid(), os.getgid()]]
-        argv, os_layers = bwrap_argv(bwrap, exe, paths, ref(1), disk_mb, drop, ref(2) if bpf is not None else None,
-                                     ref(len(fds) - 1), stage, views=variant == "drop")
+            staged = [
+                stage,
+                [d for d in _binds(paths) if not os.path.islink(d)] if variant == "drop" else [],
+                int(disk_mb) * 2**20,
+                int(max_files),
+                None if variant == "drop" else [os.getuid(), os.getgid()],
+            ]
+        argv, os_layers = bwrap_argv(
+            bwrap,
+            exe,
+            paths,
+            ref(1),
+            disk_mb,
+            drop,
+            ref(2) if bpf is not None else None,
+            ref(len(fds) - 1),
+            stage,
+            views=variant == "drop",
+        )
     except BaseException:
         os.close(status_r)
-        if stage is not None: os.rmdir(stage)
+        if stage is not None:
+            os.rmdir(stage)
         raise
     return argv, os_layers, status_r, stage, staged
 
@@ -720,20 +1185,52 @@ def _bwrap_command(bwrap, program: bytes, fds: list, ref, disk_mb: int, max_file
 def _start(argv, env, cwd, fds, cg, staged, drop_view: bool, launched: bool):
     "Start the sandboxed process: through the launcher (work between fork and exec), else `subprocess` (vfork)."
     if launched:
-        out_r, out_w = os.pipe(); err_r, err_w = os.pipe()
-        try: pid = _launch(argv, env, cwd, out_w, err_w, fds, cg.fds if cg else [], staged, drop_view)
-        except BaseException: os.close(out_r); os.close(err_r); raise
-        finally: os.close(out_w); os.close(err_w)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            pid = _launch(
+                argv, env, cwd, out_w, err_w, fds, cg.fds if cg else [], staged, drop_view
+            )
+        except BaseException:
+            os.close(out_r)
+            os.close(err_r)
+            raise
+        finally:
+            os.close(out_w)
+            os.close(err_w)
         return _Launched(pid, open(out_r, "rb", buffering=0), open(err_r, "rb", buffering=0))
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, close_fds=True, pass_fds=tuple(fds), start_new_session=True)
-    try: proc._pidfd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError): proc._pidfd = None
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        close_fds=True,
+        pass_fds=tuple(fds),
+        start_new_session=True,
+    )
+    try:
+        proc._pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        proc._pidfd = None
     return proc
 
 # %% ../nbs/04d_sandbox.ipynb #412f44b2
-def _result(proc, out: bytes, err: bytes, why, mark_r, status_r, cg, t0: float, cpu_limit, mode: str, layers,
-            max_output: int) -> SandboxResult:
+def _result(
+    proc,
+    out: bytes,
+    err: bytes,
+    why,
+    mark_r,
+    status_r,
+    cg,
+    t0: float,
+    cpu_limit,
+    mode: str,
+    layers,
+    max_output: int,
+) -> SandboxResult:
     "The kit's status of a finished run (never from the program's text) and its cleaned and escaped output."
     started = _read_all(mark_r) == b"1"
     rc = proc.returncode
@@ -742,126 +1239,274 @@ def _result(proc, out: bytes, err: bytes, why, mark_r, status_r, cg, t0: float, 
         rc = code_ if code_ is not None else rc
     oom = cg is not None and cg.oom()
     cpu = getattr(proc, "_cpu", None)
-    if mode == "bwrap":         # bwrap does not reap its init: the cgroup's count, else a bound from the wall clock
+    if (
+        mode == "bwrap"
+    ):  # bwrap does not reap its init: the cgroup's count, else a bound from the wall clock
         cpu = cg.cpu_seconds() if cg is not None else None
-        if cpu is None: cpu = (time.monotonic() - t0) * (os.cpu_count() or 1)
+        if cpu is None:
+            cpu = (time.monotonic() - t0) * (os.cpu_count() or 1)
     status = _status(why, started, rc, oom, cpu, cpu_limit, mode)
     o, e = out.decode("utf-8", "replace")[:max_output], err.decode("utf-8", "replace")[-max_output:]
-    return SandboxResult(status, clean_text(o), clean_text(e), rc, time.monotonic() - t0, layers, mode,
-                         escape_text(o), escape_text(e))
+    return SandboxResult(
+        status,
+        clean_text(o),
+        clean_text(e),
+        rc,
+        time.monotonic() - t0,
+        layers,
+        mode,
+        escape_text(o),
+        escape_text(e),
+    )
 
 # %% ../nbs/04d_sandbox.ipynb #beb228aa
-def _execute(code: str, mode: str, timeout: float, limits: dict, preload: tuple[str, ...], guard: bool,
-             max_output: int, disk_mb: int, bwrap: str | None = None, variant: str = "userns",
-             syscall_filter: bool = True, max_files: int = 4096) -> SandboxResult:
+def _execute(
+    code: str,
+    mode: str,
+    timeout: float,
+    limits: dict,
+    preload: tuple[str, ...],
+    guard: bool,
+    max_output: int,
+    disk_mb: int,
+    bwrap: str | None = None,
+    variant: str = "userns",
+    syscall_filter: bool = True,
+    max_files: int = 4096,
+) -> SandboxResult:
     """Run `code` once in `mode` ('bwrap' or 'none'; `variant` of bwrap: 'staged' = as this user, with /tmp's tmpfs
     made in a user namespace of its own first, 'userns' = as this user without, 'drop' = as root, bwrap started as
     uid nobody from a private view, 'root' = the privileged fallback): start, bounded reading, kill of the tree, status. Where work is needed between fork and exec (a cgroup to join, the view, the change of user) the
     launcher starts bwrap; otherwise `subprocess` does (vfork: no copy of this process's memory map)."""
-    layers = ("rlimits",) + (("nproc",) if "RLIMIT_NPROC" in limits else ()) + ("timeout", "bounded-output") + (
-        ("audit-hook",) if guard else ()) + (("own-keyring",) if _NR_KEYCTL else ())
+    layers = (
+        ("rlimits",)
+        + (("nproc",) if "RLIMIT_NPROC" in limits else ())
+        + ("timeout", "bounded-output")
+        + (("audit-hook",) if guard else ())
+        + (("own-keyring",) if _NR_KEYCTL else ())
+    )
     t0 = time.monotonic()
-    try: program = code.encode("utf-8")
-    except UnicodeEncodeError as e:                 # lone surrogates: a status, never an exception (issue 36)
-        msg = f"the program's text cannot be encoded as UTF-8: {e}"
-        return SandboxResult("error", "", clean_text(msg), None, 0.0, layers, mode, "", escape_text(msg))
-    drop, cpu_limit = mode == "bwrap" and variant == "root", limits["RLIMIT_CPU"][0]
-    fds, cg, stage, staged, work, mark_r, status_r, proc = [], None, None, None, None, None, None, None
     try:
-        mark_r, mark_w = os.pipe(); fds.append(mark_w)   # the runner writes here before the program runs
+        program = code.encode("utf-8")
+    except UnicodeEncodeError as e:  # lone surrogates: a status, never an exception (issue 36)
+        msg = f"the program's text cannot be encoded as UTF-8: {e}"
+        return SandboxResult(
+            "error", "", clean_text(msg), None, 0.0, layers, mode, "", escape_text(msg)
+        )
+    drop, cpu_limit = mode == "bwrap" and variant == "root", limits["RLIMIT_CPU"][0]
+    fds, cg, stage, staged, work, mark_r, status_r, proc = (
+        [],
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
+    try:
+        mark_r, mark_w = os.pipe()
+        fds.append(mark_w)  # the runner writes here before the program runs
         if _cgroup_home() is not None and mode == "bwrap":
-            cg = SandboxCgroup((limits["RLIMIT_AS"][0] + (int(disk_mb) + 16) * 2**20), limits.get("RLIMIT_NPROC", (64,))[0] + 3)
+            cg = SandboxCgroup(
+                (limits["RLIMIT_AS"][0] + (int(disk_mb) + 16) * 2**20),
+                limits.get("RLIMIT_NPROC", (64,))[0] + 3,
+            )
             layers += ("cgroup-memory", "cgroup-pids")
-        if drop and cg is not None and "RLIMIT_NPROC" in limits:   # the fallback: the cgroup's pids.max is the
-            limits = {k: v for k, v in limits.items() if k != "RLIMIT_NPROC"}   # sandbox's own, host nobody's count is not
+        if (
+            drop and cg is not None and "RLIMIT_NPROC" in limits
+        ):  # the fallback: the cgroup's pids.max is the
+            limits = {
+                k: v for k, v in limits.items() if k != "RLIMIT_NPROC"
+            }  # sandbox's own, host nobody's count is not
         launched = mode == "bwrap" and (cg is not None or variant in ("drop", "staged"))
-        ref = (lambda i: f"@FD{i}@") if launched else (lambda i: str(fds[i]))   # descriptor numbers in the command line
+        ref = (
+            (lambda i: f"@FD{i}@") if launched else (lambda i: str(fds[i]))
+        )  # descriptor numbers in the command line
         if mode == "bwrap":
-            argv, os_layers, status_r, stage, staged = _bwrap_command(bwrap, program, fds, ref, disk_mb, max_files,
-                                                                      drop, variant, syscall_filter)
+            argv, os_layers, status_r, stage, staged = _bwrap_command(
+                bwrap, program, fds, ref, disk_mb, max_files, drop, variant, syscall_filter
+            )
             layers, cwd, env = os_layers + layers, "/", {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         else:
             work = tempfile.mkdtemp(prefix="mad-pot-")
-            with open(os.path.join(work, "program.py"), "wb") as f: f.write(program)
+            with open(os.path.join(work, "program.py"), "wb") as f:
+                f.write(program)
             argv, cwd, env = [sys.executable], work, _child_env(work)
-        head = (f"PRELOAD = {tuple(preload)!r}\nGUARD = {bool(guard)!r}\nLIMITS = {limits!r}\nDROP = {NOBODY if drop else None}\n"
-                f"SITE = {site_folders()!r}\nSTARTED = {ref(0)}\nMEMORY_EXIT = {MEMORY_EXIT}\nNR_KEYCTL = {_NR_KEYCTL}\n")
+        head = (
+            f"PRELOAD = {tuple(preload)!r}\nGUARD = {bool(guard)!r}\nLIMITS = {limits!r}\nDROP = {NOBODY if drop else None}\n"
+            f"SITE = {site_folders()!r}\nSTARTED = {ref(0)}\nMEMORY_EXIT = {MEMORY_EXIT}\nNR_KEYCTL = {_NR_KEYCTL}\n"
+        )
         argv = argv + ["-I", "-S", "-c", head + _RUNNER]
-        try: proc = _start(argv, env, cwd, fds, cg, staged, variant == "drop", launched)
-        except (OSError, subprocess.SubprocessError) as e:     # the program never ran
+        try:
+            proc = _start(argv, env, cwd, fds, cg, staged, variant == "drop", launched)
+        except (OSError, subprocess.SubprocessError) as e:  # the program never ran
             msg = f"the sandbox could not start: {type(e).__name__}: {e}"
-            return SandboxResult("setup", "", msg, None, time.monotonic() - t0, layers, mode, "", escape_text(msg))
-        for fd in fds: os.close(fd)
+            return SandboxResult(
+                "setup", "", msg, None, time.monotonic() - t0, layers, mode, "", escape_text(msg)
+            )
+        for fd in fds:
+            os.close(fd)
         fds = []
-        try: out, err, why = _collect(proc, timeout, max_output)
-        finally: _kill_tree(proc, group_may_outlive=mode == "none")
-        return _result(proc, out, err, why, mark_r, status_r, cg, t0, cpu_limit, mode, layers, max_output)
+        try:
+            out, err, why = _collect(proc, timeout, max_output)
+        finally:
+            _kill_tree(proc, group_may_outlive=mode == "none")
+        return _result(
+            proc, out, err, why, mark_r, status_r, cg, t0, cpu_limit, mode, layers, max_output
+        )
     finally:
-        for fd in fds: os.close(fd)
+        for fd in fds:
+            os.close(fd)
         for fd in (mark_r, status_r):
-            if fd is not None: os.close(fd)
-        if cg is not None: cg.close()
-        if stage is not None: os.rmdir(stage)
-        if work: shutil.rmtree(work, ignore_errors=True)
+            if fd is not None:
+                os.close(fd)
+        if cg is not None:
+            cg.close()
+        if stage is not None:
+            os.rmdir(stage)
+        if work:
+            shutil.rmtree(work, ignore_errors=True)
 
 # %% ../nbs/04d_sandbox.ipynb #148ea4d3
-def _status(why: str | None, started: bool, rc: int | None, oom: bool, cpu: float | None, cpu_limit: float,
-            mode: str) -> str:
+def _status(
+    why: str | None,
+    started: bool,
+    rc: int | None,
+    oom: bool,
+    cpu: float | None,
+    cpu_limit: float,
+    mode: str,
+) -> str:
     """The status, from what the kit saw, never from the program's text (issue 36): its own reader and clock (`why`:
     'output', 'timeout'), whether the runner started (a byte on a pipe, written before the program runs: else
     'setup'), the cgroup's OOM kills ('memory'), the exit code (bwrap's --json-status-fd: 128 + n for signal n) with
     the CPU time used (`cpu`: the cgroup's count or `wait4`'s; without either, the wall clock times the CPUs: an upper
     bound) -- a CPU-limit signal once the limit was used is 'timeout' -- and the runner's exit code
     for an uncaught MemoryError ('memory': a program can claim that one only about itself)."""
-    if why: return why
-    if not started: return "setup"
-    if oom: return "memory"
-    sig = None if rc is None else -rc if rc < 0 else rc - 128 if mode == "bwrap" and rc > 128 else None
-    if sig in (signal.SIGXCPU, signal.SIGKILL) and cpu is not None and cpu >= 0.9 * cpu_limit - 0.05: return "timeout"
-    if rc == 0: return "ok"
-    if rc == MEMORY_EXIT: return "memory"
+    if why:
+        return why
+    if not started:
+        return "setup"
+    if oom:
+        return "memory"
+    sig = (
+        None
+        if rc is None
+        else -rc
+        if rc < 0
+        else rc - 128
+        if mode == "bwrap" and rc > 128
+        else None
+    )
+    if (
+        sig in (signal.SIGXCPU, signal.SIGKILL)
+        and cpu is not None
+        and cpu >= 0.9 * cpu_limit - 0.05
+    ):
+        return "timeout"
+    if rc == 0:
+        return "ok"
+    if rc == MEMORY_EXIT:
+        return "memory"
     return "error"
 
 # %% ../nbs/04d_sandbox.ipynb #1d624f9f
 @functools.lru_cache(maxsize=8)
-def _probe(bwrap: str | None, view: tuple, euid: int, syscall_filter: bool) -> tuple[bool, str, str]:
+def _probe(
+    bwrap: str | None, view: tuple, euid: int, syscall_filter: bool
+) -> tuple[bool, str, str]:
     """(works, why, variant): as root bwrap started as uid nobody ('drop'), else the privileged fallback ('root');
     as a user with /tmp's file-count limit ('staged'), else without ('userns')."""
-    if not sys.platform.startswith("linux"): return False, f"no Linux namespaces on {sys.platform}", ""
-    if bwrap is None: return False, "bubblewrap (bwrap) is not installed", ""
-    if syscall_filter and seccomp_program()[0] is None: return False, f"no syscall filter: {seccomp_program()[1]}", ""
+    if not sys.platform.startswith("linux"):
+        return False, f"no Linux namespaces on {sys.platform}", ""
+    if bwrap is None:
+        return False, "bubblewrap (bwrap) is not installed", ""
+    if syscall_filter and seccomp_program()[0] is None:
+        return False, f"no syscall filter: {seccomp_program()[1]}", ""
     errors = []
-    for variant in (("drop", "root") if euid == 0 else ("staged", "userns")):
-        r = _execute("print(6 * 7)", "bwrap", 30.0, _limits(1024, 30, 1, 64), (), False, 1000, 8, bwrap, variant, syscall_filter)
-        if r.ok and r.stdout.strip() == "42": return True, f"{bwrap} works ({variant})", variant
+    for variant in ("drop", "root") if euid == 0 else ("staged", "userns"):
+        r = _execute(
+            "print(6 * 7)",
+            "bwrap",
+            30.0,
+            _limits(1024, 30, 1, 64),
+            (),
+            False,
+            1000,
+            8,
+            bwrap,
+            variant,
+            syscall_filter,
+        )
+        if r.ok and r.stdout.strip() == "42":
+            return True, f"{bwrap} works ({variant})", variant
         errors.append(f"{variant}: {r.error}")
-    return False, (f"{bwrap} cannot start a sandbox here ({'; '.join(errors)}): user namespaces may be off (a container, "
-                   "or kernel.unprivileged_userns_clone=0)"), ""
+    return (
+        False,
+        (
+            f"{bwrap} cannot start a sandbox here ({'; '.join(errors)}): user namespaces may be off (a container, "
+            "or kernel.unprivileged_userns_clone=0)"
+        ),
+        "",
+    )
 
+# %% ../nbs/04d_sandbox.ipynb #984b4641
 def sandbox_check(syscall_filter: bool = True) -> tuple[bool, str]:
     "Whether bubblewrap (with the syscall filter unless `syscall_filter=False`) can isolate this interpreter here, and why not."
-    if syscall_filter and seccomp_program()[0] is None: return False, f"no syscall filter: {seccomp_program()[1]}"
-    return _probe(find_bwrap(), python_view(), os.geteuid() if hasattr(os, "geteuid") else -1, bool(syscall_filter))[:2]
+    if syscall_filter and seccomp_program()[0] is None:
+        return False, f"no syscall filter: {seccomp_program()[1]}"
+    return _probe(
+        find_bwrap(),
+        python_view(),
+        os.geteuid() if hasattr(os, "geteuid") else -1,
+        bool(syscall_filter),
+    )[:2]
 
+# %% ../nbs/04d_sandbox.ipynb #c48dea38
 def _variant(syscall_filter: bool = True) -> str:
-    return _probe(find_bwrap(), python_view(), os.geteuid() if hasattr(os, "geteuid") else -1, bool(syscall_filter))[2]
+    return _probe(
+        find_bwrap(),
+        python_view(),
+        os.geteuid() if hasattr(os, "geteuid") else -1,
+        bool(syscall_filter),
+    )[2]
 
+# %% ../nbs/04d_sandbox.ipynb #d84e4e75
 def os_isolation_available() -> bool:
     "Whether `run_program` gets OS isolation (bubblewrap with its syscall filter) on this machine."
     return sandbox_check()[0]
 
+# %% ../nbs/04d_sandbox.ipynb #93d25456
 def sandbox_provenance() -> dict:
     "What a run's provenance records about the program-of-thought sandbox on this machine."
     ok, why = sandbox_check()
     home = _cgroup_home()
-    return {"sandbox": "bwrap" if ok else "unavailable", "sandbox_detail": why, "sandbox_filter": seccomp_program()[1],
-            "sandbox_cgroup": home[0] if home else "none"}
+    return {
+        "sandbox": "bwrap" if ok else "unavailable",
+        "sandbox_detail": why,
+        "sandbox_filter": seccomp_program()[1],
+        "sandbox_cgroup": home[0] if home else "none",
+    }
 
 # %% ../nbs/04d_sandbox.ipynb #68abc77a
-def run_program(code: str, timeout: float = 10.0, memory_mb: int = 1024, cpu_seconds: int | None = None,
-                nproc: int = 32, fsize_mb: int = 16, max_output: int = 20_000, preload: tuple[str, ...] = (),
-                isolate: bool | None = None, guard: bool = True, *, isolation: str = "auto", disk_mb: int = 64,
-                max_files: int = 4096, syscall_filter: bool = True) -> SandboxResult:
+def run_program(
+    code: str,
+    timeout: float = 10.0,
+    memory_mb: int = 1024,
+    cpu_seconds: int | None = None,
+    nproc: int = 32,
+    fsize_mb: int = 16,
+    max_output: int = 20_000,
+    preload: tuple[str, ...] = (),
+    isolate: bool | None = None,
+    guard: bool = True,
+    *,
+    isolation: str = "auto",
+    disk_mb: int = 64,
+    max_files: int = 4096,
+    syscall_filter: bool = True,
+) -> SandboxResult:
     """Run the Python program `code` in a sandbox (Program of Thoughts, Chen et al., TMLR 2023: the program's printed
     output is its result; the PoT role of DMAD, Liu et al. 2025, Meta-Debate's baseline, Sec. 4.1). `isolation`: 'auto' /
     'bwrap' = OS isolation by bubblewrap with a seccomp filter, refused (SandboxUnavailable) where there is none; 'none'
@@ -870,19 +1515,51 @@ def run_program(code: str, timeout: float = 10.0, memory_mb: int = 1024, cpu_sec
     missing). `guard`: the audit-hook layer (reports early; the tests switch it off to show the OS layers hold alone).
     `memory_mb`: per process (RLIMIT_AS); where a cgroup can be made, the whole sandbox's memory is also bounded by
     memory_mb + disk_mb + 16 MiB. `max_files`: files in /tmp (where the kit can mount it: root)."""
-    if isolation not in ISOLATION_MODES: raise ConfigError("unknown sandbox isolation", key="isolation", value=isolation, choices=ISOLATION_MODES)
-    if isolate is not None and isolation == "auto": isolation = "bwrap" if isolate else "none"
-    for k, v in (("timeout", timeout), ("memory_mb", memory_mb), ("nproc", nproc), ("fsize_mb", fsize_mb),
-                 ("max_output", max_output), ("disk_mb", disk_mb), ("max_files", max_files)):
-        if not v or v <= 0: raise ConfigError("must be > 0", key=k, value=v)
+    if isolation not in ISOLATION_MODES:
+        raise ConfigError(
+            "unknown sandbox isolation", key="isolation", value=isolation, choices=ISOLATION_MODES
+        )
+    if isolate is not None and isolation == "auto":
+        isolation = "bwrap" if isolate else "none"
+    for k, v in (
+        ("timeout", timeout),
+        ("memory_mb", memory_mb),
+        ("nproc", nproc),
+        ("fsize_mb", fsize_mb),
+        ("max_output", max_output),
+        ("disk_mb", disk_mb),
+        ("max_files", max_files),
+    ):
+        if not v or v <= 0:
+            raise ConfigError("must be > 0", key=k, value=v)
     mode = "none" if isolation == "none" else "bwrap"
     if mode == "bwrap":
         ok, why = sandbox_check(syscall_filter)
-        if not ok: raise SandboxUnavailable(
-            f"no OS sandbox for model-written code: {why}. Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; "
-            "conda: conda install -c conda-forge bubblewrap) and libseccomp (libseccomp2, with pip's pyseccomp), opt out "
-            "of the syscall filter with syscall_filter=False, or opt in to running it unconfined with isolation='none'",
-            key="isolation", value=isolation)
-    limits = _limits(memory_mb, cpu_seconds or max(1, round(timeout)), fsize_mb, nproc if mode == "bwrap" else None)
-    return _execute(code, mode, timeout, limits, tuple(preload), guard, max_output, disk_mb, find_bwrap(),
-                    _variant(syscall_filter) if mode == "bwrap" else "", syscall_filter, max_files)
+        if not ok:
+            raise SandboxUnavailable(
+                f"no OS sandbox for model-written code: {why}. Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; "
+                "conda: conda install -c conda-forge bubblewrap) and libseccomp (libseccomp2, with pip's pyseccomp), opt out "
+                "of the syscall filter with syscall_filter=False, or opt in to running it unconfined with isolation='none'",
+                key="isolation",
+                value=isolation,
+            )
+    limits = _limits(
+        memory_mb,
+        cpu_seconds or max(1, round(timeout)),
+        fsize_mb,
+        nproc if mode == "bwrap" else None,
+    )
+    return _execute(
+        code,
+        mode,
+        timeout,
+        limits,
+        tuple(preload),
+        guard,
+        max_output,
+        disk_mb,
+        find_bwrap(),
+        _variant(syscall_filter) if mode == "bwrap" else "",
+        syscall_filter,
+        max_files,
+    )

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import http.server
 import json
 import logging
@@ -26,7 +25,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 from fastcore.basics import patch
 
-from .core import ConfigError, clip_line, GenRequest, Generation, image_path, load_image, signals_from_logprobs
+from mad_study.core import (
+    ConfigError,
+    clip_line,
+    GenRequest,
+    Generation,
+    image_path,
+    load_image,
+    signals_from_logprobs,
+)
 from .interface import BaseBackend
 from .registry import ModelSpec, spec_for, get_model, weight_memory_gb
 
@@ -44,113 +51,206 @@ def logprob_signals(logprobs: Mapping | None) -> tuple[dict, str]:
     they come from. Sum/min/mean log-prob and perplexity as `signals_from_logprobs`; token entropy (UMAD Fig. 1) is the
     truncated top-k entropy $-\\sum_{i\\le k} p_i \\log p_i$ averaged over tokens (a lower bound of the full entropy)."""
     content = (logprobs or {}).get("content") if isinstance(logprobs, Mapping) else None
-    if not content: return {}, "missing: the server returned no logprobs"
+    if not content:
+        return {}, "missing: the server returned no logprobs"
     lps = [float(t["logprob"]) for t in content if t.get("logprob") is not None]
-    if len(lps) != len(content): return {}, "missing: some tokens came without a logprob"
+    if len(lps) != len(content):
+        return {}, "missing: some tokens came without a logprob"
     tops = [t.get("top_logprobs") or [] for t in content]
     if all(tops):
-        ents = [-sum(math.exp(float(a["logprob"])) * float(a["logprob"]) for a in top if math.isfinite(float(a["logprob"])))
-                for top in tops]
+        ents = [
+            -sum(
+                math.exp(float(a["logprob"])) * float(a["logprob"])
+                for a in top
+                if math.isfinite(float(a["logprob"]))
+            )
+            for top in tops
+        ]
         k = max(len(t) for t in tops)
-        return signals_from_logprobs(lps, ents), f"server logprobs; token_entropy from top-{k} log-probs (a lower bound)"
+        return signals_from_logprobs(
+            lps, ents
+        ), f"server logprobs; token_entropy from top-{k} log-probs (a lower bound)"
     return signals_from_logprobs(lps), "server logprobs; token_entropy missing: no top_logprobs"
 
 # %% ../nbs/03c_serving.ipynb #745aa022
 SERVER_KINDS = ("vllm", "sglang", "llama.cpp", "transformers", "openai")
 
+
 def _local_generation_ids(served_model: str) -> dict:
     "End/begin/pad token ids from a local checkpoint's generation_config.json (empty when not a local folder)."
     p = Path(str(served_model)) / "generation_config.json"
-    if not p.is_file(): return {}
+    if not p.is_file():
+        return {}
     d = json.loads(p.read_text())
-    return {k: d[k] for k in ("eos_token_id", "pad_token_id", "bos_token_id") if d.get(k) is not None}
+    return {
+        k: d[k] for k in ("eos_token_id", "pad_token_id", "bos_token_id") if d.get(k) is not None
+    }
 
+# %% ../nbs/03c_serving.ipynb #fd7a3b04
 def image_data_url(h: str) -> str:
     "A stored image (content hash `h`) as a `data:image/png;base64,...` URL."
     import base64
-    load_image(h)                                      # a missing image raises the store's error, naming the hash
+
+    load_image(h)  # a missing image raises the store's error, naming the hash
     return "data:image/png;base64," + base64.b64encode(image_path(h).read_bytes()).decode("ascii")
 
+# %% ../nbs/03c_serving.ipynb #bda72577
 def openai_messages(messages: Sequence[Mapping]) -> list[dict]:
     "Kit messages as OpenAI chat messages: `images` become `image_url` parts before the text part."
     out = []
     for m in messages:
         imgs = list(m.get("images") or ())
-        if not imgs: out.append({"role": m["role"], "content": m["content"]}); continue
+        if not imgs:
+            out.append({"role": m["role"], "content": m["content"]})
+            continue
         parts = [{"type": "image_url", "image_url": {"url": image_data_url(h)}} for h in imgs]
-        out.append({"role": m["role"], "content": parts + [{"type": "text", "text": str(m["content"])}]})
+        out.append(
+            {"role": m["role"], "content": parts + [{"type": "text", "text": str(m["content"])}]}
+        )
     return out
 
 # %% ../nbs/03c_serving.ipynb #bfe37b85
-def request_body(r: GenRequest, served_model: str, server: str = "vllm", top_k: int | None = None,
-                 top_logprobs: int | None = 5, chat_template_kwargs: Mapping | None = None) -> dict:
+def request_body(
+    r: GenRequest,
+    served_model: str,
+    server: str = "vllm",
+    top_k: int | None = None,
+    top_logprobs: int | None = 5,
+    chat_template_kwargs: Mapping | None = None,
+) -> dict:
     "A chat-completions body for `r` (temperature, top-p, top-k, max tokens, seed; logprobs when `top_logprobs` is not None)."
-    if server not in SERVER_KINDS: raise ConfigError("unknown server kind", key="server", value=server, choices=SERVER_KINDS)
-    b = {"model": served_model, "messages": openai_messages(r.messages), "max_tokens": int(r.max_new_tokens),
-         "temperature": float(r.temperature), "top_p": float(r.top_p)}
-    if r.temperature > 0: b["seed"] = int(r.seed) % (2 ** 31)
-    if chat_template_kwargs: b["chat_template_kwargs"] = dict(chat_template_kwargs)
+    if server not in SERVER_KINDS:
+        raise ConfigError("unknown server kind", key="server", value=server, choices=SERVER_KINDS)
+    b = {
+        "model": served_model,
+        "messages": openai_messages(r.messages),
+        "max_tokens": int(r.max_new_tokens),
+        "temperature": float(r.temperature),
+        "top_p": float(r.top_p),
+    }
+    if r.temperature > 0:
+        b["seed"] = int(r.seed) % (2**31)
+    if chat_template_kwargs:
+        b["chat_template_kwargs"] = dict(chat_template_kwargs)
     if server == "transformers":
         if r.temperature > 0:
-            gc = dict(do_sample=True, temperature=float(r.temperature), top_p=float(r.top_p), top_k=int(top_k or 0),
-                      max_new_tokens=int(r.max_new_tokens), **_local_generation_ids(served_model))
+            gc = dict(
+                do_sample=True,
+                temperature=float(r.temperature),
+                top_p=float(r.top_p),
+                top_k=int(top_k or 0),
+                max_new_tokens=int(r.max_new_tokens),
+                **_local_generation_ids(served_model),
+            )
             b["generation_config"] = json.dumps(gc)
         return b
-    if top_k: b["top_k"] = int(top_k)
-    if top_logprobs is not None: b.update(logprobs=True, top_logprobs=int(top_logprobs))
+    if top_k:
+        b["top_k"] = int(top_k)
+    if top_logprobs is not None:
+        b.update(logprobs=True, top_logprobs=int(top_logprobs))
     return b
 
 # %% ../nbs/03c_serving.ipynb #484b013e
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
+
 class ServingError(ConfigError):
     "A server cannot be used: unreachable, refuses the model name or the key, or answers something that is not a chat completion."
 
+# %% ../nbs/03c_serving.ipynb #1a62fbac
 def _as_urls(base_url) -> list[str]:
     urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
-    if not urls or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
-        raise ConfigError("must be an http(s) URL or a list of them (e.g. http://127.0.0.1:8000/v1)", key="base_url", value=base_url)
+    if not urls or not all(
+        isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls
+    ):
+        raise ConfigError(
+            "must be an http(s) URL or a list of them (e.g. http://127.0.0.1:8000/v1)",
+            key="base_url",
+            value=base_url,
+        )
     return [u.rstrip("/") for u in urls]
 
+# %% ../nbs/03c_serving.ipynb #fe1d46df
 def _served_id(served_model: str) -> str:
     "The served model name as it enters the identity: a local path by its folder name (no machine path)."
     return Path(served_model).name if os.path.isabs(served_model) else served_model
 
+# %% ../nbs/03c_serving.ipynb #4fd10b24
 def _default_served_model(spec: ModelSpec) -> str:
     "What a server calls the model by default: the hub id (vLLM, SGLang), the local checkpoint for the kit's own models."
     if spec.kind == "embedded":
         from mad_study.checkpoints import embedded_checkpoint
+
         return str(embedded_checkpoint())
     if spec.kind == "tiny-random":
         from mad_study.checkpoints import tiny_random_checkpoint
+
         return str(tiny_random_checkpoint())
     return spec.hub_id or spec.name
 
 # %% ../nbs/03c_serving.ipynb #de0bc6d1
 class OpenAIBackend(BaseBackend):
     "A model behind OpenAI-compatible servers (vLLM, SGLang, llama.cpp, `transformers serve`): concurrent, retried, failures recorded."
-    def __init__(self, model: str | ModelSpec, base_url: str | Sequence[str], served_model: str | None = None,
-                 api_key_env: str | None = None, server: str = "vllm", concurrency: int = 16, timeout: float = 600.0,
-                 max_retries: int = 3, backoff: float = 0.5, backoff_max: float = 8.0, top_k: int | None = None,
-                 top_logprobs: int | None = 5, served_quant: str | None = None, chat_template_kwargs: Mapping | None = None,
-                 failure_log: str | os.PathLike | None = None):
+
+    def __init__(
+        self,
+        model: str | ModelSpec,
+        base_url: str | Sequence[str],
+        served_model: str | None = None,
+        api_key_env: str | None = None,
+        server: str = "vllm",
+        concurrency: int = 16,
+        timeout: float = 600.0,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        backoff_max: float = 8.0,
+        top_k: int | None = None,
+        top_logprobs: int | None = 5,
+        served_quant: str | None = None,
+        chat_template_kwargs: Mapping | None = None,
+        failure_log: str | os.PathLike | None = None,
+    ):
         self.spec = spec_for(model)
-        if self.spec.kind == "sim": raise ConfigError("synthetic agents are not served over HTTP", key="model", value=self.spec.name)
-        if server not in SERVER_KINDS: raise ConfigError("unknown server kind", key="server", value=server, choices=SERVER_KINDS)
-        for k, v, lo in (("concurrency", concurrency, 1), ("max_retries", max_retries, 0), ("timeout", timeout, 1e-3)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < lo: raise ConfigError(f"must be a number >= {lo:g}", key=k, value=v)
+        if self.spec.kind == "sim":
+            raise ConfigError(
+                "synthetic agents are not served over HTTP", key="model", value=self.spec.name
+            )
+        if server not in SERVER_KINDS:
+            raise ConfigError(
+                "unknown server kind", key="server", value=server, choices=SERVER_KINDS
+            )
+        for k, v, lo in (
+            ("concurrency", concurrency, 1),
+            ("max_retries", max_retries, 0),
+            ("timeout", timeout, 1e-3),
+        ):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < lo:
+                raise ConfigError(f"must be a number >= {lo:g}", key=k, value=v)
         self.model_name, self.kind, self.server = self.spec.name, self.spec.kind, server
         self.base_urls = _as_urls(base_url)
         self.served_model = str(served_model or _default_served_model(self.spec))
         self.api_key_env = api_key_env
         if api_key_env and not os.environ.get(api_key_env):
-            raise ConfigError("the environment variable named by api_key_env is not set", key="api_key_env", value=api_key_env)
-        self.concurrency, self.timeout, self.max_retries = int(concurrency), float(timeout), int(max_retries)
+            raise ConfigError(
+                "the environment variable named by api_key_env is not set",
+                key="api_key_env",
+                value=api_key_env,
+            )
+        self.concurrency, self.timeout, self.max_retries = (
+            int(concurrency),
+            float(timeout),
+            int(max_retries),
+        )
         self.backoff, self.backoff_max = float(backoff), float(backoff_max)
         self.top_k = int(top_k) if top_k else None
-        self.top_logprobs = None if server == "transformers" or top_logprobs is None else int(top_logprobs)
+        self.top_logprobs = (
+            None if server == "transformers" or top_logprobs is None else int(top_logprobs)
+        )
         self.served_quant = served_quant
-        self.chat_template_kwargs = {**dict(self.spec.chat_template_kwargs), **dict(chat_template_kwargs or {})}
+        self.chat_template_kwargs = {
+            **dict(self.spec.chat_template_kwargs),
+            **dict(chat_template_kwargs or {}),
+        }
         self.failure_log = Path(failure_log) if failure_log else None
         self.failures: list[dict] = []
         self.signal_notes: Counter = Counter()
@@ -169,22 +269,38 @@ def batch_size(self: OpenAIBackend) -> int:
 # %% ../nbs/03c_serving.ipynb #93f8c037
 @patch(as_prop=True)
 def backend_id(self: OpenAIBackend) -> str:
-    ident = dict(served=_served_id(self.served_model), quant=self.served_quant, top_k=self.top_k,
-                 logprobs=self.top_logprobs, chat_template_kwargs=self.chat_template_kwargs or None)
-    return f"openai:{self.model_name}:" + json.dumps({k: v for k, v in ident.items() if v is not None}, sort_keys=True)
+    ident = dict(
+        served=_served_id(self.served_model),
+        quant=self.served_quant,
+        top_k=self.top_k,
+        logprobs=self.top_logprobs,
+        chat_template_kwargs=self.chat_template_kwargs or None,
+    )
+    return f"openai:{self.model_name}:" + json.dumps(
+        {k: v for k, v in ident.items() if v is not None}, sort_keys=True
+    )
 
 # %% ../nbs/03c_serving.ipynb #576e013d
 @patch
 def provenance(self: OpenAIBackend) -> dict:
     """What a sidecar records about this backend: server kind, number of servers, signal source, failures, the HTTP requests
     answered / retried / failed and how many were in flight on average (never the key or a URL's credentials)."""
-    return dict(backend="openai", server=self.server, served_model=_served_id(self.served_model), n_servers=len(self.base_urls),
-                concurrency=self.concurrency, signals=dict(self.signal_notes), failed_generations=len(self.failures),
-                requests=dict(self.stats), in_flight=self.flight.summary())
+    return dict(
+        backend="openai",
+        server=self.server,
+        served_model=_served_id(self.served_model),
+        n_servers=len(self.base_urls),
+        concurrency=self.concurrency,
+        signals=dict(self.signal_notes),
+        failed_generations=len(self.failures),
+        requests=dict(self.stats),
+        in_flight=self.flight.summary(),
+    )
 
 # %% ../nbs/03c_serving.ipynb #75ccd897
 class FlightMeter:
     "Requests in flight over time (thread-safe): time-weighted mean while any is open, maximum, busy seconds (a context manager per request)."
+
     def __init__(self, clock: Callable[[], float] = time.perf_counter):
         self.clock, self.n, self.max, self.area, self.busy, self.count = clock, 0, 0, 0.0, 0.0, 0
         self._t, self._lock = None, threading.Lock()
@@ -192,104 +308,172 @@ class FlightMeter:
     def _move(self, d: int) -> None:
         with self._lock:
             t = self.clock()
-            if self.n > 0: self.area += self.n * (t - self._t); self.busy += t - self._t
-            self.n += d; self._t = t
-            if d > 0: self.count += 1; self.max = max(self.max, self.n)
+            if self.n > 0:
+                self.area += self.n * (t - self._t)
+                self.busy += t - self._t
+            self.n += d
+            self._t = t
+            if d > 0:
+                self.count += 1
+                self.max = max(self.max, self.n)
 
-    def __enter__(self): self._move(+1); return self
-    def __exit__(self, *a): self._move(-1)
+    def __enter__(self):
+        self._move(+1)
+        return self
+
+    def __exit__(self, *a):
+        self._move(-1)
 
     def summary(self) -> dict:
         "requests (HTTP requests sent), mean (time-weighted, over busy time), max, busy_s."
         with self._lock:
-            return dict(requests=self.count, mean=round(self.area / self.busy, 2) if self.busy > 0 else None, max=self.max,
-                        busy_s=round(self.busy, 3))
+            return dict(
+                requests=self.count,
+                mean=round(self.area / self.busy, 2) if self.busy > 0 else None,
+                max=self.max,
+                busy_s=round(self.busy, 3),
+            )
 
 # %% ../nbs/03c_serving.ipynb #12a4a5ca
 def _headers(self: OpenAIBackend) -> dict:
     key = os.environ.get(self.api_key_env) if self.api_key_env else None
     return {"Authorization": f"Bearer {key}"} if key else {}
 
+# %% ../nbs/03c_serving.ipynb #36dcb01a
 @patch
 def client(self: OpenAIBackend):
     "The shared httpx client (thread-safe, one connection pool for every server), created on first use."
     if self._client is None:
-        try: import httpx
-        except ImportError: raise ConfigError("the OpenAI backend needs httpx: pip install -e '.[serving]'", key="backend", value="openai") from None
-        self._client = httpx.Client(timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)), headers=_headers(self),
-                                    limits=httpx.Limits(max_connections=self.concurrency * len(self.base_urls) + 4))
+        try:
+            import httpx
+        except ImportError:
+            raise ConfigError(
+                "the OpenAI backend needs httpx: pip install -e '.[serving]'",
+                key="backend",
+                value="openai",
+            ) from None
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)),
+            headers=_headers(self),
+            limits=httpx.Limits(max_connections=self.concurrency * len(self.base_urls) + 4),
+        )
     return self._client
 
+# %% ../nbs/03c_serving.ipynb #54f9787f
 @patch
 def close(self: OpenAIBackend) -> None:
     "Close the connection pool (a later call opens a new one)."
-    if self._client is not None: self._client.close(); self._client = None
+    if self._client is not None:
+        self._client.close()
+        self._client = None
 
 # %% ../nbs/03c_serving.ipynb #e7bffaa7
-_HINTS = {400: "check served_model (the model name the server serves) and the request fields",
-          401: "check the API key (api_key_env names the environment variable that holds it)",
-          403: "check the API key (api_key_env names the environment variable that holds it)",
-          404: "check base_url (it usually ends in /v1) and served_model",
-          422: "the server rejected the request body"}
+_HINTS = {
+    400: "check served_model (the model name the server serves) and the request fields",
+    401: "check the API key (api_key_env names the environment variable that holds it)",
+    403: "check the API key (api_key_env names the environment variable that holds it)",
+    404: "check base_url (it usually ends in /v1) and served_model",
+    422: "the server rejected the request body",
+}
+
 
 def _detail(resp) -> str:
     "The server's error message in one line (OpenAI `error.message`, FastAPI `detail`, else the body)."
     try:
         d = resp.json()
-        msg = (d.get("error") or {}).get("message") if isinstance(d.get("error"), dict) else d.get("error")
+        msg = (
+            (d.get("error") or {}).get("message")
+            if isinstance(d.get("error"), dict)
+            else d.get("error")
+        )
         msg = msg or d.get("detail") or d.get("message") or json.dumps(d)
-    except Exception: msg = resp.text
+    except Exception:
+        msg = resp.text
     return clip_line(msg, 300)
 
+# %% ../nbs/03c_serving.ipynb #e25e3395
 def _retry_after(resp) -> float | None:
-    try: return float(resp.headers.get("retry-after"))
-    except (TypeError, ValueError): return None
+    try:
+        return float(resp.headers.get("retry-after"))
+    except (TypeError, ValueError):
+        return None
 
+# %% ../nbs/03c_serving.ipynb #2cf2708b
 def _parse(d: Mapping) -> tuple[Generation, str]:
     "A chat-completion response -> (Generation, signal note)."
     try:
-        ch = d["choices"][0]; text = ch["message"].get("content") or ""
+        ch = d["choices"][0]
+        text = ch["message"].get("content") or ""
     except (KeyError, IndexError, TypeError, AttributeError):
-        raise ServingError(f"the answer is not a chat completion: {json.dumps(d)[:200]}", key="base_url") from None
+        raise ServingError(
+            f"the answer is not a chat completion: {json.dumps(d)[:200]}", key="base_url"
+        ) from None
     usage = d.get("usage") or {}
     sig, note = logprob_signals(ch.get("logprobs"))
     finish = "length" if ch.get("finish_reason") == "length" else "stop"
-    return Generation(text, prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
-                      finish_reason=finish, **sig), note
+    return Generation(
+        text,
+        prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=usage.get("completion_tokens"),
+        finish_reason=finish,
+        **sig,
+    ), note
 
 # %% ../nbs/03c_serving.ipynb #c0033557
 @patch
 def _one(self: OpenAIBackend, r: GenRequest, home: int) -> Generation:
     "One request with retries (next server on each retry); a failed generation when the retries are spent."
     import httpx
-    body = request_body(r, self.served_model, self.server, self.top_k, self.top_logprobs, self.chat_template_kwargs)
+
+    body = request_body(
+        r, self.served_model, self.server, self.top_k, self.top_logprobs, self.chat_template_kwargs
+    )
     n, err, url, tries = len(self.base_urls), "", self.base_urls[home], 0
     for attempt in range(self.max_retries + 1):
-        url = self.base_urls[(home + attempt) % n]; tries += 1; wait = None
+        url = self.base_urls[(home + attempt) % n]
+        tries += 1
+        wait = None
         try:
-            with self.flight: resp = self.client().post(url + "/chat/completions", json=body)
+            with self.flight:
+                resp = self.client().post(url + "/chat/completions", json=body)
         except httpx.TimeoutException:
             err = f"timed out after {self.timeout:g} s"
         except httpx.TransportError as e:
             err = f"cannot connect ({type(e).__name__}: {' '.join(str(e).split())[:120]})"
         else:
             if resp.status_code == 200:
-                with self._lock: self._reached.add(url); self.stats["ok"] += 1
+                with self._lock:
+                    self._reached.add(url)
+                    self.stats["ok"] += 1
                 g, note = _parse(resp.json())
-                with self._lock: self.signal_notes[note] += 1
+                with self._lock:
+                    self.signal_notes[note] += 1
                 return g
             if resp.status_code not in RETRY_STATUS and resp.status_code < 500:
                 hint = _HINTS.get(resp.status_code, "")
-                raise ServingError(f"the server refused the request (HTTP {resp.status_code}: {_detail(resp)})" + (f"; {hint}" if hint else ""),
-                                   where=url, key="served_model", value=self.served_model)
+                raise ServingError(
+                    f"the server refused the request (HTTP {resp.status_code}: {_detail(resp)})"
+                    + (f"; {hint}" if hint else ""),
+                    where=url,
+                    key="served_model",
+                    value=self.served_model,
+                )
             err, wait = f"HTTP {resp.status_code}: {_detail(resp)}", _retry_after(resp)
-        with self._lock: self.stats["retried" if attempt < self.max_retries else "failed"] += 1
+        with self._lock:
+            self.stats["retried" if attempt < self.max_retries else "failed"] += 1
         if attempt < self.max_retries:
-            time.sleep(min(self.backoff_max, wait if wait is not None else self.backoff * 2 ** attempt))
-    with self._lock: reached = bool(self._reached & set(self.base_urls))
+            time.sleep(
+                min(self.backoff_max, wait if wait is not None else self.backoff * 2**attempt)
+            )
+    with self._lock:
+        reached = bool(self._reached & set(self.base_urls))
     if err.startswith("cannot connect") and not reached:
-        raise ServingError(f"cannot reach the server after {tries} tries ({err}); is it running, and is base_url right?",
-                           where=url, key="base_url", value=self.base_urls if n > 1 else self.base_urls[0])
+        raise ServingError(
+            f"cannot reach the server after {tries} tries ({err}); is it running, and is base_url right?",
+            where=url,
+            key="base_url",
+            value=self.base_urls if n > 1 else self.base_urls[0],
+        )
     self._record_failure(r, url, f"{err} (after {tries} tries)")
     return Generation("", prompt_tokens=None, completion_tokens=None, finish_reason="error")
 
@@ -299,15 +483,23 @@ def _record_failure(self: OpenAIBackend, r: GenRequest, url: str, error: str) ->
     "Remember a failed generation (and append it to `failure_log`): item, agent/role, round, URL, error."
     m = r.meta or {}
     item = m.get("item")
-    rec = dict(model=self.model_name, item=getattr(item, "id", item if isinstance(item, str) else None),
-               agent=m.get("agent", m.get("role")), round=m.get("round"), sample=m.get("sample"), url=url, error=error,
-               time=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    rec = dict(
+        model=self.model_name,
+        item=getattr(item, "id", item if isinstance(item, str) else None),
+        agent=m.get("agent", m.get("role")),
+        round=m.get("round"),
+        sample=m.get("sample"),
+        url=url,
+        error=error,
+        time=time.strftime("%Y-%m-%dT%H:%M:%S"),
+    )
     rec = {k: v for k, v in rec.items() if v is not None}
     with self._lock:
         self.failures.append(rec)
         if self.failure_log is not None:
             self.failure_log.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.failure_log, "a") as f: f.write(json.dumps(rec, default=str) + "\n")
+            with open(self.failure_log, "a") as f:
+                f.write(json.dumps(rec, default=str) + "\n")
 
 # %% ../nbs/03c_serving.ipynb #3c8d2786
 @patch
@@ -315,33 +507,57 @@ def generate(self: OpenAIBackend, requests: list[GenRequest]) -> list[Generation
     "Generations for `requests`, in order: all in flight at once (at most `concurrency` per server); failures recorded, never dropped."
     requests = list(requests)
     out: list[Generation | None] = [None] * len(requests)
-    if not requests: return []
+    if not requests:
+        return []
     todo: queue.SimpleQueue = queue.SimpleQueue()
-    for i in range(len(requests)): todo.put(i)
+    for i in range(len(requests)):
+        todo.put(i)
     fatal: list[BaseException] = []
     stop = threading.Event()
     n_before = len(self.failures)
+
     def work(w: int):
         while not stop.is_set():
-            try: i = todo.get_nowait()
-            except queue.Empty: return
-            try: out[i] = self._one(requests[i], w % len(self.base_urls))
-            except BaseException as e: fatal.append(e); stop.set(); return
+            try:
+                i = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                out[i] = self._one(requests[i], w % len(self.base_urls))
+            except BaseException as e:
+                fatal.append(e)
+                stop.set()
+                return
+
     n_workers = min(len(requests), self.concurrency * len(self.base_urls))
-    threads = [threading.Thread(target=work, args=(w,), daemon=True, name=f"openai-{w}") for w in range(n_workers)]
-    for t in threads: t.start()
+    threads = [
+        threading.Thread(target=work, args=(w,), daemon=True, name=f"openai-{w}")
+        for w in range(n_workers)
+    ]
+    for t in threads:
+        t.start()
     try:
         for t in threads:
-            while t.is_alive(): t.join(0.2)
+            while t.is_alive():
+                t.join(0.2)
     except KeyboardInterrupt:
-        stop.set(); raise
-    if self.failure_log is not None: self._write_stats()
-    if fatal: raise fatal[0]
+        stop.set()
+        raise
+    if self.failure_log is not None:
+        self._write_stats()
+    if fatal:
+        raise fatal[0]
     new = self.failures[n_before:]
     if new:
         why = Counter(f["error"].split(" (after")[0] for f in new).most_common(2)
-        _log.warning("%s: %d of %d generations failed and are recorded as failed (finish_reason='error', not cached; a re-run "
-                     "computes them): %s", self.model_name, len(new), len(requests), "; ".join(f"{c} x {e}" for e, c in why))
+        _log.warning(
+            "%s: %d of %d generations failed and are recorded as failed (finish_reason='error', not cached; a re-run "
+            "computes them): %s",
+            self.model_name,
+            len(new),
+            len(requests),
+            "; ".join(f"{c} x {e}" for e, c in why),
+        )
     return out
 
 # %% ../nbs/03c_serving.ipynb #cc2a1ecd
@@ -350,79 +566,162 @@ def _write_stats(self: OpenAIBackend) -> None:
     "`serving_stats.json` beside `failure_log`: per model, the requests answered / retried / failed and the requests in flight (this process's run only)."
     p = self.failure_log.with_name("serving_stats.json")
     with self._lock, contextlib.suppress(OSError):
-        d = {k: v for k, v in (json.loads(p.read_text()) if p.is_file() else {}).items() if v.get("pid") == os.getpid()}
-        d[self.model_name] = dict(requests=dict(self.stats), in_flight=self.flight.summary(), failed_generations=len(self.failures),
-                                  pid=os.getpid())
-        p.parent.mkdir(parents=True, exist_ok=True); p.write_text(json.dumps(d, indent=1))
+        d = {
+            k: v
+            for k, v in (json.loads(p.read_text()) if p.is_file() else {}).items()
+            if v.get("pid") == os.getpid()
+        }
+        d[self.model_name] = dict(
+            requests=dict(self.stats),
+            in_flight=self.flight.summary(),
+            failed_generations=len(self.failures),
+            pid=os.getpid(),
+        )
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(d, indent=1))
 
 # %% ../nbs/03c_serving.ipynb #1a7ea4c7
 def free_port(host: str = "127.0.0.1") -> int:
     "A TCP port that is free on `host` now."
-    with socket.socket() as s: s.bind((host, 0)); return s.getsockname()[1]
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
+# %% ../nbs/03c_serving.ipynb #89665ee0
 def echo_completion(body: Mapping, logprobs: bool = True) -> dict:
     "A chat completion echoing the last message of `body` (two tokens with hand-written log-probs when `logprobs`)."
     text = "echo: " + str(body["messages"][-1]["content"])
     ch = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
     if logprobs and body.get("logprobs"):
-        ch["logprobs"] = {"content": [{"token": "echo", "logprob": -0.5, "top_logprobs": [{"token": "echo", "logprob": -0.5}]},
-                                      {"token": ":", "logprob": -1.5, "top_logprobs": [{"token": ":", "logprob": -1.5}]}]}
-    return {"id": "stub", "object": "chat.completion", "model": body.get("model"), "choices": [ch],
-            "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}}
+        ch["logprobs"] = {
+            "content": [
+                {
+                    "token": "echo",
+                    "logprob": -0.5,
+                    "top_logprobs": [{"token": "echo", "logprob": -0.5}],
+                },
+                {"token": ":", "logprob": -1.5, "top_logprobs": [{"token": ":", "logprob": -1.5}]},
+            ]
+        }
+    return {
+        "id": "stub",
+        "object": "chat.completion",
+        "model": body.get("model"),
+        "choices": [ch],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9},
+    }
 
 # %% ../nbs/03c_serving.ipynb #2d623d52
 class StubServer:
     "A scripted OpenAI-compatible server on 127.0.0.1 (a thread): `script(n, body) -> (status, payload)` for the n-th request."
-    def __init__(self, script: Callable[[int, dict], tuple[int, Any]] | None = None, delay: float = 0.0):
+
+    def __init__(
+        self, script: Callable[[int, dict], tuple[int, Any]] | None = None, delay: float = 0.0
+    ):
         self.script = script or (lambda n, body: (200, echo_completion(body)))
         self.delay, self.calls, self.bodies, self.max_in_flight, self._in = delay, 0, [], 0, 0
         lock, stub = threading.Lock(), self
+
         class H(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *a): pass
-            def do_GET(self): self._send(200, {"status": "ok"})
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                self._send(200, {"status": "ok"})
+
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
-                with lock: n = stub.calls; stub.calls += 1; stub.bodies.append(body); stub._in += 1; stub.max_in_flight = max(stub.max_in_flight, stub._in)
+                body = json.loads(
+                    self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}"
+                )
+                with lock:
+                    n = stub.calls
+                    stub.calls += 1
+                    stub.bodies.append(body)
+                    stub._in += 1
+                    stub.max_in_flight = max(stub.max_in_flight, stub._in)
                 try:
                     time.sleep(stub.delay)
                     status, payload = stub.script(n, body)
                 finally:
-                    with lock: stub._in -= 1
+                    with lock:
+                        stub._in -= 1
                 self._send(status, payload)
+
             def _send(self, status, payload):
                 data = json.dumps(payload).encode()
-                self.send_response(status); self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data))); self.end_headers(); self.wfile.write(data)
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.httpd.daemon_threads = True
         self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True); self._thread.start()
-    def close(self): self.httpd.shutdown(); self.httpd.server_close()
-    def __enter__(self): return self
-    def __exit__(self, *a): self.close()
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
 
 # %% ../nbs/03c_serving.ipynb #53f25ba8
 def serving_available() -> str | None:
     "None when `transformers serve` can run here, else the reason (the packages of the `serving` extra that are missing)."
     import importlib.util
-    missing = [m for m in ("fastapi", "uvicorn", "httpx") if importlib.util.find_spec(m) is None]
-    return f"transformers serve needs {', '.join(missing)}: pip install 'transformers[serving]'" if missing else None
 
+    missing = [m for m in ("fastapi", "uvicorn", "httpx") if importlib.util.find_spec(m) is None]
+    return (
+        f"transformers serve needs {', '.join(missing)}: pip install 'transformers[serving]'"
+        if missing
+        else None
+    )
+
+# %% ../nbs/03c_serving.ipynb #ba14c27c
 def _die_with_parent() -> None:
     "In the server's process (Linux): SIGTERM when the process that started it dies, even by a signal that skips `stop()`."
     import ctypes
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)         # PR_SET_PDEATHSIG
 
-CB_SETTINGS = {"block_size": int, "num_blocks": int, "max_batch_tokens": int, "max_memory_percent": float}
-CB_CPU_DEFAULTS = {"num_blocks": 64}      # 64 pages of 256 tokens: transformers sizes the cache from free memory, on a CPU all the RAM
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+# %% ../nbs/03c_serving.ipynb #3a6dd19a
+CB_SETTINGS = {
+    "block_size": int,
+    "num_blocks": int,
+    "max_batch_tokens": int,
+    "max_memory_percent": float,
+}
+CB_CPU_DEFAULTS = {
+    "num_blocks": 64
+}  # 64 pages of 256 tokens: transformers sizes the cache from free memory, on a CPU all the RAM
+
 
 def _cb_args(cb: Mapping | None) -> list[str]:
     "`--cb-*` arguments of `transformers serve` from a mapping of `CB_SETTINGS` (ConfigError naming a wrong key or value)."
     out = []
     for k, v in dict(cb or {}).items():
-        if k not in CB_SETTINGS: raise ConfigError("unknown continuous-batching setting", key=f"cb.{k}", value=v, choices=tuple(CB_SETTINGS))
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 or (CB_SETTINGS[k] is int and v != int(v)):
-            raise ConfigError(f"must be a positive {CB_SETTINGS[k].__name__}", key=f"cb.{k}", value=v)
+        if k not in CB_SETTINGS:
+            raise ConfigError(
+                "unknown continuous-batching setting",
+                key=f"cb.{k}",
+                value=v,
+                choices=tuple(CB_SETTINGS),
+            )
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or v <= 0
+            or (CB_SETTINGS[k] is int and v != int(v))
+        ):
+            raise ConfigError(
+                f"must be a positive {CB_SETTINGS[k].__name__}", key=f"cb.{k}", value=v
+            )
         out += [f"--cb-{k.replace('_', '-')}", str(CB_SETTINGS[k](v))]
     return out
 
@@ -431,160 +730,316 @@ class TransformersServer:
     """`transformers serve` on a local checkpoint, on 127.0.0.1 and a free port: start, wait for /health (bounded), always stop
     (bounded); with `continuous_batching` the server batches the requests in flight (paged attention, `cb` = its `--cb-*` settings);
     `threads` caps its CPU threads (OMP_NUM_THREADS: replicas on one machine split its cores instead of oversubscribing them)."""
-    def __init__(self, checkpoint: str | os.PathLike, port: int | None = None, log_path: str | os.PathLike | None = None,
-                 start_timeout: float = 240.0, stop_timeout: float = 10.0, extra_args: Sequence[str] = (),
-                 continuous_batching: bool = False, cb: Mapping | None = None, threads: int | None = None):
-        if cb and not continuous_batching: raise ConfigError("--cb-* settings need continuous_batching=True", key="cb", value=dict(cb))
-        self.continuous_batching, self.cb = bool(continuous_batching), ({**CB_CPU_DEFAULTS, **dict(cb or {})} if continuous_batching else {})
+
+    def __init__(
+        self,
+        checkpoint: str | os.PathLike,
+        port: int | None = None,
+        log_path: str | os.PathLike | None = None,
+        start_timeout: float = 240.0,
+        stop_timeout: float = 10.0,
+        extra_args: Sequence[str] = (),
+        continuous_batching: bool = False,
+        cb: Mapping | None = None,
+        threads: int | None = None,
+    ):
+        if cb and not continuous_batching:
+            raise ConfigError(
+                "--cb-* settings need continuous_batching=True", key="cb", value=dict(cb)
+            )
+        self.continuous_batching, self.cb = (
+            bool(continuous_batching),
+            ({**CB_CPU_DEFAULTS, **dict(cb or {})} if continuous_batching else {}),
+        )
         self._cb_args = _cb_args(self.cb)
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise ConfigError("must be a positive int (CPU threads of the server)", key="threads", value=threads)
+        if threads is not None and (
+            isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+        ):
+            raise ConfigError(
+                "must be a positive int (CPU threads of the server)", key="threads", value=threads
+            )
         self.threads = threads
         self.checkpoint, self.port = str(checkpoint), port or free_port()
-        self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="transformers-serve-", suffix=".log")[1])
-        self.start_timeout, self.stop_timeout, self.extra_args = start_timeout, stop_timeout, list(extra_args)
+        self.log_path = (
+            Path(log_path)
+            if log_path
+            else Path(tempfile.mkstemp(prefix="transformers-serve-", suffix=".log")[1])
+        )
+        self.start_timeout, self.stop_timeout, self.extra_args = (
+            start_timeout,
+            stop_timeout,
+            list(extra_args),
+        )
         self.proc: subprocess.Popen | None = None
         self.started_in: float | None = None
 
     base_url = property(lambda self: f"http://127.0.0.1:{self.port}/v1")
-    batching = property(lambda self: "continuous batching" if self.continuous_batching else "one generate call per request")
+    batching = property(
+        lambda self: (
+            "continuous batching" if self.continuous_batching else "one generate call per request"
+        )
+    )
     served_model = property(lambda self: self.checkpoint)
 
-    def __enter__(self): return self.start()
-    def __exit__(self, *a): self.stop()
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *a):
+        self.stop()
 
 # %% ../nbs/03c_serving.ipynb #0fae1409
 @patch
 def start(self: TransformersServer) -> "TransformersServer":
     "Start the server and wait until /health answers (raises with the log's tail if it dies or takes too long)."
     import httpx
-    if (why := serving_available()): raise ConfigError(why, key="backend", value="openai")
+
+    if why := serving_available():
+        raise ConfigError(why, key="backend", value="openai")
     cmd = self.command()
     env = self.env()
     t0 = time.time()
     with open(self.log_path, "ab") as log:
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                     preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
     while time.time() - t0 < self.start_timeout:
-        if self.proc.poll() is not None: break
+        if self.proc.poll() is not None:
+            break
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
-                self.started_in = time.time() - t0; return self
+                self.started_in = time.time() - t0
+                return self
         time.sleep(0.5)
     tail = " | ".join(self.log_path.read_text(errors="replace").strip().splitlines()[-3:])[-400:]
     self.stop()
-    raise RuntimeError(f"transformers serve did not become healthy in {self.start_timeout:g} s (log {self.log_path}: {tail})")
+    raise RuntimeError(
+        f"transformers serve did not become healthy in {self.start_timeout:g} s (log {self.log_path}: {tail})"
+    )
 
 # %% ../nbs/03c_serving.ipynb #d6d071e6
 @patch
 def kill(self: TransformersServer) -> None:
     "End the server at once (SIGKILL to its process group)."
     if self.proc is not None and self.proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError): os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
 
 # %% ../nbs/03c_serving.ipynb #88165aa1
 @patch
 def stop(self: TransformersServer) -> None:
     "SIGTERM to the server's process group, SIGKILL after `stop_timeout` seconds."
-    if self.proc is None or self.proc.poll() is not None: return
-    with contextlib.suppress(ProcessLookupError): os.killpg(self.proc.pid, signal.SIGTERM)
-    try: self.proc.wait(timeout=self.stop_timeout)
-    except subprocess.TimeoutExpired: self.kill()
+    if self.proc is None or self.proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(self.proc.pid, signal.SIGTERM)
+    try:
+        self.proc.wait(timeout=self.stop_timeout)
+    except subprocess.TimeoutExpired:
+        self.kill()
 
 # %% ../nbs/03c_serving.ipynb #0a64dbff
 @patch
 def command(self: TransformersServer) -> list[str]:
     "The command line (the log level info writes the access log that `requests_seen` reads)."
-    return [sys.executable, "-m", "transformers.cli.transformers", "serve", self.checkpoint, "--host", "127.0.0.1",
-            "--port", str(self.port), "--device", "cpu", "--log-level", "info",
-            *(["--continuous-batching", *self._cb_args] if self.continuous_batching else []), *self.extra_args]
+    return [
+        sys.executable,
+        "-m",
+        "transformers.cli.transformers",
+        "serve",
+        self.checkpoint,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(self.port),
+        "--device",
+        "cpu",
+        "--log-level",
+        "info",
+        *(["--continuous-batching", *self._cb_args] if self.continuous_batching else []),
+        *self.extra_args,
+    ]
 
+# %% ../nbs/03c_serving.ipynb #e1855e9e
 @patch
 def env(self: TransformersServer) -> dict:
     "The server's environment: offline (nothing from the hub), and `threads` as the CPU thread count of torch and its BLAS."
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    if self.threads: env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    if self.threads:
+        env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
     return env
 
+# %% ../nbs/03c_serving.ipynb #75f57669
 @patch
 def requests_seen(self: TransformersServer, since: int = 0) -> dict:
     """From the server's log (from byte `since`): chat completions received and answered, and the most held at once
     (received, not yet answered). `mark()` gives the `since` of now."""
-    text = self.log_path.read_bytes()[since:].decode(errors="replace") if self.log_path.is_file() else ""
+    text = (
+        self.log_path.read_bytes()[since:].decode(errors="replace")
+        if self.log_path.is_file()
+        else ""
+    )
     n = peak = received = answered = 0
     for line in text.splitlines():
-        if "[Request received]" in line: n += 1; received += 1; peak = max(peak, n)
-        elif '"POST /v1/chat/completions HTTP' in line: n -= 1; answered += 1
+        if "[Request received]" in line:
+            n += 1
+            received += 1
+            peak = max(peak, n)
+        elif '"POST /v1/chat/completions HTTP' in line:
+            n -= 1
+            answered += 1
     return dict(received=received, answered=answered, max_in_flight=peak)
 
+# %% ../nbs/03c_serving.ipynb #46da7bea
 @patch
 def mark(self: TransformersServer) -> int:
     "The log's length now (the `since` of `requests_seen`)."
     return self.log_path.stat().st_size if self.log_path.is_file() else 0
 
 # %% ../nbs/03c_serving.ipynb #4c42295e
-def tensor_parallel_size(model: str, gpu_gb: float = 80.0, weight_share: float = 0.6, max_tp: int = 8) -> int:
+def tensor_parallel_size(
+    model: str, gpu_gb: float = 80.0, weight_share: float = 0.6, max_tp: int = 8
+) -> int:
     "Smallest power of two `tp` with bf16 (or shipped-quantized) weights / tp <= weight_share x gpu_gb (capped at max_tp)."
     w = weight_memory_gb(model, "none")
     tp = 1
-    while w / tp > weight_share * gpu_gb and tp < max_tp: tp *= 2
+    while w / tp > weight_share * gpu_gb and tp < max_tp:
+        tp *= 2
     return tp
 
+# %% ../nbs/03c_serving.ipynb #d314470b
 def serve_command(model: str, gpu_gb: float = 80.0, port: int = 8000) -> str:
     "The vLLM command that serves registry model `model` on one node (tensor parallel from the memory estimate)."
     spec = get_model(model)
-    if spec.kind == "sim": return "(synthetic agents: nothing to serve)"
-    if spec.kind != "hf": return f"transformers serve <{spec.kind} checkpoint> --port {port}  (the kit's own model: see docs/serving.md)"
+    if spec.kind == "sim":
+        return "(synthetic agents: nothing to serve)"
+    if spec.kind != "hf":
+        return f"transformers serve <{spec.kind} checkpoint> --port {port}  (the kit's own model: see docs/serving.md)"
     tp = tensor_parallel_size(model, gpu_gb)
-    args = [f"vllm serve {spec.hub_id}"] + ([f"--revision {spec.revision}"] if spec.revision else [])
-    if tp > 1: args.append(f"--tensor-parallel-size {tp}")
+    args = [f"vllm serve {spec.hub_id}"] + (
+        [f"--revision {spec.revision}"] if spec.revision else []
+    )
+    if tp > 1:
+        args.append(f"--tensor-parallel-size {tp}")
     args.append(f"--max-model-len {min(spec.context_len, 32768)}")
-    args += [f"--{k.replace('_', '-')} {v}" if v is not True else f"--{k.replace('_', '-')}" for k, v in dict(spec.serve).items()]
+    args += [
+        f"--{k.replace('_', '-')} {v}" if v is not True else f"--{k.replace('_', '-')}"
+        for k, v in dict(spec.serve).items()
+    ]
     args.append(f"--port {port}")
     return " ".join(args)
 
 # %% ../nbs/03c_serving.ipynb #fa677389
-SERVING_KEYS = {"backend": str, "base_url": (str, list, dict), "served_model": (str, dict), "api_key_env": str,
-                "server": str, "concurrency": int, "timeout": (int, float), "max_retries": int, "top_k": int,
-                "top_logprobs": int, "served_quant": str}
+SERVING_KEYS = {
+    "backend": str,
+    "base_url": (str, list, dict),
+    "served_model": (str, dict),
+    "api_key_env": str,
+    "server": str,
+    "concurrency": int,
+    "timeout": (int, float),
+    "max_retries": int,
+    "top_k": int,
+    "top_logprobs": int,
+    "served_quant": str,
+}
 BACKENDS = ("hf", "openai")
 
+# %% ../nbs/03c_serving.ipynb #9fa2e256
 def check_serving_params(p: Mapping, where: Any = None) -> None:
     "One-line ConfigError for a bad serving key: a wrong type, an unknown backend or server, a key in place of its variable name."
-    if "api_key" in p: raise ConfigError("never put an API key in a params file: set api_key_env to the name of the environment variable that holds it",
-                                         where=where, key="api_key", value="***")
+    if "api_key" in p:
+        raise ConfigError(
+            "never put an API key in a params file: set api_key_env to the name of the environment variable that holds it",
+            where=where,
+            key="api_key",
+            value="***",
+        )
     for k, t in SERVING_KEYS.items():
         v = p.get(k)
-        if v is None: continue
-        if not isinstance(v, t) or isinstance(v, bool): raise ConfigError(f"expected {getattr(t, '__name__', t)}", where=where, key=k, value=v)
-    if p.get("backend") not in (None, *BACKENDS): raise ConfigError("unknown backend", where=where, key="backend", value=p["backend"], choices=BACKENDS)
-    if p.get("server") not in (None, *SERVER_KINDS): raise ConfigError("unknown server kind", where=where, key="server", value=p["server"], choices=SERVER_KINDS)
+        if v is None:
+            continue
+        if not isinstance(v, t) or isinstance(v, bool):
+            raise ConfigError(f"expected {getattr(t, '__name__', t)}", where=where, key=k, value=v)
+    if p.get("backend") not in (None, *BACKENDS):
+        raise ConfigError(
+            "unknown backend", where=where, key="backend", value=p["backend"], choices=BACKENDS
+        )
+    if p.get("server") not in (None, *SERVER_KINDS):
+        raise ConfigError(
+            "unknown server kind",
+            where=where,
+            key="server",
+            value=p["server"],
+            choices=SERVER_KINDS,
+        )
     if p.get("backend") == "openai" and not p.get("base_url"):
-        raise ConfigError("backend openai needs base_url (e.g. http://127.0.0.1:8000/v1)", where=where, key="base_url")
-    if p.get("backend") == "openai": _per_model(p, "base_url", "any", where); _as_urls_any(p["base_url"], where)
+        raise ConfigError(
+            "backend openai needs base_url (e.g. http://127.0.0.1:8000/v1)",
+            where=where,
+            key="base_url",
+        )
+    if p.get("backend") == "openai":
+        _per_model(p, "base_url", "any", where)
+        _as_urls_any(p["base_url"], where)
 
 # %% ../nbs/03c_serving.ipynb #72946f17
 def _per_model(p: Mapping, key: str, model: str, where: Any = None, required: bool = True):
     "The value of a serving key for `model`: a mapping is looked up by model name ('*' = any other; None when not `required`)."
     v = p.get(key)
     if isinstance(v, Mapping):
-        if model == "any": return v
-        if model in v: return v[model]
-        if "*" in v: return v["*"]
-        if not required: return None
+        if model == "any":
+            return v
+        if model in v:
+            return v[model]
+        if "*" in v:
+            return v["*"]
+        if not required:
+            return None
         raise ConfigError(f"no entry for model {model}", where=where, key=key, value=v)
     return v
 
+# %% ../nbs/03c_serving.ipynb #79fd5be4
 def _as_urls_any(v, where):
-    for u in (v.values() if isinstance(v, Mapping) else [v]):
-        try: _as_urls(u)
-        except ConfigError as e: raise ConfigError(e.problem, where=where, key="base_url", value=u) from None
+    for u in v.values() if isinstance(v, Mapping) else [v]:
+        try:
+            _as_urls(u)
+        except ConfigError as e:
+            raise ConfigError(e.problem, where=where, key="base_url", value=u) from None
 
+# %% ../nbs/03c_serving.ipynb #98ab21cf
 def serving_kwargs(p: Mapping, model: str) -> dict:
     "`OpenAIBackend` keyword arguments for `model` from merged params (empty when the backend is in process)."
-    if p.get("backend", "hf") != "openai": return {}
-    kw = dict(base_url=_per_model(p, "base_url", model), served_model=_per_model(p, "served_model", model, required=False))
-    kw.update({k: p[k] for k in ("api_key_env", "server", "concurrency", "timeout", "max_retries", "top_k", "top_logprobs", "served_quant")
-               if p.get(k) is not None})
+    if p.get("backend", "hf") != "openai":
+        return {}
+    kw = dict(
+        base_url=_per_model(p, "base_url", model),
+        served_model=_per_model(p, "served_model", model, required=False),
+    )
+    kw.update(
+        {
+            k: p[k]
+            for k in (
+                "api_key_env",
+                "server",
+                "concurrency",
+                "timeout",
+                "max_retries",
+                "top_k",
+                "top_logprobs",
+                "served_quant",
+            )
+            if p.get(k) is not None
+        }
+    )
     return {k: v for k, v in kw.items() if v is not None}

@@ -13,7 +13,7 @@ import math
 import re
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
 
@@ -22,8 +22,13 @@ import numpy as np
 from fastcore.basics import patch
 
 from .core import ConfigError, GenRequest, Generation, Item, rng_for
-from .data import (SYNTHETIC_COUNTS, SubsetSizeWarning, get_task, load_items,
-                            synthetic_items)
+from mad_study.data import (
+    SYNTHETIC_COUNTS,
+    SubsetSizeWarning,
+    get_task,
+    load_items,
+    synthetic_items,
+)
 
 # %% auto #0
 __all__ = ['FINAL_SENTENCE', 'TIER_TAGS', 'RUN_KEYS', 'SIM_ITEM_TAG', 'SIM_ITEM_MAKERS', 'SimAgent', 'item_difficulty',
@@ -34,35 +39,59 @@ __all__ = ['FINAL_SENTENCE', 'TIER_TAGS', 'RUN_KEYS', 'SIM_ITEM_TAG', 'SIM_ITEM_
 @dataclass(frozen=True)
 class SimAgent:
     "Behaviour parameters of one synthetic agent (all settable from params files under `sim_agents:`)."
-    skill: float = 0.6              # P(correct) alone on an item of average difficulty
-    difficulty_sd: float = 1.0      # spread of item difficulty on the logit scale (shared by all agents)
-    n_distractors: int = 4          # size of each item's pool of plausible wrong answers
-    distractor_zipf: float = 1.2    # concentration of wrong answers on the pool's first entries
-    conformity: float = 0.5         # P(adopt a shown answer) when not keeping one's own
-    recency: float = 0.0            # positional weight of later-shown solutions (0 = order irrelevant)
-    stubborn_correct: float = 0.6   # P(keep own answer) when it is correct
-    stubborn_wrong: float = 0.3     # P(keep own answer) when it is wrong
-    recognition: float = 0.3        # extra P(solve) when re-solving with the correct answer shown
-    parse_fail: float = 0.02        # P(no parsable final answer)
-    response_words: int = 60        # mean length of the reasoning text in words
-    signal_strength: float = 1.0    # separation of log-prob / confidence signals, correct vs wrong (in SDs)
-    signal_inversion: float = 0.0   # SVR-MAD: on items hard for the agent the signals point the wrong way (0 = never)
-    context_decay: float = 0.0      # RUMAD: P(a turn is derailed) = 1 - exp(-context_decay * prompt tokens / 1000) (0 = never)
-    tier_trust: float = 0.0         # RUMAD Eq. 5 / Table 8: adopt Critical > Reference > Background tagged answers (0 = tags ignored)
-    debate_noise: float = 0.0       # UMAD: P(a debate turn is a uniform guess) (0 = never)
-    context_entropy: float = 0.0    # UMAD Fig. 1: debate-turn entropy x exp(e * tokens / 1000)
+
+    skill: float = 0.6  # P(correct) alone on an item of average difficulty
+    difficulty_sd: float = (
+        1.0  # spread of item difficulty on the logit scale (shared by all agents)
+    )
+    n_distractors: int = 4  # size of each item's pool of plausible wrong answers
+    distractor_zipf: float = 1.2  # concentration of wrong answers on the pool's first entries
+    conformity: float = 0.5  # P(adopt a shown answer) when not keeping one's own
+    recency: float = 0.0  # positional weight of later-shown solutions (0 = order irrelevant)
+    stubborn_correct: float = 0.6  # P(keep own answer) when it is correct
+    stubborn_wrong: float = 0.3  # P(keep own answer) when it is wrong
+    recognition: float = 0.3  # extra P(solve) when re-solving with the correct answer shown
+    parse_fail: float = 0.02  # P(no parsable final answer)
+    response_words: int = 60  # mean length of the reasoning text in words
+    signal_strength: float = (
+        1.0  # separation of log-prob / confidence signals, correct vs wrong (in SDs)
+    )
+    signal_inversion: float = (
+        0.0  # SVR-MAD: on items hard for the agent the signals point the wrong way (0 = never)
+    )
+    # RUMAD: P(a turn is derailed) = 1 - exp(-context_decay * prompt tokens / 1000) (0 = never)
+    context_decay: float = 0.0
+    # RUMAD Eq. 5 / Table 8: adopt Critical > Reference
+    # > Background tagged answers (0 = tags ignored)
+    tier_trust: float = 0.0
+    debate_noise: float = 0.0  # UMAD: P(a debate turn is a uniform guess) (0 = never)
+    context_entropy: float = 0.0  # UMAD Fig. 1: debate-turn entropy x exp(e * tokens / 1000)
 
     def __post_init__(self):
-        probs = ("skill", "conformity", "stubborn_correct", "stubborn_wrong", "recognition",
-                 "parse_fail")
+        probs = (
+            "skill",
+            "conformity",
+            "stubborn_correct",
+            "stubborn_wrong",
+            "recognition",
+            "parse_fail",
+        )
         for f in (*probs, "debate_noise"):
             v = getattr(self, f)
             if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
                 raise ConfigError("must be a probability in [0, 1]", key=f"sim_agents.{f}", value=v)
-        if self.n_distractors < 1: raise ConfigError("must be >= 1", key="sim_agents.n_distractors", value=self.n_distractors)
-        if self.response_words < 1: raise ConfigError("must be >= 1", key="sim_agents.response_words", value=self.response_words)
+        if self.n_distractors < 1:
+            raise ConfigError(
+                "must be >= 1", key="sim_agents.n_distractors", value=self.n_distractors
+            )
+        if self.response_words < 1:
+            raise ConfigError(
+                "must be >= 1", key="sim_agents.response_words", value=self.response_words
+            )
         if not (isinstance(self.context_decay, (int, float)) and self.context_decay >= 0):
-            raise ConfigError("must be >= 0", key="sim_agents.context_decay", value=self.context_decay)
+            raise ConfigError(
+                "must be >= 0", key="sim_agents.context_decay", value=self.context_decay
+            )
         for f in ("tier_trust", "context_entropy"):
             v = getattr(self, f)
             if not (isinstance(v, (int, float)) and v >= 0):
@@ -74,7 +103,10 @@ class SimAgent:
         params = dict(params or {})
         names = {f.name for f in dataclasses.fields(cls)}
         for k in params:
-            if k not in names: raise ConfigError("unknown synthetic-agent parameter", where=where, key=k, choices=names)
+            if k not in names:
+                raise ConfigError(
+                    "unknown synthetic-agent parameter", where=where, key=k, choices=names
+                )
         return cls(**params)
 
 # %% ../nbs/03b_sim.ipynb #cdd361d7
@@ -82,29 +114,37 @@ class SimAgent:
 def _difficulty_z(item_id: str) -> float:
     return float(rng_for("sim-difficulty", item_id).standard_normal())
 
+# %% ../nbs/03b_sim.ipynb #e7ee7dca
 def item_difficulty(item: Item, sd: float = 1.0) -> float:
     "Hidden logit-scale difficulty of `item` (standard normal times `sd`, fixed by the item id)."
     return _difficulty_z(item.id) * sd
 
+# %% ../nbs/03b_sim.ipynb #d03baa08
 def _fmt_num(x: Fraction) -> str:
-    if x.denominator == 1: return str(x.numerator)
+    if x.denominator == 1:
+        return str(x.numerator)
     return f"{float(x):.6g}"
 
+# %% ../nbs/03b_sim.ipynb #7a79fa08
 def _as_fraction(s: str) -> Fraction | None:
-    try: return Fraction(str(s).replace(",", "").strip())
-    except (ValueError, ZeroDivisionError): return None
+    try:
+        return Fraction(str(s).replace(",", "").strip())
+    except (ValueError, ZeroDivisionError):
+        return None
 
+# %% ../nbs/03b_sim.ipynb #4832497e
 def n_options(item: Item) -> int:
     "Number of answer options of a multiple-choice item (choices, else `(A)`... markers in the question, else 4)."
-    if item.choices: return len(item.choices)
+    if item.choices:
+        return len(item.choices)
     letters = set(re.findall(r"\(([A-K])\)", item.question))
     return max(len(letters), 2) if letters else 4
 
+# %% ../nbs/03b_sim.ipynb #72568494
 def distractor_pool(item: Item, n: int = 4) -> list[str]:
     "The item's plausible wrong answers, in order of attractiveness (a deterministic function of the item)."
     k = n_options(item) if item.fmt == "option" else 0
     return list(_pool(item.id, str(item.gold).strip(), item.fmt, k, n))
-
 
 # %% ../nbs/03b_sim.ipynb #1e3c8241
 @functools.lru_cache(maxsize=1 << 16)
@@ -115,32 +155,78 @@ def _pool(item_id: str, gold: str, fmt: str, k: int, n: int) -> tuple[str, ...]:
     else:
         g = _as_fraction(gold)
         if g is not None:
-            steps = [g + 1, g - 1, 2 * g, g + 10, g - 2, 10 * g, g + 2, (g / 2 if g else Fraction(1, 2)), g * 3, g - 10, g + 5, -g if g else Fraction(3)]
+            steps = [
+                g + 1,
+                g - 1,
+                2 * g,
+                g + 10,
+                g - 2,
+                10 * g,
+                g + 2,
+                (g / 2 if g else Fraction(1, 2)),
+                g * 3,
+                g - 10,
+                g + 5,
+                -g if g else Fraction(3),
+            ]
             cands = list(dict.fromkeys(_fmt_num(c) for c in steps if c != g))
         else:
             base = gold if len(gold) < 60 else gold[:60]
-            cands = [f"{base}+1", f"2({base})", f"-({base})", f"({base})^2", f"{base}-1", f"\\frac{{{base}}}{{2}}"]
-            if fmt == "exact": cands = [f"{base} (variant {i})" for i in range(1, 7)]
+            cands = [
+                f"{base}+1",
+                f"2({base})",
+                f"-({base})",
+                f"({base})^2",
+                f"{base}-1",
+                f"\\frac{{{base}}}{{2}}",
+            ]
+            if fmt == "exact":
+                cands = [f"{base} (variant {i})" for i in range(1, 7)]
     cands = [cands[i] for i in rng.permutation(len(cands))]
-    return tuple(cands[:max(1, n)])
+    return tuple(cands[: max(1, n)])
 
 # %% ../nbs/03b_sim.ipynb #744eca30
 FINAL_SENTENCE = "So the final answer is "
 _FINAL_RE = re.compile(re.escape(FINAL_SENTENCE))
-_FILLER = ("we", "consider", "the", "given", "quantities", "and", "combine", "them", "step", "by", "carefully",
-           "checking", "each", "intermediate", "result", "so", "that", "nothing", "is", "missed", "then")
+_FILLER = (
+    "we",
+    "consider",
+    "the",
+    "given",
+    "quantities",
+    "and",
+    "combine",
+    "them",
+    "step",
+    "by",
+    "carefully",
+    "checking",
+    "each",
+    "intermediate",
+    "result",
+    "so",
+    "that",
+    "nothing",
+    "is",
+    "missed",
+    "then",
+)
+
 
 def _wrap(answer: str, fmt: str) -> str:
     return f"({answer})" if fmt == "option" else f"\\boxed{{{answer}}}"
 
+# %% ../nbs/03b_sim.ipynb #ecb9ce89
 def _read_braced(s: str, i: int) -> str | None:
     "Content of the balanced {...} starting at s[i] == '{'."
     depth = 0
     for j in range(i, len(s)):
-        if s[j] == "{": depth += 1
+        if s[j] == "{":
+            depth += 1
         elif s[j] == "}":
             depth -= 1
-            if depth == 0: return s[i + 1:j]
+            if depth == 0:
+                return s[i + 1 : j]
     return None
 
 # %% ../nbs/03b_sim.ipynb #1b249a12
@@ -148,17 +234,24 @@ def read_final_answers(text: str) -> list[str]:
     "Answers of every synthetic-agent final sentence in `text`, in order of appearance."
     out = []
     for m in _FINAL_RE.finditer(text or ""):
-        rest = text[m.end():]
+        rest = text[m.end() :]
         if rest.startswith("\\boxed{"):
             a = _read_braced(rest, len("\\boxed"))
-            if a is not None: out.append(a)
+            if a is not None:
+                out.append(a)
         else:
             mm = re.match(r"\(([A-K])\)", rest)
-            if mm: out.append(mm.group(1))
+            if mm:
+                out.append(mm.group(1))
     return out
 
 # %% ../nbs/03b_sim.ipynb #1000f4e7
-TIER_TAGS = ("Critical", "Reference", "Background")     # RUMAD Eq. 5's prompt tags, most important first
+TIER_TAGS = (
+    "Critical",
+    "Reference",
+    "Background",
+)  # RUMAD Eq. 5's prompt tags, most important first
+
 
 def read_shown_solutions(text: str) -> list[tuple[str, str | None]]:
     "Each final answer in `text` with the RUMAD importance tag (Eq. 5) last written before it since the previous answer, or None."
@@ -166,48 +259,73 @@ def read_shown_solutions(text: str) -> list[tuple[str, str | None]]:
     tag_re = re.compile(r"\[(" + "|".join(TIER_TAGS) + r")\]")
     for m in _FINAL_RE.finditer(text or ""):
         tags = tag_re.findall(text, start, m.start())
-        ans = read_final_answers(text[m.start():])[:1]
-        if ans: out.append((ans[0], tags[-1] if tags else None))
+        ans = read_final_answers(text[m.start() :])[:1]
+        if ans:
+            out.append((ans[0], tags[-1] if tags else None))
         start = m.end()
     return out
 
+# %% ../nbs/03b_sim.ipynb #097692b1
 def compose_text(answer: str | None, fmt: str, n_words: int, rng: np.random.Generator) -> str:
     "Filler reasoning of about `n_words` words and the final sentence (none when `answer` is None)."
     n = max(1, int(rng.poisson(n_words)))
     words = [_FILLER[i] for i in rng.integers(0, len(_FILLER), n)]
     body = " ".join(words).capitalize() + "."
-    if answer is None: return body + " I could not reach a definite conclusion."
+    if answer is None:
+        return body + " I could not reach a definite conclusion."
     return f"{body} {FINAL_SENTENCE}{_wrap(answer, fmt)}."
 
 # %% ../nbs/03b_sim.ipynb #5399dff8
-def sigmoid(x: float) -> float: return 1.0 / (1.0 + math.exp(-x))
+def sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+# %% ../nbs/03b_sim.ipynb #3622fa49
 def logit(p: float) -> float:
-    p = min(max(p, 1e-6), 1 - 1e-6); return math.log(p / (1 - p))
+    p = min(max(p, 1e-6), 1 - 1e-6)
+    return math.log(p / (1 - p))
 
+# %% ../nbs/03b_sim.ipynb #d0b391de
 def message_hash(messages: list[dict]) -> str:
-    return hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+    return hashlib.sha256(
+        json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()
+    ).hexdigest()[:16]
 
-RUN_KEYS = ("latency", "batch_size")   # SimBackend arguments that shape a run but not the answers
+
+RUN_KEYS = ("latency", "batch_size")  # SimBackend arguments that shape a run but not the answers
 
 # %% ../nbs/03b_sim.ipynb #9c3932c2
 class SimBackend:
     "Synthetic agents behind the backend interface: `generate(requests) -> generations` (see the notebook for the model)."
-    kind = "sim"
-    batch_invariant = True     # each answer is drawn from the request alone (see 03_backends: the batching guarantee)
 
-    def __init__(self, model_name: str = "sim", agent: SimAgent | None = None, latency: float = 0.0,
-                 batch_size: int = 64, **params):
+    kind = "sim"
+    # each answer is drawn from the request alone (see 03_backends: the batching guarantee)
+    batch_invariant = True
+
+    def __init__(
+        self,
+        model_name: str = "sim",
+        agent: SimAgent | None = None,
+        latency: float = 0.0,
+        batch_size: int = 64,
+        **params,
+    ):
         "`latency` (seconds per generation) and `batch_size` only shape the run (for tests of resume and concurrency), not the answers."
         self.model_name = model_name
-        self.agent = agent if agent is not None else SimAgent.from_params(params, where=f"sim_agents.{model_name}")
+        self.agent = (
+            agent
+            if agent is not None
+            else SimAgent.from_params(params, where=f"sim_agents.{model_name}")
+        )
         d = dataclasses.asdict(self.agent)
         for k in ("context_decay", "tier_trust", "debate_noise", "context_entropy"):
-            if not d[k]: del d[k]      # added later: agents without them keep their ids, caches
+            if not d[k]:
+                del d[k]  # added later: agents without them keep their ids, caches
         p = json.dumps(d, sort_keys=True)
         self.backend_id = f"sim:{model_name}:{hashlib.sha256(p.encode()).hexdigest()[:12]}"
         self.latency, self.batch_size = float(latency), int(batch_size)
 
-    def __repr__(self): return f"SimBackend({self.model_name!r}, {self.agent})"
+    def __repr__(self):
+        return f"SimBackend({self.model_name!r}, {self.agent})"
 
 # %% ../nbs/03b_sim.ipynb #fda1c66a
 @patch
@@ -220,23 +338,33 @@ def p_solve(self: SimBackend, item: Item) -> float:
 def _independent(self: SimBackend, item: Item, rng, bonus: float = 0.0) -> str:
     p = self.p_solve(item)
     p = p + bonus * (1 - p)
-    if rng.random() < p: return str(item.gold)
+    if rng.random() < p:
+        return str(item.gold)
     pool = distractor_pool(item, self.agent.n_distractors)
     w = 1.0 / np.arange(1, len(pool) + 1) ** self.agent.distractor_zipf
     return pool[int(rng.choice(len(pool), p=w / w.sum()))]
 
 # %% ../nbs/03b_sim.ipynb #d9298434
 @patch
-def decide(self: SimBackend, item: Item, own: str | None, shown: Sequence[str], rng, tags: Sequence[str | None] | None = None) -> str:
+def decide(
+    self: SimBackend,
+    item: Item,
+    own: str | None,
+    shown: Sequence[str],
+    rng,
+    tags: Sequence[str | None] | None = None,
+) -> str:
     "The answer chosen in a debate turn given one's previous answer and the answers shown, in order (with their RUMAD tags, if any)."
     a, gold = self.agent, str(item.gold)
     if own is not None:
         keep = a.stubborn_correct if own == gold else a.stubborn_wrong
-        if rng.random() < keep: return own
+        if rng.random() < keep:
+            return own
     if shown and rng.random() < a.conformity:
         m = len(shown)
         w = np.exp(a.recency * np.arange(m) / max(m - 1, 1))
-        if a.tier_trust and tags: w = w * self.tier_weights(tags)
+        if a.tier_trust and tags:
+            w = w * self.tier_weights(tags)
         return shown[int(rng.choice(m, p=w / w.sum()))]
     bonus = a.recognition if (shown and gold in shown) else 0.0
     return self._independent(item, rng, bonus)
@@ -250,17 +378,30 @@ def tier_weights(self: SimBackend, tags: Sequence[str | None]) -> np.ndarray:
 
 # %% ../nbs/03b_sim.ipynb #6a2583e0
 @patch
-def _signals(self: SimBackend, correct: bool, n_tokens: int, agree: float, rng, p_solve: float | None = None) -> dict:
+def _signals(
+    self: SimBackend, correct: bool, n_tokens: int, agree: float, rng, p_solve: float | None = None
+) -> dict:
     s = self.agent.signal_strength
-    if self.agent.signal_inversion and p_solve is not None:      # confident wrong agents on hard items (SVR-MAD Sec. 3)
+    if (
+        self.agent.signal_inversion and p_solve is not None
+    ):  # confident wrong agents on hard items (SVR-MAD Sec. 3)
         s = s * (1.0 - 2.0 * self.agent.signal_inversion * (1.0 - p_solve))
     mean = -0.35 + (0.12 * s if correct else -0.12 * s) * 0.5 + 0.06 * rng.standard_normal()
     mean = min(mean, -0.01)
     lmin = mean * 3 - abs(rng.standard_normal()) * (1.0 if correct else 1.0 + 0.5 * s)
     conf = sigmoid(1.0 + (0.8 * s if correct else -0.8 * s) + 0.6 * rng.standard_normal())
-    ent = max(0.02, (0.9 - 0.4 * agree) * (0.85 if correct else 1.15) * math.exp(0.15 * rng.standard_normal()))
-    return dict(logprob_sum=mean * n_tokens, logprob_min=lmin, logprob_mean=mean, perplexity=math.exp(-mean),
-                token_entropy=ent, confidence=conf)
+    ent = max(
+        0.02,
+        (0.9 - 0.4 * agree) * (0.85 if correct else 1.15) * math.exp(0.15 * rng.standard_normal()),
+    )
+    return dict(
+        logprob_sum=mean * n_tokens,
+        logprob_min=lmin,
+        logprob_mean=mean,
+        perplexity=math.exp(-mean),
+        token_entropy=ent,
+        confidence=conf,
+    )
 
 # %% ../nbs/03b_sim.ipynb #861025fb
 @patch
@@ -270,10 +411,17 @@ def p_derail(self: SimBackend, prompt_tokens: int) -> float:
 
 # %% ../nbs/03b_sim.ipynb #02f5d072
 @patch
-def _derail(self: SimBackend, item: Item, req: GenRequest, prompt_tokens: int, answer: str | None) -> str | None:
+def _derail(
+    self: SimBackend, item: Item, req: GenRequest, prompt_tokens: int, answer: str | None
+) -> str | None:
     "With probability `p_derail`, a uniform guess among the item's plausible answers (own random stream; RUMAD sim profile, see above)."
-    rng = rng_for("sim-derail", self.model_name, req.seed if req.temperature > 0 else message_hash(req.messages))
-    if rng.random() >= self.p_derail(prompt_tokens): return answer
+    rng = rng_for(
+        "sim-derail",
+        self.model_name,
+        req.seed if req.temperature > 0 else message_hash(req.messages),
+    )
+    if rng.random() >= self.p_derail(prompt_tokens):
+        return answer
     cands = [str(item.gold)] + distractor_pool(item, self.agent.n_distractors)
     return cands[int(rng.integers(len(cands)))]
 
@@ -294,40 +442,66 @@ def _n_words(s: str) -> int:
     "Words of a message (cached: a debate resends each earlier message every round)."
     return len(s.split())
 
+# %% ../nbs/03b_sim.ipynb #d5d0a728
 @patch
 def generate_one(self: SimBackend, req: GenRequest) -> Generation:
     item = req.meta.get("item")
-    if not isinstance(item, Item): raise ConfigError("SimBackend needs the Item in request.meta['item']", key="meta.item")
+    if not isinstance(item, Item):
+        raise ConfigError("SimBackend needs the Item in request.meta['item']", key="meta.item")
     # greedy: randomness fixed by the prompt; sampling: by the request seed
-    rng = rng_for("sim", self.model_name, req.seed) if req.temperature > 0 else rng_for("sim", self.model_name, message_hash(req.messages))
+    rng = (
+        rng_for("sim", self.model_name, req.seed)
+        if req.temperature > 0
+        else rng_for("sim", self.model_name, message_hash(req.messages))
+    )
     users = [m["content"] for m in req.messages if m["role"] == "user"]
     assistants = [m["content"] for m in req.messages if m["role"] == "assistant"]
     own_prev = read_final_answers(assistants[-1]) if assistants else []
     own = own_prev[-1] if own_prev else None
-    # a debate turn: the agent has answered before (its history), or the prompt shows others' solutions
-    # (protocols that send a fresh conversation each round, e.g. UMAD App. F.2, show them only there)
+    # a debate turn: the agent has answered before (its
+    # history), or the prompt shows others' solutions
+    # (protocols that send a fresh conversation each
+    # round, e.g. UMAD App. F.2, show them only there)
     shown = read_final_answers(users[-1]) if users else []
-    tags = [t for _, t in read_shown_solutions(users[-1])] if (self.agent.tier_trust and shown) else None
+    tags = (
+        [t for _, t in read_shown_solutions(users[-1])]
+        if (self.agent.tier_trust and shown)
+        else None
+    )
     debate_turn = bool(assistants) or bool(shown)
-    answer = self.decide(item, own, shown, rng, tags) if debate_turn else self._independent(item, rng)
+    answer = (
+        self.decide(item, own, shown, rng, tags) if debate_turn else self._independent(item, rng)
+    )
     prompt_tokens = int(round(sum(_n_words(m["content"]) for m in req.messages) * 1.3))
-    if self.agent.context_decay: answer = self._derail(item, req, prompt_tokens, answer)
-    if self.agent.debate_noise and debate_turn: answer = self._unstable(item, req, answer)
-    if rng.random() < self.agent.parse_fail: answer = None
+    if self.agent.context_decay:
+        answer = self._derail(item, req, prompt_tokens, answer)
+    if self.agent.debate_noise and debate_turn:
+        answer = self._unstable(item, req, answer)
+    if rng.random() < self.agent.parse_fail:
+        answer = None
     text = compose_text(answer, item.fmt, self.agent.response_words, rng)
     n_tok = max(1, int(round(len(text.split()) * 1.3)))
     n_tok = min(n_tok, int(req.max_new_tokens))
     agree = (sum(s == answer for s in shown) / len(shown)) if shown else 0.0
-    sig = self._signals(answer is not None and answer == str(item.gold), n_tok, agree, rng, p_solve=self.p_solve(item))
+    sig = self._signals(
+        answer is not None and answer == str(item.gold),
+        n_tok,
+        agree,
+        rng,
+        p_solve=self.p_solve(item),
+    )
     if self.agent.context_entropy and debate_turn:
         sig["token_entropy"] *= math.exp(self.agent.context_entropy * prompt_tokens / 1000)
-    return Generation(text=text, prompt_tokens=prompt_tokens, completion_tokens=n_tok, finish_reason="stop", **sig)
+    return Generation(
+        text=text, prompt_tokens=prompt_tokens, completion_tokens=n_tok, finish_reason="stop", **sig
+    )
 
 # %% ../nbs/03b_sim.ipynb #0a71e06f
 @patch
 def generate(self: SimBackend, requests: Sequence[GenRequest]) -> list[Generation]:
     "Answer a batch of requests (each independently; deterministic for a seed)."
-    if self.latency: time.sleep(self.latency * len(requests))
+    if self.latency:
+        time.sleep(self.latency * len(requests))
     return [self.generate_one(r) for r in requests]
 
 # %% ../nbs/03b_sim.ipynb #326982df
@@ -395,13 +569,13 @@ def _shape(r) -> tuple[str, str]:
         65 + _SHAPES.index(name)
     )
 
-
+# %% ../nbs/03b_sim.ipynb #c2cd3b03
 def _arith(r) -> tuple[str, str]:
     "MATH-style: the value of a small expression."
     a, b, c = (int(x) for x in r.integers(2, 40, 3))
     return f"Compute ${a} \\times {b} - {c}$.", str(a * b - c)
 
-
+# %% ../nbs/03b_sim.ipynb #dca2d2ce
 def _word(r) -> tuple[str, str]:
     "GSM8K-style: a two-step word problem with an integer answer."
     a, b, c = int(r.integers(3, 12)), int(r.integers(4, 25)), int(r.integers(1, 30))

@@ -24,38 +24,62 @@ __all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'CORRECTIONS', 'bootstrap_ci', 'paired_t
            'tokens_per_thread', 'self_consistency_at_budget']
 
 # %% ../nbs/05b_stats.ipynb #d57d6595
-def bootstrap_ci(values: Sequence[float], statistic=np.mean, level: float = 0.95, n_resamples: int = 2000,
-                 seed: int = 0) -> tuple[float, float]:
+def bootstrap_ci(
+    values: Sequence[float],
+    statistic=np.mean,
+    level: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
     """Percentile bootstrap interval of `statistic` over `values` (Efron & Tibshirani 1993, Ch. 13; scipy.stats.bootstrap).
     Missing values are dropped; (NaN, NaN) for fewer than 2 values; (v, v) when all values equal v."""
     x = np.asarray([v for v in values if not is_missing(v)], dtype=float)
-    if x.size < 2: return (math.nan, math.nan)
-    if np.all(x == x[0]): v = float(statistic(x)); return (v, v)
-    res = stats.bootstrap((x,), statistic, confidence_level=level, n_resamples=n_resamples, method="percentile",
-                          random_state=np.random.default_rng(seed), vectorized=False)
+    if x.size < 2:
+        return (math.nan, math.nan)
+    if np.all(x == x[0]):
+        v = float(statistic(x))
+        return (v, v)
+    res = stats.bootstrap(
+        (x,),
+        statistic,
+        confidence_level=level,
+        n_resamples=n_resamples,
+        method="percentile",
+        random_state=np.random.default_rng(seed),
+        vectorized=False,
+    )
     return (float(res.confidence_interval.low), float(res.confidence_interval.high))
 
 # %% ../nbs/05b_stats.ipynb #70f8c777
 PAIRED_TESTS = ("ttest", "wilcoxon", "mcnemar", "permutation")
 MIN_ITEMS = 10
 
+
 def _numbers(v, who: str) -> np.ndarray:
     "Values as floats, missing ones NaN; text raises (a `correct` column read back as strings is not 0/1)."
     v = list(v)
     text = [x for x in v if isinstance(x, (str, bytes))]
     if text:
-        raise ConfigError(f"{who}: values must be numbers or booleans, got text (e.g. {text[0]!r}); convert the "
-                          "column to 0/1 or bool first", key="values", value=sorted({str(x) for x in text})[:3])
+        raise ConfigError(
+            f"{who}: values must be numbers or booleans, got text (e.g. {text[0]!r}); convert the "
+            "column to 0/1 or bool first",
+            key="values",
+            value=sorted({str(x) for x in text})[:3],
+        )
     return np.asarray([math.nan if is_missing(x) else x for x in v], dtype=float)
 
+# %% ../nbs/05b_stats.ipynb #87d45569
 def _pairs(a, b, who: str) -> tuple[np.ndarray, np.ndarray]:
     "Two equally long vectors as floats, pairs with a missing value on either side dropped."
     a, b = _numbers(a, who), _numbers(b, who)
-    if a.shape != b.shape: raise ValueError(f"{who}: {a.shape} vs {b.shape} values; pairs must match")
+    if a.shape != b.shape:
+        raise ValueError(f"{who}: {a.shape} vs {b.shape} values; pairs must match")
     ok = ~(np.isnan(a) | np.isnan(b))
     return a[ok], b[ok]
 
-def _binary(x: np.ndarray) -> bool: return bool(np.isin(x, (0.0, 1.0)).all())
+# %% ../nbs/05b_stats.ipynb #eeea1651
+def _binary(x: np.ndarray) -> bool:
+    return bool(np.isin(x, (0.0, 1.0)).all())
 
 # %% ../nbs/05b_stats.ipynb #f5f34a03
 def _aligned(a, b, who: str, on: str = "all") -> tuple[np.ndarray, np.ndarray, int]:
@@ -63,85 +87,150 @@ def _aligned(a, b, who: str, on: str = "all") -> tuple[np.ndarray, np.ndarray, i
     twice raises; different item sets raise unless `on="shared"`, which keeps the shared items and warns); two vectors
     pair by position; a Series indexed by item next to a vector raises. Returns the pairs and the items dropped."""
     if on not in ("all", "shared"):
-        raise ConfigError("pairing: `on` is 'all' or 'shared'", key="on", value=on, choices=("all", "shared"))
+        raise ConfigError(
+            "pairing: `on` is 'all' or 'shared'", key="on", value=on, choices=("all", "shared")
+        )
     if isinstance(a, pd.DataFrame) or isinstance(b, pd.DataFrame):
-        raise ConfigError(f"{who}: one Series (indexed by item) or vector per method, not a DataFrame", key="values",
-                          value="DataFrame")
+        raise ConfigError(
+            f"{who}: one Series (indexed by item) or vector per method, not a DataFrame",
+            key="values",
+            value="DataFrame",
+        )
     sa, sb = isinstance(a, pd.Series), isinstance(b, pd.Series)
     if sa != sb and not isinstance((a if sa else b).index, pd.RangeIndex):
-        raise ConfigError(f"{who}: a Series indexed by item next to a plain vector: pass both as Series (paired by "
-                          "item) or both as vectors in the same item order", key="values", value=type(b if sa else a).__name__)
-    if not (sa and sb): return (*_pairs(a, b, who), 0)
+        raise ConfigError(
+            f"{who}: a Series indexed by item next to a plain vector: pass both as Series (paired by "
+            "item) or both as vectors in the same item order",
+            key="values",
+            value=type(b if sa else a).__name__,
+        )
+    if not (sa and sb):
+        return (*_pairs(a, b, who), 0)
     for s in (a, b):
         if s.index.has_duplicates:
-            raise ConfigError(f"{who}: an item appears more than once (a second run? average the runs of an item "
-                              "first: compare_methods with a `run` column)", key="items",
-                              value=s.index[s.index.duplicated()].unique().tolist()[:3])
+            raise ConfigError(
+                f"{who}: an item appears more than once (a second run? average the runs of an item "
+                "first: compare_methods with a `run` column)",
+                key="items",
+                value=s.index[s.index.duplicated()].unique().tolist()[:3],
+            )
     keep, every = a.index[a.index.isin(b.index)], a.index.union(b.index)
     dropped = len(every) - len(keep)
     if dropped and on != "shared":
-        raise ConfigError(f"{who}: the methods answered different items ({len(a)} and {len(b)}, {len(keep)} shared); "
-                          "pass on='shared' to compare on the shared items", key="items", value=dropped)
+        raise ConfigError(
+            f"{who}: the methods answered different items ({len(a)} and {len(b)}, {len(keep)} shared); "
+            "pass on='shared' to compare on the shared items",
+            key="items",
+            value=dropped,
+        )
     if dropped:
-        warnings.warn(f"{who}: {dropped} of {len(every)} items dropped (not answered by both methods); compared on "
-                      f"the {len(keep)} shared items", UserWarning, stacklevel=3)
+        warnings.warn(
+            f"{who}: {dropped} of {len(every)} items dropped (not answered by both methods); compared on "
+            f"the {len(keep)} shared items",
+            UserWarning,
+            stacklevel=3,
+        )
     return (*_pairs(a.loc[keep], b.loc[keep], who), dropped)
 
 # %% ../nbs/05b_stats.ipynb #8aa05088
-_STATUS = {"ok": "", "too few items": "fewer than 2 items: no test and no interval",
-           "identical": "the two agree on every item: p = 1, no interval from resampling",
-           "zero variance": "every item differs by the same amount: exact sign-flip p, no interval from resampling",
-           "few items": "fewer than {m} items: exact or permutation test, and a bootstrap over so few items undercovers"}
+_STATUS = {
+    "ok": "",
+    "too few items": "fewer than 2 items: no test and no interval",
+    "identical": "the two agree on every item: p = 1, no interval from resampling",
+    "zero variance": "every item differs by the same amount: exact sign-flip p, no interval from resampling",
+    "few items": "fewer than {m} items: exact or permutation test, and a bootstrap over so few items undercovers",
+}
+
 
 def _status(d: np.ndarray, min_items: int) -> str:
     "What paired differences `d` can support (the kit's own names): ok, too few items, identical, zero variance, few items."
-    if d.size < 2: return "too few items"
-    if np.allclose(d, 0): return "identical"
-    if np.ptp(d) <= 1e-12 * np.abs(d).max(): return "zero variance"
+    if d.size < 2:
+        return "too few items"
+    if np.allclose(d, 0):
+        return "identical"
+    if np.ptp(d) <= 1e-12 * np.abs(d).max():
+        return "zero variance"
     return "few items" if d.size < min_items else "ok"
 
+# %% ../nbs/05b_stats.ipynb #7cd15f0e
 def _warn_status(status: str, who: str, n: int, min_items: int) -> None:
     if status != "ok":
-        warnings.warn(f"{who}: {status} ({n} items): " + _STATUS[status].format(m=min_items), UserWarning, stacklevel=3)
+        warnings.warn(
+            f"{who}: {status} ({n} items): " + _STATUS[status].format(m=min_items),
+            UserWarning,
+            stacklevel=3,
+        )
 
+# %% ../nbs/05b_stats.ipynb #bbcf13a5
 def _signflip_p(d: np.ndarray, alternative: str = "two-sided", seed: int = 0) -> float:
     """p of the sign-flip permutation test that paired differences `d` are symmetric about 0 (Fisher's randomisation
     test; scipy.stats.permutation_test, exact over all 2^n signs up to 16 items, else 2^16 random ones). A constant gap
     c != 0: only the observed signs are as extreme, so p = 2^-n one-sided and 2^(1-n) two-sided, exactly."""
     d = np.asarray(d, dtype=float)
-    if d.size == 0: return math.nan
-    if not np.any(d): return 1.0
+    if d.size == 0:
+        return math.nan
+    if not np.any(d):
+        return 1.0
     if np.ptp(d) <= 1e-12 * np.abs(d).max():
-        one = 0.5 ** d.size
-        if alternative == "two-sided": return min(1.0, 2 * one)
+        one = 0.5**d.size
+        if alternative == "two-sided":
+            return min(1.0, 2 * one)
         return one if (d[0] > 0) == (alternative == "greater") else 1.0
-    r = stats.permutation_test((d,), np.mean, permutation_type="samples", alternative=alternative, vectorized=True,
-                               n_resamples=2 ** 16, random_state=np.random.default_rng(seed))
+    r = stats.permutation_test(
+        (d,),
+        np.mean,
+        permutation_type="samples",
+        alternative=alternative,
+        vectorized=True,
+        n_resamples=2**16,
+        random_state=np.random.default_rng(seed),
+    )
     return float(r.pvalue)
 
 # %% ../nbs/05b_stats.ipynb #36182ff4
 def _paired_test(a, b, test: str, min_items: int) -> dict:
     "`paired_test` without its warning (the callers below warn once)."
-    if test not in PAIRED_TESTS: raise ConfigError("unknown paired test", key="test", value=test, choices=PAIRED_TESTS)
+    if test not in PAIRED_TESTS:
+        raise ConfigError("unknown paired test", key="test", value=test, choices=PAIRED_TESTS)
     a, b = _pairs(a, b, "paired_test")
     if test == "mcnemar" and not (_binary(a) and _binary(b)):
         bad = sorted({float(v) for v in np.r_[a, b] if v not in (0.0, 1.0)})[:5]
-        raise ConfigError("McNemar's test needs paired 0/1 outcomes (average several answers per item and use ttest)",
-                          key="values", value=bad)
+        raise ConfigError(
+            "McNemar's test needs paired 0/1 outcomes (average several answers per item and use ttest)",
+            key="values",
+            value=bad,
+        )
     d = a - b
-    out = {"test": test, "n": int(a.size), "mean_a": float(a.mean()) if a.size else math.nan,
-           "mean_b": float(b.mean()) if b.size else math.nan, "status": _status(d, min_items)}
+    out = {
+        "test": test,
+        "n": int(a.size),
+        "mean_a": float(a.mean()) if a.size else math.nan,
+        "mean_b": float(b.mean()) if b.size else math.nan,
+        "status": _status(d, min_items),
+    }
     if out["status"] in ("too few items", "identical"):
         return {**out, "statistic": math.nan, "pvalue": 1.0 if a.size else math.nan}
     if test == "mcnemar":
         n01, n10 = int(((a == 0) & (b == 1)).sum()), int(((a == 1) & (b == 0)).sum())
-        return {**out, "statistic": float(n10 - n01), "pvalue": float(stats.binomtest(n10, n01 + n10, 0.5).pvalue)}
-    if test == "permutation" or out["status"] == "zero variance":      # no t or W from a constant gap
-        return {**out, "test": "permutation", "statistic": float(d.mean()), "pvalue": _signflip_p(d)}
+        return {
+            **out,
+            "statistic": float(n10 - n01),
+            "pvalue": float(stats.binomtest(n10, n01 + n10, 0.5).pvalue),
+        }
+    if test == "permutation" or out["status"] == "zero variance":  # no t or W from a constant gap
+        return {
+            **out,
+            "test": "permutation",
+            "statistic": float(d.mean()),
+            "pvalue": _signflip_p(d),
+        }
     r = stats.ttest_rel(a, b) if test == "ttest" else stats.wilcoxon(a, b)
     return {**out, "statistic": float(r.statistic), "pvalue": float(r.pvalue)}
 
-def paired_test(a: Sequence[float], b: Sequence[float], test: str = "ttest", min_items: int = MIN_ITEMS) -> dict:
+# %% ../nbs/05b_stats.ipynb #c24674ee
+def paired_test(
+    a: Sequence[float], b: Sequence[float], test: str = "ttest", min_items: int = MIN_ITEMS
+) -> dict:
     """Paired comparison of two conditions on the same units: `ttest` (scipy.stats.ttest_rel), `wilcoxon` (signed-rank),
     `mcnemar` (exact binomial McNemar test, McNemar 1947, for paired 0/1 outcomes only; other values raise) or
     `permutation` (sign-flip, exact up to 16 units). Pairs with a missing value are dropped; `n` counts the pairs used.
@@ -153,47 +242,85 @@ def paired_test(a: Sequence[float], b: Sequence[float], test: str = "ttest", min
     return r
 
 # %% ../nbs/05b_stats.ipynb #bac7c8c5
-def accuracy_ci(correct: Sequence[Any], items: Sequence[Any] | None = None, level: float = 0.95, n_resamples: int = 2000,
-                seed: int = 0, min_items: int = 20) -> dict:
+def accuracy_ci(
+    correct: Sequence[Any],
+    items: Sequence[Any] | None = None,
+    level: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    min_items: int = 20,
+) -> dict:
     """Accuracy with its interval, the item as unit: Wilson (1927) when each item gives one answer, else the item-cluster
     bootstrap (Davison & Hinkley 1997, Sec. 3.8; `mad_study.metrics.clustered_accuracy_ci`). Missing outcomes are
     dropped; text outcomes raise. `items` None: each answer its own item. Warns below `min_items` distinct items."""
     x = [None if math.isnan(v) else bool(v) for v in _numbers(correct, "accuracy_ci")]
     items = list(range(len(x))) if items is None else list(items)
-    if len(items) != len(x): raise ValueError(f"accuracy_ci: {len(x)} outcomes but {len(items)} item labels")
+    if len(items) != len(x):
+        raise ValueError(f"accuracy_ci: {len(x)} outcomes but {len(items)} item labels")
     keep = [i for i, v in enumerate(x) if v is not None]
     x, items = [x[i] for i in keep], [items[i] for i in keep]
     n_items = len(set(items))
     if 0 < n_items < min_items:
-        warnings.warn(f"accuracy_ci: {n_items} items (< {min_items}): an interval from so few items is wide, and a bootstrap "
-                      "over so few items undercovers", stacklevel=2)
+        warnings.warn(
+            f"accuracy_ci: {n_items} items (< {min_items}): an interval from so few items is wide, and a bootstrap "
+            "over so few items undercovers",
+            stacklevel=2,
+        )
     lo, hi, how = clustered_accuracy_ci(x, items, level, n_resamples, seed)
-    return {"accuracy": float(np.mean(x)) if x else math.nan, "ci_low": lo, "ci_high": hi, "n_items": n_items,
-            "n_answers": len(x), "method": how, "level": level}
+    return {
+        "accuracy": float(np.mean(x)) if x else math.nan,
+        "ci_low": lo,
+        "ci_high": hi,
+        "n_items": n_items,
+        "n_answers": len(x),
+        "method": how,
+        "level": level,
+    }
 
 # %% ../nbs/05b_stats.ipynb #cc2f1407
-def item_means(df: pd.DataFrame, value: str = "correct", item: str = "item_id", method: str = "method") -> pd.DataFrame:
+def item_means(
+    df: pd.DataFrame, value: str = "correct", item: str = "item_id", method: str = "method"
+) -> pd.DataFrame:
     """Per-item means of `value` (several answers per item averaged first): a frame items x methods (NaN: not observed).
     A `value` column holding text raises (a `correct` read back as strings is not 0/1)."""
     for c in (value, item, method):
-        if c not in df.columns: raise ConfigError("column missing from the per-item frame", key="column", value=c, choices=df.columns)
+        if c not in df.columns:
+            raise ConfigError(
+                "column missing from the per-item frame", key="column", value=c, choices=df.columns
+            )
     col = df[value]
     fast = pd.api.types.is_numeric_dtype(col.dtype) or pd.api.types.is_bool_dtype(col.dtype)
-    v = col.astype("Float64").astype(float) if fast else pd.Series(_numbers(col, f"item_means: column {value!r}"), index=df.index)
+    v = (
+        col.astype("Float64").astype(float)
+        if fast
+        else pd.Series(_numbers(col, f"item_means: column {value!r}"), index=df.index)
+    )
     return v.groupby([df[item], df[method]], sort=False).mean().unstack(method)
 
+# %% ../nbs/05b_stats.ipynb #cd19320b
 def boot_mean_ci(d: np.ndarray, level: float, n_resamples: int, seed: int) -> tuple[float, float]:
     "Percentile bootstrap interval of the mean of `d` resampling its entries (items), vectorised; NaNs below 2 items."
-    if d.size < 2: return (math.nan, math.nan)
-    if np.all(d == d[0]): return (float(d[0]), float(d[0]))
+    if d.size < 2:
+        return (math.nan, math.nan)
+    if np.all(d == d[0]):
+        return (float(d[0]), float(d[0]))
     idx = np.random.default_rng(seed).integers(0, d.size, (int(n_resamples), d.size))
     a = (1 - level) / 2
     lo, hi = np.percentile(d[idx].mean(axis=1), [100 * a, 100 * (1 - a)])
     return (float(lo), float(hi))
 
 # %% ../nbs/05b_stats.ipynb #b2357871
-def paired_difference(a: Sequence[float], b: Sequence[float], level: float = 0.95, n_resamples: int = 2000,
-                      seed: int = 0, test: str = "auto", *, on: str = "all", min_items: int = MIN_ITEMS) -> dict:
+def paired_difference(
+    a: Sequence[float],
+    b: Sequence[float],
+    level: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    test: str = "auto",
+    *,
+    on: str = "all",
+    min_items: int = MIN_ITEMS,
+) -> dict:
     """Difference a - b of two methods matched by item: two Series indexed by item pair on it (different items raise
     unless `on="shared"`), vectors by position (e.g. `item_means` columns). Mean difference, percentile bootstrap
     interval over items (Efron & Tibshirani 1993, Ch. 13) and a paired test (`auto`: exact McNemar for 0/1 outcomes,
@@ -202,66 +329,129 @@ def paired_difference(a: Sequence[float], b: Sequence[float], level: float = 0.9
     every item, and a warning for any status but ok."""
     x, y, dropped = _aligned(a, b, "paired_difference", on)
     if test == "auto":
-        test = "mcnemar" if _binary(x) and _binary(y) else ("ttest" if x.size >= min_items else "permutation")
+        test = (
+            "mcnemar"
+            if _binary(x) and _binary(y)
+            else ("ttest" if x.size >= min_items else "permutation")
+        )
     t = _paired_test(x, y, test, min_items)
     flat = t["status"] in ("identical", "zero variance")
     lo, hi = (math.nan, math.nan) if flat else boot_mean_ci(x - y, level, n_resamples, seed)
     _warn_status(t["status"], "paired_difference", t["n"], min_items)
-    return {"n_items": int(x.size), "mean_a": t["mean_a"], "mean_b": t["mean_b"], "diff": t["mean_a"] - t["mean_b"],
-            "ci_low": lo, "ci_high": hi, "level": level, "test": t["test"], "statistic": t["statistic"],
-            "pvalue": t["pvalue"], "status": t["status"], "n_dropped": dropped, "unit": "item"}
+    return {
+        "n_items": int(x.size),
+        "mean_a": t["mean_a"],
+        "mean_b": t["mean_b"],
+        "diff": t["mean_a"] - t["mean_b"],
+        "ci_low": lo,
+        "ci_high": hi,
+        "level": level,
+        "test": t["test"],
+        "statistic": t["statistic"],
+        "pvalue": t["pvalue"],
+        "status": t["status"],
+        "n_dropped": dropped,
+        "unit": "item",
+    }
 
 # %% ../nbs/05b_stats.ipynb #353c0158
-def simulate_paired(n_items: int, diff: float, n_agents: int = 3, rho: float = 0.6, seed: int = 0
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def simulate_paired(
+    n_items: int, diff: float, n_agents: int = 3, rho: float = 0.6, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """Synthetic 0/1 answers (items x agents) of two methods on the same items, agents correlated within an item: item
     difficulty p ~ U(0.2, 0.8), success p +- diff/2, each agent copies the item's shared draw with probability `rho`.
     The true difference of expected accuracy is exactly `diff` (|diff| <= 0.3). For calibration tests of this notebook."""
-    if abs(diff) > 0.3: raise ValueError(f"simulate_paired: |diff| <= 0.3 keeps probabilities in [0, 1], got {diff}")
+    if abs(diff) > 0.3:
+        raise ValueError(
+            f"simulate_paired: |diff| <= 0.3 keeps probabilities in [0, 1], got {diff}"
+        )
     g = np.random.default_rng(seed)
     p = g.uniform(0.2, 0.8, n_items)
+
     def answers(q):
         shared = g.random(n_items) < q
         own = g.random((n_items, n_agents)) < q[:, None]
         return np.where(g.random((n_items, n_agents)) < rho, shared[:, None], own).astype(float)
+
     return answers(p + diff / 2), answers(p - diff / 2)
 
 # %% ../nbs/05b_stats.ipynb #9ce8050c
-def tost(a: Sequence[float], b: Sequence[float], margin: float, alpha: float = 0.05, *, on: str = "all",
-         min_items: int = MIN_ITEMS) -> dict:
+def tost(
+    a: Sequence[float],
+    b: Sequence[float],
+    margin: float,
+    alpha: float = 0.05,
+    *,
+    on: str = "all",
+    min_items: int = MIN_ITEMS,
+) -> dict:
     """Equivalence of two methods matched by item (Schuirmann 1987, two one-sided paired t-tests): H0 |mean(a - b)| >=
     margin. `pvalue` = max of the two one-sided p-values; `equivalent` when it is below `alpha`. Missing pairs dropped;
     pairing by item as `paired_difference`'s (`on`). Below `min_items` items, or for a gap that is the same on every item,
     the t-tests' normal approximation cannot hold: the two one-sided tests are then exact sign-flip tests of d + margin
     and d - margin (`test`: permutation). `status` as in `paired_test`, and a warning for any status but ok."""
-    if not margin > 0: raise ConfigError("the equivalence margin must be positive", key="margin", value=margin)
+    if not margin > 0:
+        raise ConfigError("the equivalence margin must be positive", key="margin", value=margin)
     x, y, _ = _aligned(a, b, "tost", on)
     d = x - y
     st = _status(d, min_items)
-    out = {"n_items": int(d.size), "diff": float(d.mean()) if d.size else math.nan, "margin": float(margin), "status": st}
-    if st == "too few items": p, how = math.nan, "none"
+    out = {
+        "n_items": int(d.size),
+        "diff": float(d.mean()) if d.size else math.nan,
+        "margin": float(margin),
+        "status": st,
+    }
+    if st == "too few items":
+        p, how = math.nan, "none"
     elif st == "ok":
-        p, how = max(stats.ttest_1samp(d, -margin, alternative="greater").pvalue,
-                     stats.ttest_1samp(d, margin, alternative="less").pvalue), "ttest"
-    else: p, how = max(_signflip_p(d + margin, "greater"), _signflip_p(d - margin, "less")), "permutation"
+        p, how = (
+            max(
+                stats.ttest_1samp(d, -margin, alternative="greater").pvalue,
+                stats.ttest_1samp(d, margin, alternative="less").pvalue,
+            ),
+            "ttest",
+        )
+    else:
+        p, how = (
+            max(_signflip_p(d + margin, "greater"), _signflip_p(d - margin, "less")),
+            "permutation",
+        )
     _warn_status(st, "tost", d.size, min_items)
     return {**out, "test": how, "pvalue": float(p), "equivalent": bool(p < alpha)}
 
 # %% ../nbs/05b_stats.ipynb #5b8d403a
 CORRECTIONS = ("holm", "bonferroni", "fdr_bh", "none")
 
+
 def adjust_pvalues(pvalues: Sequence[float], method: str = "holm") -> np.ndarray:
     """p-values adjusted for multiple comparisons: Holm (1979) step-down, Bonferroni, Benjamini-Hochberg (1995) FDR
     (`scipy.stats.false_discovery_control`) or none. NaNs stay NaN and do not count as tests."""
-    if method not in CORRECTIONS: raise ConfigError("unknown multiple-comparison correction", key="correction", value=method, choices=CORRECTIONS)
-    p = np.asarray(pvalues, dtype=float); out = np.full(p.shape, np.nan)
-    ok = ~np.isnan(p); q = p[ok]; m = q.size
-    if m == 0 or method == "none": out[ok] = q; return out
-    if method == "bonferroni": out[ok] = np.minimum(q * m, 1.0); return out
-    if method == "fdr_bh": out[ok] = stats.false_discovery_control(q, method="bh"); return out
+    if method not in CORRECTIONS:
+        raise ConfigError(
+            "unknown multiple-comparison correction",
+            key="correction",
+            value=method,
+            choices=CORRECTIONS,
+        )
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = ~np.isnan(p)
+    q = p[ok]
+    m = q.size
+    if m == 0 or method == "none":
+        out[ok] = q
+        return out
+    if method == "bonferroni":
+        out[ok] = np.minimum(q * m, 1.0)
+        return out
+    if method == "fdr_bh":
+        out[ok] = stats.false_discovery_control(q, method="bh")
+        return out
     order = np.argsort(q, kind="stable")
     adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * q[order]))
-    res = np.empty(m); res[order] = adj; out[ok] = res
+    res = np.empty(m)
+    res[order] = adj
+    out[ok] = res
     return out
 
 # %% ../nbs/05b_stats.ipynb #0d1acc27
@@ -272,16 +462,26 @@ def _adjusted_levels(pvalues: Sequence[float], method: str, level: float) -> np.
     stopped); Bonferroni 1 - alpha / m (simultaneous); Benjamini-Hochberg 1 - R alpha / m with R rejections (the
     false-coverage-rate intervals of Benjamini & Yekutieli 2005; 1 - alpha / m when R = 0); none `level`. With an
     interval dual to the test, an interval then excludes 0 exactly where the adjusted test rejects. NaN p: `level`."""
-    p = np.asarray(pvalues, dtype=float); out = np.full(p.shape, float(level))
-    ok = ~np.isnan(p); q = p[ok]; m = q.size; alpha = 1 - level
-    if m == 0 or method == "none": return out
-    if method == "bonferroni": out[ok] = 1 - alpha / m; return out
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, float(level))
+    ok = ~np.isnan(p)
+    q = p[ok]
+    m = q.size
+    alpha = 1 - level
+    if m == 0 or method == "none":
+        return out
+    if method == "bonferroni":
+        out[ok] = 1 - alpha / m
+        return out
     adj = adjust_pvalues(q, method)
-    if method == "fdr_bh": out[ok] = 1 - max(int((adj < alpha).sum()), 1) * alpha / m; return out
+    if method == "fdr_bh":
+        out[ok] = 1 - max(int((adj < alpha).sum()), 1) * alpha / m
+        return out
     order = np.argsort(q, kind="stable")
-    rejected = adj[order] < alpha                                   # a prefix: Holm's adjusted p rise along the order
+    rejected = adj[order] < alpha  # a prefix: Holm's adjusted p rise along the order
     stop = m if rejected.all() else int(np.argmin(rejected))
-    lv = np.empty(m); lv[order] = 1 - alpha / (m - np.minimum(np.arange(m), stop))
+    lv = np.empty(m)
+    lv[order] = 1 - alpha / (m - np.minimum(np.arange(m), stop))
     out[ok] = lv
     return out
 
@@ -292,11 +492,13 @@ def cochran_q(outcomes: Any) -> dict:
     x = np.asarray(outcomes, dtype=float)
     n, k = x.shape
     rows, cols, total = x.sum(1), x.sum(0), x.sum()
-    den = k * total - float((rows ** 2).sum())
-    if k < 2 or den == 0: return {"statistic": 0.0, "df": k - 1, "pvalue": 1.0, "n": n}
-    q = (k - 1) * (k * float((cols ** 2).sum()) - total ** 2) / den
+    den = k * total - float((rows**2).sum())
+    if k < 2 or den == 0:
+        return {"statistic": 0.0, "df": k - 1, "pvalue": 1.0, "n": n}
+    q = (k - 1) * (k * float((cols**2).sum()) - total**2) / den
     return {"statistic": float(q), "df": k - 1, "pvalue": float(stats.chi2.sf(q, k - 1)), "n": n}
 
+# %% ../nbs/05b_stats.ipynb #93dbcc24
 def omnibus_test(wide: pd.DataFrame | np.ndarray) -> dict:
     """Whether k >= 2 methods differ at all, items (rows) x methods (columns), items missing a method dropped:
     Cochran's Q for 0/1 outcomes, else Friedman's test (Friedman 1937; scipy.stats.friedmanchisquare, k >= 3) or,
@@ -304,23 +506,47 @@ def omnibus_test(wide: pd.DataFrame | np.ndarray) -> dict:
     x = np.asarray(wide, dtype=float)
     x = x[~np.isnan(x).any(axis=1)]
     n, k = x.shape
-    if k < 2 or n < 2: return {"test": "none", "statistic": math.nan, "pvalue": math.nan, "n_items": n, "k": k}
-    if _binary(x): return {"test": "cochran_q", **{a: b for a, b in cochran_q(x).items() if a != "n"}, "n_items": n, "k": k}
+    if k < 2 or n < 2:
+        return {"test": "none", "statistic": math.nan, "pvalue": math.nan, "n_items": n, "k": k}
+    if _binary(x):
+        return {
+            "test": "cochran_q",
+            **{a: b for a, b in cochran_q(x).items() if a != "n"},
+            "n_items": n,
+            "k": k,
+        }
     if k == 2:
         t = paired_test(x[:, 0], x[:, 1], "ttest")
-        return {"test": "ttest", "statistic": t["statistic"], "pvalue": t["pvalue"], "n_items": n, "k": k}
-    if np.allclose(x, x[:, :1]): return {"test": "friedman", "statistic": 0.0, "pvalue": 1.0, "n_items": n, "k": k}
+        return {
+            "test": "ttest",
+            "statistic": t["statistic"],
+            "pvalue": t["pvalue"],
+            "n_items": n,
+            "k": k,
+        }
+    if np.allclose(x, x[:, :1]):
+        return {"test": "friedman", "statistic": 0.0, "pvalue": 1.0, "n_items": n, "k": k}
     r = stats.friedmanchisquare(*x.T)
-    return {"test": "friedman", "statistic": float(r.statistic), "pvalue": float(r.pvalue), "n_items": n, "k": k}
+    return {
+        "test": "friedman",
+        "statistic": float(r.statistic),
+        "pvalue": float(r.pvalue),
+        "n_items": n,
+        "k": k,
+    }
 
 # %% ../nbs/05b_stats.ipynb #471fd96d
-def token_change(ta: np.ndarray, tb: np.ndarray, level: float, n_resamples: int, seed: int) -> tuple[float, float, float]:
+def token_change(
+    ta: np.ndarray, tb: np.ndarray, level: float, n_resamples: int, seed: int
+) -> tuple[float, float, float]:
     "Relative change of mean tokens a vs b (mean a / mean b - 1) with a percentile bootstrap interval over items."
     ok = ~(np.isnan(ta) | np.isnan(tb))
     ta, tb = ta[ok], tb[ok]
-    if ta.size == 0 or tb.sum() == 0: return (math.nan, math.nan, math.nan)
+    if ta.size == 0 or tb.sum() == 0:
+        return (math.nan, math.nan, math.nan)
     est = ta.mean() / tb.mean() - 1
-    if ta.size < 2: return (float(est), math.nan, math.nan)
+    if ta.size < 2:
+        return (float(est), math.nan, math.nan)
     idx = np.random.default_rng(seed).integers(0, ta.size, (int(n_resamples), ta.size))
     with np.errstate(divide="ignore", invalid="ignore"):
         r = ta[idx].mean(1) / tb[idx].mean(1) - 1
@@ -329,81 +555,181 @@ def token_change(ta: np.ndarray, tb: np.ndarray, level: float, n_resamples: int,
     return (float(est), float(lo), float(hi))
 
 # %% ../nbs/05b_stats.ipynb #479708dd
-_REPEAT_KEYS = ("sample", "run", "seed", "agent", "round", "repeat", "model")   # named dimensions of a per-item row
+_REPEAT_KEYS = (
+    "sample",
+    "run",
+    "seed",
+    "agent",
+    "round",
+    "repeat",
+    "model",
+)  # named dimensions of a per-item row
 
-def _compared_items(results: pd.DataFrame, reference: str, methods: Sequence[str] | None, value: str, item: str,
-                    method: str, on: str = "all") -> tuple[list[str], pd.DataFrame, pd.DataFrame, dict]:
+# %% ../nbs/05b_stats.ipynb #a61f4e72
+def _compared_items(
+    results: pd.DataFrame,
+    reference: str,
+    methods: Sequence[str] | None,
+    value: str,
+    item: str,
+    method: str,
+    on: str = "all",
+) -> tuple[list[str], pd.DataFrame, pd.DataFrame, dict]:
     """Step 1 of `compare_methods` (the kit's own): the methods (reference first), their item means on the items every
     one of them answered, those items' rows, and what pairing did: items dropped and runs per method. Rows that repeat
     (method, item, sample and the named dimensions present, `_REPEAT_KEYS`) raise: a second run appended is not more
     samples, so it needs a `run` (or `seed`) column, and its runs are averaged per item; different item sets
     raise unless `on="shared"`, which keeps the items every method answered and warns."""
-    if on not in ("all", "shared"): raise ConfigError("pairing: `on` is 'all' or 'shared'", key="on", value=on, choices=("all", "shared"))
+    if on not in ("all", "shared"):
+        raise ConfigError(
+            "pairing: `on` is 'all' or 'shared'", key="on", value=on, choices=("all", "shared")
+        )
     if "sample" in results or "run" in results:
         keys = [method, item, *(c for c in _REPEAT_KEYS if c in results)]
         if (dup := results.duplicated(keys)).any():
-            raise ConfigError(f"{int(dup.sum())} rows repeat ({', '.join(keys)}): a second run of a method? name it in "
-                              "a `run` column (its runs are averaged per item)", key="rows", value=results.loc[dup, keys].iloc[0].tolist())
+            raise ConfigError(
+                f"{int(dup.sum())} rows repeat ({', '.join(keys)}): a second run of a method? name it in "
+                "a `run` column (its runs are averaged per item)",
+                key="rows",
+                value=results.loc[dup, keys].iloc[0].tolist(),
+            )
     means = item_means(results, value, item, method)
     methods = list(dict.fromkeys([reference, *(methods if methods is not None else means.columns)]))
     missing = [m for m in methods if m not in means.columns]
-    if missing: raise ConfigError("method not in the results", key="method", value=missing[0], choices=means.columns)
+    if missing:
+        raise ConfigError(
+            "method not in the results", key="method", value=missing[0], choices=means.columns
+        )
     seen = means[methods].notna()
     common = means.index[seen.all(axis=1)]
     n_any = int(seen.any(axis=1).sum())
     if n_any > len(common) and on != "shared":
-        raise ConfigError(f"the methods answered different items ({seen.sum().to_dict()}; {len(common)} by every one): "
-                          "pass on='shared' to compare on those", key="items", value=n_any - len(common))
+        raise ConfigError(
+            f"the methods answered different items ({seen.sum().to_dict()}; {len(common)} by every one): "
+            "pass on='shared' to compare on those",
+            key="items",
+            value=n_any - len(common),
+        )
     if n_any > len(common):
-        warnings.warn(f"compare_methods: {n_any - len(common)} of {n_any} items dropped (not answered by every method); "
-                      f"compared on the {len(common)} items every method answered", UserWarning, stacklevel=3)
-    if len(common) < 2: raise ConfigError(f"fewer than 2 items answered by every method ({len(common)})", key="methods", value=methods)
+        warnings.warn(
+            f"compare_methods: {n_any - len(common)} of {n_any} items dropped (not answered by every method); "
+            f"compared on the {len(common)} items every method answered",
+            UserWarning,
+            stacklevel=3,
+        )
+    if len(common) < 2:
+        raise ConfigError(
+            f"fewer than 2 items answered by every method ({len(common)})",
+            key="methods",
+            value=methods,
+        )
     sub = results[results[item].isin(common) & results[method].isin(methods)]
     runs = sub.groupby(method)["run"].nunique().to_dict() if "run" in sub else {}
-    return methods, means.loc[common, methods], sub, {"n_dropped": n_any - len(common), "n_any": n_any, "runs": runs}
+    return (
+        methods,
+        means.loc[common, methods],
+        sub,
+        {"n_dropped": n_any - len(common), "n_any": n_any, "runs": runs},
+    )
 
 # %% ../nbs/05b_stats.ipynb #31aef48a
-def _method_row(m: str, reference: str, sub: pd.DataFrame, means: pd.DataFrame, tok: pd.DataFrame | None, *, value: str,
-                item: str, method: str, level: float, margin: float | None, n_resamples: int, seed: int, test: str,
-                min_items: int) -> dict:
+def _method_row(
+    m: str,
+    reference: str,
+    sub: pd.DataFrame,
+    means: pd.DataFrame,
+    tok: pd.DataFrame | None,
+    *,
+    value: str,
+    item: str,
+    method: str,
+    level: float,
+    margin: float | None,
+    n_resamples: int,
+    seed: int,
+    test: str,
+    min_items: int,
+) -> dict:
     """Step 2 of `compare_methods` (the kit's own): method `m`'s row: accuracy and interval; against the reference the
     paired difference (with its `status`), test and TOST; tokens and their paired change. Warnings of the paired
     statistics are left to `compare_methods` (one for the table)."""
-    acc = accuracy_ci(sub.loc[sub[method] == m, value].tolist(), sub.loc[sub[method] == m, item].tolist(), level,
-                      n_resamples, seed, min_items=min_items)
-    r = {"method": m, "n_items": len(means), "accuracy": acc["accuracy"], "acc_low": acc["ci_low"], "acc_high": acc["ci_high"],
-         "acc_ci_method": acc["method"]}
+    acc = accuracy_ci(
+        sub.loc[sub[method] == m, value].tolist(),
+        sub.loc[sub[method] == m, item].tolist(),
+        level,
+        n_resamples,
+        seed,
+        min_items=min_items,
+    )
+    r = {
+        "method": m,
+        "n_items": len(means),
+        "accuracy": acc["accuracy"],
+        "acc_low": acc["ci_low"],
+        "acc_high": acc["ci_high"],
+        "acc_ci_method": acc["method"],
+    }
     if m != reference:
         a, b = means[m].to_numpy(), means[reference].to_numpy()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             d = paired_difference(a, b, level, n_resamples, seed, test, min_items=min_items)
             e = tost(a, b, margin, 1 - level, min_items=min_items) if margin is not None else None
-        r.update(diff=d["diff"], diff_low=d["ci_low"], diff_high=d["ci_high"], test=d["test"], pvalue=d["pvalue"], status=d["status"])
-        if e is not None: r.update(tost_p=e["pvalue"], equivalent=e["equivalent"])
+        r.update(
+            diff=d["diff"],
+            diff_low=d["ci_low"],
+            diff_high=d["ci_high"],
+            test=d["test"],
+            pvalue=d["pvalue"],
+            status=d["status"],
+        )
+        if e is not None:
+            r.update(tost_p=e["pvalue"], equivalent=e["equivalent"])
     if tok is not None:
         r["tokens"] = float(tok[m].mean())
         if m != reference:
-            c, lo, hi = token_change(tok[m].to_numpy(float), tok[reference].to_numpy(float), level, n_resamples, seed)
+            c, lo, hi = token_change(
+                tok[m].to_numpy(float), tok[reference].to_numpy(float), level, n_resamples, seed
+            )
             r.update(token_change=c, token_change_low=lo, token_change_high=hi)
     return r
 
 # %% ../nbs/05b_stats.ipynb #4409f975
-def _adjusted_table(rows: list[dict], means: pd.DataFrame, reference: str, item: str, correction: str, level: float,
-                    margin: float | None) -> pd.DataFrame:
+def _adjusted_table(
+    rows: list[dict],
+    means: pd.DataFrame,
+    reference: str,
+    item: str,
+    correction: str,
+    level: float,
+    margin: float | None,
+) -> pd.DataFrame:
     "Step 3 of `compare_methods` (the kit's own): the table with p-values adjusted over the comparisons, `distinguishable`, and the attrs the caption reads (the omnibus test among them)."
     table = pd.DataFrame(rows)
-    if "pvalue" not in table: table["pvalue"] = np.nan
+    if "pvalue" not in table:
+        table["pvalue"] = np.nan
     table["p_adjusted"] = adjust_pvalues(table["pvalue"], correction)
     table["distinguishable"] = (table["p_adjusted"] < (1 - level)).astype(object)
     table.loc[table["method"] == reference, "distinguishable"] = None
-    table.attrs.update(reference=reference, correction=correction, level=level, unit=item, margin=margin,
-                       omnibus=omnibus_test(means.to_numpy()))
+    table.attrs.update(
+        reference=reference,
+        correction=correction,
+        level=level,
+        unit=item,
+        margin=margin,
+        omnibus=omnibus_test(means.to_numpy()),
+    )
     return table
 
 # %% ../nbs/05b_stats.ipynb #4faca5ae
-def _family_intervals(table: pd.DataFrame, means: pd.DataFrame, reference: str, level: float, n_resamples: int,
-                      seed: int) -> pd.DataFrame:
+def _family_intervals(
+    table: pd.DataFrame,
+    means: pd.DataFrame,
+    reference: str,
+    level: float,
+    n_resamples: int,
+    seed: int,
+) -> pd.DataFrame:
     """Step 4 of `compare_methods` (the kit's own): each gap's bootstrap interval again, at the level its correction
     tested it (`_adjusted_levels`, in `diff_level`; same resamples), so that intervals and verdicts come from one
     family; `agrees` (whether the interval excludes 0 exactly where the verdict is distinguishable: the bootstrap is not
@@ -411,17 +737,25 @@ def _family_intervals(table: pd.DataFrame, means: pd.DataFrame, reference: str, 
     distinguishable gap (`equivalent` False there, `tost_equivalent` keeps the test's own); `verdict` in words."""
     t = table.copy()
     for c in ("diff", "diff_low", "diff_high", "status"):
-        if c not in t: t[c] = np.nan
+        if c not in t:
+            t[c] = np.nan
     gap = (t["method"] != reference).to_numpy()
-    t["diff_level"] = np.where(gap, _adjusted_levels(t["pvalue"], t.attrs["correction"], level), np.nan)
+    t["diff_level"] = np.where(
+        gap, _adjusted_levels(t["pvalue"], t.attrs["correction"], level), np.nan
+    )
     for i in np.flatnonzero(gap):
         r = t.iloc[i]
-        if r.get("status") in ("identical", "zero variance", "too few items"): continue
+        if r.get("status") in ("identical", "zero variance", "too few items"):
+            continue
         d = (means[r["method"]] - means[reference]).to_numpy(float)
-        t.iloc[i, t.columns.get_indexer(["diff_low", "diff_high"])] = boot_mean_ci(d, r["diff_level"], n_resamples, seed)
+        t.iloc[i, t.columns.get_indexer(["diff_low", "diff_high"])] = boot_mean_ci(
+            d, r["diff_level"], n_resamples, seed
+        )
     dist = t["distinguishable"].eq(True)
     excludes = (t["diff_low"] > 0) | (t["diff_high"] < 0)
-    t["agrees"] = (excludes == dist).astype(object).where(gap & t["diff_low"].notna().to_numpy(), None)
+    t["agrees"] = (
+        (excludes == dist).astype(object).where(gap & t["diff_low"].notna().to_numpy(), None)
+    )
     if "equivalent" in t:
         t["tost_equivalent"] = t["equivalent"]
         t["equivalent"] = (t["equivalent"].eq(True) & ~dist).astype(object).where(gap, None)
@@ -431,11 +765,24 @@ def _family_intervals(table: pd.DataFrame, means: pd.DataFrame, reference: str, 
     return t
 
 # %% ../nbs/05b_stats.ipynb #651d8e40
-def compare_methods(results: pd.DataFrame, reference: str, methods: Sequence[str] | None = None, value: str = "correct",
-                    tokens: str | None = "tokens", item: str = "item_id", method: str = "method", correction: str = "holm",
-                    level: float = 0.95, margin: float | None = None, n_resamples: int = 2000, seed: int = 0,
-                    test: str = "auto", min_items: int = 20, fixed_items: bool = False, on: str = "all"
-                    ) -> tuple[pd.DataFrame, str]:
+def compare_methods(
+    results: pd.DataFrame,
+    reference: str,
+    methods: Sequence[str] | None = None,
+    value: str = "correct",
+    tokens: str | None = "tokens",
+    item: str = "item_id",
+    method: str = "method",
+    correction: str = "holm",
+    level: float = 0.95,
+    margin: float | None = None,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    test: str = "auto",
+    min_items: int = 20,
+    fixed_items: bool = False,
+    on: str = "all",
+) -> tuple[pd.DataFrame, str]:
     """Many methods against `reference` on the same items (the kit's statistics standard, DESIGN "Statistics"): per
     method accuracy + interval, paired difference vs the reference (bootstrap over items, `paired_difference`), test,
     p adjusted by `correction` (Holm 1979 by default), `distinguishable`, intervals at the levels of that correction
@@ -444,63 +791,114 @@ def compare_methods(results: pd.DataFrame, reference: str, methods: Sequence[str
     sets raise unless `on="shared"` (then a warning and the caption say how many items were dropped). Returns (table,
     caption sentence); the omnibus test is in `table.attrs['omnibus']`. `fixed_items`: the caption says the tests speak
     for these items only (repeats of a fixed set, e.g. MADC Figs. 3-5)."""
-    methods, means, sub, info = _compared_items(results, reference, methods, value, item, method, on)
-    tok = item_means(sub, tokens, item, method).reindex(index=means.index, columns=methods) if tokens and tokens in results else None
-    opts = dict(value=value, item=item, method=method, level=level, margin=margin, n_resamples=n_resamples, seed=seed,
-                test=test, min_items=min_items)
+    methods, means, sub, info = _compared_items(
+        results, reference, methods, value, item, method, on
+    )
+    tok = (
+        item_means(sub, tokens, item, method).reindex(index=means.index, columns=methods)
+        if tokens and tokens in results
+        else None
+    )
+    opts = dict(
+        value=value,
+        item=item,
+        method=method,
+        level=level,
+        margin=margin,
+        n_resamples=n_resamples,
+        seed=seed,
+        test=test,
+        min_items=min_items,
+    )
     rows = [_method_row(m, reference, sub, means, tok, **opts) for m in methods]
     table = _adjusted_table(rows, means, reference, item, correction, level, margin)
     table = _family_intervals(table, means, reference, level, n_resamples, seed)
     table.attrs.update(min_items=min_items, **info)
-    odd = table.dropna(subset=["status"]).query("status != 'ok'") if "status" in table else table.iloc[:0]
+    odd = (
+        table.dropna(subset=["status"]).query("status != 'ok'")
+        if "status" in table
+        else table.iloc[:0]
+    )
     if len(odd):
-        warnings.warn("compare_methods: " + "; ".join(f"{r.method} vs {reference}: {r.status}" for r in odd.itertuples())
-                      + " (the caption says what each status means)", UserWarning, stacklevel=2)
+        warnings.warn(
+            "compare_methods: "
+            + "; ".join(f"{r.method} vs {reference}: {r.status}" for r in odd.itertuples())
+            + " (the caption says what each status means)",
+            UserWarning,
+            stacklevel=2,
+        )
     return table, comparison_caption(table, fixed_items=fixed_items)
 
 # %% ../nbs/05b_stats.ipynb #d1d7e749
-def _pts(x: float) -> str: return f"{100 * x:+.1f}"
+def _pts(x: float) -> str:
+    return f"{100 * x:+.1f}"
 
-_TESTS = {"mcnemar": "McNemar (exact) for one 0/1 answer per item", "ttest": "paired t over item means",
-          "permutation": "sign-flip permutation over items (exact up to 16 items) where t cannot hold",
-          "wilcoxon": "Wilcoxon signed-rank over item means"}
+# %% ../nbs/05b_stats.ipynb #6e22a499
+_TESTS = {
+    "mcnemar": "McNemar (exact) for one 0/1 answer per item",
+    "ttest": "paired t over item means",
+    "permutation": "sign-flip permutation over items (exact up to 16 items) where t cannot hold",
+    "wilcoxon": "Wilcoxon signed-rank over item means",
+}
+
 
 def _interval_words(a: Mapping, levels: pd.Series) -> str:
     "How the table's gap intervals relate to its verdicts (one family), for the caption."
     c, lvl = a.get("correction"), a.get("level", 0.95)
     lv = levels.dropna()
-    if c == "none": return f"{100 * lvl:g}% intervals, unadjusted like the p-values (no correction)"
-    if not len(lv): return "no gap has an interval (each gap says why)"
-    span = f"{100 * lv.min():.4g}%" if lv.min() == lv.max() else f"{100 * lv.min():.4g}% to {100 * lv.max():.4g}%"
-    words = {"holm": f"Holm-adjusted intervals (each at the level of the Holm step that tested it: {span})",
-             "bonferroni": f"Bonferroni-adjusted simultaneous {span} intervals",
-             "fdr_bh": f"false-coverage-rate-adjusted {span} intervals (Benjamini-Yekutieli)"}
+    if c == "none":
+        return f"{100 * lvl:g}% intervals, unadjusted like the p-values (no correction)"
+    if not len(lv):
+        return "no gap has an interval (each gap says why)"
+    span = (
+        f"{100 * lv.min():.4g}%"
+        if lv.min() == lv.max()
+        else f"{100 * lv.min():.4g}% to {100 * lv.max():.4g}%"
+    )
+    words = {
+        "holm": f"Holm-adjusted intervals (each at the level of the Holm step that tested it: {span})",
+        "bonferroni": f"Bonferroni-adjusted simultaneous {span} intervals",
+        "fdr_bh": f"false-coverage-rate-adjusted {span} intervals (Benjamini-Yekutieli)",
+    }
     return words.get(c, f"{c}-adjusted {span} intervals")
 
+# %% ../nbs/05b_stats.ipynb #6fc36dce
 def _gap_words(r: Mapping, ref: str, a: Mapping) -> str:
     "One gap of the caption: difference, interval (or why none), verdict, test and adjusted p, TOST, tokens."
     st = r.get("status") or "ok"
-    if st == "identical": ci = "(identical on every item: no interval)"
-    elif st == "zero variance": ci = "(the same gap on every item: no interval)"
-    else: ci = f"[{_pts(r['diff_low'])}, {_pts(r['diff_high'])}]"
+    if st == "identical":
+        ci = "(identical on every item: no interval)"
+    elif st == "zero variance":
+        ci = "(the same gap on every item: no interval)"
+    else:
+        ci = f"[{_pts(r['diff_low'])}, {_pts(r['diff_high'])}]"
     s = f"{r['method']} vs {ref}: {_pts(r['diff'])} points {ci}, {r.get('verdict') or ('distinguishable' if r['distinguishable'] else 'not distinguishable')}"
     s += f" ({r['test']}, {a.get('correction')}-adjusted p = {r['p_adjusted']:.3g})"
     if r.get("tost_equivalent") is True and r.get("verdict") == "distinguishable":
         s += f", a real gap inside ±{100 * a['margin']:.1f} points (TOST), so not called equivalent"
-    elif "equivalent" in r and not pd.isna(r.get("equivalent")) and r.get("verdict") != "equivalent":
+    elif (
+        "equivalent" in r and not pd.isna(r.get("equivalent")) and r.get("verdict") != "equivalent"
+    ):
         s += f", not shown equivalent within ±{100 * a['margin']:.1f} points (TOST)"
-    elif r.get("verdict") == "equivalent": s += f" within ±{100 * a['margin']:.1f} points (TOST)"
-    if st == "few items": s += f", only {int(r['n_items'])} items (< {a.get('min_items')})"
-    if r.get("agrees") is False: s += ", the bootstrap interval and the test disagree at this level (the verdict is the test's)"
+    elif r.get("verdict") == "equivalent":
+        s += f" within ±{100 * a['margin']:.1f} points (TOST)"
+    if st == "few items":
+        s += f", only {int(r['n_items'])} items (< {a.get('min_items')})"
+    if r.get("agrees") is False:
+        s += ", the bootstrap interval and the test disagree at this level (the verdict is the test's)"
     if not pd.isna(r.get("token_change", math.nan)):
         s += f"; tokens {100 * r['token_change']:+.0f}% [{100 * r['token_change_low']:+.0f}, {100 * r['token_change_high']:+.0f}]"
     return s
 
-def comparison_caption(table: pd.DataFrame, unit_name: str = "items", fixed_items: bool = False) -> str:
+# %% ../nbs/05b_stats.ipynb #39e3f1b8
+def comparison_caption(
+    table: pd.DataFrame, unit_name: str = "items", fixed_items: bool = False
+) -> str:
     """The caption sentence of a `compare_methods` table: item count (and the items dropped to pair them), runs,
     resampled unit, interval family, tests, correction, omnibus, and each method's gap vs the reference with its
     interval (or why none), its verdict and any status that limits it."""
-    a = table.attrs; ref = a.get("reference")
+    a = table.attrs
+    ref = a.get("reference")
     n = int(table["n_items"].iloc[0]) if len(table) else 0
     gaps = table[table["method"] != ref]
     parts = [_gap_words(r, ref, a) for r in gaps.to_dict("records")]
@@ -509,38 +907,68 @@ def comparison_caption(table: pd.DataFrame, unit_name: str = "items", fixed_item
         head += f" answered by every method ({a['n_dropped']} of {a['n_any']} {unit_name} dropped: not answered by every method)"
     if a.get("runs"):
         head += f"; runs per method averaged per item ({', '.join(f'{m}: {k}' for m, k in a['runs'].items())})"
-    levels = gaps.loc[gaps["diff_low"].notna(), "diff_level"] if "diff_level" in gaps else pd.Series(dtype=float)
-    tests = [_TESTS.get(t, t) for t in dict.fromkeys(gaps["test"].dropna())] if "test" in gaps else []
-    boot = f", percentile bootstrap over {unit_name} (answers of an item averaged first)" if len(levels.dropna()) else ""
-    head += (f"; {_interval_words(a, levels)}{boot}; "
-             f"tests: {', '.join(tests) or 'none'}; {a.get('correction')} correction over {len(parts)} comparison(s)")
+    levels = (
+        gaps.loc[gaps["diff_low"].notna(), "diff_level"]
+        if "diff_level" in gaps
+        else pd.Series(dtype=float)
+    )
+    tests = (
+        [_TESTS.get(t, t) for t in dict.fromkeys(gaps["test"].dropna())] if "test" in gaps else []
+    )
+    boot = (
+        f", percentile bootstrap over {unit_name} (answers of an item averaged first)"
+        if len(levels.dropna())
+        else ""
+    )
+    head += (
+        f"; {_interval_words(a, levels)}{boot}; "
+        f"tests: {', '.join(tests) or 'none'}; {a.get('correction')} correction over {len(parts)} comparison(s)"
+    )
     o = a.get("omnibus", {})
-    if o: head += f"; omnibus {o.get('test')} p = {o.get('pvalue', math.nan):.3g}"
-    tail = (f" The tests speak for these {n} fixed {unit_name} only." if fixed_items else "")
+    if o:
+        head += f"; omnibus {o.get('test')} p = {o.get('pvalue', math.nan):.3g}"
+    tail = f" The tests speak for these {n} fixed {unit_name} only." if fixed_items else ""
     return head + ". " + "; ".join(parts) + "." + tail
 
 # %% ../nbs/05b_stats.ipynb #77449274
 def condition_labels(df: pd.DataFrame) -> pd.Series:
     "One label per row for its condition: `method` ('' -> the experiment), as `experiment/method` when several experiments are pooled (and differ from the method)."
     exp = df["experiment"].astype(str) if "experiment" in df else pd.Series("", index=df.index)
-    meth = df["method"].astype("object").where(df["method"].notna(), "").astype(str) if "method" in df else pd.Series("", index=df.index)
-    if exp.nunique() > 1: return exp.where((meth == "") | (meth == exp), exp + "/" + meth)
+    meth = (
+        df["method"].astype("object").where(df["method"].notna(), "").astype(str)
+        if "method" in df
+        else pd.Series("", index=df.index)
+    )
+    if exp.nunique() > 1:
+        return exp.where((meth == "") | (meth == exp), exp + "/" + meth)
     return meth.where(meth != "", exp)
 
-def per_item_results(transcript: pd.DataFrame, who: str = "majority", fmt: str | None = None) -> pd.DataFrame:
+# %% ../nbs/05b_stats.ipynb #b309a4e0
+def per_item_results(
+    transcript: pd.DataFrame, who: str = "majority", fmt: str | None = None
+) -> pd.DataFrame:
     """Per-item results of every condition of a (pooled) transcript (the DESIGN's "per-item results next to every table"):
     item_id, method, experiment, sample, correct (majority vote, or agent `who`, at the condition's last round), answer,
     tokens (prompt + completion tokens of the thread over all rounds; of agent `who` only when one agent is scored)."""
     check_unique_turns(transcript, what="per_item_results")
     t = transcript.assign(_cond=condition_labels(transcript))
-    t = t.assign(_tok=t["prompt_tokens"].fillna(0).astype(float) + t["completion_tokens"].fillna(0).astype(float))
+    t = t.assign(
+        _tok=t["prompt_tokens"].fillna(0).astype(float)
+        + t["completion_tokens"].fillna(0).astype(float)
+    )
     keys = ["_cond", "item_id", "sample"]
     last = t.groupby("_cond")["round"].transform("max")
     fin = t[t["round"] == last]
     if who == "majority":
         v = vote_table(fin.drop(columns=["_tok"]), by=("_cond", "item_id", "sample"), fmt=fmt)
     else:
-        if who not in set(t["agent"]): raise ConfigError("no such agent in the transcript", key="who", value=who, choices=sorted(set(t["agent"])))
+        if who not in set(t["agent"]):
+            raise ConfigError(
+                "no such agent in the transcript",
+                key="who",
+                value=who,
+                choices=sorted(set(t["agent"])),
+            )
         v = fin[fin["agent"] == who][[*pool_keys(fin), *keys, "answer", "correct"]]
     spent = t if who == "majority" else t[t["agent"] == who]
     tok = spent.groupby(keys, sort=False)["_tok"].sum().rename("tokens").reset_index()
@@ -548,24 +976,43 @@ def per_item_results(transcript: pd.DataFrame, who: str = "majority", fmt: str |
     out = out.rename(columns={"_cond": "method_label"})
     out["correct"] = out["correct"].astype(float)
     cols = ["item_id", "method_label", "experiment", "sample", "correct", "answer", "tokens"]
-    return out[[c for c in cols if c in out]].rename(columns={"method_label": "method"}).reset_index(drop=True)
+    return (
+        out[[c for c in cols if c in out]]
+        .rename(columns={"method_label": "method"})
+        .reset_index(drop=True)
+    )
 
 # %% ../nbs/05b_stats.ipynb #dd9870ef
 def tokens_per_thread(transcript: pd.DataFrame) -> float:
     "Mean prompt + completion tokens of generated turns per (item, thread): what one debate of one item costs."
     t = transcript[~transcript["reused"].fillna(False).astype(bool)]
-    tok = t["prompt_tokens"].fillna(0).astype(float) + t["completion_tokens"].fillna(0).astype(float)
+    tok = t["prompt_tokens"].fillna(0).astype(float) + t["completion_tokens"].fillna(0).astype(
+        float
+    )
     return float(tok.groupby([t["item_id"], t["sample"]]).sum().mean()) if len(t) else math.nan
 
+# %% ../nbs/05b_stats.ipynb #d89908c3
 def _tokens_by_item(transcript: pd.DataFrame) -> pd.Series:
     "Prompt + completion tokens of generated turns per item, averaged over its threads."
     t = transcript[~transcript["reused"].fillna(False).astype(bool)]
-    tok = t["prompt_tokens"].fillna(0).astype(float) + t["completion_tokens"].fillna(0).astype(float)
+    tok = t["prompt_tokens"].fillna(0).astype(float) + t["completion_tokens"].fillna(0).astype(
+        float
+    )
     return tok.groupby([t["item_id"], t["sample"]]).sum().groupby(level=0).mean()
 
-def self_consistency_at_budget(debate: pd.DataFrame, items: Sequence[Any], model: str, backends: Mapping[str, Any], *,
-                               temperature: float = 0.7, max_samples: int | None = None, tolerance: float = 0.05,
-                               seed: int = 0, **kw) -> pd.DataFrame:
+# %% ../nbs/05b_stats.ipynb #4e27697d
+def self_consistency_at_budget(
+    debate: pd.DataFrame,
+    items: Sequence[Any],
+    model: str,
+    backends: Mapping[str, Any],
+    *,
+    temperature: float = 0.7,
+    max_samples: int | None = None,
+    tolerance: float = 0.05,
+    seed: int = 0,
+    **kw,
+) -> pd.DataFrame:
     """Self-consistency (Wang et al. 2023: majority over K sampled answers of one model) at the token budget of `debate`
     (its `tokens_per_thread`): K = round(budget / tokens of one sample), corrected by the measured spend (at most three
     times) until the K samples spend within `tolerance` of the budget per item. `max_samples` caps K only when given; a
@@ -573,31 +1020,69 @@ def self_consistency_at_budget(debate: pd.DataFrame, items: Sequence[Any], model
     method `self_consistency@K`; attrs: budget, tokens_per_sample, k, sc_tokens, spend (sc_tokens / budget),
     spend_range (per item, min and max), tolerance, matched, clamped, note (the caption's sentence)."""
     from mad_study.debate import make_agents, run_debate
+
     budget = tokens_per_thread(debate)
-    if not budget > 0: raise ConfigError("the debate transcript has no token counts to match", key="debate", value=budget)
-    if not 0 < tolerance < 1: raise ConfigError("the budget tolerance is a fraction in (0, 1)", key="tolerance", value=tolerance)
-    run = dict(debate_rounds=0, temperature=temperature, seed=seed, progress=False, experiment=str(debate["experiment"].iloc[0]), **kw)
+    if not budget > 0:
+        raise ConfigError(
+            "the debate transcript has no token counts to match", key="debate", value=budget
+        )
+    if not 0 < tolerance < 1:
+        raise ConfigError(
+            "the budget tolerance is a fraction in (0, 1)", key="tolerance", value=tolerance
+        )
+    run = dict(
+        debate_rounds=0,
+        temperature=temperature,
+        seed=seed,
+        progress=False,
+        experiment=str(debate["experiment"].iloc[0]),
+        **kw,
+    )
     probe = run_debate(items, make_agents([model], prefix="a"), backends, method="probe", **run)
     per_sample = tokens_per_thread(probe)
     k, clamped, tried = max(1, int(round(budget / per_sample))), False, {}
     for _ in range(4):
-        if max_samples is not None and k > max_samples: k, clamped = int(max_samples), True
-        if k in tried: break
-        tried[k] = run_debate(items, make_agents([model] * k, prefix="a"), backends, method=f"self_consistency@{k}", **run)
+        if max_samples is not None and k > max_samples:
+            k, clamped = int(max_samples), True
+        if k in tried:
+            break
+        tried[k] = run_debate(
+            items,
+            make_agents([model] * k, prefix="a"),
+            backends,
+            method=f"self_consistency@{k}",
+            **run,
+        )
         spend = tokens_per_thread(tried[k]) / budget
-        if abs(spend - 1) <= tolerance: break
+        if abs(spend - 1) <= tolerance:
+            break
         k = max(1, int(round(k / spend)))
     k = min(tried, key=lambda j: abs(tokens_per_thread(tried[j]) / budget - 1))
     sc = tried[k]
     spend = tokens_per_thread(sc) / budget
     per_item = (_tokens_by_item(sc) / _tokens_by_item(debate)).dropna()
     matched = abs(spend - 1) <= tolerance
-    note = (f"K = {k} samples spending {100 * spend:.1f}% of the reference's tokens per item (per item "
-            f"{100 * per_item.min():.0f}-{100 * per_item.max():.0f}%), "
-            + (f"budget-matched within ±{100 * tolerance:g}%" if matched else
-               f"NOT budget-matched (outside ±{100 * tolerance:g}%{f'; K capped at max_samples = {max_samples}' if clamped else ''})"))
-    if not matched: warnings.warn(f"self_consistency_at_budget: {note}", UserWarning, stacklevel=2)
-    sc.attrs.update(budget=budget, tokens_per_sample=per_sample, k=k, sc_tokens=tokens_per_thread(sc), spend=spend,
-                    spend_range=(float(per_item.min()), float(per_item.max())), tolerance=tolerance, matched=matched,
-                    clamped=clamped, note=note)
+    note = (
+        f"K = {k} samples spending {100 * spend:.1f}% of the reference's tokens per item (per item "
+        f"{100 * per_item.min():.0f}-{100 * per_item.max():.0f}%), "
+        + (
+            f"budget-matched within ±{100 * tolerance:g}%"
+            if matched
+            else f"NOT budget-matched (outside ±{100 * tolerance:g}%{f'; K capped at max_samples = {max_samples}' if clamped else ''})"
+        )
+    )
+    if not matched:
+        warnings.warn(f"self_consistency_at_budget: {note}", UserWarning, stacklevel=2)
+    sc.attrs.update(
+        budget=budget,
+        tokens_per_sample=per_sample,
+        k=k,
+        sc_tokens=tokens_per_thread(sc),
+        spend=spend,
+        spend_range=(float(per_item.min()), float(per_item.max())),
+        tolerance=tolerance,
+        matched=matched,
+        clamped=clamped,
+        note=note,
+    )
     return sc

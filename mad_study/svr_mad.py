@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Mapping, Sequence
@@ -20,10 +19,12 @@ from .answers import answers_equivalent, extract_confidence, is_correct, merge_e
 from .data import format_question
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
 from .debate import run_debate
-from .metrics import is_missing as _isnull, survival_rate      # missing: None, NaN or pd.NA (one definition)
+from mad_study.metrics import (
+    is_missing as _isnull,
+    survival_rate,
+)  # missing: None, NaN or pd.NA (one definition)
 from .registry import planner
 from .interface import generate_jobs
-
 
 # %% auto #0
 __all__ = ['PRIORS', 'SIGNAL_LABELS', 'SVR_OPTIONS', 'PRIOR_SCALES', 'METHODS', 'METHOD_LABELS', 'FIG2_YLABEL', 'prior_signals',
@@ -38,30 +39,52 @@ __all__ = ['PRIORS', 'SIGNAL_LABELS', 'SVR_OPTIONS', 'PRIOR_SCALES', 'METHODS', 
 PRIORS = ("min_ll", "ppl", "conf")
 SIGNAL_LABELS = {"min_ll": "min-LL", "ppl": "PPL", "conf": "confidence", "svr": "SVR"}
 
+
 def prior_signals(transcript: pd.DataFrame) -> pd.DataFrame:
     """SVR-MAD Sec. 3 prior signals of each pre-debate (round-0) response: `min_ll` (logprob_min), `ppl` (perplexity),
     `conf` (parsed from the text by `extract_confidence`, else the backend's `confidence`; missing stays NaN)."""
     r0 = transcript[transcript["round"] == 0]
     parsed = [extract_confidence(t) for t in r0["text"].tolist()]
-    conf = [p if p is not None else (float(c) if pd.notna(c) else math.nan) for p, c in zip(parsed, r0["confidence"].tolist())]
-    out = r0[["item_id", "task", "gold", "sample", "agent", "model", "text", "answer", "correct", "prompt_tokens", "completion_tokens"]].copy()
+    conf = [
+        p if p is not None else (float(c) if pd.notna(c) else math.nan)
+        for p, c in zip(parsed, r0["confidence"].tolist())
+    ]
+    out = r0[
+        [
+            "item_id",
+            "task",
+            "gold",
+            "sample",
+            "agent",
+            "model",
+            "text",
+            "answer",
+            "correct",
+            "prompt_tokens",
+            "completion_tokens",
+        ]
+    ].copy()
     out["min_ll"] = r0["logprob_min"].astype(float).to_numpy()
     out["ppl"] = r0["perplexity"].astype(float).to_numpy()
     out["conf"] = np.asarray(conf, dtype=float)
     return out.reset_index(drop=True)
 
+# %% ../nbs/12_svr_mad.ipynb #a7600964
 def signal_score(values: Sequence[float], signal: str) -> np.ndarray:
     "SVR-MAD's prior signals (Sec. 3) as scores where higher = more reliable: min-LL and confidence as they are, perplexity negated; NaN stays NaN."
-    if signal not in (*PRIORS, "svr"): raise ConfigError("unknown signal", key="signal", value=signal, choices=(*PRIORS, "svr"))
+    if signal not in (*PRIORS, "svr"):
+        raise ConfigError("unknown signal", key="signal", value=signal, choices=(*PRIORS, "svr"))
     v = np.asarray(values, dtype=float)
     return -v if signal == "ppl" else v
 
 # %% ../nbs/12_svr_mad.ipynb #ca8a04b0
 def comm_budget(S: int, k: int, m: int) -> int:
     "SVR-MAD App. A: the communication budget per problem, B_max = S * (k + m)."
-    if S < 1 or k < 0 or m < 0: raise ConfigError(f"need S >= 1, k, m >= 0 (got S={S}, k={k}, m={m})", key="budget")
+    if S < 1 or k < 0 or m < 0:
+        raise ConfigError(f"need S >= 1, k, m >= 0 (got S={S}, k={k}, m={m})", key="budget")
     return int(S) * (int(k) + int(m))
 
+# %% ../nbs/12_svr_mad.ipynb #45f5d582
 def answer_clusters(answers: Sequence[str | None], fmt: str) -> tuple[int, int]:
     "(k, m): the number of distinct parsed answers (equivalence classes) and the size of the largest (App. A)."
     c = Counter(a for a in merge_equivalent(list(answers), fmt) if a is not None)
@@ -71,105 +94,207 @@ def answer_clusters(answers: Sequence[str | None], fmt: str) -> tuple[int, int]:
 @dataclass
 class SVRResult:
     "Outcome of SVR-MAD (Alg. 1) on one problem."
-    answer: str | None             # y_hat
-    accepted: bool                 # line 14 (accepted) or line 18 (fallback vote)
-    ncomm: int                     # pairwise context transfers made (one per Debate(A_s -> A_r))
-    budget: int                    # B_max
-    k: int                         # App. A: distinct pre-debate answer clusters
-    m: int                         # App. A: size of the largest cluster
-    trace: list = field(default_factory=list)   # one dict per debate: iteration, receiver, challenger, repeat, post, outcome, score
-    scores: dict = field(default_factory=dict)  # final Corr per agent
-    counts: dict = field(default_factory=dict)  # Sec. 3/4 per agent: {"D": debates as receiver, "r": retained, "c": changed}
 
-SVR_OPTIONS = {"challengers": ("reuse", "distinct"), "check": ("iteration", "debate"), "unparsed": ("changed", "ignore"),
-               "posterior": ("svr", "min_ll", "ppl", "conf")}
+    answer: str | None  # y_hat
+    accepted: bool  # line 14 (accepted) or line 18 (fallback vote)
+    ncomm: int  # pairwise context transfers made (one per Debate(A_s -> A_r))
+    budget: int  # B_max
+    k: int  # App. A: distinct pre-debate answer clusters
+    m: int  # App. A: size of the largest cluster
+    trace: list = field(
+        default_factory=list
+    )  # one dict per debate: iteration, receiver, challenger, repeat, post, outcome, score
+    scores: dict = field(default_factory=dict)  # final Corr per agent
+    counts: dict = field(
+        default_factory=dict
+    )  # Sec. 3/4 per agent: {"D": debates as receiver, "r": retained, "c": changed}
+
+# %% ../nbs/12_svr_mad.ipynb #36a1bd48
+SVR_OPTIONS = {
+    "challengers": ("reuse", "distinct"),
+    "check": ("iteration", "debate"),
+    "unparsed": ("changed", "ignore"),
+    "posterior": ("svr", "min_ll", "ppl", "conf"),
+}
+
 
 def _argmax(names: Sequence[str], score: Mapping[str, float]) -> str:
     "The agent with the highest score; NaN ranks last; ties by list order."
-    return max(names, key=lambda a: (-math.inf if math.isnan(score[a]) else score[a], -list(score).index(a)))
+    return max(
+        names,
+        key=lambda a: (-math.inf if math.isnan(score[a]) else score[a], -list(score).index(a)),
+    )
 
+# %% ../nbs/12_svr_mad.ipynb #203f2d1a
 def _posterior(kind: str, retained: int, changed: int, signals: list) -> float:
     "Sec. 4 posterior: SVR(D, r, c); App. B ablation: the mean post-debate signal (missing values skipped)."
-    if kind == "svr": return survival_rate(retained, changed, retained + changed)
+    if kind == "svr":
+        return survival_rate(retained, changed, retained + changed)
     v = [s for s in signals if not _isnull(s)]
     return float(np.mean(signal_score(v, kind))) if v else math.nan
 
 # %% ../nbs/12_svr_mad.ipynb #96b791d4
 def _svr_check(S, C, tau, budget, **opts):
     "Clear errors for SVR-MAD's hyper-parameters (`ConfigError` naming the key)."
-    if int(S) < 1: raise ConfigError("S (communications per round) must be >= 1", key="S", value=S)
-    if int(C) < 1: raise ConfigError("C (challengers before acceptance) must be >= 1", key="C", value=C)
-    if _isnull(tau): raise ConfigError("tau (acceptance threshold) must be a number", key="tau", value=tau)
-    if budget is not None and int(budget) < 0: raise ConfigError("budget must be >= 0", key="budget", value=budget)
+    if int(S) < 1:
+        raise ConfigError("S (communications per round) must be >= 1", key="S", value=S)
+    if int(C) < 1:
+        raise ConfigError("C (challengers before acceptance) must be >= 1", key="C", value=C)
+    if _isnull(tau):
+        raise ConfigError("tau (acceptance threshold) must be a number", key="tau", value=tau)
+    if budget is not None and int(budget) < 0:
+        raise ConfigError("budget must be >= 0", key="budget", value=budget)
     for k, v in opts.items():
-        if v not in SVR_OPTIONS[k]: raise ConfigError(f"unknown {k}", key=k, value=v, choices=SVR_OPTIONS[k])
+        if v not in SVR_OPTIONS[k]:
+            raise ConfigError(f"unknown {k}", key=k, value=v, choices=SVR_OPTIONS[k])
 
+# %% ../nbs/12_svr_mad.ipynb #69cf9115
 def _top(pool: Sequence[str], corr: Mapping[str, float], names: Sequence[str], n: int) -> list[str]:
     "Alg. 1 line 8: the top-n of `pool` ranked by Corr (NaN last, ties by list order)."
-    return sorted(pool, key=lambda j: (-(corr[j] if not math.isnan(corr[j]) else -math.inf), names.index(j)))[:max(n, 0)]
+    return sorted(
+        pool, key=lambda j: (-(corr[j] if not math.isnan(corr[j]) else -math.inf), names.index(j))
+    )[: max(n, 0)]
 
 # %% ../nbs/12_svr_mad.ipynb #96d51fb5
-def _svr_init(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: str, S: int, budget: int | None):
+def _svr_init(
+    answers: Mapping[str, str | None],
+    prior: Mapping[str, float],
+    fmt: str,
+    S: int,
+    budget: int | None,
+):
     """SVR-MAD Alg. 1 lines 1-4 and 7 for one problem: the answers (None for every missing value, choice 7), the agents
     holding one, the clusters k and m, Corr = Prior, B_max = S (k + m), who disagrees with whom, and empty counters."""
     from types import SimpleNamespace
+
     names = list(answers)
-    y = {a: None if _isnull(v) else v for a, v in answers.items()}                  # choice 7: every missing value
+    y = {a: None if _isnull(v) else v for a, v in answers.items()}  # choice 7: every missing value
     live = [a for a in names if y[a] is not None]
     k, m = answer_clusters([y[a] for a in names], fmt)
-    corr = {a: math.nan if _isnull(prior.get(a)) else float(prior[a]) for a in names}   # line 3: Corr = Prior
-    dis = {r: [j for j in live if j != r and not answers_equivalent(y[j], y[r], fmt)] for r in live}   # line 7
-    return SimpleNamespace(names=names, y=y, live=live, k=k, m=m, corr=corr, dis=dis,
-                           B_max=comm_budget(S, k, m) if budget is None else int(budget),
-                           n={a: {"D": 0, "r": 0, "c": 0} for a in names}, post={a: [] for a in names},
-                           sig={a: [] for a in names}, met=Counter(), trace=[], ncomm=0)
+    corr = {
+        a: math.nan if _isnull(prior.get(a)) else float(prior[a]) for a in names
+    }  # line 3: Corr = Prior
+    dis = {
+        r: [j for j in live if j != r and not answers_equivalent(y[j], y[r], fmt)] for r in live
+    }  # line 7
+    return SimpleNamespace(
+        names=names,
+        y=y,
+        live=live,
+        k=k,
+        m=m,
+        corr=corr,
+        dis=dis,
+        B_max=comm_budget(S, k, m) if budget is None else int(budget),
+        n={a: {"D": 0, "r": 0, "c": 0} for a in names},
+        post={a: [] for a in names},
+        sig={a: [] for a in names},
+        met=Counter(),
+        trace=[],
+        ncomm=0,
+    )
 
 # %% ../nbs/12_svr_mad.ipynb #d056798c
 def _svr_record(st, r: str, s: str, ans, signal, fmt: str, posterior: str, unparsed: str, it: int):
     """SVR-MAD Alg. 1 lines 10-11 for one debate Debate(A_s -> A_r) of state `st` (`_svr_init`): count it, update the
     receiver's D, r, c and its posterior Corr (Sec. 4's rule; choice 7 for an unparsed answer), and trace it."""
     ans = None if _isnull(ans) else ans
-    st.ncomm += 1; rep = st.met[(r, s)]; st.met[(r, s)] += 1
+    st.ncomm += 1
+    rep = st.met[(r, s)]
+    st.met[(r, s)] += 1
     kept = ans is not None and answers_equivalent(ans, st.y[r], fmt)
-    if ans is not None or unparsed == "changed":                                   # choice 7
-        st.n[r]["D"] += 1; st.n[r]["r" if kept else "c"] += 1
-        st.post[r].append(ans); st.sig[r].append(signal)
-        st.corr[r] = _posterior(posterior, st.n[r]["r"], st.n[r]["c"], st.sig[r])  # line 11 (Sec. 4 rule)
-    st.trace.append({"iteration": it, "receiver": r, "challenger": s, "repeat": rep, "post": ans,
-                     "outcome": "retained" if kept else "changed" if ans is not None else "unparsed", "score": st.corr[r]})
+    if ans is not None or unparsed == "changed":  # choice 7
+        st.n[r]["D"] += 1
+        st.n[r]["r" if kept else "c"] += 1
+        st.post[r].append(ans)
+        st.sig[r].append(signal)
+        st.corr[r] = _posterior(
+            posterior, st.n[r]["r"], st.n[r]["c"], st.sig[r]
+        )  # line 11 (Sec. 4 rule)
+    st.trace.append(
+        {
+            "iteration": it,
+            "receiver": r,
+            "challenger": s,
+            "repeat": rep,
+            "post": ans,
+            "outcome": "retained" if kept else "changed" if ans is not None else "unparsed",
+            "score": st.corr[r],
+        }
+    )
 
 # %% ../nbs/12_svr_mad.ipynb #1c1b134c
-def svr_mad_steps(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: str, S: int = 2, C: int = 2,
-                  tau: float = 1.0, budget: int | None = None, posterior: str = "svr", tie_seed: Any = 0,
-                  challengers: str = "reuse", check: str = "iteration", unparsed: str = "changed", budget_cap: bool = True
-                  ) -> Generator[list[tuple[str, str]], list[tuple[str | None, float | None]], SVRResult]:
+def svr_mad_steps(
+    answers: Mapping[str, str | None],
+    prior: Mapping[str, float],
+    fmt: str,
+    S: int = 2,
+    C: int = 2,
+    tau: float = 1.0,
+    budget: int | None = None,
+    posterior: str = "svr",
+    tie_seed: Any = 0,
+    challengers: str = "reuse",
+    check: str = "iteration",
+    unparsed: str = "changed",
+    budget_cap: bool = True,
+) -> Generator[list[tuple[str, str]], list[tuple[str | None, float | None]], SVRResult]:
     """SVR-MAD Alg. 1 on one problem, as a generator: yields the debates (receiver A_r, challenger A_s) it wants next, is
     sent [(post-debate answer, post-debate signal)] for them; returns an `SVRResult`. Parameters as `svr_mad`."""
-    _svr_check(S, C, tau, budget, challengers=challengers, check=check, unparsed=unparsed, posterior=posterior)
+    _svr_check(
+        S,
+        C,
+        tau,
+        budget,
+        challengers=challengers,
+        check=check,
+        unparsed=unparsed,
+        posterior=posterior,
+    )
     st = _svr_init(answers, prior, fmt, S, budget)
     corr, n = st.corr, st.n
-    B, it = st.B_max, 0                                                             # line 4
-    def accept(r): return n[r]["D"] >= C and not math.isnan(corr[r]) and corr[r] >= tau   # line 13 (App. A: D >= C)
-    def done(r, ok, answer): return SVRResult(answer, ok, st.ncomm, st.B_max, st.k, st.m, st.trace, corr, n)
-    while B > 0:                                                                    # line 5
+    B, it = st.B_max, 0  # line 4
+
+    def accept(r):
+        return (
+            n[r]["D"] >= C and not math.isnan(corr[r]) and corr[r] >= tau
+        )  # line 13 (App. A: D >= C)
+
+    def done(r, ok, answer):
+        return SVRResult(answer, ok, st.ncomm, st.B_max, st.k, st.m, st.trace, corr, n)
+
+    while B > 0:  # line 5
         fresh = lambda a: [j for j in st.dis[a] if challengers == "reuse" or (a, j) not in st.met]
         cands = [a for a in st.live if fresh(a)]
-        if not cands: break                                                         # unanimous, or (distinct) exhausted
-        r = _argmax(cands, {a: corr[a] for a in cands})                             # line 6
-        P = _top(fresh(r), corr, st.names, min(S, B) if budget_cap else S)          # line 8 (choices 4, 6)
-        for batch in ([P] if check == "iteration" else [[s] for s in P]):
-            outcomes = yield [(r, s) for s in batch]                                # lines 9-10: Debate(A_s -> A_r)
-            for s, (ans, signal) in zip(batch, outcomes): _svr_record(st, r, s, ans, signal, fmt, posterior, unparsed, it)
-            if accept(r): return done(r, True, st.y[r])                             # lines 13-14
-        B -= S                                                                      # line 16
+        if not cands:
+            break  # unanimous, or (distinct) exhausted
+        r = _argmax(cands, {a: corr[a] for a in cands})  # line 6
+        P = _top(fresh(r), corr, st.names, min(S, B) if budget_cap else S)  # line 8 (choices 4, 6)
+        for batch in [P] if check == "iteration" else [[s] for s in P]:
+            outcomes = yield [(r, s) for s in batch]  # lines 9-10: Debate(A_s -> A_r)
+            for s, (ans, signal) in zip(batch, outcomes):
+                _svr_record(st, r, s, ans, signal, fmt, posterior, unparsed, it)
+            if accept(r):
+                return done(r, True, st.y[r])  # lines 13-14
+        B -= S  # line 16
         it += 1
-    return done(None, False, fallback_vote(st.y, st.post, fmt, tie_seed))           # line 18
+    return done(None, False, fallback_vote(st.y, st.post, fmt, tie_seed))  # line 18
 
 # %% ../nbs/12_svr_mad.ipynb #4c2161f4
 def _seeded_pick(options: list[str], seed: Any) -> str:
-    return sorted(options)[int(rng_for("svr-tie", seed).integers(len(options)))] if len(options) > 1 else options[0]
+    return (
+        sorted(options)[int(rng_for("svr-tie", seed).integers(len(options)))]
+        if len(options) > 1
+        else options[0]
+    )
 
-def fallback_vote(pre: Mapping[str, str | None], post: Mapping[str, Sequence[str | None]], fmt: str, tie_seed: Any = 0) -> str | None:
+# %% ../nbs/12_svr_mad.ipynb #e3bfb071
+def fallback_vote(
+    pre: Mapping[str, str | None],
+    post: Mapping[str, Sequence[str | None]],
+    fmt: str,
+    tie_seed: Any = 0,
+) -> str | None:
     """SVR-MAD Sec. 4 fallback majority vote: each agent votes the majority of its post-debate answers, its pre-debate answer
     breaking ties; the result is the majority of the votes, an overall tie going to the pre-debate majority."""
     names = list(pre)
@@ -181,23 +306,46 @@ def fallback_vote(pre: Mapping[str, str | None], post: Mapping[str, Sequence[str
     votes = []
     for a in names:
         c = Counter(x for x in post_m[a] if x is not None)
-        if not c: votes.append(pre_m[a]); continue                                   # no debate: its pre-debate answer
-        top = max(c.values()); tied = [x for x, n in c.items() if n == top]
-        votes.append(tied[0] if len(tied) == 1 else pre_m[a] if pre_m[a] in tied else _seeded_pick(tied, (tie_seed, a)))
+        if not c:
+            votes.append(pre_m[a])
+            continue  # no debate: its pre-debate answer
+        top = max(c.values())
+        tied = [x for x, n in c.items() if n == top]
+        votes.append(
+            tied[0]
+            if len(tied) == 1
+            else pre_m[a]
+            if pre_m[a] in tied
+            else _seeded_pick(tied, (tie_seed, a))
+        )
     vc = Counter(v for v in votes if v is not None)
-    if not vc: return None
-    top = max(vc.values()); tied = [x for x, n in vc.items() if n == top]
-    if len(tied) == 1: return tied[0]
-    pc = Counter(x for x in pre_m.values() if x is not None)                         # overall tie: pre-debate majority
+    if not vc:
+        return None
+    top = max(vc.values())
+    tied = [x for x, n in vc.items() if n == top]
+    if len(tied) == 1:
+        return tied[0]
+    pc = Counter(x for x in pre_m.values() if x is not None)  # overall tie: pre-debate majority
     best = max(pc.get(x, 0) for x in tied)
     return _seeded_pick([x for x in tied if pc.get(x, 0) == best], (tie_seed, "overall"))
 
 # %% ../nbs/12_svr_mad.ipynb #a8772901
-def svr_mad(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: str,
-            debate: Callable[[str, str], tuple[str | None, float | None] | str | None],
-            S: int = 2, C: int = 2, tau: float = 1.0, budget: int | None = None, posterior: str = "svr",
-            tie_seed: Any = 0, challengers: str = "reuse", check: str = "iteration", unparsed: str = "changed",
-            budget_cap: bool = True) -> SVRResult:
+def svr_mad(
+    answers: Mapping[str, str | None],
+    prior: Mapping[str, float],
+    fmt: str,
+    debate: Callable[[str, str], tuple[str | None, float | None] | str | None],
+    S: int = 2,
+    C: int = 2,
+    tau: float = 1.0,
+    budget: int | None = None,
+    posterior: str = "svr",
+    tie_seed: Any = 0,
+    challengers: str = "reuse",
+    check: str = "iteration",
+    unparsed: str = "changed",
+    budget_cap: bool = True,
+) -> SVRResult:
     """SVR-MAD (Jiang et al., Alg. 1, Sec. 4, App. A) on one problem.
 
     answers: y_1..y_N, each agent's pre-debate answer (missing: None, NaN or pd.NA). prior: Prior(A_i), line 3, higher =
@@ -212,66 +360,166 @@ def svr_mad(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: 
     D, r, c). budget_cap: never make more than `budget` debates (False: the literal loop, which may overspend a budget
     that is not a multiple of S). The result carries the answer y_hat, accepted, NComm, B_max, k, m, the trace,
     the final Corr and per-agent counts D, r, c."""
-    gen = svr_mad_steps(answers, prior, fmt, S=S, C=C, tau=tau, budget=budget, posterior=posterior, tie_seed=tie_seed,
-                        challengers=challengers, check=check, unparsed=unparsed, budget_cap=budget_cap)
+    gen = svr_mad_steps(
+        answers,
+        prior,
+        fmt,
+        S=S,
+        C=C,
+        tau=tau,
+        budget=budget,
+        posterior=posterior,
+        tie_seed=tie_seed,
+        challengers=challengers,
+        check=check,
+        unparsed=unparsed,
+        budget_cap=budget_cap,
+    )
+
     def run(pairs):
         out = [debate(r, s) for r, s in pairs]
         return [o if isinstance(o, tuple) else (o, None) for o in out]
+
     try:
         pairs = next(gen)
-        while True: pairs = gen.send(run(pairs))
+        while True:
+            pairs = gen.send(run(pairs))
     except StopIteration as e:
         return e.value
 
 # %% ../nbs/12_svr_mad.ipynb #3995c83d
 def svr_prompts(fmt: str, prompt: str = "svr") -> tuple[PromptSet, PromptSet]:
     "SVR-MAD's (opening/debate, pairwise challenge) prompt sets for an answer format (adaptations, see mad_study.prompts)."
-    if prompt != "svr": return get_prompt(prompt, fmt), get_prompt(prompt, fmt)
+    if prompt != "svr":
+        return get_prompt(prompt, fmt), get_prompt(prompt, fmt)
     base = "svr_mc" if fmt == "option" else "svr_math"
     return get_prompt(base), get_prompt(base + "_challenge")
 
-def challenge_request(item: Item, receiver: Mapping, challenger: Mapping, seed: int = 0, prompt: str = "svr",
-                      temperature: float = 1.0, top_p: float = 0.95, max_new_tokens: int = 16384, role: str = "debater", repeat: int = 0) -> GenRequest:
+# %% ../nbs/12_svr_mad.ipynb #96cecdc2
+def challenge_request(
+    item: Item,
+    receiver: Mapping,
+    challenger: Mapping,
+    seed: int = 0,
+    prompt: str = "svr",
+    temperature: float = 1.0,
+    top_p: float = 0.95,
+    max_new_tokens: int = 16384,
+    role: str = "debater",
+    repeat: int = 0,
+) -> GenRequest:
     """The request of SVR-MAD's Debate(A_s -> A_r) (Alg. 1 line 10): `receiver`/`challenger` are pre-debate rows (agent,
     sample, text). `repeat` > 0: the same pair debated again (choice 4), a fresh sample with its own seed."""
     ps, ch = svr_prompts(item.fmt, prompt)
     q = format_question(item)
-    msgs = opening_messages(ps, q, role) + [{"role": "assistant", "content": receiver["text"] or ""},
-                                            {"role": "user", "content": debate_message(ch, q, [challenger["text"] or ""])}]
-    return GenRequest(msgs, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                      seed=derive_seed(seed, item.id, receiver["agent"], "svr-challenge", challenger["agent"], int(receiver["sample"]),
-                                       *([int(repeat)] if repeat else [])),
-                      meta=dict(item=item, agent=receiver["agent"], round=1, sample=int(receiver["sample"]), challenger=challenger["agent"], repeat=int(repeat)))
+    msgs = opening_messages(ps, q, role) + [
+        {"role": "assistant", "content": receiver["text"] or ""},
+        {"role": "user", "content": debate_message(ch, q, [challenger["text"] or ""])},
+    ]
+    return GenRequest(
+        msgs,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        seed=derive_seed(
+            seed,
+            item.id,
+            receiver["agent"],
+            "svr-challenge",
+            challenger["agent"],
+            int(receiver["sample"]),
+            *([int(repeat)] if repeat else []),
+        ),
+        meta=dict(
+            item=item,
+            agent=receiver["agent"],
+            round=1,
+            sample=int(receiver["sample"]),
+            challenger=challenger["agent"],
+            repeat=int(repeat),
+        ),
+    )
 
 # %% ../nbs/12_svr_mad.ipynb #1a04327c
-def run_challenges(pairs: Sequence[tuple[str, int, str, str]], pre: pd.DataFrame, items: Mapping[str, Item],
-                   backends: Mapping[str, Any], **kw) -> pd.DataFrame:
+def run_challenges(
+    pairs: Sequence[tuple[str, int, str, str]],
+    pre: pd.DataFrame,
+    items: Mapping[str, Item],
+    backends: Mapping[str, Any],
+    **kw,
+) -> pd.DataFrame:
     """Run SVR-MAD's Debate(A_s -> A_r) (Alg. 1 line 10) for `pairs` (item_id, sample, receiver, challenger[, repeat]), batched
     per model. `pre`: `prior_signals` of round 0. One row per debate: post answer, outcome (retained / changed / unparsed),
     post-debate signals, tokens."""
-    cols = ["item_id", "sample", "receiver", "challenger", "repeat", "model", "post", "outcome", "min_ll", "ppl", "conf",
-            "prompt_tokens", "completion_tokens", "text"]
-    if not len(pairs): return pd.DataFrame(columns=cols)
-    rows = {(x["item_id"], int(x["sample"]), x["agent"]): x for x in pre[["item_id", "sample", "agent", "model", "text", "answer"]].to_dict("records")}
+    cols = [
+        "item_id",
+        "sample",
+        "receiver",
+        "challenger",
+        "repeat",
+        "model",
+        "post",
+        "outcome",
+        "min_ll",
+        "ppl",
+        "conf",
+        "prompt_tokens",
+        "completion_tokens",
+        "text",
+    ]
+    if not len(pairs):
+        return pd.DataFrame(columns=cols)
+    rows = {
+        (x["item_id"], int(x["sample"]), x["agent"]): x
+        for x in pre[["item_id", "sample", "agent", "model", "text", "answer"]].to_dict("records")
+    }
     jobs: dict[str, list] = {}
     for iid, k, r, s, *rep in pairs:
         rr, sr, rep = rows[(iid, int(k), r)], rows[(iid, int(k), s)], int(rep[0]) if rep else 0
-        req = challenge_request(items[iid], {"agent": r, "sample": k, "text": rr["text"]}, {"agent": s, "text": sr["text"]}, repeat=rep, **kw)
+        req = challenge_request(
+            items[iid],
+            {"agent": r, "sample": k, "text": rr["text"]},
+            {"agent": s, "text": sr["text"]},
+            repeat=rep,
+            **kw,
+        )
         jobs.setdefault(rr["model"], []).append(((iid, k, r, s, rep), rr, req))
     out = []
     from mad_study.answers import extract_answer
+
     for model, js in jobs.items():
-        gens = generate_jobs(backends, [(model, j[2]) for j in js])       # counts checked (03a_interface)
+        gens = generate_jobs(
+            backends, [(model, j[2]) for j in js]
+        )  # counts checked (03a_interface)
         for ((iid, k, r, s, rep), rr, _), g in zip(js, gens):
             it = items[iid]
             ans = extract_answer(g.text, it.fmt)
             conf = extract_confidence(g.text)
-            out.append({"item_id": iid, "sample": k, "receiver": r, "challenger": s, "repeat": rep, "model": model, "post": ans,
-                        "outcome": "unparsed" if ans is None else "retained" if answers_equivalent(ans, rr["answer"], it.fmt) else "changed",
-                        "min_ll": g.logprob_min, "ppl": g.perplexity, "conf": conf if conf is not None else g.confidence,
-                        "prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens, "text": g.text})
+            out.append(
+                {
+                    "item_id": iid,
+                    "sample": k,
+                    "receiver": r,
+                    "challenger": s,
+                    "repeat": rep,
+                    "model": model,
+                    "post": ans,
+                    "outcome": "unparsed"
+                    if ans is None
+                    else "retained"
+                    if answers_equivalent(ans, rr["answer"], it.fmt)
+                    else "changed",
+                    "min_ll": g.logprob_min,
+                    "ppl": g.perplexity,
+                    "conf": conf if conf is not None else g.confidence,
+                    "prompt_tokens": g.prompt_tokens,
+                    "completion_tokens": g.completion_tokens,
+                    "text": g.text,
+                }
+            )
     df = pd.DataFrame(out, columns=cols)
-    for c in ("min_ll", "ppl", "conf"): df[c] = pd.to_numeric(df[c], errors="coerce").astype(float)
+    for c in ("min_ll", "ppl", "conf"):
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype(float)
     return df
 
 # %% ../nbs/12_svr_mad.ipynb #5e18022d
@@ -280,15 +528,30 @@ def probe_pairs(pre: pd.DataFrame, fmt_of: Mapping[str, str]) -> list[tuple[str,
     out = []
     for (iid, k), g in pre.groupby(["item_id", "sample"], sort=False):
         ans = dict(zip(g["agent"], g["answer"]))
-        live = [a for a, v in ans.items() if v is not None and not (isinstance(v, float) and math.isnan(v))]
+        live = [
+            a
+            for a, v in ans.items()
+            if v is not None and not (isinstance(v, float) and math.isnan(v))
+        ]
         for r in live:
-            out += [(iid, int(k), r, s) for s in live if s != r and not answers_equivalent(ans[s], ans[r], fmt_of[iid])]
+            out += [
+                (iid, int(k), r, s)
+                for s in live
+                if s != r and not answers_equivalent(ans[s], ans[r], fmt_of[iid])
+            ]
     return out
 
+# %% ../nbs/12_svr_mad.ipynb #e629c5fa
 def probe_svr(probes: pd.DataFrame) -> pd.DataFrame:
     "Per (item, sample, agent): D, r, c over the probing debates (an unparsed answer is a change) and SVR = (r - c) / D (`metrics.survival_rate`)."
-    g = probes.assign(kept=probes["outcome"].eq("retained")).groupby(["item_id", "sample", "receiver"], sort=False)["kept"]
-    df = pd.DataFrame({"D": g.size(), "r": g.sum().astype(int)}).reset_index().rename(columns={"receiver": "agent"})
+    g = probes.assign(kept=probes["outcome"].eq("retained")).groupby(
+        ["item_id", "sample", "receiver"], sort=False
+    )["kept"]
+    df = (
+        pd.DataFrame({"D": g.size(), "r": g.sum().astype(int)})
+        .reset_index()
+        .rename(columns={"receiver": "agent"})
+    )
     df["c"] = df["D"] - df["r"]
     df["svr"] = [survival_rate(r, c, d) for r, c, d in zip(df["r"], df["c"], df["D"])]
     return df
@@ -297,8 +560,10 @@ def probe_svr(probes: pd.DataFrame) -> pd.DataFrame:
 def top_ranked_correct(scores: Sequence[float], correct: Sequence[bool]) -> float:
     """Fig. 1: whether the top-ranked agent under a signal is correct, as the expected value of a uniform tie-break among
     the agents sharing the top score (NaN ranks last; NaN when every score is missing)."""
-    s = np.asarray(scores, dtype=float); c = np.asarray(correct, dtype=bool)
-    if np.isnan(s).all(): return math.nan
+    s = np.asarray(scores, dtype=float)
+    c = np.asarray(correct, dtype=bool)
+    if np.isnan(s).all():
+        return math.nan
     top = np.nanmax(s)
     return float(c[s == top].mean())
 
@@ -306,70 +571,146 @@ def top_ranked_correct(scores: Sequence[float], correct: Sequence[bool]) -> floa
 def probe_memo(probes: pd.DataFrame | None) -> dict[tuple, dict]:
     """SVR-MAD Fig. 1 probe debates by (item_id, sample, receiver, challenger, repeat), for `run_svr_mad(probes=...)` (a dict
     is used, and extended, as is)."""
-    if probes is None: return {}
-    return {(r["item_id"], int(r["sample"]), r["receiver"], r["challenger"], int(r.get("repeat", 0) or 0)): r
-            for r in probes.to_dict("records")}
+    if probes is None:
+        return {}
+    return {
+        (
+            r["item_id"],
+            int(r["sample"]),
+            r["receiver"],
+            r["challenger"],
+            int(r.get("repeat", 0) or 0),
+        ): r
+        for r in probes.to_dict("records")
+    }
 
+# %% ../nbs/12_svr_mad.ipynb #c8b8ab13
 PRIOR_SCALES = ("svr", "raw")
+
 
 def prior_on_svr_scale(values: Sequence[float], signal: str) -> np.ndarray:
     """SVR-MAD Alg. 1 line 3, choice 2: a problem's priors on SVR's scale. Confidence (already in [0, 1]) as it is; min-LL
     and PPL (another scale) as their within-problem percentile (rank - 1/2) / n in (0, 1), higher = more reliable
     (ties share their mean rank); missing stays NaN (ranks last)."""
     s = signal_score(values, signal)
-    if signal == "conf": return s
+    if signal == "conf":
+        return s
     out, ok = np.full(len(s), np.nan), ~np.isnan(s)
-    if ok.any(): out[ok] = (pd.Series(s[ok]).rank(method="average").to_numpy() - 0.5) / ok.sum()
+    if ok.any():
+        out[ok] = (pd.Series(s[ok]).rank(method="average").to_numpy() - 0.5) / ok.sum()
     return out
 
 # %% ../nbs/12_svr_mad.ipynb #50455530
-def _svr_start(pre: pd.DataFrame, items: Mapping[str, Item], prior: str, posterior: str, prior_scale: str, **steps_kw):
+def _svr_start(
+    pre: pd.DataFrame,
+    items: Mapping[str, Item],
+    prior: str,
+    posterior: str,
+    prior_scale: str,
+    **steps_kw,
+):
     "`run_svr_mad`'s set-up: one Alg. 1 generator per (item, thread), its first request, and the round-0 tokens."
     gens, pending, results, groups = {}, {}, {}, {}
-    for x in pre[["item_id", "sample", "agent", "answer", prior, "prompt_tokens", "completion_tokens"]].to_dict("records"):
+    for x in pre[
+        ["item_id", "sample", "agent", "answer", prior, "prompt_tokens", "completion_tokens"]
+    ].to_dict("records"):
         groups.setdefault((x["item_id"], int(x["sample"])), []).append(x)
-    r0tok = {key: sum(int(x["prompt_tokens"]) + int(x["completion_tokens"]) for x in g) for key, g in groups.items()}
+    r0tok = {
+        key: sum(int(x["prompt_tokens"]) + int(x["completion_tokens"]) for x in g)
+        for key, g in groups.items()
+    }
     scale = prior_on_svr_scale if (posterior == "svr" and prior_scale == "svr") else signal_score
     for key, g in groups.items():
         answers = {x["agent"]: (None if _isnull(x["answer"]) else x["answer"]) for x in g}
-        pr = dict(zip(answers, scale([np.nan if _isnull(x[prior]) else x[prior] for x in g], prior)))
-        gens[key] = svr_mad_steps(answers, pr, items[key[0]].fmt, posterior=posterior, tie_seed=key, **steps_kw)
-        try: pending[key] = next(gens[key])
-        except StopIteration as e: results[key] = e.value
+        pr = dict(
+            zip(answers, scale([np.nan if _isnull(x[prior]) else x[prior] for x in g], prior))
+        )
+        gens[key] = svr_mad_steps(
+            answers, pr, items[key[0]].fmt, posterior=posterior, tie_seed=key, **steps_kw
+        )
+        try:
+            pending[key] = next(gens[key])
+        except StopIteration as e:
+            results[key] = e.value
     return gens, pending, results, r0tok
 
 # %% ../nbs/12_svr_mad.ipynb #6caec984
-def run_svr_mad(pre: pd.DataFrame, items: Mapping[str, Item], backends: Mapping[str, Any] | None = None, S: int = 2, C: int = 2,
-                tau: float = 1.0, prior: str = "conf", posterior: str = "svr", budget: int | None = None,
-                probes: pd.DataFrame | dict | None = None, prior_scale: str = "svr", challengers: str = "reuse",
-                check: str = "iteration", unparsed: str = "changed", budget_cap: bool = True, **challenge_kw) -> tuple[pd.DataFrame, pd.DataFrame]:
+def run_svr_mad(
+    pre: pd.DataFrame,
+    items: Mapping[str, Item],
+    backends: Mapping[str, Any] | None = None,
+    S: int = 2,
+    C: int = 2,
+    tau: float = 1.0,
+    prior: str = "conf",
+    posterior: str = "svr",
+    budget: int | None = None,
+    probes: pd.DataFrame | dict | None = None,
+    prior_scale: str = "svr",
+    challengers: str = "reuse",
+    check: str = "iteration",
+    unparsed: str = "changed",
+    budget_cap: bool = True,
+    **challenge_kw,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """SVR-MAD (Alg. 1) on every (item, thread) of `pre` (`prior_signals` of round 0), in lockstep; parameters as `svr_mad`.
     `prior_scale`: 'svr' puts min-LL / PPL priors on SVR's scale (`prior_on_svr_scale`) when the posterior is SVR; 'raw'
     keeps them. Debates come from `probes` where present, else are generated with `backends` (`run_challenges`, keywords
     `challenge_kw`). Returns (one row per problem: answer, correct, accepted, ncomm, tokens, budget, k, m, counts, trace;
     every debate made)."""
-    if prior not in PRIORS: raise ConfigError("unknown prior", key="prior", value=prior, choices=PRIORS)
-    if prior_scale not in PRIOR_SCALES: raise ConfigError("unknown prior_scale", key="prior_scale", value=prior_scale, choices=PRIOR_SCALES)
+    if prior not in PRIORS:
+        raise ConfigError("unknown prior", key="prior", value=prior, choices=PRIORS)
+    if prior_scale not in PRIOR_SCALES:
+        raise ConfigError(
+            "unknown prior_scale", key="prior_scale", value=prior_scale, choices=PRIOR_SCALES
+        )
     memo = probes if isinstance(probes, dict) else probe_memo(probes)
-    gens, pending, results, r0tok = _svr_start(pre, items, prior, posterior, prior_scale, S=S, C=C, tau=tau, budget=budget,
-                                               challengers=challengers, check=check, unparsed=unparsed, budget_cap=budget_cap)
+    gens, pending, results, r0tok = _svr_start(
+        pre,
+        items,
+        prior,
+        posterior,
+        prior_scale,
+        S=S,
+        C=C,
+        tau=tau,
+        budget=budget,
+        challengers=challengers,
+        check=check,
+        unparsed=unparsed,
+        budget_cap=budget_cap,
+    )
     made, seen = {key: [] for key in gens}, {key: Counter() for key in gens}
     while pending:
         asked = {}
         for key, pairs in pending.items():
             asked[key] = []
-            for r, s in pairs: asked[key].append((*key, r, s, seen[key][(r, s)])); seen[key][(r, s)] += 1
+            for r, s in pairs:
+                asked[key].append((*key, r, s, seen[key][(r, s)]))
+                seen[key][(r, s)] += 1
         need = [q for qs in asked.values() for q in qs if q not in memo]
         if need:
-            if backends is None: raise ConfigError(f"{len(need)} debates are not in `probes` and no backends were given", key="backends")
+            if backends is None:
+                raise ConfigError(
+                    f"{len(need)} debates are not in `probes` and no backends were given",
+                    key="backends",
+                )
             memo.update(probe_memo(run_challenges(need, pre, items, backends, **challenge_kw)))
         nxt = {}
         for key, qs in asked.items():
             rows = [memo[q] for q in qs]
             made[key] += [{**x, "repeat": q[-1]} for x, q in zip(rows, qs)]
-            sent = [(None if _isnull(x["post"]) else x["post"], None if posterior == "svr" else x[posterior]) for x in rows]
-            try: nxt[key] = gens[key].send(sent)
-            except StopIteration as e: results[key] = e.value
+            sent = [
+                (
+                    None if _isnull(x["post"]) else x["post"],
+                    None if posterior == "svr" else x[posterior],
+                )
+                for x in rows
+            ]
+            try:
+                nxt[key] = gens[key].send(sent)
+            except StopIteration as e:
+                results[key] = e.value
         pending = nxt
     return _svr_rows(results, gens, made, r0tok, items)
 
@@ -380,83 +721,225 @@ def _svr_rows(results, gens, made, r0tok, items) -> tuple[pd.DataFrame, pd.DataF
     for key, res in results.items():
         it = items[key[0]]
         dtok = sum(int(x["prompt_tokens"]) + int(x["completion_tokens"]) for x in made[key])
-        out.append({"item_id": key[0], "sample": key[1], "answer": res.answer,
-                    "correct": bool(res.answer is not None and is_correct(res.answer, it.gold, it.fmt)),
-                    "accepted": res.accepted, "ncomm": res.ncomm, "tokens": r0tok[key] + dtok,
-                    "budget": res.budget, "k": res.k, "m": res.m, "counts": res.counts, "trace": res.trace})
+        out.append(
+            {
+                "item_id": key[0],
+                "sample": key[1],
+                "answer": res.answer,
+                "correct": bool(res.answer is not None and is_correct(res.answer, it.gold, it.fmt)),
+                "accepted": res.accepted,
+                "ncomm": res.ncomm,
+                "tokens": r0tok[key] + dtok,
+                "budget": res.budget,
+                "k": res.k,
+                "m": res.m,
+                "counts": res.counts,
+                "trace": res.trace,
+            }
+        )
     order = {k: i for i, k in enumerate(gens)}
     out.sort(key=lambda r: order[(r["item_id"], r["sample"])])
     return pd.DataFrame(out), pd.DataFrame([x for key in gens for x in made[key]])
 
 # %% ../nbs/12_svr_mad.ipynb #4dc51556
 METHODS = ("sc", "groupdebate", "sid_et", "s2mad", "svr_mad")
-METHOD_LABELS = {"sc": "Self Consistency", "groupdebate": "GroupDebate", "sid_et": "SID-ET", "s2mad": "S2-MAD",
-                 "svr_mad": "SVR-MAD", "mad": "all-to-all MAD"}
+METHOD_LABELS = {
+    "sc": "Self Consistency",
+    "groupdebate": "GroupDebate",
+    "sid_et": "SID-ET",
+    "s2mad": "S2-MAD",
+    "svr_mad": "SVR-MAD",
+    "mad": "all-to-all MAD",
+}
+
 
 def unanimous(round0: pd.DataFrame, fmt: str) -> pd.Series:
     "Per (item, sample): whether every agent gave a parsed answer and all are equivalent (App. A: skipped, counted)."
     from mad_study.protocols import largest_agreement
-    return round0[round0["round"] == 0].groupby(["item_id", "sample"], sort=False).apply(
-        lambda g: bool(g["answer"].notna().all() and largest_agreement(g["answer"].tolist(), fmt) == len(g)))
 
-def _method_prompt(fmt: str) -> str: return "svr_mc" if fmt == "option" else "svr_math"
+    return (
+        round0[round0["round"] == 0]
+        .groupby(["item_id", "sample"], sort=False)
+        .apply(
+            lambda g: bool(
+                g["answer"].notna().all() and largest_agreement(g["answer"].tolist(), fmt) == len(g)
+            )
+        )
+    )
+
+# %% ../nbs/12_svr_mad.ipynb #9106e876
+def _method_prompt(fmt: str) -> str:
+    return "svr_mc" if fmt == "option" else "svr_math"
 
 # %% ../nbs/12_svr_mad.ipynb #013e9852
-def _shared_start(items: Sequence[Item], agents, backends: Mapping[str, Any], prompt: str, experiment: str, gen: dict, svr_opts: dict,
-                  probe: bool) -> tuple[dict, pd.DataFrame]:
+def _shared_start(
+    items: Sequence[Item],
+    agents,
+    backends: Mapping[str, Any],
+    prompt: str,
+    experiment: str,
+    gen: dict,
+    svr_opts: dict,
+    probe: bool,
+) -> tuple[dict, pd.DataFrame]:
     """SVR-MAD Sec. 5 / App. A, the start every method shares: round 0 of every agent, unanimous problems skipped (counted),
     the kept problems' prior signals, the probing debates (Fig. 1) and Self-Consistency. Returns (evaluation dict, kept round 0)."""
     from mad_study.protocols import self_consistency
-    fmt = items[0].fmt; byid = {it.id: it for it in items}
-    r0 = run_debate(items, agents, backends, debate_rounds=0, prompt=prompt, experiment=experiment, progress=False, **gen)
+
+    fmt = items[0].fmt
+    byid = {it.id: it for it in items}
+    r0 = run_debate(
+        items,
+        agents,
+        backends,
+        debate_rounds=0,
+        prompt=prompt,
+        experiment=experiment,
+        progress=False,
+        **gen,
+    )
     un = unanimous(r0, fmt)
     kept_ids = [iid for (iid, k), u in un.items() if not u]
     r0k = r0[r0["item_id"].isin(set(kept_ids))].reset_index(drop=True)
     pre = prior_signals(r0k)
-    out = {"items": byid, "backends": backends, "gen": gen, "svr_opts": svr_opts, "round0": r0, "kept": list(dict.fromkeys(kept_ids)),
-           "skipped": [iid for (iid, k), u in un.items() if u], "pre": pre, "fmt": fmt, "costs": {}, "transcripts": {}}
+    out = {
+        "items": byid,
+        "backends": backends,
+        "gen": gen,
+        "svr_opts": svr_opts,
+        "round0": r0,
+        "kept": list(dict.fromkeys(kept_ids)),
+        "skipped": [iid for (iid, k), u in un.items() if u],
+        "pre": pre,
+        "fmt": fmt,
+        "costs": {},
+        "transcripts": {},
+    }
     fmt_of = {i: fmt for i in out["kept"]}
-    out["probes"] = run_challenges(probe_pairs(pre, fmt_of), pre, byid, backends, **gen) if probe and out["kept"] else None
+    out["probes"] = (
+        run_challenges(probe_pairs(pre, fmt_of), pre, byid, backends, **gen)
+        if probe and out["kept"]
+        else None
+    )
     out["costs"]["sc"] = self_consistency(r0k, fmt=fmt)
     return out, r0k
 
 # %% ../nbs/12_svr_mad.ipynb #980976e0
-def _run_baselines(out: dict, r0k: pd.DataFrame, agents, backends: Mapping[str, Any], baselines: Sequence[str], prompt: str,
-                   min_agree: int, debate_rounds: int, seed: int, experiment: str, gen: dict):
+def _run_baselines(
+    out: dict,
+    r0k: pd.DataFrame,
+    agents,
+    backends: Mapping[str, Any],
+    baselines: Sequence[str],
+    prompt: str,
+    min_agree: int,
+    debate_rounds: int,
+    seed: int,
+    experiment: str,
+    gen: dict,
+):
     """SVR-MAD Sec. 5: the MAD baselines on the kept problems (`out["transcripts"]`, `out["costs"]`), each checked to start
     from the shared round 0 (Sec. 5: all methods share the pre-debate responses)."""
     from mad_study.protocols import make_baseline, run_protocol, debate_costs
+
     kept = [out["items"][i] for i in out["kept"]]
     for name in baselines:
         proto = make_baseline(name, min_agree=min_agree, seed=seed)
-        tr = run_protocol(kept, agents, backends, proto, prompt=prompt, debate_rounds=debate_rounds, experiment=experiment, progress=False, **gen)
+        tr = run_protocol(
+            kept,
+            agents,
+            backends,
+            proto,
+            prompt=prompt,
+            debate_rounds=debate_rounds,
+            experiment=experiment,
+            progress=False,
+            **gen,
+        )
         a = tr[tr["round"] == 0][["item_id", "agent", "answer", "text"]].reset_index(drop=True)
         if not a.equals(r0k[["item_id", "agent", "answer", "text"]].reset_index(drop=True)):
-            raise RuntimeError(f"{name}: round 0 differs from the shared pre-debate responses (Sec. 5: all methods share them)")
+            raise RuntimeError(
+                f"{name}: round 0 differs from the shared pre-debate responses (Sec. 5: all methods share them)"
+            )
         out["transcripts"][name] = tr
         out["costs"][name] = debate_costs(tr, proto, fmt=out["fmt"])
 
 # %% ../nbs/12_svr_mad.ipynb #5a85adc3
-def evaluate(items: Sequence[Item], agents, backends: Mapping[str, Any], S: int = 2, C: int = 2, tau: float = 1.0,
-             prior: str = "conf", min_agree: int = 5, debate_rounds: int = 2, baselines: Sequence[str] = ("mad", "groupdebate", "s2mad"),
-             probe: bool = True, seed: int = 0, temperature: float = 1.0, top_p: float = 0.95, max_new_tokens: int = 16384,
-             experiment: str = "svr", challengers: str = "reuse", check: str = "iteration") -> dict:
+def evaluate(
+    items: Sequence[Item],
+    agents,
+    backends: Mapping[str, Any],
+    S: int = 2,
+    C: int = 2,
+    tau: float = 1.0,
+    prior: str = "conf",
+    min_agree: int = 5,
+    debate_rounds: int = 2,
+    baselines: Sequence[str] = ("mad", "groupdebate", "s2mad"),
+    probe: bool = True,
+    seed: int = 0,
+    temperature: float = 1.0,
+    top_p: float = 0.95,
+    max_new_tokens: int = 16384,
+    experiment: str = "svr",
+    challengers: str = "reuse",
+    check: str = "iteration",
+) -> dict:
     """SVR-MAD Sec. 5 / App. A evaluation on one task: returns round0, kept/skipped item ids, pre (prior signals),
     probes, per-method per-problem costs (`costs[method]`: answer, correct, ncomm, tokens), the SID-ET skip rate and trace,
     and the backends, generation settings and Alg. 1 options (`ablation_points` generates the repeated debates Alg. 1
     asks for). `challengers`, `check`: Alg. 1's readings (`svr_mad`)."""
     from mad_study.protocols import sid_et, tune_skip_rate
+
     fmts = {it.fmt for it in items}
-    if len(fmts) != 1: raise ConfigError(f"evaluate runs one answer format at a time, got {sorted(fmts)}", key="items")
+    if len(fmts) != 1:
+        raise ConfigError(
+            f"evaluate runs one answer format at a time, got {sorted(fmts)}", key="items"
+        )
     gen = dict(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
-    out, r0k = _shared_start(items, agents, backends, _method_prompt(next(iter(fmts))), experiment, gen,
-                             dict(challengers=challengers, check=check), probe)
-    if not out["kept"]: return out
-    _run_baselines(out, r0k, agents, backends, baselines, _method_prompt(out["fmt"]), min_agree, debate_rounds, seed, experiment, gen)
-    svr, debates = run_svr_mad(out["pre"], out["items"], backends, S=S, C=C, tau=tau, prior=prior, probes=out["probes"], **out["svr_opts"], **gen)
+    out, r0k = _shared_start(
+        items,
+        agents,
+        backends,
+        _method_prompt(next(iter(fmts))),
+        experiment,
+        gen,
+        dict(challengers=challengers, check=check),
+        probe,
+    )
+    if not out["kept"]:
+        return out
+    _run_baselines(
+        out,
+        r0k,
+        agents,
+        backends,
+        baselines,
+        _method_prompt(out["fmt"]),
+        min_agree,
+        debate_rounds,
+        seed,
+        experiment,
+        gen,
+    )
+    svr, debates = run_svr_mad(
+        out["pre"],
+        out["items"],
+        backends,
+        S=S,
+        C=C,
+        tau=tau,
+        prior=prior,
+        probes=out["probes"],
+        **out["svr_opts"],
+        **gen,
+    )
     out["costs"]["svr_mad"], out["svr_debates"] = svr, debates
-    if "mad" in out["costs"]:                    # SID-ET's skip rate tuned to SVR-MAD's tokens (Alg. 2)
-        ev = lambda r: (float(sid_et(r0k, out["costs"]["mad"], r)["tokens"].mean()), float(sid_et(r0k, out["costs"]["mad"], r)["correct"].mean()))
+    if "mad" in out["costs"]:  # SID-ET's skip rate tuned to SVR-MAD's tokens (Alg. 2)
+        ev = lambda r: (
+            float(sid_et(r0k, out["costs"]["mad"], r)["tokens"].mean()),
+            float(sid_et(r0k, out["costs"]["mad"], r)["correct"].mean()),
+        )
         rate, trace = tune_skip_rate(ev, float(svr["tokens"].mean()), float(svr["correct"].mean()))
         out["sid_rate"], out["sid_trace"] = rate, trace
         out["costs"]["sid_et"] = sid_et(r0k, out["costs"]["mad"], rate)
@@ -469,47 +952,88 @@ def method_table(ev: dict, methods: Sequence[str] = METHODS) -> pd.DataFrame:
     rows = []
     for m in methods:
         c = ev["costs"].get(m)
-        if c is None or not len(c): continue
-        rows.append({"method": METHOD_LABELS[m], "key": m, "NComm": float(c["ncomm"].mean()), "Tok (x10^3)": float(c["tokens"].mean()) / 1e3,
-                     "Acc (%)": 100 * float(c["correct"].mean()),
-                     "Unparsed (%)": 100 * float(c["answer"].isna().mean()) if "answer" in c else math.nan, "n": len(c)})
+        if c is None or not len(c):
+            continue
+        rows.append(
+            {
+                "method": METHOD_LABELS[m],
+                "key": m,
+                "NComm": float(c["ncomm"].mean()),
+                "Tok (x10^3)": float(c["tokens"].mean()) / 1e3,
+                "Acc (%)": 100 * float(c["correct"].mean()),
+                "Unparsed (%)": 100 * float(c["answer"].isna().mean())
+                if "answer" in c
+                else math.nan,
+                "n": len(c),
+            }
+        )
     return pd.DataFrame(rows)
 
-def savings(tab: pd.DataFrame, method: str = "svr_mad", exclude: Sequence[str] = ("sc", "svr_mad", "mad")) -> dict:
+# %% ../nbs/12_svr_mad.ipynb #43372e3b
+def savings(
+    tab: pd.DataFrame, method: str = "svr_mad", exclude: Sequence[str] = ("sc", "svr_mad", "mad")
+) -> dict:
     """Sec. 5.1: SVR-MAD's token and NComm savings (%) against the most accurate MAD baseline (Self-Consistency excluded;
     among equally accurate baselines, the cheapest in tokens), and the accuracy difference (points)."""
-    base = tab[~tab["key"].isin(exclude)].sort_values(["Acc (%)", "Tok (x10^3)"], ascending=[False, True]) if len(tab) else tab
-    if base.empty or method not in set(tab["key"]): return {}
+    base = (
+        tab[~tab["key"].isin(exclude)].sort_values(
+            ["Acc (%)", "Tok (x10^3)"], ascending=[False, True]
+        )
+        if len(tab)
+        else tab
+    )
+    if base.empty or method not in set(tab["key"]):
+        return {}
     b, s = base.iloc[0], tab.set_index("key").loc[method]
-    return {"reference": b["method"], "tokens_saving_pct": 100 * (1 - s["Tok (x10^3)"] / b["Tok (x10^3)"]),
-            "ncomm_saving_pct": 100 * (1 - s["NComm"] / b["NComm"]) if b["NComm"] > 0 else math.nan,
-            "acc_diff_points": s["Acc (%)"] - b["Acc (%)"]}
+    return {
+        "reference": b["method"],
+        "tokens_saving_pct": 100 * (1 - s["Tok (x10^3)"] / b["Tok (x10^3)"]),
+        "ncomm_saving_pct": 100 * (1 - s["NComm"] / b["NComm"]) if b["NComm"] > 0 else math.nan,
+        "acc_diff_points": s["Acc (%)"] - b["Acc (%)"],
+    }
 
 # %% ../nbs/12_svr_mad.ipynb #fcb5efa4
 def _pct(x: float) -> str:
     "A saving as a signed whole percent of change ('-38%'), 'n/a' when it is missing."
-    if _isnull(x): return "n/a"
+    if _isnull(x):
+        return "n/a"
     v = -round(float(x))
     return f"{v:+d}%" if v else "0%"
 
-def savings_note(setting: str, sv: Mapping, sid_rate: float | None = None, stats: Mapping | None = None) -> str:
+# %% ../nbs/12_svr_mad.ipynb #bbfc0fe8
+def savings_note(
+    setting: str, sv: Mapping, sid_rate: float | None = None, stats: Mapping | None = None
+) -> str:
     """One setting's part of Table 1's caption (SVR-MAD Sec. 5.1): savings against the most accurate MAD baseline; with
     `stats` (that baseline's `tab1_comparison` row) the accuracy gap and token change carry their interval and verdict."""
-    if not sv: return f"{setting}: no MAD baseline run"
+    if not sv:
+        return f"{setting}: no MAD baseline run"
     sid = "" if _isnull(sid_rate) else f" (SID-ET skip rate {sid_rate:.0%} by Alg. 2)"
     if stats is None:
-        return (f"{setting}: vs {sv['reference']}: tokens {_pct(sv['tokens_saving_pct'])}, NComm {_pct(sv['ncomm_saving_pct'])}, "
-                f"accuracy {sv['acc_diff_points']:+.1f} points{sid}")
+        return (
+            f"{setting}: vs {sv['reference']}: tokens {_pct(sv['tokens_saving_pct'])}, NComm {_pct(sv['ncomm_saving_pct'])}, "
+            f"accuracy {sv['acc_diff_points']:+.1f} points{sid}"
+        )
     g = _gap(stats).split("; tokens ")
     tok = f"tokens {g[1]}" if len(g) > 1 else f"tokens {_pct(sv['tokens_saving_pct'])}"
-    return f"{setting}: vs {sv['reference']}: {tok}, NComm {_pct(sv['ncomm_saving_pct'])}, {g[0]}{sid}"
+    return (
+        f"{setting}: vs {sv['reference']}: {tok}, NComm {_pct(sv['ncomm_saving_pct'])}, {g[0]}{sid}"
+    )
 
+# %% ../nbs/12_svr_mad.ipynb #bead59ce
 def table1_caption(notes: Sequence[str], label: str | None, single_gpu_config: str = "") -> str:
     "SVR-MAD Table 1's caption; it begins with the study's label (the profile it was made with), if any."
     head = f"{label.split(':')[0]}: " if label else ""
-    return (f"SVR-MAD Table 1. {head}savings of SVR-MAD against the most accurate MAD baseline: " + "; ".join(notes) +
-            ". The paper claims (GPT-OSS-120B and DeepSeek-V3.1, real models, 267-299 items per setting, no intervals reported): tokens -38..61%, NComm -48..75% at equal or better accuracy."
-            + (f" Single-GPU open configuration of the paper profile: {single_gpu_config}." if single_gpu_config else ""))
+    return (
+        f"SVR-MAD Table 1. {head}savings of SVR-MAD against the most accurate MAD baseline: "
+        + "; ".join(notes)
+        + ". The paper claims (GPT-OSS-120B and DeepSeek-V3.1, real models, 267-299 items per setting, no intervals reported): tokens -38..61%, NComm -48..75% at equal or better accuracy."
+        + (
+            f" Single-GPU open configuration of the paper profile: {single_gpu_config}."
+            if single_gpu_config
+            else ""
+        )
+    )
 
 # %% ../nbs/12_svr_mad.ipynb #c52e391e
 def tab1_items(ev: dict, methods: Sequence[str] = METHODS) -> pd.DataFrame:
@@ -518,11 +1042,21 @@ def tab1_items(ev: dict, methods: Sequence[str] = METHODS) -> pd.DataFrame:
     parts = []
     for m in methods:
         c = ev["costs"].get(m)
-        if c is None or not len(c): continue
-        parts.append(pd.DataFrame({"item_id": c["item_id"].to_numpy(), "sample": c["sample"].to_numpy(), "method": METHOD_LABELS[m],
-                                   "correct": c["correct"].astype(float).to_numpy(),
-                                   "answer": c["answer"].to_numpy(dtype=object) if "answer" in c else None,
-                                   "tokens": c["tokens"].astype(float).to_numpy(), "ncomm": c["ncomm"].astype(float).to_numpy()}))
+        if c is None or not len(c):
+            continue
+        parts.append(
+            pd.DataFrame(
+                {
+                    "item_id": c["item_id"].to_numpy(),
+                    "sample": c["sample"].to_numpy(),
+                    "method": METHOD_LABELS[m],
+                    "correct": c["correct"].astype(float).to_numpy(),
+                    "answer": c["answer"].to_numpy(dtype=object) if "answer" in c else None,
+                    "tokens": c["tokens"].astype(float).to_numpy(),
+                    "ncomm": c["ncomm"].astype(float).to_numpy(),
+                }
+            )
+        )
     cols = ["item_id", "sample", "method", "correct", "answer", "tokens", "ncomm"]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
 
@@ -533,40 +1067,85 @@ def _tab1_unpaired(sub: pd.DataFrame, reference: str, n_common: int) -> tuple[li
     why = f"none: {n_common} shared item(s), a paired difference needs 2"
     rows = []
     for m, g in sub.groupby("method", sort=False):
-        row = {"method": m, "n_items": int(g["item_id"].nunique()), "accuracy": float(g["correct"].mean()), "acc_low": np.nan, "acc_high": np.nan}
-        if m != reference: row.update(acc_gap=np.nan, acc_gap_low=np.nan, acc_gap_high=np.nan, acc_test=why, acc_p=np.nan,
-                                     token_change=np.nan, token_change_low=np.nan, token_change_high=np.nan, tok_p=np.nan)
+        row = {
+            "method": m,
+            "n_items": int(g["item_id"].nunique()),
+            "accuracy": float(g["correct"].mean()),
+            "acc_low": np.nan,
+            "acc_high": np.nan,
+        }
+        if m != reference:
+            row.update(
+                acc_gap=np.nan,
+                acc_gap_low=np.nan,
+                acc_gap_high=np.nan,
+                acc_test=why,
+                acc_p=np.nan,
+                token_change=np.nan,
+                token_change_low=np.nan,
+                token_change_high=np.nan,
+                tok_p=np.nan,
+            )
         rows.append(row)
     rows.sort(key=lambda r: r["method"] != reference)
     return rows, {"test": why, "pvalue": np.nan, "n_items": n_common}
 
-def _tab1_rows(sub: pd.DataFrame, reference: str, level: float, n_resamples: int, seed: int) -> tuple[list[dict], dict]:
+# %% ../nbs/12_svr_mad.ipynb #2ace6160
+def _tab1_rows(
+    sub: pd.DataFrame, reference: str, level: float, n_resamples: int, seed: int
+) -> tuple[list[dict], dict]:
     "One setting's rows of `tab1_comparison` (raw p-values) and its omnibus test; accuracy only below 2 shared items."
     from mad_study.stats import compare_methods, item_means, paired_difference, token_change
-    if len(common := item_means(sub).dropna().index) < 2: return _tab1_unpaired(sub, reference, len(common))
-    tab, _ = compare_methods(sub, reference, level=level, n_resamples=n_resamples, seed=seed, correction="none")
+
+    if len(common := item_means(sub).dropna().index) < 2:
+        return _tab1_unpaired(sub, reference, len(common))
+    tab, _ = compare_methods(
+        sub, reference, level=level, n_resamples=n_resamples, seed=seed, correction="none"
+    )
     common = item_means(sub)[tab["method"].tolist()].dropna().index
     tok = item_means(sub, "tokens").reindex(index=common, columns=tab["method"].tolist())
     rows = []
     for r in tab.to_dict("records"):
-        row = {"method": r["method"], "n_items": int(r["n_items"]), "accuracy": r["accuracy"], "acc_low": r["acc_low"], "acc_high": r["acc_high"]}
+        row = {
+            "method": r["method"],
+            "n_items": int(r["n_items"]),
+            "accuracy": r["accuracy"],
+            "acc_low": r["acc_low"],
+            "acc_high": r["acc_high"],
+        }
         if r["method"] != reference:
             a, b = tok[reference].to_numpy(float), tok[r["method"]].to_numpy(float)
             c, lo, hi = token_change(a, b, level, n_resamples, seed)
-            row.update(acc_gap=-r["diff"], acc_gap_low=-r["diff_high"], acc_gap_high=-r["diff_low"], acc_test=r["test"], acc_p=r["pvalue"],
-                       token_change=c, token_change_low=lo, token_change_high=hi,
-                       tok_p=paired_difference(a, b, level, 10, seed, test="ttest")["pvalue"])
+            row.update(
+                acc_gap=-r["diff"],
+                acc_gap_low=-r["diff_high"],
+                acc_gap_high=-r["diff_low"],
+                acc_test=r["test"],
+                acc_p=r["pvalue"],
+                token_change=c,
+                token_change_low=lo,
+                token_change_high=hi,
+                tok_p=paired_difference(a, b, level, 10, seed, test="ttest")["pvalue"],
+            )
         rows.append(row)
     return rows, tab.attrs["omnibus"]
 
 # %% ../nbs/12_svr_mad.ipynb #cfdbbae4
-def tab1_comparison(items: pd.DataFrame, reference: str = "SVR-MAD", by: Sequence[str] = ("model", "dataset"),
-                    correction: str = "holm", level: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
+def tab1_comparison(
+    items: pd.DataFrame,
+    reference: str = "SVR-MAD",
+    by: Sequence[str] = ("model", "dataset"),
+    correction: str = "holm",
+    level: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> pd.DataFrame:
     """SVR-MAD Table 1 (Sec. 5.1) with its statistics: per setting (`by`) and method, accuracy + interval; vs `reference`:
     accuracy gap reference - method (bootstrap over items, McNemar), reference's relative token change (bootstrap, paired t),
     p-values adjusted by `correction` over the whole table (accuracy and tokens separately), `*_distinguishable`
     (adjusted p < 1 - level and interval excluding 0). attrs: reference, correction, level, omnibus per setting."""
     from mad_study.stats import adjust_pvalues
+
     by = [c for c in by if c in items.columns]
     groups = items.groupby(by, sort=False) if by else [((), items)]
     rows, omni = [], {}
@@ -576,10 +1155,16 @@ def tab1_comparison(items: pd.DataFrame, reference: str = "SVR-MAD", by: Sequenc
         rows += [{**dict(zip(by, key)), **x} for x in r]
     out = pd.DataFrame(rows)
     base = out["method"] != reference
-    for k, lo, hi in (("acc", "acc_gap_low", "acc_gap_high"), ("tok", "token_change_low", "token_change_high")):
-        if f"{k}_p" not in out: out[f"{k}_p"] = np.nan
+    for k, lo, hi in (
+        ("acc", "acc_gap_low", "acc_gap_high"),
+        ("tok", "token_change_low", "token_change_high"),
+    ):
+        if f"{k}_p" not in out:
+            out[f"{k}_p"] = np.nan
         out[f"{k}_p_adj"] = adjust_pvalues(out[f"{k}_p"], correction)
-        dist = (out[f"{k}_p_adj"] < 1 - level) & ~((out.get(lo, np.nan) <= 0) & (out.get(hi, np.nan) >= 0))
+        dist = (out[f"{k}_p_adj"] < 1 - level) & ~(
+            (out.get(lo, np.nan) <= 0) & (out.get(hi, np.nan) >= 0)
+        )
         out[f"{k}_distinguishable"] = dist.astype(object).where(base, None)
     out.attrs.update(reference=reference, correction=correction, level=level, by=by, omnibus=omni)
     return out
@@ -590,29 +1175,49 @@ def _sg(x: float, nd: int = 1) -> str:
     s = f"{x:+.{nd}f}"
     return "+" + s[1:] if float(s) == 0 else s
 
+# %% ../nbs/12_svr_mad.ipynb #d569e5ea
 def _gap(r: Mapping) -> str:
     "One comparison of `tab1_comparison` in words: accuracy gap and token change with intervals and verdicts (or why none)."
-    if _isnull(r.get("acc_gap")): return f"no paired comparison ({r['acc_test']})"
-    acc = (f"accuracy {_sg(100 * r['acc_gap'])} points [{_sg(100 * r['acc_gap_low'])}, {_sg(100 * r['acc_gap_high'])}], "
-           f"{'distinguishable' if r['acc_distinguishable'] else 'not distinguishable'} ({r['acc_test']}, p = {r['acc_p_adj']:.2g})")
-    if _isnull(r.get("token_change")): return acc
-    return (acc + f"; tokens {_sg(100 * r['token_change'], 0)}% [{_sg(100 * r['token_change_low'], 0)}, {_sg(100 * r['token_change_high'], 0)}], "
-            f"{'distinguishable' if r['tok_distinguishable'] else 'not distinguishable'} (paired t, p = {r['tok_p_adj']:.2g})")
+    if _isnull(r.get("acc_gap")):
+        return f"no paired comparison ({r['acc_test']})"
+    acc = (
+        f"accuracy {_sg(100 * r['acc_gap'])} points [{_sg(100 * r['acc_gap_low'])}, {_sg(100 * r['acc_gap_high'])}], "
+        f"{'distinguishable' if r['acc_distinguishable'] else 'not distinguishable'} ({r['acc_test']}, p = {r['acc_p_adj']:.2g})"
+    )
+    if _isnull(r.get("token_change")):
+        return acc
+    return (
+        acc
+        + f"; tokens {_sg(100 * r['token_change'], 0)}% [{_sg(100 * r['token_change_low'], 0)}, {_sg(100 * r['token_change_high'], 0)}], "
+        f"{'distinguishable' if r['tok_distinguishable'] else 'not distinguishable'} (paired t, p = {r['tok_p_adj']:.2g})"
+    )
 
+# %% ../nbs/12_svr_mad.ipynb #36c1ef05
 def tab1_stats_caption(cmp: pd.DataFrame) -> str:
     """The statistics sentence of SVR-MAD Table 1's caption (DESIGN "Statistics"): items per setting, resampled unit, tests,
     correction, omnibus, and SVR-MAD's accuracy gap and token change vs each baseline, "not distinguishable" where so."""
-    a = cmp.attrs; ref = a["reference"]; by = a.get("by", []); lvl = int(round(100 * a.get("level", 0.95)))
+    a = cmp.attrs
+    ref = a["reference"]
+    by = a.get("by", [])
+    lvl = int(round(100 * a.get("level", 0.95)))
     setting = lambda r: " / ".join(str(r[c]) for c in by) or "all"
     first = cmp[cmp["method"] == ref]
     n = ", ".join(f"{setting(r)} {int(r['n_items'])}" for r in first.to_dict("records"))
     k = int((cmp["method"] != ref).sum())
-    om = "; ".join(f"{s} {o.get('test')} p = {o.get('pvalue', math.nan):.2g}" for s, o in a.get("omnibus", {}).items())
-    head = (f"Statistics ({ref} minus each baseline, paired by item; distinct items per setting: {n}; {lvl}% intervals from a "
-            f"bootstrap over items, accuracy intervals Wilson, all unadjusted; verdicts from the adjusted p; accuracy: exact McNemar; tokens: {ref}'s relative change, paired t "
-            f"over items; {a['correction']} correction over the table's {k} accuracy and, separately, {k} token comparisons; "
-            f"omnibus: {om}; no equivalence margin, so not distinguishable is not equal)")
-    parts = [f"{setting(r)} vs {r['method']}: {_gap(r)}" for r in cmp[cmp["method"] != ref].to_dict("records")]
+    om = "; ".join(
+        f"{s} {o.get('test')} p = {o.get('pvalue', math.nan):.2g}"
+        for s, o in a.get("omnibus", {}).items()
+    )
+    head = (
+        f"Statistics ({ref} minus each baseline, paired by item; distinct items per setting: {n}; {lvl}% intervals from a "
+        f"bootstrap over items, accuracy intervals Wilson, all unadjusted; verdicts from the adjusted p; accuracy: exact McNemar; tokens: {ref}'s relative change, paired t "
+        f"over items; {a['correction']} correction over the table's {k} accuracy and, separately, {k} token comparisons; "
+        f"omnibus: {om}; no equivalence margin, so not distinguishable is not equal)"
+    )
+    parts = [
+        f"{setting(r)} vs {r['method']}: {_gap(r)}"
+        for r in cmp[cmp["method"] != ref].to_dict("records")
+    ]
     return head + ". " + "; ".join(parts) + "."
 
 # %% ../nbs/12_svr_mad.ipynb #485df6e9
@@ -621,8 +1226,12 @@ def check_tab1_caption(cmp: pd.DataFrame, caption: str) -> None:
     the table's verdict, and no gap whose interval holds 0 is distinguishable (SVR-MAD Table 1, DESIGN "Statistics")."""
     ref, by = cmp.attrs["reference"], cmp.attrs.get("by", [])
     for r in cmp[cmp["method"] != ref].to_dict("records"):
-        for k, lo, hi in (("acc", "acc_gap_low", "acc_gap_high"), ("tok", "token_change_low", "token_change_high")):
-            if r.get(lo, math.nan) <= 0 <= r.get(hi, math.nan): assert not r[f"{k}_distinguishable"], (r["method"], k, r[lo], r[hi])
+        for k, lo, hi in (
+            ("acc", "acc_gap_low", "acc_gap_high"),
+            ("tok", "token_change_low", "token_change_high"),
+        ):
+            if r.get(lo, math.nan) <= 0 <= r.get(hi, math.nan):
+                assert not r[f"{k}_distinguishable"], (r["method"], k, r[lo], r[hi])
         s = f"{' / '.join(str(r[c]) for c in by) or 'all'} vs {r['method']}: {_gap(r)}"
         assert s in caption, s
 
@@ -630,53 +1239,113 @@ def check_tab1_caption(cmp: pd.DataFrame, caption: str) -> None:
 def fig1_table(ev: dict) -> pd.DataFrame:
     "SVR-MAD Fig. 1: per (item, sample), n_correct before debate and, per signal (min_ll, ppl, conf, svr), whether its top-ranked agent is correct."
     pre = ev["pre"]
-    sv = probe_svr(ev["probes"]) if ev.get("probes") is not None and len(ev["probes"]) else pd.DataFrame(columns=["item_id", "sample", "agent", "svr"])
-    df = pre.merge(sv[["item_id", "sample", "agent", "svr"]], on=["item_id", "sample", "agent"], how="left")
+    sv = (
+        probe_svr(ev["probes"])
+        if ev.get("probes") is not None and len(ev["probes"])
+        else pd.DataFrame(columns=["item_id", "sample", "agent", "svr"])
+    )
+    df = pre.merge(
+        sv[["item_id", "sample", "agent", "svr"]], on=["item_id", "sample", "agent"], how="left"
+    )
     rows = []
     for (iid, k), g in df.groupby(["item_id", "sample"], sort=False):
         row = {"item_id": iid, "sample": k, "n_correct": int(g["correct"].sum())}
-        for s in (*PRIORS, "svr"): row[s] = top_ranked_correct(signal_score(g[s].to_numpy(dtype=float), s), g["correct"].to_numpy(dtype=bool))
+        for s in (*PRIORS, "svr"):
+            row[s] = top_ranked_correct(
+                signal_score(g[s].to_numpy(dtype=float), s), g["correct"].to_numpy(dtype=bool)
+            )
         rows.append(row)
     return pd.DataFrame(rows)
 
+# %% ../nbs/12_svr_mad.ipynb #3023042c
 def difficulty_group(n_correct: int) -> str:
     "Fig. 1 / Fig. 2 difficulty groups by the number of agents correct before debate."
     return "4+" if n_correct >= 4 else str(int(n_correct))
 
 # %% ../nbs/12_svr_mad.ipynb #cff45c63
-def fig1_comparison(rows: pd.DataFrame, reference: str = "svr", by: str = "panel", correction: str = "holm", level: float = 0.95,
-                    n_resamples: int = 2000, seed: int = 0) -> tuple[pd.DataFrame, str]:
+def fig1_comparison(
+    rows: pd.DataFrame,
+    reference: str = "svr",
+    by: str = "panel",
+    correction: str = "holm",
+    level: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[pd.DataFrame, str]:
     """SVR-MAD Fig. 1 (Sec. 3) on hard problems, paired by problem: per `by` panel and signal, the share whose top-ranked agent
     is correct with a bootstrap interval over problems; `reference` (SVR) minus each prior with interval, test, p adjusted by
     `correction` over the table, `distinguishable`. `rows`: item_id, signal, top_correct, `by`. Returns (table, caption)."""
     from mad_study.stats import boot_mean_ci, paired_difference, adjust_pvalues
+
     out = []
     for panel, g in rows.groupby(by, sort=False):
-        w = g.pivot_table(index="item_id", columns="signal", values="top_correct", aggfunc="mean").dropna()
+        w = g.pivot_table(
+            index="item_id", columns="signal", values="top_correct", aggfunc="mean"
+        ).dropna()
         for s in [reference, *(c for c in w.columns if c != reference)]:
             lo, hi = boot_mean_ci(w[s].to_numpy(float), level, n_resamples, seed)
-            r = {by: panel, "signal": s, "n_items": len(w), "share": float(w[s].mean()), "share_low": lo, "share_high": hi}
+            r = {
+                by: panel,
+                "signal": s,
+                "n_items": len(w),
+                "share": float(w[s].mean()),
+                "share_low": lo,
+                "share_high": hi,
+            }
             if s != reference:
-                d = paired_difference(w[reference].to_numpy(float), w[s].to_numpy(float), level, n_resamples, seed)
-                r.update(diff=d["diff"], diff_low=d["ci_low"], diff_high=d["ci_high"], test=d["test"], pvalue=d["pvalue"])
+                d = paired_difference(
+                    w[reference].to_numpy(float), w[s].to_numpy(float), level, n_resamples, seed
+                )
+                r.update(
+                    diff=d["diff"],
+                    diff_low=d["ci_low"],
+                    diff_high=d["ci_high"],
+                    test=d["test"],
+                    pvalue=d["pvalue"],
+                )
             out.append(r)
-    cols = [by, "signal", "n_items", "share", "share_low", "share_high", "diff", "diff_low", "diff_high", "test", "pvalue"]
+    cols = [
+        by,
+        "signal",
+        "n_items",
+        "share",
+        "share_low",
+        "share_high",
+        "diff",
+        "diff_low",
+        "diff_high",
+        "test",
+        "pvalue",
+    ]
     t = pd.DataFrame(out).reindex(columns=cols)
-    if not len(t): return t.assign(p_adjusted=np.nan, distinguishable=None), "No hard problems (1-2 agents correct before debate): nothing to compare."
+    if not len(t):
+        return t.assign(
+            p_adjusted=np.nan, distinguishable=None
+        ), "No hard problems (1-2 agents correct before debate): nothing to compare."
     t["p_adjusted"] = adjust_pvalues(t["pvalue"], correction)
     ok = t["signal"] != reference
-    t["distinguishable"] = ((t["p_adjusted"] < 1 - level) & ~((t["diff_low"] <= 0) & (t["diff_high"] >= 0))).astype(object).where(ok, None)
-    parts = [f"{r[by]}: {SIGNAL_LABELS.get(reference, reference)} minus {SIGNAL_LABELS.get(r['signal'], r['signal'])} {_sg(100 * r['diff'])} points "
-             f"[{_sg(100 * r['diff_low'])}, {_sg(100 * r['diff_high'])}], {'distinguishable' if r['distinguishable'] else 'not distinguishable'} "
-             f"({r['test']}, p = {r['p_adjusted']:.2g})" for r in t[ok].to_dict("records")]
+    t["distinguishable"] = (
+        ((t["p_adjusted"] < 1 - level) & ~((t["diff_low"] <= 0) & (t["diff_high"] >= 0)))
+        .astype(object)
+        .where(ok, None)
+    )
+    parts = [
+        f"{r[by]}: {SIGNAL_LABELS.get(reference, reference)} minus {SIGNAL_LABELS.get(r['signal'], r['signal'])} {_sg(100 * r['diff'])} points "
+        f"[{_sg(100 * r['diff_low'])}, {_sg(100 * r['diff_high'])}], {'distinguishable' if r['distinguishable'] else 'not distinguishable'} "
+        f"({r['test']}, p = {r['p_adjusted']:.2g})"
+        for r in t[ok].to_dict("records")
+    ]
     n = ", ".join(f"{p} {k}" for p, k in t.groupby(by, sort=False)["n_items"].first().items())
-    cap = (f"Paired by problem on hard problems (1-2 agents correct before debate; distinct problems per panel: {n}); {int(100 * level)}% "
-           f"intervals from a bootstrap over problems (unadjusted); McNemar for 0/1 values, else paired t; {correction} correction over "
-           f"the table's {int(ok.sum())} comparisons. " + "; ".join(parts) + ".")
+    cap = (
+        f"Paired by problem on hard problems (1-2 agents correct before debate; distinct problems per panel: {n}); {int(100 * level)}% "
+        f"intervals from a bootstrap over problems (unadjusted); McNemar for 0/1 values, else paired t; {correction} correction over "
+        f"the table's {int(ok.sum())} comparisons. " + "; ".join(parts) + "."
+    )
     return t, cap
 
 # %% ../nbs/12_svr_mad.ipynb #7bc3d74c
 FIG2_YLABEL = "hard problems\nanswered correctly"
+
 
 def finish_figure(fig, title: str):
     """Put `title` over `fig` with constrained layout, which keeps no blank band under the title and room for the long
@@ -686,26 +1355,73 @@ def finish_figure(fig, title: str):
     return fig
 
 # %% ../nbs/12_svr_mad.ipynb #bd1debf6
-def ablation_points(ev: dict, posterior: str, S: int = 2, C: int = 2, quantiles: Sequence[float] = np.arange(0.1, 0.91, 0.1)) -> pd.DataFrame:
+def ablation_points(
+    ev: dict,
+    posterior: str,
+    S: int = 2,
+    C: int = 2,
+    quantiles: Sequence[float] = np.arange(0.1, 0.91, 0.1),
+) -> pd.DataFrame:
     "SVR-MAD App. B: (tau, C, acceptance rate, mean tokens, accuracy with its 95% Wilson interval over problems, n_items) of Alg. 1 with `posterior` in place of SVR."
     from mad_study.metrics import wilson_ci
+
     probes, byid = ev["probes"], ev["items"]
     memo = ev.setdefault("probe_memo", probe_memo(probes))
-    if posterior == "svr": grid, prior = [(t, c) for c in (1, 2, 3) for t in (1.0, 0.5, 0.0, -0.5)], "conf"
+    if posterior == "svr":
+        grid, prior = [(t, c) for c in (1, 2, 3) for t in (1.0, 0.5, 0.0, -0.5)], "conf"
     else:
         vals = signal_score(probes[posterior].to_numpy(dtype=float), posterior)
-        if np.isnan(vals).all():                                      # e.g. a backend without log-probs: no threshold to sweep
-            warnings.warn(f"ablation_points: no {posterior} signal in the probes (the backend gives none): no points for it")
-            return pd.DataFrame(columns=["posterior", "tau", "C", "acceptance", "tokens", "accuracy", "acc_low", "acc_high", "n_items", "ncomm"])
+        if np.isnan(vals).all():  # e.g. a backend without log-probs: no threshold to sweep
+            warnings.warn(
+                f"ablation_points: no {posterior} signal in the probes (the backend gives none): no points for it"
+            )
+            return pd.DataFrame(
+                columns=[
+                    "posterior",
+                    "tau",
+                    "C",
+                    "acceptance",
+                    "tokens",
+                    "accuracy",
+                    "acc_low",
+                    "acc_high",
+                    "n_items",
+                    "ncomm",
+                ]
+            )
         grid, prior = [(float(np.nanquantile(vals, q)), C) for q in quantiles], posterior
     rows = []
     for tau, c in grid:
-        res, _ = run_svr_mad(ev["pre"], byid, ev.get("backends"), S=S, C=c, tau=tau, prior=prior, posterior=posterior, probes=memo,
-                             **ev.get("svr_opts", {}), **ev.get("gen", {}))
-        lo, hi = wilson_ci(int(res["correct"].sum()), len(res))       # one thread per problem: Wilson over problems
-        rows.append({"posterior": posterior, "tau": tau, "C": c, "acceptance": float(res["accepted"].mean()),
-                     "tokens": float(res["tokens"].mean()), "accuracy": float(res["correct"].mean()), "acc_low": lo, "acc_high": hi,
-                     "n_items": int(res["item_id"].nunique()), "ncomm": float(res["ncomm"].mean())})
+        res, _ = run_svr_mad(
+            ev["pre"],
+            byid,
+            ev.get("backends"),
+            S=S,
+            C=c,
+            tau=tau,
+            prior=prior,
+            posterior=posterior,
+            probes=memo,
+            **ev.get("svr_opts", {}),
+            **ev.get("gen", {}),
+        )
+        lo, hi = wilson_ci(
+            int(res["correct"].sum()), len(res)
+        )  # one thread per problem: Wilson over problems
+        rows.append(
+            {
+                "posterior": posterior,
+                "tau": tau,
+                "C": c,
+                "acceptance": float(res["accepted"].mean()),
+                "tokens": float(res["tokens"].mean()),
+                "accuracy": float(res["correct"].mean()),
+                "acc_low": lo,
+                "acc_high": hi,
+                "n_items": int(res["item_id"].nunique()),
+                "ncomm": float(res["ncomm"].mean()),
+            }
+        )
     return pd.DataFrame(rows)
 
 # %% ../nbs/12_svr_mad.ipynb #04650229
@@ -713,14 +1429,21 @@ def _plan_svr(p: Mapping, ablation_only: bool = False) -> dict:
     n_items, n = int(p.get("n_items") or 0), int(p.get("n_agents") or 6)
     R, mnt = int(p.get("debate_rounds") or 2), int(p.get("max_new_tokens") or 16384)
     models = list(p.get("models") or [])
-    if ablation_only: models = models[:int(p.get("fig3_model_count") or 1)]
+    if ablation_only:
+        models = models[: int(p.get("fig3_model_count") or 1)]
     cells, q, B = len(models) * len(p.get("tasks") or []), 300, 0 if ablation_only else 3
     S = max([int(x) for x in (p.get("comm_per_round") or [2])])
-    debates = n * (n - 1) + S * (n + 1)                         # probing + SVR-MAD's repeated debates (choice 4)
+    debates = n * (n - 1) + S * (n + 1)  # probing + SVR-MAD's repeated debates (choice 4)
     per_item_gens = n + debates + B * R * n
-    prompt = n * q + debates * (q + 2 * mnt) + B * sum(n * (q + r * n * mnt) for r in range(1, R + 1))
-    return {"generations": cells * n_items * per_item_gens, "completion_tokens": cells * n_items * per_item_gens * mnt,
-            "prompt_tokens": cells * n_items * prompt}
+    prompt = (
+        n * q + debates * (q + 2 * mnt) + B * sum(n * (q + r * n * mnt) for r in range(1, R + 1))
+    )
+    return {
+        "generations": cells * n_items * per_item_gens,
+        "completion_tokens": cells * n_items * per_item_gens * mnt,
+        "prompt_tokens": cells * n_items * prompt,
+    }
+
 
 planner("svr_main")(_plan_svr)
 planner("svr_fig3")(lambda p: _plan_svr(p, ablation_only=True))

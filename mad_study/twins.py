@@ -23,135 +23,265 @@ __all__ = ['TWIN_SHAPE', 'TEXT_TWINS', 'H', 'FF', 'LAYERS', 'HEADS', 'KV', 'HEAD
            'twin_checkpoint', 'shape_table', 'shape_config', 'shape_checkpoint']
 
 # %% ../nbs/03e_twins.ipynb #f0917fb0
-TWIN_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                  max_position_embeddings=2048, initializer_range=0.2)
+TWIN_SHAPE = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=2048,
+    initializer_range=0.2,
+)
 _ALTERNATING = dict(sliding_window=16, layer_types=["sliding_attention", "full_attention"])
-TEXT_TWINS: dict[str, tuple[str, dict]] = {            # twin -> (transformers config class, fields beyond TWIN_SHAPE)
+
+# %% ../nbs/03e_twins.ipynb #b91eb912
+TEXT_TWINS: dict[
+    str, tuple[str, dict]
+] = {  # twin -> (transformers config class, fields beyond TWIN_SHAPE)
     "tiny-random-qwen2": ("Qwen2Config", dict(tie_word_embeddings=True)),
     "tiny-random-qwen3": ("Qwen3Config", dict(head_dim=16, tie_word_embeddings=True)),
     "tiny-random-mistral": ("MistralConfig", dict(head_dim=16, sliding_window=None)),
     "tiny-random-gemma3-text": ("Gemma3TextConfig", dict(head_dim=16, **_ALTERNATING)),
     "tiny-random-glm": ("GlmConfig", dict(head_dim=16, partial_rotary_factor=0.5)),
-    "tiny-random-gpt-oss": ("GptOssConfig", dict(head_dim=16, num_local_experts=4, num_experts_per_tok=2, **_ALTERNATING)),
-    "tiny-random-deepseek-v3": ("DeepseekV3Config", dict(
-        num_key_value_heads=4, moe_intermediate_size=64, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
-        n_shared_experts=1, first_k_dense_replace=1, q_lora_rank=64, kv_lora_rank=64, qk_rope_head_dim=32,
-        qk_nope_head_dim=16, v_head_dim=16, rope_scaling=None)),
+    "tiny-random-gpt-oss": (
+        "GptOssConfig",
+        dict(head_dim=16, num_local_experts=4, num_experts_per_tok=2, **_ALTERNATING),
+    ),
+    "tiny-random-deepseek-v3": (
+        "DeepseekV3Config",
+        dict(
+            num_key_value_heads=4,
+            moe_intermediate_size=64,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            n_group=1,
+            topk_group=1,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            q_lora_rank=64,
+            kv_lora_rank=64,
+            qk_rope_head_dim=32,
+            qk_nope_head_dim=16,
+            v_head_dim=16,
+            rope_scaling=None,
+        ),
+    ),
 }
 
-
 # %% ../nbs/03e_twins.ipynb #5df00cc0
-H, FF, LAYERS, HEADS, KV, HEAD_DIM, IMG = 64, 128, 2, 4, 2, 16, 32        # the VLM twins' widths; images 32 x 32
+H, FF, LAYERS, HEADS, KV, HEAD_DIM, IMG = (
+    64,
+    128,
+    2,
+    4,
+    2,
+    16,
+    32,
+)  # the VLM twins' widths; images 32 x 32
+
 
 def _base_tokenizer(**kw):
     "The embedded SmolLM2 tokenizer (ChatML turns), with the family's own special tokens set by `kw`."
     from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(embedded_checkpoint(), **kw)
 
+# %% ../nbs/03e_twins.ipynb #cafd0e1b
 def _chatml_template(image: str) -> str:
     "ChatML over content parts; an image part is written as `image`, the family's placeholder."
-    return ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
-            "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for p in m['content'] %}"
-            "{% if p['type'] == 'image' %}" + image + "{% elif p['type'] == 'text' %}{{ p['text'] }}{% endif %}"
-            "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    return (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+        "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for p in m['content'] %}"
+        "{% if p['type'] == 'image' %}"
+        + image
+        + "{% elif p['type'] == 'text' %}{{ p['text'] }}{% endif %}"
+        "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
 
+# %% ../nbs/03e_twins.ipynb #6d3ab77a
 def _seeded(make):
     "`make()` under a fixed torch seed (the caller's random state untouched), in float32."
     import torch
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         return make().to(torch.float32).eval()
 
+# %% ../nbs/03e_twins.ipynb #13f847f5
 def _save(folder: Path, model, processor):
     import torch
-    bad = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and not n.endswith("lm_head")
-           and (m.in_features % 64 or m.out_features % 32)]
-    if bad: raise ValueError(f"widths outside bitsandbytes' 4-bit block rule: {bad}")
-    model.save_pretrained(folder); processor.save_pretrained(folder)
+
+    bad = [
+        n
+        for n, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear)
+        and not n.endswith("lm_head")
+        and (m.in_features % 64 or m.out_features % 32)
+    ]
+    if bad:
+        raise ValueError(f"widths outside bitsandbytes' 4-bit block rule: {bad}")
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
 
 # %% ../nbs/03e_twins.ipynb #f023c6c3
 from transformers.utils import PushToHubMixin as _PushToHubMixin
-import sys, types, importlib.util
+import sys
+import types
+import importlib.util
+
 
 def _pixtral_processor_importable() -> bool:
     """transformers 5.23's PixtralProcessor is declared `requires(torchvision)` and its module imports the torchvision
     image processor at top level (only for `get_resize_output_image_size`). Without torchvision the class is a
     placeholder that raises at init. When torchvision is missing, stand in the PIL module's identical helper and
     register the real class on the lazy modules so that AutoProcessor resolves it. Returns True if it patched."""
-    if importlib.util.find_spec("torchvision") is not None: return False
+    if importlib.util.find_spec("torchvision") is not None:
+        return False
     import transformers
     import transformers.models.pixtral as pixtral_pkg
     from transformers.models.pixtral import image_processing_pil_pixtral as pil
+
     name = "transformers.models.pixtral.image_processing_pixtral"
     if name not in sys.modules:
         stub = types.ModuleType(name)
         stub.get_resize_output_image_size = pil.get_resize_output_image_size
         sys.modules[name] = stub
     from transformers.models.pixtral.processing_pixtral import PixtralProcessor
+
     pixtral_pkg.PixtralProcessor = PixtralProcessor
     transformers.PixtralProcessor = PixtralProcessor
     return True
 
-
 # %% ../nbs/03e_twins.ipynb #8732753c
-class NoVideoProcessor(_PushToHubMixin):       # PushToHubMixin: the processor serialises it with to_dict()
+class NoVideoProcessor(
+    _PushToHubMixin
+):  # PushToHubMixin: the processor serialises it with to_dict()
     """Stand-in for the video processor that Qwen2_5_VLProcessor requires: transformers 5.23's video processors
     (and AutoVideoProcessor, and the VideoProcessorMixin base the processor checks against) exist only with
     torchvision. Images only; a video input raises."""
+
     _auto_class = None
     merge_size = 2
     model_input_names: list = []
-    def _set_processor_class(self, name): pass
-    def to_dict(self): return {}
-    def save_pretrained(self, *a, **k): return []
-    def __call__(self, *a, **k): raise NotImplementedError("video inputs need torchvision (transformers' video processors)")
-    @classmethod
-    def from_pretrained(cls, *a, **k): return cls()
 
+    def _set_processor_class(self, name):
+        pass
+
+    def to_dict(self):
+        return {}
+
+    def save_pretrained(self, *a, **k):
+        return []
+
+    def __call__(self, *a, **k):
+        raise NotImplementedError("video inputs need torchvision (transformers' video processors)")
+
+    @classmethod
+    def from_pretrained(cls, *a, **k):
+        return cls()
+
+# %% ../nbs/03e_twins.ipynb #77a3e91b
 def _qwen_video_shim() -> bool:
     "Without torchvision, let Qwen2_5_VLProcessor be built, saved and loaded by AutoProcessor with `NoVideoProcessor`."
-    if importlib.util.find_spec("torchvision") is not None: return False
+    if importlib.util.find_spec("torchvision") is not None:
+        return False
     import transformers
     import transformers.models.auto.video_processing_auto as vpa
-    transformers.VideoProcessorMixin = NoVideoProcessor      # ProcessorMixin's isinstance check of the video_processor
-    vpa.AutoVideoProcessor = NoVideoProcessor               # what AutoProcessor's loader calls for video_processor
+
+    transformers.VideoProcessorMixin = (
+        NoVideoProcessor  # ProcessorMixin's isinstance check of the video_processor
+    )
+    vpa.AutoVideoProcessor = (
+        NoVideoProcessor  # what AutoProcessor's loader calls for video_processor
+    )
     return True
 
+# %% ../nbs/03e_twins.ipynb #868bbfb3
 def torchvision_free_processors() -> list[str]:
     "Apply the stand-ins above where torchvision is missing; returns which were applied."
-    return [n for n, f in (("pixtral", _pixtral_processor_importable), ("qwen2.5-vl-video", _qwen_video_shim)) if f()]
+    return [
+        n
+        for n, f in (
+            ("pixtral", _pixtral_processor_importable),
+            ("qwen2.5-vl-video", _qwen_video_shim),
+        )
+        if f()
+    ]
 
 # %% ../nbs/03e_twins.ipynb #2821ca7a
 def build_pixtral(folder: Path) -> None:
     """mistral-community/pixtral-12b twin: LlavaForConditionalGeneration(PixtralVisionConfig + MistralConfig),
     PixtralProcessor + PixtralImageProcessorPil. One [IMG] in the prompt expands to rows of [IMG]..[IMG_BREAK],
     the last one [IMG_END]: a 32x32 image with patch 8 -> 4 rows x (4 + 1) = 20 tokens."""
-    from transformers import (LlavaConfig, LlavaForConditionalGeneration, MistralConfig, PixtralImageProcessorPil,
-                              PixtralVisionConfig)
+    from transformers import (
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        MistralConfig,
+        PixtralImageProcessorPil,
+        PixtralVisionConfig,
+    )
+
     _pixtral_processor_importable()
     from transformers.models.pixtral.processing_pixtral import PixtralProcessor
+
     tok = _base_tokenizer()
     tok.add_special_tokens({"additional_special_tokens": ["[IMG]", "[IMG_BREAK]", "[IMG_END]"]})
     ip = PixtralImageProcessorPil(size={"longest_edge": IMG}, patch_size=8)
-    proc = PixtralProcessor(image_processor=ip, tokenizer=tok, patch_size=8, spatial_merge_size=1,
-                            chat_template=_chatml_template("[IMG]"))
-    vc = PixtralVisionConfig(hidden_size=H, intermediate_size=FF, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                             head_dim=HEAD_DIM, image_size=IMG, patch_size=8)
-    tc = MistralConfig(vocab_size=len(tok), hidden_size=H, intermediate_size=FF, num_hidden_layers=LAYERS,
-                       num_attention_heads=HEADS, num_key_value_heads=KV, head_dim=HEAD_DIM, sliding_window=None,
-                       max_position_embeddings=2048, tie_word_embeddings=False, initializer_range=0.2,
-                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    # pixtral-12b's own LLaVA fields: all vision features ("full", no CLS to drop), last layer, gelu projector
-    cfg = LlavaConfig(vision_config=vc, text_config=tc, image_token_index=tok.convert_tokens_to_ids("[IMG]"),
-                      vision_feature_select_strategy="full", vision_feature_layer=-1, projector_hidden_act="gelu",
-                      multimodal_projector_bias=True, image_seq_length=1, tie_word_embeddings=False)
+    proc = PixtralProcessor(
+        image_processor=ip,
+        tokenizer=tok,
+        patch_size=8,
+        spatial_merge_size=1,
+        chat_template=_chatml_template("[IMG]"),
+    )
+    vc = PixtralVisionConfig(
+        hidden_size=H,
+        intermediate_size=FF,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        head_dim=HEAD_DIM,
+        image_size=IMG,
+        patch_size=8,
+    )
+    tc = MistralConfig(
+        vocab_size=len(tok),
+        hidden_size=H,
+        intermediate_size=FF,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV,
+        head_dim=HEAD_DIM,
+        sliding_window=None,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        initializer_range=0.2,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    # pixtral-12b's own LLaVA fields: all vision features
+    # ("full", no CLS to drop), last layer, gelu projector
+    cfg = LlavaConfig(
+        vision_config=vc,
+        text_config=tc,
+        image_token_index=tok.convert_tokens_to_ids("[IMG]"),
+        vision_feature_select_strategy="full",
+        vision_feature_layer=-1,
+        projector_hidden_act="gelu",
+        multimodal_projector_bias=True,
+        image_seq_length=1,
+        tie_word_embeddings=False,
+    )
     _save(folder, _seeded(lambda: LlavaForConditionalGeneration(cfg)), proc)
 
 # %% ../nbs/03e_twins.ipynb #0dc4b3aa
 GEMMA3_TEMPLATE = (
-    # google/gemma-3-*-it's template, same behaviour: {{ bos_token }} first; a system message is NOT rejected but its
-    # (first) text is folded into the first user turn; roles must then alternate user/model (else raise_exception);
-    # assistant is called "model"; turns in <start_of_turn>/<end_of_turn>; an image part is <start_of_image>.
+    # google/gemma-3-*-it's template, same behaviour: {{ bos_token
+    # }} first; a system message is NOT rejected but its
+    # (first) text is folded into the first user turn; roles
+    # must then alternate user/model (else raise_exception);
+    # assistant is called "model"; turns in
+    # <start_of_turn>/<end_of_turn>; an image part is <start_of_image>.
     "{{ bos_token }}"
     "{% if messages[0]['role'] == 'system' %}"
     "{% if messages[0]['content'] is string %}{% set prefix = messages[0]['content'] + '\n\n' %}"
@@ -166,8 +296,8 @@ GEMMA3_TEMPLATE = (
     "{% if m['content'] is string %}{{ m['content'] | trim }}{% else %}{% for p in m['content'] %}"
     "{% if p['type'] == 'image' %}<start_of_image>{% elif p['type'] == 'text' %}{{ p['text'] | trim }}{% endif %}"
     "{% endfor %}{% endif %}<end_of_turn>\n{% endfor %}"
-    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
-
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
 
 # %% ../nbs/03e_twins.ipynb #22602c47
 def build_gemma3(folder: Path) -> None:
@@ -176,33 +306,84 @@ def build_gemma3(folder: Path) -> None:
     (+ *_id), which only exist as tokenizer attributes when given as `extra_special_tokens`; <start_of_image> in
     the prompt expands to "\\n\\n<start_of_image>" + <image_soft_token> x mm_tokens_per_image + "<end_of_image>\\n\\n"."""
     import torch
-    from transformers import (Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessorPil, Gemma3Processor,
-                              Gemma3TextConfig, SiglipVisionConfig)
-    # like gemma-3's tokenizer: bos <bos>, added by the tokenizer itself (add_bos_token) AND written by the template
-    tok = _base_tokenizer(bos_token="<bos>", add_bos_token=True,
-                         extra_special_tokens={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
-                                               "image_token": "<image_soft_token>"})
-    tok.add_special_tokens({"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]}, replace_extra_special_tokens=False)
-    mm_tokens = 4                        # 32/8 = 4x4 patches, average-pooled 2x2 -> 2x2 = 4 soft tokens per image
+    from transformers import (
+        Gemma3Config,
+        Gemma3ForConditionalGeneration,
+        Gemma3ImageProcessorPil,
+        Gemma3Processor,
+        Gemma3TextConfig,
+        SiglipVisionConfig,
+    )
+
+    # like gemma-3's tokenizer: bos <bos>, added by the tokenizer
+    # itself (add_bos_token) AND written by the template
+    tok = _base_tokenizer(
+        bos_token="<bos>",
+        add_bos_token=True,
+        extra_special_tokens={
+            "boi_token": "<start_of_image>",
+            "eoi_token": "<end_of_image>",
+            "image_token": "<image_soft_token>",
+        },
+    )
+    tok.add_special_tokens(
+        {"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]},
+        replace_extra_special_tokens=False,
+    )
+    mm_tokens = 4  # 32/8 = 4x4 patches, average-pooled 2x2 -> 2x2 = 4 soft tokens per image
     ip = Gemma3ImageProcessorPil(size={"height": IMG, "width": IMG})
-    proc = Gemma3Processor(image_processor=ip, tokenizer=tok, image_seq_length=mm_tokens,
-                           chat_template=GEMMA3_TEMPLATE)
-    vc = SiglipVisionConfig(hidden_size=H, intermediate_size=FF, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                            image_size=IMG, patch_size=8, vision_use_head=False)
-    tc = Gemma3TextConfig(vocab_size=len(tok), hidden_size=H, intermediate_size=FF, num_hidden_layers=LAYERS,
-                          num_attention_heads=HEADS, num_key_value_heads=KV, head_dim=HEAD_DIM,
-                          query_pre_attn_scalar=HEAD_DIM, sliding_window=512,
-                          layer_types=["sliding_attention", "full_attention"],   # one of each (real: 5 sliding, 1 full)
-                          max_position_embeddings=2048,
-                          initializer_range=0.02,   # Gemma scales embeddings by sqrt(hidden): at 0.2 greedy repeats one token
-                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    cfg = Gemma3Config(text_config=tc, vision_config=vc, mm_tokens_per_image=mm_tokens,
-                       boi_token_index=tok.boi_token_id, eoi_token_index=tok.eoi_token_id,
-                       image_token_index=tok.image_token_id, initializer_range=0.02)
+    proc = Gemma3Processor(
+        image_processor=ip, tokenizer=tok, image_seq_length=mm_tokens, chat_template=GEMMA3_TEMPLATE
+    )
+    vc = SiglipVisionConfig(
+        hidden_size=H,
+        intermediate_size=FF,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        image_size=IMG,
+        patch_size=8,
+        vision_use_head=False,
+    )
+    tc = Gemma3TextConfig(
+        vocab_size=len(tok),
+        hidden_size=H,
+        intermediate_size=FF,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV,
+        head_dim=HEAD_DIM,
+        query_pre_attn_scalar=HEAD_DIM,
+        sliding_window=512,
+        layer_types=[
+            "sliding_attention",
+            "full_attention",
+        ],  # one of each (real: 5 sliding, 1 full)
+        max_position_embeddings=2048,
+        # Gemma scales embeddings by sqrt(hidden): at 0.2 greedy repeats one token
+        initializer_range=0.02,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    cfg = Gemma3Config(
+        text_config=tc,
+        vision_config=vc,
+        mm_tokens_per_image=mm_tokens,
+        boi_token_index=tok.boi_token_id,
+        eoi_token_index=tok.eoi_token_id,
+        image_token_index=tok.image_token_id,
+        initializer_range=0.02,
+    )
+
     def make():
-        m = Gemma3ForConditionalGeneration(cfg)       # the projector's weight starts at zero (a trained model's does not):
-        torch.nn.init.normal_(m.model.multi_modal_projector.mm_input_projection_weight, std=0.2)   # else every image looks alike
+        m = Gemma3ForConditionalGeneration(
+            cfg
+        )  # the projector's weight starts at zero (a trained model's does not):
+        torch.nn.init.normal_(
+            m.model.multi_modal_projector.mm_input_projection_weight, std=0.2
+        )  # else every image looks alike
         return m
+
     _save(folder, _seeded(make), proc)
 
 # %% ../nbs/03e_twins.ipynb #cc1937ef
@@ -210,135 +391,277 @@ def build_qwen2_5_vl(folder: Path) -> None:
     """Qwen/Qwen2.5-VL-7B-Instruct twin: Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor +
     Qwen2VLImageProcessorPil (no video processor: Qwen2VLVideoProcessor needs torchvision). A 32x32 image, patch 8,
     merge 2 -> 4x4 patches -> 2x2 = 4 <|image_pad|> tokens between <|vision_start|> and <|vision_end|>."""
-    from transformers import (Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor,
-                              Qwen2VLImageProcessorPil)
+    from transformers import (
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2_5_VLProcessor,
+        Qwen2VLImageProcessorPil,
+    )
+
     tok = _base_tokenizer()
-    tok.add_special_tokens({"additional_special_tokens": ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
-                                                          "<|video_pad|>"]})
-    ip = Qwen2VLImageProcessorPil(patch_size=8, temporal_patch_size=2, merge_size=2,
-                                  size={"shortest_edge": 16 * 16, "longest_edge": IMG * IMG})
-    video = NoVideoProcessor() if _qwen_video_shim() else None    # with torchvision: the processor builds its own
+    tok.add_special_tokens(
+        {
+            "additional_special_tokens": [
+                "<|vision_start|>",
+                "<|vision_end|>",
+                "<|image_pad|>",
+                "<|video_pad|>",
+            ]
+        }
+    )
+    ip = Qwen2VLImageProcessorPil(
+        patch_size=8,
+        temporal_patch_size=2,
+        merge_size=2,
+        size={"shortest_edge": 16 * 16, "longest_edge": IMG * IMG},
+    )
+    video = (
+        NoVideoProcessor() if _qwen_video_shim() else None
+    )  # with torchvision: the processor builds its own
     if video is None:
         from transformers import Qwen2VLVideoProcessor
+
         video = Qwen2VLVideoProcessor(patch_size=8, temporal_patch_size=2, merge_size=2)
-    proc = Qwen2_5_VLProcessor(image_processor=ip, tokenizer=tok, video_processor=video,
-                               chat_template=_chatml_template("<|vision_start|><|image_pad|><|vision_end|>"))
-    ids = {t: tok.convert_tokens_to_ids(t) for t in ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]}
-    vc = dict(depth=LAYERS, hidden_size=H, intermediate_size=FF, num_heads=HEADS, patch_size=8, spatial_merge_size=2,
-              temporal_patch_size=2, out_hidden_size=H,
-              window_size=32,                 # window in pixels: 32/8/2 = 2 merged patches a side = the whole image
-              fullatt_block_indexes=[1])      # real: 4 of 32 blocks full attention, the rest windowed
-    tc = dict(vocab_size=len(tok), hidden_size=H, intermediate_size=FF, num_hidden_layers=LAYERS,
-              num_attention_heads=HEADS, num_key_value_heads=KV, max_position_embeddings=2048,
-              # M-RoPE: head_dim 16 -> 8 rotary frequencies split (temporal, height, width); real: [16, 24, 24] of 64
-              rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]},
-              initializer_range=0.2,
-              bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    cfg = Qwen2_5_VLConfig(vision_config=vc, text_config=tc, image_token_id=ids["<|image_pad|>"],
-                           video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
-                           vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=False)
+    proc = Qwen2_5_VLProcessor(
+        image_processor=ip,
+        tokenizer=tok,
+        video_processor=video,
+        chat_template=_chatml_template("<|vision_start|><|image_pad|><|vision_end|>"),
+    )
+    ids = {
+        t: tok.convert_tokens_to_ids(t)
+        for t in ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+    }
+    vc = dict(
+        depth=LAYERS,
+        hidden_size=H,
+        intermediate_size=FF,
+        num_heads=HEADS,
+        patch_size=8,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        out_hidden_size=H,
+        window_size=32,  # window in pixels: 32/8/2 = 2 merged patches a side = the whole image
+        fullatt_block_indexes=[1],
+    )  # real: 4 of 32 blocks full attention, the rest windowed
+    tc = dict(
+        vocab_size=len(tok),
+        hidden_size=H,
+        intermediate_size=FF,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV,
+        max_position_embeddings=2048,
+        # M-RoPE: head_dim 16 -> 8 rotary frequencies split
+        # (temporal, height, width); real: [16, 24, 24] of 64
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]},
+        initializer_range=0.2,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    cfg = Qwen2_5_VLConfig(
+        vision_config=vc,
+        text_config=tc,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False,
+    )
     _save(folder, _seeded(lambda: Qwen2_5_VLForConditionalGeneration(cfg)), proc)
 
 # %% ../nbs/03e_twins.ipynb #1ce8bb86
 LLAMA3_TEMPLATE = (
-    # Llama 3 turn format (simplified: no tool/date preamble): {{ bos_token }} first (the tokenizer adds one too),
+    # Llama 3 turn format (simplified: no tool/date preamble):
+    # {{ bos_token }} first (the tokenizer adds one too),
     # <|start_header_id|>role<|end_header_id|>\n\n ... <|eot_id|>; an image part is <|image|>.
     "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
     "{% if m['content'] is string %}{{ m['content'] | trim }}{% else %}{% for p in m['content'] %}"
     "{% if p['type'] == 'image' %}<|image|>{% elif p['type'] == 'text' %}{{ p['text'] | trim }}{% endif %}"
     "{% endfor %}{% endif %}<|eot_id|>{% endfor %}"
-    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
 
+# %% ../nbs/03e_twins.ipynb #6aa8b53d
 def build_mllama(folder: Path) -> None:
     """meta-llama/Llama-3.2-11B-Vision-Instruct twin: MllamaForConditionalGeneration(MllamaVisionConfig +
     MllamaTextConfig with layer 1 a cross-attention layer), MllamaProcessor + MllamaImageProcessorPil with a single
     32x32 tile. <|image|> stays ONE token in the prompt (the image enters by cross-attention, masked by the
     processor's cross_attention_mask); the processor prepends bos when a prompt does not start with it."""
-    from transformers import (MllamaConfig, MllamaForConditionalGeneration, MllamaImageProcessorPil, MllamaProcessor,
-                              MllamaTextConfig, MllamaVisionConfig)
-    # like Llama 3.2's tokenizer: bos <|begin_of_text|> added by the tokenizer (and written by the template),
+    from transformers import (
+        MllamaConfig,
+        MllamaForConditionalGeneration,
+        MllamaImageProcessorPil,
+        MllamaProcessor,
+        MllamaTextConfig,
+        MllamaVisionConfig,
+    )
+
+    # like Llama 3.2's tokenizer: bos <|begin_of_text|>
+    # added by the tokenizer (and written by the template),
     # eos <|eot_id|>, pad <|finetune_right_pad_id|>
-    tok = _base_tokenizer(bos_token="<|begin_of_text|>", add_bos_token=True, eos_token="<|eot_id|>",
-                         pad_token="<|finetune_right_pad_id|>")
-    tok.add_special_tokens({"additional_special_tokens": ["<|image|>", "<|start_header_id|>", "<|end_header_id|>"]})
+    tok = _base_tokenizer(
+        bos_token="<|begin_of_text|>",
+        add_bos_token=True,
+        eos_token="<|eot_id|>",
+        pad_token="<|finetune_right_pad_id|>",
+    )
+    tok.add_special_tokens(
+        {"additional_special_tokens": ["<|image|>", "<|start_header_id|>", "<|end_header_id|>"]}
+    )
     ip = MllamaImageProcessorPil(size={"height": IMG, "width": IMG}, max_image_tiles=1)
     proc = MllamaProcessor(image_processor=ip, tokenizer=tok, chat_template=LLAMA3_TEMPLATE)
-    vc = MllamaVisionConfig(hidden_size=H, intermediate_size=FF, num_hidden_layers=LAYERS, num_global_layers=1,
-                            attention_heads=HEADS, image_size=IMG, patch_size=8,
-                            max_num_tiles=1, supported_aspect_ratios=[[1, 1]],   # one tile (real: 4 tiles, 8 ratios)
-                            intermediate_layers_indices=[0],                    # real: [3, 7, 15, 23, 30]
-                            vision_output_dim=H * 2)    # = hidden x (1 + len(intermediate_layers_indices)): projector input
-    tc = MllamaTextConfig(vocab_size=len(tok), hidden_size=H, intermediate_size=FF, num_hidden_layers=LAYERS,
-                          num_attention_heads=HEADS, num_key_value_heads=KV, cross_attention_layers=[1],
-                          max_position_embeddings=2048, initializer_range=0.2,
-                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    cfg = MllamaConfig(vision_config=vc, text_config=tc, image_token_index=tok.convert_tokens_to_ids("<|image|>"))
+    vc = MllamaVisionConfig(
+        hidden_size=H,
+        intermediate_size=FF,
+        num_hidden_layers=LAYERS,
+        num_global_layers=1,
+        attention_heads=HEADS,
+        image_size=IMG,
+        patch_size=8,
+        max_num_tiles=1,
+        supported_aspect_ratios=[[1, 1]],  # one tile (real: 4 tiles, 8 ratios)
+        intermediate_layers_indices=[0],  # real: [3, 7, 15, 23, 30]
+        vision_output_dim=H * 2,
+    )  # = hidden x (1 + len(intermediate_layers_indices)): projector input
+    tc = MllamaTextConfig(
+        vocab_size=len(tok),
+        hidden_size=H,
+        intermediate_size=FF,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV,
+        cross_attention_layers=[1],
+        max_position_embeddings=2048,
+        initializer_range=0.2,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    cfg = MllamaConfig(
+        vision_config=vc, text_config=tc, image_token_index=tok.convert_tokens_to_ids("<|image|>")
+    )
     _save(folder, _seeded(lambda: MllamaForConditionalGeneration(cfg)), proc)
 
-VLM_TWINS = {"tiny-random-pixtral": build_pixtral, "tiny-random-gemma3": build_gemma3,
-             "tiny-random-qwen2.5-vl": build_qwen2_5_vl, "tiny-random-mllama": build_mllama}
+# %% ../nbs/03e_twins.ipynb #49060346
+VLM_TWINS = {
+    "tiny-random-pixtral": build_pixtral,
+    "tiny-random-gemma3": build_gemma3,
+    "tiny-random-qwen2.5-vl": build_qwen2_5_vl,
+    "tiny-random-mllama": build_mllama,
+}
 
 # %% ../nbs/03e_twins.ipynb #a590401f
 def twin_checkpoint(name: str, force: bool = False) -> Path:
     "The folder of the architecture twin `name` (model + tokenizer), built once from its family's config class with a fixed seed."
     if name not in TEXT_TWINS and name not in VLM_TWINS:
-        raise ConfigError("not an architecture twin", key="model", value=name, choices=[*TEXT_TWINS, *VLM_TWINS])
+        raise ConfigError(
+            "not an architecture twin", key="model", value=name, choices=[*TEXT_TWINS, *VLM_TWINS]
+        )
     dst = cache_home() / "models" / f"{name}-{TWIN_REVISION}"
-    if checkpoint_complete(dst) and not force: return dst
+    if checkpoint_complete(dst) and not force:
+        return dst
+
     def build(tmp: Path):
-        import torch, transformers
-        if name in VLM_TWINS: return VLM_TWINS[name](tmp) or dict(version=TWIN_REVISION)
+        import torch
+        import transformers
+
+        if name in VLM_TWINS:
+            return VLM_TWINS[name](tmp) or dict(version=TWIN_REVISION)
         cls, extra = TEXT_TWINS[name]
-        tok = _base_tokenizer(**(dict(bos_token="<bos>", add_bos_token=True) if "gemma" in name else {}))
-        if "gemma" in name:           # Gemma 3's turns and template (it folds a system message into the first user turn)
-            tok.add_special_tokens({"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]})
+        tok = _base_tokenizer(
+            **(dict(bos_token="<bos>", add_bos_token=True) if "gemma" in name else {})
+        )
+        if (
+            "gemma" in name
+        ):  # Gemma 3's turns and template (it folds a system message into the first user turn)
+            tok.add_special_tokens(
+                {"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]}
+            )
             tok.chat_template = GEMMA3_TEMPLATE
-        cfg = getattr(transformers, cls)(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                                         pad_token_id=tok.pad_token_id, **{**TWIN_SHAPE, **extra})
+        cfg = getattr(transformers, cls)(
+            vocab_size=len(tok),
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            **{**TWIN_SHAPE, **extra},
+        )
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             model = transformers.AutoModelForCausalLM.from_config(cfg).to(torch.float32)
-        _save(tmp, model, tok)                         # refuses widths outside bitsandbytes' 4-bit block rule
+        _save(tmp, model, tok)  # refuses widths outside bitsandbytes' 4-bit block rule
         return dict(version=TWIN_REVISION, config=cls)
+
     return build_checkpoint(dst, build, force)
 
 # %% ../nbs/03e_twins.ipynb #79e1468d
-SHAPE_VERSION = "shape-v1"           # the random shape models' build version (part of their cache identity)
+SHAPE_VERSION = "shape-v1"  # the random shape models' build version (part of their cache identity)
 RANDOM_PREFIX = "random:"
-_NOT_SHAPE = ("quantization_config", "torch_dtype", "architectures", "eos_token_id", "bos_token_id", "pad_token_id")
+_NOT_SHAPE = (
+    "quantization_config",
+    "torch_dtype",
+    "architectures",
+    "eos_token_id",
+    "bos_token_id",
+    "pad_token_id",
+)
+
 
 def shape_table() -> dict:
     """The published config of every text model of the registry (`fixtures/shapes.json`): name -> hub id, source
     (where it was read), verified (read from a copy of the file, not from memory), notes, config."""
     return json.loads((Path(mad_study.__file__).parent / "fixtures" / "shapes.json").read_text())
 
+# %% ../nbs/03e_twins.ipynb #77ce40ab
 def shape_config(name: str, **overrides):
     """A transformers config with the exact architecture of registry text model `name` (its published config.json;
     quantization and token ids left out: the random model is built in the compute dtype, with SmolLM2's tokenizer;
     `overrides` replace fields, e.g. fewer layers for a test)."""
     from transformers import AutoConfig
+
     table = shape_table()
     if name not in table:
-        raise ConfigError("no published shape for this model", key="model", value=name, choices=sorted(table))
+        raise ConfigError(
+            "no published shape for this model", key="model", value=name, choices=sorted(table)
+        )
     c = {k: v for k, v in table[name]["config"].items() if k not in _NOT_SHAPE}
     return AutoConfig.for_model(c.pop("model_type"), **{**c, **overrides})
 
-
 # %% ../nbs/03e_twins.ipynb #af918f86
-def shape_checkpoint(name: str, device: str | None = None, overrides: dict | None = None, force: bool = False) -> Path:
+def shape_checkpoint(
+    name: str, device: str | None = None, overrides: dict | None = None, force: bool = False
+) -> Path:
     """The folder of `random:<name>`: a random model of `shape_config(name)` (+ `overrides`, for tests) in bf16 with
     SmolLM2's tokenizer, built once per machine on `device` (default: the GPU if there is one; a 7B takes ~30 s there)."""
-    import torch, transformers
-    tag = "" if not overrides else "-" + hashlib.sha256(json.dumps(overrides, sort_keys=True).encode()).hexdigest()[:8]
+    import torch
+    import transformers
+
+    tag = (
+        ""
+        if not overrides
+        else "-" + hashlib.sha256(json.dumps(overrides, sort_keys=True).encode()).hexdigest()[:8]
+    )
     dst = cache_home() / "models" / f"random-{name}-{SHAPE_VERSION}{tag}"
+
     def build(tmp: Path):
         tok, cfg = _base_tokenizer(), shape_config(name, **(overrides or {}))
-        cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id = tok.bos_token_id, tok.eos_token_id, tok.pad_token_id
+        cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id = (
+            tok.bos_token_id,
+            tok.eos_token_id,
+            tok.pad_token_id,
+        )
         dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
         with torch.random.fork_rng(devices=[]), torch.device(dev):
             torch.manual_seed(0)
             model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-        model.save_pretrained(tmp); tok.save_pretrained(tmp)
-        return dict(version=SHAPE_VERSION, shape=name, source=shape_table()[name]["source"], overrides=overrides)
-    return build_checkpoint(dst, build, force)
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        return dict(
+            version=SHAPE_VERSION,
+            shape=name,
+            source=shape_table()[name]["source"],
+            overrides=overrides,
+        )
 
+    return build_checkpoint(dst, build, force)

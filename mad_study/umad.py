@@ -14,10 +14,9 @@ import pandas as pd
 from .core import ConfigError, pool_keys
 from .answers import parse_failure_rate
 from .debate import Agent, FullyConnected, make_agents
-from .metrics import entropy_rows, clustered_accuracy_ci, wilson_ci
+from .metrics import entropy_rows, clustered_accuracy_ci
 from .registry import planner
 from .interface import generate_jobs
-
 
 # %% auto #0
 __all__ = ['UMAD_PROMPT', 'TRAJECTORY_CLASSES', 'TASK_TITLES', 'ALPHA_AU', 'ETA_PAPER', 'ETA_RELEASED', 'EPS', 'NLL_NORMS',
@@ -36,13 +35,16 @@ def round_of_turn(T: int) -> int:
         raise ConfigError("UMAD turns count from 1 (the initial answers)", key="T", value=T)
     return int(T) - 1
 
+# %% ../nbs/10_umad.ipynb #24124808
 def turn_of_round(r: int) -> int:
     "The engine's round r (0 = initial answers) -> UMAD turn r + 1."
-    if isinstance(r, bool) or int(r) != r or int(r) < 0: raise ConfigError("rounds count from 0", key="round", value=r)
+    if isinstance(r, bool) or int(r) != r or int(r) < 0:
+        raise ConfigError("rounds count from 0", key="round", value=r)
     return int(r) + 1
 
 # %% ../nbs/10_umad.ipynb #b6fd0d06
 UMAD_PROMPT = "umad_math"
+
 
 def umad_role(model: str) -> str:
     """App. F system prompt per model: Qwen models (and synthetic agents) get F.1's Qwen sentence (role
@@ -50,24 +52,31 @@ def umad_role(model: str) -> str:
     m = str(model).lower()
     return "debater" if m.startswith(("qwen", "sim")) else "model_default"
 
+# %% ../nbs/10_umad.ipynb #e5194bee
 def umad_agents(models: Sequence[str]) -> list[Agent]:
     "Agents `a0, a1, ...` (the paper's A0, A1) for `models`, with App. F system prompts (`umad_role`)."
     models = list(models)
-    if len(models) < 2: raise ConfigError("a UMAD debate needs at least two agents", key="models", value=models)
+    if len(models) < 2:
+        raise ConfigError("a UMAD debate needs at least two agents", key="models", value=models)
     return make_agents(models, roles=[umad_role(m) for m in models])
 
+# %% ../nbs/10_umad.ipynb #b8efb253
 def umad_protocol() -> FullyConnected:
     "UMAD's communication (Sec. 2.1, App. F.2): fully connected, every agent shown all agents' last responses, its own included."
     return FullyConnected(include_self=True)
 
+# %% ../nbs/10_umad.ipynb #0fc177c2
 def pair_kind(models: Sequence[str]) -> str:
     "'homogeneous' when all agents run the same model, else 'heterogeneous'. (UMAD Sec. 5.1: homogeneous vs heterogeneous pairs.)"
     return "homogeneous" if len(set(models)) == 1 else "heterogeneous"
 
+# %% ../nbs/10_umad.ipynb #e22c2c7d
 def pair_label(models: Sequence[str]) -> str:
     "A readable name of a configuration: `model` for a homogeneous pair (x N), else `A0 + A1`."
     models = list(models)
-    return f"{models[0]} x{len(models)}" if pair_kind(models) == "homogeneous" else " + ".join(models)
+    return (
+        f"{models[0]} x{len(models)}" if pair_kind(models) == "homogeneous" else " + ".join(models)
+    )
 
 # %% ../nbs/10_umad.ipynb #5b5d3c6d
 def config_seed(seed: int, *config: Any, paired: bool = True) -> int:
@@ -76,43 +85,77 @@ def config_seed(seed: int, *config: Any, paired: bool = True) -> int:
     paired design); `paired=False`: a seed derived from (seed, configuration), independent across configurations
     (the paper's separate runs)."""
     from mad_study.core import derive_seed
+
     return int(seed) if paired else derive_seed(seed, "umad-config", *config)
 
 # %% ../nbs/10_umad.ipynb #b9c46308
-def sent_messages(transcript: pd.DataFrame, item, agent: str, round: int, sample: int = 0, prompt: str = UMAD_PROMPT,
-                  history: str = "none") -> list[dict]:
+def sent_messages(
+    transcript: pd.DataFrame,
+    item,
+    agent: str,
+    round: int,
+    sample: int = 0,
+    prompt: str = UMAD_PROMPT,
+    history: str = "none",
+) -> list[dict]:
     """The chat messages `mad_study.debate.run_debate` sent to `agent` at `round` of thread `sample`, rebuilt from the
     transcript (role, shown peers in order, their texts). Peer tags are not supported (UMAD has none)."""
     from mad_study.data import format_question
     from mad_study.prompts import debate_message, get_prompt, opening_messages
     from mad_study.debate import HISTORY_MODES
-    if history not in HISTORY_MODES: raise ConfigError("unknown history mode", key="history", value=history, choices=HISTORY_MODES)
+
+    if history not in HISTORY_MODES:
+        raise ConfigError(
+            "unknown history mode", key="history", value=history, choices=HISTORY_MODES
+        )
     t = transcript[(transcript["item_id"] == item.id) & (transcript["sample"] == sample)]
     row = {(int(r.round), r.agent): r for r in t.itertuples()}
-    if (int(round), agent) not in row: raise ConfigError("no such turn in the transcript", key="turn", value=(item.id, sample, round, agent))
+    if (int(round), agent) not in row:
+        raise ConfigError(
+            "no such turn in the transcript", key="turn", value=(item.id, sample, round, agent)
+        )
     ps, q = get_prompt(prompt, item.fmt), format_question(item)
     role = row[(int(round), agent)].role
+
     def user(r):
         peers = [p for p in str(row[(r, agent)].visible_peers or "").split(",") if p]
-        return {"role": "user", "content": debate_message(ps, q, [row[(r - 1, p)].text for p in peers])}
+        return {
+            "role": "user",
+            "content": debate_message(ps, q, [row[(r - 1, p)].text for p in peers]),
+        }
+
     msgs = opening_messages(ps, q, role)
-    if round == 0: return msgs
-    if history == "none": return msgs[:-1] + [user(round)]
-    if history == "last": return msgs + [{"role": "assistant", "content": row[(round - 1, agent)].text}, user(round)]
+    if round == 0:
+        return msgs
+    if history == "none":
+        return msgs[:-1] + [user(round)]
+    if history == "last":
+        return msgs + [{"role": "assistant", "content": row[(round - 1, agent)].text}, user(round)]
     for r in range(1, int(round) + 1):
         msgs = msgs + [{"role": "assistant", "content": row[(r - 1, agent)].text}, user(r)]
     return msgs
 
 # %% ../nbs/10_umad.ipynb #b9cf58b6
-def alg1_samples(transcript: pd.DataFrame, items, backends: Mapping[str, Any], k: int = 16, thread: int = 0,
-                 prompt: str = UMAD_PROMPT, history: str = "none", temperature: float = 1.0, top_p: float = 1.0,
-                 max_new_tokens: int = 2048, seed: int = 0) -> pd.DataFrame:
+def alg1_samples(
+    transcript: pd.DataFrame,
+    items,
+    backends: Mapping[str, Any],
+    k: int = 16,
+    thread: int = 0,
+    prompt: str = UMAD_PROMPT,
+    history: str = "none",
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 2048,
+    seed: int = 0,
+) -> pd.DataFrame:
     """UMAD Alg. 1 lines 7-8 (and Sec. 3.2): at every turn, `k` samples of each agent under the context of ONE trajectory
     (thread `thread` of `transcript`, the single trajectory of lines 17-20). Returns rows with the transcript's columns;
     `sample` is the k-th sample at that turn. Seeds derive from (seed, 'alg1', item, agent, round, k)."""
     from collections import defaultdict
     from mad_study.answers import extract_answer, is_correct
     from mad_study.core import SIGNALS, GenRequest, derive_seed, transcript_frame
+
     main = transcript[transcript["sample"] == thread]
     by_id = {it.id: it for it in items}
     pending = defaultdict(list)
@@ -120,44 +163,88 @@ def alg1_samples(transcript: pd.DataFrame, items, backends: Mapping[str, Any], k
         it = by_id[r.item_id]
         msgs = sent_messages(transcript, it, r.agent, int(r.round), thread, prompt, history)
         for j in range(int(k)):
-            req = GenRequest(msgs, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                             seed=derive_seed(seed, "alg1", it.id, r.agent, int(r.round), j), meta=dict(item=it, agent=r.agent, round=int(r.round), sample=j))
+            req = GenRequest(
+                msgs,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                top_p=top_p,
+                seed=derive_seed(seed, "alg1", it.id, r.agent, int(r.round), j),
+                meta=dict(item=it, agent=r.agent, round=int(r.round), sample=j),
+            )
             pending[r.model].append((r, it, j, req))
     rows = []
     for model, jobs in pending.items():
-        gens = generate_jobs(backends, [(model, j[-1]) for j in jobs])     # counts checked (03a_interface)
+        gens = generate_jobs(
+            backends, [(model, j[-1]) for j in jobs]
+        )  # counts checked (03a_interface)
         for (r, it, j, req), g in zip(jobs, gens):
             ans = extract_answer(g.text, it.fmt)
-            rows.append(dict(experiment=r.experiment, item_id=it.id, task=it.task, gold=str(it.gold), round=int(r.round), agent=r.agent,
-                             role=r.role, model=r.model, sample=j, position=r.position, visible_peers=r.visible_peers, reused=False,
-                             prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens, text=g.text, answer=ans,
-                             correct=bool(ans is not None and is_correct(ans, it.gold, it.fmt)), **{s: getattr(g, s) for s in SIGNALS}))
+            rows.append(
+                dict(
+                    experiment=r.experiment,
+                    item_id=it.id,
+                    task=it.task,
+                    gold=str(it.gold),
+                    round=int(r.round),
+                    agent=r.agent,
+                    role=r.role,
+                    model=r.model,
+                    sample=j,
+                    position=r.position,
+                    visible_peers=r.visible_peers,
+                    reused=False,
+                    prompt_tokens=g.prompt_tokens,
+                    completion_tokens=g.completion_tokens,
+                    text=g.text,
+                    answer=ans,
+                    correct=bool(ans is not None and is_correct(ans, it.gold, it.fmt)),
+                    **{s: getattr(g, s) for s in SIGNALS},
+                )
+            )
     df = transcript_frame(rows)
-    return df.sort_values(["item_id", "round", "agent", "sample"], kind="stable").reset_index(drop=True)
+    return df.sort_values(["item_id", "round", "agent", "sample"], kind="stable").reset_index(
+        drop=True
+    )
 
 # %% ../nbs/10_umad.ipynb #690ca448
-def eu_sampling_floor(p: Sequence[float], k: int, n_agents: int = 2, base: float = math.e, n_draws: int = 400,
-                      seed: int = 0) -> float:
+def eu_sampling_floor(
+    p: Sequence[float],
+    k: int,
+    n_agents: int = 2,
+    base: float = math.e,
+    n_draws: int = 400,
+    seed: int = 0,
+) -> float:
     """Expected plug-in Sys-EU when all `n_agents` agents share the answer distribution `p` and each is estimated
     from `k` independent samples (Monte Carlo over `n_draws`, seeded; not in the UMAD paper): the level below which
     an EU estimate cannot tell disagreement from sampling noise. About (m - 1) / (2k) * (1 - 1/N) nats for m equally
     likely answers."""
     p = np.asarray(p, dtype=float)
     p = p[p > 0]
-    if p.size <= 1 or k is None or int(k) < 1 or n_agents < 2: return 0.0
-    c = np.random.default_rng(seed).multinomial(int(k), p / p.sum(), size=(int(n_draws), int(n_agents))) / int(k)
+    if p.size <= 1 or k is None or int(k) < 1 or n_agents < 2:
+        return 0.0
+    c = np.random.default_rng(seed).multinomial(
+        int(k), p / p.sum(), size=(int(n_draws), int(n_agents))
+    ) / int(k)
     return float((entropy_rows(c.mean(axis=1), base) - entropy_rows(c, base).mean(axis=1)).mean())
 
 # %% ../nbs/10_umad.ipynb #c16fa04e
-def _decomposition_row(key: tuple, g: pd.DataFrame, keys: list, fmt: str | None, base: float, unparsed: str, ncond: int) -> dict:
+def _decomposition_row(
+    key: tuple, g: pd.DataFrame, keys: list, fmt: str | None, base: float, unparsed: str, ncond: int
+) -> dict:
     "One row of `decomposition_table`: UMAD Alg. 1 at one item and turn (`g`: every agent's K samples there)."
     from mad_study.answers import merge_equivalent
     from mad_study.core import derive_seed
     from mad_study.data import get_task
     from mad_study.metrics import uncertainty_decomposition
+
     f = fmt or get_task(g["task"].iloc[0]).fmt
-    ans = [None if (a is None or a is pd.NA or (isinstance(a, float) and math.isnan(a))) else str(a) for a in g["answer"]]
-    # merge equivalent answers once per distinct answer (the same classes as merging every sample; much faster)
+    ans = [
+        None if (a is None or a is pd.NA or (isinstance(a, float) and math.isnan(a))) else str(a)
+        for a in g["answer"]
+    ]
+    # merge equivalent answers once per distinct answer (the
+    # same classes as merging every sample; much faster)
     distinct = list(dict.fromkeys(a for a in ans if a is not None))
     rep = dict(zip(distinct, merge_equivalent(distinct, f)))
     merged = [None if a is None else rep[a] for a in ans]
@@ -167,19 +254,47 @@ def _decomposition_row(key: tuple, g: pd.DataFrame, keys: list, fmt: str | None,
     d = uncertainty_decomposition(samples, base=base, unparsed=unparsed)
     k, kp = min(len(s) for s in samples), min(d["n_parsed"])
     cor = g["correct"].astype(float).to_numpy()
-    floor = (math.nan if math.isnan(d["tu"]) else
-             eu_sampling_floor(d["mixture"].to_numpy(), kp if unparsed == "drop" else k, len(agents), base=base, seed=derive_seed("eu-floor", *key[ncond:])))
-    r = {**dict(zip(keys, key)), "turn": int(key[-1]) + 1, "tu": d["tu"], "eu": d["eu"], "au": d["au"],
-         "n_answers": len(d["support"]) if not math.isnan(d["tu"]) else len({m for m in merged if m is not None}),
-         "k": k, "k_parsed": kp, "n_agents": len(agents), "eu_floor": floor, "accuracy": float(cor.mean())}
-    for a in agents: r[f"acc_{a}"] = float(cor[[w == a for w in who]].mean())
+    floor = (
+        math.nan
+        if math.isnan(d["tu"])
+        else eu_sampling_floor(
+            d["mixture"].to_numpy(),
+            kp if unparsed == "drop" else k,
+            len(agents),
+            base=base,
+            seed=derive_seed("eu-floor", *key[ncond:]),
+        )
+    )
+    r = {
+        **dict(zip(keys, key)),
+        "turn": int(key[-1]) + 1,
+        "tu": d["tu"],
+        "eu": d["eu"],
+        "au": d["au"],
+        "n_answers": len(d["support"])
+        if not math.isnan(d["tu"])
+        else len({m for m in merged if m is not None}),
+        "k": k,
+        "k_parsed": kp,
+        "n_agents": len(agents),
+        "eu_floor": floor,
+        "accuracy": float(cor.mean()),
+    }
+    for a in agents:
+        r[f"acc_{a}"] = float(cor[[w == a for w in who]].mean())
     r["parse_failure"] = float(np.mean([m is None for m in merged]))
-    for a, pf in zip(agents, d["parse_failure"]): r[f"parse_failure_{a}"] = pf
+    for a, pf in zip(agents, d["parse_failure"]):
+        r[f"parse_failure_{a}"] = pf
     return r
 
 # %% ../nbs/10_umad.ipynb #de0f7aad
-def decomposition_table(transcript: pd.DataFrame, fmt: str | None = None, base: float = math.e,
-                        by: Sequence[str] = ("config",), unparsed: str = "drop") -> pd.DataFrame:
+def decomposition_table(
+    transcript: pd.DataFrame,
+    fmt: str | None = None,
+    base: float = math.e,
+    by: Sequence[str] = ("config",),
+    unparsed: str = "drop",
+) -> pd.DataFrame:
     """UMAD Alg. 1 per item and turn: TU, Sys-EU, Sys-AU (`mad_study.metrics.uncertainty_decomposition`) from each
     agent's K trajectory-level samples (App. C.1), the accuracy of all samples and of each agent (`acc_a0`, ...),
     the share of unparsed answers (`parse_failure`, `parse_failure_a0`, ...), the number of distinct answers, K, the
@@ -190,15 +305,25 @@ def decomposition_table(transcript: pd.DataFrame, fmt: str | None = None, base: 
     holds an agent's (sample, round) twice is refused; the answer format is the task's. With one sample per agent
     (K = 1) the decomposition is degenerate (AU = 0, EU = TU by construction): a warning says so."""
     from mad_study.core import check_unique_turns
+
     by = pool_keys(transcript, [b for b in by if b in transcript.columns])
     check_unique_turns(transcript, by, what="decomposition_table")
     keys = [*by, "item_id", "round"]
-    ncond = len(pool_keys(transcript))          # the floor's Monte Carlo seed: (by..., item, round), not the condition's name
-    rows = [_decomposition_row(key, g, keys, fmt, base, unparsed, ncond) for key, g in transcript.groupby(keys, sort=False)]
+    ncond = len(
+        pool_keys(transcript)
+    )  # the floor's Monte Carlo seed: (by..., item, round), not the condition's name
+    rows = [
+        _decomposition_row(key, g, keys, fmt, base, unparsed, ncond)
+        for key, g in transcript.groupby(keys, sort=False)
+    ]
     if rows and max(r["k"] for r in rows) <= 1:
         import warnings
-        warnings.warn("decomposition_table: one sample per agent (K = 1): Sys-AU = 0 and Sys-EU = TU by construction; "
-                      "UMAD Alg. 1 needs K > 1 trajectory-level samples per agent", stacklevel=2)
+
+        warnings.warn(
+            "decomposition_table: one sample per agent (K = 1): Sys-AU = 0 and Sys-EU = TU by construction; "
+            "UMAD Alg. 1 needs K > 1 trajectory-level samples per agent",
+            stacklevel=2,
+        )
     return pd.DataFrame(rows)
 
 # %% ../nbs/10_umad.ipynb #d966a3b6
@@ -206,78 +331,163 @@ def decomposition_summary(table: pd.DataFrame, by: Sequence[str] = ("config",)) 
     """Mean over items of TU, Sys-EU, Sys-AU, the accuracies, the parse-failure shares and the EU floor, per configuration
     and turn (Fig. 2). `n_items` counts the items, `n_defined` those whose decomposition is defined (TU/EU/AU average
     over these only: under `unparsed='drop'` an item where an agent never parsed is left out, and counted here)."""
-    by = pool_keys(table, [b for b in by if b in table.columns])   # the kit's convention: experiment, method, then `by`
-    cols = [c for c in table.columns if c in ("tu", "eu", "au", "accuracy", "eu_floor") or c.startswith(("acc_", "parse_failure"))]
+    by = pool_keys(
+        table, [b for b in by if b in table.columns]
+    )  # the kit's convention: experiment, method, then `by`
+    cols = [
+        c
+        for c in table.columns
+        if c in ("tu", "eu", "au", "accuracy", "eu_floor")
+        or c.startswith(("acc_", "parse_failure"))
+    ]
     g = table.groupby([*by, "turn"], sort=False)
-    return g[cols].mean().join(g.size().rename("n_items")).join(g["tu"].count().rename("n_defined")).reset_index()
+    return (
+        g[cols]
+        .mean()
+        .join(g.size().rename("n_items"))
+        .join(g["tu"].count().rename("n_defined"))
+        .reset_index()
+    )
 
 # %% ../nbs/10_umad.ipynb #098150a6
 TRAJECTORY_CLASSES = ("success", "neutral", "fail")
+
 
 def classify_trajectory(acc_first: float, acc_last: float, band: float = 0.02) -> str:
     """The kit's success / neutral / fail rule for UMAD Fig. 2 / Fig. 6 (the paper states none): the change in mean
     per-agent accuracy from turn 1 to the last turn, success if > +band, fail if < -band, else neutral."""
     d = float(acc_last) - float(acc_first)
-    if math.isnan(d): return "neutral"
+    if math.isnan(d):
+        return "neutral"
     return "success" if d > band else ("fail" if d < -band else "neutral")
 
-def classify_configs(summary: pd.DataFrame, band: float = 0.02, by: Sequence[str] = ("config",)) -> pd.DataFrame:
+# %% ../nbs/10_umad.ipynb #a7e8633a
+def classify_configs(
+    summary: pd.DataFrame, band: float = 0.02, by: Sequence[str] = ("config",)
+) -> pd.DataFrame:
     "Per configuration: accuracy, Sys-EU and Sys-AU at the first and last turn, Δ accuracy and its class (`classify_trajectory`). (UMAD Fig. 2 / Fig. 6: success / neutral / fail configurations.)"
-    by = pool_keys(summary, [b for b in by if b in summary.columns])   # the kit's convention: experiment, method, then `by`
+    by = pool_keys(
+        summary, [b for b in by if b in summary.columns]
+    )  # the kit's convention: experiment, method, then `by`
     rows = []
     for key, g in summary.groupby(by, sort=False):
-        g = g.sort_values("turn"); f, l = g.iloc[0], g.iloc[-1]
-        rows.append({**dict(zip(by, key)), "turns": f"{int(f['turn'])}-{int(l['turn'])}",
-                     "acc_first": f["accuracy"], "acc_last": l["accuracy"], "delta_acc": l["accuracy"] - f["accuracy"],
-                     "class": classify_trajectory(f["accuracy"], l["accuracy"], band),
-                     "eu_first": f["eu"], "eu_last": l["eu"], "au_first": f["au"], "au_last": l["au"],
-                     "au_change": l["au"] - f["au"]})
+        g = g.sort_values("turn")
+        f, l = g.iloc[0], g.iloc[-1]
+        rows.append(
+            {
+                **dict(zip(by, key)),
+                "turns": f"{int(f['turn'])}-{int(l['turn'])}",
+                "acc_first": f["accuracy"],
+                "acc_last": l["accuracy"],
+                "delta_acc": l["accuracy"] - f["accuracy"],
+                "class": classify_trajectory(f["accuracy"], l["accuracy"], band),
+                "eu_first": f["eu"],
+                "eu_last": l["eu"],
+                "au_first": f["au"],
+                "au_last": l["au"],
+                "au_change": l["au"] - f["au"],
+            }
+        )
     return pd.DataFrame(rows)
 
-def trajectory_classes(table: pd.DataFrame, band: float = 0.02, by: Sequence[str] = ("config",)) -> pd.DataFrame:
+# %% ../nbs/10_umad.ipynb #3519168b
+def trajectory_classes(
+    table: pd.DataFrame, band: float = 0.02, by: Sequence[str] = ("config",)
+) -> pd.DataFrame:
     "The same rule per item (its K threads, both agents): one row per configuration and item with Δ accuracy and class. (UMAD Fig. 2 / Fig. 6: success / neutral / fail trajectories.)"
-    by = pool_keys(table, [b for b in by if b in table.columns])   # the kit's convention: experiment, method, then `by`
+    by = pool_keys(
+        table, [b for b in by if b in table.columns]
+    )  # the kit's convention: experiment, method, then `by`
     rows = []
     for key, g in table.groupby([*by, "item_id"], sort=False):
-        g = g.sort_values("turn"); f, l = g.iloc[0], g.iloc[-1]
-        rows.append({**dict(zip([*by, "item_id"], key)), "delta_acc": l["accuracy"] - f["accuracy"],
-                     "class": classify_trajectory(f["accuracy"], l["accuracy"], band)})
+        g = g.sort_values("turn")
+        f, l = g.iloc[0], g.iloc[-1]
+        rows.append(
+            {
+                **dict(zip([*by, "item_id"], key)),
+                "delta_acc": l["accuracy"] - f["accuracy"],
+                "class": classify_trajectory(f["accuracy"], l["accuracy"], band),
+            }
+        )
     return pd.DataFrame(rows)
 
 # %% ../nbs/10_umad.ipynb #3bcc9162
-TASK_TITLES = {"gsm8k": "GSM8K", "math500": "MATH500", "amc23": "AMC23", "aime24": "AIME24", "aime25": "AIME25"}
+TASK_TITLES = {
+    "gsm8k": "GSM8K",
+    "math500": "MATH500",
+    "amc23": "AMC23",
+    "aime24": "AIME24",
+    "aime25": "AIME25",
+}
 
-def seed_accuracy(transcript: pd.DataFrame, by: Sequence[str] = ("setting", "task")) -> pd.DataFrame:
+
+def seed_accuracy(
+    transcript: pd.DataFrame, by: Sequence[str] = ("setting", "task")
+) -> pd.DataFrame:
     "pass@1 per agent, turn and evaluation seed (thread `sample`): mean correctness over items (Table 1)."
     by = [b for b in by if b in transcript.columns]
-    t = transcript.assign(turn=transcript["round"].astype(int) + 1, correct=transcript["correct"].astype(float))
-    return t.groupby([*by, "turn", "agent", "sample"], sort=False)["correct"].mean().rename("accuracy").reset_index()
+    t = transcript.assign(
+        turn=transcript["round"].astype(int) + 1, correct=transcript["correct"].astype(float)
+    )
+    return (
+        t.groupby([*by, "turn", "agent", "sample"], sort=False)["correct"]
+        .mean()
+        .rename("accuracy")
+        .reset_index()
+    )
 
+# %% ../nbs/10_umad.ipynb #b9debe17
 def zeroshot_summary(seed_acc: pd.DataFrame, tasks: Sequence[str] | None = None) -> pd.DataFrame:
     """Mean and sample sd over seeds of each agent's pass@1 per setting, task and turn, plus the task `Average`
     (the mean over `tasks`, per seed; only where every task is present). (UMAD Table 1 (Zero-Shot rows).)"""
     sa = seed_acc.copy()
     tasks = list(tasks) if tasks is not None else list(dict.fromkeys(sa["task"]))
     sa = sa[sa["task"].isin(tasks)]
-    per_seed = sa.groupby(["setting", "turn", "agent", "sample"], sort=False)["accuracy"].agg(["mean", "count"]).reset_index()
-    avg = per_seed[per_seed["count"] == len(tasks)].drop(columns="count").rename(columns={"mean": "accuracy"}).assign(task="Average")
+    per_seed = (
+        sa.groupby(["setting", "turn", "agent", "sample"], sort=False)["accuracy"]
+        .agg(["mean", "count"])
+        .reset_index()
+    )
+    avg = (
+        per_seed[per_seed["count"] == len(tasks)]
+        .drop(columns="count")
+        .rename(columns={"mean": "accuracy"})
+        .assign(task="Average")
+    )
     both = pd.concat([sa, avg], ignore_index=True)
-    out = both.groupby(["setting", "task", "turn", "agent"], sort=False)["accuracy"].agg(
-        mean="mean", sd=lambda x: float(np.std(x, ddof=1)) if len(x) > 1 else math.nan, n_seeds="count").reset_index()
+    out = (
+        both.groupby(["setting", "task", "turn", "agent"], sort=False)["accuracy"]
+        .agg(
+            mean="mean",
+            sd=lambda x: float(np.std(x, ddof=1)) if len(x) > 1 else math.nan,
+            n_seeds="count",
+        )
+        .reset_index()
+    )
     return out
 
+# %% ../nbs/10_umad.ipynb #7b26eb13
 def parse_failures_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ("setting",)) -> dict:
     "Share of responses whose answer did not parse, per (by..., turn T = round + 1): the kit's column of every results table."
     by = [b for b in by if b in transcript.columns]
     t = transcript.assign(turn=transcript["round"].astype(int) + 1)
-    return {(k if isinstance(k, tuple) else (k,)): parse_failure_rate(g.tolist()) for k, g in t.groupby([*by, "turn"], sort=False)["answer"]}
+    return {
+        (k if isinstance(k, tuple) else (k,)): parse_failure_rate(g.tolist())
+        for k, g in t.groupby([*by, "turn"], sort=False)["answer"]
+    }
 
 # %% ../nbs/10_umad.ipynb #f82a2680
-def zeroshot_table(summary: pd.DataFrame, turns: Sequence[int] = (1, 2, 5), method: str = "Zero-Shot",
-                   parse_failures: Mapping | None = None) -> pd.DataFrame:
+def zeroshot_table(
+    summary: pd.DataFrame,
+    turns: Sequence[int] = (1, 2, 5),
+    method: str = "Zero-Shot",
+    parse_failures: Mapping | None = None,
+) -> pd.DataFrame:
     """Table 1's layout: a row per setting and turn T; per task and `Average`, columns A0, A1 as 'mean ± sd' in %.
     With `parse_failures` ({(setting, T): share}, from `parse_failures_by_turn`), a last column of unparsed answers in %."""
-    tasks = [t for t in dict.fromkeys(summary["task"]) if t != "Average"] + (["Average"] if (summary["task"] == "Average").any() else [])
+    tasks = [t for t in dict.fromkeys(summary["task"]) if t != "Average"] + (
+        ["Average"] if (summary["task"] == "Average").any() else []
+    )
     agents = list(dict.fromkeys(summary["agent"]))
     idx = summary.set_index(["setting", "task", "turn", "agent"])
     rows = []
@@ -287,7 +497,9 @@ def zeroshot_table(summary: pd.DataFrame, turns: Sequence[int] = (1, 2, 5), meth
             for t in tasks:
                 for a in agents:
                     col = f"{TASK_TITLES.get(t, t)} {a.upper()}"
-                    if (s, t, T, a) not in idx.index: r[col] = ""; continue
+                    if (s, t, T, a) not in idx.index:
+                        r[col] = ""
+                        continue
                     m, sd = idx.loc[(s, t, T, a), "mean"], idx.loc[(s, t, T, a), "sd"]
                     r[col] = f"{100 * m:.1f}" + ("" if pd.isna(sd) else f" ± {100 * sd:.1f}")
             if parse_failures is not None:
@@ -307,55 +519,95 @@ def token_entropy_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ()) -> p
     for key, g in t.groupby([*by, "turn"], sort=True):
         key = key if isinstance(key, tuple) else (key,)
         k, n = int(g["correct"].astype(bool).sum()), len(g)
-        lo, hi, how = clustered_accuracy_ci(g["correct"].astype(bool).tolist(), g["item_id"].tolist())
+        lo, hi, how = clustered_accuracy_ci(
+            g["correct"].astype(bool).tolist(), g["item_id"].tolist()
+        )
         e = pd.to_numeric(g["token_entropy"], errors="coerce").dropna()
-        rows.append({**dict(zip([*by, "turn"], key)), "accuracy": k / n if n else math.nan, "ci_low": lo, "ci_high": hi, "n": n, "ci_method": how,
-                     "entropy_mean": e.mean() if len(e) else math.nan, "entropy_sd": e.std(ddof=1) if len(e) > 1 else math.nan,
-                     "entropy_q25": e.quantile(0.25) if len(e) else math.nan, "entropy_q75": e.quantile(0.75) if len(e) else math.nan,
-                     "n_entropy": int(len(e))})
+        rows.append(
+            {
+                **dict(zip([*by, "turn"], key)),
+                "accuracy": k / n if n else math.nan,
+                "ci_low": lo,
+                "ci_high": hi,
+                "n": n,
+                "ci_method": how,
+                "entropy_mean": e.mean() if len(e) else math.nan,
+                "entropy_sd": e.std(ddof=1) if len(e) > 1 else math.nan,
+                "entropy_q25": e.quantile(0.25) if len(e) else math.nan,
+                "entropy_q75": e.quantile(0.75) if len(e) else math.nan,
+                "n_entropy": int(len(e)),
+            }
+        )
     return pd.DataFrame(rows)
 
 # %% ../nbs/10_umad.ipynb #7d7b1c21
-ALPHA_AU = 0.25       # Table 2, "Aleatoric Uncertainty Advantage Ratio"; the released code uses the same
-ETA_PAPER = 0.25      # Table 2 / App. D.2, "Epistemic Influence Intrinsic Rewards"
-ETA_RELEASED = 0.2    # the released training config (docs/reference_code.md)
-EPS = 1e-6            # GRPO's epsilon (veRL)
+ALPHA_AU = 0.25  # Table 2, "Aleatoric Uncertainty Advantage Ratio"; the released code uses the same
+ETA_PAPER = 0.25  # Table 2 / App. D.2, "Epistemic Influence Intrinsic Rewards"
+ETA_RELEASED = 0.2  # the released training config (docs/reference_code.md)
+EPS = 1e-6  # GRPO's epsilon (veRL)
 # how the token NLL is standardised for Eq. 4: (ddof, eps); the paper is silent
 NLL_NORMS = {"kit": (1, EPS), "released": (0, 1e-8)}
+
 
 def token_nll(logprobs: Sequence[float]) -> float:
     "UMAD Sec. 4.2: $\\hat U$ = mean negative log-probability of a response's tokens (from a transcript: `-logprob_mean`)."
     lp = np.asarray(list(logprobs), dtype=float)
     return float(-lp.mean()) if lp.size else math.nan
 
-def group_standardize(x: Sequence[float], eps: float = EPS, ddof: int = 1, axis: int = 0) -> np.ndarray:
+# %% ../nbs/10_umad.ipynb #9b9b4d81
+def group_standardize(
+    x: Sequence[float], eps: float = EPS, ddof: int = 1, axis: int = 0
+) -> np.ndarray:
     "(x - mean) / (std + eps) along `axis` (the GRPO group): Sec. 4.2's $\\bar U$ and Alg. 2 line 24's advantage. A group of one gives 0."
     x = np.asarray(x, dtype=float)
     n = x.shape[axis] if x.ndim else 1
-    if n < 2: return np.zeros_like(x)
-    return (x - x.mean(axis=axis, keepdims=True)) / (x.std(axis=axis, ddof=ddof, keepdims=True) + eps)
+    if n < 2:
+        return np.zeros_like(x)
+    return (x - x.mean(axis=axis, keepdims=True)) / (
+        x.std(axis=axis, ddof=ddof, keepdims=True) + eps
+    )
 
-def grpo_advantage(rewards: Sequence[float], eps: float = EPS, ddof: int = 1, axis: int = 0) -> np.ndarray:
+# %% ../nbs/10_umad.ipynb #a76d2c57
+def grpo_advantage(
+    rewards: Sequence[float], eps: float = EPS, ddof: int = 1, axis: int = 0
+) -> np.ndarray:
     "GRPO's group-normalised advantage (Eq. 1, Alg. 2 line 24): (R - mean(R_group)) / (std(R_group) + eps)."
     return group_standardize(rewards, eps=eps, ddof=ddof, axis=axis)
 
+# %% ../nbs/10_umad.ipynb #61f34580
 def au_weight(u_bar: Sequence[float] | float, alpha: float = ALPHA_AU) -> np.ndarray:
     "UMAD Eq. 4: the aleatoric-uncertainty weight W = exp(-alpha * standardised token NLL)."
     return np.exp(-float(alpha) * np.asarray(u_bar, dtype=float))
 
-def au_advantage(advantages: Sequence[float], nll: Sequence[float], alpha: float = ALPHA_AU, eps: float = EPS,
-                 ddof: int = 1, axis: int = 0, nll_norm: str | None = None) -> np.ndarray:
+# %% ../nbs/10_umad.ipynb #a6a0e28f
+def au_advantage(
+    advantages: Sequence[float],
+    nll: Sequence[float],
+    alpha: float = ALPHA_AU,
+    eps: float = EPS,
+    ddof: int = 1,
+    axis: int = 0,
+    nll_norm: str | None = None,
+) -> np.ndarray:
     """UMAD Eq. 4: A^au = W(standardised NLL) * A, the NLL standardised over the group (`axis`) with `ddof`
     and `eps`, or as `nll_norm` names it (`NLL_NORMS`: "kit", or "released" = population std, eps 1e-8)."""
     if nll_norm is not None:
-        if nll_norm not in NLL_NORMS: raise ConfigError("unknown nll_norm", key="nll_norm", value=nll_norm,
-                                                        choices=list(NLL_NORMS))
+        if nll_norm not in NLL_NORMS:
+            raise ConfigError(
+                "unknown nll_norm", key="nll_norm", value=nll_norm, choices=list(NLL_NORMS)
+            )
         ddof, eps = NLL_NORMS[nll_norm]
-    return au_weight(group_standardize(nll, eps=eps, ddof=ddof, axis=axis), alpha) * np.asarray(advantages, dtype=float)
+    return au_weight(group_standardize(nll, eps=eps, ddof=ddof, axis=axis), alpha) * np.asarray(
+        advantages, dtype=float
+    )
 
+# %% ../nbs/10_umad.ipynb #cc7eca4a
 def _gnt(correct) -> np.ndarray:
     c = np.asarray(correct, dtype=float)
-    if c.ndim != 3: raise ConfigError("expected an array shaped (G rollouts, N agents, T turns)", key="correct", value=c.shape)
+    if c.ndim != 3:
+        raise ConfigError(
+            "expected an array shaped (G rollouts, N agents, T turns)", key="correct", value=c.shape
+        )
     return c
 
 # %% ../nbs/10_umad.ipynb #dcfb81cc
@@ -364,24 +616,32 @@ def peer_improvement(correct, per_trajectory: bool = True) -> np.ndarray:
     `per_trajectory=False`: averaged over the G rollouts (the same value for every rollout)."""
     c = _gnt(correct)
     d = c[:, :, 1:] - c[:, :, :-1]
-    return np.broadcast_to(d.mean(axis=0, keepdims=True), d.shape).copy() if not per_trajectory else d
+    return (
+        np.broadcast_to(d.mean(axis=0, keepdims=True), d.shape).copy() if not per_trajectory else d
+    )
 
-def epistemic_influence_reward(correct, eta: float = ETA_PAPER, per_trajectory: bool = True) -> np.ndarray:
+# %% ../nbs/10_umad.ipynb #1ffa6f8d
+def epistemic_influence_reward(
+    correct, eta: float = ETA_PAPER, per_trajectory: bool = True
+) -> np.ndarray:
     """UMAD Eq. 5: r^eu_{i,t} = eta / (N-1) * sum_{j != i} ΔR_peer(j, t+1), shaped (G, N, T); 0 at the last turn
     (no next turn: Alg. 2 line 22 adds it only for t < T_train). `eta`: 0.25 in the paper (`ETA_PAPER`), 0.2 in the
     released config (`ETA_RELEASED`)."""
     c = _gnt(correct)
     G, N, T = c.shape
     out = np.zeros_like(c)
-    if N < 2 or T < 2: return out
+    if N < 2 or T < 2:
+        return out
     d = peer_improvement(c, per_trajectory)
     out[:, :, :-1] = float(eta) / (N - 1) * (d.sum(axis=1, keepdims=True) - d)
     return out
 
+# %% ../nbs/10_umad.ipynb #733b14c3
 def umad_rewards(correct, eta: float = ETA_PAPER, per_trajectory: bool = True) -> np.ndarray:
     "Alg. 2 line 22: R_total = R_corr + r^eu (Eq. 5), shaped (G, N, T)."
     return _gnt(correct) + epistemic_influence_reward(correct, eta, per_trajectory)
 
+# %% ../nbs/10_umad.ipynb #f77df156
 def released_rewards(correct, eta: float = ETA_RELEASED) -> np.ndarray:
     """The release's default reward (agg_mode "sum", dense team reward), next to Alg. 2 line 22 / Eq. 5: every
     agent gets the team's correct count at turn t, plus eta * sign(team(t+1) - team(t)) for t < T (the
@@ -391,35 +651,60 @@ def released_rewards(correct, eta: float = ETA_RELEASED) -> np.ndarray:
     team[:, :, :-1] += float(eta) * np.sign(team[:, :, 1:] - team[:, :, :-1])
     return team
 
-REWARD_READINGS = ("paper", "released")   # Eq. 5 as the paper writes it | the release's default
+# %% ../nbs/10_umad.ipynb #7b50308c
+REWARD_READINGS = ("paper", "released")  # Eq. 5 as the paper writes it | the release's default
 
-def umad_advantages(correct, nll, eta: float = ETA_PAPER, alpha: float = ALPHA_AU, eps: float = EPS, ddof: int = 1,
-                    per_trajectory: bool = True, reward: str = "paper", nll_norm: str | None = None) -> np.ndarray:
+
+def umad_advantages(
+    correct,
+    nll,
+    eta: float = ETA_PAPER,
+    alpha: float = ALPHA_AU,
+    eps: float = EPS,
+    ddof: int = 1,
+    per_trajectory: bool = True,
+    reward: str = "paper",
+    nll_norm: str | None = None,
+) -> np.ndarray:
     """UMAD's advantages (Alg. 2 lines 19-27): total reward (Eq. 5; `reward="released"`: `released_rewards`),
     group-normalised over the G rollouts per agent and turn, weighted by the aleatoric weight of the
     group-standardised token NLL (Eq. 4; `nll_norm` as in `au_advantage`). `correct`, `nll`: (G, N, T)."""
-    c = _gnt(correct); u = np.asarray(nll, dtype=float)
-    if u.shape != c.shape: raise ConfigError(f"nll shape {u.shape} differs from correct {c.shape}", key="nll")
+    c = _gnt(correct)
+    u = np.asarray(nll, dtype=float)
+    if u.shape != c.shape:
+        raise ConfigError(f"nll shape {u.shape} differs from correct {c.shape}", key="nll")
     if reward not in REWARD_READINGS:
-        raise ConfigError("unknown reward reading", key="reward", value=reward, choices=REWARD_READINGS)
+        raise ConfigError(
+            "unknown reward reading", key="reward", value=reward, choices=REWARD_READINGS
+        )
     R = umad_rewards(c, eta, per_trajectory) if reward == "paper" else released_rewards(c, eta)
     adv = grpo_advantage(R, eps=eps, ddof=ddof, axis=0)
     return au_advantage(adv, u, alpha=alpha, eps=eps, ddof=ddof, axis=0, nll_norm=nll_norm)
 
 # %% ../nbs/10_umad.ipynb #277450a7
-PROMPT_OVERHEAD = 300      # rough tokens of system prompt, question and instructions per request
+PROMPT_OVERHEAD = 300  # rough tokens of system prompt, question and instructions per request
+
 
 def n_items_for(task: str, n_items: int) -> int:
     from mad_study.data import get_task
+
     size = get_task(task).n_items
     return min(int(n_items), int(size)) if size else int(n_items)
 
-def debate_token_plan(n_threads: int, n_agents: int, debate_rounds: int, max_new: int) -> tuple[int, int, int]:
+# %% ../nbs/10_umad.ipynb #b5e28912
+def debate_token_plan(
+    n_threads: int, n_agents: int, debate_rounds: int, max_new: int
+) -> tuple[int, int, int]:
     "generations, completion-token bound, rough prompt tokens of `n_threads` debates of `n_agents` over debate_rounds + 1 turns."
     gens = n_threads * n_agents * (debate_rounds + 1)
-    prompt = n_threads * n_agents * (PROMPT_OVERHEAD + debate_rounds * (PROMPT_OVERHEAD + n_agents * max_new))
+    prompt = (
+        n_threads
+        * n_agents
+        * (PROMPT_OVERHEAD + debate_rounds * (PROMPT_OVERHEAD + n_agents * max_new))
+    )
     return gens, gens * max_new, prompt
 
+# %% ../nbs/10_umad.ipynb #d1d03461
 @planner("umad_decomposition")
 def plan_decomposition(p: Mapping) -> dict:
     """App. D.5 runs: per pair, items x K threads x N agents x T turns (T = debate_rounds + 1); with `rollout: alg1`,
@@ -428,9 +713,12 @@ def plan_decomposition(p: Mapping) -> dict:
     k = int(p.get("samples", 1)) + (1 if p.get("rollout", "threads") == "alg1" else 0)
     tot = np.zeros(3, dtype=np.int64)
     for pair in p.get("pairs") or []:
-        tot += debate_token_plan(n * k, len(pair), int(p.get("debate_rounds", 0)), int(p.get("max_new_tokens", 2048)))
+        tot += debate_token_plan(
+            n * k, len(pair), int(p.get("debate_rounds", 0)), int(p.get("max_new_tokens", 2048))
+        )
     return dict(zip(("generations", "completion_tokens", "prompt_tokens"), map(int, tot)))
 
+# %% ../nbs/10_umad.ipynb #08c921ed
 @planner("umad_zeroshot")
 def plan_zeroshot(p: Mapping) -> dict:
     "Table 1 zero-shot runs: per task and setting, items x seeds x N agents x T turns (AIME with the long token limit)."
@@ -438,7 +726,11 @@ def plan_zeroshot(p: Mapping) -> dict:
     long = set(p.get("long_tasks") or [])
     for t in p.get("tasks") or []:
         n = n_items_for(t, p.get("n_items", 0))
-        mnt = int(p.get("max_new_tokens_long", 4096) if t in long else p.get("max_new_tokens", 2048))
+        mnt = int(
+            p.get("max_new_tokens_long", 4096) if t in long else p.get("max_new_tokens", 2048)
+        )
         for pair in p.get("zeroshot_models") or []:
-            tot += debate_token_plan(n * int(p.get("samples", 1)), len(pair), int(p.get("debate_rounds", 0)), mnt)
+            tot += debate_token_plan(
+                n * int(p.get("samples", 1)), len(pair), int(p.get("debate_rounds", 0)), mnt
+            )
     return dict(zip(("generations", "completion_tokens", "prompt_tokens"), map(int, tot)))

@@ -21,10 +21,25 @@ import pandas as pd
 
 from .core import ConfigError, GenRequest, Generation, derive_seed, runs_dir
 from .registry import planner
-from .umad import (ALPHA_AU, EPS, ETA_PAPER, PROMPT_OVERHEAD, UMAD_PROMPT, au_advantage, grpo_advantage, pair_label,
-                   parse_failures_by_turn, seed_accuracy, sent_messages, token_nll, umad_agents, umad_protocol, umad_rewards,
-                   epistemic_influence_reward, au_weight,
-                   zeroshot_summary, zeroshot_table)
+from mad_study.umad import (
+    ALPHA_AU,
+    EPS,
+    ETA_PAPER,
+    UMAD_PROMPT,
+    au_advantage,
+    grpo_advantage,
+    pair_label,
+    parse_failures_by_turn,
+    seed_accuracy,
+    sent_messages,
+    umad_agents,
+    umad_protocol,
+    umad_rewards,
+    epistemic_influence_reward,
+    au_weight,
+    zeroshot_summary,
+    zeroshot_table,
+)
 
 # %% auto #0
 __all__ = ['VARIANTS', 'FINETUNE', 'LOSS_AGGS', 'REWARDS', 'LR_FULL', 'LR_LORA', 'VERL_KL_CLAMP', 'CHECKPOINT_META',
@@ -40,88 +55,140 @@ __all__ = ['VARIANTS', 'FINETUNE', 'LOSS_AGGS', 'REWARDS', 'LR_FULL', 'LR_LORA',
 
 # %% ../nbs/10b_umad_train.ipynb #544dc829
 VARIANTS: dict[str, dict] = {
-    "umad":           dict(eq5=True,  eq4=True,  debate=True),
-    "ippo":           dict(eq5=False, eq4=False, debate=True),
-    "intrinsic_only": dict(eq5=True,  eq4=False, debate=True),
-    "nll_only":       dict(eq5=False, eq4=True,  debate=True),
-    "single_grpo":    dict(eq5=False, eq4=False, debate=False),
+    "umad": dict(eq5=True, eq4=True, debate=True),
+    "ippo": dict(eq5=False, eq4=False, debate=True),
+    "intrinsic_only": dict(eq5=True, eq4=False, debate=True),
+    "nll_only": dict(eq5=False, eq4=True, debate=True),
+    "single_grpo": dict(eq5=False, eq4=False, debate=False),
 }
 FINETUNE = ("full", "lora")
-LOSS_AGGS = ("token-mean", "seq-mean-token-mean")   # veRL's default (the paper's stack) | Eq. 1 read literally
-REWARDS = ("agent", "team")                         # Alg. 2 line 22 (own correctness) | Sec. 4.1 (team reward, joint return)
-LR_FULL = 1e-6                                      # Table 2 (full fine-tuning)
-LR_LORA = 1e-5                                      # LoRA: 10x the full fine-tuning rate (see the prose)
-VERL_KL_CLAMP = 10.0                                # veRL's low_var_kl clamps the k3 estimate to [-10, 10]
+LOSS_AGGS = (
+    "token-mean",
+    "seq-mean-token-mean",
+)  # veRL's default (the paper's stack) | Eq. 1 read literally
+REWARDS = (
+    "agent",
+    "team",
+)  # Alg. 2 line 22 (own correctness) | Sec. 4.1 (team reward, joint return)
+LR_FULL = 1e-6  # Table 2 (full fine-tuning)
+LR_LORA = 1e-5  # LoRA: 10x the full fine-tuning rate (see the prose)
+VERL_KL_CLAMP = 10.0  # veRL's low_var_kl clamps the k3 estimate to [-10, 10]
 
 # %% ../nbs/10b_umad_train.ipynb #b5967707
 @dataclass
 class TrainConfig:
     "UMAD Table 2 hyper-parameters (defaults) and the kit's switches; `variant` picks a row of Table 1 / Table 3 / App. E.1."
+
     variant: str = "umad"
-    group_size: int = 5            # G (Table 2; App. H)
-    train_turns: int = 2           # T_train (Table 2): turn 1 = initial answers, turn 2 = one debate round
-    batch_size: int = 256          # questions per step (Table 2 "Train Batch Size")
-    epochs: int = 2                # Table 2 (Single-GRPO Pair: 15, App. E.1)
-    temperature: float = 0.8       # Table 2, training
+    group_size: int = 5  # G (Table 2; App. H)
+    train_turns: int = 2  # T_train (Table 2): turn 1 = initial answers, turn 2 = one debate round
+    batch_size: int = 256  # questions per step (Table 2 "Train Batch Size")
+    epochs: int = 2  # Table 2 (Single-GRPO Pair: 15, App. E.1)
+    temperature: float = 0.8  # Table 2, training
     top_p: float = 0.95
-    max_new_tokens: int = 2048     # Table 2 "Max Response Length"
-    max_prompt_tokens: int = 5120  # Table 2 "Max Prompt Length" (longer prompts are left out of the update and counted)
-    lr: float | None = None        # None: Table 2's 1e-6 (`LR_FULL`) in full fine-tuning, `LR_LORA` with LoRA
+    max_new_tokens: int = 2048  # Table 2 "Max Response Length"
+    max_prompt_tokens: int = (
+        5120  # Table 2 "Max Prompt Length" (longer prompts are left out of the update and counted)
+    )
+    lr: float | None = (
+        None  # None: Table 2's 1e-6 (`LR_FULL`) in full fine-tuning, `LR_LORA` with LoRA
+    )
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     clip_ratio: float = 0.2
-    beta: float = 0.001            # KL coefficient
-    eta: float = ETA_PAPER         # Eq. 5 weight (0.25)
-    alpha: float = ALPHA_AU        # Eq. 4 ratio (0.25)
+    beta: float = 0.001  # KL coefficient
+    eta: float = ETA_PAPER  # Eq. 5 weight (0.25)
+    alpha: float = ALPHA_AU  # Eq. 4 ratio (0.25)
     eps: float = EPS
-    per_trajectory: bool = True    # Eq. 5's ΔR_peer per rollout (False: averaged over the G rollouts)
-    reward: str = "agent"          # "agent": Alg. 2 line 22's own correctness; "team": Sec. 4.1's team reward, joint return
-    grading: str = "strict"        # App. D: "the strict equivalence reward script provided by the MATH dataset benchmark"
-    loss_agg: str = "token-mean"   # "token-mean" (veRL's default) or "seq-mean-token-mean" (Eq. 1's 1/|y_i| per response)
-    kl_clamp: float | None = VERL_KL_CLAMP   # clamp of the k3 KL estimate (veRL's low_var_kl); None: unclamped
-    mini_batches: int = 1          # optimizer steps per rollout batch (veRL's PPO mini-batches)
-    micro_batch_size: int = 4      # sequences per forward pass (gradient accumulation)
-    finetune: str = "full"         # "full" (the paper) or "lora" (peft)
-    quant: str = "none"            # base weights: "none", or "nf4" (4-bit, LoRA only)
+    per_trajectory: bool = True  # Eq. 5's ΔR_peer per rollout (False: averaged over the G rollouts)
+    # "agent": Alg. 2 line 22's own correctness; "team": Sec. 4.1's team reward, joint return
+    reward: str = "agent"
+    # App. D: "the strict equivalence reward script provided by the MATH dataset benchmark"
+    grading: str = "strict"
+    # "token-mean" (veRL's default) or "seq-mean-token-mean" (Eq. 1's 1/|y_i| per response)
+    loss_agg: str = "token-mean"
+    kl_clamp: float | None = (
+        VERL_KL_CLAMP  # clamp of the k3 KL estimate (veRL's low_var_kl); None: unclamped
+    )
+    mini_batches: int = 1  # optimizer steps per rollout batch (veRL's PPO mini-batches)
+    micro_batch_size: int = 4  # sequences per forward pass (gradient accumulation)
+    finetune: str = "full"  # "full" (the paper) or "lora" (peft)
+    quant: str = "none"  # base weights: "none", or "nf4" (4-bit, LoRA only)
     lora_r: int = 16
     lora_alpha: int = 32
-    shared_policy: bool = False    # True: agents running the same model share one policy (default: one per agent, IPPO's θ_i)
-    gradient_checkpointing: bool = False   # recompute activations in the backward pass (long debate prompts on one GPU)
-    rollout_batch: int = 16        # requests per generation batch of the in-process HF engine
-    policy_gpus: int = 1           # GPUs the policies are spread over (policy k on GPU k mod policy_gpus)
-    gpu_memory_gb: float = 0.0     # one GPU's memory for the memory check (0: the visible GPU's; no GPU: no check)
+    # True: agents running the same model share one policy (default: one per agent, IPPO's θ_i)
+    shared_policy: bool = False
+    gradient_checkpointing: bool = (
+        False  # recompute activations in the backward pass (long debate prompts on one GPU)
+    )
+    rollout_batch: int = 16  # requests per generation batch of the in-process HF engine
+    policy_gpus: int = 1  # GPUs the policies are spread over (policy k on GPU k mod policy_gpus)
+    gpu_memory_gb: float = (
+        0.0  # one GPU's memory for the memory check (0: the visible GPU's; no GPU: no check)
+    )
     seed: int = 0
 
-    def __post_init__(self): _check_train_config(self)
+    def __post_init__(self):
+        _check_train_config(self)
 
 # %% ../nbs/10b_umad_train.ipynb #5ff3a52f
 def _check_train_config(cfg: TrainConfig) -> None:
     "Refuse a `TrainConfig` the trainer cannot run (unknown variant or switch, 4-bit full fine-tuning, sizes < 1); set Table 2's learning rate when `lr` is None."
-    if cfg.variant not in VARIANTS: raise ConfigError("unknown training variant", key="variant", value=cfg.variant, choices=VARIANTS)
-    for k, ok in (("finetune", FINETUNE), ("quant", ("none", "nf4")), ("reward", REWARDS), ("loss_agg", LOSS_AGGS),
-                  ("grading", ("lenient", "strict"))):
-        if getattr(cfg, k) not in ok: raise ConfigError(f"unknown {k}", key=k, value=getattr(cfg, k), choices=list(ok))
+    if cfg.variant not in VARIANTS:
+        raise ConfigError(
+            "unknown training variant", key="variant", value=cfg.variant, choices=VARIANTS
+        )
+    for k, ok in (
+        ("finetune", FINETUNE),
+        ("quant", ("none", "nf4")),
+        ("reward", REWARDS),
+        ("loss_agg", LOSS_AGGS),
+        ("grading", ("lenient", "strict")),
+    ):
+        if getattr(cfg, k) not in ok:
+            raise ConfigError(f"unknown {k}", key=k, value=getattr(cfg, k), choices=list(ok))
     if cfg.quant != "none" and cfg.finetune != "lora":
-        raise ConfigError("4-bit base weights cannot be fine-tuned in full: use finetune='lora'", key="quant", value=cfg.quant)
-    for k in ("group_size", "train_turns", "batch_size", "mini_batches", "micro_batch_size", "rollout_batch", "policy_gpus"):
-        if int(getattr(cfg, k)) < 1: raise ConfigError("must be >= 1", key=k, value=getattr(cfg, k))
-    if cfg.kl_clamp is not None and not float(cfg.kl_clamp) > 0: raise ConfigError("must be > 0 or None", key="kl_clamp", value=cfg.kl_clamp)
-    if cfg.lr is None: cfg.lr = LR_FULL if cfg.finetune == "full" else LR_LORA
+        raise ConfigError(
+            "4-bit base weights cannot be fine-tuned in full: use finetune='lora'",
+            key="quant",
+            value=cfg.quant,
+        )
+    for k in (
+        "group_size",
+        "train_turns",
+        "batch_size",
+        "mini_batches",
+        "micro_batch_size",
+        "rollout_batch",
+        "policy_gpus",
+    ):
+        if int(getattr(cfg, k)) < 1:
+            raise ConfigError("must be >= 1", key=k, value=getattr(cfg, k))
+    if cfg.kl_clamp is not None and not float(cfg.kl_clamp) > 0:
+        raise ConfigError("must be > 0 or None", key="kl_clamp", value=cfg.kl_clamp)
+    if cfg.lr is None:
+        cfg.lr = LR_FULL if cfg.finetune == "full" else LR_LORA
 
 # %% ../nbs/10b_umad_train.ipynb #a1c0f001
 @patch(as_prop=True)
-def switches(self: TrainConfig) -> dict: return VARIANTS[self.variant]
+def switches(self: TrainConfig) -> dict:
+    return VARIANTS[self.variant]
 
+# %% ../nbs/10b_umad_train.ipynb #1da31146
 @patch(as_prop=True)
 def turns(self: TrainConfig) -> int:
     "Turns per rollout: T_train, or 1 for the Single-GRPO Pair (no debate during training)."
     return int(self.train_turns) if self.switches["debate"] else 1
 
+# %% ../nbs/10b_umad_train.ipynb #754252fe
 @patch(as_prop=True)
 def fingerprint(self: TrainConfig) -> str:
     "sha256 (16 hex digits) of every field: part of a trained policy's identity (`Policy.lineage`)."
-    return hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return hashlib.sha256(
+        json.dumps(dataclasses.asdict(self), sort_keys=True, default=str).encode()
+    ).hexdigest()[:16]
 
+# %% ../nbs/10b_umad_train.ipynb #248c4b28
 @patch(cls_method=True)
 def from_params(cls: TrainConfig, p: Mapping, **kw) -> TrainConfig:
     "The fields of `p` (e.g. a notebook's parameters) that name a field; `kw` override."
@@ -129,29 +196,62 @@ def from_params(cls: TrainConfig, p: Mapping, **kw) -> TrainConfig:
     return cls(**{**{k: v for k, v in p.items() if k in names}, **kw})
 
 # %% ../nbs/10b_umad_train.ipynb #4130af23
-def rollout(items, agents, backends: Mapping[str, Any], cfg: TrainConfig, step: int, experiment: str = "umad_train") -> pd.DataFrame:
+def rollout(
+    items,
+    agents,
+    backends: Mapping[str, Any],
+    cfg: TrainConfig,
+    step: int,
+    experiment: str = "umad_train",
+) -> pd.DataFrame:
     """UMAD Alg. 2 lines 4-17: G (`cfg.group_size`) joint debate rollouts of `cfg.turns` turns per question through
     `mad_study.debate.run_debate` (UMAD protocol and App. F prompts, `history='none'`); thread `sample` = rollout g,
     `round` = turn t - 1. Lines 12-13 are the transcript's `logprob_mean` and `correct`."""
     from mad_study.debate import run_debate
-    return run_debate(items, agents, backends, protocol=umad_protocol(), debate_rounds=cfg.turns - 1, samples=cfg.group_size,
-                      prompt=UMAD_PROMPT, temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                      seed=derive_seed(cfg.seed, "umad-train", int(step)), experiment=experiment, history="none", progress=False)
+
+    return run_debate(
+        items,
+        agents,
+        backends,
+        protocol=umad_protocol(),
+        debate_rounds=cfg.turns - 1,
+        samples=cfg.group_size,
+        prompt=UMAD_PROMPT,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        max_new_tokens=cfg.max_new_tokens,
+        seed=derive_seed(cfg.seed, "umad-train", int(step)),
+        experiment=experiment,
+        history="none",
+        progress=False,
+    )
 
 # %% ../nbs/10b_umad_train.ipynb #f8440b57
 def team_rewards(correct) -> np.ndarray:
     """UMAD Sec. 4.1's reading of the reward: the dense team reward R_t = sum_i r(a_{i,t}, y*) and, for every agent, the
     joint return from turn t on (undiscounted: the paper gives no γ), shaped (G, N, T) like `correct`."""
     c = np.asarray(correct, dtype=float)
-    R = c.sum(axis=1, keepdims=True)                                             # (G, 1, T): the team reward per turn
+    R = c.sum(axis=1, keepdims=True)  # (G, 1, T): the team reward per turn
     return np.broadcast_to(np.flip(np.cumsum(np.flip(R, 2), 2), 2), c.shape).copy()
 
-def alg2_rewards(correct, *, eq5: bool = True, eta: float = ETA_PAPER, per_trajectory: bool = True, reward: str = "agent") -> np.ndarray:
+# %% ../nbs/10b_umad_train.ipynb #3304fabf
+def alg2_rewards(
+    correct,
+    *,
+    eq5: bool = True,
+    eta: float = ETA_PAPER,
+    per_trajectory: bool = True,
+    reward: str = "agent",
+) -> np.ndarray:
     """UMAD Alg. 2 line 22 on (G, N, T) arrays: R_total = R_corr (`reward='agent'`, the agent's own correctness; or Sec. 4.1's
     team return, `team_rewards`, with `reward='team'`) + Eq. 5's r^eu when `eq5`."""
     c = np.asarray(correct, dtype=float)
-    if c.ndim != 3: raise ConfigError("expected an array shaped (G rollouts, N agents, T turns)", key="correct", value=c.shape)
-    if reward not in REWARDS: raise ConfigError("unknown reward", key="reward", value=reward, choices=REWARDS)
+    if c.ndim != 3:
+        raise ConfigError(
+            "expected an array shaped (G rollouts, N agents, T turns)", key="correct", value=c.shape
+        )
+    if reward not in REWARDS:
+        raise ConfigError("unknown reward", key="reward", value=reward, choices=REWARDS)
     base = c if reward == "agent" else team_rewards(c)
     return base + epistemic_influence_reward(c, eta, per_trajectory) if eq5 else base
 
@@ -160,23 +260,42 @@ def nan_group_standardize(x, eps: float = EPS, axis: int = 0) -> np.ndarray:
     """`group_standardize` (Sec. 4.2's $\bar U$, ddof = 1) over the entries that are not NaN: a response without tokens has no
     NLL and is left out of its group's statistics; it stays NaN. A group with fewer than two values gives 0."""
     x = np.asarray(x, dtype=float)
-    ok = ~np.isnan(x); n = ok.sum(axis=axis, keepdims=True)
+    ok = ~np.isnan(x)
+    n = ok.sum(axis=axis, keepdims=True)
     mu = np.where(ok, x, 0).sum(axis=axis, keepdims=True) / np.maximum(n, 1)
     var = np.where(ok, (x - mu) ** 2, 0).sum(axis=axis, keepdims=True) / np.maximum(n - 1, 1)
     z = (x - mu) / (np.sqrt(var) + eps)
     return np.where(ok, np.where(n >= 2, z, 0.0), np.nan)
 
-def alg2_advantages(correct, nll, *, eq5: bool = True, eq4: bool = True, eta: float = ETA_PAPER, alpha: float = ALPHA_AU,
-                    eps: float = EPS, per_trajectory: bool = True, reward: str = "agent") -> np.ndarray:
+# %% ../nbs/10b_umad_train.ipynb #19b93f5c
+def alg2_advantages(
+    correct,
+    nll,
+    *,
+    eq5: bool = True,
+    eq4: bool = True,
+    eta: float = ETA_PAPER,
+    alpha: float = ALPHA_AU,
+    eps: float = EPS,
+    per_trajectory: bool = True,
+    reward: str = "agent",
+) -> np.ndarray:
     """UMAD Alg. 2 lines 19-27 on arrays shaped (G rollouts, N agents, T turns): line 22 total reward (`alg2_rewards`; Eq. 5 when
     `eq5`), line 24 group advantage over G (`grpo_advantage`), line 26 aleatoric weighting (Eq. 4 when `eq4`, `au_advantage`).
     A NaN NLL marks a response without tokens: left out of the NLL statistics, its advantage unweighted (it has no token to update)."""
     c = np.asarray(correct, dtype=float)
-    a = grpo_advantage(alg2_rewards(c, eq5=eq5, eta=eta, per_trajectory=per_trajectory, reward=reward), eps=eps, axis=0)   # lines 22, 24
-    if not eq4: return a
+    a = grpo_advantage(
+        alg2_rewards(c, eq5=eq5, eta=eta, per_trajectory=per_trajectory, reward=reward),
+        eps=eps,
+        axis=0,
+    )  # lines 22, 24
+    if not eq4:
+        return a
     u = np.asarray(nll, dtype=float)
-    if u.shape != c.shape: raise ConfigError(f"nll shape {u.shape} differs from correct {c.shape}", key="nll")
-    if not np.isnan(u).any(): return au_advantage(a, u, alpha=alpha, eps=eps, axis=0)                    # line 26 (Eq. 4)
+    if u.shape != c.shape:
+        raise ConfigError(f"nll shape {u.shape} differs from correct {c.shape}", key="nll")
+    if not np.isnan(u).any():
+        return au_advantage(a, u, alpha=alpha, eps=eps, axis=0)  # line 26 (Eq. 4)
     w = au_weight(nan_group_standardize(u, eps=eps, axis=0), alpha)
     return np.where(np.isnan(w), 1.0, w) * a
 
@@ -186,8 +305,14 @@ def reward_correct(rows: pd.DataFrame, grading: str = "strict") -> np.ndarray:
     answers under "strict" (App. D's MATH script), which are re-graded with `is_correct(..., grading="strict")`."""
     from mad_study.answers import is_correct
     from mad_study.data import row_formats
-    out = rows["correct"].astype(float).to_numpy().copy() if "correct" in rows else np.zeros(len(rows))
-    if grading == "lenient": return out
+
+    out = (
+        rows["correct"].astype(float).to_numpy().copy()
+        if "correct" in rows
+        else np.zeros(len(rows))
+    )
+    if grading == "lenient":
+        return out
     fmts = row_formats(rows, what="reward_correct").to_numpy(dtype=object)
     for k, (a, gold, f) in enumerate(zip(rows["answer"], rows["gold"], fmts)):
         if f == "boxed":
@@ -205,65 +330,110 @@ def transcript_advantages(tr: pd.DataFrame, cfg: TrainConfig) -> pd.DataFrame:
     out = []
     for _, g in tr.groupby("item_id", sort=False):
         G, T = int(g["sample"].max()) + 1, int(g["round"].max()) + 1
-        if len(g) != G * len(agents) * T: raise ConfigError("incomplete rollout group", key="item_id", value=g["item_id"].iloc[0])
-        gi, ai, ti = g["sample"].astype(int).to_numpy(), g["agent"].map(agents.index).to_numpy(), g["round"].astype(int).to_numpy()
+        if len(g) != G * len(agents) * T:
+            raise ConfigError("incomplete rollout group", key="item_id", value=g["item_id"].iloc[0])
+        gi, ai, ti = (
+            g["sample"].astype(int).to_numpy(),
+            g["agent"].map(agents.index).to_numpy(),
+            g["round"].astype(int).to_numpy(),
+        )
         empty = pd.to_numeric(g["completion_tokens"], errors="coerce").fillna(0).to_numpy() <= 0
         lp = pd.to_numeric(g["logprob_mean"], errors="coerce").to_numpy(dtype=float)
         if sw["eq4"] and np.isnan(lp[~empty]).any():
-            raise ConfigError("Eq. 4 needs every response's token log-probs; the rollout engine returned none for some", key="logprob_mean")
-        c = np.zeros((G, len(agents), T)); u = np.full((G, len(agents), T), np.nan)
+            raise ConfigError(
+                "Eq. 4 needs every response's token log-probs; the rollout engine returned none for some",
+                key="logprob_mean",
+            )
+        c = np.zeros((G, len(agents), T))
+        u = np.full((G, len(agents), T), np.nan)
         c[gi, ai, ti] = np.where(empty, 0.0, reward_correct(g, cfg.grading))
         u[gi, ai, ti] = np.where(empty, np.nan, -lp)
         kw = dict(eta=cfg.eta, per_trajectory=cfg.per_trajectory, reward=cfg.reward)
         rew = alg2_rewards(c, eq5=sw["eq5"], **kw)
-        adv = alg2_advantages(c, u, eq5=sw["eq5"], eq4=sw["eq4"], alpha=cfg.alpha, eps=cfg.eps, **kw)
-        out.append(g.assign(reward=rew[gi, ai, ti], advantage=adv[gi, ai, ti], nll=u[gi, ai, ti], empty=empty))
+        adv = alg2_advantages(
+            c, u, eq5=sw["eq5"], eq4=sw["eq4"], alpha=cfg.alpha, eps=cfg.eps, **kw
+        )
+        out.append(
+            g.assign(
+                reward=rew[gi, ai, ti], advantage=adv[gi, ai, ti], nll=u[gi, ai, ti], empty=empty
+            )
+        )
     return pd.concat(out).loc[tr.index]
 
 # %% ../nbs/10b_umad_train.ipynb #16e5060b
-def sequence_logprobs(model, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
-                      temperature: float = 1.0):
+def sequence_logprobs(
+    model,
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    pad_id: int,
+    temperature: float = 1.0,
+):
     """Per-token log pi(y_j | prompt, y_<j) of each completion (UMAD Sec. 4.2 / Alg. 2 line 29's ratio), as a tensor
     (B, C_max) and its mask; one left-padded forward pass with position ids from the mask; logits divided by
     `temperature` (veRL scores the sampling distribution: the training temperature)."""
     import torch
+
     seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
     B, L, C = len(seqs), max(map(len, seqs)), max(len(c) for c in completions)
     dev = next(model.parameters()).device
     ids = torch.full((B, L), int(pad_id), dtype=torch.long)
     attn = torch.zeros((B, L), dtype=torch.long)
-    for b, s in enumerate(seqs): ids[b, L - len(s):] = torch.tensor(s); attn[b, L - len(s):] = 1
+    for b, s in enumerate(seqs):
+        ids[b, L - len(s) :] = torch.tensor(s)
+        attn[b, L - len(s) :] = 1
     ids, attn = ids.to(dev), attn.to(dev)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=C + 1).logits[:, :-1].float() / float(temperature)
-    lp = torch.log_softmax(logits, -1).gather(2, ids[:, L - C:, None]).squeeze(-1)
+    logits = model(
+        input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=C + 1
+    ).logits[:, :-1].float() / float(temperature)
+    lp = torch.log_softmax(logits, -1).gather(2, ids[:, L - C :, None]).squeeze(-1)
     mask = torch.zeros((B, C), dtype=torch.bool, device=dev)
-    for b, c in enumerate(completions): mask[b, C - len(c):] = True
+    for b, c in enumerate(completions):
+        mask[b, C - len(c) :] = True
     return lp, mask
 
 # %% ../nbs/10b_umad_train.ipynb #4e43e3b3
-def grpo_loss(logp, old_logp, ref_logp, adv, mask, clip_ratio: float = 0.2, beta: float = 0.001, n_tokens: int | None = None,
-              agg: str = "token-mean", n_seqs: int | None = None, kl_clamp: float | None = None):
+def grpo_loss(
+    logp,
+    old_logp,
+    ref_logp,
+    adv,
+    mask,
+    clip_ratio: float = 0.2,
+    beta: float = 0.001,
+    n_tokens: int | None = None,
+    agg: str = "token-mean",
+    n_seqs: int | None = None,
+    kl_clamp: float | None = None,
+):
     """UMAD Alg. 2 line 29 / Eq. 1: -(min(r A, clip(r, 1 - eps, 1 + eps) A) - beta * KL(pi_theta || pi_ref)) per token,
     r = pi_theta / pi_old, KL by the k3 estimator (clamped to +-`kl_clamp` as veRL's low_var_kl when given). `agg`:
     "token-mean" sums over masked tokens and divides by `n_tokens` (default: this batch's); "seq-mean-token-mean" averages
     each response's tokens (Eq. 1's 1/|y_i|), sums and divides by `n_seqs` (default: this batch's). `adv`: one per sequence (B,)."""
     import torch
+
     m = mask.to(logp.dtype)
     a = adv.to(logp.dtype)[:, None]
     ratio = torch.exp(logp - old_logp)
     surr = torch.minimum(ratio * a, torch.clamp(ratio, 1 - clip_ratio, 1 + clip_ratio) * a)
     d = ref_logp - logp
     kl = torch.exp(d) - d - 1
-    if kl_clamp is not None: kl = torch.clamp(kl, -float(kl_clamp), float(kl_clamp))
+    if kl_clamp is not None:
+        kl = torch.clamp(kl, -float(kl_clamp), float(kl_clamp))
     per_tok = (surr - beta * kl) * m
     if agg == "token-mean":
         loss = -per_tok.sum() / (float(n_tokens) if n_tokens is not None else m.sum().clamp(min=1))
     elif agg == "seq-mean-token-mean":
-        loss = -(per_tok.sum(1) / m.sum(1).clamp(min=1)).sum() / float(n_seqs if n_seqs is not None else logp.shape[0])
-    else: raise ConfigError("unknown loss aggregation", key="loss_agg", value=agg, choices=LOSS_AGGS)
+        loss = -(per_tok.sum(1) / m.sum(1).clamp(min=1)).sum() / float(
+            n_seqs if n_seqs is not None else logp.shape[0]
+        )
+    else:
+        raise ConfigError("unknown loss aggregation", key="loss_agg", value=agg, choices=LOSS_AGGS)
     with torch.no_grad():
-        stats = dict(kl=float((kl * m).sum() / m.sum().clamp(min=1)), clipped=float((((ratio - 1).abs() > clip_ratio) * m).sum() / m.sum().clamp(min=1)))
+        stats = dict(
+            kl=float((kl * m).sum() / m.sum().clamp(min=1)),
+            clipped=float((((ratio - 1).abs() > clip_ratio) * m).sum() / m.sum().clamp(min=1)),
+        )
     return loss, stats
 
 # %% ../nbs/10b_umad_train.ipynb #a1c0f003
@@ -272,18 +442,24 @@ def pin_4bit_training_path(model) -> int:
     pi_theta / pi_old and KL(pi_theta || pi_ref) compare forwards with and without gradient, which must run through one
     kernel. (On a CPU with AVX512-BF16, `Linear4bit.forward` otherwise repacks the weight for a bf16 kernel at its first
     forward without gradient in eval mode, and serves every later forward from it.) Returns the number of 4-bit layers."""
-    from mad_study.backends import set_cpu_4bit_kernel     # the kit's one rule for the 4-bit CPU path (03_backends)
+    from mad_study.backends import (
+        set_cpu_4bit_kernel,
+    )  # the kit's one rule for the 4-bit CPU path (03_backends)
+
     return sum(set_cpu_4bit_kernel(model, "dequantize").values())
 
 # %% ../nbs/10b_umad_train.ipynb #bfa9a23d
 from .backends import BaseBackend, HFBackend
 
+
 class PolicyBackend(HFBackend):
     """An `HFBackend` whose model is being trained (the in-process rollout engine): cache identity = the base model's + run
     tag + the policy's lineage (training config, parent weights, every update so far) + version."""
+
     tag: str = ""
     version: int = 0
     lineage: str = ""
+
     @property
     def backend_id(self) -> str:
         return f"{HFBackend.backend_id.fget(self)}:policy:{self.tag}:{self.lineage}:v{self.version}"
@@ -291,34 +467,64 @@ class PolicyBackend(HFBackend):
 # %% ../nbs/10b_umad_train.ipynb #864cb816
 class Policy:
     "One trained policy pi_theta_i of UMAD Alg. 2 (line 1: policy, reference, learning rate): model, reference, optimizer."
-    train_attention = "math"     # the SDPA kernel of every training forward on a GPU (None: PyTorch's choice)
+
+    train_attention = (
+        "math"  # the SDPA kernel of every training forward on a GPU (None: PyTorch's choice)
+    )
+
     def __init__(self, model, cfg: TrainConfig, tag: str, device: int | None = None):
         import torch
+
         self.cfg = cfg
-        dtype = "float32" if cfg.finetune == "full" else None        # full: fp32 master weights; LoRA: the backend's default
+        dtype = (
+            "float32" if cfg.finetune == "full" else None
+        )  # full: fp32 master weights; LoRA: the backend's default
         dm = {"": int(device)} if device is not None and torch.cuda.is_available() else "auto"
-        self.backend = PolicyBackend(model, quant=cfg.quant, compute_dtype=dtype, batch_size=cfg.rollout_batch, device_map=dm, progress=False)
+        self.backend = PolicyBackend(
+            model,
+            quant=cfg.quant,
+            compute_dtype=dtype,
+            batch_size=cfg.rollout_batch,
+            device_map=dm,
+            progress=False,
+        )
         self.backend.tag = tag
         m = self.backend.load().model
-        self.four_bit_layers = pin_4bit_training_path(m)             # pi_theta, pi_old, pi_ref and the rollouts: one kernel
+        self.four_bit_layers = pin_4bit_training_path(
+            m
+        )  # pi_theta, pi_old, pi_ref and the rollouts: one kernel
         if cfg.finetune == "lora":
             from peft import LoraConfig, get_peft_model
-            m = get_peft_model(m, LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
-                                             target_modules="all-linear", task_type="CAUSAL_LM"))
-            self.ref = None                                            # pi_ref = the base, adapters off
+
+            m = get_peft_model(
+                m,
+                LoraConfig(
+                    r=cfg.lora_r,
+                    lora_alpha=cfg.lora_alpha,
+                    lora_dropout=0.0,
+                    target_modules="all-linear",
+                    task_type="CAUSAL_LM",
+                ),
+            )
+            self.ref = None  # pi_ref = the base, adapters off
         else:
             self.ref = copy.deepcopy(m).requires_grad_(False).eval()
             m.requires_grad_(True)
-        if cfg.gradient_checkpointing: m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if cfg.gradient_checkpointing:
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.backend.model = self.model = m
         self.params = [p for p in m.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.skipped_long = self.skipped_empty = 0
-        # identity of the weights: the training config and the parent weights (the base's cache identity: a checkpoint's holds its fingerprint)
-        self.backend.lineage = self.lineage = _sha(cfg.fingerprint, HFBackend.backend_id.fget(self.backend))
+        # identity of the weights: the training config and the parent weights
+        # (the base's cache identity: a checkpoint's holds its fingerprint)
+        self.backend.lineage = self.lineage = _sha(
+            cfg.fingerprint, HFBackend.backend_id.fget(self.backend)
+        )
 
     version = property(lambda self: self.backend.version)
 
+# %% ../nbs/10b_umad_train.ipynb #7789972d
 def _sha(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -328,22 +534,30 @@ def _fwd(self: Policy, model, P, C):
     """log pi of the completions through `model`. On a GPU every training forward (pi_theta with gradient, pi_old and
     pi_ref without) runs one attention kernel, `Policy.train_attention` (PyTorch's math SDPA): the fused kernels
     PyTorch picks otherwise can differ with and without gradient, and pi != pi_ref at step 0 (seen on an H200)."""
-    import torch, contextlib
+    import torch
+    import contextlib
+
     cuda = next(model.parameters()).is_cuda
     with contextlib.ExitStack() as st:
-        if cuda and self.cfg.finetune == "full": st.enter_context(torch.autocast("cuda", dtype=torch.bfloat16))
+        if cuda and self.cfg.finetune == "full":
+            st.enter_context(torch.autocast("cuda", dtype=torch.bfloat16))
         if cuda and self.train_attention:
             from torch.nn.attention import SDPBackend, sdpa_kernel
+
             st.enter_context(sdpa_kernel(getattr(SDPBackend, self.train_attention.upper())))
         return sequence_logprobs(model, P, C, self.backend.pad_id, self.cfg.temperature)
 
+# %% ../nbs/10b_umad_train.ipynb #9da2bc8c
 @patch
 def ref_logprobs(self: Policy, P, C):
     "log pi_ref of the completions (no gradient)."
     import torch
+
     with torch.no_grad():
-        if self.ref is not None: return self._fwd(self.ref, P, C)[0]
-        with self.model.disable_adapter(): return self._fwd(self.model, P, C)[0]
+        if self.ref is not None:
+            return self._fwd(self.ref, P, C)[0]
+        with self.model.disable_adapter():
+            return self._fwd(self.model, P, C)[0]
 
 # %% ../nbs/10b_umad_train.ipynb #dd671a39
 @patch
@@ -353,12 +567,24 @@ def sequences(self: Policy, tr: pd.DataFrame, rows: pd.DataFrame, items: Mapping
     tok, cfg = self.backend.tokenizer, self.cfg
     P, C, A = [], [], []
     for r in rows.itertuples():
-        if int(r.completion_tokens or 0) <= 0: self.skipped_empty += 1; continue
-        p = self.backend.encode(sent_messages(tr, items[r.item_id], r.agent, int(r.round), int(r.sample), UMAD_PROMPT, "none"))
-        if len(p) > cfg.max_prompt_tokens: self.skipped_long += 1; continue
-        c = tok(str(r.text or ""), add_special_tokens=False)["input_ids"][:cfg.max_new_tokens]
-        if int(r.completion_tokens) < cfg.max_new_tokens: c = c + [self.backend.eos_ids[0]]   # stopped: EOS was sampled
-        if c: P.append(p); C.append(c); A.append(float(r.advantage))
+        if int(r.completion_tokens or 0) <= 0:
+            self.skipped_empty += 1
+            continue
+        p = self.backend.encode(
+            sent_messages(
+                tr, items[r.item_id], r.agent, int(r.round), int(r.sample), UMAD_PROMPT, "none"
+            )
+        )
+        if len(p) > cfg.max_prompt_tokens:
+            self.skipped_long += 1
+            continue
+        c = tok(str(r.text or ""), add_special_tokens=False)["input_ids"][: cfg.max_new_tokens]
+        if int(r.completion_tokens) < cfg.max_new_tokens:
+            c = c + [self.backend.eos_ids[0]]  # stopped: EOS was sampled
+        if c:
+            P.append(p)
+            C.append(c)
+            A.append(float(r.advantage))
     return P, C, A
 
 # %% ../nbs/10b_umad_train.ipynb #1c8ed482
@@ -366,8 +592,10 @@ def sequences(self: Policy, tr: pd.DataFrame, rows: pd.DataFrame, items: Mapping
 def update(self: Policy, P, C, A) -> dict:
     "UMAD Alg. 2 lines 28-30 on this policy's sequences: the clipped GRPO objective with KL to pi_ref, gradient steps."
     import torch
+
     cfg = self.cfg
-    if not P: return dict(sequences=0)
+    if not P:
+        return dict(sequences=0)
     mb = cfg.micro_batch_size
     chunks = [list(range(i, min(i + mb, len(P)))) for i in range(0, len(P), mb)]
     sub = lambda xs, ch: [xs[i] for i in ch]
@@ -375,37 +603,71 @@ def update(self: Policy, P, C, A) -> dict:
         old = [self._fwd(self.model, sub(P, ch), sub(C, ch))[0] for ch in chunks]
         ref = [self.ref_logprobs(sub(P, ch), sub(C, ch)) for ch in chunks]
     losses, kls, clips, norms = [], [], [], []
-    if cfg.gradient_checkpointing: self.model.train()       # HF checkpoints only in training mode (no dropout in these models)
+    if cfg.gradient_checkpointing:
+        self.model.train()  # HF checkpoints only in training mode (no dropout in these models)
     for mini in np.array_split(np.arange(len(chunks)), min(cfg.mini_batches, len(chunks))):
-        n_tok, n_seq = sum(len(C[i]) for k in mini for i in chunks[k]), sum(len(chunks[k]) for k in mini)
+        n_tok, n_seq = (
+            sum(len(C[i]) for k in mini for i in chunks[k]),
+            sum(len(chunks[k]) for k in mini),
+        )
         self.opt.zero_grad(set_to_none=True)
         for k in mini:
             lp, mask = self._fwd(self.model, sub(P, chunks[k]), sub(C, chunks[k]))
             adv = torch.tensor(sub(A, chunks[k]), device=lp.device)
-            loss, st = grpo_loss(lp, old[k].to(lp.device), ref[k].to(lp.device), adv, mask, cfg.clip_ratio, cfg.beta, n_tokens=n_tok,
-                                 agg=cfg.loss_agg, n_seqs=n_seq, kl_clamp=cfg.kl_clamp)
+            loss, st = grpo_loss(
+                lp,
+                old[k].to(lp.device),
+                ref[k].to(lp.device),
+                adv,
+                mask,
+                cfg.clip_ratio,
+                cfg.beta,
+                n_tokens=n_tok,
+                agg=cfg.loss_agg,
+                n_seqs=n_seq,
+                kl_clamp=cfg.kl_clamp,
+            )
             loss.backward()
-            losses.append(float(loss.detach())); kls.append(st["kl"]); clips.append(st["clipped"])
+            losses.append(float(loss.detach()))
+            kls.append(st["kl"])
+            clips.append(st["clipped"])
         norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)))
         self.opt.step()
     self.model.eval()
-    self.backend.lineage = self.lineage = _sha(self.lineage, P, C, A)      # the new weights: the old ones and this update's inputs
+    self.backend.lineage = self.lineage = _sha(
+        self.lineage, P, C, A
+    )  # the new weights: the old ones and this update's inputs
     self.backend.version += 1
-    return dict(sequences=len(P), tokens=sum(map(len, C)), loss=float(np.sum(losses)), kl=float(np.mean(kls)),
-                clipped=float(np.mean(clips)), grad_norm=float(np.mean(norms)))
+    return dict(
+        sequences=len(P),
+        tokens=sum(map(len, C)),
+        loss=float(np.sum(losses)),
+        kl=float(np.mean(kls)),
+        clipped=float(np.mean(clips)),
+        grad_norm=float(np.mean(norms)),
+    )
 
 # %% ../nbs/10b_umad_train.ipynb #a1c0f005
 @runtime_checkable
 class RolloutEngine(Protocol):
     "A rollout engine for UMAD Alg. 2 lines 4-17: the kit's `Backend` plus `sync(policy)` (load the policy's current weights)."
+
     backend_id: str
+
     def generate(self, requests: list[GenRequest]) -> list[Generation]: ...
     def sync(self, policy: Policy) -> None: ...
 
+# %% ../nbs/10b_umad_train.ipynb #e9975e02
 class EngineBackend(BaseBackend):
     "The backend the trainer's debate sees for `policy` served by `engine`: synced once per policy version, identity per version."
+
     def __init__(self, policy: Policy, engine: RolloutEngine):
-        if not isinstance(engine, RolloutEngine): raise ConfigError("a rollout engine needs generate(requests) and sync(policy)", key="engine", value=type(engine).__name__)
+        if not isinstance(engine, RolloutEngine):
+            raise ConfigError(
+                "a rollout engine needs generate(requests) and sync(policy)",
+                key="engine",
+                value=type(engine).__name__,
+            )
         self.policy, self.engine, self.synced = policy, engine, None
         self.model_name = policy.backend.model_name
 
@@ -415,39 +677,65 @@ class EngineBackend(BaseBackend):
 
     def generate(self, requests: list[GenRequest]) -> list[Generation]:
         if self.synced != self.policy.lineage:
-            self.engine.sync(self.policy); self.synced = self.policy.lineage
+            self.engine.sync(self.policy)
+            self.synced = self.policy.lineage
         return self.engine.generate(list(requests))
 
 # %% ../nbs/10b_umad_train.ipynb #a1c0f015
 class VLLMLoRAEngine:
     """A UMAD rollout engine (Alg. 2 lines 4-17) on a vLLM server with runtime LoRA: `sync` saves the policy's adapter under
     `adapter_dir`, loads it by a lineage name and unloads the previous one; `generate` goes through `OpenAIBackend` (`kw`)."""
+
     def __init__(self, policy: Policy, base_url: str, adapter_dir: str | Path, **kw):
         if policy.cfg.finetune != "lora":
-            raise ConfigError("a LoRA server engine serves adapters: use finetune='lora' (full weights need a weight-sync engine)",
-                              key="finetune", value=policy.cfg.finetune)
-        self.spec, self.base_url, self.adapter_dir, self.kw = policy.backend.spec, str(base_url).rstrip("/"), Path(adapter_dir), kw
+            raise ConfigError(
+                "a LoRA server engine serves adapters: use finetune='lora' (full weights need a weight-sync engine)",
+                key="finetune",
+                value=policy.cfg.finetune,
+            )
+        self.spec, self.base_url, self.adapter_dir, self.kw = (
+            policy.backend.spec,
+            str(base_url).rstrip("/"),
+            Path(adapter_dir),
+            kw,
+        )
         self.inner, self.loaded = None, None
 
     backend_id = property(lambda self: f"vllm-lora:{self.spec.name}")
 
     def _post(self, route: str, body: dict):
-        import urllib.error, urllib.request
-        req = urllib.request.Request(f"{self.base_url}/{route}", data=json.dumps(body).encode(), headers={"content-type": "application/json"})
-        try: urllib.request.urlopen(req, timeout=300).read()
+        import urllib.error
+        import urllib.request
+
+        req = urllib.request.Request(
+            f"{self.base_url}/{route}",
+            data=json.dumps(body).encode(),
+            headers={"content-type": "application/json"},
+        )
+        try:
+            urllib.request.urlopen(req, timeout=300).read()
         except (urllib.error.URLError, OSError) as e:
             from mad_study.serving import ServingError
-            raise ServingError(f"the server refused {route} ({e}); start it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora",
-                               key="lora_name", value=body.get("lora_name")) from None
+
+            raise ServingError(
+                f"the server refused {route} ({e}); start it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora",
+                key="lora_name",
+                value=body.get("lora_name"),
+            ) from None
 
     def sync(self, policy: Policy) -> None:
         from mad_study.serving import OpenAIBackend
+
         name = f"{policy.backend.tag.replace('/', '_').replace('@', '_')}-{policy.lineage}"
         d = self.adapter_dir / name
         policy.model.save_pretrained(d)
         self._post("load_lora_adapter", {"lora_name": name, "lora_path": str(d.resolve())})
-        if self.loaded: self._post("unload_lora_adapter", {"lora_name": self.loaded})
-        self.loaded, self.inner = name, OpenAIBackend(self.spec, self.base_url, served_model=name, **self.kw)
+        if self.loaded:
+            self._post("unload_lora_adapter", {"lora_name": self.loaded})
+        self.loaded, self.inner = (
+            name,
+            OpenAIBackend(self.spec, self.base_url, served_model=name, **self.kw),
+        )
 
     def generate(self, requests: list[GenRequest]) -> list[Generation]:
         return self.inner.generate(list(requests))
@@ -455,87 +743,152 @@ class VLLMLoRAEngine:
 # %% ../nbs/10b_umad_train.ipynb #29370936
 class UMADTrainer:
     "UMAD Alg. 2: joint debate rollouts (lines 4-17), rewards and advantages (19-27), one GRPO update per agent on its own turns (28-30)."
-    def __init__(self, models: Sequence[str], cfg: TrainConfig, name: str = "umad", cache=None,
-                 engine: Callable[[Policy], RolloutEngine] | None = None):
+
+    def __init__(
+        self,
+        models: Sequence[str],
+        cfg: TrainConfig,
+        name: str = "umad",
+        cache=None,
+        engine: Callable[[Policy], RolloutEngine] | None = None,
+    ):
         import torch
         from mad_study.backends import CachedBackend
+
         self.cfg, self.name, self.models = cfg, name, list(models)
         base = umad_agents(self.models)
         key = {a.name: (a.model if cfg.shared_policy else f"{a.model}@{a.name}") for a in base}
         self.agents = [dataclasses.replace(a, model=key[a.name]) for a in base]
         self.base_model = {key[a.name]: a.model for a in base}
-        self.memory = check_train_memory(list(self.base_model.values()), cfg)    # before any weight is loaded or rollout made
+        self.memory = check_train_memory(
+            list(self.base_model.values()), cfg
+        )  # before any weight is loaded or rollout made
         gpu = torch.cuda.is_available()
-        self.policies = {k: Policy(m, cfg, tag=f"{name}/{k}", device=i % cfg.policy_gpus if gpu else None)
-                         for i, (k, m) in enumerate(self.base_model.items())}
-        engines = {k: (EngineBackend(p, engine(p)) if engine is not None else p.backend) for k, p in self.policies.items()}
-        self.backends = {k: (CachedBackend(e, cache) if cache is not None else e) for k, e in engines.items()}
+        self.policies = {
+            k: Policy(m, cfg, tag=f"{name}/{k}", device=i % cfg.policy_gpus if gpu else None)
+            for i, (k, m) in enumerate(self.base_model.items())
+        }
+        engines = {
+            k: (EngineBackend(p, engine(p)) if engine is not None else p.backend)
+            for k, p in self.policies.items()
+        }
+        self.backends = {
+            k: (CachedBackend(e, cache) if cache is not None else e) for k, e in engines.items()
+        }
         self.step_count, self.history = 0, []
 
     def step(self, items) -> dict:
         "Alg. 2 lines 4-30 on one batch of questions; returns the step's record (rewards, accuracy per agent and turn, update stats)."
         t0 = time.time()
-        tr = rollout(items, self.agents, self.backends, self.cfg, self.step_count, experiment=self.name)   # lines 4-17
-        ta = transcript_advantages(tr, self.cfg)                                                              # lines 19-27
+        tr = rollout(
+            items, self.agents, self.backends, self.cfg, self.step_count, experiment=self.name
+        )  # lines 4-17
+        ta = transcript_advantages(tr, self.cfg)  # lines 19-27
         by_id = {it.id: it for it in items}
-        rec = dict(step=self.step_count, variant=self.cfg.variant, questions=len(items), reward=float(ta["reward"].mean()),
-                   empty_generations=int(ta["empty"].sum()))
-        for (a, r), g in ta.groupby(["agent", "round"]): rec[f"acc_{a}_t{int(r) + 1}"] = float(g["correct"].astype(float).mean())
-        for k, pol in self.policies.items():                                                                  # lines 28-30
+        rec = dict(
+            step=self.step_count,
+            variant=self.cfg.variant,
+            questions=len(items),
+            reward=float(ta["reward"].mean()),
+            empty_generations=int(ta["empty"].sum()),
+        )
+        for (a, r), g in ta.groupby(["agent", "round"]):
+            rec[f"acc_{a}_t{int(r) + 1}"] = float(g["correct"].astype(float).mean())
+        for k, pol in self.policies.items():  # lines 28-30
             st = pol.update(*pol.sequences(tr, ta[ta["model"] == k], by_id))
             rec.update({f"{k}/{s}": v for s, v in st.items()})
         rec["seconds"] = round(time.time() - t0, 2)
-        self.step_count += 1; self.history.append(rec); self.last_transcript = ta
+        self.step_count += 1
+        self.history.append(rec)
+        self.last_transcript = ta
         return rec
 
 # %% ../nbs/10b_umad_train.ipynb #a1c0f006
 @patch
-def train(self: UMADTrainer, items, epochs: int | None = None, max_steps: int | None = None, log=None) -> pd.DataFrame:
+def train(
+    self: UMADTrainer, items, epochs: int | None = None, max_steps: int | None = None, log=None
+) -> pd.DataFrame:
     "Alg. 2 lines 3-32: `epochs` passes over `items` in batches of `batch_size` (a seeded order per epoch), at most `max_steps` steps."
     items = list(items)
     for e in range(int(self.cfg.epochs if epochs is None else epochs)):
-        order = np.random.default_rng(derive_seed(self.cfg.seed, "umad-train-epoch", e)).permutation(len(items))
+        order = np.random.default_rng(
+            derive_seed(self.cfg.seed, "umad-train-epoch", e)
+        ).permutation(len(items))
         for i in range(0, len(items), self.cfg.batch_size):
-            if max_steps is not None and self.step_count >= max_steps: return pd.DataFrame(self.history)
-            rec = self.step([items[j] for j in order[i:i + self.cfg.batch_size]])
-            if log: log(rec)
+            if max_steps is not None and self.step_count >= max_steps:
+                return pd.DataFrame(self.history)
+            rec = self.step([items[j] for j in order[i : i + self.cfg.batch_size]])
+            if log:
+                log(rec)
     return pd.DataFrame(self.history)
 
 # %% ../nbs/10b_umad_train.ipynb #6fd9a8cb
 CHECKPOINT_META = "umad_train.json"
 CHECKPOINT_PREFIX = "umad-train:"
 
+
 def checkpoint_dir(name: str, root: str | Path | None = None) -> Path:
     "Folder of checkpoint `name` (`runs/checkpoints/<name>` under `$MAD_STUDY_RUNS` unless `root`)."
-    if not name or "/" in name or name.startswith("."): raise ConfigError("bad checkpoint name", key="name", value=name)
+    if not name or "/" in name or name.startswith("."):
+        raise ConfigError("bad checkpoint name", key="name", value=name)
     return Path(root) if root is not None else runs_dir() / "checkpoints" / name
 
+# %% ../nbs/10b_umad_train.ipynb #9842b6ad
 def save_checkpoint(trainer: UMADTrainer, name: str, root: str | Path | None = None) -> Path:
     "Save every policy of `trainer` (full weights or LoRA adapter + tokenizer) and `umad_train.json` (config, agents, step, history)."
-    import hashlib, shutil, tempfile
-    d = checkpoint_dir(name, root); d.parent.mkdir(parents=True, exist_ok=True)
+    import hashlib
+    import shutil
+    import tempfile
+
+    d = checkpoint_dir(name, root)
+    d.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=d.parent, prefix=f".{d.name}."))
     try:
         folders = {}
         for k, pol in trainer.policies.items():
             folders[k] = k.replace("/", "_").replace("@", "_")
-            pol.model.save_pretrained(tmp / folders[k]); pol.backend.tokenizer.save_pretrained(tmp / folders[k])
-        meta = dict(name=name, variant=trainer.cfg.variant, config=dataclasses.asdict(trainer.cfg), step=trainer.step_count,
-                    agents={a.name: dict(base_model=trainer.base_model[a.model], policy=a.model, folder=folders[a.model], role=a.role)
-                            for a in trainer.agents},
-                    history=trainer.history, created=time.strftime("%Y-%m-%dT%H:%M:%S"))
-        meta["fingerprint"] = hashlib.sha256(json.dumps(meta, sort_keys=True, default=str).encode()).hexdigest()[:16]
+            pol.model.save_pretrained(tmp / folders[k])
+            pol.backend.tokenizer.save_pretrained(tmp / folders[k])
+        meta = dict(
+            name=name,
+            variant=trainer.cfg.variant,
+            config=dataclasses.asdict(trainer.cfg),
+            step=trainer.step_count,
+            agents={
+                a.name: dict(
+                    base_model=trainer.base_model[a.model],
+                    policy=a.model,
+                    folder=folders[a.model],
+                    role=a.role,
+                )
+                for a in trainer.agents
+            },
+            history=trainer.history,
+            created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        )
+        meta["fingerprint"] = hashlib.sha256(
+            json.dumps(meta, sort_keys=True, default=str).encode()
+        ).hexdigest()[:16]
         (tmp / CHECKPOINT_META).write_text(json.dumps(meta, indent=1, default=str))
-        if d.exists(): shutil.rmtree(d)
+        if d.exists():
+            shutil.rmtree(d)
         tmp.rename(d)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True); raise
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return d
 
+# %% ../nbs/10b_umad_train.ipynb #26f69a35
 def load_checkpoint_meta(name: str, root: str | Path | None = None) -> dict:
     "The `umad_train.json` of checkpoint `name`; a clear error when there is none."
     f = checkpoint_dir(name, root) / CHECKPOINT_META
-    if not f.exists(): raise ConfigError("no such trained checkpoint (run the training first)", key="checkpoint", value=name, where=f.parent)
+    if not f.exists():
+        raise ConfigError(
+            "no such trained checkpoint (run the training first)",
+            key="checkpoint",
+            value=name,
+            where=f.parent,
+        )
     return json.loads(f.read_text())
 
 # %% ../nbs/10b_umad_train.ipynb #f9a5b096
@@ -543,33 +896,62 @@ def checkpoint_spec(name: str, agent: str = "a0", root: str | Path | None = None
     """A `ModelSpec` (kind 'hf') for agent `agent` of checkpoint `name`: named `umad-train:<name>/<agent>`, its folder as
     source, the base model's size, context and chat-template options."""
     from mad_study.backends import ModelSpec, get_model
+
     meta = load_checkpoint_meta(name, root)
-    if agent not in meta["agents"]: raise ConfigError("no such agent in the checkpoint", key="agent", value=agent, choices=meta["agents"])
+    if agent not in meta["agents"]:
+        raise ConfigError(
+            "no such agent in the checkpoint", key="agent", value=agent, choices=meta["agents"]
+        )
     info = meta["agents"][agent]
     base = get_model(info["base_model"])
-    return ModelSpec(f"{CHECKPOINT_PREFIX}{name}/{agent}", "hf", str(checkpoint_dir(name, root) / info["folder"]),
-                     revision=meta["fingerprint"], params_b=base.params_b, context_len=base.context_len, papers=("umad",),
-                     notes=f"UMAD training ({meta['variant']}, step {meta['step']}) of {base.name}",
-                     chat_template_kwargs=dict(base.chat_template_kwargs))
+    return ModelSpec(
+        f"{CHECKPOINT_PREFIX}{name}/{agent}",
+        "hf",
+        str(checkpoint_dir(name, root) / info["folder"]),
+        revision=meta["fingerprint"],
+        params_b=base.params_b,
+        context_len=base.context_len,
+        papers=("umad",),
+        notes=f"UMAD training ({meta['variant']}, step {meta['step']}) of {base.name}",
+        chat_template_kwargs=dict(base.chat_template_kwargs),
+    )
 
+# %% ../nbs/10b_umad_train.ipynb #695b8f99
 class TrainedBackend(HFBackend):
     """An `HFBackend` for a trained checkpoint: cache identity `umad-train:<name>/<agent>@<fingerprint>:<quant>:<dtype>` (no
     machine path); its 4-bit layers run on the path they were trained on (`pin_4bit_training_path`), so a trained agent
     generates what the trained policy generated, on every CPU."""
+
     def load(self) -> "TrainedBackend":
-        if self.model is None: super().load(); pin_4bit_training_path(self.model)
+        if self.model is None:
+            super().load()
+            pin_4bit_training_path(self.model)
         return self
 
     @property
     def backend_id(self) -> str:
         from mad_study.backends import DTYPE_SHORT
+
         dt = DTYPE_SHORT.get(str(self.compute_dtype).replace("torch.", ""), str(self.compute_dtype))
         bid = f"{self.spec.name}@{self.spec.revision}:{self.quant}:{dt}"
-        return bid + (":" + json.dumps(self.chat_template_kwargs, sort_keys=True) if self.chat_template_kwargs else "")
+        return bid + (
+            ":" + json.dumps(self.chat_template_kwargs, sort_keys=True)
+            if self.chat_template_kwargs
+            else ""
+        )
 
-def trained_backend(name: str, agent: str = "a0", quant: str = "none", cache=None, root: str | Path | None = None, **kw):
+# %% ../nbs/10b_umad_train.ipynb #c2caafdf
+def trained_backend(
+    name: str,
+    agent: str = "a0",
+    quant: str = "none",
+    cache=None,
+    root: str | Path | None = None,
+    **kw,
+):
     "A backend serving agent `agent` of checkpoint `name` (behind the generation cache when `cache` is given)."
     from mad_study.backends import CachedBackend
+
     b = registry_backend(checkpoint_spec(name, agent, root), quant=quant, **kw)
     return CachedBackend(b, cache) if cache is not None else b
 
@@ -578,154 +960,279 @@ def registry_spec(ref: str, root: str | Path | None = None):
     "The `ModelSpec` of `<checkpoint>/<agent>`: `mad_study.backends.get_model('umad-train:<checkpoint>/<agent>')` lands here."
     name, sep, agent = str(ref).strip().partition("/")
     if not (sep and name and agent):
-        raise ConfigError("a trained agent is named umad-train:<checkpoint>/<agent> (e.g. umad-train:umad_train-cpu-x-umad/a0)",
-                          key="model", value=CHECKPOINT_PREFIX + str(ref))
+        raise ConfigError(
+            "a trained agent is named umad-train:<checkpoint>/<agent> (e.g. umad-train:umad_train-cpu-x-umad/a0)",
+            key="model",
+            value=CHECKPOINT_PREFIX + str(ref),
+        )
     return checkpoint_spec(name, agent, root)
 
+# %% ../nbs/10b_umad_train.ipynb #dc424d18
 def registry_backend(spec, quant: str = "none", **kw):
     "The backend of a trained agent's spec (`mad_study.backends.make_backend('umad-train:...')` lands here)."
-    if (Path(spec.hub_id) / "adapter_config.json").exists(): _need_peft()
+    if (Path(spec.hub_id) / "adapter_config.json").exists():
+        _need_peft()
     return TrainedBackend(spec, quant=quant, **kw)
 
+# %% ../nbs/10b_umad_train.ipynb #5732a514
 def _need_peft():
     import importlib.util
+
     if importlib.util.find_spec("peft") is None:
-        raise ConfigError("this checkpoint is a LoRA adapter: loading it needs peft (pip install peft)", key="checkpoint")
+        raise ConfigError(
+            "this checkpoint is a LoRA adapter: loading it needs peft (pip install peft)",
+            key="checkpoint",
+        )
 
 # %% ../nbs/10b_umad_train.ipynb #f9c48f6f
-VARIANT_LABELS = {"zeroshot": "Zero-Shot", "ippo": "IPPO", "umad": "UMAD", "intrinsic_only": "Intrinsic-only",
-                  "nll_only": "NLL-only", "single_grpo": "Single-GRPO Pair"}
-TAB1_VARIANTS = ("ippo", "umad")                                          # UMAD Table 1: the trained rows
-TAB3_VARIANTS = ("umad", "intrinsic_only", "nll_only", "single_grpo")     # UMAD Table 3 / App. E.1 (heterogeneous)
+VARIANT_LABELS = {
+    "zeroshot": "Zero-Shot",
+    "ippo": "IPPO",
+    "umad": "UMAD",
+    "intrinsic_only": "Intrinsic-only",
+    "nll_only": "NLL-only",
+    "single_grpo": "Single-GRPO Pair",
+}
+TAB1_VARIANTS = ("ippo", "umad")  # UMAD Table 1: the trained rows
+TAB3_VARIANTS = (
+    "umad",
+    "intrinsic_only",
+    "nll_only",
+    "single_grpo",
+)  # UMAD Table 3 / App. E.1 (heterogeneous)
+
 
 def checkpoint_name(experiment: str, profile: str, pair: Sequence[str], variant: str) -> str:
     "The checkpoint the training writes for one setting and variant (UMAD Table 1 / 3 row): `<experiment>-<profile>-<pair>-<variant>`."
-    if variant not in VARIANTS: raise ConfigError("unknown training variant", key="variant", value=variant, choices=VARIANTS)
+    if variant not in VARIANTS:
+        raise ConfigError(
+            "unknown training variant", key="variant", value=variant, choices=VARIANTS
+        )
     return f"{experiment}-{profile}-{pair_label(pair).replace(' ', '').replace('+', '_')}-{variant}"
 
+# %% ../nbs/10b_umad_train.ipynb #7c75a265
 def setting_variants(pair: Sequence[str], variants: Sequence[str]) -> list[str]:
     """The variants a setting trains and evaluates: all of them for a heterogeneous pair; Table 1's IPPO and UMAD for a
     homogeneous one (Table 3, App. E.1 and Fig. 3 are heterogeneous only)."""
     from mad_study.umad import pair_kind
-    return list(variants) if pair_kind(pair) == "heterogeneous" else [v for v in variants if v in TAB1_VARIANTS]
 
+    return (
+        list(variants)
+        if pair_kind(pair) == "heterogeneous"
+        else [v for v in variants if v in TAB1_VARIANTS]
+    )
+
+# %% ../nbs/10b_umad_train.ipynb #c4c31984
 def trained_agents(name: str):
     "UMAD's agents (App. F roles, as trained) of checkpoint `name`, their models named `umad-train:<name>/<agent>`."
     from mad_study.debate import make_agents
-    ags = sorted(load_checkpoint_meta(name)["agents"].items(), key=lambda kv: int(kv[0][1:]))
-    return make_agents([f"{CHECKPOINT_PREFIX}{name}/{a}" for a, _ in ags], roles=[info["role"] for _, info in ags])
 
-def trained_table(transcript: pd.DataFrame, tasks: Sequence[str] | None = None, turns: Sequence[int] = (1, 2, 5),
-                  variants: Sequence[str] | None = None) -> pd.DataFrame:
+    ags = sorted(load_checkpoint_meta(name)["agents"].items(), key=lambda kv: int(kv[0][1:]))
+    return make_agents(
+        [f"{CHECKPOINT_PREFIX}{name}/{a}" for a, _ in ags], roles=[info["role"] for _, info in ags]
+    )
+
+# %% ../nbs/10b_umad_train.ipynb #f31950b0
+def trained_table(
+    transcript: pd.DataFrame,
+    tasks: Sequence[str] | None = None,
+    turns: Sequence[int] = (1, 2, 5),
+    variants: Sequence[str] | None = None,
+) -> pd.DataFrame:
     """UMAD Table 1 (trained rows) / Table 3: `zeroshot_table`'s layout per variant (the transcript's `variant` column),
     method = the paper's row name (`VARIANT_LABELS`), pass@1 mean ± sd over the evaluation seeds, parse failures per turn."""
     out = []
-    for v in (variants if variants is not None else list(dict.fromkeys(transcript["variant"]))):
+    for v in variants if variants is not None else list(dict.fromkeys(transcript["variant"])):
         t = transcript[transcript["variant"] == v]
-        if t.empty: raise ConfigError("no evaluation runs of this variant", key="variant", value=v, choices=set(transcript["variant"]))
+        if t.empty:
+            raise ConfigError(
+                "no evaluation runs of this variant",
+                key="variant",
+                value=v,
+                choices=set(transcript["variant"]),
+            )
         s = zeroshot_summary(seed_accuracy(t), tasks=tasks)
-        out.append(zeroshot_table(s, turns=turns, method=VARIANT_LABELS[v], parse_failures=parse_failures_by_turn(t)))
+        out.append(
+            zeroshot_table(
+                s, turns=turns, method=VARIANT_LABELS[v], parse_failures=parse_failures_by_turn(t)
+            )
+        )
     tab = pd.concat(out, ignore_index=True)
-    return tab.iloc[np.argsort(pd.Categorical(tab["Setting"], list(dict.fromkeys(tab["Setting"]))).codes, kind="stable")].reset_index(drop=True)
+    return tab.iloc[
+        np.argsort(
+            pd.Categorical(tab["Setting"], list(dict.fromkeys(tab["Setting"]))).codes, kind="stable"
+        )
+    ].reset_index(drop=True)
 
 # %% ../nbs/10b_umad_train.ipynb #65a85bf6
 FIG3_PANELS = {"zeroshot": "(a) Base models", "umad": "(b) UMAD models"}
+
 
 def fig3_summary(transcript: pd.DataFrame) -> pd.DataFrame:
     """UMAD Fig. 3's data: per panel (base models = the `zeroshot` variant, UMAD models = `umad`) and turn, the mean over items
     of TU, Sys-EU, Sys-AU (Alg. 1, `decomposition_table` over the evaluation threads) and each agent's accuracy."""
     from mad_study.umad import decomposition_summary, decomposition_table
-    t = transcript[transcript["variant"].isin(list(FIG3_PANELS))]
-    if set(t["variant"]) != set(FIG3_PANELS): raise ConfigError("Fig. 3 needs the base models' and the UMAD models' runs", key="variant", value=sorted(set(t["variant"])))
-    if t["setting"].nunique() != 1 or t["task"].nunique() != 1: raise ConfigError("Fig. 3 is one setting on one task", key="setting", value=sorted(set(t["setting"])))
-    return decomposition_summary(decomposition_table(t.assign(config=t["variant"].map(FIG3_PANELS)), by=("config",)), by=("config",))
 
+    t = transcript[transcript["variant"].isin(list(FIG3_PANELS))]
+    if set(t["variant"]) != set(FIG3_PANELS):
+        raise ConfigError(
+            "Fig. 3 needs the base models' and the UMAD models' runs",
+            key="variant",
+            value=sorted(set(t["variant"])),
+        )
+    if t["setting"].nunique() != 1 or t["task"].nunique() != 1:
+        raise ConfigError(
+            "Fig. 3 is one setting on one task", key="setting", value=sorted(set(t["setting"]))
+        )
+    return decomposition_summary(
+        decomposition_table(t.assign(config=t["variant"].map(FIG3_PANELS)), by=("config",)),
+        by=("config",),
+    )
+
+# %% ../nbs/10b_umad_train.ipynb #aa4166b6
 def plot_fig3(summary: pd.DataFrame, title: str = ""):
     "UMAD Fig. 3: per panel, Sys-EU (purple) and Sys-AU (gray) stacked to TU over the turns, each agent's accuracy (orange A0, blue A1)."
     import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     for ax, (c, g) in zip(axes, summary.groupby("config", sort=True)):
-        g = g.sort_values("turn"); x = g["turn"].to_numpy()
+        g = g.sort_values("turn")
+        x = g["turn"].to_numpy()
         ax.fill_between(x, 0, g["eu"], color="#7b3294", alpha=0.3, lw=0, label="Sys-EU (JSD)")
         ax.fill_between(x, g["eu"], g["tu"], color="0.85", alpha=0.6, label="Sys-AU (TU - EU)")
         ax.plot(x, g["tu"], color="0.35", lw=2, label="TU")
-        ax.set_xticks(x); ax.set_xlabel("turn T"); ax.set_ylabel("nats"); ax.set_title(c, fontsize=10)
+        ax.set_xticks(x)
+        ax.set_xlabel("turn T")
+        ax.set_ylabel("nats")
+        ax.set_title(c, fontsize=10)
         ax.set_ylim(0, max(1e-3, float(summary["tu"].max())) * 1.15)
         ax2 = ax.twinx()
         for a, col in (("acc_a0", "tab:orange"), ("acc_a1", "tab:blue")):
-            if a in g: ax2.plot(x, g[a], marker="o", ms=3, color=col, label=f"accuracy A{a[-1]}")
-        ax2.set_ylim(0, 1.02); ax2.set_ylabel("accuracy"); ax2.grid(False)
-    h1, l1 = axes[0].get_legend_handles_labels(); h2, l2 = ax2.get_legend_handles_labels()
-    fig.legend(h1 + h2, l1 + l2, loc="lower center", ncol=5, fontsize=8, bbox_to_anchor=(0.5, -0.04))
+            if a in g:
+                ax2.plot(x, g[a], marker="o", ms=3, color=col, label=f"accuracy A{a[-1]}")
+        ax2.set_ylim(0, 1.02)
+        ax2.set_ylabel("accuracy")
+        ax2.grid(False)
+    h1, l1 = axes[0].get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    fig.legend(
+        h1 + h2, l1 + l2, loc="lower center", ncol=5, fontsize=8, bbox_to_anchor=(0.5, -0.04)
+    )
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 0.95))
     return fig
 
 # %% ../nbs/10b_umad_train.ipynb #18f7bf0f
-FULL_BYTES_PER_PARAM = 16.0   # fp32 weights + fp32 gradients + AdamW's two fp32 moments
-REF_BYTES_PER_PARAM = 4.0     # `Policy`'s frozen reference: a deep copy of the fp32 policy
-LORA_SHARE = 0.01             # LoRA r = 16 on all linear layers: ~1% of the parameters (Qwen2.5-3B: ~30M)
-GPU_HEADROOM = 0.9            # share of a GPU the check gives weights, gradients, optimizer and reference (rest: activations, KV cache)
+FULL_BYTES_PER_PARAM = 16.0  # fp32 weights + fp32 gradients + AdamW's two fp32 moments
+REF_BYTES_PER_PARAM = 4.0  # `Policy`'s frozen reference: a deep copy of the fp32 policy
+LORA_SHARE = 0.01  # LoRA r = 16 on all linear layers: ~1% of the parameters (Qwen2.5-3B: ~30M)
+# share of a GPU the check gives weights, gradients,
+# optimizer and reference (rest: activations, KV cache)
+GPU_HEADROOM = 0.9
+
 
 def train_memory_gb(model: str, finetune: str = "full", quant: str = "nf4") -> float:
     """Memory (GB) `Policy` allocates to train `model` (UMAD Alg. 2 line 1: policy, reference, optimizer), activations
     excluded: full = fp32 weights, gradients, AdamW moments and the fp32 reference copy (20 B/param); LoRA = the base
     weights (`quant`) + adapters with their gradients and moments."""
     from mad_study.backends import get_model, weight_memory_gb
+
     spec = get_model(model)
-    if spec.kind == "sim": return 0.0
-    if finetune == "full": return spec.params_b * (FULL_BYTES_PER_PARAM + REF_BYTES_PER_PARAM)
-    if finetune != "lora": raise ConfigError("unknown fine-tuning mode", key="finetune", value=finetune, choices=FINETUNE)
+    if spec.kind == "sim":
+        return 0.0
+    if finetune == "full":
+        return spec.params_b * (FULL_BYTES_PER_PARAM + REF_BYTES_PER_PARAM)
+    if finetune != "lora":
+        raise ConfigError(
+            "unknown fine-tuning mode", key="finetune", value=finetune, choices=FINETUNE
+        )
     return weight_memory_gb(model, quant) + spec.params_b * LORA_SHARE * FULL_BYTES_PER_PARAM
 
 # %% ../nbs/10b_umad_train.ipynb #a1c0f007
 def _gpu_gb(cfg: TrainConfig) -> float | None:
-    if cfg.gpu_memory_gb: return float(cfg.gpu_memory_gb)
+    if cfg.gpu_memory_gb:
+        return float(cfg.gpu_memory_gb)
     import torch
-    return torch.cuda.get_device_properties(0).total_memory / 1e9 if torch.cuda.is_available() else None
 
-def check_train_memory(models: Sequence[str], cfg: TrainConfig, gpu_gb: float | None = None) -> dict:
+    return (
+        torch.cuda.get_device_properties(0).total_memory / 1e9
+        if torch.cuda.is_available()
+        else None
+    )
+
+# %% ../nbs/10b_umad_train.ipynb #26189caa
+def check_train_memory(
+    models: Sequence[str], cfg: TrainConfig, gpu_gb: float | None = None
+) -> dict:
     """Refuse (ConfigError naming the fixes), before any model is loaded or rollout made, a UMAD training (Alg. 2 line 1: one
     policy per entry of `models`) whose policies on one GPU (policy k on GPU k mod `policy_gpus`) need more than
     `GPU_HEADROOM` of it (`gpu_gb`, else `cfg.gpu_memory_gb`, else the visible GPU's; no GPU: no check). Returns GB per GPU."""
     per = [train_memory_gb(m, cfg.finetune, cfg.quant) for m in models]
     dev = [0.0] * int(cfg.policy_gpus)
-    for i, g in enumerate(per): dev[i % int(cfg.policy_gpus)] += g
+    for i, g in enumerate(per):
+        dev[i % int(cfg.policy_gpus)] += g
     gb = gpu_gb or _gpu_gb(cfg)
     out = dict(per_gpu=[round(x, 1) for x in dev], gpu_gb=gb)
-    if gb is None or max(dev) <= GPU_HEADROOM * gb: return out
+    if gb is None or max(dev) <= GPU_HEADROOM * gb:
+        return out
     lora = sum(train_memory_gb(m, "lora", "nf4") for m in models)
-    fixes = [f"LoRA on nf4 base weights (-p finetune=lora -p train_quant=nf4: {lora:.1f} GB for all {len(models)} policies)"]
+    fixes = [
+        f"LoRA on nf4 base weights (-p finetune=lora -p train_quant=nf4: {lora:.1f} GB for all {len(models)} policies)"
+    ]
     if len(models) > int(cfg.policy_gpus):
-        fixes.append(f"one agent per GPU (-p policy_gpus={len(models)}: {max(per):.1f} GB on the fullest)")
+        fixes.append(
+            f"one agent per GPU (-p policy_gpus={len(models)}: {max(per):.1f} GB on the fullest)"
+        )
     fixes.append(f"a bigger GPU (at least {max(dev) / GPU_HEADROOM:.0f} GB)")
-    raise ConfigError(f"UMAD training ({cfg.finetune} fine-tuning of {', '.join(models)}) needs {max(dev):.1f} GB on one GPU "
-                      f"before activations, more than {GPU_HEADROOM:.0%} of its {gb:.0f} GB; fixes: " + "; ".join(fixes),
-                      key="finetune", value=cfg.finetune)
+    raise ConfigError(
+        f"UMAD training ({cfg.finetune} fine-tuning of {', '.join(models)}) needs {max(dev):.1f} GB on one GPU "
+        f"before activations, more than {GPU_HEADROOM:.0%} of its {gb:.0f} GB; fixes: "
+        + "; ".join(fixes),
+        key="finetune",
+        value=cfg.finetune,
+    )
 
 # %% ../nbs/10b_umad_train.ipynb #a1c0f008
-# output tokens per second per GPU (bf16, one 80 GB GPU, long generations, large batches) that `plan_train` assumes
+# output tokens per second per GPU (bf16, one 80 GB GPU,
+# long generations, large batches) that `plan_train` assumes
 ROLLOUT_THROUGHPUT = {
-    "vllm": (12_500, "published vLLM benchmarks: ~12,500 output tok/s for Llama-3.1-8B bf16 on one H100 80GB; "
-                     "a 3-4B model is no slower"),
-    "hf": (520, "vLLM's launch post: up to 24x the throughput of HF Transformers generate (12,500 / 24)"),
+    "vllm": (
+        12_500,
+        "published vLLM benchmarks: ~12,500 output tok/s for Llama-3.1-8B bf16 on one H100 80GB; "
+        "a 3-4B model is no slower",
+    ),
+    "hf": (
+        520,
+        "vLLM's launch post: up to 24x the throughput of HF Transformers generate (12,500 / 24)",
+    ),
 }
-PAPER_GPU_HOURS_PER_RUN = (200, 300)   # UMAD App. (compute): "between 200 and 300 GPU-hours" per GRPO training, 8 x H800
+PAPER_GPU_HOURS_PER_RUN = (
+    200,
+    300,
+)  # UMAD App. (compute): "between 200 and 300 GPU-hours" per GRPO training, 8 x H800
+
 
 def rollout_gpu_hours(completion_tokens: int, runs: int, throughput: Mapping | None = None) -> dict:
     """GPU-hours of generating `completion_tokens` (UMAD Alg. 2 lines 4-17) per engine at `ROLLOUT_THROUGHPUT` (or
     `throughput` = {engine: tok/s}, overriding), each with the figure and its source; and the paper's own total."""
     out = {}
     for eng, (tps, src) in ROLLOUT_THROUGHPUT.items():
-        if throughput and eng in throughput: tps, src = float(throughput[eng]), "-p rollout_throughput"
+        if throughput and eng in throughput:
+            tps, src = float(throughput[eng]), "-p rollout_throughput"
         out[eng] = f"<= {completion_tokens / tps / 3600:,.0f} GPU-h at {tps:,.0f} tok/s ({src})"
     lo, hi = PAPER_GPU_HOURS_PER_RUN
-    out["paper"] = f"{lo * runs:,}-{hi * runs:,} GPU-h ({runs} training runs x 200-300 GPU-h each, UMAD's compute appendix)"
+    out["paper"] = (
+        f"{lo * runs:,}-{hi * runs:,} GPU-h ({runs} training runs x 200-300 GPU-h each, UMAD's compute appendix)"
+    )
     return out
 
+# %% ../nbs/10b_umad_train.ipynb #34eaca48
 def _train_items(p: Mapping) -> int:
     from mad_study.umad import n_items_for
-    return n_items_for(p.get("train_task", "math_train"), p.get("n_items", 0))     # capped at the task's size (MATH train: 7,498)
+
+    return n_items_for(
+        p.get("train_task", "math_train"), p.get("n_items", 0)
+    )  # capped at the task's size (MATH train: 7,498)
 
 # %% ../nbs/10b_umad_train.ipynb #a1c0f009
 @planner("umad_train")
@@ -734,6 +1241,7 @@ def plan_train(p: Mapping) -> dict:
     optimizer steps, rollout GPU-hours per engine (`rollout_gpu_hours`), and per model the training memory for full
     fine-tuning, LoRA on bf16 and LoRA on nf4 weights (`train_memory_gb`)."""
     from mad_study.umad import debate_token_plan
+
     n, bs, G = _train_items(p), int(p.get("batch_size", 256)), int(p.get("group_size", 5))
     mnt, mx = int(p.get("max_new_tokens", 2048)), int(p.get("max_steps", 0) or 0)
     tot = dict(generations=0, completion_tokens=0, prompt_tokens=0, rollouts=0, optimizer_steps=0)
@@ -745,27 +1253,59 @@ def plan_train(p: Mapping) -> dict:
             turns = 1 if single else int(p.get("train_turns", 2))
             ep = int(p.get("single_grpo_epochs", 15) if single else p.get("epochs", 2))
             steps = ep * math.ceil(n / bs) if n else 0
-            if mx: steps = min(steps, mx)
+            if mx:
+                steps = min(steps, mx)
             rollouts = min(steps * bs, ep * n) * G
             g, c, pr = debate_token_plan(rollouts, len(pair), turns - 1, mnt)
             policies = len(set(pair)) if p.get("shared_policy") else len(pair)
-            for k, x in zip(tot, (g, c, pr, rollouts, steps * int(p.get("mini_batches", 1)) * policies)): tot[k] += int(x)
+            for k, x in zip(
+                tot, (g, c, pr, rollouts, steps * int(p.get("mini_batches", 1)) * policies)
+            ):
+                tot[k] += int(x)
             runs += 1
-    mem = {m: {"full": round(train_memory_gb(m, "full"), 1), "lora": round(train_memory_gb(m, "lora", "none"), 1),
-               "lora_nf4": round(train_memory_gb(m, "lora", "nf4"), 1)} for m in sorted(models)}
-    return {**tot, "train_memory_gb": mem, "rollout_gpu_hours": rollout_gpu_hours(tot["completion_tokens"], runs, p.get("rollout_throughput"))}
+    mem = {
+        m: {
+            "full": round(train_memory_gb(m, "full"), 1),
+            "lora": round(train_memory_gb(m, "lora", "none"), 1),
+            "lora_nf4": round(train_memory_gb(m, "lora", "nf4"), 1),
+        }
+        for m in sorted(models)
+    }
+    return {
+        **tot,
+        "train_memory_gb": mem,
+        "rollout_gpu_hours": rollout_gpu_hours(
+            tot["completion_tokens"], runs, p.get("rollout_throughput")
+        ),
+    }
 
 # %% ../nbs/10b_umad_train.ipynb #1851226b
 @planner("umad_trained")
 def plan_trained(p: Mapping) -> dict:
     "Generations and token bounds of evaluating the trained checkpoints (Table 1 trained rows, Table 3, Fig. 3): debates per setting, variant and task."
     from mad_study.umad import debate_token_plan, n_items_for, pair_kind
-    S, R, tot = int(p.get("samples", 5)), int(p.get("debate_rounds", 4)), np.zeros(3, dtype=np.int64)
+
+    S, R, tot = (
+        int(p.get("samples", 5)),
+        int(p.get("debate_rounds", 4)),
+        np.zeros(3, dtype=np.int64),
+    )
     long = set(p.get("long_tasks") or [])
     for pair in p.get("pairs") or []:
-        runs = [(v, t) for v in setting_variants(pair, p.get("variants") or []) for t in (p.get("tasks") or [])]
-        if pair_kind(pair) == "heterogeneous": runs.append(("zeroshot", p.get("task", "math500")))     # Fig. 3 (a)
+        runs = [
+            (v, t)
+            for v in setting_variants(pair, p.get("variants") or [])
+            for t in (p.get("tasks") or [])
+        ]
+        if pair_kind(pair) == "heterogeneous":
+            runs.append(("zeroshot", p.get("task", "math500")))  # Fig. 3 (a)
         for v, t in runs:
-            mnt = int(p.get("max_new_tokens_long", 4096) if t in long else p.get("eval_max_new_tokens", 2048))
-            tot += debate_token_plan(n_items_for(t, p.get("eval_n_items", 0)) * S, len(pair), R, mnt)
+            mnt = int(
+                p.get("max_new_tokens_long", 4096)
+                if t in long
+                else p.get("eval_max_new_tokens", 2048)
+            )
+            tot += debate_token_plan(
+                n_items_for(t, p.get("eval_n_items", 0)) * S, len(pair), R, mnt
+            )
     return dict(zip(("generations", "completion_tokens", "prompt_tokens"), map(int, tot)))

@@ -5,7 +5,6 @@
 # %% ../nbs/03d_vision.ipynb #30a815dc
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 from fastcore.basics import patch
@@ -20,44 +19,93 @@ __all__ = ['TINY_VLM_VERSION', 'CHATML_VISION_TEMPLATE', 'VISION_FULL_PRECISION'
            'VLMBackend']
 
 # %% ../nbs/03d_vision.ipynb #b4cecd27
-TINY_VLM_VERSION = "v2-seed0"      # v2: vision width 64 (v1: 32, narrower than a 4-bit block)
+TINY_VLM_VERSION = "v2-seed0"  # v2: vision width 64 (v1: 32, narrower than a 4-bit block)
 CHATML_VISION_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
     "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for p in m['content'] %}"
     "{% if p['type'] == 'image' %}<image>\n{% elif p['type'] == 'text' %}{{ p['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
 
 def _clip_image_processor(**kw):
     "CLIP's image processor (the PIL one where torchvision is not installed)."
-    try: from transformers import CLIPImageProcessorPil as P
-    except ImportError: from transformers import CLIPImageProcessor as P
+    try:
+        from transformers import CLIPImageProcessorPil as P
+    except ImportError:
+        from transformers import CLIPImageProcessor as P
     return P(**kw)
 
+# %% ../nbs/03d_vision.ipynb #3361725d
 def tiny_random_vlm_checkpoint(force: bool = False) -> Path:
     "The tiny random LLaVA checkpoint folder (model + processor), built once from a config with a fixed seed."
     dst = cache_home() / "models" / f"tiny-random-llava-{TINY_VLM_VERSION}"
-    if checkpoint_complete(dst) and not force: return dst
+    if checkpoint_complete(dst) and not force:
+        return dst
     tok_dir = embedded_checkpoint()
+
     def build(tmp: Path):
         import torch
-        from transformers import AutoTokenizer, CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+        from transformers import (
+            AutoTokenizer,
+            CLIPVisionConfig,
+            LlamaConfig,
+            LlavaConfig,
+            LlavaForConditionalGeneration,
+            LlavaProcessor,
+        )
+
         tok = AutoTokenizer.from_pretrained(tok_dir)
         tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
-        ip = _clip_image_processor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
-        proc = LlavaProcessor(image_processor=ip, tokenizer=tok, patch_size=8, vision_feature_select_strategy="default",
-                              chat_template=CHATML_VISION_TEMPLATE, image_token="<image>", num_additional_image_tokens=1)
-        vc = CLIPVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, image_size=32,
-                              patch_size=8, projection_dim=64)
-        tc = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True, initializer_range=0.2,
-                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-        cfg = LlavaConfig(vision_config=vc, text_config=tc, image_token_index=tok.convert_tokens_to_ids("<image>"),
-                          vision_feature_select_strategy="default", vision_feature_layer=-1)
+        ip = _clip_image_processor(
+            size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
+        )
+        proc = LlavaProcessor(
+            image_processor=ip,
+            tokenizer=tok,
+            patch_size=8,
+            vision_feature_select_strategy="default",
+            chat_template=CHATML_VISION_TEMPLATE,
+            image_token="<image>",
+            num_additional_image_tokens=1,
+        )
+        vc = CLIPVisionConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            image_size=32,
+            patch_size=8,
+            projection_dim=64,
+        )
+        tc = LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=2048,
+            tie_word_embeddings=True,
+            initializer_range=0.2,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
+        cfg = LlavaConfig(
+            vision_config=vc,
+            text_config=tc,
+            image_token_index=tok.convert_tokens_to_ids("<image>"),
+            vision_feature_select_strategy="default",
+            vision_feature_layer=-1,
+        )
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             model = LlavaForConditionalGeneration(cfg).to(torch.float32)
-        model.save_pretrained(tmp); proc.save_pretrained(tmp)
+        model.save_pretrained(tmp)
+        proc.save_pretrained(tmp)
         return dict(version=TINY_VLM_VERSION)
+
     return build_checkpoint(dst, build, force)
 
 # %% ../nbs/03d_vision.ipynb #6a30c19e
@@ -74,34 +122,50 @@ def vlm_messages(messages: list[dict]) -> tuple[list[dict], list[str]]:
 # %% ../nbs/03d_vision.ipynb #ab604182
 class VLMBackend(HFBackend):
     "A transformers image-text-to-text model (LLaVA/Pixtral, Qwen2.5-VL, Llama 3.2 Vision, Gemma 3): 4-bit nf4 by default, batched, seeded, with log-prob signals."
-    _keep_quantized_copy = False    # quantized at load (the tiny model in a second); HFBackend's copy is a causal LM's
+
+    _keep_quantized_copy = (
+        False  # quantized at load (the tiny model in a second); HFBackend's copy is a causal LM's
+    )
+
     def __init__(self, model, quant: str = "nf4", **kw):
         super().__init__(model, quant=quant, **kw)
         if not self.spec.vision:
-            raise ConfigError("not a vision-language model (ModelSpec.vision is False): use HFBackend", key="model", value=self.spec.name)
+            raise ConfigError(
+                "not a vision-language model (ModelSpec.vision is False): use HFBackend",
+                key="model",
+                value=self.spec.name,
+            )
         self.processor = None
 
     def _source(self) -> str:
-        if self.spec.kind == "tiny-random" and self.spec.revision != TWIN_REVISION: return str(tiny_random_vlm_checkpoint())
-        return super()._source()                        # a hub model, or an architecture twin (03e_twins)
+        if self.spec.kind == "tiny-random" and self.spec.revision != TWIN_REVISION:
+            return str(tiny_random_vlm_checkpoint())
+        return super()._source()  # a hub model, or an architecture twin (03e_twins)
 
     @property
     def backend_id(self) -> str:
         "HFBackend's identity; the tiny model's version is its own."
         bid = super().backend_id
-        if self.spec.kind != "tiny-random" or self.spec.revision == TWIN_REVISION: return bid
+        if self.spec.kind != "tiny-random" or self.spec.revision == TWIN_REVISION:
+            return bid
         return bid.replace(f"{self.spec.name}@", f"{self.spec.name}@vlm-{TINY_VLM_VERSION}-", 1)
 
 # %% ../nbs/03d_vision.ipynb #11b6db2d
 VISION_FULL_PRECISION = (
-    r".*vision_tower", r".*vision_model", r".*visual",     # LLaVA / Pixtral / Gemma 3, Llama 3.2 Vision, Qwen2.5-VL
-    r".*multi_modal_projector", r"lm_head")                 # the projector into the text model; the output layer
+    r".*vision_tower",
+    r".*vision_model",
+    r".*visual",  # LLaVA / Pixtral / Gemma 3, Llama 3.2 Vision, Qwen2.5-VL
+    r".*multi_modal_projector",
+    r"lm_head",
+)  # the projector into the text model; the output layer
+
 
 @patch
 def _quant_config(self: VLMBackend):
     "HFBackend's 4-bit / 8-bit config with the vision tower, projector and LM head left out (`VISION_FULL_PRECISION`)."
     qc = HFBackend._quant_config(self)
-    if qc is not None: qc.llm_int8_skip_modules = list(VISION_FULL_PRECISION)
+    if qc is not None:
+        qc.llm_int8_skip_modules = list(VISION_FULL_PRECISION)
     return qc
 
 # %% ../nbs/03d_vision.ipynb #71b05cbe
@@ -109,8 +173,13 @@ def _quant_config(self: VLMBackend):
 def _from_pretrained(self: VLMBackend, src: str, msrc: str, kw: dict, mkw: dict):
     "(model, tokenizer): the processor and the image-text-to-text model; `HFBackend.load` does the rest (4-bit, errors, ids)."
     from transformers import AutoModelForImageTextToText, AutoProcessor
-    if self.spec.revision == TWIN_REVISION:             # twins of Pixtral / Qwen2.5-VL on a machine without torchvision
-        from mad_study.twins import torchvision_free_processors; torchvision_free_processors()
+
+    if (
+        self.spec.revision == TWIN_REVISION
+    ):  # twins of Pixtral / Qwen2.5-VL on a machine without torchvision
+        from mad_study.twins import torchvision_free_processors
+
+        torchvision_free_processors()
     self.processor = AutoProcessor.from_pretrained(src, **kw)
     return AutoModelForImageTextToText.from_pretrained(msrc, **mkw), self.processor.tokenizer
 
@@ -118,8 +187,11 @@ def _from_pretrained(self: VLMBackend, src: str, msrc: str, kw: dict, mkw: dict)
 @patch
 def _template(self: VLMBackend, messages: list[dict]) -> str:
     pm, _ = vlm_messages(messages)
-    return self.processor.apply_chat_template(pm, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs)
+    return self.processor.apply_chat_template(
+        pm, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
+    )
 
+# %% ../nbs/03d_vision.ipynb #4ee37c29
 @patch
 def _inputs(self: VLMBackend, batch: list[list[dict]]):
     "Processor tensors (left-padded ids, attention mask, pixel values, ...) for a batch of conversations."
@@ -128,10 +200,15 @@ def _inputs(self: VLMBackend, batch: list[list[dict]]):
         texts.append(self._template(msgs))
         images.append([load_image(h) for h in vlm_messages(msgs)[1]])
     kw = dict(images=images) if any(images) else {}
-    if kw and not all(images): raise ConfigError("a batch mixes requests with and without images", key="images")
-    # the template writes the special tokens it wants (Gemma 3's and Llama 3's <bos>): the tokenizer adds none (as HFBackend)
-    return self.processor(text=texts, padding=True, return_tensors="pt", add_special_tokens=False, **kw)
+    if kw and not all(images):
+        raise ConfigError("a batch mixes requests with and without images", key="images")
+    # the template writes the special tokens it wants (Gemma 3's
+    # and Llama 3's <bos>): the tokenizer adds none (as HFBackend)
+    return self.processor(
+        text=texts, padding=True, return_tensors="pt", add_special_tokens=False, **kw
+    )
 
+# %% ../nbs/03d_vision.ipynb #55969725
 @patch
 def encode(self: VLMBackend, messages: list[dict]) -> list[int]:
     "Token ids of the chat-formatted prompt, image tokens expanded."
@@ -146,11 +223,13 @@ def _prepare(self: VLMBackend, r: GenRequest) -> PreparedRequest:
     budget = ctx - max_new
     msgs, cut = truncate_messages(r.messages, lambda ms: len(self.encode(ms)), budget)
     ids = self.encode(msgs)
-    if cut: self.stats["truncated_prompts"] += 1
+    if cut:
+        self.stats["truncated_prompts"] += 1
     p = PreparedRequest(ids, 0 if len(ids) > budget else max_new, cut)
     p.messages = msgs
     return p
 
+# %% ../nbs/03d_vision.ipynb #8d7caf0f
 @patch
 def generate(self: VLMBackend, requests: list[GenRequest]) -> list[Generation]:
     "One `Generation` per request, in order; requests with images and without are batched apart."
@@ -160,24 +239,40 @@ def generate(self: VLMBackend, requests: list[GenRequest]) -> list[Generation]:
     out: list[Generation | None] = [None] * len(requests)
     for group in (with_img, without):
         if group:
-            for i, g in zip(group, HFBackend.generate(self, [requests[i] for i in group])): out[i] = g
+            for i, g in zip(group, HFBackend.generate(self, [requests[i] for i in group])):
+                out[i] = g
     return out
 
 # %% ../nbs/03d_vision.ipynb #f4b4147e
 @patch
-def _generate_batch(self: VLMBackend, reqs: list[GenRequest], preps: list[PreparedRequest]) -> list[Generation]:
-    P = torch_parts(); torch = P["torch"]
+def _generate_batch(
+    self: VLMBackend, reqs: list[GenRequest], preps: list[PreparedRequest]
+) -> list[Generation]:
+    P = torch_parts()
+    torch = P["torch"]
     from transformers import LogitsProcessorList, StoppingCriteriaList
+
     inputs = self._inputs([p.messages for p in preps])
     dev = self._device()
     inputs = {k: (v.to(dev) if hasattr(v, "to") else v) for k, v in inputs.items()}
     if "pixel_values" in inputs and inputs["pixel_values"].is_floating_point():
         inputs["pixel_values"] = inputs["pixel_values"].to(self.compute_dtype)
     L, limits = inputs["input_ids"].shape[1], [p.max_new for p in preps]
-    sampler = P["RowSampler"]([r.temperature for r in reqs], [r.top_p for r in reqs], [r.seed for r in reqs], dev)
+    sampler = P["RowSampler"](
+        [r.temperature for r in reqs], [r.top_p for r in reqs], [r.seed for r in reqs], dev
+    )
     stopper = P["RowLimit"](L, limits, dev)
     with torch.inference_mode():
-        res = self.model.generate(**inputs, max_new_tokens=max(limits), do_sample=False, return_dict_in_generate=True,
-                                  logits_processor=LogitsProcessorList([sampler]), stopping_criteria=StoppingCriteriaList([stopper]))
-    lps, ents = torch.stack(sampler.logprobs, 1).cpu().double(), torch.stack(sampler.entropies, 1).cpu().double()
+        res = self.model.generate(
+            **inputs,
+            max_new_tokens=max(limits),
+            do_sample=False,
+            return_dict_in_generate=True,
+            logits_processor=LogitsProcessorList([sampler]),
+            stopping_criteria=StoppingCriteriaList([stopper]),
+        )
+    lps, ents = (
+        torch.stack(sampler.logprobs, 1).cpu().double(),
+        torch.stack(sampler.entropies, 1).cpu().double(),
+    )
     return self._decode(res.sequences[:, L:].cpu(), lps, ents, preps)

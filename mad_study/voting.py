@@ -22,27 +22,34 @@ __all__ = ['majority_vote', 'group_rows', 'tie_seeds', 'vote_table']
 def majority_vote(answers: Sequence[str | None], fmt: str, tie_seed: Any = 0) -> str | None:
     "Majority answer (equivalent answers merged, None abstains; ties broken by a draw seeded with `tie_seed`). (majority vote as Du et al. (2024) and Self-Consistency (Wang et al. 2023) aggregate.)"
     merged = [a for a in merge_equivalent(list(answers), fmt) if a is not None]
-    if not merged: return None
+    if not merged:
+        return None
     counts = Counter(merged)
     top = max(counts.values())
     tied = sorted(a for a, c in counts.items() if c == top)
-    if len(tied) == 1: return tied[0]
+    if len(tied) == 1:
+        return tied[0]
     return tied[int(rng_for("tie", tie_seed).integers(len(tied)))]
 
-def group_rows(df: pd.DataFrame, by: Sequence[str], dropna: bool = True) -> tuple[list[tuple], list[np.ndarray]]:
+# %% ../nbs/02c_voting.ipynb #f0f16ae5
+def group_rows(
+    df: pd.DataFrame, by: Sequence[str], dropna: bool = True
+) -> tuple[list[tuple], list[np.ndarray]]:
     """The groups of `df.groupby(list(by), sort=False, dropna=dropna)`, in the same order, as (key tuples, row positions
     in original order), computed with numpy once: iterating pandas groups costs ~0.1 ms each (40,000 groups: 4 s)."""
     by = list(by)
-    if not len(df): return [], []
+    if not len(df):
+        return [], []
     gb = df.groupby(by, sort=False, dropna=dropna)
     keys = gb.size().index.tolist()
-    if len(by) == 1: keys = [(k,) for k in keys]
-    codes = gb.ngroup().to_numpy(dtype=float)                   # NaN: a row whose key has a missing value (dropna)
+    if len(by) == 1:
+        keys = [(k,) for k in keys]
+    codes = gb.ngroup().to_numpy(dtype=float)  # NaN: a row whose key has a missing value (dropna)
     pos = np.flatnonzero(~np.isnan(codes))
     c = codes[pos].astype(np.int64)
     order = pos[np.argsort(c, kind="stable")]
     bounds = np.r_[0, np.cumsum(np.bincount(c, minlength=len(keys)))]
-    return keys, [order[bounds[i]:bounds[i + 1]] for i in range(len(keys))]
+    return keys, [order[bounds[i] : bounds[i + 1]] for i in range(len(keys))]
 
 # %% ../nbs/02c_voting.ipynb #3d949911
 def _merged_column(answers: np.ndarray, fmt: str) -> np.ndarray:
@@ -51,36 +58,57 @@ def _merged_column(answers: np.ndarray, fmt: str) -> np.ndarray:
     rep = dict(zip(uniq, merge_equivalent(uniq, fmt)))
     return np.array([None if a is None else rep[a] for a in answers.tolist()], dtype=object)
 
+# %% ../nbs/02c_voting.ipynb #d112f5e5
 def _majorities(groups: list[np.ndarray], merged: np.ndarray, tie_seeds: list) -> list[str | None]:
     """`majority_vote` of many groups at once for element-wise formats (same answers, same tie draws): the counts of
     each group's answers with numpy; only tied groups draw in Python."""
     out: list[str | None] = [None] * len(groups)
-    if not groups: return out
+    if not groups:
+        return out
     gid = np.repeat(np.arange(len(groups)), [len(g) for g in groups])
     m = merged[np.concatenate(groups)]
     ok = np.array([a is not None for a in m.tolist()], dtype=bool)
-    if not ok.any(): return out
-    codes, names = pd.factorize(pd.Series(m[ok], dtype=object), sort=True)   # sorted, as `sorted(tied)`
+    if not ok.any():
+        return out
+    codes, names = pd.factorize(
+        pd.Series(m[ok], dtype=object), sort=True
+    )  # sorted, as `sorted(tied)`
     names = names.tolist()
     pair, cnt = np.unique(gid[ok].astype(np.int64) * len(names) + codes, return_counts=True)
     g, k = pair // len(names), pair % len(names)
-    top = np.zeros(len(groups), dtype=np.int64); np.maximum.at(top, g, cnt)
+    top = np.zeros(len(groups), dtype=np.int64)
+    np.maximum.at(top, g, cnt)
     win = cnt == top[g]
     tied: dict[int, list[str]] = {}
-    for gi, ki in zip(g[win].tolist(), k[win].tolist()): tied.setdefault(gi, []).append(names[ki])   # sorted by name
+    for gi, ki in zip(g[win].tolist(), k[win].tolist()):
+        tied.setdefault(gi, []).append(names[ki])  # sorted by name
     for gi, t in tied.items():
         out[gi] = t[0] if len(t) == 1 else t[int(rng_for("tie", tie_seeds[gi]).integers(len(t)))]
     return out
 
+# %% ../nbs/02c_voting.ipynb #0273f0e7
 def tie_seeds(transcript: pd.DataFrame, groups: list[np.ndarray]) -> list[tuple]:
     "Each group's tie seed `(item_id, sample, round)` from its first row (missing columns: None): never the experiment."
-    cols = [transcript[c].to_numpy(dtype=object) if c in transcript else np.full(len(transcript), None, dtype=object)
-            for c in ("item_id", "sample", "round")]
-    return [tuple(None if pd.isna(v) else (int(v) if k else str(v)) for k, v in enumerate(c[idx[0]] for c in cols)) for idx in groups]
+    cols = [
+        transcript[c].to_numpy(dtype=object)
+        if c in transcript
+        else np.full(len(transcript), None, dtype=object)
+        for c in ("item_id", "sample", "round")
+    ]
+    return [
+        tuple(
+            None if pd.isna(v) else (int(v) if k else str(v))
+            for k, v in enumerate(c[idx[0]] for c in cols)
+        )
+        for idx in groups
+    ]
 
 # %% ../nbs/02c_voting.ipynb #bbd0f219
-def vote_table(transcript: pd.DataFrame, by: Sequence[str] = ("item_id", "sample", "round"),
-               fmt: str | None = None) -> pd.DataFrame:
+def vote_table(
+    transcript: pd.DataFrame,
+    by: Sequence[str] = ("item_id", "sample", "round"),
+    fmt: str | None = None,
+) -> pd.DataFrame:
     """Majority vote per condition (`experiment`, `method`), item, thread and round (`pool_keys(transcript, by)`): those
     columns + task, gold, `answer`, `correct`, `n_agents`. Ties: `tie_seeds` (item, sample, round only).
     The answer format is `fmt` when given, else the row's `fmt` column, else the task's (`row_formats`). (Numeric and multiple-choice answers are counted
@@ -88,23 +116,41 @@ def vote_table(transcript: pd.DataFrame, by: Sequence[str] = ("item_id", "sample
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="vote_table")
     keys, groups = group_rows(transcript, by, dropna=False)
-    if not keys: return pd.DataFrame([])
+    if not keys:
+        return pd.DataFrame([])
     seeds = tie_seeds(transcript, groups)
     answers = transcript["answer"].to_numpy(dtype=object, na_value=None)
-    tasks, golds = transcript["task"].to_numpy(dtype=object), transcript["gold"].to_numpy(dtype=object)
+    tasks, golds = (
+        transcript["task"].to_numpy(dtype=object),
+        transcript["gold"].to_numpy(dtype=object),
+    )
     rowf = row_formats(transcript, fmt, what="vote_table").to_numpy(dtype=object)
     gfmt = [rowf[idx[0]] for idx in groups]
     votes: list = [None] * len(groups)
     for f in dict.fromkeys(gfmt):
         sel = [i for i, x in enumerate(gfmt) if x == f]
         if f in ELEMENTWISE_FORMATS:
-            for i, v in zip(sel, _majorities([groups[i] for i in sel], _merged_column(answers, f), [seeds[i] for i in sel])):
+            for i, v in zip(
+                sel,
+                _majorities(
+                    [groups[i] for i in sel], _merged_column(answers, f), [seeds[i] for i in sel]
+                ),
+            ):
                 votes[i] = v
         else:
-            for i in sel: votes[i] = majority_vote(answers[groups[i]].tolist(), f, tie_seed=seeds[i])
+            for i in sel:
+                votes[i] = majority_vote(answers[groups[i]].tolist(), f, tie_seed=seeds[i])
     rows = []
     for key, idx, f, ans in zip(keys, groups, gfmt, votes):
         task, gold = tasks[idx[0]], golds[idx[0]]
-        rows.append({**dict(zip(by, key)), "task": task, "gold": gold, "answer": ans,
-                     "correct": ans is not None and is_correct(ans, gold, f), "n_agents": len(idx)})
+        rows.append(
+            {
+                **dict(zip(by, key)),
+                "task": task,
+                "gold": gold,
+                "answer": ans,
+                "correct": ans is not None and is_correct(ans, gold, f),
+                "n_agents": len(idx),
+            }
+        )
     return pd.DataFrame(rows)
