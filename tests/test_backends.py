@@ -17,6 +17,8 @@ import pytest
 
 from mad_study.core import ConfigError, GenRequest, Generation
 from mad_study import backends as B
+from mad_study.checkpoints import build_checkpoint, checkpoint_complete   # their home (not re-exported by backends)
+from mad_study.hf import is_out_of_memory
 
 PROMPTS = ["What is 2+3?", "Name a colour.", "Write a haiku about the sea, in English.", "Hi"]
 
@@ -179,7 +181,7 @@ def test_oom_backoff(tiny):
             be.generate(reqs)
     finally:
         be.model.generate = real
-    assert B.is_out_of_memory(RuntimeError("CUDA error: out of memory")) and not B.is_out_of_memory(RuntimeError("shape mismatch"))
+    assert is_out_of_memory(RuntimeError("CUDA error: out of memory")) and not is_out_of_memory(RuntimeError("shape mismatch"))
 
 
 # ------------------------------------------------------------------ the embedded model
@@ -233,12 +235,12 @@ def test_checkpoint_build_is_atomic(tmp_path):
         raise RuntimeError("killed mid-conversion")
 
     with pytest.raises(RuntimeError):
-        B.build_checkpoint(dst, bad)
+        build_checkpoint(dst, bad)
     assert not dst.exists() and [p.name for p in dst.parent.iterdir()] == [".x.lock"]
-    B.build_checkpoint(dst, lambda tmp: (tmp / "config.json").write_text("{}") and None)
-    assert B.checkpoint_complete(dst)
-    B.build_checkpoint(dst, bad)                      # complete: not rebuilt
-    assert B.checkpoint_complete(dst)
+    build_checkpoint(dst, lambda tmp: (tmp / "config.json").write_text("{}") and None)
+    assert checkpoint_complete(dst)
+    build_checkpoint(dst, bad)                      # complete: not rebuilt
+    assert checkpoint_complete(dst)
 
 
 # ------------------------------------------------------------------ cache
@@ -359,7 +361,7 @@ def test_weight_memory_estimates():
 class _Stand(B.BaseBackend):
     "A stand-in backend whose batch behaviour we declare."
     def __init__(self, bid, invariant): self.backend_id, self.model_name, self.batch_invariant = bid, "stand", invariant
-    def generate(self, reqs): return [B.Generation(f"{self.backend_id}:{r.messages[-1]['content']}") for r in reqs]
+    def generate(self, reqs): return [Generation(f"{self.backend_id}:{r.messages[-1]['content']}") for r in reqs]
 
 
 def test_cache_records_batch_variant_backends(tmp_path):
