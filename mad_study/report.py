@@ -40,12 +40,12 @@ from mad_study.registry import (
 
 # %% auto #0
 __all__ = ['SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'CONTROL_STYLES', 'COLUMN_IN', 'PAGE_IN', 'MIN_PT',
-           'package_versions', 'notebook_parameters', 'run_params', 'Study', 'show_figure', 'register_style',
-           'registered_method', 'method_style', 'set_style', 'panel_figure', 'percent_axis', 'pct', 'drawn_renderer',
-           'label_points', 'dodge_points', 'drawn_marks', 'drawn_line_points', 'drawn_patches', 'hidden_markers',
-           'data_problems', 'small_texts', 'bar_grids', 'tidy_bar_grids', 'layout_problems', 'label_figure',
-           'LayoutWarning', 'save_figure', 'save_table', 'artefact_status', 'write_gallery', 'index_table',
-           'write_index']
+           'package_versions', 'cell_source', 'notebook_parameters', 'run_params', 'Study', 'show_figure',
+           'register_style', 'registered_method', 'method_style', 'set_style', 'panel_figure', 'percent_axis', 'pct',
+           'drawn_renderer', 'label_points', 'dodge_points', 'drawn_marks', 'drawn_line_points', 'drawn_patches',
+           'hidden_markers', 'data_problems', 'small_texts', 'bar_grids', 'tidy_bar_grids', 'layout_problems',
+           'label_figure', 'LayoutWarning', 'save_figure', 'save_table', 'artefact_status', 'write_gallery',
+           'index_table', 'write_index']
 
 # %% ../nbs/06_report.ipynb #7cf92f74
 _PACKAGES = (
@@ -80,8 +80,8 @@ _PLAIN = (str, int, float, bool, list, dict, tuple, type(None))
 _NAMESPACE_KEYS = {"In", "Out", "get_ipython", "exit", "quit", "__name__", "__builtins__"}
 
 
-def _source(cell: Mapping) -> str:
-    "A notebook cell's source: nbformat stores it as one string or a list of lines."
+def cell_source(cell: Mapping) -> str:
+    "A notebook cell's source: nbformat stores it as one string or a list of lines (the kit's own)."
     s = cell.get("source", "")
     return s if isinstance(s, str) else "".join(s)
 
@@ -100,7 +100,7 @@ def notebook_parameters(nb_path: str | os.PathLike) -> dict[str, Any]:
     while first > 0 and "parameters-part" in tags[first - 1]:
         first -= 1  # injects after the `parameters` cell)
     out = {}
-    for node in (n for c in cells[first : at + 1] for n in ast.parse(_source(c)).body):
+    for node in (n for c in cells[first : at + 1] for n in ast.parse(cell_source(c)).body):
         if (
             isinstance(node, ast.Assign)
             and len(node.targets) == 1

@@ -58,7 +58,7 @@ from mad_study.registry import (
     read_yaml,  # noqa: F401
     resolve_targets,
 )
-from .report import write_index
+from .report import cell_source, write_index
 
 _all_ = [
     "PROFILE_KEYS",
@@ -664,8 +664,7 @@ def experiment_notebook(path: str | os.PathLike) -> dict:
     tags = [c.get("metadata", {}).get("tags", []) for c in nb["cells"]]
     at = next((i for i, t in enumerate(tags) if "parameters" in t or "parameters-part" in t), 0)
     for c in nb["cells"][:at]:
-        src = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-        if c["cell_type"] == "code" and not _kept(src):
+        if c["cell_type"] == "code" and not _kept(cell_source(c)):
             c["source"] = SKIPPED_TEST
     return nb
 
