@@ -715,7 +715,8 @@ def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
             False,
             time.time() - t,
             out,
-            f"{type(e).__name__}: {clip_line(short, 300)}",
+            # 500: an error that names a long path first keeps its advice (the cache's "-p cache=false")
+            f"{type(e).__name__}: {clip_line(short, 500)}",
             _failed_generations(out.parent, t),
             _serving_stats(out.parent, t),
         )
