@@ -10,11 +10,13 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import inspect
 import json
 import os
 import re
 import subprocess
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -23,12 +25,12 @@ import numpy as np
 import pandas as pd
 
 # %% auto #0
-__all__ = ['SOURCE_DIRS', 'ANSWER_FORMATS', 'SIGNALS', 'TRANSCRIPT_SCHEMA', 'TRANSCRIPT_COLUMNS', 'CONDITION_KEYS', 'TURN_KEYS',
-           'project_root', 'runs_dir', 'figures_dir', 'params_dir', 'cache_home', 'git_commit', 'ConfigError',
-           'clip_line', 'derive_seed', 'rng_for', 'is_image_hash', 'Item', 'GenRequest', 'Generation',
-           'signals_from_logprobs', 'describe_transcript', 'transcript_frame', 'atomic_path', 'atomic_write_text',
-           'save_transcript', 'load_transcript', 'pool_keys', 'check_unique_turns', 'images_dir', 'image_hash',
-           'image_path', 'put_image', 'load_image']
+__all__ = ['SOURCE_DIRS', 'ANSWER_FORMATS', 'SAMPLING_FIELDS', 'SIGNALS', 'TRANSCRIPT_SCHEMA', 'TRANSCRIPT_COLUMNS',
+           'CONDITION_KEYS', 'TURN_KEYS', 'project_root', 'runs_dir', 'figures_dir', 'params_dir', 'cache_home',
+           'git_commit', 'ConfigError', 'clip_line', 'derive_seed', 'rng_for', 'is_image_hash', 'Item', 'GenRequest',
+           'Sampling', 'takes_sampling', 'Generation', 'signals_from_logprobs', 'describe_transcript',
+           'transcript_frame', 'atomic_path', 'atomic_write_text', 'save_transcript', 'load_transcript', 'pool_keys',
+           'check_unique_turns', 'images_dir', 'image_hash', 'image_path', 'put_image', 'load_image']
 
 # %% ../nbs/00_core.ipynb #b4c3b41f
 def project_root() -> Path:
@@ -235,6 +237,55 @@ class GenRequest:
             ensure_ascii=False,
         )
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+# %% ../nbs/00_core.ipynb #05c80d8b
+@dataclass(frozen=True)
+class Sampling:
+    "What every generation request carries besides its messages (the kit's own settings object)."
+
+    max_new_tokens: int = 512
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def request(self, messages, *, seed: int | None = None, meta: dict | None = None) -> GenRequest:
+        "A `GenRequest` with these settings; `seed` (a derived per-turn seed) overrides the run's."
+        return GenRequest(
+            list(messages),
+            max_new_tokens=int(self.max_new_tokens),
+            temperature=float(self.temperature),
+            top_p=float(self.top_p),
+            seed=int(self.seed if seed is None else seed),
+            meta=dict(meta or {}),
+        )
+
+    def replace(self, **changes) -> "Sampling":
+        "A copy with `changes` (field names of `Sampling`)."
+        return dataclasses.replace(self, **changes)
+
+# %% ../nbs/00_core.ipynb #7aa7cd44
+SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(Sampling))
+
+
+def takes_sampling(f):
+    "Decorator: `f(sampling=...)` also takes the old separate sampling keywords, with a DeprecationWarning (the kit's own)."
+    params = inspect.signature(f).parameters
+    default, folded = params["sampling"].default, [k for k in SAMPLING_FIELDS if k not in params]
+
+    @functools.wraps(f)
+    def wrapper(*args, **kw):
+        old = {k: kw.pop(k) for k in folded if k in kw}
+        if old:
+            new = ", ".join(f"{k}={v!r}" for k, v in old.items())
+            warnings.warn(
+                f"{f.__name__}({', '.join(old)}=...) is deprecated: pass sampling=Sampling({new})",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            kw["sampling"] = (kw.get("sampling") or default).replace(**old)
+        return f(*args, **kw)
+
+    return wrapper
 
 # %% ../nbs/00_core.ipynb #8f52f04d
 SIGNALS = (
