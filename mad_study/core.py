@@ -25,10 +25,10 @@ import numpy as np
 import pandas as pd
 
 # %% auto #0
-__all__ = ['SOURCE_DIRS', 'ANSWER_FORMATS', 'SAMPLING_FIELDS', 'SIGNALS', 'TRANSCRIPT_SCHEMA', 'TRANSCRIPT_COLUMNS',
-           'CONDITION_KEYS', 'TURN_KEYS', 'project_root', 'runs_dir', 'figures_dir', 'params_dir', 'cache_home',
-           'git_commit', 'ConfigError', 'clip_line', 'derive_seed', 'rng_for', 'is_image_hash', 'Item', 'GenRequest',
-           'Sampling', 'takes_sampling', 'Generation', 'signals_from_logprobs', 'describe_transcript',
+__all__ = ['SOURCE_DIRS', 'ANSWER_FORMATS', 'SAMPLING_FIELDS', 'takes_sampling', 'SIGNALS', 'TRANSCRIPT_SCHEMA',
+           'TRANSCRIPT_COLUMNS', 'CONDITION_KEYS', 'TURN_KEYS', 'project_root', 'runs_dir', 'figures_dir', 'params_dir',
+           'cache_home', 'git_commit', 'ConfigError', 'clip_line', 'derive_seed', 'rng_for', 'is_image_hash', 'Item',
+           'GenRequest', 'Sampling', 'fold_keywords', 'Generation', 'signals_from_logprobs', 'describe_transcript',
            'transcript_frame', 'atomic_path', 'atomic_write_text', 'save_transcript', 'load_transcript', 'pool_keys',
            'check_unique_turns', 'images_dir', 'image_hash', 'image_path', 'put_image', 'load_image']
 
@@ -267,25 +267,34 @@ class Sampling:
 SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(Sampling))
 
 
-def takes_sampling(f):
-    "Decorator: `f(sampling=...)` also takes the old separate sampling keywords, with a DeprecationWarning (the kit's own)."
-    params = inspect.signature(f).parameters
-    default, folded = params["sampling"].default, [k for k in SAMPLING_FIELDS if k not in params]
+def fold_keywords(param: str = "sampling"):
+    "Decorator: `f(param=Settings(...))` also takes the settings' fields as old separate keywords, with a DeprecationWarning (the kit's own)."
 
-    @functools.wraps(f)
-    def wrapper(*args, **kw):
-        old = {k: kw.pop(k) for k in folded if k in kw}
-        if old:
-            new = ", ".join(f"{k}={v!r}" for k, v in old.items())
-            warnings.warn(
-                f"{f.__name__}({', '.join(old)}=...) is deprecated: pass sampling=Sampling({new})",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            kw["sampling"] = (kw.get("sampling") or default).replace(**old)
-        return f(*args, **kw)
+    def decorate(f):
+        params = inspect.signature(f).parameters
+        default = params[param].default
+        folded = [x.name for x in dataclasses.fields(default) if x.name not in params]
 
-    return wrapper
+        @functools.wraps(f)
+        def wrapper(*args, **kw):
+            old = {k: kw.pop(k) for k in folded if k in kw}
+            if old:
+                new = ", ".join(f"{k}={v!r}" for k, v in old.items())
+                warnings.warn(
+                    f"{f.__name__}({', '.join(old)}=...) is deprecated: pass "
+                    f"{param}={type(default).__name__}({new})",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                kw[param] = dataclasses.replace(kw.get(param) or default, **old)
+            return f(*args, **kw)
+
+        return wrapper
+
+    return decorate
+
+
+takes_sampling = fold_keywords("sampling")
 
 # %% ../nbs/00_core.ipynb #8f52f04d
 SIGNALS = (
