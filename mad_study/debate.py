@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -16,6 +16,8 @@ from tqdm.auto import tqdm
 from mad_study.core import (
     ConfigError,
     GenRequest,
+    Sampling,
+    takes_sampling,
     Generation,
     Item,
     derive_seed,
@@ -30,7 +32,8 @@ from .interface import generate_jobs
 
 # %% auto #0
 __all__ = ['ORDERINGS', 'PROTOCOLS', 'HISTORY_MODES', 'Agent', 'make_agents', 'Turn', 'RoundPlan', 'RoundContext', 'Protocol',
-           'FullyConnected', 'OrderedPeers', 'register_protocol', 'make_protocol', 'run_debate']
+           'FullyConnected', 'OrderedPeers', 'register_protocol', 'make_protocol', 'TurnSlot', 'transcript_row',
+           'run_debate']
 
 # %% ../nbs/04_debate.ipynb #2b7ad846
 @dataclass(frozen=True)
@@ -308,58 +311,64 @@ def _with_system(msgs: list[dict], system: str | None) -> list[dict]:
     return ([{"role": "system", "content": system}] if system else []) + list(rest)
 
 # %% ../nbs/04_debate.ipynb #e9be3943
-def _row(
-    experiment,
-    item,
-    sample,
-    rnd,
-    agent,
-    role,
-    position,
-    peers,
-    text,
-    gen: Generation | None,
-    reused=False,
-    prev=None,
-    method="",
-):
-    if reused:
-        r = dict(prev)
-        r.update(
-            round=rnd,
-            position=position,
-            visible_peers=",".join(peers),
-            reused=True,
-            prompt_tokens=0,
-            completion_tokens=0,
-        )
-        return r
-    ans = extract_answer(text, item.fmt)
+@dataclass(frozen=True)
+class TurnSlot:
+    "Who speaks in one transcript row, and where: the row's keys besides the generation (the kit's own)."
+
+    item: Item
+    agent: str
+    model: str
+    role: str
+    round: int = 0
+    sample: int = 0
+    position: int = 0
+    peers: tuple[str, ...] = ()
+
+# %% ../nbs/04_debate.ipynb #61aa0974
+_PARSE = object()
+
+
+def transcript_row(
+    slot: TurnSlot, gen: Generation, *, experiment: str, method: str = "", answer=_PARSE, text=None
+) -> dict:
+    "One transcript row for `slot`'s generation `gen` (core.TRANSCRIPT_SCHEMA; the kit's own)."
+    it, text = slot.item, gen.text if text is None else text
+    ans = extract_answer(text, it.fmt) if answer is _PARSE else answer
     r = dict(
         experiment=experiment,
         method=method,
-        item_id=item.id,
-        task=item.task,
-        gold=str(item.gold),
-        fmt=item.fmt,
-        round=rnd,
-        agent=agent.name,
-        role=role,
-        model=agent.model,
-        sample=sample,
-        position=position,
-        visible_peers=",".join(peers),
+        item_id=it.id,
+        task=it.task,
+        gold=str(it.gold),
+        fmt=it.fmt,
+        round=slot.round,
+        agent=slot.agent,
+        role=slot.role,
+        model=slot.model,
+        sample=slot.sample,
+        position=slot.position,
+        visible_peers=",".join(slot.peers),
         reused=False,
         prompt_tokens=gen.prompt_tokens,
         completion_tokens=gen.completion_tokens,
         text=text,
         answer=ans,
-        correct=bool(ans is not None and is_correct(ans, item.gold, item.fmt)),
-        images=",".join(item.images) or None,
+        correct=bool(ans is not None and is_correct(ans, it.gold, it.fmt)),
+        images=",".join(it.images) or None,
     )
-    for s in SIGNALS:
-        r[s] = getattr(gen, s)
-    return r
+    return r | {s: getattr(gen, s) for s in SIGNALS}
+
+# %% ../nbs/04_debate.ipynb #52d3e3be
+def _reused_row(prev: dict, slot: TurnSlot) -> dict:
+    "The agent's previous row `prev`, carried over to `slot` (RUMAD's inactive agents)."
+    return dict(prev) | dict(
+        round=slot.round,
+        position=slot.position,
+        visible_peers=",".join(slot.peers),
+        reused=True,
+        prompt_tokens=0,
+        completion_tokens=0,
+    )
 
 # %% ../nbs/04_debate.ipynb #361b3495
 HISTORY_MODES = ("full", "last", "none")
@@ -396,126 +405,83 @@ def _round_plan(
     return protocol.plan(ctx)
 
 # %% ../nbs/04_debate.ipynb #02526fb3
-def _turn_messages(
-    ps: PromptSet,
-    q: str,
-    role: str,
-    rnd: int,
-    turn: Turn,
-    conv_a: list[dict] | None,
-    hist_th: dict,
-    agent: str,
-    history: str,
-) -> list[dict]:
-    "The messages `agent` is sent this turn: the opening in round 0, else its peers' last responses in the debate message."
-    if rnd == 0:
-        return opening_messages(ps, q, role)
-    sols = (
-        list(turn.views) if turn.views is not None else [hist_th[p][-1]["text"] for p in turn.peers]
-    )
-    user = {
-        "role": "user",
-        "content": debate_message(ps, q, sols, list(turn.tags) if turn.tags else None),
-    }
-    if history == "full":
-        msgs = _with_system(conv_a, ps.system_for(role)) + [user]
-    elif history == "last":
-        msgs = opening_messages(ps, q, role) + [
-            {"role": "assistant", "content": hist_th[agent][-1]["text"]},
-            user,
-        ]
-    else:
-        msgs = opening_messages(ps, q, role)[:-1] + [user]
-    return msgs
+@dataclass
+class _DebateRun:
+    "The state of one `run_debate` call (settings, rows, each thread's histories and conversations)."
+
+    agents: list
+    protocol: Protocol
+    psets: dict
+    questions: dict
+    sampling: Sampling
+    history: str
+    experiment: str
+    method: str
+    rows: list = field(default_factory=list)
+    hist: dict = field(default_factory=dict)
+    conv: dict = field(default_factory=dict)
+
+    def messages(self, th: tuple, slot: TurnSlot, turn: Turn) -> list[dict]:
+        "What `slot`'s agent is sent: the opening in round 0, else its peers' last responses."
+        ps, q, hist_th = self.psets[th[0]], self.questions[th[0]], self.hist[th]
+        if slot.round == 0:
+            return opening_messages(ps, q, slot.role)
+        sols = (
+            list(turn.views)
+            if turn.views is not None
+            else [hist_th[p][-1]["text"] for p in turn.peers]
+        )
+        user = {
+            "role": "user",
+            "content": debate_message(ps, q, sols, list(turn.tags) if turn.tags else None),
+        }
+        if self.history == "full":
+            return _with_system(self.conv[th].get(slot.agent), ps.system_for(slot.role)) + [user]
+        if self.history == "last":
+            last = {"role": "assistant", "content": hist_th[slot.agent][-1]["text"]}
+            return opening_messages(ps, q, slot.role) + [last, user]
+        return opening_messages(ps, q, slot.role)[:-1] + [user]
+
+    def add(self, th: tuple, row: dict) -> None:
+        "Append `row` to the transcript and to its agent's history in thread `th`."
+        self.rows.append(row)
+        self.hist[th][row["agent"]].append(row)
 
 # %% ../nbs/04_debate.ipynb #9dbdaa23
-def _round_requests(
-    threads,
-    agents,
-    protocol,
-    rnd,
-    psets,
-    questions,
-    hist,
-    conv,
-    rows,
-    bar,
-    *,
-    history,
-    seed,
-    experiment,
-    method,
-    max_new_tokens,
-    temperature,
-    top_p,
-) -> dict[str, list]:
-    "model -> [(thread, item, sample, agent, role, position, peers, GenRequest)] for round `rnd` of every thread."
-    pending = defaultdict(list)  # model -> [(thread, agent, role, position, peers, request)]
+@patch
+def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, GenRequest]]:
+    "Round `rnd`'s (slot, request) pairs for every thread; skipped turns are added as reused rows."
+    jobs = []
     for it, k in threads:
-        th, ps, q = (it.id, k), psets[it.id], questions[it.id]
-        plan = _round_plan(protocol, agents, hist[th], it, k, rnd, seed)
-        for a in agents:
+        th = (it.id, k)
+        plan = _round_plan(
+            self.protocol, self.agents, self.hist[th], it, k, rnd, self.sampling.seed
+        )
+        for a in self.agents:
             turn = plan.turns[a.name]
-            role = turn.role or a.role
-            pos = plan.order.index(a.name)
+            pos, peers = plan.order.index(a.name), tuple(turn.peers)
+            slot = TurnSlot(it, a.name, a.model, turn.role or a.role, rnd, k, pos, peers)
             if rnd > 0 and not turn.speak:
-                rows.append(
-                    _row(
-                        experiment,
-                        it,
-                        k,
-                        rnd,
-                        a,
-                        role,
-                        pos,
-                        turn.peers,
-                        None,
-                        None,
-                        reused=True,
-                        prev=hist[th][a.name][-1],
-                        method=method,
-                    )
-                )
-                hist[th][a.name].append(rows[-1])
-                bar.update(1)
+                self.add(th, _reused_row(self.hist[th][a.name][-1], slot))
                 continue
-            msgs = _turn_messages(
-                ps, q, role, rnd, turn, conv[th].get(a.name), hist[th], a.name, history
-            )
-            conv[th][a.name] = list(msgs) if rnd == 0 else msgs
-            req = GenRequest(
-                msgs,
-                max_new_tokens=max_new_tokens,
-                temperature=temperature,
-                top_p=top_p,
-                seed=derive_seed(seed, it.id, a.name, rnd, k),
-                meta=dict(item=it, agent=a.name, round=rnd, sample=k),
-            )
-            pending[a.model].append((th, it, k, a, role, pos, turn.peers, req))
-    return pending
+            msgs = self.messages(th, slot, turn)
+            self.conv[th][a.name] = list(msgs) if rnd == 0 else msgs
+            seed = derive_seed(self.sampling.seed, it.id, a.name, rnd, k)
+            meta = dict(item=it, agent=a.name, round=rnd, sample=k)
+            jobs.append((slot, self.sampling.request(msgs, seed=seed, meta=meta)))
+    return jobs
 
 # %% ../nbs/04_debate.ipynb #25f97da6
-def _generate_round(
-    pending: dict[str, list],
-    backends: Mapping[str, Any],
-    rnd: int,
-    rows: list[dict],
-    hist: dict,
-    conv: dict,
-    bar,
-    experiment: str,
-    method: str,
-) -> None:
-    "Run round `rnd`'s requests, model by model, appending the rows (in place) to `rows`, `hist` and `conv`."
-    for model, jobs in pending.items():
-        gens = generate_jobs(
-            backends, [(model, j[-1]) for j in jobs]
-        )  # one call for the model, counts checked
-        for (th, it, k, a, role, pos, peers, req), g in zip(jobs, gens):
-            rows.append(_row(experiment, it, k, rnd, a, role, pos, peers, g.text, g, method=method))
-            hist[th][a.name].append(rows[-1])
-            conv[th][a.name] = conv[th][a.name] + [{"role": "assistant", "content": g.text}]
-        bar.update(len(jobs))
+@patch
+def generate(self: _DebateRun, jobs: list, backends: Mapping[str, Any]) -> None:
+    "Generate `jobs` [(slot, request)], adding each generation's row and answer to the state."
+    gens = generate_jobs(backends, [(slot.model, req) for slot, req in jobs])
+    for (slot, _), g in zip(jobs, gens):
+        th = (slot.item.id, slot.sample)
+        self.add(th, transcript_row(slot, g, experiment=self.experiment, method=self.method))
+        self.conv[th][slot.agent] = self.conv[th][slot.agent] + [
+            {"role": "assistant", "content": g.text}
+        ]
 
 # %% ../nbs/04_debate.ipynb #295b4e36
 def _sorted_transcript(
@@ -534,6 +500,7 @@ def _sorted_transcript(
     return df.iloc[np.argsort(key.to_numpy(), kind="stable")].reset_index(drop=True)
 
 # %% ../nbs/04_debate.ipynb #77dc5728
+@takes_sampling
 def run_debate(
     items: Sequence[Item],
     agents: Sequence[Agent],
@@ -543,10 +510,7 @@ def run_debate(
     debate_rounds: int = 1,
     samples: int = 1,
     prompt: str | PromptSet = "auto",
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    max_new_tokens: int = 512,
-    seed: int = 0,
+    sampling: Sampling = Sampling(),
     experiment: str = "debate",
     history: str = "full",
     progress: bool = True,
@@ -562,39 +526,27 @@ def run_debate(
     message only (UMAD App. F.2, whose message already holds the question and every agent's last response).
     `method` (default: the protocol's name) fills the transcript's `method` column, the key that keeps pooled
     transcripts of several methods apart. A role set by the protocol (`Protocol.role`) is sent as the system prompt
-    in every history mode."""
+    in every history mode. `sampling`: what every request carries (`core.Sampling`)."""
     agents = list(agents)
     protocol = protocol or FullyConnected()
-    method = protocol.name if method is None else str(method)
     _check_debate_args(agents, backends, history)
     threads = [(it, k) for it in items for k in range(int(samples))]
-    conv = {(it.id, k): {} for it, k in threads}
-    hist = {(it.id, k): {a.name: [] for a in agents} for it, k in threads}
-    questions = {it.id: format_question(it) for it in items}
-    psets = {it.id: get_prompt(prompt, it.fmt) for it in items}
-    rows: list[dict] = []
-    total = len(threads) * len(agents) * (int(debate_rounds) + 1)
-    bar = tqdm(total=total, desc=f"{experiment}", disable=not progress, leave=False)
-    for rnd in range(int(debate_rounds) + 1):
-        pending = _round_requests(
-            threads,
-            agents,
-            protocol,
-            rnd,
-            psets,
-            questions,
-            hist,
-            conv,
-            rows,
-            bar,
-            history=history,
-            seed=seed,
-            experiment=experiment,
-            method=method,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-        )
-        _generate_round(pending, backends, rnd, rows, hist, conv, bar, experiment, method)
+    run = _DebateRun(
+        agents,
+        protocol,
+        {it.id: get_prompt(prompt, it.fmt) for it in items},
+        {it.id: format_question(it) for it in items},
+        sampling,
+        history,
+        experiment,
+        protocol.name if method is None else str(method),
+        conv={(it.id, k): {} for it, k in threads},
+        hist={(it.id, k): {a.name: [] for a in agents} for it, k in threads},
+    )
+    rounds = int(debate_rounds) + 1
+    bar = tqdm(total=rounds, desc=f"{experiment}", disable=not progress, leave=False)
+    for rnd in range(rounds):
+        run.generate(run.requests(threads, rnd), backends)
+        bar.update(1)
     bar.close()
-    return _sorted_transcript(rows, items, agents)
+    return _sorted_transcript(run.rows, items, agents)
