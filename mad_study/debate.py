@@ -5,7 +5,7 @@
 # %% ../nbs/04_debate.ipynb #e9a39f70
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -33,7 +33,7 @@ from .interface import generate_jobs
 # %% auto #0
 __all__ = ['ORDERINGS', 'PROTOCOLS', 'HISTORY_MODES', 'Agent', 'make_agents', 'Turn', 'RoundPlan', 'RoundContext', 'Protocol',
            'FullyConnected', 'OrderedPeers', 'register_protocol', 'make_protocol', 'TurnSlot', 'transcript_row',
-           'run_debate']
+           'turn_rows', 'run_debate']
 
 # %% ../nbs/04_debate.ipynb #2b7ad846
 @dataclass(frozen=True)
@@ -370,6 +370,21 @@ def _reused_row(prev: dict, slot: TurnSlot) -> dict:
         completion_tokens=0,
     )
 
+# %% ../nbs/04_debate.ipynb #cb884af7
+def turn_rows(
+    backends: Mapping[str, Any],
+    jobs: Sequence[tuple[TurnSlot, GenRequest]],
+    *,
+    experiment: str,
+    method: str = "",
+) -> list[dict]:
+    "Generate each (slot, request) job through its slot's model's backend; one transcript row per job (the kit's own)."
+    gens = generate_jobs(backends, [(slot.model, req) for slot, req in jobs])
+    return [
+        transcript_row(slot, g, experiment=experiment, method=method)
+        for (slot, _), g in zip(jobs, gens)
+    ]
+
 # %% ../nbs/04_debate.ipynb #361b3495
 HISTORY_MODES = ("full", "last", "none")
 
@@ -474,13 +489,13 @@ def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, 
 # %% ../nbs/04_debate.ipynb #25f97da6
 @patch
 def generate(self: _DebateRun, jobs: list, backends: Mapping[str, Any]) -> None:
-    "Generate `jobs` [(slot, request)], adding each generation's row and answer to the state."
-    gens = generate_jobs(backends, [(slot.model, req) for slot, req in jobs])
-    for (slot, _), g in zip(jobs, gens):
+    "Generate `jobs` [(slot, request)], adding each row to the state and each text to its conversation."
+    rows = turn_rows(backends, jobs, experiment=self.experiment, method=self.method)
+    for (slot, _), row in zip(jobs, rows):
         th = (slot.item.id, slot.sample)
-        self.add(th, transcript_row(slot, g, experiment=self.experiment, method=self.method))
+        self.add(th, row)
         self.conv[th][slot.agent] = self.conv[th][slot.agent] + [
-            {"role": "assistant", "content": g.text}
+            {"role": "assistant", "content": row["text"]}
         ]
 
 # %% ../nbs/04_debate.ipynb #295b4e36

@@ -15,24 +15,26 @@ import pandas as pd
 
 from mad_study.core import (
     ConfigError,
-    GenRequest,
     Item,
-    SIGNALS,
+    Sampling,
+    takes_sampling,
     check_unique_turns,
     derive_seed,
     pool_keys,
     rng_for,
     transcript_frame,
 )
-from .answers import extract_answer, is_correct, merge_equivalent
+from .answers import merge_equivalent
 from .data import format_question, get_task
 from mad_study.debate import (
     ORDERINGS,
     OrderedPeers,
     Protocol,
     RoundContext,
+    TurnSlot,
     make_agents,
     run_debate,
+    turn_rows,
 )
 from .voting import vote_table
 from .metrics import is_missing, path_consistency, reversal_point, viewpoint_entropy
@@ -45,16 +47,16 @@ from mad_study.stats import (
 )  # cochran_q: nbs/05b_stats
 from .prompts import debate_message, get_prompt, opening_messages
 from .registry import planner
-from .interface import generate_jobs
 
 # %% auto #0
-__all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 'METRICS', 'CASES', 'REVERSAL_ORDERS',
-           'PAPER_REVERSAL_TABLES', 'PAPER_TABLE1', 'PAPER_TABLE1_TASKS', 'PAPER_AGENT_SCALING', 'COUNT_TABLE_ORDERS',
-           'random_variants', 'madc_order', 'madc_ordering', 'MADCPeers', 'strategy_protocol', 'strategy_label',
-           'run_strategies', 'shared_round0', 'item_scores', 'strategy_scores', 'repeat_scores', 'default_pairs',
-           'strategy_tests', 'path_consistency_table', 'reversal_sequence', 'solution_pools', 'run_reversal',
-           'reversal_curve', 'first_pool_sizes', 'reversal_table', 'paper_reversal_curves', 'reversal_count_table',
-           'plan_fig1', 'plan_fig3_5', 'plan_tab1', 'plan_fig7', 'plan_tab2_5', 'plan_fig8', 'plan_fig9']
+__all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 'MADC_SAMPLING', 'METRICS', 'CASES',
+           'REVERSAL_ORDERS', 'PAPER_REVERSAL_TABLES', 'PAPER_TABLE1', 'PAPER_TABLE1_TASKS', 'PAPER_AGENT_SCALING',
+           'COUNT_TABLE_ORDERS', 'random_variants', 'madc_order', 'madc_ordering', 'MADCPeers', 'strategy_protocol',
+           'strategy_label', 'run_strategies', 'shared_round0', 'item_scores', 'strategy_scores', 'repeat_scores',
+           'default_pairs', 'strategy_tests', 'path_consistency_table', 'reversal_sequence', 'solution_pools',
+           'run_reversal', 'reversal_curve', 'first_pool_sizes', 'reversal_table', 'paper_reversal_curves',
+           'reversal_count_table', 'plan_fig1', 'plan_fig3_5', 'plan_tab1', 'plan_fig7', 'plan_tab2_5', 'plan_fig8',
+           'plan_fig9']
 
 # %% ../nbs/11_madc.ipynb #2fb1a6c0
 STRATEGIES = ("fixed", "random", "truth_first", "truth_last", "madc")
@@ -151,6 +153,12 @@ def strategy_label(name: str) -> str:
     return STRATEGY_LABELS.get(name, name)
 
 # %% ../nbs/11_madc.ipynb #890bcc06
+MADC_SAMPLING = Sampling(
+    max_new_tokens=4096, temperature=1.0
+)  # the study's settings (see The study)
+
+
+@takes_sampling
 def run_strategies(
     items: Sequence[Item],
     model: str,
@@ -160,10 +168,7 @@ def run_strategies(
     debate_rounds: int = 1,
     repeats: int = 1,
     prompt: str = "madc",
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    max_new_tokens: int = 4096,
-    seed: int = 0,
+    sampling: Sampling = MADC_SAMPLING,
     experiment: str = "madc",
     progress: bool = False,
 ) -> dict[str, pd.DataFrame]:
@@ -179,10 +184,7 @@ def run_strategies(
             debate_rounds=debate_rounds,
             samples=repeats,
             prompt=prompt,
-            temperature=temperature,
-            top_p=top_p,
-            max_new_tokens=max_new_tokens,
-            seed=seed,
+            sampling=sampling,
             experiment=experiment,
             progress=progress,
         )
@@ -402,6 +404,7 @@ def solution_pools(samples: pd.DataFrame, pool_size: int, seed: int = 0, repeat:
     }
 
 # %% ../nbs/11_madc.ipynb #a6fd0b21
+@takes_sampling
 def run_reversal(
     item: Item,
     pools: Sequence[dict],
@@ -410,10 +413,7 @@ def run_reversal(
     orders: Sequence[str] = REVERSAL_ORDERS,
     reps_per_count: int = 10,
     prompt: str = "madc",
-    seed: int = 0,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    max_new_tokens: int = 4096,
+    sampling: Sampling = MADC_SAMPLING,
     experiment: str = "madc_fig9",
     counts: Sequence[int] | None = None,
 ) -> pd.DataFrame:
@@ -439,44 +439,11 @@ def run_reversal(
                 ]
                 for k in range(int(reps_per_count)):
                     smp = r * int(reps_per_count) + k
-                    req = GenRequest(
-                        msgs,
-                        max_new_tokens=max_new_tokens,
-                        temperature=temperature,
-                        top_p=top_p,
-                        seed=derive_seed(seed, "madc-reversal", item.id, order, c, r, k),
-                        meta=dict(item=item, agent=order, round=1, sample=smp),
-                    )
-                    jobs.append((order, c, smp, seq[:c], req))
-    gens = generate_jobs(
-        {model: backend}, [(model, j[-1]) for j in jobs]
-    )  # counts checked (03a_interface)
-    rows = []
-    for (order, c, smp, shown, _), g in zip(jobs, gens):
-        ans = extract_answer(g.text, item.fmt)
-        rows.append(
-            dict(
-                experiment=experiment,
-                item_id=item.id,
-                task=item.task,
-                gold=str(item.gold),
-                round=1,
-                agent=order,
-                role="responder",
-                model=model,
-                sample=smp,
-                position=c,
-                visible_peers=",".join(shown),
-                reused=False,
-                prompt_tokens=g.prompt_tokens,
-                completion_tokens=g.completion_tokens,
-                text=g.text,
-                answer=ans,
-                correct=bool(ans is not None and is_correct(ans, item.gold, item.fmt)),
-                **{s: getattr(g, s) for s in SIGNALS},
-            )
-        )
-    return transcript_frame(rows)
+                    seed = derive_seed(sampling.seed, "madc-reversal", item.id, order, c, r, k)
+                    meta = dict(item=item, agent=order, round=1, sample=smp)
+                    slot = TurnSlot(item, order, model, "responder", 1, smp, c, tuple(seq[:c]))
+                    jobs.append((slot, sampling.request(msgs, seed=seed, meta=meta)))
+    return transcript_frame(turn_rows({model: backend}, jobs, experiment=experiment))
 
 # %% ../nbs/11_madc.ipynb #d2684616
 def reversal_curve(transcript: pd.DataFrame) -> pd.DataFrame:
