@@ -267,18 +267,20 @@ class Sampling:
 SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(Sampling))
 
 
-def fold_keywords(param: str = "sampling"):
-    "Decorator: `f(param=Settings(...))` also takes the settings' fields as old separate keywords, with a DeprecationWarning (the kit's own)."
+def fold_keywords(param: str = "sampling", aliases: Mapping[str, str] | None = None):
+    "Decorator: `f(param=Settings(...))` also takes the settings' fields (or their old `aliases`) as separate keywords, with a DeprecationWarning (the kit's own)."
 
     def decorate(f):
         params = inspect.signature(f).parameters
         default = params[param].default
-        folded = [x.name for x in dataclasses.fields(default) if x.name not in params]
+        names = {x.name: x.name for x in dataclasses.fields(default) if x.name not in params}
+        names |= dict(aliases or {})
 
         @functools.wraps(f)
         def wrapper(*args, **kw):
-            old = {k: kw.pop(k) for k in folded if k in kw}
+            old = {k: kw.pop(k) for k in names if k in kw}
             if old:
+                old = {names[k]: v for k, v in old.items()}
                 new = ", ".join(f"{k}={v!r}" for k, v in old.items())
                 warnings.warn(
                     f"{f.__name__}({', '.join(old)}=...) is deprecated: pass "
