@@ -11,7 +11,7 @@ import io
 import json
 import re
 import tokenize
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -22,7 +22,9 @@ from mad_study.core import (
     GenRequest,
     Generation,
     Item,
-    SIGNALS,
+    Sampling,
+    fold_keywords,
+    takes_sampling,
     derive_seed,
     rng_for,
     transcript_frame,
@@ -30,6 +32,7 @@ from mad_study.core import (
 from .answers import extract_answer, is_correct
 from .voting import majority_vote
 from .interface import generate_jobs
+from .debate import TurnSlot, transcript_row
 from .sandbox import run_program
 from mad_study.sim import (
     SimBackend,
@@ -48,7 +51,7 @@ __all__ = ['LETTERS', 'MAD_ROLES', 'MAD_PROMPTS', 'ROUND_WORDS', 'VERDICT_STATUS
            'answer_instruction', 'question_block', 'loose_answer', 'fill_placeholders', 'mad_topic', 'Verdict',
            'literal_object', 'first_json_object', 'parse_verdict', 'resolve_assignment', 'run_mad', 'pot_answer_hint',
            'dmad_opening', 'dmad_debate_message', 'dmad_roles', 'dmad_vision_message', 'extract_program', 'PotAnswer',
-           'pot_answer', 'PotTurn', 'pot_turn', 'run_dmad', 'RoleSimBackend']
+           'pot_answer', 'PotTurn', 'pot_turn', 'PotSettings', 'run_dmad', 'RoleSimBackend']
 
 # %% ../nbs/04c_roles.ipynb #5d932869
 LETTERS = "ABCDEFGHIJ"
@@ -274,41 +277,31 @@ def parse_verdict(text: str, item: Item) -> Verdict:
     return Verdict("ok" if ans is not None else "unreadable_answer", ans, pref, side, reason, raw)
 
 # %% ../nbs/04c_roles.ipynb #c654eba4
-def _row(
-    experiment, item, rnd, role, model, position, peers, gen: Generation, answer, text=None
-) -> dict:
-    r = dict(
-        experiment=experiment,
-        item_id=item.id,
-        task=item.task,
-        gold=str(item.gold),
-        round=rnd,
-        agent=role,
-        role=role,
-        model=model,
-        sample=0,
-        position=position,
-        visible_peers=",".join(peers),
-        reused=False,
-        prompt_tokens=gen.prompt_tokens,
-        completion_tokens=gen.completion_tokens,
-        text=gen.text if text is None else text,
-        answer=answer,
-        correct=bool(answer is not None and is_correct(answer, item.gold, item.fmt)),
-        images=",".join(item.images) or None,
-    )
-    for s in SIGNALS:
-        r[s] = getattr(gen, s)
-    return r
+@dataclass
+class _RoleRun:
+    "The state of one `run_mad` / `run_dmad` call: per-item states, backends, rows, settings."
+
+    st: dict
+    backends: Mapping[str, Any]
+    sampling: Sampling
+    experiment: str
+    rows: list = field(default_factory=list)
+    pot_log: list = field(default_factory=list)  # DMAD: one entry per PoT turn
+
+    def row(self, it: Item, rnd: int, role: str, pos: int, peers, g, answer, text=None) -> None:
+        "Append `role`'s transcript row (`debate.transcript_row`; agent = role, sample 0)."
+        model = self.st[it.id]["a"][role if role != "judge" else "moderator"]
+        slot = TurnSlot(it, role, model, role, rnd, 0, pos, tuple(peers))
+        self.rows.append(
+            transcript_row(slot, g, experiment=self.experiment, answer=answer, text=text)
+        )
 
 # %% ../nbs/04c_roles.ipynb #1d3bd589
-def _req(messages, item, role, rnd, kind, seed, temperature, max_new_tokens, **meta) -> GenRequest:
-    return GenRequest(
-        list(messages),
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        seed=derive_seed(seed, item.id, role, rnd, kind),
-        meta=dict(item=item, role=role, round=rnd, kind=kind, **meta),
+def _req(messages, item, role, rnd, kind, sampling: Sampling, **meta) -> GenRequest:
+    "A role's request; its seed derives from (run seed, item, role, round, kind)."
+    seed = derive_seed(sampling.seed, item.id, role, rnd, kind)
+    return sampling.request(
+        messages, seed=seed, meta=dict(item=item, role=role, round=rnd, kind=kind, **meta)
     )
 
 # %% ../nbs/04c_roles.ipynb #082de7b4
@@ -379,25 +372,16 @@ def _mad_states(
 
 # %% ../nbs/04c_roles.ipynb #e7e0011e
 def _mad_step(
-    st: dict,
-    backends: Mapping[str, Any],
-    rows: list[dict],
-    kw: dict,
-    experiment: str,
-    role: str,
-    user_of: Callable,
-    rnd: int,
-    pos: int,
-    peers: tuple,
+    run: _RoleRun, role: str, user_of: Callable, rnd: int, pos: int, peers: tuple
 ) -> None:
     "`role`'s turn of round `rnd` for every undecided item (`user_of(state)`: its user message); rows appended in place."
-    live = [s for s in st.values() if not s["done"]]
+    live = [s for s in run.st.values() if not s["done"]]
     jobs = []
     for s in live:
         s["conv"][role] = s["conv"][role] + [{"role": "user", "content": user_of(s)}]
         kind = "verdict" if role == "moderator" else "answer"
-        jobs.append((s["a"][role], _req(s["conv"][role], s["item"], role, rnd, kind, **kw)))
-    for s, g in zip(live, generate_jobs(backends, jobs)):
+        jobs.append((s["a"][role], _req(s["conv"][role], s["item"], role, rnd, kind, run.sampling)))
+    for s, g in zip(live, generate_jobs(run.backends, jobs)):
         s["conv"][role] = s["conv"][role] + [{"role": "assistant", "content": g.text}]
         s["last"][role] = g.text
         it = s["item"]
@@ -410,20 +394,12 @@ def _mad_step(
             ans = v.answer
         else:
             ans = extract_answer(g.text, it.fmt)
-        rows.append(_row(experiment, it, rnd, role, s["a"][role], pos, peers, g, ans))
+        run.row(it, rnd, role, pos, peers, g, ans)
 
 # %% ../nbs/04c_roles.ipynb #1b49fed7
-def _mad_judge(
-    st: dict,
-    backends: Mapping[str, Any],
-    rows: list[dict],
-    kw: dict,
-    experiment: str,
-    P: Mapping[str, str],
-    max_rounds: int,
-) -> None:
+def _mad_judge(run: _RoleRun, P: Mapping[str, str], max_rounds: int) -> None:
     "The final judge's two calls for every undecided item; states updated and rows appended in place."
-    live = [s for s in st.values() if not s["done"]]
+    live = [s for s in run.st.values() if not s["done"]]
     jobs = []
     for s in live:
         s["judge"] = [
@@ -443,10 +419,17 @@ def _mad_judge(
         jobs.append(
             (
                 s["a"]["moderator"],
-                _req(s["judge"], s["item"], "judge", max_rounds + 1, "judge_candidates", **kw),
+                _req(
+                    s["judge"],
+                    s["item"],
+                    "judge",
+                    max_rounds + 1,
+                    "judge_candidates",
+                    sampling=run.sampling,
+                ),
             )
         )
-    for s, g in zip(live, generate_jobs(backends, jobs)):
+    for s, g in zip(live, generate_jobs(run.backends, jobs)):
         s["cand"] = g  # its tokens go into the judge's row (both calls)
         s["judge"] = s["judge"] + [
             {"role": "assistant", "content": g.text},
@@ -455,11 +438,19 @@ def _mad_judge(
     jobs = [
         (
             s["a"]["moderator"],
-            _req(s["judge"], s["item"], "judge", max_rounds + 1, "verdict", final=True, **kw),
+            _req(
+                s["judge"],
+                s["item"],
+                "judge",
+                max_rounds + 1,
+                "verdict",
+                final=True,
+                sampling=run.sampling,
+            ),
         )
         for s in live
     ]
-    for s, g in zip(live, generate_jobs(backends, jobs)):
+    for s, g in zip(live, generate_jobs(run.backends, jobs)):
         it = s["item"]
         v = parse_verdict(g.text, it)
         s["verdicts"].append(f"judge:{v.status}")
@@ -473,19 +464,7 @@ def _mad_judge(
             prompt_tokens=(g.prompt_tokens or 0) + (s["cand"].prompt_tokens or 0),
             completion_tokens=(g.completion_tokens or 0) + (s["cand"].completion_tokens or 0),
         )
-        rows.append(
-            _row(
-                experiment,
-                it,
-                max_rounds + 1,
-                "judge",
-                s["a"]["moderator"],
-                3,
-                ("affirmative", "negative"),
-                g,
-                s["answer"],
-            )
-        )
+        run.row(it, max_rounds + 1, "judge", 3, ("affirmative", "negative"), g, s["answer"])
 
 # %% ../nbs/04c_roles.ipynb #aaea2141
 def _mad_outcomes(st: dict) -> pd.DataFrame:
@@ -510,15 +489,14 @@ def _mad_outcomes(st: dict) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 # %% ../nbs/04c_roles.ipynb #791a357e
+@takes_sampling
 def run_mad(
     items: Sequence[Item],
     assignment: Assignment,
     backends: Mapping[str, Any],
     *,
     max_rounds: int = 3,
-    temperature: float = 0.0,
-    max_new_tokens: int = 1024,
-    seed: int = 0,
+    sampling: Sampling = Sampling(max_new_tokens=1024),
     experiment: str = "mad",
     prompts: Mapping[str, str] = MAD_PROMPTS,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -529,11 +507,10 @@ def run_mad(
         raise ConfigError("must be >= 1", key="max_rounds", value=max_rounds)
     P = prompts
     st = _mad_states(items, assignment, P)
-    rows: list[dict] = []
-    kw = dict(seed=seed, temperature=temperature, max_new_tokens=max_new_tokens)
+    run = _RoleRun(st, backends, sampling, experiment)
 
     def step(role, user_of, rnd, pos, peers):
-        _mad_step(st, backends, rows, kw, experiment, role, user_of, rnd, pos, peers)
+        _mad_step(run, role, user_of, rnd, pos, peers)
 
     for rnd in range(1, int(max_rounds) + 1):
         word = ROUND_WORDS[rnd - 1] if rnd <= len(ROUND_WORDS) else f"{rnd}th"
@@ -581,8 +558,8 @@ def run_mad(
             2,
             ("affirmative", "negative"),
         )
-    _mad_judge(st, backends, rows, kw, experiment, P, max_rounds)
-    return transcript_frame(rows), _mad_outcomes(st)
+    _mad_judge(run, P, max_rounds)
+    return transcript_frame(run.rows), _mad_outcomes(st)
 
 # %% ../nbs/04c_roles.ipynb #d58aedd8
 DMAD_ROLES = ("cot", "step_back", "pot")
@@ -803,7 +780,7 @@ def _dmad_aux(
     rnd: int,
     peers: Callable,
     backends: Mapping[str, Any],
-    kw: dict,
+    kw: Sampling,
     prompts: Mapping[str, str],
     vision_prompts: Mapping[str, str],
 ) -> dict:
@@ -823,7 +800,7 @@ def _dmad_aux(
                         role,
                         rnd,
                         "aux",
-                        **kw,
+                        sampling=kw,
                     ),
                 )
             )
@@ -838,7 +815,7 @@ def _dmad_answer_jobs(
     rnd: int,
     peers: Callable,
     aux: dict,
-    kw: dict,
+    kw: Sampling,
     prompts: Mapping[str, str],
     vision_prompts: Mapping[str, str],
 ) -> tuple[list, list]:
@@ -852,41 +829,38 @@ def _dmad_answer_jobs(
                 role, it, rnd, peers(s, role), prompts, vision_prompts, aux=a.text if a else ""
             )
             s["conv"][role] = s["conv"][role] + [{"role": "user", "content": user}]
-            jobs.append((s["a"][role], _req(s["conv"][role], it, role, rnd, "answer", **kw)))
+            jobs.append((s["a"][role], _req(s["conv"][role], it, role, rnd, "answer", kw)))
             keys.append((s, role))
     return jobs, keys
 
+# %% ../nbs/04c_roles.ipynb #effdffc7
+@dataclass(frozen=True)
+class PotSettings:
+    "How a program-of-thought turn runs (`pot_turn`'s keywords; the kit's own)."
+
+    timeout: float = 10.0
+    memory_mb: int = 1024
+    execute: bool = True
+    isolation: str = "auto"
+
 # %% ../nbs/04c_roles.ipynb #7e29aa51
 def _dmad_turns(
+    run: _RoleRun,
     keys: list,
     jobs: list,
-    backends: Mapping[str, Any],
     aux: dict,
     roles: list[str],
     rnd: int,
-    rows: list,
-    pot_log: list,
-    experiment: str,
     vision_prompts: Mapping[str, str],
-    pot_timeout: float,
-    pot_memory_mb: int,
-    execute: bool,
-    pot_isolation: str,
+    pot: PotSettings,
 ) -> None:
     "Generate round `rnd`'s answers and append their rows (and PoT log entries) in place."
-    for (s, role), g in zip(keys, generate_jobs(backends, jobs)):
+    for (s, role), g in zip(keys, generate_jobs(run.backends, jobs)):
         it, text = s["item"], g.text
         ans = extract_answer(text, it.fmt)
         if role == "pot":
-            pa, text, status, out = pr = pot_turn(
-                text,
-                it,
-                timeout=pot_timeout,
-                memory_mb=pot_memory_mb,
-                execute=execute,
-                isolation=pot_isolation,
-            )
-            pot_log.append(
+            pa, text, status, out = pr = pot_turn(text, it, **dataclasses.asdict(pot))
+            run.pot_log.append(
                 dict(
                     item_id=it.id,
                     round=rnd,
@@ -910,20 +884,8 @@ def _dmad_turns(
             )
         s["conv"][role] = s["conv"][role] + [{"role": "assistant", "content": text}]
         s["last"][role] = text
-        rows.append(
-            _row(
-                experiment,
-                it,
-                rnd,
-                role,
-                s["a"][role],
-                roles.index(role),
-                () if rnd == 0 else tuple(p for p in roles if p != role),
-                g,
-                ans,
-                text=text,
-            )
-        )
+        peers = () if rnd == 0 else tuple(p for p in roles if p != role)
+        run.row(it, rnd, role, roles.index(role), peers, g, ans, text=text)
 
 # %% ../nbs/04c_roles.ipynb #426b76b2
 def _dmad_outcomes(tr: pd.DataFrame, st: dict, rounds: int, seed: int) -> pd.DataFrame:
@@ -950,27 +912,27 @@ def _dmad_outcomes(tr: pd.DataFrame, st: dict, rounds: int, seed: int) -> pd.Dat
     return pd.DataFrame(out)
 
 # %% ../nbs/04c_roles.ipynb #3432d81d
+@fold_keywords(
+    "pot",
+    aliases={"pot_timeout": "timeout", "pot_memory_mb": "memory_mb", "pot_isolation": "isolation"},
+)
+@takes_sampling
 def run_dmad(
     items: Sequence[Item],
     assignment: Assignment,
     backends: Mapping[str, Any],
     *,
     rounds: int = 3,
-    temperature: float = 0.0,
-    max_new_tokens: int = 1024,
-    seed: int = 0,
+    sampling: Sampling = Sampling(max_new_tokens=1024),
     experiment: str = "dmad",
     prompts: Mapping[str, str] = DMAD_PROMPTS,
     vision_prompts: Mapping[str, str] = DMAD_VISION_PROMPTS,
-    pot_timeout: float = 10.0,
-    pot_memory_mb: int = 1024,
-    execute: bool = True,
-    pot_isolation: str = "auto",
+    pot: PotSettings = PotSettings(),
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """DMAD (Liu et al. 2025): text items with CoT / step-back / PoT, image items with IO / CCoT / DDCoT (`dmad_roles`), as roles
     with a per-item assignment. `rounds` counts the opening round. Returns (transcript, outcomes, pot_log): outcomes hold the
     majority vote of the last round per item; pot_log one row per program-of-thought turn (status, output or error, and the
-    sandbox that ran it; `pot_isolation`: see `pot_answer`)."""
+    sandbox that ran it; `pot`: how the program runs, `PotSettings`)."""
     if rounds < 1:
         raise ConfigError("must be >= 1", key="rounds", value=rounds)
     roles = dmad_roles(items)
@@ -983,34 +945,20 @@ def run_dmad(
         )
         for it in items
     }
-    rows, pot_log = [], []
-    kw = dict(seed=seed, temperature=temperature, max_new_tokens=max_new_tokens)
+    run = _RoleRun(st, backends, sampling, experiment)
     for rnd in range(int(rounds)):
         peers = lambda s, role: [(p, s["last"][p]) for p in roles if p != role] if rnd else []
-        aux = _dmad_aux(st, roles, rnd, peers, backends, kw, prompts, vision_prompts)
-        jobs, keys = _dmad_answer_jobs(st, roles, rnd, peers, aux, kw, prompts, vision_prompts)
-        _dmad_turns(
-            keys,
-            jobs,
-            backends,
-            aux,
-            roles,
-            rnd,
-            rows,
-            pot_log,
-            experiment,
-            vision_prompts,
-            pot_timeout,
-            pot_memory_mb,
-            execute,
-            pot_isolation,
+        aux = _dmad_aux(st, roles, rnd, peers, backends, sampling, prompts, vision_prompts)
+        jobs, keys = _dmad_answer_jobs(
+            st, roles, rnd, peers, aux, sampling, prompts, vision_prompts
         )
-    tr = transcript_frame(rows)
+        _dmad_turns(run, keys, jobs, aux, roles, rnd, vision_prompts, pot)
+    tr = transcript_frame(run.rows)
     return (
         tr,
-        _dmad_outcomes(tr, st, rounds, seed),
+        _dmad_outcomes(tr, st, rounds, sampling.seed),
         pd.DataFrame(
-            pot_log,
+            run.pot_log,
             columns=[
                 "item_id",
                 "round",
