@@ -16,7 +16,16 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .core import ConfigError, GenRequest, Item, atomic_write_text, derive_seed, rng_for
+from mad_study.core import (
+    ConfigError,
+    Item,
+    Sampling,
+    atomic_write_text,
+    derive_seed,
+    fold_keywords,
+    rng_for,
+    takes_sampling,
+)
 from .answers import extract_answer, is_correct
 from .prompts import META_DEBATE_PROMPTS, number_word
 from .registry import planner
@@ -25,6 +34,7 @@ from mad_study.roles import (
     DMAD_ROLES,
     DMAD_VISION_ROLES,
     MAD_ROLES,
+    PotSettings,
     fill_placeholders,
     pot_answer_hint,
     answer_instruction,
@@ -41,9 +51,9 @@ __all__ = ['FRAMEWORKS', 'MODALITIES', 'SCORE_MIN', 'SCORE_MAX', 'MAX_REVIEW_CHA
            'PAPER_MODELS', 'GAP_COLUMNS', 'framework_roles', 'items_modality', 'context_key', 'review_skeleton',
            'structured_scores', 'text_scores', 'ReviewScores', 'read_review', 'parse_review', 'suitability',
            'role_decisions', 'assign_roles', 'role_title', 'criteria_prompt', 'parse_criteria', 'format_criteria',
-           'CriteriaCache', 'generate_criteria', 'MetaDebateResult', 'shown_order', 'meta_debate', 'uniform_assignment',
-           'random_assignment', 'item_tokens', 'run_framework', 'plan_tab1', 'plan_tab2', 'plan_examples',
-           'paired_gaps', 'gap_text', 'gaps_caption']
+           'CriteriaCache', 'generate_criteria', 'MetaDebateResult', 'MetaDebateOptions', 'shown_order', 'meta_debate',
+           'uniform_assignment', 'random_assignment', 'item_tokens', 'run_framework', 'plan_tab1', 'plan_tab2',
+           'plan_examples', 'paired_gaps', 'gap_text', 'gaps_caption']
 
 # %% ../nbs/14_meta_debate.ipynb #76ac9273
 FRAMEWORKS: dict[str, tuple[str, ...]] = {"mad": MAD_ROLES, "dmad": DMAD_ROLES}
@@ -467,6 +477,7 @@ class CriteriaCache:
             atomic_write_text(self.path, json.dumps(self.data, indent=1, ensure_ascii=False))
 
 # %% ../nbs/14_meta_debate.ipynb #070048d8
+@takes_sampling
 def generate_criteria(
     framework: str,
     task: str,
@@ -475,8 +486,7 @@ def generate_criteria(
     backends: Mapping[str, Any],
     cache: CriteriaCache | None = None,
     data: str | None = None,
-    seed: int = 0,
-    max_new_tokens: int = 512,
+    sampling: Sampling = Sampling(),
 ) -> dict[str, dict]:
     """Criteria for every role of `framework` on `task` (Meta-Debate Sec. 3.2, App. A.2), drafted by `model`, cached.
     Returns {role: {"criteria": [(name, explanation)], "text": generator output, "fallback": bool, "prompt_tokens",
@@ -484,6 +494,7 @@ def generate_criteria(
     cache = cache or CriteriaCache()
     data = data or DATA_DESCRIPTIONS.get(task, f"text-only questions of the task {task}")
     out, jobs, todo = {}, [], []
+    greedy = sampling.replace(temperature=0.0)  # criteria are drafted greedily
     for role in framework_roles(framework, items_modality(examples)):
         hit = cache.get(task, framework, role, model)
         if hit is not None:
@@ -493,11 +504,9 @@ def generate_criteria(
         jobs.append(
             (
                 model,
-                GenRequest(
+                greedy.request(
                     msgs,
-                    max_new_tokens=max_new_tokens,
-                    temperature=0.0,
-                    seed=derive_seed(seed, task, role),
+                    seed=derive_seed(sampling.seed, task, role),
                     meta=dict(
                         item=dataclasses.replace(examples[0], images=()), role=role, kind="criteria"
                     ),
@@ -584,10 +593,33 @@ def _proposal_answer(text, item, role):
         return v.answer
     return extract_answer(text, item.fmt)
 
+# %% ../nbs/14_meta_debate.ipynb #bd87f1f9
+@dataclass(frozen=True)
+class MetaDebateOptions:
+    "Meta-Debate's review protocol (Sec. 3.1, App. A.1): format hint, proposal order, self-review, ties."
+
+    review_format: bool = True
+    proposal_order: str = "fixed"
+    self_review: bool = True
+    tie_break: str = "seeded"
+
+
+@dataclass(frozen=True)
+class _MetaRun:
+    "One `meta_debate` call's framework, agents, backends and settings."
+
+    framework: str
+    models: list
+    backends: Mapping[str, Any]
+    sampling: Sampling
+    options: MetaDebateOptions
+    pot: PotSettings
+
 # %% ../nbs/14_meta_debate.ipynb #89c29977
-def _propose(items, framework, stage, models, backends, chosen, run) -> tuple[dict, list[dict]]:
+def _propose(items, stage, chosen, run: _MetaRun) -> tuple[dict, list[dict]]:
     "Prompt 1 for every item, role of `stage` and agent: ({(item id, role, j): text the reviewers see}, proposal rows)."
     P, jobs, keys = META_DEBATE_PROMPTS, [], []
+    framework, models = run.framework, run.models
     for it in items:
         q, ch = question_parts(it)
         for r in stage:
@@ -601,11 +633,9 @@ def _propose(items, framework, stage, models, backends, chosen, run) -> tuple[di
                 jobs.append(
                     (
                         m,
-                        GenRequest(
+                        run.sampling.request(
                             [{"role": "user", "content": user}],
-                            max_new_tokens=run["max_new_tokens"],
-                            temperature=run["temperature"],
-                            seed=derive_seed(run["seed"], it.id, r, m, "proposal"),
+                            seed=derive_seed(run.sampling.seed, it.id, r, m, "proposal"),
                             meta=dict(
                                 item=it, role=r, kind="verdict" if r == "moderator" else "answer"
                             ),
@@ -614,10 +644,10 @@ def _propose(items, framework, stage, models, backends, chosen, run) -> tuple[di
                 )
                 keys.append((it, r, j))
     props, rows = {}, []
-    for (it, r, j), g in zip(keys, generate_jobs(backends, jobs)):
+    for (it, r, j), g in zip(keys, generate_jobs(run.backends, jobs)):
         text, a, status = g.text, _proposal_answer(g.text, it, r), None
         if r == "pot":  # run the program; reviewers see its output (as in DMAD)
-            pa, text, status, _ = pot_turn(g.text, it, **run["pot"])
+            pa, text, status, _ = pot_turn(g.text, it, **dataclasses.asdict(run.pot))
             a = pa if pa is not None else a
         props[(it.id, r, j)] = text
         rows.append(
@@ -650,8 +680,9 @@ def shown_order(n_agents: int, order: str, *key) -> list[int]:
     )
 
 # %% ../nbs/14_meta_debate.ipynb #3f4ce313
-def _review(items, framework, stage, models, backends, crit, props, chosen, run) -> list[dict]:
+def _review(items, stage, crit, props, chosen, run: _MetaRun) -> list[dict]:
     "Prompt 2 for every item, role of `stage` and evaluator; one row per review with the scores mapped back to the agents."
+    framework, models, opt = run.framework, run.models, run.options
     P, N, jobs, keys = META_DEBATE_PROMPTS, len(models), [], []
     for it in items:
         q, ch = question_parts(it)
@@ -659,7 +690,7 @@ def _review(items, framework, stage, models, backends, crit, props, chosen, run)
             names = [c[0] for c in crit[r]]
             fmt = (
                 fill_placeholders(P["review_format"], skeleton=review_skeleton(N, names))
-                if run["review_format"]
+                if opt.review_format
                 else ""
             )
             aff = (
@@ -668,7 +699,7 @@ def _review(items, framework, stage, models, backends, crit, props, chosen, run)
                 else None
             )
             for k, m in enumerate(models):
-                order = shown_order(N, run["order"], run["seed"], it.id, r, k)
+                order = shown_order(N, opt.proposal_order, run.sampling.seed, it.id, r, k)
                 resp = "\n\n".join(
                     fill_placeholders(P["review_response"], j=p + 1, response=props[(it.id, r, j)])
                     for p, j in enumerate(order)
@@ -689,11 +720,9 @@ def _review(items, framework, stage, models, backends, crit, props, chosen, run)
                 jobs.append(
                     (
                         m,
-                        GenRequest(
+                        run.sampling.request(
                             [{"role": "user", "content": user}],
-                            max_new_tokens=run["max_new_tokens"],
-                            temperature=run["temperature"],
-                            seed=derive_seed(run["seed"], it.id, r, m, "review"),
+                            seed=derive_seed(run.sampling.seed, it.id, r, m, "review"),
                             meta=dict(
                                 item=it,
                                 role=r,
@@ -706,7 +735,7 @@ def _review(items, framework, stage, models, backends, crit, props, chosen, run)
                 )
                 keys.append((it, r, k, names, order))
     rows = []
-    for (it, r, k, names, order), g in zip(keys, generate_jobs(backends, jobs)):
+    for (it, r, k, names, order), g in zip(keys, generate_jobs(run.backends, jobs)):
         rv = read_review(g.text, N, names)
         s = np.full(N, np.nan)
         s[order] = rv.scores  # shown position p -> agent order[p]
@@ -729,6 +758,9 @@ def _review(items, framework, stage, models, backends, crit, props, chosen, run)
     return rows
 
 # %% ../nbs/14_meta_debate.ipynb #4ba6c780
+@fold_keywords("pot", aliases={"pot_timeout": "timeout", "pot_memory_mb": "memory_mb"})
+@fold_keywords("options")
+@takes_sampling
 def meta_debate(
     items: Sequence[Item],
     framework: str,
@@ -736,19 +768,12 @@ def meta_debate(
     backends: Mapping[str, Any],
     criteria: Mapping[str, Sequence[tuple[str, str]]] | None = None,
     *,
-    temperature: float = 0.0,
-    max_new_tokens: int = 1024,
-    seed: int = 0,
-    review_format: bool = True,
-    proposal_order: str = "fixed",
-    self_review: bool = True,
-    tie_break: str = "seeded",
-    pot_timeout: float = 10.0,
-    pot_memory_mb: int = 1024,
-    execute: bool = True,
+    sampling: Sampling = Sampling(max_new_tokens=1024),
+    options: MetaDebateOptions = MetaDebateOptions(),
+    pot: PotSettings = PotSettings(),
 ) -> MetaDebateResult:
     """Meta-Debate (Zhang et al., Sec. 3.1): proposals P_ij (Prompt 1), peer review S^(k)_ij (Prompt 2, 1-5 per
-    criterion, mean over criteria), mean over evaluators, argmax per role (`role_decisions`), per item. Options above."""
+    criterion, mean over criteria), mean over evaluators, argmax per role (`role_decisions`), per item. `options`: the review protocol (`MetaDebateOptions`); `pot`: how PoT proposals run."""
     roles = framework_roles(framework, items_modality(items))
     models = list(models)
     N = len(models)
@@ -761,17 +786,10 @@ def meta_debate(
         raise ConfigError(
             "item ids must be distinct", key="items", value=[i for i in ids if ids.count(i) > 1][:3]
         )
-    shown_order(N, proposal_order)
-    role_decisions(np.zeros((1, 1, N)), tie_break=tie_break)  # check the options first
+    shown_order(N, options.proposal_order)
+    role_decisions(np.zeros((1, 1, N)), tie_break=options.tie_break)  # check the options first
     crit = {r: list((criteria or {}).get(r) or PAPER_CRITERIA) for r in roles}
-    run = dict(
-        temperature=temperature,
-        max_new_tokens=max_new_tokens,
-        seed=seed,
-        review_format=review_format,
-        order=proposal_order,
-        pot=dict(timeout=pot_timeout, memory_mb=pot_memory_mb, execute=execute),
-    )
+    run = _MetaRun(framework, models, backends, sampling, options, pot)
     scores = np.full((len(items), N, len(roles), N), np.nan)
     chosen, assign, at = (
         {i: {} for i in ids},
@@ -780,13 +798,13 @@ def meta_debate(
     )
     prop_rows, rev_rows, dec_rows = [], [], []
     for stage in [[r] for r in roles] if framework == "mad" else [list(roles)]:
-        props, rows = _propose(items, framework, stage, models, backends, chosen, run)
+        props, rows = _propose(items, stage, chosen, run)
         prop_rows += rows
-        rows = _review(items, framework, stage, models, backends, crit, props, chosen, run)
+        rows = _review(items, stage, crit, props, chosen, run)
         rev_rows += rows
         for row in rows:
             s = np.array([row[f"score_{j + 1}"] for j in range(N)], dtype=float)
-            if not self_review:
+            if not options.self_review:
                 s[row["evaluator"] - 1] = np.nan  # its own proposal: left out, not missing
             scores[at[row["item_id"]], row["evaluator"] - 1, roles.index(row["role"]), :] = s
         for it in items:
@@ -796,8 +814,8 @@ def meta_debate(
                     scores[at[it.id]][:, i : i + 1, :],
                     [r],
                     models,
-                    tie_break=tie_break,
-                    tie_seed=(seed, it.id),
+                    tie_break=options.tie_break,
+                    tie_seed=(sampling.seed, it.id),
                 )[0]
                 assign[it.id][r] = d["agent"]
                 chosen[it.id][r] = props[(it.id, r, models.index(d["agent"]))]
