@@ -30,6 +30,7 @@ from mad_study.core import (
     transcript_frame,
 )
 from .answers import extract_answer, is_correct
+from .data import LETTERS  # option letters, one definition (02_data)
 from .voting import majority_vote
 from .interface import generate_jobs
 from .debate import TurnSlot, transcript_row
@@ -45,7 +46,7 @@ from mad_study.sim import (
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['LETTERS', 'MAD_ROLES', 'MAD_PROMPTS', 'ROUND_WORDS', 'VERDICT_STATUSES', 'MAX_VERDICT_CHARS', 'MAX_JSON_STARTS',
+__all__ = ['MAD_ROLES', 'MAD_PROMPTS', 'ROUND_WORDS', 'VERDICT_STATUSES', 'MAX_VERDICT_CHARS', 'MAX_JSON_STARTS',
            'MAX_LITERAL_CHARS', 'Assignment', 'DMAD_ROLES', 'DMAD_METHOD_NAMES', 'DMAD_PROMPTS', 'DMAD_VISION_ROLES',
            'DMAD_TWO_STEP', 'DMAD_VISION_PROMPTS', 'ROLE_SIM_KEYS', 'SIM_AUX', 'SIM_CRITERIA', 'question_parts',
            'answer_instruction', 'question_block', 'loose_answer', 'fill_placeholders', 'mad_topic', 'Verdict',
@@ -54,9 +55,6 @@ __all__ = ['LETTERS', 'MAD_ROLES', 'MAD_PROMPTS', 'ROUND_WORDS', 'VERDICT_STATUS
            'pot_answer', 'PotTurn', 'pot_turn', 'PotSettings', 'run_dmad', 'RoleSimBackend']
 
 # %% ../nbs/04c_roles.ipynb #5d932869
-LETTERS = "ABCDEFGHIJ"
-
-
 def question_parts(item: Item) -> tuple[str, str]:
     "The question text and its choices as `A) ..., B) ...` (empty when the item has no options)."
     if not item.choices:
