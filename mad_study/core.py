@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import importlib
 import inspect
 import json
 import os
@@ -28,9 +29,10 @@ import pandas as pd
 __all__ = ['SOURCE_DIRS', 'ANSWER_FORMATS', 'SAMPLING_FIELDS', 'takes_sampling', 'SIGNALS', 'TRANSCRIPT_SCHEMA',
            'TRANSCRIPT_COLUMNS', 'CONDITION_KEYS', 'TURN_KEYS', 'project_root', 'runs_dir', 'figures_dir', 'params_dir',
            'cache_home', 'git_commit', 'ConfigError', 'clip_line', 'derive_seed', 'rng_for', 'is_image_hash', 'Item',
-           'GenRequest', 'Sampling', 'fold_keywords', 'Generation', 'signals_from_logprobs', 'describe_transcript',
-           'transcript_frame', 'atomic_path', 'atomic_write_text', 'save_transcript', 'load_transcript', 'pool_keys',
-           'check_unique_turns', 'images_dir', 'image_hash', 'image_path', 'put_image', 'load_image']
+           'GenRequest', 'Sampling', 'fold_keywords', 'deprecated_names', 'Generation', 'signals_from_logprobs',
+           'describe_transcript', 'transcript_frame', 'atomic_path', 'atomic_write_text', 'save_transcript',
+           'load_transcript', 'pool_keys', 'check_unique_turns', 'images_dir', 'image_hash', 'image_path', 'put_image',
+           'load_image']
 
 # %% ../nbs/00_core.ipynb #b4c3b41f
 def project_root() -> Path:
@@ -297,6 +299,23 @@ def fold_keywords(param: str = "sampling", aliases: Mapping[str, str] | None = N
 
 
 takes_sampling = fold_keywords("sampling")
+
+# %% ../nbs/00_core.ipynb #5edc1698
+def deprecated_names(module: str, names: Mapping[str, str]):
+    "A module `__getattr__`: old name -> 'package.module.new_name', warning for one release (the kit's own)."
+
+    def __getattr__(name: str):
+        if name not in names:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        mod, _, attr = names[name].rpartition(".")
+        warnings.warn(
+            f"{module}.{name} is now {names[name]}; the old name goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(mod), attr)
+
+    return __getattr__
 
 # %% ../nbs/00_core.ipynb #8f52f04d
 SIGNALS = (

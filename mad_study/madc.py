@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from mad_study.core import (
+    deprecated_names,
     ConfigError,
     Item,
     Sampling,
@@ -55,8 +56,8 @@ __all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 
            'strategy_label', 'run_strategies', 'shared_round0', 'item_scores', 'strategy_scores', 'repeat_scores',
            'default_pairs', 'strategy_tests', 'path_consistency_table', 'reversal_sequence', 'solution_pools',
            'run_reversal', 'reversal_curve', 'first_pool_sizes', 'reversal_table', 'paper_reversal_curves',
-           'reversal_count_table', 'plan_fig1', 'plan_fig3_5', 'plan_tab1', 'plan_fig7', 'plan_tab2_5', 'plan_fig8',
-           'plan_fig9']
+           'reversal_count_table', 'plan_fig1', 'plan_fig3_5', 'plan_madc_tab1', 'plan_fig7', 'plan_tab2_5',
+           'plan_fig8', 'plan_fig9']
 
 # %% ../nbs/11_madc.ipynb #2fb1a6c0
 STRATEGIES = ("fixed", "random", "truth_first", "truth_last", "madc")
@@ -775,9 +776,14 @@ def plan_fig3_5(p: Mapping) -> dict:
 
 # %% ../nbs/11_madc.ipynb #a4bd1070
 @planner("madc_tab1")
-def plan_tab1(p: Mapping) -> dict:
+def plan_madc_tab1(p: Mapping) -> dict:
     "madc_tab1: MAD (Fixed), MAD+Truth Last, MAD+MADC; Single CoT and Self-Consistency reuse round 0."
     return _debate_plan(p, 3, int(p.get("debate_rounds") or 1))
+
+# %% ../nbs/11_madc.ipynb #319a7fc0
+__getattr__ = deprecated_names(
+    "mad_study.madc", {"plan_tab1": "mad_study.madc.plan_madc_tab1"}
+)  # renamed (issue 37)
 
 # %% ../nbs/11_madc.ipynb #cad3da6f
 @planner("madc_fig7")

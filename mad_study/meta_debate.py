@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from mad_study.core import (
+    deprecated_names,
     ConfigError,
     Item,
     Sampling,
@@ -52,7 +53,7 @@ __all__ = ['FRAMEWORKS', 'MODALITIES', 'SCORE_MIN', 'SCORE_MAX', 'MAX_REVIEW_CHA
            'structured_scores', 'text_scores', 'ReviewScores', 'read_review', 'parse_review', 'suitability',
            'role_decisions', 'assign_roles', 'role_title', 'criteria_prompt', 'parse_criteria', 'format_criteria',
            'CriteriaCache', 'generate_criteria', 'MetaDebateResult', 'MetaDebateOptions', 'shown_order', 'meta_debate',
-           'uniform_assignment', 'random_assignment', 'item_tokens', 'run_framework', 'plan_tab1', 'plan_tab2',
+           'uniform_assignment', 'random_assignment', 'item_tokens', 'run_framework', 'plan_meta_tab1', 'plan_tab2',
            'plan_examples', 'paired_gaps', 'gap_text', 'gaps_caption']
 
 # %% ../nbs/14_meta_debate.ipynb #76ac9273
@@ -926,9 +927,14 @@ def _plan(p: Mapping, single: bool, uniform: bool, random_: bool, meta: bool) ->
 
 # %% ../nbs/14_meta_debate.ipynb #3a949b4d
 @planner("meta_tab1")
-def plan_tab1(p: Mapping) -> dict:
+def plan_meta_tab1(p: Mapping) -> dict:
     "meta_tab1: single agent per model; MAD and DMAD with one model in every role, per model."
     return _plan(p, single=True, uniform=True, random_=False, meta=False)
+
+# %% ../nbs/14_meta_debate.ipynb #af4a52bb
+__getattr__ = deprecated_names(
+    "mad_study.meta_debate", {"plan_tab1": "mad_study.meta_debate.plan_meta_tab1"}
+)  # renamed (issue 37)
 
 # %% ../nbs/14_meta_debate.ipynb #8ab8c5f6
 @planner("meta_tab2")
