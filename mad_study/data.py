@@ -38,9 +38,9 @@ from mad_study.core import (
 # %% auto #0
 __all__ = ['LETTERS', 'TASKS', 'MATH_SUBJECTS', 'SYNTHETIC_TAG', 'SYNTHETIC_COUNTS', 'SOURCES', 'TRANSCRIPT_REQUIRED',
            'TRANSCRIPT_DEFAULTS', 'EXPORT_ALIASES', 'plain_question', 'du_options_question', 'format_question',
-           'TaskSpec', 'get_task', 'describe_tasks', 'fixtures_dir', 'synthetic_items', 'HubUnavailableError',
-           'SubsetSizeWarning', 'subset_path', 'choose_subset', 'load_items', 'items_from_ids', 'row_formats',
-           'complete_transcript', 'load_debate_export']
+           'TaskSpec', 'get_task', 'describe_tasks', 'fixtures_dir', 'paper_table', 'synthetic_items',
+           'HubUnavailableError', 'SubsetSizeWarning', 'subset_path', 'choose_subset', 'load_items', 'items_from_ids',
+           'row_formats', 'complete_transcript', 'load_debate_export']
 
 # %% ../nbs/02_data.ipynb #a41088c2
 def plain_question(item: Item) -> str:
@@ -491,6 +491,34 @@ def fixtures_dir() -> Path:
     import mad_study
 
     return Path(mad_study.__file__).parent / "fixtures"
+
+# %% ../nbs/02_data.ipynb #91016ce8
+@lru_cache(maxsize=None)
+def _paper_csv(name: str) -> tuple[dict, str]:
+    p = fixtures_dir() / f"paper_{name}.csv"
+    if not p.exists():
+        have = sorted(f.stem[6:] for f in fixtures_dir().glob("paper_*.csv"))
+        raise ConfigError(
+            "no printed paper table of that name", key="name", value=name, choices=have
+        )
+    head, body = {}, []
+    for line in p.read_text(encoding="utf-8").splitlines(keepends=True):
+        if line.startswith("# ") and ":" in line and not body:
+            k, v = line[2:].split(":", 1)
+            head[k.strip()] = v.strip()
+        else:
+            body.append(line)
+    return head, "".join(body)
+
+
+def paper_table(name: str) -> pd.DataFrame:
+    "A paper's printed table from `fixtures/paper_<name>.csv`; `attrs`: its caption and source (the kit's own)."
+    import io
+
+    head, body = _paper_csv(name)
+    df = pd.read_csv(io.StringIO(body), dtype=str, keep_default_na=False)
+    df.attrs.update(head)
+    return df
 
 # %% ../nbs/02_data.ipynb #74233318
 @lru_cache(maxsize=None)
