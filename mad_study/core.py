@@ -283,14 +283,12 @@ def fold_keywords(param: str = "sampling", aliases: Mapping[str, str] | None = N
             old = {k: kw.pop(k) for k in names if k in kw}
             if old:
                 old = {names[k]: v for k, v in old.items()}
-                new = ", ".join(f"{k}={v!r}" for k, v in old.items())
+                kw[param] = dataclasses.replace(kw.get(param) or default, **old)
                 warnings.warn(
-                    f"{f.__name__}({', '.join(old)}=...) is deprecated: pass "
-                    f"{param}={type(default).__name__}({new})",
+                    f"{f.__name__}({', '.join(old)}=...) is deprecated: pass {param}={kw[param]!r}",
                     DeprecationWarning,
                     stacklevel=2,
                 )
-                kw[param] = dataclasses.replace(kw.get(param) or default, **old)
             return f(*args, **kw)
 
         return wrapper
