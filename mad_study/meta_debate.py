@@ -28,6 +28,7 @@ from mad_study.core import (
     takes_sampling,
 )
 from .answers import extract_answer, is_correct
+from .data import paper_table
 from .prompts import META_DEBATE_PROMPTS, number_word
 from .registry import planner
 from .interface import generate_jobs
@@ -48,7 +49,7 @@ from mad_study.roles import (
 
 # %% auto #0
 __all__ = ['FRAMEWORKS', 'MODALITIES', 'SCORE_MIN', 'SCORE_MAX', 'MAX_REVIEW_CHARS', 'MAX_REVIEW_OBJECTS', 'TIE_ATOL',
-           'TIE_BREAKS', 'DATA_DESCRIPTIONS', 'PAPER_CRITERIA', 'PROPOSAL_ORDERS', 'PAPER_TAB1', 'PAPER_TAB2',
+           'TIE_BREAKS', 'DATA_DESCRIPTIONS', 'PAPER_CRITERIA', 'PROPOSAL_ORDERS', 'PAPER_TAB1', 'PAPER_ASSIGNMENTS',
            'PAPER_MODELS', 'GAP_COLUMNS', 'framework_roles', 'items_modality', 'context_key', 'review_skeleton',
            'structured_scores', 'text_scores', 'ReviewScores', 'read_review', 'parse_review', 'suitability',
            'role_decisions', 'assign_roles', 'role_title', 'criteria_prompt', 'parse_criteria', 'format_criteria',
@@ -932,9 +933,13 @@ def plan_meta_tab1(p: Mapping) -> dict:
     return _plan(p, single=True, uniform=True, random_=False, meta=False)
 
 # %% ../nbs/14_meta_debate.ipynb #af4a52bb
-__getattr__ = deprecated_names(
-    "mad_study.meta_debate", {"plan_tab1": "mad_study.meta_debate.plan_meta_tab1"}
-)  # renamed (issue 37)
+__getattr__ = deprecated_names(  # renamed (issue 37)
+    "mad_study.meta_debate",
+    {
+        "plan_tab1": "mad_study.meta_debate.plan_meta_tab1",
+        "PAPER_TAB2": "mad_study.meta_debate.PAPER_ASSIGNMENTS",
+    },
+)
 
 # %% ../nbs/14_meta_debate.ipynb #8ab8c5f6
 @planner("meta_tab2")
@@ -958,23 +963,18 @@ def plan_examples(p: Mapping) -> dict:
     )
 
 # %% ../nbs/14_meta_debate.ipynb #f7569e7d
-PAPER_TAB1 = {  # (method, model): (GPQA, MathVision, RealWorldQA)
-    ("single", "pixtral"): (43.08, 32.10, 70.25),
-    ("single", "claude"): (44.42, 30.50, 63.61),
-    ("mad", "pixtral"): (44.64, 31.05, 62.24),
-    ("mad", "claude"): (54.24, 38.42, 63.39),
-    ("dmad", "pixtral"): (50.45, 28.90, 70.94),
-    ("dmad", "claude"): (58.93, 33.68, 67.28),
-}
-PAPER_TAB2 = {  # row: (MAD, DMAD) on GPQA
-    "pixtral for all roles": (44.64, 50.45),
-    "claude for all roles": (54.24, 58.93),
-    "nova for all roles": (52.46, 54.46),
-    "random 1": (50.67, 53.57),
-    "random 2": (52.23, 58.26),
-    "random 3": (55.58, 60.27),
-    "capability-aware (Meta-Debate)": (59.15, 66.29),
-}
+def _printed(name: str, key: list[str]) -> dict:
+    "A printed table (`data.paper_table`) as key -> the row's numbers, in column order."
+    t = paper_table(name)
+    vals = [c for c in t.columns if c not in key]
+    k = (lambda r: tuple(r[c] for c in key)) if len(key) > 1 else (lambda r: r[key[0]])
+    return {k(r): tuple(float(r[c]) for c in vals) for _, r in t.iterrows()}
+
+
+PAPER_TAB1 = _printed(
+    "meta_tab1", ["method", "model"]
+)  # (method, model): (GPQA, MathVision, RealWorldQA)
+PAPER_ASSIGNMENTS = _printed("meta_tab2", ["assignment"])  # Table 2, row: (MAD, DMAD) on GPQA
 PAPER_MODELS = {
     "pixtral": "mistral-small-24b-instruct-2501",
     "claude": "qwen2.5-32b-instruct",
