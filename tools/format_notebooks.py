@@ -39,6 +39,7 @@ BIN = Path(sys.executable).parent
 MAX_PIECE = 40  # lines a piece of an export cell aims to stay under (past its directives)
 TEST_PIECE = 12  # the same for the other cells (tests, examples): about the 450 characters of issue 37
 NO_SPLIT_DIRECTIVES = ("default_exp",)
+FIGURE = re.compile(r"plt\.subplots\(|plt\.figure\(|panel_figure\(|\.subplots\(")
 # IPython rebinds these after every cell (`_i` the last input, `_` the last output, ...): a name of this form set in one
 # piece of a cell and read in a later piece keeps the two pieces together
 IPYTHON_NAMES = re.compile(r"_{1,3}|_i{1,3}|_i?\d+|_oh|_ih|_dh|In|Out")
@@ -346,6 +347,8 @@ def split_cell(c: dict) -> list[str] | None:
     dirs, body = split_directives(lines)
     if any(re.match(rf"#\|\s*{d}\b", l) for l in dirs for d in NO_SPLIT_DIRECTIVES):
         return None
+    if FIGURE.search("\n".join(body)) and not any(re.match(r"#\|\s*export", l) for l in dirs):
+        return None  # a figure is built whole in one cell: split, the inline backend shows it half-drawn
     us = units(body)
     if not us or len(us) < 2:
         return None
@@ -373,6 +376,39 @@ def split_cell(c: dict) -> list[str] | None:
     if len(pieces) < 2:
         return None
     return ["\n".join(dirs + text(p)) for p in pieces]
+
+
+def join_figures() -> int:
+    "Join each figure an earlier run split: from the cell that makes it to the next cell calling save_figure."
+    joined = 0
+    for p in notebooks():
+        nb = load(p)
+        cells, out, i = nb["cells"], [], 0
+        while i < len(cells):
+            c, s = cells[i], src(cells[i])
+            chain = [c]
+            if c["cell_type"] == "code" and FIGURE.search(s) and "save_figure(" not in s and not s.startswith("#|"):
+                j = i + 1
+                while j < len(cells) and cells[j]["cell_type"] == "code" and not src(cells[j]).startswith("#|"):
+                    chain.append(cells[j])
+                    if "save_figure(" in src(cells[j]):
+                        break
+                    j += 1
+                if "save_figure(" not in src(chain[-1]) or len(chain) < 2:
+                    chain = [c]
+            if len(chain) > 1:
+                d = dict(c)
+                d["execution_count"], d["outputs"] = None, []
+                d["source"] = as_source("\n".join(src(x) for x in chain))
+                out.append(d)
+                joined += len(chain) - 1
+            else:
+                out.append(c)
+            i += len(chain)
+        if len(out) != len(cells):
+            nb["cells"] = out
+            save(p, nb)
+    return joined
 
 
 def split_all() -> tuple[int, int]:
@@ -403,12 +439,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--no-split", action="store_true", help="format and fix only")
     ap.add_argument("--metrics", action="store_true", help="print the metrics and stop")
+    ap.add_argument("--join-figures", action="store_true", help="first join figure cells split earlier")
     a = ap.parse_args()
     m0 = metrics()
     show("before", m0)
     if a.metrics:
         return
     ruff = tool("ruff")
+    if a.join_figures:
+        print(f"figure cells joined: {join_figures()}")
     run(ruff, "format", "nbs")
     print(f"re-exports kept with `# noqa: F401`: {keep_reexports()}")
     print(f"notebooks patched (unused variables): {apply_patches()}")
