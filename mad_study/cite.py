@@ -325,6 +325,8 @@ REFS.update(
         ),
         "roles.pot_answer": ("chen2023pot", "liu2025dmad"),
         "roles.pot_turn": ("chen2023pot", "liu2025dmad", "zhang2026metadebate"),
+        "roles.PotSettings": ("chen2023pot",),
+        "meta_debate.meta_debate": ("chen2023pot",),
         "sandbox.run_program": ("chen2023pot", "liu2025dmad", "zhang2026metadebate"),
         "sandbox.sandbox_provenance": ("chen2023pot",),
         # trajectory metrics (05c): DebateLLM's metrics are the reference point
@@ -422,6 +424,9 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
         )
     },
     "core": (
+        "Sampling",
+        "deprecated_names",
+        "fold_keywords",
         "ConfigError",
         "GenRequest",
         "Generation",
@@ -450,7 +455,17 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
         "git_commit",
         "clip_line",
     ),
-    "debate": ("Agent", "RoundContext", "RoundPlan", "Turn", "make_agents", "register_protocol"),
+    "debate": (
+        "Agent",
+        "RoundContext",
+        "RoundPlan",
+        "Turn",
+        "TurnSlot",
+        "make_agents",
+        "register_protocol",
+        "transcript_row",
+        "turn_rows",
+    ),
     "voting": ("group_rows", "vote_table", "tie_seeds"),
     "arena": ("pareto_front", "plan_arena"),
     "trajectory": ("canonical_answers", "answer_grid", "item_outcomes"),
