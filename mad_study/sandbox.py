@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import dataclasses
 import errno
 import functools
+import inspect
 import itertools
 import json
 import os
@@ -24,21 +26,50 @@ import sysconfig
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 
 try:
-    from mad_study.core import ConfigError
+    from mad_study.core import ConfigError, fold_keywords
 except ImportError:  # this file alone (the unprivileged tests copy it and run the system's Python)
 
     class ConfigError(ValueError):
         def __init__(self, problem, where=None, key=None, value=None, choices=None):
             super().__init__(f"{key}={value!r}: {problem}" if key else problem)
 
+    def fold_keywords(param: str = "sampling"):
+        """mad_study.core's `fold_keywords` (the kit's own), copied for this file alone: old
+        keywords, with a warning."""
+
+        def decorate(f):
+            params = inspect.signature(f).parameters
+            default = params[param].default
+            folded = [x.name for x in dataclasses.fields(default) if x.name not in params]
+
+            @functools.wraps(f)
+            def wrapper(*args, **kw):
+                old = {k: kw.pop(k) for k in folded if k in kw}
+                if old:
+                    new = ", ".join(f"{k}={v!r}" for k, v in old.items())
+                    warnings.warn(
+                        f"{f.__name__}({', '.join(old)}=...) is deprecated: pass "
+                        f"{param}={type(default).__name__}({new})",
+                        DeprecationWarning,
+                        stacklevel=2,
+                    )
+                    kw[param] = dataclasses.replace(kw.get(param) or default, **old)
+                return f(*args, **kw)
+
+            return wrapper
+
+        return decorate
+
 # %% auto #0
 __all__ = ['SANDBOX_STATUSES', 'ISOLATION_MODES', 'NOBODY', 'WORKDIR', 'DENIED_SYSCALLS', 'CLONE_NAMESPACE_FLAGS',
            'SOCKET_FAMILIES', 'MEMORY_EXIT', 'SandboxResult', 'SandboxUnavailable', 'clean_text', 'escape_text',
-           'find_bwrap', 'python_view', 'site_folders', 'seccomp_program', 'SandboxCgroup', 'bwrap_argv',
-           'sandbox_check', 'os_isolation_available', 'sandbox_provenance', 'run_program']
+           'find_bwrap', 'python_view', 'site_folders', 'seccomp_program', 'SandboxCgroup', 'BwrapOptions',
+           'bwrap_argv', 'SandboxLimits', 'sandbox_check', 'os_isolation_available', 'sandbox_provenance',
+           'run_program']
 
 # %% ../nbs/04d_sandbox.ipynb #709a1716
 SANDBOX_STATUSES = ("ok", "timeout", "memory", "output", "error", "setup")
@@ -693,29 +724,36 @@ def _launcher_main(sock_fd: int) -> None:
                 os.close(fd)
         sock.sendall(json.dumps(reply).encode())
 
+# %% ../nbs/04d_sandbox.ipynb #b8c72603
+@dataclass(frozen=True)
+class _LaunchSpec:
+    """What to start (the kit's own): `argv`, `env` and `cwd`; the descriptors it gets (`fds`:
+    `@FDi@` in `argv` is the i-th where the launcher starts it); between fork and exec, the
+    cgroup to join (`cg_fds`: its `cgroup.procs`), the stage to mount (`stage`: `_stage_mounts`'
+    arguments) and whether bwrap starts as uid nobody (`nobody`)."""
+
+    argv: list[str]
+    env: dict
+    cwd: str
+    fds: list[int]
+    cg_fds: list[int]
+    stage: list | None = None
+    nobody: bool = False
+
 # %% ../nbs/04d_sandbox.ipynb #0b30e8f6
-def _launch(
-    argv: list[str],
-    env: dict,
-    cwd: str,
-    out_w: int,
-    err_w: int,
-    argv_fds: list[int],
-    cg_fds: list[int],
-    stage: list | None,
-    nobody: bool,
-) -> int:
-    "Ask the launcher (started on first use, restarted if it died) to start `argv`; returns the pid."
+def _launch(spec: _LaunchSpec, out_w: int, err_w: int) -> int:
+    """Ask the launcher (started on first use, restarted if it died) to start `spec`, its stdout
+    and stderr on `out_w` and `err_w`; returns the pid."""
     import socket as sk
 
     msg = json.dumps(
         {
-            "argv": argv,
-            "env": env,
-            "cwd": cwd,
-            "argv_fds": list(argv_fds),
-            "stage": stage,
-            "nobody": nobody,
+            "argv": spec.argv,
+            "env": spec.env,
+            "cwd": spec.cwd,
+            "argv_fds": list(spec.fds),
+            "stage": spec.stage,
+            "nobody": spec.nobody,
         }
     ).encode()
     with _LAUNCH_LOCK:
@@ -740,7 +778,7 @@ def _launch(
                 if len(_LAUNCHER) == 1:
                     atexit.register(_stop_launcher)
             try:
-                sk.send_fds(l["sock"], [msg], [out_w, err_w, *argv_fds, *cg_fds])
+                sk.send_fds(l["sock"], [msg], [out_w, err_w, *spec.fds, *spec.cg_fds])
                 reply = l["sock"].recv(1 << 16)
                 if reply:
                     break
@@ -804,30 +842,47 @@ def _binds(paths: tuple[str, ...]) -> list[str]:
         if os.path.lexists(d)
     ]
 
+# %% ../nbs/04d_sandbox.ipynb #ac55572d
+@dataclass(frozen=True)
+class BwrapOptions:
+    """What `bwrap_argv` sets beyond the interpreter (the kit's own): the tmpfs /tmp's size
+    (`disk_mb`), the privileged fallback (`privileged`), the descriptors bwrap reads the syscall
+    filter from (`seccomp_fd`) and writes its JSON status to (`status_fd`), the folder
+    `_stage_mounts` made (`stage`: /tmp with a file-count limit) and whether its views replace
+    the binds' sources (`views`). A descriptor: its number, or the launcher's `@FDi@`."""
+
+    disk_mb: int = 64
+    privileged: bool = False
+    seccomp_fd: int | str | None = None
+    status_fd: int | str | None = None
+    stage: str | None = None
+    views: bool = True
+
 # %% ../nbs/04d_sandbox.ipynb #bfe60c25
+@fold_keywords("options")
 def bwrap_argv(
     bwrap: str,
     exe: str,
     paths: tuple[str, ...],
     program_fd: int,
-    disk_mb: int = 64,
-    privileged: bool = False,
-    seccomp_fd: int | None = None,
-    status_fd: int | None = None,
-    stage: str | None = None,
-    views: bool = True,
+    options: BwrapOptions = BwrapOptions(),
 ) -> tuple[list[str], tuple[str, ...]]:
-    """The bubblewrap command line up to the interpreter, and the layers it sets up: PID, network, IPC, UTS, mount (and
-    cgroup where it can) namespaces, killed with its parent, a new session, an empty environment; a read-only root
-    holding only the shared libraries and the interpreter's folders (read-only binds), a fresh /proc of its own PID
-    namespace, a minimal /dev, size-limited tmpfs /tmp and /dev/shm (mode 1777 each), and the work folder with the
-    program copied in (with `stage`: /tmp is the tmpfs with a file-count limit `_stage_mounts` made there, and with
-    `views`, as root, the binds' sources are its views); the syscall
-    filter read from `seccomp_fd` (issue 36) and bwrap's JSON status (child pid, exit code) written to `status_fd`.
-    The program's user: a user namespace mapping uid nobody to the user bwrap runs as (as root, the kit starts bwrap
-    as uid nobody), in which no further user namespace can be made (`--disable-userns`). `privileged` (the fallback
-    as root where bwrap cannot run as nobody): no user namespace, the runner drops to the host's uid nobody, keeping
-    only CAP_SETUID and CAP_SETGID until then; there the syscall filter alone stops nested namespaces."""
+    """The bubblewrap command line up to the interpreter, and the layers it sets up: PID,
+    network, IPC, UTS, mount (and cgroup where it can) namespaces, killed with its parent, a new
+    session, an empty environment; a read-only root holding only the shared libraries and the
+    interpreter's folders (read-only binds), a fresh /proc of its own PID namespace, a minimal
+    /dev, size-limited tmpfs /tmp and /dev/shm (mode 1777 each), and the work folder with the
+    program copied in (`options`, a `BwrapOptions`: with `stage`, /tmp is the tmpfs with a
+    file-count limit `_stage_mounts` made there, and with `views`, as root, the binds' sources
+    are its views); the syscall filter read from `seccomp_fd` (issue 36) and bwrap's JSON status
+    (child pid, exit code) written to `status_fd`. The program's user: a user namespace mapping
+    uid nobody to the user bwrap runs as (as root, the kit starts bwrap as uid nobody), in which
+    no further user namespace can be made (`--disable-userns`). `privileged` (the fallback as
+    root where bwrap cannot run as nobody): no user namespace, the runner drops to the host's uid
+    nobody, keeping only CAP_SETUID and CAP_SETGID until then; there the syscall filter alone
+    stops nested namespaces."""
+    disk_mb, privileged, stage = options.disk_mb, options.privileged, options.stage
+    seccomp_fd, status_fd, views = options.seccomp_fd, options.status_fd, options.views
     if privileged:
         a = [
             bwrap,
@@ -980,6 +1035,48 @@ def _limits(memory_mb: int, cpu_seconds: int, fsize_mb: int, nproc: int | None) 
         lim["RLIMIT_NPROC"] = (int(nproc), int(nproc))
     return lim
 
+# %% ../nbs/04d_sandbox.ipynb #3047605d
+@dataclass(frozen=True)
+class SandboxLimits:
+    """The resource limits of one sandboxed run (the kit's own): the wall clock `timeout` (s),
+    `memory_mb` per process (RLIMIT_AS; with a cgroup the whole sandbox's memory is bounded by
+    memory_mb + disk_mb + 16 MiB), `cpu_seconds` (RLIMIT_CPU; None: the timeout, rounded, at
+    least 1), `nproc` (RLIMIT_NPROC, under bwrap only), `fsize_mb` (RLIMIT_FSIZE), `max_output`
+    (stdout kept, stderr's tail), /tmp's `disk_mb` and `max_files` (where the kit can mount it).
+    Each but `cpu_seconds` must be > 0 (a ConfigError when made)."""
+
+    timeout: float = 10.0
+    memory_mb: int = 1024
+    cpu_seconds: int | None = None
+    nproc: int = 32
+    fsize_mb: int = 16
+    max_output: int = 20_000
+    disk_mb: int = 64
+    max_files: int = 4096
+
+    def __post_init__(self):
+        for k in (
+            "timeout",
+            "memory_mb",
+            "nproc",
+            "fsize_mb",
+            "max_output",
+            "disk_mb",
+            "max_files",
+        ):
+            v = getattr(self, k)
+            if not v or v <= 0:
+                raise ConfigError("must be > 0", key=k, value=v)
+
+    @property
+    def cpu_limit(self) -> int:
+        "RLIMIT_CPU's soft limit: `cpu_seconds`, else the timeout rounded (at least 1 s)."
+        return int(self.cpu_seconds or max(1, round(self.timeout)))
+
+    def rlimits(self, nproc: bool) -> dict:
+        "The rlimits the runner sets (`_limits`); RLIMIT_NPROC only with `nproc` (under bwrap)."
+        return _limits(self.memory_mb, self.cpu_limit, self.fsize_mb, self.nproc if nproc else None)
+
 # %% ../nbs/04d_sandbox.ipynb #9b2938e6
 def _collect(
     proc: subprocess.Popen, timeout: float, max_output: int
@@ -1124,30 +1221,47 @@ def _bwrap_status(raw: bytes) -> int | None:
             code = d["exit-code"]
     return code
 
+# %% ../nbs/04d_sandbox.ipynb #2b693ceb
+@dataclass(frozen=True)
+class _RunSpec:
+    """One run (the kit's own): `mode` ('bwrap' or 'none'), its `limits`, the runner's `preload`
+    and `guard`, and under bwrap its executable, `variant` ('staged', 'userns', 'drop' or 'root':
+    see `_execute`) and `syscall_filter`."""
+
+    mode: str
+    limits: SandboxLimits
+    preload: tuple[str, ...] = ()
+    guard: bool = True
+    bwrap: str | None = None
+    variant: str = "userns"
+    syscall_filter: bool = True
+
+    @property
+    def drop(self) -> bool:
+        "The privileged fallback: bwrap as root, the runner drops to the host's uid nobody."
+        return self.mode == "bwrap" and self.variant == "root"
+
+    @property
+    def rlimits(self) -> dict:
+        "The runner's rlimits: RLIMIT_NPROC only under bwrap (see `_limits`)."
+        return self.limits.rlimits(self.mode == "bwrap")
+
 # %% ../nbs/04d_sandbox.ipynb #1b2ebe22
-def _bwrap_command(
-    bwrap,
-    program: bytes,
-    fds: list,
-    ref,
-    disk_mb: int,
-    max_files: int,
-    drop: bool,
-    variant: str,
-    syscall_filter: bool,
-):
-    """bwrap's command line for one run; appends the program's and the filter's memfds and bwrap's status pipe to `fds`.
-    Returns (argv, layers, the status pipe's read end, the stage folder or None, the launcher's stage spec or None)."""
+def _bwrap_command(spec: _RunSpec, program: bytes, fds: list, ref):
+    """bwrap's command line for the run `spec`; appends the program's and the filter's memfds and
+    bwrap's status pipe to `fds`. Returns (argv, layers, the status pipe's read end, the stage
+    folder or None, the launcher's stage spec or None)."""
     exe, paths = python_view()
     fds.append(_memfd("program.py", program))
-    bpf = seccomp_program()[0] if syscall_filter else None
-    if syscall_filter and bpf is None:
+    bpf = seccomp_program()[0] if spec.syscall_filter else None
+    if spec.syscall_filter and bpf is None:
         raise SandboxUnavailable(f"no syscall filter: {seccomp_program()[1]}")
     if bpf is not None:
         fds.append(_memfd("seccomp", bpf))
     status_r, status_w = os.pipe()
     fds.append(status_w)
     stage = staged = None
+    variant, disk_mb = spec.variant, spec.limits.disk_mb
     try:
         if variant in (
             "drop",
@@ -1159,21 +1273,18 @@ def _bwrap_command(
                 stage,
                 [d for d in _binds(paths) if not os.path.islink(d)] if variant == "drop" else [],
                 int(disk_mb) * 2**20,
-                int(max_files),
+                int(spec.limits.max_files),
                 None if variant == "drop" else [os.getuid(), os.getgid()],
             ]
-        argv, os_layers = bwrap_argv(
-            bwrap,
-            exe,
-            paths,
-            ref(1),
+        options = BwrapOptions(
             disk_mb,
-            drop,
+            spec.drop,
             ref(2) if bpf is not None else None,
             ref(len(fds) - 1),
             stage,
             views=variant == "drop",
         )
+        argv, os_layers = bwrap_argv(spec.bwrap, exe, paths, ref(1), options)
     except BaseException:
         os.close(status_r)
         if stage is not None:
@@ -1182,15 +1293,13 @@ def _bwrap_command(
     return argv, os_layers, status_r, stage, staged
 
 # %% ../nbs/04d_sandbox.ipynb #c344acfb
-def _start(argv, env, cwd, fds, cg, staged, drop_view: bool, launched: bool):
-    "Start the sandboxed process: through the launcher (work between fork and exec), else `subprocess` (vfork)."
+def _start(spec: _LaunchSpec, launched: bool):
+    "Start `spec`: through the launcher (work between fork and exec), else `subprocess` (vfork)."
     if launched:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            pid = _launch(
-                argv, env, cwd, out_w, err_w, fds, cg.fds if cg else [], staged, drop_view
-            )
+            pid = _launch(spec, out_w, err_w)
         except BaseException:
             os.close(out_r)
             os.close(err_r)
@@ -1200,14 +1309,14 @@ def _start(argv, env, cwd, fds, cg, staged, drop_view: bool, launched: bool):
             os.close(err_w)
         return _Launched(pid, open(out_r, "rb", buffering=0), open(err_r, "rb", buffering=0))
     proc = subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=env,
+        spec.argv,
+        cwd=spec.cwd,
+        env=spec.env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         close_fds=True,
-        pass_fds=tuple(fds),
+        pass_fds=tuple(spec.fds),
         start_new_session=True,
     )
     try:
@@ -1216,26 +1325,29 @@ def _start(argv, env, cwd, fds, cg, staged, drop_view: bool, launched: bool):
         proc._pidfd = None
     return proc
 
+# %% ../nbs/04d_sandbox.ipynb #63a954f8
+@dataclass(frozen=True)
+class _Evidence:
+    """What the kit decides a finished run's status from, besides the process and its output (the
+    kit's own): the runner's start-byte pipe (`mark_r`), bwrap's status pipe (`status_r`), the
+    cgroup and the start time (`t0`, the monotonic clock); with the run's `spec` and the `layers`
+    that ran, for the result."""
+
+    spec: _RunSpec
+    t0: float
+    layers: tuple[str, ...]
+    mark_r: int
+    status_r: int | None
+    cg: SandboxCgroup | None
+
 # %% ../nbs/04d_sandbox.ipynb #412f44b2
-def _result(
-    proc,
-    out: bytes,
-    err: bytes,
-    why,
-    mark_r,
-    status_r,
-    cg,
-    t0: float,
-    cpu_limit,
-    mode: str,
-    layers,
-    max_output: int,
-) -> SandboxResult:
+def _result(proc, out: bytes, err: bytes, why, seen: _Evidence) -> SandboxResult:
     "The kit's status of a finished run (never from the program's text) and its cleaned and escaped output."
-    started = _read_all(mark_r) == b"1"
+    mode, cg, max_output = seen.spec.mode, seen.cg, seen.spec.limits.max_output
+    started = _read_all(seen.mark_r) == b"1"
     rc = proc.returncode
-    if status_r is not None:
-        code_ = _bwrap_status(_read_all(status_r))
+    if seen.status_r is not None:
+        code_ = _bwrap_status(_read_all(seen.status_r))
         rc = code_ if code_ is not None else rc
     oom = cg is not None and cg.oom()
     cpu = getattr(proc, "_cpu", None)
@@ -1244,45 +1356,36 @@ def _result(
     ):  # bwrap does not reap its init: the cgroup's count, else a bound from the wall clock
         cpu = cg.cpu_seconds() if cg is not None else None
         if cpu is None:
-            cpu = (time.monotonic() - t0) * (os.cpu_count() or 1)
-    status = _status(why, started, rc, oom, cpu, cpu_limit, mode)
+            cpu = (time.monotonic() - seen.t0) * (os.cpu_count() or 1)
+    status = _status(why, started, rc, oom, cpu, seen.spec.limits.cpu_limit, mode)
     o, e = out.decode("utf-8", "replace")[:max_output], err.decode("utf-8", "replace")[-max_output:]
     return SandboxResult(
         status,
         clean_text(o),
         clean_text(e),
         rc,
-        time.monotonic() - t0,
-        layers,
+        time.monotonic() - seen.t0,
+        seen.layers,
         mode,
         escape_text(o),
         escape_text(e),
     )
 
 # %% ../nbs/04d_sandbox.ipynb #beb228aa
-def _execute(
-    code: str,
-    mode: str,
-    timeout: float,
-    limits: dict,
-    preload: tuple[str, ...],
-    guard: bool,
-    max_output: int,
-    disk_mb: int,
-    bwrap: str | None = None,
-    variant: str = "userns",
-    syscall_filter: bool = True,
-    max_files: int = 4096,
-) -> SandboxResult:
-    """Run `code` once in `mode` ('bwrap' or 'none'; `variant` of bwrap: 'staged' = as this user, with /tmp's tmpfs
-    made in a user namespace of its own first, 'userns' = as this user without, 'drop' = as root, bwrap started as
-    uid nobody from a private view, 'root' = the privileged fallback): start, bounded reading, kill of the tree, status. Where work is needed between fork and exec (a cgroup to join, the view, the change of user) the
-    launcher starts bwrap; otherwise `subprocess` does (vfork: no copy of this process's memory map)."""
+def _execute(code: str, spec: _RunSpec) -> SandboxResult:
+    """Run `code` once as `spec` says: its mode ('bwrap' or 'none'; its `variant` of bwrap:
+    'staged' = as this user, with /tmp's tmpfs made in a user namespace of its own first,
+    'userns' = as this user without, 'drop' = as root, bwrap started as uid nobody from a private
+    view, 'root' = the privileged fallback): start, bounded reading, kill of the tree, status.
+    Where work is needed between fork and exec (a cgroup to join, the view, the change of user)
+    the launcher starts bwrap; otherwise `subprocess` does (vfork: no copy of this process's
+    memory map)."""
+    mode, variant, limits = spec.mode, spec.variant, spec.rlimits
     layers = (
         ("rlimits",)
         + (("nproc",) if "RLIMIT_NPROC" in limits else ())
         + ("timeout", "bounded-output")
-        + (("audit-hook",) if guard else ())
+        + (("audit-hook",) if spec.guard else ())
         + (("own-keyring",) if _NR_KEYCTL else ())
     )
     t0 = time.monotonic()
@@ -1293,7 +1396,7 @@ def _execute(
         return SandboxResult(
             "error", "", clean_text(msg), None, 0.0, layers, mode, "", escape_text(msg)
         )
-    drop, cpu_limit = mode == "bwrap" and variant == "root", limits["RLIMIT_CPU"][0]
+    drop = spec.drop
     fds, cg, stage, staged, work, mark_r, status_r, proc = (
         [],
         None,
@@ -1309,7 +1412,7 @@ def _execute(
         fds.append(mark_w)  # the runner writes here before the program runs
         if _cgroup_home() is not None and mode == "bwrap":
             cg = SandboxCgroup(
-                (limits["RLIMIT_AS"][0] + (int(disk_mb) + 16) * 2**20),
+                (limits["RLIMIT_AS"][0] + (int(spec.limits.disk_mb) + 16) * 2**20),
                 limits.get("RLIMIT_NPROC", (64,))[0] + 3,
             )
             layers += ("cgroup-memory", "cgroup-pids")
@@ -1324,9 +1427,7 @@ def _execute(
             (lambda i: f"@FD{i}@") if launched else (lambda i: str(fds[i]))
         )  # descriptor numbers in the command line
         if mode == "bwrap":
-            argv, os_layers, status_r, stage, staged = _bwrap_command(
-                bwrap, program, fds, ref, disk_mb, max_files, drop, variant, syscall_filter
-            )
+            argv, os_layers, status_r, stage, staged = _bwrap_command(spec, program, fds, ref)
             layers, cwd, env = os_layers + layers, "/", {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         else:
             work = tempfile.mkdtemp(prefix="mad-pot-")
@@ -1334,12 +1435,17 @@ def _execute(
                 f.write(program)
             argv, cwd, env = [sys.executable], work, _child_env(work)
         head = (
-            f"PRELOAD = {tuple(preload)!r}\nGUARD = {bool(guard)!r}\nLIMITS = {limits!r}\nDROP = {NOBODY if drop else None}\n"
-            f"SITE = {site_folders()!r}\nSTARTED = {ref(0)}\nMEMORY_EXIT = {MEMORY_EXIT}\nNR_KEYCTL = {_NR_KEYCTL}\n"
+            f"PRELOAD = {tuple(spec.preload)!r}\nGUARD = {bool(spec.guard)!r}\n"
+            f"LIMITS = {limits!r}\nDROP = {NOBODY if drop else None}\nSITE = {site_folders()!r}\n"
+            f"STARTED = {ref(0)}\n"
+            f"MEMORY_EXIT = {MEMORY_EXIT}\nNR_KEYCTL = {_NR_KEYCTL}\n"
         )
         argv = argv + ["-I", "-S", "-c", head + _RUNNER]
         try:
-            proc = _start(argv, env, cwd, fds, cg, staged, variant == "drop", launched)
+            launch = _LaunchSpec(
+                argv, env, cwd, fds, cg.fds if cg else [], staged, variant == "drop"
+            )
+            proc = _start(launch, launched)
         except (OSError, subprocess.SubprocessError) as e:  # the program never ran
             msg = f"the sandbox could not start: {type(e).__name__}: {e}"
             return SandboxResult(
@@ -1349,12 +1455,10 @@ def _execute(
             os.close(fd)
         fds = []
         try:
-            out, err, why = _collect(proc, timeout, max_output)
+            out, err, why = _collect(proc, spec.limits.timeout, spec.limits.max_output)
         finally:
             _kill_tree(proc, group_may_outlive=mode == "none")
-        return _result(
-            proc, out, err, why, mark_r, status_r, cg, t0, cpu_limit, mode, layers, max_output
-        )
+        return _result(proc, out, err, why, _Evidence(spec, t0, layers, mark_r, status_r, cg))
     finally:
         for fd in fds:
             os.close(fd)
@@ -1412,6 +1516,11 @@ def _status(
     return "error"
 
 # %% ../nbs/04d_sandbox.ipynb #1d624f9f
+_PROBE_LIMITS = SandboxLimits(
+    timeout=30.0, memory_mb=1024, cpu_seconds=30, nproc=64, fsize_mb=1, max_output=1000, disk_mb=8
+)
+
+
 @functools.lru_cache(maxsize=8)
 def _probe(
     bwrap: str | None, view: tuple, euid: int, syscall_filter: bool
@@ -1426,19 +1535,8 @@ def _probe(
         return False, f"no syscall filter: {seccomp_program()[1]}", ""
     errors = []
     for variant in ("drop", "root") if euid == 0 else ("staged", "userns"):
-        r = _execute(
-            "print(6 * 7)",
-            "bwrap",
-            30.0,
-            _limits(1024, 30, 1, 64),
-            (),
-            False,
-            1000,
-            8,
-            bwrap,
-            variant,
-            syscall_filter,
-        )
+        spec = _RunSpec("bwrap", _PROBE_LIMITS, (), False, bwrap, variant, syscall_filter)
+        r = _execute("print(6 * 7)", spec)
         if r.ok and r.stdout.strip() == "42":
             return True, f"{bwrap} works ({variant})", variant
         errors.append(f"{variant}: {r.error}")
@@ -1490,48 +1588,35 @@ def sandbox_provenance() -> dict:
     }
 
 # %% ../nbs/04d_sandbox.ipynb #68abc77a
+@fold_keywords("limits")
 def run_program(
     code: str,
-    timeout: float = 10.0,
-    memory_mb: int = 1024,
-    cpu_seconds: int | None = None,
-    nproc: int = 32,
-    fsize_mb: int = 16,
-    max_output: int = 20_000,
-    preload: tuple[str, ...] = (),
-    isolate: bool | None = None,
-    guard: bool = True,
+    limits: SandboxLimits = SandboxLimits(),
     *,
+    preload: tuple[str, ...] = (),
     isolation: str = "auto",
-    disk_mb: int = 64,
-    max_files: int = 4096,
+    guard: bool = True,
     syscall_filter: bool = True,
+    isolate: bool | None = None,
 ) -> SandboxResult:
-    """Run the Python program `code` in a sandbox (Program of Thoughts, Chen et al., TMLR 2023: the program's printed
-    output is its result; the PoT role of DMAD, Liu et al. 2025, Meta-Debate's baseline, Sec. 4.1). `isolation`: 'auto' /
-    'bwrap' = OS isolation by bubblewrap with a seccomp filter, refused (SandboxUnavailable) where there is none; 'none'
-    = opt in to running it without (rlimits, timeout and the audit hook only). `isolate` (older): True = 'bwrap', False =
-    'none'. `syscall_filter=False`: opt out of the seccomp filter by name (bubblewrap without it, where libseccomp is
-    missing). `guard`: the audit-hook layer (reports early; the tests switch it off to show the OS layers hold alone).
-    `memory_mb`: per process (RLIMIT_AS); where a cgroup can be made, the whole sandbox's memory is also bounded by
-    memory_mb + disk_mb + 16 MiB. `max_files`: files in /tmp (where the kit can mount it: root)."""
+    """Run the Python program `code` in a sandbox (Program of Thoughts, Chen et al., TMLR 2023:
+    the program's printed output is its result; the PoT role of DMAD, Liu et al. 2025,
+    Meta-Debate's baseline, Sec. 4.1), within `limits` (a `SandboxLimits`; the old separate
+    keywords `timeout=`, `memory_mb=`, ... still work, with a DeprecationWarning). `isolation`:
+    'auto' / 'bwrap' = OS isolation by bubblewrap with a seccomp filter, refused
+    (SandboxUnavailable) where there is none; 'none' = opt in to running it without (rlimits,
+    timeout and the audit hook only). `isolate` (older): True = 'bwrap', False = 'none'.
+    `syscall_filter=False`: opt out of the seccomp filter by name (bubblewrap without it, where
+    libseccomp is missing). `guard`: the audit-hook layer (reports early; the tests switch it off
+    to show the OS layers hold alone). `preload`: modules the runner imports before the hook."""
     if isolation not in ISOLATION_MODES:
         raise ConfigError(
             "unknown sandbox isolation", key="isolation", value=isolation, choices=ISOLATION_MODES
         )
     if isolate is not None and isolation == "auto":
         isolation = "bwrap" if isolate else "none"
-    for k, v in (
-        ("timeout", timeout),
-        ("memory_mb", memory_mb),
-        ("nproc", nproc),
-        ("fsize_mb", fsize_mb),
-        ("max_output", max_output),
-        ("disk_mb", disk_mb),
-        ("max_files", max_files),
-    ):
-        if not v or v <= 0:
-            raise ConfigError("must be > 0", key=k, value=v)
+    if not isinstance(limits, SandboxLimits):  # e.g. the old positional timeout
+        raise ConfigError("must be a SandboxLimits", key="limits", value=limits)
     mode = "none" if isolation == "none" else "bwrap"
     if mode == "bwrap":
         ok, why = sandbox_check(syscall_filter)
@@ -1543,23 +1628,13 @@ def run_program(
                 key="isolation",
                 value=isolation,
             )
-    limits = _limits(
-        memory_mb,
-        cpu_seconds or max(1, round(timeout)),
-        fsize_mb,
-        nproc if mode == "bwrap" else None,
-    )
-    return _execute(
-        code,
+    spec = _RunSpec(
         mode,
-        timeout,
         limits,
         tuple(preload),
         guard,
-        max_output,
-        disk_mb,
         find_bwrap(),
         _variant(syscall_filter) if mode == "bwrap" else "",
         syscall_filter,
-        max_files,
     )
+    return _execute(code, spec)
