@@ -5,43 +5,207 @@
 # %% ../nbs/15_arena.ipynb #93252e6c
 from __future__ import annotations
 
-from typing import Mapping
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
 
-from .core import transcript_frame
+from .core import ConfigError, transcript_frame
 from .registry import planner
 
 # %% auto #0
-__all__ = ['ARENA_METHODS', 'svr_transcript', 'pareto_front', 'plan_arena']
+__all__ = ['ARENA_GROUPS', 'ARENA', 'ArenaSize', 'Arena', 'ArenaMethod', 'engine_debate', 'run_rumad', 'svr_transcript',
+           'run_svr_mad', 'run_sid_et', 'run_single', 'run_sc_round0', 'run_sc_budget', 'role_rows', 'role_debate',
+           'run_meta_debate', 'engine_method', 'arena_method', 'plan_arena', 'run_arena', 'arena_rows', 'arena_results',
+           'pareto_front', 'arena_style']
 
-# %% ../nbs/15_arena.ipynb #a498f61c
-ARENA_METHODS: dict[str, str] = {
-    "single": "Single agent",
-    "sc": "Self-consistency (round 0 of the N agents)",
-    "sc_budget": "Self-consistency at MAD's budget",
-    "mad": "MAD (Du et al.)",
-    "madc_truth_last": "MAD + Truth Last (oracle)",
-    "madc": "MAD + MADC order",
-    "groupdebate": "GroupDebate",
-    "s2mad": "S2-MAD",
-    "smad_star": "S-MAD star",
-    "smad_ring": "S-MAD ring",
-    "sid_et": "SID-ET",
-    "svr_mad": "SVR-MAD",
-    "rumad": "RUMAD controller",
-    "liang_mad": "MAD with roles (Liang et al.)",
-    "dmad": "DMAD",
-    "meta_debate": "Meta-Debate assignment (DMAD)",
+# %% ../nbs/15_arena.ipynb #b487700f
+@dataclass(frozen=True)
+class ArenaSize:
+    """The dimensions an arena method's budget formula reads (the kit's own): `agents` (N), `models`
+    (the role debates give each model a role), `debate_rounds`, `role_rounds`, SVR-MAD's `svr_S` and
+    self-consistency's guard `sc_max_samples`."""
+
+    agents: int
+    models: int
+    debate_rounds: int
+    role_rounds: int = 1
+    svr_S: int = 2
+    sc_max_samples: int = 256
+
+    @classmethod
+    def from_params(cls, p: Mapping) -> ArenaSize:
+        """The size of an arena run with merged parameters `p` (missing keys: the experiment's
+        defaults)."""
+        models = list(p.get("models") or [])
+        return cls(
+            agents=len(models) * int(p.get("agents_per_model") or 1),
+            models=len(models),
+            debate_rounds=int(p.get("debate_rounds") or 0),
+            role_rounds=int(p.get("role_rounds") or 1),
+            svr_S=int(p.get("svr_S") or 2),
+            sc_max_samples=int(p.get("sc_max_samples") or 256),
+        )
+
+# %% ../nbs/15_arena.ipynb #9df6f6ea
+@dataclass
+class Arena:
+    """One arena run (the kit's own): the `items`, `agents` and `backends` every method runs on, the
+    run's settings, and what the methods have produced so far: `per_item` (each method's per-item
+    frame as its runner returned it), `transcripts` (its debate in the kit's schema, where it has
+    one) and `notes` (what it reports beside its rows: SID-ET's skip rate, self-consistency's
+    budget, seconds per group)."""
+
+    items: list
+    agents: list
+    backends: Mapping[str, Any]
+    models: list[str]
+    experiment: str
+    temperature: float = 1.0
+    max_new_tokens: int = 512
+    seed: int = 0
+    debate_rounds: int = 2
+    role_rounds: int = 3
+    svr_S: int = 2
+    svr_C: int = 2
+    sc_max_samples: int = 256
+    rumad_checkpoint: Path | None = None
+    embedder: str = "sim"
+    meta_framework: str = "dmad"
+    per_item: dict = field(default_factory=dict)
+    transcripts: dict = field(default_factory=dict)
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def sampling(self) -> dict:
+        "The generation settings every method's calls share."
+        return dict(
+            temperature=self.temperature, max_new_tokens=self.max_new_tokens, seed=self.seed
+        )
+
+    def round0(self) -> pd.DataFrame:
+        """MAD's round 0: the pre-debate answers SVR-MAD, SID-ET, the single agent and
+        self-consistency reuse."""
+        t = self.transcripts["mad"]
+        return t[t["round"] == 0]
+
+# %% ../nbs/15_arena.ipynb #8a4c19f6
+ARENA_GROUPS: dict[str, str] = {  # in the order the per-item results report them
+    "no_debate": "a single agent and self-consistency, on MAD's round 0 or sampled at MAD's budget",
+    "mad_round0": "pairwise challenges and early termination on MAD's round 0 (SVR-MAD, SID-ET)",
+    "engine": "debates on the kit's engine, sharing round 0; every agent answers every round",
+    "roles": "role debates, opening with their own role prompts (one model per role)",
 }
+
+# %% ../nbs/15_arena.ipynb #d4b6d6fd
+@dataclass(frozen=True)
+class ArenaMethod:
+    """One method of the arena (the kit's own): `key`, `label`, `group` (of `ARENA_GROUPS`), the
+    runner `run(arena, key) -> (per-item frame, transcript or None)`, its budget per item
+    `calls(size)` and `shown(size)` (responses shown per prompt), the figure's `short` label
+    (default `label`) and `style` name for `mad_study.report.method_style` (default `key`), and the
+    flags `oracle`, `hollow` and `entropy`."""
+
+    key: str
+    label: str
+    group: str
+    run: Callable[[Arena, str], tuple]
+    calls: Callable[[ArenaSize], int]
+    shown: Callable[[ArenaSize], int] = lambda s: 1
+    short: str | None = None
+    style: str | None = None
+    oracle: bool = False
+    hollow: bool = False
+    entropy: bool = True
+
+    def __post_init__(self):
+        if self.group not in ARENA_GROUPS:
+            raise ConfigError(
+                "unknown group", key="group", value=self.group, choices=list(ARENA_GROUPS)
+            )
+
+    @property
+    def umad(self) -> bool:
+        """Whether UMAD's TU / Sys-EU / Sys-AU apply (each model's agents as its samples: the engine
+        debates)."""
+        return self.group == "engine"
+
+# %% ../nbs/15_arena.ipynb #ec4fdd48
+def engine_debate(baseline: str | None = None, madc: str | None = None) -> Callable:
+    """A runner: a debate on the kit's engine (`mad_study.protocols.run_protocol`): Du et al.'s
+    all-to-all MAD (`FullyConnected`), or with `madc` an order of MADC's
+    (`mad_study.madc.strategy_protocol`: Alg. 1 'madc', the oracle 'truth_last'), or with `baseline`
+    one of `make_baseline`'s (GroupDebate, S2-MAD, S-MAD star or ring; no early stop). Rows: each
+    debate's majority of its last round, with tokens and NComm (`debate_costs`)."""
+
+    def run(arena: Arena, key: str):
+        from mad_study.debate import FullyConnected
+        from mad_study.protocols import debate_costs, make_baseline, run_protocol
+
+        if madc is not None:
+            from mad_study.madc import strategy_protocol
+
+            protocol = strategy_protocol(madc)
+        elif baseline is not None:
+            protocol = make_baseline(baseline, min_agree=None, seed=arena.seed)
+        else:
+            protocol = FullyConnected()
+        t = run_protocol(
+            arena.items,
+            arena.agents,
+            arena.backends,
+            protocol,
+            debate_rounds=arena.debate_rounds,
+            method=key,
+            progress=False,
+            experiment=arena.experiment,
+            **arena.sampling,
+        )
+        return debate_costs(t), t
+
+    return run
+
+# %% ../nbs/15_arena.ipynb #5be419eb
+def run_rumad(arena: Arena, key: str):
+    """RUMAD's trained controller (RUMAD Alg. 1 at inference: `mad_study.rumad.RumadController`) on
+    the kit's engine, loaded from `arena.rumad_checkpoint`, one thread (`one_thread`). Rows:
+    `debate_costs` of its debate."""
+    from mad_study.debate import run_debate
+    from mad_study.protocols import debate_costs
+    from mad_study.rumad import RumadController, load_controller, make_embedder, one_thread
+
+    pol, cfg, _ = load_controller(arena.rumad_checkpoint)
+    with one_thread():
+        t = run_debate(
+            arena.items,
+            arena.agents,
+            arena.backends,
+            protocol=RumadController(
+                pol,
+                make_embedder(arena.embedder),
+                cfg.lam,
+                activation=cfg.activation,
+                seed=arena.seed,
+            ),
+            debate_rounds=arena.debate_rounds,
+            method=key,
+            progress=False,
+            experiment=arena.experiment,
+            **arena.sampling,
+        )
+    return debate_costs(t), t
 
 # %% ../nbs/15_arena.ipynb #872ceb4d
 def svr_transcript(
     round0: pd.DataFrame, debates: pd.DataFrame, method: str = "svr_mad"
 ) -> pd.DataFrame:
-    """SVR-MAD (Alg. 1) in the transcript schema (the kit's own reading): `round0` as given and, as round 1, each receiver's
-    first pairwise challenge (post-debate answer, the challenger as its visible peer); never-challenged agents have no row."""
+    """SVR-MAD (Alg. 1) in the transcript schema (the kit's own reading): `round0` as given and, as
+    round 1, each receiver's first pairwise challenge (post-debate answer, the challenger as its
+    visible peer); never-challenged agents have no row."""
     from mad_study.answers import is_correct
     from mad_study.data import get_task
 
@@ -78,12 +242,285 @@ def svr_transcript(
         method=method
     )
 
+# %% ../nbs/15_arena.ipynb #5f1e7772
+def run_svr_mad(arena: Arena, key: str):
+    """SVR-MAD (Alg. 1: pairwise challenges within the budget S(k + m), `svr_C` repeats;
+    `mad_study.svr_mad`) on MAD's round 0 as its pre-debate responses. Rows: SVR-MAD's per-item
+    results; transcript: `svr_transcript`."""
+    from mad_study.svr_mad import prior_signals, run_svr_mad as svr
+
+    r0 = arena.round0()
+    rows, debates = svr(
+        prior_signals(r0),
+        {it.id: it for it in arena.items},
+        arena.backends,
+        S=arena.svr_S,
+        C=arena.svr_C,
+        **arena.sampling,
+    )
+    return rows, svr_transcript(r0, debates, method=key)
+
+# %% ../nbs/15_arena.ipynb #cb98c9e7
+def run_sid_et(arena: Arena, key: str):
+    """SID-ET (SVR-MAD App. A; `mad_study.protocols.sid_et`): the surest items skip the debate and
+    take their most confident agent's answer, the others MAD's; the skip rate by SVR-MAD's Alg. 2
+    (`tune_skip_rate`) against SVR-MAD's tokens and accuracy (`arena.per_item['svr_mad']`), noted as
+    `arena.notes['sid_skip_rate']`."""
+    from mad_study.protocols import sid_et, tune_skip_rate
+
+    r0, mad_costs, svr = arena.round0(), arena.per_item["mad"], arena.per_item["svr_mad"]
+
+    def point(rate):
+        s = sid_et(r0, mad_costs, rate)
+        return float(s["tokens"].mean()), float(s["correct"].mean())
+
+    rate, _ = tune_skip_rate(point, float(svr["tokens"].mean()), float(svr["correct"].mean()))
+    arena.notes["sid_skip_rate"] = rate
+    return sid_et(r0, mad_costs, rate), None
+
+# %% ../nbs/15_arena.ipynb #e4af2836
+def run_single(arena: Arena, key: str):
+    "A single agent (the kit's own baseline): MAD's first agent at round 0, its answer and tokens."
+    r0 = arena.round0()
+    one = r0[r0["agent"] == arena.agents[0].name]
+    return one.assign(tokens=lambda d: d["prompt_tokens"] + d["completion_tokens"]), None
+
+# %% ../nbs/15_arena.ipynb #61e30b53
+def run_sc_round0(arena: Arena, key: str):
+    """Self-consistency (Wang et al. 2023) over MAD's round 0: the majority of the N agents' first
+    answers, NComm 0 (`mad_study.protocols.self_consistency`)."""
+    from mad_study.protocols import self_consistency
+
+    return self_consistency(arena.round0()), None
+
+# %% ../nbs/15_arena.ipynb #8cfbb868
+def run_sc_budget(arena: Arena, key: str):
+    """Self-consistency (Wang et al. 2023) at MAD's token budget
+    (`mad_study.stats.self_consistency_at_budget`): K samples of `models[0]` spending MAD's tokens
+    per item within 5%, `sc_max_samples` a guard; the budget's attributes (K, spend, matched, the
+    caption's note) go to `arena.notes['sc_budget']`."""
+    from mad_study.protocols import debate_costs
+    from mad_study.stats import self_consistency_at_budget
+
+    sc = self_consistency_at_budget(
+        arena.transcripts["mad"],
+        arena.items,
+        arena.models[0],
+        arena.backends,
+        max_samples=arena.sc_max_samples,
+        **arena.sampling,
+    )
+    arena.notes["sc_budget"] = dict(sc.attrs)
+    return debate_costs(sc), None
+
+# %% ../nbs/15_arena.ipynb #7f27c297
+def role_rows(arena: Arena, key: str, framework: str, assignment, extra_tokens=None):
+    """A role debate's rows and transcript (`mad_study.meta_debate.run_framework`, the kit's own
+    rows): tokens are prompt + completion (+ `extra_tokens`, a Series by item id) per item, NComm
+    from `debate_costs`."""
+    from mad_study.meta_debate import run_framework
+    from mad_study.protocols import debate_costs
+
+    t, out = run_framework(
+        framework,
+        arena.items,
+        assignment,
+        arena.backends,
+        rounds=arena.role_rounds,
+        experiment=arena.experiment,
+        **arena.sampling,
+    )
+    t = t.assign(method=key)
+    tokens = out["prompt_tokens"] + out["completion_tokens"]
+    if extra_tokens is not None:
+        tokens = tokens + out["item_id"].map(extra_tokens)
+    ncomm = out["item_id"].map(debate_costs(t).set_index("item_id")["ncomm"])
+    return out.assign(tokens=tokens, ncomm=ncomm), t
+
+# %% ../nbs/15_arena.ipynb #5b3aa4ee
+def role_debate(framework: str) -> Callable:
+    """A runner: Liang et al.'s MAD with roles (2024; `framework='mad'`) or DMAD (Liu et al. 2025,
+    `'dmad'`), one model per role in the order of `arena.models` (`mad_study.meta_debate.FRAMEWORKS`
+    names the roles)."""
+
+    def run(arena: Arena, key: str):
+        from mad_study.meta_debate import FRAMEWORKS
+
+        return role_rows(arena, key, framework, dict(zip(FRAMEWORKS[framework], arena.models)))
+
+    return run
+
+# %% ../nbs/15_arena.ipynb #49ea5641
+def run_meta_debate(arena: Arena, key: str):
+    """Meta-Debate (Alg. 1: proposals and peer reviews pick a model per role,
+    `mad_study.meta_debate.meta_debate`) over the distinct `arena.models`, then
+    `arena.meta_framework` under that assignment; the selection's tokens count as the method's."""
+    from mad_study.meta_debate import meta_debate
+
+    candidates = list(dict.fromkeys(arena.models))  # a profile may map several models to one
+    if len(candidates) < len(arena.models):
+        warnings.warn(
+            f"Meta-Debate's candidates: the profile maps the models {arena.models} onto "
+            f"{candidates}; the assignment runs over those"
+        )
+    res = meta_debate(
+        arena.items, arena.meta_framework, candidates, arena.backends, **arena.sampling
+    )
+    sel = res.selection_tokens().set_index("item_id").sum(axis=1)
+    return role_rows(arena, key, arena.meta_framework, res.assignment, extra_tokens=sel)
+
+# %% ../nbs/15_arena.ipynb #56cb32fd
+def engine_method(key: str, label: str, run: Callable, **kw) -> ArenaMethod:
+    """An engine debate's entry (the kit's own): group 'engine', `calls` N turns per debate round,
+    `shown` the N - 1 peers' responses per prompt; `kw` sets or overrides the other fields of
+    `ArenaMethod`."""
+    budget = dict(calls=lambda s: s.agents * s.debate_rounds, shown=lambda s: s.agents - 1)
+    return ArenaMethod(key, label, "engine", run, **{**budget, **kw})
+
+# %% ../nbs/15_arena.ipynb #d8587e2d
+ARENA: tuple[ArenaMethod, ...] = (
+    engine_method(
+        "mad",
+        "MAD (Du et al.)",
+        engine_debate(),
+        short="MAD",
+        calls=lambda s: s.agents * (1 + s.debate_rounds),
+    ),
+    engine_method(
+        "madc_truth_last",
+        "MAD + Truth Last (oracle)",
+        engine_debate(madc="truth_last"),
+        short="Truth Last (oracle)",
+        style="Truth Last",
+        oracle=True,
+    ),
+    engine_method("madc", "MAD + MADC order", engine_debate(madc="madc"), short="MADC order"),
+    engine_method("groupdebate", "GroupDebate", engine_debate(baseline="groupdebate")),
+    engine_method("s2mad", "S2-MAD", engine_debate(baseline="s2mad")),
+    engine_method("smad_star", "S-MAD star", engine_debate(baseline="smad_star")),
+    engine_method("smad_ring", "S-MAD ring", engine_debate(baseline="smad_ring")),
+    engine_method("rumad", "RUMAD controller", run_rumad, short="RUMAD"),
+    ArenaMethod(
+        "svr_mad",
+        "SVR-MAD",
+        "mad_round0",
+        run_svr_mad,
+        calls=lambda s: 2 * s.svr_S * s.agents,
+        entropy=False,
+    ),
+    ArenaMethod("sid_et", "SID-ET", "mad_round0", run_sid_et, calls=lambda s: 0),
+    ArenaMethod("single", "Single agent", "no_debate", run_single, calls=lambda s: 0),
+    ArenaMethod(
+        "sc",
+        "Self-consistency (round 0 of the N agents)",
+        "no_debate",
+        run_sc_round0,
+        calls=lambda s: 0,
+        short="SC (round 0)",
+    ),
+    ArenaMethod(
+        "sc_budget",
+        "Self-consistency at MAD's budget",
+        "no_debate",
+        run_sc_budget,
+        calls=lambda s: s.sc_max_samples,
+        short="SC at MAD's budget",
+        style="Self-Consistency",
+        hollow=True,
+    ),
+    ArenaMethod(
+        "liang_mad",
+        "MAD with roles (Liang et al.)",
+        "roles",
+        role_debate("mad"),
+        calls=lambda s: 3 * s.role_rounds + 2,
+        short="Liang MAD",
+        style="Liang MAD",
+        entropy=False,
+    ),
+    ArenaMethod("dmad", "DMAD", "roles", role_debate("dmad"), calls=lambda s: 3 * s.role_rounds),
+    ArenaMethod(
+        "meta_debate",
+        "Meta-Debate assignment (DMAD)",
+        "roles",
+        run_meta_debate,
+        calls=lambda s: 3 * s.role_rounds + 2 * 3 * s.models,
+        short="Meta-Debate (DMAD)",
+    ),
+)
+
+# %% ../nbs/15_arena.ipynb #5a3e86e4
+def arena_method(key: str, methods=None) -> ArenaMethod:
+    "The entry of `methods` (default `ARENA`) whose key is `key` (the kit's own)."
+    for m in ARENA if methods is None else methods:
+        if m.key == key:
+            return m
+    raise ConfigError(
+        "no such arena method", key="method", value=key, choices=[m.key for m in ARENA]
+    )
+
+# %% ../nbs/15_arena.ipynb #993cd60b
+@planner("arena")
+def plan_arena(p: Mapping, methods=None) -> dict:
+    """Generations and token bounds of the arena for merged parameters `p` (the kit's own count):
+    each entry of `methods` (default `ARENA`) spends `calls(size)` generations per item, each prompt
+    250 tokens plus `shown(size)` responses at `max_new_tokens`."""
+    size, m = ArenaSize.from_params(p), int(p.get("max_new_tokens") or 512)
+    n = int(p.get("n_items") or 0) * len(p.get("tasks") or [1])
+    methods = ARENA if methods is None else methods
+    gens = n * sum(e.calls(size) for e in methods)
+    prompt = n * sum(e.calls(size) * (250 + e.shown(size) * m) for e in methods)
+    return {"generations": gens, "completion_tokens": gens * m, "prompt_tokens": prompt}
+
+# %% ../nbs/15_arena.ipynb #889f79a8
+def run_arena(arena: Arena, methods=None, log=print) -> Arena:
+    """Run every entry of `methods` (default `ARENA`) on `arena`, in the table's order (the kit's
+    own): its per-item frame goes to `arena.per_item[key]`, its transcript (if any) to
+    `arena.transcripts[key]`, its seconds to its group's in `arena.notes['timings_s']`; `log` gets
+    each method's accuracy and seconds."""
+    timings = arena.notes.setdefault("timings_s", {})
+    for m in ARENA if methods is None else methods:
+        t0 = time.time()
+        rows, transcript = m.run(arena, m.key)
+        arena.per_item[m.key] = rows
+        if transcript is not None:
+            arena.transcripts[m.key] = transcript
+        dt = time.time() - t0
+        timings[m.group] = timings.get(m.group, 0.0) + dt
+        log(f"{m.key}: accuracy {float(rows['correct'].mean()):.3f}, {dt:.1f}s")
+    return arena
+
+# %% ../nbs/15_arena.ipynb #fd2e7022
+def arena_rows(df: pd.DataFrame, key: str, experiment: str) -> pd.DataFrame:
+    """One method's per-item rows in the arena's columns (the kit's own): experiment, method,
+    item_id, sample (0 where absent), answer, correct, tokens (prompt + completion of every call for
+    the item) and ncomm (0 where absent)."""
+    d = df.assign(method=key, experiment=experiment, sample=df["sample"] if "sample" in df else 0)
+    d = d.assign(ncomm=d["ncomm"] if "ncomm" in d else 0)
+    return d[["experiment", "method", "item_id", "sample", "answer", "correct", "tokens", "ncomm"]]
+
+# %% ../nbs/15_arena.ipynb #7a83ab9f
+def arena_results(arena: Arena, methods=None) -> pd.DataFrame:
+    """Every method's per-item rows (the comparisons' unit; the kit's own), `correct` and `tokens`
+    as floats: the groups in `ARENA_GROUPS`' order, each group's methods in the table's order
+    (`methods`, default `ARENA`)."""
+    methods = list(ARENA if methods is None else methods)
+    order = sorted(
+        methods, key=lambda m: list(ARENA_GROUPS).index(m.group)
+    )  # stable: table order within a group
+    res = pd.concat(
+        [arena_rows(arena.per_item[m.key], m.key, arena.experiment) for m in order],
+        ignore_index=True,
+    )
+    return res.assign(correct=res["correct"].astype(float), tokens=res["tokens"].astype(float))
+
 # %% ../nbs/15_arena.ipynb #669acc0a
 def pareto_front(
     df: pd.DataFrame, cost: str = "tokens", value: str = "accuracy", exclude=None
 ) -> pd.Series:
-    """Whether each row is on the Pareto front: no other row has cost <= and value >=, one of them strictly (the kit's own).
-    `exclude` (a boolean mask, e.g. methods that read the gold answer): those rows are neither on the front nor dominate."""
+    """Whether each row is on the Pareto front: no other row has cost <= and value >=, one of them
+    strictly (the kit's own). `exclude` (a boolean mask, e.g. methods that read the gold answer):
+    those rows are neither on the front nor dominate."""
     c, v = df[cost].to_numpy(float), df[value].to_numpy(float)
     out = np.zeros(len(df), bool) if exclude is None else np.asarray(exclude, dtype=bool)
     dom = (
@@ -94,27 +531,13 @@ def pareto_front(
     dom &= ~out[None, :]
     return pd.Series(~dom.any(axis=1) & ~out, index=df.index)
 
-# %% ../nbs/15_arena.ipynb #152648ad
-@planner("arena")
-def plan_arena(p: Mapping) -> dict:
-    "Generations and token bounds of the arena (the kit's own count, see above) for merged parameters `p`."
-    n = int(p.get("n_items") or 0) * len(p.get("tasks") or [1])
-    models = list(p.get("models") or [])
-    N, m = len(models) * int(p.get("agents_per_model") or 1), int(p.get("max_new_tokens") or 512)
-    dr, rr, S = (
-        int(p.get("debate_rounds") or 0),
-        int(p.get("role_rounds") or 1),
-        int(p.get("svr_S") or 2),
-    )
-    engine = N + 8 * N * dr
-    per_item = (
-        engine
-        + 2 * S * N
-        + int(p.get("sc_max_samples") or 256)
-        + (3 * rr + 2)
-        + 2 * 3 * rr
-        + 2 * 3 * len(models)
-    )
-    gens = n * per_item
-    prompt = n * (engine * (250 + (N - 1) * m) + (per_item - engine) * (250 + m))
-    return {"generations": gens, "completion_tokens": gens * m, "prompt_tokens": prompt}
+# %% ../nbs/15_arena.ipynb #7d2c3f2d
+def arena_style(key: str, methods=None) -> dict:
+    """The kit's style of an arena method (`mad_study.report.method_style` of its entry's `style`,
+    else its key; the kit's own), with `mfc` (the marker's face: white for a `hollow` entry) and
+    `short` (the figure's label)."""
+    from mad_study.report import method_style
+
+    m = arena_method(key, methods)
+    st = method_style(m.style or m.key)
+    return {**st, "mfc": "white" if m.hollow else st["color"], "short": m.short or m.label}

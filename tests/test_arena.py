@@ -47,3 +47,28 @@ def test_plan_arena_paper_profile(capsys):
     assert main(["plan", "arena", "--profile", "paper"]) == 0
     txt = capsys.readouterr().out
     assert "arena" in txt and "llama-3.1-8b-instruct" in txt
+
+
+def test_the_table_is_the_arena():
+    "Issue 37: one table drives the arena: the committed table's methods and labels are its entries, in its report order."
+    import pandas as pd
+    from mad_study.arena import ARENA, ARENA_GROUPS
+    from mad_study.core import project_root
+    tab = pd.read_csv(project_root() / "figures" / "arena" / "arena.csv")
+    items = pd.read_csv(project_root() / "figures" / "arena" / "arena.items.csv", usecols=["method"])
+    assert dict(zip(tab["method"], tab["label"])) == {m.key: m.label for m in ARENA}
+    report = sorted(ARENA, key=lambda m: list(ARENA_GROUPS).index(m.group))
+    assert list(dict.fromkeys(items["method"])) == [m.key for m in report]
+    assert tab.loc[tab["oracle"], "method"].tolist() == [m.key for m in ARENA if m.oracle]
+
+
+def test_a_method_is_one_entry():
+    "Issue 37: a new entry is planned from its own budget formula, nothing else changes."
+    from mad_study.arena import ARENA, ArenaMethod, plan_arena
+    p = {"n_items": 10, "tasks": ["mmlu"], "models": ["a", "b"], "agents_per_model": 2, "debate_rounds": 3,
+         "max_new_tokens": 100}
+    new = ArenaMethod("new", "A new method", "engine", lambda arena, key: None,
+                      calls=lambda s: s.agents * s.debate_rounds, shown=lambda s: s.agents - 1)
+    base, more = plan_arena(p), plan_arena(p, (*ARENA, new))
+    assert more["generations"] - base["generations"] == 10 * 4 * 3
+    assert more["prompt_tokens"] - base["prompt_tokens"] == 10 * 12 * (250 + 3 * 100)
