@@ -34,7 +34,7 @@ from .data import LETTERS  # option letters, one definition (02_data)
 from .voting import majority_vote
 from .interface import generate_jobs
 from .debate import TurnSlot, transcript_row
-from .sandbox import run_program
+from .sandbox import SandboxLimits, run_program
 from mad_study.sim import (
     SimBackend,
     read_final_answers,
@@ -718,7 +718,7 @@ def pot_answer(
         return PotAnswer(None, "no_program", "")
     if not execute:
         return PotAnswer(None, "not_run", "")
-    r = run_program(code, timeout=timeout, memory_mb=memory_mb, isolation=isolation)
+    r = run_program(code, SandboxLimits(timeout=timeout, memory_mb=memory_mb), isolation=isolation)
     if not r.ok:
         return PotAnswer(None, r.status, r.error or "", r.sandbox)
     out = r.stdout.strip()
