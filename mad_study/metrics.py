@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -543,21 +544,31 @@ def _parse_failures(
     )
     return none, pf, pf_a, undefined
 
+# %% ../nbs/05_metrics.ipynb #49b9b3ee
+@dataclass(frozen=True, eq=False)
+class _GroupLayout:
+    """Where `uncertainty_table`'s groups are in its rows (the kit's own run state; rows are in
+    group order)."""
+
+    g: np.ndarray  # each row's group
+    a: np.ndarray  # each row's agent slot in its group
+    names: list[list]  # each group's agents, by slot
+    gfmt: list[str]  # each group's answer format
+    bounds: np.ndarray  # group gi is rows bounds[gi]:bounds[gi + 1]
+
 # %% ../nbs/05_metrics.ipynb #3d7868a0
 def _group_uncertainty(
     merged: np.ndarray,
     none: np.ndarray,
-    g: np.ndarray,
-    a: np.ndarray,
-    names: list[list],
-    gfmt: list[str],
-    bounds: np.ndarray,
+    lay: _GroupLayout,
     undefined: np.ndarray,
     unparsed: str,
     base: float,
 ) -> list:
     "(tu, eu, au, support size) of every group, in group order."
     from mad_study.answers import ELEMENTWISE_FORMATS
+
+    g, a, names, gfmt, bounds = lay.g, lay.a, lay.names, lay.gfmt, lay.bounds
 
     G = len(gfmt)
     res: list = [None] * G
@@ -670,7 +681,8 @@ def uncertainty_table(
     ]  # rows are in group order: group gi is rows bounds[gi]:bounds[gi + 1]
     merged = _merge_by_format(answers, g, gfmt, bounds)
     none, pf, pf_a, undefined = _parse_failures(merged, g, a, G, A, unparsed)
-    res = _group_uncertainty(merged, none, g, a, names, gfmt, bounds, undefined, unparsed, base)
+    lay = _GroupLayout(g, a, names, gfmt, bounds)
+    res = _group_uncertainty(merged, none, lay, undefined, unparsed, base)
     return _uncertainty_rows(keys, by, res, acc, acc_a, pf, pf_a, names)
 
 # %% ../nbs/05_metrics.ipynb #0adb9da6

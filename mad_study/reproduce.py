@@ -1048,7 +1048,7 @@ def compare_runs(
 ) -> tuple:
     """The paired comparison of finished runs from their stored transcripts (no generation): (table, caption, per-item
     results). `mad_study.stats.compare_methods` on `per_item_results` of the pooled transcripts (`load_runs`)."""
-    from mad_study.stats import compare_methods, per_item_results
+    from mad_study.stats import Inference, compare_methods, per_item_results
 
     res = per_item_results(load_runs(runs, by_file, profile), who=who)
     conds = list(dict.fromkeys(res["method"]))
@@ -1063,9 +1063,8 @@ def compare_runs(
     on = (
         "all" if len({frozenset(s) for s in sets.values()}) == 1 else "shared"
     )  # dropped items are named (run_items)
-    table, caption = compare_methods(
-        res, ref, correction=correction, margin=margin, level=level, seed=seed, on=on
-    )
+    inf = Inference(correction=correction, margin=margin, level=level, seed=seed, on=on)
+    table, caption = compare_methods(res, ref, inference=inf)
     return table, caption, res
 
 # %% ../nbs/20_reproduce.ipynb #3252823e

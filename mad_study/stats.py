@@ -5,22 +5,31 @@
 # %% ../nbs/05b_stats.ipynb #fd13e490
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .core import ConfigError, pool_keys, check_unique_turns
+from mad_study.core import (
+    ConfigError,
+    Sampling,
+    check_unique_turns,
+    fold_keywords,
+    pool_keys,
+    takes_sampling,
+)
 from .metrics import is_missing, clustered_accuracy_ci, wilson_ci
 from .voting import vote_table
 
 # %% auto #0
 __all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'CORRECTIONS', 'bootstrap_ci', 'paired_test', 'accuracy_ci', 'item_means', 'boot_mean_ci',
            'paired_difference', 'simulate_paired', 'tost', 'adjust_pvalues', 'cochran_q', 'omnibus_test',
-           'token_change', 'compare_methods', 'comparison_caption', 'condition_labels', 'per_item_results',
+           'token_change', 'Inference', 'compare_methods', 'comparison_caption', 'condition_labels', 'per_item_results',
            'tokens_per_thread', 'self_consistency_at_budget']
 
 # %% ../nbs/05b_stats.ipynb #d57d6595
@@ -554,6 +563,29 @@ def token_change(
     lo, hi = np.nanpercentile(r, [100 * a, 100 * (1 - a)])
     return (float(est), float(lo), float(hi))
 
+# %% ../nbs/05b_stats.ipynb #6acc055f
+@dataclass(frozen=True)
+class Inference:
+    """How `compare_methods` tests (the kit's own settings object, DESIGN "Statistics"): interval
+    `level`, TOST `margin` (None: no TOST), bootstrap `n_resamples` and `seed`, the paired `test`,
+    the `correction` over the gaps ('holm' by default), `min_items` (fewer: the gap's status says
+    so), the items compared (`on`: 'all' or 'shared') and `fixed_items` (the caption says the tests
+    speak for these items only)."""
+
+    level: float = 0.95
+    margin: float | None = None
+    n_resamples: int = 2000
+    seed: int = 0
+    test: str = "auto"
+    correction: str = "holm"
+    min_items: int = 20
+    on: str = "all"
+    fixed_items: bool = False
+
+    def replace(self, **changes) -> "Inference":
+        "A copy with `changes` (field names of `Inference`)."
+        return dataclasses.replace(self, **changes)
+
 # %% ../nbs/05b_stats.ipynb #479708dd
 _REPEAT_KEYS = (
     "sample",
@@ -615,7 +647,7 @@ def _compared_items(
             f"compare_methods: {n_any - len(common)} of {n_any} items dropped (not answered by every method); "
             f"compared on the {len(common)} items every method answered",
             UserWarning,
-            stacklevel=3,
+            stacklevel=4,  # compare_methods' caller (past `fold_keywords`'s wrapper)
         )
     if len(common) < 2:
         raise ConfigError(
@@ -632,34 +664,31 @@ def _compared_items(
         {"n_dropped": n_any - len(common), "n_any": n_any, "runs": runs},
     )
 
+# %% ../nbs/05b_stats.ipynb #a0065108
+@dataclass(frozen=True, eq=False)
+class _Compared:
+    """What steps 2-4 of `compare_methods` share (the kit's own): step 1's items, the columns and
+    the settings."""
+
+    reference: str
+    sub: pd.DataFrame  # the compared rows
+    means: pd.DataFrame  # item means, items x methods
+    tok: pd.DataFrame | None  # token means, items x methods (None: no tokens)
+    value: str
+    item: str
+    method: str
+    inference: Inference
+
 # %% ../nbs/05b_stats.ipynb #31aef48a
-def _method_row(
-    m: str,
-    reference: str,
-    sub: pd.DataFrame,
-    means: pd.DataFrame,
-    tok: pd.DataFrame | None,
-    *,
-    value: str,
-    item: str,
-    method: str,
-    level: float,
-    margin: float | None,
-    n_resamples: int,
-    seed: int,
-    test: str,
-    min_items: int,
-) -> dict:
+def _method_row(m: str, c: _Compared) -> dict:
     """Step 2 of `compare_methods` (the kit's own): method `m`'s row: accuracy and interval; against the reference the
     paired difference (with its `status`), test and TOST; tokens and their paired change. Warnings of the paired
     statistics are left to `compare_methods` (one for the table)."""
+    sub, means, tok, ref, inf = c.sub, c.means, c.tok, c.reference, c.inference
+    level, n, seed, k = inf.level, inf.n_resamples, inf.seed, inf.min_items
+    mine = sub[c.method] == m
     acc = accuracy_ci(
-        sub.loc[sub[method] == m, value].tolist(),
-        sub.loc[sub[method] == m, item].tolist(),
-        level,
-        n_resamples,
-        seed,
-        min_items=min_items,
+        sub.loc[mine, c.value].tolist(), sub.loc[mine, c.item].tolist(), level, n, seed, min_items=k
     )
     r = {
         "method": m,
@@ -669,12 +698,12 @@ def _method_row(
         "acc_high": acc["ci_high"],
         "acc_ci_method": acc["method"],
     }
-    if m != reference:
-        a, b = means[m].to_numpy(), means[reference].to_numpy()
+    if m != ref:
+        a, b = means[m].to_numpy(), means[ref].to_numpy()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            d = paired_difference(a, b, level, n_resamples, seed, test, min_items=min_items)
-            e = tost(a, b, margin, 1 - level, min_items=min_items) if margin is not None else None
+            d = paired_difference(a, b, level, n, seed, inf.test, min_items=k)
+            e = tost(a, b, inf.margin, 1 - level, min_items=k) if inf.margin is not None else None
         r.update(
             diff=d["diff"],
             diff_low=d["ci_low"],
@@ -687,11 +716,11 @@ def _method_row(
             r.update(tost_p=e["pvalue"], equivalent=e["equivalent"])
     if tok is not None:
         r["tokens"] = float(tok[m].mean())
-        if m != reference:
-            c, lo, hi = token_change(
-                tok[m].to_numpy(float), tok[reference].to_numpy(float), level, n_resamples, seed
+        if m != ref:
+            t, lo, hi = token_change(
+                tok[m].to_numpy(float), tok[ref].to_numpy(float), level, n, seed
             )
-            r.update(token_change=c, token_change_low=lo, token_change_high=hi)
+            r.update(token_change=t, token_change_low=lo, token_change_high=hi)
     return r
 
 # %% ../nbs/05b_stats.ipynb #4409f975
@@ -765,6 +794,7 @@ def _family_intervals(
     return t
 
 # %% ../nbs/05b_stats.ipynb #651d8e40
+@fold_keywords("inference")
 def compare_methods(
     results: pd.DataFrame,
     reference: str,
@@ -773,47 +803,33 @@ def compare_methods(
     tokens: str | None = "tokens",
     item: str = "item_id",
     method: str = "method",
-    correction: str = "holm",
-    level: float = 0.95,
-    margin: float | None = None,
-    n_resamples: int = 2000,
-    seed: int = 0,
-    test: str = "auto",
-    min_items: int = 20,
-    fixed_items: bool = False,
-    on: str = "all",
+    inference: Inference = Inference(),
 ) -> tuple[pd.DataFrame, str]:
-    """Many methods against `reference` on the same items (the kit's statistics standard, DESIGN "Statistics"): per
-    method accuracy + interval, paired difference vs the reference (bootstrap over items, `paired_difference`), test,
-    p adjusted by `correction` (Holm 1979 by default), `distinguishable`, intervals at the levels of that correction
-    (`diff_level`), TOST with `margin` (never `equivalent` where distinguishable), `verdict`, `status` of each gap, tokens
-    and their paired relative change. Pairing by item: a method's repeated runs need a `run` column; different item
-    sets raise unless `on="shared"` (then a warning and the caption say how many items were dropped). Returns (table,
-    caption sentence); the omnibus test is in `table.attrs['omnibus']`. `fixed_items`: the caption says the tests speak
-    for these items only (repeats of a fixed set, e.g. MADC Figs. 3-5)."""
+    """Many methods against `reference` on the same items (the kit's statistics standard, DESIGN
+    "Statistics"): per method accuracy + interval, paired difference vs the reference (bootstrap
+    over items, `paired_difference`), test, p adjusted by `inference.correction` (Holm 1979 by
+    default), `distinguishable`, intervals at the levels of that correction (`diff_level`), TOST
+    with `inference.margin` (never `equivalent` where distinguishable), `verdict`, `status` of each
+    gap, tokens and their paired relative change. Pairing by item: a method's repeated runs need a
+    `run` column; different item sets raise unless `inference.on="shared"` (then a warning and the
+    caption say how many items were dropped). Returns (table, caption sentence); the omnibus test is
+    in `table.attrs['omnibus']`. `inference.fixed_items`: the caption says the tests speak for these
+    items only (repeats of a fixed set, e.g. MADC Figs. 3-5). The old keywords (`level=`, `seed=`,
+    `correction=`, ...) still work, with a DeprecationWarning."""
+    inf = inference
     methods, means, sub, info = _compared_items(
-        results, reference, methods, value, item, method, on
+        results, reference, methods, value, item, method, inf.on
     )
     tok = (
         item_means(sub, tokens, item, method).reindex(index=means.index, columns=methods)
         if tokens and tokens in results
         else None
     )
-    opts = dict(
-        value=value,
-        item=item,
-        method=method,
-        level=level,
-        margin=margin,
-        n_resamples=n_resamples,
-        seed=seed,
-        test=test,
-        min_items=min_items,
-    )
-    rows = [_method_row(m, reference, sub, means, tok, **opts) for m in methods]
-    table = _adjusted_table(rows, means, reference, item, correction, level, margin)
-    table = _family_intervals(table, means, reference, level, n_resamples, seed)
-    table.attrs.update(min_items=min_items, **info)
+    c = _Compared(reference, sub, means, tok, value, item, method, inf)
+    rows = [_method_row(m, c) for m in methods]
+    table = _adjusted_table(rows, means, reference, item, inf.correction, inf.level, inf.margin)
+    table = _family_intervals(table, means, reference, inf.level, inf.n_resamples, inf.seed)
+    table.attrs.update(min_items=inf.min_items, **info)
     odd = (
         table.dropna(subset=["status"]).query("status != 'ok'")
         if "status" in table
@@ -825,9 +841,9 @@ def compare_methods(
             + "; ".join(f"{r.method} vs {reference}: {r.status}" for r in odd.itertuples())
             + " (the caption says what each status means)",
             UserWarning,
-            stacklevel=2,
+            stacklevel=3,  # the caller's line (2: `fold_keywords`'s wrapper)
         )
-    return table, comparison_caption(table, fixed_items=fixed_items)
+    return table, comparison_caption(table, fixed_items=inf.fixed_items)
 
 # %% ../nbs/05b_stats.ipynb #d1d7e749
 def _pts(x: float) -> str:
@@ -1001,24 +1017,28 @@ def _tokens_by_item(transcript: pd.DataFrame) -> pd.Series:
     return tok.groupby([t["item_id"], t["sample"]]).sum().groupby(level=0).mean()
 
 # %% ../nbs/05b_stats.ipynb #4e27697d
+@takes_sampling
 def self_consistency_at_budget(
     debate: pd.DataFrame,
     items: Sequence[Any],
     model: str,
     backends: Mapping[str, Any],
     *,
-    temperature: float = 0.7,
+    sampling: Sampling = Sampling(temperature=0.7),
     max_samples: int | None = None,
     tolerance: float = 0.05,
-    seed: int = 0,
     **kw,
 ) -> pd.DataFrame:
-    """Self-consistency (Wang et al. 2023: majority over K sampled answers of one model) at the token budget of `debate`
-    (its `tokens_per_thread`): K = round(budget / tokens of one sample), corrected by the measured spend (at most three
-    times) until the K samples spend within `tolerance` of the budget per item. `max_samples` caps K only when given; a
-    cap that binds, or a spend outside the tolerance, warns. A transcript of K round-0 agents (`run_debate(debate_rounds=0)`),
-    method `self_consistency@K`; attrs: budget, tokens_per_sample, k, sc_tokens, spend (sc_tokens / budget),
-    spend_range (per item, min and max), tolerance, matched, clamped, note (the caption's sentence)."""
+    """Self-consistency (Wang et al. 2023: majority over K sampled answers of one model) at the
+    token budget of `debate` (its `tokens_per_thread`): K = round(budget / tokens of one sample),
+    corrected by the measured spend (at most three times) until the K samples spend within
+    `tolerance` of the budget per item. `max_samples` caps K only when given; a cap that binds, or a
+    spend outside the tolerance, warns. A transcript of K round-0 agents
+    (`run_debate(debate_rounds=0)`), method `self_consistency@K`; attrs: budget, tokens_per_sample,
+    k, sc_tokens, spend (sc_tokens / budget), spend_range (per item, min and max), tolerance,
+    matched, clamped, note (the caption's sentence). `sampling`: the samples' settings (temperature
+    0.7 by default; the old `temperature=`, `seed=`, ... keywords still work, with a
+    DeprecationWarning); `kw`: other `run_debate` keywords."""
     from mad_study.debate import make_agents, run_debate
 
     budget = tokens_per_thread(debate)
@@ -1032,8 +1052,7 @@ def self_consistency_at_budget(
         )
     run = dict(
         debate_rounds=0,
-        temperature=temperature,
-        seed=seed,
+        **dataclasses.asdict(sampling),  # run_debate's temperature, top_p, max_new_tokens, seed
         progress=False,
         experiment=str(debate["experiment"].iloc[0]),
         **kw,
@@ -1072,7 +1091,9 @@ def self_consistency_at_budget(
         )
     )
     if not matched:
-        warnings.warn(f"self_consistency_at_budget: {note}", UserWarning, stacklevel=2)
+        warnings.warn(
+            f"self_consistency_at_budget: {note}", UserWarning, stacklevel=3
+        )  # past the wrapper
     sc.attrs.update(
         budget=budget,
         tokens_per_sample=per_sample,

@@ -5,6 +5,7 @@
 # %% ../nbs/12_svr_mad.ipynb #9483ac54
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -14,7 +15,16 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from .core import ConfigError, GenRequest, Item, derive_seed, rng_for
+from mad_study.core import (
+    ConfigError,
+    GenRequest,
+    Item,
+    Sampling,
+    derive_seed,
+    fold_keywords,
+    rng_for,
+    takes_sampling,
+)
 from .answers import answers_equivalent, extract_confidence, is_correct, merge_equivalent
 from .data import format_question
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
@@ -27,13 +37,13 @@ from .registry import planner
 from .interface import generate_jobs
 
 # %% auto #0
-__all__ = ['PRIORS', 'SIGNAL_LABELS', 'SVR_OPTIONS', 'PRIOR_SCALES', 'METHODS', 'METHOD_LABELS', 'FIG2_YLABEL', 'prior_signals',
-           'signal_score', 'comm_budget', 'answer_clusters', 'SVRResult', 'svr_mad_steps', 'fallback_vote', 'svr_mad',
-           'svr_prompts', 'challenge_request', 'run_challenges', 'probe_pairs', 'probe_svr', 'top_ranked_correct',
-           'probe_memo', 'prior_on_svr_scale', 'run_svr_mad', 'unanimous', 'evaluate', 'method_table', 'savings',
-           'savings_note', 'table1_caption', 'tab1_items', 'tab1_comparison', 'tab1_stats_caption',
-           'check_tab1_caption', 'fig1_table', 'difficulty_group', 'fig1_comparison', 'finish_figure',
-           'ablation_points']
+__all__ = ['PRIORS', 'SIGNAL_LABELS', 'SVR_OPTIONS', 'PRIOR_SCALES', 'SVR_SAMPLING', 'METHODS', 'METHOD_LABELS', 'FIG2_YLABEL',
+           'prior_signals', 'signal_score', 'comm_budget', 'answer_clusters', 'SVRResult', 'SVRConfig', 'svr_mad_steps',
+           'fallback_vote', 'svr_mad', 'svr_prompts', 'challenge_request', 'run_challenges', 'probe_pairs', 'probe_svr',
+           'top_ranked_correct', 'probe_memo', 'prior_on_svr_scale', 'run_svr_mad', 'unanimous', 'BaselineSettings',
+           'evaluate', 'method_table', 'savings', 'savings_note', 'table1_caption', 'tab1_items', 'tab1_comparison',
+           'tab1_stats_caption', 'check_tab1_caption', 'fig1_table', 'difficulty_group', 'fig1_comparison',
+           'finish_figure', 'ablation_points']
 
 # %% ../nbs/12_svr_mad.ipynb #65a2defc
 PRIORS = ("min_ll", "ppl", "conf")
@@ -116,6 +126,7 @@ SVR_OPTIONS = {
     "unparsed": ("changed", "ignore"),
     "posterior": ("svr", "min_ll", "ppl", "conf"),
 }
+PRIOR_SCALES = ("svr", "raw")  # choice 2: the scale of min-LL / PPL priors
 
 
 def _argmax(names: Sequence[str], score: Mapping[str, float]) -> str:
@@ -134,19 +145,55 @@ def _posterior(kind: str, retained: int, changed: int, signals: list) -> float:
     return float(np.mean(signal_score(v, kind))) if v else math.nan
 
 # %% ../nbs/12_svr_mad.ipynb #96b791d4
-def _svr_check(S, C, tau, budget, **opts):
-    "Clear errors for SVR-MAD's hyper-parameters (`ConfigError` naming the key)."
-    if int(S) < 1:
-        raise ConfigError("S (communications per round) must be >= 1", key="S", value=S)
-    if int(C) < 1:
-        raise ConfigError("C (challengers before acceptance) must be >= 1", key="C", value=C)
-    if _isnull(tau):
-        raise ConfigError("tau (acceptance threshold) must be a number", key="tau", value=tau)
-    if budget is not None and int(budget) < 0:
-        raise ConfigError("budget must be >= 0", key="budget", value=budget)
-    for k, v in opts.items():
-        if v not in SVR_OPTIONS[k]:
-            raise ConfigError(f"unknown {k}", key=k, value=v, choices=SVR_OPTIONS[k])
+@dataclass(frozen=True)
+class SVRConfig:
+    """SVR-MAD's hyper-parameters (Jiang et al., Alg. 1, Sec. 4, App. A, App. B), checked when made
+    (`ConfigError`).
+
+    S: communications per round (line 8's top-S; App. A: 2 GPT-OSS-120B, 3 DeepSeek-V3.1). C:
+    challenges a receiver must survive before acceptance (App. A "100% SVR for at least C
+    challengers": D >= C). tau: acceptance threshold (line 13; App. A: 1). budget: B_max (line 4;
+    None: S(k + m), App. A). budget_cap: never make more than `budget` debates (False: the literal
+    loop, which may overspend a budget that is not a multiple of S). prior: the signal `run_svr_mad`
+    reads as Prior(A_i) (line 3; min_ll / ppl / conf; `svr_mad` is given the values). prior_scale:
+    'svr' puts min-LL / PPL priors on SVR's scale when the posterior is SVR (choice 2), 'raw' keeps
+    them. posterior: 'svr' (Sec. 4) or min_ll / ppl / conf (App. B ablation). challengers: 'reuse'
+    (line 8 as written) or 'distinct' (an agent challenges a receiver once). check: 'iteration'
+    (line 13 after the S debates) or 'debate' (Sec. 4: after each debate). unparsed: an unparsed
+    post-debate answer is 'changed' or 'ignore'd (not in D, r, c)."""
+
+    S: int = 2
+    C: int = 2
+    tau: float = 1.0
+    budget: int | None = None
+    budget_cap: bool = True
+    prior: str = "conf"
+    prior_scale: str = "svr"
+    posterior: str = "svr"
+    challengers: str = "reuse"
+    check: str = "iteration"
+    unparsed: str = "changed"
+
+    def __post_init__(self):
+        if int(self.S) < 1:
+            raise ConfigError("S (communications per round) must be >= 1", key="S", value=self.S)
+        if int(self.C) < 1:
+            raise ConfigError(
+                "C (challengers before acceptance) must be >= 1", key="C", value=self.C
+            )
+        if _isnull(self.tau):
+            raise ConfigError(
+                "tau (acceptance threshold) must be a number", key="tau", value=self.tau
+            )
+        if self.budget is not None and int(self.budget) < 0:
+            raise ConfigError("budget must be >= 0", key="budget", value=self.budget)
+        for k, ok in {"prior": PRIORS, "prior_scale": PRIOR_SCALES, **SVR_OPTIONS}.items():
+            if getattr(self, k) not in ok:
+                raise ConfigError(f"unknown {k}", key=k, value=getattr(self, k), choices=ok)
+
+    def replace(self, **changes) -> "SVRConfig":
+        "A copy with `changes` (field names of `SVRConfig`)."
+        return dataclasses.replace(self, **changes)
 
 # %% ../nbs/12_svr_mad.ipynb #69cf9115
 def _top(pool: Sequence[str], corr: Mapping[str, float], names: Sequence[str], n: int) -> list[str]:
@@ -160,11 +207,12 @@ def _svr_init(
     answers: Mapping[str, str | None],
     prior: Mapping[str, float],
     fmt: str,
-    S: int,
-    budget: int | None,
+    config: SVRConfig,
 ):
-    """SVR-MAD Alg. 1 lines 1-4 and 7 for one problem: the answers (None for every missing value, choice 7), the agents
-    holding one, the clusters k and m, Corr = Prior, B_max = S (k + m), who disagrees with whom, and empty counters."""
+    """SVR-MAD Alg. 1 lines 1-4 and 7 for one problem: the answers (None for every missing value,
+    choice 7), the agents holding one, the clusters k and m, Corr = Prior, B_max = S (k + m), who
+    disagrees with whom, and empty counters; with the format and the hyper-parameters the steps
+    read."""
     from types import SimpleNamespace
 
     names = list(answers)
@@ -177,7 +225,10 @@ def _svr_init(
     dis = {
         r: [j for j in live if j != r and not answers_equivalent(y[j], y[r], fmt)] for r in live
     }  # line 7
+    S, budget = config.S, config.budget
     return SimpleNamespace(
+        fmt=fmt,
+        cfg=config,
         names=names,
         y=y,
         live=live,
@@ -195,9 +246,10 @@ def _svr_init(
     )
 
 # %% ../nbs/12_svr_mad.ipynb #d056798c
-def _svr_record(st, r: str, s: str, ans, signal, fmt: str, posterior: str, unparsed: str, it: int):
+def _svr_record(st, r: str, s: str, ans, signal, it: int):
     """SVR-MAD Alg. 1 lines 10-11 for one debate Debate(A_s -> A_r) of state `st` (`_svr_init`): count it, update the
     receiver's D, r, c and its posterior Corr (Sec. 4's rule; choice 7 for an unparsed answer), and trace it."""
+    fmt, posterior, unparsed = st.fmt, st.cfg.posterior, st.cfg.unparsed
     ans = None if _isnull(ans) else ans
     st.ncomm += 1
     rep = st.met[(r, s)]
@@ -224,59 +276,46 @@ def _svr_record(st, r: str, s: str, ans, signal, fmt: str, posterior: str, unpar
     )
 
 # %% ../nbs/12_svr_mad.ipynb #1c1b134c
+@fold_keywords("config")
 def svr_mad_steps(
     answers: Mapping[str, str | None],
     prior: Mapping[str, float],
     fmt: str,
-    S: int = 2,
-    C: int = 2,
-    tau: float = 1.0,
-    budget: int | None = None,
-    posterior: str = "svr",
+    config: SVRConfig = SVRConfig(),
     tie_seed: Any = 0,
-    challengers: str = "reuse",
-    check: str = "iteration",
-    unparsed: str = "changed",
-    budget_cap: bool = True,
 ) -> Generator[list[tuple[str, str]], list[tuple[str | None, float | None]], SVRResult]:
     """SVR-MAD Alg. 1 on one problem, as a generator: yields the debates (receiver A_r, challenger A_s) it wants next, is
     sent [(post-debate answer, post-debate signal)] for them; returns an `SVRResult`. Parameters as `svr_mad`."""
-    _svr_check(
-        S,
-        C,
-        tau,
-        budget,
-        challengers=challengers,
-        check=check,
-        unparsed=unparsed,
-        posterior=posterior,
-    )
-    st = _svr_init(answers, prior, fmt, S, budget)
+    cfg = config
+    st = _svr_init(answers, prior, fmt, cfg)
     corr, n = st.corr, st.n
     B, it = st.B_max, 0  # line 4
 
     def accept(r):
         return (
-            n[r]["D"] >= C and not math.isnan(corr[r]) and corr[r] >= tau
+            n[r]["D"] >= cfg.C and not math.isnan(corr[r]) and corr[r] >= cfg.tau
         )  # line 13 (App. A: D >= C)
 
     def done(r, ok, answer):
         return SVRResult(answer, ok, st.ncomm, st.B_max, st.k, st.m, st.trace, corr, n)
 
     while B > 0:  # line 5
-        fresh = lambda a: [j for j in st.dis[a] if challengers == "reuse" or (a, j) not in st.met]
+        fresh = lambda a: [
+            j for j in st.dis[a] if cfg.challengers == "reuse" or (a, j) not in st.met
+        ]
         cands = [a for a in st.live if fresh(a)]
         if not cands:
             break  # unanimous, or (distinct) exhausted
         r = _argmax(cands, {a: corr[a] for a in cands})  # line 6
-        P = _top(fresh(r), corr, st.names, min(S, B) if budget_cap else S)  # line 8 (choices 4, 6)
-        for batch in [P] if check == "iteration" else [[s] for s in P]:
+        top = min(cfg.S, B) if cfg.budget_cap else cfg.S
+        P = _top(fresh(r), corr, st.names, top)  # line 8 (choices 4, 6)
+        for batch in [P] if cfg.check == "iteration" else [[s] for s in P]:
             outcomes = yield [(r, s) for s in batch]  # lines 9-10: Debate(A_s -> A_r)
             for s, (ans, signal) in zip(batch, outcomes):
-                _svr_record(st, r, s, ans, signal, fmt, posterior, unparsed, it)
+                _svr_record(st, r, s, ans, signal, it)
             if accept(r):
                 return done(r, True, st.y[r])  # lines 13-14
-        B -= S  # line 16
+        B -= cfg.S  # line 16
         it += 1
     return done(None, False, fallback_vote(st.y, st.post, fmt, tie_seed))  # line 18
 
@@ -330,51 +369,27 @@ def fallback_vote(
     return _seeded_pick([x for x in tied if pc.get(x, 0) == best], (tie_seed, "overall"))
 
 # %% ../nbs/12_svr_mad.ipynb #a8772901
+@fold_keywords("config")
 def svr_mad(
     answers: Mapping[str, str | None],
     prior: Mapping[str, float],
     fmt: str,
     debate: Callable[[str, str], tuple[str | None, float | None] | str | None],
-    S: int = 2,
-    C: int = 2,
-    tau: float = 1.0,
-    budget: int | None = None,
-    posterior: str = "svr",
+    config: SVRConfig = SVRConfig(),
     tie_seed: Any = 0,
-    challengers: str = "reuse",
-    check: str = "iteration",
-    unparsed: str = "changed",
-    budget_cap: bool = True,
 ) -> SVRResult:
     """SVR-MAD (Jiang et al., Alg. 1, Sec. 4, App. A) on one problem.
 
-    answers: y_1..y_N, each agent's pre-debate answer (missing: None, NaN or pd.NA). prior: Prior(A_i), line 3, higher =
-    more reliable. fmt: the answer format (the kit's answer equivalence decides y_j != y_r, line 7).
-    debate(A_r, A_s) -> the receiver's post-debate answer, or (answer, post-debate signal): Debate(A_s -> A_r), line 10.
-    S: communications per round (line 8's top-S; App. A: 2 GPT-OSS-120B, 3 DeepSeek-V3.1). C: challenges a receiver
-    must survive before acceptance (App. A "100% SVR for at least C challengers": D >= C). tau: acceptance threshold
-    (line 13; App. A: 1). budget: B_max (line 4; None: S(k + m), App. A). posterior: 'svr' (Sec. 4) or min_ll / ppl /
-    conf (App. B ablation). tie_seed: seeds the fallback vote's draws (line 18). challengers: 'reuse' (line 8 as
-    written) or 'distinct' (an agent challenges a receiver once). check: 'iteration' (line 13 after the S debates) or
-    'debate' (Sec. 4: after each debate). unparsed: an unparsed post-debate answer is 'changed' or 'ignore'd (not in
-    D, r, c). budget_cap: never make more than `budget` debates (False: the literal loop, which may overspend a budget
-    that is not a multiple of S). The result carries the answer y_hat, accepted, NComm, B_max, k, m, the trace,
-    the final Corr and per-agent counts D, r, c."""
-    gen = svr_mad_steps(
-        answers,
-        prior,
-        fmt,
-        S=S,
-        C=C,
-        tau=tau,
-        budget=budget,
-        posterior=posterior,
-        tie_seed=tie_seed,
-        challengers=challengers,
-        check=check,
-        unparsed=unparsed,
-        budget_cap=budget_cap,
-    )
+    answers: y_1..y_N, each agent's pre-debate answer (missing: None, NaN or pd.NA). prior:
+    Prior(A_i), line 3, higher = more reliable. fmt: the answer format (the kit's answer equivalence
+    decides y_j != y_r, line 7). debate(A_r, A_s) -> the receiver's post-debate answer, or (answer,
+    post-debate signal): Debate(A_s -> A_r), line 10. config: the hyper-parameters (`SVRConfig`: S,
+    C, tau, budget, budget_cap, posterior, challengers, check, unparsed; its prior and prior_scale
+    are `run_svr_mad`'s). tie_seed: seeds the fallback vote's draws (line 18). The old separate
+    keywords (`S=`, `C=`, ...) still work for one release, with a DeprecationWarning. The result
+    carries the answer y_hat, accepted, NComm, B_max, k, m, the trace, the final Corr and per-agent
+    counts D, r, c."""
+    gen = svr_mad_steps(answers, prior, fmt, config, tie_seed)
 
     def run(pairs):
         out = [debate(r, s) for r, s in pairs]
@@ -395,34 +410,35 @@ def svr_prompts(fmt: str, prompt: str = "svr") -> tuple[PromptSet, PromptSet]:
     base = "svr_mc" if fmt == "option" else "svr_math"
     return get_prompt(base), get_prompt(base + "_challenge")
 
+# %% ../nbs/12_svr_mad.ipynb #a7d529d5
+SVR_SAMPLING = Sampling(max_new_tokens=16384, temperature=1.0, top_p=0.95, seed=0)  # App. A
+
 # %% ../nbs/12_svr_mad.ipynb #96cecdc2
+@takes_sampling
 def challenge_request(
     item: Item,
     receiver: Mapping,
     challenger: Mapping,
-    seed: int = 0,
+    *,
+    sampling: Sampling = SVR_SAMPLING,
     prompt: str = "svr",
-    temperature: float = 1.0,
-    top_p: float = 0.95,
-    max_new_tokens: int = 16384,
     role: str = "debater",
     repeat: int = 0,
 ) -> GenRequest:
-    """The request of SVR-MAD's Debate(A_s -> A_r) (Alg. 1 line 10): `receiver`/`challenger` are pre-debate rows (agent,
-    sample, text). `repeat` > 0: the same pair debated again (choice 4), a fresh sample with its own seed."""
+    """The request of SVR-MAD's Debate(A_s -> A_r) (Alg. 1 line 10): `receiver`/`challenger` are
+    pre-debate rows (agent, sample, text). `repeat` > 0: the same pair debated again (choice 4), a
+    fresh sample with its own seed. `sampling`: the generation settings (App. A's by default); its
+    seed is the run's, from which the request's derives."""
     ps, ch = svr_prompts(item.fmt, prompt)
     q = format_question(item)
     msgs = opening_messages(ps, q, role) + [
         {"role": "assistant", "content": receiver["text"] or ""},
         {"role": "user", "content": debate_message(ch, q, [challenger["text"] or ""])},
     ]
-    return GenRequest(
+    return sampling.request(
         msgs,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
         seed=derive_seed(
-            seed,
+            sampling.seed,
             item.id,
             receiver["agent"],
             "svr-challenge",
@@ -450,7 +466,7 @@ def run_challenges(
 ) -> pd.DataFrame:
     """Run SVR-MAD's Debate(A_s -> A_r) (Alg. 1 line 10) for `pairs` (item_id, sample, receiver, challenger[, repeat]), batched
     per model. `pre`: `prior_signals` of round 0. One row per debate: post answer, outcome (retained / changed / unparsed),
-    post-debate signals, tokens."""
+    post-debate signals, tokens. `kw`: `challenge_request`'s (sampling, prompt, role)."""
     cols = [
         "item_id",
         "sample",
@@ -585,9 +601,6 @@ def probe_memo(probes: pd.DataFrame | None) -> dict[tuple, dict]:
     }
 
 # %% ../nbs/12_svr_mad.ipynb #c8b8ab13
-PRIOR_SCALES = ("svr", "raw")
-
-
 def prior_on_svr_scale(values: Sequence[float], signal: str) -> np.ndarray:
     """SVR-MAD Alg. 1 line 3, choice 2: a problem's priors on SVR's scale. Confidence (already in [0, 1]) as it is; min-LL
     and PPL (another scale) as their within-problem percentile (rank - 1/2) / n in (0, 1), higher = more reliable
@@ -601,15 +614,9 @@ def prior_on_svr_scale(values: Sequence[float], signal: str) -> np.ndarray:
     return out
 
 # %% ../nbs/12_svr_mad.ipynb #50455530
-def _svr_start(
-    pre: pd.DataFrame,
-    items: Mapping[str, Item],
-    prior: str,
-    posterior: str,
-    prior_scale: str,
-    **steps_kw,
-):
+def _svr_start(pre: pd.DataFrame, items: Mapping[str, Item], config: SVRConfig):
     "`run_svr_mad`'s set-up: one Alg. 1 generator per (item, thread), its first request, and the round-0 tokens."
+    prior = config.prior
     gens, pending, results, groups = {}, {}, {}, {}
     for x in pre[
         ["item_id", "sample", "agent", "answer", prior, "prompt_tokens", "completion_tokens"]
@@ -619,15 +626,14 @@ def _svr_start(
         key: sum(int(x["prompt_tokens"]) + int(x["completion_tokens"]) for x in g)
         for key, g in groups.items()
     }
-    scale = prior_on_svr_scale if (posterior == "svr" and prior_scale == "svr") else signal_score
+    on_svr = config.posterior == "svr" and config.prior_scale == "svr"
+    scale = prior_on_svr_scale if on_svr else signal_score
     for key, g in groups.items():
         answers = {x["agent"]: (None if _isnull(x["answer"]) else x["answer"]) for x in g}
         pr = dict(
             zip(answers, scale([np.nan if _isnull(x[prior]) else x[prior] for x in g], prior))
         )
-        gens[key] = svr_mad_steps(
-            answers, pr, items[key[0]].fmt, posterior=posterior, tie_seed=key, **steps_kw
-        )
+        gens[key] = svr_mad_steps(answers, pr, items[key[0]].fmt, config, tie_seed=key)
         try:
             pending[key] = next(gens[key])
         except StopIteration as e:
@@ -635,51 +641,27 @@ def _svr_start(
     return gens, pending, results, r0tok
 
 # %% ../nbs/12_svr_mad.ipynb #6caec984
+@fold_keywords("config")
+@takes_sampling
 def run_svr_mad(
     pre: pd.DataFrame,
     items: Mapping[str, Item],
     backends: Mapping[str, Any] | None = None,
-    S: int = 2,
-    C: int = 2,
-    tau: float = 1.0,
-    prior: str = "conf",
-    posterior: str = "svr",
-    budget: int | None = None,
+    config: SVRConfig = SVRConfig(),
     probes: pd.DataFrame | dict | None = None,
-    prior_scale: str = "svr",
-    challengers: str = "reuse",
-    check: str = "iteration",
-    unparsed: str = "changed",
-    budget_cap: bool = True,
+    sampling: Sampling = SVR_SAMPLING,
     **challenge_kw,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """SVR-MAD (Alg. 1) on every (item, thread) of `pre` (`prior_signals` of round 0), in lockstep; parameters as `svr_mad`.
-    `prior_scale`: 'svr' puts min-LL / PPL priors on SVR's scale (`prior_on_svr_scale`) when the posterior is SVR; 'raw'
-    keeps them. Debates come from `probes` where present, else are generated with `backends` (`run_challenges`, keywords
-    `challenge_kw`). Returns (one row per problem: answer, correct, accepted, ncomm, tokens, budget, k, m, counts, trace;
-    every debate made)."""
-    if prior not in PRIORS:
-        raise ConfigError("unknown prior", key="prior", value=prior, choices=PRIORS)
-    if prior_scale not in PRIOR_SCALES:
-        raise ConfigError(
-            "unknown prior_scale", key="prior_scale", value=prior_scale, choices=PRIOR_SCALES
-        )
+    """SVR-MAD (Alg. 1) on every (item, thread) of `pre` (`prior_signals` of round 0), in lockstep;
+    `config` as `svr_mad`, with `config.prior` the signal read as the prior and
+    `config.prior_scale`: 'svr' puts min-LL / PPL priors on SVR's scale (`prior_on_svr_scale`) when
+    the posterior is SVR; 'raw' keeps them. Debates come from `probes` where present, else are
+    generated with `backends` (`run_challenges` with `sampling`, App. A's by default, and
+    `challenge_kw`). The old separate keywords (`S=`, `prior=`, `temperature=`, ...) still work for
+    one release, with a DeprecationWarning. Returns (one row per problem: answer, correct, accepted,
+    ncomm, tokens, budget, k, m, counts, trace; every debate made)."""
     memo = probes if isinstance(probes, dict) else probe_memo(probes)
-    gens, pending, results, r0tok = _svr_start(
-        pre,
-        items,
-        prior,
-        posterior,
-        prior_scale,
-        S=S,
-        C=C,
-        tau=tau,
-        budget=budget,
-        challengers=challengers,
-        check=check,
-        unparsed=unparsed,
-        budget_cap=budget_cap,
-    )
+    gens, pending, results, r0tok = _svr_start(pre, items, config)
     made, seen = {key: [] for key in gens}, {key: Counter() for key in gens}
     while pending:
         asked = {}
@@ -695,7 +677,8 @@ def run_svr_mad(
                     f"{len(need)} debates are not in `probes` and no backends were given",
                     key="backends",
                 )
-            memo.update(probe_memo(run_challenges(need, pre, items, backends, **challenge_kw)))
+            made_now = run_challenges(need, pre, items, backends, sampling=sampling, **challenge_kw)
+            memo.update(probe_memo(made_now))
         nxt = {}
         for key, qs in asked.items():
             rows = [memo[q] for q in qs]
@@ -703,7 +686,7 @@ def run_svr_mad(
             sent = [
                 (
                     None if _isnull(x["post"]) else x["post"],
-                    None if posterior == "svr" else x[posterior],
+                    None if config.posterior == "svr" else x[config.posterior],
                 )
                 for x in rows
             ]
@@ -771,6 +754,21 @@ def unanimous(round0: pd.DataFrame, fmt: str) -> pd.Series:
 def _method_prompt(fmt: str) -> str:
     return "svr_mc" if fmt == "option" else "svr_math"
 
+# %% ../nbs/12_svr_mad.ipynb #1b5a836f
+@dataclass(frozen=True)
+class BaselineSettings:
+    """SVR-MAD Sec. 5 / App. A's MAD baselines: which run (`baselines`; Alg. 2's baseline reuses
+    all-to-all MAD's transcript), at most `debate_rounds` rounds each, stopped after a round with >=
+    `min_agree` agreeing agents (`EarlyStop`)."""
+
+    baselines: Sequence[str] = ("mad", "groupdebate", "s2mad")
+    min_agree: int = 5
+    debate_rounds: int = 2
+
+    def replace(self, **changes) -> "BaselineSettings":
+        "A copy with `changes` (field names of `BaselineSettings`)."
+        return dataclasses.replace(self, **changes)
+
 # %% ../nbs/12_svr_mad.ipynb #013e9852
 def _shared_start(
     items: Sequence[Item],
@@ -778,8 +776,8 @@ def _shared_start(
     backends: Mapping[str, Any],
     prompt: str,
     experiment: str,
-    gen: dict,
-    svr_opts: dict,
+    sampling: Sampling,
+    config: SVRConfig,
     probe: bool,
 ) -> tuple[dict, pd.DataFrame]:
     """SVR-MAD Sec. 5 / App. A, the start every method shares: round 0 of every agent, unanimous problems skipped (counted),
@@ -796,7 +794,7 @@ def _shared_start(
         prompt=prompt,
         experiment=experiment,
         progress=False,
-        **gen,
+        **dataclasses.asdict(sampling),
     )
     un = unanimous(r0, fmt)
     kept_ids = [iid for (iid, k), u in un.items() if not u]
@@ -805,8 +803,8 @@ def _shared_start(
     out = {
         "items": byid,
         "backends": backends,
-        "gen": gen,
-        "svr_opts": svr_opts,
+        "sampling": sampling,
+        "config": config,
         "round0": r0,
         "kept": list(dict.fromkeys(kept_ids)),
         "skipped": [iid for (iid, k), u in un.items() if u],
@@ -817,7 +815,7 @@ def _shared_start(
     }
     fmt_of = {i: fmt for i in out["kept"]}
     out["probes"] = (
-        run_challenges(probe_pairs(pre, fmt_of), pre, byid, backends, **gen)
+        run_challenges(probe_pairs(pre, fmt_of), pre, byid, backends, sampling=sampling)
         if probe and out["kept"]
         else None
     )
@@ -826,35 +824,26 @@ def _shared_start(
 
 # %% ../nbs/12_svr_mad.ipynb #980976e0
 def _run_baselines(
-    out: dict,
-    r0k: pd.DataFrame,
-    agents,
-    backends: Mapping[str, Any],
-    baselines: Sequence[str],
-    prompt: str,
-    min_agree: int,
-    debate_rounds: int,
-    seed: int,
-    experiment: str,
-    gen: dict,
+    out: dict, r0k: pd.DataFrame, agents, baseline: BaselineSettings, experiment: str
 ):
     """SVR-MAD Sec. 5: the MAD baselines on the kept problems (`out["transcripts"]`, `out["costs"]`), each checked to start
     from the shared round 0 (Sec. 5: all methods share the pre-debate responses)."""
     from mad_study.protocols import make_baseline, run_protocol, debate_costs
 
     kept = [out["items"][i] for i in out["kept"]]
-    for name in baselines:
-        proto = make_baseline(name, min_agree=min_agree, seed=seed)
+    sampling = out["sampling"]
+    for name in baseline.baselines:
+        proto = make_baseline(name, min_agree=baseline.min_agree, seed=sampling.seed)
         tr = run_protocol(
             kept,
             agents,
-            backends,
+            out["backends"],
             proto,
-            prompt=prompt,
-            debate_rounds=debate_rounds,
+            prompt=_method_prompt(out["fmt"]),
+            debate_rounds=baseline.debate_rounds,
             experiment=experiment,
             progress=False,
-            **gen,
+            **dataclasses.asdict(sampling),
         )
         a = tr[tr["round"] == 0][["item_id", "agent", "answer", "text"]].reset_index(drop=True)
         if not a.equals(r0k[["item_id", "agent", "answer", "text"]].reset_index(drop=True)):
@@ -865,30 +854,27 @@ def _run_baselines(
         out["costs"][name] = debate_costs(tr, proto, fmt=out["fmt"])
 
 # %% ../nbs/12_svr_mad.ipynb #5a85adc3
+@fold_keywords("config")
+@fold_keywords("baseline")
+@takes_sampling
 def evaluate(
     items: Sequence[Item],
     agents,
     backends: Mapping[str, Any],
-    S: int = 2,
-    C: int = 2,
-    tau: float = 1.0,
-    prior: str = "conf",
-    min_agree: int = 5,
-    debate_rounds: int = 2,
-    baselines: Sequence[str] = ("mad", "groupdebate", "s2mad"),
+    config: SVRConfig = SVRConfig(),
+    baseline: BaselineSettings = BaselineSettings(),
     probe: bool = True,
-    seed: int = 0,
-    temperature: float = 1.0,
-    top_p: float = 0.95,
-    max_new_tokens: int = 16384,
+    sampling: Sampling = SVR_SAMPLING,
     experiment: str = "svr",
-    challengers: str = "reuse",
-    check: str = "iteration",
 ) -> dict:
-    """SVR-MAD Sec. 5 / App. A evaluation on one task: returns round0, kept/skipped item ids, pre (prior signals),
-    probes, per-method per-problem costs (`costs[method]`: answer, correct, ncomm, tokens), the SID-ET skip rate and trace,
-    and the backends, generation settings and Alg. 1 options (`ablation_points` generates the repeated debates Alg. 1
-    asks for). `challengers`, `check`: Alg. 1's readings (`svr_mad`)."""
+    """SVR-MAD Sec. 5 / App. A evaluation on one task: returns round0, kept/skipped item ids, pre
+    (prior signals), probes, per-method per-problem costs (`costs[method]`: answer, correct, ncomm,
+    tokens), the SID-ET skip rate and trace, and the backends, `sampling` and `config`
+    (`ablation_points` generates the repeated debates Alg. 1 asks for). `config`: Alg. 1's
+    hyper-parameters and readings (`SVRConfig`, as `svr_mad`); `baseline`: the MAD baselines run
+    (`BaselineSettings`); `sampling`: every generation's settings (App. A's by default). The old
+    separate keywords (`S=`, `baselines=`, `min_agree=`, `temperature=`, `seed=`, ...) still work
+    for one release, with a DeprecationWarning."""
     from mad_study.protocols import sid_et, tune_skip_rate
 
     fmts = {it.fmt for it in items}
@@ -896,43 +882,21 @@ def evaluate(
         raise ConfigError(
             f"evaluate runs one answer format at a time, got {sorted(fmts)}", key="items"
         )
-    gen = dict(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
     out, r0k = _shared_start(
         items,
         agents,
         backends,
         _method_prompt(next(iter(fmts))),
         experiment,
-        gen,
-        dict(challengers=challengers, check=check),
+        sampling,
+        config,
         probe,
     )
     if not out["kept"]:
         return out
-    _run_baselines(
-        out,
-        r0k,
-        agents,
-        backends,
-        baselines,
-        _method_prompt(out["fmt"]),
-        min_agree,
-        debate_rounds,
-        seed,
-        experiment,
-        gen,
-    )
+    _run_baselines(out, r0k, agents, baseline, experiment)
     svr, debates = run_svr_mad(
-        out["pre"],
-        out["items"],
-        backends,
-        S=S,
-        C=C,
-        tau=tau,
-        prior=prior,
-        probes=out["probes"],
-        **out["svr_opts"],
-        **gen,
+        out["pre"], out["items"], backends, config=config, probes=out["probes"], sampling=sampling
     )
     out["costs"]["svr_mad"], out["svr_debates"] = svr, debates
     if "mad" in out["costs"]:  # SID-ET's skip rate tuned to SVR-MAD's tokens (Alg. 2)
@@ -1095,13 +1059,18 @@ def _tab1_rows(
     sub: pd.DataFrame, reference: str, level: float, n_resamples: int, seed: int
 ) -> tuple[list[dict], dict]:
     "One setting's rows of `tab1_comparison` (raw p-values) and its omnibus test; accuracy only below 2 shared items."
-    from mad_study.stats import compare_methods, item_means, paired_difference, token_change
+    from mad_study.stats import (
+        Inference,
+        compare_methods,
+        item_means,
+        paired_difference,
+        token_change,
+    )
 
     if len(common := item_means(sub).dropna().index) < 2:
         return _tab1_unpaired(sub, reference, len(common))
-    tab, _ = compare_methods(
-        sub, reference, level=level, n_resamples=n_resamples, seed=seed, correction="none"
-    )
+    inf = Inference(level=level, n_resamples=n_resamples, seed=seed, correction="none")
+    tab, _ = compare_methods(sub, reference, inference=inf)
     common = item_means(sub)[tab["method"].tolist()].dropna().index
     tok = item_means(sub, "tokens").reindex(index=common, columns=tab["method"].tolist())
     rows = []
@@ -1366,6 +1335,7 @@ def ablation_points(
     from mad_study.metrics import wilson_ci
 
     probes, byid = ev["probes"], ev["items"]
+    base, sampling = ev.get("config", SVRConfig()), ev.get("sampling", SVR_SAMPLING)
     memo = ev.setdefault("probe_memo", probe_memo(probes))
     if posterior == "svr":
         grid, prior = [(t, c) for c in (1, 2, 3) for t in (1.0, 0.5, 0.0, -0.5)], "conf"
@@ -1392,18 +1362,9 @@ def ablation_points(
         grid, prior = [(float(np.nanquantile(vals, q)), C) for q in quantiles], posterior
     rows = []
     for tau, c in grid:
+        cfg = base.replace(S=S, C=c, tau=tau, prior=prior, posterior=posterior)
         res, _ = run_svr_mad(
-            ev["pre"],
-            byid,
-            ev.get("backends"),
-            S=S,
-            C=c,
-            tau=tau,
-            prior=prior,
-            posterior=posterior,
-            probes=memo,
-            **ev.get("svr_opts", {}),
-            **ev.get("gen", {}),
+            ev["pre"], byid, ev.get("backends"), config=cfg, probes=memo, sampling=sampling
         )
         lo, hi = wilson_ci(
             int(res["correct"].sum()), len(res)

@@ -156,7 +156,7 @@ def test_naive_answer_level_test_does_not_hold_level():
 
 def test_compare_methods_on_pooled_transcripts(three):
     res = S.per_item_results(pd.concat(list(three.values()), ignore_index=True))
-    tab, cap = S.compare_methods(res, "fully_connected", min_items=10)
+    tab, cap = S.compare_methods(res, "fully_connected", inference=S.Inference(min_items=10))
     assert tab["method"].tolist() == ["fully_connected", "random", "quiet_a0"]
     assert tab["n_items"].eq(12).all() and tab.attrs["correction"] == "holm"
     assert "12 distinct items" in cap and "bootstrap over items" in cap
@@ -236,7 +236,7 @@ def test_intervals_come_from_the_verdicts_family(seed):
     assert "Holm-adjusted intervals (each at the level of the Holm step that tested it" in cap
     for r in gaps[~gaps["agrees"].astype(bool)].itertuples():
         assert "the bootstrap interval and the test disagree" in cap.split(f"{r.method} vs ref")[1].split(";")[0]
-    none, cap0 = _loud(S.compare_methods, _family(seed=seed), "ref", tokens=None, correction="none")[0]
+    none, cap0 = _loud(S.compare_methods, _family(seed=seed), "ref", tokens=None, inference=S.Inference(correction="none"))[0]
     assert none["diff_level"].dropna().eq(0.95).all() and "unadjusted like the p-values (no correction)" in cap0
 
 
@@ -287,7 +287,7 @@ def test_compare_methods_never_says_distinguishable_and_equivalent():
     base = g.uniform(0.3, 0.7, 300)
     res = pd.DataFrame([dict(item_id=i, method=m, correct=v) for i in range(300)
                         for m, v in (("R", base[i]), ("M", base[i] + 0.02 + g.normal(0, 0.01)))])
-    tab, cap = S.compare_methods(res, "R", tokens=None, margin=0.05)
+    tab, cap = S.compare_methods(res, "R", tokens=None, inference=S.Inference(margin=0.05))
     m = tab.set_index("method").loc["M"]
     assert m["distinguishable"] and m["tost_equivalent"] and not m["equivalent"] and m["verdict"] == "distinguishable"
     assert f"M vs R: {100 * m['diff']:+.1f} points" in cap and 0.015 < m["diff"] < 0.025 and "so not called equivalent" in cap
@@ -317,7 +317,7 @@ def test_compare_methods_on_different_item_sets_raises_unless_shared():
     res = res[~((res["method"] == "big") & (res["item_id"] >= 50))]
     with pytest.raises(ConfigError, match="on='shared'"):
         S.compare_methods(res, "ref", tokens=None)
-    (tab, cap), msgs = _loud(S.compare_methods, res, "ref", tokens=None, on="shared")
+    (tab, cap), msgs = _loud(S.compare_methods, res, "ref", tokens=None, inference=S.Inference(on="shared"))
     assert tab["n_items"].eq(50).all() and tab.attrs["n_dropped"] == 100
     assert "on 50 distinct items answered by every method (100 of 150 items dropped" in cap
     assert any("100 of 150 items dropped" in m for m in msgs)
@@ -351,3 +351,12 @@ def test_coverage_strict_and_inclusive():
         strict += d["ci_low"] < 0.1 - 1e-9 and 0.1 + 1e-9 < d["ci_high"]
         incl += d["ci_low"] - 1e-9 <= 0.1 <= d["ci_high"] + 1e-9
     assert strict <= incl and 0.87 <= incl / 150 <= 0.99, (strict, incl)
+
+
+def test_issue37_compare_methods_old_keywords_still_work_and_warn():
+    res = _family(seed=0)
+    with pytest.warns(DeprecationWarning, match=r"inference=Inference\(seed=3, correction='none'\)"):
+        old = S.compare_methods(res, "ref", tokens=None, correction="none", seed=3)
+    new = S.compare_methods(res, "ref", tokens=None, inference=S.Inference(correction="none", seed=3))
+    pd.testing.assert_frame_equal(old[0], new[0])
+    assert old[1] == new[1]

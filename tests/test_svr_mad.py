@@ -11,8 +11,8 @@ from mad_study.debate import make_agents
 from mad_study.metrics import survival_rate
 from mad_study.protocols import tune_skip_rate
 from mad_study.sim import SimBackend
-from mad_study.svr_mad import (comm_budget, answer_clusters, evaluate, fallback_vote, fig1_table, method_table, savings,
-                               svr_mad, extract_confidence)
+from mad_study.svr_mad import (SVR_SAMPLING, BaselineSettings, SVRConfig, comm_budget, answer_clusters, evaluate,
+                               fallback_vote, fig1_table, method_table, savings, svr_mad, extract_confidence)
 
 # the notebook's sim stand-in (params/svr/svr_main.yaml), skill between its two models
 STICKY = dict(skill=0.45, difficulty_sd=1.5, signal_strength=1.5, signal_inversion=0.67, conformity=1.0, recognition=0.0,
@@ -26,7 +26,8 @@ def _items(n):
 
 def _evaluate(n, params, S=2, baselines=()):
     b = SimBackend("sim-svr-test", **params)
-    return evaluate(_items(n), make_agents(["sim-svr-test"] * 6), {"sim-svr-test": b}, S=S, C=S, baselines=baselines, seed=0)
+    return evaluate(_items(n), make_agents(["sim-svr-test"] * 6), {"sim-svr-test": b}, config=SVRConfig(S=S, C=S),
+                    baseline=BaselineSettings(baselines=baselines), sampling=SVR_SAMPLING.replace(seed=0))
 
 
 # ---- the rules ---------------------------------------------------------------------------------------------------
@@ -45,11 +46,11 @@ def test_acceptance_fallback_and_ncomm_on_a_hand_built_debate():
         def debate(r, s):
             calls.append((r, s)); return y[r] if r in who else y[s]
         return debate
-    res = svr_mad(y, conf, "option", holds("a0", "a1", "a5"), S=2, C=2)
+    res = svr_mad(y, conf, "option", holds("a0", "a1", "a5"), config=SVRConfig(S=2, C=2))
     assert (res.answer, res.accepted, res.ncomm) == ("A", True, 4) and res.ncomm == len(calls)
     assert [t["receiver"] for t in res.trace] == ["a2", "a2", "a0", "a0"]      # the confident wrong agent is probed first
     calls.clear()
-    res = svr_mad(y, conf, "option", holds(), S=2, C=2)                          # nobody survives: fallback vote
+    res = svr_mad(y, conf, "option", holds(), config=SVRConfig(S=2, C=2))        # nobody survives: fallback vote
     assert not res.accepted and res.ncomm == len(calls) <= res.budget
     post = {a: [t["post"] for t in res.trace if t["receiver"] == a] for a in y}
     assert res.answer == fallback_vote(y, post, "option")
@@ -124,16 +125,16 @@ def test_issue21_a_lone_dissenter_does_not_beat_the_majority():
     challenger again and is accepted; the distinct-challenger reading (the option) lets the dissenter win."""
     y = {f"a{i}": "A" for i in range(5)} | {"a5": "B"}
     conf = {f"a{i}": 0.9 - 0.1 * i for i in range(6)}
-    res = svr_mad(y, conf, "option", _keep(y), S=2, C=2)
+    res = svr_mad(y, conf, "option", _keep(y), config=SVRConfig(S=2, C=2))
     assert (res.answer, res.accepted, res.ncomm) == ("A", True, 2)
     assert res.counts["a0"] == {"D": 2, "r": 2, "c": 0}
-    old = svr_mad(y, conf, "option", _keep(y), S=2, C=2, challengers="distinct")
+    old = svr_mad(y, conf, "option", _keep(y), config=SVRConfig(S=2, C=2, challengers="distinct"))
     assert (old.answer, old.accepted, old.ncomm) == ("B", True, 7)
     y42 = {f"a{i}": "A" for i in range(4)} | {"a4": "B", "a5": "B"}
-    res = svr_mad(y42, conf, "option", _keep(y42), S=3, C=3)
+    res = svr_mad(y42, conf, "option", _keep(y42), config=SVRConfig(S=3, C=3))
     assert (res.answer, res.accepted, res.ncomm) == ("A", True, 4)
-    assert svr_mad(y42, conf, "option", _keep(y42), S=3, C=3, check="debate").ncomm == 3
-    old = svr_mad(y42, conf, "option", _keep(y42), S=3, C=3, challengers="distinct")
+    assert svr_mad(y42, conf, "option", _keep(y42), config=SVRConfig(S=3, C=3, check="debate")).ncomm == 3
+    old = svr_mad(y42, conf, "option", _keep(y42), config=SVRConfig(S=3, C=3, challengers="distinct"))
     assert (old.answer, old.accepted, old.ncomm) == ("B", True, 11)
 
 
@@ -142,7 +143,8 @@ def test_issue21_majority_wins_5_1_splits_under_synthetic_agents():
     distinct-challenger reading and is as accurate as their majority (the distinct reading is not)."""
     from mad_study.svr_mad import run_svr_mad
     b = SimBackend("sim-svr-test", **dict(STICKY, skill=0.5))
-    ev = evaluate(_items(300), make_agents(["sim-svr-test"] * 6), {"sim-svr-test": b}, S=2, C=2, baselines=(), seed=0)
+    ev = evaluate(_items(300), make_agents(["sim-svr-test"] * 6), {"sim-svr-test": b}, config=SVRConfig(S=2, C=2),
+                  baseline=BaselineSettings(baselines=()), sampling=SVR_SAMPLING.replace(seed=0))
     pre = ev["pre"]
     items = sorted(i for i, g in pre.groupby("item_id")
                    if g["answer"].notna().all() and sorted(g["answer"].value_counts().tolist()) == [1, 5])
@@ -152,7 +154,8 @@ def test_issue21_majority_wins_5_1_splits_under_synthetic_agents():
     maj_acc = float(g.apply(lambda x: bool(x.loc[x["answer"] == maj[x.name], "correct"].iloc[0])).mean())
     out = {}
     for ch in ("reuse", "distinct"):
-        res, _ = run_svr_mad(pre, ev["items"], {"sim-svr-test": b}, S=2, C=2, probes=ev["probes"], challengers=ch, **ev["gen"])
+        res, _ = run_svr_mad(pre, ev["items"], {"sim-svr-test": b}, config=SVRConfig(S=2, C=2, challengers=ch),
+                             probes=ev["probes"], sampling=ev["sampling"])
         r = res.set_index("item_id").loc[items]
         out[ch] = (int((r["answer"] != maj.loc[items]).sum()), float(r["correct"].mean()), float(r["ncomm"].mean()))
     print("5-1 items", len(items), "majority acc", maj_acc, "(differ, acc, ncomm):", out)
@@ -164,10 +167,10 @@ def test_issue21_majority_wins_5_1_splits_under_synthetic_agents():
 def test_issue21_missing_values_are_unparsed_whatever_their_type():
     y = {"a0": "A", "a1": np.nan, "a2": "B", "a3": pd.NA, "a4": "B"}
     conf = {"a0": 0.9, "a1": 0.99, "a2": 0.5, "a3": 0.98, "a4": 0.4}
-    res = svr_mad(y, conf, "option", _keep(y), S=2, C=2)
+    res = svr_mad(y, conf, "option", _keep(y), config=SVRConfig(S=2, C=2))
     assert all({t["receiver"], t["challenger"]}.isdisjoint({"a1", "a3"}) for t in res.trace)
     assert (res.answer, res.k, res.m, res.budget) == ("A", 2, 2, 8)
-    res = svr_mad(y, conf, "option", lambda r, s: np.nan, S=2, C=2)
+    res = svr_mad(y, conf, "option", lambda r, s: np.nan, config=SVRConfig(S=2, C=2))
     assert res.trace[0]["outcome"] == "unparsed" and res.trace[0]["post"] is None
 
 
@@ -188,15 +191,17 @@ def test_issue21_documented_choices_and_their_options():
     conf = {"a0": 0.9, "a1": 0.5, "a2": 0.95, "a3": 0.6, "a4": 0.3, "a5": 0.4}
     gives_way = lambda r, s: y[s]
     # a budget that is not a multiple of S is not overspent (the literal loop is the option)
-    assert svr_mad(y, conf, "option", gives_way, S=2, C=2, budget=3).ncomm == 3
-    assert svr_mad(y, conf, "option", gives_way, S=2, C=2, budget=3, budget_cap=False).ncomm == 4
+    assert svr_mad(y, conf, "option", gives_way, config=SVRConfig(S=2, C=2, budget=3)).ncomm == 3
+    assert svr_mad(y, conf, "option", gives_way, config=SVRConfig(S=2, C=2, budget=3, budget_cap=False)).ncomm == 4
     # acceptance after each debate vs after each iteration: with C = 1 < S = 2 they differ
     holds = lambda r, s: y[r]
-    assert svr_mad(y, conf, "option", holds, S=2, C=1).ncomm == 2
-    assert svr_mad(y, conf, "option", holds, S=2, C=1, check="debate").ncomm == 1
+    assert svr_mad(y, conf, "option", holds, config=SVRConfig(S=2, C=1)).ncomm == 2
+    assert svr_mad(y, conf, "option", holds, config=SVRConfig(S=2, C=1, check="debate")).ncomm == 1
     # an unparsed post-debate answer: a change (default) or left out of D, r, c
-    assert svr_mad(y, conf, "option", lambda r, s: None, S=2, C=2).counts["a2"] == {"D": 2, "r": 0, "c": 2}
-    assert svr_mad(y, conf, "option", lambda r, s: None, S=2, C=2, unparsed="ignore").counts["a2"] == {"D": 0, "r": 0, "c": 0}
+    none = lambda r, s: None
+    assert svr_mad(y, conf, "option", none, config=SVRConfig(S=2, C=2)).counts["a2"] == {"D": 2, "r": 0, "c": 2}
+    ignore = SVRConfig(S=2, C=2, unparsed="ignore")
+    assert svr_mad(y, conf, "option", none, config=ignore).counts["a2"] == {"D": 0, "r": 0, "c": 0}
 
 
 def test_issue21_priors_on_another_scale_do_not_outrank_a_receiver_that_gave_way():
@@ -208,9 +213,10 @@ def test_issue21_priors_on_another_scale_do_not_outrank_a_receiver_that_gave_way
     memo = {("q/0", 0, r, s, k): {"post": ans[s], "prompt_tokens": 1, "completion_tokens": 1}
             for r in ans for s in ans if r != s for k in range(9)}
     for prior in ("min_ll", "ppl"):
-        res, _ = run_svr_mad(pre, items, None, S=2, C=2, prior=prior, probes=dict(memo))
+        res, _ = run_svr_mad(pre, items, None, config=SVRConfig(S=2, C=2, prior=prior), probes=dict(memo))
         assert [t["receiver"] for t in res.loc[0, "trace"]][:4] == ["a0", "a0", "a1", "a1"], prior
-        res, _ = run_svr_mad(pre, items, None, S=2, C=2, prior=prior, probes=dict(memo), prior_scale="raw")
+        raw = SVRConfig(S=2, C=2, prior=prior, prior_scale="raw")
+        res, _ = run_svr_mad(pre, items, None, config=raw, probes=dict(memo))
         assert [t["receiver"] for t in res.loc[0, "trace"]][:4] == ["a0"] * 4, prior
 
 
@@ -226,12 +232,24 @@ def test_issue21_sid_per_agent_early_exit_is_offered():
 
 
 def test_issue21_svr_mad_signature_names_every_hyper_parameter():
+    import dataclasses
     import inspect
     sig = inspect.signature(svr_mad)
     assert not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
-    for name in ("S", "C", "tau", "budget", "posterior", "tie_seed", "challengers", "check", "unparsed", "budget_cap"):
-        assert name in sig.parameters and f"{name}:" in svr_mad.__doc__, name
+    assert "config" in sig.parameters and "tie_seed" in sig.parameters and "tie_seed:" in svr_mad.__doc__
+    fields = {f.name for f in dataclasses.fields(SVRConfig)}
+    for name in ("S", "C", "tau", "budget", "posterior", "challengers", "check", "unparsed", "budget_cap"):
+        assert name in fields and f"{name}:" in SVRConfig.__doc__, name
     assert "D, r, c" in svr_mad.__doc__
+
+
+def test_issue37_old_keywords_still_work_and_warn():
+    y = {"a0": "A", "a1": "A", "a2": "B", "a3": "B", "a4": "C", "a5": "A"}
+    conf = {"a0": 0.9, "a1": 0.5, "a2": 0.95, "a3": 0.6, "a4": 0.3, "a5": 0.4}
+    keep = lambda r, s: y[r]
+    with pytest.warns(DeprecationWarning, match=r"config=SVRConfig\(S=3, check='debate'\)"):
+        old = svr_mad(y, conf, "option", keep, S=3, check="debate")
+    assert old == svr_mad(y, conf, "option", keep, config=SVRConfig(S=3, check="debate"))
 
 
 @pytest.mark.parametrize("setting,rows,ref,ncomm,tokens", [
