@@ -424,6 +424,7 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
         )
     },
     "core": (
+        "Inference",
         "Sampling",
         "deprecated_names",
         "fold_keywords",

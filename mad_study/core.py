@@ -29,10 +29,10 @@ import pandas as pd
 __all__ = ['SOURCE_DIRS', 'ANSWER_FORMATS', 'SAMPLING_FIELDS', 'takes_sampling', 'SIGNALS', 'TRANSCRIPT_SCHEMA',
            'TRANSCRIPT_COLUMNS', 'CONDITION_KEYS', 'TURN_KEYS', 'project_root', 'runs_dir', 'figures_dir', 'params_dir',
            'cache_home', 'git_commit', 'ConfigError', 'clip_line', 'derive_seed', 'rng_for', 'is_image_hash', 'Item',
-           'GenRequest', 'Sampling', 'fold_keywords', 'deprecated_names', 'Generation', 'signals_from_logprobs',
-           'describe_transcript', 'transcript_frame', 'atomic_path', 'atomic_write_text', 'save_transcript',
-           'load_transcript', 'pool_keys', 'check_unique_turns', 'images_dir', 'image_hash', 'image_path', 'put_image',
-           'load_image']
+           'GenRequest', 'Sampling', 'fold_keywords', 'deprecated_names', 'Inference', 'Generation',
+           'signals_from_logprobs', 'describe_transcript', 'transcript_frame', 'atomic_path', 'atomic_write_text',
+           'save_transcript', 'load_transcript', 'pool_keys', 'check_unique_turns', 'images_dir', 'image_hash',
+           'image_path', 'put_image', 'load_image']
 
 # %% ../nbs/00_core.ipynb #b4c3b41f
 def project_root() -> Path:
@@ -314,6 +314,29 @@ def deprecated_names(module: str, names: Mapping[str, str]):
         return getattr(importlib.import_module(mod), attr)
 
     return __getattr__
+
+# %% ../nbs/00_core.ipynb #79be6816
+@dataclass(frozen=True)
+class Inference:
+    """How `compare_methods` tests (the kit's own settings object, DESIGN "Statistics"): interval
+    `level`, TOST `margin` (None: no TOST), bootstrap `n_resamples` and `seed`, the paired `test`,
+    the `correction` over the gaps ('holm' by default), `min_items` (fewer: the gap's status says
+    so), the items compared (`on`: 'all' or 'shared') and `fixed_items` (the caption says the tests
+    speak for these items only)."""
+
+    level: float = 0.95
+    margin: float | None = None
+    n_resamples: int = 2000
+    seed: int = 0
+    test: str = "auto"
+    correction: str = "holm"
+    min_items: int = 20
+    on: str = "all"
+    fixed_items: bool = False
+
+    def replace(self, **changes) -> "Inference":
+        "A copy with `changes` (field names of `Inference`)."
+        return dataclasses.replace(self, **changes)
 
 # %% ../nbs/00_core.ipynb #8f52f04d
 SIGNALS = (

@@ -26,6 +26,8 @@ import yaml
 
 from mad_study.core import (
     ConfigError,
+    Inference,
+    fold_keywords,
     atomic_write_text,
     clip_line,
     figures_dir,
@@ -1035,20 +1037,18 @@ def load_runs(
     return pooled
 
 # %% ../nbs/20_reproduce.ipynb #67adba08
+@fold_keywords("inference")
 def compare_runs(
     runs: Sequence[str],
     reference: str | None = None,
     who: str = "majority",
-    correction: str = "holm",
-    margin: float | None = None,
-    level: float = 0.95,
-    seed: int = 0,
+    inference: Inference = Inference(),
     by_file: bool = False,
     profile: str | None = None,
 ) -> tuple:
     """The paired comparison of finished runs from their stored transcripts (no generation): (table, caption, per-item
-    results). `mad_study.stats.compare_methods` on `per_item_results` of the pooled transcripts (`load_runs`)."""
-    from mad_study.stats import Inference, compare_methods, per_item_results
+    results). `inference`: how it tests (`core.Inference`). `mad_study.stats.compare_methods` on `per_item_results` of the pooled transcripts (`load_runs`)."""
+    from mad_study.stats import compare_methods, per_item_results
 
     res = per_item_results(load_runs(runs, by_file, profile), who=who)
     conds = list(dict.fromkeys(res["method"]))
@@ -1063,8 +1063,7 @@ def compare_runs(
     on = (
         "all" if len({frozenset(s) for s in sets.values()}) == 1 else "shared"
     )  # dropped items are named (run_items)
-    inf = Inference(correction=correction, margin=margin, level=level, seed=seed, on=on)
-    table, caption = compare_methods(res, ref, inference=inf)
+    table, caption = compare_methods(res, ref, inference=inference.replace(on=on))
     return table, caption, res
 
 # %% ../nbs/20_reproduce.ipynb #3252823e
@@ -1215,8 +1214,9 @@ def _cmd_compare(a) -> int:
     "`mad-study compare`: the paired comparison of finished runs, printed and written to `--csv`."
     import pandas as pd
 
+    inference = Inference(correction=a.correction, margin=a.margin)
     table, caption, res = compare_runs(
-        a.runs, a.reference, a.who, a.correction, a.margin, by_file=a.by_file, profile=a.profile
+        a.runs, a.reference, a.who, inference, by_file=a.by_file, profile=a.profile
     )
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(table.round(4).to_string(index=False))

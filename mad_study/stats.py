@@ -5,7 +5,6 @@
 # %% ../nbs/05b_stats.ipynb #fd13e490
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from scipy import stats
 
 from mad_study.core import (
     ConfigError,
+    Inference,
     Sampling,
     check_unique_turns,
     fold_keywords,
@@ -29,7 +29,7 @@ from .voting import vote_table
 # %% auto #0
 __all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'CORRECTIONS', 'bootstrap_ci', 'paired_test', 'accuracy_ci', 'item_means', 'boot_mean_ci',
            'paired_difference', 'simulate_paired', 'tost', 'adjust_pvalues', 'cochran_q', 'omnibus_test',
-           'token_change', 'Inference', 'compare_methods', 'comparison_caption', 'condition_labels', 'per_item_results',
+           'token_change', 'compare_methods', 'comparison_caption', 'condition_labels', 'per_item_results',
            'tokens_per_thread', 'self_consistency_at_budget']
 
 # %% ../nbs/05b_stats.ipynb #d57d6595
@@ -563,29 +563,6 @@ def token_change(
     lo, hi = np.nanpercentile(r, [100 * a, 100 * (1 - a)])
     return (float(est), float(lo), float(hi))
 
-# %% ../nbs/05b_stats.ipynb #6acc055f
-@dataclass(frozen=True)
-class Inference:
-    """How `compare_methods` tests (the kit's own settings object, DESIGN "Statistics"): interval
-    `level`, TOST `margin` (None: no TOST), bootstrap `n_resamples` and `seed`, the paired `test`,
-    the `correction` over the gaps ('holm' by default), `min_items` (fewer: the gap's status says
-    so), the items compared (`on`: 'all' or 'shared') and `fixed_items` (the caption says the tests
-    speak for these items only)."""
-
-    level: float = 0.95
-    margin: float | None = None
-    n_resamples: int = 2000
-    seed: int = 0
-    test: str = "auto"
-    correction: str = "holm"
-    min_items: int = 20
-    on: str = "all"
-    fixed_items: bool = False
-
-    def replace(self, **changes) -> "Inference":
-        "A copy with `changes` (field names of `Inference`)."
-        return dataclasses.replace(self, **changes)
-
 # %% ../nbs/05b_stats.ipynb #479708dd
 _REPEAT_KEYS = (
     "sample",
@@ -1052,7 +1029,7 @@ def self_consistency_at_budget(
         )
     run = dict(
         debate_rounds=0,
-        **dataclasses.asdict(sampling),  # run_debate's temperature, top_p, max_new_tokens, seed
+        sampling=sampling,
         progress=False,
         experiment=str(debate["experiment"].iloc[0]),
         **kw,

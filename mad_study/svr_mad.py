@@ -794,7 +794,7 @@ def _shared_start(
         prompt=prompt,
         experiment=experiment,
         progress=False,
-        **dataclasses.asdict(sampling),
+        sampling=sampling,
     )
     un = unanimous(r0, fmt)
     kept_ids = [iid for (iid, k), u in un.items() if not u]
@@ -843,7 +843,7 @@ def _run_baselines(
             debate_rounds=baseline.debate_rounds,
             experiment=experiment,
             progress=False,
-            **dataclasses.asdict(sampling),
+            sampling=sampling,
         )
         a = tr[tr["round"] == 0][["item_id", "agent", "answer", "text"]].reset_index(drop=True)
         if not a.equals(r0k[["item_id", "agent", "answer", "text"]].reset_index(drop=True)):
