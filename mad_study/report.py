@@ -16,6 +16,7 @@ import re
 import subprocess
 import textwrap
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -28,6 +29,7 @@ from mad_study.core import (
     atomic_path,
     git_commit,
     atomic_write_text,
+    fold_keywords,
     figures_dir,
     project_root,
     runs_dir,
@@ -44,8 +46,8 @@ __all__ = ['SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'CONT
            'register_style', 'registered_method', 'method_style', 'set_style', 'panel_figure', 'percent_axis', 'pct',
            'drawn_renderer', 'label_points', 'dodge_points', 'drawn_marks', 'drawn_line_points', 'drawn_patches',
            'hidden_markers', 'data_problems', 'small_texts', 'bar_grids', 'tidy_bar_grids', 'layout_problems',
-           'label_figure', 'LayoutWarning', 'save_figure', 'save_table', 'artefact_status', 'write_gallery',
-           'index_table', 'write_index']
+           'label_figure', 'LayoutWarning', 'FigureOutput', 'save_figure', 'save_table', 'artefact_status',
+           'write_gallery', 'index_table', 'write_index']
 
 # %% ../nbs/06_report.ipynb #7cf92f74
 _PACKAGES = (
@@ -617,18 +619,19 @@ def _label_free(b, others, marks, lines, box, tol: float = -2.0) -> bool:
     )
 
 # %% ../nbs/06_report.ipynb #5f66325e
-def _free_spot(w: float, h: float, xy, r: float, others, marks, lines, box, reach: float = 90):
-    """The centre (pixels) of the nearest free place for a `w` x `h` label beside a point `xy` of
-    radius `r`: rings of growing distance, 16 directions each (right and left first); None when
-    nothing within `reach` pixels is free."""
+def _free_spot(b, xy, r: float, others, marks, lines, box, reach: float = 90):
+    """The centre (pixels) of the nearest free place for a label of the size of its box `b` beside a
+    point `xy` of radius `r`: rings of growing distance, 16 directions each (right and left first);
+    None when nothing within `reach` pixels is free (the kit's own)."""
     from matplotlib.transforms import Bbox
 
+    w, h = b.width, b.height
     angles = np.deg2rad([0, 180, 30, 150, 330, 210, 90, 270, 60, 120, 300, 240, 15, 165, 345, 195])
     for d in np.arange(r + 1.5, r + reach, 2.5):
         for a in angles:
             cx, cy = xy[0] + np.cos(a) * (d + w / 2), xy[1] + np.sin(a) * (d + h / 2)
-            b = Bbox.from_bounds(cx - w / 2, cy - h / 2, w, h)
-            if _label_free(b, others, marks, lines, box):
+            spot = Bbox.from_bounds(cx - w / 2, cy - h / 2, w, h)
+            if _label_free(spot, others, marks, lines, box):
                 return cx, cy
     return None
 
@@ -672,7 +675,7 @@ def label_points(
         near = np.hypot(*(p - [(b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2])) < 60
         if near and _label_free(b, others, marks, lines, box):
             continue
-        spot = _free_spot(b.width, b.height, p, radius(p), others, marks, lines, box)
+        spot = _free_spot(b, p, radius(p), others, marks, lines, box)
         if spot is not None:
             t.set_position(ax.transData.inverted().transform(spot))
     for t, p in zip(ts, pts):
@@ -1108,7 +1111,18 @@ def _sidecar(
 class LayoutWarning(UserWarning):
     "A saved figure has layout problems (`layout_problems`): overlapping or cut-off text, an empty band."
 
+# %% ../nbs/06_report.ipynb #e8ebf62e
+@dataclass(frozen=True)
+class FigureOutput:
+    """How `save_figure` writes a figure (the kit's own): the file `formats`, the layout `check` ('warn': a
+    `LayoutWarning`, 'raise': a `ValueError`, 'off') and whether to `show` it under the notebook cell."""
+
+    formats: Sequence[str] = ("png", "pdf")
+    check: str = "warn"
+    show: bool = True
+
 # %% ../nbs/06_report.ipynb #d58adb09
+@fold_keywords("output")
 def save_figure(
     fig,
     artefact: str,
@@ -1116,15 +1130,16 @@ def save_figure(
     study: Study | None = None,
     label: str | None = None,
     notes: Mapping | None = None,
-    formats: Sequence[str] = ("png", "pdf"),
     caption: str | None = None,
-    check: str = "warn",
-    show: bool = True,
+    *,
+    output: FigureOutput = FigureOutput(),
 ) -> list[Path]:
-    """Write `fig` as figures/<paper>/<artefact>.png and .pdf (vector) + the .json sidecar, atomically (the kit's own).
-    The study's label (synthetic agents / embedded model) is stamped above the figure. The sidecar holds the
-    `caption` (as `figure_caption`) and the `layout_problems` found; `check`: 'warn' (a `LayoutWarning`), 'raise' (a `ValueError`) or 'off'.
-    In a notebook the figure is then shown once under the cell (`show_figure`)."""
+    """Write `fig` as figures/<paper>/<artefact>.png and .pdf (vector) + the .json sidecar, atomically (the kit's
+    own). The study's label (synthetic agents / embedded model) is stamped above the figure. The sidecar holds the
+    `caption` (as `figure_caption`) and the `layout_problems` found; `output` (`FigureOutput`): the formats, the
+    check ('warn': a `LayoutWarning`, 'raise': a `ValueError`, 'off') and whether the figure is then shown once
+    under the notebook cell (`show_figure`)."""
+    check = output.check
     label = label if label is not None else (study.label if study is not None else None)
     tidy_bar_grids(fig)  # no grid line through a bar (the kit's style)
     label_figure(fig, label)
@@ -1136,7 +1151,7 @@ def save_figure(
             f"{paper}/{artefact}: {len(probs)} layout problem(s): {probs[:3]}", LayoutWarning
         )
     files = []
-    for ext in formats:
+    for ext in output.formats:
         p = _out(paper, artefact, ext)
         with atomic_path(p) as tmp:
             fig.savefig(
@@ -1160,7 +1175,7 @@ def save_figure(
             **({"layout_problems": probs} if probs is not None else {}),
         },
     )
-    if show:
+    if output.show:
         show_figure(fig)
     return files
 

@@ -5,7 +5,10 @@
 # %% ../nbs/13_rumad.ipynb #687e593d
 from __future__ import annotations
 
+import functools
+import inspect
 import math
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, asdict, replace
 from pathlib import Path
@@ -18,7 +21,7 @@ from torch import nn
 
 from fastcore.basics import patch
 
-from .core import ConfigError, Item, derive_seed, rng_for
+from .core import ConfigError, Item, derive_seed, fold_keywords, rng_for
 from .answers import answers_equivalent
 from mad_study.debate import (
     Agent,
@@ -38,12 +41,12 @@ __all__ = ['TIERS', 'DELTA', 'ACTIVATION_ATOL', 'DISTS', 'INITS', 'SIGMAS', 'DEN
            'PAPER_TAB2', 'Embedder', 'similarity_matrix', 'SimEmbedder', 'MiniLMEmbedder', 'make_embedder',
            'prompt_tier', 'activation_mask', 'TopologyPolicy', 'visible_links', 'budget_count', 'expected_links',
            'mean_weights', 'budget_loss', 'accuracy_reward', 'consensus_reward', 'progress_reward', 'efficiency_reward',
-           'improvement_reward', 'sparsity_penalty', 'step_reward', 'episode_reward', 'gae', 'ppo_loss', 'ppo_update',
-           'RumadController', 'rumad_prompt', 'fixed_policy', 'round_outcomes', 'episodes', 'RumadConfig',
-           'rollout_episodes', 'policy_for', 'probe_stats', 'train_controller', 'one_thread', 'evaluate_controller',
-           'save_controller', 'load_controller', 'ForcedDense', 'ShuffledObservation', 'AgreementGate', 'FixedTopology',
-           'fixed_family', 'rumad_agents', 'training_meta', 'checkpoint_mismatch', 'rumad_checkpoint', 'plan_rumad',
-           'compare_families', 'families_caption']
+           'improvement_reward', 'sparsity_penalty', 'step_reward', 'episode_reward', 'gae', 'PpoSettings', 'ppo_loss',
+           'ppo_update', 'RumadController', 'rumad_prompt', 'fixed_policy', 'round_outcomes', 'episodes', 'RumadConfig',
+           'rollout_episodes', 'policy_for', 'probe_stats', 'RumadEnv', 'train_controller', 'one_thread',
+           'evaluate_controller', 'save_controller', 'load_controller', 'ForcedDense', 'ShuffledObservation',
+           'AgreementGate', 'FixedTopology', 'fixed_family', 'rumad_agents', 'training_meta', 'checkpoint_mismatch',
+           'rumad_checkpoint', 'plan_rumad', 'compare_families', 'families_caption']
 
 # %% ../nbs/13_rumad.ipynb #1859985e
 class Embedder(_TypingProtocol):
@@ -530,20 +533,34 @@ def gae(
         adv[t] = last
     return adv, adv + v
 
+# %% ../nbs/13_rumad.ipynb #47fa88c8
+@dataclass(frozen=True)
+class PpoSettings:
+    """RUMAD's PPO loss and update settings (Eq. 6, 9-11; Table 6: clip 0.2, c1 = c2 = 0.01, E = 1, b = 10);
+    `ent_coef` and `max_grad_norm` are the kit's (not in Eq. 11: 0 and None are off)."""
+
+    clip: float = TABLE6["clip"]
+    c1: float = TABLE6["c1"]
+    c2: float = TABLE6["c2"]
+    delta: float = DELTA
+    budget_reading: str = "expected"
+    ent_coef: float = 0.0
+    epochs: int = TABLE6["epochs"]
+    batch_size: int = TABLE6["batch_size"]
+    max_grad_norm: float | None = None
+
 # %% ../nbs/13_rumad.ipynb #2907664d
+@fold_keywords("ppo")
 def ppo_loss(
     policy: TopologyPolicy,
     batch: Mapping[str, torch.Tensor],
     B: float,
-    clip: float = 0.2,
-    c1: float = 0.01,
-    c2: float = 0.01,
-    delta: float = DELTA,
-    budget_reading: str = "expected",
-    ent_coef: float = 0.0,
+    ppo: PpoSettings = PpoSettings(),
 ) -> tuple[torch.Tensor, dict]:
     """RUMAD's total loss Eq. 11 = Eq. 9 (clipped PPO policy loss) + c1 Eq. 10 (value loss) + c2 Eq. 6 (budget loss),
-    minus `ent_coef` x the policy's entropy (not in Eq. 11: 0 by default). Logs the clip fraction and approximate KL."""
+    minus `ent_coef` x the policy's entropy (not in Eq. 11: 0 by default), weights from `ppo`. Logs the clip fraction
+    and approximate KL."""
+    clip = ppo.clip
     d = policy.dist(batch["obs"])
     logp = d.log_prob(batch["action"]).sum((-1, -2))
     ratio = torch.exp(logp - batch["logp"])  # r_t (Eq. 9)
@@ -551,9 +568,9 @@ def ppo_loss(
     A = (A - A.mean()) / (A.std() + 1e-8) if len(A) > 1 else A
     l_pi = -torch.min(ratio * A, torch.clamp(ratio, 1 - clip, 1 + clip) * A).mean()  # Eq. 9
     l_v = ((policy.value(batch["obs"]) - batch["ret"]) ** 2).mean()  # Eq. 10
-    l_b = budget_loss(d, B, delta, budget_reading)  # Eq. 6 (our reading)
+    l_b = budget_loss(d, B, ppo.delta, ppo.budget_reading)  # Eq. 6 (our reading)
     ent = d.entropy().sum((-1, -2)).mean()  # nats per decision
-    total = l_pi + c1 * l_v + c2 * l_b - ent_coef * ent  # Eq. 11 (+ entropy, ours)
+    total = l_pi + ppo.c1 * l_v + ppo.c2 * l_b - ppo.ent_coef * ent  # Eq. 11 (+ entropy, ours)
     lr_ = (logp - batch["logp"]).detach()
     dev = (ratio.detach() - 1).abs()  # how far the policy moved since the rollout
     return total, {
@@ -568,31 +585,31 @@ def ppo_loss(
     }
 
 # %% ../nbs/13_rumad.ipynb #61a67d4d
+@fold_keywords("ppo")
 def ppo_update(
     policy: TopologyPolicy,
     opt: torch.optim.Optimizer,
     batch: Mapping[str, torch.Tensor],
     B: float,
-    epochs: int = 1,
-    batch_size: int = 10,
+    *,
+    ppo: PpoSettings = PpoSettings(),
     rng: np.random.Generator | None = None,
-    max_grad_norm: float | None = None,
-    **kw,
 ) -> list[dict]:
-    """`epochs` passes over `batch` in shuffled minibatches of `batch_size` transitions (Table 6: E = 1, b = 10), one Adam
-    step each (Eq. 11); `max_grad_norm`: the global gradient norm is clipped to it first (CleanRL's 0.5; not in the paper)."""
-    n = len(batch["obs"])
+    """`ppo.epochs` passes over `batch` in shuffled minibatches of `ppo.batch_size` transitions (Table 6: E = 1,
+    b = 10), one Adam step each (Eq. 11); `ppo.max_grad_norm`: the global gradient norm is clipped to it first
+    (CleanRL's 0.5; not in the paper)."""
+    n, b = len(batch["obs"]), int(ppo.batch_size)
     rng = rng or np.random.default_rng(0)
     logs = []
-    for _ in range(int(epochs)):
+    for _ in range(int(ppo.epochs)):
         perm = rng.permutation(n)
-        for s in range(0, n, int(batch_size)):
-            idx = torch.as_tensor(perm[s : s + int(batch_size)])
-            loss, parts = ppo_loss(policy, {k: v[idx] for k, v in batch.items()}, B, **kw)
+        for s in range(0, n, b):
+            idx = torch.as_tensor(perm[s : s + b])
+            loss, parts = ppo_loss(policy, {k: v[idx] for k, v in batch.items()}, B, ppo)
             opt.zero_grad()
             loss.backward()
             norm = nn.utils.clip_grad_norm_(
-                policy.parameters(), max_grad_norm if max_grad_norm else math.inf
+                policy.parameters(), ppo.max_grad_norm if ppo.max_grad_norm else math.inf
             )
             opt.step()
             logs.append({**parts, "grad_norm": float(norm)})
@@ -880,6 +897,22 @@ def from_params(cls: RumadConfig, params: Mapping | None) -> RumadConfig:
             raise ConfigError("unknown RUMAD training parameter", key=k, choices=sorted(names))
     return cls(**dict(params or {}))
 
+# %% ../nbs/13_rumad.ipynb #72e6023a
+@patch
+def ppo_settings(self: RumadConfig) -> PpoSettings:
+    "The PPO settings of this run (Eq. 6, 9-11, Table 6); `use_budget=False` (Table 3's ablation) sets c2 = 0."
+    return PpoSettings(
+        clip=self.clip,
+        c1=self.c1,
+        c2=self.c2 if self.use_budget else 0.0,
+        delta=self.delta,
+        budget_reading=self.budget_reading,
+        ent_coef=self.ent_coef,
+        epochs=self.epochs,
+        batch_size=self.batch_size,
+        max_grad_norm=self.max_grad_norm,
+    )
+
 # %% ../nbs/13_rumad.ipynb #8f347108
 def _batch(eps: list[dict], cfg: RumadConfig) -> dict[str, torch.Tensor]:
     obs, act, logp, adv, ret = [], [], [], [], []
@@ -940,30 +973,103 @@ def probe_stats(policy: TopologyPolicy, obs: torch.Tensor) -> dict:
         "links": float(np.mean([visible_links(w) for w in W])),
     }
 
+# %% ../nbs/13_rumad.ipynb #aeb23bcb
+@dataclass(frozen=True)
+class RumadEnv:
+    """The debates a RUMAD controller is trained and evaluated on (the kit's own grouping): `agents`, their
+    `backends`, the `embedder` of Eq. 2, the `prompt` set (`"auto"`: RUMAD's Tables 7-8, `rumad_prompt`) and
+    `max_new_tokens` per response."""
+
+    agents: Sequence[Agent]
+    backends: Mapping[str, Any]
+    embedder: Callable
+    prompt: Any = "auto"
+    max_new_tokens: int = 512
+
+# %% ../nbs/13_rumad.ipynb #2b3b5f33
+@patch
+def for_items(self: RumadEnv, items: Sequence[Item]) -> RumadEnv:
+    "`prompt=\"auto\"` resolved for `items`: RUMAD's Tables 7-8 in their answer format (Eq. 5's tags need Table 8)."
+    if not (isinstance(self.prompt, str) and self.prompt == "auto"):
+        return self
+    return replace(self, prompt=rumad_prompt("rumad", items[0].fmt))
+
+# %% ../nbs/13_rumad.ipynb #ffe13563
+@patch
+def debate(
+    self: RumadEnv,
+    items: Sequence[Item],
+    ctl: RumadController,
+    cfg: RumadConfig,
+    seed,
+    experiment: str,
+) -> pd.DataFrame:
+    "One run of `items` under the controller `ctl`: `cfg`'s rounds and temperature, debate seed `seed` (RUMAD Sec. 3.1)."
+    return run_debate(
+        items,
+        self.agents,
+        self.backends,
+        protocol=ctl,
+        debate_rounds=cfg.debate_rounds,
+        prompt=self.prompt,
+        temperature=cfg.temperature,
+        max_new_tokens=self.max_new_tokens,
+        seed=seed,
+        experiment=experiment,
+        progress=False,
+    )
+
+# %% ../nbs/13_rumad.ipynb #428c317d
+_OLD_ENV = ("agents", "backends", "cfg", "embedder", "seed", "prompt", "max_new_tokens")
+
+
+def _takes_env(f):
+    """Decorator: `f(..., env, cfg, seed, ...)` also takes the old form `f(..., agents, backends, cfg, embedder, seed,
+    prompt, max_new_tokens, ...)` for one release, with a DeprecationWarning (the kit's own)."""
+    names = list(inspect.signature(f).parameters)
+    i = names.index("env")
+
+    @functools.wraps(f)
+    def wrapper(*args, **kw):
+        if "env" in kw or (len(args) > i and isinstance(args[i], RumadEnv)):
+            return f(*args, **kw)
+        old = dict(zip(_OLD_ENV, args[i:]))
+        old.update({k: kw.pop(k) for k in _OLD_ENV if k in kw})
+        kw.update(zip(names[i + 3 :], args[i + len(_OLD_ENV) :]))  # the rest, by name
+        more = {k: old.pop(k) for k in ("prompt", "max_new_tokens") if k in old}
+        env = RumadEnv(old.pop("agents"), old.pop("backends"), old.pop("embedder"), **more)
+        warnings.warn(
+            f"{f.__name__}(..., agents, backends, cfg, embedder, ...) is deprecated: pass "
+            "env=RumadEnv(agents, backends, embedder, prompt, max_new_tokens) and cfg",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return f(*args[:i], env, **old, **kw)
+
+    return wrapper
+
 # %% ../nbs/13_rumad.ipynb #8cf03aa7
+@_takes_env
 def train_controller(
     items: Sequence[Item],
-    agents: Sequence[Agent],
-    backends: Mapping[str, Any],
+    env: RumadEnv,
     cfg: RumadConfig,
-    embedder: Callable,
     seed: int = 0,
-    prompt: Any = "auto",
-    max_new_tokens: int = 512,
     policy: TopologyPolicy | None = None,
     log: Callable | None = None,
     state_path: str | Path | None = None,
     save_every: int = 5,
 ) -> tuple[TopologyPolicy, pd.DataFrame]:
-    """Train RUMAD's controller with PPO (Sec. 3.6, Eq. 11, Table 6) on debates of `items`; returns the policy and the log.
-    Sec. 3.6's periodic evaluation: the last `cfg.n_val` items are held out and the deployed controller is evaluated on
-    them every `cfg.eval_every` updates; `prompt="auto"`: RUMAD's Tables 7-8 prompt (`rumad_prompt`) (`select="best"` returns the best of those within the budget: deployed links
-    <= B on average; the last if none is). `state_path`: the training state is saved
-    there every `save_every` updates, and a run started again after a kill resumes from it (same result). Each log row
-    also holds `probe_stats` on a fixed observation set (the first rollout's observations)."""
-    if len(agents) != cfg.n_agents:
+    """Train RUMAD's controller with PPO (Sec. 3.6, Eq. 11, Table 6) on debates of `items` in `env` (`RumadEnv`:
+    agents, backends, embedder, prompt, answer length); returns the policy and the log. Sec. 3.6's periodic
+    evaluation: the last `cfg.n_val` items are held out and the deployed controller is evaluated on them every
+    `cfg.eval_every` updates (`select="best"` returns the best of those within the budget: deployed links <= B on
+    average; the last if none is). `state_path`: the training state is saved there every `save_every` updates, and
+    a run started again after a kill resumes from it (same result). Each log row also holds `probe_stats` on a
+    fixed observation set (the first rollout's observations)."""
+    if len(env.agents) != cfg.n_agents:
         raise ConfigError(
-            f"{len(agents)} agents for a controller of {cfg.n_agents}", key="n_agents"
+            f"{len(env.agents)} agents for a controller of {cfg.n_agents}", key="n_agents"
         )
     if cfg.select not in SELECTS:
         raise ConfigError(
@@ -974,20 +1080,15 @@ def train_controller(
     )
     if not items:
         raise ConfigError("no training items", key="train_task")
-    if prompt == "auto":
-        prompt = rumad_prompt("rumad", items[0].fmt)  # the tags of Eq. 5 need Table 8's prompt
+    env = env.for_items(items)  # the tags of Eq. 5 need Table 8's prompt
     policy = policy or policy_for(cfg, init_seed=seed)
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
     st = _load_state(state_path, cfg, seed, policy, opt)
     hist, best, probe = st["hist"], st["best"], st.get("probe")
-    ev = lambda: evaluate_controller(
-        policy, val, agents, backends, cfg, embedder, seed, prompt, max_new_tokens
-    )
+    ev = lambda: evaluate_controller(policy, val, env, cfg, seed)
     with one_thread():
         for u in range(len(hist), int(cfg.updates)):
-            row, obs = _train_step(
-                u, items, agents, backends, cfg, embedder, seed, prompt, max_new_tokens, policy, opt
-            )
+            row, obs = _train_step(u, items, env, cfg, seed, policy, opt)
             probe = obs if probe is None else probe  # the fixed observation set: update 0's
             row.update({f"probe_{k}": v for k, v in probe_stats(policy, probe).items()})
             if val and cfg.eval_every and ((u + 1) % cfg.eval_every == 0 or u + 1 == cfg.updates):
@@ -1058,9 +1159,7 @@ def one_thread():
         torch.set_num_threads(n)
 
 # %% ../nbs/13_rumad.ipynb #3a9d29b7
-def _train_step(
-    u, items, agents, backends, cfg, embedder, seed, prompt, max_new_tokens, policy, opt
-) -> dict:
+def _train_step(u, items, env: RumadEnv, cfg: RumadConfig, seed, policy, opt) -> dict:
     """One PPO iteration: a rollout of `rollout_episodes` debates, rewards, GAE, Eq. 11 updates; returns its log row
     (`loss_clipped`: the clip fraction, `loss_approx_kl`, `loss_entropy`, means over the minibatches) and the rollout's observations."""
     g = rng_for(seed, "rumad-rollout", u)
@@ -1070,43 +1169,16 @@ def _train_step(
     ]
     ctl = RumadController(
         policy,
-        embedder,
+        env.embedder,
         cfg.lam,
         explore=True,
         activation=cfg.activation,
         seed=derive_seed(seed, u),
     )
-    tr = run_debate(
-        pick,
-        agents,
-        backends,
-        protocol=ctl,
-        debate_rounds=cfg.debate_rounds,
-        prompt=prompt,
-        temperature=cfg.temperature,
-        max_new_tokens=max_new_tokens,
-        seed=derive_seed(seed, "rumad-train", u),
-        experiment="rumad-train",
-        progress=False,
-    )
+    tr = env.debate(pick, ctl, cfg, derive_seed(seed, "rumad-train", u), "rumad-train")
     eps = episodes(tr, ctl, cfg.token_budget, cfg.lam, cfg.rewards)
     batch = _batch(eps, cfg)
-    logs = ppo_update(
-        policy,
-        opt,
-        batch,
-        cfg.B,
-        cfg.epochs,
-        cfg.batch_size,
-        rng=g,
-        max_grad_norm=cfg.max_grad_norm,
-        clip=cfg.clip,
-        c1=cfg.c1,
-        c2=cfg.c2 if cfg.use_budget else 0.0,
-        delta=cfg.delta,
-        budget_reading=cfg.budget_reading,
-        ent_coef=cfg.ent_coef,
-    )
+    logs = ppo_update(policy, opt, batch, cfg.B, ppo=cfg.ppo_settings(), rng=g)
     links = np.mean(
         [
             (s["W"][~np.eye(cfg.n_agents, dtype=bool)] > cfg.delta).sum()
@@ -1125,39 +1197,23 @@ def _train_step(
     }, batch["obs"]
 
 # %% ../nbs/13_rumad.ipynb #da9deb98
+@_takes_env
 def evaluate_controller(
     policy: TopologyPolicy,
     items: Sequence[Item],
-    agents: Sequence[Agent],
-    backends: Mapping[str, Any],
+    env: RumadEnv,
     cfg: RumadConfig,
-    embedder: Callable,
     seed: int = 0,
-    prompt: Any = "auto",
-    max_new_tokens: int = 512,
     explore: bool = False,
 ) -> dict:
     """The deployed controller (mean weights, Sec. 3.6) on fixed `items` with a fixed seed: mean episode return (the sum
     of a debate's rewards, Eq. 7-8 with `cfg.rewards`), final-majority accuracy, tokens per item, visible links per round."""
-    if prompt == "auto":
-        prompt = rumad_prompt("rumad", items[0].fmt)  # the tags of Eq. 5 need Table 8's prompt
+    env = env.for_items(items)  # the tags of Eq. 5 need Table 8's prompt
     ctl = RumadController(
-        policy, embedder, cfg.lam, explore=explore, activation=cfg.activation, seed=seed
+        policy, env.embedder, cfg.lam, explore=explore, activation=cfg.activation, seed=seed
     )
     with one_thread():
-        tr = run_debate(
-            items,
-            agents,
-            backends,
-            protocol=ctl,
-            debate_rounds=cfg.debate_rounds,
-            prompt=prompt,
-            temperature=cfg.temperature,
-            max_new_tokens=max_new_tokens,
-            seed=derive_seed(seed, "rumad-eval"),
-            experiment="rumad-eval",
-            progress=False,
-        )
+        tr = env.debate(items, ctl, cfg, derive_seed(seed, "rumad-eval"), "rumad-eval")
     eps = episodes(tr, ctl, cfg.token_budget, cfg.lam, cfg.rewards)
     off = ~np.eye(cfg.n_agents, dtype=bool)
     return {

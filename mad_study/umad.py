@@ -6,12 +6,13 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .core import ConfigError, pool_keys
+from .core import ConfigError, Sampling, fold_keywords, pool_keys, takes_sampling
 from .answers import parse_failure_rate
 from .debate import Agent, FullyConnected, make_agents
 from .metrics import entropy_rows, clustered_accuracy_ci
@@ -26,7 +27,7 @@ __all__ = ['UMAD_PROMPT', 'TRAJECTORY_CLASSES', 'TASK_TITLES', 'ALPHA_AU', 'ETA_
            'classify_configs', 'trajectory_classes', 'seed_accuracy', 'zeroshot_summary', 'parse_failures_by_turn',
            'zeroshot_table', 'token_entropy_by_turn', 'token_nll', 'group_standardize', 'grpo_advantage', 'au_weight',
            'au_advantage', 'peer_improvement', 'epistemic_influence_reward', 'umad_rewards', 'released_rewards',
-           'umad_advantages', 'n_items_for', 'debate_token_plan', 'plan_decomposition', 'plan_zeroshot']
+           'UmadHparams', 'umad_advantages', 'n_items_for', 'debate_token_plan', 'plan_decomposition', 'plan_zeroshot']
 
 # %% ../nbs/10_umad.ipynb #92bcc896
 def round_of_turn(T: int) -> int:
@@ -136,6 +137,7 @@ def sent_messages(
     return msgs
 
 # %% ../nbs/10_umad.ipynb #b9cf58b6
+@takes_sampling
 def alg1_samples(
     transcript: pd.DataFrame,
     items,
@@ -144,17 +146,16 @@ def alg1_samples(
     thread: int = 0,
     prompt: str = UMAD_PROMPT,
     history: str = "none",
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    max_new_tokens: int = 2048,
-    seed: int = 0,
+    *,
+    sampling: Sampling = Sampling(max_new_tokens=2048, temperature=1.0),
 ) -> pd.DataFrame:
-    """UMAD Alg. 1 lines 7-8 (and Sec. 3.2): at every turn, `k` samples of each agent under the context of ONE trajectory
-    (thread `thread` of `transcript`, the single trajectory of lines 17-20). Returns rows with the transcript's columns;
-    `sample` is the k-th sample at that turn. Seeds derive from (seed, 'alg1', item, agent, round, k)."""
+    """UMAD Alg. 1 lines 7-8 (and Sec. 3.2): at every turn, `k` samples of each agent under the context of ONE
+    trajectory (thread `thread` of `transcript`, the single trajectory of lines 17-20). Returns rows with the
+    transcript's columns; `sample` is the k-th sample at that turn. Seeds derive from (sampling.seed, 'alg1', item,
+    agent, round, k)."""
     from collections import defaultdict
     from mad_study.answers import extract_answer, is_correct
-    from mad_study.core import SIGNALS, GenRequest, derive_seed, transcript_frame
+    from mad_study.core import SIGNALS, derive_seed, transcript_frame
 
     main = transcript[transcript["sample"] == thread]
     by_id = {it.id: it for it in items}
@@ -163,12 +164,9 @@ def alg1_samples(
         it = by_id[r.item_id]
         msgs = sent_messages(transcript, it, r.agent, int(r.round), thread, prompt, history)
         for j in range(int(k)):
-            req = GenRequest(
+            req = sampling.request(
                 msgs,
-                max_new_tokens=max_new_tokens,
-                temperature=temperature,
-                top_p=top_p,
-                seed=derive_seed(seed, "alg1", it.id, r.agent, int(r.round), j),
+                seed=derive_seed(sampling.seed, "alg1", it.id, r.agent, int(r.round), j),
                 meta=dict(item=it, agent=r.agent, round=int(r.round), sample=j),
             )
             pending[r.model].append((r, it, j, req))
@@ -651,24 +649,34 @@ def released_rewards(correct, eta: float = ETA_RELEASED) -> np.ndarray:
     team[:, :, :-1] += float(eta) * np.sign(team[:, :, 1:] - team[:, :, :-1])
     return team
 
+# %% ../nbs/10_umad.ipynb #e38ca212
+@dataclass(frozen=True)
+class UmadHparams:
+    """UMAD's advantage hyper-parameters (Alg. 2 lines 19-27; Table 2): `eta` (Eq. 5's influence reward), `alpha`
+    (Eq. 4's aleatoric weight), `eps` (GRPO's std epsilon), `per_trajectory` (Eq. 5's ΔR_peer reading)."""
+
+    eta: float = ETA_PAPER
+    alpha: float = ALPHA_AU
+    eps: float = EPS
+    per_trajectory: bool = True
+
 # %% ../nbs/10_umad.ipynb #7b50308c
 REWARD_READINGS = ("paper", "released")  # Eq. 5 as the paper writes it | the release's default
 
 
+@fold_keywords("hp")
 def umad_advantages(
     correct,
     nll,
-    eta: float = ETA_PAPER,
-    alpha: float = ALPHA_AU,
-    eps: float = EPS,
+    *,
+    hp: UmadHparams = UmadHparams(),
     ddof: int = 1,
-    per_trajectory: bool = True,
     reward: str = "paper",
     nll_norm: str | None = None,
 ) -> np.ndarray:
-    """UMAD's advantages (Alg. 2 lines 19-27): total reward (Eq. 5; `reward="released"`: `released_rewards`),
-    group-normalised over the G rollouts per agent and turn, weighted by the aleatoric weight of the
-    group-standardised token NLL (Eq. 4; `nll_norm` as in `au_advantage`). `correct`, `nll`: (G, N, T)."""
+    """UMAD's advantages (Alg. 2 lines 19-27, `hp`'s eta, alpha, eps): total reward (Eq. 5; `reward="released"`:
+    `released_rewards`), group-normalised over the G rollouts per agent and turn, weighted by the aleatoric weight of
+    the group-standardised token NLL (Eq. 4; `nll_norm` as in `au_advantage`). `correct`, `nll`: (G, N, T)."""
     c = _gnt(correct)
     u = np.asarray(nll, dtype=float)
     if u.shape != c.shape:
@@ -677,9 +685,10 @@ def umad_advantages(
         raise ConfigError(
             "unknown reward reading", key="reward", value=reward, choices=REWARD_READINGS
         )
-    R = umad_rewards(c, eta, per_trajectory) if reward == "paper" else released_rewards(c, eta)
+    eta, eps = hp.eta, hp.eps
+    R = umad_rewards(c, eta, hp.per_trajectory) if reward == "paper" else released_rewards(c, eta)
     adv = grpo_advantage(R, eps=eps, ddof=ddof, axis=0)
-    return au_advantage(adv, u, alpha=alpha, eps=eps, ddof=ddof, axis=0, nll_norm=nll_norm)
+    return au_advantage(adv, u, alpha=hp.alpha, eps=eps, ddof=ddof, axis=0, nll_norm=nll_norm)
 
 # %% ../nbs/10_umad.ipynb #277450a7
 PROMPT_OVERHEAD = 300  # rough tokens of system prompt, question and instructions per request

@@ -19,13 +19,21 @@ import numpy as np
 from fastcore.basics import patch
 import pandas as pd
 
-from .core import ConfigError, GenRequest, Generation, derive_seed, runs_dir
+from mad_study.core import (
+    ConfigError,
+    GenRequest,
+    Generation,
+    derive_seed,
+    fold_keywords,
+    runs_dir,
+)
 from .registry import planner
 from mad_study.umad import (
     ALPHA_AU,
     EPS,
     ETA_PAPER,
     UMAD_PROMPT,
+    UmadHparams,
     au_advantage,
     grpo_advantage,
     pair_label,
@@ -46,7 +54,7 @@ __all__ = ['VARIANTS', 'FINETUNE', 'LOSS_AGGS', 'REWARDS', 'LR_FULL', 'LR_LORA',
            'CHECKPOINT_PREFIX', 'VARIANT_LABELS', 'TAB1_VARIANTS', 'TAB3_VARIANTS', 'FIG3_PANELS',
            'FULL_BYTES_PER_PARAM', 'REF_BYTES_PER_PARAM', 'LORA_SHARE', 'GPU_HEADROOM', 'ROLLOUT_THROUGHPUT',
            'PAPER_GPU_HOURS_PER_RUN', 'TrainConfig', 'rollout', 'team_rewards', 'alg2_rewards', 'nan_group_standardize',
-           'alg2_advantages', 'reward_correct', 'transcript_advantages', 'sequence_logprobs', 'grpo_loss',
+           'alg2_advantages', 'reward_correct', 'transcript_advantages', 'sequence_logprobs', 'GrpoLoss', 'grpo_loss',
            'pin_4bit_training_path', 'PolicyBackend', 'Policy', 'RolloutEngine', 'EngineBackend', 'VLLMLoRAEngine',
            'UMADTrainer', 'checkpoint_dir', 'save_checkpoint', 'load_checkpoint_meta', 'checkpoint_spec',
            'TrainedBackend', 'trained_backend', 'registry_spec', 'registry_backend', 'checkpoint_name',
@@ -268,24 +276,24 @@ def nan_group_standardize(x, eps: float = EPS, axis: int = 0) -> np.ndarray:
     return np.where(ok, np.where(n >= 2, z, 0.0), np.nan)
 
 # %% ../nbs/10b_umad_train.ipynb #19b93f5c
+@fold_keywords("hp")
 def alg2_advantages(
     correct,
     nll,
     *,
     eq5: bool = True,
     eq4: bool = True,
-    eta: float = ETA_PAPER,
-    alpha: float = ALPHA_AU,
-    eps: float = EPS,
-    per_trajectory: bool = True,
+    hp: UmadHparams = UmadHparams(),
     reward: str = "agent",
 ) -> np.ndarray:
-    """UMAD Alg. 2 lines 19-27 on arrays shaped (G rollouts, N agents, T turns): line 22 total reward (`alg2_rewards`; Eq. 5 when
-    `eq5`), line 24 group advantage over G (`grpo_advantage`), line 26 aleatoric weighting (Eq. 4 when `eq4`, `au_advantage`).
-    A NaN NLL marks a response without tokens: left out of the NLL statistics, its advantage unweighted (it has no token to update)."""
+    """UMAD Alg. 2 lines 19-27 on arrays shaped (G rollouts, N agents, T turns), with `hp`'s eta, alpha, eps
+    (`UmadHparams`): line 22 total reward (`alg2_rewards`; Eq. 5 when `eq5`), line 24 group advantage over G
+    (`grpo_advantage`), line 26 aleatoric weighting (Eq. 4 when `eq4`, `au_advantage`). A NaN NLL marks a response
+    without tokens: left out of the NLL statistics, its advantage unweighted (it has no token to update)."""
     c = np.asarray(correct, dtype=float)
+    eps = hp.eps
     a = grpo_advantage(
-        alg2_rewards(c, eq5=eq5, eta=eta, per_trajectory=per_trajectory, reward=reward),
+        alg2_rewards(c, eq5=eq5, eta=hp.eta, per_trajectory=hp.per_trajectory, reward=reward),
         eps=eps,
         axis=0,
     )  # lines 22, 24
@@ -295,8 +303,8 @@ def alg2_advantages(
     if u.shape != c.shape:
         raise ConfigError(f"nll shape {u.shape} differs from correct {c.shape}", key="nll")
     if not np.isnan(u).any():
-        return au_advantage(a, u, alpha=alpha, eps=eps, axis=0)  # line 26 (Eq. 4)
-    w = au_weight(nan_group_standardize(u, eps=eps, axis=0), alpha)
+        return au_advantage(a, u, alpha=hp.alpha, eps=eps, axis=0)  # line 26 (Eq. 4)
+    w = au_weight(nan_group_standardize(u, eps=eps, axis=0), hp.alpha)
     return np.where(np.isnan(w), 1.0, w) * a
 
 # %% ../nbs/10b_umad_train.ipynb #de9361ac
@@ -348,11 +356,13 @@ def transcript_advantages(tr: pd.DataFrame, cfg: TrainConfig) -> pd.DataFrame:
         u = np.full((G, len(agents), T), np.nan)
         c[gi, ai, ti] = np.where(empty, 0.0, reward_correct(g, cfg.grading))
         u[gi, ai, ti] = np.where(empty, np.nan, -lp)
-        kw = dict(eta=cfg.eta, per_trajectory=cfg.per_trajectory, reward=cfg.reward)
-        rew = alg2_rewards(c, eq5=sw["eq5"], **kw)
-        adv = alg2_advantages(
-            c, u, eq5=sw["eq5"], eq4=sw["eq4"], alpha=cfg.alpha, eps=cfg.eps, **kw
+        hp = UmadHparams(
+            eta=cfg.eta, alpha=cfg.alpha, eps=cfg.eps, per_trajectory=cfg.per_trajectory
         )
+        rew = alg2_rewards(
+            c, eq5=sw["eq5"], eta=cfg.eta, per_trajectory=cfg.per_trajectory, reward=cfg.reward
+        )
+        adv = alg2_advantages(c, u, eq5=sw["eq5"], eq4=sw["eq4"], hp=hp, reward=cfg.reward)
         out.append(
             g.assign(
                 reward=rew[gi, ai, ti], advantage=adv[gi, ai, ti], nll=u[gi, ai, ti], empty=empty
@@ -392,25 +402,38 @@ def sequence_logprobs(
         mask[b, C - len(c) :] = True
     return lp, mask
 
+# %% ../nbs/10b_umad_train.ipynb #fc7b9513
+@dataclass(frozen=True)
+class GrpoLoss:
+    """The settings of UMAD Alg. 2 line 29 / Eq. 1's clipped GRPO objective: clip epsilon, KL weight beta (Table 2),
+    the averaging (`LOSS_AGGS`) and the k3 KL clamp (None: unclamped; veRL's is 10)."""
+
+    clip_ratio: float = 0.2
+    beta: float = 0.001
+    agg: str = "token-mean"
+    kl_clamp: float | None = None
+
 # %% ../nbs/10b_umad_train.ipynb #4e43e3b3
+@fold_keywords("grpo")
 def grpo_loss(
     logp,
     old_logp,
     ref_logp,
     adv,
     mask,
-    clip_ratio: float = 0.2,
-    beta: float = 0.001,
+    *,
+    grpo: GrpoLoss = GrpoLoss(),
     n_tokens: int | None = None,
-    agg: str = "token-mean",
     n_seqs: int | None = None,
-    kl_clamp: float | None = None,
 ):
-    """UMAD Alg. 2 line 29 / Eq. 1: -(min(r A, clip(r, 1 - eps, 1 + eps) A) - beta * KL(pi_theta || pi_ref)) per token,
-    r = pi_theta / pi_old, KL by the k3 estimator (clamped to +-`kl_clamp` as veRL's low_var_kl when given). `agg`:
-    "token-mean" sums over masked tokens and divides by `n_tokens` (default: this batch's); "seq-mean-token-mean" averages
-    each response's tokens (Eq. 1's 1/|y_i|), sums and divides by `n_seqs` (default: this batch's). `adv`: one per sequence (B,)."""
+    """UMAD Alg. 2 line 29 / Eq. 1: -(min(r A, clip(r, 1 - eps, 1 + eps) A) - beta * KL(pi_theta || pi_ref)) per
+    token, r = pi_theta / pi_old, KL by the k3 estimator (clamped to +-`kl_clamp` as veRL's low_var_kl when given);
+    settings from `grpo` (`GrpoLoss`). `agg`: "token-mean" sums over masked tokens and divides by `n_tokens`
+    (default: this batch's); "seq-mean-token-mean" averages each response's tokens (Eq. 1's 1/|y_i|), sums and
+    divides by `n_seqs` (default: this batch's). `adv`: one per sequence (B,)."""
     import torch
+
+    clip_ratio, beta, agg, kl_clamp = grpo.clip_ratio, grpo.beta, grpo.agg, grpo.kl_clamp
 
     m = mask.to(logp.dtype)
     a = adv.to(logp.dtype)[:, None]
@@ -597,6 +620,7 @@ def update(self: Policy, P, C, A) -> dict:
     if not P:
         return dict(sequences=0)
     mb = cfg.micro_batch_size
+    grpo = GrpoLoss(cfg.clip_ratio, cfg.beta, cfg.loss_agg, cfg.kl_clamp)  # line 29's settings
     chunks = [list(range(i, min(i + mb, len(P)))) for i in range(0, len(P), mb)]
     sub = lambda xs, ch: [xs[i] for i in ch]
     with torch.no_grad():
@@ -620,12 +644,9 @@ def update(self: Policy, P, C, A) -> dict:
                 ref[k].to(lp.device),
                 adv,
                 mask,
-                cfg.clip_ratio,
-                cfg.beta,
+                grpo=grpo,
                 n_tokens=n_tok,
-                agg=cfg.loss_agg,
                 n_seqs=n_seq,
-                kl_clamp=cfg.kl_clamp,
             )
             loss.backward()
             losses.append(float(loss.detach()))

@@ -457,7 +457,7 @@ def test_update_uses_the_configured_readings(items, monkeypatch):
     "The loss averaging and the KL clamp of the config reach `grpo_loss`; the team reward reaches the advantages."
     seen = []
     real = U.grpo_loss
-    def spy(*a, **kw): seen.append((kw["agg"], kw["kl_clamp"])); return real(*a, **kw)
+    def spy(*a, **kw): seen.append((kw["grpo"].agg, kw["grpo"].kl_clamp)); return real(*a, **kw)
     monkeypatch.setattr(U, "grpo_loss", spy)
     cfg = U.TrainConfig(variant="ippo", group_size=2, batch_size=1, max_new_tokens=4, lr=1e-3, loss_agg="seq-mean-token-mean",
                         kl_clamp=None, reward="team")
