@@ -101,6 +101,7 @@ def profile_tokens(profile: str = "cpu", experiment: str = "params/baseline/du_g
 def debate_round_requests(n_items: int = 4, n_agents: int = 6, max_new_tokens: int = 24, round_: int = 1):
     """The requests of one debate round (Du et al. GSM8K prompts). Round 1: each agent sees the other agents' round-0
     solutions (written by synthetic agents of different skill, so every prompt differs); round 0: the question alone."""
+    from mad_study.core import Sampling
     from mad_study.data import load_items
     from mad_study.debate import Agent, run_debate
     from mad_study.sim import SimBackend
@@ -112,7 +113,7 @@ def debate_round_requests(n_items: int = 4, n_agents: int = 6, max_new_tokens: i
     items = load_items("gsm8k", n=n_items, seed=0)
     recs = {f"sim-{i}": Recorder(SimBackend(f"sim-{i}", skill=0.3 + 0.1 * i, response_words=40)) for i in range(n_agents)}
     agents = [Agent(f"a{i}", f"sim-{i}") for i in range(n_agents)]
-    run_debate(items, agents, recs, debate_rounds=1, prompt="du_gsm8k", max_new_tokens=max_new_tokens, progress=False)
+    run_debate(items, agents, recs, debate_rounds=1, prompt="du_gsm8k", sampling=Sampling(max_new_tokens=max_new_tokens), progress=False)
     return [r for rec in recs.values() for r in rec.requests if r.meta["round"] == round_]
 
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from .core import ConfigError, transcript_frame
+from .core import ConfigError, Inference, Sampling, transcript_frame
 from .registry import planner
 
 # %% auto #0
@@ -81,11 +81,9 @@ class Arena:
     notes: dict = field(default_factory=dict)
 
     @property
-    def sampling(self) -> dict:
-        "The generation settings every method's calls share."
-        return dict(
-            temperature=self.temperature, max_new_tokens=self.max_new_tokens, seed=self.seed
-        )
+    def sampling(self) -> Sampling:
+        "The generation settings every method's calls share (`core.Sampling`)."
+        return Sampling(self.max_new_tokens, self.temperature, seed=self.seed)
 
     def round0(self) -> pd.DataFrame:
         """MAD's round 0: the pre-debate answers SVR-MAD, SID-ET, the single agent and
@@ -163,7 +161,7 @@ def engine_debate(baseline: str | None = None, madc: str | None = None) -> Calla
             method=key,
             progress=False,
             experiment=arena.experiment,
-            **arena.sampling,
+            sampling=arena.sampling,
         )
         return debate_costs(t), t
 
@@ -195,7 +193,7 @@ def run_rumad(arena: Arena, key: str):
             method=key,
             progress=False,
             experiment=arena.experiment,
-            **arena.sampling,
+            sampling=arena.sampling,
         )
     return debate_costs(t), t
 
@@ -247,16 +245,15 @@ def run_svr_mad(arena: Arena, key: str):
     """SVR-MAD (Alg. 1: pairwise challenges within the budget S(k + m), `svr_C` repeats;
     `mad_study.svr_mad`) on MAD's round 0 as its pre-debate responses. Rows: SVR-MAD's per-item
     results; transcript: `svr_transcript`."""
-    from mad_study.svr_mad import prior_signals, run_svr_mad as svr
+    from mad_study.svr_mad import SVR_SAMPLING, SVRConfig, prior_signals, run_svr_mad as svr
 
     r0 = arena.round0()
     rows, debates = svr(
         prior_signals(r0),
         {it.id: it for it in arena.items},
         arena.backends,
-        S=arena.svr_S,
-        C=arena.svr_C,
-        **arena.sampling,
+        config=SVRConfig(S=arena.svr_S, C=arena.svr_C),
+        sampling=arena.sampling.replace(top_p=SVR_SAMPLING.top_p),  # SVR-MAD's App. A top-p
     )
     return rows, svr_transcript(r0, debates, method=key)
 
@@ -308,7 +305,7 @@ def run_sc_budget(arena: Arena, key: str):
         arena.models[0],
         arena.backends,
         max_samples=arena.sc_max_samples,
-        **arena.sampling,
+        sampling=arena.sampling,
     )
     arena.notes["sc_budget"] = dict(sc.attrs)
     return debate_costs(sc), None
@@ -328,7 +325,7 @@ def role_rows(arena: Arena, key: str, framework: str, assignment, extra_tokens=N
         arena.backends,
         rounds=arena.role_rounds,
         experiment=arena.experiment,
-        **arena.sampling,
+        sampling=arena.sampling,
     )
     t = t.assign(method=key)
     tokens = out["prompt_tokens"] + out["completion_tokens"]
@@ -364,7 +361,7 @@ def run_meta_debate(arena: Arena, key: str):
             f"{candidates}; the assignment runs over those"
         )
     res = meta_debate(
-        arena.items, arena.meta_framework, candidates, arena.backends, **arena.sampling
+        arena.items, arena.meta_framework, candidates, arena.backends, sampling=arena.sampling
     )
     sel = res.selection_tokens().set_index("item_id").sum(axis=1)
     return role_rows(arena, key, arena.meta_framework, res.assignment, extra_tokens=sel)

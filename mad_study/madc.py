@@ -48,6 +48,7 @@ from mad_study.stats import (
 )  # cochran_q: nbs/05b_stats
 from .prompts import debate_message, get_prompt, opening_messages
 from .registry import planner
+from .core import Inference
 
 # %% auto #0
 __all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 'MADC_SAMPLING', 'METRICS', 'CASES',

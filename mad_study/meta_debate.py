@@ -46,6 +46,7 @@ from mad_study.roles import (
     run_dmad,
     run_mad,
 )
+from .core import Inference
 
 # %% auto #0
 __all__ = ['FRAMEWORKS', 'MODALITIES', 'SCORE_MIN', 'SCORE_MAX', 'MAX_REVIEW_CHARS', 'MAX_REVIEW_OBJECTS', 'TIE_ATOL',
@@ -1017,11 +1018,9 @@ def _one_gap(
         both,
         reference,
         methods=[method],
-        correction="none",
-        level=level,
-        n_resamples=n_resamples,
-        seed=seed,
-        min_items=min(20, n),
+        inference=Inference(
+            level=level, n_resamples=n_resamples, seed=seed, correction="none", min_items=min(20, n)
+        ),
     )
     ref, m = tab.iloc[0], tab.iloc[1]
     out = {

@@ -34,6 +34,7 @@ from mad_study.debate import (
 from .voting import vote_table
 from .registry import planner
 from .sim import read_final_answers
+from .core import Inference, Sampling
 
 # %% auto #0
 __all__ = ['TIERS', 'DELTA', 'ACTIVATION_ATOL', 'DISTS', 'INITS', 'SIGMAS', 'DENSE_LOGIT', 'SIGMA_MIN', 'SIGMA_MAX', 'SIGMA_INIT',
@@ -1012,9 +1013,9 @@ def debate(
         protocol=ctl,
         debate_rounds=cfg.debate_rounds,
         prompt=self.prompt,
-        temperature=cfg.temperature,
-        max_new_tokens=self.max_new_tokens,
-        seed=seed,
+        sampling=Sampling(
+            max_new_tokens=self.max_new_tokens, temperature=cfg.temperature, seed=seed
+        ),
         experiment=experiment,
         progress=False,
     )
@@ -1587,7 +1588,9 @@ def compare_families(
             meths = [m for m in meths if m in set(g["method"])]
             if ref not in set(g["method"]) or not meths:
                 continue
-            t, _ = compare_methods(g, ref, meths, correction="none", level=level, seed=seed)
+            t, _ = compare_methods(
+                g, ref, meths, inference=Inference(level=level, seed=seed, correction="none")
+            )
             parts.append(t.assign(reference=ref, **dict(zip(by, key))))
     if not parts:
         raise ConfigError("no family found in the results", key="families", value=list(families))

@@ -18,6 +18,7 @@ from .debate import Agent, FullyConnected, make_agents
 from .metrics import entropy_rows, clustered_accuracy_ci
 from .registry import planner
 from .interface import generate_jobs
+from .core import Inference
 
 # %% auto #0
 __all__ = ['UMAD_PROMPT', 'TRAJECTORY_CLASSES', 'TASK_TITLES', 'ALPHA_AU', 'ETA_PAPER', 'ETA_RELEASED', 'EPS', 'NLL_NORMS',

@@ -48,6 +48,7 @@ from mad_study.umad import (
     zeroshot_summary,
     zeroshot_table,
 )
+from .core import Sampling
 
 # %% auto #0
 __all__ = ['VARIANTS', 'FINETUNE', 'LOSS_AGGS', 'REWARDS', 'LR_FULL', 'LR_LORA', 'VERL_KL_CLAMP', 'CHECKPOINT_META',
@@ -225,10 +226,12 @@ def rollout(
         debate_rounds=cfg.turns - 1,
         samples=cfg.group_size,
         prompt=UMAD_PROMPT,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        max_new_tokens=cfg.max_new_tokens,
-        seed=derive_seed(cfg.seed, "umad-train", int(step)),
+        sampling=Sampling(
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            seed=derive_seed(cfg.seed, "umad-train", int(step)),
+        ),
         experiment=experiment,
         history="none",
         progress=False,

@@ -17,11 +17,18 @@ import resource
 import sys
 import threading
 import time
-
 try:
-    from mad_study.sandbox import run_program
+    from mad_study.sandbox import SandboxLimits, run_program
 except ImportError:                     # the unprivileged run: a copy of the module next to this file
-    from sandbox import run_program
+    from sandbox import SandboxLimits, run_program
+
+LIMIT_KEYS = ("timeout", "memory_mb", "cpu_seconds", "nproc", "fsize_mb", "max_output", "disk_mb", "max_files")
+
+
+def run_case(code: str, kw: dict):
+    "`run_program` with a case's keywords: its limits as `SandboxLimits`, the rest as they are."
+    limits = SandboxLimits(**{k: v for k, v in kw.items() if k in LIMIT_KEYS})
+    return run_program(code, limits, **{k: v for k, v in kw.items() if k not in LIMIT_KEYS})
 
 # switch off every in-process guard the program can reach, then run the hostile part
 DISARM = r'''
@@ -204,7 +211,7 @@ def run_all(c: dict, debate: bool = False) -> dict:
         for name, (code, kw) in cases(c).items():
             before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             t0 = time.monotonic()
-            r = run_program((DISARM if disarm else "") + code, **kw)
+            r = run_case((DISARM if disarm else "") + code, kw)
             wall = time.monotonic() - t0
             if name.endswith("_flood"):
                 g = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024     # MiB (ru_maxrss: KiB)
@@ -225,7 +232,7 @@ def run_concurrent(c: dict, n: int = 2) -> list:
     code = fork_bomb(c["marker"])
     out = [None] * n
     def one(i):
-        r = run_program(DISARM + code, timeout=8, nproc=16)
+        r = run_program(DISARM + code, limits=SandboxLimits(timeout=8, nproc=16))
         words = r.stdout.split()
         out[i] = dict(status=r.status, forked=int(words[words.index("forked") + 1]) if "forked" in words else None,
                       stderr=r.stderr[-500:])
@@ -245,7 +252,7 @@ def run_unencodable() -> dict:
 def run_debates(c: dict) -> dict:
     "Each disarmed program as the PoT turn of a one-round DMAD debate (cot and step-back answer (B) in prose)."
     from mad_study.core import Generation, Item
-    from mad_study.roles import run_dmad
+    from mad_study.roles import PotSettings, run_dmad
     item = Item("t/0", "t", "What is 2+2?", "B", "option", ("3", "4", "5", "6"))
 
     class Scripted:
@@ -258,7 +265,7 @@ def run_debates(c: dict) -> dict:
     out = {}
     for name, (code, kw) in cases(c).items():
         tr, res, pot = run_dmad([item], {"cot": "s", "step_back": "s", "pot": "s"}, {"s": Scripted(DISARM + code)}, rounds=1,
-                                pot_timeout=min(kw.get("timeout", 10.0), 2.0), pot_memory_mb=kw.get("memory_mb", 1024))
+                                pot=PotSettings(timeout=min(kw.get("timeout", 10.0), 2.0), memory_mb=kw.get("memory_mb", 1024)))
         out[name] = dict(turns=len(tr), answer=res["answer"].tolist(), status=pot["status"].tolist(),
                          sandbox=pot["sandbox"].tolist() if "sandbox" in pot else None)
     return out

@@ -20,6 +20,7 @@ from mad_study.madc import (CASES, PAPER_REVERSAL_TABLES, REVERSAL_ORDERS, STRAT
 from mad_study.metrics import path_consistency, reversal_point, viewpoint_entropy, viewpoint_log_likelihood
 from mad_study.stats import paired_test
 from mad_study.sim import SimBackend
+from mad_study.core import Sampling
 
 
 @pytest.fixture(autouse=True)
@@ -118,7 +119,7 @@ def test_madc_in_the_engine_recomputed_every_round():
     items = _toy_items(6)
     b = {"sim": SimBackend("sim", skill=0.5, recency=1.0, response_words=5, parse_fail=0.1)}
     tr = run_debate(items, make_agents(["sim"] * 6), b, protocol=strategy_protocol("madc"), debate_rounds=2, samples=2,
-                    temperature=1.0, prompt="du_mmlu", progress=False)
+                    sampling=Sampling(temperature=1.0), prompt="du_mmlu", progress=False)
     for (iid, k, r), g in tr[tr["round"] > 0].groupby(["item_id", "sample", "round"]):
         prev = tr[(tr["item_id"] == iid) & (tr["sample"] == k) & (tr["round"] == r - 1)].set_index("agent")["answer"]
         order = madc_order({a: (None if pd.isna(v) else v) for a, v in prev.items()}, fmt="option")
@@ -208,10 +209,10 @@ def test_run_reversal_on_synthetic_agents():
     from mad_study.data import items_from_ids
     item = items_from_ids([CASES["CASE-54"]])[0]
     sim = SimBackend("sim", skill=0.5, conformity=0.9, recency=2.0, stubborn_correct=0.2, stubborn_wrong=0.2, response_words=5)
-    cot = run_debate([item], make_agents(["sim"]), {"sim": sim}, debate_rounds=0, samples=120, temperature=1.0,
+    cot = run_debate([item], make_agents(["sim"]), {"sim": sim}, debate_rounds=0, samples=120, sampling=Sampling(temperature=1.0),
                      prompt="madc_case_cot", progress=False)
     pools = [solution_pools(cot, 4, seed=0, repeat=r) for r in range(2)]
-    tr = run_reversal(item, pools, sim, "sim", reps_per_count=20, seed=0)
+    tr = run_reversal(item, pools, sim, "sim", reps_per_count=20, sampling=Sampling(max_new_tokens=4096, temperature=1.0, seed=0))
     assert len(tr) == 2 * 3 * 8 * 20
     assert set(tr["agent"]) == set(REVERSAL_ORDERS) and tr["position"].between(1, 8).all()
     assert (tr["visible_peers"].str.count(",") + 1 == tr["position"]).all()
@@ -245,12 +246,12 @@ def test_run_reversal_with_unequal_pools():
     from mad_study.data import items_from_ids
     item = items_from_ids([CASES["CASE-54"]])[0]
     sim = SimBackend("sim", skill=0.7, conformity=0.9, recency=2.0, stubborn_correct=0.2, stubborn_wrong=0.2, response_words=5)
-    cot = run_debate([item], make_agents(["sim"]), {"sim": sim}, debate_rounds=0, samples=40, temperature=1.0,
+    cot = run_debate([item], make_agents(["sim"]), {"sim": sim}, debate_rounds=0, samples=40, sampling=Sampling(temperature=1.0),
                      prompt="madc_case_cot", progress=False)
     pool = solution_pools(cot, 30, seed=0)
     nc, nw = len(pool["correct"]), len(pool["incorrect"])
     assert nc != nw and min(nc, nw) > 0, (nc, nw)                      # the sim gives more correct than incorrect solutions
-    tr = run_reversal(item, [pool], sim, "sim", reps_per_count=6, seed=0)
+    tr = run_reversal(item, [pool], sim, "sim", reps_per_count=6, sampling=Sampling(max_new_tokens=4096, temperature=1.0, seed=0))
     assert tr.groupby("agent")["position"].max().to_dict() == {o: nc + nw for o in REVERSAL_ORDERS}
     t = reversal_table(reversal_curve(tr), pool_size=first_pool_sizes(nc, nw)).set_index("order")
     assert t.loc["correct_first", "pool_boundary"] == nc and t.loc["incorrect_first", "pool_boundary"] == nw
@@ -341,7 +342,7 @@ def _bias_run(recency, n_items, repeats, seed):
     judge = SimBackend("sim", **{**agent, "recency": 1.0})
     items = [it for it in _toy_items(40 * n_items, prefix=f"bias{seed}") if 0.25 <= judge.p_solve(it) <= 0.75][:n_items]
     assert len(items) == n_items
-    trs = run_strategies(items, "sim", b, strategies, n_agents=10, repeats=repeats, prompt="du_mmlu", seed=seed)
+    trs = run_strategies(items, "sim", b, strategies, n_agents=10, repeats=repeats, prompt="du_mmlu", sampling=Sampling(max_new_tokens=4096, temperature=1.0, seed=seed))
     sc = strategy_scores(trs, fmt="option", entropy=False)
     sc["unit"] = sc["item_id"] + "#" + sc["sample"].astype(str)
     tests = strategy_tests(sc, metrics=("accuracy", "share"), unit="unit", pairs=PAIRS).set_index(["metric", "a", "b"])

@@ -23,6 +23,8 @@ from mad_study.prompts import META_DEBATE_PROMPTS
 from mad_study.roles import RoleSimBackend, parse_verdict, run_dmad, run_mad
 from mad_study.sandbox import NOBODY, os_isolation_available, run_program
 from conftest import mad_study
+from mad_study.meta_debate import MetaDebateOptions
+from mad_study.roles import PotSettings
 
 
 @pytest.fixture(autouse=True)
@@ -116,15 +118,15 @@ def test_sandbox_correct_program():
 
 def test_sandbox_faults():
     t0 = time.monotonic()
-    assert run_program("while True: pass", timeout=2).status == "timeout"
+    assert run_program("while True: pass", limits=SandboxLimits(timeout=2)).status == "timeout"
     assert time.monotonic() - t0 < 6
-    assert run_program("x = bytearray(16 * 1024**3)", memory_mb=512).status == "memory"
+    assert run_program("x = bytearray(16 * 1024**3)", limits=SandboxLimits(memory_mb=512)).status == "memory"
     r = run_program("import socket\nsocket.socket().connect(('1.1.1.1', 53))\nprint('connected')", preload=("socket",))
     assert r.status == "error" and "connected" not in r.stdout
     target = f"/tmp/mad-test-escape-{os.getpid()}"
     r = run_program(f"open({target!r}, 'w').write('x')")
     assert r.status == "error" and not os.path.exists(target)
-    assert run_program("import os\nwhile True: os.fork()", timeout=3).status == "error"
+    assert run_program("import os\nwhile True: os.fork()", limits=SandboxLimits(timeout=3)).status == "error"
     assert run_program("raise SystemExit(3)").status == "error"
 
 
@@ -143,7 +145,7 @@ def test_sandbox_os_layers_alone():
     assert r.status == "error" and ("PermissionError" in r.error or "FileNotFoundError" in r.error) and not os.path.exists(mine)
     mark = f"mad-fork-bomb-{os.getpid()}"          # the bomb's processes carry it (uid nobody is shared by every sandbox)
     r = run_program("import os, sys\nwhile True:\n    if os.fork() == 0: os.execv(sys.executable, [sys.executable, '-S', "
-                    f"'-c', 'import time; time.sleep(30)', {mark!r}])", timeout=3, guard=False, nproc=16)
+                    f"'-c', 'import time; time.sleep(30)', {mark!r}])", limits=SandboxLimits(timeout=3, nproc=16), guard=False)
     assert r.status in ("timeout", "error")
     for _ in range(30):
         left = subprocess.run(["pgrep", "-f", mark], capture_output=True, text=True).stdout.split()
@@ -169,7 +171,7 @@ class _Scripted:
                                             ("print(['A', 'B'][1])", "ok")])
 def test_dmad_goes_on_after_a_hostile_program(program, status):
     tr, out, pot = run_dmad([IT], {"cot": "s", "step_back": "s", "pot": "s"}, {"s": _Scripted(program)}, rounds=2,
-                            pot_timeout=1, pot_memory_mb=512)
+                            pot=PotSettings(timeout=1, memory_mb=512))
     assert len(tr) == 6 and out["answer"].tolist() == ["B"]
     assert pot["status"].tolist() == [status, status]
     assert pot["fallback"].tolist() == [status != "ok"] * 2      # the answer from the text when the program fails
@@ -317,7 +319,7 @@ def test_meta_debate_records_ties_and_options():
     assert len(md.decisions) == 30 * 3 and md.ties == int((md.decisions["n_tied"] > 1).sum()) > 0
     won = md.decisions.loc[md.decisions["n_tied"] > 1, "agent"]
     assert won.nunique() > 1                                                    # ties do not all go to the first model
-    sh = meta_debate(items, "dmad", list(b), b, proposal_order="shuffled", self_review=False)
+    sh = meta_debate(items, "dmad", list(b), b, options=MetaDebateOptions(proposal_order="shuffled", self_review=False))
     assert (sh.reviews["shown"] != "1,2,3").any()
     ok = sh.proposals.set_index(["item_id", "role", "agent"])["correct"]
     for row in sh.reviews.itertuples():                                         # exact reviewers: score >= 4 iff the proposal is right
@@ -387,8 +389,8 @@ def test_dmad_vote_is_the_same_in_every_experiment():
     "Table 1 and Table 2 share their uniform cells: the vote's tie-break depends on the item, not the experiment's name."
     items = [Item(f"d/{i}", "d", f"q{i}", "A", "option", ("w", "x", "y", "z")) for i in range(30)]
     a = {r: "s" for r in ("cot", "step_back", "pot")}
-    o1 = run_dmad(items, a, {"s": _Split()}, rounds=1, experiment="meta_tab1", execute=False)[1]
-    o2 = run_dmad(items, a, {"s": _Split()}, rounds=1, experiment="meta_tab2", execute=False)[1]
+    o1 = run_dmad(items, a, {"s": _Split()}, rounds=1, experiment="meta_tab1", pot=PotSettings(execute=False))[1]
+    o2 = run_dmad(items, a, {"s": _Split()}, rounds=1, experiment="meta_tab2", pot=PotSettings(execute=False))[1]
     assert o1["answer"].tolist() == o2["answer"].tolist() and set(o1["answer"]) == {"A", "B", "C"}
 
 

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, mad_study
+from mad_study.core import Sampling
 
 
 def _one_line(r):
@@ -78,7 +79,7 @@ def _two_runs(runs_root, profile_dirs=("sim", "cpu")):
     ag, be = make_agents(["s"] * 3), {"s": SimBackend("s", skill=0.6)}
     for prof in profile_dirs:
         for proto, folder in ((FullyConnected(), "a"), (OrderedPeers("truth_last"), "b")):
-            tr = run_debate(items, ag, be, protocol=proto, temperature=1.0, progress=False, experiment="mine")
+            tr = run_debate(items, ag, be, protocol=proto, sampling=Sampling(temperature=1.0), progress=False, experiment="mine")
             save_transcript(tr, runs_root / prof / "mine" / folder / "debate.parquet")
 
 

@@ -91,6 +91,7 @@ from mad_study.debate import FullyConnected, run_debate
 from mad_study.protocols import debate_costs
 from mad_study.stats import compare_methods
 from mad_study.reproduce import experiments, load_profile, merge_params
+from mad_study.core import Sampling
 
 CKPT = Path(__file__).resolve().parents[1] / "checkpoints" / "rumad_sim_B12.pt"
 MODELS = ["sim-llama-3.1-8b", "sim-glm-4-9b", "sim-deepseek-math-7b"]
@@ -210,7 +211,7 @@ def _deployed(pol, cfg, items, backends, proto=None):
     proto = proto or R.RumadController(pol, R.SimEmbedder(), cfg.lam, activation=cfg.activation)
     with R.one_thread():
         tr = run_debate(items, R.rumad_agents(MODELS, 6), backends, protocol=proto, prompt=R.rumad_prompt("rumad", "option"),
-                        debate_rounds=5, temperature=1.0, max_new_tokens=512, seed=0, progress=False)
+                        debate_rounds=5, sampling=Sampling(max_new_tokens=512, temperature=1.0, seed=0), progress=False)
     eps = R.episodes(tr, proto, cfg.token_budget, cfg.lam)
     return proto, float(np.mean([sum(e["rewards"]) for e in eps])), float(np.mean([e["correct"] for e in eps]))
 
@@ -368,10 +369,10 @@ def test_a_reused_controller_does_not_replay_another_seed():
     pol = R.TopologyPolicy(4, hidden=16, init_seed=2)                   # untrained: its weights depend on its observation
     kw = dict(debate_rounds=2, temperature=1.0, progress=False, prompt=R.rumad_prompt("rumad", "option"))   # the tags need it
     reused = R.RumadController(pol, R.SimEmbedder())
-    run_debate(items, agents, backends, protocol=reused, seed=0, **kw)
-    run_debate(items, agents, backends, protocol=reused, seed=1, **kw)
+    run_debate(items, agents, backends, protocol=reused, sampling=Sampling(seed=0), **kw)
+    run_debate(items, agents, backends, protocol=reused, sampling=Sampling(seed=1), **kw)
     fresh = R.RumadController(pol, R.SimEmbedder())
-    run_debate(items, agents, backends, protocol=fresh, seed=1, **kw)
+    run_debate(items, agents, backends, protocol=fresh, sampling=Sampling(seed=1), **kw)
     stale = sum(not np.array_equal(reused.records[k]["W"], fresh.records[k]["W"]) for k in fresh.records)
     assert stale == 0, f"{stale} of {len(fresh.records)} decisions replayed from the seed-0 run"
 

@@ -27,6 +27,7 @@ import pytest
 import mad_study.sandbox as sb
 from mad_study.core import ConfigError
 from mad_study.sandbox import SANDBOX_STATUSES, SandboxUnavailable, os_isolation_available, run_program, sandbox_check
+from mad_study.sandbox import SandboxLimits
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -310,7 +311,7 @@ def test_refuses_without_os_isolation(monkeypatch):
     assert (r.status, r.stdout.strip(), r.mode) == ("ok", "42", "none") and "pidns" not in r.layers
     assert r.sandbox.startswith("none:") and run_program("print(1)", isolate=False).mode == "none"
     with pytest.raises(ConfigError, match="isolation"): run_program("print(1)", isolation="weak")
-    with pytest.raises(ConfigError, match="timeout"): run_program("print(1)", timeout=0, isolation="none")
+    with pytest.raises(ConfigError, match="timeout"): run_program("print(1)", limits=SandboxLimits(timeout=0), isolation="none")
 
 
 def test_refuses_without_the_syscall_filter(monkeypatch):

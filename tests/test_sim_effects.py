@@ -9,6 +9,7 @@ from mad_study.debate import run_debate
 from mad_study.sim import SIM_ITEM_MAKERS, SimBackend, sim_items, synthetic_sim_items
 from mad_study.umad import (decomposition_summary, decomposition_table, token_entropy_by_turn, umad_agents,
                             umad_protocol, UMAD_PROMPT)
+from mad_study.core import Sampling
 
 WEAK = {"skill": 0.45, "recency": 1.0, "stubborn_wrong": 0.25}       # the sim profile's Qwen2.5-3B stand-in
 
@@ -17,7 +18,7 @@ def _umad(noise=0.0, context_entropy=0.0, n_items=40, k=8, rounds=3):
     b = {"w": SimBackend("w", **WEAK, debate_noise=noise, context_entropy=context_entropy)}
     items = [Item(f"synthetic/{i}", "gsm8k", f"question {i}", str(3 * i + 1), "number") for i in range(n_items)]
     return run_debate(items, umad_agents(["w", "w"]), b, protocol=umad_protocol(), prompt=UMAD_PROMPT, samples=k,
-                      debate_rounds=rounds, temperature=1.0, history="none", seed=0, progress=False)
+                      debate_rounds=rounds, sampling=Sampling(temperature=1.0, seed=0), history="none", progress=False)
 
 
 def _first_last(tr, col):

@@ -17,6 +17,7 @@ from mad_study.voting import vote_table
 from mad_study.madc import item_scores, path_consistency_table, strategy_scores
 from mad_study.sim import SimBackend
 from mad_study.umad import decomposition_table
+from mad_study.core import Sampling
 
 ITEMS = [Item(f"gsm8k/{i}", "gsm8k", f"What is {i} + {i}?", str(2 * i), "number") for i in range(12)]
 SIMS = {"sim-a": SimBackend("sim-a", skill=0.45, parse_fail=0.05), "sim-b": SimBackend("sim-b", skill=0.65, parse_fail=0.0)}
@@ -32,7 +33,7 @@ class QuietA0(FullyConnected):
 
 
 def _run(protocol, experiment="study"):
-    return run_debate(ITEMS, AGENTS, SIMS, protocol=protocol, debate_rounds=2, samples=3, temperature=0.8,
+    return run_debate(ITEMS, AGENTS, SIMS, protocol=protocol, debate_rounds=2, samples=3, sampling=Sampling(temperature=0.8),
                       experiment=experiment, progress=False)
 
 
@@ -192,7 +193,7 @@ def _loud(fn, *a, **k):
 
 @pytest.fixture(scope="module")
 def mad_debate():
-    return run_debate(ITEMS, AGENTS, SIMS, debate_rounds=2, temperature=0.8, experiment="budget", progress=False)
+    return run_debate(ITEMS, AGENTS, SIMS, debate_rounds=2, sampling=Sampling(temperature=0.8), experiment="budget", progress=False)
 
 
 def test_budget_matched_self_consistency_matches_the_spend(mad_debate):

@@ -14,6 +14,7 @@ from mad_study.sim import SimBackend
 from mad_study.umad import (ALPHA_AU, ETA_PAPER, ETA_RELEASED, au_weight, decomposition_summary, decomposition_table,
                             epistemic_influence_reward, eu_sampling_floor, group_standardize, pair_kind, pair_label,
                             round_of_turn, umad_advantages, umad_agents, umad_protocol, UMAD_PROMPT)
+from mad_study.core import Sampling
 
 # the sim profile's stand-ins for Qwen2.5-3B-Instruct (weaker) and Qwen3-4B-Instruct-2507 (stronger), params/profiles/sim.yaml
 WEAK = {"skill": 0.45, "recency": 1.0, "stubborn_wrong": 0.25}
@@ -26,7 +27,7 @@ def _debate(pairs, n_items=20, k=12, debate_rounds=2, seed=0):
     runs = []
     for pair in pairs:
         tr = run_debate(items, umad_agents(pair), sims, protocol=umad_protocol(), prompt=UMAD_PROMPT, samples=k,
-                        debate_rounds=debate_rounds, temperature=1.0, history="none", seed=seed, progress=False)
+                        debate_rounds=debate_rounds, sampling=Sampling(temperature=1.0, seed=seed), history="none", progress=False)
         runs.append(tr.assign(config=pair_label(pair), kind=pair_kind(pair)))
     return pd.concat(runs, ignore_index=True)
 
@@ -148,7 +149,7 @@ def test_sent_messages_rebuild_what_the_engine_sent(history):
     rec = {"weak": Recorder(SimBackend("weak", **WEAK)), "strong": Recorder(SimBackend("strong", **STRONG))}
     items = [Item(f"synthetic/{i}", "gsm8k", f"question {i}", str(i), "number") for i in range(2)]
     tr = run_debate(items, umad_agents(["weak", "strong"]), rec, protocol=umad_protocol(), prompt=UMAD_PROMPT, samples=2,
-                    debate_rounds=2, temperature=1.0, history=history, progress=False)
+                    debate_rounds=2, sampling=Sampling(temperature=1.0), history=history, progress=False)
     reqs = rec["weak"].requests + rec["strong"].requests
     assert len(reqs) == 2 * 2 * 2 * 3
     for r in reqs:
@@ -207,7 +208,7 @@ def test_paired_seeds(paired):
     r0 = {}
     for pair in (["weak", "weak"], ["weak", "strong"]):
         tr = run_debate(items, umad_agents(pair), sims, protocol=umad_protocol(), prompt=UMAD_PROMPT, samples=6, debate_rounds=1,
-                        temperature=1.0, history="none", seed=config_seed(0, pair_label(pair), paired=paired), progress=False)
+                        sampling=Sampling(temperature=1.0, seed=config_seed(0, pair_label(pair), paired=paired)), history="none", progress=False)
         r0[pair_label(pair)] = tr[(tr["round"] == 0) & (tr["agent"] == "a0")].sort_values(["item_id", "sample"])["text"].tolist()
     same = r0["weak x2"] == r0["weak + strong"]
     assert same is paired

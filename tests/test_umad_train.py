@@ -11,6 +11,7 @@ from mad_study.core import ConfigError, GenRequest, derive_seed
 from mad_study.data import load_items
 from mad_study.umad import grpo_advantage, umad_advantages
 from mad_study import umad_train as U
+from mad_study.core import Sampling
 
 MSGS = [{"role": "user", "content": "Name a colour."}]
 
@@ -133,7 +134,7 @@ def test_evaluation_path_on_a_trained_checkpoint(items, scratch):
     assert [a.role for a in ags] == [umad_role(m) for m in pair]          # the App. F roles it was trained with
     bes = {a.model: make_backend(a.model, quant="none", cache=scratch / "c.sqlite", progress=False) for a in ags}
     ev = run_debate(items[:1], ags, bes, protocol=U.umad_protocol(), prompt=U.UMAD_PROMPT, samples=2, debate_rounds=1,
-                    max_new_tokens=6, temperature=0.6, top_p=0.95, history="none", seed=0, progress=False)
+                    sampling=Sampling(max_new_tokens=6, temperature=0.6, top_p=0.95, seed=0), history="none", progress=False)
     ev = ev.assign(setting="Homogeneous MAD", variant="umad")
     assert len(ev) == 1 * 2 * 2 * 2 and set(ev["model"]) == {a.model for a in ags}
     tab = U.trained_table(ev, turns=[1, 2])
@@ -169,8 +170,7 @@ def test_cpu_profile_smoke_run_writes_a_checkpoint_the_evaluation_loads(scratch)
     ags = U.trained_agents(name)
     bes = {a.model: make_backend(a.model, quant="none", cache=scratch / "c.sqlite", progress=False) for a in ags}
     ev = run_debate(load_items(e["tasks"][0], n=e["eval_n_items"], seed=0), ags, bes, protocol=U.umad_protocol(), prompt=U.UMAD_PROMPT,
-                    samples=e["samples"], debate_rounds=e["debate_rounds"], max_new_tokens=8,
-                    temperature=e["eval_temperature"], top_p=e["eval_top_p"], history="none", seed=0, progress=False)
+                    samples=e["samples"], debate_rounds=e["debate_rounds"], sampling=Sampling(max_new_tokens=8, temperature=e["eval_temperature"], top_p=e["eval_top_p"], seed=0), history="none", progress=False)
     assert (ev["completion_tokens"] > 0).all()
     tab = U.trained_table(ev.assign(setting="Homogeneous MAD", variant="umad"), turns=e["report_turns"])
     assert tab.shape[0] == 2 and tab["MATH500 A0"].str.len().gt(0).all()
