@@ -580,16 +580,8 @@ def _check_fmt(fmt: str) -> None:
 
 # %% ../nbs/01_answers.ipynb #f9e8a4ca
 def extract_answer(text: Any, fmt: str) -> str | None:
-    """The final answer in a model response for answer format `fmt` (`number`, `boxed`, `option`, `exact`), or None.
-
-    Never raises on `text` (None, bytes, numbers, any string); an unknown `fmt` raises `ConfigError`.
-    - `number`: last `\\boxed{N}`, else `#### N`, else "The answer is N", else the last number in the text;
-      signs kept, thousands separators, `$`, `%` and units dropped; returned in canonical form (`canonical_number`).
-    - `boxed`: content of the last `\\boxed{}`/`\\fbox{}` (nested braces), else "The (final) answer is X";
-      lightly normalised (`normalize_latex`); equivalence is left to `is_correct` (math-verify).
-    - `option`: an upper-case letter in `OPTION_LETTERS` (A-K; rules in the section above); option lists are not read as answers.
-    - `exact`: last box, else "Answer: X" / "The answer is X", else a one-line response itself; stripped.
-    Only the last `MAX_CHARS` characters are read."""
+    """The final answer in a model response for answer format `fmt` (`number`, `boxed`, `option`,
+    `exact`), or None."""
     _check_fmt(fmt)
     try:
         if text is None or isinstance(text, bool):
@@ -773,9 +765,8 @@ def _strip_math_string(s: str) -> str:
 
 # %% ../nbs/01_answers.ipynb #fb036db9
 def math_equiv_strict(pred: Any, gold: Any) -> bool:
-    """Strict MATH grading: equal strings after the MATH benchmark's normalisation (Hendrycks et al. 2021),
-    the check UMAD's reward uses (App. D: "the MATH benchmark's equivalence script"). `0.5` equals `\\frac12`;
-    `\\frac{2}{4}` does not equal `\\frac12`, nor `2x` `x*2` (math-verify's lenient `is_correct` says equal)."""
+    """Strict MATH grading: equal strings after the MATH benchmark's normalisation (Hendrycks et al.
+    2021), the check UMAD's reward uses (App. D: \"the MATH benchmark's equivalence script\")."""
     if pred is None or gold is None:
         return False
     try:
@@ -788,14 +779,7 @@ GRADINGS = ("lenient", "strict")  # boxed answers: math-verify (the kit's defaul
 
 
 def is_correct(pred: Any, gold: Any, fmt: str, grading: str = "lenient") -> bool:
-    """Whether the extracted answer `pred` matches `gold` under answer format `fmt`.
-
-    `None` (nothing parsed) is never correct; Du et al.'s GSM8K evaluation counted it as correct, a pitfall we
-    avoid. `boxed` uses math-verify (`parse` + `verify`, gold first) on `\\boxed{...}`-wrapped strings, after the
-    fast paths described above; `number` compares values; `option` letters; `exact` normalised strings,
-    case-insensitively. `grading="strict"` grades `boxed` answers with `math_equiv_strict` (the MATH
-    benchmark's script, UMAD's reward) instead. Never raises (an unknown `fmt` or `grading` raises
-    `ConfigError`). Results for string inputs are memoised."""
+    "Whether the extracted answer `pred` matches `gold` under answer format `fmt`."
     _check_fmt(fmt)
     if grading not in GRADINGS:
         raise ConfigError("unknown grading", key="grading", value=grading, choices=GRADINGS)
@@ -900,10 +884,8 @@ ELEMENTWISE_FORMATS = (
 
 # %% ../nbs/01_answers.ipynb #b7d5dc24
 def merge_equivalent(answers: Sequence[Any], fmt: str) -> list[str | None]:
-    """Map each answer to the representative of its equivalence class (UMAD: answer distributions over classes).
-
-    Deterministic and independent of the order of `answers`: the representative is the most frequent normalised
-    form of the class, then the shortest, then the smallest string. None (and NaN) stay None."""
+    """Map each answer to the representative of its equivalence class (UMAD: answer distributions
+    over classes)."""
     _check_fmt(fmt)
     answers = list(answers)
     keys = []

@@ -259,10 +259,7 @@ def run_svr_mad(arena: Arena, key: str):
 
 # %% ../nbs/15_arena.ipynb #cb98c9e7
 def run_sid_et(arena: Arena, key: str):
-    """SID-ET (SVR-MAD App. A; `mad_study.protocols.sid_et`): the surest items skip the debate and
-    take their most confident agent's answer, the others MAD's; the skip rate by SVR-MAD's Alg. 2
-    (`tune_skip_rate`) against SVR-MAD's tokens and accuracy (`arena.per_item['svr_mad']`), noted as
-    `arena.notes['sid_skip_rate']`."""
+    "SID-ET (SVR-MAD App. A."
     from mad_study.protocols import sid_et, tune_skip_rate
 
     r0, mad_costs, svr = arena.round0(), arena.per_item["mad"], arena.per_item["svr_mad"]
@@ -473,8 +470,7 @@ def plan_arena(p: Mapping, methods=None) -> dict:
 def run_arena(arena: Arena, methods=None, log=print) -> Arena:
     """Run every entry of `methods` (default `ARENA`) on `arena`, in the table's order (the kit's
     own): its per-item frame goes to `arena.per_item[key]`, its transcript (if any) to
-    `arena.transcripts[key]`, its seconds to its group's in `arena.notes['timings_s']`; `log` gets
-    each method's accuracy and seconds."""
+    `arena.transcripts[key]`, its seconds to its group's in `arena.notes['timings_s']`."""
     timings = arena.notes.setdefault("timings_s", {})
     for m in ARENA if methods is None else methods:
         t0 = time.time()

@@ -213,10 +213,7 @@ def _stale(self: GenerationCache, host, pid, pstart, claimed, now, alive: dict) 
 def claim(
     self: GenerationCache, keys: Iterable[str], owner: str, limit: int | None = None
 ) -> tuple[list[str], list[str], dict[str, Generation]]:
-    """Claim up to `limit` of `keys` (distinct) for `owner`, in order, in one transaction. Returns `(won, held, done)`:
-    keys now claimed by `owner` (free keys, its own claims, and stale claims taken over), keys held by another live
-    owner, and generations already stored, among the keys looked at: `keys` is read lazily, in growing windows, and
-    the scan stops once `limit` keys are won (so a long list costs no more than the chunk it yields)."""
+    "Claim up to `limit` of `keys` (distinct) for `owner`, in order, in one transaction."
     it = iter(keys)
     limit = math.inf if limit is None else int(limit)
     won, held, done = [], [], {}

@@ -337,6 +337,25 @@ REFS.update(
         "trajectory.agent_outcomes": ("smit2024mad",),
         "trajectory.item_outcomes": ("smit2024mad",),
         "arena.svr_transcript": ("jiang2026svrmad",),
+        "arena.Arena": ("chen2025sid", "wang2023selfconsistency"),
+        "arena.ArenaSize": ("jiang2026svrmad", "wang2023selfconsistency"),
+        "arena.engine_debate": (
+            "du2024debate",
+            "li2024smad",
+            "liu2024groupdebate",
+            "zeng2025s2mad",
+            "zhang2025madc",
+        ),
+        "arena.role_debate": ("liang2024mad", "liu2025dmad"),
+        "arena.run_meta_debate": ("zhang2026metadebate",),
+        "arena.run_rumad": ("wang2026rumad",),
+        "arena.run_sc_budget": ("wang2023selfconsistency",),
+        "arena.run_sc_round0": ("wang2023selfconsistency",),
+        "arena.run_sid_et": ("chen2025sid", "jiang2026svrmad"),
+        "arena.run_svr_mad": ("jiang2026svrmad",),
+        "rumad.PpoSettings": ("schulman2017ppo",),
+        "umad.UmadHparams": ("shao2024deepseekmath",),
+        "umad_train.GrpoLoss": ("shao2024deepseekmath",),
         # the paper modules: what they use beyond their own paper
         "madc.run_strategies": ("du2024debate",),
         "madc.strategy_tests": ("wilcoxon1945", "mcnemar1947", "efron1979bootstrap", "holm1979"),
@@ -467,8 +486,26 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
         "transcript_row",
         "turn_rows",
     ),
+}
+
+# %% ../nbs/00b_cite.ipynb #ca819c53
+KIT_OWN |= {
     "voting": ("group_rows", "vote_table", "tie_seeds"),
-    "arena": ("pareto_front", "plan_arena"),
+    "arena": (
+        "Arena",
+        "ArenaMethod",
+        "ArenaSize",
+        "arena_method",
+        "arena_results",
+        "arena_rows",
+        "arena_style",
+        "engine_method",
+        "pareto_front",
+        "plan_arena",
+        "role_rows",
+        "run_arena",
+        "run_single",
+    ),
     "trajectory": ("canonical_answers", "answer_grid", "item_outcomes"),
     "metrics": ("with_defaults", "entropy_rows", "is_missing"),
     "stats": (

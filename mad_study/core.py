@@ -526,9 +526,9 @@ def pool_keys(df: pd.DataFrame, by: Sequence[str] = ()) -> list[str]:
 
 # %% ../nbs/00_core.ipynb #6c083400
 def check_unique_turns(df: pd.DataFrame, by: Sequence[str] = (), what: str = "transcript") -> None:
-    """Raise ConfigError when one (condition..., by..., item, sample, round, agent) holds more than one row: pooled
-    transcripts of several methods that share their `experiment` and `method` names (set `method` to tell them apart).
-    A frame without all of `TURN_KEYS` (a hand-made table of answers) is not checked."""
+    """Raise ConfigError when one (condition..., by..., item, sample, round, agent) holds more than
+    one row: pooled transcripts of several methods that share their `experiment` and `method`
+    names (set `method` to tell them apart)."""
     if not len(df) or any(k not in df.columns for k in TURN_KEYS):
         return
     keys = list(dict.fromkeys([*pool_keys(df, by), *TURN_KEYS]))

@@ -510,7 +510,7 @@ def _paper_csv(name: str) -> tuple[dict, str]:
             body.append(line)
     return head, "".join(body)
 
-
+# %% ../nbs/02_data.ipynb #04b3b8b5
 def paper_table(name: str) -> pd.DataFrame:
     "A paper's printed table from `fixtures/paper_<name>.csv`; `attrs`: its caption and source (the kit's own)."
     import io
@@ -1020,11 +1020,8 @@ def load_items(
     split: str | None = None,
     save: bool = True,
 ) -> list[Item]:
-    """Items of `task` (a TASKS name, or `name:split`): all, or a deterministic subset of `n` for `seed`.
-
-    `source='fixture'` (default) reads the shipped fixtures (real MIT items, or synthetic look-alikes), offline;
-    `source='hub'` reads the full split with `datasets.load_dataset` and raises `HubUnavailableError` (one line,
-    naming the dataset) when the hub cannot be reached. The chosen ids are saved to `subset_path(...)`."""
+    """Items of `task` (a TASKS name, or `name:split`): all, or a deterministic subset of `n` for
+    `seed`."""
     spec = get_task(task)
     split = split or (task.partition(":")[2] if isinstance(task, str) else "") or spec.split
     if split not in spec.known_splits:
@@ -1529,9 +1526,9 @@ def load_debate_export(
     experiment: str | None = None,
     method: str = "",
 ) -> pd.DataFrame:
-    """Another tool's debate export (JSONL or CSV, one row per agent turn) as a kit transcript: `columns` maps schema
-    names to the file's, else `EXPORT_ALIASES` are tried; `task` / `fmt` fill what the file lacks; `experiment`
-    defaults to the file's stem. (The kit's own reader; Du et al.'s and DebateLLM's exports are per-turn tables.)"""
+    """Another tool's debate export (JSONL or CSV, one row per agent turn) as a kit transcript:
+    `columns` maps schema names to the file's, else `EXPORT_ALIASES` are tried; `task` / `fmt`
+    fill what the file lacks; `experiment` defaults to the file's stem."""
     path = Path(path)
     raw = _read_export(path)
     cols = dict(columns or {})

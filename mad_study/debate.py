@@ -531,17 +531,9 @@ def run_debate(
     progress: bool = True,
     method: str | None = None,
 ) -> pd.DataFrame:
-    """Run a multi-agent debate on `items` and return its transcript (one row per agent turn).
-
-    Du et al. (2024) when `protocol` is `FullyConnected()`; UMAD's K trajectory-level rollouts (App. C.1,
-    Alg. 1) with `samples=K`. `debate_rounds` counts rounds after round 0 (Du et al.'s "2 rounds" =
-    `debate_rounds=1`). `backends` maps each agent's model name to a backend. `history='full'` keeps each
-    agent's whole conversation (Du et al.); `'last'` sends only the opening, the agent's last response and the
-    latest debate message; `'none'` sends a fresh conversation each round, the system prompt and the debate
-    message only (UMAD App. F.2, whose message already holds the question and every agent's last response).
-    `method` (default: the protocol's name) fills the transcript's `method` column, the key that keeps pooled
-    transcripts of several methods apart. A role set by the protocol (`Protocol.role`) is sent as the system prompt
-    in every history mode. `sampling`: what every request carries (`core.Sampling`)."""
+    """Run a multi-agent debate on `items` and return its transcript (one row per agent turn). Du et
+    al. (2024) when `protocol` is `FullyConnected()`; UMAD's K trajectory-level rollouts (App.
+    C.1, Alg. 1) with `samples=K`."""
     agents = list(agents)
     protocol = protocol or FullyConnected()
     _check_debate_args(agents, backends, history)

@@ -210,11 +210,10 @@ def cpu_description() -> str:
 
 # %% ../nbs/03g_hf.ipynb #f3650a17
 def set_cpu_4bit_kernel(model, kernel: str = "dequantize") -> dict:
-    """Choose bitsandbytes' CPU path for every 4-bit layer of `model`: 'dequantize' (float32, the kit's default: the same
-    numbers on every CPU, batch-invariant) or 'bf16' (the AVX512-BF16 kernel where the machine has it and
-    `bf16_kernel_accepts` the layer's shape; other layers dequantize). Weights already repacked are unpacked first, but the
-    repack rounded their block scales to bfloat16: reload the model for its exact weights (the kit sets the path at load).
-    Returns how many layers take each path."""
+    """Choose bitsandbytes' CPU path for every 4-bit layer of `model`: 'dequantize' (float32, the
+    kit's default: the same numbers on every CPU, batch-invariant) or 'bf16' (the AVX512-BF16
+    kernel where the machine has it and `bf16_kernel_accepts` the layer's shape; other layers
+    dequantize)."""
     if kernel not in CPU_4BIT_KERNELS:
         raise ConfigError(
             "unknown 4-bit CPU kernel",
@@ -805,10 +804,7 @@ def batch_plan(
     spread: float | None = BUCKET_SPREAD,
     cap: int | None = None,
 ) -> int:
-    """How many of the next requests (prompt lengths `lens`, longest first; `news`: their max_new_tokens) one batch
-    takes: as many as `share` x `free_bytes` holds at the batch's padded size (`size(L, max_new)` bytes a row, L the
-    longest prompt), only prompts of at least `spread` x L where given (a length bucket), at most `cap`; at least
-    one. The requests come sorted by length, so a batch holds neighbouring lengths either way."""
+    "How many of the next requests (prompt lengths `lens`, longest first."
     L, budget, m, n = lens[0], share * free_bytes, 0, 0
     for k, (length, new) in enumerate(zip(lens, news)):
         m = max(m, new)

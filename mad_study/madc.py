@@ -37,6 +37,18 @@ from mad_study.debate import (
     run_debate,
     turn_rows,
 )
+
+# %% auto #0
+__all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 'MADC_SAMPLING', 'METRICS', 'CASES',
+           'REVERSAL_ORDERS', 'PAPER_REVERSAL_TABLES', 'PAPER_TABLE1', 'PAPER_TABLE1_TASKS', 'PAPER_AGENT_SCALING',
+           'COUNT_TABLE_ORDERS', 'random_variants', 'madc_order', 'madc_ordering', 'MADCPeers', 'strategy_protocol',
+           'strategy_label', 'run_strategies', 'shared_round0', 'item_scores', 'strategy_scores', 'repeat_scores',
+           'default_pairs', 'strategy_tests', 'path_consistency_table', 'reversal_sequence', 'solution_pools',
+           'run_reversal', 'reversal_curve', 'first_pool_sizes', 'reversal_table', 'paper_reversal_curves',
+           'reversal_count_table', 'plan_fig1', 'plan_fig3_5', 'plan_madc_tab1', 'plan_fig7', 'plan_tab2_5',
+           'plan_fig8', 'plan_fig9']
+
+# %% ../nbs/11_madc.ipynb #0914fbda
 from .voting import vote_table
 from .metrics import is_missing, path_consistency, reversal_point, viewpoint_entropy
 from mad_study.stats import (
@@ -49,16 +61,6 @@ from mad_study.stats import (
 from .prompts import debate_message, get_prompt, opening_messages
 from .registry import planner
 from .core import Inference
-
-# %% auto #0
-__all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 'MADC_SAMPLING', 'METRICS', 'CASES',
-           'REVERSAL_ORDERS', 'PAPER_REVERSAL_TABLES', 'PAPER_TABLE1', 'PAPER_TABLE1_TASKS', 'PAPER_AGENT_SCALING',
-           'COUNT_TABLE_ORDERS', 'random_variants', 'madc_order', 'madc_ordering', 'MADCPeers', 'strategy_protocol',
-           'strategy_label', 'run_strategies', 'shared_round0', 'item_scores', 'strategy_scores', 'repeat_scores',
-           'default_pairs', 'strategy_tests', 'path_consistency_table', 'reversal_sequence', 'solution_pools',
-           'run_reversal', 'reversal_curve', 'first_pool_sizes', 'reversal_table', 'paper_reversal_curves',
-           'reversal_count_table', 'plan_fig1', 'plan_fig3_5', 'plan_madc_tab1', 'plan_fig7', 'plan_tab2_5',
-           'plan_fig8', 'plan_fig9']
 
 # %% ../nbs/11_madc.ipynb #2fb1a6c0
 STRATEGIES = ("fixed", "random", "truth_first", "truth_last", "madc")
@@ -84,10 +86,8 @@ def random_variants(strategies: Sequence[str]) -> str:
 
 # %% ../nbs/11_madc.ipynb #16ab87d3
 def madc_order(answers: Sequence[Any] | Mapping[str, Any], fmt: str | None = None) -> list:
-    """MADC speaking order (Alg. 1 lines 6-12): ascending path consistency (Eq. 2), the most consistent agent last.
-    `answers`: each agent's latest answer, as a sequence (returns indices) or a mapping name -> answer (returns
-    names). Ties: same-answer agents stay together in list order; between equally consistent answers, the one whose
-    first holder is listed first goes first; unparsed answers first. Equivalent answers are merged when `fmt` is given."""
+    """MADC speaking order (Alg. 1 lines 6-12): ascending path consistency (Eq. 2), the most
+    consistent agent last."""
     names = list(answers) if isinstance(answers, Mapping) else None
     vals = [answers[k] for k in names] if names is not None else list(answers)
     vals = [None if is_missing(a) else str(a) for a in vals]
@@ -110,10 +110,8 @@ def madc_ordering(ctx: RoundContext) -> list[str]:
 
 # %% ../nbs/11_madc.ipynb #8c400220
 class MADCPeers(OrderedPeers):
-    """MADC allocation (Alg. 1): peers shown in ascending path consistency, the most consistent last; recomputed every round.
-    `scope='all'` (Alg. 1): one order from all agents' answers, each agent sees the others in it; `scope='peers'`
-    (after the released `exchangeI6` variant): each agent's peers ordered by consistency among those peers only;
-    the same order as the release's only when no two peers tie; ties follow `madc_order`'s rule."""
+    """MADC allocation (Alg. 1): peers shown in ascending path consistency, the most consistent
+    last; recomputed every round."""
 
     def __init__(self, scope: str = "all", include_self: bool = False, name: str | None = None):
         if scope not in ("all", "peers"):
@@ -338,9 +336,9 @@ def strategy_tests(
 
 # %% ../nbs/11_madc.ipynb #492e1afb
 def path_consistency_table(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFrame:
-    """MADC Eq. 2 over a transcript: per (condition, item, sample, round, agent) the agent's consistency
-    sum_{k != i} Pr(V_i = V_k) with the other agents at that round (`mad_study.metrics.path_consistency`; answers merged
-    by equivalence in the task's format), and its rank among the agents (0 = most consistent, Alg. 1 line 9)."""
+    """MADC Eq. 2 over a transcript: per (condition, item, sample, round, agent) the agent's
+    consistency sum_{k != i} Pr(V_i = V_k) with the other agents at that round
+    (`mad_study.metrics.path_consistency`."""
     keys = pool_keys(transcript, ["item_id", "sample", "round"])
     check_unique_turns(transcript, keys, what="path_consistency_table")
     rows = []
@@ -419,9 +417,8 @@ def run_reversal(
     experiment: str = "madc_fig9",
     counts: Sequence[int] | None = None,
 ) -> pd.DataFrame:
-    """MADC RQ3 (Fig. 6, Tables 6-11): for each pool (one per repeat), order and count, `reps_per_count` responses of a
-    responder shown the first `count` solutions. Returns a transcript: `agent` = the order, `position` = the count
-    (solutions shown before the responder speaks), `sample` = repeat * reps_per_count + rep, `visible_peers` = labels shown."""
+    """MADC RQ3 (Fig. 6, Tables 6-11): for each pool (one per repeat), order and count,
+    `reps_per_count` responses of a responder shown the first `count` solutions."""
     ps = replace(get_prompt(prompt, item.fmt), system=None, roles={})
     q = format_question(item)
     jobs = []
@@ -542,7 +539,8 @@ def _table1() -> dict[str, dict[str, tuple[float, ...]]]:
     return out
 
 
-# Table 1 (10 agents, 1 debate round), the open models: row -> (Logical Deduction, Geometric Shapes, MATH500)
+# Table 1 (10 agents, 1 debate round), the open models:
+# row -> (Logical Deduction, Geometric Shapes, MATH500)
 PAPER_TABLE1 = _table1()
 PAPER_TABLE1_TASKS = tuple(paper_table("madc_tab1").columns[2:])
 
@@ -571,9 +569,9 @@ COUNT_TABLE_ORDERS = {
 
 
 def reversal_count_table(curve: pd.DataFrame, blocks: int = 2) -> pd.DataFrame:
-    """MADC Tables 6-11's layout for one model and case question: a row per count (`Count`) with the accuracy of
-    correct first, incorrect first and alternating (those present), the counts split into `blocks` column blocks side
-    by side (the paper prints counts 1-40 beside 41-80). `curve`: `reversal_curve` rows of one (model, item_id)."""
+    """MADC Tables 6-11's layout for one model and case question: a row per count (`Count`) with the
+    accuracy of correct first, incorrect first and alternating (those present), the counts split
+    into `blocks` column blocks side by side (the paper prints counts 1-40 beside 41-80)."""
     if len(curve[["model", "item_id"]].drop_duplicates()) != 1:
         raise ValueError(
             "reversal_count_table: give the curve of exactly one model and case question"

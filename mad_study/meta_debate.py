@@ -27,6 +27,18 @@ from mad_study.core import (
     rng_for,
     takes_sampling,
 )
+
+# %% auto #0
+__all__ = ['FRAMEWORKS', 'MODALITIES', 'SCORE_MIN', 'SCORE_MAX', 'MAX_REVIEW_CHARS', 'MAX_REVIEW_OBJECTS', 'TIE_ATOL',
+           'TIE_BREAKS', 'DATA_DESCRIPTIONS', 'PAPER_CRITERIA', 'PROPOSAL_ORDERS', 'PAPER_TAB1', 'PAPER_ASSIGNMENTS',
+           'PAPER_MODELS', 'GAP_COLUMNS', 'framework_roles', 'items_modality', 'context_key', 'review_skeleton',
+           'structured_scores', 'text_scores', 'ReviewScores', 'read_review', 'parse_review', 'suitability',
+           'role_decisions', 'assign_roles', 'role_title', 'criteria_prompt', 'parse_criteria', 'format_criteria',
+           'CriteriaCache', 'generate_criteria', 'MetaDebateResult', 'MetaDebateOptions', 'shown_order', 'meta_debate',
+           'uniform_assignment', 'random_assignment', 'item_tokens', 'run_framework', 'plan_meta_tab1', 'plan_tab2',
+           'plan_examples', 'paired_gaps', 'gap_text', 'gaps_caption']
+
+# %% ../nbs/14_meta_debate.ipynb #9356760c
 from .answers import extract_answer, is_correct
 from .data import paper_table
 from .prompts import META_DEBATE_PROMPTS, number_word
@@ -47,16 +59,6 @@ from mad_study.roles import (
     run_mad,
 )
 from .core import Inference
-
-# %% auto #0
-__all__ = ['FRAMEWORKS', 'MODALITIES', 'SCORE_MIN', 'SCORE_MAX', 'MAX_REVIEW_CHARS', 'MAX_REVIEW_OBJECTS', 'TIE_ATOL',
-           'TIE_BREAKS', 'DATA_DESCRIPTIONS', 'PAPER_CRITERIA', 'PROPOSAL_ORDERS', 'PAPER_TAB1', 'PAPER_ASSIGNMENTS',
-           'PAPER_MODELS', 'GAP_COLUMNS', 'framework_roles', 'items_modality', 'context_key', 'review_skeleton',
-           'structured_scores', 'text_scores', 'ReviewScores', 'read_review', 'parse_review', 'suitability',
-           'role_decisions', 'assign_roles', 'role_title', 'criteria_prompt', 'parse_criteria', 'format_criteria',
-           'CriteriaCache', 'generate_criteria', 'MetaDebateResult', 'MetaDebateOptions', 'shown_order', 'meta_debate',
-           'uniform_assignment', 'random_assignment', 'item_tokens', 'run_framework', 'plan_meta_tab1', 'plan_tab2',
-           'plan_examples', 'paired_gaps', 'gap_text', 'gaps_caption']
 
 # %% ../nbs/14_meta_debate.ipynb #76ac9273
 FRAMEWORKS: dict[str, tuple[str, ...]] = {"mad": MAD_ROLES, "dmad": DMAD_ROLES}
@@ -491,9 +493,8 @@ def generate_criteria(
     data: str | None = None,
     sampling: Sampling = Sampling(),
 ) -> dict[str, dict]:
-    """Criteria for every role of `framework` on `task` (Meta-Debate Sec. 3.2, App. A.2), drafted by `model`, cached.
-    Returns {role: {"criteria": [(name, explanation)], "text": generator output, "fallback": bool, "prompt_tokens",
-    "completion_tokens"}} (the tokens of the one call that drafted them, kept in the cache)."""
+    """Criteria for every role of `framework` on `task` (Meta-Debate Sec. 3.2, App. A.2), drafted by
+    `model`, cached."""
     cache = cache or CriteriaCache()
     data = data or DATA_DESCRIPTIONS.get(task, f"text-only questions of the task {task}")
     out, jobs, todo = {}, [], []
@@ -606,7 +607,7 @@ class MetaDebateOptions:
     self_review: bool = True
     tie_break: str = "seeded"
 
-
+# %% ../nbs/14_meta_debate.ipynb #1260b188
 @dataclass(frozen=True)
 class _MetaRun:
     "One `meta_debate` call's framework, agents, backends and settings."
@@ -1057,11 +1058,9 @@ def paired_gaps(
     n_resamples: int = 2000,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """The comparisons of one Meta-Debate table (Zhang et al., Tables 1-2) under the kit's statistics standard: per cell
-    (`by`) and pair (method, reference) of `pairs`, the paired difference method - reference by item (bootstrap interval
-    over items, McNemar or paired t; `mad_study.stats.compare_methods`), p adjusted by `correction` across **every**
-    comparison of the table, `distinguishable` = adjusted p < 1 - level and the interval excludes 0. `items`: the
-    per-item frame (item_id, method, correct, tokens and the `by` columns; several rows per item and method are averaged)."""
+    """The comparisons of one Meta-Debate table (Zhang et al., Tables 1-2) under the kit's
+    statistics standard: per cell (`by`) and pair (method, reference) of `pairs`, the paired
+    difference method - reference by item (bootstrap interval over items, McNemar or paired t."""
     from mad_study.stats import adjust_pvalues
 
     need = {"item_id", "method", "correct", *by}

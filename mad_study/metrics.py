@@ -156,11 +156,9 @@ def cluster_bootstrap_ci(
     n_resamples: int = 2000,
     seed: int = 0,
 ) -> tuple[float, float]:
-    """Cluster (item-level) bootstrap interval of the pooled mean of `values` (Davison & Hinkley 1997, Sec. 3.8):
-    whole clusters are resampled with replacement and the statistic is the ratio of sums (scipy.stats.bootstrap,
-    percentile, seeded). For answers of several agents / samples per item pooled together (MADC Fig. 1 "Single",
-    UMAD per-turn accuracy). NaN values are dropped; (NaN, NaN) for fewer than two clusters; (m, m) when every
-    cluster has the same mean m."""
+    """Cluster (item-level) bootstrap interval of the pooled mean of `values` (Davison & Hinkley
+    1997, Sec. 3.8): whole clusters are resampled with replacement and the statistic is the ratio
+    of sums (scipy.stats.bootstrap, percentile, seeded)."""
     v = np.asarray(values, dtype=float)
     c = pd.Series(list(clusters), dtype=object)
     if len(c) != v.size:
@@ -304,9 +302,8 @@ def answer_distribution(
     fmt: str | None = None,
     unparsed: str = "shared",
 ) -> pd.Series:
-    """Empirical answer distribution (UMAD App. C.1) over `support` (default: the answers seen, sorted).
-    Equivalent answers are merged when `fmt` is given; unparsed answers as `unparsed` says (default `shared`: one
-    outcome `UNPARSED`, as the kit's viewpoint entropy counts them (MADC's release drops them); `drop`: left out; `distinct`: one outcome each)."""
+    """Empirical answer distribution (UMAD App. C.1) over `support` (default: the answers seen,
+    sorted)."""
     outs = _outcomes(answers, fmt, _check_unparsed(unparsed))
     sup = sorted(set(outs), key=_support_key) if support is None else list(support)
     extra = set(outs) - set(sup)
@@ -320,8 +317,10 @@ def answer_distribution(
 
 # %% ../nbs/05_metrics.ipynb #e4cb57a2
 def entropy(p: Sequence[float] | pd.Series, base: float = math.e) -> float:
-    """Shannon entropy of a distribution (normalised first; 0 log 0 = 0). NaN for an empty or all-zero vector.
-    The arithmetic of `scipy.stats.entropy` (same result, bit for bit) without its per-call argument handling (~1 ms). (Shannon entropy in bits of an answer distribution (MADC App. A.2; UMAD's TU, Eq. 2).)"""
+    """Shannon entropy of a distribution (normalised first; 0 log 0 = 0). NaN for an empty or
+    all-zero vector. The arithmetic of `scipy.stats.entropy` (same result, bit for bit) without
+    its per-call argument handling (~1 ms). (Shannon entropy in bits of an answer distribution
+    (MADC App. A.2."""
     p = np.asarray(p, dtype=float)
     if p.size == 0 or p.sum() <= 0:
         return math.nan
@@ -382,13 +381,8 @@ def uncertainty_decomposition(
     fmt: str | None = None,
     unparsed: str = "drop",
 ) -> dict:
-    """UMAD Prop. 3.2 / Eq. 3 (Alg. 1 lines 7-15): `samples[i]` are agent i's sampled answers at one turn.
-    Returns tu = H(mixture), eu = generalised Jensen-Shannon divergence (Sys-EU), au = mean per-agent entropy
-    (Sys-AU), with tu == eu + au, plus the common support, per-agent distributions, the mixture and each agent's
-    parse-failure share (`parse_failure`) and parsed count (`n_parsed`). Equivalent answers are merged across the team
-    when `fmt` is given. Unparsed answers (the paper is silent): `drop` (default) leaves them out, and tu/eu/au are NaN
-    when an agent has no parsed answer; `distinct` counts each as an outcome of its own; `shared` as one common outcome.
-    An agent with no samples at all raises ValueError (it would silently change N)."""
+    """UMAD Prop. 3.2 / Eq. 3 (Alg. 1 lines 7-15): `samples[i]` are agent i's sampled answers at one
+    turn."""
     _check_unparsed(unparsed)
     samples = [list(s) for s in samples]
     empty = [i for i, s in enumerate(samples) if not s]
@@ -646,14 +640,10 @@ def uncertainty_table(
     by: Sequence[str] = ("item_id", "round"),
     unparsed: str = "drop",
 ) -> pd.DataFrame:
-    """TU / Sys-EU / Sys-AU per item and round (UMAD Alg. 1) from a transcript with K samples per agent turn,
-    plus the mean accuracy of the samples (`accuracy`) and of each agent (`acc_<agent>`), and the share of unparsed
-    answers (`parse_failure`, and per agent `parse_failure_<agent>`). `unparsed` as in `uncertainty_decomposition`
-    (default `drop`: NaN where an agent has no parsed answer at that item and round).
-    Groups: `pool_keys(transcript, by)` (experiment, method, then item and round). With one sample per agent the
-    decomposition is degenerate (AU = 0, EU = TU by construction): a warning says so.
-    (Numeric and multiple-choice answers are computed for all groups at once, other formats group by group: the same
-    numbers as `uncertainty_decomposition` on each group.)"""
+    """TU / Sys-EU / Sys-AU per item and round (UMAD Alg. 1) from a transcript with K samples per
+    agent turn, plus the mean accuracy of the samples (`accuracy`) and of each agent
+    (`acc_<agent>`), and the share of unparsed answers (`parse_failure`, and per agent
+    `parse_failure_<agent>`)."""
 
     _check_unparsed(unparsed)
     transcript = complete_transcript(

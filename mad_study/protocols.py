@@ -327,10 +327,9 @@ def debate_costs(
     protocol: Protocol | Mapping[str, Protocol] | None = None,
     fmt: str | None = None,
 ) -> pd.DataFrame:
-    """Per condition (`experiment`, `method`: `mad_study.core.pool_keys`), item and sample: final majority answer, correct,
-    rounds_spoken, NComm (full-response transfers, SVR-MAD Sec. 5), n_answer_msgs (answer-only messages, GroupDebate),
-    tokens (prompt + completion, all rounds). Pooled transcripts give each method's own costs; `protocol` may map a
-    `method` value to its protocol. Duplicate turns (two methods sharing a name) raise (`check_unique_turns`)."""
+    """Per condition (`experiment`, `method`: `mad_study.core.pool_keys`), item and sample: final
+    majority answer, correct, rounds_spoken, NComm (full-response transfers, SVR-MAD Sec. 5),
+    n_answer_msgs (answer-only messages, GroupDebate), tokens (prompt + completion, all rounds)."""
     cond = pool_keys(transcript)
     keys = [*cond, "item_id", "sample"]
     if not len(transcript):

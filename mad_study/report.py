@@ -163,14 +163,8 @@ EMBEDDED_LABEL = "Embedded SmolLM2-135M (cpu profile): proves the LLM path, not 
 
 
 class Study:
-    """Run context of one experiment: profile, seed, generation cache, backends, items, transcripts, provenance.
-
-    `params` are the parameters the run was given (`run_params`: the experiment file merged with a profile by
-    `mad-study reproduce`), never the notebook's namespace.
-    Keys read here: `experiment`, `profile`, `seed`, `quant`, `sim_agents`, `cache` (True | False; the cache file is
-    runs/cache/generations.sqlite under `$MAD_STUDY_RUNS`), and the serving keys of `mad_study.serving.SERVING_KEYS`
-    (`backend: openai`, `base_url`, `served_model`, `api_key_env`, ...): then every model is an `OpenAIBackend` whose
-    failed generations go to runs/<profile>/<experiment>/failed_generations.jsonl (`mad-study reproduce` names them)."""
+    """Run context of one experiment: profile, seed, generation cache, backends, items, transcripts,
+    provenance."""
 
     def __init__(self, params: Mapping[str, Any], paper: str):
         self.params = _check_params(params)
@@ -413,10 +407,7 @@ _FALLBACK_COLORS = (
 
 # %% ../nbs/06_report.ipynb #a7c1e001
 def registered_method(name: str) -> str | None:
-    """The registered method, model or control kind that `name` resolves to, or None (the
-    kit's own). Lookup: the exact spelling; then without a leading 'MAD '/'MAD+' (ordering
-    variants such as 'MAD Fixed'); then the longest registered prefix ending at a word
-    ('majority vote K=8' -> majority vote); a control by its kind ('shuffled', 'forced dense')."""
+    "The registered method, model or control kind that `name` resolves to, or None (the kit's own)."
     key = _style_key(name)
     if "control" in str(name).lower():
         low, kinds = str(name).lower(), sorted(CONTROL_STYLES, key=len, reverse=True)
@@ -653,10 +644,7 @@ def label_points(
     ax, x: Sequence[float], y: Sequence[float], texts: Sequence[str], fontsize: float = 7, **kw
 ) -> list:
     """Name each point (x, y) of `ax` with its text beside it (the kit's own use of adjustText,
-    Flyamer et al.): adjustText spreads the labels; a label that still covers a marker or a line of
-    the axes or another label, sits far from its point, or leaves the axes moves to the nearest free
-    place beside its point (`_free_spot`: the layout check's geometry); a grey line joins a label
-    to its point when they are apart."""
+    Flyamer et al.): adjustText spreads the labels."""
     from adjustText import adjust_text
 
     r = drawn_renderer(ax.figure)  # the final axes size (constrained layout) first
@@ -687,9 +675,8 @@ def dodge_points(
     ax, x: Sequence[float], y: Sequence[float], r_px: float, gap: float = 2.2
 ) -> np.ndarray:
     """x positions (data) that keep markers of radius `r_px` pixels off one another (the kit's own):
-    in the order given, a point closer than `gap` radii to one already placed moves right along the
-    x axis, in display pixels, by the least that frees it. Set the axes' scales and limits first;
-    say in the caption what moved and how far."""
+    in the order given, a point closer than `gap` radii to one already placed moves right along
+    the x axis, in display pixels, by the least that frees it."""
     pts = ax.transData.transform(np.column_stack([x, y]).astype(float))
     placed = []
     for p in pts:
@@ -782,8 +769,7 @@ def _scatter_marks(c) -> dict | None:
 def drawn_marks(ax) -> list[dict]:
     """Every marker `ax` draws, one dict per artist (the kit's own, for `layout_problems` and
     `label_points`): `xy` centres in display pixels, `r` radii in pixels, `colour` per marker,
-    `artist`, `filled` (a hollow marker, e.g. a ring around a point, hides nothing). Line2D markers
-    (not error-bar caps) and scatter points; those off the axes are left out."""
+    `artist`, `filled` (a hollow marker, e.g. a ring around a point, hides nothing)."""
     box = ax.get_window_extent()
     out = [m for m in [*map(_line_marks, ax.lines), *map(_scatter_marks, ax.collections)] if m]
     for d in out:
@@ -878,8 +864,7 @@ def _name(a) -> str:
 def hidden_markers(marks: Sequence[dict], share: float = 0.6) -> list[tuple[dict, dict]]:
     """(hidden, on top) pairs of markers of different methods (different colours) whose centres lie
     closer than `share` of the larger radius (the kit's own; MAD under MADC in the arena before
-    issue 42). On top: the one drawn later (higher zorder); a hollow marker on top hides nothing,
-    nor does one much smaller than the marker under it (nested: the larger one's ring shows)."""
+    issue 42)."""
     from scipy.spatial import cKDTree
 
     if sum(len(m["xy"]) for m in marks) < 2:
@@ -989,11 +974,10 @@ def tidy_bar_grids(fig) -> None:
 
 # %% ../nbs/06_report.ipynb #80b3b2d8
 def layout_problems(fig, tol: float = 1.5) -> list[str]:
-    """What a reviewer would reject in the drawn `fig` (the kit's own check, run by `save_figure`): two texts that
-    overlap, a text outside the canvas (an axis label cut off), a label anchored at a data point that runs past its axes,
-    an empty band of more than 0.3 in under the figure title; what covers the data (`data_problems`),
-    text under 7 pt as printed (`small_texts`), grid lines through bars (`bar_grids`). Extents are matplotlib's (`get_window_extent`), in pixels;
-    `tol`: pixels of overlap allowed. Rotated tick labels are compared by their boxes only with unrotated texts."""
+    """What a reviewer would reject in the drawn `fig` (the kit's own check, run by `save_figure`):
+    two texts that overlap, a text outside the canvas (an axis label cut off), a label anchored
+    at a data point that runs past its axes, an empty band of more than 0.3 in under the figure
+    title."""
     r = drawn_renderer(fig)
     fb = fig.bbox
     texts = [(w, t, t.get_window_extent(r)) for w, t in _drawn_texts(fig)]
@@ -1134,11 +1118,8 @@ def save_figure(
     *,
     output: FigureOutput = FigureOutput(),
 ) -> list[Path]:
-    """Write `fig` as figures/<paper>/<artefact>.png and .pdf (vector) + the .json sidecar, atomically (the kit's
-    own). The study's label (synthetic agents / embedded model) is stamped above the figure. The sidecar holds the
-    `caption` (as `figure_caption`) and the `layout_problems` found; `output` (`FigureOutput`): the formats, the
-    check ('warn': a `LayoutWarning`, 'raise': a `ValueError`, 'off') and whether the figure is then shown once
-    under the notebook cell (`show_figure`)."""
+    """Write `fig` as figures/<paper>/<artefact>.png and .pdf (vector) + the .json sidecar,
+    atomically (the kit's own)."""
     check = output.check
     label = label if label is not None else (study.label if study is not None else None)
     tidy_bar_grids(fig)  # no grid line through a bar (the kit's style)
@@ -1190,10 +1171,7 @@ def save_table(
     caption: str | None = None,
     items: pd.DataFrame | None = None,
 ) -> list[Path]:
-    """Write `df` as figures/<paper>/<artefact>.csv and .md (+ .json provenance), atomically.
-    The Markdown starts with the study's label when the table comes from synthetic agents or the embedded model.
-    `items`: the per-item results behind the table (item_id, method, correct, tokens: `mad_study.stats.per_item_results`),
-    written beside it as <artefact>.items.csv, so anyone can recompute its comparisons (the DESIGN's statistics standard)."""
+    "Write `df` as figures/<paper>/<artefact>.csv and .md (+ .json provenance), atomically."
     csv = _out(paper, artefact, "csv")
     md = _out(paper, artefact, "md")
     atomic_write_text(csv, df.to_csv(index=False, float_format="%.6g", lineterminator="\n"))

@@ -129,9 +129,8 @@ def parse_override(s: str) -> tuple[str, Any]:
 
 # %% ../nbs/20_reproduce.ipynb #64881bcf
 def merge_params(exp: Experiment, profile: Mapping, overrides: Mapping | None = None) -> dict:
-    """Experiment params <- profile params <- limits <- experiment profiles[profile] <- overrides; models mapped. A profile's
-    `identical_agents: {temperature: T}` then makes a debate whose agents are one model at temperature 0 sample at T
-    (each agent's seed differs), unless `-p temperature=...` says otherwise (the kit's own rule, issue 41)."""
+    """Experiment params <- profile params <- limits <- experiment profiles[profile] <- overrides;
+    models mapped."""
     p = copy.deepcopy(exp.spec.get("params") or {})
     nb_keys = set(notebook_parameters(exp.notebook))
     for k, v in (profile.get("params") or {}).items():
@@ -717,7 +716,8 @@ def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
             False,
             time.time() - t,
             out,
-            # 500: an error that names a long path first keeps its advice (the cache's "-p cache=false")
+            # 500: an error that names a long path first
+            # keeps its advice (the cache's "-p cache=false")
             f"{type(e).__name__}: {clip_line(short, 500)}",
             _failed_generations(out.parent, t),
             _serving_stats(out.parent, t),
@@ -1006,9 +1006,9 @@ def _run_files(run: str, profile: str | None = None) -> list[Path]:
 def load_runs(
     runs: Sequence[str], by_file: bool = False, profile: str | None = None
 ) -> "pd.DataFrame":
-    """Stored transcripts pooled for a comparison: an empty `method` takes the file name (`by_file`: every file is its
-    own condition, named by its file name, or folder/file name when two files share a name). Files that collide on (experiment, method, item, sample, round, agent), e.g.
-    one method run with several models, are refused with a ConfigError that says what to pass instead."""
+    """Stored transcripts pooled for a comparison: an empty `method` takes the file name (`by_file`:
+    every file is its own condition, named by its file name, or folder/file name when two files
+    share a name)."""
     import pandas as pd
     from mad_study.core import load_transcript, check_unique_turns
 

@@ -201,10 +201,8 @@ def _json_words_to_python(src: str) -> str:
 
 # %% ../nbs/04c_roles.ipynb #0545716c
 def literal_object(text: str, start: int = 0) -> dict | None:
-    """The dict written as a Python literal at `text[start]` (`{'Supported Side': 'Affirmative', ...}`, the style
-    of every moderator reply in Liang et al.'s released transcripts; mixed quotes and JSON's true/false/null
-    too), read with `ast.literal_eval`: literals only, so code in a value is refused, never run. None if the
-    braces do not close within `MAX_LITERAL_CHARS` or the text is not a literal dict. Never raises."""
+    """The dict written as a Python literal at `text[start]` (`{'Supported Side': 'Affirmative',
+    ...}`, the style of every moderator reply in Liang et al.'s released transcripts."""
     try:
         end = _closing_brace(text, start)
         if end is None:
@@ -739,9 +737,8 @@ def pot_turn(
     execute: bool = True,
     isolation: str = "auto",
 ) -> PotTurn:
-    """A program-of-thought turn (Chen et al. 2023), as DMAD's debate and Meta-Debate's PoT proposals run it: the program
-    runs in the sandbox (`pot_answer`; `isolation` as there). Returns (answer from its output or None, the text the others
-    see: the turn with the program's output or error appended, status, output), with `.sandbox`."""
+    """A program-of-thought turn (Chen et al. 2023), as DMAD's debate and Meta-Debate's PoT
+    proposals run it: the program runs in the sandbox (`pot_answer`; `isolation` as there)."""
     pr = pot_answer(
         text, item, timeout=timeout, memory_mb=memory_mb, execute=execute, isolation=isolation
     )
@@ -927,10 +924,8 @@ def run_dmad(
     vision_prompts: Mapping[str, str] = DMAD_VISION_PROMPTS,
     pot: PotSettings = PotSettings(),
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """DMAD (Liu et al. 2025): text items with CoT / step-back / PoT, image items with IO / CCoT / DDCoT (`dmad_roles`), as roles
-    with a per-item assignment. `rounds` counts the opening round. Returns (transcript, outcomes, pot_log): outcomes hold the
-    majority vote of the last round per item; pot_log one row per program-of-thought turn (status, output or error, and the
-    sandbox that ran it; `pot`: how the program runs, `PotSettings`)."""
+    """DMAD (Liu et al. 2025): text items with CoT / step-back / PoT, image items with IO / CCoT /
+    DDCoT (`dmad_roles`), as roles with a per-item assignment."""
     if rounds < 1:
         raise ConfigError("must be >= 1", key="rounds", value=rounds)
     roles = dmad_roles(items)

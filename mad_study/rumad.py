@@ -225,10 +225,8 @@ def _ortho(net: nn.Sequential, out_gain: float):
 
 # %% ../nbs/13_rumad.ipynb #e121c041
 class TopologyPolicy(nn.Module):
-    """RUMAD's actor-critic (Eq. 1, Eq. 3): MLP(sim matrix) -> per-edge Gaussian over the pre-sigmoid weight; MLP critic.
-    `sigma="state"`: the actor also outputs sigma (softplus + 0.05, unbounded: Eq. 3 as printed); `"free"`: one learned
-    sigma per edge, independent of the observation and bounded to [SIGMA_MIN, SIGMA_MAX] (the kit's choice).
-    `obs_norm`: the actor and critic see 2 S - 1 (S in [0, 1] centred on 0; the kit's choice)."""
+    """RUMAD's actor-critic (Eq. 1, Eq. 3): MLP(sim matrix) -> per-edge Gaussian over the
+    pre-sigmoid weight; MLP critic."""
 
     def __init__(
         self,
@@ -1061,13 +1059,9 @@ def train_controller(
     state_path: str | Path | None = None,
     save_every: int = 5,
 ) -> tuple[TopologyPolicy, pd.DataFrame]:
-    """Train RUMAD's controller with PPO (Sec. 3.6, Eq. 11, Table 6) on debates of `items` in `env` (`RumadEnv`:
-    agents, backends, embedder, prompt, answer length); returns the policy and the log. Sec. 3.6's periodic
-    evaluation: the last `cfg.n_val` items are held out and the deployed controller is evaluated on them every
-    `cfg.eval_every` updates (`select="best"` returns the best of those within the budget: deployed links <= B on
-    average; the last if none is). `state_path`: the training state is saved there every `save_every` updates, and
-    a run started again after a kill resumes from it (same result). Each log row also holds `probe_stats` on a
-    fixed observation set (the first rollout's observations)."""
+    """Train RUMAD's controller with PPO (Sec. 3.6, Eq. 11, Table 6) on debates of `items` in `env`
+    (`RumadEnv`: agents, backends, embedder, prompt, answer length); returns the policy and the
+    log."""
     if len(env.agents) != cfg.n_agents:
         raise ConfigError(
             f"{len(env.agents)} agents for a controller of {cfg.n_agents}", key="n_agents"
@@ -1573,10 +1567,9 @@ def compare_families(
     level: float = 0.95,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """RUMAD Tables 2-4 (Sec. 4.2-4.4) with the kit's statistics standard: per group of `by`, each method of
-    `families[reference]` against its `reference` (`compare_methods`, paired by item), then `correction` (Holm) over every
-    accuracy comparison of the table. Returns one row per (group, method) with the reference, accuracy interval, paired
-    difference and interval, test, raw and adjusted p, `distinguishable`, and the relative token change with its interval."""
+    """RUMAD Tables 2-4 (Sec. 4.2-4.4) with the kit's statistics standard: per group of `by`, each
+    method of `families[reference]` against its `reference` (`compare_methods`, paired by item),
+    then `correction` (Holm) over every accuracy comparison of the table."""
     by = [by] if isinstance(by, str) else list(by)
     miss = [c for c in [*by, "item_id", "method", "correct"] if c not in results]
     if miss:
@@ -1615,9 +1608,9 @@ def compare_families(
 def families_caption(
     table: pd.DataFrame, highlight: Sequence[str] = (), unit: str = "items"
 ) -> str:
-    """The caption sentence of a `compare_families` table (RUMAD Tables 2-4, the kit's caption standard): distinct items per
-    group, resampled unit, tests, the correction over the table's comparisons; each `highlight`ed method's gap vs its
-    reference with interval, test, adjusted p and its token change; how many other comparisons are distinguishable."""
+    """The caption sentence of a `compare_families` table (RUMAD Tables 2-4, the kit's caption
+    standard): distinct items per group, resampled unit, tests, the correction over the table's
+    comparisons."""
     a = table.attrs
     by = a.get("by", [])
     lvl = int(round(100 * a.get("level", 0.95)))

@@ -29,6 +29,14 @@ import time
 import warnings
 from dataclasses import dataclass
 
+# %% auto #0
+__all__ = ['SANDBOX_STATUSES', 'ISOLATION_MODES', 'NOBODY', 'WORKDIR', 'DENIED_SYSCALLS', 'CLONE_NAMESPACE_FLAGS',
+           'SOCKET_FAMILIES', 'MEMORY_EXIT', 'SandboxResult', 'SandboxUnavailable', 'clean_text', 'escape_text',
+           'find_bwrap', 'python_view', 'site_folders', 'seccomp_program', 'SandboxCgroup', 'BwrapOptions',
+           'bwrap_argv', 'SandboxLimits', 'sandbox_check', 'os_isolation_available', 'sandbox_provenance',
+           'run_program']
+
+# %% ../nbs/04d_sandbox.ipynb #44990357
 try:
     from mad_study.core import ConfigError, fold_keywords
 except ImportError:  # this file alone (the unprivileged tests copy it and run the system's Python)
@@ -63,13 +71,6 @@ except ImportError:  # this file alone (the unprivileged tests copy it and run t
             return wrapper
 
         return decorate
-
-# %% auto #0
-__all__ = ['SANDBOX_STATUSES', 'ISOLATION_MODES', 'NOBODY', 'WORKDIR', 'DENIED_SYSCALLS', 'CLONE_NAMESPACE_FLAGS',
-           'SOCKET_FAMILIES', 'MEMORY_EXIT', 'SandboxResult', 'SandboxUnavailable', 'clean_text', 'escape_text',
-           'find_bwrap', 'python_view', 'site_folders', 'seccomp_program', 'SandboxCgroup', 'BwrapOptions',
-           'bwrap_argv', 'SandboxLimits', 'sandbox_check', 'os_isolation_available', 'sandbox_provenance',
-           'run_program']
 
 # %% ../nbs/04d_sandbox.ipynb #709a1716
 SANDBOX_STATUSES = ("ok", "timeout", "memory", "output", "error", "setup")
@@ -317,14 +318,8 @@ def _seccomp_binding():
 # %% ../nbs/04d_sandbox.ipynb #4e9734fe
 @functools.lru_cache(maxsize=1)
 def seccomp_program() -> tuple[bytes | None, str]:
-    """The syscall filter given to bubblewrap (`--seccomp FD`), compiled by libseccomp to a BPF program: (bytes, what
-    built it) or (None, why it cannot be built). Every call but the denied ones is allowed (a deny list, as Flatpak's
-    and Docker's default profiles): DENIED_SYSCALLS fail with EPERM, and `keyctl` too but to join a new anonymous
-    session keyring (what the runner does first); `clone` with a namespace flag fails with EPERM and
-    `clone3` (whose flags seccomp cannot read) with ENOSYS, so the C library falls back to `clone`; `socket` and
-    `socketpair` for a family other than SOCKET_FAMILIES fail with EAFNOSUPPORT (vsock, netlink, packet, ...: the
-    network namespace does not cover all of them). Another architecture's calls (32-bit x86 on x86-64) kill the
-    process (libseccomp's default). Why: issue 36, the kernel state namespaces do not separate."""
+    """The syscall filter given to bubblewrap (`--seccomp FD`), compiled by libseccomp to a BPF
+    program: (bytes, what built it) or (None, why it cannot be built)."""
     m, why = _seccomp_binding()
     if m is None:
         return None, why
@@ -525,10 +520,9 @@ class _CgroupReadings:
 
 # %% ../nbs/04d_sandbox.ipynb #e86574cf
 class SandboxCgroup(_CgroupReadings):
-    """The cgroup of one sandbox: a memory limit for all of its processes together (anonymous memory, memfds, tmpfs
-    pages and kernel memory: what RLIMIT_AS, per process, does not bound: issue 36) and a process-count limit of its
-    own (pids.max), and its CPU time. `join` is called between fork and exec (writes to descriptors opened here),
-    `oom` says whether the kernel killed in it for memory, `close` kills what is left and removes it."""
+    """The cgroup of one sandbox: a memory limit for all of its processes together (anonymous
+    memory, memfds, tmpfs pages and kernel memory: what RLIMIT_AS, per process, does not bound:
+    issue 36) and a process-count limit of its own (pids.max), and its CPU time."""
 
     def __init__(self, memory_bytes: int, pids: int):
         kind, homes = _cgroup_home()
@@ -867,20 +861,9 @@ def bwrap_argv(
     program_fd: int,
     options: BwrapOptions = BwrapOptions(),
 ) -> tuple[list[str], tuple[str, ...]]:
-    """The bubblewrap command line up to the interpreter, and the layers it sets up: PID,
-    network, IPC, UTS, mount (and cgroup where it can) namespaces, killed with its parent, a new
-    session, an empty environment; a read-only root holding only the shared libraries and the
-    interpreter's folders (read-only binds), a fresh /proc of its own PID namespace, a minimal
-    /dev, size-limited tmpfs /tmp and /dev/shm (mode 1777 each), and the work folder with the
-    program copied in (`options`, a `BwrapOptions`: with `stage`, /tmp is the tmpfs with a
-    file-count limit `_stage_mounts` made there, and with `views`, as root, the binds' sources
-    are its views); the syscall filter read from `seccomp_fd` (issue 36) and bwrap's JSON status
-    (child pid, exit code) written to `status_fd`. The program's user: a user namespace mapping
-    uid nobody to the user bwrap runs as (as root, the kit starts bwrap as uid nobody), in which
-    no further user namespace can be made (`--disable-userns`). `privileged` (the fallback as
-    root where bwrap cannot run as nobody): no user namespace, the runner drops to the host's uid
-    nobody, keeping only CAP_SETUID and CAP_SETGID until then; there the syscall filter alone
-    stops nested namespaces."""
+    """The bubblewrap command line up to the interpreter, and the layers it sets up: PID, network,
+    IPC, UTS, mount (and cgroup where it can) namespaces, killed with its parent, a new session,
+    an empty environment."""
     disk_mb, privileged, stage = options.disk_mb, options.privileged, options.stage
     seccomp_fd, status_fd, views = options.seccomp_fd, options.status_fd, options.views
     if privileged:
@@ -1039,11 +1022,7 @@ def _limits(memory_mb: int, cpu_seconds: int, fsize_mb: int, nproc: int | None) 
 @dataclass(frozen=True)
 class SandboxLimits:
     """The resource limits of one sandboxed run (the kit's own): the wall clock `timeout` (s),
-    `memory_mb` per process (RLIMIT_AS; with a cgroup the whole sandbox's memory is bounded by
-    memory_mb + disk_mb + 16 MiB), `cpu_seconds` (RLIMIT_CPU; None: the timeout, rounded, at
-    least 1), `nproc` (RLIMIT_NPROC, under bwrap only), `fsize_mb` (RLIMIT_FSIZE), `max_output`
-    (stdout kept, stderr's tail), /tmp's `disk_mb` and `max_files` (where the kit can mount it).
-    Each but `cpu_seconds` must be > 0 (a ConfigError when made)."""
+    `memory_mb` per process (RLIMIT_AS."""
 
     timeout: float = 10.0
     memory_mb: int = 1024
@@ -1599,16 +1578,8 @@ def run_program(
     syscall_filter: bool = True,
     isolate: bool | None = None,
 ) -> SandboxResult:
-    """Run the Python program `code` in a sandbox (Program of Thoughts, Chen et al., TMLR 2023:
-    the program's printed output is its result; the PoT role of DMAD, Liu et al. 2025,
-    Meta-Debate's baseline, Sec. 4.1), within `limits` (a `SandboxLimits`; the old separate
-    keywords `timeout=`, `memory_mb=`, ... still work, with a DeprecationWarning). `isolation`:
-    'auto' / 'bwrap' = OS isolation by bubblewrap with a seccomp filter, refused
-    (SandboxUnavailable) where there is none; 'none' = opt in to running it without (rlimits,
-    timeout and the audit hook only). `isolate` (older): True = 'bwrap', False = 'none'.
-    `syscall_filter=False`: opt out of the seccomp filter by name (bubblewrap without it, where
-    libseccomp is missing). `guard`: the audit-hook layer (reports early; the tests switch it off
-    to show the OS layers hold alone). `preload`: modules the runner imports before the hook."""
+    """Run the Python program `code` in a sandbox (Program of Thoughts, Chen et al., TMLR 2023: the
+    program's printed output is its result."""
     if isolation not in ISOLATION_MODES:
         raise ConfigError(
             "unknown sandbox isolation", key="isolation", value=isolation, choices=ISOLATION_MODES

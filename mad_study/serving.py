@@ -47,9 +47,8 @@ __all__ = ['SERVER_KINDS', 'RETRY_STATUS', 'CB_SETTINGS', 'CB_CPU_DEFAULTS', 'SE
 
 # %% ../nbs/03c_serving.ipynb #bfadcb62
 def logprob_signals(logprobs: Mapping | None) -> tuple[dict, str]:
-    """Signal fields of `Generation` from an OpenAI chat-completion choice's `logprobs` object, and a note saying where
-    they come from. Sum/min/mean log-prob and perplexity as `signals_from_logprobs`; token entropy (UMAD Fig. 1) is the
-    truncated top-k entropy $-\\sum_{i\\le k} p_i \\log p_i$ averaged over tokens (a lower bound of the full entropy)."""
+    """Signal fields of `Generation` from an OpenAI chat-completion choice's `logprobs` object, and
+    a note saying where they come from."""
     content = (logprobs or {}).get("content") if isinstance(logprobs, Mapping) else None
     if not content:
         return {}, "missing: the server returned no logprobs"
@@ -727,9 +726,8 @@ def _cb_args(cb: Mapping | None) -> list[str]:
 
 # %% ../nbs/03c_serving.ipynb #551eeb12
 class TransformersServer:
-    """`transformers serve` on a local checkpoint, on 127.0.0.1 and a free port: start, wait for /health (bounded), always stop
-    (bounded); with `continuous_batching` the server batches the requests in flight (paged attention, `cb` = its `--cb-*` settings);
-    `threads` caps its CPU threads (OMP_NUM_THREADS: replicas on one machine split its cores instead of oversubscribing them)."""
+    """`transformers serve` on a local checkpoint, on 127.0.0.1 and a free port: start, wait for
+    /health (bounded), always stop (bounded)."""
 
     def __init__(
         self,

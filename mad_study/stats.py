@@ -240,12 +240,9 @@ def _paired_test(a, b, test: str, min_items: int) -> dict:
 def paired_test(
     a: Sequence[float], b: Sequence[float], test: str = "ttest", min_items: int = MIN_ITEMS
 ) -> dict:
-    """Paired comparison of two conditions on the same units: `ttest` (scipy.stats.ttest_rel), `wilcoxon` (signed-rank),
-    `mcnemar` (exact binomial McNemar test, McNemar 1947, for paired 0/1 outcomes only; other values raise) or
-    `permutation` (sign-flip, exact up to 16 units). Pairs with a missing value are dropped; `n` counts the pairs used.
-    statistic for McNemar: n10 - n01. `status`: ok, or what the data cannot support (`few items` below `min_items`;
-    `identical`: p = 1; `zero variance`: a constant gap gets the exact sign-flip p, not a t of 1e16; `too few items`),
-    and a warning says so."""
+    """Paired comparison of two conditions on the same units: `ttest` (scipy.stats.ttest_rel),
+    `wilcoxon` (signed-rank), `mcnemar` (exact binomial McNemar test, McNemar 1947, for paired
+    0/1 outcomes only; other values raise) or `permutation` (sign-flip, exact up to 16 units)."""
     r = _paired_test(a, b, test, min_items)
     _warn_status(r["status"], "paired_test", r["n"], min_items)
     return r
@@ -259,9 +256,9 @@ def accuracy_ci(
     seed: int = 0,
     min_items: int = 20,
 ) -> dict:
-    """Accuracy with its interval, the item as unit: Wilson (1927) when each item gives one answer, else the item-cluster
-    bootstrap (Davison & Hinkley 1997, Sec. 3.8; `mad_study.metrics.clustered_accuracy_ci`). Missing outcomes are
-    dropped; text outcomes raise. `items` None: each answer its own item. Warns below `min_items` distinct items."""
+    """Accuracy with its interval, the item as unit: Wilson (1927) when each item gives one answer,
+    else the item-cluster bootstrap (Davison & Hinkley 1997, Sec. 3.8;
+    `mad_study.metrics.clustered_accuracy_ci`)."""
     x = [None if math.isnan(v) else bool(v) for v in _numbers(correct, "accuracy_ci")]
     items = list(range(len(x))) if items is None else list(items)
     if len(items) != len(x):
@@ -367,9 +364,9 @@ def paired_difference(
 def simulate_paired(
     n_items: int, diff: float, n_agents: int = 3, rho: float = 0.6, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Synthetic 0/1 answers (items x agents) of two methods on the same items, agents correlated within an item: item
-    difficulty p ~ U(0.2, 0.8), success p +- diff/2, each agent copies the item's shared draw with probability `rho`.
-    The true difference of expected accuracy is exactly `diff` (|diff| <= 0.3). For calibration tests of this notebook."""
+    """Synthetic 0/1 answers (items x agents) of two methods on the same items, agents correlated
+    within an item: item difficulty p ~ U(0.2, 0.8), success p +- diff/2, each agent copies the
+    item's shared draw with probability `rho`."""
     if abs(diff) > 0.3:
         raise ValueError(
             f"simulate_paired: |diff| <= 0.3 keeps probabilities in [0, 1], got {diff}"
@@ -394,11 +391,8 @@ def tost(
     on: str = "all",
     min_items: int = MIN_ITEMS,
 ) -> dict:
-    """Equivalence of two methods matched by item (Schuirmann 1987, two one-sided paired t-tests): H0 |mean(a - b)| >=
-    margin. `pvalue` = max of the two one-sided p-values; `equivalent` when it is below `alpha`. Missing pairs dropped;
-    pairing by item as `paired_difference`'s (`on`). Below `min_items` items, or for a gap that is the same on every item,
-    the t-tests' normal approximation cannot hold: the two one-sided tests are then exact sign-flip tests of d + margin
-    and d - margin (`test`: permutation). `status` as in `paired_test`, and a warning for any status but ok."""
+    """Equivalence of two methods matched by item (Schuirmann 1987, two one-sided paired t-tests):
+    H0 |mean(a - b)| >= margin."""
     if not margin > 0:
         raise ConfigError("the equivalence margin must be positive", key="margin", value=margin)
     x, y, _ = _aligned(a, b, "tost", on)
@@ -940,9 +934,10 @@ def condition_labels(df: pd.DataFrame) -> pd.Series:
 def per_item_results(
     transcript: pd.DataFrame, who: str = "majority", fmt: str | None = None
 ) -> pd.DataFrame:
-    """Per-item results of every condition of a (pooled) transcript (the DESIGN's "per-item results next to every table"):
-    item_id, method, experiment, sample, correct (majority vote, or agent `who`, at the condition's last round), answer,
-    tokens (prompt + completion tokens of the thread over all rounds; of agent `who` only when one agent is scored)."""
+    """Per-item results of every condition of a (pooled) transcript (the DESIGN's \"per-item results
+    next to every table\"): item_id, method, experiment, sample, correct (majority vote, or agent
+    `who`, at the condition's last round), answer, tokens (prompt + completion tokens of the
+    thread over all rounds."""
     check_unique_turns(transcript, what="per_item_results")
     t = transcript.assign(_cond=condition_labels(transcript))
     t = t.assign(

@@ -148,19 +148,7 @@ def _posterior(kind: str, retained: int, changed: int, signals: list) -> float:
 @dataclass(frozen=True)
 class SVRConfig:
     """SVR-MAD's hyper-parameters (Jiang et al., Alg. 1, Sec. 4, App. A, App. B), checked when made
-    (`ConfigError`).
-
-    S: communications per round (line 8's top-S; App. A: 2 GPT-OSS-120B, 3 DeepSeek-V3.1). C:
-    challenges a receiver must survive before acceptance (App. A "100% SVR for at least C
-    challengers": D >= C). tau: acceptance threshold (line 13; App. A: 1). budget: B_max (line 4;
-    None: S(k + m), App. A). budget_cap: never make more than `budget` debates (False: the literal
-    loop, which may overspend a budget that is not a multiple of S). prior: the signal `run_svr_mad`
-    reads as Prior(A_i) (line 3; min_ll / ppl / conf; `svr_mad` is given the values). prior_scale:
-    'svr' puts min-LL / PPL priors on SVR's scale when the posterior is SVR (choice 2), 'raw' keeps
-    them. posterior: 'svr' (Sec. 4) or min_ll / ppl / conf (App. B ablation). challengers: 'reuse'
-    (line 8 as written) or 'distinct' (an agent challenges a receiver once). check: 'iteration'
-    (line 13 after the S debates) or 'debate' (Sec. 4: after each debate). unparsed: an unparsed
-    post-debate answer is 'changed' or 'ignore'd (not in D, r, c)."""
+    (`ConfigError`)."""
 
     S: int = 2
     C: int = 2
@@ -426,9 +414,7 @@ def challenge_request(
     repeat: int = 0,
 ) -> GenRequest:
     """The request of SVR-MAD's Debate(A_s -> A_r) (Alg. 1 line 10): `receiver`/`challenger` are
-    pre-debate rows (agent, sample, text). `repeat` > 0: the same pair debated again (choice 4), a
-    fresh sample with its own seed. `sampling`: the generation settings (App. A's by default); its
-    seed is the run's, from which the request's derives."""
+    pre-debate rows (agent, sample, text)."""
     ps, ch = svr_prompts(item.fmt, prompt)
     q = format_question(item)
     msgs = opening_messages(ps, q, role) + [
@@ -464,9 +450,8 @@ def run_challenges(
     backends: Mapping[str, Any],
     **kw,
 ) -> pd.DataFrame:
-    """Run SVR-MAD's Debate(A_s -> A_r) (Alg. 1 line 10) for `pairs` (item_id, sample, receiver, challenger[, repeat]), batched
-    per model. `pre`: `prior_signals` of round 0. One row per debate: post answer, outcome (retained / changed / unparsed),
-    post-debate signals, tokens. `kw`: `challenge_request`'s (sampling, prompt, role)."""
+    """Run SVR-MAD's Debate(A_s -> A_r) (Alg. 1 line 10) for `pairs` (item_id, sample, receiver,
+    challenger[, repeat]), batched per model."""
     cols = [
         "item_id",
         "sample",
@@ -652,14 +637,7 @@ def run_svr_mad(
     sampling: Sampling = SVR_SAMPLING,
     **challenge_kw,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """SVR-MAD (Alg. 1) on every (item, thread) of `pre` (`prior_signals` of round 0), in lockstep;
-    `config` as `svr_mad`, with `config.prior` the signal read as the prior and
-    `config.prior_scale`: 'svr' puts min-LL / PPL priors on SVR's scale (`prior_on_svr_scale`) when
-    the posterior is SVR; 'raw' keeps them. Debates come from `probes` where present, else are
-    generated with `backends` (`run_challenges` with `sampling`, App. A's by default, and
-    `challenge_kw`). The old separate keywords (`S=`, `prior=`, `temperature=`, ...) still work for
-    one release, with a DeprecationWarning. Returns (one row per problem: answer, correct, accepted,
-    ncomm, tokens, budget, k, m, counts, trace; every debate made)."""
+    "SVR-MAD (Alg. 1) on every (item, thread) of `pre` (`prior_signals` of round 0), in lockstep."
     memo = probes if isinstance(probes, dict) else probe_memo(probes)
     gens, pending, results, r0tok = _svr_start(pre, items, config)
     made, seen = {key: [] for key in gens}, {key: Counter() for key in gens}
@@ -1109,10 +1087,8 @@ def tab1_comparison(
     n_resamples: int = 2000,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """SVR-MAD Table 1 (Sec. 5.1) with its statistics: per setting (`by`) and method, accuracy + interval; vs `reference`:
-    accuracy gap reference - method (bootstrap over items, McNemar), reference's relative token change (bootstrap, paired t),
-    p-values adjusted by `correction` over the whole table (accuracy and tokens separately), `*_distinguishable`
-    (adjusted p < 1 - level and interval excluding 0). attrs: reference, correction, level, omnibus per setting."""
+    """SVR-MAD Table 1 (Sec. 5.1) with its statistics: per setting (`by`) and method, accuracy +
+    interval."""
     from mad_study.stats import adjust_pvalues
 
     by = [c for c in by if c in items.columns]
@@ -1241,9 +1217,10 @@ def fig1_comparison(
     n_resamples: int = 2000,
     seed: int = 0,
 ) -> tuple[pd.DataFrame, str]:
-    """SVR-MAD Fig. 1 (Sec. 3) on hard problems, paired by problem: per `by` panel and signal, the share whose top-ranked agent
-    is correct with a bootstrap interval over problems; `reference` (SVR) minus each prior with interval, test, p adjusted by
-    `correction` over the table, `distinguishable`. `rows`: item_id, signal, top_correct, `by`. Returns (table, caption)."""
+    """SVR-MAD Fig. 1 (Sec. 3) on hard problems, paired by problem: per `by` panel and signal, the
+    share whose top-ranked agent is correct with a bootstrap interval over problems; `reference`
+    (SVR) minus each prior with interval, test, p adjusted by `correction` over the table,
+    `distinguishable`."""
     from mad_study.stats import boot_mean_ci, paired_difference, adjust_pvalues
 
     out = []

@@ -138,10 +138,9 @@ def _adoptions(tu: pd.DataFrame, prev: pd.DataFrame, th: list[str], ag: list[str
 
 # %% ../nbs/05c_trajectory.ipynb #de4ccb0f
 def agent_turns(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFrame:
-    """Per condition, item, sample, agent and round after the agent's first (the kit's own definitions, on DebateLLM's
-    reference metrics, Smit et al. 2024): spoke, prev_answer, answer, prev_correct, correct, prev_majority; changed, adopted,
-    adopted_from (which shown peers held the new answer), in_minority, held_against_majority, swayed (correct -> wrong),
-    corrected (wrong -> correct). Events of silent turns are NA; see the notebook for ties and unparsed answers."""
+    """Per condition, item, sample, agent and round after the agent's first (the kit's own
+    definitions, on DebateLLM's reference metrics, Smit et al. 2024): spoke, prev_answer, answer,
+    prev_correct, correct, prev_majority."""
     transcript = complete_transcript(transcript, fmt, what="agent_turns")
     g = answer_grid(transcript, fmt)
     cond, th, ag = _keys(transcript)
@@ -249,13 +248,8 @@ def _thread_costs(transcript: pd.DataFrame, th: list[str]) -> pd.DataFrame:
 def item_outcomes(
     transcript: pd.DataFrame, fmt: str | None = None, final: pd.DataFrame | None = None
 ) -> pd.DataFrame:
-    """Per condition, item and sample: `consensus_round` (first round in which every present agent holds one parsed
-    answer; NaN never), `final_agreement` (they do in the last round: a consensus can be lost), `first_distinct`
-    (distinct parsed answers in the first round), `any_correct` (some agent held the gold answer in some round),
-    `prompt_tokens` / `completion_tokens` (the thread's cost; DebateLLM's per-question metrics, Smit et al. 2024),
-    the first round's majority (`vote_table`, seeded ties) and the final answer (the last round's majority with silent
-    agents carried, or `final`: a method's own answers, columns condition keys, item_id, sample, answer, correct),
-    and `outcome`: helped (first majority wrong, final right), hurt (the reverse) or neither."""
+    """Per condition, item and sample: `consensus_round` (first round in which every present agent
+    holds one parsed answer."""
     transcript = complete_transcript(transcript, fmt, what="item_outcomes")
     g = answer_grid(transcript, fmt)
     cond, th, _ = _keys(transcript)

@@ -301,10 +301,8 @@ GEMMA3_TEMPLATE = (
 
 # %% ../nbs/03e_twins.ipynb #22602c47
 def build_gemma3(folder: Path) -> None:
-    """google/gemma-3-12b-it twin: Gemma3ForConditionalGeneration(Gemma3TextConfig + SiglipVisionConfig),
-    Gemma3Processor + Gemma3ImageProcessorPil. The processor reads tokenizer.boi_token / eoi_token / image_token
-    (+ *_id), which only exist as tokenizer attributes when given as `extra_special_tokens`; <start_of_image> in
-    the prompt expands to "\\n\\n<start_of_image>" + <image_soft_token> x mm_tokens_per_image + "<end_of_image>\\n\\n"."""
+    """google/gemma-3-12b-it twin: Gemma3ForConditionalGeneration(Gemma3TextConfig +
+    SiglipVisionConfig), Gemma3Processor + Gemma3ImageProcessorPil."""
     import torch
     from transformers import (
         Gemma3Config,
@@ -389,8 +387,7 @@ def build_gemma3(folder: Path) -> None:
 # %% ../nbs/03e_twins.ipynb #cc1937ef
 def build_qwen2_5_vl(folder: Path) -> None:
     """Qwen/Qwen2.5-VL-7B-Instruct twin: Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor +
-    Qwen2VLImageProcessorPil (no video processor: Qwen2VLVideoProcessor needs torchvision). A 32x32 image, patch 8,
-    merge 2 -> 4x4 patches -> 2x2 = 4 <|image_pad|> tokens between <|vision_start|> and <|vision_end|>."""
+    Qwen2VLImageProcessorPil (no video processor: Qwen2VLVideoProcessor needs torchvision)."""
     from transformers import (
         Qwen2_5_VLConfig,
         Qwen2_5_VLForConditionalGeneration,

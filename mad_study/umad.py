@@ -82,10 +82,7 @@ def pair_label(models: Sequence[str]) -> str:
 
 # %% ../nbs/10_umad.ipynb #5b5d3c6d
 def config_seed(seed: int, *config: Any, paired: bool = True) -> int:
-    """The debate seed of one configuration (e.g. its `pair_label`). `paired=True`: the experiment seed itself, so agents
-    running the same model in the same slot get the same requests, and so the same samples, in every configuration (a
-    paired design); `paired=False`: a seed derived from (seed, configuration), independent across configurations
-    (the paper's separate runs)."""
+    "The debate seed of one configuration (e.g. its `pair_label`)."
     from mad_study.core import derive_seed
 
     return int(seed) if paired else derive_seed(seed, "umad-config", *config)
@@ -150,10 +147,9 @@ def alg1_samples(
     *,
     sampling: Sampling = Sampling(max_new_tokens=2048, temperature=1.0),
 ) -> pd.DataFrame:
-    """UMAD Alg. 1 lines 7-8 (and Sec. 3.2): at every turn, `k` samples of each agent under the context of ONE
-    trajectory (thread `thread` of `transcript`, the single trajectory of lines 17-20). Returns rows with the
-    transcript's columns; `sample` is the k-th sample at that turn. Seeds derive from (sampling.seed, 'alg1', item,
-    agent, round, k)."""
+    """UMAD Alg. 1 lines 7-8 (and Sec. 3.2): at every turn, `k` samples of each agent under the
+    context of ONE trajectory (thread `thread` of `transcript`, the single trajectory of lines
+    17-20)."""
     from collections import defaultdict
     from mad_study.answers import extract_answer, is_correct
     from mad_study.core import SIGNALS, derive_seed, transcript_frame
@@ -214,10 +210,10 @@ def eu_sampling_floor(
     n_draws: int = 400,
     seed: int = 0,
 ) -> float:
-    """Expected plug-in Sys-EU when all `n_agents` agents share the answer distribution `p` and each is estimated
-    from `k` independent samples (Monte Carlo over `n_draws`, seeded; not in the UMAD paper): the level below which
-    an EU estimate cannot tell disagreement from sampling noise. About (m - 1) / (2k) * (1 - 1/N) nats for m equally
-    likely answers."""
+    """Expected plug-in Sys-EU when all `n_agents` agents share the answer distribution `p` and each
+    is estimated from `k` independent samples (Monte Carlo over `n_draws`, seeded; not in the
+    UMAD paper): the level below which an EU estimate cannot tell disagreement from sampling
+    noise."""
     p = np.asarray(p, dtype=float)
     p = p[p > 0]
     if p.size <= 1 or k is None or int(k) < 1 or n_agents < 2:
@@ -327,9 +323,8 @@ def decomposition_table(
 
 # %% ../nbs/10_umad.ipynb #d966a3b6
 def decomposition_summary(table: pd.DataFrame, by: Sequence[str] = ("config",)) -> pd.DataFrame:
-    """Mean over items of TU, Sys-EU, Sys-AU, the accuracies, the parse-failure shares and the EU floor, per configuration
-    and turn (Fig. 2). `n_items` counts the items, `n_defined` those whose decomposition is defined (TU/EU/AU average
-    over these only: under `unparsed='drop'` an item where an agent never parsed is left out, and counted here)."""
+    """Mean over items of TU, Sys-EU, Sys-AU, the accuracies, the parse-failure shares and the EU
+    floor, per configuration and turn (Fig. 2)."""
     by = pool_keys(
         table, [b for b in by if b in table.columns]
     )  # the kit's convention: experiment, method, then `by`
@@ -509,9 +504,9 @@ def zeroshot_table(
 
 # %% ../nbs/10_umad.ipynb #a38900ea
 def token_entropy_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
-    """UMAD Fig. 1: per turn, the responses' accuracy (with a 95% interval that accounts for the clustering by item:
-    both agents and every seed of an item are pooled, `clustered_accuracy_ci`; `ci_method` names it) and their token
-    entropy: mean, sd and quartiles over responses that have one (nats), and how many do (`n_entropy`)."""
+    """UMAD Fig. 1: per turn, the responses' accuracy (with a 95% interval that accounts for the
+    clustering by item: both agents and every seed of an item are pooled,
+    `clustered_accuracy_ci`."""
     by = [b for b in by if b in transcript.columns]
     rows = []
     t = transcript.assign(turn=transcript["round"].astype(int) + 1)
@@ -675,9 +670,10 @@ def umad_advantages(
     reward: str = "paper",
     nll_norm: str | None = None,
 ) -> np.ndarray:
-    """UMAD's advantages (Alg. 2 lines 19-27, `hp`'s eta, alpha, eps): total reward (Eq. 5; `reward="released"`:
-    `released_rewards`), group-normalised over the G rollouts per agent and turn, weighted by the aleatoric weight of
-    the group-standardised token NLL (Eq. 4; `nll_norm` as in `au_advantage`). `correct`, `nll`: (G, N, T)."""
+    """UMAD's advantages (Alg. 2 lines 19-27, `hp`'s eta, alpha, eps): total reward (Eq. 5;
+    `reward=\"released\"`: `released_rewards`), group-normalised over the G rollouts per agent
+    and turn, weighted by the aleatoric weight of the group-standardised token NLL (Eq. 4;
+    `nll_norm` as in `au_advantage`)."""
     c = _gnt(correct)
     u = np.asarray(nll, dtype=float)
     if u.shape != c.shape:

@@ -28,6 +28,20 @@ from mad_study.core import (
     runs_dir,
 )
 from .registry import planner
+
+# %% auto #0
+__all__ = ['VARIANTS', 'FINETUNE', 'LOSS_AGGS', 'REWARDS', 'LR_FULL', 'LR_LORA', 'VERL_KL_CLAMP', 'CHECKPOINT_META',
+           'CHECKPOINT_PREFIX', 'VARIANT_LABELS', 'TAB1_VARIANTS', 'TAB3_VARIANTS', 'FIG3_PANELS',
+           'FULL_BYTES_PER_PARAM', 'REF_BYTES_PER_PARAM', 'LORA_SHARE', 'GPU_HEADROOM', 'ROLLOUT_THROUGHPUT',
+           'PAPER_GPU_HOURS_PER_RUN', 'TrainConfig', 'rollout', 'team_rewards', 'alg2_rewards', 'nan_group_standardize',
+           'alg2_advantages', 'reward_correct', 'transcript_advantages', 'sequence_logprobs', 'GrpoLoss', 'grpo_loss',
+           'pin_4bit_training_path', 'PolicyBackend', 'Policy', 'RolloutEngine', 'EngineBackend', 'VLLMLoRAEngine',
+           'UMADTrainer', 'checkpoint_dir', 'save_checkpoint', 'load_checkpoint_meta', 'checkpoint_spec',
+           'TrainedBackend', 'trained_backend', 'registry_spec', 'registry_backend', 'checkpoint_name',
+           'setting_variants', 'trained_agents', 'trained_table', 'fig3_summary', 'plot_fig3', 'train_memory_gb',
+           'check_train_memory', 'rollout_gpu_hours', 'plan_train', 'plan_trained']
+
+# %% ../nbs/10b_umad_train.ipynb #e3154415
 from mad_study.umad import (
     ALPHA_AU,
     EPS,
@@ -49,18 +63,6 @@ from mad_study.umad import (
     zeroshot_table,
 )
 from .core import Sampling
-
-# %% auto #0
-__all__ = ['VARIANTS', 'FINETUNE', 'LOSS_AGGS', 'REWARDS', 'LR_FULL', 'LR_LORA', 'VERL_KL_CLAMP', 'CHECKPOINT_META',
-           'CHECKPOINT_PREFIX', 'VARIANT_LABELS', 'TAB1_VARIANTS', 'TAB3_VARIANTS', 'FIG3_PANELS',
-           'FULL_BYTES_PER_PARAM', 'REF_BYTES_PER_PARAM', 'LORA_SHARE', 'GPU_HEADROOM', 'ROLLOUT_THROUGHPUT',
-           'PAPER_GPU_HOURS_PER_RUN', 'TrainConfig', 'rollout', 'team_rewards', 'alg2_rewards', 'nan_group_standardize',
-           'alg2_advantages', 'reward_correct', 'transcript_advantages', 'sequence_logprobs', 'GrpoLoss', 'grpo_loss',
-           'pin_4bit_training_path', 'PolicyBackend', 'Policy', 'RolloutEngine', 'EngineBackend', 'VLLMLoRAEngine',
-           'UMADTrainer', 'checkpoint_dir', 'save_checkpoint', 'load_checkpoint_meta', 'checkpoint_spec',
-           'TrainedBackend', 'trained_backend', 'registry_spec', 'registry_backend', 'checkpoint_name',
-           'setting_variants', 'trained_agents', 'trained_table', 'fig3_summary', 'plot_fig3', 'train_memory_gb',
-           'check_train_memory', 'rollout_gpu_hours', 'plan_train', 'plan_trained']
 
 # %% ../nbs/10b_umad_train.ipynb #544dc829
 VARIANTS: dict[str, dict] = {
@@ -213,9 +215,9 @@ def rollout(
     step: int,
     experiment: str = "umad_train",
 ) -> pd.DataFrame:
-    """UMAD Alg. 2 lines 4-17: G (`cfg.group_size`) joint debate rollouts of `cfg.turns` turns per question through
-    `mad_study.debate.run_debate` (UMAD protocol and App. F prompts, `history='none'`); thread `sample` = rollout g,
-    `round` = turn t - 1. Lines 12-13 are the transcript's `logprob_mean` and `correct`."""
+    """UMAD Alg. 2 lines 4-17: G (`cfg.group_size`) joint debate rollouts of `cfg.turns` turns per
+    question through `mad_study.debate.run_debate` (UMAD protocol and App. F prompts,
+    `history='none'`); thread `sample` = rollout g, `round` = turn t - 1."""
     from mad_study.debate import run_debate
 
     return run_debate(
@@ -289,10 +291,10 @@ def alg2_advantages(
     hp: UmadHparams = UmadHparams(),
     reward: str = "agent",
 ) -> np.ndarray:
-    """UMAD Alg. 2 lines 19-27 on arrays shaped (G rollouts, N agents, T turns), with `hp`'s eta, alpha, eps
-    (`UmadHparams`): line 22 total reward (`alg2_rewards`; Eq. 5 when `eq5`), line 24 group advantage over G
-    (`grpo_advantage`), line 26 aleatoric weighting (Eq. 4 when `eq4`, `au_advantage`). A NaN NLL marks a response
-    without tokens: left out of the NLL statistics, its advantage unweighted (it has no token to update)."""
+    """UMAD Alg. 2 lines 19-27 on arrays shaped (G rollouts, N agents, T turns), with `hp`'s eta,
+    alpha, eps (`UmadHparams`): line 22 total reward (`alg2_rewards`; Eq. 5 when `eq5`), line 24
+    group advantage over G (`grpo_advantage`), line 26 aleatoric weighting (Eq. 4 when `eq4`,
+    `au_advantage`)."""
     c = np.asarray(correct, dtype=float)
     eps = hp.eps
     a = grpo_advantage(
@@ -332,10 +334,9 @@ def reward_correct(rows: pd.DataFrame, grading: str = "strict") -> np.ndarray:
 
 # %% ../nbs/10b_umad_train.ipynb #f3ce645a
 def transcript_advantages(tr: pd.DataFrame, cfg: TrainConfig) -> pd.DataFrame:
-    """UMAD Alg. 2 lines 19-27 on a `rollout` transcript: per question, arrays (G, N, T) of correctness and token NLL
-    (`token_nll` = -`logprob_mean`), the variant's rewards and advantages (`alg2_advantages`) written back per row.
-    An empty generation (no completion token, e.g. an over-long prompt) gets zero correctness and no NLL (column `empty`).
-    Correctness is re-graded with `cfg.grading` (App. D: the MATH script, `grading="strict"`) for the reward."""
+    """UMAD Alg. 2 lines 19-27 on a `rollout` transcript: per question, arrays (G, N, T) of
+    correctness and token NLL (`token_nll` = -`logprob_mean`), the variant's rewards and
+    advantages (`alg2_advantages`) written back per row."""
     sw = cfg.switches
     agents = list(dict.fromkeys(tr["agent"]))
     out = []
@@ -429,11 +430,9 @@ def grpo_loss(
     n_tokens: int | None = None,
     n_seqs: int | None = None,
 ):
-    """UMAD Alg. 2 line 29 / Eq. 1: -(min(r A, clip(r, 1 - eps, 1 + eps) A) - beta * KL(pi_theta || pi_ref)) per
-    token, r = pi_theta / pi_old, KL by the k3 estimator (clamped to +-`kl_clamp` as veRL's low_var_kl when given);
-    settings from `grpo` (`GrpoLoss`). `agg`: "token-mean" sums over masked tokens and divides by `n_tokens`
-    (default: this batch's); "seq-mean-token-mean" averages each response's tokens (Eq. 1's 1/|y_i|), sums and
-    divides by `n_seqs` (default: this batch's). `adv`: one per sequence (B,)."""
+    """UMAD Alg. 2 line 29 / Eq. 1: -(min(r A, clip(r, 1 - eps, 1 + eps) A) - beta * KL(pi_theta ||
+    pi_ref)) per token, r = pi_theta / pi_old, KL by the k3 estimator (clamped to +-`kl_clamp` as
+    veRL's low_var_kl when given); settings from `grpo` (`GrpoLoss`)."""
     import torch
 
     clip_ratio, beta, agg, kl_clamp = grpo.clip_ratio, grpo.beta, grpo.agg, grpo.kl_clamp
@@ -464,10 +463,9 @@ def grpo_loss(
 
 # %% ../nbs/10b_umad_train.ipynb #a1c0f003
 def pin_4bit_training_path(model) -> int:
-    """Keep every bitsandbytes 4-bit layer of `model` on its dequantizing path, on every CPU: Alg. 2 line 29's ratio
-    pi_theta / pi_old and KL(pi_theta || pi_ref) compare forwards with and without gradient, which must run through one
-    kernel. (On a CPU with AVX512-BF16, `Linear4bit.forward` otherwise repacks the weight for a bf16 kernel at its first
-    forward without gradient in eval mode, and serves every later forward from it.) Returns the number of 4-bit layers."""
+    """Keep every bitsandbytes 4-bit layer of `model` on its dequantizing path, on every CPU: Alg. 2
+    line 29's ratio pi_theta / pi_old and KL(pi_theta || pi_ref) compare forwards with and
+    without gradient, which must run through one kernel."""
     from mad_study.backends import (
         set_cpu_4bit_kernel,
     )  # the kit's one rule for the 4-bit CPU path (03_backends)

@@ -109,10 +109,8 @@ def vote_table(
     by: Sequence[str] = ("item_id", "sample", "round"),
     fmt: str | None = None,
 ) -> pd.DataFrame:
-    """Majority vote per condition (`experiment`, `method`), item, thread and round (`pool_keys(transcript, by)`): those
-    columns + task, gold, `answer`, `correct`, `n_agents`. Ties: `tie_seeds` (item, sample, round only).
-    The answer format is `fmt` when given, else the row's `fmt` column, else the task's (`row_formats`). (Numeric and multiple-choice answers are counted
-    for all groups at once; other formats group by group. Both give `majority_vote`'s answer.)"""
+    """Majority vote per condition (`experiment`, `method`), item, thread and round
+    (`pool_keys(transcript, by)`): those columns + task, gold, `answer`, `correct`, `n_agents`."""
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="vote_table")
     keys, groups = group_rows(transcript, by, dropna=False)

@@ -7,6 +7,7 @@ The graph is read from the source (ast), not from `sys.modules`: imports inside 
 """
 import ast
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -23,6 +24,7 @@ CLI = "reproduce"
 # issue 37: what a reader holds on a screen, measured over every code cell of nbs/*.ipynb
 WIDTH, MAX_WIDE_PCT = 100, 5.0          # ruff's line length; at most 5% of code lines past it (strings, docstrings)
 MAX_MEDIAN_CHARS = 450                  # median characters per code cell
+FIGURE = re.compile(r"plt\.subplots\(|plt\.figure\(|panel_figure\(|\.subplots\(")   # as tools/format_notebooks.py
 LONG, MAX_CELL_LINES, MAX_CELL_CHARS = 40, 125, 7000   # a cell over 40 lines holds one definition; none past the caps
 MAX_OVER_60 = 80                        # cells over 60 lines (single long functions, tables and `if wanted(...)` blocks:
                                         # issue 37's list to refactor); lower it as they shrink
@@ -120,6 +122,8 @@ def test_a_long_code_cell_holds_one_definition():
         if n > MAX_CELL_LINES or len(s) > MAX_CELL_CHARS: huge.append((nb, c["id"], n, len(s)))
         if n > 60: over60.append((nb, c["id"], n))
         if c.get("metadata", {}).get("tags"): continue        # papermill's parameters cells: one cell by design
+        if FIGURE.search(s) and "save_figure(" in s and not s.startswith("#|"):
+            continue    # a figure is built whole, subplots to save_figure: split, the inline backend shows it half-drawn
         rest = [t for t in body or [] if not isinstance(t, (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign))]
         if body is None or len(rest) > 1: several.append((nb, c["id"], n, [type(t).__name__ for t in rest]))
     huge += [(nb, c["id"], len(s.splitlines()), len(s)) for nb, c, s in code_cells() if len(s) > MAX_CELL_CHARS

@@ -45,8 +45,17 @@ def cites(text: str, qual: str) -> bool:
 
 
 def split_doc(doc: str, qual: str) -> tuple[str, str] | None:
-    "(kept, moved) or None where no short prefix keeps the citation."
-    parts = sentences(" ".join(doc.split()))
+    "(kept, moved) or None where no short prefix keeps the citation; at '; ' where no sentence is short enough."
+    text = " ".join(doc.split())
+    cut = _split(sentences(text), qual)
+    if cut is None:
+        cut = _split([p + ";" for p in text.split("; ")[:-1]] + [text.split("; ")[-1]], qual)
+        if cut is not None:
+            cut = (cut[0][:-1] + ".", cut[1][:1].upper() + cut[1][1:])
+    return cut
+
+
+def _split(parts: list[str], qual: str) -> tuple[str, str] | None:
     need = cites(" ".join(parts), qual)
     for k in range(1, len(parts)):
         kept = " ".join(parts[:k])

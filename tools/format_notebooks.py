@@ -378,6 +378,24 @@ def split_cell(c: dict) -> list[str] | None:
     return ["\n".join(dirs + text(p)) for p in pieces]
 
 
+def merge_repeated_ifs(text: str) -> str:
+    "Top-level `if X:` blocks that follow one another with the same header become one block (a figure's pieces)."
+    out, last_if = [], None
+    for line in text.split("\n"):
+        top = line[:1] not in (" ", "\t", "")
+        head, _, note = line.partition("  #")
+        if top and last_if is not None and head.rstrip() == last_if:
+            while out and not out[-1].strip():
+                out.pop()
+            if note.strip():
+                out.append("    #" + note.rstrip())
+            continue
+        if top:
+            last_if = head.rstrip() if re.match(r"if .*:$", head.rstrip()) else None
+        out.append(line)
+    return "\n".join(out)
+
+
 def join_figures() -> int:
     "Join each figure an earlier run split: from the cell that makes it to the next cell calling save_figure."
     joined = 0
@@ -399,7 +417,7 @@ def join_figures() -> int:
             if len(chain) > 1:
                 d = dict(c)
                 d["execution_count"], d["outputs"] = None, []
-                d["source"] = as_source("\n".join(src(x) for x in chain))
+                d["source"] = as_source(merge_repeated_ifs("\n".join(src(x) for x in chain)))
                 out.append(d)
                 joined += len(chain) - 1
             else:
@@ -448,6 +466,12 @@ def main():
     ruff = tool("ruff")
     if a.join_figures:
         print(f"figure cells joined: {join_figures()}")
+        for p in notebooks():  # and the blocks of figure cells joined earlier
+            nb = load(p)
+            for c in nb["cells"]:
+                if c["cell_type"] == "code" and FIGURE.search(src(c)) and not src(c).startswith("#|"):
+                    c["source"] = as_source(merge_repeated_ifs(src(c)))
+            save(p, nb)
     run(ruff, "format", "nbs")
     print(f"re-exports kept with `# noqa: F401`: {keep_reexports()}")
     print(f"notebooks patched (unused variables): {apply_patches()}")
