@@ -148,7 +148,19 @@ def _posterior(kind: str, retained: int, changed: int, signals: list) -> float:
 @dataclass(frozen=True)
 class SVRConfig:
     """SVR-MAD's hyper-parameters (Jiang et al., Alg. 1, Sec. 4, App. A, App. B), checked when made
-    (`ConfigError`)."""
+    (`ConfigError`).
+
+    S: communications per round (line 8's top-S; App. A: 2 GPT-OSS-120B, 3 DeepSeek-V3.1). C:
+    challenges a receiver must survive before acceptance (App. A "100% SVR for at least C
+    challengers": D >= C). tau: acceptance threshold (line 13; App. A: 1). budget: B_max (line 4;
+    None: S(k + m), App. A). budget_cap: never make more than `budget` debates (False: the literal
+    loop, which may overspend a budget that is not a multiple of S). prior: the signal `run_svr_mad`
+    reads as Prior(A_i) (line 3; min_ll / ppl / conf; `svr_mad` is given the values). prior_scale:
+    'svr' puts min-LL / PPL priors on SVR's scale when the posterior is SVR (choice 2), 'raw' keeps
+    them. posterior: 'svr' (Sec. 4) or min_ll / ppl / conf (App. B ablation). challengers: 'reuse'
+    (line 8 as written) or 'distinct' (an agent challenges a receiver once). check: 'iteration'
+    (line 13 after the S debates) or 'debate' (Sec. 4: after each debate). unparsed: an unparsed
+    post-debate answer is 'changed' or 'ignore'd (not in D, r, c)."""
 
     S: int = 2
     C: int = 2

@@ -21,7 +21,7 @@ from mad_study.meta_debate import (PAPER_CRITERIA, assign_roles, framework_roles
                                    uniform_assignment)
 from mad_study.prompts import META_DEBATE_PROMPTS
 from mad_study.roles import RoleSimBackend, parse_verdict, run_dmad, run_mad
-from mad_study.sandbox import NOBODY, os_isolation_available, run_program
+from mad_study.sandbox import NOBODY, SandboxLimits, os_isolation_available, run_program
 from conftest import mad_study
 from mad_study.meta_debate import MetaDebateOptions
 from mad_study.roles import PotSettings
