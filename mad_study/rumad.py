@@ -35,6 +35,7 @@ from .voting import vote_table
 from .registry import planner
 from .sim import read_final_answers
 from .core import Inference, Sampling
+from .data import paper_table
 
 # %% auto #0
 __all__ = ['TIERS', 'DELTA', 'ACTIVATION_ATOL', 'DISTS', 'INITS', 'SIGMAS', 'DENSE_LOGIT', 'SIGMA_MIN', 'SIGMA_MAX', 'SIGMA_INIT',
@@ -505,17 +506,9 @@ def episode_reward(c: Mapping[str, float], beta: Mapping[str, float] = BETA) -> 
     )
 
 # %% ../nbs/13_rumad.ipynb #0366ed06
-TABLE6 = {
-    "hidden": 128,
-    "lr": 1e-4,
-    "gamma": 0.99,
-    "gae_lambda": 0.95,
-    "clip": 0.20,
-    "c1": 0.01,
-    "c2": 0.01,
-    "epochs": 1,
-    "batch_size": 10,
-    "rollout": 10,
+TABLE6 = {  # Table 6 (`fixtures/paper_rumad_tab6.csv`): the PPO controller's hyper-parameters
+    r["name"]: (int if r["value"].isdigit() else float)(r["value"])
+    for _, r in paper_table("rumad_tab6").iterrows()
 }
 
 
@@ -1247,32 +1240,17 @@ from mad_study.metrics import (
 )  # Table 2's saving, Sec. 1's tokens per point (nbs/05_metrics)
 
 # %% ../nbs/13_rumad.ipynb #671fdc8f
-PAPER_TAB2 = pd.DataFrame(
-    [
-        ("MMLU", "RUMAD B=12", 68, 11.43, -81.74),
-        ("MMLU", "RUMAD B=18", 68, 22.46, -64.11),
-        ("MMLU", "MAD", 49, 62.58, None),
-        ("MMLU", "S-MAD star", 61, 33.32, -46.75),
-        ("MMLU", "S-MAD ring", 54, 31.70, -49.34),
-        ("MMLU", "GD", 53, 32.17, -48.59),
-        ("MMLU", "S2-MAD", 46, 25.36, -58.48),
-        ("GPQA", "RUMAD B=12", 32, 19.53, -66.21),
-        ("GPQA", "RUMAD B=18", 35, 33.39, -42.24),
-        ("GPQA", "MAD", 30, 57.80, None),
-        ("GPQA", "S-MAD star", 30, 36.37, -37.08),
-        ("GPQA", "S-MAD ring", 34, 38.59, -33.24),
-        ("GPQA", "GD", 34, 26.05, -54.93),
-        ("GPQA", "S2-MAD", 28, 23.26, -59.76),
-        ("GSM8K", "RUMAD B=12", 86, 10.46, -86.40),
-        ("GSM8K", "RUMAD B=18", 89, 17.28, -77.53),
-        ("GSM8K", "MAD", 88, 76.90, None),
-        ("GSM8K", "S-MAD star", 83, 39.38, -48.78),
-        ("GSM8K", "S-MAD ring", 70, 37.82, -50.81),
-        ("GSM8K", "GD", 84, 29.76, -61.30),
-        ("GSM8K", "S2-MAD", 70, 30.51, -60.32),
-    ],
-    columns=["task", "method", "accuracy_pct", "tokens_k", "saving_pct"],
-)
+def _paper_tab2() -> pd.DataFrame:
+    "Table 2 (`fixtures/paper_rumad_tab2.csv`): accuracy (%), tokens (k per task) and the printed cost saving (%)."
+    t = paper_table("rumad_tab2")
+    return t.assign(
+        accuracy_pct=t["accuracy_pct"].astype(int),
+        tokens_k=t["tokens_k"].astype(float),
+        saving_pct=t["saving_pct"].replace("", None).astype(float),
+    )
+
+
+PAPER_TAB2 = _paper_tab2()
 
 # %% ../nbs/13_rumad.ipynb #bb2e1694
 class ForcedDense(RumadController):
