@@ -485,6 +485,8 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
         "register_protocol",
         "transcript_row",
         "turn_rows",
+        "generate_turns",
+        "slot_name",
     ),
 }
 

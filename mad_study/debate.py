@@ -33,7 +33,7 @@ from .interface import generate_jobs
 # %% auto #0
 __all__ = ['ORDERINGS', 'PROTOCOLS', 'HISTORY_MODES', 'Agent', 'make_agents', 'Turn', 'RoundPlan', 'RoundContext', 'Protocol',
            'FullyConnected', 'OrderedPeers', 'register_protocol', 'make_protocol', 'TurnSlot', 'transcript_row',
-           'turn_rows', 'run_debate']
+           'slot_name', 'generate_turns', 'turn_rows', 'run_debate']
 
 # %% ../nbs/04_debate.ipynb #2b7ad846
 @dataclass(frozen=True)
@@ -370,6 +370,19 @@ def _reused_row(prev: dict, slot: TurnSlot) -> dict:
         completion_tokens=0,
     )
 
+# %% ../nbs/04_debate.ipynb #6311f390
+def slot_name(slot: TurnSlot) -> str:
+    "A turn's short name for messages: item/agent/round/sample."
+    return f"{slot.item.id}/{slot.agent}/r{slot.round}/s{slot.sample}"
+
+
+def generate_turns(
+    backends: Mapping[str, Any], jobs: Sequence[tuple[TurnSlot, GenRequest]]
+) -> list[Generation]:
+    "Each (slot, request) job's generation by its slot's model, in job order (the kit's own)."
+    names = [slot_name(slot) for slot, _ in jobs]
+    return generate_jobs(backends, [(slot.model, req) for slot, req in jobs], names)
+
 # %% ../nbs/04_debate.ipynb #cb884af7
 def turn_rows(
     backends: Mapping[str, Any],
@@ -378,8 +391,8 @@ def turn_rows(
     experiment: str,
     method: str = "",
 ) -> list[dict]:
-    "Generate each (slot, request) job through its slot's model's backend; one transcript row per job (the kit's own)."
-    gens = generate_jobs(backends, [(slot.model, req) for slot, req in jobs])
+    "Generate each (slot, request) job; one transcript row per job, in job order (the kit's own)."
+    gens = generate_turns(backends, jobs)
     return [
         transcript_row(slot, g, experiment=experiment, method=method)
         for (slot, _), g in zip(jobs, gens)

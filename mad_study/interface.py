@@ -47,9 +47,11 @@ class BaseBackend:
 
 # %% ../nbs/03a_interface.ipynb #88304566
 def generate_jobs(
-    backends: Mapping[str, Any], jobs: Sequence[tuple[str, GenRequest]]
+    backends: Mapping[str, Any],
+    jobs: Sequence[tuple[str, GenRequest]],
+    names: Sequence[str] | None = None,
 ) -> list[Generation]:
-    "Generate `jobs` [(model, request)] with one `generate` call per model (in job order); results in job order."
+    "Generate `jobs` [(model, request)] with one `generate` call per model; results in job order."
     by = defaultdict(list)
     for i, (m, _) in enumerate(jobs):
         if m not in backends:
@@ -61,8 +63,10 @@ def generate_jobs(
     for m, idx in by.items():
         gens = list(backends[m].generate([jobs[i][1] for i in idx]))
         if len(gens) != len(idx):
+            asked = [names[i] for i in idx[:4]] + ["..."] * (len(idx) > 4) if names else []
             raise RuntimeError(
                 f"backend for {m} returned {len(gens)} generations for {len(idx)} requests"
+                + (f" ({', '.join(asked)})" if asked else "")
             )
         for i, g in zip(idx, gens):
             out[i] = g

@@ -43,7 +43,7 @@ from .answers import extract_answer, is_correct
 from .data import paper_table
 from .prompts import META_DEBATE_PROMPTS, number_word
 from .registry import planner
-from .interface import generate_jobs
+from .debate import TurnSlot, generate_turns
 from mad_study.roles import (
     DMAD_ROLES,
     DMAD_VISION_ROLES,
@@ -507,7 +507,7 @@ def generate_criteria(
         msgs = [{"role": "user", "content": criteria_prompt(framework, role, examples, data)}]
         jobs.append(
             (
-                model,
+                TurnSlot(examples[0], role, model, role),
                 greedy.request(
                     msgs,
                     seed=derive_seed(sampling.seed, task, role),
@@ -518,7 +518,7 @@ def generate_criteria(
             )
         )
         todo.append(role)
-    for role, g in zip(todo, generate_jobs(backends, jobs)):
+    for role, g in zip(todo, generate_turns(backends, jobs)):
         crit = parse_criteria(g.text)
         val = {
             "criteria": crit or PAPER_CRITERIA,
@@ -636,7 +636,7 @@ def _propose(items, stage, chosen, run: _MetaRun) -> tuple[dict, list[dict]]:
             for j, m in enumerate(models):
                 jobs.append(
                     (
-                        m,
+                        TurnSlot(it, f"{r}{j + 1}", m, r),
                         run.sampling.request(
                             [{"role": "user", "content": user}],
                             seed=derive_seed(run.sampling.seed, it.id, r, m, "proposal"),
@@ -648,7 +648,7 @@ def _propose(items, stage, chosen, run: _MetaRun) -> tuple[dict, list[dict]]:
                 )
                 keys.append((it, r, j))
     props, rows = {}, []
-    for (it, r, j), g in zip(keys, generate_jobs(run.backends, jobs)):
+    for (it, r, j), g in zip(keys, generate_turns(run.backends, jobs)):
         text, a, status = g.text, _proposal_answer(g.text, it, r), None
         if r == "pot":  # run the program; reviewers see its output (as in DMAD)
             pa, text, status, _ = pot_turn(g.text, it, **dataclasses.asdict(run.pot))
@@ -723,7 +723,7 @@ def _review(items, stage, crit, props, chosen, run: _MetaRun) -> list[dict]:
                 )
                 jobs.append(
                     (
-                        m,
+                        TurnSlot(it, f"evaluator{k + 1}", m, r, round=1),
                         run.sampling.request(
                             [{"role": "user", "content": user}],
                             seed=derive_seed(run.sampling.seed, it.id, r, m, "review"),
@@ -739,7 +739,7 @@ def _review(items, stage, crit, props, chosen, run: _MetaRun) -> list[dict]:
                 )
                 keys.append((it, r, k, names, order))
     rows = []
-    for (it, r, k, names, order), g in zip(keys, generate_jobs(run.backends, jobs)):
+    for (it, r, k, names, order), g in zip(keys, generate_turns(run.backends, jobs)):
         rv = read_review(g.text, N, names)
         s = np.full(N, np.nan)
         s[order] = rv.scores  # shown position p -> agent order[p]

@@ -32,8 +32,7 @@ from mad_study.core import (
 from .answers import extract_answer, is_correct
 from .data import LETTERS  # option letters, one definition (02_data)
 from .voting import majority_vote
-from .interface import generate_jobs
-from .debate import TurnSlot, transcript_row
+from .debate import TurnSlot, generate_turns, transcript_row
 from .sandbox import SandboxLimits, run_program
 from mad_study.sim import (
     SimBackend,
@@ -300,6 +299,12 @@ def _req(messages, item, role, rnd, kind, sampling: Sampling, **meta) -> GenRequ
         messages, seed=seed, meta=dict(item=item, role=role, round=rnd, kind=kind, **meta)
     )
 
+
+def _slot(s: dict, role: str, rnd: int) -> TurnSlot:
+    "Who speaks: `role` of item state `s` in round `rnd` (the judge is the moderator's model)."
+    model = s["a"][role if role != "judge" else "moderator"]
+    return TurnSlot(s["item"], role, model, role, rnd)
+
 # %% ../nbs/04c_roles.ipynb #082de7b4
 Assignment = (
     Mapping[str, str] | Mapping[str, Mapping[str, str]] | Callable[[Item], Mapping[str, str]]
@@ -376,8 +381,10 @@ def _mad_step(
     for s in live:
         s["conv"][role] = s["conv"][role] + [{"role": "user", "content": user_of(s)}]
         kind = "verdict" if role == "moderator" else "answer"
-        jobs.append((s["a"][role], _req(s["conv"][role], s["item"], role, rnd, kind, run.sampling)))
-    for s, g in zip(live, generate_jobs(run.backends, jobs)):
+        jobs.append(
+            (_slot(s, role, rnd), _req(s["conv"][role], s["item"], role, rnd, kind, run.sampling))
+        )
+    for s, g in zip(live, generate_turns(run.backends, jobs)):
         s["conv"][role] = s["conv"][role] + [{"role": "assistant", "content": g.text}]
         s["last"][role] = g.text
         it = s["item"]
@@ -414,7 +421,7 @@ def _mad_judge(run: _RoleRun, P: Mapping[str, str], max_rounds: int) -> None:
         ]
         jobs.append(
             (
-                s["a"]["moderator"],
+                _slot(s, "judge", max_rounds + 1),
                 _req(
                     s["judge"],
                     s["item"],
@@ -425,7 +432,7 @@ def _mad_judge(run: _RoleRun, P: Mapping[str, str], max_rounds: int) -> None:
                 ),
             )
         )
-    for s, g in zip(live, generate_jobs(run.backends, jobs)):
+    for s, g in zip(live, generate_turns(run.backends, jobs)):
         s["cand"] = g  # its tokens go into the judge's row (both calls)
         s["judge"] = s["judge"] + [
             {"role": "assistant", "content": g.text},
@@ -433,7 +440,7 @@ def _mad_judge(run: _RoleRun, P: Mapping[str, str], max_rounds: int) -> None:
         ]
     jobs = [
         (
-            s["a"]["moderator"],
+            _slot(s, "judge", max_rounds + 1),
             _req(
                 s["judge"],
                 s["item"],
@@ -446,7 +453,7 @@ def _mad_judge(run: _RoleRun, P: Mapping[str, str], max_rounds: int) -> None:
         )
         for s in live
     ]
-    for s, g in zip(live, generate_jobs(run.backends, jobs)):
+    for s, g in zip(live, generate_turns(run.backends, jobs)):
         it = s["item"]
         v = parse_verdict(g.text, it)
         s["verdicts"].append(f"judge:{v.status}")
@@ -788,7 +795,7 @@ def _dmad_aux(
             )
             jobs.append(
                 (
-                    s["a"][role],
+                    _slot(s, role, rnd),
                     _req(
                         s["conv"][role] + [{"role": "user", "content": user}],
                         s["item"],
@@ -800,7 +807,7 @@ def _dmad_aux(
                 )
             )
             keys.append((s["item"].id, role))
-    aux = dict(zip(keys, generate_jobs(backends, jobs)))
+    aux = dict(zip(keys, generate_turns(backends, jobs)))
     return aux
 
 # %% ../nbs/04c_roles.ipynb #c965e87c
@@ -824,7 +831,7 @@ def _dmad_answer_jobs(
                 role, it, rnd, peers(s, role), prompts, vision_prompts, aux=a.text if a else ""
             )
             s["conv"][role] = s["conv"][role] + [{"role": "user", "content": user}]
-            jobs.append((s["a"][role], _req(s["conv"][role], it, role, rnd, "answer", kw)))
+            jobs.append((_slot(s, role, rnd), _req(s["conv"][role], it, role, rnd, "answer", kw)))
             keys.append((s, role))
     return jobs, keys
 
@@ -850,7 +857,7 @@ def _dmad_turns(
     pot: PotSettings,
 ) -> None:
     "Generate round `rnd`'s answers and append their rows (and PoT log entries) in place."
-    for (s, role), g in zip(keys, generate_jobs(run.backends, jobs)):
+    for (s, role), g in zip(keys, generate_turns(run.backends, jobs)):
         it, text = s["item"], g.text
         ans = extract_answer(text, it.fmt)
         if role == "pot":

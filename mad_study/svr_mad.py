@@ -18,6 +18,7 @@ import pandas as pd
 from mad_study.core import (
     ConfigError,
     GenRequest,
+    Generation,
     Item,
     Sampling,
     derive_seed,
@@ -25,7 +26,13 @@ from mad_study.core import (
     rng_for,
     takes_sampling,
 )
-from .answers import answers_equivalent, extract_confidence, is_correct, merge_equivalent
+from mad_study.answers import (
+    answers_equivalent,
+    extract_answer,
+    extract_confidence,
+    is_correct,
+    merge_equivalent,
+)
 from .data import format_question
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
 from .debate import run_debate
@@ -34,7 +41,7 @@ from mad_study.metrics import (
     survival_rate,
 )  # missing: None, NaN or pd.NA (one definition)
 from .registry import planner
-from .interface import generate_jobs
+from .debate import TurnSlot, generate_turns
 
 # %% auto #0
 __all__ = ['PRIORS', 'SIGNAL_LABELS', 'SVR_OPTIONS', 'PRIOR_SCALES', 'SVR_SAMPLING', 'METHODS', 'METHOD_LABELS', 'FIG2_YLABEL',
@@ -454,6 +461,33 @@ def challenge_request(
         ),
     )
 
+# %% ../nbs/12_svr_mad.ipynb #d12763cb
+def _challenge_row(key: tuple, pre: dict, it: Item, g: Generation) -> dict:
+    "One challenge's row: `key` (item, sample, receiver, challenger, repeat), the pre-debate row."
+    iid, k, r, s, rep = key
+    ans = extract_answer(g.text, it.fmt)
+    conf = extract_confidence(g.text)
+    if ans is None:
+        outcome = "unparsed"
+    else:
+        outcome = "retained" if answers_equivalent(ans, pre["answer"], it.fmt) else "changed"
+    return {
+        "item_id": iid,
+        "sample": k,
+        "receiver": r,
+        "challenger": s,
+        "repeat": rep,
+        "model": pre["model"],
+        "post": ans,
+        "outcome": outcome,
+        "min_ll": g.logprob_min,
+        "ppl": g.perplexity,
+        "conf": conf if conf is not None else g.confidence,
+        "prompt_tokens": g.prompt_tokens,
+        "completion_tokens": g.completion_tokens,
+        "text": g.text,
+    }
+
 # %% ../nbs/12_svr_mad.ipynb #1a04327c
 def run_challenges(
     pairs: Sequence[tuple[str, int, str, str]],
@@ -486,7 +520,7 @@ def run_challenges(
         (x["item_id"], int(x["sample"]), x["agent"]): x
         for x in pre[["item_id", "sample", "agent", "model", "text", "answer"]].to_dict("records")
     }
-    jobs: dict[str, list] = {}
+    jobs, keys = [], []
     for iid, k, r, s, *rep in pairs:
         rr, sr, rep = rows[(iid, int(k), r)], rows[(iid, int(k), s)], int(rep[0]) if rep else 0
         req = challenge_request(
@@ -496,41 +530,17 @@ def run_challenges(
             repeat=rep,
             **kw,
         )
-        jobs.setdefault(rr["model"], []).append(((iid, k, r, s, rep), rr, req))
-    out = []
-    from mad_study.answers import extract_answer
-
-    for model, js in jobs.items():
-        gens = generate_jobs(
-            backends, [(model, j[2]) for j in js]
-        )  # counts checked (03a_interface)
-        for ((iid, k, r, s, rep), rr, _), g in zip(js, gens):
-            it = items[iid]
-            ans = extract_answer(g.text, it.fmt)
-            conf = extract_confidence(g.text)
-            out.append(
-                {
-                    "item_id": iid,
-                    "sample": k,
-                    "receiver": r,
-                    "challenger": s,
-                    "repeat": rep,
-                    "model": model,
-                    "post": ans,
-                    "outcome": "unparsed"
-                    if ans is None
-                    else "retained"
-                    if answers_equivalent(ans, rr["answer"], it.fmt)
-                    else "changed",
-                    "min_ll": g.logprob_min,
-                    "ppl": g.perplexity,
-                    "conf": conf if conf is not None else g.confidence,
-                    "prompt_tokens": g.prompt_tokens,
-                    "completion_tokens": g.completion_tokens,
-                    "text": g.text,
-                }
-            )
-    df = pd.DataFrame(out, columns=cols)
+        slot = TurnSlot(items[iid], r, rr["model"], "receiver", sample=int(k), peers=(s,))
+        jobs.append((slot, req))
+        keys.append(((iid, k, r, s, rep), rr))
+    gens = generate_turns(backends, jobs)  # one batch per model, counts checked
+    first: dict = {}  # rows grouped by model, in order of first appearance
+    for slot, _ in jobs:
+        first.setdefault(slot.model, len(first))
+    order = sorted(range(len(jobs)), key=lambda i: first[jobs[i][0].model])
+    df = pd.DataFrame(
+        [_challenge_row(*keys[i], items[keys[i][0][0]], gens[i]) for i in order], columns=cols
+    )
     for c in ("min_ll", "ppl", "conf"):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype(float)
     return df

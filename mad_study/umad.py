@@ -12,12 +12,26 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .core import ConfigError, Sampling, fold_keywords, pool_keys, takes_sampling
+from mad_study.core import (
+    ConfigError,
+    Sampling,
+    derive_seed,
+    fold_keywords,
+    pool_keys,
+    takes_sampling,
+    transcript_frame,
+)
 from .answers import parse_failure_rate
-from .debate import Agent, FullyConnected, make_agents
+from mad_study.debate import (
+    Agent,
+    FullyConnected,
+    TurnSlot,
+    generate_turns,
+    make_agents,
+    transcript_row,
+)
 from .metrics import entropy_rows, clustered_accuracy_ci
 from .registry import planner
-from .interface import generate_jobs
 from .core import Inference
 
 # %% auto #0
@@ -150,52 +164,27 @@ def alg1_samples(
     """UMAD Alg. 1 lines 7-8 (and Sec. 3.2): at every turn, `k` samples of each agent under the
     context of ONE trajectory (thread `thread` of `transcript`, the single trajectory of lines
     17-20)."""
-    from collections import defaultdict
-    from mad_study.answers import extract_answer, is_correct
-    from mad_study.core import SIGNALS, derive_seed, transcript_frame
-
     main = transcript[transcript["sample"] == thread]
     by_id = {it.id: it for it in items}
-    pending = defaultdict(list)
+    jobs, turns = [], []
     for r in main.itertuples():
         it = by_id[r.item_id]
         msgs = sent_messages(transcript, it, r.agent, int(r.round), thread, prompt, history)
+        peers = tuple(r.visible_peers.split(",")) if r.visible_peers else ()
         for j in range(int(k)):
+            slot = TurnSlot(it, r.agent, r.model, r.role, int(r.round), j, r.position, peers)
             req = sampling.request(
                 msgs,
                 seed=derive_seed(sampling.seed, "alg1", it.id, r.agent, int(r.round), j),
                 meta=dict(item=it, agent=r.agent, round=int(r.round), sample=j),
             )
-            pending[r.model].append((r, it, j, req))
-    rows = []
-    for model, jobs in pending.items():
-        gens = generate_jobs(
-            backends, [(model, j[-1]) for j in jobs]
-        )  # counts checked (03a_interface)
-        for (r, it, j, req), g in zip(jobs, gens):
-            ans = extract_answer(g.text, it.fmt)
-            rows.append(
-                dict(
-                    experiment=r.experiment,
-                    item_id=it.id,
-                    task=it.task,
-                    gold=str(it.gold),
-                    round=int(r.round),
-                    agent=r.agent,
-                    role=r.role,
-                    model=r.model,
-                    sample=j,
-                    position=r.position,
-                    visible_peers=r.visible_peers,
-                    reused=False,
-                    prompt_tokens=g.prompt_tokens,
-                    completion_tokens=g.completion_tokens,
-                    text=g.text,
-                    answer=ans,
-                    correct=bool(ans is not None and is_correct(ans, it.gold, it.fmt)),
-                    **{s: getattr(g, s) for s in SIGNALS},
-                )
-            )
+            jobs.append((slot, req))
+            turns.append(r)
+    gens = generate_turns(backends, jobs)  # one batch per model, counts checked
+    rows = [
+        transcript_row(slot, g, experiment=r.experiment, method=r.method)
+        for (slot, _), r, g in zip(jobs, turns, gens)
+    ]
     df = transcript_frame(rows)
     return df.sort_values(["item_id", "round", "agent", "sample"], kind="stable").reset_index(
         drop=True
