@@ -947,10 +947,8 @@ CORPUS_FILE = "answer_corpus.jsonl"  # in mad_study/fixtures/
 
 
 def load_answer_corpus() -> list[dict]:
-    """The labelled corpus of model outputs the extraction rules are checked on (`mad_study/fixtures/`): per entry
-    `text`, `fmt`, `expected` (None: no answer), `cls` (the pattern), `reason`, `ambiguous` (a documented case
-    where the kit's reading differs from the label) and `source` (`smollm2`: the embedded model's own debate
-    turns; `written`: patterns of debate text written as models write them)."""
+    """The labelled corpus of model outputs the extraction rules are checked on
+    (`mad_study/fixtures/`), one dict per entry (the kit's own)."""
     p = importlib.resources.files("mad_study") / "fixtures" / CORPUS_FILE
     return [json.loads(l) for l in p.read_text(encoding="utf-8").splitlines() if l.strip()]
 

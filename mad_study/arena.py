@@ -54,11 +54,8 @@ class ArenaSize:
 # %% ../nbs/15_arena.ipynb #9df6f6ea
 @dataclass
 class Arena:
-    """One arena run (the kit's own): the `items`, `agents` and `backends` every method runs on, the
-    run's settings, and what the methods have produced so far: `per_item` (each method's per-item
-    frame as its runner returned it), `transcripts` (its debate in the kit's schema, where it has
-    one) and `notes` (what it reports beside its rows: SID-ET's skip rate, self-consistency's
-    budget, seconds per group)."""
+    """One arena run (the kit's own): items, agents and backends every method runs on, the settings,
+    and each method's per-item results, transcripts and notes."""
 
     items: list
     agents: list
@@ -102,11 +99,8 @@ ARENA_GROUPS: dict[str, str] = {  # in the order the per-item results report the
 # %% ../nbs/15_arena.ipynb #d4b6d6fd
 @dataclass(frozen=True)
 class ArenaMethod:
-    """One method of the arena (the kit's own): `key`, `label`, `group` (of `ARENA_GROUPS`), the
-    runner `run(arena, key) -> (per-item frame, transcript or None)`, its budget per item
-    `calls(size)` and `shown(size)` (responses shown per prompt), the figure's `short` label
-    (default `label`) and `style` name for `mad_study.report.method_style` (default `key`), and the
-    flags `oracle`, `hollow` and `entropy`."""
+    """One method of the arena (the kit's own): its key, label, group, runner, budget per item and
+    figure style."""
 
     key: str
     label: str
@@ -135,10 +129,7 @@ class ArenaMethod:
 # %% ../nbs/15_arena.ipynb #ec4fdd48
 def engine_debate(baseline: str | None = None, madc: str | None = None) -> Callable:
     """A runner: a debate on the kit's engine (`mad_study.protocols.run_protocol`): Du et al.'s
-    all-to-all MAD (`FullyConnected`), or with `madc` an order of MADC's
-    (`mad_study.madc.strategy_protocol`: Alg. 1 'madc', the oracle 'truth_last'), or with `baseline`
-    one of `make_baseline`'s (GroupDebate, S2-MAD, S-MAD star or ring; no early stop). Rows: each
-    debate's majority of its last round, with tokens and NComm (`debate_costs`)."""
+    all-to-all MAD, an order of MADC's, or one of `make_baseline`'s."""
 
     def run(arena: Arena, key: str):
         from mad_study.debate import FullyConnected

@@ -318,11 +318,8 @@ def deprecated_names(module: str, names: Mapping[str, str]):
 # %% ../nbs/00_core.ipynb #79be6816
 @dataclass(frozen=True)
 class Inference:
-    """How `compare_methods` tests (the kit's own settings object, DESIGN "Statistics"): interval
-    `level`, TOST `margin` (None: no TOST), bootstrap `n_resamples` and `seed`, the paired `test`,
-    the `correction` over the gaps ('holm' by default), `min_items` (fewer: the gap's status says
-    so), the items compared (`on`: 'all' or 'shared') and `fixed_items` (the caption says the tests
-    speak for these items only)."""
+    """How `compare_methods` tests (the kit's own settings object, DESIGN \"Statistics\"): level,
+    margin, resamples, test, correction and which items are compared."""
 
     level: float = 0.95
     margin: float | None = None

@@ -1427,10 +1427,8 @@ def _registry_fmt(task: Any, what: str) -> str:
 def complete_transcript(
     df: pd.DataFrame, fmt: str | None = None, what: str = "transcript"
 ) -> pd.DataFrame:
-    """A copy of `df` with every schema column: a missing required column (`TRANSCRIPT_REQUIRED`) is one line naming
-    it, a missing optional one gets its `TRANSCRIPT_DEFAULTS` value (missing cells of `reused`, `sample`, `method` and
-    `experiment` too), `fmt` holds each row's answer format (`row_formats`) and `correct` is graded where missing.
-    Extra columns are kept. (The kit's own contract for transcripts from outside the kit.)"""
+    """A copy of `df` with every schema column: a missing required one is one line naming it, a
+    missing optional one gets its default, `correct` is graded (the kit's own)."""
     if not isinstance(df, pd.DataFrame):
         raise ConfigError("a transcript is a pandas DataFrame", key=what, value=type(df).__name__)
     for req in TRANSCRIPT_REQUIRED:

@@ -375,7 +375,7 @@ def slot_name(slot: TurnSlot) -> str:
     "A turn's short name for messages: item/agent/round/sample."
     return f"{slot.item.id}/{slot.agent}/r{slot.round}/s{slot.sample}"
 
-
+# %% ../nbs/04_debate.ipynb #62cfff31
 def generate_turns(
     backends: Mapping[str, Any], jobs: Sequence[tuple[TurnSlot, GenRequest]]
 ) -> list[Generation]:

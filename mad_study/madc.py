@@ -283,11 +283,8 @@ def strategy_tests(
     n_resamples: int = 2000,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """Paired tests between strategies over units (`unit`: "item_id" for claims about items, "sample" for repeats of fixed
-    items), rows of a unit **averaged first** (several votes of an item: one value). Per metric and pair: means, difference
-    with a bootstrap interval over units (`mad_study.stats.paired_difference`), `pvalue` (exact McNemar when every unit
-    has one 0/1 value, else the paired t-test), `pvalue_wilcoxon` (signed-rank check; NaN for 0/1), `p_adjusted` over the
-    pairs of a metric (`correction`, Holm 1979 by default) and `significant` (adjusted p < 0.05). MADC Figs. 3-5 "p < 0.0001"."""
+    """Paired tests between MADC's strategies over units, a unit's rows averaged first: means,
+    difference with interval, p-values and Holm-adjusted significance (MADC Figs. 3-5)."""
     unit = [unit] if isinstance(unit, str) else list(unit)
     pairs = (
         list(pairs)
@@ -464,10 +461,8 @@ def reversal_table(
     level: float = 0.5,
     by: Sequence[str] = ("model", "item_id", "order"),
 ) -> pd.DataFrame:
-    """Reversal points per curve (`mad_study.metrics.reversal_point`): `first_crossing` (from count 1) and, for correct
-    first / incorrect first, `after_pool` (the crossing after the order's first pool), `opposing_needed` (solutions of
-    the other pool it took) and `pool_boundary`. `pool_size`: the size of the pool shown first, one number when both
-    pools have that size, else a mapping order -> size (`first_pool_sizes(n_correct, n_incorrect)`). (MADC Tables 6-11.)"""
+    """Reversal points per curve (`mad_study.metrics.reversal_point`): the first crossing and, per
+    order, the crossing after the first pool (MADC Tables 6-11)."""
     rows = []
     for key, g in curve.groupby(list(by), sort=False):
         key = key if isinstance(key, tuple) else (key,)

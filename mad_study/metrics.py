@@ -31,11 +31,8 @@ __all__ = ['UNPARSED', 'UNPARSED_MODES', 'with_defaults', 'wilson_ci', 'is_missi
 def with_defaults(
     transcript: pd.DataFrame, need: Sequence[str], what: str = "transcript"
 ) -> pd.DataFrame:
-    """`transcript` with the columns a metric reads: each of `need` present (else one line naming it), every other
-    schema column filled with its documented default (`mad_study.data.TRANSCRIPT_DEFAULTS`) where missing, except
-    the keys `sample`, `method` and `experiment` (an absent key is no grouping, as `pool_keys` reads it), and the
-    missing cells of `reused`, `sample`, `method` and `experiment` filled too. (The kit's contract for transcripts
-    from outside the kit; without `correct`, `complete_transcript` grades `answer` against `gold`.)"""
+    """`transcript` with the columns a metric reads: each of `need` present (else one line naming
+    it), the other schema columns filled with their defaults (the kit's own)."""
     cols = set(transcript.columns)
     if "correct" in need and "correct" not in cols and {"answer", "gold"} <= cols:
         transcript = complete_transcript(transcript, what=what)  # grades each row in its own format
@@ -83,10 +80,8 @@ def is_missing(a) -> bool:
 def accuracy_by_round(
     transcript: pd.DataFrame, majority: bool = True, level: float = 0.95, by: Sequence[str] = ()
 ) -> pd.DataFrame:
-    """Accuracy per round for each agent and (optionally) the majority vote (`mad_study.voting.vote_table`).
-    One row per (experiment, method, by..., round, who) (`pool_keys`): accuracy, CI, n, parse_failure (share of missing answers), ci_method. The interval
-    is Wilson's when every item gives one answer to the row, else the item-clustered bootstrap (`clustered_accuracy_ci`:
-    K samples per agent, or several experiments pooled by `by`, are answers of one item, not independent ones)."""
+    """Accuracy per round for each agent and (optionally) the majority vote, with Wilson's or the
+    item-clustered bootstrap interval (the kit's own)."""
     rows = []
     transcript = with_defaults(
         transcript, ("item_id", "agent", "round", "correct"), what="accuracy_by_round"

@@ -118,11 +118,8 @@ def notebook_parameters(nb_path: str | os.PathLike) -> dict[str, Any]:
 
 # %% ../nbs/06_report.ipynb #0625b810
 def run_params(notebook: str | os.PathLike, ns: Mapping[str, Any]) -> dict[str, Any]:
-    """The parameters this run of `notebook` was given: the names its `parameters` cell declares, in that cell's order,
-    with their values in `ns` (the notebook's `globals()`: papermill's injected values, else the cell's defaults),
-    and the serving keys papermill injected (`mad_study.serving.SERVING_KEYS`: `backend`, `base_url`, ...), which every
-    experiment accepts without declaring them.
-    `notebook` is found from the working directory (a kernel runs in its notebook's folder), else in nbs/. The kit's own."""
+    """The parameters this run of `notebook` was given: its `parameters` cell's names with their
+    values in `ns`, and the serving keys papermill injected (the kit's own)."""
     path = Path(notebook)
     if not path.exists():
         path = project_root() / "nbs" / path.name

@@ -299,7 +299,7 @@ def _req(messages, item, role, rnd, kind, sampling: Sampling, **meta) -> GenRequ
         messages, seed=seed, meta=dict(item=item, role=role, round=rnd, kind=kind, **meta)
     )
 
-
+# %% ../nbs/04c_roles.ipynb #1812df37
 def _slot(s: dict, role: str, rnd: int) -> TurnSlot:
     "Who speaks: `role` of item state `s` in round `rnd` (the judge is the moderator's model)."
     model = s["a"][role if role != "judge" else "moderator"]

@@ -126,10 +126,8 @@ _RAW = re.compile("[\\\\\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u20
 
 
 def clean_text(s: str) -> str:
-    """What a transcript may show of a program's output: escape sequences (ECMA-48 CSI, OSC, DCS, ...) removed, then
-    every other C0/C1 control character but tab and newline (NUL, BEL, backspace, carriage return, DEL) and the Unicode
-    direction overrides (the 'Trojan source' characters, Boucher & Anderson, USENIX Security 2023). A program's output
-    can drive the terminal a transcript is read in (issue 36)."""
+    """What a transcript may show of a program's output: escape sequences, control characters and
+    direction overrides removed (Boucher & Anderson, USENIX Security 2023)."""
     return _CONTROL.sub("", _ESC_SEQ.sub("", s.replace("\r\n", "\n")))
 
 # %% ../nbs/04d_sandbox.ipynb #cef62051
@@ -164,10 +162,8 @@ def find_bwrap() -> str | None:
 
 # %% ../nbs/04d_sandbox.ipynb #55a29a4b
 def python_view() -> tuple[str, tuple[str, ...]]:
-    """The interpreter the sandbox runs (this one: a virtual environment's `bin/python`, so its packages come along) and
-    the host paths it needs, bound read-only at the same paths: the base installation (only its Python folders when
-    that is a system prefix such as /usr) and, of a virtual environment, just `pyvenv.cfg`, the links to the
-    interpreter and the site-packages folders. Not the checkout, not a home folder, not the rest of the environment."""
+    """The interpreter the sandbox runs and the host paths it needs, bound read-only at the same
+    paths (the kit's own)."""
     prefix, base = os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)
     exe = os.path.join(
         prefix, "bin", os.path.basename(sys.executable)
@@ -839,11 +835,8 @@ def _binds(paths: tuple[str, ...]) -> list[str]:
 # %% ../nbs/04d_sandbox.ipynb #ac55572d
 @dataclass(frozen=True)
 class BwrapOptions:
-    """What `bwrap_argv` sets beyond the interpreter (the kit's own): the tmpfs /tmp's size
-    (`disk_mb`), the privileged fallback (`privileged`), the descriptors bwrap reads the syscall
-    filter from (`seccomp_fd`) and writes its JSON status to (`status_fd`), the folder
-    `_stage_mounts` made (`stage`: /tmp with a file-count limit) and whether its views replace
-    the binds' sources (`views`). A descriptor: its number, or the launcher's `@FDi@`."""
+    """What `bwrap_argv` sets beyond the interpreter: /tmp's size, the privileged fallback, the
+    seccomp and status descriptors and the staged mounts (the kit's own)."""
 
     disk_mb: int = 64
     privileged: bool = False

@@ -327,12 +327,8 @@ def paired_difference(
     on: str = "all",
     min_items: int = MIN_ITEMS,
 ) -> dict:
-    """Difference a - b of two methods matched by item: two Series indexed by item pair on it (different items raise
-    unless `on="shared"`), vectors by position (e.g. `item_means` columns). Mean difference, percentile bootstrap
-    interval over items (Efron & Tibshirani 1993, Ch. 13) and a paired test (`auto`: exact McNemar for 0/1 outcomes,
-    else the paired t-test, or the sign-flip permutation test below `min_items` items; or any of PAIRED_TESTS).
-    Pairs with a missing value are dropped. `status` as in `paired_test`; no interval (NaN) when the gap is the same on
-    every item, and a warning for any status but ok."""
+    """Difference a - b of two methods matched by item: mean, percentile bootstrap interval over
+    items (Efron & Tibshirani 1993, Ch. 13) and a paired test."""
     x, y, dropped = _aligned(a, b, "paired_difference", on)
     if test == "auto":
         test = (
@@ -776,17 +772,9 @@ def compare_methods(
     method: str = "method",
     inference: Inference = Inference(),
 ) -> tuple[pd.DataFrame, str]:
-    """Many methods against `reference` on the same items (the kit's statistics standard, DESIGN
-    "Statistics"): per method accuracy + interval, paired difference vs the reference (bootstrap
-    over items, `paired_difference`), test, p adjusted by `inference.correction` (Holm 1979 by
-    default), `distinguishable`, intervals at the levels of that correction (`diff_level`), TOST
-    with `inference.margin` (never `equivalent` where distinguishable), `verdict`, `status` of each
-    gap, tokens and their paired relative change. Pairing by item: a method's repeated runs need a
-    `run` column; different item sets raise unless `inference.on="shared"` (then a warning and the
-    caption say how many items were dropped). Returns (table, caption sentence); the omnibus test is
-    in `table.attrs['omnibus']`. `inference.fixed_items`: the caption says the tests speak for these
-    items only (repeats of a fixed set, e.g. MADC Figs. 3-5). The old keywords (`level=`, `seed=`,
-    `correction=`, ...) still work, with a DeprecationWarning."""
+    """Many methods against `reference` on the same items, paired by item (DESIGN \"Statistics\";
+    Holm 1979): per method accuracy, gap, interval, adjusted test, TOST and verdict; returns
+    (table, caption sentence)."""
     inf = inference
     methods, means, sub, info = _compared_items(
         results, reference, methods, value, item, method, inf.on
@@ -1001,16 +989,8 @@ def self_consistency_at_budget(
     tolerance: float = 0.05,
     **kw,
 ) -> pd.DataFrame:
-    """Self-consistency (Wang et al. 2023: majority over K sampled answers of one model) at the
-    token budget of `debate` (its `tokens_per_thread`): K = round(budget / tokens of one sample),
-    corrected by the measured spend (at most three times) until the K samples spend within
-    `tolerance` of the budget per item. `max_samples` caps K only when given; a cap that binds, or a
-    spend outside the tolerance, warns. A transcript of K round-0 agents
-    (`run_debate(debate_rounds=0)`), method `self_consistency@K`; attrs: budget, tokens_per_sample,
-    k, sc_tokens, spend (sc_tokens / budget), spend_range (per item, min and max), tolerance,
-    matched, clamped, note (the caption's sentence). `sampling`: the samples' settings (temperature
-    0.7 by default; the old `temperature=`, `seed=`, ... keywords still work, with a
-    DeprecationWarning); `kw`: other `run_debate` keywords."""
+    """Self-consistency (Wang et al. 2023) at the token budget of `debate`: K samples of one model,
+    K corrected by the measured spend until it is within `tolerance` per item."""
     from mad_study.debate import make_agents, run_debate
 
     budget = tokens_per_thread(debate)

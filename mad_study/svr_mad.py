@@ -867,14 +867,8 @@ def evaluate(
     sampling: Sampling = SVR_SAMPLING,
     experiment: str = "svr",
 ) -> dict:
-    """SVR-MAD Sec. 5 / App. A evaluation on one task: returns round0, kept/skipped item ids, pre
-    (prior signals), probes, per-method per-problem costs (`costs[method]`: answer, correct, ncomm,
-    tokens), the SID-ET skip rate and trace, and the backends, `sampling` and `config`
-    (`ablation_points` generates the repeated debates Alg. 1 asks for). `config`: Alg. 1's
-    hyper-parameters and readings (`SVRConfig`, as `svr_mad`); `baseline`: the MAD baselines run
-    (`BaselineSettings`); `sampling`: every generation's settings (App. A's by default). The old
-    separate keywords (`S=`, `baselines=`, `min_agree=`, `temperature=`, `seed=`, ...) still work
-    for one release, with a DeprecationWarning."""
+    """SVR-MAD Sec. 5 / App. A evaluation on one task: round 0, the kept problems, prior signals,
+    probes and every method's per-problem costs."""
     from mad_study.protocols import sid_et, tune_skip_rate
 
     fmts = {it.fmt for it in items}

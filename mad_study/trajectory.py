@@ -335,11 +335,8 @@ _RATES = ("change_rate", "adoption_rate", "swayed_rate", "corrected_rate", "hold
 def trajectory_summary(
     transcript: pd.DataFrame, fmt: str | None = None, final: pd.DataFrame | None = None
 ) -> pd.DataFrame:
-    """Per condition: spoken turns, change / adoption / sway / correction rates, hold rate against the majority, mean first
-    correct round (agents ever correct) and the share never correct, consensus share and mean round, final-round
-    agreement, first-round distinct answers, the share of items some agent got right, per agent the distinct answers
-    and the share of correct rounds, tokens per item, helped / hurt shares (the kit's own summary of DebateLLM-style
-    metrics, Smit et al. 2024)."""
+    """Per condition, DebateLLM-style trajectory metrics (Smit et al. 2024): change, adoption, sway
+    and correction rates, consensus, first correct round, tokens."""
     transcript = complete_transcript(transcript, fmt, what="trajectory_summary")
     cond, _, _ = _keys(transcript)
     tu, ao, io = (

@@ -482,10 +482,8 @@ LLAMA3_TEMPLATE = (
 
 # %% ../nbs/03e_twins.ipynb #6aa8b53d
 def build_mllama(folder: Path) -> None:
-    """meta-llama/Llama-3.2-11B-Vision-Instruct twin: MllamaForConditionalGeneration(MllamaVisionConfig +
-    MllamaTextConfig with layer 1 a cross-attention layer), MllamaProcessor + MllamaImageProcessorPil with a single
-    32x32 tile. <|image|> stays ONE token in the prompt (the image enters by cross-attention, masked by the
-    processor's cross_attention_mask); the processor prepends bos when a prompt does not start with it."""
+    """meta-llama/Llama-3.2-11B-Vision-Instruct twin: a tiny MllamaForConditionalGeneration with its
+    processor (the kit's own)."""
     from transformers import (
         MllamaConfig,
         MllamaForConditionalGeneration,

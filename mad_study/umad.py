@@ -279,15 +279,8 @@ def decomposition_table(
     by: Sequence[str] = ("config",),
     unparsed: str = "drop",
 ) -> pd.DataFrame:
-    """UMAD Alg. 1 per item and turn: TU, Sys-EU, Sys-AU (`mad_study.metrics.uncertainty_decomposition`) from each
-    agent's K trajectory-level samples (App. C.1), the accuracy of all samples and of each agent (`acc_a0`, ...),
-    the share of unparsed answers (`parse_failure`, `parse_failure_a0`, ...), the number of distinct answers, K, the
-    fewest parsed samples of an agent (`k_parsed`), N and the finite-K EU floor (`eu_sampling_floor` of the team's
-    mixture, from `k_parsed` samples under `drop`). `unparsed`: `drop` (default; TU/EU/AU NaN where an agent has no
-    parsed answer), `distinct` or `shared` (see `mad_study.metrics`). Groups: the kit's convention
-    (`mad_study.core.pool_keys`: experiment, method, then `by`'s columns present, e.g. `config`), and a condition that
-    holds an agent's (sample, round) twice is refused; the answer format is the task's. With one sample per agent
-    (K = 1) the decomposition is degenerate (AU = 0, EU = TU by construction): a warning says so."""
+    """UMAD Alg. 1 per item and turn: TU, Sys-EU and Sys-AU from each agent's K trajectory-level
+    samples (App. C.1), with accuracies, parse failures and the finite-K EU floor."""
     from mad_study.core import check_unique_turns
 
     by = pool_keys(transcript, [b for b in by if b in transcript.columns])
