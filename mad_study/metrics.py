@@ -80,8 +80,8 @@ def is_missing(a) -> bool:
 def accuracy_by_round(
     transcript: pd.DataFrame, majority: bool = True, level: float = 0.95, by: Sequence[str] = ()
 ) -> pd.DataFrame:
-    """Accuracy per round for each agent and (optionally) the majority vote, with Wilson's or the
-    item-clustered bootstrap interval (the kit's own)."""
+    """Accuracy per round for each agent and (optionally) the majority vote, with Wilson's
+    interval or the item-clustered bootstrap (the kit's own)."""
     rows = []
     transcript = with_defaults(
         transcript, ("item_id", "agent", "round", "correct"), what="accuracy_by_round"

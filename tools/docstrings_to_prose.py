@@ -46,7 +46,7 @@ SUMMARIES = {
     "trajectory.trajectory_summary": "Per condition, DebateLLM-style trajectory metrics (Smit et al. 2024):"
     " change, adoption, sway and correction rates, consensus, first correct round, tokens.",
     "metrics.accuracy_by_round": "Accuracy per round for each agent and (optionally) the majority vote, with"
-    " Wilson's or the item-clustered bootstrap interval (the kit's own).",
+    " Wilson's interval or the item-clustered bootstrap (the kit's own).",
     "madc.reversal_table": "Reversal points per curve (`mad_study.metrics.reversal_point`): the first crossing"
     " and, per order, the crossing after the first pool (MADC Tables 6-11).",
     "sandbox.python_view": "The interpreter the sandbox runs and the host paths it needs, bound read-only at"
