@@ -285,8 +285,9 @@ class _RoleRun:
 
     def row(self, it: Item, rnd: int, role: str, pos: int, peers, g, answer, text=None) -> None:
         "Append `role`'s transcript row (`debate.transcript_row`; agent = role, sample 0)."
-        model = self.st[it.id]["a"][role if role != "judge" else "moderator"]
-        slot = TurnSlot(it, role, model, role, rnd, 0, pos, tuple(peers))
+        slot = dataclasses.replace(
+            _slot(self.st[it.id], role, rnd), position=pos, peers=tuple(peers)
+        )
         self.rows.append(
             transcript_row(slot, g, experiment=self.experiment, answer=answer, text=text)
         )
