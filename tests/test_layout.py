@@ -8,7 +8,6 @@ The graph is read from the source (ast), not from `sys.modules`: imports inside 
 """
 import ast
 import json
-import re
 import shutil
 import statistics
 import subprocess
