@@ -5,13 +5,17 @@
 # %% ../nbs/03a_interface.ipynb #847a3a2c
 from __future__ import annotations
 
+import contextvars
+import os
+import threading
+import time
 from collections import defaultdict
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from .core import ConfigError, GenRequest, Generation
 
 # %% auto #0
-__all__ = ['Backend', 'BaseBackend', 'generate_jobs']
+__all__ = ['Backend', 'BaseBackend', 'progress_enabled', 'Progress', 'active_progress', 'report_progress', 'generate_jobs']
 
 # %% ../nbs/03a_interface.ipynb #698decee
 @runtime_checkable
@@ -45,11 +49,124 @@ class BaseBackend:
     def __repr__(self):
         return f"{type(self).__name__}({self.backend_id!r})"
 
+# %% ../nbs/03a_interface.ipynb #a31dd742
+def progress_enabled(progress: bool | None = None) -> bool:
+    "Whether to show progress: `progress` when given, else `$MAD_STUDY_PROGRESS`, else on, except under tests (the kit's own)."
+    if progress is not None:
+        return bool(progress)
+    env = os.environ.get("MAD_STUDY_PROGRESS", "").strip().lower()
+    if env:
+        return env not in ("0", "false", "no", "off")
+    return not (os.environ.get("PYTEST_CURRENT_TEST") or os.environ.get("IN_TEST"))
+
+# %% ../nbs/03a_interface.ipynb #a9b66ed4
+_ACTIVE: contextvars.ContextVar = contextvars.ContextVar("mad_study_progress", default=None)
+
+
+class Progress:
+    """A progress bar of generations (tqdm): done of `total`, tokens per second, time left; a context manager that
+    makes it the active bar `generate_jobs` and the backends report to (the kit's own)."""
+
+    def __init__(
+        self,
+        total: int | None,
+        desc: str = "generating",
+        progress: bool | None = None,
+        delay: float = 2.0,
+        file=None,
+        leave: bool = False,
+    ):
+        from tqdm.auto import tqdm as auto_tqdm
+        from tqdm.std import tqdm as text_tqdm
+
+        path = os.environ.get("MAD_STUDY_PROGRESS_FILE")
+        self._own_file = open(path, "a") if file is None and path else None
+        file = file or self._own_file
+        make = auto_tqdm if file is None else text_tqdm
+        self.bar = make(
+            total=total,
+            desc=desc,
+            unit="gen",
+            delay=delay,
+            leave=leave,
+            file=file,
+            disable=not progress_enabled(progress),
+        )
+        self.n, self.tokens, self.t0 = 0, 0, time.monotonic()
+        self._lock, self._token = threading.Lock(), None
+
+    def advance(self, gens: Sequence[Generation] = (), n: int | None = None) -> None:
+        "Count `gens` as done (their completion tokens unless cached), or `n` generations without tokens."
+        with self._lock:
+            k = len(gens) if n is None else int(n)
+            self.n += k
+            self.tokens += sum(
+                int(g.completion_tokens or 0) for g in gens if not getattr(g, "cached", False)
+            )
+            rate = self.tokens / max(time.monotonic() - self.t0, 1e-9)
+            self.bar.set_postfix_str(f"{rate:.1f} tok/s", refresh=False)
+            self.bar.update(k)
+
+    def extend(self, n: int) -> None:
+        "Add `n` generations to the total (nested work joining this bar)."
+        with self._lock:
+            self.bar.total = (self.bar.total or 0) + int(n)
+            self.bar.refresh()
+
+    def close(self) -> None:
+        "Close the bar (and its file)."
+        self.bar.close()
+        if self._own_file is not None:
+            self._own_file.close()
+
+    def __enter__(self) -> "Progress":
+        self._token = _ACTIVE.set(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _ACTIVE.reset(self._token)
+        self.close()
+
+# %% ../nbs/03a_interface.ipynb #179d7094
+def active_progress() -> Progress | None:
+    "The active progress bar (a `with Progress(...)` block around this call), or None (the kit's own)."
+    return _ACTIVE.get()
+
+
+def report_progress(gens: Sequence[Generation], progress: Progress | None = None) -> None:
+    "A backend reports generations it finished to `progress` (default: the active bar), if any (the kit's own)."
+    p = progress or active_progress()
+    if p is not None:
+        p.advance(gens)
+
+# %% ../nbs/03a_interface.ipynb #f2d8160b
+class _same:
+    "A context that yields `obj` and leaves it open (the active bar of an outer `with Progress`; or no bar)."
+
+    def __init__(self, obj):
+        self.obj = obj if obj is not None else _NoBar()
+
+    def __enter__(self):
+        return self.obj
+
+    def __exit__(self, *exc):
+        return None
+
+
+class _NoBar:
+    "No work, no bar: counts nothing."
+
+    n = 0
+
+    def advance(self, gens=(), n=None):
+        return None
+
 # %% ../nbs/03a_interface.ipynb #88304566
 def generate_jobs(
     backends: Mapping[str, Any],
     jobs: Sequence[tuple[str, GenRequest]],
     names: Sequence[str] | None = None,
+    progress: bool | None = None,
 ) -> list[Generation]:
     "Generate `jobs` [(model, request)] with one `generate` call per model; results in job order."
     by = defaultdict(list)
@@ -60,14 +177,22 @@ def generate_jobs(
             )
         by[m].append(i)
     out: list = [None] * len(jobs)
-    for m, idx in by.items():
-        gens = list(backends[m].generate([jobs[i][1] for i in idx]))
-        if len(gens) != len(idx):
-            asked = [names[i] for i in idx[:4]] + ["..."] * (len(idx) > 4) if names else []
-            raise RuntimeError(
-                f"backend for {m} returned {len(gens)} generations for {len(idx)} requests"
-                + (f" ({', '.join(asked)})" if asked else "")
-            )
-        for i, g in zip(idx, gens):
-            out[i] = g
+    bar = active_progress()
+    with Progress(len(jobs), "generating", progress) if bar is None and jobs else _same(bar) as bar:
+        for m, idx in by.items():
+            before = bar.n
+            gens = list(backends[m].generate([jobs[i][1] for i in idx]))
+            if len(gens) != len(idx):
+                asked = [names[i] for i in idx[:4]] + ["..."] * (len(idx) > 4) if names else []
+                raise RuntimeError(
+                    f"backend for {m} returned {len(gens)} generations for {len(idx)} requests"
+                    + (f" ({', '.join(asked)})" if asked else "")
+                )
+            reported = bar.n - before
+            if reported == 0:
+                bar.advance(gens)
+            elif reported < len(gens):
+                bar.advance(n=len(gens) - reported)
+            for i, g in zip(idx, gens):
+                out[i] = g
     return out
