@@ -5,6 +5,7 @@
 # %% ../nbs/03a_interface.ipynb #847a3a2c
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import os
 import threading
@@ -15,7 +16,8 @@ from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 from .core import ConfigError, GenRequest, Generation
 
 # %% auto #0
-__all__ = ['Backend', 'BaseBackend', 'progress_enabled', 'Progress', 'active_progress', 'report_progress', 'generate_jobs']
+__all__ = ['Backend', 'BaseBackend', 'progress_enabled', 'Progress', 'active_progress', 'report_progress', 'progress_scope',
+           'generate_jobs']
 
 # %% ../nbs/03a_interface.ipynb #698decee
 @runtime_checkable
@@ -139,27 +141,21 @@ def report_progress(gens: Sequence[Generation], progress: Progress | None = None
     if p is not None:
         p.advance(gens)
 
-# %% ../nbs/03a_interface.ipynb #f2d8160b
-class _same:
-    "A context that yields `obj` and leaves it open (the active bar of an outer `with Progress`; or no bar)."
 
-    def __init__(self, obj):
-        self.obj = obj if obj is not None else _NoBar()
-
-    def __enter__(self):
-        return self.obj
-
-    def __exit__(self, *exc):
-        return None
-
-
-class _NoBar:
-    "No work, no bar: counts nothing."
-
-    n = 0
-
-    def advance(self, gens=(), n=None):
-        return None
+@contextlib.contextmanager
+def progress_scope(
+    total: int, desc: str = "generating", progress: bool | None = None, extend: bool = True
+):
+    """The active bar, grown by `total` (unless not `extend`) and left open; else a new active `Progress` for this
+    work, closed at its end (the kit's own)."""
+    outer = active_progress()
+    if outer is None:
+        with Progress(total, desc, progress) as bar:
+            yield bar
+        return
+    if extend:
+        outer.extend(total)
+    yield outer
 
 # %% ../nbs/03a_interface.ipynb #88304566
 def generate_jobs(
@@ -177,8 +173,7 @@ def generate_jobs(
             )
         by[m].append(i)
     out: list = [None] * len(jobs)
-    bar = active_progress()
-    with Progress(len(jobs), "generating", progress) if bar is None and jobs else _same(bar) as bar:
+    with progress_scope(len(jobs), "generating", progress, extend=False) as bar:
         for m, idx in by.items():
             before = bar.n
             gens = list(backends[m].generate([jobs[i][1] for i in idx]))
