@@ -29,12 +29,12 @@ from mad_study.core import (
 from .answers import extract_answer, is_correct
 from .data import check_items, format_question
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
-from .interface import Progress, generate_jobs, progress_scope
+from .interface import IdenticalAgentsWarning, Progress, generate_jobs, progress_scope
 
 # %% auto #0
 __all__ = ['ORDERINGS', 'PROTOCOLS', 'HISTORY_MODES', 'Agent', 'make_agents', 'Turn', 'RoundPlan', 'RoundContext', 'Protocol',
            'FullyConnected', 'OrderedPeers', 'register_protocol', 'make_protocol', 'TurnSlot', 'transcript_row',
-           'slot_name', 'generate_turns', 'turn_rows', 'IdenticalAgentsWarning', 'identical_agents', 'run_debate']
+           'slot_name', 'generate_turns', 'turn_rows', 'run_debate']
 
 # %% ../nbs/04_debate.ipynb #2b7ad846
 @dataclass(frozen=True)
@@ -416,12 +416,8 @@ def _check_debate_args(agents: list[Agent], backends: Mapping[str, Any], history
         )
 
 # %% ../nbs/04_debate.ipynb #439156a8
-class IdenticalAgentsWarning(UserWarning):
-    "Two or more agents are the same model, role and greedy sampling: they answer alike (the kit's own)."
-
-
-def identical_agents(agents: Sequence[Agent], temperature: float) -> list[list[str]]:
-    "Groups of agent names that share model and role at temperature 0 (they answer alike; the kit's own)."
+def _identical_agents(agents: Sequence[Agent], temperature: float) -> list[list[str]]:
+    "Groups of agent names sharing model and role at temperature 0: copies that answer alike."
     if temperature > 0:
         return []
     groups: dict[tuple, list[str]] = {}
@@ -566,7 +562,7 @@ def run_debate(
     protocol = protocol or FullyConnected()
     _check_debate_args(agents, backends, history)
     items = check_items(items)
-    for g in identical_agents(agents, sampling.temperature):
+    for g in _identical_agents(agents, sampling.temperature):
         warnings.warn(
             f"run_debate: agents {', '.join(g)} are identical ({agents[[a.name for a in agents].index(g[0])].model}, "
             f"same role, temperature {sampling.temperature}): they give the same response every round "

@@ -17,7 +17,7 @@ from .core import ConfigError, GenRequest, Generation
 
 # %% auto #0
 __all__ = ['Backend', 'BaseBackend', 'progress_enabled', 'Progress', 'active_progress', 'report_progress', 'progress_scope',
-           'generate_jobs']
+           'IdenticalAgentsWarning', 'generate_jobs']
 
 # %% ../nbs/03a_interface.ipynb #698decee
 @runtime_checkable
@@ -156,6 +156,10 @@ def progress_scope(
     if extend:
         outer.extend(total)
     yield outer
+
+# %% ../nbs/03a_interface.ipynb #bc4f9118
+class IdenticalAgentsWarning(UserWarning):
+    "Two or more agents are the same model and role at temperature 0: they give the same responses (the kit's own)."
 
 # %% ../nbs/03a_interface.ipynb #88304566
 def generate_jobs(
