@@ -287,3 +287,15 @@ def test_load_items_file_errors_name_file_row_column(tmp_path):
     (tmp_path / "x.txt").write_text("q")
     with pytest.raises(ConfigError, match="not a .csv or .jsonl file"):
         data.load_items_file(tmp_path / "x.txt", "number")
+
+
+def test_readme_your_own_questions_runs_as_written(tmp_path, monkeypatch):
+    "The README's 'Your own questions' example, run in a scratch folder."
+    from conftest import ROOT
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("### Your own questions", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    env: dict = {}
+    exec(compile(block, "README.md", "exec"), env)
+    assert [(i.id, i.gold, i.choices) for i in env["items"]] == [("capitals/1", "B", ("Rome", "Paris", "Oslo")),
+                                                                 ("capitals/2", "C", ("Rome", "Paris", "Oslo"))]
