@@ -688,6 +688,7 @@ def generate(self: HFBackend, requests: list[GenRequest]) -> list[Generation]:
     # the active bar (the engine's run) gets each batch; called alone, the backend shows its own
     outer = active_progress()
     bar = outer or Progress(len(todo), self.spec.name, self.progress)
+    bar.show()  # a real model is slow: the bar from the start
     while pos < len(todo):
         idx = self._next_batch(todo[pos:], prepared)
         try:

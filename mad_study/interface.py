@@ -78,24 +78,27 @@ class Progress:
         file=None,
         leave: bool = False,
     ):
+        self.total, self.desc, self.delay, self.leave = total, desc, float(delay), leave
+        self.enabled, self._file, self._own_file = progress_enabled(progress), file, None
+        self.n, self.tokens, self.t0 = 0, 0, time.monotonic()
+        self._lock, self._token, self.bar = threading.Lock(), None, None
+        if self.delay <= 0:
+            self.show()
+
+    def show(self) -> None:
+        "Draw the bar now (a slow backend calls it when it starts; else it appears after `delay` seconds of work)."
+        if self.bar is not None or not self.enabled:
+            return
         from tqdm.auto import tqdm as auto_tqdm
         from tqdm.std import tqdm as text_tqdm
 
         path = os.environ.get("MAD_STUDY_PROGRESS_FILE")
-        self._own_file = open(path, "a") if file is None and path else None
-        file = file or self._own_file
-        make = auto_tqdm if file is None else text_tqdm
-        self.bar = make(
-            total=total,
-            desc=desc,
-            unit="gen",
-            delay=delay,
-            leave=leave,
-            file=file,
-            disable=not progress_enabled(progress),
+        if self._file is None and path:
+            self._own_file = open(path, "a")
+        file = self._file or self._own_file
+        self.bar = (auto_tqdm if file is None else text_tqdm)(
+            total=self.total, desc=self.desc, unit="gen", initial=self.n, leave=self.leave, file=file
         )
-        self.n, self.tokens, self.t0 = 0, 0, time.monotonic()
-        self._lock, self._token = threading.Lock(), None
 
     def advance(self, gens: Sequence[Generation] = (), n: int | None = None) -> None:
         "Count `gens` as done (their completion tokens unless cached), or `n` generations without tokens."
@@ -105,19 +108,25 @@ class Progress:
             self.tokens += sum(
                 int(g.completion_tokens or 0) for g in gens if not getattr(g, "cached", False)
             )
-            rate = self.tokens / max(time.monotonic() - self.t0, 1e-9)
-            self.bar.set_postfix_str(f"{rate:.1f} tok/s", refresh=False)
-            self.bar.update(k)
+            elapsed = time.monotonic() - self.t0
+            if self.bar is None and elapsed >= self.delay:
+                self.show()
+            if self.bar is not None:
+                self.bar.set_postfix_str(f"{self.tokens / max(elapsed, 1e-9):.1f} tok/s", refresh=False)
+                self.bar.update(k)
 
     def extend(self, n: int) -> None:
         "Add `n` generations to the total (nested work joining this bar)."
         with self._lock:
-            self.bar.total = (self.bar.total or 0) + int(n)
-            self.bar.refresh()
+            self.total = (self.total or 0) + int(n)
+            if self.bar is not None:
+                self.bar.total = self.total
+                self.bar.refresh()
 
     def close(self) -> None:
         "Close the bar (and its file)."
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
         if self._own_file is not None:
             self._own_file.close()
 

@@ -518,6 +518,7 @@ def generate(self: OpenAIBackend, requests: list[GenRequest]) -> list[Generation
     # do not inherit the context, so the bar is taken here
     outer = active_progress()
     bar = outer or Progress(len(requests), self.model_name)
+    bar.show()  # a served model is slow: the bar from the start
 
     def work(w: int):
         while not stop.is_set():
