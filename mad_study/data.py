@@ -46,7 +46,7 @@ from mad_study.core import (
 __all__ = ['LETTERS', 'TASKS', 'MATH_SUBJECTS', 'SYNTHETIC_TAG', 'SYNTHETIC_COUNTS', 'SOURCES', 'ITEM_FILE_ALIASES',
            'TRANSCRIPT_REQUIRED', 'TRANSCRIPT_DEFAULTS', 'EXPORT_ALIASES', 'plain_question', 'du_options_question',
            'format_question', 'TaskSpec', 'get_task', 'describe_tasks', 'fixtures_dir', 'paper_table',
-           'synthetic_items', 'BadGoldError', 'inline_option_count', 'normalise_gold', 'check_items',
+           'synthetic_items', 'BadItemsError', 'inline_option_count', 'normalise_gold', 'check_items',
            'HubUnavailableError', 'SubsetSizeWarning', 'subset_path', 'choose_subset', 'load_items', 'items_from_ids',
            'load_items_file', 'row_formats', 'complete_transcript', 'load_debate_export']
 
@@ -875,12 +875,13 @@ def synthetic_items(task: str, n: int | None = None) -> list[Item]:
     return check_items(out, where=f"synthetic {spec.name}")
 
 # %% ../nbs/02_data.ipynb #9f0980ee
-class BadGoldError(ConfigError):
-    "Gold answers that do not fit their answer format: the message has one line per bad item (the kit's own)."
+class BadItemsError(ConfigError):
+    """Items that cannot be used as they are (a gold that does not fit its format, an empty question, a repeated
+    id): one line per bad item (the kit's own)."""
 
     def __init__(self, lines: Sequence[str]):
         self.lines = list(lines)
-        self.problem, self.where, self.key, self.value = "bad gold answers", None, "gold", None
+        self.problem, self.where, self.key, self.value = "bad items", None, None, None
         ValueError.__init__(self, "\n".join(self.lines))
 
 # %% ../nbs/02_data.ipynb #7250408a
@@ -946,7 +947,7 @@ def normalise_gold(
 
 # %% ../nbs/02_data.ipynb #82f7196a
 def check_items(items: Iterable[Item], where: str | os.PathLike | None = None) -> list[Item]:
-    """`items` with their golds checked and normalised (`normalise_gold`); a `BadGoldError` with one line per bad item
+    """`items` with their golds checked and normalised (`normalise_gold`); a `BadItemsError` with one line per bad item
     (where, item id, field, value, why) when any does not fit its format (the kit's own)."""
     out, bad = [], []
     for it in items:
@@ -960,7 +961,7 @@ def check_items(items: Iterable[Item], where: str | os.PathLike | None = None) -
             continue
         out.append(it if g == it.gold else dataclasses.replace(it, gold=g))
     if bad:
-        raise BadGoldError(bad)
+        raise BadItemsError(bad)
     return out
 
 # %% ../nbs/02_data.ipynb #d18bebeb
@@ -1090,7 +1091,7 @@ def _hub_items(spec: TaskSpec, split: str) -> list[Item]:
             continue
         try:
             good += check_items([it])
-        except BadGoldError as e:
+        except BadItemsError as e:
             bad += e.lines
     if bad:
         warnings.warn(
@@ -1629,7 +1630,7 @@ def load_items_file(
         meta = {"source": str(path), unit: n, **meta}
         items.append(Item(iid, task, str(q).strip(), gold, fmt, choices=ch, meta=meta))
     if bad:
-        raise BadGoldError(bad)
+        raise BadItemsError(bad)
     return items
 
 # %% ../nbs/02_data.ipynb #18b956f2

@@ -97,7 +97,12 @@ class Progress:
             self._own_file = open(path, "a")
         file = self._file or self._own_file
         self.bar = (auto_tqdm if file is None else text_tqdm)(
-            total=self.total, desc=self.desc, unit="gen", initial=self.n, leave=self.leave, file=file
+            total=self.total,
+            desc=self.desc,
+            unit="gen",
+            initial=self.n,
+            leave=self.leave,
+            file=file,
         )
 
     def advance(self, gens: Sequence[Generation] = (), n: int | None = None) -> None:
@@ -112,7 +117,9 @@ class Progress:
             if self.bar is None and elapsed >= self.delay:
                 self.show()
             if self.bar is not None:
-                self.bar.set_postfix_str(f"{self.tokens / max(elapsed, 1e-9):.1f} tok/s", refresh=False)
+                self.bar.set_postfix_str(
+                    f"{self.tokens / max(elapsed, 1e-9):.1f} tok/s", refresh=False
+                )
                 self.bar.update(k)
 
     def extend(self, n: int) -> None:

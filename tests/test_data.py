@@ -243,7 +243,7 @@ def test_bad_golds_are_one_line_each():
              Item("my/1", "my", "Which?", "E", "option", choices=("w", "x", "y", "z")),
              Item("my/2", "my", "Capital of France?", "(b)", "option", choices=("Rome", "Paris")),
              Item("my/3", "my", "BBH?\nOptions:\n(A) x\n(B) y", "(C)", "option")]
-    with pytest.raises(data.BadGoldError) as e:
+    with pytest.raises(data.BadItemsError) as e:
         data.check_items(items, where="mine")
     lines = str(e.value).splitlines()
     assert lines == ["mine: item my/0: gold='eight': not a number (mad_study.answers.parse_number finds none) (fmt number)",
@@ -269,14 +269,14 @@ def test_load_items_file_csv_and_jsonl(tmp_path):
 def test_load_items_file_errors_name_file_row_column(tmp_path):
     p = tmp_path / "bad.jsonl"
     p.write_text(json.dumps({"question": "q", "answer": "eight"}) + "\n" + json.dumps({"question": "q2", "answer": None}) + "\n")
-    with pytest.raises(data.BadGoldError) as e:
+    with pytest.raises(data.BadItemsError) as e:
         data.load_items_file(p, "number")
     assert str(e.value).splitlines() == [
         f"{p}: line 1: column 'answer': item bad/1: value 'eight': not a number (mad_study.answers.parse_number finds none) (fmt number)",
         f"{p}: line 2: column 'answer': item bad/2: value None: no gold answer (fmt number)"]
     d = tmp_path / "dup.csv"
     d.write_text("id,question,answer\n1,a,1\n1,b,2\n")
-    with pytest.raises(data.BadGoldError, match=r"dup.csv: row 2: column 'id': id 'dup/1' repeats row 1"):
+    with pytest.raises(data.BadItemsError, match=r"dup.csv: row 2: column 'id': id 'dup/1' repeats row 1"):
         data.load_items_file(d, "number")
     (tmp_path / "broken.jsonl").write_text('{"question": "q", "answer": 1}\n{"question": \n')
     with pytest.raises(ConfigError, match=r"broken.jsonl: line 2: bad JSON"):
