@@ -94,7 +94,10 @@ def _is_plain_number(s: str) -> bool:
 # %% ../nbs/02_data.ipynb #bd3573d7
 def _conv_gsm8k(spec, row, index, split, config):
     sol = row["answer"]
-    gold = canonical_number(parse_number(sol.split("####")[-1].replace(",", ""), last=False))
+    raw = sol.split("####")[-1].strip()
+    v = parse_number(raw.replace(",", ""), last=False)
+    # a gold that does not parse stays as written, so the gold check names it
+    gold = canonical_number(v) if v is not None else raw
     return dict(question=row["question"], gold=gold, meta={"solution": sol})
 
 # %% ../nbs/02_data.ipynb #67fa1ae4

@@ -299,3 +299,15 @@ def test_readme_your_own_questions_runs_as_written(tmp_path, monkeypatch):
     exec(compile(block, "README.md", "exec"), env)
     assert [(i.id, i.gold, i.choices) for i in env["items"]] == [("capitals/1", "B", ("Rome", "Paris", "Oslo")),
                                                                  ("capitals/2", "C", ("Rome", "Paris", "Oslo"))]
+
+
+def test_hub_item_with_a_bad_gold_is_left_out_with_one_line(monkeypatch):
+    "A hub row whose gold does not fit its format is left out of the split, one warning line naming it (never graded wrong)."
+    rows = [(0, "main", {"question": "q0", "answer": "so #### 4"}), (1, "main", {"question": "q1", "answer": "so #### eight"})]
+    monkeypatch.setattr(data, "_hub_rows", lambda spec, split: rows)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        items = load_items("gsm8k", source="hub", save=False)
+    assert [i.id for i in items] == ["gsm8k/0"]
+    msg = [str(x.message) for x in w if "left out" in str(x.message)]
+    assert len(msg) == 1 and msg[0].splitlines()[1].startswith("item gsm8k/1: gold='eight'"), msg
