@@ -6,6 +6,7 @@ deterministic saved subsets, and the small fixtures that let everything run offl
 # %% ../nbs/02_data.ipynb #5bb3478d
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import numbers
@@ -21,7 +22,13 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from .answers import canonical_number, extract_answer, is_correct, parse_number
+from mad_study.answers import (
+    canonical_number,
+    extract_answer,
+    is_correct,
+    number_candidates,
+    parse_number,
+)
 from mad_study.core import (
     ANSWER_FORMATS,
     SIGNALS,
@@ -36,11 +43,12 @@ from mad_study.core import (
 )
 
 # %% auto #0
-__all__ = ['LETTERS', 'TASKS', 'MATH_SUBJECTS', 'SYNTHETIC_TAG', 'SYNTHETIC_COUNTS', 'SOURCES', 'TRANSCRIPT_REQUIRED',
-           'TRANSCRIPT_DEFAULTS', 'EXPORT_ALIASES', 'plain_question', 'du_options_question', 'format_question',
-           'TaskSpec', 'get_task', 'describe_tasks', 'fixtures_dir', 'paper_table', 'synthetic_items',
+__all__ = ['LETTERS', 'TASKS', 'MATH_SUBJECTS', 'SYNTHETIC_TAG', 'SYNTHETIC_COUNTS', 'SOURCES', 'ITEM_FILE_ALIASES',
+           'TRANSCRIPT_REQUIRED', 'TRANSCRIPT_DEFAULTS', 'EXPORT_ALIASES', 'plain_question', 'du_options_question',
+           'format_question', 'TaskSpec', 'get_task', 'describe_tasks', 'fixtures_dir', 'paper_table',
+           'synthetic_items', 'BadItemsError', 'inline_option_count', 'normalise_gold', 'check_items',
            'HubUnavailableError', 'SubsetSizeWarning', 'subset_path', 'choose_subset', 'load_items', 'items_from_ids',
-           'row_formats', 'complete_transcript', 'load_debate_export']
+           'load_items_file', 'row_formats', 'complete_transcript', 'load_debate_export']
 
 # %% ../nbs/02_data.ipynb #a41088c2
 def plain_question(item: Item) -> str:
@@ -86,7 +94,10 @@ def _is_plain_number(s: str) -> bool:
 # %% ../nbs/02_data.ipynb #bd3573d7
 def _conv_gsm8k(spec, row, index, split, config):
     sol = row["answer"]
-    gold = canonical_number(parse_number(sol.split("####")[-1].replace(",", ""), last=False))
+    raw = sol.split("####")[-1].strip()
+    v = parse_number(raw.replace(",", ""), last=False)
+    # a gold that does not parse stays as written, so the gold check names it
+    gold = canonical_number(v) if v is not None else raw
     return dict(question=row["question"], gold=gold, meta={"solution": sol})
 
 # %% ../nbs/02_data.ipynb #67fa1ae4
@@ -864,6 +875,96 @@ def synthetic_items(task: str, n: int | None = None) -> list[Item]:
         it = _make_item(spec, row, f"synthetic-{i}", spec.split, config, synthetic=True)
         if it is not None:
             out.append(it)
+    return check_items(out, where=f"synthetic {spec.name}")
+
+# %% ../nbs/02_data.ipynb #9f0980ee
+class BadItemsError(ConfigError):
+    """Items that cannot be used as they are (a gold that does not fit its format, an empty question, a repeated
+    id): one line per bad item (the kit's own)."""
+
+    def __init__(self, lines: Sequence[str]):
+        self.lines = list(lines)
+        self.problem, self.where, self.key, self.value = "bad items", None, None, None
+        ValueError.__init__(self, "\n".join(self.lines))
+
+# %% ../nbs/02_data.ipynb #7250408a
+_INLINE_OPT = re.compile(r"^\s*\(?([A-K])[.)]\s", re.M)
+
+
+def inline_option_count(question: str) -> int:
+    "The number of lettered option lines (`(A) ...`, `A. ...`) in `question`, counted from A (0: none; the kit's own)."
+    seen = {m.group(1) for m in _INLINE_OPT.finditer(str(question))}
+    n = 0
+    while n < len(LETTERS) and LETTERS[n] in seen:
+        n += 1
+    return n if n >= 2 else 0
+
+# %% ../nbs/02_data.ipynb #363d3355
+def _option_gold(g: str, choices: Sequence[str] | None, question: str) -> str:
+    letter = extract_answer(g.upper(), "option") if len(g) <= 12 else None
+    if letter is None and choices:
+        hits = [i for i, c in enumerate(choices) if str(c).strip().casefold() == g.casefold()]
+        if len(hits) == 1:
+            return LETTERS[hits[0]]
+    if letter is None:
+        raise ValueError("not an option letter (A, (b), option C) nor one option's text")
+    n = len(choices) if choices else inline_option_count(question)
+    if n and LETTERS.index(letter) >= n:
+        raise ValueError(f"option {letter} but the item has {n} options (A-{LETTERS[n - 1]})")
+    return letter
+
+# %% ../nbs/02_data.ipynb #23548f97
+def _number_gold(g: str) -> str:
+    nums = number_candidates(g)
+    if not nums:
+        raise ValueError("not a number (mad_study.answers.parse_number finds none)")
+    if len(nums) > 1:
+        raise ValueError(f"{len(nums)} numbers, a number gold is one")
+    words = re.findall(r"[A-Za-z]+", re.sub(r"\\[A-Za-z]+", "", g))
+    if words:
+        raise ValueError(f"words besides the number ({' '.join(words)[:30]})")
+    return g
+
+# %% ../nbs/02_data.ipynb #28927777
+def normalise_gold(
+    gold: Any, fmt: str, choices: Sequence[str] | None = None, question: str = ""
+) -> str:
+    """`gold` checked against answer format `fmt` and normalised (option letters upper-case, `(b)` -> `B`); a
+    ValueError says why it does not fit (the kit's own rule, with mad_study.answers' parsers)."""
+    if fmt not in ANSWER_FORMATS:
+        raise ValueError(
+            f"unknown answer format {fmt!r} (choose from: {', '.join(ANSWER_FORMATS)})"
+        )
+    if gold is None or (isinstance(gold, float) and math.isnan(gold)):
+        raise ValueError("no gold answer")
+    g = str(gold).strip()
+    if not g:
+        raise ValueError("empty gold answer")
+    if fmt == "option":
+        return _option_gold(g, choices, question)
+    if fmt == "number":
+        return _number_gold(g)
+    if fmt == "boxed" and g.count("{") != g.count("}"):
+        raise ValueError("unbalanced braces")
+    return g
+
+# %% ../nbs/02_data.ipynb #82f7196a
+def check_items(items: Iterable[Item], where: str | os.PathLike | None = None) -> list[Item]:
+    """`items` with their golds checked and normalised (`normalise_gold`); a `BadItemsError` with one line per bad item
+    (where, item id, field, value, why) when any does not fit its format (the kit's own)."""
+    out, bad = [], []
+    for it in items:
+        try:
+            g = normalise_gold(it.gold, it.fmt, it.choices, it.question)
+        except ValueError as e:
+            bad.append(
+                f"{where}: " * (where is not None)
+                + f"item {it.id}: gold={it.gold!r}: {e} (fmt {it.fmt})"
+            )
+            continue
+        out.append(it if g == it.gold else dataclasses.replace(it, gold=g))
+    if bad:
+        raise BadItemsError(bad)
     return out
 
 # %% ../nbs/02_data.ipynb #d18bebeb
@@ -914,7 +1015,8 @@ def _fixture_items(spec: TaskSpec, split: str) -> list[Item]:
             choices=have,
         )
     items = [_make_item(spec, r, int(r["index"]), split, spec.configs[0]) for r in rows]
-    return sorted((it for it in items if it is not None), key=lambda it: it.meta["index"])
+    items = sorted((it for it in items if it is not None), key=lambda it: it.meta["index"])
+    return check_items(items, where=fixtures_dir() / f"{spec.name}.jsonl")
 
 # %% ../nbs/02_data.ipynb #9a232311
 class HubUnavailableError(ConnectionError):
@@ -982,10 +1084,25 @@ def _hub_rows(spec: TaskSpec, split: str) -> list[tuple[int, str, dict]]:
 
 # %% ../nbs/02_data.ipynb #62cb7a29
 def _hub_items(spec: TaskSpec, split: str) -> list[Item]:
+    "The split's items; an item whose gold does not fit its format is left out, with one warning line each."
     items = (
         _make_item(spec, row, index, split, config) for index, config, row in _hub_rows(spec, split)
     )
-    return [it for it in items if it is not None]
+    good, bad = [], []
+    for it in items:
+        if it is None:
+            continue
+        try:
+            good += check_items([it])
+        except BadItemsError as e:
+            bad += e.lines
+    if bad:
+        warnings.warn(
+            f"{spec.hf_id}: {len(bad)} item(s) left out, their gold does not fit their format:\n"
+            + "\n".join(bad),
+            stacklevel=3,
+        )
+    return good
 
 # %% ../nbs/02_data.ipynb #1c47a2af
 SOURCES = ("fixture", "hub")
@@ -1354,6 +1471,170 @@ _SYNTHETIC_GENERATORS.update(
 SYNTHETIC_COUNTS.update(
     {k: 80 for k in ("mathvision", "mathvision_all", "realworldqa", "realworldqa_all")}
 )
+
+# %% ../nbs/02_data.ipynb #ae0c2321
+ITEM_FILE_ALIASES: dict[str, tuple[str, ...]] = {
+    "question": ("question", "problem", "input", "prompt"),
+    "gold": ("answer", "gold", "target", "gold_answer", "label"),
+    "choices": ("choices", "options"),
+    "id": ("id", "item_id", "qid", "question_id"),
+}
+
+# %% ../nbs/02_data.ipynb #b6dcdd4f
+def _read_rows(path: Path) -> tuple[list[dict], str]:
+    "The rows of a CSV (strings, header first) or JSONL file, and what a row is called in messages."
+    suf = path.suffix.lower()
+    if suf == ".csv":
+        try:
+            df = pd.read_csv(path, dtype=str, keep_default_na=False)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+            raise ConfigError(
+                f"not a readable CSV ({' '.join(str(e).split())[:120]})", where=path
+            ) from None
+        return df.to_dict("records"), "row"
+    if suf in (".jsonl", ".ndjson"):
+        rows = []
+        for k, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"bad JSON ({e.msg})", where=f"{path}: line {k + 1}") from None
+            if not isinstance(r, dict):
+                raise ConfigError("a row is a JSON object", where=f"{path}: line {k + 1}")
+            rows.append({**r, "__line__": k + 1})
+        return rows, "line"
+    raise ConfigError("not a .csv or .jsonl file", key="path", value=str(path))
+
+# %% ../nbs/02_data.ipynb #479d45a2
+def _item_columns(path: Path, have: Sequence[str], columns: Mapping[str, str] | None) -> dict:
+    "Kit role -> the file's column: `columns`, else the first alias present (`A`, `B`, ... columns: the options)."
+    cols = dict(columns or {})
+    unknown = sorted(set(cols) - set(ITEM_FILE_ALIASES))
+    if unknown:
+        raise ConfigError(
+            "unknown role in columns=",
+            where=path,
+            key="columns",
+            value=unknown[0],
+            choices=ITEM_FILE_ALIASES,
+        )
+    miss = [v for v in cols.values() if v not in have]
+    if miss:
+        raise ConfigError(
+            f"columns= names a column the file lacks (it has: {', '.join(have)})",
+            where=path,
+            key="columns",
+            value=miss[0],
+        )
+    for role, names in ITEM_FILE_ALIASES.items():
+        hit = next((n for n in names if n in have), None) or next(
+            (c for c in have if c.lower() in names), None
+        )
+        if role not in cols and hit is not None:
+            cols[role] = hit
+    letters = []
+    for l in LETTERS:
+        if l not in have:
+            break
+        letters.append(l)
+    if "choices" not in cols and len(letters) >= 2:
+        cols["choices"] = letters
+    for role in ("question", "gold"):
+        if role not in cols:
+            raise ConfigError(
+                f"no {role} column (tried {', '.join(ITEM_FILE_ALIASES[role])}; name it with columns={{'{role}': ...}}; "
+                f"the file has: {', '.join(have)})",
+                where=path,
+            )
+    return cols
+
+# %% ../nbs/02_data.ipynb #359dc89b
+def _row_choices(v: Any, where: str) -> tuple[str, ...] | None:
+    "A row's options: a list, a JSON list or `|`-separated text (None when empty)."
+    if (
+        v is None
+        or (isinstance(v, float) and math.isnan(v))
+        or (isinstance(v, str) and not v.strip())
+    ):
+        return None
+    if isinstance(v, str):
+        s = v.strip()
+        if s.startswith("["):
+            try:
+                v = json.loads(s)
+            except json.JSONDecodeError as e:
+                raise ConfigError(
+                    f"options start with '[' but are not a JSON list ({e.msg})", where=where
+                ) from None
+        else:
+            v = s.split("|")
+    if not isinstance(v, (list, tuple)) or len(v) < 2:
+        raise ConfigError(
+            "options must be a list of at least two", where=where, value=str(v)[:60], key="value"
+        )
+    return tuple(str(c).strip() for c in v)
+
+# %% ../nbs/02_data.ipynb #b86bb830
+def load_items_file(
+    path: str | os.PathLike,
+    fmt: str,
+    columns: Mapping[str, str] | None = None,
+    task: str | None = None,
+) -> list[Item]:
+    """One's own questions from a CSV or JSONL file as the kit's `Item`s: columns named by `columns` (role -> column) or
+    guessed (`ITEM_FILE_ALIASES`, or `A`, `B`, ... option columns), every gold checked against `fmt` (the kit's own)."""
+    path = Path(path)
+    if fmt not in ANSWER_FORMATS:
+        raise ConfigError(
+            "unknown answer format", where=path, key="fmt", value=fmt, choices=ANSWER_FORMATS
+        )
+    if not path.is_file():
+        raise ConfigError("no such file", key="path", value=str(path))
+    rows, unit = _read_rows(path)
+    if not rows:
+        raise ConfigError("the file holds no rows", where=path)
+    have = list(dict.fromkeys(k for r in rows for k in r if k != "__line__"))
+    cols = _item_columns(path, have, columns)
+    task = task or path.stem
+    used = {c for v in cols.values() for c in ([v] if isinstance(v, str) else v)}
+    items, bad, seen = [], [], {}
+    for k, r in enumerate(rows):
+        n = r.get("__line__", k + 1)
+        at = f"{path}: {unit} {n}"
+        q = r.get(cols["question"])
+        if q is None or not str(q).strip():
+            bad.append(f"{at}: column {cols['question']!r}: empty question")
+            continue
+        ch_col = cols.get("choices")
+        if isinstance(ch_col, list):
+            ch = (
+                tuple(str(r.get(c, "")).strip() for c in ch_col if str(r.get(c, "")).strip())
+                or None
+            )
+        else:
+            ch = _row_choices(r.get(ch_col), f"{at}: column {ch_col!r}") if ch_col else None
+        rid = str(r.get(cols["id"], "")).strip() if "id" in cols else ""
+        iid = f"{task}/{rid or n}"
+        if iid in seen:
+            bad.append(
+                f"{at}: column {cols.get('id', 'id')!r}: id {iid!r} repeats {unit} {seen[iid]}"
+            )
+            continue
+        seen[iid] = n
+        raw = r.get(cols["gold"])
+        try:
+            gold = normalise_gold(raw, fmt, ch, str(q))
+        except ValueError as e:
+            bad.append(f"{at}: column {cols['gold']!r}: item {iid}: value {raw!r}: {e} (fmt {fmt})")
+            continue
+        meta = {c: v for c, v in r.items() if c not in used and c != "__line__"}
+        meta = {"source": str(path), unit: n, **meta}
+        items.append(Item(iid, task, str(q).strip(), gold, fmt, choices=ch, meta=meta))
+    if bad:
+        raise BadItemsError(bad)
+    return items
 
 # %% ../nbs/02_data.ipynb #18b956f2
 TRANSCRIPT_REQUIRED = ("item_id", "agent", "round", "answer", ("gold", "correct"), ("task", "fmt"))

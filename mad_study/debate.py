@@ -9,9 +9,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+import warnings
+
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from mad_study.core import (
     ConfigError,
@@ -26,9 +27,9 @@ from mad_study.core import (
     SIGNALS,
 )
 from .answers import extract_answer, is_correct
-from .data import format_question
+from .data import check_items, format_question
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
-from .interface import generate_jobs
+from .interface import IdenticalAgentsWarning, Progress, generate_jobs, progress_scope
 
 # %% auto #0
 __all__ = ['ORDERINGS', 'PROTOCOLS', 'HISTORY_MODES', 'Agent', 'make_agents', 'Turn', 'RoundPlan', 'RoundContext', 'Protocol',
@@ -414,6 +415,16 @@ def _check_debate_args(agents: list[Agent], backends: Mapping[str, Any], history
             "unknown history mode", key="history", value=history, choices=HISTORY_MODES
         )
 
+# %% ../nbs/04_debate.ipynb #439156a8
+def _identical_agents(agents: Sequence[Agent], temperature: float) -> list[list[str]]:
+    "Groups of agent names sharing model and role at temperature 0: copies that answer alike."
+    if temperature > 0:
+        return []
+    groups: dict[tuple, list[str]] = {}
+    for a in agents:
+        groups.setdefault((a.model, a.role), []).append(a.name)
+    return [g for g in groups.values() if len(g) > 1]
+
 # %% ../nbs/04_debate.ipynb #b7dcb690
 def _round_plan(
     protocol: Protocol, agents: list[Agent], hist_th: dict, it: Item, k: int, rnd: int, seed: int
@@ -541,7 +552,7 @@ def run_debate(
     sampling: Sampling = Sampling(),
     experiment: str = "debate",
     history: str = "full",
-    progress: bool = True,
+    progress: bool | None = None,
     method: str | None = None,
 ) -> pd.DataFrame:
     """Run a multi-agent debate on `items` and return its transcript (one row per agent turn). Du et
@@ -550,6 +561,15 @@ def run_debate(
     agents = list(agents)
     protocol = protocol or FullyConnected()
     _check_debate_args(agents, backends, history)
+    items = check_items(items)
+    for g in _identical_agents(agents, sampling.temperature):
+        warnings.warn(
+            f"run_debate: agents {', '.join(g)} are identical ({agents[[a.name for a in agents].index(g[0])].model}, "
+            f"same role, temperature {sampling.temperature}): they give the same response every round "
+            "(set temperature > 0, or use distinct models or roles)",
+            IdenticalAgentsWarning,
+            stacklevel=3,
+        )
     threads = [(it, k) for it in items for k in range(int(samples))]
     run = _DebateRun(
         agents,
@@ -564,9 +584,11 @@ def run_debate(
         hist={(it.id, k): {a.name: [] for a in agents} for it, k in threads},
     )
     rounds = int(debate_rounds) + 1
-    bar = tqdm(total=rounds, desc=f"{experiment}", disable=not progress, leave=False)
-    for rnd in range(rounds):
-        run.generate(run.requests(threads, rnd), backends)
-        bar.update(1)
-    bar.close()
+    # one bar for the whole debate: every turn (a reused one counts done at once); an outer bar grows by it
+    total = len(threads) * len(agents) * rounds
+    with progress_scope(total, experiment, progress) as bar:
+        for rnd in range(rounds):
+            jobs = run.requests(threads, rnd)
+            bar.advance(n=len(threads) * len(agents) - len(jobs))
+            run.generate(jobs, backends)
     return _sorted_transcript(run.rows, items, agents)

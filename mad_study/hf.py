@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from fastcore.basics import patch
 
 from .core import ConfigError, GenRequest, Generation, signals_from_logprobs
-from .interface import BaseBackend
+from .interface import BaseBackend, Progress, active_progress
 from .registry import QUANTS, TWIN_REVISION, ModelSpec, spec_for
 from mad_study.checkpoints import (
     TINY_RANDOM_VERSION,
@@ -337,7 +337,7 @@ def __init__(
     max_context: int | None = None,
     chat_template_kwargs: Mapping | None = None,
     allow_download: bool = False,
-    progress: bool = True,
+    progress: bool | None = None,
     cpu_4bit_kernel: str = "dequantize",
     cuda_graphs: bool = False,
 ):
@@ -674,7 +674,6 @@ def generate(self: HFBackend, requests: list[GenRequest]) -> list[Generation]:
     if not requests:
         return []
     self.load()
-    from tqdm.auto import tqdm
 
     prepared = [self._prepare(r) for r in requests]
     out: list[Generation | None] = [None] * len(requests)
@@ -686,12 +685,10 @@ def generate(self: HFBackend, requests: list[GenRequest]) -> list[Generation]:
             todo.append(i)
     todo.sort(key=lambda i: len(prepared[i].ids), reverse=True)
     pos, t0 = 0, time.time()
-    bar = tqdm(
-        total=len(todo),
-        desc=self.spec.name,
-        leave=False,
-        disable=not self.progress or len(todo) < 2,
-    )
+    # the active bar (the engine's run) gets each batch; called alone, the backend shows its own
+    outer = active_progress()
+    bar = outer or Progress(len(todo), self.spec.name, self.progress)
+    bar.show()  # a real model is slow: the bar from the start
     while pos < len(todo):
         idx = self._next_batch(todo[pos:], prepared)
         try:
@@ -704,9 +701,10 @@ def generate(self: HFBackend, requests: list[GenRequest]) -> list[Generation]:
         for i, g in zip(idx, gens, strict=True):
             out[i] = g
         pos += len(idx)
-        bar.update(len(idx))
+        bar.advance(gens)
         self.stats["batch_sizes"].append(len(idx))
-    bar.close()
+    if outer is None:
+        bar.close()
     self.stats["generate_seconds"] += time.time() - t0
     self.stats["requests"] += len(requests)
     return out

@@ -5,13 +5,19 @@
 # %% ../nbs/03a_interface.ipynb #847a3a2c
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import os
+import threading
+import time
 from collections import defaultdict
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from .core import ConfigError, GenRequest, Generation
 
 # %% auto #0
-__all__ = ['Backend', 'BaseBackend', 'generate_jobs']
+__all__ = ['Backend', 'BaseBackend', 'progress_enabled', 'Progress', 'active_progress', 'report_progress', 'progress_scope',
+           'IdenticalAgentsWarning', 'generate_jobs']
 
 # %% ../nbs/03a_interface.ipynb #698decee
 @runtime_checkable
@@ -45,11 +51,138 @@ class BaseBackend:
     def __repr__(self):
         return f"{type(self).__name__}({self.backend_id!r})"
 
+# %% ../nbs/03a_interface.ipynb #a31dd742
+def progress_enabled(progress: bool | None = None) -> bool:
+    "Whether to show progress: `progress` when given, else `$MAD_STUDY_PROGRESS`, else on, except under tests (the kit's own)."
+    if progress is not None:
+        return bool(progress)
+    env = os.environ.get("MAD_STUDY_PROGRESS", "").strip().lower()
+    if env:
+        return env not in ("0", "false", "no", "off")
+    return not (os.environ.get("PYTEST_CURRENT_TEST") or os.environ.get("IN_TEST"))
+
+# %% ../nbs/03a_interface.ipynb #a9b66ed4
+_ACTIVE: contextvars.ContextVar = contextvars.ContextVar("mad_study_progress", default=None)
+
+
+class Progress:
+    """A progress bar of generations (tqdm): done of `total`, tokens per second, time left; a context manager that
+    makes it the active bar `generate_jobs` and the backends report to (the kit's own)."""
+
+    def __init__(
+        self,
+        total: int | None,
+        desc: str = "generating",
+        progress: bool | None = None,
+        delay: float = 2.0,
+        file=None,
+        leave: bool = False,
+    ):
+        self.total, self.desc, self.delay, self.leave = total, desc, float(delay), leave
+        self.enabled, self._file, self._own_file = progress_enabled(progress), file, None
+        self.n, self.tokens, self.t0 = 0, 0, time.monotonic()
+        self._lock, self._token, self.bar = threading.Lock(), None, None
+        if self.delay <= 0:
+            self.show()
+
+    def show(self) -> None:
+        "Draw the bar now (a slow backend calls it when it starts; else it appears after `delay` seconds of work)."
+        if self.bar is not None or not self.enabled:
+            return
+        from tqdm.auto import tqdm as auto_tqdm
+        from tqdm.std import tqdm as text_tqdm
+
+        path = os.environ.get("MAD_STUDY_PROGRESS_FILE")
+        if self._file is None and path:
+            self._own_file = open(path, "a")
+        file = self._file or self._own_file
+        self.bar = (auto_tqdm if file is None else text_tqdm)(
+            total=self.total,
+            desc=self.desc,
+            unit="gen",
+            initial=self.n,
+            leave=self.leave,
+            file=file,
+        )
+
+    def advance(self, gens: Sequence[Generation] = (), n: int | None = None) -> None:
+        "Count `gens` as done (their completion tokens unless cached), or `n` generations without tokens."
+        with self._lock:
+            k = len(gens) if n is None else int(n)
+            self.n += k
+            self.tokens += sum(
+                int(g.completion_tokens or 0) for g in gens if not getattr(g, "cached", False)
+            )
+            elapsed = time.monotonic() - self.t0
+            if self.bar is None and elapsed >= self.delay:
+                self.show()
+            if self.bar is not None:
+                self.bar.set_postfix_str(
+                    f"{self.tokens / max(elapsed, 1e-9):.1f} tok/s", refresh=False
+                )
+                self.bar.update(k)
+
+    def extend(self, n: int) -> None:
+        "Add `n` generations to the total (nested work joining this bar)."
+        with self._lock:
+            self.total = (self.total or 0) + int(n)
+            if self.bar is not None:
+                self.bar.total = self.total
+                self.bar.refresh()
+
+    def close(self) -> None:
+        "Close the bar (and its file)."
+        if self.bar is not None:
+            self.bar.close()
+        if self._own_file is not None:
+            self._own_file.close()
+
+    def __enter__(self) -> "Progress":
+        self._token = _ACTIVE.set(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _ACTIVE.reset(self._token)
+        self.close()
+
+# %% ../nbs/03a_interface.ipynb #179d7094
+def active_progress() -> Progress | None:
+    "The active progress bar (a `with Progress(...)` block around this call), or None (the kit's own)."
+    return _ACTIVE.get()
+
+
+def report_progress(gens: Sequence[Generation], progress: Progress | None = None) -> None:
+    "A backend reports generations it finished to `progress` (default: the active bar), if any (the kit's own)."
+    p = progress or active_progress()
+    if p is not None:
+        p.advance(gens)
+
+
+@contextlib.contextmanager
+def progress_scope(
+    total: int, desc: str = "generating", progress: bool | None = None, extend: bool = True
+):
+    """The active bar, grown by `total` (unless not `extend`) and left open; else a new active `Progress` for this
+    work, closed at its end (the kit's own)."""
+    outer = active_progress()
+    if outer is None:
+        with Progress(total, desc, progress) as bar:
+            yield bar
+        return
+    if extend:
+        outer.extend(total)
+    yield outer
+
+# %% ../nbs/03a_interface.ipynb #bc4f9118
+class IdenticalAgentsWarning(UserWarning):
+    "Two or more agents are the same model and role at temperature 0: they give the same responses (the kit's own)."
+
 # %% ../nbs/03a_interface.ipynb #88304566
 def generate_jobs(
     backends: Mapping[str, Any],
     jobs: Sequence[tuple[str, GenRequest]],
     names: Sequence[str] | None = None,
+    progress: bool | None = None,
 ) -> list[Generation]:
     "Generate `jobs` [(model, request)] with one `generate` call per model; results in job order."
     by = defaultdict(list)
@@ -60,14 +193,21 @@ def generate_jobs(
             )
         by[m].append(i)
     out: list = [None] * len(jobs)
-    for m, idx in by.items():
-        gens = list(backends[m].generate([jobs[i][1] for i in idx]))
-        if len(gens) != len(idx):
-            asked = [names[i] for i in idx[:4]] + ["..."] * (len(idx) > 4) if names else []
-            raise RuntimeError(
-                f"backend for {m} returned {len(gens)} generations for {len(idx)} requests"
-                + (f" ({', '.join(asked)})" if asked else "")
-            )
-        for i, g in zip(idx, gens):
-            out[i] = g
+    with progress_scope(len(jobs), "generating", progress, extend=False) as bar:
+        for m, idx in by.items():
+            before = bar.n
+            gens = list(backends[m].generate([jobs[i][1] for i in idx]))
+            if len(gens) != len(idx):
+                asked = [names[i] for i in idx[:4]] + ["..."] * (len(idx) > 4) if names else []
+                raise RuntimeError(
+                    f"backend for {m} returned {len(gens)} generations for {len(idx)} requests"
+                    + (f" ({', '.join(asked)})" if asked else "")
+                )
+            reported = bar.n - before
+            if reported == 0:
+                bar.advance(gens)
+            elif reported < len(gens):
+                bar.advance(n=len(gens) - reported)
+            for i, g in zip(idx, gens):
+                out[i] = g
     return out

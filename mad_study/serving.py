@@ -34,7 +34,7 @@ from mad_study.core import (
     load_image,
     signals_from_logprobs,
 )
-from .interface import BaseBackend
+from .interface import BaseBackend, Progress, active_progress
 from .registry import ModelSpec, spec_for, get_model, weight_memory_gb
 
 _log = logging.getLogger("mad_study.serving")
@@ -514,6 +514,11 @@ def generate(self: OpenAIBackend, requests: list[GenRequest]) -> list[Generation
     fatal: list[BaseException] = []
     stop = threading.Event()
     n_before = len(self.failures)
+    # each answer advances the active bar (the engine's run), else this call's own; worker threads
+    # do not inherit the context, so the bar is taken here
+    outer = active_progress()
+    bar = outer or Progress(len(requests), self.model_name)
+    bar.show()  # a served model is slow: the bar from the start
 
     def work(w: int):
         while not stop.is_set():
@@ -523,6 +528,7 @@ def generate(self: OpenAIBackend, requests: list[GenRequest]) -> list[Generation
                 return
             try:
                 out[i] = self._one(requests[i], w % len(self.base_urls))
+                bar.advance([out[i]])
             except BaseException as e:
                 fatal.append(e)
                 stop.set()
@@ -542,6 +548,9 @@ def generate(self: OpenAIBackend, requests: list[GenRequest]) -> list[Generation
     except KeyboardInterrupt:
         stop.set()
         raise
+    finally:
+        if outer is None:
+            bar.close()
     if self.failure_log is not None:
         self._write_stats()
     if fatal:

@@ -195,6 +195,26 @@ def test_embedded_nf4_batched_equals_single(smol):
 
 
 @needs_embedded
+def test_embedded_debate_shows_one_progress_bar(smol):
+    "A cpu-profile debate (the embedded model, a few tokens): one bar, generations done of the total, tok/s, time left."
+    import io
+    from mad_study.data import load_items
+    from mad_study.debate import make_agents, run_debate
+    from mad_study.core import Sampling
+    from mad_study.interface import Progress
+    buf = io.StringIO()
+    items = load_items("gsm8k", n=1, save=False)
+    with Progress(None, desc="cpu debate", progress=True, delay=0, file=buf, leave=True) as bar:
+        tr = run_debate(items, make_agents(["smollm2-135m-instruct"] * 2), {"smollm2-135m-instruct": smol}, debate_rounds=1,
+                        sampling=Sampling(max_new_tokens=4, temperature=0.7))
+    out = buf.getvalue()
+    assert len(tr) == 4 and bar.n == 4 and bar.tokens == tr["completion_tokens"].sum() > 0
+    last = out.strip().split("\r")[-1]
+    assert last.startswith("cpu debate: 100%") and "4/4" in last and "tok/s" in last
+    assert "smollm2-135m-instruct:" not in out                       # the backend reports to the run's bar, no second bar
+
+
+@needs_embedded
 @pytest.mark.parametrize("quant", ["int8", "none"])
 def test_embedded_other_quants(quant, smol):
     be = B.HFBackend("smollm2-135m-instruct", quant=quant, progress=False)

@@ -443,3 +443,15 @@ def test_plan_counts():
     t1 = cpu["madc_tab1"][1]
     assert t1["n_items"] <= 2 and t1["n_agents"] <= 3 and t1["max_new_tokens"] <= 128
     assert set(t1["models"]) == {"smollm2-135m-instruct"}
+
+
+def test_notebook_defaults_are_fig1_under_the_sim_profile():
+    "The notebook's parameters cell = params/madc/madc_fig1.yaml + the sim profile (so it redraws the committed Fig. 1)."
+    from mad_study.registry import experiments, load_profile
+    from mad_study.report import notebook_parameters
+    from mad_study.reproduce import merge_params
+    exp = experiments()["madc_fig1"]
+    nb, merged = notebook_parameters(exp.notebook), merge_params(exp, load_profile("sim"))
+    sim = merged.pop("sim_agents")
+    assert {k: nb.get(k) for k in merged} == merged
+    assert {m: nb["sim_agents"][m] for m in nb["models"]} == {m: sim[m] for m in merged["models"]}

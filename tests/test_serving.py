@@ -165,3 +165,29 @@ def test_reproduce_names_failed_generations(scratch):
         r2 = mad_study(*args, env=os.environ.copy(), timeout=600)
         assert r2.returncode == 0 and "failed generation" not in r2.stdout, r2.stdout
         assert not log.exists()
+
+
+def test_docs_serve_what_plan_prints():
+    "Every `vllm serve <id>` in docs/serving.md is a registry model's hub id, the name `plan` prints and the kit asks for."
+    import re
+    from pathlib import Path
+    from mad_study.registry import MODELS
+    from mad_study.serving import serve_command
+    doc = (Path(__file__).parents[1] / "docs" / "serving.md").read_text()
+    served = re.findall(r"vllm serve ([\w.-]+/[\w.-]+)", doc)                # a hub id (not `<hub id>`, `...`)
+    hub = {s.hub_id: name for name, s in MODELS.items() if s.kind == "hf"}
+    assert served and not [s for s in served if s not in hub], [s for s in served if s not in hub]
+    assert serve_command("glm-4-9b-chat").split()[2] in served          # the -hf repository, as `plan` prints it
+
+
+def test_served_round_advances_one_bar():
+    "A served round, concurrent: each answer advances the active progress bar once (done, tok/s)."
+    import io
+    from mad_study.interface import Progress
+    buf = io.StringIO()
+    with StubServer(lambda n, body: (200, echo_completion(body))) as stub:
+        be = OpenAIBackend("smollm2-135m-instruct", stub.base_url, served_model="m", concurrency=3)
+        with Progress(5, desc="served", progress=True, delay=0, file=buf, leave=True) as bar:
+            gens = be.generate([chat(f"q{i}") for i in range(5)])
+    assert len(gens) == 5 and bar.n == 5
+    assert "served: 100%" in buf.getvalue() and "5/5" in buf.getvalue() and "tok/s" in buf.getvalue()
