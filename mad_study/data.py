@@ -914,13 +914,22 @@ def _option_gold(g: str, choices: Sequence[str] | None, question: str) -> str:
     return letter
 
 # %% ../nbs/02_data.ipynb #23548f97
+_PLAIN_LATEX = re.compile(r"\\[dt]?frac|\\left|\\right|\\[$%!,;]")
+
+
 def _number_gold(g: str) -> str:
     nums = number_candidates(g)
     if not nums:
         raise ValueError("not a number (mad_study.answers.parse_number finds none)")
+    # fractions, dollar and percent signs and LaTeX spacing are plain; any other command (`\\sqrt`, `\\pi`), a
+    # power or a factorial is an expression the number grader would read as its first number
+    rest = _PLAIN_LATEX.sub("", g)
+    latex = re.findall(r"\\[A-Za-z]+|[\^!√π]", rest)
+    if latex:
+        raise ValueError(f"LaTeX beyond a plain number ({' '.join(latex)[:30]}): use fmt 'boxed'")
     if len(nums) > 1:
         raise ValueError(f"{len(nums)} numbers, a number gold is one")
-    words = re.findall(r"[A-Za-z]+", re.sub(r"\\[A-Za-z]+", "", g))
+    words = re.findall(r"[A-Za-z]+", rest)
     if words:
         raise ValueError(f"words besides the number ({' '.join(words)[:30]})")
     return g
