@@ -432,7 +432,7 @@ def _round_plan(
     "The plan of round `rnd` of thread (`it`, `k`): everyone speaks and sees nothing in round 0, else the protocol's plan."
     if rnd == 0:
         return RoundPlan([a.name for a in agents], {a.name: Turn() for a in agents})
-    ctx = ctx = RoundContext(
+    ctx = RoundContext(
         it,
         k,
         rnd,
