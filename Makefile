@@ -98,7 +98,7 @@ check-sync: $(STAMP)
 	@echo "notebooks clean and in sync with mad_study/"
 
 ## ruff over the notebooks (settings in pyproject.toml; issue 37): formatted, and no lint finding.
-## tools/format_notebooks.py formats, fixes and splits them.
+## tools/tidy_notebooks.py formats them (and never cuts a cell).
 lint: $(STAMP)
 	$(BIN)/ruff format --check nbs
 	$(BIN)/ruff check nbs

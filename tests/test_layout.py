@@ -157,3 +157,14 @@ def test_no_private_name_imported_across_modules():
                 bad += [f"{p.stem} <- {node.module}.{a.name}" for a in node.names
                         if a.name.startswith("_") and not a.name.startswith("__")]
     assert bad == []
+
+
+def test_no_comment_hung_on_a_closing_bracket():
+    """A comment explains the line below it, not a closing bracket: `)  # why` is what ruff leaves when a commented
+    line is too long, and reads as a note on nothing (issue 49). tools/tidy_notebooks.py moves them."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from tidy_notebooks import hung_comments, unhang
+    test_src = "x = f(\n    1\n)  # why\n"
+    assert hung_comments(test_src) and unhang(test_src)[0] == "# why\nx = f(\n    1\n)\n"
+    hung = [(nb, c["id"], line) for nb, c, s in code_cells() for line, *_ in hung_comments(s)]
+    assert hung == [], f"{len(hung)} comments hung on a closing bracket (run tools/tidy_notebooks.py): {hung[:5]}"
