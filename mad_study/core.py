@@ -27,15 +27,15 @@ import pandas as pd
 
 # %% auto #0
 __all__ = ['SOURCE_DIRS', 'ANSWER_FORMATS', 'SAMPLING_FIELDS', 'takes_sampling', 'SIGNALS', 'TRANSCRIPT_SCHEMA',
-           'TRANSCRIPT_COLUMNS', 'CONDITION_KEYS', 'TURN_KEYS', 'kit_checkout', 'project_root', 'runs_dir',
-           'figures_dir', 'params_dir', 'cache_home', 'git_commit', 'ConfigError', 'clip_line', 'derive_seed',
-           'rng_for', 'is_image_hash', 'Item', 'GenRequest', 'Sampling', 'fold_keywords', 'deprecated_names',
-           'Inference', 'Generation', 'signals_from_logprobs', 'describe_transcript', 'transcript_frame', 'atomic_path',
-           'atomic_write_text', 'save_transcript', 'load_transcript', 'pool_keys', 'check_unique_turns', 'images_dir',
-           'image_hash', 'image_path', 'put_image', 'load_image']
+           'TRANSCRIPT_COLUMNS', 'CONDITION_KEYS', 'TURN_KEYS', 'project_root', 'runs_dir', 'figures_dir', 'params_dir',
+           'cache_home', 'git_commit', 'ConfigError', 'clip_line', 'derive_seed', 'rng_for', 'is_image_hash', 'Item',
+           'GenRequest', 'Sampling', 'fold_keywords', 'deprecated_names', 'Inference', 'Generation',
+           'signals_from_logprobs', 'describe_transcript', 'transcript_frame', 'atomic_path', 'atomic_write_text',
+           'save_transcript', 'load_transcript', 'pool_keys', 'check_unique_turns', 'images_dir', 'image_hash',
+           'image_path', 'put_image', 'load_image']
 
 # %% ../nbs/00_core.ipynb #19cccb81
-def kit_checkout(start: Path | None = None) -> Path | None:
+def _kit_checkout(start: Path | None = None) -> Path | None:
     """The kit's source checkout (a folder with `pyproject.toml`, `nbs/` and `params/`) that holds `start` (default:
     the installed package itself), or None: a plain install, or a folder outside any checkout. The kit's own."""
     if start is None:
@@ -58,7 +58,7 @@ def project_root() -> Path:
     env = os.environ.get("MAD_STUDY_ROOT")
     if env:
         return Path(env).expanduser().resolve()
-    return kit_checkout(Path.cwd()) or Path.cwd().resolve()
+    return _kit_checkout(Path.cwd()) or Path.cwd().resolve()
 
 # %% ../nbs/00_core.ipynb #882914e1
 def runs_dir() -> Path:
@@ -75,7 +75,7 @@ def params_dir() -> Path:
     """The experiment and profile parameter files: `<root>/params` when the root has one, else the `params/` of the
     checkout the package was installed from (an editable install used from another folder)."""
     own = project_root() / "params"
-    kit = kit_checkout()
+    kit = _kit_checkout()
     return own if own.is_dir() or kit is None else kit / "params"
 
 # %% ../nbs/00_core.ipynb #1ef3b078

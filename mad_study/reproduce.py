@@ -786,17 +786,23 @@ def experiment_notebook(path: str | os.PathLike) -> dict:
 
 # %% ../nbs/20_reproduce.ipynb #1713065d
 def open_stage(final: Path) -> Path:
-    """The staging folder `final/.staging/` of a new run: a killed run's files and figures there are removed, its
-    sub-folders kept, and the last good run's sub-folders (a training state under `checkpoints/`, what a run resumes
-    from) are linked in, file by file (hard links: no copy). The kit's own."""
-    stage = Path(final) / ".staging"
-    if stage.is_dir():
-        for f in stage.iterdir():
-            if f.is_file() or f.is_symlink():
-                f.unlink()
-        shutil.rmtree(stage / "figures", ignore_errors=True)
-    stage.mkdir(parents=True, exist_ok=True)
-    for d in Path(final).iterdir():
+    """A new staging folder of this process beside the last good run, `final/.staging-<pid>-<n>/` (two processes that
+    run one experiment at once never share one). A killed run's staging folder goes, but its sub-folders (a training
+    state under `checkpoints/`, what a run resumes from) move into the new one; the last good run's sub-folders are
+    linked in file by file (hard links: no copy). The kit's own."""
+    final = Path(final)
+    final.mkdir(parents=True, exist_ok=True)
+    stage = final / f".staging-{os.getpid()}-{time.time_ns() % 10**9}"
+    stage.mkdir()
+    for old in sorted(final.glob(".staging-*")):
+        pid = old.name.split("-")[1]
+        if old == stage or (pid.isdigit() and _alive(int(pid))):
+            continue
+        for d in old.iterdir():
+            if d.is_dir() and d.name != "figures" and not (stage / d.name).exists():
+                os.replace(d, stage / d.name)
+        shutil.rmtree(old, ignore_errors=True)
+    for d in final.iterdir():
         if d.is_dir() and not d.name.startswith(".") and not (stage / d.name).exists():
             shutil.copytree(d, stage / d.name, copy_function=os.link)
     return stage
@@ -810,7 +816,7 @@ def run_experiment(
     replace_reference: bool = False,
 ) -> RunResult:
     """Execute the experiment's notebook with papermill in a staging folder beside the last good run
-    (`run_folder(...)/.staging/`: transcripts, figures, the executed copy, kernel.log with the kernel's own messages);
+    (`open_stage(run_folder(...))`: transcripts, figures, the executed copy, kernel.log with the kernel's own messages);
     `promote` it when the notebook finished, else `record_failure` (the last good run stays in place)."""
     import papermill as pm
 
