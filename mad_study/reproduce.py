@@ -1257,8 +1257,8 @@ BASELINES = ("fully_connected",)
 
 
 def default_reference(conditions: Sequence[str]) -> str:
-    """The condition a comparison without `--reference` is made against: the one baseline of `BASELINES` (Du et al.'s
-    fully connected debate) among `conditions`; never simply the first (a user's own protocol sorted first would
+    """The condition a comparison without `--reference` is made against: the one baseline of `BASELINES` (the fully
+    connected debate) among `conditions`; never simply the first (a user's own protocol sorted first would
     become the reference). None or several: a `ConfigError` asking for `--reference`. The kit's own."""
     base = [c for c in conditions if c in BASELINES]
     if len(base) != 1:
