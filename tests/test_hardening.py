@@ -60,7 +60,7 @@ def test_two_reproduce_processes_share_one_cache(tmp_path):
     for i in range(2):
         env = _env(tmp_path, MAD_STUDY_FIGURES=tmp_path / f"fig{i}")          # one runs/ (one cache), two figure folders
         procs.append(subprocess.Popen(preexec_fn=_default_sigint, args=[str(EXE), "reproduce", "du_gsm8k", "--profile", "sim", "-p", slow, "-p", "n_items=40", "-p", "cache=true",
-                                                                  *SLOW_AGENTS],
+                                                                  *SLOW_AGENTS, "--replace-reference"],   # into fig{i}/
                                       env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (out, err) in zip(procs, outs):
