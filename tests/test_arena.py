@@ -7,7 +7,7 @@ from mad_study.reproduce import main, reproduce
 
 
 def test_arena_runs_on_a_small_sim_slice(scratch):
-    res = reproduce(["arena"], "sim", {"n_items": 8}, log=lambda *a: None)
+    res = reproduce(["arena"], "sim", {"n_items": 8}, log=lambda *a: None, replace_reference=True)   # into figures/
     assert len(res) == 1 and res[0].ok, res[0].error
     out = scratch / "figures" / "arena"
     arts = [a["id"] for a in load_registry()["arena"]["artefacts"]]

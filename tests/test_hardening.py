@@ -60,7 +60,7 @@ def test_two_reproduce_processes_share_one_cache(tmp_path):
     for i in range(2):
         env = _env(tmp_path, MAD_STUDY_FIGURES=tmp_path / f"fig{i}")          # one runs/ (one cache), two figure folders
         procs.append(subprocess.Popen(preexec_fn=_default_sigint, args=[str(EXE), "reproduce", "du_gsm8k", "--profile", "sim", "-p", slow, "-p", "n_items=40", "-p", "cache=true",
-                                                                  *SLOW_AGENTS],
+                                                                  *SLOW_AGENTS, "--replace-reference"],   # into fig{i}/
                                       env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (out, err) in zip(procs, outs):
@@ -185,7 +185,7 @@ def test_ctrl_c_leaves_no_half_written_outputs(project_copy):
     figs = project_copy.parent / "figures"
     marker = project_copy.parent / "saving"
     # a finished index from an earlier run must survive the interrupted one intact
-    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=2", "-p", "cache=false")
+    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=2", "-p", "cache=false", "--replace-reference")
     assert r.returncode == 0 and (figs / "INDEX.md").exists(), r.stdout + r.stderr
     shutil.rmtree(figs / "baseline")
     nb_path = project_copy / "nbs" / "09_baseline.ipynb"                       # the scratch copy, not the repository's
@@ -194,7 +194,7 @@ def test_ctrl_c_leaves_no_half_written_outputs(project_copy):
     nb.cells.insert(at + 1, nbformat.v4.new_code_cell(SLOW_SAVE))
     nbformat.write(nb, nb_path)
     env = {**os.environ, "MAD_STUDY_TEST_MARKER": str(marker)}
-    proc = subprocess.Popen(preexec_fn=_default_sigint, args=[str(EXE), "reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=4"], env=env, cwd=ROOT,
+    proc = subprocess.Popen(preexec_fn=_default_sigint, args=[str(EXE), "reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=4", "--replace-reference"], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 180
     while not marker.exists() and time.time() < deadline and proc.poll() is None:
