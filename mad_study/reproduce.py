@@ -843,6 +843,9 @@ def run_experiment(
             default=str,
         ),
     }
+    # papermill keeps the kernel's stderr (kernel.log): the generation bar goes straight to the user's terminal
+    if "MAD_STUDY_PROGRESS_FILE" not in os.environ and sys.stderr.isatty():
+        env["MAD_STUDY_PROGRESS_FILE"] = os.ttyname(sys.stderr.fileno())
     t = time.time()
     src = stage / f".{exp.notebook.stem}.input.ipynb"  # the notebook without its tests
     atomic_write_text(src, json.dumps(experiment_notebook(exp.notebook), ensure_ascii=False))
