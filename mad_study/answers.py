@@ -24,10 +24,10 @@ from typing import Any, Iterable, Sequence
 from .core import ANSWER_FORMATS, ConfigError
 
 # %% auto #0
-__all__ = ['MAX_CHARS', 'OPTION_LETTERS', 'MATH_VERIFY_TIMEOUT', 'MATH_VERIFY_MAX_CHARS', 'GRADINGS', 'ELEMENTWISE_FORMATS',
-           'CORPUS_FILE', 'last_boxed', 'normalize_latex', 'number_candidates', 'parse_number', 'canonical_number',
-           'extract_answer', 'math_equiv_strict', 'is_correct', 'answers_equivalent', 'merge_equivalent',
-           'parse_failure_rate', 'load_answer_corpus', 'corpus_agreement', 'extract_confidence']
+__all__ = ['MAX_CHARS', 'OPTION_LETTERS', 'MATH_VERIFY_TIMEOUT', 'MATH_VERIFY_WALL', 'MATH_VERIFY_MAX_CHARS', 'GRADINGS',
+           'ELEMENTWISE_FORMATS', 'CORPUS_FILE', 'last_boxed', 'normalize_latex', 'number_candidates', 'parse_number',
+           'canonical_number', 'extract_answer', 'math_equiv_strict', 'is_correct', 'answers_equivalent',
+           'merge_equivalent', 'parse_failure_rate', 'load_answer_corpus', 'corpus_agreement', 'extract_confidence']
 
 # %% ../nbs/01_answers.ipynb #a1b712c7
 MAX_CHARS = (
@@ -614,7 +614,7 @@ def _loops(s: str) -> bool:
 
 # %% ../nbs/01_answers.ipynb #a0b7463f
 def _truncated(s: str) -> bool:
-    "Whether `s` ends mid-sentence (the rule above): a letter, comma or operator last, on a long last line that does not conclude."
+    "Whether `s` ends mid-sentence (the rule above): a letter, comma or operator last, on a long last line, after a function word or a sentence without a number."
     t = s.rstrip()
     if not t or t[-1] in ".!?)]}*$\"'`%" or t[-1].isdigit():
         return False
@@ -622,10 +622,7 @@ def _truncated(s: str) -> bool:
     if len(last_line.split()) < 6:
         return False
     sent = re.split(r"(?<=[.!?])\s+", last_line)[-1]
-    if _FUNCTION_END_RE.search(sent):
-        return True
-    cue = _CONCLUDE_RE.search(sent)
-    return not (cue and re.search(r"\d", sent[cue.end() :]))
+    return bool(_FUNCTION_END_RE.search(sent)) or not re.search(r"\d", sent)
 
 
 def _states_no_answer(s: str) -> bool:
@@ -759,8 +756,9 @@ def extract_answer(text: Any, fmt: str) -> str | None:
 
 # %% ../nbs/01_answers.ipynb #5b8a2cf8
 MATH_VERIFY_TIMEOUT = (
-    0.5  # seconds of math-verify in all per grading / equivalence call, on any thread
+    0.8  # seconds of the calling thread's CPU time for math-verify per grading / equivalence call
 )
+MATH_VERIFY_WALL = 3.0  # and at most this many seconds of wall-clock time (a thread kept waiting on a busy machine)
 MATH_VERIFY_MAX_CHARS = 400  # longer answers are compared as normalised strings, not by math-verify
 
 # %% ../nbs/01_answers.ipynb #efcc4b27
@@ -777,25 +775,47 @@ _CLEAR_ASYNC_EXC = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void
 )
 
 # %% ../nbs/01_answers.ipynb #2d9cf712
-def _bounded(fn, seconds: float, default):
-    """`fn()`, or `default` when it runs past `seconds`: a timer thread raises `_Deadline` in this thread
-    (any thread, the main one included). A `_Deadline` armed too late to be raised is cleared on the way out."""
-    tid, lock, state = threading.get_ident(), threading.Lock(), {"armed": True, "fired": False}
+def _thread_cpu_clock():
+    "A function returning this thread's CPU time, readable from another thread (None where the OS has no such clock)."
+    try:
+        clk = time.pthread_getcpuclockid(threading.get_ident())
+        time.clock_gettime(clk)
+        return lambda: time.clock_gettime(clk)
+    except (AttributeError, OSError):
+        return None
 
-    def fire():
-        with lock:
-            if state["armed"]:
-                state["fired"] = True
-                _SET_ASYNC_EXC(tid, _Deadline)
 
-    timer = threading.Timer(max(seconds, 0.0), fire)
-    timer.daemon = True
+def _bounded(fn, cpu_seconds: float, wall_seconds: float, default):
+    """`fn()`, or `default` once this thread has spent `cpu_seconds` of CPU time in it or `wall_seconds` have passed:
+    a watchdog thread raises `_Deadline` in this thread (any thread, the main one included). A `_Deadline` armed too
+    late to be raised is cleared on the way out."""
+    tid, lock, state, done = (
+        threading.get_ident(),
+        threading.Lock(),
+        {"armed": True, "fired": False},
+        threading.Event(),
+    )
+    cpu = _thread_cpu_clock()
+    c0, w_end = (
+        (cpu() if cpu else 0.0),
+        time.monotonic() + (wall_seconds if cpu else min(wall_seconds, cpu_seconds)),
+    )
+
+    def watch():
+        while not done.wait(0.01):
+            if time.monotonic() >= w_end or (cpu is not None and cpu() - c0 >= cpu_seconds):
+                with lock:
+                    if state["armed"]:
+                        state["fired"] = True
+                        _SET_ASYNC_EXC(tid, _Deadline)
+                return
+
     try:
         try:
-            timer.start()
+            threading.Thread(target=watch, daemon=True).start()
             return fn()
         finally:
-            timer.cancel()
+            done.set()
             with lock:
                 state["armed"] = False
                 if state["fired"]:
@@ -804,20 +824,27 @@ def _bounded(fn, seconds: float, default):
         return default
 
 # %% ../nbs/01_answers.ipynb #8c133017
-_LOCAL = threading.local()  # per thread: the deadline of the grading call in progress
+_LOCAL = threading.local()  # per thread: the budget of the grading call in progress
 
 
 @contextlib.contextmanager
 def _mv_budget():
-    "One grading or equivalence call's time for math-verify, `MATH_VERIFY_TIMEOUT` seconds (an outer call's covers inner ones)."
-    if getattr(_LOCAL, "deadline", None) is not None:
+    """One grading or equivalence call's time for math-verify: `MATH_VERIFY_TIMEOUT` seconds of this thread's CPU
+    time (wall-clock time where the OS has no thread clock) and `MATH_VERIFY_WALL` seconds in all (an outer call's
+    budget covers inner ones)."""
+    if getattr(_LOCAL, "budget", None) is not None:
         yield
         return
-    _LOCAL.deadline = time.monotonic() + MATH_VERIFY_TIMEOUT
+    clock = _thread_cpu_clock() or time.monotonic
+    _LOCAL.budget = {
+        "clock": clock,
+        "cpu_end": clock() + MATH_VERIFY_TIMEOUT,
+        "wall_end": time.monotonic() + MATH_VERIFY_WALL,
+    }
     try:
         yield
     finally:
-        _LOCAL.deadline = None
+        _LOCAL.budget = None
 
 # %% ../nbs/01_answers.ipynb #b10e7e5f
 # towers (`2^{3^4}`), 5+-digit exponents, double factorials, 200+-digit numbers, `**`, and factorials of a
@@ -880,14 +907,18 @@ class _NoTime(Exception):
 
 @functools.lru_cache(maxsize=1 << 17)
 def _mv_verify_cached(gold: str, pred: str) -> bool:
-    t0 = time.monotonic()
+    b = getattr(_LOCAL, "budget", None) or {
+        "clock": time.monotonic,
+        "cpu_end": time.monotonic() + MATH_VERIFY_TIMEOUT,
+        "wall_end": time.monotonic() + MATH_VERIFY_WALL,
+    }
+    c0, w0 = b["clock"](), time.monotonic()
     _, verify = _math_verify()
-    deadline = getattr(_LOCAL, "deadline", None)
-    if deadline is not None:
-        # the first use imports math-verify (a second or two): not the call's time
-        deadline += time.monotonic() - t0
-    left = MATH_VERIFY_TIMEOUT if deadline is None else deadline - time.monotonic()
-    if left <= 0:
+    # the first use imports math-verify (a second or two): not the call's time
+    b["cpu_end"] += b["clock"]() - c0
+    b["wall_end"] += time.monotonic() - w0
+    cpu_left, wall_left = b["cpu_end"] - b["clock"](), b["wall_end"] - time.monotonic()
+    if cpu_left <= 0 or wall_left <= 0:
         raise _NoTime
 
     def run():
@@ -899,7 +930,7 @@ def _mv_verify_cached(gold: str, pred: str) -> bool:
         except Exception:
             return False
 
-    return _bounded(run, left, False)
+    return _bounded(run, cpu_left, wall_left, False)
 
 
 def _mv_verify(gold: str, pred: str) -> bool:
