@@ -384,7 +384,11 @@ def _statements(s: str, kws=("answer",)) -> list[tuple[int, str]]:
     cues += [(m, False) for m in _CHOOSE_RE.finditer(s)]
     out = []
     for m, final in cues:
-        rest = s[m.end() : m.end() + 300].split("\n", 1)[0]
+        # 300 characters, and the rest of a digit run the window would cut (it is then too long to be a number)
+        end = m.end() + 300
+        rest = (s[m.end() : end] + re.match(r"\d*", s[end : end + _MAX_DIGITS + 1]).group()).split(
+            "\n", 1
+        )[0]
         nb = _NOT_BUT_RE.match(rest.lstrip("$*_ "))
         if nb:
             rest = rest.lstrip("$*_ ")[nb.end() :]
@@ -661,8 +665,10 @@ def _concluded_answer(s: str) -> str | None:
 # %% ../nbs/01_answers.ipynb #ce3e74e5
 def _extract_number(s: str) -> str | None:
     "Rules 1-4 of `number` (see `extract_answer`); a stated answer that is an expression reads as None."
-    for _, content in reversed(_own_boxes(s)):  # 1. boxed (last box holding a number)
-        v, alone = _read_number(content, last=True)
+    for _, content in reversed(
+        _own_boxes(s)
+    ):  # 1. boxed (last box holding a number; after its last `=`)
+        v, alone = _read_number(content.rsplit("=", 1)[-1])
         if v is not None:
             return canonical_number(v) if alone else None
     ms = list(re.finditer(r"####\s*([^\n]*)", s))  # 2. GSM8K's "#### N"
@@ -682,7 +688,9 @@ def _extract_number(s: str) -> str | None:
 def _cut_number_statement(rest: str) -> str:
     """The first 80 characters after 'the answer is', cut before `, not 24` / `rather than 24` and at the
     sentence's end; after its last `=` when it has one (`2^{10} = 1024`, `x = 5`)."""
-    r = re.split(r",?\s+(?:not|rather\s+than|instead\s+of)\b|\.(?:\s|$)", rest[:80], maxsplit=1)[0]
+    # the 80 characters never cut a number in two (a digit run read as its first 80 digits)
+    head = rest[:80] + re.match(r"[\d,]*", rest[80:]).group()
+    r = re.split(r",?\s+(?:not|rather\s+than|instead\s+of)\b|\.(?:\s|$)", head, maxsplit=1)[0]
     return r.rsplit("=", 1)[-1] if "=" in r else r
 
 # %% ../nbs/01_answers.ipynb #7541c782
@@ -1089,7 +1097,8 @@ def _is_correct(pred: Any, gold: Any, fmt: str) -> bool:
             a, b = _option_letter(pred), _option_letter(gold)
             return a is not None and a == b
         if fmt == "number":
-            a, b = parse_number(pred), parse_number(gold)
+            # an answer that is an expression (`40\\pi i`) is no number: never graded as one of its numbers
+            a, b = _number_value(pred), parse_number(gold)
             return a is not None and b is not None and _num_eq(a, b)
         if fmt == "exact":
             a, b = _norm_text(pred), _norm_text(gold)
@@ -1113,7 +1122,7 @@ def _key_any(a: Any, fmt: str) -> str | None:
     if a is None or (isinstance(a, float) and math.isnan(a)):
         return None
     if fmt == "number":
-        return canonical_number(parse_number(a))
+        return canonical_number(_number_value(a))
     if fmt == "option":
         return _option_letter(a)
     if fmt == "exact":
@@ -1218,19 +1227,24 @@ def merge_equivalent(answers: Sequence[Any], fmt: str) -> list[str | None]:
     return [rep.get(find(k)) if k is not None else None for k in keys]
 
 # %% ../nbs/01_answers.ipynb #12e74df7
+def _unparsed(a: Any) -> bool:
+    "None, NaN, or a pandas missing value (`<NA>`, `NaT`) written as a non-string."
+    if a is None or (isinstance(a, float) and math.isnan(a)):
+        return True
+    if isinstance(a, (str, int, Fraction)):
+        return False
+    try:
+        return str(a) in ("<NA>", "nan", "NaT")
+    except Exception:
+        return False
+
+
 def parse_failure_rate(answers: Iterable[Any]) -> float:
     "Share of answers that did not parse (None or NaN); NaN for an empty input. A column of every results table."
     answers = list(answers)
     if not answers:
         return float("nan")
-    bad = sum(
-        1
-        for a in answers
-        if a is None
-        or (isinstance(a, float) and math.isnan(a))
-        or (not isinstance(a, str) and str(a) in ("<NA>", "nan", "NaT"))
-    )
-    return bad / len(answers)
+    return sum(1 for a in answers if _unparsed(a)) / len(answers)
 
 # %% ../nbs/01_answers.ipynb #d352660d
 CORPUS_FILE = "answer_corpus.jsonl"  # in mad_study/fixtures/
