@@ -792,22 +792,17 @@ def _thread_cpu_clock():
     except (AttributeError, OSError):
         return None
 
-
+# %% ../nbs/01_answers.ipynb #85c6cdb9
 def _bounded(fn, cpu_seconds: float, wall_seconds: float, default):
     """`fn()`, or `default` once this thread has spent `cpu_seconds` of CPU time in it or `wall_seconds` have passed:
     a watchdog thread raises `_Deadline` in this thread (any thread, the main one included). A `_Deadline` armed too
     late to be raised is cleared on the way out."""
-    tid, lock, state, done = (
-        threading.get_ident(),
-        threading.Lock(),
-        {"armed": True, "fired": False},
-        threading.Event(),
-    )
+    tid, done, lock = threading.get_ident(), threading.Event(), threading.Lock()
+    state = {"armed": True, "fired": False}
     cpu = _thread_cpu_clock()
-    c0, w_end = (
-        (cpu() if cpu else 0.0),
-        time.monotonic() + (wall_seconds if cpu else min(wall_seconds, cpu_seconds)),
-    )
+    c0 = cpu() if cpu else 0.0
+    # without a thread clock, the CPU budget is a wall-clock one
+    w_end = time.monotonic() + (wall_seconds if cpu else min(wall_seconds, cpu_seconds))
 
     def watch():
         while not done.wait(0.01):
@@ -1081,10 +1076,9 @@ def is_correct(pred: Any, gold: Any, fmt: str, grading: str = "lenient") -> bool
         raise ConfigError("unknown grading", key="grading", value=grading, choices=GRADINGS)
     if grading == "strict" and fmt == "boxed":
         return math_equiv_strict(pred, gold)
-    with _mv_budget():
-        if type(pred) is str and type(gold) is str:
-            return _is_correct_str(pred, gold, fmt)
-        return _is_correct(pred, gold, fmt)
+    if type(pred) is str and type(gold) is str:
+        return _is_correct_str(pred, gold, fmt)
+    return _is_correct(pred, gold, fmt)
 
 # %% ../nbs/01_answers.ipynb #5b9f04ec
 def _is_correct(pred: Any, gold: Any, fmt: str) -> bool:
@@ -1103,7 +1097,8 @@ def _is_correct(pred: Any, gold: Any, fmt: str) -> bool:
         if fmt == "exact":
             a, b = _norm_text(pred), _norm_text(gold)
             return bool(a) and a == b
-        return _boxed_equal(str(gold), str(pred))
+        with _mv_budget():  # the memoised string path pays for the budget only on a miss
+            return _boxed_equal(str(gold), str(pred))
     except Exception:
         return False
 
