@@ -861,21 +861,32 @@ _MV_MAX_DEPTH = (
 
 
 def _depth(s: str) -> int:
-    "The deepest nesting of `(`, `[`, `{` in `s`."
+    """The deepest nesting of brackets in `s` (`(`, `[`, `{` open, `)`, `]`, `}` close, so the interval `[0, 1)`
+    counts as balanced); a large number when they do not balance (`}}}`, `((`): no expression to parse."""
     d = best = 0
     for c in s:
         if c in "([{":
             d += 1
             best = max(best, d)
         elif c in ")]}":
-            d = max(0, d - 1)
-    return best
+            d -= 1
+            if d < 0:
+                return 1 << 30
+    return best if d == 0 else 1 << 30
+
+
+# a word of 3+ letters that is no LaTeX command, outside `\text{}` and `\begin{}`: 4 of them make prose
+_PROSE_WORD_RE = re.compile(r"(?<![\\a-zA-Z{])[a-zA-Z]{3,}")
+_WRAPPED_RE = re.compile(r"\\(?:text\w*|mathrm|mbox|operatorname|begin|end)\s*\{[^{}]*\}")
 
 
 def _mv_safe(s: str) -> bool:
-    "Whether math-verify may see `s`: short, shallow, no tower or huge factorial."
+    "Whether math-verify may see `s`: short, shallow, no tower or huge factorial, not prose."
     return (
-        len(s) <= MATH_VERIFY_MAX_CHARS and not _TOWER_RE.search(s) and _depth(s) <= _MV_MAX_DEPTH
+        len(s) <= MATH_VERIFY_MAX_CHARS
+        and not _TOWER_RE.search(s)
+        and _depth(s) <= _MV_MAX_DEPTH
+        and len(_PROSE_WORD_RE.findall(_WRAPPED_RE.sub(" ", s))) <= 3
     )
 
 # %% ../nbs/01_answers.ipynb #f4d08fc6

@@ -631,8 +631,9 @@ def _ten_kb_inputs():
             "\\boxed{" + noise[:9_000] + "}", "9" * 10_000, prose + "\\boxed{" + "(" * 300 + "}"] + short
 
 
-def _slowest_call(inputs) -> tuple[float, str]:
-    worst = (0.0, "")
+def _slowest_call(inputs) -> tuple[float, float, str]:
+    "The slowest call: (wall-clock seconds, the calling thread's CPU seconds, which call)."
+    worst = (0.0, 0.0, "")
     for s in inputs:
         for fmt in ANSWER_FORMATS:
             for name, call in [("extract_answer", lambda: A.extract_answer(s, fmt)),
@@ -641,29 +642,34 @@ def _slowest_call(inputs) -> tuple[float, str]:
                                ("answers_equivalent", lambda: A.answers_equivalent(s, "x+1", fmt)),
                                ("merge_equivalent", lambda: A.merge_equivalent([s, "2", s[:300]], fmt)),
                                ("number_candidates", lambda: A.number_candidates(s))]:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.thread_time()
                 call()
-                dt = time.perf_counter() - t0
-                worst = max(worst, (dt, f"{name} {fmt} {s[:30]!r}"))
+                worst = max(worst, (time.perf_counter() - t0, time.thread_time() - c0, f"{name} {fmt} {s[:30]!r}"))
     return worst
 
 
 def test_every_answer_call_is_bounded_on_any_thread():
-    "Every extraction and equivalence call under 1 s on 10 kB inputs and on short pathological ones, on the main thread and on a worker thread."
+    """Every extraction and equivalence call under 1 s on 10 kB inputs and on short pathological ones, on the main
+    thread and on a worker thread. The kit bounds math-verify by the calling thread's CPU time (`MATH_VERIFY_TIMEOUT`)
+    and a wall-clock cap (`MATH_VERIFY_WALL`): the CPU bound is 1 s; the wall-clock bound is 1 s on a machine that is
+    not oversubscribed, stretched by the load (runnable threads per core) up to the cap on a busy one."""
     from concurrent.futures import ThreadPoolExecutor
-    A.is_correct("\\frac{1}{2}", "0.5", "boxed")  # the first call imports math-verify (seconds, once)
+    assert A.is_correct("\\sqrt{2}/2", "\\frac{\\sqrt{2}}{2}", "boxed")  # imports math-verify (seconds, once)
     inputs = _ten_kb_inputs()
     main = _slowest_call(inputs)
     A._mv_verify_cached.cache_clear(), A._mv_parse.cache_clear(), A._is_correct_str.cache_clear()
     with ThreadPoolExecutor(1) as ex:
         worker = ex.submit(_slowest_call, [s + " " for s in inputs]).result()
-    assert main[0] < 1.0 and worker[0] < 1.0, (main, worker)
+    load = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    wall_bound = min(1.0 * load, A.MATH_VERIFY_WALL + 0.5)
+    for wall, cpu, which in (main, worker):
+        assert cpu < 1.0 and wall < wall_bound, (wall, cpu, which, f"load factor {load:.1f}")
 
 
 def test_math_verify_time_budget_holds_off_the_main_thread():
     "A comparison that math-verify would run for minutes stops at its budget on a worker thread (no signals there)."
     from concurrent.futures import ThreadPoolExecutor
-    A.is_correct("\\frac{1}{2}", "0.5", "boxed")
+    assert A.is_correct("\\sqrt{2}/2", "\\frac{\\sqrt{2}}{2}", "boxed")  # imports math-verify
     with ThreadPoolExecutor(1) as ex:
         t0 = time.perf_counter()
         # past the pre-parse filter on purpose: `_mv_verify` straight, with its own budget
