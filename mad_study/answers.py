@@ -665,24 +665,23 @@ def _concluded_answer(s: str) -> str | None:
 # %% ../nbs/01_answers.ipynb #ce3e74e5
 def _extract_number(s: str) -> str | None:
     "Rules 1-4 of `number` (see `extract_answer`); a stated answer that is an expression reads as None."
-    for _, content in reversed(
-        _own_boxes(s)
-    ):  # 1. boxed (last box holding a number; after its last `=`)
+    # 1. boxed: the last own box holding a number (after its last `=`)
+    for _, content in reversed(_own_boxes(s)):
         v, alone = _read_number(content.rsplit("=", 1)[-1])
         if v is not None:
             return canonical_number(v) if alone else None
-    ms = list(re.finditer(r"####\s*([^\n]*)", s))  # 2. GSM8K's "#### N"
-    for m in reversed(ms):
+    # 2. GSM8K's "#### N"
+    for m in reversed(list(re.finditer(r"####\s*([^\n]*)", s))):
         v, alone = _read_number(m.group(1))
         if v is not None:
             return canonical_number(v) if alone else None
-    for _, rest in reversed(_statements(s)):  # 3. "The answer is N"
+    # 3. "The answer is N"
+    for _, rest in reversed(_statements(s)):
         v, alone = _read_number(_cut_number_statement(rest))
         if v is not None:
             return canonical_number(v) if alone else None
-    if _states_no_answer(s):  # a text that loops or was cut off states no answer
-        return None
-    return _last_own_number(s)  # 4. the last own number
+    # 4. the last own number, unless the text loops or was cut off (it then states no answer)
+    return None if _states_no_answer(s) else _last_own_number(s)
 
 # %% ../nbs/01_answers.ipynb #4e45d630
 def _cut_number_statement(rest: str) -> str:
@@ -763,11 +762,12 @@ def extract_answer(text: Any, fmt: str) -> str | None:
         return None
 
 # %% ../nbs/01_answers.ipynb #5b8a2cf8
-MATH_VERIFY_TIMEOUT = (
-    0.8  # seconds of the calling thread's CPU time for math-verify per grading / equivalence call
-)
-MATH_VERIFY_WALL = 3.0  # and at most this many seconds of wall-clock time (a thread kept waiting on a busy machine)
-MATH_VERIFY_MAX_CHARS = 400  # longer answers are compared as normalised strings, not by math-verify
+# seconds of the calling thread's CPU time math-verify may take per grading / equivalence call
+MATH_VERIFY_TIMEOUT = 0.8
+# and at most this many seconds of wall-clock time (a thread kept waiting on a busy machine)
+MATH_VERIFY_WALL = 3.0
+# longer answers are compared as normalised strings, not by math-verify
+MATH_VERIFY_MAX_CHARS = 400
 
 # %% ../nbs/01_answers.ipynb #efcc4b27
 class _Deadline(BaseException):
@@ -1108,7 +1108,8 @@ def _is_correct(pred: Any, gold: Any, fmt: str) -> bool:
         if fmt == "exact":
             a, b = _norm_text(pred), _norm_text(gold)
             return bool(a) and a == b
-        with _mv_budget():  # the memoised string path pays for the budget only on a miss
+        # math-verify's time budget (the memoised string path pays for it only on a miss)
+        with _mv_budget():
             return _boxed_equal(str(gold), str(pred))
     except Exception:
         return False
