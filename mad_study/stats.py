@@ -651,8 +651,8 @@ def _family_levels(
     pvalues: Sequence[float], method: str, level: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each comparison's interval level in a table with correction `method`, and whether its interval is cut at 0 (the
-    kit's own reading of Strassburger & Bretz 2008 for Holm 1979): Holm: a rejected gap at 1 - alpha / m (its interval
-    cut at 0 where it crosses it), a retained one at the level where Holm stopped; other corrections:
+    kit's own reading of Strassburger & Bretz 2008 for Holm 1979): Holm: every gap at Bonferroni's 1 - alpha / m
+    (simultaneous), and a gap Holm rejects has its interval cut at 0 where it crosses it; other corrections:
     `_adjusted_levels`. NaN p: `level`, never cut."""
     lv = _adjusted_levels(pvalues, method, level)
     p = np.asarray(pvalues, dtype=float)
@@ -662,7 +662,7 @@ def _family_levels(
     ok = ~np.isnan(p)
     rejected = np.zeros(p.shape, dtype=bool)
     rejected[ok] = adjust_pvalues(p[ok], "holm") < 1 - level
-    lv[rejected] = 1 - (1 - level) / int(ok.sum())
+    lv[ok] = 1 - (1 - level) / int(ok.sum())
     return lv, rejected
 
 # %% ../nbs/05b_stats.ipynb #01eb5ffe
@@ -1054,8 +1054,8 @@ def _interval_words(a: Mapping, levels: pd.Series) -> str:
     )
     words = {
         "holm": (
-            f"Holm-compatible simultaneous intervals ({span}: a gap Holm tells apart at the level of its first "
-            "step, cut at 0 where it would cross it; the others at the level where Holm stopped)"
+            f"Holm-compatible simultaneous intervals ({span}, Bonferroni's level for every gap; a gap Holm tells "
+            "apart is cut at 0 where its interval would cross it)"
         ),
         "bonferroni": f"Bonferroni-adjusted simultaneous {span} intervals",
         "fdr_bh": f"false-coverage-rate-adjusted {span} intervals (Benjamini-Yekutieli)",
