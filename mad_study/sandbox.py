@@ -1083,7 +1083,9 @@ def _tree_bytes(pid: int) -> int:
             k, _, v = line.partition(":")
             if k in ("Pss", "Pss_Anon", "Pss_Shmem"):
                 kb[k] = int(v.split()[0])
-        total += 1024 * (kb["Pss_Anon"] + kb.get("Pss_Shmem", 0) if "Pss_Anon" in kb else kb.get("Pss", 0))
+        total += 1024 * (
+            kb["Pss_Anon"] + kb.get("Pss_Shmem", 0) if "Pss_Anon" in kb else kb.get("Pss", 0)
+        )
     return total
 
 # %% ../nbs/04d_sandbox.ipynb #9b2938e6
