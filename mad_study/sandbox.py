@@ -1069,8 +1069,8 @@ def _tree_pids(pid: int) -> list[int]:
 
 # %% ../nbs/04d_sandbox.ipynb #83c93b58
 def _tree_bytes(pid: int) -> int:
-    """The anonymous and shared memory (`Pss_Anon` + `Pss_Shmem` of smaps_rollup, proc(5); `Pss` on
-    kernels before 5.9) of `pid` and every process below it, in bytes; a process gone meanwhile
+    """The anonymous and shared memory (`Pss_Anon` + `Pss_Shmem` of smaps_rollup, proc(5); all of `Pss`
+    on older kernels without them) of `pid` and every process below it, in bytes; a process gone meanwhile
     counts 0."""
     total = 0
     for p in _tree_pids(pid):
