@@ -7,13 +7,15 @@ equivalent answers before votes and answer distributions are computed."""
 from __future__ import annotations
 
 import bisect
+import contextlib
+import ctypes
 import functools
 import importlib.resources
 import json
 import math
 import re
-import signal
 import threading
+import time
 from collections import Counter
 from decimal import Decimal, localcontext
 from fractions import Fraction
@@ -22,10 +24,10 @@ from typing import Any, Iterable, Sequence
 from .core import ANSWER_FORMATS, ConfigError
 
 # %% auto #0
-__all__ = ['MAX_CHARS', 'OPTION_LETTERS', 'MATH_VERIFY_TIMEOUT', 'MATH_VERIFY_MAX_CHARS', 'GRADINGS', 'ELEMENTWISE_FORMATS',
-           'CORPUS_FILE', 'last_boxed', 'normalize_latex', 'number_candidates', 'parse_number', 'canonical_number',
-           'extract_answer', 'math_equiv_strict', 'is_correct', 'answers_equivalent', 'merge_equivalent',
-           'parse_failure_rate', 'load_answer_corpus', 'corpus_agreement', 'extract_confidence']
+__all__ = ['MAX_CHARS', 'OPTION_LETTERS', 'MATH_VERIFY_TIMEOUT', 'MATH_VERIFY_WALL', 'MATH_VERIFY_MAX_CHARS', 'GRADINGS',
+           'ELEMENTWISE_FORMATS', 'CORPUS_FILE', 'last_boxed', 'normalize_latex', 'number_candidates', 'parse_number',
+           'canonical_number', 'extract_answer', 'math_equiv_strict', 'is_correct', 'answers_equivalent',
+           'merge_equivalent', 'parse_failure_rate', 'load_answer_corpus', 'corpus_agreement', 'extract_confidence']
 
 # %% ../nbs/01_answers.ipynb #a1b712c7
 MAX_CHARS = (
@@ -101,8 +103,12 @@ def _strip_wrappers(s: str) -> str:
 
 # %% ../nbs/01_answers.ipynb #99480dbe
 def normalize_latex(s: str) -> str:
-    "Light normalisation of a LaTeX answer: wrappers, trailing punctuation, `\\left`/`\\right`, `\\dfrac` -> `\\frac`."
-    s = _strip_wrappers(str(s)).replace("\\!", "")  # `\!` (negative thin space): removed
+    """Light normalisation of a LaTeX answer: wrappers, trailing punctuation, `\\left`/`\\right`, `\\dfrac` -> `\\frac`.
+    Never raises: a value whose `str` fails normalises to ``."""
+    try:
+        s = _strip_wrappers(str(s)).replace("\\!", "")  # `\!` (negative thin space): removed
+    except Exception:
+        return ""
     s = re.sub(r"\\(?:left|right)(?![a-zA-Z])\s*", "", s)
     s = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", s)
     s = re.sub(r"\\(?:displaystyle|!|,|;|quad|qquad)(?![a-zA-Z])", " ", s) if "\\" in s else s
@@ -129,7 +135,15 @@ def _clean_number_text(s: str) -> str:
     return s
 
 # %% ../nbs/01_answers.ipynb #5325677c
+_MAX_DIGITS = (
+    4000  # a longer digit run is no answer (and Python refuses int(str) past 4,300 digits)
+)
+
+
 def _to_fraction(m: re.Match) -> Fraction | None:
+    "The value of one number match; None for a zero denominator or a run of more than `_MAX_DIGITS` characters."
+    if m.end() - m.start() > _MAX_DIGITS:
+        return None
     val = Fraction(m.group("int").replace(",", "") + (m.group("frac") or ""))
     if m.group("den") is not None:
         den = Fraction(m.group("den"))
@@ -139,14 +153,25 @@ def _to_fraction(m: re.Match) -> Fraction | None:
     return -val if m.group("sign") in ("-", "−") else val
 
 # %% ../nbs/01_answers.ipynb #f63d8137
-def number_candidates(s: str) -> list[Fraction]:
-    "All numbers in `s`, in order, as exact Fractions (see the rules above)."
-    out = []
-    for m in _NUM_RE.finditer(_clean_number_text(s)):
-        v = _to_fraction(m)
-        if v is not None:
-            out.append(v)
-    return out
+def number_candidates(s: Any) -> list[Fraction]:
+    """All numbers in `s`, in order, as exact Fractions (see the rules above). Never raises: bytes are decoded, a
+    number is its own value, anything else is read as its `str`; a run of over `_MAX_DIGITS` digits is skipped."""
+    try:
+        if isinstance(s, (bytes, bytearray)):
+            s = bytes(s).decode("utf-8", errors="replace")
+        elif isinstance(s, (int, float, Fraction)) and not isinstance(s, bool):
+            v = parse_number(s)
+            return [] if v is None else [v]
+        elif not isinstance(s, str):
+            s = str(s)
+        out = []
+        for m in _NUM_RE.finditer(_clean_number_text(s)):
+            v = _to_fraction(m)
+            if v is not None:
+                out.append(v)
+        return out
+    except Exception:
+        return []
 
 # %% ../nbs/01_answers.ipynb #6e1ba7ed
 def parse_number(s: Any, last: bool = True) -> Fraction | None:
@@ -167,15 +192,16 @@ def parse_number(s: Any, last: bool = True) -> Fraction | None:
 
 # %% ../nbs/01_answers.ipynb #c71b5296
 def canonical_number(v: Fraction | int | float | str | None) -> str | None:
-    "Canonical string of a number: `18`, `-3`, `0.75`; non-terminating decimals rounded to 10 places."
+    """Canonical string of a number: `18`, `-3`, `0.75`; non-terminating decimals rounded to 10 places. None when
+    `v` holds no number or its value is past `_MAX_DIGITS` digits (never raises)."""
     if v is None:
         return None
     if not isinstance(v, Fraction):
         v = parse_number(v)
         if v is None:
             return None
-    if v.denominator == 1:
-        return str(v.numerator)
+    if max(abs(v.numerator), v.denominator).bit_length() > _MAX_DIGITS * 3.33:
+        return None
     d = v.denominator
     while d % 2 == 0:
         d //= 2
@@ -190,6 +216,60 @@ def canonical_number(v: Fraction | int | float | str | None) -> str | None:
     if "." in txt:
         txt = txt.rstrip("0").rstrip(".")
     return "0" if txt in ("-0", "") else txt
+
+# %% ../nbs/01_answers.ipynb #ec5bfa9a
+_UNWRAP_RE = re.compile(r"\\(?:textbf|mathbf|mathrm|mbox|textit|operatorname)\s*\{([^{}]*)\}")
+# an operator, an opening brace (`\sqrt{2}`) or a LaTeX command right before the number (`**`, `__`:
+# markdown bold, not an operator)
+_EXPR_BEFORE_RE = re.compile(
+    r"(?:(?<![*_])[*_]|[\^{×·÷/!+\-−]|\\(?!approx\b|quad\b|qquad\b|le\b|ge\b|leq\b|geq\b)[a-zA-Z]+)\s*$"
+)
+# before a `+`/`-` read as the number's sign: a number, a closing bracket or a one-letter variable (binary)
+_BINARY_BEFORE_RE = re.compile(r"(?:\d|[)\]}]|(?<![A-Za-z])[A-Za-z])\s*$")
+_UNIT_LETTERS = "mgshLkKM"  # one-letter units a number may carry attached (`5m`, `3h`, `5k`)
+_EXPR_AFTER_RE = re.compile(
+    r"[!^(π√∞]|\\(?!text\b|mathrm\b|%|,|!|;|\s|\$|circ\b|quad\b|qquad\b|approx\b)[a-zA-Z]"
+    r"|\s*(?:\*(?!\*)|[+×·÷^]|\\(?:cdot|times|div|pm)\b)\s*[\w(\\{]|\s*-\s*(?:\d|[A-Za-z](?![A-Za-z])|\(|\\)"
+    r"|\s+[A-Za-z]\s*[\d(]"
+)
+_DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ")
+
+# %% ../nbs/01_answers.ipynb #5a1f92b3
+def _in_expression(c: str, m: re.Match) -> bool:
+    "Whether the number `m` of the cleaned text `c` is a term of an expression (the rules above)."
+    before, after = c[max(0, m.start() - 20) : m.start()], c[m.end() : m.end() + 20]
+    if _DEGREE_RE.match(after):
+        return False
+    if _EXPR_BEFORE_RE.search(before):
+        return True
+    if m.group("sign") in ("+", "-", "−") and _BINARY_BEFORE_RE.search(before):
+        return True
+    letters = re.match(r"[^\W\d_]+", after)
+    if letters:
+        w = letters.group()
+        if not w.isascii() or (len(w) == 1 and w not in _UNIT_LETTERS):
+            return True
+        return bool(re.match(r"[\^(\d]", after[len(w) :]))
+    return bool(_EXPR_AFTER_RE.match(after))
+
+# %% ../nbs/01_answers.ipynb #7bc51cf2
+def _read_number(s: str, last: bool = False) -> tuple[Fraction | None, bool]:
+    "`(value, alone)`: the first (or last) number of `s` and whether it stands alone, not a term of an expression."
+    c = _clean_number_text(_UNWRAP_RE.sub(r"\1", s))
+    ms = list(_NUM_RE.finditer(c))
+    for m in reversed(ms) if last else ms:
+        v = _to_fraction(m)
+        if v is not None:
+            return v, not _in_expression(c, m)
+    return None, True
+
+# %% ../nbs/01_answers.ipynb #2be40510
+def _number_value(a: Any) -> Fraction | None:
+    "A `number` answer's value: `parse_number`, except that a string whose last number is a term of an expression has none."
+    if not isinstance(a, str):
+        return parse_number(a)
+    v, alone = _read_number(a[-MAX_CHARS:], last=True)
+    return v if alone else None
 
 # %% ../nbs/01_answers.ipynb #796d0c1c
 _STMT_RE = re.compile(
@@ -304,7 +384,11 @@ def _statements(s: str, kws=("answer",)) -> list[tuple[int, str]]:
     cues += [(m, False) for m in _CHOOSE_RE.finditer(s)]
     out = []
     for m, final in cues:
-        rest = s[m.end() : m.end() + 300].split("\n", 1)[0]
+        # 300 characters, and the rest of a digit run the window would cut (it is then too long to be a number)
+        end = m.end() + 300
+        rest = (s[m.end() : end] + re.match(r"\d*", s[end : end + _MAX_DIGITS + 1]).group()).split(
+            "\n", 1
+        )[0]
         nb = _NOT_BUT_RE.match(rest.lstrip("$*_ "))
         if nb:
             rest = rest.lstrip("$*_ ")[nb.end() :]
@@ -495,7 +579,7 @@ _LABEL_RE = re.compile(
 
 def _last_own_number(s: str) -> str | None:
     """The last number of the text that is not another agent's or rejected (`I get 42, not 24`),
-    nor a label (`Agent 2`, `round 3`)."""
+    nor a label (`Agent 2`, `round 3`); None when that number is a term of an expression (`... = 7x + 5`)."""
     c = _clean_number_text(s)
     for m in reversed(list(_NUM_RE.finditer(c))):
         v = _to_fraction(m)
@@ -507,35 +591,110 @@ def _last_own_number(s: str) -> str | None:
         ):
             continue
         if not _excluded(c, m.start(), m.end()):
-            return canonical_number(v)
+            return None if _in_expression(c, m) else canonical_number(v)
     return None
+
+# %% ../nbs/01_answers.ipynb #7c05fa20
+_CONCLUDE_RE = re.compile(
+    r"\b(?:therefore|thus|hence|so|consequently|in\s+total|in\s+all|altogether|overall|total|"
+    r"finally|final|result|answer|in\s+conclusion)\b",
+    re.I,
+)
+_FUNCTION_END_RE = re.compile(
+    r"\b(?:the|a|an|of|to|is|are|was|were|and|or|by|with|for|in|on|at|from|that|which|then|we|be|as|"
+    r"this|these|its|their|our|if|than|get|gives?)\s*[,:]?$",
+    re.I,
+)
+
+
+def _loops(s: str) -> bool:
+    "Whether the end of `s` repeats itself: 10 words 3+ times in the last 300 words, or a line 3+ times in the last 30."
+    words = s[-6000:].split()[-300:]
+    grams = Counter(tuple(words[i : i + 10]) for i in range(max(0, len(words) - 9)))
+    if grams and max(grams.values()) >= 3:
+        return True
+    lines = [l.strip() for l in s[-6000:].split("\n") if len(l.strip()) >= 8][-30:]
+    return bool(lines) and max(Counter(lines).values()) >= 3
+
+# %% ../nbs/01_answers.ipynb #a0b7463f
+def _truncated(s: str) -> bool:
+    "Whether `s` ends mid-sentence (the rule above): a letter, comma or operator last, on a long last line, after a function word or a sentence without a number."
+    t = s.rstrip()
+    if not t or t[-1] in ".!?)]}*$\"'`%" or t[-1].isdigit():
+        return False
+    last_line = t.rsplit("\n", 1)[-1]
+    if len(last_line.split()) < 6:
+        return False
+    sent = re.split(r"(?<=[.!?])\s+", last_line)[-1]
+    return bool(_FUNCTION_END_RE.search(sent)) or not re.search(r"\d", sent)
+
+
+def _states_no_answer(s: str) -> bool:
+    "A text that loops or ends mid-sentence: no last number of it is an answer."
+    return _loops(s) or _truncated(s)
+
+# %% ../nbs/01_answers.ipynb #307866ea
+def _concluding_sentence(s: str) -> str | None:
+    "The concluding sentence of `s` (rules above), or None."
+    lines = [l for l in s.rstrip().split("\n") if l.strip()]
+    if not lines:
+        return None
+    sents = [x for x in re.split(r"(?<=[.!?])\s+", lines[-1].strip()) if x.strip()]
+    for k, sent in enumerate(reversed(sents[-2:])):
+        if re.search(r"\d", sent):
+            return sent if (_CONCLUDE_RE.search(sent) or "=" in sent) else None
+    return None
+
+# %% ../nbs/01_answers.ipynb #da8722dd
+def _concluded_answer(s: str) -> str | None:
+    "The `boxed` answer of a concluding sentence: after its last `=`, else its last number standing alone."
+    if _states_no_answer(s):
+        return None
+    sent = _concluding_sentence(s)
+    if sent is None or _attributed(sent, len(sent)):
+        return None
+    if "=" in sent:
+        rhs = normalize_latex(_cut_statement(sent.rsplit("=", 1)[1]))
+        v, alone = _read_number(rhs)
+        if v is not None and alone and len(number_candidates(rhs)) == 1:
+            return canonical_number(v)
+        return rhs if rhs and len(rhs) <= 100 else None
+    v, alone = _read_number(sent, last=True)
+    return canonical_number(v) if v is not None and alone else None
 
 # %% ../nbs/01_answers.ipynb #ce3e74e5
 def _extract_number(s: str) -> str | None:
-    for _, content in reversed(_own_boxes(s)):  # 1. boxed (last box holding a number)
-        v = parse_number(content)
+    "Rules 1-4 of `number` (see `extract_answer`); a stated answer that is an expression reads as None."
+    # 1. boxed: the last own box holding a number (after its last `=`)
+    for _, content in reversed(_own_boxes(s)):
+        v, alone = _read_number(content.rsplit("=", 1)[-1])
         if v is not None:
-            return canonical_number(v)
-    ms = list(re.finditer(r"####\s*([^\n]*)", s))  # 2. GSM8K's "#### N"
-    for m in reversed(ms):
-        v = parse_number(m.group(1), last=False)
+            return canonical_number(v) if alone else None
+    # 2. GSM8K's "#### N"
+    for m in reversed(list(re.finditer(r"####\s*([^\n]*)", s))):
+        v, alone = _read_number(m.group(1))
         if v is not None:
-            return canonical_number(v)
-    for _, rest in reversed(_statements(s)):  # 3. "The answer is N"
-        v = parse_number(_cut_number_statement(rest), last=False)
+            return canonical_number(v) if alone else None
+    # 3. "The answer is N"
+    for _, rest in reversed(_statements(s)):
+        v, alone = _read_number(_cut_number_statement(rest))
         if v is not None:
-            return canonical_number(v)
-    return _last_own_number(s)  # 4. the last own number
+            return canonical_number(v) if alone else None
+    # 4. the last own number, unless the text loops or was cut off (it then states no answer)
+    return None if _states_no_answer(s) else _last_own_number(s)
 
 # %% ../nbs/01_answers.ipynb #4e45d630
 def _cut_number_statement(rest: str) -> str:
     """The first 80 characters after 'the answer is', cut before `, not 24` / `rather than 24` and at the
     sentence's end; after its last `=` when it has one (`2^{10} = 1024`, `x = 5`)."""
-    r = re.split(r",?\s+(?:not|rather\s+than|instead\s+of)\b|\.(?:\s|$)", rest[:80], maxsplit=1)[0]
+    # the 80 characters never cut a number in two (a digit run read as its first 80 digits)
+    head = rest[:80] + re.match(r"[\d,]*", rest[80:]).group()
+    r = re.split(r",?\s+(?:not|rather\s+than|instead\s+of)\b|\.(?:\s|$)", head, maxsplit=1)[0]
     return r.rsplit("=", 1)[-1] if "=" in r else r
 
 # %% ../nbs/01_answers.ipynb #7541c782
 def _extract_boxed(s: str) -> str | None:
+    "Rules of `boxed`: the last own box, else an answer statement, else the concluding sentence (`_concluded_answer`)."
     for _, content in reversed(_own_boxes(s)):
         a = normalize_latex(content)
         if a:
@@ -544,7 +703,7 @@ def _extract_boxed(s: str) -> str | None:
         a = normalize_latex(_cut_statement(rest))
         if a and not _BOX_RE.search(a):
             return a  # an empty `\boxed{}` is no answer
-    return None
+    return _concluded_answer(s)
 
 # %% ../nbs/01_answers.ipynb #106c04ac
 def _extract_exact(s: str) -> str | None:
@@ -603,53 +762,196 @@ def extract_answer(text: Any, fmt: str) -> str | None:
         return None
 
 # %% ../nbs/01_answers.ipynb #5b8a2cf8
-MATH_VERIFY_TIMEOUT = 5  # seconds per math-verify parse/verify call (main thread only)
-MATH_VERIFY_MAX_CHARS = 400  # longer answers are compared as normalised strings, not by math-verify
+# seconds of the calling thread's CPU time math-verify may take per grading / equivalence call
+MATH_VERIFY_TIMEOUT = 0.8
+# and at most this many seconds of wall-clock time (a thread kept waiting on a busy machine)
+MATH_VERIFY_WALL = 3.0
+# longer answers are compared as normalised strings, not by math-verify
+MATH_VERIFY_MAX_CHARS = 400
+
+# %% ../nbs/01_answers.ipynb #efcc4b27
+class _Deadline(BaseException):
+    "Raised in a thread whose math-verify call ran out of time (a BaseException: `except Exception` lets it through)."
 
 
-def _mv_timeout() -> int | None:
-    "math-verify's signal-based timeout, only where it is safe (main thread, no other alarm pending)."
-    if threading.current_thread() is not threading.main_thread():
-        return None
+_SET_ASYNC_EXC = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
+    ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
+)
+# the same C function with a NULL exception: clears one that is pending
+_CLEAR_ASYNC_EXC = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)(
+    ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
+)
+
+# %% ../nbs/01_answers.ipynb #2d9cf712
+def _thread_cpu_clock():
+    "A function returning this thread's CPU time, readable from another thread (None where the OS has no such clock)."
     try:
-        if signal.getitimer(signal.ITIMER_REAL)[0] > 0:
-            return None
-    except Exception:
+        clk = time.pthread_getcpuclockid(threading.get_ident())
+        time.clock_gettime(clk)
+        return lambda: time.clock_gettime(clk)
+    except (AttributeError, OSError):
         return None
-    return MATH_VERIFY_TIMEOUT
+
+# %% ../nbs/01_answers.ipynb #85c6cdb9
+def _bounded(fn, cpu_seconds: float, wall_seconds: float, default):
+    """`fn()`, or `default` once this thread has spent `cpu_seconds` of CPU time in it or `wall_seconds` have passed:
+    a watchdog thread raises `_Deadline` in this thread (any thread, the main one included). A `_Deadline` armed too
+    late to be raised is cleared on the way out."""
+    tid, done, lock = threading.get_ident(), threading.Event(), threading.Lock()
+    state = {"armed": True, "fired": False}
+    cpu = _thread_cpu_clock()
+    c0 = cpu() if cpu else 0.0
+    # without a thread clock, the CPU budget is a wall-clock one
+    w_end = time.monotonic() + (wall_seconds if cpu else min(wall_seconds, cpu_seconds))
+
+    def watch():
+        while not done.wait(0.01):
+            if time.monotonic() >= w_end or (cpu is not None and cpu() - c0 >= cpu_seconds):
+                with lock:
+                    if state["armed"]:
+                        state["fired"] = True
+                        _SET_ASYNC_EXC(tid, _Deadline)
+                return
+
+    try:
+        try:
+            threading.Thread(target=watch, daemon=True).start()
+            return fn()
+        finally:
+            done.set()
+            with lock:
+                state["armed"] = False
+                if state["fired"]:
+                    _CLEAR_ASYNC_EXC(tid, None)
+    except _Deadline:
+        return default
+
+# %% ../nbs/01_answers.ipynb #8c133017
+_LOCAL = threading.local()  # per thread: the budget of the grading call in progress
+
+
+@contextlib.contextmanager
+def _mv_budget():
+    """One grading or equivalence call's time for math-verify: `MATH_VERIFY_TIMEOUT` seconds of this thread's CPU
+    time (wall-clock time where the OS has no thread clock) and `MATH_VERIFY_WALL` seconds in all (an outer call's
+    budget covers inner ones)."""
+    if getattr(_LOCAL, "budget", None) is not None:
+        yield
+        return
+    clock = _thread_cpu_clock() or time.monotonic
+    _LOCAL.budget = {
+        "clock": clock,
+        "cpu_end": clock() + MATH_VERIFY_TIMEOUT,
+        "wall_end": time.monotonic() + MATH_VERIFY_WALL,
+    }
+    try:
+        yield
+    finally:
+        _LOCAL.budget = None
 
 # %% ../nbs/01_answers.ipynb #b10e7e5f
-_TOWER_RE = re.compile(r"\^\s*\{?[^}]*\^|\^\s*\{?\s*\d{5,}|!\s*!|\d{200,}")
+# towers (`2^{3^4}`), 5+-digit exponents, double factorials, 200+-digit numbers, `**`, and factorials of a
+# bracket or of a 4+-digit number (`(10!)!`, `1000!`)
+_TOWER_RE = re.compile(
+    r"\^\s*\{?[^}]*\^|\^\s*\{?\s*\d{5,}|!\s*!|\d{200,}|\*\*|[)}\]]\s*!|\d{4,}\s*!"
+)
+_MV_MAX_DEPTH = (
+    8  # brackets nested deeper are not parsed (150 nested parentheses: seconds in math-verify)
+)
+
+
+def _depth(s: str) -> int:
+    """The deepest nesting of brackets in `s` (`(`, `[`, `{` open, `)`, `]`, `}` close, so the interval `[0, 1)`
+    counts as balanced); a large number when they do not balance (`}}}`, `((`): no expression to parse."""
+    d = best = 0
+    for c in s:
+        if c in "([{":
+            d += 1
+            best = max(best, d)
+        elif c in ")]}":
+            d -= 1
+            if d < 0:
+                return 1 << 30
+    return best if d == 0 else 1 << 30
+
+
+# a word of 3+ letters that is no LaTeX command, outside `\text{}` and `\begin{}`: 4 of them make prose
+_PROSE_WORD_RE = re.compile(r"(?<![\\a-zA-Z{])[a-zA-Z]{3,}")
+_WRAPPED_RE = re.compile(r"\\(?:text\w*|mathrm|mbox|operatorname|begin|end)\s*\{[^{}]*\}")
 
 
 def _mv_safe(s: str) -> bool:
-    return len(s) <= MATH_VERIFY_MAX_CHARS and not _TOWER_RE.search(s)
+    "Whether math-verify may see `s`: short, shallow, no tower or huge factorial, not prose."
+    return (
+        len(s) <= MATH_VERIFY_MAX_CHARS
+        and not _TOWER_RE.search(s)
+        and _depth(s) <= _MV_MAX_DEPTH
+        and len(_PROSE_WORD_RE.findall(_WRAPPED_RE.sub(" ", s))) <= 3
+    )
 
 # %% ../nbs/01_answers.ipynb #f4d08fc6
-@functools.lru_cache(maxsize=1 << 16)
-def _mv_parse(s: str):
-    from math_verify import parse
+@functools.cache
+def _math_verify():
+    """math-verify's `parse` and `verify`, imported once and warmed up (its first parses build its grammar and
+    load sympy's constants) outside any time budget; its own signal timeout is off, and so is its warning about it."""
+    import math_verify.grader
+    import math_verify.parser
+    from math_verify import parse, verify
 
+    math_verify.grader.TIMEOUT_WARNING_SHOWN = math_verify.parser.TIMEOUT_WARNING_SHOWN = True
+    for s in ("1", "(3, \\frac{\\pi}{2})", "x^2+\\sqrt{2}"):
+        e = parse("\\boxed{" + s + "}", parsing_timeout=None)
+        verify(e, e, timeout_seconds=None)
+    return parse, verify
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _mv_parse(s: str) -> tuple:
+    "math-verify's parse of `s` (boxed), () when it fails; a `_Deadline` passes through (and is not cached)."
+    parse, _ = _math_verify()
     try:
-        return tuple(parse("\\boxed{" + s + "}", parsing_timeout=_mv_timeout()))
-    except BaseException as e:  # math-verify's TimeoutException and threading errors
-        if isinstance(e, (KeyboardInterrupt, SystemExit)):
-            raise
+        return tuple(parse("\\boxed{" + s + "}", parsing_timeout=None))
+    except Exception:
         return ()
 
 # %% ../nbs/01_answers.ipynb #33b7c480
-@functools.lru_cache(maxsize=1 << 17)
-def _mv_verify(gold: str, pred: str) -> bool:
-    from math_verify import verify
+class _NoTime(Exception):
+    "The grading call's budget was spent before math-verify could start (not cached)."
 
-    g, p = _mv_parse(gold), _mv_parse(pred)
-    if not g or not p:
-        return False
+
+@functools.lru_cache(maxsize=1 << 17)
+def _mv_verify_cached(gold: str, pred: str) -> bool:
+    b = getattr(_LOCAL, "budget", None) or {
+        "clock": time.monotonic,
+        "cpu_end": time.monotonic() + MATH_VERIFY_TIMEOUT,
+        "wall_end": time.monotonic() + MATH_VERIFY_WALL,
+    }
+    c0, w0 = b["clock"](), time.monotonic()
+    _, verify = _math_verify()
+    # the first use imports math-verify (a second or two): not the call's time
+    b["cpu_end"] += b["clock"]() - c0
+    b["wall_end"] += time.monotonic() - w0
+    cpu_left, wall_left = b["cpu_end"] - b["clock"](), b["wall_end"] - time.monotonic()
+    if cpu_left <= 0 or wall_left <= 0:
+        raise _NoTime
+
+    def run():
+        g, p = _mv_parse(gold), _mv_parse(pred)
+        if not g or not p:
+            return False
+        try:
+            return bool(verify(list(g), list(p), timeout_seconds=None))
+        except Exception:
+            return False
+
+    return _bounded(run, cpu_left, wall_left, False)
+
+
+def _mv_verify(gold: str, pred: str) -> bool:
+    "math-verify's `verify(parse(gold), parse(pred))`, within the grading call's time (False when out of time)."
     try:
-        return bool(verify(list(g), list(p), timeout_seconds=_mv_timeout()))
-    except BaseException as e:
-        if isinstance(e, (KeyboardInterrupt, SystemExit)):
-            raise
+        return _mv_verify_cached(gold, pred)
+    except _NoTime:
         return False
 
 # %% ../nbs/01_answers.ipynb #6ab408a9
@@ -766,13 +1068,13 @@ def _strip_math_string(s: str) -> str:
 # %% ../nbs/01_answers.ipynb #fb036db9
 def math_equiv_strict(pred: Any, gold: Any) -> bool:
     """Strict MATH grading: equal strings after the MATH benchmark's normalisation (Hendrycks et al.
-    2021), the check UMAD's reward uses (App. D: \"the MATH benchmark's equivalence script\")."""
+    2021), the check UMAD's reward uses (App. D: \"the MATH benchmark's equivalence script\"). Never raises."""
     if pred is None or gold is None:
         return False
     try:
         return _strip_math_string(str(pred)) == _strip_math_string(str(gold))
     except Exception:
-        return str(pred) == str(gold)
+        return False
 
 # %% ../nbs/01_answers.ipynb #6f20d73a
 GRADINGS = ("lenient", "strict")  # boxed answers: math-verify (the kit's default) | the MATH script
@@ -800,12 +1102,15 @@ def _is_correct(pred: Any, gold: Any, fmt: str) -> bool:
             a, b = _option_letter(pred), _option_letter(gold)
             return a is not None and a == b
         if fmt == "number":
-            a, b = parse_number(pred), parse_number(gold)
+            # an answer that is an expression (`40\\pi i`) is no number: never graded as one of its numbers
+            a, b = _number_value(pred), parse_number(gold)
             return a is not None and b is not None and _num_eq(a, b)
         if fmt == "exact":
             a, b = _norm_text(pred), _norm_text(gold)
             return bool(a) and a == b
-        return _boxed_equal(str(gold), str(pred))
+        # math-verify's time budget (the memoised string path pays for it only on a miss)
+        with _mv_budget():
+            return _boxed_equal(str(gold), str(pred))
     except Exception:
         return False
 
@@ -824,7 +1129,7 @@ def _key_any(a: Any, fmt: str) -> str | None:
     if a is None or (isinstance(a, float) and math.isnan(a)):
         return None
     if fmt == "number":
-        return canonical_number(parse_number(a))
+        return canonical_number(_number_value(a))
     if fmt == "option":
         return _option_letter(a)
     if fmt == "exact":
@@ -872,7 +1177,8 @@ def answers_equivalent(a: Any, b: Any, fmt: str) -> bool:
             return _num_eq(parse_number(ka), parse_number(kb))
         if fmt != "boxed":
             return False
-        return _boxed_equal(str(a), str(b)) or _boxed_equal(str(b), str(a))
+        with _mv_budget():
+            return _boxed_equal(str(a), str(b)) or _boxed_equal(str(b), str(a))
     except Exception:
         return False
 
@@ -928,19 +1234,24 @@ def merge_equivalent(answers: Sequence[Any], fmt: str) -> list[str | None]:
     return [rep.get(find(k)) if k is not None else None for k in keys]
 
 # %% ../nbs/01_answers.ipynb #12e74df7
+def _unparsed(a: Any) -> bool:
+    "None, NaN, or a pandas missing value (`<NA>`, `NaT`) written as a non-string."
+    if a is None or (isinstance(a, float) and math.isnan(a)):
+        return True
+    if isinstance(a, (str, int, Fraction)):
+        return False
+    try:
+        return str(a) in ("<NA>", "nan", "NaT")
+    except Exception:
+        return False
+
+
 def parse_failure_rate(answers: Iterable[Any]) -> float:
     "Share of answers that did not parse (None or NaN); NaN for an empty input. A column of every results table."
     answers = list(answers)
     if not answers:
         return float("nan")
-    bad = sum(
-        1
-        for a in answers
-        if a is None
-        or (isinstance(a, float) and math.isnan(a))
-        or (not isinstance(a, str) and str(a) in ("<NA>", "nan", "NaT"))
-    )
-    return bad / len(answers)
+    return sum(1 for a in answers if _unparsed(a)) / len(answers)
 
 # %% ../nbs/01_answers.ipynb #d352660d
 CORPUS_FILE = "answer_corpus.jsonl"  # in mad_study/fixtures/

@@ -34,21 +34,31 @@ __all__ = ['SOURCE_DIRS', 'ANSWER_FORMATS', 'SAMPLING_FIELDS', 'takes_sampling',
            'save_transcript', 'load_transcript', 'pool_keys', 'check_unique_turns', 'images_dir', 'image_hash',
            'image_path', 'put_image', 'load_image']
 
+# %% ../nbs/00_core.ipynb #19cccb81
+def _kit_checkout(start: Path | None = None) -> Path | None:
+    """The kit's source checkout (a folder with `pyproject.toml`, `nbs/` and `params/`) that holds `start` (default:
+    the installed package itself), or None: a plain install, or a folder outside any checkout. The kit's own."""
+    if start is None:
+        import importlib.util
+
+        spec = importlib.util.find_spec("mad_study")
+        if not (spec and spec.origin):
+            return None
+        start = Path(spec.origin).resolve().parent.parent
+    start = Path(start).resolve()
+    for d in (start, *start.parents):
+        if (d / "pyproject.toml").exists() and (d / "nbs").is_dir() and (d / "params").is_dir():
+            return d
+    return None
+
 # %% ../nbs/00_core.ipynb #b4c3b41f
 def project_root() -> Path:
-    "The project root: `$MAD_STUDY_ROOT`, else the checkout the package lives in, else the current directory."
+    """Where runs and figures go: `$MAD_STUDY_ROOT`, else the kit checkout that holds the current folder, else the
+    current folder (never the installed package's folder). The kit's own."""
     env = os.environ.get("MAD_STUDY_ROOT")
     if env:
         return Path(env).expanduser().resolve()
-    import importlib.util
-
-    spec = importlib.util.find_spec("mad_study")
-    candidates = [Path(spec.origin).resolve().parent.parent] if spec and spec.origin else []
-    candidates += [Path.cwd().resolve(), *Path.cwd().resolve().parents]
-    for d in candidates:
-        if (d / "pyproject.toml").exists() and (d / "nbs").is_dir() and (d / "params").is_dir():
-            return d
-    return Path.cwd().resolve()
+    return _kit_checkout(Path.cwd()) or Path.cwd().resolve()
 
 # %% ../nbs/00_core.ipynb #882914e1
 def runs_dir() -> Path:
@@ -62,8 +72,11 @@ def figures_dir() -> Path:
 
 # %% ../nbs/00_core.ipynb #366c1efe
 def params_dir() -> Path:
-    "The experiment and profile parameter files (`<root>/params`)."
-    return project_root() / "params"
+    """The experiment and profile parameter files: `<root>/params` when the root has one, else the `params/` of the
+    checkout the package was installed from (an editable install used from another folder)."""
+    own = project_root() / "params"
+    kit = _kit_checkout()
+    return own if own.is_dir() or kit is None else kit / "params"
 
 # %% ../nbs/00_core.ipynb #1ef3b078
 def cache_home() -> Path:

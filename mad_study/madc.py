@@ -170,7 +170,7 @@ def run_strategies(
     prompt: str = "madc",
     sampling: Sampling = MADC_SAMPLING,
     experiment: str = "madc",
-    progress: bool = False,
+    progress: bool | None = None,
 ) -> dict[str, pd.DataFrame]:
     """MADC comparison (Table 1, Figs. 1, 3-5, 7): Du et al.'s debate with `n_agents` agents of `model`, once per
     allocation strategy, `repeats` independent threads each; returns strategy -> transcript (`sample` = repeat)."""

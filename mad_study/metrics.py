@@ -723,13 +723,14 @@ def viewpoint_entropy(
     answers: Sequence[Any], base: float = 2, fmt: str | None = None, unparsed: str = "shared"
 ) -> float:
     """MADC App. A.2: Shannon entropy (bits by default) of the agents' answer distribution on one question.
-    `unparsed`: `shared` (the kit: one viewpoint), `drop` (MADC's release), or `distinct`."""
+    `unparsed`: `shared` (the kit: one viewpoint), `drop` (MADC's release: unparsed answers dropped; all unparsed
+    is one "(None)" outcome, entropy 0), or `distinct`."""
     if len(answers) == 0:
         return math.nan
     outs = _outcomes(answers, fmt, _check_unparsed(unparsed))  # answer_distribution's numbers
     c, n = Counter(outs), len(outs)
     if n == 0:
-        return math.nan
+        return 0.0  # `drop` with every answer unparsed: one outcome, "(None)"
     return entropy([c[a] / n for a in sorted(c, key=lambda a: (a == UNPARSED, a))], base)
 
 # %% ../nbs/05_metrics.ipynb #08d94ff1
@@ -742,14 +743,17 @@ def viewpoint_log_likelihood(
 ) -> float:
     """MADC App. A.1: log2 of the share of agents whose answer equals `gold` (graded with `is_correct`).
     -inf when no agent is correct (or `floor` if given); NaN for no answers. `unparsed="drop"` (MADC's
-    release): the share among parsed agents only; otherwise among all agents."""
+    release): the share among parsed agents only (every agent unparsed: one "(None)" outcome, no agent correct);
+    otherwise among all agents."""
     from mad_study.answers import is_correct
 
-    if _check_unparsed(unparsed) == "drop":
-        answers = [a for a in answers if not is_missing(a)]
-    n = len(answers)
-    if n == 0:
+    if len(answers) == 0:
         return math.nan
+    if _check_unparsed(unparsed) == "drop":
+        answers = [a for a in answers if not is_missing(a)] or [
+            None
+        ]  # all unparsed: one "(None)" outcome
+    n = len(answers)
     k = sum(1 for a in answers if not is_missing(a) and is_correct(a, gold, fmt))
     if k == 0:
         return -math.inf if floor is None else float(floor)

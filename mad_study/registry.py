@@ -13,13 +13,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-from .core import ConfigError, params_dir, project_root
+from .core import ConfigError, params_dir
 
 # %% auto #0
 __all__ = ['MODEL_KINDS', 'MODELS', 'UMAD_D5_GRID', 'CLOSED_SUBSTITUTES', 'MODEL_PREFIXES', 'SERVE_HINTS', 'TWIN_REVISION',
-           'TWINS', 'QUANTS', 'PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'ModelSpec', 'get_model',
-           'model_prefix', 'prefix_module', 'models_table', 'weight_memory_gb', 'spec_for', 'load_registry',
-           'experiment_files', 'read_yaml', 'check_keys', 'load_profile', 'Experiment', 'experiments',
+           'TWINS', 'QUANTS', 'PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'CONDITION_LISTS',
+           'ModelSpec', 'get_model', 'model_prefix', 'prefix_module', 'models_table', 'weight_memory_gb', 'spec_for',
+           'load_registry', 'experiment_files', 'read_yaml', 'check_keys', 'load_profile', 'Experiment', 'experiments',
            'resolve_targets', 'planner', 'generic_plan']
 
 # %% ../nbs/02b_registry.ipynb #20cd8c87
@@ -763,7 +763,9 @@ def experiments() -> dict[str, Experiment]:
         spec = read_yaml(e["path"])
         check_keys(spec, EXPERIMENT_KEYS, e["path"])
         nb = spec.get("notebook") or reg[e["paper"]].get("notebook")
-        out[eid] = Experiment(eid, e["paper"], e["path"], project_root() / nb, e["artefacts"], spec)
+        out[eid] = Experiment(
+            eid, e["paper"], e["path"], params_dir().parent / nb, e["artefacts"], spec
+        )
     for x in out.values():  # `after:` names experiments that exist (20_reproduce waits for them)
         after = x.spec.get("after") or []
         if unknown := sorted(set([after] if isinstance(after, str) else after) - set(out)):
@@ -822,6 +824,9 @@ def planner(*experiment_ids: str):
     return deco
 
 # %% ../nbs/02b_registry.ipynb #e5aa44f7
+CONDITION_LISTS = ("protocols", "methods", "conditions", "seeds")
+
+
 def generic_plan(p: Mapping) -> dict:
     "The generic debate count (see above); tokens are upper bounds from `max_new_tokens`."
     n_items = int(p.get("n_items") or 0)
@@ -830,8 +835,12 @@ def generic_plan(p: Mapping) -> dict:
     repeats = int(p.get("repeats") or 1)
     strategies = len(p.get("strategies") or [1])
     configs = len(p.get("pairs") or [1])
+    for k in CONDITION_LISTS:
+        configs *= len(p.get(k) or [1]) if isinstance(p.get(k), (list, tuple)) else 1
     models = p.get("models") or []
-    n_agents = int(p.get("n_agents") or (len(models) if models and not p.get("pairs") else 2))
+    per = p.get("agents_per_model") or 1
+    per = per if isinstance(per, int) and per > 0 else 1
+    n_agents = int(p.get("n_agents") or (len(models) * per if models and not p.get("pairs") else 2))
     gens = n_items * samples * n_agents * rounds * repeats * strategies * configs
     mnt = int(p.get("max_new_tokens") or 512)
     per_item_prompt = 200 * rounds + (n_agents - 1) * mnt * (rounds - 1)

@@ -31,6 +31,7 @@ from mad_study.core import (
     atomic_write_text,
     fold_keywords,
     figures_dir,
+    params_dir,
     project_root,
     runs_dir,
     save_transcript,
@@ -41,13 +42,13 @@ from mad_study.registry import (
 )  # the artefact registry (02b_registry)
 
 # %% auto #0
-__all__ = ['SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'CONTROL_STYLES', 'COLUMN_IN', 'PAGE_IN', 'MIN_PT',
-           'package_versions', 'cell_source', 'notebook_parameters', 'run_params', 'Study', 'show_figure',
-           'register_style', 'registered_method', 'method_style', 'set_style', 'panel_figure', 'percent_axis', 'pct',
-           'drawn_renderer', 'label_points', 'dodge_points', 'drawn_marks', 'drawn_line_points', 'drawn_patches',
-           'hidden_markers', 'data_problems', 'small_texts', 'bar_grids', 'tidy_bar_grids', 'layout_problems',
-           'label_figure', 'LayoutWarning', 'FigureOutput', 'save_figure', 'save_table', 'artefact_status',
-           'write_gallery', 'index_table', 'write_index']
+__all__ = ['RUN_ENV', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'CONTROL_STYLES', 'COLUMN_IN', 'PAGE_IN',
+           'MIN_PT', 'FAILURE_FILE', 'package_versions', 'cell_source', 'notebook_parameters', 'run_params',
+           'run_context', 'Study', 'show_figure', 'register_style', 'registered_method', 'method_style', 'set_style',
+           'panel_figure', 'percent_axis', 'pct', 'drawn_renderer', 'label_points', 'dodge_points', 'drawn_marks',
+           'drawn_line_points', 'drawn_patches', 'hidden_markers', 'data_problems', 'small_texts', 'bar_grids',
+           'tidy_bar_grids', 'layout_problems', 'label_figure', 'LayoutWarning', 'FigureOutput', 'save_figure',
+           'save_table', 'last_failure', 'artefact_status', 'write_gallery', 'index_table', 'write_index']
 
 # %% ../nbs/06_report.ipynb #7cf92f74
 _PACKAGES = (
@@ -122,7 +123,7 @@ def run_params(notebook: str | os.PathLike, ns: Mapping[str, Any]) -> dict[str, 
     values in `ns`, and the serving keys papermill injected (the kit's own)."""
     path = Path(notebook)
     if not path.exists():
-        path = project_root() / "nbs" / path.name
+        path = params_dir().parent / "nbs" / path.name
     names = list(notebook_parameters(path))
     if missing := [k for k in names if k not in ns]:
         raise ConfigError(
@@ -152,6 +153,26 @@ def _check_params(params: Mapping[str, Any]) -> dict[str, Any]:
         )
     return dict(params)
 
+# %% ../nbs/06_report.ipynb #ada142f7
+RUN_ENV = "MAD_STUDY_RUN"
+
+
+def run_context() -> dict:
+    """The run this process belongs to (`$MAD_STUDY_RUN`, set by `mad-study reproduce` for a notebook's kernel): stage,
+    run and overrides; {} outside one. The kit's own."""
+    raw = os.environ.get(RUN_ENV)
+    if not raw:
+        return {}
+    try:
+        ctx = json.loads(raw)
+    except json.JSONDecodeError:
+        ctx = None
+    if not isinstance(ctx, dict):
+        raise ConfigError(
+            "must be a JSON object with stage, run and overrides", key=RUN_ENV, value=raw
+        )
+    return ctx
+
 # %% ../nbs/06_report.ipynb #st15026752
 from fastcore.basics import patch
 
@@ -161,7 +182,7 @@ EMBEDDED_LABEL = "Embedded SmolLM2-135M (cpu profile): proves the LLM path, not 
 
 class Study:
     """Run context of one experiment: profile, seed, generation cache, backends, items, transcripts,
-    provenance."""
+    provenance (the kit's own). Under `mad-study reproduce` (`run_context`) it writes into the run's staging folder."""
 
     def __init__(self, params: Mapping[str, Any], paper: str):
         self.params = _check_params(params)
@@ -171,7 +192,14 @@ class Study:
         self.seed = int(self.params.get("seed", 0))
         self.quant = self.params.get("quant", "nf4")
         self.sim_agents = dict(self.params.get("sim_agents") or {})
-        self.run_dir = runs_dir() / self.profile / self.experiment
+        ctx = (
+            run_context()
+        )  # a run of `mad-study reproduce`: its staging folder, final place, overrides
+        self.run_dir = (
+            Path(ctx["stage"]) if ctx.get("stage") else runs_dir() / self.profile / self.experiment
+        )
+        self.run_name = str(ctx.get("run") or f"{self.profile}/{self.experiment}")
+        self.overrides = dict(ctx.get("overrides") or {})
         self._backends: dict[str, Any] = {}
         self._cache = None
         self.item_ids: dict[str, list[str]] = {}
@@ -255,9 +283,10 @@ def debate(self: Study, name: str, items: Sequence[Item], agents, **kw) -> pd.Da
 # %% ../nbs/06_report.ipynb #st13180642
 @patch
 def save_transcript(self: Study, tr: pd.DataFrame, name: str) -> Path:
-    "Save a transcript under runs/<profile>/<experiment>/<name>.parquet."
+    "Save a transcript under runs/<profile>/<experiment>/<name>.parquet (a reproduce run: its staging folder)."
     p = save_transcript(tr, self.run_dir / f"{name}.parquet")
-    self.transcripts[name] = "runs/" + p.relative_to(runs_dir()).as_posix()  # never a machine path
+    # never a machine path: where the file stays once the run has finished (not its staging folder)
+    self.transcripts[name] = f"runs/{self.run_name}/{name}.parquet"
     return p
 
 # %% ../nbs/06_report.ipynb #st69539384
@@ -293,6 +322,8 @@ def provenance(self: Study) -> dict:
         "profile": self.profile,
         "seed": self.seed,
         "params": params,
+        # the `-p` overrides of `mad-study reproduce` ({}: the experiment file and profile as committed)
+        "overrides": _jsonable(self.overrides),
         "label": self.label,
         **git_commit(),
         "versions": package_versions(),
@@ -1196,16 +1227,39 @@ def save_table(
     )
     return files
 
+# %% ../nbs/06_report.ipynb #9a3c31f0
+FAILURE_FILE = "FAILED.json"
+
+
+def last_failure(experiment: str) -> dict | None:
+    """The newest failure record (`FAILURE_FILE`) of `experiment` under any profile's run folder, with `file` (where it
+    is, as `runs/...`); None when its last run did not fail. The kit's own."""
+    recs = []
+    for f in runs_dir().glob(f"*/{experiment}/{FAILURE_FILE}"):
+        try:
+            rec = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            rec = {"failed": "", "error": f"unreadable failure record {f}"}
+        recs.append({**rec, "file": "runs/" + f.relative_to(runs_dir()).as_posix()})
+    return max(recs, key=lambda r: str(r.get("failed", ""))) if recs else None
+
 # %% ../nbs/06_report.ipynb #066a1bf2
 def artefact_status(paper: str, art: Mapping, experiments: Mapping | None = None) -> dict:
     "Status, profile and files of one registry artefact (see the list above)."
     aid = art["id"]
     side = figures_dir() / paper / f"{aid}.json"
     exps = experiments if experiments is not None else experiment_files()
-    exp = next(
-        (e["path"] for e in exps.values() if e["paper"] == paper and aid in e["artefacts"]), None
+    eid, exp = next(
+        ((k, e["path"]) for k, e in exps.items() if e["paper"] == paper and aid in e["artefacts"]),
+        (None, None),
     )
-    exp_s = str(Path(exp).relative_to(project_root())) if exp is not None else ""
+    src = params_dir().parent
+    exp_s = (
+        ""
+        if exp is None
+        else str(Path(exp).relative_to(src) if Path(exp).is_relative_to(src) else exp)
+    )
+    fail = last_failure(eid) if eid is not None else None
     if side.exists():
         try:
             meta = json.loads(side.read_text())
@@ -1213,8 +1267,13 @@ def artefact_status(paper: str, art: Mapping, experiments: Mapping | None = None
             meta = {}
         files = [f"{paper}/{f}" for f in meta.get("files", [])]
         commit = (meta.get("commit") or "")[:8] + ("+dirty" if meta.get("dirty") else "")
+        status = "regenerated"
+        if meta.get("overrides"):
+            status += " with -p " + " ".join(f"{k}={v}" for k, v in meta["overrides"].items())
+        if fail and str(fail.get("failed", "")) >= str(meta.get("written", "")):
+            status += f"; last run FAILED ({fail.get('profile', '?')}, {fail.get('failed', '?')}): see {fail['file']}"
         return {
-            "status": "regenerated",
+            "status": status,
             "profile": meta.get("profile", "?"),
             "commit": commit,
             "files": files,
@@ -1225,7 +1284,11 @@ def artefact_status(paper: str, art: Mapping, experiments: Mapping | None = None
     elif art.get("needs") == "vision":
         status = "needs a vision backend"
     elif exp is not None:
-        status = "implemented, not yet run"
+        status = (
+            "implemented, not yet run"
+            if fail is None
+            else f"implemented; last run FAILED: see {fail['file']}"
+        )
     else:
         status = "not yet implemented"
     return {"status": status, "profile": "", "commit": "", "files": [], "experiment": exp_s}

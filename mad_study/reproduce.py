@@ -9,11 +9,15 @@ import argparse
 import ast
 import contextlib
 import copy
+import datetime as _dt
+import functools
+import hashlib
 import importlib
 import json
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -36,13 +40,14 @@ from mad_study.core import (
 )
 
 # %% auto #0
-__all__ = ['NOT_AGENT_LISTS', 'KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'SKIPPED_TEST', 'WAKE_S', 'auto_profile', 'map_models',
-           'parse_override', 'merge_params', 'validate_params', 'agent_count', 'param_warnings', 'plan_experiment',
-           'serve_table', 'stop_kernels', 'remove_temporaries', 'RunResult', 'set_aside', 'experiment_notebook',
-           'run_experiment', 'run_order', 'run_after', 'reproduce', 'load_runs', 'compare_runs', 'run_items',
-           'throughput_measurement', 'plan_gpu_hours', 'profile_weights', 'main', 'PROFILE_KEYS', 'EXPERIMENT_KEYS',
-           'PAPER_ALIASES', 'PLANNERS', 'read_yaml', 'load_profile', 'Experiment', 'experiments', 'resolve_targets',
-           'planner', 'generic_plan']
+__all__ = ['NOT_AGENT_LISTS', 'KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'NEUTRAL_KEYS', 'SKIPPED_TEST', 'WAKE_S', 'BASELINES',
+           'auto_profile', 'map_models', 'parse_override', 'merge_params', 'validate_params', 'agent_count',
+           'param_warnings', 'profile_changes', 'plan_experiment', 'serve_table', 'stop_kernels', 'remove_temporaries',
+           'RunResult', 'set_aside', 'result_overrides', 'run_folder', 'promote', 'record_failure',
+           'experiment_notebook', 'open_stage', 'run_experiment', 'run_order', 'run_after', 'reproduce', 'load_runs',
+           'compare_runs', 'run_items', 'default_reference', 'earlier_files', 'throughput_measurement',
+           'plan_gpu_hours', 'profile_weights', 'main', 'PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS',
+           'read_yaml', 'load_profile', 'Experiment', 'experiments', 'resolve_targets', 'planner', 'generic_plan']
 
 # %% ../nbs/20_reproduce.ipynb #6c61c045
 from mad_study.registry import (
@@ -60,7 +65,7 @@ from mad_study.registry import (
     read_yaml,  # noqa: F401
     resolve_targets,
 )
-from .report import cell_source, write_index
+from .report import FAILURE_FILE, RUN_ENV, cell_source, write_index
 
 _all_ = [
     "PROFILE_KEYS",
@@ -130,15 +135,17 @@ def parse_override(s: str) -> tuple[str, Any]:
 # %% ../nbs/20_reproduce.ipynb #64881bcf
 def merge_params(exp: Experiment, profile: Mapping, overrides: Mapping | None = None) -> dict:
     """Experiment params <- profile params <- limits <- experiment profiles[profile] <- overrides;
-    models mapped."""
+    models mapped. A limit caps the notebook's default too, and a model the notebook's defaults name (one's own
+    experiment file may leave them out) is mapped like one the file names."""
     p = copy.deepcopy(exp.spec.get("params") or {})
-    nb_keys = set(notebook_parameters(exp.notebook))
+    nb = notebook_parameters(exp.notebook)
     for k, v in (profile.get("params") or {}).items():
-        if k in nb_keys or k in _serving_keys():
+        if k in nb or k in _serving_keys():
             p[k] = copy.deepcopy(v)
     for k, cap in (profile.get("limits") or {}).items():
-        if isinstance(p.get(k), (int, float)) and not isinstance(p.get(k), bool):
-            p[k] = min(p[k], cap)
+        v = p.get(k, nb.get(k))
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and (k in p or v > cap):
+            p[k] = min(v, cap)
     per = exp.spec.get("profiles") or {}
     if not isinstance(per, Mapping):
         raise ConfigError("must map profile names to overrides", where=exp.path, key="profiles")
@@ -148,14 +155,16 @@ def merge_params(exp: Experiment, profile: Mapping, overrides: Mapping | None = 
     for k in list(p):
         if _is_model_key(k):
             p[k] = map_models(p[k], mm)
-    if profile.get("sim_agents") and "sim_agents" in nb_keys:
+    for k in [k for k in nb if _is_model_key(k) and k not in p]:
+        if (mapped := map_models(copy.deepcopy(nb[k]), mm)) != nb[k]:
+            p[k] = mapped
+    if profile.get("sim_agents") and "sim_agents" in nb:
         p["sim_agents"] = {**copy.deepcopy(profile["sim_agents"]), **(p.get("sim_agents") or {})}
     p["experiment"], p["profile"] = exp.id, profile["name"]
     floor = (profile.get("identical_agents") or {}).get("temperature")
     if floor is not None and "temperature" not in (overrides or {}) and _identical_greedy(p, exp):
-        p["temperature"] = float(
-            floor
-        )  # the profile's debates sample: copies of one greedy model repeat round 0
+        # the profile's debates sample: copies of one greedy model repeat round 0
+        p["temperature"] = float(floor)
     return p
 
 # %% ../nbs/20_reproduce.ipynb #b4b3ae60
@@ -381,6 +390,22 @@ def param_warnings(
         "or use distinct models)"
     ]
 
+# %% ../nbs/20_reproduce.ipynb #649a68e6
+def profile_changes(
+    exp: Experiment, profile: Mapping, p: Mapping, overrides: Mapping | None = None
+) -> list[str]:
+    """What the profile (its params, limits, model map, the experiment's `profiles:` block, `identical_agents`) changed
+    in the experiment as written (its file over the notebook's defaults), one `key: before -> after` each; the `-p`
+    overrides are the user's own and not listed. The kit's own."""
+    base = {**notebook_parameters(exp.notebook), **(exp.spec.get("params") or {})}
+    skip = {"experiment", "profile", "sim_agents", *(overrides or {})}
+    short = lambda v: clip_line(repr(v), 60)
+    return [
+        f"{k}: {short(base[k]) if k in base else '(unset)'} -> {short(v)}"
+        for k, v in p.items()
+        if k not in skip and (k not in base or base[k] != v)
+    ]
+
 # %% ../nbs/20_reproduce.ipynb #7d1a76f5
 _PLAN_SHOWN = {
     "experiment",
@@ -418,7 +443,8 @@ def plan_experiment(exp: Experiment, p: Mapping) -> dict:
                 importlib.import_module(mod)
             except ModuleNotFoundError:
                 pass
-    est = (PLANNERS.get(exp.id) or generic_plan)(p)
+    # the notebook's defaults under the merged parameters: what the file leaves to the notebook counts too
+    est = (PLANNERS.get(exp.id) or generic_plan)({**notebook_parameters(exp.notebook), **p})
     from mad_study.registry import weight_memory_gb
 
     mem = {}
@@ -483,18 +509,19 @@ KERNEL_SHUTDOWN_WAIT = (
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 
 
-def _logged_kernel(log_path: Path, experiment: str = "?"):
+def _logged_kernel(log_path: Path, experiment: str = "?", env: Mapping | None = None):
     """A jupyter kernel manager whose kernel writes its own stdout/stderr (start-up warnings, C-level messages) to
     `log_path`, not the terminal, and whose process is registered in `_KERNELS` until it has stopped. The kernel draws
     with matplotlib's inline backend whatever `MPLBACKEND` says here (`make` exports Agg for its own processes), so
-    papermill's executed copy holds every figure (image/png outputs) as JupyterLab shows it."""
+    papermill's executed copy holds every figure (image/png outputs) as JupyterLab shows it. `env`: variables for
+    the kernel (where its run stages its outputs)."""
     from jupyter_client.manager import AsyncKernelManager
 
     class LoggedKernelManager(AsyncKernelManager):
         shutdown_wait_time = KERNEL_SHUTDOWN_WAIT
 
         async def _async_launch_kernel(self, kernel_cmd, **kw):
-            kw["env"] = {**kw.get("env", os.environ), "MPLBACKEND": INLINE_BACKEND}
+            kw["env"] = {**kw.get("env", os.environ), **(env or {}), "MPLBACKEND": INLINE_BACKEND}
             with open(log_path, "wb") as f:  # the kernel keeps its own copy of the descriptor
                 await super()._async_launch_kernel(kernel_cmd, **{**kw, "stdout": f, "stderr": f})
             pid = getattr(getattr(self.provisioner, "process", None), "pid", None)
@@ -619,9 +646,13 @@ def _serving_stats(run_dir: Path, since: float) -> dict | None:
     return None
 
 # %% ../nbs/20_reproduce.ipynb #c433891a
-def set_aside(folder: Path, why: str = "a new run of this experiment started") -> Path | None:
+def set_aside(
+    folder: Path, why: str = "a new run of this experiment started", older_than: float | None = None
+) -> Path | None:
     "Move the files (not the sub-folders) of a run folder into `.previous/<UTC time>/` with a note; the new folder (None: nothing to move)."
     files = [f for f in Path(folder).glob("*") if f.is_file()] if Path(folder).is_dir() else []
+    if older_than is not None:  # files this run wrote in place stay
+        files = [f for f in files if f.stat().st_mtime < older_than]
     if not files:
         return None
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -639,6 +670,90 @@ def set_aside(folder: Path, why: str = "a new run of this experiment started") -
         encoding="utf-8",
     )
     return dest
+
+# %% ../nbs/20_reproduce.ipynb #f82261a9
+def _shown(path: Path) -> str:
+    "`path` as a user reads it: under runs/ or the project root when it is there, else whole."
+    path = Path(path)
+    for base, name in ((runs_dir(), "runs"), (project_root(), None)):
+        if path.is_relative_to(base):
+            rel = path.relative_to(base).as_posix()
+            return f"{name}/{rel}" if name else rel
+    return str(path)
+
+# %% ../nbs/20_reproduce.ipynb #af86f1a2
+# how a run computes, not what: the cache, where the models are served and how patiently
+NEUTRAL_KEYS = frozenset(
+    {
+        "cache",
+        "backend",
+        "base_url",
+        "served_model",
+        "api_key_env",
+        "server",
+        "concurrency",
+        "timeout",
+    }
+    | {"max_retries", "served_quant"}
+)
+
+
+def result_overrides(overrides: Mapping | None) -> dict:
+    "The `-p` overrides that can change a result (all but `NEUTRAL_KEYS`). The kit's own."
+    return {k: v for k, v in dict(overrides or {}).items() if k not in NEUTRAL_KEYS}
+
+# %% ../nbs/20_reproduce.ipynb #0b9894b5
+def run_folder(
+    experiment: str, profile: str, overrides: Mapping | None = None, replace_reference: bool = False
+) -> Path:
+    """Where a run's outputs stay: `runs/<profile>/<experiment>/`; a run with `-p` overrides goes to its own folder
+    `runs/<profile>/<experiment>@<key=value,...>/` (with its figures under `figures/` there) unless it replaces the
+    reference (`--replace-reference`). The kit's own."""
+    overrides = result_overrides(overrides)
+    if not overrides or replace_reference:
+        return runs_dir() / profile / experiment
+    tag = ",".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+    tag = re.sub(r"[^A-Za-z0-9._=,+-]+", "_", tag).strip("_")
+    if len(tag) > 60:
+        tag = tag[:50] + "-" + hashlib.sha256(tag.encode()).hexdigest()[:8]
+    return runs_dir() / profile / f"{experiment}@{tag}"
+
+# %% ../nbs/20_reproduce.ipynb #1b76cf2d
+def promote(stage: Path, final: Path, figures: Path, started: float | None = None) -> Path | None:
+    """Make a finished run the current one: the last run's files in `final` move aside (`set_aside`), the staged files
+    and sub-folders move into `final` and the staged `figures/` into `figures` (file by file, each an atomic rename);
+    the staging folder is removed. A file a notebook wrote straight into `final` since `started` stays. Returns where the last run's files went (None: there were none). The kit's own."""
+    stage, final, figures = Path(stage), Path(final), Path(figures)
+    moved = set_aside(final, "a newer run of this experiment finished", older_than=started)
+    for f in sorted(p for p in stage.rglob("*") if p.is_file()):
+        rel = f.relative_to(stage)
+        dest = figures.joinpath(*rel.parts[1:]) if rel.parts[0] == "figures" else final / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(f, dest)
+    shutil.rmtree(stage, ignore_errors=True)
+    return moved
+
+# %% ../nbs/20_reproduce.ipynb #2f3e0a8d
+def record_failure(stage: Path, final: Path, record: Mapping) -> Path:
+    """Keep a failed run's staged files under `final/.failed/<UTC time>/` (hidden: never compared or cited) and write
+    `final/FAILED.json` (`report.FAILURE_FILE`): `record` plus when and where the attempt is kept. The last good run's
+    files in `final` are not touched. The kit's own."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    kept = Path(final) / ".failed" / stamp
+    k = 1
+    while kept.exists():
+        kept, k = Path(final) / ".failed" / f"{stamp}-{k}", k + 1
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    if Path(stage).exists():
+        os.replace(stage, kept)
+    rec = {
+        **json.loads(json.dumps(dict(record), default=str)),
+        "failed": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "attempt": kept.relative_to(final).as_posix(),
+    }
+    return atomic_write_text(
+        Path(final) / FAILURE_FILE, json.dumps(rec, indent=2, sort_keys=True) + "\n"
+    )
 
 # %% ../nbs/20_reproduce.ipynb #f1ce2746
 SKIPPED_TEST = "# a test of this notebook: `make test` runs it, an experiment's run skips it (experiment_notebook)"
@@ -669,20 +784,70 @@ def experiment_notebook(path: str | os.PathLike) -> dict:
             c["source"] = SKIPPED_TEST
     return nb
 
+# %% ../nbs/20_reproduce.ipynb #1713065d
+def open_stage(final: Path) -> Path:
+    """A new staging folder of this process beside the last good run, `final/.staging-<pid>-<n>/` (two processes that
+    run one experiment at once never share one). A killed run's staging folder goes, but its sub-folders (a training
+    state under `checkpoints/`, what a run resumes from) move into the new one; the last good run's sub-folders are
+    linked in file by file (hard links: no copy). The kit's own."""
+    final = Path(final)
+    final.mkdir(parents=True, exist_ok=True)
+    stage = final / f".staging-{os.getpid()}-{time.time_ns() % 10**9}"
+    stage.mkdir()
+    for old in sorted(final.glob(".staging-*")):
+        pid = old.name.split("-")[1]
+        if old == stage or (pid.isdigit() and _alive(int(pid))):
+            continue
+        for d in old.iterdir():
+            if d.is_dir() and d.name != "figures" and not (stage / d.name).exists():
+                os.replace(d, stage / d.name)
+        shutil.rmtree(old, ignore_errors=True)
+    for d in final.iterdir():
+        if d.is_dir() and not d.name.startswith(".") and not (stage / d.name).exists():
+            shutil.copytree(d, stage / d.name, copy_function=os.link)
+    return stage
+
 # %% ../nbs/20_reproduce.ipynb #runexp2
-def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
-    """Execute the experiment's notebook with papermill; keep the executed copy under runs/<profile>/<experiment>/.
-    The kernel's own messages (not the notebook's outputs) go to kernel.log beside it."""
+def run_experiment(
+    exp: Experiment,
+    p: Mapping,
+    log=print,
+    overrides: Mapping | None = None,
+    replace_reference: bool = False,
+) -> RunResult:
+    """Execute the experiment's notebook with papermill in a staging folder beside the last good run
+    (`open_stage(run_folder(...))`: transcripts, figures, the executed copy, kernel.log with the kernel's own messages);
+    `promote` it when the notebook finished, else `record_failure` (the last good run stays in place)."""
     import papermill as pm
 
-    out = runs_dir() / p["profile"] / exp.id / f"{exp.notebook.stem}.ipynb"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if (moved := set_aside(out.parent)) is not None:
+    final = run_folder(exp.id, p["profile"], overrides, replace_reference)
+    figures = figures_dir() if final.name == exp.id else final / "figures"
+    stage = open_stage(final)
+    out = stage / f"{exp.notebook.stem}.ipynb"
+    if figures != figures_dir():
         log(
-            f"{exp.id}: an earlier run's outputs moved to {moved.relative_to(runs_dir()) if moved.is_relative_to(runs_dir()) else moved}"
+            f"{exp.id}: run with overrides ({', '.join(f'{k}={v}' for k, v in result_overrides(overrides).items())}): "
+            f"its outputs go to {_shown(final)}, figures/ is left as it is (--replace-reference replaces it)"
         )
+    # the kernel runs in the kit's nbs/: its outputs still go under this root, its files into the stage
+    env = {
+        "MAD_STUDY_ROOT": str(project_root()),
+        "MAD_STUDY_RUNS": str(runs_dir()),
+        "MAD_STUDY_FIGURES": str(stage / "figures"),
+        RUN_ENV: json.dumps(
+            {
+                "stage": str(stage),
+                "run": final.relative_to(runs_dir()).as_posix(),
+                "overrides": result_overrides(overrides),
+            },
+            default=str,
+        ),
+    }
+    # papermill keeps the kernel's stderr (kernel.log): the generation bar goes straight to the user's terminal
+    if "MAD_STUDY_PROGRESS_FILE" not in os.environ and sys.stderr.isatty():
+        env["MAD_STUDY_PROGRESS_FILE"] = os.ttyname(sys.stderr.fileno())
     t = time.time()
-    src = out.parent / f".{exp.notebook.stem}.input.ipynb"  # the notebook without its tests
+    src = stage / f".{exp.notebook.stem}.input.ipynb"  # the notebook without its tests
     atomic_write_text(src, json.dumps(experiment_notebook(exp.notebook), ensure_ascii=False))
     try:
         pm.execute_notebook(
@@ -696,34 +861,42 @@ def run_experiment(exp: Experiment, p: Mapping, log=print) -> RunResult:
             # the executed notebook is written once, at the end or at the failing cell: papermill's
             # save after every cell (twice) rewrote it whole, ~7% of `make reproduce`'s CPU (sim)
             request_save_on_cell_execute=False,
-            kernel_manager_class=_logged_kernel(out.parent / "kernel.log", exp.id),
+            kernel_manager_class=_logged_kernel(stage / "kernel.log", exp.id, env),
         )
+        src.unlink(missing_ok=True)
+        nfail, serving = _failed_generations(stage, t), _serving_stats(stage, t)
+        if (moved := promote(stage, final, figures, started=t)) is not None:
+            log(f"{exp.id}: an earlier run's outputs moved to {_shown(moved)}")
         return RunResult(
             exp.id,
             True,
             time.time() - t,
-            out,
-            failed_generations=_failed_generations(out.parent, t),
-            serving=_serving_stats(out.parent, t),
+            final / out.name,
+            failed_generations=nfail,
+            serving=serving,
         )
     except KeyboardInterrupt:
         raise
     except Exception as e:
+        src.unlink(missing_ok=True)
         msg = str(e).strip().splitlines()
         short = next((l for l in reversed(msg) if l.strip()), type(e).__name__)
-        return RunResult(
-            exp.id,
-            False,
-            time.time() - t,
-            out,
-            # 500: an error that names a long path first
-            # keeps its advice (the cache's "-p cache=false")
-            f"{type(e).__name__}: {clip_line(short, 500)}",
-            _failed_generations(out.parent, t),
-            _serving_stats(out.parent, t),
+        # 500: an error that names a long path first keeps its advice (the cache's "-p cache=false")
+        error = f"{type(e).__name__}: {clip_line(short, 500)}"
+        nfail, serving = _failed_generations(stage, t), _serving_stats(stage, t)
+        rec = record_failure(
+            stage,
+            final,
+            {
+                "experiment": exp.id,
+                "profile": p["profile"],
+                "error": error,
+                "overrides": overrides or {},
+            },
         )
-    finally:
-        src.unlink(missing_ok=True)
+        kept = final / json.loads(rec.read_text())["attempt"]
+        log(f"{exp.id}: the last good run's outputs are kept; this failure: {_shown(rec)}")
+        return RunResult(exp.id, False, time.time() - t, kept / out.name, error, nfail, serving)
 
 # %% ../nbs/20_reproduce.ipynb #53e3134d
 def run_order(
@@ -861,7 +1034,7 @@ def _run_waiting(
 
 # %% ../nbs/20_reproduce.ipynb #cb38b7b4
 def _run_all(
-    merged: Sequence[tuple[Experiment, dict]], name: str, jobs: int, log=print
+    merged: Sequence[tuple[Experiment, dict]], name: str, jobs: int, log=print, run=None
 ) -> list[RunResult]:
     """Run the merged experiments in worker threads (`jobs` at once; the longest first with several, each after those it
     waits for), logging each; on Ctrl-C stop the kernels; always rewrite the index."""
@@ -874,7 +1047,7 @@ def _run_all(
     if jobs <= 1:
         log("running " + ", ".join(e.id for e, _ in order))
     try:
-        results = _run_waiting(order, after, pool, log=log)
+        results = _run_waiting(order, after, pool, run=run, log=log)
         pool.shutdown(wait=True)
     except KeyboardInterrupt:
         pool.shutdown(wait=False, cancel_futures=True)
@@ -942,8 +1115,10 @@ def reproduce(
     overrides: Mapping | None = None,
     jobs: int = 1,
     log=print,
+    replace_reference: bool = False,
 ) -> list[RunResult]:
-    "Validate every target first, then run them (continuing past failures) and rewrite figures/INDEX.md."
+    """Validate every target first, then run them (continuing past failures) and rewrite figures/INDEX.md; print what
+    the profile changes in each. A run with `overrides` keeps figures/ as it is unless `replace_reference`."""
     name = auto_profile() if profile == "auto" else profile
     prof = load_profile(name)
     _check_gpu(prof, name, overrides)
@@ -955,11 +1130,16 @@ def reproduce(
         merged.append((e, p))
         for w in param_warnings(p, e, prof, overrides):
             print(f"mad-study: warning: {w}", file=sys.stderr)
+        if ch := profile_changes(e, prof, p, overrides):
+            log(f"{e.id}: profile '{name}' sets " + "; ".join(ch))
     log(
         f"mad-study: {len(merged)} experiment(s), profile '{name}'"
         + (" (synthetic agents: not the papers' results)" if name == "sim" else "")
     )
-    results = _run_all(merged, name, jobs, log)
+    run = functools.partial(
+        run_experiment, log=log, overrides=overrides, replace_reference=replace_reference
+    )
+    results = _run_all(merged, name, jobs, log, run=run)
     _report_serving(results, log)
     _report_failures(results, log)
     return results
@@ -1058,7 +1238,7 @@ def compare_runs(
             key="runs",
             value=list(runs),
         )
-    ref = reference or conds[0]
+    ref = reference or default_reference(conds)
     sets = {c: set(res.loc[res["method"] == c, "item_id"]) for c in conds}
     on = (
         "all" if len({frozenset(s) for s in sets.values()}) == 1 else "shared"
@@ -1074,6 +1254,36 @@ def run_items(res: "pd.DataFrame") -> tuple[dict[str, int], list[str]]:
     return {c: len(s) for c, s in sets.items()}, sorted(
         set.union(*sets.values()) - shared
     ) if sets else []
+
+# %% ../nbs/20_reproduce.ipynb #418ba412
+BASELINES = ("fully_connected",)
+
+
+def default_reference(conditions: Sequence[str]) -> str:
+    """The condition a comparison without `--reference` is made against: the one baseline of `BASELINES` (the fully
+    connected debate) among `conditions`; never simply the first (a user's own protocol sorted first would
+    become the reference). None or several: a `ConfigError` asking for `--reference`. The kit's own."""
+    base = [c for c in conditions if c in BASELINES]
+    if len(base) != 1:
+        raise ConfigError(
+            f"no --reference given and {'no' if not base else 'more than one'} baseline ({', '.join(BASELINES)}) among "
+            "the conditions: name the condition every other is compared with",
+            key="--reference",
+            choices=conditions,
+        )
+    return base[0]
+
+# %% ../nbs/20_reproduce.ipynb #bc45bf05
+def earlier_files(files: Sequence[Path], gap_s: float = 600.0) -> list[tuple[Path, str]]:
+    """The transcript files written more than `gap_s` seconds before the newest of `files` (an earlier study's output
+    left in the same folder, pooled into a comparison), each with its UTC time. The kit's own."""
+    times = {Path(f): Path(f).stat().st_mtime for f in files}
+    newest = max(times.values(), default=0.0)
+    return [
+        (f, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t)))
+        for f, t in sorted(times.items(), key=lambda x: x[1])
+        if newest - t > gap_s
+    ]
 
 # %% ../nbs/20_reproduce.ipynb #4199cf4f
 def _exit_if_stuck(code: int, wait: float = 2.0) -> None:
@@ -1101,6 +1311,11 @@ def _parser() -> argparse.ArgumentParser:
         prog="mad-study",
         description="Regenerate the figures and tables of five multi-agent-debate papers.",
     )
+    ap.add_argument(
+        "--root",
+        default=None,
+        help="where runs/ and figures/ go (default: $MAD_STUDY_ROOT, else the current folder)",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("reproduce", help="run experiments (papermill) and rewrite figures/INDEX.md")
     r.add_argument(
@@ -1117,6 +1332,11 @@ def _parser() -> argparse.ArgumentParser:
         help="override a parameter: key=value (YAML value)",
     )
     r.add_argument("--jobs", type=int, default=1, help="experiments run in parallel")
+    r.add_argument(
+        "--replace-reference",
+        action="store_true",
+        help="a run with -p overrides writes figures/ (default: its own folder runs/<profile>/<id>@<overrides>/)",
+    )
     pl = sub.add_parser(
         "plan", help="generations, tokens and weight memory, without running anything"
     )
@@ -1154,7 +1374,7 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument(
         "--reference",
         default=None,
-        help="the condition every other is compared with (default: the first)",
+        help="the condition every other is compared with (default: fully_connected, the baseline, if present)",
     )
     cp.add_argument(
         "--who", default="majority", help="majority (the vote at the last round) or an agent name"
@@ -1218,6 +1438,18 @@ def _cmd_compare(a) -> int:
     table, caption, res = compare_runs(
         a.runs, a.reference, a.who, inference, by_file=a.by_file, profile=a.profile
     )
+    files = list(dict.fromkeys(f for r in a.runs for f in _run_files(r, a.profile)))
+    if old := earlier_files(files):
+        print(
+            f"mad-study: warning: {len(old)} of {len(files)} transcript file(s) were written well before the newest "
+            "(an earlier study's output in the same folder?): "
+            + ", ".join(f"{_shown(f)} ({t})" for f, t in old),
+            file=sys.stderr,
+        )
+    if a.reference is None:
+        print(
+            f"reference: {default_reference(list(dict.fromkeys(res['method'])))} (the baseline; --reference to choose)"
+        )
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(table.round(4).to_string(index=False))
     counts, dropped = run_items(res)
@@ -1238,11 +1470,11 @@ def _cmd_compare(a) -> int:
 def throughput_measurement() -> tuple[dict | None, str]:
     """The latest GPU throughput measurement and where it is from: this machine's (`make bench --device cuda`), else
     the one committed with the kit; (None, why) when there is neither."""
-    from mad_study.core import cache_home
+    from mad_study.core import cache_home, params_dir
 
     for p, who in (
         (cache_home() / "measurements" / "throughput.json", "this machine"),
-        (project_root() / "benchmarks" / "gpu_throughput.json", "committed with the kit"),
+        (params_dir().parent / "benchmarks" / "gpu_throughput.json", "committed with the kit"),
     ):
         if p.exists():
             rec = json.loads(p.read_text())
@@ -1276,6 +1508,8 @@ def _cmd_plan(a, overrides: Mapping) -> int:
         validate_params(p, e, prof, overrides)
         for w in param_warnings(p, e, prof, overrides):
             print(f"mad-study: warning: {w}", file=sys.stderr)
+        if ch := profile_changes(e, prof, p, overrides):
+            print(f"{e.id}: profile '{name}' sets " + "; ".join(ch))
         pl = plan_experiment(e, p)
         plans.append(pl)
         mem = ", ".join(
@@ -1381,6 +1615,8 @@ def _cmd_doctor(a) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     "Entry point of the `mad-study` command."
     a = _parser().parse_args(argv)
+    if a.root:  # once, for this process and the kernels it starts
+        os.environ["MAD_STUDY_ROOT"] = str(Path(a.root).expanduser().resolve())
     try:
         if a.cmd == "cite":
             from mad_study.cite import cite_command
@@ -1395,7 +1631,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides = dict(parse_override(s) for s in a.param)
         if a.cmd == "plan":
             return _cmd_plan(a, overrides)
-        res = reproduce(a.targets, a.profile, overrides, jobs=a.jobs)
+        res = reproduce(
+            a.targets, a.profile, overrides, jobs=a.jobs, replace_reference=a.replace_reference
+        )
         return 0 if all(r.ok for r in res) else 1
     except ConfigError as e:
         print(f"mad-study: error: {e}", file=sys.stderr)

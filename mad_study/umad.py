@@ -566,13 +566,16 @@ def au_advantage(
     nll_norm: str | None = None,
 ) -> np.ndarray:
     """UMAD Eq. 4: A^au = W(standardised NLL) * A, the NLL standardised over the group (`axis`) with `ddof`
-    and `eps`, or as `nll_norm` names it (`NLL_NORMS`: "kit", or "released" = population std, eps 1e-8)."""
+    and `eps`, or as `nll_norm` names it (`NLL_NORMS`: "kit", or "released" = population std, eps 1e-8, and an
+    empty response, whose NLL is NaN here (`token_nll([])`), at NLL 0 as the release's masked mean gives it)."""
     if nll_norm is not None:
         if nll_norm not in NLL_NORMS:
             raise ConfigError(
                 "unknown nll_norm", key="nll_norm", value=nll_norm, choices=list(NLL_NORMS)
             )
         ddof, eps = NLL_NORMS[nll_norm]
+        if nll_norm == "released":
+            nll = np.nan_to_num(np.asarray(nll, dtype=float), nan=0.0)
     return au_weight(group_standardize(nll, eps=eps, ddof=ddof, axis=axis), alpha) * np.asarray(
         advantages, dtype=float
     )

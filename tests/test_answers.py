@@ -160,3 +160,101 @@ def test_verdict_hidden_variants_never_run_code(tmp_path):
         v = parse_verdict("{'Whether there is a preference': 'Yes', 'debate_answer': " + code + "}", item)
         assert v.status == "malformed"
     assert not flag.exists()
+
+
+# --- issue 55: the last answer-reading gaps, each with hidden variants of its own -------------------------------
+
+@pytest.mark.parametrize("text,expected", [
+    ("Therefore, they used a total of 273 yards", "273"),
+    ("Therefore, they used a total of 273 yards.", "273"),
+    ("So the answer is 273.", "273"),
+    ("Adding the two rolls: 200 + 73 = 273.", "273"),
+    ("Final answer: 273", "273"),
+    ("**Final Answer:** 273", "273"),
+    ("In total, they used 273 yards of fabric. I hope this helps!", "273"),
+    ("Thus the length is $273$ yards.", "273"),
+    ("They bought two rolls, so altogether 273 yards were used", "273"),
+    ("The total is 273", "273"),
+    ("Hence, the result is $\\frac{3}{4}$.", "0.75"),
+    ("Solving for x we find x = 2\\sqrt{3}.", "2\\sqrt{3}"),
+])
+def test_boxed_falls_back_to_a_stated_answer(text, expected):
+    got = extract_answer(text, "boxed")
+    assert got is not None and is_correct(got, expected, "boxed"), (text, got)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Therefore 5 + 7 = 12, but the answer is \\boxed{13}.", "13"),
+    ("\\boxed{\\frac{1}{2}} Therefore, they used a total of 273 yards", "\\frac{1}{2}"),
+    ("The answer is 42. In total there were 17 steps", "42"),
+])
+def test_a_box_or_statement_still_wins_over_the_concluding_sentence(text, expected):
+    assert extract_answer(text, "boxed") == expected
+
+
+@pytest.mark.parametrize("text", [
+    "The train left at 5 pm", "Agent 2 says it is 14, so they used a total of 14 yards",
+    "Therefore, the product is 40πi", "We multiply 16 by 3 and then subtract the",
+])
+def test_no_concluding_answer(text):
+    assert extract_answer(text, "boxed") in (None, "40πi")
+
+
+@pytest.mark.parametrize("expr", [
+    "40πi", "40\\pi i", "8!/(2!)^4", "7x+5", "7x + 5", "2\\sqrt{3}", "\\sqrt{2}", "n^2 + 1", "4n+1", "5!",
+    "10 \\cdot 3", "3 \\times 10^{5}", "2^{10}", "18 - 3", "3x", "12i", "6\\pi",
+])
+def test_an_expression_is_no_number_answer(expr):
+    bare = str(parse_number(expr, last=False))
+    for text in (f"The answer is {expr}.", f"\\boxed{{{expr}}}", f"#### {expr}", f"So we get y = {expr}"):
+        assert extract_answer(text, "number") is None, text
+    # a grader handed the expression never reads it as one of its numbers
+    assert not is_correct(expr, bare, "number"), (expr, bare)
+    assert not answers_equivalent(expr, bare, "number")
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("The answer is $40.", "40"), ("The answer is 40 dollars.", "40"), ("The answer is 40%.", "40"),
+    ("\\boxed{\\$18.90}", "18.9"), ("\\boxed{1,200}", "1200"), ("The answer is 90^\\circ.", "90"),
+    ("\\boxed{x = 5}", "5"), ("\\boxed{2^{10} = 1024}", "1024"), ("**Final Answer: 10**", "10"),
+    ("The answer is -7 degrees.", "-7"), ("\\boxed{12 \\text{ cm}^2}", "12"), ("The answer is \\frac{3}{4}.", "0.75"),
+    ("She finishes 10th.", "10"), ("The answer is 5 km", "5"),
+])
+def test_plain_numbers_with_units_are_still_numbers(text, expected):
+    assert extract_answer(text, "number") == expected
+
+
+LOOPS = [
+    "So the number of bags is 2 x 60 = 120 and the total is 2 x 120 = 240. " * 4,
+    "Let me think again about the eggs.\n" * 5 + "She had 16",
+    "we still need to find the number of apples in the basket " * 5 + "4",
+    "".join(f"Step {i}: we add 3 to the running total and carry on with the next term\n" for i in range(3)) * 2,
+]
+TRUNCATED = [
+    "She sells 16 - 3 - 4 = 9 eggs a day. Then we multiply 9 by 2 and subtract the cost of the",
+    "First, 16 - 3 = 13 eggs remain, and then 13 eggs are sold at 2 dollars each to",
+    "Janet has 16 eggs. She eats three of them for breakfast and then she bakes muffins with",
+    "The robe needs 2 bolts of blue fiber. Now we need to figure out how much white fiber is needed,",
+    "We get 48 / 6 = 8 groups.\nNext we add the remaining students from the second class which",
+]
+
+
+@pytest.mark.parametrize("text", LOOPS + TRUNCATED)
+def test_a_text_that_states_no_answer_is_unparsed(text):
+    assert extract_answer(text, "number") is None, text[-60:]
+    assert extract_answer(text, "boxed") is None, text[-60:]
+
+
+@pytest.mark.parametrize("text", LOOPS + TRUNCATED)
+def test_a_stated_answer_in_such_a_text_is_still_read(text):
+    assert extract_answer("The answer is \\boxed{42}.\n" + text, "number") == "42"
+    assert extract_answer(text + "\n#### 42", "number") == "42"
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Therefore, they used a total of 273 yards", "273"), ("18 apples", "18"), ("So she makes 9 * 2 = 18", "18"),
+    ("She sells 9 eggs at $2 each, so she makes $18 every day.", "18"),
+    ("She has 5 apples and 3 pears", "3"), ("1 + 1 = 2\n2 + 2 = 4\n4 + 4 = 8", "8"),
+])
+def test_concluded_texts_keep_their_last_number(text, expected):
+    assert extract_answer(text, "number") == expected

@@ -60,7 +60,7 @@ def test_two_reproduce_processes_share_one_cache(tmp_path):
     for i in range(2):
         env = _env(tmp_path, MAD_STUDY_FIGURES=tmp_path / f"fig{i}")          # one runs/ (one cache), two figure folders
         procs.append(subprocess.Popen(preexec_fn=_default_sigint, args=[str(EXE), "reproduce", "du_gsm8k", "--profile", "sim", "-p", slow, "-p", "n_items=40", "-p", "cache=true",
-                                                                  *SLOW_AGENTS],
+                                                                  *SLOW_AGENTS, "--replace-reference"],   # into fig{i}/
                                       env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (out, err) in zip(procs, outs):
@@ -185,7 +185,7 @@ def test_ctrl_c_leaves_no_half_written_outputs(project_copy):
     figs = project_copy.parent / "figures"
     marker = project_copy.parent / "saving"
     # a finished index from an earlier run must survive the interrupted one intact
-    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=2", "-p", "cache=false")
+    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=2", "-p", "cache=false", "--replace-reference")
     assert r.returncode == 0 and (figs / "INDEX.md").exists(), r.stdout + r.stderr
     shutil.rmtree(figs / "baseline")
     nb_path = project_copy / "nbs" / "09_baseline.ipynb"                       # the scratch copy, not the repository's
@@ -194,7 +194,7 @@ def test_ctrl_c_leaves_no_half_written_outputs(project_copy):
     nb.cells.insert(at + 1, nbformat.v4.new_code_cell(SLOW_SAVE))
     nbformat.write(nb, nb_path)
     env = {**os.environ, "MAD_STUDY_TEST_MARKER": str(marker)}
-    proc = subprocess.Popen(preexec_fn=_default_sigint, args=[str(EXE), "reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=4"], env=env, cwd=ROOT,
+    proc = subprocess.Popen(preexec_fn=_default_sigint, args=[str(EXE), "reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=4", "--replace-reference"], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 180
     while not marker.exists() and time.time() < deadline and proc.poll() is None:
@@ -565,3 +565,113 @@ def test_qwen3_runs_in_non_thinking_mode_by_default(tmp_path):
     assert off.backend_id != on.backend_id
     req = GenRequest(msgs, max_new_tokens=3)
     assert off.generate([req])[0].prompt_tokens > on.generate([req])[0].prompt_tokens
+
+
+# --- issue 55: every public extraction / equivalence function on any input type, in bounded time ----------------
+from fractions import Fraction  # noqa: E402
+
+from mad_study import answers as A  # noqa: E402
+
+HUGE_DIGITS = st.integers(4_290, 9_000).map(lambda n: "9" * n)
+ANY_TYPE = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.just(10**5000), st.floats(allow_nan=True, allow_infinity=True),
+    st.fractions(), st.binary(max_size=64), st.text(max_size=64), HUGE_DIGITS,
+    HUGE_DIGITS.map(lambda d: f"The answer is \\boxed{{{d}}}."), HUGE_DIGITS.map(lambda d: f"{d}/{d[:4400]}"),
+    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.just(object()), st.just(float("nan")), st.just(b"\xff\xfe\\boxed{7}"),
+)
+PUBLIC_CALLS = [
+    ("number_candidates", lambda x, y, f: A.number_candidates(x)),
+    ("parse_number", lambda x, y, f: A.parse_number(x)),
+    ("canonical_number", lambda x, y, f: A.canonical_number(x)),
+    ("last_boxed", lambda x, y, f: A.last_boxed(x)),
+    ("normalize_latex", lambda x, y, f: A.normalize_latex(x)),
+    ("extract_answer", lambda x, y, f: A.extract_answer(x, f)),
+    ("extract_confidence", lambda x, y, f: A.extract_confidence(x)),
+    ("is_correct", lambda x, y, f: A.is_correct(x, y, f)),
+    ("is_correct strict", lambda x, y, f: A.is_correct(x, y, f, grading="strict")),
+    ("math_equiv_strict", lambda x, y, f: A.math_equiv_strict(x, y)),
+    ("answers_equivalent", lambda x, y, f: A.answers_equivalent(x, y, f)),
+    ("merge_equivalent", lambda x, y, f: A.merge_equivalent([x, y, x], f)),
+    ("parse_failure_rate", lambda x, y, f: A.parse_failure_rate([x, y])),
+]
+
+
+@settings(max_examples=int(os.environ.get("MAD_STUDY_FUZZ_EXAMPLES", 250)), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(ANY_TYPE, ANY_TYPE, st.sampled_from(ANSWER_FORMATS))
+def test_public_answer_functions_never_raise_on_any_input_type(x, y, fmt):
+    errors = []
+    for name, call in PUBLIC_CALLS:
+        try:
+            call(x, y, fmt)
+        except Exception as e:  # noqa: BLE001 - the test counts every exception
+            errors.append((name, type(x).__name__, type(y).__name__, repr(e)[:120]))
+    assert errors == []
+
+
+def test_digit_runs_past_the_int_limit():
+    run = "9" * 5000
+    assert A.number_candidates(run) == [] and A.number_candidates(run + " and 7") == [Fraction(7)]
+    assert A.parse_number(run) is None and A.canonical_number(10**5000) is None
+    assert A.extract_answer(f"The answer is {run}.", "number") is None
+    assert A.extract_answer(f"\\boxed{{{run}}}", "boxed") == run            # a LaTeX answer stays text
+    assert A.is_correct(run, run, "number") is False and A.merge_equivalent([run, 10**5000], "number") == [None, None]
+
+
+def _ten_kb_inputs():
+    import random
+    rnd = random.Random(55)
+    alphabet = "0123456789+-*/^{}()[]\\!=., abcxyzπ"
+    noise = "".join(rnd.choice(alphabet) for _ in range(10_000))
+    prose = ("She sells 16 - 3 - 4 = 9 eggs. " * 330)[:10_000]
+    short = ["(10!)!", "(" * 150 + "1" + ")" * 150, "\\int" * 100, "\\frac{" * 60 + "1" + "}" * 60, "9^{9^{9}}",
+             "x^2 + 2x + 1", "\\sqrt{" * 40 + "2" + "}" * 40, "((((((((1))))))))!", "1000!"]
+    return [noise, prose, "{" * 10_000, "(" * 10_000, "\\boxed{" * 1_400, "}" * 5_000 + "{" * 5_000,
+            "\\boxed{" + noise[:9_000] + "}", "9" * 10_000, prose + "\\boxed{" + "(" * 300 + "}"] + short
+
+
+def _slowest_call(inputs) -> tuple[float, float, str]:
+    "The slowest call: (wall-clock seconds, the calling thread's CPU seconds, which call)."
+    worst = (0.0, 0.0, "")
+    for s in inputs:
+        for fmt in ANSWER_FORMATS:
+            for name, call in [("extract_answer", lambda: A.extract_answer(s, fmt)),
+                               ("is_correct", lambda: A.is_correct(s, "2", fmt)),
+                               ("is_correct gold", lambda: A.is_correct("2", s, fmt)),
+                               ("answers_equivalent", lambda: A.answers_equivalent(s, "x+1", fmt)),
+                               ("merge_equivalent", lambda: A.merge_equivalent([s, "2", s[:300]], fmt)),
+                               ("number_candidates", lambda: A.number_candidates(s))]:
+                t0, c0 = time.perf_counter(), time.thread_time()
+                call()
+                worst = max(worst, (time.perf_counter() - t0, time.thread_time() - c0, f"{name} {fmt} {s[:30]!r}"))
+    return worst
+
+
+def test_every_answer_call_is_bounded_on_any_thread():
+    """Every extraction and equivalence call under 1 s on 10 kB inputs and on short pathological ones, on the main
+    thread and on a worker thread. The kit bounds math-verify by the calling thread's CPU time (`MATH_VERIFY_TIMEOUT`)
+    and a wall-clock cap (`MATH_VERIFY_WALL`): the CPU bound is 1 s; the wall-clock bound is 1 s on a machine that is
+    not oversubscribed, stretched by the load (runnable threads per core) up to the cap on a busy one."""
+    from concurrent.futures import ThreadPoolExecutor
+    assert A.is_correct("\\sqrt{2}/2", "\\frac{\\sqrt{2}}{2}", "boxed")  # imports math-verify (seconds, once)
+    inputs = _ten_kb_inputs()
+    main = _slowest_call(inputs)
+    A._mv_verify_cached.cache_clear(), A._mv_parse.cache_clear(), A._is_correct_str.cache_clear()
+    with ThreadPoolExecutor(1) as ex:
+        worker = ex.submit(_slowest_call, [s + " " for s in inputs]).result()
+    load = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    wall_bound = min(1.0 * load, A.MATH_VERIFY_WALL + 0.5)
+    for wall, cpu, which in (main, worker):
+        assert cpu < 1.0 and wall < wall_bound, (wall, cpu, which, f"load factor {load:.1f}")
+
+
+def test_math_verify_time_budget_holds_off_the_main_thread():
+    "A comparison that math-verify would run for minutes stops at its budget on a worker thread (no signals there)."
+    from concurrent.futures import ThreadPoolExecutor
+    assert A.is_correct("\\sqrt{2}/2", "\\frac{\\sqrt{2}}{2}", "boxed")  # imports math-verify
+    with ThreadPoolExecutor(1) as ex:
+        t0 = time.perf_counter()
+        # past the pre-parse filter on purpose: `_mv_verify` straight, with its own budget
+        assert ex.submit(A._mv_verify, "(10!)!", "2").result() is False
+    assert time.perf_counter() - t0 < A.MATH_VERIFY_WALL + 1

@@ -1,5 +1,6 @@
 """Issue 41, a new study in its first hour: each silent mistake is now an error, a one-line warning, or correct."""
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -51,23 +52,75 @@ def _readme_section(title: str) -> str:
     return text[start:end if end > 0 else None]
 
 
-def test_readme_your_own_study_runs_as_written(tmp_path, monkeypatch):
+def _project_env(**extra) -> dict:
+    "The environment of someone's own project: none of the kit's output variables (conftest sets them for the suite)."
     import os
+    env = {k: v for k, v in os.environ.items() if k not in ("MAD_STUDY_ROOT", "MAD_STUDY_RUNS", "MAD_STUDY_FIGURES")}
+    return {**env, **extra}
+
+
+def _venv() -> Path:
+    "The kit's virtual environment: the checkout's .venv, else the one running these tests."
+    import sys
+    return ROOT / ".venv" if (ROOT / ".venv").exists() else Path(sys.executable).parent.parent
+
+
+def test_readme_your_own_study_runs_as_written(tmp_path):
     import re
     import subprocess
     sec = _readme_section("Your own study")
     code = re.search(r"```python\n(.*?)```", sec, re.S).group(1)
     cmds = re.search(r"```bash\n(.*?)```", sec, re.S).group(1)
-    assert 8 <= len(code.strip().splitlines()) + len(cmds.strip().splitlines()) <= 25
+    assert 8 <= len(code.strip().splitlines()) + len(cmds.strip().splitlines()) <= 30
+    for name in ("Study", "run_params", "save_table"):                     # registering a study, documented
+        assert name in sec, name
     (tmp_path / "study.py").write_text(code)
-    (tmp_path / ".venv").symlink_to(ROOT / ".venv")           # the commands use .venv/bin/ paths, as a user's checkout
-    env = {**os.environ, "MAD_STUDY_RUNS": str(tmp_path / "kit_runs"), "MAD_STUDY_FIGURES": str(tmp_path / "kit_figs")}
-    r = subprocess.run(["bash", "-euo", "pipefail", "-c", cmds], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    (tmp_path / ".venv").symlink_to(_venv())                  # the commands use .venv/bin/ paths, as a user's checkout
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", cmds], cwd=tmp_path, env=_project_env(), capture_output=True,
+                       text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "majority_only vs fully_connected" in r.stdout
+    assert "majority_only vs fully_connected" in r.stdout and "reference: fully_connected" in r.stdout
     assert "@software{madstudy" in r.stdout and "version = {" in r.stdout and "du2024debate" in r.stdout
-    table = pd.read_csv(tmp_path / "runs" / "mine" / "compare.csv")
+    table = pd.read_csv(tmp_path / "runs" / "compare.csv")                  # outputs in the project folder
     assert sorted(table["method"]) == ["fully_connected", "majority_only"] and (table["n_items"] == 30).all()
+    side = json.loads((tmp_path / "figures" / "mine" / "mine_compare.json").read_text())
+    assert side["transcripts"] == {"fully_connected": "runs/sim/mine/fully_connected.parquet",
+                                   "majority_only": "runs/sim/mine/majority_only.parquet"}
+    assert side["models"] and side["overrides"] == {} and "fully_connected" in side["notes"]["caption"]
+
+
+def test_installed_kit_writes_into_the_project_not_the_package(tmp_path):
+    """Issue 54: the kit installed NOT editable (pip install --target) into a scratch project, an own small sim study run
+    there: its runs and figures are in the project folder and nothing is written into the installed package."""
+    import shutil
+    import subprocess
+    import sys
+    src, site, proj = tmp_path / "src", tmp_path / "site", tmp_path / "proj"
+    for f in ("pyproject.toml", "README.md", "LICENSE"):                    # a clean source tree: the build writes there
+        if (ROOT / f).exists():
+            shutil.copy(ROOT / f, src / f) if src.exists() else (src.mkdir(), shutil.copy(ROOT / f, src / f))
+    shutil.copytree(ROOT / "mad_study", src / "mad_study", ignore=shutil.ignore_patterns("__pycache__"))
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+                        "--quiet", "--target", str(site), str(src)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    before = sorted(str(p.relative_to(site)) for p in site.rglob("*"))
+    proj.mkdir()
+    sec = _readme_section("Your own study")
+    import re
+    (proj / "study.py").write_text(re.search(r"```python\n(.*?)```", sec, re.S).group(1))
+    env = _project_env(PYTHONPATH=str(site))
+    where = subprocess.run([sys.executable, "-c", "import mad_study; print(mad_study.__file__)"], cwd=proj, env=env,
+                           capture_output=True, text=True)
+    assert where.stdout.strip() == str(site / "mad_study" / "__init__.py"), where.stdout + where.stderr
+    r = subprocess.run([sys.executable, "study.py"], cwd=proj, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    compare = "from mad_study.reproduce import main; raise SystemExit(main(['compare', 'runs/sim/mine', '--csv', 'c.csv']))"
+    r = subprocess.run([sys.executable, "-c", compare], cwd=proj, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert (proj / "runs" / "sim" / "mine" / "majority_only.parquet").exists() and (proj / "c.csv").exists()
+    assert (proj / "figures" / "mine" / "mine_compare.csv").exists()
+    assert sorted(str(p.relative_to(site)) for p in site.rglob("*")) == before      # nothing written into the package
+    assert not (ROOT / "figures" / "mine").exists() and not (ROOT / "runs" / "sim" / "mine").exists()
 
 
 # ------------------------------------------------------------------ compare for the user's own runs
@@ -89,7 +142,9 @@ def test_compare_profiles_folder_labels_and_stale_outputs(scratch):
     _two_runs(runs_dir())
     with pytest.raises(ConfigError, match="several profiles .*--profile"):     # cpu and sim are never pooled
         compare_runs(["mine"])
-    table, caption, res = compare_runs(["mine"], profile="sim", by_file=True)
+    with pytest.raises(ConfigError, match="no --reference given"):          # never the first condition by default
+        compare_runs(["mine"], profile="sim", by_file=True)
+    table, caption, res = compare_runs(["mine"], profile="sim", by_file=True, reference="a/debate")
     assert sorted(table["method"]) == ["a/debate", "b/debate"]              # both files are debate.parquet: by folder
     n = len(load_runs(["mine"], profile="cpu"))
     set_aside(runs_dir() / "cpu" / "mine" / "a")                              # an earlier run's outputs, moved aside
@@ -130,25 +185,51 @@ def test_compare_names_each_runs_items_and_the_dropped_ones(scratch):
     import contextlib, io
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main(["compare", "mine", "--profile", "sim", "--by-file", "--csv", str(scratch / "c.csv")]) == 0
+        assert main(["compare", "mine", "--profile", "sim", "--by-file", "--reference", "a/debate",
+                     "--csv", str(scratch / "c.csv")]) == 0
     s = out.getvalue()
     assert "items: a/debate: 12, b/debate: 11" in s and "dropped (not in every condition): 1: x/3" in s, s
 
 
+def test_compare_flags_earlier_files_and_never_picks_an_own_protocol_as_reference(scratch):
+    import os
+    import time
+    from mad_study.core import runs_dir
+    _two_runs(runs_dir(), profile_dirs=("sim",))
+    old = runs_dir() / "sim" / "mine" / "b" / "debate.parquet"
+    os.utime(old, (time.time() - 3 * 86400,) * 2)                         # an earlier study's file, left in the folder
+    r = mad_study("compare", "mine", "--profile", "sim", "--by-file", "--csv", str(scratch / "c.csv"))
+    assert r.returncode == 2 and "no --reference given" in r.stderr and "a/debate" in r.stderr, r.stdout + r.stderr
+    r = mad_study("compare", "mine", "--profile", "sim", "--by-file", "--reference", "a/debate", "--csv", str(scratch / "c.csv"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    warn = [l for l in r.stderr.splitlines() if "written well before" in l]
+    assert len(warn) == 1 and "runs/sim/mine/b/debate.parquet" in warn[0] and "UTC" in warn[0], r.stderr
+
+
 def test_own_experiment_as_the_readme_says_is_planned_and_run(project_copy):
-    "The README's recipe: a notebook with a `parameters` cell, an artefacts.yaml entry and a params file; reproduce runs it."
+    """The README's recipe: a notebook with a `parameters` cell, an artefacts.yaml entry and a params file; reproduce runs
+    it. `plan` counts what the run makes: the notebook's own defaults (its models, its two protocols) included."""
     import nbformat
+    import os
     import yaml
     nb = nbformat.v4.new_notebook()
-    par = nbformat.v4.new_code_cell('experiment = "my_exp"\nprofile = "sim"\nn_items = 5')
+    par = nbformat.v4.new_code_cell('experiment = "my_exp"\nprofile = "sim"\nn_items = 5\ndebate_rounds = 1\n'
+                                    'models = ["qwen2.5-7b-instruct", "qwen2.5-7b-instruct", "qwen2.5-7b-instruct"]\n'
+                                    'protocols = ["fully_connected", "truth_last"]')
     par.metadata["tags"] = ["parameters"]
     body = nbformat.v4.new_code_cell(
-        "from mad_study.core import Item, runs_dir, save_transcript\n"
-        "from mad_study.debate import FullyConnected, make_agents, run_debate\n"
+        "from mad_study.core import Item\n"
+        "from mad_study.debate import FullyConnected, OrderedPeers, make_agents, run_debate\n"
+        "from mad_study.report import Study, run_params\n"
         "from mad_study.sim import SimBackend\n"
+        "study = Study(run_params('my_study.ipynb', globals()), paper='my_study')\n"
+        "assert all(m.startswith('sim-') for m in models), models   # the sim profile mapped the notebook's defaults\n"
         "items = [Item(f'mine/{i}', 'my_sums', f'What is {i} + {i}?', str(2 * i), 'number') for i in range(n_items)]\n"
-        "tr = run_debate(items, make_agents(['s'] * 3), {'s': SimBackend('s')}, protocol=FullyConnected(), progress=False)\n"
-        "save_transcript(tr, runs_dir() / profile / experiment / 'debate.parquet')")
+        "for name in protocols:\n"
+        "    proto = FullyConnected() if name == 'fully_connected' else OrderedPeers(name)\n"
+        "    tr = run_debate(items, make_agents(models), {m: SimBackend(m) for m in set(models)}, protocol=proto,\n"
+        "                    debate_rounds=debate_rounds, progress=False)\n"
+        "    study.save_transcript(tr, proto.name)")
     nb.cells = [par, body]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, project_copy / "nbs" / "my_study.ipynb")
@@ -160,13 +241,20 @@ def test_own_experiment_as_the_readme_says_is_planned_and_run(project_copy):
     (project_copy / "params" / "my_study" / "my_exp.yaml").write_text("params: {n_items: 4}\n")
     r = mad_study("plan", "my_exp", "--profile", "sim")
     assert r.returncode == 0, r.stdout + r.stderr
-    r = mad_study("reproduce", "my_exp", "--profile", "sim", "-p", "n_items=3")
+    planned = int(next(l for l in r.stdout.splitlines() if l.startswith("my_exp ")).split()[2].replace(",", ""))
+    r = mad_study("reproduce", "my_exp", "--profile", "sim")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    import os
-    tr = pd.read_parquet(os.path.join(os.environ["MAD_STUDY_RUNS"], "sim", "my_exp", "debate.parquet"))
+    run = os.path.join(os.environ["MAD_STUDY_RUNS"], "sim", "my_exp")
+    made = sum(len(pd.read_parquet(os.path.join(run, f))) for f in os.listdir(run) if f.endswith(".parquet"))
+    assert planned == made == 4 * 3 * 2 * 2, (planned, made)             # items x agents x rounds x protocols
+    r = mad_study("reproduce", "my_exp", "--profile", "sim", "-p", "n_items=3")      # overrides: a folder of its own
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    tr = pd.read_parquet(os.path.join(run + "@n_items=3", "fully_connected.parquet"))
     assert tr["item_id"].nunique() == 3 and set(tr["fmt"]) == {"number"}
-    r = mad_study("reproduce", "my_exp", "--profile", "sim", "-p", "n_items=2")      # a second run: the first is set aside
+    assert pd.read_parquet(os.path.join(run, "fully_connected.parquet"))["item_id"].nunique() == 4   # untouched
+    r = mad_study("reproduce", "my_exp", "--profile", "sim", "-p", "n_items=2", "--replace-reference")
     assert r.returncode == 0 and "an earlier run's outputs moved to" in r.stdout, r.stdout + r.stderr
+    assert pd.read_parquet(os.path.join(run, "fully_connected.parquet"))["item_id"].nunique() == 2
 
 
 # ------------------------------------------------------------------ what the agent sees; what a served run records

@@ -90,7 +90,8 @@ def test_kill_midway_then_resume_recomputes_nothing(scratch):
     slow = "sim_agents={sim-generic: {skill: 0.55, recency: 1.0, latency: 0.05, batch_size: 6}}"
     use = ["-p", "models=[sim-generic, sim-generic, sim-generic]",     # the agents the latency applies to
            "-p", "n_items=40",                                          # (the sim profile's 100: a longer test)
-           "-p", "cache=true"]                                          # the sim profile runs without the cache
+           "-p", "cache=true",                                          # the sim profile runs without the cache
+           "--replace-reference"]                                       # overrides, written in the experiment's place
     total = 40 * 3 * 2
     env = {**os.environ, "MAD_STUDY_RUNS": str(scratch / "runs"), "MAD_STUDY_FIGURES": str(scratch / "fig")}
     exe = Path(sys.executable).parent / "mad-study"
@@ -137,6 +138,98 @@ def test_failing_experiment_reported_and_others_continue(project_copy):
     assert (project_copy.parent / "figures" / "baseline" / "baseline.csv").exists()
 
 
+def _files(folder: Path) -> dict:
+    "Every file under `folder` (hidden folders aside: .previous/, .failed/) with its bytes."
+    return {f.relative_to(folder).as_posix(): f.read_bytes() for f in sorted(folder.rglob("*"))
+            if f.is_file() and not any(x.startswith(".") for x in f.relative_to(folder).parts)}
+
+
+def _index_row(figs: Path, artefact: str) -> str:
+    return next(l for l in (figs / "INDEX.md").read_text().splitlines() if l.startswith(f"| {artefact} |"))
+
+
+def test_failed_and_override_runs_never_hide_the_reference(project_copy):
+    """Issue 54: a good run; a run with -p seed=1 (its own folder, figures/ untouched); a run that fails midway (a typo
+    in the prompt set, caught inside the notebook): the good transcripts, figures, sidecar and index entry stay, the
+    failure is recorded beside them and `list` says so, `compare` still reads the good transcripts; then
+    --replace-reference writes the override run in the reference's place and its index entry names the override."""
+    from mad_study.reproduce import load_runs
+    figs, runs = project_copy.parent / "figures", project_copy.parent / "runs"
+    _edit(project_copy, BASELINE, lambda d: d["profiles"]["sim"].update(n_items=3))
+    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim")
+    assert r.returncode == 0, r.stdout + r.stderr
+    good_runs, good_figs = _files(runs / "sim" / "du_gsm8k"), _files(figs / "baseline")
+    good_row = _index_row(figs, "baseline")
+    assert "debate.parquet" in good_runs and "baseline.json" in good_figs and "| regenerated |" in good_row
+
+    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", "seed=1")
+    assert r.returncode == 0 and "du_gsm8k@seed=1" in r.stdout, r.stdout + r.stderr
+    assert _files(figs / "baseline") == good_figs and _files(runs / "sim" / "du_gsm8k") == good_runs
+    side = json.loads((runs / "sim" / "du_gsm8k@seed=1" / "figures" / "baseline" / "baseline.json").read_text())
+    assert side["overrides"] == {"seed": 1} and side["transcripts"]["debate"] == "runs/sim/du_gsm8k@seed=1/debate.parquet"
+
+    _edit(project_copy, BASELINE, lambda d: d["params"].update(prompt="no_such_prompt"))
+    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim")
+    assert r.returncode == 1 and "unknown prompt set" in r.stdout, r.stdout + r.stderr
+    assert _files(figs / "baseline") == good_figs                               # figures and sidecar untouched
+    kept = _files(runs / "sim" / "du_gsm8k")
+    assert {k: v for k, v in kept.items() if k != "FAILED.json"} == good_runs   # transcripts untouched
+    rec = json.loads(kept["FAILED.json"])
+    assert "unknown prompt set" in rec["error"] and rec["profile"] == "sim"
+    assert (runs / "sim" / "du_gsm8k" / rec["attempt"] / "09_baseline.ipynb").exists()   # the failed attempt, kept
+    row = _index_row(figs, "baseline")
+    assert "regenerated; last run FAILED (sim" in row and "runs/sim/du_gsm8k/FAILED.json" in row, row
+    assert row.split("|")[-2] == good_row.split("|")[-2]                        # the same files listed
+    lst = mad_study("list")
+    assert any("baseline" in l and "last run FAILED" in l for l in lst.stdout.splitlines()), lst.stdout
+    assert load_runs(["du_gsm8k"], profile="sim")["item_id"].nunique() == 3     # compare finds the good transcripts
+
+    _edit(project_copy, BASELINE, lambda d: d["params"].update(prompt="du_gsm8k"))
+    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", "seed=1", "--replace-reference")
+    assert r.returncode == 0 and "an earlier run's outputs moved to" in r.stdout, r.stdout + r.stderr
+    assert json.loads((figs / "baseline" / "baseline.json").read_text())["overrides"] == {"seed": 1}
+    row = _index_row(figs, "baseline")
+    assert "regenerated with -p seed=1 |" in row and "FAILED" not in row, row
+    assert not (runs / "sim" / "du_gsm8k" / "FAILED.json").exists() and not list((runs / "sim" / "du_gsm8k").glob(".staging*"))
+
+
+def test_backend_that_raises_midway_keeps_the_last_good_run(project_copy):
+    "A run whose backend raises after some generations (here: an injected error in the notebook) leaves no trace but FAILED.json."
+    import nbformat
+    figs, runs = project_copy.parent / "figures", project_copy.parent / "runs"
+    _edit(project_copy, BASELINE, lambda d: d["profiles"]["sim"].update(n_items=2))
+    assert mad_study("reproduce", "du_gsm8k", "--profile", "sim").returncode == 0
+    good_runs, good_figs = _files(runs / "sim" / "du_gsm8k"), _files(figs / "baseline")
+    nb_path = project_copy / "nbs" / "09_baseline.ipynb"
+    nb = nbformat.read(nb_path, as_version=4)
+    at = max(i for i, c in enumerate(nb.cells) if "save_transcript" in c.source or "debate(" in c.source)
+    nb.cells.insert(at + 1, nbformat.v4.new_code_cell("raise RuntimeError('the server went away')"))
+    nbformat.write(nb, nb_path)
+    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim")
+    assert r.returncode == 1 and "the server went away" in r.stdout, r.stdout + r.stderr
+    assert _files(figs / "baseline") == good_figs
+    assert {k: v for k, v in _files(runs / "sim" / "du_gsm8k").items() if k != "FAILED.json"} == good_runs
+
+
+def test_plan_counts_what_a_run_makes(scratch):
+    "`plan`'s generations equal the transcript rows of a real sim run (Du et al.'s debate, a small slice)."
+    r = mad_study("plan", "du_gsm8k", "--profile", "sim", "-p", "n_items=5")
+    assert r.returncode == 0, r.stderr
+    row = next(l for l in r.stdout.splitlines() if l.startswith("du_gsm8k "))
+    planned = int(row.split()[2].replace(",", ""))
+    r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=5", "-p", "cache=false")
+    assert r.returncode == 0, r.stdout + r.stderr
+    tr = pd.read_parquet(scratch / "runs" / "sim" / "du_gsm8k@n_items=5" / "debate.parquet")
+    assert planned == len(tr) == 5 * 3 * 2, (planned, len(tr))
+
+
+def test_cpu_profile_changes_are_printed(scratch):
+    r = mad_study("plan", "du_gsm8k", "--profile", "cpu")
+    assert r.returncode == 0, r.stderr
+    line = next(l for l in r.stdout.splitlines() if l.startswith("du_gsm8k: profile 'cpu' sets"))
+    assert "temperature: 1.0 -> 0.7" in line and "n_items: 100 -> 4" in line and "smollm2-135m-instruct" in line, line
+
+
 def test_plan_and_list(scratch):
     r = mad_study("plan", "du_gsm8k", "--profile", "paper")
     assert r.returncode == 0, r.stderr
@@ -148,7 +241,7 @@ def test_plan_and_list(scratch):
 def test_cpu_profile_runs_the_embedded_model(scratch):
     "The real LLM path end to end: SmolLM2-135M in 4-bit on the CPU, one item, two agents, short answers."
     r = mad_study("reproduce", "du_gsm8k", "--profile", "cpu", "-p", "n_items=1", "-p", "max_new_tokens=24",
-                  "-p", "models=[smollm2-135m-instruct, smollm2-135m-instruct]", timeout=900)
+                  "-p", "models=[smollm2-135m-instruct, smollm2-135m-instruct]", "--replace-reference", timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
     tr = pd.read_parquet(scratch / "runs" / "cpu" / "du_gsm8k" / "debate.parquet")
     assert len(tr) == 4 and set(tr["model"]) == {"smollm2-135m-instruct"}

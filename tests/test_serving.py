@@ -149,7 +149,8 @@ def test_reproduce_names_failed_generations(scratch):
     fail_first_round = lambda n, body: (500, {"detail": "boom"}) if len(body["messages"]) == 1 else (200, echo_completion(body))
     with StubServer(fail_first_round) as stub:
         args = ["reproduce", "du_gsm8k", "--profile", "cpu", "-p", "backend=openai", "-p", f"base_url={stub.base_url}",
-                "-p", "served_model=smollm2", "-p", "n_items=1", "-p", "max_retries=0"]
+                "-p", "served_model=smollm2", "-p", "n_items=1", "-p", "max_retries=0",
+                "--replace-reference"]                                    # n_items=1: the experiment's own folder
         r = mad_study(*args, env=os.environ.copy(), timeout=600)
         assert r.returncode == 0, r.stderr[-2000:]
         # the cpu profile's three agents sample with their own seeds: three distinct round-0 requests, each failed once
