@@ -265,7 +265,9 @@ DENIED_SYSCALLS = (
     "shmget",
     "shmat",
     "msgget",
-    "msgsnd",  # memory outside RLIMIT_AS
+    "msgsnd",
+    # memory outside RLIMIT_AS; vmsplice: one pipe slot pins a whole (2 MiB huge) page the program then unmaps
+    "vmsplice",
     "kexec_load",
     "kexec_file_load",
     "init_module",

@@ -54,10 +54,10 @@ _disarm()
 # syscall numbers of the calls the filter denies, for the two architectures the kit is tested on
 NR = {"x86_64": dict(add_key=248, request_key=249, keyctl=250, unshare=272, setns=308, mount=165, umount2=166,
                      pivot_root=155, io_uring_setup=425, userfaultfd=323, perf_event_open=298, bpf=321, ptrace=101,
-                     process_vm_readv=310, memfd_create=319, clone3=435, shmget=29, socket=41, msgget=68),
+                     process_vm_readv=310, memfd_create=319, clone3=435, shmget=29, socket=41, msgget=68, vmsplice=278),
       "aarch64": dict(add_key=217, request_key=218, keyctl=219, unshare=97, setns=268, mount=40, umount2=39,
                       pivot_root=41, io_uring_setup=425, userfaultfd=282, perf_event_open=241, bpf=280, ptrace=117,
-                      process_vm_readv=270, memfd_create=279, clone3=435, shmget=194, socket=198, msgget=186)}
+                      process_vm_readv=270, memfd_create=279, clone3=435, shmget=194, socket=198, msgget=186, vmsplice=75)}
 
 SYS = r'''
 import ctypes, errno, platform
@@ -161,7 +161,8 @@ def cases(c: dict) -> dict:
                            "print('perf_event_open', sc('perf_event_open', buf, 0, -1, -1, 0))\nprint('bpf', sc('bpf', 0, buf, 64))\n"
                            "print('ptrace', sc('ptrace', 0, 0, 0, 0))\nprint('process_vm_readv', sc('process_vm_readv', 1, buf, 1, buf, 1, 0))\n"
                            "print('memfd_create', sc('memfd_create', b'x', 0))\nprint('shmget', sc('shmget', 0, 1 << 20, 0o1600))\n"
-                           "print('msgget', sc('msgget', 0, 0o1600))", {}),
+                           "print('msgget', sc('msgget', 0, 0o1600))\n"
+                           "print('vmsplice', sc('vmsplice', 1, buf, 1, 0))", {}),
         "memfd_memory": ("import os, mmap\nheld = 0\nfds = []\nfor i in range(20):\n    try:\n        fd = os.memfd_create('m%d' % i)\n"
                          "        os.ftruncate(fd, 15 << 20)\n        with mmap.mmap(fd, 15 << 20) as m:\n"
                          "            for j in range(0, 15 << 20, 4096): m[j] = 1\n        fds.append(fd); held += 15\n"
