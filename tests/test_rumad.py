@@ -456,3 +456,56 @@ def test_table_caption_claims_follow_from_the_intervals():
         assert r["distinguishable"] == (r["p_adjusted"] < 0.05)
     assert cmp.set_index(["task", "method"]).loc[("A", "R1"), "distinguishable"]          # +45 points on 30 items: resolved
     assert "holm correction over the table's 6 accuracy comparisons (" in cap and "intervals are not adjusted" in cap
+
+
+# issue 52: a debate with a known optimum (nbs/13_rumad: ToyDebate); one torch thread, small networks
+@functools.lru_cache(maxsize=None)
+def _toy_refs():
+    env = R.ToyDebate()
+    return env, R.toy_references(env, n=600)["return"]
+
+
+def test_toy_debate_references_have_the_built_in_order():
+    _, ret = _toy_refs()
+    best_fixed = ret[[k for k in ret.index if k.startswith("best fixed")][0]]
+    assert ret["everyone silent"] < ret["full debate"] < best_fixed < ret["oracle gate"], ret
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_speak_head_learns_the_known_optimum(seed):
+    # issue 52's bar, per training seed: above the best fixed topology, >= 90% of silence -> oracle gate, decisions
+    # that differ by observation, and a shuffled-observation control below it
+    env, ret = _toy_refs()
+    best_fixed = ret[[k for k in ret.index if k.startswith("best fixed")][0]]
+    silent, gate = ret["everyone silent"], ret["oracle gate"]
+    cfg = R.RumadConfig(n_agents=5, hidden=32, lr=1e-3, c2=1.0, B=20, budget_reading="deployed")
+    pol, log = R.train_toy_controller(env, cfg, "agent", seed=seed, updates=150, episodes=32)
+    got = R.toy_evaluate(env, R.deploy_decision(pol), n=600)
+    shuffled = R.toy_evaluate(env, R.deploy_decision(pol), n=600, shuffle=True)
+    assert got["return"] > best_fixed and (got["return"] - silent) >= 0.9 * (gate - silent), (got, ret)
+    assert got["speakers_disagree"] - got["speakers_agree"] > 2, got
+    assert shuffled["return"] < got["return"], (shuffled, got)
+
+
+def test_deployed_budget_reading_acts_on_speakers_and_links():
+    # the expected-count reading leaves the self-weights alone; the deployed one raises them when over budget
+    mu = torch.zeros(1, 6, 6, requires_grad=True)
+    R.budget_loss(torch.distributions.Normal(mu, torch.ones(1, 6, 6)), 6, reading="deployed").backward()
+    off = ~torch.eye(6, dtype=torch.bool)
+    assert (mu.grad[0][~off] < 0).all() and (mu.grad[0][off] > 0).all()
+    # the speak head: exact expectation, zero when within budget
+    d = torch.distributions.Normal(torch.zeros(1, 1, 6), torch.ones(1, 1, 6))
+    assert R.deployed_links(d).item() == pytest.approx(15.0)
+    assert R.budget_loss(d, 15.0, reading="deployed").item() == 0.0
+
+
+def test_p_speak_deployment_is_the_trained_distribution():
+    # per edge: P(speak) by Monte Carlo agrees with sampling the policy; the speak head: Phi(mu / sigma)
+    g = torch.Generator().manual_seed(1)
+    mu = torch.randn(1, 4, 4, generator=g)
+    d = torch.distributions.Normal(mu, torch.full((1, 4, 4), 0.7))
+    w = torch.sigmoid(d.sample((4000,)))[:, 0]
+    emp = np.mean([R.activation_mask(x.numpy()) for x in w], 0)
+    assert np.abs(R.speak_probability(d, n_samples=4000)[0].numpy() - emp).max() < 0.05
+    h = torch.distributions.Normal(torch.tensor([[[0.0, 1.0]]]), torch.ones(1, 1, 2))
+    assert R.speak_probability(h)[0].tolist() == pytest.approx([0.5, 0.8413], abs=1e-4)
