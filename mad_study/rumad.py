@@ -452,11 +452,12 @@ def deployed_links(
 ) -> torch.Tensor:
     """The kit's `deployed` reading of RUMAD Eq. 6, per observation: E[sum_i I(i speaks) #{j != i: w_ij > delta}] under
     the policy's distribution (Eq. 3, Eq. 4): reparameterised samples with smooth steps (temperature `temp`) for the
-    per-edge action; exact, (N - 1) sum_i Phi(mu_i / sigma_i), for the speak head (a speaker sees every peer)."""
+    per-edge action; exact, k sum_i Phi(mu_i / sigma_i), for the speak head (a speaker sees k peers: `SpeakerPolicy`)."""
     mu, sd = dist.mean, dist.stddev
     n = mu.shape[-1]
     if mu.shape[-2] == 1:
-        return (n - 1) * torch.distributions.Normal(0.0, 1.0).cdf(mu / sd)[..., 0, :].sum(-1)
+        k = getattr(dist, "links_per_speaker", n - 1)
+        return k * torch.distributions.Normal(0.0, 1.0).cdf(mu / sd)[..., 0, :].sum(-1)
     eps = torch.randn((n_samples, *mu.shape), generator=torch.Generator().manual_seed(seed))
     w = torch.sigmoid(mu + sd * eps)
     diag = torch.diagonal(w, dim1=-2, dim2=-1)
@@ -935,6 +936,8 @@ class RumadConfig:
     head: str = "edge"
     # issue 52, the kit's: who speaks when deployed: "mean" = Eq. 4 on the mean weights (Sec. 3.6), "p_speak" = P >= 0.5
     deploy: str = "mean"
+    # issue 52, the kit's: with head="agent", the peers each speaker sees (its least similar; 0 = every peer)
+    head_peers: int = 0
 
 # %% ../nbs/13_rumad.ipynb #ea14bdd9
 @patch(cls_method=True)
@@ -995,7 +998,9 @@ def policy_for(cfg: RumadConfig, init_seed: int = 0) -> TopologyPolicy:
     """The untrained policy of a RUMAD training config (Eq. 1, Eq. 3 and the kit's init, sigma and observation choices;
     `cfg.head="agent"`: the kit's per-agent speak head, `SpeakerPolicy`)."""
     if cfg.head == "agent":
-        return SpeakerPolicy(cfg.n_agents, cfg.hidden, init_seed=init_seed, obs_norm=cfg.obs_norm)
+        return SpeakerPolicy(
+            cfg.n_agents, cfg.hidden, init_seed, cfg.obs_norm, peers=cfg.head_peers or None
+        )
     if cfg.head != "edge":
         raise ConfigError("unknown controller head", key="head", value=cfg.head, choices=HEADS)
     return TopologyPolicy(
@@ -1017,7 +1022,7 @@ def probe_stats(policy: TopologyPolicy, obs: torch.Tensor) -> dict:
     head = isinstance(policy, SpeakerPolicy)
     h2 = policy.actor[:4](policy.agent_features(obs) if head else policy.features(obs))
     d = policy.dist(obs)
-    W = policy.weights(d.mean).numpy() if head else mean_weights(d).numpy()
+    W = policy.weights(d.mean, obs).numpy() if head else mean_weights(d).numpy()
     sets = {tuple(activation_mask(w).tolist()) for w in W}
     return {
         "saturation": float((h2.abs() > 0.99).float().mean()),
@@ -1558,13 +1563,24 @@ def toy_references(env: ToyDebate, n: int = 1000, seed: int = 0) -> pd.DataFrame
 class SpeakerPolicy(nn.Module):
     """The kit's per-agent speak head (issue 52), an alternative to RUMAD's per-edge action (Eq. 3): one MLP shared by
     the agents maps agent i's view of S (Eq. 1-2) to a Gaussian over its speak logit z_i (learned state-free sigma);
-    W is written in Eq. 4-5's terms (a speaker: self-weight 0.18, every peer Critical; silent: 0.5, nobody seen)."""
+    W is written in Eq. 4-5's terms (a speaker: self-weight 0.18, its peers Critical; silent: 0.5, nobody seen). A
+    speaker sees every peer, or (`peers`) the `peers` peers least similar to it in S (ties: the agents' order)."""
 
-    def __init__(self, n_agents: int, hidden: int = 128, init_seed: int = 0, obs_norm: bool = True):
+    def __init__(
+        self,
+        n_agents: int,
+        hidden: int = 128,
+        init_seed: int = 0,
+        obs_norm: bool = True,
+        peers: int | None = None,
+    ):
         super().__init__()
         if n_agents < 2:
             raise ConfigError("need at least 2 agents", key="n_agents", value=n_agents)
+        if peers is not None and not 1 <= peers <= n_agents - 1:
+            raise ConfigError(f"must be in 1..{n_agents - 1}", key="head_peers", value=peers)
         self.n, self.hidden, self.obs_norm = int(n_agents), int(hidden), bool(obs_norm)
+        self.peers = int(peers) if peers else self.n - 1
         self.dist_kind, self.sigma_kind = "gaussian", "free"
         with torch.random.fork_rng():
             torch.manual_seed(derive_seed("rumad-init", init_seed))
@@ -1596,18 +1612,32 @@ class SpeakerPolicy(nn.Module):
     def dist(self, obs: torch.Tensor) -> torch.distributions.Normal:
         "A Normal over the speak logits, shape (B, 1, N)."
         mu = self.actor(self.agent_features(obs)).reshape(-1, 1, self.n)
-        return torch.distributions.Normal(mu, self.sigma().expand_as(mu))
+        d = torch.distributions.Normal(mu, self.sigma().expand_as(mu))
+        d.links_per_speaker = self.peers  # what the deployed budget reading counts per speaker
+        return d
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(self.features(obs)).squeeze(-1)
 
-    def weights(self, action: torch.Tensor) -> torch.Tensor:
-        "Eq. 4-5 weights of speak logits (..., 1, N): a speaker sees every peer as Critical, a silent agent nobody."
+    def weights(self, action: torch.Tensor, obs: torch.Tensor | None = None) -> torch.Tensor:
+        """Eq. 4-5 weights of speak logits (..., 1, N): a speaker sees its peers as Critical (all, or with `obs` and
+        `peers` the least similar), a silent agent nobody."""
         speak = torch.as_tensor(action).reshape(-1, self.n, 1) >= 0
         eye = torch.eye(self.n, dtype=torch.bool)
-        on = torch.where(eye, 1 - math.exp(DENSE_LOGIT) / (1 + math.exp(DENSE_LOGIT)), 0.0)
-        on = on + torch.where(eye, 0.0, torch.sigmoid(torch.tensor(DENSE_LOGIT)))
-        off = torch.where(eye, 0.5, 0.05)
+        seen = ~eye.expand(speak.shape[0], -1, -1)
+        if obs is not None and self.peers < self.n - 1:
+            S = (
+                torch.as_tensor(obs, dtype=torch.float32)
+                .reshape(-1, self.n, self.n)
+                .masked_fill(eye, 9.0)
+            )
+            rank = S.argsort(dim=-1, stable=True).argsort(
+                dim=-1, stable=True
+            )  # 0 = the least similar peer
+            seen = rank < self.peers
+        peer = torch.where(seen, torch.sigmoid(torch.tensor(DENSE_LOGIT)), 0.05)
+        on = torch.where(eye, 1 - torch.sigmoid(torch.tensor(DENSE_LOGIT)), peer)
+        off = torch.where(eye, 0.5, torch.full_like(peer, 0.05))
         return torch.where(speak, on, off)
 
     def act(self, S: np.ndarray, rng: np.random.Generator | None = None) -> dict:
@@ -1625,7 +1655,7 @@ class SpeakerPolicy(nn.Module):
                 "action": a[0].numpy(),
                 "logp": float(d.log_prob(a).sum()),
                 "value": float(self.value(obs)[0]),
-                "W": self.weights(a)[0].numpy(),
+                "W": self.weights(a, obs)[0].numpy(),
             }
 
 # %% ../nbs/13_rumad.ipynb #1a620a6a

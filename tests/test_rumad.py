@@ -272,7 +272,22 @@ def test_retraining_reproduces_the_committed_controller():
 
 
 def _committed():
-    return sorted(CKPT.parent.glob("rumad_sim_*.pt"))
+    "The committed controllers of the paper's parameterisation (issue 52's speak heads, rumad_sim_H*, apart)."
+    return sorted(p for p in CKPT.parent.glob("rumad_sim_*.pt") if not p.stem.startswith("rumad_sim_H"))
+
+
+def test_committed_speak_heads_are_issue52s_recipe():
+    # issue 52: three training seeds of the speak head, with and without derailment, each with the recipe the sim
+    # profile's speak_head asks for (the study loads them only when every training parameter matches)
+    paths = sorted(CKPT.parent.glob("rumad_sim_H*.pt"))
+    assert [p.stem for p in paths] == [f"rumad_sim_H12_s{k}{o}" for k in range(3) for o in ("", "_nodecay")]
+    for p in paths:
+        _, cfg, meta = R.load_controller(p)
+        assert (cfg.head, cfg.deploy, cfg.budget_reading, cfg.head_peers, cfg.B) == ("agent", "p_speak", "deployed", 2, 12)
+        assert meta["seed"] == int(p.stem.split("_s")[1][0]), p.name
+        assert ("context_decay" in str(meta["sim_agents"])) == (not p.stem.endswith("nodecay")), p.name
+        log = pd.DataFrame(meta["log"])
+        assert len(log) == cfg.updates and log["loss_clipped"].tail(25).mean() <= 0.3, p.name
 
 
 ABLATIONS = ("beta", "no_ep", "no_t", "no_activation", "no_budget")       # Table 3's variants: 200 updates (sim profile)
