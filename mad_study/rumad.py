@@ -39,8 +39,8 @@ from .data import paper_table
 
 # %% auto #0
 __all__ = ['TIERS', 'DELTA', 'ACTIVATION_ATOL', 'DISTS', 'INITS', 'SIGMAS', 'DENSE_LOGIT', 'SIGMA_MIN', 'SIGMA_MAX', 'SIGMA_INIT',
-           'BUDGET_READINGS', 'ALPHA', 'BETA', 'TIER_COST', 'TABLE6', 'REWARD_MODES', 'ROLLOUT_UNITS', 'SELECTS',
-           'PAPER_TAB2', 'HEADS', 'DEPLOY_RULES', 'Embedder', 'similarity_matrix', 'SimEmbedder', 'MiniLMEmbedder',
+           'BUDGET_READINGS', 'HEADS', 'DEPLOY_RULES', 'ALPHA', 'BETA', 'TIER_COST', 'TABLE6', 'REWARD_MODES',
+           'ROLLOUT_UNITS', 'SELECTS', 'PAPER_TAB2', 'Embedder', 'similarity_matrix', 'SimEmbedder', 'MiniLMEmbedder',
            'make_embedder', 'prompt_tier', 'activation_mask', 'TopologyPolicy', 'visible_links', 'budget_count',
            'expected_links', 'mean_weights', 'budget_loss', 'speak_probability', 'deployed_links', 'accuracy_reward',
            'consensus_reward', 'progress_reward', 'efficiency_reward', 'improvement_reward', 'sparsity_penalty',
@@ -396,6 +396,8 @@ def expected_links(dist, delta: float = DELTA) -> torch.Tensor:
 
 # %% ../nbs/13_rumad.ipynb #b87628a5
 BUDGET_READINGS = ("expected", "straight_through", "deployed")
+# issue 52, the kit's: the controller's action head and who speaks when deployed (RumadConfig.head, .deploy)
+HEADS, DEPLOY_RULES = ("edge", "agent"), ("p_speak", "mean")
 
 
 def mean_weights(dist) -> torch.Tensor:
@@ -1019,7 +1021,7 @@ def probe_stats(policy: TopologyPolicy, obs: torch.Tensor) -> dict:
     """Training diagnostics on fixed observations (B, N, N): saturated second-layer units (|tanh| > 0.99), the spread of
     the actor's mean across them (std over observations per edge, averaged; Beta: of the mean weight), the mean |mu| and
     sigma, and the number of distinct speaker sets (Eq. 4) of the deployed weights (the issue-39 diagnostics)."""
-    head = isinstance(policy, SpeakerPolicy)
+    head = hasattr(policy, "agent_features")  # the speak head (SpeakerPolicy, below)
     h2 = policy.actor[:4](policy.agent_features(obs) if head else policy.features(obs))
     d = policy.dist(obs)
     W = policy.weights(d.mean, obs).numpy() if head else mean_weights(d).numpy()
@@ -1659,9 +1661,6 @@ class SpeakerPolicy(nn.Module):
             }
 
 # %% ../nbs/13_rumad.ipynb #1a620a6a
-HEADS, DEPLOY_RULES = ("edge", "agent"), ("p_speak", "mean")
-
-
 def train_toy_controller(
     env: ToyDebate,
     cfg: RumadConfig,
