@@ -284,7 +284,7 @@ def test_committed_speak_heads_are_issue52s_recipe():
     for p in paths:
         _, cfg, meta = R.load_controller(p)
         assert (cfg.head, cfg.deploy, cfg.budget_reading, cfg.head_peers, cfg.B) == ("agent", "p_speak", "deployed", 2, 12)
-        assert meta["seed"] == int(p.stem.split("_s")[1][0]), p.name
+        assert meta["seed"] == int(p.stem.split("_s")[-1][0]), p.name
         assert ("context_decay" in str(meta["sim_agents"])) == (not p.stem.endswith("nodecay")), p.name
         log = pd.DataFrame(meta["log"])
         assert len(log) == cfg.updates and log["loss_clipped"].tail(25).mean() <= 0.3, p.name
