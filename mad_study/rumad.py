@@ -1669,7 +1669,7 @@ def train_toy_controller(
     updates: int = 150,
     episodes: int = 32,
 ) -> tuple[nn.Module, pd.DataFrame]:
-    """Train a controller on `env` with RUMAD's PPO (Sec. 3.6, Eq. 9-11, Table 6 settings in `cfg`; Eq. 6 in
+    """Train a controller on `env` with RUMAD's clipped update and loss (Sec. 3.6, Eq. 9-11, Table 6 settings in `cfg`; Eq. 6 in
     `cfg.budget_reading`): `head="edge"` is Eq. 3's per-edge action, `"agent"` the kit's `SpeakerPolicy`. Returns the
     policy and a per-update log (mean episode return of the rollout, sigma, clip fraction)."""
     if head not in HEADS:
