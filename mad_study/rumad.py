@@ -39,15 +39,17 @@ from .data import paper_table
 
 # %% auto #0
 __all__ = ['TIERS', 'DELTA', 'ACTIVATION_ATOL', 'DISTS', 'INITS', 'SIGMAS', 'DENSE_LOGIT', 'SIGMA_MIN', 'SIGMA_MAX', 'SIGMA_INIT',
-           'BUDGET_READINGS', 'ALPHA', 'BETA', 'TIER_COST', 'TABLE6', 'REWARD_MODES', 'ROLLOUT_UNITS', 'SELECTS',
-           'PAPER_TAB2', 'Embedder', 'similarity_matrix', 'SimEmbedder', 'MiniLMEmbedder', 'make_embedder',
-           'prompt_tier', 'activation_mask', 'TopologyPolicy', 'visible_links', 'budget_count', 'expected_links',
-           'mean_weights', 'budget_loss', 'accuracy_reward', 'consensus_reward', 'progress_reward', 'efficiency_reward',
-           'improvement_reward', 'sparsity_penalty', 'step_reward', 'episode_reward', 'gae', 'PpoSettings', 'ppo_loss',
-           'ppo_update', 'RumadController', 'rumad_prompt', 'fixed_policy', 'round_outcomes', 'episodes', 'RumadConfig',
-           'rollout_episodes', 'policy_for', 'probe_stats', 'RumadEnv', 'train_controller', 'one_thread',
-           'evaluate_controller', 'save_controller', 'load_controller', 'ForcedDense', 'ShuffledObservation',
-           'AgreementGate', 'FixedTopology', 'fixed_family', 'rumad_agents', 'training_meta', 'checkpoint_mismatch',
+           'BUDGET_READINGS', 'HEADS', 'DEPLOY_RULES', 'ALPHA', 'BETA', 'TIER_COST', 'TABLE6', 'REWARD_MODES',
+           'ROLLOUT_UNITS', 'SELECTS', 'PAPER_TAB2', 'Embedder', 'similarity_matrix', 'SimEmbedder', 'MiniLMEmbedder',
+           'make_embedder', 'prompt_tier', 'activation_mask', 'TopologyPolicy', 'visible_links', 'budget_count',
+           'expected_links', 'mean_weights', 'budget_loss', 'speak_probability', 'deployed_links', 'accuracy_reward',
+           'consensus_reward', 'progress_reward', 'efficiency_reward', 'improvement_reward', 'sparsity_penalty',
+           'step_reward', 'episode_reward', 'gae', 'PpoSettings', 'ppo_loss', 'ppo_update', 'RumadController',
+           'rumad_prompt', 'fixed_policy', 'round_outcomes', 'episodes', 'RumadConfig', 'rollout_episodes',
+           'policy_for', 'probe_stats', 'RumadEnv', 'train_controller', 'one_thread', 'evaluate_controller',
+           'save_controller', 'load_controller', 'ForcedDense', 'ShuffledObservation', 'AgreementGate', 'FixedTopology',
+           'fixed_family', 'ToyDebate', 'toy_episode', 'toy_evaluate', 'toy_references', 'SpeakerPolicy',
+           'train_toy_controller', 'deploy_decision', 'rumad_agents', 'training_meta', 'checkpoint_mismatch',
            'rumad_checkpoint', 'plan_rumad', 'compare_families', 'families_caption']
 
 # %% ../nbs/13_rumad.ipynb #1859985e
@@ -393,7 +395,9 @@ def expected_links(dist, delta: float = DELTA) -> torch.Tensor:
     return p[:, off].sum(-1)
 
 # %% ../nbs/13_rumad.ipynb #b87628a5
-BUDGET_READINGS = ("expected", "straight_through")
+BUDGET_READINGS = ("expected", "straight_through", "deployed")
+# issue 52, the kit's: the controller's action head and who speaks when deployed (RumadConfig.head, .deploy)
+HEADS, DEPLOY_RULES = ("edge", "agent"), ("p_speak", "mean")
 
 
 def mean_weights(dist) -> torch.Tensor:
@@ -402,25 +406,66 @@ def mean_weights(dist) -> torch.Tensor:
 
 # %% ../nbs/13_rumad.ipynb #669073b5
 def budget_loss(dist, B: float, delta: float = DELTA, reading: str = "expected") -> torch.Tensor:
-    """RUMAD Eq. 6, differentiable (see the notebook for both readings): mean over the batch of max(0, count - B) with
-    count = E[#{w_ij > delta}] (`expected`), or the printed count on the mean weights with the gradient of the sum of
-    the visible links' weights (`straight_through`)."""
-    if reading == "expected":
-        return torch.relu(expected_links(dist, delta) - B).mean()
-    if reading != "straight_through":
+    """RUMAD Eq. 6, differentiable (see the notebook for the readings): mean over the batch of max(0, count - B) with
+    count = E[#{w_ij > delta}] (`expected`), the printed count on the mean weights with the gradient of the sum of
+    the visible links' weights (`straight_through`), or the expected links that speakers read (`deployed`, the kit's)."""
+    if reading not in BUDGET_READINGS:
         raise ConfigError(
             "unknown budget-loss reading",
             key="budget_reading",
             value=reading,
             choices=BUDGET_READINGS,
         )
+    if reading == "deployed":
+        return torch.relu(deployed_links(dist, delta) - B).mean()
+    if dist.mean.shape[-2] == 1:
+        raise ConfigError(
+            "a speak head has no links: use the deployed reading",
+            key="budget_reading",
+            value=reading,
+            choices=("deployed",),
+        )
+    if reading == "expected":
+        return torch.relu(expected_links(dist, delta) - B).mean()
     w = mean_weights(dist)
     n = w.shape[-1]
     vis = (w > delta).float()
-    cnt = (vis * (1.0 + w - w.detach()))[:, ~torch.eye(n, dtype=torch.bool)].sum(
-        -1
-    )  # forward: the count; backward: d(sum of visible w)
+    # forward: the count; backward: d(sum of visible w)
+    cnt = (vis * (1.0 + w - w.detach()))[:, ~torch.eye(n, dtype=torch.bool)].sum(-1)
     return torch.relu(cnt - B).mean()
+
+# %% ../nbs/13_rumad.ipynb #f5e0849a
+def speak_probability(dist, n_samples: int = 256, seed: int = 0) -> torch.Tensor:
+    """P(agent i speaks) under a policy distribution (RUMAD Eq. 3 sampled, Eq. 4 applied to each sample), shape (B, N):
+    Monte Carlo with `n_samples` seeded draws for the per-edge action, Phi(mu_i / sigma_i) for the kit's speak head
+    (`SpeakerPolicy`, whose distribution has shape (B, 1, N)). The kit's deployment rule: speak when it is >= 0.5."""
+    mu, sd = dist.mean, dist.stddev
+    if mu.shape[-2] == 1:
+        return torch.distributions.Normal(0.0, 1.0).cdf(mu / sd)[..., 0, :]
+    eps = torch.randn((n_samples, *mu.shape), generator=torch.Generator().manual_seed(seed))
+    w = torch.sigmoid(mu + sd * eps)
+    diag = torch.diagonal(w, dim1=-2, dim2=-1)
+    wbar = (w.sum(-1) - diag) / (mu.shape[-1] - 1)
+    return (wbar >= diag).float().mean(0)
+
+# %% ../nbs/13_rumad.ipynb #7a97101f
+def deployed_links(
+    dist, delta: float = DELTA, n_samples: int = 32, temp: float = 0.02, seed: int = 0
+) -> torch.Tensor:
+    """The kit's `deployed` reading of RUMAD Eq. 6, per observation: E[sum_i I(i speaks) #{j != i: w_ij > delta}] under
+    the policy's distribution (Eq. 3, Eq. 4): reparameterised samples with smooth steps (temperature `temp`) for the
+    per-edge action; exact, k sum_i Phi(mu_i / sigma_i), for the speak head (a speaker sees k peers: `SpeakerPolicy`)."""
+    mu, sd = dist.mean, dist.stddev
+    n = mu.shape[-1]
+    if mu.shape[-2] == 1:
+        k = getattr(dist, "links_per_speaker", n - 1)
+        return k * torch.distributions.Normal(0.0, 1.0).cdf(mu / sd)[..., 0, :].sum(-1)
+    eps = torch.randn((n_samples, *mu.shape), generator=torch.Generator().manual_seed(seed))
+    w = torch.sigmoid(mu + sd * eps)
+    diag = torch.diagonal(w, dim1=-2, dim2=-1)
+    speak = torch.sigmoid(((w.sum(-1) - diag) / (n - 1) - diag) / temp)
+    seen = (torch.sigmoid((w - delta) / temp) * ~torch.eye(n, dtype=torch.bool)).sum(-1)
+    return (speak * seen).sum(-1).mean(0)
 
 # %% ../nbs/13_rumad.ipynb #3f522433
 ALPHA = {
@@ -620,6 +665,7 @@ class RumadController(Protocol):
         activation: bool = True,
         seed: Any = 0,
         name: str = "rumad",
+        deploy: str = "mean",
     ):
         self.policy, self.embedder, self.lam, self.explore = (
             policy,
@@ -628,6 +674,11 @@ class RumadController(Protocol):
             bool(explore),
         )
         self.activation, self.seed, self.name = bool(activation), seed, name
+        if deploy not in DEPLOY_RULES:
+            raise ConfigError(
+                "unknown deployment rule", key="deploy", value=deploy, choices=DEPLOY_RULES
+            )
+        self.deploy = deploy
         self.records: dict[tuple, dict] = {}
 
     def decide(self, ctx: RoundContext) -> dict:
@@ -661,6 +712,11 @@ class RumadController(Protocol):
             d["active"] = (
                 activation_mask(d["W"]) if self.activation else np.ones(len(S), dtype=bool)
             )
+            if self.activation and not self.explore and self.deploy == "p_speak":
+                # the kit's rule: P(speak) >= 0.5 under the trained distribution
+                with torch.no_grad():
+                    p = speak_probability(self.policy.dist(torch.as_tensor(d["obs"])[None]))[0]
+                d["active"] = (p >= 0.5).numpy()
             self.records[key] = d
         return self.records[key]
 
@@ -878,6 +934,12 @@ class RumadConfig:
     select: str = (
         "last"  # "best": return the controller of the evaluation with the best episode return
     )
+    # issue 52, the kit's: "edge" = Eq. 3's per-edge action, "agent" = the shared per-agent speak head (SpeakerPolicy)
+    head: str = "edge"
+    # issue 52, the kit's: who speaks when deployed: "mean" = Eq. 4 on the mean weights (Sec. 3.6), "p_speak" = P >= 0.5
+    deploy: str = "mean"
+    # issue 52, the kit's: with head="agent", the peers each speaker sees (its least similar; 0 = every peer)
+    head_peers: int = 0
 
 # %% ../nbs/13_rumad.ipynb #ea14bdd9
 @patch(cls_method=True)
@@ -935,7 +997,14 @@ def rollout_episodes(cfg: RumadConfig) -> int:
 
 # %% ../nbs/13_rumad.ipynb #5a96728c
 def policy_for(cfg: RumadConfig, init_seed: int = 0) -> TopologyPolicy:
-    "The untrained policy of a RUMAD training config (Eq. 1, Eq. 3 and the kit's init, sigma and observation choices)."
+    """The untrained policy of a RUMAD training config (Eq. 1, Eq. 3 and the kit's init, sigma and observation choices;
+    `cfg.head="agent"`: the kit's per-agent speak head, `SpeakerPolicy`)."""
+    if cfg.head == "agent":
+        return SpeakerPolicy(
+            cfg.n_agents, cfg.hidden, init_seed, cfg.obs_norm, peers=cfg.head_peers or None
+        )
+    if cfg.head != "edge":
+        raise ConfigError("unknown controller head", key="head", value=cfg.head, choices=HEADS)
     return TopologyPolicy(
         cfg.n_agents,
         cfg.hidden,
@@ -952,9 +1021,10 @@ def probe_stats(policy: TopologyPolicy, obs: torch.Tensor) -> dict:
     """Training diagnostics on fixed observations (B, N, N): saturated second-layer units (|tanh| > 0.99), the spread of
     the actor's mean across them (std over observations per edge, averaged; Beta: of the mean weight), the mean |mu| and
     sigma, and the number of distinct speaker sets (Eq. 4) of the deployed weights (the issue-39 diagnostics)."""
-    h2 = policy.actor[:4](policy.features(obs))
+    head = hasattr(policy, "agent_features")  # the speak head (SpeakerPolicy, below)
+    h2 = policy.actor[:4](policy.agent_features(obs) if head else policy.features(obs))
     d = policy.dist(obs)
-    W = mean_weights(d).numpy()
+    W = policy.weights(d.mean, obs).numpy() if head else mean_weights(d).numpy()
     sets = {tuple(activation_mask(w).tolist()) for w in W}
     return {
         "saturation": float((h2.abs() > 0.99).float().mean()),
@@ -1198,7 +1268,7 @@ def evaluate_controller(
     of a debate's rewards, Eq. 7-8 with `cfg.rewards`), final-majority accuracy, tokens per item, visible links per round."""
     env = env.for_items(items)  # the tags of Eq. 5 need Table 8's prompt
     ctl = RumadController(
-        policy, env.embedder, cfg.lam, explore=explore, activation=cfg.activation, seed=seed
+        policy, env.embedder, cfg.lam, explore, cfg.activation, seed, deploy=cfg.deploy
     )
     with one_thread():
         tr = env.debate(items, ctl, cfg, derive_seed(seed, "rumad-eval"), "rumad-eval")
@@ -1282,10 +1352,9 @@ class ShuffledObservation(RumadController):
         activation: bool = True,
         seed: Any = 0,
         name: str = "rumad",
+        deploy: str = "mean",
     ):
-        super().__init__(
-            policy, embedder, lam, explore=False, activation=activation, seed=seed, name=name
-        )
+        super().__init__(policy, embedder, lam, False, activation, seed, name, deploy)
         ids = sorted({k[0] for k in donor})
         if len(ids) < 2:
             raise ConfigError("shuffling needs the records of at least 2 items", key="donor")
@@ -1371,6 +1440,286 @@ def fixed_family(n: int, B: float, n_models: int = 3) -> list[FixedTopology]:
     out = [FixedTopology(n, [], 0)]
     out += [FixedTopology(n, order[:m], k) for m in range(1, n + 1) for k in ks if m * k <= B]
     return out
+
+# %% ../nbs/13_rumad.ipynb #d1754841
+@dataclass(frozen=True)
+class ToyDebate:
+    """The kit's test debate with a known optimum (issue 52), scored with RUMAD's rewards (Eq. 7-8, Table 5): `n`
+    agents, `rounds` debate rounds; speaking (Eq. 4) costs tokens and turns a wrong speaker who sees (Eq. 5) a right
+    peer right with probability `adopt`, so speaking helps only when the agents disagree."""
+
+    n: int = 5
+    rounds: int = 3
+    p_agree: float = 0.5
+    adopt: float = 0.8
+    prompt: int = 100
+    completion: int = 200
+    per_peer: int = 200
+    token_budget: float = 1000.0
+    lam: float = 0.5
+    noise: float = 0.3
+
+    def start(self, rng: np.random.Generator) -> list[str]:
+        "Round 0's answers ('A' is right): all right with probability `p_agree`, else a random split."
+        if rng.random() < self.p_agree:
+            return ["A"] * self.n
+        while True:
+            a = ["A" if rng.random() < 0.5 else "B" for _ in range(self.n)]
+            if len(set(a)) > 1:
+                return a
+
+    def observe(self, answers: Sequence[str], rng: np.random.Generator) -> np.ndarray:
+        "Eq. 2 on the answers and noisy embeddings (one direction per answer)."
+        e = np.array([[1.0, 0.0] if a == "A" else [0.0, 1.0] for a in answers])
+        return similarity_matrix(
+            e + self.noise * rng.random((self.n, 2)), answers, self.lam, "option"
+        )
+
+    def step(self, answers, W, active, rng: np.random.Generator) -> tuple[list[str], int]:
+        "One debate round under weights `W` and speakers `active`: the new answers and the tokens spent."
+        new, tokens = list(answers), 0
+        for i in np.flatnonzero(active):
+            seen = [j for j in range(self.n) if j != i and prompt_tier(W[i, j]) is not None]
+            tokens += self.prompt + self.completion + self.per_peer * len(seen)
+            right = any(answers[j] == "A" for j in seen)
+            if answers[i] != "A" and right and rng.random() < self.adopt:
+                new[i] = "A"
+        return new, tokens
+
+# %% ../nbs/13_rumad.ipynb #b7cab488
+def toy_episode(env: ToyDebate, decide: Callable, rng: np.random.Generator) -> dict:
+    """One `ToyDebate` under `decide` (S -> a decision in `TopologyPolicy.act`'s format; `active` when given, else Eq. 4
+    on `W`): steps, rewards (Eq. 7 per round, Eq. 8 at the last, Table 5), final correctness and tokens."""
+    from mad_study.voting import majority_vote
+
+    ans = env.start(rng)
+    S = env.observe(ans, rng)
+    right = [majority_vote(ans, "option") == "A"]
+    steps, comps, tokens = [], [], []
+    for t in range(1, env.rounds + 1):
+        d = dict(decide(S))
+        d["agree"] = len(set(ans)) == 1
+        d["active"] = np.asarray(d["active"]) if "active" in d else activation_mask(d["W"])
+        ans, tok = env.step(ans, d["W"], d["active"], rng)
+        S = env.observe(ans, rng)
+        right.append(majority_vote(ans, "option") == "A")
+        comps.append(
+            {
+                "accuracy": accuracy_reward(right[t]),
+                "consensus": consensus_reward(ans, S, "option"),
+                "progress": progress_reward(right[t], t, env.rounds),
+                "efficiency": efficiency_reward(tok, env.n * env.token_budget),
+                "improvement": improvement_reward(right[t - 1], right[t]),
+                "sparsity": sparsity_penalty(d["W"]),
+            }
+        )
+        steps.append(d)
+        tokens.append(tok)
+    ep = {
+        "accuracy": accuracy_reward(right[-1]),
+        "consensus": comps[-1]["consensus"],
+        "efficiency": efficiency_reward(sum(tokens), env.n * env.rounds * env.token_budget),
+        "improvement": improvement_reward(right[0], right[-1]),
+    }
+    rewards = [step_reward(c) for c in comps[:-1]] + [episode_reward(ep)]
+    return {"steps": steps, "rewards": rewards, "correct": right[-1], "tokens": sum(tokens)}
+
+# %% ../nbs/13_rumad.ipynb #abab6c6f
+def toy_evaluate(
+    env: ToyDebate, decide: Callable, n: int = 1000, seed: int = 0, shuffle: bool = False
+) -> dict:
+    """A policy on `n` seeded `ToyDebate` episodes (the same episodes for every policy): mean episode return (Eq. 7-8),
+    accuracy, tokens, and the mean speakers per decision in agreeing and disagreeing states. `shuffle`: the control for
+    the observation (Eq. 1-2): the policy decides on the S of an independently drawn other state."""
+    rng, other = np.random.default_rng(seed), np.random.default_rng([seed, 1])
+    pick = (lambda S: env.observe(env.start(other), other)) if shuffle else (lambda S: S)
+    eps = [toy_episode(env, lambda S: decide(pick(S)), rng) for _ in range(n)]
+    steps = [s for e in eps for s in e["steps"]]
+    speakers = lambda agree: float(
+        np.mean([s["active"].sum() for s in steps if s["agree"] == agree])
+    )
+    return {
+        "return": float(np.mean([sum(e["rewards"]) for e in eps])),
+        "accuracy": float(np.mean([e["correct"] for e in eps])),
+        "tokens": float(np.mean([e["tokens"] for e in eps])),
+        "speakers_agree": speakers(True),
+        "speakers_disagree": speakers(False),
+    }
+
+# %% ../nbs/13_rumad.ipynb #c0bca7b2
+def toy_references(env: ToyDebate, n: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """The reference policies of a `ToyDebate` (issue 52; RUMAD Sec. 4.1's baselines): everyone silent, full debate,
+    the best of `fixed_family` (by return on the same episodes) and the oracle `AgreementGate` (everyone speaks and sees all unless all agree)."""
+    everyone = FixedTopology(env.n, range(env.n), env.n - 1)
+    fixed = {f.label: toy_evaluate(env, f.act, n, seed) for f in fixed_family(env.n, env.n**2, 1)}
+    best = max(fixed, key=lambda k: fixed[k]["return"])
+    rows = {
+        "everyone silent": toy_evaluate(env, FixedTopology(env.n, [], 0).act, n, seed),
+        "full debate": toy_evaluate(env, everyone.act, n, seed),
+        f"best fixed: {best}": fixed[best],
+        "oracle gate": toy_evaluate(env, AgreementGate(env.n, env.n).act, n, seed),
+    }
+    return pd.DataFrame(rows).T
+
+# %% ../nbs/13_rumad.ipynb #5fe3d6e4
+class SpeakerPolicy(nn.Module):
+    """The kit's per-agent speak head (issue 52), an alternative to RUMAD's per-edge action (Eq. 3): one MLP shared by
+    the agents maps agent i's view of S (Eq. 1-2) to a Gaussian over its speak logit z_i (learned state-free sigma);
+    W is written in Eq. 4-5's terms (a speaker: self-weight 0.18, its peers Critical; silent: 0.5, nobody seen). A
+    speaker sees every peer, or (`peers`) the `peers` peers least similar to it in S (ties: the agents' order)."""
+
+    def __init__(
+        self,
+        n_agents: int,
+        hidden: int = 128,
+        init_seed: int = 0,
+        obs_norm: bool = True,
+        peers: int | None = None,
+    ):
+        super().__init__()
+        if n_agents < 2:
+            raise ConfigError("need at least 2 agents", key="n_agents", value=n_agents)
+        if peers is not None and not 1 <= peers <= n_agents - 1:
+            raise ConfigError(f"must be in 1..{n_agents - 1}", key="head_peers", value=peers)
+        self.n, self.hidden, self.obs_norm = int(n_agents), int(hidden), bool(obs_norm)
+        self.peers = int(peers) if peers else self.n - 1
+        self.dist_kind, self.sigma_kind = "gaussian", "free"
+        with torch.random.fork_rng():
+            torch.manual_seed(derive_seed("rumad-init", init_seed))
+            self.actor = _mlp(self.n + 1, self.hidden, 1)
+            self.critic = _mlp(self.n**2, self.hidden, 1)
+            _ortho(self.actor, 0.01)
+            _ortho(self.critic, 1.0)
+        p0 = math.log((SIGMA_INIT - SIGMA_MIN) / (SIGMA_MAX - SIGMA_INIT))
+        self.sigma_param = nn.Parameter(torch.tensor(p0))
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        "The critic's input: the flattened S, or 2 S - 1 with `obs_norm`."
+        x = obs.reshape(obs.shape[0], -1)
+        return 2.0 * x - 1.0 if self.obs_norm else x
+
+    def agent_features(self, obs: torch.Tensor) -> torch.Tensor:
+        "(B, N, N + 1): agent i's similarities to the others (sorted), the mean and the minimum off-diagonal S."
+        S = obs.reshape(-1, self.n, self.n)
+        S = 2.0 * S - 1.0 if self.obs_norm else S
+        off = S[:, ~torch.eye(self.n, dtype=torch.bool)]
+        rows = off.reshape(-1, self.n, self.n - 1).sort(-1, descending=True).values
+        glob = torch.stack([off.mean(-1), off.min(-1).values], -1)
+        return torch.cat([rows, glob[:, None, :].expand(-1, self.n, 2)], -1)
+
+    def sigma(self, h: torch.Tensor | None = None) -> torch.Tensor:
+        "The shared spread, bounded to [SIGMA_MIN, SIGMA_MAX] as `TopologyPolicy`'s `sigma='free'`."
+        return SIGMA_MIN + (SIGMA_MAX - SIGMA_MIN) * torch.sigmoid(self.sigma_param)
+
+    def dist(self, obs: torch.Tensor) -> torch.distributions.Normal:
+        "A Normal over the speak logits, shape (B, 1, N)."
+        mu = self.actor(self.agent_features(obs)).reshape(-1, 1, self.n)
+        d = torch.distributions.Normal(mu, self.sigma().expand_as(mu))
+        d.links_per_speaker = self.peers  # what the deployed budget reading counts per speaker
+        return d
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(self.features(obs)).squeeze(-1)
+
+    def weights(self, action: torch.Tensor, obs: torch.Tensor | None = None) -> torch.Tensor:
+        """Eq. 4-5 weights of speak logits (..., 1, N): a speaker sees its peers as Critical (all, or with `obs` and
+        `peers` the least similar), a silent agent nobody."""
+        speak = torch.as_tensor(action).reshape(-1, self.n, 1) >= 0
+        eye = torch.eye(self.n, dtype=torch.bool)
+        seen = ~eye.expand(speak.shape[0], -1, -1)
+        if obs is not None and self.peers < self.n - 1:
+            S = (
+                torch.as_tensor(obs, dtype=torch.float32)
+                .reshape(-1, self.n, self.n)
+                .masked_fill(eye, 9.0)
+            )
+            rank = S.argsort(dim=-1, stable=True).argsort(
+                dim=-1, stable=True
+            )  # 0 = the least similar peer
+            seen = rank < self.peers
+        peer = torch.where(seen, torch.sigmoid(torch.tensor(DENSE_LOGIT)), 0.05)
+        on = torch.where(eye, 1 - torch.sigmoid(torch.tensor(DENSE_LOGIT)), peer)
+        off = torch.where(eye, 0.5, torch.full_like(peer, 0.05))
+        return torch.where(speak, on, off)
+
+    def act(self, S: np.ndarray, rng: np.random.Generator | None = None) -> dict:
+        "One decision, as `TopologyPolicy.act`: sampled with `rng` (training), the mean (deployment: P(speak) >= 0.5)."
+        with torch.no_grad():
+            obs = torch.as_tensor(np.asarray(S), dtype=torch.float32).reshape(1, self.n, self.n)
+            d = self.dist(obs)
+            a = d.mean
+            if rng is not None:
+                a = a + d.stddev * torch.as_tensor(
+                    rng.standard_normal((1, 1, self.n)), dtype=torch.float32
+                )
+            return {
+                "obs": obs[0].numpy(),
+                "action": a[0].numpy(),
+                "logp": float(d.log_prob(a).sum()),
+                "value": float(self.value(obs)[0]),
+                "W": self.weights(a, obs)[0].numpy(),
+            }
+
+# %% ../nbs/13_rumad.ipynb #1a620a6a
+def train_toy_controller(
+    env: ToyDebate,
+    cfg: RumadConfig,
+    head: str = "agent",
+    seed: int = 0,
+    updates: int = 150,
+    episodes: int = 32,
+) -> tuple[nn.Module, pd.DataFrame]:
+    """Train a controller on `env` with RUMAD's clipped update and loss (Sec. 3.6, Eq. 9-11, Table 6 settings in `cfg`; Eq. 6 in
+    `cfg.budget_reading`): `head="edge"` is Eq. 3's per-edge action, `"agent"` the kit's `SpeakerPolicy`. Returns the
+    policy and a per-update log (mean episode return of the rollout, sigma, clip fraction)."""
+    if head not in HEADS:
+        raise ConfigError("unknown controller head", key="head", value=head, choices=HEADS)
+    if env.n != cfg.n_agents:
+        raise ConfigError(f"{env.n} agents for a controller of {cfg.n_agents}", key="n_agents")
+    pol = SpeakerPolicy(env.n, cfg.hidden, seed) if head == "agent" else policy_for(cfg, seed)
+    opt = torch.optim.Adam(pol.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+    rng, ppo, hist = np.random.default_rng([seed, 52]), cfg.ppo_settings(), []
+    f = lambda x: torch.as_tensor(np.asarray(x), dtype=torch.float32)
+    with one_thread():
+        for u in range(int(updates)):
+            eps = [toy_episode(env, lambda S: pol.act(S, rng), rng) for _ in range(int(episodes))]
+            steps = [s for e in eps for s in e["steps"]]
+            adv, ret = zip(
+                *[
+                    gae(e["rewards"], [s["value"] for s in e["steps"]], cfg.gamma, cfg.gae_lambda)
+                    for e in eps
+                ]
+            )
+            batch = {k: f([s[k] for s in steps]) for k in ("obs", "action", "logp")}
+            batch.update(adv=f(np.concatenate(adv)), ret=f(np.concatenate(ret)))
+            logs = ppo_update(pol, opt, batch, cfg.B, ppo=ppo, rng=rng)
+            hist.append(
+                {
+                    "update": u,
+                    "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
+                    "sigma": float(pol.sigma().detach().mean()),
+                    "clipped": float(np.mean([lg["clipped"] for lg in logs])),
+                }
+            )
+    return pol, pd.DataFrame(hist)
+
+# %% ../nbs/13_rumad.ipynb #087337d1
+def deploy_decision(policy: nn.Module, rule: str = "p_speak") -> Callable:
+    """The deployed controller as S -> decision: the mean action (RUMAD Sec. 3.6), and who speaks by `rule`:
+    `"p_speak"`, P(speak) >= 0.5 under the trained distribution (`speak_probability`, the kit's), or `"mean"`, Eq. 4 on
+    the mean weights (the paper's). For the speak head the two are the same."""
+    if rule not in DEPLOY_RULES:
+        raise ConfigError("unknown deployment rule", key="deploy", value=rule, choices=DEPLOY_RULES)
+
+    def decide(S: np.ndarray) -> dict:
+        d = policy.act(S)
+        if rule == "p_speak":
+            with torch.no_grad():
+                p = speak_probability(policy.dist(torch.as_tensor(d["obs"])[None]))[0]
+            d["active"] = (p >= 0.5).numpy()
+        return d
+
+    return decide
 
 # %% ../nbs/13_rumad.ipynb #a14e8447
 def rumad_agents(models: Sequence[str], n_agents: int) -> list[Agent]:

@@ -272,7 +272,22 @@ def test_retraining_reproduces_the_committed_controller():
 
 
 def _committed():
-    return sorted(CKPT.parent.glob("rumad_sim_*.pt"))
+    "The committed controllers of the paper's parameterisation (issue 52's speak heads, rumad_sim_H*, apart)."
+    return sorted(p for p in CKPT.parent.glob("rumad_sim_*.pt") if not p.stem.startswith("rumad_sim_H"))
+
+
+def test_committed_speak_heads_are_issue52s_recipe():
+    # issue 52: three training seeds of the speak head, with and without derailment, each with the recipe the sim
+    # profile's speak_head asks for (the study loads them only when every training parameter matches)
+    paths = sorted(CKPT.parent.glob("rumad_sim_H*.pt"))
+    assert [p.stem for p in paths] == [f"rumad_sim_H12_s{k}{o}" for k in range(3) for o in ("", "_nodecay")]
+    for p in paths:
+        _, cfg, meta = R.load_controller(p)
+        assert (cfg.head, cfg.deploy, cfg.budget_reading, cfg.head_peers, cfg.B) == ("agent", "p_speak", "deployed", 2, 12)
+        assert meta["seed"] == int(p.stem.split("_s")[-1][0]), p.name
+        assert ("context_decay" in str(meta["sim_agents"])) == (not p.stem.endswith("nodecay")), p.name
+        log = pd.DataFrame(meta["log"])
+        assert len(log) == cfg.updates and log["loss_clipped"].tail(25).mean() <= 0.3, p.name
 
 
 ABLATIONS = ("beta", "no_ep", "no_t", "no_activation", "no_budget")       # Table 3's variants: 200 updates (sim profile)
@@ -456,3 +471,56 @@ def test_table_caption_claims_follow_from_the_intervals():
         assert r["distinguishable"] == (r["p_adjusted"] < 0.05)
     assert cmp.set_index(["task", "method"]).loc[("A", "R1"), "distinguishable"]          # +45 points on 30 items: resolved
     assert "holm correction over the table's 6 accuracy comparisons (" in cap and "intervals are not adjusted" in cap
+
+
+# issue 52: a debate with a known optimum (nbs/13_rumad: ToyDebate); one torch thread, small networks
+@functools.lru_cache(maxsize=None)
+def _toy_refs():
+    env = R.ToyDebate()
+    return env, R.toy_references(env, n=600)["return"]
+
+
+def test_toy_debate_references_have_the_built_in_order():
+    _, ret = _toy_refs()
+    best_fixed = ret[[k for k in ret.index if k.startswith("best fixed")][0]]
+    assert ret["everyone silent"] < ret["full debate"] < best_fixed < ret["oracle gate"], ret
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_speak_head_learns_the_known_optimum(seed):
+    # issue 52's bar, per training seed: above the best fixed topology, >= 90% of silence -> oracle gate, decisions
+    # that differ by observation, and a shuffled-observation control below it
+    env, ret = _toy_refs()
+    best_fixed = ret[[k for k in ret.index if k.startswith("best fixed")][0]]
+    silent, gate = ret["everyone silent"], ret["oracle gate"]
+    cfg = R.RumadConfig(n_agents=5, hidden=32, lr=1e-3, c2=1.0, B=20, budget_reading="deployed")
+    pol, log = R.train_toy_controller(env, cfg, "agent", seed=seed, updates=150, episodes=32)
+    got = R.toy_evaluate(env, R.deploy_decision(pol), n=600)
+    shuffled = R.toy_evaluate(env, R.deploy_decision(pol), n=600, shuffle=True)
+    assert got["return"] > best_fixed and (got["return"] - silent) >= 0.9 * (gate - silent), (got, ret)
+    assert got["speakers_disagree"] - got["speakers_agree"] > 2, got
+    assert shuffled["return"] < got["return"], (shuffled, got)
+
+
+def test_deployed_budget_reading_acts_on_speakers_and_links():
+    # the expected-count reading leaves the self-weights alone; the deployed one raises them when over budget
+    mu = torch.zeros(1, 6, 6, requires_grad=True)
+    R.budget_loss(torch.distributions.Normal(mu, torch.ones(1, 6, 6)), 6, reading="deployed").backward()
+    off = ~torch.eye(6, dtype=torch.bool)
+    assert (mu.grad[0][~off] < 0).all() and (mu.grad[0][off] > 0).all()
+    # the speak head: exact expectation, zero when within budget
+    d = torch.distributions.Normal(torch.zeros(1, 1, 6), torch.ones(1, 1, 6))
+    assert R.deployed_links(d).item() == pytest.approx(15.0)
+    assert R.budget_loss(d, 15.0, reading="deployed").item() == 0.0
+
+
+def test_p_speak_deployment_is_the_trained_distribution():
+    # per edge: P(speak) by Monte Carlo agrees with sampling the policy; the speak head: Phi(mu / sigma)
+    g = torch.Generator().manual_seed(1)
+    mu = torch.randn(1, 4, 4, generator=g)
+    d = torch.distributions.Normal(mu, torch.full((1, 4, 4), 0.7))
+    w = torch.sigmoid(d.sample((4000,)))[:, 0]
+    emp = np.mean([R.activation_mask(x.numpy()) for x in w], 0)
+    assert np.abs(R.speak_probability(d, n_samples=4000)[0].numpy() - emp).max() < 0.05
+    h = torch.distributions.Normal(torch.tensor([[[0.0, 1.0]]]), torch.ones(1, 1, 2))
+    assert R.speak_probability(h)[0].tolist() == pytest.approx([0.5, 0.8413], abs=1e-4)
