@@ -776,7 +776,9 @@ def params_refs(paper: str | None, params: Mapping[str, Any] | None) -> list[str
 # %% ../nbs/00b_cite.ipynb #46d518c0
 def experiment_file(target: str) -> tuple[str, Path] | None:
     "(paper id, file) of the experiment (in `params_dirs()`, one's own first) whose id, or one of whose artefacts, is `target`; None when there is none."
-    files = [f for d in params_dirs() for f in sorted(d.glob("*/*.yaml")) if f.parent.name != "profiles"]
+    files = [
+        f for d in params_dirs() for f in sorted(d.glob("*/*.yaml")) if f.parent.name != "profiles"
+    ]
     for f in files:
         if f.stem == target:
             return f.parent.name, f

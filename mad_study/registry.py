@@ -689,7 +689,9 @@ def experiment_files(registry: Mapping | None = None) -> dict[str, dict]:
                 try:
                     d = yaml.safe_load(f.read_text()) or {}
                 except yaml.YAMLError as e:
-                    raise ConfigError(f"not valid YAML ({str(e).splitlines()[0]})", where=f) from None
+                    raise ConfigError(
+                        f"not valid YAML ({str(e).splitlines()[0]})", where=f
+                    ) from None
                 if not isinstance(d, Mapping):
                     raise ConfigError("must be a mapping of keys to values", where=f)
                 if f.stem in here:
@@ -747,9 +749,7 @@ def check_keys(d: Mapping, allowed: set, where) -> None:
 # %% ../nbs/02b_registry.ipynb #57761ea5
 def load_profile(name: str) -> dict:
     "The profile `params/profiles/<name>.yaml`, from the first folder of `params_dirs()` that has it (keys checked)."
-    path = next(
-        (p for d in params_dirs() if (p := d / "profiles" / f"{name}.yaml").exists()), None
-    )
+    path = next((p for d in params_dirs() if (p := d / "profiles" / f"{name}.yaml").exists()), None)
     if path is None:
         known = {p.stem for d in params_dirs() for p in (d / "profiles").glob("*.yaml")}
         raise ConfigError(
@@ -788,7 +788,12 @@ def experiments() -> dict[str, Experiment]:
         # the notebook beside the params/ that holds the file (one's own project's), else the kit's
         here = Path(e["path"]).parent.parent.parent / nb
         out[eid] = Experiment(
-            eid, e["paper"], e["path"], here if here.exists() else kit_path(nb), e["artefacts"], spec
+            eid,
+            e["paper"],
+            e["path"],
+            here if here.exists() else kit_path(nb),
+            e["artefacts"],
+            spec,
         )
     for x in out.values():  # `after:` names experiments that exist (20_reproduce waits for them)
         after = x.spec.get("after") or []
