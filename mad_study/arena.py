@@ -250,7 +250,7 @@ def run_svr_mad(arena: Arena, key: str):
 
 # %% ../nbs/15_arena.ipynb #cb98c9e7
 def run_sid_et(arena: Arena, key: str):
-    "SID-ET (SVR-MAD App. A."
+    "SID-ET (SVR-MAD App. A; `mad_study.protocols.sid_et`), its skip rate set by SVR-MAD's Alg. 2."
     from mad_study.protocols import sid_et, tune_skip_rate
 
     r0, mad_costs, svr = arena.round0(), arena.per_item["mad"], arena.per_item["svr_mad"]

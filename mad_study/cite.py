@@ -180,6 +180,12 @@ ALIASES: dict[str, str] = {  # regular expression by which a docstring names a w
     r"\bHolm\b": "holm1979",
     r"Schuirmann": "schuirmann1987tost",
     r"\bWilson\b": "wilson1927",
+    r"\bTango\b": "tango1998paired",
+    r"Agresti": "agresti2005paired",
+    r"Strassburger": "strassburger2008holm",
+    r"Casella": "casella2002statistical",
+    r"Friedman": "friedman1937",
+    r"Fisher's randomi[sz]ation|Fisher 1935": "fisher1935design",
     r"Davison": "davison1997bootstrap",
     r"Smit et al|DebateLLM": "smit2024mad",
     r"[Pp]ercentile bootstrap|[Bb]ootstrap interval|bootstrap CI": "efron1979bootstrap",
@@ -230,15 +236,43 @@ REFS.update(
         "metrics.accuracy_by_round": ("wilson1927", "davison1997bootstrap"),
         "stats.bootstrap_ci": ("efron1979bootstrap",),
         "stats.boot_mean_ci": ("efron1979bootstrap",),
-        "stats.token_change": ("efron1979bootstrap",),
+        "stats.token_change": ("casella2002statistical",),
         "stats.paired_test": ("mcnemar1947", "wilcoxon1945"),
         "stats.accuracy_ci": ("wilson1927", "davison1997bootstrap"),
         "stats.adjust_pvalues": ("holm1979",),
         "stats.cochran_q": ("cochran1950q",),
-        "stats.omnibus_test": ("cochran1950q",),
-        "stats.tost": ("schuirmann1987tost",),
-        "stats.paired_difference": ("efron1979bootstrap", "mcnemar1947"),
-        "stats.compare_methods": ("holm1979",),
+        "stats.omnibus_test": ("cochran1950q", "friedman1937"),
+        "stats.tost": ("schuirmann1987tost", "fisher1935design"),
+        "stats.score_interval": ("tango1998paired", "mcnemar1947", "agresti2005paired"),
+        "stats.paired_inference": (
+            "tango1998paired",
+            "mcnemar1947",
+            "student1908",
+            "fisher1935design",
+        ),
+        "stats.paired_difference": (
+            "tango1998paired",
+            "mcnemar1947",
+            "student1908",
+            "fisher1935design",
+        ),
+        # every procedure `compare_methods` (and the CLI's `compare`) runs: the paired inference, the
+        # Holm-compatible intervals, the omnibus tests, TOST, the accuracy and the token intervals
+        "stats.compare_methods": (
+            "tango1998paired",
+            "mcnemar1947",
+            "agresti2005paired",
+            "student1908",
+            "fisher1935design",
+            "holm1979",
+            "strassburger2008holm",
+            "cochran1950q",
+            "friedman1937",
+            "schuirmann1987tost",
+            "wilson1927",
+            "davison1997bootstrap",
+            "casella2002statistical",
+        ),
         "stats.self_consistency_at_budget": ("wang2023selfconsistency",),
         "meta_debate.gap_text": ("holm1979",),
         "meta_debate.paired_gaps": ("efron1979bootstrap", "mcnemar1947", "holm1979"),
@@ -848,7 +882,8 @@ def _transcript_names(folder: Path) -> dict[str, list[str]]:
 # %% ../nbs/00b_cite.ipynb #bbfffe84
 def run_refs(folder: str | Path) -> list[str]:
     """Keys of a finished run folder (`runs/<profile>/<experiment>/`): the parameters injected into its executed notebook
-    (paper, tasks, models, methods) and the models and tasks of its transcripts."""
+    (paper, tasks, models, methods), the models and tasks of its transcripts, and whatever a transcript inside it cites
+    (`transcript_refs`: its methods too), so a folder never cites fewer works than a file in it (issue 54)."""
     folder = Path(folder)
     nbs = sorted(folder.glob("*.ipynb"))
     if not nbs and (files := _transcript_files(folder)):  # the user's own study: transcripts only
@@ -862,10 +897,13 @@ def run_refs(folder: str | Path) -> list[str]:
         raise ConfigError("no injected parameters in the executed notebook", where=nbs[0])
     hit = experiment_file(str(params.get("experiment") or folder.name))
     seen = _transcript_names(folder)
-    return params_refs(
+    keys = params_refs(
         hit[0] if hit else None,
         {**params, "transcript_models": seen["models"], "transcript_tasks": seen["tasks"]},
     )
+    # and everything a file inside it cites (its methods among them): never fewer than a file
+    inside = (k for f in _transcript_files(folder) for k in transcript_refs(f))
+    return list(dict.fromkeys([*keys, *inside]))
 
 # %% ../nbs/00b_cite.ipynb #08fd9058
 def provenance_refs(meta: Mapping[str, Any]) -> list[str]:

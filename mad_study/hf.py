@@ -802,7 +802,8 @@ def batch_plan(
     spread: float | None = BUCKET_SPREAD,
     cap: int | None = None,
 ) -> int:
-    "How many of the next requests (prompt lengths `lens`, longest first."
+    """How many of the next requests (prompt lengths `lens`, longest first; `news`, their
+    max_new_tokens) one batch takes."""
     L, budget, m, n = lens[0], share * free_bytes, 0, 0
     for k, (length, new) in enumerate(zip(lens, news)):
         m = max(m, new)

@@ -335,7 +335,7 @@ def strategy_tests(
 def path_consistency_table(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFrame:
     """MADC Eq. 2 over a transcript: per (condition, item, sample, round, agent) the agent's
     consistency sum_{k != i} Pr(V_i = V_k) with the other agents at that round
-    (`mad_study.metrics.path_consistency`."""
+    (`mad_study.metrics.path_consistency`) and its rank (0 = most consistent, Alg. 1 line 9)."""
     keys = pool_keys(transcript, ["item_id", "sample", "round"])
     check_unique_turns(transcript, keys, what="path_consistency_table")
     rows = []

@@ -1135,8 +1135,8 @@ def gaps_caption(
         )
     d = gaps["distinguishable"].astype(bool)
     head = (
-        f"Paired by item; {lvl}% intervals from a bootstrap over items (several outcomes of an item averaged first); "
-        f"tests exact McNemar for one 0/1 outcome per item, else paired t over item means; {corr} correction over the "
+        f"Paired by item; {lvl}% intervals, each its test inverted over items (several outcomes of an item averaged first); "
+        f"tests McNemar's score test (Tango's interval) for one 0/1 outcome per item, else paired t over item means; {corr} correction over the "
         f"table's {a.get('n_comparisons', len(gaps))} comparisons; distinguishable = adjusted p < {1 - a.get('level', 0.95):.2g} "
         f"and the interval excludes 0 ({int(d.sum())} of {len(gaps)} are)"
     )

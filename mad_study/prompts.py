@@ -16,7 +16,7 @@ from .core import ConfigError
 __all__ = ['DU_GSM8K', 'DU_MMLU', 'DU_MATH', 'UMAD_MATH', 'PROMPTS', 'MADC_FEWSHOT_EXAMPLES', 'MADC_FEWSHOT', 'MADC_CASE_COT',
            'SVR_MATH', 'SVR_MC', 'SVR_MATH_CHALLENGE', 'SVR_MC_CHALLENGE', 'META_DEBATE_PROMPTS', 'RUMAD_MC',
            'RUMAD_MATH', 'PromptSet', 'fill', 'number_word', 'register_prompt', 'get_prompt', 'opening_messages',
-           'debate_message']
+           'debate_message', 'data_block']
 
 # %% ../nbs/04a_prompts.ipynb #2e2cd4c6
 @dataclass(frozen=True)
@@ -172,6 +172,14 @@ def debate_message(
         + blocks
         + fill(ps.debate_outro, question=question, n_solutions=n)
     )
+
+# %% ../nbs/04a_prompts.ipynb #39856d3c
+def data_block(text: str, label: str) -> str:
+    """`text` marked as data for a prompt (the kit's own): `label` on a line of its own, then
+    `text` in a fence of backticks one longer than any run of backticks in it (three at least),
+    which `text` therefore cannot close (CommonMark's fenced code blocks)."""
+    fence = "`" * max([3] + [len(run) + 1 for run in re.findall(r"`+", text)])
+    return f"{label}\n{fence}\n{text}\n{fence}"
 
 # %% ../nbs/04a_prompts.ipynb #e09991d5
 _MADC_EXAMPLES_12 = r"""### Instruction:

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import optimize, special, stats
 
 from mad_study.core import (
     ConfigError,
@@ -28,9 +28,9 @@ from .voting import vote_table
 
 # %% auto #0
 __all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'CORRECTIONS', 'bootstrap_ci', 'paired_test', 'accuracy_ci', 'item_means', 'boot_mean_ci',
-           'paired_difference', 'simulate_paired', 'tost', 'adjust_pvalues', 'cochran_q', 'omnibus_test',
-           'token_change', 'compare_methods', 'comparison_caption', 'condition_labels', 'per_item_results',
-           'tokens_per_thread', 'self_consistency_at_budget']
+           'score_interval', 'paired_inference', 'paired_difference', 'simulate_paired', 'tost', 'adjust_pvalues',
+           'cochran_q', 'omnibus_test', 'token_change', 'compare_methods', 'comparison_caption', 'condition_labels',
+           'per_item_results', 'tokens_per_thread', 'self_consistency_at_budget']
 
 # %% ../nbs/05b_stats.ipynb #d57d6595
 def bootstrap_ci(
@@ -65,7 +65,10 @@ MIN_ITEMS = 10
 
 
 def _numbers(v, who: str) -> np.ndarray:
-    "Values as floats, missing ones NaN; text raises (a `correct` column read back as strings is not 0/1)."
+    """Values as floats, missing ones NaN; text raises (a `correct` column read back as strings is not 0/1), and so
+    does an infinite value (a score of `inf` has no mean difference)."""
+    if isinstance(v, (np.ndarray, pd.Series)) and v.dtype.kind in "biuf":
+        return _finite(np.asarray(v, dtype=float), who)
     v = list(v)
     text = [x for x in v if isinstance(x, (str, bytes))]
     if text:
@@ -75,15 +78,35 @@ def _numbers(v, who: str) -> np.ndarray:
             key="values",
             value=sorted({str(x) for x in text})[:3],
         )
-    return np.asarray([math.nan if is_missing(x) else x for x in v], dtype=float)
+    return _finite(np.asarray([math.nan if is_missing(x) else x for x in v], dtype=float), who)
+
+
+def _finite(x: np.ndarray, who: str) -> np.ndarray:
+    "`x` itself, or an error naming where it holds an infinite value."
+    if np.isinf(x).any():
+        where = np.flatnonzero(np.isinf(x))
+        raise ConfigError(
+            f"{who}: {where.size} infinite value(s) (positions {where[:5].tolist()}): a mean difference "
+            "needs finite values; drop or cap them first",
+            key="values",
+            value=x[where[0]],
+        )
+    return x
 
 # %% ../nbs/05b_stats.ipynb #87d45569
 def _pairs(a, b, who: str) -> tuple[np.ndarray, np.ndarray]:
-    "Two equally long vectors as floats, pairs with a missing value on either side dropped."
+    "Two equally long vectors as floats, pairs with a missing value on either side dropped (with a warning naming how many)."
     a, b = _numbers(a, who), _numbers(b, who)
     if a.shape != b.shape:
         raise ValueError(f"{who}: {a.shape} vs {b.shape} values; pairs must match")
     ok = ~(np.isnan(a) | np.isnan(b))
+    if not ok.all():
+        warnings.warn(
+            f"{who}: {int((~ok).sum())} of {ok.size} pairs dropped (a missing value on either side); "
+            f"compared on the other {int(ok.sum())}",
+            UserWarning,
+            stacklevel=3,
+        )
     return a[ok], b[ok]
 
 # %% ../nbs/05b_stats.ipynb #eeea1651
@@ -145,9 +168,9 @@ def _aligned(a, b, who: str, on: str = "all") -> tuple[np.ndarray, np.ndarray, i
 _STATUS = {
     "ok": "",
     "too few items": "fewer than 2 items: no test and no interval",
-    "identical": "the two agree on every item: p = 1, no interval from resampling",
-    "zero variance": "every item differs by the same amount: exact sign-flip p, no interval from resampling",
-    "few items": "fewer than {m} items: exact or permutation test, and a bootstrap over so few items undercovers",
+    "identical": "the two agree on every item: p = 1, no interval (0/1 answers: Tango's interval still)",
+    "zero variance": "every item differs by the same amount: exact sign-flip p, no interval (0/1: Tango's still)",
+    "few items": "fewer than {m} items: Tango's score interval for 0/1, else the sign-flip test inverted (wide)",
 }
 
 
@@ -174,7 +197,8 @@ def _warn_status(status: str, who: str, n: int, min_items: int) -> None:
 def _signflip_p(d: np.ndarray, alternative: str = "two-sided", seed: int = 0) -> float:
     """p of the sign-flip permutation test that paired differences `d` are symmetric about 0 (Fisher's randomisation
     test; scipy.stats.permutation_test, exact over all 2^n signs up to 16 items, else 2^16 random ones). A constant gap
-    c != 0: only the observed signs are as extreme, so p = 2^-n one-sided and 2^(1-n) two-sided, exactly."""
+    c != 0: only the observed signs are as extreme, so p = 2^-n one-sided and 2^(1-n) two-sided, exactly. A mean gap
+    of 0 (within floating-point error of the values' scale): p = 1 two-sided, exactly."""
     d = np.asarray(d, dtype=float)
     if d.size == 0:
         return math.nan
@@ -185,6 +209,8 @@ def _signflip_p(d: np.ndarray, alternative: str = "two-sided", seed: int = 0) ->
         if alternative == "two-sided":
             return min(1.0, 2 * one)
         return one if (d[0] > 0) == (alternative == "greater") else 1.0
+    if alternative == "two-sided" and abs(d.mean()) <= 1e-12 * np.abs(d).max():
+        return 1.0
     r = stats.permutation_test(
         (d,),
         np.mean,
@@ -305,53 +331,189 @@ def item_means(
 
 # %% ../nbs/05b_stats.ipynb #cd19320b
 def boot_mean_ci(d: np.ndarray, level: float, n_resamples: int, seed: int) -> tuple[float, float]:
-    "Percentile bootstrap interval of the mean of `d` resampling its entries (items), vectorised; NaNs below 2 items."
+    """Percentile bootstrap interval of the mean of `d` resampling its entries (items; Efron & Tibshirani 1993,
+    Ch. 13); NaNs below 2 items. Memory is bounded at any n: the resamples' item indices are drawn a block of resamples at a time
+    (at most 2 million indices), never the whole n_resamples x n index array."""
+    d = np.asarray(d, dtype=float)
     if d.size < 2:
         return (math.nan, math.nan)
     if np.all(d == d[0]):
         return (float(d[0]), float(d[0]))
-    idx = np.random.default_rng(seed).integers(0, d.size, (int(n_resamples), d.size))
+    g, n = np.random.default_rng(seed), d.size
+    block = max(1, min(int(n_resamples), 2_000_000 // n))
+    means = np.concatenate(
+        [
+            d[g.integers(0, n, (min(block, int(n_resamples) - s), n))].mean(axis=1)
+            for s in range(0, int(n_resamples), block)
+        ]
+    )
     a = (1 - level) / 2
-    lo, hi = np.percentile(d[idx].mean(axis=1), [100 * a, 100 * (1 - a)])
+    lo, hi = np.percentile(means, [100 * a, 100 * (1 - a)])
     return (float(lo), float(hi))
+
+# %% ../nbs/05b_stats.ipynb #b7e1a002
+def score_interval(n10: int, n01: int, n: int, level: float = 0.95) -> tuple[float, float, float]:
+    """Tango's (1998) score interval for the difference p_a - p_b of two paired proportions (n10: items a right and b
+    wrong, n01: the reverse, of n), and the p of its score test at 0, McNemar's (1947) test without continuity
+    correction: Z(D) = (n10 - n01 - n D) / sqrt(n (2 q(D) + D (1 - D))), q(D) the restricted ML estimate of
+    P(a wrong, b right) (Tango 1998, Eq. 4). Returns (low, high, p); the interval holds 0 exactly where p >= 1 - level."""
+    if not (0 <= n10 and 0 <= n01 and n10 + n01 <= n and n > 0):
+        raise ConfigError(
+            "score_interval: discordant counts must be within 0..n",
+            key="counts",
+            value=(n10, n01, n),
+        )
+    z = float(special.ndtri(0.5 + level / 2))
+    b, c = float(n10), float(n01)
+    est = (b - c) / n
+
+    def score(D: float) -> float:
+        B = -b - c + (2 * n - b + c) * D
+        C = -c * D * (1 - D)
+        q = (math.sqrt(max(B * B - 8 * n * C, 0.0)) - B) / (4 * n)
+        v, num = n * (2 * q + D * (1 - D)), b - c - n * D
+        if v <= 0:
+            return 0.0 if abs(num) < 1e-12 else math.copysign(math.inf, num)
+        return num / math.sqrt(v)
+
+    eps = 1e-12
+    if est <= -1 + eps or score(-1 + eps) <= z:
+        lo = -1.0
+    else:
+        lo = optimize.brentq(lambda D: score(D) - z, -1 + eps, est, xtol=1e-13)
+    if est >= 1 - eps or score(1 - eps) >= -z:
+        hi = 1.0
+    else:
+        hi = optimize.brentq(lambda D: score(D) + z, est, 1 - eps, xtol=1e-13)
+    p = 1.0 if b + c == 0 else float(2 * special.ndtr(-abs(b - c) / math.sqrt(b + c)))
+    return (float(lo), float(hi), p)
+
+# %% ../nbs/05b_stats.ipynb #b7e1a004
+def _signflip_interval(
+    d: np.ndarray, level: float, n_resamples: int, seed: int
+) -> tuple[float, float, float]:
+    """The sign-flip test of the mean inverted (the kit's own use of Fisher's randomisation test): p of d at 0 and the
+    shifts delta whose test of d - delta does not reject at 1 - level, by bisection on each side of the mean; the signs
+    are all 2^n up to 16 items, else `n_resamples` random ones (fixed by `seed`, one set for every shift)."""
+    n = d.size
+    if n <= 16:
+        signs = np.array(np.meshgrid(*[[-1.0, 1.0]] * n)).reshape(n, -1).T
+    else:
+        signs = np.random.default_rng(seed).choice([-1.0, 1.0], (int(n_resamples), n))
+        signs[0] = 1.0
+    alpha, scale = 1 - level, float(np.abs(d).max())
+
+    def p(delta: float) -> float:
+        x = d - delta
+        obs = abs(x.sum())
+        if obs <= 1e-12 * max(scale, abs(delta)) * n:
+            return 1.0
+        return float(np.mean(np.abs(signs @ x) >= obs * (1 - 1e-12)))
+
+    m = float(d.mean())
+
+    def bound(far: float) -> float:
+        if p(far) >= alpha:
+            return math.copysign(math.inf, far - m)
+        inside, out = m, far
+        for _ in range(60):
+            mid = (inside + out) / 2
+            inside, out = (mid, out) if p(mid) >= alpha else (inside, mid)
+        return inside
+
+    width = float(np.ptp(d)) + scale
+    return (bound(m - width), bound(m + width), p(0.0))
+
+# %% ../nbs/05b_stats.ipynb #b7e1a005
+def paired_inference(
+    a: np.ndarray,
+    b: np.ndarray,
+    level: float = 0.95,
+    test: str = "auto",
+    min_items: int = MIN_ITEMS,
+    n_resamples: int = 2**16,
+    seed: int = 0,
+) -> dict:
+    """The one procedure behind every gap of the kit (the section above): its verdict's p and its interval for
+    mean(a - b) come from one test inverted, so that they cannot disagree: `mcnemar` (one 0/1 answer per item):
+    Tango's (1998) score interval and McNemar's (1947) score test; `ttest`: the paired t-interval and t-test;
+    `permutation`: the sign-flip test (Fisher 1935) inverted. `auto` chooses by the data (0/1: mcnemar; else ttest
+    from `min_items` items, permutation below). `a`, `b`: aligned floats without NaN (`_aligned`)."""
+    if test not in ("auto", "mcnemar", "ttest", "permutation"):
+        raise ConfigError(
+            "paired_inference: no interval is dual to this test here (paired_test gives its p)",
+            key="test",
+            value=test,
+            choices=("auto", "mcnemar", "ttest", "permutation"),
+        )
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    d = a - b
+    binary = _binary(a) and _binary(b)
+    if test == "auto":
+        test = "mcnemar" if binary else ("ttest" if d.size >= min_items else "permutation")
+    if test == "mcnemar" and not binary:
+        bad = sorted({float(v) for v in np.r_[a, b] if v not in (0.0, 1.0)})[:5]
+        raise ConfigError(
+            "McNemar's test needs paired 0/1 outcomes (average several answers per item and use ttest)",
+            key="values",
+            value=bad,
+        )
+    st = _status(d, min_items)
+    out = {"test": test, "status": st, "level": level, "ci_low": math.nan, "ci_high": math.nan}
+    if st == "too few items":
+        return {**out, "statistic": math.nan, "pvalue": 1.0 if d.size else math.nan}
+    if test == "mcnemar":
+        n10, n01 = int(((a == 1) & (b == 0)).sum()), int(((a == 0) & (b == 1)).sum())
+        lo, hi, p = score_interval(n10, n01, d.size, level)
+        return {**out, "statistic": float(n10 - n01), "pvalue": p, "ci_low": lo, "ci_high": hi}
+    if st == "identical":
+        return {**out, "statistic": math.nan, "pvalue": 1.0}
+    if st == "zero variance":
+        return {
+            **out,
+            "test": "permutation",
+            "statistic": float(d.mean()),
+            "pvalue": _signflip_p(d),
+        }
+    if test == "ttest":
+        # the paired t-test (Student 1908) and its interval, as scipy.stats.ttest_1samp, in closed form
+        m, se = float(d.mean()), float(d.std(ddof=1)) / math.sqrt(d.size)
+        h = float(special.stdtrit(d.size - 1, 0.5 + level / 2)) * se
+        p = float(2 * special.stdtr(d.size - 1, -abs(m) / se))
+        return {**out, "statistic": m / se, "pvalue": p, "ci_low": m - h, "ci_high": m + h}
+    lo, hi, p = _signflip_interval(d, level, n_resamples, seed)
+    return {**out, "statistic": float(d.mean()), "pvalue": p, "ci_low": lo, "ci_high": hi}
 
 # %% ../nbs/05b_stats.ipynb #b2357871
 def paired_difference(
     a: Sequence[float],
     b: Sequence[float],
     level: float = 0.95,
-    n_resamples: int = 2000,
+    n_resamples: int = 2**16,
     seed: int = 0,
     test: str = "auto",
     *,
     on: str = "all",
     min_items: int = MIN_ITEMS,
 ) -> dict:
-    """Difference a - b of two methods matched by item: mean, percentile bootstrap interval over
-    items (Efron & Tibshirani 1993, Ch. 13) and a paired test."""
+    """Difference a - b of two methods matched by item: mean, and the interval and test of one procedure
+    (`paired_inference`: Tango 1998 score interval with McNemar 1947 for 0/1, else the paired t-interval)."""
     x, y, dropped = _aligned(a, b, "paired_difference", on)
-    if test == "auto":
-        test = (
-            "mcnemar"
-            if _binary(x) and _binary(y)
-            else ("ttest" if x.size >= min_items else "permutation")
-        )
-    t = _paired_test(x, y, test, min_items)
-    flat = t["status"] in ("identical", "zero variance")
-    lo, hi = (math.nan, math.nan) if flat else boot_mean_ci(x - y, level, n_resamples, seed)
-    _warn_status(t["status"], "paired_difference", t["n"], min_items)
+    r = paired_inference(x, y, level, test, min_items, n_resamples, seed)
+    _warn_status(r["status"], "paired_difference", int(x.size), min_items)
+    ma, mb = (float(x.mean()), float(y.mean())) if x.size else (math.nan, math.nan)
     return {
         "n_items": int(x.size),
-        "mean_a": t["mean_a"],
-        "mean_b": t["mean_b"],
-        "diff": t["mean_a"] - t["mean_b"],
-        "ci_low": lo,
-        "ci_high": hi,
+        "mean_a": ma,
+        "mean_b": mb,
+        "diff": ma - mb,
+        "ci_low": r["ci_low"],
+        "ci_high": r["ci_high"],
         "level": level,
-        "test": t["test"],
-        "statistic": t["statistic"],
-        "pvalue": t["pvalue"],
-        "status": t["status"],
+        "test": r["test"],
+        "statistic": r["statistic"],
+        "pvalue": r["pvalue"],
+        "status": r["status"],
         "n_dropped": dropped,
         "unit": "item",
     }
@@ -484,6 +646,25 @@ def _adjusted_levels(pvalues: Sequence[float], method: str, level: float) -> np.
     out[ok] = lv
     return out
 
+# %% ../nbs/05b_stats.ipynb #b7e1a007
+def _family_levels(
+    pvalues: Sequence[float], method: str, level: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each comparison's interval level in a table with correction `method`, and whether its interval is cut at 0 (the
+    kit's own reading of Strassburger & Bretz 2008 for Holm 1979): Holm: every gap at Bonferroni's 1 - alpha / m
+    (simultaneous), and a gap Holm rejects has its interval cut at 0 where it crosses it; other corrections:
+    `_adjusted_levels`. NaN p: `level`, never cut."""
+    lv = _adjusted_levels(pvalues, method, level)
+    p = np.asarray(pvalues, dtype=float)
+    cut = np.zeros(p.shape, dtype=bool)
+    if method != "holm":
+        return lv, cut
+    ok = ~np.isnan(p)
+    rejected = np.zeros(p.shape, dtype=bool)
+    rejected[ok] = adjust_pvalues(p[ok], "holm") < 1 - level
+    lv[ok] = 1 - (1 - level) / int(ok.sum())
+    return lv, rejected
+
 # %% ../nbs/05b_stats.ipynb #01eb5ffe
 def cochran_q(outcomes: Any) -> dict:
     """Cochran's Q test (Cochran 1950; scipy chi-square tail) that k paired binary outcomes (columns; rows are units) have
@@ -536,22 +717,25 @@ def omnibus_test(wide: pd.DataFrame | np.ndarray) -> dict:
 
 # %% ../nbs/05b_stats.ipynb #471fd96d
 def token_change(
-    ta: np.ndarray, tb: np.ndarray, level: float, n_resamples: int, seed: int
+    ta: np.ndarray, tb: np.ndarray, level: float, n_resamples: int = 0, seed: int = 0
 ) -> tuple[float, float, float]:
-    "Relative change of mean tokens a vs b (mean a / mean b - 1) with a percentile bootstrap interval over items."
+    """Relative change of mean tokens a vs b (mean a / mean b - 1), paired by item, with a delta-method interval on
+    the log of the ratio (Casella & Berger 2002, Sec. 5.5.4): var log(a/b) ~ s_a^2 / (n a^2) + s_b^2 / (n b^2) -
+    2 s_ab / (n a b), so no resampling, the same at any seed and O(n) at any n (`n_resamples`, `seed`: unused, kept
+    for callers)."""
+    ta, tb = np.asarray(ta, dtype=float), np.asarray(tb, dtype=float)
     ok = ~(np.isnan(ta) | np.isnan(tb))
     ta, tb = ta[ok], tb[ok]
     if ta.size == 0 or tb.sum() == 0:
         return (math.nan, math.nan, math.nan)
-    est = ta.mean() / tb.mean() - 1
-    if ta.size < 2:
+    ma, mb = ta.mean(), tb.mean()
+    est = ma / mb - 1
+    if ta.size < 2 or ma <= 0:
         return (float(est), math.nan, math.nan)
-    idx = np.random.default_rng(seed).integers(0, ta.size, (int(n_resamples), ta.size))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = ta[idx].mean(1) / tb[idx].mean(1) - 1
-    a = (1 - level) / 2
-    lo, hi = np.nanpercentile(r, [100 * a, 100 * (1 - a)])
-    return (float(est), float(lo), float(hi))
+    c = np.cov(ta, tb)
+    var = (c[0, 0] / ma**2 + c[1, 1] / mb**2 - 2 * c[0, 1] / (ma * mb)) / ta.size
+    h = float(stats.norm.ppf(0.5 + level / 2)) * math.sqrt(max(var, 0.0))
+    return (float(est), float(ma / mb * math.exp(-h) - 1), float(ma / mb * math.exp(h) - 1))
 
 # %% ../nbs/05b_stats.ipynb #479708dd
 _REPEAT_KEYS = (
@@ -562,6 +746,8 @@ _REPEAT_KEYS = (
     "round",
     "repeat",
     "model",
+    "agents",
+    "turn",
 )  # named dimensions of a per-item row
 
 # %% ../nbs/05b_stats.ipynb #a61f4e72
@@ -577,21 +763,39 @@ def _compared_items(
     """Step 1 of `compare_methods` (the kit's own): the methods (reference first), their item means on the items every
     one of them answered, those items' rows, and what pairing did: items dropped and runs per method. Rows that repeat
     (method, item, sample and the named dimensions present, `_REPEAT_KEYS`) raise: a second run appended is not more
-    samples, so it needs a `run` (or `seed`) column, and its runs are averaged per item; different item sets
+    samples, so it needs a `run` (or `seed`) column, and its runs are averaged per item; without a `sample`, `run`
+    or `seed` column every (method, item) row must be unique (an error names the method and items); different item sets
     raise unless `on="shared"`, which keeps the items every method answered and warns."""
     if on not in ("all", "shared"):
         raise ConfigError(
             "pairing: `on` is 'all' or 'shared'", key="on", value=on, choices=("all", "shared")
         )
-    if "sample" in results or "run" in results:
-        keys = [method, item, *(c for c in _REPEAT_KEYS if c in results)]
-        if (dup := results.duplicated(keys)).any():
+    for c in (method, item):
+        if c not in results:
             raise ConfigError(
-                f"{int(dup.sum())} rows repeat ({', '.join(keys)}): a second run of a method? name it in "
-                "a `run` column (its runs are averaged per item)",
-                key="rows",
-                value=results.loc[dup, keys].iloc[0].tolist(),
+                "column missing from the per-item frame",
+                key="column",
+                value=c,
+                choices=results.columns,
             )
+    keys = [method, item, *(c for c in _REPEAT_KEYS if c in results)]
+    if (dup := results.duplicated(keys, keep=False)).any():
+        rep = [c for c in ("sample", "run", "seed") if c in results]
+        m = results.loc[dup, method].iloc[0]
+        its = results.loc[dup & (results[method] == m), item].unique().tolist()
+        raise ConfigError(
+            f"{int(results.duplicated(keys).sum())} rows repeat ({', '.join(keys)}): method {m!r} has "
+            f"items {its[:5]}{' ...' if len(its) > 5 else ''} more than once; "
+            + (
+                "no `sample`, `run` or `seed` column tells the rows apart: a second run of a method? name it "
+                "in a `run` (or `seed`) column (its runs are averaged per item)"
+                if not rep
+                else f"the {', '.join(rep)} column(s) do not tell them apart: a second run? name it in a `run` "
+                "column (its runs are averaged per item)"
+            ),
+            key="rows",
+            value=results.loc[dup, keys].iloc[0].tolist(),
+        )
     means = item_means(results, value, item, method)
     methods = list(dict.fromkeys([reference, *(methods if methods is not None else means.columns)]))
     missing = [m for m in methods if m not in means.columns]
@@ -719,36 +923,42 @@ def _adjusted_table(
 
 # %% ../nbs/05b_stats.ipynb #4faca5ae
 def _family_intervals(
-    table: pd.DataFrame,
-    means: pd.DataFrame,
-    reference: str,
-    level: float,
-    n_resamples: int,
-    seed: int,
+    table: pd.DataFrame, means: pd.DataFrame, reference: str, inference: Inference
 ) -> pd.DataFrame:
-    """Step 4 of `compare_methods` (the kit's own): each gap's bootstrap interval again, at the level its correction
-    tested it (`_adjusted_levels`, in `diff_level`; same resamples), so that intervals and verdicts come from one
-    family; `agrees` (whether the interval excludes 0 exactly where the verdict is distinguishable: the bootstrap is not
-    the test's dual, so the caption names any gap where they part); the TOST verdict never stands next to a
+    """Step 4 of `compare_methods` (the kit's own): each gap's interval again (`paired_inference`, the test's own
+    dual) at the level of its correction (`_family_levels`, in `diff_level`; a Holm-rejected interval that crosses 0
+    is cut there, `diff_cut`), so that intervals and verdicts are one procedure; `agrees` (the interval excludes 0,
+    or is cut at it, exactly where the verdict is distinguishable); the TOST verdict never stands next to a
     distinguishable gap (`equivalent` False there, `tost_equivalent` keeps the test's own); `verdict` in words."""
     t = table.copy()
     for c in ("diff", "diff_low", "diff_high", "status"):
         if c not in t:
             t[c] = np.nan
     gap = (t["method"] != reference).to_numpy()
-    t["diff_level"] = np.where(
-        gap, _adjusted_levels(t["pvalue"], t.attrs["correction"], level), np.nan
-    )
+    lv, cut = _family_levels(t["pvalue"], t.attrs["correction"], inference.level)
+    t["diff_level"] = np.where(gap, lv, np.nan)
+    t["diff_cut"] = pd.Series(False, index=t.index, dtype=object).where(gap, None)
     for i in np.flatnonzero(gap):
         r = t.iloc[i]
-        if r.get("status") in ("identical", "zero variance", "too few items"):
-            continue
-        d = (means[r["method"]] - means[reference]).to_numpy(float)
-        t.iloc[i, t.columns.get_indexer(["diff_low", "diff_high"])] = boot_mean_ci(
-            d, r["diff_level"], n_resamples, seed
-        )
+        a, b = means[r["method"]].to_numpy(float), means[reference].to_numpy(float)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            f = paired_inference(
+                a,
+                b,
+                r["diff_level"],
+                inference.test,
+                inference.min_items,
+                inference.n_resamples,
+                inference.seed,
+            )
+        lo, hi = f["ci_low"], f["ci_high"]
+        if cut[i] and lo <= 0 <= hi:
+            lo, hi = (0.0, hi) if r["diff"] > 0 else (lo, 0.0)
+            t.iloc[i, t.columns.get_loc("diff_cut")] = True
+        t.iloc[i, t.columns.get_indexer(["diff_low", "diff_high"])] = (lo, hi)
     dist = t["distinguishable"].eq(True)
-    excludes = (t["diff_low"] > 0) | (t["diff_high"] < 0)
+    excludes = (t["diff_low"] > 0) | (t["diff_high"] < 0) | t["diff_cut"].eq(True)
     t["agrees"] = (
         (excludes == dist).astype(object).where(gap & t["diff_low"].notna().to_numpy(), None)
     )
@@ -787,7 +997,7 @@ def compare_methods(
     c = _Compared(reference, sub, means, tok, value, item, method, inf)
     rows = [_method_row(m, c) for m in methods]
     table = _adjusted_table(rows, means, reference, item, inf.correction, inf.level, inf.margin)
-    table = _family_intervals(table, means, reference, inf.level, inf.n_resamples, inf.seed)
+    table = _family_intervals(table, means, reference, inf)
     table.attrs.update(min_items=inf.min_items, **info)
     odd = (
         table.dropna(subset=["status"]).query("status != 'ok'")
@@ -808,11 +1018,23 @@ def compare_methods(
 def _pts(x: float) -> str:
     return f"{100 * x:+.1f}"
 
+# %% ../nbs/05b_stats.ipynb #b7e1a009
+def _interval_text(r: Mapping) -> str:
+    "A gap's interval for the caption; an interval that does not exist, or has no finite bound, in words."
+    lo, hi = r.get("diff_low", math.nan), r.get("diff_high", math.nan)
+    if pd.isna(lo) or pd.isna(hi):
+        return "(no interval: too few items)"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "(too few items for an interval at this level: no bound)"
+    if r.get("diff_cut") is True:
+        return f"(0, {_pts(hi)}]" if lo == 0 else f"[{_pts(lo)}, 0)"
+    return f"[{_pts(lo)}, {_pts(hi)}]"
+
 # %% ../nbs/05b_stats.ipynb #6e22a499
 _TESTS = {
-    "mcnemar": "McNemar (exact) for one 0/1 answer per item",
-    "ttest": "paired t over item means",
-    "permutation": "sign-flip permutation over items (exact up to 16 items) where t cannot hold",
+    "mcnemar": "McNemar's score test with Tango's score interval for one 0/1 answer per item",
+    "ttest": "paired t-test with its t-interval over item means",
+    "permutation": "sign-flip test over items, inverted for its interval (exact up to 16 items), where t cannot hold",
     "wilcoxon": "Wilcoxon signed-rank over item means",
 }
 
@@ -831,7 +1053,10 @@ def _interval_words(a: Mapping, levels: pd.Series) -> str:
         else f"{100 * lv.min():.4g}% to {100 * lv.max():.4g}%"
     )
     words = {
-        "holm": f"Holm-adjusted intervals (each at the level of the Holm step that tested it: {span})",
+        "holm": (
+            f"Holm-compatible simultaneous intervals ({span}, Bonferroni's level for every gap; a gap Holm tells "
+            "apart is cut at 0 where its interval would cross it)"
+        ),
         "bonferroni": f"Bonferroni-adjusted simultaneous {span} intervals",
         "fdr_bh": f"false-coverage-rate-adjusted {span} intervals (Benjamini-Yekutieli)",
     }
@@ -846,7 +1071,7 @@ def _gap_words(r: Mapping, ref: str, a: Mapping) -> str:
     elif st == "zero variance":
         ci = "(the same gap on every item: no interval)"
     else:
-        ci = f"[{_pts(r['diff_low'])}, {_pts(r['diff_high'])}]"
+        ci = _interval_text(r)
     s = f"{r['method']} vs {ref}: {_pts(r['diff'])} points {ci}, {r.get('verdict') or ('distinguishable' if r['distinguishable'] else 'not distinguishable')}"
     s += f" ({r['test']}, {a.get('correction')}-adjusted p = {r['p_adjusted']:.3g})"
     if r.get("tost_equivalent") is True and r.get("verdict") == "distinguishable":
@@ -860,9 +1085,11 @@ def _gap_words(r: Mapping, ref: str, a: Mapping) -> str:
     if st == "few items":
         s += f", only {int(r['n_items'])} items (< {a.get('min_items')})"
     if r.get("agrees") is False:
-        s += ", the bootstrap interval and the test disagree at this level (the verdict is the test's)"
+        s += ", the interval and the test disagree at this level (the verdict is the test's)"
     if not pd.isna(r.get("token_change", math.nan)):
-        s += f"; tokens {100 * r['token_change']:+.0f}% [{100 * r['token_change_low']:+.0f}, {100 * r['token_change_high']:+.0f}]"
+        lo, hi = r.get("token_change_low", math.nan), r.get("token_change_high", math.nan)
+        tci = "no interval" if pd.isna(lo) or pd.isna(hi) else f"[{100 * lo:+.0f}, {100 * hi:+.0f}]"
+        s += f"; tokens {100 * r['token_change']:+.0f}% {tci}"
     return s
 
 # %% ../nbs/05b_stats.ipynb #39e3f1b8
@@ -891,7 +1118,7 @@ def comparison_caption(
         [_TESTS.get(t, t) for t in dict.fromkeys(gaps["test"].dropna())] if "test" in gaps else []
     )
     boot = (
-        f", percentile bootstrap over {unit_name} (answers of an item averaged first)"
+        f", each its test inverted over {unit_name} (answers of an item averaged first)"
         if len(levels.dropna())
         else ""
     )
@@ -989,8 +1216,9 @@ def self_consistency_at_budget(
     tolerance: float = 0.05,
     **kw,
 ) -> pd.DataFrame:
-    """Self-consistency (Wang et al. 2023) at the token budget of `debate`: K samples of one model,
-    K corrected by the measured spend until it is within `tolerance` per item."""
+    """Self-consistency (Wang et al. 2023) at the token budget of `debate`: K samples of one model, K corrected by
+    the measured spend until the mean spend per item is within `tolerance`; matched on average, not per item (the
+    per-item spend varies, `spend_range`; on the arena 60% of items within 5%, 87-157%)."""
     from mad_study.debate import make_agents, run_debate
 
     budget = tokens_per_thread(debate)

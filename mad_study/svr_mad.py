@@ -1170,8 +1170,8 @@ def tab1_stats_caption(cmp: pd.DataFrame) -> str:
         for s, o in a.get("omnibus", {}).items()
     )
     head = (
-        f"Statistics ({ref} minus each baseline, paired by item; distinct items per setting: {n}; {lvl}% intervals from a "
-        f"bootstrap over items, accuracy intervals Wilson, all unadjusted; verdicts from the adjusted p; accuracy: exact McNemar; tokens: {ref}'s relative change, paired t "
+        f"Statistics ({ref} minus each baseline, paired by item; distinct items per setting: {n}; {lvl}% intervals, each "
+        f"its test inverted over items, accuracy intervals Wilson, all unadjusted; verdicts from the adjusted p; accuracy: McNemar's score test with Tango's interval; tokens: {ref}'s relative change, paired t "
         f"over items; {a['correction']} correction over the table's {k} accuracy and, separately, {k} token comparisons; "
         f"omnibus: {om}; no equivalence margin, so not distinguishable is not equal)"
     )

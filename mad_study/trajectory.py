@@ -249,7 +249,8 @@ def item_outcomes(
     transcript: pd.DataFrame, fmt: str | None = None, final: pd.DataFrame | None = None
 ) -> pd.DataFrame:
     """Per condition, item and sample: `consensus_round` (first round in which every present agent
-    holds one parsed answer."""
+    holds one parsed answer), agreement, first and final majority, tokens and `outcome`
+    (DebateLLM's per-question metrics, Smit et al. 2024)."""
     transcript = complete_transcript(transcript, fmt, what="item_outcomes")
     g = answer_grid(transcript, fmt)
     cond, th, _ = _keys(transcript)

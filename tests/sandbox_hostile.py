@@ -188,7 +188,23 @@ def cases(c: dict) -> dict:
                             "    try: s = socket.socket(fam, typ); print(fam, 'opened'); s.close()\n"
                             "    except OSError as e: print(fam, errno.errorcode.get(e.errno))\n"
                             "print('hidden', sc('socket', (1 << 32) | 40, 1, 0), sc('socket', (1 << 32) | 16, 3, 0), sc('socket', -1, 1, 0))\n"
-                            "s = socket.socket(socket.AF_UNIX)\ns.close()\nprint('unix ok')", {}),
+                            "for name in ('AF_UNIX', 'AF_INET', 'AF_INET6'):\n"
+                            "    try: socket.socket(getattr(socket, name)).close(); print(name, 'opened')\n"
+                            "    except OSError as e: print(name, errno.errorcode.get(e.errno))\n"
+                            "try: socket.socketpair(); print('socketpair opened')\n"
+                            "except OSError as e: print('socketpair', errno.errorcode.get(e.errno))", {}),
+        # issue 55, as a user without a cgroup: kernel memory outside RLIMIT_AS, and bwrap's /dev
+        "unix_socket_memory": ("import os, socket, time\nkids = []\nfor k in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
+                               "        n, why, socks = 0, '', []\n        try:\n            while True:\n"
+                               "                a, b = socket.socketpair(); socks += [a, b]\n"
+                               "                a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30); a.setblocking(False)\n"
+                               "                try:\n                    while True: n += a.send(b'x' * 65536)\n"
+                               "                except BlockingIOError: pass\n        except OSError as e: why = str(e)\n"
+                               "        print('queued', n >> 20, 'MiB', why, flush=True); time.sleep(2); os._exit(0)\n"
+                               "    kids.append(pid)\nfor p in kids: os.waitpid(p, 0)", dict(memory_mb=64, timeout=10)),
+        "dev_fill": ("import os\nn = 0\ntry:\n    for i in range(300):\n        with open('/dev/fill%d' % i, 'wb') as f: f.write(b'x' * (1 << 20))\n"
+                     "        n += 1\nexcept OSError as e: print(e)\nprint('written', n)\nprint('mode', oct(os.stat('/dev').st_mode))",
+                     dict(memory_mb=64, disk_mb=8, timeout=10)),
         "escape_output": ("import sys\nprint('a\\x1b[2J\\x1b]0;pwned\\x07b\\x00c\\u202ed\\re\\x9b31mf')\n"
                           "sys.stderr.write('\\x1b[31mred\\x1b[0m\\n')", {}),
         "forge_setup": ("import sys\nsys.stderr.write(\"bwrap: Can't mount tmpfs on /newroot: Operation not permitted\\n\")\nsys.exit(1)", {}),

@@ -9,7 +9,7 @@ program-of-thought turn of a DMAD debate: the debate goes on and its PoT log say
 isolation the kit refuses to run model-written code unless the caller opts in (isolation='none'), and records it.
 Issue 36 adds what the kernel shares that namespaces do not separate: the parent's session keyring (holding a secret
 during the runs), keys carried between runs, nested user namespaces, memory outside RLIMIT_AS (memfds, SysV shm, many
-children), files in /tmp, socket families, the kernel's riskier calls, terminal escapes in transcripts, statuses a
+children), files in /tmp, socket families and their buffers, bwrap's /dev, the kernel's riskier calls, terminal escapes in transcripts, statuses a
 program tries to choose, threads, text that cannot be encoded, and two sandboxes at once each forking to its limit."""
 import json
 import os
@@ -39,7 +39,9 @@ CASES = ["loop", "memory", "fork_bomb", "output_flood", "stderr_flood", "setsid_
          # issue 36
          "keyring_read_parent", "keyring_add", "keyring_store", "keyring_load", "nested_userns", "kernel_surface",
          "memfd_memory", "shm_memory", "dev_shm_fill", "fork_memory", "many_files", "socket_families", "escape_output",
-         "forge_setup", "forge_memory", "forge_timeout", "forge_started", "compat_syscall", "threads"]
+         "forge_setup", "forge_memory", "forge_timeout", "forge_started", "compat_syscall", "threads",
+         # issue 55
+         "unix_socket_memory", "dev_fill"]
 
 
 def _context(tmp: Path, listener: socket.socket) -> dict:
@@ -190,10 +192,12 @@ def test_hostile_program(run, case, disarm):
     if case == "setsid_grandchild": assert r["status"] == ("timeout" if disarm else "error"), r
     if case == "setsid_daemon": assert r["status"] == ("ok" if disarm else "error") and r["wall"] < 3, r   # no wait on it
     if case.endswith("_flood"): assert r["out_len"] <= 20_000 and r["err_len"] <= 20_000 and r["wall"] < 1.5, r   # cut, not timed out
+    if case == "dev_fill":                                                     # the hook refuses first, else /dev is read-only
+        assert ("Read-only file system" if disarm else "sandbox: writing") in r["stdout"], r
     if case == "read_checkout": assert Path(ctx["checkout_file"]).read_text()[:60] not in seen
     assert ctx["key_secret"] not in seen and ctx["carry"] not in seen or case == "keyring_store"
     if case.startswith(("keyring", "nested_userns", "kernel_surface", "shm_memory", "socket_families", "fork_memory",
-                        "compat_syscall")) and not disarm:
+                        "compat_syscall", "unix_socket_memory")) and not disarm:
         assert r["status"] == "error" and "sandbox: " in r["stderr"], r            # the audit hook refused ctypes / fork
     elif case in ISSUE36: ISSUE36[case](r, r["stdout"], r["layers"])
 
@@ -210,7 +214,8 @@ def _fork_memory(r, out, layers):
     n = int(out.split("children holding 40 MiB:")[-1].split()[0]) if "children holding" in out else 0
     if "cgroup-memory" in layers:                      # the whole sandbox: 64 + 64 (disk) + 16 MiB, not 6 x 40 MiB
         assert n * 40 < 64 + 64 + 16 and r["status"] in ("memory", "ok"), r
-    else: assert n <= 6, r                             # documented residual risk without a cgroup: nproc x memory_mb
+    else:                                              # issue 55: the kit's memory watch, 64 + 16 MiB in all
+        assert "memory-watch" in layers and r["status"] == "memory" and r["wall"] < 2, r
 
 
 def _many_files(r, out, layers):
@@ -242,7 +247,14 @@ ISSUE36 = {   # the disarmed programs (guard off): what the OS layers alone must
     "many_files": _many_files,
     "socket_families": lambda r, out, lay: (
         [l[1] for l in map(str.split, out.splitlines()[:7])] == ["EAFNOSUPPORT"] * 7
-        and "hidden EAFNOSUPPORT EAFNOSUPPORT EAFNOSUPPORT" in out and "unix ok" in out) or pytest.fail(str(r)),
+        and "hidden EAFNOSUPPORT EAFNOSUPPORT EAFNOSUPPORT" in out and "opened" not in out          # issue 55: no family
+        and all(f"{n} EAFNOSUPPORT" in out for n in ("AF_UNIX", "AF_INET", "AF_INET6", "socketpair"))) or pytest.fail(str(r)),
+    "unix_socket_memory": lambda r, out, lay: (
+        [l[1] for l in _lines(out, "queued")] == ["0"] * 4 and out.count("Address family not supported") == 4
+        ) or pytest.fail(str(r)),
+    "dev_fill": lambda r, out, lay: (
+        r["status"] == "ok" and "written 0" in out and "ro-dev" in lay
+        ) or pytest.fail(str(r)),
     "escape_output": lambda r, out, lay: (
         r["status"] == "ok" and out == "abcdef\n" and "\\x1b[2J" in r["stdout_raw"] and "\\x00" in r["stdout_raw"]
         and "\\u202e" in r["stdout_raw"] and "\x1b" not in r["stderr"] and "red" in r["stderr"]) or pytest.fail(str(r)),
