@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .core import ConfigError, params_dir, runs_dir
+from .core import ConfigError, params_dirs, runs_dir
 
 # %% auto #0
 __all__ = ['KIT_KEY', 'PAPER_REFS', 'ALIASES', 'MODULE_REFS', 'REFS', 'MENTIONS', 'KIT_OWN', 'PROTOCOL_REFS', 'TASK_REFS',
@@ -498,6 +498,9 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
         "load_image",
         "load_transcript",
         "params_dir",
+        "params_dirs",
+        "kit_path",
+        "kit_sources_note",
         "project_root",
         "put_image",
         "rng_for",
@@ -806,17 +809,16 @@ def params_refs(paper: str | None, params: Mapping[str, Any] | None) -> list[str
 
 # %% ../nbs/00b_cite.ipynb #46d518c0
 def experiment_file(target: str) -> tuple[str, Path] | None:
-    "(paper id, file) of the experiment whose id, or one of whose artefacts, is `target`; None when there is none."
-    for f in sorted(params_dir().glob("*/*.yaml")):
-        if f.parent.name == "profiles":
-            continue
+    "(paper id, file) of the experiment (in `params_dirs()`, one's own first) whose id, or one of whose artefacts, is `target`; None when there is none."
+    files = [
+        f for d in params_dirs() for f in sorted(d.glob("*/*.yaml")) if f.parent.name != "profiles"
+    ]
+    for f in files:
         if f.stem == target:
             return f.parent.name, f
     import yaml
 
-    for f in sorted(params_dir().glob("*/*.yaml")):
-        if f.parent.name == "profiles":
-            continue
+    for f in files:
         if target in ((yaml.safe_load(f.read_text()) or {}).get("artefacts") or []):
             return f.parent.name, f
     return None

@@ -26,13 +26,14 @@ import numpy as np
 import pandas as pd
 
 # %% auto #0
-__all__ = ['SOURCE_DIRS', 'ANSWER_FORMATS', 'SAMPLING_FIELDS', 'takes_sampling', 'SIGNALS', 'TRANSCRIPT_SCHEMA',
-           'TRANSCRIPT_COLUMNS', 'CONDITION_KEYS', 'TURN_KEYS', 'project_root', 'runs_dir', 'figures_dir', 'params_dir',
-           'cache_home', 'git_commit', 'ConfigError', 'clip_line', 'derive_seed', 'rng_for', 'is_image_hash', 'Item',
-           'GenRequest', 'Sampling', 'fold_keywords', 'deprecated_names', 'Inference', 'Generation',
-           'signals_from_logprobs', 'describe_transcript', 'transcript_frame', 'atomic_path', 'atomic_write_text',
-           'save_transcript', 'load_transcript', 'pool_keys', 'check_unique_turns', 'images_dir', 'image_hash',
-           'image_path', 'put_image', 'load_image']
+__all__ = ['SOURCE_DIRS', 'PROJECT_OUTPUTS', 'ANSWER_FORMATS', 'SAMPLING_FIELDS', 'takes_sampling', 'SIGNALS',
+           'TRANSCRIPT_SCHEMA', 'TRANSCRIPT_COLUMNS', 'CONDITION_KEYS', 'TURN_KEYS', 'project_root', 'runs_dir',
+           'figures_dir', 'params_dirs', 'params_dir', 'kit_path', 'kit_sources_note', 'cache_home', 'git_commit',
+           'ConfigError', 'clip_line', 'derive_seed', 'rng_for', 'is_image_hash', 'Item', 'GenRequest', 'Sampling',
+           'fold_keywords', 'deprecated_names', 'Inference', 'Generation', 'signals_from_logprobs',
+           'describe_transcript', 'transcript_frame', 'atomic_path', 'atomic_write_text', 'save_transcript',
+           'load_transcript', 'pool_keys', 'check_unique_turns', 'images_dir', 'image_hash', 'image_path', 'put_image',
+           'load_image']
 
 # %% ../nbs/00_core.ipynb #19cccb81
 def _kit_checkout(start: Path | None = None) -> Path | None:
@@ -71,12 +72,44 @@ def figures_dir() -> Path:
     return Path(os.environ.get("MAD_STUDY_FIGURES") or project_root() / "figures")
 
 # %% ../nbs/00_core.ipynb #366c1efe
-def params_dir() -> Path:
-    """The experiment and profile parameter files: `<root>/params` when the root has one, else the `params/` of the
-    checkout the package was installed from (an editable install used from another folder)."""
+def params_dirs() -> list[Path]:
+    """The folders that hold experiment files, profiles and the artefact registry (`artefacts.yaml`), first one
+    winning: the root's own `params/` when it has one (one's own experiments), then the `params/` of the checkout the
+    package was installed from (empty for a plain install used outside a checkout). The kit's own."""
     own = project_root() / "params"
+    out = [own] if own.is_dir() else []
     kit = _kit_checkout()
-    return own if own.is_dir() or kit is None else kit / "params"
+    if kit is not None and (kit / "params").resolve() not in [p.resolve() for p in out]:
+        out.append(kit / "params")
+    return out
+
+# %% ../nbs/00_core.ipynb #fx54pd01
+def params_dir() -> Path:
+    """The first of `params_dirs()`: `<root>/params` when the root has one, else the kit checkout's `params/` (and
+    `<root>/params` when there is neither). Where a new parameter file is written; read with `params_dirs()`."""
+    return (params_dirs() or [project_root() / "params"])[0]
+
+# %% ../nbs/00_core.ipynb #fx54kp01
+def kit_path(rel: str | os.PathLike) -> Path:
+    """A file the kit commits, by its path in the checkout (`rel`, e.g. `checkpoints/rumad_sim_B12.pt`):
+    `project_root() / rel` when it exists, else the kit checkout's (`_kit_checkout() / rel`) when that exists, else
+    `project_root() / rel`. The kit's own."""
+    own = project_root() / rel
+    kit = _kit_checkout()
+    if own.exists() or kit is None or not (kit / rel).exists():
+        return own
+    return kit / rel
+
+# %% ../nbs/00_core.ipynb #fx54kp02
+def kit_sources_note() -> str:
+    """'' inside a kit checkout; for a plain install (no checkout), the sentence an error about a missing experiment,
+    profile or notebook ends with: where the papers' notebooks and params live. The kit's own."""
+    if _kit_checkout() is not None:
+        return ""
+    return (
+        "; the papers' notebooks and params live in the kit's source checkout: install it editable "
+        "(pip install -e CHECKOUT) or run with --root CHECKOUT"
+    )
 
 # %% ../nbs/00_core.ipynb #1ef3b078
 def cache_home() -> Path:
@@ -87,24 +120,43 @@ def cache_home() -> Path:
 SOURCE_DIRS = ("nbs", "mad_study", "params")
 
 
-def git_commit(paths: Sequence[str] = SOURCE_DIRS, root: Path | None = None) -> dict:
-    """The project's git commit and whether the sources that make an artefact (`paths`: nbs/, mad_study/, params/)
-    have uncommitted changes. figures/ is not a source: a run rewrites it, so it never makes a later artefact dirty."""
+def _git(root: Path, *args: str) -> str | None:
+    "The output of `git *args` run in `root`, or None when git is missing, times out or fails (not a repository)."
     try:
-        root = root or project_root()
-        c = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
-        )
-        d = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", *paths],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        return {"commit": c.stdout.strip() or None, "dirty": bool(d.stdout.strip())}
+        r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+# %% ../nbs/00_core.ipynb #fx54gc01
+def _repo_state(root: Path, paths: Sequence[str]) -> dict:
+    "`{'commit', 'dirty'}` of the repository at `root` (`paths`: what counts for dirty); None for what git cannot tell."
+    commit = _git(root, "rev-parse", "HEAD")
+    if commit is None:
         return {"commit": None, "dirty": None}
+    status = _git(root, "status", "--porcelain", "--untracked-files=no", "--", *paths)
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+# %% ../nbs/00_core.ipynb #fx54gc02
+PROJECT_OUTPUTS = (".", ":(exclude)runs", ":(exclude)figures")
+
+
+def git_commit(paths: Sequence[str] = SOURCE_DIRS, root: Path | None = None) -> dict:
+    """The kit's git commit (`commit`) and whether the sources that make an artefact (`paths`: nbs/, mad_study/,
+    params/) have uncommitted changes (`dirty`); None for either when git cannot tell (a plain install, no git).
+    The repository is `root` when given, else the kit's checkout (`_kit_checkout()`, whatever the working folder);
+    then a project root that is a git repository of its own adds `project_commit` / `project_dirty` (its runs/ and
+    figures/ excluded). figures/ is not a source: a run rewrites it, so it never makes a later artefact dirty."""
+    if root is not None:
+        return _repo_state(Path(root), paths)
+    kit = _kit_checkout()
+    out = _repo_state(kit, paths) if kit is not None else {"commit": None, "dirty": None}
+    proj = project_root()
+    top = _git(proj, "rev-parse", "--show-toplevel")
+    if top is not None and (kit is None or top != _git(kit, "rev-parse", "--show-toplevel")):
+        own = _repo_state(proj, PROJECT_OUTPUTS)
+        out.update(project_commit=own["commit"], project_dirty=own["dirty"])
+    return out
 
 # %% ../nbs/00_core.ipynb #fc05909d
 class ConfigError(ValueError):

@@ -13,14 +13,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-from .core import ConfigError, params_dir
+from .core import ConfigError, kit_path, kit_sources_note, params_dirs, project_root
 
 # %% auto #0
 __all__ = ['MODEL_KINDS', 'MODELS', 'UMAD_D5_GRID', 'CLOSED_SUBSTITUTES', 'MODEL_PREFIXES', 'SERVE_HINTS', 'TWIN_REVISION',
            'TWINS', 'QUANTS', 'PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'CONDITION_LISTS',
            'ModelSpec', 'get_model', 'model_prefix', 'prefix_module', 'models_table', 'weight_memory_gb', 'spec_for',
-           'load_registry', 'experiment_files', 'read_yaml', 'check_keys', 'load_profile', 'Experiment', 'experiments',
-           'resolve_targets', 'planner', 'generic_plan']
+           'searched', 'load_registry', 'experiment_files', 'read_yaml', 'check_keys', 'load_profile', 'Experiment',
+           'experiments', 'resolve_targets', 'planner', 'generic_plan']
 
 # %% ../nbs/02b_registry.ipynb #20cd8c87
 MODEL_KINDS = ("hf", "embedded", "tiny-random", "sim")
@@ -647,39 +647,60 @@ def spec_for(model: str | ModelSpec) -> ModelSpec:
         )
     return get_model(str(model))
 
+# %% ../nbs/02b_registry.ipynb #fx54rg00
+def searched(sub: str = "") -> str:
+    """The folders of `params_dirs()` (with `sub` appended) an error names as searched, and for a plain install
+    where the papers' notebooks and params are (`kit_sources_note`). The kit's own."""
+    where = ", ".join(str(d / sub) if sub else str(d) for d in params_dirs())
+    return (where or str(project_root() / "params" / sub)) + kit_sources_note()
+
 # %% ../nbs/02b_registry.ipynb #0306b1eb
 def load_registry(path: Path | None = None) -> dict:
-    "The artefact registry (params/artefacts.yaml): paper -> {paper, notebook, artefacts: [{id, kind, title, needs}]}."
-    path = Path(path or params_dir() / "artefacts.yaml")
-    try:
-        reg = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError("artefact registry not found", where=path) from None
-    for paper, d in reg.items():
-        for a in d.get("artefacts", []):
-            if "id" not in a:
-                raise ConfigError("artefact without id", where=path, key=paper)
+    """The artefact registry: paper -> {paper, notebook, artefacts: [{id, kind, title, needs}]}, read from `path`, or
+    from the `artefacts.yaml` of every folder of `params_dirs()` (one's own project's entries win, paper by paper)."""
+    paths = [Path(path)] if path else [d / "artefacts.yaml" for d in params_dirs()]
+    found = [p for p in paths if p.exists()]
+    if not found:
+        raise ConfigError(f"artefact registry (artefacts.yaml) not found in {searched()}") from None
+    reg: dict = {}
+    # the kit's first, then one's own over it: an own entry replaces the kit's paper of the same id
+    for p in reversed(found):
+        d = yaml.safe_load(p.read_text()) or {}
+        if not isinstance(d, Mapping):
+            raise ConfigError("must map paper ids to their entries", where=p)
+        for paper, entry in d.items():
+            for a in entry.get("artefacts", []):
+                if "id" not in a:
+                    raise ConfigError("artefact without id", where=p, key=paper)
+        reg.update(d)
     return reg
 
 # %% ../nbs/02b_registry.ipynb #3ea1d36e
 def experiment_files(registry: Mapping | None = None) -> dict[str, dict]:
-    """Every experiment file `params/<paper>/<experiment>.yaml` of a registry paper:
-    experiment id -> {paper, path, artefacts} (`artefacts:` in the file, default: the experiment id)."""
+    """Every experiment file `params/<paper>/<experiment>.yaml` of a registry paper, in every folder of
+    `params_dirs()` (one's own first: an id there hides the kit's file of that id): experiment id -> {paper, path,
+    artefacts} (`artefacts:` in the file, default: the experiment id), in the registry's paper order."""
     reg = registry or load_registry()
-    out = {}
-    for paper in reg:
-        for f in sorted((params_dir() / paper).glob("*.yaml")):
-            try:
-                d = yaml.safe_load(f.read_text()) or {}
-            except yaml.YAMLError as e:
-                raise ConfigError(f"not valid YAML ({str(e).splitlines()[0]})", where=f) from None
-            if not isinstance(d, Mapping):
-                raise ConfigError("must be a mapping of keys to values", where=f)
-            arts = d.get("artefacts") or [f.stem]
-            if f.stem in out:
-                raise ConfigError(f"experiment id also used in {out[f.stem]['path']}", where=f)
-            out[f.stem] = {"paper": paper, "path": f, "artefacts": list(arts)}
-    return out
+    out: dict[str, dict] = {}
+    for base in params_dirs():
+        here: dict[str, Path] = {}
+        for paper in reg:
+            for f in sorted((base / paper).glob("*.yaml")):
+                try:
+                    d = yaml.safe_load(f.read_text()) or {}
+                except yaml.YAMLError as e:
+                    raise ConfigError(
+                        f"not valid YAML ({str(e).splitlines()[0]})", where=f
+                    ) from None
+                if not isinstance(d, Mapping):
+                    raise ConfigError("must be a mapping of keys to values", where=f)
+                if f.stem in here:
+                    raise ConfigError(f"experiment id also used in {here[f.stem]}", where=f)
+                here[f.stem] = f
+                arts = d.get("artefacts") or [f.stem]
+                out.setdefault(f.stem, {"paper": paper, "path": f, "artefacts": list(arts)})
+    order = {p: i for i, p in enumerate(reg)}
+    return dict(sorted(out.items(), key=lambda kv: (order[kv[1]["paper"]], kv[1]["path"].name)))
 
 # %% ../nbs/02b_registry.ipynb #86e148a8
 PROFILE_KEYS = {
@@ -727,14 +748,15 @@ def check_keys(d: Mapping, allowed: set, where) -> None:
 
 # %% ../nbs/02b_registry.ipynb #57761ea5
 def load_profile(name: str) -> dict:
-    "The profile `params/profiles/<name>.yaml` (keys checked)."
-    path = params_dir() / "profiles" / f"{name}.yaml"
-    if not path.exists():
+    "The profile `params/profiles/<name>.yaml`, from the first folder of `params_dirs()` that has it (keys checked)."
+    path = next((p for d in params_dirs() if (p := d / "profiles" / f"{name}.yaml").exists()), None)
+    if path is None:
+        known = {p.stem for d in params_dirs() for p in (d / "profiles").glob("*.yaml")}
         raise ConfigError(
-            "unknown profile",
+            f"unknown profile (searched {searched('profiles')})",
             key="--profile",
             value=name,
-            choices=[p.stem for p in (params_dir() / "profiles").glob("*.yaml")],
+            choices=sorted(known) or None,
         )
     d = read_yaml(path)
     check_keys(d, PROFILE_KEYS, path)
@@ -763,8 +785,15 @@ def experiments() -> dict[str, Experiment]:
         spec = read_yaml(e["path"])
         check_keys(spec, EXPERIMENT_KEYS, e["path"])
         nb = spec.get("notebook") or reg[e["paper"]].get("notebook")
+        # the notebook beside the params/ that holds the file (one's own project's), else the kit's
+        here = Path(e["path"]).parent.parent.parent / nb
         out[eid] = Experiment(
-            eid, e["paper"], e["path"], params_dir().parent / nb, e["artefacts"], spec
+            eid,
+            e["paper"],
+            e["path"],
+            here if here.exists() else kit_path(nb),
+            e["artefacts"],
+            spec,
         )
     for x in out.values():  # `after:` names experiments that exist (20_reproduce waits for them)
         after = x.spec.get("after") or []

@@ -31,7 +31,7 @@ from mad_study.core import (
     atomic_write_text,
     fold_keywords,
     figures_dir,
-    params_dir,
+    kit_path,
     project_root,
     runs_dir,
     save_transcript,
@@ -123,7 +123,7 @@ def run_params(notebook: str | os.PathLike, ns: Mapping[str, Any]) -> dict[str, 
     values in `ns`, and the serving keys papermill injected (the kit's own)."""
     path = Path(notebook)
     if not path.exists():
-        path = params_dir().parent / "nbs" / path.name
+        path = kit_path(Path("nbs") / path.name)
     names = list(notebook_parameters(path))
     if missing := [k for k in names if k not in ns]:
         raise ConfigError(
@@ -1253,12 +1253,8 @@ def artefact_status(paper: str, art: Mapping, experiments: Mapping | None = None
         ((k, e["path"]) for k, e in exps.items() if e["paper"] == paper and aid in e["artefacts"]),
         (None, None),
     )
-    src = params_dir().parent
-    exp_s = (
-        ""
-        if exp is None
-        else str(Path(exp).relative_to(src) if Path(exp).is_relative_to(src) else exp)
-    )
+    # params/<paper>/<file>.yaml, in one's own project's params/ or the kit's
+    exp_s = "" if exp is None else str(Path(exp).relative_to(Path(exp).parent.parent.parent))
     fail = last_failure(eid) if eid is not None else None
     if side.exists():
         try:

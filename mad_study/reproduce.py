@@ -43,8 +43,8 @@ from mad_study.core import (
 __all__ = ['NOT_AGENT_LISTS', 'KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'NEUTRAL_KEYS', 'SKIPPED_TEST', 'WAKE_S', 'BASELINES',
            'auto_profile', 'map_models', 'parse_override', 'merge_params', 'validate_params', 'agent_count',
            'param_warnings', 'profile_changes', 'plan_experiment', 'serve_table', 'stop_kernels', 'remove_temporaries',
-           'RunResult', 'set_aside', 'result_overrides', 'run_folder', 'promote', 'record_failure',
-           'experiment_notebook', 'open_stage', 'run_experiment', 'run_order', 'run_after', 'reproduce', 'load_runs',
+           'set_aside', 'result_overrides', 'run_folder', 'promote', 'record_failure', 'last_run_files', 'open_stage',
+           'experiment_notebook', 'RunResult', 'run_experiment', 'run_order', 'run_after', 'reproduce', 'load_runs',
            'compare_runs', 'run_items', 'default_reference', 'earlier_files', 'throughput_measurement',
            'plan_gpu_hours', 'profile_weights', 'main', 'PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS',
            'read_yaml', 'load_profile', 'Experiment', 'experiments', 'resolve_targets', 'planner', 'generic_plan']
@@ -607,47 +607,11 @@ class _CheckedParameters(logging.Filter):
 
 logging.getLogger("papermill").addFilter(_CheckedParameters())
 
-# %% ../nbs/20_reproduce.ipynb #afaa1878
-@dataclass
-class RunResult:
-    "Outcome of one experiment run."
-
-    experiment: str
-    ok: bool
-    seconds: float
-    output: Path | None = None
-    error: str | None = None
-    failed_generations: int = (
-        0  # generations that failed at a server (recorded in failed_generations.jsonl)
-    )
-    serving: dict | None = (
-        None  # per served model: requests ok / retried / failed and in flight (serving_stats.json)
-    )
-
-# %% ../nbs/20_reproduce.ipynb #ec14cca1
-def _failed_generations(run_dir: Path, since: float) -> int:
-    "Failed generations this run recorded (OpenAIBackend's failed_generations.jsonl, written since `since`)."
-    f = run_dir / "failed_generations.jsonl"
-    with contextlib.suppress(OSError):
-        if f.stat().st_mtime >= since - 1:
-            return sum(1 for l in f.read_text().splitlines() if l.strip())
-    return 0
-
-# %% ../nbs/20_reproduce.ipynb #de26b6cc
-def _serving_stats(run_dir: Path, since: float) -> dict | None:
-    "What the run's servers answered (OpenAIBackend's serving_stats.json, written since `since`): per model, requests and in flight."
-    f = run_dir / "serving_stats.json"
-    with contextlib.suppress(OSError, ValueError):
-        if f.stat().st_mtime >= since - 1:
-            return {
-                m: {"requests": d.get("requests", {}), "in_flight": d.get("in_flight", {})}
-                for m, d in json.loads(f.read_text()).items()
-            }
-    return None
-
 # %% ../nbs/20_reproduce.ipynb #c433891a
 def set_aside(
-    folder: Path, why: str = "a new run of this experiment started", older_than: float | None = None
+    folder: Path,
+    why: str = "a newer run of this experiment replaced them",
+    older_than: float | None = None,
 ) -> Path | None:
     "Move the files (not the sub-folders) of a run folder into `.previous/<UTC time>/` with a note; the new folder (None: nothing to move)."
     files = [f for f in Path(folder).glob("*") if f.is_file()] if Path(folder).is_dir() else []
@@ -755,6 +719,41 @@ def record_failure(stage: Path, final: Path, record: Mapping) -> Path:
         Path(final) / FAILURE_FILE, json.dumps(rec, indent=2, sort_keys=True) + "\n"
     )
 
+# %% ../nbs/20_reproduce.ipynb #fx54lr01
+def last_run_files(final: Path) -> list[Path]:
+    """The files of the last finished run in the run folder `final` (its own files, not sub-folders, hidden files or
+    `FAILED.json`): what a failed run leaves in place. The kit's own."""
+    if not Path(final).is_dir():
+        return []
+    return sorted(
+        f
+        for f in Path(final).iterdir()
+        if f.is_file() and not f.name.startswith(".") and f.name != FAILURE_FILE
+    )
+
+# %% ../nbs/20_reproduce.ipynb #1713065d
+def open_stage(final: Path) -> Path:
+    """A new staging folder of this process beside the last good run, `final/.staging-<pid>-<n>/` (two processes that
+    run one experiment at once never share one). A killed run's staging folder goes, but its sub-folders (a training
+    state under `checkpoints/`, what a run resumes from) move into the new one; the last good run's sub-folders are
+    linked in file by file (hard links: no copy). The kit's own."""
+    final = Path(final)
+    final.mkdir(parents=True, exist_ok=True)
+    stage = final / f".staging-{os.getpid()}-{time.time_ns() % 10**9}"
+    stage.mkdir()
+    for old in sorted(final.glob(".staging-*")):
+        pid = old.name.split("-")[1]
+        if old == stage or (pid.isdigit() and _alive(int(pid))):
+            continue
+        for d in old.iterdir():
+            if d.is_dir() and d.name != "figures" and not (stage / d.name).exists():
+                os.replace(d, stage / d.name)
+        shutil.rmtree(old, ignore_errors=True)
+    for d in final.iterdir():
+        if d.is_dir() and not d.name.startswith(".") and not (stage / d.name).exists():
+            shutil.copytree(d, stage / d.name, copy_function=os.link)
+    return stage
+
 # %% ../nbs/20_reproduce.ipynb #f1ce2746
 SKIPPED_TEST = "# a test of this notebook: `make test` runs it, an experiment's run skips it (experiment_notebook)"
 
@@ -784,28 +783,43 @@ def experiment_notebook(path: str | os.PathLike) -> dict:
             c["source"] = SKIPPED_TEST
     return nb
 
-# %% ../nbs/20_reproduce.ipynb #1713065d
-def open_stage(final: Path) -> Path:
-    """A new staging folder of this process beside the last good run, `final/.staging-<pid>-<n>/` (two processes that
-    run one experiment at once never share one). A killed run's staging folder goes, but its sub-folders (a training
-    state under `checkpoints/`, what a run resumes from) move into the new one; the last good run's sub-folders are
-    linked in file by file (hard links: no copy). The kit's own."""
-    final = Path(final)
-    final.mkdir(parents=True, exist_ok=True)
-    stage = final / f".staging-{os.getpid()}-{time.time_ns() % 10**9}"
-    stage.mkdir()
-    for old in sorted(final.glob(".staging-*")):
-        pid = old.name.split("-")[1]
-        if old == stage or (pid.isdigit() and _alive(int(pid))):
-            continue
-        for d in old.iterdir():
-            if d.is_dir() and d.name != "figures" and not (stage / d.name).exists():
-                os.replace(d, stage / d.name)
-        shutil.rmtree(old, ignore_errors=True)
-    for d in final.iterdir():
-        if d.is_dir() and not d.name.startswith(".") and not (stage / d.name).exists():
-            shutil.copytree(d, stage / d.name, copy_function=os.link)
-    return stage
+# %% ../nbs/20_reproduce.ipynb #afaa1878
+@dataclass
+class RunResult:
+    "Outcome of one experiment run."
+
+    experiment: str
+    ok: bool
+    seconds: float
+    output: Path | None = None
+    error: str | None = None
+    failed_generations: int = (
+        0  # generations that failed at a server (recorded in failed_generations.jsonl)
+    )
+    serving: dict | None = (
+        None  # per served model: requests ok / retried / failed and in flight (serving_stats.json)
+    )
+
+# %% ../nbs/20_reproduce.ipynb #ec14cca1
+def _failed_generations(run_dir: Path, since: float) -> int:
+    "Failed generations this run recorded (OpenAIBackend's failed_generations.jsonl, written since `since`)."
+    f = run_dir / "failed_generations.jsonl"
+    with contextlib.suppress(OSError):
+        if f.stat().st_mtime >= since - 1:
+            return sum(1 for l in f.read_text().splitlines() if l.strip())
+    return 0
+
+# %% ../nbs/20_reproduce.ipynb #de26b6cc
+def _serving_stats(run_dir: Path, since: float) -> dict | None:
+    "What the run's servers answered (OpenAIBackend's serving_stats.json, written since `since`): per model, requests and in flight."
+    f = run_dir / "serving_stats.json"
+    with contextlib.suppress(OSError, ValueError):
+        if f.stat().st_mtime >= since - 1:
+            return {
+                m: {"requests": d.get("requests", {}), "in_flight": d.get("in_flight", {})}
+                for m, d in json.loads(f.read_text()).items()
+            }
+    return None
 
 # %% ../nbs/20_reproduce.ipynb #runexp2
 def run_experiment(
@@ -884,6 +898,7 @@ def run_experiment(
         # 500: an error that names a long path first keeps its advice (the cache's "-p cache=false")
         error = f"{type(e).__name__}: {clip_line(short, 500)}"
         nfail, serving = _failed_generations(stage, t), _serving_stats(stage, t)
+        had_run = bool(last_run_files(final))
         rec = record_failure(
             stage,
             final,
@@ -895,7 +910,12 @@ def run_experiment(
             },
         )
         kept = final / json.loads(rec.read_text())["attempt"]
-        log(f"{exp.id}: the last good run's outputs are kept; this failure: {_shown(rec)}")
+        kept_note = (
+            "the last good run's outputs are kept"
+            if had_run
+            else "this run failed and there was no earlier run"
+        )
+        log(f"{exp.id}: {kept_note}; this failure: {_shown(rec)}")
         return RunResult(exp.id, False, time.time() - t, kept / out.name, error, nfail, serving)
 
 # %% ../nbs/20_reproduce.ipynb #53e3134d
@@ -1470,11 +1490,11 @@ def _cmd_compare(a) -> int:
 def throughput_measurement() -> tuple[dict | None, str]:
     """The latest GPU throughput measurement and where it is from: this machine's (`make bench --device cuda`), else
     the one committed with the kit; (None, why) when there is neither."""
-    from mad_study.core import cache_home, params_dir
+    from mad_study.core import cache_home, kit_path
 
     for p, who in (
         (cache_home() / "measurements" / "throughput.json", "this machine"),
-        (params_dir().parent / "benchmarks" / "gpu_throughput.json", "committed with the kit"),
+        (kit_path("benchmarks/gpu_throughput.json"), "committed with the kit"),
     ):
         if p.exists():
             rec = json.loads(p.read_text())

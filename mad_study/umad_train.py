@@ -25,6 +25,7 @@ from mad_study.core import (
     Generation,
     derive_seed,
     fold_keywords,
+    params_dirs,
     runs_dir,
 )
 from .registry import planner
@@ -850,10 +851,20 @@ CHECKPOINT_PREFIX = "umad-train:"
 
 
 def checkpoint_dir(name: str, root: str | Path | None = None) -> Path:
-    "Folder of checkpoint `name` (`runs/checkpoints/<name>` under `$MAD_STUDY_RUNS` unless `root`)."
+    """Folder of checkpoint `name`: `root` when given; else, for a name of `checkpoint_name`'s shape
+    (`<experiment>-<profile>-...`), inside the run that trained it, `runs/<profile>/<experiment>/checkpoints/<name>`
+    (the reference run's: a run stages its checkpoints and they arrive there when it finished; an override run's go to
+    its own `<experiment>@<key=value>/` folder); else `runs/checkpoints/<name>` (a name of one's own). Under
+    `$MAD_STUDY_RUNS`."""
     if not name or "/" in name or name.startswith("."):
         raise ConfigError("bad checkpoint name", key="name", value=name)
-    return Path(root) if root is not None else runs_dir() / "checkpoints" / name
+    if root is not None:
+        return Path(root)
+    exp, _, rest = name.partition("-")
+    prof, _, rest = rest.partition("-")
+    if exp and rest and any((d / "profiles" / f"{prof}.yaml").exists() for d in params_dirs()):
+        return runs_dir() / prof / exp / "checkpoints" / name
+    return runs_dir() / "checkpoints" / name
 
 # %% ../nbs/10b_umad_train.ipynb #9842b6ad
 def save_checkpoint(trainer: UMADTrainer, name: str, root: str | Path | None = None) -> Path:

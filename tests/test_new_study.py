@@ -121,6 +121,39 @@ def test_installed_kit_writes_into_the_project_not_the_package(tmp_path):
     assert (proj / "figures" / "mine" / "mine_compare.csv").exists()
     assert sorted(str(p.relative_to(site)) for p in site.rglob("*")) == before      # nothing written into the package
     assert not (ROOT / "figures" / "mine").exists() and not (ROOT / "runs" / "sim" / "mine").exists()
+    # the papers' experiments are not in a plain install: list / plan / reproduce say where they live
+    for cmd in (["list"], ["plan", "all"], ["reproduce", "du_gsm8k", "--profile", "sim"]):
+        call = f"from mad_study.reproduce import main; raise SystemExit(main({cmd!r}))"
+        r = subprocess.run([sys.executable, "-c", call], cwd=proj, env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 2 and "live in the kit's source checkout" in r.stderr, (cmd, r.stdout + r.stderr)
+        assert "pip install -e" in r.stderr and "--root" in r.stderr and str(proj / "params") in r.stderr, r.stderr
+
+
+def test_own_params_folder_sees_the_kits_profiles_and_papers(tmp_path):
+    """Issue 54 review: a project's own params/ holds only its own registry entry and experiment file, and `plan` still
+    finds the kit's profiles and papers beside its own experiment (whose notebook is the project's own)."""
+    import nbformat
+    proj = tmp_path / "proj"
+    (proj / "params" / "my_study").mkdir(parents=True)
+    (proj / "nbs").mkdir()
+    nb = nbformat.v4.new_notebook()
+    par = nbformat.v4.new_code_cell('experiment = "x"\nprofile = "sim"\nn_items = 5\n'
+                                    'models = ["qwen2.5-7b-instruct", "qwen2.5-7b-instruct"]')
+    par.metadata["tags"] = ["parameters"]
+    nb.cells = [par]
+    nbformat.write(nb, proj / "nbs" / "my_study.ipynb")
+    (proj / "params" / "artefacts.yaml").write_text(
+        "my_study: {paper: My study, notebook: nbs/my_study.ipynb, artefacts: [{id: x, kind: table, title: mine}]}\n")
+    (proj / "params" / "my_study" / "x.yaml").write_text("params: {n_items: 4}\n")
+    env = _project_env()
+    r = mad_study("plan", "x", "du_gsm8k", "--profile", "sim", cwd=proj, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert {l.split()[0] for l in r.stdout.splitlines() if l.split()} >= {"x", "du_gsm8k"}, r.stdout
+    r = mad_study("plan", "x", "--profile", "laptop", cwd=proj, env=env)             # the folders searched, named
+    err = _one_line(r)
+    assert r.returncode == 2 and f"{proj / 'params' / 'profiles'}, {ROOT / 'params' / 'profiles'}" in err, err
+    assert "choose from: " in err and "sim" in err.split("choose from: ")[1], err
+    assert not (ROOT / "runs" / "sim" / "x").exists()
 
 
 # ------------------------------------------------------------------ compare for the user's own runs

@@ -136,6 +136,9 @@ def test_failing_experiment_reported_and_others_continue(project_copy):
     assert "du_gsm8k" in r.stdout and "1 experiment(s) failed" in r.stdout and "du_broken" in r.stdout
     assert "unknown prompt set" in r.stdout
     assert (project_copy.parent / "figures" / "baseline" / "baseline.csv").exists()
+    # nothing of du_broken ran before: the log does not claim a last good run was kept
+    line = next(l for l in r.stdout.splitlines() if l.startswith("du_broken: ") and "FAILED.json" in l)
+    assert "there was no earlier run" in line and "kept" not in line, line
 
 
 def _files(folder: Path) -> dict:
