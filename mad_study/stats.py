@@ -650,7 +650,7 @@ def _adjusted_levels(pvalues: Sequence[float], method: str, level: float) -> np.
 def _family_levels(
     pvalues: Sequence[float], method: str, level: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Each comparison's interval level in a table with correction `method`, and whether its interval is cut at 0 (the
+    """Each comparison's interval level in a table with correction `method`, and whether its interval is closed at 0 (the
     kit's own reading of Strassburger & Bretz 2008 for Holm 1979): Holm: every gap at Bonferroni's 1 - alpha / m
     (simultaneous), and a gap Holm rejects has its interval closed at 0 ([0, hi] or [lo, 0]) where it crosses it:
     Holm shows the sign, not a size away from 0; other corrections: `_adjusted_levels`. NaN p: `level`, never cut."""
@@ -1073,7 +1073,11 @@ def _gap_words(r: Mapping, ref: str, a: Mapping) -> str:
     # 0/1 answers keep Tango's score interval when the methods agree on every item, or differ alike on every one
     tango = r.get("test") == "mcnemar"
     if st == "identical":
-        ci = f"{_interval_text(r)} (agree on every item)" if tango else "(identical on every item: no interval)"
+        ci = (
+            f"{_interval_text(r)} (agree on every item)"
+            if tango
+            else "(identical on every item: no interval)"
+        )
     elif st == "zero variance":
         ci = (
             f"{_interval_text(r)} (the same gap on every item)"
