@@ -650,10 +650,10 @@ def _adjusted_levels(pvalues: Sequence[float], method: str, level: float) -> np.
 def _family_levels(
     pvalues: Sequence[float], method: str, level: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Each comparison's interval level in a table with correction `method`, and whether its interval is cut at 0 (the
+    """Each comparison's interval level in a table with correction `method`, and whether its interval is closed at 0 (the
     kit's own reading of Strassburger & Bretz 2008 for Holm 1979): Holm: every gap at Bonferroni's 1 - alpha / m
-    (simultaneous), and a gap Holm rejects has its interval cut at 0 where it crosses it; other corrections:
-    `_adjusted_levels`. NaN p: `level`, never cut."""
+    (simultaneous), and a gap Holm rejects has its interval closed at 0 ([0, hi] or [lo, 0]) where it crosses it:
+    Holm shows the sign, not a size away from 0; other corrections: `_adjusted_levels`. NaN p: `level`, never cut."""
     lv = _adjusted_levels(pvalues, method, level)
     p = np.asarray(pvalues, dtype=float)
     cut = np.zeros(p.shape, dtype=bool)
@@ -927,8 +927,9 @@ def _family_intervals(
 ) -> pd.DataFrame:
     """Step 4 of `compare_methods` (the kit's own): each gap's interval again (`paired_inference`, the test's own
     dual) at the level of its correction (`_family_levels`, in `diff_level`; a Holm-rejected interval that crosses 0
-    is cut there, `diff_cut`), so that intervals and verdicts are one procedure; `agrees` (the interval excludes 0,
-    or is cut at it, exactly where the verdict is distinguishable); the TOST verdict never stands next to a
+    is closed there, [0, hi] or [lo, 0], `diff_cut`: Holm shows the sign), so that intervals and verdicts are one
+    procedure; `agrees`: the interval lies on the verdict's side of 0 (a distinguishable gap's interval on one side
+    of 0, 0 itself allowed as a closed cut's bound; one not told apart holds 0); the TOST verdict never stands next to a
     distinguishable gap (`equivalent` False there, `tost_equivalent` keeps the test's own); `verdict` in words."""
     t = table.copy()
     for c in ("diff", "diff_low", "diff_high", "status"):
@@ -958,10 +959,12 @@ def _family_intervals(
             t.iloc[i, t.columns.get_loc("diff_cut")] = True
         t.iloc[i, t.columns.get_indexer(["diff_low", "diff_high"])] = (lo, hi)
     dist = t["distinguishable"].eq(True)
-    excludes = (t["diff_low"] > 0) | (t["diff_high"] < 0) | t["diff_cut"].eq(True)
-    t["agrees"] = (
-        (excludes == dist).astype(object).where(gap & t["diff_low"].notna().to_numpy(), None)
-    )
+    lo, hi = t["diff_low"], t["diff_high"]
+    # told apart: the interval on one side of 0 (a closed cut has 0 as its near bound); else it holds 0
+    side = (lo > 0) | (hi < 0) | (t["diff_cut"].eq(True) & ((lo == 0) | (hi == 0)))
+    holds = (lo <= 0) & (hi >= 0)
+    ok = side.where(dist, holds)
+    t["agrees"] = ok.astype(object).where(gap & lo.notna().to_numpy(), None)
     if "equivalent" in t:
         t["tost_equivalent"] = t["equivalent"]
         t["equivalent"] = (t["equivalent"].eq(True) & ~dist).astype(object).where(gap, None)
@@ -1020,14 +1023,15 @@ def _pts(x: float) -> str:
 
 # %% ../nbs/05b_stats.ipynb #b7e1a009
 def _interval_text(r: Mapping) -> str:
-    "A gap's interval for the caption; an interval that does not exist, or has no finite bound, in words."
+    """A gap's interval for the caption; an interval that does not exist, or has no finite bound, in words; one closed
+    at 0 by Holm (`diff_cut`) as [0, +x] or [-x, 0]."""
     lo, hi = r.get("diff_low", math.nan), r.get("diff_high", math.nan)
     if pd.isna(lo) or pd.isna(hi):
         return "(no interval: too few items)"
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return "(too few items for an interval at this level: no bound)"
     if r.get("diff_cut") is True:
-        return f"(0, {_pts(hi)}]" if lo == 0 else f"[{_pts(lo)}, 0)"
+        return f"[0, {_pts(hi)}]" if lo == 0 else f"[{_pts(lo)}, 0]"
     return f"[{_pts(lo)}, {_pts(hi)}]"
 
 # %% ../nbs/05b_stats.ipynb #6e22a499
@@ -1055,7 +1059,7 @@ def _interval_words(a: Mapping, levels: pd.Series) -> str:
     words = {
         "holm": (
             f"Holm-compatible simultaneous intervals ({span}, Bonferroni's level for every gap; a gap Holm tells "
-            "apart is cut at 0 where its interval would cross it)"
+            "apart whose interval would cross 0 is closed at 0: Holm shows its sign, not a size away from 0)"
         ),
         "bonferroni": f"Bonferroni-adjusted simultaneous {span} intervals",
         "fdr_bh": f"false-coverage-rate-adjusted {span} intervals (Benjamini-Yekutieli)",
@@ -1066,10 +1070,20 @@ def _interval_words(a: Mapping, levels: pd.Series) -> str:
 def _gap_words(r: Mapping, ref: str, a: Mapping) -> str:
     "One gap of the caption: difference, interval (or why none), verdict, test and adjusted p, TOST, tokens."
     st = r.get("status") or "ok"
+    # 0/1 answers keep Tango's score interval when the methods agree on every item, or differ alike on every one
+    tango = r.get("test") == "mcnemar"
     if st == "identical":
-        ci = "(identical on every item: no interval)"
+        ci = (
+            f"{_interval_text(r)} (agree on every item)"
+            if tango
+            else "(identical on every item: no interval)"
+        )
     elif st == "zero variance":
-        ci = "(the same gap on every item: no interval)"
+        ci = (
+            f"{_interval_text(r)} (the same gap on every item)"
+            if tango
+            else "(the same gap on every item: no interval)"
+        )
     else:
         ci = _interval_text(r)
     s = f"{r['method']} vs {ref}: {_pts(r['diff'])} points {ci}, {r.get('verdict') or ('distinguishable' if r['distinguishable'] else 'not distinguishable')}"
