@@ -102,17 +102,24 @@ def _strip_wrappers(s: str) -> str:
     return s
 
 # %% ../nbs/01_answers.ipynb #99480dbe
+# a row separator `\\` (kept whole), or a spacing command: `\!` (removed), `\,` `\;` `\ ` `\quad` ...
+# (a space). Read left to right, `\\` is consumed first, so the second backslash of `\\ ` never starts a `\ `
+_SPACING_RE = re.compile(r"\\\\|\\(?:displaystyle|quad|qquad)(?![a-zA-Z])|\\[!,; ]")
+
+
 def normalize_latex(s: str) -> str:
-    """Light normalisation of a LaTeX answer: wrappers, trailing punctuation, `\\left`/`\\right`, `\\dfrac` -> `\\frac`.
-    Never raises: a value whose `str` fails normalises to ``."""
+    """Light normalisation of a LaTeX answer: wrappers, trailing punctuation, `\\left`/`\\right`, `\\dfrac` -> `\\frac`,
+    spacing commands (a matrix's row separator `\\\\` kept). Never raises: a value whose `str` fails normalises to ``."""
     try:
-        s = _strip_wrappers(str(s)).replace("\\!", "")  # `\!` (negative thin space): removed
+        s = _strip_wrappers(str(s))
     except Exception:
         return ""
-    s = re.sub(r"\\(?:left|right)(?![a-zA-Z])\s*", "", s)
-    s = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", s)
-    s = re.sub(r"\\(?:displaystyle|!|,|;|quad|qquad)(?![a-zA-Z])", " ", s) if "\\" in s else s
-    s = s.replace("\\ ", " ")
+    if "\\" in s:
+        s = _SPACING_RE.sub(
+            lambda m: m.group() if m.group() == "\\\\" else ("" if m.group() == "\\!" else " "), s
+        )
+        s = re.sub(r"\\(?:left|right)(?![a-zA-Z])\s*", "", s)
+        s = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", s)
     s = re.sub(r"\s+", " ", s).strip()
     return _strip_wrappers(s)
 
@@ -850,10 +857,12 @@ def _mv_budget():
         _LOCAL.budget = None
 
 # %% ../nbs/01_answers.ipynb #b10e7e5f
-# towers (`2^{3^4}`), 5+-digit exponents, double factorials, 200+-digit numbers, `**`, and factorials of a
-# bracket or of a 4+-digit number (`(10!)!`, `1000!`)
+# towers: an exponent that itself holds a `^` (`2^{3^4}`, `2^3^4`, `x^{2}^{3}`; not `x^3+2x^2`, two powers
+# side by side), 5+-digit exponents, double factorials, 200+-digit numbers, `**`, and factorials of a bracket
+# or of a 4+-digit number (`(10!)!`, `1000!`)
 _TOWER_RE = re.compile(
-    r"\^\s*\{?[^}]*\^|\^\s*\{?\s*\d{5,}|!\s*!|\d{200,}|\*\*|[)}\]]\s*!|\d{4,}\s*!"
+    r"\^\s*(?:\{[^{}]*\^|\{[^{}]*\}\s*\^|[\w.]+\s*\^)"
+    r"|\^\s*\{?\s*\d{5,}|!\s*!|\d{200,}|\*\*|[)}\]]\s*!|\d{4,}\s*!"
 )
 _MV_MAX_DEPTH = (
     8  # brackets nested deeper are not parsed (150 nested parentheses: seconds in math-verify)
