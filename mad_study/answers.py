@@ -13,6 +13,7 @@ import functools
 import importlib.resources
 import json
 import math
+import numbers
 import re
 import threading
 import time
@@ -875,8 +876,9 @@ def extract_answer(text: Any, fmt: str) -> str | None:
             return None
         if isinstance(text, (bytes, bytearray)):
             text = bytes(text).decode("utf-8", errors="replace")
-        elif isinstance(text, (int, float, Fraction)):
-            if isinstance(text, float) and not math.isfinite(text):
+        elif isinstance(text, numbers.Number):
+            # any number type (numpy's, `Decimal`) is read as its `str`; NaN and infinities hold no answer
+            if not math.isfinite(text):
                 return None
             text = str(text)
         elif not isinstance(text, str):
@@ -1409,11 +1411,16 @@ def merge_equivalent(answers: Sequence[Any], fmt: str) -> list[str | None]:
 
 # %% ../nbs/01_answers.ipynb #12e74df7
 def _unparsed(a: Any) -> bool:
-    "None, NaN, or a pandas missing value (`<NA>`, `NaT`) written as a non-string."
-    if a is None or (isinstance(a, float) and math.isnan(a)):
+    "None, an empty string, a NaN of any number type (`Decimal('NaN')`), or a pandas missing value (`<NA>`, `NaT`)."
+    if a is None:
         return True
-    if isinstance(a, (str, int, Fraction)):
-        return False
+    if isinstance(a, str):
+        return not a.strip()
+    if isinstance(a, numbers.Number):
+        try:
+            return bool(a != a)
+        except Exception:
+            return False
     try:
         return str(a) in ("<NA>", "nan", "NaT")
     except Exception:
@@ -1421,7 +1428,7 @@ def _unparsed(a: Any) -> bool:
 
 
 def parse_failure_rate(answers: Iterable[Any]) -> float:
-    "Share of answers that did not parse (None or NaN); NaN for an empty input. A column of every results table."
+    "Share of answers that did not parse (None, an empty string or NaN); NaN for an empty input. A column of every results table."
     answers = list(answers)
     if not answers:
         return float("nan")
