@@ -1007,7 +1007,7 @@ def _depth(s: str) -> int:
                 return 1 << 30
     return best if d == 0 else 1 << 30
 
-
+# %% ../nbs/01_answers.ipynb #9a5b901c
 # a word of 3+ letters that is no LaTeX command, outside `\text{}` and `\begin{}`: 4 of them make prose
 _PROSE_WORD_RE = re.compile(r"(?<![\\a-zA-Z{])[a-zA-Z]{3,}")
 _WRAPPED_RE = re.compile(r"\\(?:text\w*|mathrm|mbox|operatorname|begin|end)\s*\{[^{}]*\}")
