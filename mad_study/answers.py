@@ -676,9 +676,9 @@ def _states_no_answer(s: str) -> bool:
     return _loops(s) or _truncated(s)
 
 # %% ../nbs/01_answers.ipynb #307866ea
-# a closing line that states nothing: a pleasantry without a digit
+# a closing line that states nothing: a pleasantry without a digit, perhaps after a short label (`**Note:**`)
 _PLEASANTRY_RE = re.compile(
-    r"[\W_]*(?:I\s+hope|hope\s+(?:this|that|it)|let\s+me\s+know|feel\s+free|good\s+luck|thanks|"
+    r"[\W_]*(?:[A-Za-z ]{1,20}:[\W_]*)?(?:I\s+hope|hope\s+(?:this|that|it)|let\s+me\s+know|feel\s+free|good\s+luck|thanks|"
     r"thank\s+you|happy\s+\w+ing|cheers|have\s+a\s+)\D*",
     re.I,
 )
