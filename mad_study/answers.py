@@ -13,6 +13,7 @@ import functools
 import importlib.resources
 import json
 import math
+import numbers
 import re
 import threading
 import time
@@ -26,8 +27,9 @@ from .core import ANSWER_FORMATS, ConfigError
 # %% auto #0
 __all__ = ['MAX_CHARS', 'OPTION_LETTERS', 'MATH_VERIFY_TIMEOUT', 'MATH_VERIFY_WALL', 'MATH_VERIFY_MAX_CHARS', 'GRADINGS',
            'ELEMENTWISE_FORMATS', 'CORPUS_FILE', 'last_boxed', 'normalize_latex', 'number_candidates', 'parse_number',
-           'canonical_number', 'extract_answer', 'math_equiv_strict', 'is_correct', 'answers_equivalent',
-           'merge_equivalent', 'parse_failure_rate', 'load_answer_corpus', 'corpus_agreement', 'extract_confidence']
+           'canonical_number', 'extract_answer', 'math_verify_timeouts', 'math_equiv_strict', 'is_correct',
+           'answers_equivalent', 'merge_equivalent', 'parse_failure_rate', 'load_answer_corpus', 'corpus_agreement',
+           'extract_confidence']
 
 # %% ../nbs/01_answers.ipynb #a1b712c7
 MAX_CHARS = (
@@ -102,17 +104,24 @@ def _strip_wrappers(s: str) -> str:
     return s
 
 # %% ../nbs/01_answers.ipynb #99480dbe
+# a row separator `\\` (kept whole), or a spacing command: `\!` (removed), `\,` `\;` `\ ` `\quad` ...
+# (a space). Read left to right, `\\` is consumed first, so the second backslash of `\\ ` never starts a `\ `
+_SPACING_RE = re.compile(r"\\\\|\\(?:displaystyle|quad|qquad)(?![a-zA-Z])|\\[!,; ]")
+
+
 def normalize_latex(s: str) -> str:
-    """Light normalisation of a LaTeX answer: wrappers, trailing punctuation, `\\left`/`\\right`, `\\dfrac` -> `\\frac`.
-    Never raises: a value whose `str` fails normalises to ``."""
+    """Light normalisation of a LaTeX answer: wrappers, trailing punctuation, `\\left`/`\\right`, `\\dfrac` -> `\\frac`,
+    spacing commands (a matrix's row separator `\\\\` kept). Never raises: a value whose `str` fails normalises to ``."""
     try:
-        s = _strip_wrappers(str(s)).replace("\\!", "")  # `\!` (negative thin space): removed
+        s = _strip_wrappers(str(s))
     except Exception:
         return ""
-    s = re.sub(r"\\(?:left|right)(?![a-zA-Z])\s*", "", s)
-    s = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", s)
-    s = re.sub(r"\\(?:displaystyle|!|,|;|quad|qquad)(?![a-zA-Z])", " ", s) if "\\" in s else s
-    s = s.replace("\\ ", " ")
+    if "\\" in s:
+        s = _SPACING_RE.sub(
+            lambda m: m.group() if m.group() == "\\\\" else ("" if m.group() == "\\!" else " "), s
+        )
+        s = re.sub(r"\\(?:left|right)(?![a-zA-Z])\s*", "", s)
+        s = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", s)
     s = re.sub(r"\s+", " ", s).strip()
     return _strip_wrappers(s)
 
@@ -282,6 +291,11 @@ _STMT_RE = re.compile(
     r"[\s*_]*",
     re.IGNORECASE,
 )
+# "each option:", "all the following answer:": a cue that heads a walk-through, not an answer
+_HEADING_RE = re.compile(
+    r"\b(?:each|every|all|any|these|those|other|possible|(?:the\s+)?following)\s+(?:answer\s+)?$",
+    re.I,
+)
 _FINAL_CUE_RE = re.compile(r"\bfinal\s*[:：][\s*_]*", re.IGNORECASE)  # a bare "Final:" cue
 # first-person choices: "I choose (B)", "I'll go with B", "I still maintain (C)", "I stand by 42"
 _CHOOSE_RE = re.compile(
@@ -382,13 +396,21 @@ def _statements(s: str, kws=("answer",)) -> list[tuple[int, str]]:
     if "answer" in kws:
         cues += [(m, True) for m in _FINAL_CUE_RE.finditer(s)]
     cues += [(m, False) for m in _CHOOSE_RE.finditer(s)]
-    out = []
+    out, listing = [], None
     for m, final in cues:
+        if _HEADING_RE.search(s[max(0, m.start() - 40) : m.start()]):
+            continue  # "Let's evaluate each option:" heads a walk-through
+
         # 300 characters, and the rest of a digit run the window would cut (it is then too long to be a number)
         end = m.end() + 300
         rest = (s[m.end() : end] + re.match(r"\d*", s[end : end + _MAX_DIGITS + 1]).group()).split(
             "\n", 1
         )[0]
+        if "\n" in re.search(r"[\s*_]*$", m.group()).group():
+            # a cue that ends its line: the next line is the answer only when short and not an option list
+            listing = _listing_lines(s) if listing is None else listing
+            if len(rest.strip()) > 40 or s.count("\n", 0, m.end()) in listing:
+                continue
         nb = _NOT_BUT_RE.match(rest.lstrip("$*_ "))
         if nb:
             rest = rest.lstrip("$*_ ")[nb.end() :]
@@ -605,22 +627,42 @@ _FUNCTION_END_RE = re.compile(
     r"this|these|its|their|our|if|than|get|gives?)\s*[,:]?$",
     re.I,
 )
+# a line of markup alone: a code fence, `\begin{align*}` / `\end{...}`, a table or section rule, `**`, `$$`
+_MARKUP_LINE_RE = re.compile(
+    r"\s*(?:`{3,}[\w+-]*|\\(?:begin|end)\s*\{[^{}]*\}(?:\{[^{}]*\})*|[-*_=#~|:+\s]+|\$\$|\\\[|\\\])\s*"
+)
+_DIGITS_RE = re.compile(r"\d+")
 
-
+# %% ../nbs/01_answers.ipynb #158c54c2
 def _loops(s: str) -> bool:
-    "Whether the end of `s` repeats itself: 10 words 3+ times in the last 300 words, or a line 3+ times in the last 30."
-    words = s[-6000:].split()[-300:]
-    grams = Counter(tuple(words[i : i + 10]) for i in range(max(0, len(words) - 9)))
-    if grams and max(grams.values()) >= 3:
-        return True
-    lines = [l.strip() for l in s[-6000:].split("\n") if len(l.strip()) >= 8][-30:]
-    return bool(lines) and max(Counter(lines).values()) >= 3
+    """Whether `s` ends in a loop (the rule above): its last 10 words occur 3+ times in its last 300 (5+ times with
+    digits masked), or its last line (markup skipped, 8+ characters) 3+ times in its last 30 lines; a loop repeated
+    word for word may be followed by a fragment of up to 3 words (`... She had 16`)."""
+    tail = s[-6000:]
+    words = tail.split()[-300:]
+    if len(words) >= 12:
+        raw = Counter(tuple(words[i : i + 10]) for i in range(len(words) - 9))
+        if any(raw[tuple(words[len(words) - 10 - k : len(words) - k])] >= 3 for k in (0, 1, 2, 3)):
+            return True
+        masked = [_DIGITS_RE.sub("0", w) for w in words]
+        runs = Counter(tuple(masked[i : i + 10]) for i in range(len(masked) - 9))
+        if runs[tuple(masked[-10:])] >= 5:
+            return True
+    lines = [l.strip() for l in tail.split("\n") if l.strip() and not _MARKUP_LINE_RE.fullmatch(l)][
+        -30:
+    ]
+    return bool(lines) and len(lines[-1]) >= 8 and lines.count(lines[-1]) >= 3
 
 # %% ../nbs/01_answers.ipynb #a0b7463f
+# what a cut-off text ends in: an ASCII letter, a comma, a colon, an opening bracket or an operator (not `---`, `**`)
+_CUT_END_RE = re.compile(r"(?:[A-Za-z,:;(\[{+=/^<>×÷·−&\\]|(?<![-*])[-*])$")
+
+
 def _truncated(s: str) -> bool:
-    "Whether `s` ends mid-sentence (the rule above): a letter, comma or operator last, on a long last line, after a function word or a sentence without a number."
+    """Whether `s` ends mid-sentence (the rule above): an ASCII letter, comma or operator last (an emoji, a digit or a
+    full stop is an end), on a long last line, after a function word or in a sentence without a number."""
     t = s.rstrip()
-    if not t or t[-1] in ".!?)]}*$\"'`%" or t[-1].isdigit():
+    if not t or not _CUT_END_RE.search(t):
         return False
     last_line = t.rsplit("\n", 1)[-1]
     if len(last_line.split()) < 6:
@@ -634,32 +676,119 @@ def _states_no_answer(s: str) -> bool:
     return _loops(s) or _truncated(s)
 
 # %% ../nbs/01_answers.ipynb #307866ea
+# a closing line that states nothing: a pleasantry without a digit, perhaps after a short label (`**Note:**`)
+_PLEASANTRY_RE = re.compile(
+    r"[\W_]*(?:[A-Za-z ]{1,20}:[\W_]*)?(?:I\s+hope|hope\s+(?:this|that|it)|let\s+me\s+know|feel\s+free|good\s+luck|thanks|"
+    r"thank\s+you|happy\s+\w+ing|cheers|have\s+a\s+)\D*",
+    re.I,
+)
+
+
+def _closing_line(s: str) -> str | None:
+    "The last non-empty line of `s` that is neither markup alone (`---`, `**`) nor a pleasantry (`I hope this helps!`)."
+    for l in reversed(s.rstrip().split("\n")):
+        if (
+            l.strip()
+            and not _MARKUP_LINE_RE.fullmatch(l)
+            and not _PLEASANTRY_RE.fullmatch(l.strip())
+        ):
+            return l.strip()
+    return None
+
+
 def _concluding_sentence(s: str) -> str | None:
     "The concluding sentence of `s` (rules above), or None."
-    lines = [l for l in s.rstrip().split("\n") if l.strip()]
-    if not lines:
+    line = _closing_line(s)
+    if line is None:
         return None
-    sents = [x for x in re.split(r"(?<=[.!?])\s+", lines[-1].strip()) if x.strip()]
-    for k, sent in enumerate(reversed(sents[-2:])):
+    sents = [x for x in re.split(r"(?<=[.!?])\s+", line) if x.strip()]
+    for sent in reversed(sents[-2:]):
         if re.search(r"\d", sent):
-            return sent if (_CONCLUDE_RE.search(sent) or "=" in sent) else None
+            concludes = _CONCLUDE_RE.search(sent) or "=" in sent
+            return sent if concludes and not sent.rstrip().endswith("?") else None
     return None
 
 # %% ../nbs/01_answers.ipynb #da8722dd
+# inline math, pandoc's rule: `$` opens before a non-space and closes after one, not before a digit (`$5 and $7`
+# is currency); or `\(...\)`
+_INLINE_MATH_RE = re.compile(
+    r"(?<![\\$])\$(?=[^\s$])((?:\\.|[^$\\\n])+?)(?<=[^\s\\])\$(?!\d)|\\\((.+?)\\\)"
+)
+_SEVERAL_RE = re.compile(r"\b(?:or|and)\b|^\s*,\s*$", re.I)
+# an interval, a set, a bound or an alternative around a bare number: no single value
+_QUALIFIED_RE = re.compile(
+    r"\b(?:or|at\s+(?:least|most)|(?:more|less|fewer|greater)\s+than|between|up\s+to|either|nor)\b"
+    r"|[<>≤≥≠±∞\[\]{}]|\\(?!text\b)[a-zA-Z]",
+    re.I,
+)
+_WORD3_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{3,}")
+
+
+def _latex_answer(tex: str) -> str | None:
+    "A concluding sentence's LaTeX answer: a plain number in canonical form, else the normalised LaTeX (or None)."
+    a = normalize_latex(tex)
+    if not a or len(a) > 100:
+        return None
+    m = _NUM_RE.fullmatch(_clean_number_text(a).strip().strip("$").strip())
+    if m is None:
+        return a
+    v = _to_fraction(m)
+    return canonical_number(v) if v is not None else None
+
+# %% ../nbs/01_answers.ipynb #1d8c96e5
+def _equation_answer(sent: str) -> str | None:
+    "Rule 2: the answer after the last `=` of a concluding sentence without inline math, or None (rules above)."
+    head = re.split(r"\s+when\b", sent, maxsplit=1, flags=re.I)[0]
+    if "=" not in head:
+        return None
+    lhs, rhs = head.rsplit("=", 1)
+    # `x = 2 or x = 3`, `x = 2, y = 3`: several values
+    if re.search(r"(?:\bor|\band|,)\s+[A-Za-z]\s*$", lhs, re.I):
+        return None
+    rhs = rhs.strip()
+    if rhs.startswith("$") and not _UNESCAPED_DOLLAR_RE.search(rhs, 1):
+        rhs = rhs[1:]  # `= $18`: currency
+    parts = re.split(r",\s|\s+and\s", rhs, maxsplit=1)
+    # the sentence goes on past its equation (`= 9 eggs, and then she sells them`): a step, not the conclusion
+    if len(parts) > 1 and (len(_WORD3_RE.findall(parts[1])) > 1 or re.search(r"\d", parts[1])):
+        return None
+    rhs = normalize_latex(_cut_statement(parts[0]))
+    if not rhs or re.search(r"\bor\b", rhs):
+        return None
+    v, alone = _read_number(rhs)
+    if v is not None and alone and len(number_candidates(rhs)) == 1:
+        return canonical_number(v)
+    if len(_WORD3_RE.findall(_UNWRAP_RE.sub(" ", rhs))) > 1 or len(rhs) > 100:
+        return None
+    return rhs
+
+# %% ../nbs/01_answers.ipynb #1ad2d5f0
 def _concluded_answer(s: str) -> str | None:
-    "The `boxed` answer of a concluding sentence: after its last `=`, else its last number standing alone."
+    "The `boxed` answer of a concluding sentence: its last inline math, else after its last `=`, else a lone number."
     if _states_no_answer(s):
         return None
     sent = _concluding_sentence(s)
     if sent is None or _attributed(sent, len(sent)):
         return None
+    cue = _CONCLUDE_RE.search(sent)
+    body = sent[cue.end() :] if cue else sent
+    spans = [(m.start(), m.end(), m.group(1) or m.group(2)) for m in _INLINE_MATH_RE.finditer(sent)]
+    if spans:
+        tex = spans[-1][2]
+        # the span must be what the sentence concludes: after its cue word, or an equation itself
+        if not ((cue and cue.start() < spans[-1][0]) or "=" in tex):
+            return None
+        if re.search(r"\bor\b", tex) or (
+            len(spans) > 1 and _SEVERAL_RE.search(sent[spans[-2][1] : spans[-1][0]])
+        ):
+            return None
+        return _latex_answer(tex.rsplit("=", 1)[-1])
     if "=" in sent:
-        rhs = normalize_latex(_cut_statement(sent.rsplit("=", 1)[1]))
-        v, alone = _read_number(rhs)
-        if v is not None and alone and len(number_candidates(rhs)) == 1:
-            return canonical_number(v)
-        return rhs if rhs and len(rhs) <= 100 else None
-    v, alone = _read_number(sent, last=True)
+        return _equation_answer(sent)
+    c = _clean_number_text(body)
+    if len(list(_NUM_RE.finditer(c))) != 1 or _QUALIFIED_RE.search(c):
+        return None
+    v, alone = _read_number(body, last=True)
     return canonical_number(v) if v is not None and alone else None
 
 # %% ../nbs/01_answers.ipynb #ce3e74e5
@@ -747,8 +876,9 @@ def extract_answer(text: Any, fmt: str) -> str | None:
             return None
         if isinstance(text, (bytes, bytearray)):
             text = bytes(text).decode("utf-8", errors="replace")
-        elif isinstance(text, (int, float, Fraction)):
-            if isinstance(text, float) and not math.isfinite(text):
+        elif isinstance(text, numbers.Number):
+            # any number type (numpy's, `Decimal`) is read as its `str`; NaN and infinities hold no answer
+            if not math.isfinite(text):
                 return None
             text = str(text)
         elif not isinstance(text, str):
@@ -762,10 +892,11 @@ def extract_answer(text: Any, fmt: str) -> str | None:
         return None
 
 # %% ../nbs/01_answers.ipynb #5b8a2cf8
-# seconds of the calling thread's CPU time math-verify may take per grading / equivalence call
+# seconds of the calling thread's CPU time math-verify may take per grading / equivalence call (the budget)
 MATH_VERIFY_TIMEOUT = 0.8
-# and at most this many seconds of wall-clock time (a thread kept waiting on a busy machine)
-MATH_VERIFY_WALL = 3.0
+# a hang guard, not a budget: at most this many seconds of wall-clock time (a thread starved for minutes). A
+# legitimate comparison on a busy machine waits for the CPU; only its own CPU time counts against it
+MATH_VERIFY_WALL = 30.0
 # longer answers are compared as normalised strings, not by math-verify
 MATH_VERIFY_MAX_CHARS = 400
 
@@ -850,10 +981,12 @@ def _mv_budget():
         _LOCAL.budget = None
 
 # %% ../nbs/01_answers.ipynb #b10e7e5f
-# towers (`2^{3^4}`), 5+-digit exponents, double factorials, 200+-digit numbers, `**`, and factorials of a
-# bracket or of a 4+-digit number (`(10!)!`, `1000!`)
+# towers: an exponent that itself holds a `^` (`2^{3^4}`, `2^3^4`, `x^{2}^{3}`; not `x^3+2x^2`, two powers
+# side by side), 5+-digit exponents, double factorials, 200+-digit numbers, `**`, and factorials of a bracket
+# or of a 4+-digit number (`(10!)!`, `1000!`)
 _TOWER_RE = re.compile(
-    r"\^\s*\{?[^}]*\^|\^\s*\{?\s*\d{5,}|!\s*!|\d{200,}|\*\*|[)}\]]\s*!|\d{4,}\s*!"
+    r"\^\s*(?:\{[^{}]*\^|\{[^{}]*\}\s*\^|[\w.]+\s*\^)"
+    r"|\^\s*\{?\s*\d{5,}|!\s*!|\d{200,}|\*\*|[)}\]]\s*!|\d{4,}\s*!"
 )
 _MV_MAX_DEPTH = (
     8  # brackets nested deeper are not parsed (150 nested parentheses: seconds in math-verify)
@@ -874,7 +1007,7 @@ def _depth(s: str) -> int:
                 return 1 << 30
     return best if d == 0 else 1 << 30
 
-
+# %% ../nbs/01_answers.ipynb #9a5b901c
 # a word of 3+ letters that is no LaTeX command, outside `\text{}` and `\begin{}`: 4 of them make prose
 _PROSE_WORD_RE = re.compile(r"(?<![\\a-zA-Z{])[a-zA-Z]{3,}")
 _WRAPPED_RE = re.compile(r"\\(?:text\w*|mathrm|mbox|operatorname|begin|end)\s*\{[^{}]*\}")
@@ -902,6 +1035,9 @@ def _math_verify():
     for s in ("1", "(3, \\frac{\\pi}{2})", "x^2+\\sqrt{2}"):
         e = parse("\\boxed{" + s + "}", parsing_timeout=None)
         verify(e, e, timeout_seconds=None)
+    # sympy's first expansion of a polynomial costs ~0.7 s of CPU, nearly a whole budget: paid here, once
+    a, b = (parse("\\boxed{" + s + "}", parsing_timeout=None) for s in ("(x+1)^2", "x^2+2x+1"))
+    verify(a, b, timeout_seconds=None)
     return parse, verify
 
 
@@ -915,12 +1051,18 @@ def _mv_parse(s: str) -> tuple:
         return ()
 
 # %% ../nbs/01_answers.ipynb #33b7c480
-class _NoTime(Exception):
-    "The grading call's budget was spent before math-verify could start (not cached)."
+class _NoTime(BaseException):
+    """A grading call's math-verify budget was spent, before math-verify could start or while it ran. A
+    `BaseException`: it passes every `except Exception` and every memoised function on its way up, so a time-out is
+    never cached; the public calls (`is_correct`, `answers_equivalent`) count it and grade not equal."""
+
+
+_OUT_OF_TIME = object()  # what `_bounded` returns when the watchdog stopped math-verify
 
 
 @functools.lru_cache(maxsize=1 << 17)
 def _mv_verify_cached(gold: str, pred: str) -> bool:
+    "math-verify's verdict on one pair, memoised; raises `_NoTime` (never cached) when the call's budget is spent."
     b = getattr(_LOCAL, "budget", None) or {
         "clock": time.monotonic,
         "cpu_end": time.monotonic() + MATH_VERIFY_TIMEOUT,
@@ -944,14 +1086,39 @@ def _mv_verify_cached(gold: str, pred: str) -> bool:
         except Exception:
             return False
 
-    return _bounded(run, cpu_left, wall_left, False)
+    out = _bounded(run, cpu_left, wall_left, _OUT_OF_TIME)
+    if out is _OUT_OF_TIME:
+        raise _NoTime
+    return out
+
+# %% ../nbs/01_answers.ipynb #1fd8cbdd
+_TIMEOUTS = {"n": 0}
+_TIMEOUTS_LOCK = threading.Lock()
+
+
+def _count_timeout() -> None:
+    with _TIMEOUTS_LOCK:
+        _TIMEOUTS["n"] += 1
+
+
+def math_verify_timeouts(reset: bool = False) -> int:
+    """How many grading or equivalence calls of this process ran out of math-verify's time (`MATH_VERIFY_TIMEOUT` of
+    CPU, or the `MATH_VERIFY_WALL` hang guard) and were graded not equal; `reset=True` zeroes the count after reading
+    it. A results table reports it beside the parse-failure rate: each one is a grade the machine decided (the
+    kit's own)."""
+    with _TIMEOUTS_LOCK:
+        n = _TIMEOUTS["n"]
+        if reset:
+            _TIMEOUTS["n"] = 0
+    return n
 
 
 def _mv_verify(gold: str, pred: str) -> bool:
-    "math-verify's `verify(parse(gold), parse(pred))`, within the grading call's time (False when out of time)."
+    "math-verify's `verify(parse(gold), parse(pred))` within the grading call's time; out of time: counted, False."
     try:
         return _mv_verify_cached(gold, pred)
     except _NoTime:
+        _count_timeout()
         return False
 
 # %% ../nbs/01_answers.ipynb #6ab408a9
@@ -1017,7 +1184,8 @@ def _boxed_equal(gold: str, pred: str) -> bool:
         return _norm_text(g) == _norm_text(p)
     gm = canonical_number(gn) if gn is not None else g
     pm = canonical_number(pn) if pn is not None else p
-    return _mv_verify(gm, pm)
+    # `_NoTime` passes up to the public call, so that no memoised function keeps a time-out
+    return _mv_verify_cached(gm, pm)
 
 # %% ../nbs/01_answers.ipynb #1763af13
 def _option_letter(a: Any) -> str | None:
@@ -1087,9 +1255,14 @@ def is_correct(pred: Any, gold: Any, fmt: str, grading: str = "lenient") -> bool
         raise ConfigError("unknown grading", key="grading", value=grading, choices=GRADINGS)
     if grading == "strict" and fmt == "boxed":
         return math_equiv_strict(pred, gold)
-    if type(pred) is str and type(gold) is str:
-        return _is_correct_str(pred, gold, fmt)
-    return _is_correct(pred, gold, fmt)
+    try:
+        if type(pred) is str and type(gold) is str:
+            return _is_correct_str(pred, gold, fmt)
+        return _is_correct(pred, gold, fmt)
+    except _NoTime:
+        # out of math-verify's time: not equal, counted, and not cached (it passed the memoised grader)
+        _count_timeout()
+        return False
 
 # %% ../nbs/01_answers.ipynb #5b9f04ec
 def _is_correct(pred: Any, gold: Any, fmt: str) -> bool:
@@ -1179,6 +1352,9 @@ def answers_equivalent(a: Any, b: Any, fmt: str) -> bool:
             return False
         with _mv_budget():
             return _boxed_equal(str(a), str(b)) or _boxed_equal(str(b), str(a))
+    except _NoTime:
+        _count_timeout()
+        return False
     except Exception:
         return False
 
@@ -1235,11 +1411,16 @@ def merge_equivalent(answers: Sequence[Any], fmt: str) -> list[str | None]:
 
 # %% ../nbs/01_answers.ipynb #12e74df7
 def _unparsed(a: Any) -> bool:
-    "None, NaN, or a pandas missing value (`<NA>`, `NaT`) written as a non-string."
-    if a is None or (isinstance(a, float) and math.isnan(a)):
+    "None, an empty string, a NaN of any number type (`Decimal('NaN')`), or a pandas missing value (`<NA>`, `NaT`)."
+    if a is None:
         return True
-    if isinstance(a, (str, int, Fraction)):
-        return False
+    if isinstance(a, str):
+        return not a.strip()
+    if isinstance(a, numbers.Number):
+        try:
+            return bool(a != a)
+        except Exception:
+            return False
     try:
         return str(a) in ("<NA>", "nan", "NaT")
     except Exception:
@@ -1247,7 +1428,7 @@ def _unparsed(a: Any) -> bool:
 
 
 def parse_failure_rate(answers: Iterable[Any]) -> float:
-    "Share of answers that did not parse (None or NaN); NaN for an empty input. A column of every results table."
+    "Share of answers that did not parse (None, an empty string or NaN); NaN for an empty input. A column of every results table."
     answers = list(answers)
     if not answers:
         return float("nan")
