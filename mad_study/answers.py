@@ -38,9 +38,8 @@ MAX_CHARS = (
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\b")
 
-_BRACE_TOKEN_RE = re.compile(
-    r"\\.|[{}]", re.S
-)  # a backslash with the character it escapes, or a brace
+# a backslash with the character it escapes, or a brace
+_BRACE_TOKEN_RE = re.compile(r"\\.|[{}]", re.S)
 
 
 def _brace_pairs(s: str) -> dict[int, int]:
@@ -387,11 +386,12 @@ def _statements(s: str, kws=("answer",)) -> list[tuple[int, str]]:
     ones, then by position). Statements about an answer ("the answer is correct"), another agent's
     statements ("Agent 2 says the answer is", "their answer is") and rejections are skipped;
     "the answer is not X but Y" reads Y."""
+    # "Options:" heads a list
     cues = [
         (m, False)
         for m in _STMT_RE.finditer(s)
         if m.group("kw").lower() in kws and not m.group("plural")
-    ]  # "Options:" heads a list
+    ]
     cues = [(m, bool(m.group("final") and m.group("final").lower() == "final")) for m, _ in cues]
     if "answer" in kws:
         cues += [(m, True) for m in _FINAL_CUE_RE.finditer(s)]
@@ -494,9 +494,8 @@ def _listing_lines(s: str) -> set[int]:
 # %% ../nbs/01_answers.ipynb #c09564ab
 _PAREN_RE = re.compile(rf"\(({_L})\)")
 _END_PAREN_RE = re.compile(rf"\(({_L})\)[\s.*_!)\]$`]*$")
-_ALONE_PAREN_RE = re.compile(
-    rf"(?:^|\n)[\s*_>#]*\(({_L})\)[\s.*_!]*$"
-)  # a last line that is only (X)
+# a last line that is only (X)
+_ALONE_PAREN_RE = re.compile(rf"(?:^|\n)[\s*_>#]*\(({_L})\)[\s.*_!]*$")
 # a bare letter after "the answer is": not followed by a letter or digit; a bare "I" (the pronoun)
 # only before punctuation
 _STMT_LETTER_RE = re.compile(
@@ -568,9 +567,8 @@ def _extract_option(s: str) -> str | None:
     for m in reversed(list(_PAREN_RE.finditer(s))):  # 4. last usable (X)
         if usable(m):
             return m.group(1)
-    m = list(
-        re.finditer(rf"\*\*\s*\(?({_L})\)?[.:]?\s*\*\*", s)
-    )  # 5. bold letter, or a bare letter
+    # 5. bold letter, or a bare letter
+    m = list(re.finditer(rf"\*\*\s*\(?({_L})\)?[.:]?\s*\*\*", s))
     if m:
         return m[-1].group(1)
     last = next((l for l in reversed(s.split("\n")) if l.strip()), "")
@@ -1288,9 +1286,8 @@ def _is_correct(pred: Any, gold: Any, fmt: str) -> bool:
         return False
 
 
-_is_correct_str = functools.lru_cache(maxsize=1 << 18)(
-    _is_correct
-)  # transcripts repeat few distinct answers
+# transcripts repeat few distinct answers
+_is_correct_str = functools.lru_cache(maxsize=1 << 18)(_is_correct)
 
 # %% ../nbs/01_answers.ipynb #2a0d40d2
 def _key(a: Any, fmt: str) -> str | None:
@@ -1359,10 +1356,8 @@ def answers_equivalent(a: Any, b: Any, fmt: str) -> bool:
         return False
 
 # %% ../nbs/01_answers.ipynb #0da25614
-ELEMENTWISE_FORMATS = (
-    "number",
-    "option",
-)  # formats whose classes are exact keys: merging maps each answer on its own
+# formats whose classes are exact keys: merging maps each answer on its own
+ELEMENTWISE_FORMATS = ("number", "option")
 
 # %% ../nbs/01_answers.ipynb #b7d5dc24
 def merge_equivalent(answers: Sequence[Any], fmt: str) -> list[str | None]:

@@ -489,9 +489,8 @@ def arena_results(arena: Arena, methods=None) -> pd.DataFrame:
     as floats: the groups in `ARENA_GROUPS`' order, each group's methods in the table's order
     (`methods`, default `ARENA`)."""
     methods = list(ARENA if methods is None else methods)
-    order = sorted(
-        methods, key=lambda m: list(ARENA_GROUPS).index(m.group)
-    )  # stable: table order within a group
+    # stable: table order within a group
+    order = sorted(methods, key=lambda m: list(ARENA_GROUPS).index(m.group))
     res = pd.concat(
         [arena_rows(arena.per_item[m.key], m.key, arena.experiment) for m in order],
         ignore_index=True,

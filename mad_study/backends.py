@@ -137,9 +137,8 @@ def make_backend(
     elif kind != "hf":
         raise ConfigError("unknown backend", key="backend", value=kind, choices=("hf", "openai"))
     elif (pre := model_prefix(model_name)) is not None:
-        backend = prefix_module(pre).registry_backend(
-            spec, quant=quant, **kw
-        )  # e.g. a UMAD training checkpoint
+        # e.g. a UMAD training checkpoint
+        backend = prefix_module(pre).registry_backend(spec, quant=quant, **kw)
     elif spec.vision:
         backend = VLMBackend(spec, quant=quant, **kw)
     else:

@@ -99,9 +99,8 @@ class GenerationCache:
                 "pid INTEGER, pstart TEXT, claimed REAL)"
             )
             self._conn.execute("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT)")
-            self._conn.execute(
-                "INSERT OR REPLACE INTO meta VALUES ('schema', '1')"
-            )  # proves the file is writable
+            # proves the file is writable
+            self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', '1')")
         except (OSError, sqlite3.Error) as e:
             raise self._error("cannot open", e) from None
 
@@ -335,10 +334,8 @@ def _prompt_chars(r: GenRequest) -> int:
     return sum(len(str(m.get("content", ""))) for m in r.messages)
 
 
-POLL_SECONDS = (
-    0.05,
-    1.0,
-)  # first and longest wait between polls for keys claimed by another process
+# first and longest wait between polls for keys claimed by another process
+POLL_SECONDS = (0.05, 1.0)
 
 # %% ../nbs/03h_cache.ipynb #29b5cf8a
 class CachedBackend(BaseBackend):

@@ -427,26 +427,20 @@ MENTIONS: dict[
     str, tuple[str, ...]
 ] = {  # exported name -> works its docstring names without using them (not cited)
     "stats.compare_methods": ("zhang2025madc",),
-    "data.load_debate_export": (
-        "du2024debate",
-        "smit2024mad",
-    ),  # reads their exports, uses no method of theirs
+    # reads their exports, uses no method of theirs
+    "data.load_debate_export": ("du2024debate", "smit2024mad"),
     "reproduce.param_warnings": ("du2024debate",),
-    "answers.is_correct": (
-        "qiao2026umad",
-    ),  # names UMAD's reward grading; the option is the MATH script's
-    "answers.math_equiv_strict": (
-        "qiao2026umad",
-    ),  # the MATH benchmark's script (cited), as UMAD's reward uses it
+    # names UMAD's reward grading; the option is the MATH script's
+    "answers.is_correct": ("qiao2026umad",),
+    # the MATH benchmark's script (cited), as UMAD's reward uses it
+    "answers.math_equiv_strict": ("qiao2026umad",),
     "roles.literal_object": ("liang2024mad",),  # reads the style of their released replies
-    "doctor.check_bitsandbytes": (
-        "dettmers2023qlora",
-    ),  # checks the library the kit's 4-bit path uses
+    # checks the library the kit's 4-bit path uses
+    "doctor.check_bitsandbytes": ("dettmers2023qlora",),
     "doctor.check_text_twin": ("dettmers2023qlora",),
     "doctor.check_vision_twin": ("dettmers2023qlora",),
-    "doctor.check_lora_reference": (
-        "hu2022lora",
-    ),  # checks that UMAD's LoRA policy starts at its reference
+    # checks that UMAD's LoRA policy starts at its reference
+    "doctor.check_lora_reference": ("hu2022lora",),
     "doctor.vision_items": ("wang2024mathvision",),  # drawn look-alikes of its items
     "report.hidden_markers": ("zhang2025madc",),  # names the figure where the defect was found
 }
@@ -678,10 +672,8 @@ MODEL_REFS: tuple[tuple[str, tuple[str, ...]], ...] = (  # (name prefix, keys), 
     ("pixtral-12b", ("mistral2024pixtral",)),
     ("smollm2", ("allal2025smollm2",)),
 )
-MODEL_NO_PAPER = (
-    "mistral-small",
-    "pixtral-large",
-)  # real models of the registry with no paper to cite
+# real models of the registry with no paper to cite
+MODEL_NO_PAPER = ("mistral-small", "pixtral-large")
 
 # %% ../nbs/00b_cite.ipynb #36bac214
 PARAM_REFS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -792,9 +784,8 @@ def params_refs(paper: str | None, params: Mapping[str, Any] | None) -> list[str
     run, `backend: openai`, cites the quantization the server was declared to run, `served_quant`, not the kit's `quant`)."""
     keys = [*PAPER_REFS.get(paper or "", ())]
     params = dict(params or {})
-    if (
-        params.get("backend") == "openai"
-    ):  # a served run: the server's weights (served_quant), never the kit's quant
+    # a served run: the server's weights (served_quant), never the kit's quant
+    if params.get("backend") == "openai":
         params["quant"] = params.pop("served_quant", None)
     for k, v in params.items():
         if _is_task_key(k):

@@ -531,9 +531,8 @@ def transcript_frame(rows: Iterable[Mapping] | pd.DataFrame = ()) -> pd.DataFram
             ).astype("float64")
         else:
             df[c] = col.astype("object").where(col.notna(), None).astype(dt)
-    df["method"] = df["method"].fillna(
-        ""
-    )  # a condition is never missing: groupby would drop its rows
+    # a condition is never missing: groupby would drop its rows
+    df["method"] = df["method"].fillna("")
     return df[TRANSCRIPT_COLUMNS].reset_index(drop=True)
 
 # %% ../nbs/00_core.ipynb #76c81b99
@@ -546,9 +545,8 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None):
         dir=path.parent, prefix=f".{path.name}.", suffix=suffix or path.suffix
     )
     os.close(fd)
-    os.chmod(
-        tmp, 0o644
-    )  # mkstemp makes it private (0600): a finished file is readable like any other
+    # mkstemp makes it private (0600): a finished file is readable like any other
+    os.chmod(tmp, 0o644)
     try:
         yield Path(tmp)
         os.replace(tmp, path)

@@ -1840,9 +1840,8 @@ def load_debate_export(
     for c in ("item_id", "agent", "round"):
         if c not in df:
             raise ConfigError(f"missing required column {c!r} (name it with columns=)", where=path)
-    if (
-        "task" not in df and df["item_id"].astype(str).str.contains("/").all()
-    ):  # ids `task/index` name their task
+    # ids `task/index` name their task
+    if "task" not in df and df["item_id"].astype(str).str.contains("/").all():
         df["task"] = df["item_id"].astype(str).str.rsplit("/", n=1).str[0]
     if "task" not in df and "fmt" not in df:
         raise ConfigError(

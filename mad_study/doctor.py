@@ -40,9 +40,8 @@ def run_check(name: str, f, *a, **kw) -> Check:
     "`f(*a, **kw)` -> (status, message) as a timed `Check`; an exception is a `fail` that names it."
     t0 = time.time()
     try:
-        with (
-            warnings.catch_warnings()
-        ):  # the line says what matters; library warnings would bury it
+        # the line says what matters; library warnings would bury it
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             status, msg = f(*a, **kw)
     except Exception as e:

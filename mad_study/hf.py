@@ -98,9 +98,8 @@ def torch_parts():
                 tok[idx] = _nucleus_draw(logits[idx], self.temps[idx], self.top_ps[idx], self.gens)
             self.logprobs.append(lsm.gather(1, tok[:, None]).squeeze(-1))
             self.entropies.append(ent)
-            return torch.full_like(logits, -math.inf).scatter_(
-                1, tok[:, None], 0.0
-            )  # forces the chosen token
+            # forces the chosen token
+            return torch.full_like(logits, -math.inf).scatter_(1, tok[:, None], 0.0)
 
     class RowLimit(StoppingCriteria):
         "Stops each row at its own max_new_tokens (requests in one batch may ask for different lengths)."
@@ -381,9 +380,8 @@ def __init__(
         batch_size = "auto" if self._cuda else 32
     self.auto_batch = batch_size == "auto"
     self.batch_size = None if self.auto_batch else int(batch_size)
-    self.cuda_graphs = bool(
-        cuda_graphs
-    )  # a GPU: static KV cache + torch.compile (CUDA graphs) for the decode steps
+    # a GPU: static KV cache + torch.compile (CUDA graphs) for the decode steps
+    self.cuda_graphs = bool(cuda_graphs)
     self.max_context_arg = max_context
     # the model's default template options (e.g. Qwen3
     # non-thinking), overridden key by key by the caller's
@@ -776,9 +774,8 @@ def row_bytes(config, prompt_len: int, max_new: int, dtype_bytes: int = 2) -> in
     hidden, heads = c.hidden_size, c.num_attention_heads
     kv_heads = getattr(c, "num_key_value_heads", None) or heads
     head_dim = getattr(c, "head_dim", None) or hidden // heads
-    if getattr(
-        c, "kv_lora_rank", None
-    ):  # MLA (DeepSeek-V3): the cache holds full keys and values per head
+    # MLA (DeepSeek-V3): the cache holds full keys and values per head
+    if getattr(c, "kv_lora_rank", None):
         per_token = heads * (c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim)
     else:
         per_token = 2 * kv_heads * head_dim

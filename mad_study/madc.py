@@ -51,13 +51,15 @@ __all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 
 # %% ../nbs/11_madc.ipynb #0914fbda
 from .voting import vote_table
 from .metrics import is_missing, path_consistency, reversal_point, viewpoint_entropy
+
+# cochran_q: nbs/05b_stats
 from mad_study.stats import (
     adjust_pvalues,
     cochran_q,
     condition_labels,
     paired_difference,
     paired_test,
-)  # cochran_q: nbs/05b_stats
+)
 from .prompts import debate_message, get_prompt, opening_messages
 from .registry import planner
 from .core import Inference
@@ -153,9 +155,8 @@ def strategy_label(name: str) -> str:
     return STRATEGY_LABELS.get(name, name)
 
 # %% ../nbs/11_madc.ipynb #890bcc06
-MADC_SAMPLING = Sampling(
-    max_new_tokens=4096, temperature=1.0
-)  # the study's settings (see The study)
+# the study's settings (see The study)
+MADC_SAMPLING = Sampling(max_new_tokens=4096, temperature=1.0)
 
 
 @takes_sampling
@@ -663,9 +664,8 @@ def plan_madc_tab1(p: Mapping) -> dict:
     return _debate_plan(p, 3, int(p.get("debate_rounds") or 1))
 
 # %% ../nbs/11_madc.ipynb #319a7fc0
-__getattr__ = deprecated_names(
-    "mad_study.madc", {"plan_tab1": "mad_study.madc.plan_madc_tab1"}
-)  # renamed (issue 37)
+# renamed (issue 37)
+__getattr__ = deprecated_names("mad_study.madc", {"plan_tab1": "mad_study.madc.plan_madc_tab1"})
 
 # %% ../nbs/11_madc.ipynb #cad3da6f
 @planner("madc_fig7")

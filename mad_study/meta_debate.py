@@ -546,9 +546,8 @@ class MetaDebateResult:
     item_ids: list[str]
     proposals: pd.DataFrame  # one row per (item, role, agent): text, answer, tokens, program status
     reviews: pd.DataFrame  # one row per (item, role, evaluator): scores, how read, tokens
-    decisions: pd.DataFrame = field(
-        default_factory=pd.DataFrame
-    )  # one row per (item, role): winner, tied agents
+    # one row per (item, role): winner, tied agents
+    decisions: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def missing_reviews(self) -> int:
@@ -973,9 +972,8 @@ def _printed(name: str, key: list[str]) -> dict:
     return {k(r): tuple(float(r[c]) for c in vals) for _, r in t.iterrows()}
 
 
-PAPER_TAB1 = _printed(
-    "meta_tab1", ["method", "model"]
-)  # (method, model): (GPQA, MathVision, RealWorldQA)
+# (method, model): (GPQA, MathVision, RealWorldQA)
+PAPER_TAB1 = _printed("meta_tab1", ["method", "model"])
 PAPER_ASSIGNMENTS = _printed("meta_tab2", ["assignment"])  # Table 2, row: (MAD, DMAD) on GPQA
 PAPER_MODELS = {
     "pixtral": "mistral-small-24b-instruct-2501",

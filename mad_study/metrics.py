@@ -83,15 +83,17 @@ def accuracy_by_round(
     """Accuracy per round for each agent and (optionally) the majority vote, with Wilson's
     interval or the item-clustered bootstrap (the kit's own)."""
     rows = []
+    # a transcript from outside the kit
     transcript = with_defaults(
         transcript, ("item_id", "agent", "round", "correct"), what="accuracy_by_round"
-    )  # a transcript from outside the kit
+    )
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="accuracy_by_round")
     keys = [*by, "round", "agent"]
     for key, g in transcript.groupby(keys, sort=True):
         k, n = int(g["correct"].sum()), len(g)
         lo, hi, how = clustered_accuracy_ci(g["correct"].tolist(), g["item_id"].tolist(), level)
+        # = parse_failure_rate, vectorised
         rows.append(
             {
                 **dict(zip(keys, key)),
@@ -103,7 +105,7 @@ def accuracy_by_round(
                 "parse_failure": float(g["answer"].isna().mean()),
                 "ci_method": how,
             }
-        )  # = parse_failure_rate, vectorised
+        )
     out = (
         pd.DataFrame(rows).drop(columns="agent")
         if rows
@@ -396,9 +398,8 @@ def uncertainty_decomposition(
     }
     if not samples:
         return {**nan, "parse_failure": [], "n_parsed": []}
-    n_bad = [
-        sum(1 for a in s if a is None) for s in _agent_outcomes(samples, fmt, "keep")
-    ]  # unparsed (or invalid in `fmt`)
+    # unparsed (or invalid in `fmt`)
+    n_bad = [sum(1 for a in s if a is None) for s in _agent_outcomes(samples, fmt, "keep")]
     extra = {
         "parse_failure": [b / len(s) for b, s in zip(n_bad, samples)],
         "n_parsed": [len(s) - b for b, s in zip(n_bad, samples)],
@@ -436,9 +437,8 @@ def _decompose_groups(g: np.ndarray, a: np.ndarray, o: np.ndarray, G: int, base:
     pair = np.unique(g * O + o)  # each group's support, in order
     pg = pair // O
     L = np.bincount(pg, minlength=G)
-    s = (
-        np.searchsorted(pair, g * O + o) - np.searchsorted(pg, np.arange(G))[g]
-    )  # the row's support slot
+    # the row's support slot
+    s = np.searchsorted(pair, g * O + o) - np.searchsorted(pg, np.arange(G))[g]
     N = np.zeros(G, dtype=np.int64)
     np.maximum.at(N, g, a + 1)
     counts = np.zeros((G, A, int(L.max())))
@@ -641,9 +641,8 @@ def uncertainty_table(
     `parse_failure_<agent>`)."""
 
     _check_unparsed(unparsed)
-    transcript = complete_transcript(
-        transcript, fmt, what="uncertainty_table"
-    )  # `fmt`: each row's format
+    # `fmt`: each row's format
+    transcript = complete_transcript(transcript, fmt, what="uncertainty_table")
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="uncertainty_table")
     keys, groups = group_rows(transcript, by)
@@ -661,9 +660,8 @@ def uncertainty_table(
     acc, acc_a = _group_accuracies(cor, g, a, G, A)
     row_fmt = transcript["fmt"].to_numpy(dtype=object)
     gfmt = [row_fmt[x[0]] for x in groups]  # the group's format: its first row's
-    bounds = np.r_[
-        0, np.cumsum([len(x) for x in groups])
-    ]  # rows are in group order: group gi is rows bounds[gi]:bounds[gi + 1]
+    # rows are in group order: group gi is rows bounds[gi]:bounds[gi + 1]
+    bounds = np.r_[0, np.cumsum([len(x) for x in groups])]
     merged = _merge_by_format(answers, g, gfmt, bounds)
     none, pf, pf_a, undefined = _parse_failures(merged, g, a, G, A, unparsed)
     lay = _GroupLayout(g, a, names, gfmt, bounds)
@@ -750,9 +748,8 @@ def viewpoint_log_likelihood(
     if len(answers) == 0:
         return math.nan
     if _check_unparsed(unparsed) == "drop":
-        answers = [a for a in answers if not is_missing(a)] or [
-            None
-        ]  # all unparsed: one "(None)" outcome
+        # all unparsed: one "(None)" outcome
+        answers = [a for a in answers if not is_missing(a)] or [None]
     n = len(answers)
     k = sum(1 for a in answers if not is_missing(a) and is_correct(a, gold, fmt))
     if k == 0:

@@ -324,6 +324,7 @@ META_DEBATE_PROMPTS: dict = {
         "dmad": "This is part of a structured debate with three roles (Chain-of-Thought, Step-Back, and Program-of-Thought).",
         "dmad_vision": "This is part of a structured debate with three roles (IO, CCoT, and DDCoT).",
     },
+    # DMAD's vision methods (issue 14; our wording)
     "role_titles": {
         "affirmative": "Affirmative",
         "negative": "Negative",
@@ -334,7 +335,7 @@ META_DEBATE_PROMPTS: dict = {
         "io": "IO",
         "ccot": "CCoT",
         "ddcot": "DDCoT",
-    },  # DMAD's vision methods (issue 14; our wording)
+    },
 }
 
 # %% ../nbs/04a_prompts.ipynb #a044ae9a

@@ -383,9 +383,8 @@ def sid_scores(round0: pd.DataFrame) -> pd.DataFrame:
             "SID-ET needs every pre-debate min log-likelihood (logprob_min); this backend gives none for "
             f"{int(r0['logprob_min'].isna().sum())} responses"
         )
-    key = (
-        r0["logprob_min"].astype(float).where(r0["answer"].notna(), -np.inf)
-    )  # unparsed: never the answering agent
+    # unparsed: never the answering agent
+    key = r0["logprob_min"].astype(float).where(r0["answer"].notna(), -np.inf)
     idx = key.groupby([r0["item_id"], r0["sample"]], sort=False).idxmax()
     best = r0.loc[idx.to_numpy(), ["item_id", "sample", "agent", "answer", "correct"]].assign(
         score=key.loc[idx.to_numpy()].to_numpy()

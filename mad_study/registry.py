@@ -41,12 +41,10 @@ class ModelSpec:
     prequantized: str | None = (
         None  # weights ship quantized (e.g. "mxfp4", "fp8"): bitsandbytes is not applied
     )
-    chat_template_kwargs: Mapping[str, Any] = dataclasses.field(
-        default_factory=dict, hash=False
-    )  # default chat-template options
-    serve: Mapping[str, Any] = dataclasses.field(
-        default_factory=dict, hash=False
-    )  # extra `vllm serve` arguments (mad_study.serving)
+    # default chat-template options
+    chat_template_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
+    # extra `vllm serve` arguments (mad_study.serving)
+    serve: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
     vision: bool = (
         False  # an image-text-to-text model: served by mad_study.vision.VLMBackend, sees `images`
     )
@@ -367,10 +365,11 @@ def get_model(name: str) -> ModelSpec:
     raise ConfigError("unknown model", key="model", value=name, choices=MODELS)
 
 # %% ../nbs/02b_registry.ipynb #598ef2d6
+# random weights in a registry model's exact shape
 MODEL_PREFIXES: dict[str, str] = {  # name prefix -> module with registry_spec / registry_backend
     "umad-train:": "mad_study.umad_train",  # a UMAD training checkpoint
     "random:": "mad_study.hf",
-}  # random weights in a registry model's exact shape
+}
 
 
 def model_prefix(name: Any) -> str | None:
@@ -571,12 +570,8 @@ def models_table():
     )
 
 # %% ../nbs/02b_registry.ipynb #41644580
-QUANTS = (
-    "nf4",
-    "fp4",
-    "int8",
-    "none",
-)  # bitsandbytes quantizations the kit applies (none: the compute dtype)
+# bitsandbytes quantizations the kit applies (none: the compute dtype)
+QUANTS = ("nf4", "fp4", "int8", "none")
 
 _BYTES_PER_WEIGHT = {
     "nf4": 0.5 + 4 / 64,

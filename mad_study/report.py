@@ -36,10 +36,9 @@ from mad_study.core import (
     runs_dir,
     save_transcript,
 )
-from mad_study.registry import (
-    experiment_files,
-    load_registry,
-)  # the artefact registry (02b_registry)
+
+# the artefact registry (02b_registry)
+from .registry import experiment_files, load_registry
 
 # %% auto #0
 __all__ = ['RUN_ENV', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'CONTROL_STYLES', 'COLUMN_IN', 'PAGE_IN',
@@ -129,9 +128,8 @@ def run_params(notebook: str | os.PathLike, ns: Mapping[str, Any]) -> dict[str, 
         raise ConfigError(
             f"run the notebook's `parameters` cell first (not set: {missing})", where=path
         )
-    from mad_study.serving import (
-        SERVING_KEYS,
-    )  # keys every experiment accepts to run through servers
+    # keys every experiment accepts to run through servers
+    from mad_study.serving import SERVING_KEYS
 
     names += [k for k in SERVING_KEYS if k in ns and k not in names]
     return _check_params({k: ns[k] for k in names})
@@ -192,9 +190,8 @@ class Study:
         self.seed = int(self.params.get("seed", 0))
         self.quant = self.params.get("quant", "nf4")
         self.sim_agents = dict(self.params.get("sim_agents") or {})
-        ctx = (
-            run_context()
-        )  # a run of `mad-study reproduce`: its staging folder, final place, overrides
+        # a run of `mad-study reproduce`: its staging folder, final place, overrides
+        ctx = run_context()
         self.run_dir = (
             Path(ctx["stage"]) if ctx.get("stage") else runs_dir() / self.profile / self.experiment
         )
@@ -312,9 +309,8 @@ def provenance(self: Study) -> dict:
     the server was declared to run (`served_quant`) or 'unknown', never the kit's own `quant` setting."""
     stats = self._cache.stats() if self._cache is not None else {}
     params = _jsonable(self.params)
-    if (
-        params.get("backend") == "openai"
-    ):  # served: the server's weights, as declared (served_quant), else unknown
+    # served: the server's weights, as declared (served_quant), else unknown
+    if params.get("backend") == "openai":
         params["quant"] = params.get("served_quant") or "unknown"
     return {
         "paper": self.paper,
@@ -1033,9 +1029,8 @@ def layout_problems(fig, tol: float = 1.5) -> list[str]:
     rot = np.array([t.get_rotation() % 90 != 0 for _, t, _ in texts])
     w = np.minimum(box[:, None, 2], box[None, :, 2]) - np.maximum(box[:, None, 0], box[None, :, 0])
     h = np.minimum(box[:, None, 3], box[None, :, 3]) - np.maximum(box[:, None, 1], box[None, :, 1])
-    strs = np.array(
-        [t.get_text() for _, t, _ in texts], dtype=object
-    )  # a twin axes repeats its tick labels in place
+    # a twin axes repeats its tick labels in place
+    strs = np.array([t.get_text() for _, t, _ in texts], dtype=object)
     twin = (np.abs(box[:, None] - box[None, :]).max(-1) < 0.5) & (strs[:, None] == strs[None, :])
     hit = (w > tol) & (h > tol) & ~(rot[:, None] & rot[None, :]) & ~twin
     for i, j in zip(*np.nonzero(np.triu(hit, 1))):
@@ -1065,12 +1060,10 @@ def label_figure(fig, text: str | None):
     if not text:
         return fig
     r = drawn_renderer(fig)
-    top = (
-        fig.get_tightbbox(r).y1 / fig.get_figheight()
-    )  # inches -> figure fraction; above 1 if a title sticks out
-    width = max(
-        30, int(fig.get_figwidth() * 72 / (0.6 * 7))
-    )  # characters of 7 pt bold text across the figure
+    # inches -> figure fraction; above 1 if a title sticks out
+    top = fig.get_tightbbox(r).y1 / fig.get_figheight()
+    # characters of 7 pt bold text across the figure
+    width = max(30, int(fig.get_figwidth() * 72 / (0.6 * 7)))
     fig.text(
         0.5,
         top + 0.04 / fig.get_figheight(),
@@ -1111,10 +1104,8 @@ def _sidecar(
         study.outputs.extend(str(p) for p in files)
     if extra or notes:
         meta["notes"] = {**notes, **_jsonable(extra or {})}
-    from mad_study.cite import (
-        KIT_KEY,
-        provenance_refs,
-    )  # the reference keys of what made the artefact
+    # the reference keys of what made the artefact
+    from mad_study.cite import KIT_KEY, provenance_refs
 
     meta["references"] = [KIT_KEY, *provenance_refs(meta)]
     return atomic_write_text(path, json.dumps(meta, indent=2, sort_keys=True) + "\n")

@@ -67,6 +67,7 @@ from mad_study.registry import (
 )
 from .report import FAILURE_FILE, RUN_ENV, cell_source, write_index
 
+# the registries (02b_registry), re-exported
 _all_ = [
     "PROFILE_KEYS",
     "EXPERIMENT_KEYS",
@@ -79,12 +80,11 @@ _all_ = [
     "resolve_targets",
     "planner",
     "generic_plan",
-]  # the registries (02b_registry), re-exported
+]
 
 # %% ../nbs/20_reproduce.ipynb #b28c82b1
-from mad_study.report import (
-    notebook_parameters,
-)  # the names and defaults of a notebook's `parameters` cell (06_report)
+# the names and defaults of a notebook's `parameters` cell (06_report)
+from .report import notebook_parameters
 
 # %% ../nbs/20_reproduce.ipynb #e98fea53
 def auto_profile() -> str:
@@ -281,9 +281,8 @@ def validate_params(
     _check_agent_count(p, exp, profile, overrides)
 
 # %% ../nbs/20_reproduce.ipynb #aa04a49f
-NOT_AGENT_LISTS = {
-    "14_meta_debate"
-}  # `models` there: one model per table column (each debates with itself in roles)
+# `models` there: one model per table column (each debates with itself in roles)
+NOT_AGENT_LISTS = {"14_meta_debate"}
 
 
 def _where(k: str, exp: Experiment, profile: Mapping, overrides: Mapping | None) -> str:
@@ -434,10 +433,8 @@ def _notebook_module(notebook: Path) -> str | None:
 def plan_experiment(exp: Experiment, p: Mapping) -> dict:
     "Generations, token bounds and per-model weight memory for one merged experiment."
     reg = load_registry()
-    for mod in (
-        reg.get(exp.paper, {}).get("module"),
-        _notebook_module(exp.notebook),
-    ):  # where its planner is registered
+    # where its planner is registered
+    for mod in (reg.get(exp.paper, {}).get("module"), _notebook_module(exp.notebook)):
         if mod:
             try:
                 importlib.import_module(mod)
@@ -1071,9 +1068,8 @@ def _run_all(
         pool.shutdown(wait=True)
     except KeyboardInterrupt:
         pool.shutdown(wait=False, cancel_futures=True)
-        logging.disable(
-            logging.ERROR
-        )  # the workers' "kernel died" messages: we killed them on purpose
+        # the workers' "kernel died" messages: we killed them on purpose
+        logging.disable(logging.ERROR)
         killed = stop_kernels()
         remove_temporaries(figures_dir(), since=started)
         if killed:
@@ -1214,9 +1210,8 @@ def load_runs(
 
     files = list(dict.fromkeys(f for r in runs for f in _run_files(r, profile)))
     stems = [f.stem for f in files]
-    label = {
-        f: f.stem if stems.count(f.stem) == 1 else f"{f.parent.name}/{f.stem}" for f in files
-    }  # debate.parquet twice: by folder
+    # debate.parquet twice: by folder
+    label = {f: f.stem if stems.count(f.stem) == 1 else f"{f.parent.name}/{f.stem}" for f in files}
     parts = []
     for f in files:
         t = load_transcript(f)
@@ -1260,9 +1255,8 @@ def compare_runs(
         )
     ref = reference or default_reference(conds)
     sets = {c: set(res.loc[res["method"] == c, "item_id"]) for c in conds}
-    on = (
-        "all" if len({frozenset(s) for s in sets.values()}) == 1 else "shared"
-    )  # dropped items are named (run_items)
+    # dropped items are named (run_items)
+    on = "all" if len({frozenset(s) for s in sets.values()}) == 1 else "shared"
     table, caption = compare_methods(res, ref, inference=inference.replace(on=on))
     return table, caption, res
 

@@ -265,9 +265,8 @@ def parse_verdict(text: str, item: Item) -> Verdict:
     reason = d.get("reason")
     reason = None if reason is None else str(reason)
     raw = d.get("debateanswer")
-    raw = (
-        None if raw is None else (raw if isinstance(raw, str) else json.dumps(raw))[:1000]
-    )  # kept short
+    # kept short
+    raw = None if raw is None else (raw if isinstance(raw, str) else json.dumps(raw))[:1000]
     if raw is None or not raw.strip():
         return Verdict("no_answer", None, pref, side, reason, raw)
     ans = loose_answer(raw, item)
@@ -901,9 +900,10 @@ def _dmad_outcomes(tr: pd.DataFrame, st: dict, rounds: int, seed: int) -> pd.Dat
     for s in st.values():
         it = s["item"]
         ans = last.loc[last["item_id"] == it.id, "answer"].tolist()
+        # the item, not the experiment's name
         v = majority_vote(
             [None if pd.isna(a) else a for a in ans], it.fmt, tie_seed=("dmad", seed, it.id)
-        )  # the item, not the experiment's name
+        )
         out.append(
             dict(
                 item_id=it.id,
@@ -1173,10 +1173,11 @@ def _review_text(b: "RoleSimBackend", req: GenRequest) -> str:
     return "\n".join(out)
 
 # %% ../nbs/04c_roles.ipynb #577b6377
+# the auxiliary step (no answer in it)
 SIM_AUX = {
     "ccot": '{"objects": ["shape"], "attributes": {"shape": ["colour", "size"]}, "relationships": []}',
     "ddcot": "Sub-questions:\n1. What does the image show?\n\nSub-answers:\n1. Shapes.",
-}  # the auxiliary step (no answer in it)
+}
 SIM_CRITERIA = "1. Accuracy - the reasoning is valid and reaches the correct answer.\n2. Role fulfilment - the response does what the role requires."
 
 

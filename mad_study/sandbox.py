@@ -164,9 +164,8 @@ def python_view() -> tuple[str, tuple[str, ...]]:
     """The interpreter the sandbox runs and the host paths it needs, bound read-only at the same
     paths (the kit's own)."""
     prefix, base = os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)
-    exe = os.path.join(
-        prefix, "bin", os.path.basename(sys.executable)
-    )  # keeps the environment's pyvenv.cfg
+    # keeps the environment's pyvenv.cfg
+    exe = os.path.join(prefix, "bin", os.path.basename(sys.executable))
     if prefix == base or not os.path.exists(exe):
         exe = os.path.realpath(sys.executable)
     paths, p = set(), exe
@@ -327,12 +326,10 @@ def seccomp_program() -> tuple[bytes | None, str]:
                 f.add_rule(m.ERRNO(errno.EPERM), name)
             except Exception:
                 unknown.append(name)  # not a call of this libseccomp / arch
-        f.add_rule(
-            m.ERRNO(errno.EPERM), "keyctl", m.Arg(0, m.NE, 1)
-        )  # 1 = KEYCTL_JOIN_SESSION_KEYRING,
-        f.add_rule(
-            m.ERRNO(errno.EPERM), "keyctl", m.Arg(0, m.EQ, 1), m.Arg(1, m.NE, 0)
-        )  # with no name: a new one
+        # 1 = KEYCTL_JOIN_SESSION_KEYRING,
+        f.add_rule(m.ERRNO(errno.EPERM), "keyctl", m.Arg(0, m.NE, 1))
+        # with no name: a new one
+        f.add_rule(m.ERRNO(errno.EPERM), "keyctl", m.Arg(0, m.EQ, 1), m.Arg(1, m.NE, 0))
         for bit in CLONE_NAMESPACE_FLAGS.values():
             f.add_rule(m.ERRNO(errno.EPERM), "clone", m.Arg(0, m.MASKED_EQ, bit, bit))
         f.add_rule(m.ERRNO(errno.ENOSYS), "clone3")
@@ -536,9 +533,8 @@ class SandboxCgroup(_CgroupReadings):
                         os.mkdir(d)
                         self.dirs.append(d)
                 self._set(self.dirs[0], "memory.limit_in_bytes", memory_bytes)
-                self._set(
-                    self.dirs[0], "memory.memsw.limit_in_bytes", memory_bytes, must=False
-                )  # no swap either
+                # no swap either
+                self._set(self.dirs[0], "memory.memsw.limit_in_bytes", memory_bytes, must=False)
                 self._set(self.dirs[1], "pids.max", pids)
             self.fds = [
                 os.open(os.path.join(d, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
@@ -1288,10 +1284,8 @@ def _bwrap_command(spec: _RunSpec, program: bytes, fds: list, ref):
     stage = staged = None
     variant, disk_mb = spec.variant, spec.limits.disk_mb
     try:
-        if variant in (
-            "drop",
-            "staged",
-        ):  # root: bwrap as nobody from a private view; a user: /tmp only
+        # root: bwrap as nobody from a private view; a user: /tmp only
+        if variant in ("drop", "staged"):
             stage = tempfile.mkdtemp(prefix="mad-sandbox-stage-")
             os.chmod(stage, 0o755)
             staged = [
@@ -1376,9 +1370,8 @@ def _result(proc, out: bytes, err: bytes, why, seen: _Evidence) -> SandboxResult
         rc = code_ if code_ is not None else rc
     oom = cg is not None and cg.oom()
     cpu = getattr(proc, "_cpu", None)
-    if (
-        mode == "bwrap"
-    ):  # bwrap does not reap its init: the cgroup's count, else a bound from the wall clock
+    # bwrap does not reap its init: the cgroup's count, else a bound from the wall clock
+    if mode == "bwrap":
         cpu = cg.cpu_seconds() if cg is not None else None
         if cpu is None:
             cpu = (time.monotonic() - seen.t0) * (os.cpu_count() or 1)
@@ -1443,16 +1436,13 @@ def _execute(code: str, spec: _RunSpec) -> SandboxResult:
             layers += ("cgroup-memory", "cgroup-pids")
         elif mode == "bwrap":  # no cgroup: the kit reads the sandbox's memory itself
             layers += ("memory-watch",)
-        if (
-            drop and cg is not None and "RLIMIT_NPROC" in limits
-        ):  # the fallback: the cgroup's pids.max is the
-            limits = {
-                k: v for k, v in limits.items() if k != "RLIMIT_NPROC"
-            }  # sandbox's own, host nobody's count is not
+        # the fallback: the cgroup's pids.max is the
+        if drop and cg is not None and "RLIMIT_NPROC" in limits:
+            # sandbox's own, host nobody's count is not
+            limits = {k: v for k, v in limits.items() if k != "RLIMIT_NPROC"}
         launched = mode == "bwrap" and (cg is not None or variant in ("drop", "staged"))
-        ref = (
-            (lambda i: f"@FD{i}@") if launched else (lambda i: str(fds[i]))
-        )  # descriptor numbers in the command line
+        # descriptor numbers in the command line
+        ref = (lambda i: f"@FD{i}@") if launched else (lambda i: str(fds[i]))
         if mode == "bwrap":
             argv, os_layers, status_r, stage, staged = _bwrap_command(spec, program, fds, ref)
             layers, cwd, env = os_layers + layers, "/", {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}

@@ -705,9 +705,8 @@ CB_SETTINGS = {
     "max_batch_tokens": int,
     "max_memory_percent": float,
 }
-CB_CPU_DEFAULTS = {
-    "num_blocks": 64
-}  # 64 pages of 256 tokens: transformers sizes the cache from free memory, on a CPU all the RAM
+# 64 pages of 256 tokens: transformers sizes the cache from free memory, on a CPU all the RAM
+CB_CPU_DEFAULTS = {"num_blocks": 64}
 
 
 def _cb_args(cb: Mapping | None) -> list[str]:

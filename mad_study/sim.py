@@ -246,11 +246,8 @@ def read_final_answers(text: str) -> list[str]:
     return out
 
 # %% ../nbs/03b_sim.ipynb #1000f4e7
-TIER_TAGS = (
-    "Critical",
-    "Reference",
-    "Background",
-)  # RUMAD Eq. 5's prompt tags, most important first
+# RUMAD Eq. 5's prompt tags, most important first
+TIER_TAGS = ("Critical", "Reference", "Background")
 
 
 def read_shown_solutions(text: str) -> list[tuple[str, str | None]]:
@@ -382,9 +379,8 @@ def _signals(
     self: SimBackend, correct: bool, n_tokens: int, agree: float, rng, p_solve: float | None = None
 ) -> dict:
     s = self.agent.signal_strength
-    if (
-        self.agent.signal_inversion and p_solve is not None
-    ):  # confident wrong agents on hard items (SVR-MAD Sec. 3)
+    # confident wrong agents on hard items (SVR-MAD Sec. 3)
+    if self.agent.signal_inversion and p_solve is not None:
         s = s * (1.0 - 2.0 * self.agent.signal_inversion * (1.0 - p_solve))
     mean = -0.35 + (0.12 * s if correct else -0.12 * s) * 0.5 + 0.06 * rng.standard_normal()
     mean = min(mean, -0.01)
@@ -629,9 +625,8 @@ def sim_items(
     if n is None or len(items) >= n:
         return items
     spec = get_task(task)
-    if (
-        spec.synthetic_fixture and source == "fixture"
-    ):  # a fixture of synthetic look-alikes: more of the same (02_data)
+    # a fixture of synthetic look-alikes: more of the same (02_data)
+    if spec.synthetic_fixture and source == "fixture":
         k, more = SYNTHETIC_COUNTS[spec.name], []
         while len(items) + len(more) < n and k < 50 * n:
             more = [it for it in synthetic_items(spec.name, k + 2 * n)[len(items) :]][

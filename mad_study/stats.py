@@ -738,17 +738,8 @@ def token_change(
     return (float(est), float(ma / mb * math.exp(-h) - 1), float(ma / mb * math.exp(h) - 1))
 
 # %% ../nbs/05b_stats.ipynb #479708dd
-_REPEAT_KEYS = (
-    "sample",
-    "run",
-    "seed",
-    "agent",
-    "round",
-    "repeat",
-    "model",
-    "agents",
-    "turn",
-)  # named dimensions of a per-item row
+# named dimensions of a per-item row
+_REPEAT_KEYS = ("sample", "run", "seed", "agent", "round", "repeat", "model", "agents", "turn")
 
 # %% ../nbs/05b_stats.ipynb #a61f4e72
 def _compared_items(
@@ -1285,9 +1276,8 @@ def self_consistency_at_budget(
         )
     )
     if not matched:
-        warnings.warn(
-            f"self_consistency_at_budget: {note}", UserWarning, stacklevel=3
-        )  # past the wrapper
+        # past the wrapper
+        warnings.warn(f"self_consistency_at_budget: {note}", UserWarning, stacklevel=3)
     sc.attrs.update(
         budget=budget,
         tokens_per_sample=per_sample,

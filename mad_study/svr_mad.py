@@ -36,10 +36,9 @@ from mad_study.answers import (
 from .data import format_question
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
 from .debate import run_debate
-from mad_study.metrics import (
-    is_missing as _isnull,
-    survival_rate,
-)  # missing: None, NaN or pd.NA (one definition)
+
+# missing: None, NaN or pd.NA (one definition)
+from .metrics import is_missing as _isnull, survival_rate
 from .registry import planner
 from .debate import TurnSlot, generate_turns
 
@@ -118,13 +117,11 @@ class SVRResult:
     budget: int  # B_max
     k: int  # App. A: distinct pre-debate answer clusters
     m: int  # App. A: size of the largest cluster
-    trace: list = field(
-        default_factory=list
-    )  # one dict per debate: iteration, receiver, challenger, repeat, post, outcome, score
+    # one dict per debate: iteration, receiver, challenger, repeat, post, outcome, score
+    trace: list = field(default_factory=list)
     scores: dict = field(default_factory=dict)  # final Corr per agent
-    counts: dict = field(
-        default_factory=dict
-    )  # Sec. 3/4 per agent: {"D": debates as receiver, "r": retained, "c": changed}
+    # Sec. 3/4 per agent: {"D": debates as receiver, "r": retained, "c": changed}
+    counts: dict = field(default_factory=dict)
 
 # %% ../nbs/12_svr_mad.ipynb #36a1bd48
 SVR_OPTIONS = {
@@ -211,10 +208,7 @@ def _top(pool: Sequence[str], corr: Mapping[str, float], names: Sequence[str], n
 
 # %% ../nbs/12_svr_mad.ipynb #96d51fb5
 def _svr_init(
-    answers: Mapping[str, str | None],
-    prior: Mapping[str, float],
-    fmt: str,
-    config: SVRConfig,
+    answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: str, config: SVRConfig
 ):
     """SVR-MAD Alg. 1 lines 1-4 and 7 for one problem: the answers (None for every missing value,
     choice 7), the agents holding one, the clusters k and m, Corr = Prior, B_max = S (k + m), who
@@ -226,12 +220,10 @@ def _svr_init(
     y = {a: None if _isnull(v) else v for a, v in answers.items()}  # choice 7: every missing value
     live = [a for a in names if y[a] is not None]
     k, m = answer_clusters([y[a] for a in names], fmt)
-    corr = {
-        a: math.nan if _isnull(prior.get(a)) else float(prior[a]) for a in names
-    }  # line 3: Corr = Prior
-    dis = {
-        r: [j for j in live if j != r and not answers_equivalent(y[j], y[r], fmt)] for r in live
-    }  # line 7
+    # line 3: Corr = Prior
+    corr = {a: math.nan if _isnull(prior.get(a)) else float(prior[a]) for a in names}
+    # line 7
+    dis = {r: [j for j in live if j != r and not answers_equivalent(y[j], y[r], fmt)] for r in live}
     S, budget = config.S, config.budget
     return SimpleNamespace(
         fmt=fmt,
@@ -267,9 +259,8 @@ def _svr_record(st, r: str, s: str, ans, signal, it: int):
         st.n[r]["r" if kept else "c"] += 1
         st.post[r].append(ans)
         st.sig[r].append(signal)
-        st.corr[r] = _posterior(
-            posterior, st.n[r]["r"], st.n[r]["c"], st.sig[r]
-        )  # line 11 (Sec. 4 rule)
+        # line 11 (Sec. 4 rule)
+        st.corr[r] = _posterior(posterior, st.n[r]["r"], st.n[r]["c"], st.sig[r])
     st.trace.append(
         {
             "iteration": it,
@@ -299,9 +290,8 @@ def svr_mad_steps(
     B, it = st.B_max, 0  # line 4
 
     def accept(r):
-        return (
-            n[r]["D"] >= cfg.C and not math.isnan(corr[r]) and corr[r] >= cfg.tau
-        )  # line 13 (App. A: D >= C)
+        # line 13 (App. A: D >= C)
+        return n[r]["D"] >= cfg.C and not math.isnan(corr[r]) and corr[r] >= cfg.tau
 
     def done(r, ok, answer):
         return SVRResult(answer, ok, st.ncomm, st.B_max, st.k, st.m, st.trace, corr, n)
@@ -1359,9 +1349,8 @@ def ablation_points(
         res, _ = run_svr_mad(
             ev["pre"], byid, ev.get("backends"), config=cfg, probes=memo, sampling=sampling
         )
-        lo, hi = wilson_ci(
-            int(res["correct"].sum()), len(res)
-        )  # one thread per problem: Wilson over problems
+        # one thread per problem: Wilson over problems
+        lo, hi = wilson_ci(int(res["correct"].sum()), len(res))
         rows.append(
             {
                 "posterior": posterior,

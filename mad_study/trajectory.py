@@ -364,9 +364,8 @@ def trajectory_summary(
         )
         .drop(columns="_n")
     )
-    out["turns"] = (
-        out["turns"].fillna(0).astype(int)
-    )  # a one-round condition (no turn after the first) keeps its row
+    # a one-round condition (no turn after the first) keeps its row
+    out["turns"] = out["turns"].fillna(0).astype(int)
     out = out.join(
         grp(ao).agg(
             first_correct_round=("first_correct_round", "mean"),

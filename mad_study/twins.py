@@ -69,15 +69,8 @@ TEXT_TWINS: dict[
 }
 
 # %% ../nbs/03e_twins.ipynb #5df00cc0
-H, FF, LAYERS, HEADS, KV, HEAD_DIM, IMG = (
-    64,
-    128,
-    2,
-    4,
-    2,
-    16,
-    32,
-)  # the VLM twins' widths; images 32 x 32
+# the VLM twins' widths; images 32 x 32
+H, FF, LAYERS, HEADS, KV, HEAD_DIM, IMG = (64, 128, 2, 4, 2, 16, 32)
 
 
 def _base_tokenizer(**kw):
@@ -153,9 +146,8 @@ def _pixtral_processor_importable() -> bool:
     return True
 
 # %% ../nbs/03e_twins.ipynb #8732753c
-class NoVideoProcessor(
-    _PushToHubMixin
-):  # PushToHubMixin: the processor serialises it with to_dict()
+# PushToHubMixin: the processor serialises it with to_dict()
+class NoVideoProcessor(_PushToHubMixin):
     """Stand-in for the video processor that Qwen2_5_VLProcessor requires: transformers 5.23's video processors
     (and AutoVideoProcessor, and the VideoProcessorMixin base the processor checks against) exist only with
     torchvision. Images only; a video input raises."""
@@ -352,10 +344,8 @@ def build_gemma3(folder: Path) -> None:
         head_dim=HEAD_DIM,
         query_pre_attn_scalar=HEAD_DIM,
         sliding_window=512,
-        layer_types=[
-            "sliding_attention",
-            "full_attention",
-        ],  # one of each (real: 5 sliding, 1 full)
+        # one of each (real: 5 sliding, 1 full)
+        layer_types=["sliding_attention", "full_attention"],
         max_position_embeddings=2048,
         # Gemma scales embeddings by sqrt(hidden): at 0.2 greedy repeats one token
         initializer_range=0.02,
@@ -374,12 +364,10 @@ def build_gemma3(folder: Path) -> None:
     )
 
     def make():
-        m = Gemma3ForConditionalGeneration(
-            cfg
-        )  # the projector's weight starts at zero (a trained model's does not):
-        torch.nn.init.normal_(
-            m.model.multi_modal_projector.mm_input_projection_weight, std=0.2
-        )  # else every image looks alike
+        # the projector's weight starts at zero (a trained model's does not):
+        m = Gemma3ForConditionalGeneration(cfg)
+        # else every image looks alike
+        torch.nn.init.normal_(m.model.multi_modal_projector.mm_input_projection_weight, std=0.2)
         return m
 
     _save(folder, _seeded(make), proc)
@@ -412,9 +400,8 @@ def build_qwen2_5_vl(folder: Path) -> None:
         merge_size=2,
         size={"shortest_edge": 16 * 16, "longest_edge": IMG * IMG},
     )
-    video = (
-        NoVideoProcessor() if _qwen_video_shim() else None
-    )  # with torchvision: the processor builds its own
+    # with torchvision: the processor builds its own
+    video = NoVideoProcessor() if _qwen_video_shim() else None
     if video is None:
         from transformers import Qwen2VLVideoProcessor
 
@@ -429,6 +416,7 @@ def build_qwen2_5_vl(folder: Path) -> None:
         t: tok.convert_tokens_to_ids(t)
         for t in ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
     }
+    # real: 4 of 32 blocks full attention, the rest windowed
     vc = dict(
         depth=LAYERS,
         hidden_size=H,
@@ -440,7 +428,7 @@ def build_qwen2_5_vl(folder: Path) -> None:
         out_hidden_size=H,
         window_size=32,  # window in pixels: 32/8/2 = 2 merged patches a side = the whole image
         fullatt_block_indexes=[1],
-    )  # real: 4 of 32 blocks full attention, the rest windowed
+    )
     tc = dict(
         vocab_size=len(tok),
         hidden_size=H,
@@ -507,6 +495,7 @@ def build_mllama(folder: Path) -> None:
     )
     ip = MllamaImageProcessorPil(size={"height": IMG, "width": IMG}, max_image_tiles=1)
     proc = MllamaProcessor(image_processor=ip, tokenizer=tok, chat_template=LLAMA3_TEMPLATE)
+    # = hidden x (1 + len(intermediate_layers_indices)): projector input
     vc = MllamaVisionConfig(
         hidden_size=H,
         intermediate_size=FF,
@@ -519,7 +508,7 @@ def build_mllama(folder: Path) -> None:
         supported_aspect_ratios=[[1, 1]],  # one tile (real: 4 tiles, 8 ratios)
         intermediate_layers_indices=[0],  # real: [3, 7, 15, 23, 30]
         vision_output_dim=H * 2,
-    )  # = hidden x (1 + len(intermediate_layers_indices)): projector input
+    )
     tc = MllamaTextConfig(
         vocab_size=len(tok),
         hidden_size=H,
@@ -568,9 +557,8 @@ def twin_checkpoint(name: str, force: bool = False) -> Path:
         tok = _base_tokenizer(
             **(dict(bos_token="<bos>", add_bos_token=True) if "gemma" in name else {})
         )
-        if (
-            "gemma" in name
-        ):  # Gemma 3's turns and template (it folds a system message into the first user turn)
+        # Gemma 3's turns and template (it folds a system message into the first user turn)
+        if "gemma" in name:
             tok.add_special_tokens(
                 {"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]}
             )

@@ -286,9 +286,8 @@ def decomposition_table(
     by = pool_keys(transcript, [b for b in by if b in transcript.columns])
     check_unique_turns(transcript, by, what="decomposition_table")
     keys = [*by, "item_id", "round"]
-    ncond = len(
-        pool_keys(transcript)
-    )  # the floor's Monte Carlo seed: (by..., item, round), not the condition's name
+    # the floor's Monte Carlo seed: (by..., item, round), not the condition's name
+    ncond = len(pool_keys(transcript))
     rows = [
         _decomposition_row(key, g, keys, fmt, base, unparsed, ncond)
         for key, g in transcript.groupby(keys, sort=False)
@@ -307,9 +306,8 @@ def decomposition_table(
 def decomposition_summary(table: pd.DataFrame, by: Sequence[str] = ("config",)) -> pd.DataFrame:
     """Mean over items of TU, Sys-EU, Sys-AU, the accuracies, the parse-failure shares and the EU
     floor, per configuration and turn (Fig. 2)."""
-    by = pool_keys(
-        table, [b for b in by if b in table.columns]
-    )  # the kit's convention: experiment, method, then `by`
+    # the kit's convention: experiment, method, then `by`
+    by = pool_keys(table, [b for b in by if b in table.columns])
     cols = [
         c
         for c in table.columns
@@ -342,9 +340,8 @@ def classify_configs(
     summary: pd.DataFrame, band: float = 0.02, by: Sequence[str] = ("config",)
 ) -> pd.DataFrame:
     "Per configuration: accuracy, Sys-EU and Sys-AU at the first and last turn, Δ accuracy and its class (`classify_trajectory`). (UMAD Fig. 2 / Fig. 6: success / neutral / fail configurations.)"
-    by = pool_keys(
-        summary, [b for b in by if b in summary.columns]
-    )  # the kit's convention: experiment, method, then `by`
+    # the kit's convention: experiment, method, then `by`
+    by = pool_keys(summary, [b for b in by if b in summary.columns])
     rows = []
     for key, g in summary.groupby(by, sort=False):
         g = g.sort_values("turn")
@@ -371,9 +368,8 @@ def trajectory_classes(
     table: pd.DataFrame, band: float = 0.02, by: Sequence[str] = ("config",)
 ) -> pd.DataFrame:
     "The same rule per item (its K threads, both agents): one row per configuration and item with Δ accuracy and class. (UMAD Fig. 2 / Fig. 6: success / neutral / fail trajectories.)"
-    by = pool_keys(
-        table, [b for b in by if b in table.columns]
-    )  # the kit's convention: experiment, method, then `by`
+    # the kit's convention: experiment, method, then `by`
+    by = pool_keys(table, [b for b in by if b in table.columns])
     rows = []
     for key, g in table.groupby([*by, "item_id"], sort=False):
         g = g.sort_values("turn")

@@ -74,14 +74,10 @@ VARIANTS: dict[str, dict] = {
     "single_grpo": dict(eq5=False, eq4=False, debate=False),
 }
 FINETUNE = ("full", "lora")
-LOSS_AGGS = (
-    "token-mean",
-    "seq-mean-token-mean",
-)  # veRL's default (the paper's stack) | Eq. 1 read literally
-REWARDS = (
-    "agent",
-    "team",
-)  # Alg. 2 line 22 (own correctness) | Sec. 4.1 (team reward, joint return)
+# veRL's default (the paper's stack) | Eq. 1 read literally
+LOSS_AGGS = ("token-mean", "seq-mean-token-mean")
+# Alg. 2 line 22 (own correctness) | Sec. 4.1 (team reward, joint return)
+REWARDS = ("agent", "team")
 LR_FULL = 1e-6  # Table 2 (full fine-tuning)
 LR_LORA = 1e-5  # LoRA: 10x the full fine-tuning rate (see the prose)
 VERL_KL_CLAMP = 10.0  # veRL's low_var_kl clamps the k3 estimate to [-10, 10]
@@ -298,11 +294,12 @@ def alg2_advantages(
     `au_advantage`)."""
     c = np.asarray(correct, dtype=float)
     eps = hp.eps
+    # lines 22, 24
     a = grpo_advantage(
         alg2_rewards(c, eq5=eq5, eta=hp.eta, per_trajectory=hp.per_trajectory, reward=reward),
         eps=eps,
         axis=0,
-    )  # lines 22, 24
+    )
     if not eq4:
         return a
     u = np.asarray(nll, dtype=float)
@@ -467,9 +464,8 @@ def pin_4bit_training_path(model) -> int:
     """Keep every bitsandbytes 4-bit layer of `model` on its dequantizing path, on every CPU: Alg. 2
     line 29's ratio pi_theta / pi_old and KL(pi_theta || pi_ref) compare forwards with and
     without gradient, which must run through one kernel."""
-    from mad_study.backends import (
-        set_cpu_4bit_kernel,
-    )  # the kit's one rule for the 4-bit CPU path (03_backends)
+    # the kit's one rule for the 4-bit CPU path (03_backends)
+    from mad_study.backends import set_cpu_4bit_kernel
 
     return sum(set_cpu_4bit_kernel(model, "dequantize").values())
 
@@ -501,9 +497,8 @@ class Policy:
         import torch
 
         self.cfg = cfg
-        dtype = (
-            "float32" if cfg.finetune == "full" else None
-        )  # full: fp32 master weights; LoRA: the backend's default
+        # full: fp32 master weights; LoRA: the backend's default
+        dtype = "float32" if cfg.finetune == "full" else None
         dm = {"": int(device)} if device is not None and torch.cuda.is_available() else "auto"
         self.backend = PolicyBackend(
             model,
@@ -515,9 +510,8 @@ class Policy:
         )
         self.backend.tag = tag
         m = self.backend.load().model
-        self.four_bit_layers = pin_4bit_training_path(
-            m
-        )  # pi_theta, pi_old, pi_ref and the rollouts: one kernel
+        # pi_theta, pi_old, pi_ref and the rollouts: one kernel
+        self.four_bit_layers = pin_4bit_training_path(m)
         if cfg.finetune == "lora":
             from peft import LoraConfig, get_peft_model
 
@@ -657,9 +651,8 @@ def update(self: Policy, P, C, A) -> dict:
         norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)))
         self.opt.step()
     self.model.eval()
-    self.backend.lineage = self.lineage = _sha(
-        self.lineage, P, C, A
-    )  # the new weights: the old ones and this update's inputs
+    # the new weights: the old ones and this update's inputs
+    self.backend.lineage = self.lineage = _sha(self.lineage, P, C, A)
     self.backend.version += 1
     return dict(
         sequences=len(P),
@@ -783,9 +776,8 @@ class UMADTrainer:
         key = {a.name: (a.model if cfg.shared_policy else f"{a.model}@{a.name}") for a in base}
         self.agents = [dataclasses.replace(a, model=key[a.name]) for a in base]
         self.base_model = {key[a.name]: a.model for a in base}
-        self.memory = check_train_memory(
-            list(self.base_model.values()), cfg
-        )  # before any weight is loaded or rollout made
+        # before any weight is loaded or rollout made
+        self.memory = check_train_memory(list(self.base_model.values()), cfg)
         gpu = torch.cuda.is_available()
         self.policies = {
             k: Policy(m, cfg, tag=f"{name}/{k}", device=i % cfg.policy_gpus if gpu else None)
@@ -803,9 +795,10 @@ class UMADTrainer:
     def step(self, items) -> dict:
         "Alg. 2 lines 4-30 on one batch of questions; returns the step's record (rewards, accuracy per agent and turn, update stats)."
         t0 = time.time()
+        # lines 4-17
         tr = rollout(
             items, self.agents, self.backends, self.cfg, self.step_count, experiment=self.name
-        )  # lines 4-17
+        )
         ta = transcript_advantages(tr, self.cfg)  # lines 19-27
         by_id = {it.id: it for it in items}
         rec = dict(
@@ -1027,12 +1020,8 @@ VARIANT_LABELS = {
     "single_grpo": "Single-GRPO Pair",
 }
 TAB1_VARIANTS = ("ippo", "umad")  # UMAD Table 1: the trained rows
-TAB3_VARIANTS = (
-    "umad",
-    "intrinsic_only",
-    "nll_only",
-    "single_grpo",
-)  # UMAD Table 3 / App. E.1 (heterogeneous)
+# UMAD Table 3 / App. E.1 (heterogeneous)
+TAB3_VARIANTS = ("umad", "intrinsic_only", "nll_only", "single_grpo")
 
 
 def checkpoint_name(experiment: str, profile: str, pair: Sequence[str], variant: str) -> str:
@@ -1239,10 +1228,8 @@ ROLLOUT_THROUGHPUT = {
         "vLLM's launch post: up to 24x the throughput of HF Transformers generate (12,500 / 24)",
     ),
 }
-PAPER_GPU_HOURS_PER_RUN = (
-    200,
-    300,
-)  # UMAD App. (compute): "between 200 and 300 GPU-hours" per GRPO training, 8 x H800
+# UMAD App. (compute): "between 200 and 300 GPU-hours" per GRPO training, 8 x H800
+PAPER_GPU_HOURS_PER_RUN = (200, 300)
 
 
 def rollout_gpu_hours(completion_tokens: int, runs: int, throughput: Mapping | None = None) -> dict:
@@ -1263,9 +1250,8 @@ def rollout_gpu_hours(completion_tokens: int, runs: int, throughput: Mapping | N
 def _train_items(p: Mapping) -> int:
     from mad_study.umad import n_items_for
 
-    return n_items_for(
-        p.get("train_task", "math_train"), p.get("n_items", 0)
-    )  # capped at the task's size (MATH train: 7,498)
+    # capped at the task's size (MATH train: 7,498)
+    return n_items_for(p.get("train_task", "math_train"), p.get("n_items", 0))
 
 # %% ../nbs/10b_umad_train.ipynb #a1c0f009
 @planner("umad_train")

@@ -151,13 +151,14 @@ class VLMBackend(HFBackend):
         return bid.replace(f"{self.spec.name}@", f"{self.spec.name}@vlm-{TINY_VLM_VERSION}-", 1)
 
 # %% ../nbs/03d_vision.ipynb #11b6db2d
+# the projector into the text model; the output layer
 VISION_FULL_PRECISION = (
     r".*vision_tower",
     r".*vision_model",
     r".*visual",  # LLaVA / Pixtral / Gemma 3, Llama 3.2 Vision, Qwen2.5-VL
     r".*multi_modal_projector",
     r"lm_head",
-)  # the projector into the text model; the output layer
+)
 
 
 @patch
@@ -174,9 +175,8 @@ def _from_pretrained(self: VLMBackend, src: str, msrc: str, kw: dict, mkw: dict)
     "(model, tokenizer): the processor and the image-text-to-text model; `HFBackend.load` does the rest (4-bit, errors, ids)."
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    if (
-        self.spec.revision == TWIN_REVISION
-    ):  # twins of Pixtral / Qwen2.5-VL on a machine without torchvision
+    # twins of Pixtral / Qwen2.5-VL on a machine without torchvision
+    if self.spec.revision == TWIN_REVISION:
         from mad_study.twins import torchvision_free_processors
 
         torchvision_free_processors()

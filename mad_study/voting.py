@@ -70,9 +70,8 @@ def _majorities(groups: list[np.ndarray], merged: np.ndarray, tie_seeds: list) -
     ok = np.array([a is not None for a in m.tolist()], dtype=bool)
     if not ok.any():
         return out
-    codes, names = pd.factorize(
-        pd.Series(m[ok], dtype=object), sort=True
-    )  # sorted, as `sorted(tied)`
+    # sorted, as `sorted(tied)`
+    codes, names = pd.factorize(pd.Series(m[ok], dtype=object), sort=True)
     names = names.tolist()
     pair, cnt = np.unique(gid[ok].astype(np.int64) * len(names) + codes, return_counts=True)
     g, k = pair // len(names), pair % len(names)
