@@ -316,8 +316,8 @@ def answer_distribution(
 def entropy(p: Sequence[float] | pd.Series, base: float = math.e) -> float:
     """Shannon entropy of a distribution (normalised first; 0 log 0 = 0). NaN for an empty or
     all-zero vector. The arithmetic of `scipy.stats.entropy` (same result, bit for bit) without
-    its per-call argument handling (~1 ms). (Shannon entropy in bits of an answer distribution
-    (MADC App. A.2."""
+    its per-call argument handling (~1 ms). Shannon entropy in bits of an answer distribution is
+    MADC's viewpoint entropy (App. A.2); in nats, UMAD's TU (Eq. 3)."""
     p = np.asarray(p, dtype=float)
     if p.size == 0 or p.sum() <= 0:
         return math.nan

@@ -203,7 +203,7 @@ def _json_words_to_python(src: str) -> str:
 # %% ../nbs/04c_roles.ipynb #0545716c
 def literal_object(text: str, start: int = 0) -> dict | None:
     """The dict written as a Python literal at `text[start]` (`{'Supported Side': 'Affirmative',
-    ...}`, the style of every moderator reply in Liang et al.'s released transcripts."""
+    ...}`, the style of every moderator reply in Liang et al.'s released transcripts), or None."""
     try:
         end = _closing_brace(text, start)
         if end is None:

@@ -1011,7 +1011,7 @@ def _limits(memory_mb: int, cpu_seconds: int, fsize_mb: int, nproc: int | None) 
 @dataclass(frozen=True)
 class SandboxLimits:
     """The resource limits of one sandboxed run (the kit's own): the wall clock `timeout` (s),
-    `memory_mb` per process (RLIMIT_AS."""
+    `memory_mb` per process (RLIMIT_AS), CPU, processes, file size, output and /tmp."""
 
     timeout: float = 10.0
     memory_mb: int = 1024

@@ -1157,7 +1157,7 @@ def per_item_results(
     """Per-item results of every condition of a (pooled) transcript (the DESIGN's \"per-item results
     next to every table\"): item_id, method, experiment, sample, correct (majority vote, or agent
     `who`, at the condition's last round), answer, tokens (prompt + completion tokens of the
-    thread over all rounds."""
+    thread over all rounds; of agent `who` only when one agent is scored)."""
     check_unique_turns(transcript, what="per_item_results")
     t = transcript.assign(_cond=condition_labels(transcript))
     t = t.assign(

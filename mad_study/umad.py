@@ -484,7 +484,7 @@ def zeroshot_table(
 def token_entropy_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
     """UMAD Fig. 1: per turn, the responses' accuracy (with a 95% interval that accounts for the
     clustering by item: both agents and every seed of an item are pooled,
-    `clustered_accuracy_ci`."""
+    `clustered_accuracy_ci`) and their token entropy (nats)."""
     by = [b for b in by if b in transcript.columns]
     rows = []
     t = transcript.assign(turn=transcript["round"].astype(int) + 1)
