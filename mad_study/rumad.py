@@ -1529,7 +1529,8 @@ def toy_evaluate(
     env: ToyDebate, decide: Callable, n: int = 1000, seed: int = 0, shuffle: bool = False
 ) -> dict:
     """A policy on `n` seeded `ToyDebate` episodes (the same episodes for every policy): mean episode return (Eq. 7-8),
-    accuracy, tokens, and the mean speakers per decision in agreeing and disagreeing states. `shuffle`: the control for
+    accuracy, tokens, visible links per decision (Eq. 5-6), and the mean speakers per decision in agreeing and
+    disagreeing states. `shuffle`: the control for
     the observation (Eq. 1-2): the policy decides on the S of an independently drawn other state."""
     rng, other = np.random.default_rng(seed), np.random.default_rng([seed, 1])
     pick = (lambda S: env.observe(env.start(other), other)) if shuffle else (lambda S: S)
@@ -1542,6 +1543,7 @@ def toy_evaluate(
         "return": float(np.mean([sum(e["rewards"]) for e in eps])),
         "accuracy": float(np.mean([e["correct"] for e in eps])),
         "tokens": float(np.mean([e["tokens"] for e in eps])),
+        "links": float(np.mean([visible_links(s["W"]) for s in steps])),
         "speakers_agree": speakers(True),
         "speakers_disagree": speakers(False),
     }
@@ -1549,15 +1551,30 @@ def toy_evaluate(
 # %% ../nbs/13_rumad.ipynb #c0bca7b2
 def toy_references(env: ToyDebate, n: int = 1000, seed: int = 0) -> pd.DataFrame:
     """The reference policies of a `ToyDebate` (issue 52; RUMAD Sec. 4.1's baselines): everyone silent, full debate,
-    the best of `fixed_family` (by return on the same episodes) and the oracle `AgreementGate` (everyone speaks and sees all unless all agree)."""
+    the best of `fixed_family` (by return on the same episodes) and two gate rules (everyone speaks unless all agree):
+    `gate, every peer` (`AgreementGate(n, n)`, the target for a speak head that shows every peer) and
+    `gate, least similar peer` (each speaker sees only its least similar peer in S, ties: the agents' order; the target
+    for Eq. 3's per-edge action, which can choose links)."""
     everyone = FixedTopology(env.n, range(env.n), env.n - 1)
     fixed = {f.label: toy_evaluate(env, f.act, n, seed) for f in fixed_family(env.n, env.n**2, 1)}
     best = max(fixed, key=lambda k: fixed[k]["return"])
+    gate = AgreementGate(env.n, env.n)
+
+    def least_similar(S: np.ndarray) -> dict:
+        d = gate.act(S)
+        if activation_mask(d["W"]).any():
+            # the diagonal lifted above any similarity: an agent is never its own least similar peer
+            W = np.full((env.n, env.n), 0.05)
+            W[np.arange(env.n), (np.asarray(S, dtype=float) + 2 * np.eye(env.n)).argmin(1)] = 0.9
+            d = {**d, "W": W, "action": W}
+        return d
+
     rows = {
         "everyone silent": toy_evaluate(env, FixedTopology(env.n, [], 0).act, n, seed),
         "full debate": toy_evaluate(env, everyone.act, n, seed),
         f"best fixed: {best}": fixed[best],
-        "oracle gate": toy_evaluate(env, AgreementGate(env.n, env.n).act, n, seed),
+        "gate, every peer": toy_evaluate(env, gate.act, n, seed),
+        "gate, least similar peer": toy_evaluate(env, least_similar, n, seed),
     }
     return pd.DataFrame(rows).T
 
@@ -1671,7 +1688,8 @@ def train_toy_controller(
 ) -> tuple[nn.Module, pd.DataFrame]:
     """Train a controller on `env` with RUMAD's clipped update and loss (Sec. 3.6, Eq. 9-11, Table 6 settings in `cfg`; Eq. 6 in
     `cfg.budget_reading`): `head="edge"` is Eq. 3's per-edge action, `"agent"` the kit's `SpeakerPolicy`. Returns the
-    policy and a per-update log (mean episode return of the rollout, sigma, clip fraction)."""
+    policy and a per-update log (mean episode return and tokens of the rollout, sigma, clip fraction, the budget
+    loss `loss_budget`: Eq. 6 in `cfg.budget_reading`, mean over the minibatches)."""
     if head not in HEADS:
         raise ConfigError("unknown controller head", key="head", value=head, choices=HEADS)
     if env.n != cfg.n_agents:
@@ -1697,8 +1715,10 @@ def train_toy_controller(
                 {
                     "update": u,
                     "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
+                    "tokens": float(np.mean([e["tokens"] for e in eps])),
                     "sigma": float(pol.sigma().detach().mean()),
                     "clipped": float(np.mean([lg["clipped"] for lg in logs])),
+                    "loss_budget": float(np.mean([lg["budget"] for lg in logs])),
                 }
             )
     return pol, pd.DataFrame(hist)

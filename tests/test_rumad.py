@@ -483,16 +483,19 @@ def _toy_refs():
 def test_toy_debate_references_have_the_built_in_order():
     _, ret = _toy_refs()
     best_fixed = ret[[k for k in ret.index if k.startswith("best fixed")][0]]
-    assert ret["everyone silent"] < ret["full debate"] < best_fixed < ret["oracle gate"], ret
+    # the gate with every peer is the speak head's target; the least-similar-peer gate (a quarter of the links) the
+    # per-edge action's, and it returns more (6.11 vs 5.94 on 1,000 episodes)
+    gate, gate1 = ret["gate, every peer"], ret["gate, least similar peer"]
+    assert ret["everyone silent"] < ret["full debate"] < best_fixed < gate < gate1, ret
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_speak_head_learns_the_known_optimum(seed):
-    # issue 52's bar, per training seed: above the best fixed topology, >= 90% of silence -> oracle gate, decisions
+    # issue 52's bar, per training seed: above the best fixed topology, >= 90% of silence -> the gate with every peer, decisions
     # that differ by observation, and a shuffled-observation control below it
     env, ret = _toy_refs()
     best_fixed = ret[[k for k in ret.index if k.startswith("best fixed")][0]]
-    silent, gate = ret["everyone silent"], ret["oracle gate"]
+    silent, gate = ret["everyone silent"], ret["gate, every peer"]
     cfg = R.RumadConfig(n_agents=5, hidden=32, lr=1e-3, c2=1.0, B=20, budget_reading="deployed")
     pol, log = R.train_toy_controller(env, cfg, "agent", seed=seed, updates=150, episodes=32)
     got = R.toy_evaluate(env, R.deploy_decision(pol), n=600)
@@ -500,6 +503,18 @@ def test_speak_head_learns_the_known_optimum(seed):
     assert got["return"] > best_fixed and (got["return"] - silent) >= 0.9 * (gate - silent), (got, ret)
     assert got["speakers_disagree"] - got["speakers_agree"] > 2, got
     assert shuffled["return"] < got["return"], (shuffled, got)
+
+
+def test_a_binding_budget_is_active_and_lowers_links_and_tokens():
+    # B = 5 binds (a speaker sees 4 peers): the budget loss is > 0 early, and c2 = 1 deploys fewer links and tokens
+    env, _ = _toy_refs()
+    got = {}
+    for c2 in (1.0, 0.0):
+        cfg = R.RumadConfig(n_agents=5, hidden=32, lr=1e-3, c2=c2, B=5, budget_reading="deployed")
+        pol, log = R.train_toy_controller(env, cfg, "agent", seed=0, updates=150, episodes=32)
+        got[c2] = {**R.toy_evaluate(env, R.deploy_decision(pol), n=600), "early": log["loss_budget"].iloc[:10].mean()}
+    assert got[1.0]["early"] > 0, got
+    assert got[1.0]["links"] < got[0.0]["links"] and got[1.0]["tokens"] < got[0.0]["tokens"], got
 
 
 def test_deployed_budget_reading_acts_on_speakers_and_links():
