@@ -23,14 +23,7 @@ from fastcore.basics import patch
 
 from .core import ConfigError, Item, derive_seed, fold_keywords, rng_for
 from .answers import answers_equivalent
-from mad_study.debate import (
-    Agent,
-    FullyConnected,
-    Protocol,
-    RoundContext,
-    make_agents,
-    run_debate,
-)
+from .debate import Agent, FullyConnected, Protocol, RoundContext, make_agents, run_debate
 from .voting import vote_table
 from .registry import planner
 from .sim import read_final_answers
@@ -172,9 +165,8 @@ DELTA = 0.10  # the minimum visible weight (Eq. 5's lowest threshold, Eq. 6's de
 
 def prompt_tier(w: float) -> str | None:
     "RUMAD Eq. 5: the tag of a peer shown with weight `w` (Critical > 0.40, Reference > 0.25, Background > 0.10), None = invisible."
-    w = float(
-        w
-    )  # float64, as `visible_links` and `budget_count` compare: a float32 0.10 is 0.1000000015
+    # float64, as `visible_links` and `budget_count` compare: a float32 0.10 is 0.1000000015
+    w = float(w)
     for name, lo in TIERS:
         if w > lo:
             return name
@@ -188,9 +180,8 @@ def activation_mask(W: np.ndarray) -> np.ndarray:
     if W.shape != (n, n) or n < 2:
         raise ValueError(f"need a square matrix of at least 2 agents, got shape {W.shape}")
     wbar = (W.sum(axis=1) - np.diag(W)) / (n - 1)
-    return (
-        wbar >= np.diag(W) - ACTIVATION_ATOL
-    )  # 'at least'; only float-sum rounding is forgiven, not 1e-5 relative
+    # 'at least'; only float-sum rounding is forgiven, not 1e-5 relative
+    return wbar >= np.diag(W) - ACTIVATION_ATOL
 
 
 ACTIVATION_ATOL = 1e-12
@@ -202,11 +193,8 @@ SIGMAS = ("state", "free")
 # init="dense": mean weights sigmoid(1.5) = 0.82
 # (Critical) to peers, sigmoid(-1.5) = 0.18 to oneself
 DENSE_LOGIT = 1.5
-SIGMA_MIN, SIGMA_MAX, SIGMA_INIT = (
-    0.05,
-    1.5,
-    1.0,
-)  # sigma="free": the kit's bounds and start (CleanRL: log-sigma 0)
+# sigma="free": the kit's bounds and start (CleanRL: log-sigma 0)
+SIGMA_MIN, SIGMA_MAX, SIGMA_INIT = (0.05, 1.5, 1.0)
 
 
 def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:
@@ -253,9 +241,8 @@ class TopologyPolicy(nn.Module):
         if n_agents < 2:
             raise ConfigError("need at least 2 agents", key="n_agents", value=n_agents)
         self.n, self.hidden, self.dist_kind = int(n_agents), int(hidden), dist
-        self.sigma_kind = (
-            sigma if dist == "gaussian" else "state"
-        )  # Beta: both parameters from the actor
+        # Beta: both parameters from the actor
+        self.sigma_kind = sigma if dist == "gaussian" else "state"
         self.obs_norm = bool(obs_norm)
         n_out = self.n**2 if self.sigma_kind == "free" else 2 * self.n**2
         g = torch.random.fork_rng()
@@ -269,9 +256,8 @@ class TopologyPolicy(nn.Module):
                 _ortho(self.critic, 1.0)
         finally:
             g.__exit__(None, None, None)
-        if (
-            self.sigma_kind == "free"
-        ):  # sigma = lo + (hi - lo) sigmoid(p): bounded, smooth, starts at SIGMA_INIT
+        # sigma = lo + (hi - lo) sigmoid(p): bounded, smooth, starts at SIGMA_INIT
+        if self.sigma_kind == "free":
             p0 = math.log((SIGMA_INIT - SIGMA_MIN) / (SIGMA_MAX - SIGMA_INIT))
             self.sigma_param = nn.Parameter(torch.full((self.n, self.n), p0))
         if init.endswith("dense"):
@@ -289,9 +275,8 @@ def _dense_start(self: TopologyPolicy):
             self.actor[-1].bias[: n**2] = z.reshape(-1)
         else:  # Beta with the same mean weights sigmoid(+-1.5): (a, b) = (e^1.5, 1) or (1, e^1.5)
             inv = lambda x: float(math.log(math.expm1(x)))  # softplus^-1 (a, b = softplus(.) + 1)
-            peer = torch.where(
-                z > 0, inv(math.exp(DENSE_LOGIT) - 1), -30.0
-            )  # softplus(-30) ~ 0: the parameter is 1
+            # softplus(-30) ~ 0: the parameter is 1
+            peer = torch.where(z > 0, inv(math.exp(DENSE_LOGIT) - 1), -30.0)
             self_ = torch.where(z > 0, -30.0, inv(math.exp(DENSE_LOGIT) - 1))
             self.actor[-1].bias[: n**2] = peer.reshape(-1)
             self.actor[-1].bias[n**2 :] = self_.reshape(-1)
@@ -468,6 +453,7 @@ def deployed_links(
     return (speak * seen).sum(-1).mean(0)
 
 # %% ../nbs/13_rumad.ipynb #3f522433
+# Table 5, Eq. 7
 ALPHA = {
     "accuracy": 1.0,
     "consensus": 0.3,
@@ -475,7 +461,7 @@ ALPHA = {
     "efficiency": 0.2,
     "improvement": 1.0,
     "sparsity": 0.1,
-}  # Table 5, Eq. 7
+}
 BETA = {"accuracy": 2.0, "consensus": 0.5, "efficiency": 0.3, "improvement": 0.2}  # Table 5, Eq. 8
 TIER_COST = {"Critical": 1.0, "Reference": 2 / 3, "Background": 1 / 3}
 
@@ -705,10 +691,8 @@ class RumadController(Protocol):
                 else None
             )
             d = self.policy.act(self.observe(ctx, S), rng)
-            d["S"], d["run"] = (
-                S,
-                run,
-            )  # the true observation in full precision (reused by the rewards)
+            # the true observation in full precision (reused by the rewards)
+            d["S"], d["run"] = (S, run)
             d["active"] = (
                 activation_mask(d["W"]) if self.activation else np.ones(len(S), dtype=bool)
             )
@@ -764,9 +748,8 @@ def fixed_policy(W: np.ndarray, hidden: int = 8) -> TopologyPolicy:
         last = p.actor[-1]
         last.weight.zero_()
         z = torch.as_tensor(np.log(W / (1 - W)), dtype=torch.float32).reshape(-1)
-        last.bias.copy_(
-            torch.cat([z, torch.full((n * n,), math.log(math.e - 1) - 0.0)])
-        )  # softplus(.) + 0.05 ~ 1
+        # softplus(.) + 0.05 ~ 1
+        last.bias.copy_(torch.cat([z, torch.full((n * n,), math.log(math.e - 1) - 0.0)]))
     return p
 
 # %% ../nbs/13_rumad.ipynb #63380390
@@ -1151,9 +1134,8 @@ def train_controller(
             row.update({f"probe_{k}": v for k, v in probe_stats(policy, probe).items()})
             if val and cfg.eval_every and ((u + 1) % cfg.eval_every == 0 or u + 1 == cfg.updates):
                 row.update({f"val_{k}": v for k, v in ev().items()})
-                within = (
-                    cfg.B is None or row["val_links"] <= cfg.B
-                )  # "under fixed communication budgets" (Sec. 3.6)
+                # "under fixed communication budgets" (Sec. 3.6)
+                within = cfg.B is None or row["val_links"] <= cfg.B
                 if within and (
                     best is None or row["val_episode_return"] > best["val_episode_return"]
                 ):
@@ -1304,10 +1286,9 @@ def load_controller(path: str | Path) -> tuple[TopologyPolicy, RumadConfig, dict
 
 # %% ../nbs/13_rumad.ipynb #144c7885
 from .protocols import SparseTopology  # S-MAD ring / star (nbs/04b_protocols)
-from mad_study.metrics import (
-    cost_saving,
-    tokens_per_point,
-)  # Table 2's saving, Sec. 1's tokens per point (nbs/05_metrics)
+
+# Table 2's saving, Sec. 1's tokens per point (nbs/05_metrics)
+from .metrics import cost_saving, tokens_per_point
 
 # %% ../nbs/13_rumad.ipynb #671fdc8f
 def _paper_tab2() -> pd.DataFrame:
@@ -1359,10 +1340,11 @@ class ShuffledObservation(RumadController):
         if len(ids) < 2:
             raise ConfigError("shuffling needs the records of at least 2 items", key="donor")
         perm = [ids[i] for i in rng_for(seed, "rumad-shuffle").permutation(len(ids))]
+        # a derangement
         self.donor, self.pair = (
             donor,
             {perm[i]: perm[(i + 1) % len(perm)] for i in range(len(perm))},
-        )  # a derangement
+        )
 
     def observe(self, ctx: RoundContext, S: np.ndarray) -> np.ndarray:
         "Another item's observation at this thread and round."
@@ -1378,9 +1360,8 @@ class AgreementGate:
 
     def act(self, S: np.ndarray, rng=None) -> dict:
         "The decision on S, in `TopologyPolicy.act`'s format (weights 0.9 / 0.05; no log-probability)."
-        sup = (np.asarray(S) > self.agree).sum(
-            1
-        )  # the size of each agent's answer cluster (itself included)
+        # the size of each agent's answer cluster (itself included)
+        sup = (np.asarray(S) > self.agree).sum(1)
         W = np.full((self.n, self.n), 0.05)
         np.fill_diagonal(W, 0.9)
         if sup.max() < self.k:
@@ -1650,9 +1631,8 @@ class SpeakerPolicy(nn.Module):
                 .reshape(-1, self.n, self.n)
                 .masked_fill(eye, 9.0)
             )
-            rank = S.argsort(dim=-1, stable=True).argsort(
-                dim=-1, stable=True
-            )  # 0 = the least similar peer
+            # 0 = the least similar peer
+            rank = S.argsort(dim=-1, stable=True).argsort(dim=-1, stable=True)
             seen = rank < self.peers
         peer = torch.where(seen, torch.sigmoid(torch.tensor(DENSE_LOGIT)), 0.05)
         on = torch.where(eye, 1 - torch.sigmoid(torch.tensor(DENSE_LOGIT)), peer)
@@ -1853,9 +1833,8 @@ def plan_rumad(p: Mapping) -> dict:
     )
     N, tasks = int(p.get("n_agents") or 6), p.get("tasks") or []
     budgets, abl, scal = p.get("budgets") or [], p.get("ablations") or [], p.get("scaling") or []
-    methods = (
-        len(budgets) + 5 + (1 if p.get("control") else 0)
-    )  # + MAD, S-MAD star / ring, GD, S2-MAD
+    # + MAD, S-MAD star / ring, GD, S2-MAD
+    methods = len(budgets) + 5 + (1 if p.get("control") else 0)
     methods += 2 if p.get("baselines") else 0  # + the best fixed topology and the AgreementGate
     ev = [(n * len(tasks) * methods, N), (n * len(p.get("ablation_tasks") or []) * len(abl), N)]
     if p.get("baselines") and budgets:  # the fixed-topology search on the training items
@@ -1881,9 +1860,8 @@ def plan_rumad(p: Mapping) -> dict:
         if tr_cfg.eval_every
         else 0
     )
-    tr = [
-        (int(tr_cfg.updates) * rollout_episodes(tr_cfg) + evals, k) for k in runs
-    ]  # rollouts + Sec. 3.6's periodic evaluations
+    # rollouts + Sec. 3.6's periodic evaluations
+    tr = [(int(tr_cfg.updates) * rollout_episodes(tr_cfg) + evals, k) for k in runs]
     out = {"generations": 0, "prompt_tokens": 0, "completion_tokens": 0}
     for what in (ev, tr):
         for d, k in what:
