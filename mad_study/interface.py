@@ -74,10 +74,14 @@ class Progress:
         total: int | None,
         desc: str = "generating",
         progress: bool | None = None,
-        delay: float = 2.0,
+        delay: float | None = None,
         file=None,
         leave: bool = False,
     ):
+        # the bar appears after `delay` seconds of work: `$MAD_STUDY_PROGRESS_DELAY`, else 2 (a sim run's many
+        # short calls draw none)
+        if delay is None:
+            delay = os.environ.get("MAD_STUDY_PROGRESS_DELAY") or 2.0
         self.total, self.desc, self.delay, self.leave = total, desc, float(delay), leave
         self.enabled, self._file, self._own_file = progress_enabled(progress), file, None
         self.n, self.tokens, self.t0 = 0, 0, time.monotonic()

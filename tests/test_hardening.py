@@ -157,7 +157,8 @@ def test_prompt_longer_than_context_is_truncated_with_a_warning(project_copy, tm
         f.write_text(json.dumps(row) + "\n")
 
     env = {**os.environ, "PYTHONPATH": str(_package_copy(tmp_path, huge_question))}
-    r = mad_study("reproduce", "du_gsm8k", "--profile", "tiny", "-p", "n_items=1", "-p", "max_new_tokens=16", env=env)
+    r = mad_study("reproduce", "du_gsm8k", "--profile", "tiny", "-p", "n_items=1", "-p", "max_new_tokens=16",
+                  "--replace-reference", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     runs = project_copy.parent / "runs" / "tiny" / "du_gsm8k"
     tr = pd.read_parquet(runs / "debate.parquet")

@@ -68,7 +68,9 @@ def _lab_settings(d: Path) -> Path:
 def lab(tmp_path, scratch):
     "JupyterLab started by `make lab` (LAB_CMD) on a free port with a token; yields its base URL and token."
     port, token = _free_port(), os.urandom(12).hex()
-    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(_lab_settings(tmp_path / "settings")),
+    # the generation bar at once (it waits 2 s of work by default, and is off under tests unless asked)
+    env = {**os.environ, "MAD_STUDY_PROGRESS": "1", "MAD_STUDY_PROGRESS_DELAY": "0",
+           "JUPYTERLAB_SETTINGS_DIR": str(_lab_settings(tmp_path / "settings")),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
            "MPLBACKEND": "Agg"}                  # as `make` exports it: `make lab` must unset it for the kernels
     venv = Path(sys.executable).parent.parent
