@@ -278,7 +278,7 @@ REFS.update(
         ),
         "stats.self_consistency_at_budget": ("wang2023selfconsistency",),
         "meta_debate.gap_text": ("holm1979",),
-        "meta_debate.paired_gaps": ("efron1979bootstrap", "mcnemar1947", "holm1979"),
+        "meta_debate.paired_gaps": ("tango1998paired", "mcnemar1947", "holm1979"),
         "meta_debate.gaps_caption": ("holm1979",),
         "svr_mad.ablation_points": ("wilson1927",),
         "svr_mad.fig1_comparison": ("efron1979bootstrap", "holm1979"),

@@ -1145,7 +1145,7 @@ def family_gaps(
     correction: str = "holm",
     level: float = 0.95,
     test: str = "auto",
-    min_items: int = MIN_ITEMS,
+    min_items: int | Callable[[Mapping], int] = MIN_ITEMS,
     n_resamples: int = 2**16,
     seed: int = 0,
 ) -> pd.DataFrame:
@@ -1153,7 +1153,8 @@ def family_gaps(
     family, as `compare_methods` makes its own: `p_adjusted` by `correction` (Holm 1979), `distinguishable` and
     `verdict`, each gap's interval again from `paired_inference` on `pair(row)` (the row's two aligned per-item
     arrays, a minus b) at its family level `diff_level`, closed at 0 where Holm rejects and it crosses 0
-    (`diff_cut`: Holm shows the sign), and `agrees` (the interval on its verdict's side of 0)."""
+    (`diff_cut`: Holm shows the sign), and `agrees` (the interval on its verdict's side of 0). `min_items`: one
+    count, or a row's own (`min_items(row)`) where the table chose it per comparison."""
     t = table.copy()
     p = t["pvalue"].astype(float)
     gap = p.notna().to_numpy()
@@ -1166,10 +1167,12 @@ def family_gaps(
     for c in ("diff_low", "diff_high"):
         t[c] = t[c].astype(float) if c in t else np.nan
     for i in np.flatnonzero(gap):
-        a, b = (np.asarray(x, dtype=float) for x in pair(t.iloc[i].to_dict()))
+        r = t.iloc[i].to_dict()
+        a, b = (np.asarray(x, dtype=float) for x in pair(r))
+        k = min_items(r) if callable(min_items) else min_items
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            f = paired_inference(a, b, lv[i], test, min_items, n_resamples, seed)
+            f = paired_inference(a, b, lv[i], test, k, n_resamples, seed)
         lo, hi = f["ci_low"], f["ci_high"]
         if cut[i] and lo <= 0 <= hi:
             lo, hi = (0.0, hi) if (a - b).mean() > 0 else (lo, 0.0)
