@@ -663,7 +663,8 @@ def _family_levels(
     ok = ~np.isnan(p)
     rejected = np.zeros(p.shape, dtype=bool)
     rejected[ok] = adjust_pvalues(p[ok], "holm") < 1 - level
-    lv[ok] = 1 - (1 - level) / int(ok.sum())
+    if ok.any():
+        lv[ok] = 1 - (1 - level) / int(ok.sum())
     return lv, rejected
 
 # %% ../nbs/05b_stats.ipynb #01eb5ffe
