@@ -57,6 +57,8 @@ from mad_study.stats import (
     adjust_pvalues,
     cochran_q,
     condition_labels,
+    family_gaps,
+    family_words,
     paired_difference,
     paired_test,
 )
@@ -285,7 +287,9 @@ def strategy_tests(
     seed: int = 0,
 ) -> pd.DataFrame:
     """Paired tests between MADC's strategies over units, a unit's rows averaged first: means,
-    difference with interval, p-values and Holm-adjusted significance (MADC Figs. 3-5)."""
+    difference with interval, p-values and Holm-adjusted significance (MADC Figs. 3-5); the pairs
+    of a metric are one family (`family_gaps`: Holm 1979, each gap's interval again at its family
+    level `diff_level`, closed at 0 where Holm shows the sign, `diff_cut`; `verdict`, `agrees`)."""
     unit = [unit] if isinstance(unit, str) else list(unit)
     pairs = (
         list(pairs)
@@ -326,10 +330,17 @@ def strategy_tests(
                 }
             )
         if mrows:
-            adj = adjust_pvalues([r["pvalue"] for r in mrows], correction)
-            for r, p in zip(mrows, adj):
-                r.update(p_adjusted=float(p), correction=correction, significant=bool(p < 0.05))
-        rows += mrows
+
+            def pair(r: Mapping, wide: pd.DataFrame = wide) -> tuple[np.ndarray, np.ndarray]:
+                w = wide[[r["a"], r["b"]]].dropna()
+                return w[r["a"]].to_numpy(float), w[r["b"]].to_numpy(float)
+
+            fam = family_gaps(
+                pd.DataFrame(mrows), pair, correction, n_resamples=n_resamples, seed=seed
+            )
+            fam["correction"] = correction
+            fam["significant"] = fam["distinguishable"].eq(True)
+            rows += fam.to_dict("records")
     return pd.DataFrame(rows)
 
 # %% ../nbs/11_madc.ipynb #492e1afb

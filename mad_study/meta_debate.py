@@ -1058,8 +1058,10 @@ def paired_gaps(
 ) -> pd.DataFrame:
     """The comparisons of one Meta-Debate table (Zhang et al., Tables 1-2) under the kit's
     statistics standard: per cell (`by`) and pair (method, reference) of `pairs`, the paired
-    difference method - reference by item (bootstrap interval over items, McNemar or paired t."""
-    from mad_study.stats import adjust_pvalues
+    difference method - reference by item (McNemar's score test with Tango's interval, or paired t),
+    the table's gaps one family (`family_gaps`: Holm 1979 over the raw p, each gap's interval again
+    at its family level, closed at 0 where Holm shows the sign)."""
+    from mad_study.stats import family_gaps, item_means
 
     need = {"item_id", "method", "correct", *by}
     if need - set(items.columns):
@@ -1068,9 +1070,10 @@ def paired_gaps(
             key="column",
             value=sorted(need - set(items.columns)),
         )
-    rows = []
+    rows, means = [], {}
     for key, g in items.groupby(list(by), sort=False):
         key = key if isinstance(key, tuple) else (key,)
+        means[key] = item_means(g)
         for m, ref in pairs:
             if {m, ref} <= set(g["method"]):
                 rows.append(
@@ -1086,9 +1089,22 @@ def paired_gaps(
         if not rows
         else pd.DataFrame(rows).reindex(columns=[*by, "method", "reference", *GAP_COLUMNS])
     )
-    out["p_adjusted"] = adjust_pvalues(out["pvalue"].astype(float), correction)
-    holds0 = ~((out["diff_low"].astype(float) > 0) | (out["diff_high"].astype(float) < 0))
-    out["distinguishable"] = (out["p_adjusted"] < 1 - level) & ~holds0
+
+    def pair(r: Mapping) -> tuple[np.ndarray, np.ndarray]:
+        w = means[tuple(r[b] for b in by)][[r["method"], r["reference"]]].dropna()
+        return w[r["method"]].to_numpy(float), w[r["reference"]].to_numpy(float)
+
+    out = family_gaps(
+        out.assign(pvalue=out["pvalue"].astype(float)),
+        pair,
+        correction,
+        level,
+        # as `_one_gap`: the row's own items
+        min_items=lambda r: min(20, int(r["n_items"])),
+        n_resamples=n_resamples,
+        seed=seed,
+    )
+    out["distinguishable"] = out["distinguishable"].eq(True)
     out.attrs.update(
         by=list(by),
         correction=correction,
@@ -1103,11 +1119,14 @@ def _pts(x: float) -> str:
 
 # %% ../nbs/14_meta_debate.ipynb #f986dc8b
 def gap_text(r: Mapping, correction: str = "holm") -> str:
-    "One gap of a `paired_gaps` row: '+x points [lo, hi], (not) distinguishable (test, Holm p = ..); tokens +y% [..]'."
+    """One gap of a `paired_gaps` row: '+x points [lo, hi], (not) distinguishable (test, Holm p = ..); tokens +y% [..]'
+    (the interval at the family's level, [0, hi] or [lo, 0] where Holm 1979 closed it at 0)."""
+    from mad_study.stats import gap_interval_text
+
     if pd.isna(r.get("diff")):
         return f"too few items to compare ({int(r.get('n_items') or 0)})"
     s = (
-        f"{_pts(r['diff'])} points [{_pts(r['diff_low'])}, {_pts(r['diff_high'])}], "
+        f"{_pts(r['diff'])} points {gap_interval_text(r)}, "
         f"{'distinguishable' if r['distinguishable'] else 'not distinguishable'} ({r['test']}, {correction} p = {r['p_adjusted']:.2g})"
     )
     if not pd.isna(r.get("token_change")):
@@ -1120,8 +1139,10 @@ def gaps_caption(
 ) -> str:
     """The caption sentence of a `paired_gaps` table (the kit's statistics standard): items per cell, resampled unit, tests,
     correction and its number of comparisons, then every gap with its interval and "distinguishable" or "not distinguishable". (Holm's correction, as in the table: Meta-Debate Table 2 with the kit's statistics standard)"""
+    from mad_study.stats import family_words
+
     a = gaps.attrs
-    lvl = int(round(100 * a.get("level", 0.95)))
+    lvl = a.get("level", 0.95)
     corr = a.get("correction", "holm")
     parts, by_cell = [], {}
     for r in gaps.to_dict("records"):
@@ -1133,9 +1154,10 @@ def gaps_caption(
         )
     d = gaps["distinguishable"].astype(bool)
     head = (
-        f"Paired by item; {lvl}% intervals, each its test inverted over items (several outcomes of an item averaged first); "
+        f"Paired by item; {family_words(corr, lvl, gaps.get('diff_level', pd.Series(dtype=float)).dropna())}, "
+        "each its test inverted over items (several outcomes of an item averaged first); "
         f"tests McNemar's score test (Tango's interval) for one 0/1 outcome per item, else paired t over item means; {corr} correction over the "
-        f"table's {a.get('n_comparisons', len(gaps))} comparisons; distinguishable = adjusted p < {1 - a.get('level', 0.95):.2g} "
-        f"and the interval excludes 0 ({int(d.sum())} of {len(gaps)} are)"
+        f"table's {a.get('n_comparisons', len(gaps))} comparisons, one family with its intervals; distinguishable = adjusted "
+        f"p < {1 - lvl:.2g}, the interval then on its side of 0 ({int(d.sum())} of {len(gaps)} are)"
     )
     return head + ". " + ". ".join(parts) + "."

@@ -1881,7 +1881,14 @@ def plan_rumad(p: Mapping) -> dict:
     }
 
 # %% ../nbs/13_rumad.ipynb #4cd5a6a6
-from .stats import adjust_pvalues, compare_methods  # the kit's statistics (nbs/05b_stats)
+# the kit's statistics (nbs/05b_stats)
+from mad_study.stats import (
+    compare_methods,
+    family_gaps,
+    family_words,
+    gap_interval_text,
+    item_means,
+)
 
 # %% ../nbs/13_rumad.ipynb #e81b8488
 def compare_families(
@@ -1893,15 +1900,17 @@ def compare_families(
     seed: int = 0,
 ) -> pd.DataFrame:
     """RUMAD Tables 2-4 (Sec. 4.2-4.4) with the kit's statistics standard: per group of `by`, each
-    method of `families[reference]` against its `reference` (`compare_methods`, paired by item),
-    then `correction` (Holm) over every accuracy comparison of the table."""
+    method of `families[reference]` against its `reference` (`compare_methods`, paired by item, its
+    raw p), then one family over every accuracy comparison of the table (`family_gaps`: Holm 1979,
+    each gap's interval again at its family level, closed at 0 where Holm shows the sign)."""
     by = [by] if isinstance(by, str) else list(by)
     miss = [c for c in [*by, "item_id", "method", "correct"] if c not in results]
     if miss:
         raise ConfigError("results lack a column", key="results", value=miss[0])
-    parts = []
+    parts, means = [], {}
     for key, g in results.groupby(by, sort=False):
         key = key if isinstance(key, tuple) else (key,)
+        means[key] = item_means(g)
         for ref, meths in families.items():
             meths = [m for m in meths if m in set(g["method"])]
             if ref not in set(g["method"]) or not meths:
@@ -1916,10 +1925,15 @@ def compare_families(
     out = out[~((out["method"] == out["reference"]) & out.duplicated(by + ["method"]))].reset_index(
         drop=True
     )
-    out["p_raw"] = out["pvalue"]
-    out["p_adjusted"] = adjust_pvalues(out["pvalue"], correction)
     cmp = out["method"] != out["reference"]
-    out["distinguishable"] = (out["p_adjusted"] < 1 - level).astype(object).where(cmp, None)
+    out["pvalue"] = out["pvalue"].where(cmp)
+    out["p_raw"] = out["pvalue"]
+
+    def pair(r: Mapping) -> tuple[np.ndarray, np.ndarray]:
+        w = means[tuple(r[b] for b in by)][[r["method"], r["reference"]]].dropna()
+        return w[r["method"]].to_numpy(float), w[r["reference"]].to_numpy(float)
+
+    out = family_gaps(out, pair, correction, level, seed=seed)
     if "token_change" in out:
         out["tokens_distinguishable"] = (
             ((out["token_change_low"] > 0) | (out["token_change_high"] < 0))
@@ -1938,20 +1952,21 @@ def families_caption(
     comparisons."""
     a = table.attrs
     by = a.get("by", [])
-    lvl = int(round(100 * a.get("level", 0.95)))
     cmp = table[table["method"] != table["reference"]]
+    fam = family_words(a.get("correction"), a.get("level", 0.95), cmp["diff_level"])
     ns = sorted(set(cmp["n_items"].astype(int)))
     head = (
-        f"Paired by item ({'/'.join(map(str, ns))} distinct {unit} per {', '.join(by) or 'table'}); {lvl}% intervals from a "
-        f"bootstrap over {unit} (answers of an item averaged first); McNemar (exact) for one 0/1 answer per item, else paired t; "
-        f"{a.get('correction')} correction over the table's {a.get('n_comparisons', len(cmp))} accuracy comparisons "
-        f"('distinguishable' follows the adjusted test; the intervals are not adjusted)"
+        f"Paired by item ({'/'.join(map(str, ns))} distinct {unit} per {', '.join(by) or 'table'}); {fam}, each its "
+        f"test inverted over {unit} (answers of an item averaged first): McNemar's score test with Tango's score interval "
+        f"for one 0/1 answer per item, else the paired t-test and its t-interval; {a.get('correction')} correction over "
+        f"the table's {a.get('n_comparisons', len(cmp))} accuracy comparisons, one family with its intervals "
+        f"('distinguishable' follows the adjusted test; token intervals 95%, unadjusted)"
     )
     parts = []
     for r in cmp[cmp["method"].isin(highlight)].to_dict("records"):
         g = ", ".join(str(r[b]) for b in by)
         s = (
-            f"{g}: {r['method']} vs {r['reference']} {100 * r['diff']:+.1f} points [{100 * r['diff_low']:+.1f}, {100 * r['diff_high']:+.1f}], "
+            f"{g}: {r['method']} vs {r['reference']} {100 * r['diff']:+.1f} points {gap_interval_text(r)}, "
             f"{'distinguishable' if r['distinguishable'] else 'not distinguishable'} ({r['test']}, adjusted p = {r['p_adjusted']:.2g})"
         )
         if not pd.isna(r.get("token_change", math.nan)):
@@ -1968,7 +1983,7 @@ def families_caption(
             " ("
             + "; ".join(
                 f"{', '.join(str(r[b]) for b in by)}: {r['method']} vs {r['reference']} {100 * r['diff']:+.1f} "
-                f"[{100 * r['diff_low']:+.1f}, {100 * r['diff_high']:+.1f}]"
+                f"{gap_interval_text(r)}"
                 for r in dist.to_dict("records")
             )
             + ")"

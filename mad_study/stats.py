@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -29,8 +29,9 @@ from .voting import vote_table
 # %% auto #0
 __all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'CORRECTIONS', 'bootstrap_ci', 'paired_test', 'accuracy_ci', 'item_means', 'boot_mean_ci',
            'score_interval', 'paired_inference', 'paired_difference', 'simulate_paired', 'tost', 'adjust_pvalues',
-           'cochran_q', 'omnibus_test', 'token_change', 'compare_methods', 'comparison_caption', 'condition_labels',
-           'per_item_results', 'tokens_per_thread', 'self_consistency_at_budget']
+           'cochran_q', 'omnibus_test', 'token_change', 'compare_methods', 'comparison_caption', 'family_gaps',
+           'family_words', 'gap_interval_text', 'condition_labels', 'per_item_results', 'tokens_per_thread',
+           'self_consistency_at_budget']
 
 # %% ../nbs/05b_stats.ipynb #d57d6595
 def bootstrap_ci(
@@ -662,7 +663,8 @@ def _family_levels(
     ok = ~np.isnan(p)
     rejected = np.zeros(p.shape, dtype=bool)
     rejected[ok] = adjust_pvalues(p[ok], "holm") < 1 - level
-    lv[ok] = 1 - (1 - level) / int(ok.sum())
+    if ok.any():
+        lv[ok] = 1 - (1 - level) / int(ok.sum())
     return lv, rejected
 
 # %% ../nbs/05b_stats.ipynb #01eb5ffe
@@ -1136,6 +1138,71 @@ def comparison_caption(
         head += f"; omnibus {o.get('test')} p = {o.get('pvalue', math.nan):.3g}"
     tail = f" The tests speak for these {n} fixed {unit_name} only." if fixed_items else ""
     return head + ". " + "; ".join(parts) + "." + tail
+
+# %% ../nbs/05b_stats.ipynb #09733059
+def family_gaps(
+    table: pd.DataFrame,
+    pair: Callable[[Mapping], tuple[np.ndarray, np.ndarray]],
+    correction: str = "holm",
+    level: float = 0.95,
+    test: str = "auto",
+    min_items: int | Callable[[Mapping], int] = MIN_ITEMS,
+    n_resamples: int = 2**16,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """A table of gaps built elsewhere (one row per comparison, its raw p in `pvalue`; NaN: no comparison) made one
+    family, as `compare_methods` makes its own: `p_adjusted` by `correction` (Holm 1979), `distinguishable` and
+    `verdict`, each gap's interval again from `paired_inference` on `pair(row)` (the row's two aligned per-item
+    arrays, a minus b) at its family level `diff_level`, closed at 0 where Holm rejects and it crosses 0
+    (`diff_cut`: Holm shows the sign), and `agrees` (the interval on its verdict's side of 0). `min_items`: one
+    count, or a row's own (`min_items(row)`) where the table chose it per comparison."""
+    t = table.copy()
+    p = t["pvalue"].astype(float)
+    gap = p.notna().to_numpy()
+    t["p_adjusted"] = adjust_pvalues(p, correction)
+    dist = (t["p_adjusted"] < 1 - level).to_numpy()
+    t["distinguishable"] = pd.Series(dist, index=t.index, dtype=object).where(gap, None)
+    lv, cut = _family_levels(p, correction, level)
+    t["diff_level"] = np.where(gap, lv, np.nan)
+    t["diff_cut"] = pd.Series(False, index=t.index, dtype=object).where(gap, None)
+    for c in ("diff_low", "diff_high"):
+        t[c] = t[c].astype(float) if c in t else np.nan
+    for i in np.flatnonzero(gap):
+        r = t.iloc[i].to_dict()
+        a, b = (np.asarray(x, dtype=float) for x in pair(r))
+        k = min_items(r) if callable(min_items) else min_items
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            f = paired_inference(a, b, lv[i], test, k, n_resamples, seed)
+        lo, hi = f["ci_low"], f["ci_high"]
+        if cut[i] and lo <= 0 <= hi:
+            lo, hi = (0.0, hi) if (a - b).mean() > 0 else (lo, 0.0)
+            t.iloc[i, t.columns.get_loc("diff_cut")] = True
+        t.iloc[i, t.columns.get_indexer(["diff_low", "diff_high"])] = (lo, hi)
+    lo, hi = t["diff_low"], t["diff_high"]
+    # told apart: the interval on one side of 0 (a closed cut has 0 as its near bound); else it holds 0
+    side = (lo > 0) | (hi < 0) | (t["diff_cut"].eq(True) & ((lo == 0) | (hi == 0)))
+    holds = (lo <= 0) & (hi >= 0)
+    t["agrees"] = side.where(dist, holds).astype(object).where(gap & lo.notna().to_numpy(), None)
+    words = np.where(dist, "distinguishable", "not distinguishable")
+    t["verdict"] = pd.Series(words, index=t.index, dtype=object).where(gap, None)
+    t.attrs.update(correction=correction, level=level)
+    return t
+
+# %% ../nbs/05b_stats.ipynb #2053cca7
+def family_words(correction: str, level: float, levels: Sequence[float]) -> str:
+    """Caption words for a family of gap intervals built by `family_gaps` or `compare_methods` (Holm 1979 with
+    simultaneous Bonferroni-level intervals closed at 0 where Holm shows the sign): the procedure and the levels
+    `levels` of the gaps that have an interval."""
+    return _interval_words(
+        {"correction": correction, "level": level}, pd.Series(levels, dtype=float)
+    )
+
+# %% ../nbs/05b_stats.ipynb #5e0383c2
+def gap_interval_text(row: Mapping) -> str:
+    """A gap's interval as a caption prints it (`diff_low`, `diff_high`, `diff_cut` of `family_gaps`, Holm 1979):
+    [lo, hi] in points, [0, +x] or [-x, 0] where Holm closed it at 0, in words where none exists (never "nan")."""
+    return _interval_text(row)
 
 # %% ../nbs/05b_stats.ipynb #77449274
 def condition_labels(df: pd.DataFrame) -> pd.Series:

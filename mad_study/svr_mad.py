@@ -1094,29 +1094,51 @@ def tab1_comparison(
     seed: int = 0,
 ) -> pd.DataFrame:
     """SVR-MAD Table 1 (Sec. 5.1) with its statistics: per setting (`by`) and method, accuracy +
-    interval."""
-    from mad_study.stats import adjust_pvalues
+    interval; the accuracy gaps of all settings one family (`family_gaps`: Holm 1979, each gap's
+    interval at its family level `acc_level`, closed at 0 where Holm shows the sign, `acc_cut`)."""
+    from mad_study.stats import adjust_pvalues, family_gaps, item_means
 
     by = [c for c in by if c in items.columns]
     groups = items.groupby(by, sort=False) if by else [((), items)]
-    rows, omni = [], {}
+    rows, omni, means = [], {}, {}
     for key, sub in groups:
         key = key if isinstance(key, tuple) else (key,)
+        means[key] = item_means(sub).dropna()
         r, omni[" / ".join(map(str, key))] = _tab1_rows(sub, reference, level, n_resamples, seed)
         rows += [{**dict(zip(by, key)), **x} for x in r]
     out = pd.DataFrame(rows)
     base = out["method"] != reference
-    for k, lo, hi in (
-        ("acc", "acc_gap_low", "acc_gap_high"),
-        ("tok", "token_change_low", "token_change_high"),
-    ):
+    for k in ("acc", "tok"):
         if f"{k}_p" not in out:
             out[f"{k}_p"] = np.nan
-        out[f"{k}_p_adj"] = adjust_pvalues(out[f"{k}_p"], correction)
-        dist = (out[f"{k}_p_adj"] < 1 - level) & ~(
-            (out.get(lo, np.nan) <= 0) & (out.get(hi, np.nan) >= 0)
-        )
-        out[f"{k}_distinguishable"] = dist.astype(object).where(base, None)
+    # accuracy: reference minus method, each gap's interval again at its family level
+    fam = family_gaps(
+        out[[*by, "method"]].assign(pvalue=out["acc_p"].where(base)),
+        lambda r: (
+            (w := means[tuple(r[c] for c in by)])[reference].to_numpy(float),
+            w[r["method"]].to_numpy(float),
+        ),
+        correction,
+        level,
+        n_resamples=n_resamples,
+        seed=seed,
+    )
+    got = fam["pvalue"].notna()
+    for c in ("acc_gap_low", "acc_gap_high"):
+        out[c] = fam[c.replace("acc_gap", "diff")].where(got, out.get(c, np.nan))
+    out["acc_p_adj"] = fam["p_adjusted"]
+    out["acc_level"], out["acc_cut"], out["acc_agrees"] = (
+        fam["diff_level"],
+        fam["diff_cut"],
+        fam["agrees"],
+    )
+    out["acc_distinguishable"] = fam["distinguishable"].where(base, None)
+    # tokens: their own Holm family over the paired t p (the token interval: its ratio, unadjusted)
+    out["tok_p_adj"] = adjust_pvalues(out["tok_p"], correction)
+    dist = (out["tok_p_adj"] < 1 - level) & ~(
+        (out.get("token_change_low", np.nan) <= 0) & (out.get("token_change_high", np.nan) >= 0)
+    )
+    out["tok_distinguishable"] = dist.astype(object).where(base, None)
     out.attrs.update(reference=reference, correction=correction, level=level, by=by, omnibus=omni)
     return out
 
@@ -1129,10 +1151,12 @@ def _sg(x: float, nd: int = 1) -> str:
 # %% ../nbs/12_svr_mad.ipynb #d569e5ea
 def _gap(r: Mapping) -> str:
     "One comparison of `tab1_comparison` in words: accuracy gap and token change with intervals and verdicts (or why none)."
+    from mad_study.stats import gap_interval_text
+
     if _isnull(r.get("acc_gap")):
         return f"no paired comparison ({r['acc_test']})"
     acc = (
-        f"accuracy {_sg(100 * r['acc_gap'])} points [{_sg(100 * r['acc_gap_low'])}, {_sg(100 * r['acc_gap_high'])}], "
+        f"accuracy {_sg(100 * r['acc_gap'])} points {gap_interval_text(dict(diff_low=r['acc_gap_low'], diff_high=r['acc_gap_high'], diff_cut=r.get('acc_cut')))}, "
         f"{'distinguishable' if r['acc_distinguishable'] else 'not distinguishable'} ({r['acc_test']}, p = {r['acc_p_adj']:.2g})"
     )
     if _isnull(r.get("token_change")):
@@ -1147,10 +1171,16 @@ def _gap(r: Mapping) -> str:
 def tab1_stats_caption(cmp: pd.DataFrame) -> str:
     """The statistics sentence of SVR-MAD Table 1's caption (DESIGN "Statistics"): items per setting, resampled unit, tests,
     correction, omnibus, and SVR-MAD's accuracy gap and token change vs each baseline, "not distinguishable" where so."""
+    from mad_study.stats import family_words
+
     a = cmp.attrs
     ref = a["reference"]
     by = a.get("by", [])
     lvl = int(round(100 * a.get("level", 0.95)))
+    gaps = cmp[cmp["method"] != ref]
+    fam = family_words(
+        a["correction"], a.get("level", 0.95), gaps.get("acc_level", pd.Series(dtype=float))
+    )
     setting = lambda r: " / ".join(str(r[c]) for c in by) or "all"
     first = cmp[cmp["method"] == ref]
     n = ", ".join(f"{setting(r)} {int(r['n_items'])}" for r in first.to_dict("records"))
@@ -1160,9 +1190,10 @@ def tab1_stats_caption(cmp: pd.DataFrame) -> str:
         for s, o in a.get("omnibus", {}).items()
     )
     head = (
-        f"Statistics ({ref} minus each baseline, paired by item; distinct items per setting: {n}; {lvl}% intervals, each "
-        f"its test inverted over items, accuracy intervals Wilson, all unadjusted; verdicts from the adjusted p; accuracy: McNemar's score test with Tango's interval; tokens: {ref}'s relative change, paired t "
-        f"over items; {a['correction']} correction over the table's {k} accuracy and, separately, {k} token comparisons; "
+        f"Statistics ({ref} minus each baseline, paired by item; distinct items per setting: {n}; accuracy gaps: {fam}, "
+        f"each its test inverted over items (McNemar's score test with Tango's score interval for 0/1 answers, else paired t); "
+        f"accuracy of each method: Wilson {lvl}% intervals; tokens: {ref}'s relative change, {lvl}% interval "
+        f"(unadjusted), paired t over items; {a['correction']} correction over the table's {k} accuracy and, separately, {k} token comparisons; "
         f"omnibus: {om}; no equivalence margin, so not distinguishable is not equal)"
     )
     parts = [
@@ -1181,8 +1212,12 @@ def check_tab1_caption(cmp: pd.DataFrame, caption: str) -> None:
             ("acc", "acc_gap_low", "acc_gap_high"),
             ("tok", "token_change_low", "token_change_high"),
         ):
-            if r.get(lo, math.nan) <= 0 <= r.get(hi, math.nan):
+            # a Holm-closed accuracy interval ([0, hi] or [lo, 0]) touches 0 and is told apart
+            cut = k == "acc" and r.get("acc_cut") is True
+            if r.get(lo, math.nan) <= 0 <= r.get(hi, math.nan) and not cut:
                 assert not r[f"{k}_distinguishable"], (r["method"], k, r[lo], r[hi])
+            if k == "acc" and not _isnull(r.get("acc_agrees")):
+                assert r["acc_agrees"], (r["method"], r[lo], r[hi], r["acc_distinguishable"])
         s = f"{' / '.join(str(r[c]) for c in by) or 'all'} vs {r['method']}: {_gap(r)}"
         assert s in caption, s
 
@@ -1225,15 +1260,22 @@ def fig1_comparison(
 ) -> tuple[pd.DataFrame, str]:
     """SVR-MAD Fig. 1 (Sec. 3) on hard problems, paired by problem: per `by` panel and signal, the
     share whose top-ranked agent is correct with a bootstrap interval over problems; `reference`
-    (SVR) minus each prior with interval, test, p adjusted by `correction` over the table,
-    `distinguishable`."""
-    from mad_study.stats import boot_mean_ci, paired_difference, adjust_pvalues
+    (SVR) minus each prior, the table's gaps one family (`family_gaps`: Holm 1979 over the raw p,
+    each gap's interval at its family level, closed at 0 where Holm shows the sign), `distinguishable`."""
+    from mad_study.stats import (
+        boot_mean_ci,
+        family_gaps,
+        family_words,
+        gap_interval_text,
+        paired_difference,
+    )
 
-    out = []
+    out, wide = [], {}
     for panel, g in rows.groupby(by, sort=False):
         w = g.pivot_table(
             index="item_id", columns="signal", values="top_correct", aggfunc="mean"
         ).dropna()
+        wide[panel] = w
         for s in [reference, *(c for c in w.columns if c != reference)]:
             lo, hi = boot_mean_ci(w[s].to_numpy(float), level, n_resamples, seed)
             r = {
@@ -1274,24 +1316,32 @@ def fig1_comparison(
         return t.assign(
             p_adjusted=np.nan, distinguishable=None
         ), "No hard problems (1-2 agents correct before debate): nothing to compare."
-    t["p_adjusted"] = adjust_pvalues(t["pvalue"], correction)
     ok = t["signal"] != reference
-    t["distinguishable"] = (
-        ((t["p_adjusted"] < 1 - level) & ~((t["diff_low"] <= 0) & (t["diff_high"] >= 0)))
-        .astype(object)
-        .where(ok, None)
+    t = family_gaps(
+        t.assign(pvalue=t["pvalue"].where(ok)),
+        lambda r: (
+            wide[r[by]][reference].to_numpy(float),
+            wide[r[by]][r["signal"]].to_numpy(float),
+        ),
+        correction,
+        level,
+        n_resamples=n_resamples,
+        seed=seed,
     )
     parts = [
         f"{r[by]}: {SIGNAL_LABELS.get(reference, reference)} minus {SIGNAL_LABELS.get(r['signal'], r['signal'])} {_sg(100 * r['diff'])} points "
-        f"[{_sg(100 * r['diff_low'])}, {_sg(100 * r['diff_high'])}], {'distinguishable' if r['distinguishable'] else 'not distinguishable'} "
+        f"{gap_interval_text(r)}, {'distinguishable' if r['distinguishable'] else 'not distinguishable'} "
         f"({r['test']}, p = {r['p_adjusted']:.2g})"
         for r in t[ok].to_dict("records")
     ]
     n = ", ".join(f"{p} {k}" for p, k in t.groupby(by, sort=False)["n_items"].first().items())
     cap = (
-        f"Paired by problem on hard problems (1-2 agents correct before debate; distinct problems per panel: {n}); {int(100 * level)}% "
-        f"intervals from a bootstrap over problems (unadjusted); McNemar for 0/1 values, else paired t; {correction} correction over "
-        f"the table's {int(ok.sum())} comparisons. " + "; ".join(parts) + "."
+        f"Paired by problem on hard problems (1-2 agents correct before debate; distinct problems per panel: {n}); "
+        f"{family_words(correction, level, t.loc[ok & t['diff_low'].notna(), 'diff_level'])}, each its test inverted over "
+        f"problems (McNemar's score test with Tango's score interval for 0/1 values, else paired t; shares: "
+        f"{int(100 * level)}% bootstrap intervals); {correction} correction over the table's {int(ok.sum())} comparisons. "
+        + "; ".join(parts)
+        + "."
     )
     return t, cap
 

@@ -423,10 +423,14 @@ def test_paired_gaps_holm_across_the_table_and_caption():
     assert np.allclose(g["token_change"], 2.0)                                            # meta spends 3x the tokens
     cap = gaps_caption(g, cell=lambda r: r["task"])
     for r in g.to_dict("records"):
-        if r["diff_low"] <= 0 <= r["diff_high"]: assert not r["distinguishable"]
-        assert r["distinguishable"] == (r["p_adjusted"] < 0.05 and not r["diff_low"] <= 0 <= r["diff_high"])
+        # issue 53: the verdict is Holm's and the interval (at 1 - 0.05/6, closed at 0 where Holm rejects) on its side of 0
+        holds0 = r["diff_low"] <= 0 <= r["diff_high"]
+        assert r["distinguishable"] == (r["p_adjusted"] < 0.05)
+        assert (not holds0 or r["diff_cut"]) if r["distinguishable"] else holds0
+        assert r["agrees"] and np.isclose(r["diff_level"], 1 - 0.05 / 6)
         assert gap_text(r) in cap
     assert f"({int(g['distinguishable'].sum())} of 6 are)" in cap and "over the table's 6 comparisons" in cap
+    assert "Holm-compatible simultaneous intervals (99.17%" in cap and "nan" not in cap
     assert 0 < int(g["distinguishable"].sum()) < 6                                        # the case has both verdicts
     with pytest.raises(ConfigError, match="task"):
         paired_gaps(items.drop(columns="task"), [("meta", "ref")])

@@ -9,6 +9,7 @@ import torch
 
 from mad_study.core import ConfigError
 from mad_study import rumad as R
+from mad_study.stats import gap_interval_text
 
 
 def test_tiers_at_the_printed_thresholds():
@@ -465,12 +466,17 @@ def test_table_caption_claims_follow_from_the_intervals():
     assert (cmp["p_adjusted"] >= cmp["p_raw"]).all() and cmp["p_adjusted"].max() <= 1
     cap = R.families_caption(t, highlight=["R1", "R2"])
     for r in cmp[cmp["method"].isin(["R1", "R2"])].to_dict("records"):
-        said = f"{r['task']}: {r['method']} vs MAD {100 * r['diff']:+.1f} points [{100 * r['diff_low']:+.1f}, {100 * r['diff_high']:+.1f}], "
+        said = f"{r['task']}: {r['method']} vs MAD {100 * r['diff']:+.1f} points {gap_interval_text(r)}, "
         assert said + ("distinguishable" if r["distinguishable"] else "not distinguishable") in cap, said
-        if r["diff_low"] <= 0 <= r["diff_high"]: assert not r["distinguishable"]
         assert r["distinguishable"] == (r["p_adjusted"] < 0.05)
+    # issue 53: every interval at the family's level (Bonferroni's 1 - 0.05/6) on its verdict's side of 0
+    assert cmp["agrees"].tolist() == [True] * 6 and np.allclose(cmp["diff_level"], 1 - 0.05 / 6)
+    for r in cmp.to_dict("records"):
+        inside = r["diff_low"] <= 0 <= r["diff_high"]
+        assert (not inside or r["diff_cut"]) if r["distinguishable"] else inside, r
     assert cmp.set_index(["task", "method"]).loc[("A", "R1"), "distinguishable"]          # +45 points on 30 items: resolved
-    assert "holm correction over the table's 6 accuracy comparisons (" in cap and "intervals are not adjusted" in cap
+    assert "holm correction over the table's 6 accuracy comparisons" in cap and "Holm-compatible simultaneous" in cap
+    assert "nan" not in cap and "bootstrap" not in cap
 
 
 # issue 52: a debate with a known optimum (nbs/13_rumad: ToyDebate); one torch thread, small networks
