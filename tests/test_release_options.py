@@ -1,7 +1,7 @@
 """The two release options checked against independent references (issue 55).
 
-Each reference below is written in this file from the facts recorded in /work/shared/PEERS.md and
-docs/reference_code.md, not from the releases' code (which may not be copied):
+Each reference below is written in this file from the facts recorded in docs/reference_code.md (the releases'
+behaviour, in the kit's words), not from the releases' code (which may not be copied):
 
 - MADC (SG-XM/AAAI2026-MADC): "viewpoint entropy and log-likelihood drop unparsed answers (denominator = parsed
   agents; all unparsed = one "(None)" outcome)"; entropy is Shannon entropy in bits of the agents' answers; the
