@@ -181,6 +181,9 @@ ALIASES: dict[str, str] = {  # regular expression by which a docstring names a w
     r"Schuirmann": "schuirmann1987tost",
     r"\bWilson\b": "wilson1927",
     r"\bTango\b": "tango1998paired",
+    r"\bConnor\b": "connor1987sample",
+    r"Miettinen": "miettinen1968matched",
+    r"\bStudent 1908\b": "student1908",
     r"Agresti": "agresti2005paired",
     r"Strassburger": "strassburger2008holm",
     r"Casella": "casella2002statistical",
@@ -259,6 +262,13 @@ REFS.update(
             "student1908",
             "fisher1935design",
         ),
+        # how many items: the power of the kit's own paired tests (McNemar's score test, the paired t-test)
+        "stats.power_paired_binary": ("connor1987sample", "miettinen1968matched", "mcnemar1947"),
+        "stats.n_for_power": ("connor1987sample", "miettinen1968matched", "mcnemar1947"),
+        "stats.resolvable_effect": ("connor1987sample", "mcnemar1947"),
+        "stats.plan_sizes": ("connor1987sample", "mcnemar1947"),
+        "stats.power_paired_t": ("student1908",),
+        "stats.n_for_power_t": ("student1908",),
         # every procedure `compare_methods` (and the CLI's `compare`) runs: the paired inference, the
         # Holm-compatible intervals, the omnibus tests, TOST, the accuracy and the token intervals
         "stats.compare_methods": (

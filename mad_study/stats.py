@@ -30,7 +30,8 @@ from .voting import vote_table
 __all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'CORRECTIONS', 'bootstrap_ci', 'paired_test', 'accuracy_ci', 'item_means', 'boot_mean_ci',
            'score_interval', 'paired_inference', 'paired_difference', 'simulate_paired', 'tost', 'adjust_pvalues',
            'cochran_q', 'omnibus_test', 'token_change', 'compare_methods', 'comparison_caption', 'family_gaps',
-           'family_words', 'gap_interval_text', 'condition_labels', 'per_item_results', 'tokens_per_thread',
+           'family_words', 'gap_interval_text', 'power_paired_binary', 'n_for_power', 'power_paired_t', 'n_for_power_t',
+           'resolvable_effect', 'plan_sizes', 'condition_labels', 'per_item_results', 'tokens_per_thread',
            'self_consistency_at_budget']
 
 # %% ../nbs/05b_stats.ipynb #d57d6595
@@ -1203,6 +1204,189 @@ def gap_interval_text(row: Mapping) -> str:
     """A gap's interval as a caption prints it (`diff_low`, `diff_high`, `diff_cut` of `family_gaps`, Holm 1979):
     [lo, hi] in points, [0, +x] or [-x, 0] where Holm closed it at 0, in words where none exists (never "nan")."""
     return _interval_text(row)
+
+# %% ../nbs/05b_stats.ipynb #1bb44a1b
+def _alpha_level(alpha: float, family: int, who: str) -> float:
+    "Bonferroni's per-comparison level `alpha / family`, with a clear error for a level or family out of range."
+    if not 0 < alpha < 1:
+        raise ConfigError(f"{who}: alpha is a level in (0, 1)", key="alpha", value=alpha)
+    if int(family) != family or family < 1:
+        raise ConfigError(
+            f"{who}: family is a count of comparisons, >= 1", key="family", value=family
+        )
+    return alpha / family
+
+# %% ../nbs/05b_stats.ipynb #518cfa23
+def power_paired_binary(
+    n: int, p10: float, p01: float, alpha: float = 0.05, family: int = 1
+) -> float:
+    """Power of McNemar's score test (the kit's 0/1 test in `paired_inference`, two-sided, without continuity
+    correction) at `n` items, where a fraction `p10` of items has A right and B wrong and `p01` the reverse, at
+    Bonferroni's level `alpha / family` (the level of a gap's interval in a family of `family` gaps): the normal
+    approximation of Connor (1987), after Miettinen (1968), with both tails (the section above). Checked against
+    `paired_inference` by simulation in tests/test_stats.py."""
+    for key, v in (("p10", p10), ("p01", p01)):
+        if not 0 <= v <= 1:
+            raise ConfigError(
+                "power_paired_binary: a discordance rate is a fraction in [0, 1]", key=key, value=v
+            )
+    if p10 + p01 > 1:
+        raise ConfigError(
+            "power_paired_binary: p10 + p01 (the discordance) cannot exceed 1",
+            key="p10 + p01",
+            value=p10 + p01,
+        )
+    if n < 1:
+        raise ConfigError("power_paired_binary: at least one item", key="n", value=n)
+    z = float(special.ndtri(1 - _alpha_level(alpha, family, "power_paired_binary") / 2))
+    psi, delta = p10 + p01, abs(p10 - p01)
+    if psi == 0:
+        return 0.0
+    shift, spread = math.sqrt(n) * delta, math.sqrt(max(psi - delta**2, 0.0))
+    if spread == 0:
+        # every discordant item one way (p10 = 1 or p01 = 1): the test rejects for certain or never
+        return float(shift > z * math.sqrt(psi))
+    return float(
+        special.ndtr((shift - z * math.sqrt(psi)) / spread)
+        + special.ndtr((-shift - z * math.sqrt(psi)) / spread)
+    )
+
+# %% ../nbs/05b_stats.ipynb #09b9252e
+def _effect_args(effect: float, discordance: float, power: float, who: str) -> None:
+    "Clear errors for a paired 0/1 effect and discordance no items can resolve, or a power out of (0, 1)."
+    if not 0 < discordance <= 1:
+        raise ConfigError(
+            f"{who}: the discordance (share of items the two methods disagree on) is in (0, 1]",
+            key="discordance",
+            value=discordance,
+        )
+    if effect == 0 or abs(effect) > discordance:
+        raise ConfigError(
+            f"{who}: the effect (accuracy gap, a fraction) must be nonzero and at most the discordance "
+            f"{discordance} (a gap comes only from items the two disagree on)",
+            key="effect",
+            value=effect,
+        )
+    if not 0 < power < 1:
+        raise ConfigError(f"{who}: power is a probability in (0, 1)", key="power", value=power)
+
+# %% ../nbs/05b_stats.ipynb #5423dfad
+def n_for_power(
+    effect: float, discordance: float, power: float = 0.8, alpha: float = 0.05, family: int = 1
+) -> int:
+    """The smallest number of items at which McNemar's score test (the kit's `paired_inference` for 0/1 answers)
+    tells apart a paired accuracy gap `effect` (= p10 - p01, a fraction) at `discordance` (= p10 + p01) with power
+    `power`, at Bonferroni's level `alpha / family`: Connor's (1987) closed form, checked and stepped down with
+    `power_paired_binary`."""
+    _effect_args(effect, discordance, power, "n_for_power")
+    a = _alpha_level(alpha, family, "n_for_power")
+    d, psi = abs(effect), discordance
+    za, zb = float(special.ndtri(1 - a / 2)), float(special.ndtri(power))
+    n = max(1, math.ceil((za * math.sqrt(psi) + zb * math.sqrt(psi - d * d)) ** 2 / d**2))
+    p10, p01 = (psi + d) / 2, (psi - d) / 2
+    while power_paired_binary(n, p10, p01, alpha, family) < power:
+        n += 1
+    while n > 1 and power_paired_binary(n - 1, p10, p01, alpha, family) >= power:
+        n -= 1
+    return n
+
+# %% ../nbs/05b_stats.ipynb #b762cfaa
+def power_paired_t(n: int, effect: float, sd: float, alpha: float = 0.05, family: int = 1) -> float:
+    """Power of the paired t-test (Student 1908; the kit's `paired_inference` for continuous per-item values) at `n`
+    items for a mean per-item difference `effect` with standard deviation `sd` of the differences, two-sided at
+    Bonferroni's level `alpha / family`: exact, from the noncentral t distribution (scipy.stats.nct)."""
+    if not sd > 0:
+        raise ConfigError(
+            "power_paired_t: sd (of the per-item differences) must be positive", key="sd", value=sd
+        )
+    if n < 2:
+        raise ConfigError("power_paired_t: the t-test needs at least 2 items", key="n", value=n)
+    a = _alpha_level(alpha, family, "power_paired_t")
+    df, nc = n - 1, math.sqrt(n) * effect / sd
+    t = float(stats.t.ppf(1 - a / 2, df))
+    return float(stats.nct.sf(t, df, nc) + stats.nct.cdf(-t, df, nc))
+
+# %% ../nbs/05b_stats.ipynb #b3c0482e
+def n_for_power_t(
+    effect: float,
+    sd: float,
+    power: float = 0.8,
+    alpha: float = 0.05,
+    family: int = 1,
+    min_items: int = MIN_ITEMS,
+) -> int:
+    """The smallest number of items at which the paired t-test (Student 1908) tells apart a mean per-item difference
+    `effect` with standard deviation `sd` with power `power` at Bonferroni's level `alpha / family` (`power_paired_t`),
+    and at least `min_items`: below it the kit's `paired_inference` uses the sign-flip test, not the t-test. The normal
+    approximation ((z_{1-alpha'/2} + z_power) sd / effect)^2 is the start."""
+    if effect == 0 or not math.isfinite(effect):
+        raise ConfigError(
+            "n_for_power_t: the effect must be finite and nonzero", key="effect", value=effect
+        )
+    if not 0 < power < 1:
+        raise ConfigError(
+            "n_for_power_t: power is a probability in (0, 1)", key="power", value=power
+        )
+    a = _alpha_level(alpha, family, "n_for_power_t")
+    z = float(special.ndtri(1 - a / 2) + special.ndtri(power))
+    n = max(2, int(min_items), math.ceil((z * sd / abs(effect)) ** 2))
+    while power_paired_t(n, effect, sd, alpha, family) < power:
+        n += 1
+    while n > max(2, int(min_items)) and power_paired_t(n - 1, effect, sd, alpha, family) >= power:
+        n -= 1
+    return n
+
+# %% ../nbs/05b_stats.ipynb #26c85fed
+def resolvable_effect(
+    n: int, discordance: float, power: float = 0.8, alpha: float = 0.05, family: int = 1
+) -> float:
+    """The smallest |p10 - p01| (a fraction) that McNemar's score test (the kit's 0/1 test) tells apart at `n` items
+    and `discordance` (= p10 + p01) with power `power` at Bonferroni's level `alpha / family`: the inverse in the
+    effect of Connor's (1987) power (`power_paired_binary`). NaN where no effect up to the discordance reaches it."""
+    _effect_args(discordance, discordance, power, "resolvable_effect")
+    f = lambda d: (
+        power_paired_binary(n, (discordance + d) / 2, (discordance - d) / 2, alpha, family) - power
+    )
+    if f(discordance) < 0:
+        return math.nan
+    return float(optimize.brentq(f, 0.0, discordance, xtol=1e-10))
+
+# %% ../nbs/05b_stats.ipynb #46dfdefa
+def plan_sizes(
+    rows: pd.DataFrame | Sequence[Mapping], power: float = 0.8, alpha: float = 0.05
+) -> pd.DataFrame:
+    """Items needed and items resolving, per comparison: `rows` (comparison, effect_pts, discordance, n; family
+    optional, 1) and the columns `n_needed` (`n_for_power`), `power_now` (`power_paired_binary` at n) and
+    `resolves_pts` (`resolvable_effect` at n, in points), all for McNemar's score test as in Connor (1987)."""
+    t = pd.DataFrame(rows).copy()
+    if "family" not in t:
+        t["family"] = 1
+    missing = [c for c in ("comparison", "effect_pts", "discordance", "n") if c not in t]
+    if missing:
+        raise ConfigError(
+            "plan_sizes: each row needs comparison, effect_pts, discordance and n",
+            key="columns",
+            value=missing,
+        )
+    out = []
+    for r in t.to_dict("records"):
+        e, psi, f, n = r["effect_pts"] / 100, r["discordance"], r["family"], r["n"]
+        try:
+            need = n_for_power(e, psi, power, alpha, f)
+            p10, p01 = (psi + e) / 2, (psi - e) / 2
+            now, res = (
+                power_paired_binary(n, p10, p01, alpha, f),
+                resolvable_effect(n, psi, power, alpha, f),
+            )
+        except ConfigError as err:
+            raise ConfigError(
+                err.problem,
+                where=f"plan_sizes row {r['comparison']!r}",
+                key=err.key,
+                value=err.value,
+            )
+        out.append({**r, "n_needed": need, "power_now": now, "resolves_pts": 100 * res})
+    return pd.DataFrame(out, columns=[*t.columns, "n_needed", "power_now", "resolves_pts"])
 
 # %% ../nbs/05b_stats.ipynb #77449274
 def condition_labels(df: pd.DataFrame) -> pd.Series:

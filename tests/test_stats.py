@@ -488,3 +488,64 @@ def test_holm_cut_is_closed_at_zero():
             assert (lo == 0 or hi == 0) and lo <= 0 <= hi and t.loc["null", "agrees"] is True
             assert ("null vs ref: " + ("+" if hi > 0 else "-")) in cap and ("[0, +" in cap or ", 0]" in cap) and "(0, +" not in cap, cap
     assert cuts > 0 and miss / 150 <= 0.05 + 3 * 0.018, (cuts, miss)                # seed 11: 2 closed cuts
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# How many items (issue 50): the power approximations against the kit's own tests, by simulation
+
+
+def _simulated_power_binary(n, p10, p01, reps, alpha=0.05, family=1, seed=0):
+    "Share of `reps` replicates of n items (p10, p01 discordant) that `paired_inference` (McNemar) tells apart."
+    g, level = np.random.default_rng(seed), 1 - alpha / family
+    told = 0
+    for counts in g.multinomial(n, [p10, p01, 1 - p10 - p01], size=reps):
+        a, b = np.repeat([1.0, 0.0, 1.0], counts), np.repeat([0.0, 1.0, 1.0], counts)
+        r = S.paired_inference(a, b, level, "mcnemar")
+        # the verdict and the interval agree: a replicate told apart has its interval off 0
+        assert (r["pvalue"] < 1 - level) == (r["ci_low"] > 0 or r["ci_high"] < 0)
+        told += r["pvalue"] < 1 - level
+    return told / reps
+
+
+@pytest.mark.parametrize("n, p10, p01, family", [(200, 0.15, 0.05, 1), (800, 0.12, 0.08, 3), (500, 0.06, 0.02, 1)])
+def test_power_paired_binary_matches_the_kits_test_by_simulation(n, p10, p01, family):
+    "Connor's approximation within 0.03 of the share McNemar's score test rejects (4,000 replicates: sd <= 0.008)."
+    sim = _simulated_power_binary(n, p10, p01, 4000, family=family)
+    assert abs(sim - S.power_paired_binary(n, p10, p01, family=family)) < 0.03, sim
+
+
+def test_n_for_power_reaches_its_power_in_simulation():
+    "At n_for_power's n the simulated power is at least 80% (within the binomial sd); at 3/4 of n it is well below."
+    n = S.n_for_power(0.05, 0.15, family=2)
+    assert _simulated_power_binary(n, 0.1, 0.05, 4000, family=2, seed=1) > 0.8 - 0.02
+    assert _simulated_power_binary(int(0.75 * n), 0.1, 0.05, 4000, family=2, seed=2) < 0.72
+
+
+def test_few_discordant_items_make_the_approximation_conservative():
+    "Where few discordant items are expected the approximation understates the test's power (documented in 05b)."
+    sim = _simulated_power_binary(100, 0.1, 0.0, 4000, family=3)
+    assert sim > S.power_paired_binary(100, 0.1, 0.0, family=3) + 0.1
+
+
+@pytest.mark.parametrize("n, effect, sd, family", [(20, 0.5, 1.0, 1), (40, 0.3, 0.8, 3), (12, 1.0, 1.5, 1)])
+def test_power_paired_t_matches_the_kits_t_test_by_simulation(n, effect, sd, family):
+    "The noncentral-t power within 0.025 of the share the kit's paired t-test rejects (4,000 replicates)."
+    g, level = np.random.default_rng(3), 1 - 0.05 / family
+    told = 0
+    for _ in range(4000):
+        d = g.normal(effect, sd, n)
+        told += S.paired_inference(d, np.zeros(n), level, "ttest")["pvalue"] < 1 - level
+    assert abs(told / 4000 - S.power_paired_t(n, effect, sd, family=family)) < 0.025
+
+
+def test_plan_sizes_rows_agree_with_the_functions():
+    "Each row of the plan is n_for_power, power_paired_binary and resolvable_effect of that row."
+    t = S.plan_sizes(pd.DataFrame(dict(comparison=["a", "b"], effect_pts=[3, -5], discordance=[0.2, 0.25],
+                                       n=[300, 1000], family=[2, 2])))
+    for r in t.to_dict("records"):
+        e, psi = r["effect_pts"] / 100, r["discordance"]
+        assert r["n_needed"] == S.n_for_power(e, psi, family=2)
+        assert r["power_now"] == pytest.approx(S.power_paired_binary(r["n"], (psi + e) / 2, (psi - e) / 2, family=2))
+        assert r["resolves_pts"] == pytest.approx(100 * S.resolvable_effect(r["n"], psi, family=2))
+    with pytest.raises(ConfigError, match="plan_sizes row 'b'.*discordance"):
+        S.plan_sizes([dict(comparison="b", effect_pts=3, discordance=0, n=100)])
