@@ -1210,7 +1210,7 @@ def _alpha_level(alpha: float, family: int, who: str) -> float:
     "Bonferroni's per-comparison level `alpha / family`, with a clear error for a level or family out of range."
     if not 0 < alpha < 1:
         raise ConfigError(f"{who}: alpha is a level in (0, 1)", key="alpha", value=alpha)
-    if int(family) != family or family < 1:
+    if not (1 <= family < 2**31 and float(family).is_integer()):
         raise ConfigError(
             f"{who}: family is a count of comparisons, >= 1", key="family", value=family
         )
@@ -1236,7 +1236,7 @@ def power_paired_binary(
             key="p10 + p01",
             value=p10 + p01,
         )
-    if n < 1:
+    if not n >= 1:
         raise ConfigError("power_paired_binary: at least one item", key="n", value=n)
     z = float(special.ndtri(1 - _alpha_level(alpha, family, "power_paired_binary") / 2))
     psi, delta = p10 + p01, abs(p10 - p01)
@@ -1260,7 +1260,7 @@ def _effect_args(effect: float, discordance: float, power: float, who: str) -> N
             key="discordance",
             value=discordance,
         )
-    if effect == 0 or abs(effect) > discordance:
+    if not 0 < abs(effect) <= discordance:
         raise ConfigError(
             f"{who}: the effect (accuracy gap, a fraction) must be nonzero and at most the discordance "
             f"{discordance} (a gap comes only from items the two disagree on)",
@@ -1299,7 +1299,7 @@ def power_paired_t(n: int, effect: float, sd: float, alpha: float = 0.05, family
         raise ConfigError(
             "power_paired_t: sd (of the per-item differences) must be positive", key="sd", value=sd
         )
-    if n < 2:
+    if not n >= 2:
         raise ConfigError("power_paired_t: the t-test needs at least 2 items", key="n", value=n)
     a = _alpha_level(alpha, family, "power_paired_t")
     df, nc = n - 1, math.sqrt(n) * effect / sd
@@ -1319,6 +1319,10 @@ def n_for_power_t(
     `effect` with standard deviation `sd` with power `power` at Bonferroni's level `alpha / family` (`power_paired_t`),
     and at least `min_items`: below it the kit's `paired_inference` uses the sign-flip test, not the t-test. The normal
     approximation ((z_{1-alpha'/2} + z_power) sd / effect)^2 is the start."""
+    if not sd > 0:
+        raise ConfigError(
+            "n_for_power_t: sd (of the per-item differences) must be positive", key="sd", value=sd
+        )
     if effect == 0 or not math.isfinite(effect):
         raise ConfigError(
             "n_for_power_t: the effect must be finite and nonzero", key="effect", value=effect
@@ -1359,8 +1363,8 @@ def plan_sizes(
     optional, 1) and the columns `n_needed` (`n_for_power`), `power_now` (`power_paired_binary` at n) and
     `resolves_pts` (`resolvable_effect` at n, in points), all for McNemar's score test as in Connor (1987)."""
     t = pd.DataFrame(rows).copy()
-    if "family" not in t:
-        t["family"] = 1
+    # a row without a family is a family of its own
+    t["family"] = t["family"].fillna(1) if "family" in t else 1
     missing = [c for c in ("comparison", "effect_pts", "discordance", "n") if c not in t]
     if missing:
         raise ConfigError(
@@ -1384,7 +1388,7 @@ def plan_sizes(
                 where=f"plan_sizes row {r['comparison']!r}",
                 key=err.key,
                 value=err.value,
-            )
+            ) from err
         out.append({**r, "n_needed": need, "power_now": now, "resolves_pts": 100 * res})
     return pd.DataFrame(out, columns=[*t.columns, "n_needed", "power_now", "resolves_pts"])
 
