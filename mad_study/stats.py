@@ -1216,15 +1216,28 @@ def _alpha_level(alpha: float, family: int, who: str) -> float:
         )
     return alpha / family
 
+# %% ../nbs/05b_stats.ipynb #cc154468
+def _exact_binary_power(n: int, p10: float, p01: float, z: float) -> float:
+    """The probability that McNemar's score test (n10 - n01) / sqrt(n10 + n01) exceeds `z` in absolute value at `n`
+    items (the kit's own sum over D discordant items and n10 of them won by A, the section above)."""
+    psi = p10 + p01
+    d = np.arange(n + 1)
+    half, reach = d / 2, z * np.sqrt(d) / 2
+    # reject where n10 > D/2 + reach or n10 < D/2 - reach
+    won = stats.binom.sf(np.floor(half + reach), d, p10 / psi)
+    lost = stats.binom.cdf(np.ceil(half - reach) - 1, d, p10 / psi)
+    return float(np.sum(stats.binom.pmf(d, n, psi) * (won + lost)))
+
 # %% ../nbs/05b_stats.ipynb #518cfa23
 def power_paired_binary(
-    n: int, p10: float, p01: float, alpha: float = 0.05, family: int = 1
+    n: int, p10: float, p01: float, alpha: float = 0.05, family: int = 1, exact: bool = False
 ) -> float:
     """Power of McNemar's score test (the kit's 0/1 test in `paired_inference`, two-sided, without continuity
     correction) at `n` items, where a fraction `p10` of items has A right and B wrong and `p01` the reverse, at
     Bonferroni's level `alpha / family` (the level of a gap's interval in a family of `family` gaps): the normal
-    approximation of Connor (1987), after Miettinen (1968), with both tails (the section above). Checked against
-    `paired_inference` by simulation in tests/test_stats.py."""
+    approximation of Connor (1987), after Miettinen (1968), with both tails (the section above), or with `exact` the
+    test's rejection region summed over the binomial counts. Both checked against `paired_inference` by simulation in
+    tests/test_stats.py."""
     for key, v in (("p10", p10), ("p01", p01)):
         if not 0 <= v <= 1:
             raise ConfigError(
@@ -1242,6 +1255,12 @@ def power_paired_binary(
     psi, delta = p10 + p01, abs(p10 - p01)
     if psi == 0:
         return 0.0
+    if exact:
+        if not float(n).is_integer():
+            raise ConfigError(
+                "power_paired_binary: exact power counts whole items", key="n", value=n
+            )
+        return _exact_binary_power(int(n), p10, p01, z)
     shift, spread = math.sqrt(n) * delta, math.sqrt(max(psi - delta**2, 0.0))
     if spread == 0:
         # every discordant item one way (p10 = 1 or p01 = 1): the test rejects for certain or never

@@ -509,9 +509,11 @@ def _simulated_power_binary(n, p10, p01, reps, alpha=0.05, family=1, seed=0):
 
 @pytest.mark.parametrize("n, p10, p01, family", [(200, 0.15, 0.05, 1), (800, 0.12, 0.08, 3), (500, 0.06, 0.02, 1)])
 def test_power_paired_binary_matches_the_kits_test_by_simulation(n, p10, p01, family):
-    "Connor's approximation within 0.03 of the share McNemar's score test rejects (4,000 replicates: sd <= 0.008)."
+    """Connor's approximation within 0.03 of the share McNemar's score test rejects (4,000 replicates: sd <= 0.008),
+    the exact sum within 0.02."""
     sim = _simulated_power_binary(n, p10, p01, 4000, family=family)
     assert abs(sim - S.power_paired_binary(n, p10, p01, family=family)) < 0.03, sim
+    assert abs(sim - S.power_paired_binary(n, p10, p01, family=family, exact=True)) < 0.02, sim
 
 
 def test_n_for_power_reaches_its_power_in_simulation():
@@ -522,9 +524,12 @@ def test_n_for_power_reaches_its_power_in_simulation():
 
 
 def test_few_discordant_items_make_the_approximation_conservative():
-    "Where few discordant items are expected the approximation understates the test's power (documented in 05b)."
-    sim = _simulated_power_binary(100, 0.1, 0.0, 4000, family=3)
-    assert sim > S.power_paired_binary(100, 0.1, 0.0, family=3) + 0.1
+    """Where few discordant items are expected and nearly all go one way, the approximation understates the test's
+    power (documented in 05b); the exact sum does not."""
+    for n, p10, p01, family in ((100, 0.1, 0.0, 3), (50, 0.1, 0.01, 1)):
+        sim = _simulated_power_binary(n, p10, p01, 4000, family=family)
+        assert sim > S.power_paired_binary(n, p10, p01, family=family) + 0.02, (n, sim)
+        assert abs(sim - S.power_paired_binary(n, p10, p01, family=family, exact=True)) < 0.02, (n, sim)
 
 
 @pytest.mark.parametrize("n, effect, sd, family", [(20, 0.5, 1.0, 1), (40, 0.3, 0.8, 3), (12, 1.0, 1.5, 1)])
