@@ -143,6 +143,12 @@ def opening_messages(ps: PromptSet, question: str, role: str | None = None) -> l
     return msgs
 
 # %% ../nbs/04a_prompts.ipynb #8b4de704
+@functools.lru_cache(maxsize=1024)
+def _fill_frame(template: str, question: str, n_solutions: str) -> str:
+    "`fill(template, question=..., n_solutions=...)`, memoised: a debate fills the same intro and outro for every turn of an item."
+    return fill(template, question=question, n_solutions=n_solutions)
+
+
 def debate_message(
     ps: PromptSet, question: str, solutions: list[str], tags: list[str] | None = None
 ) -> str:
@@ -167,11 +173,8 @@ def debate_message(
     blocks = "".join(
         fill(ps.peer, solution=s, idx=i, tag=t) for i, (s, t) in enumerate(zip(solutions, tags))
     )
-    return (
-        fill(ps.debate_intro, question=question, n_solutions=n)
-        + blocks
-        + fill(ps.debate_outro, question=question, n_solutions=n)
-    )
+    q = str(question)
+    return _fill_frame(ps.debate_intro, q, n) + blocks + _fill_frame(ps.debate_outro, q, n)
 
 # %% ../nbs/04a_prompts.ipynb #39856d3c
 def data_block(text: str, label: str) -> str:
