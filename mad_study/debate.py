@@ -362,29 +362,31 @@ def transcript_row(
     "One transcript row for `slot`'s generation `gen` (core.TRANSCRIPT_SCHEMA; the kit's own)."
     it, text = slot.item, gen.text if text is None else text
     ans = extract_answer(text, it.fmt) if answer is _PARSE else answer
-    r = dict(
-        experiment=experiment,
-        method=method,
-        item_id=it.id,
-        task=it.task,
-        gold=str(it.gold),
-        fmt=it.fmt,
-        round=slot.round,
-        agent=slot.agent,
-        role=slot.role,
-        model=slot.model,
-        sample=slot.sample,
-        position=slot.position,
-        visible_peers=",".join(slot.peers),
-        reused=False,
-        prompt_tokens=gen.prompt_tokens,
-        completion_tokens=gen.completion_tokens,
-        text=text,
-        answer=ans,
-        correct=bool(ans is not None and is_correct(ans, it.gold, it.fmt)),
-        images=",".join(it.images) or None,
-    )
-    return r | {s: getattr(gen, s) for s in SIGNALS}
+    r = {
+        "experiment": experiment,
+        "method": method,
+        "item_id": it.id,
+        "task": it.task,
+        "gold": str(it.gold),
+        "fmt": it.fmt,
+        "round": slot.round,
+        "agent": slot.agent,
+        "role": slot.role,
+        "model": slot.model,
+        "sample": slot.sample,
+        "position": slot.position,
+        "visible_peers": ",".join(slot.peers),
+        "reused": False,
+        "prompt_tokens": gen.prompt_tokens,
+        "completion_tokens": gen.completion_tokens,
+        "text": text,
+        "answer": ans,
+        "correct": bool(ans is not None and is_correct(ans, it.gold, it.fmt)),
+        "images": ",".join(it.images) or None,
+    }
+    for s in SIGNALS:
+        r[s] = getattr(gen, s)
+    return r
 
 # %% ../nbs/04_debate.ipynb #52d3e3be
 def _reused_row(prev: dict, slot: TurnSlot) -> dict:
