@@ -616,6 +616,8 @@ def sim_child(root: str) -> dict:
     from mad_study.core import Sampling
     from mad_study.debate import Agent, run_debate
     from mad_study.sim import SimBackend, sim_items
+    import mad_study.answers as answers_mod
+    import mad_study.debate as debate_mod
     assert Path(mad_study.__file__).resolve().is_relative_to(Path(root).resolve()), mad_study.__file__
     out = {}
     for name, w in SIM_WORKLOADS.items():
@@ -625,12 +627,47 @@ def sim_child(root: str) -> dict:
         kw = dict(debate_rounds=w["debate_rounds"], samples=w["samples"], prompt=w["prompt"],
                   sampling=Sampling(temperature=w["temperature"]), progress=False)
         run_debate(items[:2], agents, bes, **kw)                                  # warm: imports, compiled patterns
-        t = time.perf_counter(); df = run_debate(items, agents, bes, **kw); dt = time.perf_counter() - t
+        memo = getattr(answers_mod, "_extract_memo", None)
+        if memo is not None: memo.cache_clear()                                   # no text parsed before the timed pass
+        # the child's own CPU time (one thread): on a shared machine the wall clock also counts other jobs' turns
+        t, w = time.process_time(), time.perf_counter()
+        df = run_debate(items, agents, bes, **kw)
+        dt, wall = time.process_time() - t, time.perf_counter() - w
         answers = df["answer"].fillna("\x00").tolist()
         out[name] = {"turns": len(df), "seconds": round(dt, 3), "turns_s": round(len(df) / dt, 1),
+                     "wall_s": round(wall, 3), "wall_turns_s": round(len(df) / wall, 1),
                      "answers_sha": hashlib.sha256("\x1f".join(answers).encode()).hexdigest()[:16], "answers": answers,
                      "accuracy": {int(r): round(float(v), 4) for r, v in df.groupby("round")["correct"].mean().items()}}
+        out[name]["parts_us"] = _sim_parts(debate_mod, run_debate, items, agents, bes, kw, memo)
     return out
+
+
+def _sim_parts(debate_mod, run_debate, items, agents, bes, kw, memo) -> dict:
+    """A second pass, untimed in the headline: CPU microseconds per turn in the backends' `generate` (the sim), in
+    `extract_answer` (the parser) and in the rest (the engine: requests, prompts, rows, frame), by timing wrappers."""
+    spent = {"sim": 0.0, "parse": 0.0}
+
+    class Timed:
+        def __init__(self, inner): self.inner = inner
+        def generate(self, reqs):
+            t = time.process_time(); out = self.inner.generate(reqs); spent["sim"] += time.process_time() - t
+            return out
+
+    parse = debate_mod.extract_answer
+    def timed_parse(*a, **k):
+        t = time.process_time(); out = parse(*a, **k); spent["parse"] += time.process_time() - t
+        return out
+    if memo is not None: memo.cache_clear()
+    debate_mod.extract_answer = timed_parse
+    try:
+        t = time.process_time()
+        df = run_debate(items, agents, {k: Timed(b) for k, b in bes.items()}, **kw)
+        total = time.process_time() - t
+    finally:
+        debate_mod.extract_answer = parse
+    n = len(df)
+    return {"sim": round(1e6 * spent["sim"] / n, 1), "parse": round(1e6 * spent["parse"] / n, 1),
+            "engine": round(1e6 * (total - spent["sim"] - spent["parse"]) / n, 1), "total": round(1e6 * total / n, 1)}
 
 
 def _sim_child_run(root: Path) -> dict:
@@ -676,21 +713,33 @@ def bench_sim(baseline: str = SIM_BASELINE) -> dict:
         out["workloads"][name] = {
             **w, "turns": b[0]["turns"], "today_turns_s": ta, "new_turns_s": tb, "ratio": round(tb / ta, 2),
             "today_runs": [x["turns_s"] for x in a], "new_runs": [x["turns_s"] for x in b],
+            "wall_ratio": round(statistics.median(x["wall_turns_s"] for x in b) / statistics.median(x["wall_turns_s"] for x in a), 2),
             "today_us_per_turn": round(1e6 / ta, 1), "new_us_per_turn": round(1e6 / tb, 1),
             "same_answers": same, "identical": same == b[0]["turns"] and a[0]["turns"] == b[0]["turns"],
             "repeatable": all(x["answers_sha"] == a[0]["answers_sha"] for x in a) and
                           all(x["answers_sha"] == b[0]["answers_sha"] for x in b),
-            "today_accuracy": a[0]["accuracy"], "new_accuracy": b[0]["accuracy"]}
+            "today_accuracy": a[0]["accuracy"], "new_accuracy": b[0]["accuracy"],
+            "today_parts_us": _median_parts(a), "new_parts_us": _median_parts(b)}
     rows = out["workloads"]
     words = "; ".join(
-        f"{k} ({v['turns']:,} turns): today {v['today_turns_s']:,.0f}, new {v['new_turns_s']:,.0f} turns/s, "
-        f"**{v['ratio']}x**; answers " + ("identical" if v["identical"] else
+        f"{k} ({v['turns']:,} turns): today {v['today_turns_s']:,.0f}, new {v['new_turns_s']:,.0f} turns per CPU second, "
+        f"**{v['ratio']}x** (wall clock {v['wall_ratio']}x; us per turn today {_parts(v['today_parts_us'])}, new "
+        f"{_parts(v['new_parts_us'])}); answers " + ("identical" if v["identical"] else
                                           f"different draws (accuracy per round today {_acc(v['today_accuracy'])}, "
                                           f"new {_acc(v['new_accuracy'])})") for k, v in rows.items())
     out["row"] = [f"8. sim: agent turns per second through `run_debate` on `SimBackend` (new vs `{baseline}`, same run, "
                   "medians of A B A B)", words, f">= {SIM_TARGET:.0f}x", _met(min(v["ratio"] for v in rows.values()) >= SIM_TARGET)]
     log("   " + " | ".join(map(str, out["row"])))
     return out
+
+
+def _median_parts(runs: list) -> dict:
+    import statistics
+    return {k: round(statistics.median(x["parts_us"][k] for x in runs), 1) for k in runs[0]["parts_us"]}
+
+
+def _parts(p: dict) -> str:
+    return f"sim {p['sim']}, parser {p['parse']}, engine {p['engine']}"
 
 
 def _acc(acc: dict) -> str:
@@ -953,15 +1002,22 @@ def render(res: dict, info: dict, argv: list[str]) -> str:
               f"`run_debate` on `SimBackend` agents (skills 0.45, 0.50, ...; the whole path: requests and prompts composed, texts "
               f"generated, parsed by `extract_answer`, graded, the transcript frame built), timed in this checkout (new) and in a "
               f"temporary `git worktree` of `{m['baseline']}` ({m['baseline_commit']}, today), each pass in a fresh subprocess "
-              "after a two-item warm-up, in the order today, new, today, new; medians. Answers compared item by item: identical, "
+              "after a two-item warm-up, in the order today, new, today, new; medians. Turns per second of the child's own CPU "
+              "time (one thread; on a shared machine the wall clock also counts other jobs), the wall-clock ratio beside it. Answers compared item by item: identical, "
               "or different draws where the sim's random streams changed (then the accuracy per round of each side, in %).", "",
-              md_table(["workload", "turns", "today turns/s (us/turn)", "new turns/s (us/turn)", "ratio", "answers"],
+              md_table(["workload", "turns", "today turns/s (us/turn)", "new turns/s (us/turn)", "ratio (wall clock)", "answers"],
                        [[f"{k}: {w['task']}, {w['agents']} agents, {w['debate_rounds']} debate rounds, {w['samples']} samples, "
                          f"prompt {w['prompt']}, temperature {w['temperature']}", f"{w['turns']:,}",
                          f"{w['today_turns_s']:,.0f} ({w['today_us_per_turn']})", f"{w['new_turns_s']:,.0f} ({w['new_us_per_turn']})",
-                         f"**{w['ratio']}x**", "identical" if w["identical"] else
+                         f"**{w['ratio']}x** ({w['wall_ratio']}x)", "identical" if w["identical"] else
                          f"different draws ({w['same_answers']:,} equal; accuracy per round today {_acc(w['today_accuracy'])}, "
-                         f"new {_acc(w['new_accuracy'])})"] for k, w in m["workloads"].items()]), ""]
+                         f"new {_acc(w['new_accuracy'])})"] for k, w in m["workloads"].items()]), "",
+              "Where a turn's CPU time goes (a second pass of each child with timing wrappers, medians; microseconds per "
+              "turn): the sim (`SimBackend.generate`), the parser (`extract_answer`) and the engine (everything else: "
+              "requests and prompts, plans, rows, the transcript frame).", "",
+              md_table(["workload", "today: sim / parser / engine (total)", "new: sim / parser / engine (total)"],
+                       [[k, *(f"{p['sim']} / {p['parse']} / {p['engine']} ({p['total']})"
+                              for p in (w["today_parts_us"], w["new_parts_us"]))] for k, w in m["workloads"].items()]), ""]
     return "\n".join(L)
 
 
