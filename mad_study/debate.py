@@ -32,9 +32,9 @@ from .prompts import PromptSet, get_prompt, opening_messages, debate_message
 from .interface import IdenticalAgentsWarning, Progress, generate_jobs, progress_scope
 
 # %% auto #0
-__all__ = ['ORDERINGS', 'PROTOCOLS', 'HISTORY_MODES', 'Agent', 'make_agents', 'Turn', 'RoundPlan', 'RoundContext',
-           'LazyGenerator', 'Protocol', 'FullyConnected', 'OrderedPeers', 'register_protocol', 'make_protocol',
-           'TurnSlot', 'transcript_row', 'slot_name', 'generate_turns', 'turn_rows', 'run_debate']
+__all__ = ['ORDERINGS', 'PROTOCOLS', 'HISTORY_MODES', 'Agent', 'make_agents', 'Turn', 'RoundPlan', 'RoundContext', 'Protocol',
+           'FullyConnected', 'OrderedPeers', 'register_protocol', 'make_protocol', 'TurnSlot', 'transcript_row',
+           'slot_name', 'generate_turns', 'turn_rows', 'run_debate']
 
 # %% ../nbs/04_debate.ipynb #2b7ad846
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ class RoundContext:
         return rng_for(self.seed, "viewer", self.item.id, self.sample, self.round, agent)
 
 # %% ../nbs/04_debate.ipynb #5e1a7c02
-class LazyGenerator:
+class _LazyGenerator:
     "`rng_for(*parts)`, made on first use: every attribute is the generator's (the kit's own; a speed measure, issue 50)."
 
     __slots__ = ("_parts", "_rng")
@@ -136,7 +136,7 @@ class LazyGenerator:
         return getattr(self.generator, name)
 
     def __repr__(self):
-        return f"LazyGenerator{self._parts!r}"
+        return f"_LazyGenerator{self._parts!r}"
 
 # %% ../nbs/04_debate.ipynb #acd3414e
 class Protocol:
@@ -477,7 +477,7 @@ def _round_plan(
         rnd,
         agents,
         hist_th,
-        LazyGenerator(seed, "protocol", protocol.name, it.id, k, rnd),
+        _LazyGenerator(seed, "protocol", protocol.name, it.id, k, rnd),
         seed=protocol_seed,
     )
     return protocol.plan(ctx)
