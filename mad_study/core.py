@@ -542,9 +542,13 @@ def transcript_frame(rows: Iterable[Mapping] | pd.DataFrame = ()) -> pd.DataFram
             df[c] = _schema_column(df[c], dt)
         df = df[TRANSCRIPT_COLUMNS].reset_index(drop=True)
     else:
+        # plain dicts (every row `run_debate` makes): `dict.get` mapped in C over the rows, column by column
+        get = dict.get if all(type(r) is dict for r in rows) else (lambda r, c: r.get(c))
         df = pd.DataFrame(
             {
-                c: _schema_column(pd.Series([r.get(c) for r in rows], dtype="object"), dt)
+                c: _schema_column(
+                    pd.Series(list(map(get, rows, [c] * len(rows))), dtype="object"), dt
+                )
                 for c, (dt, _) in TRANSCRIPT_SCHEMA.items()
             },
             index=pd.RangeIndex(len(rows)),
