@@ -13,6 +13,8 @@
    the embedded model (full precision, CPU): all requests in flight vs one at a time (goal >= 3x, identical text), two
    servers behind one base_url list vs one, and vs the in-process batched `HFBackend` (same precision). Needs the
    `serving` extra; skipped with the reason otherwise.
+8. Sim: agent turns per second through the whole `run_debate` path on synthetic agents, this checkout vs a baseline
+   commit (`--sim-baseline`) in a temporary git worktree, each in a subprocess, A B A B (issue 50: goal >= 10x).
 
 Ratios are measured within one run. The summary table is printed last and written, with the machine, versions and
 date, to benchmarks/RESULTS.md."""
@@ -590,6 +592,160 @@ def bench_stats(n_items: int = 100_000) -> dict:
     log("   " + " | ".join(map(str, out["row"])))
     return out
 
+
+# ------------------------------------------------------------------ 8. the sim: turns per second through the whole debate path
+SIM_BASELINE = "dc1de10"          # the commit before the engine's speed work (issue 50)
+SIM_TARGET = 10.0
+SIM_WORKLOADS = {
+    # Du et al.'s GSM8K debate as the sim profile runs it, with more threads: 3 agents, round 0 + 2 debate rounds,
+    # 8 samples per item at temperature 1
+    "du_gsm8k": dict(task="gsm8k", n=100, agents=3, debate_rounds=2, samples=8, prompt="du_gsm8k", temperature=1.0),
+    # MADC's few-shot prompt on BBH logical deduction (7 objects): 6 agents, round 0 + 3 debate rounds, one sample
+    "madc_bbh": dict(task="bbh_logical_deduction_7", n=100, agents=6, debate_rounds=3, samples=1, prompt="madc",
+                     temperature=1.0),
+}
+
+
+def sim_child(root: str) -> dict:
+    """One timed pass of every sim workload with the kit in `root` (this process imports `mad_study` from there):
+    {workload: {turns, seconds, turns_s, answers, accuracy per round}}. Called in a subprocess by `bench_sim`; uses only
+    names that the baseline commit has too."""
+    sys.path.insert(0, root)
+    import hashlib
+    import mad_study
+    from mad_study.core import Sampling
+    from mad_study.debate import Agent, run_debate
+    from mad_study.sim import SimBackend, sim_items
+    import mad_study.answers as answers_mod
+    import mad_study.debate as debate_mod
+    assert Path(mad_study.__file__).resolve().is_relative_to(Path(root).resolve()), mad_study.__file__
+    out = {}
+    for name, w in SIM_WORKLOADS.items():
+        items = sim_items(w["task"], w["n"])
+        bes = {f"sim-{i}": SimBackend(f"sim-{i}", skill=0.45 + 0.05 * i) for i in range(w["agents"])}
+        agents = [Agent(f"a{i}", f"sim-{i}") for i in range(w["agents"])]
+        kw = dict(debate_rounds=w["debate_rounds"], samples=w["samples"], prompt=w["prompt"],
+                  sampling=Sampling(temperature=w["temperature"]), progress=False)
+        run_debate(items[:2], agents, bes, **kw)                                  # warm: imports, compiled patterns
+        memo = getattr(answers_mod, "_extract_memo", None)
+        if memo is not None: memo.cache_clear()                                   # no text parsed before the timed pass
+        # the child's own CPU time (one thread): on a shared machine the wall clock also counts other jobs' turns
+        t, w = time.process_time(), time.perf_counter()
+        df = run_debate(items, agents, bes, **kw)
+        dt, wall = time.process_time() - t, time.perf_counter() - w
+        answers = df["answer"].fillna("\x00").tolist()
+        out[name] = {"turns": len(df), "seconds": round(dt, 3), "turns_s": round(len(df) / dt, 1),
+                     "wall_s": round(wall, 3), "wall_turns_s": round(len(df) / wall, 1),
+                     "answers_sha": hashlib.sha256("\x1f".join(answers).encode()).hexdigest()[:16], "answers": answers,
+                     "accuracy": {int(r): round(float(v), 4) for r, v in df.groupby("round")["correct"].mean().items()}}
+        out[name]["parts_us"] = _sim_parts(debate_mod, run_debate, items, agents, bes, kw, memo)
+    return out
+
+
+def _sim_parts(debate_mod, run_debate, items, agents, bes, kw, memo) -> dict:
+    """A second pass, untimed in the headline: CPU microseconds per turn in the backends' `generate` (the sim), in
+    `extract_answer` (the parser) and in the rest (the engine: requests, prompts, rows, frame), by timing wrappers."""
+    spent = {"sim": 0.0, "parse": 0.0}
+
+    class Timed:
+        def __init__(self, inner): self.inner = inner
+        def generate(self, reqs):
+            t = time.process_time(); out = self.inner.generate(reqs); spent["sim"] += time.process_time() - t
+            return out
+
+    parse = debate_mod.extract_answer
+    def timed_parse(*a, **k):
+        t = time.process_time(); out = parse(*a, **k); spent["parse"] += time.process_time() - t
+        return out
+    if memo is not None: memo.cache_clear()
+    debate_mod.extract_answer = timed_parse
+    try:
+        t = time.process_time()
+        df = run_debate(items, agents, {k: Timed(b) for k, b in bes.items()}, **kw)
+        total = time.process_time() - t
+    finally:
+        debate_mod.extract_answer = parse
+    n = len(df)
+    return {"sim": round(1e6 * spent["sim"] / n, 1), "parse": round(1e6 * spent["parse"] / n, 1),
+            "engine": round(1e6 * (total - spent["sim"] - spent["parse"]) / n, 1), "total": round(1e6 * total / n, 1)}
+
+
+def _sim_child_run(root: Path) -> dict:
+    "`sim_child(root)` in a fresh interpreter (PYTHONPATH = `root`, one thread)."
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    code = f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import run as R; " \
+           f"print('@@' + json.dumps(R.sim_child({str(root)!r})))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, timeout=900)
+    for line in r.stdout.splitlines():
+        if line.startswith("@@"): return json.loads(line[2:])
+    raise RuntimeError(f"sim child in {root} failed: {(r.stderr.strip().splitlines() or ['no output'])[-1][:300]}")
+
+
+def bench_sim(baseline: str = SIM_BASELINE) -> dict:
+    """8. The sim's agent turns per second through the whole debate path (`run_debate` on `SimBackend`: requests and
+    prompts composed, texts generated, parsed by `extract_answer`, graded, the transcript frame built), in THIS checkout
+    (new) and in a temporary `git worktree` of `baseline` (today), each in its own subprocess, in the order A B A B;
+    medians per side; the ratio new / today per workload (goal >= 10x, issue 50). The answer columns of the two sides are
+    compared for the record: identical, or "different draws" (the sim's random streams changed) with the accuracy per
+    round of each side beside it. The temporary worktree is removed afterwards, also on error."""
+    import shutil
+    import statistics
+    base = Path(tempfile.mkdtemp(prefix="mad-bench-sim-")) / "baseline"
+    try:
+        r = subprocess.run(["git", "worktree", "add", "--detach", str(base), baseline], cwd=ROOT, capture_output=True,
+                           text=True)
+        if r.returncode:
+            return {"error": f"git worktree add {baseline}: {r.stderr.strip()[-200:]}", "baseline": baseline}
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=base, capture_output=True, text=True).stdout.strip()
+        runs = {"today": [], "new": []}
+        for side in ("today", "new", "today", "new"):                             # A B A B: a drifting load weighs on both
+            runs[side].append(_sim_child_run(base if side == "today" else ROOT))
+            log(f"  {side}: " + ", ".join(f"{k} {v['turns_s']:,.0f} turns/s" for k, v in runs[side][-1].items()))
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, capture_output=True)
+        shutil.rmtree(base.parent, ignore_errors=True)
+        subprocess.run(["git", "worktree", "prune"], cwd=ROOT, capture_output=True)
+    out = {"baseline": baseline, "baseline_commit": sha, "workloads": {}}
+    for name, w in SIM_WORKLOADS.items():
+        a = [x[name] for x in runs["today"]]; b = [x[name] for x in runs["new"]]
+        ta, tb = statistics.median(x["turns_s"] for x in a), statistics.median(x["turns_s"] for x in b)
+        same = sum(x == y for x, y in zip(a[0]["answers"], b[0]["answers"]))
+        out["workloads"][name] = {
+            **w, "turns": b[0]["turns"], "today_turns_s": ta, "new_turns_s": tb, "ratio": round(tb / ta, 2),
+            "today_runs": [x["turns_s"] for x in a], "new_runs": [x["turns_s"] for x in b],
+            "wall_ratio": round(statistics.median(x["wall_turns_s"] for x in b) / statistics.median(x["wall_turns_s"] for x in a), 2),
+            "today_us_per_turn": round(1e6 / ta, 1), "new_us_per_turn": round(1e6 / tb, 1),
+            "same_answers": same, "identical": same == b[0]["turns"] and a[0]["turns"] == b[0]["turns"],
+            "repeatable": all(x["answers_sha"] == a[0]["answers_sha"] for x in a) and
+                          all(x["answers_sha"] == b[0]["answers_sha"] for x in b),
+            "today_accuracy": a[0]["accuracy"], "new_accuracy": b[0]["accuracy"],
+            "today_parts_us": _median_parts(a), "new_parts_us": _median_parts(b)}
+    rows = out["workloads"]
+    words = "; ".join(
+        f"{k} ({v['turns']:,} turns): today {v['today_turns_s']:,.0f}, new {v['new_turns_s']:,.0f} turns per CPU second, "
+        f"**{v['ratio']}x** (wall clock {v['wall_ratio']}x; us per turn today {_parts(v['today_parts_us'])}, new "
+        f"{_parts(v['new_parts_us'])}); answers " + ("identical" if v["identical"] else
+                                          f"different draws (accuracy per round today {_acc(v['today_accuracy'])}, "
+                                          f"new {_acc(v['new_accuracy'])})") for k, v in rows.items())
+    out["row"] = [f"8. sim: agent turns per second through `run_debate` on `SimBackend` (new vs `{baseline}`, same run, "
+                  "medians of A B A B)", words, f">= {SIM_TARGET:.0f}x", _met(min(v["ratio"] for v in rows.values()) >= SIM_TARGET)]
+    log("   " + " | ".join(map(str, out["row"])))
+    return out
+
+
+def _median_parts(runs: list) -> dict:
+    import statistics
+    return {k: round(statistics.median(x["parts_us"][k] for x in runs), 1) for k in runs[0]["parts_us"]}
+
+
+def _parts(p: dict) -> str:
+    return f"sim {p['sim']}, parser {p['parse']}, engine {p['engine']}"
+
+
+def _acc(acc: dict) -> str:
+    return "/".join(f"{100 * v:.1f}" for _, v in sorted(acc.items(), key=lambda kv: int(kv[0]))) + "%"
+
+
 # ------------------------------------------------------------------ report
 def _sandbox_as_nobody(n: int) -> dict:
     """As root: the same medians as user nobody, the unprivileged path (no cgroup: the memory watch; /tmp made in a
@@ -710,6 +866,10 @@ def summary_rows(res: dict) -> list[list[str]]:
                          f">= {SERVING_TARGET}x on round 0, all identical",
                          _met(z["ratio"] >= SERVING_TARGET and z["same_text"] == v["requests"])])
     if res.get("sandbox"): rows.append(res["sandbox"]["row"])
+    m = res.get("sim")
+    if m:
+        rows.append(m["row"] if "row" in m else ["8. sim: agent turns per second", f"not run: {m['error']}",
+                                                 f">= {SIM_TARGET:.0f}x", "n/a"])
     return rows
 
 
@@ -836,6 +996,28 @@ def render(res: dict, info: dict, argv: list[str]) -> str:
                   "and its prefill attends over half the tokens (a gain on the CPU, where the prefill's mask spans the whole batch: see "
                   "above); the ratio is the measured balance. Two servers of two threads each on two cores oversubscribe them (0.11x "
                   "measured before `threads` existed). Replicas scale when each has its own cores or GPU.", ""]
+    m = res.get("sim")
+    if m and "workloads" in m:
+        L += ["## 8. The sim: agent turns per second", "",
+              f"`run_debate` on `SimBackend` agents (skills 0.45, 0.50, ...; the whole path: requests and prompts composed, texts "
+              f"generated, parsed by `extract_answer`, graded, the transcript frame built), timed in this checkout (new) and in a "
+              f"temporary `git worktree` of `{m['baseline']}` ({m['baseline_commit']}, today), each pass in a fresh subprocess "
+              "after a two-item warm-up, in the order today, new, today, new; medians. Turns per second of the child's own CPU "
+              "time (one thread; on a shared machine the wall clock also counts other jobs), the wall-clock ratio beside it. Answers compared item by item: identical, "
+              "or different draws where the sim's random streams changed (then the accuracy per round of each side, in %).", "",
+              md_table(["workload", "turns", "today turns/s (us/turn)", "new turns/s (us/turn)", "ratio (wall clock)", "answers"],
+                       [[f"{k}: {w['task']}, {w['agents']} agents, {w['debate_rounds']} debate rounds, {w['samples']} samples, "
+                         f"prompt {w['prompt']}, temperature {w['temperature']}", f"{w['turns']:,}",
+                         f"{w['today_turns_s']:,.0f} ({w['today_us_per_turn']})", f"{w['new_turns_s']:,.0f} ({w['new_us_per_turn']})",
+                         f"**{w['ratio']}x** ({w['wall_ratio']}x)", "identical" if w["identical"] else
+                         f"different draws ({w['same_answers']:,} equal; accuracy per round today {_acc(w['today_accuracy'])}, "
+                         f"new {_acc(w['new_accuracy'])})"] for k, w in m["workloads"].items()]), "",
+              "Where a turn's CPU time goes (a second pass of each child with timing wrappers, medians; microseconds per "
+              "turn): the sim (`SimBackend.generate`), the parser (`extract_answer`) and the engine (everything else: "
+              "requests and prompts, plans, rows, the transcript frame).", "",
+              md_table(["workload", "today: sim / parser / engine (total)", "new: sim / parser / engine (total)"],
+                       [[k, *(f"{p['sim']} / {p['parse']} / {p['engine']} ({p['total']})"
+                              for p in (w["today_parts_us"], w["new_parts_us"]))] for k, w in m["workloads"].items()]), ""]
     return "\n".join(L)
 
 
@@ -851,6 +1033,7 @@ def main(argv=None) -> int:
     ap.add_argument("--serving-tokens", type=int, default=None, help="max_new_tokens per request in benchmark 5 (default: the cpu profile's, as for 1)")
     ap.add_argument("--max-new-tokens", type=int, default=None,
                     help="new tokens per request in the throughput benchmark (CPU; default: what the cpu profile gives du_gsm8k)")
+    ap.add_argument("--sim-baseline", default=SIM_BASELINE, help="the commit benchmark 8 (sim) compares this checkout with")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "RESULTS.md"))
     ap.add_argument("--json", default=None, help="also write the raw results as JSON")
     ap.add_argument("--no-e2e", action="store_true", help="skip the warm `mad-study reproduce` run of the cache benchmark")
@@ -884,6 +1067,8 @@ def main(argv=None) -> int:
         res["serving"] = bench_serving(a.serving_requests, a.serving_tokens)
     if "sandbox" in only or not {"throughput", "memory", "cache", "analysis", "serving"} - only:
         log("6. sandbox: start-up cost per program"); res["sandbox"] = bench_sandbox()
+    if "sim" in only or not {"throughput", "memory", "cache", "analysis", "serving"} - only:
+        log(f"8. sim: turns per second, this checkout vs {a.sim_baseline}"); res["sim"] = bench_sim(a.sim_baseline)
     if res.get("throughput") and "error" not in res["throughput"]:
         from mad_study.backends import cpu_has_bf16_kernel
         if cpu_has_bf16_kernel():                                # what the kit's batch-invariant path costs on this CPU

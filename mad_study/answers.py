@@ -25,11 +25,11 @@ from typing import Any, Iterable, Sequence
 from .core import ANSWER_FORMATS, ConfigError
 
 # %% auto #0
-__all__ = ['MAX_CHARS', 'OPTION_LETTERS', 'MATH_VERIFY_TIMEOUT', 'MATH_VERIFY_WALL', 'MATH_VERIFY_MAX_CHARS', 'GRADINGS',
-           'ELEMENTWISE_FORMATS', 'CORPUS_FILE', 'last_boxed', 'normalize_latex', 'number_candidates', 'parse_number',
-           'canonical_number', 'extract_answer', 'math_verify_timeouts', 'math_equiv_strict', 'is_correct',
-           'answers_equivalent', 'merge_equivalent', 'parse_failure_rate', 'load_answer_corpus', 'corpus_agreement',
-           'extract_confidence']
+__all__ = ['MAX_CHARS', 'OPTION_LETTERS', 'EXTRACT_MEMO_CHARS', 'MATH_VERIFY_TIMEOUT', 'MATH_VERIFY_WALL',
+           'MATH_VERIFY_MAX_CHARS', 'GRADINGS', 'ELEMENTWISE_FORMATS', 'CORPUS_FILE', 'last_boxed', 'normalize_latex',
+           'number_candidates', 'parse_number', 'canonical_number', 'extract_answer', 'math_verify_timeouts',
+           'math_equiv_strict', 'is_correct', 'answers_equivalent', 'merge_equivalent', 'parse_failure_rate',
+           'load_answer_corpus', 'corpus_agreement', 'extract_confidence']
 
 # %% ../nbs/01_answers.ipynb #a1b712c7
 MAX_CHARS = (
@@ -864,6 +864,18 @@ def _check_fmt(fmt: str) -> None:
     if fmt not in ANSWER_FORMATS:
         raise ConfigError("unknown answer format", key="fmt", value=fmt, choices=ANSWER_FORMATS)
 
+# %% ../nbs/01_answers.ipynb #7d3e9b02
+# texts up to this many characters are memoised (`_extract_memo`): 8,192 of them hold at most ~32 MB
+EXTRACT_MEMO_CHARS = 4_000
+
+
+@functools.lru_cache(maxsize=1 << 13)
+def _extract_memo(s: str, fmt: str) -> str | None:
+    """`_EXTRACTORS[fmt](s) or None`, memoised: an exact memo of a pure function (regular expressions and arithmetic
+    on `s` alone; no math-verify, no clock, no global setting), keyed by all it reads. An exception passes through
+    and is never cached (nor is a `_Deadline` raised into this thread: a BaseException)."""
+    return _EXTRACTORS[fmt](s) or None
+
 # %% ../nbs/01_answers.ipynb #f9e8a4ca
 def extract_answer(text: Any, fmt: str) -> str | None:
     """The final answer in a model response for answer format `fmt` (`number`, `boxed`, `option`,
@@ -884,6 +896,8 @@ def extract_answer(text: Any, fmt: str) -> str | None:
         s = text[-MAX_CHARS:].replace("\r\n", "\n").replace("\x00", "")
         if not s.strip():
             return None
+        if len(s) <= EXTRACT_MEMO_CHARS:
+            return _extract_memo(str(s), fmt)
         a = _EXTRACTORS[fmt](s)
         return a if a else None
     except Exception:

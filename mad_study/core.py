@@ -514,26 +514,48 @@ def describe_transcript() -> pd.DataFrame:
         columns=["column", "dtype", "meaning"],
     )
 
+# %% ../nbs/00_core.ipynb #3c5f0a01
+def _schema_column(col: pd.Series, dt: str) -> pd.Series:
+    "`col` cast to the schema's dtype `dt`: any missing value (None, NaN, NA) becomes the dtype's missing value."
+    if dt == "float64":
+        return pd.to_numeric(
+            col.astype("object").where(col.notna(), np.nan), errors="coerce"
+        ).astype("float64")
+    return col.astype("object").where(col.notna(), None).astype(dt)
+
 # %% ../nbs/00_core.ipynb #2bd36b5c
 def transcript_frame(rows: Iterable[Mapping] | pd.DataFrame = ()) -> pd.DataFrame:
-    "Rows (dicts) -> a transcript DataFrame with exactly the schema's columns, order and dtypes."
-    df = rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
-    extra = set(df.columns) - set(TRANSCRIPT_SCHEMA)
+    """Rows (dicts) -> a transcript DataFrame with exactly the schema's columns, order and dtypes. Rows are read
+    column by column, each value as it is (no dtype guessed across the rows first: a run's thousands of rows, fast)."""
+    if isinstance(rows, pd.DataFrame):
+        df = rows.copy()
+        extra = set(df.columns) - set(TRANSCRIPT_SCHEMA)
+    else:
+        rows = list(rows)
+        extra = set().union(*rows) - set(TRANSCRIPT_SCHEMA)
     if extra:
         raise ConfigError(f"not transcript columns: {sorted(extra)}", key="columns")
-    for c, (dt, _) in TRANSCRIPT_SCHEMA.items():
-        if c not in df.columns:
-            df[c] = pd.Series([None] * len(df), dtype="object")
-        col = df[c]
-        if dt == "float64":
-            df[c] = pd.to_numeric(
-                col.astype("object").where(col.notna(), np.nan), errors="coerce"
-            ).astype("float64")
-        else:
-            df[c] = col.astype("object").where(col.notna(), None).astype(dt)
+    if isinstance(rows, pd.DataFrame):
+        for c, (dt, _) in TRANSCRIPT_SCHEMA.items():
+            if c not in df.columns:
+                df[c] = pd.Series([None] * len(df), dtype="object")
+            df[c] = _schema_column(df[c], dt)
+        df = df[TRANSCRIPT_COLUMNS].reset_index(drop=True)
+    else:
+        # plain dicts (every row `run_debate` makes): `dict.get` mapped in C over the rows, column by column
+        get = dict.get if all(type(r) is dict for r in rows) else (lambda r, c: r.get(c))
+        df = pd.DataFrame(
+            {
+                c: _schema_column(
+                    pd.Series(list(map(get, rows, [c] * len(rows))), dtype="object"), dt
+                )
+                for c, (dt, _) in TRANSCRIPT_SCHEMA.items()
+            },
+            index=pd.RangeIndex(len(rows)),
+        )
     # a condition is never missing: groupby would drop its rows
     df["method"] = df["method"].fillna("")
-    return df[TRANSCRIPT_COLUMNS].reset_index(drop=True)
+    return df
 
 # %% ../nbs/00_core.ipynb #76c81b99
 @contextlib.contextmanager

@@ -116,6 +116,28 @@ class RoundContext:
         "A generator of `agent`'s own, seeded by (protocol seed, item, thread, round, agent): per-viewer draws, deterministic."
         return rng_for(self.seed, "viewer", self.item.id, self.sample, self.round, agent)
 
+# %% ../nbs/04_debate.ipynb #5e1a7c02
+class _LazyGenerator:
+    "`rng_for(*parts)`, made on first use: every attribute is the generator's (the kit's own; a speed measure, issue 50)."
+
+    __slots__ = ("_parts", "_rng")
+
+    def __init__(self, *parts: Any):
+        self._parts, self._rng = parts, None
+
+    @property
+    def generator(self) -> np.random.Generator:
+        "The numpy Generator itself (made now if not yet)."
+        if self._rng is None:
+            self._rng = rng_for(*self._parts)
+        return self._rng
+
+    def __getattr__(self, name: str):
+        return getattr(self.generator, name)
+
+    def __repr__(self):
+        return f"_LazyGenerator{self._parts!r}"
+
 # %% ../nbs/04_debate.ipynb #acd3414e
 class Protocol:
     "Base protocol: everyone speaks and sees every other agent, in the agents' list order. (one round of Du et al.'s multi-agent debate: who speaks, whom they see, in what order.)"
@@ -158,14 +180,19 @@ from fastcore.basics import patch
 @patch
 def plan(self: Protocol, ctx: RoundContext) -> RoundPlan:
     "The round plan: `order()`, then per agent `speaks()`, `visible()` (of its `viewer_order()`), `tags()` and `peer_view()`."
+    names = ctx.names
+    expected = sorted(names)
     order = list(self.order(ctx))
-    if sorted(order) != sorted(ctx.names):
-        raise ValueError(f"{self.name}: order {order} is not a permutation of {ctx.names}")
+    if sorted(order) != expected:
+        raise ValueError(f"{self.name}: order {order} is not a permutation of {names}")
     turns = {}
-    for a in ctx.names:
-        seen = list(self.viewer_order(ctx, a, order))
-        if sorted(seen) != sorted(ctx.names):
-            raise ValueError(f"{self.name}: {a}'s order {seen} is not a permutation of {ctx.names}")
+    for a in names:
+        seen = self.viewer_order(ctx, a, order)
+        # the shared order (checked above) comes back as it is from most protocols
+        if seen is not order:
+            seen = list(seen)
+            if sorted(seen) != expected:
+                raise ValueError(f"{self.name}: {a}'s order {seen} is not a permutation of {names}")
         peers = self._checked_peers(ctx, a, self.visible(ctx, a, seen))
         views = [self.peer_view(ctx, a, p) for p in peers]
         views = (
@@ -197,8 +224,8 @@ def _checked_peers(self: Protocol, ctx: RoundContext, agent: str, peers) -> list
             value=agent,
             choices=ctx.names,
         )
-    twice = sorted({p for p in peers if peers.count(p) > 1})
-    if twice:
+    if len(set(peers)) != len(peers):
+        twice = sorted({p for p in peers if peers.count(p) > 1})
         raise ConfigError(
             f"{self.name}: visible() for {agent!r} names agent(s) {twice} more than once",
             key="visible",
@@ -335,29 +362,31 @@ def transcript_row(
     "One transcript row for `slot`'s generation `gen` (core.TRANSCRIPT_SCHEMA; the kit's own)."
     it, text = slot.item, gen.text if text is None else text
     ans = extract_answer(text, it.fmt) if answer is _PARSE else answer
-    r = dict(
-        experiment=experiment,
-        method=method,
-        item_id=it.id,
-        task=it.task,
-        gold=str(it.gold),
-        fmt=it.fmt,
-        round=slot.round,
-        agent=slot.agent,
-        role=slot.role,
-        model=slot.model,
-        sample=slot.sample,
-        position=slot.position,
-        visible_peers=",".join(slot.peers),
-        reused=False,
-        prompt_tokens=gen.prompt_tokens,
-        completion_tokens=gen.completion_tokens,
-        text=text,
-        answer=ans,
-        correct=bool(ans is not None and is_correct(ans, it.gold, it.fmt)),
-        images=",".join(it.images) or None,
-    )
-    return r | {s: getattr(gen, s) for s in SIGNALS}
+    r = {
+        "experiment": experiment,
+        "method": method,
+        "item_id": it.id,
+        "task": it.task,
+        "gold": str(it.gold),
+        "fmt": it.fmt,
+        "round": slot.round,
+        "agent": slot.agent,
+        "role": slot.role,
+        "model": slot.model,
+        "sample": slot.sample,
+        "position": slot.position,
+        "visible_peers": ",".join(slot.peers),
+        "reused": False,
+        "prompt_tokens": gen.prompt_tokens,
+        "completion_tokens": gen.completion_tokens,
+        "text": text,
+        "answer": ans,
+        "correct": bool(ans is not None and is_correct(ans, it.gold, it.fmt)),
+        "images": ",".join(it.images) or None,
+    }
+    for s in SIGNALS:
+        r[s] = getattr(gen, s)
+    return r
 
 # %% ../nbs/04_debate.ipynb #52d3e3be
 def _reused_row(prev: dict, slot: TurnSlot) -> dict:
@@ -427,19 +456,29 @@ def _identical_agents(agents: Sequence[Agent], temperature: float) -> list[list[
 
 # %% ../nbs/04_debate.ipynb #b7dcb690
 def _round_plan(
-    protocol: Protocol, agents: list[Agent], hist_th: dict, it: Item, k: int, rnd: int, seed: int
+    protocol: Protocol,
+    agents: list[Agent],
+    hist_th: dict,
+    it: Item,
+    k: int,
+    rnd: int,
+    seed: int,
+    protocol_seed: int | None = None,
 ) -> RoundPlan:
-    "The plan of round `rnd` of thread (`it`, `k`): everyone speaks and sees nothing in round 0, else the protocol's plan."
+    """The plan of round `rnd` of thread (`it`, `k`): everyone speaks and sees nothing in round 0, else the protocol's
+    plan. `protocol_seed`: `derive_seed(seed, "protocol", protocol.name)` when the caller has it already."""
     if rnd == 0:
         return RoundPlan([a.name for a in agents], {a.name: Turn() for a in agents})
+    if protocol_seed is None:
+        protocol_seed = derive_seed(seed, "protocol", protocol.name)
     ctx = RoundContext(
         it,
         k,
         rnd,
         agents,
         hist_th,
-        rng_for(seed, "protocol", protocol.name, it.id, k, rnd),
-        seed=derive_seed(seed, "protocol", protocol.name),
+        _LazyGenerator(seed, "protocol", protocol.name, it.id, k, rnd),
+        seed=protocol_seed,
     )
     return protocol.plan(ctx)
 
@@ -459,12 +498,23 @@ class _DebateRun:
     rows: list = field(default_factory=list)
     hist: dict = field(default_factory=dict)
     conv: dict = field(default_factory=dict)
+    # per run, not per turn: the protocol's seed and each (item, role)'s opening messages
+    protocol_seed: int | None = None
+    openings: dict = field(default_factory=dict)
+
+    def opening(self, item_id: str, role: str) -> list[dict]:
+        "`opening_messages` for the item and role, composed once per run (fresh dicts each call)."
+        key = (item_id, role)
+        if key not in self.openings:
+            ps, q = self.psets[item_id], self.questions[item_id]
+            self.openings[key] = opening_messages(ps, q, role)
+        return [dict(m) for m in self.openings[key]]
 
     def messages(self, th: tuple, slot: TurnSlot, turn: Turn) -> list[dict]:
         "What `slot`'s agent is sent: the opening in round 0, else its peers' last responses."
         ps, q, hist_th = self.psets[th[0]], self.questions[th[0]], self.hist[th]
         if slot.round == 0:
-            return opening_messages(ps, q, slot.role)
+            return self.opening(th[0], slot.role)
         sols = (
             list(turn.views)
             if turn.views is not None
@@ -478,8 +528,8 @@ class _DebateRun:
             return _with_system(self.conv[th].get(slot.agent), ps.system_for(slot.role)) + [user]
         if self.history == "last":
             last = {"role": "assistant", "content": hist_th[slot.agent][-1]["text"]}
-            return opening_messages(ps, q, slot.role) + [last, user]
-        return opening_messages(ps, q, slot.role)[:-1] + [user]
+            return self.opening(th[0], slot.role) + [last, user]
+        return self.opening(th[0], slot.role)[:-1] + [user]
 
     def add(self, th: tuple, row: dict) -> None:
         "Append `row` to the transcript and to its agent's history in thread `th`."
@@ -490,24 +540,31 @@ class _DebateRun:
 @patch
 def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, GenRequest]]:
     "Round `rnd`'s (slot, request) pairs for every thread; skipped turns are added as reused rows."
-    jobs = []
+    jobs, seed = [], self.sampling.seed
+    if self.protocol_seed is None:
+        self.protocol_seed = derive_seed(seed, "protocol", self.protocol.name)
     for it, k in threads:
         th = (it.id, k)
+        hist_th, conv_th = self.hist[th], self.conv[th]
         plan = _round_plan(
-            self.protocol, self.agents, self.hist[th], it, k, rnd, self.sampling.seed
+            self.protocol, self.agents, hist_th, it, k, rnd, seed, self.protocol_seed
         )
+        where = {a: i for i, a in enumerate(plan.order)}
         for a in self.agents:
             turn = plan.turns[a.name]
-            pos, peers = plan.order.index(a.name), tuple(turn.peers)
-            slot = TurnSlot(it, a.name, a.model, turn.role or a.role, rnd, k, pos, peers)
+            slot = TurnSlot(
+                it, a.name, a.model, turn.role or a.role, rnd, k, where[a.name], tuple(turn.peers)
+            )
             if rnd > 0 and not turn.speak:
-                self.add(th, _reused_row(self.hist[th][a.name][-1], slot))
+                self.add(th, _reused_row(hist_th[a.name][-1], slot))
                 continue
             msgs = self.messages(th, slot, turn)
-            self.conv[th][a.name] = list(msgs) if rnd == 0 else msgs
-            seed = derive_seed(self.sampling.seed, it.id, a.name, rnd, k)
+            conv_th[a.name] = list(msgs) if rnd == 0 else msgs
             meta = dict(item=it, agent=a.name, round=rnd, sample=k)
-            jobs.append((slot, self.sampling.request(msgs, seed=seed, meta=meta)))
+            req = self.sampling.request(
+                msgs, seed=derive_seed(seed, it.id, a.name, rnd, k), meta=meta
+            )
+            jobs.append((slot, req))
     return jobs
 
 # %% ../nbs/04_debate.ipynb #25f97da6

@@ -57,13 +57,27 @@ def _fill_pattern(names: tuple[str, ...]) -> re.Pattern:
     "The pattern of `fill`'s placeholders `{name}` (compiled once per set of names: a debate fills thousands)."
     return re.compile("|".join(re.escape("{" + k + "}") for k in names))
 
+# %% ../nbs/04a_prompts.ipynb #6b2f4d01
+@functools.lru_cache(maxsize=1024)
+def _fill_parts(template: str, names: tuple[str, ...]) -> tuple[str, ...]:
+    """`template` cut at its placeholders `{name}` (`_fill_pattern`'s matches, left to right): literal, name, literal,
+    ..., literal. Cut once per template and set of names; `fill` then only joins."""
+    parts, last = [], 0
+    for m in _fill_pattern(names).finditer(template):
+        parts += [template[last : m.start()], m.group(0)[1:-1]]
+        last = m.end()
+    return (*parts, template[last:])
+
 # %% ../nbs/04a_prompts.ipynb #d71edead
 def fill(template: str, **values) -> str:
     """Replace `{name}` by `values[name]` for the given names only (other braces are left alone), in one pass: a value
     that contains `{tag}` or `{idx}` (a model's response) is inserted as it is, never filled again."""
     if not values:
         return template
-    return _fill_pattern(tuple(values)).sub(lambda m: str(values[m.group(0)[1:-1]]), template)
+    out = list(_fill_parts(template, tuple(values)))
+    for i in range(1, len(out), 2):
+        out[i] = str(values[out[i]])
+    return "".join(out)
 
 # %% ../nbs/04a_prompts.ipynb #89aa9bfb
 def number_word(n: int) -> str:
@@ -143,6 +157,12 @@ def opening_messages(ps: PromptSet, question: str, role: str | None = None) -> l
     return msgs
 
 # %% ../nbs/04a_prompts.ipynb #8b4de704
+@functools.lru_cache(maxsize=1024)
+def _fill_frame(template: str, question: str, n_solutions: str) -> str:
+    "`fill(template, question=..., n_solutions=...)`, memoised: a debate fills the same intro and outro for every turn of an item."
+    return fill(template, question=question, n_solutions=n_solutions)
+
+
 def debate_message(
     ps: PromptSet, question: str, solutions: list[str], tags: list[str] | None = None
 ) -> str:
@@ -167,11 +187,8 @@ def debate_message(
     blocks = "".join(
         fill(ps.peer, solution=s, idx=i, tag=t) for i, (s, t) in enumerate(zip(solutions, tags))
     )
-    return (
-        fill(ps.debate_intro, question=question, n_solutions=n)
-        + blocks
-        + fill(ps.debate_outro, question=question, n_solutions=n)
-    )
+    q = str(question)
+    return _fill_frame(ps.debate_intro, q, n) + blocks + _fill_frame(ps.debate_outro, q, n)
 
 # %% ../nbs/04a_prompts.ipynb #39856d3c
 def data_block(text: str, label: str) -> str:

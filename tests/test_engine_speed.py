@@ -1,0 +1,86 @@
+"""The debate engine's speed work changes no result (issue 50): fixed sim debates through `run_debate` (several
+protocols, the sparse ring and a stopping rule with reused rows, MADC's orderings, every history mode, greedy and
+sampling) must give transcripts whose digest is the one the unchanged engine gave.
+
+DIGESTS were computed ONCE with the engine of commit dc1de10 (before the speed work): `git worktree add /tmp/b dc1de10`,
+then `PYTHONPATH=/tmp/b python tests/test_engine_speed.py`. When the sim's random streams change on purpose (the
+world model's rewrite), regenerate them the same way from the commit with the new sim and the OLD engine, or, if the
+engine is trusted, from this checkout: `python tests/test_engine_speed.py` prints the dict to paste below."""
+from __future__ import annotations
+
+import hashlib
+import warnings
+
+import pytest
+
+from mad_study.core import Sampling
+from mad_study.debate import Agent, OrderedPeers, make_protocol, run_debate
+from mad_study.prompts import get_prompt
+from mad_study.protocols import EarlyStop, GroupDebate, SparseTopology
+from mad_study.sim import SimBackend, sim_items
+
+# case -> sha256 (first 16 hex digits) of the transcript frame as CSV; from dc1de10's engine (see the docstring)
+DIGESTS = {
+    "du_full_sampling": "d1a6d3b30862d539",
+    "random_last_greedy": "9c01dc7d02c08e71",
+    "truth_last_none": "3a74814555afd146",
+    "random_shared_madc": "55ca0bd8de5daf8a",
+    "ring_earlystop_reused": "f2154cf6449af567",
+    "star_last_greedy": "ec084f99c9d98c5d",
+    "groupdebate_views": "8a62dbcd7538b382",
+}
+
+
+def _agents(n: int):
+    backends = {f"sim-{i}": SimBackend(f"sim-{i}", skill=0.4 + 0.1 * i) for i in range(n)}
+    return [Agent(f"a{i}", f"sim-{i}") for i in range(n)], backends
+
+
+def _case(name: str):
+    "The transcript of the fixed debate `name`."
+    gsm, bbh = sim_items("gsm8k", 6), sim_items("bbh_logical_deduction_7", 4)
+    hot, greedy = Sampling(temperature=1.0, seed=3), Sampling(temperature=0.0)
+    gd = GroupDebate((2, 2))
+    cases = {
+        "du_full_sampling": (gsm, 3, None, dict(debate_rounds=2, samples=2, prompt="du_gsm8k", sampling=hot)),
+        "random_last_greedy": (gsm, 3, OrderedPeers("random"), dict(debate_rounds=2, history="last", sampling=greedy)),
+        "truth_last_none": (bbh, 4, make_protocol("truth_last"),
+                            dict(debate_rounds=2, history="none", prompt="madc", sampling=hot)),
+        "random_shared_madc": (bbh, 6, make_protocol("random_shared"),
+                               dict(debate_rounds=3, samples=2, prompt="madc", sampling=hot)),
+        "ring_earlystop_reused": (gsm, 5, EarlyStop(SparseTopology("ring"), min_agree=2),
+                                  dict(debate_rounds=3, sampling=hot)),
+        "star_last_greedy": (gsm, 4, SparseTopology("star"), dict(debate_rounds=1, history="last", sampling=greedy)),
+        "groupdebate_views": (bbh, 4, gd, dict(debate_rounds=2, prompt=gd.prompt_for(get_prompt("auto", "option")),
+                                               sampling=hot)),
+    }
+    items, n, protocol, kw = cases[name]
+    agents, backends = _agents(n)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return run_debate(items, agents, backends, protocol=protocol, progress=False, **kw)
+
+
+CASES = ("du_full_sampling", "random_last_greedy", "truth_last_none", "random_shared_madc", "ring_earlystop_reused",
+         "star_last_greedy", "groupdebate_views")
+
+
+def digest(df) -> str:
+    "sha256 of the frame as CSV (every column, dtypes as written), first 16 hex digits."
+    return hashlib.sha256(df.to_csv(index=False).encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_transcript_unchanged(name):
+    df = _case(name)
+    assert len(df) > 0
+    if name == "ring_earlystop_reused":
+        assert df["reused"].any()  # the case exercises reused rows
+    assert digest(df) == DIGESTS[name], f"{name}: the transcript changed (see the module docstring to regenerate)"
+
+
+if __name__ == "__main__":
+    print("DIGESTS = {")
+    for n in CASES:
+        print(f"    {n!r}: {digest(_case(n))!r},")
+    print("}")
