@@ -67,110 +67,62 @@ def _row(
         note=note,
     )
 
-# %% ../nbs/16_calibration.ipynb #e7d59b43
-def calibration_targets(model_map: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """Every printed number the sim world is fitted to, one row each: MADC Table 1 (Single CoT -> competence;
-    MAD - Single CoT -> conformity; MAD+Truth Last - MAD -> recency) and Tables 2-5 (10 vs 3 agents), Du et al.'s
-    GSM8K single agent vs debate, UMAD Table 1 (Zero-Shot: T=1 -> competence, T=5 - T=1 -> debate noise), RUMAD
-    Table 2 (MAD - S-MAD star -> context harm), SVR-MAD Table 1 (SVR-MAD - GroupDebate -> signals) and Meta-Debate
-    Tables 1-2 (the role sim's family, outside this fit). `printed` in percent or points; `statistic`: the name of
-    the sim statistic in `STATISTICS` that reproduces it (None: not in this fit)."""
-    mm = dict(model_map if model_map is not None else load_profile("sim").get("model_map", {}))
-    rows = []
-    # MADC Table 1: 10 agents, one debate round; MAD = the Fixed order
-    t1 = paper_table("madc_tab1")
-    tasks = ["bbh_logical_deduction_7", "bbh_geometric_shapes", "math500"]
-    src = "MADC Table 1"
-    for model, g in t1.groupby("model", sort=False):
+# %% ../nbs/16_calibration.ipynb #b0830900
+def _madc_rows(mm: Mapping[str, str]) -> list[dict]:
+    "MADC Table 1 (10 agents, one debate round; MAD = the Fixed order) and Tables 2-5 (MAD, 10 vs 3 agents)."
+    rows, src = [], "MADC Table 1"
+    quantities = (
+        ("Single CoT accuracy", "competence", "round0_accuracy"),
+        ("MAD - Single CoT (points)", "conformity", "madc_debate_gain"),
+        ("MAD+Truth Last - MAD (points)", "recency", "madc_truth_last_gain"),
+    )
+    for model, g in paper_table("madc_tab1").groupby("model", sort=False):
         v = g.set_index("method")
-        for t in tasks:
+        for t in ("bbh_logical_deduction_7", "bbh_geometric_shapes", "math500"):
             s, mad, tl = (float(v.loc[k, t]) for k in ("single", "mad", "truth_last"))
-            rows.append(
-                _row(
-                    "MADC",
-                    src,
-                    "Single CoT accuracy",
-                    model,
-                    t,
-                    s,
-                    "competence",
-                    "round0_accuracy",
-                    mm,
-                )
-            )
-            rows.append(
-                _row(
-                    "MADC",
-                    src,
-                    "MAD - Single CoT (points)",
-                    model,
-                    t,
-                    mad - s,
-                    "conformity",
-                    "madc_debate_gain",
-                    mm,
-                )
-            )
-            rows.append(
-                _row(
-                    "MADC",
-                    src,
-                    "MAD+Truth Last - MAD (points)",
-                    model,
-                    t,
-                    tl - mad,
-                    "recency",
-                    "madc_truth_last_gain",
-                    mm,
-                )
-            )
-    # MADC Tables 2-5: MAD with 10 agents - with 3 agents
+            for (q, mech, stat), x in zip(quantities, (s, mad - s, tl - mad)):
+                rows.append(_row("MADC", src, q, model, t, x, mech, stat, mm))
+    q = "MAD 10 agents - 3 agents (points)"
     for _, r in paper_table("madc_tab2_5").query("method == 'mad'").iterrows():
+        x, src = float(r["10"]) - float(r["3"]), f"MADC Table {r['table']}"
         rows.append(
-            _row(
-                "MADC",
-                f"MADC Table {r['table']}",
-                "MAD 10 agents - 3 agents (points)",
-                r["model"],
-                r["task"],
-                float(r["10"]) - float(r["3"]),
-                "conformity",
-                "madc_agent_scaling",
-                mm,
-            )
+            _row("MADC", src, q, r["model"], r["task"], x, "conformity", "madc_agent_scaling", mm)
         )
-    # Du et al. (2024), GSM8K: the kit's du_gsm8k experiment runs Qwen2.5-7B-Instruct for gpt-3.5-turbo
+    return rows
+
+# %% ../nbs/16_calibration.ipynb #20a798e2
+def _du_umad_rows(mm: Mapping[str, str]) -> list[dict]:
+    """Du et al.'s GSM8K single agent and debate (the kit's du_gsm8k runs Qwen2.5-7B-Instruct for gpt-3.5-turbo) and
+    UMAD Table 1's Zero-Shot rows (T=1 -> competence; T=5 - T=1 -> debate noise, fitted on the homogeneous pair)."""
     du = paper_table("du_gsm8k").set_index("method")["accuracy_pct"].astype(float)
-    src = "Du et al. Table 1 (secondary quote, see fixture)"
-    rows.append(
+    src, m = "Du et al. Table 1 (secondary quote, see fixture)", "qwen2.5-7b-instruct"
+    note = "paper model gpt-3.5-turbo; the kit's stand-in"
+    rows = [
         _row(
             "Du et al.",
             src,
             "single agent accuracy",
-            "qwen2.5-7b-instruct",
+            m,
             "gsm8k",
             du["single"],
             "competence",
             "round0_accuracy",
             mm,
-            note="paper model gpt-3.5-turbo; the kit's stand-in",
-        )
-    )
-    rows.append(
+            note=note,
+        ),
         _row(
             "Du et al.",
             src,
             "debate - single agent (points)",
-            "qwen2.5-7b-instruct",
+            m,
             "gsm8k",
             du["debate"] - du["single"],
             "conformity",
             "du_debate_gain",
             mm,
-            note="paper model gpt-3.5-turbo; the kit's stand-in",
-        )
-    )
-    # UMAD Table 1, Zero-Shot rows: T=1 -> competence per agent; T=5 - T=1 -> debate noise
+            note=note,
+        ),
+    ]
     u = paper_table("umad_tab1")
     u["accuracy_pct"] = u["accuracy_pct"].astype(float)
     w = u.pivot_table(
@@ -178,16 +130,16 @@ def calibration_targets(model_map: Mapping[str, str] | None = None) -> pd.DataFr
         columns="turn",
         values="accuracy_pct",
         sort=False,
-    ).reset_index()
-    for _, r in w.iterrows():
-        where = f"{r['setting']} {r['agent']}"
+    )
+    for (setting, agent, model, task), r in w.iterrows():
+        homog = setting == "homogeneous"
         rows.append(
             _row(
                 "UMAD",
                 "UMAD Table 1 (Zero-Shot, T=1)",
-                f"initial pass@1, {where}",
-                r["model"],
-                r["task"],
+                f"initial pass@1, {setting} {agent}",
+                model,
+                task,
                 r["1"],
                 "competence",
                 "round0_accuracy",
@@ -198,22 +150,27 @@ def calibration_targets(model_map: Mapping[str, str] | None = None) -> pd.DataFr
             _row(
                 "UMAD",
                 "UMAD Table 1 (Zero-Shot, T=5 - T=1)",
-                f"pass@1 change over 4 debate turns, {where}",
-                r["model"],
-                r["task"],
+                f"pass@1 change over 4 debate turns, {setting} {agent}",
+                model,
+                task,
                 r["5"] - r["1"],
                 "debate_noise",
-                "umad_turn_gain" if r["setting"] == "homogeneous" else None,
+                "umad_turn_gain" if homog else None,
                 mm,
-                note=""
-                if r["setting"] == "homogeneous"
-                else "heterogeneous pair: not in this pass",
+                note="" if homog else "heterogeneous pair: not in this pass",
             )
         )
-    # RUMAD Table 2: fully connected MAD - S-MAD star, 6 agents x 6 rounds; the kit's rumad_all models
+    return rows
+
+# %% ../nbs/16_calibration.ipynb #6d150b65
+def _other_rows(mm: Mapping[str, str]) -> list[dict]:
+    """RUMAD Table 2 (MAD - S-MAD star, the kit's rumad_all models), SVR-MAD Table 1 (SVR-MAD - GroupDebate: signals,
+    not in this pass) and Meta-Debate Tables 1-2 (the role sim's family, `RoleSimBackend`, fitted apart)."""
+    rows = []
     rt = paper_table("rumad_tab2").set_index(["task", "method"])["accuracy_pct"].astype(float)
     rm = "llama-3.1-8b-instruct+glm-4-9b-chat+deepseek-math-7b-instruct"
     for t in ("MMLU", "GPQA", "GSM8K"):
+        x = rt[(t, "MAD")] - rt[(t, "S-MAD star")]
         rows.append(
             _row(
                 "RUMAD",
@@ -221,15 +178,14 @@ def calibration_targets(model_map: Mapping[str, str] | None = None) -> pd.DataFr
                 "MAD - S-MAD star accuracy (points)",
                 rm,
                 t.lower(),
-                rt[(t, "MAD")] - rt[(t, "S-MAD star")],
+                x,
                 "context_harm",
                 "rumad_dense_sparse_gap",
                 mm,
             )
         )
-    # SVR-MAD Table 1: SVR-MAD - GroupDebate accuracy (its posterior needs the signals)
-    sv = paper_table("svr_tab1")
-    for (llm, ds), g in sv.groupby(["llm", "dataset"], sort=False):
+    note = "needs SVR-MAD's runner (mad_study.svr_mad): not in this pass"
+    for (llm, ds), g in paper_table("svr_tab1").groupby(["llm", "dataset"], sort=False):
         a = g.set_index("key")["Acc (%)"].astype(float)
         rows.append(
             _row(
@@ -242,10 +198,10 @@ def calibration_targets(model_map: Mapping[str, str] | None = None) -> pd.DataFr
                 "signals",
                 None,
                 mm,
-                note="needs SVR-MAD's runner (mad_study.svr_mad): not in this pass",
+                note=note,
             )
         )
-    # Meta-Debate Tables 1-2: the role sim (04c_roles RoleSimBackend), a separate family
+    note = "served by the role sim (RoleSimBackend), fitted apart"
     for _, r in paper_table("meta_tab1").iterrows():
         for t in ("gpqa", "mathvision", "realworldqa"):
             rows.append(
@@ -260,7 +216,7 @@ def calibration_targets(model_map: Mapping[str, str] | None = None) -> pd.DataFr
                     None,
                     mm,
                     family="roles",
-                    note="served by the role sim (RoleSimBackend), fitted apart",
+                    note=note,
                 )
             )
     for _, r in paper_table("meta_tab2").iterrows():
@@ -277,10 +233,21 @@ def calibration_targets(model_map: Mapping[str, str] | None = None) -> pd.DataFr
                     None,
                     mm,
                     family="roles",
-                    note="served by the role sim (RoleSimBackend), fitted apart",
+                    note=note,
                 )
             )
-    return pd.DataFrame(rows)
+    return rows
+
+# %% ../nbs/16_calibration.ipynb #e7d59b43
+def calibration_targets(model_map: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Every printed number the sim world is fitted to, one row each: MADC Table 1 (Single CoT -> competence;
+    MAD - Single CoT -> conformity; MAD+Truth Last - MAD -> recency) and Tables 2-5 (10 vs 3 agents), Du et al.'s
+    GSM8K single agent vs debate, UMAD Table 1 (Zero-Shot: T=1 -> competence, T=5 - T=1 -> debate noise), RUMAD
+    Table 2 (MAD - S-MAD star -> context harm), SVR-MAD Table 1 (SVR-MAD - GroupDebate -> signals) and Meta-Debate
+    Tables 1-2 (the role sim's family, outside this fit). `printed` in percent or points; `statistic`: the name of
+    the sim statistic in `STATISTICS` that reproduces it (None: not in this fit); `model_map`: the sim profile's."""
+    mm = dict(model_map if model_map is not None else load_profile("sim").get("model_map", {}))
+    return pd.DataFrame([*_madc_rows(mm), *_du_umad_rows(mm), *_other_rows(mm)])
 
 # %% ../nbs/16_calibration.ipynb #608678b1
 @dataclass

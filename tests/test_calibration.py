@@ -84,7 +84,8 @@ def _fixture_value(r) -> float:
         return float(a["svr_mad"]) - float(a["groupdebate"])
     if r["source"] == "Meta-Debate Table 1":
         t = paper_table("meta_tab1")
-        return float(t[(t["model"] == r["paper_model"]) & (r["quantity"].startswith(t["method"] + " "))][r["task"]].iloc[0])
+        method = r["quantity"].split(" accuracy")[0]
+        return float(t[(t["model"] == r["paper_model"]) & (t["method"] == method)][r["task"]].iloc[0])
     t = paper_table("meta_tab2").set_index("assignment")
     fw, assignment = r["quantity"].split(" accuracy, ")
     return float(t.loc[assignment, fw])
@@ -124,26 +125,30 @@ def test_fit_task_skill_clips_a_printed_zero(targets):
 
 
 def test_fit_world_recovers_a_planted_recency(world, targets):
-    "Tolerance: 1.0 in recency (the statistic is a share of 30 items x 2 threads, flat near its optimum)."
+    """A recency planted on the grid comes back within 0.5 (common random numbers make the objective 0 there; the
+    bracket pass keeps the grid's value on a tie). Off the grid (2.5) it does not at this size: MADC's Truth Last -
+    Fixed at 30 items x 2 threads is a step function of recency, not monotone (the notebook shows it)."""
     r = targets.query("quantity.str.startswith('MAD+Truth') and sim_model == 'sim-qwen2.5-7b' and task == 'math500'")
-    planted = world.with_value(["sim-qwen2.5-7b"], "recency", 2.5)
+    planted = world.with_value(["sim-qwen2.5-7b"], "recency", 4.0)
     made = r.assign(printed=100 * np.mean(np.subtract(*madc_truth_last_gain(planted, r.iloc[0].to_dict(), 30, 2))))
     start = world.with_value(["sim-qwen2.5-7b"], "recency", 0.0)
     fitted, log = fit_world(start, made, n_items=30, seeds=2, order=("recency",), competence=False)
-    assert abs(fitted.agent("sim-qwen2.5-7b").recency - 2.5) <= 1.0
-    assert list(log["fit_pass"]) == ["grid", "bracket"] and log["objective"].iloc[-1] <= log["objective"].iloc[0] + 1e-9
+    assert abs(fitted.agent("sim-qwen2.5-7b").recency - 4.0) <= 0.5
+    assert list(log["fit_pass"]) == ["grid", "bracket"] and log["objective"].iloc[-1] <= log["objective"].iloc[0]
 
 
-def test_fit_world_recovers_a_planted_conformity_and_names_a_tension(world, targets):
-    "Tolerance: 0.2 in conformity; two numbers 40 points apart that want different strengths are a tension."
+def test_fit_world_recovers_a_planted_conformity_off_the_grid_and_names_a_tension(world, targets):
+    """A conformity planted between grid points (0.5; the grid has 0.45 and 0.6) comes back within 0.1 where the
+    statistic is monotone (Du et al.'s gain at 100 items x 8 threads); two numbers 40 points apart are a tension."""
     du = targets.query("statistic == 'du_debate_gain'").iloc[0].to_dict()
-    planted = world.with_value(["sim-qwen2.5-7b"], "conformity", 0.3)
-    made = pd.DataFrame([{**du, "printed": 100 * np.mean(np.subtract(*du_debate_gain(planted, du, 40, 2)))}])
-    fitted, log = fit_world(world, made, n_items=40, seeds=2, order=("conformity",), competence=False)
-    assert abs(fitted.agent("sim-qwen2.5-7b").conformity - 0.3) <= 0.2
-    assert world.agent("sim-qwen2.5-7b").conformity == 0.5            # the start world is left as it was
+    planted = world.with_value(["sim-qwen2.5-7b"], "conformity", 0.5)
+    made = pd.DataFrame([{**du, "printed": 100 * np.mean(np.subtract(*du_debate_gain(planted, du, 100, 8)))}])
+    start = world.with_value(["sim-qwen2.5-7b"], "conformity", 0.0)
+    fitted, log = fit_world(start, made, n_items=100, seeds=8, order=("conformity",), competence=False)
+    assert abs(fitted.agent("sim-qwen2.5-7b").conformity - 0.5) <= 0.1
+    assert start.agent("sim-qwen2.5-7b").conformity == 0.0            # the start world is left as it was
     pulled = pd.concat([made, made.assign(printed=made["printed"] + 40, source="far")], ignore_index=True)
-    _, log2 = fit_world(world, pulled, n_items=40, seeds=2, order=("conformity",), competence=False)
+    _, log2 = fit_world(world, pulled, n_items=20, seeds=1, order=("conformity",), competence=False)
     assert "far" in log2.loc[0, "tension"]
 
 
