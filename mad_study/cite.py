@@ -208,6 +208,19 @@ MODULE_REFS: dict[str, tuple[str, ...]] = {
     "svr_mad": ("jiang2026svrmad",),
     "rumad": ("wang2026rumad",),
     "meta_debate": ("zhang2026metadebate",),
+    # the calibration of the sim world (16_calibration): the papers whose printed numbers it is fitted to
+    "calibration": (
+        "zhang2025madc",
+        "qiao2026umad",
+        "wang2026rumad",
+        "jiang2026svrmad",
+        "zhang2026metadebate",
+        "du2024debate",
+        "li2024smad",
+        "liu2024groupdebate",
+        "wei2022cot",
+        "cobbe2021gsm8k",
+    ),
 }
 
 # %% ../nbs/00b_cite.ipynb #6ea0259e
