@@ -418,7 +418,7 @@ def test_kit_never_repacks_4bit_weights_on_the_cpu(tiny):
 
 
 @pytest.mark.skipif(not B.cpu_has_bf16_kernel(), reason="this CPU has no AVX512-BF16, so bitsandbytes' bf16 4-bit kernel cannot "
-                    "run here; the repack's shape rule is tested through plain torch in nbs/03_backends.ipynb on every CPU")
+                    "run here; the repack's shape rule is tested through plain torch in nbs/backends/03_backends.ipynb on every CPU")
 def test_opting_into_the_bf16_kernel_skips_layers_it_cannot_take():
     "Opted in, a layer narrower than a 4-bit block stays on the dequantize path instead of crashing the repack (issue 20)."
     import torch, bitsandbytes as bnb

@@ -183,7 +183,7 @@ _MDLINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
 def _texts(markdown_only: bool = False):
     """(repository path, text) of everything a reader meets: notebooks, the package's sources, README, docs, params;
     with `markdown_only`, the prose where a Markdown link can stand (Markdown files and notebooks' Markdown cells)."""
-    files = [*sorted(ROOT.glob("nbs/*.ipynb")), *sorted(ROOT.glob("mad_study/*.py")), ROOT / "README.md",
+    files = [*sorted(ROOT.glob("nbs/**/*.ipynb")), *sorted(ROOT.glob("mad_study/*.py")), ROOT / "README.md",
              *sorted(ROOT.glob("docs/*.md")), *sorted(ROOT.glob("params/**/*.yaml")), ROOT / "CITATION.cff"]
     for f in files:
         rel = f.relative_to(ROOT).as_posix()

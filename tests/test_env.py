@@ -248,10 +248,10 @@ def test_make_lab_serves_the_notebooks(tmp_path):
             except (urllib.error.URLError, ConnectionError, OSError):
                 time.sleep(0.25)
         assert status is not None, f"the server did not answer (exit code {proc.poll()}):\n{log.read_text()[-3000:]}"
-        # the contents API lists the paper notebooks under nbs/ (the server's root is the repository)
-        listing = json.loads(_get(f"{base}/api/contents/nbs?content=1", token)[1])
+        # the contents API lists a paper's notebooks under nbs/papers/<paper>/ (the server's root is the repository)
+        listing = json.loads(_get(f"{base}/api/contents/nbs/papers/umad?content=1", token)[1])
         paths = {c["path"] for c in listing["content"]}
-        assert "nbs/10_umad.ipynb" in paths, sorted(paths)
+        assert "nbs/papers/umad/10_umad.ipynb" in paths, sorted(paths)
         # the kit's kernel: `python3`, this environment's python
         specs = json.loads(_get(f"{base}/api/kernelspecs", token)[1])
         assert specs["default"] == "python3"

@@ -189,7 +189,7 @@ def test_ctrl_c_leaves_no_half_written_outputs(project_copy):
     r = mad_study("reproduce", "du_gsm8k", "--profile", "sim", "-p", "n_items=2", "-p", "cache=false", "--replace-reference")
     assert r.returncode == 0 and (figs / "INDEX.md").exists(), r.stdout + r.stderr
     shutil.rmtree(figs / "baseline")
-    nb_path = project_copy / "nbs" / "09_baseline.ipynb"                       # the scratch copy, not the repository's
+    nb_path = project_copy / "nbs/papers/baseline/09_baseline.ipynb"                       # the scratch copy, not the repository's
     nb = nbformat.read(nb_path, as_version=4)
     at = next(i for i, c in enumerate(nb.cells) if "parameters" in c.get("metadata", {}).get("tags", []))
     nb.cells.insert(at + 1, nbformat.v4.new_code_cell(SLOW_SAVE))

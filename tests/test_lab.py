@@ -21,7 +21,7 @@ import pytest
 
 from conftest import ROOT, mad_study
 
-NOTEBOOK = "nbs/09_baseline.ipynb"      # the fastest paper notebook (~10 s with synthetic agents)
+NOTEBOOK = "nbs/papers/baseline/09_baseline.ipynb"      # the fastest paper notebook (~10 s with synthetic agents)
 
 
 def test_executed_copy_holds_the_figures(scratch):

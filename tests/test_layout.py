@@ -89,7 +89,7 @@ def test_registries_and_backend_family_floors():
 
 def code_cells(nbs: Path = ROOT / "nbs") -> list[tuple[str, dict, str]]:
     "(notebook name, cell, source) of every code cell of the notebooks."
-    return [(nb.name, c, "".join(c["source"])) for nb in sorted(nbs.glob("*.ipynb"))
+    return [(nb.name, c, "".join(c["source"])) for nb in sorted(p for p in nbs.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
             for c in json.loads(nb.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
 
 

@@ -203,7 +203,7 @@ def test_backend_that_raises_midway_keeps_the_last_good_run(project_copy):
     _edit(project_copy, BASELINE, lambda d: d["profiles"]["sim"].update(n_items=2))
     assert mad_study("reproduce", "du_gsm8k", "--profile", "sim").returncode == 0
     good_runs, good_figs = _files(runs / "sim" / "du_gsm8k"), _files(figs / "baseline")
-    nb_path = project_copy / "nbs" / "09_baseline.ipynb"
+    nb_path = project_copy / "nbs/papers/baseline/09_baseline.ipynb"
     nb = nbformat.read(nb_path, as_version=4)
     at = max(i for i, c in enumerate(nb.cells) if "save_transcript" in c.source or "debate(" in c.source)
     nb.cells.insert(at + 1, nbformat.v4.new_code_cell("raise RuntimeError('the server went away')"))

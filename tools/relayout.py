@@ -84,6 +84,7 @@ ROOMS: dict[str, list[tuple[str, str]]] = {
     "study": [
         ("06_report", "report"),
         ("15_arena", "the cross-method arena"),
+        ("16_calibration", "the sim world's calibration: targets, fit, table"),
         ("20_reproduce", "reproduce: the command line"),
         ("21_doctor", "doctor"),
     ],

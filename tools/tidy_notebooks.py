@@ -87,7 +87,7 @@ def unhang_notebook(path: Path) -> int:
 def main():
     run = lambda *a: subprocess.run([str(BIN / a[0]), *a[1:]], cwd=ROOT, check=True)
     run("ruff", "format", "nbs")
-    moved = sum(unhang_notebook(p) for p in sorted((ROOT / "nbs").glob("*.ipynb")))
+    moved = sum(unhang_notebook(p) for p in sorted(p for p in (ROOT / "nbs").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts))
     print(f"moved {moved} hung comments above their statements")
     run("ruff", "format", "nbs")
     run("nbdev-clean")

@@ -1,4 +1,4 @@
-"""RUMAD (nbs/13_rumad.ipynb): equation-level functions and the PPO pieces, independent of the notebook's own tests."""
+"""RUMAD (nbs/papers/rumad/13_rumad.ipynb): equation-level functions and the PPO pieces, independent of the notebook's own tests."""
 import functools
 import math
 
@@ -94,7 +94,7 @@ from mad_study.stats import compare_methods
 from mad_study.reproduce import experiments, load_profile, merge_params
 from mad_study.core import Sampling
 
-CKPT = Path(__file__).resolve().parents[1] / "checkpoints" / "rumad_sim_B12.pt"
+CKPT = Path(__file__).resolve().parents[3] / "checkpoints" / "rumad_sim_B12.pt"
 MODELS = ["sim-llama-3.1-8b", "sim-glm-4-9b", "sim-deepseek-math-7b"]
 
 
@@ -479,7 +479,7 @@ def test_table_caption_claims_follow_from_the_intervals():
     assert "nan" not in cap and "bootstrap" not in cap
 
 
-# issue 52: a debate with a known optimum (nbs/13_rumad: ToyDebate); one torch thread, small networks
+# issue 52: a debate with a known optimum (nbs/papers/rumad/13_rumad: ToyDebate); one torch thread, small networks
 @functools.lru_cache(maxsize=None)
 def _toy_refs():
     env = R.ToyDebate()

@@ -1,4 +1,4 @@
-"""UMAD training (nbs/10b_umad_train.ipynb, mad_study.umad_train) on the CPU with the tiny random model: the whole Alg. 2
+"""UMAD training (nbs/papers/umad/10b_umad_train.ipynb, mad_study.umad_train) on the CPU with the tiny random model: the whole Alg. 2
 loop, checkpoints and their loader, LoRA on 4-bit base weights, and a toy run whose verifiable reward rises."""
 from collections import Counter
 from pathlib import Path
@@ -121,7 +121,7 @@ def test_eq4_eq5_advantages_are_what_the_update_receives(items, variant, monkeyp
 
 
 def test_evaluation_path_on_a_trained_checkpoint(items, scratch):
-    "The evaluation of nbs/10b (umad_trained): trained agents by name, a debate through make_backend, Table 1's layout, Fig. 3's decomposition."
+    "The evaluation of 10b_umad_train (umad_trained): trained agents by name, a debate through make_backend, Table 1's layout, Fig. 3's decomposition."
     from mad_study.backends import make_backend
     from mad_study.debate import run_debate
     from mad_study.umad import decomposition_summary, decomposition_table, umad_role

@@ -119,7 +119,7 @@ def test_turns_map_to_rounds():
 def test_params_files_validate_and_plan(profile):
     from mad_study.reproduce import load_profile, merge_params, plan_experiment, resolve_targets, validate_params
     prof = load_profile(profile)
-    exps = {e.id: e for e in resolve_targets(["umad"]) if e.id not in ("umad_train", "umad_trained")}   # training and its evaluation: tests/test_umad_train.py
+    exps = {e.id: e for e in resolve_targets(["umad"]) if e.id not in ("umad_train", "umad_trained")}   # training and its evaluation: tests/papers/umad/test_umad_train.py
     assert set(exps) == {"umad_decomposition", "umad_zeroshot"}
     assert {a for e in exps.values() for a in e.artefacts} == {"umad_fig1", "umad_fig2", "umad_fig5", "umad_tab1_zeroshot"}
     plans = {}

@@ -1,4 +1,4 @@
-"""SVR-MAD (nbs/12_svr_mad.ipynb) and its baselines (nbs/04b_protocols.ipynb): the method's rules on hand-built debates,
+"""SVR-MAD (nbs/papers/svr/12_svr_mad.ipynb) and its baselines (nbs/engine/04b_protocols.ipynb): the method's rules on hand-built debates,
 and the paper's effects under synthetic agents, each with enough items not to be noise, and with its control."""
 import math
 
