@@ -33,10 +33,10 @@ from mad_study.data import (
 )
 
 # %% auto #0
-__all__ = ['MECHANISMS', 'FINAL_SENTENCE', 'N_BODIES', 'TIER_TAGS', 'RUN_KEYS', 'STREAMS', 'SIM_ITEM_TAG', 'SIM_ITEM_MAKERS',
-           'SimAgent', 'check_off', 'switch_off', 'item_difficulty', 'n_options', 'distractor_pool',
-           'read_final_answers', 'read_shown_solutions', 'compose_text', 'sigmoid', 'logit', 'message_hash',
-           'turn_uniforms', 'uniforms', 'SimBackend', 'synthetic_sim_items', 'sim_items']
+__all__ = ['MECHANISMS', 'SIM_PARAM_KEYS', 'FINAL_SENTENCE', 'N_BODIES', 'TIER_TAGS', 'RUN_KEYS', 'STREAMS', 'SLOTS',
+           'SIM_ITEM_TAG', 'SIM_ITEM_MAKERS', 'SimAgent', 'check_off', 'switch_off', 'item_difficulty', 'n_options',
+           'distractor_pool', 'read_final_answers', 'read_shown_solutions', 'compose_text', 'sigmoid', 'logit',
+           'message_hash', 'turn_uniforms', 'uniforms', 'SimBackend', 'synthetic_sim_items', 'sim_items']
 
 # %% ../nbs/03b_sim.ipynb #d713bb3d
 @dataclass(frozen=True)
@@ -201,17 +201,22 @@ MECHANISMS = {
 }
 
 # %% ../nbs/03b_sim.ipynb #w0rld003
-def check_off(off, where: str = "sim_off") -> tuple[str, ...]:
+SIM_PARAM_KEYS = ("sim_off",)  # params every experiment accepts for its sim models (20_reproduce)
+
+
+def check_off(off, key: str = "sim_off", where: str | None = None) -> tuple[str, ...]:
     "The mechanisms switched off (kit's own: a control of the sim world), sorted; an unknown name is a ConfigError with the choices."
     if off is None:
         return ()
     if isinstance(off, str):
         off = (off,)
     if not isinstance(off, (list, tuple, set, frozenset)):
-        raise ConfigError("must be a list of mechanism names", key=where, value=off)
+        raise ConfigError("must be a list of mechanism names", where=where, key=key, value=off)
     for m in off:
         if m not in MECHANISMS:
-            raise ConfigError("unknown mechanism", key=where, value=m, choices=sorted(MECHANISMS))
+            raise ConfigError(
+                "unknown mechanism", where=where, key=key, value=m, choices=sorted(MECHANISMS)
+            )
     return tuple(sorted(set(off)))
 
 # %% ../nbs/03b_sim.ipynb #w0rld004
@@ -431,9 +436,9 @@ STREAMS = {
     "text": 1,  # which body of the cached pool
     "role": 1,  # 04c_roles: RoleSimBackend's role_consistency
 }
-_SLOT, _i = {}, 0
+SLOTS, _i = {}, 0
 for _m, _n in STREAMS.items():
-    _SLOT[_m] = slice(_i, _i + _n)
+    SLOTS[_m] = slice(_i, _i + _n)
     _i += _n
 assert _i == 16
 _WORDS = struct.Struct("<16Q")
@@ -452,7 +457,7 @@ def uniforms(seed: int, item_id: str, mechanism: str) -> tuple[float, ...]:
         raise ConfigError(
             "unknown random stream", key="mechanism", value=mechanism, choices=STREAMS
         )
-    return turn_uniforms(seed, item_id)[_SLOT[mechanism]]
+    return turn_uniforms(seed, item_id)[SLOTS[mechanism]]
 
 # %% ../nbs/03b_sim.ipynb #9c3932c2
 class SimBackend:
@@ -479,7 +484,7 @@ class SimBackend:
             if agent is not None
             else SimAgent.from_params(params, where=f"sim_agents.{model_name}")
         )
-        self.off = check_off(off, where=f"sim_off ({model_name})")
+        self.off = check_off(off, where=f"sim model {model_name}")
         # the agent as it acts: mechanisms off at their neutral values
         self.agent = switch_off(base, self.off)
         d = dataclasses.asdict(base)
@@ -665,16 +670,16 @@ def generate_one(self: SimBackend, req: GenRequest) -> Generation:
     answer = self.decide(item, own, shown, u, tags) if debate_turn else self._independent(item, u)
     prompt_tokens = int(round(n_words * 1.3))
     if a.context_decay:
-        answer = self._derail(item, prompt_tokens, answer, u[_SLOT["context_harm"]])
+        answer = self._derail(item, prompt_tokens, answer, u[SLOTS["context_harm"]])
     if a.debate_noise and debate_turn:
-        answer = self._unstable(item, answer, u[_SLOT["debate_noise"]])
-    if u[_SLOT["parse_fail"].start] < a.parse_fail:
+        answer = self._unstable(item, answer, u[SLOTS["debate_noise"]])
+    if u[SLOTS["parse_fail"].start] < a.parse_fail:
         answer = None
-    text = compose_text(answer, item.fmt, a.response_words, u[_SLOT["text"].start])
+    text = compose_text(answer, item.fmt, a.response_words, u[SLOTS["text"].start])
     n_tok = min(max(1, int(round(_n_words(text) * 1.3))), int(req.max_new_tokens))
     agree = (sum(s == answer for s in shown) / len(shown)) if shown else 0.0
     correct = answer is not None and answer == str(item.gold)
-    sig = self._signals(correct, n_tok, agree, u[_SLOT["signals"]], p_solve=self.p_solve(item))
+    sig = self._signals(correct, n_tok, agree, u[SLOTS["signals"]], p_solve=self.p_solve(item))
     if a.context_entropy and debate_turn:
         sig["token_entropy"] *= math.exp(a.context_entropy * prompt_tokens / 1000)
     return Generation(
