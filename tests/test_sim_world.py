@@ -19,7 +19,7 @@ ITEMS = sim_items("gsm8k", 48)
 SIGNALS = ["logprob_sum", "logprob_min", "logprob_mean", "perplexity", "token_entropy", "confidence"]
 # mechanisms that act already in round 0 (each test says what may differ there)
 # (context_harm: a round-0 prompt has tokens too, so a turn may be derailed there; P = 1 - exp(-c n / 1000))
-ROUND0 = {"competence", "parse_fail", "signals", "context_harm"}
+ROUND0 = {m for m, v in MECHANISMS.items() if v["round0"]}
 
 
 class Tagged(FullyConnected):
@@ -89,7 +89,7 @@ def test_every_mechanism_off_changes_only_what_lies_downstream(world, mech):
                     for i, ag, n in zip(a["item_id"], a["agent"], a["prompt_tokens"])]
         assert not (diff & ~np.array(derailed)).any() and diff.any() and not _same(on, off, ["answer"])
     else:
-        assert mech not in ROUND0
+        assert mech not in ROUND0 and not MECHANISMS[mech]["round0"]
         # the mechanism acts in debate turns only: round 0 identical item by item, its text and signals too
         assert _same(on[r0], off[r0], ["answer", "text", *SIGNALS])
         assert not _same(on, off, ["answer"]), f"{mech} changed nothing: the test would be vacuous"
@@ -110,6 +110,10 @@ def test_two_models_in_one_slot_are_comonotone():
     x0 = (a["round"] == 0) & (a["agent"] == "a0")
     assert (b.loc[x0, "correct"] | ~a.loc[x0, "correct"]).all()
     assert (b.loc[x0, "correct"] & ~a.loc[x0, "correct"]).any()
+
+
+def test_round0_mechanisms_are_the_four_the_notebook_names():
+    assert ROUND0 == {"competence", "parse_fail", "signals", "context_harm"}
 
 
 def test_sim_off_errors():
