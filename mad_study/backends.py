@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from .core import ConfigError, GenRequest
 from .interface import Backend, BaseBackend  # noqa: F401
@@ -123,15 +123,18 @@ def make_backend(
     quant: str = "nf4",
     cache: GenerationCache | str | os.PathLike | bool | None = None,
     sim_agents: Mapping[str, Mapping] | None = None,
+    sim_off: Sequence[str] | None = None,
     backend: str = "hf",
     **kw,
 ) -> Backend:
     """A backend for a registry name (or a `MODEL_PREFIXES` name such as `umad-train:<checkpoint>/<agent>`): `SimBackend` for 'sim*' names, else `HFBackend` (`backend="hf"`) or
-    `mad_study.serving.OpenAIBackend` (`backend="openai"`, `kw` = its arguments); behind `CachedBackend` if `cache` is given."""
+    `mad_study.serving.OpenAIBackend` (`backend="openai"`, `kw` = its arguments); behind `CachedBackend` if `cache` is given; `sim_off`: the sim mechanisms switched off (03b_sim), for every sim model."""
     spec = spec_for(model_name)
     kind = backend
     if spec.kind == "sim":
-        backend = SimBackend(model_name, **dict((sim_agents or {}).get(model_name) or {}))
+        backend = SimBackend(
+            model_name, off=sim_off, **dict((sim_agents or {}).get(model_name) or {})
+        )
     elif kind == "openai":
         backend = OpenAIBackend(model_name, **kw)
     elif kind != "hf":

@@ -638,7 +638,8 @@ def _propose(items, stage, chosen, run: _MetaRun) -> tuple[dict, list[dict]]:
                         TurnSlot(it, f"{r}{j + 1}", m, r),
                         run.sampling.request(
                             [{"role": "user", "content": user}],
-                            seed=derive_seed(run.sampling.seed, it.id, r, m, "proposal"),
+                            # keyed by the slot (role, j), never the model's name (03b_sim: common random numbers)
+                            seed=derive_seed(run.sampling.seed, it.id, r, j, "proposal"),
                             meta=dict(
                                 item=it, role=r, kind="verdict" if r == "moderator" else "answer"
                             ),
@@ -725,7 +726,7 @@ def _review(items, stage, crit, props, chosen, run: _MetaRun) -> list[dict]:
                         TurnSlot(it, f"evaluator{k + 1}", m, r, round=1),
                         run.sampling.request(
                             [{"role": "user", "content": user}],
-                            seed=derive_seed(run.sampling.seed, it.id, r, m, "review"),
+                            seed=derive_seed(run.sampling.seed, it.id, r, k, "review"),
                             meta=dict(
                                 item=it,
                                 role=r,

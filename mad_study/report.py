@@ -132,7 +132,9 @@ def run_params(notebook: str | os.PathLike, ns: Mapping[str, Any]) -> dict[str, 
     # keys every experiment accepts to run through servers
     from mad_study.serving import SERVING_KEYS
 
-    names += [k for k in SERVING_KEYS if k in ns and k not in names]
+    from mad_study.sim import SIM_PARAM_KEYS
+
+    names += [k for k in (*SERVING_KEYS, *SIM_PARAM_KEYS) if k in ns and k not in names]
     return _check_params({k: ns[k] for k in names})
 
 # %% ../nbs/study/06_report.ipynb #5b47d645
@@ -191,6 +193,10 @@ class Study:
         self.seed = int(self.params.get("seed", 0))
         self.quant = self.params.get("quant", "nf4")
         self.sim_agents = dict(self.params.get("sim_agents") or {})
+        # a control of the sim world: these mechanisms off for every sim model (03b_sim)
+        from mad_study.sim import check_off
+
+        self.sim_off = check_off(self.params.get("sim_off"))
         # a run of `mad-study reproduce`: its staging folder, final place, overrides
         ctx = run_context()
         self.run_dir = (
@@ -242,7 +248,12 @@ def backends(self: Study, models: Sequence[str]) -> dict[str, Any]:
                     log.unlink(missing_ok=True)  # this run's failures only
                 kw = dict(backend="openai", failure_log=log, **serving_kwargs(self.params, m))
             self._backends[m] = make_backend(
-                m, quant=self.quant, cache=self.cache, sim_agents=self.sim_agents, **kw
+                m,
+                quant=self.quant,
+                cache=self.cache,
+                sim_agents=self.sim_agents,
+                sim_off=self.sim_off,
+                **kw,
             )
     return {m: self._backends[m] for m in models}
 

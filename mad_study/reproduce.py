@@ -254,6 +254,11 @@ def validate_params(
     for k, v in p.items():
         if k in _serving_keys():
             continue
+        if k == "sim_off":
+            from mad_study.sim import check_off
+
+            check_off(v, where=src(k))
+            continue
         if k not in nb:
             raise ConfigError(
                 f"not a parameter of {exp.notebook.name}", where=src(k), key=k, value=v, choices=nb

@@ -39,7 +39,8 @@ from mad_study.sim import (
     SimBackend,
     read_final_answers,
     logit,
-    message_hash,
+    SLOTS,
+    turn_uniforms,
     sigmoid,
     item_difficulty as _difficulty,
 )
@@ -1071,34 +1072,32 @@ def role_p(self: RoleSimBackend, item: Item, role: str | None) -> float:
 
 # %% ../nbs/engine/04c_roles.ipynb #8f665655
 @patch
-def _independent(self: RoleSimBackend, item: Item, rng, bonus: float = 0.0) -> str:
-    "An answer on one's own; with probability `role_consistency` the agent's fixed answer for (role, item)."
+def _independent(self: RoleSimBackend, item: Item, u: Sequence[float], bonus: float = 0.0) -> str:
+    "An answer on one's own; with probability `role_consistency` (the turn's `role` uniform below it) the agent's fixed answer for (role, item)."
     if (
         self._role is not None
         and self.role_consistency > 0
         and bonus == 0.0
-        and rng.random() < self.role_consistency
+        and u[SLOTS["role"].start] < self.role_consistency
     ):
-        rng = rng_for("role-sim-fixed", self.model_name, self._role, item.id)
-    return super(RoleSimBackend, self)._independent(item, rng, bonus)
+        # the model's own fixed latent for (role, item): a property of the model, like its skill
+        u = turn_uniforms(derive_seed("role-sim-fixed", self.model_name, self._role), item.id)
+    return super(RoleSimBackend, self)._independent(item, u, bonus)
 
 # %% ../nbs/engine/04c_roles.ipynb #c5f86f10
 @patch
 def decide(
-    self: RoleSimBackend, item: Item, own: str | None, shown: Sequence[str], rng, tags=None
+    self: RoleSimBackend, item: Item, own: str | None, shown: Sequence[str], u, tags=None
 ) -> str:
     "The sim's debate turn; a Negative's first turn answers on its own (its role is to disagree, not to conform)."
     if self._role == "negative" and own is None:
-        return self._independent(item, rng)
-    return super(RoleSimBackend, self).decide(item, own, shown, rng, tags)
+        return self._independent(item, u)
+    return super(RoleSimBackend, self).decide(item, own, shown, u, tags)
 
 # %% ../nbs/engine/04c_roles.ipynb #6f21873f
 def _req_rng(b: SimBackend, req: GenRequest, tag: str):
-    return (
-        rng_for("role-sim", tag, b.model_name, req.seed)
-        if req.temperature > 0
-        else rng_for("role-sim", tag, b.model_name, message_hash(req.messages))
-    )
+    "The request's draws for `tag` (verdict, review): keyed by (request seed, item, mechanism), never by the model's name or the prompt text (03b_sim's common random numbers)."
+    return rng_for("role-sim", tag, req.seed, req.meta["item"].id)
 
 # %% ../nbs/engine/04c_roles.ipynb #999ea1f5
 def _verdict_text(b: "RoleSimBackend", req: GenRequest, final: bool) -> str:
@@ -1108,7 +1107,7 @@ def _verdict_text(b: "RoleSimBackend", req: GenRequest, final: bool) -> str:
     cands = shown[-2:]
     gold = str(item.gold)
     if not cands:
-        ans = b._independent(item, rng)
+        ans = b._independent(item, [float(x) for x in rng.random(16)])
     elif len(set(cands)) == 1:
         ans = cands[0]
     elif gold in cands:

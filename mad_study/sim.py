@@ -11,10 +11,12 @@ import hashlib
 import json
 import math
 import re
+import struct
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
+from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
@@ -31,9 +33,10 @@ from mad_study.data import (
 )
 
 # %% auto #0
-__all__ = ['FINAL_SENTENCE', 'TIER_TAGS', 'RUN_KEYS', 'SIM_ITEM_TAG', 'SIM_ITEM_MAKERS', 'SimAgent', 'item_difficulty',
-           'n_options', 'distractor_pool', 'read_final_answers', 'read_shown_solutions', 'compose_text', 'sigmoid',
-           'logit', 'message_hash', 'SimBackend', 'synthetic_sim_items', 'sim_items']
+__all__ = ['MECHANISMS', 'SIM_PARAM_KEYS', 'FINAL_SENTENCE', 'N_BODIES', 'TIER_TAGS', 'RUN_KEYS', 'STREAMS', 'SLOTS',
+           'SIM_ITEM_TAG', 'SIM_ITEM_MAKERS', 'SimAgent', 'check_off', 'switch_off', 'item_difficulty', 'n_options',
+           'distractor_pool', 'read_final_answers', 'read_shown_solutions', 'compose_text', 'sigmoid', 'logit',
+           'message_hash', 'turn_uniforms', 'uniforms', 'SimBackend', 'synthetic_sim_items', 'sim_items']
 
 # %% ../nbs/backends/03b_sim.ipynb #d713bb3d
 @dataclass(frozen=True)
@@ -41,9 +44,8 @@ class SimAgent:
     "Behaviour parameters of one synthetic agent (all settable from params files under `sim_agents:`)."
 
     skill: float = 0.6  # P(correct) alone on an item of average difficulty
-    difficulty_sd: float = (
-        1.0  # spread of item difficulty on the logit scale (shared by all agents)
-    )
+    # spread of item difficulty on the logit scale (shared by all agents)
+    difficulty_sd: float = 1.0
     n_distractors: int = 4  # size of each item's pool of plausible wrong answers
     distractor_zipf: float = 1.2  # concentration of wrong answers on the pool's first entries
     conformity: float = 0.5  # P(adopt a shown answer) when not keeping one's own
@@ -53,12 +55,10 @@ class SimAgent:
     recognition: float = 0.3  # extra P(solve) when re-solving with the correct answer shown
     parse_fail: float = 0.02  # P(no parsable final answer)
     response_words: int = 60  # mean length of the reasoning text in words
-    signal_strength: float = (
-        1.0  # separation of log-prob / confidence signals, correct vs wrong (in SDs)
-    )
-    signal_inversion: float = (
-        0.0  # SVR-MAD: on items hard for the agent the signals point the wrong way (0 = never)
-    )
+    # separation of log-prob / confidence signals, correct vs wrong (in SDs)
+    signal_strength: float = 1.0
+    # SVR-MAD: on items hard for the agent the signals point the wrong way (0 = never)
+    signal_inversion: float = 0.0
     # RUMAD: P(a turn is derailed) = 1 - exp(-context_decay * prompt tokens / 1000) (0 = never)
     context_decay: float = 0.0
     # RUMAD Eq. 5 / Table 8: adopt Critical > Reference
@@ -66,6 +66,8 @@ class SimAgent:
     tier_trust: float = 0.0
     debate_noise: float = 0.0  # UMAD: P(a debate turn is a uniform guess) (0 = never)
     context_entropy: float = 0.0  # UMAD Fig. 1: debate-turn entropy x exp(e * tokens / 1000)
+    # P(correct) alone at average difficulty on a named task (overrides `skill` there)
+    task_skill: dict = field(default_factory=dict)
 
     def __post_init__(self):
         probs = (
@@ -96,6 +98,25 @@ class SimAgent:
             v = getattr(self, f)
             if not (isinstance(v, (int, float)) and v >= 0):
                 raise ConfigError("must be >= 0", key=f"sim_agents.{f}", value=v)
+        self._check_task_skill()
+
+    def _check_task_skill(self):
+        "Every `task_skill` key a known task (stored under its canonical name), every value a probability."
+        ts = self.task_skill
+        if not isinstance(ts, dict):
+            raise ConfigError(
+                "must map task names to probabilities", key="sim_agents.task_skill", value=ts
+            )
+        out = {}
+        for k, v in ts.items():
+            key = f"sim_agents.task_skill.{k}"
+            if isinstance(v, bool) or not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
+                raise ConfigError("must be a probability in [0, 1]", key=key, value=v)
+            try:
+                out[get_task(str(k)).name] = float(v)
+            except ConfigError:
+                raise ConfigError("unknown task", key=key, value=k) from None
+        object.__setattr__(self, "task_skill", out)
 
     @classmethod
     def from_params(cls, params: dict | None, where: str = "sim_agents") -> "SimAgent":
@@ -108,6 +129,114 @@ class SimAgent:
                     "unknown synthetic-agent parameter", where=where, key=k, choices=names
                 )
         return cls(**params)
+
+# %% ../nbs/backends/03b_sim.ipynb #w0rld002
+MECHANISMS = {
+    "competence": dict(
+        fields=("skill", "task_skill", "difficulty_sd"),
+        round0=True,
+        does="solve alone with P = sigma(logit(skill on the task) - d), d the item's hidden difficulty",
+        paper="all (accuracy alone; Du et al.'s single-agent baseline)",
+        neutral=dict(task_skill={}, difficulty_sd=0.0),
+    ),
+    "stubbornness": dict(
+        fields=("stubborn_correct", "stubborn_wrong"),
+        round0=False,
+        does="keep one's own answer, more often when it is right",
+        paper="MADC (reversal), UMAD (flip ratio)",
+        neutral=dict(stubborn_correct=0.0, stubborn_wrong=0.0),
+    ),
+    "conformity": dict(
+        fields=("conformity",),
+        round0=False,
+        does="adopt one of the answers shown",
+        paper="Du et al. (debate gain), MADC, UMAD",
+        neutral=dict(conformity=0.0),
+    ),
+    "recency": dict(
+        fields=("recency",),
+        round0=False,
+        does="weight the j-th of m shown answers by exp(recency * j / (m - 1)) when adopting",
+        paper="MADC (position effect, Truth Last)",
+        neutral=dict(recency=0.0),
+    ),
+    "recognition": dict(
+        fields=("recognition",),
+        round0=False,
+        does="re-solving with the correct answer shown: P(solve) + recognition * (1 - P(solve))",
+        paper="Du et al., Meta-Debate (truth-favouring persuasion)",
+        neutral=dict(recognition=0.0),
+    ),
+    "tier_trust": dict(
+        fields=("tier_trust",),
+        round0=False,
+        does="weight [Critical] e^(2t), [Reference] e^t shown answers when adopting",
+        paper="RUMAD Eq. 5 / Table 8",
+        neutral=dict(tier_trust=0.0),
+    ),
+    "context_harm": dict(
+        fields=("context_decay",),
+        round0=True,
+        does="a turn with n prompt tokens is a uniform guess with P = 1 - exp(-c n / 1000)",
+        paper="RUMAD Table 2 (dense MAD below sparse)",
+        neutral=dict(context_decay=0.0),
+    ),
+    "debate_noise": dict(
+        fields=("debate_noise",),
+        round0=False,
+        does="a debate turn is a uniform guess with P = debate_noise",
+        paper="UMAD Sec. 3.2 (aleatoric cost of debate)",
+        neutral=dict(debate_noise=0.0),
+    ),
+    "context_entropy": dict(
+        fields=("context_entropy",),
+        round0=False,
+        does="a debate turn's token entropy x exp(e n / 1000)",
+        paper="UMAD Fig. 1",
+        neutral=dict(context_entropy=0.0),
+    ),
+    "signals": dict(
+        fields=("signal_strength", "signal_inversion"),
+        round0=True,
+        does="log-prob / confidence separate right from wrong (inverted on hard items)",
+        paper="SVR-MAD (posterior over priors), UMAD (token entropy)",
+        neutral=dict(signal_strength=0.0, signal_inversion=0.0),
+    ),
+    "parse_fail": dict(
+        fields=("parse_fail",),
+        round0=True,
+        does="a turn gives no parsable final answer",
+        paper="all (answers the parsers cannot read)",
+        neutral=dict(parse_fail=0.0),
+    ),
+}
+
+# %% ../nbs/backends/03b_sim.ipynb #w0rld003
+SIM_PARAM_KEYS = ("sim_off",)  # params every experiment accepts for its sim models (20_reproduce)
+
+
+def check_off(off, key: str = "sim_off", where: str | None = None) -> tuple[str, ...]:
+    "The mechanisms switched off (kit's own: a control of the sim world), sorted; an unknown name is a ConfigError with the choices."
+    if off is None:
+        return ()
+    if isinstance(off, str):
+        off = (off,)
+    if not isinstance(off, (list, tuple, set, frozenset)):
+        raise ConfigError("must be a list of mechanism names", where=where, key=key, value=off)
+    for m in off:
+        if m not in MECHANISMS:
+            raise ConfigError(
+                "unknown mechanism", where=where, key=key, value=m, choices=sorted(MECHANISMS)
+            )
+    return tuple(sorted(set(off)))
+
+# %% ../nbs/backends/03b_sim.ipynb #w0rld004
+def switch_off(agent: SimAgent, off: Sequence[str]) -> SimAgent:
+    "`agent` with the mechanisms `off` at their neutral values (kit's own: a control of the sim world)."
+    neutral = {}
+    for m in check_off(off):
+        neutral.update(MECHANISMS[m]["neutral"])
+    return dataclasses.replace(agent, **neutral) if neutral else agent
 
 # %% ../nbs/backends/03b_sim.ipynb #cdd361d7
 @functools.lru_cache(maxsize=1 << 16)
@@ -211,6 +340,7 @@ _FILLER = (
     "missed",
     "then",
 )
+N_BODIES = 64  # reasoning bodies per response length: a finite pool, so parsers see repeated texts
 
 
 def _wrap(answer: str, fmt: str) -> str:
@@ -230,44 +360,57 @@ def _read_braced(s: str, i: int) -> str | None:
     return None
 
 # %% ../nbs/backends/03b_sim.ipynb #1b249a12
+# one pass: a final sentence and its boxed answer (no nested braces) or option letter; a
+# boxed answer with nested braces (e.g. \\frac{1}{2}) is read by brace counting
+_ANSWER_RE = re.compile(
+    re.escape(FINAL_SENTENCE) + r"(?:\\boxed\{([^{}]*)\}|\(([A-K])\)|\\boxed(?=\{))"
+)
+
+
 def read_final_answers(text: str) -> list[str]:
     "Answers of every synthetic-agent final sentence in `text`, in order of appearance."
     out = []
-    for m in _FINAL_RE.finditer(text or ""):
-        rest = text[m.end() :]
-        if rest.startswith("\\boxed{"):
-            a = _read_braced(rest, len("\\boxed"))
-            if a is not None:
-                out.append(a)
-        else:
-            mm = re.match(r"\(([A-K])\)", rest)
-            if mm:
-                out.append(mm.group(1))
+    for m in _ANSWER_RE.finditer(text or ""):
+        a = m.group(1) if m.group(1) is not None else m.group(2)
+        if a is None:
+            a = _read_braced(text, m.end())
+        if a is not None:
+            out.append(a)
     return out
 
 # %% ../nbs/backends/03b_sim.ipynb #1000f4e7
 # RUMAD Eq. 5's prompt tags, most important first
 TIER_TAGS = ("Critical", "Reference", "Background")
+_TAG_RE = re.compile(r"\[(" + "|".join(TIER_TAGS) + r")\]")
 
 
 def read_shown_solutions(text: str) -> list[tuple[str, str | None]]:
     "Each final answer in `text` with the RUMAD importance tag (Eq. 5) last written before it since the previous answer, or None."
     out, start = [], 0
-    tag_re = re.compile(r"\[(" + "|".join(TIER_TAGS) + r")\]")
-    for m in _FINAL_RE.finditer(text or ""):
-        tags = tag_re.findall(text, start, m.start())
-        ans = read_final_answers(text[m.start() :])[:1]
-        if ans:
-            out.append((ans[0], tags[-1] if tags else None))
+    for m in _ANSWER_RE.finditer(text or ""):
+        tags = _TAG_RE.findall(text, start, m.start())
+        a = m.group(1) if m.group(1) is not None else m.group(2)
+        if a is None:
+            a = _read_braced(text, m.end())
+        if a is not None:
+            out.append((a, tags[-1] if tags else None))
         start = m.end()
     return out
 
 # %% ../nbs/backends/03b_sim.ipynb #097692b1
-def compose_text(answer: str | None, fmt: str, n_words: int, rng: np.random.Generator) -> str:
-    "Filler reasoning of about `n_words` words and the final sentence (none when `answer` is None)."
+@functools.lru_cache(maxsize=1 << 12)
+def _body(n_words: int, j: int) -> str:
+    "The j-th of the N_BODIES cached reasoning bodies of about `n_words` words (Poisson length, fixed by (n_words, j))."
+    rng = rng_for("sim-text", n_words, j)
     n = max(1, int(rng.poisson(n_words)))
-    words = [_FILLER[i] for i in rng.integers(0, len(_FILLER), n)]
-    body = " ".join(words).capitalize() + "."
+    return " ".join(_FILLER[i] for i in rng.integers(0, len(_FILLER), n)).capitalize() + "."
+
+
+def compose_text(answer: str | None, fmt: str, n_words: int, u) -> str:
+    "A cached reasoning body of about `n_words` words chosen by the uniform `u` (or a numpy Generator's next draw), and the final sentence (none when `answer` is None)."
+    if not isinstance(u, float):
+        u = float(u.random())
+    body = _body(int(n_words), int(u * N_BODIES))
     if answer is None:
         return body + " I could not reach a definite conclusion."
     return f"{body} {FINAL_SENTENCE}{_wrap(answer, fmt)}."
@@ -283,12 +426,49 @@ def logit(p: float) -> float:
 
 # %% ../nbs/backends/03b_sim.ipynb #d0b391de
 def message_hash(messages: list[dict]) -> str:
+    "A short content hash of a message list (kit's own; the sim no longer keys draws by it)."
     return hashlib.sha256(
         json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()
     ).hexdigest()[:16]
 
 
 RUN_KEYS = ("latency", "batch_size")  # SimBackend arguments that shape a run but not the answers
+
+# %% ../nbs/backends/03b_sim.ipynb #w0rld011
+# mechanism stream -> number of uniforms it owns each turn (in this order in the turn's block)
+STREAMS = {
+    "competence": 2,  # u_solve (the latent), u_wrong (which wrong answer)
+    "stubbornness": 1,
+    "conformity": 2,  # u_adopt, u_pick (the pick is shaped by recency and tier_trust)
+    "context_harm": 2,  # u_derail, u_guess
+    "debate_noise": 2,  # u_noise, u_guess
+    "parse_fail": 1,
+    "signals": 4,  # four standard normals by inverse CDF
+    "text": 1,  # which body of the cached pool
+    "role": 1,  # 04c_roles: RoleSimBackend's role_consistency
+}
+SLOTS, _i = {}, 0
+for _m, _n in STREAMS.items():
+    SLOTS[_m] = slice(_i, _i + _n)
+    _i += _n
+assert _i == 16
+_WORDS = struct.Struct("<16Q")
+
+
+def turn_uniforms(seed: int, item_id: str) -> tuple[float, ...]:
+    "The 16 uniforms in (0, 1) of one turn, a fixed function of (request seed, item id) (kit's own: the sim's common random numbers)."
+    key = int(seed).to_bytes(8, "little", signed=True) + item_id.encode()
+    words = _WORDS.unpack(hashlib.shake_128(key).digest(128))
+    return tuple(((w >> 11) + 0.5) * 2.0**-53 for w in words)
+
+# %% ../nbs/backends/03b_sim.ipynb #w0rld012
+def uniforms(seed: int, item_id: str, mechanism: str) -> tuple[float, ...]:
+    "The uniforms `mechanism`'s stream draws in the turn of (request seed, item id) (kit's own)."
+    if mechanism not in STREAMS:
+        raise ConfigError(
+            "unknown random stream", key="mechanism", value=mechanism, choices=STREAMS
+        )
+    return turn_uniforms(seed, item_id)[SLOTS[mechanism]]
 
 # %% ../nbs/backends/03b_sim.ipynb #9c3932c2
 class SimBackend:
@@ -304,42 +484,69 @@ class SimBackend:
         agent: SimAgent | None = None,
         latency: float = 0.0,
         batch_size: int = 64,
+        off: Sequence[str] | None = None,
         **params,
     ):
-        "`latency` (seconds per generation) and `batch_size` only shape the run (for tests of resume and concurrency), not the answers."
+        """`off`: mechanisms switched off (a control: the same world, their neutral values, the same random numbers).
+        `latency` (seconds per generation) and `batch_size` only shape the run (for tests of resume and concurrency), not the answers."""
         self.model_name = model_name
-        self.agent = (
+        base = (
             agent
             if agent is not None
             else SimAgent.from_params(params, where=f"sim_agents.{model_name}")
         )
-        d = dataclasses.asdict(self.agent)
-        for k in ("context_decay", "tier_trust", "debate_noise", "context_entropy"):
+        self.off = check_off(off, where=f"sim model {model_name}")
+        # the agent as it acts: mechanisms off at their neutral values
+        self.agent = switch_off(base, self.off)
+        d = dataclasses.asdict(base)
+        for k in ("context_decay", "tier_trust", "debate_noise", "context_entropy", "task_skill"):
             if not d[k]:
-                del d[k]  # added later: agents without them keep their ids, caches
-        p = json.dumps(d, sort_keys=True)
-        self.backend_id = f"sim:{model_name}:{hashlib.sha256(p.encode()).hexdigest()[:12]}"
+                del d[k]
+        # "world": the common-random-numbers draws (a new id, so no cache serves the old draws)
+        p = json.dumps({**d, "_draws": "world"}, sort_keys=True)
+        off_id = f":off={'+'.join(self.off)}" if self.off else ""
+        self.backend_id = f"sim:{model_name}:{hashlib.sha256(p.encode()).hexdigest()[:12]}{off_id}"
         self.latency, self.batch_size = float(latency), int(batch_size)
 
     def __repr__(self):
-        return f"SimBackend({self.model_name!r}, {self.agent})"
+        off = f", off={self.off}" if self.off else ""
+        return f"SimBackend({self.model_name!r}, {self.agent}{off})"
 
 # %% ../nbs/backends/03b_sim.ipynb #fda1c66a
 @patch
 def p_solve(self: SimBackend, item: Item) -> float:
-    "Probability of solving `item` alone: sigma(logit(skill) - difficulty)."
-    return sigmoid(logit(self.agent.skill) - item_difficulty(item, self.agent.difficulty_sd))
+    "Probability of solving `item` alone: sigma(logit(skill on the item's task) - difficulty)."
+    s = self.agent.task_skill.get(item.task, self.agent.skill)
+    return sigmoid(logit(s) - item_difficulty(item, self.agent.difficulty_sd))
 
 # %% ../nbs/backends/03b_sim.ipynb #9597ed3a
+@functools.lru_cache(maxsize=256)
+def _zipf_cdf(n: int, a: float) -> tuple[float, ...]:
+    w = [1.0 / (i + 1) ** a for i in range(n)]
+    t, c, out = sum(w), 0.0, []
+    for x in w:
+        c += x / t
+        out.append(c)
+    return tuple(out)
+
+
+def _pick(cdf: Sequence[float], u: float) -> int:
+    "Index drawn by the inverse CDF at `u`."
+    for i, c in enumerate(cdf):
+        if u < c:
+            return i
+    return len(cdf) - 1
+
+
 @patch
-def _independent(self: SimBackend, item: Item, rng, bonus: float = 0.0) -> str:
+def _independent(self: SimBackend, item: Item, u: Sequence[float], bonus: float = 0.0) -> str:
+    "An answer on one's own from the turn's uniforms `u`: right iff u_solve < p (+ bonus), else a Zipf-weighted wrong answer."
     p = self.p_solve(item)
     p = p + bonus * (1 - p)
-    if rng.random() < p:
+    if u[0] < p:
         return str(item.gold)
     pool = distractor_pool(item, self.agent.n_distractors)
-    w = 1.0 / np.arange(1, len(pool) + 1) ** self.agent.distractor_zipf
-    return pool[int(rng.choice(len(pool), p=w / w.sum()))]
+    return pool[_pick(_zipf_cdf(len(pool), self.agent.distractor_zipf), u[1])]
 
 # %% ../nbs/backends/03b_sim.ipynb #d9298434
 @patch
@@ -348,23 +555,29 @@ def decide(
     item: Item,
     own: str | None,
     shown: Sequence[str],
-    rng,
+    u: Sequence[float],
     tags: Sequence[str | None] | None = None,
 ) -> str:
-    "The answer chosen in a debate turn given one's previous answer and the answers shown, in order (with their RUMAD tags, if any)."
+    "The answer chosen in a debate turn given one's previous answer, the answers shown in order (with their RUMAD tags, if any) and the turn's uniforms `u`."
     a, gold = self.agent, str(item.gold)
+    # the turn's stubbornness and conformity uniforms (STREAMS)
+    u_keep, (u_adopt, u_pick) = u[2], u[3:5]
     if own is not None:
         keep = a.stubborn_correct if own == gold else a.stubborn_wrong
-        if rng.random() < keep:
+        if u_keep < keep:
             return own
-    if shown and rng.random() < a.conformity:
+    if shown and u_adopt < a.conformity:
         m = len(shown)
-        w = np.exp(a.recency * np.arange(m) / max(m - 1, 1))
+        w = [math.exp(a.recency * j / max(m - 1, 1)) for j in range(m)]
         if a.tier_trust and tags:
-            w = w * self.tier_weights(tags)
-        return shown[int(rng.choice(m, p=w / w.sum()))]
+            w = [x * t for x, t in zip(w, self.tier_weights(tags))]
+        t, c, cdf = sum(w), 0.0, []
+        for x in w:
+            c += x / t
+            cdf.append(c)
+        return shown[_pick(cdf, u_pick)]
     bonus = a.recognition if (shown and gold in shown) else 0.0
-    return self._independent(item, rng, bonus)
+    return self._independent(item, u, bonus)
 
 # %% ../nbs/backends/03b_sim.ipynb #57ad56ed
 @patch
@@ -374,22 +587,29 @@ def tier_weights(self: SimBackend, tags: Sequence[str | None]) -> np.ndarray:
     return np.exp(self.agent.tier_trust * np.array([rank.get(t, 0.0) for t in tags]))
 
 # %% ../nbs/backends/03b_sim.ipynb #6a2583e0
+_N01 = NormalDist()
+
+
 @patch
 def _signals(
-    self: SimBackend, correct: bool, n_tokens: int, agree: float, rng, p_solve: float | None = None
+    self: SimBackend,
+    correct: bool,
+    n_tokens: int,
+    agree: float,
+    u: Sequence[float],
+    p_solve: float | None = None,
 ) -> dict:
+    "Log-prob, entropy and confidence signals from four uniforms `u` (standard normals by inverse CDF)."
+    z = [_N01.inv_cdf(x) for x in u]
     s = self.agent.signal_strength
     # confident wrong agents on hard items (SVR-MAD Sec. 3)
     if self.agent.signal_inversion and p_solve is not None:
         s = s * (1.0 - 2.0 * self.agent.signal_inversion * (1.0 - p_solve))
-    mean = -0.35 + (0.12 * s if correct else -0.12 * s) * 0.5 + 0.06 * rng.standard_normal()
+    mean = -0.35 + (0.12 * s if correct else -0.12 * s) * 0.5 + 0.06 * z[0]
     mean = min(mean, -0.01)
-    lmin = mean * 3 - abs(rng.standard_normal()) * (1.0 if correct else 1.0 + 0.5 * s)
-    conf = sigmoid(1.0 + (0.8 * s if correct else -0.8 * s) + 0.6 * rng.standard_normal())
-    ent = max(
-        0.02,
-        (0.9 - 0.4 * agree) * (0.85 if correct else 1.15) * math.exp(0.15 * rng.standard_normal()),
-    )
+    lmin = mean * 3 - abs(z[1]) * (1.0 if correct else 1.0 + 0.5 * s)
+    conf = sigmoid(1.0 + (0.8 * s if correct else -0.8 * s) + 0.6 * z[2])
+    ent = max(0.02, (0.9 - 0.4 * agree) * (0.85 if correct else 1.15) * math.exp(0.15 * z[3]))
     return dict(
         logprob_sum=mean * n_tokens,
         logprob_min=lmin,
@@ -408,29 +628,22 @@ def p_derail(self: SimBackend, prompt_tokens: int) -> float:
 # %% ../nbs/backends/03b_sim.ipynb #02f5d072
 @patch
 def _derail(
-    self: SimBackend, item: Item, req: GenRequest, prompt_tokens: int, answer: str | None
+    self: SimBackend, item: Item, prompt_tokens: int, answer: str | None, u: Sequence[float]
 ) -> str | None:
-    "With probability `p_derail`, a uniform guess among the item's plausible answers (own random stream; RUMAD sim profile, see above)."
-    rng = rng_for(
-        "sim-derail",
-        self.model_name,
-        req.seed if req.temperature > 0 else message_hash(req.messages),
-    )
-    if rng.random() >= self.p_derail(prompt_tokens):
+    "With probability `p_derail` (u_derail below it), a uniform guess among the item's plausible answers at u_guess (RUMAD sim profile, see above)."
+    if u[0] >= self.p_derail(prompt_tokens):
         return answer
     cands = [str(item.gold)] + distractor_pool(item, self.agent.n_distractors)
-    return cands[int(rng.integers(len(cands)))]
+    return cands[int(u[1] * len(cands))]
 
 # %% ../nbs/backends/03b_sim.ipynb #2ab4ba82
 @patch
-def _unstable(self: SimBackend, item: Item, req: GenRequest, answer: str | None) -> str | None:
-    "With probability `debate_noise`, a uniform guess among the item's plausible answers (UMAD)."
-    seed = req.seed if req.temperature > 0 else message_hash(req.messages)
-    rng = rng_for("sim-unstable", self.model_name, seed)
-    if rng.random() >= self.agent.debate_noise:
+def _unstable(self: SimBackend, item: Item, answer: str | None, u: Sequence[float]) -> str | None:
+    "With probability `debate_noise` (u_noise below it), a uniform guess among the item's plausible answers at u_guess (UMAD)."
+    if u[0] >= self.agent.debate_noise:
         return answer
     cands = [str(item.gold)] + distractor_pool(item, self.agent.n_distractors)
-    return cands[int(rng.integers(len(cands)))]
+    return cands[int(u[1] * len(cands))]
 
 # %% ../nbs/backends/03b_sim.ipynb #44145eaf
 @functools.lru_cache(maxsize=1 << 14)
@@ -441,53 +654,45 @@ def _n_words(s: str) -> int:
 # %% ../nbs/backends/03b_sim.ipynb #d5d0a728
 @patch
 def generate_one(self: SimBackend, req: GenRequest) -> Generation:
+    "One turn: read one's previous answer and the answers shown, decide, write and measure (all draws from the turn's common random numbers)."
     item = req.meta.get("item")
     if not isinstance(item, Item):
         raise ConfigError("SimBackend needs the Item in request.meta['item']", key="meta.item")
-    # greedy: randomness fixed by the prompt; sampling: by the request seed
-    rng = (
-        rng_for("sim", self.model_name, req.seed)
-        if req.temperature > 0
-        else rng_for("sim", self.model_name, message_hash(req.messages))
-    )
-    users = [m["content"] for m in req.messages if m["role"] == "user"]
-    assistants = [m["content"] for m in req.messages if m["role"] == "assistant"]
-    own_prev = read_final_answers(assistants[-1]) if assistants else []
+    u = turn_uniforms(req.seed, item.id)
+    a = self.agent
+    last_user, last_assistant, n_words = None, None, 0
+    for m in req.messages:
+        c = m["content"]
+        n_words += _n_words(c)
+        if m["role"] == "user":
+            last_user = c
+        elif m["role"] == "assistant":
+            last_assistant = c
+    own_prev = read_final_answers(last_assistant) if last_assistant is not None else []
     own = own_prev[-1] if own_prev else None
-    # a debate turn: the agent has answered before (its
-    # history), or the prompt shows others' solutions
-    # (protocols that send a fresh conversation each
-    # round, e.g. UMAD App. F.2, show them only there)
-    shown = read_final_answers(users[-1]) if users else []
-    tags = (
-        [t for _, t in read_shown_solutions(users[-1])]
-        if (self.agent.tier_trust and shown)
-        else None
-    )
-    debate_turn = bool(assistants) or bool(shown)
-    answer = (
-        self.decide(item, own, shown, rng, tags) if debate_turn else self._independent(item, rng)
-    )
-    prompt_tokens = int(round(sum(_n_words(m["content"]) for m in req.messages) * 1.3))
-    if self.agent.context_decay:
-        answer = self._derail(item, req, prompt_tokens, answer)
-    if self.agent.debate_noise and debate_turn:
-        answer = self._unstable(item, req, answer)
-    if rng.random() < self.agent.parse_fail:
+    # a debate turn: the agent has answered before (its history), or the prompt shows others'
+    # solutions (protocols that send a fresh conversation each round, e.g. UMAD App. F.2)
+    if a.tier_trust and last_user:
+        sols = read_shown_solutions(last_user)
+        shown, tags = [s for s, _ in sols], [t for _, t in sols]
+    else:
+        shown, tags = (read_final_answers(last_user) if last_user else []), None
+    debate_turn = last_assistant is not None or bool(shown)
+    answer = self.decide(item, own, shown, u, tags) if debate_turn else self._independent(item, u)
+    prompt_tokens = int(round(n_words * 1.3))
+    if a.context_decay:
+        answer = self._derail(item, prompt_tokens, answer, u[SLOTS["context_harm"]])
+    if a.debate_noise and debate_turn:
+        answer = self._unstable(item, answer, u[SLOTS["debate_noise"]])
+    if u[SLOTS["parse_fail"].start] < a.parse_fail:
         answer = None
-    text = compose_text(answer, item.fmt, self.agent.response_words, rng)
-    n_tok = max(1, int(round(len(text.split()) * 1.3)))
-    n_tok = min(n_tok, int(req.max_new_tokens))
+    text = compose_text(answer, item.fmt, a.response_words, u[SLOTS["text"].start])
+    n_tok = min(max(1, int(round(_n_words(text) * 1.3))), int(req.max_new_tokens))
     agree = (sum(s == answer for s in shown) / len(shown)) if shown else 0.0
-    sig = self._signals(
-        answer is not None and answer == str(item.gold),
-        n_tok,
-        agree,
-        rng,
-        p_solve=self.p_solve(item),
-    )
-    if self.agent.context_entropy and debate_turn:
-        sig["token_entropy"] *= math.exp(self.agent.context_entropy * prompt_tokens / 1000)
+    correct = answer is not None and answer == str(item.gold)
+    sig = self._signals(correct, n_tok, agree, u[SLOTS["signals"]], p_solve=self.p_solve(item))
+    if a.context_entropy and debate_turn:
+        sig["token_entropy"] *= math.exp(a.context_entropy * prompt_tokens / 1000)
     return Generation(
         text=text, prompt_tokens=prompt_tokens, completion_tokens=n_tok, finish_reason="stop", **sig
     )

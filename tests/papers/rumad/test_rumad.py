@@ -204,7 +204,17 @@ def test_control_forced_dense_removes_the_saving():
     print(f"MAD {acc_mad:.3f} {tok_mad:.0f} | forced dense {acc_f:.3f} {tok_f:.0f} ({100 * R.cost_saving(tok_f, tok_mad):+.1f}%)")
     # measured (issue 39 controllers): MAD 72.2% at 63.1k, forced dense 71.1% at 63.6k (+0.9%)
     assert abs(R.cost_saving(tok_f, tok_mad)) < 0.05      # no saving (only the tag text differs)
-    assert abs(acc_f - acc_mad) <= 0.06
+    # accuracy: one seed's gap on 90 items has a standard error of about 5 points (issue 50's world, B12 retrained:
+    # seed 0 gives +10, seeds 0-4 give +10, +7, -3, +1, -3), so the gap is judged on the mean over five seeds
+    gaps = [acc_f - acc_mad]
+    for seed in range(1, 5):
+        kw = dict(debate_rounds=5, temperature=1.0, max_new_tokens=512, seed=seed, progress=False)
+        with R.one_thread():
+            acc = [debate_costs(run_debate(items, R.rumad_agents(MODELS, 6), backends, protocol=p,
+                                           prompt=R.rumad_prompt("rumad", items[0].fmt), **kw))["correct"].mean()
+                   for p in (FullyConnected(), R.ForcedDense(pol, R.SimEmbedder(), cfg.lam))]
+        gaps.append(acc[1] - acc[0])
+    assert abs(np.mean(gaps)) <= 0.06, gaps
 
 
 def _deployed(pol, cfg, items, backends, proto=None):
