@@ -1055,8 +1055,11 @@ class RoleSimBackend(SimBackend):
 # %% ../nbs/engine/04c_roles.ipynb #ecce02f3
 @patch
 def role_p(self: RoleSimBackend, item: Item, role: str | None) -> float:
-    "P(correct) of this agent alone in `role` on `item`: skill from `<modality>:<role>`, else `<role>`, else the modality's, else `skill`."
-    base = self.modality_skill.get(item.modality, self.agent.skill)
+    """P(correct) of this agent alone in `role` on `item`: skill from `<modality>:<role>`, else `<role>`, else the
+    modality's, else the world's skill on the item's task (`task_skill`, 03b_sim), else `skill`."""
+    base = self.modality_skill.get(
+        item.modality, self.agent.task_skill.get(item.task, self.agent.skill)
+    )
     s = (
         self.role_skill.get(f"{item.modality}:{role}", self.role_skill.get(role, base))
         if role
