@@ -72,3 +72,21 @@ def test_a_method_is_one_entry():
     base, more = plan_arena(p), plan_arena(p, (*ARENA, new))
     assert more["generations"] - base["generations"] == 10 * 4 * 3
     assert more["prompt_tokens"] - base["prompt_tokens"] == 10 * 12 * (250 + 3 * 100)
+
+
+def test_arena_runs_in_the_world():
+    """Issue 50: the arena sets no agents of its own; its sim models are the world's (params/profiles/sim.yaml), and the
+    role-playing sim it runs them as (`RoleSimBackend`) solves with the world's competence, `task_skill` included."""
+    from mad_study.core import Item
+    from mad_study.reproduce import experiments, load_profile, merge_params, validate_params
+    from mad_study.roles import RoleSimBackend
+    from mad_study.sim import SimBackend
+    prof, e = load_profile("sim"), experiments()["arena"]
+    p = merge_params(e, prof)
+    validate_params(p, e, prof)
+    assert "sim_agents" not in (e.spec.get("profiles") or {}).get("sim", {})
+    it = Item("gpqa/t0", "gpqa", "q", "A", "option", ("w", "x", "y", "z"))
+    for m in p["models"]:
+        assert p["sim_agents"][m] == prof["sim_agents"][m]
+        spec = {**prof["sim_agents"][m], "task_skill": {"gpqa": 0.9}}
+        assert RoleSimBackend(m, **spec).p_solve(it) == SimBackend(m, **spec).p_solve(it)
