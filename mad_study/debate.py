@@ -622,7 +622,8 @@ def run_debate(
     for g in _identical_agents(agents, sampling.temperature):
         warnings.warn(
             f"run_debate: agents {', '.join(g)} are identical ({agents[[a.name for a in agents].index(g[0])].model}, "
-            f"same role, temperature {sampling.temperature}): they give the same response every round "
+            f"same role, temperature {sampling.temperature}): real models give the same response every round; "
+            "the sim's agents do not (03b_sim: it never reads the temperature) "
             "(set temperature > 0, or use distinct models or roles)",
             IdenticalAgentsWarning,
             stacklevel=3,

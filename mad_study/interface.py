@@ -179,7 +179,7 @@ def progress_scope(
 
 # %% ../nbs/backends/03a_interface.ipynb #bc4f9118
 class IdenticalAgentsWarning(UserWarning):
-    "Two or more agents are the same model and role at temperature 0: they give the same responses (the kit's own)."
+    "Two or more agents are the same model and role at temperature 0: a real model gives them the same responses; the sim's agents do not, 03b_sim (the kit's own)."
 
 # %% ../nbs/backends/03a_interface.ipynb #88304566
 def generate_jobs(

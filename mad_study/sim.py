@@ -36,7 +36,7 @@ from mad_study.data import (
 __all__ = ['MECHANISMS', 'SIM_PARAM_KEYS', 'FINAL_SENTENCE', 'N_BODIES', 'TIER_TAGS', 'RUN_KEYS', 'STREAMS', 'SLOTS',
            'SIM_ITEM_TAG', 'SIM_ITEM_MAKERS', 'SimAgent', 'check_off', 'switch_off', 'item_difficulty', 'n_options',
            'distractor_pool', 'read_final_answers', 'read_shown_solutions', 'compose_text', 'sigmoid', 'logit',
-           'message_hash', 'turn_uniforms', 'uniforms', 'SimBackend', 'synthetic_sim_items', 'sim_items']
+           'turn_uniforms', 'uniforms', 'SimBackend', 'synthetic_sim_items', 'sim_items']
 
 # %% ../nbs/backends/03b_sim.ipynb #d713bb3d
 @dataclass(frozen=True)
@@ -425,13 +425,6 @@ def logit(p: float) -> float:
     return math.log(p / (1 - p))
 
 # %% ../nbs/backends/03b_sim.ipynb #d0b391de
-def message_hash(messages: list[dict]) -> str:
-    "A short content hash of a message list (kit's own; the sim no longer keys draws by it)."
-    return hashlib.sha256(
-        json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()
-    ).hexdigest()[:16]
-
-
 RUN_KEYS = ("latency", "batch_size")  # SimBackend arguments that shape a run but not the answers
 
 # %% ../nbs/backends/03b_sim.ipynb #w0rld011
@@ -502,7 +495,7 @@ class SimBackend:
         for k in ("context_decay", "tier_trust", "debate_noise", "context_entropy", "task_skill"):
             if not d[k]:
                 del d[k]
-        # "world": the common-random-numbers draws (a new id, so no cache serves the old draws)
+        # "world": the common-random-numbers draws, in the id so that no cache serves another draw scheme's answers
         p = json.dumps({**d, "_draws": "world"}, sort_keys=True)
         off_id = f":off={'+'.join(self.off)}" if self.off else ""
         self.backend_id = f"sim:{model_name}:{hashlib.sha256(p.encode()).hexdigest()[:12]}{off_id}"
@@ -541,12 +534,13 @@ def _pick(cdf: Sequence[float], u: float) -> int:
 @patch
 def _independent(self: SimBackend, item: Item, u: Sequence[float], bonus: float = 0.0) -> str:
     "An answer on one's own from the turn's uniforms `u`: right iff u_solve < p (+ bonus), else a Zipf-weighted wrong answer."
+    u_solve, u_wrong = u[SLOTS["competence"]]
     p = self.p_solve(item)
     p = p + bonus * (1 - p)
-    if u[0] < p:
+    if u_solve < p:
         return str(item.gold)
     pool = distractor_pool(item, self.agent.n_distractors)
-    return pool[_pick(_zipf_cdf(len(pool), self.agent.distractor_zipf), u[1])]
+    return pool[_pick(_zipf_cdf(len(pool), self.agent.distractor_zipf), u_wrong)]
 
 # %% ../nbs/backends/03b_sim.ipynb #d9298434
 @patch
@@ -560,8 +554,8 @@ def decide(
 ) -> str:
     "The answer chosen in a debate turn given one's previous answer, the answers shown in order (with their RUMAD tags, if any) and the turn's uniforms `u`."
     a, gold = self.agent, str(item.gold)
-    # the turn's stubbornness and conformity uniforms (STREAMS)
-    u_keep, (u_adopt, u_pick) = u[2], u[3:5]
+    # the turn's stubbornness and conformity uniforms, by their slots in the block (STREAMS)
+    u_keep, (u_adopt, u_pick) = u[SLOTS["stubbornness"].start], u[SLOTS["conformity"]]
     if own is not None:
         keep = a.stubborn_correct if own == gold else a.stubborn_wrong
         if u_keep < keep:
@@ -601,7 +595,7 @@ def _signals(
 ) -> dict:
     "Log-prob, entropy and confidence signals from four uniforms `u` (standard normals by inverse CDF)."
     z = [_N01.inv_cdf(x) for x in u]
-    s = self.agent.signal_strength
+    s = s0 = self.agent.signal_strength
     # confident wrong agents on hard items (SVR-MAD Sec. 3)
     if self.agent.signal_inversion and p_solve is not None:
         s = s * (1.0 - 2.0 * self.agent.signal_inversion * (1.0 - p_solve))
@@ -609,7 +603,9 @@ def _signals(
     mean = min(mean, -0.01)
     lmin = mean * 3 - abs(z[1]) * (1.0 if correct else 1.0 + 0.5 * s)
     conf = sigmoid(1.0 + (0.8 * s if correct else -0.8 * s) + 0.6 * z[2])
-    ent = max(0.02, (0.9 - 0.4 * agree) * (0.85 if correct else 1.15) * math.exp(0.15 * z[3]))
+    # agreement flattens the entropy (scaled by the strength, so `signals` off removes it); right vs wrong by 1 -/+ 0.15 s
+    sep = (1.0 - 0.15 * s) if correct else (1.0 + 0.15 * s)
+    ent = max(0.02, (0.9 - 0.4 * min(s0, 1.0) * agree) * sep * math.exp(0.15 * z[3]))
     return dict(
         logprob_sum=mean * n_tokens,
         logprob_min=lmin,

@@ -27,12 +27,12 @@ from .metrics import is_missing, clustered_accuracy_ci, wilson_ci
 from .voting import vote_table
 
 # %% auto #0
-__all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'CORRECTIONS', 'bootstrap_ci', 'paired_test', 'accuracy_ci', 'item_means', 'boot_mean_ci',
-           'score_interval', 'paired_inference', 'paired_difference', 'simulate_paired', 'tost', 'adjust_pvalues',
-           'cochran_q', 'omnibus_test', 'token_change', 'compare_methods', 'comparison_caption', 'family_gaps',
-           'family_words', 'gap_interval_text', 'power_paired_binary', 'n_for_power', 'power_paired_t', 'n_for_power_t',
-           'resolvable_effect', 'plan_sizes', 'condition_labels', 'per_item_results', 'tokens_per_thread',
-           'self_consistency_at_budget']
+__all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'CORRECTIONS', 'EXACT_BELOW', 'bootstrap_ci', 'paired_test', 'accuracy_ci', 'item_means',
+           'boot_mean_ci', 'score_interval', 'paired_inference', 'paired_difference', 'simulate_paired', 'tost',
+           'adjust_pvalues', 'cochran_q', 'omnibus_test', 'token_change', 'compare_methods', 'comparison_caption',
+           'family_gaps', 'family_words', 'gap_interval_text', 'power_paired_binary', 'n_for_power', 'power_paired_t',
+           'n_for_power_t', 'resolvable_effect', 'plan_sizes', 'condition_labels', 'per_item_results',
+           'tokens_per_thread', 'self_consistency_at_budget']
 
 # %% ../nbs/evaluation/05b_stats.ipynb #d57d6595
 def bootstrap_ci(
@@ -1289,23 +1289,41 @@ def _effect_args(effect: float, discordance: float, power: float, who: str) -> N
     if not 0 < power < 1:
         raise ConfigError(f"{who}: power is a probability in (0, 1)", key="power", value=power)
 
+# %% ../nbs/evaluation/05b_stats.ipynb #b1e9a7c0
+EXACT_BELOW = (
+    30  # expected discordant items (n * discordance) below which the power is computed exactly
+)
+
+
+def _use_exact(exact: bool | None, n: float, discordance: float) -> bool:
+    "`exact` as asked, or, when None, whether `n` items at `discordance` expect fewer than `EXACT_BELOW` discordant ones."
+    return bool(exact) if exact is not None else n * discordance < EXACT_BELOW
+
 # %% ../nbs/evaluation/05b_stats.ipynb #5423dfad
 def n_for_power(
-    effect: float, discordance: float, power: float = 0.8, alpha: float = 0.05, family: int = 1
+    effect: float,
+    discordance: float,
+    power: float = 0.8,
+    alpha: float = 0.05,
+    family: int = 1,
+    exact: bool | None = None,
 ) -> int:
     """The smallest number of items at which McNemar's score test (the kit's `paired_inference` for 0/1 answers)
     tells apart a paired accuracy gap `effect` (= p10 - p01, a fraction) at `discordance` (= p10 + p01) with power
-    `power`, at Bonferroni's level `alpha / family`: Connor's (1987) closed form, checked and stepped down with
-    `power_paired_binary`."""
+    `power`, at Bonferroni's level `alpha / family`: Connor's (1987) closed form, checked and stepped with
+    `power_paired_binary`, exact where the n found expects fewer than `EXACT_BELOW` discordant items (`exact=None`)
+    or as `exact` says."""
     _effect_args(effect, discordance, power, "n_for_power")
     a = _alpha_level(alpha, family, "n_for_power")
     d, psi = abs(effect), discordance
     za, zb = float(special.ndtri(1 - a / 2)), float(special.ndtri(power))
     n = max(1, math.ceil((za * math.sqrt(psi) + zb * math.sqrt(psi - d * d)) ** 2 / d**2))
     p10, p01 = (psi + d) / 2, (psi - d) / 2
-    while power_paired_binary(n, p10, p01, alpha, family) < power:
+    ex = _use_exact(exact, n, psi)
+    pw = lambda k: power_paired_binary(k, p10, p01, alpha, family, exact=ex)
+    while pw(n) < power:
         n += 1
-    while n > 1 and power_paired_binary(n - 1, p10, p01, alpha, family) >= power:
+    while n > 1 and pw(n - 1) >= power:
         n -= 1
     return n
 
@@ -1318,8 +1336,12 @@ def power_paired_t(n: int, effect: float, sd: float, alpha: float = 0.05, family
         raise ConfigError(
             "power_paired_t: sd (of the per-item differences) must be positive", key="sd", value=sd
         )
-    if not n >= 2:
-        raise ConfigError("power_paired_t: the t-test needs at least 2 items", key="n", value=n)
+    if not (n >= 2 and float(n).is_integer()):
+        raise ConfigError(
+            "power_paired_t: the t-test needs a whole number of items, at least 2", key="n", value=n
+        )
+    if not math.isfinite(effect):
+        raise ConfigError("power_paired_t: the effect must be finite", key="effect", value=effect)
     a = _alpha_level(alpha, family, "power_paired_t")
     df, nc = n - 1, math.sqrt(n) * effect / sd
     t = float(stats.t.ppf(1 - a / 2, df))
@@ -1361,14 +1383,22 @@ def n_for_power_t(
 
 # %% ../nbs/evaluation/05b_stats.ipynb #26c85fed
 def resolvable_effect(
-    n: int, discordance: float, power: float = 0.8, alpha: float = 0.05, family: int = 1
+    n: int,
+    discordance: float,
+    power: float = 0.8,
+    alpha: float = 0.05,
+    family: int = 1,
+    exact: bool | None = None,
 ) -> float:
     """The smallest |p10 - p01| (a fraction) that McNemar's score test (the kit's 0/1 test) tells apart at `n` items
     and `discordance` (= p10 + p01) with power `power` at Bonferroni's level `alpha / family`: the inverse in the
-    effect of Connor's (1987) power (`power_paired_binary`). NaN where no effect up to the discordance reaches it."""
+    effect of Connor's (1987) power (`power_paired_binary`), exact below `EXACT_BELOW` expected discordant items
+    (`exact=None`) or as `exact` says. NaN where no effect up to the discordance reaches it."""
     _effect_args(discordance, discordance, power, "resolvable_effect")
+    ex = _use_exact(exact, n, discordance)
     f = lambda d: (
-        power_paired_binary(n, (discordance + d) / 2, (discordance - d) / 2, alpha, family) - power
+        power_paired_binary(n, (discordance + d) / 2, (discordance - d) / 2, alpha, family, ex)
+        - power
     )
     if f(discordance) < 0:
         return math.nan
@@ -1376,11 +1406,15 @@ def resolvable_effect(
 
 # %% ../nbs/evaluation/05b_stats.ipynb #46dfdefa
 def plan_sizes(
-    rows: pd.DataFrame | Sequence[Mapping], power: float = 0.8, alpha: float = 0.05
+    rows: pd.DataFrame | Sequence[Mapping],
+    power: float = 0.8,
+    alpha: float = 0.05,
+    exact: bool | None = None,
 ) -> pd.DataFrame:
     """Items needed and items resolving, per comparison: `rows` (comparison, effect_pts, discordance, n; family
     optional, 1) and the columns `n_needed` (`n_for_power`), `power_now` (`power_paired_binary` at n) and
-    `resolves_pts` (`resolvable_effect` at n, in points), all for McNemar's score test as in Connor (1987)."""
+    `resolves_pts` (`resolvable_effect` at n, in points), all for McNemar's score test as in Connor (1987), each
+    exact below `EXACT_BELOW` expected discordant items (`exact=None`) or as `exact` says."""
     t = pd.DataFrame(rows).copy()
     # a row without a family is a family of its own
     t["family"] = t["family"].fillna(1) if "family" in t else 1
@@ -1395,11 +1429,12 @@ def plan_sizes(
     for r in t.to_dict("records"):
         e, psi, f, n = r["effect_pts"] / 100, r["discordance"], r["family"], r["n"]
         try:
-            need = n_for_power(e, psi, power, alpha, f)
+            need = n_for_power(e, psi, power, alpha, f, exact)
             p10, p01 = (psi + e) / 2, (psi - e) / 2
+            ex = _use_exact(exact, n, psi)
             now, res = (
-                power_paired_binary(n, p10, p01, alpha, f),
-                resolvable_effect(n, psi, power, alpha, f),
+                power_paired_binary(n, p10, p01, alpha, f, exact=ex),
+                resolvable_effect(n, psi, power, alpha, f, exact),
             )
         except ConfigError as err:
             raise ConfigError(
