@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
@@ -22,14 +23,15 @@ from .protocols import make_baseline
 from .rumad import rumad_prompt
 from .registry import load_profile
 from .sim import SimAgent, SimBackend, item_difficulty, logit, sim_items
-from .stats import paired_inference
+from .stats import n_for_power, paired_inference, resolvable_effect
 from .voting import vote_table
 
 # %% auto #0
-__all__ = ['MECHANISMS', 'STATISTICS', 'GRIDS', 'FIT_ORDER', 'sim_model_of', 'calibration_targets', 'World', 'world_from_profile',
-           'expected_round0', 'fit_task_skill', 'competence_fit', 'round0_accuracy', 'du_debate_gain', 'madc_runs',
-           'madc_debate_gain', 'madc_truth_last_gain', 'madc_agent_scaling', 'rumad_dense_sparse_gap', 'umad_turn_gain',
-           'sim_number', 'FitStep', 'fit_steps', 'fit_world', 'calibration_table']
+__all__ = ['MECHANISMS', 'STATISTICS', 'GRIDS', 'FIT_ORDER', 'CONTROLS', 'sim_model_of', 'calibration_targets', 'claim_rows',
+           'World', 'world_from_profile', 'expected_round0', 'fit_task_skill', 'competence_fit', 'round0_accuracy',
+           'du_debate_gain', 'madc_runs', 'madc_debate_gain', 'madc_truth_last_gain', 'madc_agent_scaling',
+           'madc_vs_mad', 'rumad_dense_sparse_gap', 'umad_turn_gain', 'umad_pair', 'umad_flip_gap', 'sim_number',
+           'FitStep', 'fit_steps', 'fit_world', 'fit_grid', 'power_items', 'calibration_table']
 
 # %% ../nbs/study/16_calibration.ipynb #8a89e2cb
 # mechanism of the world -> the SimAgent field that carries its strength (03b_sim); competence is fitted exactly
@@ -69,7 +71,7 @@ def _row(
 
 # %% ../nbs/study/16_calibration.ipynb #b0830900
 def _madc_rows(mm: Mapping[str, str]) -> list[dict]:
-    "MADC Table 1 (10 agents, one debate round; MAD = the Fixed order) and Tables 2-5 (MAD, 10 vs 3 agents)."
+    "MADC Table 1 (10 agents, one debate round; MAD = the Fixed order) and Tables 2-5 (MAD, 10 vs 3 agents; MADC - MAD at 10)."
     rows, src = [], "MADC Table 1"
     quantities = (
         ("Single CoT accuracy", "competence", "round0_accuracy"),
@@ -83,11 +85,18 @@ def _madc_rows(mm: Mapping[str, str]) -> list[dict]:
             for (q, mech, stat), x in zip(quantities, (s, mad - s, tl - mad)):
                 rows.append(_row("MADC", src, q, model, t, x, mech, stat, mm))
     q = "MAD 10 agents - 3 agents (points)"
-    for _, r in paper_table("madc_tab2_5").query("method == 'mad'").iterrows():
+    t25 = paper_table("madc_tab2_5")
+    for _, r in t25.query("method == 'mad'").iterrows():
         x, src = float(r["10"]) - float(r["3"]), f"MADC Table {r['table']}"
         rows.append(
             _row("MADC", src, q, r["model"], r["task"], x, "conformity", "madc_agent_scaling", mm)
         )
+    # MADC (Alg. 1) against MAD at 10 agents: the position effect the method exploits
+    w = t25.set_index(["table", "method"])["10"].astype(float)
+    q = "MADC - MAD at 10 agents (points)"
+    for _, r in t25.query("method == 'madc'").iterrows():
+        x, src = w[(r["table"], "madc")] - w[(r["table"], "mad")], f"MADC Table {r['table']}"
+        rows.append(_row("MADC", src, q, r["model"], r["task"], x, "recency", "madc_vs_mad", mm))
     return rows
 
 # %% ../nbs/study/16_calibration.ipynb #20a798e2
@@ -95,7 +104,7 @@ def _du_umad_rows(mm: Mapping[str, str]) -> list[dict]:
     """Du et al.'s GSM8K single agent and debate (the kit's du_gsm8k runs Qwen2.5-7B-Instruct for gpt-3.5-turbo) and
     UMAD Table 1's Zero-Shot rows (T=1 -> competence; T=5 - T=1 -> debate noise, fitted on the homogeneous pair)."""
     du = paper_table("du_gsm8k").set_index("method")["accuracy_pct"].astype(float)
-    src, m = "Du et al. Table 1 (secondary quote, see fixture)", "qwen2.5-7b-instruct"
+    src, m = "Du et al. Table 1 (arXiv 2305.14325)", "qwen2.5-7b-instruct"
     note = "paper model gpt-3.5-turbo; the kit's stand-in"
     rows = [
         _row(
@@ -249,26 +258,49 @@ def calibration_targets(model_map: Mapping[str, str] | None = None) -> pd.DataFr
     mm = dict(model_map if model_map is not None else load_profile("sim").get("model_map", {}))
     return pd.DataFrame([*_madc_rows(mm), *_du_umad_rows(mm), *_other_rows(mm)])
 
+# %% ../nbs/study/16_calibration.ipynb #claim001
+def claim_rows(model_map: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """The claims a paper draws but does not print as a number, as rows of the calibration table (printed = NaN; the
+    sign is the claim): UMAD Fig. 5, the stronger model of a heterogeneous pair flips more (Qwen3-4B vs Qwen2.5-3B
+    on UMAD's math task), served by conformity."""
+    mm = dict(model_map if model_map is not None else load_profile("sim").get("model_map", {}))
+    return pd.DataFrame(
+        [
+            _row(
+                "UMAD",
+                "UMAD Fig. 5 (drawn)",
+                "flip ratio T=1 -> T=2, stronger - weaker agent (points; claim: > 0)",
+                "qwen2.5-3b-instruct+qwen3-4b-instruct-2507",
+                "math500",
+                float("nan"),
+                "conformity",
+                "umad_flip_gap",
+                mm,
+                note="drawn, not printed: the sign is the claim",
+            )
+        ]
+    )
+
 # %% ../nbs/study/16_calibration.ipynb #608678b1
 @dataclass
 class World:
-    """One parameter set per sim model (`agents`, params/profiles/sim.yaml `sim_agents:`) and the fitted competence
-    per model and task (`task_skill`): the sim world that MADC, UMAD, RUMAD, SVR-MAD and Du et al.'s rows are fitted to."""
+    """One parameter set per sim model (`agents`, params/profiles/sim.yaml `sim_agents:`) and competence fitted per
+    model and task on top of the agents' own `task_skill` (`task_skill`): the sim world that MADC, UMAD, RUMAD,
+    SVR-MAD and Du et al.'s rows are fitted to."""
 
     agents: dict[str, SimAgent]
     task_skill: dict[str, dict[str, float]] = field(default_factory=dict)
 
-    def agent(self, model: str, task: str | None = None) -> SimAgent:
-        "The agent of `model` on `task` (an unknown model: `sim-generic`, else the defaults)."
+    def agent(self, model: str) -> SimAgent:
+        "The agent of `model` (an unknown model: `sim-generic`, else the defaults), its `task_skill` updated by the world's."
         a = self.agents.get(model) or self.agents.get("sim-generic") or SimAgent()
-        s = self.task_skill.get(model, {}).get(task) if task else None
-        # SEAM (s57-world): once SimAgent has `task_skill`, pass {task: s} there instead of overriding `skill`
-        return dataclasses.replace(a, skill=s) if s is not None else a
+        ts = self.task_skill.get(model)
+        return dataclasses.replace(a, task_skill={**a.task_skill, **ts}) if ts else a
 
-    def backends(self, models: Sequence[str], task: str | None = None) -> dict[str, SimBackend]:
-        "A SimBackend per model, named by the model (its random streams are keyed by the name: common random numbers)."
-        # SEAM (s57-world): controls become SimBackend(name, agent=..., off=("recency",))
-        return {m: SimBackend(m, agent=self.agent(m, task)) for m in dict.fromkeys(models)}
+    def backends(self, models: Sequence[str], off: Sequence[str] = ()) -> dict[str, SimBackend]:
+        """A SimBackend per model with the mechanisms `off` switched off (03b_sim: the same world at their neutral
+        values, every random number unchanged: a paired control)."""
+        return {m: SimBackend(m, agent=self.agent(m), off=off) for m in dict.fromkeys(models)}
 
     def with_value(self, models: Sequence[str], param: str, value: float) -> "World":
         "A copy with `param` of each of `models` set to `value`."
@@ -277,9 +309,11 @@ class World:
             agents[m] = dataclasses.replace(self.agent(m), **{param: value})
         return World(agents, {k: dict(v) for k, v in self.task_skill.items()})
 
-    def key(self, models: Sequence[str], task: str | None = None) -> str:
-        "A string that names the agents of `models` on `task` (for the statistics' memo)."
-        return json.dumps([dataclasses.asdict(self.agent(m, task)) for m in models], sort_keys=True)
+    def key(self, models: Sequence[str], off: Sequence[str] = ()) -> str:
+        "A string that names the agents of `models` with `off` switched off (for the statistics' memo)."
+        return json.dumps(
+            [[dataclasses.asdict(self.agent(m)) for m in models], sorted(off)], sort_keys=True
+        )
 
 # %% ../nbs/study/16_calibration.ipynb #307540be
 def world_from_profile(
@@ -299,7 +333,7 @@ def expected_round0(skill: float, difficulties: Sequence[float]) -> float:
 
 # %% ../nbs/study/16_calibration.ipynb #0a865c64
 def fit_task_skill(
-    target: float, task: str, n_items: int = 100, difficulty_sd: float = 1.0, eps: float = 1e-4
+    target: float, task: str, n_items: int = 400, difficulty_sd: float = 1.0, eps: float = 1e-6
 ) -> float:
     """The `task_skill` whose expected round-0 accuracy on the sim profile's items of `task` (`sim_items(task,
     n_items)`, `item_difficulty(item, difficulty_sd)`) equals `target` (a share in [0, 1]; MADC / UMAD / Du et
@@ -308,23 +342,31 @@ def fit_task_skill(
         raise ConfigError(
             "a single-agent accuracy must be a share in [0, 1]", key="target", value=target
         )
-    d = [item_difficulty(it, difficulty_sd) for it in sim_items(task, n_items)]
+    try:
+        items = sim_items(task, n_items)
+    except ConfigError:
+        # a task without synthetic sim items (RUMAD's MMLU, GPQA): its fixture
+        items = sim_items(task)
+    d = [item_difficulty(it, difficulty_sd) for it in items]
     t = min(max(float(target), expected_round0(eps, d)), expected_round0(1 - eps, d))
     return float(optimize.brentq(lambda s: expected_round0(s, d) - t, eps, 1 - eps, xtol=1e-10))
 
 # %% ../nbs/study/16_calibration.ipynb #47f73adf
 def competence_fit(
-    targets: pd.DataFrame, world: World | None = None, n_items: int = 100
+    targets: pd.DataFrame, world: World | None = None, n_items: int = 400
 ) -> pd.DataFrame:
     """The exact competence fit: per (sim model, task) with printed single-agent accuracies (MADC Table 1, UMAD
-    Table 1 T=1, Du et al.), the `task_skill` whose expected round-0 accuracy equals their mean; `spread` (max - min,
+    Table 1 T=1, Du et al.), the `task_skill` whose expected round-0 accuracy on the first `n_items` items (the calibration table's cap) equals their mean (parse failures, `parse_fail`, counted as wrong); `spread` (max - min,
     points) is the tension when one sim model stands for several printed numbers."""
     rows = []
     comp = targets[(targets["mechanism"] == "competence") & (targets["family"] == "world")]
     for (m, t), g in comp.groupby(["sim_model", "task"], sort=False):
-        sd = world.agent(m).difficulty_sd if world is not None else 1.0
+        a = world.agent(m) if world is not None else SimAgent()
         p = g["printed"].to_numpy(float)
-        s = fit_task_skill(p.mean() / 100, t, n_items, sd)
+        # a parse failure scores wrong: the agent must solve p / (1 - parse_fail) of the items it answers
+        s = fit_task_skill(
+            min(p.mean() / 100 / (1 - a.parse_fail), 1.0), t, n_items, a.difficulty_sd
+        )
         rows.append(
             dict(
                 sim_model=m,
@@ -349,15 +391,15 @@ def _by_item(df: pd.DataFrame, col: str) -> pd.Series:
 
 # %% ../nbs/study/16_calibration.ipynb #e6c402b3
 def round0_accuracy(
-    world: World, row: Mapping, n_items: int, seeds: int
+    world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
 ) -> tuple[np.ndarray, np.ndarray]:
-    "Single-agent accuracy per item (MADC's Single CoT, UMAD's T=1, Du et al.'s single agent): round 0 of one agent of the row's sim model, `seeds` samples per item; (accuracy, zeros)."
+    "Single-agent accuracy per item (MADC's Single CoT, UMAD's T=1, Du et al.'s single agent): round 0 of one agent of the row's sim model, `seeds` samples per item, the mechanisms `off` switched off; (accuracy, zeros)."
     m, task = row["sim_model"].split("+")[0], row["task"]
     items = sim_items(task, n_items)
     tr = run_debate(
         items,
         make_agents([m]),
-        world.backends([m], task),
+        world.backends([m], off),
         debate_rounds=0,
         samples=seeds,
         sampling=Sampling(temperature=1.0, max_new_tokens=512),
@@ -368,15 +410,15 @@ def round0_accuracy(
 
 # %% ../nbs/study/16_calibration.ipynb #212473ed
 def du_debate_gain(
-    world: World, row: Mapping, n_items: int, seeds: int
+    world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
 ) -> tuple[np.ndarray, np.ndarray]:
-    "Du et al.'s GSM8K effect per item: 3 agents, one debate round, the du_gsm8k prompt; (majority vote after debate, mean single-agent accuracy at round 0)."
+    "Du et al.'s GSM8K effect per item: 3 agents, one debate round, the du_gsm8k prompt, the mechanisms `off` switched off; (majority vote after debate, mean single-agent accuracy at round 0)."
     m, task = row["sim_model"].split("+")[0], row["task"]
     items = sim_items(task, n_items)
     tr = run_debate(
         items,
         make_agents([m] * 3),
-        world.backends([m], task),
+        world.backends([m], off),
         protocol=FullyConnected(),
         debate_rounds=1,
         samples=seeds,
@@ -401,12 +443,14 @@ def madc_runs(
     seeds: int,
     n_agents: int = 10,
     strategies: Sequence[str] = ("fixed", "truth_last"),
+    off: Sequence[str] = (),
 ) -> dict[str, pd.Series]:
     """MADC's Table 1 runs through `mad_study.madc.run_strategies` (Fixed = MAD, Truth Last), `n_agents` agents, one
-    debate round: per-item single-agent accuracy (`single`) and majority-vote accuracy per strategy (memoised)."""
+    debate round, the mechanisms `off` switched off: per-item single-agent accuracy (`single`) and majority-vote
+    accuracy per strategy (memoised)."""
     key = (
         "madc",
-        world.key([model], task),
+        world.key([model], off),
         model,
         task,
         n_items,
@@ -418,7 +462,7 @@ def madc_runs(
         trs = run_strategies(
             sim_items(task, n_items),
             model,
-            world.backends([model], task),
+            world.backends([model], off),
             list(strategies),
             n_agents=n_agents,
             repeats=seeds,
@@ -437,36 +481,50 @@ def madc_runs(
 
 # %% ../nbs/study/16_calibration.ipynb #3400dd08
 def madc_debate_gain(
-    world: World, row: Mapping, n_items: int, seeds: int
+    world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
 ) -> tuple[np.ndarray, np.ndarray]:
-    "MADC Table 1's MAD - Single CoT per item: (MAD's majority vote, single-agent accuracy)."
-    r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds)
+    "MADC Table 1's MAD - Single CoT per item, the mechanisms `off` switched off: (MAD's majority vote, single-agent accuracy)."
+    r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds, off=off)
     return r["fixed"].to_numpy(), r["single"].to_numpy()
 
 # %% ../nbs/study/16_calibration.ipynb #ce8b34ab
 def madc_truth_last_gain(
-    world: World, row: Mapping, n_items: int, seeds: int
+    world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
 ) -> tuple[np.ndarray, np.ndarray]:
-    "MADC Table 1's MAD+Truth Last - MAD per item (the position effect that recency serves): (Truth Last, Fixed)."
-    r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds)
+    "MADC Table 1's MAD+Truth Last - MAD per item (the position effect that recency serves), the mechanisms `off` switched off: (Truth Last, Fixed)."
+    r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds, off=off)
     return r["truth_last"].to_numpy(), r["fixed"].to_numpy()
 
 # %% ../nbs/study/16_calibration.ipynb #7bf5ec6d
 def madc_agent_scaling(
-    world: World, row: Mapping, n_items: int, seeds: int
+    world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
 ) -> tuple[np.ndarray, np.ndarray]:
-    "MADC Tables 2-5: MAD with 10 agents - with 3 agents per item: (10 agents' majority vote, 3 agents')."
+    "MADC Tables 2-5: MAD with 10 agents - with 3 agents per item, the mechanisms `off` switched off: (10 agents' majority vote, 3 agents')."
     m, t = row["sim_model"], row["task"]
-    ten = madc_runs(world, m, t, n_items, seeds, 10, ("fixed",))["fixed"]
-    three = madc_runs(world, m, t, n_items, seeds, 3, ("fixed",))["fixed"]
+    ten = madc_runs(world, m, t, n_items, seeds, 10, ("fixed",), off)["fixed"]
+    three = madc_runs(world, m, t, n_items, seeds, 3, ("fixed",), off)["fixed"]
     return ten.to_numpy(), three.to_numpy()
+
+# %% ../nbs/study/16_calibration.ipynb #madcvs01
+def madc_vs_mad(
+    world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
+) -> tuple[np.ndarray, np.ndarray]:
+    "MADC Tables 2-5 at 10 agents: MADC (Alg. 1, the consistency-ordered allocation) - MAD (Fixed) per item, the mechanisms `off` switched off: (MADC's majority vote, MAD's)."
+    r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds, 10, ("fixed", "madc"), off)
+    return r["madc"].to_numpy(), r["fixed"].to_numpy()
 
 # %% ../nbs/study/16_calibration.ipynb #ae03b9ea
 def rumad_dense_sparse_gap(
-    world: World, row: Mapping, n_items: int, seeds: int, debate_rounds: int = 5
+    world: World,
+    row: Mapping,
+    n_items: int,
+    seeds: int,
+    off: Sequence[str] = (),
+    debate_rounds: int = 5,
 ) -> tuple[np.ndarray, np.ndarray]:
     """RUMAD Table 2's MAD - S-MAD star per item: its six agents (two of each of the row's sim models) for six rounds
-    under `mad_study.protocols.make_baseline('mad')` and `('smad_star')`, the rumad prompt; final majority votes."""
+    under `mad_study.protocols.make_baseline('mad')` and `('smad_star')`, the rumad prompt, the mechanisms `off`
+    switched off; final majority votes."""
     models = row["sim_model"].split("+")
     agents = make_agents([models[i % len(models)] for i in range(6)])
     items = sim_items(row["task"], n_items)
@@ -475,7 +533,7 @@ def rumad_dense_sparse_gap(
         tr = run_debate(
             items,
             agents,
-            world.backends(models, row["task"]),
+            world.backends(models, off),
             protocol=make_baseline(name),
             debate_rounds=debate_rounds,
             samples=seeds,
@@ -488,15 +546,16 @@ def rumad_dense_sparse_gap(
 
 # %% ../nbs/study/16_calibration.ipynb #ce0d3212
 def umad_turn_gain(
-    world: World, row: Mapping, n_items: int, seeds: int
+    world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
 ) -> tuple[np.ndarray, np.ndarray]:
     """UMAD Table 1's pass@1 at T=5 - at T=1 per item for a homogeneous pair of the row's sim model (two agents, four
-    debate rounds, no history: App. F.2, no aggregation); (T=5, T=1), both agents pooled."""
+    debate rounds, no history: App. F.2, no aggregation), the mechanisms `off` switched off; (T=5, T=1), both agents
+    pooled."""
     m, task = row["sim_model"].split("+")[0], row["task"]
     tr = run_debate(
         sim_items(task, n_items),
         make_agents([m, m]),
-        world.backends([m], task),
+        world.backends([m], off),
         debate_rounds=4,
         samples=seeds,
         history="none",
@@ -508,6 +567,43 @@ def umad_turn_gain(
         tr[tr["round"] == 0], "correct"
     ).to_numpy()
 
+# %% ../nbs/study/16_calibration.ipynb #umadfl01
+def umad_pair(
+    world: World,
+    models: Sequence[str],
+    task: str,
+    n_items: int,
+    seeds: int,
+    debate_rounds: int,
+    off=(),
+) -> pd.DataFrame:
+    "UMAD's zero-shot pair (App. F.2: two agents, no history, the umad_math prompt, T = 0.6) on the world, `off` switched off: the transcript."
+    return run_debate(
+        sim_items(task, n_items),
+        make_agents(list(models)),
+        world.backends(list(models), off),
+        debate_rounds=debate_rounds,
+        samples=seeds,
+        history="none",
+        prompt="umad_math",
+        sampling=Sampling(temperature=0.6, max_new_tokens=2048),
+        progress=False,
+    )
+
+
+def umad_flip_gap(
+    world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
+) -> tuple[np.ndarray, np.ndarray]:
+    """UMAD Fig. 5's ordering in the heterogeneous pair (A0 the weaker, A1 the stronger sim model of the row): per
+    item the flip ratio C2W + W2C (App. D.4, `flip_transitions`) between T=1 and T=2 of A1 and of A0; (A1's, A0's)."""
+    tr = umad_pair(world, row["sim_model"].split("+"), row["task"], n_items, seeds, 1, off)
+    flips = {}
+    for agent, g in tr.groupby("agent"):
+        w = g.pivot_table(index=["item_id", "sample"], columns="round", values="correct")
+        flips[agent] = (w[0] != w[1]).astype(float).groupby(level="item_id").mean()
+    a0, a1 = sorted(flips)
+    return flips[a1].to_numpy(), flips[a0].to_numpy()
+
 # %% ../nbs/study/16_calibration.ipynb #d8543d11
 STATISTICS: dict[str, Callable[..., tuple[np.ndarray, np.ndarray]]] = {
     "round0_accuracy": round0_accuracy,
@@ -517,14 +613,21 @@ STATISTICS: dict[str, Callable[..., tuple[np.ndarray, np.ndarray]]] = {
     "madc_agent_scaling": madc_agent_scaling,
     "rumad_dense_sparse_gap": rumad_dense_sparse_gap,
     "umad_turn_gain": umad_turn_gain,
+    "madc_vs_mad": madc_vs_mad,
+    "umad_flip_gap": umad_flip_gap,
 }
 
 # %% ../nbs/study/16_calibration.ipynb #5d221b8c
 def sim_number(
-    world: World, row: Mapping, n_items: int, seeds: int, stats: Mapping | None = None
+    world: World,
+    row: Mapping,
+    n_items: int,
+    seeds: int,
+    stats: Mapping | None = None,
+    off: Sequence[str] = (),
 ) -> dict:
     """The sim's number for a target row (points) with its 95% interval, items as clusters (`paired_inference` on
-    the per-item pair the row's statistic returns; MADC, UMAD, RUMAD, Du et al. rows)."""
+    the per-item pair the row's statistic returns, with the mechanisms `off` switched off: a paired control; MADC, UMAD, RUMAD, Du et al. rows)."""
     stats = STATISTICS if stats is None else stats
     if row.get("statistic") not in stats:
         raise ConfigError(
@@ -533,14 +636,26 @@ def sim_number(
             value=row.get("statistic"),
             choices=stats,
         )
-    a, b = stats[row["statistic"]](world, row, n_items, seeds)
-    r = paired_inference(a, b, test="ttest" if len(a) >= 2 else "auto")
-    return dict(
-        sim=100 * float(np.mean(a - b)),
-        ci_low=100 * r["ci_low"],
-        ci_high=100 * r["ci_high"],
-        n_items=len(a),
+    key = (
+        "number",
+        world.key(row["sim_model"].split("+"), off),
+        stats[row["statistic"]],
+        row["sim_model"],
+        row["task"],
+        n_items,
+        seeds,
     )
+    # memoised: UMAD's A0 and A1 rows are one run of the pair
+    if key not in _MEMO:
+        a, b = stats[row["statistic"]](world, row, n_items, seeds, off=off)
+        r = paired_inference(a, b, test="ttest" if len(a) >= 2 else "auto")
+        _MEMO[key] = dict(
+            sim=100 * float(np.mean(a - b)),
+            ci_low=100 * r["ci_low"],
+            ci_high=100 * r["ci_high"],
+            n_items=len(a),
+        )
+    return _MEMO[key]
 
 # %% ../nbs/study/16_calibration.ipynb #0ee09b2b
 @dataclass
@@ -608,7 +723,7 @@ def fit_world(
     stats = STATISTICS if stats is None else stats
     log = []
     if competence:
-        cf = competence_fit(targets, world, max(n_items, 100))
+        cf = competence_fit(targets, world, max(n_items, 400))
         for _, r in cf.iterrows():
             world.task_skill.setdefault(r["sim_model"], {})[r["task"]] = float(r["task_skill"])
         log += [
@@ -703,21 +818,139 @@ def fit_world(
             )
     return world, pd.DataFrame(log).drop(columns="_sims", errors="ignore")
 
+# %% ../nbs/study/16_calibration.ipynb #fitgrid1
+def fit_grid(
+    world: World,
+    targets: pd.DataFrame,
+    models: Sequence[str],
+    grid: Mapping[str, Sequence[float]],
+    n_items: int = 100,
+    seeds: int = 2,
+    stats: Mapping | None = None,
+) -> tuple[World, pd.DataFrame]:
+    """Fit several strengths of `models` jointly on the product `grid` (param -> values) against `targets`' rows
+    with a statistic other than competence (MADC Table 1's and Tables 2-5's debate gains and Du et al.'s: `conformity` with `recognition`,
+    where one alone cannot serve both): every point on the same items and seeds (common random numbers). With
+    `difficulty_sd` in the grid, the competence (`task_skill`) is refitted exactly at each value (`competence_fit` on `targets`' competence rows),
+    so the single-agent accuracies stay the printed ones. Returns the world at the best point (least sum of squared
+    gaps, points) and the log: one row per point, its objective, the sim numbers, and `best` marking the minimum;
+    the attribute `own` of the log names each target's own best point (the tension where they differ)."""
+    stats = STATISTICS if stats is None else stats
+    models = list(models)
+    # the objective: every row with a statistic but the single-agent accuracies (those are refitted, not searched)
+    rows = targets[
+        targets["statistic"].isin(list(stats)) & (targets["mechanism"] != "competence")
+    ].reset_index(drop=True)
+    printed = rows["printed"].to_numpy(float)
+    names = list(grid)
+    log = []
+    for point in itertools.product(*(grid[k] for k in names)):
+        w = world
+        for k, v in zip(names, point):
+            w = w.with_value(models, k, float(v))
+        if "difficulty_sd" in names:
+            for _, r in competence_fit(targets, w).iterrows():
+                if r["sim_model"] in models:
+                    w.task_skill.setdefault(r["sim_model"], {})[r["task"]] = float(r["task_skill"])
+        sims = np.array(
+            [
+                100 * float(np.mean(np.subtract(*stats[r["statistic"]](w, r, n_items, seeds))))
+                for _, r in rows.iterrows()
+            ]
+        )
+        _MEMO.clear()
+        log.append(
+            dict(
+                zip(names, map(float, point)),
+                objective=float(((sims - printed) ** 2).sum()),
+                sims=sims,
+                _world=w,
+            )
+        )
+    log = pd.DataFrame(log)
+    i = int(log["objective"].idxmin())
+    log["best"] = log.index == i
+    own = [
+        log.loc[int(np.argmin([(s[k] - p) ** 2 for s in log["sims"]])), names].to_dict()
+        for k, p in enumerate(printed)
+    ]
+    best_world = log.loc[i, "_world"]
+    log = log.drop(columns="_world")
+    log.attrs["own"] = [
+        f"{r['source']} {r['task']} ({r['printed']:+.1f}): "
+        + ", ".join(f"{k} {v:g}" for k, v in o.items())
+        for (_, r), o in zip(rows.iterrows(), own)
+    ]
+    return best_world, log
+
+# %% ../nbs/study/16_calibration.ipynb #ctrl0001
+# statistic -> the mechanisms its control switches off (03b_sim `off=`): the debate gains are served by conformity
+# and recognition together (fitted jointly), the position effect (Truth Last, MADC's allocation) by recency, RUMAD's gap by context harm, UMAD's
+# turn gain by debate noise (there the control shows the cost: effect - control is the aleatoric cost), UMAD's
+# flip ordering by conformity
+CONTROLS = {
+    "du_debate_gain": ("conformity", "recognition"),
+    "madc_debate_gain": ("conformity", "recognition"),
+    "madc_agent_scaling": ("conformity", "recognition"),
+    "madc_truth_last_gain": ("recency",),
+    "madc_vs_mad": ("recency",),
+    "rumad_dense_sparse_gap": ("context_harm",),
+    "umad_turn_gain": ("debate_noise",),
+    "umad_flip_gap": ("conformity",),
+}
+
+# %% ../nbs/study/16_calibration.ipynb #ctrl0002
+def power_items(
+    world: World,
+    row: Mapping,
+    n_items: int,
+    seeds: int = 1,
+    stats: Mapping | None = None,
+    pilot_items: int = 40,
+    min_items: int = 40,
+) -> tuple[int, float]:
+    """The items a calibration row's comparison needs (issue 50: n from power): `n_for_power(|printed| / 100,
+    discordance)` (05b_stats: the kit's 0/1 paired test) with the discordance mean |a - b| of the row's
+    per-item pair in a `pilot_items` pilot (per-item shares in [0, 1] for 0/1 answers: conservative), at least
+    `min_items`, capped at `n_items` (the time budget) and at the task's items where the sim cannot top them up; (n, discordance). A printed 0 or NaN (a drawn claim), a pilot without discordance
+    or a statistic without a pair (a level, `round0_accuracy`) gets the cap; an effect larger than the
+    pilot's discordance (the sim cannot reach it), the cap too. MADC, UMAD, RUMAD and Du et al.'s rows."""
+    stats = STATISTICS if stats is None else stats
+    try:
+        sim_items(row["task"], n_items)
+    except ConfigError:
+        # a task without synthetic sim items (RUMAD's MMLU, GPQA): its fixture is the cap
+        n_items = len(sim_items(row["task"]))
+    if row["statistic"] == "round0_accuracy":
+        return int(n_items), float("nan")
+    a, b = stats[row["statistic"]](world, row, pilot_items, seeds)
+    disc, eff = float(np.mean(np.abs(a - b))), abs(float(row["printed"])) / 100
+    if not np.isfinite(eff) or eff == 0 or disc == 0:
+        return int(n_items), disc
+    # an effect beyond the pilot's discordance is one the sim cannot reach at this strength: the cap
+    n = n_items if eff >= disc else n_for_power(eff, disc)
+    return int(min(max(n, min_items), n_items)), disc
+
 # %% ../nbs/study/16_calibration.ipynb #66a59ee9
 def calibration_table(
     world: World,
     targets: pd.DataFrame,
-    n_items: int = 20,
+    n_items: int = 400,
     seeds: int = 1,
     stats: Mapping | None = None,
     fit_log: pd.DataFrame | None = None,
+    pilot_items: int = 40,
+    min_items: int = 40,
 ) -> pd.DataFrame:
-    """The calibration table (issue 50): per target row of the world's family with a sim statistic (MADC, UMAD, RUMAD,
-    Du et al.): mechanism, parameter, sim model, the world's value of it, the printed number, the sim's number with a
-    95% interval (items as clusters, `paired_inference`), whether the interval holds the printed number, and the
-    tension the fit found (from `fit_log`, else the competence spread)."""
+    """The calibration table with effects and controls (issue 50): per target row of the world's family with a sim
+    statistic (MADC, UMAD, RUMAD, Du et al.): mechanism, parameter, sim model, the world's value, the printed
+    number, the sim's number with its 95% interval (items as clusters, `paired_inference`), the same statistic with
+    the row's mechanisms off (`CONTROLS`: same items, same seeds) with its interval, and whether each is resolved
+    (its interval excludes 0). The items per row come from power: `n_for_power(printed effect, discordance)` (the
+    discordance of a `pilot_items` pilot) capped at `n_items`; `resolves` is the effect those items resolve with 80%
+    power (`resolvable_effect`). `tension`: from `fit_log`, else the competence spread."""
     stats = STATISTICS if stats is None else stats
-    cf = competence_fit(targets, world, max(n_items, 100)).set_index(["sim_model", "task"])
+    cf = competence_fit(targets, world).set_index(["sim_model", "task"])
     tension = (
         {}
         if fit_log is None
@@ -732,18 +965,18 @@ def calibration_table(
         (targets["family"] == "world") & targets["statistic"].isin(list(stats))
     ].iterrows():
         param = "task_skill" if r["mechanism"] == "competence" else MECHANISMS[r["mechanism"]]
-        models = r["sim_model"].split("+")
-        if param == "task_skill":
-            value = world.task_skill.get(models[0], {}).get(r["task"], world.agent(models[0]).skill)
-            t = (
-                cf.loc[(r["sim_model"], r["task"]), "tension"]
-                if (r["sim_model"], r["task"]) in cf.index
-                else ""
-            )
-        else:
-            value = getattr(world.agent(models[0], r["task"]), param)
-            t = tension.get((r["mechanism"], r["sim_model"]), "")
-        n = sim_number(world, r, n_items, seeds, stats)
+        a = world.agent(r["sim_model"].split("+")[0])
+        value = a.task_skill.get(r["task"], a.skill) if param == "task_skill" else getattr(a, param)
+        t = (
+            cf["tension"].get((r["sim_model"], r["task"]), "")
+            if param == "task_skill"
+            else tension.get((r["mechanism"], r["sim_model"]), "")
+        )
+        off = CONTROLS.get(r["statistic"], ())
+        n, disc = power_items(world, r, n_items, seeds, stats, pilot_items, min_items)
+        e = sim_number(world, r, n, seeds, stats)
+        c = sim_number(world, r, n, seeds, stats, off=off) if off else None
+        resolved = lambda x: x is not None and (x["ci_low"] > 0 or x["ci_high"] < 0)
         rows.append(
             dict(
                 mechanism=r["mechanism"],
@@ -754,11 +987,26 @@ def calibration_table(
                 quantity=r["quantity"],
                 task=r["task"],
                 printed=r["printed"],
-                sim=n["sim"],
-                ci_low=n["ci_low"],
-                ci_high=n["ci_high"],
-                covers=bool(n["ci_low"] <= r["printed"] <= n["ci_high"]),
-                n_items=n["n_items"],
+                n_items=e["n_items"],
+                resolves=(
+                    100 * resolvable_effect(e["n_items"], disc) if off and disc > 0 else np.nan
+                ),
+                sim=e["sim"],
+                ci_low=e["ci_low"],
+                ci_high=e["ci_high"],
+                covers=bool(e["ci_low"] <= r["printed"] <= e["ci_high"]),
+                control_off="+".join(off),
+                control=c["sim"] if c else np.nan,
+                control_ci_low=c["ci_low"] if c else np.nan,
+                control_ci_high=c["ci_high"] if c else np.nan,
+                effect_resolved=resolved(e) if off else None,
+                control_resolved=resolved(c) if off else None,
+                verdict=(
+                    f"effect {'' if resolved(e) else 'not '}resolved, "
+                    f"control {'' if resolved(c) else 'not '}resolved"
+                    if off
+                    else "a level: no control"
+                ),
                 tension=t,
             )
         )

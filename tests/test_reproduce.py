@@ -72,8 +72,12 @@ def test_same_seed_byte_identical_tables(scratch):
     assert set(side["params"]) >= {"experiment", "profile", "seed", "n_items", "models"}
     assert not set(side["params"]) & {"In", "Out", "get_ipython", "study", "items", "transcript", "plt", "pd"}
     raw = (scratch / "fig0" / "baseline" / "baseline.json").read_text()
-    assert len(raw) < 8000 and str(scratch) not in raw and str(ROOT) not in raw    # small, no machine path
-    assert len(side["items"]["gsm8k"]) == 100                     # the sim profile's n_items (params/baseline)
+    from mad_study.registry import experiments, load_profile
+    from mad_study.reproduce import merge_params
+    n = merge_params(experiments()["du_gsm8k"], load_profile("sim"))["n_items"]
+    # small (a few kB and the item ids, ~30 characters each), no machine path
+    assert len(raw) < 8000 + 30 * n and str(scratch) not in raw and str(ROOT) not in raw
+    assert len(side["items"]["gsm8k"]) == n                       # the sim profile's n_items (params/baseline)
     index = (scratch / "fig0" / "INDEX.md").read_text()
     assert "| baseline |" in index and "regenerated" in index
 

@@ -416,7 +416,7 @@ def test_paper_profile_is_the_paper():
     assert (t1["n_agents"], t1["debate_rounds"], t1["max_new_tokens"], t1["prompt"]) == (10, 1, 4096, "madc")
     assert "random" in exps["madc_fig1"][1]["strategies"] and "random_shared" not in exps["madc_fig1"][1]["strategies"]
     f35 = exps["madc_fig3_5"][1]
-    assert f35["repeats"] == 20 and f35["strategies"] == ["fixed", "random", "truth_first", "truth_last"] and not f35["recency_control"]
+    assert f35["repeats"] == 20 and f35["strategies"] == ["fixed", "random", "truth_first", "truth_last"] and f35["control_off"] == []
     f9 = exps["madc_fig9"][1]
     assert (f9["pool_size"], f9["cot_samples"], f9["reps_per_count"], f9["reversal_repeats"]) == (40, 400, 10, 5)
     assert f9["case_ids"] == list(CASES.values())
@@ -438,7 +438,7 @@ def test_plan_counts():
     assert plan["madc_fig9"] == 2 * 3 * (400 + 5 * 3 * 80 * 10)
     sims = _merged("sim")
     assert all(p["profile"] == "sim" and all(m.startswith("sim") for m in p["models"]) for _, p in sims.values())
-    assert sims["madc_fig3_5"][1]["recency_control"] is True
+    assert all(sims[e][1]["control_off"] == ["recency"] for e in ("madc_fig3_5", "madc_fig7", "madc_tab1", "madc_tab2_5", "madc_fig9"))
     cpu = _merged("cpu")
     t1 = cpu["madc_tab1"][1]
     assert t1["n_items"] <= 2 and t1["n_agents"] <= 3 and t1["max_new_tokens"] <= 128
@@ -455,3 +455,44 @@ def test_notebook_defaults_are_fig1_under_the_sim_profile():
     sim = merged.pop("sim_agents")
     assert {k: nb.get(k) for k in merged} == merged
     assert {m: nb["sim_agents"][m] for m in nb["models"]} == {m: sim[m] for m in merged["models"]}
+
+
+# ---------------------------------------------------------------- one world, paired controls (issue 50)
+def test_experiments_run_in_the_world():
+    "No MADC experiment file sets sim agents of its own: every sim run is the world of params/profiles/sim.yaml."
+    import yaml
+    from mad_study.core import kit_path
+    for f in sorted(kit_path("params/madc").glob("*.yaml")):
+        d = yaml.safe_load(f.read_text())
+        assert "sim_agents" not in d["params"], f
+        assert all("sim_agents" not in (v or {}) for v in d["profiles"].values()), f
+    sims = _merged("sim")
+    from mad_study.reproduce import load_profile
+    world = load_profile("sim")["sim_agents"]
+    assert all(p["sim_agents"] == world for _, p in sims.values())
+
+
+def _world_run(off, items, strategies=("fixed", "truth_last"), seed=5):
+    from mad_study.backends import make_backend
+    from mad_study.reproduce import load_profile
+    m = "sim-qwen2.5-7b"
+    b = {m: make_backend(m, sim_agents=load_profile("sim")["sim_agents"], sim_off=off)}
+    return run_strategies(items, m, b, list(strategies), n_agents=10, repeats=2,
+                          sampling=Sampling(max_new_tokens=4096, temperature=1.0, seed=seed))
+
+
+def test_control_round0_identical_item_by_item():
+    "The control (the same world with recency off, as the notebook runs it) has the effect run's round 0, item by item."
+    from mad_study.sim import sim_items
+    items = sim_items("bbh_logical_deduction_7", 60)
+    on, off = _world_run((), items), _world_run(("recency",), items)
+    key = ["item_id", "sample", "agent"]
+    r0 = lambda t: t[t["round"] == 0].sort_values(key)[key + ["text", "answer", "correct"]].reset_index(drop=True)
+    for s in on:
+        pd.testing.assert_frame_equal(r0(on[s]), r0(off[s]))
+        assert shared_round0({"effect": on[s], "control": off[s]})
+    # downstream of recency the runs differ (the world's recency is > 0): some debate turn answers otherwise
+    from mad_study.reproduce import load_profile
+    assert load_profile("sim")["sim_agents"]["sim-qwen2.5-7b"]["recency"] > 0
+    r1 = lambda t: t[t["round"] == 1].sort_values(key)["answer"].tolist()
+    assert r1(on["truth_last"]) != r1(off["truth_last"])
