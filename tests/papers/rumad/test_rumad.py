@@ -99,10 +99,9 @@ MODELS = ["sim-llama-3.1-8b", "sim-glm-4-9b", "sim-deepseek-math-7b"]
 
 
 def _sim_setup(off: bool = False):
-    "The rumad_all sim profile's synthetic agents (they derail on long prompts); `off`: the same without `context_decay`."
+    "The sim world's RUMAD agents (params/profiles/sim.yaml: they derail on long prompts); `off`: the same world with context_harm off."
     sa = merge_params(experiments()["rumad_all"], load_profile("sim"))["sim_agents"]
-    sa = {m: {k: v for k, v in sa[m].items() if not (off and k == "context_decay")} for m in MODELS}
-    return {m: make_backend(m, sim_agents=sa) for m in MODELS}, sa
+    return {m: make_backend(m, sim_agents=sa, sim_off=("context_harm",) if off else None) for m in MODELS}, sa
 
 
 def _run_costs(items, protocol, backends):
@@ -124,7 +123,8 @@ def _controller(variant: str = "B12", off: bool = False):
     pol, cfg, meta = R.load_controller(path)
     _, sa = _sim_setup(off)
     # the checkpoint was trained under the sim profile's parameters (what the notebook checks before loading it)
-    assert R.checkpoint_mismatch(path, cfg, R.training_meta(MODELS, "mmlu:dev", 0, "sim", "rumad", 512, "fixture", sa)) is None
+    meta = R.training_meta(MODELS, "mmlu:dev", 0, "sim", "rumad", 512, "fixture", sa)
+    assert R.checkpoint_mismatch(path, cfg, {**meta, **({"sim_off": ["context_harm"]} if off else {})}) is None
     return pol, cfg
 
 
@@ -296,7 +296,9 @@ def test_committed_speak_heads_are_issue52s_recipe():
         _, cfg, meta = R.load_controller(p)
         assert (cfg.head, cfg.deploy, cfg.budget_reading, cfg.head_peers, cfg.B) == ("agent", "p_speak", "deployed", 2, 12)
         assert meta["seed"] == int(p.stem.split("_s")[-1][0]), p.name
-        assert ("context_decay" in str(meta["sim_agents"])) == (not p.stem.endswith("nodecay")), p.name
+        # the world with context_harm off: the same agents, the mechanism switched off (sim_off)
+        assert meta.get("sim_off", []) == (["context_harm"] if p.stem.endswith("nodecay") else []), p.name
+        assert "context_decay" in str(meta["sim_agents"]), p.name
         log = pd.DataFrame(meta["log"])
         assert len(log) == cfg.updates and log["loss_clipped"].tail(25).mean() <= 0.3, p.name
 
@@ -311,7 +313,8 @@ def test_committed_checkpoints_train_as_table6_with_a_calm_clip():
     # sampling noise) moves by at most 0.25 over the evaluations of the last 100 updates (the rollout return is noisier:
     # each update draws 10 of the 20 training items), except the variants listed in NOT_PLATEAUED
     paths = _committed()
-    assert len(paths) == 10
+    # B12 (seeds 0-2, both worlds: B12, B12_s1, B12_s2, nodecay, B12_s1_nodecay, B12_s2_nodecay), B18, 5 ablations, N3_B6, N9_B18
+    assert len(paths) == 14
     for p in paths:
         _, cfg, meta = R.load_controller(p)
         log = pd.DataFrame(meta["log"])
