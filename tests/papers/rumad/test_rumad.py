@@ -300,7 +300,10 @@ def test_committed_speak_heads_are_issue52s_recipe():
         assert meta.get("sim_off", []) == (["context_harm"] if p.stem.endswith("nodecay") else []), p.name
         assert "context_decay" in str(meta["sim_agents"]), p.name
         log = pd.DataFrame(meta["log"])
-        assert len(log) == cfg.updates and log["loss_clipped"].tail(25).mean() <= 0.3, p.name
+        assert len(log) == cfg.updates == 300 and log["loss_clipped"].tail(25).mean() <= 0.3, p.name
+        val = log.loc[log["update"] >= cfg.updates - 100, "val_episode_return"].dropna()
+        flat = len(val) >= 4 and val.max() - val.min() <= 0.25
+        assert flat == (p.stem.split("rumad_sim_")[1] not in HEADS_NOT_PLATEAUED), (p.name, val.round(3).tolist())
 
 
 ABLATIONS = ("beta", "no_ep", "no_t", "no_activation", "no_budget")       # Table 3's variants: 200 updates (sim profile)
@@ -326,10 +329,14 @@ def test_committed_checkpoints_train_as_table6_with_a_calm_clip():
         assert flat == (p.stem.split("rumad_sim_")[1] not in NOT_PLATEAUED), (p.name, val.round(3).tolist())
 
 
-# measured 2026-11-26: these three still move on the held-out items over their last 100 updates (N3_B6 by 1.29, no_budget
-# 1.18, no_activation 0.61): weights near 0.5 put Eq. 4 on a knife edge, so tiny moves flip who speaks. Not plateaued;
-# listed so that the test fails (and this list is revisited) when a retraining changes it
+# measured 2026-11-28 (retrained in the calibrated world): these three still move on the held-out items over their last
+# 100 updates (no_activation by 0.98, no_budget 0.57, N3_B6 0.48; the others at most 0.23): weights near 0.5 put Eq. 4 on
+# a knife edge, so tiny moves flip who speaks. Not plateaued; listed so that the test fails (and this list is revisited)
+# when a retraining changes it
 NOT_PLATEAUED = {"N3_B6", "no_activation", "no_budget"}
+# the speak heads whose held-out return still moves by more than 0.25 over their last 100 updates (2026-11-28: H12_s0 by
+# 0.99, H12_s2 by 2.80; the other four by at most 0.01): P(speak) near 0.5 flips who speaks on 10 held-out items
+HEADS_NOT_PLATEAUED = {"H12_s0", "H12_s2"}
 
 
 def test_the_kit_safeguards():
