@@ -2,10 +2,9 @@
 protocols, the sparse ring and a stopping rule with reused rows, MADC's orderings, every history mode, greedy and
 sampling) must give transcripts whose digest is the one the unchanged engine gave.
 
-DIGESTS were computed ONCE with the engine of commit dc1de10 (before the speed work): `git worktree add /tmp/b dc1de10`,
-then `PYTHONPATH=/tmp/b python tests/test_engine_speed.py`. When the sim's random streams change on purpose (the
-world model's rewrite), regenerate them the same way from the commit with the new sim and the OLD engine, or, if the
-engine is trusted, from this checkout: `python tests/test_engine_speed.py` prints the dict to paste below."""
+DIGESTS: the engine of commit dc1de10 (before the speed work) with the one-world sim of issue 50 gave these values, and
+this checkout's faster engine prints the same. When the sim's random streams change on purpose, regenerate them with
+`python tests/test_engine_speed.py` (it prints the dict to paste below) from a checkout whose engine is trusted."""
 from __future__ import annotations
 
 import hashlib
@@ -21,13 +20,13 @@ from mad_study.sim import SimBackend, sim_items
 
 # case -> sha256 (first 16 hex digits) of the transcript frame as CSV; from dc1de10's engine (see the docstring)
 DIGESTS = {
-    "du_full_sampling": "d1a6d3b30862d539",
-    "random_last_greedy": "9c01dc7d02c08e71",
-    "truth_last_none": "3a74814555afd146",
-    "random_shared_madc": "55ca0bd8de5daf8a",
-    "ring_earlystop_reused": "f2154cf6449af567",
-    "star_last_greedy": "ec084f99c9d98c5d",
-    "groupdebate_views": "8a62dbcd7538b382",
+    "du_full_sampling": "92d6ce6013423824",
+    "random_last_greedy": "c7260fe363b1d540",
+    "truth_last_none": "46c3730f3aff6270",
+    "random_shared_madc": "1237572c56ece69d",
+    "ring_earlystop_reused": "6953af03128c260b",
+    "star_last_greedy": "4163accbbec3ca92",
+    "groupdebate_views": "f9c147c907029245",
 }
 
 
