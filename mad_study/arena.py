@@ -179,7 +179,6 @@ def run_rumad(arena: Arena, key: str):
                 cfg.lam,
                 activation=cfg.activation,
                 seed=arena.seed,
-                deploy=cfg.deploy,
             ),
             debate_rounds=arena.debate_rounds,
             method=key,
