@@ -225,3 +225,16 @@ def test_seeds_of_role_debates_and_meta_debate_never_hold_the_model_name():
     # role-blind agents: their answers do not depend on the name either
     a, b = _run_twice(run, lambda n, i: RoleSimBackend(n, skill=0.5 + 0.2 * i))
     assert a == b
+
+
+def test_no_experiment_file_redefines_the_world():
+    "One world (issue 50): the sim models' behaviour lives in params/profiles/sim.yaml only; an experiment may switch a mechanism off (sim_off / control_off), never set its own agents."
+    from mad_study.reproduce import experiments, read_yaml
+
+    offenders = []
+    for eid, e in experiments().items():
+        spec = read_yaml(e.path)
+        blocks = [spec.get("params") or {}, *((spec.get("profiles") or {}).values())]
+        if any(isinstance(b, dict) and b.get("sim_agents") for b in blocks):
+            offenders.append(eid)
+    assert not offenders, offenders
