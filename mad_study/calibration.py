@@ -22,7 +22,7 @@ from .madc import item_scores, run_strategies
 from .protocols import make_baseline
 from .rumad import rumad_prompt
 from .registry import load_profile
-from .sim import SimAgent, SimBackend, item_difficulty, logit, sim_items
+from .sim import SimAgent, SimBackend, item_difficulty, logit, sim_items, switch_off
 from .stats import n_for_power, paired_inference, resolvable_effect
 from .voting import vote_table
 
@@ -31,7 +31,7 @@ __all__ = ['MECHANISMS', 'STATISTICS', 'GRIDS', 'FIT_ORDER', 'CONTROLS', 'sim_mo
            'World', 'world_from_profile', 'expected_round0', 'fit_task_skill', 'competence_fit', 'round0_accuracy',
            'du_debate_gain', 'madc_runs', 'madc_debate_gain', 'madc_truth_last_gain', 'madc_agent_scaling',
            'madc_vs_mad', 'rumad_dense_sparse_gap', 'umad_turn_gain', 'umad_pair', 'umad_flip_gap', 'sim_number',
-           'FitStep', 'fit_steps', 'fit_world', 'fit_grid', 'power_items', 'calibration_table']
+           'FitStep', 'fit_steps', 'fit_world', 'fit_grid', 'power_items', 'calibration_table', 'not_shown_rows']
 
 # %% ../nbs/study/16_calibration.ipynb #8a89e2cb
 # mechanism of the world -> the SimAgent field that carries its strength (03b_sim); competence is fitted exactly
@@ -261,15 +261,16 @@ def calibration_targets(model_map: Mapping[str, str] | None = None) -> pd.DataFr
 # %% ../nbs/study/16_calibration.ipynb #claim001
 def claim_rows(model_map: Mapping[str, str] | None = None) -> pd.DataFrame:
     """The claims a paper draws but does not print as a number, as rows of the calibration table (printed = NaN; the
-    sign is the claim): UMAD Fig. 5, the stronger model of a heterogeneous pair flips more (Qwen3-4B vs Qwen2.5-3B
-    on UMAD's math task), served by conformity."""
+    sign is the claim, in `sign`): UMAD Fig. 5 and App. D.4, "flip ratios are lower for stronger models": in the
+    heterogeneous pair the stronger model flips less (Qwen3-4B vs Qwen2.5-3B on UMAD's math task, stronger - weaker
+    < 0), served by conformity."""
     mm = dict(model_map if model_map is not None else load_profile("sim").get("model_map", {}))
     return pd.DataFrame(
         [
             _row(
                 "UMAD",
                 "UMAD Fig. 5 (drawn)",
-                "flip ratio T=1 -> T=2, stronger - weaker agent (points; claim: > 0)",
+                "flip ratio T=1 -> T=2, stronger - weaker agent (points; claim: < 0)",
                 "qwen2.5-3b-instruct+qwen3-4b-instruct-2507",
                 "math500",
                 float("nan"),
@@ -279,7 +280,7 @@ def claim_rows(model_map: Mapping[str, str] | None = None) -> pd.DataFrame:
                 note="drawn, not printed: the sign is the claim",
             )
         ]
-    )
+    ).assign(sign=-1.0)
 
 # %% ../nbs/study/16_calibration.ipynb #608678b1
 @dataclass
@@ -595,7 +596,8 @@ def umad_flip_gap(
     world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
 ) -> tuple[np.ndarray, np.ndarray]:
     """UMAD Fig. 5's ordering in the heterogeneous pair (A0 the weaker, A1 the stronger sim model of the row): per
-    item the flip ratio C2W + W2C (App. D.4, `flip_transitions`) between T=1 and T=2 of A1 and of A0; (A1's, A0's)."""
+    item the flip ratio C2W + W2C (App. D.4, `flip_transitions`) between T=1 and T=2 of A1 and of A0; (A1's, A0's). App. D.4: "flip ratios are lower for stronger models", so
+    the claim is A1 - A0 < 0."""
     tr = umad_pair(world, row["sim_model"].split("+"), row["task"], n_items, seeds, 1, off)
     flips = {}
     for agent, g in tr.groupby("agent"):
@@ -654,6 +656,8 @@ def sim_number(
             ci_low=100 * r["ci_low"],
             ci_high=100 * r["ci_high"],
             n_items=len(a),
+            # the per-item differences (points), for a paired effect - control on the same items
+            diff=100 * (np.asarray(a, dtype=float) - np.asarray(b, dtype=float)),
         )
     return _MEMO[key]
 
@@ -898,6 +902,13 @@ CONTROLS = {
     "umad_turn_gain": ("debate_noise",),
     "umad_flip_gap": ("conformity",),
 }
+# the strengths the fit of 2026-11-28 set (the fit record below), per parameter: the models it fitted; any other
+# model's value of that parameter is assumed
+_FITTED = {
+    "conformity": ("sim-qwen2.5-3b", "sim-qwen2.5-7b", "sim-r1-7b", "sim-r1-14b"),
+    "recency": ("sim-qwen2.5-3b", "sim-qwen2.5-7b", "sim-r1-7b", "sim-r1-14b"),
+    "debate_noise": ("sim-qwen2.5-3b",),
+}
 
 # %% ../nbs/study/16_calibration.ipynb #ctrl0002
 def power_items(
@@ -931,6 +942,28 @@ def power_items(
     n = n_items if eff >= disc else n_for_power(eff, disc)
     return int(min(max(n, min_items), n_items)), disc
 
+# %% ../nbs/study/16_calibration.ipynb #verdict0
+def _verdict(controlled: bool, neutral: bool, sign: float, d: dict | None) -> str:
+    "A calibration row's verdict: reproduced only when effect - control (`d`: sim, ci_low, ci_high) is resolved with `sign`."
+    resolved = d is not None and (d["ci_low"] > 0 or d["ci_high"] < 0)
+    if not controlled:
+        return "a level: no control"
+    if neutral:
+        return "mechanism 0 in the fitted world: nothing to control"
+    if not np.isfinite(sign):
+        return "no printed sign: not judged"
+    if sign == 0:
+        return (
+            "not reproduced: printed 0, effect - control resolved"
+            if resolved
+            else "reproduced: printed 0, effect - control not resolved"
+        )
+    if resolved and np.sign(d["sim"]) == sign:
+        return "reproduced: effect - control resolved, with the printed sign"
+    if resolved:
+        return "not reproduced: effect - control resolved, with the opposite sign"
+    return "not reproduced: effect - control not resolved"
+
 # %% ../nbs/study/16_calibration.ipynb #66a59ee9
 def calibration_table(
     world: World,
@@ -948,7 +981,14 @@ def calibration_table(
     the row's mechanisms off (`CONTROLS`: same items, same seeds) with its interval, and whether each is resolved
     (its interval excludes 0). The items per row come from power: `n_for_power(printed effect, discordance)` (the
     discordance of a `pilot_items` pilot) capped at `n_items`; `resolves` is the effect those items resolve with 80%
-    power (`resolvable_effect`). `tension`: from `fit_log`, else the competence spread."""
+    power (`resolvable_effect`). `tension`: from `fit_log`, else the competence spread.
+
+    `effect_control`: effect - control with its 95% interval, one `paired_inference` on the per-item differences
+    (the two runs share items and seeds). A row is reproduced only when effect - control is resolved and has the
+    printed sign (a drawn claim: its `sign`; a printed 0: when effect - control is not resolved); a row whose
+    mechanisms are at their neutral values in the world reads "mechanism 0 in the fitted world: nothing to control".
+    `status`: fitted, at the grid's edge (`GRIDS`), or assumed (not fitted: stubbornness, signals, context_entropy,
+    skill off the fitted tasks, and a strength of a model the fit did not set)."""
     stats = STATISTICS if stats is None else stats
     cf = competence_fit(targets, world).set_index(["sim_model", "task"])
     tension = (
@@ -965,7 +1005,8 @@ def calibration_table(
         (targets["family"] == "world") & targets["statistic"].isin(list(stats))
     ].iterrows():
         param = "task_skill" if r["mechanism"] == "competence" else MECHANISMS[r["mechanism"]]
-        a = world.agent(r["sim_model"].split("+")[0])
+        models = r["sim_model"].split("+")
+        a = world.agent(models[0])
         value = a.task_skill.get(r["task"], a.skill) if param == "task_skill" else getattr(a, param)
         t = (
             cf["tension"].get((r["sim_model"], r["task"]), "")
@@ -973,16 +1014,39 @@ def calibration_table(
             else tension.get((r["mechanism"], r["sim_model"]), "")
         )
         off = CONTROLS.get(r["statistic"], ())
+        # the control of a mechanism already at its neutral value is the effect itself
+        neutral = bool(off) and all(
+            switch_off(world.agent(m), off) == world.agent(m) for m in models
+        )
         n, disc = power_items(world, r, n_items, seeds, stats, pilot_items, min_items)
         e = sim_number(world, r, n, seeds, stats)
-        c = sim_number(world, r, n, seeds, stats, off=off) if off else None
+        c = sim_number(world, r, n, seeds, stats, off=off) if off and not neutral else None
         resolved = lambda x: x is not None and (x["ci_low"] > 0 or x["ci_high"] < 0)
+        d = None
+        if c is not None:
+            dd = e["diff"] - c["diff"]
+            d = dict(sim=float(np.mean(dd)), ci_low=float(np.mean(dd)), ci_high=float(np.mean(dd)))
+            # differences that do not vary (the mechanism changed nothing on these items) have no t-interval
+            if len(dd) >= 2 and np.ptp(dd) > 0:
+                p = paired_inference(e["diff"] / 100, c["diff"] / 100, test="ttest")
+                d.update(ci_low=100 * p["ci_low"], ci_high=100 * p["ci_high"])
+        printed = float(r["printed"])
+        sign = np.sign(printed) if np.isfinite(printed) else float(r.get("sign", np.nan))
+        verdict = _verdict(bool(off), neutral, sign, d)
+        grid = GRIDS.get(param, ())
+        if param != "task_skill" and any(m not in _FITTED.get(param, ()) for m in models):
+            status = "assumed (not fitted)"
+        elif grid and value == max(grid):
+            status = f"at the grid's edge ({param} {value:g})"
+        else:
+            status = "fitted"
         rows.append(
             dict(
                 mechanism=r["mechanism"],
                 parameter=param,
                 sim_model=r["sim_model"],
                 value=value,
+                status=status,
                 source=r["source"],
                 quantity=r["quantity"],
                 task=r["task"],
@@ -999,15 +1063,60 @@ def calibration_table(
                 control=c["sim"] if c else np.nan,
                 control_ci_low=c["ci_low"] if c else np.nan,
                 control_ci_high=c["ci_high"] if c else np.nan,
+                effect_control=d["sim"] if d else np.nan,
+                effect_control_ci_low=d["ci_low"] if d else np.nan,
+                effect_control_ci_high=d["ci_high"] if d else np.nan,
                 effect_resolved=resolved(e) if off else None,
-                control_resolved=resolved(c) if off else None,
-                verdict=(
-                    f"effect {'' if resolved(e) else 'not '}resolved, "
-                    f"control {'' if resolved(c) else 'not '}resolved"
-                    if off
-                    else "a level: no control"
-                ),
+                control_resolved=resolved(c) if c else None,
+                verdict=verdict,
                 tension=t,
             )
         )
     return pd.DataFrame(rows)
+
+# %% ../nbs/study/16_calibration.ipynb #notshow1
+def not_shown_rows() -> pd.DataFrame:
+    """One line per number the calibration table does not show, and why (`status` and `verdict`): MADC Fig. 7
+    (round scaling: no printed number wired), SVR-MAD's posterior over priors (its statistic is not wired) and
+    Table 1 (signals: assumed, its runner is not in this harness), UMAD's aleatoric cost (debate_noise fitted 0 for
+    the UMAD pair; the failing pair's figure is drawn only) and Meta-Debate Tables 1-2 (the role sim's family)."""
+    lines = (
+        (
+            "MADC",
+            "MADC Fig. 7",
+            "accuracy over debate rounds",
+            "not in the world",
+            "not shown, because no printed number of the round scaling is wired",
+        ),
+        (
+            "SVR-MAD",
+            "SVR-MAD (posterior over priors)",
+            "the posterior over the agents' priors",
+            "not in the world",
+            "not shown, because its statistic is not wired",
+        ),
+        (
+            "SVR-MAD",
+            "SVR-MAD Table 1",
+            "SVR-MAD - GroupDebate accuracy (points)",
+            "assumed (not fitted: signals)",
+            "not shown, because SVR-MAD's runner is not in this harness",
+        ),
+        (
+            "UMAD",
+            "UMAD (aleatoric cost)",
+            "the aleatoric cost of debate (Sys-AU)",
+            "fitted (debate_noise 0)",
+            "not shown, because debate_noise is fitted 0 for the UMAD pair (nothing to cost) and the failing "
+            "pair's figure is drawn only, without a printed number",
+        ),
+        (
+            "Meta-Debate",
+            "Meta-Debate Tables 1-2",
+            "accuracy per method and role assignment",
+            "not in the world",
+            "not shown, because the role sim (RoleSimBackend) is fitted apart",
+        ),
+    )
+    cols = ("paper", "source", "quantity", "status", "verdict")
+    return pd.DataFrame([dict(zip(cols, x)) for x in lines])

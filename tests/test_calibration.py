@@ -9,7 +9,7 @@ import pytest
 
 from mad_study.calibration import (CONTROLS, STATISTICS, World, calibration_table, calibration_targets, claim_rows,
                                    competence_fit, du_debate_gain, expected_round0, fit_grid, fit_task_skill, fit_world,
-                                   madc_runs, madc_truth_last_gain, power_items, round0_accuracy, sim_number,
+                                   madc_runs, madc_truth_last_gain, not_shown_rows, power_items, round0_accuracy, sim_number,
                                    world_from_profile)
 from mad_study.stats import n_for_power
 from mad_study.core import ConfigError
@@ -182,9 +182,33 @@ def test_calibration_table_rows_and_intervals(world, targets):
     assert tab.loc[tab["mechanism"] == "context_harm", "value"].eq(world.agent("sim-llama-3.1-8b").context_decay).all()
     # every effect row has its control: the same statistic with its mechanisms off; a level has none
     fx = tab[tab["mechanism"] != "competence"]
-    assert (fx["control_off"] != "").all() and fx["control"].notna().all()
-    assert fx["verdict"].str.startswith("effect ").all()
+    assert (fx["control_off"] != "").all()
     assert (tab.loc[tab["mechanism"] == "competence", "verdict"] == "a level: no control").all()
+    # a mechanism at its neutral value (RUMAD's context_decay 0 here) has nothing to control: no control, no verdict
+    zero = fx[fx["value"] == 0]
+    assert (zero["verdict"] == "mechanism 0 in the fitted world: nothing to control").all()
+    assert zero["control"].isna().all() and zero["effect_control"].isna().all()
+    # the others: a paired effect - control with its interval, and reproduced only when it is resolved with the sign
+    on = fx[fx["value"] != 0]
+    assert len(on) and on["control"].notna().all()
+    assert ((on["effect_control_ci_low"] <= on["effect_control"]) & (on["effect_control"] <= on["effect_control_ci_high"])).all()
+    assert np.allclose(on["effect_control"], on["sim"] - on["control"])
+    resolved = (on["effect_control_ci_low"] > 0) | (on["effect_control_ci_high"] < 0)
+    signed = np.sign(on["effect_control"]) == np.sign(on["printed"])
+    assert (on["verdict"].str.startswith("reproduced") == (resolved & signed)).all()
+    assert tab["status"].str.match(r"fitted|at the grid's edge|assumed").all()
+
+
+def test_the_flip_claim_has_umads_sign():
+    "UMAD App. D.4: flip ratios are lower for stronger models, so stronger - weaker < 0 (a drawn claim: its sign)."
+    c = claim_rows().iloc[0]
+    assert c["sign"] == -1.0 and "claim: < 0" in c["quantity"] and np.isnan(c["printed"])
+
+
+def test_not_shown_rows_say_why():
+    ns = not_shown_rows()
+    assert ns["verdict"].str.startswith("not shown, because").all()
+    assert {"MADC Fig. 7", "UMAD (aleatoric cost)", "SVR-MAD (posterior over priors)"} <= set(ns["source"])
 
 
 def test_experiment_is_registered_and_its_params_are_the_notebooks():
