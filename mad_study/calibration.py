@@ -22,26 +22,31 @@ from .madc import item_scores, run_strategies
 from .protocols import make_baseline
 from .rumad import rumad_prompt
 from .registry import load_profile
-from .sim import SimAgent, SimBackend, item_difficulty, logit, sim_items, switch_off
+from mad_study.sim import (
+    MECHANISMS as SIM_MECHANISMS,
+    SimAgent,
+    SimBackend,
+    item_difficulty,
+    logit,
+    sim_items,
+    switch_off,
+)
 from .stats import n_for_power, paired_inference, resolvable_effect
 from .voting import vote_table
 
 # %% auto #0
-__all__ = ['MECHANISMS', 'STATISTICS', 'GRIDS', 'FIT_ORDER', 'CONTROLS', 'sim_model_of', 'calibration_targets', 'claim_rows',
+__all__ = ['FITTED_FIELD', 'STATISTICS', 'GRIDS', 'FIT_ORDER', 'CONTROLS', 'sim_model_of', 'calibration_targets', 'claim_rows',
            'World', 'world_from_profile', 'expected_round0', 'fit_task_skill', 'competence_fit', 'round0_accuracy',
            'du_debate_gain', 'madc_runs', 'madc_debate_gain', 'madc_truth_last_gain', 'madc_agent_scaling',
            'madc_vs_mad', 'rumad_dense_sparse_gap', 'umad_turn_gain', 'umad_pair', 'umad_flip_gap', 'sim_number',
            'FitStep', 'fit_steps', 'fit_world', 'fit_grid', 'power_items', 'calibration_table', 'not_shown_rows']
 
 # %% ../nbs/study/16_calibration.ipynb #8a89e2cb
-# mechanism of the world -> the SimAgent field that carries its strength (03b_sim); competence is fitted exactly
-MECHANISMS = {
-    "competence": "skill",
-    "conformity": "conformity",
-    "recency": "recency",
-    "context_harm": "context_decay",
-    "debate_noise": "debate_noise",
-    "signals": "signal_strength",
+# the mechanisms this fit sets -> the SimAgent field that carries each one's strength: the first field of the sim's own
+# table (03b_sim `MECHANISMS`); competence's `skill` is fitted exactly, per task, as `task_skill`
+FITTED_FIELD = {
+    m: SIM_MECHANISMS[m]["fields"][0]
+    for m in ("competence", "conformity", "recency", "context_harm", "debate_noise", "signals")
 }
 
 # %% ../nbs/study/16_calibration.ipynb #d3dcade9
@@ -693,11 +698,11 @@ def fit_steps(
     stats = STATISTICS if stats is None else stats
     out = []
     for mech in order:
-        if mech not in MECHANISMS:
-            raise ConfigError("unknown mechanism", key="order", value=mech, choices=MECHANISMS)
+        if mech not in FITTED_FIELD:
+            raise ConfigError("unknown mechanism", key="order", value=mech, choices=FITTED_FIELD)
         g = targets[(targets["mechanism"] == mech) & targets["statistic"].isin(list(stats))]
         for sims, rows in g.groupby("sim_model", sort=False):
-            param = MECHANISMS[mech]
+            param = FITTED_FIELD[mech]
             out.append(
                 FitStep(
                     mech, param, tuple(sims.split("+")), GRIDS[param], rows.reset_index(drop=True)
@@ -1004,7 +1009,7 @@ def calibration_table(
     for _, r in targets[
         (targets["family"] == "world") & targets["statistic"].isin(list(stats))
     ].iterrows():
-        param = "task_skill" if r["mechanism"] == "competence" else MECHANISMS[r["mechanism"]]
+        param = "task_skill" if r["mechanism"] == "competence" else FITTED_FIELD[r["mechanism"]]
         models = r["sim_model"].split("+")
         a = world.agent(models[0])
         value = a.task_skill.get(r["task"], a.skill) if param == "task_skill" else getattr(a, param)
