@@ -1146,11 +1146,13 @@ def save_figure(
     label: str | None = None,
     notes: Mapping | None = None,
     caption: str | None = None,
+    data: pd.DataFrame | None = None,
     *,
     output: FigureOutput = FigureOutput(),
 ) -> list[Path]:
     """Write `fig` as figures/<paper>/<artefact>.png and .pdf (vector) + the .json sidecar,
-    atomically (the kit's own)."""
+    atomically (the kit's own). `data`, the numbers the figure draws (values, intervals, n, the paper's
+    printed value where there is one), goes to <artefact>.data.csv beside the image, listed in the sidecar."""
     check = output.check
     label = label if label is not None else (study.label if study is not None else None)
     tidy_bar_grids(fig)  # no grid line through a bar (the kit's style)
@@ -1175,6 +1177,11 @@ def save_figure(
                 metadata={"CreationDate": None} if ext == "pdf" else {"Software": None},
             )
         files.append(p)
+    if data is not None:
+        files.append(_out(paper, artefact, "data.csv"))
+        atomic_write_text(
+            files[-1], data.to_csv(index=False, float_format="%.6g", lineterminator="\n")
+        )
     _sidecar(
         paper,
         artefact,
@@ -1184,6 +1191,7 @@ def save_figure(
             **(notes or {}),
             "label": label,
             **({"figure_caption": caption} if caption else {}),
+            **({"data": f"{artefact}.data.csv"} if data is not None else {}),
             **({"layout_problems": probs} if probs is not None else {}),
         },
     )
