@@ -1437,8 +1437,9 @@ def check_verdict(verdict: Any, where: str = "verdict") -> dict:
 def stands_for(artefact: str, title: str = "") -> str:
     """The paper's figure or table an artefact id names (the kit's own): 'umad_fig1' -> 'Fig. 1',
     'madc_fig3_5' -> 'Figs. 3-5', 'umad_tab1_zeroshot' -> 'Table 1'; a registry title saying 'not in
-    the paper' -> 'kit (not in the paper)'; else 'no numbered figure'."""
-    if "not in the paper" in title:
+    the paper', "kit's extension" or "The kit's" -> 'kit (not in the paper)'; else 'no numbered
+    figure'."""
+    if re.search(r"not in the paper|kit's extension|The kit's", title):
         return "kit (not in the paper)"
     m = re.search(r"_(fig|tab)(\d+)(?:_(\d+))?(?=_|$)", artefact)
     if not m:
@@ -1549,12 +1550,12 @@ def run_sizes(meta: Mapping) -> str:
         return str(v["n"])
     n = [len(ids) for ids in (meta.get("items") or {}).values()]
     parts = (
-        [] if not n else [f"{n[0]} items" if len(n) == 1 else f"{sum(n)} items over {len(n)} tasks"]
+        [] if not n else [f"items {n[0]}" if len(n) == 1 else f"items {sum(n)} over {len(n)} tasks"]
     )
     p, seen = meta.get("params") or {}, set()
     for key, word in _RUN_SIZES:
         if isinstance(p.get(key), int) and word not in seen:
-            parts.append(f"{p[key]} {word}")
+            parts.append(f"{word} {p[key]}")
             seen.add(word)
     return ", ".join(parts)
 
@@ -1630,7 +1631,7 @@ def write_gallery(
             aid, title = a["id"], a.get("title", "")
             meta = {**_sidecar_of(paper, aid), "_kind": a.get("kind", "")}
             notes = meta.get("notes") or {}
-            v = read_verdict(notes, aid, title)
+            v = read_verdict(notes, aid, f"{title} {d.get('paper', '')}")
             st = artefact_status(paper, a, exps)
             status = st["status"]
             if a.get("needs") and not st["files"]:
