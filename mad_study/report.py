@@ -1537,7 +1537,6 @@ _RUN_SIZES = (
     ("debate_rounds", "rounds"),
     ("rounds", "rounds"),
     ("repeats", "repeats"),
-    ("reps_per_count", "repeats per count"),
     ("random_seeds", "seeds"),
 )
 
