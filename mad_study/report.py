@@ -1136,8 +1136,8 @@ def draws_data(ax) -> bool:
 
 # %% ../nbs/study/06_report.ipynb #fc51empty2
 def empty_panels(fig) -> list[str]:
-    """ "panel '<title>' draws no data" for each visible axes of `fig` with a title or axis labels that
-    draws no data (`draws_data`; the kit's own, part of `layout_problems`)."""
+    """The problems "panel '<title>' draws no data", one per visible axes of `fig` with a title or axis
+    labels that draws no data (`draws_data`; the kit's own, part of `layout_problems`)."""
     out = []
     for ax in fig.axes:
         if not ax.get_visible():
