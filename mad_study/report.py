@@ -1592,6 +1592,8 @@ def _gallery_figure(paper: str, aid: str, title: str, meta: Mapping, px: int) ->
             else f"{len(probs)} layout problem(s): {'; '.join(probs[:3])}"
         )
     )
+    # the check that ran: version 1 saw no error bars, bands, empty panels or long captions
+    check += f" (check v{notes.get('check_version', 1)})"
     cap = " ".join(str(notes.get("figure_caption") or title).split())
     return [
         f"### {aid}: {title}",
