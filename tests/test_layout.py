@@ -177,7 +177,7 @@ def _measures():
     return m, m.kit_notebooks()
 
 
-@pytest.mark.xfail(reason="issue 49: 23% of the kit's test cells neither check nor show (2026-11-28); target <= 16%",
+@pytest.mark.xfail(reason="issue 49: 19% of the kit's test cells neither check nor show (2026-11-28, was 23%); target <= 16%",
                    strict=False)
 def test_few_test_cells_only_set_up():
     "At most 16% of test cells (nbdev's share) neither check nor show anything (issue 49)."
