@@ -401,10 +401,9 @@ for _n, _hint in SERVE_HINTS.items():
     MODELS[_n] = dataclasses.replace(MODELS[_n], serve=dict(_hint))
 
 # %% ../nbs/data/02b_registry.ipynb #d577c6bb
-# Meta-Debate's vision columns (MathVision, RealWorldQA) used
-# Pixtral-Large (124B). Open VLMs of four families that one
-# GPU holds in 4-bit stand in for it (issue 14); the
-# tiny random LLaVA serves the tests (mad_study.vision).
+# Meta-Debate's vision columns (MathVision, RealWorldQA) used Pixtral-Large (124B). Open VLMs of
+# four families that one GPU holds in 4-bit stand in for it (issue 14); the tiny random LLaVA serves
+# the tests (mad_study.vision).
 for _v in [
     _m(
         "tiny-random-llava",
