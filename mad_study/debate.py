@@ -312,26 +312,6 @@ def make_protocol(name: str = "fully_connected", **kw) -> Protocol:
         raise ConfigError("unknown protocol", key="protocol", value=name, choices=PROTOCOLS)
     return PROTOCOLS[name](**kw)
 
-# %% ../nbs/engine/04_debate.ipynb #bba6471f
-_MOVED_TO_VOTING = ("majority_vote", "vote_table", "group_rows", "tie_seeds")
-
-
-def __getattr__(name: str):
-    "The names that moved to `mad_study.voting` (issue 37), importable from here for one release, with a warning."
-    if name in _MOVED_TO_VOTING:
-        import warnings
-
-        warnings.warn(
-            f"mad_study.debate.{name} moved to mad_study.voting.{name}; the old name goes in the next "
-            "release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        from mad_study import voting
-
-        return getattr(voting, name)
-    raise AttributeError(f"module 'mad_study.debate' has no attribute {name!r}")
-
 # %% ../nbs/engine/04_debate.ipynb #fbb9c44a
 def _with_system(msgs: list[dict], system: str | None) -> list[dict]:
     "`msgs` with its leading system message set to `system` (removed when None): a role changed by the protocol is sent."

@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 
 from mad_study.core import (
-    deprecated_names,
     ConfigError,
     Item,
     Sampling,
@@ -63,7 +62,7 @@ from mad_study.stats import (
     paired_test,
 )
 from .prompts import debate_message, get_prompt, opening_messages
-from .registry import planner
+from .registry import QUESTION_TOKENS, planner
 from .core import Inference
 
 # %% ../nbs/papers/madc/11_madc.ipynb #2fb1a6c0
@@ -599,7 +598,8 @@ def reversal_count_table(curve: pd.DataFrame, blocks: int = 2) -> pd.DataFrame:
     return pd.concat([p for p in parts if len(p)], axis=1)
 
 # %% ../nbs/papers/madc/11_madc.ipynb #ed49da25
-_OPENING_TOKENS, _QUESTION_TOKENS = 900, 200
+# the fixed part of an opening prompt (MADC's instructions); the question itself is QUESTION_TOKENS
+_OPENING_TOKENS = 900
 
 
 def _task_size(task: str, source: str) -> int:
@@ -639,9 +639,9 @@ def _debate_plan(
             n = _n_items(p, task) * repeats
             r0 = max(counts)
             gens += n * r0
-            prompt += n * r0 * (_OPENING_TOKENS + _QUESTION_TOKENS)
+            prompt += n * r0 * (_OPENING_TOKENS + QUESTION_TOKENS)
             for a in counts:
-                per_turn = _OPENING_TOKENS + _QUESTION_TOKENS + L + (a - 1) * L
+                per_turn = _OPENING_TOKENS + QUESTION_TOKENS + L + (a - 1) * L
                 gens += n * a * n_strategies * rounds
                 prompt += (
                     n
@@ -674,10 +674,6 @@ def plan_madc_tab1(p: Mapping) -> dict:
     "madc_tab1: MAD (Fixed), MAD+Truth Last, MAD+MADC; Single CoT and Self-Consistency reuse round 0."
     return _debate_plan(p, 3, int(p.get("debate_rounds") or 1))
 
-# %% ../nbs/papers/madc/11_madc.ipynb #319a7fc0
-# renamed (issue 37)
-__getattr__ = deprecated_names("mad_study.madc", {"plan_tab1": "mad_study.madc.plan_madc_tab1"})
-
 # %% ../nbs/papers/madc/11_madc.ipynb #cad3da6f
 @planner("madc_fig7")
 def plan_fig7(p: Mapping) -> dict:
@@ -701,7 +697,7 @@ def _cot_plan(p: Mapping) -> dict:
     )
     return {
         "generations": n,
-        "prompt_tokens": n * (_QUESTION_TOKENS + 60),
+        "prompt_tokens": n * (QUESTION_TOKENS + 60),
         "completion_tokens": n * int(p.get("max_new_tokens") or 512),
     }
 
@@ -727,7 +723,7 @@ def plan_fig9(p: Mapping) -> dict:
     prompt = (
         units
         * reps
-        * sum(_OPENING_TOKENS + _QUESTION_TOKENS + L + c * L for c in range(1, counts + 1))
+        * sum(_OPENING_TOKENS + QUESTION_TOKENS + L + c * L for c in range(1, counts + 1))
     )
     return {
         "generations": out["generations"] + gens,

@@ -14,15 +14,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, special, stats
 
-from mad_study.core import (
-    ConfigError,
-    Inference,
-    Sampling,
-    check_unique_turns,
-    fold_keywords,
-    pool_keys,
-    takes_sampling,
-)
+from .core import ConfigError, Inference, Sampling, check_unique_turns, pool_keys
 from .metrics import is_missing, clustered_accuracy_ci, wilson_ci
 from .voting import vote_table
 
@@ -740,6 +732,49 @@ def token_change(
     h = float(stats.norm.ppf(0.5 + level / 2)) * math.sqrt(max(var, 0.0))
     return (float(est), float(ma / mb * math.exp(-h) - 1), float(ma / mb * math.exp(h) - 1))
 
+# %% ../nbs/evaluation/05b_stats.ipynb #651d8e40
+def compare_methods(
+    results: pd.DataFrame,
+    reference: str,
+    methods: Sequence[str] | None = None,
+    value: str = "correct",
+    tokens: str | None = "tokens",
+    item: str = "item_id",
+    method: str = "method",
+    inference: Inference = Inference(),
+) -> tuple[pd.DataFrame, str]:
+    """Many methods against `reference` on the same items, paired by item (DESIGN \"Statistics\";
+    Holm 1979): per method accuracy, gap, interval, adjusted test, TOST and verdict; returns
+    (table, caption sentence)."""
+    inf = inference
+    methods, means, sub, info = _compared_items(
+        results, reference, methods, value, item, method, inf.on
+    )
+    tok = (
+        item_means(sub, tokens, item, method).reindex(index=means.index, columns=methods)
+        if tokens and tokens in results
+        else None
+    )
+    c = _Compared(reference, sub, means, tok, value, item, method, inf)
+    rows = [_method_row(m, c) for m in methods]
+    table = _adjusted_table(rows, means, reference, item, inf.correction, inf.level, inf.margin)
+    table = _family_intervals(table, means, reference, inf)
+    table.attrs.update(min_items=inf.min_items, **info)
+    odd = (
+        table.dropna(subset=["status"]).query("status != 'ok'")
+        if "status" in table
+        else table.iloc[:0]
+    )
+    if len(odd):
+        warnings.warn(
+            "compare_methods: "
+            + "; ".join(f"{r.method} vs {reference}: {r.status}" for r in odd.itertuples())
+            + " (the caption says what each status means)",
+            UserWarning,
+            stacklevel=2,
+        )
+    return table, comparison_caption(table, fixed_items=inf.fixed_items)
+
 # %% ../nbs/evaluation/05b_stats.ipynb #479708dd
 # named dimensions of a per-item row
 _REPEAT_KEYS = ("sample", "run", "seed", "agent", "round", "repeat", "model", "agents", "turn")
@@ -812,7 +847,7 @@ def _compared_items(
             f"compare_methods: {n_any - len(common)} of {n_any} items dropped (not answered by every method); "
             f"compared on the {len(common)} items every method answered",
             UserWarning,
-            stacklevel=4,  # compare_methods' caller (past `fold_keywords`'s wrapper)
+            stacklevel=3,  # compare_methods' caller
         )
     if len(common) < 2:
         raise ConfigError(
@@ -966,50 +1001,6 @@ def _family_intervals(
     words = np.where(dist, "distinguishable", np.where(eq, "equivalent", "not distinguishable"))
     t["verdict"] = pd.Series(words, index=t.index, dtype=object).where(gap, None)
     return t
-
-# %% ../nbs/evaluation/05b_stats.ipynb #651d8e40
-@fold_keywords("inference")
-def compare_methods(
-    results: pd.DataFrame,
-    reference: str,
-    methods: Sequence[str] | None = None,
-    value: str = "correct",
-    tokens: str | None = "tokens",
-    item: str = "item_id",
-    method: str = "method",
-    inference: Inference = Inference(),
-) -> tuple[pd.DataFrame, str]:
-    """Many methods against `reference` on the same items, paired by item (DESIGN \"Statistics\";
-    Holm 1979): per method accuracy, gap, interval, adjusted test, TOST and verdict; returns
-    (table, caption sentence)."""
-    inf = inference
-    methods, means, sub, info = _compared_items(
-        results, reference, methods, value, item, method, inf.on
-    )
-    tok = (
-        item_means(sub, tokens, item, method).reindex(index=means.index, columns=methods)
-        if tokens and tokens in results
-        else None
-    )
-    c = _Compared(reference, sub, means, tok, value, item, method, inf)
-    rows = [_method_row(m, c) for m in methods]
-    table = _adjusted_table(rows, means, reference, item, inf.correction, inf.level, inf.margin)
-    table = _family_intervals(table, means, reference, inf)
-    table.attrs.update(min_items=inf.min_items, **info)
-    odd = (
-        table.dropna(subset=["status"]).query("status != 'ok'")
-        if "status" in table
-        else table.iloc[:0]
-    )
-    if len(odd):
-        warnings.warn(
-            "compare_methods: "
-            + "; ".join(f"{r.method} vs {reference}: {r.status}" for r in odd.itertuples())
-            + " (the caption says what each status means)",
-            UserWarning,
-            stacklevel=3,  # the caller's line (2: `fold_keywords`'s wrapper)
-        )
-    return table, comparison_caption(table, fixed_items=inf.fixed_items)
 
 # %% ../nbs/evaluation/05b_stats.ipynb #d1d7e749
 def _pts(x: float) -> str:
@@ -1518,7 +1509,6 @@ def _tokens_by_item(transcript: pd.DataFrame) -> pd.Series:
     return tok.groupby([t["item_id"], t["sample"]]).sum().groupby(level=0).mean()
 
 # %% ../nbs/evaluation/05b_stats.ipynb #4e27697d
-@takes_sampling
 def self_consistency_at_budget(
     debate: pd.DataFrame,
     items: Sequence[Any],
