@@ -253,7 +253,7 @@ def test_power_items_from_the_printed_effect(world, targets):
 
 def test_fit_grid_recovers_a_planted_pair(informative, targets):
     "A planted (conformity, recognition) on the grid comes back from the two gains it makes (objective 0 there)."
-    two = targets.query("sim_model == 'sim-qwen2.5-7b' and (statistic == 'du_debate_gain' or "
+    two = targets.query("sim_model == 'sim-qwen2.5-7b' and mechanism != 'persuasion' and (statistic == 'du_debate_gain' or "
                         "(statistic == 'madc_debate_gain' and task == 'math500'))").reset_index(drop=True)
     planted = informative.with_value(["sim-qwen2.5-7b"], "conformity", 0.6).with_value(["sim-qwen2.5-7b"], "recognition", 0.3)
     made = two.assign(printed=[100 * np.mean(np.subtract(*STATISTICS[r["statistic"]](planted, r, 30, 1)))
