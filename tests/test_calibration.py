@@ -298,3 +298,16 @@ def test_mad_vs_self_consistency_is_paired_on_round_0(world, targets):
     a0, sc0 = madc_mad_vs_sc(world.with_value(["sim-qwen2.5-7b"], "persuasion", 0.0), r, 30, 1)
     a1, sc1 = madc_mad_vs_sc(world.with_value(["sim-qwen2.5-7b"], "persuasion", 0.9), r, 30, 1)
     assert (sc0 == sc1).all() and a1.mean() >= a0.mean() and (a1 != a0).any()
+
+
+def test_madc_runs_memoises_per_strategy_and_round_0_is_every_strategys(world):
+    "A strategy's run does not depend on which others run beside it: run alone or together, the same per-item numbers."
+    from mad_study.calibration import _MEMO
+    _MEMO.clear()
+    together = madc_runs(world, "sim-qwen2.5-7b", "math500", 20, 1, strategies=("fixed", "truth_last", "madc"))
+    _MEMO.clear()
+    alone = {s: madc_runs(world, "sim-qwen2.5-7b", "math500", 20, 1, strategies=(s,)) for s in ("madc", "fixed")}
+    for s in ("fixed", "madc"):
+        assert together[s].equals(alone[s][s])
+    # Single CoT and Self-Consistency (round 0) are the same whichever strategy's run gave them
+    assert alone["madc"]["sc"].equals(alone["fixed"]["sc"]) and alone["madc"]["single"].equals(together["single"])
