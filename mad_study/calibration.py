@@ -515,7 +515,10 @@ def madc_debate_gain(
     world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
 ) -> tuple[np.ndarray, np.ndarray]:
     "MADC Table 1's MAD - Single CoT per item, the mechanisms `off` switched off: (MAD's majority vote, single-agent accuracy)."
-    r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds, off=off)
+    # Fixed alone: its control (conformity off) needs no Truth Last run
+    r = madc_runs(
+        world, row["sim_model"], row["task"], n_items, seeds, strategies=("fixed",), off=off
+    )
     return r["fixed"].to_numpy(), r["single"].to_numpy()
 
 # %% ../nbs/study/16_calibration.ipynb #ce8b34ab
@@ -549,7 +552,9 @@ def madc_mad_vs_sc(
     world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
 ) -> tuple[np.ndarray, np.ndarray]:
     "MADC Table 1's MAD - Self-Consistency per item (10 agents, one debate round, the mechanisms `off` switched off): (MAD's majority vote after the round, the majority vote of the same agents' independent round-0 answers)."
-    r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds, off=off)
+    r = madc_runs(
+        world, row["sim_model"], row["task"], n_items, seeds, strategies=("fixed",), off=off
+    )
     return r["fixed"].to_numpy(), r["sc"].to_numpy()
 
 # %% ../nbs/study/16_calibration.ipynb #ae03b9ea
