@@ -482,7 +482,7 @@ def madc_runs(
 ) -> dict[str, pd.Series]:
     """MADC's Table 1 runs through `mad_study.madc.run_strategies` (Fixed = MAD, Truth Last), `n_agents` agents, one
     debate round, the mechanisms `off` switched off: per-item single-agent accuracy (`single`) and majority-vote
-    accuracy per strategy, and `sc`, the majority vote of the round-0 answers (Self-Consistency; memoised)."""
+    accuracy per strategy, and `sc`, the majority vote of the round-0 answers (MADC Table 1's SC column; memoised)."""
     # memoised per strategy (a strategy's transcript does not depend on which others run beside it: the same request
     # seeds), so Table 1's rows, Tables 2-5's MADC - MAD and the persuasion rows share each run
     base = ("madc", world.key([model], off), model, task, n_items, seeds, n_agents)
@@ -551,7 +551,7 @@ def madc_vs_mad(
 def madc_mad_vs_sc(
     world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
 ) -> tuple[np.ndarray, np.ndarray]:
-    "MADC Table 1's MAD - Self-Consistency per item (10 agents, one debate round, the mechanisms `off` switched off): (MAD's majority vote after the round, the majority vote of the same agents' independent round-0 answers)."
+    "MADC Table 1's MAD - SC per item (10 agents, one debate round, the mechanisms `off` switched off): (MAD's majority vote after the round, the majority vote of the same agents' independent round-0 answers)."
     r = madc_runs(
         world, row["sim_model"], row["task"], n_items, seeds, strategies=("fixed",), off=off
     )
