@@ -13,6 +13,7 @@ import warnings
 
 import numpy as np
 import pandas as pd
+from fastcore.basics import patch
 
 from mad_study.core import (
     ConfigError,
@@ -118,7 +119,7 @@ class RoundContext:
 
 # %% ../nbs/engine/04_debate.ipynb #5e1a7c02
 class _LazyGenerator:
-    "`rng_for(*parts)`, made on first use: every attribute is the generator's (the kit's own; a speed measure, issue 50)."
+    "`rng_for(*parts)`, made on first use: every attribute is the generator's (the kit's own: a generator is made only for protocols that draw)."
 
     __slots__ = ("_parts", "_rng")
 
@@ -172,9 +173,6 @@ class Protocol:
 
     def __repr__(self):
         return f"{type(self).__name__}({self.name!r})"
-
-# %% ../nbs/engine/04_debate.ipynb #fa654116
-from fastcore.basics import patch
 
 # %% ../nbs/engine/04_debate.ipynb #db64a6b8
 @patch
