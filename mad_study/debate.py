@@ -141,7 +141,8 @@ class _LazyGenerator:
 
 # %% ../nbs/engine/04_debate.ipynb #acd3414e
 class Protocol:
-    "Base protocol: everyone speaks and sees every other agent, in the agents' list order. (one round of Du et al.'s multi-agent debate: who speaks, whom they see, in what order.)"
+    """Base protocol: one round of Du et al.'s multi-agent debate, where everyone speaks and sees every other agent,
+    in the agents' list order; the hooks decide who speaks, whom they see and in what order."""
 
     name = "protocol"
     include_self = False  # show an agent its own last response among the solutions (UMAD App. F.2)
@@ -305,7 +306,7 @@ def register_protocol(
 
 # %% ../nbs/engine/04_debate.ipynb #77646c03
 def make_protocol(name: str = "fully_connected", **kw) -> Protocol:
-    "A registered protocol by name: `fully_connected`, an ordering in ORDERINGS (`fixed`, `random` (per viewer), `random_shared`, `truth_first`, `truth_last`), or one added with `register_protocol`. (Du et al.'s fully connected debate or MADC's orderings (Fixed, Random, Truth First, Truth Last).)"
+    "A registered protocol by name: `fully_connected`, an ordering in ORDERINGS (`fixed`, `random` (per viewer), `random_shared`, `truth_first`, `truth_last`: MADC's orderings), or one added with `register_protocol`."
     if name not in PROTOCOLS:
         raise ConfigError("unknown protocol", key="protocol", value=name, choices=PROTOCOLS)
     return PROTOCOLS[name](**kw)

@@ -114,7 +114,8 @@ RANDOM_NOTE = {
 
 
 def random_variants(strategies: Sequence[str]) -> str:
-    "The sentence an artefact's caption / notes carry about the Random variant(s) among `strategies` ('' if none). (MADC Fig. 1 / Figs. 3-5: the Random strategy's draws.)"
+    """The sentence an artefact's caption / notes carry about the Random variant(s) among `strategies` ('' if
+    none): how MADC's Random strategy (Fig. 1, Figs. 3-5) draws its orders."""
     return "; ".join(RANDOM_NOTE[s] for s in strategies if s in RANDOM_NOTE)
 
 # %% ../nbs/papers/madc/11_madc.ipynb #16ab87d3
@@ -168,7 +169,8 @@ class MADCPeers(OrderedPeers):
 # %% ../nbs/papers/madc/11_madc.ipynb #07d89c27
 def strategy_protocol(name: str, include_self: bool = False) -> Protocol:
     """The debate protocol of an allocation strategy: `fixed`, `random` (per viewer, the released code), `random_shared`
-    (one permutation per round), `truth_first`, `truth_last` (oracles), `madc`, `madc_peers`. (MADC's strategies Fixed / Random / Truth First / Truth Last / MADC (Alg. 1).)"""
+    (one permutation per round), `truth_first`, `truth_last` (oracles), `madc` (Alg. 1), `madc_peers`: MADC's
+    allocation strategies."""
     if name in ORDERINGS:
         return OrderedPeers(name, include_self=include_self)
     if name in ("madc", "madc_peers"):
@@ -319,7 +321,8 @@ def strategy_scores(
     round: int | None = None,
 ) -> pd.DataFrame:
     """`item_scores` of every strategy's transcript (at `round`, default the last), with a `strategy` column. A pooled
-    transcript (one DataFrame) is split by condition (`mad_study.stats.condition_labels`: its `method`). (MADC Figs. 3-5: accuracy, log-likelihood (App. A.1), entropy (App. A.2).)"""
+    transcript (one DataFrame) is split by condition (`mad_study.stats.condition_labels`: its `method`). MADC Figs.
+    3-5: accuracy, log-likelihood (App. A.1), entropy (App. A.2)."""
     if isinstance(transcripts, pd.DataFrame):
         lab = condition_labels(transcripts)
         transcripts = {s: transcripts[lab == s] for s in dict.fromkeys(lab)}
@@ -331,7 +334,7 @@ def strategy_scores(
 
 # %% ../nbs/papers/madc/11_madc.ipynb #372c0120
 def repeat_scores(scores: pd.DataFrame, by: Sequence[str] = ("strategy",)) -> pd.DataFrame:
-    "Means over items per repeat (`sample`): one row per (by..., sample, round). (MADC Figs. 3-5: 20 repeats per strategy.)"
+    "Means over items per repeat (`sample`), one row per (by..., sample, round): MADC Figs. 3-5's 20 repeats per strategy."
     cols = [c for c in (*METRICS, "log_likelihood_released") if c in scores]
     return scores.groupby([*by, "sample", "round"], sort=False)[cols].mean().reset_index()
 
@@ -527,7 +530,7 @@ def run_reversal(
 
 # %% ../nbs/papers/madc/11_madc.ipynb #d2684616
 def reversal_curve(transcript: pd.DataFrame) -> pd.DataFrame:
-    "Accuracy per (model, item, order, count) of a `run_reversal` transcript. (MADC Fig. 9 (reversal experiment).)"
+    "Accuracy per (model, item, order, count) of a `run_reversal` transcript: the curves of MADC Fig. 9 (RQ3)."
     g = transcript.groupby(["model", "item_id", "agent", "position"], sort=True)["correct"]
     out = pd.DataFrame({"accuracy": g.mean().astype(float), "n": g.size()}).reset_index()
     return out.rename(columns={"agent": "order", "position": "count"})
