@@ -410,6 +410,62 @@ def turn_rows(
 # %% ../nbs/engine/04_debate.ipynb #361b3495
 HISTORY_MODES = ("full", "last", "none")
 
+# %% ../nbs/engine/04_debate.ipynb #77dc5728
+@takes_sampling
+def run_debate(
+    items: Sequence[Item],
+    agents: Sequence[Agent],
+    backends: Mapping[str, Any],
+    *,
+    protocol: Protocol | None = None,
+    debate_rounds: int = 1,
+    samples: int = 1,
+    prompt: str | PromptSet = "auto",
+    sampling: Sampling = Sampling(),
+    experiment: str = "debate",
+    history: str = "full",
+    progress: bool | None = None,
+    method: str | None = None,
+) -> pd.DataFrame:
+    """Run a multi-agent debate on `items` and return its transcript (one row per agent turn). Du et
+    al. (2024) when `protocol` is `FullyConnected()`; UMAD's K trajectory-level rollouts (App.
+    C.1, Alg. 1) with `samples=K`."""
+    agents = list(agents)
+    protocol = protocol or FullyConnected()
+    _check_debate_args(agents, backends, history)
+    items = check_items(items)
+    for g in _identical_agents(agents, sampling.temperature):
+        warnings.warn(
+            f"run_debate: agents {', '.join(g)} are identical ({agents[[a.name for a in agents].index(g[0])].model}, "
+            f"same role, temperature {sampling.temperature}): real models give the same response every round; "
+            "the sim's agents do not (03b_sim: it never reads the temperature) "
+            "(set temperature > 0, or use distinct models or roles)",
+            IdenticalAgentsWarning,
+            stacklevel=3,
+        )
+    threads = [(it, k) for it in items for k in range(int(samples))]
+    run = _DebateRun(
+        agents,
+        protocol,
+        {it.id: get_prompt(prompt, it.fmt) for it in items},
+        {it.id: format_question(it) for it in items},
+        sampling,
+        history,
+        experiment,
+        protocol.name if method is None else str(method),
+        conv={(it.id, k): {} for it, k in threads},
+        hist={(it.id, k): {a.name: [] for a in agents} for it, k in threads},
+    )
+    rounds = int(debate_rounds) + 1
+    # one bar for the whole debate: every turn (a reused one counts done at once); an outer bar grows by it
+    total = len(threads) * len(agents) * rounds
+    with progress_scope(total, experiment, progress) as bar:
+        for rnd in range(rounds):
+            jobs = run.requests(threads, rnd)
+            bar.advance(n=len(threads) * len(agents) - len(jobs))
+            run.generate(jobs, backends)
+    return _sorted_transcript(run.rows, items, agents)
+
 # %% ../nbs/engine/04_debate.ipynb #a2bee58a
 def _check_debate_args(agents: list[Agent], backends: Mapping[str, Any], history: str) -> None:
     "Unique agent names, a backend for every agent's model, a known history mode: else a one-line ConfigError."
@@ -573,59 +629,3 @@ def _sorted_transcript(
         + df["agent"].map(agent_order)
     )
     return df.iloc[np.argsort(key.to_numpy(), kind="stable")].reset_index(drop=True)
-
-# %% ../nbs/engine/04_debate.ipynb #77dc5728
-@takes_sampling
-def run_debate(
-    items: Sequence[Item],
-    agents: Sequence[Agent],
-    backends: Mapping[str, Any],
-    *,
-    protocol: Protocol | None = None,
-    debate_rounds: int = 1,
-    samples: int = 1,
-    prompt: str | PromptSet = "auto",
-    sampling: Sampling = Sampling(),
-    experiment: str = "debate",
-    history: str = "full",
-    progress: bool | None = None,
-    method: str | None = None,
-) -> pd.DataFrame:
-    """Run a multi-agent debate on `items` and return its transcript (one row per agent turn). Du et
-    al. (2024) when `protocol` is `FullyConnected()`; UMAD's K trajectory-level rollouts (App.
-    C.1, Alg. 1) with `samples=K`."""
-    agents = list(agents)
-    protocol = protocol or FullyConnected()
-    _check_debate_args(agents, backends, history)
-    items = check_items(items)
-    for g in _identical_agents(agents, sampling.temperature):
-        warnings.warn(
-            f"run_debate: agents {', '.join(g)} are identical ({agents[[a.name for a in agents].index(g[0])].model}, "
-            f"same role, temperature {sampling.temperature}): real models give the same response every round; "
-            "the sim's agents do not (03b_sim: it never reads the temperature) "
-            "(set temperature > 0, or use distinct models or roles)",
-            IdenticalAgentsWarning,
-            stacklevel=3,
-        )
-    threads = [(it, k) for it in items for k in range(int(samples))]
-    run = _DebateRun(
-        agents,
-        protocol,
-        {it.id: get_prompt(prompt, it.fmt) for it in items},
-        {it.id: format_question(it) for it in items},
-        sampling,
-        history,
-        experiment,
-        protocol.name if method is None else str(method),
-        conv={(it.id, k): {} for it, k in threads},
-        hist={(it.id, k): {a.name: [] for a in agents} for it, k in threads},
-    )
-    rounds = int(debate_rounds) + 1
-    # one bar for the whole debate: every turn (a reused one counts done at once); an outer bar grows by it
-    total = len(threads) * len(agents) * rounds
-    with progress_scope(total, experiment, progress) as bar:
-        for rnd in range(rounds):
-            jobs = run.requests(threads, rnd)
-            bar.advance(n=len(threads) * len(agents) - len(jobs))
-            run.generate(jobs, backends)
-    return _sorted_transcript(run.rows, items, agents)
