@@ -288,7 +288,8 @@ def item_scores(
     by = pool_keys(transcript, ["item_id", "sample", "round"])
     check_unique_turns(transcript, by, what="item_scores")
     vt = vote_table(transcript, by=tuple(by), fmt=fmt).set_index(by)
-    g = transcript.groupby(by, sort=False)
+    # dropna=False: a missing experiment, method or sample is one group, as in vote_table
+    g = transcript.groupby(by, sort=False, dropna=False)
     out = pd.DataFrame(
         {
             "task": g["task"].first(),
