@@ -19,7 +19,7 @@ from .metrics import is_missing, clustered_accuracy_ci, wilson_ci
 from .voting import vote_table
 
 # %% auto #0
-__all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'CORRECTIONS', 'EXACT_BELOW', 'bootstrap_ci', 'boot_mean_ci', 'paired_test',
+__all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'CORRECTIONS', 'TEST_WORDS', 'EXACT_BELOW', 'bootstrap_ci', 'boot_mean_ci', 'paired_test',
            'accuracy_ci', 'simulate_paired', 'score_interval', 'paired_inference', 'item_means', 'paired_difference',
            'tost', 'adjust_pvalues', 'cochran_q', 'omnibus_test', 'token_change', 'compare_methods',
            'comparison_caption', 'family_gaps', 'family_words', 'gap_interval_text', 'power_paired_binary',
@@ -1020,7 +1020,7 @@ def _interval_text(r: Mapping) -> str:
     return f"[{_pts(lo)}, {_pts(hi)}]"
 
 # %% ../nbs/evaluation/05b_stats.ipynb #6e22a499
-_TESTS = {
+TEST_WORDS = {
     "mcnemar": "McNemar's score test with Tango's score interval for one 0/1 answer per item",
     "ttest": "paired t-test with its t-interval over item means",
     "permutation": "sign-flip test over items, inverted for its interval (exact up to 16 items), where t cannot hold",
@@ -1114,7 +1114,9 @@ def comparison_caption(
         else pd.Series(dtype=float)
     )
     tests = (
-        [_TESTS.get(t, t) for t in dict.fromkeys(gaps["test"].dropna())] if "test" in gaps else []
+        [TEST_WORDS.get(t, t) for t in dict.fromkeys(gaps["test"].dropna())]
+        if "test" in gaps
+        else []
     )
     boot = (
         f", each its test inverted over {unit_name} (answers of an item averaged first)"
