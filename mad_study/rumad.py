@@ -1740,9 +1740,15 @@ def training_meta(
     max_new_tokens: int,
     source: str = "fixture",
     sim_agents: Mapping | None = None,
+    sim_off: Sequence[str] = (),
 ) -> dict:
-    "Everything besides `RumadConfig` that shapes a training run (stored in a checkpoint; a different value means retrain)."
-    return {
+    """Everything besides `RumadConfig` that shapes a training run (stored in a checkpoint; a different value means
+    retrain). `sim_off`: the sim mechanisms switched off (03b_sim `MECHANISMS`); the agents are stored as they ran, those
+    mechanisms' fields at their neutral values, so a world that differs only there does not retrain them."""
+    from mad_study.sim import MECHANISMS, check_off
+
+    neutral = {k: v for m in check_off(sim_off) for k, v in MECHANISMS[m]["neutral"].items()}
+    meta = {
         "models": list(models),
         "train_task": train_task,
         "seed": int(seed),
@@ -1751,9 +1757,13 @@ def training_meta(
         "max_new_tokens": int(max_new_tokens),
         "source": source,
         "sim_agents": {
-            m: dict((sim_agents or {}).get(m, {})) for m in models if m.startswith("sim")
+            m: {**dict((sim_agents or {}).get(m, {})), **neutral}
+            for m in models
+            if m.startswith("sim")
         },
     }
+    return {**meta, "sim_off": sorted(sim_off)} if sim_off else meta
+
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #1c1b3137
 _NOT_PARAMS = ("log", "train_seconds")
