@@ -161,13 +161,26 @@ def engine_debate(baseline: str | None = None, madc: str | None = None) -> Calla
 # %% ../nbs/study/15_arena.ipynb #5be419eb
 def run_rumad(arena: Arena, key: str):
     """RUMAD's trained controller (RUMAD Alg. 1 at inference: `mad_study.rumad.RumadController`) on
-    the kit's engine, loaded from `arena.rumad_checkpoint`, one thread (`one_thread`). Rows:
-    `debate_costs` of its debate."""
+    the kit's engine, loaded from `arena.rumad_checkpoint` (sim: the kit's speak head, issue 52, deployed
+    by its checkpoint's rule, P(speak) >= 0.5), with RUMAD's own tagged prompt (Tables 7-8: the
+    importance tags of Eq. 5 need its peer template), one thread (`one_thread`). Rows: `debate_costs`
+    of its debate; `arena.notes[key]` says which controller ran."""
     from mad_study.debate import run_debate
     from mad_study.protocols import debate_costs
-    from mad_study.rumad import RumadController, load_controller, make_embedder, one_thread
+    from mad_study.rumad import (
+        RumadController,
+        load_controller,
+        make_embedder,
+        one_thread,
+        rumad_prompt,
+    )
 
-    pol, cfg, _ = load_controller(arena.rumad_checkpoint)
+    pol, cfg, meta = load_controller(arena.rumad_checkpoint)
+    kind = "the kit's speak head" if cfg.head == "agent" else "the paper's per-edge controller"
+    arena.notes[key] = (
+        f"{kind} ({arena.rumad_checkpoint.name}: B = {cfg.B:g}, training seed {meta.get('seed')}, "
+        f"deployed by {cfg.deploy}), RUMAD's tagged prompt"
+    )
     with one_thread():
         t = run_debate(
             arena.items,
@@ -179,12 +192,14 @@ def run_rumad(arena: Arena, key: str):
                 cfg.lam,
                 activation=cfg.activation,
                 seed=arena.seed,
+                deploy=cfg.deploy,
             ),
             debate_rounds=arena.debate_rounds,
             method=key,
             progress=False,
             experiment=arena.experiment,
             sampling=arena.sampling,
+            prompt=rumad_prompt("rumad", arena.items[0].fmt),
         )
     return debate_costs(t), t
 

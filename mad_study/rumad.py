@@ -1764,7 +1764,6 @@ def training_meta(
     }
     return {**meta, "sim_off": sorted(sim_off)} if sim_off else meta
 
-
 # %% ../nbs/papers/rumad/13_rumad.ipynb #1c1b3137
 _NOT_PARAMS = ("log", "train_seconds")
 

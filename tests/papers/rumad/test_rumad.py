@@ -123,8 +123,9 @@ def _controller(variant: str = "B12", off: bool = False):
     pol, cfg, meta = R.load_controller(path)
     _, sa = _sim_setup(off)
     # the checkpoint was trained under the sim profile's parameters (what the notebook checks before loading it)
-    meta = R.training_meta(MODELS, "mmlu:dev", 0, "sim", "rumad", 512, "fixture", sa)
-    assert R.checkpoint_mismatch(path, cfg, {**meta, **({"sim_off": ["context_harm"]} if off else {})}) is None
+    # (the harm-off world's agents as they ran: context_decay at its neutral 0, so a refit of the harm keeps them)
+    meta = R.training_meta(MODELS, "mmlu:dev", 0, "sim", "rumad", 512, "fixture", sa, sim_off=("context_harm",) if off else ())
+    assert R.checkpoint_mismatch(path, cfg, meta) is None
     return pol, cfg
 
 
