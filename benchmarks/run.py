@@ -500,6 +500,7 @@ def synthetic_transcript(n_items=500, n_agents=6, n_rounds=5, n_samples=16, seed
 
 def bench_analysis(n_items=500, n_agents=6, n_rounds=5, n_samples=16) -> dict:
     import numpy as np
+    from mad_study import madc as MC
     from mad_study import metrics as M
     from mad_study import stats as S
     from mad_study.answers import extract_answer, parse_failure_rate
@@ -516,7 +517,7 @@ def bench_analysis(n_items=500, n_agents=6, n_rounds=5, n_samples=16) -> dict:
 
     def path_consistency(idx):
         a, x = agent[idx], ans[idx]
-        return M.path_consistency([x[a == name].tolist() for name in dict.fromkeys(a.tolist())], fmt="number")
+        return MC.path_consistency([x[a == name].tolist() for name in dict.fromkeys(a.tolist())], fmt="number")
 
     def per_item_accuracy():
         acc = tr.groupby(["item_id", "round"])["correct"].mean().unstack()
@@ -524,7 +525,7 @@ def bench_analysis(n_items=500, n_agents=6, n_rounds=5, n_samples=16) -> dict:
 
     def reversal_points():
         curves = tr.groupby(["item_id", "round"])["correct"].mean().unstack()
-        return [M.reversal_point(range(n_rounds), row, level=0.5) for row in curves.to_numpy(dtype=float)]
+        return [MC.reversal_point(range(n_rounds), row, level=0.5) for row in curves.to_numpy(dtype=float)]
 
     a0, aL = per_item_accuracy()
     cost = M.token_cost(tr)
@@ -534,8 +535,8 @@ def bench_analysis(n_items=500, n_agents=6, n_rounds=5, n_samples=16) -> dict:
         ("uncertainty_table (UMAD TU / Sys-EU / Sys-AU per item-round)", lambda: M.uncertainty_table(tr)),
         ("flip_table (UMAD flips, round 0 -> 1 and 0 -> last)", lambda: (M.flip_table(tr), M.flip_table(tr, 0, last))),
         ("token_cost + token_savings", lambda: (M.token_cost(tr), M.token_savings(cost["total_tokens"].iloc[0], 1e4))),
-        ("viewpoint_entropy per item-round (MADC A.2)", lambda: per_item_round(lambda i: M.viewpoint_entropy(ans[i].tolist(), fmt="number"))),
-        ("viewpoint_log_likelihood per item-round (MADC A.1)", lambda: per_item_round(lambda i: M.viewpoint_log_likelihood(ans[i].tolist(), gold[i[0]], "number"))),
+        ("viewpoint_entropy per item-round (MADC A.2)", lambda: per_item_round(lambda i: MC.viewpoint_entropy(ans[i].tolist(), fmt="number"))),
+        ("viewpoint_log_likelihood per item-round (MADC A.1)", lambda: per_item_round(lambda i: MC.viewpoint_log_likelihood(ans[i].tolist(), gold[i[0]], "number"))),
         ("path_consistency per item-round (MADC Eq. 2)", lambda: per_item_round(path_consistency)),
         ("reversal_point per item (MADC RQ3)", reversal_points),
         ("bootstrap_ci + paired_test (ttest, wilcoxon, mcnemar) over items", lambda: (

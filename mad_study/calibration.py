@@ -35,18 +35,27 @@ from .stats import n_for_power, paired_inference, resolvable_effect
 from .voting import vote_table
 
 # %% auto #0
-__all__ = ['FITTED_FIELD', 'STATISTICS', 'GRIDS', 'FIT_ORDER', 'CONTROLS', 'sim_model_of', 'calibration_targets', 'claim_rows',
-           'World', 'world_from_profile', 'expected_round0', 'fit_task_skill', 'competence_fit', 'round0_accuracy',
-           'du_debate_gain', 'madc_runs', 'madc_debate_gain', 'madc_truth_last_gain', 'madc_agent_scaling',
-           'madc_vs_mad', 'rumad_dense_sparse_gap', 'umad_turn_gain', 'umad_pair', 'umad_flip_gap', 'sim_number',
-           'FitStep', 'fit_steps', 'fit_world', 'fit_grid', 'power_items', 'calibration_table', 'not_shown_rows']
+__all__ = ['FITTED_FIELD', 'STATISTICS', 'GRIDS', 'FIT_ORDER', 'CONTROLS', 'MECHANISM_CONTROLS', 'sim_model_of',
+           'calibration_targets', 'claim_rows', 'World', 'world_from_profile', 'expected_round0', 'fit_task_skill',
+           'competence_fit', 'round0_accuracy', 'du_debate_gain', 'madc_runs', 'madc_debate_gain',
+           'madc_truth_last_gain', 'madc_agent_scaling', 'madc_vs_mad', 'madc_mad_vs_sc', 'rumad_dense_sparse_gap',
+           'umad_turn_gain', 'umad_pair', 'umad_flip_gap', 'sim_number', 'FitStep', 'fit_steps', 'fit_world',
+           'fit_grid', 'power_items', 'calibration_table', 'not_shown_rows']
 
 # %% ../nbs/study/16_calibration.ipynb #8a89e2cb
 # the mechanisms this fit sets -> the SimAgent field that carries each one's strength: the first field of the sim's own
 # table (03b_sim `MECHANISMS`); competence's `skill` is fitted exactly, per task, as `task_skill`
 FITTED_FIELD = {
     m: SIM_MECHANISMS[m]["fields"][0]
-    for m in ("competence", "conformity", "recency", "context_harm", "debate_noise", "signals")
+    for m in (
+        "competence",
+        "conformity",
+        "recency",
+        "persuasion",
+        "context_harm",
+        "debate_noise",
+        "signals",
+    )
 }
 
 # %% ../nbs/study/16_calibration.ipynb #d3dcade9
@@ -76,18 +85,25 @@ def _row(
 
 # %% ../nbs/study/16_calibration.ipynb #b0830900
 def _madc_rows(mm: Mapping[str, str]) -> list[dict]:
-    "MADC Table 1 (10 agents, one debate round; MAD = the Fixed order) and Tables 2-5 (MAD, 10 vs 3 agents; MADC - MAD at 10)."
+    """MADC Table 1 (10 agents, one debate round; MAD = the Fixed order, Self-Consistency = the vote of 10 independent
+    answers) and Tables 2-5 (MAD, 10 vs 3 agents; MADC - MAD at 10). Table 1's MAD - Self-Consistency and MADC - MAD
+    are served by truth-favouring persuasion (03b_sim `persuasion`): a debate round beats the vote only if a shown
+    correct answer persuades more than a wrong one."""
     rows, src = [], "MADC Table 1"
     quantities = (
         ("Single CoT accuracy", "competence", "round0_accuracy"),
         ("MAD - Single CoT (points)", "conformity", "madc_debate_gain"),
         ("MAD+Truth Last - MAD (points)", "recency", "madc_truth_last_gain"),
+        ("MAD - Self-Consistency (points)", "persuasion", "madc_mad_vs_sc"),
+        ("MADC - MAD (points)", "persuasion", "madc_vs_mad"),
     )
     for model, g in paper_table("madc_tab1").groupby("model", sort=False):
         v = g.set_index("method")
         for t in ("bbh_logical_deduction_7", "bbh_geometric_shapes", "math500"):
-            s, mad, tl = (float(v.loc[k, t]) for k in ("single", "mad", "truth_last"))
-            for (q, mech, stat), x in zip(quantities, (s, mad - s, tl - mad)):
+            s, mad, tl, sc, madc = (
+                float(v.loc[k, t]) for k in ("single", "mad", "truth_last", "sc", "madc")
+            )
+            for (q, mech, stat), x in zip(quantities, (s, mad - s, tl - mad, mad - sc, madc - mad)):
                 rows.append(_row("MADC", src, q, model, t, x, mech, stat, mm))
     q = "MAD 10 agents - 3 agents (points)"
     t25 = paper_table("madc_tab2_5")
@@ -132,6 +148,19 @@ def _du_umad_rows(mm: Mapping[str, str]) -> list[dict]:
             "gsm8k",
             du["debate"] - du["single"],
             "conformity",
+            "du_debate_gain",
+            mm,
+            note=note,
+        ),
+        # the same gain, served by truth-favouring persuasion: its control switches persuasion off alone
+        _row(
+            "Du et al.",
+            src,
+            "debate - single agent (points)",
+            m,
+            "gsm8k",
+            du["debate"] - du["single"],
+            "persuasion",
             "du_debate_gain",
             mm,
             note=note,
@@ -453,44 +482,43 @@ def madc_runs(
 ) -> dict[str, pd.Series]:
     """MADC's Table 1 runs through `mad_study.madc.run_strategies` (Fixed = MAD, Truth Last), `n_agents` agents, one
     debate round, the mechanisms `off` switched off: per-item single-agent accuracy (`single`) and majority-vote
-    accuracy per strategy (memoised)."""
-    key = (
-        "madc",
-        world.key([model], off),
-        model,
-        task,
-        n_items,
-        seeds,
-        n_agents,
-        tuple(strategies),
-    )
-    if key not in _MEMO:
+    accuracy per strategy, and `sc`, the majority vote of the round-0 answers (MADC Table 1's SC column; memoised)."""
+    # memoised per strategy (a strategy's transcript does not depend on which others run beside it: the same request
+    # seeds), so Table 1's rows, Tables 2-5's MADC - MAD and the persuasion rows share each run
+    base = ("madc", world.key([model], off), model, task, n_items, seeds, n_agents)
+    if len(_MEMO) > 1024:
+        _MEMO.clear()
+    missing = [s for s in strategies if (*base, s) not in _MEMO]
+    if missing:
         trs = run_strategies(
             sim_items(task, n_items),
             model,
             world.backends([model], off),
-            list(strategies),
+            missing,
             n_agents=n_agents,
             repeats=seeds,
             progress=False,
         )
-        r0 = item_scores(trs["fixed"][trs["fixed"]["round"] == 0], entropy=False)
-        out = {"single": _by_item(r0, "share")}
+        t0 = trs[missing[0]]
+        r0 = item_scores(t0[t0["round"] == 0], entropy=False)
+        _MEMO[(*base, "single")] = _by_item(r0, "share")
+        # Self-Consistency (MADC Table 1's SC): the majority vote of the n independent round-0 answers
+        _MEMO[(*base, "sc")] = _by_item(r0, "accuracy")
         for s, t in trs.items():
-            out[s] = _by_item(
+            _MEMO[(*base, s)] = _by_item(
                 item_scores(t[t["round"] == t["round"].max()], entropy=False), "accuracy"
             )
-        if len(_MEMO) > 256:
-            _MEMO.clear()
-        _MEMO[key] = out
-    return _MEMO[key]
+    return {s: _MEMO[(*base, s)] for s in ("single", "sc", *strategies)}
 
 # %% ../nbs/study/16_calibration.ipynb #3400dd08
 def madc_debate_gain(
     world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
 ) -> tuple[np.ndarray, np.ndarray]:
     "MADC Table 1's MAD - Single CoT per item, the mechanisms `off` switched off: (MAD's majority vote, single-agent accuracy)."
-    r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds, off=off)
+    # Fixed alone: its control (conformity off) needs no Truth Last run
+    r = madc_runs(
+        world, row["sim_model"], row["task"], n_items, seeds, strategies=("fixed",), off=off
+    )
     return r["fixed"].to_numpy(), r["single"].to_numpy()
 
 # %% ../nbs/study/16_calibration.ipynb #ce8b34ab
@@ -518,6 +546,16 @@ def madc_vs_mad(
     "MADC Tables 2-5 at 10 agents: MADC (Alg. 1, the consistency-ordered allocation) - MAD (Fixed) per item, the mechanisms `off` switched off: (MADC's majority vote, MAD's)."
     r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds, 10, ("fixed", "madc"), off)
     return r["madc"].to_numpy(), r["fixed"].to_numpy()
+
+# %% ../nbs/study/16_calibration.ipynb #madcsc01
+def madc_mad_vs_sc(
+    world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
+) -> tuple[np.ndarray, np.ndarray]:
+    "MADC Table 1's MAD - SC per item (10 agents, one debate round, the mechanisms `off` switched off): (MAD's majority vote after the round, the majority vote of the same agents' independent round-0 answers)."
+    r = madc_runs(
+        world, row["sim_model"], row["task"], n_items, seeds, strategies=("fixed",), off=off
+    )
+    return r["fixed"].to_numpy(), r["sc"].to_numpy()
 
 # %% ../nbs/study/16_calibration.ipynb #ae03b9ea
 def rumad_dense_sparse_gap(
@@ -622,6 +660,7 @@ STATISTICS: dict[str, Callable[..., tuple[np.ndarray, np.ndarray]]] = {
     "rumad_dense_sparse_gap": rumad_dense_sparse_gap,
     "umad_turn_gain": umad_turn_gain,
     "madc_vs_mad": madc_vs_mad,
+    "madc_mad_vs_sc": madc_mad_vs_sc,
     "umad_flip_gap": umad_flip_gap,
 }
 
@@ -685,6 +724,7 @@ GRIDS = {
     "recency": (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0),
     "context_decay": (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4),
     "debate_noise": (0.0, 0.05, 0.1, 0.2, 0.3, 0.5),
+    "persuasion": (0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0),
     "signal_strength": (0.0, 0.5, 1.0, 1.5, 2.0, 3.0),
 }
 # the order of the fit: each mechanism after those whose effects it rides on
@@ -783,7 +823,7 @@ def fit_world(
                 idx = [step.grid.index(o) for o in own]
                 tension = (
                     "; ".join(
-                        f"{r['source']} {r['task']}: {o:g}"
+                        f"{r['source']} {r['quantity'].split(' (')[0]} {r['task']}: {o:g}"
                         for (_, r), o in zip(step.targets.iterrows(), own)
                     )
                     if max(idx) - min(idx) > 1
@@ -907,13 +947,18 @@ CONTROLS = {
     "rumad_dense_sparse_gap": ("context_harm",),
     "umad_turn_gain": ("debate_noise",),
     "umad_flip_gap": ("conformity",),
+    "madc_mad_vs_sc": ("persuasion",),
 }
+# a row's mechanism whose control is itself, whatever the statistic: Du et al.'s gain and MADC - MAD are served twice
+# (by conformity or recency, and by persuasion), and a persuasion row's control switches persuasion off alone
+MECHANISM_CONTROLS = {"persuasion": ("persuasion",)}
 # the strengths the fit of 2026-11-28 set (the fit record below), per parameter: the models it fitted; any other
 # model's value of that parameter is assumed
 _FITTED = {
     "conformity": ("sim-qwen2.5-3b", "sim-qwen2.5-7b", "sim-r1-7b", "sim-r1-14b"),
     "recency": ("sim-qwen2.5-3b", "sim-qwen2.5-7b", "sim-r1-7b", "sim-r1-14b"),
     "debate_noise": ("sim-qwen2.5-3b",),
+    "persuasion": ("sim-qwen2.5-3b", "sim-qwen2.5-7b", "sim-r1-7b", "sim-r1-14b"),
 }
 
 # %% ../nbs/study/16_calibration.ipynb #ctrl0002
@@ -1019,7 +1064,7 @@ def calibration_table(
             if param == "task_skill"
             else tension.get((r["mechanism"], r["sim_model"]), "")
         )
-        off = CONTROLS.get(r["statistic"], ())
+        off = MECHANISM_CONTROLS.get(r["mechanism"]) or CONTROLS.get(r["statistic"], ())
         # the control of a mechanism already at its neutral value is the effect itself
         neutral = bool(off) and all(
             switch_off(world.agent(m), off) == world.agent(m) for m in models
@@ -1085,7 +1130,8 @@ def not_shown_rows() -> pd.DataFrame:
     """One line per number the calibration table does not show, and why (`status` and `verdict`): MADC Fig. 7
     (round scaling: no printed number wired), SVR-MAD's posterior over priors (its statistic is not wired) and
     Table 1 (signals: assumed, its runner is not in this harness), UMAD's aleatoric cost (debate_noise fitted 0 for
-    the UMAD pair; the failing pair's figure is drawn only) and Meta-Debate Tables 1-2 (the role sim's family)."""
+    the UMAD pair; the failing pair's figure is drawn only), RUMAD's three models' persuasion (left neutral: their
+    context_decay is refitted apart) and Meta-Debate Tables 1-2 (the role sim's family)."""
     lines = (
         (
             "MADC",
@@ -1115,6 +1161,14 @@ def not_shown_rows() -> pd.DataFrame:
             "fitted (debate_noise 0)",
             "not shown, because debate_noise is fitted 0 for the UMAD pair (nothing to cost) and the failing "
             "pair's figure is drawn only, without a printed number",
+        ),
+        (
+            "RUMAD",
+            "persuasion of RUMAD's three models",
+            "persuasion, sim-llama-3.1-8b+sim-glm-4-9b+sim-deepseek-math-7b",
+            "neutral (0, not fitted)",
+            "not shown, because persuasion is left at its neutral 0 for RUMAD's three models: their context_decay is "
+            "refitted apart (RUMAD Table 2), and RUMAD prints no debate gain over a vote to fit persuasion to",
         ),
         (
             "Meta-Debate",

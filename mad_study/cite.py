@@ -328,10 +328,10 @@ REFS.update(
         "metrics.flip_table": ("qiao2026umad",),
         "metrics.entropy": ("zhang2025madc", "qiao2026umad"),
         "metrics.token_cost": ("wang2026rumad", "jiang2026svrmad"),
-        "metrics.viewpoint_entropy": ("zhang2025madc",),
-        "metrics.viewpoint_log_likelihood": ("zhang2025madc",),
-        "metrics.path_consistency": ("zhang2025madc",),
-        "metrics.reversal_point": ("zhang2025madc",),
+        "madc.viewpoint_entropy": ("zhang2025madc",),
+        "madc.viewpoint_log_likelihood": ("zhang2025madc",),
+        "madc.path_consistency": ("zhang2025madc",),
+        "madc.reversal_point": ("zhang2025madc",),
     }
 )
 

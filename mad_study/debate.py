@@ -13,6 +13,7 @@ import warnings
 
 import numpy as np
 import pandas as pd
+from fastcore.basics import patch
 
 from mad_study.core import (
     ConfigError,
@@ -118,7 +119,7 @@ class RoundContext:
 
 # %% ../nbs/engine/04_debate.ipynb #5e1a7c02
 class _LazyGenerator:
-    "`rng_for(*parts)`, made on first use: every attribute is the generator's (the kit's own; a speed measure, issue 50)."
+    "`rng_for(*parts)`, made on first use: every attribute is the generator's (the kit's own: a generator is made only for protocols that draw)."
 
     __slots__ = ("_parts", "_rng")
 
@@ -140,7 +141,8 @@ class _LazyGenerator:
 
 # %% ../nbs/engine/04_debate.ipynb #acd3414e
 class Protocol:
-    "Base protocol: everyone speaks and sees every other agent, in the agents' list order. (one round of Du et al.'s multi-agent debate: who speaks, whom they see, in what order.)"
+    """Base protocol: one round of Du et al.'s multi-agent debate, where everyone speaks and sees every other agent,
+    in the agents' list order; the hooks decide who speaks, whom they see and in what order."""
 
     name = "protocol"
     include_self = False  # show an agent its own last response among the solutions (UMAD App. F.2)
@@ -172,9 +174,6 @@ class Protocol:
 
     def __repr__(self):
         return f"{type(self).__name__}({self.name!r})"
-
-# %% ../nbs/engine/04_debate.ipynb #fa654116
-from fastcore.basics import patch
 
 # %% ../nbs/engine/04_debate.ipynb #db64a6b8
 @patch
@@ -307,30 +306,10 @@ def register_protocol(
 
 # %% ../nbs/engine/04_debate.ipynb #77646c03
 def make_protocol(name: str = "fully_connected", **kw) -> Protocol:
-    "A registered protocol by name: `fully_connected`, an ordering in ORDERINGS (`fixed`, `random` (per viewer), `random_shared`, `truth_first`, `truth_last`), or one added with `register_protocol`. (Du et al.'s fully connected debate or MADC's orderings (Fixed, Random, Truth First, Truth Last).)"
+    "A registered protocol by name: `fully_connected`, an ordering in ORDERINGS (`fixed`, `random` (per viewer), `random_shared`, `truth_first`, `truth_last`: MADC's orderings), or one added with `register_protocol`."
     if name not in PROTOCOLS:
         raise ConfigError("unknown protocol", key="protocol", value=name, choices=PROTOCOLS)
     return PROTOCOLS[name](**kw)
-
-# %% ../nbs/engine/04_debate.ipynb #bba6471f
-_MOVED_TO_VOTING = ("majority_vote", "vote_table", "group_rows", "tie_seeds")
-
-
-def __getattr__(name: str):
-    "The names that moved to `mad_study.voting` (issue 37), importable from here for one release, with a warning."
-    if name in _MOVED_TO_VOTING:
-        import warnings
-
-        warnings.warn(
-            f"mad_study.debate.{name} moved to mad_study.voting.{name}; the old name goes in the next "
-            "release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        from mad_study import voting
-
-        return getattr(voting, name)
-    raise AttributeError(f"module 'mad_study.debate' has no attribute {name!r}")
 
 # %% ../nbs/engine/04_debate.ipynb #fbb9c44a
 def _with_system(msgs: list[dict], system: str | None) -> list[dict]:
@@ -430,6 +409,62 @@ def turn_rows(
 
 # %% ../nbs/engine/04_debate.ipynb #361b3495
 HISTORY_MODES = ("full", "last", "none")
+
+# %% ../nbs/engine/04_debate.ipynb #77dc5728
+@takes_sampling
+def run_debate(
+    items: Sequence[Item],
+    agents: Sequence[Agent],
+    backends: Mapping[str, Any],
+    *,
+    protocol: Protocol | None = None,
+    debate_rounds: int = 1,
+    samples: int = 1,
+    prompt: str | PromptSet = "auto",
+    sampling: Sampling = Sampling(),
+    experiment: str = "debate",
+    history: str = "full",
+    progress: bool | None = None,
+    method: str | None = None,
+) -> pd.DataFrame:
+    """Run a multi-agent debate on `items` and return its transcript (one row per agent turn). Du et
+    al. (2024) when `protocol` is `FullyConnected()`; UMAD's K trajectory-level rollouts (App.
+    C.1, Alg. 1) with `samples=K`."""
+    agents = list(agents)
+    protocol = protocol or FullyConnected()
+    _check_debate_args(agents, backends, history)
+    items = check_items(items)
+    for g in _identical_agents(agents, sampling.temperature):
+        warnings.warn(
+            f"run_debate: agents {', '.join(g)} are identical ({agents[[a.name for a in agents].index(g[0])].model}, "
+            f"same role, temperature {sampling.temperature}): real models give the same response every round; "
+            "the sim's agents do not (03b_sim: it never reads the temperature) "
+            "(set temperature > 0, or use distinct models or roles)",
+            IdenticalAgentsWarning,
+            stacklevel=3,
+        )
+    threads = [(it, k) for it in items for k in range(int(samples))]
+    run = _DebateRun(
+        agents,
+        protocol,
+        {it.id: get_prompt(prompt, it.fmt) for it in items},
+        {it.id: format_question(it) for it in items},
+        sampling,
+        history,
+        experiment,
+        protocol.name if method is None else str(method),
+        conv={(it.id, k): {} for it, k in threads},
+        hist={(it.id, k): {a.name: [] for a in agents} for it, k in threads},
+    )
+    rounds = int(debate_rounds) + 1
+    # one bar for the whole debate: every turn (a reused one counts done at once); an outer bar grows by it
+    total = len(threads) * len(agents) * rounds
+    with progress_scope(total, experiment, progress) as bar:
+        for rnd in range(rounds):
+            jobs = run.requests(threads, rnd)
+            bar.advance(n=len(threads) * len(agents) - len(jobs))
+            run.generate(jobs, backends)
+    return _sorted_transcript(run.rows, items, agents)
 
 # %% ../nbs/engine/04_debate.ipynb #a2bee58a
 def _check_debate_args(agents: list[Agent], backends: Mapping[str, Any], history: str) -> None:
@@ -594,59 +629,3 @@ def _sorted_transcript(
         + df["agent"].map(agent_order)
     )
     return df.iloc[np.argsort(key.to_numpy(), kind="stable")].reset_index(drop=True)
-
-# %% ../nbs/engine/04_debate.ipynb #77dc5728
-@takes_sampling
-def run_debate(
-    items: Sequence[Item],
-    agents: Sequence[Agent],
-    backends: Mapping[str, Any],
-    *,
-    protocol: Protocol | None = None,
-    debate_rounds: int = 1,
-    samples: int = 1,
-    prompt: str | PromptSet = "auto",
-    sampling: Sampling = Sampling(),
-    experiment: str = "debate",
-    history: str = "full",
-    progress: bool | None = None,
-    method: str | None = None,
-) -> pd.DataFrame:
-    """Run a multi-agent debate on `items` and return its transcript (one row per agent turn). Du et
-    al. (2024) when `protocol` is `FullyConnected()`; UMAD's K trajectory-level rollouts (App.
-    C.1, Alg. 1) with `samples=K`."""
-    agents = list(agents)
-    protocol = protocol or FullyConnected()
-    _check_debate_args(agents, backends, history)
-    items = check_items(items)
-    for g in _identical_agents(agents, sampling.temperature):
-        warnings.warn(
-            f"run_debate: agents {', '.join(g)} are identical ({agents[[a.name for a in agents].index(g[0])].model}, "
-            f"same role, temperature {sampling.temperature}): real models give the same response every round; "
-            "the sim's agents do not (03b_sim: it never reads the temperature) "
-            "(set temperature > 0, or use distinct models or roles)",
-            IdenticalAgentsWarning,
-            stacklevel=3,
-        )
-    threads = [(it, k) for it in items for k in range(int(samples))]
-    run = _DebateRun(
-        agents,
-        protocol,
-        {it.id: get_prompt(prompt, it.fmt) for it in items},
-        {it.id: format_question(it) for it in items},
-        sampling,
-        history,
-        experiment,
-        protocol.name if method is None else str(method),
-        conv={(it.id, k): {} for it, k in threads},
-        hist={(it.id, k): {a.name: [] for a in agents} for it, k in threads},
-    )
-    rounds = int(debate_rounds) + 1
-    # one bar for the whole debate: every turn (a reused one counts done at once); an outer bar grows by it
-    total = len(threads) * len(agents) * rounds
-    with progress_scope(total, experiment, progress) as bar:
-        for rnd in range(rounds):
-            jobs = run.requests(threads, rnd)
-            bar.advance(n=len(threads) * len(agents) - len(jobs))
-            run.generate(jobs, backends)
-    return _sorted_transcript(run.rows, items, agents)

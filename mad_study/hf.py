@@ -373,9 +373,8 @@ def __init__(
     self._cuda = torch.cuda.is_available()
     self.compute_dtype = _compute_dtype(compute_dtype, self._cuda)
     self.device_map = device_map if self._cuda else None
-    # default batch: on a GPU 'auto' (sized from free memory,
-    # `batch_plan`); 32 on the CPU, where each decode step pays
-    # a fixed cost per batch (dequantizing every weight)
+    # default batch: on a GPU 'auto' (sized from free memory, `batch_plan`); 32 on the CPU, where
+    # each decode step pays a fixed cost per batch (dequantizing every weight)
     if batch_size is None:
         batch_size = "auto" if self._cuda else 32
     self.auto_batch = batch_size == "auto"

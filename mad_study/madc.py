@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 
 from mad_study.core import (
-    deprecated_names,
     ConfigError,
     Item,
     Sampling,
@@ -41,16 +40,19 @@ from mad_study.debate import (
 # %% auto #0
 __all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 'MADC_SAMPLING', 'METRICS', 'CASES',
            'REVERSAL_ORDERS', 'PAPER_REVERSAL_TABLES', 'PAPER_TABLE1', 'PAPER_TABLE1_TASKS', 'PAPER_AGENT_SCALING',
-           'COUNT_TABLE_ORDERS', 'random_variants', 'madc_order', 'madc_ordering', 'MADCPeers', 'strategy_protocol',
-           'strategy_label', 'run_strategies', 'shared_round0', 'item_scores', 'strategy_scores', 'repeat_scores',
-           'default_pairs', 'strategy_tests', 'path_consistency_table', 'reversal_sequence', 'solution_pools',
-           'run_reversal', 'reversal_curve', 'first_pool_sizes', 'reversal_table', 'paper_reversal_curves',
+           'COUNT_TABLE_ORDERS', 'path_consistency', 'random_variants', 'madc_order', 'madc_ordering', 'MADCPeers',
+           'strategy_protocol', 'strategy_label', 'run_strategies', 'shared_round0', 'viewpoint_entropy',
+           'viewpoint_log_likelihood', 'item_scores', 'strategy_scores', 'repeat_scores', 'default_pairs',
+           'strategy_tests', 'path_consistency_table', 'reversal_sequence', 'solution_pools', 'run_reversal',
+           'reversal_curve', 'first_pool_sizes', 'reversal_point', 'reversal_table', 'paper_reversal_curves',
            'reversal_count_table', 'plan_fig1', 'plan_fig3_5', 'plan_madc_tab1', 'plan_fig7', 'plan_tab2_5',
            'plan_fig8', 'plan_fig9']
 
 # %% ../nbs/papers/madc/11_madc.ipynb #0914fbda
 from .voting import vote_table
-from .metrics import is_missing, path_consistency, reversal_point, viewpoint_entropy
+from .answers import is_correct
+from .metrics import UNPARSED_MODES, answer_distribution, is_missing
+from .metrics import entropy as shannon_entropy
 
 # cochran_q: nbs/evaluation/05b_stats
 from mad_study.stats import (
@@ -63,8 +65,35 @@ from mad_study.stats import (
     paired_test,
 )
 from .prompts import debate_message, get_prompt, opening_messages
-from .registry import planner
+from .registry import QUESTION_TOKENS, planner
 from .core import Inference
+
+# %% ../nbs/papers/madc/11_madc.ipynb #9b0a1b8f
+def path_consistency(answers: Sequence[Any], fmt: str | None = None) -> list[float]:
+    """MADC Eq. 2: for each agent i, sum over k != i of Pr(V_i = V_k) at one round.
+    `answers[i]` is agent i's answer, or a list of its sampled answers."""
+    lists = [list(a) if isinstance(a, (list, tuple)) else [a] for a in answers]
+    flat = [None if is_missing(a) else a for s in lists for a in s]
+    if fmt is not None:
+        flat = merge_equivalent(flat, fmt)
+    cut = np.cumsum([0] + [len(s) for s in lists])
+    per = [flat[cut[i] : cut[i + 1]] for i in range(len(lists))]
+    dists = []
+    for s in per:
+        c = Counter(a for a in s if a is not None)
+        dists.append({a: v / len(s) for a, v in c.items()} if s else {})
+    out = []
+    for i, di in enumerate(dists):
+        out.append(
+            float(
+                sum(
+                    sum(p * dk.get(a, 0.0) for a, p in di.items())
+                    for k, dk in enumerate(dists)
+                    if k != i
+                )
+            )
+        )
+    return out
 
 # %% ../nbs/papers/madc/11_madc.ipynb #2fb1a6c0
 STRATEGIES = ("fixed", "random", "truth_first", "truth_last", "madc")
@@ -85,7 +114,8 @@ RANDOM_NOTE = {
 
 
 def random_variants(strategies: Sequence[str]) -> str:
-    "The sentence an artefact's caption / notes carry about the Random variant(s) among `strategies` ('' if none). (MADC Fig. 1 / Figs. 3-5: the Random strategy's draws.)"
+    """The sentence an artefact's caption / notes carry about the Random variant(s) among `strategies` ('' if
+    none): how MADC's Random strategy (Fig. 1, Figs. 3-5) draws its orders."""
     return "; ".join(RANDOM_NOTE[s] for s in strategies if s in RANDOM_NOTE)
 
 # %% ../nbs/papers/madc/11_madc.ipynb #16ab87d3
@@ -139,7 +169,8 @@ class MADCPeers(OrderedPeers):
 # %% ../nbs/papers/madc/11_madc.ipynb #07d89c27
 def strategy_protocol(name: str, include_self: bool = False) -> Protocol:
     """The debate protocol of an allocation strategy: `fixed`, `random` (per viewer, the released code), `random_shared`
-    (one permutation per round), `truth_first`, `truth_last` (oracles), `madc`, `madc_peers`. (MADC's strategies Fixed / Random / Truth First / Truth Last / MADC (Alg. 1).)"""
+    (one permutation per round), `truth_first`, `truth_last` (oracles), `madc` (Alg. 1), `madc_peers`: MADC's
+    allocation strategies."""
     if name in ORDERINGS:
         return OrderedPeers(name, include_self=include_self)
     if name in ("madc", "madc_peers"):
@@ -204,6 +235,49 @@ def shared_round0(transcripts: Mapping[str, pd.DataFrame]) -> bool:
     ]
     return all(r.equals(r0[0]) for r in r0[1:])
 
+# %% ../nbs/papers/madc/11_madc.ipynb #4f82c63b
+def viewpoint_entropy(
+    answers: Sequence[Any], base: float = 2, fmt: str | None = None, unparsed: str = "shared"
+) -> float:
+    """MADC App. A.2: Shannon entropy (bits by default) of the agents' answer distribution on one question.
+    `unparsed`: `shared` (the kit: one viewpoint), `drop` (MADC's release: unparsed answers dropped; all unparsed
+    is one "(None)" outcome, entropy 0), or `distinct`."""
+    if len(answers) == 0:
+        return math.nan
+    p = answer_distribution(answers, fmt=fmt, unparsed=unparsed)
+    # `drop` with every answer unparsed: one outcome, "(None)"
+    return 0.0 if p.empty else shannon_entropy(p, base)
+
+# %% ../nbs/papers/madc/11_madc.ipynb #08d94ff1
+def viewpoint_log_likelihood(
+    answers: Sequence[Any],
+    gold: Any,
+    fmt: str = "exact",
+    floor: float | None = None,
+    unparsed: str = "shared",
+) -> float:
+    """MADC App. A.1: log2 of the share of agents whose answer equals `gold` (graded with `is_correct`).
+    -inf when no agent is correct (or `floor` if given); NaN for no answers. `unparsed="drop"` (MADC's
+    release): the share among parsed agents only (every agent unparsed: one "(None)" outcome, no agent correct);
+    otherwise among all agents."""
+    if len(answers) == 0:
+        return math.nan
+    if unparsed not in UNPARSED_MODES:
+        raise ConfigError(
+            "unknown treatment of unparsed answers",
+            key="unparsed",
+            value=unparsed,
+            choices=UNPARSED_MODES,
+        )
+    if unparsed == "drop":
+        # all unparsed: one "(None)" outcome
+        answers = [a for a in answers if not is_missing(a)] or [None]
+    n = len(answers)
+    k = sum(1 for a in answers if not is_missing(a) and is_correct(a, gold, fmt))
+    if k == 0:
+        return -math.inf if floor is None else float(floor)
+    return math.log2(k / n)
+
 # %% ../nbs/papers/madc/11_madc.ipynb #d1572c9d
 def item_scores(
     transcript: pd.DataFrame, fmt: str | None = None, entropy: bool = True
@@ -214,7 +288,8 @@ def item_scores(
     by = pool_keys(transcript, ["item_id", "sample", "round"])
     check_unique_turns(transcript, by, what="item_scores")
     vt = vote_table(transcript, by=tuple(by), fmt=fmt).set_index(by)
-    g = transcript.groupby(by, sort=False)
+    # dropna=False: a missing experiment, method or sample is one group, as in vote_table
+    g = transcript.groupby(by, sort=False, dropna=False)
     out = pd.DataFrame(
         {
             "task": g["task"].first(),
@@ -247,7 +322,8 @@ def strategy_scores(
     round: int | None = None,
 ) -> pd.DataFrame:
     """`item_scores` of every strategy's transcript (at `round`, default the last), with a `strategy` column. A pooled
-    transcript (one DataFrame) is split by condition (`mad_study.stats.condition_labels`: its `method`). (MADC Figs. 3-5: accuracy, log-likelihood (App. A.1), entropy (App. A.2).)"""
+    transcript (one DataFrame) is split by condition (`mad_study.stats.condition_labels`: its `method`). MADC Figs.
+    3-5: accuracy, log-likelihood (App. A.1), entropy (App. A.2)."""
     if isinstance(transcripts, pd.DataFrame):
         lab = condition_labels(transcripts)
         transcripts = {s: transcripts[lab == s] for s in dict.fromkeys(lab)}
@@ -259,7 +335,7 @@ def strategy_scores(
 
 # %% ../nbs/papers/madc/11_madc.ipynb #372c0120
 def repeat_scores(scores: pd.DataFrame, by: Sequence[str] = ("strategy",)) -> pd.DataFrame:
-    "Means over items per repeat (`sample`): one row per (by..., sample, round). (MADC Figs. 3-5: 20 repeats per strategy.)"
+    "Means over items per repeat (`sample`), one row per (by..., sample, round): MADC Figs. 3-5's 20 repeats per strategy."
     cols = [c for c in (*METRICS, "log_likelihood_released") if c in scores]
     return scores.groupby([*by, "sample", "round"], sort=False)[cols].mean().reset_index()
 
@@ -347,7 +423,7 @@ def strategy_tests(
 def path_consistency_table(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFrame:
     """MADC Eq. 2 over a transcript: per (condition, item, sample, round, agent) the agent's
     consistency sum_{k != i} Pr(V_i = V_k) with the other agents at that round
-    (`mad_study.metrics.path_consistency`) and its rank (0 = most consistent, Alg. 1 line 9)."""
+    (`path_consistency`) and its rank (0 = most consistent, Alg. 1 line 9)."""
     keys = pool_keys(transcript, ["item_id", "sample", "round"])
     check_unique_turns(transcript, keys, what="path_consistency_table")
     rows = []
@@ -455,7 +531,7 @@ def run_reversal(
 
 # %% ../nbs/papers/madc/11_madc.ipynb #d2684616
 def reversal_curve(transcript: pd.DataFrame) -> pd.DataFrame:
-    "Accuracy per (model, item, order, count) of a `run_reversal` transcript. (MADC Fig. 9 (reversal experiment).)"
+    "Accuracy per (model, item, order, count) of a `run_reversal` transcript: the curves of MADC Fig. 9 (RQ3)."
     g = transcript.groupby(["model", "item_id", "agent", "position"], sort=True)["correct"]
     out = pd.DataFrame({"accuracy": g.mean().astype(float), "n": g.size()}).reset_index()
     return out.rename(columns={"agent": "order", "position": "count"})
@@ -466,6 +542,29 @@ def first_pool_sizes(n_correct: int, n_incorrect: int) -> dict[str, int]:
     first after its `n_incorrect` incorrect ones (alternating has no first pool). Unequal pools: unequal boundaries."""
     return {"correct_first": int(n_correct), "incorrect_first": int(n_incorrect)}
 
+# %% ../nbs/papers/madc/11_madc.ipynb #b7e5595e
+def reversal_point(
+    counts: Sequence[float],
+    accuracy: Sequence[float],
+    level: float = 0.5,
+    after: float | None = None,
+) -> float | None:
+    """MADC RQ3: first count at which the accuracy curve crosses `level` against its starting side (None if never).
+    `after`: start from the curve's side at the last count <= `after` and search only larger counts."""
+    pts = [
+        (c, a) for c, a in sorted(zip(counts, accuracy), key=lambda t: t[0]) if not is_missing(a)
+    ]
+    if after is not None:
+        base = [p for p in pts if p[0] <= after]
+        pts = base[-1:] + [p for p in pts if p[0] > after]
+    if not pts:
+        return None
+    above = pts[0][1] > level
+    for c, a in pts[1:]:
+        if (above and a < level) or (not above and a > level):
+            return c
+    return None
+
 # %% ../nbs/papers/madc/11_madc.ipynb #014cbb02
 def reversal_table(
     curve: pd.DataFrame,
@@ -473,7 +572,7 @@ def reversal_table(
     level: float = 0.5,
     by: Sequence[str] = ("model", "item_id", "order"),
 ) -> pd.DataFrame:
-    """Reversal points per curve (`mad_study.metrics.reversal_point`): the first crossing and, per
+    """Reversal points per curve (`reversal_point`): the first crossing and, per
     order, the crossing after the first pool (MADC Tables 6-11)."""
     rows = []
     for key, g in curve.groupby(list(by), sort=False):
@@ -599,7 +698,8 @@ def reversal_count_table(curve: pd.DataFrame, blocks: int = 2) -> pd.DataFrame:
     return pd.concat([p for p in parts if len(p)], axis=1)
 
 # %% ../nbs/papers/madc/11_madc.ipynb #ed49da25
-_OPENING_TOKENS, _QUESTION_TOKENS = 900, 200
+# the fixed part of an opening prompt (MADC's instructions); the question itself is QUESTION_TOKENS
+_OPENING_TOKENS = 900
 
 
 def _task_size(task: str, source: str) -> int:
@@ -639,9 +739,9 @@ def _debate_plan(
             n = _n_items(p, task) * repeats
             r0 = max(counts)
             gens += n * r0
-            prompt += n * r0 * (_OPENING_TOKENS + _QUESTION_TOKENS)
+            prompt += n * r0 * (_OPENING_TOKENS + QUESTION_TOKENS)
             for a in counts:
-                per_turn = _OPENING_TOKENS + _QUESTION_TOKENS + L + (a - 1) * L
+                per_turn = _OPENING_TOKENS + QUESTION_TOKENS + L + (a - 1) * L
                 gens += n * a * n_strategies * rounds
                 prompt += (
                     n
@@ -674,10 +774,6 @@ def plan_madc_tab1(p: Mapping) -> dict:
     "madc_tab1: MAD (Fixed), MAD+Truth Last, MAD+MADC; Single CoT and Self-Consistency reuse round 0."
     return _debate_plan(p, 3, int(p.get("debate_rounds") or 1))
 
-# %% ../nbs/papers/madc/11_madc.ipynb #319a7fc0
-# renamed (issue 37)
-__getattr__ = deprecated_names("mad_study.madc", {"plan_tab1": "mad_study.madc.plan_madc_tab1"})
-
 # %% ../nbs/papers/madc/11_madc.ipynb #cad3da6f
 @planner("madc_fig7")
 def plan_fig7(p: Mapping) -> dict:
@@ -701,7 +797,7 @@ def _cot_plan(p: Mapping) -> dict:
     )
     return {
         "generations": n,
-        "prompt_tokens": n * (_QUESTION_TOKENS + 60),
+        "prompt_tokens": n * (QUESTION_TOKENS + 60),
         "completion_tokens": n * int(p.get("max_new_tokens") or 512),
     }
 
@@ -727,7 +823,7 @@ def plan_fig9(p: Mapping) -> dict:
     prompt = (
         units
         * reps
-        * sum(_OPENING_TOKENS + _QUESTION_TOKENS + L + c * L for c in range(1, counts + 1))
+        * sum(_OPENING_TOKENS + QUESTION_TOKENS + L + c * L for c in range(1, counts + 1))
     )
     return {
         "generations": out["generations"] + gens,

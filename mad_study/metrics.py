@@ -24,8 +24,7 @@ from .voting import group_rows, vote_table
 __all__ = ['UNPARSED', 'UNPARSED_MODES', 'with_defaults', 'wilson_ci', 'is_missing', 'accuracy_by_round', 'cluster_bootstrap_ci',
            'clustered_accuracy_ci', 'token_cost', 'token_savings', 'survival_rate', 'cost_saving', 'tokens_per_point',
            'answer_distribution', 'entropy', 'entropy_rows', 'uncertainty_decomposition', 'uncertainty_table',
-           'flip_transitions', 'flip_table', 'viewpoint_entropy', 'viewpoint_log_likelihood', 'path_consistency',
-           'reversal_point']
+           'flip_transitions', 'flip_table']
 
 # %% ../nbs/evaluation/05_metrics.ipynb #365e2221
 def with_defaults(
@@ -715,93 +714,3 @@ def flip_table(
         for k, g in j.groupby(list(by), sort=True)
     ]
     return pd.DataFrame(rows)
-
-# %% ../nbs/evaluation/05_metrics.ipynb #4f82c63b
-def viewpoint_entropy(
-    answers: Sequence[Any], base: float = 2, fmt: str | None = None, unparsed: str = "shared"
-) -> float:
-    """MADC App. A.2: Shannon entropy (bits by default) of the agents' answer distribution on one question.
-    `unparsed`: `shared` (the kit: one viewpoint), `drop` (MADC's release: unparsed answers dropped; all unparsed
-    is one "(None)" outcome, entropy 0), or `distinct`."""
-    if len(answers) == 0:
-        return math.nan
-    outs = _outcomes(answers, fmt, _check_unparsed(unparsed))  # answer_distribution's numbers
-    c, n = Counter(outs), len(outs)
-    if n == 0:
-        return 0.0  # `drop` with every answer unparsed: one outcome, "(None)"
-    return entropy([c[a] / n for a in sorted(c, key=lambda a: (a == UNPARSED, a))], base)
-
-# %% ../nbs/evaluation/05_metrics.ipynb #08d94ff1
-def viewpoint_log_likelihood(
-    answers: Sequence[Any],
-    gold: Any,
-    fmt: str = "exact",
-    floor: float | None = None,
-    unparsed: str = "shared",
-) -> float:
-    """MADC App. A.1: log2 of the share of agents whose answer equals `gold` (graded with `is_correct`).
-    -inf when no agent is correct (or `floor` if given); NaN for no answers. `unparsed="drop"` (MADC's
-    release): the share among parsed agents only (every agent unparsed: one "(None)" outcome, no agent correct);
-    otherwise among all agents."""
-    from mad_study.answers import is_correct
-
-    if len(answers) == 0:
-        return math.nan
-    if _check_unparsed(unparsed) == "drop":
-        # all unparsed: one "(None)" outcome
-        answers = [a for a in answers if not is_missing(a)] or [None]
-    n = len(answers)
-    k = sum(1 for a in answers if not is_missing(a) and is_correct(a, gold, fmt))
-    if k == 0:
-        return -math.inf if floor is None else float(floor)
-    return math.log2(k / n)
-
-# %% ../nbs/evaluation/05_metrics.ipynb #9b0a1b8f
-def path_consistency(answers: Sequence[Any], fmt: str | None = None) -> list[float]:
-    """MADC Eq. 2: for each agent i, sum over k != i of Pr(V_i = V_k) at one round.
-    `answers[i]` is agent i's answer, or a list of its sampled answers."""
-    lists = [list(a) if isinstance(a, (list, tuple)) else [a] for a in answers]
-    flat = [None if is_missing(a) else a for s in lists for a in s]
-    if fmt is not None:
-        flat = merge_equivalent(flat, fmt)
-    cut = np.cumsum([0] + [len(s) for s in lists])
-    per = [flat[cut[i] : cut[i + 1]] for i in range(len(lists))]
-    dists = []
-    for s in per:
-        c = Counter(a for a in s if a is not None)
-        dists.append({a: v / len(s) for a, v in c.items()} if s else {})
-    out = []
-    for i, di in enumerate(dists):
-        out.append(
-            float(
-                sum(
-                    sum(p * dk.get(a, 0.0) for a, p in di.items())
-                    for k, dk in enumerate(dists)
-                    if k != i
-                )
-            )
-        )
-    return out
-
-# %% ../nbs/evaluation/05_metrics.ipynb #b7e5595e
-def reversal_point(
-    counts: Sequence[float],
-    accuracy: Sequence[float],
-    level: float = 0.5,
-    after: float | None = None,
-) -> float | None:
-    """MADC RQ3: first count at which the accuracy curve crosses `level` against its starting side (None if never).
-    `after`: start from the curve's side at the last count <= `after` and search only larger counts."""
-    pts = [
-        (c, a) for c, a in sorted(zip(counts, accuracy), key=lambda t: t[0]) if not is_missing(a)
-    ]
-    if after is not None:
-        base = [p for p in pts if p[0] <= after]
-        pts = base[-1:] + [p for p in pts if p[0] > after]
-    if not pts:
-        return None
-    above = pts[0][1] > level
-    for c, a in pts[1:]:
-        if (above and a < level) or (not above and a > level):
-            return c
-    return None

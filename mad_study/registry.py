@@ -17,10 +17,10 @@ from .core import ConfigError, kit_path, kit_sources_note, params_dirs, project_
 
 # %% auto #0
 __all__ = ['MODEL_KINDS', 'MODELS', 'UMAD_D5_GRID', 'CLOSED_SUBSTITUTES', 'MODEL_PREFIXES', 'SERVE_HINTS', 'TWIN_REVISION',
-           'TWINS', 'QUANTS', 'PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'CONDITION_LISTS',
-           'ModelSpec', 'get_model', 'model_prefix', 'prefix_module', 'models_table', 'weight_memory_gb', 'spec_for',
-           'searched', 'load_registry', 'experiment_files', 'read_yaml', 'check_keys', 'load_profile', 'Experiment',
-           'experiments', 'resolve_targets', 'planner', 'generic_plan']
+           'TWINS', 'QUANTS', 'PROFILE_KEYS', 'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'QUESTION_TOKENS',
+           'CONDITION_LISTS', 'ModelSpec', 'get_model', 'model_prefix', 'prefix_module', 'models_table',
+           'weight_memory_gb', 'spec_for', 'searched', 'load_registry', 'experiment_files', 'read_yaml', 'check_keys',
+           'load_profile', 'Experiment', 'experiments', 'resolve_targets', 'planner', 'generic_plan']
 
 # %% ../nbs/data/02b_registry.ipynb #20cd8c87
 MODEL_KINDS = ("hf", "embedded", "tiny-random", "sim")
@@ -401,10 +401,9 @@ for _n, _hint in SERVE_HINTS.items():
     MODELS[_n] = dataclasses.replace(MODELS[_n], serve=dict(_hint))
 
 # %% ../nbs/data/02b_registry.ipynb #d577c6bb
-# Meta-Debate's vision columns (MathVision, RealWorldQA) used
-# Pixtral-Large (124B). Open VLMs of four families that one
-# GPU holds in 4-bit stand in for it (issue 14); the
-# tiny random LLaVA serves the tests (mad_study.vision).
+# Meta-Debate's vision columns (MathVision, RealWorldQA) used Pixtral-Large (124B). Open VLMs of
+# four families that one GPU holds in 4-bit stand in for it (issue 14); the tiny random LLaVA serves
+# the tests (mad_study.vision).
 for _v in [
     _m(
         "tiny-random-llava",
@@ -847,6 +846,10 @@ def planner(*experiment_ids: str):
 
     return deco
 
+# %% ../nbs/data/02b_registry.ipynb #7b4e1a02
+# tokens of one benchmark question as an opening prompt holds it (rough, for `mad-study plan`'s upper bounds)
+QUESTION_TOKENS = 200
+
 # %% ../nbs/data/02b_registry.ipynb #e5aa44f7
 CONDITION_LISTS = ("protocols", "methods", "conditions", "seeds")
 
@@ -867,7 +870,7 @@ def generic_plan(p: Mapping) -> dict:
     n_agents = int(p.get("n_agents") or (len(models) * per if models and not p.get("pairs") else 2))
     gens = n_items * samples * n_agents * rounds * repeats * strategies * configs
     mnt = int(p.get("max_new_tokens") or 512)
-    per_item_prompt = 200 * rounds + (n_agents - 1) * mnt * (rounds - 1)
+    per_item_prompt = QUESTION_TOKENS * rounds + (n_agents - 1) * mnt * (rounds - 1)
     return {
         "generations": gens,
         "completion_tokens": gens * mnt,

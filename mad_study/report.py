@@ -42,12 +42,15 @@ from .registry import experiment_files, load_registry
 
 # %% auto #0
 __all__ = ['RUN_ENV', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'CONTROL_STYLES', 'COLUMN_IN', 'PAGE_IN',
-           'MIN_PT', 'FAILURE_FILE', 'package_versions', 'cell_source', 'notebook_parameters', 'run_params',
-           'run_context', 'Study', 'show_figure', 'register_style', 'registered_method', 'method_style', 'set_style',
-           'panel_figure', 'percent_axis', 'pct', 'drawn_renderer', 'label_points', 'dodge_points', 'drawn_marks',
-           'drawn_line_points', 'drawn_patches', 'hidden_markers', 'data_problems', 'small_texts', 'bar_grids',
-           'tidy_bar_grids', 'layout_problems', 'label_figure', 'LayoutWarning', 'FigureOutput', 'save_figure',
-           'save_table', 'last_failure', 'artefact_status', 'write_gallery', 'index_table', 'write_index']
+           'MIN_PT', 'MAX_CAPTION_CHARS', 'LAYOUT_CHECK_VERSION', 'VERDICT_EFFECT', 'VERDICT_CONTROL', 'VERDICT_KEYS',
+           'FAILURE_FILE', 'package_versions', 'cell_source', 'notebook_parameters', 'run_params', 'run_context',
+           'Study', 'show_figure', 'register_style', 'registered_method', 'method_style', 'set_style', 'panel_figure',
+           'percent_axis', 'pct', 'drawn_renderer', 'label_points', 'dodge_points', 'drawn_marks', 'drawn_line_points',
+           'drawn_patches', 'drawn_errorbars', 'drawn_bands', 'hidden_markers', 'data_problems', 'small_texts',
+           'bar_grids', 'tidy_bar_grids', 'draws_data', 'empty_panels', 'layout_problems', 'label_figure',
+           'LayoutWarning', 'FigureOutput', 'caption_problems', 'save_figure', 'save_table', 'check_verdict',
+           'stands_for', 'read_verdict', 'last_failure', 'artefact_status', 'run_sizes', 'write_gallery', 'index_table',
+           'write_index']
 
 # %% ../nbs/study/06_report.ipynb #7cf92f74
 _PACKAGES = (
@@ -635,18 +638,18 @@ def drawn_renderer(fig):
     return fig.canvas.get_renderer()
 
 # %% ../nbs/study/06_report.ipynb #d2a92ebc
-def _label_free(b, others, marks, lines, box, tol: float = -2.0) -> bool:
+def _label_free(b, others, marks, lines, box, tol: float = -2.0, bands=()) -> bool:
     """Whether a label's box `b` stays in the axes `box` and keeps `-tol` pixels from other labels,
-    markers and lines."""
+    markers, lines, error bars and bands."""
     inside = b.x0 >= box.x0 and b.x1 <= box.x1 and b.y0 >= box.y0 and b.y1 <= box.y1
     return (
         inside
         and not any(_boxes_overlap(b, o, tol) for o in others)
-        and not _covers(b, marks, lines, [], tol)
+        and not _covers(b, marks, lines, [], tol, bands)
     )
 
 # %% ../nbs/study/06_report.ipynb #5f66325e
-def _free_spot(b, xy, r: float, others, marks, lines, box, reach: float = 90):
+def _free_spot(b, xy, r: float, others, marks, lines, box, reach: float = 90, bands=()):
     """The centre (pixels) of the nearest free place for a label of the size of its box `b` beside a
     point `xy` of radius `r`: rings of growing distance, 16 directions each (right and left first);
     None when nothing within `reach` pixels is free (the kit's own)."""
@@ -658,7 +661,7 @@ def _free_spot(b, xy, r: float, others, marks, lines, box, reach: float = 90):
         for a in angles:
             cx, cy = xy[0] + np.cos(a) * (d + w / 2), xy[1] + np.sin(a) * (d + h / 2)
             spot = Bbox.from_bounds(cx - w / 2, cy - h / 2, w, h)
-            if _label_free(spot, others, marks, lines, box):
+            if _label_free(spot, others, marks, lines, box, bands=bands):
                 return cx, cy
     return None
 
@@ -683,13 +686,17 @@ def label_points(
     Flyamer et al.): adjustText spreads the labels."""
     from adjustText import adjust_text
 
+    xy = _points(np.column_stack([np.asarray(x, float), np.asarray(y, float)]))
+    if bad := [t for t, p in zip(texts, xy) if not np.isfinite(p).all()]:
+        raise ValueError(f"label_points: no finite position to label for {bad} (NaN or inf x or y)")
     r = drawn_renderer(ax.figure)  # the final axes size (constrained layout) first
     ts = [
         ax.text(a, b, t, fontsize=fontsize, ha="center", va="center")
         for a, b, t in zip(x, y, texts)
     ]
     adjust_text(ts, x=list(x), y=list(y), ax=ax, ensure_inside_axes=True, expand=(1.2, 1.5), **kw)
-    marks, lines, box = drawn_marks(ax), drawn_line_points(ax), ax.get_window_extent(r)
+    marks, box, bands = drawn_marks(ax), ax.get_window_extent(r), drawn_bands(ax)
+    lines = drawn_line_points(ax) + drawn_errorbars(ax)
     pts = ax.transData.transform(np.column_stack([x, y]).astype(float))
     rad = {tuple(np.round(p, 1)): rr for m in marks for p, rr in zip(m["xy"], m["r"])}
     radius = lambda p: rad.get(tuple(np.round(p, 1)), 3.0)
@@ -697,9 +704,9 @@ def label_points(
         b = t.get_window_extent(r)
         others = [o.get_window_extent(r) for o in ts if o is not t]
         near = np.hypot(*(p - [(b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2])) < 60
-        if near and _label_free(b, others, marks, lines, box):
+        if near and _label_free(b, others, marks, lines, box, bands=bands):
             continue
-        spot = _free_spot(b, p, radius(p), others, marks, lines, box)
+        spot = _free_spot(b, p, radius(p), others, marks, lines, box, bands=bands)
         if spot is not None:
             t.set_position(ax.transData.inverted().transform(spot))
     for t, p in zip(ts, pts):
@@ -833,6 +840,19 @@ def _in_box(pts: np.ndarray, b, tol: float = 0.0) -> np.ndarray:
     )
 
 # %% ../nbs/study/06_report.ipynb #ede1dadf
+def _sample(xy: np.ndarray, step: float) -> np.ndarray:
+    "Points every `step` pixels along the polyline `xy` (display pixels); segments with a NaN end are left out."
+    a, b = xy[:-1], xy[1:]
+    ok = np.isfinite(a).all(1) & np.isfinite(b).all(1)
+    a, b = a[ok], b[ok]
+    if not len(a):
+        return np.empty((0, 2))
+    k = np.minimum(np.maximum(1, np.ceil(np.hypot(*(b - a).T) / step)), 4000).astype(int)
+    t = np.concatenate([np.linspace(0, 1, n + 1) for n in k])
+    seg = np.repeat(np.arange(len(a)), k + 1)
+    return a[seg] + (b[seg] - a[seg]) * t[:, None]
+
+
 def drawn_line_points(ax, step: float = 1.0) -> list[tuple[Any, np.ndarray]]:
     """(line, points) for every visible line of `ax` drawn with a line style: its segments sampled
     every `step` pixels in display coordinates, clipped to the axes (the kit's own)."""
@@ -842,16 +862,7 @@ def drawn_line_points(ax, step: float = 1.0) -> list[tuple[Any, np.ndarray]]:
             continue
         if ln.get_linewidth() <= 0:
             continue
-        xy = ln.get_transform().transform(_points(ln.get_xydata()))
-        a, b = xy[:-1], xy[1:]
-        ok = np.isfinite(a).all(1) & np.isfinite(b).all(1)
-        a, b = a[ok], b[ok]
-        if not len(a):
-            continue
-        k = np.minimum(np.maximum(1, np.ceil(np.hypot(*(b - a).T) / step)), 4000).astype(int)
-        t = np.concatenate([np.linspace(0, 1, n + 1) for n in k])
-        seg = np.repeat(np.arange(len(a)), k + 1)
-        pts = a[seg] + (b[seg] - a[seg]) * t[:, None]
+        pts = _sample(ln.get_transform().transform(_points(ln.get_xydata())), step)
         inside = _in_box(pts, box, -0.5)
         if inside.any():
             out.append((ln, pts[inside]))
@@ -892,9 +903,80 @@ def _labels_from_inside(b, p, pb) -> bool:
 
 # %% ../nbs/study/06_report.ipynb #265564e9
 def _name(a) -> str:
-    "How a report names an artist: its label, else its kind."
+    "How a report names an artist: its label, else its kind; a name given as a string stays as it is."
+    if isinstance(a, str):
+        return a
     lab = a.get_label() if hasattr(a, "get_label") else ""
     return f"'{lab}'" if lab and not str(lab).startswith("_") else type(a).__name__
+
+# %% ../nbs/study/06_report.ipynb #fc51ebar1
+_CAPS = ("_", "|")  # the markers matplotlib draws error-bar caps with
+
+
+def _errorbar_names(ax) -> dict[int, str]:
+    "id of each error bar's LineCollection and cap line -> 'error bar of <its label>'."
+    from matplotlib.container import ErrorbarContainer
+
+    out = {}
+    for c in ax.containers:
+        if isinstance(c, ErrorbarContainer):
+            lab = str(c.get_label() or "")
+            name = f"error bar of '{lab}'" if lab and not lab.startswith("_") else "error bar"
+            _, caps, cols = c.lines
+            out.update({id(a): name for a in (*caps, *cols)})
+    return out
+
+# %% ../nbs/study/06_report.ipynb #fc51ebar2
+def drawn_errorbars(ax, step: float = 1.0) -> list[tuple[str, np.ndarray]]:
+    """(name, points) for every error bar, error-bar cap and other line segment (`LineCollection`:
+    `errorbar`, `vlines`, `hlines`) `ax` draws, sampled every `step` pixels in display coordinates,
+    clipped to the axes (the kit's own; obstacles for text, as `drawn_line_points`' lines)."""
+    from matplotlib.collections import LineCollection
+
+    names, box, segs = _errorbar_names(ax), ax.get_window_extent(), []
+    for col in ax.collections:
+        if isinstance(col, LineCollection) and col.get_visible():
+            name = names.get(id(col), f"segments {_name(col)}")
+            t = col.get_transform()
+            segs += [(name, t.transform(_points(s))) for s in col.get_segments()]
+    for ln in ax.lines:
+        m = ln.get_marker()
+        if not (ln.get_visible() and isinstance(m, str) and m in _CAPS):
+            continue
+        # a cap is a short line across its error bar, as long as the marker is wide
+        half = ln.get_markersize() * ln.figure.dpi / 72 / 2
+        d = np.array([half, 0.0]) if m == "_" else np.array([0.0, half])
+        for p in ln.get_transform().transform(_points(ln.get_xydata())):
+            segs.append((names.get(id(ln), "error-bar cap"), np.array([p - d, p + d])))
+    out: dict[str, list] = {}
+    for name, xy in segs:
+        pts = _sample(xy, step)
+        out.setdefault(name, []).append(pts[_in_box(pts, box, -0.5)])
+    return [(n, np.concatenate(p)) for n, p in out.items() if sum(map(len, p))]
+
+# %% ../nbs/study/06_report.ipynb #fc51ebar3
+def drawn_bands(ax) -> list[tuple[str, Any, Any]]:
+    """(name, outline, axes box) for every filled band or area `ax` draws (`fill_between`'s
+    `PolyCollection`, `fill_betweenx`, `stackplot`, violins; the kit's own): the outline is a
+    matplotlib `Path` in display pixels; only the part inside the axes box counts."""
+    from matplotlib.collections import PolyCollection
+
+    box, out = ax.get_window_extent(), []
+    for c in ax.collections:
+        if not (isinstance(c, PolyCollection) and c.get_visible()):
+            continue
+        fc = c.get_facecolors()
+        if not len(fc) or float(np.max(fc[:, 3])) == 0:
+            continue
+        lab = str(c.get_label() or "")
+        name = f"band '{lab}'" if lab and not lab.startswith("_") else "a filled band"
+        t = c.get_transform()
+        out += [
+            (name, p.transformed(t), box)
+            for p in c.get_paths()
+            if len(p.vertices) and np.isfinite(p.vertices).all()
+        ]
+    return out
 
 # %% ../nbs/study/06_report.ipynb #d4c8f087
 def hidden_markers(marks: Sequence[dict], share: float = 0.6) -> list[tuple[dict, dict]]:
@@ -918,15 +1000,28 @@ def hidden_markers(marks: Sequence[dict], share: float = 0.6) -> list[tuple[dict
     return list(out.values())
 
 # %% ../nbs/study/06_report.ipynb #a7c1e013
-def _covers(b, marks, lines, patches, tol: float) -> list:
-    "The artists whose markers, line segments or patches the box `b` (a text's, a legend's) covers."
+def _band_hits(b, path, box, tol: float) -> bool:
+    "Whether the box `b` (pixels), shrunk by `tol`, reaches into the filled `path` inside the axes `box`."
+    from matplotlib.transforms import Bbox
+
+    inter = Bbox.intersection(b, box)
+    if inter is None or inter.width <= 2 * tol or inter.height <= 2 * tol:
+        return False
+    inner = Bbox.from_extents(inter.x0 + tol, inter.y0 + tol, inter.x1 - tol, inter.y1 - tol)
+    return bool(path.intersects_bbox(inner, filled=True))
+
+
+def _covers(b, marks, lines, patches, tol: float, bands=()) -> list:
+    """The artists (or names) whose markers, line segments (lines, error bars), patches or bands the
+    box `b` (a text's, a legend's) covers."""
     hit = [m["artist"] for m in marks if _rect_hits_circles(b, m["xy"], m["r"], tol).any()]
     hit += [ln for ln, p in lines if _in_box(p, b, tol).any()]
-    return hit + [p for p, pb in patches if _boxes_overlap(b, pb, tol)]
+    hit += [p for p, pb in patches if _boxes_overlap(b, pb, tol)]
+    return hit + [n for n, path, box in bands if _band_hits(b, path, box, tol)]
 
 # %% ../nbs/study/06_report.ipynb #32e74d3b
-def _legend_problems(fig, ax, r, marks, lines, patches, tol: float) -> list[str]:
-    "A legend (the axes' or the figure's) that covers markers, lines or bars of `ax`."
+def _legend_problems(fig, ax, r, marks, lines, patches, tol: float, bands=()) -> list[str]:
+    "A legend (the axes' or the figure's) that covers markers, lines, error bars, bars or bands of `ax`."
     out = []
     for lg in [ax.get_legend(), *fig.legends]:
         if lg is None or not lg.get_visible():
@@ -934,7 +1029,7 @@ def _legend_problems(fig, ax, r, marks, lines, patches, tol: float) -> list[str]
         b = lg.get_window_extent(r)
         if not _boxes_overlap(b, ax.get_window_extent(r), tol):
             continue
-        hit = _covers(b, marks, lines, patches, tol)
+        hit = _covers(b, marks, lines, patches, tol, bands)
         if hit:
             out.append(f"legend covers data: {', '.join(dict.fromkeys(map(_name, hit)))}")
     return out
@@ -942,14 +1037,15 @@ def _legend_problems(fig, ax, r, marks, lines, patches, tol: float) -> list[str]
 # %% ../nbs/study/06_report.ipynb #4075e417
 def data_problems(fig, r, tol: float = 1.5) -> list[str]:
     """What covers the data of each axes of the drawn `fig` (the kit's own, part of
-    `layout_problems`): a text over a marker or a line, a text over a bar or box (unless it is a
-    value label inside its bar), a legend over markers, lines or bars, a marker hidden under another
-    method's marker."""
+    `layout_problems`): a text over a marker, a line, an error bar or its cap, or a band; a text
+    over a bar or box (unless it is a value label inside its bar); a legend over any of them; a
+    marker hidden under another method's marker."""
     probs, txt = [], lambda t: f"'{' '.join(t.get_text().split())[:40]}'"
     for ax in fig.axes:
         if not ax.get_visible():
             continue
-        marks, lines, patches = drawn_marks(ax), drawn_line_points(ax), drawn_patches(ax, r)
+        marks, patches, bands = drawn_marks(ax), drawn_patches(ax, r), drawn_bands(ax)
+        lines = drawn_line_points(ax) + drawn_errorbars(ax)
         for t in ax.texts:
             if not (t.get_visible() and t.get_text().strip()):
                 continue
@@ -957,10 +1053,10 @@ def data_problems(fig, r, tol: float = 1.5) -> list[str]:
                 continue
             b = t.get_window_extent(r)
             inner = [p for p, pb in patches if _labels_from_inside(b, p, pb)]
-            hit = _covers(b, marks, lines, patches, tol)
+            hit = _covers(b, marks, lines, patches, tol, bands)
             hit = [a for a in hit if not any(a is p for p in inner)]
             probs += [f"text {txt(t)} covers {_name(a)}" for a in hit]
-        probs += _legend_problems(fig, ax, r, marks, lines, patches, tol)
+        probs += _legend_problems(fig, ax, r, marks, lines, patches, tol, bands)
         probs += [
             f"marker of {_name(a['artist'])} hidden under a marker of {_name(b['artist'])}"
             for a, b in hidden_markers(marks)
@@ -1008,12 +1104,58 @@ def tidy_bar_grids(fig) -> None:
     for ax, name in bar_grids(fig, drawn_renderer(fig)):
         ax.grid(False, axis=name)
 
+# %% ../nbs/study/06_report.ipynb #fc51empty1
+def draws_data(ax) -> bool:
+    """Whether `ax` draws any data in data coordinates (the kit's own, for `empty_panels`): a line,
+    bar, box, scatter point, band or error bar with a finite point, or an image; reference lines and
+    spans (`axhline`, `axvspan`) do not count."""
+    from matplotlib.collections import PathCollection
+
+    data = lambda t: t.contains_branch(ax.transData)
+    finite = lambda xy: bool(np.isfinite(_points(xy)).all(1).any())
+    if any(
+        im.get_visible() and np.isfinite(np.asarray(im.get_array(), float)).any()
+        for im in ax.images
+    ):
+        return True
+    for ln in ax.lines:
+        if ln.get_visible() and data(ln.get_transform()) and finite(ln.get_xydata()):
+            return True
+    for p in ax.patches:
+        if p.get_visible() and data(p.get_data_transform()) and finite(p.get_verts()):
+            return True
+    for c in ax.collections:
+        if not c.get_visible():
+            continue
+        if isinstance(c, PathCollection):
+            if data(c.get_offset_transform()) and finite(c.get_offsets()):
+                return True
+        elif data(c.get_transform()) and any(finite(p.vertices) for p in c.get_paths()):
+            return True
+    return False
+
+# %% ../nbs/study/06_report.ipynb #fc51empty2
+def empty_panels(fig) -> list[str]:
+    """The problems "panel '<title>' draws no data", one per visible axes of `fig` with a title or axis
+    labels that draws no data (`draws_data`; the kit's own, part of `layout_problems`)."""
+    out = []
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        titles = [ax.get_title(loc) for loc in ("center", "left", "right")]
+        labels = [ax.get_xlabel(), ax.get_ylabel()] if ax.axison else []
+        name = next((" ".join(s.split()) for s in (*titles, *labels) if s and s.strip()), None)
+        if name is not None and not draws_data(ax):
+            out.append(f"panel '{name[:60]}' draws no data")
+    return out
+
 # %% ../nbs/study/06_report.ipynb #80b3b2d8
 def layout_problems(fig, tol: float = 1.5) -> list[str]:
     """What a reviewer would reject in the drawn `fig` (the kit's own check, run by `save_figure`):
     two texts that overlap, a text outside the canvas (an axis label cut off), a label anchored
     at a data point that runs past its axes, an empty band of more than 0.3 in under the figure
-    title."""
+    title; what covers the data (`data_problems`), a panel that draws no data (`empty_panels`), text
+    under 7 pt (`small_texts`), grid lines through bars (`bar_grids`)."""
     r = drawn_renderer(fig)
     fb = fig.bbox
     texts = [(w, t, t.get_window_extent(r)) for w, t in _drawn_texts(fig)]
@@ -1059,7 +1201,8 @@ def layout_problems(fig, tol: float = 1.5) -> list[str]:
         gap = (fig._suptitle.get_window_extent(r).y0 - top) / fig.dpi if top is not None else 0
         if gap > 0.3:
             probs.append(f"empty band of {gap:.2f} in under the figure title")
-    probs += data_problems(fig, r, tol) + small_texts(fig, r, [(w, t) for w, t, _ in texts])
+    probs += data_problems(fig, r, tol) + empty_panels(fig)
+    probs += small_texts(fig, r, [(w, t) for w, t, _ in texts])
     grid = [
         f"grid lines of the categorical {n} axis run through its bars" for _, n in bar_grids(fig, r)
     ]
@@ -1101,6 +1244,8 @@ def _sidecar(
     """Write the provenance sidecar; a figure and a table of the same artefact from one study share it (their files
     and notes are merged: the figure's caption is `figure_caption`, the table's `caption`)."""
     path = _out(paper, artefact, "json")
+    if extra and "verdict" in extra:
+        check_verdict(extra["verdict"], where=f"{paper}/{artefact}")
     names, notes = [p.name for p in files], {}
     if study is not None and path.exists():
         try:
@@ -1136,6 +1281,17 @@ class FigureOutput:
     check: str = "warn"
     show: bool = True
 
+# %% ../nbs/study/06_report.ipynb #fc51cap1
+MAX_CAPTION_CHARS = 1200  # a caption longer than this goes to the table (issue 51)
+LAYOUT_CHECK_VERSION = 2  # 1: texts, markers, lines, patches (issue 42); 2: + error bars, bands, empty panels, captions, data
+
+
+def caption_problems(caption: str | None, limit: int = MAX_CAPTION_CHARS) -> list[str]:
+    """["caption N chars: move the pairwise numbers to the table"] for a caption longer than `limit`
+    characters (whitespace folded), else [] (the kit's own)."""
+    n = len(" ".join(str(caption or "").split()))
+    return [f"caption {n} chars: move the pairwise numbers to the table"] if n > limit else []
+
 # %% ../nbs/study/06_report.ipynb #d58adb09
 @fold_keywords("output")
 def save_figure(
@@ -1152,12 +1308,13 @@ def save_figure(
 ) -> list[Path]:
     """Write `fig` as figures/<paper>/<artefact>.png and .pdf (vector) + the .json sidecar,
     atomically (the kit's own). `data`, the numbers the figure draws (values, intervals, n, the paper's
-    printed value where there is one), goes to <artefact>.data.csv beside the image, listed in the sidecar."""
+    printed value where there is one), goes to <artefact>.data.csv beside the image, listed in its sidecar
+    (`notes["data"]`; None when the figure was saved without it, with the check's `LAYOUT_CHECK_VERSION`)."""
     check = output.check
     label = label if label is not None else (study.label if study is not None else None)
     tidy_bar_grids(fig)  # no grid line through a bar (the kit's style)
     label_figure(fig, label)
-    probs = layout_problems(fig) if check != "off" else None
+    probs = layout_problems(fig) + caption_problems(caption) if check != "off" else None
     if probs and check == "raise":
         raise ValueError(f"{paper}/{artefact}: layout problems: {probs}")
     if probs and check == "warn":
@@ -1191,7 +1348,8 @@ def save_figure(
             **(notes or {}),
             "label": label,
             **({"figure_caption": caption} if caption else {}),
-            **({"data": f"{artefact}.data.csv"} if data is not None else {}),
+            "data": f"{artefact}.data.csv" if data is not None else None,
+            "check_version": LAYOUT_CHECK_VERSION,
             **({"layout_problems": probs} if probs is not None else {}),
         },
     )
@@ -1210,7 +1368,8 @@ def save_table(
     caption: str | None = None,
     items: pd.DataFrame | None = None,
 ) -> list[Path]:
-    "Write `df` as figures/<paper>/<artefact>.csv and .md (+ .json provenance), atomically."
+    """Write `df` as figures/<paper>/<artefact>.csv and .md (+ .json provenance), atomically (the kit's own); a
+    caption longer than `MAX_CAPTION_CHARS` is recorded as `table_problems` (and warned about)."""
     csv = _out(paper, artefact, "csv")
     md = _out(paper, artefact, "md")
     atomic_write_text(csv, df.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
@@ -1229,14 +1388,79 @@ def save_table(
         atomic_write_text(
             files[-1], items.to_csv(index=False, float_format="%.6g", lineterminator="\n")
         )
+    probs = caption_problems(caption)
+    if probs:
+        warnings.warn(f"{paper}/{artefact}: {probs}", LayoutWarning)
     _sidecar(
         paper,
         artefact,
         study,
         files,
-        {**(notes or {}), "label": label, **({"caption": caption} if caption else {})},
+        {
+            **(notes or {}),
+            "label": label,
+            **({"caption": caption} if caption else {}),
+            "table_problems": probs,
+        },
     )
     return files
+
+# %% ../nbs/study/06_report.ipynb #fc51verd1
+VERDICT_EFFECT = ("yes", "no", "not resolved")  # is the paper's effect shown?
+VERDICT_CONTROL = ("yes", "none", "not applicable")  # is a control with the mechanism off shown?
+VERDICT_KEYS = ("stands_for", "effect", "control", "paper", "kit", "n")
+
+
+def check_verdict(verdict: Any, where: str = "verdict") -> dict:
+    """`verdict` (a sidecar's `notes["verdict"]`) checked: a mapping of `VERDICT_KEYS`, `effect` in
+    `VERDICT_EFFECT`, `control` in `VERDICT_CONTROL`; a clear ConfigError naming `where`, the key and
+    the value otherwise (the kit's own)."""
+    if not isinstance(verdict, Mapping):
+        raise ConfigError(
+            "must be a mapping of " + ", ".join(VERDICT_KEYS),
+            where=where,
+            key="verdict",
+            value=verdict,
+        )
+    if odd := sorted(set(map(str, verdict)) - set(VERDICT_KEYS)):
+        raise ConfigError(
+            f"unknown verdict keys {odd}", where=where, key="verdict", choices=VERDICT_KEYS
+        )
+    for key, ok in (("effect", VERDICT_EFFECT), ("control", VERDICT_CONTROL)):
+        if key in verdict and verdict[key] not in ok:
+            raise ConfigError(
+                "not a verdict", where=where, key=f"verdict.{key}", value=verdict[key], choices=ok
+            )
+    return dict(verdict)
+
+# %% ../nbs/study/06_report.ipynb #fc51verd2
+def stands_for(artefact: str, title: str = "") -> str:
+    """The paper's figure or table an artefact id names (the kit's own): 'umad_fig1' -> 'Fig. 1',
+    'madc_fig3_5' -> 'Figs. 3-5', 'umad_tab1_zeroshot' -> 'Table 1'; a registry title saying 'not in
+    the paper', "kit's extension" or "The kit's" -> 'kit (not in the paper)'; else 'no numbered
+    figure'."""
+    if re.search(r"not in the paper|kit's extension|The kit's", title):
+        return "kit (not in the paper)"
+    m = re.search(r"_(fig|tab)(\d+)(?:_(\d+))?(?=_|$)", artefact)
+    if not m:
+        return "no numbered figure"
+    one, many = {"fig": ("Fig.", "Figs."), "tab": ("Table", "Tables")}[m[1]]
+    return f"{many} {m[2]}-{m[3]}" if m[3] else f"{one} {m[2]}"
+
+# %% ../nbs/study/06_report.ipynb #fc51verd3
+def read_verdict(notes: Mapping | None, artefact: str = "", title: str = "") -> dict:
+    """What the gallery and index show of a sidecar's `notes["verdict"]` (the kit's own): `stands_for`,
+    `effect`, `control`, `paper`, `kit`, each "not stated" when the notebook did not say."""
+    v = (notes or {}).get("verdict")
+    v = v if isinstance(v, Mapping) else {}
+    out = {k: " ".join(str(v[k]).split()) if v.get(k) else "not stated" for k in VERDICT_KEYS}
+    if out["effect"] not in VERDICT_EFFECT:
+        out["effect"] = "not stated"
+    if out["control"] not in VERDICT_CONTROL:
+        out["control"] = "not stated"
+    if out["stands_for"] == "not stated":
+        out["stands_for"] = stands_for(artefact, title)
+    return out
 
 # %% ../nbs/study/06_report.ipynb #9a3c31f0
 FAILURE_FILE = "FAILED.json"
@@ -1307,56 +1531,145 @@ def _sidecar_of(paper: str, aid: str) -> dict:
     except (OSError, json.JSONDecodeError):
         return {}
 
+
+_RUN_SIZES = (
+    ("n_agents", "agents"),
+    ("debate_rounds", "rounds"),
+    ("rounds", "rounds"),
+    ("repeats", "repeats"),
+    ("random_seeds", "seeds"),
+)
+
+
+def run_sizes(meta: Mapping) -> str:
+    """What the run behind a sidecar `meta` drew (the kit's own): `notes["verdict"]["n"]` when the
+    notebook stated it, else the items recorded per task and the sizes among its parameters."""
+    v = (meta.get("notes") or {}).get("verdict")
+    if isinstance(v, Mapping) and v.get("n"):
+        return str(v["n"])
+    n = [len(ids) for ids in (meta.get("items") or {}).values()]
+    parts = (
+        [] if not n else [f"items {n[0]}" if len(n) == 1 else f"items {sum(n)} over {len(n)} tasks"]
+    )
+    p, seen = meta.get("params") or {}, set()
+    for key, word in _RUN_SIZES:
+        if isinstance(p.get(key), int) and word not in seen:
+            parts.append(f"{word} {p[key]}")
+            seen.add(word)
+    return ", ".join(parts)
+
 # %% ../nbs/study/06_report.ipynb #ffa5ed04
-def write_gallery(
-    registry: Mapping | None = None, path: Path | None = None, thumb_px: int = 360
-) -> Path:
-    """Write figures/GALLERY.md (the kit's own): every regenerated figure as a thumbnail (linked to its PDF) with the
-    caption from its sidecar, its profile and its layout check, paper by paper, so a reader sees the whole set at once."""
-    reg = registry or load_registry()
-    lines = [
-        "# Gallery of figures",
+def _files_of(paper: str, aid: str, meta: Mapping, extra: Sequence[str]) -> str:
+    "Links to an artefact's data file, tables and per-item results (and the extra tables named after it)."
+    names = [f for f in meta.get("files", []) if not f.endswith((".png", ".pdf"))] + list(extra)
+    links = " ".join(f"[{f}]({paper}/{f})" for f in dict.fromkeys(names))
+    if "figure" in str(meta.get("_kind", "")) and not (meta.get("notes") or {}).get("data"):
+        links = ("**no data file** " + links).strip()
+    return links
+
+
+def _extra_tables(paper: str, ids: Sequence[str]) -> dict[str, list[str]]:
+    "Tables in figures/<paper>/ that are no registry artefact, by the artefact whose id their name extends."
+    out: dict[str, list[str]] = {}
+    for md in sorted((figures_dir() / paper).glob("*.md")):
+        if md.stem in ids:
+            continue
+        owner = max((i for i in ids if md.stem.startswith(i + "_")), key=len, default="")
+        out.setdefault(owner, []).append(md.name)
+    return out
+
+# %% ../nbs/study/06_report.ipynb #fc51gal0
+def _gallery_figure(paper: str, aid: str, title: str, meta: Mapping, px: int) -> list[str]:
+    "One figure of the gallery: its heading, the image full width (linked to its PDF), its check and caption."
+    notes = meta.get("notes") or {}
+    probs = notes.get("layout_problems")
+    check = (
+        "layout not checked"
+        if probs is None
+        else (
+            "layout check passed"
+            if not probs
+            else f"{len(probs)} layout problem(s): {'; '.join(probs[:3])}"
+        )
+    )
+    # the check that ran: version 1 saw no error bars, bands, empty panels or long captions
+    check += f" (check v{notes.get('check_version', 1)})"
+    cap = " ".join(str(notes.get("figure_caption") or title).split())
+    return [
+        f"### {aid}: {title}",
         "",
-        "Generated with figures/INDEX.md (mad_study.report.write_gallery): every figure that is in this",
-        "folder, with the caption its notebook wrote into the sidecar. Figures of the `sim` profile come from synthetic agents",
-        "and say so on the figure.",
+        f'<a href="{paper}/{aid}.pdf"><img src="{paper}/{aid}.png" width="{px}"></a>',
+        "",
+        f"*{meta.get('profile', '?')} profile; {check}; caption {len(cap)} characters.* {cap}",
+        "",
+    ]
+
+# %% ../nbs/study/06_report.ipynb #fc51gal1
+def write_gallery(
+    registry: Mapping | None = None, path: Path | None = None, thumb_px: int = 720
+) -> Path:
+    """Write figures/GALLERY.md, a reviewer's index (the kit's own): per paper a table of every registry artefact
+    (the paper's figure or table it stands for, effect shown, control, the paper's number beside the kit's from
+    `read_verdict`, what the run drew, links to its data file and tables, its status: what a GPU-only one needs),
+    then every regenerated figure full width (`thumb_px`, one per row, linked to its PDF) with its caption."""
+    reg = registry or load_registry()
+    exps = experiment_files(reg)
+    lines = [
+        "# Gallery: a reviewer's index of every figure and table",
+        "",
+        "Generated with figures/INDEX.md (mad_study.report.write_gallery). Per artefact: the paper's figure or table",
+        "it stands for, whether the paper's effect is shown (yes / no / not resolved) and whether a control is",
+        "(yes / none / not applicable), the paper's printed number beside the kit's, as the notebook stated them",
+        '(`notes["verdict"]`; "not stated" when it did not), what the run drew, and links to the data and tables.',
+        "Figures of the `sim` profile come from synthetic agents and say so on the figure.",
         "",
     ]
     for paper, d in reg.items():
-        rows = []
-        for a in d.get("artefacts", []):
-            png = figures_dir() / paper / f"{a['id']}.png"
-            if not png.exists():
-                continue
-            meta = _sidecar_of(paper, a["id"])
-            notes = meta.get("notes", {})
-            probs = notes.get("layout_problems")
-            check = (
-                "not checked"
-                if probs is None
-                else ("layout check passed" if not probs else f"{len(probs)} layout problem(s)")
-            )
-            cap = " ".join(str(notes.get("figure_caption") or a.get("title", "")).split()).replace(
-                "|", "/"
-            )
-            rows.append(
-                f'| <a href="{paper}/{a["id"]}.pdf"><img src="{paper}/{a["id"]}.png" width="{thumb_px}"></a> | '
-                f"**{a['id']}** ({meta.get('profile', '?')} profile; {check}). {cap} |"
-            )
-        if rows:
-            lines += [
-                f"## {paper}: {d.get('paper', '')}",
-                "",
-                "| figure | caption |",
-                "|---|---|",
-                *rows,
-                "",
+        arts = d.get("artefacts", [])
+        extra = _extra_tables(paper, [a["id"] for a in arts])
+        rows, figs = [], []
+        for a in arts:
+            aid, title = a["id"], a.get("title", "")
+            meta = {**_sidecar_of(paper, aid), "_kind": a.get("kind", "")}
+            notes = meta.get("notes") or {}
+            v = read_verdict(notes, aid, f"{title} {d.get('paper', '')}")
+            st = artefact_status(paper, a, exps)
+            status = st["status"]
+            if a.get("needs") and not st["files"]:
+                eid = Path(st["experiment"]).stem if st["experiment"] else "<experiment>"
+                status += f": run `mad-study reproduce {eid} --profile paper` on a GPU"
+            cells = [
+                f"**{aid}**",
+                v["stands_for"],
+                v["effect"],
+                v["control"],
+                v["paper"],
+                v["kit"],
+                run_sizes(meta),
+                _files_of(paper, aid, meta, extra.get(aid, [])) if st["files"] else "",
+                f"{status} ({meta.get('profile', '?')})" if st["files"] else status,
             ]
+            rows.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+            if (figures_dir() / paper / f"{aid}.png").exists():
+                figs.append(_gallery_figure(paper, aid, title, meta, thumb_px))
+        if not rows:
+            continue
+        lines += [
+            f"## {paper}: {d.get('paper', '')}",
+            "",
+            "| artefact | stands for | effect shown | control | the paper | the kit | run | data and tables | status |",
+            "|---|---|---|---|---|---|---|---|---|",
+            *rows,
+            "",
+        ]
+        if extra.get(""):
+            lines += ["Other tables: " + " ".join(f"[{f}]({paper}/{f})" for f in extra[""]), ""]
+        lines += [x for f in figs for x in f]
     return atomic_write_text(path or figures_dir() / "GALLERY.md", "\n".join(lines))
 
 # %% ../nbs/study/06_report.ipynb #6a7fe6dd
 def index_table(registry: Mapping | None = None) -> pd.DataFrame:
-    "One row per registry artefact: paper, id, kind, title, notebook, experiment file, status, profile, commit, files."
+    "One row per registry artefact: paper, id, kind, title, notebook, experiment file, status, profile, commit, files, run (`run_sizes`)."
     reg = registry or load_registry()
     exps = experiment_files(reg)
     rows = []
@@ -1371,6 +1684,7 @@ def index_table(registry: Mapping | None = None) -> pd.DataFrame:
                     "title": a.get("title", ""),
                     "notebook": d.get("notebook", ""),
                     **st,
+                    "run": run_sizes(_sidecar_of(paper, a["id"])),
                 }
             )
     return pd.DataFrame(rows)
@@ -1386,7 +1700,8 @@ def write_index(registry: Mapping | None = None, path: Path | None = None) -> Pa
         "Generated by `mad-study reproduce` (mad_study.report.write_index) from `params/artefacts.yaml` and the",
         "files in this folder. Profiles: `sim` = synthetic agents (illustrates each method; **not** the papers'",
         "results), `cpu` = the embedded SmolLM2-135M model (proves the LLM path; not the papers' results),",
-        "`paper` = the papers' open models on a GPU. GALLERY.md beside this file shows every figure with its caption.",
+        "`paper` = the papers' open models on a GPU. `run`: what the run drew, read from its sidecar. GALLERY.md beside",
+        "this file is the reviewer's index: effect shown, control, the paper's number beside the kit's, every figure.",
         "",
     ]
     counts = df["status"].value_counts()
@@ -1398,14 +1713,14 @@ def write_index(registry: Mapping | None = None, path: Path | None = None) -> Pa
             "",
             f"Notebook: `{d.get('notebook', '')}`",
             "",
-            "| artefact | kind | what | experiment file | status | profile | commit | files |",
-            "|---|---|---|---|---|---|---|---|",
+            "| artefact | kind | what | experiment file | status | profile | run | commit | files |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for _, r in sub.iterrows():
             files = " ".join(f"[{Path(f).name}]({f})" for f in r["files"])
             exp = f"`{r['experiment']}`" if r["experiment"] else ""
             lines.append(
-                f"| {r['id']} | {r['kind']} | {r['title']} | {exp} | {r['status']} | {r['profile']} | {r['commit']} | {files} |"
+                f"| {r['id']} | {r['kind']} | {r['title']} | {exp} | {r['status']} | {r['profile']} | {r['run']} | {r['commit']} | {files} |"
             )
         lines.append("")
     out = atomic_write_text(path or figures_dir() / "INDEX.md", "\n".join(lines))

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import dataclasses
 import errno
 import functools
-import inspect
 import itertools
 import json
 import os
@@ -26,7 +24,6 @@ import sysconfig
 import tempfile
 import threading
 import time
-import warnings
 from dataclasses import dataclass
 
 # %% auto #0
@@ -37,39 +34,12 @@ __all__ = ['SANDBOX_STATUSES', 'ISOLATION_MODES', 'NOBODY', 'WORKDIR', 'DENIED_S
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #44990357
 try:
-    from mad_study.core import ConfigError, fold_keywords
+    from mad_study.core import ConfigError
 except ImportError:  # this file alone (the unprivileged tests copy it and run the system's Python)
 
     class ConfigError(ValueError):
         def __init__(self, problem, where=None, key=None, value=None, choices=None):
             super().__init__(f"{key}={value!r}: {problem}" if key else problem)
-
-    def fold_keywords(param: str = "sampling"):
-        """mad_study.core's `fold_keywords` (the kit's own), copied for this file alone: old
-        keywords, with a warning."""
-
-        def decorate(f):
-            params = inspect.signature(f).parameters
-            default = params[param].default
-            folded = [x.name for x in dataclasses.fields(default) if x.name not in params]
-
-            @functools.wraps(f)
-            def wrapper(*args, **kw):
-                old = {k: kw.pop(k) for k in folded if k in kw}
-                if old:
-                    new = ", ".join(f"{k}={v!r}" for k, v in old.items())
-                    warnings.warn(
-                        f"{f.__name__}({', '.join(old)}=...) is deprecated: pass "
-                        f"{param}={type(default).__name__}({new})",
-                        DeprecationWarning,
-                        stacklevel=2,
-                    )
-                    kw[param] = dataclasses.replace(kw.get(param) or default, **old)
-                return f(*args, **kw)
-
-            return wrapper
-
-        return decorate
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #709a1716
 SANDBOX_STATUSES = ("ok", "timeout", "memory", "output", "error", "setup")
@@ -838,7 +808,6 @@ class BwrapOptions:
     views: bool = True
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #bfe60c25
-@fold_keywords("options")
 def bwrap_argv(
     bwrap: str,
     exe: str,
@@ -1609,7 +1578,6 @@ def sandbox_provenance() -> dict:
     }
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #68abc77a
-@fold_keywords("limits")
 def run_program(
     code: str,
     limits: SandboxLimits = SandboxLimits(),
@@ -1618,7 +1586,6 @@ def run_program(
     isolation: str = "auto",
     guard: bool = True,
     syscall_filter: bool = True,
-    isolate: bool | None = None,
 ) -> SandboxResult:
     """Run the Python program `code` in a sandbox (Program of Thoughts, Chen et al., TMLR 2023: the
     program's printed output is its result."""
@@ -1626,8 +1593,6 @@ def run_program(
         raise ConfigError(
             "unknown sandbox isolation", key="isolation", value=isolation, choices=ISOLATION_MODES
         )
-    if isolate is not None and isolation == "auto":
-        isolation = "bwrap" if isolate else "none"
     if not isinstance(limits, SandboxLimits):  # e.g. the old positional timeout
         raise ConfigError("must be a SandboxLimits", key="limits", value=limits)
     mode = "none" if isolation == "none" else "bwrap"

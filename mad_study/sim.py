@@ -53,6 +53,9 @@ class SimAgent:
     stubborn_correct: float = 0.6  # P(keep own answer) when it is correct
     stubborn_wrong: float = 0.3  # P(keep own answer) when it is wrong
     recognition: float = 0.3  # extra P(solve) when re-solving with the correct answer shown
+    # P(adopt the correct answer when it is shown and one's own is not kept): truth-favouring
+    # persuasion (Du et al. Sec. 3; MADC Sec. 4) (0 = off)
+    persuasion: float = 0.0
     parse_fail: float = 0.02  # P(no parsable final answer)
     response_words: int = 60  # mean length of the reasoning text in words
     # separation of log-prob / confidence signals, correct vs wrong (in SDs)
@@ -77,6 +80,7 @@ class SimAgent:
             "stubborn_wrong",
             "recognition",
             "parse_fail",
+            "persuasion",
         )
         for f in (*probs, "debate_noise"):
             v = getattr(self, f)
@@ -166,6 +170,13 @@ MECHANISMS = {
         does="re-solving with the correct answer shown: P(solve) + recognition * (1 - P(solve))",
         paper="Du et al., Meta-Debate (truth-favouring persuasion)",
         neutral=dict(recognition=0.0),
+    ),
+    "persuasion": dict(
+        fields=("persuasion",),
+        round0=False,
+        does="not keeping one's answer, adopt the correct shown answer with P = persuasion (before conformity)",
+        paper="Du et al. Sec. 3 (debate gain beyond the vote), MADC (MAD - Self-Consistency)",
+        neutral=dict(persuasion=0.0),
     ),
     "tier_trust": dict(
         fields=("tier_trust",),
@@ -439,19 +450,21 @@ STREAMS = {
     "signals": 4,  # four standard normals by inverse CDF
     "text": 1,  # which body of the cached pool
     "role": 1,  # 04c_roles: RoleSimBackend's role_consistency
+    # appended after the first 16 (SHAKE-128 output is a prefix of any longer output: the 16 above stay put)
+    "persuasion": 1,  # u_persuade
 }
 SLOTS, _i = {}, 0
 for _m, _n in STREAMS.items():
     SLOTS[_m] = slice(_i, _i + _n)
     _i += _n
-assert _i == 16
-_WORDS = struct.Struct("<16Q")
+assert _i == 17
+_WORDS = struct.Struct("<17Q")
 
 
 def turn_uniforms(seed: int, item_id: str) -> tuple[float, ...]:
-    "The 16 uniforms in (0, 1) of one turn, a fixed function of (request seed, item id) (kit's own: the sim's common random numbers)."
+    "The 17 uniforms in (0, 1) of one turn, a fixed function of (request seed, item id) (kit's own: the sim's common random numbers)."
     key = int(seed).to_bytes(8, "little", signed=True) + item_id.encode()
-    words = _WORDS.unpack(hashlib.shake_128(key).digest(128))
+    words = _WORDS.unpack(hashlib.shake_128(key).digest(136))
     return tuple(((w >> 11) + 0.5) * 2.0**-53 for w in words)
 
 # %% ../nbs/backends/03b_sim.ipynb #w0rld012
@@ -492,7 +505,15 @@ class SimBackend:
         # the agent as it acts: mechanisms off at their neutral values
         self.agent = switch_off(base, self.off)
         d = dataclasses.asdict(base)
-        for k in ("context_decay", "tier_trust", "debate_noise", "context_entropy", "task_skill"):
+        # a mechanism at its neutral 0 leaves the id as it was before the mechanism existed (caches stay valid)
+        for k in (
+            "context_decay",
+            "tier_trust",
+            "debate_noise",
+            "context_entropy",
+            "task_skill",
+            "persuasion",
+        ):
             if not d[k]:
                 del d[k]
         # "world": the common-random-numbers draws, in the id so that no cache serves another draw scheme's answers
@@ -552,7 +573,7 @@ def decide(
     u: Sequence[float],
     tags: Sequence[str | None] | None = None,
 ) -> str:
-    "The answer chosen in a debate turn given one's previous answer, the answers shown in order (with their RUMAD tags, if any) and the turn's uniforms `u`."
+    "The answer chosen in a debate turn given one's previous answer, the answers shown in order (with their RUMAD tags, if any) and the turn's uniforms `u`: keep (stubbornness), else persuaded by a shown correct answer (persuasion: Du et al. Sec. 3), else adopt (conformity, recency, RUMAD tier_trust), else re-solve (competence, recognition)."
     a, gold = self.agent, str(item.gold)
     # the turn's stubbornness and conformity uniforms, by their slots in the block (STREAMS)
     u_keep, (u_adopt, u_pick) = u[SLOTS["stubbornness"].start], u[SLOTS["conformity"]]
@@ -560,6 +581,9 @@ def decide(
         keep = a.stubborn_correct if own == gold else a.stubborn_wrong
         if u_keep < keep:
             return own
+    # truth-favouring persuasion: the correct answer, when shown, convinces with P = persuasion
+    if shown and gold in shown and u[SLOTS["persuasion"].start] < a.persuasion:
+        return gold
     if shown and u_adopt < a.conformity:
         m = len(shown)
         w = [math.exp(a.recency * j / max(m - 1, 1)) for j in range(m)]

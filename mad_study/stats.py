@@ -14,25 +14,17 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, special, stats
 
-from mad_study.core import (
-    ConfigError,
-    Inference,
-    Sampling,
-    check_unique_turns,
-    fold_keywords,
-    pool_keys,
-    takes_sampling,
-)
+from .core import ConfigError, Inference, Sampling, check_unique_turns, pool_keys
 from .metrics import is_missing, clustered_accuracy_ci, wilson_ci
 from .voting import vote_table
 
 # %% auto #0
-__all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'CORRECTIONS', 'EXACT_BELOW', 'bootstrap_ci', 'paired_test', 'accuracy_ci', 'item_means',
-           'boot_mean_ci', 'score_interval', 'paired_inference', 'paired_difference', 'simulate_paired', 'tost',
-           'adjust_pvalues', 'cochran_q', 'omnibus_test', 'token_change', 'compare_methods', 'comparison_caption',
-           'family_gaps', 'family_words', 'gap_interval_text', 'power_paired_binary', 'n_for_power', 'power_paired_t',
-           'n_for_power_t', 'resolvable_effect', 'plan_sizes', 'condition_labels', 'per_item_results',
-           'tokens_per_thread', 'self_consistency_at_budget']
+__all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'CORRECTIONS', 'EXACT_BELOW', 'bootstrap_ci', 'boot_mean_ci', 'paired_test',
+           'accuracy_ci', 'simulate_paired', 'score_interval', 'paired_inference', 'item_means', 'paired_difference',
+           'tost', 'adjust_pvalues', 'cochran_q', 'omnibus_test', 'token_change', 'compare_methods',
+           'comparison_caption', 'family_gaps', 'family_words', 'gap_interval_text', 'power_paired_binary',
+           'n_for_power', 'power_paired_t', 'n_for_power_t', 'resolvable_effect', 'plan_sizes', 'condition_labels',
+           'per_item_results', 'tokens_per_thread', 'self_consistency_at_budget']
 
 # %% ../nbs/evaluation/05b_stats.ipynb #d57d6595
 def bootstrap_ci(
@@ -60,6 +52,28 @@ def bootstrap_ci(
         vectorized=False,
     )
     return (float(res.confidence_interval.low), float(res.confidence_interval.high))
+
+# %% ../nbs/evaluation/05b_stats.ipynb #cd19320b
+def boot_mean_ci(d: np.ndarray, level: float, n_resamples: int, seed: int) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of `d` resampling its entries (items; Efron & Tibshirani 1993,
+    Ch. 13); NaNs below 2 items. Memory is bounded at any n: the resamples' item indices are drawn a block of resamples at a time
+    (at most 2 million indices), never the whole n_resamples x n index array."""
+    d = np.asarray(d, dtype=float)
+    if d.size < 2:
+        return (math.nan, math.nan)
+    if np.all(d == d[0]):
+        return (float(d[0]), float(d[0]))
+    g, n = np.random.default_rng(seed), d.size
+    block = max(1, min(int(n_resamples), 2_000_000 // n))
+    means = np.concatenate(
+        [
+            d[g.integers(0, n, (min(block, int(n_resamples) - s), n))].mean(axis=1)
+            for s in range(0, int(n_resamples), block)
+        ]
+    )
+    a = (1 - level) / 2
+    lo, hi = np.percentile(means, [100 * a, 100 * (1 - a)])
+    return (float(lo), float(hi))
 
 # %% ../nbs/evaluation/05b_stats.ipynb #70f8c777
 PAIRED_TESTS = ("ttest", "wilcoxon", "mcnemar", "permutation")
@@ -311,47 +325,26 @@ def accuracy_ci(
         "level": level,
     }
 
-# %% ../nbs/evaluation/05b_stats.ipynb #cc2f1407
-def item_means(
-    df: pd.DataFrame, value: str = "correct", item: str = "item_id", method: str = "method"
-) -> pd.DataFrame:
-    """Per-item means of `value` (several answers per item averaged first): a frame items x methods (NaN: not observed).
-    A `value` column holding text raises (a `correct` read back as strings is not 0/1)."""
-    for c in (value, item, method):
-        if c not in df.columns:
-            raise ConfigError(
-                "column missing from the per-item frame", key="column", value=c, choices=df.columns
-            )
-    col = df[value]
-    fast = pd.api.types.is_numeric_dtype(col.dtype) or pd.api.types.is_bool_dtype(col.dtype)
-    v = (
-        col.astype("Float64").astype(float)
-        if fast
-        else pd.Series(_numbers(col, f"item_means: column {value!r}"), index=df.index)
-    )
-    return v.groupby([df[item], df[method]], sort=False).mean().unstack(method)
+# %% ../nbs/evaluation/05b_stats.ipynb #353c0158
+def simulate_paired(
+    n_items: int, diff: float, n_agents: int = 3, rho: float = 0.6, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Synthetic 0/1 answers (items x agents) of two methods on the same items, agents correlated
+    within an item: item difficulty p ~ U(0.2, 0.8), success p +- diff/2, each agent copies the
+    item's shared draw with probability `rho`."""
+    if abs(diff) > 0.3:
+        raise ValueError(
+            f"simulate_paired: |diff| <= 0.3 keeps probabilities in [0, 1], got {diff}"
+        )
+    g = np.random.default_rng(seed)
+    p = g.uniform(0.2, 0.8, n_items)
 
-# %% ../nbs/evaluation/05b_stats.ipynb #cd19320b
-def boot_mean_ci(d: np.ndarray, level: float, n_resamples: int, seed: int) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of `d` resampling its entries (items; Efron & Tibshirani 1993,
-    Ch. 13); NaNs below 2 items. Memory is bounded at any n: the resamples' item indices are drawn a block of resamples at a time
-    (at most 2 million indices), never the whole n_resamples x n index array."""
-    d = np.asarray(d, dtype=float)
-    if d.size < 2:
-        return (math.nan, math.nan)
-    if np.all(d == d[0]):
-        return (float(d[0]), float(d[0]))
-    g, n = np.random.default_rng(seed), d.size
-    block = max(1, min(int(n_resamples), 2_000_000 // n))
-    means = np.concatenate(
-        [
-            d[g.integers(0, n, (min(block, int(n_resamples) - s), n))].mean(axis=1)
-            for s in range(0, int(n_resamples), block)
-        ]
-    )
-    a = (1 - level) / 2
-    lo, hi = np.percentile(means, [100 * a, 100 * (1 - a)])
-    return (float(lo), float(hi))
+    def answers(q):
+        shared = g.random(n_items) < q
+        own = g.random((n_items, n_agents)) < q[:, None]
+        return np.where(g.random((n_items, n_agents)) < rho, shared[:, None], own).astype(float)
+
+    return answers(p + diff / 2), answers(p - diff / 2)
 
 # %% ../nbs/evaluation/05b_stats.ipynb #b7e1a002
 def score_interval(n10: int, n01: int, n: int, level: float = 0.95) -> tuple[float, float, float]:
@@ -486,6 +479,26 @@ def paired_inference(
     lo, hi, p = _signflip_interval(d, level, n_resamples, seed)
     return {**out, "statistic": float(d.mean()), "pvalue": p, "ci_low": lo, "ci_high": hi}
 
+# %% ../nbs/evaluation/05b_stats.ipynb #cc2f1407
+def item_means(
+    df: pd.DataFrame, value: str = "correct", item: str = "item_id", method: str = "method"
+) -> pd.DataFrame:
+    """Per-item means of `value` (several answers per item averaged first): a frame items x methods (NaN: not observed).
+    A `value` column holding text raises (a `correct` read back as strings is not 0/1)."""
+    for c in (value, item, method):
+        if c not in df.columns:
+            raise ConfigError(
+                "column missing from the per-item frame", key="column", value=c, choices=df.columns
+            )
+    col = df[value]
+    fast = pd.api.types.is_numeric_dtype(col.dtype) or pd.api.types.is_bool_dtype(col.dtype)
+    v = (
+        col.astype("Float64").astype(float)
+        if fast
+        else pd.Series(_numbers(col, f"item_means: column {value!r}"), index=df.index)
+    )
+    return v.groupby([df[item], df[method]], sort=False).mean().unstack(method)
+
 # %% ../nbs/evaluation/05b_stats.ipynb #b2357871
 def paired_difference(
     a: Sequence[float],
@@ -519,27 +532,6 @@ def paired_difference(
         "n_dropped": dropped,
         "unit": "item",
     }
-
-# %% ../nbs/evaluation/05b_stats.ipynb #353c0158
-def simulate_paired(
-    n_items: int, diff: float, n_agents: int = 3, rho: float = 0.6, seed: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """Synthetic 0/1 answers (items x agents) of two methods on the same items, agents correlated
-    within an item: item difficulty p ~ U(0.2, 0.8), success p +- diff/2, each agent copies the
-    item's shared draw with probability `rho`."""
-    if abs(diff) > 0.3:
-        raise ValueError(
-            f"simulate_paired: |diff| <= 0.3 keeps probabilities in [0, 1], got {diff}"
-        )
-    g = np.random.default_rng(seed)
-    p = g.uniform(0.2, 0.8, n_items)
-
-    def answers(q):
-        shared = g.random(n_items) < q
-        own = g.random((n_items, n_agents)) < q[:, None]
-        return np.where(g.random((n_items, n_agents)) < rho, shared[:, None], own).astype(float)
-
-    return answers(p + diff / 2), answers(p - diff / 2)
 
 # %% ../nbs/evaluation/05b_stats.ipynb #9ce8050c
 def tost(
@@ -740,6 +732,49 @@ def token_change(
     h = float(stats.norm.ppf(0.5 + level / 2)) * math.sqrt(max(var, 0.0))
     return (float(est), float(ma / mb * math.exp(-h) - 1), float(ma / mb * math.exp(h) - 1))
 
+# %% ../nbs/evaluation/05b_stats.ipynb #651d8e40
+def compare_methods(
+    results: pd.DataFrame,
+    reference: str,
+    methods: Sequence[str] | None = None,
+    value: str = "correct",
+    tokens: str | None = "tokens",
+    item: str = "item_id",
+    method: str = "method",
+    inference: Inference = Inference(),
+) -> tuple[pd.DataFrame, str]:
+    """Many methods against `reference` on the same items, paired by item (DESIGN \"Statistics\";
+    Holm 1979): per method accuracy, gap, interval, adjusted test, TOST and verdict; returns
+    (table, caption sentence)."""
+    inf = inference
+    methods, means, sub, info = _compared_items(
+        results, reference, methods, value, item, method, inf.on
+    )
+    tok = (
+        item_means(sub, tokens, item, method).reindex(index=means.index, columns=methods)
+        if tokens and tokens in results
+        else None
+    )
+    c = _Compared(reference, sub, means, tok, value, item, method, inf)
+    rows = [_method_row(m, c) for m in methods]
+    table = _adjusted_table(rows, means, reference, item, inf.correction, inf.level, inf.margin)
+    table = _family_intervals(table, means, reference, inf)
+    table.attrs.update(min_items=inf.min_items, **info)
+    odd = (
+        table.dropna(subset=["status"]).query("status != 'ok'")
+        if "status" in table
+        else table.iloc[:0]
+    )
+    if len(odd):
+        warnings.warn(
+            "compare_methods: "
+            + "; ".join(f"{r.method} vs {reference}: {r.status}" for r in odd.itertuples())
+            + " (the caption says what each status means)",
+            UserWarning,
+            stacklevel=2,
+        )
+    return table, comparison_caption(table, fixed_items=inf.fixed_items)
+
 # %% ../nbs/evaluation/05b_stats.ipynb #479708dd
 # named dimensions of a per-item row
 _REPEAT_KEYS = ("sample", "run", "seed", "agent", "round", "repeat", "model", "agents", "turn")
@@ -812,7 +847,7 @@ def _compared_items(
             f"compare_methods: {n_any - len(common)} of {n_any} items dropped (not answered by every method); "
             f"compared on the {len(common)} items every method answered",
             UserWarning,
-            stacklevel=4,  # compare_methods' caller (past `fold_keywords`'s wrapper)
+            stacklevel=3,  # compare_methods' caller
         )
     if len(common) < 2:
         raise ConfigError(
@@ -966,50 +1001,6 @@ def _family_intervals(
     words = np.where(dist, "distinguishable", np.where(eq, "equivalent", "not distinguishable"))
     t["verdict"] = pd.Series(words, index=t.index, dtype=object).where(gap, None)
     return t
-
-# %% ../nbs/evaluation/05b_stats.ipynb #651d8e40
-@fold_keywords("inference")
-def compare_methods(
-    results: pd.DataFrame,
-    reference: str,
-    methods: Sequence[str] | None = None,
-    value: str = "correct",
-    tokens: str | None = "tokens",
-    item: str = "item_id",
-    method: str = "method",
-    inference: Inference = Inference(),
-) -> tuple[pd.DataFrame, str]:
-    """Many methods against `reference` on the same items, paired by item (DESIGN \"Statistics\";
-    Holm 1979): per method accuracy, gap, interval, adjusted test, TOST and verdict; returns
-    (table, caption sentence)."""
-    inf = inference
-    methods, means, sub, info = _compared_items(
-        results, reference, methods, value, item, method, inf.on
-    )
-    tok = (
-        item_means(sub, tokens, item, method).reindex(index=means.index, columns=methods)
-        if tokens and tokens in results
-        else None
-    )
-    c = _Compared(reference, sub, means, tok, value, item, method, inf)
-    rows = [_method_row(m, c) for m in methods]
-    table = _adjusted_table(rows, means, reference, item, inf.correction, inf.level, inf.margin)
-    table = _family_intervals(table, means, reference, inf)
-    table.attrs.update(min_items=inf.min_items, **info)
-    odd = (
-        table.dropna(subset=["status"]).query("status != 'ok'")
-        if "status" in table
-        else table.iloc[:0]
-    )
-    if len(odd):
-        warnings.warn(
-            "compare_methods: "
-            + "; ".join(f"{r.method} vs {reference}: {r.status}" for r in odd.itertuples())
-            + " (the caption says what each status means)",
-            UserWarning,
-            stacklevel=3,  # the caller's line (2: `fold_keywords`'s wrapper)
-        )
-    return table, comparison_caption(table, fixed_items=inf.fixed_items)
 
 # %% ../nbs/evaluation/05b_stats.ipynb #d1d7e749
 def _pts(x: float) -> str:
@@ -1518,7 +1509,6 @@ def _tokens_by_item(transcript: pd.DataFrame) -> pd.Series:
     return tok.groupby([t["item_id"], t["sample"]]).sum().groupby(level=0).mean()
 
 # %% ../nbs/evaluation/05b_stats.ipynb #4e27697d
-@takes_sampling
 def self_consistency_at_budget(
     debate: pd.DataFrame,
     items: Sequence[Any],

@@ -481,9 +481,8 @@ def build_mllama(folder: Path) -> None:
         MllamaVisionConfig,
     )
 
-    # like Llama 3.2's tokenizer: bos <|begin_of_text|>
-    # added by the tokenizer (and written by the template),
-    # eos <|eot_id|>, pad <|finetune_right_pad_id|>
+    # like Llama 3.2's tokenizer: bos <|begin_of_text|> added by the tokenizer (and written by the
+    # template), eos <|eot_id|>, pad <|finetune_right_pad_id|>
     tok = _base_tokenizer(
         bos_token="<|begin_of_text|>",
         add_bos_token=True,

@@ -56,10 +56,10 @@ def test_targets_table_is_complete(targets):
             "family", "note"}
     assert cols <= set(targets.columns)
     n = targets.groupby(["source"]).size()
-    assert n["MADC Table 1"] == 4 * 3 * 3 and n["RUMAD Table 2"] == 3 and n["SVR-MAD Table 1"] == 4
+    assert n["MADC Table 1"] == 4 * 3 * 5 and n["RUMAD Table 2"] == 3 and n["SVR-MAD Table 1"] == 4
     # Tables 2-5: MAD 10 - 3 agents and MADC - MAD at 10 agents, one table each
     assert sum(v for k, v in n.items() if k.startswith("MADC Table ") and k != "MADC Table 1") == 8
-    assert (targets["paper"] == "Du et al.").sum() == 2
+    assert (targets["paper"] == "Du et al.").sum() == 3       # single, debate gain (conformity, persuasion)
     assert (targets["paper"] == "UMAD").sum() == 2 * 2 * 5 * 2        # (T=1, T=5 - T=1) x settings x tasks x agents
     assert (targets["family"] == "roles").sum() == 6 * 3 + 7 * 2      # Meta-Debate Tables 1-2, the role sim's family
     # every statistic named exists; the rows without one are said to be outside this fit
@@ -75,6 +75,10 @@ def _fixture_value(r) -> float:
         t = paper_table("madc_tab1").set_index(["model", "method"])
         v = lambda k: float(t.loc[(r["paper_model"], k), r["task"]])
         q = r["quantity"]
+        if q.startswith("MAD - Self"):
+            return v("mad") - v("sc")
+        if q.startswith("MADC - MAD"):
+            return v("madc") - v("mad")
         return v("single") if q.startswith("Single") else v("mad") - v("single") if q.startswith("MAD -") else \
             v("truth_last") - v("mad")
     if r["source"].startswith("MADC Table"):
@@ -176,7 +180,11 @@ def test_fit_world_rejects_an_unknown_mechanism(world, targets):
 def test_calibration_table_rows_and_intervals(world, targets):
     small = targets[targets["source"].isin(["RUMAD Table 2"]) | (targets["paper"] == "Du et al.")]
     tab = calibration_table(world, small, n_items=12, seeds=1)
-    assert len(tab) == 5 and set(tab["mechanism"]) == {"competence", "conformity", "context_harm"}
+    assert len(tab) == 6 and set(tab["mechanism"]) == {"competence", "conformity", "persuasion", "context_harm"}
+    # Du et al.'s gain twice: its persuasion row's control switches persuasion off alone (MECHANISM_CONTROLS)
+    du2 = tab[tab["quantity"].str.startswith("debate - single")].set_index("mechanism")
+    assert du2.loc["persuasion", "control_off"] == "persuasion" and du2.loc["conformity", "control_off"] == "conformity+recognition"
+    assert du2.loc["persuasion", "sim"] == du2.loc["conformity", "sim"]      # one effect, two controls
     assert (tab["ci_low"] <= tab["sim"]).all() and (tab["sim"] <= tab["ci_high"]).all()
     # the world's context_decay for RUMAD's three models (params/profiles/sim.yaml, fitted by rumad_derail)
     assert tab.loc[tab["mechanism"] == "context_harm", "value"].eq(world.agent("sim-llama-3.1-8b").context_decay).all()
@@ -245,7 +253,7 @@ def test_power_items_from_the_printed_effect(world, targets):
 
 def test_fit_grid_recovers_a_planted_pair(informative, targets):
     "A planted (conformity, recognition) on the grid comes back from the two gains it makes (objective 0 there)."
-    two = targets.query("sim_model == 'sim-qwen2.5-7b' and (statistic == 'du_debate_gain' or "
+    two = targets.query("sim_model == 'sim-qwen2.5-7b' and mechanism != 'persuasion' and (statistic == 'du_debate_gain' or "
                         "(statistic == 'madc_debate_gain' and task == 'math500'))").reset_index(drop=True)
     planted = informative.with_value(["sim-qwen2.5-7b"], "conformity", 0.6).with_value(["sim-qwen2.5-7b"], "recognition", 0.3)
     made = two.assign(printed=[100 * np.mean(np.subtract(*STATISTICS[r["statistic"]](planted, r, 30, 1)))
@@ -287,3 +295,39 @@ def test_the_rumad_statistic_runs_table2s_protocol(world, targets, monkeypatch):
     C.rumad_dense_sparse_gap(world, row, 4, 1)
     assert len(seen) == 2 and not any(isinstance(p, EarlyStop) for p, _ in seen)
     assert all((last == 5).all() for _, last in seen)
+
+
+def test_fit_world_recovers_a_planted_persuasion(informative, targets):
+    """A planted persuasion comes back from the numbers it makes (Du et al.'s gain and MADC Table 1's MAD - SC on
+    MATH500, fitted jointly, common random numbers): the fitted world makes them exactly."""
+    rows = targets.query("mechanism == 'persuasion' and sim_model == 'sim-qwen2.5-7b' and "
+                         "task in ('gsm8k', 'math500') and statistic != 'madc_vs_mad'").reset_index(drop=True)
+    assert len(rows) == 2
+    planted = informative.with_value(["sim-qwen2.5-7b"], "persuasion", 0.45)
+    made = rows.assign(printed=[100 * np.mean(np.subtract(*STATISTICS[r["statistic"]](planted, r, 30, 1)))
+                                for _, r in rows.iterrows()])
+    fitted, log = fit_world(informative, made, n_items=30, seeds=1, order=("persuasion",), competence=False)
+    assert abs(fitted.agent("sim-qwen2.5-7b").persuasion - 0.45) <= 0.15
+    assert log["objective"].min() == 0.0 and set(log["param"]) == {"persuasion"}
+
+
+def test_mad_vs_self_consistency_is_paired_on_round_0(world, targets):
+    "MAD - SC: SC is the vote of the same agents' round-0 answers, so persuasion (debate turns only) never moves it."
+    from mad_study.calibration import madc_mad_vs_sc
+    r = targets.query("statistic == 'madc_mad_vs_sc' and sim_model == 'sim-qwen2.5-7b'").iloc[0]
+    a0, sc0 = madc_mad_vs_sc(world.with_value(["sim-qwen2.5-7b"], "persuasion", 0.0), r, 30, 1)
+    a1, sc1 = madc_mad_vs_sc(world.with_value(["sim-qwen2.5-7b"], "persuasion", 0.9), r, 30, 1)
+    assert (sc0 == sc1).all() and a1.mean() >= a0.mean() and (a1 != a0).any()
+
+
+def test_madc_runs_memoises_per_strategy_and_round_0_is_every_strategys(world):
+    "A strategy's run does not depend on which others run beside it: run alone or together, the same per-item numbers."
+    from mad_study.calibration import _MEMO
+    _MEMO.clear()
+    together = madc_runs(world, "sim-qwen2.5-7b", "math500", 20, 1, strategies=("fixed", "truth_last", "madc"))
+    _MEMO.clear()
+    alone = {s: madc_runs(world, "sim-qwen2.5-7b", "math500", 20, 1, strategies=(s,)) for s in ("madc", "fixed")}
+    for s in ("fixed", "madc"):
+        assert together[s].equals(alone[s][s])
+    # Single CoT and Self-Consistency (round 0) are the same whichever strategy's run gave them
+    assert alone["madc"]["sc"].equals(alone["fixed"]["sc"]) and alone["madc"]["single"].equals(together["single"])

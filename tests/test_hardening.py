@@ -303,6 +303,7 @@ def test_ctrl_c_at_any_moment_ends_the_run_within_seconds(tmp_path, jobs):
 
 
 # ------------------------------------------------------------------ hypothesis: extraction and every metric
+from mad_study import madc as MC
 from mad_study import metrics as M
 from mad_study import stats as S
 from mad_study.answers import answers_equivalent, extract_answer, is_correct, merge_equivalent, parse_failure_rate
@@ -409,12 +410,12 @@ def test_every_metric_survives_any_transcript(tr):
     for (item, rnd), g in tr.groupby(["item_id", "round"]):
         fmt = TASK_FMT[g["task"].iloc[0]]
         ans = [None if pd.isna(a) else a for a in g["answer"]]
-        h = M.viewpoint_entropy(ans, fmt=fmt)
+        h = MC.viewpoint_entropy(ans, fmt=fmt)
         assert math.isfinite(h) and h >= 0
-        ll = M.viewpoint_log_likelihood(ans, g["gold"].iloc[0], fmt)
+        ll = MC.viewpoint_log_likelihood(ans, g["gold"].iloc[0], fmt)
         assert ll <= 0 and not math.isnan(ll)                         # -inf when no agent is right (the definition)
         per_agent = [g.loc[g["agent"] == a, "answer"].tolist() for a in dict.fromkeys(g["agent"])]
-        pc = M.path_consistency([[None if pd.isna(x) else x for x in s] for s in per_agent], fmt=fmt)
+        pc = MC.path_consistency([[None if pd.isna(x) else x for x in s] for s in per_agent], fmt=fmt)
         assert len(pc) == len(per_agent) and all(math.isfinite(x) and 0 <= x <= len(pc) - 1 + 1e-9 for x in pc)
         lists = [[None if pd.isna(x) else x for x in s] for s in per_agent]
         d = M.uncertainty_decomposition(lists, fmt=fmt)
@@ -425,7 +426,7 @@ def test_every_metric_survives_any_transcript(tr):
         lo, hi = S.bootstrap_ci(per_item, n_resamples=200)
         assert (math.isnan(lo) if len(per_item) < 2 else lo <= hi)      # undefined below two values
         assert not math.isnan(S.paired_test(per_item, per_item[::-1])["pvalue"])
-        rp = M.reversal_point(range(len(per_item)), per_item)
+        rp = MC.reversal_point(range(len(per_item)), per_item)
         assert rp is None or rp in range(len(per_item))
 
 
@@ -444,9 +445,9 @@ def test_distribution_metrics_on_any_answers(samples, fmt):
             assert all(math.isfinite(d[k]) for k in ("tu", "eu", "au")) and abs(d["tu"] - d["eu"] - d["au"]) < 1e-9
         else:
             assert all(math.isnan(d[k]) for k in ("tu", "eu", "au"))
-    h = M.viewpoint_entropy(flat, fmt=fmt)
+    h = MC.viewpoint_entropy(flat, fmt=fmt)
     assert (math.isnan(h) if not flat else math.isfinite(h) and h >= 0)
-    pc = M.path_consistency(samples, fmt=fmt)
+    pc = MC.path_consistency(samples, fmt=fmt)
     assert len(pc) == len(samples) and all(math.isfinite(x) for x in pc)
     p = M.answer_distribution(flat, fmt=fmt)
     assert (len(p) == 0 if not flat else abs(p.sum() - 1) < 1e-9)
@@ -532,7 +533,7 @@ def test_fast_tables_equal_the_reference(tr):
     for (item, rnd), g in tr.groupby(["item_id", "round"]):
         ans, fmt = g["answer"].tolist(), TASK_FMT[g["task"].iloc[0]]
         ref = float(_stats.entropy(M.answer_distribution(ans, fmt=fmt).to_numpy(), base=2))
-        assert M.viewpoint_entropy(ans, fmt=fmt) == ref
+        assert MC.viewpoint_entropy(ans, fmt=fmt) == ref
 
 
 # ------------------------------------------------------------------ Qwen3 hybrid thinking: non-thinking by default

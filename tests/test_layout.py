@@ -168,3 +168,36 @@ def test_no_comment_hung_on_a_closing_bracket():
     assert hung_comments(test_src) and unhang(test_src)[0] == "# why\nx = f(\n    1\n)\n"
     hung = [(nb, c["id"], line) for nb, c, s in code_cells() for line, *_ in hung_comments(s)]
     assert hung == [], f"{len(hung)} comments hung on a closing bracket (run tools/tidy_notebooks.py): {hung[:5]}"
+
+
+def _measures():
+    "tools/measure_notebooks.py: the definitions issue 49's table uses, for the kit's library notebooks."
+    sys.path.insert(0, str(ROOT / "tools"))
+    import measure_notebooks as m
+    return m, m.kit_notebooks()
+
+
+@pytest.mark.xfail(reason="issue 49: 19% of the kit's test cells neither check nor show (2026-11-28, was 23%); target <= 16%",
+                   strict=False)
+def test_few_test_cells_only_set_up():
+    "At most 16% of test cells (nbdev's share) neither check nor show anything (issue 49)."
+    m, nbs = _measures()
+    bad, total = m.setup_only(nbs)
+    print(f"set-up-only test cells: {bad}/{total} = {100 * bad / total:.1f}%")
+    assert 100 * bad / total <= m.TARGETS["setup_only_pct"]
+
+
+@pytest.mark.xfail(reason="issue 49: 27% of the kit's export cells are followed by a test or usage (2026-11-28); "
+                          "target >= 40%", strict=False)
+def test_export_cells_are_followed_by_their_test_or_usage():
+    "At least 40% of export cells are directly followed by a test or usage cell (issue 49; nbdev 36%, fastcore 47%)."
+    m, nbs = _measures()
+    hits, total = m.export_then_use(nbs)
+    print(f"export cells followed by a test or usage: {hits}/{total} = {100 * hits / total:.1f}%")
+    assert 100 * hits / total >= m.TARGETS["export_then_use_pct"]
+
+
+def test_measured_hung_comments_are_zero():
+    "No comment hung on a closing bracket, as tools/measure_notebooks.py counts them (issue 49)."
+    m, nbs = _measures()
+    assert m.hung(nbs) == m.TARGETS["hung"]

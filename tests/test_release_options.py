@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from mad_study.metrics import viewpoint_entropy, viewpoint_log_likelihood
+from mad_study.madc import viewpoint_entropy, viewpoint_log_likelihood
 from mad_study.umad import ALPHA_AU, au_advantage, umad_advantages
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

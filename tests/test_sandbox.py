@@ -317,11 +317,11 @@ def test_refuses_without_os_isolation(monkeypatch):
     "No bwrap: the kit refuses model-written code unless the caller opts in, and the result says which mode ran."
     monkeypatch.setattr(sb, "find_bwrap", lambda: None)
     with pytest.raises(SandboxUnavailable, match="isolation='none'"): run_program("print(1)")
-    with pytest.raises(SandboxUnavailable): run_program("print(1)", isolate=True)
+    with pytest.raises(SandboxUnavailable): run_program("print(1)", isolation="bwrap")
     assert issubclass(SandboxUnavailable, ConfigError)
     r = run_program("print(6 * 7)", isolation="none")
     assert (r.status, r.stdout.strip(), r.mode) == ("ok", "42", "none") and "pidns" not in r.layers
-    assert r.sandbox.startswith("none:") and run_program("print(1)", isolate=False).mode == "none"
+    assert r.sandbox.startswith("none:") and run_program("print(1)", isolation="none").mode == "none"
     with pytest.raises(ConfigError, match="isolation"): run_program("print(1)", isolation="weak")
     with pytest.raises(ConfigError, match="timeout"): run_program("print(1)", limits=SandboxLimits(timeout=0), isolation="none")
 

@@ -12,7 +12,7 @@ from mad_study.sim import MECHANISMS, SimBackend, sim_items, uniforms
 
 # every mechanism switched on, so that switching one off changes something downstream of it
 WORLD = dict(skill=0.6, task_skill={"gsm8k": 0.65}, difficulty_sd=1.0, stubborn_correct=0.6, stubborn_wrong=0.3,
-             conformity=0.6, recency=2.0, recognition=0.3, tier_trust=1.5, context_decay=0.3, debate_noise=0.2,
+             conformity=0.6, recency=2.0, recognition=0.3, persuasion=0.5, tier_trust=1.5, context_decay=0.3, debate_noise=0.2,
              context_entropy=1.0, signal_strength=1.0, signal_inversion=0.5, parse_fail=0.05)
 MODELS = {"sim-x": dict(WORLD, skill=0.5), "sim-y": dict(WORLD), "sim-z": dict(WORLD, skill=0.7)}
 ITEMS = sim_items("gsm8k", 48)
@@ -238,3 +238,31 @@ def test_no_experiment_file_redefines_the_world():
         if any(isinstance(b, dict) and b.get("sim_agents") for b in blocks):
             offenders.append(eid)
     assert not offenders, offenders
+
+
+# ---------------------------------------------------------------- truth-favouring persuasion
+def test_persuasion_favours_a_shown_correct_answer_and_nothing_else():
+    """persuasion pi: not keeping one's answer, with the correct answer g shown, adopt it with P = pi before conformity,
+    so P(adopt g) = pi + (1 - pi) P_off(adopt g) (03b_sim `decide`); with g not shown, no answer moves."""
+    from mad_study.sim import turn_uniforms
+    item = Item("gsm8k/persuade", "gsm8k", "q", "7", "number")
+    base = dict(skill=0.3, conformity=0.5, stubborn_correct=0.0, stubborn_wrong=0.0, recognition=0.0, parse_fail=0.0)
+    off, on = SimBackend("s", **base), SimBackend("s", **base, persuasion=0.6)
+    us = [turn_uniforms(s, item.id) for s in range(4000)]
+    pick = lambda b, shown: [b.decide(item, "5", shown, u) for u in us]
+    p_off, p_on = (np.mean([a == "7" for a in pick(b, ["7", "9"])]) for b in (off, on))
+    assert abs(p_on - (0.6 + 0.4 * p_off)) < 0.03, (p_off, p_on)
+    # the wrong shown answer is adopted less: persuasion only ever turns an answer into the correct one
+    changed = [(a, b) for a, b in zip(pick(off, ["7", "9"]), pick(on, ["7", "9"])) if a != b]
+    assert changed and all(b == "7" for _, b in changed)
+    assert pick(off, ["8", "9"]) == pick(on, ["8", "9"])
+
+
+def test_a_new_stream_appends_words_and_moves_none():
+    "persuasion's uniform is the 17th word: the first 16 are SHAKE-128's first 128 bytes, as before it was added."
+    import hashlib
+    import struct
+    from mad_study.sim import SLOTS, turn_uniforms
+    key = (11).to_bytes(8, "little", signed=True) + b"gsm8k/3"
+    old = tuple(((w >> 11) + 0.5) * 2.0**-53 for w in struct.unpack("<16Q", hashlib.shake_128(key).digest(128)))
+    assert turn_uniforms(11, "gsm8k/3")[:16] == old and SLOTS["persuasion"] == slice(16, 17)

@@ -356,15 +356,6 @@ def test_coverage_strict_and_inclusive():
     assert strict <= incl and 0.87 <= incl / 150 <= 0.99, (strict, incl)
 
 
-def test_issue37_compare_methods_old_keywords_still_work_and_warn():
-    res = _family(seed=0)
-    with pytest.warns(DeprecationWarning, match=r"inference=Inference\(.*seed=3, .*correction='none'"):
-        old = S.compare_methods(res, "ref", tokens=None, correction="none", seed=3)
-    new = S.compare_methods(res, "ref", tokens=None, inference=S.Inference(correction="none", seed=3))
-    pd.testing.assert_frame_equal(old[0], new[0])
-    assert old[1] == new[1]
-
-
 # ---------------------------------------------------------------- issue 53: one inference per comparison
 def _draw(design, n, diff, g):
     "An independent model of paired per-item values (not the kit's simulator): binary, near-ceiling or correlated."
