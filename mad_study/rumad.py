@@ -1817,13 +1817,14 @@ def rumad_checkpoint(
     return pol, hist, "trained"
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #4488ad50
-_QUESTION_TOKENS = 250  # an opening prompt (system + question + instructions), rough
+# the kit's one estimate of an opening prompt (system + question + instructions)
+from .registry import QUESTION_TOKENS
 
 
 def _debates_cost(n_debates: int, n_agents: int, rounds: int, mnt: int) -> dict:
     "Upper bounds for `n_debates` fully connected debates: every agent speaks every round and sees every peer in full."
     gens = n_debates * n_agents * (rounds + 1)
-    per_agent_prompt = _QUESTION_TOKENS * (rounds + 1) + (n_agents - 1) * mnt * rounds
+    per_agent_prompt = QUESTION_TOKENS * (rounds + 1) + (n_agents - 1) * mnt * rounds
     return {
         "generations": gens,
         "prompt_tokens": n_debates * n_agents * per_agent_prompt,
