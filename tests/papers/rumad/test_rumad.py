@@ -571,3 +571,20 @@ def test_p_speak_deployment_is_the_trained_distribution():
     assert np.abs(R.speak_probability(d, n_samples=4000)[0].numpy() - emp).max() < 0.05
     h = torch.distributions.Normal(torch.tensor([[[0.0, 1.0]]]), torch.ones(1, 1, 2))
     assert R.speak_probability(h)[0].tolist() == pytest.approx([0.5, 0.8413], abs=1e-4)
+
+
+def test_printed_tables_3_and_4_are_the_papers():
+    # RUMAD Tables 3-4 as printed (arXiv 2602.23864), in the notebook's variant labels: the numbers the tables sit beside
+    from mad_study.data import paper_table
+
+    t3 = paper_table("rumad_tab3").astype({"accuracy_pct": float, "tokens_k": float})
+    assert t3.shape == (18, 4) and set(t3["task"]) == {"MMLU", "GPQA", "GSM8K"}
+    labels = {"RUMAD", "β distribution", "w/o R_ep", "w/o R_t", "w/o agent activation", "w/o L_budget"}
+    assert set(t3["variant"]) == labels
+    mmlu = t3[t3["task"] == "MMLU"].set_index("variant")
+    assert mmlu.loc["RUMAD"].tolist() == ["MMLU", 68.3, 11.4] and mmlu.loc["w/o agent activation", "tokens_k"] == 51.9
+    t4 = paper_table("rumad_tab4").astype({"agents": int, "B": float, "accuracy_pct": float, "tokens_k": float})
+    assert t4.shape == (8, 5) and set(zip(t4["agents"], t4["B"])) == {(3, 6.0), (6, 12.0), (6, 18.0), (9, 18.0)}
+    # Table 4's N = 6, B = 12 row is Table 3's full RUMAD
+    six = t4[(t4["agents"] == 6) & (t4["B"] == 12)].set_index("task")
+    assert six.loc["MMLU", "accuracy_pct"] == mmlu.loc["RUMAD", "accuracy_pct"] and six.loc["GSM8K", "tokens_k"] == 10.5
