@@ -161,13 +161,39 @@ def engine_debate(baseline: str | None = None, madc: str | None = None) -> Calla
 # %% ../nbs/study/15_arena.ipynb #5be419eb
 def run_rumad(arena: Arena, key: str):
     """RUMAD's trained controller (RUMAD Alg. 1 at inference: `mad_study.rumad.RumadController`) on
-    the kit's engine, loaded from `arena.rumad_checkpoint`, one thread (`one_thread`). Rows:
-    `debate_costs` of its debate."""
-    from mad_study.debate import run_debate
-    from mad_study.protocols import debate_costs
-    from mad_study.rumad import RumadController, load_controller, make_embedder, one_thread
+    the kit's engine, loaded from `arena.rumad_checkpoint` (sim: the kit's speak head, issue 52, deployed
+    by its checkpoint's rule, P(speak) >= 0.5), one thread (`one_thread`). Its debate rounds use RUMAD's
+    tagged wording (Table 8: each shown peer with its importance tag, Eq. 5); its round 0 keeps the
+    arena's opening and system prompt, so that round 0 stays shared with the other engine methods
+    (RUMAD's own opening and system prompt are not used). Rows: `debate_costs` of its debate;
+    `arena.notes[key]` says which controller ran."""
+    import dataclasses
 
-    pol, cfg, _ = load_controller(arena.rumad_checkpoint)
+    from mad_study.core import ConfigError
+    from mad_study.debate import run_debate
+    from mad_study.prompts import get_prompt
+    from mad_study.protocols import debate_costs
+    from mad_study.rumad import (
+        RumadController,
+        load_controller,
+        make_embedder,
+        one_thread,
+        rumad_prompt,
+    )
+
+    fmts = sorted({it.fmt for it in arena.items})
+    if len(fmts) != 1:
+        raise ConfigError("RUMAD's arena prompt needs one answer format", key="tasks", value=fmts)
+    shared = get_prompt("auto", fmts[0])
+    prompt = dataclasses.replace(
+        rumad_prompt("rumad", fmts[0]), opening=shared.opening, system=shared.system
+    )
+    pol, cfg, meta = load_controller(arena.rumad_checkpoint)
+    kind = "the kit's speak head" if cfg.head == "agent" else "the paper's per-edge controller"
+    arena.notes[key] = (
+        f"{kind} ({arena.rumad_checkpoint.name}: B = {cfg.B:g}, training seed {meta.get('seed')}, "
+        f"deployed by {cfg.deploy}); debate rounds in RUMAD's tagged wording, round 0 the arena's"
+    )
     with one_thread():
         t = run_debate(
             arena.items,
@@ -179,12 +205,14 @@ def run_rumad(arena: Arena, key: str):
                 cfg.lam,
                 activation=cfg.activation,
                 seed=arena.seed,
+                deploy=cfg.deploy,
             ),
             debate_rounds=arena.debate_rounds,
             method=key,
             progress=False,
             experiment=arena.experiment,
             sampling=arena.sampling,
+            prompt=prompt,
         )
     return debate_costs(t), t
 

@@ -566,9 +566,10 @@ def rumad_dense_sparse_gap(
     off: Sequence[str] = (),
     debate_rounds: int = 5,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """RUMAD Table 2's MAD - S-MAD star per item: its six agents (two of each of the row's sim models) for six rounds
-    under `mad_study.protocols.make_baseline('mad')` and `('smad_star')`, the rumad prompt, the mechanisms `off`
-    switched off; final majority votes."""
+    """RUMAD Table 2's MAD - S-MAD star per item, on Table 2's protocol: its six agents (two of each of the row's sim
+    models) for all six rounds (round 0 + `debate_rounds`, no early stop, as Table 2's MAD and S-MAD star rows run)
+    under `mad_study.protocols.make_baseline('mad', min_agree=None)` and `('smad_star', min_agree=None)`, the rumad
+    prompt, the mechanisms `off` switched off; final majority votes."""
     models = row["sim_model"].split("+")
     agents = make_agents([models[i % len(models)] for i in range(6)])
     items = sim_items(row["task"], n_items)
@@ -578,7 +579,7 @@ def rumad_dense_sparse_gap(
             items,
             agents,
             world.backends(models, off),
-            protocol=make_baseline(name),
+            protocol=make_baseline(name, min_agree=None),
             debate_rounds=debate_rounds,
             samples=seeds,
             prompt=rumad_prompt("rumad", items[0].fmt),

@@ -1740,9 +1740,15 @@ def training_meta(
     max_new_tokens: int,
     source: str = "fixture",
     sim_agents: Mapping | None = None,
+    sim_off: Sequence[str] = (),
 ) -> dict:
-    "Everything besides `RumadConfig` that shapes a training run (stored in a checkpoint; a different value means retrain)."
-    return {
+    """Everything besides `RumadConfig` that shapes a training run (stored in a checkpoint; a different value means
+    retrain). `sim_off`: the sim mechanisms switched off (03b_sim `MECHANISMS`); the agents are stored as they ran, those
+    mechanisms' fields at their neutral values, so a world that differs only there does not retrain them."""
+    from mad_study.sim import MECHANISMS, check_off
+
+    neutral = {k: v for m in check_off(sim_off) for k, v in MECHANISMS[m]["neutral"].items()}
+    meta = {
         "models": list(models),
         "train_task": train_task,
         "seed": int(seed),
@@ -1751,9 +1757,12 @@ def training_meta(
         "max_new_tokens": int(max_new_tokens),
         "source": source,
         "sim_agents": {
-            m: dict((sim_agents or {}).get(m, {})) for m in models if m.startswith("sim")
+            m: {**dict((sim_agents or {}).get(m, {})), **neutral}
+            for m in models
+            if m.startswith("sim")
         },
     }
+    return {**meta, "sim_off": sorted(sim_off)} if sim_off else meta
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #1c1b3137
 _NOT_PARAMS = ("log", "train_seconds")
@@ -1808,13 +1817,14 @@ def rumad_checkpoint(
     return pol, hist, "trained"
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #4488ad50
-_QUESTION_TOKENS = 250  # an opening prompt (system + question + instructions), rough
+# the kit's one estimate of an opening prompt (system + question + instructions)
+from .registry import QUESTION_TOKENS
 
 
 def _debates_cost(n_debates: int, n_agents: int, rounds: int, mnt: int) -> dict:
     "Upper bounds for `n_debates` fully connected debates: every agent speaks every round and sees every peer in full."
     gens = n_debates * n_agents * (rounds + 1)
-    per_agent_prompt = _QUESTION_TOKENS * (rounds + 1) + (n_agents - 1) * mnt * rounds
+    per_agent_prompt = QUESTION_TOKENS * (rounds + 1) + (n_agents - 1) * mnt * rounds
     return {
         "generations": gens,
         "prompt_tokens": n_debates * n_agents * per_agent_prompt,

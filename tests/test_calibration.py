@@ -277,6 +277,26 @@ def test_fitted_competence_reproduces_the_printed_accuracies(world, targets):
         assert n["ci_low"] <= r["printed"] <= n["ci_high"], (r["source"], r["sim_model"], r["task"], n)
 
 
+def test_the_rumad_statistic_runs_table2s_protocol(world, targets, monkeypatch):
+    # issue 52: RUMAD Table 2's MAD and S-MAD star run every round (no EarlyStop), so the statistic that fits
+    # context_decay to them must too: both debates reach the last round on every item
+    import mad_study.calibration as C
+    from mad_study.protocols import EarlyStop
+
+    seen, real = [], C.run_debate
+
+    def spy(*a, **kw):
+        tr = real(*a, **kw)
+        seen.append((kw["protocol"], tr.groupby("item_id")["round"].max()))
+        return tr
+
+    monkeypatch.setattr(C, "run_debate", spy)
+    row = targets[targets["statistic"] == "rumad_dense_sparse_gap"].iloc[0]
+    C.rumad_dense_sparse_gap(world, row, 4, 1)
+    assert len(seen) == 2 and not any(isinstance(p, EarlyStop) for p, _ in seen)
+    assert all((last == 5).all() for _, last in seen)
+
+
 def test_fit_world_recovers_a_planted_persuasion(informative, targets):
     """A planted persuasion comes back from the numbers it makes (Du et al.'s gain and MADC Table 1's MAD - SC on
     MATH500, fitted jointly, common random numbers): the fitted world makes them exactly."""
