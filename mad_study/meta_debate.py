@@ -1136,10 +1136,15 @@ def gap_text(r: Mapping, correction: str = "holm") -> str:
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #98777377
 def gaps_caption(
-    gaps: pd.DataFrame, cell=lambda r: "", name=lambda r: f"{r['method']} vs {r['reference']}"
+    gaps: pd.DataFrame,
+    cell=lambda r: "",
+    name=lambda r: f"{r['method']} vs {r['reference']}",
+    every: bool = True,
 ) -> str:
     """The caption sentence of a `paired_gaps` table (the kit's statistics standard): items per cell, resampled unit, tests,
-    correction and its number of comparisons, then every gap with its interval and "distinguishable" or "not distinguishable". (Holm's correction, as in the table: Meta-Debate Table 2 with the kit's statistics standard)"""
+    correction and its number of comparisons, then every gap with its interval and "distinguishable" or "not distinguishable"
+    (`every=False`: per comparison only how many cells Holm tells apart above and below 0, the gaps themselves left to the
+    table and its sidecar, issue 51). (Holm's correction, as in the table: Meta-Debate Table 2 with the kit's statistics standard)"""
     from mad_study.stats import family_words
 
     a = gaps.attrs
@@ -1161,4 +1166,19 @@ def gaps_caption(
         f"table's {a.get('n_comparisons', len(gaps))} comparisons, one family with its intervals; distinguishable = adjusted "
         f"p < {1 - lvl:.2g}, the interval then on its side of 0 ({int(d.sum())} of {len(gaps)} are)"
     )
+    if not every:
+        by_name = {}
+        for r in gaps.to_dict("records"):
+            by_name.setdefault(name(r), []).append(r)
+        parts = [
+            f"{k}: distinguishable above 0 in {sum(bool(r['distinguishable']) and r['diff'] > 0 for r in rs)}, "
+            f"below 0 in {sum(bool(r['distinguishable']) and r['diff'] < 0 for r in rs)} of {len(rs)} cells"
+            for k, rs in by_name.items()
+        ]
+        return (
+            head
+            + ". "
+            + "; ".join(parts)
+            + " (each gap, its interval, test and p: the sidecar's gaps)."
+        )
     return head + ". " + ". ".join(parts) + "."

@@ -1262,13 +1262,7 @@ def fig1_comparison(
     share whose top-ranked agent is correct with a bootstrap interval over problems; `reference`
     (SVR) minus each prior, the table's gaps one family (`family_gaps`: Holm 1979 over the raw p,
     each gap's interval at its family level, closed at 0 where Holm shows the sign), `distinguishable`."""
-    from mad_study.stats import (
-        boot_mean_ci,
-        family_gaps,
-        family_words,
-        gap_interval_text,
-        paired_difference,
-    )
+    from mad_study.stats import boot_mean_ci, family_gaps, family_words, paired_difference
 
     out, wide = [], {}
     for panel, g in rows.groupby(by, sort=False):
@@ -1328,20 +1322,27 @@ def fig1_comparison(
         n_resamples=n_resamples,
         seed=seed,
     )
-    parts = [
-        f"{r[by]}: {SIGNAL_LABELS.get(reference, reference)} minus {SIGNAL_LABELS.get(r['signal'], r['signal'])} {_sg(100 * r['diff'])} points "
-        f"{gap_interval_text(r)}, {'distinguishable' if r['distinguishable'] else 'not distinguishable'} "
-        f"({r['test']}, p = {r['p_adjusted']:.2g})"
-        for r in t[ok].to_dict("records")
-    ]
+    # the caption says which gaps Holm tells apart, per panel; every gap's number is in the table's
+    # diff, diff_low, diff_high and p_adjusted columns (issue 51: a caption a reader finishes)
+    parts = []
+    for panel, g in t[ok].groupby(by, sort=False):
+        told = g["distinguishable"].fillna(False).astype(bool)
+        above = ", ".join(SIGNAL_LABELS.get(s, s) for s in g.loc[told & (g["diff"] > 0), "signal"])
+        below = ", ".join(SIGNAL_LABELS.get(s, s) for s in g.loc[told & (g["diff"] < 0), "signal"])
+        alike = ", ".join(SIGNAL_LABELS.get(s, s) for s in g.loc[~told, "signal"])
+        said = [f"above {above}" if above else "", f"below {below}" if below else ""]
+        said += [f"not told apart from {alike}" if alike else ""]
+        parts.append(
+            f"{panel}: {SIGNAL_LABELS.get(reference, reference)} " + "; ".join(x for x in said if x)
+        )
     n = ", ".join(f"{p} {k}" for p, k in t.groupby(by, sort=False)["n_items"].first().items())
     cap = (
         f"Paired by problem on hard problems (1-2 agents correct before debate; distinct problems per panel: {n}); "
         f"{family_words(correction, level, t.loc[ok & t['diff_low'].notna(), 'diff_level'])}, each its test inverted over "
         f"problems (McNemar's score test with Tango's score interval for 0/1 values, else paired t; shares: "
         f"{int(100 * level)}% bootstrap intervals); {correction} correction over the table's {int(ok.sum())} comparisons. "
-        + "; ".join(parts)
-        + "."
+        + ". ".join(parts)
+        + " (each gap, its interval and adjusted p: the table's columns)."
     )
     return t, cap
 
