@@ -35,12 +35,12 @@ from .stats import n_for_power, paired_inference, resolvable_effect
 from .voting import vote_table
 
 # %% auto #0
-__all__ = ['FITTED_FIELD', 'STATISTICS', 'GRIDS', 'FIT_ORDER', 'CONTROLS', 'MECHANISM_CONTROLS', 'sim_model_of',
+__all__ = ['FITTED_FIELD', 'STATISTICS', 'GRIDS', 'FIT_ORDER', 'CONTROLS', 'MECHANISM_CONTROLS', 'RUMAD_TENSION', 'sim_model_of',
            'calibration_targets', 'claim_rows', 'World', 'world_from_profile', 'expected_round0', 'fit_task_skill',
            'competence_fit', 'round0_accuracy', 'du_debate_gain', 'madc_runs', 'madc_debate_gain',
            'madc_truth_last_gain', 'madc_agent_scaling', 'madc_vs_mad', 'madc_mad_vs_sc', 'rumad_dense_sparse_gap',
            'umad_turn_gain', 'umad_pair', 'umad_flip_gap', 'sim_number', 'FitStep', 'fit_steps', 'fit_world',
-           'fit_grid', 'power_items', 'calibration_table', 'not_shown_rows']
+           'fit_grid', 'power_items', 'tension_sentence', 'calibration_table', 'calibration_view', 'not_shown_rows']
 
 # %% ../nbs/study/16_calibration.ipynb #8a89e2cb
 # the mechanisms this fit sets -> the SimAgent field that carries each one's strength: the first field of the sim's own
@@ -959,6 +959,8 @@ _FITTED = {
     "recency": ("sim-qwen2.5-3b", "sim-qwen2.5-7b", "sim-r1-7b", "sim-r1-14b"),
     "debate_noise": ("sim-qwen2.5-3b",),
     "persuasion": ("sim-qwen2.5-3b", "sim-qwen2.5-7b", "sim-r1-7b", "sim-r1-14b"),
+    # RUMAD Table 2's MAD - S-MAD star, on its protocol: 0.088 [0.05, 0.20] (params/profiles/sim.yaml's comment)
+    "context_decay": ("sim-llama-3.1-8b", "sim-glm-4-9b", "sim-deepseek-math-7b"),
 }
 
 # %% ../nbs/study/16_calibration.ipynb #ctrl0002
@@ -1015,6 +1017,37 @@ def _verdict(controlled: bool, neutral: bool, sign: float, d: dict | None) -> st
         return "not reproduced: effect - control resolved, with the opposite sign"
     return "not reproduced: effect - control not resolved"
 
+# %% ../nbs/study/16_calibration.ipynb #tensent1
+# RUMAD Table 2's three tasks, each alone (the context-harm fit recorded in params/profiles/sim.yaml's comment)
+RUMAD_TENSION = "MMLU alone wants 0.2, GPQA 0.15, GSM8K 0 (RUMAD Table 2's MAD - S-MAD star)"
+
+
+def tension_sentence(mechanism: str, param: str, value: float, status: str, tension: str) -> str:
+    """One sentence per calibration row saying why its printed numbers pull the value apart (issue 50; MADC Table
+    1, Du et al. Table 1, RUMAD Table 2, UMAD Table 1): `tension` as the fit log writes it ("<source> <task>: <own
+    best>; ...") grouped per quantity, then the joint (fitted) `value`; a competence spread as is; RUMAD's three
+    tasks for `context_decay`; a strength at its grid's edge (`status`) says the grid's top caps it."""
+    if mechanism == "context_harm" and param == "context_decay":
+        return f"{RUMAD_TENSION}: joint {value:g} [0.05, 0.20]."
+    parts = [x.rpartition(": ") for x in tension.split("; ") if ": " in x]
+    if parts:
+        own: dict[str, list[str]] = {}
+        for label, _, v in parts:
+            own.setdefault(label.rpartition(" ")[0] or label, []).append(v)
+        said = "; ".join(
+            f"{q} alone wants {', '.join(v)}" + (" (per task)" if len(v) > 1 else "")
+            for q, v in own.items()
+        )
+        return f"{said}: joint {value:g}."
+    if tension:
+        return f"{tension[0].upper()}{tension[1:]}: their mean is fitted."
+    if status.startswith("at the grid's edge"):
+        return (
+            f"{param} sits at its grid's top ({value:g}): the printed effect wants more than an order among "
+            f"answers can give, while the debate gains (MADC Table 1) want the agents to disagree rarely."
+        )
+    return ""
+
 # %% ../nbs/study/16_calibration.ipynb #66a59ee9
 def calibration_table(
     world: World,
@@ -1039,7 +1072,8 @@ def calibration_table(
     printed sign (a drawn claim: its `sign`; a printed 0: when effect - control is not resolved); a row whose
     mechanisms are at their neutral values in the world reads "mechanism 0 in the fitted world: nothing to control".
     `status`: fitted, at the grid's edge (`GRIDS`), or assumed (not fitted: stubbornness, signals, context_entropy,
-    skill off the fitted tasks, and a strength of a model the fit did not set)."""
+    skill off the fitted tasks, and a strength of a model the fit did not set). `tension` is one sentence
+    (`tension_sentence`) saying why the row's printed numbers pull its value apart."""
     stats = STATISTICS if stats is None else stats
     cf = competence_fit(targets, world).set_index(["sim_model", "task"])
     tension = (
@@ -1091,6 +1125,7 @@ def calibration_table(
             status = f"at the grid's edge ({param} {value:g})"
         else:
             status = "fitted"
+        t = tension_sentence(r["mechanism"], param, value, status, t)
         rows.append(
             dict(
                 mechanism=r["mechanism"],
@@ -1125,10 +1160,52 @@ def calibration_table(
         )
     return pd.DataFrame(rows)
 
+# %% ../nbs/study/16_calibration.ipynb #calview1
+def calibration_view(table: pd.DataFrame) -> pd.DataFrame:
+    """The calibration table's narrow view (issue 50; MADC, UMAD, RUMAD, Du et al. rows): mechanism, model, value,
+    status, source, quantity, task, printed, sim [CI], control, effect - control [CI], verdict and tension; an
+    interval printed as "+x.x [+l.l, +h.h]" (points), empty where the row has none (a not-shown row)."""
+
+    def ci(x: float, lo: float, hi: float) -> str:
+        return "" if not np.isfinite(x) else f"{x:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+
+    num = lambda k: pd.to_numeric(
+        table.get(k, pd.Series(np.nan, index=table.index)), errors="coerce"
+    )
+    return pd.DataFrame(
+        {
+            "mechanism": table["mechanism"].fillna(""),
+            "model": table["sim_model"].fillna(""),
+            "value": table["value"].map(lambda v: "" if pd.isna(v) else f"{v:g}"),
+            "status": table["status"],
+            "source": table["source"],
+            "quantity": table["quantity"],
+            "task": table["task"].fillna(""),
+            "printed": num("printed").map(lambda v: "" if pd.isna(v) else f"{v:+.1f}"),
+            "sim [CI]": [ci(*x) for x in zip(num("sim"), num("ci_low"), num("ci_high"))],
+            "control": table["control_off"].fillna("")
+            + [
+                "" if not np.isfinite(x) else f" {ci(x, lo, hi)}"
+                for x, lo, hi in zip(num("control"), num("control_ci_low"), num("control_ci_high"))
+            ],
+            "effect - control [CI]": [
+                ci(*x)
+                for x in zip(
+                    num("effect_control"),
+                    num("effect_control_ci_low"),
+                    num("effect_control_ci_high"),
+                )
+            ],
+            "verdict": table["verdict"],
+            "tension": table.get("tension", pd.Series("", index=table.index)).fillna(""),
+        }
+    )
+
 # %% ../nbs/study/16_calibration.ipynb #notshow1
 def not_shown_rows() -> pd.DataFrame:
     """One line per number the calibration table does not show, and why (`status` and `verdict`): MADC Fig. 7
-    (round scaling: no printed number wired), SVR-MAD's posterior over priors (its statistic is not wired) and
+    (round scaling: no printed number wired), MADC Fig. 9 / Tables 6-11 (the
+    world's 7B responder never crosses 50%, so no reversal), SVR-MAD's posterior over priors (its statistic is not wired) and
     Table 1 (signals: assumed, its runner is not in this harness), UMAD's aleatoric cost (debate_noise fitted 0 for
     the UMAD pair; the failing pair's figure is drawn only), RUMAD's three models' persuasion (left neutral: their
     context_decay is refitted apart) and Meta-Debate Tables 1-2 (the role sim's family)."""
@@ -1139,6 +1216,15 @@ def not_shown_rows() -> pd.DataFrame:
             "accuracy over debate rounds",
             "not in the world",
             "not shown, because no printed number of the round scaling is wired",
+        ),
+        (
+            "MADC",
+            "MADC Fig. 9 / Tables 6-11",
+            "accuracy of a responder shown k correct solutions (the 50% reversal)",
+            "not fitted",
+            "not shown, because the world's 7B responder shown only correct solutions answers correctly well below "
+            "50% (22% and 36%; the paper 94% and 78%): conformity 0.3 adopts a shown answer rarely and "
+            "independently of how many agree, so no reversal is produced",
         ),
         (
             "SVR-MAD",

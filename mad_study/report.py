@@ -43,14 +43,14 @@ from .registry import experiment_files, load_registry
 # %% auto #0
 __all__ = ['RUN_ENV', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'CONTROL_STYLES', 'COLUMN_IN', 'PAGE_IN',
            'MIN_PT', 'MAX_CAPTION_CHARS', 'LAYOUT_CHECK_VERSION', 'VERDICT_EFFECT', 'VERDICT_CONTROL', 'VERDICT_KEYS',
-           'FAILURE_FILE', 'package_versions', 'cell_source', 'notebook_parameters', 'run_params', 'run_context',
-           'Study', 'show_figure', 'register_style', 'registered_method', 'method_style', 'set_style', 'panel_figure',
-           'percent_axis', 'pct', 'drawn_renderer', 'label_points', 'dodge_points', 'drawn_marks', 'drawn_line_points',
-           'drawn_patches', 'drawn_errorbars', 'drawn_bands', 'hidden_markers', 'data_problems', 'small_texts',
-           'bar_grids', 'tidy_bar_grids', 'draws_data', 'empty_panels', 'layout_problems', 'label_figure',
-           'LayoutWarning', 'FigureOutput', 'caption_problems', 'save_figure', 'save_table', 'check_verdict',
-           'stands_for', 'read_verdict', 'last_failure', 'artefact_status', 'run_sizes', 'write_gallery', 'index_table',
-           'write_index']
+           'FAILURE_FILE', 'HOLM_INTERVALS', 'package_versions', 'cell_source', 'notebook_parameters', 'run_params',
+           'run_context', 'Study', 'show_figure', 'register_style', 'registered_method', 'method_style', 'set_style',
+           'panel_figure', 'percent_axis', 'pct', 'drawn_renderer', 'label_points', 'dodge_points', 'drawn_marks',
+           'drawn_line_points', 'drawn_patches', 'drawn_errorbars', 'drawn_bands', 'hidden_markers', 'data_problems',
+           'small_texts', 'bar_grids', 'tidy_bar_grids', 'draws_data', 'empty_panels', 'layout_problems',
+           'label_figure', 'LayoutWarning', 'FigureOutput', 'caption_problems', 'save_figure', 'save_table',
+           'check_verdict', 'stands_for', 'read_verdict', 'last_failure', 'artefact_status', 'run_sizes',
+           'interval_method_once', 'write_gallery', 'index_table', 'write_index']
 
 # %% ../nbs/study/06_report.ipynb #7cf92f74
 _PACKAGES = (
@@ -1367,9 +1367,11 @@ def save_table(
     floatfmt: str = ".4g",
     caption: str | None = None,
     items: pd.DataFrame | None = None,
+    md_view: pd.DataFrame | None = None,
 ) -> list[Path]:
     """Write `df` as figures/<paper>/<artefact>.csv and .md (+ .json provenance), atomically (the kit's own); a
-    caption longer than `MAX_CAPTION_CHARS` is recorded as `table_problems` (and warned about)."""
+    caption longer than `MAX_CAPTION_CHARS` is recorded as `table_problems` (and warned about). `md_view`:
+    the table the .md shows instead of `df` (a narrow view a reader can read; the .csv keeps every column)."""
     csv = _out(paper, artefact, "csv")
     md = _out(paper, artefact, "md")
     atomic_write_text(csv, df.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
@@ -1380,7 +1382,11 @@ def save_table(
     if label:
         head += [f"**{label}**", ""]
     atomic_write_text(
-        md, "\n".join(head) + "\n" + df.to_markdown(index=False, floatfmt=floatfmt) + "\n"
+        md,
+        "\n".join(head)
+        + "\n"
+        + (df if md_view is None else md_view).to_markdown(index=False, floatfmt=floatfmt)
+        + "\n",
     )
     files = [csv, md]
     if items is not None:
@@ -1536,27 +1542,34 @@ _RUN_SIZES = (
     ("n_agents", "agents"),
     ("debate_rounds", "rounds"),
     ("rounds", "rounds"),
+    ("max_rounds", "rounds"),
     ("repeats", "repeats"),
     ("random_seeds", "seeds"),
 )
 
 
 def run_sizes(meta: Mapping) -> str:
-    """What the run behind a sidecar `meta` drew (the kit's own): `notes["verdict"]["n"]` when the
-    notebook stated it, else the items recorded per task and the sizes among its parameters."""
-    v = (meta.get("notes") or {}).get("verdict")
+    """What the run behind a sidecar `meta` drew (the kit's own): `notes["run"]` (size -> value, what the figure
+    drew) when its notebook recorded it, else `notes["verdict"]["n"]` when the notebook stated it, else "config: "
+    and the items recorded per task and the sizes among its parameters; a size two parameters give differently (the
+    figure drew one of them) is left out."""
+    notes = meta.get("notes") or {}
+    run = notes.get("run")
+    if isinstance(run, Mapping) and run:
+        return ", ".join(f"{k} {v}" for k, v in run.items())
+    v = notes.get("verdict")
     if isinstance(v, Mapping) and v.get("n"):
         return str(v["n"])
     n = [len(ids) for ids in (meta.get("items") or {}).values()]
     parts = (
         [] if not n else [f"items {n[0]}" if len(n) == 1 else f"items {sum(n)} over {len(n)} tasks"]
     )
-    p, seen = meta.get("params") or {}, set()
+    p, sizes = meta.get("params") or {}, {}
     for key, word in _RUN_SIZES:
-        if isinstance(p.get(key), int) and word not in seen:
-            parts.append(f"{word} {p[key]}")
-            seen.add(word)
-    return ", ".join(parts)
+        if isinstance(p.get(key), int) and not isinstance(p.get(key), bool):
+            sizes.setdefault(word, set()).add(p[key])
+    parts += [f"{w} {next(iter(v))}" for w, v in sizes.items() if len(v) == 1]
+    return "config: " + ", ".join(parts) if parts else ""
 
 # %% ../nbs/study/06_report.ipynb #ffa5ed04
 def _files_of(paper: str, aid: str, meta: Mapping, extra: Sequence[str]) -> str:
@@ -1604,6 +1617,28 @@ def _gallery_figure(paper: str, aid: str, title: str, meta: Mapping, px: int) ->
         "",
     ]
 
+# %% ../nbs/study/06_report.ipynb #fc51holm1
+HOLM_INTERVALS = "Holm-compatible simultaneous intervals ("
+
+
+def interval_method_once(text: str) -> tuple[str, list[str]]:
+    """`text` with each `HOLM_INTERVALS` clause ("... intervals (<level>, <method>)", as 05b_stats writes it)
+    shortened to its level, and the methods it named (the kit's own: the gallery prints them once per section)."""
+    out, methods, rest = [], [], text
+    while HOLM_INTERVALS in rest:
+        head, _, tail = rest.partition(HOLM_INTERVALS)
+        depth, j = 1, 0
+        while j < len(tail) and depth:
+            depth += {"(": 1, ")": -1}.get(tail[j], 0)
+            j += 1
+        inner = tail[: j - 1] if depth == 0 else tail
+        level, _, method = inner.partition(", ")
+        out.append(f"{head}Holm-compatible, {level}")
+        if method and method not in methods:
+            methods.append(method)
+        rest = tail[j:]
+    return "".join(out) + rest, methods
+
 # %% ../nbs/study/06_report.ipynb #fc51gal1
 def write_gallery(
     registry: Mapping | None = None, path: Path | None = None, thumb_px: int = 720
@@ -1627,7 +1662,7 @@ def write_gallery(
     for paper, d in reg.items():
         arts = d.get("artefacts", [])
         extra = _extra_tables(paper, [a["id"] for a in arts])
-        rows, figs = [], []
+        rows, figs, methods = [], [], []
         for a in arts:
             aid, title = a["id"], a.get("title", "")
             meta = {**_sidecar_of(paper, aid), "_kind": a.get("kind", "")}
@@ -1638,13 +1673,15 @@ def write_gallery(
             if a.get("needs") and not st["files"]:
                 eid = Path(st["experiment"]).stem if st["experiment"] else "<experiment>"
                 status += f": run `mad-study reproduce {eid} --profile paper` on a GPU"
+            kit, named = interval_method_once(v["kit"])
+            methods += [m for m in named if m not in methods]
             cells = [
                 f"**{aid}**",
                 v["stands_for"],
                 v["effect"],
                 v["control"],
                 v["paper"],
-                v["kit"],
+                kit,
                 run_sizes(meta),
                 _files_of(paper, aid, meta, extra.get(aid, [])) if st["files"] else "",
                 f"{status} ({meta.get('profile', '?')})" if st["files"] else status,
@@ -1662,6 +1699,8 @@ def write_gallery(
             *rows,
             "",
         ]
+        if methods:
+            lines += ["Holm-compatible: simultaneous intervals, " + "; ".join(methods) + ".", ""]
         if extra.get(""):
             lines += ["Other tables: " + " ".join(f"[{f}]({paper}/{f})" for f in extra[""]), ""]
         lines += [x for f in figs for x in f]
