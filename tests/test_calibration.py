@@ -3,13 +3,14 @@ row's number is found in its fixture; the new fixtures (Du et al.'s GSM8K, UMAD 
 the kit's paper-table loader; the exact competence fit recovers a planted skill from simulated round-0 answers; the
 fit harness recovers a planted recency and a planted conformity on a small problem and names a tension; the
 experiment file is registered and its parameters are the notebook's."""
+from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
 
 from mad_study.calibration import (CONTROLS, STATISTICS, World, calibration_table, calibration_targets, claim_rows,
                                    competence_fit, du_debate_gain, expected_round0, fit_grid, fit_task_skill, fit_world,
-                                   madc_runs, madc_truth_last_gain, not_shown_rows, power_items, round0_accuracy, sim_number,
+                                   madc_runs, madc_truth_last_gain, not_shown_rows, tension_sentence, calibration_view, power_items, round0_accuracy, sim_number,
                                    world_from_profile)
 from mad_study.stats import n_for_power
 from mad_study.core import ConfigError
@@ -207,6 +208,21 @@ def test_calibration_table_rows_and_intervals(world, targets):
     expected = np.where(on["printed"] == 0, ~resolved, resolved & signed)
     assert (on["verdict"].str.startswith("reproduced") == expected).all()
     assert tab["status"].str.match(r"fitted|at the grid's edge|assumed").all()
+    # context_decay is fitted (0.088 [0.05, 0.20], RUMAD Table 2's protocol), and its tension is one sentence
+    harm = tab[tab["mechanism"] == "context_harm"]
+    assert (harm["status"] == "fitted").all() and harm["tension"].str.startswith("MMLU alone wants 0.2").all()
+    # the .md's narrow view: 13 columns, one row per row of the table (the .csv keeps all 26, 27 with the not-shown rows' paper)
+    view = calibration_view(tab)
+    assert len(view.columns) == 13 and len(view) == len(tab) and len(tab.columns) == 26
+
+
+def test_tension_is_one_sentence_from_the_fit_log():
+    "The persuasion fit's log (params/sim/fit_persuasion.csv): each quantity's own strengths, then the joint value."
+    log = pd.read_csv(Path(__file__).parent.parent / "params/sim/fit_persuasion.csv", keep_default_na=False)
+    t = log.loc[(log["models"] == "sim-qwen2.5-7b") & (log["fit_pass"] == "grid"), "tension"].iloc[0]
+    s = tension_sentence("persuasion", "persuasion", 0.033, "fitted", t)
+    assert "debate - single agent alone wants 0.6" in s and "MAD - Self-Consistency alone wants 0.3, 0, 0 (per task)" in s
+    assert s.endswith(": joint 0.033.") and s.count("joint") == 1 and s.count("; ") == 2
 
 
 def test_the_flip_claim_has_umads_sign():
@@ -218,7 +234,7 @@ def test_the_flip_claim_has_umads_sign():
 def test_not_shown_rows_say_why():
     ns = not_shown_rows()
     assert ns["verdict"].str.startswith("not shown, because").all()
-    assert {"MADC Fig. 7", "UMAD (aleatoric cost)", "SVR-MAD (posterior over priors)"} <= set(ns["source"])
+    assert {"MADC Fig. 7", "MADC Fig. 9 / Tables 6-11", "UMAD (aleatoric cost)", "SVR-MAD (posterior over priors)"} <= set(ns["source"])
 
 
 def test_experiment_is_registered_and_its_params_are_the_notebooks():
