@@ -1167,7 +1167,14 @@ def calibration_view(table: pd.DataFrame) -> pd.DataFrame:
     interval printed as "+x.x [+l.l, +h.h]" (points), empty where the row has none (a not-shown row)."""
 
     def ci(x: float, lo: float, hi: float) -> str:
-        return "" if not np.isfinite(x) else f"{x:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+        # a number whose interval is undefined (no variation on the items) is printed alone
+        if not np.isfinite(x):
+            return ""
+        return (
+            f"{x:+.1f}"
+            if not (np.isfinite(lo) and np.isfinite(hi))
+            else f"{x:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+        )
 
     num = lambda k: pd.to_numeric(
         table.get(k, pd.Series(np.nan, index=table.index)), errors="coerce"
