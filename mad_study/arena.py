@@ -412,7 +412,7 @@ ARENA: tuple[ArenaMethod, ...] = (
     engine_method("s2mad", "S2-MAD", engine_debate(baseline="s2mad")),
     engine_method("smad_star", "S-MAD star", engine_debate(baseline="smad_star")),
     engine_method("smad_ring", "S-MAD ring", engine_debate(baseline="smad_ring")),
-    engine_method("rumad", "RUMAD controller", run_rumad, short="RUMAD"),
+    engine_method("rumad", "RUMAD speak head (kit)", run_rumad, short="RUMAD speak head (kit)"),
     ArenaMethod(
         "svr_mad",
         "SVR-MAD",
