@@ -51,7 +51,7 @@ __all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 
 # %% ../nbs/papers/madc/11_madc.ipynb #0914fbda
 from .voting import vote_table
 from .answers import is_correct
-from .metrics import UNPARSED_MODES, answer_distribution, is_missing
+from .metrics import answer_distribution, check_unparsed, is_missing
 from .metrics import entropy as shannon_entropy
 
 # cochran_q: nbs/evaluation/05b_stats
@@ -262,13 +262,7 @@ def viewpoint_log_likelihood(
     otherwise among all agents."""
     if len(answers) == 0:
         return math.nan
-    if unparsed not in UNPARSED_MODES:
-        raise ConfigError(
-            "unknown treatment of unparsed answers",
-            key="unparsed",
-            value=unparsed,
-            choices=UNPARSED_MODES,
-        )
+    check_unparsed(unparsed)
     if unparsed == "drop":
         # all unparsed: one "(None)" outcome
         answers = [a for a in answers if not is_missing(a)] or [None]

@@ -23,8 +23,8 @@ from .voting import group_rows, vote_table
 # %% auto #0
 __all__ = ['UNPARSED', 'UNPARSED_MODES', 'with_defaults', 'wilson_ci', 'is_missing', 'accuracy_by_round', 'cluster_bootstrap_ci',
            'clustered_accuracy_ci', 'token_cost', 'token_savings', 'survival_rate', 'cost_saving', 'tokens_per_point',
-           'answer_distribution', 'entropy', 'entropy_rows', 'uncertainty_decomposition', 'uncertainty_table',
-           'flip_transitions', 'flip_table']
+           'check_unparsed', 'answer_distribution', 'entropy', 'entropy_rows', 'uncertainty_decomposition',
+           'uncertainty_table', 'flip_transitions', 'flip_table']
 
 # %% ../nbs/evaluation/05_metrics.ipynb #365e2221
 def with_defaults(
@@ -258,7 +258,8 @@ UNPARSED = "<unparsed>"
 UNPARSED_MODES = ("drop", "distinct", "shared")
 
 
-def _check_unparsed(unparsed: str) -> str:
+def check_unparsed(unparsed: str) -> str:
+    "`unparsed` if it is one of `UNPARSED_MODES` (MADC App. A.1 / UMAD's treatments of an unparsed answer), else a `ConfigError` naming the choices. The kit's own."
     if unparsed not in UNPARSED_MODES:
         from mad_study.core import ConfigError
 
@@ -300,7 +301,7 @@ def answer_distribution(
 ) -> pd.Series:
     """Empirical answer distribution (UMAD App. C.1) over `support` (default: the answers seen,
     sorted)."""
-    outs = _outcomes(answers, fmt, _check_unparsed(unparsed))
+    outs = _outcomes(answers, fmt, check_unparsed(unparsed))
     sup = sorted(set(outs), key=_support_key) if support is None else list(support)
     extra = set(outs) - set(sup)
     if extra:
@@ -379,7 +380,7 @@ def uncertainty_decomposition(
 ) -> dict:
     """UMAD Prop. 3.2 / Eq. 3 (Alg. 1 lines 7-15): `samples[i]` are agent i's sampled answers at one
     turn."""
-    _check_unparsed(unparsed)
+    check_unparsed(unparsed)
     samples = [list(s) for s in samples]
     empty = [i for i, s in enumerate(samples) if not s]
     if empty:
@@ -639,7 +640,7 @@ def uncertainty_table(
     (`acc_<agent>`), and the share of unparsed answers (`parse_failure`, and per agent
     `parse_failure_<agent>`)."""
 
-    _check_unparsed(unparsed)
+    check_unparsed(unparsed)
     # `fmt`: each row's format
     transcript = complete_transcript(transcript, fmt, what="uncertainty_table")
     by = pool_keys(transcript, by)
