@@ -566,7 +566,7 @@ KIT_OWN |= {
         "run_single",
     ),
     "trajectory": ("canonical_answers", "answer_grid", "item_outcomes"),
-    "metrics": ("with_defaults", "entropy_rows", "is_missing"),
+    "metrics": ("with_defaults", "entropy_rows", "is_missing", "check_unparsed"),
     "stats": (
         "comparison_caption",
         "condition_labels",

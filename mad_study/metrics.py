@@ -259,7 +259,7 @@ UNPARSED_MODES = ("drop", "distinct", "shared")
 
 
 def check_unparsed(unparsed: str) -> str:
-    "`unparsed` if it is one of `UNPARSED_MODES` (MADC App. A.1 / UMAD's treatments of an unparsed answer), else a `ConfigError` naming the choices. The kit's own."
+    "`unparsed` if it is one of `UNPARSED_MODES`, else a `ConfigError` naming the choices. The kit's own."
     if unparsed not in UNPARSED_MODES:
         from mad_study.core import ConfigError
 
