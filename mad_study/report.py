@@ -119,6 +119,23 @@ def notebook_parameters(nb_path: str | os.PathLike) -> dict[str, Any]:
                 ) from None
     return out
 
+# %% ../nbs/study/06_report.ipynb #5b47d645
+def _check_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    "Refuse a namespace (`globals()`) or values a params file cannot hold: a sidecar records declared parameters only."
+    bad = sorted(set(map(str, params)) & _NAMESPACE_KEYS)
+    if bad:
+        raise ConfigError(
+            f"Study was given a namespace (it has {bad}); pass run_params(<this notebook>, globals())",
+            key="params",
+        )
+    odd = sorted(str(k) for k, v in params.items() if not isinstance(v, _PLAIN))
+    if odd:
+        raise ConfigError(
+            f"parameters must be plain values (str, number, bool, list, dict, None); not: {odd}",
+            key="params",
+        )
+    return dict(params)
+
 # %% ../nbs/study/06_report.ipynb #0625b810
 def run_params(notebook: str | os.PathLike, ns: Mapping[str, Any]) -> dict[str, Any]:
     """The parameters this run of `notebook` was given: its `parameters` cell's names with their
@@ -139,23 +156,6 @@ def run_params(notebook: str | os.PathLike, ns: Mapping[str, Any]) -> dict[str, 
 
     names += [k for k in (*SERVING_KEYS, *SIM_PARAM_KEYS) if k in ns and k not in names]
     return _check_params({k: ns[k] for k in names})
-
-# %% ../nbs/study/06_report.ipynb #5b47d645
-def _check_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    "Refuse a namespace (`globals()`) or values a params file cannot hold: a sidecar records declared parameters only."
-    bad = sorted(set(map(str, params)) & _NAMESPACE_KEYS)
-    if bad:
-        raise ConfigError(
-            f"Study was given a namespace (it has {bad}); pass run_params(<this notebook>, globals())",
-            key="params",
-        )
-    odd = sorted(str(k) for k, v in params.items() if not isinstance(v, _PLAIN))
-    if odd:
-        raise ConfigError(
-            f"parameters must be plain values (str, number, bool, list, dict, None); not: {odd}",
-            key="params",
-        )
-    return dict(params)
 
 # %% ../nbs/study/06_report.ipynb #ada142f7
 RUN_ENV = "MAD_STUDY_RUN"
@@ -280,6 +280,15 @@ def items(
     self.item_ids[task] = [it.id for it in items]
     return items
 
+# %% ../nbs/study/06_report.ipynb #st13180642
+@patch
+def save_transcript(self: Study, tr: pd.DataFrame, name: str) -> Path:
+    "Save a transcript under runs/<profile>/<experiment>/<name>.parquet (a reproduce run: its staging folder)."
+    p = save_transcript(tr, self.run_dir / f"{name}.parquet")
+    # never a machine path: where the file stays once the run has finished (not its staging folder)
+    self.transcripts[name] = f"runs/{self.run_name}/{name}.parquet"
+    return p
+
 # %% ../nbs/study/06_report.ipynb #fefa0ff2
 @patch
 def debate(self: Study, name: str, items: Sequence[Item], agents, **kw) -> pd.DataFrame:
@@ -291,15 +300,6 @@ def debate(self: Study, name: str, items: Sequence[Item], agents, **kw) -> pd.Da
     tr = run_debate(items, agents, self.backends(sorted({a.model for a in agents})), **kw)
     self.save_transcript(tr, name)
     return tr
-
-# %% ../nbs/study/06_report.ipynb #st13180642
-@patch
-def save_transcript(self: Study, tr: pd.DataFrame, name: str) -> Path:
-    "Save a transcript under runs/<profile>/<experiment>/<name>.parquet (a reproduce run: its staging folder)."
-    p = save_transcript(tr, self.run_dir / f"{name}.parquet")
-    # never a machine path: where the file stays once the run has finished (not its staging folder)
-    self.transcripts[name] = f"runs/{self.run_name}/{name}.parquet"
-    return p
 
 # %% ../nbs/study/06_report.ipynb #st69539384
 @patch(as_prop=True)
@@ -316,6 +316,28 @@ def label(self: Study) -> str | None:
     if self.profile == "cpu" or "embedded" in self.kinds or "tiny-random" in self.kinds:
         return EMBEDDED_LABEL
     return None
+
+# %% ../nbs/study/06_report.ipynb #48a4a939
+@functools.lru_cache(maxsize=None)
+def _sandbox_mode() -> str:
+    "The sandbox that would run a program of thought in this process: 'bwrap' (OS isolation) or 'unavailable' (04d_sandbox)."
+    from mad_study.sandbox import sandbox_provenance
+
+    return sandbox_provenance()["sandbox"]
+
+# %% ../nbs/study/06_report.ipynb #b4098add
+def _jsonable(x):
+    if isinstance(x, Mapping):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, set)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return float(x)
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return str(x)
 
 # %% ../nbs/study/06_report.ipynb #st96966327
 @patch
@@ -358,28 +380,6 @@ def provenance(self: Study) -> dict:
         "started": self.started,
         "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-
-# %% ../nbs/study/06_report.ipynb #48a4a939
-@functools.lru_cache(maxsize=None)
-def _sandbox_mode() -> str:
-    "The sandbox that would run a program of thought in this process: 'bwrap' (OS isolation) or 'unavailable' (04d_sandbox)."
-    from mad_study.sandbox import sandbox_provenance
-
-    return sandbox_provenance()["sandbox"]
-
-# %% ../nbs/study/06_report.ipynb #b4098add
-def _jsonable(x):
-    if isinstance(x, Mapping):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple, set)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (np.floating,)):
-        return float(x)
-    if isinstance(x, (str, int, float, bool)) or x is None:
-        return x
-    return str(x)
 
 # %% ../nbs/study/06_report.ipynb #st96506712
 @patch
@@ -425,50 +425,6 @@ def register_style(name: str, color: str, marker: str = "o", aliases: Sequence[s
     for a in (name, *aliases):
         _STYLE_KEYS[_style_key(a)] = name
     return STYLES[name]
-
-# %% ../nbs/study/06_report.ipynb #c1638a79
-def _fallback_style(key: str) -> dict:
-    "An unregistered name: a colour and marker picked by a stable hash of its key (the same in every run)."
-    h = int(hashlib.sha1(key.encode()).hexdigest(), 16)
-    return {"color": _FALLBACK_COLORS[h % len(_FALLBACK_COLORS)], "marker": "o^sDvP"[h // 7 % 6]}
-
-
-_FALLBACK_COLORS = (
-    "#4e79a7",
-    "#f28e2b",
-    "#59a14f",
-    "#b07aa1",
-    "#9c755f",
-    "#76b7b2",
-    "#edc948",
-    "#ff9da7",
-)
-
-# %% ../nbs/study/06_report.ipynb #a7c1e001
-def registered_method(name: str) -> str | None:
-    "The registered method, model or control kind that `name` resolves to, or None (the kit's own)."
-    key = _style_key(name)
-    if "control" in str(name).lower():
-        low, kinds = str(name).lower(), sorted(CONTROL_STYLES, key=len, reverse=True)
-        return next((f"control: {k}" for k in kinds if k in low), "control")
-    for k in (key, re.sub(r"^(mad ?\+ ?|mad |multi agent: )", "", key), re.sub(r"^sim ", "", key)):
-        if k in _STYLE_KEYS:
-            return _STYLE_KEYS[k]
-    pre = [k for k in _STYLE_KEYS if key.startswith(k + " ")]
-    return _STYLE_KEYS[max(pre, key=len)] if pre else None
-
-# %% ../nbs/study/06_report.ipynb #42b6b0cd
-def method_style(name: str) -> dict:
-    """Colour and marker of a method, model, signal or control, the same in every figure of every
-    paper (the kit's own): the registered one (`registered_method`); a control is grey, with the
-    marker of its kind; a name nobody registered gets a stable colour and marker from a hash of
-    it."""
-    reg = registered_method(name)
-    if reg == "control":
-        return dict(CONTROL_STYLE)
-    if reg and reg.startswith("control: "):
-        return dict(CONTROL_STYLES[reg[9:]])
-    return dict(STYLES[reg]) if reg else _fallback_style(_style_key(name))
 
 # %% ../nbs/study/06_report.ipynb #349da9ba
 # methods of the five papers and their baselines (colour-blind safe: Okabe-Ito first)
@@ -560,6 +516,50 @@ for _n, _c, _m in [  # models (paper profile) and their synthetic stand-ins (sim
 # %% ../nbs/study/06_report.ipynb #1027eae8
 register_style("svr-gptoss", STYLES["gpt-oss-120b"]["color"], "o", ("sim-svr-gptoss",))
 register_style("svr-dsv31", STYLES["deepseek-v3.1"]["color"], "s", ("sim-svr-dsv31",));
+
+# %% ../nbs/study/06_report.ipynb #c1638a79
+def _fallback_style(key: str) -> dict:
+    "An unregistered name: a colour and marker picked by a stable hash of its key (the same in every run)."
+    h = int(hashlib.sha1(key.encode()).hexdigest(), 16)
+    return {"color": _FALLBACK_COLORS[h % len(_FALLBACK_COLORS)], "marker": "o^sDvP"[h // 7 % 6]}
+
+
+_FALLBACK_COLORS = (
+    "#4e79a7",
+    "#f28e2b",
+    "#59a14f",
+    "#b07aa1",
+    "#9c755f",
+    "#76b7b2",
+    "#edc948",
+    "#ff9da7",
+)
+
+# %% ../nbs/study/06_report.ipynb #a7c1e001
+def registered_method(name: str) -> str | None:
+    "The registered method, model or control kind that `name` resolves to, or None (the kit's own)."
+    key = _style_key(name)
+    if "control" in str(name).lower():
+        low, kinds = str(name).lower(), sorted(CONTROL_STYLES, key=len, reverse=True)
+        return next((f"control: {k}" for k in kinds if k in low), "control")
+    for k in (key, re.sub(r"^(mad ?\+ ?|mad |multi agent: )", "", key), re.sub(r"^sim ", "", key)):
+        if k in _STYLE_KEYS:
+            return _STYLE_KEYS[k]
+    pre = [k for k in _STYLE_KEYS if key.startswith(k + " ")]
+    return _STYLE_KEYS[max(pre, key=len)] if pre else None
+
+# %% ../nbs/study/06_report.ipynb #42b6b0cd
+def method_style(name: str) -> dict:
+    """Colour and marker of a method, model, signal or control, the same in every figure of every
+    paper (the kit's own): the registered one (`registered_method`); a control is grey, with the
+    marker of its kind; a name nobody registered gets a stable colour and marker from a hash of
+    it."""
+    reg = registered_method(name)
+    if reg == "control":
+        return dict(CONTROL_STYLE)
+    if reg and reg.startswith("control: "):
+        return dict(CONTROL_STYLES[reg[9:]])
+    return dict(STYLES[reg]) if reg else _fallback_style(_style_key(name))
 
 # %% ../nbs/study/06_report.ipynb #38512eec
 COLUMN_IN, PAGE_IN = 3.4, 7.0  # a two-column paper's column width and text width (inches)

@@ -310,6 +310,22 @@ def _check_agent_count(
             value=p.get(k),
         )
 
+# %% ../nbs/study/20_reproduce.ipynb #47476bc5
+def _identical_greedy(p: Mapping, exp: Experiment) -> bool:
+    "Whether `p` makes a debate of two or more agents that are all one model at temperature 0."
+    kc = agent_count(p, exp)
+    if kc is None or kc[1] < 2:
+        return False
+    nb = notebook_parameters(exp.notebook)
+    models = _models_in({"models": p.get("models", nb.get("models"))})
+    temp = p.get("temperature", nb.get("temperature"))
+    return (
+        len(set(models)) == 1
+        and isinstance(temp, (int, float))
+        and not isinstance(temp, bool)
+        and temp <= 0
+    )
+
 # %% ../nbs/study/20_reproduce.ipynb #2cd67020
 def validate_params(
     p: Mapping, exp: Experiment, profile: Mapping, overrides: Mapping | None = None
@@ -360,22 +376,6 @@ def validate_params(
     _check_source_models(exp, profile, overrides)
     _check_models(p, where)
     _check_agent_count(p, exp, profile, overrides)
-
-# %% ../nbs/study/20_reproduce.ipynb #47476bc5
-def _identical_greedy(p: Mapping, exp: Experiment) -> bool:
-    "Whether `p` makes a debate of two or more agents that are all one model at temperature 0."
-    kc = agent_count(p, exp)
-    if kc is None or kc[1] < 2:
-        return False
-    nb = notebook_parameters(exp.notebook)
-    models = _models_in({"models": p.get("models", nb.get("models"))})
-    temp = p.get("temperature", nb.get("temperature"))
-    return (
-        len(set(models)) == 1
-        and isinstance(temp, (int, float))
-        and not isinstance(temp, bool)
-        and temp <= 0
-    )
 
 # %% ../nbs/study/20_reproduce.ipynb #3bb06b28
 def param_warnings(
