@@ -468,7 +468,7 @@ MENTIONS: dict[
     # checks that UMAD's LoRA policy starts at its reference
     "doctor.check_lora_reference": ("hu2022lora",),
     "doctor.vision_items": ("wang2024mathvision",),  # drawn look-alikes of its items
-    "report.hidden_markers": ("zhang2025madc",),  # names the figure where the defect was found
+    "figcheck.hidden_markers": ("zhang2025madc",),  # names the figure where the defect was found
 }
 
 # %% ../nbs/core/00b_cite.ipynb #832b3c0d
@@ -487,6 +487,7 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
             "prompts",
             "registry",
             "report",
+            "figcheck",
             "reproduce",
             "sandbox",
             "serving",
