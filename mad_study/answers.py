@@ -879,7 +879,7 @@ def _extract_memo(s: str, fmt: str) -> str | None:
 # %% ../nbs/core/01_answers.ipynb #p1a1f002
 # one sentence of plain words, then the final sentence with a simple box (no brace, backslash, `$`) or option letter
 _PLAIN_FINAL_RE = re.compile(
-    r"[A-Za-z][a-z]*(?: [a-z]+)*\. (So the final answer is (?:\\boxed\{([^{}\\$\n]*)\}|\(([A-K])\))\.)"
+    r"[A-Za-z][a-z ]*\. (So the final answer is (?:\\boxed\{([^{}\\$\n]*)\}|\(([A-K])\))\.)"
 )
 _PLAIN_MISS = object()
 
