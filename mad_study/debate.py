@@ -652,9 +652,8 @@ def generate(self: _DebateRun, jobs: list, backends: Mapping[str, Any]) -> None:
     for (slot, _), row in zip(jobs, rows):
         th = (slot.item.id, slot.sample)
         self.add(th, row)
-        self.conv[th][slot.agent] = self.conv[th][slot.agent] + [
-            {"role": "assistant", "content": row["text"]}
-        ]
+        # the conversation is the engine's own list (a request holds a copy of its messages)
+        self.conv[th][slot.agent].append({"role": "assistant", "content": row["text"]})
 
 # %% ../nbs/engine/04_debate.ipynb #295b4e36
 def _sorted_transcript(
