@@ -15,7 +15,7 @@ from .registry import planner
 from .stats import bootstrap_ci
 
 # %% auto #0
-__all__ = ['PROMPT_OVERHEAD', 'EU_COLOR', 'VERDICT_WORDS', 'n_items_for', 'debate_token_plan', 'plan_decomposition',
+__all__ = ['PROMPT_OVERHEAD', 'ITEM_CI', 'EU_COLOR', 'VERDICT_WORDS', 'n_items_for', 'debate_token_plan', 'plan_decomposition',
            'plan_zeroshot', 'prompt_check', 'power_note', 'item_bands', 'fig2_panel', 'fig1_panel', 'entropy_change']
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #277450a7
@@ -103,6 +103,10 @@ def power_note(d, effect=None) -> str:
     return out
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #0a1d7726
+# the interval every UMAD caption and verdict names, in these words (issue 51: one wording)
+ITEM_CI = "95% bootstrap interval over items"
+
+
 def item_bands(
     table: pd.DataFrame, cols, by=("config", "turn"), n_resamples: int = 1000, seed: int = 0
 ) -> pd.DataFrame:
@@ -228,7 +232,12 @@ def fig1_panel(ax, ent, col, marker, title):
         yerr=err,
         color=col,
         marker=marker,
-        capsize=2,
+        ms=5,
+        mfc="white",
+        mew=1.3,
+        capsize=4,
+        capthick=1.3,
+        elinewidth=1.3,
         lw=1.5,
         label="accuracy (both agents)",
         zorder=5,
