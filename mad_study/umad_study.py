@@ -15,8 +15,9 @@ from .registry import planner
 from .stats import bootstrap_ci
 
 # %% auto #0
-__all__ = ['PROMPT_OVERHEAD', 'ITEM_CI', 'EU_COLOR', 'VERDICT_WORDS', 'n_items_for', 'debate_token_plan', 'plan_decomposition',
-           'plan_zeroshot', 'prompt_check', 'power_note', 'item_bands', 'fig2_panel', 'fig1_panel', 'entropy_change']
+__all__ = ['PROMPT_OVERHEAD', 'ITEM_CI', 'EU_COLOR', 'VERDICT_WORDS', 'FIG2_VERDICT_RULE', 'n_items_for', 'debate_token_plan',
+           'plan_decomposition', 'plan_zeroshot', 'prompt_check', 'power_note', 'item_bands', 'fig2_panel',
+           'fig2_verdict', 'fig1_panel', 'entropy_change']
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #277450a7
 PROMPT_OVERHEAD = 300  # rough tokens of system prompt, question and instructions per request
@@ -194,6 +195,18 @@ def fig2_panel(axs, g):
     for a in (top, mid):
         a.tick_params(labelbottom=False)
     return axs
+
+# %% ../nbs/papers/umad/10c_umad_study.ipynb #v3rd1ct2
+FIG2_VERDICT_RULE = "yes: a pair resolved as fail; no: none is, and no unresolved pair's accuracy fell; else not resolved"
+
+
+def fig2_verdict(deltas: pd.DataFrame) -> str:
+    """UMAD Fig. 2 / 6's claim (some pairs fail: the aleatoric cost) by `FIG2_VERDICT_RULE`, from the pairs'
+    `resolved_class` (success / neutral / fail / unresolved) and `delta_acc`: 'yes', 'no' or 'not resolved'."""
+    if (deltas["resolved_class"] == "fail").any():
+        return "yes"
+    falling = (deltas["resolved_class"] == "unresolved") & (deltas["delta_acc"] < 0)
+    return "not resolved" if falling.any() else "no"
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #977ea3fa
 def fig1_panel(ax, ent, col, marker, title):
