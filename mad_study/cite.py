@@ -204,6 +204,7 @@ def named_refs(text: str | None) -> set[str]:
 MODULE_REFS: dict[str, tuple[str, ...]] = {
     "umad": ("qiao2026umad",),
     "umad_train": ("qiao2026umad",),
+    "umad_study": ("qiao2026umad",),
     "madc": ("zhang2025madc",),
     "svr_mad": ("jiang2026svrmad",),
     "rumad": ("wang2026rumad",),
@@ -305,6 +306,7 @@ REFS.update(
         "meta_debate.gaps_caption": ("holm1979",),
         "svr_mad.ablation_points": ("wilson1927",),
         "svr_mad.fig1_comparison": ("efron1979bootstrap", "holm1979"),
+        "umad_study.item_bands": ("efron1979bootstrap",),
         "svr_mad.tab1_comparison": ("mcnemar1947", "holm1979"),
         "rumad.compare_families": ("holm1979",),
         "rumad.families_caption": ("holm1979",),
@@ -603,13 +605,8 @@ KIT_OWN |= {
         "save_controller",
         "training_meta",
     ),
-    "umad": (
-        "config_seed",
-        "pair_label",
-        "parse_failures_by_turn",
-        "debate_token_plan",
-        "n_items_for",
-    ),
+    "umad": ("config_seed", "pair_label", "parse_failures_by_turn"),
+    "umad_study": ("debate_token_plan", "n_items_for", "power_note"),
     "umad_train": (
         "PolicyBackend",
         "TrainedBackend",
