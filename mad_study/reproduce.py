@@ -776,10 +776,17 @@ def _kept(source: str) -> bool:
 # %% ../nbs/study/20_reproduce.ipynb #8b43439e
 def experiment_notebook(path: str | os.PathLike) -> dict:
     """The notebook at `path` as an experiment runs it (JSON): the code cells above the `parameters` cell that
-    are neither exports nor imports (the notebook's tests) blanked with `SKIPPED_TEST` (the kit's own)."""
+    are neither exports nor imports (the notebook's tests) blanked with `SKIPPED_TEST` (the kit's own). A notebook
+    without a cell tagged `parameters` is refused: papermill would put the params file's values above its first
+    cell, the notebook's own defaults would then replace them, and the run would report success for a study the
+    params file never configured."""
     nb = json.loads(Path(path).read_text(encoding="utf-8"))
     tags = [c.get("metadata", {}).get("tags", []) for c in nb["cells"]]
-    at = next((i for i, t in enumerate(tags) if "parameters" in t or "parameters-part" in t), 0)
+    at = next((i for i, t in enumerate(tags) if "parameters" in t or "parameters-part" in t), None)
+    if at is None:
+        raise ConfigError("the notebook has no cell tagged 'parameters' (papermill would run it with its own "
+                          "defaults, not the params file's values): tag the cell that sets the defaults",
+                          where=path)
     for c in nb["cells"][:at]:
         if c["cell_type"] == "code" and not _kept(cell_source(c)):
             c["source"] = SKIPPED_TEST
