@@ -287,7 +287,7 @@ def validate_params(
 
 # %% ../nbs/study/20_reproduce.ipynb #aa04a49f
 # `models` there: one model per table column (each debates with itself in roles)
-NOT_AGENT_LISTS = {"14_meta_debate"}
+NOT_AGENT_LISTS = {"14c_meta_report"}
 
 
 def _where(k: str, exp: Experiment, profile: Mapping, overrides: Mapping | None) -> str:
