@@ -236,7 +236,7 @@ def _check_models(p: Mapping, where) -> None:
 
 # %% ../nbs/study/20_reproduce.ipynb #aa04a49f
 # `models` there: one model per table column (each debates with itself in roles)
-NOT_AGENT_LISTS = {"14_meta_debate"}
+NOT_AGENT_LISTS = {"14c_meta_report"}
 
 
 def _where(k: str, exp: Experiment, profile: Mapping, overrides: Mapping | None) -> str:
