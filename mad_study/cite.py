@@ -309,6 +309,7 @@ REFS.update(
         "svr_study.fig1_comparison": ("efron1979bootstrap", "holm1979"),
         "svr_study.tab1_comparison": ("mcnemar1947", "holm1979"),
         "svr_study.tab1_power": ("liu2024groupdebate", "mcnemar1947"),
+        "svr_study.table1_reader_caption": ("liu2024groupdebate",),
         "rumad.compare_families": ("holm1979",),
         "rumad.families_caption": ("holm1979",),
         "umad_train.VLLMLoRAEngine": ("hu2022lora",),

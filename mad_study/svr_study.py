@@ -36,9 +36,10 @@ from mad_study.svr_mad import (
 )
 
 # %% auto #0
-__all__ = ['METHODS', 'METHOD_LABELS', 'FIG2_YLABEL', 'unanimous', 'BaselineSettings', 'evaluate', 'method_table', 'savings_note',
-           'table1_caption', 'tab1_items', 'tab1_comparison', 'tab1_stats_caption', 'check_tab1_caption', 'tab1_power',
-           'fig1_table', 'difficulty_group', 'fig1_comparison', 'finish_figure', 'ablation_points', 'svr_grid_points']
+__all__ = ['METHODS', 'METHOD_LABELS', 'TAB1_CAPTION_MAX', 'FIG2_YLABEL', 'unanimous', 'BaselineSettings', 'evaluate',
+           'method_table', 'savings_note', 'table1_caption', 'tab1_items', 'tab1_comparison', 'tab1_stats_caption',
+           'check_tab1_caption', 'tab1_power', 'table1_reader_caption', 'fig1_table', 'difficulty_group',
+           'fig1_comparison', 'finish_figure', 'ablation_points', 'svr_grid_points']
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #4dc51556
 METHODS = ("sc", "groupdebate", "sid_et", "s2mad", "svr_mad")
@@ -568,6 +569,46 @@ def tab1_power(items: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
             )
         )
     return pd.DataFrame(rows)
+
+# %% ../nbs/papers/svr/12b_svr_study.ipynb #t1cap002
+TAB1_CAPTION_MAX = 1200
+
+
+def table1_reader_caption(
+    cmp: pd.DataFrame,
+    label: str | None,
+    verdict: str,
+    power: pd.DataFrame | None = None,
+    mechanism: str = "",
+    single_gpu_config: str = "",
+) -> str:
+    """SVR-MAD Table 1's caption (Sec. 5.1): what is shown, n per setting, the intervals, the tests (`tab1_comparison`'s)
+    and the gap its n resolves against GroupDebate (`tab1_power`), the verdict, the control and `mechanism`; the
+    paper's claim. Every pairwise number is left to the table's columns (issue 51: at most `TAB1_CAPTION_MAX`)."""
+    a, head = cmp.attrs, f"{label.split(':')[0]}: " if label else ""
+    ref, lvl = a["reference"], int(round(100 * a.get("level", 0.95)))
+    n = cmp.loc[cmp["method"] == ref, "n_items"].astype(int)
+    k = int((cmp["method"] != ref).sum())
+    nr = f"{n.min()}" if n.min() == n.max() else f"{n.min()}-{n.max()}"
+    res = ""
+    if power is not None and power["resolves_pts"].notna().any():
+        r, need = power["resolves_pts"].dropna(), power["n_needed"].dropna()
+        res = f" This n resolves a gap to GroupDebate of {r.min():.0f}-{r.max():.0f} points (McNemar, 80% power)"
+        res += (
+            f"; the paper's would need {need.min():,.0f}-{need.max():,.0f} problems."
+            if len(need)
+            else "."
+        )
+    gpu = f" Paper profile on one GPU: {single_gpu_config}." if single_gpu_config else ""
+    return (
+        f"SVR-MAD Table 1. {head}NComm, tokens (x10^3) and accuracy of Self-Consistency, GroupDebate, SID-ET, "
+        f"S2-MAD and {ref} per model and dataset (same pre-debate responses; the paper's values beside); "
+        f"n = {nr} problems per setting (unanimous skipped: Table 2). Accuracy: Wilson {lvl}% intervals. {ref} "
+        f"minus each baseline, paired by problem: accuracy gap (McNemar's score test), token change (paired t), "
+        f"{a['correction']} over the {k} gaps of each; each gap, interval, adjusted p and verdict: the table's "
+        f"columns.{res} Verdict: {verdict}. {mechanism + ' ' if mechanism else ''}Paper: tokens -38..61%, "
+        f"NComm -48..75% at equal or better accuracy (real models, 267-299 problems, no intervals).{gpu}"
+    )
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #b7b15137
 def fig1_table(ev: dict) -> pd.DataFrame:
