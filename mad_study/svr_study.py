@@ -591,7 +591,8 @@ def table1_reader_caption(
     k = int((cmp["method"] != ref).sum())
     nr = f"{n.min()}" if n.min() == n.max() else f"{n.min()}-{n.max()}"
     res = ""
-    if power is not None and power["resolves_pts"].notna().any():
+    # no GroupDebate run (the cpu profile): no power row
+    if power is not None and power.get("resolves_pts", pd.Series(dtype=float)).notna().any():
         r, need = power["resolves_pts"].dropna(), power["n_needed"].dropna()
         res = f" This n resolves a gap to GroupDebate of {r.min():.0f}-{r.max():.0f} points (McNemar, 80% power)"
         res += (
