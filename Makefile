@@ -97,10 +97,10 @@ check-sync: $(STAMP)
 	  diff $(VENV)/sync-before $(VENV)/sync-after | grep '^[<>]' | awk '{print "  " $$3}' | sort -u; exit 1; fi
 	@echo "notebooks clean and in sync with mad_study/"
 
-## ruff over the notebooks (settings in pyproject.toml; issue 37): formatted, and no lint finding.
-## tools/tidy_notebooks.py formats them (and never cuts a cell).
+## the notebooks as tools/tidy_notebooks.py writes them (yapf packs them at 100 columns, [tool.yapf] in pyproject.toml;
+## it never cuts a cell), and ruff's lint rules (issue 37) with no finding.
 lint: $(STAMP)
-	$(BIN)/ruff format --check nbs
+	$(BIN)/python tools/tidy_notebooks.py --check
 	$(BIN)/ruff check nbs
 
 # notebooks write their runs and figures into a scratch folder under .venv, not into runs/ and figures/

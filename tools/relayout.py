@@ -29,7 +29,7 @@ What it does, in order (each step prints what it did):
    `fixtures/paper_<x>.csv`; then `FIXUPS`, the few edits a pattern cannot make (each reported: applied, already
    there, or NOT FOUND for a person to check).
 3. `[tool.nbdev] recursive = true` and the fixtures' sub-folders in the package data (pyproject.toml), the README's
-   Layout section, then `ruff format` of the notebooks it changed, `nbdev-export` and `nbdev-clean`.
+   Layout section, then tools/tidy_notebooks.py (yapf, then `nbdev-clean` and `nbdev-export`).
 
 A second run changes nothing. `--dry-run` prints the plan and writes nothing.
 """
@@ -503,7 +503,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     ap.add_argument(
-        "--no-nbdev", action="store_true", help="skip ruff format, nbdev-export and nbdev-clean"
+        "--no-nbdev", action="store_true", help="skip tools/tidy_notebooks.py, nbdev-export and nbdev-clean"
     )
     a = ap.parse_args(argv)
 
@@ -566,8 +566,8 @@ def main(argv=None) -> int:
         [str(BIN / c[0]) if (BIN / c[0]).exists() else c[0], *c[1:]], cwd=ROOT, check=True
     )
     if nbs:
-        print(f"4. ruff format of the {len(nbs)} notebooks moved or rewritten")
-        run("ruff", "format", "-q", *nbs)
+        print(f"4. tools/tidy_notebooks.py ({len(nbs)} notebooks moved or rewritten)")
+        run(sys.executable, str(ROOT / "tools" / "tidy_notebooks.py"))
     print("5. nbdev-export and nbdev-clean")
     run("nbdev-export")
     run("nbdev-clean")

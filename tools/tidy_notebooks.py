@@ -5,18 +5,25 @@ Run from anywhere with the project's venv:  `.venv/bin/python tools/tidy_noteboo
 changes nothing. It never splits or joins a cell: a test keeps its set-up, action and check in one cell, a figure is
 built whole, and where a cell is cut is the writer's decision, not a formatter's.
 
-1. `ruff format nbs` (pyproject.toml: line length 100, magic trailing commas ignored, so a call that fits on one line
-   is written on one line).
-2. A comment hung on a closing bracket (`)  # why`, what ruff leaves when a commented line is too long) moves above
-   the line that opens that bracket, at its indentation; `ruff format nbs` then joins the call where it fits.
-3. `nbdev-clean`, then `nbdev-export`.
+Each code cell (cells with IPython magics or shell lines are left as they are):
+1. A trailing comma before a closing bracket on a later line goes (`strip_trailing_commas`; a one-element tuple keeps
+   its comma): it is what keeps a formatter writing one item a line (issue 49: a third of the notebooks' lines).
+2. yapf packs the code at 100 columns ([tool.yapf] in pyproject.toml): arguments, items and parameters fill a line
+   before the next one starts, as nbdev's and fastcore's notebooks are written; ruff (black's style) would put every
+   argument of a call that does not fit on its own line.
+3. A comment hung on a closing bracket (`)  # why`) moves above the line that opens that bracket, at its
+   indentation; yapf then packs again.
+Then `nbdev-clean` and `nbdev-export`. `--check` changes nothing and exits 1 naming the cells it would change (what
+`make lint` and tests/test_layout.py run). `ruff check nbs` (lint) is separate and unchanged.
 `hung_comments(source)` is what tests/test_layout.py uses to check that no cell holds one.
 """
 import io
 import json
+import keyword
 import subprocess
 import sys
 import tokenize
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,15 +91,106 @@ def unhang_notebook(path: Path) -> int:
     return moved
 
 
-def main():
+def _bracket_groups(toks: list[tokenize.TokenInfo]) -> dict[int, tuple[int, int]]:
+    "{index of an opening bracket token: (index of its closing token, top-level commas inside)}"
+    stack, groups = [], {}
+    for i, t in enumerate(toks):
+        if t.type == tokenize.OP and t.string in OPEN:
+            stack.append([i, 0])
+        elif t.type == tokenize.OP and t.string in CLOSE and stack:
+            o, n = stack.pop()
+            groups[o] = (i, n)
+        elif t.type == tokenize.OP and t.string == "," and stack:
+            stack[-1][1] += 1
+    return groups
+
+
+def strip_trailing_commas(src: str) -> str:
+    """`src` without the trailing commas that precede a closing bracket on a later line (`f(\n  a,\n  b,\n)`), which
+    make a formatter keep one item a line. Kept: a comma followed by a comment, and the comma of a one-element tuple
+    (`(x,)`, a subscript `a[x,]`), where it is syntax, not layout."""
+    toks = _tokens(src)
+    if toks is None:
+        return src
+    skip = {tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
+    drop = []
+    for o, (c, n) in _bracket_groups(toks).items():
+        j = c - 1
+        while j > o and toks[j].type in skip:
+            j -= 1
+        if toks[j].type != tokenize.OP or toks[j].string != "," or toks[j].start[0] == toks[c].start[0]:
+            continue
+        prev = toks[o - 1] if o else None
+        called = prev is not None and (prev.type == tokenize.NAME and not keyword.iskeyword(prev.string)
+                                       or prev.string in (")", "]"))
+        if n == 1 and (toks[o].string == "(" and not called or toks[o].string == "[" and called):
+            continue
+        drop.append(toks[j].start)
+    lines = src.split("\n")
+    for row, col in sorted(drop, reverse=True):
+        lines[row - 1] = lines[row - 1][:col] + lines[row - 1][col + 1:]
+    return "\n".join(lines)
+
+
+def yapf_style() -> dict:
+    "yapf's settings: [tool.yapf] in pyproject.toml (one place for the layout rule)."
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["yapf"]
+
+
+def formattable(src: str) -> bool:
+    "A cell yapf can read: Python without IPython magics or shell lines."
+    return _tokens(src) is not None and not any(l.lstrip().startswith(("%", "!")) for l in src.splitlines())
+
+
+def tidy_source(src: str, style: dict | None = None) -> str:
+    "One code cell tidied: trailing commas, packed by yapf, hung comments moved, packed again (until it is stable)."
+    if not formattable(src):
+        return src
+    from yapf.yapflib.yapf_api import FormatCode
+    style = style or yapf_style()
+    out = src
+    for _ in range(4):
+        new = FormatCode(unhang(strip_trailing_commas(out))[0], style_config=style)[0].rstrip("\n")
+        if new == out:
+            break
+        out = new
+    return out
+
+
+def notebooks() -> list[Path]:
+    return sorted(p for p in (ROOT / "nbs").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+
+
+def tidy_notebook(path: Path, check: bool = False, style: dict | None = None) -> list[str]:
+    "Tidy every code cell of one notebook (or, with `check`, only say which cells would change): their ids."
+    nb, changed = json.loads(path.read_text(encoding="utf-8")), []
+    for c in nb["cells"]:
+        if c["cell_type"] != "code":
+            continue
+        old = "".join(c["source"])
+        new = tidy_source(old, style)
+        if new != old:
+            changed.append(c.get("id", "?"))
+            c["source"] = new.splitlines(keepends=True)
+    if changed and not check:
+        path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    check = "--check" in (argv if argv is not None else sys.argv[1:])
+    style = yapf_style()
+    changed = {str(p.relative_to(ROOT)): ids for p in notebooks() if (ids := tidy_notebook(p, check, style))}
+    if check:
+        for nb, ids in changed.items():
+            print(f"{nb}: {len(ids)} cells would be reformatted (run tools/tidy_notebooks.py): {ids[:5]}")
+        return 1 if changed else 0
+    print(f"reformatted {sum(map(len, changed.values()))} cells in {len(changed)} notebooks")
     run = lambda *a: subprocess.run([str(BIN / a[0]), *a[1:]], cwd=ROOT, check=True)
-    run("ruff", "format", "nbs")
-    moved = sum(unhang_notebook(p) for p in sorted(p for p in (ROOT / "nbs").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts))
-    print(f"moved {moved} hung comments above their statements")
-    run("ruff", "format", "nbs")
     run("nbdev-clean")
     run("nbdev-export")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
