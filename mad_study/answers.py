@@ -67,9 +67,9 @@ def _boxes(s: str) -> list[tuple[int, str]]:
                 pairs = _brace_pairs(s)
             k = pairs.get(j, -1)
             if k > j:
-                out.append((m.start(), s[j + 1 : k]))
+                out.append((m.start(), s[j + 1:k]))
         elif j > m.end() and j < len(s):  # `\boxed 5`: one token after a space
-            tok = re.match(r"[^\s$]+", s[j : j + 100])
+            tok = re.match(r"[^\s$]+", s[j:j + 100])
             if tok:
                 out.append((m.start(), tok.group(0)))
     return out
@@ -117,19 +117,16 @@ def normalize_latex(s: str) -> str:
         return ""
     if "\\" in s:
         s = _SPACING_RE.sub(
-            lambda m: m.group() if m.group() == "\\\\" else ("" if m.group() == "\\!" else " "), s
-        )
+            lambda m: m.group() if m.group() == "\\\\" else ("" if m.group() == "\\!" else " "), s)
         s = re.sub(r"\\(?:left|right)(?![a-zA-Z])\s*", "", s)
         s = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", s)
     s = re.sub(r"\s+", " ", s).strip()
     return _strip_wrappers(s)
 
 # %% ../nbs/core/01_answers.ipynb #df60f8c7
-_NUM_RE = re.compile(
-    r"(?<![\w.)\]}])(?P<sign>[-−+]?)\s?\$?\s?"
-    r"(?P<int>\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?P<frac>\.\d+)?"
-    r"(?:\s?/\s?(?P<den>\d+(?:\.\d+)?)(?!\d|\.\d))?"
-)
+_NUM_RE = re.compile(r"(?<![\w.)\]}])(?P<sign>[-−+]?)\s?\$?\s?"
+                     r"(?P<int>\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?P<frac>\.\d+)?"
+                     r"(?:\s?/\s?(?P<den>\d+(?:\.\d+)?)(?!\d|\.\d))?")
 
 
 def _clean_number_text(s: str) -> str:
@@ -238,14 +235,13 @@ _UNIT_LETTERS = "mgshLkKM"  # one-letter units a number may carry attached (`5m`
 _EXPR_AFTER_RE = re.compile(
     r"[!^(π√∞]|\\(?!text\b|mathrm\b|%|,|!|;|\s|\$|circ\b|quad\b|qquad\b|approx\b)[a-zA-Z]"
     r"|\s*(?:\*(?!\*)|[+×·÷^]|\\(?:cdot|times|div|pm)\b)\s*[\w(\\{]|\s*-\s*(?:\d|[A-Za-z](?![A-Za-z])|\(|\\)"
-    r"|\s+[A-Za-z]\s*[\d(]"
-)
+    r"|\s+[A-Za-z]\s*[\d(]")
 _DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ")
 
 # %% ../nbs/core/01_answers.ipynb #5a1f92b3
 def _in_expression(c: str, m: re.Match) -> bool:
     "Whether the number `m` of the cleaned text `c` is a term of an expression (the rules above)."
-    before, after = c[max(0, m.start() - 20) : m.start()], c[m.end() : m.end() + 20]
+    before, after = c[max(0, m.start() - 20):m.start()], c[m.end():m.end() + 20]
     if _DEGREE_RE.match(after):
         return False
     if _EXPR_BEFORE_RE.search(before):
@@ -257,7 +253,7 @@ def _in_expression(c: str, m: re.Match) -> bool:
         w = letters.group()
         if not w.isascii() or (len(w) == 1 and w not in _UNIT_LETTERS):
             return True
-        return bool(re.match(r"[\^(\d]", after[len(w) :]))
+        return bool(re.match(r"[\^(\d]", after[len(w):]))
     return bool(_EXPR_AFTER_RE.match(after))
 
 # %% ../nbs/core/01_answers.ipynb #7bc51cf2
@@ -288,23 +284,19 @@ _STMT_RE = re.compile(
     r"(?:(?P<verb>is|was|would\s+be|should\s+be|will\s+be|must\s+be|remains|becomes|stays)\b"
     r"\s*(?:still\s+)?[:：]?|[:：=])"
     r"[\s*_]*",
-    re.IGNORECASE,
-)
+    re.IGNORECASE)
 # "each option:", "all the following answer:": a cue that heads a walk-through, not an answer
 _HEADING_RE = re.compile(
     r"\b(?:each|every|all|any|these|those|other|possible|(?:the\s+)?following)\s+(?:answer\s+)?$",
-    re.I,
-)
+    re.I)
 _FINAL_CUE_RE = re.compile(r"\bfinal\s*[:：][\s*_]*", re.IGNORECASE)  # a bare "Final:" cue
 # first-person choices: "I choose (B)", "I'll go with B", "I still maintain (C)", "I stand by 42"
 _CHOOSE_RE = re.compile(
     r"\bI(?:\s+still|\s+now|\s+will|\s+would|'ll|'d)?\s+(?:choose|select|pick|go\s+with|stick\s+with|"
     r"maintain|stand\s+by|keep|vote\s+for|settle\s+on)\b(?:\s+(?:answer|option|choice))?[\s:*_]*",
-    re.IGNORECASE,
-)
+    re.IGNORECASE)
 _NOT_AN_ANSWER_RE = re.compile(
-    r"(?:correct|incorrect|wrong|right|not|unclear|clear|obvious|above|below)\b", re.I
-)
+    r"(?:correct|incorrect|wrong|right|not|unclear|clear|obvious|above|below)\b", re.I)
 _NOT_BUT_RE = re.compile(r"not\b[^.\n]{0,80}?\b(?:but|rather)\b[\s,:]*(?:it\s+is\s+|is\s+)?", re.I)
 
 # %% ../nbs/core/01_answers.ipynb #0508c16b
@@ -315,40 +307,30 @@ _NOT_BUT_RE = re.compile(r"not\b[^.\n]{0,80}?\b(?:but|rather)\b[\s,:]*(?:it\s+is
 # first letters lets re skip other positions: 3.5x faster, the same ends (tested below)
 _CLAUSE_RE = re.compile(
     r"(?=[.!?;\nbhwaty])(?:[.!?;\n](?:\s|$)|[;\n]|\b(?:but|however|whereas|while|although|though|yet)\b)",
-    re.I,
-)
-_OTHERS = (
-    r"(?:agents?(?:\s*#?\d+)?|peers?|others|other\s+agents?|solutions?(?:\s*#?\d+)?|"
-    r"they|he|she|someone|everyone|both|the\s+(?:other|first|second|third)\s+\w+)"
-)
-_SAYS = (
-    r"(?:said|says|say|claim\w*|think|thinks|thought|believ\w*|argu\w*|suggest\w*|propos\w*|"
-    r"conclud\w*|stat\w*|insist\w*|answered|answers|chose|choose|chooses|picked|picks|"
-    r"selected|select|went\s+with|go\s+with|voted\s+for|gave|got|favou?r\w*|support\w*)"
-)
+    re.I)
+_OTHERS = (r"(?:agents?(?:\s*#?\d+)?|peers?|others|other\s+agents?|solutions?(?:\s*#?\d+)?|"
+           r"they|he|she|someone|everyone|both|the\s+(?:other|first|second|third)\s+\w+)")
+_SAYS = (r"(?:said|says|say|claim\w*|think|thinks|thought|believ\w*|argu\w*|suggest\w*|propos\w*|"
+         r"conclud\w*|stat\w*|insist\w*|answered|answers|chose|choose|chooses|picked|picks|"
+         r"selected|select|went\s+with|go\s+with|voted\s+for|gave|got|favou?r\w*|support\w*)")
 _ATTRIB_RE = re.compile(rf"\b{_OTHERS}\b[^.]*?\b{_SAYS}\b", re.I)
 _POSSESSIVE_RE = re.compile(
-    rf"(?:\b{_OTHERS}'s?|\btheir|\bhis|\bher|\byour)\s+(?:final\s+|own\s+)?$", re.I
-)
+    rf"(?:\b{_OTHERS}'s?|\btheir|\bhis|\bher|\byour)\s+(?:final\s+|own\s+)?$", re.I)
 _REJECT_BEFORE_RE = re.compile(
     r"(?:\bnot|\bthan|\binstead\s+of|\bover|\bexcept|\bunlike|\bagainst|\brul(?:e|ed|ing)\s+out|"
     r"\beliminat\w*|\breject\w*|\bexclud\w*|n't|\bnor|\bneither|\bfrom)"
-    r"\s+(?:the\s+)?(?:option\s+|choice\s+|answer\s+)?[*_$]*$",
-    re.I,
-)
+    r"\s+(?:the\s+)?(?:option\s+|choice\s+|answer\s+)?[*_$]*$", re.I)
 _REJECT_AFTER_RE = re.compile(
     r"^[)*_$\s]*(?:is|was|seems|would\s+be|are)\s+(?:also\s+|clearly\s+|definitely\s+)?"
     r"(?:wrong|incorrect|false|not\b|invalid|eliminated|ruled\s+out|unlikely|implausible)"
-    r"|^[)*_$\s]*(?:contradicts|fails|violates|ignores|cannot|can't|does\s+not|doesn't)\b",
-    re.I,
-)
+    r"|^[)*_$\s]*(?:contradicts|fails|violates|ignores|cannot|can't|does\s+not|doesn't)\b", re.I)
 
 
 def _clause_before(s: str, p: int) -> str:
     "The text of the clause that `p` sits in, up to `p` (at most 200 characters back)."
-    w = s[max(0, p - 200) : p]
+    w = s[max(0, p - 200):p]
     ends = list(_CLAUSE_RE.finditer(w))
-    return w[ends[-1].end() :] if ends else w
+    return w[ends[-1].end():] if ends else w
 
 # %% ../nbs/core/01_answers.ipynb #fb3343c7
 _AGREE_RE = re.compile(r"\b(?:agree\w*|concur\w*|side\s+with|same\s+as|consistent\s+with)\b", re.I)
@@ -365,14 +347,13 @@ def _attributed(s: str, p: int) -> bool:
     hits = list(_ATTRIB_RE.finditer(c))
     if not hits or _AGREE_RE.search(c):
         return False
-    return not _FIRST_PERSON_RE.search(c[hits[-1].start() :])
+    return not _FIRST_PERSON_RE.search(c[hits[-1].start():])
 
 # %% ../nbs/core/01_answers.ipynb #0f216cc6
 def _rejected(s: str, p: int, q: int) -> bool:
     "Whether the answer `s[p:q]` is rejected: `not (D)`, `rather than (C)`, `(A) is wrong`."
     return bool(
-        _REJECT_BEFORE_RE.search(_clause_before(s, p)) or _REJECT_AFTER_RE.match(s[q : q + 60])
-    )
+        _REJECT_BEFORE_RE.search(_clause_before(s, p)) or _REJECT_AFTER_RE.match(s[q:q + 60]))
 
 # %% ../nbs/core/01_answers.ipynb #29cb33cc
 def _excluded(s: str, p: int, q: int) -> bool:
@@ -380,32 +361,28 @@ def _excluded(s: str, p: int, q: int) -> bool:
     return _attributed(s, p) or _rejected(s, p, q)
 
 # %% ../nbs/core/01_answers.ipynb #4e1f346f
-def _statements(s: str, kws=("answer",)) -> list[tuple[int, str]]:
+def _statements(s: str, kws=("answer", )) -> list[tuple[int, str]]:
     """Positions and the rest of the line after each of the responder's own answer statements (`kws`:
     which keywords count), in order of preference (the preferred one last: final statements after plain
     ones, then by position). Statements about an answer ("the answer is correct"), another agent's
     statements ("Agent 2 says the answer is", "their answer is") and rejections are skipped;
     "the answer is not X but Y" reads Y."""
     # "Options:" heads a list
-    cues = [
-        (m, False)
-        for m in _STMT_RE.finditer(s)
-        if m.group("kw").lower() in kws and not m.group("plural")
-    ]
+    cues = [(m, False) for m in _STMT_RE.finditer(s)
+            if m.group("kw").lower() in kws and not m.group("plural")]
     cues = [(m, bool(m.group("final") and m.group("final").lower() == "final")) for m, _ in cues]
     if "answer" in kws:
         cues += [(m, True) for m in _FINAL_CUE_RE.finditer(s)]
     cues += [(m, False) for m in _CHOOSE_RE.finditer(s)]
     out, listing = [], None
     for m, final in cues:
-        if _HEADING_RE.search(s[max(0, m.start() - 40) : m.start()]):
+        if _HEADING_RE.search(s[max(0, m.start() - 40):m.start()]):
             continue  # "Let's evaluate each option:" heads a walk-through
 
         # 300 characters, and the rest of a digit run the window would cut (it is then too long to be a number)
         end = m.end() + 300
-        rest = (s[m.end() : end] + re.match(r"\d*", s[end : end + _MAX_DIGITS + 1]).group()).split(
-            "\n", 1
-        )[0]
+        rest = (s[m.end():end] + re.match(r"\d*", s[end:end + _MAX_DIGITS + 1]).group()).split(
+            "\n", 1)[0]
         if "\n" in re.search(r"[\s*_]*$", m.group()).group():
             # a cue that ends its line: the next line is the answer only when short and not an option list
             listing = _listing_lines(s) if listing is None else listing
@@ -413,7 +390,7 @@ def _statements(s: str, kws=("answer",)) -> list[tuple[int, str]]:
                 continue
         nb = _NOT_BUT_RE.match(rest.lstrip("$*_ "))
         if nb:
-            rest = rest.lstrip("$*_ ")[nb.end() :]
+            rest = rest.lstrip("$*_ ")[nb.end():]
         elif _NOT_AN_ANSWER_RE.match(rest.lstrip("$*_ ")):
             continue
         if _attributed(s, m.start()):
@@ -430,16 +407,15 @@ def _cut_statement(rest: str) -> str:
     An escaped dollar `\\$` (currency, as MATH-500 golds write it) is part of the answer."""
     rest = rest.strip()
     if rest.startswith("\\(") and "\\)" in rest:
-        return rest[2 : rest.index("\\)")]
+        return rest[2:rest.index("\\)")]
     if rest.startswith("$"):
         m = _UNESCAPED_DOLLAR_RE.search(rest, 1)
         if m:
-            return rest[1 : m.start()]
+            return rest[1:m.start()]
     m = re.search(
         r"(?<!\\)\$|\\\)|\.(?:\s|$)|,\s+(?:not|rather)\b|\s+(?:because|since|as|which|so)\b|[;!?]",
-        rest,
-    )
-    return rest[: m.start()] if m else rest
+        rest)
+    return rest[:m.start()] if m else rest
 
 # %% ../nbs/core/01_answers.ipynb #d983df8d
 OPTION_LETTERS = (
@@ -448,8 +424,7 @@ OPTION_LETTERS = (
 _L = f"[{OPTION_LETTERS}]"
 _l = f"[{OPTION_LETTERS}{OPTION_LETTERS.lower()}]"
 _MARK_RE = re.compile(
-    rf"(?:^|(?<=[\s,;:(\[]))\(?({_L})\)(?=\s|$|[,.;:])|(?:^|(?<=\n))\s*({_L})[.:](?=\s)", re.M
-)
+    rf"(?:^|(?<=[\s,;:(\[]))\(?({_L})\)(?=\s|$|[,.;:])|(?:^|(?<=\n))\s*({_L})[.:](?=\s)", re.M)
 _LINE_MARK_RE = re.compile(rf"^\s*[*_]*\(?({_L})[).:][*_]*\s+\S")
 
 
@@ -499,8 +474,7 @@ _ALONE_PAREN_RE = re.compile(rf"(?:^|\n)[\s*_>#]*\(({_L})\)[\s.*_!]*$")
 # a bare letter after "the answer is": not followed by a letter or digit; a bare "I" (the pronoun)
 # only before punctuation
 _STMT_LETTER_RE = re.compile(
-    rf"^(?:option\s+|choice\s+)?(?:\(({_l})\)|\[({_L})\]|(?!I\s)({_L})(?:\)|\]|(?![A-Za-z0-9'])))"
-)
+    rf"^(?:option\s+|choice\s+)?(?:\(({_l})\)|\[({_L})\]|(?!I\s)({_L})(?:\)|\]|(?![A-Za-z0-9'])))")
 _STMT_PREFIX_RE = re.compile(r"^[\s*_$]*(?:\\\(|\\\[)?\s*(?:\\(?:text|textbf|mathrm|mathbf)\s*\{)?")
 
 
@@ -531,7 +505,7 @@ def _opening_option(s: str, listing: set[int]) -> str | None:
     if not m or m.group(1) != m.group(1).upper():
         return None
     marks = {x.group(1) or x.group(2) for x in _MARK_RE.finditer(lines[k])}
-    if marks - {m.group(1)} or _REJECT_AFTER_RE.match(lines[k][m.end(1) : m.end(1) + 60]):
+    if marks - {m.group(1)} or _REJECT_AFTER_RE.match(lines[k][m.end(1):m.end(1) + 60]):
         return None
     return m.group(1)
 
@@ -592,9 +566,8 @@ def _own_boxes(s: str) -> list[tuple[int, str]]:
 
 # %% ../nbs/core/01_answers.ipynb #93d15bf6
 _ENUM_RE = re.compile(r"[.)][ \t]")  # `4. Provide the answer`: a list item's number, not an answer
-_LABEL_RE = re.compile(
-    r"\b(?:agents?|solutions?|rounds?|steps?|players?|models?|peers?)\s*#?\s*$", re.I
-)
+_LABEL_RE = re.compile(r"\b(?:agents?|solutions?|rounds?|steps?|players?|models?|peers?)\s*#?\s*$",
+                       re.I)
 
 
 def _last_own_number(s: str) -> str | None:
@@ -603,12 +576,10 @@ def _last_own_number(s: str) -> str | None:
     c = _clean_number_text(s)
     for m in reversed(list(_NUM_RE.finditer(c))):
         v = _to_fraction(m)
-        if v is None or _LABEL_RE.search(c[max(0, m.start() - 20) : m.start()]):
+        if v is None or _LABEL_RE.search(c[max(0, m.start() - 20):m.start()]):
             continue
-        if (
-            _ENUM_RE.match(c, m.end())
-            and not c[c.rfind("\n", 0, m.start()) + 1 : m.start()].strip()
-        ):
+        if (_ENUM_RE.match(c, m.end())
+                and not c[c.rfind("\n", 0, m.start()) + 1:m.start()].strip()):
             continue
         if not _excluded(c, m.start(), m.end()):
             return None if _in_expression(c, m) else canonical_number(v)
@@ -617,14 +588,10 @@ def _last_own_number(s: str) -> str | None:
 # %% ../nbs/core/01_answers.ipynb #7c05fa20
 _CONCLUDE_RE = re.compile(
     r"\b(?:therefore|thus|hence|so|consequently|in\s+total|in\s+all|altogether|overall|total|"
-    r"finally|final|result|answer|in\s+conclusion)\b",
-    re.I,
-)
+    r"finally|final|result|answer|in\s+conclusion)\b", re.I)
 _FUNCTION_END_RE = re.compile(
     r"\b(?:the|a|an|of|to|is|are|was|were|and|or|by|with|for|in|on|at|from|that|which|then|we|be|as|"
-    r"this|these|its|their|our|if|than|get|gives?)\s*[,:]?$",
-    re.I,
-)
+    r"this|these|its|their|our|if|than|get|gives?)\s*[,:]?$", re.I)
 # a line of markup alone: a code fence, `\begin{align*}` / `\end{...}`, a table or section rule, `**`, `$$`
 _MARKUP_LINE_RE = re.compile(
     r"\s*(?:`{3,}[\w+-]*|\\(?:begin|end)\s*\{[^{}]*\}(?:\{[^{}]*\})*|[-*_=#~|:+\s]+|\$\$|\\\[|\\\])\s*"
@@ -639,16 +606,15 @@ def _loops(s: str) -> bool:
     tail = s[-6000:]
     words = tail.split()[-300:]
     if len(words) >= 12:
-        raw = Counter(tuple(words[i : i + 10]) for i in range(len(words) - 9))
-        if any(raw[tuple(words[len(words) - 10 - k : len(words) - k])] >= 3 for k in (0, 1, 2, 3)):
+        raw = Counter(tuple(words[i:i + 10]) for i in range(len(words) - 9))
+        if any(raw[tuple(words[len(words) - 10 - k:len(words) - k])] >= 3 for k in (0, 1, 2, 3)):
             return True
         masked = [_DIGITS_RE.sub("0", w) for w in words]
-        runs = Counter(tuple(masked[i : i + 10]) for i in range(len(masked) - 9))
+        runs = Counter(tuple(masked[i:i + 10]) for i in range(len(masked) - 9))
         if runs[tuple(masked[-10:])] >= 5:
             return True
-    lines = [l.strip() for l in tail.split("\n") if l.strip() and not _MARKUP_LINE_RE.fullmatch(l)][
-        -30:
-    ]
+    lines = [l.strip() for l in tail.split("\n")
+             if l.strip() and not _MARKUP_LINE_RE.fullmatch(l)][-30:]
     return bool(lines) and len(lines[-1]) >= 8 and lines.count(lines[-1]) >= 3
 
 # %% ../nbs/core/01_answers.ipynb #a0b7463f
@@ -677,19 +643,14 @@ def _states_no_answer(s: str) -> bool:
 # a closing line that states nothing: a pleasantry without a digit, perhaps after a short label (`**Note:**`)
 _PLEASANTRY_RE = re.compile(
     r"[\W_]*(?:[A-Za-z ]{1,20}:[\W_]*)?(?:I\s+hope|hope\s+(?:this|that|it)|let\s+me\s+know|feel\s+free|good\s+luck|thanks|"
-    r"thank\s+you|happy\s+\w+ing|cheers|have\s+a\s+)\D*",
-    re.I,
-)
+    r"thank\s+you|happy\s+\w+ing|cheers|have\s+a\s+)\D*", re.I)
 
 
 def _closing_line(s: str) -> str | None:
     "The last non-empty line of `s` that is neither markup alone (`---`, `**`) nor a pleasantry (`I hope this helps!`)."
     for l in reversed(s.rstrip().split("\n")):
-        if (
-            l.strip()
-            and not _MARKUP_LINE_RE.fullmatch(l)
-            and not _PLEASANTRY_RE.fullmatch(l.strip())
-        ):
+        if (l.strip() and not _MARKUP_LINE_RE.fullmatch(l)
+                and not _PLEASANTRY_RE.fullmatch(l.strip())):
             return l.strip()
     return None
 
@@ -710,15 +671,12 @@ def _concluding_sentence(s: str) -> str | None:
 # inline math, pandoc's rule: `$` opens before a non-space and closes after one, not before a digit (`$5 and $7`
 # is currency); or `\(...\)`
 _INLINE_MATH_RE = re.compile(
-    r"(?<![\\$])\$(?=[^\s$])((?:\\.|[^$\\\n])+?)(?<=[^\s\\])\$(?!\d)|\\\((.+?)\\\)"
-)
+    r"(?<![\\$])\$(?=[^\s$])((?:\\.|[^$\\\n])+?)(?<=[^\s\\])\$(?!\d)|\\\((.+?)\\\)")
 _SEVERAL_RE = re.compile(r"\b(?:or|and)\b|^\s*,\s*$", re.I)
 # an interval, a set, a bound or an alternative around a bare number: no single value
 _QUALIFIED_RE = re.compile(
     r"\b(?:or|at\s+(?:least|most)|(?:more|less|fewer|greater)\s+than|between|up\s+to|either|nor)\b"
-    r"|[<>≤≥≠±∞\[\]{}]|\\(?!text\b)[a-zA-Z]",
-    re.I,
-)
+    r"|[<>≤≥≠±∞\[\]{}]|\\(?!text\b)[a-zA-Z]", re.I)
 _WORD3_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{3,}")
 
 
@@ -769,16 +727,15 @@ def _concluded_answer(s: str) -> str | None:
     if sent is None or _attributed(sent, len(sent)):
         return None
     cue = _CONCLUDE_RE.search(sent)
-    body = sent[cue.end() :] if cue else sent
+    body = sent[cue.end():] if cue else sent
     spans = [(m.start(), m.end(), m.group(1) or m.group(2)) for m in _INLINE_MATH_RE.finditer(sent)]
     if spans:
         tex = spans[-1][2]
         # the span must be what the sentence concludes: after its cue word, or an equation itself
         if not ((cue and cue.start() < spans[-1][0]) or "=" in tex):
             return None
-        if re.search(r"\bor\b", tex) or (
-            len(spans) > 1 and _SEVERAL_RE.search(sent[spans[-2][1] : spans[-1][0]])
-        ):
+        if re.search(r"\bor\b", tex) or (len(spans) > 1
+                                         and _SEVERAL_RE.search(sent[spans[-2][1]:spans[-1][0]])):
             return None
         return _latex_answer(tex.rsplit("=", 1)[-1])
     if "=" in sent:
@@ -840,9 +797,8 @@ def _extract_exact(s: str) -> str | None:
             return a
     for _, rest in reversed(_statements(s)):
         a = _strip_wrappers(rest).strip("\"'“”‘’`").strip()
-        a = re.split(r"\s+(?:because|since|as|which)\b|[.;!?]\s+(?=[A-Z])", a, maxsplit=1)[
-            0
-        ].strip()
+        a = re.split(r"\s+(?:because|since|as|which)\b|[.;!?]\s+(?=[A-Z])", a,
+                     maxsplit=1)[0].strip()
         a = _strip_wrappers(a).strip("\"'“”‘’`").strip()
         if a:
             return a
@@ -853,10 +809,8 @@ def _extract_exact(s: str) -> str | None:
 
 # %% ../nbs/core/01_answers.ipynb #0bd9d952
 _EXTRACTORS = {
-    "number": _extract_number,
-    "boxed": _extract_boxed,
-    "option": _extract_option,
-    "exact": _extract_exact,
+    "number": _extract_number, "boxed": _extract_boxed, "option": _extract_option, "exact":
+    _extract_exact
 }
 
 
@@ -879,8 +833,7 @@ def _extract_memo(s: str, fmt: str) -> str | None:
 # %% ../nbs/core/01_answers.ipynb #p1a1f002
 # one sentence of plain words, then the final sentence with a simple box (no brace, backslash, `$`) or option letter
 _PLAIN_FINAL_RE = re.compile(
-    r"[A-Za-z][a-z ]*\. (So the final answer is (?:\\boxed\{([^{}\\$\n]*)\}|\(([A-K])\))\.)"
-)
+    r"[A-Za-z][a-z ]*\. (So the final answer is (?:\\boxed\{([^{}\\$\n]*)\}|\(([A-K])\))\.)")
 _PLAIN_MISS = object()
 
 
@@ -947,12 +900,10 @@ class _Deadline(BaseException):
 
 
 _SET_ASYNC_EXC = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
-    ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
-)
+    ("PyThreadState_SetAsyncExc", ctypes.pythonapi))
 # the same C function with a NULL exception: clears one that is pending
 _CLEAR_ASYNC_EXC = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)(
-    ("PyThreadState_SetAsyncExc", ctypes.pythonapi)
-)
+    ("PyThreadState_SetAsyncExc", ctypes.pythonapi))
 
 # %% ../nbs/core/01_answers.ipynb #2d9cf712
 def _thread_cpu_clock():
@@ -1012,9 +963,8 @@ def _mv_budget():
         return
     clock = _thread_cpu_clock() or time.monotonic
     _LOCAL.budget = {
-        "clock": clock,
-        "cpu_end": clock() + MATH_VERIFY_TIMEOUT,
-        "wall_end": time.monotonic() + MATH_VERIFY_WALL,
+        "clock": clock, "cpu_end": clock() + MATH_VERIFY_TIMEOUT, "wall_end":
+        time.monotonic() + MATH_VERIFY_WALL
     }
     try:
         yield
@@ -1025,10 +975,8 @@ def _mv_budget():
 # towers: an exponent that itself holds a `^` (`2^{3^4}`, `2^3^4`, `x^{2}^{3}`; not `x^3+2x^2`, two powers
 # side by side), 5+-digit exponents, double factorials, 200+-digit numbers, `**`, and factorials of a bracket
 # or of a 4+-digit number (`(10!)!`, `1000!`)
-_TOWER_RE = re.compile(
-    r"\^\s*(?:\{[^{}]*\^|\{[^{}]*\}\s*\^|[\w.]+\s*\^)"
-    r"|\^\s*\{?\s*\d{5,}|!\s*!|\d{200,}|\*\*|[)}\]]\s*!|\d{4,}\s*!"
-)
+_TOWER_RE = re.compile(r"\^\s*(?:\{[^{}]*\^|\{[^{}]*\}\s*\^|[\w.]+\s*\^)"
+                       r"|\^\s*\{?\s*\d{5,}|!\s*!|\d{200,}|\*\*|[)}\]]\s*!|\d{4,}\s*!")
 _MV_MAX_DEPTH = (
     8  # brackets nested deeper are not parsed (150 nested parentheses: seconds in math-verify)
 )
@@ -1056,12 +1004,9 @@ _WRAPPED_RE = re.compile(r"\\(?:text\w*|mathrm|mbox|operatorname|begin|end)\s*\{
 
 def _mv_safe(s: str) -> bool:
     "Whether math-verify may see `s`: short, shallow, no tower or huge factorial, not prose."
-    return (
-        len(s) <= MATH_VERIFY_MAX_CHARS
-        and not _TOWER_RE.search(s)
-        and _depth(s) <= _MV_MAX_DEPTH
-        and len(_PROSE_WORD_RE.findall(_WRAPPED_RE.sub(" ", s))) <= 3
-    )
+    return (len(s) <= MATH_VERIFY_MAX_CHARS and not _TOWER_RE.search(s)
+            and _depth(s) <= _MV_MAX_DEPTH
+            and len(_PROSE_WORD_RE.findall(_WRAPPED_RE.sub(" ", s))) <= 3)
 
 # %% ../nbs/core/01_answers.ipynb #f4d08fc6
 @functools.cache
@@ -1105,9 +1050,8 @@ _OUT_OF_TIME = object()  # what `_bounded` returns when the watchdog stopped mat
 def _mv_verify_cached(gold: str, pred: str) -> bool:
     "math-verify's verdict on one pair, memoised; raises `_NoTime` (never cached) when the call's budget is spent."
     b = getattr(_LOCAL, "budget", None) or {
-        "clock": time.monotonic,
-        "cpu_end": time.monotonic() + MATH_VERIFY_TIMEOUT,
-        "wall_end": time.monotonic() + MATH_VERIFY_WALL,
+        "clock": time.monotonic, "cpu_end": time.monotonic() + MATH_VERIFY_TIMEOUT, "wall_end":
+        time.monotonic() + MATH_VERIFY_WALL
     }
     c0, w0 = b["clock"](), time.monotonic()
     _, verify = _math_verify()
@@ -1164,8 +1108,7 @@ def _mv_verify(gold: str, pred: str) -> bool:
 
 # %% ../nbs/core/01_answers.ipynb #6ab408a9
 _TEXT_WRAP_RE = re.compile(
-    r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}"
-)
+    r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
 
 
 def _unwrap_text(s: str) -> str:
@@ -1176,8 +1119,7 @@ def _is_word_answer(s: str) -> bool:
     "A word answer (`Evelyn`, `\\text{north east}`): letters, no digits or LaTeX, with a word of 3+ letters."
     u = _unwrap_text(s)
     return bool(re.fullmatch(r"[A-Za-z][A-Za-z '\-,.()]*", u)) and bool(
-        re.search(r"[A-Za-z]{3,}", u)
-    )
+        re.search(r"[A-Za-z]{3,}", u))
 
 # %% ../nbs/core/01_answers.ipynb #f3dc3b90
 def _norm_text(s: str) -> str:
@@ -1196,7 +1138,7 @@ def _plain_number(s: str) -> Fraction | None:
     m = _NUM_RE.match(c)
     if not m or m.start() != 0:
         return None
-    tail = c[m.end() :]
+    tail = c[m.end():]
     if tail.strip() in ("", "%", "\\%") or _UNIT_RE.fullmatch(tail):
         return _to_fraction(m)
     return None
@@ -1256,12 +1198,8 @@ def _fix_slash(s: str) -> str:
 def _strip_math_string(s: str) -> str:
     "The MATH benchmark's string normalisation (Hendrycks et al. 2021), step by step."
     s = s.replace("\n", "").replace("\\!", "").replace("\\\\", "\\")
-    s = (
-        s.replace("tfrac", "frac")
-        .replace("dfrac", "frac")
-        .replace("\\left", "")
-        .replace("\\right", "")
-    )
+    s = (s.replace("tfrac", "frac").replace("dfrac", "frac").replace("\\left",
+                                                                     "").replace("\\right", ""))
     s = s.replace("^{\\circ}", "").replace("^\\circ", "").replace("\\$", "")
     if "\\text{ " in s:
         s = s.split("\\text{ ")[0]  # a unit: `5 \text{ cm}` -> `5 `
@@ -1427,7 +1365,7 @@ def merge_equivalent(answers: Sequence[Any], fmt: str) -> list[str | None]:
 
     if fmt == "boxed" and len(uniq) > 1:
         for i, ki in enumerate(uniq):
-            for kj in uniq[i + 1 :]:
+            for kj in uniq[i + 1:]:
                 if find(ki) == find(kj):
                     continue
                 if ki.startswith("\x00text:") or kj.startswith("\x00text:"):
@@ -1497,8 +1435,7 @@ def corpus_agreement(corpus: Iterable[dict]) -> list[dict]:
 # %% ../nbs/core/01_answers.ipynb #da254203
 _CONF_RE = re.compile(
     r"confidence\s*(?:level|score)?\s*(?:is|=|:)?\s*\**\s*(\d+(?:\.\d+)?)\s*(%|/\s*100|/\s*10\b)?",
-    re.I,
-)
+    re.I)
 
 
 def extract_confidence(text: Any) -> float | None:

@@ -42,14 +42,11 @@ class ArenaSize:
         """The size of an arena run with merged parameters `p` (missing keys: the experiment's
         defaults)."""
         models = list(p.get("models") or [])
-        return cls(
-            agents=len(models) * int(p.get("agents_per_model") or 1),
-            models=len(models),
-            debate_rounds=int(p.get("debate_rounds") or 0),
-            role_rounds=int(p.get("role_rounds") or 1),
-            svr_S=int(p.get("svr_S") or 2),
-            sc_max_samples=int(p.get("sc_max_samples") or 256),
-        )
+        return cls(agents=len(models) * int(p.get("agents_per_model") or 1), models=len(models),
+                   debate_rounds=int(p.get("debate_rounds")
+                                     or 0), role_rounds=int(p.get("role_rounds")
+                                                            or 1), svr_S=int(p.get("svr_S") or 2),
+                   sc_max_samples=int(p.get("sc_max_samples") or 256))
 
 # %% ../nbs/study/15_arena.ipynb #9df6f6ea
 @dataclass
@@ -93,7 +90,7 @@ ARENA_GROUPS: dict[str, str] = {  # in the order the per-item results report the
     "no_debate": "a single agent and self-consistency, on MAD's round 0 or sampled at MAD's budget",
     "mad_round0": "pairwise challenges and early termination on MAD's round 0 (SVR-MAD, SID-ET)",
     "engine": "debates on the kit's engine, sharing round 0; every agent answers every round",
-    "roles": "role debates, opening with their own role prompts (one model per role)",
+    "roles": "role debates, opening with their own role prompts (one model per role)"
 }
 
 # %% ../nbs/study/15_arena.ipynb #d4b6d6fd
@@ -116,9 +113,8 @@ class ArenaMethod:
 
     def __post_init__(self):
         if self.group not in ARENA_GROUPS:
-            raise ConfigError(
-                "unknown group", key="group", value=self.group, choices=list(ARENA_GROUPS)
-            )
+            raise ConfigError("unknown group", key="group", value=self.group,
+                              choices=list(ARENA_GROUPS))
 
     @property
     def umad(self) -> bool:
@@ -130,7 +126,6 @@ class ArenaMethod:
 def engine_debate(baseline: str | None = None, madc: str | None = None) -> Callable:
     """A runner: a debate on the kit's engine (`mad_study.protocols.run_protocol`): Du et al.'s
     all-to-all MAD, an order of MADC's, or one of `make_baseline`'s."""
-
     def run(arena: Arena, key: str):
         from mad_study.debate import FullyConnected
         from mad_study.protocols import debate_costs, make_baseline, run_protocol
@@ -143,17 +138,9 @@ def engine_debate(baseline: str | None = None, madc: str | None = None) -> Calla
             protocol = make_baseline(baseline, min_agree=None, seed=arena.seed)
         else:
             protocol = FullyConnected()
-        t = run_protocol(
-            arena.items,
-            arena.agents,
-            arena.backends,
-            protocol,
-            debate_rounds=arena.debate_rounds,
-            method=key,
-            progress=False,
-            experiment=arena.experiment,
-            sampling=arena.sampling,
-        )
+        t = run_protocol(arena.items, arena.agents, arena.backends, protocol,
+                         debate_rounds=arena.debate_rounds, method=key, progress=False,
+                         experiment=arena.experiment, sampling=arena.sampling)
         return debate_costs(t), t
 
     return run
@@ -173,53 +160,32 @@ def run_rumad(arena: Arena, key: str):
     from mad_study.debate import run_debate
     from mad_study.prompts import get_prompt
     from mad_study.protocols import debate_costs
-    from mad_study.rumad import (
-        RumadController,
-        load_controller,
-        make_embedder,
-        one_thread,
-        rumad_prompt,
-    )
+    from mad_study.rumad import (RumadController, load_controller, make_embedder, one_thread,
+                                 rumad_prompt)
 
     fmts = sorted({it.fmt for it in arena.items})
     if len(fmts) != 1:
         raise ConfigError("RUMAD's arena prompt needs one answer format", key="tasks", value=fmts)
     shared = get_prompt("auto", fmts[0])
-    prompt = dataclasses.replace(
-        rumad_prompt("rumad", fmts[0]), opening=shared.opening, system=shared.system
-    )
+    prompt = dataclasses.replace(rumad_prompt("rumad", fmts[0]), opening=shared.opening,
+                                 system=shared.system)
     pol, cfg, meta = load_controller(arena.rumad_checkpoint)
     kind = "the kit's speak head" if cfg.head == "agent" else "the paper's per-edge controller"
     arena.notes[key] = (
         f"{kind} ({arena.rumad_checkpoint.name}: B = {cfg.B:g}, training seed {meta.get('seed')}, "
-        f"deployed by {cfg.deploy}); debate rounds in RUMAD's tagged wording, round 0 the arena's"
-    )
+        f"deployed by {cfg.deploy}); debate rounds in RUMAD's tagged wording, round 0 the arena's")
     with one_thread():
         t = run_debate(
-            arena.items,
-            arena.agents,
-            arena.backends,
-            protocol=RumadController(
-                pol,
-                make_embedder(arena.embedder),
-                cfg.lam,
-                activation=cfg.activation,
-                seed=arena.seed,
-                deploy=cfg.deploy,
-            ),
-            debate_rounds=arena.debate_rounds,
-            method=key,
-            progress=False,
-            experiment=arena.experiment,
-            sampling=arena.sampling,
-            prompt=prompt,
-        )
+            arena.items, arena.agents, arena.backends,
+            protocol=RumadController(pol, make_embedder(arena.embedder), cfg.lam,
+                                     activation=cfg.activation, seed=arena.seed, deploy=cfg.deploy),
+            debate_rounds=arena.debate_rounds, method=key, progress=False,
+            experiment=arena.experiment, sampling=arena.sampling, prompt=prompt)
     return debate_costs(t), t
 
 # %% ../nbs/study/15_arena.ipynb #872ceb4d
-def svr_transcript(
-    round0: pd.DataFrame, debates: pd.DataFrame, method: str = "svr_mad"
-) -> pd.DataFrame:
+def svr_transcript(round0: pd.DataFrame, debates: pd.DataFrame,
+                   method: str = "svr_mad") -> pd.DataFrame:
     """SVR-MAD (Alg. 1) in the transcript schema (the kit's own reading): `round0` as given and, as
     round 1, each receiver's first pairwise challenge (post-debate answer, the challenger as its
     visible peer); never-challenged agents have no row."""
@@ -227,37 +193,32 @@ def svr_transcript(
     from mad_study.data import get_task
 
     r0 = round0[round0["round"] == 0]
-    first = (
-        debates.drop_duplicates(["item_id", "sample", "receiver"], keep="first")
-        if len(debates)
-        else debates
-    )
+    first = (debates.drop_duplicates(["item_id", "sample", "receiver"], keep="first")
+             if len(debates) else debates)
     base = r0.set_index(["item_id", "sample", "agent"])
     rows = []
     for d in first.to_dict("records"):
         b = base.loc[(d["item_id"], d["sample"], d["receiver"])]
         post = None if pd.isna(d["post"]) else d["post"]
-        rows.append(
-            {
-                **{k: b[k] for k in ("experiment", "task", "gold", "model", "role")},
-                "item_id": d["item_id"],
-                "sample": d["sample"],
-                "agent": d["receiver"],
-                "round": 1,
-                "position": 0,
-                "visible_peers": d["challenger"],
-                "reused": False,
-                "prompt_tokens": d["prompt_tokens"],
-                "completion_tokens": d["completion_tokens"],
-                "text": d["text"],
-                "answer": post,
-                "correct": post is not None
-                and is_correct(post, b["gold"], get_task(b["task"]).fmt),
-            }
-        )
-    return transcript_frame(pd.concat([r0, transcript_frame(rows)], ignore_index=True)).assign(
-        method=method
-    )
+        rows.append({
+            **{k: b[k]
+               for k in ("experiment", "task", "gold", "model", "role")}, "item_id":
+            d["item_id"], "sample":
+            d["sample"], "agent":
+            d["receiver"], "round":
+            1, "position":
+            0, "visible_peers":
+            d["challenger"], "reused":
+            False, "prompt_tokens":
+            d["prompt_tokens"], "completion_tokens":
+            d["completion_tokens"], "text":
+            d["text"], "answer":
+            post, "correct":
+            post is not None and is_correct(post, b["gold"],
+                                            get_task(b["task"]).fmt)
+        })
+    return transcript_frame(pd.concat([r0, transcript_frame(rows)],
+                                      ignore_index=True)).assign(method=method)
 
 # %% ../nbs/study/15_arena.ipynb #5f1e7772
 def run_svr_mad_arena(arena: Arena, key: str):
@@ -269,7 +230,8 @@ def run_svr_mad_arena(arena: Arena, key: str):
     r0 = arena.round0()
     rows, debates = svr(
         prior_signals(r0),
-        {it.id: it for it in arena.items},
+        {it.id: it
+         for it in arena.items},
         arena.backends,
         config=SVRConfig(S=arena.svr_S, C=arena.svr_C),
         sampling=arena.sampling.replace(top_p=SVR_SAMPLING.top_p),  # SVR-MAD's App. A top-p
@@ -315,14 +277,9 @@ def run_sc_budget(arena: Arena, key: str):
     from mad_study.protocols import debate_costs
     from mad_study.stats import self_consistency_at_budget
 
-    sc = self_consistency_at_budget(
-        arena.transcripts["mad"],
-        arena.items,
-        arena.models[0],
-        arena.backends,
-        max_samples=arena.sc_max_samples,
-        sampling=arena.sampling,
-    )
+    sc = self_consistency_at_budget(arena.transcripts["mad"], arena.items, arena.models[0],
+                                    arena.backends, max_samples=arena.sc_max_samples,
+                                    sampling=arena.sampling)
     arena.notes["sc_budget"] = dict(sc.attrs)
     return debate_costs(sc), None
 
@@ -334,15 +291,9 @@ def role_rows(arena: Arena, key: str, framework: str, assignment, extra_tokens=N
     from mad_study.meta_debate import run_framework
     from mad_study.protocols import debate_costs
 
-    t, out = run_framework(
-        framework,
-        arena.items,
-        assignment,
-        arena.backends,
-        rounds=arena.role_rounds,
-        experiment=arena.experiment,
-        sampling=arena.sampling,
-    )
+    t, out = run_framework(framework, arena.items, assignment, arena.backends,
+                           rounds=arena.role_rounds, experiment=arena.experiment,
+                           sampling=arena.sampling)
     t = t.assign(method=key)
     tokens = out["prompt_tokens"] + out["completion_tokens"]
     if extra_tokens is not None:
@@ -355,7 +306,6 @@ def role_debate(framework: str) -> Callable:
     """A runner: Liang et al.'s MAD with roles (2024; `framework='mad'`) or DMAD (Liu et al. 2025,
     `'dmad'`), one model per role in the order of `arena.models` (`mad_study.meta_debate.FRAMEWORKS`
     names the roles)."""
-
     def run(arena: Arena, key: str):
         from mad_study.meta_debate import FRAMEWORKS
 
@@ -372,13 +322,10 @@ def run_meta_debate(arena: Arena, key: str):
 
     candidates = list(dict.fromkeys(arena.models))  # a profile may map several models to one
     if len(candidates) < len(arena.models):
-        warnings.warn(
-            f"Meta-Debate's candidates: the profile maps the models {arena.models} onto "
-            f"{candidates}; the assignment runs over those"
-        )
-    res = meta_debate(
-        arena.items, arena.meta_framework, candidates, arena.backends, sampling=arena.sampling
-    )
+        warnings.warn(f"Meta-Debate's candidates: the profile maps the models {arena.models} onto "
+                      f"{candidates}; the assignment runs over those")
+    res = meta_debate(arena.items, arena.meta_framework, candidates, arena.backends,
+                      sampling=arena.sampling)
     sel = res.selection_tokens().set_index("item_id").sum(axis=1)
     return role_rows(arena, key, arena.meta_framework, res.assignment, extra_tokens=sel)
 
@@ -391,76 +338,40 @@ def engine_method(key: str, label: str, run: Callable, **kw) -> ArenaMethod:
     return ArenaMethod(key, label, "engine", run, **{**budget, **kw})
 
 # %% ../nbs/study/15_arena.ipynb #d8587e2d
-ARENA: tuple[ArenaMethod, ...] = (
-    engine_method(
-        "mad",
-        "MAD (Du et al.)",
-        engine_debate(),
-        short="MAD",
-        calls=lambda s: s.agents * (1 + s.debate_rounds),
-    ),
-    engine_method(
-        "madc_truth_last",
-        "MAD + Truth Last (oracle)",
-        engine_debate(madc="truth_last"),
-        short="Truth Last (oracle)",
-        style="Truth Last",
-        oracle=True,
-    ),
-    engine_method("madc", "MAD + MADC order", engine_debate(madc="madc"), short="MADC order"),
-    engine_method("groupdebate", "GroupDebate", engine_debate(baseline="groupdebate")),
-    engine_method("s2mad", "S2-MAD", engine_debate(baseline="s2mad")),
-    engine_method("smad_star", "S-MAD star", engine_debate(baseline="smad_star")),
-    engine_method("smad_ring", "S-MAD ring", engine_debate(baseline="smad_ring")),
-    engine_method("rumad", "RUMAD speak head (kit)", run_rumad, short="RUMAD speak head (kit)"),
-    ArenaMethod(
-        "svr_mad",
-        "SVR-MAD",
-        "mad_round0",
-        run_svr_mad_arena,
-        calls=lambda s: 2 * s.svr_S * s.agents,
-        entropy=False,
-    ),
-    ArenaMethod("sid_et", "SID-ET", "mad_round0", run_sid_et, calls=lambda s: 0),
-    ArenaMethod("single", "Single agent", "no_debate", run_single, calls=lambda s: 0),
-    ArenaMethod(
-        "sc",
-        "Self-consistency (round 0 of the N agents)",
-        "no_debate",
-        run_sc_round0,
-        calls=lambda s: 0,
-        short="SC (round 0)",
-    ),
-    ArenaMethod(
-        "sc_budget",
-        "Self-consistency at MAD's budget",
-        "no_debate",
-        run_sc_budget,
-        calls=lambda s: s.sc_max_samples,
-        short="SC at MAD's budget",
-        style="Self-Consistency",
-        hollow=True,
-    ),
-    ArenaMethod(
-        "liang_mad",
-        "MAD with roles (Liang et al.)",
-        "roles",
-        role_debate("mad"),
-        calls=lambda s: 3 * s.role_rounds + 2,
-        short="Liang MAD",
-        style="Liang MAD",
-        entropy=False,
-    ),
-    ArenaMethod("dmad", "DMAD", "roles", role_debate("dmad"), calls=lambda s: 3 * s.role_rounds),
-    ArenaMethod(
-        "meta_debate",
-        "Meta-Debate assignment (DMAD)",
-        "roles",
-        run_meta_debate,
-        calls=lambda s: 3 * s.role_rounds + 2 * 3 * s.models,
-        short="Meta-Debate (DMAD)",
-    ),
-)
+ARENA: tuple[ArenaMethod,
+             ...] = (engine_method("mad", "MAD (Du et al.)", engine_debate(), short="MAD",
+                                   calls=lambda s: s.agents * (1 + s.debate_rounds)),
+                     engine_method("madc_truth_last", "MAD + Truth Last (oracle)",
+                                   engine_debate(madc="truth_last"), short="Truth Last (oracle)",
+                                   style="Truth Last", oracle=True),
+                     engine_method("madc", "MAD + MADC order", engine_debate(madc="madc"),
+                                   short="MADC order"),
+                     engine_method("groupdebate", "GroupDebate",
+                                   engine_debate(baseline="groupdebate")),
+                     engine_method("s2mad", "S2-MAD", engine_debate(baseline="s2mad")),
+                     engine_method("smad_star", "S-MAD star", engine_debate(baseline="smad_star")),
+                     engine_method("smad_ring", "S-MAD ring", engine_debate(baseline="smad_ring")),
+                     engine_method("rumad", "RUMAD speak head (kit)", run_rumad,
+                                   short="RUMAD speak head (kit)"),
+                     ArenaMethod("svr_mad", "SVR-MAD", "mad_round0", run_svr_mad_arena,
+                                 calls=lambda s: 2 * s.svr_S * s.agents, entropy=False),
+                     ArenaMethod("sid_et", "SID-ET", "mad_round0", run_sid_et, calls=lambda s: 0),
+                     ArenaMethod("single", "Single agent", "no_debate", run_single,
+                                 calls=lambda s: 0),
+                     ArenaMethod("sc", "Self-consistency (round 0 of the N agents)", "no_debate",
+                                 run_sc_round0, calls=lambda s: 0, short="SC (round 0)"),
+                     ArenaMethod("sc_budget", "Self-consistency at MAD's budget", "no_debate",
+                                 run_sc_budget, calls=lambda s: s.sc_max_samples,
+                                 short="SC at MAD's budget", style="Self-Consistency", hollow=True),
+                     ArenaMethod("liang_mad", "MAD with roles (Liang et al.)", "roles",
+                                 role_debate("mad"), calls=lambda s: 3 * s.role_rounds + 2,
+                                 short="Liang MAD", style="Liang MAD", entropy=False),
+                     ArenaMethod("dmad", "DMAD", "roles", role_debate("dmad"),
+                                 calls=lambda s: 3 * s.role_rounds),
+                     ArenaMethod("meta_debate", "Meta-Debate assignment (DMAD)", "roles",
+                                 run_meta_debate,
+                                 calls=lambda s: 3 * s.role_rounds + 2 * 3 * s.models,
+                                 short="Meta-Debate (DMAD)"))
 
 # %% ../nbs/study/15_arena.ipynb #5a3e86e4
 def arena_method(key: str, methods=None) -> ArenaMethod:
@@ -468,9 +379,8 @@ def arena_method(key: str, methods=None) -> ArenaMethod:
     for m in ARENA if methods is None else methods:
         if m.key == key:
             return m
-    raise ConfigError(
-        "no such arena method", key="method", value=key, choices=[m.key for m in ARENA]
-    )
+    raise ConfigError("no such arena method", key="method", value=key,
+                      choices=[m.key for m in ARENA])
 
 # %% ../nbs/study/15_arena.ipynb #993cd60b
 @planner("arena")
@@ -519,26 +429,21 @@ def arena_results(arena: Arena, methods=None) -> pd.DataFrame:
     methods = list(ARENA if methods is None else methods)
     # stable: table order within a group
     order = sorted(methods, key=lambda m: list(ARENA_GROUPS).index(m.group))
-    res = pd.concat(
-        [arena_rows(arena.per_item[m.key], m.key, arena.experiment) for m in order],
-        ignore_index=True,
-    )
+    res = pd.concat([arena_rows(arena.per_item[m.key], m.key, arena.experiment) for m in order],
+                    ignore_index=True)
     return res.assign(correct=res["correct"].astype(float), tokens=res["tokens"].astype(float))
 
 # %% ../nbs/study/15_arena.ipynb #669acc0a
-def pareto_front(
-    df: pd.DataFrame, cost: str = "tokens", value: str = "accuracy", exclude=None
-) -> pd.Series:
+def pareto_front(df: pd.DataFrame, cost: str = "tokens", value: str = "accuracy",
+                 exclude=None) -> pd.Series:
     """Whether each row is on the Pareto front: no other row has cost <= and value >=, one of them
     strictly (the kit's own). `exclude` (a boolean mask, e.g. methods that read the gold answer):
     those rows are neither on the front nor dominate."""
     c, v = df[cost].to_numpy(float), df[value].to_numpy(float)
     out = np.zeros(len(df), bool) if exclude is None else np.asarray(exclude, dtype=bool)
-    dom = (
-        (c[None, :] <= c[:, None])
-        & (v[None, :] >= v[:, None])
-        & ((c[None, :] < c[:, None]) | (v[None, :] > v[:, None]))
-    )
+    dom = ((c[None, :] <= c[:, None])
+           & (v[None, :] >= v[:, None])
+           & ((c[None, :] < c[:, None]) | (v[None, :] > v[:, None])))
     dom &= ~out[None, :]
     return pd.Series(~dom.any(axis=1) & ~out, index=df.index)
 

@@ -26,8 +26,7 @@ from mad_study.registry import (
     get_model,  # noqa: F401
     model_prefix,
     models_table,  # noqa: F401
-    weight_memory_gb,
-)
+    weight_memory_gb)
 from mad_study.checkpoints import (
     EMBEDDED_GGUF,  # noqa: F401
     TINY_RANDOM_VERSION,  # noqa: F401
@@ -74,67 +73,28 @@ from .vision import VLMBackend
 
 # %% ../nbs/backends/03_backends.ipynb #5ee99ff4
 _all_ = [
-    "Backend",
-    "BaseBackend",
-    "CLOSED_SUBSTITUTES",
-    "MODEL_KINDS",
-    "MODEL_PREFIXES",
-    "MODELS",
-    "QUANTS",
-    "SERVE_HINTS",
-    "TWIN_REVISION",
-    "TWINS",
-    "UMAD_D5_GRID",
-    "ModelSpec",
-    "get_model",
-    "model_prefix",
-    "models_table",
-    "weight_memory_gb",
-    "EMBEDDED_GGUF",
-    "TINY_RANDOM_VERSION",
-    "ModelUnavailable",
-    "embedded_checkpoint",
-    "embedded_gguf_path",
-    "tiny_random_checkpoint",
-    "BF16_KERNEL_BLOCK_N",
-    "CPU_4BIT_KERNELS",
-    "HFBackend",
-    "bf16_kernel_accepts",
-    "cpu_description",
-    "cpu_has_bf16_kernel",
-    "set_cpu_4bit_kernel",
-    "truncate_ids",
-    "truncate_messages",
-    "CLAIM_TIMEOUT",
-    "POLL_SECONDS",
-    "CacheError",
-    "CachedBackend",
-    "GenerationCache",
-    "pid_alive",
-    "SimBackend",
-    "OpenAIBackend",
-    "VLMBackend",
+    "Backend", "BaseBackend", "CLOSED_SUBSTITUTES", "MODEL_KINDS", "MODEL_PREFIXES", "MODELS",
+    "QUANTS", "SERVE_HINTS", "TWIN_REVISION", "TWINS", "UMAD_D5_GRID", "ModelSpec", "get_model",
+    "model_prefix", "models_table", "weight_memory_gb", "EMBEDDED_GGUF", "TINY_RANDOM_VERSION",
+    "ModelUnavailable", "embedded_checkpoint", "embedded_gguf_path", "tiny_random_checkpoint",
+    "BF16_KERNEL_BLOCK_N", "CPU_4BIT_KERNELS", "HFBackend", "bf16_kernel_accepts",
+    "cpu_description", "cpu_has_bf16_kernel", "set_cpu_4bit_kernel", "truncate_ids",
+    "truncate_messages", "CLAIM_TIMEOUT", "POLL_SECONDS", "CacheError", "CachedBackend",
+    "GenerationCache", "pid_alive", "SimBackend", "OpenAIBackend", "VLMBackend"
 ]
 
 # %% ../nbs/backends/03_backends.ipynb #a11c2a94
-def make_backend(
-    model_name: str,
-    *,
-    quant: str = "nf4",
-    cache: GenerationCache | str | os.PathLike | bool | None = None,
-    sim_agents: Mapping[str, Mapping] | None = None,
-    sim_off: Sequence[str] | None = None,
-    backend: str = "hf",
-    **kw,
-) -> Backend:
+def make_backend(model_name: str, *, quant: str = "nf4",
+                 cache: GenerationCache | str | os.PathLike | bool | None = None,
+                 sim_agents: Mapping[str, Mapping] | None = None,
+                 sim_off: Sequence[str] | None = None, backend: str = "hf", **kw) -> Backend:
     """A backend for a registry name (or a `MODEL_PREFIXES` name such as `umad-train:<checkpoint>/<agent>`): `SimBackend` for 'sim*' names, else `HFBackend` (`backend="hf"`) or
     `mad_study.serving.OpenAIBackend` (`backend="openai"`, `kw` = its arguments); behind `CachedBackend` if `cache` is given; `sim_off`: the sim mechanisms switched off (03b_sim), for every sim model."""
     spec = spec_for(model_name)
     kind = backend
     if spec.kind == "sim":
-        backend = SimBackend(
-            model_name, off=sim_off, **dict((sim_agents or {}).get(model_name) or {})
-        )
+        backend = SimBackend(model_name, off=sim_off,
+                             **dict((sim_agents or {}).get(model_name) or {}))
     elif kind == "openai":
         backend = OpenAIBackend(model_name, **kw)
     elif kind != "hf":
@@ -158,8 +118,5 @@ def loaded_footprint_bytes(backend: Backend) -> int:
     model = getattr(backend, "model", None)
     if model is None and hasattr(backend, "load"):
         model = backend.load().model
-    return (
-        int(model.get_memory_footprint())
-        if model is not None and hasattr(model, "get_memory_footprint")
-        else 0
-    )
+    return (int(model.get_memory_footprint())
+            if model is not None and hasattr(model, "get_memory_footprint") else 0)

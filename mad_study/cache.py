@@ -42,7 +42,7 @@ def _proc_stat(pid: int) -> list[str] | None:
     except OSError:
         return None
     try:
-        return s[s.rindex(")") + 2 :].split()
+        return s[s.rindex(")") + 2:].split()
     except ValueError:
         return None
 
@@ -73,22 +73,16 @@ def pid_alive(pid: int, start: str | None = None) -> bool:
 # %% ../nbs/backends/03h_cache.ipynb #3386eeb4
 class GenerationCache:
     "SQLite (WAL) store of generations keyed by `GenRequest.cache_key(backend_id)`; counts hits and misses; claims for concurrent runs."
-
-    def __init__(
-        self,
-        path: str | os.PathLike | None = None,
-        timeout: float = 60.0,
-        claim_timeout: float = CLAIM_TIMEOUT,
-    ):
+    def __init__(self, path: str | os.PathLike | None = None, timeout: float = 60.0,
+                 claim_timeout: float = CLAIM_TIMEOUT):
         self.path = Path(path) if path is not None else runs_dir() / "cache" / "generations.sqlite"
         self.hits = self.misses = self.computed = self.waited = 0
         self.claim_timeout = float(claim_timeout)
         self._lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(
-                str(self.path), timeout=timeout, isolation_level=None, check_same_thread=False
-            )
+            self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None,
+                                         check_same_thread=False)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute(
@@ -96,8 +90,7 @@ class GenerationCache:
             )
             self._conn.execute(
                 "CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL, host TEXT, "
-                "pid INTEGER, pstart TEXT, claimed REAL)"
-            )
+                "pid INTEGER, pstart TEXT, claimed REAL)")
             self._conn.execute("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT)")
             # proves the file is writable
             self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', '1')")
@@ -108,34 +101,25 @@ class GenerationCache:
 @patch
 def _error(self: GenerationCache, what: str, e: BaseException) -> CacheError:
     msg = str(e).strip().replace("\n", " ") or type(e).__name__
-    reason = (
-        "disk full"
-        if "full" in msg.lower() or getattr(e, "errno", None) == 28
-        else "read-only location"
-        if any(
-            s in msg.lower()
-            for s in ("readonly", "read-only", "permission", "not permitted", "unable to open")
-        )
-        else msg
-    )
+    reason = ("disk full" if "full" in msg.lower() or getattr(e, "errno", None) == 28 else
+              "read-only location" if any(s in msg.lower()
+                                          for s in ("readonly", "read-only", "permission",
+                                                    "not permitted", "unable to open")) else msg)
     return CacheError(
         f"{what} the generation cache ({reason}: {msg}); point MAD_STUDY_RUNS at a writable folder "
-        f"with free space, or run without the cache (-p cache=false)",
-        where=self.path,
-    )
+        f"with free space, or run without the cache (-p cache=false)", where=self.path)
 
 # %% ../nbs/backends/03h_cache.ipynb #f0c3312d
 @patch
-def get_many(
-    self: GenerationCache, keys: Sequence[str], count: bool = True
-) -> dict[str, Generation]:
+def get_many(self: GenerationCache, keys: Sequence[str],
+             count: bool = True) -> dict[str, Generation]:
     "The cached generations among `keys` (as `{key: Generation(cached=True)}`); counts hits and misses (unless `count=False`)."
     keys = list(dict.fromkeys(keys))
     found: dict[str, Generation] = {}
     with self._lock:
         try:
             for i in range(0, len(keys), 500):
-                part = keys[i : i + 500]
+                part = keys[i:i + 500]
                 q = f"SELECT key, value FROM generations WHERE key IN ({','.join('?' * len(part))})"
                 for k, v in self._conn.execute(q, part):
                     found[k] = Generation.from_json(v, cached=True)
@@ -152,7 +136,7 @@ def put_many(self: GenerationCache, pairs: Iterable[tuple[str, Generation | str]
     "Store `(key, generation)` pairs and commit at once (dropping their claims); generations with finish_reason 'error' are not stored."
     rows, keys, now = [], [], time.time()
     for k, g in pairs:
-        keys.append((k,))
+        keys.append((k, ))
         if isinstance(g, Generation):
             if g.finish_reason == "error":
                 continue
@@ -180,9 +164,8 @@ def note_backend(self: GenerationCache, backend_id: str, batch_invariant: bool) 
         return
     with self._lock:
         try:
-            self._conn.execute(
-                "INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"batch_variant:{backend_id}", "1")
-            )
+            self._conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                               (f"batch_variant:{backend_id}", "1"))
         except sqlite3.Error as e:
             raise self._error("cannot write", e) from None
 
@@ -192,9 +175,8 @@ def batch_variant_backends(self: GenerationCache) -> list[str]:
     "Backend ids whose cached generations may depend on the batch that computed them (`note_backend`)."
     with self._lock:
         rows = self._conn.execute(
-            "SELECT k FROM meta WHERE k LIKE 'batch_variant:%' ORDER BY k"
-        ).fetchall()
-    return [k.split(":", 1)[1] for (k,) in rows]
+            "SELECT k FROM meta WHERE k LIKE 'batch_variant:%' ORDER BY k").fetchall()
+    return [k.split(":", 1)[1] for (k, ) in rows]
 
 # %% ../nbs/backends/03h_cache.ipynb #23a9ab1a
 @patch
@@ -209,9 +191,8 @@ def _stale(self: GenerationCache, host, pid, pstart, claimed, now, alive: dict) 
 
 # %% ../nbs/backends/03h_cache.ipynb #922560e2
 @patch
-def claim(
-    self: GenerationCache, keys: Iterable[str], owner: str, limit: int | None = None
-) -> tuple[list[str], list[str], dict[str, Generation]]:
+def claim(self: GenerationCache, keys: Iterable[str], owner: str,
+          limit: int | None = None) -> tuple[list[str], list[str], dict[str, Generation]]:
     "Claim up to `limit` of `keys` (distinct) for `owner`, in order, in one transaction."
     it = iter(keys)
     limit = math.inf if limit is None else int(limit)
@@ -237,18 +218,8 @@ def claim(
 
 # %% ../nbs/backends/03h_cache.ipynb #9af10352
 @patch
-def _claim_window(
-    self: GenerationCache,
-    part: list[str],
-    owner: str,
-    limit: float,
-    me: tuple,
-    now: float,
-    alive: dict,
-    won: list,
-    held: list,
-    done: dict,
-) -> None:
+def _claim_window(self: GenerationCache, part: list[str], owner: str, limit: float, me: tuple,
+                  now: float, alive: dict, won: list, held: list, done: dict) -> None:
     "One window of `claim`, inside its transaction: note what is stored, take the keys that are free, ours or stale."
     ph = ",".join("?" * len(part))
     for k, v in self._conn.execute(f"SELECT key, value FROM generations WHERE key IN ({ph})", part):
@@ -256,8 +227,7 @@ def _claim_window(
     claims = {
         r[0]: r[1:]
         for r in self._conn.execute(
-            f"SELECT key, owner, host, pid, pstart, claimed FROM claims WHERE key IN ({ph})", part
-        )
+            f"SELECT key, owner, host, pid, pstart, claimed FROM claims WHERE key IN ({ph})", part)
     }
     take = []
     for k in part:
@@ -287,11 +257,10 @@ def release(self: GenerationCache, owner: str, keys: Sequence[str] | None = None
     with self._lock:
         try:
             if keys is None:
-                self._conn.execute("DELETE FROM claims WHERE owner = ?", (owner,))
+                self._conn.execute("DELETE FROM claims WHERE owner = ?", (owner, ))
             else:
-                self._conn.executemany(
-                    "DELETE FROM claims WHERE owner = ? AND key = ?", [(owner, k) for k in keys]
-                )
+                self._conn.executemany("DELETE FROM claims WHERE owner = ? AND key = ?",
+                                       [(owner, k) for k in keys])
         except sqlite3.Error as e:
             raise self._error("cannot write", e) from None
 
@@ -305,10 +274,8 @@ def __len__(self: GenerationCache) -> int:
 @patch
 def __contains__(self: GenerationCache, key: str) -> bool:
     with self._lock:
-        return (
-            self._conn.execute("SELECT 1 FROM generations WHERE key = ?", (key,)).fetchone()
-            is not None
-        )
+        return (self._conn.execute("SELECT 1 FROM generations WHERE key = ?", (key, )).fetchone()
+                is not None)
 
 # %% ../nbs/backends/03h_cache.ipynb #8b512183
 @patch
@@ -340,13 +307,8 @@ POLL_SECONDS = (0.05, 1.0)
 # %% ../nbs/backends/03h_cache.ipynb #29b5cf8a
 class CachedBackend(BaseBackend):
     "Serves hits from a `GenerationCache`; computes only misses it claims (chunk by chunk, committed); waits for others' claims."
-
-    def __init__(
-        self,
-        inner: Backend,
-        cache: GenerationCache | str | os.PathLike | None = None,
-        chunk_size: int | None = None,
-    ):
+    def __init__(self, inner: Backend, cache: GenerationCache | str | os.PathLike | None = None,
+                 chunk_size: int | None = None):
         self.inner = inner
         self.cache = cache if isinstance(cache, GenerationCache) else GenerationCache(cache)
         self.chunk_size = chunk_size
@@ -363,9 +325,8 @@ class CachedBackend(BaseBackend):
 
 # %% ../nbs/backends/03h_cache.ipynb #21f15d8d
 @patch
-def _lookup(
-    self: CachedBackend, requests: list[GenRequest], keys: list[str]
-) -> tuple[list, dict[str, list[int]]]:
+def _lookup(self: CachedBackend, requests: list[GenRequest],
+            keys: list[str]) -> tuple[list, dict[str, list[int]]]:
     "The hits, in request order (None for a miss), and the misses as `{key: [positions]}` (identical requests share one)."
     found = self.cache.get_many(keys)
     out: list[Generation | None] = [None] * len(requests)
@@ -381,9 +342,8 @@ def _lookup(
 
 # %% ../nbs/backends/03h_cache.ipynb #b49728ec
 @patch
-def _compute(
-    self: CachedBackend, requests: list[GenRequest], won: list[str], pending: dict, out: list
-) -> None:
+def _compute(self: CachedBackend, requests: list[GenRequest], won: list[str], pending: dict,
+             out: list) -> None:
     "Generate the chunk of keys this process won, commit it to the cache at once, and fill `out`."
     bid = self.inner.backend_id
     if not self.batch_invariant and len(won) > 1:
@@ -391,8 +351,7 @@ def _compute(
     gens = self.inner.generate([requests[pending[k][0]] for k in won])
     if len(gens) != len(won):
         raise RuntimeError(
-            f"{bid}: backend returned {len(gens)} generations for {len(won)} requests"
-        )
+            f"{bid}: backend returned {len(gens)} generations for {len(won)} requests")
     self.cache.put_many(zip(won, gens))
     self.computed += len(won)
     self.cache.computed += len(won)
@@ -407,9 +366,8 @@ def generate(self: CachedBackend, requests: list[GenRequest]) -> list[Generation
     requests = list(requests)
     keys = [r.cache_key(self.inner.backend_id) for r in requests]
     out, pending = self._lookup(requests, keys)
-    remaining = dict.fromkeys(
-        sorted(pending, key=lambda k: -_prompt_chars(requests[pending[k][0]]))
-    )
+    remaining = dict.fromkeys(sorted(pending,
+                                     key=lambda k: -_prompt_chars(requests[pending[k][0]])))
     delay, won = POLL_SECONDS[0], []
     try:
         while remaining:

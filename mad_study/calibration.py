@@ -22,15 +22,8 @@ from .madc import item_scores, run_strategies
 from .protocols import make_baseline
 from .rumad import rumad_prompt
 from .registry import load_profile
-from mad_study.sim import (
-    MECHANISMS as SIM_MECHANISMS,
-    SimAgent,
-    SimBackend,
-    item_difficulty,
-    logit,
-    sim_items,
-    switch_off,
-)
+from .sim import (MECHANISMS as SIM_MECHANISMS, SimAgent, SimBackend, item_difficulty,
+                           logit, sim_items, switch_off)
 from .stats import n_for_power, paired_inference, resolvable_effect
 from .voting import vote_table
 
@@ -47,15 +40,8 @@ __all__ = ['FITTED_FIELD', 'STATISTICS', 'GRIDS', 'FIT_ORDER', 'CONTROLS', 'MECH
 # table (03b_sim `MECHANISMS`); competence's `skill` is fitted exactly, per task, as `task_skill`
 FITTED_FIELD = {
     m: SIM_MECHANISMS[m]["fields"][0]
-    for m in (
-        "competence",
-        "conformity",
-        "recency",
-        "persuasion",
-        "context_harm",
-        "debate_noise",
-        "signals",
-    )
+    for m in ("competence", "conformity", "recency", "persuasion", "context_harm", "debate_noise",
+              "signals")
 }
 
 # %% ../nbs/study/16_calibration.ipynb #d3dcade9
@@ -65,23 +51,12 @@ def sim_model_of(model: str, model_map: Mapping[str, str] | None = None) -> str:
     return mm.get(model, mm.get("*", "sim-generic"))
 
 # %% ../nbs/study/16_calibration.ipynb #72169614
-def _row(
-    paper, source, quantity, model, task, printed, mechanism, statistic, mm, family="world", note=""
-):
+def _row(paper, source, quantity, model, task, printed, mechanism, statistic, mm, family="world",
+         note=""):
     sims = "+".join(sim_model_of(m, mm) for m in model.split("+"))
-    return dict(
-        paper=paper,
-        source=source,
-        quantity=quantity,
-        paper_model=model,
-        task=task,
-        sim_model=sims,
-        printed=float(printed),
-        mechanism=mechanism,
-        statistic=statistic,
-        family=family,
-        note=note,
-    )
+    return dict(paper=paper, source=source, quantity=quantity, paper_model=model, task=task,
+                sim_model=sims, printed=float(printed), mechanism=mechanism, statistic=statistic,
+                family=family, note=note)
 
 # %% ../nbs/study/16_calibration.ipynb #b0830900
 def _madc_rows(mm: Mapping[str, str]) -> list[dict]:
@@ -90,19 +65,16 @@ def _madc_rows(mm: Mapping[str, str]) -> list[dict]:
     are served by truth-favouring persuasion (03b_sim `persuasion`): a debate round beats the vote only if a shown
     correct answer persuades more than a wrong one."""
     rows, src = [], "MADC Table 1"
-    quantities = (
-        ("Single CoT accuracy", "competence", "round0_accuracy"),
-        ("MAD - Single CoT (points)", "conformity", "madc_debate_gain"),
-        ("MAD+Truth Last - MAD (points)", "recency", "madc_truth_last_gain"),
-        ("MAD - Self-Consistency (points)", "persuasion", "madc_mad_vs_sc"),
-        ("MADC - MAD (points)", "persuasion", "madc_vs_mad"),
-    )
+    quantities = (("Single CoT accuracy", "competence", "round0_accuracy"),
+                  ("MAD - Single CoT (points)", "conformity", "madc_debate_gain"),
+                  ("MAD+Truth Last - MAD (points)", "recency", "madc_truth_last_gain"),
+                  ("MAD - Self-Consistency (points)", "persuasion",
+                   "madc_mad_vs_sc"), ("MADC - MAD (points)", "persuasion", "madc_vs_mad"))
     for model, g in paper_table("madc_tab1").groupby("model", sort=False):
         v = g.set_index("method")
         for t in ("bbh_logical_deduction_7", "bbh_geometric_shapes", "math500"):
-            s, mad, tl, sc, madc = (
-                float(v.loc[k, t]) for k in ("single", "mad", "truth_last", "sc", "madc")
-            )
+            s, mad, tl, sc, madc = (float(v.loc[k, t])
+                                    for k in ("single", "mad", "truth_last", "sc", "madc"))
             for (q, mech, stat), x in zip(quantities, (s, mad - s, tl - mad, mad - sc, madc - mad)):
                 rows.append(_row("MADC", src, q, model, t, x, mech, stat, mm))
     q = "MAD 10 agents - 3 agents (points)"
@@ -110,8 +82,7 @@ def _madc_rows(mm: Mapping[str, str]) -> list[dict]:
     for _, r in t25.query("method == 'mad'").iterrows():
         x, src = float(r["10"]) - float(r["3"]), f"MADC Table {r['table']}"
         rows.append(
-            _row("MADC", src, q, r["model"], r["task"], x, "conformity", "madc_agent_scaling", mm)
-        )
+            _row("MADC", src, q, r["model"], r["task"], x, "conformity", "madc_agent_scaling", mm))
     # MADC (Alg. 1) against MAD at 10 agents: the position effect the method exploits
     w = t25.set_index(["table", "method"])["10"].astype(float)
     q = "MADC - MAD at 10 agents (points)"
@@ -128,81 +99,28 @@ def _du_umad_rows(mm: Mapping[str, str]) -> list[dict]:
     src, m = "Du et al. Table 1 (arXiv 2305.14325)", "qwen2.5-7b-instruct"
     note = "paper model gpt-3.5-turbo; the kit's stand-in"
     rows = [
-        _row(
-            "Du et al.",
-            src,
-            "single agent accuracy",
-            m,
-            "gsm8k",
-            du["single"],
-            "competence",
-            "round0_accuracy",
-            mm,
-            note=note,
-        ),
-        _row(
-            "Du et al.",
-            src,
-            "debate - single agent (points)",
-            m,
-            "gsm8k",
-            du["debate"] - du["single"],
-            "conformity",
-            "du_debate_gain",
-            mm,
-            note=note,
-        ),
+        _row("Du et al.", src, "single agent accuracy", m, "gsm8k", du["single"], "competence",
+             "round0_accuracy", mm, note=note),
+        _row("Du et al.", src, "debate - single agent (points)", m, "gsm8k",
+             du["debate"] - du["single"], "conformity", "du_debate_gain", mm, note=note),
         # the same gain, served by truth-favouring persuasion: its control switches persuasion off alone
-        _row(
-            "Du et al.",
-            src,
-            "debate - single agent (points)",
-            m,
-            "gsm8k",
-            du["debate"] - du["single"],
-            "persuasion",
-            "du_debate_gain",
-            mm,
-            note=note,
-        ),
+        _row("Du et al.", src, "debate - single agent (points)", m, "gsm8k",
+             du["debate"] - du["single"], "persuasion", "du_debate_gain", mm, note=note)
     ]
     u = paper_table("umad_tab1")
     u["accuracy_pct"] = u["accuracy_pct"].astype(float)
-    w = u.pivot_table(
-        index=["setting", "agent", "model", "task"],
-        columns="turn",
-        values="accuracy_pct",
-        sort=False,
-    )
+    w = u.pivot_table(index=["setting", "agent", "model", "task"], columns="turn",
+                      values="accuracy_pct", sort=False)
     for (setting, agent, model, task), r in w.iterrows():
         homog = setting == "homogeneous"
         rows.append(
-            _row(
-                "UMAD",
-                "UMAD Table 1 (Zero-Shot, T=1)",
-                f"initial pass@1, {setting} {agent}",
-                model,
-                task,
-                r["1"],
-                "competence",
-                "round0_accuracy",
-                mm,
-            )
-        )
+            _row("UMAD", "UMAD Table 1 (Zero-Shot, T=1)", f"initial pass@1, {setting} {agent}",
+                 model, task, r["1"], "competence", "round0_accuracy", mm))
         rows.append(
-            _row(
-                "UMAD",
-                "UMAD Table 1 (Zero-Shot, T=5 - T=1)",
-                f"pass@1 change over 4 debate turns, {setting} {agent}",
-                model,
-                task,
-                r["5"] - r["1"],
-                "debate_noise",
-                "umad_turn_gain" if homog else None,
-                mm,
-                note="" if homog else "heterogeneous pair: not in this pass",
-            )
-        )
+            _row("UMAD", "UMAD Table 1 (Zero-Shot, T=5 - T=1)",
+                 f"pass@1 change over 4 debate turns, {setting} {agent}", model, task,
+                 r["5"] - r["1"], "debate_noise", "umad_turn_gain" if homog else None, mm,
+                 note="" if homog else "heterogeneous pair: not in this pass"))
     return rows
 
 # %% ../nbs/study/16_calibration.ipynb #6d150b65
@@ -215,70 +133,25 @@ def _other_rows(mm: Mapping[str, str]) -> list[dict]:
     for t in ("MMLU", "GPQA", "GSM8K"):
         x = rt[(t, "MAD")] - rt[(t, "S-MAD star")]
         rows.append(
-            _row(
-                "RUMAD",
-                "RUMAD Table 2",
-                "MAD - S-MAD star accuracy (points)",
-                rm,
-                t.lower(),
-                x,
-                "context_harm",
-                "rumad_dense_sparse_gap",
-                mm,
-            )
-        )
+            _row("RUMAD", "RUMAD Table 2", "MAD - S-MAD star accuracy (points)", rm, t.lower(), x,
+                 "context_harm", "rumad_dense_sparse_gap", mm))
     note = "needs SVR-MAD's runner (mad_study.svr_mad): not in this pass"
     for (llm, ds), g in paper_table("svr_tab1").groupby(["llm", "dataset"], sort=False):
         a = g.set_index("key")["Acc (%)"].astype(float)
         rows.append(
-            _row(
-                "SVR-MAD",
-                "SVR-MAD Table 1",
-                "SVR-MAD - GroupDebate accuracy (points)",
-                llm.lower(),
-                ds,
-                a["svr_mad"] - a["groupdebate"],
-                "signals",
-                None,
-                mm,
-                note=note,
-            )
-        )
+            _row("SVR-MAD", "SVR-MAD Table 1", "SVR-MAD - GroupDebate accuracy (points)",
+                 llm.lower(), ds, a["svr_mad"] - a["groupdebate"], "signals", None, mm, note=note))
     note = "served by the role sim (RoleSimBackend), fitted apart"
     for _, r in paper_table("meta_tab1").iterrows():
         for t in ("gpqa", "mathvision", "realworldqa"):
             rows.append(
-                _row(
-                    "Meta-Debate",
-                    "Meta-Debate Table 1",
-                    f"{r['method']} accuracy",
-                    r["model"],
-                    t,
-                    r[t],
-                    "roles",
-                    None,
-                    mm,
-                    family="roles",
-                    note=note,
-                )
-            )
+                _row("Meta-Debate", "Meta-Debate Table 1", f"{r['method']} accuracy", r["model"], t,
+                     r[t], "roles", None, mm, family="roles", note=note))
     for _, r in paper_table("meta_tab2").iterrows():
         for fw in ("mad", "dmad"):
             rows.append(
-                _row(
-                    "Meta-Debate",
-                    "Meta-Debate Table 2",
-                    f"{fw} accuracy, {r['assignment']}",
-                    "*",
-                    "gpqa",
-                    r[fw],
-                    "roles",
-                    None,
-                    mm,
-                    family="roles",
-                    note=note,
-                )
-            )
+                _row("Meta-Debate", "Meta-Debate Table 2", f"{fw} accuracy, {r['assignment']}", "*",
+                     "gpqa", r[fw], "roles", None, mm, family="roles", note=note))
     return rows
 
 # %% ../nbs/study/16_calibration.ipynb #e7d59b43
@@ -299,22 +172,12 @@ def claim_rows(model_map: Mapping[str, str] | None = None) -> pd.DataFrame:
     heterogeneous pair the stronger model flips less (Qwen3-4B vs Qwen2.5-3B on UMAD's math task, stronger - weaker
     < 0), served by conformity."""
     mm = dict(model_map if model_map is not None else load_profile("sim").get("model_map", {}))
-    return pd.DataFrame(
-        [
-            _row(
-                "UMAD",
-                "UMAD Fig. 5 (drawn)",
-                "flip ratio T=1 -> T=2, stronger - weaker agent (points; claim: < 0)",
-                "qwen2.5-3b-instruct+qwen3-4b-instruct-2507",
-                "math500",
-                float("nan"),
-                "conformity",
-                "umad_flip_gap",
-                mm,
-                note="drawn, not printed: the sign is the claim",
-            )
-        ]
-    ).assign(sign=-1.0)
+    return pd.DataFrame([
+        _row("UMAD", "UMAD Fig. 5 (drawn)",
+             "flip ratio T=1 -> T=2, stronger - weaker agent (points; claim: < 0)",
+             "qwen2.5-3b-instruct+qwen3-4b-instruct-2507", "math500", float("nan"), "conformity",
+             "umad_flip_gap", mm, note="drawn, not printed: the sign is the claim")
+    ]).assign(sign=-1.0)
 
 # %% ../nbs/study/16_calibration.ipynb #608678b1
 @dataclass
@@ -347,13 +210,12 @@ class World:
     def key(self, models: Sequence[str], off: Sequence[str] = ()) -> str:
         "A string that names the agents of `models` with `off` switched off (for the statistics' memo)."
         return json.dumps(
-            [[dataclasses.asdict(self.agent(m)) for m in models], sorted(off)], sort_keys=True
-        )
+            [[dataclasses.asdict(self.agent(m))
+              for m in models], sorted(off)], sort_keys=True)
 
 # %% ../nbs/study/16_calibration.ipynb #307540be
-def world_from_profile(
-    profile: str = "sim", overrides: Mapping[str, Mapping] | None = None
-) -> World:
+def world_from_profile(profile: str = "sim",
+                       overrides: Mapping[str, Mapping] | None = None) -> World:
     "The world of a profile's `sim_agents:` (params/profiles/<profile>.yaml), each entry updated by `overrides` (e.g. an experiment's MADC or RUMAD agents)."
     spec = {k: dict(v) for k, v in (load_profile(profile).get("sim_agents") or {}).items()}
     for k, v in (overrides or {}).items():
@@ -367,16 +229,14 @@ def expected_round0(skill: float, difficulties: Sequence[float]) -> float:
     return float(np.mean(1.0 / (1.0 + np.exp(-(logit(skill) - d)))))
 
 # %% ../nbs/study/16_calibration.ipynb #0a865c64
-def fit_task_skill(
-    target: float, task: str, n_items: int = 400, difficulty_sd: float = 1.0, eps: float = 1e-6
-) -> float:
+def fit_task_skill(target: float, task: str, n_items: int = 400, difficulty_sd: float = 1.0,
+                   eps: float = 1e-6) -> float:
     """The `task_skill` whose expected round-0 accuracy on the sim profile's items of `task` (`sim_items(task,
     n_items)`, `item_difficulty(item, difficulty_sd)`) equals `target` (a share in [0, 1]; MADC / UMAD / Du et
     al. single-agent accuracy), solved exactly with Brent's method. A target of 0 or 1 is clipped to `eps` from it."""
     if not (isinstance(target, (int, float)) and 0.0 <= target <= 1.0):
-        raise ConfigError(
-            "a single-agent accuracy must be a share in [0, 1]", key="target", value=target
-        )
+        raise ConfigError("a single-agent accuracy must be a share in [0, 1]", key="target",
+                          value=target)
     try:
         items = sim_items(task, n_items)
     except ConfigError:
@@ -387,9 +247,8 @@ def fit_task_skill(
     return float(optimize.brentq(lambda s: expected_round0(s, d) - t, eps, 1 - eps, xtol=1e-10))
 
 # %% ../nbs/study/16_calibration.ipynb #47f73adf
-def competence_fit(
-    targets: pd.DataFrame, world: World | None = None, n_items: int = 400
-) -> pd.DataFrame:
+def competence_fit(targets: pd.DataFrame, world: World | None = None,
+                   n_items: int = 400) -> pd.DataFrame:
     """The exact competence fit: per (sim model, task) with printed single-agent accuracies (MADC Table 1, UMAD
     Table 1 T=1, Du et al.), the `task_skill` whose expected round-0 accuracy on the first `n_items` items (the calibration table's cap) equals their mean (parse failures, `parse_fail`, counted as wrong); `spread` (max - min,
     points) is the tension when one sim model stands for several printed numbers."""
@@ -399,25 +258,15 @@ def competence_fit(
         a = world.agent(m) if world is not None else SimAgent()
         p = g["printed"].to_numpy(float)
         # a parse failure scores wrong: the agent must solve p / (1 - parse_fail) of the items it answers
-        s = fit_task_skill(
-            min(p.mean() / 100 / (1 - a.parse_fail), 1.0), t, n_items, a.difficulty_sd
-        )
+        s = fit_task_skill(min(p.mean() / 100 / (1 - a.parse_fail), 1.0), t, n_items,
+                           a.difficulty_sd)
         rows.append(
             dict(
-                sim_model=m,
-                task=t,
-                n_printed=len(p),
-                printed_mean=p.mean(),
-                spread=p.max() - p.min(),
-                task_skill=s,
+                sim_model=m, task=t, n_printed=len(p), printed_mean=p.mean(),
+                spread=p.max() - p.min(), task_skill=s,
                 sources="; ".join(dict.fromkeys(g["source"])),
-                tension=(
-                    f"{len(p)} printed numbers span {p.max() - p.min():.1f} points"
-                    if p.max() - p.min() > 2.0
-                    else ""
-                ),
-            )
-        )
+                tension=(f"{len(p)} printed numbers span {p.max() - p.min():.1f} points"
+                         if p.max() - p.min() > 2.0 else "")))
     return pd.DataFrame(rows)
 
 # %% ../nbs/study/16_calibration.ipynb #8dd85d92
@@ -425,60 +274,37 @@ def _by_item(df: pd.DataFrame, col: str) -> pd.Series:
     return df.groupby("item_id", sort=True)[col].mean().astype(float)
 
 # %% ../nbs/study/16_calibration.ipynb #e6c402b3
-def round0_accuracy(
-    world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
-) -> tuple[np.ndarray, np.ndarray]:
+def round0_accuracy(world: World, row: Mapping, n_items: int, seeds: int,
+                    off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
     "Single-agent accuracy per item (MADC's Single CoT, UMAD's T=1, Du et al.'s single agent): round 0 of one agent of the row's sim model, `seeds` samples per item, the mechanisms `off` switched off; (accuracy, zeros)."
     m, task = row["sim_model"].split("+")[0], row["task"]
     items = sim_items(task, n_items)
-    tr = run_debate(
-        items,
-        make_agents([m]),
-        world.backends([m], off),
-        debate_rounds=0,
-        samples=seeds,
-        sampling=Sampling(temperature=1.0, max_new_tokens=512),
-        progress=False,
-    )
+    tr = run_debate(items, make_agents([m]), world.backends([m], off), debate_rounds=0,
+                    samples=seeds, sampling=Sampling(temperature=1.0,
+                                                     max_new_tokens=512), progress=False)
     a = _by_item(tr, "correct").to_numpy()
     return a, np.zeros_like(a)
 
 # %% ../nbs/study/16_calibration.ipynb #212473ed
-def du_debate_gain(
-    world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
-) -> tuple[np.ndarray, np.ndarray]:
+def du_debate_gain(world: World, row: Mapping, n_items: int, seeds: int,
+                   off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
     "Du et al.'s GSM8K effect per item: 3 agents, one debate round, the du_gsm8k prompt, the mechanisms `off` switched off; (majority vote after debate, mean single-agent accuracy at round 0)."
     m, task = row["sim_model"].split("+")[0], row["task"]
     items = sim_items(task, n_items)
-    tr = run_debate(
-        items,
-        make_agents([m] * 3),
-        world.backends([m], off),
-        protocol=FullyConnected(),
-        debate_rounds=1,
-        samples=seeds,
-        prompt="du_gsm8k",
-        sampling=Sampling(temperature=1.0, max_new_tokens=1024),
-        progress=False,
-    )
+    tr = run_debate(items, make_agents([m] * 3), world.backends([m], off),
+                    protocol=FullyConnected(), debate_rounds=1, samples=seeds, prompt="du_gsm8k",
+                    sampling=Sampling(temperature=1.0, max_new_tokens=1024), progress=False)
     last = vote_table(tr[tr["round"] == 1])
-    return _by_item(last, "correct").to_numpy(), _by_item(
-        tr[tr["round"] == 0], "correct"
-    ).to_numpy()
+    return _by_item(last, "correct").to_numpy(), _by_item(tr[tr["round"] == 0],
+                                                          "correct").to_numpy()
 
 # %% ../nbs/study/16_calibration.ipynb #ca60c034
 _MEMO: dict = {}
 
 # %% ../nbs/study/16_calibration.ipynb #9c1e4ed0
 def madc_runs(
-    world: World,
-    model: str,
-    task: str,
-    n_items: int,
-    seeds: int,
-    n_agents: int = 10,
-    strategies: Sequence[str] = ("fixed", "truth_last"),
-    off: Sequence[str] = (),
+    world: World, model: str, task: str, n_items: int, seeds: int, n_agents: int = 10,
+    strategies: Sequence[str] = ("fixed", "truth_last"), off: Sequence[str] = ()
 ) -> dict[str, pd.Series]:
     """MADC's Table 1 runs through `mad_study.madc.run_strategies` (Fixed = MAD, Truth Last), `n_agents` agents, one
     debate round, the mechanisms `off` switched off: per-item single-agent accuracy (`single`) and majority-vote
@@ -490,82 +316,63 @@ def madc_runs(
         _MEMO.clear()
     missing = [s for s in strategies if (*base, s) not in _MEMO]
     if missing:
-        trs = run_strategies(
-            sim_items(task, n_items),
-            model,
-            world.backends([model], off),
-            missing,
-            n_agents=n_agents,
-            repeats=seeds,
-            progress=False,
-        )
+        trs = run_strategies(sim_items(task, n_items), model, world.backends([model], off), missing,
+                             n_agents=n_agents, repeats=seeds, progress=False)
         t0 = trs[missing[0]]
         r0 = item_scores(t0[t0["round"] == 0], entropy=False)
         _MEMO[(*base, "single")] = _by_item(r0, "share")
         # Self-Consistency (MADC Table 1's SC): the majority vote of the n independent round-0 answers
         _MEMO[(*base, "sc")] = _by_item(r0, "accuracy")
         for s, t in trs.items():
-            _MEMO[(*base, s)] = _by_item(
-                item_scores(t[t["round"] == t["round"].max()], entropy=False), "accuracy"
-            )
+            _MEMO[(*base,
+                   s)] = _by_item(item_scores(t[t["round"] == t["round"].max()], entropy=False),
+                                  "accuracy")
     return {s: _MEMO[(*base, s)] for s in ("single", "sc", *strategies)}
 
 # %% ../nbs/study/16_calibration.ipynb #3400dd08
-def madc_debate_gain(
-    world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
-) -> tuple[np.ndarray, np.ndarray]:
+def madc_debate_gain(world: World, row: Mapping, n_items: int, seeds: int,
+                     off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
     "MADC Table 1's MAD - Single CoT per item, the mechanisms `off` switched off: (MAD's majority vote, single-agent accuracy)."
     # Fixed alone: its control (conformity off) needs no Truth Last run
-    r = madc_runs(
-        world, row["sim_model"], row["task"], n_items, seeds, strategies=("fixed",), off=off
-    )
+    r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds, strategies=("fixed", ),
+                  off=off)
     return r["fixed"].to_numpy(), r["single"].to_numpy()
 
 # %% ../nbs/study/16_calibration.ipynb #ce8b34ab
-def madc_truth_last_gain(
-    world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
-) -> tuple[np.ndarray, np.ndarray]:
+def madc_truth_last_gain(world: World, row: Mapping, n_items: int, seeds: int,
+                         off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
     "MADC Table 1's MAD+Truth Last - MAD per item (the position effect that recency serves), the mechanisms `off` switched off: (Truth Last, Fixed)."
     r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds, off=off)
     return r["truth_last"].to_numpy(), r["fixed"].to_numpy()
 
 # %% ../nbs/study/16_calibration.ipynb #7bf5ec6d
-def madc_agent_scaling(
-    world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
-) -> tuple[np.ndarray, np.ndarray]:
+def madc_agent_scaling(world: World, row: Mapping, n_items: int, seeds: int,
+                       off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
     "MADC Tables 2-5: MAD with 10 agents - with 3 agents per item, the mechanisms `off` switched off: (10 agents' majority vote, 3 agents')."
     m, t = row["sim_model"], row["task"]
-    ten = madc_runs(world, m, t, n_items, seeds, 10, ("fixed",), off)["fixed"]
-    three = madc_runs(world, m, t, n_items, seeds, 3, ("fixed",), off)["fixed"]
+    ten = madc_runs(world, m, t, n_items, seeds, 10, ("fixed", ), off)["fixed"]
+    three = madc_runs(world, m, t, n_items, seeds, 3, ("fixed", ), off)["fixed"]
     return ten.to_numpy(), three.to_numpy()
 
 # %% ../nbs/study/16_calibration.ipynb #madcvs01
-def madc_vs_mad(
-    world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
-) -> tuple[np.ndarray, np.ndarray]:
+def madc_vs_mad(world: World, row: Mapping, n_items: int, seeds: int,
+                off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
     "MADC Tables 2-5 at 10 agents: MADC (Alg. 1, the consistency-ordered allocation) - MAD (Fixed) per item, the mechanisms `off` switched off: (MADC's majority vote, MAD's)."
     r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds, 10, ("fixed", "madc"), off)
     return r["madc"].to_numpy(), r["fixed"].to_numpy()
 
 # %% ../nbs/study/16_calibration.ipynb #madcsc01
-def madc_mad_vs_sc(
-    world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
-) -> tuple[np.ndarray, np.ndarray]:
+def madc_mad_vs_sc(world: World, row: Mapping, n_items: int, seeds: int,
+                   off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
     "MADC Table 1's MAD - SC per item (10 agents, one debate round, the mechanisms `off` switched off): (MAD's majority vote after the round, the majority vote of the same agents' independent round-0 answers)."
-    r = madc_runs(
-        world, row["sim_model"], row["task"], n_items, seeds, strategies=("fixed",), off=off
-    )
+    r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds, strategies=("fixed", ),
+                  off=off)
     return r["fixed"].to_numpy(), r["sc"].to_numpy()
 
 # %% ../nbs/study/16_calibration.ipynb #ae03b9ea
-def rumad_dense_sparse_gap(
-    world: World,
-    row: Mapping,
-    n_items: int,
-    seeds: int,
-    off: Sequence[str] = (),
-    debate_rounds: int = 5,
-) -> tuple[np.ndarray, np.ndarray]:
+def rumad_dense_sparse_gap(world: World, row: Mapping, n_items: int, seeds: int,
+                           off: Sequence[str] = (),
+                           debate_rounds: int = 5) -> tuple[np.ndarray, np.ndarray]:
     """RUMAD Table 2's MAD - S-MAD star per item, on Table 2's protocol: its six agents (two of each of the row's sim
     models) for all six rounds (round 0 + `debate_rounds`, no early stop, as Table 2's MAD and S-MAD star rows run)
     under `mad_study.protocols.make_baseline('mad', min_agree=None)` and `('smad_star', min_agree=None)`, the rumad
@@ -575,70 +382,38 @@ def rumad_dense_sparse_gap(
     items = sim_items(row["task"], n_items)
     out = []
     for name in ("mad", "smad_star"):
-        tr = run_debate(
-            items,
-            agents,
-            world.backends(models, off),
-            protocol=make_baseline(name, min_agree=None),
-            debate_rounds=debate_rounds,
-            samples=seeds,
-            prompt=rumad_prompt("rumad", items[0].fmt),
-            sampling=Sampling(temperature=1.0, max_new_tokens=512),
-            progress=False,
-        )
+        tr = run_debate(items, agents, world.backends(models, off),
+                        protocol=make_baseline(name, min_agree=None), debate_rounds=debate_rounds,
+                        samples=seeds, prompt=rumad_prompt("rumad", items[0].fmt),
+                        sampling=Sampling(temperature=1.0, max_new_tokens=512), progress=False)
         out.append(_by_item(vote_table(tr[tr["round"] == tr["round"].max()]), "correct").to_numpy())
     return out[0], out[1]
 
 # %% ../nbs/study/16_calibration.ipynb #ce0d3212
-def umad_turn_gain(
-    world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
-) -> tuple[np.ndarray, np.ndarray]:
+def umad_turn_gain(world: World, row: Mapping, n_items: int, seeds: int,
+                   off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
     """UMAD Table 1's pass@1 at T=5 - at T=1 per item for a homogeneous pair of the row's sim model (two agents, four
     debate rounds, no history: App. F.2, no aggregation), the mechanisms `off` switched off; (T=5, T=1), both agents
     pooled."""
     m, task = row["sim_model"].split("+")[0], row["task"]
-    tr = run_debate(
-        sim_items(task, n_items),
-        make_agents([m, m]),
-        world.backends([m], off),
-        debate_rounds=4,
-        samples=seeds,
-        history="none",
-        prompt="umad_math",
-        sampling=Sampling(temperature=0.6, max_new_tokens=2048),
-        progress=False,
-    )
-    return _by_item(tr[tr["round"] == 4], "correct").to_numpy(), _by_item(
-        tr[tr["round"] == 0], "correct"
-    ).to_numpy()
+    tr = run_debate(sim_items(task, n_items), make_agents([m, m]), world.backends([m], off),
+                    debate_rounds=4, samples=seeds, history="none", prompt="umad_math",
+                    sampling=Sampling(temperature=0.6, max_new_tokens=2048), progress=False)
+    return _by_item(tr[tr["round"] == 4],
+                    "correct").to_numpy(), _by_item(tr[tr["round"] == 0], "correct").to_numpy()
 
 # %% ../nbs/study/16_calibration.ipynb #umadfl01
-def umad_pair(
-    world: World,
-    models: Sequence[str],
-    task: str,
-    n_items: int,
-    seeds: int,
-    debate_rounds: int,
-    off=(),
-) -> pd.DataFrame:
+def umad_pair(world: World, models: Sequence[str], task: str, n_items: int, seeds: int,
+              debate_rounds: int, off=()) -> pd.DataFrame:
     "UMAD's zero-shot pair (App. F.2: two agents, no history, the umad_math prompt, T = 0.6) on the world, `off` switched off: the transcript."
-    return run_debate(
-        sim_items(task, n_items),
-        make_agents(list(models)),
-        world.backends(list(models), off),
-        debate_rounds=debate_rounds,
-        samples=seeds,
-        history="none",
-        prompt="umad_math",
-        sampling=Sampling(temperature=0.6, max_new_tokens=2048),
-        progress=False,
-    )
+    return run_debate(sim_items(task, n_items), make_agents(list(models)),
+                      world.backends(list(models), off), debate_rounds=debate_rounds, samples=seeds,
+                      history="none", prompt="umad_math",
+                      sampling=Sampling(temperature=0.6, max_new_tokens=2048), progress=False)
 
 
-def umad_flip_gap(
-    world: World, row: Mapping, n_items: int, seeds: int, off: Sequence[str] = ()
-) -> tuple[np.ndarray, np.ndarray]:
+def umad_flip_gap(world: World, row: Mapping, n_items: int, seeds: int,
+                  off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
     """UMAD Fig. 5's ordering in the heterogeneous pair (A0 the weaker, A1 the stronger sim model of the row): per
     item the flip ratio C2W + W2C (App. D.4, `flip_transitions`) between T=1 and T=2 of A1 and of A0; (A1's, A0's). App. D.4: "flip ratios are lower for stronger models", so
     the claim is A1 - A0 < 0."""
@@ -652,46 +427,24 @@ def umad_flip_gap(
 
 # %% ../nbs/study/16_calibration.ipynb #d8543d11
 STATISTICS: dict[str, Callable[..., tuple[np.ndarray, np.ndarray]]] = {
-    "round0_accuracy": round0_accuracy,
-    "du_debate_gain": du_debate_gain,
-    "madc_debate_gain": madc_debate_gain,
-    "madc_truth_last_gain": madc_truth_last_gain,
-    "madc_agent_scaling": madc_agent_scaling,
-    "rumad_dense_sparse_gap": rumad_dense_sparse_gap,
-    "umad_turn_gain": umad_turn_gain,
-    "madc_vs_mad": madc_vs_mad,
-    "madc_mad_vs_sc": madc_mad_vs_sc,
-    "umad_flip_gap": umad_flip_gap,
+    "round0_accuracy": round0_accuracy, "du_debate_gain": du_debate_gain, "madc_debate_gain":
+    madc_debate_gain, "madc_truth_last_gain": madc_truth_last_gain, "madc_agent_scaling":
+    madc_agent_scaling, "rumad_dense_sparse_gap": rumad_dense_sparse_gap, "umad_turn_gain":
+    umad_turn_gain, "madc_vs_mad": madc_vs_mad, "madc_mad_vs_sc": madc_mad_vs_sc, "umad_flip_gap":
+    umad_flip_gap
 }
 
 # %% ../nbs/study/16_calibration.ipynb #5d221b8c
-def sim_number(
-    world: World,
-    row: Mapping,
-    n_items: int,
-    seeds: int,
-    stats: Mapping | None = None,
-    off: Sequence[str] = (),
-) -> dict:
+def sim_number(world: World, row: Mapping, n_items: int, seeds: int, stats: Mapping | None = None,
+               off: Sequence[str] = ()) -> dict:
     """The sim's number for a target row (points) with its 95% interval, items as clusters (`paired_inference` on
     the per-item pair the row's statistic returns, with the mechanisms `off` switched off: a paired control; MADC, UMAD, RUMAD, Du et al. rows)."""
     stats = STATISTICS if stats is None else stats
     if row.get("statistic") not in stats:
-        raise ConfigError(
-            "no sim statistic of that name",
-            key="statistic",
-            value=row.get("statistic"),
-            choices=stats,
-        )
-    key = (
-        "number",
-        world.key(row["sim_model"].split("+"), off),
-        stats[row["statistic"]],
-        row["sim_model"],
-        row["task"],
-        n_items,
-        seeds,
-    )
+        raise ConfigError("no sim statistic of that name", key="statistic",
+                          value=row.get("statistic"), choices=stats)
+    key = ("number", world.key(row["sim_model"].split("+"), off), stats[row["statistic"]],
+           row["sim_model"], row["task"], n_items, seeds)
     # memoised: UMAD's A0 and A1 rows are one run of the pair
     if key not in _MEMO:
         a, b = stats[row["statistic"]](world, row, n_items, seeds, off=off)
@@ -702,8 +455,7 @@ def sim_number(
             ci_high=100 * r["ci_high"],
             n_items=len(a),
             # the per-item differences (points), for a paired effect - control on the same items
-            diff=100 * (np.asarray(a, dtype=float) - np.asarray(b, dtype=float)),
-        )
+            diff=100 * (np.asarray(a, dtype=float) - np.asarray(b, dtype=float)))
     return _MEMO[key]
 
 # %% ../nbs/study/16_calibration.ipynb #0ee09b2b
@@ -720,20 +472,17 @@ class FitStep:
 # %% ../nbs/study/16_calibration.ipynb #de87bf6f
 # the strengths searched in the first pass (the bracket refinement then works between grid neighbours)
 GRIDS = {
-    "conformity": (0.0, 0.15, 0.3, 0.45, 0.6, 0.75, 0.9, 1.0),
-    "recency": (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0),
-    "context_decay": (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4),
-    "debate_noise": (0.0, 0.05, 0.1, 0.2, 0.3, 0.5),
-    "persuasion": (0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0),
-    "signal_strength": (0.0, 0.5, 1.0, 1.5, 2.0, 3.0),
+    "conformity": (0.0, 0.15, 0.3, 0.45, 0.6, 0.75, 0.9, 1.0), "recency":
+    (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0), "context_decay": (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4),
+    "debate_noise": (0.0, 0.05, 0.1, 0.2, 0.3, 0.5), "persuasion":
+    (0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0), "signal_strength": (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
 }
 # the order of the fit: each mechanism after those whose effects it rides on
 FIT_ORDER = ("conformity", "recency", "context_harm", "debate_noise")
 
 # %% ../nbs/study/16_calibration.ipynb #641fd91d
-def fit_steps(
-    targets: pd.DataFrame, order: Sequence[str] = FIT_ORDER, stats: Mapping | None = None
-) -> list[FitStep]:
+def fit_steps(targets: pd.DataFrame, order: Sequence[str] = FIT_ORDER,
+              stats: Mapping | None = None) -> list[FitStep]:
     """The steps of `fit_world` from the targets table (MADC, UMAD, RUMAD and Du et al.'s rows): one per mechanism of
     `order` and sim model (a row naming several sim models, RUMAD's, fits them jointly), with the rows whose statistic exists."""
     stats = STATISTICS if stats is None else stats
@@ -745,24 +494,14 @@ def fit_steps(
         for sims, rows in g.groupby("sim_model", sort=False):
             param = FITTED_FIELD[mech]
             out.append(
-                FitStep(
-                    mech, param, tuple(sims.split("+")), GRIDS[param], rows.reset_index(drop=True)
-                )
-            )
+                FitStep(mech, param, tuple(sims.split("+")), GRIDS[param],
+                        rows.reset_index(drop=True)))
     return out
 
 # %% ../nbs/study/16_calibration.ipynb #0ed19104
-def fit_world(
-    world: World,
-    targets: pd.DataFrame,
-    stats: Mapping | None = None,
-    n_items: int = 20,
-    seeds: int = 1,
-    order: Sequence[str] = FIT_ORDER,
-    competence: bool = True,
-    xatol: float = 0.01,
-    maxiter: int = 8,
-) -> tuple[World, pd.DataFrame]:
+def fit_world(world: World, targets: pd.DataFrame, stats: Mapping | None = None, n_items: int = 20,
+              seeds: int = 1, order: Sequence[str] = FIT_ORDER, competence: bool = True,
+              xatol: float = 0.01, maxiter: int = 8) -> tuple[World, pd.DataFrame]:
     """Fit the world's mechanism strengths to the papers' printed numbers (MADC, UMAD, RUMAD, Du et al.): first the
     competence exactly (`competence_fit`), then each step of `fit_steps` in `order`, in two passes: a coordinate search
     on the grid, then Brent's bounded search between the best grid point's neighbours. The objective of a step is the
@@ -777,33 +516,21 @@ def fit_world(
         for _, r in cf.iterrows():
             world.task_skill.setdefault(r["sim_model"], {})[r["task"]] = float(r["task_skill"])
         log += [
-            dict(
-                step=f"competence {r['sim_model']} {r['task']}",
-                mechanism="competence",
-                param="task_skill",
-                models=r["sim_model"],
-                fit_pass="exact",
-                value=r["task_skill"],
-                objective=0.0,
-                evals=0,
-                tension=r["tension"],
-                sims="",
-            )
-            for _, r in cf.iterrows()
+            dict(step=f"competence {r['sim_model']} {r['task']}", mechanism="competence",
+                 param="task_skill", models=r["sim_model"], fit_pass="exact", value=r["task_skill"],
+                 objective=0.0, evals=0, tension=r["tension"], sims="") for _, r in cf.iterrows()
         ]
     steps = fit_steps(targets, order, stats)
 
     def sims(w: World, step: FitStep) -> np.ndarray:
-        return np.array(
-            [
-                100 * float(np.mean(np.subtract(*stats[r["statistic"]](w, r, n_items, seeds))))
-                for _, r in step.targets.iterrows()
-            ]
-        )
+        return np.array([
+            100 * float(np.mean(np.subtract(*stats[r["statistic"]](w, r, n_items, seeds))))
+            for _, r in step.targets.iterrows()
+        ])
 
     def objective(w: World, step: FitStep) -> tuple[float, np.ndarray]:
         s = sims(w, step)
-        return float(((s - step.targets["printed"].to_numpy(float)) ** 2).sum()), s
+        return float(((s - step.targets["printed"].to_numpy(float))**2).sum()), s
 
     best = {}
     for fit_pass in ("grid", "bracket"):
@@ -817,30 +544,22 @@ def fit_world(
                 value, (obj, s), evals = step.grid[i], vals[i], len(vals)
                 # per target: the grid strength it alone would choose
                 own = [
-                    step.grid[int(np.argmin([(v[1][k] - p) ** 2 for v in vals]))]
+                    step.grid[int(np.argmin([(v[1][k] - p)**2 for v in vals]))]
                     for k, p in enumerate(step.targets["printed"].to_numpy(float))
                 ]
                 idx = [step.grid.index(o) for o in own]
-                tension = (
-                    "; ".join(
-                        f"{r['source']} {r['quantity'].split(' (')[0]} {r['task']}: {o:g}"
-                        for (_, r), o in zip(step.targets.iterrows(), own)
-                    )
-                    if max(idx) - min(idx) > 1
-                    else ""
-                )
+                tension = ("; ".join(
+                    f"{r['source']} {r['quantity'].split(' (')[0]} {r['task']}: {o:g}"
+                    for (_, r), o in zip(step.targets.iterrows(), own)) if max(idx) -
+                           min(idx) > 1 else "")
                 best[name] = (i, tension)
             else:
                 i, tension = best[name]
                 lo, hi = step.grid[max(i - 1, 0)], step.grid[min(i + 1, len(step.grid) - 1)]
                 res = optimize.minimize_scalar(
                     lambda x: objective(world.with_value(step.models, step.param, float(x)), step)[
-                        0
-                    ],
-                    bounds=(lo, hi),
-                    method="bounded",
-                    options={"xatol": xatol, "maxiter": maxiter},
-                )
+                        0], bounds=(lo, hi), method="bounded",
+                    options={"xatol": xatol, "maxiter": maxiter})
                 value = float(res.x)
                 obj, s = objective(world.with_value(step.models, step.param, value), step)
                 evals = int(res.nfev) + 1
@@ -851,33 +570,17 @@ def fit_world(
             world = world.with_value(step.models, step.param, float(value))
             log.append(
                 dict(
-                    _sims=s,
-                    step=name,
-                    mechanism=step.mechanism,
-                    param=step.param,
-                    models="+".join(step.models),
-                    fit_pass=fit_pass,
-                    value=float(value),
-                    objective=obj,
-                    evals=evals,
-                    tension=tension,
-                    sims=", ".join(
-                        f"{x:+.1f} (printed {p:+.1f})" for x, p in zip(s, step.targets["printed"])
-                    ),
-                )
-            )
+                    _sims=s, step=name, mechanism=step.mechanism, param=step.param,
+                    models="+".join(step.models), fit_pass=fit_pass, value=float(value),
+                    objective=obj, evals=evals, tension=tension,
+                    sims=", ".join(f"{x:+.1f} (printed {p:+.1f})"
+                                   for x, p in zip(s, step.targets["printed"]))))
     return world, pd.DataFrame(log).drop(columns="_sims", errors="ignore")
 
 # %% ../nbs/study/16_calibration.ipynb #fitgrid1
-def fit_grid(
-    world: World,
-    targets: pd.DataFrame,
-    models: Sequence[str],
-    grid: Mapping[str, Sequence[float]],
-    n_items: int = 100,
-    seeds: int = 2,
-    stats: Mapping | None = None,
-) -> tuple[World, pd.DataFrame]:
+def fit_grid(world: World, targets: pd.DataFrame, models: Sequence[str],
+             grid: Mapping[str, Sequence[float]], n_items: int = 100, seeds: int = 2,
+             stats: Mapping | None = None) -> tuple[World, pd.DataFrame]:
     """Fit several strengths of `models` jointly on the product `grid` (param -> values) against `targets`' rows
     with a statistic other than competence (MADC Table 1's and Tables 2-5's debate gains and Du et al.'s: `conformity` with `recognition`,
     where one alone cannot serve both): every point on the same items and seeds (common random numbers). With
@@ -888,9 +591,8 @@ def fit_grid(
     stats = STATISTICS if stats is None else stats
     models = list(models)
     # the objective: every row with a statistic but the single-agent accuracies (those are refitted, not searched)
-    rows = targets[
-        targets["statistic"].isin(list(stats)) & (targets["mechanism"] != "competence")
-    ].reset_index(drop=True)
+    rows = targets[targets["statistic"].isin(list(stats))
+                   & (targets["mechanism"] != "competence")].reset_index(drop=True)
     printed = rows["printed"].to_numpy(float)
     names = list(grid)
     log = []
@@ -902,33 +604,26 @@ def fit_grid(
             for _, r in competence_fit(targets, w).iterrows():
                 if r["sim_model"] in models:
                     w.task_skill.setdefault(r["sim_model"], {})[r["task"]] = float(r["task_skill"])
-        sims = np.array(
-            [
-                100 * float(np.mean(np.subtract(*stats[r["statistic"]](w, r, n_items, seeds))))
-                for _, r in rows.iterrows()
-            ]
-        )
+        sims = np.array([
+            100 * float(np.mean(np.subtract(*stats[r["statistic"]](w, r, n_items, seeds))))
+            for _, r in rows.iterrows()
+        ])
         _MEMO.clear()
         log.append(
-            dict(
-                zip(names, map(float, point)),
-                objective=float(((sims - printed) ** 2).sum()),
-                sims=sims,
-                _world=w,
-            )
-        )
+            dict(zip(names, map(float, point)), objective=float(((sims - printed)**2).sum()),
+                 sims=sims, _world=w))
     log = pd.DataFrame(log)
     i = int(log["objective"].idxmin())
     log["best"] = log.index == i
     own = [
-        log.loc[int(np.argmin([(s[k] - p) ** 2 for s in log["sims"]])), names].to_dict()
+        log.loc[int(np.argmin([(s[k] - p)**2 for s in log["sims"]])), names].to_dict()
         for k, p in enumerate(printed)
     ]
     best_world = log.loc[i, "_world"]
     log = log.drop(columns="_world")
     log.attrs["own"] = [
-        f"{r['source']} {r['task']} ({r['printed']:+.1f}): "
-        + ", ".join(f"{k} {v:g}" for k, v in o.items())
+        f"{r['source']} {r['task']} ({r['printed']:+.1f}): " + ", ".join(f"{k} {v:g}"
+                                                                         for k, v in o.items())
         for (_, r), o in zip(rows.iterrows(), own)
     ]
     return best_world, log
@@ -939,40 +634,30 @@ def fit_grid(
 # turn gain by debate noise (there the control shows the cost: effect - control is the aleatoric cost), UMAD's
 # flip ordering by conformity
 CONTROLS = {
-    "du_debate_gain": ("conformity", "recognition"),
-    "madc_debate_gain": ("conformity", "recognition"),
-    "madc_agent_scaling": ("conformity", "recognition"),
-    "madc_truth_last_gain": ("recency",),
-    "madc_vs_mad": ("recency",),
-    "rumad_dense_sparse_gap": ("context_harm",),
-    "umad_turn_gain": ("debate_noise",),
-    "umad_flip_gap": ("conformity",),
-    "madc_mad_vs_sc": ("persuasion",),
+    "du_debate_gain": ("conformity", "recognition"), "madc_debate_gain":
+    ("conformity", "recognition"), "madc_agent_scaling": ("conformity", "recognition"),
+    "madc_truth_last_gain": ("recency", ), "madc_vs_mad": ("recency", ), "rumad_dense_sparse_gap":
+    ("context_harm", ), "umad_turn_gain": ("debate_noise", ), "umad_flip_gap": ("conformity", ),
+    "madc_mad_vs_sc": ("persuasion", )
 }
 # a row's mechanism whose control is itself, whatever the statistic: Du et al.'s gain and MADC - MAD are served twice
 # (by conformity or recency, and by persuasion), and a persuasion row's control switches persuasion off alone
-MECHANISM_CONTROLS = {"persuasion": ("persuasion",)}
+MECHANISM_CONTROLS = {"persuasion": ("persuasion", )}
 # the strengths the fit of 2026-11-28 set (the fit record below), per parameter: the models it fitted; any other
 # model's value of that parameter is assumed
 _FITTED = {
     "conformity": ("sim-qwen2.5-3b", "sim-qwen2.5-7b", "sim-r1-7b", "sim-r1-14b"),
     "recency": ("sim-qwen2.5-3b", "sim-qwen2.5-7b", "sim-r1-7b", "sim-r1-14b"),
-    "debate_noise": ("sim-qwen2.5-3b",),
+    "debate_noise": ("sim-qwen2.5-3b", ),
     "persuasion": ("sim-qwen2.5-3b", "sim-qwen2.5-7b", "sim-r1-7b", "sim-r1-14b"),
     # RUMAD Table 2's MAD - S-MAD star, on its protocol: 0.088 [0.05, 0.20] (params/profiles/sim.yaml's comment)
-    "context_decay": ("sim-llama-3.1-8b", "sim-glm-4-9b", "sim-deepseek-math-7b"),
+    "context_decay": ("sim-llama-3.1-8b", "sim-glm-4-9b", "sim-deepseek-math-7b")
 }
 
 # %% ../nbs/study/16_calibration.ipynb #ctrl0002
-def power_items(
-    world: World,
-    row: Mapping,
-    n_items: int,
-    seeds: int = 1,
-    stats: Mapping | None = None,
-    pilot_items: int = 40,
-    min_items: int = 40,
-) -> tuple[int, float]:
+def power_items(world: World, row: Mapping, n_items: int, seeds: int = 1,
+                stats: Mapping | None = None, pilot_items: int = 40,
+                min_items: int = 40) -> tuple[int, float]:
     """The items a calibration row's comparison needs (issue 50: n from power): `n_for_power(|printed| / 100,
     discordance)` (05b_stats: the kit's 0/1 paired test) with the discordance mean |a - b| of the row's
     per-item pair in a `pilot_items` pilot (per-item shares in [0, 1] for 0/1 answers: conservative), at least
@@ -1006,11 +691,8 @@ def _verdict(controlled: bool, neutral: bool, sign: float, d: dict | None) -> st
     if not np.isfinite(sign):
         return "no printed sign: not judged"
     if sign == 0:
-        return (
-            "not reproduced: printed 0, effect - control resolved"
-            if resolved
-            else "reproduced: printed 0, effect - control not resolved"
-        )
+        return ("not reproduced: printed 0, effect - control resolved"
+                if resolved else "reproduced: printed 0, effect - control not resolved")
     if resolved and np.sign(d["sim"]) == sign:
         return "reproduced: effect - control resolved, with the printed sign"
     if resolved:
@@ -1034,10 +716,8 @@ def tension_sentence(mechanism: str, param: str, value: float, status: str, tens
         own: dict[str, list[str]] = {}
         for label, _, v in parts:
             own.setdefault(label.rpartition(" ")[0] or label, []).append(v)
-        said = "; ".join(
-            f"{q} alone wants {', '.join(v)}" + (" (per task)" if len(v) > 1 else "")
-            for q, v in own.items()
-        )
+        said = "; ".join(f"{q} alone wants {', '.join(v)}" + (" (per task)" if len(v) > 1 else "")
+                         for q, v in own.items())
         return f"{said}: joint {value:g}."
     if tension:
         return f"{tension[0].upper()}{tension[1:]}: their mean is fitted."
@@ -1049,16 +729,9 @@ def tension_sentence(mechanism: str, param: str, value: float, status: str, tens
     return ""
 
 # %% ../nbs/study/16_calibration.ipynb #66a59ee9
-def calibration_table(
-    world: World,
-    targets: pd.DataFrame,
-    n_items: int = 400,
-    seeds: int = 1,
-    stats: Mapping | None = None,
-    fit_log: pd.DataFrame | None = None,
-    pilot_items: int = 40,
-    min_items: int = 40,
-) -> pd.DataFrame:
+def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, seeds: int = 1,
+                      stats: Mapping | None = None, fit_log: pd.DataFrame | None = None,
+                      pilot_items: int = 40, min_items: int = 40) -> pd.DataFrame:
     """The calibration table with effects and controls (issue 50): per target row of the world's family with a sim
     statistic (MADC, UMAD, RUMAD, Du et al.): mechanism, parameter, sim model, the world's value, the printed
     number, the sim's number with its 95% interval (items as clusters, `paired_inference`), the same statistic with
@@ -1076,33 +749,23 @@ def calibration_table(
     (`tension_sentence`) saying why the row's printed numbers pull its value apart."""
     stats = STATISTICS if stats is None else stats
     cf = competence_fit(targets, world).set_index(["sim_model", "task"])
-    tension = (
-        {}
-        if fit_log is None
-        else {
-            (r["mechanism"], r["models"]): r["tension"]
-            for _, r in fit_log.iterrows()
-            if r["fit_pass"] != "bracket"
-        }
-    )
+    tension = ({} if fit_log is None else {(r["mechanism"], r["models"]): r["tension"]
+                                           for _, r in fit_log.iterrows()
+                                           if r["fit_pass"] != "bracket"})
     rows = []
-    for _, r in targets[
-        (targets["family"] == "world") & targets["statistic"].isin(list(stats))
-    ].iterrows():
+    for _, r in targets[(targets["family"] == "world")
+                        & targets["statistic"].isin(list(stats))].iterrows():
         param = "task_skill" if r["mechanism"] == "competence" else FITTED_FIELD[r["mechanism"]]
         models = r["sim_model"].split("+")
         a = world.agent(models[0])
         value = a.task_skill.get(r["task"], a.skill) if param == "task_skill" else getattr(a, param)
-        t = (
-            cf["tension"].get((r["sim_model"], r["task"]), "")
-            if param == "task_skill"
-            else tension.get((r["mechanism"], r["sim_model"]), "")
-        )
+        t = (cf["tension"].get(
+            (r["sim_model"], r["task"]), "") if param == "task_skill" else tension.get(
+                (r["mechanism"], r["sim_model"]), ""))
         off = MECHANISM_CONTROLS.get(r["mechanism"]) or CONTROLS.get(r["statistic"], ())
         # the control of a mechanism already at its neutral value is the effect itself
         neutral = bool(off) and all(
-            switch_off(world.agent(m), off) == world.agent(m) for m in models
-        )
+            switch_off(world.agent(m), off) == world.agent(m) for m in models)
         n, disc = power_items(world, r, n_items, seeds, stats, pilot_items, min_items)
         e = sim_number(world, r, n, seeds, stats)
         c = sim_number(world, r, n, seeds, stats, off=off) if off and not neutral else None
@@ -1128,36 +791,20 @@ def calibration_table(
         t = tension_sentence(r["mechanism"], param, value, status, t)
         rows.append(
             dict(
-                mechanism=r["mechanism"],
-                parameter=param,
-                sim_model=r["sim_model"],
-                value=value,
-                status=status,
-                source=r["source"],
-                quantity=r["quantity"],
-                task=r["task"],
-                printed=r["printed"],
-                n_items=e["n_items"],
-                resolves=(
-                    100 * resolvable_effect(e["n_items"], disc) if off and disc > 0 else np.nan
-                ),
-                sim=e["sim"],
-                ci_low=e["ci_low"],
-                ci_high=e["ci_high"],
-                covers=bool(e["ci_low"] <= r["printed"] <= e["ci_high"]),
-                control_off="+".join(off),
-                control=c["sim"] if c else np.nan,
-                control_ci_low=c["ci_low"] if c else np.nan,
+                mechanism=r["mechanism"], parameter=param, sim_model=r["sim_model"], value=value,
+                status=status, source=r["source"], quantity=r["quantity"], task=r["task"],
+                printed=r["printed"], n_items=e["n_items"],
+                resolves=(100 *
+                          resolvable_effect(e["n_items"], disc) if off and disc > 0 else np.nan),
+                sim=e["sim"], ci_low=e["ci_low"], ci_high=e["ci_high"],
+                covers=bool(e["ci_low"] <= r["printed"] <= e["ci_high"]), control_off="+".join(off),
+                control=c["sim"] if c else np.nan, control_ci_low=c["ci_low"] if c else np.nan,
                 control_ci_high=c["ci_high"] if c else np.nan,
                 effect_control=d["sim"] if d else np.nan,
                 effect_control_ci_low=d["ci_low"] if d else np.nan,
                 effect_control_ci_high=d["ci_high"] if d else np.nan,
                 effect_resolved=resolved(e) if off else None,
-                control_resolved=resolved(c) if c else None,
-                verdict=verdict,
-                tension=t,
-            )
-        )
+                control_resolved=resolved(c) if c else None, verdict=verdict, tension=t))
     return pd.DataFrame(rows)
 
 # %% ../nbs/study/16_calibration.ipynb #notshow1
@@ -1168,61 +815,33 @@ def not_shown_rows() -> pd.DataFrame:
     Table 1 (signals: assumed, its runner is not in this harness), UMAD's aleatoric cost (debate_noise fitted 0 for
     the UMAD pair; the failing pair's figure is drawn only), RUMAD's three models' persuasion (left neutral: their
     context_decay is refitted apart) and Meta-Debate Tables 1-2 (the role sim's family)."""
-    lines = (
-        (
-            "MADC",
-            "MADC Fig. 7",
-            "accuracy over debate rounds",
-            "not in the world",
-            "not shown, because no printed number of the round scaling is wired",
-        ),
-        (
-            "MADC",
-            "MADC Fig. 9 / Tables 6-11",
-            "accuracy of a responder shown k correct solutions (the 50% reversal)",
-            "not fitted",
-            "not shown, because the world's 7B responder shown only correct solutions answers correctly well below "
-            "50% (22% and 36%; the paper 94% and 78%): conformity 0.3 adopts a shown answer rarely and "
-            "independently of how many agree, so no reversal is produced",
-        ),
-        (
-            "SVR-MAD",
-            "SVR-MAD (posterior over priors)",
-            "the posterior over the agents' priors",
-            "not in the world",
-            "not shown, because its statistic is not wired",
-        ),
-        (
-            "SVR-MAD",
-            "SVR-MAD Table 1",
-            "SVR-MAD - GroupDebate accuracy (points)",
-            "assumed (not fitted: signals)",
-            "not shown, because SVR-MAD's runner is not in this harness",
-        ),
-        (
-            "UMAD",
-            "UMAD (aleatoric cost)",
-            "the aleatoric cost of debate (Sys-AU)",
-            "fitted (debate_noise 0)",
-            "not shown, because debate_noise is fitted 0 for the UMAD pair (nothing to cost) and the failing "
-            "pair's figure is drawn only, without a printed number",
-        ),
-        (
-            "RUMAD",
-            "persuasion of RUMAD's three models",
-            "persuasion, sim-llama-3.1-8b+sim-glm-4-9b+sim-deepseek-math-7b",
-            "neutral (0, not fitted)",
-            "not shown, because persuasion is left at its neutral 0 for RUMAD's three models: their context_decay is "
-            "refitted apart (RUMAD Table 2), and RUMAD prints no debate gain over a vote to fit persuasion to",
-        ),
-        (
-            "Meta-Debate",
-            "Meta-Debate Tables 1-2",
-            "accuracy per method and role assignment",
-            "not in the world",
-            "not shown, because the role sim (RoleSimBackend) is fitted apart",
-        ),
-    )
+    lines = ((
+        "MADC", "MADC Fig. 7", "accuracy over debate rounds", "not in the world",
+        "not shown, because no printed number of the round scaling is wired"
+    ), (
+        "MADC", "MADC Fig. 9 / Tables 6-11",
+        "accuracy of a responder shown k correct solutions (the 50% reversal)", "not fitted",
+        "not shown, because the world's 7B responder shown only correct solutions answers correctly well below "
+        "50% (22% and 36%; the paper 94% and 78%): conformity 0.3 adopts a shown answer rarely and "
+        "independently of how many agree, so no reversal is produced"
+    ), (
+        "SVR-MAD", "SVR-MAD (posterior over priors)", "the posterior over the agents' priors",
+        "not in the world", "not shown, because its statistic is not wired"
+    ), (
+        "SVR-MAD", "SVR-MAD Table 1", "SVR-MAD - GroupDebate accuracy (points)",
+        "assumed (not fitted: signals)",
+        "not shown, because SVR-MAD's runner is not in this harness"
+    ), (
+        "UMAD", "UMAD (aleatoric cost)", "the aleatoric cost of debate (Sys-AU)",
+        "fitted (debate_noise 0)",
+        "not shown, because debate_noise is fitted 0 for the UMAD pair (nothing to cost) and the failing "
+        "pair's figure is drawn only, without a printed number"
+    ), ("RUMAD", "persuasion of RUMAD's three models",
+        "persuasion, sim-llama-3.1-8b+sim-glm-4-9b+sim-deepseek-math-7b", "neutral (0, not fitted)",
+        "not shown, because persuasion is left at its neutral 0 for RUMAD's three models: their context_decay is "
+        "refitted apart (RUMAD Table 2), and RUMAD prints no debate gain over a vote to fit persuasion to"
+        ), ("Meta-Debate", "Meta-Debate Tables 1-2", "accuracy per method and role assignment",
+            "not in the world", "not shown, because the role sim (RoleSimBackend) is fitted apart"))
     cols = ("paper", "source", "quantity", "status", "verdict")
     return pd.DataFrame([dict(zip(cols, x)) for x in lines])
 
@@ -1231,45 +850,33 @@ def calibration_view(table: pd.DataFrame) -> pd.DataFrame:
     """The calibration table's narrow view (issue 50; MADC, UMAD, RUMAD, Du et al. rows): mechanism, model, value,
     status, source, quantity, task, printed, sim [CI], control, effect - control [CI], verdict and tension; an
     interval printed as "+x.x [+l.l, +h.h]" (points), empty where the row has none (a not-shown row)."""
-
     def ci(x: float, lo: float, hi: float) -> str:
         # a number whose interval is undefined (no variation on the items) is printed alone
         if not np.isfinite(x):
             return ""
-        return (
-            f"{x:+.1f}"
-            if not (np.isfinite(lo) and np.isfinite(hi))
-            else f"{x:+.1f} [{lo:+.1f}, {hi:+.1f}]"
-        )
+        return (f"{x:+.1f}" if not (np.isfinite(lo) and np.isfinite(hi)) else
+                f"{x:+.1f} [{lo:+.1f}, {hi:+.1f}]")
 
-    num = lambda k: pd.to_numeric(
-        table.get(k, pd.Series(np.nan, index=table.index)), errors="coerce"
-    )
-    return pd.DataFrame(
-        {
-            "mechanism": table["mechanism"].fillna(""),
-            "model": table["sim_model"].fillna(""),
-            "value": table["value"].map(lambda v: "" if pd.isna(v) else f"{v:g}"),
-            "status": table["status"],
-            "source": table["source"],
-            "quantity": table["quantity"],
-            "task": table["task"].fillna(""),
-            "printed": num("printed").map(lambda v: "" if pd.isna(v) else f"{v:+.1f}"),
-            "sim [CI]": [ci(*x) for x in zip(num("sim"), num("ci_low"), num("ci_high"))],
-            "control": table["control_off"].fillna("")
-            + [
-                "" if not np.isfinite(x) else f" {ci(x, lo, hi)}"
-                for x, lo, hi in zip(num("control"), num("control_ci_low"), num("control_ci_high"))
-            ],
-            "effect - control [CI]": [
-                ci(*x)
-                for x in zip(
-                    num("effect_control"),
-                    num("effect_control_ci_low"),
-                    num("effect_control_ci_high"),
-                )
-            ],
-            "verdict": table["verdict"],
-            "tension": table.get("tension", pd.Series("", index=table.index)).fillna(""),
-        }
-    )
+    num = lambda k: pd.to_numeric(table.get(k, pd.Series(np.nan, index=table.index)), errors=
+                                  "coerce")
+    return pd.DataFrame({
+        "mechanism":
+        table["mechanism"].fillna(""), "model":
+        table["sim_model"].fillna(""), "value":
+        table["value"].map(lambda v: "" if pd.isna(v) else f"{v:g}"), "status":
+        table["status"], "source":
+        table["source"], "quantity":
+        table["quantity"], "task":
+        table["task"].fillna(""), "printed":
+        num("printed").map(lambda v: "" if pd.isna(v) else f"{v:+.1f}"), "sim [CI]":
+        [ci(*x) for x in zip(num("sim"), num("ci_low"), num("ci_high"))], "control":
+        table["control_off"].fillna("") + [
+            "" if not np.isfinite(x) else f" {ci(x, lo, hi)}"
+            for x, lo, hi in zip(num("control"), num("control_ci_low"), num("control_ci_high"))
+        ], "effect - control [CI]": [
+            ci(*x) for x in zip(num("effect_control"), num("effect_control_ci_low"),
+                                num("effect_control_ci_high"))
+        ], "verdict":
+        table["verdict"], "tension":
+        table.get("tension", pd.Series("", index=table.index)).fillna("")
+    })

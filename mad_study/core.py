@@ -109,8 +109,7 @@ def kit_sources_note() -> str:
         return ""
     return (
         "; the papers' notebooks and params live in the kit's source checkout: install it editable "
-        "(pip install -e CHECKOUT) or run with --root CHECKOUT"
-    )
+        "(pip install -e CHECKOUT) or run with --root CHECKOUT")
 
 # %% ../nbs/core/00_core.ipynb #1ef3b078
 def cache_home() -> Path:
@@ -162,15 +161,8 @@ def git_commit(paths: Sequence[str] = SOURCE_DIRS, root: Path | None = None) -> 
 # %% ../nbs/core/00_core.ipynb #fc05909d
 class ConfigError(ValueError):
     "A configuration problem, reported in one line: `where: key=value: problem`."
-
-    def __init__(
-        self,
-        problem: str,
-        where: str | os.PathLike | None = None,
-        key: str | None = None,
-        value: Any = None,
-        choices: Iterable | None = None,
-    ):
+    def __init__(self, problem: str, where: str | os.PathLike | None = None, key: str | None = None,
+                 value: Any = None, choices: Iterable | None = None):
         self.problem, self.where, self.key, self.value = problem, where, key, value
         parts = []
         if where is not None:
@@ -189,8 +181,8 @@ def clip_line(s: str, n: int) -> str:
     s = " ".join(str(s).split())
     if len(s) <= n:
         return s
-    cut = s[: n - 1]
-    return (cut[: cut.rfind(" ")] if " " in cut else cut).rstrip(" ,;:") + "…"
+    cut = s[:n - 1]
+    return (cut[:cut.rfind(" ")] if " " in cut else cut).rstrip(" ,;:") + "…"
 
 # %% ../nbs/core/00_core.ipynb #3a22cf40
 def derive_seed(*parts: Any) -> int:
@@ -225,25 +217,21 @@ class Item:
     choices: tuple[str, ...] | None = None  # option texts in order A, B, ... (multiple choice only)
     meta: Mapping[str, Any] = field(default_factory=dict)
     synthetic: bool = False
-    images: tuple[
-        str, ...
-    ] = ()  # content hashes of the item's images in the image store (vision items)
+    images: tuple[str,
+                  ...] = ()  # content hashes of the item's images in the image store (vision items)
 
     def __post_init__(self):
         if self.fmt not in ANSWER_FORMATS:
-            raise ConfigError(
-                "unknown answer format", key="fmt", value=self.fmt, choices=ANSWER_FORMATS
-            )
+            raise ConfigError("unknown answer format", key="fmt", value=self.fmt,
+                              choices=ANSWER_FORMATS)
         if self.choices is not None and not isinstance(self.choices, tuple):
             object.__setattr__(self, "choices", tuple(self.choices))
-        imgs = (self.images,) if isinstance(self.images, str) else tuple(self.images or ())
+        imgs = (self.images, ) if isinstance(self.images, str) else tuple(self.images or ())
         bad = [h for h in imgs if not is_image_hash(h)]
         if bad:
             raise ConfigError(
                 "an image must be given by its content hash 'sha256:<64 hex>' (see put_image)",
-                key="images",
-                value=bad[0],
-            )
+                key="images", value=bad[0])
         object.__setattr__(self, "images", imgs)
 
     @property
@@ -289,9 +277,8 @@ class GenRequest:
     def sampling(self) -> dict:
         "The sampling parameters that determine the output (seed only when sampling)."
         d = {
-            "max_new_tokens": int(self.max_new_tokens),
-            "temperature": float(self.temperature),
-            "top_p": float(self.top_p),
+            "max_new_tokens": int(self.max_new_tokens), "temperature": float(self.temperature),
+            "top_p": float(self.top_p)
         }
         if self.temperature > 0:
             d["seed"] = int(self.seed)
@@ -301,9 +288,7 @@ class GenRequest:
         "sha256 of (backend identity, messages, sampling parameters, seed)."
         payload = json.dumps(
             {"backend": backend_id, "messages": self.messages, "sampling": self.sampling()},
-            sort_keys=True,
-            ensure_ascii=False,
-        )
+            sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 # %% ../nbs/core/00_core.ipynb #05c80d8b
@@ -318,14 +303,9 @@ class Sampling:
 
     def request(self, messages, *, seed: int | None = None, meta: dict | None = None) -> GenRequest:
         "A `GenRequest` with these settings; `seed` (a derived per-turn seed) overrides the run's."
-        return GenRequest(
-            list(messages),
-            max_new_tokens=int(self.max_new_tokens),
-            temperature=float(self.temperature),
-            top_p=float(self.top_p),
-            seed=int(self.seed if seed is None else seed),
-            meta=dict(meta or {}),
-        )
+        return GenRequest(list(messages), max_new_tokens=int(self.max_new_tokens),
+                          temperature=float(self.temperature), top_p=float(self.top_p),
+                          seed=int(self.seed if seed is None else seed), meta=dict(meta or {}))
 
     def replace(self, **changes) -> "Sampling":
         "A copy with `changes` (field names of `Sampling`)."
@@ -337,7 +317,6 @@ SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(Sampling))
 
 def fold_keywords(param: str = "sampling", aliases: Mapping[str, str] | None = None):
     "Decorator: `f(param=Settings(...))` also takes the settings' fields (or their old `aliases`) as separate keywords, with a DeprecationWarning (the kit's own)."
-
     def decorate(f):
         params = inspect.signature(f).parameters
         default = params[param].default
@@ -352,9 +331,7 @@ def fold_keywords(param: str = "sampling", aliases: Mapping[str, str] | None = N
                 kw[param] = dataclasses.replace(kw.get(param) or default, **old)
                 warnings.warn(
                     f"{f.__name__}({', '.join(old)}=...) is deprecated: pass {param}={kw[param]!r}",
-                    DeprecationWarning,
-                    stacklevel=2,
-                )
+                    DeprecationWarning, stacklevel=2)
             return f(*args, **kw)
 
         return wrapper
@@ -367,16 +344,13 @@ takes_sampling = fold_keywords("sampling")
 # %% ../nbs/core/00_core.ipynb #5edc1698
 def deprecated_names(module: str, names: Mapping[str, str]):
     "A module `__getattr__`: old name -> 'package.module.new_name', warning for one release (the kit's own)."
-
     def __getattr__(name: str):
         if name not in names:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
         mod, _, attr = names[name].rpartition(".")
         warnings.warn(
             f"{module}.{name} is now {names[name]}; the old name goes in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+            DeprecationWarning, stacklevel=2)
         return getattr(importlib.import_module(mod), attr)
 
     return __getattr__
@@ -402,14 +376,8 @@ class Inference:
         return dataclasses.replace(self, **changes)
 
 # %% ../nbs/core/00_core.ipynb #8f52f04d
-SIGNALS = (
-    "logprob_sum",
-    "logprob_min",
-    "logprob_mean",
-    "perplexity",
-    "token_entropy",
-    "confidence",
-)
+SIGNALS = ("logprob_sum", "logprob_min", "logprob_mean", "perplexity", "token_entropy",
+           "confidence")
 
 
 @dataclass
@@ -442,66 +410,50 @@ class Generation:
         return cls(**json.loads(s), cached=cached)
 
 # %% ../nbs/core/00_core.ipynb #3882e1fe
-def signals_from_logprobs(
-    logprobs: Sequence[float], entropies: Sequence[float] | None = None
-) -> dict:
+def signals_from_logprobs(logprobs: Sequence[float],
+                          entropies: Sequence[float] | None = None) -> dict:
     "Signal fields of `Generation` from a completion's per-token log-probs (and optional per-token entropies). (the prior signals of SVR-MAD Sec. 3 (min-LL, PPL) and SID's token log-likelihoods.)"
     lp = np.asarray(list(logprobs), dtype=float)
     if lp.size == 0:
         return {}
-    out = dict(
-        logprob_sum=float(lp.sum()),
-        logprob_min=float(lp.min()),
-        logprob_mean=float(lp.mean()),
-        perplexity=float(np.exp(-lp.mean())),
-    )
+    out = dict(logprob_sum=float(lp.sum()), logprob_min=float(lp.min()),
+               logprob_mean=float(lp.mean()), perplexity=float(np.exp(-lp.mean())))
     if entropies is not None and len(entropies):
         out["token_entropy"] = float(np.mean(entropies))
     return out
 
 # %% ../nbs/core/00_core.ipynb #39c93bdd
 TRANSCRIPT_SCHEMA: dict[str, tuple[str, str]] = {
-    "experiment": ("string", "experiment id (params file name)"),
-    "method": (
-        "string",
-        "method / condition of the row (protocol or variant name; '' when not set): the pooling key",
-    ),
-    "item_id": ("string", "unique item id, `task/index`"),
-    "task": ("string", "task name in the registry"),
-    "gold": ("string", "gold answer (normalised)"),
-    "fmt": (
-        "string",
-        "answer format of the row's task (number, boxed, option, exact); missing: the task registry's",
-    ),
-    "round": ("Int64", "0 = independent answers; r >= 1 = debate round r"),
-    "agent": ("string", "agent name, e.g. `a0`"),
-    "role": ("string", "role prompt used (debater, affirmative, judge, ...)"),
-    "model": ("string", "model name in the registry (after profile substitution)"),
-    "sample": (
-        "Int64",
-        "sample / thread index k (UMAD's K trajectory-level rollouts; 0 otherwise)",
-    ),
+    "experiment": ("string", "experiment id (params file name)"), "method":
+    ("string",
+     "method / condition of the row (protocol or variant name; '' when not set): the pooling key"),
+    "item_id": ("string", "unique item id, `task/index`"), "task":
+    ("string", "task name in the registry"), "gold": ("string", "gold answer (normalised)"), "fmt":
+    ("string",
+     "answer format of the row's task (number, boxed, option, exact); missing: the task registry's"
+     ), "round": ("Int64", "0 = independent answers; r >= 1 = debate round r"), "agent":
+    ("string",
+     "agent name, e.g. `a0`"), "role": ("string",
+                                        "role prompt used (debater, affirmative, judge, ...)"),
+    "model": ("string", "model name in the registry (after profile substitution)"), "sample":
+    ("Int64", "sample / thread index k (UMAD's K trajectory-level rollouts; 0 otherwise)"),
     "position": ("Int64", "speaking position of this agent in the round (0 = first)"),
     "visible_peers": ("string", "comma-separated peers shown to the agent, in the order shown"),
-    "reused": (
-        "boolean",
-        "True if the agent did not speak and its previous answer was carried over",
-    ),
-    "prompt_tokens": ("Int64", "prompt length in tokens"),
-    "completion_tokens": ("Int64", "completion length in tokens (0 when reused)"),
-    "text": ("string", "the completion"),
-    "answer": ("string", "extracted, normalised answer; missing when nothing parsed"),
-    "correct": ("boolean", "answer equals gold (a missing answer is never correct)"),
-    "logprob_sum": ("float64", "sum of completion token log-probs"),
-    "logprob_min": ("float64", "lowest completion token log-prob"),
-    "logprob_mean": ("float64", "mean completion token log-prob"),
-    "perplexity": ("float64", "exp(-logprob_mean)"),
-    "token_entropy": ("float64", "mean next-token entropy (nats)"),
-    "confidence": ("float64", "self-reported confidence in [0, 1]"),
-    "images": (
-        "string",
-        "comma-separated content hashes of the item's images (vision items; see the image store)",
-    ),
+    "reused": ("boolean",
+               "True if the agent did not speak and its previous answer was carried over"),
+    "prompt_tokens": ("Int64", "prompt length in tokens"), "completion_tokens":
+    ("Int64", "completion length in tokens (0 when reused)"), "text": ("string", "the completion"),
+    "answer": ("string", "extracted, normalised answer; missing when nothing parsed"), "correct":
+    ("boolean", "answer equals gold (a missing answer is never correct)"), "logprob_sum":
+    ("float64",
+     "sum of completion token log-probs"), "logprob_min": ("float64",
+                                                           "lowest completion token log-prob"),
+    "logprob_mean": ("float64", "mean completion token log-prob"), "perplexity":
+    ("float64", "exp(-logprob_mean)"), "token_entropy": ("float64",
+                                                         "mean next-token entropy (nats)"),
+    "confidence": ("float64", "self-reported confidence in [0, 1]"), "images":
+    ("string",
+     "comma-separated content hashes of the item's images (vision items; see the image store)")
 }
 
 # %% ../nbs/core/00_core.ipynb #1921e336
@@ -510,18 +462,15 @@ TRANSCRIPT_COLUMNS = list(TRANSCRIPT_SCHEMA)
 
 def describe_transcript() -> pd.DataFrame:
     "The schema as a table (column, dtype, meaning)."
-    return pd.DataFrame(
-        [(c, d, m) for c, (d, m) in TRANSCRIPT_SCHEMA.items()],
-        columns=["column", "dtype", "meaning"],
-    )
+    return pd.DataFrame([(c, d, m) for c, (d, m) in TRANSCRIPT_SCHEMA.items()],
+                        columns=["column", "dtype", "meaning"])
 
 # %% ../nbs/core/00_core.ipynb #3c5f0a01
 def _schema_column(col: pd.Series, dt: str) -> pd.Series:
     "`col` cast to the schema's dtype `dt`: any missing value (None, NaN, NA) becomes the dtype's missing value."
     if dt == "float64":
-        return pd.to_numeric(
-            col.astype("object").where(col.notna(), np.nan), errors="coerce"
-        ).astype("float64")
+        return pd.to_numeric(col.astype("object").where(col.notna(), np.nan),
+                             errors="coerce").astype("float64")
     return col.astype("object").where(col.notna(), None).astype(dt)
 
 # %% ../nbs/core/00_core.ipynb #c0f7a001
@@ -573,21 +522,16 @@ def transcript_frame(rows: Iterable[Mapping] | pd.DataFrame = ()) -> pd.DataFram
             {
                 c: _typed_column(list(v), TRANSCRIPT_SCHEMA[c][0])
                 for c, v in zip(TRANSCRIPT_COLUMNS, cols)
-            },
-            index=pd.RangeIndex(len(rows)),
-        )
+            }, index=pd.RangeIndex(len(rows)))
     else:
         # plain dicts: `dict.get` mapped in C over the rows, column by column
         get = dict.get if all(type(r) is dict for r in rows) else (lambda r, c: r.get(c))
         df = pd.DataFrame(
             {
-                c: _schema_column(
-                    pd.Series(list(map(get, rows, [c] * len(rows))), dtype="object"), dt
-                )
+                c: _schema_column(pd.Series(list(map(get, rows, [c] * len(rows))), dtype="object"),
+                                  dt)
                 for c, (dt, _) in TRANSCRIPT_SCHEMA.items()
-            },
-            index=pd.RangeIndex(len(rows)),
-        )
+            }, index=pd.RangeIndex(len(rows)))
     # a condition is never missing: groupby would drop its rows
     df["method"] = df["method"].fillna("")
     return df
@@ -598,9 +542,8 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None):
     "Yield a temporary path next to `path`; on success it is renamed onto `path`, on error removed."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(
-        dir=path.parent, prefix=f".{path.name}.", suffix=suffix or path.suffix
-    )
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix
+                               or path.suffix)
     os.close(fd)
     # mkstemp makes it private (0600): a finished file is readable like any other
     os.chmod(tmp, 0o644)
@@ -654,9 +597,7 @@ def check_unique_turns(df: pd.DataFrame, by: Sequence[str] = (), what: str = "tr
         first = df.loc[dup, keys].iloc[0].to_dict()
         raise ConfigError(
             f"{int(dup.sum())} rows share their ({', '.join(keys)}), e.g. {first}: pooled transcripts of "
-            "several methods need distinct `method` (or `experiment`) values",
-            key=what,
-        )
+            "several methods need distinct `method` (or `experiment`) values", key=what)
 
 # %% ../nbs/core/00_core.ipynb #d8353abd
 def images_dir() -> Path:
@@ -684,9 +625,8 @@ def _as_pil(img: Any):
         return Image.fromarray(img)
     if isinstance(img, Mapping) and img.get("bytes") is not None:
         return _as_pil(img["bytes"])  # datasets' Image feature
-    raise ConfigError(
-        "not an image (PIL image, bytes, path or array)", key="image", value=type(img).__name__
-    )
+    raise ConfigError("not an image (PIL image, bytes, path or array)", key="image",
+                      value=type(img).__name__)
 
 # %% ../nbs/core/00_core.ipynb #d38bfdf0
 def image_hash(img: Any) -> str:
@@ -722,9 +662,7 @@ def load_image(h: str, root: str | os.PathLike | None = None):
     if not p.exists():
         raise ConfigError(
             f"image not in the image store {p.parent.parent} (load the items again to store their images)",
-            key="image",
-            value=h,
-        )
+            key="image", value=h)
     return _decoded(str(p))
 
 # %% ../nbs/core/00_core.ipynb #0e9b2b07

@@ -22,25 +22,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from mad_study.answers import (
-    canonical_number,
-    extract_answer,
-    is_correct,
-    number_candidates,
-    parse_number,
-)
-from mad_study.core import (
-    ANSWER_FORMATS,
-    SIGNALS,
-    TRANSCRIPT_COLUMNS,
-    ConfigError,
-    Item,
-    atomic_write_text,
-    put_image,
-    rng_for,
-    runs_dir,
-    transcript_frame,
-)
+from .answers import (canonical_number, extract_answer, is_correct, number_candidates,
+                               parse_number)
+from .core import (ANSWER_FORMATS, SIGNALS, TRANSCRIPT_COLUMNS, ConfigError, Item,
+                            atomic_write_text, put_image, rng_for, runs_dir, transcript_frame)
 
 # %% auto #0
 __all__ = ['LETTERS', 'TASKS', 'MATH_SUBJECTS', 'SYNTHETIC_TAG', 'SYNTHETIC_COUNTS', 'SOURCES', 'ITEM_FILE_ALIASES',
@@ -60,9 +45,8 @@ def du_options_question(item: Item) -> str:
     "Du et al.'s multiple-choice layout: `{question}: A) {a}, B) {b}, C) {c}, D) {d}`."
     if not item.choices:
         return item.question.strip()
-    opts = ", ".join(
-        f"{string.ascii_uppercase[i]}) {str(c).strip()}" for i, c in enumerate(item.choices)
-    )
+    opts = ", ".join(f"{string.ascii_uppercase[i]}) {str(c).strip()}"
+                     for i, c in enumerate(item.choices))
     return f"{item.question.strip()}: {opts}"
 
 # %% ../nbs/data/02_data.ipynb #e328d0f2
@@ -107,31 +91,22 @@ def _conv_math(spec, row, index, split, config):
 
 # %% ../nbs/data/02_data.ipynb #22bb647e
 def _conv_mmlu(spec, row, index, split, config):
-    return dict(
-        question=row["question"],
-        gold=LETTERS[int(row["answer"])],
-        choices=tuple(row["choices"]),
-        meta={"subject": row.get("subject", config)},
-    )
+    return dict(question=row["question"], gold=LETTERS[int(row["answer"])],
+                choices=tuple(row["choices"]), meta={"subject": row.get("subject", config)})
 
 # %% ../nbs/data/02_data.ipynb #11c6607c
 def _conv_gpqa(spec, row, index, split, config):
     """GPQA: the correct option and the three incorrect ones are shuffled, deterministically per item
     (`rng_for('gpqa-options', config, index)`), and graded by letter."""
-    opts = [str(row["Correct Answer"]).strip()] + [
-        str(row[f"Incorrect Answer {k}"]).strip() for k in (1, 2, 3)
-    ]
+    opts = [str(row["Correct Answer"]).strip()
+            ] + [str(row[f"Incorrect Answer {k}"]).strip() for k in (1, 2, 3)]
     order = [int(i) for i in rng_for("gpqa-options", config, index).permutation(4)]
     meta = {"config": config, "options_order": order}
     for k in ("High-level domain", "Subdomain"):
         if k in row:
             meta[k] = row[k]
-    return dict(
-        question=str(row["Question"]).strip(),
-        gold=LETTERS[order.index(0)],
-        choices=tuple(opts[i] for i in order),
-        meta=meta,
-    )
+    return dict(question=str(row["Question"]).strip(), gold=LETTERS[order.index(0)],
+                choices=tuple(opts[i] for i in order), meta=meta)
 
 # %% ../nbs/data/02_data.ipynb #40200f5f
 def _conv_bbh(spec, row, index, split, config):
@@ -147,8 +122,7 @@ def _conv_aime(spec, row, index, split, config):
 def _conv_imo(spec, row, index, split, config):
     meta = {
         k.lower().replace(" ", "_"): row[k]
-        for k in ("Problem ID", "Category", "Subcategory", "Level", "Source")
-        if k in row
+        for k in ("Problem ID", "Category", "Subcategory", "Level", "Source") if k in row
     }
     return dict(question=row["Problem"], gold=str(row["Short Answer"]).strip(), meta=meta)
 
@@ -156,17 +130,12 @@ def _conv_imo(spec, row, index, split, config):
 def _conv_hle(spec, row, index, split, config):
     """HLE rows kept for `hle_mc`: text-only (`image == ""`), multiple choice, not in the Math category
     (SVR-MAD, Sec. 5: 'text-only, non-math, multiple-choice questions')."""
-    if (
-        (row.get("image") or "") != ""
-        or row.get("answer_type") != "multipleChoice"
-        or row.get("category") == "Math"
-    ):
+    if ((row.get("image") or "") != "" or row.get("answer_type") != "multipleChoice"
+            or row.get("category") == "Math"):
         return None
-    return dict(
-        question=row["question"],
-        gold=str(row["answer"]).strip(),
-        meta={k: row[k] for k in ("id", "category", "raw_subject") if k in row},
-    )
+    return dict(question=row["question"], gold=str(row["answer"]).strip(),
+                meta={k: row[k]
+                      for k in ("id", "category", "raw_subject") if k in row})
 
 # %% ../nbs/data/02_data.ipynb #d4842206
 @dataclass(frozen=True)
@@ -196,7 +165,7 @@ class TaskSpec:
     @property
     def known_splits(self) -> tuple[str, ...]:
         "The splits `load_items` accepts for this task."
-        return self.splits or (self.split,)
+        return self.splits or (self.split, )
 
     @property
     def synthetic_fixture(self) -> bool:
@@ -212,202 +181,91 @@ TASKS: dict[str, TaskSpec] = {
     s.name: s
     for s in [
         _spec(
-            name="gsm8k",
-            title="GSM8K",
-            hf_id="openai/gsm8k",
-            configs=("main",),
-            split="test",
-            n_items=1319,
-            fields={
-                "question": "question",
-                "answer": "answer (gold after '#### ', commas removed)",
-            },
-            fmt="number",
-            licence="MIT",
-            redistributable=True,
-            papers=("rumad", "umad"),
-            convert=_conv_gsm8k,
-        ),
+            name="gsm8k", title="GSM8K", hf_id="openai/gsm8k", configs=(
+                "main", ), split="test", n_items=1319, fields={
+                    "question": "question", "answer": "answer (gold after '#### ', commas removed)"
+                }, fmt="number", licence="MIT", redistributable=True, papers=(
+                    "rumad", "umad"), convert=_conv_gsm8k),
         _spec(
-            name="math500",
-            title="MATH-500",
-            hf_id="HuggingFaceH4/MATH-500",
-            configs=("default",),
-            split="test",
-            n_items=500,
-            fields={
-                "question": "problem",
-                "answer": "answer (bare LaTeX)",
-                "meta": "subject, level, unique_id, solution",
-            },
-            fmt="boxed",
-            licence="MIT",
-            redistributable=True,
-            papers=("umad", "madc"),
-            convert=_conv_math,
-        ),
+            name="math500", title="MATH-500", hf_id="HuggingFaceH4/MATH-500", configs=(
+                "default", ), split="test", n_items=500, fields={
+                    "question": "problem", "answer": "answer (bare LaTeX)", "meta":
+                    "subject, level, unique_id, solution"
+                }, fmt="boxed", licence="MIT", redistributable=True, papers=(
+                    "umad", "madc"), convert=_conv_math),
         _spec(
-            name="mmlu",
-            title="MMLU",
-            hf_id="cais/mmlu",
-            configs=("all",),
-            split="test",
-            splits=("test", "validation", "dev"),
-            n_items=14042,
-            fields={
-                "question": "question",
-                "choices": "choices (4)",
-                "answer": "answer (0-3 -> A-D)",
-                "meta": "subject",
-            },
-            fmt="option",
-            licence="MIT",
-            redistributable=True,
-            papers=("rumad",),
-            convert=_conv_mmlu,
-            formatter=du_options_question,
-            notes="RUMAD trains its controller on the dev split (`mmlu:dev`)",
-        ),
+            name="mmlu", title="MMLU", hf_id="cais/mmlu", configs=("all", ), split="test", splits=(
+                "test", "validation", "dev"), n_items=14042, fields={
+                    "question": "question", "choices": "choices (4)", "answer":
+                    "answer (0-3 -> A-D)", "meta": "subject"
+                }, fmt="option", licence="MIT", redistributable=True, papers=(
+                    "rumad", ), convert=_conv_mmlu, formatter=du_options_question,
+            notes="RUMAD trains its controller on the dev split (`mmlu:dev`)"),
         _spec(
-            name="gpqa",
-            title="GPQA (main)",
-            hf_id="Idavidrein/gpqa",
-            configs=("gpqa_main",),
-            split="train",
-            n_items=448,
-            fields={
-                "question": "Question",
-                "correct": "Correct Answer",
-                "incorrect": "Incorrect Answer 1-3",
-            },
-            fmt="option",
+            name="gpqa", title="GPQA (main)", hf_id="Idavidrein/gpqa", configs=(
+                "gpqa_main", ), split="train", n_items=448, fields={
+                    "question": "Question", "correct": "Correct Answer", "incorrect":
+                    "Incorrect Answer 1-3"
+                }, fmt="option",
             licence="CC BY 4.0, gated; the authors ask that items not be republished",
-            redistributable=False,
-            papers=("rumad", "meta_debate"),
-            convert=_conv_gpqa,
-            formatter=du_options_question,
-            notes="options shuffled deterministically per item; config gpqa_diamond also exists (198 items)",
+            redistributable=False, papers=(
+                "rumad", "meta_debate"), convert=_conv_gpqa, formatter=du_options_question, notes=
+            "options shuffled deterministically per item; config gpqa_diamond also exists (198 items)"
         ),
+        _spec(name="bbh_logical_deduction_7", title="BBH logical deduction (7 objects)",
+              hf_id="lukaemon/bbh", configs=(
+                  "logical_deduction_seven_objects", ), split="test", n_items=250, fields={
+                      "question": "input (options inline)", "answer": "target '(D)' -> 'D'"
+                  }, fmt="option", licence="MIT", redistributable=True, papers=(
+                      "madc", ), convert=_conv_bbh),
         _spec(
-            name="bbh_logical_deduction_7",
-            title="BBH logical deduction (7 objects)",
-            hf_id="lukaemon/bbh",
-            configs=("logical_deduction_seven_objects",),
-            split="test",
-            n_items=250,
-            fields={"question": "input (options inline)", "answer": "target '(D)' -> 'D'"},
-            fmt="option",
-            licence="MIT",
-            redistributable=True,
-            papers=("madc",),
-            convert=_conv_bbh,
-        ),
-        _spec(
-            name="bbh_geometric_shapes",
-            title="BBH geometric shapes",
-            hf_id="lukaemon/bbh",
-            configs=("geometric_shapes",),
-            split="test",
-            n_items=250,
+            name="bbh_geometric_shapes", title="BBH geometric shapes", hf_id="lukaemon/bbh",
+            configs=("geometric_shapes", ), split="test", n_items=250,
             fields={"question": "input (options inline, (A)-(K))", "answer": "target '(D)' -> 'D'"},
-            fmt="option",
-            licence="MIT",
-            redistributable=True,
-            papers=("madc",),
-            convert=_conv_bbh,
-        ),
+            fmt="option", licence="MIT", redistributable=True, papers=("madc", ), convert=_conv_bbh)
     ]
 }
 
 # %% ../nbs/data/02_data.ipynb #a5e15d94
-TASKS.update(
-    {
-        s.name: s
-        for s in [
-            _spec(
-                name="amc23",
-                title="AMC 2023",
-                hf_id="math-ai/amc23",
-                configs=("default",),
-                split="test",
-                n_items=40,
-                fields={"question": "question", "answer": "answer (number)"},
-                fmt="boxed",
-                licence="unclear (competition problems)",
-                redistributable=False,
-                papers=("umad",),
-                convert=_conv_aime,
-            ),
-            _spec(
-                name="aime24",
-                title="AIME 2024",
-                hf_id="HuggingFaceH4/aime_2024",
-                configs=("default",),
-                split="train",
-                n_items=30,
-                fields={"question": "problem", "answer": "answer (integer 0-999)"},
-                fmt="boxed",
-                licence="unclear (competition problems)",
-                redistributable=False,
-                papers=("umad",),
-                convert=_conv_aime,
-            ),
-            _spec(
-                name="aime25",
-                title="AIME 2025",
-                hf_id="opencompass/AIME2025",
-                configs=("AIME2025-I", "AIME2025-II"),
-                split="test",
-                n_items=30,
-                fields={"question": "question", "answer": "answer (integer 0-999)"},
-                fmt="boxed",
-                licence="unclear (competition problems)",
-                redistributable=False,
-                papers=("umad",),
-                convert=_conv_aime,
-                notes="index runs over AIME2025-I (0-14) then AIME2025-II (15-29)",
-            ),
-            _spec(
-                name="imo_answerbench",
-                title="IMO-AnswerBench",
-                hf_id="google-deepmind/superhuman",
-                configs=("default",),
-                split="train",
-                n_items=400,
-                loader="csv",
-                data_url="https://raw.githubusercontent.com/google-deepmind/superhuman/main/imobench/answerbench_v2.csv",
-                fields={
-                    "question": "Problem",
-                    "answer": "Short Answer (LaTeX)",
-                    "meta": "Category",
-                },
-                fmt="boxed",
-                licence="CC BY 4.0 (not shipped: the kit ships real items of MIT-licensed sets only)",
-                redistributable=False,
-                papers=("svr_mad",),
-                convert=_conv_imo,
-                notes="short answers are LaTeX; the benchmark's own grader is an LLM autograder",
-            ),
-            _spec(
-                name="hle_mc",
-                title="Humanity's Last Exam, text-only non-math multiple choice",
-                hf_id="cais/hle",
-                configs=("default",),
-                split="test",
-                fields={
-                    "question": "question (options inline, 'Answer Choices:')",
-                    "answer": "answer (letter)",
-                    "filter": "image == '', answer_type == 'multipleChoice', category != 'Math'",
-                },
-                fmt="option",
-                licence="gated; the authors ask that items not be redistributed (see the dataset card)",
-                redistributable=False,
-                papers=("svr_mad",),
-                convert=_conv_hle,
-            ),
-        ]
-    }
-)
+TASKS.update({
+    s.name: s
+    for s in [
+        _spec(name="amc23", title="AMC 2023", hf_id="math-ai/amc23", configs=(
+            "default",
+        ), split="test", n_items=40, fields={"question": "question", "answer": "answer (number)"},
+              fmt="boxed", licence="unclear (competition problems)", redistributable=False, papers=(
+                  "umad", ), convert=_conv_aime),
+        _spec(name="aime24", title="AIME 2024", hf_id="HuggingFaceH4/aime_2024", configs=(
+            "default", ), split="train", n_items=30,
+              fields={"question": "problem", "answer": "answer (integer 0-999)"}, fmt="boxed",
+              licence="unclear (competition problems)", redistributable=False, papers=(
+                  "umad", ), convert=_conv_aime),
+        _spec(name="aime25", title="AIME 2025", hf_id="opencompass/AIME2025", configs=(
+            "AIME2025-I", "AIME2025-II"), split="test", n_items=30,
+              fields={"question": "question", "answer": "answer (integer 0-999)"}, fmt="boxed",
+              licence="unclear (competition problems)", redistributable=False, papers=(
+                  "umad", ), convert=_conv_aime,
+              notes="index runs over AIME2025-I (0-14) then AIME2025-II (15-29)"),
+        _spec(
+            name="imo_answerbench", title="IMO-AnswerBench", hf_id="google-deepmind/superhuman",
+            configs=("default", ), split="train", n_items=400, loader="csv", data_url=
+            "https://raw.githubusercontent.com/google-deepmind/superhuman/main/imobench/answerbench_v2.csv",
+            fields={"question": "Problem", "answer": "Short Answer (LaTeX)", "meta": "Category"
+                    }, fmt="boxed",
+            licence="CC BY 4.0 (not shipped: the kit ships real items of MIT-licensed sets only)",
+            redistributable=False, papers=("svr_mad", ), convert=_conv_imo,
+            notes="short answers are LaTeX; the benchmark's own grader is an LLM autograder"),
+        _spec(
+            name="hle_mc", title="Humanity's Last Exam, text-only non-math multiple choice",
+            hf_id="cais/hle", configs=("default", ), split="test", fields={
+                "question": "question (options inline, 'Answer Choices:')", "answer":
+                "answer (letter)", "filter":
+                "image == '', answer_type == 'multipleChoice', category != 'Math'"
+            }, fmt="option",
+            licence="gated; the authors ask that items not be redistributed (see the dataset card)",
+            redistributable=False, papers=("svr_mad", ), convert=_conv_hle)
+    ]
+})
 
 # %% ../nbs/data/02_data.ipynb #7c04acb6
 def get_task(name: str) -> TaskSpec:
@@ -419,41 +277,22 @@ def get_task(name: str) -> TaskSpec:
         raise ConfigError("unknown task", key="task", value=name, choices=TASKS)
     spec = TASKS[base]
     if split and split not in spec.known_splits:
-        raise ConfigError(
-            f"unknown split of task {base}", key="split", value=split, choices=spec.known_splits
-        )
+        raise ConfigError(f"unknown split of task {base}", key="split", value=split,
+                          choices=spec.known_splits)
     return spec
 
 # %% ../nbs/data/02_data.ipynb #9a3a7691
 def describe_tasks() -> pd.DataFrame:
     "The registry as a table."
-    return pd.DataFrame(
-        [
-            dict(
-                task=s.name,
-                title=s.title,
-                hub=s.hf_id,
-                configs=",".join(s.configs),
-                split=s.split,
-                fmt=s.fmt,
-                licence=s.licence,
-                fixture="real" if s.redistributable else "synthetic",
-                papers=",".join(s.papers),
-            )
-            for s in TASKS.values()
-        ]
-    )
+    return pd.DataFrame([
+        dict(task=s.name, title=s.title, hub=s.hf_id, configs=",".join(s.configs), split=s.split,
+             fmt=s.fmt, licence=s.licence, fixture="real" if s.redistributable else "synthetic",
+             papers=",".join(s.papers)) for s in TASKS.values()
+    ])
 
 # %% ../nbs/data/02_data.ipynb #f7746681
-MATH_SUBJECTS = (
-    "algebra",
-    "counting_and_probability",
-    "geometry",
-    "intermediate_algebra",
-    "number_theory",
-    "prealgebra",
-    "precalculus",
-)
+MATH_SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra",
+                 "number_theory", "prealgebra", "precalculus")
 
 
 def _conv_math_train(spec, row, index, split, config):
@@ -466,35 +305,20 @@ def _conv_math_train(spec, row, index, split, config):
         return None
     lvl = str(row.get("level", "")).rpartition(" ")[2]
     return dict(
-        question=row["problem"],
-        gold=gold,
-        meta={
-            "subject": row.get("type"),
-            "level": int(lvl) if lvl.isdigit() else None,
-            "solution": row["solution"],
-        },
-    )
+        question=row["problem"], gold=gold, meta={
+            "subject": row.get("type"), "level": int(lvl) if lvl.isdigit() else None, "solution":
+            row["solution"]
+        })
 
 # %% ../nbs/data/02_data.ipynb #ed1c597d
 TASKS["math_train"] = _spec(
-    name="math_train",
-    title="MATH (train)",
-    hf_id="EleutherAI/hendrycks_math",
-    configs=MATH_SUBJECTS,
-    split="train",
-    n_items=7498,
-    fields={
-        "question": "problem",
-        "answer": "last \\boxed{} of solution",
-        "meta": "type (subject), level, solution",
-    },
-    fmt="boxed",
-    licence="MIT",
-    redistributable=True,
-    papers=("umad",),
-    convert=_conv_math_train,
-    notes="UMAD's training set (Sec. 5.1: 7,500 questions; 2 rows without a boxed answer are left out)",
-)
+    name="math_train", title="MATH (train)", hf_id="EleutherAI/hendrycks_math",
+    configs=MATH_SUBJECTS, split="train", n_items=7498, fields={
+        "question": "problem", "answer": "last \\boxed{} of solution", "meta":
+        "type (subject), level, solution"
+    }, fmt="boxed", licence="MIT", redistributable=True, papers=("umad", ),
+    convert=_conv_math_train, notes=
+    "UMAD's training set (Sec. 5.1: 7,500 questions; 2 rows without a boxed answer are left out)")
 
 # %% ../nbs/data/02_data.ipynb #ba75da00
 def fixtures_dir() -> Path:
@@ -509,9 +333,8 @@ def _paper_csv(name: str) -> tuple[dict, str]:
     p = next(iter(sorted(fixtures_dir().rglob(f"paper_{name}.csv"))), None)
     if p is None:
         have = sorted(f.stem[6:] for f in fixtures_dir().rglob("paper_*.csv"))
-        raise ConfigError(
-            "no printed paper table of that name", key="name", value=name, choices=have
-        )
+        raise ConfigError("no printed paper table of that name", key="name", value=name,
+                          choices=have)
     head, body = {}, []
     for line in p.read_text(encoding="utf-8").splitlines(keepends=True):
         if line.startswith("# ") and ":" in line and not body:
@@ -536,9 +359,8 @@ def paper_table(name: str) -> pd.DataFrame:
 def _fixture_rows(task: str) -> tuple[dict, ...]:
     p = fixtures_dir() / f"{task}.jsonl"
     if not p.exists():
-        raise ConfigError(
-            "fixture file missing (reinstall mad_study)", where=p, key="task", value=task
-        )
+        raise ConfigError("fixture file missing (reinstall mad_study)", where=p, key="task",
+                          value=task)
     rows = []
     for k, line in enumerate(p.read_text(encoding="utf-8").splitlines()):
         if not line.strip():
@@ -552,12 +374,7 @@ def _fixture_rows(task: str) -> tuple[dict, ...]:
 # %% ../nbs/data/02_data.ipynb #cb68293a
 SYNTHETIC_TAG = "[synthetic look-alike]"
 SYNTHETIC_COUNTS = {
-    "aime24": 30,
-    "aime25": 30,
-    "amc23": 40,
-    "imo_answerbench": 100,
-    "gpqa": 100,
-    "hle_mc": 100,
+    "aime24": 30, "aime25": 30, "amc23": 40, "imo_answerbench": 100, "gpqa": 100, "hle_mc": 100
 }
 
 
@@ -591,11 +408,8 @@ def _int_problem(r) -> tuple[str, int]:
         return f"Find the remainder when ${a}^{{{b}}}$ is divided by $1000$.", pow(a, b, 1000)
     if kind == 1:
         while True:
-            n = (
-                int(r.choice([2, 3, 5, 7])) ** int(r.integers(1, 6))
-                * int(r.choice([3, 5, 7, 11, 13])) ** int(r.integers(1, 4))
-                * int(r.integers(1, 30))
-            )
+            n = (int(r.choice([2, 3, 5, 7]))**int(r.integers(1, 6)) *
+                 int(r.choice([3, 5, 7, 11, 13]))**int(r.integers(1, 4)) * int(r.integers(1, 30)))
             if _n_divisors(n) < 1000:
                 break
         return f"How many positive integer divisors does ${n}$ have?", _n_divisors(n)
@@ -608,23 +422,19 @@ def _int_problem(r) -> tuple[str, int]:
         return (
             f"Real numbers $x$ and $y$ satisfy ${_lin(a, 'x', True)}{_lin(b, 'y')} = {a * x + b * y}$ and "
             f"${_lin(d, 'x', True)}{_lin(-e, 'y')} = {d * x - e * y}$. "
-            f"Find $x + y$."
-        ), x + y
+            f"Find $x + y$."), x + y
     if kind == 3:
         k, n = int(r.integers(3, 30)), int(r.integers(100, 5000))
         s = k * (n // k) * (n // k + 1) // 2
-        return (
-            f"Let $S$ be the sum of all positive multiples of ${k}$ that are at most ${n}$. "
-            f"Find the remainder when $S$ is divided by $1000$."
-        ), s % 1000
+        return (f"Let $S$ be the sum of all positive multiples of ${k}$ that are at most ${n}$. "
+                f"Find the remainder when $S$ is divided by $1000$."), s % 1000
     a, b = (int(v) for v in r.choice(range(2, 14), size=2, replace=False))
     n = int(r.integers(100, 1000))
     l = a * b // math.gcd(a, b)
     cnt = n // a + n // b - 2 * (n // l)
     return (
         f"How many integers $n$ with $1 \\le n \\le {n}$ are divisible by ${a}$ or by ${b}$, but not by both?",
-        cnt,
-    )
+        cnt)
 
 # %% ../nbs/data/02_data.ipynb #6196659e
 def _latex_frac(p: int, q: int) -> str:
@@ -655,45 +465,31 @@ def _imo_problem(r) -> tuple[str, str, str]:
         const = "" if c == 0 else f" {'+' if c > 0 else '-'} {abs(c)}"
         return (
             f"Find the minimum value of $x^2{_lin(-2 * a, 'x')}{const}$ over all real numbers $x$.",
-            str(c - a * a),
-            "Algebra",
-        )
+            str(c - a * a), "Algebra")
     if kind == 1:
         n = int(r.integers(5, 200))
-        return (
-            f"Compute $\\displaystyle\\sum_{{k=1}}^{{{n}}} \\frac{{1}}{{k(k+1)}}$.",
-            _latex_frac(n, n + 1),
-            "Algebra",
-        )
+        return (f"Compute $\\displaystyle\\sum_{{k=1}}^{{{n}}} \\frac{{1}}{{k(k+1)}}$.",
+                _latex_frac(n, n + 1), "Algebra")
     if kind == 2:
         a, b, c, d = (int(v) for v in r.integers(-20, 21, size=4))
         if (a, b) == (c, d):
             c += 1
-        return (
-            (
-                f"In the coordinate plane, find the distance between the points $({a}, {b})$ and $({c}, {d})$. "
-                f"Express your answer in simplest radical form."
-            ),
-            _radical((a - c) ** 2 + (b - d) ** 2),
-            "Geometry",
-        )
+        return ((
+            f"In the coordinate plane, find the distance between the points $({a}, {b})$ and $({c}, {d})$. "
+            f"Express your answer in simplest radical form."), _radical((a - c)**2 + (b - d)**2),
+                "Geometry")
     if kind == 3:
         p, N = int(r.choice([2, 3, 5, 7])), int(r.integers(20, 500))
         e, q = 0, p
         while q <= N:
             e += N // q
             q *= p
-        return (
-            f"Find the largest integer $n$ such that ${p}^n$ divides ${N}!$.",
-            str(e),
-            "Number theory",
-        )
+        return (f"Find the largest integer $n$ such that ${p}^n$ divides ${N}!$.", str(e),
+                "Number theory")
     k, m = int(r.integers(3, 15)), int(r.integers(2, 6))
     return (
         f"In how many ways can ${k}$ identical balls be placed into ${m}$ distinct boxes (boxes may be empty)?",
-        str(math.comb(k + m - 1, m - 1)),
-        "Combinatorics",
-    )
+        str(math.comb(k + m - 1, m - 1)), "Combinatorics")
 
 # %% ../nbs/data/02_data.ipynb #51816013
 def _fmt3(x: float) -> str:
@@ -709,12 +505,8 @@ def _gpqa_row(r) -> dict:
         opts = [0.5 * a * t * t, a * t * t, a * t, 0.25 * a * t * t]
         unit, dom = " m", ("Physics", "Classical Mechanics")
     elif kind == 1:
-        name, M = [
-            ("water", 18.02),
-            ("carbon dioxide", 44.01),
-            ("sodium chloride", 58.44),
-            ("glucose", 180.16),
-        ][int(r.integers(4))]
+        name, M = [("water", 18.02), ("carbon dioxide", 44.01), ("sodium chloride", 58.44),
+                   ("glucose", 180.16)][int(r.integers(4))]
         m = int(r.integers(5, 500))
         q = f"How many moles of {name} (molar mass {M} g/mol) are contained in {m} g of it?"
         opts = [m / M, M / m, m * M / 1000, m / (2 * M)]
@@ -728,8 +520,7 @@ def _gpqa_row(r) -> dict:
         k = int(r.integers(1, 5))
         q = (
             f"Two organisms are each heterozygous at {k} unlinked genes with complete dominance. What fraction of their "
-            f"offspring is homozygous recessive at all {k} genes?"
-        )
+            f"offspring is homozygous recessive at all {k} genes?")
         opts = [f"1/{4**k}", f"1/{2**k}", f"{3**k}/{4**k}", f"1/{4**k + 4}"]
         unit, dom = "", ("Biology", "Genetics")
     else:
@@ -742,13 +533,9 @@ def _gpqa_row(r) -> dict:
     if len(set(texts)) < 4:
         return _gpqa_row(r)
     return {
-        "Question": f"{SYNTHETIC_TAG} {q}",
-        "Correct Answer": texts[0],
-        "Incorrect Answer 1": texts[1],
-        "Incorrect Answer 2": texts[2],
-        "Incorrect Answer 3": texts[3],
-        "High-level domain": dom[0],
-        "Subdomain": dom[1],
+        "Question": f"{SYNTHETIC_TAG} {q}", "Correct Answer": texts[0], "Incorrect Answer 1":
+        texts[1], "Incorrect Answer 2": texts[2], "Incorrect Answer 3": texts[3],
+        "High-level domain": dom[0], "Subdomain": dom[1]
     }
 
 # %% ../nbs/data/02_data.ipynb #4c659a2c
@@ -761,10 +548,8 @@ def _hle_row(r, i: int) -> dict:
         mut = list(comp[::-1])
         j = int(r.integers(len(mut)))
         mut[j] = "ACGT"[("ACGT".index(mut[j]) + 1) % 4]
-        q, cat = (
-            f"What is the reverse complement of the DNA strand 5'-{seq}-3'?",
-            "Biology/Medicine",
-        )
+        q, cat = (f"What is the reverse complement of the DNA strand 5'-{seq}-3'?",
+                  "Biology/Medicine")
         opts = [comp[::-1], comp, seq[::-1], "".join(mut)]
         opts.append(seq if seq not in opts else comp[::-1] + "A")
     elif kind == 1:
@@ -772,28 +557,18 @@ def _hle_row(r, i: int) -> dict:
         b = n.bit_length()
         q, cat = (
             f"What is the minimum number of bits needed to write every integer from 0 to {n} inclusive in unsigned binary?",
-            "Computer Science/AI",
-        )
+            "Computer Science/AI")
         opts = [str(b), str(b - 1), str(b + 1), str(b + 2), str(b - 2)]
     elif kind == 2:
         h, k = int(r.integers(2, 60)), int(r.integers(2, 7))
         q, cat = (
             f"A radioactive sample has a half-life of {h} years. What fraction of it remains after {h * k} years?",
-            "Physics",
-        )
+            "Physics")
         opts = [f"1/{2**k}", f"1/{2 * k}", f"1/{2 ** (k + 1)}", f"1/{k}", f"1/{2 ** (k - 1)}"]
     else:
         words = [
-            "listen",
-            "garden",
-            "binary",
-            "thread",
-            "master",
-            "stream",
-            "planet",
-            "orange",
-            "carpet",
-            "silent",
+            "listen", "garden", "binary", "thread", "master", "stream", "planet", "orange",
+            "carpet", "silent"
         ]
         w = words[int(r.integers(len(words)))]
         while True:
@@ -807,28 +582,22 @@ def _hle_row(r, i: int) -> dict:
             s[j] = "e" if s[j] != "e" else "a"
             return "".join(s)
 
-        q, cat = (
-            f"Which of the following strings is an anagram of the word '{w}'?",
-            "Humanities/Social Science",
-        )
+        q, cat = (f"Which of the following strings is an anagram of the word '{w}'?",
+                  "Humanities/Social Science")
         opts = [ana, near(ana), near(ana[::-1]), near(w[::-1]), w + "s"]
     if len(set(opts)) < 5:
         return _hle_row(r, i)
     order = [int(x) for x in r.permutation(5)]
     lines = "\n".join(f"{LETTERS[j]}. {opts[o]}" for j, o in enumerate(order))
     return {
-        "id": f"synthetic-{i}",
-        "question": f"{SYNTHETIC_TAG} {q}\n\nAnswer Choices:\n{lines}",
-        "image": "",
-        "answer": LETTERS[order.index(0)],
-        "answer_type": "multipleChoice",
-        "category": cat,
+        "id": f"synthetic-{i}", "question": f"{SYNTHETIC_TAG} {q}\n\nAnswer Choices:\n{lines}",
+        "image": "", "answer": LETTERS[order.index(0)], "answer_type": "multipleChoice", "category":
+        cat
     }
 
 # %% ../nbs/data/02_data.ipynb #6f76a680
-_SYNTHETIC_GENERATORS: dict[
-    str, Callable
-] = {}  # task -> fn(rng, i) -> hub-like row (filled below: vision tasks)
+# task -> fn(rng, i) -> hub-like row (filled below: vision tasks)
+_SYNTHETIC_GENERATORS: dict[str, Callable] = {}
 
 
 def _synthetic_row(task: str, i: int) -> tuple[dict, str | None]:
@@ -839,31 +608,22 @@ def _synthetic_row(task: str, i: int) -> tuple[dict, str | None]:
     if task in ("aime24", "aime25", "amc23"):
         q, a = _int_problem(r)
         key = "problem" if task == "aime24" else "question"
-        config = (
-            ("AIME2025-I" if i < SYNTHETIC_COUNTS[task] // 2 else "AIME2025-II")
-            if task == "aime25"
-            else "default"
-        )
-        return {
-            key: f"{SYNTHETIC_TAG} {q}",
-            "answer": float(a) if task == "amc23" else str(a),
-        }, config
+        config = (("AIME2025-I" if i < SYNTHETIC_COUNTS[task] //
+                   2 else "AIME2025-II") if task == "aime25" else "default")
+        return {key: f"{SYNTHETIC_TAG} {q}", "answer":
+                float(a) if task == "amc23" else str(a)}, config
     if task == "imo_answerbench":
         q, a, cat = _imo_problem(r)
         return {
-            "Problem ID": f"synthetic-{i}",
-            "Problem": f"{SYNTHETIC_TAG} {q}",
-            "Short Answer": a,
-            "Category": cat,
-            "Level": "synthetic",
+            "Problem ID": f"synthetic-{i}", "Problem": f"{SYNTHETIC_TAG} {q}", "Short Answer": a,
+            "Category": cat, "Level": "synthetic"
         }, "default"
     if task == "gpqa":
         return _gpqa_row(r), "gpqa_main"
     if task == "hle_mc":
         return _hle_row(r, i), "default"
-    raise ConfigError(
-        "no synthetic generator for task", key="task", value=task, choices=SYNTHETIC_COUNTS
-    )
+    raise ConfigError("no synthetic generator for task", key="task", value=task,
+                      choices=SYNTHETIC_COUNTS)
 
 # %% ../nbs/data/02_data.ipynb #d934e05e
 def synthetic_items(task: str, n: int | None = None) -> list[Item]:
@@ -881,7 +641,6 @@ def synthetic_items(task: str, n: int | None = None) -> list[Item]:
 class BadItemsError(ConfigError):
     """Items that cannot be used as they are (a gold that does not fit its format, an empty question, a repeated
     id): one line per bad item (the kit's own)."""
-
     def __init__(self, lines: Sequence[str]):
         self.lines = list(lines)
         self.problem, self.where, self.key, self.value = "bad items", None, None, None
@@ -935,15 +694,13 @@ def _number_gold(g: str) -> str:
     return g
 
 # %% ../nbs/data/02_data.ipynb #28927777
-def normalise_gold(
-    gold: Any, fmt: str, choices: Sequence[str] | None = None, question: str = ""
-) -> str:
+def normalise_gold(gold: Any, fmt: str, choices: Sequence[str] | None = None,
+                   question: str = "") -> str:
     """`gold` checked against answer format `fmt` and normalised (option letters upper-case, `(b)` -> `B`); a
     ValueError says why it does not fit (the kit's own rule, with mad_study.answers' parsers)."""
     if fmt not in ANSWER_FORMATS:
         raise ValueError(
-            f"unknown answer format {fmt!r} (choose from: {', '.join(ANSWER_FORMATS)})"
-        )
+            f"unknown answer format {fmt!r} (choose from: {', '.join(ANSWER_FORMATS)})")
     if gold is None or (isinstance(gold, float) and math.isnan(gold)):
         raise ValueError("no gold answer")
     g = str(gold).strip()
@@ -966,10 +723,8 @@ def check_items(items: Iterable[Item], where: str | os.PathLike | None = None) -
         try:
             g = normalise_gold(it.gold, it.fmt, it.choices, it.question)
         except ValueError as e:
-            bad.append(
-                f"{where}: " * (where is not None)
-                + f"item {it.id}: gold={it.gold!r}: {e} (fmt {it.fmt})"
-            )
+            bad.append(f"{where}: " * (where is not None) +
+                       f"item {it.id}: gold={it.gold!r}: {e} (fmt {it.fmt})")
             continue
         out.append(it if g == it.gold else dataclasses.replace(it, gold=g))
     if bad:
@@ -981,48 +736,29 @@ def _item_id(spec: TaskSpec, index: int | str, split: str) -> str:
     return f"{spec.name}/{index}" if split == spec.split else f"{spec.name}/{split}-{index}"
 
 # %% ../nbs/data/02_data.ipynb #ee7c60a6
-def _make_item(
-    spec: TaskSpec,
-    row: Mapping,
-    index: int | str,
-    split: str,
-    config: str | None,
-    synthetic: bool = False,
-) -> Item | None:
+def _make_item(spec: TaskSpec, row: Mapping, index: int | str, split: str, config: str | None,
+               synthetic: bool = False) -> Item | None:
     d = spec.convert(spec, row, index, split, config)
     if d is None:
         return None
     meta = {"split": split, "index": index, **d.pop("meta", {})}
     fmt = d.pop("fmt", spec.fmt)  # a task may mix formats (MathVision: options, or free-form)
-    return Item(
-        id=_item_id(spec, index, split),
-        task=spec.name,
-        fmt=fmt,
-        meta=meta,
-        synthetic=synthetic,
-        **d,
-    )
+    return Item(id=_item_id(spec, index, split), task=spec.name, fmt=fmt, meta=meta,
+                synthetic=synthetic, **d)
 
 # %% ../nbs/data/02_data.ipynb #f6c89ba3
 def _fixture_items(spec: TaskSpec, split: str) -> list[Item]:
     if spec.synthetic_fixture:
         if split != spec.split:
-            raise ConfigError(
-                f"synthetic fixture of {spec.name} has only its default split",
-                key="split",
-                value=split,
-                choices=[spec.split],
-            )
+            raise ConfigError(f"synthetic fixture of {spec.name} has only its default split",
+                              key="split", value=split, choices=[spec.split])
         return synthetic_items(spec.name)
     rows = [r for r in _fixture_rows(spec.name) if r.get("split", spec.split) == split]
     if not rows:
         have = sorted({r.get("split", spec.split) for r in _fixture_rows(spec.name)})
         raise ConfigError(
             f"no fixture items of {spec.name} in this split (source='hub' has all splits)",
-            key="split",
-            value=split,
-            choices=have,
-        )
+            key="split", value=split, choices=have)
     items = [_make_item(spec, r, int(r["index"]), split, spec.configs[0]) for r in rows]
     items = sorted((it for it in items if it is not None), key=lambda it: it.meta["index"])
     return check_items(items, where=fixtures_dir() / f"{spec.name}.jsonl")
@@ -1035,8 +771,7 @@ class HubUnavailableError(ConnectionError):
 def _offline() -> bool:
     return any(
         os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on")
-        for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-    )
+        for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
 
 # %% ../nbs/data/02_data.ipynb #2cb83a2f
 def _hub_error(spec: TaskSpec, config: str, split: str, e: BaseException) -> HubUnavailableError:
@@ -1045,8 +780,7 @@ def _hub_error(spec: TaskSpec, config: str, split: str, e: BaseException) -> Hub
     if "gated" in str(e).lower() or "GatedRepo" in type(e).__name__:
         msg = (
             f"{what} is gated on the Hugging Face hub: accept its terms on huggingface.co and log in (`hf auth login`); "
-            f"source='fixture' works offline ({reason})"
-        )
+            f"source='fixture' works offline ({reason})")
     else:
         msg = f"could not reach the Hugging Face hub for {what}: {reason}; source='fixture' works offline"
     return HubUnavailableError(msg)
@@ -1058,9 +792,8 @@ def _hub_rows(spec: TaskSpec, split: str) -> list[tuple[int, str, dict]]:
     for config in spec.configs:
         if spec.loader == "csv":
             if _offline():
-                raise _hub_error(
-                    spec, config, split, ConnectionError("offline mode (HF_HUB_OFFLINE) is on")
-                )
+                raise _hub_error(spec, config, split,
+                                 ConnectionError("offline mode (HF_HUB_OFFLINE) is on"))
             import io
             import urllib.request
 
@@ -1069,9 +802,8 @@ def _hub_rows(spec: TaskSpec, split: str) -> list[tuple[int, str, dict]]:
                     text = resp.read().decode("utf-8")
             except Exception as e:
                 raise _hub_error(spec, config, split, e) from None
-            rows = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False).to_dict(
-                "records"
-            )
+            rows = pd.read_csv(io.StringIO(text), dtype=str,
+                               keep_default_na=False).to_dict("records")
         else:
             try:
                 import datasets
@@ -1080,11 +812,8 @@ def _hub_rows(spec: TaskSpec, split: str) -> list[tuple[int, str, dict]]:
             except (ConnectionError, OSError, TimeoutError) as e:
                 raise _hub_error(spec, config, split, e) from None
             except Exception as e:
-                if (
-                    "gated" in str(e).lower()
-                    or "couldn't reach" in str(e).lower()
-                    or "offline" in str(e).lower()
-                ):
+                if ("gated" in str(e).lower() or "couldn't reach" in str(e).lower()
+                        or "offline" in str(e).lower()):
                     raise _hub_error(spec, config, split, e) from None
                 raise
             rows = list(ds)
@@ -1094,9 +823,8 @@ def _hub_rows(spec: TaskSpec, split: str) -> list[tuple[int, str, dict]]:
 # %% ../nbs/data/02_data.ipynb #62cb7a29
 def _hub_items(spec: TaskSpec, split: str) -> list[Item]:
     "The split's items; an item whose gold does not fit its format is left out, with one warning line each."
-    items = (
-        _make_item(spec, row, index, split, config) for index, config, row in _hub_rows(spec, split)
-    )
+    items = (_make_item(spec, row, index, split, config)
+             for index, config, row in _hub_rows(spec, split))
     good, bad = [], []
     for it in items:
         if it is None:
@@ -1107,10 +835,8 @@ def _hub_items(spec: TaskSpec, split: str) -> list[Item]:
             bad += e.lines
     if bad:
         warnings.warn(
-            f"{spec.hf_id}: {len(bad)} item(s) left out, their gold does not fit their format:\n"
-            + "\n".join(bad),
-            stacklevel=3,
-        )
+            f"{spec.hf_id}: {len(bad)} item(s) left out, their gold does not fit their format:\n" +
+            "\n".join(bad), stacklevel=3)
     return good
 
 # %% ../nbs/data/02_data.ipynb #1c47a2af
@@ -1138,25 +864,15 @@ def choose_subset(items: Sequence[Item], n: int | None, seed: int, *key: Any) ->
     return [it for i, it in enumerate(items) if i in keep]
 
 # %% ../nbs/data/02_data.ipynb #48bf4e93
-def load_items(
-    task: str,
-    n: int | None = None,
-    seed: int = 0,
-    source: str = "fixture",
-    split: str | None = None,
-    save: bool = True,
-) -> list[Item]:
+def load_items(task: str, n: int | None = None, seed: int = 0, source: str = "fixture",
+               split: str | None = None, save: bool = True) -> list[Item]:
     """Items of `task` (a TASKS name, or `name:split`): all, or a deterministic subset of `n` for
     `seed`."""
     spec = get_task(task)
     split = split or (task.partition(":")[2] if isinstance(task, str) else "") or spec.split
     if split not in spec.known_splits:
-        raise ConfigError(
-            f"unknown split of task {spec.name}",
-            key="split",
-            value=split,
-            choices=spec.known_splits,
-        )
+        raise ConfigError(f"unknown split of task {spec.name}", key="split", value=split,
+                          choices=spec.known_splits)
     if source not in SOURCES:
         raise ConfigError("unknown item source", key="source", value=source, choices=SOURCES)
     if n is not None and (isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0):
@@ -1166,33 +882,21 @@ def load_items(
     n, seed = (None if n is None else int(n)), int(seed)
     pool = _fixture_items(spec, split) if source == "fixture" else _hub_items(spec, split)
     if n is not None and n > len(pool):
-        hint = (
-            " (the fixture is a small excerpt; source='hub' has the full split)"
-            if source == "fixture" and not spec.synthetic_fixture
-            else ""
-        )
+        hint = (" (the fixture is a small excerpt; source='hub' has the full split)"
+                if source == "fixture" and not spec.synthetic_fixture else "")
         warnings.warn(
             f"{spec.name} ({source}, split {split}) has only {len(pool)} items; n={n} was requested, "
-            f"so all {len(pool)} are used{hint}",
-            SubsetSizeWarning,
-            stacklevel=2,
-        )
+            f"so all {len(pool)} are used{hint}", SubsetSizeWarning, stacklevel=2)
     items = choose_subset(pool, n, seed, spec.name, split)
     if save:
         rec = {
-            "task": spec.name,
-            "split": split,
-            "source": source,
-            "n_requested": n,
-            "n_available": len(pool),
-            "seed": seed,
-            "synthetic": any(it.synthetic for it in items),
-            "ids": [it.id for it in items],
+            "task": spec.name, "split": split, "source": source, "n_requested": n, "n_available":
+            len(pool), "seed": seed, "synthetic": any(it.synthetic for it in items), "ids":
+            [it.id for it in items]
         }
         try:
-            atomic_write_text(
-                subset_path(spec.name, source, n, seed, split), json.dumps(rec, indent=1) + "\n"
-            )
+            atomic_write_text(subset_path(spec.name, source, n, seed, split),
+                              json.dumps(rec, indent=1) + "\n")
         except OSError as e:
             warnings.warn(f"could not save the subset ids under {runs_dir()}: {e}", stacklevel=2)
     return items
@@ -1205,20 +909,16 @@ def items_from_ids(ids: Iterable[str], source: str = "fixture") -> list[Item]:
     for i in ids:
         t, _, rest = str(i).partition("/")
         spec = get_task(t)
-        split = (
-            rest.split("-", 1)[0]
-            if "-" in rest and not rest.startswith("synthetic")
-            else spec.split
-        )
+        split = (rest.split("-", 1)[0]
+                 if "-" in rest and not rest.startswith("synthetic") else spec.split)
         want[(t, split)] = None
     found = {}
     for t, split in want:
         found.update({it.id: it for it in load_items(t, source=source, split=split, save=False)})
     missing = [i for i in ids if i not in found]
     if missing:
-        raise ConfigError(
-            f"{len(missing)} item ids not found in source {source}", key="ids", value=missing[0]
-        )
+        raise ConfigError(f"{len(missing)} item ids not found in source {source}", key="ids",
+                          value=missing[0])
     return [found[i] for i in ids]
 
 # %% ../nbs/data/02_data.ipynb #a961f0bf
@@ -1247,12 +947,10 @@ def _conv_mathvision(spec, row, index, split, config):
     gold = str(row["answer"]).strip()
     if not opts and not spec.name.endswith("_all"):
         return None
-    d = dict(
-        question=_IMG_TAG.sub("", str(row["question"])).strip(),
-        gold=gold,
-        images=(put_image(_row_image(row, "decoded_image", "image")),),
-        meta={k: row[k] for k in ("id", "subject", "level") if k in row},
-    )
+    d = dict(question=_IMG_TAG.sub("", str(row["question"])).strip(), gold=gold,
+             images=(put_image(_row_image(row, "decoded_image", "image")), ),
+             meta={k: row[k]
+                   for k in ("id", "subject", "level") if k in row})
     if opts:
         d["choices"] = opts
     else:
@@ -1261,34 +959,19 @@ def _conv_mathvision(spec, row, index, split, config):
 
 # %% ../nbs/data/02_data.ipynb #0e5c523c
 _VISION = dict(
-    licence="research use; the authors' terms apply (not shipped: the fixture draws synthetic look-alikes)",
-    redistributable=False,
-    papers=("meta_debate",),
-    formatter=du_options_question,
-)
-for _name, _title in [
-    ("mathvision", "MathVision (multiple choice)"),
-    ("mathvision_all", "MathVision (all)"),
-]:
+    licence=
+    "research use; the authors' terms apply (not shipped: the fixture draws synthetic look-alikes)",
+    redistributable=False, papers=("meta_debate", ), formatter=du_options_question)
+for _name, _title in [("mathvision", "MathVision (multiple choice)"),
+                      ("mathvision_all", "MathVision (all)")]:
     TASKS[_name] = _spec(
-        name=_name,
-        title=_title,
-        hf_id="MathLLMs/MathVision",
-        configs=("default",),
-        split="testmini",
-        splits=("testmini", "test"),
-        n_items=190 if _name == "mathvision" else 304,
-        fmt="option",
-        fields={
-            "question": "question",
-            "choices": "options",
-            "answer": "answer",
-            "image": "decoded_image",
-        },
-        convert=_conv_mathvision,
-        notes="image items; free-form rows only in mathvision_all",
-        **_VISION,
-    )
+        name=_name, title=_title, hf_id="MathLLMs/MathVision", configs=("default", ),
+        split="testmini", splits=("testmini", "test"),
+        n_items=190 if _name == "mathvision" else 304, fmt="option", fields={
+            "question": "question", "choices": "options", "answer": "answer", "image":
+            "decoded_image"
+        }, convert=_conv_mathvision, notes="image items; free-form rows only in mathvision_all",
+        **_VISION)
 
 # %% ../nbs/data/02_data.ipynb #a798f5e6
 def _conv_realworldqa(spec, row, index, split, config):
@@ -1297,22 +980,15 @@ def _conv_realworldqa(spec, row, index, split, config):
     'questions with verifiable answer' (437 of 765; the count is not checked offline); `realworldqa_all` keeps all."""
     q, gold = str(row["question"]), str(row["answer"]).strip()
     opts = _OPT_LINE.findall(q)
-    mc = (
-        len(opts) >= 2
-        and [l for l, _ in opts] == list(LETTERS[: len(opts)])
-        and gold.strip("().") in LETTERS[: len(opts)]
-    )
+    mc = (len(opts) >= 2 and [l for l, _ in opts] == list(LETTERS[:len(opts)])
+          and gold.strip("().") in LETTERS[:len(opts)])
     if not mc and not spec.name.endswith("_all"):
         return None
-    stem = q[: _OPT_LINE.search(q).start()].strip() if mc else q.strip()
-    stem = re.sub(
-        r"\s*Please answer[^\n]*$", "", stem, flags=re.S
-    ).strip()  # the task's own answer instruction
-    d = dict(
-        question=stem,
-        gold=gold.strip("().") if mc else gold,
-        images=(put_image(_row_image(row, "image")),),
-    )
+    stem = q[:_OPT_LINE.search(q).start()].strip() if mc else q.strip()
+    stem = re.sub(r"\s*Please answer[^\n]*$", "", stem,
+                  flags=re.S).strip()  # the task's own answer instruction
+    d = dict(question=stem, gold=gold.strip("().") if mc else gold,
+             images=(put_image(_row_image(row, "image")), ))
     if mc:
         d["choices"] = tuple(t for _, t in opts)
     else:
@@ -1320,31 +996,25 @@ def _conv_realworldqa(spec, row, index, split, config):
     return d
 
 # %% ../nbs/data/02_data.ipynb #686c5127
-for _name, _title in [
-    ("realworldqa", "RealWorldQA (multiple choice)"),
-    ("realworldqa_all", "RealWorldQA (all)"),
-]:
+for _name, _title in [("realworldqa", "RealWorldQA (multiple choice)"),
+                      ("realworldqa_all", "RealWorldQA (all)")]:
     TASKS[_name] = _spec(
         name=_name,
         title=_title,
         hf_id="xai-org/RealworldQA",
-        configs=("default",),
+        configs=("default", ),
         split="test",
         n_items=437 if _name == "realworldqa" else 765,
         fmt="option",  # 437: the paper's count
         fields={"question": "question (options inline)", "answer": "answer", "image": "image"},
         convert=_conv_realworldqa,
         notes="image items; free-form rows only in realworldqa_all",
-        **_VISION,
-    )
+        **_VISION)
 
 # %% ../nbs/data/02_data.ipynb #73b85434
 _COLOURS = {
-    "red": (220, 40, 40),
-    "blue": (40, 80, 220),
-    "green": (30, 160, 60),
-    "orange": (240, 150, 20),
-    "purple": (140, 60, 190),
+    "red": (220, 40, 40), "blue": (40, 80, 220), "green": (30, 160, 60), "orange": (240, 150, 20),
+    "purple": (140, 60, 190)
 }
 _SHAPES = ("circle", "square", "triangle")
 
@@ -1384,11 +1054,8 @@ def _mathvision_row(r, i: int) -> dict:
         for j, kind in enumerate(kinds):
             cx, cy = 28 + (j % 5) * 42, 40 + (j // 5) * 60 + float(r.integers(-6, 7))
             _draw_shape(d, kind, cx, cy, 14, tuple(_COLOURS.values())[int(r.integers(5))])
-        q, ans, wrong = (
-            f"How many {target}s are there in the figure?",
-            str(k),
-            [str(k + o) for o in (-2, -1, 1, 2, 3) if k + o > 0],
-        )
+        q, ans, wrong = (f"How many {target}s are there in the figure?", str(k),
+                         [str(k + o) for o in (-2, -1, 1, 2, 3) if k + o > 0])
     else:
         n = int(r.integers(2, 5))
         m = int(r.integers(1, n * n))
@@ -1396,38 +1063,22 @@ def _mathvision_row(r, i: int) -> dict:
         w = 180 // n
         for c in range(n * n):
             x, y = 22 + (c % n) * w, 22 + (c // n) * w
-            d.rectangle(
-                [x, y, x + w, y + w],
-                fill=(90, 90, 90) if c in cells else (255, 255, 255),
-                outline=(0, 0, 0),
-                width=2,
-            )
+            d.rectangle([x, y, x + w, y + w], fill=(90, 90, 90) if c in cells else (255, 255, 255),
+                        outline=(0, 0, 0), width=2)
         f = Fraction(m, n * n)
         q, ans = "What fraction of the large square is shaded?", f"{f.numerator}/{f.denominator}"
-        wrong = [str(Fraction(m + o, n * n)) for o in (-1, 1, 2) if 0 < m + o < n * n] + [
-            f"{m}/{n}",
-            f"{n}/{m + n}",
-        ]
+        wrong = [str(Fraction(m + o, n * n))
+                 for o in (-1, 1, 2) if 0 < m + o < n * n] + [f"{m}/{n}", f"{n}/{m + n}"]
         wrong = [w_ if "/" in w_ else f"{w_}/1" for w_ in wrong]
     if i % 4 == 2:
         return {
-            "id": f"synthetic-{i}",
-            "question": f"{SYNTHETIC_TAG} <image1> {q}",
-            "options": [],
-            "answer": ans,
-            "decoded_image": im,
-            "subject": "synthetic",
-            "level": 1,
+            "id": f"synthetic-{i}", "question": f"{SYNTHETIC_TAG} <image1> {q}", "options": [],
+            "answer": ans, "decoded_image": im, "subject": "synthetic", "level": 1
         }
     opts, gold = _mc(r, ans, wrong)
     return {
-        "id": f"synthetic-{i}",
-        "question": f"{SYNTHETIC_TAG} <image1> {q}",
-        "options": opts,
-        "answer": gold,
-        "decoded_image": im,
-        "subject": "synthetic",
-        "level": 1,
+        "id": f"synthetic-{i}", "question": f"{SYNTHETIC_TAG} <image1> {q}", "options": opts,
+        "answer": gold, "decoded_image": im, "subject": "synthetic", "level": 1
     }
 
 # %% ../nbs/data/02_data.ipynb #5c5bb28e
@@ -1445,17 +1096,13 @@ def _realworldqa_row(r, i: int) -> dict:
     _draw_shape(d, sb, float(xb), float(yb), 22 if big == 1 else 12, _COLOURS[b])
     if i % 4 == 3:
         return {
-            "image": im,
-            "question": f"{SYNTHETIC_TAG} How many objects are in the picture?",
-            "answer": "2",
+            "image": im, "question": f"{SYNTHETIC_TAG} How many objects are in the picture?",
+            "answer": "2"
         }
     if i % 2 == 0:
         dx, dy = int(xa) - int(xb), int(ya) - int(yb)
-        rel = (
-            ("to the right of" if dx > 0 else "to the left of")
-            if abs(dx) >= abs(dy)
-            else ("below" if dy > 0 else "above")
-        )
+        rel = (("to the right of" if dx > 0 else "to the left of") if abs(dx) >= abs(dy) else
+               ("below" if dy > 0 else "above"))
         opts, gold = _mc(r, rel, ["to the left of", "to the right of", "above", "below"])
         q = f"Where is the {a} {sa} relative to the {b} {sb}?"
     else:
@@ -1463,30 +1110,25 @@ def _realworldqa_row(r, i: int) -> dict:
         q = "What colour is the largest object in the picture?"
     lines = "\n".join(f"{LETTERS[j]}. {o}" for j, o in enumerate(opts))
     return {
-        "image": im,
-        "question": f"{SYNTHETIC_TAG} {q}\n{lines}\nPlease answer directly with only the letter of the correct option and nothing else.",
-        "answer": gold,
+        "image": im, "question":
+        f"{SYNTHETIC_TAG} {q}\n{lines}\nPlease answer directly with only the letter of the correct option and nothing else.",
+        "answer": gold
     }
 
 # %% ../nbs/data/02_data.ipynb #a90aad8c
-_SYNTHETIC_GENERATORS.update(
-    {
-        "mathvision": _mathvision_row,
-        "mathvision_all": _mathvision_row,
-        "realworldqa": _realworldqa_row,
-        "realworldqa_all": _realworldqa_row,
-    }
-)
+_SYNTHETIC_GENERATORS.update({
+    "mathvision": _mathvision_row, "mathvision_all": _mathvision_row, "realworldqa":
+    _realworldqa_row, "realworldqa_all": _realworldqa_row
+})
 SYNTHETIC_COUNTS.update(
-    {k: 80 for k in ("mathvision", "mathvision_all", "realworldqa", "realworldqa_all")}
-)
+    {k: 80
+     for k in ("mathvision", "mathvision_all", "realworldqa", "realworldqa_all")})
 
 # %% ../nbs/data/02_data.ipynb #ae0c2321
 ITEM_FILE_ALIASES: dict[str, tuple[str, ...]] = {
-    "question": ("question", "problem", "input", "prompt"),
-    "gold": ("answer", "gold", "target", "gold_answer", "label"),
-    "choices": ("choices", "options"),
-    "id": ("id", "item_id", "qid", "question_id"),
+    "question": ("question", "problem", "input", "prompt"), "gold":
+    ("answer", "gold", "target", "gold_answer", "label"), "choices": ("choices", "options"), "id":
+    ("id", "item_id", "qid", "question_id")
 }
 
 # %% ../nbs/data/02_data.ipynb #b6dcdd4f
@@ -1497,9 +1139,8 @@ def _read_rows(path: Path) -> tuple[list[dict], str]:
         try:
             df = pd.read_csv(path, dtype=str, keep_default_na=False)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-            raise ConfigError(
-                f"not a readable CSV ({' '.join(str(e).split())[:120]})", where=path
-            ) from None
+            raise ConfigError(f"not a readable CSV ({' '.join(str(e).split())[:120]})",
+                              where=path) from None
         return df.to_dict("records"), "row"
     if suf in (".jsonl", ".ndjson"):
         rows = []
@@ -1522,25 +1163,15 @@ def _item_columns(path: Path, have: Sequence[str], columns: Mapping[str, str] | 
     cols = dict(columns or {})
     unknown = sorted(set(cols) - set(ITEM_FILE_ALIASES))
     if unknown:
-        raise ConfigError(
-            "unknown role in columns=",
-            where=path,
-            key="columns",
-            value=unknown[0],
-            choices=ITEM_FILE_ALIASES,
-        )
+        raise ConfigError("unknown role in columns=", where=path, key="columns", value=unknown[0],
+                          choices=ITEM_FILE_ALIASES)
     miss = [v for v in cols.values() if v not in have]
     if miss:
-        raise ConfigError(
-            f"columns= names a column the file lacks (it has: {', '.join(have)})",
-            where=path,
-            key="columns",
-            value=miss[0],
-        )
+        raise ConfigError(f"columns= names a column the file lacks (it has: {', '.join(have)})",
+                          where=path, key="columns", value=miss[0])
     for role, names in ITEM_FILE_ALIASES.items():
         hit = next((n for n in names if n in have), None) or next(
-            (c for c in have if c.lower() in names), None
-        )
+            (c for c in have if c.lower() in names), None)
         if role not in cols and hit is not None:
             cols[role] = hit
     letters = []
@@ -1554,19 +1185,14 @@ def _item_columns(path: Path, have: Sequence[str], columns: Mapping[str, str] | 
         if role not in cols:
             raise ConfigError(
                 f"no {role} column (tried {', '.join(ITEM_FILE_ALIASES[role])}; name it with columns={{'{role}': ...}}; "
-                f"the file has: {', '.join(have)})",
-                where=path,
-            )
+                f"the file has: {', '.join(have)})", where=path)
     return cols
 
 # %% ../nbs/data/02_data.ipynb #359dc89b
 def _row_choices(v: Any, where: str) -> tuple[str, ...] | None:
     "A row's options: a list, a JSON list or `|`-separated text (None when empty)."
-    if (
-        v is None
-        or (isinstance(v, float) and math.isnan(v))
-        or (isinstance(v, str) and not v.strip())
-    ):
+    if (v is None or (isinstance(v, float) and math.isnan(v))
+            or (isinstance(v, str) and not v.strip())):
         return None
     if isinstance(v, str):
         s = v.strip()
@@ -1574,31 +1200,24 @@ def _row_choices(v: Any, where: str) -> tuple[str, ...] | None:
             try:
                 v = json.loads(s)
             except json.JSONDecodeError as e:
-                raise ConfigError(
-                    f"options start with '[' but are not a JSON list ({e.msg})", where=where
-                ) from None
+                raise ConfigError(f"options start with '[' but are not a JSON list ({e.msg})",
+                                  where=where) from None
         else:
             v = s.split("|")
     if not isinstance(v, (list, tuple)) or len(v) < 2:
-        raise ConfigError(
-            "options must be a list of at least two", where=where, value=str(v)[:60], key="value"
-        )
+        raise ConfigError("options must be a list of at least two", where=where, value=str(v)[:60],
+                          key="value")
     return tuple(str(c).strip() for c in v)
 
 # %% ../nbs/data/02_data.ipynb #b86bb830
-def load_items_file(
-    path: str | os.PathLike,
-    fmt: str,
-    columns: Mapping[str, str] | None = None,
-    task: str | None = None,
-) -> list[Item]:
+def load_items_file(path: str | os.PathLike, fmt: str, columns: Mapping[str, str] | None = None,
+                    task: str | None = None) -> list[Item]:
     """One's own questions from a CSV or JSONL file as the kit's `Item`s: columns named by `columns` (role -> column) or
     guessed (`ITEM_FILE_ALIASES`, or `A`, `B`, ... option columns), every gold checked against `fmt` (the kit's own)."""
     path = Path(path)
     if fmt not in ANSWER_FORMATS:
-        raise ConfigError(
-            "unknown answer format", where=path, key="fmt", value=fmt, choices=ANSWER_FORMATS
-        )
+        raise ConfigError("unknown answer format", where=path, key="fmt", value=fmt,
+                          choices=ANSWER_FORMATS)
     if not path.is_file():
         raise ConfigError("no such file", key="path", value=str(path))
     rows, unit = _read_rows(path)
@@ -1618,18 +1237,15 @@ def load_items_file(
             continue
         ch_col = cols.get("choices")
         if isinstance(ch_col, list):
-            ch = (
-                tuple(str(r.get(c, "")).strip() for c in ch_col if str(r.get(c, "")).strip())
-                or None
-            )
+            ch = (tuple(str(r.get(c, "")).strip() for c in ch_col if str(r.get(c, "")).strip())
+                  or None)
         else:
             ch = _row_choices(r.get(ch_col), f"{at}: column {ch_col!r}") if ch_col else None
         rid = str(r.get(cols["id"], "")).strip() if "id" in cols else ""
         iid = f"{task}/{rid or n}"
         if iid in seen:
             bad.append(
-                f"{at}: column {cols.get('id', 'id')!r}: id {iid!r} repeats {unit} {seen[iid]}"
-            )
+                f"{at}: column {cols.get('id', 'id')!r}: id {iid!r} repeats {unit} {seen[iid]}")
             continue
         seen[iid] = n
         raw = r.get(cols["gold"])
@@ -1648,20 +1264,10 @@ def load_items_file(
 # %% ../nbs/data/02_data.ipynb #18b956f2
 TRANSCRIPT_REQUIRED = ("item_id", "agent", "round", "answer", ("gold", "correct"), ("task", "fmt"))
 TRANSCRIPT_DEFAULTS: dict[str, Any] = {
-    "experiment": "",
-    "method": "",
-    "task": "",
-    "role": "debater",
-    "model": "",
-    "sample": 0,
-    "position": None,
-    "visible_peers": "",
-    "reused": False,
-    "prompt_tokens": None,
-    "completion_tokens": None,
-    "text": None,
-    "images": None,
-    **{s: None for s in SIGNALS},
+    "experiment": "", "method": "", "task": "", "role": "debater", "model": "", "sample": 0,
+    "position": None, "visible_peers": "", "reused": False, "prompt_tokens": None,
+    "completion_tokens": None, "text": None, "images": None, **{s: None
+                                                                for s in SIGNALS}
 }
 
 # %% ../nbs/data/02_data.ipynb #ea287018
@@ -1672,11 +1278,7 @@ def _registry_fmt(task: Any, what: str) -> str:
         return TASKS[base].fmt
     raise ConfigError(
         "task not in the registry and its rows have no fmt: fill the transcript's fmt column "
-        "(number, boxed, option, exact) or pass fmt=",
-        where=what,
-        key="task",
-        value=task,
-    )
+        "(number, boxed, option, exact) or pass fmt=", where=what, key="task", value=task)
 
 # %% ../nbs/data/02_data.ipynb #79477c10
 def row_formats(df: pd.DataFrame, fmt: str | None = None, what: str = "transcript") -> pd.Series:
@@ -1687,48 +1289,34 @@ def row_formats(df: pd.DataFrame, fmt: str | None = None, what: str = "transcrip
         if fmt not in ANSWER_FORMATS:
             raise ConfigError("unknown answer format", key="fmt", value=fmt, choices=ANSWER_FORMATS)
         return pd.Series(fmt, index=df.index, dtype=object)
-    own = (
-        df["fmt"].astype(object)
-        if "fmt" in df.columns
-        else pd.Series(None, index=df.index, dtype=object)
-    )
+    own = (df["fmt"].astype(object) if "fmt" in df.columns else pd.Series(
+        None, index=df.index, dtype=object))
     own = own.where(own.notna(), None)
     bad = sorted({str(f) for f in own.dropna().unique()} - set(ANSWER_FORMATS))
     if bad:
-        raise ConfigError(
-            "unknown answer format in the fmt column",
-            where=what,
-            key="fmt",
-            value=bad[0],
-            choices=ANSWER_FORMATS,
-        )
+        raise ConfigError("unknown answer format in the fmt column", where=what, key="fmt",
+                          value=bad[0], choices=ANSWER_FORMATS)
     need = own.isna()
     if need.any():
-        tasks = (
-            df["task"].astype(object)
-            if "task" in df.columns
-            else pd.Series(None, index=df.index, dtype=object)
-        )
+        tasks = (df["task"].astype(object) if "task" in df.columns else pd.Series(
+            None, index=df.index, dtype=object))
         own = own.copy()
         own[need] = tasks[need].map(lambda t: _registry_fmt(t, what))
     return own
 
 # %% ../nbs/data/02_data.ipynb #e338b66c
-def complete_transcript(
-    df: pd.DataFrame, fmt: str | None = None, what: str = "transcript"
-) -> pd.DataFrame:
+def complete_transcript(df: pd.DataFrame, fmt: str | None = None,
+                        what: str = "transcript") -> pd.DataFrame:
     """A copy of `df` with every schema column: a missing required one is one line naming it, a
     missing optional one gets its default, `correct` is graded (the kit's own)."""
     if not isinstance(df, pd.DataFrame):
         raise ConfigError("a transcript is a pandas DataFrame", key=what, value=type(df).__name__)
     for req in TRANSCRIPT_REQUIRED:
-        alts = req if isinstance(req, tuple) else (req,)
+        alts = req if isinstance(req, tuple) else (req, )
         if not any(a in df.columns for a in alts):
             raise ConfigError(
                 f"missing required column {' or '.join(map(repr, alts))} (required: item_id, agent, round, "
-                "answer, gold or correct, task or fmt; see TRANSCRIPT_REQUIRED)",
-                where=what,
-            )
+                "answer, gold or correct, task or fmt; see TRANSCRIPT_REQUIRED)", where=what)
     out = df.copy()
     for c, v in TRANSCRIPT_DEFAULTS.items():
         if c not in out.columns:
@@ -1746,47 +1334,24 @@ def complete_transcript(
             a is not None and g is not None and not pd.isna(g) and is_correct(a, str(g), f)
             for a, g, f in zip(out["answer"], out["gold"], out["fmt"])
         ]
-        old = (
-            out["correct"]
-            if "correct" in out.columns
-            else pd.Series(None, index=out.index, dtype=object)
-        )
+        old = (out["correct"] if "correct" in out.columns else pd.Series(
+            None, index=out.index, dtype=object))
         out["correct"] = old.astype(object).where(old.notna(), pd.Series(graded, index=out.index))
     out["correct"] = out["correct"].astype(bool)
     return out
 
 # %% ../nbs/data/02_data.ipynb #6e8bcb17
 EXPORT_ALIASES: dict[str, tuple[str, ...]] = {
-    "item_id": (
-        "item_id",
-        "question_id",
-        "qid",
-        "question_idx",
-        "problem_id",
-        "example_id",
-        "id",
-        "idx",
-    ),
-    "agent": ("agent", "agent_id", "agent_name", "agent_idx", "speaker", "model_id"),
-    "round": ("round", "round_idx", "round_id", "turn", "iteration", "step"),
-    "text": ("text", "response", "content", "completion", "output", "message", "generation"),
-    "answer": ("answer", "prediction", "pred", "parsed_answer", "extracted_answer", "final_answer"),
-    "gold": (
-        "gold",
-        "gold_answer",
-        "answer_gt",
-        "ground_truth",
-        "target",
-        "label",
-        "reference",
-        "solution",
-    ),
-    "task": ("task", "dataset", "benchmark"),
-    "fmt": ("fmt", "answer_format"),
-    "model": ("model", "model_name"),
-    "correct": ("correct", "is_correct"),
-    "prompt_tokens": ("prompt_tokens", "input_tokens"),
-    "completion_tokens": ("completion_tokens", "output_tokens"),
+    "item_id": ("item_id", "question_id", "qid", "question_idx", "problem_id", "example_id", "id",
+                "idx"), "agent": ("agent", "agent_id", "agent_name", "agent_idx", "speaker",
+                                  "model_id"), "round":
+    ("round", "round_idx", "round_id", "turn", "iteration", "step"), "text":
+    ("text", "response", "content", "completion", "output", "message", "generation"), "answer":
+    ("answer", "prediction", "pred", "parsed_answer", "extracted_answer", "final_answer"), "gold":
+    ("gold", "gold_answer", "answer_gt", "ground_truth", "target", "label", "reference",
+     "solution"), "task": ("task", "dataset", "benchmark"), "fmt": ("fmt", "answer_format"),
+    "model": ("model", "model_name"), "correct": ("correct", "is_correct"), "prompt_tokens":
+    ("prompt_tokens", "input_tokens"), "completion_tokens": ("completion_tokens", "output_tokens")
 }
 
 # %% ../nbs/data/02_data.ipynb #489d8f07
@@ -1797,23 +1362,15 @@ def _read_export(path: Path) -> pd.DataFrame:
         return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
     if suf in (".jsonl", ".json", ".ndjson"):
         txt = path.read_text(encoding="utf-8")
-        rows = (
-            json.loads(txt)
-            if txt.lstrip().startswith("[")
-            else [json.loads(l) for l in txt.splitlines() if l.strip()]
-        )
+        rows = (json.loads(txt) if txt.lstrip().startswith("[") else
+                [json.loads(l) for l in txt.splitlines() if l.strip()])
         return pd.DataFrame(rows)
     raise ConfigError("not a .jsonl, .json or .csv file", key="path", value=str(path))
 
 # %% ../nbs/data/02_data.ipynb #b0cdf821
-def load_debate_export(
-    path: str | os.PathLike,
-    columns: Mapping[str, str] | None = None,
-    task: str | None = None,
-    fmt: str | None = None,
-    experiment: str | None = None,
-    method: str = "",
-) -> pd.DataFrame:
+def load_debate_export(path: str | os.PathLike, columns: Mapping[str, str] | None = None,
+                       task: str | None = None, fmt: str | None = None,
+                       experiment: str | None = None, method: str = "") -> pd.DataFrame:
     """Another tool's debate export (JSONL or CSV, one row per agent turn) as a kit transcript:
     `columns` maps schema names to the file's, else `EXPORT_ALIASES` are tried; `task` / `fmt`
     fill what the file lacks; `experiment` defaults to the file's stem."""
@@ -1824,10 +1381,7 @@ def load_debate_export(
     if miss:
         raise ConfigError(
             f"columns= names a column the file lacks (it has: {', '.join(map(str, raw.columns))})",
-            where=path,
-            key="columns",
-            value=miss[0],
-        )
+            where=path, key="columns", value=miss[0])
     for k, names in EXPORT_ALIASES.items():
         hit = next((n for n in names if n in raw.columns and n not in cols.values()), None)
         if k not in cols and hit is not None:
@@ -1846,8 +1400,7 @@ def load_debate_export(
     if "task" not in df and "fmt" not in df:
         raise ConfigError(
             "the file names no task: pass task= (and fmt= for a task outside the registry)",
-            where=path,
-        )
+            where=path)
     df["round"] = pd.to_numeric(df["round"], errors="raise").astype(int)
     df["round"] -= int(df["round"].min())
     df["agent"] = df["agent"].astype(str)
@@ -1859,19 +1412,14 @@ def load_debate_export(
         if "text" not in df:
             raise ConfigError(
                 "the file has neither an answer nor a text column (name one with columns=)",
-                where=path,
-            )
+                where=path)
         df["answer"] = [extract_answer(t, f) for t, f in zip(df["text"], df["fmt"])]
-    df["answer"] = (
-        df["answer"]
-        .astype(object)
-        .where(df["answer"].notna() & (df["answer"].astype(str) != ""), None)
-    )
+    df["answer"] = (df["answer"].astype(object).where(
+        df["answer"].notna() & (df["answer"].astype(str) != ""), None))
     df["answer"] = df["answer"].map(lambda a: None if a is None else str(a))
     if "correct" in df:
-        df["correct"] = df["correct"].map(
-            lambda v: None if pd.isna(v) else str(v).lower() in ("1", "true", "yes")
-        )
+        df["correct"] = df["correct"].map(lambda v: None
+                                          if pd.isna(v) else str(v).lower() in ("1", "true", "yes"))
     df["experiment"] = experiment or path.stem
     df["method"] = method
     return transcript_frame(complete_transcript(df, what=str(path))[TRANSCRIPT_COLUMNS])

@@ -15,18 +15,8 @@ import numpy as np
 import pandas as pd
 from fastcore.basics import patch
 
-from mad_study.core import (
-    ConfigError,
-    GenRequest,
-    Sampling,
-    takes_sampling,
-    Generation,
-    Item,
-    derive_seed,
-    rng_for,
-    transcript_frame,
-    SIGNALS,
-)
+from .core import (ConfigError, GenRequest, Sampling, takes_sampling, Generation, Item,
+                            derive_seed, rng_for, transcript_frame, SIGNALS)
 from .answers import extract_answer, is_correct
 from .data import check_items, format_question
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
@@ -47,9 +37,8 @@ class Agent:
     role: str = "debater"
 
 # %% ../nbs/engine/04_debate.ipynb #ae560cfe
-def make_agents(
-    models: Sequence[str], roles: Sequence[str] | None = None, prefix: str = "a"
-) -> list[Agent]:
+def make_agents(models: Sequence[str], roles: Sequence[str] | None = None,
+                prefix: str = "a") -> list[Agent]:
     "Agents `a0, a1, ...` for a list of model names (and optional roles)."
     roles = list(roles) if roles is not None else ["debater"] * len(models)
     if len(roles) != len(models):
@@ -194,20 +183,10 @@ def plan(self: Protocol, ctx: RoundContext) -> RoundPlan:
                 raise ValueError(f"{self.name}: {a}'s order {seen} is not a permutation of {names}")
         peers = self._checked_peers(ctx, a, self.visible(ctx, a, seen))
         views = [self.peer_view(ctx, a, p) for p in peers]
-        views = (
-            None
-            if all(v is None for v in views)
-            else tuple(
-                (ctx.last(p)["text"] or "") if v is None else str(v) for p, v in zip(peers, views)
-            )
-        )
-        turns[a] = Turn(
-            speak=self.speaks(ctx, a),
-            peers=tuple(peers),
-            tags=self.tags(ctx, a, peers),
-            role=self.role(ctx, a),
-            views=views,
-        )
+        views = (None if all(v is None for v in views) else tuple(
+            (ctx.last(p)["text"] or "") if v is None else str(v) for p, v in zip(peers, views)))
+        turns[a] = Turn(speak=self.speaks(ctx, a), peers=tuple(peers),
+                        tags=self.tags(ctx, a, peers), role=self.role(ctx, a), views=views)
     return RoundPlan(order, turns)
 
 # %% ../nbs/engine/04_debate.ipynb #82ab8078
@@ -217,19 +196,13 @@ def _checked_peers(self: Protocol, ctx: RoundContext, agent: str, peers) -> list
     peers = list(peers)
     unknown = [p for p in peers if p not in ctx.history]
     if unknown:
-        raise ConfigError(
-            f"{self.name}: visible() for {agent!r} names unknown agent(s) {unknown}",
-            key="visible",
-            value=agent,
-            choices=ctx.names,
-        )
+        raise ConfigError(f"{self.name}: visible() for {agent!r} names unknown agent(s) {unknown}",
+                          key="visible", value=agent, choices=ctx.names)
     if len(set(peers)) != len(peers):
         twice = sorted({p for p in peers if peers.count(p) > 1})
         raise ConfigError(
             f"{self.name}: visible() for {agent!r} names agent(s) {twice} more than once",
-            key="visible",
-            value=agent,
-        )
+            key="visible", value=agent)
     return peers
 
 # %% ../nbs/engine/04_debate.ipynb #c5ab4199
@@ -247,19 +220,13 @@ ORDERINGS = ("fixed", "random", "random_shared", "truth_first", "truth_last")
 
 class OrderedPeers(FullyConnected):
     "Fully connected debate with the peers shown in a chosen order (MADC's allocation strategies)."
-
-    def __init__(
-        self,
-        ordering: str | Callable[[RoundContext], list[str]] = "fixed",
-        include_self: bool = False,
-        name: str | None = None,
-    ):
+    def __init__(self, ordering: str | Callable[[RoundContext], list[str]] = "fixed",
+                 include_self: bool = False, name: str | None = None):
         if not callable(ordering) and ordering not in ORDERINGS:
             raise ConfigError("unknown ordering", key="ordering", value=ordering, choices=ORDERINGS)
         self.ordering, self.include_self = ordering, include_self
-        self.name = name or (
-            ordering if isinstance(ordering, str) else getattr(ordering, "__name__", "custom")
-        )
+        self.name = name or (ordering if isinstance(ordering, str) else getattr(
+            ordering, "__name__", "custom"))
         self.oracle = ordering in ("truth_first", "truth_last")
 
     def order(self, ctx: RoundContext) -> list[str]:
@@ -283,24 +250,20 @@ class OrderedPeers(FullyConnected):
 # %% ../nbs/engine/04_debate.ipynb #59cf432d
 PROTOCOLS: dict[str, Callable[..., Protocol]] = {
     "fully_connected": FullyConnected,
-    **{o: (lambda o: lambda **kw: OrderedPeers(o, **kw))(o) for o in ORDERINGS},
+    **{o: (lambda o: lambda **kw: OrderedPeers(o, **kw))(o)
+       for o in ORDERINGS}
 }
 
 
-def register_protocol(
-    name: str, factory: Callable[..., Protocol], replace: bool = False
-) -> Callable[..., Protocol]:
+def register_protocol(name: str, factory: Callable[..., Protocol],
+                      replace: bool = False) -> Callable[..., Protocol]:
     "Make `make_protocol(name, **kw)` call `factory(**kw)` (a Protocol class or function), like `register_prompt` for prompts."
     if not callable(factory):
-        raise ConfigError(
-            "a protocol factory must be callable (a Protocol class or a function)",
-            key="protocol",
-            value=name,
-        )
+        raise ConfigError("a protocol factory must be callable (a Protocol class or a function)",
+                          key="protocol", value=name)
     if name in PROTOCOLS and not replace:
-        raise ConfigError(
-            "protocol already registered (pass replace=True)", key="protocol", value=name
-        )
+        raise ConfigError("protocol already registered (pass replace=True)", key="protocol",
+                          value=name)
     PROTOCOLS[name] = factory
     return factory
 
@@ -335,33 +298,19 @@ class TurnSlot:
 _PARSE = object()
 
 
-def transcript_row(
-    slot: TurnSlot, gen: Generation, *, experiment: str, method: str = "", answer=_PARSE, text=None
-) -> dict:
+def transcript_row(slot: TurnSlot, gen: Generation, *, experiment: str, method: str = "",
+                   answer=_PARSE, text=None) -> dict:
     "One transcript row for `slot`'s generation `gen` (core.TRANSCRIPT_SCHEMA; the kit's own)."
     it, text = slot.item, gen.text if text is None else text
     ans = extract_answer(text, it.fmt) if answer is _PARSE else answer
     r = {
-        "experiment": experiment,
-        "method": method,
-        "item_id": it.id,
-        "task": it.task,
-        "gold": str(it.gold),
-        "fmt": it.fmt,
-        "round": slot.round,
-        "agent": slot.agent,
-        "role": slot.role,
-        "model": slot.model,
-        "sample": slot.sample,
-        "position": slot.position,
-        "visible_peers": ",".join(slot.peers),
-        "reused": False,
-        "prompt_tokens": gen.prompt_tokens,
-        "completion_tokens": gen.completion_tokens,
-        "text": text,
-        "answer": ans,
-        "correct": bool(ans is not None and is_correct(ans, it.gold, it.fmt)),
-        "images": ",".join(it.images) or None,
+        "experiment": experiment, "method": method, "item_id": it.id, "task": it.task, "gold":
+        str(it.gold), "fmt": it.fmt, "round": slot.round, "agent": slot.agent, "role": slot.role,
+        "model": slot.model, "sample": slot.sample, "position": slot.position, "visible_peers":
+        ",".join(slot.peers), "reused": False, "prompt_tokens": gen.prompt_tokens,
+        "completion_tokens": gen.completion_tokens, "text": text, "answer": ans, "correct":
+        bool(ans is not None
+             and is_correct(ans, it.gold, it.fmt)), "images": ",".join(it.images) or None
     }
     for s in SIGNALS:
         r[s] = getattr(gen, s)
@@ -370,14 +319,8 @@ def transcript_row(
 # %% ../nbs/engine/04_debate.ipynb #52d3e3be
 def _reused_row(prev: dict, slot: TurnSlot) -> dict:
     "The agent's previous row `prev`, carried over to `slot` (RUMAD's inactive agents)."
-    return dict(prev) | dict(
-        round=slot.round,
-        position=slot.position,
-        visible_peers=",".join(slot.peers),
-        reused=True,
-        prompt_tokens=0,
-        completion_tokens=0,
-    )
+    return dict(prev) | dict(round=slot.round, position=slot.position, visible_peers=",".join(
+        slot.peers), reused=True, prompt_tokens=0, completion_tokens=0)
 
 # %% ../nbs/engine/04_debate.ipynb #6311f390
 def slot_name(slot: TurnSlot) -> str:
@@ -387,7 +330,6 @@ def slot_name(slot: TurnSlot) -> str:
 # %% ../nbs/engine/04_debate.ipynb #d5a7e004
 class _SlotNames(Sequence):
     "The jobs' `slot_name`s, each made when read (only a backend's wrong count of generations names them)."
-
     def __init__(self, jobs: Sequence[tuple[TurnSlot, GenRequest]]):
         self.jobs = jobs
 
@@ -398,20 +340,14 @@ class _SlotNames(Sequence):
         return slot_name(self.jobs[i][0])
 
 # %% ../nbs/engine/04_debate.ipynb #62cfff31
-def generate_turns(
-    backends: Mapping[str, Any], jobs: Sequence[tuple[TurnSlot, GenRequest]]
-) -> list[Generation]:
+def generate_turns(backends: Mapping[str, Any],
+                   jobs: Sequence[tuple[TurnSlot, GenRequest]]) -> list[Generation]:
     "Each (slot, request) job's generation by its slot's model, in job order (the kit's own)."
     return generate_jobs(backends, [(slot.model, req) for slot, req in jobs], _SlotNames(jobs))
 
 # %% ../nbs/engine/04_debate.ipynb #cb884af7
-def turn_rows(
-    backends: Mapping[str, Any],
-    jobs: Sequence[tuple[TurnSlot, GenRequest]],
-    *,
-    experiment: str,
-    method: str = "",
-) -> list[dict]:
+def turn_rows(backends: Mapping[str, Any], jobs: Sequence[tuple[TurnSlot, GenRequest]], *,
+              experiment: str, method: str = "") -> list[dict]:
     "Generate each (slot, request) job; one transcript row per job, in job order (the kit's own)."
     gens = generate_turns(backends, jobs)
     return [
@@ -424,21 +360,11 @@ HISTORY_MODES = ("full", "last", "none")
 
 # %% ../nbs/engine/04_debate.ipynb #77dc5728
 @takes_sampling
-def run_debate(
-    items: Sequence[Item],
-    agents: Sequence[Agent],
-    backends: Mapping[str, Any],
-    *,
-    protocol: Protocol | None = None,
-    debate_rounds: int = 1,
-    samples: int = 1,
-    prompt: str | PromptSet = "auto",
-    sampling: Sampling = Sampling(),
-    experiment: str = "debate",
-    history: str = "full",
-    progress: bool | None = None,
-    method: str | None = None,
-) -> pd.DataFrame:
+def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping[str, Any], *,
+               protocol: Protocol | None = None, debate_rounds: int = 1, samples: int = 1,
+               prompt: str | PromptSet = "auto", sampling: Sampling = Sampling(),
+               experiment: str = "debate", history: str = "full", progress: bool | None = None,
+               method: str | None = None) -> pd.DataFrame:
     """Run a multi-agent debate on `items` and return its transcript (one row per agent turn). Du et
     al. (2024) when `protocol` is `FullyConnected()`; UMAD's K trajectory-level rollouts (App.
     C.1, Alg. 1) with `samples=K`."""
@@ -451,23 +377,18 @@ def run_debate(
             f"run_debate: agents {', '.join(g)} are identical ({agents[[a.name for a in agents].index(g[0])].model}, "
             f"same role, temperature {sampling.temperature}): real models give the same response every round; "
             "the sim's agents do not (03b_sim: it never reads the temperature) "
-            "(set temperature > 0, or use distinct models or roles)",
-            IdenticalAgentsWarning,
-            stacklevel=3,
-        )
+            "(set temperature > 0, or use distinct models or roles)", IdenticalAgentsWarning,
+            stacklevel=3)
     threads = [(it, k) for it in items for k in range(int(samples))]
-    run = _DebateRun(
-        agents,
-        protocol,
-        {it.id: get_prompt(prompt, it.fmt) for it in items},
-        {it.id: format_question(it) for it in items},
-        sampling,
-        history,
-        experiment,
-        protocol.name if method is None else str(method),
-        conv={(it.id, k): {} for it, k in threads},
-        hist={(it.id, k): {a.name: [] for a in agents} for it, k in threads},
-    )
+    run = _DebateRun(agents, protocol, {it.id: get_prompt(prompt, it.fmt)
+                                        for it in items},
+                     {it.id: format_question(it)
+                      for it in items}, sampling, history, experiment,
+                     protocol.name if method is None else str(method), conv={(it.id, k): {}
+                                                                             for it, k in threads},
+                     hist={(it.id, k): {a.name: []
+                                        for a in agents}
+                           for it, k in threads})
     rounds = int(debate_rounds) + 1
     # one bar for the whole debate: every turn (a reused one counts done at once); an outer bar grows by it
     total = len(threads) * len(agents) * rounds
@@ -487,9 +408,8 @@ def _check_debate_args(agents: list[Agent], backends: Mapping[str, Any], history
         if a.model not in backends:
             raise ConfigError("no backend for model", key="model", value=a.model, choices=backends)
     if history not in HISTORY_MODES:
-        raise ConfigError(
-            "unknown history mode", key="history", value=history, choices=HISTORY_MODES
-        )
+        raise ConfigError("unknown history mode", key="history", value=history,
+                          choices=HISTORY_MODES)
 
 # %% ../nbs/engine/04_debate.ipynb #439156a8
 def _identical_agents(agents: Sequence[Agent], temperature: float) -> list[list[str]]:
@@ -502,46 +422,23 @@ def _identical_agents(agents: Sequence[Agent], temperature: float) -> list[list[
     return [g for g in groups.values() if len(g) > 1]
 
 # %% ../nbs/engine/04_debate.ipynb #b7dcb690
-def _round_plan(
-    protocol: Protocol,
-    agents: list[Agent],
-    hist_th: dict,
-    it: Item,
-    k: int,
-    rnd: int,
-    seed: int,
-    protocol_seed: int | None = None,
-) -> RoundPlan:
+def _round_plan(protocol: Protocol, agents: list[Agent], hist_th: dict, it: Item, k: int, rnd: int,
+                seed: int, protocol_seed: int | None = None) -> RoundPlan:
     """The plan of round `rnd` of thread (`it`, `k`): everyone speaks and sees nothing in round 0, else the protocol's
     plan. `protocol_seed`: `derive_seed(seed, "protocol", protocol.name)` when the caller has it already."""
     if rnd == 0:
         return RoundPlan([a.name for a in agents], {a.name: Turn() for a in agents})
     if protocol_seed is None:
         protocol_seed = derive_seed(seed, "protocol", protocol.name)
-    ctx = RoundContext(
-        it,
-        k,
-        rnd,
-        agents,
-        hist_th,
-        _LazyGenerator(seed, "protocol", protocol.name, it.id, k, rnd),
-        seed=protocol_seed,
-    )
+    ctx = RoundContext(it, k, rnd, agents, hist_th,
+                       _LazyGenerator(seed, "protocol", protocol.name, it.id, k, rnd),
+                       seed=protocol_seed)
     return protocol.plan(ctx)
 
 # %% ../nbs/engine/04_debate.ipynb #d5a7e002
 # the hooks `plan` calls; a protocol that overrides none of them plans every debate round alike
-_PLAN_HOOKS = (
-    "plan",
-    "_checked_peers",
-    "order",
-    "viewer_order",
-    "speaks",
-    "visible",
-    "tags",
-    "peer_view",
-    "role",
-)
+_PLAN_HOOKS = ("plan", "_checked_peers", "order", "viewer_order", "speaks", "visible", "tags",
+               "peer_view", "role")
 
 
 def _static_plan(protocol: Protocol, agents: list[Agent]) -> RoundPlan | None:
@@ -588,14 +485,11 @@ class _DebateRun:
         ps, q, hist_th = self.psets[th[0]], self.questions[th[0]], self.hist[th]
         if slot.round == 0:
             return self.opening(th[0], slot.role)
-        sols = (
-            list(turn.views)
-            if turn.views is not None
-            else [hist_th[p][-1]["text"] for p in turn.peers]
-        )
+        sols = (list(turn.views)
+                if turn.views is not None else [hist_th[p][-1]["text"] for p in turn.peers])
         user = {
-            "role": "user",
-            "content": debate_message(ps, q, sols, list(turn.tags) if turn.tags else None),
+            "role": "user", "content": debate_message(ps, q, sols,
+                                                      list(turn.tags) if turn.tags else None)
         }
         if self.history == "full":
             return _with_system(self.conv[th].get(slot.agent), ps.system_for(slot.role)) + [user]
@@ -623,24 +517,21 @@ def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, 
         if rnd > 0 and self.static is not None:
             plan = self.static
         else:
-            plan = _round_plan(
-                self.protocol, self.agents, hist_th, it, k, rnd, seed, self.protocol_seed
-            )
+            plan = _round_plan(self.protocol, self.agents, hist_th, it, k, rnd, seed,
+                               self.protocol_seed)
         where = {a: i for i, a in enumerate(plan.order)}
         for a in self.agents:
             turn = plan.turns[a.name]
-            slot = TurnSlot(
-                it, a.name, a.model, turn.role or a.role, rnd, k, where[a.name], tuple(turn.peers)
-            )
+            slot = TurnSlot(it, a.name, a.model, turn.role or a.role, rnd, k, where[a.name],
+                            tuple(turn.peers))
             if rnd > 0 and not turn.speak:
                 self.add(th, _reused_row(hist_th[a.name][-1], slot))
                 continue
             msgs = self.messages(th, slot, turn)
             conv_th[a.name] = list(msgs) if rnd == 0 else msgs
             meta = dict(item=it, agent=a.name, round=rnd, sample=k)
-            req = self.sampling.request(
-                msgs, seed=derive_seed(seed, it.id, a.name, rnd, k), meta=meta
-            )
+            req = self.sampling.request(msgs, seed=derive_seed(seed, it.id, a.name, rnd, k),
+                                        meta=meta)
             jobs.append((slot, req))
     return jobs
 
@@ -656,18 +547,14 @@ def generate(self: _DebateRun, jobs: list, backends: Mapping[str, Any]) -> None:
         self.conv[th][slot.agent].append({"role": "assistant", "content": row["text"]})
 
 # %% ../nbs/engine/04_debate.ipynb #295b4e36
-def _sorted_transcript(
-    rows: list[dict], items: Sequence[Item], agents: Sequence[Agent]
-) -> pd.DataFrame:
+def _sorted_transcript(rows: list[dict], items: Sequence[Item],
+                       agents: Sequence[Agent]) -> pd.DataFrame:
     "The rows as a transcript frame sorted by item, thread, round and agent."
     order = {it.id: i for i, it in enumerate(items)}
     agent_order = {a.name: i for i, a in enumerate(agents)}
     # the frame's sort key, item * 10^9 + thread * 10^6 + round * 10^3 + agent, on the rows (a stable sort, as before)
     key = [
-        order[r["item_id"]] * 10**9
-        + int(r["sample"]) * 10**6
-        + int(r["round"]) * 10**3
-        + agent_order[r["agent"]]
-        for r in rows
+        order[r["item_id"]] * 10**9 + int(r["sample"]) * 10**6 + int(r["round"]) * 10**3 +
+        agent_order[r["agent"]] for r in rows
     ]
     return transcript_frame([rows[i] for i in sorted(range(len(rows)), key=key.__getitem__)])

@@ -46,10 +46,8 @@ def run_check(name: str, f, *a, **kw) -> Check:
             status, msg = f(*a, **kw)
     except Exception as e:
         where = traceback.extract_tb(e.__traceback__)[-1]
-        status, msg = (
-            "fail",
-            f"{type(e).__name__}: {str(e).splitlines()[0][:300]} (at {where.name})",
-        )
+        status, msg = ("fail",
+                       f"{type(e).__name__}: {str(e).splitlines()[0][:300]} (at {where.name})")
     return Check(name, status, msg, round(time.time() - t0, 1))
 
 # %% ../nbs/study/21_doctor.ipynb #48351532
@@ -69,8 +67,7 @@ def check_torch() -> tuple[str, str]:
         free, total = torch.cuda.mem_get_info(0)
         return "ok", (
             f"torch {torch.__version__}, CUDA {torch.version.cuda}: {p.name}, {total / 2**30:.0f} GiB "
-            f"({free / 2**30:.0f} GiB free), {torch.cuda.device_count()} device(s)"
-        )
+            f"({free / 2**30:.0f} GiB free), {torch.cuda.device_count()} device(s)")
     from mad_study.hf import cpu_description
 
     return "ok", f"torch {torch.__version__}, no GPU: CPU {cpu_description()}"
@@ -83,8 +80,7 @@ def check_bitsandbytes() -> tuple[str, str]:
     if importlib.util.find_spec("bitsandbytes") is None:
         return (
             "fail",
-            "bitsandbytes is not installed (pip install bitsandbytes): no 4-bit or 8-bit models",
-        )
+            "bitsandbytes is not installed (pip install bitsandbytes): no 4-bit or 8-bit models")
     import torch
     import bitsandbytes as bnb
 
@@ -105,7 +101,7 @@ def check_bitsandbytes() -> tuple[str, str]:
     st = "ok" if err < 2e-2 else "fail"
     return (
         st,
-        f"bitsandbytes {bnb.__version__}: nf4 layer on {dev}, relative error {err:.1e} against its weight",
+        f"bitsandbytes {bnb.__version__}: nf4 layer on {dev}, relative error {err:.1e} against its weight"
     )
 
 # %% ../nbs/study/21_doctor.ipynb #9d71fc82
@@ -115,13 +111,12 @@ def check_twin(name: str, quant: str = "nf4", truncation: bool = True) -> dict:
     from mad_study.backends import make_backend
     from mad_study.core import GenRequest
 
-    chat = lambda q, **kw: GenRequest(
-        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": q}], **kw
-    )
+    chat = lambda q, **kw: GenRequest([{"role": "system", "content": "Be brief."},
+                                       {"role": "user", "content": q}], **kw)
     reqs = [
         chat("What is 2+3?", max_new_tokens=6),
         chat("Name a colour, then explain the choice at length.", max_new_tokens=6),
-        chat("Hi", max_new_tokens=6, temperature=1.0, seed=5),
+        chat("Hi", max_new_tokens=6, temperature=1.0, seed=5)
     ]
     be = make_backend(name, quant=quant, progress=False)
     batched, single = be.generate(reqs), [be.generate([r])[0] for r in reqs]
@@ -130,16 +125,12 @@ def check_twin(name: str, quant: str = "nf4", truncation: bool = True) -> dict:
         short = make_backend(name, quant=quant, progress=False, max_context=48)
         long = short.generate([chat("word " * 200, max_new_tokens=4)])[0]
     kinds = [type(m).__name__ for m in be.model.modules()]
-    return dict(
-        arch=type(be.model).__name__,
-        linear4bit=kinds.count("Linear4bit"),
-        linear=kinds.count("Linear"),
-        same_text=[a.text == b.text for a, b in zip(batched, single)],
-        lp_diff=max(abs(a.logprob_sum - b.logprob_sum) for a, b in zip(batched, single)),
-        finite=all(g.logprob_sum is not None and g.token_entropy >= 0 for g in batched),
-        truncated=long.finish_reason if long else None,
-        batch_invariant=be.batch_invariant,
-    )
+    return dict(arch=type(be.model).__name__, linear4bit=kinds.count("Linear4bit"),
+                linear=kinds.count("Linear"),
+                same_text=[a.text == b.text for a, b in zip(batched, single)],
+                lp_diff=max(abs(a.logprob_sum - b.logprob_sum) for a, b in zip(batched, single)),
+                finite=all(g.logprob_sum is not None and g.token_entropy >= 0 for g in batched),
+                truncated=long.finish_reason if long else None, batch_invariant=be.batch_invariant)
 
 # %% ../nbs/study/21_doctor.ipynb #b19f9e67
 def check_text_twin(name: str) -> tuple[str, str]:
@@ -148,8 +139,7 @@ def check_text_twin(name: str) -> tuple[str, str]:
     same, dev = sum(r["same_text"]), device_name()
     msg = (
         f"{r['arch']} nf4 on {dev}, {r['linear4bit']} 4-bit layers; batched and one at a time, greedy text "
-        f"equal {same}/{len(r['same_text'])}"
-    )
+        f"equal {same}/{len(r['same_text'])}")
     bad = dev == "cpu" and same < len(r["same_text"])  # the CPU path promises batch invariance
     return ("fail" if bad or not r["finite"] else "ok"), msg
 
@@ -169,30 +159,22 @@ def check_vlm_twin(name: str, items: list) -> dict:
     from mad_study.backends import make_backend
     from mad_study.core import GenRequest
 
-    ask = lambda it, imgs=None: GenRequest(
-        [
-            {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": it.question, **({"images": imgs} if imgs else {})},
-        ],
-        max_new_tokens=5,
-        meta={"item": it},
-    )
+    ask = lambda it, imgs=None: GenRequest([{"role": "system", "content": "Be brief."}, {
+        "role": "user", "content": it.question, **({"images": imgs} if imgs else {})
+    }], max_new_tokens=5, meta={"item": it})
     reqs = [ask(it) for it in items]
     be = make_backend(name, progress=False)
     batched, single = be.generate(reqs), [be.generate([r])[0] for r in reqs]
     other = be.generate([ask(items[0], list(items[1].images))])[0]
     text = be.generate([GenRequest([{"role": "user", "content": "Hi"}], max_new_tokens=3)])[0]
     q4 = [n for n, m in be.model.named_modules() if type(m).__name__ == "Linear4bit"]
-    return dict(
-        arch=type(be.model).__name__,
-        linear4bit=len(q4),
-        in_vision=[n for n in q4 if re.search("vision|visual|projector|lm_head", n)],
-        same_text=[a.text == b.text for a, b in zip(batched, single)],
-        lp_diff=max(abs(a.logprob_sum - b.logprob_sum) for a, b in zip(batched, single)),
-        sees_image=other.logprob_sum != batched[0].logprob_sum,
-        text_only=text.completion_tokens,
-        image_tokens=batched[0].prompt_tokens - text.prompt_tokens,
-    )
+    return dict(arch=type(be.model).__name__, linear4bit=len(q4),
+                in_vision=[n for n in q4 if re.search("vision|visual|projector|lm_head", n)
+                           ], same_text=[a.text == b.text for a, b in zip(batched, single)],
+                lp_diff=max(abs(a.logprob_sum - b.logprob_sum)
+                            for a, b in zip(batched, single)), sees_image=other.logprob_sum
+                != batched[0].logprob_sum, text_only=text.completion_tokens,
+                image_tokens=batched[0].prompt_tokens - text.prompt_tokens)
 
 # %% ../nbs/study/21_doctor.ipynb #ad1cf769
 def check_vision_twin(name: str, items: list) -> tuple[str, str]:
@@ -201,8 +183,7 @@ def check_vision_twin(name: str, items: list) -> tuple[str, str]:
     same, dev = sum(r["same_text"]), device_name()
     msg = (
         f"{r['arch']} nf4 on {dev}, {r['image_tokens']} image tokens, sees the image: {r['sees_image']}; "
-        f"greedy text equal {same}/{len(r['same_text'])}"
-    )
+        f"greedy text equal {same}/{len(r['same_text'])}")
     bad = (dev == "cpu" and same < len(r["same_text"])) or r["in_vision"]
     return ("fail" if bad else "ok"), msg
 
@@ -211,16 +192,8 @@ def check_lora_reference() -> tuple[str, str]:
     "A LoRA policy on a 4-bit base: log pi = log pi_ref at the start (then one update step runs)."
     from mad_study import umad_train as U
 
-    cfg = U.TrainConfig(
-        group_size=2,
-        batch_size=1,
-        max_new_tokens=4,
-        finetune="lora",
-        quant="nf4",
-        lora_r=4,
-        lora_alpha=8,
-        shared_policy=True,
-    )
+    cfg = U.TrainConfig(group_size=2, batch_size=1, max_new_tokens=4, finetune="lora", quant="nf4",
+                        lora_r=4, lora_alpha=8, shared_policy=True)
     pol = U.Policy("tiny-random-llama", cfg, tag="doctor")
     msgs = [{"role": "user", "content": "What colour is the sky?"}]
     P = [pol.backend.encode(msgs)] * 2
@@ -229,8 +202,7 @@ def check_lora_reference() -> tuple[str, str]:
         for t in ("Blue.", "I cannot say.")
     ]
     diff = lambda: float(
-        (pol._fwd(pol.model, P, C)[0].detach() - pol.ref_logprobs(P, C)).abs().max()
-    )
+        (pol._fwd(pol.model, P, C)[0].detach() - pol.ref_logprobs(P, C)).abs().max())
     d = diff()
     msg = f"LoRA on nf4 ({pol.four_bit_layers} 4-bit layers, {device_name()}): max |log pi - log pi_ref| = {d:.1e}"
     if device_name() == "cuda":
@@ -250,9 +222,8 @@ def check_sandbox() -> tuple[str, str]:
     if not ok:
         return "fail", f"no OS isolation for model-written programs: {why} (make sandbox-tool)"
     r = run_program("print(6 * 7)")
-    return (
-        "ok" if r.stdout.strip() == "42" else "fail"
-    ), f"bubblewrap + seccomp: {why}; print(6 * 7) -> {r.stdout.strip()!r}"
+    return ("ok" if r.stdout.strip() == "42" else
+            "fail"), f"bubblewrap + seccomp: {why}; print(6 * 7) -> {r.stdout.strip()!r}"
 
 # %% ../nbs/study/21_doctor.ipynb #74a5f18e
 def check_served(base_url: str, model: str, served_model: str | None = None) -> tuple[str, str]:
@@ -266,8 +237,7 @@ def check_served(base_url: str, model: str, served_model: str | None = None) -> 
         return "fail", f"{base_url}: {g.text or 'no answer'}"
     return (
         "ok",
-        f"{base_url} ({be.served_model}): {g.completion_tokens} tokens, {g.text.strip()[:40]!r}",
-    )
+        f"{base_url} ({be.served_model}): {g.completion_tokens} tokens, {g.text.strip()[:40]!r}")
 
 # %% ../nbs/study/21_doctor.ipynb #985f3354
 def check_memory(need: dict | None, label: str = "the plan") -> tuple[str, str]:
@@ -282,42 +252,31 @@ def check_memory(need: dict | None, label: str = "the plan") -> tuple[str, str]:
     msg = f"{label}: {len(need)} models, {len(need) - len(big)} fit in {free:.0f} GB free on {device_name()}"
     if not big:
         return "ok", msg
-    return "warn", msg + "; too big here (serve them): " + ", ".join(
-        f"{m} {need[m]:.0f} GB" for m in big
-    )
+    return "warn", msg + "; too big here (serve them): " + ", ".join(f"{m} {need[m]:.0f} GB"
+                                                                     for m in big)
 
 # %% ../nbs/study/21_doctor.ipynb #31deef4f
 DOCTOR_CHECKS = ("torch", "bitsandbytes", "twins", "vision", "lora", "sandbox", "memory", "served")
 
 
-def doctor(
-    only=None,
-    need: dict | None = None,
-    label: str = "the plan",
-    base_url: str | None = None,
-    model: str = "smollm2-135m-instruct",
-    served_model: str | None = None,
-    log=print,
-) -> list[Check]:
+def doctor(only=None, need: dict | None = None, label: str = "the plan",
+           base_url: str | None = None, model: str = "smollm2-135m-instruct",
+           served_model: str | None = None, log=print) -> list[Check]:
     "Every check of `mad-study doctor` (or those named in `only`), each line logged as it finishes."
     from mad_study.twins import TEXT_TWINS, VLM_TWINS
 
     only = set(only or DOCTOR_CHECKS) - ({"served"} if base_url is None and not only else set())
     bad = only - set(DOCTOR_CHECKS)
     if bad:
-        raise ConfigError(
-            "unknown doctor check", key="--only", value=sorted(bad), choices=DOCTOR_CHECKS
-        )
+        raise ConfigError("unknown doctor check", key="--only", value=sorted(bad),
+                          choices=DOCTOR_CHECKS)
     plan = [("torch", check_torch, ()), ("bitsandbytes", check_bitsandbytes, ())]
-    plan += [(f"twin {t}", check_text_twin, (t,)) for t in TEXT_TWINS if "twins" in only]
+    plan += [(f"twin {t}", check_text_twin, (t, )) for t in TEXT_TWINS if "twins" in only]
     if "vision" in only:
         items = vision_items()
         plan += [(f"twin {t}", check_vision_twin, (t, items)) for t in VLM_TWINS]
-    plan += [
-        ("lora", check_lora_reference, ()),
-        ("sandbox", check_sandbox, ()),
-        ("memory", check_memory, (need, label)),
-    ]
+    plan += [("lora", check_lora_reference, ()), ("sandbox", check_sandbox, ()),
+             ("memory", check_memory, (need, label))]
     if "served" in only:
         if base_url is None:
             raise ConfigError("the served check needs --base-url", key="--base-url")

@@ -31,33 +31,28 @@ def drawn_renderer(fig):
 # %% ../nbs/study/06a_figcheck.ipynb #7e518cf1
 def _drawn_texts(fig) -> list[tuple[str, Any]]:
     "(what, Text) for every non-empty text `fig` draws: figure texts, titles, axis and tick labels, legends, annotations."
-    out = [("title", t) for t in (fig._suptitle, fig._supxlabel, fig._supylabel) if t] + [
-        ("figure text", t) for t in fig.texts
-    ]
+    out = [("title", t)
+           for t in (fig._suptitle, fig._supxlabel, fig._supylabel) if t] + [("figure text", t)
+                                                                             for t in fig.texts]
     for lg in fig.legends:
         out += [("legend", t) for t in [lg.get_title(), *lg.get_texts()]]
     for ax in fig.axes:
         if not ax.get_visible():
             continue
-        out += [("title", t) for t in (ax.title, ax._left_title, ax._right_title)] + [
-            ("text", t) for t in ax.texts
-        ]
+        out += [("title", t)
+                for t in (ax.title, ax._left_title, ax._right_title)] + [("text", t)
+                                                                         for t in ax.texts]
         if ax.axison:
             for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
                 ticks = axis._update_ticks()  # the ticks drawn: inside the view interval
-                out += [(f"{name}-label", axis.label)] + [
-                    (f"{name} tick label", t) for k in ticks for t in (k.label1, k.label2)
-                ]
+                out += [(f"{name}-label", axis.label)] + [(f"{name} tick label", t) for k in ticks
+                                                          for t in (k.label1, k.label2)]
         if ax.get_legend():
-            out += [
-                ("legend", t) for t in [ax.get_legend().get_title(), *ax.get_legend().get_texts()]
-            ]
+            out += [("legend", t)
+                    for t in [ax.get_legend().get_title(), *ax.get_legend().get_texts()]]
     seen = set()  # the suptitle is also one of fig.texts
-    return [
-        (w, t)
-        for w, t in out
-        if t.get_visible() and t.get_text().strip() and not (id(t) in seen or seen.add(id(t)))
-    ]
+    return [(w, t) for w, t in out
+            if t.get_visible() and t.get_text().strip() and not (id(t) in seen or seen.add(id(t)))]
 
 # %% ../nbs/study/06a_figcheck.ipynb #1e90db12
 def _in_data(t, ax) -> bool:
@@ -117,14 +112,12 @@ def drawn_marks(ax) -> list[dict]:
     out = [m for m in [*map(_line_marks, ax.lines), *map(_scatter_marks, ax.collections)] if m]
     for d in out:
         x, y = d["xy"][:, 0], d["xy"][:, 1]
-        keep = (
-            np.isfinite(x)
-            & np.isfinite(y)
-            & (x >= box.x0 - 1)
-            & (x <= box.x1 + 1)
-            & (y >= box.y0 - 1)
-            & (y <= box.y1 + 1)
-        )
+        keep = (np.isfinite(x)
+                & np.isfinite(y)
+                & (x >= box.x0 - 1)
+                & (x <= box.x1 + 1)
+                & (y >= box.y0 - 1)
+                & (y <= box.y1 + 1))
         cols = [c for c, k in zip(d["colour"], keep) if k]
         d.update(xy=d["xy"][keep], r=d["r"][keep], colour=cols)
     return [d for d in out if len(d["xy"])]
@@ -132,12 +125,10 @@ def drawn_marks(ax) -> list[dict]:
 # %% ../nbs/study/06a_figcheck.ipynb #a7c1e011
 def _in_box(pts: np.ndarray, b, tol: float = 0.0) -> np.ndarray:
     "Which points (pixels) lie inside the box `b` shrunk by `tol` pixels (grown when `tol` < 0)."
-    return (
-        (pts[:, 0] > b.x0 + tol)
-        & (pts[:, 0] < b.x1 - tol)
-        & (pts[:, 1] > b.y0 + tol)
-        & (pts[:, 1] < b.y1 - tol)
-    )
+    return ((pts[:, 0] > b.x0 + tol)
+            & (pts[:, 0] < b.x1 - tol)
+            & (pts[:, 1] > b.y0 + tol)
+            & (pts[:, 1] < b.y1 - tol))
 
 # %% ../nbs/study/06a_figcheck.ipynb #ede1dadf
 def _sample(xy: np.ndarray, step: float) -> np.ndarray:
@@ -272,11 +263,8 @@ def drawn_bands(ax) -> list[tuple[str, Any, Any]]:
         lab = str(c.get_label() or "")
         name = f"band '{lab}'" if lab and not lab.startswith("_") else "a filled band"
         t = c.get_transform()
-        out += [
-            (name, p.transformed(t), box)
-            for p in c.get_paths()
-            if len(p.vertices) and np.isfinite(p.vertices).all()
-        ]
+        out += [(name, p.transformed(t), box) for p in c.get_paths()
+                if len(p.vertices) and np.isfinite(p.vertices).all()]
     return out
 
 # %% ../nbs/study/06a_figcheck.ipynb #d4c8f087
@@ -374,8 +362,7 @@ def small_texts(fig, r, texts, min_pt: float = MIN_PT) -> list[str]:
     scale = min(1.0, PAGE_IN / fig.get_tightbbox(r).width)
     say = lambda w, t: f"{w} '{' '.join(t.get_text().split())[:40]}'"
     return [
-        f"{say(w, t)} is {t.get_fontsize() * scale:.1f} pt (under {min_pt:g})"
-        for w, t in texts
+        f"{say(w, t)} is {t.get_fontsize() * scale:.1f} pt (under {min_pt:g})" for w, t in texts
         if t.get_fontsize() * scale < min_pt - 1e-6
     ]
 
@@ -414,10 +401,8 @@ def draws_data(ax) -> bool:
 
     data = lambda t: t.contains_branch(ax.transData)
     finite = lambda xy: bool(np.isfinite(as_points(xy)).all(1).any())
-    if any(
-        im.get_visible() and np.isfinite(np.asarray(im.get_array(), float)).any()
-        for im in ax.images
-    ):
+    if any(im.get_visible() and np.isfinite(np.asarray(im.get_array(), float)).any()
+           for im in ax.images):
         return True
     for ln in ax.lines:
         if ln.get_visible() and data(ln.get_transform()) and finite(ln.get_xydata()):
@@ -462,23 +447,17 @@ def layout_problems(fig, tol: float = 1.5) -> list[str]:
     texts = [(w, t, t.get_window_extent(r)) for w, t in _drawn_texts(fig)]
     name = lambda w, t: f"{w} '{' '.join(t.get_text().split())[:40]}'"
     probs = [
-        f"{name(w, t)} outside the canvas"
-        for w, t, b in texts
-        if t.get_gid() != "mad_study_label"
-        and (b.x0 < fb.x0 - tol or b.x1 > fb.x1 + tol or b.y0 < fb.y0 - tol or b.y1 > fb.y1 + tol)
+        f"{name(w, t)} outside the canvas" for w, t, b in texts
+        if t.get_gid() != "mad_study_label" and (b.x0 < fb.x0 - tol or b.x1 > fb.x1 +
+                                                 tol or b.y0 < fb.y0 - tol or b.y1 > fb.y1 + tol)
     ]
     for ax in fig.axes:
         ab = ax.get_window_extent(r)
         probs += [
-            f"{name('text', t)} runs past its axes"
-            for t in ax.texts
-            if t.get_visible()
-            and t.get_text().strip()
-            and _in_data(t, ax)
-            and (b := t.get_window_extent(r))
-            and (
-                b.x0 < ab.x0 - tol or b.x1 > ab.x1 + tol or b.y0 < ab.y0 - tol or b.y1 > ab.y1 + tol
-            )
+            f"{name('text', t)} runs past its axes" for t in ax.texts
+            if t.get_visible() and t.get_text().strip() and _in_data(t, ax) and (
+                b := t.get_window_extent(r)) and (b.x0 < ab.x0 - tol or b.x1 > ab.x1 +
+                                                  tol or b.y0 < ab.y0 - tol or b.y1 > ab.y1 + tol)
         ]
     box = np.array([[b.x0, b.y0, b.x1, b.y1] for _, _, b in texts]).reshape(-1, 4)
     rot = np.array([t.get_rotation() % 90 != 0 for _, t, _ in texts])
@@ -491,20 +470,16 @@ def layout_problems(fig, tol: float = 1.5) -> list[str]:
     for i, j in zip(*np.nonzero(np.triu(hit, 1))):
         probs.append(f"{name(*texts[i][:2])} overlaps {name(*texts[j][:2])}")
     if fig._suptitle is not None and fig._suptitle.get_text() and fig.axes:
-        top = max(
-            (
-                ax.get_tightbbox(r).y1
-                for ax in fig.axes
-                if ax.get_visible() and (ax.axison or ax.images)
-            ),
-            default=None,
-        )
+        top = max((ax.get_tightbbox(r).y1
+                   for ax in fig.axes if ax.get_visible() and (ax.axison or ax.images)),
+                  default=None)
         gap = (fig._suptitle.get_window_extent(r).y0 - top) / fig.dpi if top is not None else 0
         if gap > 0.3:
             probs.append(f"empty band of {gap:.2f} in under the figure title")
     probs += data_problems(fig, r, tol) + empty_panels(fig)
     probs += small_texts(fig, r, [(w, t) for w, t, _ in texts])
     grid = [
-        f"grid lines of the categorical {n} axis run through its bars" for _, n in bar_grids(fig, r)
+        f"grid lines of the categorical {n} axis run through its bars"
+        for _, n in bar_grids(fig, r)
     ]
     return probs + grid

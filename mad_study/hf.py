@@ -24,14 +24,8 @@ from fastcore.basics import patch
 from .core import ConfigError, GenRequest, Generation, signals_from_logprobs
 from .interface import BaseBackend, Progress, active_progress
 from .registry import QUANTS, TWIN_REVISION, ModelSpec, spec_for
-from mad_study.checkpoints import (
-    TINY_RANDOM_VERSION,
-    ModelUnavailable,
-    build_checkpoint,
-    package_version,
-    embedded_checkpoint,
-    tiny_random_checkpoint,
-)
+from .checkpoints import (TINY_RANDOM_VERSION, ModelUnavailable, build_checkpoint,
+                                   package_version, embedded_checkpoint, tiny_random_checkpoint)
 
 _log = logging.getLogger("mad_study.hf")
 
@@ -50,15 +44,12 @@ def _nucleus_draw(logits, temps, top_ps, gens):
     logp = torch.log_softmax(logits.float() / temps[:, None], dim=-1)
     sp, si = logp.exp().sort(dim=-1, descending=True)
     top_p = top_ps[:, None]
-    keep = torch.zeros_like(sp, dtype=torch.bool).scatter_(
-        1, si, ((sp.cumsum(-1) - sp) < top_p) | (top_p >= 1.0)
-    )
-    u = torch.stack(
-        [
-            torch.rand(logits.shape[-1], generator=g, device=g.device, dtype=torch.float64)
-            for g in gens
-        ]
-    )
+    keep = torch.zeros_like(sp, dtype=torch.bool).scatter_(1, si, ((sp.cumsum(-1) - sp) < top_p) |
+                                                           (top_p >= 1.0))
+    u = torch.stack([
+        torch.rand(logits.shape[-1], generator=g, device=g.device, dtype=torch.float64)
+        for g in gens
+    ])
     gumbel = (-torch.log(-torch.log(u))).to(logp)  # in float64 first: u < 1, so the noise is finite
     return (logp + gumbel).masked_fill(~keep, -math.inf).argmax(-1)
 
@@ -71,14 +62,11 @@ def torch_parts():
 
     class RowSampler(LogitsProcessor):
         "Chooses each row's next token (greedy or seeded nucleus sampling) and records raw log-prob and entropy."
-
         def __init__(self, temperatures, top_ps, seeds, device):
-            self.temps = torch.tensor(
-                [float(t) for t in temperatures], dtype=torch.float32, device=device
-            )
-            self.top_ps = torch.tensor(
-                [float(p) for p in top_ps], dtype=torch.float32, device=device
-            )
+            self.temps = torch.tensor([float(t) for t in temperatures], dtype=torch.float32,
+                                      device=device)
+            self.top_ps = torch.tensor([float(p) for p in top_ps], dtype=torch.float32,
+                                       device=device)
             self.sampled = [i for i, t in enumerate(temperatures) if t > 0]
             self.sampled_idx = torch.tensor(self.sampled, dtype=torch.long, device=device)
             self.gens = [
@@ -103,7 +91,6 @@ def torch_parts():
 
     class RowLimit(StoppingCriteria):
         "Stops each row at its own max_new_tokens (requests in one batch may ask for different lengths)."
-
         def __init__(self, prompt_len, limits, device):
             self.prompt_len = prompt_len
             self.limits = torch.tensor(limits, dtype=torch.long, device=device)
@@ -130,21 +117,14 @@ def is_out_of_memory(e: BaseException) -> bool:
     try:
         import torch
 
-        types = tuple(
-            t
-            for t in (
-                getattr(torch, "OutOfMemoryError", None),
-                getattr(torch.cuda, "OutOfMemoryError", None),
-            )
-            if t
-        )
+        types = tuple(t for t in (getattr(torch, "OutOfMemoryError", None),
+                                  getattr(torch.cuda, "OutOfMemoryError", None)) if t)
         if types and isinstance(e, types):
             return True
     except ImportError:
         pass
-    return isinstance(e, (RuntimeError, MemoryError)) and (
-        "out of memory" in str(e).lower() or isinstance(e, MemoryError)
-    )
+    return isinstance(e, (RuntimeError, MemoryError)) and ("out of memory" in str(e).lower()
+                                                           or isinstance(e, MemoryError))
 
 # %% ../nbs/backends/03g_hf.ipynb #65af005d
 def truncate_messages(messages: list[dict], n_tokens, budget: int) -> tuple[list[dict], bool]:
@@ -154,7 +134,7 @@ def truncate_messages(messages: list[dict], n_tokens, budget: int) -> tuple[list
     h = 0
     while h < len(messages) and messages[h].get("role") == "system":
         h += 1
-    head, tail = list(messages[: h + 1]), list(messages[h + 1 :])
+    head, tail = list(messages[:h + 1]), list(messages[h + 1:])
     while len(tail) >= 3:
         tail = tail[2:]
         if n_tokens(head + tail) <= budget:
@@ -167,7 +147,7 @@ def truncate_ids(ids: list[int], budget: int) -> list[int]:
     if len(ids) <= budget:
         return list(ids)
     first = budget // 4
-    return list(ids[:first]) + list(ids[len(ids) - (budget - first) :])
+    return list(ids[:first]) + list(ids[len(ids) - (budget - first):])
 
 # %% ../nbs/backends/03g_hf.ipynb #c8604322
 CPU_4BIT_KERNELS = ("dequantize", "bf16")
@@ -186,9 +166,8 @@ def cpu_has_bf16_kernel() -> bool:
 def bf16_kernel_accepts(out_features: int, in_features: int, blocksize: int = 64) -> bool:
     """Can bitsandbytes' CPU repack (`_convert_weight_packed_for_cpu`) take a 4-bit weight of this shape? It reshapes the
     block scales to (out, in // blocksize) and tiles out in blocks of 32: in must be a multiple of the block, out of 32."""
-    return (
-        in_features > 0 and in_features % blocksize == 0 and out_features % BF16_KERNEL_BLOCK_N == 0
-    )
+    return (in_features > 0 and in_features % blocksize == 0
+            and out_features % BF16_KERNEL_BLOCK_N == 0)
 
 # %% ../nbs/backends/03g_hf.ipynb #e226ab8a
 def cpu_description() -> str:
@@ -197,14 +176,8 @@ def cpu_description() -> str:
 
     name = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
-        name = next(
-            (
-                l.split(":", 1)[1].strip()
-                for l in open("/proc/cpuinfo")
-                if l.startswith("model name")
-            ),
-            name,
-        )
+        name = next((l.split(":", 1)[1].strip()
+                     for l in open("/proc/cpuinfo") if l.startswith("model name")), name)
     return f"{name} ({'with' if cpu_has_bf16_kernel() else 'without'} AVX512-BF16)"
 
 # %% ../nbs/backends/03g_hf.ipynb #f3650a17
@@ -214,12 +187,8 @@ def set_cpu_4bit_kernel(model, kernel: str = "dequantize") -> dict:
     kernel where the machine has it and `bf16_kernel_accepts` the layer's shape; other layers
     dequantize)."""
     if kernel not in CPU_4BIT_KERNELS:
-        raise ConfigError(
-            "unknown 4-bit CPU kernel",
-            key="cpu_4bit_kernel",
-            value=kernel,
-            choices=CPU_4BIT_KERNELS,
-        )
+        raise ConfigError("unknown 4-bit CPU kernel", key="cpu_4bit_kernel", value=kernel,
+                          choices=CPU_4BIT_KERNELS)
     counts = {"bf16": 0, "dequantize": 0}
     if importlib.util.find_spec("bitsandbytes") is None:
         return counts
@@ -233,13 +202,9 @@ def set_cpu_4bit_kernel(model, kernel: str = "dequantize") -> dict:
         qs = getattr(m.weight, "quant_state", None)
         if qs is not None and getattr(qs, "packing_format_for_cpu", False):
             m.weight.data, m.weight.quant_state = _convert_weight_packed_for_cpu_inverse(
-                m.weight.data, qs
-            )
-        use = (
-            kernel == "bf16"
-            and has
-            and bf16_kernel_accepts(m.out_features, m.in_features, qs.blocksize if qs else 64)
-        )
+                m.weight.data, qs)
+        use = (kernel == "bf16" and has
+               and bf16_kernel_accepts(m.out_features, m.in_features, qs.blocksize if qs else 64))
         m.support_avx512bf16_for_cpu = use
         counts["bf16" if use else "dequantize"] += 1
     return counts
@@ -257,17 +222,14 @@ class PreparedRequest:
 # %% ../nbs/backends/03g_hf.ipynb #9c816466
 def _quantized_checkpoint(src: Path, quant: str, dtype, qc) -> Path:
     "A bitsandbytes-quantized copy of a local checkpoint (same weights as quantizing at load; loads in about a second)."
-    dst = (
-        src.parent
-        / f"{src.name}-{quant}-{DTYPE_SHORT.get(str(dtype).replace('torch.', ''), str(dtype))}"
-    )
+    dst = (src.parent /
+           f"{src.name}-{quant}-{DTYPE_SHORT.get(str(dtype).replace('torch.', ''), str(dtype))}")
 
     def build(tmp: Path):
         from transformers import AutoModelForCausalLM
 
-        AutoModelForCausalLM.from_pretrained(
-            src, dtype=dtype, quantization_config=qc
-        ).save_pretrained(tmp)
+        AutoModelForCausalLM.from_pretrained(src, dtype=dtype,
+                                             quantization_config=qc).save_pretrained(tmp)
         return dict(source=str(src), quant=quant)
 
     return build_checkpoint(dst, build)
@@ -298,9 +260,8 @@ def _check_batch_size(batch_size) -> None:
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        raise ConfigError(
-            "batch size must be an integer >= 1 or 'auto'", key="batch_size", value=batch_size
-        )
+        raise ConfigError("batch size must be an integer >= 1 or 'auto'", key="batch_size",
+                          value=batch_size)
 
 # %% ../nbs/backends/03g_hf.ipynb #5fcb4129
 def _compute_dtype(compute_dtype, cuda: bool):
@@ -308,65 +269,40 @@ def _compute_dtype(compute_dtype, cuda: bool):
     import torch
 
     if compute_dtype is None:
-        return (
-            (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
-            if cuda
-            else torch.float32
-        )
+        return ((torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
+                if cuda else torch.float32)
     if isinstance(compute_dtype, str):
         if not isinstance(getattr(torch, compute_dtype, None), torch.dtype):
-            raise ConfigError(
-                "unknown compute dtype",
-                key="compute_dtype",
-                value=compute_dtype,
-                choices=DTYPE_SHORT,
-            )
+            raise ConfigError("unknown compute dtype", key="compute_dtype", value=compute_dtype,
+                              choices=DTYPE_SHORT)
         return getattr(torch, compute_dtype)
     return compute_dtype
 
 # %% ../nbs/backends/03g_hf.ipynb #d4d45ba5
 @patch
-def __init__(
-    self: HFBackend,
-    model: str | ModelSpec,
-    quant: str = "nf4",
-    device_map: str | dict | None = "auto",
-    batch_size: int | str | None = None,
-    compute_dtype: Any = None,
-    max_context: int | None = None,
-    chat_template_kwargs: Mapping | None = None,
-    allow_download: bool = False,
-    progress: bool | None = None,
-    cpu_4bit_kernel: str = "dequantize",
-    cuda_graphs: bool = False,
-):
+def __init__(self: HFBackend, model: str | ModelSpec, quant: str = "nf4",
+             device_map: str | dict | None = "auto", batch_size: int | str | None = None,
+             compute_dtype: Any = None, max_context: int | None = None,
+             chat_template_kwargs: Mapping | None = None, allow_download: bool = False,
+             progress: bool | None = None, cpu_4bit_kernel: str = "dequantize",
+             cuda_graphs: bool = False):
     self.spec = spec_for(model)
     if self.spec.kind == "sim":
         raise ConfigError(
             "synthetic agents are served by mad_study.sim.SimBackend (use make_backend)",
-            key="model",
-            value=self.spec.name,
-        )
+            key="model", value=self.spec.name)
     if quant not in QUANTS:
         raise ConfigError("unknown quantization", key="quant", value=quant, choices=QUANTS)
     _check_batch_size(batch_size)
     if cpu_4bit_kernel not in CPU_4BIT_KERNELS:
-        raise ConfigError(
-            "unknown 4-bit CPU kernel",
-            key="cpu_4bit_kernel",
-            value=cpu_4bit_kernel,
-            choices=CPU_4BIT_KERNELS,
-        )
+        raise ConfigError("unknown 4-bit CPU kernel", key="cpu_4bit_kernel", value=cpu_4bit_kernel,
+                          choices=CPU_4BIT_KERNELS)
     self.cpu_4bit_kernel = cpu_4bit_kernel
     self.model_name, self.quant = self.spec.name, quant
     if self.spec.prequantized:
         if quant != "none":
-            _log.warning(
-                "%s ships %s weights: bitsandbytes quantization (%s) is not applied",
-                self.spec.name,
-                self.spec.prequantized,
-                quant,
-            )
+            _log.warning("%s ships %s weights: bitsandbytes quantization (%s) is not applied",
+                         self.spec.name, self.spec.prequantized, quant)
         self.quant = self.spec.prequantized
     import torch
 
@@ -385,23 +321,13 @@ def __init__(
     # the model's default template options (e.g. Qwen3
     # non-thinking), overridden key by key by the caller's
     self.chat_template_kwargs = {
-        **dict(self.spec.chat_template_kwargs),
-        **dict(chat_template_kwargs or {}),
+        **dict(self.spec.chat_template_kwargs), **dict(chat_template_kwargs or {})
     }
     self.allow_download, self.progress = allow_download, progress
     self.model = self.tokenizer = None
-    self.stats = dict(
-        load_seconds=None,
-        generate_seconds=0.0,
-        batches=0,
-        requests=0,
-        prompt_tokens=0,
-        completion_tokens=0,
-        oom_backoffs=0,
-        truncated_prompts=0,
-        cpu_4bit_layers=None,
-        batch_sizes=[],
-    )
+    self.stats = dict(load_seconds=None, generate_seconds=0.0, batches=0, requests=0,
+                      prompt_tokens=0, completion_tokens=0, oom_backoffs=0, truncated_prompts=0,
+                      cpu_4bit_layers=None, batch_sizes=[])
     self._auto_cap = None  # 'auto': the batch cap an out-of-memory error set
     self._verify_logits = (
         False  # tests: also request output_logits and check the recorded log-probs against them
@@ -411,12 +337,8 @@ def __init__(
 @patch(as_prop=True)
 def _bf16_kernel(self: HFBackend) -> bool:
     "Does this backend run 4-bit layers through bitsandbytes' AVX512-BF16 CPU kernel (opted in, and available here)?"
-    return (
-        not self._cuda
-        and self.quant in ("nf4", "fp4")
-        and self.cpu_4bit_kernel == "bf16"
-        and cpu_has_bf16_kernel()
-    )
+    return (not self._cuda and self.quant in ("nf4", "fp4") and self.cpu_4bit_kernel == "bf16"
+            and cpu_has_bf16_kernel())
 
 # %% ../nbs/backends/03g_hf.ipynb #8de98d1b
 @patch(as_prop=True)
@@ -460,21 +382,18 @@ def _source(self: HFBackend) -> str:
 # %% ../nbs/backends/03g_hf.ipynb #0dbdae7f
 @patch
 def _quant_config(self: HFBackend):
-    if self.quant in ("none",) or self.spec.prequantized:
+    if self.quant in ("none", ) or self.spec.prequantized:
         return None
     if importlib.util.find_spec("bitsandbytes") is None:
         raise ModelUnavailable(
             "quantization needs bitsandbytes: pip install bitsandbytes (or quant='none')",
-            key="quant",
-            value=self.quant,
-        )
+            key="quant", value=self.quant)
     from transformers import BitsAndBytesConfig
 
     if self.quant == "int8":
         return BitsAndBytesConfig(load_in_8bit=True)
-    return BitsAndBytesConfig(
-        load_in_4bit=True, bnb_4bit_quant_type=self.quant, bnb_4bit_compute_dtype=self.compute_dtype
-    )
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=self.quant,
+                              bnb_4bit_compute_dtype=self.compute_dtype)
 
 # %% ../nbs/backends/03g_hf.ipynb #879a6760
 @patch
@@ -495,13 +414,8 @@ def load(self: HFBackend) -> "HFBackend":
         _quiet_int8_cast_warning()
     if self.device_map is not None:
         mkw["device_map"] = self.device_map
-    if (
-        qc is not None
-        and local
-        and self._keep_quantized_copy
-        and self.spec.kind in ("embedded", "tiny-random")
-        and not self._cuda
-    ):
+    if (qc is not None and local and self._keep_quantized_copy
+            and self.spec.kind in ("embedded", "tiny-random") and not self._cuda):
         # bitsandbytes quantizes slowly on the CPU (~10 s for
         # SmolLM2): keep a quantized copy next to the checkpoint
         msrc = str(_quantized_checkpoint(Path(src), self.quant, self.compute_dtype, qc))
@@ -515,9 +429,7 @@ def load(self: HFBackend) -> "HFBackend":
             raise
         raise ModelUnavailable(
             f"not in the local Hugging Face cache (nothing downloads at run time): run `hf download {src}` first",
-            key="model",
-            value=self.spec.name,
-        ) from e
+            key="model", value=self.spec.name) from e
     return self._loaded(model, tok, t0)
 
 # %% ../nbs/backends/03g_hf.ipynb #cdd575ec
@@ -548,26 +460,22 @@ def _loaded(self: HFBackend, model, tok, t0: float) -> "HFBackend":
         raise ConfigError("model has no end-of-sequence token", key="model", value=self.spec.name)
     self.eos_ids = eos
     self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
-    model.generation_config = GenerationConfig(
-        eos_token_id=eos, pad_token_id=self.pad_id, bos_token_id=gc.bos_token_id, do_sample=False
-    )
+    model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=self.pad_id,
+                                               bos_token_id=gc.bos_token_id, do_sample=False)
     tok.padding_side = "left"
-    text_cfg = (
-        model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    )
+    text_cfg = (model.config.get_text_config()
+                if hasattr(model.config, "get_text_config") else model.config)
     limits = [
         self.spec.context_len,
-        getattr(text_cfg, "max_position_embeddings", None),
-        self.max_context_arg,
+        getattr(text_cfg, "max_position_embeddings", None), self.max_context_arg
     ]
     self.max_context = int(min(x for x in limits if x))
     self.tokenizer, self.model = tok, model
     warm = self.warmup() if self._device().type != "cpu" else 0.0  # kernels load outside timed work
     self.stats["warmup_seconds"] = round(warm, 3)
     self.stats["load_seconds"] = round(time.time() - t0, 3)
-    _log.info(
-        "loaded %s (%s) in %.1fs", self.spec.name, self.backend_id, self.stats["load_seconds"]
-    )
+    _log.info("loaded %s (%s) in %.1fs", self.spec.name, self.backend_id,
+              self.stats["load_seconds"])
     return self
 
 # %% ../nbs/backends/03g_hf.ipynb #18120a51
@@ -576,10 +484,8 @@ def warmup(self: HFBackend, n_tokens: int = 4) -> float:
     """One short batched generation, so that the device's kernels load and its allocator settles outside timed work
     (on a GPU the first generation of a process is several times slower); seconds taken; `stats` unchanged."""
     self.load()
-    saved, t0 = (
-        {k: (list(v) if isinstance(v, list) else v) for k, v in self.stats.items()},
-        time.time(),
-    )
+    saved, t0 = ({k: (list(v) if isinstance(v, list) else v)
+                  for k, v in self.stats.items()}, time.time())
     req = GenRequest([{"role": "user", "content": "Say hello."}], max_new_tokens=n_tokens)
     self.generate([req, req])
     self.stats = saved
@@ -607,13 +513,11 @@ def _template(self: HFBackend, messages: list[dict]) -> str:
         warnings.warn(
             f"{self.spec.name}: tokenizer has no chat template; using a plain 'role: content' format"
         )
-        return (
-            "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
-        )
+        return ("".join(f"{m['role'].capitalize()}: {m['content']}\n"
+                        for m in messages) + "Assistant:")
     try:
-        return tok.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
-        )
+        return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                       **self.chat_template_kwargs)
     except Exception:
         if not messages or messages[0].get("role") != "system":
             raise
@@ -623,9 +527,8 @@ def _template(self: HFBackend, messages: list[dict]) -> str:
             rest[0]["content"] = messages[0]["content"] + "\n\n" + rest[0]["content"]
         else:
             rest.insert(0, {"role": "user", "content": messages[0]["content"]})
-        return tok.apply_chat_template(
-            rest, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
-        )
+        return tok.apply_chat_template(rest, tokenize=False, add_generation_prompt=True,
+                                       **self.chat_template_kwargs)
 
 # %% ../nbs/backends/03g_hf.ipynb #72fb5935
 @patch
@@ -640,10 +543,8 @@ def _prepare(self: HFBackend, r: GenRequest) -> PreparedRequest:
     if not self.spec.vision and any(m.get("images") for m in r.messages):
         raise ConfigError(
             "a text-only model cannot see this request's images (a vision item): choose a vision-language "
-            "model (ModelSpec.vision, e.g. qwen2.5-vl-7b-instruct)",
-            key="model",
-            value=self.spec.name,
-        )
+            "model (ModelSpec.vision, e.g. qwen2.5-vl-7b-instruct)", key="model",
+            value=self.spec.name)
     ctx, max_new = self.max_context, int(r.max_new_tokens)
     if max_new > ctx - ctx // 4:
         warnings.warn(
@@ -659,8 +560,7 @@ def _prepare(self: HFBackend, r: GenRequest) -> PreparedRequest:
         self.stats["truncated_prompts"] += 1
         warnings.warn(
             f"{self.spec.name}: prompt longer than {budget} tokens (context {ctx} - max_new_tokens {max_new}); "
-            f"truncated (finish_reason='truncated_prompt')"
-        )
+            f"truncated (finish_reason='truncated_prompt')")
     return PreparedRequest(ids, max_new, cut)
 
 # %% ../nbs/backends/03g_hf.ipynb #913ca2b8
@@ -711,9 +611,9 @@ def generate(self: HFBackend, requests: list[GenRequest]) -> list[Generation]:
 def _next_batch(self: HFBackend, rest: list[int], prepared: list[PreparedRequest]) -> list[int]:
     "The next batch: the first indices of `rest` (sorted longest prompt first) that one call generates."
     if not self.auto_batch:
-        return rest[: self.batch_size]
-    lens = [len(prepared[i].ids) for i in rest[: self.max_auto_batch]]
-    news = [prepared[i].max_new for i in rest[: self.max_auto_batch]]
+        return rest[:self.batch_size]
+    lens = [len(prepared[i].ids) for i in rest[:self.max_auto_batch]]
+    news = [prepared[i].max_new for i in rest[:self.max_auto_batch]]
     size = lambda L, m: row_bytes(self.model.config, L, m, self._dtype_bytes)
     n = batch_plan(lens, news, size, free_memory(self._device()), cap=self._auto_cap)
     return rest[:n]
@@ -727,12 +627,8 @@ def _oom_backoff(self: HFBackend, n: int) -> None:
     else:
         self.batch_size = max(1, n // 2)
     self.stats["oom_backoffs"] += 1
-    _log.warning(
-        "%s: out of memory with a batch of %d; retrying with batches of at most %d",
-        self.spec.name,
-        n,
-        max(1, n // 2),
-    )
+    _log.warning("%s: out of memory with a batch of %d; retrying with batches of at most %d",
+                 self.spec.name, n, max(1, n // 2))
     self._empty_cache()
 
 # %% ../nbs/backends/03g_hf.ipynb #45af75f7
@@ -779,9 +675,8 @@ def row_bytes(config, prompt_len: int, max_new: int, dtype_bytes: int = 2) -> in
     else:
         per_token = 2 * kv_heads * head_dim
     kv = c.num_hidden_layers * per_token * dtype_bytes * (prompt_len + max_new)
-    moe = (getattr(c, "moe_intermediate_size", 0) or 0) * (
-        getattr(c, "num_experts_per_tok", 1) or 1
-    )
+    moe = (getattr(c, "moe_intermediate_size", 0) or 0) * (getattr(c, "num_experts_per_tok", 1)
+                                                           or 1)
     ff = max(getattr(c, "intermediate_size", 0) or 0, moe)
     act = prompt_len * (8 * hidden + 3 * ff + 2 * heads * head_dim) * dtype_bytes
     if getattr(c, "_attn_implementation", None) == "eager":
@@ -789,15 +684,9 @@ def row_bytes(config, prompt_len: int, max_new: int, dtype_bytes: int = 2) -> in
     return int(kv + act + 6 * c.vocab_size * 4)
 
 # %% ../nbs/backends/03g_hf.ipynb #aadf0aa5
-def batch_plan(
-    lens: list[int],
-    news: list[int],
-    size,
-    free_bytes: int,
-    share: float = BATCH_MEMORY_SHARE,
-    spread: float | None = BUCKET_SPREAD,
-    cap: int | None = None,
-) -> int:
+def batch_plan(lens: list[int], news: list[int], size, free_bytes: int,
+               share: float = BATCH_MEMORY_SHARE, spread: float | None = BUCKET_SPREAD,
+               cap: int | None = None) -> int:
     """How many of the next requests (prompt lengths `lens`, longest first; `news`, their
     max_new_tokens) one batch takes."""
     L, budget, m, n = lens[0], share * free_bytes, 0, 0
@@ -835,7 +724,6 @@ def _reserved_layer():
 
     class ReservedLayer(DynamicLayer):
         "A KV-cache layer with room reserved for `capacity` positions: each step writes in place, attention reads a view."
-
         def __init__(self, capacity: int):
             super().__init__()
             self.capacity, self._kb, self._vb, self._view = int(capacity), None, None, None
@@ -853,8 +741,8 @@ def _reserved_layer():
                 if n:
                     kb[..., :n, :], vb[..., :n, :] = self.keys, self.values
                 self._kb, self._vb = kb, vb
-            self._kb[..., n : n + m, :], self._vb[..., n : n + m, :] = key_states, value_states
-            self.keys, self.values = self._kb[..., : n + m, :], self._vb[..., : n + m, :]
+            self._kb[..., n:n + m, :], self._vb[..., n:n + m, :] = key_states, value_states
+            self.keys, self.values = self._kb[..., :n + m, :], self._vb[..., :n + m, :]
             self._view = self.keys
             return self.keys, self.values
 
@@ -887,21 +775,15 @@ def _prefill_rows(self: HFBackend, input_ids, attn, cache) -> bool:
         if n < 2:
             continue
         row = DynamicCache(config=self.model.config)
-        self.model(
-            input_ids=input_ids[b : b + 1, L - n : L - 1],
-            use_cache=True,
-            past_key_values=row,
-            logits_to_keep=1,
-        )
+        self.model(input_ids=input_ids[b:b + 1, L - n:L - 1], use_cache=True, past_key_values=row,
+                   logits_to_keep=1)
         if keys is None:
             shape = lambda t: (B, *t.shape[1:-2], L - 1, t.shape[-1])
             keys = [l.keys.new_zeros(shape(l.keys)) for l in row.layers]
             values = [l.values.new_zeros(shape(l.values)) for l in row.layers]
         for i, l in enumerate(row.layers):
-            keys[i][b, ..., L - n : L - 1, :], values[i][b, ..., L - n : L - 1, :] = (
-                l.keys[0],
-                l.values[0],
-            )
+            keys[i][b, ..., L - n:L - 1, :], values[i][b, ...,
+                                                       L - n:L - 1, :] = (l.keys[0], l.values[0])
     if keys is None:
         return False
     for layer, k, v in zip(cache.layers, keys, values):
@@ -932,9 +814,8 @@ def _cache_kwargs(self: HFBackend, input_ids, attn, capacity: int, dev) -> dict:
 
 # %% ../nbs/backends/03g_hf.ipynb #66e37e43
 @patch
-def _generate_batch(
-    self: HFBackend, reqs: list[GenRequest], preps: list[PreparedRequest]
-) -> list[Generation]:
+def _generate_batch(self: HFBackend, reqs: list[GenRequest],
+                    preps: list[PreparedRequest]) -> list[Generation]:
     P = torch_parts()
     torch = P["torch"]
     from transformers import LogitsProcessorList, StoppingCriteriaList
@@ -943,40 +824,29 @@ def _generate_batch(
     input_ids = torch.full((B, L), self.pad_id, dtype=torch.long)
     attn = torch.zeros((B, L), dtype=torch.long)
     for b, p in enumerate(preps):
-        input_ids[b, L - len(p.ids) :] = torch.tensor(p.ids, dtype=torch.long)
-        attn[b, L - len(p.ids) :] = 1
+        input_ids[b, L - len(p.ids):] = torch.tensor(p.ids, dtype=torch.long)
+        attn[b, L - len(p.ids):] = 1
     dev = self._device()
     limits = [p.max_new for p in preps]
-    sampler = P["RowSampler"](
-        [r.temperature for r in reqs], [r.top_p for r in reqs], [r.seed for r in reqs], dev
-    )
+    sampler = P["RowSampler"]([r.temperature for r in reqs], [r.top_p for r in reqs],
+                              [r.seed for r in reqs], dev)
     stopper = P["RowLimit"](L, limits, dev)
     with torch.inference_mode():
         kw = self._cache_kwargs(input_ids.to(dev), attn, L + max(limits), dev)
-        res = self.model.generate(
-            input_ids=input_ids.to(dev),
-            attention_mask=attn.to(dev),
-            max_new_tokens=max(limits),
-            do_sample=False,
-            logits_processor=LogitsProcessorList([sampler]),
-            stopping_criteria=StoppingCriteriaList([stopper]),
-            return_dict_in_generate=True,
-            output_logits=self._verify_logits,
-            **kw,
-        )
+        res = self.model.generate(input_ids=input_ids.to(dev), attention_mask=attn.to(dev),
+                                  max_new_tokens=max(limits), do_sample=False,
+                                  logits_processor=LogitsProcessorList([sampler]),
+                                  stopping_criteria=StoppingCriteriaList([stopper]),
+                                  return_dict_in_generate=True, output_logits=self._verify_logits,
+                                  **kw)
     seqs = res.sequences[:, L:].cpu()
     lps = torch.stack(sampler.logprobs, 1).cpu().double()
     ents = torch.stack(sampler.entropies, 1).cpu().double()
     if self._verify_logits:
         raw = torch.stack(res.logits, 1).float()
-        ref = (
-            torch.log_softmax(raw, -1)
-            .gather(2, res.sequences[:, L:, None].to(raw.device))
-            .squeeze(-1)
-            .cpu()
-            .double()
-        )
-        self.last_verify = (lps[:, : ref.shape[1]], ref)
+        ref = (torch.log_softmax(raw, -1).gather(2, res.sequences[:, L:, None].to(
+            raw.device)).squeeze(-1).cpu().double())
+        self.last_verify = (lps[:, :ref.shape[1]], ref)
     return self._decode(seqs, lps, ents, preps)
 
 # %% ../nbs/backends/03g_hf.ipynb #70fe0edf
@@ -986,19 +856,16 @@ def _decode(self: HFBackend, seqs, lps, ents, preps: list[PreparedRequest]) -> l
     eos = set(self.eos_ids)
     gens = []
     for b, p in enumerate(preps):
-        toks = seqs[b, : p.max_new].tolist()
+        toks = seqs[b, :p.max_new].tolist()
         stop = next((k for k, t in enumerate(toks) if t in eos), None)
         n = stop + 1 if stop is not None else len(toks)
-        text = self.tokenizer.decode(
-            toks[:stop] if stop is not None else toks, skip_special_tokens=True
-        )
+        text = self.tokenizer.decode(toks[:stop] if stop is not None else toks,
+                                     skip_special_tokens=True)
         finish = "truncated_prompt" if p.truncated else ("stop" if stop is not None else "length")
         sig = signals_from_logprobs(lps[b, :n].tolist(), ents[b, :n].tolist())
         gens.append(
-            Generation(
-                text, prompt_tokens=len(p.ids), completion_tokens=n, finish_reason=finish, **sig
-            )
-        )
+            Generation(text, prompt_tokens=len(p.ids), completion_tokens=n, finish_reason=finish,
+                       **sig))
         self.stats["prompt_tokens"] += len(p.ids)
         self.stats["completion_tokens"] += n
     self.stats["batches"] += 1
@@ -1019,30 +886,20 @@ def registry_spec(ref: str):
 
     name = str(ref).strip().lower()
     if name not in shape_table():
-        raise ConfigError(
-            "random:<name> needs a registry text model with a published shape",
-            key="model",
-            value=RANDOM_PREFIX + name,
-            choices=sorted(shape_table()),
-        )
+        raise ConfigError("random:<name> needs a registry text model with a published shape",
+                          key="model", value=RANDOM_PREFIX + name, choices=sorted(shape_table()))
     base = get_model(name)
     return dataclasses.replace(
-        base,
-        name=RANDOM_PREFIX + name,
-        hub_id=f"random-shape/{name}",
-        revision=SHAPE_VERSION,
-        prequantized=None,
-        notes=f"Random weights in the shape of {base.hub_id}; measures only.",
-    )
+        base, name=RANDOM_PREFIX + name, hub_id=f"random-shape/{name}", revision=SHAPE_VERSION,
+        prequantized=None, notes=f"Random weights in the shape of {base.hub_id}; measures only.")
 
 # %% ../nbs/backends/03g_hf.ipynb #00fb56f0
 class ShapeBackend(HFBackend):
     "An `HFBackend` on `random:<name>`: its weights are `twins.shape_checkpoint(name)`, built on the device at first load."
-
     def _source(self) -> str:
         from mad_study.twins import RANDOM_PREFIX, shape_checkpoint
 
-        return str(shape_checkpoint(self.spec.name[len(RANDOM_PREFIX) :]))
+        return str(shape_checkpoint(self.spec.name[len(RANDOM_PREFIX):]))
 
 # %% ../nbs/backends/03g_hf.ipynb #6d281f73
 def registry_backend(spec, quant: str = "nf4", **kw):

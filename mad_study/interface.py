@@ -27,7 +27,8 @@ class Backend(Protocol):
     backend_id: str
     model_name: str
 
-    def generate(self, requests: list[GenRequest]) -> list[Generation]: ...
+    def generate(self, requests: list[GenRequest]) -> list[Generation]:
+        ...
 
 # %% ../nbs/backends/03a_interface.ipynb #aa4286df
 class BaseBackend:
@@ -68,16 +69,8 @@ _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("mad_study_progress", d
 class Progress:
     """A progress bar of generations (tqdm): done of `total`, tokens per second, time left; a context manager that
     makes it the active bar `generate_jobs` and the backends report to (the kit's own)."""
-
-    def __init__(
-        self,
-        total: int | None,
-        desc: str = "generating",
-        progress: bool | None = None,
-        delay: float | None = None,
-        file=None,
-        leave: bool = False,
-    ):
+    def __init__(self, total: int | None, desc: str = "generating", progress: bool | None = None,
+                 delay: float | None = None, file=None, leave: bool = False):
         # the bar appears after `delay` seconds of work: `$MAD_STUDY_PROGRESS_DELAY`, else 2 (a sim run's many
         # short calls draw none)
         if delay is None:
@@ -100,14 +93,9 @@ class Progress:
         if self._file is None and path:
             self._own_file = open(path, "a")
         file = self._file or self._own_file
-        self.bar = (auto_tqdm if file is None else text_tqdm)(
-            total=self.total,
-            desc=self.desc,
-            unit="gen",
-            initial=self.n,
-            leave=self.leave,
-            file=file,
-        )
+        self.bar = (auto_tqdm if file is None else text_tqdm)(total=self.total, desc=self.desc,
+                                                              unit="gen", initial=self.n,
+                                                              leave=self.leave, file=file)
 
     def advance(self, gens: Sequence[Generation] = (), n: int | None = None) -> None:
         "Count `gens` as done (their completion tokens unless cached), or `n` generations without tokens."
@@ -115,15 +103,13 @@ class Progress:
             k = len(gens) if n is None else int(n)
             self.n += k
             self.tokens += sum(
-                int(g.completion_tokens or 0) for g in gens if not getattr(g, "cached", False)
-            )
+                int(g.completion_tokens or 0) for g in gens if not getattr(g, "cached", False))
             elapsed = time.monotonic() - self.t0
             if self.bar is None and elapsed >= self.delay:
                 self.show()
             if self.bar is not None:
-                self.bar.set_postfix_str(
-                    f"{self.tokens / max(elapsed, 1e-9):.1f} tok/s", refresh=False
-                )
+                self.bar.set_postfix_str(f"{self.tokens / max(elapsed, 1e-9):.1f} tok/s",
+                                         refresh=False)
                 self.bar.update(k)
 
     def extend(self, n: int) -> None:
@@ -163,9 +149,8 @@ def report_progress(gens: Sequence[Generation], progress: Progress | None = None
 
 
 @contextlib.contextmanager
-def progress_scope(
-    total: int, desc: str = "generating", progress: bool | None = None, extend: bool = True
-):
+def progress_scope(total: int, desc: str = "generating", progress: bool | None = None,
+                   extend: bool = True):
     """The active bar, grown by `total` (unless not `extend`) and left open; else a new active `Progress` for this
     work, closed at its end (the kit's own)."""
     outer = active_progress()
@@ -182,19 +167,15 @@ class IdenticalAgentsWarning(UserWarning):
     "Two or more agents are the same model and role at temperature 0: a real model gives them the same responses; the sim's agents do not, 03b_sim (the kit's own)."
 
 # %% ../nbs/backends/03a_interface.ipynb #88304566
-def generate_jobs(
-    backends: Mapping[str, Any],
-    jobs: Sequence[tuple[str, GenRequest]],
-    names: Sequence[str] | None = None,
-    progress: bool | None = None,
-) -> list[Generation]:
+def generate_jobs(backends: Mapping[str, Any], jobs: Sequence[tuple[str, GenRequest]],
+                  names: Sequence[str] | None = None,
+                  progress: bool | None = None) -> list[Generation]:
     "Generate `jobs` [(model, request)] with one `generate` call per model; results in job order."
     by = defaultdict(list)
     for i, (m, _) in enumerate(jobs):
         if m not in backends:
-            raise ConfigError(
-                "no backend for model", key="model", value=m, choices=sorted(backends)
-            )
+            raise ConfigError("no backend for model", key="model", value=m,
+                              choices=sorted(backends))
         by[m].append(i)
     out: list = [None] * len(jobs)
     with progress_scope(len(jobs), "generating", progress, extend=False) as bar:
@@ -204,9 +185,8 @@ def generate_jobs(
             if len(gens) != len(idx):
                 asked = [names[i] for i in idx[:4]] + ["..."] * (len(idx) > 4) if names else []
                 raise RuntimeError(
-                    f"backend for {m} returned {len(gens)} generations for {len(idx)} requests"
-                    + (f" ({', '.join(asked)})" if asked else "")
-                )
+                    f"backend for {m} returned {len(gens)} generations for {len(idx)} requests" +
+                    (f" ({', '.join(asked)})" if asked else ""))
             reported = bar.n - before
             if reported == 0:
                 bar.advance(gens)

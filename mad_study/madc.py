@@ -13,29 +13,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mad_study.core import (
-    ConfigError,
-    Item,
-    Sampling,
-    takes_sampling,
-    check_unique_turns,
-    derive_seed,
-    pool_keys,
-    rng_for,
-    transcript_frame,
-)
+from .core import (ConfigError, Item, Sampling, takes_sampling, check_unique_turns,
+                            derive_seed, pool_keys, rng_for, transcript_frame)
 from .answers import merge_equivalent
 from .data import format_question, get_task
-from mad_study.debate import (
-    ORDERINGS,
-    OrderedPeers,
-    Protocol,
-    RoundContext,
-    TurnSlot,
-    make_agents,
-    run_debate,
-    turn_rows,
-)
+from .debate import (ORDERINGS, OrderedPeers, Protocol, RoundContext, TurnSlot,
+                              make_agents, run_debate, turn_rows)
 
 # %% auto #0
 __all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 'MADC_SAMPLING', 'METRICS', 'CASES',
@@ -51,13 +34,8 @@ from .answers import is_correct
 from .metrics import answer_distribution, check_unparsed, is_missing
 from .metrics import entropy as shannon_entropy
 
-from mad_study.stats import (
-    adjust_pvalues,
-    condition_labels,
-    family_gaps,
-    paired_difference,
-    paired_test,
-)
+from .stats import (adjust_pvalues, condition_labels, family_gaps, paired_difference,
+                             paired_test)
 from .prompts import debate_message, get_prompt, opening_messages
 
 # %% ../nbs/papers/madc/11_madc.ipynb #9b0a1b8f
@@ -69,7 +47,7 @@ def path_consistency(answers: Sequence[Any], fmt: str | None = None) -> list[flo
     if fmt is not None:
         flat = merge_equivalent(flat, fmt)
     cut = np.cumsum([0] + [len(s) for s in lists])
-    per = [flat[cut[i] : cut[i + 1]] for i in range(len(lists))]
+    per = [flat[cut[i]:cut[i + 1]] for i in range(len(lists))]
     dists = []
     for s in per:
         c = Counter(a for a in s if a is not None)
@@ -79,29 +57,22 @@ def path_consistency(answers: Sequence[Any], fmt: str | None = None) -> list[flo
         out.append(
             float(
                 sum(
-                    sum(p * dk.get(a, 0.0) for a, p in di.items())
-                    for k, dk in enumerate(dists)
-                    if k != i
-                )
-            )
-        )
+                    sum(p * dk.get(a, 0.0) for a, p in di.items()) for k, dk in enumerate(dists)
+                    if k != i)))
     return out
 
 # %% ../nbs/papers/madc/11_madc.ipynb #2fb1a6c0
 STRATEGIES = ("fixed", "random", "truth_first", "truth_last", "madc")
 ORACLE_STRATEGIES = ("truth_first", "truth_last")
 STRATEGY_LABELS = {
-    "fixed": "Fixed",
-    "random": "Random (per viewer)",
-    "random_shared": "Random (shared order)",
-    "truth_first": "Truth First (oracle)",
-    "truth_last": "Truth Last (oracle)",
-    "madc": "MADC",
-    "madc_peers": "MADC (per-viewer)",
+    "fixed": "Fixed", "random": "Random (per viewer)", "random_shared": "Random (shared order)",
+    "truth_first": "Truth First (oracle)", "truth_last": "Truth Last (oracle)", "madc": "MADC",
+    "madc_peers": "MADC (per-viewer)"
 }
 RANDOM_NOTE = {
-    "random": "Random = each agent's peers shuffled independently every round (per viewer, as the released code)",
-    "random_shared": "Random (shared order) = one permutation per round shown to every agent",
+    "random":
+    "Random = each agent's peers shuffled independently every round (per viewer, as the released code)",
+    "random_shared": "Random (shared order) = one permutation per round shown to every agent"
 }
 
 
@@ -124,9 +95,8 @@ def madc_order(answers: Sequence[Any] | Mapping[str, Any], fmt: str | None = Non
     for i, a in enumerate(vals):
         if a is not None:
             first.setdefault(a, i)
-    idx = sorted(
-        range(len(vals)), key=lambda i: (cons[i], -1 if vals[i] is None else first[vals[i]], i)
-    )
+    idx = sorted(range(len(vals)), key=lambda i: (cons[i], -1
+                                                  if vals[i] is None else first[vals[i]], i))
     return [names[i] for i in idx] if names is not None else idx
 
 # %% ../nbs/papers/madc/11_madc.ipynb #6f584fe5
@@ -138,17 +108,12 @@ def madc_ordering(ctx: RoundContext) -> list[str]:
 class MADCPeers(OrderedPeers):
     """MADC allocation (Alg. 1): peers shown in ascending path consistency, the most consistent
     last; recomputed every round."""
-
     def __init__(self, scope: str = "all", include_self: bool = False, name: str | None = None):
         if scope not in ("all", "peers"):
-            raise ConfigError(
-                "unknown MADC scope", key="scope", value=scope, choices=["all", "peers"]
-            )
-        super().__init__(
-            madc_ordering,
-            include_self=include_self,
-            name=name or ("madc" if scope == "all" else "madc_peers"),
-        )
+            raise ConfigError("unknown MADC scope", key="scope", value=scope,
+                              choices=["all", "peers"])
+        super().__init__(madc_ordering, include_self=include_self, name=name
+                         or ("madc" if scope == "all" else "madc_peers"))
         self.scope = scope
 
     def visible(self, ctx: RoundContext, agent: str, order: list[str]) -> list[str]:
@@ -167,12 +132,8 @@ def strategy_protocol(name: str, include_self: bool = False) -> Protocol:
         return OrderedPeers(name, include_self=include_self)
     if name in ("madc", "madc_peers"):
         return MADCPeers("all" if name == "madc" else "peers", include_self=include_self)
-    raise ConfigError(
-        "unknown allocation strategy",
-        key="strategies",
-        value=name,
-        choices=[*STRATEGIES, "random_shared", "madc_peers"],
-    )
+    raise ConfigError("unknown allocation strategy", key="strategies", value=name,
+                      choices=[*STRATEGIES, "random_shared", "madc_peers"])
 
 # %% ../nbs/papers/madc/11_madc.ipynb #114b5f2f
 def strategy_label(name: str) -> str:
@@ -185,35 +146,19 @@ MADC_SAMPLING = Sampling(max_new_tokens=4096, temperature=1.0)
 
 
 @takes_sampling
-def run_strategies(
-    items: Sequence[Item],
-    model: str,
-    backends: Mapping[str, Any],
-    strategies: Sequence[str] = STRATEGIES,
-    n_agents: int = 10,
-    debate_rounds: int = 1,
-    repeats: int = 1,
-    prompt: str = "madc",
-    sampling: Sampling = MADC_SAMPLING,
-    experiment: str = "madc",
-    progress: bool | None = None,
-) -> dict[str, pd.DataFrame]:
+def run_strategies(items: Sequence[Item], model: str, backends: Mapping[str, Any],
+                   strategies: Sequence[str] = STRATEGIES, n_agents: int = 10,
+                   debate_rounds: int = 1, repeats: int = 1, prompt: str = "madc",
+                   sampling: Sampling = MADC_SAMPLING, experiment: str = "madc",
+                   progress: bool | None = None) -> dict[str, pd.DataFrame]:
     """MADC comparison (Table 1, Figs. 1, 3-5, 7): Du et al.'s debate with `n_agents` agents of `model`, once per
     allocation strategy, `repeats` independent threads each; returns strategy -> transcript (`sample` = repeat)."""
     agents = make_agents([model] * int(n_agents))
     return {
-        s: run_debate(
-            items,
-            agents,
-            backends,
-            protocol=strategy_protocol(s),
-            debate_rounds=debate_rounds,
-            samples=repeats,
-            prompt=prompt,
-            sampling=sampling,
-            experiment=experiment,
-            progress=progress,
-        )
+        s:
+        run_debate(items, agents, backends, protocol=strategy_protocol(s),
+                   debate_rounds=debate_rounds, samples=repeats, prompt=prompt, sampling=sampling,
+                   experiment=experiment, progress=progress)
         for s in strategies
     }
 
@@ -228,9 +173,8 @@ def shared_round0(transcripts: Mapping[str, pd.DataFrame]) -> bool:
     return all(r.equals(r0[0]) for r in r0[1:])
 
 # %% ../nbs/papers/madc/11_madc.ipynb #4f82c63b
-def viewpoint_entropy(
-    answers: Sequence[Any], base: float = 2, fmt: str | None = None, unparsed: str = "shared"
-) -> float:
+def viewpoint_entropy(answers: Sequence[Any], base: float = 2, fmt: str | None = None,
+                      unparsed: str = "shared") -> float:
     """MADC App. A.2: Shannon entropy (bits by default) of the agents' answer distribution on one question.
     `unparsed`: `shared` (the kit: one viewpoint), `drop` (MADC's release: unparsed answers dropped; all unparsed
     is one "(None)" outcome, entropy 0), or `distinct`."""
@@ -241,13 +185,8 @@ def viewpoint_entropy(
     return 0.0 if p.empty else shannon_entropy(p, base)
 
 # %% ../nbs/papers/madc/11_madc.ipynb #08d94ff1
-def viewpoint_log_likelihood(
-    answers: Sequence[Any],
-    gold: Any,
-    fmt: str = "exact",
-    floor: float | None = None,
-    unparsed: str = "shared",
-) -> float:
+def viewpoint_log_likelihood(answers: Sequence[Any], gold: Any, fmt: str = "exact",
+                             floor: float | None = None, unparsed: str = "shared") -> float:
     """MADC App. A.1: log2 of the share of agents whose answer equals `gold` (graded with `is_correct`).
     -inf when no agent is correct (or `floor` if given); NaN for no answers. `unparsed="drop"` (MADC's
     release): the share among parsed agents only (every agent unparsed: one "(None)" outcome, no agent correct);
@@ -265,9 +204,8 @@ def viewpoint_log_likelihood(
     return math.log2(k / n)
 
 # %% ../nbs/papers/madc/11_madc.ipynb #d1572c9d
-def item_scores(
-    transcript: pd.DataFrame, fmt: str | None = None, entropy: bool = True
-) -> pd.DataFrame:
+def item_scores(transcript: pd.DataFrame, fmt: str | None = None,
+                entropy: bool = True) -> pd.DataFrame:
     """MADC metrics per (condition, item, sample, round) (`pool_keys`: experiment and method first, so pooled strategies
     stay apart): accuracy (majority vote correct), share of agents correct,
     log_likelihood (App. A.1, floor log2(1/(2n)) when no agent is correct), log_likelihood_released, entropy (App. A.2, bits)."""
@@ -276,13 +214,9 @@ def item_scores(
     vt = vote_table(transcript, by=tuple(by), fmt=fmt).set_index(by)
     # dropna=False: a missing experiment, method or sample is one group, as in vote_table
     g = transcript.groupby(by, sort=False, dropna=False)
-    out = pd.DataFrame(
-        {
-            "task": g["task"].first(),
-            "n_agents": g.size(),
-            "share": g["correct"].mean().astype(float),
-        }
-    )
+    out = pd.DataFrame({
+        "task": g["task"].first(), "n_agents": g.size(), "share": g["correct"].mean().astype(float)
+    })
     out["accuracy"] = vt["correct"].astype(float)
     floor = np.log2(1.0 / (2.0 * out["n_agents"]))
     with np.errstate(divide="ignore"):
@@ -301,12 +235,8 @@ def item_scores(
 METRICS = ("accuracy", "share", "log_likelihood", "entropy")
 
 
-def strategy_scores(
-    transcripts: Mapping[str, pd.DataFrame] | pd.DataFrame,
-    fmt: str | None = None,
-    entropy: bool = True,
-    round: int | None = None,
-) -> pd.DataFrame:
+def strategy_scores(transcripts: Mapping[str, pd.DataFrame] | pd.DataFrame, fmt: str | None = None,
+                    entropy: bool = True, round: int | None = None) -> pd.DataFrame:
     """`item_scores` of every strategy's transcript (at `round`, default the last), with a `strategy` column. A pooled
     transcript (one DataFrame) is split by condition (`mad_study.stats.condition_labels`: its `method`). MADC Figs.
     3-5: accuracy, log-likelihood (App. A.1), entropy (App. A.2)."""
@@ -320,7 +250,7 @@ def strategy_scores(
     return pd.concat(parts, ignore_index=True)
 
 # %% ../nbs/papers/madc/11_madc.ipynb #372c0120
-def repeat_scores(scores: pd.DataFrame, by: Sequence[str] = ("strategy",)) -> pd.DataFrame:
+def repeat_scores(scores: pd.DataFrame, by: Sequence[str] = ("strategy", )) -> pd.DataFrame:
     "Means over items per repeat (`sample`), one row per (by..., sample, round): MADC Figs. 3-5's 20 repeats per strategy."
     cols = [c for c in (*METRICS, "log_likelihood_released") if c in scores]
     return scores.groupby([*by, "sample", "round"], sort=False)[cols].mean().reset_index()
@@ -339,25 +269,18 @@ def default_pairs(strategies: Sequence[str]) -> list[tuple[str, str]]:
     return out
 
 # %% ../nbs/papers/madc/11_madc.ipynb #382e331a
-def strategy_tests(
-    per_unit: pd.DataFrame,
-    metrics: Sequence[str] = ("accuracy", "log_likelihood", "entropy"),
-    pairs: Sequence[tuple[str, str]] | None = None,
-    unit: str | Sequence[str] = "sample",
-    correction: str = "holm",
-    n_resamples: int = 2000,
-    seed: int = 0,
-) -> pd.DataFrame:
+def strategy_tests(per_unit: pd.DataFrame,
+                   metrics: Sequence[str] = ("accuracy", "log_likelihood", "entropy"),
+                   pairs: Sequence[tuple[str, str]] | None = None,
+                   unit: str | Sequence[str] = "sample", correction: str = "holm",
+                   n_resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
     """Paired tests between MADC's strategies over units, a unit's rows averaged first: means,
     difference with interval, p-values and Holm-adjusted significance (MADC Figs. 3-5); the pairs
     of a metric are one family (`family_gaps`: Holm 1979, each gap's interval again at its family
     level `diff_level`, closed at 0 where Holm shows the sign, `diff_cut`; `verdict`, `agrees`)."""
     unit = [unit] if isinstance(unit, str) else list(unit)
-    pairs = (
-        list(pairs)
-        if pairs is not None
-        else default_pairs(list(dict.fromkeys(per_unit["strategy"])))
-    )
+    pairs = (list(pairs) if pairs is not None else default_pairs(
+        list(dict.fromkeys(per_unit["strategy"]))))
     rows = []
     for m in metrics:
         wide = per_unit.pivot_table(index=unit, columns="strategy", values=m, aggfunc="mean")
@@ -368,38 +291,22 @@ def strategy_tests(
             x, y = wide[a].to_numpy(float), wide[b].to_numpy(float)
             d = paired_difference(x, y, n_resamples=n_resamples, seed=seed)
             ok = ~(np.isnan(x) | np.isnan(y))
-            w = (
-                paired_test(x, y, "wilcoxon")["pvalue"]
-                if d["test"] == "ttest" and not np.allclose(x[ok], y[ok])
-                else (1.0 if d["test"] == "ttest" else math.nan)
-            )
-            mrows.append(
-                {
-                    "metric": m,
-                    "a": a,
-                    "b": b,
-                    "unit": "+".join(unit),
-                    "n": d["n_items"],
-                    "mean_a": d["mean_a"],
-                    "mean_b": d["mean_b"],
-                    "diff": d["diff"],
-                    "diff_low": d["ci_low"],
-                    "diff_high": d["ci_high"],
-                    "test": d["test"],
-                    "statistic": d["statistic"],
-                    "pvalue": d["pvalue"],
-                    "pvalue_wilcoxon": w,
-                }
-            )
+            w = (paired_test(x, y, "wilcoxon")["pvalue"] if d["test"] == "ttest"
+                 and not np.allclose(x[ok], y[ok]) else (1.0 if d["test"] == "ttest" else math.nan))
+            mrows.append({
+                "metric": m, "a": a, "b": b, "unit": "+".join(unit), "n": d["n_items"], "mean_a":
+                d["mean_a"], "mean_b": d["mean_b"], "diff": d["diff"], "diff_low": d["ci_low"],
+                "diff_high": d["ci_high"], "test": d["test"], "statistic": d["statistic"], "pvalue":
+                d["pvalue"], "pvalue_wilcoxon": w
+            })
         if mrows:
 
             def pair(r: Mapping, wide: pd.DataFrame = wide) -> tuple[np.ndarray, np.ndarray]:
                 w = wide[[r["a"], r["b"]]].dropna()
                 return w[r["a"]].to_numpy(float), w[r["b"]].to_numpy(float)
 
-            fam = family_gaps(
-                pd.DataFrame(mrows), pair, correction, n_resamples=n_resamples, seed=seed
-            )
+            fam = family_gaps(pd.DataFrame(mrows), pair, correction, n_resamples=n_resamples,
+                              seed=seed)
             fam["correction"] = correction
             fam["significant"] = fam["distinguishable"].eq(True)
             rows += fam.to_dict("records")
@@ -423,9 +330,8 @@ def path_consistency_table(transcript: pd.DataFrame, fmt: str | None = None) -> 
 
 # %% ../nbs/papers/madc/11_madc.ipynb #f865914e
 CASES = {
-    "CASE-54": "bbh_logical_deduction_7/53",
-    "CASE-66": "bbh_logical_deduction_7/65",
-    "CASE-94": "bbh_logical_deduction_7/93",
+    "CASE-54": "bbh_logical_deduction_7/53", "CASE-66": "bbh_logical_deduction_7/65", "CASE-94":
+    "bbh_logical_deduction_7/93"
 }
 REVERSAL_ORDERS = ("correct_first", "incorrect_first", "alternating")
 
@@ -439,9 +345,7 @@ def reversal_sequence(order: str, n_correct: int, n_incorrect: int) -> list[str]
     if order == "incorrect_first":
         return W + C
     if order == "alternating":
-        return [
-            x for i in range(max(n_correct, n_incorrect)) for x in (C[i : i + 1] + W[i : i + 1])
-        ]
+        return [x for i in range(max(n_correct, n_incorrect)) for x in (C[i:i + 1] + W[i:i + 1])]
     raise ConfigError("unknown reversal order", key="orders", value=order, choices=REVERSAL_ORDERS)
 
 # %% ../nbs/papers/madc/11_madc.ipynb #113ec6b6
@@ -464,30 +368,19 @@ def solution_pools(samples: pd.DataFrame, pool_size: int, seed: int = 0, repeat:
 
     correct, incorrect = rest[ok], wrong[wrong["answer"] == wrong_answer]
     return {
-        "item_id": s["item_id"].iloc[0],
-        "own_text": own["text"],
-        "own_answer": None if is_missing(own["answer"]) else own["answer"],
-        "wrong_answer": wrong_answer,
-        "correct": draw(correct),
-        "incorrect": draw(incorrect),
-        "available_correct": len(correct),
-        "available_incorrect": len(incorrect),
+        "item_id": s["item_id"].iloc[0], "own_text": own["text"], "own_answer":
+        None if is_missing(own["answer"]) else own["answer"], "wrong_answer": wrong_answer,
+        "correct": draw(correct), "incorrect": draw(incorrect), "available_correct": len(correct),
+        "available_incorrect": len(incorrect)
     }
 
 # %% ../nbs/papers/madc/11_madc.ipynb #a6fd0b21
 @takes_sampling
-def run_reversal(
-    item: Item,
-    pools: Sequence[dict],
-    backend: Any,
-    model: str,
-    orders: Sequence[str] = REVERSAL_ORDERS,
-    reps_per_count: int = 10,
-    prompt: str = "madc",
-    sampling: Sampling = MADC_SAMPLING,
-    experiment: str = "madc_fig9",
-    counts: Sequence[int] | None = None,
-) -> pd.DataFrame:
+def run_reversal(item: Item, pools: Sequence[dict], backend: Any, model: str,
+                 orders: Sequence[str] = REVERSAL_ORDERS, reps_per_count: int = 10,
+                 prompt: str = "madc", sampling: Sampling = MADC_SAMPLING,
+                 experiment: str = "madc_fig9",
+                 counts: Sequence[int] | None = None) -> pd.DataFrame:
     """MADC RQ3 (Fig. 6, Tables 6-11): for each pool (one per repeat), order and count,
     `reps_per_count` responses of a responder shown the first `count` solutions."""
     ps = replace(get_prompt(prompt, item.fmt), system=None, roles={})
@@ -495,8 +388,10 @@ def run_reversal(
     jobs = []
     for r, pool in enumerate(pools):
         texts = {
-            **{f"C{i}": t for i, t in enumerate(pool["correct"])},
-            **{f"W{i}": t for i, t in enumerate(pool["incorrect"])},
+            **{f"C{i}": t
+               for i, t in enumerate(pool["correct"])},
+            **{f"W{i}": t
+               for i, t in enumerate(pool["incorrect"])}
         }
         head = opening_messages(ps, q) + [{"role": "assistant", "content": pool["own_text"]}]
         for order in orders:
@@ -504,9 +399,9 @@ def run_reversal(
             for c in counts if counts is not None else range(1, len(seq) + 1):
                 if not 1 <= c <= len(seq):
                     continue
-                msgs = head + [
-                    {"role": "user", "content": debate_message(ps, q, [texts[l] for l in seq[:c]])}
-                ]
+                msgs = head + [{
+                    "role": "user", "content": debate_message(ps, q, [texts[l] for l in seq[:c]])
+                }]
                 for k in range(int(reps_per_count)):
                     smp = r * int(reps_per_count) + k
                     seed = derive_seed(sampling.seed, "madc-reversal", item.id, order, c, r, k)
@@ -529,17 +424,12 @@ def first_pool_sizes(n_correct: int, n_incorrect: int) -> dict[str, int]:
     return {"correct_first": int(n_correct), "incorrect_first": int(n_incorrect)}
 
 # %% ../nbs/papers/madc/11_madc.ipynb #b7e5595e
-def reversal_point(
-    counts: Sequence[float],
-    accuracy: Sequence[float],
-    level: float = 0.5,
-    after: float | None = None,
-) -> float | None:
+def reversal_point(counts: Sequence[float], accuracy: Sequence[float], level: float = 0.5,
+                   after: float | None = None) -> float | None:
     """MADC RQ3: first count at which the accuracy curve crosses `level` against its starting side (None if never).
     `after`: start from the curve's side at the last count <= `after` and search only larger counts."""
-    pts = [
-        (c, a) for c, a in sorted(zip(counts, accuracy), key=lambda t: t[0]) if not is_missing(a)
-    ]
+    pts = [(c, a) for c, a in sorted(zip(counts, accuracy), key=lambda t: t[0])
+           if not is_missing(a)]
     if after is not None:
         base = [p for p in pts if p[0] <= after]
         pts = base[-1:] + [p for p in pts if p[0] > after]
@@ -553,35 +443,29 @@ def reversal_point(
 
 # %% ../nbs/papers/madc/11_madc.ipynb #014cbb02
 def reversal_table(
-    curve: pd.DataFrame,
-    pool_size: int | Mapping[str, int] | None = None,
-    level: float = 0.5,
-    by: Sequence[str] = ("model", "item_id", "order"),
-) -> pd.DataFrame:
+    curve: pd.DataFrame, pool_size: int | Mapping[str, int] | None = None, level: float = 0.5,
+    by: Sequence[str] = ("model", "item_id", "order")) -> pd.DataFrame:
     """Reversal points per curve (`reversal_point`): the first crossing and, per
     order, the crossing after the first pool (MADC Tables 6-11)."""
     rows = []
     for key, g in curve.groupby(list(by), sort=False):
-        key = key if isinstance(key, tuple) else (key,)
+        key = key if isinstance(key, tuple) else (key, )
         r = {
-            **dict(zip(by, key)),
-            "start": float(g.sort_values("count")["accuracy"].iloc[0]),
-            "first_crossing": reversal_point(g["count"], g["accuracy"], level),
+            **dict(zip(by, key)), "start": float(g.sort_values("count")["accuracy"].iloc[0]),
+            "first_crossing": reversal_point(g["count"], g["accuracy"], level)
         }
         order = dict(zip(by, key)).get("order")
         bound = pool_size.get(order) if isinstance(pool_size, Mapping) else pool_size
         if bound is not None and order in ("correct_first", "incorrect_first"):
             p = reversal_point(g["count"], g["accuracy"], level, after=bound)
-            r.update(
-                after_pool=p, opposing_needed=None if p is None else p - bound, pool_boundary=bound
-            )
+            r.update(after_pool=p, opposing_needed=None if p is None else p - bound,
+                     pool_boundary=bound)
         else:
             r.update(after_pool=None, opposing_needed=None, pool_boundary=None)
         rows.append(r)
     out = pd.DataFrame(rows)
     for c in ("first_crossing", "after_pool", "opposing_needed", "pool_boundary"):
         if c in out:
-            out[c] = pd.array(
-                [None if v is None or pd.isna(v) else int(v) for v in out[c]], dtype="Int64"
-            )
+            out[c] = pd.array([None if v is None or pd.isna(v) else int(v) for v in out[c]],
+                              dtype="Int64")
     return out

@@ -21,9 +21,9 @@ __all__ = ['PAPER_REVERSAL_TABLES', 'PAPER_TABLE1', 'PAPER_TABLE1_TASKS', 'PAPER
 def _reversal_tables() -> dict[tuple[int, str, str], dict[str, str]]:
     "Tables 6-11 (`fixtures/papers/madc/paper_madc_tab6_11.csv`): (table, case, model) -> order -> the accuracies, space-separated."
     out = {}
-    for (tab, case, model, order), g in paper_table("madc_tab6_11").groupby(
-        ["table", "case", "model", "order"], sort=False
-    ):
+    for (tab, case, model,
+         order), g in paper_table("madc_tab6_11").groupby(["table", "case", "model", "order"],
+                                                          sort=False):
         out.setdefault((int(tab), case, model), {})[order] = " ".join(g["accuracy"])
     return out
 
@@ -38,16 +38,8 @@ def paper_reversal_curves() -> pd.DataFrame:
         for order, s in cols.items():
             vals = [float(v) for v in s.split()]
             rows += [
-                dict(
-                    table=tab,
-                    case=case,
-                    item_id=CASES[case],
-                    model=model,
-                    order=order,
-                    count=i + 1,
-                    accuracy=v,
-                )
-                for i, v in enumerate(vals)
+                dict(table=tab, case=case, item_id=CASES[case], model=model, order=order,
+                     count=i + 1, accuracy=v) for i, v in enumerate(vals)
             ]
     return pd.DataFrame(rows)
 
@@ -74,9 +66,8 @@ def _agent_scaling() -> dict[tuple[str, str], dict[str, tuple[float, ...]]]:
     counts = [c for c in t.columns if c.isdigit()]
     out = {}
     for _, r in t.iterrows():
-        out.setdefault((r["model"], r["task"]), {})[r["method"]] = tuple(
-            float(r[c]) for c in counts
-        )
+        out.setdefault((r["model"], r["task"]),
+                       {})[r["method"]] = tuple(float(r[c]) for c in counts)
     return out
 
 
@@ -85,9 +76,8 @@ PAPER_AGENT_SCALING = _agent_scaling()
 
 # %% ../nbs/papers/madc/11a_madc_printed.ipynb #786664d9
 COUNT_TABLE_ORDERS = {
-    "correct_first": "Correct First",
-    "incorrect_first": "Incorrect First",
-    "alternating": "Alternating",
+    "correct_first": "Correct First", "incorrect_first": "Incorrect First", "alternating":
+    "Alternating"
 }
 
 
@@ -97,19 +87,14 @@ def reversal_count_table(curve: pd.DataFrame, blocks: int = 2) -> pd.DataFrame:
     into `blocks` column blocks side by side (the paper prints counts 1-40 beside 41-80)."""
     if len(curve[["model", "item_id"]].drop_duplicates()) != 1:
         raise ValueError(
-            "reversal_count_table: give the curve of exactly one model and case question"
-        )
+            "reversal_count_table: give the curve of exactly one model and case question")
     wide = curve.pivot_table(index="count", columns="order", values="accuracy")
     cols = [o for o in COUNT_TABLE_ORDERS if o in wide.columns]
-    wide = (
-        wide[cols]
-        .rename(columns=COUNT_TABLE_ORDERS)
-        .reset_index()
-        .rename(columns={"count": "Count"})
-    )
+    wide = (wide[cols].rename(columns=COUNT_TABLE_ORDERS).reset_index().rename(
+        columns={"count": "Count"}))
     wide["Count"] = wide["Count"].astype("Int64")
     n = math.ceil(len(wide) / max(1, int(blocks)))
     parts = [
-        wide.iloc[i * n : (i + 1) * n].reset_index(drop=True) for i in range(max(1, int(blocks)))
+        wide.iloc[i * n:(i + 1) * n].reset_index(drop=True) for i in range(max(1, int(blocks)))
     ]
     return pd.concat([p for p in parts if len(p)], axis=1)

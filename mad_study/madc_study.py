@@ -48,13 +48,8 @@ def _sol(p: Mapping) -> int:
     return min(int(p.get("max_new_tokens") or 512), 512)
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #ce3a6996
-def _debate_plan(
-    p: Mapping,
-    n_strategies: int,
-    rounds: int,
-    repeats: int = 1,
-    agent_counts: Sequence[int] | None = None,
-) -> dict:
+def _debate_plan(p: Mapping, n_strategies: int, rounds: int, repeats: int = 1,
+                 agent_counts: Sequence[int] | None = None) -> dict:
     gens = prompt = 0
     mnt, L = int(p.get("max_new_tokens") or 512), _sol(p)
     counts = list(agent_counts) if agent_counts else [int(p.get("n_agents") or 10)]
@@ -67,12 +62,8 @@ def _debate_plan(
             for a in counts:
                 per_turn = _OPENING_TOKENS + QUESTION_TOKENS + L + (a - 1) * L
                 gens += n * a * n_strategies * rounds
-                prompt += (
-                    n
-                    * a
-                    * n_strategies
-                    * sum(per_turn + (r - 1) * (a * L) for r in range(1, rounds + 1))
-                )
+                prompt += (n * a * n_strategies * sum(per_turn + (r - 1) * (a * L)
+                                                      for r in range(1, rounds + 1)))
     return {"generations": gens, "prompt_tokens": prompt, "completion_tokens": gens * mnt}
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #77852174
@@ -85,12 +76,8 @@ def plan_fig1(p: Mapping) -> dict:
 @planner("madc_fig3_5")
 def plan_fig3_5(p: Mapping) -> dict:
     "madc_fig3_5: `repeats` runs per (model, task), every strategy (the sim-only recency control is not counted). (MADC Figs. 3-5.)"
-    return _debate_plan(
-        p,
-        len(p.get("strategies") or []),
-        int(p.get("debate_rounds") or 1),
-        repeats=int(p.get("repeats") or 1),
-    )
+    return _debate_plan(p, len(p.get("strategies") or []), int(p.get("debate_rounds") or 1),
+                        repeats=int(p.get("repeats") or 1))
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #a4bd1070
 @planner("madc_tab1")
@@ -108,21 +95,16 @@ def plan_fig7(p: Mapping) -> dict:
 @planner("madc_tab2_5")
 def plan_tab2_5(p: Mapping) -> dict:
     "madc_tab2_5: MAD and MAD+MADC for every agent count (round 0 shared across counts)."
-    return _debate_plan(
-        p, 2, int(p.get("debate_rounds") or 1), agent_counts=p.get("agent_counts") or [10]
-    )
+    return _debate_plan(p, 2, int(p.get("debate_rounds") or 1), agent_counts=p.get("agent_counts")
+                        or [10])
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #cfba5a11
 def _cot_plan(p: Mapping) -> dict:
-    n = (
-        len(_distinct(p.get("models") or []))
-        * len(p.get("case_ids") or [])
-        * int(p.get("cot_samples") or 0)
-    )
+    n = (len(_distinct(p.get("models") or [])) * len(p.get("case_ids") or []) *
+         int(p.get("cot_samples") or 0))
     return {
-        "generations": n,
-        "prompt_tokens": n * (QUESTION_TOKENS + 60),
-        "completion_tokens": n * int(p.get("max_new_tokens") or 512),
+        "generations": n, "prompt_tokens": n * (QUESTION_TOKENS + 60), "completion_tokens":
+        n * int(p.get("max_new_tokens") or 512)
     }
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #0c7a9479
@@ -136,30 +118,21 @@ def plan_fig8(p: Mapping) -> dict:
 def plan_fig9(p: Mapping) -> dict:
     "madc_fig9: the CoT samples, then per pool repeat, order and count (at most 2 x pool_size) `reps_per_count` responses."
     out = _cot_plan(p)
-    units = (
-        len(_distinct(p.get("models") or []))
-        * len(p.get("case_ids") or [])
-        * int(p.get("reversal_repeats") or 1)
-        * len(p.get("orders") or [])
-    )
+    units = (len(_distinct(p.get("models") or [])) * len(p.get("case_ids") or []) *
+             int(p.get("reversal_repeats") or 1) * len(p.get("orders") or []))
     reps, counts, L = int(p.get("reps_per_count") or 1), 2 * int(p.get("pool_size") or 0), _sol(p)
     gens = units * counts * reps
-    prompt = (
-        units
-        * reps
-        * sum(_OPENING_TOKENS + QUESTION_TOKENS + L + c * L for c in range(1, counts + 1))
-    )
+    prompt = (units * reps * sum(_OPENING_TOKENS + QUESTION_TOKENS + L + c * L
+                                 for c in range(1, counts + 1)))
     return {
-        "generations": out["generations"] + gens,
-        "prompt_tokens": out["prompt_tokens"] + prompt,
-        "completion_tokens": out["completion_tokens"] + gens * int(p.get("max_new_tokens") or 512),
+        "generations": out["generations"] + gens, "prompt_tokens": out["prompt_tokens"] + prompt,
+        "completion_tokens": out["completion_tokens"] + gens * int(p.get("max_new_tokens") or 512)
     }
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #ec2569a6
 TASK_LABELS = {
-    "bbh_logical_deduction_7": "Logical Deduction",
-    "bbh_geometric_shapes": "Geometric Shapes",
-    "math500": "MATH500",
+    "bbh_logical_deduction_7": "Logical Deduction", "bbh_geometric_shapes": "Geometric Shapes",
+    "math500": "MATH500"
 }
 
 
@@ -173,12 +146,10 @@ def resolved(tests, metric="accuracy", scale=100, pairs=None):
     t = tests[(tests["metric"] == metric) & (tests["b"] != "(Cochran's Q)")]
     if pairs is not None:
         t = t[[(a, b) in set(pairs) for a, b in zip(t["a"], t["b"])]]
-    return "; ".join(
-        f"{strategy_label(r.a)} - {strategy_label(r.b)} {scale * r.diff:+.1f} "
-        f"[{scale * r.diff_low:+.1f}, {scale * r.diff_high:+.1f}] "
-        f"({'distinguishable' if r.p_adjusted < 0.05 else 'not distinguishable'})"
-        for r in t.itertuples()
-    )
+    return "; ".join(f"{strategy_label(r.a)} - {strategy_label(r.b)} {scale * r.diff:+.1f} "
+                     f"[{scale * r.diff_low:+.1f}, {scale * r.diff_high:+.1f}] "
+                     f"({'distinguishable' if r.p_adjusted < 0.05 else 'not distinguishable'})"
+                     for r in t.itertuples())
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #48017303
 def power_txt(diffs, paper_pts, family=1):
@@ -191,9 +162,8 @@ def power_txt(diffs, paper_pts, family=1):
     res = resolvable_effect(n, disc, family=family)
     txt = (
         f"n = {n} resolves {100 * res:.1f} points with 80% power at the discordance seen ({disc:.2f})"
-        if math.isfinite(res)
-        else f"n = {n} resolves no gap with 80% power at the discordance seen ({disc:.2f})"
-    )
+        if math.isfinite(res) else
+        f"n = {n} resolves no gap with 80% power at the discordance seen ({disc:.2f})")
     if math.isfinite(paper_pts) and paper_pts:
         e = abs(paper_pts) / 100
         need = n_for_power(e, max(disc, e), family=family)
@@ -203,21 +173,14 @@ def power_txt(diffs, paper_pts, family=1):
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #963bc339
 def tl_verdict(tests, scale=100):
     "'yes' / 'no' / 'not resolved' for Truth Last above Fixed in every row of `tests`, and the kit's numbers."
-    t = tests[
-        (tests["metric"] == "accuracy") & (tests["a"] == "truth_last") & (tests["b"] == "fixed")
-    ]
+    t = tests[(tests["metric"] == "accuracy") & (tests["a"] == "truth_last") &
+              (tests["b"] == "fixed")]
     dist = t["p_adjusted"] < 0.05
-    effect = (
-        "yes"
-        if len(t) and (dist & (t["diff"] > 0)).all()
-        else "no"
-        if (dist & (t["diff"] < 0)).any()
-        else "not resolved"
-    )
+    effect = ("yes" if len(t) and (dist & (t["diff"] > 0)).all() else "no" if
+              (dist & (t["diff"] < 0)).any() else "not resolved")
     kit = "; ".join(
         f"{r.model}, {tlabel(r.task)}: {scale * r.diff:+.1f} [{scale * r.diff_low:+.1f}, {scale * r.diff_high:+.1f}]"
-        for r in t.itertuples()
-    )
+        for r in t.itertuples())
     if len(t) and "diff_level" in t:
         kit += f" ({family_words('holm', 0.95, t['diff_level'])})"
     return effect, kit

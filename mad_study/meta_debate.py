@@ -16,16 +16,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mad_study.core import (
-    ConfigError,
-    Item,
-    Sampling,
-    atomic_write_text,
-    derive_seed,
-    fold_keywords,
-    rng_for,
-    takes_sampling,
-)
+from .core import (ConfigError, Item, Sampling, atomic_write_text, derive_seed,
+                            fold_keywords, rng_for, takes_sampling)
 
 # %% auto #0
 __all__ = ['FRAMEWORKS', 'MODALITIES', 'SCORE_MIN', 'SCORE_MAX', 'MAX_REVIEW_CHARS', 'MAX_REVIEW_OBJECTS', 'TIE_ATOL',
@@ -40,20 +32,9 @@ __all__ = ['FRAMEWORKS', 'MODALITIES', 'SCORE_MIN', 'SCORE_MAX', 'MAX_REVIEW_CHA
 from .answers import extract_answer, is_correct
 from .prompts import META_DEBATE_PROMPTS, number_word
 from .debate import TurnSlot, generate_turns
-from mad_study.roles import (
-    DMAD_ROLES,
-    DMAD_VISION_ROLES,
-    MAD_ROLES,
-    PotSettings,
-    fill_placeholders,
-    pot_answer_hint,
-    answer_instruction,
-    parse_verdict,
-    pot_turn,
-    question_parts,
-    run_dmad,
-    run_mad,
-)
+from .roles import (DMAD_ROLES, DMAD_VISION_ROLES, MAD_ROLES, PotSettings,
+                             fill_placeholders, pot_answer_hint, answer_instruction, parse_verdict,
+                             pot_turn, question_parts, run_dmad, run_mad)
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #76ac9273
 FRAMEWORKS: dict[str, tuple[str, ...]] = {"mad": MAD_ROLES, "dmad": DMAD_ROLES}
@@ -63,23 +44,20 @@ MODALITIES = ("text", "vision")
 def framework_roles(framework: str, modality: str = "text") -> tuple[str, ...]:
     "The roles of `framework` ('mad' or 'dmad') in debate order; DMAD's on images are IO / CCoT / DDCoT (Sec. 4)."
     if framework not in FRAMEWORKS:
-        raise ConfigError(
-            "unknown debate framework", key="framework", value=framework, choices=FRAMEWORKS
-        )
+        raise ConfigError("unknown debate framework", key="framework", value=framework,
+                          choices=FRAMEWORKS)
     if modality not in MODALITIES:
         raise ConfigError("unknown modality", key="modality", value=modality, choices=MODALITIES)
-    return (
-        DMAD_VISION_ROLES if (framework, modality) == ("dmad", "vision") else FRAMEWORKS[framework]
-    )
+    return (DMAD_VISION_ROLES if
+            (framework, modality) == ("dmad", "vision") else FRAMEWORKS[framework])
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #82118202
 def items_modality(items: Sequence[Item]) -> str:
     "The one modality of `items` ('text' or 'vision'); a mix is an error (the frameworks' roles differ)."
     mods = sorted({it.modality for it in items})
     if len(mods) > 1:
-        raise ConfigError(
-            "items mix text and vision questions: run them apart", key="items", value=mods
-        )
+        raise ConfigError("items mix text and vision questions: run them apart", key="items",
+                          value=mods)
     return mods[0] if mods else "text"
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #e1f4a885
@@ -97,10 +75,8 @@ MAX_REVIEW_OBJECTS = 64  # at most this many `{"Agent` starts are decoded
 
 def review_skeleton(n_agents: int, criteria: Sequence[str]) -> str:
     "Meta-Debate Prompt 2 (App. A.1) + the kit's sentence: the JSON form asked for, one entry per agent (`Agent 1` .. `Agent n`) and criterion."
-    inner = (
-        ", ".join(f"{json.dumps(str(c).strip(), ensure_ascii=False)}: <score>" for c in criteria)
-        or '"score": <score>'
-    )
+    inner = (", ".join(f"{json.dumps(str(c).strip(), ensure_ascii=False)}: <score>"
+                       for c in criteria) or '"score": <score>')
     return "{" + ",\n ".join(f'"Agent {j}": {{{inner}}}' for j in range(1, int(n_agents) + 1)) + "}"
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #b5e50e72
@@ -139,12 +115,8 @@ _AGENT_KEY = re.compile(r"\s*agent\s*(\d+)\s*", re.I)
 def _agent_objects(text: str) -> list[dict]:
     "Every JSON object in `text` whose keys include `Agent <j>`, in order (bounded, never raises)."
     s = re.sub(r"```(?:json|JSON)?", "", text[-MAX_REVIEW_CHARS:])
-    dec, out = (
-        json.JSONDecoder(
-            object_pairs_hook=_dup_pairs, parse_int=lambda x: x if len(x) > 100 else int(x)
-        ),
-        [],
-    )
+    dec, out = (json.JSONDecoder(object_pairs_hook=_dup_pairs, parse_int=lambda x: x
+                                 if len(x) > 100 else int(x)), [])
     for n, m in enumerate(re.finditer(r'\{\s*"\s*agent\s*\d', s, flags=re.I)):
         if n >= MAX_REVIEW_OBJECTS:
             break
@@ -193,8 +165,7 @@ _SCALE = re.compile(r"\(?\b1\s*[-–]\s*5\b\)?")  # echoed scale text "(1-5)", "
 _HEADER = re.compile(r"^[ \t>|*#\-•]*(?:\*\*|__)?\s*Agent\s*(\d+)\b", re.I | re.M)
 _NUM = r"(?P<neg>[-−](?=\d))?(?P<v>\d+(?:\.\d+)?)(?:\s*/\s*(?P<d>\d+(?:\.\d+)?))?(?!\.?\d)(?!\s*%)"
 _FRACTION = re.compile(
-    r"(?<![\w.\-−/])(?P<neg>[-−](?=\d))?(?P<v>\d+(?:\.\d+)?)\s*/\s*(?P<d>5|10)(?![\d.]\d*)"
-)
+    r"(?<![\w.\-−/])(?P<neg>[-−](?=\d))?(?P<v>\d+(?:\.\d+)?)\s*/\s*(?P<d>5|10)(?![\d.]\d*)")
 _SCORE_IS = re.compile(r"\bscore\s*(?:is|:|=|of)?\s*\**\s*" + _NUM, re.I)
 
 
@@ -217,10 +188,8 @@ def _named(sec: str, name: str) -> list[float]:
     words = str(name).split()
     if not words:
         return []
-    pat = (
-        r"(?<![\w])" + r"\s+".join(map(re.escape, words)) + r"(?![\w])[\s*_]*(?:\(\s*score\s*)?"
-        r"(?:[:=–—]|-(?=\s))?[\s*_]*" + _NUM
-    )
+    pat = (r"(?<![\w])" + r"\s+".join(map(re.escape, words)) + r"(?![\w])[\s*_]*(?:\(\s*score\s*)?"
+           r"(?:[:=–—]|-(?=\s))?[\s*_]*" + _NUM)
     return [_scaled(m) for m in re.finditer(pat, sec, flags=re.I)]
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #38f47818
@@ -266,7 +235,7 @@ def text_scores(text: str, n_agents: int, criteria: Sequence[str] = ()) -> np.nd
     for (j, start), nxt in zip(marks, marks[1:] + [(None, len(t))]):
         if not 1 <= j <= n_agents:
             continue
-        v = _section_score(t[start : nxt[1]], [str(c).strip() for c in criteria])
+        v = _section_score(t[start:nxt[1]], [str(c).strip() for c in criteria])
         if v is not None:
             per.setdefault(j, []).append(v)
     for j, vals in per.items():
@@ -312,15 +281,14 @@ def suitability(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     "Mean score S-bar[i, j] over evaluators (Meta-Debate Sec. 3.1; missing skipped; NaN if none) and the number of reviews behind each."
     s = np.asarray(scores, dtype=float)
     if s.ndim != 3:
-        raise ConfigError(
-            "scores must have shape (evaluators, roles, agents)", key="scores", value=s.shape
-        )
+        raise ConfigError("scores must have shape (evaluators, roles, agents)", key="scores",
+                          value=s.shape)
     n = np.isfinite(s).sum(axis=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        mean = np.where(
-            n > 0, np.nansum(np.where(np.isfinite(s), s, 0.0), axis=0) / np.maximum(n, 1), np.nan
-        )
+        mean = np.where(n > 0,
+                        np.nansum(np.where(np.isfinite(s), s, 0.0), axis=0) / np.maximum(n, 1),
+                        np.nan)
     return mean, n
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #baa8d19d
@@ -333,57 +301,42 @@ def _names(names, n: int, key: str) -> list:
     return out
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #af9a4980
-def role_decisions(
-    scores: np.ndarray,
-    roles: Sequence[str] | None = None,
-    agents: Sequence[str] | None = None,
-    *,
-    tie_break: str = "seeded",
-    tie_seed: Any = (),
-    atol: float = TIE_ATOL,
-) -> list[dict]:
+def role_decisions(scores: np.ndarray, roles: Sequence[str] | None = None,
+                   agents: Sequence[str] | None = None, *, tie_break: str = "seeded",
+                   tie_seed: Any = (), atol: float = TIE_ATOL) -> list[dict]:
     """Meta-Debate's pi_Q(R_i) = argmax_j S-bar_{i,j} (Sec. 3.1), per role: {role, agent, tied (agents at the maximum),
     reviews (behind the winner's mean)}. Ties within `atol` are broken by `tie_break` (see above)."""
     if tie_break not in TIE_BREAKS:
-        raise ConfigError(
-            "unknown tie-break rule", key="tie_break", value=tie_break, choices=TIE_BREAKS
-        )
+        raise ConfigError("unknown tie-break rule", key="tie_break", value=tie_break,
+                          choices=TIE_BREAKS)
     mean, n = suitability(scores)
     R, N = mean.shape
     if N == 0:
         raise ConfigError("no agents to assign roles to", key="agents", value=[])
     roles, agents = _names(roles, R, "roles"), _names(agents, N, "agents")
-    seed = tie_seed if isinstance(tie_seed, (tuple, list)) else (tie_seed,)
+    seed = tie_seed if isinstance(tie_seed, (tuple, list)) else (tie_seed, )
     out = []
     for i, r in enumerate(roles):
         row = mean[i]
-        tied = (
-            np.flatnonzero(row >= np.nanmax(row) - atol) if np.isfinite(row).any() else np.arange(N)
-        )
-        win = (
-            int(tied[0])
-            if tie_break == "first"
-            else min(tied, key=lambda t: derive_seed("meta-debate-tie", *seed, r, agents[t]))
-        )
+        tied = (np.flatnonzero(row >= np.nanmax(row) -
+                               atol) if np.isfinite(row).any() else np.arange(N))
+        win = (int(tied[0]) if tie_break == "first" else min(
+            tied, key=lambda t: derive_seed("meta-debate-tie", *seed, r, agents[t])))
         out.append(
-            dict(role=r, agent=agents[win], tied=[agents[t] for t in tied], reviews=int(n[i, win]))
-        )
+            dict(role=r, agent=agents[win], tied=[agents[t] for t in tied], reviews=int(n[i, win])))
     return out
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #52b2a940
-def assign_roles(
-    scores: np.ndarray,
-    roles: Sequence[str] | None = None,
-    agents: Sequence[str] | None = None,
-    **kw,
-) -> dict:
+def assign_roles(scores: np.ndarray, roles: Sequence[str] | None = None,
+                 agents: Sequence[str] | None = None, **kw) -> dict:
     """Meta-Debate's assignment pi_Q(R_i) = argmax_j mean_k S^(k)_{i,j} (Sec. 3.1) from `scores[evaluator, role, agent]`.
     Returns {role: agent}; one agent may hold several roles; ties as in `role_decisions` (`tie_break`, `tie_seed`, `atol`)."""
     return {d["role"]: d["agent"] for d in role_decisions(scores, roles, agents, **kw)}
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #91d3440b
 DATA_DESCRIPTIONS = {
-    "gpqa": "text-only STEM multiple-choice questions (graduate-level biology, chemistry and physics)",
+    "gpqa":
+    "text-only STEM multiple-choice questions (graduate-level biology, chemistry and physics)",
     "mmlu": "text-only multiple-choice knowledge questions",
     "gsm8k": "text-only math word problems",
     "math500": "text-only competition math problems",
@@ -392,7 +345,7 @@ DATA_DESCRIPTIONS = {
     "mathvision": "vision-text math competition multiple-choice questions about a figure",
     "mathvision_all": "vision-text math competition questions about a figure",
     "realworldqa": "vision-text real-world scene understanding multiple-choice questions",
-    "realworldqa_all": "vision-text real-world scene understanding questions",
+    "realworldqa_all": "vision-text real-world scene understanding questions"
 }
 
 
@@ -405,19 +358,12 @@ def criteria_prompt(framework: str, role: str, examples: Sequence[Item], data: s
     framework_roles(framework)
     qs = [question_parts(it)[0] for it in examples][:3]
     if len(qs) < 3:
-        raise ConfigError(
-            "criteria generation needs three example questions", key="examples", value=len(qs)
-        )
+        raise ConfigError("criteria generation needs three example questions", key="examples",
+                          value=len(qs))
     P = META_DEBATE_PROMPTS
-    return fill_placeholders(
-        P["criteria"],
-        context=P["contexts"][context_key(framework, role)],
-        role=role_title(role),
-        data=data,
-        question1=qs[0],
-        question2=qs[1],
-        question3=qs[2],
-    )
+    return fill_placeholders(P["criteria"], context=P["contexts"][context_key(framework, role)],
+                             role=role_title(role), data=data, question1=qs[0], question2=qs[1],
+                             question3=qs[2])
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #2b993577
 def parse_criteria(text: str, max_criteria: int = 3) -> list[tuple[str, str]]:
@@ -429,8 +375,7 @@ def parse_criteria(text: str, max_criteria: int = 3) -> list[tuple[str, str]]:
             continue
         body = m.group(1).strip()
         mm = re.match(r"^\*\*(.+?)\*\*\s*[:\-–—]?\s*(.*)$", body) or re.match(
-            r"^([^:\-–—]{2,60}?)\s*(?:\(1-5\))?\s*[:\-–—]\s*(.+)$", body
-        )
+            r"^([^:\-–—]{2,60}?)\s*(?:\(1-5\))?\s*[:\-–—]\s*(.+)$", body)
         if mm:
             name = re.sub(r"\(1-5\)", "", mm.group(1)).strip(" *:")
             if name and len(name.split()) <= 6:
@@ -439,14 +384,12 @@ def parse_criteria(text: str, max_criteria: int = 3) -> list[tuple[str, str]]:
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #59b51bed
 PAPER_CRITERIA = [
-    (
-        "Accuracy",
-        "The response demonstrates correct application of fundamental principles, proper use of formulas/equations, and arrives at the right answer through valid reasoning steps without mathematical or conceptual errors.",
-    ),
-    (
-        "Technical Depth",
-        "The response shows genuine understanding of underlying mechanisms and theory, providing substantive analysis that goes beyond surface-level observations to address the core scientific concepts involved.",
-    ),
+    ("Accuracy",
+     "The response demonstrates correct application of fundamental principles, proper use of formulas/equations, and arrives at the right answer through valid reasoning steps without mathematical or conceptual errors."
+     ),
+    ("Technical Depth",
+     "The response shows genuine understanding of underlying mechanisms and theory, providing substantive analysis that goes beyond surface-level observations to address the core scientific concepts involved."
+     )
 ]
 
 
@@ -457,12 +400,10 @@ def format_criteria(criteria: Sequence[tuple[str, str]]) -> str:
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #b90dcfe7
 class CriteriaCache:
     "Generated criteria per (task, framework, role, generator model), in a JSON file (None: in memory only)."
-
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path else None
-        self.data: dict = (
-            json.loads(self.path.read_text()) if self.path and self.path.exists() else {}
-        )
+        self.data: dict = (json.loads(self.path.read_text())
+                           if self.path and self.path.exists() else {})
 
     @staticmethod
     def key(task, framework, role, model) -> str:
@@ -478,16 +419,9 @@ class CriteriaCache:
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #070048d8
 @takes_sampling
-def generate_criteria(
-    framework: str,
-    task: str,
-    examples: Sequence[Item],
-    model: str,
-    backends: Mapping[str, Any],
-    cache: CriteriaCache | None = None,
-    data: str | None = None,
-    sampling: Sampling = Sampling(),
-) -> dict[str, dict]:
+def generate_criteria(framework: str, task: str, examples: Sequence[Item], model: str,
+                      backends: Mapping[str, Any], cache: CriteriaCache | None = None,
+                      data: str | None = None, sampling: Sampling = Sampling()) -> dict[str, dict]:
     """Criteria for every role of `framework` on `task` (Meta-Debate Sec. 3.2, App. A.2), drafted by
     `model`, cached."""
     cache = cache or CriteriaCache()
@@ -500,31 +434,20 @@ def generate_criteria(
             out[role] = {**hit, "criteria": [tuple(c) for c in hit["criteria"]]}
             continue
         msgs = [{"role": "user", "content": criteria_prompt(framework, role, examples, data)}]
-        jobs.append(
-            (
-                TurnSlot(examples[0], role, model, role),
-                greedy.request(
-                    msgs,
-                    seed=derive_seed(sampling.seed, task, role),
-                    meta=dict(
-                        item=dataclasses.replace(examples[0], images=()), role=role, kind="criteria"
-                    ),
-                ),
-            )
-        )
+        jobs.append((TurnSlot(examples[0], role, model, role),
+                     greedy.request(
+                         msgs, seed=derive_seed(sampling.seed, task, role),
+                         meta=dict(item=dataclasses.replace(examples[0], images=()), role=role,
+                                   kind="criteria"))))
         todo.append(role)
     for role, g in zip(todo, generate_turns(backends, jobs)):
         crit = parse_criteria(g.text)
         val = {
-            "criteria": crit or PAPER_CRITERIA,
-            "text": g.text,
-            "fallback": not crit,
-            "prompt_tokens": g.prompt_tokens,
-            "completion_tokens": g.completion_tokens,
+            "criteria": crit or PAPER_CRITERIA, "text": g.text, "fallback": not crit,
+            "prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens
         }
-        cache.put(
-            {**val, "criteria": [list(c) for c in val["criteria"]]}, task, framework, role, model
-        )
+        cache.put({**val, "criteria": [list(c) for c in val["criteria"]]}, task, framework, role,
+                  model)
         out[role] = val
     return out
 
@@ -563,12 +486,8 @@ class MetaDebateResult:
         "Prompt and completion tokens of the selection stage per item: proposals + reviews (the paper's Sec. 6 cost)."
         cols = ["prompt_tokens", "completion_tokens"]
         t = pd.concat([self.proposals[["item_id", *cols]], self.reviews[["item_id", *cols]]])
-        return (
-            t.groupby("item_id", sort=False)[cols]
-            .sum()
-            .reindex(self.item_ids, fill_value=0)
-            .reset_index()
-        )
+        return (t.groupby("item_id", sort=False)[cols].sum().reindex(self.item_ids,
+                                                                     fill_value=0).reset_index())
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #9d05699a
 PROPOSAL_ORDERS = ("fixed", "shuffled")
@@ -576,13 +495,9 @@ PROPOSAL_ORDERS = ("fixed", "shuffled")
 
 def _role_sentence(framework, role, item, chosen: Mapping[str, str]) -> str:
     P = META_DEBATE_PROMPTS["proposal_roles"]
-    return fill_placeholders(
-        P[role],
-        affirmative=chosen.get("affirmative", ""),
-        negative=chosen.get("negative", ""),
-        instruction=answer_instruction(item),
-        what=pot_answer_hint(item),
-    )
+    return fill_placeholders(P[role], affirmative=chosen.get("affirmative", ""),
+                             negative=chosen.get("negative", ""),
+                             instruction=answer_instruction(item), what=pot_answer_hint(item))
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #b879908a
 def _proposal_answer(text, item, role):
@@ -621,26 +536,17 @@ def _propose(items, stage, chosen, run: _MetaRun) -> tuple[dict, list[dict]]:
     for it in items:
         q, ch = question_parts(it)
         for r in stage:
-            user = fill_placeholders(
-                P["proposal"],
-                question=q,
-                choices=ch,
-                role_sentence=_role_sentence(framework, r, it, chosen[it.id]),
-            )
+            user = fill_placeholders(P["proposal"], question=q, choices=ch,
+                                     role_sentence=_role_sentence(framework, r, it, chosen[it.id]))
             for j, m in enumerate(models):
-                jobs.append(
-                    (
-                        TurnSlot(it, f"{r}{j + 1}", m, r),
-                        run.sampling.request(
-                            [{"role": "user", "content": user}],
-                            # keyed by the slot (role, j), never the model's name (03b_sim: common random numbers)
-                            seed=derive_seed(run.sampling.seed, it.id, r, j, "proposal"),
-                            meta=dict(
-                                item=it, role=r, kind="verdict" if r == "moderator" else "answer"
-                            ),
-                        ),
-                    )
-                )
+                jobs.append((
+                    TurnSlot(it, f"{r}{j + 1}", m, r),
+                    run.sampling.request(
+                        [{"role": "user", "content": user}],
+                        # keyed by the slot (role, j), never the model's name (03b_sim: common random numbers)
+                        seed=derive_seed(run.sampling.seed, it.id, r, j, "proposal"),
+                        meta=dict(item=it, role=r,
+                                  kind="verdict" if r == "moderator" else "answer"))))
                 keys.append((it, r, j))
     props, rows = {}, []
     for (it, r, j), g in zip(keys, generate_turns(run.backends, jobs)):
@@ -650,33 +556,19 @@ def _propose(items, stage, chosen, run: _MetaRun) -> tuple[dict, list[dict]]:
             a = pa if pa is not None else a
         props[(it.id, r, j)] = text
         rows.append(
-            dict(
-                item_id=it.id,
-                role=r,
-                agent=j + 1,
-                model=models[j],
-                text=text,
-                answer=a,
-                correct=bool(a is not None and is_correct(a, it.gold, it.fmt)),
-                pot_status=status,
-                prompt_tokens=g.prompt_tokens,
-                completion_tokens=g.completion_tokens,
-            )
-        )
+            dict(item_id=it.id, role=r, agent=j + 1, model=models[j], text=text, answer=a,
+                 correct=bool(a is not None and is_correct(a, it.gold, it.fmt)), pot_status=status,
+                 prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens))
     return props, rows
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #b8fb31a9
 def shown_order(n_agents: int, order: str, *key) -> list[int]:
     "Order of the proposals in a Meta-Debate review (Prompt 2, App. A.1): `fixed` (0..m-1, the paper) or `shuffled` (seeded by `key`: seed, item, role, evaluator)."
     if order not in PROPOSAL_ORDERS:
-        raise ConfigError(
-            "unknown proposal order", key="proposal_order", value=order, choices=PROPOSAL_ORDERS
-        )
-    return (
-        list(range(n_agents))
-        if order == "fixed"
-        else [int(x) for x in rng_for("meta-debate-order", *key).permutation(n_agents)]
-    )
+        raise ConfigError("unknown proposal order", key="proposal_order", value=order,
+                          choices=PROPOSAL_ORDERS)
+    return (list(range(n_agents)) if order == "fixed" else
+            [int(x) for x in rng_for("meta-debate-order", *key).permutation(n_agents)])
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #3f4ce313
 def _review(items, stage, crit, props, chosen, run: _MetaRun) -> list[dict]:
@@ -687,51 +579,26 @@ def _review(items, stage, crit, props, chosen, run: _MetaRun) -> list[dict]:
         q, ch = question_parts(it)
         for r in stage:
             names = [c[0] for c in crit[r]]
-            fmt = (
-                fill_placeholders(P["review_format"], skeleton=review_skeleton(N, names))
-                if opt.review_format
-                else ""
-            )
-            aff = (
-                _proposal_answer(chosen[it.id].get("affirmative", ""), it, "affirmative")
-                if r == "negative"
-                else None
-            )
+            fmt = (fill_placeholders(P["review_format"], skeleton=review_skeleton(N, names))
+                   if opt.review_format else "")
+            aff = (_proposal_answer(chosen[it.id].get("affirmative", ""), it, "affirmative")
+                   if r == "negative" else None)
             for k, m in enumerate(models):
                 order = shown_order(N, opt.proposal_order, run.sampling.seed, it.id, r, k)
                 resp = "\n\n".join(
                     fill_placeholders(P["review_response"], j=p + 1, response=props[(it.id, r, j)])
-                    for p, j in enumerate(order)
-                )
-                user = (
-                    fill_placeholders(
-                        P["review"],
-                        context=P["review_contexts"][context_key(framework, r)],
-                        n_agents=number_word(N).capitalize(),
-                        role=role_title(r),
-                        criteria=format_criteria(crit[r]),
-                        question=q,
-                        choices=ch,
-                        responses=resp,
-                    )
-                    + fmt
-                )
+                    for p, j in enumerate(order))
+                user = (fill_placeholders(P["review"], context=P["review_contexts"][context_key(
+                    framework, r)], n_agents=number_word(N).capitalize(), role=role_title(r),
+                                          criteria=format_criteria(crit[r]), question=q, choices=ch,
+                                          responses=resp) + fmt)
                 jobs.append(
-                    (
-                        TurnSlot(it, f"evaluator{k + 1}", m, r, round=1),
-                        run.sampling.request(
-                            [{"role": "user", "content": user}],
-                            seed=derive_seed(run.sampling.seed, it.id, r, k, "review"),
-                            meta=dict(
-                                item=it,
-                                role=r,
-                                kind="review",
-                                target_role=r,
-                                affirmative_answer=aff,
-                            ),
-                        ),
-                    )
-                )
+                    (TurnSlot(it, f"evaluator{k + 1}", m, r, round=1),
+                     run.sampling.request([{"role": "user", "content": user}],
+                                          seed=derive_seed(run.sampling.seed, it.id, r, k,
+                                                           "review"),
+                                          meta=dict(item=it, role=r, kind="review", target_role=r,
+                                                    affirmative_answer=aff))))
                 keys.append((it, r, k, names, order))
     rows = []
     for (it, r, k, names, order), g in zip(keys, generate_turns(run.backends, jobs)):
@@ -739,21 +606,12 @@ def _review(items, stage, crit, props, chosen, run: _MetaRun) -> list[dict]:
         s = np.full(N, np.nan)
         s[order] = rv.scores  # shown position p -> agent order[p]
         rows.append(
-            dict(
-                item_id=it.id,
-                role=r,
-                evaluator=k + 1,
-                model=models[k],
-                text=g.text,
-                shown=",".join(str(j + 1) for j in order),
-                **{f"score_{j + 1}": s[j] for j in range(N)},
-                missing=int(np.isnan(s).sum()),
-                read=rv.how,
-                fallback=rv.fallback,
-                prompt_tokens=g.prompt_tokens,
-                completion_tokens=g.completion_tokens,
-            )
-        )
+            dict(item_id=it.id, role=r, evaluator=k + 1, model=models[k], text=g.text,
+                 shown=",".join(str(j + 1)
+                                for j in order), **{f"score_{j + 1}": s[j]
+                                                    for j in range(N)},
+                 missing=int(np.isnan(s).sum()), read=rv.how, fallback=rv.fallback,
+                 prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens))
     return rows
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #4ba6c780
@@ -761,15 +619,10 @@ def _review(items, stage, crit, props, chosen, run: _MetaRun) -> list[dict]:
 @fold_keywords("options")
 @takes_sampling
 def meta_debate(
-    items: Sequence[Item],
-    framework: str,
-    models: Sequence[str],
-    backends: Mapping[str, Any],
-    criteria: Mapping[str, Sequence[tuple[str, str]]] | None = None,
-    *,
+    items: Sequence[Item], framework: str, models: Sequence[str], backends: Mapping[str, Any],
+    criteria: Mapping[str, Sequence[tuple[str, str]]] | None = None, *,
     sampling: Sampling = Sampling(max_new_tokens=1024),
-    options: MetaDebateOptions = MetaDebateOptions(),
-    pot: PotSettings = PotSettings(),
+    options: MetaDebateOptions = MetaDebateOptions(), pot: PotSettings = PotSettings()
 ) -> MetaDebateResult:
     """Meta-Debate (Zhang et al., Sec. 3.1): proposals P_ij (Prompt 1), peer review S^(k)_ij (Prompt 2, 1-5 per
     criterion, mean over criteria), mean over evaluators, argmax per role (`role_decisions`), per item. `options`: the review protocol (`MetaDebateOptions`); `pot`: how PoT proposals run."""
@@ -777,24 +630,21 @@ def meta_debate(
     models = list(models)
     N = len(models)
     if N < 1 or len(set(models)) != N:
-        raise ConfigError(
-            "models must be a non-empty list of distinct names", key="models", value=models
-        )
+        raise ConfigError("models must be a non-empty list of distinct names", key="models",
+                          value=models)
     ids = [it.id for it in items]
     if len(set(ids)) != len(ids):
-        raise ConfigError(
-            "item ids must be distinct", key="items", value=[i for i in ids if ids.count(i) > 1][:3]
-        )
+        raise ConfigError("item ids must be distinct", key="items",
+                          value=[i for i in ids if ids.count(i) > 1][:3])
     shown_order(N, options.proposal_order)
     role_decisions(np.zeros((1, 1, N)), tie_break=options.tie_break)  # check the options first
     crit = {r: list((criteria or {}).get(r) or PAPER_CRITERIA) for r in roles}
     run = _MetaRun(framework, models, backends, sampling, options, pot)
     scores = np.full((len(items), N, len(roles), N), np.nan)
-    chosen, assign, at = (
-        {i: {} for i in ids},
-        {i: {} for i in ids},
-        {i: n for n, i in enumerate(ids)},
-    )
+    chosen, assign, at = ({i: {}
+                           for i in ids}, {i: {}
+                                           for i in ids}, {i: n
+                                                           for n, i in enumerate(ids)})
     prop_rows, rev_rows, dec_rows = [], [], []
     for stage in [[r] for r in roles] if framework == "mad" else [list(roles)]:
         props, rows = _propose(items, stage, chosen, run)
@@ -809,36 +659,15 @@ def meta_debate(
         for it in items:
             for r in stage:
                 i = roles.index(r)
-                d = role_decisions(
-                    scores[at[it.id]][:, i : i + 1, :],
-                    [r],
-                    models,
-                    tie_break=options.tie_break,
-                    tie_seed=(sampling.seed, it.id),
-                )[0]
+                d = role_decisions(scores[at[it.id]][:, i:i + 1, :], [r], models,
+                                   tie_break=options.tie_break, tie_seed=(sampling.seed, it.id))[0]
                 assign[it.id][r] = d["agent"]
                 chosen[it.id][r] = props[(it.id, r, models.index(d["agent"]))]
                 dec_rows.append(
-                    dict(
-                        item_id=it.id,
-                        role=r,
-                        agent=d["agent"],
-                        tied=",".join(d["tied"]),
-                        n_tied=len(d["tied"]),
-                        reviews=d["reviews"],
-                    )
-                )
-    return MetaDebateResult(
-        framework,
-        models,
-        roles,
-        assign,
-        scores,
-        ids,
-        pd.DataFrame(prop_rows),
-        pd.DataFrame(rev_rows),
-        pd.DataFrame(dec_rows),
-    )
+                    dict(item_id=it.id, role=r, agent=d["agent"], tied=",".join(d["tied"]),
+                         n_tied=len(d["tied"]), reviews=d["reviews"]))
+    return MetaDebateResult(framework, models, roles, assign, scores, ids, pd.DataFrame(prop_rows),
+                            pd.DataFrame(rev_rows), pd.DataFrame(dec_rows))
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #c462ac4a
 def uniform_assignment(framework: str, model: str, modality: str = "text") -> dict[str, str]:
@@ -846,9 +675,8 @@ def uniform_assignment(framework: str, model: str, modality: str = "text") -> di
     return {r: model for r in framework_roles(framework, modality)}
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #c77f9fe4
-def random_assignment(
-    framework: str, models: Sequence[str], seed: int, modality: str = "text"
-) -> dict[str, str]:
+def random_assignment(framework: str, models: Sequence[str], seed: int,
+                      modality: str = "text") -> dict[str, str]:
     "A role -> model map drawn uniformly (with repetition) from `models`, fixed for the whole benchmark (Table 2)."
     return {
         r: models[derive_seed("meta-random-assignment", framework, seed, r) % len(models)]
@@ -858,22 +686,12 @@ def random_assignment(
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #db0066f5
 def item_tokens(tr: pd.DataFrame) -> pd.DataFrame:
     "Prompt and completion tokens per item of a transcript (every call of the debate stage; Meta-Debate Sec. 6 names this cost)."
-    return (
-        tr.groupby("item_id", sort=False)[["prompt_tokens", "completion_tokens"]]
-        .sum(min_count=1)
-        .reset_index()
-    )
+    return (tr.groupby("item_id", sort=False)[["prompt_tokens",
+                                               "completion_tokens"]].sum(min_count=1).reset_index())
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #e40d4b07
-def run_framework(
-    framework: str,
-    items: Sequence[Item],
-    assignment,
-    backends: Mapping[str, Any],
-    *,
-    rounds: int = 3,
-    **kw,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+def run_framework(framework: str, items: Sequence[Item], assignment, backends: Mapping[str, Any], *,
+                  rounds: int = 3, **kw) -> tuple[pd.DataFrame, pd.DataFrame]:
     "MAD (`max_rounds=rounds`) or DMAD (`rounds`) under `assignment`: (transcript, per-item outcomes with the debate's tokens)."
     if framework == "mad":
         tr, out = run_mad(items, assignment, backends, max_rounds=rounds, **kw)
@@ -882,9 +700,7 @@ def run_framework(
         if len(pot):
             out = out.merge(
                 pot.groupby("item_id")["fallback"].sum().rename("pot_fallbacks").reset_index(),
-                on="item_id",
-                how="left",
-            )
+                on="item_id", how="left")
     else:
         framework_roles(framework)
     return tr, out.merge(item_tokens(tr), on="item_id", how="left")

@@ -35,8 +35,8 @@ def _plan(p: Mapping, single: bool, uniform: bool, random_: bool, meta: bool) ->
         Qt = Q + (1000 if vision else 0)  # an image costs about 1k prompt tokens in a VLM
         per = {"mad": 3 * R + 2, "dmad": 3 * R + (2 * R if vision else 0)}
         prompt_per = {
-            "mad": sum(Qt + t * mnt for t in range(3 * R + 2)),
-            "dmad": (5 if vision else 3) * sum(Qt + 3 * t * mnt for t in range(R)),
+            "mad": sum(Qt + t * mnt for t in range(3 * R + 2)), "dmad":
+            (5 if vision else 3) * sum(Qt + 3 * t * mnt for t in range(R))
         }
         if single:
             gens += n * m
@@ -70,39 +70,17 @@ def plan_tab2(p: Mapping) -> dict:
 @planner("meta_examples")
 def plan_examples(p: Mapping) -> dict:
     "meta_examples: the Meta-Debate stages and debates for `n_examples` items."
-    return _plan(
-        {**p, "n_items": int(p.get("n_examples") or 3)},
-        single=False,
-        uniform=False,
-        random_=False,
-        meta=True,
-    )
+    return _plan({**p, "n_items": int(p.get("n_examples") or 3)}, single=False, uniform=False,
+                 random_=False, meta=True)
 
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #71ad8db1
-GAP_COLUMNS = (
-    "n_items",
-    "accuracy",
-    "acc_low",
-    "acc_high",
-    "ref_accuracy",
-    "ref_low",
-    "ref_high",
-    "diff",
-    "diff_low",
-    "diff_high",
-    "test",
-    "pvalue",
-    "tokens",
-    "ref_tokens",
-    "token_change",
-    "token_change_low",
-    "token_change_high",
-)
+GAP_COLUMNS = ("n_items", "accuracy", "acc_low", "acc_high", "ref_accuracy", "ref_low", "ref_high",
+               "diff", "diff_low", "diff_high", "test", "pvalue", "tokens", "ref_tokens",
+               "token_change", "token_change_low", "token_change_high")
 
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #3b2b556d
-def _one_gap(
-    g: pd.DataFrame, method: str, reference: str, level: float, n_resamples: int, seed: int
-) -> dict:
+def _one_gap(g: pd.DataFrame, method: str, reference: str, level: float, n_resamples: int,
+             seed: int) -> dict:
     "One paired comparison `method` - `reference` on the items both answered (`mad_study.stats.compare_methods`); NaNs below 2 items."
     from mad_study.stats import compare_methods
 
@@ -111,48 +89,25 @@ def _one_gap(
     if n < 2:
         return {"n_items": n, "test": "none", "pvalue": float("nan")}
     tab, _ = compare_methods(
-        both,
-        reference,
-        methods=[method],
-        inference=Inference(
-            level=level, n_resamples=n_resamples, seed=seed, correction="none", min_items=min(20, n)
-        ),
-    )
+        both, reference, methods=[method],
+        inference=Inference(level=level, n_resamples=n_resamples, seed=seed, correction="none",
+                            min_items=min(20, n)))
     ref, m = tab.iloc[0], tab.iloc[1]
     out = {
-        "n_items": int(m["n_items"]),
-        "accuracy": m["accuracy"],
-        "acc_low": m["acc_low"],
-        "acc_high": m["acc_high"],
-        "ref_accuracy": ref["accuracy"],
-        "ref_low": ref["acc_low"],
-        "ref_high": ref["acc_high"],
+        "n_items": int(m["n_items"]), "accuracy": m["accuracy"], "acc_low": m["acc_low"],
+        "acc_high": m["acc_high"], "ref_accuracy": ref["accuracy"], "ref_low": ref["acc_low"],
+        "ref_high": ref["acc_high"]
     }
-    for c in (
-        "diff",
-        "diff_low",
-        "diff_high",
-        "test",
-        "pvalue",
-        "tokens",
-        "token_change",
-        "token_change_low",
-        "token_change_high",
-    ):
+    for c in ("diff", "diff_low", "diff_high", "test", "pvalue", "tokens", "token_change",
+              "token_change_low", "token_change_high"):
         out[c] = m.get(c, float("nan"))
     out["ref_tokens"] = ref.get("tokens", float("nan"))
     return out
 
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #f9de1edd
-def paired_gaps(
-    items: pd.DataFrame,
-    pairs: Sequence[tuple[str, str]],
-    by: Sequence[str] = ("task", "framework"),
-    correction: str = "holm",
-    level: float = 0.95,
-    n_resamples: int = 2000,
-    seed: int = 0,
-) -> pd.DataFrame:
+def paired_gaps(items: pd.DataFrame, pairs: Sequence[tuple[str, str]],
+                by: Sequence[str] = ("task", "framework"), correction: str = "holm",
+                level: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
     """The comparisons of one Meta-Debate table (Zhang et al., Tables 1-2) under the kit's
     statistics standard: per cell (`by`) and pair (method, reference) of `pairs`, the paired
     difference method - reference by item (McNemar's score test with Tango's interval, or paired t),
@@ -162,30 +117,20 @@ def paired_gaps(
 
     need = {"item_id", "method", "correct", *by}
     if need - set(items.columns):
-        raise ConfigError(
-            "column missing from the per-item frame",
-            key="column",
-            value=sorted(need - set(items.columns)),
-        )
+        raise ConfigError("column missing from the per-item frame", key="column",
+                          value=sorted(need - set(items.columns)))
     rows, means = [], {}
     for key, g in items.groupby(list(by), sort=False):
-        key = key if isinstance(key, tuple) else (key,)
+        key = key if isinstance(key, tuple) else (key, )
         means[key] = item_means(g)
         for m, ref in pairs:
             if {m, ref} <= set(g["method"]):
-                rows.append(
-                    {
-                        **dict(zip(by, key)),
-                        "method": m,
-                        "reference": ref,
-                        **_one_gap(g, m, ref, level, n_resamples, seed),
-                    }
-                )
-    out = (
-        pd.DataFrame(rows, columns=[*by, "method", "reference", *GAP_COLUMNS])
-        if not rows
-        else pd.DataFrame(rows).reindex(columns=[*by, "method", "reference", *GAP_COLUMNS])
-    )
+                rows.append({
+                    **dict(zip(by, key)), "method": m, "reference": ref,
+                    **_one_gap(g, m, ref, level, n_resamples, seed)
+                })
+    out = (pd.DataFrame(rows, columns=[*by, "method", "reference", *GAP_COLUMNS]) if not rows else
+           pd.DataFrame(rows).reindex(columns=[*by, "method", "reference", *GAP_COLUMNS]))
 
     def pair(r: Mapping) -> tuple[np.ndarray, np.ndarray]:
         w = means[tuple(r[b] for b in by)][[r["method"], r["reference"]]].dropna()
@@ -199,15 +144,10 @@ def paired_gaps(
         # as `_one_gap`: the row's own items
         min_items=lambda r: min(20, int(r["n_items"])),
         n_resamples=n_resamples,
-        seed=seed,
-    )
+        seed=seed)
     out["distinguishable"] = out["distinguishable"].eq(True)
-    out.attrs.update(
-        by=list(by),
-        correction=correction,
-        level=level,
-        n_comparisons=int(out["pvalue"].notna().sum()),
-    )
+    out.attrs.update(by=list(by), correction=correction, level=level,
+                     n_comparisons=int(out["pvalue"].notna().sum()))
     return out
 
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #db37858a
@@ -231,12 +171,8 @@ def gap_text(r: Mapping, correction: str = "holm") -> str:
     return s
 
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #98777377
-def gaps_caption(
-    gaps: pd.DataFrame,
-    cell=lambda r: "",
-    name=lambda r: f"{r['method']} vs {r['reference']}",
-    every: bool = True,
-) -> str:
+def gaps_caption(gaps: pd.DataFrame, cell=lambda r: "",
+                 name=lambda r: f"{r['method']} vs {r['reference']}", every: bool = True) -> str:
     """The caption sentence of a `paired_gaps` table (the kit's statistics standard): items per cell, resampled unit, tests,
     correction and its number of comparisons, then every gap with its interval and "distinguishable" or "not distinguishable"
     (`every=False`: per comparison only how many cells Holm tells apart above and below 0, the gaps themselves left to the
@@ -250,10 +186,8 @@ def gaps_caption(
     for r in gaps.to_dict("records"):
         by_cell.setdefault(cell(r), []).append(r)
     for c, rs in by_cell.items():
-        parts.append(
-            f"{c} ({rs[0]['n_items']} items): "
-            + "; ".join(f"{name(r)} {gap_text(r, corr)}" for r in rs)
-        )
+        parts.append(f"{c} ({rs[0]['n_items']} items): " +
+                     "; ".join(f"{name(r)} {gap_text(r, corr)}" for r in rs))
     d = gaps["distinguishable"].astype(bool)
     head = (
         f"Paired by item; {family_words(corr, lvl, gaps.get('diff_level', pd.Series(dtype=float)).dropna())}, "
@@ -271,12 +205,8 @@ def gaps_caption(
             f"below 0 in {sum(bool(r['distinguishable']) and r['diff'] < 0 for r in rs)} of {len(rs)} cells"
             for k, rs in by_name.items()
         ]
-        return (
-            head
-            + ". "
-            + "; ".join(parts)
-            + " (each gap, its interval, test and p: the sidecar's gaps)."
-        )
+        return (head + ". " + "; ".join(parts) +
+                " (each gap, its interval, test and p: the sidecar's gaps).")
     return head + ". " + ". ".join(parts) + "."
 
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #bl1ndw01

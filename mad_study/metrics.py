@@ -27,9 +27,8 @@ __all__ = ['UNPARSED', 'UNPARSED_MODES', 'with_defaults', 'wilson_ci', 'is_missi
            'uncertainty_table', 'flip_transitions', 'flip_table']
 
 # %% ../nbs/evaluation/05_metrics.ipynb #365e2221
-def with_defaults(
-    transcript: pd.DataFrame, need: Sequence[str], what: str = "transcript"
-) -> pd.DataFrame:
+def with_defaults(transcript: pd.DataFrame, need: Sequence[str],
+                  what: str = "transcript") -> pd.DataFrame:
     """`transcript` with the columns a metric reads: each of `need` present (else one line naming
     it), the other schema columns filled with their defaults (the kit's own)."""
     cols = set(transcript.columns)
@@ -37,18 +36,15 @@ def with_defaults(
         transcript = complete_transcript(transcript, what=what)  # grades each row in its own format
     miss = [c for c in need if c not in transcript.columns]
     if miss:
-        raise ConfigError(
-            f"missing required column {miss[0]!r} (this metric reads {list(need)})", where=what
-        )
+        raise ConfigError(f"missing required column {miss[0]!r} (this metric reads {list(need)})",
+                          where=what)
     keys = ("sample", "method", "experiment")
     fill = {
         c: v
-        for c, v in TRANSCRIPT_DEFAULTS.items()
-        if c not in transcript.columns and c not in keys
+        for c, v in TRANSCRIPT_DEFAULTS.items() if c not in transcript.columns and c not in keys
     }
     fix = [
-        c
-        for c in ("reused", "sample", "method", "experiment")
+        c for c in ("reused", "sample", "method", "experiment")
         if c in transcript.columns and transcript[c].isna().any()
     ]
     if not fill and not fix:
@@ -57,8 +53,7 @@ def with_defaults(
         **{
             c: pd.Series([v] * len(transcript), index=transcript.index, dtype=object)
             for c, v in fill.items()
-        }
-    )
+        })
     for c in fix:
         out[c] = out[c].where(out[c].notna(), TRANSCRIPT_DEFAULTS[c])
     return out
@@ -76,16 +71,14 @@ def is_missing(a) -> bool:
     return a is None or (isinstance(a, float) and math.isnan(a)) or a is pd.NA
 
 # %% ../nbs/evaluation/05_metrics.ipynb #e744d73f
-def accuracy_by_round(
-    transcript: pd.DataFrame, majority: bool = True, level: float = 0.95, by: Sequence[str] = ()
-) -> pd.DataFrame:
+def accuracy_by_round(transcript: pd.DataFrame, majority: bool = True, level: float = 0.95,
+                      by: Sequence[str] = ()) -> pd.DataFrame:
     """Accuracy per round for each agent and (optionally) the majority vote, with Wilson's
     interval or the item-clustered bootstrap (the kit's own)."""
     rows = []
     # a transcript from outside the kit
-    transcript = with_defaults(
-        transcript, ("item_id", "agent", "round", "correct"), what="accuracy_by_round"
-    )
+    transcript = with_defaults(transcript, ("item_id", "agent", "round", "correct"),
+                               what="accuracy_by_round")
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="accuracy_by_round")
     keys = [*by, "round", "agent"]
@@ -93,65 +86,32 @@ def accuracy_by_round(
         k, n = int(g["correct"].sum()), len(g)
         lo, hi, how = clustered_accuracy_ci(g["correct"].tolist(), g["item_id"].tolist(), level)
         # = parse_failure_rate, vectorised
-        rows.append(
-            {
-                **dict(zip(keys, key)),
-                "who": key[-1],
-                "accuracy": k / n if n else math.nan,
-                "ci_low": lo,
-                "ci_high": hi,
-                "n": n,
-                "parse_failure": float(g["answer"].isna().mean()),
-                "ci_method": how,
-            }
-        )
-    out = (
-        pd.DataFrame(rows).drop(columns="agent")
-        if rows
-        else pd.DataFrame(
-            columns=[
-                *by,
-                "round",
-                "who",
-                "accuracy",
-                "ci_low",
-                "ci_high",
-                "n",
-                "parse_failure",
-                "ci_method",
-            ]
-        )
-    )
+        rows.append({
+            **dict(zip(keys, key)), "who": key[-1], "accuracy": k / n if n else math.nan, "ci_low":
+            lo, "ci_high": hi, "n": n, "parse_failure": float(g["answer"].isna().mean()),
+            "ci_method": how
+        })
+    out = (pd.DataFrame(rows).drop(columns="agent") if rows else pd.DataFrame(columns=[
+        *by, "round", "who", "accuracy", "ci_low", "ci_high", "n", "parse_failure", "ci_method"
+    ]))
     if majority and len(transcript):
         vt = vote_table(transcript, by=(*by, "item_id", "sample", "round"))
         mrows = []
         for key, g in vt.groupby([*by, "round"], sort=True):
-            key = key if isinstance(key, tuple) else (key,)
+            key = key if isinstance(key, tuple) else (key, )
             k, n = int(g["correct"].sum()), len(g)
             lo, hi, how = clustered_accuracy_ci(g["correct"].tolist(), g["item_id"].tolist(), level)
-            mrows.append(
-                {
-                    **dict(zip([*by, "round"], key)),
-                    "who": "majority",
-                    "accuracy": k / n,
-                    "ci_low": lo,
-                    "ci_high": hi,
-                    "n": n,
-                    "parse_failure": parse_failure_rate(g["answer"].tolist()),
-                    "ci_method": how,
-                }
-            )
+            mrows.append({
+                **dict(zip([*by, "round"], key)), "who": "majority", "accuracy": k / n, "ci_low":
+                lo, "ci_high": hi, "n": n, "parse_failure":
+                parse_failure_rate(g["answer"].tolist()), "ci_method": how
+            })
         out = pd.concat([out, pd.DataFrame(mrows)], ignore_index=True)
     return out.sort_values([*by, "round", "who"], kind="stable").reset_index(drop=True)
 
 # %% ../nbs/evaluation/05_metrics.ipynb #8a8995a1
-def cluster_bootstrap_ci(
-    values: Sequence[float],
-    clusters: Sequence[Any],
-    level: float = 0.95,
-    n_resamples: int = 2000,
-    seed: int = 0,
-) -> tuple[float, float]:
+def cluster_bootstrap_ci(values: Sequence[float], clusters: Sequence[Any], level: float = 0.95,
+                         n_resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
     """Cluster (item-level) bootstrap interval of the pooled mean of `values` (Davison & Hinkley
     1997, Sec. 3.8): whole clusters are resampled with replacement and the statistic is the ratio
     of sums (scipy.stats.bootstrap, percentile, seeded)."""
@@ -185,13 +145,8 @@ def cluster_bootstrap_ci(
     return (float(lo), float(hi))
 
 # %% ../nbs/evaluation/05_metrics.ipynb #7540a3f3
-def clustered_accuracy_ci(
-    correct: Sequence[Any],
-    clusters: Sequence[Any],
-    level: float = 0.95,
-    n_resamples: int = 2000,
-    seed: int = 0,
-) -> tuple[float, float, str]:
+def clustered_accuracy_ci(correct: Sequence[Any], clusters: Sequence[Any], level: float = 0.95,
+                          n_resamples: int = 2000, seed: int = 0) -> tuple[float, float, str]:
     """Interval for a pooled accuracy: `wilson_ci` when each cluster (item) gives one answer, else `cluster_bootstrap_ci`
     over items; with one item and several answers, Wilson with n = 1 item (the conservative limit). Returns (low, high, method)."""
     x = np.asarray([bool(v) for v in correct], dtype=float)
@@ -208,20 +163,17 @@ def clustered_accuracy_ci(
 # %% ../nbs/evaluation/05_metrics.ipynb #069b7792
 def token_cost(transcript: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
     "Mean tokens per item (prompt, completion, total) and generations per item, per condition (`pool_keys`: experiment, method, `by`). (token cost as RUMAD Table 2 and SVR-MAD Table 1 count it.)"
-    transcript = with_defaults(transcript, ("item_id",), what="token_cost")
+    transcript = with_defaults(transcript, ("item_id", ), what="token_cost")
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="token_cost")
     t = transcript.assign(
-        total_tokens=transcript["prompt_tokens"].fillna(0)
-        + transcript["completion_tokens"].fillna(0),
-        generated=~transcript["reused"].fillna(False).astype(bool),
-    )
-    per_item = t.groupby([*by, "item_id"]).agg(
-        prompt_tokens=("prompt_tokens", "sum"),
-        completion_tokens=("completion_tokens", "sum"),
-        total_tokens=("total_tokens", "sum"),
-        generations=("generated", "sum"),
-    )
+        total_tokens=transcript["prompt_tokens"].fillna(0) +
+        transcript["completion_tokens"].fillna(0),
+        generated=~transcript["reused"].fillna(False).astype(bool))
+    per_item = t.groupby([*by, "item_id"]).agg(prompt_tokens=("prompt_tokens", "sum"),
+                                               completion_tokens=("completion_tokens", "sum"),
+                                               total_tokens=("total_tokens", "sum"),
+                                               generations=("generated", "sum"))
     if not by:
         return per_item.mean().to_frame().T  # no condition column: one row
     return per_item.groupby(list(by)).mean().reset_index()
@@ -263,12 +215,8 @@ def check_unparsed(unparsed: str) -> str:
     if unparsed not in UNPARSED_MODES:
         from mad_study.core import ConfigError
 
-        raise ConfigError(
-            "unknown treatment of unparsed answers",
-            key="unparsed",
-            value=unparsed,
-            choices=UNPARSED_MODES,
-        )
+        raise ConfigError("unknown treatment of unparsed answers", key="unparsed", value=unparsed,
+                          choices=UNPARSED_MODES)
     return unparsed
 
 # %% ../nbs/evaluation/05_metrics.ipynb #c70f20c9
@@ -276,9 +224,8 @@ def _support_key(a: str) -> tuple:
     return (a.startswith(UNPARSED), a)
 
 # %% ../nbs/evaluation/05_metrics.ipynb #b8a05085
-def _outcomes(
-    answers: Sequence[Any], fmt: str | None, unparsed: str = "shared", start: int = 0
-) -> list:
+def _outcomes(answers: Sequence[Any], fmt: str | None, unparsed: str = "shared",
+              start: int = 0) -> list:
     """Answers as outcomes (equivalent answers merged when `fmt` is given). Unparsed answers: `shared` -> `UNPARSED`,
     `distinct` -> `UNPARSED#<position>` (one outcome each, numbered from `start`), `drop` -> removed, `keep` -> None."""
     ans = [a if type(a) is str else None if is_missing(a) else str(a) for a in answers]
@@ -293,12 +240,8 @@ def _outcomes(
     return ans
 
 # %% ../nbs/evaluation/05_metrics.ipynb #18aaa848
-def answer_distribution(
-    answers: Sequence[Any],
-    support: Sequence[str] | None = None,
-    fmt: str | None = None,
-    unparsed: str = "shared",
-) -> pd.Series:
+def answer_distribution(answers: Sequence[Any], support: Sequence[str] | None = None,
+                        fmt: str | None = None, unparsed: str = "shared") -> pd.Series:
     """Empirical answer distribution (UMAD App. C.1) over `support` (default: the answers seen,
     sorted)."""
     outs = _outcomes(answers, fmt, check_unparsed(unparsed))
@@ -308,9 +251,8 @@ def answer_distribution(
         raise ValueError(f"answer_distribution: answers {sorted(extra)} are not in the support")
     c = Counter(outs)
     n = len(outs)
-    return pd.Series(
-        [c[a] / n if n else 0.0 for a in sup], index=pd.Index(sup, dtype=object), dtype=float
-    )
+    return pd.Series([c[a] / n if n else 0.0 for a in sup], index=pd.Index(sup, dtype=object),
+                     dtype=float)
 
 # %% ../nbs/evaluation/05_metrics.ipynb #e4cb57a2
 def entropy(p: Sequence[float] | pd.Series, base: float = math.e) -> float:
@@ -337,14 +279,14 @@ def _agent_outcomes(samples: list[list[Any]], fmt: str | None, unparsed: str) ->
     flat = _outcomes([a for s in samples for a in s], fmt, "keep")
     out, start = [], 0
     for s in samples:
-        out.append(_outcomes(flat[start : start + len(s)], None, unparsed, start=start))
+        out.append(_outcomes(flat[start:start + len(s)], None, unparsed, start=start))
         start += len(s)
     return out
 
 # %% ../nbs/evaluation/05_metrics.ipynb #44734ee9
 def _decompose(
-    samples: list[list[Any]], base: float, fmt: str | None, unparsed: str = "shared"
-) -> tuple[float, float, float, list[str], np.ndarray, np.ndarray]:
+        samples: list[list[Any]], base: float, fmt: str | None,
+        unparsed: str = "shared") -> tuple[float, float, float, list[str], np.ndarray, np.ndarray]:
     """Numbers of Prop. 3.2 for non-empty per-agent answer lists: tu, eu, au, support, P (agents x support), mixture.
     NaNs (and an empty support) when `unparsed='drop'` leaves an agent without a parsed answer."""
     per = _agent_outcomes(samples, fmt, unparsed)
@@ -372,12 +314,8 @@ def _decompose_p(P: np.ndarray, base: float) -> tuple[float, float, float, np.nd
     return tu, eu, au, mix
 
 # %% ../nbs/evaluation/05_metrics.ipynb #d4deb05a
-def uncertainty_decomposition(
-    samples: Sequence[Sequence[Any]],
-    base: float = math.e,
-    fmt: str | None = None,
-    unparsed: str = "drop",
-) -> dict:
+def uncertainty_decomposition(samples: Sequence[Sequence[Any]], base: float = math.e,
+                              fmt: str | None = None, unparsed: str = "drop") -> dict:
     """UMAD Prop. 3.2 / Eq. 3 (Alg. 1 lines 7-15): `samples[i]` are agent i's sampled answers at one
     turn."""
     check_unparsed(unparsed)
@@ -389,33 +327,25 @@ def uncertainty_decomposition(
             f"(leaving an agent out would change N from {len(samples)} to {len(samples) - len(empty)})"
         )
     nan = {
-        "tu": math.nan,
-        "eu": math.nan,
-        "au": math.nan,
-        "support": [],
-        "p": [],
-        "mixture": pd.Series(dtype=float),
+        "tu": math.nan, "eu": math.nan, "au": math.nan, "support": [], "p": [], "mixture":
+        pd.Series(dtype=float)
     }
     if not samples:
         return {**nan, "parse_failure": [], "n_parsed": []}
     # unparsed (or invalid in `fmt`)
     n_bad = [sum(1 for a in s if a is None) for s in _agent_outcomes(samples, fmt, "keep")]
     extra = {
-        "parse_failure": [b / len(s) for b, s in zip(n_bad, samples)],
-        "n_parsed": [len(s) - b for b, s in zip(n_bad, samples)],
+        "parse_failure": [b / len(s) for b, s in zip(n_bad, samples)], "n_parsed":
+        [len(s) - b for b, s in zip(n_bad, samples)]
     }
     tu, eu, au, support, P, mix = _decompose(samples, base, fmt, unparsed)
     if math.isnan(tu):
         return {**nan, **extra}
     idx = pd.Index(support, dtype=object)
     return {
-        "tu": tu,
-        "eu": eu,
-        "au": au,
-        "support": support,
-        "p": [pd.Series(row, index=idx, dtype=float) for row in P],
-        "mixture": pd.Series(mix, index=idx, dtype=float),
-        **extra,
+        "tu": tu, "eu": eu, "au": au, "support": support, "p":
+        [pd.Series(row, index=idx, dtype=float) for row in P], "mixture":
+        pd.Series(mix, index=idx, dtype=float), **extra
     }
 
 # %% ../nbs/evaluation/05_metrics.ipynb #03bb25d2
@@ -425,8 +355,7 @@ def _warn_one_sample(counts: np.ndarray, who: str) -> None:
         warnings.warn(
             f"{who}: one sample per agent everywhere, so Sys-AU = 0 and Sys-EU = TU by construction (UMAD Alg. 1 "
             "needs K > 1 trajectory-level samples per agent: run_debate(samples=K) at temperature > 0)",
-            stacklevel=3,
-        )
+            stacklevel=3)
 
 # %% ../nbs/evaluation/05_metrics.ipynb #e7be90aa
 def _decompose_groups(g: np.ndarray, a: np.ndarray, o: np.ndarray, G: int, base: float):
@@ -464,9 +393,8 @@ def _agent_slots(agents_col: np.ndarray, g: np.ndarray, G: int) -> tuple[np.ndar
     ac, anames = pd.factorize(pd.Series(agents_col, dtype=object), use_na_sentinel=False)
     first = pd.DataFrame({"g": g, "a": ac}).drop_duplicates()
     slot_of = np.zeros(G * len(anames), dtype=np.int64)
-    slot_of[first["g"].to_numpy() * len(anames) + first["a"].to_numpy()] = (
-        first.groupby("g").cumcount().to_numpy()
-    )
+    slot_of[first["g"].to_numpy() * len(anames) +
+            first["a"].to_numpy()] = (first.groupby("g").cumcount().to_numpy())
     a = slot_of[g * len(anames) + ac]
     names = [[] for _ in range(G)]
     for gi, ai in zip(first["g"].tolist(), first["a"].tolist()):
@@ -474,31 +402,22 @@ def _agent_slots(agents_col: np.ndarray, g: np.ndarray, G: int) -> tuple[np.ndar
     return a, names
 
 # %% ../nbs/evaluation/05_metrics.ipynb #d6fdf4bd
-def _group_accuracies(
-    cor: np.ndarray, g: np.ndarray, a: np.ndarray, G: int, A: int
-) -> tuple[list, list]:
+def _group_accuracies(cor: np.ndarray, g: np.ndarray, a: np.ndarray, G: int,
+                      A: int) -> tuple[list, list]:
     "Mean correctness per group and per (group, agent slot); NaN (not parsed, not graded) rows are skipped."
     # accuracies (NA skipped, as pandas' mean of a boolean column)
     ok = ~np.isnan(cor)
     c0 = np.where(ok, cor, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        acc = (
-            np.bincount(g, weights=c0, minlength=G) / np.bincount(g, weights=ok, minlength=G)
-        ).tolist()
-        acc_a = (
-            (
-                np.bincount(g * A + a, weights=c0, minlength=G * A)
-                / np.bincount(g * A + a, weights=ok, minlength=G * A)
-            )
-            .reshape(G, A)
-            .tolist()
-        )
+        acc = (np.bincount(g, weights=c0, minlength=G) /
+               np.bincount(g, weights=ok, minlength=G)).tolist()
+        acc_a = ((np.bincount(g * A + a, weights=c0, minlength=G * A) /
+                  np.bincount(g * A + a, weights=ok, minlength=G * A)).reshape(G, A).tolist())
     return acc, acc_a
 
 # %% ../nbs/evaluation/05_metrics.ipynb #2c6446f5
-def _merge_by_format(
-    answers: np.ndarray, g: np.ndarray, gfmt: list[str], bounds: np.ndarray
-) -> np.ndarray:
+def _merge_by_format(answers: np.ndarray, g: np.ndarray, gfmt: list[str],
+                     bounds: np.ndarray) -> np.ndarray:
     "Each answer replaced by its class representative (None: unparsed); `gfmt[gi]` is group gi's answer format."
     from mad_study.answers import ELEMENTWISE_FORMATS
 
@@ -516,9 +435,8 @@ def _merge_by_format(
     return merged
 
 # %% ../nbs/evaluation/05_metrics.ipynb #7bf8012f
-def _parse_failures(
-    merged: np.ndarray, g: np.ndarray, a: np.ndarray, G: int, A: int, unparsed: str
-):
+def _parse_failures(merged: np.ndarray, g: np.ndarray, a: np.ndarray, G: int, A: int,
+                    unparsed: str):
     "Which answers did not parse, their share per group and per (group, agent slot), and the undefined groups."
     # parse failures, and (drop) the groups where an agent
     # has no parsed answer: undefined, never a smaller N
@@ -528,9 +446,8 @@ def _parse_failures(
     pf = (np.bincount(g, weights=none, minlength=G) / np.bincount(g, minlength=G)).tolist()
     with np.errstate(invalid="ignore", divide="ignore"):
         pf_a = (bad_a / n_a).tolist()
-    undefined = (
-        ((n_a > 0) & (bad_a == n_a)).any(axis=1) if unparsed == "drop" else np.zeros(G, dtype=bool)
-    )
+    undefined = (((n_a > 0) &
+                  (bad_a == n_a)).any(axis=1) if unparsed == "drop" else np.zeros(G, dtype=bool))
     return none, pf, pf_a, undefined
 
 # %% ../nbs/evaluation/05_metrics.ipynb #49b9b3ee
@@ -546,14 +463,8 @@ class _GroupLayout:
     bounds: np.ndarray  # group gi is rows bounds[gi]:bounds[gi + 1]
 
 # %% ../nbs/evaluation/05_metrics.ipynb #3d7868a0
-def _group_uncertainty(
-    merged: np.ndarray,
-    none: np.ndarray,
-    lay: _GroupLayout,
-    undefined: np.ndarray,
-    unparsed: str,
-    base: float,
-) -> list:
+def _group_uncertainty(merged: np.ndarray, none: np.ndarray, lay: _GroupLayout,
+                       undefined: np.ndarray, unparsed: str, base: float) -> list:
     "(tu, eu, au, support size) of every group, in group order."
     from mad_study.answers import ELEMENTWISE_FORMATS
 
@@ -564,22 +475,17 @@ def _group_uncertainty(
     for f in dict.fromkeys(gfmt):
         sel = np.array([x == f for x in gfmt])
         for gi in np.flatnonzero(
-            sel & undefined
-        ).tolist():  # NaN, with the distinct parsed answers counted
-            res[gi] = (
-                math.nan,
-                math.nan,
-                math.nan,
-                len({m for m in merged[bounds[gi] : bounds[gi + 1]].tolist() if m is not None}),
-            )
+                sel & undefined).tolist():  # NaN, with the distinct parsed answers counted
+            res[gi] = (math.nan, math.nan, math.nan,
+                       len({m
+                            for m in merged[bounds[gi]:bounds[gi + 1]].tolist() if m is not None}))
         sel = sel & ~undefined
         if not sel.any():
             continue
         rows_f = sel[g] & (~none if unparsed == "drop" else True)
         if f in ELEMENTWISE_FORMATS:
-            out = _outcomes(
-                merged[rows_f].tolist(), None, "shared" if unparsed == "drop" else unparsed
-            )
+            out = _outcomes(merged[rows_f].tolist(), None,
+                            "shared" if unparsed == "drop" else unparsed)
             sup = sorted(set(out), key=_support_key)
             o = pd.Categorical(out, categories=sup).codes.astype(np.int64)
             gsel = np.flatnonzero(sel)
@@ -590,34 +496,22 @@ def _group_uncertainty(
                 res[gi] = (float(tu[j]), float(eu[j]), float(au[j]), int(L[j]))
         else:
             for gi in np.flatnonzero(sel).tolist():  # answers already merged within the group
-                mg, ag = merged[bounds[gi] : bounds[gi + 1]], a[bounds[gi] : bounds[gi + 1]]
+                mg, ag = merged[bounds[gi]:bounds[gi + 1]], a[bounds[gi]:bounds[gi + 1]]
                 samples = [mg[ag == i].tolist() for i in range(len(names[gi]))]
                 tu, eu, au, support, _, _ = _decompose(samples, base, None, unparsed)
                 res[gi] = (tu, eu, au, len(support))
     return res
 
 # %% ../nbs/evaluation/05_metrics.ipynb #045ca4a9
-def _uncertainty_rows(
-    keys: list,
-    by: Sequence[str],
-    res: list,
-    acc: list,
-    acc_a: list,
-    pf: list,
-    pf_a: list,
-    names: list[list],
-) -> pd.DataFrame:
+def _uncertainty_rows(keys: list, by: Sequence[str], res: list, acc: list, acc_a: list, pf: list,
+                      pf_a: list, names: list[list]) -> pd.DataFrame:
     "The table of `uncertainty_table` from the per-group results."
     rows = []
     for gi, key in enumerate(keys):
         tu, eu, au, n_sup = res[gi]
         r = {
-            **dict(zip(by, key)),
-            "tu": tu,
-            "eu": eu,
-            "au": au,
-            "n_answers": n_sup,
-            "accuracy": acc[gi],
+            **dict(zip(by, key)), "tu": tu, "eu": eu, "au": au, "n_answers": n_sup, "accuracy":
+            acc[gi]
         }
         for i, name in enumerate(names[gi]):
             r[f"acc_{name}"] = acc_a[gi][i]
@@ -628,13 +522,9 @@ def _uncertainty_rows(
     return pd.DataFrame(rows)
 
 # %% ../nbs/evaluation/05_metrics.ipynb #1bb68f08
-def uncertainty_table(
-    transcript: pd.DataFrame,
-    fmt: str | None = None,
-    base: float = math.e,
-    by: Sequence[str] = ("item_id", "round"),
-    unparsed: str = "drop",
-) -> pd.DataFrame:
+def uncertainty_table(transcript: pd.DataFrame, fmt: str | None = None, base: float = math.e,
+                      by: Sequence[str] = ("item_id", "round"),
+                      unparsed: str = "drop") -> pd.DataFrame:
     """TU / Sys-EU / Sys-AU per item and round (UMAD Alg. 1) from a transcript with K samples per
     agent turn, plus the mean accuracy of the samples (`accuracy`) and of each agent
     (`acc_<agent>`), and the share of unparsed answers (`parse_failure`, and per agent
@@ -678,40 +568,29 @@ def flip_transitions(before: Sequence[bool], after: Sequence[bool]) -> dict:
     n = int(b.size)
     if n == 0:
         return {
-            "C2C": math.nan,
-            "C2W": math.nan,
-            "W2C": math.nan,
-            "W2W": math.nan,
-            "flip_ratio": math.nan,
-            "n": 0,
+            "C2C": math.nan, "C2W": math.nan, "W2C": math.nan, "W2W": math.nan, "flip_ratio":
+            math.nan, "n": 0
         }
     out = {
-        "C2C": float(np.mean(b & a)),
-        "C2W": float(np.mean(b & ~a)),
-        "W2C": float(np.mean(~b & a)),
-        "W2W": float(np.mean(~b & ~a)),
+        "C2C": float(np.mean(b & a)), "C2W": float(np.mean(b & ~a)), "W2C": float(np.mean(~b & a)),
+        "W2W": float(np.mean(~b & ~a))
     }
     return {**out, "flip_ratio": out["C2W"] + out["W2C"], "n": n}
 
 # %% ../nbs/evaluation/05_metrics.ipynb #cd29e9b9
-def flip_table(
-    transcript: pd.DataFrame, before_round: int = 0, after_round: int = 1, by: Sequence[str] = ()
-) -> pd.DataFrame:
+def flip_table(transcript: pd.DataFrame, before_round: int = 0, after_round: int = 1,
+               by: Sequence[str] = ()) -> pd.DataFrame:
     "Flip transitions between two rounds, pairing each response by (item, sample, agent), per condition (`pool_keys`: experiment, method, `by`). (UMAD Fig. 5: C2C / C2W / W2C / W2W transitions.)"
-    transcript = with_defaults(
-        transcript, ("item_id", "agent", "round", "correct"), what="flip_table"
-    )
+    transcript = with_defaults(transcript, ("item_id", "agent", "round", "correct"),
+                               what="flip_table")
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="flip_table")
     key = ["item_id", "sample", "agent"]
     b = transcript[transcript["round"] == before_round].set_index([*by, *key])["correct"]
     a = transcript[transcript["round"] == after_round].set_index([*by, *key])["correct"]
     j = pd.concat([b.rename("before"), a.rename("after")], axis=1, join="inner").reset_index()
-    rows = [
-        {
-            **dict(zip(by, k if isinstance(k, tuple) else (k,))),
-            **flip_transitions(g["before"], g["after"]),
-        }
-        for k, g in j.groupby(list(by), sort=True)
-    ]
+    rows = [{
+        **dict(zip(by, k if isinstance(k, tuple) else (k, ))),
+        **flip_transitions(g["before"], g["after"])
+    } for k, g in j.groupby(list(by), sort=True)]
     return pd.DataFrame(rows)

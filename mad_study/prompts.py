@@ -38,17 +38,8 @@ class PromptSet:
 
 # %% ../nbs/engine/04a_prompts.ipynb #f9e78804
 _NUMBER_WORDS = {
-    0: "zero",
-    1: "one",
-    2: "two",
-    3: "three",
-    4: "four",
-    5: "five",
-    6: "six",
-    7: "seven",
-    8: "eight",
-    9: "nine",
-    10: "ten",
+    0: "zero", 1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8:
+    "eight", 9: "nine", 10: "ten"
 }
 
 
@@ -64,7 +55,7 @@ def _fill_parts(template: str, names: tuple[str, ...]) -> tuple[str, ...]:
     ..., literal. Cut once per template and set of names; `fill` then only joins."""
     parts, last = [], 0
     for m in _fill_pattern(names).finditer(template):
-        parts += [template[last : m.start()], m.group(0)[1:-1]]
+        parts += [template[last:m.start()], m.group(0)[1:-1]]
         last = m.end()
     return (*parts, template[last:])
 
@@ -86,26 +77,30 @@ def number_word(n: int) -> str:
 
 # %% ../nbs/engine/04a_prompts.ipynb #516a405c
 DU_GSM8K = PromptSet(
-    source="Du et al. 2024, composable-models/llm_multiagent_debate, gsm/gen_gsm.py",
-    opening="Can you solve the following math problem? {question} Explain your reasoning. Your final answer should be a single numerical number, in the form \\boxed{answer}, at the end of your response. ",
+    source="Du et al. 2024, composable-models/llm_multiagent_debate, gsm/gen_gsm.py", opening=
+    "Can you solve the following math problem? {question} Explain your reasoning. Your final answer should be a single numerical number, in the form \\boxed{answer}, at the end of your response. ",
     debate_intro="These are the solutions to the problem from other agents: ",
-    peer="\n\n One agent solution: ```{solution}```",
-    debate_outro="\n\n Using the solutions from other agents as additional information, can you provide your answer to the math problem? \n The original math problem is {question}. Your final answer should be a single numerical number, in the form \\boxed{answer}, at the end of your response.",
-    alone="Can you double check that your answer is correct. Please reiterate your answer, with your final answer a single numerical number, in the form \\boxed{answer}.",
+    peer="\n\n One agent solution: ```{solution}```", debate_outro=
+    "\n\n Using the solutions from other agents as additional information, can you provide your answer to the math problem? \n The original math problem is {question}. Your final answer should be a single numerical number, in the form \\boxed{answer}, at the end of your response.",
+    alone=
+    "Can you double check that your answer is correct. Please reiterate your answer, with your final answer a single numerical number, in the form \\boxed{answer}."
 )
 DU_MMLU = PromptSet(
-    source="Du et al. 2024, composable-models/llm_multiagent_debate, mmlu/gen_mmlu.py",
-    opening="Can you answer the following question as accurately as possible? {question} Explain your answer, putting the answer in the form (X) at the end of your response.",
+    source="Du et al. 2024, composable-models/llm_multiagent_debate, mmlu/gen_mmlu.py", opening=
+    "Can you answer the following question as accurately as possible? {question} Explain your answer, putting the answer in the form (X) at the end of your response.",
     debate_intro="These are the solutions to the problem from other agents: ",
-    peer="\n\n One agent solution: ```{solution}```",
-    debate_outro="\n\n Using the reasoning from other agents as additional advice, can you give an updated answer? Examine your solution and that other agents step by step. Put your answer in the form (X) at the end of your response.",
-    alone="Can you double check that your answer is correct. Put your final answer in the form (X) at the end of your response.",
+    peer="\n\n One agent solution: ```{solution}```", debate_outro=
+    "\n\n Using the reasoning from other agents as additional advice, can you give an updated answer? Examine your solution and that other agents step by step. Put your answer in the form (X) at the end of your response.",
+    alone=
+    "Can you double check that your answer is correct. Put your final answer in the form (X) at the end of your response."
 )
 DU_MATH = replace(
-    DU_GSM8K,
-    source="adaptation of Du et al. 2024 GSM8K wording for LaTeX answers ('a single numerical number' removed)",
-    opening="Can you solve the following math problem? {question} Explain your reasoning. Your final answer should be in the form \\boxed{answer}, at the end of your response.",
-    debate_outro="\n\n Using the solutions from other agents as additional information, can you provide your answer to the math problem? \n The original math problem is {question}. Your final answer should be in the form \\boxed{answer}, at the end of your response.",
+    DU_GSM8K, source=
+    "adaptation of Du et al. 2024 GSM8K wording for LaTeX answers ('a single numerical number' removed)",
+    opening=
+    "Can you solve the following math problem? {question} Explain your reasoning. Your final answer should be in the form \\boxed{answer}, at the end of your response.",
+    debate_outro=
+    "\n\n Using the solutions from other agents as additional information, can you provide your answer to the math problem? \n The original math problem is {question}. Your final answer should be in the form \\boxed{answer}, at the end of your response."
 )
 
 # %% ../nbs/engine/04a_prompts.ipynb #e61c2bef
@@ -115,16 +110,14 @@ UMAD_MATH = PromptSet(
     opening="{question} Let's think step by step and output the final answer within \\boxed{}.",
     debate_intro="Given the following problem: {question}. We have {n_solutions} answers: ",
     peer="agent {idx} response is: {solution}. ",
-    debate_outro="Please carefully review these answers and recognize which one is right. If one or all of them are right, please summarize the reasoning process of the right one and give the final answer. If both of them are wrong, please correct their mistakes and provide a novel and complete solution to the problem and give the final answer. Let's think step by step and output the final answer within \\boxed{}.",
+    debate_outro=
+    "Please carefully review these answers and recognize which one is right. If one or all of them are right, please summarize the reasoning process of the right one and give the final answer. If both of them are wrong, please correct their mistakes and provide a novel and complete solution to the problem and give the final answer. Let's think step by step and output the final answer within \\boxed{}.",
     roles={"model_default": None},  # no system message: the model's own chat-template default
 )
 
 # %% ../nbs/engine/04a_prompts.ipynb #4b0ab4e6
 PROMPTS: dict[str, PromptSet] = {
-    "du_gsm8k": DU_GSM8K,
-    "du_mmlu": DU_MMLU,
-    "du_math": DU_MATH,
-    "umad_math": UMAD_MATH,
+    "du_gsm8k": DU_GSM8K, "du_mmlu": DU_MMLU, "du_math": DU_MATH, "umad_math": UMAD_MATH
 }
 
 
@@ -141,9 +134,8 @@ def get_prompt(name: str | PromptSet, fmt: str | None = None) -> PromptSet:
     if name == "auto":
         return {"option": DU_MMLU, "number": DU_GSM8K}.get(fmt, DU_MATH)
     if name not in PROMPTS:
-        raise ConfigError(
-            "unknown prompt set", key="prompt", value=name, choices=[*PROMPTS, "auto"]
-        )
+        raise ConfigError("unknown prompt set", key="prompt", value=name,
+                          choices=[*PROMPTS, "auto"])
     return PROMPTS[name]
 
 # %% ../nbs/engine/04a_prompts.ipynb #8dd34be5
@@ -169,9 +161,8 @@ def _fill_frame(template: str, question: str, n_solutions: str) -> str:
     return fill(template, question=question, n_solutions=n_solutions)
 
 
-def debate_message(
-    ps: PromptSet, question: str, solutions: list[str], tags: list[str] | None = None
-) -> str:
+def debate_message(ps: PromptSet, question: str, solutions: list[str],
+                   tags: list[str] | None = None) -> str:
     """The debate-round user message showing `solutions` in order (optionally tagged). Tags that the prompt set's peer
     template cannot render (no `{tag}`) are an error, never dropped (the kit's own rule; a protocol that changes what a
     peer looks like uses `Protocol.peer_view`)."""
@@ -180,22 +171,16 @@ def debate_message(
     n = number_word(len(solutions))
     tags = list(tags) if tags else [""] * len(solutions)
     if len(tags) != len(solutions):
-        raise ConfigError(
-            f"{len(tags)} tags for {len(solutions)} shown solutions", key="tags", value=tags
-        )
+        raise ConfigError(f"{len(tags)} tags for {len(solutions)} shown solutions", key="tags",
+                          value=tags)
     if any(tags) and "{tag}" not in ps.peer:
         raise ConfigError(
             "the prompt set's peer template has no {tag}, so the protocol's tags would be dropped: use a "
             "prompt set whose peer has {tag}, or Protocol.peer_view to change what a peer shows",
-            key="tags",
-            value=next(t for t in tags if t),
-        )
+            key="tags", value=next(t for t in tags if t))
     blocks = "".join(
-        _peer_block(ps.peer, s, i, t)
-        if type(s) is str and type(t) is str
-        else fill(ps.peer, solution=s, idx=i, tag=t)
-        for i, (s, t) in enumerate(zip(solutions, tags))
-    )
+        _peer_block(ps.peer, s, i, t) if type(s) is str and type(t) is str else fill(
+            ps.peer, solution=s, idx=i, tag=t) for i, (s, t) in enumerate(zip(solutions, tags)))
     q = str(question)
     return _fill_frame(ps.debate_intro, q, n) + blocks + _fill_frame(ps.debate_outro, q, n)
 
@@ -258,110 +243,105 @@ _MADC_TEMPLATE = (
     "A chat between a curious user and an AI assistant. The assistant gives step-by-step solutions to the user's "
     'questions. At the final step, a conclusive answer is given in the format of "The answer is: <ANSWER>.", '
     "where <ANSWER> should be a numeric answer.\n\n{examples}\n\n### Instruction:\n{instruction}\n\n### Response:\n"
-    "Let's think step by step.\n"
-)
+    "Let's think step by step.\n")
 MADC_FEWSHOT = replace(
-    DU_MMLU,
-    source="MADC (Key Decision-Makers in Multi-Agent Debates), App. 'Example of MADC in MAD'; SG-XM/AAAI2026-MADC "
+    DU_MMLU, source=
+    "MADC (Key Decision-Makers in Multi-Agent Debates), App. 'Example of MADC in MAD'; SG-XM/AAAI2026-MADC "
     "prompt/fewshot_ost_config.json + fewshot_ost_prompt.txt (round 1), debate_bbh_qwen3b.py (round 2: Du et al. MMLU wording)",
-    system="You are a helpful assistant.",
-    opening=fill(
-        _MADC_TEMPLATE,
-        examples=MADC_FEWSHOT_EXAMPLES,
-        instruction="Can you answer the following question as accurately as possible? {question} \n Explain your answer."
-        "Make sure putting the answer in the form (X) at the end of your response.",
-    ),
-)
+    system="You are a helpful assistant.", opening=fill(
+        _MADC_TEMPLATE, examples=MADC_FEWSHOT_EXAMPLES, instruction=
+        "Can you answer the following question as accurately as possible? {question} \n Explain your answer."
+        "Make sure putting the answer in the form (X) at the end of your response."))
 MADC_CASE_COT = replace(
-    MADC_FEWSHOT,
-    source="MADC RQ3 case study: SG-XM/AAAI2026-MADC case_study.py cot() (zero-shot CoT samples, no system prompt)",
-    system=None,
-    opening="Can you answer the following question as accurately as possible? {question} \n Explain your answer."
-    "Make sure putting the final answer in the form (X) at the end of your response. Let's think step by step.",
+    MADC_FEWSHOT, source=
+    "MADC RQ3 case study: SG-XM/AAAI2026-MADC case_study.py cot() (zero-shot CoT samples, no system prompt)",
+    system=None, opening=
+    "Can you answer the following question as accurately as possible? {question} \n Explain your answer."
+    "Make sure putting the final answer in the form (X) at the end of your response. Let's think step by step."
 )
 PROMPTS.update({"madc": MADC_FEWSHOT, "madc_case_cot": MADC_CASE_COT})
 
 # %% ../nbs/engine/04a_prompts.ipynb #72dbb958
 _CONF = " Finally, on the last line, state how confident you are that your final answer is correct, in the form Confidence: X% (a number from 0 to 100)."
 SVR_MATH = replace(
-    DU_MATH,
-    source="adaptation for SVR-MAD (prompts not printed in the paper): Du et al. 2024 LaTeX wording + a self-reported confidence",
-    opening=DU_MATH.opening + _CONF,
-    debate_outro=DU_MATH.debate_outro + _CONF,
-)
+    DU_MATH, source=
+    "adaptation for SVR-MAD (prompts not printed in the paper): Du et al. 2024 LaTeX wording + a self-reported confidence",
+    opening=DU_MATH.opening + _CONF, debate_outro=DU_MATH.debate_outro + _CONF)
 SVR_MC = replace(
-    DU_MMLU,
-    source="adaptation for SVR-MAD (prompts not printed in the paper): Du et al. 2024 MMLU wording + a self-reported confidence",
-    opening=DU_MMLU.opening + _CONF,
-    debate_outro=DU_MMLU.debate_outro + _CONF,
-)
+    DU_MMLU, source=
+    "adaptation for SVR-MAD (prompts not printed in the paper): Du et al. 2024 MMLU wording + a self-reported confidence",
+    opening=DU_MMLU.opening + _CONF, debate_outro=DU_MMLU.debate_outro + _CONF)
 SVR_MATH_CHALLENGE = replace(
-    SVR_MATH,
-    source=SVR_MATH.source + "; pairwise challenge (Alg. 1 line 10)",
+    SVR_MATH, source=SVR_MATH.source + "; pairwise challenge (Alg. 1 line 10)",
     debate_intro="This is a solution to the problem from another agent: ",
-    peer="\n\n ```{solution}```",
-    debate_outro="\n\n Using the other agent's solution as additional information, examine your solution and theirs step by step. Can you provide your answer to the math problem? \n The original math problem is {question}. Your final answer should be in the form \\boxed{answer}, at the end of your response."
-    + _CONF,
-)
+    peer="\n\n ```{solution}```", debate_outro=
+    "\n\n Using the other agent's solution as additional information, examine your solution and theirs step by step. Can you provide your answer to the math problem? \n The original math problem is {question}. Your final answer should be in the form \\boxed{answer}, at the end of your response."
+    + _CONF)
 SVR_MC_CHALLENGE = replace(
-    SVR_MC,
-    source=SVR_MC.source + "; pairwise challenge (Alg. 1 line 10)",
+    SVR_MC, source=SVR_MC.source + "; pairwise challenge (Alg. 1 line 10)",
     debate_intro="This is a solution to the problem from another agent: ",
-    peer="\n\n ```{solution}```",
-    debate_outro="\n\n Using the reasoning of the other agent as additional advice, can you give an updated answer? Examine your solution and that of the other agent step by step. Put your answer in the form (X) at the end of your response."
-    + _CONF,
-)
-PROMPTS.update(
-    {
-        "svr_math": SVR_MATH,
-        "svr_mc": SVR_MC,
-        "svr_math_challenge": SVR_MATH_CHALLENGE,
-        "svr_mc_challenge": SVR_MC_CHALLENGE,
-    }
-)
+    peer="\n\n ```{solution}```", debate_outro=
+    "\n\n Using the reasoning of the other agent as additional advice, can you give an updated answer? Examine your solution and that of the other agent step by step. Put your answer in the form (X) at the end of your response."
+    + _CONF)
+PROMPTS.update({
+    "svr_math": SVR_MATH, "svr_mc": SVR_MC, "svr_math_challenge": SVR_MATH_CHALLENGE,
+    "svr_mc_challenge": SVR_MC_CHALLENGE
+})
 
 # %% ../nbs/engine/04a_prompts.ipynb #4807d440
 META_DEBATE_PROMPTS: dict = {
-    "source": "Zhang et al., Dynamic Role Assignment for Multi-Agent Debate, App. A.1 (Prompts 1, 2) and A.2 (criteria)",
-    "proposal": "You are a debater. Hello and welcome to the debate competition. It’s not necessary to fully agree or disagree with each other’s perspectives, as our objective is to find the correct answer. The debate topic is to solve a given question and select the correct answer. Here is the data:\n\nQuestion: {question}\n\nChoices: {choices}\n\n{role_sentence}",
+    "source":
+    "Zhang et al., Dynamic Role Assignment for Multi-Agent Debate, App. A.1 (Prompts 1, 2) and A.2 (criteria)",
+    "proposal":
+    "You are a debater. Hello and welcome to the debate competition. It’s not necessary to fully agree or disagree with each other’s perspectives, as our objective is to find the correct answer. The debate topic is to solve a given question and select the correct answer. Here is the data:\n\nQuestion: {question}\n\nChoices: {choices}\n\n{role_sentence}",
     "proposal_roles": {
-        "affirmative": "You are affirmative side. Please express your viewpoints.",
-        "negative": "You are negative side. The affirmative side argues:\n\n{affirmative}\n\nYou disagree with the affirmative side's answer. Provide your answer and reasons.",
-        "moderator": 'You are the moderator judge. The affirmative side argues:\n\n{affirmative}\n\nThe negative side argues:\n\n{negative}\n\nEvaluate both sides\' answers and determine if there is a clear preference for an answer candidate. Output your answer in json format: {"Whether there is a preference": "Yes or No", "Supported Side": "Affirmative or Negative", "Reason": "", "debate_answer": ""}.',
-        "cot": "You solve it with chain-of-thought reasoning. Let's think step by step. {instruction}",
-        "step_back": "You solve it with step-back prompting: first state the underlying principles and concepts behind this question, then answer by reasoning from them. {instruction}",
-        "pot": "You solve it with program of thoughts: write a Python program in one ```python code block that computes the answer and prints only the final answer{what}.",
-        "io": "You answer the question directly. {instruction}",
-        "ccot": "You solve it with compositional chain-of-thought: first write a scene graph of the image in JSON (the objects, attributes and relationships relevant to the question), then answer with the image and the scene graph as context. {instruction}",
-        "ddcot": "You solve it with duty-distinct chain-of-thought: first break the question down into the sub-questions it needs and answer each, then answer the question from the sub-questions and sub-answers. {instruction}",
+        "affirmative":
+        "You are affirmative side. Please express your viewpoints.", "negative":
+        "You are negative side. The affirmative side argues:\n\n{affirmative}\n\nYou disagree with the affirmative side's answer. Provide your answer and reasons.",
+        "moderator":
+        'You are the moderator judge. The affirmative side argues:\n\n{affirmative}\n\nThe negative side argues:\n\n{negative}\n\nEvaluate both sides\' answers and determine if there is a clear preference for an answer candidate. Output your answer in json format: {"Whether there is a preference": "Yes or No", "Supported Side": "Affirmative or Negative", "Reason": "", "debate_answer": ""}.',
+        "cot":
+        "You solve it with chain-of-thought reasoning. Let's think step by step. {instruction}",
+        "step_back":
+        "You solve it with step-back prompting: first state the underlying principles and concepts behind this question, then answer by reasoning from them. {instruction}",
+        "pot":
+        "You solve it with program of thoughts: write a Python program in one ```python code block that computes the answer and prints only the final answer{what}.",
+        "io":
+        "You answer the question directly. {instruction}", "ccot":
+        "You solve it with compositional chain-of-thought: first write a scene graph of the image in JSON (the objects, attributes and relationships relevant to the question), then answer with the image and the scene graph as context. {instruction}",
+        "ddcot":
+        "You solve it with duty-distinct chain-of-thought: first break the question down into the sub-questions it needs and answer each, then answer the question from the sub-questions and sub-answers. {instruction}"
     },
-    "review": "You are participating in a debate assessment to evaluate agent performance on a given STEM question. Here is the data:\n\nQuestion: {question}\n\nChoices: {choices}\n\nContext: {context}\n\n{n_agents} agents have each submitted responses attempting to fulfill the {role} role.\n\n{responses}\n\nYour Task: Evaluate each agent’s suitability for the {role} role based on their submitted responses using the criteria below. You will provide a 1–5 score for each criterion per agent, along with a brief explanation.\n\nEvaluation Criteria:\n\n{criteria}\n\n*Note*: Do not be biased toward agent writing styles (e.g., length, complexity)\n\nScoring Scale:\n\n5 = Excellent - Natural fit, strong performance on this criterion\n\n4 = Good - Minor room for improvement\n\n3 = Adequate - Acceptable but with clear concerns\n\n2 = Poor - Significant weaknesses\n\n1 = Very Poor - Clearly inadequate performance",
+    "review":
+    "You are participating in a debate assessment to evaluate agent performance on a given STEM question. Here is the data:\n\nQuestion: {question}\n\nChoices: {choices}\n\nContext: {context}\n\n{n_agents} agents have each submitted responses attempting to fulfill the {role} role.\n\n{responses}\n\nYour Task: Evaluate each agent’s suitability for the {role} role based on their submitted responses using the criteria below. You will provide a 1–5 score for each criterion per agent, along with a brief explanation.\n\nEvaluation Criteria:\n\n{criteria}\n\n*Note*: Do not be biased toward agent writing styles (e.g., length, complexity)\n\nScoring Scale:\n\n5 = Excellent - Natural fit, strong performance on this criterion\n\n4 = Good - Minor room for improvement\n\n3 = Adequate - Acceptable but with clear concerns\n\n2 = Poor - Significant weaknesses\n\n1 = Very Poor - Clearly inadequate performance",
     "review_response": "Agent {j} Response:\n\n{response}",
-    "review_format": "\n\nAfter your explanations, end your reply with all the scores in one JSON object, one entry per agent and criterion, each score a whole number from 1 to 5, in exactly this form:\n{skeleton}",
-    "paper_criteria": "1. Accuracy (1-5) - The response demonstrates correct application of fundamental principles, proper use of formulas/equations, and arrives at the right answer through valid reasoning steps without mathematical or conceptual errors.\n\n2. Technical Depth (1-5) - The response shows genuine understanding of underlying mechanisms and theory, providing substantive analysis that goes beyond surface-level observations to address the core scientific concepts involved.",
-    "criteria": "Context: {context} Several agent candidates have played the {role} role to answer {data}. Below are example questions:\n\nQuestion1: {question1}\n\nQuestion2: {question2}\n\nQuestion3: {question3}\n\nYour Task: Draft 2 or 3 evaluation criteria that can be used to judge which agent gives the best response being {role}. Each criterion should be a single word or short phrase, followed by a brief explanation.\n\nYour criteria should focus on:\n\n  • If the agent fullfills the {role} role\n\n  • Correctness and validity of the agent reasoning rather than presentation styles\n\nThe criteria should reflect what distinguishes high-quality, technically correct {role} reasoning from shallow and flawed attempts. The criteria should only include necessary traits for the goal of answering correctly for {data}. The criteria should not mention the given example questions. You should only output the criteria.",
+    "review_format":
+    "\n\nAfter your explanations, end your reply with all the scores in one JSON object, one entry per agent and criterion, each score a whole number from 1 to 5, in exactly this form:\n{skeleton}",
+    "paper_criteria":
+    "1. Accuracy (1-5) - The response demonstrates correct application of fundamental principles, proper use of formulas/equations, and arrives at the right answer through valid reasoning steps without mathematical or conceptual errors.\n\n2. Technical Depth (1-5) - The response shows genuine understanding of underlying mechanisms and theory, providing substantive analysis that goes beyond surface-level observations to address the core scientific concepts involved.",
+    "criteria":
+    "Context: {context} Several agent candidates have played the {role} role to answer {data}. Below are example questions:\n\nQuestion1: {question1}\n\nQuestion2: {question2}\n\nQuestion3: {question3}\n\nYour Task: Draft 2 or 3 evaluation criteria that can be used to judge which agent gives the best response being {role}. Each criterion should be a single word or short phrase, followed by a brief explanation.\n\nYour criteria should focus on:\n\n  • If the agent fullfills the {role} role\n\n  • Correctness and validity of the agent reasoning rather than presentation styles\n\nThe criteria should reflect what distinguishes high-quality, technically correct {role} reasoning from shallow and flawed attempts. The criteria should only include necessary traits for the goal of answering correctly for {data}. The criteria should not mention the given example questions. You should only output the criteria.",
     "contexts": {
-        "mad": "The debate system includes an Affirmative debater to first express viewpoints, a Negative debater to respond to Affirmative’s answer and correct the mistakes. A Judge to review Affimrative and Negative’s arguments, then decides whether the correct solution can be obtained and choose a side to support.",
-        "dmad": "The debate system includes three agents that each solve the question with a different reasoning method: Chain-of-Thought (step-by-step reasoning), Step-Back (first the underlying principles, then reasoning from them) and Program-of-Thought (a Python program computes the answer); they then read each other's solutions and update their answers.",
-        "dmad_vision": "The debate system includes three agents that each answer the question about the image with a different reasoning method: IO (a direct answer), CCoT (first a scene graph of the image, then the answer) and DDCoT (first sub-questions and their answers, then the answer); they then read each other's answers and update them.",
+        "mad":
+        "The debate system includes an Affirmative debater to first express viewpoints, a Negative debater to respond to Affirmative’s answer and correct the mistakes. A Judge to review Affimrative and Negative’s arguments, then decides whether the correct solution can be obtained and choose a side to support.",
+        "dmad":
+        "The debate system includes three agents that each solve the question with a different reasoning method: Chain-of-Thought (step-by-step reasoning), Step-Back (first the underlying principles, then reasoning from them) and Program-of-Thought (a Python program computes the answer); they then read each other's solutions and update their answers.",
+        "dmad_vision":
+        "The debate system includes three agents that each answer the question about the image with a different reasoning method: IO (a direct answer), CCoT (first a scene graph of the image, then the answer) and DDCoT (first sub-questions and their answers, then the answer); they then read each other's answers and update them."
     },
     "review_contexts": {
-        "mad": "This is part of a structured debate with three roles (Affirmative, Negative, and Moderator Judge).",
-        "dmad": "This is part of a structured debate with three roles (Chain-of-Thought, Step-Back, and Program-of-Thought).",
-        "dmad_vision": "This is part of a structured debate with three roles (IO, CCoT, and DDCoT).",
+        "mad":
+        "This is part of a structured debate with three roles (Affirmative, Negative, and Moderator Judge).",
+        "dmad":
+        "This is part of a structured debate with three roles (Chain-of-Thought, Step-Back, and Program-of-Thought).",
+        "dmad_vision": "This is part of a structured debate with three roles (IO, CCoT, and DDCoT)."
     },
     # DMAD's vision methods (issue 14; our wording)
     "role_titles": {
-        "affirmative": "Affirmative",
-        "negative": "Negative",
-        "moderator": "Moderator Judge",
-        "cot": "Chain-of-Thought",
-        "step_back": "Step-Back",
-        "pot": "Program-of-Thought",
-        "io": "IO",
-        "ccot": "CCoT",
-        "ddcot": "DDCoT",
-    },
+        "affirmative": "Affirmative", "negative": "Negative", "moderator": "Moderator Judge", "cot":
+        "Chain-of-Thought", "step_back": "Step-Back", "pot": "Program-of-Thought", "io": "IO",
+        "ccot": "CCoT", "ddcot": "DDCoT"
+    }
 }
 
 # %% ../nbs/engine/04a_prompts.ipynb #a044ae9a
@@ -370,25 +350,23 @@ _RUMAD_SYSTEM = (
     "viewpoints. You will be assigned to debate groups, where you will engage in discussions with fellow participants. The "
     "outcomes of each group’s deliberations will be shared among all members. It is crucial for you to leverage this "
     "information effectively in order to critically analyze the question at hand and ultimately arrive at the correct answer. "
-    "Best of luck!"
-)
+    "Best of luck!")
 _RUMAD_FMT_MC = "Put your final choice in the form \\boxed{answer} at the end of your response."
 _RUMAD_FMT_NUM = "Your final answer should be a single numerical number, in the Form \\boxed{answer}, at the end of your response."
 
 
 def _rumad(fmt_sentence: str, task: str) -> PromptSet:
     return PromptSet(
-        source=f"RUMAD App. C, Tables 7-8 ({task}); adaptation: one tagged block per shown solution, lone-agent re-check",
-        system=_RUMAD_SYSTEM,
-        opening="Can you answer the following question as accurately as possible? {question} Explain your answer. "
-        + fmt_sentence,
-        debate_intro="These are the solutions from other agents: ",
-        peer="\n\n {tag}One agent solution: ```{solution}```",
-        debate_outro=". Based on the above responses with their indicated importance, can you provide an updated answer? "
-        "Examine all solutions step by step. " + fmt_sentence,
-        alone="Can you double check that your answer is correct? Examine your solution step by step. "
-        + fmt_sentence,
-    )
+        source=
+        f"RUMAD App. C, Tables 7-8 ({task}); adaptation: one tagged block per shown solution, lone-agent re-check",
+        system=_RUMAD_SYSTEM, opening=
+        "Can you answer the following question as accurately as possible? {question} Explain your answer. "
+        + fmt_sentence, debate_intro="These are the solutions from other agents: ",
+        peer="\n\n {tag}One agent solution: ```{solution}```", debate_outro=
+        ". Based on the above responses with their indicated importance, can you provide an updated answer? "
+        "Examine all solutions step by step. " + fmt_sentence, alone=
+        "Can you double check that your answer is correct? Examine your solution step by step. " +
+        fmt_sentence)
 
 
 RUMAD_MC = _rumad(_RUMAD_FMT_MC, "MMLU & GPQA")

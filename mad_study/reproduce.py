@@ -28,16 +28,8 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from mad_study.core import (
-    ConfigError,
-    Inference,
-    fold_keywords,
-    atomic_write_text,
-    clip_line,
-    figures_dir,
-    project_root,
-    runs_dir,
-)
+from .core import (ConfigError, Inference, fold_keywords, atomic_write_text, clip_line,
+                            figures_dir, project_root, runs_dir)
 
 # %% auto #0
 __all__ = ['NOT_AGENT_LISTS', 'KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'NEUTRAL_KEYS', 'SKIPPED_TEST', 'WAKE_S', 'BASELINES',
@@ -63,23 +55,13 @@ from mad_study.registry import (
     load_registry,
     planner,  # noqa: F401
     read_yaml,  # noqa: F401
-    resolve_targets,
-)
+    resolve_targets)
 from .report import FAILURE_FILE, RUN_ENV, cell_source, write_index
 
 # the registries (02b_registry), re-exported
 _all_ = [
-    "PROFILE_KEYS",
-    "EXPERIMENT_KEYS",
-    "PAPER_ALIASES",
-    "PLANNERS",
-    "read_yaml",
-    "load_profile",
-    "Experiment",
-    "experiments",
-    "resolve_targets",
-    "planner",
-    "generic_plan",
+    "PROFILE_KEYS", "EXPERIMENT_KEYS", "PAPER_ALIASES", "PLANNERS", "read_yaml", "load_profile",
+    "Experiment", "experiments", "resolve_targets", "planner", "generic_plan"
 ]
 
 # %% ../nbs/study/20_reproduce.ipynb #b28c82b1
@@ -98,11 +80,8 @@ def auto_profile() -> str:
 
 # %% ../nbs/study/20_reproduce.ipynb #c62bc179
 def _is_model_key(k: str) -> bool:
-    return (
-        k in ("model", "models", "pairs")
-        or (k.endswith("_model") or k.endswith("_models"))
-        and k != "served_model"
-    )
+    return (k in ("model", "models", "pairs")
+            or (k.endswith("_model") or k.endswith("_models")) and k != "served_model")
 
 # %% ../nbs/study/20_reproduce.ipynb #ba3c0af1
 def _serving_keys() -> set[str]:
@@ -206,13 +185,8 @@ def _check_models(p: Mapping, where) -> None:
     for m in _models_in(p):
         if m.startswith("sim"):
             if m not in sims and sims:
-                raise ConfigError(
-                    "synthetic agent not defined under sim_agents",
-                    where=where,
-                    key="models",
-                    value=m,
-                    choices=sims,
-                )
+                raise ConfigError("synthetic agent not defined under sim_agents", where=where,
+                                  key="models", value=m, choices=sims)
             continue
         try:
             get_model(m)
@@ -223,16 +197,11 @@ def _check_models(p: Mapping, where) -> None:
 
         for name, sa in p["sim_agents"].items():
             if not isinstance(sa, Mapping):
-                raise ConfigError(
-                    "must map parameter names to values",
-                    where=where,
-                    key=f"sim_agents.{name}",
-                    value=sa,
-                )
-            SimAgent.from_params(
-                {k: v for k, v in sa.items() if k not in RUN_KEYS},
-                where=f"{where}: sim_agents.{name}",
-            )
+                raise ConfigError("must map parameter names to values", where=where,
+                                  key=f"sim_agents.{name}", value=sa)
+            SimAgent.from_params({k: v
+                                  for k, v in sa.items() if k not in RUN_KEYS},
+                                 where=f"{where}: sim_agents.{name}")
 
 # %% ../nbs/study/20_reproduce.ipynb #aa04a49f
 # `models` there: one model per table column (each debates with itself in roles)
@@ -258,11 +227,8 @@ def _check_source_models(exp: Experiment, profile: Mapping, overrides: Mapping |
 
     mm = profile.get("model_map") or {}
     per = (exp.spec.get("profiles") or {}).get(profile.get("name")) or {}
-    for d in (
-        exp.spec.get("params") or {},
-        per if isinstance(per, Mapping) else {},
-        overrides or {},
-    ):
+    for d in (exp.spec.get("params") or {}, per if isinstance(per, Mapping) else {}, overrides
+              or {}):
         for k, v in d.items():
             if not _is_model_key(k):
                 continue
@@ -273,12 +239,8 @@ def _check_source_models(exp: Experiment, profile: Mapping, overrides: Mapping |
                     get_model(m)
                 except ConfigError as e:
                     raise ConfigError(
-                        e.problem,
-                        where=_where(k, exp, profile, overrides),
-                        key=k,
-                        value=m,
-                        choices=MODELS if e.problem == "unknown model" else None,
-                    ) from None
+                        e.problem, where=_where(k, exp, profile, overrides), key=k, value=m,
+                        choices=MODELS if e.problem == "unknown model" else None) from None
 
 # %% ../nbs/study/20_reproduce.ipynb #4e4b9381
 def agent_count(p: Mapping, exp: Experiment) -> tuple[str, int] | None:
@@ -296,19 +258,14 @@ def agent_count(p: Mapping, exp: Experiment) -> tuple[str, int] | None:
     return "models", len(models) * (per if isinstance(per, int) and per > 0 else 1)
 
 # %% ../nbs/study/20_reproduce.ipynb #0c3cf5cd
-def _check_agent_count(
-    p: Mapping, exp: Experiment, profile: Mapping, overrides: Mapping | None
-) -> None:
+def _check_agent_count(p: Mapping, exp: Experiment, profile: Mapping,
+                       overrides: Mapping | None) -> None:
     "A debate of fewer than two agents is refused in one line naming the source of the value (Du et al.'s debate needs peers)."
     kc = agent_count(p, exp)
     if kc is not None and kc[1] < 2:
         k = kc[0]
-        raise ConfigError(
-            f"a debate needs at least two agents, this gives {kc[1]}",
-            where=_where(k, exp, profile, overrides),
-            key=k,
-            value=p.get(k),
-        )
+        raise ConfigError(f"a debate needs at least two agents, this gives {kc[1]}",
+                          where=_where(k, exp, profile, overrides), key=k, value=p.get(k))
 
 # %% ../nbs/study/20_reproduce.ipynb #47476bc5
 def _identical_greedy(p: Mapping, exp: Experiment) -> bool:
@@ -319,17 +276,12 @@ def _identical_greedy(p: Mapping, exp: Experiment) -> bool:
     nb = notebook_parameters(exp.notebook)
     models = _models_in({"models": p.get("models", nb.get("models"))})
     temp = p.get("temperature", nb.get("temperature"))
-    return (
-        len(set(models)) == 1
-        and isinstance(temp, (int, float))
-        and not isinstance(temp, bool)
-        and temp <= 0
-    )
+    return (len(set(models)) == 1 and isinstance(temp, (int, float)) and not isinstance(temp, bool)
+            and temp <= 0)
 
 # %% ../nbs/study/20_reproduce.ipynb #2cd67020
-def validate_params(
-    p: Mapping, exp: Experiment, profile: Mapping, overrides: Mapping | None = None
-) -> None:
+def validate_params(p: Mapping, exp: Experiment, profile: Mapping,
+                    overrides: Mapping | None = None) -> None:
     "Raise a one-line ConfigError for an unknown key, a wrong type, an unknown task or an unknown model."
     nb = notebook_parameters(exp.notebook)
     overrides = overrides or {}
@@ -341,8 +293,7 @@ def validate_params(
     from mad_study.serving import check_serving_params
 
     check_serving_params(
-        p, where=src(next((k for k in ("api_key", "backend", "base_url") if k in p), "backend"))
-    )
+        p, where=src(next((k for k in ("api_key", "backend", "base_url") if k in p), "backend")))
     for k, v in p.items():
         if k in _serving_keys():
             continue
@@ -352,16 +303,11 @@ def validate_params(
             check_off(v, where=src(k))
             continue
         if k not in nb:
-            raise ConfigError(
-                f"not a parameter of {exp.notebook.name}", where=src(k), key=k, value=v, choices=nb
-            )
+            raise ConfigError(f"not a parameter of {exp.notebook.name}", where=src(k), key=k,
+                              value=v, choices=nb)
         if not _type_ok(nb[k], v):
-            raise ConfigError(
-                f"expected {type(nb[k]).__name__}, got {type(v).__name__}",
-                where=src(k),
-                key=k,
-                value=v,
-            )
+            raise ConfigError(f"expected {type(nb[k]).__name__}, got {type(v).__name__}",
+                              where=src(k), key=k, value=v)
     from mad_study.data import get_task, TASKS
 
     tasks = ([p["task"]] if isinstance(p.get("task"), str) else []) + list(p.get("tasks") or [])
@@ -370,17 +316,15 @@ def validate_params(
         try:
             get_task(t)
         except ConfigError as e:
-            raise ConfigError(
-                e.problem, where=_where(k, exp, profile, overrides), key=k, value=t, choices=TASKS
-            ) from None
+            raise ConfigError(e.problem, where=_where(k, exp, profile, overrides), key=k, value=t,
+                              choices=TASKS) from None
     _check_source_models(exp, profile, overrides)
     _check_models(p, where)
     _check_agent_count(p, exp, profile, overrides)
 
 # %% ../nbs/study/20_reproduce.ipynb #3bb06b28
-def param_warnings(
-    p: Mapping, exp: Experiment, profile: Mapping, overrides: Mapping | None = None
-) -> list[str]:
+def param_warnings(p: Mapping, exp: Experiment, profile: Mapping,
+                   overrides: Mapping | None = None) -> list[str]:
     """One line per setting that runs but cannot mean what it says: every agent the same model at temperature 0 (each
     round repeats round 0; Du et al.'s debate needs agents that can differ)."""
     if not _identical_greedy(p, exp):
@@ -395,9 +339,8 @@ def param_warnings(
     ]
 
 # %% ../nbs/study/20_reproduce.ipynb #649a68e6
-def profile_changes(
-    exp: Experiment, profile: Mapping, p: Mapping, overrides: Mapping | None = None
-) -> list[str]:
+def profile_changes(exp: Experiment, profile: Mapping, p: Mapping,
+                    overrides: Mapping | None = None) -> list[str]:
     """What the profile (its params, limits, model map, the experiment's `profiles:` block, `identical_agents`) changed
     in the experiment as written (its file over the notebook's defaults), one `key: before -> after` each; the `-p`
     overrides are the user's own and not listed. The kit's own."""
@@ -405,20 +348,14 @@ def profile_changes(
     skip = {"experiment", "profile", "sim_agents", *(overrides or {})}
     short = lambda v: clip_line(repr(v), 60)
     return [
-        f"{k}: {short(base[k]) if k in base else '(unset)'} -> {short(v)}"
-        for k, v in p.items()
+        f"{k}: {short(base[k]) if k in base else '(unset)'} -> {short(v)}" for k, v in p.items()
         if k not in skip and (k not in base or base[k] != v)
     ]
 
 # %% ../nbs/study/20_reproduce.ipynb #7d1a76f5
 _PLAN_SHOWN = {
-    "experiment",
-    "paper",
-    "generations",
-    "completion_tokens",
-    "prompt_tokens",
-    "weight_memory_gb",
-    "serve",
+    "experiment", "paper", "generations", "completion_tokens", "prompt_tokens", "weight_memory_gb",
+    "serve"
 }
 
 
@@ -451,18 +388,13 @@ def plan_experiment(exp: Experiment, p: Mapping) -> dict:
 
     mem = {}
     for m in sorted(set(_models_in(p))):
-        mem[m] = (
-            None if m.startswith("sim") else round(weight_memory_gb(m, p.get("quant", "nf4")), 2)
-        )
+        mem[m] = (None
+                  if m.startswith("sim") else round(weight_memory_gb(m, p.get("quant", "nf4")), 2))
     from mad_study.serving import serve_command
 
     serve = {m: serve_command(m) for m in mem if mem[m] is not None}
     return {
-        "experiment": exp.id,
-        "paper": exp.paper,
-        **est,
-        "weight_memory_gb": mem,
-        "serve": serve,
+        "experiment": exp.id, "paper": exp.paper, **est, "weight_memory_gb": mem, "serve": serve
     }
 
 # %% ../nbs/study/20_reproduce.ipynb #bb743cda
@@ -477,32 +409,20 @@ def serve_table(plans: Sequence[Mapping]) -> list[dict]:
         for m, cmd in (pl.get("serve") or {}).items():
             r = rows.setdefault(
                 m,
-                dict(
-                    model=m,
-                    experiments=0,
-                    generations=0,
-                    completion_tokens=0,
-                    command=cmd,
-                    weights_bf16=f"{weight_memory_gb(m, 'none'):.0f} GB",
-                    tp=tensor_parallel_size(m),
-                ),
-            )
+                dict(model=m, experiments=0, generations=0, completion_tokens=0, command=cmd,
+                     weights_bf16=f"{weight_memory_gb(m, 'none'):.0f} GB",
+                     tp=tensor_parallel_size(m)))
             r["experiments"] += 1
             r["generations"] += int(pl["generations"])
             r["completion_tokens"] += int(pl["completion_tokens"])
     return [
-        dict(
-            r,
-            generations=f"{r['generations']:,}",
-            completion_tokens=f"<= {r['completion_tokens']:,}",
-        )
-        for r in rows.values()
+        dict(r, generations=f"{r['generations']:,}",
+             completion_tokens=f"<= {r['completion_tokens']:,}") for r in rows.values()
     ]
 
 # %% ../nbs/study/20_reproduce.ipynb #9d0307fe
-_KERNELS: dict[
-    int, str
-] = {}  # pid -> experiment id, of every kernel this process launched and did not stop
+# pid -> experiment id, of every kernel this process launched and did not stop
+_KERNELS: dict[int, str] = {}
 _KERNELS_LOCK = threading.Lock()
 KERNEL_SHUTDOWN_WAIT = (
     3.0  # seconds a kernel gets to stop after a shutdown request before it is killed
@@ -602,7 +522,6 @@ def remove_temporaries(folder: Path, since: float) -> list[Path]:
 # %% ../nbs/study/20_reproduce.ipynb #pmwarn2
 class _CheckedParameters(logging.Filter):
     "Drop papermill's 'Passed unknown parameter' warnings: `validate_params` has checked every name. The kit's own."
-
     def filter(self, record):
         return not record.getMessage().startswith("Passed unknown parameter")
 
@@ -610,11 +529,8 @@ class _CheckedParameters(logging.Filter):
 logging.getLogger("papermill").addFilter(_CheckedParameters())
 
 # %% ../nbs/study/20_reproduce.ipynb #c433891a
-def set_aside(
-    folder: Path,
-    why: str = "a newer run of this experiment replaced them",
-    older_than: float | None = None,
-) -> Path | None:
+def set_aside(folder: Path, why: str = "a newer run of this experiment replaced them",
+              older_than: float | None = None) -> Path | None:
     "Move the files (not the sub-folders) of a run folder into `.previous/<UTC time>/` with a note; the new folder (None: nothing to move)."
     files = [f for f in Path(folder).glob("*") if f.is_file()] if Path(folder).is_dir() else []
     if older_than is not None:  # files this run wrote in place stay
@@ -632,9 +548,7 @@ def set_aside(
         os.replace(f, dest / f.name)
     (dest / "NOTE.txt").write_text(
         f"Outputs of an earlier run, moved here at {stamp} because {why}.\n"
-        "mad-study compare and cite do not read this folder.\n",
-        encoding="utf-8",
-    )
+        "mad-study compare and cite do not read this folder.\n", encoding="utf-8")
     return dest
 
 # %% ../nbs/study/20_reproduce.ipynb #f82261a9
@@ -649,19 +563,11 @@ def _shown(path: Path) -> str:
 
 # %% ../nbs/study/20_reproduce.ipynb #af86f1a2
 # how a run computes, not what: the cache, where the models are served and how patiently
-NEUTRAL_KEYS = frozenset(
-    {
-        "cache",
-        "backend",
-        "base_url",
-        "served_model",
-        "api_key_env",
-        "server",
-        "concurrency",
-        "timeout",
-    }
-    | {"max_retries", "served_quant"}
-)
+NEUTRAL_KEYS = frozenset({
+    "cache", "backend", "base_url", "served_model", "api_key_env", "server", "concurrency",
+    "timeout"
+}
+                         | {"max_retries", "served_quant"})
 
 
 def result_overrides(overrides: Mapping | None) -> dict:
@@ -669,9 +575,8 @@ def result_overrides(overrides: Mapping | None) -> dict:
     return {k: v for k, v in dict(overrides or {}).items() if k not in NEUTRAL_KEYS}
 
 # %% ../nbs/study/20_reproduce.ipynb #0b9894b5
-def run_folder(
-    experiment: str, profile: str, overrides: Mapping | None = None, replace_reference: bool = False
-) -> Path:
+def run_folder(experiment: str, profile: str, overrides: Mapping | None = None,
+               replace_reference: bool = False) -> Path:
     """Where a run's outputs stay: `runs/<profile>/<experiment>/`; a run with `-p` overrides goes to its own folder
     `runs/<profile>/<experiment>@<key=value,...>/` (with its figures under `figures/` there) unless it replaces the
     reference (`--replace-reference`). The kit's own."""
@@ -713,13 +618,13 @@ def record_failure(stage: Path, final: Path, record: Mapping) -> Path:
     if Path(stage).exists():
         os.replace(stage, kept)
     rec = {
-        **json.loads(json.dumps(dict(record), default=str)),
-        "failed": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "attempt": kept.relative_to(final).as_posix(),
+        **json.loads(json.dumps(dict(record), default=str)), "failed":
+        _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "attempt":
+        kept.relative_to(final).as_posix()
     }
     return atomic_write_text(
-        Path(final) / FAILURE_FILE, json.dumps(rec, indent=2, sort_keys=True) + "\n"
-    )
+        Path(final) / FAILURE_FILE,
+        json.dumps(rec, indent=2, sort_keys=True) + "\n")
 
 # %% ../nbs/study/20_reproduce.ipynb #fx54lr01
 def last_run_files(final: Path) -> list[Path]:
@@ -727,11 +632,8 @@ def last_run_files(final: Path) -> list[Path]:
     `FAILED.json`): what a failed run leaves in place. The kit's own."""
     if not Path(final).is_dir():
         return []
-    return sorted(
-        f
-        for f in Path(final).iterdir()
-        if f.is_file() and not f.name.startswith(".") and f.name != FAILURE_FILE
-    )
+    return sorted(f for f in Path(final).iterdir()
+                  if f.is_file() and not f.name.startswith(".") and f.name != FAILURE_FILE)
 
 # %% ../nbs/study/20_reproduce.ipynb #1713065d
 def open_stage(final: Path) -> Path:
@@ -763,9 +665,8 @@ SKIPPED_TEST = "# a test of this notebook: `make test` runs it, an experiment's 
 def _kept(source: str) -> bool:
     "Export cells and cells of imports only: what an experiment may use from above its parameters."
     directives = [l for l in source.splitlines() if l.startswith("#|")]
-    if any(
-        d.split()[1:2] and d.split()[1] in ("export", "exporti", "default_exp") for d in directives
-    ):
+    if any(d.split()[1:2] and d.split()[1] in ("export", "exporti", "default_exp")
+           for d in directives):
         return True
     try:
         body = ast.parse(source).body
@@ -784,9 +685,10 @@ def experiment_notebook(path: str | os.PathLike) -> dict:
     tags = [c.get("metadata", {}).get("tags", []) for c in nb["cells"]]
     at = next((i for i, t in enumerate(tags) if "parameters" in t or "parameters-part" in t), None)
     if at is None:
-        raise ConfigError("the notebook has no cell tagged 'parameters' (papermill would run it with its own "
-                          "defaults, not the params file's values): tag the cell that sets the defaults",
-                          where=path)
+        raise ConfigError(
+            "the notebook has no cell tagged 'parameters' (papermill would run it with its own "
+            "defaults, not the params file's values): tag the cell that sets the defaults",
+            where=path)
     for c in nb["cells"][:at]:
         if c["cell_type"] == "code" and not _kept(cell_source(c)):
             c["source"] = SKIPPED_TEST
@@ -831,13 +733,8 @@ def _serving_stats(run_dir: Path, since: float) -> dict | None:
     return None
 
 # %% ../nbs/study/20_reproduce.ipynb #runexp2
-def run_experiment(
-    exp: Experiment,
-    p: Mapping,
-    log=print,
-    overrides: Mapping | None = None,
-    replace_reference: bool = False,
-) -> RunResult:
+def run_experiment(exp: Experiment, p: Mapping, log=print, overrides: Mapping | None = None,
+                   replace_reference: bool = False) -> RunResult:
     """Execute the experiment's notebook with papermill in a staging folder beside the last good run
     (`open_stage(run_folder(...))`: transcripts, figures, the executed copy, kernel.log with the kernel's own messages);
     `promote` it when the notebook finished, else `record_failure` (the last good run stays in place)."""
@@ -848,23 +745,20 @@ def run_experiment(
     stage = open_stage(final)
     out = stage / f"{exp.notebook.stem}.ipynb"
     if figures != figures_dir():
-        log(
-            f"{exp.id}: run with overrides ({', '.join(f'{k}={v}' for k, v in result_overrides(overrides).items())}): "
+        log(f"{exp.id}: run with overrides ({', '.join(f'{k}={v}' for k, v in result_overrides(overrides).items())}): "
             f"its outputs go to {_shown(final)}, figures/ is left as it is (--replace-reference replaces it)"
-        )
+            )
     # the kernel runs in its notebook's folder: its outputs still go under this root, its files into the stage
     env = {
-        "MAD_STUDY_ROOT": str(project_root()),
-        "MAD_STUDY_RUNS": str(runs_dir()),
-        "MAD_STUDY_FIGURES": str(stage / "figures"),
-        RUN_ENV: json.dumps(
+        "MAD_STUDY_ROOT":
+        str(project_root()), "MAD_STUDY_RUNS":
+        str(runs_dir()), "MAD_STUDY_FIGURES":
+        str(stage / "figures"), RUN_ENV:
+        json.dumps(
             {
-                "stage": str(stage),
-                "run": final.relative_to(runs_dir()).as_posix(),
-                "overrides": result_overrides(overrides),
-            },
-            default=str,
-        ),
+                "stage": str(stage), "run": final.relative_to(runs_dir()).as_posix(), "overrides":
+                result_overrides(overrides)
+            }, default=str)
     }
     # papermill keeps the kernel's stderr (kernel.log): the generation bar goes straight to the user's terminal
     if "MAD_STUDY_PROGRESS_FILE" not in os.environ and sys.stderr.isatty():
@@ -884,20 +778,14 @@ def run_experiment(
             # the executed notebook is written once, at the end or at the failing cell: papermill's
             # save after every cell (twice) rewrote it whole, ~7% of `make reproduce`'s CPU (sim)
             request_save_on_cell_execute=False,
-            kernel_manager_class=_logged_kernel(stage / "kernel.log", exp.id, env),
-        )
+            kernel_manager_class=_logged_kernel(stage / "kernel.log", exp.id, env))
         src.unlink(missing_ok=True)
         nfail, serving = _failed_generations(stage, t), _serving_stats(stage, t)
         if (moved := promote(stage, final, figures, started=t)) is not None:
             log(f"{exp.id}: an earlier run's outputs moved to {_shown(moved)}")
-        return RunResult(
-            exp.id,
-            True,
-            time.time() - t,
-            final / out.name,
-            failed_generations=nfail,
-            serving=serving,
-        )
+        return RunResult(exp.id, True,
+                         time.time() - t, final / out.name, failed_generations=nfail,
+                         serving=serving)
     except KeyboardInterrupt:
         raise
     except Exception as e:
@@ -908,40 +796,25 @@ def run_experiment(
         error = f"{type(e).__name__}: {clip_line(short, 500)}"
         nfail, serving = _failed_generations(stage, t), _serving_stats(stage, t)
         had_run = bool(last_run_files(final))
-        rec = record_failure(
-            stage,
-            final,
-            {
-                "experiment": exp.id,
-                "profile": p["profile"],
-                "error": error,
-                "overrides": overrides or {},
-            },
-        )
+        rec = record_failure(stage, final, {
+            "experiment": exp.id, "profile": p["profile"], "error": error, "overrides": overrides
+            or {}
+        })
         kept = final / json.loads(rec.read_text())["attempt"]
-        kept_note = (
-            "the last good run's outputs are kept"
-            if had_run
-            else "this run failed and there was no earlier run"
-        )
+        kept_note = ("the last good run's outputs are kept"
+                     if had_run else "this run failed and there was no earlier run")
         log(f"{exp.id}: {kept_note}; this failure: {_shown(rec)}")
         return RunResult(exp.id, False, time.time() - t, kept / out.name, error, nfail, serving)
 
 # %% ../nbs/study/20_reproduce.ipynb #53e3134d
-def run_order(
-    merged: Sequence[tuple[Experiment, dict]], profile: str
-) -> list[tuple[Experiment, dict]]:
+def run_order(merged: Sequence[tuple[Experiment, dict]],
+              profile: str) -> list[tuple[Experiment, dict]]:
     "Experiments sorted by their file's `expected_seconds[profile]`, longest first (stable: the rest keep registry order)."
-
     def secs(ep):
         v = ep[0].spec.get("expected_seconds") or {}
         if not isinstance(v, Mapping):
-            raise ConfigError(
-                "must map profile names to seconds",
-                where=ep[0].path,
-                key="expected_seconds",
-                value=v,
-            )
+            raise ConfigError("must map profile names to seconds", where=ep[0].path,
+                              key="expected_seconds", value=v)
         return -float(v.get(profile, 0) or 0)
 
     return sorted(merged, key=secs)
@@ -960,19 +833,15 @@ def run_after(merged: Sequence[tuple[Experiment, dict]]) -> dict[str, set[str]]:
     return out
 
 # %% ../nbs/study/20_reproduce.ipynb #35b9609a
-def _after_order(
-    order: Sequence[tuple[Experiment, dict]], after: Mapping[str, set[str]]
-) -> list[tuple[Experiment, dict]]:
+def _after_order(order: Sequence[tuple[Experiment, dict]],
+                 after: Mapping[str, set[str]]) -> list[tuple[Experiment, dict]]:
     "`order` with every experiment moved behind those it waits for (stable otherwise); a cycle is a `ConfigError`."
     todo, placed, out = list(order), set(), []
     while todo:
         k = next((k for k, (e, _) in enumerate(todo) if after.get(e.id, set()) <= placed), None)
         if k is None:
-            raise ConfigError(
-                "experiments wait for each other in a cycle",
-                key="after",
-                value=sorted(e.id for e, _ in todo),
-            )
+            raise ConfigError("experiments wait for each other in a cycle", key="after",
+                              value=sorted(e.id for e, _ in todo))
         e, p = todo.pop(k)
         placed.add(e.id)
         out.append((e, p))
@@ -986,9 +855,8 @@ def _failed_note(r: RunResult) -> str:
 def _check_gpu(prof: Mapping, name: str, overrides: Mapping | None) -> None:
     "A profile that `requires: {gpu: true}` needs a visible CUDA GPU, unless its models are served (`backend: openai`)."
     served = dict(prof.get("params") or {}, **dict(overrides or {})).get("backend") == "openai"
-    if (prof.get("requires") or {}).get(
-        "gpu"
-    ) and not served:  # through servers, the GPUs are theirs
+    if (prof.get("requires")
+            or {}).get("gpu") and not served:  # through servers, the GPUs are theirs
         try:
             import torch
 
@@ -998,17 +866,12 @@ def _check_gpu(prof: Mapping, name: str, overrides: Mapping | None) -> None:
         if not has_gpu:
             raise ConfigError(
                 "needs a CUDA GPU and none is visible; use --profile sim or --profile cpu",
-                key="--profile",
-                value=name,
-            )
+                key="--profile", value=name)
 
 # %% ../nbs/study/20_reproduce.ipynb #after04
 def _result_line(r: RunResult) -> str:
-    return (
-        f"{r.experiment}: {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f}s"
-        + (f": {r.error}" if r.error else "")
-        + _failed_note(r)
-    )
+    return (f"{r.experiment}: {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f}s" +
+            (f": {r.error}" if r.error else "") + _failed_note(r))
 
 # %% ../nbs/study/20_reproduce.ipynb #6a546b29
 WAKE_S = (
@@ -1016,9 +879,8 @@ WAKE_S = (
 )
 
 # %% ../nbs/study/20_reproduce.ipynb #d6a0a1b2
-def _run_waiting(
-    order, after: Mapping[str, set[str]], pool, run=None, log=print
-) -> list[RunResult]:
+def _run_waiting(order, after: Mapping[str, set[str]], pool, run=None,
+                 log=print) -> list[RunResult]:
     """Submit each experiment of `order` to `pool` once those it waits for (`run_after`) have finished; one that waits
     for a failed experiment is not run and its result says why. The kit's own."""
     from concurrent.futures import FIRST_COMPLETED, wait
@@ -1038,13 +900,8 @@ def _run_waiting(
                 waiting.remove((e, p))
                 note(
                     RunResult(
-                        e.id,
-                        False,
-                        0.0,
-                        None,
-                        f"not run: it waits for {', '.join(sorted(deps & failed))}, which failed",
-                    )
-                )
+                        e.id, False, 0.0, None,
+                        f"not run: it waits for {', '.join(sorted(deps & failed))}, which failed"))
             elif deps <= done:
                 waiting.remove((e, p))
                 running[pool.submit(run, e, p)] = e
@@ -1062,9 +919,8 @@ def _run_waiting(
     return results
 
 # %% ../nbs/study/20_reproduce.ipynb #cb38b7b4
-def _run_all(
-    merged: Sequence[tuple[Experiment, dict]], name: str, jobs: int, log=print, run=None
-) -> list[RunResult]:
+def _run_all(merged: Sequence[tuple[Experiment, dict]], name: str, jobs: int, log=print,
+             run=None) -> list[RunResult]:
     """Run the merged experiments in worker threads (`jobs` at once; the longest first with several, each after those it
     waits for), logging each; on Ctrl-C stop the kernels; always rewrite the index."""
     started = time.time()
@@ -1089,9 +945,8 @@ def _run_all(
         raise
     finally:
         idx = write_index()
-        log(
-            f"wrote {idx.relative_to(project_root()) if idx.is_relative_to(project_root()) else idx}"
-        )
+        log(f"wrote {idx.relative_to(project_root()) if idx.is_relative_to(project_root()) else idx}"
+            )
     return results
 
 # %% ../nbs/study/20_reproduce.ipynb #e20eb29c
@@ -1108,9 +963,8 @@ def _report_serving(results: Sequence[RunResult], log=print) -> None:
     "Log, per experiment that reached servers, what they answered and how many requests were in flight."
     served = [r for r in results if r.serving]
     if served:
-        log(
-            "served requests (retried: attempts repeated after a server error; failed: given up, not cached):"
-        )
+        log("served requests (retried: attempts repeated after a server error; failed: given up, not cached):"
+            )
     for r in served:
         for m, d in r.serving.items():
             log(f"  {r.experiment}: {_serving_line(m, d)}")
@@ -1120,16 +974,14 @@ def _report_failures(results: Sequence[RunResult], log=print) -> None:
     "Log the experiments with failed generations (and where they are listed) and the experiments that failed."
     partial = [r for r in results if r.failed_generations]
     if partial:
-        log(
-            f"{len(partial)} experiment(s) have failed generations (server errors after retries; not cached: run again to compute only those):"
-        )
+        log(f"{len(partial)} experiment(s) have failed generations (server errors after retries; not cached: run again to compute only those):"
+            )
         for r in partial:
             f = r.output.parent / "failed_generations.jsonl"
             first = json.loads(f.read_text().splitlines()[0])
-            log(
-                f"  {r.experiment}: {r.failed_generations} failed generation(s), e.g. item {first.get('item')} "
+            log(f"  {r.experiment}: {r.failed_generations} failed generation(s), e.g. item {first.get('item')} "
                 f"{first.get('agent', '')} round {first.get('round')}: {first.get('error')} (all: {f})"
-            )
+                )
     failed = [r for r in results if not r.ok]
     if failed:
         log(f"{len(failed)} experiment(s) failed:")
@@ -1137,14 +989,9 @@ def _report_failures(results: Sequence[RunResult], log=print) -> None:
             log(f"  {r.experiment}: {r.error} (executed notebook: {r.output})")
 
 # %% ../nbs/study/20_reproduce.ipynb #827d8981
-def reproduce(
-    targets: Sequence[str] = ("all",),
-    profile: str = "auto",
-    overrides: Mapping | None = None,
-    jobs: int = 1,
-    log=print,
-    replace_reference: bool = False,
-) -> list[RunResult]:
+def reproduce(targets: Sequence[str] = ("all", ), profile: str = "auto",
+              overrides: Mapping | None = None, jobs: int = 1, log=print,
+              replace_reference: bool = False) -> list[RunResult]:
     """Validate every target first, then run them (continuing past failures) and rewrite figures/INDEX.md; print what
     the profile changes in each. A run with `overrides` keeps figures/ as it is unless `replace_reference`."""
     name = auto_profile() if profile == "auto" else profile
@@ -1160,13 +1007,10 @@ def reproduce(
             print(f"mad-study: warning: {w}", file=sys.stderr)
         if ch := profile_changes(e, prof, p, overrides):
             log(f"{e.id}: profile '{name}' sets " + "; ".join(ch))
-    log(
-        f"mad-study: {len(merged)} experiment(s), profile '{name}'"
-        + (" (synthetic agents: not the papers' results)" if name == "sim" else "")
-    )
-    run = functools.partial(
-        run_experiment, log=log, overrides=overrides, replace_reference=replace_reference
-    )
+    log(f"mad-study: {len(merged)} experiment(s), profile '{name}'" +
+        (" (synthetic agents: not the papers' results)" if name == "sim" else ""))
+    run = functools.partial(run_experiment, log=log, overrides=overrides,
+                            replace_reference=replace_reference)
     results = _run_all(merged, name, jobs, log, run=run)
     _report_serving(results, log)
     _report_failures(results, log)
@@ -1187,33 +1031,23 @@ def _run_files(run: str, profile: str | None = None) -> list[Path]:
         if profile is None and len(dirs) > 1:
             raise ConfigError(
                 f"finished under several profiles ({', '.join(d.parent.name for d in dirs)}): pass --profile "
-                "(runs of different profiles are not one comparison)",
-                key="run",
-                value=run,
-            )
+                "(runs of different profiles are not one comparison)", key="run", value=run)
         files = sorted(f for d in dirs for f in d.rglob("*.parquet"))
     base = p if p.is_dir() else runs_dir()
     files = [
-        f
-        for f in files
-        if "cache" not in f.parts
-        and not any(
+        f for f in files if "cache" not in f.parts and not any(
             x.startswith(".")
-            for x in (f.relative_to(base).parts if f.is_relative_to(base) else f.parts)
-        )
+            for x in (f.relative_to(base).parts if f.is_relative_to(base) else f.parts))
     ]
     if not files:
         raise ConfigError(
             "no transcript (.parquet) found: give a transcript file, a folder of them or an experiment id with finished runs",
-            key="run",
-            value=run,
-        )
+            key="run", value=run)
     return files
 
 # %% ../nbs/study/20_reproduce.ipynb #a9c0eabb
-def load_runs(
-    runs: Sequence[str], by_file: bool = False, profile: str | None = None
-) -> "pd.DataFrame":
+def load_runs(runs: Sequence[str], by_file: bool = False,
+              profile: str | None = None) -> "pd.DataFrame":
     """Stored transcripts pooled for a comparison: an empty `method` takes the file name (`by_file`:
     every file is its own condition, named by its file name, or folder/file name when two files
     share a name)."""
@@ -1228,10 +1062,8 @@ def load_runs(
     for f in files:
         t = load_transcript(f)
         parts.append(
-            t.assign(method=label[f], experiment=label[f])
-            if by_file
-            else t.assign(method=t["method"].where(t["method"] != "", label[f]))
-        )
+            t.assign(method=label[f], experiment=label[f]) if by_file else t.assign(
+                method=t["method"].where(t["method"] != "", label[f])))
     pooled = pd.concat(parts, ignore_index=True)
     try:
         check_unique_turns(pooled)
@@ -1239,20 +1071,14 @@ def load_runs(
         raise ConfigError(
             f"{e}; these files hold the same condition twice (e.g. one method run with several models or "
             "tasks): pass the files of one comparison, or --by-file to make every file its own condition",
-            key="runs",
-        ) from None
+            key="runs") from None
     return pooled
 
 # %% ../nbs/study/20_reproduce.ipynb #67adba08
 @fold_keywords("inference")
-def compare_runs(
-    runs: Sequence[str],
-    reference: str | None = None,
-    who: str = "majority",
-    inference: Inference = Inference(),
-    by_file: bool = False,
-    profile: str | None = None,
-) -> tuple:
+def compare_runs(runs: Sequence[str], reference: str | None = None, who: str = "majority",
+                 inference: Inference = Inference(), by_file: bool = False,
+                 profile: str | None = None) -> tuple:
     """The paired comparison of finished runs from their stored transcripts (no generation): (table, caption, per-item
     results). `inference`: how it tests (`core.Inference`). `mad_study.stats.compare_methods` on `per_item_results` of the pooled transcripts (`load_runs`)."""
     from mad_study.stats import compare_methods, per_item_results
@@ -1260,11 +1086,8 @@ def compare_runs(
     res = per_item_results(load_runs(runs, by_file, profile), who=who)
     conds = list(dict.fromkeys(res["method"]))
     if len(conds) < 2:
-        raise ConfigError(
-            "a comparison needs at least two conditions (methods) in the runs",
-            key="runs",
-            value=list(runs),
-        )
+        raise ConfigError("a comparison needs at least two conditions (methods) in the runs",
+                          key="runs", value=list(runs))
     ref = reference or default_reference(conds)
     sets = {c: set(res.loc[res["method"] == c, "item_id"]) for c in conds}
     # dropped items are named (run_items)
@@ -1277,12 +1100,11 @@ def run_items(res: "pd.DataFrame") -> tuple[dict[str, int], list[str]]:
     "Per condition its number of items, and the items some condition lacks (left out of a paired comparison)."
     sets = {c: set(g["item_id"]) for c, g in res.groupby("method", sort=False)}
     shared = set.intersection(*sets.values()) if sets else set()
-    return {c: len(s) for c, s in sets.items()}, sorted(
-        set.union(*sets.values()) - shared
-    ) if sets else []
+    return {c: len(s)
+            for c, s in sets.items()}, sorted(set.union(*sets.values()) - shared) if sets else []
 
 # %% ../nbs/study/20_reproduce.ipynb #418ba412
-BASELINES = ("fully_connected",)
+BASELINES = ("fully_connected", )
 
 
 def default_reference(conditions: Sequence[str]) -> str:
@@ -1293,10 +1115,8 @@ def default_reference(conditions: Sequence[str]) -> str:
     if len(base) != 1:
         raise ConfigError(
             f"no --reference given and {'no' if not base else 'more than one'} baseline ({', '.join(BASELINES)}) among "
-            "the conditions: name the condition every other is compared with",
-            key="--reference",
-            choices=conditions,
-        )
+            "the conditions: name the condition every other is compared with", key="--reference",
+            choices=conditions)
     return base[0]
 
 # %% ../nbs/study/20_reproduce.ipynb #bc45bf05
@@ -1305,11 +1125,8 @@ def earlier_files(files: Sequence[Path], gap_s: float = 600.0) -> list[tuple[Pat
     left in the same folder, pooled into a comparison), each with its UTC time. The kit's own."""
     times = {Path(f): Path(f).stat().st_mtime for f in files}
     newest = max(times.values(), default=0.0)
-    return [
-        (f, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t)))
-        for f, t in sorted(times.items(), key=lambda x: x[1])
-        if newest - t > gap_s
-    ]
+    return [(f, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t)))
+            for f, t in sorted(times.items(), key=lambda x: x[1]) if newest - t > gap_s]
 
 # %% ../nbs/study/20_reproduce.ipynb #4199cf4f
 def _exit_if_stuck(code: int, wait: float = 2.0) -> None:
@@ -1335,102 +1152,67 @@ def _parser() -> argparse.ArgumentParser:
     "The `mad-study` argument parser: reproduce, plan, list, compare, cite, doctor."
     ap = argparse.ArgumentParser(
         prog="mad-study",
-        description="Regenerate the figures and tables of five multi-agent-debate papers.",
-    )
+        description="Regenerate the figures and tables of five multi-agent-debate papers.")
     ap.add_argument(
-        "--root",
-        default=None,
-        help="where runs/ and figures/ go (default: $MAD_STUDY_ROOT, else the current folder)",
-    )
+        "--root", default=None,
+        help="where runs/ and figures/ go (default: $MAD_STUDY_ROOT, else the current folder)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("reproduce", help="run experiments (papermill) and rewrite figures/INDEX.md")
-    r.add_argument(
-        "targets", nargs="*", default=["all"], help="all | paper | experiment | artefact ids"
-    )
-    r.add_argument(
-        "--profile", default="auto", help="auto (paper on a GPU, else sim) | sim | cpu | paper"
-    )
-    r.add_argument(
-        "-p",
-        "--param",
-        action="append",
-        default=[],
-        help="override a parameter: key=value (YAML value)",
-    )
+    r.add_argument("targets", nargs="*", default=["all"],
+                   help="all | paper | experiment | artefact ids")
+    r.add_argument("--profile", default="auto",
+                   help="auto (paper on a GPU, else sim) | sim | cpu | paper")
+    r.add_argument("-p", "--param", action="append", default=[],
+                   help="override a parameter: key=value (YAML value)")
     r.add_argument("--jobs", type=int, default=1, help="experiments run in parallel")
     r.add_argument(
-        "--replace-reference",
-        action="store_true",
-        help="a run with -p overrides writes figures/ (default: its own folder runs/<profile>/<id>@<overrides>/)",
+        "--replace-reference", action="store_true", help=
+        "a run with -p overrides writes figures/ (default: its own folder runs/<profile>/<id>@<overrides>/)"
     )
-    pl = sub.add_parser(
-        "plan", help="generations, tokens and weight memory, without running anything"
-    )
+    pl = sub.add_parser("plan",
+                        help="generations, tokens and weight memory, without running anything")
     pl.add_argument("targets", nargs="*", default=["all"])
     pl.add_argument("--profile", default="paper")
     pl.add_argument("-p", "--param", action="append", default=[])
     sub.add_parser("list", help="every experiment and artefact with its status")
     dr = sub.add_parser("doctor", help="check what a run on this machine needs, one line per check")
     dr.add_argument(
-        "--only",
-        default=None,
-        help="comma-separated: torch,bitsandbytes,twins,vision,lora,sandbox,memory,served",
-    )
-    dr.add_argument(
-        "--profile",
-        default="auto",
-        help="whose models' memory to check (auto: paper on a GPU, else sim)",
-    )
-    dr.add_argument(
-        "--base-url", default=None, help="also check a served model (OpenAI-compatible)"
-    )
-    dr.add_argument(
-        "--model", default="smollm2-135m-instruct", help="the served model's registry name"
-    )
+        "--only", default=None,
+        help="comma-separated: torch,bitsandbytes,twins,vision,lora,sandbox,memory,served")
+    dr.add_argument("--profile", default="auto",
+                    help="whose models' memory to check (auto: paper on a GPU, else sim)")
+    dr.add_argument("--base-url", default=None,
+                    help="also check a served model (OpenAI-compatible)")
+    dr.add_argument("--model", default="smollm2-135m-instruct",
+                    help="the served model's registry name")
     dr.add_argument("--served-model", default=None, help="the name the server knows it by")
     cp = sub.add_parser(
         "compare",
-        help="paired comparison of finished runs from their stored transcripts (no generation)",
-    )
+        help="paired comparison of finished runs from their stored transcripts (no generation)")
     cp.add_argument(
-        "runs",
-        nargs="+",
-        help="transcript files, folders of them, or experiment ids under runs/<profile>/",
-    )
+        "runs", nargs="+",
+        help="transcript files, folders of them, or experiment ids under runs/<profile>/")
     cp.add_argument(
-        "--reference",
-        default=None,
-        help="the condition every other is compared with (default: fully_connected, the baseline, if present)",
+        "--reference", default=None, help=
+        "the condition every other is compared with (default: fully_connected, the baseline, if present)"
     )
-    cp.add_argument(
-        "--who", default="majority", help="majority (the vote at the last round) or an agent name"
-    )
+    cp.add_argument("--who", default="majority",
+                    help="majority (the vote at the last round) or an agent name")
     cp.add_argument("--correction", default="holm", help="holm | bonferroni | fdr_bh | none")
+    cp.add_argument("--margin", type=float, default=None,
+                    help="equivalence margin (a fraction, e.g. 0.05) for TOST")
+    cp.add_argument("--csv", default="compare.csv",
+                    help="where the table goes (the per-item results: <name>_items.csv)")
     cp.add_argument(
-        "--margin",
-        type=float,
-        default=None,
-        help="equivalence margin (a fraction, e.g. 0.05) for TOST",
-    )
+        "--by-file", action="store_true",
+        help="every transcript file is its own condition (named by the file, or folder/file)")
     cp.add_argument(
-        "--csv",
-        default="compare.csv",
-        help="where the table goes (the per-item results: <name>_items.csv)",
-    )
-    cp.add_argument(
-        "--by-file",
-        action="store_true",
-        help="every transcript file is its own condition (named by the file, or folder/file)",
-    )
-    cp.add_argument(
-        "--profile",
-        default=None,
-        help="read experiment ids under runs/<profile>/ only (required when several profiles ran it)",
+        "--profile", default=None,
+        help="read experiment ids under runs/<profile>/ only (required when several profiles ran it)"
     )
     ci = sub.add_parser(
-        "cite",
-        help="BibTeX of what a function, protocol, experiment or run folder depends on (mad_study.cite)",
-    )
+        "cite", help=
+        "BibTeX of what a function, protocol, experiment or run folder depends on (mad_study.cite)")
     ci.add_argument("targets", nargs="+")
     ci.add_argument("--keys", action="store_true", help="print the reference keys only")
     return ap
@@ -1443,14 +1225,8 @@ def _cmd_list() -> int:
     df = index_table()
     exps = {aid: eid for eid, e in experiment_files().items() for aid in e["artefacts"]}
     rows = [
-        dict(
-            paper=r.paper,
-            artefact=r.id,
-            experiment=exps.get(r.id, ""),
-            status=r.status,
-            profile=r.profile,
-        )
-        for r in df.itertuples()
+        dict(paper=r.paper, artefact=r.id, experiment=exps.get(r.id, ""), status=r.status,
+             profile=r.profile) for r in df.itertuples()
     ]
     _print_table(rows, ["paper", "artefact", "experiment", "status", "profile"])
     return 0
@@ -1461,17 +1237,15 @@ def _cmd_compare(a) -> int:
     import pandas as pd
 
     inference = Inference(correction=a.correction, margin=a.margin)
-    table, caption, res = compare_runs(
-        a.runs, a.reference, a.who, inference, by_file=a.by_file, profile=a.profile
-    )
+    table, caption, res = compare_runs(a.runs, a.reference, a.who, inference, by_file=a.by_file,
+                                       profile=a.profile)
     files = list(dict.fromkeys(f for r in a.runs for f in _run_files(r, a.profile)))
     if old := earlier_files(files):
         print(
             f"mad-study: warning: {len(old)} of {len(files)} transcript file(s) were written well before the newest "
-            "(an earlier study's output in the same folder?): "
-            + ", ".join(f"{_shown(f)} ({t})" for f, t in old),
-            file=sys.stderr,
-        )
+            "(an earlier study's output in the same folder?): " + ", ".join(f"{_shown(f)} ({t})"
+                                                                            for f, t in old),
+            file=sys.stderr)
     if a.reference is None:
         print(
             f"reference: {default_reference(list(dict.fromkeys(res['method'])))} (the baseline; --reference to choose)"
@@ -1498,19 +1272,16 @@ def throughput_measurement() -> tuple[dict | None, str]:
     the one committed with the kit; (None, why) when there is neither."""
     from mad_study.core import cache_home, kit_path
 
-    for p, who in (
-        (cache_home() / "measurements" / "throughput.json", "this machine"),
-        (kit_path("benchmarks/gpu_throughput.json"), "committed with the kit"),
-    ):
+    for p, who in ((cache_home() / "measurements" / "throughput.json", "this machine"),
+                   (kit_path("benchmarks/gpu_throughput.json"), "committed with the kit")):
         if p.exists():
             rec = json.loads(p.read_text())
             return rec, f"{who}: {rec['device']}, {rec['date']}, {rec['model']}"
     return None, "no GPU measurement (run `make bench --device cuda` on a GPU)"
 
 # %% ../nbs/study/20_reproduce.ipynb #2a852519
-def plan_gpu_hours(
-    tokens: int, params_b: float, quant: str = "nf4", rec: Mapping | None = None
-) -> dict:
+def plan_gpu_hours(tokens: int, params_b: float, quant: str = "nf4",
+                   rec: Mapping | None = None) -> dict:
     "GPU-hours of `tokens` completion tokens of a `params_b` model: at the measurement `rec` and at vLLM's figure."
     from mad_study.registry import get_model
     from mad_study.umad_train import ROLLOUT_THROUGHPUT
@@ -1538,25 +1309,17 @@ def _cmd_plan(a, overrides: Mapping) -> int:
             print(f"{e.id}: profile '{name}' sets " + "; ".join(ch))
         pl = plan_experiment(e, p)
         plans.append(pl)
-        mem = ", ".join(
-            f"{m}: {g} GB" if g is not None else f"{m}: synthetic"
-            for m, g in pl["weight_memory_gb"].items()
-        )
+        mem = ", ".join(f"{m}: {g} GB" if g is not None else f"{m}: synthetic"
+                        for m, g in pl["weight_memory_gb"].items())
         rows.append(
-            dict(
-                experiment=e.id,
-                paper=e.paper,
-                generations=f"{pl['generations']:,}",
-                completion_tokens=f"<= {pl['completion_tokens']:,}",
-                prompt_tokens=f"~ {pl['prompt_tokens']:,}",
-                weights=f"{mem} ({p.get('quant', 'nf4')})",
-            )
-        )
+            dict(experiment=e.id, paper=e.paper, generations=f"{pl['generations']:,}",
+                 completion_tokens=f"<= {pl['completion_tokens']:,}",
+                 prompt_tokens=f"~ {pl['prompt_tokens']:,}",
+                 weights=f"{mem} ({p.get('quant', 'nf4')})"))
     print(f"plan for profile '{name}' (nothing is run)")
     _print_table(
         rows,
-        ["experiment", "paper", "generations", "completion_tokens", "prompt_tokens", "weights"],
-    )
+        ["experiment", "paper", "generations", "completion_tokens", "prompt_tokens", "weights"])
     for pl in plans:  # what a planner adds (training: rollouts, steps, memory)
         extra = {k: v for k, v in pl.items() if k not in _PLAN_SHOWN}
         if extra:
@@ -1567,18 +1330,10 @@ def _cmd_plan(a, overrides: Mapping) -> int:
         print(
             "\nto serve them (vLLM, 80 GB GPUs; then add -p backend=openai -p base_url=http://HOST:8000/v1; see docs/serving.md)"
         )
-        _print_table(
-            srv,
-            [
-                "model",
-                "experiments",
-                "generations",
-                "completion_tokens",
-                "weights_bf16",
-                "tp",
-                "command",
-            ],
-        )
+        _print_table(srv, [
+            "model", "experiments", "generations", "completion_tokens", "weights_bf16", "tp",
+            "command"
+        ])
     return 0
 
 # %% ../nbs/study/20_reproduce.ipynb #1a710abb
@@ -1598,24 +1353,17 @@ def _print_gpu_hours(plans: Sequence[Mapping], quant: str) -> None:
         for k in h:
             tot[k] += h[k]
         rows.append(
-            dict(
-                experiment=pl["experiment"],
-                measured=f"{h['measured']:,.1f}" if "measured" in h else "-",
-                vllm=f"{h['vllm']:,.1f}",
-            )
-        )
+            dict(experiment=pl["experiment"],
+                 measured=f"{h['measured']:,.1f}" if "measured" in h else "-",
+                 vllm=f"{h['vllm']:,.1f}"))
     if not rows:
         return
     print(
         f"\nGPU-hours of the completion tokens ({quant}; measured: {where}; vllm: 12,500 tok/s published)"
     )
     rows.append(
-        dict(
-            experiment="total",
-            measured=f"{tot['measured']:,.0f}" if rec else "-",
-            vllm=f"{tot['vllm']:,.0f}",
-        )
-    )
+        dict(experiment="total", measured=f"{tot['measured']:,.0f}" if rec else "-",
+             vllm=f"{tot['vllm']:,.0f}"))
     _print_table(rows, ["experiment", "measured", "vllm"])
 
 # %% ../nbs/study/20_reproduce.ipynb #b78a54db
@@ -1657,17 +1405,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides = dict(parse_override(s) for s in a.param)
         if a.cmd == "plan":
             return _cmd_plan(a, overrides)
-        res = reproduce(
-            a.targets, a.profile, overrides, jobs=a.jobs, replace_reference=a.replace_reference
-        )
+        res = reproduce(a.targets, a.profile, overrides, jobs=a.jobs,
+                        replace_reference=a.replace_reference)
         return 0 if all(r.ok for r in res) else 1
     except ConfigError as e:
         print(f"mad-study: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(
-            "mad-study: interrupted; finished outputs are kept, figures/INDEX.md rewritten",
-            file=sys.stderr,
-        )
+        print("mad-study: interrupted; finished outputs are kept, figures/INDEX.md rewritten",
+              file=sys.stderr)
         _exit_if_stuck(130)
         return 130

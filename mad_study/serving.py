@@ -25,15 +25,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from fastcore.basics import patch
 
-from mad_study.core import (
-    ConfigError,
-    clip_line,
-    GenRequest,
-    Generation,
-    image_path,
-    load_image,
-    signals_from_logprobs,
-)
+from .core import (ConfigError, clip_line, GenRequest, Generation, image_path, load_image,
+                            signals_from_logprobs)
 from .interface import BaseBackend, Progress, active_progress
 from .registry import ModelSpec, spec_for, get_model, weight_memory_gb
 
@@ -60,15 +53,11 @@ def logprob_signals(logprobs: Mapping | None) -> tuple[dict, str]:
         ents = [
             -sum(
                 math.exp(float(a["logprob"])) * float(a["logprob"])
-                for a in top
-                if math.isfinite(float(a["logprob"]))
-            )
-            for top in tops
+                for a in top if math.isfinite(float(a["logprob"]))) for top in tops
         ]
         k = max(len(t) for t in tops)
         return signals_from_logprobs(
-            lps, ents
-        ), f"server logprobs; token_entropy from top-{k} log-probs (a lower bound)"
+            lps, ents), f"server logprobs; token_entropy from top-{k} log-probs (a lower bound)"
     return signals_from_logprobs(lps), "server logprobs; token_entropy missing: no top_logprobs"
 
 # %% ../nbs/backends/03c_serving.ipynb #745aa022
@@ -82,7 +71,8 @@ def _local_generation_ids(served_model: str) -> dict:
         return {}
     d = json.loads(p.read_text())
     return {
-        k: d[k] for k in ("eos_token_id", "pad_token_id", "bos_token_id") if d.get(k) is not None
+        k: d[k]
+        for k in ("eos_token_id", "pad_token_id", "bos_token_id") if d.get(k) is not None
     }
 
 # %% ../nbs/backends/03c_serving.ipynb #fd7a3b04
@@ -104,28 +94,18 @@ def openai_messages(messages: Sequence[Mapping]) -> list[dict]:
             continue
         parts = [{"type": "image_url", "image_url": {"url": image_data_url(h)}} for h in imgs]
         out.append(
-            {"role": m["role"], "content": parts + [{"type": "text", "text": str(m["content"])}]}
-        )
+            {"role": m["role"], "content": parts + [{"type": "text", "text": str(m["content"])}]})
     return out
 
 # %% ../nbs/backends/03c_serving.ipynb #bfe37b85
-def request_body(
-    r: GenRequest,
-    served_model: str,
-    server: str = "vllm",
-    top_k: int | None = None,
-    top_logprobs: int | None = 5,
-    chat_template_kwargs: Mapping | None = None,
-) -> dict:
+def request_body(r: GenRequest, served_model: str, server: str = "vllm", top_k: int | None = None,
+                 top_logprobs: int | None = 5, chat_template_kwargs: Mapping | None = None) -> dict:
     "A chat-completions body for `r` (temperature, top-p, top-k, max tokens, seed; logprobs when `top_logprobs` is not None)."
     if server not in SERVER_KINDS:
         raise ConfigError("unknown server kind", key="server", value=server, choices=SERVER_KINDS)
     b = {
-        "model": served_model,
-        "messages": openai_messages(r.messages),
-        "max_tokens": int(r.max_new_tokens),
-        "temperature": float(r.temperature),
-        "top_p": float(r.top_p),
+        "model": served_model, "messages": openai_messages(r.messages), "max_tokens":
+        int(r.max_new_tokens), "temperature": float(r.temperature), "top_p": float(r.top_p)
     }
     if r.temperature > 0:
         b["seed"] = int(r.seed) % (2**31)
@@ -133,14 +113,9 @@ def request_body(
         b["chat_template_kwargs"] = dict(chat_template_kwargs)
     if server == "transformers":
         if r.temperature > 0:
-            gc = dict(
-                do_sample=True,
-                temperature=float(r.temperature),
-                top_p=float(r.top_p),
-                top_k=int(top_k or 0),
-                max_new_tokens=int(r.max_new_tokens),
-                **_local_generation_ids(served_model),
-            )
+            gc = dict(do_sample=True, temperature=float(r.temperature), top_p=float(r.top_p),
+                      top_k=int(top_k or 0), max_new_tokens=int(r.max_new_tokens),
+                      **_local_generation_ids(served_model))
             b["generation_config"] = json.dumps(gc)
         return b
     if top_k:
@@ -160,13 +135,10 @@ class ServingError(ConfigError):
 def _as_urls(base_url) -> list[str]:
     urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
     if not urls or not all(
-        isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls
-    ):
+            isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
         raise ConfigError(
             "must be an http(s) URL or a list of them (e.g. http://127.0.0.1:8000/v1)",
-            key="base_url",
-            value=base_url,
-        )
+            key="base_url", value=base_url)
     return [u.rstrip("/") for u in urls]
 
 # %% ../nbs/backends/03c_serving.ipynb #fe1d46df
@@ -190,7 +162,6 @@ def _default_served_model(spec: ModelSpec) -> str:
 # %% ../nbs/backends/03c_serving.ipynb #75ccd897
 class FlightMeter:
     "Requests in flight over time (thread-safe): time-weighted mean while any is open, maximum, busy seconds (a context manager per request)."
-
     def __init__(self, clock: Callable[[], float] = time.perf_counter):
         self.clock, self.n, self.max, self.area, self.busy, self.count = clock, 0, 0, 0.0, 0.0, 0
         self._t, self._lock = None, threading.Lock()
@@ -217,49 +188,29 @@ class FlightMeter:
     def summary(self) -> dict:
         "requests (HTTP requests sent), mean (time-weighted, over busy time), max, busy_s."
         with self._lock:
-            return dict(
-                requests=self.count,
-                mean=round(self.area / self.busy, 2) if self.busy > 0 else None,
-                max=self.max,
-                busy_s=round(self.busy, 3),
-            )
+            return dict(requests=self.count,
+                        mean=round(self.area / self.busy, 2) if self.busy > 0 else None,
+                        max=self.max, busy_s=round(self.busy, 3))
 
 # %% ../nbs/backends/03c_serving.ipynb #de0bc6d1
 class OpenAIBackend(BaseBackend):
     "A model behind OpenAI-compatible servers (vLLM, SGLang, llama.cpp, `transformers serve`): concurrent, retried, failures recorded."
-
-    def __init__(
-        self,
-        model: str | ModelSpec,
-        base_url: str | Sequence[str],
-        served_model: str | None = None,
-        api_key_env: str | None = None,
-        server: str = "vllm",
-        concurrency: int = 16,
-        timeout: float = 600.0,
-        max_retries: int = 3,
-        backoff: float = 0.5,
-        backoff_max: float = 8.0,
-        top_k: int | None = None,
-        top_logprobs: int | None = 5,
-        served_quant: str | None = None,
-        chat_template_kwargs: Mapping | None = None,
-        failure_log: str | os.PathLike | None = None,
-    ):
+    def __init__(self, model: str | ModelSpec, base_url: str | Sequence[str],
+                 served_model: str | None = None, api_key_env: str | None = None,
+                 server: str = "vllm", concurrency: int = 16, timeout: float = 600.0,
+                 max_retries: int = 3, backoff: float = 0.5, backoff_max: float = 8.0,
+                 top_k: int | None = None, top_logprobs: int | None = 5,
+                 served_quant: str | None = None, chat_template_kwargs: Mapping | None = None,
+                 failure_log: str | os.PathLike | None = None):
         self.spec = spec_for(model)
         if self.spec.kind == "sim":
-            raise ConfigError(
-                "synthetic agents are not served over HTTP", key="model", value=self.spec.name
-            )
+            raise ConfigError("synthetic agents are not served over HTTP", key="model",
+                              value=self.spec.name)
         if server not in SERVER_KINDS:
-            raise ConfigError(
-                "unknown server kind", key="server", value=server, choices=SERVER_KINDS
-            )
-        for k, v, lo in (
-            ("concurrency", concurrency, 1),
-            ("max_retries", max_retries, 0),
-            ("timeout", timeout, 1e-3),
-        ):
+            raise ConfigError("unknown server kind", key="server", value=server,
+                              choices=SERVER_KINDS)
+        for k, v, lo in (("concurrency", concurrency, 1), ("max_retries", max_retries, 0),
+                         ("timeout", timeout, 1e-3)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < lo:
                 raise ConfigError(f"must be a number >= {lo:g}", key=k, value=v)
         self.model_name, self.kind, self.server = self.spec.name, self.spec.kind, server
@@ -267,25 +218,17 @@ class OpenAIBackend(BaseBackend):
         self.served_model = str(served_model or _default_served_model(self.spec))
         self.api_key_env = api_key_env
         if api_key_env and not os.environ.get(api_key_env):
-            raise ConfigError(
-                "the environment variable named by api_key_env is not set",
-                key="api_key_env",
-                value=api_key_env,
-            )
-        self.concurrency, self.timeout, self.max_retries = (
-            int(concurrency),
-            float(timeout),
-            int(max_retries),
-        )
+            raise ConfigError("the environment variable named by api_key_env is not set",
+                              key="api_key_env", value=api_key_env)
+        self.concurrency, self.timeout, self.max_retries = (int(concurrency), float(timeout),
+                                                            int(max_retries))
         self.backoff, self.backoff_max = float(backoff), float(backoff_max)
         self.top_k = int(top_k) if top_k else None
-        self.top_logprobs = (
-            None if server == "transformers" or top_logprobs is None else int(top_logprobs)
-        )
+        self.top_logprobs = (None if server == "transformers" or top_logprobs is None else
+                             int(top_logprobs))
         self.served_quant = served_quant
         self.chat_template_kwargs = {
-            **dict(self.spec.chat_template_kwargs),
-            **dict(chat_template_kwargs or {}),
+            **dict(self.spec.chat_template_kwargs), **dict(chat_template_kwargs or {})
         }
         self.failure_log = Path(failure_log) if failure_log else None
         self.failures: list[dict] = []
@@ -305,33 +248,21 @@ def batch_size(self: OpenAIBackend) -> int:
 # %% ../nbs/backends/03c_serving.ipynb #93f8c037
 @patch(as_prop=True)
 def backend_id(self: OpenAIBackend) -> str:
-    ident = dict(
-        served=_served_id(self.served_model),
-        quant=self.served_quant,
-        top_k=self.top_k,
-        logprobs=self.top_logprobs,
-        chat_template_kwargs=self.chat_template_kwargs or None,
-    )
+    ident = dict(served=_served_id(self.served_model), quant=self.served_quant, top_k=self.top_k,
+                 logprobs=self.top_logprobs, chat_template_kwargs=self.chat_template_kwargs or None)
     return f"openai:{self.model_name}:" + json.dumps(
-        {k: v for k, v in ident.items() if v is not None}, sort_keys=True
-    )
+        {k: v
+         for k, v in ident.items() if v is not None}, sort_keys=True)
 
 # %% ../nbs/backends/03c_serving.ipynb #576e013d
 @patch
 def provenance(self: OpenAIBackend) -> dict:
     """What a sidecar records about this backend: server kind, number of servers, signal source, failures, the HTTP requests
     answered / retried / failed and how many were in flight on average (never the key or a URL's credentials)."""
-    return dict(
-        backend="openai",
-        server=self.server,
-        served_model=_served_id(self.served_model),
-        n_servers=len(self.base_urls),
-        concurrency=self.concurrency,
-        signals=dict(self.signal_notes),
-        failed_generations=len(self.failures),
-        requests=dict(self.stats),
-        in_flight=self.flight.summary(),
-    )
+    return dict(backend="openai", server=self.server, served_model=_served_id(self.served_model),
+                n_servers=len(self.base_urls), concurrency=self.concurrency,
+                signals=dict(self.signal_notes), failed_generations=len(self.failures),
+                requests=dict(self.stats), in_flight=self.flight.summary())
 
 # %% ../nbs/backends/03c_serving.ipynb #12a4a5ca
 def _headers(self: OpenAIBackend) -> dict:
@@ -346,16 +277,12 @@ def client(self: OpenAIBackend):
         try:
             import httpx
         except ImportError:
-            raise ConfigError(
-                "the OpenAI backend needs httpx: pip install -e '.[serving]'",
-                key="backend",
-                value="openai",
-            ) from None
+            raise ConfigError("the OpenAI backend needs httpx: pip install -e '.[serving]'",
+                              key="backend", value="openai") from None
         self._client = httpx.Client(
-            timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)),
-            headers=_headers(self),
-            limits=httpx.Limits(max_connections=self.concurrency * len(self.base_urls) + 4),
-        )
+            timeout=httpx.Timeout(self.timeout, connect=min(10.0,
+                                                            self.timeout)), headers=_headers(self),
+            limits=httpx.Limits(max_connections=self.concurrency * len(self.base_urls) + 4))
     return self._client
 
 # %% ../nbs/backends/03c_serving.ipynb #54f9787f
@@ -368,11 +295,11 @@ def close(self: OpenAIBackend) -> None:
 
 # %% ../nbs/backends/03c_serving.ipynb #e7bffaa7
 _HINTS = {
-    400: "check served_model (the model name the server serves) and the request fields",
-    401: "check the API key (api_key_env names the environment variable that holds it)",
-    403: "check the API key (api_key_env names the environment variable that holds it)",
-    404: "check base_url (it usually ends in /v1) and served_model",
-    422: "the server rejected the request body",
+    400: "check served_model (the model name the server serves) and the request fields", 401:
+    "check the API key (api_key_env names the environment variable that holds it)", 403:
+    "check the API key (api_key_env names the environment variable that holds it)", 404:
+    "check base_url (it usually ends in /v1) and served_model", 422:
+    "the server rejected the request body"
 }
 
 
@@ -380,11 +307,8 @@ def _detail(resp) -> str:
     "The server's error message in one line (OpenAI `error.message`, FastAPI `detail`, else the body)."
     try:
         d = resp.json()
-        msg = (
-            (d.get("error") or {}).get("message")
-            if isinstance(d.get("error"), dict)
-            else d.get("error")
-        )
+        msg = ((d.get("error") or {}).get("message")
+               if isinstance(d.get("error"), dict) else d.get("error"))
         msg = msg or d.get("detail") or d.get("message") or json.dumps(d)
     except Exception:
         msg = resp.text
@@ -404,19 +328,14 @@ def _parse(d: Mapping) -> tuple[Generation, str]:
         ch = d["choices"][0]
         text = ch["message"].get("content") or ""
     except (KeyError, IndexError, TypeError, AttributeError):
-        raise ServingError(
-            f"the answer is not a chat completion: {json.dumps(d)[:200]}", key="base_url"
-        ) from None
+        raise ServingError(f"the answer is not a chat completion: {json.dumps(d)[:200]}",
+                           key="base_url") from None
     usage = d.get("usage") or {}
     sig, note = logprob_signals(ch.get("logprobs"))
     finish = "length" if ch.get("finish_reason") == "length" else "stop"
-    return Generation(
-        text,
-        prompt_tokens=usage.get("prompt_tokens"),
-        completion_tokens=usage.get("completion_tokens"),
-        finish_reason=finish,
-        **sig,
-    ), note
+    return Generation(text, prompt_tokens=usage.get("prompt_tokens"),
+                      completion_tokens=usage.get("completion_tokens"), finish_reason=finish,
+                      **sig), note
 
 # %% ../nbs/backends/03c_serving.ipynb #c0033557
 @patch
@@ -424,9 +343,8 @@ def _one(self: OpenAIBackend, r: GenRequest, home: int) -> Generation:
     "One request with retries (next server on each retry); a failed generation when the retries are spent."
     import httpx
 
-    body = request_body(
-        r, self.served_model, self.server, self.top_k, self.top_logprobs, self.chat_template_kwargs
-    )
+    body = request_body(r, self.served_model, self.server, self.top_k, self.top_logprobs,
+                        self.chat_template_kwargs)
     n, err, url, tries = len(self.base_urls), "", self.base_urls[home], 0
     for attempt in range(self.max_retries + 1):
         url = self.base_urls[(home + attempt) % n]
@@ -451,28 +369,21 @@ def _one(self: OpenAIBackend, r: GenRequest, home: int) -> Generation:
             if resp.status_code not in RETRY_STATUS and resp.status_code < 500:
                 hint = _HINTS.get(resp.status_code, "")
                 raise ServingError(
-                    f"the server refused the request (HTTP {resp.status_code}: {_detail(resp)})"
-                    + (f"; {hint}" if hint else ""),
-                    where=url,
-                    key="served_model",
-                    value=self.served_model,
-                )
+                    f"the server refused the request (HTTP {resp.status_code}: {_detail(resp)})" +
+                    (f"; {hint}" if hint else ""), where=url, key="served_model",
+                    value=self.served_model)
             err, wait = f"HTTP {resp.status_code}: {_detail(resp)}", _retry_after(resp)
         with self._lock:
             self.stats["retried" if attempt < self.max_retries else "failed"] += 1
         if attempt < self.max_retries:
             time.sleep(
-                min(self.backoff_max, wait if wait is not None else self.backoff * 2**attempt)
-            )
+                min(self.backoff_max, wait if wait is not None else self.backoff * 2**attempt))
     with self._lock:
         reached = bool(self._reached & set(self.base_urls))
     if err.startswith("cannot connect") and not reached:
         raise ServingError(
             f"cannot reach the server after {tries} tries ({err}); is it running, and is base_url right?",
-            where=url,
-            key="base_url",
-            value=self.base_urls if n > 1 else self.base_urls[0],
-        )
+            where=url, key="base_url", value=self.base_urls if n > 1 else self.base_urls[0])
     self._record_failure(r, url, f"{err} (after {tries} tries)")
     return Generation("", prompt_tokens=None, completion_tokens=None, finish_reason="error")
 
@@ -482,16 +393,10 @@ def _record_failure(self: OpenAIBackend, r: GenRequest, url: str, error: str) ->
     "Remember a failed generation (and append it to `failure_log`): item, agent/role, round, URL, error."
     m = r.meta or {}
     item = m.get("item")
-    rec = dict(
-        model=self.model_name,
-        item=getattr(item, "id", item if isinstance(item, str) else None),
-        agent=m.get("agent", m.get("role")),
-        round=m.get("round"),
-        sample=m.get("sample"),
-        url=url,
-        error=error,
-        time=time.strftime("%Y-%m-%dT%H:%M:%S"),
-    )
+    rec = dict(model=self.model_name, item=getattr(item, "id",
+                                                   item if isinstance(item, str) else None),
+               agent=m.get("agent", m.get("role")), round=m.get("round"), sample=m.get("sample"),
+               url=url, error=error, time=time.strftime("%Y-%m-%dT%H:%M:%S"))
     rec = {k: v for k, v in rec.items() if v is not None}
     with self._lock:
         self.failures.append(rec)
@@ -536,7 +441,7 @@ def generate(self: OpenAIBackend, requests: list[GenRequest]) -> list[Generation
 
     n_workers = min(len(requests), self.concurrency * len(self.base_urls))
     threads = [
-        threading.Thread(target=work, args=(w,), daemon=True, name=f"openai-{w}")
+        threading.Thread(target=work, args=(w, ), daemon=True, name=f"openai-{w}")
         for w in range(n_workers)
     ]
     for t in threads:
@@ -560,12 +465,8 @@ def generate(self: OpenAIBackend, requests: list[GenRequest]) -> list[Generation
         why = Counter(f["error"].split(" (after")[0] for f in new).most_common(2)
         _log.warning(
             "%s: %d of %d generations failed and are recorded as failed (finish_reason='error', not cached; a re-run "
-            "computes them): %s",
-            self.model_name,
-            len(new),
-            len(requests),
-            "; ".join(f"{c} x {e}" for e, c in why),
-        )
+            "computes them): %s", self.model_name, len(new), len(requests),
+            "; ".join(f"{c} x {e}" for e, c in why))
     return out
 
 # %% ../nbs/backends/03c_serving.ipynb #cc2a1ecd
@@ -579,12 +480,8 @@ def _write_stats(self: OpenAIBackend) -> None:
             for k, v in (json.loads(p.read_text()) if p.is_file() else {}).items()
             if v.get("pid") == os.getpid()
         }
-        d[self.model_name] = dict(
-            requests=dict(self.stats),
-            in_flight=self.flight.summary(),
-            failed_generations=len(self.failures),
-            pid=os.getpid(),
-        )
+        d[self.model_name] = dict(requests=dict(self.stats), in_flight=self.flight.summary(),
+                                  failed_generations=len(self.failures), pid=os.getpid())
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(json.dumps(d, indent=1))
 
@@ -602,30 +499,21 @@ def echo_completion(body: Mapping, logprobs: bool = True) -> dict:
     ch = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
     if logprobs and body.get("logprobs"):
         ch["logprobs"] = {
-            "content": [
-                {
-                    "token": "echo",
-                    "logprob": -0.5,
-                    "top_logprobs": [{"token": "echo", "logprob": -0.5}],
-                },
-                {"token": ":", "logprob": -1.5, "top_logprobs": [{"token": ":", "logprob": -1.5}]},
-            ]
+            "content": [{
+                "token": "echo", "logprob": -0.5, "top_logprobs":
+                [{"token": "echo", "logprob": -0.5}]
+            }, {"token": ":", "logprob": -1.5, "top_logprobs": [{"token": ":", "logprob": -1.5}]}]
         }
     return {
-        "id": "stub",
-        "object": "chat.completion",
-        "model": body.get("model"),
-        "choices": [ch],
-        "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9},
+        "id": "stub", "object": "chat.completion", "model": body.get("model"), "choices": [ch],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}
     }
 
 # %% ../nbs/backends/03c_serving.ipynb #2d623d52
 class StubServer:
     "A scripted OpenAI-compatible server on 127.0.0.1 (a thread): `script(n, body) -> (status, payload)` for the n-th request."
-
-    def __init__(
-        self, script: Callable[[int, dict], tuple[int, Any]] | None = None, delay: float = 0.0
-    ):
+    def __init__(self, script: Callable[[int, dict], tuple[int, Any]] | None = None,
+                 delay: float = 0.0):
         self.script = script or (lambda n, body: (200, echo_completion(body)))
         self.delay, self.calls, self.bodies, self.max_in_flight, self._in = delay, 0, [], 0, 0
         lock, stub = threading.Lock(), self
@@ -639,8 +527,7 @@ class StubServer:
 
             def do_POST(self):
                 body = json.loads(
-                    self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}"
-                )
+                    self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
                 with lock:
                     n = stub.calls
                     stub.calls += 1
@@ -685,11 +572,8 @@ def serving_available() -> str | None:
     import importlib.util
 
     missing = [m for m in ("fastapi", "uvicorn", "httpx") if importlib.util.find_spec(m) is None]
-    return (
-        f"transformers serve needs {', '.join(missing)}: pip install 'transformers[serving]'"
-        if missing
-        else None
-    )
+    return (f"transformers serve needs {', '.join(missing)}: pip install 'transformers[serving]'"
+            if missing else None)
 
 # %% ../nbs/backends/03c_serving.ipynb #ba14c27c
 def _die_with_parent() -> None:
@@ -700,10 +584,7 @@ def _die_with_parent() -> None:
 
 # %% ../nbs/backends/03c_serving.ipynb #3a6dd19a
 CB_SETTINGS = {
-    "block_size": int,
-    "num_blocks": int,
-    "max_batch_tokens": int,
-    "max_memory_percent": float,
+    "block_size": int, "num_blocks": int, "max_batch_tokens": int, "max_memory_percent": float
 }
 # 64 pages of 256 tokens: transformers sizes the cache from free memory, on a CPU all the RAM
 CB_CPU_DEFAULTS = {"num_blocks": 64}
@@ -714,21 +595,12 @@ def _cb_args(cb: Mapping | None) -> list[str]:
     out = []
     for k, v in dict(cb or {}).items():
         if k not in CB_SETTINGS:
-            raise ConfigError(
-                "unknown continuous-batching setting",
-                key=f"cb.{k}",
-                value=v,
-                choices=tuple(CB_SETTINGS),
-            )
-        if (
-            isinstance(v, bool)
-            or not isinstance(v, (int, float))
-            or v <= 0
-            or (CB_SETTINGS[k] is int and v != int(v))
-        ):
-            raise ConfigError(
-                f"must be a positive {CB_SETTINGS[k].__name__}", key=f"cb.{k}", value=v
-            )
+            raise ConfigError("unknown continuous-batching setting", key=f"cb.{k}", value=v,
+                              choices=tuple(CB_SETTINGS))
+        if (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0
+                or (CB_SETTINGS[k] is int and v != int(v))):
+            raise ConfigError(f"must be a positive {CB_SETTINGS[k].__name__}", key=f"cb.{k}",
+                              value=v)
         out += [f"--cb-{k.replace('_', '-')}", str(CB_SETTINGS[k](v))]
     return out
 
@@ -736,55 +608,34 @@ def _cb_args(cb: Mapping | None) -> list[str]:
 class TransformersServer:
     """`transformers serve` on a local checkpoint, on 127.0.0.1 and a free port: start, wait for
     /health (bounded), always stop (bounded)."""
-
-    def __init__(
-        self,
-        checkpoint: str | os.PathLike,
-        port: int | None = None,
-        log_path: str | os.PathLike | None = None,
-        start_timeout: float = 240.0,
-        stop_timeout: float = 10.0,
-        extra_args: Sequence[str] = (),
-        continuous_batching: bool = False,
-        cb: Mapping | None = None,
-        threads: int | None = None,
-    ):
+    def __init__(self, checkpoint: str | os.PathLike, port: int | None = None,
+                 log_path: str | os.PathLike | None = None, start_timeout: float = 240.0,
+                 stop_timeout: float = 10.0, extra_args: Sequence[str] = (),
+                 continuous_batching: bool = False, cb: Mapping | None = None,
+                 threads: int | None = None):
         if cb and not continuous_batching:
-            raise ConfigError(
-                "--cb-* settings need continuous_batching=True", key="cb", value=dict(cb)
-            )
-        self.continuous_batching, self.cb = (
-            bool(continuous_batching),
-            ({**CB_CPU_DEFAULTS, **dict(cb or {})} if continuous_batching else {}),
-        )
+            raise ConfigError("--cb-* settings need continuous_batching=True", key="cb",
+                              value=dict(cb))
+        self.continuous_batching, self.cb = (bool(continuous_batching),
+                                             ({**CB_CPU_DEFAULTS, **dict(cb or {})}
+                                              if continuous_batching else {}))
         self._cb_args = _cb_args(self.cb)
-        if threads is not None and (
-            isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
-        ):
-            raise ConfigError(
-                "must be a positive int (CPU threads of the server)", key="threads", value=threads
-            )
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                    or threads < 1):
+            raise ConfigError("must be a positive int (CPU threads of the server)", key="threads",
+                              value=threads)
         self.threads = threads
         self.checkpoint, self.port = str(checkpoint), port or free_port()
-        self.log_path = (
-            Path(log_path)
-            if log_path
-            else Path(tempfile.mkstemp(prefix="transformers-serve-", suffix=".log")[1])
-        )
-        self.start_timeout, self.stop_timeout, self.extra_args = (
-            start_timeout,
-            stop_timeout,
-            list(extra_args),
-        )
+        self.log_path = (Path(log_path) if log_path else Path(
+            tempfile.mkstemp(prefix="transformers-serve-", suffix=".log")[1]))
+        self.start_timeout, self.stop_timeout, self.extra_args = (start_timeout, stop_timeout,
+                                                                  list(extra_args))
         self.proc: subprocess.Popen | None = None
         self.started_in: float | None = None
 
     base_url = property(lambda self: f"http://127.0.0.1:{self.port}/v1")
-    batching = property(
-        lambda self: (
-            "continuous batching" if self.continuous_batching else "one generate call per request"
-        )
-    )
+    batching = property(lambda self: ("continuous batching" if self.continuous_batching else
+                                      "one generate call per request"))
     served_model = property(lambda self: self.checkpoint)
 
     def __enter__(self):
@@ -806,13 +657,8 @@ def start(self: TransformersServer) -> "TransformersServer":
     t0 = time.time()
     with open(self.log_path, "ab") as log:
         self.proc = subprocess.Popen(
-            cmd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-        )
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
     while time.time() - t0 < self.start_timeout:
         if self.proc.poll() is not None:
             break
@@ -854,21 +700,11 @@ def stop(self: TransformersServer) -> None:
 def command(self: TransformersServer) -> list[str]:
     "The command line (the log level info writes the access log that `requests_seen` reads)."
     return [
-        sys.executable,
-        "-m",
-        "transformers.cli.transformers",
-        "serve",
-        self.checkpoint,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(self.port),
-        "--device",
-        "cpu",
-        "--log-level",
-        "info",
+        sys.executable, "-m", "transformers.cli.transformers", "serve", self.checkpoint, "--host",
+        "127.0.0.1", "--port",
+        str(self.port), "--device", "cpu", "--log-level", "info",
         *(["--continuous-batching", *self._cb_args] if self.continuous_batching else []),
-        *self.extra_args,
+        *self.extra_args
     ]
 
 # %% ../nbs/backends/03c_serving.ipynb #e1855e9e
@@ -876,10 +712,8 @@ def command(self: TransformersServer) -> list[str]:
 def env(self: TransformersServer) -> dict:
     "The server's environment: offline (nothing from the hub), and `threads` as the CPU thread count of torch and its BLAS."
     env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
+        **os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM":
+        "false"
     }
     if self.threads:
         env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
@@ -890,11 +724,8 @@ def env(self: TransformersServer) -> dict:
 def requests_seen(self: TransformersServer, since: int = 0) -> dict:
     """From the server's log (from byte `since`): chat completions received and answered, and the most held at once
     (received, not yet answered). `mark()` gives the `since` of now."""
-    text = (
-        self.log_path.read_bytes()[since:].decode(errors="replace")
-        if self.log_path.is_file()
-        else ""
-    )
+    text = (self.log_path.read_bytes()[since:].decode(
+        errors="replace") if self.log_path.is_file() else "")
     n = peak = received = answered = 0
     for line in text.splitlines():
         if "[Request received]" in line:
@@ -913,9 +744,8 @@ def mark(self: TransformersServer) -> int:
     return self.log_path.stat().st_size if self.log_path.is_file() else 0
 
 # %% ../nbs/backends/03c_serving.ipynb #4c42295e
-def tensor_parallel_size(
-    model: str, gpu_gb: float = 80.0, weight_share: float = 0.6, max_tp: int = 8
-) -> int:
+def tensor_parallel_size(model: str, gpu_gb: float = 80.0, weight_share: float = 0.6,
+                         max_tp: int = 8) -> int:
     "Smallest power of two `tp` with bf16 (or shipped-quantized) weights / tp <= weight_share x gpu_gb (capped at max_tp)."
     w = weight_memory_gb(model, "none")
     tp = 1
@@ -932,9 +762,8 @@ def serve_command(model: str, gpu_gb: float = 80.0, port: int = 8000) -> str:
     if spec.kind != "hf":
         return f"transformers serve <{spec.kind} checkpoint> --port {port}  (the kit's own model: see docs/serving.md)"
     tp = tensor_parallel_size(model, gpu_gb)
-    args = [f"vllm serve {spec.hub_id}"] + (
-        [f"--revision {spec.revision}"] if spec.revision else []
-    )
+    args = [f"vllm serve {spec.hub_id}"
+            ] + ([f"--revision {spec.revision}"] if spec.revision else [])
     if tp > 1:
         args.append(f"--tensor-parallel-size {tp}")
     args.append(f"--max-model-len {min(spec.context_len, 32768)}")
@@ -947,17 +776,9 @@ def serve_command(model: str, gpu_gb: float = 80.0, port: int = 8000) -> str:
 
 # %% ../nbs/backends/03c_serving.ipynb #fa677389
 SERVING_KEYS = {
-    "backend": str,
-    "base_url": (str, list, dict),
-    "served_model": (str, dict),
-    "api_key_env": str,
-    "server": str,
-    "concurrency": int,
-    "timeout": (int, float),
-    "max_retries": int,
-    "top_k": int,
-    "top_logprobs": int,
-    "served_quant": str,
+    "backend": str, "base_url": (str, list, dict), "served_model": (str, dict), "api_key_env": str,
+    "server": str, "concurrency": int, "timeout": (int, float), "max_retries": int, "top_k": int,
+    "top_logprobs": int, "served_quant": str
 }
 BACKENDS = ("hf", "openai")
 
@@ -991,10 +812,7 @@ def check_serving_params(p: Mapping, where: Any = None) -> None:
     if "api_key" in p:
         raise ConfigError(
             "never put an API key in a params file: set api_key_env to the name of the environment variable that holds it",
-            where=where,
-            key="api_key",
-            value="***",
-        )
+            where=where, key="api_key", value="***")
     for k, t in SERVING_KEYS.items():
         v = p.get(k)
         if v is None:
@@ -1002,23 +820,14 @@ def check_serving_params(p: Mapping, where: Any = None) -> None:
         if not isinstance(v, t) or isinstance(v, bool):
             raise ConfigError(f"expected {getattr(t, '__name__', t)}", where=where, key=k, value=v)
     if p.get("backend") not in (None, *BACKENDS):
-        raise ConfigError(
-            "unknown backend", where=where, key="backend", value=p["backend"], choices=BACKENDS
-        )
+        raise ConfigError("unknown backend", where=where, key="backend", value=p["backend"],
+                          choices=BACKENDS)
     if p.get("server") not in (None, *SERVER_KINDS):
-        raise ConfigError(
-            "unknown server kind",
-            where=where,
-            key="server",
-            value=p["server"],
-            choices=SERVER_KINDS,
-        )
+        raise ConfigError("unknown server kind", where=where, key="server", value=p["server"],
+                          choices=SERVER_KINDS)
     if p.get("backend") == "openai" and not p.get("base_url"):
-        raise ConfigError(
-            "backend openai needs base_url (e.g. http://127.0.0.1:8000/v1)",
-            where=where,
-            key="base_url",
-        )
+        raise ConfigError("backend openai needs base_url (e.g. http://127.0.0.1:8000/v1)",
+                          where=where, key="base_url")
     if p.get("backend") == "openai":
         _per_model(p, "base_url", "any", where)
         _as_urls_any(p["base_url"], where)
@@ -1028,24 +837,11 @@ def serving_kwargs(p: Mapping, model: str) -> dict:
     "`OpenAIBackend` keyword arguments for `model` from merged params (empty when the backend is in process)."
     if p.get("backend", "hf") != "openai":
         return {}
-    kw = dict(
-        base_url=_per_model(p, "base_url", model),
-        served_model=_per_model(p, "served_model", model, required=False),
-    )
-    kw.update(
-        {
-            k: p[k]
-            for k in (
-                "api_key_env",
-                "server",
-                "concurrency",
-                "timeout",
-                "max_retries",
-                "top_k",
-                "top_logprobs",
-                "served_quant",
-            )
-            if p.get(k) is not None
-        }
-    )
+    kw = dict(base_url=_per_model(p, "base_url", model),
+              served_model=_per_model(p, "served_model", model, required=False))
+    kw.update({
+        k: p[k]
+        for k in ("api_key_env", "server", "concurrency", "timeout", "max_retries", "top_k",
+                  "top_logprobs", "served_quant") if p.get(k) is not None
+    })
     return {k: v for k, v in kw.items() if v is not None}

@@ -24,13 +24,8 @@ import numpy as np
 from fastcore.basics import patch
 
 from .core import ConfigError, GenRequest, Generation, Item, rng_for
-from mad_study.data import (
-    SYNTHETIC_COUNTS,
-    SubsetSizeWarning,
-    get_task,
-    load_items,
-    synthetic_items,
-)
+from .data import (SYNTHETIC_COUNTS, SubsetSizeWarning, get_task, load_items,
+                            synthetic_items)
 
 # %% auto #0
 __all__ = ['MECHANISMS', 'SIM_PARAM_KEYS', 'FINAL_SENTENCE', 'N_BODIES', 'TIER_TAGS', 'RUN_KEYS', 'STREAMS', 'SLOTS',
@@ -73,31 +68,21 @@ class SimAgent:
     task_skill: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        probs = (
-            "skill",
-            "conformity",
-            "stubborn_correct",
-            "stubborn_wrong",
-            "recognition",
-            "parse_fail",
-            "persuasion",
-        )
+        probs = ("skill", "conformity", "stubborn_correct", "stubborn_wrong", "recognition",
+                 "parse_fail", "persuasion")
         for f in (*probs, "debate_noise"):
             v = getattr(self, f)
             if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
                 raise ConfigError("must be a probability in [0, 1]", key=f"sim_agents.{f}", value=v)
         if self.n_distractors < 1:
-            raise ConfigError(
-                "must be >= 1", key="sim_agents.n_distractors", value=self.n_distractors
-            )
+            raise ConfigError("must be >= 1", key="sim_agents.n_distractors",
+                              value=self.n_distractors)
         if self.response_words < 1:
-            raise ConfigError(
-                "must be >= 1", key="sim_agents.response_words", value=self.response_words
-            )
+            raise ConfigError("must be >= 1", key="sim_agents.response_words",
+                              value=self.response_words)
         if not (isinstance(self.context_decay, (int, float)) and self.context_decay >= 0):
-            raise ConfigError(
-                "must be >= 0", key="sim_agents.context_decay", value=self.context_decay
-            )
+            raise ConfigError("must be >= 0", key="sim_agents.context_decay",
+                              value=self.context_decay)
         for f in ("tier_trust", "context_entropy"):
             v = getattr(self, f)
             if not (isinstance(v, (int, float)) and v >= 0):
@@ -108,9 +93,8 @@ class SimAgent:
         "Every `task_skill` key a known task (stored under its canonical name), every value a probability."
         ts = self.task_skill
         if not isinstance(ts, dict):
-            raise ConfigError(
-                "must map task names to probabilities", key="sim_agents.task_skill", value=ts
-            )
+            raise ConfigError("must map task names to probabilities", key="sim_agents.task_skill",
+                              value=ts)
         out = {}
         for k, v in ts.items():
             key = f"sim_agents.task_skill.{k}"
@@ -129,101 +113,61 @@ class SimAgent:
         names = {f.name for f in dataclasses.fields(cls)}
         for k in params:
             if k not in names:
-                raise ConfigError(
-                    "unknown synthetic-agent parameter", where=where, key=k, choices=names
-                )
+                raise ConfigError("unknown synthetic-agent parameter", where=where, key=k,
+                                  choices=names)
         return cls(**params)
 
 # %% ../nbs/backends/03b_sim.ipynb #w0rld002
 MECHANISMS = {
-    "competence": dict(
-        fields=("skill", "task_skill", "difficulty_sd"),
-        round0=True,
-        does="solve alone with P = sigma(logit(skill on the task) - d), d the item's hidden difficulty",
+    "competence":
+    dict(
+        fields=("skill", "task_skill", "difficulty_sd"), round0=True, does=
+        "solve alone with P = sigma(logit(skill on the task) - d), d the item's hidden difficulty",
         paper="all (accuracy alone; Du et al.'s single-agent baseline)",
-        neutral=dict(task_skill={}, difficulty_sd=0.0),
-    ),
-    "stubbornness": dict(
-        fields=("stubborn_correct", "stubborn_wrong"),
-        round0=False,
-        does="keep one's own answer, more often when it is right",
-        paper="MADC (reversal), UMAD (flip ratio)",
-        neutral=dict(stubborn_correct=0.0, stubborn_wrong=0.0),
-    ),
-    "conformity": dict(
-        fields=("conformity",),
-        round0=False,
-        does="adopt one of the answers shown",
-        paper="Du et al. (debate gain), MADC, UMAD",
-        neutral=dict(conformity=0.0),
-    ),
-    "recency": dict(
-        fields=("recency",),
-        round0=False,
-        does="weight the j-th of m shown answers by exp(recency * j / (m - 1)) when adopting",
-        paper="MADC (position effect, Truth Last)",
-        neutral=dict(recency=0.0),
-    ),
-    "recognition": dict(
-        fields=("recognition",),
-        round0=False,
-        does="re-solving with the correct answer shown: P(solve) + recognition * (1 - P(solve))",
-        paper="Du et al., Meta-Debate (truth-favouring persuasion)",
-        neutral=dict(recognition=0.0),
-    ),
-    "persuasion": dict(
-        fields=("persuasion",),
-        round0=False,
-        does="not keeping one's answer, adopt the correct shown answer with P = persuasion (before conformity)",
+        neutral=dict(task_skill={}, difficulty_sd=0.0)), "stubbornness":
+    dict(fields=("stubborn_correct", "stubborn_wrong"), round0=False,
+         does="keep one's own answer, more often when it is right",
+         paper="MADC (reversal), UMAD (flip ratio)", neutral=dict(stubborn_correct=0.0,
+                                                                  stubborn_wrong=0.0)),
+    "conformity":
+    dict(fields=("conformity", ), round0=False, does="adopt one of the answers shown",
+         paper="Du et al. (debate gain), MADC, UMAD", neutral=dict(conformity=0.0)), "recency":
+    dict(fields=("recency", ), round0=False,
+         does="weight the j-th of m shown answers by exp(recency * j / (m - 1)) when adopting",
+         paper="MADC (position effect, Truth Last)", neutral=dict(recency=0.0)), "recognition":
+    dict(fields=("recognition", ), round0=False,
+         does="re-solving with the correct answer shown: P(solve) + recognition * (1 - P(solve))",
+         paper="Du et al., Meta-Debate (truth-favouring persuasion)",
+         neutral=dict(recognition=0.0)), "persuasion":
+    dict(
+        fields=("persuasion", ), round0=False, does=
+        "not keeping one's answer, adopt the correct shown answer with P = persuasion (before conformity)",
         paper="Du et al. Sec. 3 (debate gain beyond the vote), MADC (MAD - Self-Consistency)",
-        neutral=dict(persuasion=0.0),
-    ),
-    "tier_trust": dict(
-        fields=("tier_trust",),
-        round0=False,
-        does="weight [Critical] e^(2t), [Reference] e^t shown answers when adopting",
-        paper="RUMAD Eq. 5 / Table 8",
-        neutral=dict(tier_trust=0.0),
-    ),
-    "context_harm": dict(
-        fields=("context_decay",),
-        round0=True,
-        does="a turn with n prompt tokens is a uniform guess with P = 1 - exp(-c n / 1000)",
-        paper="RUMAD Table 2 (dense MAD below sparse)",
-        neutral=dict(context_decay=0.0),
-    ),
-    "debate_noise": dict(
-        fields=("debate_noise",),
-        round0=False,
-        does="a debate turn is a uniform guess with P = debate_noise",
-        paper="UMAD Sec. 3.2 (aleatoric cost of debate)",
-        neutral=dict(debate_noise=0.0),
-    ),
-    "context_entropy": dict(
-        fields=("context_entropy",),
-        round0=False,
-        does="a debate turn's token entropy x exp(e n / 1000)",
-        paper="UMAD Fig. 1",
-        neutral=dict(context_entropy=0.0),
-    ),
-    "signals": dict(
-        fields=("signal_strength", "signal_inversion"),
-        round0=True,
-        does="log-prob / confidence separate right from wrong (inverted on hard items)",
-        paper="SVR-MAD (posterior over priors), UMAD (token entropy)",
-        neutral=dict(signal_strength=0.0, signal_inversion=0.0),
-    ),
-    "parse_fail": dict(
-        fields=("parse_fail",),
-        round0=True,
-        does="a turn gives no parsable final answer",
-        paper="all (answers the parsers cannot read)",
-        neutral=dict(parse_fail=0.0),
-    ),
+        neutral=dict(persuasion=0.0)), "tier_trust":
+    dict(fields=("tier_trust", ), round0=False,
+         does="weight [Critical] e^(2t), [Reference] e^t shown answers when adopting",
+         paper="RUMAD Eq. 5 / Table 8", neutral=dict(tier_trust=0.0)), "context_harm":
+    dict(fields=("context_decay", ), round0=True,
+         does="a turn with n prompt tokens is a uniform guess with P = 1 - exp(-c n / 1000)",
+         paper="RUMAD Table 2 (dense MAD below sparse)", neutral=dict(context_decay=0.0)),
+    "debate_noise":
+    dict(fields=("debate_noise", ), round0=False,
+         does="a debate turn is a uniform guess with P = debate_noise",
+         paper="UMAD Sec. 3.2 (aleatoric cost of debate)", neutral=dict(debate_noise=0.0)),
+    "context_entropy":
+    dict(fields=("context_entropy", ), round0=False,
+         does="a debate turn's token entropy x exp(e n / 1000)", paper="UMAD Fig. 1",
+         neutral=dict(context_entropy=0.0)), "signals":
+    dict(fields=("signal_strength", "signal_inversion"), round0=True,
+         does="log-prob / confidence separate right from wrong (inverted on hard items)",
+         paper="SVR-MAD (posterior over priors), UMAD (token entropy)",
+         neutral=dict(signal_strength=0.0, signal_inversion=0.0)), "parse_fail":
+    dict(fields=("parse_fail", ), round0=True, does="a turn gives no parsable final answer",
+         paper="all (answers the parsers cannot read)", neutral=dict(parse_fail=0.0))
 }
 
 # %% ../nbs/backends/03b_sim.ipynb #w0rld003
-SIM_PARAM_KEYS = ("sim_off",)  # params every experiment accepts for its sim models (20_reproduce)
+SIM_PARAM_KEYS = ("sim_off", )  # params every experiment accepts for its sim models (20_reproduce)
 
 
 def check_off(off, key: str = "sim_off", where: str | None = None) -> tuple[str, ...]:
@@ -231,14 +175,13 @@ def check_off(off, key: str = "sim_off", where: str | None = None) -> tuple[str,
     if off is None:
         return ()
     if isinstance(off, str):
-        off = (off,)
+        off = (off, )
     if not isinstance(off, (list, tuple, set, frozenset)):
         raise ConfigError("must be a list of mechanism names", where=where, key=key, value=off)
     for m in off:
         if m not in MECHANISMS:
-            raise ConfigError(
-                "unknown mechanism", where=where, key=key, value=m, choices=sorted(MECHANISMS)
-            )
+            raise ConfigError("unknown mechanism", where=where, key=key, value=m,
+                              choices=sorted(MECHANISMS))
     return tuple(sorted(set(off)))
 
 # %% ../nbs/backends/03b_sim.ipynb #w0rld004
@@ -296,61 +239,27 @@ def _pool(item_id: str, gold: str, fmt: str, k: int, n: int) -> tuple[str, ...]:
         g = _as_fraction(gold)
         if g is not None:
             steps = [
-                g + 1,
-                g - 1,
-                2 * g,
-                g + 10,
-                g - 2,
-                10 * g,
-                g + 2,
-                (g / 2 if g else Fraction(1, 2)),
-                g * 3,
-                g - 10,
-                g + 5,
-                -g if g else Fraction(3),
+                g + 1, g - 1, 2 * g, g + 10, g - 2, 10 * g, g + 2, (g / 2 if g else Fraction(1, 2)),
+                g * 3, g - 10, g + 5, -g if g else Fraction(3)
             ]
             cands = list(dict.fromkeys(_fmt_num(c) for c in steps if c != g))
         else:
             base = gold if len(gold) < 60 else gold[:60]
             cands = [
-                f"{base}+1",
-                f"2({base})",
-                f"-({base})",
-                f"({base})^2",
-                f"{base}-1",
-                f"\\frac{{{base}}}{{2}}",
+                f"{base}+1", f"2({base})", f"-({base})", f"({base})^2", f"{base}-1",
+                f"\\frac{{{base}}}{{2}}"
             ]
             if fmt == "exact":
                 cands = [f"{base} (variant {i})" for i in range(1, 7)]
     cands = [cands[i] for i in rng.permutation(len(cands))]
-    return tuple(cands[: max(1, n)])
+    return tuple(cands[:max(1, n)])
 
 # %% ../nbs/backends/03b_sim.ipynb #744eca30
 FINAL_SENTENCE = "So the final answer is "
 _FINAL_RE = re.compile(re.escape(FINAL_SENTENCE))
-_FILLER = (
-    "we",
-    "consider",
-    "the",
-    "given",
-    "quantities",
-    "and",
-    "combine",
-    "them",
-    "step",
-    "by",
-    "carefully",
-    "checking",
-    "each",
-    "intermediate",
-    "result",
-    "so",
-    "that",
-    "nothing",
-    "is",
-    "missed",
-    "then",
-)
+_FILLER = ("we", "consider", "the", "given", "quantities", "and", "combine", "them", "step", "by",
+           "carefully", "checking", "each", "intermediate", "result", "so", "that", "nothing", "is",
+           "missed", "then")
 N_BODIES = 64  # reasoning bodies per response length: a finite pool, so parsers see repeated texts
 
 
@@ -367,15 +276,14 @@ def _read_braced(s: str, i: int) -> str | None:
         elif s[j] == "}":
             depth -= 1
             if depth == 0:
-                return s[i + 1 : j]
+                return s[i + 1:j]
     return None
 
 # %% ../nbs/backends/03b_sim.ipynb #1b249a12
 # one pass: a final sentence and its boxed answer (no nested braces) or option letter; a
 # boxed answer with nested braces (e.g. \\frac{1}{2}) is read by brace counting
 _ANSWER_RE = re.compile(
-    re.escape(FINAL_SENTENCE) + r"(?:\\boxed\{([^{}]*)\}|\(([A-K])\)|\\boxed(?=\{))"
-)
+    re.escape(FINAL_SENTENCE) + r"(?:\\boxed\{([^{}]*)\}|\(([A-K])\)|\\boxed(?=\{))")
 
 
 def read_final_answers(text: str) -> list[str]:
@@ -471,9 +379,8 @@ def turn_uniforms(seed: int, item_id: str) -> tuple[float, ...]:
 def uniforms(seed: int, item_id: str, mechanism: str) -> tuple[float, ...]:
     "The uniforms `mechanism`'s stream draws in the turn of (request seed, item id) (kit's own)."
     if mechanism not in STREAMS:
-        raise ConfigError(
-            "unknown random stream", key="mechanism", value=mechanism, choices=STREAMS
-        )
+        raise ConfigError("unknown random stream", key="mechanism", value=mechanism,
+                          choices=STREAMS)
     return turn_uniforms(seed, item_id)[SLOTS[mechanism]]
 
 # %% ../nbs/backends/03b_sim.ipynb #s1b0a001
@@ -482,8 +389,7 @@ def batch_uniforms(seeds: Sequence[int], item_ids: Sequence[str]) -> list[list[f
     (the words below 2^53 after the shift, so each step, + 1/2 and x 2^-53, rounds as Python's floats do)."""
     buf = b"".join(
         hashlib.shake_128(int(s).to_bytes(8, "little", signed=True) + i.encode()).digest(136)
-        for s, i in zip(seeds, item_ids)
-    )
+        for s, i in zip(seeds, item_ids))
     w = np.frombuffer(buf, dtype="<u8").reshape(-1, 17)
     return (((w >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53).tolist()
 
@@ -495,36 +401,20 @@ class SimBackend:
     # each answer is drawn from the request alone (see 03_backends: the batching guarantee)
     batch_invariant = True
 
-    def __init__(
-        self,
-        model_name: str = "sim",
-        agent: SimAgent | None = None,
-        latency: float = 0.0,
-        batch_size: int = 64,
-        off: Sequence[str] | None = None,
-        **params,
-    ):
+    def __init__(self, model_name: str = "sim", agent: SimAgent | None = None, latency: float = 0.0,
+                 batch_size: int = 64, off: Sequence[str] | None = None, **params):
         """`off`: mechanisms switched off (a control: the same world, their neutral values, the same random numbers).
         `latency` (seconds per generation) and `batch_size` only shape the run (for tests of resume and concurrency), not the answers."""
         self.model_name = model_name
-        base = (
-            agent
-            if agent is not None
-            else SimAgent.from_params(params, where=f"sim_agents.{model_name}")
-        )
+        base = (agent if agent is not None else SimAgent.from_params(
+            params, where=f"sim_agents.{model_name}"))
         self.off = check_off(off, where=f"sim model {model_name}")
         # the agent as it acts: mechanisms off at their neutral values
         self.agent = switch_off(base, self.off)
         d = dataclasses.asdict(base)
         # a mechanism at its neutral 0 leaves the id as it was before the mechanism existed (caches stay valid)
-        for k in (
-            "context_decay",
-            "tier_trust",
-            "debate_noise",
-            "context_entropy",
-            "task_skill",
-            "persuasion",
-        ):
+        for k in ("context_decay", "tier_trust", "debate_noise", "context_entropy", "task_skill",
+                  "persuasion"):
             if not d[k]:
                 del d[k]
         # "world": the common-random-numbers draws, in the id so that no cache serves another draw scheme's answers
@@ -554,7 +444,7 @@ def p_solve(self: SimBackend, item: Item) -> float:
 # %% ../nbs/backends/03b_sim.ipynb #9597ed3a
 @functools.lru_cache(maxsize=256)
 def _zipf_cdf(n: int, a: float) -> tuple[float, ...]:
-    w = [1.0 / (i + 1) ** a for i in range(n)]
+    w = [1.0 / (i + 1)**a for i in range(n)]
     t, c, out = sum(w), 0.0, []
     for x in w:
         c += x / t
@@ -583,14 +473,8 @@ def _independent(self: SimBackend, item: Item, u: Sequence[float], bonus: float 
 
 # %% ../nbs/backends/03b_sim.ipynb #d9298434
 @patch
-def decide(
-    self: SimBackend,
-    item: Item,
-    own: str | None,
-    shown: Sequence[str],
-    u: Sequence[float],
-    tags: Sequence[str | None] | None = None,
-) -> str:
+def decide(self: SimBackend, item: Item, own: str | None, shown: Sequence[str], u: Sequence[float],
+           tags: Sequence[str | None] | None = None) -> str:
     "The answer chosen in a debate turn given one's previous answer, the answers shown in order (with their RUMAD tags, if any) and the turn's uniforms `u`: keep (stubbornness), else persuaded by a shown correct answer (persuasion: Du et al. Sec. 3), else adopt (conformity, recency, RUMAD tier_trust), else re-solve (competence, recognition)."
     a, gold = self.agent, str(item.gold)
     # the turn's stubbornness and conformity uniforms, by their slots in the block (STREAMS)
@@ -627,14 +511,8 @@ _N01 = NormalDist()
 
 
 @patch
-def _signals(
-    self: SimBackend,
-    correct: bool,
-    n_tokens: int,
-    agree: float,
-    u: Sequence[float],
-    p_solve: float | None = None,
-) -> dict:
+def _signals(self: SimBackend, correct: bool, n_tokens: int, agree: float, u: Sequence[float],
+             p_solve: float | None = None) -> dict:
     "Log-prob, entropy and confidence signals from four uniforms `u` (standard normals by inverse CDF)."
     z = [_N01.inv_cdf(x) for x in u]
     s = s0 = self.agent.signal_strength
@@ -648,14 +526,8 @@ def _signals(
     # agreement flattens the entropy (scaled by the strength, so `signals` off removes it); right vs wrong by 1 -/+ 0.15 s
     sep = (1.0 - 0.15 * s) if correct else (1.0 + 0.15 * s)
     ent = max(0.02, (0.9 - 0.4 * min(s0, 1.0) * agree) * sep * math.exp(0.15 * z[3]))
-    return dict(
-        logprob_sum=mean * n_tokens,
-        logprob_min=lmin,
-        logprob_mean=mean,
-        perplexity=math.exp(-mean),
-        token_entropy=ent,
-        confidence=conf,
-    )
+    return dict(logprob_sum=mean * n_tokens, logprob_min=lmin, logprob_mean=mean,
+                perplexity=math.exp(-mean), token_entropy=ent, confidence=conf)
 
 # %% ../nbs/backends/03b_sim.ipynb #861025fb
 @patch
@@ -665,9 +537,8 @@ def p_derail(self: SimBackend, prompt_tokens: int) -> float:
 
 # %% ../nbs/backends/03b_sim.ipynb #02f5d072
 @patch
-def _derail(
-    self: SimBackend, item: Item, prompt_tokens: int, answer: str | None, u: Sequence[float]
-) -> str | None:
+def _derail(self: SimBackend, item: Item, prompt_tokens: int, answer: str | None,
+            u: Sequence[float]) -> str | None:
     "With probability `p_derail` (u_derail below it), a uniform guess among the item's plausible answers at u_guess (RUMAD sim profile, see above)."
     if u[0] >= self.p_derail(prompt_tokens):
         return answer
@@ -741,9 +612,8 @@ def _turn(self: SimBackend, req: GenRequest, item: Item, u: Sequence[float]) -> 
     sig = self._signals(correct, n_tok, agree, u[SLOTS["signals"]], p_solve=self.p_solve(item))
     if a.context_entropy and debate_turn:
         sig["token_entropy"] *= math.exp(a.context_entropy * prompt_tokens / 1000)
-    return Generation(
-        text=text, prompt_tokens=prompt_tokens, completion_tokens=n_tok, finish_reason="stop", **sig
-    )
+    return Generation(text=text, prompt_tokens=prompt_tokens, completion_tokens=n_tok,
+                      finish_reason="stop", **sig)
 
 # %% ../nbs/backends/03b_sim.ipynb #s1b0a004
 @patch
@@ -767,31 +637,11 @@ def generate(self: SimBackend, requests: Sequence[GenRequest]) -> list[Generatio
 
 # %% ../nbs/backends/03b_sim.ipynb #326982df
 SIM_ITEM_TAG = "[synthetic item, sim profile]"
-_BIRDS = (
-    "robin",
-    "owl",
-    "quail",
-    "falcon",
-    "hummingbird",
-    "cardinal",
-    "crow",
-    "raven",
-    "blue jay",
-    "swallow",
-)
+_BIRDS = ("robin", "owl", "quail", "falcon", "hummingbird", "cardinal", "crow", "raven", "blue jay",
+          "swallow")
 _NTH = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh")
-_SHAPES = (
-    "circle",
-    "heptagon",
-    "hexagon",
-    "kite",
-    "line",
-    "octagon",
-    "pentagon",
-    "rectangle",
-    "sector",
-    "triangle",
-)
+_SHAPES = ("circle", "heptagon", "hexagon", "kite", "line", "octagon", "pentagon", "rectangle",
+           "sector", "triangle")
 _SIDES = {"triangle": 3, "pentagon": 5, "hexagon": 6, "heptagon": 7, "octagon": 8}
 
 
@@ -803,13 +653,11 @@ def _ld7(r) -> tuple[str, str]:
     "Seven birds in a row, six placed by a clue: which one is k-th from the left?"
     birds = [str(b) for b in r.choice(_BIRDS, 7, replace=False)]
     k = int(r.integers(7))
-    clues = " ".join(
-        f"The {b} is the {_NTH[i]} from the left." for i, b in enumerate(birds) if i != k
-    )
+    clues = " ".join(f"The {b} is the {_NTH[i]} from the left." for i, b in enumerate(birds)
+                     if i != k)
     order = [birds[int(i)] for i in r.permutation(7)]
     q = f"On a branch, there are seven birds: {', '.join(order)}. {clues}\nOptions:\n" + _opts(
-        f"The {b} is the {_NTH[k]} from the left" for b in order
-    )
+        f"The {b} is the {_NTH[k]} from the left" for b in order)
     return q, chr(65 + order.index(birds[k]))
 
 # %% ../nbs/backends/03b_sim.ipynb #b7056be4
@@ -818,17 +666,11 @@ def _shape(r) -> tuple[str, str]:
     name = str(r.choice(list(_SIDES)))
     n, cx, cy, rad = _SIDES[name], r.uniform(20, 80), r.uniform(20, 80), r.uniform(8, 20)
     a0 = r.uniform(0, 2 * math.pi)
-    pts = [
-        (
-            cx + rad * math.cos(a0 + 2 * math.pi * j / n),
-            cy + rad * math.sin(a0 + 2 * math.pi * j / n),
-        )
-        for j in range(n)
-    ]
+    pts = [(cx + rad * math.cos(a0 + 2 * math.pi * j / n),
+            cy + rad * math.sin(a0 + 2 * math.pi * j / n)) for j in range(n)]
     d = "M " + " L ".join(f"{x:.2f},{y:.2f}" for x, y in pts + pts[:1])
     return f'This SVG path element <path d="{d}"/> draws a\nOptions:\n' + _opts(_SHAPES), chr(
-        65 + _SHAPES.index(name)
-    )
+        65 + _SHAPES.index(name))
 
 # %% ../nbs/backends/03b_sim.ipynb #c2cd3b03
 def _arith(r) -> tuple[str, str]:
@@ -840,17 +682,13 @@ def _arith(r) -> tuple[str, str]:
 def _word(r) -> tuple[str, str]:
     "GSM8K-style: a two-step word problem with an integer answer."
     a, b, c = int(r.integers(3, 12)), int(r.integers(4, 25)), int(r.integers(1, 30))
-    return (
-        f"A baker fills {a} trays with {b} cookies each and sells {c} of the cookies. "
-        f"How many cookies are left?"
-    ), str(a * b - c)
+    return (f"A baker fills {a} trays with {b} cookies each and sells {c} of the cookies. "
+            f"How many cookies are left?"), str(a * b - c)
 
 
 SIM_ITEM_MAKERS = {
-    "bbh_logical_deduction_7": _ld7,
-    "bbh_geometric_shapes": _shape,
-    "math500": _arith,
-    "gsm8k": _word,
+    "bbh_logical_deduction_7": _ld7, "bbh_geometric_shapes": _shape, "math500": _arith, "gsm8k":
+    _word
 }
 
 # %% ../nbs/backends/03b_sim.ipynb #20700972
@@ -859,30 +697,20 @@ def synthetic_sim_items(task: str, n: int, start: int = 0) -> list[Item]:
     spec = get_task(task)
     make = SIM_ITEM_MAKERS.get(spec.name)
     if make is None:
-        raise ConfigError(
-            "no synthetic sim items for this task", key="task", value=task, choices=SIM_ITEM_MAKERS
-        )
+        raise ConfigError("no synthetic sim items for this task", key="task", value=task,
+                          choices=SIM_ITEM_MAKERS)
     out = []
     for i in range(start, start + n):
         q, gold = make(rng_for("sim-item", spec.name, i))
         meta = {"split": "sim-synthetic", "index": i, "synthetic": "sim profile"}
         out.append(
-            Item(
-                f"{spec.name}/sim-synthetic-{i}",
-                spec.name,
-                f"{SIM_ITEM_TAG} {q}",
-                gold,
-                spec.fmt,
-                meta=meta,
-                synthetic=True,
-            )
-        )
+            Item(f"{spec.name}/sim-synthetic-{i}", spec.name, f"{SIM_ITEM_TAG} {q}", gold, spec.fmt,
+                 meta=meta, synthetic=True))
     return out
 
 # %% ../nbs/backends/03b_sim.ipynb #4de1810c
-def sim_items(
-    task: str, n: int | None = None, seed: int = 0, source: str = "fixture"
-) -> list[Item]:
+def sim_items(task: str, n: int | None = None, seed: int = 0,
+              source: str = "fixture") -> list[Item]:
     "`load_items(task, n, seed, source)`, topped up to `n` with synthetic items if it has fewer."
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SubsetSizeWarning)
@@ -894,9 +722,8 @@ def sim_items(
     if spec.synthetic_fixture and source == "fixture":
         k, more = SYNTHETIC_COUNTS[spec.name], []
         while len(items) + len(more) < n and k < 50 * n:
-            more = [it for it in synthetic_items(spec.name, k + 2 * n)[len(items) :]][
-                : n - len(items)
-            ]
+            more = [it
+                    for it in synthetic_items(spec.name, k + 2 * n)[len(items):]][:n - len(items)]
             k += 2 * n
         return items + more
     return items + synthetic_sim_items(task, n - len(items))

@@ -27,13 +27,8 @@ __all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'CORRECTIONS', 'TEST_WORDS', 'EXACT_BELO
            'per_item_results', 'tokens_per_thread', 'self_consistency_at_budget']
 
 # %% ../nbs/evaluation/05b_stats.ipynb #d57d6595
-def bootstrap_ci(
-    values: Sequence[float],
-    statistic=np.mean,
-    level: float = 0.95,
-    n_resamples: int = 2000,
-    seed: int = 0,
-) -> tuple[float, float]:
+def bootstrap_ci(values: Sequence[float], statistic=np.mean, level: float = 0.95,
+                 n_resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap interval of `statistic` over `values` (Efron & Tibshirani 1993, Ch. 13; scipy.stats.bootstrap).
     Missing values are dropped; (NaN, NaN) for fewer than 2 values; (v, v) when all values equal v."""
     x = np.asarray([v for v in values if not is_missing(v)], dtype=float)
@@ -42,15 +37,9 @@ def bootstrap_ci(
     if np.all(x == x[0]):
         v = float(statistic(x))
         return (v, v)
-    res = stats.bootstrap(
-        (x,),
-        statistic,
-        confidence_level=level,
-        n_resamples=n_resamples,
-        method="percentile",
-        random_state=np.random.default_rng(seed),
-        vectorized=False,
-    )
+    res = stats.bootstrap((x, ), statistic, confidence_level=level, n_resamples=n_resamples,
+                          method="percentile", random_state=np.random.default_rng(seed),
+                          vectorized=False)
     return (float(res.confidence_interval.low), float(res.confidence_interval.high))
 
 # %% ../nbs/evaluation/05b_stats.ipynb #cd19320b
@@ -65,12 +54,11 @@ def boot_mean_ci(d: np.ndarray, level: float, n_resamples: int, seed: int) -> tu
         return (float(d[0]), float(d[0]))
     g, n = np.random.default_rng(seed), d.size
     block = max(1, min(int(n_resamples), 2_000_000 // n))
-    means = np.concatenate(
-        [
-            d[g.integers(0, n, (min(block, int(n_resamples) - s), n))].mean(axis=1)
-            for s in range(0, int(n_resamples), block)
-        ]
-    )
+    means = np.concatenate([
+        d[g.integers(0, n, (min(block,
+                                int(n_resamples) - s), n))].mean(axis=1)
+        for s in range(0, int(n_resamples), block)
+    ])
     a = (1 - level) / 2
     lo, hi = np.percentile(means, [100 * a, 100 * (1 - a)])
     return (float(lo), float(hi))
@@ -90,10 +78,8 @@ def _numbers(v, who: str) -> np.ndarray:
     if text:
         raise ConfigError(
             f"{who}: values must be numbers or booleans, got text (e.g. {text[0]!r}); convert the "
-            "column to 0/1 or bool first",
-            key="values",
-            value=sorted({str(x) for x in text})[:3],
-        )
+            "column to 0/1 or bool first", key="values", value=sorted({str(x)
+                                                                       for x in text})[:3])
     return _finite(np.asarray([math.nan if is_missing(x) else x for x in v], dtype=float), who)
 
 
@@ -103,10 +89,7 @@ def _finite(x: np.ndarray, who: str) -> np.ndarray:
         where = np.flatnonzero(np.isinf(x))
         raise ConfigError(
             f"{who}: {where.size} infinite value(s) (positions {where[:5].tolist()}): a mean difference "
-            "needs finite values; drop or cap them first",
-            key="values",
-            value=x[where[0]],
-        )
+            "needs finite values; drop or cap them first", key="values", value=x[where[0]])
     return x
 
 # %% ../nbs/evaluation/05b_stats.ipynb #87d45569
@@ -119,10 +102,7 @@ def _pairs(a, b, who: str) -> tuple[np.ndarray, np.ndarray]:
     if not ok.all():
         warnings.warn(
             f"{who}: {int((~ok).sum())} of {ok.size} pairs dropped (a missing value on either side); "
-            f"compared on the other {int(ok.sum())}",
-            UserWarning,
-            stacklevel=3,
-        )
+            f"compared on the other {int(ok.sum())}", UserWarning, stacklevel=3)
     return a[ok], b[ok]
 
 # %% ../nbs/evaluation/05b_stats.ipynb #eeea1651
@@ -135,58 +115,48 @@ def _aligned(a, b, who: str, on: str = "all") -> tuple[np.ndarray, np.ndarray, i
     twice raises; different item sets raise unless `on="shared"`, which keeps the shared items and warns); two vectors
     pair by position; a Series indexed by item next to a vector raises. Returns the pairs and the items dropped."""
     if on not in ("all", "shared"):
-        raise ConfigError(
-            "pairing: `on` is 'all' or 'shared'", key="on", value=on, choices=("all", "shared")
-        )
+        raise ConfigError("pairing: `on` is 'all' or 'shared'", key="on", value=on,
+                          choices=("all", "shared"))
     if isinstance(a, pd.DataFrame) or isinstance(b, pd.DataFrame):
         raise ConfigError(
             f"{who}: one Series (indexed by item) or vector per method, not a DataFrame",
-            key="values",
-            value="DataFrame",
-        )
+            key="values", value="DataFrame")
     sa, sb = isinstance(a, pd.Series), isinstance(b, pd.Series)
     if sa != sb and not isinstance((a if sa else b).index, pd.RangeIndex):
         raise ConfigError(
             f"{who}: a Series indexed by item next to a plain vector: pass both as Series (paired by "
-            "item) or both as vectors in the same item order",
-            key="values",
-            value=type(b if sa else a).__name__,
-        )
+            "item) or both as vectors in the same item order", key="values",
+            value=type(b if sa else a).__name__)
     if not (sa and sb):
         return (*_pairs(a, b, who), 0)
     for s in (a, b):
         if s.index.has_duplicates:
             raise ConfigError(
                 f"{who}: an item appears more than once (a second run? average the runs of an item "
-                "first: compare_methods with a `run` column)",
-                key="items",
-                value=s.index[s.index.duplicated()].unique().tolist()[:3],
-            )
+                "first: compare_methods with a `run` column)", key="items",
+                value=s.index[s.index.duplicated()].unique().tolist()[:3])
     keep, every = a.index[a.index.isin(b.index)], a.index.union(b.index)
     dropped = len(every) - len(keep)
     if dropped and on != "shared":
         raise ConfigError(
             f"{who}: the methods answered different items ({len(a)} and {len(b)}, {len(keep)} shared); "
-            "pass on='shared' to compare on the shared items",
-            key="items",
-            value=dropped,
-        )
+            "pass on='shared' to compare on the shared items", key="items", value=dropped)
     if dropped:
         warnings.warn(
             f"{who}: {dropped} of {len(every)} items dropped (not answered by both methods); compared on "
-            f"the {len(keep)} shared items",
-            UserWarning,
-            stacklevel=3,
-        )
+            f"the {len(keep)} shared items", UserWarning, stacklevel=3)
     return (*_pairs(a.loc[keep], b.loc[keep], who), dropped)
 
 # %% ../nbs/evaluation/05b_stats.ipynb #8aa05088
 _STATUS = {
-    "ok": "",
-    "too few items": "fewer than 2 items: no test and no interval",
-    "identical": "the two agree on every item: p = 1, no interval (0/1 answers: Tango's interval still)",
-    "zero variance": "every item differs by the same amount: exact sign-flip p, no interval (0/1: Tango's still)",
-    "few items": "fewer than {m} items: Tango's score interval for 0/1, else the sign-flip test inverted (wide)",
+    "ok":
+    "", "too few items":
+    "fewer than 2 items: no test and no interval", "identical":
+    "the two agree on every item: p = 1, no interval (0/1 answers: Tango's interval still)",
+    "zero variance":
+    "every item differs by the same amount: exact sign-flip p, no interval (0/1: Tango's still)",
+    "few items":
+    "fewer than {m} items: Tango's score interval for 0/1, else the sign-flip test inverted (wide)"
 }
 
 
@@ -203,11 +173,8 @@ def _status(d: np.ndarray, min_items: int) -> str:
 # %% ../nbs/evaluation/05b_stats.ipynb #7cd15f0e
 def _warn_status(status: str, who: str, n: int, min_items: int) -> None:
     if status != "ok":
-        warnings.warn(
-            f"{who}: {status} ({n} items): " + _STATUS[status].format(m=min_items),
-            UserWarning,
-            stacklevel=3,
-        )
+        warnings.warn(f"{who}: {status} ({n} items): " + _STATUS[status].format(m=min_items),
+                      UserWarning, stacklevel=3)
 
 # %% ../nbs/evaluation/05b_stats.ipynb #bbcf13a5
 def _signflip_p(d: np.ndarray, alternative: str = "two-sided", seed: int = 0) -> float:
@@ -227,15 +194,9 @@ def _signflip_p(d: np.ndarray, alternative: str = "two-sided", seed: int = 0) ->
         return one if (d[0] > 0) == (alternative == "greater") else 1.0
     if alternative == "two-sided" and abs(d.mean()) <= 1e-12 * np.abs(d).max():
         return 1.0
-    r = stats.permutation_test(
-        (d,),
-        np.mean,
-        permutation_type="samples",
-        alternative=alternative,
-        vectorized=True,
-        n_resamples=2**16,
-        random_state=np.random.default_rng(seed),
-    )
+    r = stats.permutation_test((d, ), np.mean, permutation_type="samples", alternative=alternative,
+                               vectorized=True, n_resamples=2**16,
+                               random_state=np.random.default_rng(seed))
     return float(r.pvalue)
 
 # %% ../nbs/evaluation/05b_stats.ipynb #36182ff4
@@ -248,40 +209,30 @@ def _paired_test(a, b, test: str, min_items: int) -> dict:
         bad = sorted({float(v) for v in np.r_[a, b] if v not in (0.0, 1.0)})[:5]
         raise ConfigError(
             "McNemar's test needs paired 0/1 outcomes (average several answers per item and use ttest)",
-            key="values",
-            value=bad,
-        )
+            key="values", value=bad)
     d = a - b
     out = {
-        "test": test,
-        "n": int(a.size),
-        "mean_a": float(a.mean()) if a.size else math.nan,
-        "mean_b": float(b.mean()) if b.size else math.nan,
-        "status": _status(d, min_items),
+        "test": test, "n": int(a.size), "mean_a": float(a.mean()) if a.size else math.nan, "mean_b":
+        float(b.mean()) if b.size else math.nan, "status": _status(d, min_items)
     }
     if out["status"] in ("too few items", "identical"):
         return {**out, "statistic": math.nan, "pvalue": 1.0 if a.size else math.nan}
     if test == "mcnemar":
         n01, n10 = int(((a == 0) & (b == 1)).sum()), int(((a == 1) & (b == 0)).sum())
         return {
-            **out,
-            "statistic": float(n10 - n01),
-            "pvalue": float(stats.binomtest(n10, n01 + n10, 0.5).pvalue),
+            **out, "statistic": float(n10 - n01), "pvalue":
+            float(stats.binomtest(n10, n01 + n10, 0.5).pvalue)
         }
     if test == "permutation" or out["status"] == "zero variance":  # no t or W from a constant gap
         return {
-            **out,
-            "test": "permutation",
-            "statistic": float(d.mean()),
-            "pvalue": _signflip_p(d),
+            **out, "test": "permutation", "statistic": float(d.mean()), "pvalue": _signflip_p(d)
         }
     r = stats.ttest_rel(a, b) if test == "ttest" else stats.wilcoxon(a, b)
     return {**out, "statistic": float(r.statistic), "pvalue": float(r.pvalue)}
 
 # %% ../nbs/evaluation/05b_stats.ipynb #c24674ee
-def paired_test(
-    a: Sequence[float], b: Sequence[float], test: str = "ttest", min_items: int = MIN_ITEMS
-) -> dict:
+def paired_test(a: Sequence[float], b: Sequence[float], test: str = "ttest",
+                min_items: int = MIN_ITEMS) -> dict:
     """Paired comparison of two conditions on the same units: `ttest` (scipy.stats.ttest_rel),
     `wilcoxon` (signed-rank), `mcnemar` (exact binomial McNemar test, McNemar 1947, for paired
     0/1 outcomes only; other values raise) or `permutation` (sign-flip, exact up to 16 units)."""
@@ -290,14 +241,8 @@ def paired_test(
     return r
 
 # %% ../nbs/evaluation/05b_stats.ipynb #bac7c8c5
-def accuracy_ci(
-    correct: Sequence[Any],
-    items: Sequence[Any] | None = None,
-    level: float = 0.95,
-    n_resamples: int = 2000,
-    seed: int = 0,
-    min_items: int = 20,
-) -> dict:
+def accuracy_ci(correct: Sequence[Any], items: Sequence[Any] | None = None, level: float = 0.95,
+                n_resamples: int = 2000, seed: int = 0, min_items: int = 20) -> dict:
     """Accuracy with its interval, the item as unit: Wilson (1927) when each item gives one answer,
     else the item-cluster bootstrap (Davison & Hinkley 1997, Sec. 3.8;
     `mad_study.metrics.clustered_accuracy_ci`)."""
@@ -311,31 +256,22 @@ def accuracy_ci(
     if 0 < n_items < min_items:
         warnings.warn(
             f"accuracy_ci: {n_items} items (< {min_items}): an interval from so few items is wide, and a bootstrap "
-            "over so few items undercovers",
-            stacklevel=2,
-        )
+            "over so few items undercovers", stacklevel=2)
     lo, hi, how = clustered_accuracy_ci(x, items, level, n_resamples, seed)
     return {
-        "accuracy": float(np.mean(x)) if x else math.nan,
-        "ci_low": lo,
-        "ci_high": hi,
-        "n_items": n_items,
-        "n_answers": len(x),
-        "method": how,
-        "level": level,
+        "accuracy": float(np.mean(x)) if x else math.nan, "ci_low": lo, "ci_high": hi, "n_items":
+        n_items, "n_answers": len(x), "method": how, "level": level
     }
 
 # %% ../nbs/evaluation/05b_stats.ipynb #353c0158
-def simulate_paired(
-    n_items: int, diff: float, n_agents: int = 3, rho: float = 0.6, seed: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
+def simulate_paired(n_items: int, diff: float, n_agents: int = 3, rho: float = 0.6,
+                    seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Synthetic 0/1 answers (items x agents) of two methods on the same items, agents correlated
     within an item: item difficulty p ~ U(0.2, 0.8), success p +- diff/2, each agent copies the
     item's shared draw with probability `rho`."""
     if abs(diff) > 0.3:
         raise ValueError(
-            f"simulate_paired: |diff| <= 0.3 keeps probabilities in [0, 1], got {diff}"
-        )
+            f"simulate_paired: |diff| <= 0.3 keeps probabilities in [0, 1], got {diff}")
     g = np.random.default_rng(seed)
     p = g.uniform(0.2, 0.8, n_items)
 
@@ -353,11 +289,8 @@ def score_interval(n10: int, n01: int, n: int, level: float = 0.95) -> tuple[flo
     correction: Z(D) = (n10 - n01 - n D) / sqrt(n (2 q(D) + D (1 - D))), q(D) the restricted ML estimate of
     P(a wrong, b right) (Tango 1998, Eq. 4). Returns (low, high, p); the interval holds 0 exactly where p >= 1 - level."""
     if not (0 <= n10 and 0 <= n01 and n10 + n01 <= n and n > 0):
-        raise ConfigError(
-            "score_interval: discordant counts must be within 0..n",
-            key="counts",
-            value=(n10, n01, n),
-        )
+        raise ConfigError("score_interval: discordant counts must be within 0..n", key="counts",
+                          value=(n10, n01, n))
     z = float(special.ndtri(0.5 + level / 2))
     b, c = float(n10), float(n01)
     est = (b - c) / n
@@ -384,9 +317,8 @@ def score_interval(n10: int, n01: int, n: int, level: float = 0.95) -> tuple[flo
     return (float(lo), float(hi), p)
 
 # %% ../nbs/evaluation/05b_stats.ipynb #b7e1a004
-def _signflip_interval(
-    d: np.ndarray, level: float, n_resamples: int, seed: int
-) -> tuple[float, float, float]:
+def _signflip_interval(d: np.ndarray, level: float, n_resamples: int,
+                       seed: int) -> tuple[float, float, float]:
     """The sign-flip test of the mean inverted (the kit's own use of Fisher's randomisation test): p of d at 0 and the
     shifts delta whose test of d - delta does not reject at 1 - level, by bisection on each side of the mean; the signs
     are all 2^n up to 16 items, else `n_resamples` random ones (fixed by `seed`, one set for every shift)."""
@@ -420,15 +352,8 @@ def _signflip_interval(
     return (bound(m - width), bound(m + width), p(0.0))
 
 # %% ../nbs/evaluation/05b_stats.ipynb #b7e1a005
-def paired_inference(
-    a: np.ndarray,
-    b: np.ndarray,
-    level: float = 0.95,
-    test: str = "auto",
-    min_items: int = MIN_ITEMS,
-    n_resamples: int = 2**16,
-    seed: int = 0,
-) -> dict:
+def paired_inference(a: np.ndarray, b: np.ndarray, level: float = 0.95, test: str = "auto",
+                     min_items: int = MIN_ITEMS, n_resamples: int = 2**16, seed: int = 0) -> dict:
     """The one procedure behind every gap of the kit (the section above): its verdict's p and its interval for
     mean(a - b) come from one test inverted, so that they cannot disagree: `mcnemar` (one 0/1 answer per item):
     Tango's (1998) score interval and McNemar's (1947) score test; `ttest`: the paired t-interval and t-test;
@@ -437,10 +362,7 @@ def paired_inference(
     if test not in ("auto", "mcnemar", "ttest", "permutation"):
         raise ConfigError(
             "paired_inference: no interval is dual to this test here (paired_test gives its p)",
-            key="test",
-            value=test,
-            choices=("auto", "mcnemar", "ttest", "permutation"),
-        )
+            key="test", value=test, choices=("auto", "mcnemar", "ttest", "permutation"))
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     d = a - b
     binary = _binary(a) and _binary(b)
@@ -450,9 +372,7 @@ def paired_inference(
         bad = sorted({float(v) for v in np.r_[a, b] if v not in (0.0, 1.0)})[:5]
         raise ConfigError(
             "McNemar's test needs paired 0/1 outcomes (average several answers per item and use ttest)",
-            key="values",
-            value=bad,
-        )
+            key="values", value=bad)
     st = _status(d, min_items)
     out = {"test": test, "status": st, "level": level, "ci_low": math.nan, "ci_high": math.nan}
     if st == "too few items":
@@ -465,10 +385,7 @@ def paired_inference(
         return {**out, "statistic": math.nan, "pvalue": 1.0}
     if st == "zero variance":
         return {
-            **out,
-            "test": "permutation",
-            "statistic": float(d.mean()),
-            "pvalue": _signflip_p(d),
+            **out, "test": "permutation", "statistic": float(d.mean()), "pvalue": _signflip_p(d)
         }
     if test == "ttest":
         # the paired t-test (Student 1908) and its interval, as scipy.stats.ttest_1samp, in closed form
@@ -480,37 +397,24 @@ def paired_inference(
     return {**out, "statistic": float(d.mean()), "pvalue": p, "ci_low": lo, "ci_high": hi}
 
 # %% ../nbs/evaluation/05b_stats.ipynb #cc2f1407
-def item_means(
-    df: pd.DataFrame, value: str = "correct", item: str = "item_id", method: str = "method"
-) -> pd.DataFrame:
+def item_means(df: pd.DataFrame, value: str = "correct", item: str = "item_id",
+               method: str = "method") -> pd.DataFrame:
     """Per-item means of `value` (several answers per item averaged first): a frame items x methods (NaN: not observed).
     A `value` column holding text raises (a `correct` read back as strings is not 0/1)."""
     for c in (value, item, method):
         if c not in df.columns:
-            raise ConfigError(
-                "column missing from the per-item frame", key="column", value=c, choices=df.columns
-            )
+            raise ConfigError("column missing from the per-item frame", key="column", value=c,
+                              choices=df.columns)
     col = df[value]
     fast = pd.api.types.is_numeric_dtype(col.dtype) or pd.api.types.is_bool_dtype(col.dtype)
-    v = (
-        col.astype("Float64").astype(float)
-        if fast
-        else pd.Series(_numbers(col, f"item_means: column {value!r}"), index=df.index)
-    )
+    v = (col.astype("Float64").astype(float) if fast else pd.Series(
+        _numbers(col, f"item_means: column {value!r}"), index=df.index))
     return v.groupby([df[item], df[method]], sort=False).mean().unstack(method)
 
 # %% ../nbs/evaluation/05b_stats.ipynb #b2357871
-def paired_difference(
-    a: Sequence[float],
-    b: Sequence[float],
-    level: float = 0.95,
-    n_resamples: int = 2**16,
-    seed: int = 0,
-    test: str = "auto",
-    *,
-    on: str = "all",
-    min_items: int = MIN_ITEMS,
-) -> dict:
+def paired_difference(a: Sequence[float], b: Sequence[float], level: float = 0.95,
+                      n_resamples: int = 2**16, seed: int = 0, test: str = "auto", *,
+                      on: str = "all", min_items: int = MIN_ITEMS) -> dict:
     """Difference a - b of two methods matched by item: mean, and the interval and test of one procedure
     (`paired_inference`: Tango 1998 score interval with McNemar 1947 for 0/1, else the paired t-interval)."""
     x, y, dropped = _aligned(a, b, "paired_difference", on)
@@ -518,31 +422,14 @@ def paired_difference(
     _warn_status(r["status"], "paired_difference", int(x.size), min_items)
     ma, mb = (float(x.mean()), float(y.mean())) if x.size else (math.nan, math.nan)
     return {
-        "n_items": int(x.size),
-        "mean_a": ma,
-        "mean_b": mb,
-        "diff": ma - mb,
-        "ci_low": r["ci_low"],
-        "ci_high": r["ci_high"],
-        "level": level,
-        "test": r["test"],
-        "statistic": r["statistic"],
-        "pvalue": r["pvalue"],
-        "status": r["status"],
-        "n_dropped": dropped,
-        "unit": "item",
+        "n_items": int(x.size), "mean_a": ma, "mean_b": mb, "diff": ma - mb, "ci_low": r["ci_low"],
+        "ci_high": r["ci_high"], "level": level, "test": r["test"], "statistic": r["statistic"],
+        "pvalue": r["pvalue"], "status": r["status"], "n_dropped": dropped, "unit": "item"
     }
 
 # %% ../nbs/evaluation/05b_stats.ipynb #9ce8050c
-def tost(
-    a: Sequence[float],
-    b: Sequence[float],
-    margin: float,
-    alpha: float = 0.05,
-    *,
-    on: str = "all",
-    min_items: int = MIN_ITEMS,
-) -> dict:
+def tost(a: Sequence[float], b: Sequence[float], margin: float, alpha: float = 0.05, *,
+         on: str = "all", min_items: int = MIN_ITEMS) -> dict:
     """Equivalence of two methods matched by item (Schuirmann 1987, two one-sided paired t-tests):
     H0 |mean(a - b)| >= margin."""
     if not margin > 0:
@@ -551,26 +438,18 @@ def tost(
     d = x - y
     st = _status(d, min_items)
     out = {
-        "n_items": int(d.size),
-        "diff": float(d.mean()) if d.size else math.nan,
-        "margin": float(margin),
-        "status": st,
+        "n_items": int(d.size), "diff": float(d.mean()) if d.size else math.nan, "margin":
+        float(margin), "status": st
     }
     if st == "too few items":
         p, how = math.nan, "none"
     elif st == "ok":
-        p, how = (
-            max(
-                stats.ttest_1samp(d, -margin, alternative="greater").pvalue,
-                stats.ttest_1samp(d, margin, alternative="less").pvalue,
-            ),
-            "ttest",
-        )
+        p, how = (max(
+            stats.ttest_1samp(d, -margin, alternative="greater").pvalue,
+            stats.ttest_1samp(d, margin, alternative="less").pvalue), "ttest")
     else:
-        p, how = (
-            max(_signflip_p(d + margin, "greater"), _signflip_p(d - margin, "less")),
-            "permutation",
-        )
+        p, how = (max(_signflip_p(d + margin, "greater"), _signflip_p(d - margin,
+                                                                      "less")), "permutation")
     _warn_status(st, "tost", d.size, min_items)
     return {**out, "test": how, "pvalue": float(p), "equivalent": bool(p < alpha)}
 
@@ -582,12 +461,8 @@ def adjust_pvalues(pvalues: Sequence[float], method: str = "holm") -> np.ndarray
     """p-values adjusted for multiple comparisons: Holm (1979) step-down, Bonferroni, Benjamini-Hochberg (1995) FDR
     (`scipy.stats.false_discovery_control`) or none. NaNs stay NaN and do not count as tests."""
     if method not in CORRECTIONS:
-        raise ConfigError(
-            "unknown multiple-comparison correction",
-            key="correction",
-            value=method,
-            choices=CORRECTIONS,
-        )
+        raise ConfigError("unknown multiple-comparison correction", key="correction", value=method,
+                          choices=CORRECTIONS)
     p = np.asarray(pvalues, dtype=float)
     out = np.full(p.shape, np.nan)
     ok = ~np.isnan(p)
@@ -641,9 +516,8 @@ def _adjusted_levels(pvalues: Sequence[float], method: str, level: float) -> np.
     return out
 
 # %% ../nbs/evaluation/05b_stats.ipynb #b7e1a007
-def _family_levels(
-    pvalues: Sequence[float], method: str, level: float
-) -> tuple[np.ndarray, np.ndarray]:
+def _family_levels(pvalues: Sequence[float], method: str,
+                   level: float) -> tuple[np.ndarray, np.ndarray]:
     """Each comparison's interval level in a table with correction `method`, and whether its interval is closed at 0 (the
     kit's own reading of Strassburger & Bretz 2008 for Holm 1979): Holm: every gap at Bonferroni's 1 - alpha / m
     (simultaneous), and a gap Holm rejects has its interval closed at 0 ([0, hi] or [lo, 0]) where it crosses it:
@@ -685,35 +559,27 @@ def omnibus_test(wide: pd.DataFrame | np.ndarray) -> dict:
         return {"test": "none", "statistic": math.nan, "pvalue": math.nan, "n_items": n, "k": k}
     if _binary(x):
         return {
-            "test": "cochran_q",
-            **{a: b for a, b in cochran_q(x).items() if a != "n"},
-            "n_items": n,
-            "k": k,
+            "test": "cochran_q", **{a: b
+                                    for a, b in cochran_q(x).items() if a != "n"}, "n_items": n,
+            "k": k
         }
     if k == 2:
         t = paired_test(x[:, 0], x[:, 1], "ttest")
         return {
-            "test": "ttest",
-            "statistic": t["statistic"],
-            "pvalue": t["pvalue"],
-            "n_items": n,
-            "k": k,
+            "test": "ttest", "statistic": t["statistic"], "pvalue": t["pvalue"], "n_items": n, "k":
+            k
         }
     if np.allclose(x, x[:, :1]):
         return {"test": "friedman", "statistic": 0.0, "pvalue": 1.0, "n_items": n, "k": k}
     r = stats.friedmanchisquare(*x.T)
     return {
-        "test": "friedman",
-        "statistic": float(r.statistic),
-        "pvalue": float(r.pvalue),
-        "n_items": n,
-        "k": k,
+        "test": "friedman", "statistic": float(r.statistic), "pvalue": float(r.pvalue), "n_items":
+        n, "k": k
     }
 
 # %% ../nbs/evaluation/05b_stats.ipynb #471fd96d
-def token_change(
-    ta: np.ndarray, tb: np.ndarray, level: float, n_resamples: int = 0, seed: int = 0
-) -> tuple[float, float, float]:
+def token_change(ta: np.ndarray, tb: np.ndarray, level: float, n_resamples: int = 0,
+                 seed: int = 0) -> tuple[float, float, float]:
     """Relative change of mean tokens a vs b (mean a / mean b - 1), paired by item, with a delta-method interval on
     the log of the ratio (Casella & Berger 2002, Sec. 5.5.4): var log(a/b) ~ s_a^2 / (n a^2) + s_b^2 / (n b^2) -
     2 s_ab / (n a b), so no resampling, the same at any seed and O(n) at any n (`n_resamples`, `seed`: unused, kept
@@ -734,45 +600,29 @@ def token_change(
 
 # %% ../nbs/evaluation/05b_stats.ipynb #651d8e40
 def compare_methods(
-    results: pd.DataFrame,
-    reference: str,
-    methods: Sequence[str] | None = None,
-    value: str = "correct",
-    tokens: str | None = "tokens",
-    item: str = "item_id",
-    method: str = "method",
-    inference: Inference = Inference(),
-) -> tuple[pd.DataFrame, str]:
+    results: pd.DataFrame, reference: str, methods: Sequence[str] | None = None,
+    value: str = "correct", tokens: str | None = "tokens", item: str = "item_id",
+    method: str = "method", inference: Inference = Inference()) -> tuple[pd.DataFrame, str]:
     """Many methods against `reference` on the same items, paired by item (DESIGN \"Statistics\";
     Holm 1979): per method accuracy, gap, interval, adjusted test, TOST and verdict; returns
     (table, caption sentence)."""
     inf = inference
-    methods, means, sub, info = _compared_items(
-        results, reference, methods, value, item, method, inf.on
-    )
-    tok = (
-        item_means(sub, tokens, item, method).reindex(index=means.index, columns=methods)
-        if tokens and tokens in results
-        else None
-    )
+    methods, means, sub, info = _compared_items(results, reference, methods, value, item, method,
+                                                inf.on)
+    tok = (item_means(sub, tokens, item, method).reindex(index=means.index, columns=methods)
+           if tokens and tokens in results else None)
     c = _Compared(reference, sub, means, tok, value, item, method, inf)
     rows = [_method_row(m, c) for m in methods]
     table = _adjusted_table(rows, means, reference, item, inf.correction, inf.level, inf.margin)
     table = _family_intervals(table, means, reference, inf)
     table.attrs.update(min_items=inf.min_items, **info)
-    odd = (
-        table.dropna(subset=["status"]).query("status != 'ok'")
-        if "status" in table
-        else table.iloc[:0]
-    )
+    odd = (table.dropna(
+        subset=["status"]).query("status != 'ok'") if "status" in table else table.iloc[:0])
     if len(odd):
         warnings.warn(
-            "compare_methods: "
-            + "; ".join(f"{r.method} vs {reference}: {r.status}" for r in odd.itertuples())
-            + " (the caption says what each status means)",
-            UserWarning,
-            stacklevel=2,
-        )
+            "compare_methods: " + "; ".join(f"{r.method} vs {reference}: {r.status}"
+                                            for r in odd.itertuples()) +
+            " (the caption says what each status means)", UserWarning, stacklevel=2)
     return table, comparison_caption(table, fixed_items=inf.fixed_items)
 
 # %% ../nbs/evaluation/05b_stats.ipynb #479708dd
@@ -780,15 +630,9 @@ def compare_methods(
 _REPEAT_KEYS = ("sample", "run", "seed", "agent", "round", "repeat", "model", "agents", "turn")
 
 # %% ../nbs/evaluation/05b_stats.ipynb #a61f4e72
-def _compared_items(
-    results: pd.DataFrame,
-    reference: str,
-    methods: Sequence[str] | None,
-    value: str,
-    item: str,
-    method: str,
-    on: str = "all",
-) -> tuple[list[str], pd.DataFrame, pd.DataFrame, dict]:
+def _compared_items(results: pd.DataFrame, reference: str, methods: Sequence[str] | None,
+                    value: str, item: str, method: str,
+                    on: str = "all") -> tuple[list[str], pd.DataFrame, pd.DataFrame, dict]:
     """Step 1 of `compare_methods` (the kit's own): the methods (reference first), their item means on the items every
     one of them answered, those items' rows, and what pairing did: items dropped and runs per method. Rows that repeat
     (method, item, sample and the named dimensions present, `_REPEAT_KEYS`) raise: a second run appended is not more
@@ -796,17 +640,12 @@ def _compared_items(
     or `seed` column every (method, item) row must be unique (an error names the method and items); different item sets
     raise unless `on="shared"`, which keeps the items every method answered and warns."""
     if on not in ("all", "shared"):
-        raise ConfigError(
-            "pairing: `on` is 'all' or 'shared'", key="on", value=on, choices=("all", "shared")
-        )
+        raise ConfigError("pairing: `on` is 'all' or 'shared'", key="on", value=on,
+                          choices=("all", "shared"))
     for c in (method, item):
         if c not in results:
-            raise ConfigError(
-                "column missing from the per-item frame",
-                key="column",
-                value=c,
-                choices=results.columns,
-            )
+            raise ConfigError("column missing from the per-item frame", key="column", value=c,
+                              choices=results.columns)
     keys = [method, item, *(c for c in _REPEAT_KEYS if c in results)]
     if (dup := results.duplicated(keys, keep=False)).any():
         rep = [c for c in ("sample", "run", "seed") if c in results]
@@ -814,34 +653,25 @@ def _compared_items(
         its = results.loc[dup & (results[method] == m), item].unique().tolist()
         raise ConfigError(
             f"{int(results.duplicated(keys).sum())} rows repeat ({', '.join(keys)}): method {m!r} has "
-            f"items {its[:5]}{' ...' if len(its) > 5 else ''} more than once; "
-            + (
-                "no `sample`, `run` or `seed` column tells the rows apart: a second run of a method? name it "
-                "in a `run` (or `seed`) column (its runs are averaged per item)"
-                if not rep
-                else f"the {', '.join(rep)} column(s) do not tell them apart: a second run? name it in a `run` "
-                "column (its runs are averaged per item)"
-            ),
-            key="rows",
-            value=results.loc[dup, keys].iloc[0].tolist(),
-        )
+            f"items {its[:5]}{' ...' if len(its) > 5 else ''} more than once; " +
+            ("no `sample`, `run` or `seed` column tells the rows apart: a second run of a method? name it "
+             "in a `run` (or `seed`) column (its runs are averaged per item)" if not rep else
+             f"the {', '.join(rep)} column(s) do not tell them apart: a second run? name it in a `run` "
+             "column (its runs are averaged per item)"), key="rows",
+            value=results.loc[dup, keys].iloc[0].tolist())
     means = item_means(results, value, item, method)
     methods = list(dict.fromkeys([reference, *(methods if methods is not None else means.columns)]))
     missing = [m for m in methods if m not in means.columns]
     if missing:
-        raise ConfigError(
-            "method not in the results", key="method", value=missing[0], choices=means.columns
-        )
+        raise ConfigError("method not in the results", key="method", value=missing[0],
+                          choices=means.columns)
     seen = means[methods].notna()
     common = means.index[seen.all(axis=1)]
     n_any = int(seen.any(axis=1).sum())
     if n_any > len(common) and on != "shared":
         raise ConfigError(
             f"the methods answered different items ({seen.sum().to_dict()}; {len(common)} by every one): "
-            "pass on='shared' to compare on those",
-            key="items",
-            value=n_any - len(common),
-        )
+            "pass on='shared' to compare on those", key="items", value=n_any - len(common))
     if n_any > len(common):
         warnings.warn(
             f"compare_methods: {n_any - len(common)} of {n_any} items dropped (not answered by every method); "
@@ -850,19 +680,12 @@ def _compared_items(
             stacklevel=3,  # compare_methods' caller
         )
     if len(common) < 2:
-        raise ConfigError(
-            f"fewer than 2 items answered by every method ({len(common)})",
-            key="methods",
-            value=methods,
-        )
+        raise ConfigError(f"fewer than 2 items answered by every method ({len(common)})",
+                          key="methods", value=methods)
     sub = results[results[item].isin(common) & results[method].isin(methods)]
     runs = sub.groupby(method)["run"].nunique().to_dict() if "run" in sub else {}
-    return (
-        methods,
-        means.loc[common, methods],
-        sub,
-        {"n_dropped": n_any - len(common), "n_any": n_any, "runs": runs},
-    )
+    return (methods, means.loc[common, methods], sub,
+            {"n_dropped": n_any - len(common), "n_any": n_any, "runs": runs})
 
 # %% ../nbs/evaluation/05b_stats.ipynb #a0065108
 @dataclass(frozen=True, eq=False)
@@ -887,16 +710,11 @@ def _method_row(m: str, c: _Compared) -> dict:
     sub, means, tok, ref, inf = c.sub, c.means, c.tok, c.reference, c.inference
     level, n, seed, k = inf.level, inf.n_resamples, inf.seed, inf.min_items
     mine = sub[c.method] == m
-    acc = accuracy_ci(
-        sub.loc[mine, c.value].tolist(), sub.loc[mine, c.item].tolist(), level, n, seed, min_items=k
-    )
+    acc = accuracy_ci(sub.loc[mine, c.value].tolist(), sub.loc[mine, c.item].tolist(), level, n,
+                      seed, min_items=k)
     r = {
-        "method": m,
-        "n_items": len(means),
-        "accuracy": acc["accuracy"],
-        "acc_low": acc["ci_low"],
-        "acc_high": acc["ci_high"],
-        "acc_ci_method": acc["method"],
+        "method": m, "n_items": len(means), "accuracy": acc["accuracy"], "acc_low": acc["ci_low"],
+        "acc_high": acc["ci_high"], "acc_ci_method": acc["method"]
     }
     if m != ref:
         a, b = means[m].to_numpy(), means[ref].to_numpy()
@@ -904,35 +722,21 @@ def _method_row(m: str, c: _Compared) -> dict:
             warnings.simplefilter("ignore", UserWarning)
             d = paired_difference(a, b, level, n, seed, inf.test, min_items=k)
             e = tost(a, b, inf.margin, 1 - level, min_items=k) if inf.margin is not None else None
-        r.update(
-            diff=d["diff"],
-            diff_low=d["ci_low"],
-            diff_high=d["ci_high"],
-            test=d["test"],
-            pvalue=d["pvalue"],
-            status=d["status"],
-        )
+        r.update(diff=d["diff"], diff_low=d["ci_low"], diff_high=d["ci_high"], test=d["test"],
+                 pvalue=d["pvalue"], status=d["status"])
         if e is not None:
             r.update(tost_p=e["pvalue"], equivalent=e["equivalent"])
     if tok is not None:
         r["tokens"] = float(tok[m].mean())
         if m != ref:
-            t, lo, hi = token_change(
-                tok[m].to_numpy(float), tok[ref].to_numpy(float), level, n, seed
-            )
+            t, lo, hi = token_change(tok[m].to_numpy(float), tok[ref].to_numpy(float), level, n,
+                                     seed)
             r.update(token_change=t, token_change_low=lo, token_change_high=hi)
     return r
 
 # %% ../nbs/evaluation/05b_stats.ipynb #4409f975
-def _adjusted_table(
-    rows: list[dict],
-    means: pd.DataFrame,
-    reference: str,
-    item: str,
-    correction: str,
-    level: float,
-    margin: float | None,
-) -> pd.DataFrame:
+def _adjusted_table(rows: list[dict], means: pd.DataFrame, reference: str, item: str,
+                    correction: str, level: float, margin: float | None) -> pd.DataFrame:
     "Step 3 of `compare_methods` (the kit's own): the table with p-values adjusted over the comparisons, `distinguishable`, and the attrs the caption reads (the omnibus test among them)."
     table = pd.DataFrame(rows)
     if "pvalue" not in table:
@@ -940,20 +744,13 @@ def _adjusted_table(
     table["p_adjusted"] = adjust_pvalues(table["pvalue"], correction)
     table["distinguishable"] = (table["p_adjusted"] < (1 - level)).astype(object)
     table.loc[table["method"] == reference, "distinguishable"] = None
-    table.attrs.update(
-        reference=reference,
-        correction=correction,
-        level=level,
-        unit=item,
-        margin=margin,
-        omnibus=omnibus_test(means.to_numpy()),
-    )
+    table.attrs.update(reference=reference, correction=correction, level=level, unit=item,
+                       margin=margin, omnibus=omnibus_test(means.to_numpy()))
     return table
 
 # %% ../nbs/evaluation/05b_stats.ipynb #4faca5ae
-def _family_intervals(
-    table: pd.DataFrame, means: pd.DataFrame, reference: str, inference: Inference
-) -> pd.DataFrame:
+def _family_intervals(table: pd.DataFrame, means: pd.DataFrame, reference: str,
+                      inference: Inference) -> pd.DataFrame:
     """Step 4 of `compare_methods` (the kit's own): each gap's interval again (`paired_inference`, the test's own
     dual) at the level of its correction (`_family_levels`, in `diff_level`; a Holm-rejected interval that crosses 0
     is closed there, [0, hi] or [lo, 0], `diff_cut`: Holm shows the sign), so that intervals and verdicts are one
@@ -973,15 +770,8 @@ def _family_intervals(
         a, b = means[r["method"]].to_numpy(float), means[reference].to_numpy(float)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            f = paired_inference(
-                a,
-                b,
-                r["diff_level"],
-                inference.test,
-                inference.min_items,
-                inference.n_resamples,
-                inference.seed,
-            )
+            f = paired_inference(a, b, r["diff_level"], inference.test, inference.min_items,
+                                 inference.n_resamples, inference.seed)
         lo, hi = f["ci_low"], f["ci_high"]
         if cut[i] and lo <= 0 <= hi:
             lo, hi = (0.0, hi) if r["diff"] > 0 else (lo, 0.0)
@@ -1022,9 +812,9 @@ def _interval_text(r: Mapping) -> str:
 # %% ../nbs/evaluation/05b_stats.ipynb #6e22a499
 TEST_WORDS = {
     "mcnemar": "McNemar's score test with Tango's score interval for one 0/1 answer per item",
-    "ttest": "paired t-test with its t-interval over item means",
-    "permutation": "sign-flip test over items, inverted for its interval (exact up to 16 items), where t cannot hold",
-    "wilcoxon": "Wilcoxon signed-rank over item means",
+    "ttest": "paired t-test with its t-interval over item means", "permutation":
+    "sign-flip test over items, inverted for its interval (exact up to 16 items), where t cannot hold",
+    "wilcoxon": "Wilcoxon signed-rank over item means"
 }
 
 
@@ -1036,18 +826,15 @@ def _interval_words(a: Mapping, levels: pd.Series) -> str:
         return f"{100 * lvl:g}% intervals, unadjusted like the p-values (no correction)"
     if not len(lv):
         return "no gap has an interval (each gap says why)"
-    span = (
-        f"{100 * lv.min():.4g}%"
-        if lv.min() == lv.max()
-        else f"{100 * lv.min():.4g}% to {100 * lv.max():.4g}%"
-    )
+    span = (f"{100 * lv.min():.4g}%"
+            if lv.min() == lv.max() else f"{100 * lv.min():.4g}% to {100 * lv.max():.4g}%")
     words = {
-        "holm": (
-            f"Holm-compatible simultaneous intervals ({span}, Bonferroni's level for every gap; a gap Holm tells "
-            "apart whose interval would cross 0 is closed at 0: Holm shows its sign, not a size away from 0)"
-        ),
-        "bonferroni": f"Bonferroni-adjusted simultaneous {span} intervals",
-        "fdr_bh": f"false-coverage-rate-adjusted {span} intervals (Benjamini-Yekutieli)",
+        "holm":
+        (f"Holm-compatible simultaneous intervals ({span}, Bonferroni's level for every gap; a gap Holm tells "
+         "apart whose interval would cross 0 is closed at 0: Holm shows its sign, not a size away from 0)"
+         ), "bonferroni":
+        f"Bonferroni-adjusted simultaneous {span} intervals", "fdr_bh":
+        f"false-coverage-rate-adjusted {span} intervals (Benjamini-Yekutieli)"
     }
     return words.get(c, f"{c}-adjusted {span} intervals")
 
@@ -1058,26 +845,19 @@ def _gap_words(r: Mapping, ref: str, a: Mapping) -> str:
     # 0/1 answers keep Tango's score interval when the methods agree on every item, or differ alike on every one
     tango = r.get("test") == "mcnemar"
     if st == "identical":
-        ci = (
-            f"{_interval_text(r)} (agree on every item)"
-            if tango
-            else "(identical on every item: no interval)"
-        )
+        ci = (f"{_interval_text(r)} (agree on every item)"
+              if tango else "(identical on every item: no interval)")
     elif st == "zero variance":
-        ci = (
-            f"{_interval_text(r)} (the same gap on every item)"
-            if tango
-            else "(the same gap on every item: no interval)"
-        )
+        ci = (f"{_interval_text(r)} (the same gap on every item)"
+              if tango else "(the same gap on every item: no interval)")
     else:
         ci = _interval_text(r)
     s = f"{r['method']} vs {ref}: {_pts(r['diff'])} points {ci}, {r.get('verdict') or ('distinguishable' if r['distinguishable'] else 'not distinguishable')}"
     s += f" ({r['test']}, {a.get('correction')}-adjusted p = {r['p_adjusted']:.3g})"
     if r.get("tost_equivalent") is True and r.get("verdict") == "distinguishable":
         s += f", a real gap inside ±{100 * a['margin']:.1f} points (TOST), so not called equivalent"
-    elif (
-        "equivalent" in r and not pd.isna(r.get("equivalent")) and r.get("verdict") != "equivalent"
-    ):
+    elif ("equivalent" in r and not pd.isna(r.get("equivalent"))
+          and r.get("verdict") != "equivalent"):
         s += f", not shown equivalent within ±{100 * a['margin']:.1f} points (TOST)"
     elif r.get("verdict") == "equivalent":
         s += f" within ±{100 * a['margin']:.1f} points (TOST)"
@@ -1092,9 +872,8 @@ def _gap_words(r: Mapping, ref: str, a: Mapping) -> str:
     return s
 
 # %% ../nbs/evaluation/05b_stats.ipynb #39e3f1b8
-def comparison_caption(
-    table: pd.DataFrame, unit_name: str = "items", fixed_items: bool = False
-) -> str:
+def comparison_caption(table: pd.DataFrame, unit_name: str = "items",
+                       fixed_items: bool = False) -> str:
     """The caption sentence of a `compare_methods` table: item count (and the items dropped to pair them), runs,
     resampled unit, interval family, tests, correction, omnibus, and each method's gap vs the reference with its
     interval (or why none), its verdict and any status that limits it."""
@@ -1108,21 +887,12 @@ def comparison_caption(
         head += f" answered by every method ({a['n_dropped']} of {a['n_any']} {unit_name} dropped: not answered by every method)"
     if a.get("runs"):
         head += f"; runs per method averaged per item ({', '.join(f'{m}: {k}' for m, k in a['runs'].items())})"
-    levels = (
-        gaps.loc[gaps["diff_low"].notna(), "diff_level"]
-        if "diff_level" in gaps
-        else pd.Series(dtype=float)
-    )
-    tests = (
-        [TEST_WORDS.get(t, t) for t in dict.fromkeys(gaps["test"].dropna())]
-        if "test" in gaps
-        else []
-    )
-    boot = (
-        f", each its test inverted over {unit_name} (answers of an item averaged first)"
-        if len(levels.dropna())
-        else ""
-    )
+    levels = (gaps.loc[gaps["diff_low"].notna(),
+                       "diff_level"] if "diff_level" in gaps else pd.Series(dtype=float))
+    tests = ([TEST_WORDS.get(t, t)
+              for t in dict.fromkeys(gaps["test"].dropna())] if "test" in gaps else [])
+    boot = (f", each its test inverted over {unit_name} (answers of an item averaged first)"
+            if len(levels.dropna()) else "")
     head += (
         f"; {_interval_words(a, levels)}{boot}; "
         f"tests: {', '.join(tests) or 'none'}; {a.get('correction')} correction over {len(parts)} comparison(s)"
@@ -1134,16 +904,10 @@ def comparison_caption(
     return head + ". " + "; ".join(parts) + "." + tail
 
 # %% ../nbs/evaluation/05b_stats.ipynb #09733059
-def family_gaps(
-    table: pd.DataFrame,
-    pair: Callable[[Mapping], tuple[np.ndarray, np.ndarray]],
-    correction: str = "holm",
-    level: float = 0.95,
-    test: str = "auto",
-    min_items: int | Callable[[Mapping], int] = MIN_ITEMS,
-    n_resamples: int = 2**16,
-    seed: int = 0,
-) -> pd.DataFrame:
+def family_gaps(table: pd.DataFrame, pair: Callable[[Mapping], tuple[np.ndarray, np.ndarray]],
+                correction: str = "holm", level: float = 0.95, test: str = "auto",
+                min_items: int | Callable[[Mapping], int] = MIN_ITEMS, n_resamples: int = 2**16,
+                seed: int = 0) -> pd.DataFrame:
     """A table of gaps built elsewhere (one row per comparison, its raw p in `pvalue`; NaN: no comparison) made one
     family, as `compare_methods` makes its own: `p_adjusted` by `correction` (Holm 1979), `distinguishable` and
     `verdict`, each gap's interval again from `paired_inference` on `pair(row)` (the row's two aligned per-item
@@ -1188,9 +952,8 @@ def family_words(correction: str, level: float, levels: Sequence[float]) -> str:
     """Caption words for a family of gap intervals built by `family_gaps` or `compare_methods` (Holm 1979 with
     simultaneous Bonferroni-level intervals closed at 0 where Holm shows the sign): the procedure and the levels
     `levels` of the gaps that have an interval."""
-    return _interval_words(
-        {"correction": correction, "level": level}, pd.Series(levels, dtype=float)
-    )
+    return _interval_words({"correction": correction, "level": level},
+                           pd.Series(levels, dtype=float))
 
 # %% ../nbs/evaluation/05b_stats.ipynb #5e0383c2
 def gap_interval_text(row: Mapping) -> str:
@@ -1204,9 +967,8 @@ def _alpha_level(alpha: float, family: int, who: str) -> float:
     if not 0 < alpha < 1:
         raise ConfigError(f"{who}: alpha is a level in (0, 1)", key="alpha", value=alpha)
     if not (1 <= family < 2**31 and float(family).is_integer()):
-        raise ConfigError(
-            f"{who}: family is a count of comparisons, >= 1", key="family", value=family
-        )
+        raise ConfigError(f"{who}: family is a count of comparisons, >= 1", key="family",
+                          value=family)
     return alpha / family
 
 # %% ../nbs/evaluation/05b_stats.ipynb #cc154468
@@ -1222,9 +984,8 @@ def _exact_binary_power(n: int, p10: float, p01: float, z: float) -> float:
     return float(np.sum(stats.binom.pmf(d, n, psi) * (won + lost)))
 
 # %% ../nbs/evaluation/05b_stats.ipynb #518cfa23
-def power_paired_binary(
-    n: int, p10: float, p01: float, alpha: float = 0.05, family: int = 1, exact: bool = False
-) -> float:
+def power_paired_binary(n: int, p10: float, p01: float, alpha: float = 0.05, family: int = 1,
+                        exact: bool = False) -> float:
     """Power of McNemar's score test (the kit's 0/1 test in `paired_inference`, two-sided, without continuity
     correction) at `n` items, where a fraction `p10` of items has A right and B wrong and `p01` the reverse, at
     Bonferroni's level `alpha / family` (the level of a gap's interval in a family of `family` gaps): the normal
@@ -1233,15 +994,11 @@ def power_paired_binary(
     tests/test_stats.py."""
     for key, v in (("p10", p10), ("p01", p01)):
         if not 0 <= v <= 1:
-            raise ConfigError(
-                "power_paired_binary: a discordance rate is a fraction in [0, 1]", key=key, value=v
-            )
+            raise ConfigError("power_paired_binary: a discordance rate is a fraction in [0, 1]",
+                              key=key, value=v)
     if p10 + p01 > 1:
-        raise ConfigError(
-            "power_paired_binary: p10 + p01 (the discordance) cannot exceed 1",
-            key="p10 + p01",
-            value=p10 + p01,
-        )
+        raise ConfigError("power_paired_binary: p10 + p01 (the discordance) cannot exceed 1",
+                          key="p10 + p01", value=p10 + p01)
     if not n >= 1:
         raise ConfigError("power_paired_binary: at least one item", key="n", value=n)
     z = float(special.ndtri(1 - _alpha_level(alpha, family, "power_paired_binary") / 2))
@@ -1250,18 +1007,16 @@ def power_paired_binary(
         return 0.0
     if exact:
         if not float(n).is_integer():
-            raise ConfigError(
-                "power_paired_binary: exact power counts whole items", key="n", value=n
-            )
+            raise ConfigError("power_paired_binary: exact power counts whole items", key="n",
+                              value=n)
         return _exact_binary_power(int(n), p10, p01, z)
     shift, spread = math.sqrt(n) * delta, math.sqrt(max(psi - delta**2, 0.0))
     if spread == 0:
         # every discordant item one way (p10 = 1 or p01 = 1): the test rejects for certain or never
         return float(shift > z * math.sqrt(psi))
     return float(
-        special.ndtr((shift - z * math.sqrt(psi)) / spread)
-        + special.ndtr((-shift - z * math.sqrt(psi)) / spread)
-    )
+        special.ndtr((shift - z * math.sqrt(psi)) / spread) +
+        special.ndtr((-shift - z * math.sqrt(psi)) / spread))
 
 # %% ../nbs/evaluation/05b_stats.ipynb #09b9252e
 def _effect_args(effect: float, discordance: float, power: float, who: str) -> None:
@@ -1269,16 +1024,12 @@ def _effect_args(effect: float, discordance: float, power: float, who: str) -> N
     if not 0 < discordance <= 1:
         raise ConfigError(
             f"{who}: the discordance (share of items the two methods disagree on) is in (0, 1]",
-            key="discordance",
-            value=discordance,
-        )
+            key="discordance", value=discordance)
     if not 0 < abs(effect) <= discordance:
         raise ConfigError(
             f"{who}: the effect (accuracy gap, a fraction) must be nonzero and at most the discordance "
-            f"{discordance} (a gap comes only from items the two disagree on)",
-            key="effect",
-            value=effect,
-        )
+            f"{discordance} (a gap comes only from items the two disagree on)", key="effect",
+            value=effect)
     if not 0 < power < 1:
         raise ConfigError(f"{who}: power is a probability in (0, 1)", key="power", value=power)
 
@@ -1293,14 +1044,8 @@ def _use_exact(exact: bool | None, n: float, discordance: float) -> bool:
     return bool(exact) if exact is not None else n * discordance < EXACT_BELOW
 
 # %% ../nbs/evaluation/05b_stats.ipynb #5423dfad
-def n_for_power(
-    effect: float,
-    discordance: float,
-    power: float = 0.8,
-    alpha: float = 0.05,
-    family: int = 1,
-    exact: bool | None = None,
-) -> int:
+def n_for_power(effect: float, discordance: float, power: float = 0.8, alpha: float = 0.05,
+                family: int = 1, exact: bool | None = None) -> int:
     """The smallest number of items at which McNemar's score test (the kit's `paired_inference` for 0/1 answers)
     tells apart a paired accuracy gap `effect` (= p10 - p01, a fraction) at `discordance` (= p10 + p01) with power
     `power`, at Bonferroni's level `alpha / family`: Connor's (1987) closed form, checked and stepped with
@@ -1310,7 +1055,7 @@ def n_for_power(
     a = _alpha_level(alpha, family, "n_for_power")
     d, psi = abs(effect), discordance
     za, zb = float(special.ndtri(1 - a / 2)), float(special.ndtri(power))
-    n = max(1, math.ceil((za * math.sqrt(psi) + zb * math.sqrt(psi - d * d)) ** 2 / d**2))
+    n = max(1, math.ceil((za * math.sqrt(psi) + zb * math.sqrt(psi - d * d))**2 / d**2))
     p10, p01 = (psi + d) / 2, (psi - d) / 2
     ex = _use_exact(exact, n, psi)
     pw = lambda k: power_paired_binary(k, p10, p01, alpha, family, exact=ex)
@@ -1326,13 +1071,11 @@ def power_paired_t(n: int, effect: float, sd: float, alpha: float = 0.05, family
     items for a mean per-item difference `effect` with standard deviation `sd` of the differences, two-sided at
     Bonferroni's level `alpha / family`: exact, from the noncentral t distribution (scipy.stats.nct)."""
     if not sd > 0:
-        raise ConfigError(
-            "power_paired_t: sd (of the per-item differences) must be positive", key="sd", value=sd
-        )
+        raise ConfigError("power_paired_t: sd (of the per-item differences) must be positive",
+                          key="sd", value=sd)
     if not (n >= 2 and float(n).is_integer()):
-        raise ConfigError(
-            "power_paired_t: the t-test needs a whole number of items, at least 2", key="n", value=n
-        )
+        raise ConfigError("power_paired_t: the t-test needs a whole number of items, at least 2",
+                          key="n", value=n)
     if not math.isfinite(effect):
         raise ConfigError("power_paired_t: the effect must be finite", key="effect", value=effect)
     a = _alpha_level(alpha, family, "power_paired_t")
@@ -1341,33 +1084,24 @@ def power_paired_t(n: int, effect: float, sd: float, alpha: float = 0.05, family
     return float(stats.nct.sf(t, df, nc) + stats.nct.cdf(-t, df, nc))
 
 # %% ../nbs/evaluation/05b_stats.ipynb #b3c0482e
-def n_for_power_t(
-    effect: float,
-    sd: float,
-    power: float = 0.8,
-    alpha: float = 0.05,
-    family: int = 1,
-    min_items: int = MIN_ITEMS,
-) -> int:
+def n_for_power_t(effect: float, sd: float, power: float = 0.8, alpha: float = 0.05,
+                  family: int = 1, min_items: int = MIN_ITEMS) -> int:
     """The smallest number of items at which the paired t-test (Student 1908) tells apart a mean per-item difference
     `effect` with standard deviation `sd` with power `power` at Bonferroni's level `alpha / family` (`power_paired_t`),
     and at least `min_items`: below it the kit's `paired_inference` uses the sign-flip test, not the t-test. The normal
     approximation ((z_{1-alpha'/2} + z_power) sd / effect)^2 is the start."""
     if not sd > 0:
-        raise ConfigError(
-            "n_for_power_t: sd (of the per-item differences) must be positive", key="sd", value=sd
-        )
+        raise ConfigError("n_for_power_t: sd (of the per-item differences) must be positive",
+                          key="sd", value=sd)
     if effect == 0 or not math.isfinite(effect):
-        raise ConfigError(
-            "n_for_power_t: the effect must be finite and nonzero", key="effect", value=effect
-        )
+        raise ConfigError("n_for_power_t: the effect must be finite and nonzero", key="effect",
+                          value=effect)
     if not 0 < power < 1:
-        raise ConfigError(
-            "n_for_power_t: power is a probability in (0, 1)", key="power", value=power
-        )
+        raise ConfigError("n_for_power_t: power is a probability in (0, 1)", key="power",
+                          value=power)
     a = _alpha_level(alpha, family, "n_for_power_t")
     z = float(special.ndtri(1 - a / 2) + special.ndtri(power))
-    n = max(2, int(min_items), math.ceil((z * sd / abs(effect)) ** 2))
+    n = max(2, int(min_items), math.ceil((z * sd / abs(effect))**2))
     while power_paired_t(n, effect, sd, alpha, family) < power:
         n += 1
     while n > max(2, int(min_items)) and power_paired_t(n - 1, effect, sd, alpha, family) >= power:
@@ -1375,35 +1109,23 @@ def n_for_power_t(
     return n
 
 # %% ../nbs/evaluation/05b_stats.ipynb #26c85fed
-def resolvable_effect(
-    n: int,
-    discordance: float,
-    power: float = 0.8,
-    alpha: float = 0.05,
-    family: int = 1,
-    exact: bool | None = None,
-) -> float:
+def resolvable_effect(n: int, discordance: float, power: float = 0.8, alpha: float = 0.05,
+                      family: int = 1, exact: bool | None = None) -> float:
     """The smallest |p10 - p01| (a fraction) that McNemar's score test (the kit's 0/1 test) tells apart at `n` items
     and `discordance` (= p10 + p01) with power `power` at Bonferroni's level `alpha / family`: the inverse in the
     effect of Connor's (1987) power (`power_paired_binary`), exact below `EXACT_BELOW` expected discordant items
     (`exact=None`) or as `exact` says. NaN where no effect up to the discordance reaches it."""
     _effect_args(discordance, discordance, power, "resolvable_effect")
     ex = _use_exact(exact, n, discordance)
-    f = lambda d: (
-        power_paired_binary(n, (discordance + d) / 2, (discordance - d) / 2, alpha, family, ex)
-        - power
-    )
+    f = lambda d: (power_paired_binary(n, (discordance + d) / 2,
+                                       (discordance - d) / 2, alpha, family, ex) - power)
     if f(discordance) < 0:
         return math.nan
     return float(optimize.brentq(f, 0.0, discordance, xtol=1e-10))
 
 # %% ../nbs/evaluation/05b_stats.ipynb #46dfdefa
-def plan_sizes(
-    rows: pd.DataFrame | Sequence[Mapping],
-    power: float = 0.8,
-    alpha: float = 0.05,
-    exact: bool | None = None,
-) -> pd.DataFrame:
+def plan_sizes(rows: pd.DataFrame | Sequence[Mapping], power: float = 0.8, alpha: float = 0.05,
+               exact: bool | None = None) -> pd.DataFrame:
     """Items needed and items resolving, per comparison: `rows` (comparison, effect_pts, discordance, n; family
     optional, 1) and the columns `n_needed` (`n_for_power`), `power_now` (`power_paired_binary` at n) and
     `resolves_pts` (`resolvable_effect` at n, in points), all for McNemar's score test as in Connor (1987), each
@@ -1413,11 +1135,8 @@ def plan_sizes(
     t["family"] = t["family"].fillna(1) if "family" in t else 1
     missing = [c for c in ("comparison", "effect_pts", "discordance", "n") if c not in t]
     if missing:
-        raise ConfigError(
-            "plan_sizes: each row needs comparison, effect_pts, discordance and n",
-            key="columns",
-            value=missing,
-        )
+        raise ConfigError("plan_sizes: each row needs comparison, effect_pts, discordance and n",
+                          key="columns", value=missing)
     out = []
     for r in t.to_dict("records"):
         e, psi, f, n = r["effect_pts"] / 100, r["discordance"], r["family"], r["n"]
@@ -1425,17 +1144,11 @@ def plan_sizes(
             need = n_for_power(e, psi, power, alpha, f, exact)
             p10, p01 = (psi + e) / 2, (psi - e) / 2
             ex = _use_exact(exact, n, psi)
-            now, res = (
-                power_paired_binary(n, p10, p01, alpha, f, exact=ex),
-                resolvable_effect(n, psi, power, alpha, f, exact),
-            )
+            now, res = (power_paired_binary(n, p10, p01, alpha, f, exact=ex),
+                        resolvable_effect(n, psi, power, alpha, f, exact))
         except ConfigError as err:
-            raise ConfigError(
-                err.problem,
-                where=f"plan_sizes row {r['comparison']!r}",
-                key=err.key,
-                value=err.value,
-            ) from err
+            raise ConfigError(err.problem, where=f"plan_sizes row {r['comparison']!r}", key=err.key,
+                              value=err.value) from err
         out.append({**r, "n_needed": need, "power_now": now, "resolves_pts": 100 * res})
     return pd.DataFrame(out, columns=[*t.columns, "n_needed", "power_now", "resolves_pts"])
 
@@ -1443,29 +1156,23 @@ def plan_sizes(
 def condition_labels(df: pd.DataFrame) -> pd.Series:
     "One label per row for its condition: `method` ('' -> the experiment), as `experiment/method` when several experiments are pooled (and differ from the method)."
     exp = df["experiment"].astype(str) if "experiment" in df else pd.Series("", index=df.index)
-    meth = (
-        df["method"].astype("object").where(df["method"].notna(), "").astype(str)
-        if "method" in df
-        else pd.Series("", index=df.index)
-    )
+    meth = (df["method"].astype("object").where(df["method"].notna(), "").astype(str)
+            if "method" in df else pd.Series("", index=df.index))
     if exp.nunique() > 1:
         return exp.where((meth == "") | (meth == exp), exp + "/" + meth)
     return meth.where(meth != "", exp)
 
 # %% ../nbs/evaluation/05b_stats.ipynb #b309a4e0
-def per_item_results(
-    transcript: pd.DataFrame, who: str = "majority", fmt: str | None = None
-) -> pd.DataFrame:
+def per_item_results(transcript: pd.DataFrame, who: str = "majority",
+                     fmt: str | None = None) -> pd.DataFrame:
     """Per-item results of every condition of a (pooled) transcript (the DESIGN's \"per-item results
     next to every table\"): item_id, method, experiment, sample, correct (majority vote, or agent
     `who`, at the condition's last round), answer, tokens (prompt + completion tokens of the
     thread over all rounds; of agent `who` only when one agent is scored)."""
     check_unique_turns(transcript, what="per_item_results")
     t = transcript.assign(_cond=condition_labels(transcript))
-    t = t.assign(
-        _tok=t["prompt_tokens"].fillna(0).astype(float)
-        + t["completion_tokens"].fillna(0).astype(float)
-    )
+    t = t.assign(_tok=t["prompt_tokens"].fillna(0).astype(float) +
+                 t["completion_tokens"].fillna(0).astype(float))
     keys = ["_cond", "item_id", "sample"]
     last = t.groupby("_cond")["round"].transform("max")
     fin = t[t["round"] == last]
@@ -1473,12 +1180,8 @@ def per_item_results(
         v = vote_table(fin.drop(columns=["_tok"]), by=("_cond", "item_id", "sample"), fmt=fmt)
     else:
         if who not in set(t["agent"]):
-            raise ConfigError(
-                "no such agent in the transcript",
-                key="who",
-                value=who,
-                choices=sorted(set(t["agent"])),
-            )
+            raise ConfigError("no such agent in the transcript", key="who", value=who,
+                              choices=sorted(set(t["agent"])))
         v = fin[fin["agent"] == who][[*pool_keys(fin), *keys, "answer", "correct"]]
     spent = t if who == "majority" else t[t["agent"] == who]
     tok = spent.groupby(keys, sort=False)["_tok"].sum().rename("tokens").reset_index()
@@ -1486,19 +1189,15 @@ def per_item_results(
     out = out.rename(columns={"_cond": "method_label"})
     out["correct"] = out["correct"].astype(float)
     cols = ["item_id", "method_label", "experiment", "sample", "correct", "answer", "tokens"]
-    return (
-        out[[c for c in cols if c in out]]
-        .rename(columns={"method_label": "method"})
-        .reset_index(drop=True)
-    )
+    return (out[[c for c in cols
+                 if c in out]].rename(columns={"method_label": "method"}).reset_index(drop=True))
 
 # %% ../nbs/evaluation/05b_stats.ipynb #dd9870ef
 def tokens_per_thread(transcript: pd.DataFrame) -> float:
     "Mean prompt + completion tokens of generated turns per (item, thread): what one debate of one item costs."
     t = transcript[~transcript["reused"].fillna(False).astype(bool)]
     tok = t["prompt_tokens"].fillna(0).astype(float) + t["completion_tokens"].fillna(0).astype(
-        float
-    )
+        float)
     return float(tok.groupby([t["item_id"], t["sample"]]).sum().mean()) if len(t) else math.nan
 
 # %% ../nbs/evaluation/05b_stats.ipynb #d89908c3
@@ -1506,22 +1205,15 @@ def _tokens_by_item(transcript: pd.DataFrame) -> pd.Series:
     "Prompt + completion tokens of generated turns per item, averaged over its threads."
     t = transcript[~transcript["reused"].fillna(False).astype(bool)]
     tok = t["prompt_tokens"].fillna(0).astype(float) + t["completion_tokens"].fillna(0).astype(
-        float
-    )
+        float)
     return tok.groupby([t["item_id"], t["sample"]]).sum().groupby(level=0).mean()
 
 # %% ../nbs/evaluation/05b_stats.ipynb #4e27697d
-def self_consistency_at_budget(
-    debate: pd.DataFrame,
-    items: Sequence[Any],
-    model: str,
-    backends: Mapping[str, Any],
-    *,
-    sampling: Sampling = Sampling(temperature=0.7),
-    max_samples: int | None = None,
-    tolerance: float = 0.05,
-    **kw,
-) -> pd.DataFrame:
+def self_consistency_at_budget(debate: pd.DataFrame, items: Sequence[Any], model: str,
+                               backends: Mapping[str, Any], *,
+                               sampling: Sampling = Sampling(temperature=0.7),
+                               max_samples: int | None = None, tolerance: float = 0.05,
+                               **kw) -> pd.DataFrame:
     """Self-consistency (Wang et al. 2023) at the token budget of `debate`: K samples of one model, K corrected by
     the measured spend until the mean spend per item is within `tolerance`; matched on average, not per item (the
     per-item spend varies, `spend_range`; on the arena 60% of items within 5%, 87-157%)."""
@@ -1529,20 +1221,13 @@ def self_consistency_at_budget(
 
     budget = tokens_per_thread(debate)
     if not budget > 0:
-        raise ConfigError(
-            "the debate transcript has no token counts to match", key="debate", value=budget
-        )
+        raise ConfigError("the debate transcript has no token counts to match", key="debate",
+                          value=budget)
     if not 0 < tolerance < 1:
-        raise ConfigError(
-            "the budget tolerance is a fraction in (0, 1)", key="tolerance", value=tolerance
-        )
-    run = dict(
-        debate_rounds=0,
-        sampling=sampling,
-        progress=False,
-        experiment=str(debate["experiment"].iloc[0]),
-        **kw,
-    )
+        raise ConfigError("the budget tolerance is a fraction in (0, 1)", key="tolerance",
+                          value=tolerance)
+    run = dict(debate_rounds=0, sampling=sampling, progress=False,
+               experiment=str(debate["experiment"].iloc[0]), **kw)
     probe = run_debate(items, make_agents([model], prefix="a"), backends, method="probe", **run)
     per_sample = tokens_per_thread(probe)
     k, clamped, tried = max(1, int(round(budget / per_sample))), False, {}
@@ -1551,13 +1236,8 @@ def self_consistency_at_budget(
             k, clamped = int(max_samples), True
         if k in tried:
             break
-        tried[k] = run_debate(
-            items,
-            make_agents([model] * k, prefix="a"),
-            backends,
-            method=f"self_consistency@{k}",
-            **run,
-        )
+        tried[k] = run_debate(items, make_agents([model] * k, prefix="a"), backends,
+                              method=f"self_consistency@{k}", **run)
         spend = tokens_per_thread(tried[k]) / budget
         if abs(spend - 1) <= tolerance:
             break
@@ -1569,26 +1249,15 @@ def self_consistency_at_budget(
     matched = abs(spend - 1) <= tolerance
     note = (
         f"K = {k} samples spending {100 * spend:.1f}% of the reference's tokens per item (per item "
-        f"{100 * per_item.min():.0f}-{100 * per_item.max():.0f}%), "
-        + (
-            f"budget-matched within ±{100 * tolerance:g}%"
-            if matched
-            else f"NOT budget-matched (outside ±{100 * tolerance:g}%{f'; K capped at max_samples = {max_samples}' if clamped else ''})"
-        )
-    )
+        f"{100 * per_item.min():.0f}-{100 * per_item.max():.0f}%), " +
+        (f"budget-matched within ±{100 * tolerance:g}%" if matched else
+         f"NOT budget-matched (outside ±{100 * tolerance:g}%{f'; K capped at max_samples = {max_samples}' if clamped else ''})"
+         ))
     if not matched:
         # past the wrapper
         warnings.warn(f"self_consistency_at_budget: {note}", UserWarning, stacklevel=3)
-    sc.attrs.update(
-        budget=budget,
-        tokens_per_sample=per_sample,
-        k=k,
-        sc_tokens=tokens_per_thread(sc),
-        spend=spend,
-        spend_range=(float(per_item.min()), float(per_item.max())),
-        tolerance=tolerance,
-        matched=matched,
-        clamped=clamped,
-        note=note,
-    )
+    sc.attrs.update(budget=budget, tokens_per_sample=per_sample, k=k,
+                    sc_tokens=tokens_per_thread(sc), spend=spend,
+                    spend_range=(float(per_item.min()), float(per_item.max())), tolerance=tolerance,
+                    matched=matched, clamped=clamped, note=note)
     return sc

@@ -14,24 +14,10 @@ from typing import Any, Callable, Generator, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mad_study.core import (
-    ConfigError,
-    GenRequest,
-    Generation,
-    Item,
-    Sampling,
-    derive_seed,
-    fold_keywords,
-    rng_for,
-    takes_sampling,
-)
-from mad_study.answers import (
-    answers_equivalent,
-    extract_answer,
-    extract_confidence,
-    is_correct,
-    merge_equivalent,
-)
+from .core import (ConfigError, GenRequest, Generation, Item, Sampling, derive_seed,
+                            fold_keywords, rng_for, takes_sampling)
+from .answers import (answers_equivalent, extract_answer, extract_confidence, is_correct,
+                               merge_equivalent)
 from .data import format_question
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
 
@@ -59,21 +45,10 @@ def prior_signals(transcript: pd.DataFrame) -> pd.DataFrame:
         p if p is not None else (float(c) if pd.notna(c) else math.nan)
         for p, c in zip(parsed, r0["confidence"].tolist())
     ]
-    out = r0[
-        [
-            "item_id",
-            "task",
-            "gold",
-            "sample",
-            "agent",
-            "model",
-            "text",
-            "answer",
-            "correct",
-            "prompt_tokens",
-            "completion_tokens",
-        ]
-    ].copy()
+    out = r0[[
+        "item_id", "task", "gold", "sample", "agent", "model", "text", "answer", "correct",
+        "prompt_tokens", "completion_tokens"
+    ]].copy()
     out["min_ll"] = r0["logprob_min"].astype(float).to_numpy()
     out["ppl"] = r0["perplexity"].astype(float).to_numpy()
     out["conf"] = np.asarray(conf, dtype=float)
@@ -119,10 +94,8 @@ class SVRResult:
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #36a1bd48
 SVR_OPTIONS = {
-    "challengers": ("reuse", "distinct"),
-    "check": ("iteration", "debate"),
-    "unparsed": ("changed", "ignore"),
-    "posterior": ("svr", "min_ll", "ppl", "conf"),
+    "challengers": ("reuse", "distinct"), "check": ("iteration", "debate"), "unparsed":
+    ("changed", "ignore"), "posterior": ("svr", "min_ll", "ppl", "conf")
 }
 PRIOR_SCALES = ("svr", "raw")  # choice 2: the scale of min-LL / PPL priors
 
@@ -130,9 +103,8 @@ PRIOR_SCALES = ("svr", "raw")  # choice 2: the scale of min-LL / PPL priors
 def _argmax(names: Sequence[str], score: Mapping[str, float]) -> str:
     "The agent with the highest score; NaN ranks last; ties by list order."
     return max(
-        names,
-        key=lambda a: (-math.inf if math.isnan(score[a]) else score[a], -list(score).index(a)),
-    )
+        names, key=lambda a: (-math.inf
+                              if math.isnan(score[a]) else score[a], -list(score).index(a)))
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #203f2d1a
 def _posterior(kind: str, retained: int, changed: int, signals: list) -> float:
@@ -176,13 +148,11 @@ class SVRConfig:
         if int(self.S) < 1:
             raise ConfigError("S (communications per round) must be >= 1", key="S", value=self.S)
         if int(self.C) < 1:
-            raise ConfigError(
-                "C (challengers before acceptance) must be >= 1", key="C", value=self.C
-            )
+            raise ConfigError("C (challengers before acceptance) must be >= 1", key="C",
+                              value=self.C)
         if _isnull(self.tau):
-            raise ConfigError(
-                "tau (acceptance threshold) must be a number", key="tau", value=self.tau
-            )
+            raise ConfigError("tau (acceptance threshold) must be a number", key="tau",
+                              value=self.tau)
         if self.budget is not None and int(self.budget) < 0:
             raise ConfigError("budget must be >= 0", key="budget", value=self.budget)
         for k, ok in {"prior": PRIORS, "prior_scale": PRIOR_SCALES, **SVR_OPTIONS}.items():
@@ -197,13 +167,12 @@ class SVRConfig:
 def _top(pool: Sequence[str], corr: Mapping[str, float], names: Sequence[str], n: int) -> list[str]:
     "Alg. 1 line 8: the top-n of `pool` ranked by Corr (NaN last, ties by list order)."
     return sorted(
-        pool, key=lambda j: (-(corr[j] if not math.isnan(corr[j]) else -math.inf), names.index(j))
-    )[: max(n, 0)]
+        pool, key=lambda j:
+        (-(corr[j] if not math.isnan(corr[j]) else -math.inf), names.index(j)))[:max(n, 0)]
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #96d51fb5
-def _svr_init(
-    answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: str, config: SVRConfig
-):
+def _svr_init(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: str,
+              config: SVRConfig):
     """SVR-MAD Alg. 1 lines 1-4 and 7 for one problem: the answers (None for every missing value,
     choice 7), the agents holding one, the clusters k and m, Corr = Prior, B_max = S (k + m), who
     disagrees with whom, and empty counters; with the format and the hyper-parameters the steps
@@ -219,24 +188,13 @@ def _svr_init(
     # line 7
     dis = {r: [j for j in live if j != r and not answers_equivalent(y[j], y[r], fmt)] for r in live}
     S, budget = config.S, config.budget
-    return SimpleNamespace(
-        fmt=fmt,
-        cfg=config,
-        names=names,
-        y=y,
-        live=live,
-        k=k,
-        m=m,
-        corr=corr,
-        dis=dis,
-        B_max=comm_budget(S, k, m) if budget is None else int(budget),
-        n={a: {"D": 0, "r": 0, "c": 0} for a in names},
-        post={a: [] for a in names},
-        sig={a: [] for a in names},
-        met=Counter(),
-        trace=[],
-        ncomm=0,
-    )
+    return SimpleNamespace(fmt=fmt, cfg=config, names=names, y=y, live=live, k=k, m=m, corr=corr,
+                           dis=dis, B_max=comm_budget(S, k, m) if budget is None else int(budget),
+                           n={a: {"D": 0, "r": 0, "c": 0}
+                              for a in names}, post={a: []
+                                                     for a in names}, sig={a: []
+                                                                           for a in names},
+                           met=Counter(), trace=[], ncomm=0)
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #d056798c
 def _svr_record(st, r: str, s: str, ans, signal, it: int):
@@ -255,26 +213,16 @@ def _svr_record(st, r: str, s: str, ans, signal, it: int):
         st.sig[r].append(signal)
         # line 11 (Sec. 4 rule)
         st.corr[r] = _posterior(posterior, st.n[r]["r"], st.n[r]["c"], st.sig[r])
-    st.trace.append(
-        {
-            "iteration": it,
-            "receiver": r,
-            "challenger": s,
-            "repeat": rep,
-            "post": ans,
-            "outcome": "retained" if kept else "changed" if ans is not None else "unparsed",
-            "score": st.corr[r],
-        }
-    )
+    st.trace.append({
+        "iteration": it, "receiver": r, "challenger": s, "repeat": rep, "post": ans, "outcome":
+        "retained" if kept else "changed" if ans is not None else "unparsed", "score": st.corr[r]
+    })
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #1c1b134c
 @fold_keywords("config")
 def svr_mad_steps(
-    answers: Mapping[str, str | None],
-    prior: Mapping[str, float],
-    fmt: str,
-    config: SVRConfig = SVRConfig(),
-    tie_seed: Any = 0,
+    answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: str,
+    config: SVRConfig = SVRConfig(), tie_seed: Any = 0
 ) -> Generator[list[tuple[str, str]], list[tuple[str | None, float | None]], SVRResult]:
     """SVR-MAD Alg. 1 on one problem, as a generator: yields the debates (receiver A_r, challenger A_s) it wants next, is
     sent [(post-debate answer, post-debate signal)] for them; returns an `SVRResult`. Parameters as `svr_mad`."""
@@ -312,19 +260,12 @@ def svr_mad_steps(
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #4c2161f4
 def _seeded_pick(options: list[str], seed: Any) -> str:
-    return (
-        sorted(options)[int(rng_for("svr-tie", seed).integers(len(options)))]
-        if len(options) > 1
-        else options[0]
-    )
+    return (sorted(options)[int(rng_for("svr-tie", seed).integers(len(options)))]
+            if len(options) > 1 else options[0])
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #e3bfb071
-def fallback_vote(
-    pre: Mapping[str, str | None],
-    post: Mapping[str, Sequence[str | None]],
-    fmt: str,
-    tie_seed: Any = 0,
-) -> str | None:
+def fallback_vote(pre: Mapping[str, str | None], post: Mapping[str, Sequence[str | None]], fmt: str,
+                  tie_seed: Any = 0) -> str | None:
     """SVR-MAD Sec. 4 fallback majority vote: each agent votes the majority of its post-debate answers, its pre-debate answer
     breaking ties; the result is the majority of the votes, an overall tie going to the pre-debate majority."""
     names = list(pre)
@@ -341,13 +282,8 @@ def fallback_vote(
             continue  # no debate: its pre-debate answer
         top = max(c.values())
         tied = [x for x, n in c.items() if n == top]
-        votes.append(
-            tied[0]
-            if len(tied) == 1
-            else pre_m[a]
-            if pre_m[a] in tied
-            else _seeded_pick(tied, (tie_seed, a))
-        )
+        votes.append(tied[0] if len(tied) == 1 else pre_m[a] if pre_m[a] in
+                     tied else _seeded_pick(tied, (tie_seed, a)))
     vc = Counter(v for v in votes if v is not None)
     if not vc:
         return None
@@ -361,14 +297,9 @@ def fallback_vote(
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #a8772901
 @fold_keywords("config")
-def svr_mad(
-    answers: Mapping[str, str | None],
-    prior: Mapping[str, float],
-    fmt: str,
-    debate: Callable[[str, str], tuple[str | None, float | None] | str | None],
-    config: SVRConfig = SVRConfig(),
-    tie_seed: Any = 0,
-) -> SVRResult:
+def svr_mad(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: str,
+            debate: Callable[[str, str], tuple[str | None, float | None] | str | None],
+            config: SVRConfig = SVRConfig(), tie_seed: Any = 0) -> SVRResult:
     """SVR-MAD (Jiang et al., Alg. 1, Sec. 4, App. A) on one problem.
 
     answers: y_1..y_N, each agent's pre-debate answer (missing: None, NaN or pd.NA). prior:
@@ -406,44 +337,23 @@ SVR_SAMPLING = Sampling(max_new_tokens=16384, temperature=1.0, top_p=0.95, seed=
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #96cecdc2
 @takes_sampling
-def challenge_request(
-    item: Item,
-    receiver: Mapping,
-    challenger: Mapping,
-    *,
-    sampling: Sampling = SVR_SAMPLING,
-    prompt: str = "svr",
-    role: str = "debater",
-    repeat: int = 0,
-) -> GenRequest:
+def challenge_request(item: Item, receiver: Mapping, challenger: Mapping, *,
+                      sampling: Sampling = SVR_SAMPLING, prompt: str = "svr", role: str = "debater",
+                      repeat: int = 0) -> GenRequest:
     """The request of SVR-MAD's Debate(A_s -> A_r) (Alg. 1 line 10): `receiver`/`challenger` are
     pre-debate rows (agent, sample, text)."""
     ps, ch = svr_prompts(item.fmt, prompt)
     q = format_question(item)
-    msgs = opening_messages(ps, q, role) + [
-        {"role": "assistant", "content": receiver["text"] or ""},
-        {"role": "user", "content": debate_message(ch, q, [challenger["text"] or ""])},
-    ]
+    msgs = opening_messages(
+        ps, q, role) + [{"role": "assistant", "content": receiver["text"] or ""}, {
+            "role": "user", "content": debate_message(ch, q, [challenger["text"] or ""])
+        }]
     return sampling.request(
-        msgs,
-        seed=derive_seed(
-            sampling.seed,
-            item.id,
-            receiver["agent"],
-            "svr-challenge",
-            challenger["agent"],
-            int(receiver["sample"]),
-            *([int(repeat)] if repeat else []),
-        ),
-        meta=dict(
-            item=item,
-            agent=receiver["agent"],
-            round=1,
-            sample=int(receiver["sample"]),
-            challenger=challenger["agent"],
-            repeat=int(repeat),
-        ),
-    )
+        msgs, seed=derive_seed(sampling.seed, item.id, receiver["agent"], "svr-challenge",
+                               challenger["agent"], int(receiver["sample"]),
+                               *([int(repeat)] if repeat else [])),
+        meta=dict(item=item, agent=receiver["agent"], round=1, sample=int(receiver["sample"]),
+                  challenger=challenger["agent"], repeat=int(repeat)))
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #d12763cb
 def _challenge_row(key: tuple, pre: dict, it: Item, g: Generation) -> dict:
@@ -456,47 +366,20 @@ def _challenge_row(key: tuple, pre: dict, it: Item, g: Generation) -> dict:
     else:
         outcome = "retained" if answers_equivalent(ans, pre["answer"], it.fmt) else "changed"
     return {
-        "item_id": iid,
-        "sample": k,
-        "receiver": r,
-        "challenger": s,
-        "repeat": rep,
-        "model": pre["model"],
-        "post": ans,
-        "outcome": outcome,
-        "min_ll": g.logprob_min,
-        "ppl": g.perplexity,
-        "conf": conf if conf is not None else g.confidence,
-        "prompt_tokens": g.prompt_tokens,
-        "completion_tokens": g.completion_tokens,
-        "text": g.text,
+        "item_id": iid, "sample": k, "receiver": r, "challenger": s, "repeat": rep, "model":
+        pre["model"], "post": ans, "outcome": outcome, "min_ll": g.logprob_min, "ppl": g.perplexity,
+        "conf": conf if conf is not None else g.confidence, "prompt_tokens": g.prompt_tokens,
+        "completion_tokens": g.completion_tokens, "text": g.text
     }
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #1a04327c
-def run_challenges(
-    pairs: Sequence[tuple[str, int, str, str]],
-    pre: pd.DataFrame,
-    items: Mapping[str, Item],
-    backends: Mapping[str, Any],
-    **kw,
-) -> pd.DataFrame:
+def run_challenges(pairs: Sequence[tuple[str, int, str, str]], pre: pd.DataFrame,
+                   items: Mapping[str, Item], backends: Mapping[str, Any], **kw) -> pd.DataFrame:
     """Run SVR-MAD's Debate(A_s -> A_r) (Alg. 1 line 10) for `pairs` (item_id, sample, receiver,
     challenger[, repeat]), batched per model."""
     cols = [
-        "item_id",
-        "sample",
-        "receiver",
-        "challenger",
-        "repeat",
-        "model",
-        "post",
-        "outcome",
-        "min_ll",
-        "ppl",
-        "conf",
-        "prompt_tokens",
-        "completion_tokens",
-        "text",
+        "item_id", "sample", "receiver", "challenger", "repeat", "model", "post", "outcome",
+        "min_ll", "ppl", "conf", "prompt_tokens", "completion_tokens", "text"
     ]
     if not len(pairs):
         return pd.DataFrame(columns=cols)
@@ -507,14 +390,9 @@ def run_challenges(
     jobs, keys = [], []
     for iid, k, r, s, *rep in pairs:
         rr, sr, rep = rows[(iid, int(k), r)], rows[(iid, int(k), s)], int(rep[0]) if rep else 0
-        req = challenge_request(
-            items[iid],
-            {"agent": r, "sample": k, "text": rr["text"]},
-            {"agent": s, "text": sr["text"]},
-            repeat=rep,
-            **kw,
-        )
-        slot = TurnSlot(items[iid], r, rr["model"], "receiver", sample=int(k), peers=(s,))
+        req = challenge_request(items[iid], {"agent": r, "sample": k, "text": rr["text"]},
+                                {"agent": s, "text": sr["text"]}, repeat=rep, **kw)
+        slot = TurnSlot(items[iid], r, rr["model"], "receiver", sample=int(k), peers=(s, ))
         jobs.append((slot, req))
         keys.append(((iid, k, r, s, rep), rr))
     gens = generate_turns(backends, jobs)  # one batch per model, counts checked
@@ -522,9 +400,8 @@ def run_challenges(
     for slot, _ in jobs:
         first.setdefault(slot.model, len(first))
     order = sorted(range(len(jobs)), key=lambda i: first[jobs[i][0].model])
-    df = pd.DataFrame(
-        [_challenge_row(*keys[i], items[keys[i][0][0]], gens[i]) for i in order], columns=cols
-    )
+    df = pd.DataFrame([_challenge_row(*keys[i], items[keys[i][0][0]], gens[i]) for i in order],
+                      columns=cols)
     for c in ("min_ll", "ppl", "conf"):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype(float)
     return df
@@ -536,29 +413,21 @@ def probe_pairs(pre: pd.DataFrame, fmt_of: Mapping[str, str]) -> list[tuple[str,
     for (iid, k), g in pre.groupby(["item_id", "sample"], sort=False):
         ans = dict(zip(g["agent"], g["answer"]))
         live = [
-            a
-            for a, v in ans.items()
+            a for a, v in ans.items()
             if v is not None and not (isinstance(v, float) and math.isnan(v))
         ]
         for r in live:
-            out += [
-                (iid, int(k), r, s)
-                for s in live
-                if s != r and not answers_equivalent(ans[s], ans[r], fmt_of[iid])
-            ]
+            out += [(iid, int(k), r, s) for s in live
+                    if s != r and not answers_equivalent(ans[s], ans[r], fmt_of[iid])]
     return out
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #e629c5fa
 def probe_svr(probes: pd.DataFrame) -> pd.DataFrame:
     "Per (item, sample, agent): D, r, c over the probing debates (an unparsed answer is a change) and SVR = (r - c) / D (`metrics.survival_rate`)."
     g = probes.assign(kept=probes["outcome"].eq("retained")).groupby(
-        ["item_id", "sample", "receiver"], sort=False
-    )["kept"]
-    df = (
-        pd.DataFrame({"D": g.size(), "r": g.sum().astype(int)})
-        .reset_index()
-        .rename(columns={"receiver": "agent"})
-    )
+        ["item_id", "sample", "receiver"], sort=False)["kept"]
+    df = (pd.DataFrame({"D": g.size(), "r":
+                        g.sum().astype(int)}).reset_index().rename(columns={"receiver": "agent"}))
     df["c"] = df["D"] - df["r"]
     df["svr"] = [survival_rate(r, c, d) for r, c, d in zip(df["r"], df["c"], df["D"])]
     return df
@@ -580,16 +449,10 @@ def probe_memo(probes: pd.DataFrame | None) -> dict[tuple, dict]:
     is used, and extended, as is)."""
     if probes is None:
         return {}
-    return {
-        (
-            r["item_id"],
-            int(r["sample"]),
-            r["receiver"],
-            r["challenger"],
-            int(r.get("repeat", 0) or 0),
-        ): r
-        for r in probes.to_dict("records")
-    }
+    return {(r["item_id"], int(r["sample"]), r["receiver"], r["challenger"],
+             int(r.get("repeat", 0) or 0)):
+            r
+            for r in probes.to_dict("records")}
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #c8b8ab13
 def prior_on_svr_scale(values: Sequence[float], signal: str) -> np.ndarray:
@@ -609,9 +472,9 @@ def _svr_start(pre: pd.DataFrame, items: Mapping[str, Item], config: SVRConfig):
     "`run_svr_mad`'s set-up: one Alg. 1 generator per (item, thread), its first request, and the round-0 tokens."
     prior = config.prior
     gens, pending, results, groups = {}, {}, {}, {}
-    for x in pre[
-        ["item_id", "sample", "agent", "answer", prior, "prompt_tokens", "completion_tokens"]
-    ].to_dict("records"):
+    for x in pre[[
+            "item_id", "sample", "agent", "answer", prior, "prompt_tokens", "completion_tokens"
+    ]].to_dict("records"):
         groups.setdefault((x["item_id"], int(x["sample"])), []).append(x)
     r0tok = {
         key: sum(int(x["prompt_tokens"]) + int(x["completion_tokens"]) for x in g)
@@ -621,9 +484,8 @@ def _svr_start(pre: pd.DataFrame, items: Mapping[str, Item], config: SVRConfig):
     scale = prior_on_svr_scale if on_svr else signal_score
     for key, g in groups.items():
         answers = {x["agent"]: (None if _isnull(x["answer"]) else x["answer"]) for x in g}
-        pr = dict(
-            zip(answers, scale([np.nan if _isnull(x[prior]) else x[prior] for x in g], prior))
-        )
+        pr = dict(zip(answers, scale([np.nan if _isnull(x[prior]) else x[prior] for x in g],
+                                     prior)))
         gens[key] = svr_mad_steps(answers, pr, items[key[0]].fmt, config, tie_seed=key)
         try:
             pending[key] = next(gens[key])
@@ -634,15 +496,10 @@ def _svr_start(pre: pd.DataFrame, items: Mapping[str, Item], config: SVRConfig):
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #6caec984
 @fold_keywords("config")
 @takes_sampling
-def run_svr_mad(
-    pre: pd.DataFrame,
-    items: Mapping[str, Item],
-    backends: Mapping[str, Any] | None = None,
-    config: SVRConfig = SVRConfig(),
-    probes: pd.DataFrame | dict | None = None,
-    sampling: Sampling = SVR_SAMPLING,
-    **challenge_kw,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+def run_svr_mad(pre: pd.DataFrame, items: Mapping[str, Item],
+                backends: Mapping[str, Any] | None = None, config: SVRConfig = SVRConfig(),
+                probes: pd.DataFrame | dict | None = None, sampling: Sampling = SVR_SAMPLING,
+                **challenge_kw) -> tuple[pd.DataFrame, pd.DataFrame]:
     "SVR-MAD (Alg. 1) on every (item, thread) of `pre` (`prior_signals` of round 0), in lockstep."
     memo = probes if isinstance(probes, dict) else probe_memo(probes)
     gens, pending, results, r0tok = _svr_start(pre, items, config)
@@ -659,21 +516,15 @@ def run_svr_mad(
             if backends is None:
                 raise ConfigError(
                     f"{len(need)} debates are not in `probes` and no backends were given",
-                    key="backends",
-                )
+                    key="backends")
             made_now = run_challenges(need, pre, items, backends, sampling=sampling, **challenge_kw)
             memo.update(probe_memo(made_now))
         nxt = {}
         for key, qs in asked.items():
             rows = [memo[q] for q in qs]
             made[key] += [{**x, "repeat": q[-1]} for x, q in zip(rows, qs)]
-            sent = [
-                (
-                    None if _isnull(x["post"]) else x["post"],
-                    None if config.posterior == "svr" else x[config.posterior],
-                )
-                for x in rows
-            ]
+            sent = [(None if _isnull(x["post"]) else x["post"],
+                     None if config.posterior == "svr" else x[config.posterior]) for x in rows]
             try:
                 nxt[key] = gens[key].send(sent)
             except StopIteration as e:
@@ -688,22 +539,21 @@ def _svr_rows(results, gens, made, r0tok, items) -> tuple[pd.DataFrame, pd.DataF
     for key, res in results.items():
         it = items[key[0]]
         dtok = sum(int(x["prompt_tokens"]) + int(x["completion_tokens"]) for x in made[key])
-        out.append(
-            {
-                "item_id": key[0],
-                "sample": key[1],
-                "answer": res.answer,
-                "correct": bool(res.answer is not None and is_correct(res.answer, it.gold, it.fmt)),
-                "accepted": res.accepted,
-                "ncomm": res.ncomm,
-                "tokens": r0tok[key] + dtok,
-                "budget": res.budget,
-                "k": res.k,
-                "m": res.m,
-                "counts": res.counts,
-                "trace": res.trace,
-            }
-        )
+        out.append({
+            "item_id":
+            key[0], "sample":
+            key[1], "answer":
+            res.answer, "correct":
+            bool(res.answer is not None and is_correct(res.answer, it.gold, it.fmt)), "accepted":
+            res.accepted, "ncomm":
+            res.ncomm, "tokens":
+            r0tok[key] + dtok, "budget":
+            res.budget, "k":
+            res.k, "m":
+            res.m, "counts":
+            res.counts, "trace":
+            res.trace
+        })
     order = {k: i for i, k in enumerate(gens)}
     out.sort(key=lambda r: order[(r["item_id"], r["sample"])])
     return pd.DataFrame(out), pd.DataFrame([x for key in gens for x in made[key]])

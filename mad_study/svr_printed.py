@@ -28,24 +28,18 @@ def printed_tab1() -> dict[tuple[str, str], pd.DataFrame]:
     }
 
 # %% ../nbs/papers/svr/12a_svr_printed.ipynb #43372e3b
-def savings(
-    tab: pd.DataFrame, method: str = "svr_mad", exclude: Sequence[str] = ("sc", "svr_mad", "mad")
-) -> dict:
+def savings(tab: pd.DataFrame, method: str = "svr_mad",
+            exclude: Sequence[str] = ("sc", "svr_mad", "mad")) -> dict:
     """Sec. 5.1: SVR-MAD's token and NComm savings (%) against the most accurate MAD baseline (Self-Consistency excluded;
     among equally accurate baselines, the cheapest in tokens), and the accuracy difference (points)."""
-    base = (
-        tab[~tab["key"].isin(exclude)].sort_values(
-            ["Acc (%)", "Tok (x10^3)"], ascending=[False, True]
-        )
-        if len(tab)
-        else tab
-    )
+    base = (tab[~tab["key"].isin(exclude)].sort_values(
+        ["Acc (%)", "Tok (x10^3)"], ascending=[False, True]) if len(tab) else tab)
     if base.empty or method not in set(tab["key"]):
         return {}
     b, s = base.iloc[0], tab.set_index("key").loc[method]
     return {
-        "reference": b["method"],
-        "tokens_saving_pct": 100 * (1 - s["Tok (x10^3)"] / b["Tok (x10^3)"]),
-        "ncomm_saving_pct": 100 * (1 - s["NComm"] / b["NComm"]) if b["NComm"] > 0 else math.nan,
-        "acc_diff_points": s["Acc (%)"] - b["Acc (%)"],
+        "reference": b["method"], "tokens_saving_pct":
+        100 * (1 - s["Tok (x10^3)"] / b["Tok (x10^3)"]), "ncomm_saving_pct":
+        100 * (1 - s["NComm"] / b["NComm"]) if b["NComm"] > 0 else math.nan, "acc_diff_points":
+        s["Acc (%)"] - b["Acc (%)"]
     }

@@ -20,20 +20,9 @@ from .debate import run_debate
 # missing: None, NaN or pd.NA (one definition)
 from .metrics import is_missing as _isnull
 from .registry import planner
-from mad_study.svr_mad import (
-    PRIORS,
-    SIGNAL_LABELS,
-    SVR_SAMPLING,
-    SVRConfig,
-    prior_signals,
-    probe_memo,
-    probe_pairs,
-    probe_svr,
-    run_challenges,
-    run_svr_mad,
-    signal_score,
-    top_ranked_correct,
-)
+from .svr_mad import (PRIORS, SIGNAL_LABELS, SVR_SAMPLING, SVRConfig, prior_signals,
+                               probe_memo, probe_pairs, probe_svr, run_challenges, run_svr_mad,
+                               signal_score, top_ranked_correct)
 
 # %% auto #0
 __all__ = ['METHODS', 'METHOD_LABELS', 'TAB1_CAPTION_MAX', 'FIG2_YLABEL', 'unanimous', 'BaselineSettings', 'evaluate',
@@ -44,12 +33,8 @@ __all__ = ['METHODS', 'METHOD_LABELS', 'TAB1_CAPTION_MAX', 'FIG2_YLABEL', 'unani
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #4dc51556
 METHODS = ("sc", "groupdebate", "sid_et", "s2mad", "svr_mad")
 METHOD_LABELS = {
-    "sc": "Self Consistency",
-    "groupdebate": "GroupDebate",
-    "sid_et": "SID-ET",
-    "s2mad": "S2-MAD",
-    "svr_mad": "SVR-MAD",
-    "mad": "all-to-all MAD",
+    "sc": "Self Consistency", "groupdebate": "GroupDebate", "sid_et": "SID-ET", "s2mad": "S2-MAD",
+    "svr_mad": "SVR-MAD", "mad": "all-to-all MAD"
 }
 
 
@@ -57,15 +42,9 @@ def unanimous(round0: pd.DataFrame, fmt: str) -> pd.Series:
     "Per (item, sample): whether every agent gave a parsed answer and all are equivalent (App. A: skipped, counted)."
     from mad_study.protocols import largest_agreement
 
-    return (
-        round0[round0["round"] == 0]
-        .groupby(["item_id", "sample"], sort=False)
-        .apply(
-            lambda g: bool(
-                g["answer"].notna().all() and largest_agreement(g["answer"].tolist(), fmt) == len(g)
-            )
-        )
-    )
+    return (round0[round0["round"] == 0].groupby(
+        ["item_id", "sample"], sort=False).apply(lambda g: bool(g["answer"].notna().all(
+        ) and largest_agreement(g["answer"].tolist(), fmt) == len(g))))
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #9106e876
 def _method_prompt(fmt: str) -> str:
@@ -87,62 +66,35 @@ class BaselineSettings:
         return dataclasses.replace(self, **changes)
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #013e9852
-def _shared_start(
-    items: Sequence[Item],
-    agents,
-    backends: Mapping[str, Any],
-    prompt: str,
-    experiment: str,
-    sampling: Sampling,
-    config: SVRConfig,
-    probe: bool,
-) -> tuple[dict, pd.DataFrame]:
+def _shared_start(items: Sequence[Item], agents, backends: Mapping[str, Any], prompt: str,
+                  experiment: str, sampling: Sampling, config: SVRConfig,
+                  probe: bool) -> tuple[dict, pd.DataFrame]:
     """SVR-MAD Sec. 5 / App. A, the start every method shares: round 0 of every agent, unanimous problems skipped (counted),
     the kept problems' prior signals, the probing debates (Fig. 1) and Self-Consistency. Returns (evaluation dict, kept round 0)."""
     from mad_study.protocols import self_consistency
 
     fmt = items[0].fmt
     byid = {it.id: it for it in items}
-    r0 = run_debate(
-        items,
-        agents,
-        backends,
-        debate_rounds=0,
-        prompt=prompt,
-        experiment=experiment,
-        progress=False,
-        sampling=sampling,
-    )
+    r0 = run_debate(items, agents, backends, debate_rounds=0, prompt=prompt, experiment=experiment,
+                    progress=False, sampling=sampling)
     un = unanimous(r0, fmt)
     kept_ids = [iid for (iid, k), u in un.items() if not u]
     r0k = r0[r0["item_id"].isin(set(kept_ids))].reset_index(drop=True)
     pre = prior_signals(r0k)
     out = {
-        "items": byid,
-        "backends": backends,
-        "sampling": sampling,
-        "config": config,
-        "round0": r0,
-        "kept": list(dict.fromkeys(kept_ids)),
-        "skipped": [iid for (iid, k), u in un.items() if u],
-        "pre": pre,
-        "fmt": fmt,
-        "costs": {},
-        "transcripts": {},
+        "items": byid, "backends": backends, "sampling": sampling, "config": config, "round0": r0,
+        "kept": list(dict.fromkeys(kept_ids)), "skipped": [iid for (iid, k), u in un.items() if u],
+        "pre": pre, "fmt": fmt, "costs": {}, "transcripts": {}
     }
     fmt_of = {i: fmt for i in out["kept"]}
-    out["probes"] = (
-        run_challenges(probe_pairs(pre, fmt_of), pre, byid, backends, sampling=sampling)
-        if probe and out["kept"]
-        else None
-    )
+    out["probes"] = (run_challenges(probe_pairs(pre, fmt_of), pre, byid, backends,
+                                    sampling=sampling) if probe and out["kept"] else None)
     out["costs"]["sc"] = self_consistency(r0k, fmt=fmt)
     return out, r0k
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #980976e0
-def _run_baselines(
-    out: dict, r0k: pd.DataFrame, agents, baseline: BaselineSettings, experiment: str
-):
+def _run_baselines(out: dict, r0k: pd.DataFrame, agents, baseline: BaselineSettings,
+                   experiment: str):
     """SVR-MAD Sec. 5: the MAD baselines on the kept problems (`out["transcripts"]`, `out["costs"]`), each checked to start
     from the shared round 0 (Sec. 5: all methods share the pre-debate responses)."""
     from mad_study.protocols import make_baseline, run_protocol, debate_costs
@@ -151,17 +103,9 @@ def _run_baselines(
     sampling = out["sampling"]
     for name in baseline.baselines:
         proto = make_baseline(name, min_agree=baseline.min_agree, seed=sampling.seed)
-        tr = run_protocol(
-            kept,
-            agents,
-            out["backends"],
-            proto,
-            prompt=_method_prompt(out["fmt"]),
-            debate_rounds=baseline.debate_rounds,
-            experiment=experiment,
-            progress=False,
-            sampling=sampling,
-        )
+        tr = run_protocol(kept, agents, out["backends"], proto, prompt=_method_prompt(out["fmt"]),
+                          debate_rounds=baseline.debate_rounds, experiment=experiment,
+                          progress=False, sampling=sampling)
         a = tr[tr["round"] == 0][["item_id", "agent", "answer", "text"]].reset_index(drop=True)
         if not a.equals(r0k[["item_id", "agent", "answer", "text"]].reset_index(drop=True)):
             raise RuntimeError(
@@ -174,47 +118,29 @@ def _run_baselines(
 @fold_keywords("config")
 @fold_keywords("baseline")
 @takes_sampling
-def evaluate(
-    items: Sequence[Item],
-    agents,
-    backends: Mapping[str, Any],
-    config: SVRConfig = SVRConfig(),
-    baseline: BaselineSettings = BaselineSettings(),
-    probe: bool = True,
-    sampling: Sampling = SVR_SAMPLING,
-    experiment: str = "svr",
-) -> dict:
+def evaluate(items: Sequence[Item], agents, backends: Mapping[str,
+                                                              Any], config: SVRConfig = SVRConfig(),
+             baseline: BaselineSettings = BaselineSettings(), probe: bool = True,
+             sampling: Sampling = SVR_SAMPLING, experiment: str = "svr") -> dict:
     """SVR-MAD Sec. 5 / App. A evaluation on one task: round 0, the kept problems, prior signals,
     probes and every method's per-problem costs."""
     from mad_study.protocols import sid_et, tune_skip_rate
 
     fmts = {it.fmt for it in items}
     if len(fmts) != 1:
-        raise ConfigError(
-            f"evaluate runs one answer format at a time, got {sorted(fmts)}", key="items"
-        )
-    out, r0k = _shared_start(
-        items,
-        agents,
-        backends,
-        _method_prompt(next(iter(fmts))),
-        experiment,
-        sampling,
-        config,
-        probe,
-    )
+        raise ConfigError(f"evaluate runs one answer format at a time, got {sorted(fmts)}",
+                          key="items")
+    out, r0k = _shared_start(items, agents, backends, _method_prompt(next(iter(fmts))), experiment,
+                             sampling, config, probe)
     if not out["kept"]:
         return out
     _run_baselines(out, r0k, agents, baseline, experiment)
-    svr, debates = run_svr_mad(
-        out["pre"], out["items"], backends, config=config, probes=out["probes"], sampling=sampling
-    )
+    svr, debates = run_svr_mad(out["pre"], out["items"], backends, config=config,
+                               probes=out["probes"], sampling=sampling)
     out["costs"]["svr_mad"], out["svr_debates"] = svr, debates
     if "mad" in out["costs"]:  # SID-ET's skip rate tuned to SVR-MAD's tokens (Alg. 2)
-        ev = lambda r: (
-            float(sid_et(r0k, out["costs"]["mad"], r)["tokens"].mean()),
-            float(sid_et(r0k, out["costs"]["mad"], r)["correct"].mean()),
-        )
+        ev = lambda r: (float(sid_et(r0k, out["costs"]["mad"], r)["tokens"].mean()),
+                        float(sid_et(r0k, out["costs"]["mad"], r)["correct"].mean()))
         rate, trace = tune_skip_rate(ev, float(svr["tokens"].mean()), float(svr["correct"].mean()))
         out["sid_rate"], out["sid_trace"] = rate, trace
         out["costs"]["sid_et"] = sid_et(r0k, out["costs"]["mad"], rate)
@@ -229,19 +155,16 @@ def method_table(ev: dict, methods: Sequence[str] = METHODS) -> pd.DataFrame:
         c = ev["costs"].get(m)
         if c is None or not len(c):
             continue
-        rows.append(
-            {
-                "method": METHOD_LABELS[m],
-                "key": m,
-                "NComm": float(c["ncomm"].mean()),
-                "Tok (x10^3)": float(c["tokens"].mean()) / 1e3,
-                "Acc (%)": 100 * float(c["correct"].mean()),
-                "Unparsed (%)": 100 * float(c["answer"].isna().mean())
-                if "answer" in c
-                else math.nan,
-                "n": len(c),
-            }
-        )
+        rows.append({
+            "method":
+            METHOD_LABELS[m], "key":
+            m, "NComm":
+            float(c["ncomm"].mean()), "Tok (x10^3)":
+            float(c["tokens"].mean()) / 1e3, "Acc (%)":
+            100 * float(c["correct"].mean()), "Unparsed (%)":
+            100 * float(c["answer"].isna().mean()) if "answer" in c else math.nan, "n":
+            len(c)
+        })
     return pd.DataFrame(rows)
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #fcb5efa4
@@ -253,9 +176,8 @@ def _pct(x: float) -> str:
     return f"{v:+d}%" if v else "0%"
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #bbfc0fe8
-def savings_note(
-    setting: str, sv: Mapping, sid_rate: float | None = None, stats: Mapping | None = None
-) -> str:
+def savings_note(setting: str, sv: Mapping, sid_rate: float | None = None,
+                 stats: Mapping | None = None) -> str:
     """One setting's part of Table 1's caption (SVR-MAD Sec. 5.1): savings against the most accurate MAD baseline; with
     `stats` (that baseline's `tab1_comparison` row) the accuracy gap and token change carry their interval and verdict."""
     if not sv:
@@ -264,8 +186,7 @@ def savings_note(
     if stats is None:
         return (
             f"{setting}: vs {sv['reference']}: tokens {_pct(sv['tokens_saving_pct'])}, NComm {_pct(sv['ncomm_saving_pct'])}, "
-            f"accuracy {sv['acc_diff_points']:+.1f} points{sid}"
-        )
+            f"accuracy {sv['acc_diff_points']:+.1f} points{sid}")
     g = _gap(stats).split("; tokens ")
     tok = f"tokens {g[1]}" if len(g) > 1 else f"tokens {_pct(sv['tokens_saving_pct'])}"
     return (
@@ -277,15 +198,11 @@ def table1_caption(notes: Sequence[str], label: str | None, single_gpu_config: s
     "SVR-MAD Table 1's caption; it begins with the study's label (the profile it was made with), if any."
     head = f"{label.split(':')[0]}: " if label else ""
     return (
-        f"SVR-MAD Table 1. {head}savings of SVR-MAD against the most accurate MAD baseline: "
-        + "; ".join(notes)
-        + ". The paper claims (GPT-OSS-120B and DeepSeek-V3.1, real models, 267-299 items per setting, no intervals reported): tokens -38..61%, NComm -48..75% at equal or better accuracy."
-        + (
-            f" Single-GPU open configuration of the paper profile: {single_gpu_config}."
-            if single_gpu_config
-            else ""
-        )
-    )
+        f"SVR-MAD Table 1. {head}savings of SVR-MAD against the most accurate MAD baseline: " +
+        "; ".join(notes) +
+        ". The paper claims (GPT-OSS-120B and DeepSeek-V3.1, real models, 267-299 items per setting, no intervals reported): tokens -38..61%, NComm -48..75% at equal or better accuracy."
+        + (f" Single-GPU open configuration of the paper profile: {single_gpu_config}."
+           if single_gpu_config else ""))
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #c52e391e
 def tab1_items(ev: dict, methods: Sequence[str] = METHODS) -> pd.DataFrame:
@@ -297,18 +214,12 @@ def tab1_items(ev: dict, methods: Sequence[str] = METHODS) -> pd.DataFrame:
         if c is None or not len(c):
             continue
         parts.append(
-            pd.DataFrame(
-                {
-                    "item_id": c["item_id"].to_numpy(),
-                    "sample": c["sample"].to_numpy(),
-                    "method": METHOD_LABELS[m],
-                    "correct": c["correct"].astype(float).to_numpy(),
-                    "answer": c["answer"].to_numpy(dtype=object) if "answer" in c else None,
-                    "tokens": c["tokens"].astype(float).to_numpy(),
-                    "ncomm": c["ncomm"].astype(float).to_numpy(),
-                }
-            )
-        )
+            pd.DataFrame({
+                "item_id": c["item_id"].to_numpy(), "sample": c["sample"].to_numpy(), "method":
+                METHOD_LABELS[m], "correct": c["correct"].astype(float).to_numpy(), "answer":
+                c["answer"].to_numpy(dtype=object) if "answer" in c else None, "tokens":
+                c["tokens"].astype(float).to_numpy(), "ncomm": c["ncomm"].astype(float).to_numpy()
+            }))
     cols = ["item_id", "sample", "method", "correct", "answer", "tokens", "ncomm"]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
 
@@ -320,40 +231,23 @@ def _tab1_unpaired(sub: pd.DataFrame, reference: str, n_common: int) -> tuple[li
     rows = []
     for m, g in sub.groupby("method", sort=False):
         row = {
-            "method": m,
-            "n_items": int(g["item_id"].nunique()),
-            "accuracy": float(g["correct"].mean()),
-            "acc_low": np.nan,
-            "acc_high": np.nan,
+            "method": m, "n_items": int(g["item_id"].nunique()), "accuracy":
+            float(g["correct"].mean()), "acc_low": np.nan, "acc_high": np.nan
         }
         if m != reference:
-            row.update(
-                acc_gap=np.nan,
-                acc_gap_low=np.nan,
-                acc_gap_high=np.nan,
-                acc_test=why,
-                acc_p=np.nan,
-                token_change=np.nan,
-                token_change_low=np.nan,
-                token_change_high=np.nan,
-                tok_p=np.nan,
-            )
+            row.update(acc_gap=np.nan, acc_gap_low=np.nan, acc_gap_high=np.nan, acc_test=why,
+                       acc_p=np.nan, token_change=np.nan, token_change_low=np.nan,
+                       token_change_high=np.nan, tok_p=np.nan)
         rows.append(row)
     rows.sort(key=lambda r: r["method"] != reference)
     return rows, {"test": why, "pvalue": np.nan, "n_items": n_common}
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #2ace6160
-def _tab1_rows(
-    sub: pd.DataFrame, reference: str, level: float, n_resamples: int, seed: int
-) -> tuple[list[dict], dict]:
+def _tab1_rows(sub: pd.DataFrame, reference: str, level: float, n_resamples: int,
+               seed: int) -> tuple[list[dict], dict]:
     "One setting's rows of `tab1_comparison` (raw p-values) and its omnibus test; accuracy only below 2 shared items."
-    from mad_study.stats import (
-        Inference,
-        compare_methods,
-        item_means,
-        paired_difference,
-        token_change,
-    )
+    from mad_study.stats import (Inference, compare_methods, item_means, paired_difference,
+                                 token_change)
 
     if len(common := item_means(sub).dropna().index) < 2:
         return _tab1_unpaired(sub, reference, len(common))
@@ -364,39 +258,23 @@ def _tab1_rows(
     rows = []
     for r in tab.to_dict("records"):
         row = {
-            "method": r["method"],
-            "n_items": int(r["n_items"]),
-            "accuracy": r["accuracy"],
-            "acc_low": r["acc_low"],
-            "acc_high": r["acc_high"],
+            "method": r["method"], "n_items": int(r["n_items"]), "accuracy": r["accuracy"],
+            "acc_low": r["acc_low"], "acc_high": r["acc_high"]
         }
         if r["method"] != reference:
             a, b = tok[reference].to_numpy(float), tok[r["method"]].to_numpy(float)
             c, lo, hi = token_change(a, b, level, n_resamples, seed)
-            row.update(
-                acc_gap=-r["diff"],
-                acc_gap_low=-r["diff_high"],
-                acc_gap_high=-r["diff_low"],
-                acc_test=r["test"],
-                acc_p=r["pvalue"],
-                token_change=c,
-                token_change_low=lo,
-                token_change_high=hi,
-                tok_p=paired_difference(a, b, level, 10, seed, test="ttest")["pvalue"],
-            )
+            row.update(acc_gap=-r["diff"], acc_gap_low=-r["diff_high"], acc_gap_high=-r["diff_low"],
+                       acc_test=r["test"], acc_p=r["pvalue"], token_change=c, token_change_low=lo,
+                       token_change_high=hi, tok_p=paired_difference(a, b, level, 10, seed,
+                                                                     test="ttest")["pvalue"])
         rows.append(row)
     return rows, tab.attrs["omnibus"]
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #cfdbbae4
-def tab1_comparison(
-    items: pd.DataFrame,
-    reference: str = "SVR-MAD",
-    by: Sequence[str] = ("model", "dataset"),
-    correction: str = "holm",
-    level: float = 0.95,
-    n_resamples: int = 2000,
-    seed: int = 0,
-) -> pd.DataFrame:
+def tab1_comparison(items: pd.DataFrame, reference: str = "SVR-MAD",
+                    by: Sequence[str] = ("model", "dataset"), correction: str = "holm",
+                    level: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
     """SVR-MAD Table 1 (Sec. 5.1) with its statistics: per setting (`by`) and method, accuracy +
     interval; the accuracy gaps of all settings one family (`family_gaps`: Holm 1979, each gap's
     interval at its family level `acc_level`, closed at 0 where Holm shows the sign, `acc_cut`)."""
@@ -406,7 +284,7 @@ def tab1_comparison(
     groups = items.groupby(by, sort=False) if by else [((), items)]
     rows, omni, means = [], {}, {}
     for key, sub in groups:
-        key = key if isinstance(key, tuple) else (key,)
+        key = key if isinstance(key, tuple) else (key, )
         means[key] = item_means(sub).dropna()
         r, omni[" / ".join(map(str, key))] = _tab1_rows(sub, reference, level, n_resamples, seed)
         rows += [{**dict(zip(by, key)), **x} for x in r]
@@ -417,31 +295,20 @@ def tab1_comparison(
             out[f"{k}_p"] = np.nan
     # accuracy: reference minus method, each gap's interval again at its family level
     fam = family_gaps(
-        out[[*by, "method"]].assign(pvalue=out["acc_p"].where(base)),
-        lambda r: (
-            (w := means[tuple(r[c] for c in by)])[reference].to_numpy(float),
-            w[r["method"]].to_numpy(float),
-        ),
-        correction,
-        level,
-        n_resamples=n_resamples,
-        seed=seed,
-    )
+        out[[*by, "method"]].assign(pvalue=out["acc_p"].where(base)), lambda r: ((w := means[tuple(
+            r[c] for c in by)])[reference].to_numpy(float), w[r["method"]].to_numpy(float)),
+        correction, level, n_resamples=n_resamples, seed=seed)
     got = fam["pvalue"].notna()
     for c in ("acc_gap_low", "acc_gap_high"):
         out[c] = fam[c.replace("acc_gap", "diff")].where(got, out.get(c, np.nan))
     out["acc_p_adj"] = fam["p_adjusted"]
-    out["acc_level"], out["acc_cut"], out["acc_agrees"] = (
-        fam["diff_level"],
-        fam["diff_cut"],
-        fam["agrees"],
-    )
+    out["acc_level"], out["acc_cut"], out["acc_agrees"] = (fam["diff_level"], fam["diff_cut"],
+                                                           fam["agrees"])
     out["acc_distinguishable"] = fam["distinguishable"].where(base, None)
     # tokens: their own Holm family over the paired t p (the token interval: its ratio, unadjusted)
     out["tok_p_adj"] = adjust_pvalues(out["tok_p"], correction)
-    dist = (out["tok_p_adj"] < 1 - level) & ~(
-        (out.get("token_change_low", np.nan) <= 0) & (out.get("token_change_high", np.nan) >= 0)
-    )
+    dist = (out["tok_p_adj"] < 1 - level) & ~((out.get("token_change_low", np.nan) <= 0) &
+                                              (out.get("token_change_high", np.nan) >= 0))
     out["tok_distinguishable"] = dist.astype(object).where(base, None)
     out.attrs.update(reference=reference, correction=correction, level=level, by=by, omnibus=omni)
     return out
@@ -466,8 +333,8 @@ def _gap(r: Mapping) -> str:
     if _isnull(r.get("token_change")):
         return acc
     return (
-        acc
-        + f"; tokens {_sg(100 * r['token_change'], 0)}% [{_sg(100 * r['token_change_low'], 0)}, {_sg(100 * r['token_change_high'], 0)}], "
+        acc +
+        f"; tokens {_sg(100 * r['token_change'], 0)}% [{_sg(100 * r['token_change_low'], 0)}, {_sg(100 * r['token_change_high'], 0)}], "
         f"{'distinguishable' if r['tok_distinguishable'] else 'not distinguishable'} (paired t, p = {r['tok_p_adj']:.2g})"
     )
 
@@ -482,24 +349,20 @@ def tab1_stats_caption(cmp: pd.DataFrame) -> str:
     by = a.get("by", [])
     lvl = int(round(100 * a.get("level", 0.95)))
     gaps = cmp[cmp["method"] != ref]
-    fam = family_words(
-        a["correction"], a.get("level", 0.95), gaps.get("acc_level", pd.Series(dtype=float))
-    )
+    fam = family_words(a["correction"], a.get("level", 0.95),
+                       gaps.get("acc_level", pd.Series(dtype=float)))
     setting = lambda r: " / ".join(str(r[c]) for c in by) or "all"
     first = cmp[cmp["method"] == ref]
     n = ", ".join(f"{setting(r)} {int(r['n_items'])}" for r in first.to_dict("records"))
     k = int((cmp["method"] != ref).sum())
-    om = "; ".join(
-        f"{s} {o.get('test')} p = {o.get('pvalue', math.nan):.2g}"
-        for s, o in a.get("omnibus", {}).items()
-    )
+    om = "; ".join(f"{s} {o.get('test')} p = {o.get('pvalue', math.nan):.2g}"
+                   for s, o in a.get("omnibus", {}).items())
     head = (
         f"Statistics ({ref} minus each baseline, paired by item; distinct items per setting: {n}; accuracy gaps: {fam}, "
         f"each its test inverted over items (McNemar's score test with Tango's score interval for 0/1 answers, else paired t); "
         f"accuracy of each method: Wilson {lvl}% intervals; tokens: {ref}'s relative change, {lvl}% interval "
         f"(unadjusted), paired t over items; {a['correction']} correction over the table's {k} accuracy and, separately, {k} token comparisons; "
-        f"omnibus: {om}; no equivalence margin, so not distinguishable is not equal)"
-    )
+        f"omnibus: {om}; no equivalence margin, so not distinguishable is not equal)")
     parts = [
         f"{setting(r)} vs {r['method']}: {_gap(r)}"
         for r in cmp[cmp["method"] != ref].to_dict("records")
@@ -512,10 +375,8 @@ def check_tab1_caption(cmp: pd.DataFrame, caption: str) -> None:
     the table's verdict, and no gap whose interval holds 0 is distinguishable (SVR-MAD Table 1, DESIGN "Statistics")."""
     ref, by = cmp.attrs["reference"], cmp.attrs.get("by", [])
     for r in cmp[cmp["method"] != ref].to_dict("records"):
-        for k, lo, hi in (
-            ("acc", "acc_gap_low", "acc_gap_high"),
-            ("tok", "token_change_low", "token_change_high"),
-        ):
+        for k, lo, hi in (("acc", "acc_gap_low", "acc_gap_high"), ("tok", "token_change_low",
+                                                                   "token_change_high")):
             # a Holm-closed accuracy interval ([0, hi] or [lo, 0]) touches 0 and is told apart
             cut = k == "acc" and r.get("acc_cut") is True
             if r.get(lo, math.nan) <= 0 <= r.get(hi, math.nan) and not cut:
@@ -545,11 +406,8 @@ def tab1_power(items: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
         w = w[[a, b]].dropna() > 0.5
         p10, p01 = float((w[a] & ~w[b]).mean()), float((~w[a] & w[b]).mean())
         p = pt[(pt["llm"] == llm.get(m)) & (pt["dataset"] == d.split(" (")[0])].set_index("key")
-        paper = (
-            float(p.loc["svr_mad", "Acc (%)"]) - float(p.loc["groupdebate", "Acc (%)"])
-            if {"svr_mad", "groupdebate"} <= set(p.index)
-            else np.nan
-        )
+        paper = (float(p.loc["svr_mad", "Acc (%)"]) - float(p.loc["groupdebate", "Acc (%)"])
+                 if {"svr_mad", "groupdebate"} <= set(p.index) else np.nan)
         disc, n = p10 + p01, len(w)
         try:
             need = n_for_power(paper / 100, disc) if np.isfinite(paper) and disc > 0 else np.nan
@@ -557,31 +415,17 @@ def tab1_power(items: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
             need = np.nan
         res = 100 * resolvable_effect(n, disc) if disc > 0 else np.nan
         rows.append(
-            dict(
-                model=m,
-                dataset=d,
-                n=n,
-                sim_gap=100 * (p10 - p01),
-                paper_gap=paper,
-                discordance=disc,
-                n_needed=need,
-                resolves_pts=res,
-            )
-        )
+            dict(model=m, dataset=d, n=n, sim_gap=100 * (p10 - p01), paper_gap=paper,
+                 discordance=disc, n_needed=need, resolves_pts=res))
     return pd.DataFrame(rows)
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #t1cap002
 TAB1_CAPTION_MAX = 1200
 
 
-def table1_reader_caption(
-    cmp: pd.DataFrame,
-    label: str | None,
-    verdict: str,
-    power: pd.DataFrame | None = None,
-    mechanism: str = "",
-    single_gpu_config: str = "",
-) -> str:
+def table1_reader_caption(cmp: pd.DataFrame, label: str | None, verdict: str,
+                          power: pd.DataFrame | None = None, mechanism: str = "",
+                          single_gpu_config: str = "") -> str:
     """SVR-MAD Table 1's caption (Sec. 5.1): what is shown, n per setting, the intervals, the tests (`tab1_comparison`'s)
     and the gap its n resolves against GroupDebate (`tab1_power`), the verdict, the control and `mechanism`; the
     paper's claim. Every pairwise number is left to the table's columns (issue 51: at most `TAB1_CAPTION_MAX`)."""
@@ -595,11 +439,8 @@ def table1_reader_caption(
     if power is not None and power.get("resolves_pts", pd.Series(dtype=float)).notna().any():
         r, need = power["resolves_pts"].dropna(), power["n_needed"].dropna()
         res = f" This n resolves a gap to GroupDebate of {r.min():.0f}-{r.max():.0f} points (McNemar, 80% power)"
-        res += (
-            f"; the paper's would need {need.min():,.0f}-{need.max():,.0f} problems."
-            if len(need)
-            else "."
-        )
+        res += (f"; the paper's would need {need.min():,.0f}-{need.max():,.0f} problems."
+                if len(need) else ".")
     gpu = f" Paper profile on one GPU: {single_gpu_config}." if single_gpu_config else ""
     return (
         f"SVR-MAD Table 1. {head}NComm, tokens (x10^3) and accuracy of Self-Consistency, GroupDebate, SID-ET, "
@@ -615,21 +456,16 @@ def table1_reader_caption(
 def fig1_table(ev: dict) -> pd.DataFrame:
     "SVR-MAD Fig. 1: per (item, sample), n_correct before debate and, per signal (min_ll, ppl, conf, svr), whether its top-ranked agent is correct."
     pre = ev["pre"]
-    sv = (
-        probe_svr(ev["probes"])
-        if ev.get("probes") is not None and len(ev["probes"])
-        else pd.DataFrame(columns=["item_id", "sample", "agent", "svr"])
-    )
-    df = pre.merge(
-        sv[["item_id", "sample", "agent", "svr"]], on=["item_id", "sample", "agent"], how="left"
-    )
+    sv = (probe_svr(ev["probes"]) if ev.get("probes") is not None and len(ev["probes"]) else
+          pd.DataFrame(columns=["item_id", "sample", "agent", "svr"]))
+    df = pre.merge(sv[["item_id", "sample", "agent", "svr"]], on=["item_id", "sample", "agent"],
+                   how="left")
     rows = []
     for (iid, k), g in df.groupby(["item_id", "sample"], sort=False):
         row = {"item_id": iid, "sample": k, "n_correct": int(g["correct"].sum())}
         for s in (*PRIORS, "svr"):
-            row[s] = top_ranked_correct(
-                signal_score(g[s].to_numpy(dtype=float), s), g["correct"].to_numpy(dtype=bool)
-            )
+            row[s] = top_ranked_correct(signal_score(g[s].to_numpy(dtype=float), s),
+                                        g["correct"].to_numpy(dtype=bool))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -639,15 +475,9 @@ def difficulty_group(n_correct: int) -> str:
     return "4+" if n_correct >= 4 else str(int(n_correct))
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #cff45c63
-def fig1_comparison(
-    rows: pd.DataFrame,
-    reference: str = "svr",
-    by: str = "panel",
-    correction: str = "holm",
-    level: float = 0.95,
-    n_resamples: int = 2000,
-    seed: int = 0,
-) -> tuple[pd.DataFrame, str]:
+def fig1_comparison(rows: pd.DataFrame, reference: str = "svr", by: str = "panel",
+                    correction: str = "holm", level: float = 0.95, n_resamples: int = 2000,
+                    seed: int = 0) -> tuple[pd.DataFrame, str]:
     """SVR-MAD Fig. 1 (Sec. 3) on hard problems, paired by problem: per `by` panel and signal, the
     share whose top-ranked agent is correct with a bootstrap interval over problems; `reference`
     (SVR) minus each prior, the table's gaps one family (`family_gaps`: Holm 1979 over the raw p,
@@ -656,44 +486,24 @@ def fig1_comparison(
 
     out, wide = [], {}
     for panel, g in rows.groupby(by, sort=False):
-        w = g.pivot_table(
-            index="item_id", columns="signal", values="top_correct", aggfunc="mean"
-        ).dropna()
+        w = g.pivot_table(index="item_id", columns="signal", values="top_correct",
+                          aggfunc="mean").dropna()
         wide[panel] = w
         for s in [reference, *(c for c in w.columns if c != reference)]:
             lo, hi = boot_mean_ci(w[s].to_numpy(float), level, n_resamples, seed)
             r = {
-                by: panel,
-                "signal": s,
-                "n_items": len(w),
-                "share": float(w[s].mean()),
-                "share_low": lo,
-                "share_high": hi,
+                by: panel, "signal": s, "n_items": len(w), "share": float(w[s].mean()), "share_low":
+                lo, "share_high": hi
             }
             if s != reference:
-                d = paired_difference(
-                    w[reference].to_numpy(float), w[s].to_numpy(float), level, n_resamples, seed
-                )
-                r.update(
-                    diff=d["diff"],
-                    diff_low=d["ci_low"],
-                    diff_high=d["ci_high"],
-                    test=d["test"],
-                    pvalue=d["pvalue"],
-                )
+                d = paired_difference(w[reference].to_numpy(float), w[s].to_numpy(float), level,
+                                      n_resamples, seed)
+                r.update(diff=d["diff"], diff_low=d["ci_low"], diff_high=d["ci_high"],
+                         test=d["test"], pvalue=d["pvalue"])
             out.append(r)
     cols = [
-        by,
-        "signal",
-        "n_items",
-        "share",
-        "share_low",
-        "share_high",
-        "diff",
-        "diff_low",
-        "diff_high",
-        "test",
-        "pvalue",
+        by, "signal", "n_items", "share", "share_low", "share_high", "diff", "diff_low",
+        "diff_high", "test", "pvalue"
     ]
     t = pd.DataFrame(out).reindex(columns=cols)
     if not len(t):
@@ -702,16 +512,9 @@ def fig1_comparison(
         ), "No hard problems (1-2 agents correct before debate): nothing to compare."
     ok = t["signal"] != reference
     t = family_gaps(
-        t.assign(pvalue=t["pvalue"].where(ok)),
-        lambda r: (
-            wide[r[by]][reference].to_numpy(float),
-            wide[r[by]][r["signal"]].to_numpy(float),
-        ),
-        correction,
-        level,
-        n_resamples=n_resamples,
-        seed=seed,
-    )
+        t.assign(pvalue=t["pvalue"].where(ok)), lambda r:
+        (wide[r[by]][reference].to_numpy(float), wide[r[by]][r["signal"]].to_numpy(float)),
+        correction, level, n_resamples=n_resamples, seed=seed)
     # the caption says which gaps Holm tells apart, per panel; every gap's number is in the table's
     # diff, diff_low, diff_high and p_adjusted columns (issue 51: a caption a reader finishes)
     parts = []
@@ -722,18 +525,15 @@ def fig1_comparison(
         alike = ", ".join(SIGNAL_LABELS.get(s, s) for s in g.loc[~told, "signal"])
         said = [f"above {above}" if above else "", f"below {below}" if below else ""]
         said += [f"not told apart from {alike}" if alike else ""]
-        parts.append(
-            f"{panel}: {SIGNAL_LABELS.get(reference, reference)} " + "; ".join(x for x in said if x)
-        )
+        parts.append(f"{panel}: {SIGNAL_LABELS.get(reference, reference)} " +
+                     "; ".join(x for x in said if x))
     n = ", ".join(f"{p} {k}" for p, k in t.groupby(by, sort=False)["n_items"].first().items())
     cap = (
         f"Paired by problem on hard problems (1-2 agents correct before debate; distinct problems per panel: {n}); "
         f"{family_words(correction, level, t.loc[ok & t['diff_low'].notna(), 'diff_level'])}, each its test inverted over "
         f"problems (McNemar's score test with Tango's score interval for 0/1 values, else paired t; shares: "
         f"{int(100 * level)}% bootstrap intervals); {correction} correction over the table's {int(ok.sum())} comparisons. "
-        + ". ".join(parts)
-        + " (each gap, its interval and adjusted p: the table's columns)."
-    )
+        + ". ".join(parts) + " (each gap, its interval and adjusted p: the table's columns).")
     return t, cap
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #7bc3d74c
@@ -749,12 +549,8 @@ def finish_figure(fig, title: str):
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #bd1debf6
 def ablation_points(
-    ev: dict,
-    posterior: str,
-    S: int = 2,
-    C: int = 2,
-    quantiles: Sequence[float] = np.arange(0.1, 0.91, 0.1),
-) -> pd.DataFrame:
+    ev: dict, posterior: str, S: int = 2, C: int = 2,
+    quantiles: Sequence[float] = np.arange(0.1, 0.91, 0.1)) -> pd.DataFrame:
     "SVR-MAD App. B: (tau, C, acceptance rate, mean tokens, accuracy with its 95% Wilson interval over problems, n_items) of Alg. 1 with `posterior` in place of SVR."
     from mad_study.metrics import wilson_ci
 
@@ -769,43 +565,24 @@ def ablation_points(
             warnings.warn(
                 f"ablation_points: no {posterior} signal in the probes (the backend gives none): no points for it"
             )
-            return pd.DataFrame(
-                columns=[
-                    "posterior",
-                    "tau",
-                    "C",
-                    "acceptance",
-                    "tokens",
-                    "accuracy",
-                    "acc_low",
-                    "acc_high",
-                    "n_items",
-                    "ncomm",
-                ]
-            )
+            return pd.DataFrame(columns=[
+                "posterior", "tau", "C", "acceptance", "tokens", "accuracy", "acc_low", "acc_high",
+                "n_items", "ncomm"
+            ])
         grid, prior = [(float(np.nanquantile(vals, q)), C) for q in quantiles], posterior
     rows = []
     for tau, c in grid:
         cfg = base.replace(S=S, C=c, tau=tau, prior=prior, posterior=posterior)
-        res, _ = run_svr_mad(
-            ev["pre"], byid, ev.get("backends"), config=cfg, probes=memo, sampling=sampling
-        )
+        res, _ = run_svr_mad(ev["pre"], byid, ev.get("backends"), config=cfg, probes=memo,
+                             sampling=sampling)
         # one thread per problem: Wilson over problems
         lo, hi = wilson_ci(int(res["correct"].sum()), len(res))
-        rows.append(
-            {
-                "posterior": posterior,
-                "tau": tau,
-                "C": c,
-                "acceptance": float(res["accepted"].mean()),
-                "tokens": float(res["tokens"].mean()),
-                "accuracy": float(res["correct"].mean()),
-                "acc_low": lo,
-                "acc_high": hi,
-                "n_items": int(res["item_id"].nunique()),
-                "ncomm": float(res["ncomm"].mean()),
-            }
-        )
+        rows.append({
+            "posterior": posterior, "tau": tau, "C": c, "acceptance": float(res["accepted"].mean()),
+            "tokens": float(res["tokens"].mean()), "accuracy": float(res["correct"].mean()),
+            "acc_low": lo, "acc_high": hi, "n_items": int(res["item_id"].nunique()), "ncomm":
+            float(res["ncomm"].mean())
+        })
     return pd.DataFrame(rows)
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #d6dccc71
@@ -814,10 +591,8 @@ def svr_grid_points(pts: pd.DataFrame) -> pd.DataFrame:
     key = list(zip(pts["tokens"].round(3), pts["accuracy"].round(6)))
     rows = []
     for _, d in pts.assign(_k=key).groupby("_k", sort=False):
-        name = " · ".join(
-            f"C{c:g}: τ" + "/".join(f"{t:g}" for t in sorted(dc["tau"], reverse=True))
-            for c, dc in d.groupby("C")
-        )
+        name = " · ".join(f"C{c:g}: τ" + "/".join(f"{t:g}" for t in sorted(dc["tau"], reverse=True))
+                          for c, dc in d.groupby("C"))
         rows.append({**d.iloc[0].drop("_k").to_dict(), "label": name, "settings": len(d)})
     return pd.DataFrame(rows)
 
@@ -827,18 +602,16 @@ def _plan_svr(p: Mapping, ablation_only: bool = False) -> dict:
     R, mnt = int(p.get("debate_rounds") or 2), int(p.get("max_new_tokens") or 16384)
     models = list(p.get("models") or [])
     if ablation_only:
-        models = models[: int(p.get("fig3_model_count") or 1)]
+        models = models[:int(p.get("fig3_model_count") or 1)]
     cells, q, B = len(models) * len(p.get("tasks") or []), 300, 0 if ablation_only else 3
     S = max([int(x) for x in (p.get("comm_per_round") or [2])])
     debates = n * (n - 1) + S * (n + 1)  # probing + SVR-MAD's repeated debates (choice 4)
     per_item_gens = n + debates + B * R * n
-    prompt = (
-        n * q + debates * (q + 2 * mnt) + B * sum(n * (q + r * n * mnt) for r in range(1, R + 1))
-    )
+    prompt = (n * q + debates * (q + 2 * mnt) + B * sum(n * (q + r * n * mnt)
+                                                        for r in range(1, R + 1)))
     return {
-        "generations": cells * n_items * per_item_gens,
-        "completion_tokens": cells * n_items * per_item_gens * mnt,
-        "prompt_tokens": cells * n_items * prompt,
+        "generations": cells * n_items * per_item_gens, "completion_tokens":
+        cells * n_items * per_item_gens * mnt, "prompt_tokens": cells * n_items * prompt
     }
 
 

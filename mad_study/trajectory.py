@@ -28,11 +28,8 @@ def canonical_answers(transcript: pd.DataFrame, fmt: str | None = None) -> pd.Se
     fmts = row_formats(transcript, fmt, what="canonical_answers")
     for f in dict.fromkeys(fmts.dropna()):
         sel = (fmts == f).to_numpy()
-        parts = (
-            [np.flatnonzero(sel)]
-            if f in ELEMENTWISE_FORMATS
-            else list(transcript[sel].groupby("item_id", sort=False).indices.values())
-        )
+        parts = ([np.flatnonzero(sel)] if f in ELEMENTWISE_FORMATS else list(
+            transcript[sel].groupby("item_id", sort=False).indices.values()))
         base = np.flatnonzero(sel)
         for idx in parts:
             rows = idx if f in ELEMENTWISE_FORMATS else base[idx]
@@ -59,37 +56,21 @@ def answer_grid(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFram
     transcript = complete_transcript(transcript, fmt, what="answer_grid")
     check_unique_turns(transcript, what="answer_grid")
     cond, th, ag = _keys(transcript)
-    t = transcript.assign(
-        answer=canonical_answers(transcript, fmt),
-        spoke=~transcript["reused"].fillna(False).astype(bool),
-    )
-    t = t[
-        [
-            *ag,
-            "round",
-            "task",
-            "fmt",
-            "gold",
-            "model",
-            "answer",
-            "correct",
-            "spoke",
-            "visible_peers",
-        ]
-    ].copy()
+    t = transcript.assign(answer=canonical_answers(transcript, fmt),
+                          spoke=~transcript["reused"].fillna(False).astype(bool))
+    t = t[[
+        *ag, "round", "task", "fmt", "gold", "model", "answer", "correct", "spoke", "visible_peers"
+    ]].copy()
     t["round"] = t["round"].astype(int)
     t["answer"] = t["answer"].where(t["answer"].notna(), _UNPARSED)
-    span = (
-        t.assign(_last=t.groupby(th, sort=False, dropna=False)["round"].transform("max"))
-        .groupby(ag, sort=False, dropna=False)
-        .agg(first=("round", "min"), last=("_last", "max"))
-        .reset_index()
-    )
+    span = (t.assign(
+        _last=t.groupby(th, sort=False, dropna=False)["round"].transform("max")).groupby(
+            ag, sort=False, dropna=False).agg(first=("round", "min"),
+                                              last=("_last", "max")).reset_index())
     n = (span["last"] - span["first"] + 1).to_numpy()
     grid = span.loc[span.index.repeat(n), ag].reset_index(drop=True)
-    grid["round"] = (
-        np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n) + np.repeat(span["first"].to_numpy(), n)
-    )
+    grid["round"] = (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n) +
+                     np.repeat(span["first"].to_numpy(), n))
     g = grid.merge(t, on=[*ag, "round"], how="left")
     fill = ["task", "fmt", "gold", "model", "answer", "correct"]
     g[fill] = g.groupby(ag, sort=False, dropna=False)[fill].ffill()
@@ -119,22 +100,15 @@ def _defined(mask, values) -> pd.Series:
 def _adoptions(tu: pd.DataFrame, prev: pd.DataFrame, th: list[str], ag: list[str]) -> pd.Series:
     "Per changed turn: the shown peers (comma-separated) whose previous-round answer the agent took."
     ch = tu[tu["changed"].fillna(False).astype(bool)]
-    ex = (
-        ch[[*ag, "round", "answer"]]
-        .assign(source=ch["visible_peers"].str.split(","))
-        .explode("source")
-    )
+    ex = (ch[[*ag, "round",
+              "answer"]].assign(source=ch["visible_peers"].str.split(",")).explode("source"))
     ex = ex[ex["source"].notna() & (ex["source"] != "")]
-    pa = prev[[*th, "agent", "round", "prev_answer"]].rename(
-        columns={"agent": "source", "prev_answer": "source_answer"}
-    )
+    pa = prev[[*th, "agent", "round",
+               "prev_answer"]].rename(columns={"agent": "source", "prev_answer": "source_answer"})
     ex = ex.merge(pa, on=[*th, "source", "round"], how="inner")
     ex = ex[ex["source_answer"] == ex["answer"]]
-    return (
-        ex.groupby([*ag, "round"], sort=False, dropna=False)["source"]
-        .agg(",".join)
-        .rename("adopted_from")
-    )
+    return (ex.groupby([*ag, "round"], sort=False,
+                       dropna=False)["source"].agg(",".join).rename("adopted_from"))
 
 # %% ../nbs/evaluation/05c_trajectory.ipynb #de4ccb0f
 def agent_turns(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFrame:
@@ -144,19 +118,15 @@ def agent_turns(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFram
     transcript = complete_transcript(transcript, fmt, what="agent_turns")
     g = answer_grid(transcript, fmt)
     cond, th, ag = _keys(transcript)
-    prev = (
-        g[[*ag, "round", "answer", "correct"]]
-        .assign(round=g["round"] + 1)
-        .rename(columns={"answer": "prev_answer", "correct": "prev_correct"})
-    )
+    prev = (g[[*ag, "round", "answer", "correct"
+               ]].assign(round=g["round"] +
+                         1).rename(columns={"answer": "prev_answer", "correct": "prev_correct"}))
     prev["prev_parsed"] = prev.groupby(ag, sort=False, dropna=False)["prev_answer"].ffill()
     maj = _plurality(g, [*th, "round"]).rename("prev_majority").reset_index()
-    tu = g.merge(prev, on=[*ag, "round"], how="inner").merge(
-        maj.assign(round=maj["round"] + 1), on=[*th, "round"], how="left"
-    )
-    tu["prev_majority"] = (
-        tu["prev_majority"].astype(object).where(tu["prev_majority"].notna(), None)
-    )
+    tu = g.merge(prev, on=[*ag, "round"], how="inner").merge(maj.assign(round=maj["round"] + 1),
+                                                             on=[*th, "round"], how="left")
+    tu["prev_majority"] = (tu["prev_majority"].astype(object).where(tu["prev_majority"].notna(),
+                                                                    None))
     sp, a, p, m = tu["spoke"], tu["answer"], tu["prev_answer"], tu["prev_majority"]
     both = sp & a.notna() & p.notna()
     lp = tu["prev_parsed"]  # the last parsed answer before this round
@@ -168,21 +138,9 @@ def agent_turns(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFram
     tu["swayed"] = _defined(sp, tu["prev_correct"] & ~tu["correct"])
     tu["corrected"] = _defined(sp, ~tu["prev_correct"] & tu["correct"])
     cols = [
-        "model",
-        "spoke",
-        "visible_peers",
-        "prev_answer",
-        "answer",
-        "prev_correct",
-        "correct",
-        "prev_majority",
-        "changed",
-        "adopted",
-        "adopted_from",
-        "in_minority",
-        "held_against_majority",
-        "swayed",
-        "corrected",
+        "model", "spoke", "visible_peers", "prev_answer", "answer", "prev_correct", "correct",
+        "prev_majority", "changed", "adopted", "adopted_from", "in_minority",
+        "held_against_majority", "swayed", "corrected"
     ]
     return tu[[*ag, "round", *cols]]
 
@@ -194,16 +152,10 @@ def first_correct(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFr
     g = answer_grid(transcript, fmt)
     _, _, ag = _keys(transcript)
     by = g.groupby(ag, sort=False, dropna=False)
-    out = by.agg(
-        model=("model", "first"), first_round=("round", "min"), final_correct=("correct", "last")
-    )
-    out["first_correct_round"] = (
-        g[g["correct"]]
-        .groupby(ag, sort=False, dropna=False)["round"]
-        .min()
-        .reindex(out.index)
-        .astype(float)
-    )
+    out = by.agg(model=("model", "first"), first_round=("round", "min"),
+                 final_correct=("correct", "last"))
+    out["first_correct_round"] = (g[g["correct"]].groupby(
+        ag, sort=False, dropna=False)["round"].min().reindex(out.index).astype(float))
     return out.reset_index()
 
 # %% ../nbs/evaluation/05c_trajectory.ipynb #bb54d46d
@@ -214,22 +166,18 @@ def agent_outcomes(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataF
     transcript = complete_transcript(transcript, fmt, what="agent_outcomes")
     g = answer_grid(transcript, fmt)
     _, _, ag = _keys(transcript)
-    out = g.groupby(ag, sort=False, dropna=False).agg(
-        rounds=("round", "size"),
-        distinct_answers=("answer", "nunique"),
-        correct_rounds=("correct", "sum"),
-    )
+    out = g.groupby(ag, sort=False, dropna=False).agg(rounds=("round", "size"),
+                                                      distinct_answers=("answer", "nunique"),
+                                                      correct_rounds=("correct", "sum"))
     out["correct_share"] = out["correct_rounds"] / out["rounds"]
     return first_correct(transcript, fmt).merge(out.reset_index(), on=ag, how="left")
 
 # %% ../nbs/evaluation/05c_trajectory.ipynb #607b1a07
 def _round_agreement(g: pd.DataFrame, th: list[str]) -> pd.DataFrame:
     "Per thread and round: `agreed` (every present agent holds one parsed answer) and `distinct` parsed answers."
-    per = (
-        g.groupby([*th, "round"], sort=False, dropna=False)
-        .agg(parsed=("answer", "count"), n=("agent", "size"), distinct=("answer", "nunique"))
-        .reset_index()
-    )
+    per = (g.groupby([*th, "round"], sort=False,
+                     dropna=False).agg(parsed=("answer", "count"), n=("agent", "size"),
+                                       distinct=("answer", "nunique")).reset_index())
     return per.assign(agreed=(per["parsed"] == per["n"]) & (per["distinct"] == 1))
 
 # %% ../nbs/evaluation/05c_trajectory.ipynb #21e33b1f
@@ -237,17 +185,12 @@ def _thread_costs(transcript: pd.DataFrame, th: list[str]) -> pd.DataFrame:
     "Per thread: prompt and completion tokens over every generated row (reused rows cost nothing)."
     t = transcript[~transcript["reused"].fillna(False).astype(bool)]
     tok = t[["prompt_tokens", "completion_tokens"]].apply(pd.to_numeric, errors="coerce").fillna(0)
-    return (
-        tok.assign(**{k: t[k] for k in th})
-        .groupby(th, sort=False, dropna=False)
-        .sum()
-        .reset_index()
-    )
+    return (tok.assign(**{k: t[k]
+                          for k in th}).groupby(th, sort=False, dropna=False).sum().reset_index())
 
 # %% ../nbs/evaluation/05c_trajectory.ipynb #027add6a
-def item_outcomes(
-    transcript: pd.DataFrame, fmt: str | None = None, final: pd.DataFrame | None = None
-) -> pd.DataFrame:
+def item_outcomes(transcript: pd.DataFrame, fmt: str | None = None,
+                  final: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per condition, item and sample: `consensus_round` (first round in which every present agent
     holds one parsed answer), agreement, first and final majority, tokens and `outcome`
     (DebateLLM's per-question metrics, Smit et al. 2024)."""
@@ -256,45 +199,34 @@ def item_outcomes(
     cond, th, _ = _keys(transcript)
     per = _round_agreement(g, th)
     by = lambda d: d.groupby(th, sort=False, dropna=False)
-    out = by(g).agg(
-        first_round=("round", "min"), last_round=("round", "max"), any_correct=("correct", "any")
-    )
+    out = by(g).agg(first_round=("round", "min"), last_round=("round", "max"),
+                    any_correct=("correct", "any"))
     out = out.reset_index()
     out = out.merge(
-        by(per[per["agreed"]])["round"].min().rename("consensus_round").reset_index(),
-        on=th,
-        how="left",
-    )
+        by(per[per["agreed"]])["round"].min().rename("consensus_round").reset_index(), on=th,
+        how="left")
     at = lambda d, col: d.merge(out[[*th, col]].rename(columns={col: "round"}), on=[*th, "round"])
     out = out.merge(
         at(per, "first_round")[[*th, "distinct"]].rename(columns={"distinct": "first_distinct"}),
-        on=th,
-    )
+        on=th)
     out = out.merge(
-        at(per, "last_round")[[*th, "agreed"]].rename(columns={"agreed": "final_agreement"}), on=th
-    )
+        at(per, "last_round")[[*th, "agreed"]].rename(columns={"agreed": "final_agreement"}), on=th)
     out = out.merge(_thread_costs(transcript, th), on=th, how="left")
-    vt = lambda rows: vote_table(rows, by=("item_id", "sample"), fmt=fmt)[
-        [*th, "answer", "correct"]
-    ]
-    first = vt(at(g, "first_round")).rename(
-        columns={"answer": "first_majority", "correct": "first_correct"}
-    )
+    vt = lambda rows: vote_table(rows, by=("item_id", "sample"), fmt=fmt
+                                 )[[*th, "answer", "correct"]]
+    first = vt(at(
+        g, "first_round")).rename(columns={"answer": "first_majority", "correct": "first_correct"})
     out = out.merge(first, on=th, how="left")
     fin = vt(at(g, "last_round")) if final is None else final[[*th, "answer", "correct"]]
-    out = out.merge(
-        fin.rename(columns={"answer": "final_answer", "correct": "final_correct"}),
-        on=th,
-        how="left",
-    )
+    out = out.merge(fin.rename(columns={"answer": "final_answer", "correct": "final_correct"}),
+                    on=th, how="left")
     f0, f1 = out["first_correct"].astype(bool), out["final_correct"].fillna(False).astype(bool)
     out["outcome"] = np.where(~f0 & f1, "helped", np.where(f0 & ~f1, "hurt", "neither"))
     return out
 
 # %% ../nbs/evaluation/05c_trajectory.ipynb #30f91cdf
-def persuasion_graph(
-    transcript: pd.DataFrame, by: str = "agent", fmt: str | None = None
-) -> pd.DataFrame:
+def persuasion_graph(transcript: pd.DataFrame, by: str = "agent",
+                     fmt: str | None = None) -> pd.DataFrame:
     """Edges source -> target per condition: `weight` (adoptions, 1/k each when k shown peers held the adopted answer),
     `to_correct` (the part of it that made the target correct), `n` (adoption events); over agents or models (`by`).
     The kit's own graph of DebateLLM's "reliance on other agents" (Smit et al. 2024)."""
@@ -305,87 +237,57 @@ def persuasion_graph(
     tu = agent_turns(transcript, fmt)
     ad = tu[tu["adopted"].fillna(False).astype(bool)]
     ex = ad.assign(source=ad["adopted_from"].str.split(",")).explode("source")
-    ex["weight"] = 1.0 / ex.groupby([*ag, "round"], sort=False, dropna=False)["source"].transform(
-        "size"
-    )
+    ex["weight"] = 1.0 / ex.groupby([*ag, "round"], sort=False,
+                                    dropna=False)["source"].transform("size")
     ex = ex.rename(columns={"agent": "target", "model": "target_model"})
     if by == "model":
-        mod = (
-            answer_grid(transcript, fmt)
-            .groupby(ag, sort=False, dropna=False)["model"]
-            .first()
-            .rename("source_model")
-            .reset_index()
-        )
+        mod = (answer_grid(transcript, fmt).groupby(
+            ag, sort=False, dropna=False)["model"].first().rename("source_model").reset_index())
         ex = ex.merge(mod.rename(columns={"agent": "source"}), on=[*th, "source"], how="left")
         ex["source"], ex["target"] = ex["source_model"], ex["target_model"]
     ex["to_correct"] = ex["weight"] * ex["correct"].astype(float)
     cols = [*cond, "source", "target", "weight", "to_correct", "n"]
     if not len(ex):
         return pd.DataFrame(columns=cols)
-    return (
-        ex.groupby([*cond, "source", "target"], sort=True, dropna=False)
-        .agg(weight=("weight", "sum"), to_correct=("to_correct", "sum"), n=("weight", "size"))
-        .reset_index()[cols]
-    )
+    return (ex.groupby([*cond, "source", "target"], sort=True,
+                       dropna=False).agg(weight=("weight", "sum"), to_correct=("to_correct", "sum"),
+                                         n=("weight", "size")).reset_index()[cols])
 
 # %% ../nbs/evaluation/05c_trajectory.ipynb #485d0d2d
 _RATES = ("change_rate", "adoption_rate", "swayed_rate", "corrected_rate", "hold_rate")
 
 # %% ../nbs/evaluation/05c_trajectory.ipynb #7a22d92d
-def trajectory_summary(
-    transcript: pd.DataFrame, fmt: str | None = None, final: pd.DataFrame | None = None
-) -> pd.DataFrame:
+def trajectory_summary(transcript: pd.DataFrame, fmt: str | None = None,
+                       final: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per condition, DebateLLM-style trajectory metrics (Smit et al. 2024): change, adoption, sway
     and correction rates, consensus, first correct round, tokens."""
     transcript = complete_transcript(transcript, fmt, what="trajectory_summary")
     cond, _, _ = _keys(transcript)
-    tu, ao, io = (
-        agent_turns(transcript, fmt),
-        agent_outcomes(transcript, fmt),
-        item_outcomes(transcript, fmt, final),
-    )
+    tu, ao, io = (agent_turns(transcript,
+                              fmt), agent_outcomes(transcript,
+                                                   fmt), item_outcomes(transcript, fmt, final))
     rate = lambda s: s.astype("Float64").mean()
     share = lambda s: float(s.astype(float).mean())
     grp = lambda d: d.groupby(cond, sort=False, dropna=False) if cond else d.groupby(lambda _: 0)
-    out = (
-        grp(io)
-        .size()
-        .to_frame("_n")
-        .join(
-            grp(tu).agg(
-                turns=("spoke", "sum"),
-                change_rate=("changed", rate),
-                adoption_rate=("adopted", rate),
-                swayed_rate=("swayed", rate),
-                corrected_rate=("corrected", rate),
-                hold_rate=("held_against_majority", rate),
-            )
-        )
-        .drop(columns="_n")
-    )
+    out = (grp(io).size().to_frame("_n").join(
+        grp(tu).agg(turns=("spoke", "sum"), change_rate=("changed", rate),
+                    adoption_rate=("adopted", rate), swayed_rate=("swayed", rate),
+                    corrected_rate=("corrected", rate),
+                    hold_rate=("held_against_majority", rate))).drop(columns="_n"))
     # a one-round condition (no turn after the first) keeps its row
     out["turns"] = out["turns"].fillna(0).astype(int)
     out = out.join(
-        grp(ao).agg(
-            first_correct_round=("first_correct_round", "mean"),
-            never_correct=("first_correct_round", lambda s: float(s.isna().mean())),
-            distinct_answers=("distinct_answers", "mean"),
-            correct_share=("correct_share", "mean"),
-        )
-    )
+        grp(ao).agg(first_correct_round=("first_correct_round", "mean"),
+                    never_correct=("first_correct_round", lambda s: float(s.isna().mean())),
+                    distinct_answers=("distinct_answers", "mean"),
+                    correct_share=("correct_share", "mean")))
     io = io.assign(tokens=io["prompt_tokens"].fillna(0) + io["completion_tokens"].fillna(0))
     out = out.join(
-        grp(io).agg(
-            consensus=("consensus_round", lambda s: float(s.notna().mean())),
-            consensus_round=("consensus_round", "mean"),
-            final_agreement=("final_agreement", share),
-            first_distinct=("first_distinct", "mean"),
-            any_correct=("any_correct", share),
-            tokens=("tokens", "mean"),
-            helped=("outcome", lambda s: float((s == "helped").mean())),
-            hurt=("outcome", lambda s: float((s == "hurt").mean())),
-            items=("item_id", "nunique"),
-        )
-    )
+        grp(io).agg(consensus=("consensus_round", lambda s: float(s.notna().mean())),
+                    consensus_round=("consensus_round", "mean"),
+                    final_agreement=("final_agreement", share),
+                    first_distinct=("first_distinct", "mean"), any_correct=("any_correct", share),
+                    tokens=("tokens", "mean"), helped=("outcome", lambda s: float(
+                        (s == "helped").mean())), hurt=("outcome", lambda s: float(
+                            (s == "hurt").mean())), items=("item_id", "nunique")))
     return out.reset_index(drop=not cond).astype({c: float for c in _RATES})

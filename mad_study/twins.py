@@ -23,50 +23,34 @@ __all__ = ['TWIN_SHAPE', 'TEXT_TWINS', 'H', 'FF', 'LAYERS', 'HEADS', 'KV', 'HEAD
            'twin_checkpoint', 'shape_table', 'shape_config', 'shape_checkpoint']
 
 # %% ../nbs/backends/03e_twins.ipynb #f0917fb0
-TWIN_SHAPE = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=2048,
-    initializer_range=0.2,
-)
+TWIN_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=2048, initializer_range=0.2)
 _ALTERNATING = dict(sliding_window=16, layer_types=["sliding_attention", "full_attention"])
 
 # %% ../nbs/backends/03e_twins.ipynb #b91eb912
-TEXT_TWINS: dict[
-    str, tuple[str, dict]
-] = {  # twin -> (transformers config class, fields beyond TWIN_SHAPE)
-    "tiny-random-qwen2": ("Qwen2Config", dict(tie_word_embeddings=True)),
-    "tiny-random-qwen3": ("Qwen3Config", dict(head_dim=16, tie_word_embeddings=True)),
-    "tiny-random-mistral": ("MistralConfig", dict(head_dim=16, sliding_window=None)),
-    "tiny-random-gemma3-text": ("Gemma3TextConfig", dict(head_dim=16, **_ALTERNATING)),
-    "tiny-random-glm": ("GlmConfig", dict(head_dim=16, partial_rotary_factor=0.5)),
-    "tiny-random-gpt-oss": (
-        "GptOssConfig",
-        dict(head_dim=16, num_local_experts=4, num_experts_per_tok=2, **_ALTERNATING),
-    ),
-    "tiny-random-deepseek-v3": (
-        "DeepseekV3Config",
-        dict(
-            num_key_value_heads=4,
-            moe_intermediate_size=64,
-            n_routed_experts=4,
-            num_experts_per_tok=2,
-            n_group=1,
-            topk_group=1,
-            n_shared_experts=1,
-            first_k_dense_replace=1,
-            q_lora_rank=64,
-            kv_lora_rank=64,
-            qk_rope_head_dim=32,
-            qk_nope_head_dim=16,
-            v_head_dim=16,
-            rope_scaling=None,
-        ),
-    ),
-}
+TEXT_TWINS: dict[str,
+                 tuple[str,
+                       dict]] = {  # twin -> (transformers config class, fields beyond TWIN_SHAPE)
+                           "tiny-random-qwen2": ("Qwen2Config", dict(tie_word_embeddings=True)),
+                           "tiny-random-qwen3":
+                           ("Qwen3Config", dict(head_dim=16,
+                                                tie_word_embeddings=True)), "tiny-random-mistral":
+                           ("MistralConfig", dict(head_dim=16,
+                                                  sliding_window=None)), "tiny-random-gemma3-text":
+                           ("Gemma3TextConfig", dict(head_dim=16,
+                                                     **_ALTERNATING)), "tiny-random-glm":
+                           ("GlmConfig", dict(head_dim=16,
+                                              partial_rotary_factor=0.5)), "tiny-random-gpt-oss":
+                           ("GptOssConfig",
+                            dict(head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+                                 **_ALTERNATING)), "tiny-random-deepseek-v3":
+                           ("DeepseekV3Config",
+                            dict(num_key_value_heads=4, moe_intermediate_size=64,
+                                 n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+                                 n_shared_experts=1, first_k_dense_replace=1, q_lora_rank=64,
+                                 kv_lora_rank=64, qk_rope_head_dim=32, qk_nope_head_dim=16,
+                                 v_head_dim=16, rope_scaling=None))
+                       }
 
 # %% ../nbs/backends/03e_twins.ipynb #5df00cc0
 # the VLM twins' widths; images 32 x 32
@@ -85,9 +69,8 @@ def _chatml_template(image: str) -> str:
     return (
         "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
         "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for p in m['content'] %}"
-        "{% if p['type'] == 'image' %}"
-        + image
-        + "{% elif p['type'] == 'text' %}{{ p['text'] }}{% endif %}"
+        "{% if p['type'] == 'image' %}" + image +
+        "{% elif p['type'] == 'text' %}{{ p['text'] }}{% endif %}"
         "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
     )
 
@@ -105,11 +88,9 @@ def _save(folder: Path, model, processor):
     import torch
 
     bad = [
-        n
-        for n, m in model.named_modules()
-        if isinstance(m, torch.nn.Linear)
-        and not n.endswith("lm_head")
-        and (m.in_features % 64 or m.out_features % 32)
+        n for n, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and not n.endswith("lm_head") and (
+            m.in_features % 64 or m.out_features % 32)
     ]
     if bad:
         raise ValueError(f"widths outside bitsandbytes' 4-bit block rule: {bad}")
@@ -192,12 +173,8 @@ def _qwen_video_shim() -> bool:
 def torchvision_free_processors() -> list[str]:
     "Apply the stand-ins above where torchvision is missing; returns which were applied."
     return [
-        n
-        for n, f in (
-            ("pixtral", _pixtral_processor_importable),
-            ("qwen2.5-vl-video", _qwen_video_shim),
-        )
-        if f()
+        n for n, f in (("pixtral", _pixtral_processor_importable), ("qwen2.5-vl-video",
+                                                                    _qwen_video_shim)) if f()
     ]
 
 # %% ../nbs/backends/03e_twins.ipynb #2821ca7a
@@ -205,13 +182,8 @@ def build_pixtral(folder: Path) -> None:
     """mistral-community/pixtral-12b twin: LlavaForConditionalGeneration(PixtralVisionConfig + MistralConfig),
     PixtralProcessor + PixtralImageProcessorPil. One [IMG] in the prompt expands to rows of [IMG]..[IMG_BREAK],
     the last one [IMG_END]: a 32x32 image with patch 8 -> 4 rows x (4 + 1) = 20 tokens."""
-    from transformers import (
-        LlavaConfig,
-        LlavaForConditionalGeneration,
-        MistralConfig,
-        PixtralImageProcessorPil,
-        PixtralVisionConfig,
-    )
+    from transformers import (LlavaConfig, LlavaForConditionalGeneration, MistralConfig,
+                              PixtralImageProcessorPil, PixtralVisionConfig)
 
     _pixtral_processor_importable()
     from transformers.models.pixtral.processing_pixtral import PixtralProcessor
@@ -219,51 +191,24 @@ def build_pixtral(folder: Path) -> None:
     tok = _base_tokenizer()
     tok.add_special_tokens({"additional_special_tokens": ["[IMG]", "[IMG_BREAK]", "[IMG_END]"]})
     ip = PixtralImageProcessorPil(size={"longest_edge": IMG}, patch_size=8)
-    proc = PixtralProcessor(
-        image_processor=ip,
-        tokenizer=tok,
-        patch_size=8,
-        spatial_merge_size=1,
-        chat_template=_chatml_template("[IMG]"),
-    )
-    vc = PixtralVisionConfig(
-        hidden_size=H,
-        intermediate_size=FF,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        head_dim=HEAD_DIM,
-        image_size=IMG,
-        patch_size=8,
-    )
-    tc = MistralConfig(
-        vocab_size=len(tok),
-        hidden_size=H,
-        intermediate_size=FF,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        num_key_value_heads=KV,
-        head_dim=HEAD_DIM,
-        sliding_window=None,
-        max_position_embeddings=2048,
-        tie_word_embeddings=False,
-        initializer_range=0.2,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
+    proc = PixtralProcessor(image_processor=ip, tokenizer=tok, patch_size=8, spatial_merge_size=1,
+                            chat_template=_chatml_template("[IMG]"))
+    vc = PixtralVisionConfig(hidden_size=H, intermediate_size=FF, num_hidden_layers=LAYERS,
+                             num_attention_heads=HEADS, head_dim=HEAD_DIM, image_size=IMG,
+                             patch_size=8)
+    tc = MistralConfig(vocab_size=len(tok), hidden_size=H, intermediate_size=FF,
+                       num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=KV,
+                       head_dim=HEAD_DIM, sliding_window=None, max_position_embeddings=2048,
+                       tie_word_embeddings=False, initializer_range=0.2,
+                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                       pad_token_id=tok.pad_token_id)
     # pixtral-12b's own LLaVA fields: all vision features
     # ("full", no CLS to drop), last layer, gelu projector
-    cfg = LlavaConfig(
-        vision_config=vc,
-        text_config=tc,
-        image_token_index=tok.convert_tokens_to_ids("[IMG]"),
-        vision_feature_select_strategy="full",
-        vision_feature_layer=-1,
-        projector_hidden_act="gelu",
-        multimodal_projector_bias=True,
-        image_seq_length=1,
-        tie_word_embeddings=False,
-    )
+    cfg = LlavaConfig(vision_config=vc, text_config=tc,
+                      image_token_index=tok.convert_tokens_to_ids("[IMG]"),
+                      vision_feature_select_strategy="full", vision_feature_layer=-1,
+                      projector_hidden_act="gelu", multimodal_projector_bias=True,
+                      image_seq_length=1, tie_word_embeddings=False)
     _save(folder, _seeded(lambda: LlavaForConditionalGeneration(cfg)), proc)
 
 # %% ../nbs/backends/03e_twins.ipynb #0dc4b3aa
@@ -288,52 +233,32 @@ GEMMA3_TEMPLATE = (
     "{% if m['content'] is string %}{{ m['content'] | trim }}{% else %}{% for p in m['content'] %}"
     "{% if p['type'] == 'image' %}<start_of_image>{% elif p['type'] == 'text' %}{{ p['text'] | trim }}{% endif %}"
     "{% endfor %}{% endif %}<end_of_turn>\n{% endfor %}"
-    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
-)
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
 
 # %% ../nbs/backends/03e_twins.ipynb #22602c47
 def build_gemma3(folder: Path) -> None:
     """google/gemma-3-12b-it twin: Gemma3ForConditionalGeneration(Gemma3TextConfig +
     SiglipVisionConfig), Gemma3Processor + Gemma3ImageProcessorPil."""
     import torch
-    from transformers import (
-        Gemma3Config,
-        Gemma3ForConditionalGeneration,
-        Gemma3ImageProcessorPil,
-        Gemma3Processor,
-        Gemma3TextConfig,
-        SiglipVisionConfig,
-    )
+    from transformers import (Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessorPil,
+                              Gemma3Processor, Gemma3TextConfig, SiglipVisionConfig)
 
     # like gemma-3's tokenizer: bos <bos>, added by the tokenizer
     # itself (add_bos_token) AND written by the template
     tok = _base_tokenizer(
-        bos_token="<bos>",
-        add_bos_token=True,
-        extra_special_tokens={
-            "boi_token": "<start_of_image>",
-            "eoi_token": "<end_of_image>",
-            "image_token": "<image_soft_token>",
-        },
-    )
-    tok.add_special_tokens(
-        {"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]},
-        replace_extra_special_tokens=False,
-    )
+        bos_token="<bos>", add_bos_token=True, extra_special_tokens={
+            "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token":
+            "<image_soft_token>"
+        })
+    tok.add_special_tokens({"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]},
+                           replace_extra_special_tokens=False)
     mm_tokens = 4  # 32/8 = 4x4 patches, average-pooled 2x2 -> 2x2 = 4 soft tokens per image
     ip = Gemma3ImageProcessorPil(size={"height": IMG, "width": IMG})
-    proc = Gemma3Processor(
-        image_processor=ip, tokenizer=tok, image_seq_length=mm_tokens, chat_template=GEMMA3_TEMPLATE
-    )
-    vc = SiglipVisionConfig(
-        hidden_size=H,
-        intermediate_size=FF,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        image_size=IMG,
-        patch_size=8,
-        vision_use_head=False,
-    )
+    proc = Gemma3Processor(image_processor=ip, tokenizer=tok, image_seq_length=mm_tokens,
+                           chat_template=GEMMA3_TEMPLATE)
+    vc = SiglipVisionConfig(hidden_size=H, intermediate_size=FF, num_hidden_layers=LAYERS,
+                            num_attention_heads=HEADS, image_size=IMG, patch_size=8,
+                            vision_use_head=False)
     tc = Gemma3TextConfig(
         vocab_size=len(tok),
         hidden_size=H,
@@ -351,17 +276,10 @@ def build_gemma3(folder: Path) -> None:
         initializer_range=0.02,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    cfg = Gemma3Config(
-        text_config=tc,
-        vision_config=vc,
-        mm_tokens_per_image=mm_tokens,
-        boi_token_index=tok.boi_token_id,
-        eoi_token_index=tok.eoi_token_id,
-        image_token_index=tok.image_token_id,
-        initializer_range=0.02,
-    )
+        pad_token_id=tok.pad_token_id)
+    cfg = Gemma3Config(text_config=tc, vision_config=vc, mm_tokens_per_image=mm_tokens,
+                       boi_token_index=tok.boi_token_id, eoi_token_index=tok.eoi_token_id,
+                       image_token_index=tok.image_token_id, initializer_range=0.02)
 
     def make():
         # the projector's weight starts at zero (a trained model's does not):
@@ -376,30 +294,16 @@ def build_gemma3(folder: Path) -> None:
 def build_qwen2_5_vl(folder: Path) -> None:
     """Qwen/Qwen2.5-VL-7B-Instruct twin: Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor +
     Qwen2VLImageProcessorPil (no video processor: Qwen2VLVideoProcessor needs torchvision)."""
-    from transformers import (
-        Qwen2_5_VLConfig,
-        Qwen2_5_VLForConditionalGeneration,
-        Qwen2_5_VLProcessor,
-        Qwen2VLImageProcessorPil,
-    )
+    from transformers import (Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration,
+                              Qwen2_5_VLProcessor, Qwen2VLImageProcessorPil)
 
     tok = _base_tokenizer()
-    tok.add_special_tokens(
-        {
-            "additional_special_tokens": [
-                "<|vision_start|>",
-                "<|vision_end|>",
-                "<|image_pad|>",
-                "<|video_pad|>",
-            ]
-        }
-    )
-    ip = Qwen2VLImageProcessorPil(
-        patch_size=8,
-        temporal_patch_size=2,
-        merge_size=2,
-        size={"shortest_edge": 16 * 16, "longest_edge": IMG * IMG},
-    )
+    tok.add_special_tokens({
+        "additional_special_tokens":
+        ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+    })
+    ip = Qwen2VLImageProcessorPil(patch_size=8, temporal_patch_size=2, merge_size=2,
+                                  size={"shortest_edge": 16 * 16, "longest_edge": IMG * IMG})
     # with torchvision: the processor builds its own
     video = NoVideoProcessor() if _qwen_video_shim() else None
     if video is None:
@@ -407,11 +311,8 @@ def build_qwen2_5_vl(folder: Path) -> None:
 
         video = Qwen2VLVideoProcessor(patch_size=8, temporal_patch_size=2, merge_size=2)
     proc = Qwen2_5_VLProcessor(
-        image_processor=ip,
-        tokenizer=tok,
-        video_processor=video,
-        chat_template=_chatml_template("<|vision_start|><|image_pad|><|vision_end|>"),
-    )
+        image_processor=ip, tokenizer=tok, video_processor=video,
+        chat_template=_chatml_template("<|vision_start|><|image_pad|><|vision_end|>"))
     ids = {
         t: tok.convert_tokens_to_ids(t)
         for t in ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
@@ -427,8 +328,7 @@ def build_qwen2_5_vl(folder: Path) -> None:
         temporal_patch_size=2,
         out_hidden_size=H,
         window_size=32,  # window in pixels: 32/8/2 = 2 merged patches a side = the whole image
-        fullatt_block_indexes=[1],
-    )
+        fullatt_block_indexes=[1])
     tc = dict(
         vocab_size=len(tok),
         hidden_size=H,
@@ -443,17 +343,11 @@ def build_qwen2_5_vl(folder: Path) -> None:
         initializer_range=0.2,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    cfg = Qwen2_5_VLConfig(
-        vision_config=vc,
-        text_config=tc,
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=False,
-    )
+        pad_token_id=tok.pad_token_id)
+    cfg = Qwen2_5_VLConfig(vision_config=vc, text_config=tc, image_token_id=ids["<|image_pad|>"],
+                           video_token_id=ids["<|video_pad|>"],
+                           vision_start_token_id=ids["<|vision_start|>"],
+                           vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=False)
     _save(folder, _seeded(lambda: Qwen2_5_VLForConditionalGeneration(cfg)), proc)
 
 # %% ../nbs/backends/03e_twins.ipynb #1ce8bb86
@@ -465,33 +359,21 @@ LLAMA3_TEMPLATE = (
     "{% if m['content'] is string %}{{ m['content'] | trim }}{% else %}{% for p in m['content'] %}"
     "{% if p['type'] == 'image' %}<|image|>{% elif p['type'] == 'text' %}{{ p['text'] | trim }}{% endif %}"
     "{% endfor %}{% endif %}<|eot_id|>{% endfor %}"
-    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
-)
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
 
 # %% ../nbs/backends/03e_twins.ipynb #6aa8b53d
 def build_mllama(folder: Path) -> None:
     """meta-llama/Llama-3.2-11B-Vision-Instruct twin: a tiny MllamaForConditionalGeneration with its
     processor (the kit's own)."""
-    from transformers import (
-        MllamaConfig,
-        MllamaForConditionalGeneration,
-        MllamaImageProcessorPil,
-        MllamaProcessor,
-        MllamaTextConfig,
-        MllamaVisionConfig,
-    )
+    from transformers import (MllamaConfig, MllamaForConditionalGeneration, MllamaImageProcessorPil,
+                              MllamaProcessor, MllamaTextConfig, MllamaVisionConfig)
 
     # like Llama 3.2's tokenizer: bos <|begin_of_text|> added by the tokenizer (and written by the
     # template), eos <|eot_id|>, pad <|finetune_right_pad_id|>
-    tok = _base_tokenizer(
-        bos_token="<|begin_of_text|>",
-        add_bos_token=True,
-        eos_token="<|eot_id|>",
-        pad_token="<|finetune_right_pad_id|>",
-    )
+    tok = _base_tokenizer(bos_token="<|begin_of_text|>", add_bos_token=True, eos_token="<|eot_id|>",
+                          pad_token="<|finetune_right_pad_id|>")
     tok.add_special_tokens(
-        {"additional_special_tokens": ["<|image|>", "<|start_header_id|>", "<|end_header_id|>"]}
-    )
+        {"additional_special_tokens": ["<|image|>", "<|start_header_id|>", "<|end_header_id|>"]})
     ip = MllamaImageProcessorPil(size={"height": IMG, "width": IMG}, max_image_tiles=1)
     proc = MllamaProcessor(image_processor=ip, tokenizer=tok, chat_template=LLAMA3_TEMPLATE)
     # = hidden x (1 + len(intermediate_layers_indices)): projector input
@@ -506,42 +388,29 @@ def build_mllama(folder: Path) -> None:
         max_num_tiles=1,
         supported_aspect_ratios=[[1, 1]],  # one tile (real: 4 tiles, 8 ratios)
         intermediate_layers_indices=[0],  # real: [3, 7, 15, 23, 30]
-        vision_output_dim=H * 2,
-    )
-    tc = MllamaTextConfig(
-        vocab_size=len(tok),
-        hidden_size=H,
-        intermediate_size=FF,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        num_key_value_heads=KV,
-        cross_attention_layers=[1],
-        max_position_embeddings=2048,
-        initializer_range=0.2,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    cfg = MllamaConfig(
-        vision_config=vc, text_config=tc, image_token_index=tok.convert_tokens_to_ids("<|image|>")
-    )
+        vision_output_dim=H * 2)
+    tc = MllamaTextConfig(vocab_size=len(tok), hidden_size=H, intermediate_size=FF,
+                          num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                          num_key_value_heads=KV, cross_attention_layers=[1],
+                          max_position_embeddings=2048, initializer_range=0.2,
+                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                          pad_token_id=tok.pad_token_id)
+    cfg = MllamaConfig(vision_config=vc, text_config=tc,
+                       image_token_index=tok.convert_tokens_to_ids("<|image|>"))
     _save(folder, _seeded(lambda: MllamaForConditionalGeneration(cfg)), proc)
 
 # %% ../nbs/backends/03e_twins.ipynb #49060346
 VLM_TWINS = {
-    "tiny-random-pixtral": build_pixtral,
-    "tiny-random-gemma3": build_gemma3,
-    "tiny-random-qwen2.5-vl": build_qwen2_5_vl,
-    "tiny-random-mllama": build_mllama,
+    "tiny-random-pixtral": build_pixtral, "tiny-random-gemma3": build_gemma3,
+    "tiny-random-qwen2.5-vl": build_qwen2_5_vl, "tiny-random-mllama": build_mllama
 }
 
 # %% ../nbs/backends/03e_twins.ipynb #a590401f
 def twin_checkpoint(name: str, force: bool = False) -> Path:
     "The folder of the architecture twin `name` (model + tokenizer), built once from its family's config class with a fixed seed."
     if name not in TEXT_TWINS and name not in VLM_TWINS:
-        raise ConfigError(
-            "not an architecture twin", key="model", value=name, choices=[*TEXT_TWINS, *VLM_TWINS]
-        )
+        raise ConfigError("not an architecture twin", key="model", value=name,
+                          choices=[*TEXT_TWINS, *VLM_TWINS])
     dst = cache_home() / "models" / f"{name}-{TWIN_REVISION}"
     if checkpoint_complete(dst) and not force:
         return dst
@@ -554,21 +423,15 @@ def twin_checkpoint(name: str, force: bool = False) -> Path:
             return VLM_TWINS[name](tmp) or dict(version=TWIN_REVISION)
         cls, extra = TEXT_TWINS[name]
         tok = _base_tokenizer(
-            **(dict(bos_token="<bos>", add_bos_token=True) if "gemma" in name else {})
-        )
+            **(dict(bos_token="<bos>", add_bos_token=True) if "gemma" in name else {}))
         # Gemma 3's turns and template (it folds a system message into the first user turn)
         if "gemma" in name:
             tok.add_special_tokens(
-                {"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]}
-            )
+                {"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]})
             tok.chat_template = GEMMA3_TEMPLATE
-        cfg = getattr(transformers, cls)(
-            vocab_size=len(tok),
-            bos_token_id=tok.bos_token_id,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
-            **{**TWIN_SHAPE, **extra},
-        )
+        cfg = getattr(transformers, cls)(vocab_size=len(tok), bos_token_id=tok.bos_token_id,
+                                         eos_token_id=tok.eos_token_id,
+                                         pad_token_id=tok.pad_token_id, **{**TWIN_SHAPE, **extra})
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             model = transformers.AutoModelForCausalLM.from_config(cfg).to(torch.float32)
@@ -580,14 +443,8 @@ def twin_checkpoint(name: str, force: bool = False) -> Path:
 # %% ../nbs/backends/03e_twins.ipynb #79e1468d
 SHAPE_VERSION = "shape-v1"  # the random shape models' build version (part of their cache identity)
 RANDOM_PREFIX = "random:"
-_NOT_SHAPE = (
-    "quantization_config",
-    "torch_dtype",
-    "architectures",
-    "eos_token_id",
-    "bos_token_id",
-    "pad_token_id",
-)
+_NOT_SHAPE = ("quantization_config", "torch_dtype", "architectures", "eos_token_id", "bos_token_id",
+              "pad_token_id")
 
 
 def shape_table() -> dict:
@@ -604,46 +461,34 @@ def shape_config(name: str, **overrides):
 
     table = shape_table()
     if name not in table:
-        raise ConfigError(
-            "no published shape for this model", key="model", value=name, choices=sorted(table)
-        )
+        raise ConfigError("no published shape for this model", key="model", value=name,
+                          choices=sorted(table))
     c = {k: v for k, v in table[name]["config"].items() if k not in _NOT_SHAPE}
     return AutoConfig.for_model(c.pop("model_type"), **{**c, **overrides})
 
 # %% ../nbs/backends/03e_twins.ipynb #af918f86
-def shape_checkpoint(
-    name: str, device: str | None = None, overrides: dict | None = None, force: bool = False
-) -> Path:
+def shape_checkpoint(name: str, device: str | None = None, overrides: dict | None = None,
+                     force: bool = False) -> Path:
     """The folder of `random:<name>`: a random model of `shape_config(name)` (+ `overrides`, for tests) in bf16 with
     SmolLM2's tokenizer, built once per machine on `device` (default: the GPU if there is one; a 7B takes ~30 s there)."""
     import torch
     import transformers
 
-    tag = (
-        ""
-        if not overrides
-        else "-" + hashlib.sha256(json.dumps(overrides, sort_keys=True).encode()).hexdigest()[:8]
-    )
+    tag = ("" if not overrides else "-" +
+           hashlib.sha256(json.dumps(overrides, sort_keys=True).encode()).hexdigest()[:8])
     dst = cache_home() / "models" / f"random-{name}-{SHAPE_VERSION}{tag}"
 
     def build(tmp: Path):
         tok, cfg = _base_tokenizer(), shape_config(name, **(overrides or {}))
-        cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id = (
-            tok.bos_token_id,
-            tok.eos_token_id,
-            tok.pad_token_id,
-        )
+        cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id = (tok.bos_token_id, tok.eos_token_id,
+                                                                tok.pad_token_id)
         dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
         with torch.random.fork_rng(devices=[]), torch.device(dev):
             torch.manual_seed(0)
             model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        return dict(
-            version=SHAPE_VERSION,
-            shape=name,
-            source=shape_table()[name]["source"],
-            overrides=overrides,
-        )
+        return dict(version=SHAPE_VERSION, shape=name, source=shape_table()[name]["source"],
+                    overrides=overrides)
 
     return build_checkpoint(dst, build, force)

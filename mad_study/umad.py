@@ -12,24 +12,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mad_study.core import (
-    ConfigError,
-    Sampling,
-    derive_seed,
-    fold_keywords,
-    pool_keys,
-    takes_sampling,
-    transcript_frame,
-)
+from .core import (ConfigError, Sampling, derive_seed, fold_keywords, pool_keys,
+                            takes_sampling, transcript_frame)
 from .answers import parse_failure_rate
-from mad_study.debate import (
-    Agent,
-    FullyConnected,
-    TurnSlot,
-    generate_turns,
-    make_agents,
-    transcript_row,
-)
+from .debate import (Agent, FullyConnected, TurnSlot, generate_turns, make_agents,
+                              transcript_row)
 from .metrics import entropy_rows, clustered_accuracy_ci
 
 # %% auto #0
@@ -88,9 +75,8 @@ def pair_kind(models: Sequence[str]) -> str:
 def pair_label(models: Sequence[str]) -> str:
     "A readable name of a configuration: `model` for a homogeneous pair (x N), else `A0 + A1`."
     models = list(models)
-    return (
-        f"{models[0]} x{len(models)}" if pair_kind(models) == "homogeneous" else " + ".join(models)
-    )
+    return (f"{models[0]} x{len(models)}"
+            if pair_kind(models) == "homogeneous" else " + ".join(models))
 
 # %% ../nbs/papers/umad/10_umad.ipynb #5b5d3c6d
 def config_seed(seed: int, *config: Any, paired: bool = True) -> int:
@@ -100,15 +86,8 @@ def config_seed(seed: int, *config: Any, paired: bool = True) -> int:
     return int(seed) if paired else derive_seed(seed, "umad-config", *config)
 
 # %% ../nbs/papers/umad/10_umad.ipynb #b9c46308
-def sent_messages(
-    transcript: pd.DataFrame,
-    item,
-    agent: str,
-    round: int,
-    sample: int = 0,
-    prompt: str = UMAD_PROMPT,
-    history: str = "none",
-) -> list[dict]:
+def sent_messages(transcript: pd.DataFrame, item, agent: str, round: int, sample: int = 0,
+                  prompt: str = UMAD_PROMPT, history: str = "none") -> list[dict]:
     """The chat messages `mad_study.debate.run_debate` sent to `agent` at `round` of thread `sample`, rebuilt from the
     transcript (role, shown peers in order, their texts). Peer tags are not supported (UMAD has none)."""
     from mad_study.data import format_question
@@ -116,23 +95,20 @@ def sent_messages(
     from mad_study.debate import HISTORY_MODES
 
     if history not in HISTORY_MODES:
-        raise ConfigError(
-            "unknown history mode", key="history", value=history, choices=HISTORY_MODES
-        )
+        raise ConfigError("unknown history mode", key="history", value=history,
+                          choices=HISTORY_MODES)
     t = transcript[(transcript["item_id"] == item.id) & (transcript["sample"] == sample)]
     row = {(int(r.round), r.agent): r for r in t.itertuples()}
     if (int(round), agent) not in row:
-        raise ConfigError(
-            "no such turn in the transcript", key="turn", value=(item.id, sample, round, agent)
-        )
+        raise ConfigError("no such turn in the transcript", key="turn",
+                          value=(item.id, sample, round, agent))
     ps, q = get_prompt(prompt, item.fmt), format_question(item)
     role = row[(int(round), agent)].role
 
     def user(r):
         peers = [p for p in str(row[(r, agent)].visible_peers or "").split(",") if p]
         return {
-            "role": "user",
-            "content": debate_message(ps, q, [row[(r - 1, p)].text for p in peers]),
+            "role": "user", "content": debate_message(ps, q, [row[(r - 1, p)].text for p in peers])
         }
 
     msgs = opening_messages(ps, q, role)
@@ -149,16 +125,9 @@ def sent_messages(
 # %% ../nbs/papers/umad/10_umad.ipynb #b9cf58b6
 @takes_sampling
 def alg1_samples(
-    transcript: pd.DataFrame,
-    items,
-    backends: Mapping[str, Any],
-    k: int = 16,
-    thread: int = 0,
-    prompt: str = UMAD_PROMPT,
-    history: str = "none",
-    *,
-    sampling: Sampling = Sampling(max_new_tokens=2048, temperature=1.0),
-) -> pd.DataFrame:
+    transcript: pd.DataFrame, items, backends: Mapping[str, Any], k: int = 16, thread: int = 0,
+    prompt: str = UMAD_PROMPT, history: str = "none", *,
+    sampling: Sampling = Sampling(max_new_tokens=2048, temperature=1.0)) -> pd.DataFrame:
     """UMAD Alg. 1 lines 7-8 (and Sec. 3.2): at every turn, `k` samples of each agent under the
     context of ONE trajectory (thread `thread` of `transcript`, the single trajectory of lines
     17-20)."""
@@ -172,10 +141,8 @@ def alg1_samples(
         for j in range(int(k)):
             slot = TurnSlot(it, r.agent, r.model, r.role, int(r.round), j, r.position, peers)
             req = sampling.request(
-                msgs,
-                seed=derive_seed(sampling.seed, "alg1", it.id, r.agent, int(r.round), j),
-                meta=dict(item=it, agent=r.agent, round=int(r.round), sample=j),
-            )
+                msgs, seed=derive_seed(sampling.seed, "alg1", it.id, r.agent, int(r.round), j),
+                meta=dict(item=it, agent=r.agent, round=int(r.round), sample=j))
             jobs.append((slot, req))
             turns.append(r)
     gens = generate_turns(backends, jobs)  # one batch per model, counts checked
@@ -184,19 +151,12 @@ def alg1_samples(
         for (slot, _), r, g in zip(jobs, turns, gens)
     ]
     df = transcript_frame(rows)
-    return df.sort_values(["item_id", "round", "agent", "sample"], kind="stable").reset_index(
-        drop=True
-    )
+    return df.sort_values(["item_id", "round", "agent", "sample"],
+                          kind="stable").reset_index(drop=True)
 
 # %% ../nbs/papers/umad/10_umad.ipynb #690ca448
-def eu_sampling_floor(
-    p: Sequence[float],
-    k: int,
-    n_agents: int = 2,
-    base: float = math.e,
-    n_draws: int = 400,
-    seed: int = 0,
-) -> float:
+def eu_sampling_floor(p: Sequence[float], k: int, n_agents: int = 2, base: float = math.e,
+                      n_draws: int = 400, seed: int = 0) -> float:
     """Expected plug-in Sys-EU when all `n_agents` agents share the answer distribution `p` and each
     is estimated from `k` independent samples (Monte Carlo over `n_draws`, seeded; not in the
     UMAD paper): the level below which an EU estimate cannot tell disagreement from sampling
@@ -205,15 +165,13 @@ def eu_sampling_floor(
     p = p[p > 0]
     if p.size <= 1 or k is None or int(k) < 1 or n_agents < 2:
         return 0.0
-    c = np.random.default_rng(seed).multinomial(
-        int(k), p / p.sum(), size=(int(n_draws), int(n_agents))
-    ) / int(k)
+    c = np.random.default_rng(seed).multinomial(int(k), p / p.sum(),
+                                                size=(int(n_draws), int(n_agents))) / int(k)
     return float((entropy_rows(c.mean(axis=1), base) - entropy_rows(c, base).mean(axis=1)).mean())
 
 # %% ../nbs/papers/umad/10_umad.ipynb #c16fa04e
-def _decomposition_row(
-    key: tuple, g: pd.DataFrame, keys: list, fmt: str | None, base: float, unparsed: str, ncond: int
-) -> dict:
+def _decomposition_row(key: tuple, g: pd.DataFrame, keys: list, fmt: str | None, base: float,
+                       unparsed: str, ncond: int) -> dict:
     "One row of `decomposition_table`: UMAD Alg. 1 at one item and turn (`g`: every agent's K samples there)."
     from mad_study.answers import merge_equivalent
     from mad_study.core import derive_seed
@@ -236,31 +194,23 @@ def _decomposition_row(
     d = uncertainty_decomposition(samples, base=base, unparsed=unparsed)
     k, kp = min(len(s) for s in samples), min(d["n_parsed"])
     cor = g["correct"].astype(float).to_numpy()
-    floor = (
-        math.nan
-        if math.isnan(d["tu"])
-        else eu_sampling_floor(
-            d["mixture"].to_numpy(),
-            kp if unparsed == "drop" else k,
-            len(agents),
-            base=base,
-            seed=derive_seed("eu-floor", *key[ncond:]),
-        )
-    )
+    floor = (math.nan if math.isnan(d["tu"]) else eu_sampling_floor(
+        d["mixture"].to_numpy(), kp if unparsed == "drop" else k, len(agents), base=base,
+        seed=derive_seed("eu-floor", *key[ncond:])))
     r = {
-        **dict(zip(keys, key)),
-        "turn": int(key[-1]) + 1,
-        "tu": d["tu"],
-        "eu": d["eu"],
-        "au": d["au"],
-        "n_answers": len(d["support"])
-        if not math.isnan(d["tu"])
-        else len({m for m in merged if m is not None}),
-        "k": k,
-        "k_parsed": kp,
-        "n_agents": len(agents),
-        "eu_floor": floor,
-        "accuracy": float(cor.mean()),
+        **dict(zip(keys, key)), "turn":
+        int(key[-1]) + 1, "tu":
+        d["tu"], "eu":
+        d["eu"], "au":
+        d["au"], "n_answers":
+        len(d["support"]) if not math.isnan(d["tu"]) else len({m
+                                                               for m in merged
+                                                               if m is not None}), "k":
+        k, "k_parsed":
+        kp, "n_agents":
+        len(agents), "eu_floor":
+        floor, "accuracy":
+        float(cor.mean())
     }
     for a in agents:
         r[f"acc_{a}"] = float(cor[[w == a for w in who]].mean())
@@ -270,13 +220,8 @@ def _decomposition_row(
     return r
 
 # %% ../nbs/papers/umad/10_umad.ipynb #de0f7aad
-def decomposition_table(
-    transcript: pd.DataFrame,
-    fmt: str | None = None,
-    base: float = math.e,
-    by: Sequence[str] = ("config",),
-    unparsed: str = "drop",
-) -> pd.DataFrame:
+def decomposition_table(transcript: pd.DataFrame, fmt: str | None = None, base: float = math.e,
+                        by: Sequence[str] = ("config", ), unparsed: str = "drop") -> pd.DataFrame:
     """UMAD Alg. 1 per item and turn: TU, Sys-EU and Sys-AU from each agent's K trajectory-level
     samples (App. C.1), with accuracies, parse failures and the finite-K EU floor."""
     from mad_study.core import check_unique_turns
@@ -295,31 +240,22 @@ def decomposition_table(
 
         warnings.warn(
             "decomposition_table: one sample per agent (K = 1): Sys-AU = 0 and Sys-EU = TU by construction; "
-            "UMAD Alg. 1 needs K > 1 trajectory-level samples per agent",
-            stacklevel=2,
-        )
+            "UMAD Alg. 1 needs K > 1 trajectory-level samples per agent", stacklevel=2)
     return pd.DataFrame(rows)
 
 # %% ../nbs/papers/umad/10_umad.ipynb #d966a3b6
-def decomposition_summary(table: pd.DataFrame, by: Sequence[str] = ("config",)) -> pd.DataFrame:
+def decomposition_summary(table: pd.DataFrame, by: Sequence[str] = ("config", )) -> pd.DataFrame:
     """Mean over items of TU, Sys-EU, Sys-AU, the accuracies, the parse-failure shares and the EU
     floor, per configuration and turn (Fig. 2)."""
     # the kit's convention: experiment, method, then `by`
     by = pool_keys(table, [b for b in by if b in table.columns])
     cols = [
-        c
-        for c in table.columns
-        if c in ("tu", "eu", "au", "accuracy", "eu_floor")
-        or c.startswith(("acc_", "parse_failure"))
+        c for c in table.columns if c in ("tu", "eu", "au", "accuracy",
+                                          "eu_floor") or c.startswith(("acc_", "parse_failure"))
     ]
     g = table.groupby([*by, "turn"], sort=False)
-    return (
-        g[cols]
-        .mean()
-        .join(g.size().rename("n_items"))
-        .join(g["tu"].count().rename("n_defined"))
-        .reset_index()
-    )
+    return (g[cols].mean().join(g.size().rename("n_items")).join(
+        g["tu"].count().rename("n_defined")).reset_index())
 
 # %% ../nbs/papers/umad/10_umad.ipynb #098150a6
 TRAJECTORY_CLASSES = ("success", "neutral", "fail")
@@ -334,9 +270,8 @@ def classify_trajectory(acc_first: float, acc_last: float, band: float = 0.02) -
     return "success" if d > band else ("fail" if d < -band else "neutral")
 
 # %% ../nbs/papers/umad/10_umad.ipynb #a7e8633a
-def classify_configs(
-    summary: pd.DataFrame, band: float = 0.02, by: Sequence[str] = ("config",)
-) -> pd.DataFrame:
+def classify_configs(summary: pd.DataFrame, band: float = 0.02,
+                     by: Sequence[str] = ("config", )) -> pd.DataFrame:
     "Per configuration: accuracy, Sys-EU and Sys-AU at the first and last turn, Δ accuracy and its class (`classify_trajectory`). (UMAD Fig. 2 / Fig. 6: success / neutral / fail configurations.)"
     # the kit's convention: experiment, method, then `by`
     by = pool_keys(summary, [b for b in by if b in summary.columns])
@@ -344,27 +279,18 @@ def classify_configs(
     for key, g in summary.groupby(by, sort=False):
         g = g.sort_values("turn")
         f, l = g.iloc[0], g.iloc[-1]
-        rows.append(
-            {
-                **dict(zip(by, key)),
-                "turns": f"{int(f['turn'])}-{int(l['turn'])}",
-                "acc_first": f["accuracy"],
-                "acc_last": l["accuracy"],
-                "delta_acc": l["accuracy"] - f["accuracy"],
-                "class": classify_trajectory(f["accuracy"], l["accuracy"], band),
-                "eu_first": f["eu"],
-                "eu_last": l["eu"],
-                "au_first": f["au"],
-                "au_last": l["au"],
-                "au_change": l["au"] - f["au"],
-            }
-        )
+        rows.append({
+            **dict(zip(by, key)), "turns": f"{int(f['turn'])}-{int(l['turn'])}", "acc_first":
+            f["accuracy"], "acc_last": l["accuracy"], "delta_acc": l["accuracy"] - f["accuracy"],
+            "class": classify_trajectory(f["accuracy"], l["accuracy"],
+                                         band), "eu_first": f["eu"], "eu_last": l["eu"], "au_first":
+            f["au"], "au_last": l["au"], "au_change": l["au"] - f["au"]
+        })
     return pd.DataFrame(rows)
 
 # %% ../nbs/papers/umad/10_umad.ipynb #3519168b
-def trajectory_classes(
-    table: pd.DataFrame, band: float = 0.02, by: Sequence[str] = ("config",)
-) -> pd.DataFrame:
+def trajectory_classes(table: pd.DataFrame, band: float = 0.02,
+                       by: Sequence[str] = ("config", )) -> pd.DataFrame:
     "The same rule per item (its K threads, both agents): one row per configuration and item with Δ accuracy and class. (UMAD Fig. 2 / Fig. 6: success / neutral / fail trajectories.)"
     # the kit's convention: experiment, method, then `by`
     by = pool_keys(table, [b for b in by if b in table.columns])
@@ -372,39 +298,26 @@ def trajectory_classes(
     for key, g in table.groupby([*by, "item_id"], sort=False):
         g = g.sort_values("turn")
         f, l = g.iloc[0], g.iloc[-1]
-        rows.append(
-            {
-                **dict(zip([*by, "item_id"], key)),
-                "delta_acc": l["accuracy"] - f["accuracy"],
-                "class": classify_trajectory(f["accuracy"], l["accuracy"], band),
-            }
-        )
+        rows.append({
+            **dict(zip([*by, "item_id"], key)), "delta_acc": l["accuracy"] - f["accuracy"], "class":
+            classify_trajectory(f["accuracy"], l["accuracy"], band)
+        })
     return pd.DataFrame(rows)
 
 # %% ../nbs/papers/umad/10_umad.ipynb #3bcc9162
 TASK_TITLES = {
-    "gsm8k": "GSM8K",
-    "math500": "MATH500",
-    "amc23": "AMC23",
-    "aime24": "AIME24",
-    "aime25": "AIME25",
+    "gsm8k": "GSM8K", "math500": "MATH500", "amc23": "AMC23", "aime24": "AIME24", "aime25": "AIME25"
 }
 
 
 def seed_accuracy(
-    transcript: pd.DataFrame, by: Sequence[str] = ("setting", "task")
-) -> pd.DataFrame:
+    transcript: pd.DataFrame, by: Sequence[str] = ("setting", "task")) -> pd.DataFrame:
     "pass@1 per agent, turn and evaluation seed (thread `sample`): mean correctness over items (Table 1)."
     by = [b for b in by if b in transcript.columns]
-    t = transcript.assign(
-        turn=transcript["round"].astype(int) + 1, correct=transcript["correct"].astype(float)
-    )
-    return (
-        t.groupby([*by, "turn", "agent", "sample"], sort=False)["correct"]
-        .mean()
-        .rename("accuracy")
-        .reset_index()
-    )
+    t = transcript.assign(turn=transcript["round"].astype(int) + 1,
+                          correct=transcript["correct"].astype(float))
+    return (t.groupby([*by, "turn", "agent", "sample"],
+                      sort=False)["correct"].mean().rename("accuracy").reset_index())
 
 # %% ../nbs/papers/umad/10_umad.ipynb #b9debe17
 def zeroshot_summary(seed_acc: pd.DataFrame, tasks: Sequence[str] | None = None) -> pd.DataFrame:
@@ -413,51 +326,32 @@ def zeroshot_summary(seed_acc: pd.DataFrame, tasks: Sequence[str] | None = None)
     sa = seed_acc.copy()
     tasks = list(tasks) if tasks is not None else list(dict.fromkeys(sa["task"]))
     sa = sa[sa["task"].isin(tasks)]
-    per_seed = (
-        sa.groupby(["setting", "turn", "agent", "sample"], sort=False)["accuracy"]
-        .agg(["mean", "count"])
-        .reset_index()
-    )
-    avg = (
-        per_seed[per_seed["count"] == len(tasks)]
-        .drop(columns="count")
-        .rename(columns={"mean": "accuracy"})
-        .assign(task="Average")
-    )
+    per_seed = (sa.groupby(["setting", "turn", "agent", "sample"],
+                           sort=False)["accuracy"].agg(["mean", "count"]).reset_index())
+    avg = (per_seed[per_seed["count"] == len(tasks)].drop(columns="count").rename(
+        columns={"mean": "accuracy"}).assign(task="Average"))
     both = pd.concat([sa, avg], ignore_index=True)
-    out = (
-        both.groupby(["setting", "task", "turn", "agent"], sort=False)["accuracy"]
-        .agg(
-            mean="mean",
-            sd=lambda x: float(np.std(x, ddof=1)) if len(x) > 1 else math.nan,
-            n_seeds="count",
-        )
-        .reset_index()
-    )
+    out = (both.groupby(["setting", "task", "turn", "agent"], sort=False)["accuracy"].agg(
+        mean="mean", sd=lambda x: float(np.std(x, ddof=1))
+        if len(x) > 1 else math.nan, n_seeds="count").reset_index())
     return out
 
 # %% ../nbs/papers/umad/10_umad.ipynb #7b26eb13
-def parse_failures_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ("setting",)) -> dict:
+def parse_failures_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ("setting", )) -> dict:
     "Share of responses whose answer did not parse, per (by..., turn T = round + 1): the kit's column of every results table."
     by = [b for b in by if b in transcript.columns]
     t = transcript.assign(turn=transcript["round"].astype(int) + 1)
-    return {
-        (k if isinstance(k, tuple) else (k,)): parse_failure_rate(g.tolist())
-        for k, g in t.groupby([*by, "turn"], sort=False)["answer"]
-    }
+    return {(k if isinstance(k, tuple) else (k, )): parse_failure_rate(g.tolist())
+            for k, g in t.groupby([*by, "turn"], sort=False)["answer"]}
 
 # %% ../nbs/papers/umad/10_umad.ipynb #f82a2680
-def zeroshot_table(
-    summary: pd.DataFrame,
-    turns: Sequence[int] = (1, 2, 5),
-    method: str = "Zero-Shot",
-    parse_failures: Mapping | None = None,
-) -> pd.DataFrame:
+def zeroshot_table(summary: pd.DataFrame, turns: Sequence[int] = (1, 2, 5),
+                   method: str = "Zero-Shot",
+                   parse_failures: Mapping | None = None) -> pd.DataFrame:
     """Table 1's layout: a row per setting and turn T; per task and `Average`, columns A0, A1 as 'mean ± sd' in %.
     With `parse_failures` ({(setting, T): share}, from `parse_failures_by_turn`), a last column of unparsed answers in %."""
-    tasks = [t for t in dict.fromkeys(summary["task"]) if t != "Average"] + (
-        ["Average"] if (summary["task"] == "Average").any() else []
-    )
+    tasks = [t for t in dict.fromkeys(summary["task"]) if t != "Average"
+             ] + (["Average"] if (summary["task"] == "Average").any() else [])
     agents = list(dict.fromkeys(summary["agent"]))
     idx = summary.set_index(["setting", "task", "turn", "agent"])
     rows = []
@@ -487,27 +381,19 @@ def token_entropy_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ()) -> p
     rows = []
     t = transcript.assign(turn=transcript["round"].astype(int) + 1)
     for key, g in t.groupby([*by, "turn"], sort=True):
-        key = key if isinstance(key, tuple) else (key,)
+        key = key if isinstance(key, tuple) else (key, )
         k, n = int(g["correct"].astype(bool).sum()), len(g)
-        lo, hi, how = clustered_accuracy_ci(
-            g["correct"].astype(bool).tolist(), g["item_id"].tolist()
-        )
+        lo, hi, how = clustered_accuracy_ci(g["correct"].astype(bool).tolist(),
+                                            g["item_id"].tolist())
         e = pd.to_numeric(g["token_entropy"], errors="coerce").dropna()
-        rows.append(
-            {
-                **dict(zip([*by, "turn"], key)),
-                "accuracy": k / n if n else math.nan,
-                "ci_low": lo,
-                "ci_high": hi,
-                "n": n,
-                "ci_method": how,
-                "entropy_mean": e.mean() if len(e) else math.nan,
-                "entropy_sd": e.std(ddof=1) if len(e) > 1 else math.nan,
-                "entropy_q25": e.quantile(0.25) if len(e) else math.nan,
-                "entropy_q75": e.quantile(0.75) if len(e) else math.nan,
-                "n_entropy": int(len(e)),
-            }
-        )
+        rows.append({
+            **dict(zip([*by, "turn"], key)), "accuracy": k / n if n else math.nan, "ci_low": lo,
+            "ci_high": hi, "n": n, "ci_method": how, "entropy_mean":
+            e.mean() if len(e) else math.nan, "entropy_sd":
+            e.std(ddof=1) if len(e) > 1 else math.nan, "entropy_q25":
+            e.quantile(0.25) if len(e) else math.nan, "entropy_q75":
+            e.quantile(0.75) if len(e) else math.nan, "n_entropy": int(len(e))
+        })
     return pd.DataFrame(rows)
 
 # %% ../nbs/papers/umad/10_umad.ipynb #7d7b1c21
@@ -525,22 +411,19 @@ def token_nll(logprobs: Sequence[float]) -> float:
     return float(-lp.mean()) if lp.size else math.nan
 
 # %% ../nbs/papers/umad/10_umad.ipynb #9b9b4d81
-def group_standardize(
-    x: Sequence[float], eps: float = EPS, ddof: int = 1, axis: int = 0
-) -> np.ndarray:
+def group_standardize(x: Sequence[float], eps: float = EPS, ddof: int = 1,
+                      axis: int = 0) -> np.ndarray:
     "(x - mean) / (std + eps) along `axis` (the GRPO group): Sec. 4.2's $\\bar U$ and Alg. 2 line 24's advantage. A group of one gives 0."
     x = np.asarray(x, dtype=float)
     n = x.shape[axis] if x.ndim else 1
     if n < 2:
         return np.zeros_like(x)
-    return (x - x.mean(axis=axis, keepdims=True)) / (
-        x.std(axis=axis, ddof=ddof, keepdims=True) + eps
-    )
+    return (x - x.mean(axis=axis, keepdims=True)) / (x.std(axis=axis, ddof=ddof, keepdims=True) +
+                                                     eps)
 
 # %% ../nbs/papers/umad/10_umad.ipynb #a76d2c57
-def grpo_advantage(
-    rewards: Sequence[float], eps: float = EPS, ddof: int = 1, axis: int = 0
-) -> np.ndarray:
+def grpo_advantage(rewards: Sequence[float], eps: float = EPS, ddof: int = 1,
+                   axis: int = 0) -> np.ndarray:
     "GRPO's group-normalised advantage (Eq. 1, Alg. 2 line 24): (R - mean(R_group)) / (std(R_group) + eps)."
     return group_standardize(rewards, eps=eps, ddof=ddof, axis=axis)
 
@@ -550,37 +433,28 @@ def au_weight(u_bar: Sequence[float] | float, alpha: float = ALPHA_AU) -> np.nda
     return np.exp(-float(alpha) * np.asarray(u_bar, dtype=float))
 
 # %% ../nbs/papers/umad/10_umad.ipynb #a6a0e28f
-def au_advantage(
-    advantages: Sequence[float],
-    nll: Sequence[float],
-    alpha: float = ALPHA_AU,
-    eps: float = EPS,
-    ddof: int = 1,
-    axis: int = 0,
-    nll_norm: str | None = None,
-) -> np.ndarray:
+def au_advantage(advantages: Sequence[float], nll: Sequence[float], alpha: float = ALPHA_AU,
+                 eps: float = EPS, ddof: int = 1, axis: int = 0,
+                 nll_norm: str | None = None) -> np.ndarray:
     """UMAD Eq. 4: A^au = W(standardised NLL) * A, the NLL standardised over the group (`axis`) with `ddof`
     and `eps`, or as `nll_norm` names it (`NLL_NORMS`: "kit", or "released" = population std, eps 1e-8, and an
     empty response, whose NLL is NaN here (`token_nll([])`), at NLL 0 as the release's masked mean gives it)."""
     if nll_norm is not None:
         if nll_norm not in NLL_NORMS:
-            raise ConfigError(
-                "unknown nll_norm", key="nll_norm", value=nll_norm, choices=list(NLL_NORMS)
-            )
+            raise ConfigError("unknown nll_norm", key="nll_norm", value=nll_norm,
+                              choices=list(NLL_NORMS))
         ddof, eps = NLL_NORMS[nll_norm]
         if nll_norm == "released":
             nll = np.nan_to_num(np.asarray(nll, dtype=float), nan=0.0)
     return au_weight(group_standardize(nll, eps=eps, ddof=ddof, axis=axis), alpha) * np.asarray(
-        advantages, dtype=float
-    )
+        advantages, dtype=float)
 
 # %% ../nbs/papers/umad/10_umad.ipynb #cc7eca4a
 def _gnt(correct) -> np.ndarray:
     c = np.asarray(correct, dtype=float)
     if c.ndim != 3:
-        raise ConfigError(
-            "expected an array shaped (G rollouts, N agents, T turns)", key="correct", value=c.shape
-        )
+        raise ConfigError("expected an array shaped (G rollouts, N agents, T turns)", key="correct",
+                          value=c.shape)
     return c
 
 # %% ../nbs/papers/umad/10_umad.ipynb #dcfb81cc
@@ -589,14 +463,12 @@ def peer_improvement(correct, per_trajectory: bool = True) -> np.ndarray:
     `per_trajectory=False`: averaged over the G rollouts (the same value for every rollout)."""
     c = _gnt(correct)
     d = c[:, :, 1:] - c[:, :, :-1]
-    return (
-        np.broadcast_to(d.mean(axis=0, keepdims=True), d.shape).copy() if not per_trajectory else d
-    )
+    return (np.broadcast_to(d.mean(axis=0, keepdims=True), d.shape).copy()
+            if not per_trajectory else d)
 
 # %% ../nbs/papers/umad/10_umad.ipynb #1ffa6f8d
-def epistemic_influence_reward(
-    correct, eta: float = ETA_PAPER, per_trajectory: bool = True
-) -> np.ndarray:
+def epistemic_influence_reward(correct, eta: float = ETA_PAPER,
+                               per_trajectory: bool = True) -> np.ndarray:
     """UMAD Eq. 5: r^eu_{i,t} = eta / (N-1) * sum_{j != i} ΔR_peer(j, t+1), shaped (G, N, T); 0 at the last turn
     (no next turn: Alg. 2 line 22 adds it only for t < T_train). `eta`: 0.25 in the paper (`ETA_PAPER`), 0.2 in the
     released config (`ETA_RELEASED`)."""
@@ -640,15 +512,8 @@ REWARD_READINGS = ("paper", "released")  # Eq. 5 as the paper writes it | the re
 
 
 @fold_keywords("hp")
-def umad_advantages(
-    correct,
-    nll,
-    *,
-    hp: UmadHparams = UmadHparams(),
-    ddof: int = 1,
-    reward: str = "paper",
-    nll_norm: str | None = None,
-) -> np.ndarray:
+def umad_advantages(correct, nll, *, hp: UmadHparams = UmadHparams(), ddof: int = 1,
+                    reward: str = "paper", nll_norm: str | None = None) -> np.ndarray:
     """UMAD's advantages (Alg. 2 lines 19-27, `hp`'s eta, alpha, eps): total reward (Eq. 5;
     `reward=\"released\"`: `released_rewards`), group-normalised over the G rollouts per agent
     and turn, weighted by the aleatoric weight of the group-standardised token NLL (Eq. 4;
@@ -658,9 +523,8 @@ def umad_advantages(
     if u.shape != c.shape:
         raise ConfigError(f"nll shape {u.shape} differs from correct {c.shape}", key="nll")
     if reward not in REWARD_READINGS:
-        raise ConfigError(
-            "unknown reward reading", key="reward", value=reward, choices=REWARD_READINGS
-        )
+        raise ConfigError("unknown reward reading", key="reward", value=reward,
+                          choices=REWARD_READINGS)
     eta, eps = hp.eta, hp.eps
     R = umad_rewards(c, eta, hp.per_trajectory) if reward == "paper" else released_rewards(c, eta)
     adv = grpo_advantage(R, eps=eps, ddof=ddof, axis=0)

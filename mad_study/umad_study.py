@@ -30,16 +30,12 @@ def n_items_for(task: str, n_items: int) -> int:
     return min(int(n_items), int(size)) if size else int(n_items)
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #b5e28912
-def debate_token_plan(
-    n_threads: int, n_agents: int, debate_rounds: int, max_new: int
-) -> tuple[int, int, int]:
+def debate_token_plan(n_threads: int, n_agents: int, debate_rounds: int,
+                      max_new: int) -> tuple[int, int, int]:
     "generations, completion-token bound, rough prompt tokens of `n_threads` debates of `n_agents` over debate_rounds + 1 turns."
     gens = n_threads * n_agents * (debate_rounds + 1)
-    prompt = (
-        n_threads
-        * n_agents
-        * (PROMPT_OVERHEAD + debate_rounds * (PROMPT_OVERHEAD + n_agents * max_new))
-    )
+    prompt = (n_threads * n_agents * (PROMPT_OVERHEAD + debate_rounds *
+                                      (PROMPT_OVERHEAD + n_agents * max_new)))
     return gens, gens * max_new, prompt
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #d1d03461
@@ -51,9 +47,8 @@ def plan_decomposition(p: Mapping) -> dict:
     k = int(p.get("samples", 1)) + (1 if p.get("rollout", "threads") == "alg1" else 0)
     tot = np.zeros(3, dtype=np.int64)
     for pair in p.get("pairs") or []:
-        tot += debate_token_plan(
-            n * k, len(pair), int(p.get("debate_rounds", 0)), int(p.get("max_new_tokens", 2048))
-        )
+        tot += debate_token_plan(n * k, len(pair), int(p.get("debate_rounds", 0)),
+                                 int(p.get("max_new_tokens", 2048)))
     return dict(zip(("generations", "completion_tokens", "prompt_tokens"), map(int, tot)))
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #08c921ed
@@ -65,25 +60,20 @@ def plan_zeroshot(p: Mapping) -> dict:
     for t in p.get("tasks") or []:
         n = n_items_for(t, p.get("n_items", 0))
         mnt = int(
-            p.get("max_new_tokens_long", 4096) if t in long else p.get("max_new_tokens", 2048)
-        )
+            p.get("max_new_tokens_long", 4096) if t in long else p.get("max_new_tokens", 2048))
         for pair in p.get("zeroshot_models") or []:
-            tot += debate_token_plan(
-                n * int(p.get("samples", 1)), len(pair), int(p.get("debate_rounds", 0)), mnt
-            )
+            tot += debate_token_plan(n * int(p.get("samples", 1)), len(pair),
+                                     int(p.get("debate_rounds", 0)), mnt)
     return dict(zip(("generations", "completion_tokens", "prompt_tokens"), map(int, tot)))
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #c4a441fc
 def prompt_check(tr, limit):
     "Share of debate-turn prompts longer than the paper's prompt limit (UMAD App. D.3; the kit does not truncate at it)."
     d = tr[tr["round"] > 0]
-    return pd.Series(
-        {
-            "debate prompts": len(d),
-            f"over {limit} tokens": int((d["prompt_tokens"] > limit).sum()),
-            "max prompt tokens": int(d["prompt_tokens"].max()) if len(d) else 0,
-        }
-    )
+    return pd.Series({
+        "debate prompts": len(d), f"over {limit} tokens": int((d["prompt_tokens"] > limit).sum()),
+        "max prompt tokens": int(d["prompt_tokens"].max()) if len(d) else 0
+    })
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #p0wer001
 def power_note(d, effect=None) -> str:
@@ -108,9 +98,8 @@ def power_note(d, effect=None) -> str:
 ITEM_CI = "95% bootstrap interval over items"
 
 
-def item_bands(
-    table: pd.DataFrame, cols, by=("config", "turn"), n_resamples: int = 1000, seed: int = 0
-) -> pd.DataFrame:
+def item_bands(table: pd.DataFrame, cols, by=("config", "turn"), n_resamples: int = 1000,
+               seed: int = 0) -> pd.DataFrame:
     "95% percentile bootstrap interval over items of the per-item values `cols`, per configuration and turn (UMAD Fig. 2's bands)."
     rows = []
     for key, g in table.groupby(list(by), sort=False):
@@ -123,10 +112,8 @@ def item_bands(
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #96f2e774
 EU_COLOR = "#7b3294"  # Sys-EU; the agents' accuracy is drawn in greys, the parse failures in orange
 VERDICT_WORDS = {
-    "success": "success (resolved)",
-    "fail": "fail (resolved)",
-    "neutral": "neutral (resolved)",
-    "unresolved": "not resolved",
+    "success": "success (resolved)", "fail": "fail (resolved)", "neutral": "neutral (resolved)",
+    "unresolved": "not resolved"
 }
 
 
@@ -138,56 +125,19 @@ def fig2_panel(axs, g):
     x = g["turn"].to_numpy()
     err = lambda c, s=1: [s * (g[c] - g[f"{c}_low"]), s * (g[f"{c}_high"] - g[c])]
     top.fill_between(x, g["eu"], g["tu"], color="0.85", lw=0, label="Sys-AU (TU - Sys-EU)")
-    top.errorbar(
-        x, g["tu"], yerr=err("tu"), color="0.2", lw=1.5, elinewidth=0.6, capsize=0, label="TU"
-    )
-    mid.fill_between(
-        x,
-        0,
-        g["eu_floor"],
-        facecolor="none",
-        hatch="////",
-        edgecolor="0.6",
-        lw=0,
-        label="Sys-EU floor (finite K)",
-    )
-    mid.errorbar(
-        x,
-        g["eu"],
-        yerr=err("eu"),
-        color=EU_COLOR,
-        marker="o",
-        ms=3,
-        lw=1.2,
-        elinewidth=0.6,
-        capsize=0,
-        label="Sys-EU (JSD)",
-    )
+    top.errorbar(x, g["tu"], yerr=err("tu"), color="0.2", lw=1.5, elinewidth=0.6, capsize=0,
+                 label="TU")
+    mid.fill_between(x, 0, g["eu_floor"], facecolor="none", hatch="////", edgecolor="0.6", lw=0,
+                     label="Sys-EU floor (finite K)")
+    mid.errorbar(x, g["eu"], yerr=err("eu"), color=EU_COLOR, marker="o", ms=3, lw=1.2,
+                 elinewidth=0.6, capsize=0, label="Sys-EU (JSD)")
     for k, (a, mk, col) in enumerate((("acc_a0", "o", "0.1"), ("acc_a1", "s", "0.5"))):
         if a in g and g[a].notna().any():
-            bot.errorbar(
-                x + 0.1 * (k - 0.5),
-                100 * g[a],
-                yerr=err(a, 100),
-                marker=mk,
-                ms=3.5,
-                lw=1,
-                elinewidth=0.6,
-                capsize=0,
-                color=col,
-                mfc="white" if k else col,
-                label=f"accuracy A{k}",
-            )
-    bot.plot(
-        x,
-        100 * g["parse_failure"],
-        color="#e69f00",
-        ls=":",
-        marker="x",
-        ms=3,
-        lw=0.8,
-        label="parse failures",
-    )
+            bot.errorbar(x + 0.1 * (k - 0.5), 100 * g[a], yerr=err(a, 100), marker=mk, ms=3.5, lw=1,
+                         elinewidth=0.6, capsize=0, color=col, mfc="white" if k else col,
+                         label=f"accuracy A{k}")
+    bot.plot(x, 100 * g["parse_failure"], color="#e69f00", ls=":", marker="x", ms=3, lw=0.8,
+             label="parse failures")
     bot.set_ylim(0, 100)
     mid.yaxis.set_major_formatter("{x:.2f}")
     bot.set_xticks(x)
@@ -214,47 +164,19 @@ def fig1_panel(ax, ent, col, marker, title):
     x = ent["turn"].to_numpy()
     ax2 = ax.twinx()
     if ent["n_entropy"].sum():
-        ax2.fill_between(
-            x, 0, ent["entropy_mean"], color="0.6", alpha=0.3, lw=0, label="token entropy (mean)"
-        )
-        ax2.fill_between(
-            x,
-            ent["entropy_q25"],
-            ent["entropy_q75"],
-            color="0.6",
-            alpha=0.2,
-            lw=0,
-            label="token entropy (IQR)",
-        )
+        ax2.fill_between(x, 0, ent["entropy_mean"], color="0.6", alpha=0.3, lw=0,
+                         label="token entropy (mean)")
+        ax2.fill_between(x, ent["entropy_q25"], ent["entropy_q75"], color="0.6", alpha=0.2, lw=0,
+                         label="token entropy (IQR)")
     else:
-        ax2.text(
-            0.5,
-            0.5,
-            "this backend gives no token entropy",
-            transform=ax2.transAxes,
-            ha="center",
-            color="0.4",
-        )
+        ax2.text(0.5, 0.5, "this backend gives no token entropy", transform=ax2.transAxes,
+                 ha="center", color="0.4")
     ax2.set_ylabel("token entropy (nats)")
     ax2.grid(False)
     a = 100 * ent["accuracy"]
     err = [a - 100 * ent["ci_low"], 100 * ent["ci_high"] - a]
-    ax.errorbar(
-        x,
-        a,
-        yerr=err,
-        color=col,
-        marker=marker,
-        ms=5,
-        mfc="white",
-        mew=1.3,
-        capsize=4,
-        capthick=1.3,
-        elinewidth=1.3,
-        lw=1.5,
-        label="accuracy (both agents)",
-        zorder=5,
-    )
+    ax.errorbar(x, a, yerr=err, color=col, marker=marker, ms=5, mfc="white", mew=1.3, capsize=4,
+                capthick=1.3, elinewidth=1.3, lw=1.5, label="accuracy (both agents)", zorder=5)
     ax.set_zorder(ax2.get_zorder() + 1)
     ax.patch.set_visible(False)
     ax.set_ylim(0, 100)

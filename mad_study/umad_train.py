@@ -19,15 +19,8 @@ import numpy as np
 from fastcore.basics import patch
 import pandas as pd
 
-from mad_study.core import (
-    ConfigError,
-    GenRequest,
-    Generation,
-    derive_seed,
-    fold_keywords,
-    params_dirs,
-    runs_dir,
-)
+from .core import (ConfigError, GenRequest, Generation, derive_seed, fold_keywords,
+                            params_dirs, runs_dir)
 from .registry import planner
 
 # %% auto #0
@@ -43,35 +36,17 @@ __all__ = ['VARIANTS', 'FINETUNE', 'LOSS_AGGS', 'REWARDS', 'LR_FULL', 'LR_LORA',
            'check_train_memory', 'rollout_gpu_hours', 'plan_train', 'plan_trained']
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #e3154415
-from mad_study.umad import (
-    ALPHA_AU,
-    EPS,
-    ETA_PAPER,
-    UMAD_PROMPT,
-    UmadHparams,
-    au_advantage,
-    grpo_advantage,
-    pair_label,
-    parse_failures_by_turn,
-    seed_accuracy,
-    sent_messages,
-    umad_agents,
-    umad_protocol,
-    umad_rewards,
-    epistemic_influence_reward,
-    au_weight,
-    zeroshot_summary,
-    zeroshot_table,
-)
+from .umad import (ALPHA_AU, EPS, ETA_PAPER, UMAD_PROMPT, UmadHparams, au_advantage,
+                            grpo_advantage, pair_label, parse_failures_by_turn, seed_accuracy,
+                            sent_messages, umad_agents, umad_protocol, umad_rewards,
+                            epistemic_influence_reward, au_weight, zeroshot_summary, zeroshot_table)
 from .core import Sampling
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #544dc829
 VARIANTS: dict[str, dict] = {
-    "umad": dict(eq5=True, eq4=True, debate=True),
-    "ippo": dict(eq5=False, eq4=False, debate=True),
-    "intrinsic_only": dict(eq5=True, eq4=False, debate=True),
-    "nll_only": dict(eq5=False, eq4=True, debate=True),
-    "single_grpo": dict(eq5=False, eq4=False, debate=False),
+    "umad": dict(eq5=True, eq4=True, debate=True), "ippo": dict(eq5=False, eq4=False, debate=True),
+    "intrinsic_only": dict(eq5=True, eq4=False, debate=True), "nll_only":
+    dict(eq5=False, eq4=True, debate=True), "single_grpo": dict(eq5=False, eq4=False, debate=False)
 }
 FINETUNE = ("full", "lora")
 # veRL's default (the paper's stack) | Eq. 1 read literally
@@ -143,33 +118,17 @@ class TrainConfig:
 def _check_train_config(cfg: TrainConfig) -> None:
     "Refuse a `TrainConfig` the trainer cannot run (unknown variant or switch, 4-bit full fine-tuning, sizes < 1); set Table 2's learning rate when `lr` is None."
     if cfg.variant not in VARIANTS:
-        raise ConfigError(
-            "unknown training variant", key="variant", value=cfg.variant, choices=VARIANTS
-        )
-    for k, ok in (
-        ("finetune", FINETUNE),
-        ("quant", ("none", "nf4")),
-        ("reward", REWARDS),
-        ("loss_agg", LOSS_AGGS),
-        ("grading", ("lenient", "strict")),
-    ):
+        raise ConfigError("unknown training variant", key="variant", value=cfg.variant,
+                          choices=VARIANTS)
+    for k, ok in (("finetune", FINETUNE), ("quant", ("none", "nf4")), ("reward", REWARDS),
+                  ("loss_agg", LOSS_AGGS), ("grading", ("lenient", "strict"))):
         if getattr(cfg, k) not in ok:
             raise ConfigError(f"unknown {k}", key=k, value=getattr(cfg, k), choices=list(ok))
     if cfg.quant != "none" and cfg.finetune != "lora":
-        raise ConfigError(
-            "4-bit base weights cannot be fine-tuned in full: use finetune='lora'",
-            key="quant",
-            value=cfg.quant,
-        )
-    for k in (
-        "group_size",
-        "train_turns",
-        "batch_size",
-        "mini_batches",
-        "micro_batch_size",
-        "rollout_batch",
-        "policy_gpus",
-    ):
+        raise ConfigError("4-bit base weights cannot be fine-tuned in full: use finetune='lora'",
+                          key="quant", value=cfg.quant)
+    for k in ("group_size", "train_turns", "batch_size", "mini_batches", "micro_batch_size",
+              "rollout_batch", "policy_gpus"):
         if int(getattr(cfg, k)) < 1:
             raise ConfigError("must be >= 1", key=k, value=getattr(cfg, k))
     if cfg.kl_clamp is not None and not float(cfg.kl_clamp) > 0:
@@ -193,8 +152,7 @@ def turns(self: TrainConfig) -> int:
 def fingerprint(self: TrainConfig) -> str:
     "sha256 (16 hex digits) of every field: part of a trained policy's identity (`Policy.lineage`)."
     return hashlib.sha256(
-        json.dumps(dataclasses.asdict(self), sort_keys=True, default=str).encode()
-    ).hexdigest()[:16]
+        json.dumps(dataclasses.asdict(self), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #248c4b28
 @patch(cls_method=True)
@@ -204,37 +162,19 @@ def from_params(cls: TrainConfig, p: Mapping, **kw) -> TrainConfig:
     return cls(**{**{k: v for k, v in p.items() if k in names}, **kw})
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #4130af23
-def rollout(
-    items,
-    agents,
-    backends: Mapping[str, Any],
-    cfg: TrainConfig,
-    step: int,
-    experiment: str = "umad_train",
-) -> pd.DataFrame:
+def rollout(items, agents, backends: Mapping[str, Any], cfg: TrainConfig, step: int,
+            experiment: str = "umad_train") -> pd.DataFrame:
     """UMAD Alg. 2 lines 4-17: G (`cfg.group_size`) joint debate rollouts of `cfg.turns` turns per
     question through `mad_study.debate.run_debate` (UMAD protocol and App. F prompts,
     `history='none'`); thread `sample` = rollout g, `round` = turn t - 1."""
     from mad_study.debate import run_debate
 
     return run_debate(
-        items,
-        agents,
-        backends,
-        protocol=umad_protocol(),
-        debate_rounds=cfg.turns - 1,
-        samples=cfg.group_size,
-        prompt=UMAD_PROMPT,
-        sampling=Sampling(
-            max_new_tokens=cfg.max_new_tokens,
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            seed=derive_seed(cfg.seed, "umad-train", int(step)),
-        ),
-        experiment=experiment,
-        history="none",
-        progress=False,
-    )
+        items, agents, backends, protocol=umad_protocol(), debate_rounds=cfg.turns - 1,
+        samples=cfg.group_size, prompt=UMAD_PROMPT,
+        sampling=Sampling(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                          top_p=cfg.top_p, seed=derive_seed(cfg.seed, "umad-train", int(step))),
+        experiment=experiment, history="none", progress=False)
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #f8440b57
 def team_rewards(correct) -> np.ndarray:
@@ -245,21 +185,14 @@ def team_rewards(correct) -> np.ndarray:
     return np.broadcast_to(np.flip(np.cumsum(np.flip(R, 2), 2), 2), c.shape).copy()
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #3304fabf
-def alg2_rewards(
-    correct,
-    *,
-    eq5: bool = True,
-    eta: float = ETA_PAPER,
-    per_trajectory: bool = True,
-    reward: str = "agent",
-) -> np.ndarray:
+def alg2_rewards(correct, *, eq5: bool = True, eta: float = ETA_PAPER, per_trajectory: bool = True,
+                 reward: str = "agent") -> np.ndarray:
     """UMAD Alg. 2 line 22 on (G, N, T) arrays: R_total = R_corr (`reward='agent'`, the agent's own correctness; or Sec. 4.1's
     team return, `team_rewards`, with `reward='team'`) + Eq. 5's r^eu when `eq5`."""
     c = np.asarray(correct, dtype=float)
     if c.ndim != 3:
-        raise ConfigError(
-            "expected an array shaped (G rollouts, N agents, T turns)", key="correct", value=c.shape
-        )
+        raise ConfigError("expected an array shaped (G rollouts, N agents, T turns)", key="correct",
+                          value=c.shape)
     if reward not in REWARDS:
         raise ConfigError("unknown reward", key="reward", value=reward, choices=REWARDS)
     base = c if reward == "agent" else team_rewards(c)
@@ -273,21 +206,14 @@ def nan_group_standardize(x, eps: float = EPS, axis: int = 0) -> np.ndarray:
     ok = ~np.isnan(x)
     n = ok.sum(axis=axis, keepdims=True)
     mu = np.where(ok, x, 0).sum(axis=axis, keepdims=True) / np.maximum(n, 1)
-    var = np.where(ok, (x - mu) ** 2, 0).sum(axis=axis, keepdims=True) / np.maximum(n - 1, 1)
+    var = np.where(ok, (x - mu)**2, 0).sum(axis=axis, keepdims=True) / np.maximum(n - 1, 1)
     z = (x - mu) / (np.sqrt(var) + eps)
     return np.where(ok, np.where(n >= 2, z, 0.0), np.nan)
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #19b93f5c
 @fold_keywords("hp")
-def alg2_advantages(
-    correct,
-    nll,
-    *,
-    eq5: bool = True,
-    eq4: bool = True,
-    hp: UmadHparams = UmadHparams(),
-    reward: str = "agent",
-) -> np.ndarray:
+def alg2_advantages(correct, nll, *, eq5: bool = True, eq4: bool = True,
+                    hp: UmadHparams = UmadHparams(), reward: str = "agent") -> np.ndarray:
     """UMAD Alg. 2 lines 19-27 on arrays shaped (G rollouts, N agents, T turns), with `hp`'s eta,
     alpha, eps (`UmadHparams`): line 22 total reward (`alg2_rewards`; Eq. 5 when `eq5`), line 24
     group advantage over G (`grpo_advantage`), line 26 aleatoric weighting (Eq. 4 when `eq4`,
@@ -297,9 +223,7 @@ def alg2_advantages(
     # lines 22, 24
     a = grpo_advantage(
         alg2_rewards(c, eq5=eq5, eta=hp.eta, per_trajectory=hp.per_trajectory, reward=reward),
-        eps=eps,
-        axis=0,
-    )
+        eps=eps, axis=0)
     if not eq4:
         return a
     u = np.asarray(nll, dtype=float)
@@ -317,11 +241,8 @@ def reward_correct(rows: pd.DataFrame, grading: str = "strict") -> np.ndarray:
     from mad_study.answers import is_correct
     from mad_study.data import row_formats
 
-    out = (
-        rows["correct"].astype(float).to_numpy().copy()
-        if "correct" in rows
-        else np.zeros(len(rows))
-    )
+    out = (rows["correct"].astype(float).to_numpy().copy() if "correct" in rows else np.zeros(
+        len(rows)))
     if grading == "lenient":
         return out
     fmts = row_formats(rows, what="reward_correct").to_numpy(dtype=object)
@@ -342,44 +263,31 @@ def transcript_advantages(tr: pd.DataFrame, cfg: TrainConfig) -> pd.DataFrame:
         G, T = int(g["sample"].max()) + 1, int(g["round"].max()) + 1
         if len(g) != G * len(agents) * T:
             raise ConfigError("incomplete rollout group", key="item_id", value=g["item_id"].iloc[0])
-        gi, ai, ti = (
-            g["sample"].astype(int).to_numpy(),
-            g["agent"].map(agents.index).to_numpy(),
-            g["round"].astype(int).to_numpy(),
-        )
+        gi, ai, ti = (g["sample"].astype(int).to_numpy(), g["agent"].map(agents.index).to_numpy(),
+                      g["round"].astype(int).to_numpy())
         empty = pd.to_numeric(g["completion_tokens"], errors="coerce").fillna(0).to_numpy() <= 0
         lp = pd.to_numeric(g["logprob_mean"], errors="coerce").to_numpy(dtype=float)
         if sw["eq4"] and np.isnan(lp[~empty]).any():
             raise ConfigError(
                 "Eq. 4 needs every response's token log-probs; the rollout engine returned none for some",
-                key="logprob_mean",
-            )
+                key="logprob_mean")
         c = np.zeros((G, len(agents), T))
         u = np.full((G, len(agents), T), np.nan)
         c[gi, ai, ti] = np.where(empty, 0.0, reward_correct(g, cfg.grading))
         u[gi, ai, ti] = np.where(empty, np.nan, -lp)
-        hp = UmadHparams(
-            eta=cfg.eta, alpha=cfg.alpha, eps=cfg.eps, per_trajectory=cfg.per_trajectory
-        )
-        rew = alg2_rewards(
-            c, eq5=sw["eq5"], eta=cfg.eta, per_trajectory=cfg.per_trajectory, reward=cfg.reward
-        )
+        hp = UmadHparams(eta=cfg.eta, alpha=cfg.alpha, eps=cfg.eps,
+                         per_trajectory=cfg.per_trajectory)
+        rew = alg2_rewards(c, eq5=sw["eq5"], eta=cfg.eta, per_trajectory=cfg.per_trajectory,
+                           reward=cfg.reward)
         adv = alg2_advantages(c, u, eq5=sw["eq5"], eq4=sw["eq4"], hp=hp, reward=cfg.reward)
         out.append(
-            g.assign(
-                reward=rew[gi, ai, ti], advantage=adv[gi, ai, ti], nll=u[gi, ai, ti], empty=empty
-            )
-        )
+            g.assign(reward=rew[gi, ai, ti], advantage=adv[gi, ai, ti], nll=u[gi, ai, ti],
+                     empty=empty))
     return pd.concat(out).loc[tr.index]
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #16e5060b
-def sequence_logprobs(
-    model,
-    prompts: Sequence[Sequence[int]],
-    completions: Sequence[Sequence[int]],
-    pad_id: int,
-    temperature: float = 1.0,
-):
+def sequence_logprobs(model, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
+                      pad_id: int, temperature: float = 1.0):
     """Per-token log pi(y_j | prompt, y_<j) of each completion (UMAD Sec. 4.2 / Alg. 2 line 29's ratio), as a tensor
     (B, C_max) and its mask; one left-padded forward pass with position ids from the mask; logits divided by
     `temperature` (veRL scores the sampling distribution: the training temperature)."""
@@ -391,17 +299,16 @@ def sequence_logprobs(
     ids = torch.full((B, L), int(pad_id), dtype=torch.long)
     attn = torch.zeros((B, L), dtype=torch.long)
     for b, s in enumerate(seqs):
-        ids[b, L - len(s) :] = torch.tensor(s)
-        attn[b, L - len(s) :] = 1
+        ids[b, L - len(s):] = torch.tensor(s)
+        attn[b, L - len(s):] = 1
     ids, attn = ids.to(dev), attn.to(dev)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    logits = model(
-        input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=C + 1
-    ).logits[:, :-1].float() / float(temperature)
-    lp = torch.log_softmax(logits, -1).gather(2, ids[:, L - C :, None]).squeeze(-1)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos,
+                   logits_to_keep=C + 1).logits[:, :-1].float() / float(temperature)
+    lp = torch.log_softmax(logits, -1).gather(2, ids[:, L - C:, None]).squeeze(-1)
     mask = torch.zeros((B, C), dtype=torch.bool, device=dev)
     for b, c in enumerate(completions):
-        mask[b, C - len(c) :] = True
+        mask[b, C - len(c):] = True
     return lp, mask
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #fc7b9513
@@ -417,17 +324,8 @@ class GrpoLoss:
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #4e43e3b3
 @fold_keywords("grpo")
-def grpo_loss(
-    logp,
-    old_logp,
-    ref_logp,
-    adv,
-    mask,
-    *,
-    grpo: GrpoLoss = GrpoLoss(),
-    n_tokens: int | None = None,
-    n_seqs: int | None = None,
-):
+def grpo_loss(logp, old_logp, ref_logp, adv, mask, *, grpo: GrpoLoss = GrpoLoss(),
+              n_tokens: int | None = None, n_seqs: int | None = None):
     """UMAD Alg. 2 line 29 / Eq. 1: -(min(r A, clip(r, 1 - eps, 1 + eps) A) - beta * KL(pi_theta ||
     pi_ref)) per token, r = pi_theta / pi_old, KL by the k3 estimator (clamped to +-`kl_clamp` as
     veRL's low_var_kl when given); settings from `grpo` (`GrpoLoss`)."""
@@ -448,15 +346,13 @@ def grpo_loss(
         loss = -per_tok.sum() / (float(n_tokens) if n_tokens is not None else m.sum().clamp(min=1))
     elif agg == "seq-mean-token-mean":
         loss = -(per_tok.sum(1) / m.sum(1).clamp(min=1)).sum() / float(
-            n_seqs if n_seqs is not None else logp.shape[0]
-        )
+            n_seqs if n_seqs is not None else logp.shape[0])
     else:
         raise ConfigError("unknown loss aggregation", key="loss_agg", value=agg, choices=LOSS_AGGS)
     with torch.no_grad():
         stats = dict(
-            kl=float((kl * m).sum() / m.sum().clamp(min=1)),
-            clipped=float((((ratio - 1).abs() > clip_ratio) * m).sum() / m.sum().clamp(min=1)),
-        )
+            kl=float((kl * m).sum() / m.sum().clamp(min=1)), clipped=float(
+                (((ratio - 1).abs() > clip_ratio) * m).sum() / m.sum().clamp(min=1)))
     return loss, stats
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #a1c0f003
@@ -500,14 +396,8 @@ class Policy:
         # full: fp32 master weights; LoRA: the backend's default
         dtype = "float32" if cfg.finetune == "full" else None
         dm = {"": int(device)} if device is not None and torch.cuda.is_available() else "auto"
-        self.backend = PolicyBackend(
-            model,
-            quant=cfg.quant,
-            compute_dtype=dtype,
-            batch_size=cfg.rollout_batch,
-            device_map=dm,
-            progress=False,
-        )
+        self.backend = PolicyBackend(model, quant=cfg.quant, compute_dtype=dtype,
+                                     batch_size=cfg.rollout_batch, device_map=dm, progress=False)
         self.backend.tag = tag
         m = self.backend.load().model
         # pi_theta, pi_old, pi_ref and the rollouts: one kernel
@@ -517,14 +407,8 @@ class Policy:
 
             m = get_peft_model(
                 m,
-                LoraConfig(
-                    r=cfg.lora_r,
-                    lora_alpha=cfg.lora_alpha,
-                    lora_dropout=0.0,
-                    target_modules="all-linear",
-                    task_type="CAUSAL_LM",
-                ),
-            )
+                LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
+                           target_modules="all-linear", task_type="CAUSAL_LM"))
             self.ref = None  # pi_ref = the base, adapters off
         else:
             self.ref = copy.deepcopy(m).requires_grad_(False).eval()
@@ -537,9 +421,8 @@ class Policy:
         self.skipped_long = self.skipped_empty = 0
         # identity of the weights: the training config and the parent weights
         # (the base's cache identity: a checkpoint's holds its fingerprint)
-        self.backend.lineage = self.lineage = _sha(
-            cfg.fingerprint, HFBackend.backend_id.fget(self.backend)
-        )
+        self.backend.lineage = self.lineage = _sha(cfg.fingerprint,
+                                                   HFBackend.backend_id.fget(self.backend))
 
     version = property(lambda self: self.backend.version)
 
@@ -590,14 +473,12 @@ def sequences(self: Policy, tr: pd.DataFrame, rows: pd.DataFrame, items: Mapping
             self.skipped_empty += 1
             continue
         p = self.backend.encode(
-            sent_messages(
-                tr, items[r.item_id], r.agent, int(r.round), int(r.sample), UMAD_PROMPT, "none"
-            )
-        )
+            sent_messages(tr, items[r.item_id], r.agent, int(r.round), int(r.sample), UMAD_PROMPT,
+                          "none"))
         if len(p) > cfg.max_prompt_tokens:
             self.skipped_long += 1
             continue
-        c = tok(str(r.text or ""), add_special_tokens=False)["input_ids"][: cfg.max_new_tokens]
+        c = tok(str(r.text or ""), add_special_tokens=False)["input_ids"][:cfg.max_new_tokens]
         if int(r.completion_tokens) < cfg.max_new_tokens:
             c = c + [self.backend.eos_ids[0]]  # stopped: EOS was sampled
         if c:
@@ -626,24 +507,14 @@ def update(self: Policy, P, C, A) -> dict:
     if cfg.gradient_checkpointing:
         self.model.train()  # HF checkpoints only in training mode (no dropout in these models)
     for mini in np.array_split(np.arange(len(chunks)), min(cfg.mini_batches, len(chunks))):
-        n_tok, n_seq = (
-            sum(len(C[i]) for k in mini for i in chunks[k]),
-            sum(len(chunks[k]) for k in mini),
-        )
+        n_tok, n_seq = (sum(len(C[i]) for k in mini
+                            for i in chunks[k]), sum(len(chunks[k]) for k in mini))
         self.opt.zero_grad(set_to_none=True)
         for k in mini:
             lp, mask = self._fwd(self.model, sub(P, chunks[k]), sub(C, chunks[k]))
             adv = torch.tensor(sub(A, chunks[k]), device=lp.device)
-            loss, st = grpo_loss(
-                lp,
-                old[k].to(lp.device),
-                ref[k].to(lp.device),
-                adv,
-                mask,
-                grpo=grpo,
-                n_tokens=n_tok,
-                n_seqs=n_seq,
-            )
+            loss, st = grpo_loss(lp, old[k].to(lp.device), ref[k].to(lp.device), adv, mask,
+                                 grpo=grpo, n_tokens=n_tok, n_seqs=n_seq)
             loss.backward()
             losses.append(float(loss.detach()))
             kls.append(st["kl"])
@@ -654,14 +525,9 @@ def update(self: Policy, P, C, A) -> dict:
     # the new weights: the old ones and this update's inputs
     self.backend.lineage = self.lineage = _sha(self.lineage, P, C, A)
     self.backend.version += 1
-    return dict(
-        sequences=len(P),
-        tokens=sum(map(len, C)),
-        loss=float(np.sum(losses)),
-        kl=float(np.mean(kls)),
-        clipped=float(np.mean(clips)),
-        grad_norm=float(np.mean(norms)),
-    )
+    return dict(sequences=len(P), tokens=sum(map(len, C)), loss=float(np.sum(losses)),
+                kl=float(np.mean(kls)), clipped=float(np.mean(clips)),
+                grad_norm=float(np.mean(norms)))
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #a1c0f005
 @runtime_checkable
@@ -670,20 +536,19 @@ class RolloutEngine(Protocol):
 
     backend_id: str
 
-    def generate(self, requests: list[GenRequest]) -> list[Generation]: ...
-    def sync(self, policy: Policy) -> None: ...
+    def generate(self, requests: list[GenRequest]) -> list[Generation]:
+        ...
+
+    def sync(self, policy: Policy) -> None:
+        ...
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #e9975e02
 class EngineBackend(BaseBackend):
     "The backend the trainer's debate sees for `policy` served by `engine`: synced once per policy version, identity per version."
-
     def __init__(self, policy: Policy, engine: RolloutEngine):
         if not isinstance(engine, RolloutEngine):
-            raise ConfigError(
-                "a rollout engine needs generate(requests) and sync(policy)",
-                key="engine",
-                value=type(engine).__name__,
-            )
+            raise ConfigError("a rollout engine needs generate(requests) and sync(policy)",
+                              key="engine", value=type(engine).__name__)
         self.policy, self.engine, self.synced = policy, engine, None
         self.model_name = policy.backend.model_name
 
@@ -701,20 +566,14 @@ class EngineBackend(BaseBackend):
 class VLLMLoRAEngine:
     """A UMAD rollout engine (Alg. 2 lines 4-17) on a vLLM server with runtime LoRA: `sync` saves the policy's adapter under
     `adapter_dir`, loads it by a lineage name and unloads the previous one; `generate` goes through `OpenAIBackend` (`kw`)."""
-
     def __init__(self, policy: Policy, base_url: str, adapter_dir: str | Path, **kw):
         if policy.cfg.finetune != "lora":
             raise ConfigError(
                 "a LoRA server engine serves adapters: use finetune='lora' (full weights need a weight-sync engine)",
-                key="finetune",
-                value=policy.cfg.finetune,
-            )
-        self.spec, self.base_url, self.adapter_dir, self.kw = (
-            policy.backend.spec,
-            str(base_url).rstrip("/"),
-            Path(adapter_dir),
-            kw,
-        )
+                key="finetune", value=policy.cfg.finetune)
+        self.spec, self.base_url, self.adapter_dir, self.kw = (policy.backend.spec,
+                                                               str(base_url).rstrip("/"),
+                                                               Path(adapter_dir), kw)
         self.inner, self.loaded = None, None
 
     backend_id = property(lambda self: f"vllm-lora:{self.spec.name}")
@@ -723,11 +582,8 @@ class VLLMLoRAEngine:
         import urllib.error
         import urllib.request
 
-        req = urllib.request.Request(
-            f"{self.base_url}/{route}",
-            data=json.dumps(body).encode(),
-            headers={"content-type": "application/json"},
-        )
+        req = urllib.request.Request(f"{self.base_url}/{route}", data=json.dumps(body).encode(),
+                                     headers={"content-type": "application/json"})
         try:
             urllib.request.urlopen(req, timeout=300).read()
         except (urllib.error.URLError, OSError) as e:
@@ -735,9 +591,7 @@ class VLLMLoRAEngine:
 
             raise ServingError(
                 f"the server refused {route} ({e}); start it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora",
-                key="lora_name",
-                value=body.get("lora_name"),
-            ) from None
+                key="lora_name", value=body.get("lora_name")) from None
 
     def sync(self, policy: Policy) -> None:
         from mad_study.serving import OpenAIBackend
@@ -748,10 +602,9 @@ class VLLMLoRAEngine:
         self._post("load_lora_adapter", {"lora_name": name, "lora_path": str(d.resolve())})
         if self.loaded:
             self._post("unload_lora_adapter", {"lora_name": self.loaded})
-        self.loaded, self.inner = (
-            name,
-            OpenAIBackend(self.spec, self.base_url, served_model=name, **self.kw),
-        )
+        self.loaded, self.inner = (name,
+                                   OpenAIBackend(self.spec, self.base_url, served_model=name,
+                                                 **self.kw))
 
     def generate(self, requests: list[GenRequest]) -> list[Generation]:
         return self.inner.generate(list(requests))
@@ -759,15 +612,8 @@ class VLLMLoRAEngine:
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #29370936
 class UMADTrainer:
     "UMAD Alg. 2: joint debate rollouts (lines 4-17), rewards and advantages (19-27), one GRPO update per agent on its own turns (28-30)."
-
-    def __init__(
-        self,
-        models: Sequence[str],
-        cfg: TrainConfig,
-        name: str = "umad",
-        cache=None,
-        engine: Callable[[Policy], RolloutEngine] | None = None,
-    ):
+    def __init__(self, models: Sequence[str], cfg: TrainConfig, name: str = "umad", cache=None,
+                 engine: Callable[[Policy], RolloutEngine] | None = None):
         import torch
         from mad_study.backends import CachedBackend
 
@@ -788,7 +634,8 @@ class UMADTrainer:
             for k, p in self.policies.items()
         }
         self.backends = {
-            k: (CachedBackend(e, cache) if cache is not None else e) for k, e in engines.items()
+            k: (CachedBackend(e, cache) if cache is not None else e)
+            for k, e in engines.items()
         }
         self.step_count, self.history = 0, []
 
@@ -796,18 +643,12 @@ class UMADTrainer:
         "Alg. 2 lines 4-30 on one batch of questions; returns the step's record (rewards, accuracy per agent and turn, update stats)."
         t0 = time.time()
         # lines 4-17
-        tr = rollout(
-            items, self.agents, self.backends, self.cfg, self.step_count, experiment=self.name
-        )
+        tr = rollout(items, self.agents, self.backends, self.cfg, self.step_count,
+                     experiment=self.name)
         ta = transcript_advantages(tr, self.cfg)  # lines 19-27
         by_id = {it.id: it for it in items}
-        rec = dict(
-            step=self.step_count,
-            variant=self.cfg.variant,
-            questions=len(items),
-            reward=float(ta["reward"].mean()),
-            empty_generations=int(ta["empty"].sum()),
-        )
+        rec = dict(step=self.step_count, variant=self.cfg.variant, questions=len(items),
+                   reward=float(ta["reward"].mean()), empty_generations=int(ta["empty"].sum()))
         for (a, r), g in ta.groupby(["agent", "round"]):
             rec[f"acc_{a}_t{int(r) + 1}"] = float(g["correct"].astype(float).mean())
         for k, pol in self.policies.items():  # lines 28-30
@@ -821,19 +662,17 @@ class UMADTrainer:
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #a1c0f006
 @patch
-def train(
-    self: UMADTrainer, items, epochs: int | None = None, max_steps: int | None = None, log=None
-) -> pd.DataFrame:
+def train(self: UMADTrainer, items, epochs: int | None = None, max_steps: int | None = None,
+          log=None) -> pd.DataFrame:
     "Alg. 2 lines 3-32: `epochs` passes over `items` in batches of `batch_size` (a seeded order per epoch), at most `max_steps` steps."
     items = list(items)
     for e in range(int(self.cfg.epochs if epochs is None else epochs)):
-        order = np.random.default_rng(
-            derive_seed(self.cfg.seed, "umad-train-epoch", e)
-        ).permutation(len(items))
+        order = np.random.default_rng(derive_seed(self.cfg.seed, "umad-train-epoch",
+                                                  e)).permutation(len(items))
         for i in range(0, len(items), self.cfg.batch_size):
             if max_steps is not None and self.step_count >= max_steps:
                 return pd.DataFrame(self.history)
-            rec = self.step([items[j] for j in order[i : i + self.cfg.batch_size]])
+            rec = self.step([items[j] for j in order[i:i + self.cfg.batch_size]])
             if log:
                 log(rec)
     return pd.DataFrame(self.history)
@@ -876,25 +715,15 @@ def save_checkpoint(trainer: UMADTrainer, name: str, root: str | Path | None = N
             pol.model.save_pretrained(tmp / folders[k])
             pol.backend.tokenizer.save_pretrained(tmp / folders[k])
         meta = dict(
-            name=name,
-            variant=trainer.cfg.variant,
-            config=dataclasses.asdict(trainer.cfg),
-            step=trainer.step_count,
-            agents={
-                a.name: dict(
-                    base_model=trainer.base_model[a.model],
-                    policy=a.model,
-                    folder=folders[a.model],
-                    role=a.role,
-                )
+            name=name, variant=trainer.cfg.variant, config=dataclasses.asdict(trainer.cfg),
+            step=trainer.step_count, agents={
+                a.name:
+                dict(base_model=trainer.base_model[a.model], policy=a.model,
+                     folder=folders[a.model], role=a.role)
                 for a in trainer.agents
-            },
-            history=trainer.history,
-            created=time.strftime("%Y-%m-%dT%H:%M:%S"),
-        )
+            }, history=trainer.history, created=time.strftime("%Y-%m-%dT%H:%M:%S"))
         meta["fingerprint"] = hashlib.sha256(
-            json.dumps(meta, sort_keys=True, default=str).encode()
-        ).hexdigest()[:16]
+            json.dumps(meta, sort_keys=True, default=str).encode()).hexdigest()[:16]
         (tmp / CHECKPOINT_META).write_text(json.dumps(meta, indent=1, default=str))
         if d.exists():
             shutil.rmtree(d)
@@ -909,12 +738,8 @@ def load_checkpoint_meta(name: str, root: str | Path | None = None) -> dict:
     "The `umad_train.json` of checkpoint `name`; a clear error when there is none."
     f = checkpoint_dir(name, root) / CHECKPOINT_META
     if not f.exists():
-        raise ConfigError(
-            "no such trained checkpoint (run the training first)",
-            key="checkpoint",
-            value=name,
-            where=f.parent,
-        )
+        raise ConfigError("no such trained checkpoint (run the training first)", key="checkpoint",
+                          value=name, where=f.parent)
     return json.loads(f.read_text())
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #f9a5b096
@@ -925,29 +750,21 @@ def checkpoint_spec(name: str, agent: str = "a0", root: str | Path | None = None
 
     meta = load_checkpoint_meta(name, root)
     if agent not in meta["agents"]:
-        raise ConfigError(
-            "no such agent in the checkpoint", key="agent", value=agent, choices=meta["agents"]
-        )
+        raise ConfigError("no such agent in the checkpoint", key="agent", value=agent,
+                          choices=meta["agents"])
     info = meta["agents"][agent]
     base = get_model(info["base_model"])
-    return ModelSpec(
-        f"{CHECKPOINT_PREFIX}{name}/{agent}",
-        "hf",
-        str(checkpoint_dir(name, root) / info["folder"]),
-        revision=meta["fingerprint"],
-        params_b=base.params_b,
-        context_len=base.context_len,
-        papers=("umad",),
-        notes=f"UMAD training ({meta['variant']}, step {meta['step']}) of {base.name}",
-        chat_template_kwargs=dict(base.chat_template_kwargs),
-    )
+    return ModelSpec(f"{CHECKPOINT_PREFIX}{name}/{agent}", "hf",
+                     str(checkpoint_dir(name, root) / info["folder"]), revision=meta["fingerprint"],
+                     params_b=base.params_b, context_len=base.context_len, papers=("umad", ),
+                     notes=f"UMAD training ({meta['variant']}, step {meta['step']}) of {base.name}",
+                     chat_template_kwargs=dict(base.chat_template_kwargs))
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #695b8f99
 class TrainedBackend(HFBackend):
     """An `HFBackend` for a trained checkpoint: cache identity `umad-train:<name>/<agent>@<fingerprint>:<quant>:<dtype>` (no
     machine path); its 4-bit layers run on the path they were trained on (`pin_4bit_training_path`), so a trained agent
     generates what the trained policy generated, on every CPU."""
-
     def load(self) -> "TrainedBackend":
         if self.model is None:
             super().load()
@@ -960,21 +777,12 @@ class TrainedBackend(HFBackend):
 
         dt = DTYPE_SHORT.get(str(self.compute_dtype).replace("torch.", ""), str(self.compute_dtype))
         bid = f"{self.spec.name}@{self.spec.revision}:{self.quant}:{dt}"
-        return bid + (
-            ":" + json.dumps(self.chat_template_kwargs, sort_keys=True)
-            if self.chat_template_kwargs
-            else ""
-        )
+        return bid + (":" + json.dumps(self.chat_template_kwargs, sort_keys=True)
+                      if self.chat_template_kwargs else "")
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #c2caafdf
-def trained_backend(
-    name: str,
-    agent: str = "a0",
-    quant: str = "none",
-    cache=None,
-    root: str | Path | None = None,
-    **kw,
-):
+def trained_backend(name: str, agent: str = "a0", quant: str = "none", cache=None,
+                    root: str | Path | None = None, **kw):
     "A backend serving agent `agent` of checkpoint `name` (behind the generation cache when `cache` is given)."
     from mad_study.backends import CachedBackend
 
@@ -988,9 +796,7 @@ def registry_spec(ref: str, root: str | Path | None = None):
     if not (sep and name and agent):
         raise ConfigError(
             "a trained agent is named umad-train:<checkpoint>/<agent> (e.g. umad-train:umad_train-cpu-x-umad/a0)",
-            key="model",
-            value=CHECKPOINT_PREFIX + str(ref),
-        )
+            key="model", value=CHECKPOINT_PREFIX + str(ref))
     return checkpoint_spec(name, agent, root)
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #dc424d18
@@ -1007,17 +813,12 @@ def _need_peft():
     if importlib.util.find_spec("peft") is None:
         raise ConfigError(
             "this checkpoint is a LoRA adapter: loading it needs peft (pip install peft)",
-            key="checkpoint",
-        )
+            key="checkpoint")
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #f9c48f6f
 VARIANT_LABELS = {
-    "zeroshot": "Zero-Shot",
-    "ippo": "IPPO",
-    "umad": "UMAD",
-    "intrinsic_only": "Intrinsic-only",
-    "nll_only": "NLL-only",
-    "single_grpo": "Single-GRPO Pair",
+    "zeroshot": "Zero-Shot", "ippo": "IPPO", "umad": "UMAD", "intrinsic_only": "Intrinsic-only",
+    "nll_only": "NLL-only", "single_grpo": "Single-GRPO Pair"
 }
 TAB1_VARIANTS = ("ippo", "umad")  # UMAD Table 1: the trained rows
 # UMAD Table 3 / App. E.1 (heterogeneous)
@@ -1027,9 +828,8 @@ TAB3_VARIANTS = ("umad", "intrinsic_only", "nll_only", "single_grpo")
 def checkpoint_name(experiment: str, profile: str, pair: Sequence[str], variant: str) -> str:
     "The checkpoint the training writes for one setting and variant (UMAD Table 1 / 3 row): `<experiment>-<profile>-<pair>-<variant>`."
     if variant not in VARIANTS:
-        raise ConfigError(
-            "unknown training variant", key="variant", value=variant, choices=VARIANTS
-        )
+        raise ConfigError("unknown training variant", key="variant", value=variant,
+                          choices=VARIANTS)
     return f"{experiment}-{profile}-{pair_label(pair).replace(' ', '').replace('+', '_')}-{variant}"
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #7c75a265
@@ -1038,11 +838,8 @@ def setting_variants(pair: Sequence[str], variants: Sequence[str]) -> list[str]:
     homogeneous one (Table 3, App. E.1 and Fig. 3 are heterogeneous only)."""
     from mad_study.umad import pair_kind
 
-    return (
-        list(variants)
-        if pair_kind(pair) == "heterogeneous"
-        else [v for v in variants if v in TAB1_VARIANTS]
-    )
+    return (list(variants)
+            if pair_kind(pair) == "heterogeneous" else [v for v in variants if v in TAB1_VARIANTS])
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #c4c31984
 def trained_agents(name: str):
@@ -1050,41 +847,29 @@ def trained_agents(name: str):
     from mad_study.debate import make_agents
 
     ags = sorted(load_checkpoint_meta(name)["agents"].items(), key=lambda kv: int(kv[0][1:]))
-    return make_agents(
-        [f"{CHECKPOINT_PREFIX}{name}/{a}" for a, _ in ags], roles=[info["role"] for _, info in ags]
-    )
+    return make_agents([f"{CHECKPOINT_PREFIX}{name}/{a}" for a, _ in ags],
+                       roles=[info["role"] for _, info in ags])
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #f31950b0
-def trained_table(
-    transcript: pd.DataFrame,
-    tasks: Sequence[str] | None = None,
-    turns: Sequence[int] = (1, 2, 5),
-    variants: Sequence[str] | None = None,
-) -> pd.DataFrame:
+def trained_table(transcript: pd.DataFrame, tasks: Sequence[str] | None = None,
+                  turns: Sequence[int] = (1, 2, 5),
+                  variants: Sequence[str] | None = None) -> pd.DataFrame:
     """UMAD Table 1 (trained rows) / Table 3: `zeroshot_table`'s layout per variant (the transcript's `variant` column),
     method = the paper's row name (`VARIANT_LABELS`), pass@1 mean ± sd over the evaluation seeds, parse failures per turn."""
     out = []
     for v in variants if variants is not None else list(dict.fromkeys(transcript["variant"])):
         t = transcript[transcript["variant"] == v]
         if t.empty:
-            raise ConfigError(
-                "no evaluation runs of this variant",
-                key="variant",
-                value=v,
-                choices=set(transcript["variant"]),
-            )
+            raise ConfigError("no evaluation runs of this variant", key="variant", value=v,
+                              choices=set(transcript["variant"]))
         s = zeroshot_summary(seed_accuracy(t), tasks=tasks)
         out.append(
-            zeroshot_table(
-                s, turns=turns, method=VARIANT_LABELS[v], parse_failures=parse_failures_by_turn(t)
-            )
-        )
+            zeroshot_table(s, turns=turns, method=VARIANT_LABELS[v],
+                           parse_failures=parse_failures_by_turn(t)))
     tab = pd.concat(out, ignore_index=True)
-    return tab.iloc[
-        np.argsort(
-            pd.Categorical(tab["Setting"], list(dict.fromkeys(tab["Setting"]))).codes, kind="stable"
-        )
-    ].reset_index(drop=True)
+    return tab.iloc[np.argsort(
+        pd.Categorical(tab["Setting"], list(dict.fromkeys(tab["Setting"]))).codes,
+        kind="stable")].reset_index(drop=True)
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #65a85bf6
 FIG3_PANELS = {"zeroshot": "(a) Base models", "umad": "(b) UMAD models"}
@@ -1097,19 +882,14 @@ def fig3_summary(transcript: pd.DataFrame) -> pd.DataFrame:
 
     t = transcript[transcript["variant"].isin(list(FIG3_PANELS))]
     if set(t["variant"]) != set(FIG3_PANELS):
-        raise ConfigError(
-            "Fig. 3 needs the base models' and the UMAD models' runs",
-            key="variant",
-            value=sorted(set(t["variant"])),
-        )
+        raise ConfigError("Fig. 3 needs the base models' and the UMAD models' runs", key="variant",
+                          value=sorted(set(t["variant"])))
     if t["setting"].nunique() != 1 or t["task"].nunique() != 1:
-        raise ConfigError(
-            "Fig. 3 is one setting on one task", key="setting", value=sorted(set(t["setting"]))
-        )
+        raise ConfigError("Fig. 3 is one setting on one task", key="setting",
+                          value=sorted(set(t["setting"])))
     return decomposition_summary(
-        decomposition_table(t.assign(config=t["variant"].map(FIG3_PANELS)), by=("config",)),
-        by=("config",),
-    )
+        decomposition_table(t.assign(config=t["variant"].map(FIG3_PANELS)), by=("config", )),
+        by=("config", ))
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #aa4166b6
 def plot_fig3(summary: pd.DataFrame, title: str = ""):
@@ -1137,9 +917,8 @@ def plot_fig3(summary: pd.DataFrame, title: str = ""):
         ax2.grid(False)
     h1, l1 = axes[0].get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
-    fig.legend(
-        h1 + h2, l1 + l2, loc="lower center", ncol=5, fontsize=8, bbox_to_anchor=(0.5, -0.04)
-    )
+    fig.legend(h1 + h2, l1 + l2, loc="lower center", ncol=5, fontsize=8,
+               bbox_to_anchor=(0.5, -0.04))
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 0.95))
     return fig
@@ -1165,9 +944,8 @@ def train_memory_gb(model: str, finetune: str = "full", quant: str = "nf4") -> f
     if finetune == "full":
         return spec.params_b * (FULL_BYTES_PER_PARAM + REF_BYTES_PER_PARAM)
     if finetune != "lora":
-        raise ConfigError(
-            "unknown fine-tuning mode", key="finetune", value=finetune, choices=FINETUNE
-        )
+        raise ConfigError("unknown fine-tuning mode", key="finetune", value=finetune,
+                          choices=FINETUNE)
     return weight_memory_gb(model, quant) + spec.params_b * LORA_SHARE * FULL_BYTES_PER_PARAM
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #a1c0f007
@@ -1176,16 +954,12 @@ def _gpu_gb(cfg: TrainConfig) -> float | None:
         return float(cfg.gpu_memory_gb)
     import torch
 
-    return (
-        torch.cuda.get_device_properties(0).total_memory / 1e9
-        if torch.cuda.is_available()
-        else None
-    )
+    return (torch.cuda.get_device_properties(0).total_memory /
+            1e9 if torch.cuda.is_available() else None)
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #26189caa
-def check_train_memory(
-    models: Sequence[str], cfg: TrainConfig, gpu_gb: float | None = None
-) -> dict:
+def check_train_memory(models: Sequence[str], cfg: TrainConfig,
+                       gpu_gb: float | None = None) -> dict:
     """Refuse (ConfigError naming the fixes), before any model is loaded or rollout made, a UMAD training (Alg. 2 line 1: one
     policy per entry of `models`) whose policies on one GPU (policy k on GPU k mod `policy_gpus`) need more than
     `GPU_HEADROOM` of it (`gpu_gb`, else `cfg.gpu_memory_gb`, else the visible GPU's; no GPU: no check). Returns GB per GPU."""
@@ -1203,30 +977,22 @@ def check_train_memory(
     ]
     if len(models) > int(cfg.policy_gpus):
         fixes.append(
-            f"one agent per GPU (-p policy_gpus={len(models)}: {max(per):.1f} GB on the fullest)"
-        )
+            f"one agent per GPU (-p policy_gpus={len(models)}: {max(per):.1f} GB on the fullest)")
     fixes.append(f"a bigger GPU (at least {max(dev) / GPU_HEADROOM:.0f} GB)")
     raise ConfigError(
         f"UMAD training ({cfg.finetune} fine-tuning of {', '.join(models)}) needs {max(dev):.1f} GB on one GPU "
-        f"before activations, more than {GPU_HEADROOM:.0%} of its {gb:.0f} GB; fixes: "
-        + "; ".join(fixes),
-        key="finetune",
-        value=cfg.finetune,
-    )
+        f"before activations, more than {GPU_HEADROOM:.0%} of its {gb:.0f} GB; fixes: " +
+        "; ".join(fixes), key="finetune", value=cfg.finetune)
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #a1c0f008
 # output tokens per second per GPU (bf16, one 80 GB GPU,
 # long generations, large batches) that `plan_train` assumes
 ROLLOUT_THROUGHPUT = {
-    "vllm": (
-        12_500,
-        "published vLLM benchmarks: ~12,500 output tok/s for Llama-3.1-8B bf16 on one H100 80GB; "
-        "a 3-4B model is no slower",
-    ),
-    "hf": (
-        520,
-        "vLLM's launch post: up to 24x the throughput of HF Transformers generate (12,500 / 24)",
-    ),
+    "vllm":
+    (12_500,
+     "published vLLM benchmarks: ~12,500 output tok/s for Llama-3.1-8B bf16 on one H100 80GB; "
+     "a 3-4B model is no slower"), "hf":
+    (520, "vLLM's launch post: up to 24x the throughput of HF Transformers generate (12,500 / 24)")
 }
 # UMAD App. (compute): "between 200 and 300 GPU-hours" per GRPO training, 8 x H800
 PAPER_GPU_HOURS_PER_RUN = (200, 300)
@@ -1277,25 +1043,22 @@ def plan_train(p: Mapping) -> dict:
             rollouts = min(steps * bs, ep * n) * G
             g, c, pr = debate_token_plan(rollouts, len(pair), turns - 1, mnt)
             policies = len(set(pair)) if p.get("shared_policy") else len(pair)
-            for k, x in zip(
-                tot, (g, c, pr, rollouts, steps * int(p.get("mini_batches", 1)) * policies)
-            ):
+            for k, x in zip(tot,
+                            (g, c, pr, rollouts, steps * int(p.get("mini_batches", 1)) * policies)):
                 tot[k] += int(x)
             runs += 1
     mem = {
         m: {
-            "full": round(train_memory_gb(m, "full"), 1),
-            "lora": round(train_memory_gb(m, "lora", "none"), 1),
-            "lora_nf4": round(train_memory_gb(m, "lora", "nf4"), 1),
+            "full": round(train_memory_gb(m, "full"),
+                          1), "lora": round(train_memory_gb(m, "lora", "none"), 1), "lora_nf4":
+            round(train_memory_gb(m, "lora", "nf4"), 1)
         }
         for m in sorted(models)
     }
     return {
-        **tot,
-        "train_memory_gb": mem,
-        "rollout_gpu_hours": rollout_gpu_hours(
-            tot["completion_tokens"], runs, p.get("rollout_throughput")
-        ),
+        **tot, "train_memory_gb":
+        mem, "rollout_gpu_hours":
+        rollout_gpu_hours(tot["completion_tokens"], runs, p.get("rollout_throughput"))
     }
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #1851226b
@@ -1305,27 +1068,19 @@ def plan_trained(p: Mapping) -> dict:
     from mad_study.umad import pair_kind
     from mad_study.umad_study import debate_token_plan, n_items_for
 
-    S, R, tot = (
-        int(p.get("samples", 5)),
-        int(p.get("debate_rounds", 4)),
-        np.zeros(3, dtype=np.int64),
-    )
+    S, R, tot = (int(p.get("samples", 5)), int(p.get("debate_rounds",
+                                                     4)), np.zeros(3, dtype=np.int64))
     long = set(p.get("long_tasks") or [])
     for pair in p.get("pairs") or []:
-        runs = [
-            (v, t)
-            for v in setting_variants(pair, p.get("variants") or [])
-            for t in (p.get("tasks") or [])
-        ]
+        runs = [(v, t) for v in setting_variants(pair,
+                                                 p.get("variants") or [])
+                for t in (p.get("tasks") or [])]
         if pair_kind(pair) == "heterogeneous":
             runs.append(("zeroshot", p.get("task", "math500")))  # Fig. 3 (a)
         for v, t in runs:
             mnt = int(
-                p.get("max_new_tokens_long", 4096)
-                if t in long
-                else p.get("eval_max_new_tokens", 2048)
-            )
+                p.get("max_new_tokens_long", 4096) if t in
+                long else p.get("eval_max_new_tokens", 2048))
             tot += debate_token_plan(
-                n_items_for(t, p.get("eval_n_items", 0)) * S, len(pair), R, mnt
-            )
+                n_items_for(t, p.get("eval_n_items", 0)) * S, len(pair), R, mnt)
     return dict(zip(("generations", "completion_tokens", "prompt_tokens"), map(int, tot)))

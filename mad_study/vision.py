@@ -24,8 +24,7 @@ CHATML_VISION_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
     "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for p in m['content'] %}"
     "{% if p['type'] == 'image' %}<image>\n{% elif p['type'] == 'text' %}{{ p['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
 def _clip_image_processor(**kw):
@@ -46,59 +45,27 @@ def tiny_random_vlm_checkpoint(force: bool = False) -> Path:
 
     def build(tmp: Path):
         import torch
-        from transformers import (
-            AutoTokenizer,
-            CLIPVisionConfig,
-            LlamaConfig,
-            LlavaConfig,
-            LlavaForConditionalGeneration,
-            LlavaProcessor,
-        )
+        from transformers import (AutoTokenizer, CLIPVisionConfig, LlamaConfig, LlavaConfig,
+                                  LlavaForConditionalGeneration, LlavaProcessor)
 
         tok = AutoTokenizer.from_pretrained(tok_dir)
         tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
-        ip = _clip_image_processor(
-            size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
-        )
-        proc = LlavaProcessor(
-            image_processor=ip,
-            tokenizer=tok,
-            patch_size=8,
-            vision_feature_select_strategy="default",
-            chat_template=CHATML_VISION_TEMPLATE,
-            image_token="<image>",
-            num_additional_image_tokens=1,
-        )
-        vc = CLIPVisionConfig(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            image_size=32,
-            patch_size=8,
-            projection_dim=64,
-        )
-        tc = LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=2048,
-            tie_word_embeddings=True,
-            initializer_range=0.2,
-            bos_token_id=tok.bos_token_id,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
-        )
-        cfg = LlavaConfig(
-            vision_config=vc,
-            text_config=tc,
-            image_token_index=tok.convert_tokens_to_ids("<image>"),
-            vision_feature_select_strategy="default",
-            vision_feature_layer=-1,
-        )
+        ip = _clip_image_processor(size={"shortest_edge": 32},
+                                   crop_size={"height": 32, "width": 32})
+        proc = LlavaProcessor(image_processor=ip, tokenizer=tok, patch_size=8,
+                              vision_feature_select_strategy="default",
+                              chat_template=CHATML_VISION_TEMPLATE, image_token="<image>",
+                              num_additional_image_tokens=1)
+        vc = CLIPVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                              num_attention_heads=4, image_size=32, patch_size=8, projection_dim=64)
+        tc = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=2048, tie_word_embeddings=True,
+                         initializer_range=0.2, bos_token_id=tok.bos_token_id,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        cfg = LlavaConfig(vision_config=vc, text_config=tc,
+                          image_token_index=tok.convert_tokens_to_ids("<image>"),
+                          vision_feature_select_strategy="default", vision_feature_layer=-1)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             model = LlavaForConditionalGeneration(cfg).to(torch.float32)
@@ -132,9 +99,7 @@ class VLMBackend(HFBackend):
         if not self.spec.vision:
             raise ConfigError(
                 "not a vision-language model (ModelSpec.vision is False): use HFBackend",
-                key="model",
-                value=self.spec.name,
-            )
+                key="model", value=self.spec.name)
         self.processor = None
 
     def _source(self) -> str:
@@ -157,8 +122,7 @@ VISION_FULL_PRECISION = (
     r".*vision_model",
     r".*visual",  # LLaVA / Pixtral / Gemma 3, Llama 3.2 Vision, Qwen2.5-VL
     r".*multi_modal_projector",
-    r"lm_head",
-)
+    r"lm_head")
 
 
 @patch
@@ -187,9 +151,8 @@ def _from_pretrained(self: VLMBackend, src: str, msrc: str, kw: dict, mkw: dict)
 @patch
 def _template(self: VLMBackend, messages: list[dict]) -> str:
     pm, _ = vlm_messages(messages)
-    return self.processor.apply_chat_template(
-        pm, tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
-    )
+    return self.processor.apply_chat_template(pm, tokenize=False, add_generation_prompt=True,
+                                              **self.chat_template_kwargs)
 
 # %% ../nbs/backends/03d_vision.ipynb #4ee37c29
 @patch
@@ -204,9 +167,8 @@ def _inputs(self: VLMBackend, batch: list[list[dict]]):
         raise ConfigError("a batch mixes requests with and without images", key="images")
     # the template writes the special tokens it wants (Gemma 3's
     # and Llama 3's <bos>): the tokenizer adds none (as HFBackend)
-    return self.processor(
-        text=texts, padding=True, return_tensors="pt", add_special_tokens=False, **kw
-    )
+    return self.processor(text=texts, padding=True, return_tensors="pt", add_special_tokens=False,
+                          **kw)
 
 # %% ../nbs/backends/03d_vision.ipynb #55969725
 @patch
@@ -245,9 +207,8 @@ def generate(self: VLMBackend, requests: list[GenRequest]) -> list[Generation]:
 
 # %% ../nbs/backends/03d_vision.ipynb #f4b4147e
 @patch
-def _generate_batch(
-    self: VLMBackend, reqs: list[GenRequest], preps: list[PreparedRequest]
-) -> list[Generation]:
+def _generate_batch(self: VLMBackend, reqs: list[GenRequest],
+                    preps: list[PreparedRequest]) -> list[Generation]:
     P = torch_parts()
     torch = P["torch"]
     from transformers import LogitsProcessorList, StoppingCriteriaList
@@ -258,21 +219,14 @@ def _generate_batch(
     if "pixel_values" in inputs and inputs["pixel_values"].is_floating_point():
         inputs["pixel_values"] = inputs["pixel_values"].to(self.compute_dtype)
     L, limits = inputs["input_ids"].shape[1], [p.max_new for p in preps]
-    sampler = P["RowSampler"](
-        [r.temperature for r in reqs], [r.top_p for r in reqs], [r.seed for r in reqs], dev
-    )
+    sampler = P["RowSampler"]([r.temperature for r in reqs], [r.top_p for r in reqs],
+                              [r.seed for r in reqs], dev)
     stopper = P["RowLimit"](L, limits, dev)
     with torch.inference_mode():
-        res = self.model.generate(
-            **inputs,
-            max_new_tokens=max(limits),
-            do_sample=False,
-            return_dict_in_generate=True,
-            logits_processor=LogitsProcessorList([sampler]),
-            stopping_criteria=StoppingCriteriaList([stopper]),
-        )
-    lps, ents = (
-        torch.stack(sampler.logprobs, 1).cpu().double(),
-        torch.stack(sampler.entropies, 1).cpu().double(),
-    )
+        res = self.model.generate(**inputs, max_new_tokens=max(limits), do_sample=False,
+                                  return_dict_in_generate=True,
+                                  logits_processor=LogitsProcessorList([sampler]),
+                                  stopping_criteria=StoppingCriteriaList([stopper]))
+    lps, ents = (torch.stack(sampler.logprobs, 1).cpu().double(), torch.stack(sampler.entropies,
+                                                                              1).cpu().double())
     return self._decode(res.sequences[:, L:].cpu(), lps, ents, preps)

@@ -32,9 +32,8 @@ def majority_vote(answers: Sequence[str | None], fmt: str, tie_seed: Any = 0) ->
     return tied[int(rng_for("tie", tie_seed).integers(len(tied)))]
 
 # %% ../nbs/engine/02c_voting.ipynb #f0f16ae5
-def group_rows(
-    df: pd.DataFrame, by: Sequence[str], dropna: bool = True
-) -> tuple[list[tuple], list[np.ndarray]]:
+def group_rows(df: pd.DataFrame, by: Sequence[str],
+               dropna: bool = True) -> tuple[list[tuple], list[np.ndarray]]:
     """The groups of `df.groupby(list(by), sort=False, dropna=dropna)`, in the same order, as (key tuples, row positions
     in original order), computed with numpy once: iterating pandas groups costs ~0.1 ms each (40,000 groups: 4 s)."""
     by = list(by)
@@ -43,13 +42,13 @@ def group_rows(
     gb = df.groupby(by, sort=False, dropna=dropna)
     keys = gb.size().index.tolist()
     if len(by) == 1:
-        keys = [(k,) for k in keys]
+        keys = [(k, ) for k in keys]
     codes = gb.ngroup().to_numpy(dtype=float)  # NaN: a row whose key has a missing value (dropna)
     pos = np.flatnonzero(~np.isnan(codes))
     c = codes[pos].astype(np.int64)
     order = pos[np.argsort(c, kind="stable")]
     bounds = np.r_[0, np.cumsum(np.bincount(c, minlength=len(keys)))]
-    return keys, [order[bounds[i] : bounds[i + 1]] for i in range(len(keys))]
+    return keys, [order[bounds[i]:bounds[i + 1]] for i in range(len(keys))]
 
 # %% ../nbs/engine/02c_voting.ipynb #3d949911
 def _merged_column(answers: np.ndarray, fmt: str) -> np.ndarray:
@@ -89,25 +88,18 @@ def _majorities(groups: list[np.ndarray], merged: np.ndarray, tie_seeds: list) -
 def tie_seeds(transcript: pd.DataFrame, groups: list[np.ndarray]) -> list[tuple]:
     "Each group's tie seed `(item_id, sample, round)` from its first row (missing columns: None): never the experiment."
     cols = [
-        transcript[c].to_numpy(dtype=object)
-        if c in transcript
-        else np.full(len(transcript), None, dtype=object)
+        transcript[c].to_numpy(
+            dtype=object) if c in transcript else np.full(len(transcript), None, dtype=object)
         for c in ("item_id", "sample", "round")
     ]
     return [
-        tuple(
-            None if pd.isna(v) else (int(v) if k else str(v))
-            for k, v in enumerate(c[idx[0]] for c in cols)
-        )
-        for idx in groups
+        tuple(None if pd.isna(v) else (int(v) if k else str(v))
+              for k, v in enumerate(c[idx[0]] for c in cols)) for idx in groups
     ]
 
 # %% ../nbs/engine/02c_voting.ipynb #bbd0f219
-def vote_table(
-    transcript: pd.DataFrame,
-    by: Sequence[str] = ("item_id", "sample", "round"),
-    fmt: str | None = None,
-) -> pd.DataFrame:
+def vote_table(transcript: pd.DataFrame, by: Sequence[str] = ("item_id", "sample", "round"),
+               fmt: str | None = None) -> pd.DataFrame:
     """Majority vote per condition (`experiment`, `method`), item, thread and round
     (`pool_keys(transcript, by)`): those columns + task, gold, `answer`, `correct`, `n_agents`."""
     by = pool_keys(transcript, by)
@@ -117,10 +109,8 @@ def vote_table(
         return pd.DataFrame([])
     seeds = tie_seeds(transcript, groups)
     answers = transcript["answer"].to_numpy(dtype=object, na_value=None)
-    tasks, golds = (
-        transcript["task"].to_numpy(dtype=object),
-        transcript["gold"].to_numpy(dtype=object),
-    )
+    tasks, golds = (transcript["task"].to_numpy(dtype=object),
+                    transcript["gold"].to_numpy(dtype=object))
     rowf = row_formats(transcript, fmt, what="vote_table").to_numpy(dtype=object)
     gfmt = [rowf[idx[0]] for idx in groups]
     votes: list = [None] * len(groups)
@@ -128,11 +118,9 @@ def vote_table(
         sel = [i for i, x in enumerate(gfmt) if x == f]
         if f in ELEMENTWISE_FORMATS:
             for i, v in zip(
-                sel,
-                _majorities(
-                    [groups[i] for i in sel], _merged_column(answers, f), [seeds[i] for i in sel]
-                ),
-            ):
+                    sel,
+                    _majorities([groups[i] for i in sel], _merged_column(answers, f),
+                                [seeds[i] for i in sel])):
                 votes[i] = v
         else:
             for i in sel:
@@ -140,14 +128,8 @@ def vote_table(
     rows = []
     for key, idx, f, ans in zip(keys, groups, gfmt, votes):
         task, gold = tasks[idx[0]], golds[idx[0]]
-        rows.append(
-            {
-                **dict(zip(by, key)),
-                "task": task,
-                "gold": gold,
-                "answer": ans,
-                "correct": ans is not None and is_correct(ans, gold, f),
-                "n_agents": len(idx),
-            }
-        )
+        rows.append({
+            **dict(zip(by, key)), "task": task, "gold": gold, "answer": ans, "correct":
+            ans is not None and is_correct(ans, gold, f), "n_agents": len(idx)
+        })
     return pd.DataFrame(rows)

@@ -1,5 +1,5 @@
 """The package's layout (issue 26): the static import graph of `mad_study/*.py` has no cycle and no paper module imports
-the command line; the notebooks' code lines fit the width (packed by yapf at 100 columns, at most 5% of code lines over
+the command line; the notebooks' code lines fit the width (packed by yapf at 100 columns, at most 6% of code lines over
 100 characters) and an export cell holds one definition. Cell sizes are printed, not targeted (issue 49: a median-size
 target rewarded cutting a test from its set-up; a test cell is as long as its set-up, action and check).
 
@@ -22,7 +22,10 @@ PKG = ROOT / "mad_study"
 PAPERS = ("baseline", "umad", "umad_train", "madc", "svr_mad", "rumad", "meta_debate")   # modules of the paper notebooks
 CLI = "reproduce"
 # issue 37: what a reader holds on a screen, measured over every code cell of nbs/*.ipynb
-WIDTH, MAX_WIDE_PCT = 100, 5.0          # yapf's column limit; at most 5% of code lines past it (strings, docstrings)
+# yapf's column limit; at most 6% of code lines past it (strings, docstrings, comments: prose no formatter wraps).
+# It was 5% of ruff's layout: yapf's packing took ~10,700 one-item lines out of the count while the lines over 100
+# fell (2,301 -> 2,243), so the same notebooks read 5.6%; the share moved, the width did not.
+WIDTH, MAX_WIDE_PCT = 100, 6.0
 LONG, MAX_CELL_LINES, MAX_CELL_CHARS = 40, 125, 7000   # an export cell over 40 lines holds one definition; none past the caps
 
 
@@ -198,8 +201,6 @@ def _measures():
     return m, m.kit_notebooks()
 
 
-@pytest.mark.xfail(reason="issue 49: 19% of the kit's test cells neither check nor show (2026-11-28, was 23%); target <= 16%",
-                   strict=False)
 def test_few_test_cells_only_set_up():
     "At most 16% of test cells (nbdev's share) neither check nor show anything (issue 49)."
     m, nbs = _measures()
@@ -208,8 +209,6 @@ def test_few_test_cells_only_set_up():
     assert 100 * bad / total <= m.TARGETS["setup_only_pct"]
 
 
-@pytest.mark.xfail(reason="issue 49: 27% of the kit's export cells are followed by a test or usage (2026-11-28); "
-                          "target >= 40%", strict=False)
 def test_export_cells_are_followed_by_their_test_or_usage():
     "At least 40% of export cells are directly followed by a test or usage cell (issue 49; nbdev 36%, fastcore 47%)."
     m, nbs = _measures()
