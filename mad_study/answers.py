@@ -613,8 +613,8 @@ def _loops(s: str) -> bool:
         runs = Counter(tuple(masked[i:i + 10]) for i in range(len(masked) - 9))
         if runs[tuple(masked[-10:])] >= 5:
             return True
-    lines = [l.strip() for l in tail.split("\n")
-             if l.strip() and not _MARKUP_LINE_RE.fullmatch(l)][-30:]
+    lines = [l.strip() for l in tail.split("\n") if l.strip() and not _MARKUP_LINE_RE.fullmatch(l)
+             ][-30:]
     return bool(lines) and len(lines[-1]) >= 8 and lines.count(lines[-1]) >= 3
 
 # %% ../nbs/core/01_answers.ipynb #a0b7463f
@@ -809,8 +809,10 @@ def _extract_exact(s: str) -> str | None:
 
 # %% ../nbs/core/01_answers.ipynb #0bd9d952
 _EXTRACTORS = {
-    "number": _extract_number, "boxed": _extract_boxed, "option": _extract_option, "exact":
-    _extract_exact
+    "number": _extract_number,
+    "boxed": _extract_boxed,
+    "option": _extract_option,
+    "exact": _extract_exact
 }
 
 
@@ -963,8 +965,9 @@ def _mv_budget():
         return
     clock = _thread_cpu_clock() or time.monotonic
     _LOCAL.budget = {
-        "clock": clock, "cpu_end": clock() + MATH_VERIFY_TIMEOUT, "wall_end":
-        time.monotonic() + MATH_VERIFY_WALL
+        "clock": clock,
+        "cpu_end": clock() + MATH_VERIFY_TIMEOUT,
+        "wall_end": time.monotonic() + MATH_VERIFY_WALL
     }
     try:
         yield
@@ -1050,8 +1053,9 @@ _OUT_OF_TIME = object()  # what `_bounded` returns when the watchdog stopped mat
 def _mv_verify_cached(gold: str, pred: str) -> bool:
     "math-verify's verdict on one pair, memoised; raises `_NoTime` (never cached) when the call's budget is spent."
     b = getattr(_LOCAL, "budget", None) or {
-        "clock": time.monotonic, "cpu_end": time.monotonic() + MATH_VERIFY_TIMEOUT, "wall_end":
-        time.monotonic() + MATH_VERIFY_WALL
+        "clock": time.monotonic,
+        "cpu_end": time.monotonic() + MATH_VERIFY_TIMEOUT,
+        "wall_end": time.monotonic() + MATH_VERIFY_WALL
     }
     c0, w0 = b["clock"](), time.monotonic()
     _, verify = _math_verify()

@@ -201,21 +201,22 @@ def svr_transcript(round0: pd.DataFrame, debates: pd.DataFrame,
         b = base.loc[(d["item_id"], d["sample"], d["receiver"])]
         post = None if pd.isna(d["post"]) else d["post"]
         rows.append({
-            **{k: b[k]
-               for k in ("experiment", "task", "gold", "model", "role")}, "item_id":
-            d["item_id"], "sample":
-            d["sample"], "agent":
-            d["receiver"], "round":
-            1, "position":
-            0, "visible_peers":
-            d["challenger"], "reused":
-            False, "prompt_tokens":
-            d["prompt_tokens"], "completion_tokens":
-            d["completion_tokens"], "text":
-            d["text"], "answer":
-            post, "correct":
-            post is not None and is_correct(post, b["gold"],
-                                            get_task(b["task"]).fmt)
+            **{
+                k: b[k]
+                for k in ("experiment", "task", "gold", "model", "role")
+            }, "item_id": d["item_id"],
+            "sample": d["sample"],
+            "agent": d["receiver"],
+            "round": 1,
+            "position": 0,
+            "visible_peers": d["challenger"],
+            "reused": False,
+            "prompt_tokens": d["prompt_tokens"],
+            "completion_tokens": d["completion_tokens"],
+            "text": d["text"],
+            "answer": post,
+            "correct": post is not None and is_correct(post, b["gold"],
+                                                       get_task(b["task"]).fmt)
         })
     return transcript_frame(pd.concat([r0, transcript_frame(rows)],
                                       ignore_index=True)).assign(method=method)

@@ -73,8 +73,8 @@ def _madc_rows(mm: Mapping[str, str]) -> list[dict]:
     for model, g in paper_table("madc_tab1").groupby("model", sort=False):
         v = g.set_index("method")
         for t in ("bbh_logical_deduction_7", "bbh_geometric_shapes", "math500"):
-            s, mad, tl, sc, madc = (float(v.loc[k, t])
-                                    for k in ("single", "mad", "truth_last", "sc", "madc"))
+            s, mad, tl, sc, madc = (
+                float(v.loc[k, t]) for k in ("single", "mad", "truth_last", "sc", "madc"))
             for (q, mech, stat), x in zip(quantities, (s, mad - s, tl - mad, mad - sc, madc - mad)):
                 rows.append(_row("MADC", src, q, model, t, x, mech, stat, mm))
     q = "MAD 10 agents - 3 agents (points)"
@@ -209,9 +209,8 @@ class World:
 
     def key(self, models: Sequence[str], off: Sequence[str] = ()) -> str:
         "A string that names the agents of `models` with `off` switched off (for the statistics' memo)."
-        return json.dumps(
-            [[dataclasses.asdict(self.agent(m))
-              for m in models], sorted(off)], sort_keys=True)
+        return json.dumps([[dataclasses.asdict(self.agent(m)) for m in models],
+                           sorted(off)], sort_keys=True)
 
 # %% ../nbs/study/16_calibration.ipynb #307540be
 def world_from_profile(profile: str = "sim",
@@ -427,11 +426,16 @@ def umad_flip_gap(world: World, row: Mapping, n_items: int, seeds: int,
 
 # %% ../nbs/study/16_calibration.ipynb #d8543d11
 STATISTICS: dict[str, Callable[..., tuple[np.ndarray, np.ndarray]]] = {
-    "round0_accuracy": round0_accuracy, "du_debate_gain": du_debate_gain, "madc_debate_gain":
-    madc_debate_gain, "madc_truth_last_gain": madc_truth_last_gain, "madc_agent_scaling":
-    madc_agent_scaling, "rumad_dense_sparse_gap": rumad_dense_sparse_gap, "umad_turn_gain":
-    umad_turn_gain, "madc_vs_mad": madc_vs_mad, "madc_mad_vs_sc": madc_mad_vs_sc, "umad_flip_gap":
-    umad_flip_gap
+    "round0_accuracy": round0_accuracy,
+    "du_debate_gain": du_debate_gain,
+    "madc_debate_gain": madc_debate_gain,
+    "madc_truth_last_gain": madc_truth_last_gain,
+    "madc_agent_scaling": madc_agent_scaling,
+    "rumad_dense_sparse_gap": rumad_dense_sparse_gap,
+    "umad_turn_gain": umad_turn_gain,
+    "madc_vs_mad": madc_vs_mad,
+    "madc_mad_vs_sc": madc_mad_vs_sc,
+    "umad_flip_gap": umad_flip_gap
 }
 
 # %% ../nbs/study/16_calibration.ipynb #5d221b8c
@@ -472,10 +476,12 @@ class FitStep:
 # %% ../nbs/study/16_calibration.ipynb #de87bf6f
 # the strengths searched in the first pass (the bracket refinement then works between grid neighbours)
 GRIDS = {
-    "conformity": (0.0, 0.15, 0.3, 0.45, 0.6, 0.75, 0.9, 1.0), "recency":
-    (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0), "context_decay": (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4),
-    "debate_noise": (0.0, 0.05, 0.1, 0.2, 0.3, 0.5), "persuasion":
-    (0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0), "signal_strength": (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
+    "conformity": (0.0, 0.15, 0.3, 0.45, 0.6, 0.75, 0.9, 1.0),
+    "recency": (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0),
+    "context_decay": (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4),
+    "debate_noise": (0.0, 0.05, 0.1, 0.2, 0.3, 0.5),
+    "persuasion": (0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0),
+    "signal_strength": (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
 }
 # the order of the fit: each mechanism after those whose effects it rides on
 FIT_ORDER = ("conformity", "recency", "context_harm", "debate_noise")
@@ -550,16 +556,18 @@ def fit_world(world: World, targets: pd.DataFrame, stats: Mapping | None = None,
                 idx = [step.grid.index(o) for o in own]
                 tension = ("; ".join(
                     f"{r['source']} {r['quantity'].split(' (')[0]} {r['task']}: {o:g}"
-                    for (_, r), o in zip(step.targets.iterrows(), own)) if max(idx) -
-                           min(idx) > 1 else "")
+                    for (_, r), o in zip(step.targets.iterrows(), own))
+                           if max(idx) - min(idx) > 1 else "")
                 best[name] = (i, tension)
             else:
                 i, tension = best[name]
                 lo, hi = step.grid[max(i - 1, 0)], step.grid[min(i + 1, len(step.grid) - 1)]
                 res = optimize.minimize_scalar(
                     lambda x: objective(world.with_value(step.models, step.param, float(x)), step)[
-                        0], bounds=(lo, hi), method="bounded",
-                    options={"xatol": xatol, "maxiter": maxiter})
+                        0], bounds=(lo, hi), method="bounded", options={
+                            "xatol": xatol,
+                            "maxiter": maxiter
+                        })
                 value = float(res.x)
                 obj, s = objective(world.with_value(step.models, step.param, value), step)
                 evals = int(res.nfev) + 1
@@ -634,10 +642,14 @@ def fit_grid(world: World, targets: pd.DataFrame, models: Sequence[str],
 # turn gain by debate noise (there the control shows the cost: effect - control is the aleatoric cost), UMAD's
 # flip ordering by conformity
 CONTROLS = {
-    "du_debate_gain": ("conformity", "recognition"), "madc_debate_gain":
-    ("conformity", "recognition"), "madc_agent_scaling": ("conformity", "recognition"),
-    "madc_truth_last_gain": ("recency", ), "madc_vs_mad": ("recency", ), "rumad_dense_sparse_gap":
-    ("context_harm", ), "umad_turn_gain": ("debate_noise", ), "umad_flip_gap": ("conformity", ),
+    "du_debate_gain": ("conformity", "recognition"),
+    "madc_debate_gain": ("conformity", "recognition"),
+    "madc_agent_scaling": ("conformity", "recognition"),
+    "madc_truth_last_gain": ("recency", ),
+    "madc_vs_mad": ("recency", ),
+    "rumad_dense_sparse_gap": ("context_harm", ),
+    "umad_turn_gain": ("debate_noise", ),
+    "umad_flip_gap": ("conformity", ),
     "madc_mad_vs_sc": ("persuasion", )
 }
 # a row's mechanism whose control is itself, whatever the statistic: Du et al.'s gain and MADC - MAD are served twice
@@ -749,9 +761,10 @@ def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, s
     (`tension_sentence`) saying why the row's printed numbers pull its value apart."""
     stats = STATISTICS if stats is None else stats
     cf = competence_fit(targets, world).set_index(["sim_model", "task"])
-    tension = ({} if fit_log is None else {(r["mechanism"], r["models"]): r["tension"]
-                                           for _, r in fit_log.iterrows()
-                                           if r["fit_pass"] != "bracket"})
+    tension = ({} if fit_log is None else {
+        (r["mechanism"], r["models"]): r["tension"]
+        for _, r in fit_log.iterrows() if r["fit_pass"] != "bracket"
+    })
     rows = []
     for _, r in targets[(targets["family"] == "world")
                         & targets["statistic"].isin(list(stats))].iterrows():
@@ -794,9 +807,8 @@ def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, s
                 mechanism=r["mechanism"], parameter=param, sim_model=r["sim_model"], value=value,
                 status=status, source=r["source"], quantity=r["quantity"], task=r["task"],
                 printed=r["printed"], n_items=e["n_items"],
-                resolves=(100 *
-                          resolvable_effect(e["n_items"], disc) if off and disc > 0 else np.nan),
-                sim=e["sim"], ci_low=e["ci_low"], ci_high=e["ci_high"],
+                resolves=(100 * resolvable_effect(e["n_items"], disc) if off and disc > 0 else
+                          np.nan), sim=e["sim"], ci_low=e["ci_low"], ci_high=e["ci_high"],
                 covers=bool(e["ci_low"] <= r["printed"] <= e["ci_high"]), control_off="+".join(off),
                 control=c["sim"] if c else np.nan, control_ci_low=c["ci_low"] if c else np.nan,
                 control_ci_high=c["ci_high"] if c else np.nan,
@@ -860,23 +872,23 @@ def calibration_view(table: pd.DataFrame) -> pd.DataFrame:
     num = lambda k: pd.to_numeric(table.get(k, pd.Series(np.nan, index=table.index)), errors=
                                   "coerce")
     return pd.DataFrame({
-        "mechanism":
-        table["mechanism"].fillna(""), "model":
-        table["sim_model"].fillna(""), "value":
-        table["value"].map(lambda v: "" if pd.isna(v) else f"{v:g}"), "status":
-        table["status"], "source":
-        table["source"], "quantity":
-        table["quantity"], "task":
-        table["task"].fillna(""), "printed":
-        num("printed").map(lambda v: "" if pd.isna(v) else f"{v:+.1f}"), "sim [CI]":
-        [ci(*x) for x in zip(num("sim"), num("ci_low"), num("ci_high"))], "control":
-        table["control_off"].fillna("") + [
+        "mechanism": table["mechanism"].fillna(""),
+        "model": table["sim_model"].fillna(""),
+        "value": table["value"].map(lambda v: "" if pd.isna(v) else f"{v:g}"),
+        "status": table["status"],
+        "source": table["source"],
+        "quantity": table["quantity"],
+        "task": table["task"].fillna(""),
+        "printed": num("printed").map(lambda v: "" if pd.isna(v) else f"{v:+.1f}"),
+        "sim [CI]": [ci(*x) for x in zip(num("sim"), num("ci_low"), num("ci_high"))],
+        "control": table["control_off"].fillna("") + [
             "" if not np.isfinite(x) else f" {ci(x, lo, hi)}"
             for x, lo, hi in zip(num("control"), num("control_ci_low"), num("control_ci_high"))
-        ], "effect - control [CI]": [
+        ],
+        "effect - control [CI]": [
             ci(*x) for x in zip(num("effect_control"), num("effect_control_ci_low"),
                                 num("effect_control_ci_high"))
-        ], "verdict":
-        table["verdict"], "tension":
-        table.get("tension", pd.Series("", index=table.index)).fillna("")
+        ],
+        "verdict": table["verdict"],
+        "tension": table.get("tension", pd.Series("", index=table.index)).fillna("")
     })

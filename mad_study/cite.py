@@ -96,47 +96,81 @@ def references() -> dict[str, dict[str, str]]:
 PAPER_REFS: dict[str,
                  tuple[str,
                        ...]] = {  # paper id (params/<paper>/) -> works every experiment of it uses
-                           "baseline": ("du2024debate", ), "umad": ("qiao2026umad", "du2024debate"),
+                           "baseline": ("du2024debate", ),
+                           "umad": ("qiao2026umad", "du2024debate"),
                            "madc": ("zhang2025madc", "du2024debate", "wang2023selfconsistency",
-                                    "wei2022cot"), "svr":
-                           ("jiang2026svrmad", "wang2023selfconsistency", "liu2024groupdebate",
-                            "chen2025sid", "zeng2025s2mad", "du2024debate"), "rumad":
-                           ("wang2026rumad", "schulman2017ppo", "schulman2016gae", "du2024debate",
-                            "li2024smad", "liu2024groupdebate", "zeng2025s2mad"), "meta_debate":
-                           ("zhang2026metadebate", "liang2024mad", "liu2025dmad"), "arena":
-                           ("du2024debate", "zhang2025madc", "jiang2026svrmad", "wang2026rumad",
-                            "zhang2026metadebate", "qiao2026umad", "liang2024mad", "liu2025dmad",
-                            "liu2024groupdebate", "zeng2025s2mad", "li2024smad", "chen2025sid",
-                            "wang2023selfconsistency", "smit2024mad", "holm1979")
+                                    "wei2022cot"),
+                           "svr": ("jiang2026svrmad", "wang2023selfconsistency",
+                                   "liu2024groupdebate", "chen2025sid", "zeng2025s2mad",
+                                   "du2024debate"),
+                           "rumad": ("wang2026rumad", "schulman2017ppo", "schulman2016gae",
+                                     "du2024debate", "li2024smad", "liu2024groupdebate",
+                                     "zeng2025s2mad"),
+                           "meta_debate": ("zhang2026metadebate", "liang2024mad", "liu2025dmad"),
+                           "arena": ("du2024debate", "zhang2025madc", "jiang2026svrmad",
+                                     "wang2026rumad", "zhang2026metadebate", "qiao2026umad",
+                                     "liang2024mad", "liu2025dmad", "liu2024groupdebate",
+                                     "zeng2025s2mad", "li2024smad", "chen2025sid",
+                                     "wang2023selfconsistency", "smit2024mad", "holm1979")
                        }
 
 # %% ../nbs/core/00b_cite.ipynb #38616a03
 ALIASES: dict[str, str] = {  # regular expression by which a docstring names a work -> its key
-    r"\bUMAD\b": "qiao2026umad", r"\bMADC\b|Truth Last|Truth First": "zhang2025madc",
-    r"\bSVR(-MAD)?\b": "jiang2026svrmad", r"\bRUMAD\b": "wang2026rumad", r"Meta-Debate":
-    "zhang2026metadebate", r"Du et al": "du2024debate", r"Liang et al": "liang2024mad",
-    r"GroupDebate": "liu2024groupdebate", r"\bSID(-ET)?\b": "chen2025sid", r"\bS2-?MAD\b":
-    "zeng2025s2mad", r"\bS-MAD\b": "li2024smad", r"\bDMAD\b": "liu2025dmad",
-    r"[Ss]elf-[Cc]onsistency": "wang2023selfconsistency", r"[Cc]hain-of-[Tt]hought|\bCoT\b":
-    "wei2022cot", r"[Pp]rogram-of-[Tt]hought|\bPoT\b": "chen2023pot", r"[Ss]tep-[Bb]ack":
-    "zheng2024stepback", r"\bCCoT\b": "mitra2024ccot", r"\bDDCoT\b": "zheng2023ddcot", r"\bGRPO\b":
-    "shao2024deepseekmath", r"\bPPO\b": "schulman2017ppo", r"\bIPPO\b": "dewitt2020ippo",
-    r"\bGAE\b|[Gg]enerali[sz]ed [Aa]dvantage": "schulman2016gae", r"\bLoRA\b": "hu2022lora",
-    r"QLoRA|\b[nN][fF]4\b": "dettmers2023qlora", r"GSM8K": "cobbe2021gsm8k", r"\bMMLU\b":
-    "hendrycks2021mmlu", r"\bGPQA\b": "rein2024gpqa", r"MATH-?500": "lightman2024verify",
-    r"MathVision|MATH-Vision": "wang2024mathvision", r"RealWorldQA": "xai2024realworldqa",
-    r"\bHLE\b|Humanity's Last Exam": "phan2026hle", r"IMO-AnswerBench": "luong2025imo",
-    r"\bBBH\b|BIG-Bench Hard": "suzgun2023bbh", r"AIME ?24": "aops2024aime", r"AIME ?25":
-    "aops2025aime", r"AMC-?23": "knovel2025amc23", r"McNemar": "mcnemar1947", r"Cochran":
-    "cochran1950q", r"Wilcoxon": "wilcoxon1945", r"\bHolm\b": "holm1979", r"Schuirmann":
-    "schuirmann1987tost", r"\bWilson\b": "wilson1927", r"\bTango\b": "tango1998paired",
-    r"\bConnor\b": "connor1987sample", r"Miettinen": "miettinen1968matched", r"\bStudent 1908\b":
-    "student1908", r"Agresti": "agresti2005paired", r"Strassburger": "strassburger2008holm",
-    r"Casella": "casella2002statistical", r"Friedman": "friedman1937",
-    r"Fisher's randomi[sz]ation|Fisher 1935": "fisher1935design", r"Davison":
-    "davison1997bootstrap", r"Smit et al|DebateLLM": "smit2024mad",
-    r"[Pp]ercentile bootstrap|[Bb]ootstrap interval|bootstrap CI": "efron1979bootstrap", r"MiniLM":
-    "wang2020minilm"
+    r"\bUMAD\b": "qiao2026umad",
+    r"\bMADC\b|Truth Last|Truth First": "zhang2025madc",
+    r"\bSVR(-MAD)?\b": "jiang2026svrmad",
+    r"\bRUMAD\b": "wang2026rumad",
+    r"Meta-Debate": "zhang2026metadebate",
+    r"Du et al": "du2024debate",
+    r"Liang et al": "liang2024mad",
+    r"GroupDebate": "liu2024groupdebate",
+    r"\bSID(-ET)?\b": "chen2025sid",
+    r"\bS2-?MAD\b": "zeng2025s2mad",
+    r"\bS-MAD\b": "li2024smad",
+    r"\bDMAD\b": "liu2025dmad",
+    r"[Ss]elf-[Cc]onsistency": "wang2023selfconsistency",
+    r"[Cc]hain-of-[Tt]hought|\bCoT\b": "wei2022cot",
+    r"[Pp]rogram-of-[Tt]hought|\bPoT\b": "chen2023pot",
+    r"[Ss]tep-[Bb]ack": "zheng2024stepback",
+    r"\bCCoT\b": "mitra2024ccot",
+    r"\bDDCoT\b": "zheng2023ddcot",
+    r"\bGRPO\b": "shao2024deepseekmath",
+    r"\bPPO\b": "schulman2017ppo",
+    r"\bIPPO\b": "dewitt2020ippo",
+    r"\bGAE\b|[Gg]enerali[sz]ed [Aa]dvantage": "schulman2016gae",
+    r"\bLoRA\b": "hu2022lora",
+    r"QLoRA|\b[nN][fF]4\b": "dettmers2023qlora",
+    r"GSM8K": "cobbe2021gsm8k",
+    r"\bMMLU\b": "hendrycks2021mmlu",
+    r"\bGPQA\b": "rein2024gpqa",
+    r"MATH-?500": "lightman2024verify",
+    r"MathVision|MATH-Vision": "wang2024mathvision",
+    r"RealWorldQA": "xai2024realworldqa",
+    r"\bHLE\b|Humanity's Last Exam": "phan2026hle",
+    r"IMO-AnswerBench": "luong2025imo",
+    r"\bBBH\b|BIG-Bench Hard": "suzgun2023bbh",
+    r"AIME ?24": "aops2024aime",
+    r"AIME ?25": "aops2025aime",
+    r"AMC-?23": "knovel2025amc23",
+    r"McNemar": "mcnemar1947",
+    r"Cochran": "cochran1950q",
+    r"Wilcoxon": "wilcoxon1945",
+    r"\bHolm\b": "holm1979",
+    r"Schuirmann": "schuirmann1987tost",
+    r"\bWilson\b": "wilson1927",
+    r"\bTango\b": "tango1998paired",
+    r"\bConnor\b": "connor1987sample",
+    r"Miettinen": "miettinen1968matched",
+    r"\bStudent 1908\b": "student1908",
+    r"Agresti": "agresti2005paired",
+    r"Strassburger": "strassburger2008holm",
+    r"Casella": "casella2002statistical",
+    r"Friedman": "friedman1937",
+    r"Fisher's randomi[sz]ation|Fisher 1935": "fisher1935design",
+    r"Davison": "davison1997bootstrap",
+    r"Smit et al|DebateLLM": "smit2024mad",
+    r"[Pp]ercentile bootstrap|[Bb]ootstrap interval|bootstrap CI": "efron1979bootstrap",
+    r"MiniLM": "wang2020minilm"
 }
 
 # %% ../nbs/core/00b_cite.ipynb #513d5883
@@ -160,9 +194,9 @@ MODULE_REFS: dict[str, tuple[str, ...]] = {
     "meta_printed": ("zhang2026metadebate", ),
     "meta_study": ("zhang2026metadebate", ),
     # the calibration of the sim world (16_calibration): the papers whose printed numbers it is fitted to
-    "calibration":
-    ("zhang2025madc", "qiao2026umad", "wang2026rumad", "jiang2026svrmad", "zhang2026metadebate",
-     "du2024debate", "li2024smad", "liu2024groupdebate", "wei2022cot", "cobbe2021gsm8k")
+    "calibration": ("zhang2025madc", "qiao2026umad", "wang2026rumad", "jiang2026svrmad",
+                    "zhang2026metadebate", "du2024debate", "li2024smad", "liu2024groupdebate",
+                    "wei2022cot", "cobbe2021gsm8k")
 }
 
 # %% ../nbs/core/00b_cite.ipynb #6ea0259e
@@ -205,8 +239,8 @@ REFS.update({
     "stats.tost": ("schuirmann1987tost", "fisher1935design"),
     "stats.score_interval": ("tango1998paired", "mcnemar1947", "agresti2005paired"),
     "stats.paired_inference": ("tango1998paired", "mcnemar1947", "student1908", "fisher1935design"),
-    "stats.paired_difference":
-    ("tango1998paired", "mcnemar1947", "student1908", "fisher1935design"),
+    "stats.paired_difference": ("tango1998paired", "mcnemar1947", "student1908",
+                                "fisher1935design"),
     # how many items: the power of the kit's own paired tests (McNemar's score test, the paired t-test)
     "stats.power_paired_binary": ("connor1987sample", "miettinen1968matched", "mcnemar1947"),
     "stats.n_for_power": ("connor1987sample", "miettinen1968matched", "mcnemar1947"),
@@ -216,10 +250,10 @@ REFS.update({
     "stats.n_for_power_t": ("student1908", ),
     # every procedure `compare_methods` (and the CLI's `compare`) runs: the paired inference, the
     # Holm-compatible intervals, the omnibus tests, TOST, the accuracy and the token intervals
-    "stats.compare_methods":
-    ("tango1998paired", "mcnemar1947", "agresti2005paired", "student1908", "fisher1935design",
-     "holm1979", "strassburger2008holm", "cochran1950q", "friedman1937", "schuirmann1987tost",
-     "wilson1927", "davison1997bootstrap", "casella2002statistical"),
+    "stats.compare_methods": ("tango1998paired", "mcnemar1947", "agresti2005paired", "student1908",
+                              "fisher1935design", "holm1979", "strassburger2008holm",
+                              "cochran1950q", "friedman1937", "schuirmann1987tost", "wilson1927",
+                              "davison1997bootstrap", "casella2002statistical"),
     "stats.self_consistency_at_budget": ("wang2023selfconsistency", ),
     "meta_study.gap_text": ("holm1979", ),
     "meta_study.paired_gaps": ("tango1998paired", "mcnemar1947", "holm1979"),
@@ -234,8 +268,8 @@ REFS.update({
     "rumad.families_caption": ("holm1979", ),
     "umad_train.VLLMLoRAEngine": ("hu2022lora", ),
     "umad_train.train_memory_gb": ("hu2022lora", ),
-    "metrics.cluster_bootstrap_ci":
-    ("davison1997bootstrap", "efron1979bootstrap", "qiao2026umad", "zhang2025madc"),
+    "metrics.cluster_bootstrap_ci": ("davison1997bootstrap", "efron1979bootstrap", "qiao2026umad",
+                                     "zhang2025madc"),
     "metrics.clustered_accuracy_ci": ("wilson1927", "davison1997bootstrap"),
     "metrics.token_savings": ("wang2026rumad", ),
     "metrics.cost_saving": ("wang2026rumad", ),
@@ -270,8 +304,8 @@ REFS.update({
     "protocols.sid_et": ("chen2025sid", "jiang2026svrmad"),
     "protocols.SIDAgentExit": ("chen2025sid", "jiang2026svrmad"),
     "protocols.tune_skip_rate": ("chen2025sid", "jiang2026svrmad"),
-    "protocols.make_baseline":
-    ("du2024debate", "liu2024groupdebate", "zeng2025s2mad", "li2024smad"),
+    "protocols.make_baseline": ("du2024debate", "liu2024groupdebate", "zeng2025s2mad",
+                                "li2024smad"),
     "roles.question_block": ("zhang2026metadebate", ),
     "roles.run_mad": ("liang2024mad", ),
     "roles.parse_verdict": ("liang2024mad", ),
@@ -301,8 +335,8 @@ REFS.update({
     "arena.svr_transcript": ("jiang2026svrmad", ),
     "arena.Arena": ("chen2025sid", "wang2023selfconsistency"),
     "arena.ArenaSize": ("jiang2026svrmad", "wang2023selfconsistency"),
-    "arena.engine_debate":
-    ("du2024debate", "li2024smad", "liu2024groupdebate", "zeng2025s2mad", "zhang2025madc"),
+    "arena.engine_debate": ("du2024debate", "li2024smad", "liu2024groupdebate", "zeng2025s2mad",
+                            "zhang2025madc"),
     "arena.role_debate": ("liang2024mad", "liu2025dmad"),
     "arena.run_meta_debate": ("zhang2026metadebate", ),
     "arena.run_rumad": ("wang2026rumad", ),
@@ -365,8 +399,8 @@ MENTIONS: dict[str, tuple[
         # checks that UMAD's LoRA policy starts at its reference
         "doctor.check_lora_reference": ("hu2022lora", ),
         "doctor.vision_items": ("wang2024mathvision", ),  # drawn look-alikes of its items
-        "figcheck.hidden_markers":
-        ("zhang2025madc", ),  # names the figure where the defect was found
+        "figcheck.hidden_markers": (
+            "zhang2025madc", ),  # names the figure where the defect was found
     }
 
 # %% ../nbs/core/00b_cite.ipynb #832b3c0d
@@ -374,36 +408,40 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
     **{
         m: ("*", )
         for m in ("answers", "backends", "cache", "checkpoints", "cite", "data", "hf", "interface", "prompts", "registry", "report", "figcheck", "reproduce", "sandbox", "serving", "sim", "twins", "vision", "doctor")
-    }, "core":
-    ("Inference", "Sampling", "deprecated_names", "fold_keywords", "ConfigError", "GenRequest",
-     "Generation", "Item", "atomic_path", "atomic_write_text", "cache_home", "derive_seed",
-     "describe_transcript", "figures_dir", "image_hash", "image_path", "images_dir",
-     "is_image_hash", "load_image", "load_transcript", "params_dir", "params_dirs", "kit_path",
-     "kit_sources_note", "project_root", "put_image", "rng_for", "runs_dir", "save_transcript",
-     "transcript_frame", "check_unique_turns", "pool_keys", "git_commit", "clip_line"), "debate":
-    ("Agent", "RoundContext", "RoundPlan", "Turn", "TurnSlot", "make_agents", "register_protocol",
-     "transcript_row", "turn_rows", "generate_turns", "slot_name")
+    }, "core": ("Inference", "Sampling", "deprecated_names", "fold_keywords", "ConfigError",
+                "GenRequest", "Generation", "Item", "atomic_path", "atomic_write_text",
+                "cache_home", "derive_seed", "describe_transcript", "figures_dir", "image_hash",
+                "image_path", "images_dir", "is_image_hash", "load_image", "load_transcript",
+                "params_dir", "params_dirs", "kit_path", "kit_sources_note", "project_root",
+                "put_image", "rng_for", "runs_dir", "save_transcript", "transcript_frame",
+                "check_unique_turns", "pool_keys", "git_commit", "clip_line"),
+    "debate": ("Agent", "RoundContext", "RoundPlan", "Turn", "TurnSlot", "make_agents",
+               "register_protocol", "transcript_row", "turn_rows", "generate_turns", "slot_name")
 }
 
 # %% ../nbs/core/00b_cite.ipynb #ca819c53
 KIT_OWN |= {
-    "voting": ("group_rows", "vote_table", "tie_seeds"), "arena":
-    ("Arena", "ArenaMethod", "ArenaSize", "arena_method", "arena_results", "arena_rows",
-     "arena_style", "engine_method", "pareto_front", "plan_arena", "role_rows", "run_arena",
-     "run_single"), "trajectory": ("canonical_answers", "answer_grid", "item_outcomes"), "metrics":
-    ("with_defaults", "entropy_rows", "is_missing", "check_unparsed"), "stats":
-    ("comparison_caption", "condition_labels", "item_means", "per_item_results", "simulate_paired",
-     "tokens_per_thread"), "madc": ("shared_round0", "strategy_label"), "meta_debate":
-    ("CriteriaCache", "items_modality", "role_title"), "protocols": ("ScriptedBackend", ), "roles":
-    ("PotAnswer", "PotTurn", "RoleSimBackend", "answer_instruction", "first_json_object",
-     "literal_object", "loose_answer", "question_parts", "resolve_assignment", "fill_placeholders",
-     "pot_answer_hint"), "rumad": ("Embedder", "checkpoint_mismatch", "fixed_family",
-                                   "fixed_policy", "load_controller", "one_thread",
-                                   "rumad_checkpoint", "save_controller", "training_meta"), "umad":
-    ("config_seed", "pair_label", "parse_failures_by_turn"), "umad_study":
-    ("debate_token_plan", "n_items_for", "power_note"), "umad_train":
-    ("PolicyBackend", "TrainedBackend", "checkpoint_dir", "checkpoint_spec", "load_checkpoint_meta",
-     "registry_backend", "registry_spec", "trained_backend", "EngineBackend")
+    "voting": ("group_rows", "vote_table", "tie_seeds"),
+    "arena": ("Arena", "ArenaMethod", "ArenaSize", "arena_method", "arena_results", "arena_rows",
+              "arena_style", "engine_method", "pareto_front", "plan_arena", "role_rows",
+              "run_arena", "run_single"),
+    "trajectory": ("canonical_answers", "answer_grid", "item_outcomes"),
+    "metrics": ("with_defaults", "entropy_rows", "is_missing", "check_unparsed"),
+    "stats": ("comparison_caption", "condition_labels", "item_means", "per_item_results",
+              "simulate_paired", "tokens_per_thread"),
+    "madc": ("shared_round0", "strategy_label"),
+    "meta_debate": ("CriteriaCache", "items_modality", "role_title"),
+    "protocols": ("ScriptedBackend", ),
+    "roles": ("PotAnswer", "PotTurn", "RoleSimBackend", "answer_instruction", "first_json_object",
+              "literal_object", "loose_answer", "question_parts", "resolve_assignment",
+              "fill_placeholders", "pot_answer_hint"),
+    "rumad": ("Embedder", "checkpoint_mismatch", "fixed_family", "fixed_policy", "load_controller",
+              "one_thread", "rumad_checkpoint", "save_controller", "training_meta"),
+    "umad": ("config_seed", "pair_label", "parse_failures_by_turn"),
+    "umad_study": ("debate_token_plan", "n_items_for", "power_note"),
+    "umad_train": ("PolicyBackend", "TrainedBackend", "checkpoint_dir", "checkpoint_spec",
+                   "load_checkpoint_meta", "registry_backend", "registry_spec", "trained_backend",
+                   "EngineBackend")
 }
 
 # %% ../nbs/core/00b_cite.ipynb #2ae002d0
@@ -416,27 +454,48 @@ def kit_own(name: str) -> bool:
 _DMAD = ("liu2025dmad", "wei2022cot", "zheng2024stepback", "chen2023pot", "mitra2024ccot",
          "zheng2023ddcot")
 PROTOCOL_REFS: dict[str, tuple[str, ...]] = {
-    "fully_connected": ("du2024debate", ), "mad": ("du2024debate", ), **{
+    "fully_connected": ("du2024debate", ),
+    "mad": ("du2024debate", ),
+    **{
         o: ("zhang2025madc", )
         for o in ("fixed", "random", "random_shared", "truth_first", "truth_last", "madc")
-    }, "groupdebate": ("liu2024groupdebate", ), "groupdebate_2-2-2": ("liu2024groupdebate", ),
-    "s2mad": ("zeng2025s2mad", ), "smad_ring": ("li2024smad", ), "smad_star": ("li2024smad", ),
-    "sid_et": ("chen2025sid", ), "self_consistency": ("wang2023selfconsistency", ), "svr_mad":
-    ("jiang2026svrmad", ), "rumad": ("wang2026rumad", ), "mad_roles": ("liang2024mad", ), "dmad":
-    _DMAD, "meta_debate": ("zhang2026metadebate", ), "cot": ("wei2022cot", ), "step_back":
-    ("zheng2024stepback", ), "pot": ("chen2023pot", ), "ccot": ("mitra2024ccot", ), "ddcot":
-    ("zheng2023ddcot", )
+    }, "groupdebate": ("liu2024groupdebate", ),
+    "groupdebate_2-2-2": ("liu2024groupdebate", ),
+    "s2mad": ("zeng2025s2mad", ),
+    "smad_ring": ("li2024smad", ),
+    "smad_star": ("li2024smad", ),
+    "sid_et": ("chen2025sid", ),
+    "self_consistency": ("wang2023selfconsistency", ),
+    "svr_mad": ("jiang2026svrmad", ),
+    "rumad": ("wang2026rumad", ),
+    "mad_roles": ("liang2024mad", ),
+    "dmad": _DMAD,
+    "meta_debate": ("zhang2026metadebate", ),
+    "cot": ("wei2022cot", ),
+    "step_back": ("zheng2024stepback", ),
+    "pot": ("chen2023pot", ),
+    "ccot": ("mitra2024ccot", ),
+    "ddcot": ("zheng2023ddcot", )
 }
 
 # %% ../nbs/core/00b_cite.ipynb #39787dc7
 TASK_REFS: dict[str, tuple[str, ...]] = {
-    "gsm8k": ("cobbe2021gsm8k", ), "math500": ("hendrycks2021math", "lightman2024verify"),
-    "math_train": ("hendrycks2021math", ), "mmlu": ("hendrycks2021mmlu", ), "gpqa":
-    ("rein2024gpqa", ), "bbh_logical_deduction_7": ("suzgun2023bbh", ), "bbh_geometric_shapes":
-    ("suzgun2023bbh", ), "amc23": ("knovel2025amc23", ), "aime24": ("aops2024aime", ), "aime25":
-    ("aops2025aime", ), "imo_answerbench": ("luong2025imo", ), "hle_mc": ("phan2026hle", ),
-    "mathvision": ("wang2024mathvision", ), "mathvision_all": ("wang2024mathvision", ),
-    "realworldqa": ("xai2024realworldqa", ), "realworldqa_all": ("xai2024realworldqa", )
+    "gsm8k": ("cobbe2021gsm8k", ),
+    "math500": ("hendrycks2021math", "lightman2024verify"),
+    "math_train": ("hendrycks2021math", ),
+    "mmlu": ("hendrycks2021mmlu", ),
+    "gpqa": ("rein2024gpqa", ),
+    "bbh_logical_deduction_7": ("suzgun2023bbh", ),
+    "bbh_geometric_shapes": ("suzgun2023bbh", ),
+    "amc23": ("knovel2025amc23", ),
+    "aime24": ("aops2024aime", ),
+    "aime25": ("aops2025aime", ),
+    "imo_answerbench": ("luong2025imo", ),
+    "hle_mc": ("phan2026hle", ),
+    "mathvision": ("wang2024mathvision", ),
+    "mathvision_all": ("wang2024mathvision", ),
+    "realworldqa": ("xai2024realworldqa", ),
+    "realworldqa_all": ("xai2024realworldqa", )
 }
 
 # %% ../nbs/core/00b_cite.ipynb #406d6bde
@@ -456,18 +515,45 @@ PARAM_REFS: dict[str, dict[str, tuple[str, ...]]] = {
     "baselines": {
         k: PROTOCOL_REFS[k]
         for k in ("mad", "groupdebate", "groupdebate_2-2-2", "s2mad", "smad_ring", "smad_star")
-    }, "frameworks": {"mad": ("liang2024mad", ), "dmad": _DMAD}, "strategies":
-    {"*": ("zhang2025madc", )}, "orders": {"*": ("zhang2025madc", )}, "prompt": {
-        "du_gsm8k": ("du2024debate", ), "madc": ("zhang2025madc", "wei2022cot"), "rumad":
-        ("wang2026rumad", )
-    }, "case_prompt": {"*": ("zhang2025madc", "wei2022cot")}, "variants": {
-        "ippo": ("dewitt2020ippo", ), "single_grpo": ("shao2024deepseekmath", ), "umad":
-        ("shao2024deepseekmath", )
-    }, "finetune": {"lora": ("hu2022lora", )}, "quant": {
-        "nf4": ("dettmers2023qlora", ), "fp4": ("dettmers2023qlora", ), "int8":
-        ("dettmers2022llmint8", )
-    }, "train_quant": {"nf4": ("dettmers2023qlora", ), "int8": ("dettmers2022llmint8", )},
-    "embedder": {"minilm": ("reimers2019sbert", "wang2020minilm")}
+    },
+    "frameworks": {
+        "mad": ("liang2024mad", ),
+        "dmad": _DMAD
+    },
+    "strategies": {
+        "*": ("zhang2025madc", )
+    },
+    "orders": {
+        "*": ("zhang2025madc", )
+    },
+    "prompt": {
+        "du_gsm8k": ("du2024debate", ),
+        "madc": ("zhang2025madc", "wei2022cot"),
+        "rumad": ("wang2026rumad", )
+    },
+    "case_prompt": {
+        "*": ("zhang2025madc", "wei2022cot")
+    },
+    "variants": {
+        "ippo": ("dewitt2020ippo", ),
+        "single_grpo": ("shao2024deepseekmath", ),
+        "umad": ("shao2024deepseekmath", )
+    },
+    "finetune": {
+        "lora": ("hu2022lora", )
+    },
+    "quant": {
+        "nf4": ("dettmers2023qlora", ),
+        "fp4": ("dettmers2023qlora", ),
+        "int8": ("dettmers2022llmint8", )
+    },
+    "train_quant": {
+        "nf4": ("dettmers2023qlora", ),
+        "int8": ("dettmers2022llmint8", )
+    },
+    "embedder": {
+        "minilm": ("reimers2019sbert", "wang2020minilm")
+    }
 }
 
 # %% ../nbs/core/00b_cite.ipynb #b1cd61ce
@@ -645,9 +731,10 @@ def run_refs(folder: str | Path) -> list[str]:
         raise ConfigError("no injected parameters in the executed notebook", where=nbs[0])
     hit = experiment_file(str(params.get("experiment") or folder.name))
     seen = _transcript_names(folder)
-    keys = params_refs(
-        hit[0] if hit else None,
-        {**params, "transcript_models": seen["models"], "transcript_tasks": seen["tasks"]})
+    keys = params_refs(hit[0] if hit else None, {
+        **params, "transcript_models": seen["models"],
+        "transcript_tasks": seen["tasks"]
+    })
     # and everything a file inside it cites (its methods among them): never fewer than a file
     inside = (k for f in _transcript_files(folder) for k in transcript_refs(f))
     return list(dict.fromkeys([*keys, *inside]))
@@ -670,15 +757,15 @@ def transcript_refs(path: str | Path) -> list[str]:
         import pyarrow.parquet as pq
 
         names = pq.read_schema(path).names
-        df = pq.read_table(path, columns=[c for c in ("task", "model", "method")
-                                          if c in names]).to_pandas()
+        df = pq.read_table(path, columns=[c for c in ("task", "model", "method") if c in names
+                                          ]).to_pandas()
     else:
         from mad_study.data import load_debate_export
 
         df = load_debate_export(path)
     col = lambda c: sorted({str(x) for x in df[c].dropna()}) if c in df else []
-    keys = [r for t in col("task")
-            for r in task_refs(t)] + [r for m in col("model") for r in model_refs(m)]
+    keys = [r for t in col("task") for r in task_refs(t)
+            ] + [r for m in col("model") for r in model_refs(m)]
     keys += [r for m in col("method") for r in PROTOCOL_REFS.get(m, ())]
     return list(dict.fromkeys(keys))
 
@@ -711,8 +798,8 @@ def bibtex(keys: Iterable[str]) -> str:
     refs, want = references(), {KIT_KEY, *keys}
     if bad := sorted(want - set(refs)):
         raise ConfigError("unknown reference key", key="key", value=bad[0])
-    return ("\n\n".join(kit_entry() if k == KIT_KEY else refs[k]["raw"]
-                        for k in refs if k in want) + "\n")
+    return ("\n\n".join(kit_entry() if k == KIT_KEY else refs[k]["raw"] for k in refs if k in want)
+            + "\n")
 
 # %% ../nbs/core/00b_cite.ipynb #9cd74ee7
 def kit_entry() -> str:

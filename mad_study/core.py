@@ -277,7 +277,8 @@ class GenRequest:
     def sampling(self) -> dict:
         "The sampling parameters that determine the output (seed only when sampling)."
         d = {
-            "max_new_tokens": int(self.max_new_tokens), "temperature": float(self.temperature),
+            "max_new_tokens": int(self.max_new_tokens),
+            "temperature": float(self.temperature),
             "top_p": float(self.top_p)
         }
         if self.temperature > 0:
@@ -287,8 +288,11 @@ class GenRequest:
     def cache_key(self, backend_id: str) -> str:
         "sha256 of (backend identity, messages, sampling parameters, seed)."
         payload = json.dumps(
-            {"backend": backend_id, "messages": self.messages, "sampling": self.sampling()},
-            sort_keys=True, ensure_ascii=False)
+            {
+                "backend": backend_id,
+                "messages": self.messages,
+                "sampling": self.sampling()
+            }, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 # %% ../nbs/core/00_core.ipynb #05c80d8b
@@ -424,36 +428,42 @@ def signals_from_logprobs(logprobs: Sequence[float],
 
 # %% ../nbs/core/00_core.ipynb #39c93bdd
 TRANSCRIPT_SCHEMA: dict[str, tuple[str, str]] = {
-    "experiment": ("string", "experiment id (params file name)"), "method":
-    ("string",
-     "method / condition of the row (protocol or variant name; '' when not set): the pooling key"),
-    "item_id": ("string", "unique item id, `task/index`"), "task":
-    ("string", "task name in the registry"), "gold": ("string", "gold answer (normalised)"), "fmt":
-    ("string",
-     "answer format of the row's task (number, boxed, option, exact); missing: the task registry's"
-     ), "round": ("Int64", "0 = independent answers; r >= 1 = debate round r"), "agent":
-    ("string",
-     "agent name, e.g. `a0`"), "role": ("string",
-                                        "role prompt used (debater, affirmative, judge, ...)"),
-    "model": ("string", "model name in the registry (after profile substitution)"), "sample":
-    ("Int64", "sample / thread index k (UMAD's K trajectory-level rollouts; 0 otherwise)"),
+    "experiment": ("string", "experiment id (params file name)"),
+    "method": (
+        "string",
+        "method / condition of the row (protocol or variant name; '' when not set): the pooling key"
+    ),
+    "item_id": ("string", "unique item id, `task/index`"),
+    "task": ("string", "task name in the registry"),
+    "gold": ("string", "gold answer (normalised)"),
+    "fmt": (
+        "string",
+        "answer format of the row's task (number, boxed, option, exact); missing: the task registry's"
+    ),
+    "round": ("Int64", "0 = independent answers; r >= 1 = debate round r"),
+    "agent": ("string", "agent name, e.g. `a0`"),
+    "role": ("string", "role prompt used (debater, affirmative, judge, ...)"),
+    "model": ("string", "model name in the registry (after profile substitution)"),
+    "sample": ("Int64",
+               "sample / thread index k (UMAD's K trajectory-level rollouts; 0 otherwise)"),
     "position": ("Int64", "speaking position of this agent in the round (0 = first)"),
     "visible_peers": ("string", "comma-separated peers shown to the agent, in the order shown"),
     "reused": ("boolean",
                "True if the agent did not speak and its previous answer was carried over"),
-    "prompt_tokens": ("Int64", "prompt length in tokens"), "completion_tokens":
-    ("Int64", "completion length in tokens (0 when reused)"), "text": ("string", "the completion"),
-    "answer": ("string", "extracted, normalised answer; missing when nothing parsed"), "correct":
-    ("boolean", "answer equals gold (a missing answer is never correct)"), "logprob_sum":
-    ("float64",
-     "sum of completion token log-probs"), "logprob_min": ("float64",
-                                                           "lowest completion token log-prob"),
-    "logprob_mean": ("float64", "mean completion token log-prob"), "perplexity":
-    ("float64", "exp(-logprob_mean)"), "token_entropy": ("float64",
-                                                         "mean next-token entropy (nats)"),
-    "confidence": ("float64", "self-reported confidence in [0, 1]"), "images":
-    ("string",
-     "comma-separated content hashes of the item's images (vision items; see the image store)")
+    "prompt_tokens": ("Int64", "prompt length in tokens"),
+    "completion_tokens": ("Int64", "completion length in tokens (0 when reused)"),
+    "text": ("string", "the completion"),
+    "answer": ("string", "extracted, normalised answer; missing when nothing parsed"),
+    "correct": ("boolean", "answer equals gold (a missing answer is never correct)"),
+    "logprob_sum": ("float64", "sum of completion token log-probs"),
+    "logprob_min": ("float64", "lowest completion token log-prob"),
+    "logprob_mean": ("float64", "mean completion token log-prob"),
+    "perplexity": ("float64", "exp(-logprob_mean)"),
+    "token_entropy": ("float64", "mean next-token entropy (nats)"),
+    "confidence": ("float64", "self-reported confidence in [0, 1]"),
+    "images": (
+        "string",
+        "comma-separated content hashes of the item's images (vision items; see the image store)")
 }
 
 # %% ../nbs/core/00_core.ipynb #1921e336

@@ -45,8 +45,8 @@ def du_options_question(item: Item) -> str:
     "Du et al.'s multiple-choice layout: `{question}: A) {a}, B) {b}, C) {c}, D) {d}`."
     if not item.choices:
         return item.question.strip()
-    opts = ", ".join(f"{string.ascii_uppercase[i]}) {str(c).strip()}"
-                     for i, c in enumerate(item.choices))
+    opts = ", ".join(
+        f"{string.ascii_uppercase[i]}) {str(c).strip()}" for i, c in enumerate(item.choices))
     return f"{item.question.strip()}: {opts}"
 
 # %% ../nbs/data/02_data.ipynb #e328d0f2
@@ -183,29 +183,34 @@ TASKS: dict[str, TaskSpec] = {
         _spec(
             name="gsm8k", title="GSM8K", hf_id="openai/gsm8k", configs=(
                 "main", ), split="test", n_items=1319, fields={
-                    "question": "question", "answer": "answer (gold after '#### ', commas removed)"
+                    "question": "question",
+                    "answer": "answer (gold after '#### ', commas removed)"
                 }, fmt="number", licence="MIT", redistributable=True, papers=(
                     "rumad", "umad"), convert=_conv_gsm8k),
         _spec(
             name="math500", title="MATH-500", hf_id="HuggingFaceH4/MATH-500", configs=(
                 "default", ), split="test", n_items=500, fields={
-                    "question": "problem", "answer": "answer (bare LaTeX)", "meta":
-                    "subject, level, unique_id, solution"
+                    "question": "problem",
+                    "answer": "answer (bare LaTeX)",
+                    "meta": "subject, level, unique_id, solution"
                 }, fmt="boxed", licence="MIT", redistributable=True, papers=(
                     "umad", "madc"), convert=_conv_math),
         _spec(
             name="mmlu", title="MMLU", hf_id="cais/mmlu", configs=("all", ), split="test", splits=(
                 "test", "validation", "dev"), n_items=14042, fields={
-                    "question": "question", "choices": "choices (4)", "answer":
-                    "answer (0-3 -> A-D)", "meta": "subject"
+                    "question": "question",
+                    "choices": "choices (4)",
+                    "answer": "answer (0-3 -> A-D)",
+                    "meta": "subject"
                 }, fmt="option", licence="MIT", redistributable=True, papers=(
                     "rumad", ), convert=_conv_mmlu, formatter=du_options_question,
             notes="RUMAD trains its controller on the dev split (`mmlu:dev`)"),
         _spec(
             name="gpqa", title="GPQA (main)", hf_id="Idavidrein/gpqa", configs=(
                 "gpqa_main", ), split="train", n_items=448, fields={
-                    "question": "Question", "correct": "Correct Answer", "incorrect":
-                    "Incorrect Answer 1-3"
+                    "question": "Question",
+                    "correct": "Correct Answer",
+                    "incorrect": "Incorrect Answer 1-3"
                 }, fmt="option",
             licence="CC BY 4.0, gated; the authors ask that items not be republished",
             redistributable=False, papers=(
@@ -215,14 +220,17 @@ TASKS: dict[str, TaskSpec] = {
         _spec(name="bbh_logical_deduction_7", title="BBH logical deduction (7 objects)",
               hf_id="lukaemon/bbh", configs=(
                   "logical_deduction_seven_objects", ), split="test", n_items=250, fields={
-                      "question": "input (options inline)", "answer": "target '(D)' -> 'D'"
+                      "question": "input (options inline)",
+                      "answer": "target '(D)' -> 'D'"
                   }, fmt="option", licence="MIT", redistributable=True, papers=(
                       "madc", ), convert=_conv_bbh),
         _spec(
             name="bbh_geometric_shapes", title="BBH geometric shapes", hf_id="lukaemon/bbh",
-            configs=("geometric_shapes", ), split="test", n_items=250,
-            fields={"question": "input (options inline, (A)-(K))", "answer": "target '(D)' -> 'D'"},
-            fmt="option", licence="MIT", redistributable=True, papers=("madc", ), convert=_conv_bbh)
+            configs=("geometric_shapes", ), split="test", n_items=250, fields={
+                "question": "input (options inline, (A)-(K))",
+                "answer": "target '(D)' -> 'D'"
+            }, fmt="option", licence="MIT", redistributable=True, papers=(
+                "madc", ), convert=_conv_bbh)
     ]
 }
 
@@ -231,36 +239,42 @@ TASKS.update({
     s.name: s
     for s in [
         _spec(name="amc23", title="AMC 2023", hf_id="math-ai/amc23", configs=(
-            "default",
-        ), split="test", n_items=40, fields={"question": "question", "answer": "answer (number)"},
-              fmt="boxed", licence="unclear (competition problems)", redistributable=False, papers=(
-                  "umad", ), convert=_conv_aime),
+            "default", ), split="test", n_items=40, fields={
+                "question": "question",
+                "answer": "answer (number)"
+            }, fmt="boxed", licence="unclear (competition problems)", redistributable=False,
+              papers=("umad", ), convert=_conv_aime),
         _spec(name="aime24", title="AIME 2024", hf_id="HuggingFaceH4/aime_2024", configs=(
-            "default", ), split="train", n_items=30,
-              fields={"question": "problem", "answer": "answer (integer 0-999)"}, fmt="boxed",
-              licence="unclear (competition problems)", redistributable=False, papers=(
-                  "umad", ), convert=_conv_aime),
+            "default", ), split="train", n_items=30, fields={
+                "question": "problem",
+                "answer": "answer (integer 0-999)"
+            }, fmt="boxed", licence="unclear (competition problems)", redistributable=False,
+              papers=("umad", ), convert=_conv_aime),
         _spec(name="aime25", title="AIME 2025", hf_id="opencompass/AIME2025", configs=(
-            "AIME2025-I", "AIME2025-II"), split="test", n_items=30,
-              fields={"question": "question", "answer": "answer (integer 0-999)"}, fmt="boxed",
-              licence="unclear (competition problems)", redistributable=False, papers=(
-                  "umad", ), convert=_conv_aime,
+            "AIME2025-I", "AIME2025-II"), split="test", n_items=30, fields={
+                "question": "question",
+                "answer": "answer (integer 0-999)"
+            }, fmt="boxed", licence="unclear (competition problems)", redistributable=False,
+              papers=("umad", ), convert=_conv_aime,
               notes="index runs over AIME2025-I (0-14) then AIME2025-II (15-29)"),
         _spec(
             name="imo_answerbench", title="IMO-AnswerBench", hf_id="google-deepmind/superhuman",
             configs=("default", ), split="train", n_items=400, loader="csv", data_url=
             "https://raw.githubusercontent.com/google-deepmind/superhuman/main/imobench/answerbench_v2.csv",
-            fields={"question": "Problem", "answer": "Short Answer (LaTeX)", "meta": "Category"
-                    }, fmt="boxed",
+            fields={
+                "question": "Problem",
+                "answer": "Short Answer (LaTeX)",
+                "meta": "Category"
+            }, fmt="boxed",
             licence="CC BY 4.0 (not shipped: the kit ships real items of MIT-licensed sets only)",
             redistributable=False, papers=("svr_mad", ), convert=_conv_imo,
             notes="short answers are LaTeX; the benchmark's own grader is an LLM autograder"),
         _spec(
             name="hle_mc", title="Humanity's Last Exam, text-only non-math multiple choice",
             hf_id="cais/hle", configs=("default", ), split="test", fields={
-                "question": "question (options inline, 'Answer Choices:')", "answer":
-                "answer (letter)", "filter":
-                "image == '', answer_type == 'multipleChoice', category != 'Math'"
+                "question": "question (options inline, 'Answer Choices:')",
+                "answer": "answer (letter)",
+                "filter": "image == '', answer_type == 'multipleChoice', category != 'Math'"
             }, fmt="option",
             licence="gated; the authors ask that items not be redistributed (see the dataset card)",
             redistributable=False, papers=("svr_mad", ), convert=_conv_hle)
@@ -306,16 +320,18 @@ def _conv_math_train(spec, row, index, split, config):
     lvl = str(row.get("level", "")).rpartition(" ")[2]
     return dict(
         question=row["problem"], gold=gold, meta={
-            "subject": row.get("type"), "level": int(lvl) if lvl.isdigit() else None, "solution":
-            row["solution"]
+            "subject": row.get("type"),
+            "level": int(lvl) if lvl.isdigit() else None,
+            "solution": row["solution"]
         })
 
 # %% ../nbs/data/02_data.ipynb #ed1c597d
 TASKS["math_train"] = _spec(
     name="math_train", title="MATH (train)", hf_id="EleutherAI/hendrycks_math",
     configs=MATH_SUBJECTS, split="train", n_items=7498, fields={
-        "question": "problem", "answer": "last \\boxed{} of solution", "meta":
-        "type (subject), level, solution"
+        "question": "problem",
+        "answer": "last \\boxed{} of solution",
+        "meta": "type (subject), level, solution"
     }, fmt="boxed", licence="MIT", redistributable=True, papers=("umad", ),
     convert=_conv_math_train, notes=
     "UMAD's training set (Sec. 5.1: 7,500 questions; 2 rows without a boxed answer are left out)")
@@ -374,7 +390,12 @@ def _fixture_rows(task: str) -> tuple[dict, ...]:
 # %% ../nbs/data/02_data.ipynb #cb68293a
 SYNTHETIC_TAG = "[synthetic look-alike]"
 SYNTHETIC_COUNTS = {
-    "aime24": 30, "aime25": 30, "amc23": 40, "imo_answerbench": 100, "gpqa": 100, "hle_mc": 100
+    "aime24": 30,
+    "aime25": 30,
+    "amc23": 40,
+    "imo_answerbench": 100,
+    "gpqa": 100,
+    "hle_mc": 100
 }
 
 
@@ -408,8 +429,8 @@ def _int_problem(r) -> tuple[str, int]:
         return f"Find the remainder when ${a}^{{{b}}}$ is divided by $1000$.", pow(a, b, 1000)
     if kind == 1:
         while True:
-            n = (int(r.choice([2, 3, 5, 7]))**int(r.integers(1, 6)) *
-                 int(r.choice([3, 5, 7, 11, 13]))**int(r.integers(1, 4)) * int(r.integers(1, 30)))
+            n = (int(r.choice([2, 3, 5, 7]))**int(r.integers(1, 6)) * int(
+                r.choice([3, 5, 7, 11, 13]))**int(r.integers(1, 4)) * int(r.integers(1, 30)))
             if _n_divisors(n) < 1000:
                 break
         return f"How many positive integer divisors does ${n}$ have?", _n_divisors(n)
@@ -533,9 +554,13 @@ def _gpqa_row(r) -> dict:
     if len(set(texts)) < 4:
         return _gpqa_row(r)
     return {
-        "Question": f"{SYNTHETIC_TAG} {q}", "Correct Answer": texts[0], "Incorrect Answer 1":
-        texts[1], "Incorrect Answer 2": texts[2], "Incorrect Answer 3": texts[3],
-        "High-level domain": dom[0], "Subdomain": dom[1]
+        "Question": f"{SYNTHETIC_TAG} {q}",
+        "Correct Answer": texts[0],
+        "Incorrect Answer 1": texts[1],
+        "Incorrect Answer 2": texts[2],
+        "Incorrect Answer 3": texts[3],
+        "High-level domain": dom[0],
+        "Subdomain": dom[1]
     }
 
 # %% ../nbs/data/02_data.ipynb #4c659a2c
@@ -590,9 +615,12 @@ def _hle_row(r, i: int) -> dict:
     order = [int(x) for x in r.permutation(5)]
     lines = "\n".join(f"{LETTERS[j]}. {opts[o]}" for j, o in enumerate(order))
     return {
-        "id": f"synthetic-{i}", "question": f"{SYNTHETIC_TAG} {q}\n\nAnswer Choices:\n{lines}",
-        "image": "", "answer": LETTERS[order.index(0)], "answer_type": "multipleChoice", "category":
-        cat
+        "id": f"synthetic-{i}",
+        "question": f"{SYNTHETIC_TAG} {q}\n\nAnswer Choices:\n{lines}",
+        "image": "",
+        "answer": LETTERS[order.index(0)],
+        "answer_type": "multipleChoice",
+        "category": cat
     }
 
 # %% ../nbs/data/02_data.ipynb #6f76a680
@@ -608,15 +636,20 @@ def _synthetic_row(task: str, i: int) -> tuple[dict, str | None]:
     if task in ("aime24", "aime25", "amc23"):
         q, a = _int_problem(r)
         key = "problem" if task == "aime24" else "question"
-        config = (("AIME2025-I" if i < SYNTHETIC_COUNTS[task] //
-                   2 else "AIME2025-II") if task == "aime25" else "default")
-        return {key: f"{SYNTHETIC_TAG} {q}", "answer":
-                float(a) if task == "amc23" else str(a)}, config
+        config = (("AIME2025-I" if i < SYNTHETIC_COUNTS[task] // 2 else "AIME2025-II")
+                  if task == "aime25" else "default")
+        return {
+            key: f"{SYNTHETIC_TAG} {q}",
+            "answer": float(a) if task == "amc23" else str(a)
+        }, config
     if task == "imo_answerbench":
         q, a, cat = _imo_problem(r)
         return {
-            "Problem ID": f"synthetic-{i}", "Problem": f"{SYNTHETIC_TAG} {q}", "Short Answer": a,
-            "Category": cat, "Level": "synthetic"
+            "Problem ID": f"synthetic-{i}",
+            "Problem": f"{SYNTHETIC_TAG} {q}",
+            "Short Answer": a,
+            "Category": cat,
+            "Level": "synthetic"
         }, "default"
     if task == "gpqa":
         return _gpqa_row(r), "gpqa_main"
@@ -835,8 +868,8 @@ def _hub_items(spec: TaskSpec, split: str) -> list[Item]:
             bad += e.lines
     if bad:
         warnings.warn(
-            f"{spec.hf_id}: {len(bad)} item(s) left out, their gold does not fit their format:\n" +
-            "\n".join(bad), stacklevel=3)
+            f"{spec.hf_id}: {len(bad)} item(s) left out, their gold does not fit their format:\n"
+            + "\n".join(bad), stacklevel=3)
     return good
 
 # %% ../nbs/data/02_data.ipynb #1c47a2af
@@ -890,9 +923,14 @@ def load_items(task: str, n: int | None = None, seed: int = 0, source: str = "fi
     items = choose_subset(pool, n, seed, spec.name, split)
     if save:
         rec = {
-            "task": spec.name, "split": split, "source": source, "n_requested": n, "n_available":
-            len(pool), "seed": seed, "synthetic": any(it.synthetic for it in items), "ids":
-            [it.id for it in items]
+            "task": spec.name,
+            "split": split,
+            "source": source,
+            "n_requested": n,
+            "n_available": len(pool),
+            "seed": seed,
+            "synthetic": any(it.synthetic for it in items),
+            "ids": [it.id for it in items]
         }
         try:
             atomic_write_text(subset_path(spec.name, source, n, seed, split),
@@ -968,8 +1006,10 @@ for _name, _title in [("mathvision", "MathVision (multiple choice)"),
         name=_name, title=_title, hf_id="MathLLMs/MathVision", configs=("default", ),
         split="testmini", splits=("testmini", "test"),
         n_items=190 if _name == "mathvision" else 304, fmt="option", fields={
-            "question": "question", "choices": "options", "answer": "answer", "image":
-            "decoded_image"
+            "question": "question",
+            "choices": "options",
+            "answer": "answer",
+            "image": "decoded_image"
         }, convert=_conv_mathvision, notes="image items; free-form rows only in mathvision_all",
         **_VISION)
 
@@ -1006,14 +1046,21 @@ for _name, _title in [("realworldqa", "RealWorldQA (multiple choice)"),
         split="test",
         n_items=437 if _name == "realworldqa" else 765,
         fmt="option",  # 437: the paper's count
-        fields={"question": "question (options inline)", "answer": "answer", "image": "image"},
+        fields={
+            "question": "question (options inline)",
+            "answer": "answer",
+            "image": "image"
+        },
         convert=_conv_realworldqa,
         notes="image items; free-form rows only in realworldqa_all",
         **_VISION)
 
 # %% ../nbs/data/02_data.ipynb #73b85434
 _COLOURS = {
-    "red": (220, 40, 40), "blue": (40, 80, 220), "green": (30, 160, 60), "orange": (240, 150, 20),
+    "red": (220, 40, 40),
+    "blue": (40, 80, 220),
+    "green": (30, 160, 60),
+    "orange": (240, 150, 20),
     "purple": (140, 60, 190)
 }
 _SHAPES = ("circle", "square", "triangle")
@@ -1067,18 +1114,28 @@ def _mathvision_row(r, i: int) -> dict:
                         outline=(0, 0, 0), width=2)
         f = Fraction(m, n * n)
         q, ans = "What fraction of the large square is shaded?", f"{f.numerator}/{f.denominator}"
-        wrong = [str(Fraction(m + o, n * n))
-                 for o in (-1, 1, 2) if 0 < m + o < n * n] + [f"{m}/{n}", f"{n}/{m + n}"]
+        wrong = [str(Fraction(m + o, n * n)) for o in (-1, 1, 2) if 0 < m + o < n * n
+                 ] + [f"{m}/{n}", f"{n}/{m + n}"]
         wrong = [w_ if "/" in w_ else f"{w_}/1" for w_ in wrong]
     if i % 4 == 2:
         return {
-            "id": f"synthetic-{i}", "question": f"{SYNTHETIC_TAG} <image1> {q}", "options": [],
-            "answer": ans, "decoded_image": im, "subject": "synthetic", "level": 1
+            "id": f"synthetic-{i}",
+            "question": f"{SYNTHETIC_TAG} <image1> {q}",
+            "options": [],
+            "answer": ans,
+            "decoded_image": im,
+            "subject": "synthetic",
+            "level": 1
         }
     opts, gold = _mc(r, ans, wrong)
     return {
-        "id": f"synthetic-{i}", "question": f"{SYNTHETIC_TAG} <image1> {q}", "options": opts,
-        "answer": gold, "decoded_image": im, "subject": "synthetic", "level": 1
+        "id": f"synthetic-{i}",
+        "question": f"{SYNTHETIC_TAG} <image1> {q}",
+        "options": opts,
+        "answer": gold,
+        "decoded_image": im,
+        "subject": "synthetic",
+        "level": 1
     }
 
 # %% ../nbs/data/02_data.ipynb #5c5bb28e
@@ -1096,7 +1153,8 @@ def _realworldqa_row(r, i: int) -> dict:
     _draw_shape(d, sb, float(xb), float(yb), 22 if big == 1 else 12, _COLOURS[b])
     if i % 4 == 3:
         return {
-            "image": im, "question": f"{SYNTHETIC_TAG} How many objects are in the picture?",
+            "image": im,
+            "question": f"{SYNTHETIC_TAG} How many objects are in the picture?",
             "answer": "2"
         }
     if i % 2 == 0:
@@ -1110,15 +1168,17 @@ def _realworldqa_row(r, i: int) -> dict:
         q = "What colour is the largest object in the picture?"
     lines = "\n".join(f"{LETTERS[j]}. {o}" for j, o in enumerate(opts))
     return {
-        "image": im, "question":
-        f"{SYNTHETIC_TAG} {q}\n{lines}\nPlease answer directly with only the letter of the correct option and nothing else.",
+        "image": im,
+        "question": f"{SYNTHETIC_TAG} {q}\n{lines}\nPlease answer directly with only the letter of the correct option and nothing else.",
         "answer": gold
     }
 
 # %% ../nbs/data/02_data.ipynb #a90aad8c
 _SYNTHETIC_GENERATORS.update({
-    "mathvision": _mathvision_row, "mathvision_all": _mathvision_row, "realworldqa":
-    _realworldqa_row, "realworldqa_all": _realworldqa_row
+    "mathvision": _mathvision_row,
+    "mathvision_all": _mathvision_row,
+    "realworldqa": _realworldqa_row,
+    "realworldqa_all": _realworldqa_row
 })
 SYNTHETIC_COUNTS.update(
     {k: 80
@@ -1126,9 +1186,10 @@ SYNTHETIC_COUNTS.update(
 
 # %% ../nbs/data/02_data.ipynb #ae0c2321
 ITEM_FILE_ALIASES: dict[str, tuple[str, ...]] = {
-    "question": ("question", "problem", "input", "prompt"), "gold":
-    ("answer", "gold", "target", "gold_answer", "label"), "choices": ("choices", "options"), "id":
-    ("id", "item_id", "qid", "question_id")
+    "question": ("question", "problem", "input", "prompt"),
+    "gold": ("answer", "gold", "target", "gold_answer", "label"),
+    "choices": ("choices", "options"),
+    "id": ("id", "item_id", "qid", "question_id")
 }
 
 # %% ../nbs/data/02_data.ipynb #b6dcdd4f
@@ -1264,10 +1325,23 @@ def load_items_file(path: str | os.PathLike, fmt: str, columns: Mapping[str, str
 # %% ../nbs/data/02_data.ipynb #18b956f2
 TRANSCRIPT_REQUIRED = ("item_id", "agent", "round", "answer", ("gold", "correct"), ("task", "fmt"))
 TRANSCRIPT_DEFAULTS: dict[str, Any] = {
-    "experiment": "", "method": "", "task": "", "role": "debater", "model": "", "sample": 0,
-    "position": None, "visible_peers": "", "reused": False, "prompt_tokens": None,
-    "completion_tokens": None, "text": None, "images": None, **{s: None
-                                                                for s in SIGNALS}
+    "experiment": "",
+    "method": "",
+    "task": "",
+    "role": "debater",
+    "model": "",
+    "sample": 0,
+    "position": None,
+    "visible_peers": "",
+    "reused": False,
+    "prompt_tokens": None,
+    "completion_tokens": None,
+    "text": None,
+    "images": None,
+    **{
+        s: None
+        for s in SIGNALS
+    }
 }
 
 # %% ../nbs/data/02_data.ipynb #ea287018
@@ -1343,15 +1417,19 @@ def complete_transcript(df: pd.DataFrame, fmt: str | None = None,
 # %% ../nbs/data/02_data.ipynb #6e8bcb17
 EXPORT_ALIASES: dict[str, tuple[str, ...]] = {
     "item_id": ("item_id", "question_id", "qid", "question_idx", "problem_id", "example_id", "id",
-                "idx"), "agent": ("agent", "agent_id", "agent_name", "agent_idx", "speaker",
-                                  "model_id"), "round":
-    ("round", "round_idx", "round_id", "turn", "iteration", "step"), "text":
-    ("text", "response", "content", "completion", "output", "message", "generation"), "answer":
-    ("answer", "prediction", "pred", "parsed_answer", "extracted_answer", "final_answer"), "gold":
-    ("gold", "gold_answer", "answer_gt", "ground_truth", "target", "label", "reference",
-     "solution"), "task": ("task", "dataset", "benchmark"), "fmt": ("fmt", "answer_format"),
-    "model": ("model", "model_name"), "correct": ("correct", "is_correct"), "prompt_tokens":
-    ("prompt_tokens", "input_tokens"), "completion_tokens": ("completion_tokens", "output_tokens")
+                "idx"),
+    "agent": ("agent", "agent_id", "agent_name", "agent_idx", "speaker", "model_id"),
+    "round": ("round", "round_idx", "round_id", "turn", "iteration", "step"),
+    "text": ("text", "response", "content", "completion", "output", "message", "generation"),
+    "answer": ("answer", "prediction", "pred", "parsed_answer", "extracted_answer", "final_answer"),
+    "gold": ("gold", "gold_answer", "answer_gt", "ground_truth", "target", "label", "reference",
+             "solution"),
+    "task": ("task", "dataset", "benchmark"),
+    "fmt": ("fmt", "answer_format"),
+    "model": ("model", "model_name"),
+    "correct": ("correct", "is_correct"),
+    "prompt_tokens": ("prompt_tokens", "input_tokens"),
+    "completion_tokens": ("completion_tokens", "output_tokens")
 }
 
 # %% ../nbs/data/02_data.ipynb #489d8f07

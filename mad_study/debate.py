@@ -250,8 +250,10 @@ class OrderedPeers(FullyConnected):
 # %% ../nbs/engine/04_debate.ipynb #59cf432d
 PROTOCOLS: dict[str, Callable[..., Protocol]] = {
     "fully_connected": FullyConnected,
-    **{o: (lambda o: lambda **kw: OrderedPeers(o, **kw))(o)
-       for o in ORDERINGS}
+    **{
+        o: (lambda o: lambda **kw: OrderedPeers(o, **kw))(o)
+        for o in ORDERINGS
+    }
 }
 
 
@@ -304,13 +306,26 @@ def transcript_row(slot: TurnSlot, gen: Generation, *, experiment: str, method: 
     it, text = slot.item, gen.text if text is None else text
     ans = extract_answer(text, it.fmt) if answer is _PARSE else answer
     r = {
-        "experiment": experiment, "method": method, "item_id": it.id, "task": it.task, "gold":
-        str(it.gold), "fmt": it.fmt, "round": slot.round, "agent": slot.agent, "role": slot.role,
-        "model": slot.model, "sample": slot.sample, "position": slot.position, "visible_peers":
-        ",".join(slot.peers), "reused": False, "prompt_tokens": gen.prompt_tokens,
-        "completion_tokens": gen.completion_tokens, "text": text, "answer": ans, "correct":
-        bool(ans is not None
-             and is_correct(ans, it.gold, it.fmt)), "images": ",".join(it.images) or None
+        "experiment": experiment,
+        "method": method,
+        "item_id": it.id,
+        "task": it.task,
+        "gold": str(it.gold),
+        "fmt": it.fmt,
+        "round": slot.round,
+        "agent": slot.agent,
+        "role": slot.role,
+        "model": slot.model,
+        "sample": slot.sample,
+        "position": slot.position,
+        "visible_peers": ",".join(slot.peers),
+        "reused": False,
+        "prompt_tokens": gen.prompt_tokens,
+        "completion_tokens": gen.completion_tokens,
+        "text": text,
+        "answer": ans,
+        "correct": bool(ans is not None and is_correct(ans, it.gold, it.fmt)),
+        "images": ",".join(it.images) or None
     }
     for s in SIGNALS:
         r[s] = getattr(gen, s)
@@ -384,11 +399,16 @@ def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping
                                         for it in items},
                      {it.id: format_question(it)
                       for it in items}, sampling, history, experiment,
-                     protocol.name if method is None else str(method), conv={(it.id, k): {}
-                                                                             for it, k in threads},
-                     hist={(it.id, k): {a.name: []
-                                        for a in agents}
-                           for it, k in threads})
+                     protocol.name if method is None else str(method), conv={
+                         (it.id, k): {}
+                         for it, k in threads
+                     }, hist={
+                         (it.id, k): {
+                             a.name: []
+                             for a in agents
+                         }
+                         for it, k in threads
+                     })
     rounds = int(debate_rounds) + 1
     # one bar for the whole debate: every turn (a reused one counts done at once); an outer bar grows by it
     total = len(threads) * len(agents) * rounds
@@ -488,8 +508,9 @@ class _DebateRun:
         sols = (list(turn.views)
                 if turn.views is not None else [hist_th[p][-1]["text"] for p in turn.peers])
         user = {
-            "role": "user", "content": debate_message(ps, q, sols,
-                                                      list(turn.tags) if turn.tags else None)
+            "role": "user",
+            "content": debate_message(ps, q, sols,
+                                      list(turn.tags) if turn.tags else None)
         }
         if self.history == "full":
             return _with_system(self.conv[th].get(slot.agent), ps.system_for(slot.role)) + [user]
@@ -554,7 +575,7 @@ def _sorted_transcript(rows: list[dict], items: Sequence[Item],
     agent_order = {a.name: i for i, a in enumerate(agents)}
     # the frame's sort key, item * 10^9 + thread * 10^6 + round * 10^3 + agent, on the rows (a stable sort, as before)
     key = [
-        order[r["item_id"]] * 10**9 + int(r["sample"]) * 10**6 + int(r["round"]) * 10**3 +
-        agent_order[r["agent"]] for r in rows
+        order[r["item_id"]] * 10**9 + int(r["sample"]) * 10**6 + int(r["round"]) * 10**3
+        + agent_order[r["agent"]] for r in rows
     ]
     return transcript_frame([rows[i] for i in sorted(range(len(rows)), key=key.__getitem__)])

@@ -111,8 +111,13 @@ def check_twin(name: str, quant: str = "nf4", truncation: bool = True) -> dict:
     from mad_study.backends import make_backend
     from mad_study.core import GenRequest
 
-    chat = lambda q, **kw: GenRequest([{"role": "system", "content": "Be brief."},
-                                       {"role": "user", "content": q}], **kw)
+    chat = lambda q, **kw: GenRequest([{
+        "role": "system",
+        "content": "Be brief."
+    }, {
+        "role": "user",
+        "content": q
+    }], **kw)
     reqs = [
         chat("What is 2+3?", max_new_tokens=6),
         chat("Name a colour, then explain the choice at length.", max_new_tokens=6),
@@ -252,8 +257,8 @@ def check_memory(need: dict | None, label: str = "the plan") -> tuple[str, str]:
     msg = f"{label}: {len(need)} models, {len(need) - len(big)} fit in {free:.0f} GB free on {device_name()}"
     if not big:
         return "ok", msg
-    return "warn", msg + "; too big here (serve them): " + ", ".join(f"{m} {need[m]:.0f} GB"
-                                                                     for m in big)
+    return "warn", msg + "; too big here (serve them): " + ", ".join(
+        f"{m} {need[m]:.0f} GB" for m in big)
 
 # %% ../nbs/study/21_doctor.ipynb #31deef4f
 DOCTOR_CHECKS = ("torch", "bitsandbytes", "twins", "vision", "lora", "sandbox", "memory", "served")

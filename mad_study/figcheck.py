@@ -31,25 +31,24 @@ def drawn_renderer(fig):
 # %% ../nbs/study/06a_figcheck.ipynb #7e518cf1
 def _drawn_texts(fig) -> list[tuple[str, Any]]:
     "(what, Text) for every non-empty text `fig` draws: figure texts, titles, axis and tick labels, legends, annotations."
-    out = [("title", t)
-           for t in (fig._suptitle, fig._supxlabel, fig._supylabel) if t] + [("figure text", t)
-                                                                             for t in fig.texts]
+    out = [("title", t) for t in (fig._suptitle, fig._supxlabel, fig._supylabel) if t
+           ] + [("figure text", t) for t in fig.texts]
     for lg in fig.legends:
         out += [("legend", t) for t in [lg.get_title(), *lg.get_texts()]]
     for ax in fig.axes:
         if not ax.get_visible():
             continue
-        out += [("title", t)
-                for t in (ax.title, ax._left_title, ax._right_title)] + [("text", t)
-                                                                         for t in ax.texts]
+        out += [("title", t) for t in (ax.title, ax._left_title, ax._right_title)
+                ] + [("text", t) for t in ax.texts]
         if ax.axison:
             for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
                 ticks = axis._update_ticks()  # the ticks drawn: inside the view interval
-                out += [(f"{name}-label", axis.label)] + [(f"{name} tick label", t) for k in ticks
-                                                          for t in (k.label1, k.label2)]
+                out += [(f"{name}-label", axis.label)
+                        ] + [(f"{name} tick label", t) for k in ticks for t in (k.label1, k.label2)]
         if ax.get_legend():
-            out += [("legend", t)
-                    for t in [ax.get_legend().get_title(), *ax.get_legend().get_texts()]]
+            out += [
+                ("legend", t) for t in [ax.get_legend().get_title(), *ax.get_legend().get_texts()]
+            ]
     seen = set()  # the suptitle is also one of fig.texts
     return [(w, t) for w, t in out
             if t.get_visible() and t.get_text().strip() and not (id(t) in seen or seen.add(id(t)))]
@@ -448,16 +447,16 @@ def layout_problems(fig, tol: float = 1.5) -> list[str]:
     name = lambda w, t: f"{w} '{' '.join(t.get_text().split())[:40]}'"
     probs = [
         f"{name(w, t)} outside the canvas" for w, t, b in texts
-        if t.get_gid() != "mad_study_label" and (b.x0 < fb.x0 - tol or b.x1 > fb.x1 +
-                                                 tol or b.y0 < fb.y0 - tol or b.y1 > fb.y1 + tol)
+        if t.get_gid() != "mad_study_label" and (
+            b.x0 < fb.x0 - tol or b.x1 > fb.x1 + tol or b.y0 < fb.y0 - tol or b.y1 > fb.y1 + tol)
     ]
     for ax in fig.axes:
         ab = ax.get_window_extent(r)
         probs += [
             f"{name('text', t)} runs past its axes" for t in ax.texts
             if t.get_visible() and t.get_text().strip() and _in_data(t, ax) and (
-                b := t.get_window_extent(r)) and (b.x0 < ab.x0 - tol or b.x1 > ab.x1 +
-                                                  tol or b.y0 < ab.y0 - tol or b.y1 > ab.y1 + tol)
+                b := t.get_window_extent(r)) and
+            (b.x0 < ab.x0 - tol or b.x1 > ab.x1 + tol or b.y0 < ab.y0 - tol or b.y1 > ab.y1 + tol)
         ]
     box = np.array([[b.x0, b.y0, b.x1, b.y1] for _, _, b in texts]).reshape(-1, 4)
     rot = np.array([t.get_rotation() % 90 != 0 for _, t, _ in texts])

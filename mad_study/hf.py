@@ -222,8 +222,8 @@ class PreparedRequest:
 # %% ../nbs/backends/03g_hf.ipynb #9c816466
 def _quantized_checkpoint(src: Path, quant: str, dtype, qc) -> Path:
     "A bitsandbytes-quantized copy of a local checkpoint (same weights as quantizing at load; loads in about a second)."
-    dst = (src.parent /
-           f"{src.name}-{quant}-{DTYPE_SHORT.get(str(dtype).replace('torch.', ''), str(dtype))}")
+    dst = (src.parent
+           / f"{src.name}-{quant}-{DTYPE_SHORT.get(str(dtype).replace('torch.', ''), str(dtype))}")
 
     def build(tmp: Path):
         from transformers import AutoModelForCausalLM
@@ -321,7 +321,8 @@ def __init__(self: HFBackend, model: str | ModelSpec, quant: str = "nf4",
     # the model's default template options (e.g. Qwen3
     # non-thinking), overridden key by key by the caller's
     self.chat_template_kwargs = {
-        **dict(self.spec.chat_template_kwargs), **dict(chat_template_kwargs or {})
+        **dict(self.spec.chat_template_kwargs),
+        **dict(chat_template_kwargs or {})
     }
     self.allow_download, self.progress = allow_download, progress
     self.model = self.tokenizer = None
@@ -484,8 +485,10 @@ def warmup(self: HFBackend, n_tokens: int = 4) -> float:
     """One short batched generation, so that the device's kernels load and its allocator settles outside timed work
     (on a GPU the first generation of a process is several times slower); seconds taken; `stats` unchanged."""
     self.load()
-    saved, t0 = ({k: (list(v) if isinstance(v, list) else v)
-                  for k, v in self.stats.items()}, time.time())
+    saved, t0 = ({
+        k: (list(v) if isinstance(v, list) else v)
+        for k, v in self.stats.items()
+    }, time.time())
     req = GenRequest([{"role": "user", "content": "Say hello."}], max_new_tokens=n_tokens)
     self.generate([req, req])
     self.stats = saved
@@ -513,8 +516,8 @@ def _template(self: HFBackend, messages: list[dict]) -> str:
         warnings.warn(
             f"{self.spec.name}: tokenizer has no chat template; using a plain 'role: content' format"
         )
-        return ("".join(f"{m['role'].capitalize()}: {m['content']}\n"
-                        for m in messages) + "Assistant:")
+        return (
+            "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:")
     try:
         return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                        **self.chat_template_kwargs)

@@ -65,13 +65,16 @@ def path_consistency(answers: Sequence[Any], fmt: str | None = None) -> list[flo
 STRATEGIES = ("fixed", "random", "truth_first", "truth_last", "madc")
 ORACLE_STRATEGIES = ("truth_first", "truth_last")
 STRATEGY_LABELS = {
-    "fixed": "Fixed", "random": "Random (per viewer)", "random_shared": "Random (shared order)",
-    "truth_first": "Truth First (oracle)", "truth_last": "Truth Last (oracle)", "madc": "MADC",
+    "fixed": "Fixed",
+    "random": "Random (per viewer)",
+    "random_shared": "Random (shared order)",
+    "truth_first": "Truth First (oracle)",
+    "truth_last": "Truth Last (oracle)",
+    "madc": "MADC",
     "madc_peers": "MADC (per-viewer)"
 }
 RANDOM_NOTE = {
-    "random":
-    "Random = each agent's peers shuffled independently every round (per viewer, as the released code)",
+    "random": "Random = each agent's peers shuffled independently every round (per viewer, as the released code)",
     "random_shared": "Random (shared order) = one permutation per round shown to every agent"
 }
 
@@ -155,10 +158,9 @@ def run_strategies(items: Sequence[Item], model: str, backends: Mapping[str, Any
     allocation strategy, `repeats` independent threads each; returns strategy -> transcript (`sample` = repeat)."""
     agents = make_agents([model] * int(n_agents))
     return {
-        s:
-        run_debate(items, agents, backends, protocol=strategy_protocol(s),
-                   debate_rounds=debate_rounds, samples=repeats, prompt=prompt, sampling=sampling,
-                   experiment=experiment, progress=progress)
+        s: run_debate(items, agents, backends, protocol=strategy_protocol(s),
+                      debate_rounds=debate_rounds, samples=repeats, prompt=prompt,
+                      sampling=sampling, experiment=experiment, progress=progress)
         for s in strategies
     }
 
@@ -215,7 +217,9 @@ def item_scores(transcript: pd.DataFrame, fmt: str | None = None,
     # dropna=False: a missing experiment, method or sample is one group, as in vote_table
     g = transcript.groupby(by, sort=False, dropna=False)
     out = pd.DataFrame({
-        "task": g["task"].first(), "n_agents": g.size(), "share": g["correct"].mean().astype(float)
+        "task": g["task"].first(),
+        "n_agents": g.size(),
+        "share": g["correct"].mean().astype(float)
     })
     out["accuracy"] = vt["correct"].astype(float)
     floor = np.log2(1.0 / (2.0 * out["n_agents"]))
@@ -294,10 +298,20 @@ def strategy_tests(per_unit: pd.DataFrame,
             w = (paired_test(x, y, "wilcoxon")["pvalue"] if d["test"] == "ttest"
                  and not np.allclose(x[ok], y[ok]) else (1.0 if d["test"] == "ttest" else math.nan))
             mrows.append({
-                "metric": m, "a": a, "b": b, "unit": "+".join(unit), "n": d["n_items"], "mean_a":
-                d["mean_a"], "mean_b": d["mean_b"], "diff": d["diff"], "diff_low": d["ci_low"],
-                "diff_high": d["ci_high"], "test": d["test"], "statistic": d["statistic"], "pvalue":
-                d["pvalue"], "pvalue_wilcoxon": w
+                "metric": m,
+                "a": a,
+                "b": b,
+                "unit": "+".join(unit),
+                "n": d["n_items"],
+                "mean_a": d["mean_a"],
+                "mean_b": d["mean_b"],
+                "diff": d["diff"],
+                "diff_low": d["ci_low"],
+                "diff_high": d["ci_high"],
+                "test": d["test"],
+                "statistic": d["statistic"],
+                "pvalue": d["pvalue"],
+                "pvalue_wilcoxon": w
             })
         if mrows:
 
@@ -330,8 +344,9 @@ def path_consistency_table(transcript: pd.DataFrame, fmt: str | None = None) -> 
 
 # %% ../nbs/papers/madc/11_madc.ipynb #f865914e
 CASES = {
-    "CASE-54": "bbh_logical_deduction_7/53", "CASE-66": "bbh_logical_deduction_7/65", "CASE-94":
-    "bbh_logical_deduction_7/93"
+    "CASE-54": "bbh_logical_deduction_7/53",
+    "CASE-66": "bbh_logical_deduction_7/65",
+    "CASE-94": "bbh_logical_deduction_7/93"
 }
 REVERSAL_ORDERS = ("correct_first", "incorrect_first", "alternating")
 
@@ -368,9 +383,13 @@ def solution_pools(samples: pd.DataFrame, pool_size: int, seed: int = 0, repeat:
 
     correct, incorrect = rest[ok], wrong[wrong["answer"] == wrong_answer]
     return {
-        "item_id": s["item_id"].iloc[0], "own_text": own["text"], "own_answer":
-        None if is_missing(own["answer"]) else own["answer"], "wrong_answer": wrong_answer,
-        "correct": draw(correct), "incorrect": draw(incorrect), "available_correct": len(correct),
+        "item_id": s["item_id"].iloc[0],
+        "own_text": own["text"],
+        "own_answer": None if is_missing(own["answer"]) else own["answer"],
+        "wrong_answer": wrong_answer,
+        "correct": draw(correct),
+        "incorrect": draw(incorrect),
+        "available_correct": len(correct),
         "available_incorrect": len(incorrect)
     }
 
@@ -388,10 +407,14 @@ def run_reversal(item: Item, pools: Sequence[dict], backend: Any, model: str,
     jobs = []
     for r, pool in enumerate(pools):
         texts = {
-            **{f"C{i}": t
-               for i, t in enumerate(pool["correct"])},
-            **{f"W{i}": t
-               for i, t in enumerate(pool["incorrect"])}
+            **{
+                f"C{i}": t
+                for i, t in enumerate(pool["correct"])
+            },
+            **{
+                f"W{i}": t
+                for i, t in enumerate(pool["incorrect"])
+            }
         }
         head = opening_messages(ps, q) + [{"role": "assistant", "content": pool["own_text"]}]
         for order in orders:
@@ -400,7 +423,8 @@ def run_reversal(item: Item, pools: Sequence[dict], backend: Any, model: str,
                 if not 1 <= c <= len(seq):
                     continue
                 msgs = head + [{
-                    "role": "user", "content": debate_message(ps, q, [texts[l] for l in seq[:c]])
+                    "role": "user",
+                    "content": debate_message(ps, q, [texts[l] for l in seq[:c]])
                 }]
                 for k in range(int(reps_per_count)):
                     smp = r * int(reps_per_count) + k
@@ -428,8 +452,8 @@ def reversal_point(counts: Sequence[float], accuracy: Sequence[float], level: fl
                    after: float | None = None) -> float | None:
     """MADC RQ3: first count at which the accuracy curve crosses `level` against its starting side (None if never).
     `after`: start from the curve's side at the last count <= `after` and search only larger counts."""
-    pts = [(c, a) for c, a in sorted(zip(counts, accuracy), key=lambda t: t[0])
-           if not is_missing(a)]
+    pts = [(c, a) for c, a in sorted(zip(counts, accuracy), key=lambda t: t[0]) if not is_missing(a)
+           ]
     if after is not None:
         base = [p for p in pts if p[0] <= after]
         pts = base[-1:] + [p for p in pts if p[0] > after]

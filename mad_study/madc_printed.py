@@ -76,8 +76,9 @@ PAPER_AGENT_SCALING = _agent_scaling()
 
 # %% ../nbs/papers/madc/11a_madc_printed.ipynb #786664d9
 COUNT_TABLE_ORDERS = {
-    "correct_first": "Correct First", "incorrect_first": "Incorrect First", "alternating":
-    "Alternating"
+    "correct_first": "Correct First",
+    "incorrect_first": "Incorrect First",
+    "alternating": "Alternating"
 }
 
 

@@ -62,8 +62,8 @@ def _debate_plan(p: Mapping, n_strategies: int, rounds: int, repeats: int = 1,
             for a in counts:
                 per_turn = _OPENING_TOKENS + QUESTION_TOKENS + L + (a - 1) * L
                 gens += n * a * n_strategies * rounds
-                prompt += (n * a * n_strategies * sum(per_turn + (r - 1) * (a * L)
-                                                      for r in range(1, rounds + 1)))
+                prompt += (n * a * n_strategies * sum(
+                    per_turn + (r - 1) * (a * L) for r in range(1, rounds + 1)))
     return {"generations": gens, "prompt_tokens": prompt, "completion_tokens": gens * mnt}
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #77852174
@@ -100,11 +100,12 @@ def plan_tab2_5(p: Mapping) -> dict:
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #cfba5a11
 def _cot_plan(p: Mapping) -> dict:
-    n = (len(_distinct(p.get("models") or [])) * len(p.get("case_ids") or []) *
-         int(p.get("cot_samples") or 0))
+    n = (len(_distinct(p.get("models") or [])) * len(p.get("case_ids") or []) * int(
+        p.get("cot_samples") or 0))
     return {
-        "generations": n, "prompt_tokens": n * (QUESTION_TOKENS + 60), "completion_tokens":
-        n * int(p.get("max_new_tokens") or 512)
+        "generations": n,
+        "prompt_tokens": n * (QUESTION_TOKENS + 60),
+        "completion_tokens": n * int(p.get("max_new_tokens") or 512)
     }
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #0c7a9479
@@ -118,20 +119,22 @@ def plan_fig8(p: Mapping) -> dict:
 def plan_fig9(p: Mapping) -> dict:
     "madc_fig9: the CoT samples, then per pool repeat, order and count (at most 2 x pool_size) `reps_per_count` responses."
     out = _cot_plan(p)
-    units = (len(_distinct(p.get("models") or [])) * len(p.get("case_ids") or []) *
-             int(p.get("reversal_repeats") or 1) * len(p.get("orders") or []))
+    units = (len(_distinct(p.get("models") or [])) * len(p.get("case_ids") or []) * int(
+        p.get("reversal_repeats") or 1) * len(p.get("orders") or []))
     reps, counts, L = int(p.get("reps_per_count") or 1), 2 * int(p.get("pool_size") or 0), _sol(p)
     gens = units * counts * reps
-    prompt = (units * reps * sum(_OPENING_TOKENS + QUESTION_TOKENS + L + c * L
-                                 for c in range(1, counts + 1)))
+    prompt = (units * reps * sum(
+        _OPENING_TOKENS + QUESTION_TOKENS + L + c * L for c in range(1, counts + 1)))
     return {
-        "generations": out["generations"] + gens, "prompt_tokens": out["prompt_tokens"] + prompt,
+        "generations": out["generations"] + gens,
+        "prompt_tokens": out["prompt_tokens"] + prompt,
         "completion_tokens": out["completion_tokens"] + gens * int(p.get("max_new_tokens") or 512)
     }
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #ec2569a6
 TASK_LABELS = {
-    "bbh_logical_deduction_7": "Logical Deduction", "bbh_geometric_shapes": "Geometric Shapes",
+    "bbh_logical_deduction_7": "Logical Deduction",
+    "bbh_geometric_shapes": "Geometric Shapes",
     "math500": "MATH500"
 }
 

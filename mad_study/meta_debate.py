@@ -75,8 +75,9 @@ MAX_REVIEW_OBJECTS = 64  # at most this many `{"Agent` starts are decoded
 
 def review_skeleton(n_agents: int, criteria: Sequence[str]) -> str:
     "Meta-Debate Prompt 2 (App. A.1) + the kit's sentence: the JSON form asked for, one entry per agent (`Agent 1` .. `Agent n`) and criterion."
-    inner = (", ".join(f"{json.dumps(str(c).strip(), ensure_ascii=False)}: <score>"
-                       for c in criteria) or '"score": <score>')
+    inner = (", ".join(
+        f"{json.dumps(str(c).strip(), ensure_ascii=False)}: <score>" for c in criteria)
+             or '"score": <score>')
     return "{" + ",\n ".join(f'"Agent {j}": {{{inner}}}' for j in range(1, int(n_agents) + 1)) + "}"
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #b5e50e72
@@ -318,8 +319,8 @@ def role_decisions(scores: np.ndarray, roles: Sequence[str] | None = None,
     out = []
     for i, r in enumerate(roles):
         row = mean[i]
-        tied = (np.flatnonzero(row >= np.nanmax(row) -
-                               atol) if np.isfinite(row).any() else np.arange(N))
+        tied = (np.flatnonzero(
+            row >= np.nanmax(row) - atol) if np.isfinite(row).any() else np.arange(N))
         win = (int(tied[0]) if tie_break == "first" else min(
             tied, key=lambda t: derive_seed("meta-debate-tie", *seed, r, agents[t])))
         out.append(
@@ -335,8 +336,7 @@ def assign_roles(scores: np.ndarray, roles: Sequence[str] | None = None,
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #91d3440b
 DATA_DESCRIPTIONS = {
-    "gpqa":
-    "text-only STEM multiple-choice questions (graduate-level biology, chemistry and physics)",
+    "gpqa": "text-only STEM multiple-choice questions (graduate-level biology, chemistry and physics)",
     "mmlu": "text-only multiple-choice knowledge questions",
     "gsm8k": "text-only math word problems",
     "math500": "text-only competition math problems",
@@ -443,11 +443,15 @@ def generate_criteria(framework: str, task: str, examples: Sequence[Item], model
     for role, g in zip(todo, generate_turns(backends, jobs)):
         crit = parse_criteria(g.text)
         val = {
-            "criteria": crit or PAPER_CRITERIA, "text": g.text, "fallback": not crit,
-            "prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens
+            "criteria": crit or PAPER_CRITERIA,
+            "text": g.text,
+            "fallback": not crit,
+            "prompt_tokens": g.prompt_tokens,
+            "completion_tokens": g.completion_tokens
         }
-        cache.put({**val, "criteria": [list(c) for c in val["criteria"]]}, task, framework, role,
-                  model)
+        cache.put({
+            **val, "criteria": [list(c) for c in val["criteria"]]
+        }, task, framework, role, model)
         out[role] = val
     return out
 
@@ -542,7 +546,10 @@ def _propose(items, stage, chosen, run: _MetaRun) -> tuple[dict, list[dict]]:
                 jobs.append((
                     TurnSlot(it, f"{r}{j + 1}", m, r),
                     run.sampling.request(
-                        [{"role": "user", "content": user}],
+                        [{
+                            "role": "user",
+                            "content": user
+                        }],
                         # keyed by the slot (role, j), never the model's name (03b_sim: common random numbers)
                         seed=derive_seed(run.sampling.seed, it.id, r, j, "proposal"),
                         meta=dict(item=it, role=r,
@@ -594,9 +601,10 @@ def _review(items, stage, crit, props, chosen, run: _MetaRun) -> list[dict]:
                                           responses=resp) + fmt)
                 jobs.append(
                     (TurnSlot(it, f"evaluator{k + 1}", m, r, round=1),
-                     run.sampling.request([{"role": "user", "content": user}],
-                                          seed=derive_seed(run.sampling.seed, it.id, r, k,
-                                                           "review"),
+                     run.sampling.request([{
+                         "role": "user",
+                         "content": user
+                     }], seed=derive_seed(run.sampling.seed, it.id, r, k, "review"),
                                           meta=dict(item=it, role=r, kind="review", target_role=r,
                                                     affirmative_answer=aff))))
                 keys.append((it, r, k, names, order))
@@ -607,11 +615,11 @@ def _review(items, stage, crit, props, chosen, run: _MetaRun) -> list[dict]:
         s[order] = rv.scores  # shown position p -> agent order[p]
         rows.append(
             dict(item_id=it.id, role=r, evaluator=k + 1, model=models[k], text=g.text,
-                 shown=",".join(str(j + 1)
-                                for j in order), **{f"score_{j + 1}": s[j]
-                                                    for j in range(N)},
-                 missing=int(np.isnan(s).sum()), read=rv.how, fallback=rv.fallback,
-                 prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens))
+                 shown=",".join(str(j + 1) for j in order),
+                 **{f"score_{j + 1}": s[j]
+                    for j in range(N)}, missing=int(np.isnan(s).sum()), read=rv.how,
+                 fallback=rv.fallback, prompt_tokens=g.prompt_tokens,
+                 completion_tokens=g.completion_tokens))
     return rows
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #4ba6c780
@@ -641,10 +649,16 @@ def meta_debate(
     crit = {r: list((criteria or {}).get(r) or PAPER_CRITERIA) for r in roles}
     run = _MetaRun(framework, models, backends, sampling, options, pot)
     scores = np.full((len(items), N, len(roles), N), np.nan)
-    chosen, assign, at = ({i: {}
-                           for i in ids}, {i: {}
-                                           for i in ids}, {i: n
-                                                           for n, i in enumerate(ids)})
+    chosen, assign, at = ({
+        i: {}
+        for i in ids
+    }, {
+        i: {}
+        for i in ids
+    }, {
+        i: n
+        for n, i in enumerate(ids)
+    })
     prop_rows, rev_rows, dec_rows = [], [], []
     for stage in [[r] for r in roles] if framework == "mad" else [list(roles)]:
         props, rows = _propose(items, stage, chosen, run)

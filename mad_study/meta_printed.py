@@ -23,6 +23,7 @@ def _printed(name: str, key: list[str]) -> dict:
 PAPER_TAB1 = _printed("meta_tab1", ["method", "model"])
 PAPER_ASSIGNMENTS = _printed("meta_tab2", ["assignment"])  # Table 2, row: (MAD, DMAD) on GPQA
 PAPER_MODELS = {
-    "pixtral": "mistral-small-24b-instruct-2501", "claude": "qwen2.5-32b-instruct", "nova":
-    "llama-3.1-8b-instruct"
+    "pixtral": "mistral-small-24b-instruct-2501",
+    "claude": "qwen2.5-32b-instruct",
+    "nova": "llama-3.1-8b-instruct"
 }

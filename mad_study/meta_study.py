@@ -35,8 +35,8 @@ def _plan(p: Mapping, single: bool, uniform: bool, random_: bool, meta: bool) ->
         Qt = Q + (1000 if vision else 0)  # an image costs about 1k prompt tokens in a VLM
         per = {"mad": 3 * R + 2, "dmad": 3 * R + (2 * R if vision else 0)}
         prompt_per = {
-            "mad": sum(Qt + t * mnt for t in range(3 * R + 2)), "dmad":
-            (5 if vision else 3) * sum(Qt + 3 * t * mnt for t in range(R))
+            "mad": sum(Qt + t * mnt for t in range(3 * R + 2)),
+            "dmad": (5 if vision else 3) * sum(Qt + 3 * t * mnt for t in range(R))
         }
         if single:
             gens += n * m
@@ -70,8 +70,9 @@ def plan_tab2(p: Mapping) -> dict:
 @planner("meta_examples")
 def plan_examples(p: Mapping) -> dict:
     "meta_examples: the Meta-Debate stages and debates for `n_examples` items."
-    return _plan({**p, "n_items": int(p.get("n_examples") or 3)}, single=False, uniform=False,
-                 random_=False, meta=True)
+    return _plan({
+        **p, "n_items": int(p.get("n_examples") or 3)
+    }, single=False, uniform=False, random_=False, meta=True)
 
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #71ad8db1
 GAP_COLUMNS = ("n_items", "accuracy", "acc_low", "acc_high", "ref_accuracy", "ref_low", "ref_high",
@@ -94,8 +95,12 @@ def _one_gap(g: pd.DataFrame, method: str, reference: str, level: float, n_resam
                             min_items=min(20, n)))
     ref, m = tab.iloc[0], tab.iloc[1]
     out = {
-        "n_items": int(m["n_items"]), "accuracy": m["accuracy"], "acc_low": m["acc_low"],
-        "acc_high": m["acc_high"], "ref_accuracy": ref["accuracy"], "ref_low": ref["acc_low"],
+        "n_items": int(m["n_items"]),
+        "accuracy": m["accuracy"],
+        "acc_low": m["acc_low"],
+        "acc_high": m["acc_high"],
+        "ref_accuracy": ref["accuracy"],
+        "ref_low": ref["acc_low"],
         "ref_high": ref["acc_high"]
     }
     for c in ("diff", "diff_low", "diff_high", "test", "pvalue", "tokens", "token_change",
@@ -126,7 +131,8 @@ def paired_gaps(items: pd.DataFrame, pairs: Sequence[tuple[str, str]],
         for m, ref in pairs:
             if {m, ref} <= set(g["method"]):
                 rows.append({
-                    **dict(zip(by, key)), "method": m, "reference": ref,
+                    **dict(zip(by, key)), "method": m,
+                    "reference": ref,
                     **_one_gap(g, m, ref, level, n_resamples, seed)
                 })
     out = (pd.DataFrame(rows, columns=[*by, "method", "reference", *GAP_COLUMNS]) if not rows else
@@ -186,8 +192,8 @@ def gaps_caption(gaps: pd.DataFrame, cell=lambda r: "",
     for r in gaps.to_dict("records"):
         by_cell.setdefault(cell(r), []).append(r)
     for c, rs in by_cell.items():
-        parts.append(f"{c} ({rs[0]['n_items']} items): " +
-                     "; ".join(f"{name(r)} {gap_text(r, corr)}" for r in rs))
+        parts.append(f"{c} ({rs[0]['n_items']} items): " + "; ".join(
+            f"{name(r)} {gap_text(r, corr)}" for r in rs))
     d = gaps["distinguishable"].astype(bool)
     head = (
         f"Paired by item; {family_words(corr, lvl, gaps.get('diff_level', pd.Series(dtype=float)).dropna())}, "
@@ -205,8 +211,8 @@ def gaps_caption(gaps: pd.DataFrame, cell=lambda r: "",
             f"below 0 in {sum(bool(r['distinguishable']) and r['diff'] < 0 for r in rs)} of {len(rs)} cells"
             for k, rs in by_name.items()
         ]
-        return (head + ". " + "; ".join(parts) +
-                " (each gap, its interval, test and p: the sidecar's gaps).")
+        return (head + ". " + "; ".join(parts)
+                + " (each gap, its interval, test and p: the sidecar's gaps).")
     return head + ". " + ". ".join(parts) + "."
 
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #bl1ndw01

@@ -87,8 +87,12 @@ def accuracy_by_round(transcript: pd.DataFrame, majority: bool = True, level: fl
         lo, hi, how = clustered_accuracy_ci(g["correct"].tolist(), g["item_id"].tolist(), level)
         # = parse_failure_rate, vectorised
         rows.append({
-            **dict(zip(keys, key)), "who": key[-1], "accuracy": k / n if n else math.nan, "ci_low":
-            lo, "ci_high": hi, "n": n, "parse_failure": float(g["answer"].isna().mean()),
+            **dict(zip(keys, key)), "who": key[-1],
+            "accuracy": k / n if n else math.nan,
+            "ci_low": lo,
+            "ci_high": hi,
+            "n": n,
+            "parse_failure": float(g["answer"].isna().mean()),
             "ci_method": how
         })
     out = (pd.DataFrame(rows).drop(columns="agent") if rows else pd.DataFrame(columns=[
@@ -102,9 +106,13 @@ def accuracy_by_round(transcript: pd.DataFrame, majority: bool = True, level: fl
             k, n = int(g["correct"].sum()), len(g)
             lo, hi, how = clustered_accuracy_ci(g["correct"].tolist(), g["item_id"].tolist(), level)
             mrows.append({
-                **dict(zip([*by, "round"], key)), "who": "majority", "accuracy": k / n, "ci_low":
-                lo, "ci_high": hi, "n": n, "parse_failure":
-                parse_failure_rate(g["answer"].tolist()), "ci_method": how
+                **dict(zip([*by, "round"], key)), "who": "majority",
+                "accuracy": k / n,
+                "ci_low": lo,
+                "ci_high": hi,
+                "n": n,
+                "parse_failure": parse_failure_rate(g["answer"].tolist()),
+                "ci_method": how
             })
         out = pd.concat([out, pd.DataFrame(mrows)], ignore_index=True)
     return out.sort_values([*by, "round", "who"], kind="stable").reset_index(drop=True)
@@ -167,8 +175,8 @@ def token_cost(transcript: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="token_cost")
     t = transcript.assign(
-        total_tokens=transcript["prompt_tokens"].fillna(0) +
-        transcript["completion_tokens"].fillna(0),
+        total_tokens=transcript["prompt_tokens"].fillna(0)
+        + transcript["completion_tokens"].fillna(0),
         generated=~transcript["reused"].fillna(False).astype(bool))
     per_item = t.groupby([*by, "item_id"]).agg(prompt_tokens=("prompt_tokens", "sum"),
                                                completion_tokens=("completion_tokens", "sum"),
@@ -327,25 +335,33 @@ def uncertainty_decomposition(samples: Sequence[Sequence[Any]], base: float = ma
             f"(leaving an agent out would change N from {len(samples)} to {len(samples) - len(empty)})"
         )
     nan = {
-        "tu": math.nan, "eu": math.nan, "au": math.nan, "support": [], "p": [], "mixture":
-        pd.Series(dtype=float)
+        "tu": math.nan,
+        "eu": math.nan,
+        "au": math.nan,
+        "support": [],
+        "p": [],
+        "mixture": pd.Series(dtype=float)
     }
     if not samples:
         return {**nan, "parse_failure": [], "n_parsed": []}
     # unparsed (or invalid in `fmt`)
     n_bad = [sum(1 for a in s if a is None) for s in _agent_outcomes(samples, fmt, "keep")]
     extra = {
-        "parse_failure": [b / len(s) for b, s in zip(n_bad, samples)], "n_parsed":
-        [len(s) - b for b, s in zip(n_bad, samples)]
+        "parse_failure": [b / len(s) for b, s in zip(n_bad, samples)],
+        "n_parsed": [len(s) - b for b, s in zip(n_bad, samples)]
     }
     tu, eu, au, support, P, mix = _decompose(samples, base, fmt, unparsed)
     if math.isnan(tu):
         return {**nan, **extra}
     idx = pd.Index(support, dtype=object)
     return {
-        "tu": tu, "eu": eu, "au": au, "support": support, "p":
-        [pd.Series(row, index=idx, dtype=float) for row in P], "mixture":
-        pd.Series(mix, index=idx, dtype=float), **extra
+        "tu": tu,
+        "eu": eu,
+        "au": au,
+        "support": support,
+        "p": [pd.Series(row, index=idx, dtype=float) for row in P],
+        "mixture": pd.Series(mix, index=idx, dtype=float),
+        **extra
     }
 
 # %% ../nbs/evaluation/05_metrics.ipynb #03bb25d2
@@ -393,8 +409,8 @@ def _agent_slots(agents_col: np.ndarray, g: np.ndarray, G: int) -> tuple[np.ndar
     ac, anames = pd.factorize(pd.Series(agents_col, dtype=object), use_na_sentinel=False)
     first = pd.DataFrame({"g": g, "a": ac}).drop_duplicates()
     slot_of = np.zeros(G * len(anames), dtype=np.int64)
-    slot_of[first["g"].to_numpy() * len(anames) +
-            first["a"].to_numpy()] = (first.groupby("g").cumcount().to_numpy())
+    slot_of[first["g"].to_numpy() * len(anames) + first["a"].to_numpy()] = (
+        first.groupby("g").cumcount().to_numpy())
     a = slot_of[g * len(anames) + ac]
     names = [[] for _ in range(G)]
     for gi, ai in zip(first["g"].tolist(), first["a"].tolist()):
@@ -409,10 +425,10 @@ def _group_accuracies(cor: np.ndarray, g: np.ndarray, a: np.ndarray, G: int,
     ok = ~np.isnan(cor)
     c0 = np.where(ok, cor, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        acc = (np.bincount(g, weights=c0, minlength=G) /
-               np.bincount(g, weights=ok, minlength=G)).tolist()
-        acc_a = ((np.bincount(g * A + a, weights=c0, minlength=G * A) /
-                  np.bincount(g * A + a, weights=ok, minlength=G * A)).reshape(G, A).tolist())
+        acc = (np.bincount(g, weights=c0, minlength=G) / np.bincount(g, weights=ok,
+                                                                     minlength=G)).tolist()
+        acc_a = ((np.bincount(g * A + a, weights=c0, minlength=G * A) / np.bincount(
+            g * A + a, weights=ok, minlength=G * A)).reshape(G, A).tolist())
     return acc, acc_a
 
 # %% ../nbs/evaluation/05_metrics.ipynb #2c6446f5
@@ -510,8 +526,11 @@ def _uncertainty_rows(keys: list, by: Sequence[str], res: list, acc: list, acc_a
     for gi, key in enumerate(keys):
         tu, eu, au, n_sup = res[gi]
         r = {
-            **dict(zip(by, key)), "tu": tu, "eu": eu, "au": au, "n_answers": n_sup, "accuracy":
-            acc[gi]
+            **dict(zip(by, key)), "tu": tu,
+            "eu": eu,
+            "au": au,
+            "n_answers": n_sup,
+            "accuracy": acc[gi]
         }
         for i, name in enumerate(names[gi]):
             r[f"acc_{name}"] = acc_a[gi][i]
@@ -568,11 +587,17 @@ def flip_transitions(before: Sequence[bool], after: Sequence[bool]) -> dict:
     n = int(b.size)
     if n == 0:
         return {
-            "C2C": math.nan, "C2W": math.nan, "W2C": math.nan, "W2W": math.nan, "flip_ratio":
-            math.nan, "n": 0
+            "C2C": math.nan,
+            "C2W": math.nan,
+            "W2C": math.nan,
+            "W2W": math.nan,
+            "flip_ratio": math.nan,
+            "n": 0
         }
     out = {
-        "C2C": float(np.mean(b & a)), "C2W": float(np.mean(b & ~a)), "W2C": float(np.mean(~b & a)),
+        "C2C": float(np.mean(b & a)),
+        "C2W": float(np.mean(b & ~a)),
+        "W2C": float(np.mean(~b & a)),
         "W2W": float(np.mean(~b & ~a))
     }
     return {**out, "flip_ratio": out["C2W"] + out["W2C"], "n": n}

@@ -38,8 +38,17 @@ class PromptSet:
 
 # %% ../nbs/engine/04a_prompts.ipynb #f9e78804
 _NUMBER_WORDS = {
-    0: "zero", 1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8:
-    "eight", 9: "nine", 10: "ten"
+    0: "zero",
+    1: "one",
+    2: "two",
+    3: "three",
+    4: "four",
+    5: "five",
+    6: "six",
+    7: "seven",
+    8: "eight",
+    9: "nine",
+    10: "ten"
 }
 
 
@@ -117,7 +126,10 @@ UMAD_MATH = PromptSet(
 
 # %% ../nbs/engine/04a_prompts.ipynb #4b0ab4e6
 PROMPTS: dict[str, PromptSet] = {
-    "du_gsm8k": DU_GSM8K, "du_mmlu": DU_MMLU, "du_math": DU_MATH, "umad_math": UMAD_MATH
+    "du_gsm8k": DU_GSM8K,
+    "du_mmlu": DU_MMLU,
+    "du_math": DU_MATH,
+    "umad_math": UMAD_MATH
 }
 
 
@@ -284,63 +296,53 @@ SVR_MC_CHALLENGE = replace(
     "\n\n Using the reasoning of the other agent as additional advice, can you give an updated answer? Examine your solution and that of the other agent step by step. Put your answer in the form (X) at the end of your response."
     + _CONF)
 PROMPTS.update({
-    "svr_math": SVR_MATH, "svr_mc": SVR_MC, "svr_math_challenge": SVR_MATH_CHALLENGE,
+    "svr_math": SVR_MATH,
+    "svr_mc": SVR_MC,
+    "svr_math_challenge": SVR_MATH_CHALLENGE,
     "svr_mc_challenge": SVR_MC_CHALLENGE
 })
 
 # %% ../nbs/engine/04a_prompts.ipynb #4807d440
 META_DEBATE_PROMPTS: dict = {
-    "source":
-    "Zhang et al., Dynamic Role Assignment for Multi-Agent Debate, App. A.1 (Prompts 1, 2) and A.2 (criteria)",
-    "proposal":
-    "You are a debater. Hello and welcome to the debate competition. It’s not necessary to fully agree or disagree with each other’s perspectives, as our objective is to find the correct answer. The debate topic is to solve a given question and select the correct answer. Here is the data:\n\nQuestion: {question}\n\nChoices: {choices}\n\n{role_sentence}",
+    "source": "Zhang et al., Dynamic Role Assignment for Multi-Agent Debate, App. A.1 (Prompts 1, 2) and A.2 (criteria)",
+    "proposal": "You are a debater. Hello and welcome to the debate competition. It’s not necessary to fully agree or disagree with each other’s perspectives, as our objective is to find the correct answer. The debate topic is to solve a given question and select the correct answer. Here is the data:\n\nQuestion: {question}\n\nChoices: {choices}\n\n{role_sentence}",
     "proposal_roles": {
-        "affirmative":
-        "You are affirmative side. Please express your viewpoints.", "negative":
-        "You are negative side. The affirmative side argues:\n\n{affirmative}\n\nYou disagree with the affirmative side's answer. Provide your answer and reasons.",
-        "moderator":
-        'You are the moderator judge. The affirmative side argues:\n\n{affirmative}\n\nThe negative side argues:\n\n{negative}\n\nEvaluate both sides\' answers and determine if there is a clear preference for an answer candidate. Output your answer in json format: {"Whether there is a preference": "Yes or No", "Supported Side": "Affirmative or Negative", "Reason": "", "debate_answer": ""}.',
-        "cot":
-        "You solve it with chain-of-thought reasoning. Let's think step by step. {instruction}",
-        "step_back":
-        "You solve it with step-back prompting: first state the underlying principles and concepts behind this question, then answer by reasoning from them. {instruction}",
-        "pot":
-        "You solve it with program of thoughts: write a Python program in one ```python code block that computes the answer and prints only the final answer{what}.",
-        "io":
-        "You answer the question directly. {instruction}", "ccot":
-        "You solve it with compositional chain-of-thought: first write a scene graph of the image in JSON (the objects, attributes and relationships relevant to the question), then answer with the image and the scene graph as context. {instruction}",
-        "ddcot":
-        "You solve it with duty-distinct chain-of-thought: first break the question down into the sub-questions it needs and answer each, then answer the question from the sub-questions and sub-answers. {instruction}"
+        "affirmative": "You are affirmative side. Please express your viewpoints.",
+        "negative": "You are negative side. The affirmative side argues:\n\n{affirmative}\n\nYou disagree with the affirmative side's answer. Provide your answer and reasons.",
+        "moderator": 'You are the moderator judge. The affirmative side argues:\n\n{affirmative}\n\nThe negative side argues:\n\n{negative}\n\nEvaluate both sides\' answers and determine if there is a clear preference for an answer candidate. Output your answer in json format: {"Whether there is a preference": "Yes or No", "Supported Side": "Affirmative or Negative", "Reason": "", "debate_answer": ""}.',
+        "cot": "You solve it with chain-of-thought reasoning. Let's think step by step. {instruction}",
+        "step_back": "You solve it with step-back prompting: first state the underlying principles and concepts behind this question, then answer by reasoning from them. {instruction}",
+        "pot": "You solve it with program of thoughts: write a Python program in one ```python code block that computes the answer and prints only the final answer{what}.",
+        "io": "You answer the question directly. {instruction}",
+        "ccot": "You solve it with compositional chain-of-thought: first write a scene graph of the image in JSON (the objects, attributes and relationships relevant to the question), then answer with the image and the scene graph as context. {instruction}",
+        "ddcot": "You solve it with duty-distinct chain-of-thought: first break the question down into the sub-questions it needs and answer each, then answer the question from the sub-questions and sub-answers. {instruction}"
     },
-    "review":
-    "You are participating in a debate assessment to evaluate agent performance on a given STEM question. Here is the data:\n\nQuestion: {question}\n\nChoices: {choices}\n\nContext: {context}\n\n{n_agents} agents have each submitted responses attempting to fulfill the {role} role.\n\n{responses}\n\nYour Task: Evaluate each agent’s suitability for the {role} role based on their submitted responses using the criteria below. You will provide a 1–5 score for each criterion per agent, along with a brief explanation.\n\nEvaluation Criteria:\n\n{criteria}\n\n*Note*: Do not be biased toward agent writing styles (e.g., length, complexity)\n\nScoring Scale:\n\n5 = Excellent - Natural fit, strong performance on this criterion\n\n4 = Good - Minor room for improvement\n\n3 = Adequate - Acceptable but with clear concerns\n\n2 = Poor - Significant weaknesses\n\n1 = Very Poor - Clearly inadequate performance",
+    "review": "You are participating in a debate assessment to evaluate agent performance on a given STEM question. Here is the data:\n\nQuestion: {question}\n\nChoices: {choices}\n\nContext: {context}\n\n{n_agents} agents have each submitted responses attempting to fulfill the {role} role.\n\n{responses}\n\nYour Task: Evaluate each agent’s suitability for the {role} role based on their submitted responses using the criteria below. You will provide a 1–5 score for each criterion per agent, along with a brief explanation.\n\nEvaluation Criteria:\n\n{criteria}\n\n*Note*: Do not be biased toward agent writing styles (e.g., length, complexity)\n\nScoring Scale:\n\n5 = Excellent - Natural fit, strong performance on this criterion\n\n4 = Good - Minor room for improvement\n\n3 = Adequate - Acceptable but with clear concerns\n\n2 = Poor - Significant weaknesses\n\n1 = Very Poor - Clearly inadequate performance",
     "review_response": "Agent {j} Response:\n\n{response}",
-    "review_format":
-    "\n\nAfter your explanations, end your reply with all the scores in one JSON object, one entry per agent and criterion, each score a whole number from 1 to 5, in exactly this form:\n{skeleton}",
-    "paper_criteria":
-    "1. Accuracy (1-5) - The response demonstrates correct application of fundamental principles, proper use of formulas/equations, and arrives at the right answer through valid reasoning steps without mathematical or conceptual errors.\n\n2. Technical Depth (1-5) - The response shows genuine understanding of underlying mechanisms and theory, providing substantive analysis that goes beyond surface-level observations to address the core scientific concepts involved.",
-    "criteria":
-    "Context: {context} Several agent candidates have played the {role} role to answer {data}. Below are example questions:\n\nQuestion1: {question1}\n\nQuestion2: {question2}\n\nQuestion3: {question3}\n\nYour Task: Draft 2 or 3 evaluation criteria that can be used to judge which agent gives the best response being {role}. Each criterion should be a single word or short phrase, followed by a brief explanation.\n\nYour criteria should focus on:\n\n  • If the agent fullfills the {role} role\n\n  • Correctness and validity of the agent reasoning rather than presentation styles\n\nThe criteria should reflect what distinguishes high-quality, technically correct {role} reasoning from shallow and flawed attempts. The criteria should only include necessary traits for the goal of answering correctly for {data}. The criteria should not mention the given example questions. You should only output the criteria.",
+    "review_format": "\n\nAfter your explanations, end your reply with all the scores in one JSON object, one entry per agent and criterion, each score a whole number from 1 to 5, in exactly this form:\n{skeleton}",
+    "paper_criteria": "1. Accuracy (1-5) - The response demonstrates correct application of fundamental principles, proper use of formulas/equations, and arrives at the right answer through valid reasoning steps without mathematical or conceptual errors.\n\n2. Technical Depth (1-5) - The response shows genuine understanding of underlying mechanisms and theory, providing substantive analysis that goes beyond surface-level observations to address the core scientific concepts involved.",
+    "criteria": "Context: {context} Several agent candidates have played the {role} role to answer {data}. Below are example questions:\n\nQuestion1: {question1}\n\nQuestion2: {question2}\n\nQuestion3: {question3}\n\nYour Task: Draft 2 or 3 evaluation criteria that can be used to judge which agent gives the best response being {role}. Each criterion should be a single word or short phrase, followed by a brief explanation.\n\nYour criteria should focus on:\n\n  • If the agent fullfills the {role} role\n\n  • Correctness and validity of the agent reasoning rather than presentation styles\n\nThe criteria should reflect what distinguishes high-quality, technically correct {role} reasoning from shallow and flawed attempts. The criteria should only include necessary traits for the goal of answering correctly for {data}. The criteria should not mention the given example questions. You should only output the criteria.",
     "contexts": {
-        "mad":
-        "The debate system includes an Affirmative debater to first express viewpoints, a Negative debater to respond to Affirmative’s answer and correct the mistakes. A Judge to review Affimrative and Negative’s arguments, then decides whether the correct solution can be obtained and choose a side to support.",
-        "dmad":
-        "The debate system includes three agents that each solve the question with a different reasoning method: Chain-of-Thought (step-by-step reasoning), Step-Back (first the underlying principles, then reasoning from them) and Program-of-Thought (a Python program computes the answer); they then read each other's solutions and update their answers.",
-        "dmad_vision":
-        "The debate system includes three agents that each answer the question about the image with a different reasoning method: IO (a direct answer), CCoT (first a scene graph of the image, then the answer) and DDCoT (first sub-questions and their answers, then the answer); they then read each other's answers and update them."
+        "mad": "The debate system includes an Affirmative debater to first express viewpoints, a Negative debater to respond to Affirmative’s answer and correct the mistakes. A Judge to review Affimrative and Negative’s arguments, then decides whether the correct solution can be obtained and choose a side to support.",
+        "dmad": "The debate system includes three agents that each solve the question with a different reasoning method: Chain-of-Thought (step-by-step reasoning), Step-Back (first the underlying principles, then reasoning from them) and Program-of-Thought (a Python program computes the answer); they then read each other's solutions and update their answers.",
+        "dmad_vision": "The debate system includes three agents that each answer the question about the image with a different reasoning method: IO (a direct answer), CCoT (first a scene graph of the image, then the answer) and DDCoT (first sub-questions and their answers, then the answer); they then read each other's answers and update them."
     },
     "review_contexts": {
-        "mad":
-        "This is part of a structured debate with three roles (Affirmative, Negative, and Moderator Judge).",
-        "dmad":
-        "This is part of a structured debate with three roles (Chain-of-Thought, Step-Back, and Program-of-Thought).",
+        "mad": "This is part of a structured debate with three roles (Affirmative, Negative, and Moderator Judge).",
+        "dmad": "This is part of a structured debate with three roles (Chain-of-Thought, Step-Back, and Program-of-Thought).",
         "dmad_vision": "This is part of a structured debate with three roles (IO, CCoT, and DDCoT)."
     },
     # DMAD's vision methods (issue 14; our wording)
     "role_titles": {
-        "affirmative": "Affirmative", "negative": "Negative", "moderator": "Moderator Judge", "cot":
-        "Chain-of-Thought", "step_back": "Step-Back", "pot": "Program-of-Thought", "io": "IO",
-        "ccot": "CCoT", "ddcot": "DDCoT"
+        "affirmative": "Affirmative",
+        "negative": "Negative",
+        "moderator": "Moderator Judge",
+        "cot": "Chain-of-Thought",
+        "step_back": "Step-Back",
+        "pot": "Program-of-Thought",
+        "io": "IO",
+        "ccot": "CCoT",
+        "ddcot": "DDCoT"
     }
 }
 
@@ -364,9 +366,9 @@ def _rumad(fmt_sentence: str, task: str) -> PromptSet:
         + fmt_sentence, debate_intro="These are the solutions from other agents: ",
         peer="\n\n {tag}One agent solution: ```{solution}```", debate_outro=
         ". Based on the above responses with their indicated importance, can you provide an updated answer? "
-        "Examine all solutions step by step. " + fmt_sentence, alone=
-        "Can you double check that your answer is correct? Examine your solution step by step. " +
-        fmt_sentence)
+        "Examine all solutions step by step. " + fmt_sentence,
+        alone="Can you double check that your answer is correct? Examine your solution step by step. "
+        + fmt_sentence)
 
 
 RUMAD_MC = _rumad(_RUMAD_FMT_MC, "MMLU & GPQA")

@@ -289,9 +289,12 @@ def debate_costs(transcript: pd.DataFrame,
         ncomm, nans = _count_messages(a, _full_context_of(protocol, cond, key[:len(cond)]), iid, k)
         v = votes[key]
         out.append({
-            **dict(zip(keys, key)), "answer": v["answer"], "correct": bool(v["correct"]),
-            "rounds_spoken": max((int(r["round"]) for r in a["rows"]), default=0), "ncomm": ncomm,
-            "n_answer_msgs": nans, "tokens": a["tokens"]
+            **dict(zip(keys, key)), "answer": v["answer"],
+            "correct": bool(v["correct"]),
+            "rounds_spoken": max((int(r["round"]) for r in a["rows"]), default=0),
+            "ncomm": ncomm,
+            "n_answer_msgs": nans,
+            "tokens": a["tokens"]
         })
     return pd.DataFrame(out)
 
@@ -339,14 +342,24 @@ def sid_et(round0: pd.DataFrame, mad_costs: pd.DataFrame, skip_rate: float) -> p
         key = (r.item_id, r.sample)
         if sk:
             rows.append({
-                "item_id": r.item_id, "sample": r.sample, "skipped": True, "answer": r.answer,
-                "correct": bool(r.correct), "ncomm": 0, "tokens": int(r0tok.loc[key])
+                "item_id": r.item_id,
+                "sample": r.sample,
+                "skipped": True,
+                "answer": r.answer,
+                "correct": bool(r.correct),
+                "ncomm": 0,
+                "tokens": int(r0tok.loc[key])
             })
         else:
             m = mad.loc[key]
             rows.append({
-                "item_id": r.item_id, "sample": r.sample, "skipped": False, "answer": m["answer"],
-                "correct": bool(m["correct"]), "ncomm": int(m["ncomm"]), "tokens": int(m["tokens"])
+                "item_id": r.item_id,
+                "sample": r.sample,
+                "skipped": False,
+                "answer": m["answer"],
+                "correct": bool(m["correct"]),
+                "ncomm": int(m["ncomm"]),
+                "tokens": int(m["tokens"])
             })
     return pd.DataFrame(rows)
 

@@ -236,11 +236,16 @@ def prefix_module(prefix: str):
 
 # %% ../nbs/data/02b_registry.ipynb #e4310b05
 _MISTRAL_FORMAT = {
-    "tokenizer_mode": "mistral", "config_format": "mistral", "load_format": "mistral"
+    "tokenizer_mode": "mistral",
+    "config_format": "mistral",
+    "load_format": "mistral"
 }
 SERVE_HINTS: dict[str, dict] = {
-    "mistral-small-24b-instruct-2501": _MISTRAL_FORMAT, "pixtral-large-instruct-2411":
-    _MISTRAL_FORMAT, "deepseek-v3.1": {"enable_expert_parallel": True}
+    "mistral-small-24b-instruct-2501": _MISTRAL_FORMAT,
+    "pixtral-large-instruct-2411": _MISTRAL_FORMAT,
+    "deepseek-v3.1": {
+        "enable_expert_parallel": True
+    }
 }
 for _n, _hint in SERVE_HINTS.items():
     MODELS[_n] = dataclasses.replace(MODELS[_n], serve=dict(_hint))
@@ -277,17 +282,24 @@ MODELS["pixtral-large-instruct-2411"] = dataclasses.replace(MODELS["pixtral-larg
 
 # %% ../nbs/data/02b_registry.ipynb #d6193f54
 _ARCH = {
-    "smollm2-135m-instruct": "LlamaForCausalLM", "tiny-random-llama": "LlamaForCausalLM",
-    "tiny-random-llava": "LlavaForConditionalGeneration", "deepseek-math-7b-instruct":
-    "LlamaForCausalLM", "deepseek-r1-distill-qwen-7b": "Qwen2ForCausalLM",
-    "deepseek-r1-distill-qwen-14b": "Qwen2ForCausalLM", "qwen3-1.7b": "Qwen3ForCausalLM",
-    "qwen3-4b-instruct-2507": "Qwen3ForCausalLM", "glm-4-9b-chat": "GlmForCausalLM", "gpt-oss-20b":
-    "GptOssForCausalLM", "gpt-oss-120b": "GptOssForCausalLM", "deepseek-v3.1":
-    "DeepseekV3ForCausalLM", "mistral-small-24b-instruct-2501": "MistralForCausalLM",
-    "pixtral-large-instruct-2411": "LlavaForConditionalGeneration", "pixtral-12b":
-    "LlavaForConditionalGeneration", "qwen2.5-vl-7b-instruct": "Qwen2_5_VLForConditionalGeneration",
-    "llama-3.2-11b-vision-instruct": "MllamaForConditionalGeneration", "gemma-3-12b-it":
-    "Gemma3ForConditionalGeneration"
+    "smollm2-135m-instruct": "LlamaForCausalLM",
+    "tiny-random-llama": "LlamaForCausalLM",
+    "tiny-random-llava": "LlavaForConditionalGeneration",
+    "deepseek-math-7b-instruct": "LlamaForCausalLM",
+    "deepseek-r1-distill-qwen-7b": "Qwen2ForCausalLM",
+    "deepseek-r1-distill-qwen-14b": "Qwen2ForCausalLM",
+    "qwen3-1.7b": "Qwen3ForCausalLM",
+    "qwen3-4b-instruct-2507": "Qwen3ForCausalLM",
+    "glm-4-9b-chat": "GlmForCausalLM",
+    "gpt-oss-20b": "GptOssForCausalLM",
+    "gpt-oss-120b": "GptOssForCausalLM",
+    "deepseek-v3.1": "DeepseekV3ForCausalLM",
+    "mistral-small-24b-instruct-2501": "MistralForCausalLM",
+    "pixtral-large-instruct-2411": "LlavaForConditionalGeneration",
+    "pixtral-12b": "LlavaForConditionalGeneration",
+    "qwen2.5-vl-7b-instruct": "Qwen2_5_VLForConditionalGeneration",
+    "llama-3.2-11b-vision-instruct": "MllamaForConditionalGeneration",
+    "gemma-3-12b-it": "Gemma3ForConditionalGeneration"
 }
 _ARCH |= {n: "Qwen2ForCausalLM" for n in MODELS if n.startswith("qwen2.5-") and n not in _ARCH}
 _ARCH |= {n: "LlamaForCausalLM" for n in MODELS if n.startswith("llama-3") and n not in _ARCH}
@@ -297,15 +309,12 @@ for _n, _a in _ARCH.items():
 # %% ../nbs/data/02b_registry.ipynb #85e28e76
 # what a family needs beyond its class (tested on its twin as far as a CPU allows, 03e_twins)
 _NEEDS = {
-    "glm-4-9b-chat":
-    "The -hf repository: transformers' native GlmForCausalLM, no trust_remote_code.", "gpt-oss-20b":
-    "Chat template: the harmony format, shipped by its tokenizer.", "gpt-oss-120b":
-    "Chat template: the harmony format, shipped by its tokenizer.", "pixtral-12b":
-    "Its processor needs torchvision (no CPU build for torch 2.13 on PyPI; GPU machines have it).",
-    "qwen2.5-vl-7b-instruct":
-    "Its processor needs torchvision (a video processor is part of it); GPU machines have it.",
-    "gemma-3-12b-it":
-    "Its template folds a system message into the first user turn and writes <bos> itself."
+    "glm-4-9b-chat": "The -hf repository: transformers' native GlmForCausalLM, no trust_remote_code.",
+    "gpt-oss-20b": "Chat template: the harmony format, shipped by its tokenizer.",
+    "gpt-oss-120b": "Chat template: the harmony format, shipped by its tokenizer.",
+    "pixtral-12b": "Its processor needs torchvision (no CPU build for torch 2.13 on PyPI; GPU machines have it).",
+    "qwen2.5-vl-7b-instruct": "Its processor needs torchvision (a video processor is part of it); GPU machines have it.",
+    "gemma-3-12b-it": "Its template folds a system message into the first user turn and writes <bos> itself."
 }
 for _n, _x in _NEEDS.items():
     MODELS[_n] = dataclasses.replace(MODELS[_n], notes=f"{MODELS[_n].notes} {_x}")
@@ -314,21 +323,30 @@ TWIN_REVISION = (
     "twin-v3"  # the twins' build version (part of their backend_id): bump when a builder changes
 )
 TWINS: dict[str, str] = {  # twin -> the families of the registry it stands for
-    "tiny-random-qwen2": "Qwen2.5 (Instruct) and DeepSeek-R1-Distill-Qwen", "tiny-random-qwen3":
-    "Qwen3", "tiny-random-mistral": "Mistral Small", "tiny-random-gemma3-text":
-    "Gemma 3 (text model)", "tiny-random-glm": "GLM-4 (-hf)", "tiny-random-gpt-oss": "gpt-oss",
-    "tiny-random-deepseek-v3": "DeepSeek-V3.1 (MLA + mixture of experts)", "tiny-random-pixtral":
-    "Pixtral (LLaVA format)", "tiny-random-gemma3": "Gemma 3 with images", "tiny-random-qwen2.5-vl":
-    "Qwen2.5-VL", "tiny-random-mllama": "Llama 3.2 Vision"
+    "tiny-random-qwen2": "Qwen2.5 (Instruct) and DeepSeek-R1-Distill-Qwen",
+    "tiny-random-qwen3": "Qwen3",
+    "tiny-random-mistral": "Mistral Small",
+    "tiny-random-gemma3-text": "Gemma 3 (text model)",
+    "tiny-random-glm": "GLM-4 (-hf)",
+    "tiny-random-gpt-oss": "gpt-oss",
+    "tiny-random-deepseek-v3": "DeepSeek-V3.1 (MLA + mixture of experts)",
+    "tiny-random-pixtral": "Pixtral (LLaVA format)",
+    "tiny-random-gemma3": "Gemma 3 with images",
+    "tiny-random-qwen2.5-vl": "Qwen2.5-VL",
+    "tiny-random-mllama": "Llama 3.2 Vision"
 }
 _TWIN_ARCH = {
-    "tiny-random-qwen2": "Qwen2ForCausalLM", "tiny-random-qwen3": "Qwen3ForCausalLM",
-    "tiny-random-mistral": "MistralForCausalLM", "tiny-random-gemma3-text": "Gemma3ForCausalLM",
-    "tiny-random-glm": "GlmForCausalLM", "tiny-random-gpt-oss": "GptOssForCausalLM",
-    "tiny-random-deepseek-v3": "DeepseekV3ForCausalLM", "tiny-random-pixtral":
-    "LlavaForConditionalGeneration", "tiny-random-gemma3": "Gemma3ForConditionalGeneration",
-    "tiny-random-qwen2.5-vl": "Qwen2_5_VLForConditionalGeneration", "tiny-random-mllama":
-    "MllamaForConditionalGeneration"
+    "tiny-random-qwen2": "Qwen2ForCausalLM",
+    "tiny-random-qwen3": "Qwen3ForCausalLM",
+    "tiny-random-mistral": "MistralForCausalLM",
+    "tiny-random-gemma3-text": "Gemma3ForCausalLM",
+    "tiny-random-glm": "GlmForCausalLM",
+    "tiny-random-gpt-oss": "GptOssForCausalLM",
+    "tiny-random-deepseek-v3": "DeepseekV3ForCausalLM",
+    "tiny-random-pixtral": "LlavaForConditionalGeneration",
+    "tiny-random-gemma3": "Gemma3ForConditionalGeneration",
+    "tiny-random-qwen2.5-vl": "Qwen2_5_VLForConditionalGeneration",
+    "tiny-random-mllama": "MllamaForConditionalGeneration"
 }
 
 # %% ../nbs/data/02b_registry.ipynb #08c0f24f
@@ -356,19 +374,35 @@ def models_table():
 QUANTS = ("nf4", "fp4", "int8", "none")
 
 _BYTES_PER_WEIGHT = {
-    "nf4": 0.5 + 4 / 64, "fp4": 0.5 + 4 / 64, "int8": 1.0, "none": 2.0, "mxfp4": 0.6, "fp8": 1.0
+    "nf4": 0.5 + 4 / 64,
+    "fp4": 0.5 + 4 / 64,
+    "int8": 1.0,
+    "none": 2.0,
+    "mxfp4": 0.6,
+    "fp8": 1.0
 }
 
 # %% ../nbs/data/02b_registry.ipynb #0649e229
 # embedding + LM-head parameters (billions): vocab x hidden,
 # twice when untied; bitsandbytes does not quantize them
 _EMBED_B = {
-    "smollm2-135m-instruct": 0.0283, "tiny-random-llama": 0.0031, "qwen2.5-1.5b-instruct": 0.233,
-    "qwen2.5-3b-instruct": 0.311, "qwen2.5-7b-instruct": 1.090, "qwen2.5-14b-instruct": 1.557,
-    "qwen2.5-32b-instruct": 1.557, "qwen3-1.7b": 0.311, "qwen3-4b-instruct-2507": 0.389,
-    "llama-3.2-3b-instruct": 0.394, "llama-3.1-8b-instruct": 1.051, "llama-3.3-70b-instruct": 2.101,
-    "deepseek-r1-distill-qwen-7b": 1.090, "deepseek-r1-distill-qwen-14b": 1.557, "glm-4-9b-chat":
-    1.242, "deepseek-math-7b-instruct": 0.839, "mistral-small-24b-instruct-2501": 1.342,
+    "smollm2-135m-instruct": 0.0283,
+    "tiny-random-llama": 0.0031,
+    "qwen2.5-1.5b-instruct": 0.233,
+    "qwen2.5-3b-instruct": 0.311,
+    "qwen2.5-7b-instruct": 1.090,
+    "qwen2.5-14b-instruct": 1.557,
+    "qwen2.5-32b-instruct": 1.557,
+    "qwen3-1.7b": 0.311,
+    "qwen3-4b-instruct-2507": 0.389,
+    "llama-3.2-3b-instruct": 0.394,
+    "llama-3.1-8b-instruct": 1.051,
+    "llama-3.3-70b-instruct": 2.101,
+    "deepseek-r1-distill-qwen-7b": 1.090,
+    "deepseek-r1-distill-qwen-14b": 1.557,
+    "glm-4-9b-chat": 1.242,
+    "deepseek-math-7b-instruct": 0.839,
+    "mistral-small-24b-instruct-2501": 1.342,
     "pixtral-large-instruct-2411": 3.221
 }
 
@@ -532,7 +566,10 @@ def experiments() -> dict[str, Experiment]:
 
 # %% ../nbs/data/02b_registry.ipynb #6e38b9df
 PAPER_ALIASES = {
-    "meta": "meta_debate", "meta-debate": "meta_debate", "svr_mad": "svr", "svr-mad": "svr"
+    "meta": "meta_debate",
+    "meta-debate": "meta_debate",
+    "svr_mad": "svr",
+    "svr-mad": "svr"
 }
 
 
@@ -593,6 +630,8 @@ def generic_plan(p: Mapping) -> dict:
     mnt = int(p.get("max_new_tokens") or 512)
     per_item_prompt = QUESTION_TOKENS * rounds + (n_agents - 1) * mnt * (rounds - 1)
     return {
-        "generations": gens, "completion_tokens": gens * mnt, "prompt_tokens":
-        n_items * samples * n_agents * repeats * strategies * configs * per_item_prompt
+        "generations": gens,
+        "completion_tokens": gens * mnt,
+        "prompt_tokens": n_items * samples * n_agents * repeats * strategies * configs
+        * per_item_prompt
     }

@@ -174,8 +174,8 @@ class Study:
         self.sim_off = check_off(self.params.get("sim_off"))
         # a run of `mad-study reproduce`: its staging folder, final place, overrides
         ctx = run_context()
-        self.run_dir = (Path(ctx["stage"]) if ctx.get("stage") else runs_dir() / self.profile /
-                        self.experiment)
+        self.run_dir = (Path(ctx["stage"])
+                        if ctx.get("stage") else runs_dir() / self.profile / self.experiment)
         self.run_name = str(ctx.get("run") or f"{self.profile}/{self.experiment}")
         self.overrides = dict(ctx.get("overrides") or {})
         self._backends: dict[str, Any] = {}
@@ -313,43 +313,33 @@ def provenance(self: Study) -> dict:
     if params.get("backend") == "openai":
         params["quant"] = params.get("served_quant") or "unknown"
     return {
-        "paper":
-        self.paper,
-        "experiment":
-        self.experiment,
-        "profile":
-        self.profile,
-        "seed":
-        self.seed,
-        "params":
-        params,
+        "paper": self.paper,
+        "experiment": self.experiment,
+        "profile": self.profile,
+        "seed": self.seed,
+        "params": params,
         # the `-p` overrides of `mad-study reproduce` ({}: the experiment file and profile as committed)
-        "overrides":
-        _jsonable(self.overrides),
-        "label":
-        self.label,
+        "overrides": _jsonable(self.overrides),
+        "label": self.label,
         **git_commit(),
-        "versions":
-        package_versions(),
-        "models": {m: getattr(b, "backend_id", None)
-                   for m, b in self._backends.items()},
-        **({"serving": serving} if (serving := {
+        "versions": package_versions(),
+        "models": {
+            m: getattr(b, "backend_id", None)
+            for m, b in self._backends.items()
+        },
+        **({
+            "serving": serving
+        } if (serving := {
                m: getattr(b, "inner", b).provenance()
                for m, b in self._backends.items() if hasattr(getattr(b, "inner", b), "provenance")
            }) else {}),
         # where model-written programs run (DMAD's / Meta-Debate's program of thought)
-        "sandbox":
-        _sandbox_mode(),
-        "items":
-        self.item_ids,
-        "transcripts":
-        self.transcripts,
-        "cache":
-        stats,
-        "started":
-        self.started,
-        "written":
-        _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        "sandbox": _sandbox_mode(),
+        "items": self.item_ids,
+        "transcripts": self.transcripts,
+        "cache": stats,
+        "started": self.started,
+        "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     }
 
 # %% ../nbs/study/06_report.ipynb #st96506712
@@ -500,9 +490,18 @@ def set_style():
 
     sns.set_theme(context="paper", style="whitegrid", palette="colorblind")
     plt.rcParams.update({
-        "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7,
-        "ytick.labelsize": 7, "legend.fontsize": 7, "legend.title_fontsize": 7, "figure.titlesize":
-        9, "lines.markersize": 5, "pdf.fonttype": 42, "ps.fonttype": 42, "savefig.bbox": "tight"
+        "font.size": 8,
+        "axes.titlesize": 8,
+        "axes.labelsize": 8,
+        "xtick.labelsize": 7,
+        "ytick.labelsize": 7,
+        "legend.fontsize": 7,
+        "legend.title_fontsize": 7,
+        "figure.titlesize": 9,
+        "lines.markersize": 5,
+        "pdf.fonttype": 42,
+        "ps.fonttype": 42,
+        "savefig.bbox": "tight"
     })
 
 # %% ../nbs/study/06_report.ipynb #48a5f9fc
@@ -729,10 +728,14 @@ def save_figure(fig, artefact: str, paper: str, study: Study | None = None,
                           data.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
     _sidecar(
         paper, artefact, study, files, {
-            **(notes or {}), "label":
-            label, **({"figure_caption": caption} if caption else {}), "data":
-            f"{artefact}.data.csv" if data is not None else None, "check_version":
-            LAYOUT_CHECK_VERSION, **({"layout_problems": probs} if probs is not None else {})
+            **(notes or {}), "label": label,
+            **({
+                "figure_caption": caption
+            } if caption else {}), "data": f"{artefact}.data.csv" if data is not None else None,
+            "check_version": LAYOUT_CHECK_VERSION,
+            **({
+                "layout_problems": probs
+            } if probs is not None else {})
         })
     if output.show:
         show_figure(fig)
@@ -756,8 +759,8 @@ def save_table(df: pd.DataFrame, artefact: str, paper: str, study: Study | None 
     if label:
         head += [f"**{label}**", ""]
     atomic_write_text(
-        md, "\n".join(head) + "\n" +
-        (df if md_view is None else md_view).to_markdown(index=False, floatfmt=floatfmt) + "\n")
+        md, "\n".join(head) + "\n" + (df if md_view is None else md_view).to_markdown(
+            index=False, floatfmt=floatfmt) + "\n")
     files = [csv, md]
     if items is not None:
         files.append(_out(paper, artefact, "items.csv"))
@@ -769,7 +772,9 @@ def save_table(df: pd.DataFrame, artefact: str, paper: str, study: Study | None 
     _sidecar(
         paper, artefact, study, files, {
             **(notes or {}), "label": label,
-            **({"caption": caption} if caption else {}), "table_problems": probs
+            **({
+                "caption": caption
+            } if caption else {}), "table_problems": probs
         })
     return files
 
@@ -865,7 +870,10 @@ def artefact_status(paper: str, art: Mapping, experiments: Mapping | None = None
         if fail and str(fail.get("failed", "")) >= str(meta.get("written", "")):
             status += f"; last run FAILED ({fail.get('profile', '?')}, {fail.get('failed', '?')}): see {fail['file']}"
         return {
-            "status": status, "profile": meta.get("profile", "?"), "commit": commit, "files": files,
+            "status": status,
+            "profile": meta.get("profile", "?"),
+            "commit": commit,
+            "files": files,
             "experiment": exp_s
         }
     if art.get("needs") == "training":
@@ -1038,9 +1046,12 @@ def index_table(registry: Mapping | None = None) -> pd.DataFrame:
         for a in d.get("artefacts", []):
             st = artefact_status(paper, a, exps)
             rows.append({
-                "paper": paper, "id": a["id"], "kind": a.get("kind", ""), "title":
-                a.get("title", ""), "notebook": d.get("notebook", ""), **st, "run":
-                run_sizes(_sidecar_of(paper, a["id"]))
+                "paper": paper,
+                "id": a["id"],
+                "kind": a.get("kind", ""),
+                "title": a.get("title", ""),
+                "notebook": d.get("notebook", ""),
+                **st, "run": run_sizes(_sidecar_of(paper, a["id"]))
             })
     return pd.DataFrame(rows)
 

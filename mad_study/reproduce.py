@@ -199,9 +199,10 @@ def _check_models(p: Mapping, where) -> None:
             if not isinstance(sa, Mapping):
                 raise ConfigError("must map parameter names to values", where=where,
                                   key=f"sim_agents.{name}", value=sa)
-            SimAgent.from_params({k: v
-                                  for k, v in sa.items() if k not in RUN_KEYS},
-                                 where=f"{where}: sim_agents.{name}")
+            SimAgent.from_params({
+                k: v
+                for k, v in sa.items() if k not in RUN_KEYS
+            }, where=f"{where}: sim_agents.{name}")
 
 # %% ../nbs/study/20_reproduce.ipynb #aa04a49f
 # `models` there: one model per table column (each debates with itself in roles)
@@ -394,7 +395,10 @@ def plan_experiment(exp: Experiment, p: Mapping) -> dict:
 
     serve = {m: serve_command(m) for m in mem if mem[m] is not None}
     return {
-        "experiment": exp.id, "paper": exp.paper, **est, "weight_memory_gb": mem, "serve": serve
+        "experiment": exp.id,
+        "paper": exp.paper,
+        **est, "weight_memory_gb": mem,
+        "serve": serve
     }
 
 # %% ../nbs/study/20_reproduce.ipynb #bb743cda
@@ -618,9 +622,9 @@ def record_failure(stage: Path, final: Path, record: Mapping) -> Path:
     if Path(stage).exists():
         os.replace(stage, kept)
     rec = {
-        **json.loads(json.dumps(dict(record), default=str)), "failed":
-        _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "attempt":
-        kept.relative_to(final).as_posix()
+        **json.loads(json.dumps(dict(record), default=str)), "failed": _dt.datetime.now(
+            _dt.timezone.utc).isoformat(timespec="seconds"),
+        "attempt": kept.relative_to(final).as_posix()
     }
     return atomic_write_text(
         Path(final) / FAILURE_FILE,
@@ -727,7 +731,10 @@ def _serving_stats(run_dir: Path, since: float) -> dict | None:
     with contextlib.suppress(OSError, ValueError):
         if f.stat().st_mtime >= since - 1:
             return {
-                m: {"requests": d.get("requests", {}), "in_flight": d.get("in_flight", {})}
+                m: {
+                    "requests": d.get("requests", {}),
+                    "in_flight": d.get("in_flight", {})
+                }
                 for m, d in json.loads(f.read_text()).items()
             }
     return None
@@ -750,14 +757,14 @@ def run_experiment(exp: Experiment, p: Mapping, log=print, overrides: Mapping | 
             )
     # the kernel runs in its notebook's folder: its outputs still go under this root, its files into the stage
     env = {
-        "MAD_STUDY_ROOT":
-        str(project_root()), "MAD_STUDY_RUNS":
-        str(runs_dir()), "MAD_STUDY_FIGURES":
-        str(stage / "figures"), RUN_ENV:
-        json.dumps(
+        "MAD_STUDY_ROOT": str(project_root()),
+        "MAD_STUDY_RUNS": str(runs_dir()),
+        "MAD_STUDY_FIGURES": str(stage / "figures"),
+        RUN_ENV: json.dumps(
             {
-                "stage": str(stage), "run": final.relative_to(runs_dir()).as_posix(), "overrides":
-                result_overrides(overrides)
+                "stage": str(stage),
+                "run": final.relative_to(runs_dir()).as_posix(),
+                "overrides": result_overrides(overrides)
             }, default=str)
     }
     # papermill keeps the kernel's stderr (kernel.log): the generation bar goes straight to the user's terminal
@@ -797,8 +804,10 @@ def run_experiment(exp: Experiment, p: Mapping, log=print, overrides: Mapping | 
         nfail, serving = _failed_generations(stage, t), _serving_stats(stage, t)
         had_run = bool(last_run_files(final))
         rec = record_failure(stage, final, {
-            "experiment": exp.id, "profile": p["profile"], "error": error, "overrides": overrides
-            or {}
+            "experiment": exp.id,
+            "profile": p["profile"],
+            "error": error,
+            "overrides": overrides or {}
         })
         kept = final / json.loads(rec.read_text())["attempt"]
         kept_note = ("the last good run's outputs are kept"
@@ -870,8 +879,8 @@ def _check_gpu(prof: Mapping, name: str, overrides: Mapping | None) -> None:
 
 # %% ../nbs/study/20_reproduce.ipynb #after04
 def _result_line(r: RunResult) -> str:
-    return (f"{r.experiment}: {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f}s" +
-            (f": {r.error}" if r.error else "") + _failed_note(r))
+    return (f"{r.experiment}: {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f}s"
+            + (f": {r.error}" if r.error else "") + _failed_note(r))
 
 # %% ../nbs/study/20_reproduce.ipynb #6a546b29
 WAKE_S = (
@@ -1100,8 +1109,10 @@ def run_items(res: "pd.DataFrame") -> tuple[dict[str, int], list[str]]:
     "Per condition its number of items, and the items some condition lacks (left out of a paired comparison)."
     sets = {c: set(g["item_id"]) for c, g in res.groupby("method", sort=False)}
     shared = set.intersection(*sets.values()) if sets else set()
-    return {c: len(s)
-            for c, s in sets.items()}, sorted(set.union(*sets.values()) - shared) if sets else []
+    return {
+        c: len(s)
+        for c, s in sets.items()
+    }, sorted(set.union(*sets.values()) - shared) if sets else []
 
 # %% ../nbs/study/20_reproduce.ipynb #418ba412
 BASELINES = ("fully_connected", )
@@ -1243,9 +1254,8 @@ def _cmd_compare(a) -> int:
     if old := earlier_files(files):
         print(
             f"mad-study: warning: {len(old)} of {len(files)} transcript file(s) were written well before the newest "
-            "(an earlier study's output in the same folder?): " + ", ".join(f"{_shown(f)} ({t})"
-                                                                            for f, t in old),
-            file=sys.stderr)
+            "(an earlier study's output in the same folder?): " + ", ".join(
+                f"{_shown(f)} ({t})" for f, t in old), file=sys.stderr)
     if a.reference is None:
         print(
             f"reference: {default_reference(list(dict.fromkeys(res['method'])))} (the baseline; --reference to choose)"

@@ -66,8 +66,9 @@ def similarity_matrix(embeddings: np.ndarray, answers: Sequence[str | None], lam
     u = e / np.where(norm > 0, norm, 1.0)
     cos = np.clip(u @ u.T, 0.0, 1.0)
     n = len(answers)
-    agree = np.array([[float(answers_equivalent(answers[i], answers[j], fmt)) for j in range(n)]
-                      for i in range(n)])
+    agree = np.array([
+        [float(answers_equivalent(answers[i], answers[j], fmt)) for j in range(n)] for i in range(n)
+    ])
     return lam * cos + (1.0 - lam) * agree
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #c07242ce
@@ -295,16 +296,19 @@ def act(self: TopologyPolicy, S: np.ndarray, rng: np.random.Generator | None = N
         obs = torch.as_tensor(np.asarray(S), dtype=torch.float32).reshape(1, self.n, self.n)
         d = self.dist(obs)
         if self.dist_kind == "gaussian":
-            a = (d.mean if rng is None else d.mean +
-                 d.stddev * torch.as_tensor(rng.standard_normal(
+            a = (d.mean if rng is None else
+                 d.mean + d.stddev * torch.as_tensor(rng.standard_normal(
                      (1, self.n, self.n)), dtype=torch.float32))
         else:
             a = (d.mean if rng is None else torch.as_tensor(
                 rng.beta(d.concentration1.numpy(), d.concentration0.numpy()), dtype=torch.float32))
             a = a.clamp(1e-4, 1 - 1e-4)
         return {
-            "obs": obs[0].numpy(), "action": a[0].numpy(), "logp": float(d.log_prob(a).sum()),
-            "value": float(self.value(obs)[0]), "W": self.weights(a)[0].numpy()
+            "obs": obs[0].numpy(),
+            "action": a[0].numpy(),
+            "logp": float(d.log_prob(a).sum()),
+            "value": float(self.value(obs)[0]),
+            "W": self.weights(a)[0].numpy()
         }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #9beb69e9
@@ -398,7 +402,11 @@ def deployed_links(dist, delta: float = DELTA, n_samples: int = 32, temp: float 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #3f522433
 # Table 5, Eq. 7
 ALPHA = {
-    "accuracy": 1.0, "consensus": 0.3, "progress": 0.1, "efficiency": 0.2, "improvement": 1.0,
+    "accuracy": 1.0,
+    "consensus": 0.3,
+    "progress": 0.1,
+    "efficiency": 0.2,
+    "improvement": 1.0,
     "sparsity": 0.1
 }
 BETA = {"accuracy": 2.0, "consensus": 0.5, "efficiency": 0.3, "improvement": 0.2}  # Table 5, Eq. 8
@@ -416,8 +424,8 @@ def consensus_reward(answers: Sequence[str | None], S: np.ndarray, fmt: str) -> 
     from mad_study.voting import majority_vote
 
     maj = majority_vote(list(answers), fmt)
-    share = (0.0 if maj is None else sum(answers_equivalent(a, maj, fmt)
-                                         for a in answers) / len(answers))
+    share = (0.0 if maj is None else
+             sum(answers_equivalent(a, maj, fmt) for a in answers) / len(answers))
     S = np.asarray(S, dtype=float)
     n = len(S)
     return 0.5 * share + 0.5 * float((S.sum() - np.trace(S)) / (n * (n - 1)))
@@ -454,15 +462,15 @@ def sparsity_penalty(W: np.ndarray) -> float:
 # %% ../nbs/papers/rumad/13_rumad.ipynb #486bccb9
 def step_reward(c: Mapping[str, float], alpha: Mapping[str, float] = ALPHA) -> float:
     "RUMAD Eq. 7: R_t = a1 Acc + a2 Cons + a3 Prog + a4 Eff + a5 Impr - a6 Sparsity (Table 5 weights)."
-    return (alpha["accuracy"] * c["accuracy"] + alpha["consensus"] * c["consensus"] +
-            alpha["progress"] * c["progress"] + alpha["efficiency"] * c["efficiency"] +
-            alpha["improvement"] * c["improvement"] - alpha["sparsity"] * c["sparsity"])
+    return (alpha["accuracy"] * c["accuracy"] + alpha["consensus"] * c["consensus"]
+            + alpha["progress"] * c["progress"] + alpha["efficiency"] * c["efficiency"]
+            + alpha["improvement"] * c["improvement"] - alpha["sparsity"] * c["sparsity"])
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #89a9f734
 def episode_reward(c: Mapping[str, float], beta: Mapping[str, float] = BETA) -> float:
     "RUMAD Eq. 8: R_ep = b1 Acc + b2 Cons + b3 Eff + b4 Impr (Table 5 weights)."
-    return (beta["accuracy"] * c["accuracy"] + beta["consensus"] * c["consensus"] +
-            beta["efficiency"] * c["efficiency"] + beta["improvement"] * c["improvement"])
+    return (beta["accuracy"] * c["accuracy"] + beta["consensus"] * c["consensus"]
+            + beta["efficiency"] * c["efficiency"] + beta["improvement"] * c["improvement"])
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #0366ed06
 TABLE6 = {  # Table 6 (`fixtures/papers/rumad/paper_rumad_tab6.csv`): the PPO controller's hyper-parameters
@@ -520,9 +528,14 @@ def ppo_loss(policy: TopologyPolicy, batch: Mapping[str, torch.Tensor], B: float
     lr_ = (logp - batch["logp"]).detach()
     dev = (ratio.detach() - 1).abs()  # how far the policy moved since the rollout
     return total, {
-        "policy": l_pi.item(), "value": l_v.item(), "budget": l_b.item(), "total": total.item(),
-        "ratio_dev": float(dev.max()), "clipped": float((dev > clip).float().mean()), "approx_kl":
-        float(((lr_.exp() - 1) - lr_).mean()), "entropy": ent.item()
+        "policy": l_pi.item(),
+        "value": l_v.item(),
+        "budget": l_b.item(),
+        "total": total.item(),
+        "ratio_dev": float(dev.max()),
+        "clipped": float((dev > clip).float().mean()),
+        "approx_kl": float(((lr_.exp() - 1) - lr_).mean()),
+        "entropy": ent.item()
     }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #61a67d4d
@@ -660,16 +673,14 @@ def round_outcomes(transcript: pd.DataFrame, embedder: Callable, lam: float = 0.
         S = (rec["S"] if rec is not None and "S" in rec else similarity_matrix(
             embedder(g["text"].fillna("").tolist()), ans, lam, fmt))
         rows.append({
-            "item_id":
-            iid, "sample":
-            int(k), "round":
-            int(t), "answers":
-            ans, "fmt":
-            fmt, "S":
-            S, "tokens":
-            int((g["prompt_tokens"].fillna(0) + g["completion_tokens"].fillna(0)).sum()),
-            "speakers":
-            int((~g["reused"].astype(bool)).sum())
+            "item_id": iid,
+            "sample": int(k),
+            "round": int(t),
+            "answers": ans,
+            "fmt": fmt,
+            "S": S,
+            "tokens": int((g["prompt_tokens"].fillna(0) + g["completion_tokens"].fillna(0)).sum()),
+            "speakers": int((~g["reused"].astype(bool)).sum())
         })
     out = pd.DataFrame(rows)
     return out.merge(votes[["item_id", "sample", "round", "correct"]],
@@ -695,22 +706,21 @@ def episodes(transcript: pd.DataFrame, controller: RumadController, token_budget
             rec = controller.records[(iid, k, t)]
             o = by[t]
             comps.append({
-                "accuracy": accuracy_reward(o["correct"]), "consensus":
-                consensus_reward(o["answers"], o["S"],
-                                 o["fmt"]), "progress": progress_reward(o["correct"], t, T),
-                "efficiency": efficiency_reward(o["tokens"], n * token_budget), "improvement":
-                improvement_reward(by[t - 1]["correct"],
-                                   o["correct"]), "sparsity": sparsity_penalty(rec["W"])
+                "accuracy": accuracy_reward(o["correct"]),
+                "consensus": consensus_reward(o["answers"], o["S"], o["fmt"]),
+                "progress": progress_reward(o["correct"], t, T),
+                "efficiency": efficiency_reward(o["tokens"], n * token_budget),
+                "improvement": improvement_reward(by[t - 1]["correct"], o["correct"]),
+                "sparsity": sparsity_penalty(rec["W"])
             })
             steps.append(rec)
         fin = by[T]
         ep = {
-            "accuracy":
-            accuracy_reward(fin["correct"]), "consensus":
-            consensus_reward(fin["answers"], fin["S"], fin["fmt"]), "efficiency":
-            efficiency_reward(sum(by[t]["tokens"] for t in range(1, T + 1)), n * T * token_budget),
-            "improvement":
-            improvement_reward(by[0]["correct"], fin["correct"])
+            "accuracy": accuracy_reward(fin["correct"]),
+            "consensus": consensus_reward(fin["answers"], fin["S"], fin["fmt"]),
+            "efficiency": efficiency_reward(sum(by[t]["tokens"] for t in range(1, T + 1)),
+                                            n * T * token_budget),
+            "improvement": improvement_reward(by[0]["correct"], fin["correct"])
         }
         r = [step_reward(c, alpha) for c in comps]
         if rewards == "full":
@@ -718,10 +728,15 @@ def episodes(transcript: pd.DataFrame, controller: RumadController, token_budget
         elif rewards == "no_t":
             r = [episode_reward(ep, beta)] * T
         eps.append({
-            "item_id": iid, "sample": k, "steps": steps, "rewards": r, "components": comps,
-            "episode": ep, "correct": bool(fin["correct"]), "tokens":
-            int(sum(o["tokens"] for o in by.values())), "speakers":
-            int(sum(by[t]["speakers"] for t in range(1, T + 1)))
+            "item_id": iid,
+            "sample": k,
+            "steps": steps,
+            "rewards": r,
+            "components": comps,
+            "episode": ep,
+            "correct": bool(fin["correct"]),
+            "tokens": int(sum(o["tokens"] for o in by.values())),
+            "speakers": int(sum(by[t]["speakers"] for t in range(1, T + 1)))
         })
     return eps
 
@@ -859,9 +874,11 @@ def probe_stats(policy: TopologyPolicy, obs: torch.Tensor) -> dict:
     W = policy.weights(d.mean, obs).numpy() if head else mean_weights(d).numpy()
     sets = {tuple(activation_mask(w).tolist()) for w in W}
     return {
-        "saturation": float(
-            (h2.abs() > 0.99).float().mean()), "mu_spread": float(d.mean.std(0).mean()), "mu_abs":
-        float(d.mean.abs().mean()), "sigma": float(d.stddev.mean()), "speaker_sets": len(sets),
+        "saturation": float((h2.abs() > 0.99).float().mean()),
+        "mu_spread": float(d.mean.std(0).mean()),
+        "mu_abs": float(d.mean.abs().mean()),
+        "sigma": float(d.stddev.mean()),
+        "speaker_sets": len(sets),
         "links": float(np.mean([visible_links(w) for w in W]))
     }
 
@@ -961,9 +978,12 @@ def train_controller(items: Sequence[Item], env: RumadEnv, cfg: RumadConfig, see
                 if within and (best is None
                                or row["val_episode_return"] > best["val_episode_return"]):
                     best = {
-                        "update": u, "val_episode_return": row["val_episode_return"], "state":
-                        {k: v.clone()
-                         for k, v in policy.state_dict().items()}
+                        "update": u,
+                        "val_episode_return": row["val_episode_return"],
+                        "state": {
+                            k: v.clone()
+                            for k, v in policy.state_dict().items()
+                        }
                     }
             hist.append(row)
             if state_path and ((u + 1) % int(save_every) == 0 or u + 1 == cfg.updates):
@@ -984,8 +1004,13 @@ def _save_state(path, cfg, seed, policy, opt, hist, best, probe=None):
     tmp = path.with_suffix(".tmp")
     torch.save(
         {
-            "config": asdict(cfg), "seed": seed, "policy": policy.state_dict(), "opt":
-            opt.state_dict(), "hist": hist, "best": best, "probe": probe
+            "config": asdict(cfg),
+            "seed": seed,
+            "policy": policy.state_dict(),
+            "opt": opt.state_dict(),
+            "hist": hist,
+            "best": best,
+            "probe": probe
         }, tmp)
     tmp.replace(path)
 
@@ -1030,12 +1055,16 @@ def _train_step(u, items, env: RumadEnv, cfg: RumadConfig, seed, policy, opt) ->
     links = np.mean([(s["W"][~np.eye(cfg.n_agents, dtype=bool)] > cfg.delta).sum() for e in eps
                      for s in e["steps"]])
     return {
-        "update": u, "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])), "tokens":
-        float(np.mean([e["tokens"]
-                       for e in eps])), "accuracy": float(np.mean([e["correct"] for e in eps])),
-        "speakers": float(np.mean([e["speakers"] for e in eps])), "links": float(links),
-        **{f"loss_{k}": float(np.mean([l[k] for l in logs]))
-           for k in logs[0]}
+        "update": u,
+        "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
+        "tokens": float(np.mean([e["tokens"] for e in eps])),
+        "accuracy": float(np.mean([e["correct"] for e in eps])),
+        "speakers": float(np.mean([e["speakers"] for e in eps])),
+        "links": float(links),
+        **{
+            f"loss_{k}": float(np.mean([l[k] for l in logs]))
+            for k in logs[0]
+        }
     }, batch["obs"]
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #da9deb98
@@ -1052,9 +1081,9 @@ def evaluate_controller(policy: TopologyPolicy, items: Sequence[Item], env: Ruma
     eps = episodes(tr, ctl, cfg.token_budget, cfg.lam, cfg.rewards)
     off = ~np.eye(cfg.n_agents, dtype=bool)
     return {
-        "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])), "accuracy":
-        float(np.mean([e["correct"]
-                       for e in eps])), "tokens": float(np.mean([e["tokens"] for e in eps])),
+        "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
+        "accuracy": float(np.mean([e["correct"] for e in eps])),
+        "tokens": float(np.mean([e["tokens"] for e in eps])),
         "links": float(np.mean([(s["W"][off] > cfg.delta).sum() for e in eps for s in e["steps"]]))
     }
 
@@ -1064,8 +1093,11 @@ def save_controller(policy: TopologyPolicy, cfg: RumadConfig, path: str | Path,
     "Save a trained controller with its training parameters (a torch file: state dict, config, meta)."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"state_dict": policy.state_dict(), "config": asdict(cfg), "meta": dict(meta or {})},
-               path)
+    torch.save({
+        "state_dict": policy.state_dict(),
+        "config": asdict(cfg),
+        "meta": dict(meta or {})
+    }, path)
     return path
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #31637f0f
@@ -1121,9 +1153,10 @@ class ShuffledObservation(RumadController):
             raise ConfigError("shuffling needs the records of at least 2 items", key="donor")
         perm = [ids[i] for i in rng_for(seed, "rumad-shuffle").permutation(len(ids))]
         # a derangement
-        self.donor, self.pair = (donor,
-                                 {perm[i]: perm[(i + 1) % len(perm)]
-                                  for i in range(len(perm))})
+        self.donor, self.pair = (donor, {
+            perm[i]: perm[(i + 1) % len(perm)]
+            for i in range(len(perm))
+        })
 
     def observe(self, ctx: RoundContext, S: np.ndarray) -> np.ndarray:
         "Another item's observation at this thread and round."
@@ -1148,7 +1181,11 @@ class AgreementGate:
                 js = [j for j in np.argsort(-sup, kind="stable") if j != i][:self.peers]
                 W[i, js] = 0.9
         return {
-            "obs": np.asarray(S, dtype=np.float32), "action": W, "logp": 0.0, "value": 0.0, "W": W
+            "obs": np.asarray(S, dtype=np.float32),
+            "action": W,
+            "logp": 0.0,
+            "value": 0.0,
+            "W": W
         }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #f0e298e4
@@ -1176,7 +1213,10 @@ class FixedTopology:
     def act(self, S: np.ndarray, rng=None) -> dict:
         "The same decision whatever S is, in `TopologyPolicy.act`'s format."
         return {
-            "obs": np.asarray(S, dtype=np.float32), "action": self.W, "logp": 0.0, "value": 0.0,
+            "obs": np.asarray(S, dtype=np.float32),
+            "action": self.W,
+            "logp": 0.0,
+            "value": 0.0,
             "W": self.W.copy()
         }
 
@@ -1253,17 +1293,20 @@ def toy_episode(env: ToyDebate, decide: Callable, rng: np.random.Generator) -> d
         S = env.observe(ans, rng)
         right.append(majority_vote(ans, "option") == "A")
         comps.append({
-            "accuracy": accuracy_reward(right[t]), "consensus": consensus_reward(ans, S, "option"),
-            "progress": progress_reward(right[t], t, env.rounds), "efficiency":
-            efficiency_reward(tok, env.n * env.token_budget), "improvement":
-            improvement_reward(right[t - 1], right[t]), "sparsity": sparsity_penalty(d["W"])
+            "accuracy": accuracy_reward(right[t]),
+            "consensus": consensus_reward(ans, S, "option"),
+            "progress": progress_reward(right[t], t, env.rounds),
+            "efficiency": efficiency_reward(tok, env.n * env.token_budget),
+            "improvement": improvement_reward(right[t - 1], right[t]),
+            "sparsity": sparsity_penalty(d["W"])
         })
         steps.append(d)
         tokens.append(tok)
     ep = {
-        "accuracy": accuracy_reward(right[-1]), "consensus": comps[-1]["consensus"], "efficiency":
-        efficiency_reward(sum(tokens), env.n * env.rounds * env.token_budget), "improvement":
-        improvement_reward(right[0], right[-1])
+        "accuracy": accuracy_reward(right[-1]),
+        "consensus": comps[-1]["consensus"],
+        "efficiency": efficiency_reward(sum(tokens), env.n * env.rounds * env.token_budget),
+        "improvement": improvement_reward(right[0], right[-1])
     }
     rewards = [step_reward(c) for c in comps[:-1]] + [episode_reward(ep)]
     return {"steps": steps, "rewards": rewards, "correct": right[-1], "tokens": sum(tokens)}
@@ -1282,11 +1325,12 @@ def toy_evaluate(env: ToyDebate, decide: Callable, n: int = 1000, seed: int = 0,
     speakers = lambda agree: float(
         np.mean([s["active"].sum() for s in steps if s["agree"] == agree]))
     return {
-        "return": float(np.mean([sum(e["rewards"]) for e in eps])), "accuracy":
-        float(np.mean([e["correct"]
-                       for e in eps])), "tokens": float(np.mean([e["tokens"] for e in eps])),
-        "links": float(np.mean([visible_links(s["W"]) for s in steps])), "speakers_agree":
-        speakers(True), "speakers_disagree": speakers(False)
+        "return": float(np.mean([sum(e["rewards"]) for e in eps])),
+        "accuracy": float(np.mean([e["correct"] for e in eps])),
+        "tokens": float(np.mean([e["tokens"] for e in eps])),
+        "links": float(np.mean([visible_links(s["W"]) for s in steps])),
+        "speakers_agree": speakers(True),
+        "speakers_disagree": speakers(False)
     }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #c0bca7b2
@@ -1312,11 +1356,11 @@ def toy_references(env: ToyDebate, n: int = 1000, seed: int = 0) -> pd.DataFrame
 
     rows = {
         "everyone silent": toy_evaluate(env,
-                                        FixedTopology(env.n, [], 0).act, n, seed), "full debate":
-        toy_evaluate(env, everyone.act, n,
-                     seed), f"best fixed: {best}": fixed[best], "gate, every peer":
-        toy_evaluate(env, gate.act, n,
-                     seed), "gate, least similar peer": toy_evaluate(env, least_similar, n, seed)
+                                        FixedTopology(env.n, [], 0).act, n, seed),
+        "full debate": toy_evaluate(env, everyone.act, n, seed),
+        f"best fixed: {best}": fixed[best],
+        "gate, every peer": toy_evaluate(env, gate.act, n, seed),
+        "gate, least similar peer": toy_evaluate(env, least_similar, n, seed)
     }
     return pd.DataFrame(rows).T
 
@@ -1400,8 +1444,11 @@ class SpeakerPolicy(nn.Module):
                 a = a + d.stddev * torch.as_tensor(rng.standard_normal(
                     (1, 1, self.n)), dtype=torch.float32)
             return {
-                "obs": obs[0].numpy(), "action": a[0].numpy(), "logp": float(d.log_prob(a).sum()),
-                "value": float(self.value(obs)[0]), "W": self.weights(a, obs)[0].numpy()
+                "obs": obs[0].numpy(),
+                "action": a[0].numpy(),
+                "logp": float(d.log_prob(a).sum()),
+                "value": float(self.value(obs)[0]),
+                "W": self.weights(a, obs)[0].numpy()
             }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #1a620a6a
@@ -1431,11 +1478,12 @@ def train_toy_controller(env: ToyDebate, cfg: RumadConfig, head: str = "agent", 
             batch.update(adv=f(np.concatenate(adv)), ret=f(np.concatenate(ret)))
             logs = ppo_update(pol, opt, batch, cfg.B, ppo=ppo, rng=rng)
             hist.append({
-                "update": u, "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
-                "tokens": float(np.mean([e["tokens"] for e in eps])), "sigma":
-                float(pol.sigma().detach().mean()), "clipped":
-                float(np.mean([lg["clipped"] for lg in logs])), "loss_budget":
-                float(np.mean([lg["budget"] for lg in logs]))
+                "update": u,
+                "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
+                "tokens": float(np.mean([e["tokens"] for e in eps])),
+                "sigma": float(pol.sigma().detach().mean()),
+                "clipped": float(np.mean([lg["clipped"] for lg in logs])),
+                "loss_budget": float(np.mean([lg["budget"] for lg in logs]))
             })
     return pol, pd.DataFrame(hist)
 
@@ -1476,9 +1524,18 @@ def training_meta(models: Sequence[str], train_task: str, seed: int, embedder: s
 
     neutral = {k: v for m in check_off(sim_off) for k, v in MECHANISMS[m]["neutral"].items()}
     meta = {
-        "models": list(models), "train_task": train_task, "seed": int(seed), "embedder": embedder,
-        "prompt": prompt, "max_new_tokens": int(max_new_tokens), "source": source, "sim_agents": {
-            m: {**dict((sim_agents or {}).get(m, {})), **neutral}
+        "models": list(models),
+        "train_task": train_task,
+        "seed": int(seed),
+        "embedder": embedder,
+        "prompt": prompt,
+        "max_new_tokens": int(max_new_tokens),
+        "source": source,
+        "sim_agents": {
+            m: {
+                **dict((sim_agents or {}).get(m, {})),
+                **neutral
+            }
             for m in models if m.startswith("sim")
         }
     }
@@ -1520,8 +1577,10 @@ def rumad_checkpoint(path: str | Path, cfg: RumadConfig, meta: Mapping, train: C
     t0 = time.time()
     pol, hist = train()
     save_controller(
-        pol, cfg, path,
-        meta={**meta, "log": hist.to_dict("list"), "train_seconds": round(time.time() - t0, 1)})
+        pol, cfg, path, meta={
+            **meta, "log": hist.to_dict("list"),
+            "train_seconds": round(time.time() - t0, 1)
+        })
     return pol, hist, "trained"
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #4488ad50
@@ -1534,7 +1593,8 @@ def _debates_cost(n_debates: int, n_agents: int, rounds: int, mnt: int) -> dict:
     gens = n_debates * n_agents * (rounds + 1)
     per_agent_prompt = QUESTION_TOKENS * (rounds + 1) + (n_agents - 1) * mnt * rounds
     return {
-        "generations": gens, "prompt_tokens": n_debates * n_agents * per_agent_prompt,
+        "generations": gens,
+        "prompt_tokens": n_debates * n_agents * per_agent_prompt,
         "completion_tokens": gens * mnt
     }
 
@@ -1562,8 +1622,8 @@ def plan_rumad(p: Mapping) -> dict:
     ]
     tr_cfg.debate_rounds = R
     evals = ((int(tr_cfg.updates) // int(tr_cfg.eval_every) +
-              bool(int(tr_cfg.updates) % int(tr_cfg.eval_every))) *
-             int(tr_cfg.n_val) if tr_cfg.eval_every else 0)
+              bool(int(tr_cfg.updates) % int(tr_cfg.eval_every))) * int(tr_cfg.n_val)
+             if tr_cfg.eval_every else 0)
     # rollouts + Sec. 3.6's periodic evaluations
     tr = [(int(tr_cfg.updates) * rollout_episodes(tr_cfg) + evals, k) for k in runs]
     out = {"generations": 0, "prompt_tokens": 0, "completion_tokens": 0}
@@ -1577,9 +1637,10 @@ def plan_rumad(p: Mapping) -> dict:
         for key, v in _debates_cost(d, k, R, mnt).items():
             t[key] += v
     return {
-        **out, "training_runs": len(runs), "training_updates": len(runs) * int(tr_cfg.updates),
-        "training_generations": t["generations"], "training_tokens":
-        t["prompt_tokens"] + t["completion_tokens"]
+        **out, "training_runs": len(runs),
+        "training_updates": len(runs) * int(tr_cfg.updates),
+        "training_generations": t["generations"],
+        "training_tokens": t["prompt_tokens"] + t["completion_tokens"]
     }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #4cd5a6a6

@@ -181,8 +181,13 @@ def _child_env(home: str) -> dict[str, str]:
     """The program's environment. MALLOC_ARENA_MAX=2: glibc reserves 64 MiB of address space for each thread's arena,
     so under RLIMIT_AS=1 GiB only 14 threads started (issue 36)."""
     return {
-        "PATH": "/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
-        "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+        "PATH": "/usr/bin:/bin",
+        "HOME": home,
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
         "MALLOC_ARENA_MAX": "2"
     }
 
@@ -242,8 +247,13 @@ DENIED_SYSCALLS = (
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #55bbd0b8
 CLONE_NAMESPACE_FLAGS = {
-    "CLONE_NEWNS": 0x20000, "CLONE_NEWCGROUP": 0x2000000, "CLONE_NEWUTS": 0x4000000, "CLONE_NEWIPC":
-    0x8000000, "CLONE_NEWUSER": 0x10000000, "CLONE_NEWPID": 0x20000000, "CLONE_NEWNET": 0x40000000
+    "CLONE_NEWNS": 0x20000,
+    "CLONE_NEWCGROUP": 0x2000000,
+    "CLONE_NEWUTS": 0x4000000,
+    "CLONE_NEWIPC": 0x8000000,
+    "CLONE_NEWUSER": 0x10000000,
+    "CLONE_NEWPID": 0x20000000,
+    "CLONE_NEWNET": 0x40000000
 }
 
 
@@ -298,8 +308,13 @@ def seccomp_program() -> tuple[bytes | None, str]:
 # keyctl(2)'s number: the runner's first act is
 # KEYCTL_JOIN_SESSION_KEYRING with no name, a new anonymous session
 # keyring, so the program never holds the parent's (keyrings have no namespace: issue 36)
-_NR_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 355, "s390x":
-              280}.get(platform.machine())
+_NR_KEYCTL = {
+    "x86_64": 250,
+    "aarch64": 219,
+    "riscv64": 219,
+    "ppc64le": 355,
+    "s390x": 280
+}.get(platform.machine())
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 
@@ -420,8 +435,8 @@ class _CgroupReadings:
                 return (int(
                     dict(l.split() for l in _read_text(os.path.join(
                         self.dirs[0], "cpu.stat")).splitlines())["usage_usec"]) / 1e6)
-            return (int(_read_text(os.path.join(self.dirs[2], "cpuacct.usage"))) /
-                    1e9 if len(self.dirs) > 2 else None)
+            return (int(_read_text(os.path.join(self.dirs[2], "cpuacct.usage"))) / 1e9
+                    if len(self.dirs) > 2 else None)
         except (OSError, ValueError, KeyError):
             return None
 
@@ -634,8 +649,12 @@ def _launch(spec: _LaunchSpec, out_w: int, err_w: int) -> int:
     import socket as sk
 
     msg = json.dumps({
-        "argv": spec.argv, "env": spec.env, "cwd": spec.cwd, "argv_fds": list(spec.fds), "stage":
-        spec.stage, "nobody": spec.nobody
+        "argv": spec.argv,
+        "env": spec.env,
+        "cwd": spec.cwd,
+        "argv_fds": list(spec.fds),
+        "stage": spec.stage,
+        "nobody": spec.nobody
     }).encode()
     with _LAUNCH_LOCK:
         for attempt in range(2):
@@ -744,9 +763,10 @@ def bwrap_argv(
     if status_fd is not None:
         a += ["--json-status-fd", str(status_fd)]
     binds = _binds(paths)
-    staged = ({d: f"{stage}/v{i}"
-               for i, d in enumerate(
-                   d for d in binds if not os.path.islink(d))} if stage and views else {})
+    staged = ({
+        d: f"{stage}/v{i}"
+        for i, d in enumerate(d for d in binds if not os.path.islink(d))
+    } if stage and views else {})
     # the fresh /proc, /dev and tmpfs /tmp first: a venv or
     # interpreter under /tmp (a checkout there) is bound on top.
     # --perms and --size apply to the next option: each stands right before its own --tmpfs
@@ -782,11 +802,11 @@ def bwrap_argv(
     ]
     for k, v in _child_env(WORKDIR).items():
         a += ["--setenv", k, v]
-    layers = (("bwrap", "pidns", "netns", "ipcns", "utsns", "mountns") + who +
-              ("no-capabilities", "ro-root", "ro-dev", "ro-python-only", "tmpfs:/tmp") +
-              (("tmp-file-limit", ) if stage else
-               ()) + ("own-proc", "clearenv", "die-with-parent", "new-session") +
-              (("seccomp", ) if seccomp_fd is not None else ()))
+    layers = (("bwrap", "pidns", "netns", "ipcns", "utsns", "mountns") + who
+              + ("no-capabilities", "ro-root", "ro-dev", "ro-python-only", "tmpfs:/tmp") + (
+                  ("tmp-file-limit", ) if stage else
+                  ()) + ("own-proc", "clearenv", "die-with-parent", "new-session") + (
+                      ("seccomp", ) if seccomp_fd is not None else ()))
     return a + ["--", exe], layers
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #d56a7c5a
@@ -847,9 +867,11 @@ def _limits(memory_mb: int, cpu_seconds: int, fsize_mb: int, nproc: int | None) 
     all of the caller's processes."""
     mem = int(memory_mb) * 2**20
     lim = {
-        "RLIMIT_AS": (mem, mem), "RLIMIT_CPU": (int(cpu_seconds), int(cpu_seconds) + 1),
-        "RLIMIT_FSIZE": (int(fsize_mb) * 2**20, ) * 2, "RLIMIT_NOFILE": (64, 64), "RLIMIT_CORE":
-        (0, 0)
+        "RLIMIT_AS": (mem, mem),
+        "RLIMIT_CPU": (int(cpu_seconds), int(cpu_seconds) + 1),
+        "RLIMIT_FSIZE": (int(fsize_mb) * 2**20, ) * 2,
+        "RLIMIT_NOFILE": (64, 64),
+        "RLIMIT_CORE": (0, 0)
     }
     if nproc is not None:
         lim["RLIMIT_NPROC"] = (int(nproc), int(nproc))
@@ -922,8 +944,8 @@ def _tree_bytes(pid: int) -> int:
             k, _, v = line.partition(":")
             if k in ("Pss", "Pss_Anon", "Pss_Shmem"):
                 kb[k] = int(v.split()[0])
-        total += 1024 * (kb["Pss_Anon"] +
-                         kb.get("Pss_Shmem", 0) if "Pss_Anon" in kb else kb.get("Pss", 0))
+        total += 1024 * (kb["Pss_Anon"] + kb.get("Pss_Shmem", 0) if "Pss_Anon" in kb else kb.get(
+            "Pss", 0))
     return total
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #9b2938e6
@@ -1211,9 +1233,10 @@ def _execute(code: str, spec: _RunSpec) -> SandboxResult:
     the launcher starts bwrap; otherwise `subprocess` does (vfork: no copy of this process's
     memory map)."""
     mode, variant, limits = spec.mode, spec.variant, spec.rlimits
-    layers = (("rlimits", ) + (("nproc", ) if "RLIMIT_NPROC" in limits else ()) +
-              ("timeout", "bounded-output") + (("audit-hook", ) if spec.guard else
-                                               ()) + (("own-keyring", ) if _NR_KEYCTL else ()))
+    layers = (("rlimits", ) + (("nproc", ) if "RLIMIT_NPROC" in limits else
+                               ()) + ("timeout", "bounded-output") + (
+                                   ("audit-hook", ) if spec.guard else
+                                   ()) + (("own-keyring", ) if _NR_KEYCTL else ()))
     t0 = time.monotonic()
     try:
         program = code.encode("utf-8")
@@ -1302,8 +1325,8 @@ def _status(why: str | None, started: bool, rc: int | None, oom: bool, cpu: floa
         return "setup"
     if oom:
         return "memory"
-    sig = (None if rc is None else -rc if rc < 0 else rc -
-           128 if mode == "bwrap" and rc > 128 else None)
+    sig = (None
+           if rc is None else -rc if rc < 0 else rc - 128 if mode == "bwrap" and rc > 128 else None)
     if (sig in (signal.SIGXCPU, signal.SIGKILL) and cpu is not None
             and cpu >= 0.9 * cpu_limit - 0.05):
         return "timeout"
@@ -1364,8 +1387,10 @@ def sandbox_provenance() -> dict:
     ok, why = sandbox_check()
     home = _cgroup_home()
     return {
-        "sandbox": "bwrap" if ok else "unavailable", "sandbox_detail": why, "sandbox_filter":
-        seccomp_program()[1], "sandbox_cgroup": home[0] if home else "none"
+        "sandbox": "bwrap" if ok else "unavailable",
+        "sandbox_detail": why,
+        "sandbox_filter": seccomp_program()[1],
+        "sandbox_cgroup": home[0] if home else "none"
     }
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #68abc77a

@@ -93,8 +93,13 @@ def openai_messages(messages: Sequence[Mapping]) -> list[dict]:
             out.append({"role": m["role"], "content": m["content"]})
             continue
         parts = [{"type": "image_url", "image_url": {"url": image_data_url(h)}} for h in imgs]
-        out.append(
-            {"role": m["role"], "content": parts + [{"type": "text", "text": str(m["content"])}]})
+        out.append({
+            "role": m["role"],
+            "content": parts + [{
+                "type": "text",
+                "text": str(m["content"])
+            }]
+        })
     return out
 
 # %% ../nbs/backends/03c_serving.ipynb #bfe37b85
@@ -104,8 +109,11 @@ def request_body(r: GenRequest, served_model: str, server: str = "vllm", top_k: 
     if server not in SERVER_KINDS:
         raise ConfigError("unknown server kind", key="server", value=server, choices=SERVER_KINDS)
     b = {
-        "model": served_model, "messages": openai_messages(r.messages), "max_tokens":
-        int(r.max_new_tokens), "temperature": float(r.temperature), "top_p": float(r.top_p)
+        "model": served_model,
+        "messages": openai_messages(r.messages),
+        "max_tokens": int(r.max_new_tokens),
+        "temperature": float(r.temperature),
+        "top_p": float(r.top_p)
     }
     if r.temperature > 0:
         b["seed"] = int(r.seed) % (2**31)
@@ -228,7 +236,8 @@ class OpenAIBackend(BaseBackend):
                              int(top_logprobs))
         self.served_quant = served_quant
         self.chat_template_kwargs = {
-            **dict(self.spec.chat_template_kwargs), **dict(chat_template_kwargs or {})
+            **dict(self.spec.chat_template_kwargs),
+            **dict(chat_template_kwargs or {})
         }
         self.failure_log = Path(failure_log) if failure_log else None
         self.failures: list[dict] = []
@@ -251,8 +260,10 @@ def backend_id(self: OpenAIBackend) -> str:
     ident = dict(served=_served_id(self.served_model), quant=self.served_quant, top_k=self.top_k,
                  logprobs=self.top_logprobs, chat_template_kwargs=self.chat_template_kwargs or None)
     return f"openai:{self.model_name}:" + json.dumps(
-        {k: v
-         for k, v in ident.items() if v is not None}, sort_keys=True)
+        {
+            k: v
+            for k, v in ident.items() if v is not None
+        }, sort_keys=True)
 
 # %% ../nbs/backends/03c_serving.ipynb #576e013d
 @patch
@@ -295,11 +306,11 @@ def close(self: OpenAIBackend) -> None:
 
 # %% ../nbs/backends/03c_serving.ipynb #e7bffaa7
 _HINTS = {
-    400: "check served_model (the model name the server serves) and the request fields", 401:
-    "check the API key (api_key_env names the environment variable that holds it)", 403:
-    "check the API key (api_key_env names the environment variable that holds it)", 404:
-    "check base_url (it usually ends in /v1) and served_model", 422:
-    "the server rejected the request body"
+    400: "check served_model (the model name the server serves) and the request fields",
+    401: "check the API key (api_key_env names the environment variable that holds it)",
+    403: "check the API key (api_key_env names the environment variable that holds it)",
+    404: "check base_url (it usually ends in /v1) and served_model",
+    422: "the server rejected the request body"
 }
 
 
@@ -369,8 +380,8 @@ def _one(self: OpenAIBackend, r: GenRequest, home: int) -> Generation:
             if resp.status_code not in RETRY_STATUS and resp.status_code < 500:
                 hint = _HINTS.get(resp.status_code, "")
                 raise ServingError(
-                    f"the server refused the request (HTTP {resp.status_code}: {_detail(resp)})" +
-                    (f"; {hint}" if hint else ""), where=url, key="served_model",
+                    f"the server refused the request (HTTP {resp.status_code}: {_detail(resp)})"
+                    + (f"; {hint}" if hint else ""), where=url, key="served_model",
                     value=self.served_model)
             err, wait = f"HTTP {resp.status_code}: {_detail(resp)}", _retry_after(resp)
         with self._lock:
@@ -500,13 +511,31 @@ def echo_completion(body: Mapping, logprobs: bool = True) -> dict:
     if logprobs and body.get("logprobs"):
         ch["logprobs"] = {
             "content": [{
-                "token": "echo", "logprob": -0.5, "top_logprobs":
-                [{"token": "echo", "logprob": -0.5}]
-            }, {"token": ":", "logprob": -1.5, "top_logprobs": [{"token": ":", "logprob": -1.5}]}]
+                "token": "echo",
+                "logprob": -0.5,
+                "top_logprobs": [{
+                    "token": "echo",
+                    "logprob": -0.5
+                }]
+            }, {
+                "token": ":",
+                "logprob": -1.5,
+                "top_logprobs": [{
+                    "token": ":",
+                    "logprob": -1.5
+                }]
+            }]
         }
     return {
-        "id": "stub", "object": "chat.completion", "model": body.get("model"), "choices": [ch],
-        "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}
+        "id": "stub",
+        "object": "chat.completion",
+        "model": body.get("model"),
+        "choices": [ch],
+        "usage": {
+            "prompt_tokens": 7,
+            "completion_tokens": 2,
+            "total_tokens": 9
+        }
     }
 
 # %% ../nbs/backends/03c_serving.ipynb #2d623d52
@@ -584,7 +613,10 @@ def _die_with_parent() -> None:
 
 # %% ../nbs/backends/03c_serving.ipynb #3a6dd19a
 CB_SETTINGS = {
-    "block_size": int, "num_blocks": int, "max_batch_tokens": int, "max_memory_percent": float
+    "block_size": int,
+    "num_blocks": int,
+    "max_batch_tokens": int,
+    "max_memory_percent": float
 }
 # 64 pages of 256 tokens: transformers sizes the cache from free memory, on a CPU all the RAM
 CB_CPU_DEFAULTS = {"num_blocks": 64}
@@ -616,9 +648,10 @@ class TransformersServer:
         if cb and not continuous_batching:
             raise ConfigError("--cb-* settings need continuous_batching=True", key="cb",
                               value=dict(cb))
-        self.continuous_batching, self.cb = (bool(continuous_batching),
-                                             ({**CB_CPU_DEFAULTS, **dict(cb or {})}
-                                              if continuous_batching else {}))
+        self.continuous_batching, self.cb = (bool(continuous_batching), ({
+            **CB_CPU_DEFAULTS,
+            **dict(cb or {})
+        } if continuous_batching else {}))
         self._cb_args = _cb_args(self.cb)
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                     or threads < 1):
@@ -712,8 +745,9 @@ def command(self: TransformersServer) -> list[str]:
 def env(self: TransformersServer) -> dict:
     "The server's environment: offline (nothing from the hub), and `threads` as the CPU thread count of torch and its BLAS."
     env = {
-        **os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM":
-        "false"
+        **os.environ, "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false"
     }
     if self.threads:
         env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
@@ -776,9 +810,17 @@ def serve_command(model: str, gpu_gb: float = 80.0, port: int = 8000) -> str:
 
 # %% ../nbs/backends/03c_serving.ipynb #fa677389
 SERVING_KEYS = {
-    "backend": str, "base_url": (str, list, dict), "served_model": (str, dict), "api_key_env": str,
-    "server": str, "concurrency": int, "timeout": (int, float), "max_retries": int, "top_k": int,
-    "top_logprobs": int, "served_quant": str
+    "backend": str,
+    "base_url": (str, list, dict),
+    "served_model": (str, dict),
+    "api_key_env": str,
+    "server": str,
+    "concurrency": int,
+    "timeout": (int, float),
+    "max_retries": int,
+    "top_k": int,
+    "top_logprobs": int,
+    "served_quant": str
 }
 BACKENDS = ("hf", "openai")
 

@@ -119,51 +119,51 @@ class SimAgent:
 
 # %% ../nbs/backends/03b_sim.ipynb #w0rld002
 MECHANISMS = {
-    "competence":
-    dict(
+    "competence": dict(
         fields=("skill", "task_skill", "difficulty_sd"), round0=True, does=
         "solve alone with P = sigma(logit(skill on the task) - d), d the item's hidden difficulty",
         paper="all (accuracy alone; Du et al.'s single-agent baseline)",
-        neutral=dict(task_skill={}, difficulty_sd=0.0)), "stubbornness":
-    dict(fields=("stubborn_correct", "stubborn_wrong"), round0=False,
-         does="keep one's own answer, more often when it is right",
-         paper="MADC (reversal), UMAD (flip ratio)", neutral=dict(stubborn_correct=0.0,
-                                                                  stubborn_wrong=0.0)),
-    "conformity":
-    dict(fields=("conformity", ), round0=False, does="adopt one of the answers shown",
-         paper="Du et al. (debate gain), MADC, UMAD", neutral=dict(conformity=0.0)), "recency":
-    dict(fields=("recency", ), round0=False,
-         does="weight the j-th of m shown answers by exp(recency * j / (m - 1)) when adopting",
-         paper="MADC (position effect, Truth Last)", neutral=dict(recency=0.0)), "recognition":
-    dict(fields=("recognition", ), round0=False,
-         does="re-solving with the correct answer shown: P(solve) + recognition * (1 - P(solve))",
-         paper="Du et al., Meta-Debate (truth-favouring persuasion)",
-         neutral=dict(recognition=0.0)), "persuasion":
-    dict(
+        neutral=dict(task_skill={}, difficulty_sd=0.0)),
+    "stubbornness": dict(fields=("stubborn_correct", "stubborn_wrong"), round0=False,
+                         does="keep one's own answer, more often when it is right",
+                         paper="MADC (reversal), UMAD (flip ratio)",
+                         neutral=dict(stubborn_correct=0.0, stubborn_wrong=0.0)),
+    "conformity": dict(fields=("conformity", ), round0=False, does="adopt one of the answers shown",
+                       paper="Du et al. (debate gain), MADC, UMAD", neutral=dict(conformity=0.0)),
+    "recency": dict(
+        fields=("recency", ), round0=False,
+        does="weight the j-th of m shown answers by exp(recency * j / (m - 1)) when adopting",
+        paper="MADC (position effect, Truth Last)", neutral=dict(recency=0.0)),
+    "recognition": dict(
+        fields=("recognition", ), round0=False,
+        does="re-solving with the correct answer shown: P(solve) + recognition * (1 - P(solve))",
+        paper="Du et al., Meta-Debate (truth-favouring persuasion)", neutral=dict(recognition=0.0)),
+    "persuasion": dict(
         fields=("persuasion", ), round0=False, does=
         "not keeping one's answer, adopt the correct shown answer with P = persuasion (before conformity)",
         paper="Du et al. Sec. 3 (debate gain beyond the vote), MADC (MAD - Self-Consistency)",
-        neutral=dict(persuasion=0.0)), "tier_trust":
-    dict(fields=("tier_trust", ), round0=False,
-         does="weight [Critical] e^(2t), [Reference] e^t shown answers when adopting",
-         paper="RUMAD Eq. 5 / Table 8", neutral=dict(tier_trust=0.0)), "context_harm":
-    dict(fields=("context_decay", ), round0=True,
-         does="a turn with n prompt tokens is a uniform guess with P = 1 - exp(-c n / 1000)",
-         paper="RUMAD Table 2 (dense MAD below sparse)", neutral=dict(context_decay=0.0)),
-    "debate_noise":
-    dict(fields=("debate_noise", ), round0=False,
-         does="a debate turn is a uniform guess with P = debate_noise",
-         paper="UMAD Sec. 3.2 (aleatoric cost of debate)", neutral=dict(debate_noise=0.0)),
-    "context_entropy":
-    dict(fields=("context_entropy", ), round0=False,
-         does="a debate turn's token entropy x exp(e n / 1000)", paper="UMAD Fig. 1",
-         neutral=dict(context_entropy=0.0)), "signals":
-    dict(fields=("signal_strength", "signal_inversion"), round0=True,
-         does="log-prob / confidence separate right from wrong (inverted on hard items)",
-         paper="SVR-MAD (posterior over priors), UMAD (token entropy)",
-         neutral=dict(signal_strength=0.0, signal_inversion=0.0)), "parse_fail":
-    dict(fields=("parse_fail", ), round0=True, does="a turn gives no parsable final answer",
-         paper="all (answers the parsers cannot read)", neutral=dict(parse_fail=0.0))
+        neutral=dict(persuasion=0.0)),
+    "tier_trust": dict(fields=("tier_trust", ), round0=False,
+                       does="weight [Critical] e^(2t), [Reference] e^t shown answers when adopting",
+                       paper="RUMAD Eq. 5 / Table 8", neutral=dict(tier_trust=0.0)),
+    "context_harm": dict(
+        fields=("context_decay", ), round0=True,
+        does="a turn with n prompt tokens is a uniform guess with P = 1 - exp(-c n / 1000)",
+        paper="RUMAD Table 2 (dense MAD below sparse)", neutral=dict(context_decay=0.0)),
+    "debate_noise": dict(fields=("debate_noise", ), round0=False,
+                         does="a debate turn is a uniform guess with P = debate_noise",
+                         paper="UMAD Sec. 3.2 (aleatoric cost of debate)",
+                         neutral=dict(debate_noise=0.0)),
+    "context_entropy": dict(fields=("context_entropy", ), round0=False,
+                            does="a debate turn's token entropy x exp(e n / 1000)",
+                            paper="UMAD Fig. 1", neutral=dict(context_entropy=0.0)),
+    "signals": dict(fields=("signal_strength", "signal_inversion"), round0=True,
+                    does="log-prob / confidence separate right from wrong (inverted on hard items)",
+                    paper="SVR-MAD (posterior over priors), UMAD (token entropy)",
+                    neutral=dict(signal_strength=0.0, signal_inversion=0.0)),
+    "parse_fail": dict(fields=("parse_fail", ), round0=True,
+                       does="a turn gives no parsable final answer",
+                       paper="all (answers the parsers cannot read)", neutral=dict(parse_fail=0.0))
 }
 
 # %% ../nbs/backends/03b_sim.ipynb #w0rld003
@@ -653,8 +653,8 @@ def _ld7(r) -> tuple[str, str]:
     "Seven birds in a row, six placed by a clue: which one is k-th from the left?"
     birds = [str(b) for b in r.choice(_BIRDS, 7, replace=False)]
     k = int(r.integers(7))
-    clues = " ".join(f"The {b} is the {_NTH[i]} from the left." for i, b in enumerate(birds)
-                     if i != k)
+    clues = " ".join(
+        f"The {b} is the {_NTH[i]} from the left." for i, b in enumerate(birds) if i != k)
     order = [birds[int(i)] for i in r.permutation(7)]
     q = f"On a branch, there are seven birds: {', '.join(order)}. {clues}\nOptions:\n" + _opts(
         f"The {b} is the {_NTH[k]} from the left" for b in order)
@@ -687,8 +687,10 @@ def _word(r) -> tuple[str, str]:
 
 
 SIM_ITEM_MAKERS = {
-    "bbh_logical_deduction_7": _ld7, "bbh_geometric_shapes": _shape, "math500": _arith, "gsm8k":
-    _word
+    "bbh_logical_deduction_7": _ld7,
+    "bbh_geometric_shapes": _shape,
+    "math500": _arith,
+    "gsm8k": _word
 }
 
 # %% ../nbs/backends/03b_sim.ipynb #20700972
@@ -722,8 +724,8 @@ def sim_items(task: str, n: int | None = None, seed: int = 0,
     if spec.synthetic_fixture and source == "fixture":
         k, more = SYNTHETIC_COUNTS[spec.name], []
         while len(items) + len(more) < n and k < 50 * n:
-            more = [it
-                    for it in synthetic_items(spec.name, k + 2 * n)[len(items):]][:n - len(items)]
+            more = [it for it in synthetic_items(spec.name, k + 2 * n)[len(items):]
+                    ][:n - len(items)]
             k += 2 * n
         return items + more
     return items + synthetic_sim_items(task, n - len(items))

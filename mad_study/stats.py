@@ -149,14 +149,11 @@ def _aligned(a, b, who: str, on: str = "all") -> tuple[np.ndarray, np.ndarray, i
 
 # %% ../nbs/evaluation/05b_stats.ipynb #8aa05088
 _STATUS = {
-    "ok":
-    "", "too few items":
-    "fewer than 2 items: no test and no interval", "identical":
-    "the two agree on every item: p = 1, no interval (0/1 answers: Tango's interval still)",
-    "zero variance":
-    "every item differs by the same amount: exact sign-flip p, no interval (0/1: Tango's still)",
-    "few items":
-    "fewer than {m} items: Tango's score interval for 0/1, else the sign-flip test inverted (wide)"
+    "ok": "",
+    "too few items": "fewer than 2 items: no test and no interval",
+    "identical": "the two agree on every item: p = 1, no interval (0/1 answers: Tango's interval still)",
+    "zero variance": "every item differs by the same amount: exact sign-flip p, no interval (0/1: Tango's still)",
+    "few items": "fewer than {m} items: Tango's score interval for 0/1, else the sign-flip test inverted (wide)"
 }
 
 
@@ -212,20 +209,25 @@ def _paired_test(a, b, test: str, min_items: int) -> dict:
             key="values", value=bad)
     d = a - b
     out = {
-        "test": test, "n": int(a.size), "mean_a": float(a.mean()) if a.size else math.nan, "mean_b":
-        float(b.mean()) if b.size else math.nan, "status": _status(d, min_items)
+        "test": test,
+        "n": int(a.size),
+        "mean_a": float(a.mean()) if a.size else math.nan,
+        "mean_b": float(b.mean()) if b.size else math.nan,
+        "status": _status(d, min_items)
     }
     if out["status"] in ("too few items", "identical"):
         return {**out, "statistic": math.nan, "pvalue": 1.0 if a.size else math.nan}
     if test == "mcnemar":
         n01, n10 = int(((a == 0) & (b == 1)).sum()), int(((a == 1) & (b == 0)).sum())
         return {
-            **out, "statistic": float(n10 - n01), "pvalue":
-            float(stats.binomtest(n10, n01 + n10, 0.5).pvalue)
+            **out, "statistic": float(n10 - n01),
+            "pvalue": float(stats.binomtest(n10, n01 + n10, 0.5).pvalue)
         }
     if test == "permutation" or out["status"] == "zero variance":  # no t or W from a constant gap
         return {
-            **out, "test": "permutation", "statistic": float(d.mean()), "pvalue": _signflip_p(d)
+            **out, "test": "permutation",
+            "statistic": float(d.mean()),
+            "pvalue": _signflip_p(d)
         }
     r = stats.ttest_rel(a, b) if test == "ttest" else stats.wilcoxon(a, b)
     return {**out, "statistic": float(r.statistic), "pvalue": float(r.pvalue)}
@@ -259,8 +261,13 @@ def accuracy_ci(correct: Sequence[Any], items: Sequence[Any] | None = None, leve
             "over so few items undercovers", stacklevel=2)
     lo, hi, how = clustered_accuracy_ci(x, items, level, n_resamples, seed)
     return {
-        "accuracy": float(np.mean(x)) if x else math.nan, "ci_low": lo, "ci_high": hi, "n_items":
-        n_items, "n_answers": len(x), "method": how, "level": level
+        "accuracy": float(np.mean(x)) if x else math.nan,
+        "ci_low": lo,
+        "ci_high": hi,
+        "n_items": n_items,
+        "n_answers": len(x),
+        "method": how,
+        "level": level
     }
 
 # %% ../nbs/evaluation/05b_stats.ipynb #353c0158
@@ -385,7 +392,9 @@ def paired_inference(a: np.ndarray, b: np.ndarray, level: float = 0.95, test: st
         return {**out, "statistic": math.nan, "pvalue": 1.0}
     if st == "zero variance":
         return {
-            **out, "test": "permutation", "statistic": float(d.mean()), "pvalue": _signflip_p(d)
+            **out, "test": "permutation",
+            "statistic": float(d.mean()),
+            "pvalue": _signflip_p(d)
         }
     if test == "ttest":
         # the paired t-test (Student 1908) and its interval, as scipy.stats.ttest_1samp, in closed form
@@ -422,9 +431,19 @@ def paired_difference(a: Sequence[float], b: Sequence[float], level: float = 0.9
     _warn_status(r["status"], "paired_difference", int(x.size), min_items)
     ma, mb = (float(x.mean()), float(y.mean())) if x.size else (math.nan, math.nan)
     return {
-        "n_items": int(x.size), "mean_a": ma, "mean_b": mb, "diff": ma - mb, "ci_low": r["ci_low"],
-        "ci_high": r["ci_high"], "level": level, "test": r["test"], "statistic": r["statistic"],
-        "pvalue": r["pvalue"], "status": r["status"], "n_dropped": dropped, "unit": "item"
+        "n_items": int(x.size),
+        "mean_a": ma,
+        "mean_b": mb,
+        "diff": ma - mb,
+        "ci_low": r["ci_low"],
+        "ci_high": r["ci_high"],
+        "level": level,
+        "test": r["test"],
+        "statistic": r["statistic"],
+        "pvalue": r["pvalue"],
+        "status": r["status"],
+        "n_dropped": dropped,
+        "unit": "item"
     }
 
 # %% ../nbs/evaluation/05b_stats.ipynb #9ce8050c
@@ -438,8 +457,10 @@ def tost(a: Sequence[float], b: Sequence[float], margin: float, alpha: float = 0
     d = x - y
     st = _status(d, min_items)
     out = {
-        "n_items": int(d.size), "diff": float(d.mean()) if d.size else math.nan, "margin":
-        float(margin), "status": st
+        "n_items": int(d.size),
+        "diff": float(d.mean()) if d.size else math.nan,
+        "margin": float(margin),
+        "status": st
     }
     if st == "too few items":
         p, how = math.nan, "none"
@@ -559,22 +580,31 @@ def omnibus_test(wide: pd.DataFrame | np.ndarray) -> dict:
         return {"test": "none", "statistic": math.nan, "pvalue": math.nan, "n_items": n, "k": k}
     if _binary(x):
         return {
-            "test": "cochran_q", **{a: b
-                                    for a, b in cochran_q(x).items() if a != "n"}, "n_items": n,
+            "test": "cochran_q",
+            **{
+                a: b
+                for a, b in cochran_q(x).items() if a != "n"
+            }, "n_items": n,
             "k": k
         }
     if k == 2:
         t = paired_test(x[:, 0], x[:, 1], "ttest")
         return {
-            "test": "ttest", "statistic": t["statistic"], "pvalue": t["pvalue"], "n_items": n, "k":
-            k
+            "test": "ttest",
+            "statistic": t["statistic"],
+            "pvalue": t["pvalue"],
+            "n_items": n,
+            "k": k
         }
     if np.allclose(x, x[:, :1]):
         return {"test": "friedman", "statistic": 0.0, "pvalue": 1.0, "n_items": n, "k": k}
     r = stats.friedmanchisquare(*x.T)
     return {
-        "test": "friedman", "statistic": float(r.statistic), "pvalue": float(r.pvalue), "n_items":
-        n, "k": k
+        "test": "friedman",
+        "statistic": float(r.statistic),
+        "pvalue": float(r.pvalue),
+        "n_items": n,
+        "k": k
     }
 
 # %% ../nbs/evaluation/05b_stats.ipynb #471fd96d
@@ -620,9 +650,9 @@ def compare_methods(
         subset=["status"]).query("status != 'ok'") if "status" in table else table.iloc[:0])
     if len(odd):
         warnings.warn(
-            "compare_methods: " + "; ".join(f"{r.method} vs {reference}: {r.status}"
-                                            for r in odd.itertuples()) +
-            " (the caption says what each status means)", UserWarning, stacklevel=2)
+            "compare_methods: " + "; ".join(
+                f"{r.method} vs {reference}: {r.status}" for r in odd.itertuples())
+            + " (the caption says what each status means)", UserWarning, stacklevel=2)
     return table, comparison_caption(table, fixed_items=inf.fixed_items)
 
 # %% ../nbs/evaluation/05b_stats.ipynb #479708dd
@@ -684,8 +714,11 @@ def _compared_items(results: pd.DataFrame, reference: str, methods: Sequence[str
                           key="methods", value=methods)
     sub = results[results[item].isin(common) & results[method].isin(methods)]
     runs = sub.groupby(method)["run"].nunique().to_dict() if "run" in sub else {}
-    return (methods, means.loc[common, methods], sub,
-            {"n_dropped": n_any - len(common), "n_any": n_any, "runs": runs})
+    return (methods, means.loc[common, methods], sub, {
+        "n_dropped": n_any - len(common),
+        "n_any": n_any,
+        "runs": runs
+    })
 
 # %% ../nbs/evaluation/05b_stats.ipynb #a0065108
 @dataclass(frozen=True, eq=False)
@@ -713,8 +746,12 @@ def _method_row(m: str, c: _Compared) -> dict:
     acc = accuracy_ci(sub.loc[mine, c.value].tolist(), sub.loc[mine, c.item].tolist(), level, n,
                       seed, min_items=k)
     r = {
-        "method": m, "n_items": len(means), "accuracy": acc["accuracy"], "acc_low": acc["ci_low"],
-        "acc_high": acc["ci_high"], "acc_ci_method": acc["method"]
+        "method": m,
+        "n_items": len(means),
+        "accuracy": acc["accuracy"],
+        "acc_low": acc["ci_low"],
+        "acc_high": acc["ci_high"],
+        "acc_ci_method": acc["method"]
     }
     if m != ref:
         a, b = means[m].to_numpy(), means[ref].to_numpy()
@@ -812,8 +849,8 @@ def _interval_text(r: Mapping) -> str:
 # %% ../nbs/evaluation/05b_stats.ipynb #6e22a499
 TEST_WORDS = {
     "mcnemar": "McNemar's score test with Tango's score interval for one 0/1 answer per item",
-    "ttest": "paired t-test with its t-interval over item means", "permutation":
-    "sign-flip test over items, inverted for its interval (exact up to 16 items), where t cannot hold",
+    "ttest": "paired t-test with its t-interval over item means",
+    "permutation": "sign-flip test over items, inverted for its interval (exact up to 16 items), where t cannot hold",
     "wilcoxon": "Wilcoxon signed-rank over item means"
 }
 
@@ -829,12 +866,12 @@ def _interval_words(a: Mapping, levels: pd.Series) -> str:
     span = (f"{100 * lv.min():.4g}%"
             if lv.min() == lv.max() else f"{100 * lv.min():.4g}% to {100 * lv.max():.4g}%")
     words = {
-        "holm":
-        (f"Holm-compatible simultaneous intervals ({span}, Bonferroni's level for every gap; a gap Holm tells "
-         "apart whose interval would cross 0 is closed at 0: Holm shows its sign, not a size away from 0)"
-         ), "bonferroni":
-        f"Bonferroni-adjusted simultaneous {span} intervals", "fdr_bh":
-        f"false-coverage-rate-adjusted {span} intervals (Benjamini-Yekutieli)"
+        "holm": (
+            f"Holm-compatible simultaneous intervals ({span}, Bonferroni's level for every gap; a gap Holm tells "
+            "apart whose interval would cross 0 is closed at 0: Holm shows its sign, not a size away from 0)"
+        ),
+        "bonferroni": f"Bonferroni-adjusted simultaneous {span} intervals",
+        "fdr_bh": f"false-coverage-rate-adjusted {span} intervals (Benjamini-Yekutieli)"
     }
     return words.get(c, f"{c}-adjusted {span} intervals")
 
@@ -889,8 +926,8 @@ def comparison_caption(table: pd.DataFrame, unit_name: str = "items",
         head += f"; runs per method averaged per item ({', '.join(f'{m}: {k}' for m, k in a['runs'].items())})"
     levels = (gaps.loc[gaps["diff_low"].notna(),
                        "diff_level"] if "diff_level" in gaps else pd.Series(dtype=float))
-    tests = ([TEST_WORDS.get(t, t)
-              for t in dict.fromkeys(gaps["test"].dropna())] if "test" in gaps else [])
+    tests = ([TEST_WORDS.get(t, t) for t in dict.fromkeys(gaps["test"].dropna())]
+             if "test" in gaps else [])
     boot = (f", each its test inverted over {unit_name} (answers of an item averaged first)"
             if len(levels.dropna()) else "")
     head += (
@@ -952,8 +989,10 @@ def family_words(correction: str, level: float, levels: Sequence[float]) -> str:
     """Caption words for a family of gap intervals built by `family_gaps` or `compare_methods` (Holm 1979 with
     simultaneous Bonferroni-level intervals closed at 0 where Holm shows the sign): the procedure and the levels
     `levels` of the gaps that have an interval."""
-    return _interval_words({"correction": correction, "level": level},
-                           pd.Series(levels, dtype=float))
+    return _interval_words({
+        "correction": correction,
+        "level": level
+    }, pd.Series(levels, dtype=float))
 
 # %% ../nbs/evaluation/05b_stats.ipynb #5e0383c2
 def gap_interval_text(row: Mapping) -> str:
@@ -1189,8 +1228,9 @@ def per_item_results(transcript: pd.DataFrame, who: str = "majority",
     out = out.rename(columns={"_cond": "method_label"})
     out["correct"] = out["correct"].astype(float)
     cols = ["item_id", "method_label", "experiment", "sample", "correct", "answer", "tokens"]
-    return (out[[c for c in cols
-                 if c in out]].rename(columns={"method_label": "method"}).reset_index(drop=True))
+    return (out[[c for c in cols if c in out]].rename(columns={
+        "method_label": "method"
+    }).reset_index(drop=True))
 
 # %% ../nbs/evaluation/05b_stats.ipynb #dd9870ef
 def tokens_per_thread(transcript: pd.DataFrame) -> float:

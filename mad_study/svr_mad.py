@@ -94,8 +94,10 @@ class SVRResult:
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #36a1bd48
 SVR_OPTIONS = {
-    "challengers": ("reuse", "distinct"), "check": ("iteration", "debate"), "unparsed":
-    ("changed", "ignore"), "posterior": ("svr", "min_ll", "ppl", "conf")
+    "challengers": ("reuse", "distinct"),
+    "check": ("iteration", "debate"),
+    "unparsed": ("changed", "ignore"),
+    "posterior": ("svr", "min_ll", "ppl", "conf")
 }
 PRIOR_SCALES = ("svr", "raw")  # choice 2: the scale of min-LL / PPL priors
 
@@ -190,7 +192,11 @@ def _svr_init(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt
     S, budget = config.S, config.budget
     return SimpleNamespace(fmt=fmt, cfg=config, names=names, y=y, live=live, k=k, m=m, corr=corr,
                            dis=dis, B_max=comm_budget(S, k, m) if budget is None else int(budget),
-                           n={a: {"D": 0, "r": 0, "c": 0}
+                           n={a: {
+                               "D": 0,
+                               "r": 0,
+                               "c": 0
+                           }
                               for a in names}, post={a: []
                                                      for a in names}, sig={a: []
                                                                            for a in names},
@@ -214,8 +220,13 @@ def _svr_record(st, r: str, s: str, ans, signal, it: int):
         # line 11 (Sec. 4 rule)
         st.corr[r] = _posterior(posterior, st.n[r]["r"], st.n[r]["c"], st.sig[r])
     st.trace.append({
-        "iteration": it, "receiver": r, "challenger": s, "repeat": rep, "post": ans, "outcome":
-        "retained" if kept else "changed" if ans is not None else "unparsed", "score": st.corr[r]
+        "iteration": it,
+        "receiver": r,
+        "challenger": s,
+        "repeat": rep,
+        "post": ans,
+        "outcome": "retained" if kept else "changed" if ans is not None else "unparsed",
+        "score": st.corr[r]
     })
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #1c1b134c
@@ -344,10 +355,13 @@ def challenge_request(item: Item, receiver: Mapping, challenger: Mapping, *,
     pre-debate rows (agent, sample, text)."""
     ps, ch = svr_prompts(item.fmt, prompt)
     q = format_question(item)
-    msgs = opening_messages(
-        ps, q, role) + [{"role": "assistant", "content": receiver["text"] or ""}, {
-            "role": "user", "content": debate_message(ch, q, [challenger["text"] or ""])
-        }]
+    msgs = opening_messages(ps, q, role) + [{
+        "role": "assistant",
+        "content": receiver["text"] or ""
+    }, {
+        "role": "user",
+        "content": debate_message(ch, q, [challenger["text"] or ""])
+    }]
     return sampling.request(
         msgs, seed=derive_seed(sampling.seed, item.id, receiver["agent"], "svr-challenge",
                                challenger["agent"], int(receiver["sample"]),
@@ -366,10 +380,20 @@ def _challenge_row(key: tuple, pre: dict, it: Item, g: Generation) -> dict:
     else:
         outcome = "retained" if answers_equivalent(ans, pre["answer"], it.fmt) else "changed"
     return {
-        "item_id": iid, "sample": k, "receiver": r, "challenger": s, "repeat": rep, "model":
-        pre["model"], "post": ans, "outcome": outcome, "min_ll": g.logprob_min, "ppl": g.perplexity,
-        "conf": conf if conf is not None else g.confidence, "prompt_tokens": g.prompt_tokens,
-        "completion_tokens": g.completion_tokens, "text": g.text
+        "item_id": iid,
+        "sample": k,
+        "receiver": r,
+        "challenger": s,
+        "repeat": rep,
+        "model": pre["model"],
+        "post": ans,
+        "outcome": outcome,
+        "min_ll": g.logprob_min,
+        "ppl": g.perplexity,
+        "conf": conf if conf is not None else g.confidence,
+        "prompt_tokens": g.prompt_tokens,
+        "completion_tokens": g.completion_tokens,
+        "text": g.text
     }
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #1a04327c
@@ -390,8 +414,14 @@ def run_challenges(pairs: Sequence[tuple[str, int, str, str]], pre: pd.DataFrame
     jobs, keys = [], []
     for iid, k, r, s, *rep in pairs:
         rr, sr, rep = rows[(iid, int(k), r)], rows[(iid, int(k), s)], int(rep[0]) if rep else 0
-        req = challenge_request(items[iid], {"agent": r, "sample": k, "text": rr["text"]},
-                                {"agent": s, "text": sr["text"]}, repeat=rep, **kw)
+        req = challenge_request(items[iid], {
+            "agent": r,
+            "sample": k,
+            "text": rr["text"]
+        }, {
+            "agent": s,
+            "text": sr["text"]
+        }, repeat=rep, **kw)
         slot = TurnSlot(items[iid], r, rr["model"], "receiver", sample=int(k), peers=(s, ))
         jobs.append((slot, req))
         keys.append(((iid, k, r, s, rep), rr))
@@ -426,8 +456,10 @@ def probe_svr(probes: pd.DataFrame) -> pd.DataFrame:
     "Per (item, sample, agent): D, r, c over the probing debates (an unparsed answer is a change) and SVR = (r - c) / D (`metrics.survival_rate`)."
     g = probes.assign(kept=probes["outcome"].eq("retained")).groupby(
         ["item_id", "sample", "receiver"], sort=False)["kept"]
-    df = (pd.DataFrame({"D": g.size(), "r":
-                        g.sum().astype(int)}).reset_index().rename(columns={"receiver": "agent"}))
+    df = (pd.DataFrame({
+        "D": g.size(),
+        "r": g.sum().astype(int)
+    }).reset_index().rename(columns={"receiver": "agent"}))
     df["c"] = df["D"] - df["r"]
     df["svr"] = [survival_rate(r, c, d) for r, c, d in zip(df["r"], df["c"], df["D"])]
     return df
@@ -449,10 +481,11 @@ def probe_memo(probes: pd.DataFrame | None) -> dict[tuple, dict]:
     is used, and extended, as is)."""
     if probes is None:
         return {}
-    return {(r["item_id"], int(r["sample"]), r["receiver"], r["challenger"],
-             int(r.get("repeat", 0) or 0)):
-            r
-            for r in probes.to_dict("records")}
+    return {
+        (r["item_id"], int(r["sample"]), r["receiver"], r["challenger"], int(
+             r.get("repeat", 0) or 0)): r
+        for r in probes.to_dict("records")
+    }
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #c8b8ab13
 def prior_on_svr_scale(values: Sequence[float], signal: str) -> np.ndarray:
@@ -540,19 +573,18 @@ def _svr_rows(results, gens, made, r0tok, items) -> tuple[pd.DataFrame, pd.DataF
         it = items[key[0]]
         dtok = sum(int(x["prompt_tokens"]) + int(x["completion_tokens"]) for x in made[key])
         out.append({
-            "item_id":
-            key[0], "sample":
-            key[1], "answer":
-            res.answer, "correct":
-            bool(res.answer is not None and is_correct(res.answer, it.gold, it.fmt)), "accepted":
-            res.accepted, "ncomm":
-            res.ncomm, "tokens":
-            r0tok[key] + dtok, "budget":
-            res.budget, "k":
-            res.k, "m":
-            res.m, "counts":
-            res.counts, "trace":
-            res.trace
+            "item_id": key[0],
+            "sample": key[1],
+            "answer": res.answer,
+            "correct": bool(res.answer is not None and is_correct(res.answer, it.gold, it.fmt)),
+            "accepted": res.accepted,
+            "ncomm": res.ncomm,
+            "tokens": r0tok[key] + dtok,
+            "budget": res.budget,
+            "k": res.k,
+            "m": res.m,
+            "counts": res.counts,
+            "trace": res.trace
         })
     order = {k: i for i, k in enumerate(gens)}
     out.sort(key=lambda r: order[(r["item_id"], r["sample"])])

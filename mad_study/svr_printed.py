@@ -38,8 +38,8 @@ def savings(tab: pd.DataFrame, method: str = "svr_mad",
         return {}
     b, s = base.iloc[0], tab.set_index("key").loc[method]
     return {
-        "reference": b["method"], "tokens_saving_pct":
-        100 * (1 - s["Tok (x10^3)"] / b["Tok (x10^3)"]), "ncomm_saving_pct":
-        100 * (1 - s["NComm"] / b["NComm"]) if b["NComm"] > 0 else math.nan, "acc_diff_points":
-        s["Acc (%)"] - b["Acc (%)"]
+        "reference": b["method"],
+        "tokens_saving_pct": 100 * (1 - s["Tok (x10^3)"] / b["Tok (x10^3)"]),
+        "ncomm_saving_pct": 100 * (1 - s["NComm"] / b["NComm"]) if b["NComm"] > 0 else math.nan,
+        "acc_diff_points": s["Acc (%)"] - b["Acc (%)"]
     }

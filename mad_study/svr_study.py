@@ -33,8 +33,12 @@ __all__ = ['METHODS', 'METHOD_LABELS', 'TAB1_CAPTION_MAX', 'FIG2_YLABEL', 'unani
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #4dc51556
 METHODS = ("sc", "groupdebate", "sid_et", "s2mad", "svr_mad")
 METHOD_LABELS = {
-    "sc": "Self Consistency", "groupdebate": "GroupDebate", "sid_et": "SID-ET", "s2mad": "S2-MAD",
-    "svr_mad": "SVR-MAD", "mad": "all-to-all MAD"
+    "sc": "Self Consistency",
+    "groupdebate": "GroupDebate",
+    "sid_et": "SID-ET",
+    "s2mad": "S2-MAD",
+    "svr_mad": "SVR-MAD",
+    "mad": "all-to-all MAD"
 }
 
 
@@ -82,9 +86,17 @@ def _shared_start(items: Sequence[Item], agents, backends: Mapping[str, Any], pr
     r0k = r0[r0["item_id"].isin(set(kept_ids))].reset_index(drop=True)
     pre = prior_signals(r0k)
     out = {
-        "items": byid, "backends": backends, "sampling": sampling, "config": config, "round0": r0,
-        "kept": list(dict.fromkeys(kept_ids)), "skipped": [iid for (iid, k), u in un.items() if u],
-        "pre": pre, "fmt": fmt, "costs": {}, "transcripts": {}
+        "items": byid,
+        "backends": backends,
+        "sampling": sampling,
+        "config": config,
+        "round0": r0,
+        "kept": list(dict.fromkeys(kept_ids)),
+        "skipped": [iid for (iid, k), u in un.items() if u],
+        "pre": pre,
+        "fmt": fmt,
+        "costs": {},
+        "transcripts": {}
     }
     fmt_of = {i: fmt for i in out["kept"]}
     out["probes"] = (run_challenges(probe_pairs(pre, fmt_of), pre, byid, backends,
@@ -156,14 +168,13 @@ def method_table(ev: dict, methods: Sequence[str] = METHODS) -> pd.DataFrame:
         if c is None or not len(c):
             continue
         rows.append({
-            "method":
-            METHOD_LABELS[m], "key":
-            m, "NComm":
-            float(c["ncomm"].mean()), "Tok (x10^3)":
-            float(c["tokens"].mean()) / 1e3, "Acc (%)":
-            100 * float(c["correct"].mean()), "Unparsed (%)":
-            100 * float(c["answer"].isna().mean()) if "answer" in c else math.nan, "n":
-            len(c)
+            "method": METHOD_LABELS[m],
+            "key": m,
+            "NComm": float(c["ncomm"].mean()),
+            "Tok (x10^3)": float(c["tokens"].mean()) / 1e3,
+            "Acc (%)": 100 * float(c["correct"].mean()),
+            "Unparsed (%)": 100 * float(c["answer"].isna().mean()) if "answer" in c else math.nan,
+            "n": len(c)
         })
     return pd.DataFrame(rows)
 
@@ -198,8 +209,8 @@ def table1_caption(notes: Sequence[str], label: str | None, single_gpu_config: s
     "SVR-MAD Table 1's caption; it begins with the study's label (the profile it was made with), if any."
     head = f"{label.split(':')[0]}: " if label else ""
     return (
-        f"SVR-MAD Table 1. {head}savings of SVR-MAD against the most accurate MAD baseline: " +
-        "; ".join(notes) +
+        f"SVR-MAD Table 1. {head}savings of SVR-MAD against the most accurate MAD baseline: "
+        + "; ".join(notes) +
         ". The paper claims (GPT-OSS-120B and DeepSeek-V3.1, real models, 267-299 items per setting, no intervals reported): tokens -38..61%, NComm -48..75% at equal or better accuracy."
         + (f" Single-GPU open configuration of the paper profile: {single_gpu_config}."
            if single_gpu_config else ""))
@@ -215,10 +226,13 @@ def tab1_items(ev: dict, methods: Sequence[str] = METHODS) -> pd.DataFrame:
             continue
         parts.append(
             pd.DataFrame({
-                "item_id": c["item_id"].to_numpy(), "sample": c["sample"].to_numpy(), "method":
-                METHOD_LABELS[m], "correct": c["correct"].astype(float).to_numpy(), "answer":
-                c["answer"].to_numpy(dtype=object) if "answer" in c else None, "tokens":
-                c["tokens"].astype(float).to_numpy(), "ncomm": c["ncomm"].astype(float).to_numpy()
+                "item_id": c["item_id"].to_numpy(),
+                "sample": c["sample"].to_numpy(),
+                "method": METHOD_LABELS[m],
+                "correct": c["correct"].astype(float).to_numpy(),
+                "answer": c["answer"].to_numpy(dtype=object) if "answer" in c else None,
+                "tokens": c["tokens"].astype(float).to_numpy(),
+                "ncomm": c["ncomm"].astype(float).to_numpy()
             }))
     cols = ["item_id", "sample", "method", "correct", "answer", "tokens", "ncomm"]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
@@ -231,8 +245,11 @@ def _tab1_unpaired(sub: pd.DataFrame, reference: str, n_common: int) -> tuple[li
     rows = []
     for m, g in sub.groupby("method", sort=False):
         row = {
-            "method": m, "n_items": int(g["item_id"].nunique()), "accuracy":
-            float(g["correct"].mean()), "acc_low": np.nan, "acc_high": np.nan
+            "method": m,
+            "n_items": int(g["item_id"].nunique()),
+            "accuracy": float(g["correct"].mean()),
+            "acc_low": np.nan,
+            "acc_high": np.nan
         }
         if m != reference:
             row.update(acc_gap=np.nan, acc_gap_low=np.nan, acc_gap_high=np.nan, acc_test=why,
@@ -258,8 +275,11 @@ def _tab1_rows(sub: pd.DataFrame, reference: str, level: float, n_resamples: int
     rows = []
     for r in tab.to_dict("records"):
         row = {
-            "method": r["method"], "n_items": int(r["n_items"]), "accuracy": r["accuracy"],
-            "acc_low": r["acc_low"], "acc_high": r["acc_high"]
+            "method": r["method"],
+            "n_items": int(r["n_items"]),
+            "accuracy": r["accuracy"],
+            "acc_low": r["acc_low"],
+            "acc_high": r["acc_high"]
         }
         if r["method"] != reference:
             a, b = tok[reference].to_numpy(float), tok[r["method"]].to_numpy(float)
@@ -492,8 +512,12 @@ def fig1_comparison(rows: pd.DataFrame, reference: str = "svr", by: str = "panel
         for s in [reference, *(c for c in w.columns if c != reference)]:
             lo, hi = boot_mean_ci(w[s].to_numpy(float), level, n_resamples, seed)
             r = {
-                by: panel, "signal": s, "n_items": len(w), "share": float(w[s].mean()), "share_low":
-                lo, "share_high": hi
+                by: panel,
+                "signal": s,
+                "n_items": len(w),
+                "share": float(w[s].mean()),
+                "share_low": lo,
+                "share_high": hi
             }
             if s != reference:
                 d = paired_difference(w[reference].to_numpy(float), w[s].to_numpy(float), level,
@@ -525,8 +549,8 @@ def fig1_comparison(rows: pd.DataFrame, reference: str = "svr", by: str = "panel
         alike = ", ".join(SIGNAL_LABELS.get(s, s) for s in g.loc[~told, "signal"])
         said = [f"above {above}" if above else "", f"below {below}" if below else ""]
         said += [f"not told apart from {alike}" if alike else ""]
-        parts.append(f"{panel}: {SIGNAL_LABELS.get(reference, reference)} " +
-                     "; ".join(x for x in said if x))
+        parts.append(f"{panel}: {SIGNAL_LABELS.get(reference, reference)} " + "; ".join(
+            x for x in said if x))
     n = ", ".join(f"{p} {k}" for p, k in t.groupby(by, sort=False)["n_items"].first().items())
     cap = (
         f"Paired by problem on hard problems (1-2 agents correct before debate; distinct problems per panel: {n}); "
@@ -578,10 +602,16 @@ def ablation_points(
         # one thread per problem: Wilson over problems
         lo, hi = wilson_ci(int(res["correct"].sum()), len(res))
         rows.append({
-            "posterior": posterior, "tau": tau, "C": c, "acceptance": float(res["accepted"].mean()),
-            "tokens": float(res["tokens"].mean()), "accuracy": float(res["correct"].mean()),
-            "acc_low": lo, "acc_high": hi, "n_items": int(res["item_id"].nunique()), "ncomm":
-            float(res["ncomm"].mean())
+            "posterior": posterior,
+            "tau": tau,
+            "C": c,
+            "acceptance": float(res["accepted"].mean()),
+            "tokens": float(res["tokens"].mean()),
+            "accuracy": float(res["correct"].mean()),
+            "acc_low": lo,
+            "acc_high": hi,
+            "n_items": int(res["item_id"].nunique()),
+            "ncomm": float(res["ncomm"].mean())
         })
     return pd.DataFrame(rows)
 
@@ -607,11 +637,12 @@ def _plan_svr(p: Mapping, ablation_only: bool = False) -> dict:
     S = max([int(x) for x in (p.get("comm_per_round") or [2])])
     debates = n * (n - 1) + S * (n + 1)  # probing + SVR-MAD's repeated debates (choice 4)
     per_item_gens = n + debates + B * R * n
-    prompt = (n * q + debates * (q + 2 * mnt) + B * sum(n * (q + r * n * mnt)
-                                                        for r in range(1, R + 1)))
+    prompt = (
+        n * q + debates * (q + 2 * mnt) + B * sum(n * (q + r * n * mnt) for r in range(1, R + 1)))
     return {
-        "generations": cells * n_items * per_item_gens, "completion_tokens":
-        cells * n_items * per_item_gens * mnt, "prompt_tokens": cells * n_items * prompt
+        "generations": cells * n_items * per_item_gens,
+        "completion_tokens": cells * n_items * per_item_gens * mnt,
+        "prompt_tokens": cells * n_items * prompt
     }
 
 

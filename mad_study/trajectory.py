@@ -69,8 +69,8 @@ def answer_grid(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFram
                                               last=("_last", "max")).reset_index())
     n = (span["last"] - span["first"] + 1).to_numpy()
     grid = span.loc[span.index.repeat(n), ag].reset_index(drop=True)
-    grid["round"] = (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n) +
-                     np.repeat(span["first"].to_numpy(), n))
+    grid["round"] = (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n) + np.repeat(
+        span["first"].to_numpy(), n))
     g = grid.merge(t, on=[*ag, "round"], how="left")
     fill = ["task", "fmt", "gold", "model", "answer", "correct"]
     g[fill] = g.groupby(ag, sort=False, dropna=False)[fill].ffill()
@@ -103,8 +103,10 @@ def _adoptions(tu: pd.DataFrame, prev: pd.DataFrame, th: list[str], ag: list[str
     ex = (ch[[*ag, "round",
               "answer"]].assign(source=ch["visible_peers"].str.split(",")).explode("source"))
     ex = ex[ex["source"].notna() & (ex["source"] != "")]
-    pa = prev[[*th, "agent", "round",
-               "prev_answer"]].rename(columns={"agent": "source", "prev_answer": "source_answer"})
+    pa = prev[[*th, "agent", "round", "prev_answer"]].rename(columns={
+        "agent": "source",
+        "prev_answer": "source_answer"
+    })
     ex = ex.merge(pa, on=[*th, "source", "round"], how="inner")
     ex = ex[ex["source_answer"] == ex["answer"]]
     return (ex.groupby([*ag, "round"], sort=False,
@@ -118,9 +120,10 @@ def agent_turns(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFram
     transcript = complete_transcript(transcript, fmt, what="agent_turns")
     g = answer_grid(transcript, fmt)
     cond, th, ag = _keys(transcript)
-    prev = (g[[*ag, "round", "answer", "correct"
-               ]].assign(round=g["round"] +
-                         1).rename(columns={"answer": "prev_answer", "correct": "prev_correct"}))
+    prev = (g[[*ag, "round", "answer", "correct"]].assign(round=g["round"] + 1).rename(columns={
+        "answer": "prev_answer",
+        "correct": "prev_correct"
+    }))
     prev["prev_parsed"] = prev.groupby(ag, sort=False, dropna=False)["prev_answer"].ffill()
     maj = _plurality(g, [*th, "round"]).rename("prev_majority").reset_index()
     tu = g.merge(prev, on=[*ag, "round"], how="inner").merge(maj.assign(round=maj["round"] + 1),
@@ -185,8 +188,10 @@ def _thread_costs(transcript: pd.DataFrame, th: list[str]) -> pd.DataFrame:
     "Per thread: prompt and completion tokens over every generated row (reused rows cost nothing)."
     t = transcript[~transcript["reused"].fillna(False).astype(bool)]
     tok = t[["prompt_tokens", "completion_tokens"]].apply(pd.to_numeric, errors="coerce").fillna(0)
-    return (tok.assign(**{k: t[k]
-                          for k in th}).groupby(th, sort=False, dropna=False).sum().reset_index())
+    return (tok.assign(**{
+        k: t[k]
+        for k in th
+    }).groupby(th, sort=False, dropna=False).sum().reset_index())
 
 # %% ../nbs/evaluation/05c_trajectory.ipynb #027add6a
 def item_outcomes(transcript: pd.DataFrame, fmt: str | None = None,
@@ -214,12 +219,16 @@ def item_outcomes(transcript: pd.DataFrame, fmt: str | None = None,
     out = out.merge(_thread_costs(transcript, th), on=th, how="left")
     vt = lambda rows: vote_table(rows, by=("item_id", "sample"), fmt=fmt
                                  )[[*th, "answer", "correct"]]
-    first = vt(at(
-        g, "first_round")).rename(columns={"answer": "first_majority", "correct": "first_correct"})
+    first = vt(at(g, "first_round")).rename(columns={
+        "answer": "first_majority",
+        "correct": "first_correct"
+    })
     out = out.merge(first, on=th, how="left")
     fin = vt(at(g, "last_round")) if final is None else final[[*th, "answer", "correct"]]
-    out = out.merge(fin.rename(columns={"answer": "final_answer", "correct": "final_correct"}),
-                    on=th, how="left")
+    out = out.merge(fin.rename(columns={
+        "answer": "final_answer",
+        "correct": "final_correct"
+    }), on=th, how="left")
     f0, f1 = out["first_correct"].astype(bool), out["final_correct"].fillna(False).astype(bool)
     out["outcome"] = np.where(~f0 & f1, "helped", np.where(f0 & ~f1, "hurt", "neither"))
     return out

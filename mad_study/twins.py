@@ -32,24 +32,27 @@ TEXT_TWINS: dict[str,
                  tuple[str,
                        dict]] = {  # twin -> (transformers config class, fields beyond TWIN_SHAPE)
                            "tiny-random-qwen2": ("Qwen2Config", dict(tie_word_embeddings=True)),
-                           "tiny-random-qwen3":
-                           ("Qwen3Config", dict(head_dim=16,
-                                                tie_word_embeddings=True)), "tiny-random-mistral":
-                           ("MistralConfig", dict(head_dim=16,
-                                                  sliding_window=None)), "tiny-random-gemma3-text":
-                           ("Gemma3TextConfig", dict(head_dim=16,
-                                                     **_ALTERNATING)), "tiny-random-glm":
-                           ("GlmConfig", dict(head_dim=16,
-                                              partial_rotary_factor=0.5)), "tiny-random-gpt-oss":
-                           ("GptOssConfig",
-                            dict(head_dim=16, num_local_experts=4, num_experts_per_tok=2,
-                                 **_ALTERNATING)), "tiny-random-deepseek-v3":
-                           ("DeepseekV3Config",
-                            dict(num_key_value_heads=4, moe_intermediate_size=64,
-                                 n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
-                                 n_shared_experts=1, first_k_dense_replace=1, q_lora_rank=64,
-                                 kv_lora_rank=64, qk_rope_head_dim=32, qk_nope_head_dim=16,
-                                 v_head_dim=16, rope_scaling=None))
+                           "tiny-random-qwen3": ("Qwen3Config",
+                                                 dict(head_dim=16, tie_word_embeddings=True)),
+                           "tiny-random-mistral": ("MistralConfig",
+                                                   dict(head_dim=16, sliding_window=None)),
+                           "tiny-random-gemma3-text": ("Gemma3TextConfig",
+                                                       dict(head_dim=16, **_ALTERNATING)),
+                           "tiny-random-glm": ("GlmConfig",
+                                               dict(head_dim=16, partial_rotary_factor=0.5)),
+                           "tiny-random-gpt-oss": ("GptOssConfig",
+                                                   dict(head_dim=16, num_local_experts=4,
+                                                        num_experts_per_tok=2, **_ALTERNATING)),
+                           "tiny-random-deepseek-v3": ("DeepseekV3Config",
+                                                       dict(num_key_value_heads=4,
+                                                            moe_intermediate_size=64,
+                                                            n_routed_experts=4,
+                                                            num_experts_per_tok=2, n_group=1,
+                                                            topk_group=1, n_shared_experts=1,
+                                                            first_k_dense_replace=1, q_lora_rank=64,
+                                                            kv_lora_rank=64, qk_rope_head_dim=32,
+                                                            qk_nope_head_dim=16, v_head_dim=16,
+                                                            rope_scaling=None))
                        }
 
 # %% ../nbs/backends/03e_twins.ipynb #5df00cc0
@@ -69,8 +72,8 @@ def _chatml_template(image: str) -> str:
     return (
         "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
         "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for p in m['content'] %}"
-        "{% if p['type'] == 'image' %}" + image +
-        "{% elif p['type'] == 'text' %}{{ p['text'] }}{% endif %}"
+        "{% if p['type'] == 'image' %}" + image
+        + "{% elif p['type'] == 'text' %}{{ p['text'] }}{% endif %}"
         "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
     )
 
@@ -247,8 +250,9 @@ def build_gemma3(folder: Path) -> None:
     # itself (add_bos_token) AND written by the template
     tok = _base_tokenizer(
         bos_token="<bos>", add_bos_token=True, extra_special_tokens={
-            "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token":
-            "<image_soft_token>"
+            "boi_token": "<start_of_image>",
+            "eoi_token": "<end_of_image>",
+            "image_token": "<image_soft_token>"
         })
     tok.add_special_tokens({"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]},
                            replace_extra_special_tokens=False)
@@ -299,11 +303,14 @@ def build_qwen2_5_vl(folder: Path) -> None:
 
     tok = _base_tokenizer()
     tok.add_special_tokens({
-        "additional_special_tokens":
-        ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+        "additional_special_tokens": [
+            "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
+        ]
     })
-    ip = Qwen2VLImageProcessorPil(patch_size=8, temporal_patch_size=2, merge_size=2,
-                                  size={"shortest_edge": 16 * 16, "longest_edge": IMG * IMG})
+    ip = Qwen2VLImageProcessorPil(patch_size=8, temporal_patch_size=2, merge_size=2, size={
+        "shortest_edge": 16 * 16,
+        "longest_edge": IMG * IMG
+    })
     # with torchvision: the processor builds its own
     video = NoVideoProcessor() if _qwen_video_shim() else None
     if video is None:
@@ -339,7 +346,11 @@ def build_qwen2_5_vl(folder: Path) -> None:
         max_position_embeddings=2048,
         # M-RoPE: head_dim 16 -> 8 rotary frequencies split
         # (temporal, height, width); real: [16, 24, 24] of 64
-        rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]},
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 1e6,
+            "mrope_section": [2, 3, 3]
+        },
         initializer_range=0.2,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
@@ -401,8 +412,10 @@ def build_mllama(folder: Path) -> None:
 
 # %% ../nbs/backends/03e_twins.ipynb #49060346
 VLM_TWINS = {
-    "tiny-random-pixtral": build_pixtral, "tiny-random-gemma3": build_gemma3,
-    "tiny-random-qwen2.5-vl": build_qwen2_5_vl, "tiny-random-mllama": build_mllama
+    "tiny-random-pixtral": build_pixtral,
+    "tiny-random-gemma3": build_gemma3,
+    "tiny-random-qwen2.5-vl": build_qwen2_5_vl,
+    "tiny-random-mllama": build_mllama
 }
 
 # %% ../nbs/backends/03e_twins.ipynb #a590401f
@@ -429,9 +442,12 @@ def twin_checkpoint(name: str, force: bool = False) -> Path:
             tok.add_special_tokens(
                 {"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]})
             tok.chat_template = GEMMA3_TEMPLATE
-        cfg = getattr(transformers, cls)(vocab_size=len(tok), bos_token_id=tok.bos_token_id,
-                                         eos_token_id=tok.eos_token_id,
-                                         pad_token_id=tok.pad_token_id, **{**TWIN_SHAPE, **extra})
+        cfg = getattr(transformers,
+                      cls)(vocab_size=len(tok), bos_token_id=tok.bos_token_id,
+                           eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, **{
+                               **TWIN_SHAPE,
+                               **extra
+                           })
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             model = transformers.AutoModelForCausalLM.from_config(cfg).to(torch.float32)
@@ -474,8 +490,8 @@ def shape_checkpoint(name: str, device: str | None = None, overrides: dict | Non
     import torch
     import transformers
 
-    tag = ("" if not overrides else "-" +
-           hashlib.sha256(json.dumps(overrides, sort_keys=True).encode()).hexdigest()[:8])
+    tag = ("" if not overrides else
+           "-" + hashlib.sha256(json.dumps(overrides, sort_keys=True).encode()).hexdigest()[:8])
     dst = cache_home() / "models" / f"random-{name}-{SHAPE_VERSION}{tag}"
 
     def build(tmp: Path):

@@ -108,7 +108,8 @@ def sent_messages(transcript: pd.DataFrame, item, agent: str, round: int, sample
     def user(r):
         peers = [p for p in str(row[(r, agent)].visible_peers or "").split(",") if p]
         return {
-            "role": "user", "content": debate_message(ps, q, [row[(r - 1, p)].text for p in peers])
+            "role": "user",
+            "content": debate_message(ps, q, [row[(r - 1, p)].text for p in peers])
         }
 
     msgs = opening_messages(ps, q, role)
@@ -198,19 +199,18 @@ def _decomposition_row(key: tuple, g: pd.DataFrame, keys: list, fmt: str | None,
         d["mixture"].to_numpy(), kp if unparsed == "drop" else k, len(agents), base=base,
         seed=derive_seed("eu-floor", *key[ncond:])))
     r = {
-        **dict(zip(keys, key)), "turn":
-        int(key[-1]) + 1, "tu":
-        d["tu"], "eu":
-        d["eu"], "au":
-        d["au"], "n_answers":
-        len(d["support"]) if not math.isnan(d["tu"]) else len({m
-                                                               for m in merged
-                                                               if m is not None}), "k":
-        k, "k_parsed":
-        kp, "n_agents":
-        len(agents), "eu_floor":
-        floor, "accuracy":
-        float(cor.mean())
+        **dict(zip(keys, key)), "turn": int(key[-1]) + 1,
+        "tu": d["tu"],
+        "eu": d["eu"],
+        "au": d["au"],
+        "n_answers": len(d["support"])
+        if not math.isnan(d["tu"]) else len({m
+                                             for m in merged if m is not None}),
+        "k": k,
+        "k_parsed": kp,
+        "n_agents": len(agents),
+        "eu_floor": floor,
+        "accuracy": float(cor.mean())
     }
     for a in agents:
         r[f"acc_{a}"] = float(cor[[w == a for w in who]].mean())
@@ -280,11 +280,16 @@ def classify_configs(summary: pd.DataFrame, band: float = 0.02,
         g = g.sort_values("turn")
         f, l = g.iloc[0], g.iloc[-1]
         rows.append({
-            **dict(zip(by, key)), "turns": f"{int(f['turn'])}-{int(l['turn'])}", "acc_first":
-            f["accuracy"], "acc_last": l["accuracy"], "delta_acc": l["accuracy"] - f["accuracy"],
-            "class": classify_trajectory(f["accuracy"], l["accuracy"],
-                                         band), "eu_first": f["eu"], "eu_last": l["eu"], "au_first":
-            f["au"], "au_last": l["au"], "au_change": l["au"] - f["au"]
+            **dict(zip(by, key)), "turns": f"{int(f['turn'])}-{int(l['turn'])}",
+            "acc_first": f["accuracy"],
+            "acc_last": l["accuracy"],
+            "delta_acc": l["accuracy"] - f["accuracy"],
+            "class": classify_trajectory(f["accuracy"], l["accuracy"], band),
+            "eu_first": f["eu"],
+            "eu_last": l["eu"],
+            "au_first": f["au"],
+            "au_last": l["au"],
+            "au_change": l["au"] - f["au"]
         })
     return pd.DataFrame(rows)
 
@@ -299,14 +304,18 @@ def trajectory_classes(table: pd.DataFrame, band: float = 0.02,
         g = g.sort_values("turn")
         f, l = g.iloc[0], g.iloc[-1]
         rows.append({
-            **dict(zip([*by, "item_id"], key)), "delta_acc": l["accuracy"] - f["accuracy"], "class":
-            classify_trajectory(f["accuracy"], l["accuracy"], band)
+            **dict(zip([*by, "item_id"], key)), "delta_acc": l["accuracy"] - f["accuracy"],
+            "class": classify_trajectory(f["accuracy"], l["accuracy"], band)
         })
     return pd.DataFrame(rows)
 
 # %% ../nbs/papers/umad/10_umad.ipynb #3bcc9162
 TASK_TITLES = {
-    "gsm8k": "GSM8K", "math500": "MATH500", "amc23": "AMC23", "aime24": "AIME24", "aime25": "AIME25"
+    "gsm8k": "GSM8K",
+    "math500": "MATH500",
+    "amc23": "AMC23",
+    "aime24": "AIME24",
+    "aime25": "AIME25"
 }
 
 
@@ -328,8 +337,9 @@ def zeroshot_summary(seed_acc: pd.DataFrame, tasks: Sequence[str] | None = None)
     sa = sa[sa["task"].isin(tasks)]
     per_seed = (sa.groupby(["setting", "turn", "agent", "sample"],
                            sort=False)["accuracy"].agg(["mean", "count"]).reset_index())
-    avg = (per_seed[per_seed["count"] == len(tasks)].drop(columns="count").rename(
-        columns={"mean": "accuracy"}).assign(task="Average"))
+    avg = (per_seed[per_seed["count"] == len(tasks)].drop(columns="count").rename(columns={
+        "mean": "accuracy"
+    }).assign(task="Average"))
     both = pd.concat([sa, avg], ignore_index=True)
     out = (both.groupby(["setting", "task", "turn", "agent"], sort=False)["accuracy"].agg(
         mean="mean", sd=lambda x: float(np.std(x, ddof=1))
@@ -341,8 +351,10 @@ def parse_failures_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ("setti
     "Share of responses whose answer did not parse, per (by..., turn T = round + 1): the kit's column of every results table."
     by = [b for b in by if b in transcript.columns]
     t = transcript.assign(turn=transcript["round"].astype(int) + 1)
-    return {(k if isinstance(k, tuple) else (k, )): parse_failure_rate(g.tolist())
-            for k, g in t.groupby([*by, "turn"], sort=False)["answer"]}
+    return {
+        (k if isinstance(k, tuple) else (k, )): parse_failure_rate(g.tolist())
+        for k, g in t.groupby([*by, "turn"], sort=False)["answer"]
+    }
 
 # %% ../nbs/papers/umad/10_umad.ipynb #f82a2680
 def zeroshot_table(summary: pd.DataFrame, turns: Sequence[int] = (1, 2, 5),
@@ -387,12 +399,16 @@ def token_entropy_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ()) -> p
                                             g["item_id"].tolist())
         e = pd.to_numeric(g["token_entropy"], errors="coerce").dropna()
         rows.append({
-            **dict(zip([*by, "turn"], key)), "accuracy": k / n if n else math.nan, "ci_low": lo,
-            "ci_high": hi, "n": n, "ci_method": how, "entropy_mean":
-            e.mean() if len(e) else math.nan, "entropy_sd":
-            e.std(ddof=1) if len(e) > 1 else math.nan, "entropy_q25":
-            e.quantile(0.25) if len(e) else math.nan, "entropy_q75":
-            e.quantile(0.75) if len(e) else math.nan, "n_entropy": int(len(e))
+            **dict(zip([*by, "turn"], key)), "accuracy": k / n if n else math.nan,
+            "ci_low": lo,
+            "ci_high": hi,
+            "n": n,
+            "ci_method": how,
+            "entropy_mean": e.mean() if len(e) else math.nan,
+            "entropy_sd": e.std(ddof=1) if len(e) > 1 else math.nan,
+            "entropy_q25": e.quantile(0.25) if len(e) else math.nan,
+            "entropy_q75": e.quantile(0.75) if len(e) else math.nan,
+            "n_entropy": int(len(e))
         })
     return pd.DataFrame(rows)
 
@@ -418,8 +434,8 @@ def group_standardize(x: Sequence[float], eps: float = EPS, ddof: int = 1,
     n = x.shape[axis] if x.ndim else 1
     if n < 2:
         return np.zeros_like(x)
-    return (x - x.mean(axis=axis, keepdims=True)) / (x.std(axis=axis, ddof=ddof, keepdims=True) +
-                                                     eps)
+    return (x - x.mean(axis=axis, keepdims=True)) / (
+        x.std(axis=axis, ddof=ddof, keepdims=True) + eps)
 
 # %% ../nbs/papers/umad/10_umad.ipynb #a76d2c57
 def grpo_advantage(rewards: Sequence[float], eps: float = EPS, ddof: int = 1,

@@ -34,8 +34,8 @@ def debate_token_plan(n_threads: int, n_agents: int, debate_rounds: int,
                       max_new: int) -> tuple[int, int, int]:
     "generations, completion-token bound, rough prompt tokens of `n_threads` debates of `n_agents` over debate_rounds + 1 turns."
     gens = n_threads * n_agents * (debate_rounds + 1)
-    prompt = (n_threads * n_agents * (PROMPT_OVERHEAD + debate_rounds *
-                                      (PROMPT_OVERHEAD + n_agents * max_new)))
+    prompt = (n_threads * n_agents
+              * (PROMPT_OVERHEAD + debate_rounds * (PROMPT_OVERHEAD + n_agents * max_new)))
     return gens, gens * max_new, prompt
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #d1d03461
@@ -71,7 +71,8 @@ def prompt_check(tr, limit):
     "Share of debate-turn prompts longer than the paper's prompt limit (UMAD App. D.3; the kit does not truncate at it)."
     d = tr[tr["round"] > 0]
     return pd.Series({
-        "debate prompts": len(d), f"over {limit} tokens": int((d["prompt_tokens"] > limit).sum()),
+        "debate prompts": len(d),
+        f"over {limit} tokens": int((d["prompt_tokens"] > limit).sum()),
         "max prompt tokens": int(d["prompt_tokens"].max()) if len(d) else 0
     })
 
@@ -112,7 +113,9 @@ def item_bands(table: pd.DataFrame, cols, by=("config", "turn"), n_resamples: in
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #96f2e774
 EU_COLOR = "#7b3294"  # Sys-EU; the agents' accuracy is drawn in greys, the parse failures in orange
 VERDICT_WORDS = {
-    "success": "success (resolved)", "fail": "fail (resolved)", "neutral": "neutral (resolved)",
+    "success": "success (resolved)",
+    "fail": "fail (resolved)",
+    "neutral": "neutral (resolved)",
     "unresolved": "not resolved"
 }
 

@@ -44,9 +44,11 @@ from .core import Sampling
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #544dc829
 VARIANTS: dict[str, dict] = {
-    "umad": dict(eq5=True, eq4=True, debate=True), "ippo": dict(eq5=False, eq4=False, debate=True),
-    "intrinsic_only": dict(eq5=True, eq4=False, debate=True), "nll_only":
-    dict(eq5=False, eq4=True, debate=True), "single_grpo": dict(eq5=False, eq4=False, debate=False)
+    "umad": dict(eq5=True, eq4=True, debate=True),
+    "ippo": dict(eq5=False, eq4=False, debate=True),
+    "intrinsic_only": dict(eq5=True, eq4=False, debate=True),
+    "nll_only": dict(eq5=False, eq4=True, debate=True),
+    "single_grpo": dict(eq5=False, eq4=False, debate=False)
 }
 FINETUNE = ("full", "lora")
 # veRL's default (the paper's stack) | Eq. 1 read literally
@@ -507,8 +509,8 @@ def update(self: Policy, P, C, A) -> dict:
     if cfg.gradient_checkpointing:
         self.model.train()  # HF checkpoints only in training mode (no dropout in these models)
     for mini in np.array_split(np.arange(len(chunks)), min(cfg.mini_batches, len(chunks))):
-        n_tok, n_seq = (sum(len(C[i]) for k in mini
-                            for i in chunks[k]), sum(len(chunks[k]) for k in mini))
+        n_tok, n_seq = (sum(len(C[i]) for k in mini for i in chunks[k]),
+                        sum(len(chunks[k]) for k in mini))
         self.opt.zero_grad(set_to_none=True)
         for k in mini:
             lp, mask = self._fwd(self.model, sub(P, chunks[k]), sub(C, chunks[k]))
@@ -717,9 +719,8 @@ def save_checkpoint(trainer: UMADTrainer, name: str, root: str | Path | None = N
         meta = dict(
             name=name, variant=trainer.cfg.variant, config=dataclasses.asdict(trainer.cfg),
             step=trainer.step_count, agents={
-                a.name:
-                dict(base_model=trainer.base_model[a.model], policy=a.model,
-                     folder=folders[a.model], role=a.role)
+                a.name: dict(base_model=trainer.base_model[a.model], policy=a.model,
+                             folder=folders[a.model], role=a.role)
                 for a in trainer.agents
             }, history=trainer.history, created=time.strftime("%Y-%m-%dT%H:%M:%S"))
         meta["fingerprint"] = hashlib.sha256(
@@ -817,8 +818,12 @@ def _need_peft():
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #f9c48f6f
 VARIANT_LABELS = {
-    "zeroshot": "Zero-Shot", "ippo": "IPPO", "umad": "UMAD", "intrinsic_only": "Intrinsic-only",
-    "nll_only": "NLL-only", "single_grpo": "Single-GRPO Pair"
+    "zeroshot": "Zero-Shot",
+    "ippo": "IPPO",
+    "umad": "UMAD",
+    "intrinsic_only": "Intrinsic-only",
+    "nll_only": "NLL-only",
+    "single_grpo": "Single-GRPO Pair"
 }
 TAB1_VARIANTS = ("ippo", "umad")  # UMAD Table 1: the trained rows
 # UMAD Table 3 / App. E.1 (heterogeneous)
@@ -954,8 +959,8 @@ def _gpu_gb(cfg: TrainConfig) -> float | None:
         return float(cfg.gpu_memory_gb)
     import torch
 
-    return (torch.cuda.get_device_properties(0).total_memory /
-            1e9 if torch.cuda.is_available() else None)
+    return (torch.cuda.get_device_properties(0).total_memory / 1e9
+            if torch.cuda.is_available() else None)
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #26189caa
 def check_train_memory(models: Sequence[str], cfg: TrainConfig,
@@ -981,18 +986,19 @@ def check_train_memory(models: Sequence[str], cfg: TrainConfig,
     fixes.append(f"a bigger GPU (at least {max(dev) / GPU_HEADROOM:.0f} GB)")
     raise ConfigError(
         f"UMAD training ({cfg.finetune} fine-tuning of {', '.join(models)}) needs {max(dev):.1f} GB on one GPU "
-        f"before activations, more than {GPU_HEADROOM:.0%} of its {gb:.0f} GB; fixes: " +
-        "; ".join(fixes), key="finetune", value=cfg.finetune)
+        f"before activations, more than {GPU_HEADROOM:.0%} of its {gb:.0f} GB; fixes: "
+        + "; ".join(fixes), key="finetune", value=cfg.finetune)
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #a1c0f008
 # output tokens per second per GPU (bf16, one 80 GB GPU,
 # long generations, large batches) that `plan_train` assumes
 ROLLOUT_THROUGHPUT = {
-    "vllm":
-    (12_500,
-     "published vLLM benchmarks: ~12,500 output tok/s for Llama-3.1-8B bf16 on one H100 80GB; "
-     "a 3-4B model is no slower"), "hf":
-    (520, "vLLM's launch post: up to 24x the throughput of HF Transformers generate (12,500 / 24)")
+    "vllm": (
+        12_500,
+        "published vLLM benchmarks: ~12,500 output tok/s for Llama-3.1-8B bf16 on one H100 80GB; "
+        "a 3-4B model is no slower"),
+    "hf": (520,
+           "vLLM's launch post: up to 24x the throughput of HF Transformers generate (12,500 / 24)")
 }
 # UMAD App. (compute): "between 200 and 300 GPU-hours" per GRPO training, 8 x H800
 PAPER_GPU_HOURS_PER_RUN = (200, 300)
@@ -1049,16 +1055,16 @@ def plan_train(p: Mapping) -> dict:
             runs += 1
     mem = {
         m: {
-            "full": round(train_memory_gb(m, "full"),
-                          1), "lora": round(train_memory_gb(m, "lora", "none"), 1), "lora_nf4":
-            round(train_memory_gb(m, "lora", "nf4"), 1)
+            "full": round(train_memory_gb(m, "full"), 1),
+            "lora": round(train_memory_gb(m, "lora", "none"), 1),
+            "lora_nf4": round(train_memory_gb(m, "lora", "nf4"), 1)
         }
         for m in sorted(models)
     }
     return {
-        **tot, "train_memory_gb":
-        mem, "rollout_gpu_hours":
-        rollout_gpu_hours(tot["completion_tokens"], runs, p.get("rollout_throughput"))
+        **tot, "train_memory_gb": mem,
+        "rollout_gpu_hours": rollout_gpu_hours(tot["completion_tokens"], runs,
+                                               p.get("rollout_throughput"))
     }
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #1851226b

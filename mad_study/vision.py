@@ -50,8 +50,10 @@ def tiny_random_vlm_checkpoint(force: bool = False) -> Path:
 
         tok = AutoTokenizer.from_pretrained(tok_dir)
         tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
-        ip = _clip_image_processor(size={"shortest_edge": 32},
-                                   crop_size={"height": 32, "width": 32})
+        ip = _clip_image_processor(size={"shortest_edge": 32}, crop_size={
+            "height": 32,
+            "width": 32
+        })
         proc = LlavaProcessor(image_processor=ip, tokenizer=tok, patch_size=8,
                               vision_feature_select_strategy="default",
                               chat_template=CHATML_VISION_TEMPLATE, image_token="<image>",

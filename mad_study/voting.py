@@ -129,7 +129,10 @@ def vote_table(transcript: pd.DataFrame, by: Sequence[str] = ("item_id", "sample
     for key, idx, f, ans in zip(keys, groups, gfmt, votes):
         task, gold = tasks[idx[0]], golds[idx[0]]
         rows.append({
-            **dict(zip(by, key)), "task": task, "gold": gold, "answer": ans, "correct":
-            ans is not None and is_correct(ans, gold, f), "n_agents": len(idx)
+            **dict(zip(by, key)), "task": task,
+            "gold": gold,
+            "answer": ans,
+            "correct": ans is not None and is_correct(ans, gold, f),
+            "n_agents": len(idx)
         })
     return pd.DataFrame(rows)
