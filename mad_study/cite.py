@@ -207,6 +207,8 @@ MODULE_REFS: dict[str, tuple[str, ...]] = {
     "madc": ("zhang2025madc",),
     "svr_mad": ("jiang2026svrmad",),
     "rumad": ("wang2026rumad",),
+    "rumad_printed": ("wang2026rumad",),
+    "rumad_study": ("wang2026rumad",),
     "meta_debate": ("zhang2026metadebate",),
     # the calibration of the sim world (16_calibration): the papers whose printed numbers it is fitted to
     "calibration": (
@@ -306,8 +308,8 @@ REFS.update(
         "svr_mad.ablation_points": ("wilson1927",),
         "svr_mad.fig1_comparison": ("efron1979bootstrap", "holm1979"),
         "svr_mad.tab1_comparison": ("mcnemar1947", "holm1979"),
-        "rumad.compare_families": ("holm1979",),
-        "rumad.families_caption": ("holm1979",),
+        "rumad_study.compare_families": ("holm1979",),
+        "rumad_study.families_caption": ("holm1979",),
         "umad_train.VLLMLoRAEngine": ("hu2022lora",),
         "umad_train.train_memory_gb": ("hu2022lora",),
         "metrics.cluster_bootstrap_ci": (
@@ -435,7 +437,7 @@ REFS.update(
         "rumad.ppo_update": ("schulman2017ppo",),
         "rumad.rollout_episodes": ("schulman2017ppo",),
         "rumad.train_controller": ("schulman2017ppo", "schulman2016gae"),
-        "rumad.plan_rumad": ("schulman2017ppo",),
+        "rumad_study.plan_rumad": ("schulman2017ppo",),
         "svr_mad.evaluate": ("chen2025sid",),
         "svr_mad.savings": ("wang2023selfconsistency",),
         "umad.group_standardize": ("shao2024deepseekmath",),
@@ -591,17 +593,8 @@ KIT_OWN |= {
         "fill_placeholders",
         "pot_answer_hint",
     ),
-    "rumad": (
-        "Embedder",
-        "checkpoint_mismatch",
-        "fixed_family",
-        "fixed_policy",
-        "load_controller",
-        "one_thread",
-        "rumad_checkpoint",
-        "save_controller",
-        "training_meta",
-    ),
+    "rumad": ("Embedder", "fixed_policy", "load_controller", "one_thread", "save_controller"),
+    "rumad_study": ("checkpoint_mismatch", "fixed_family", "rumad_checkpoint", "training_meta"),
     "umad": (
         "config_seed",
         "pair_label",
