@@ -876,6 +876,29 @@ def _extract_memo(s: str, fmt: str) -> str | None:
     and is never cached (nor is a `_Deadline` raised into this thread: a BaseException)."""
     return _EXTRACTORS[fmt](s) or None
 
+# %% ../nbs/core/01_answers.ipynb #p1a1f002
+# one sentence of plain words, then the final sentence with a simple box (no brace, backslash, `$`) or option letter
+_PLAIN_FINAL_RE = re.compile(
+    r"[A-Za-z][a-z ]*\. (So the final answer is (?:\\boxed\{([^{}\\$\n]*)\}|\(([A-K])\))\.)"
+)
+_PLAIN_MISS = object()
+
+
+@functools.lru_cache(maxsize=1 << 13)
+def _plain_final(final: str, box: str | None, fmt: str):
+    "The answer of a plain sentence and `final` (see above), or `_PLAIN_MISS` where a later rule would answer."
+    text = "Reasoning. " + final
+    if box is None:
+        return (_EXTRACTORS[fmt](text) or None) if fmt == "option" else _PLAIN_MISS
+    # rule 1 reads the box only when it is the responder's own (which the final sentence alone decides)
+    if not _own_boxes(text):
+        return _PLAIN_MISS
+    if fmt == "number":
+        fires = _read_number(box.rsplit("=", 1)[-1])[0] is not None
+    else:
+        fires = fmt in ("boxed", "exact") and bool(normalize_latex(box))
+    return (_EXTRACTORS[fmt](text) or None) if fires else _PLAIN_MISS
+
 # %% ../nbs/core/01_answers.ipynb #f9e8a4ca
 def extract_answer(text: Any, fmt: str) -> str | None:
     """The final answer in a model response for answer format `fmt` (`number`, `boxed`, `option`,
@@ -897,6 +920,12 @@ def extract_answer(text: Any, fmt: str) -> str | None:
         if not s.strip():
             return None
         if len(s) <= EXTRACT_MEMO_CHARS:
+            # a plain sentence and a final sentence: read by the final sentence (see above)
+            m = _PLAIN_FINAL_RE.fullmatch(s)
+            if m is not None:
+                a = _plain_final(m.group(1), m.group(2), fmt)
+                if a is not _PLAIN_MISS:
+                    return a
             return _extract_memo(str(s), fmt)
         a = _EXTRACTORS[fmt](s)
         return a if a else None

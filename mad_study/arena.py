@@ -19,9 +19,9 @@ from .registry import planner
 
 # %% auto #0
 __all__ = ['ARENA_GROUPS', 'ARENA', 'ArenaSize', 'Arena', 'ArenaMethod', 'engine_debate', 'run_rumad', 'svr_transcript',
-           'run_svr_mad', 'run_sid_et', 'run_single', 'run_sc_round0', 'run_sc_budget', 'role_rows', 'role_debate',
-           'run_meta_debate', 'engine_method', 'arena_method', 'plan_arena', 'run_arena', 'arena_rows', 'arena_results',
-           'pareto_front', 'arena_style']
+           'run_svr_mad_arena', 'run_sid_et', 'run_single', 'run_sc_round0', 'run_sc_budget', 'role_rows',
+           'role_debate', 'run_meta_debate', 'engine_method', 'arena_method', 'plan_arena', 'run_arena', 'arena_rows',
+           'arena_results', 'pareto_front', 'arena_style']
 
 # %% ../nbs/study/15_arena.ipynb #b487700f
 @dataclass(frozen=True)
@@ -260,7 +260,7 @@ def svr_transcript(
     )
 
 # %% ../nbs/study/15_arena.ipynb #5f1e7772
-def run_svr_mad(arena: Arena, key: str):
+def run_svr_mad_arena(arena: Arena, key: str):
     """SVR-MAD (Alg. 1: pairwise challenges within the budget S(k + m), `svr_C` repeats;
     `mad_study.svr_mad`) on MAD's round 0 as its pre-debate responses. Rows: SVR-MAD's per-item
     results; transcript: `svr_transcript`."""
@@ -417,7 +417,7 @@ ARENA: tuple[ArenaMethod, ...] = (
         "svr_mad",
         "SVR-MAD",
         "mad_round0",
-        run_svr_mad,
+        run_svr_mad_arena,
         calls=lambda s: 2 * s.svr_S * s.agents,
         entropy=False,
     ),

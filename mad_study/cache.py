@@ -272,6 +272,14 @@ def _claim_window(
             held.append(k)
     self._conn.executemany("INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?, ?, ?)", take)
 
+# %% ../nbs/backends/03h_cache.ipynb #d67fcc36
+@patch
+def claims(self: GenerationCache) -> list[dict]:
+    "Current claims (for inspection): key, owner, host, pid, claimed."
+    with self._lock:
+        rows = self._conn.execute("SELECT key, owner, host, pid, claimed FROM claims").fetchall()
+    return [dict(zip(("key", "owner", "host", "pid", "claimed"), r)) for r in rows]
+
 # %% ../nbs/backends/03h_cache.ipynb #d0d401e7
 @patch
 def release(self: GenerationCache, owner: str, keys: Sequence[str] | None = None) -> None:
@@ -286,14 +294,6 @@ def release(self: GenerationCache, owner: str, keys: Sequence[str] | None = None
                 )
         except sqlite3.Error as e:
             raise self._error("cannot write", e) from None
-
-# %% ../nbs/backends/03h_cache.ipynb #d67fcc36
-@patch
-def claims(self: GenerationCache) -> list[dict]:
-    "Current claims (for inspection): key, owner, host, pid, claimed."
-    with self._lock:
-        rows = self._conn.execute("SELECT key, owner, host, pid, claimed FROM claims").fetchall()
-    return [dict(zip(("key", "owner", "host", "pid", "claimed"), r)) for r in rows]
 
 # %% ../nbs/backends/03h_cache.ipynb #1848445d
 @patch

@@ -40,7 +40,7 @@ __all__ = ['FITTED_FIELD', 'STATISTICS', 'GRIDS', 'FIT_ORDER', 'CONTROLS', 'MECH
            'competence_fit', 'round0_accuracy', 'du_debate_gain', 'madc_runs', 'madc_debate_gain',
            'madc_truth_last_gain', 'madc_agent_scaling', 'madc_vs_mad', 'madc_mad_vs_sc', 'rumad_dense_sparse_gap',
            'umad_turn_gain', 'umad_pair', 'umad_flip_gap', 'sim_number', 'FitStep', 'fit_steps', 'fit_world',
-           'fit_grid', 'power_items', 'tension_sentence', 'calibration_table', 'calibration_view', 'not_shown_rows']
+           'fit_grid', 'power_items', 'tension_sentence', 'calibration_table', 'not_shown_rows', 'calibration_view']
 
 # %% ../nbs/study/16_calibration.ipynb #8a89e2cb
 # the mechanisms this fit sets -> the SimAgent field that carries each one's strength: the first field of the sim's own
@@ -1160,54 +1160,6 @@ def calibration_table(
         )
     return pd.DataFrame(rows)
 
-# %% ../nbs/study/16_calibration.ipynb #calview1
-def calibration_view(table: pd.DataFrame) -> pd.DataFrame:
-    """The calibration table's narrow view (issue 50; MADC, UMAD, RUMAD, Du et al. rows): mechanism, model, value,
-    status, source, quantity, task, printed, sim [CI], control, effect - control [CI], verdict and tension; an
-    interval printed as "+x.x [+l.l, +h.h]" (points), empty where the row has none (a not-shown row)."""
-
-    def ci(x: float, lo: float, hi: float) -> str:
-        # a number whose interval is undefined (no variation on the items) is printed alone
-        if not np.isfinite(x):
-            return ""
-        return (
-            f"{x:+.1f}"
-            if not (np.isfinite(lo) and np.isfinite(hi))
-            else f"{x:+.1f} [{lo:+.1f}, {hi:+.1f}]"
-        )
-
-    num = lambda k: pd.to_numeric(
-        table.get(k, pd.Series(np.nan, index=table.index)), errors="coerce"
-    )
-    return pd.DataFrame(
-        {
-            "mechanism": table["mechanism"].fillna(""),
-            "model": table["sim_model"].fillna(""),
-            "value": table["value"].map(lambda v: "" if pd.isna(v) else f"{v:g}"),
-            "status": table["status"],
-            "source": table["source"],
-            "quantity": table["quantity"],
-            "task": table["task"].fillna(""),
-            "printed": num("printed").map(lambda v: "" if pd.isna(v) else f"{v:+.1f}"),
-            "sim [CI]": [ci(*x) for x in zip(num("sim"), num("ci_low"), num("ci_high"))],
-            "control": table["control_off"].fillna("")
-            + [
-                "" if not np.isfinite(x) else f" {ci(x, lo, hi)}"
-                for x, lo, hi in zip(num("control"), num("control_ci_low"), num("control_ci_high"))
-            ],
-            "effect - control [CI]": [
-                ci(*x)
-                for x in zip(
-                    num("effect_control"),
-                    num("effect_control_ci_low"),
-                    num("effect_control_ci_high"),
-                )
-            ],
-            "verdict": table["verdict"],
-            "tension": table.get("tension", pd.Series("", index=table.index)).fillna(""),
-        }
-    )
-
 # %% ../nbs/study/16_calibration.ipynb #notshow1
 def not_shown_rows() -> pd.DataFrame:
     """One line per number the calibration table does not show, and why (`status` and `verdict`): MADC Fig. 7
@@ -1273,3 +1225,51 @@ def not_shown_rows() -> pd.DataFrame:
     )
     cols = ("paper", "source", "quantity", "status", "verdict")
     return pd.DataFrame([dict(zip(cols, x)) for x in lines])
+
+# %% ../nbs/study/16_calibration.ipynb #calview1
+def calibration_view(table: pd.DataFrame) -> pd.DataFrame:
+    """The calibration table's narrow view (issue 50; MADC, UMAD, RUMAD, Du et al. rows): mechanism, model, value,
+    status, source, quantity, task, printed, sim [CI], control, effect - control [CI], verdict and tension; an
+    interval printed as "+x.x [+l.l, +h.h]" (points), empty where the row has none (a not-shown row)."""
+
+    def ci(x: float, lo: float, hi: float) -> str:
+        # a number whose interval is undefined (no variation on the items) is printed alone
+        if not np.isfinite(x):
+            return ""
+        return (
+            f"{x:+.1f}"
+            if not (np.isfinite(lo) and np.isfinite(hi))
+            else f"{x:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+        )
+
+    num = lambda k: pd.to_numeric(
+        table.get(k, pd.Series(np.nan, index=table.index)), errors="coerce"
+    )
+    return pd.DataFrame(
+        {
+            "mechanism": table["mechanism"].fillna(""),
+            "model": table["sim_model"].fillna(""),
+            "value": table["value"].map(lambda v: "" if pd.isna(v) else f"{v:g}"),
+            "status": table["status"],
+            "source": table["source"],
+            "quantity": table["quantity"],
+            "task": table["task"].fillna(""),
+            "printed": num("printed").map(lambda v: "" if pd.isna(v) else f"{v:+.1f}"),
+            "sim [CI]": [ci(*x) for x in zip(num("sim"), num("ci_low"), num("ci_high"))],
+            "control": table["control_off"].fillna("")
+            + [
+                "" if not np.isfinite(x) else f" {ci(x, lo, hi)}"
+                for x, lo, hi in zip(num("control"), num("control_ci_low"), num("control_ci_high"))
+            ],
+            "effect - control [CI]": [
+                ci(*x)
+                for x in zip(
+                    num("effect_control"),
+                    num("effect_control_ci_low"),
+                    num("effect_control_ci_high"),
+                )
+            ],
+            "verdict": table["verdict"],
+            "tension": table.get("tension", pd.Series("", index=table.index)).fillna(""),
+        }
+    )

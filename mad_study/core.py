@@ -13,6 +13,7 @@ import hashlib
 import importlib
 import inspect
 import json
+import operator
 import os
 import re
 import subprocess
@@ -523,10 +524,34 @@ def _schema_column(col: pd.Series, dt: str) -> pd.Series:
         ).astype("float64")
     return col.astype("object").where(col.notna(), None).astype(dt)
 
+# %% ../nbs/core/00_core.ipynb #c0f7a001
+# the Python types a column's values may have for `_typed_column` to build it straight from them (None: missing)
+_PLAIN_TYPES = {"string": {str}, "Int64": {int}, "boolean": {bool}, "float64": {float, int}}
+
+
+def _typed_column(values: list, dt: str) -> pd.Series:
+    """`_schema_column` of a list of values, built straight from them where every value is of a plain type of `dt`
+    (`str`, `int`, `bool`, `float`; missing values only in the string and float columns), else by `_schema_column`."""
+    types = set(map(type, values))
+    missing = type(None) in types
+    types.discard(type(None))
+    if types <= _PLAIN_TYPES[dt]:
+        if dt == "string":
+            return pd.Series(pd.array(values, dtype="string"))
+        if dt == "float64":
+            with contextlib.suppress(OverflowError):
+                return pd.Series(np.array(values, dtype=np.float64))
+        elif not missing:
+            arr = np.array(values, dtype=bool if dt == "boolean" else np.int64)
+            return pd.Series(pd.array(arr, dtype=dt))
+    return _schema_column(pd.Series(values, dtype="object"), dt)
+
 # %% ../nbs/core/00_core.ipynb #2bd36b5c
 def transcript_frame(rows: Iterable[Mapping] | pd.DataFrame = ()) -> pd.DataFrame:
     """Rows (dicts) -> a transcript DataFrame with exactly the schema's columns, order and dtypes. Rows are read
-    column by column, each value as it is (no dtype guessed across the rows first: a run's thousands of rows, fast)."""
+    column by column, each value as it is (no dtype guessed across the rows first: a run's thousands of rows, fast);
+    rows that hold every column (as `run_debate`'s do) are turned into columns in one pass and each column is built
+    from its values where they are of plain types (`_typed_column`)."""
     if isinstance(rows, pd.DataFrame):
         df = rows.copy()
         extra = set(df.columns) - set(TRANSCRIPT_SCHEMA)
@@ -541,8 +566,18 @@ def transcript_frame(rows: Iterable[Mapping] | pd.DataFrame = ()) -> pd.DataFram
                 df[c] = pd.Series([None] * len(df), dtype="object")
             df[c] = _schema_column(df[c], dt)
         df = df[TRANSCRIPT_COLUMNS].reset_index(drop=True)
+    elif rows and all(type(r) is dict and len(r) == len(TRANSCRIPT_COLUMNS) for r in rows):
+        # full rows (every row `run_debate` makes): one C pass turns them into columns, each built from its values
+        cols = zip(*map(operator.itemgetter(*TRANSCRIPT_COLUMNS), rows))
+        df = pd.DataFrame(
+            {
+                c: _typed_column(list(v), TRANSCRIPT_SCHEMA[c][0])
+                for c, v in zip(TRANSCRIPT_COLUMNS, cols)
+            },
+            index=pd.RangeIndex(len(rows)),
+        )
     else:
-        # plain dicts (every row `run_debate` makes): `dict.get` mapped in C over the rows, column by column
+        # plain dicts: `dict.get` mapped in C over the rows, column by column
         get = dict.get if all(type(r) is dict for r in rows) else (lambda r, c: r.get(c))
         df = pd.DataFrame(
             {

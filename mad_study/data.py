@@ -73,15 +73,6 @@ def format_question(item: Item) -> str:
         return spec.formatter(item)
     return du_options_question(item) if item.choices else plain_question(item)
 
-# %% ../nbs/data/02_data.ipynb #ef3d4211
-LETTERS = string.ascii_uppercase
-
-
-def _int_gold(x: Any) -> str:
-    "A numeric gold in canonical form (`'1,450,000'` -> `'1450000'`, `27.0` -> `'27'`); other text stripped."
-    v = parse_number(x) if isinstance(x, (int, float)) or _is_plain_number(str(x)) else None
-    return canonical_number(v) if v is not None else str(x).strip()
-
 # %% ../nbs/data/02_data.ipynb #32709483
 def _is_plain_number(s: str) -> bool:
     s = s.strip().replace(",", "")
@@ -90,6 +81,15 @@ def _is_plain_number(s: str) -> bool:
         return True
     except ValueError:
         return False
+
+# %% ../nbs/data/02_data.ipynb #ef3d4211
+LETTERS = string.ascii_uppercase
+
+
+def _int_gold(x: Any) -> str:
+    "A numeric gold in canonical form (`'1,450,000'` -> `'1450000'`, `27.0` -> `'27'`); other text stripped."
+    v = parse_number(x) if isinstance(x, (int, float)) or _is_plain_number(str(x)) else None
+    return canonical_number(v) if v is not None else str(x).strip()
 
 # %% ../nbs/data/02_data.ipynb #bd3573d7
 def _conv_gsm8k(spec, row, index, split, config):
@@ -1259,35 +1259,6 @@ def _conv_mathvision(spec, row, index, split, config):
         d["fmt"] = _free_form(gold)
     return d
 
-# %% ../nbs/data/02_data.ipynb #a798f5e6
-def _conv_realworldqa(spec, row, index, split, config):
-    """RealWorldQA (xAI 2024) rows: the options are inline (`A. ...` lines) and the gold is their letter; other rows
-    are free-form (a number or a word). `realworldqa` keeps the multiple-choice rows, our reading of Meta-Debate's
-    'questions with verifiable answer' (437 of 765; the count is not checked offline); `realworldqa_all` keeps all."""
-    q, gold = str(row["question"]), str(row["answer"]).strip()
-    opts = _OPT_LINE.findall(q)
-    mc = (
-        len(opts) >= 2
-        and [l for l, _ in opts] == list(LETTERS[: len(opts)])
-        and gold.strip("().") in LETTERS[: len(opts)]
-    )
-    if not mc and not spec.name.endswith("_all"):
-        return None
-    stem = q[: _OPT_LINE.search(q).start()].strip() if mc else q.strip()
-    stem = re.sub(
-        r"\s*Please answer[^\n]*$", "", stem, flags=re.S
-    ).strip()  # the task's own answer instruction
-    d = dict(
-        question=stem,
-        gold=gold.strip("().") if mc else gold,
-        images=(put_image(_row_image(row, "image")),),
-    )
-    if mc:
-        d["choices"] = tuple(t for _, t in opts)
-    else:
-        d["fmt"] = _free_form(gold)
-    return d
-
 # %% ../nbs/data/02_data.ipynb #0e5c523c
 _VISION = dict(
     licence="research use; the authors' terms apply (not shipped: the fixture draws synthetic look-alikes)",
@@ -1318,6 +1289,35 @@ for _name, _title in [
         notes="image items; free-form rows only in mathvision_all",
         **_VISION,
     )
+
+# %% ../nbs/data/02_data.ipynb #a798f5e6
+def _conv_realworldqa(spec, row, index, split, config):
+    """RealWorldQA (xAI 2024) rows: the options are inline (`A. ...` lines) and the gold is their letter; other rows
+    are free-form (a number or a word). `realworldqa` keeps the multiple-choice rows, our reading of Meta-Debate's
+    'questions with verifiable answer' (437 of 765; the count is not checked offline); `realworldqa_all` keeps all."""
+    q, gold = str(row["question"]), str(row["answer"]).strip()
+    opts = _OPT_LINE.findall(q)
+    mc = (
+        len(opts) >= 2
+        and [l for l, _ in opts] == list(LETTERS[: len(opts)])
+        and gold.strip("().") in LETTERS[: len(opts)]
+    )
+    if not mc and not spec.name.endswith("_all"):
+        return None
+    stem = q[: _OPT_LINE.search(q).start()].strip() if mc else q.strip()
+    stem = re.sub(
+        r"\s*Please answer[^\n]*$", "", stem, flags=re.S
+    ).strip()  # the task's own answer instruction
+    d = dict(
+        question=stem,
+        gold=gold.strip("().") if mc else gold,
+        images=(put_image(_row_image(row, "image")),),
+    )
+    if mc:
+        d["choices"] = tuple(t for _, t in opts)
+    else:
+        d["fmt"] = _free_form(gold)
+    return d
 
 # %% ../nbs/data/02_data.ipynb #686c5127
 for _name, _title in [
@@ -1664,6 +1664,20 @@ TRANSCRIPT_DEFAULTS: dict[str, Any] = {
     **{s: None for s in SIGNALS},
 }
 
+# %% ../nbs/data/02_data.ipynb #ea287018
+def _registry_fmt(task: Any, what: str) -> str:
+    "The registry's answer format of `task`; one line when the task is unknown and its rows carry no `fmt`."
+    base = str(task).partition(":")[0] if isinstance(task, str) else ""
+    if base in TASKS:
+        return TASKS[base].fmt
+    raise ConfigError(
+        "task not in the registry and its rows have no fmt: fill the transcript's fmt column "
+        "(number, boxed, option, exact) or pass fmt=",
+        where=what,
+        key="task",
+        value=task,
+    )
+
 # %% ../nbs/data/02_data.ipynb #79477c10
 def row_formats(df: pd.DataFrame, fmt: str | None = None, what: str = "transcript") -> pd.Series:
     """The answer format of each row: `fmt` when given, else the row's `fmt` column, else the registry's format of its
@@ -1698,20 +1712,6 @@ def row_formats(df: pd.DataFrame, fmt: str | None = None, what: str = "transcrip
         own = own.copy()
         own[need] = tasks[need].map(lambda t: _registry_fmt(t, what))
     return own
-
-# %% ../nbs/data/02_data.ipynb #ea287018
-def _registry_fmt(task: Any, what: str) -> str:
-    "The registry's answer format of `task`; one line when the task is unknown and its rows carry no `fmt`."
-    base = str(task).partition(":")[0] if isinstance(task, str) else ""
-    if base in TASKS:
-        return TASKS[base].fmt
-    raise ConfigError(
-        "task not in the registry and its rows have no fmt: fill the transcript's fmt column "
-        "(number, boxed, option, exact) or pass fmt=",
-        where=what,
-        key="task",
-        value=task,
-    )
 
 # %% ../nbs/data/02_data.ipynb #e338b66c
 def complete_transcript(

@@ -384,13 +384,25 @@ def slot_name(slot: TurnSlot) -> str:
     "A turn's short name for messages: item/agent/round/sample."
     return f"{slot.item.id}/{slot.agent}/r{slot.round}/s{slot.sample}"
 
+# %% ../nbs/engine/04_debate.ipynb #d5a7e004
+class _SlotNames(Sequence):
+    "The jobs' `slot_name`s, each made when read (only a backend's wrong count of generations names them)."
+
+    def __init__(self, jobs: Sequence[tuple[TurnSlot, GenRequest]]):
+        self.jobs = jobs
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def __getitem__(self, i):
+        return slot_name(self.jobs[i][0])
+
 # %% ../nbs/engine/04_debate.ipynb #62cfff31
 def generate_turns(
     backends: Mapping[str, Any], jobs: Sequence[tuple[TurnSlot, GenRequest]]
 ) -> list[Generation]:
     "Each (slot, request) job's generation by its slot's model, in job order (the kit's own)."
-    names = [slot_name(slot) for slot, _ in jobs]
-    return generate_jobs(backends, [(slot.model, req) for slot, req in jobs], names)
+    return generate_jobs(backends, [(slot.model, req) for slot, req in jobs], _SlotNames(jobs))
 
 # %% ../nbs/engine/04_debate.ipynb #cb884af7
 def turn_rows(
@@ -517,6 +529,30 @@ def _round_plan(
     )
     return protocol.plan(ctx)
 
+# %% ../nbs/engine/04_debate.ipynb #d5a7e002
+# the hooks `plan` calls; a protocol that overrides none of them plans every debate round alike
+_PLAN_HOOKS = (
+    "plan",
+    "_checked_peers",
+    "order",
+    "viewer_order",
+    "speaks",
+    "visible",
+    "tags",
+    "peer_view",
+    "role",
+)
+
+
+def _static_plan(protocol: Protocol, agents: list[Agent]) -> RoundPlan | None:
+    """The plan of every debate round when `protocol` overrides none of `Protocol`'s hooks (on its class or the
+    instance), else None (the kit's own: the plan is then made once per run, Du et al.'s fully connected debate)."""
+    t = type(protocol)
+    if any(getattr(t, h) is not getattr(Protocol, h) or h in vars(protocol) for h in _PLAN_HOOKS):
+        return None
+    ctx = RoundContext(None, 0, 1, agents, {a.name: [] for a in agents}, None)
+    return protocol.plan(ctx)
+
 # %% ../nbs/engine/04_debate.ipynb #02526fb3
 @dataclass
 class _DebateRun:
@@ -536,6 +572,8 @@ class _DebateRun:
     # per run, not per turn: the protocol's seed and each (item, role)'s opening messages
     protocol_seed: int | None = None
     openings: dict = field(default_factory=dict)
+    # the plan of every debate round when the protocol has no hooks of its own (`_static_plan`); None: planned per round
+    static: RoundPlan | None = None
 
     def opening(self, item_id: str, role: str) -> list[dict]:
         "`opening_messages` for the item and role, composed once per run (fresh dicts each call)."
@@ -578,12 +616,16 @@ def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, 
     jobs, seed = [], self.sampling.seed
     if self.protocol_seed is None:
         self.protocol_seed = derive_seed(seed, "protocol", self.protocol.name)
+        self.static = _static_plan(self.protocol, self.agents)
     for it, k in threads:
         th = (it.id, k)
         hist_th, conv_th = self.hist[th], self.conv[th]
-        plan = _round_plan(
-            self.protocol, self.agents, hist_th, it, k, rnd, seed, self.protocol_seed
-        )
+        if rnd > 0 and self.static is not None:
+            plan = self.static
+        else:
+            plan = _round_plan(
+                self.protocol, self.agents, hist_th, it, k, rnd, seed, self.protocol_seed
+            )
         where = {a: i for i, a in enumerate(plan.order)}
         for a in self.agents:
             turn = plan.turns[a.name]
@@ -610,9 +652,8 @@ def generate(self: _DebateRun, jobs: list, backends: Mapping[str, Any]) -> None:
     for (slot, _), row in zip(jobs, rows):
         th = (slot.item.id, slot.sample)
         self.add(th, row)
-        self.conv[th][slot.agent] = self.conv[th][slot.agent] + [
-            {"role": "assistant", "content": row["text"]}
-        ]
+        # the conversation is the engine's own list (a request holds a copy of its messages)
+        self.conv[th][slot.agent].append({"role": "assistant", "content": row["text"]})
 
 # %% ../nbs/engine/04_debate.ipynb #295b4e36
 def _sorted_transcript(
@@ -621,11 +662,12 @@ def _sorted_transcript(
     "The rows as a transcript frame sorted by item, thread, round and agent."
     order = {it.id: i for i, it in enumerate(items)}
     agent_order = {a.name: i for i, a in enumerate(agents)}
-    df = transcript_frame(rows)
-    key = (
-        df["item_id"].map(order) * 10**9
-        + df["sample"].astype(int) * 10**6
-        + df["round"].astype(int) * 10**3
-        + df["agent"].map(agent_order)
-    )
-    return df.iloc[np.argsort(key.to_numpy(), kind="stable")].reset_index(drop=True)
+    # the frame's sort key, item * 10^9 + thread * 10^6 + round * 10^3 + agent, on the rows (a stable sort, as before)
+    key = [
+        order[r["item_id"]] * 10**9
+        + int(r["sample"]) * 10**6
+        + int(r["round"]) * 10**3
+        + agent_order[r["agent"]]
+        for r in rows
+    ]
+    return transcript_frame([rows[i] for i in sorted(range(len(rows)), key=key.__getitem__)])

@@ -16,7 +16,7 @@ from .core import ConfigError
 
 # %% auto #0
 __all__ = ['STATUSES', 'DOCTOR_CHECKS', 'Check', 'run_check', 'device_name', 'check_torch', 'check_bitsandbytes', 'check_twin',
-           'check_vlm_twin', 'check_text_twin', 'check_vision_twin', 'vision_items', 'check_lora_reference',
+           'check_text_twin', 'vision_items', 'check_vlm_twin', 'check_vision_twin', 'check_lora_reference',
            'check_sandbox', 'check_served', 'check_memory', 'doctor', 'doctor_command']
 
 # %% ../nbs/study/21_doctor.ipynb #080bfc16
@@ -141,6 +141,26 @@ def check_twin(name: str, quant: str = "nf4", truncation: bool = True) -> dict:
         batch_invariant=be.batch_invariant,
     )
 
+# %% ../nbs/study/21_doctor.ipynb #b19f9e67
+def check_text_twin(name: str) -> tuple[str, str]:
+    "Twin `name` through `HFBackend` in nf4 on this device: batched and one at a time."
+    r = check_twin(name, truncation=False)
+    same, dev = sum(r["same_text"]), device_name()
+    msg = (
+        f"{r['arch']} nf4 on {dev}, {r['linear4bit']} 4-bit layers; batched and one at a time, greedy text "
+        f"equal {same}/{len(r['same_text'])}"
+    )
+    bad = dev == "cpu" and same < len(r["same_text"])  # the CPU path promises batch invariance
+    return ("fail" if bad or not r["finite"] else "ok"), msg
+
+# %% ../nbs/study/21_doctor.ipynb #a0f1c907
+def vision_items(n: int = 2) -> list:
+    "Two drawn MathVision look-alikes (their images go to a scratch store)."
+    from mad_study.data import load_items
+
+    os.environ.setdefault("MAD_STUDY_RUNS", tempfile.mkdtemp(prefix="mad-doctor-"))
+    return load_items("mathvision", n=n, seed=0, save=False)
+
 # %% ../nbs/study/21_doctor.ipynb #5e3b77e5
 def check_vlm_twin(name: str, items: list) -> dict:
     """Run the VLM twin `name` through `make_backend` on image `items` as a paper run would (kit-own: `mad-study
@@ -174,18 +194,6 @@ def check_vlm_twin(name: str, items: list) -> dict:
         image_tokens=batched[0].prompt_tokens - text.prompt_tokens,
     )
 
-# %% ../nbs/study/21_doctor.ipynb #b19f9e67
-def check_text_twin(name: str) -> tuple[str, str]:
-    "Twin `name` through `HFBackend` in nf4 on this device: batched and one at a time."
-    r = check_twin(name, truncation=False)
-    same, dev = sum(r["same_text"]), device_name()
-    msg = (
-        f"{r['arch']} nf4 on {dev}, {r['linear4bit']} 4-bit layers; batched and one at a time, greedy text "
-        f"equal {same}/{len(r['same_text'])}"
-    )
-    bad = dev == "cpu" and same < len(r["same_text"])  # the CPU path promises batch invariance
-    return ("fail" if bad or not r["finite"] else "ok"), msg
-
 # %% ../nbs/study/21_doctor.ipynb #ad1cf769
 def check_vision_twin(name: str, items: list) -> tuple[str, str]:
     "VLM twin `name` through `VLMBackend` in nf4 on this device, on image `items`: batched and one at a time."
@@ -197,14 +205,6 @@ def check_vision_twin(name: str, items: list) -> tuple[str, str]:
     )
     bad = (dev == "cpu" and same < len(r["same_text"])) or r["in_vision"]
     return ("fail" if bad else "ok"), msg
-
-# %% ../nbs/study/21_doctor.ipynb #a0f1c907
-def vision_items(n: int = 2) -> list:
-    "Two drawn MathVision look-alikes (their images go to a scratch store)."
-    from mad_study.data import load_items
-
-    os.environ.setdefault("MAD_STUDY_RUNS", tempfile.mkdtemp(prefix="mad-doctor-"))
-    return load_items("mathvision", n=n, seed=0, save=False)
 
 # %% ../nbs/study/21_doctor.ipynb #39113aae
 def check_lora_reference() -> tuple[str, str]:

@@ -39,7 +39,7 @@ _log = logging.getLogger("mad_study.hf")
 __all__ = ['CPU_4BIT_KERNELS', 'BF16_KERNEL_BLOCK_N', 'DTYPE_SHORT', 'BATCH_MEMORY_SHARE', 'BUCKET_SPREAD', 'STATIC_CACHE_STEP',
            'torch_parts', 'is_out_of_memory', 'truncate_messages', 'truncate_ids', 'cpu_has_bf16_kernel',
            'bf16_kernel_accepts', 'cpu_description', 'set_cpu_4bit_kernel', 'PreparedRequest', 'HFBackend', 'row_bytes',
-           'batch_plan', 'free_memory', 'reserved_cache', 'registry_spec', 'registry_backend', 'ShapeBackend']
+           'batch_plan', 'free_memory', 'reserved_cache', 'registry_spec', 'ShapeBackend', 'registry_backend']
 
 # %% ../nbs/backends/03g_hf.ipynb #d0ce0551
 def _nucleus_draw(logits, temps, top_ps, gens):
@@ -407,6 +407,17 @@ def __init__(
         False  # tests: also request output_logits and check the recorded log-probs against them
     )
 
+# %% ../nbs/backends/03g_hf.ipynb #1c6e3ba7
+@patch(as_prop=True)
+def _bf16_kernel(self: HFBackend) -> bool:
+    "Does this backend run 4-bit layers through bitsandbytes' AVX512-BF16 CPU kernel (opted in, and available here)?"
+    return (
+        not self._cuda
+        and self.quant in ("nf4", "fp4")
+        and self.cpu_4bit_kernel == "bf16"
+        and cpu_has_bf16_kernel()
+    )
+
 # %% ../nbs/backends/03g_hf.ipynb #8de98d1b
 @patch(as_prop=True)
 def backend_id(self: HFBackend) -> str:
@@ -425,17 +436,6 @@ def backend_id(self: HFBackend) -> str:
     if self._bf16_kernel:
         bid += ":cpu-bf16-kernel"  # another kernel, other numbers: another cache identity
     return bid
-
-# %% ../nbs/backends/03g_hf.ipynb #1c6e3ba7
-@patch(as_prop=True)
-def _bf16_kernel(self: HFBackend) -> bool:
-    "Does this backend run 4-bit layers through bitsandbytes' AVX512-BF16 CPU kernel (opted in, and available here)?"
-    return (
-        not self._cuda
-        and self.quant in ("nf4", "fp4")
-        and self.cpu_4bit_kernel == "bf16"
-        and cpu_has_bf16_kernel()
-    )
 
 # %% ../nbs/backends/03g_hf.ipynb #e8382af9
 @patch(as_prop=True)
@@ -1035,11 +1035,6 @@ def registry_spec(ref: str):
         notes=f"Random weights in the shape of {base.hub_id}; measures only.",
     )
 
-# %% ../nbs/backends/03g_hf.ipynb #6d281f73
-def registry_backend(spec, quant: str = "nf4", **kw):
-    "The backend of `random:<name>`: an `HFBackend` whose weights are `shape_checkpoint(name)`, built on first load."
-    return ShapeBackend(spec, quant=quant, **kw)
-
 # %% ../nbs/backends/03g_hf.ipynb #00fb56f0
 class ShapeBackend(HFBackend):
     "An `HFBackend` on `random:<name>`: its weights are `twins.shape_checkpoint(name)`, built on the device at first load."
@@ -1048,3 +1043,8 @@ class ShapeBackend(HFBackend):
         from mad_study.twins import RANDOM_PREFIX, shape_checkpoint
 
         return str(shape_checkpoint(self.spec.name[len(RANDOM_PREFIX) :]))
+
+# %% ../nbs/backends/03g_hf.ipynb #6d281f73
+def registry_backend(spec, quant: str = "nf4", **kw):
+    "The backend of `random:<name>`: an `HFBackend` whose weights are `shape_checkpoint(name)`, built on first load."
+    return ShapeBackend(spec, quant=quant, **kw)

@@ -25,7 +25,7 @@ from mad_study.core import (
     transcript_frame,
 )
 from .answers import merge_equivalent
-from .data import format_question, get_task, paper_table
+from .data import format_question, get_task
 from mad_study.debate import (
     ORDERINGS,
     OrderedPeers,
@@ -39,14 +39,11 @@ from mad_study.debate import (
 
 # %% auto #0
 __all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 'MADC_SAMPLING', 'METRICS', 'CASES',
-           'REVERSAL_ORDERS', 'PAPER_REVERSAL_TABLES', 'PAPER_TABLE1', 'PAPER_TABLE1_TASKS', 'PAPER_AGENT_SCALING',
-           'COUNT_TABLE_ORDERS', 'path_consistency', 'random_variants', 'madc_order', 'madc_ordering', 'MADCPeers',
+           'REVERSAL_ORDERS', 'path_consistency', 'random_variants', 'madc_order', 'madc_ordering', 'MADCPeers',
            'strategy_protocol', 'strategy_label', 'run_strategies', 'shared_round0', 'viewpoint_entropy',
            'viewpoint_log_likelihood', 'item_scores', 'strategy_scores', 'repeat_scores', 'default_pairs',
            'strategy_tests', 'path_consistency_table', 'reversal_sequence', 'solution_pools', 'run_reversal',
-           'reversal_curve', 'first_pool_sizes', 'reversal_point', 'reversal_table', 'paper_reversal_curves',
-           'reversal_count_table', 'plan_fig1', 'plan_fig3_5', 'plan_madc_tab1', 'plan_fig7', 'plan_tab2_5',
-           'plan_fig8', 'plan_fig9']
+           'reversal_curve', 'first_pool_sizes', 'reversal_point', 'reversal_table']
 
 # %% ../nbs/papers/madc/11_madc.ipynb #0914fbda
 from .voting import vote_table
@@ -54,19 +51,14 @@ from .answers import is_correct
 from .metrics import answer_distribution, check_unparsed, is_missing
 from .metrics import entropy as shannon_entropy
 
-# cochran_q: nbs/evaluation/05b_stats
 from mad_study.stats import (
     adjust_pvalues,
-    cochran_q,
     condition_labels,
     family_gaps,
-    family_words,
     paired_difference,
     paired_test,
 )
 from .prompts import debate_message, get_prompt, opening_messages
-from .registry import QUESTION_TOKENS, planner
-from .core import Inference
 
 # %% ../nbs/papers/madc/11_madc.ipynb #9b0a1b8f
 def path_consistency(answers: Sequence[Any], fmt: str | None = None) -> list[float]:
@@ -188,7 +180,7 @@ def strategy_label(name: str) -> str:
     return STRATEGY_LABELS.get(name, name)
 
 # %% ../nbs/papers/madc/11_madc.ipynb #890bcc06
-# the study's settings (see The study)
+# the study's settings (11c_madc_report)
 MADC_SAMPLING = Sampling(max_new_tokens=4096, temperature=1.0)
 
 
@@ -593,234 +585,3 @@ def reversal_table(
                 [None if v is None or pd.isna(v) else int(v) for v in out[c]], dtype="Int64"
             )
     return out
-
-# %% ../nbs/papers/madc/11_madc.ipynb #e27cbe1f
-def _reversal_tables() -> dict[tuple[int, str, str], dict[str, str]]:
-    "Tables 6-11 (`fixtures/papers/madc/paper_madc_tab6_11.csv`): (table, case, model) -> order -> the accuracies, space-separated."
-    out = {}
-    for (tab, case, model, order), g in paper_table("madc_tab6_11").groupby(
-        ["table", "case", "model", "order"], sort=False
-    ):
-        out.setdefault((int(tab), case, model), {})[order] = " ".join(g["accuracy"])
-    return out
-
-
-PAPER_REVERSAL_TABLES = _reversal_tables()
-
-# %% ../nbs/papers/madc/11_madc.ipynb #a6e855ce
-def paper_reversal_curves() -> pd.DataFrame:
-    "The paper's Tables 6-11 as a tidy table: table, case, item_id, model, order, count, accuracy."
-    rows = []
-    for (tab, case, model), cols in PAPER_REVERSAL_TABLES.items():
-        for order, s in cols.items():
-            vals = [float(v) for v in s.split()]
-            rows += [
-                dict(
-                    table=tab,
-                    case=case,
-                    item_id=CASES[case],
-                    model=model,
-                    order=order,
-                    count=i + 1,
-                    accuracy=v,
-                )
-                for i, v in enumerate(vals)
-            ]
-    return pd.DataFrame(rows)
-
-# %% ../nbs/papers/madc/11_madc.ipynb #8bb141ff
-def _table1() -> dict[str, dict[str, tuple[float, ...]]]:
-    "Table 1 (`fixtures/papers/madc/paper_madc_tab1.csv`): model -> method -> accuracy per task, percent."
-    t = paper_table("madc_tab1")
-    tasks = [c for c in t.columns if c not in ("model", "method")]
-    out = {}
-    for r in t.itertuples(index=False):
-        out.setdefault(r.model, {})[r.method] = tuple(float(getattr(r, c)) for c in tasks)
-    return out
-
-
-# Table 1 (10 agents, 1 debate round), the open models:
-# row -> (Logical Deduction, Geometric Shapes, MATH500)
-PAPER_TABLE1 = _table1()
-PAPER_TABLE1_TASKS = tuple(paper_table("madc_tab1").columns[2:])
-
-# %% ../nbs/papers/madc/11_madc.ipynb #46f8773f
-def _agent_scaling() -> dict[tuple[str, str], dict[str, tuple[float, ...]]]:
-    "Tables 2-5 (`fixtures/papers/madc/paper_madc_tab2_5.csv`): (model, task) -> method -> accuracy for 3..10 agents, percent."
-    t = paper_table("madc_tab2_5")
-    counts = [c for c in t.columns if c.isdigit()]
-    out = {}
-    for _, r in t.iterrows():
-        out.setdefault((r["model"], r["task"]), {})[r["method"]] = tuple(
-            float(r[c]) for c in counts
-        )
-    return out
-
-
-# Tables 2-5 (agent scaling, 3..10 agents): (model, task) -> {"mad": [...], "madc": [...]}, percent
-PAPER_AGENT_SCALING = _agent_scaling()
-
-# %% ../nbs/papers/madc/11_madc.ipynb #786664d9
-COUNT_TABLE_ORDERS = {
-    "correct_first": "Correct First",
-    "incorrect_first": "Incorrect First",
-    "alternating": "Alternating",
-}
-
-
-def reversal_count_table(curve: pd.DataFrame, blocks: int = 2) -> pd.DataFrame:
-    """MADC Tables 6-11's layout for one model and case question: a row per count (`Count`) with the
-    accuracy of correct first, incorrect first and alternating (those present), the counts split
-    into `blocks` column blocks side by side (the paper prints counts 1-40 beside 41-80)."""
-    if len(curve[["model", "item_id"]].drop_duplicates()) != 1:
-        raise ValueError(
-            "reversal_count_table: give the curve of exactly one model and case question"
-        )
-    wide = curve.pivot_table(index="count", columns="order", values="accuracy")
-    cols = [o for o in COUNT_TABLE_ORDERS if o in wide.columns]
-    wide = (
-        wide[cols]
-        .rename(columns=COUNT_TABLE_ORDERS)
-        .reset_index()
-        .rename(columns={"count": "Count"})
-    )
-    wide["Count"] = wide["Count"].astype("Int64")
-    n = math.ceil(len(wide) / max(1, int(blocks)))
-    parts = [
-        wide.iloc[i * n : (i + 1) * n].reset_index(drop=True) for i in range(max(1, int(blocks)))
-    ]
-    return pd.concat([p for p in parts if len(p)], axis=1)
-
-# %% ../nbs/papers/madc/11_madc.ipynb #ed49da25
-# the fixed part of an opening prompt (MADC's instructions); the question itself is QUESTION_TOKENS
-_OPENING_TOKENS = 900
-
-
-def _task_size(task: str, source: str) -> int:
-    spec = get_task(task)
-    if source == "hub" and spec.n_items:
-        return int(spec.n_items)
-    from mad_study.data import load_items
-
-    return len(load_items(task, source="fixture", save=False))
-
-# %% ../nbs/papers/madc/11_madc.ipynb #86ea9009
-def _n_items(p: Mapping, task: str) -> int:
-    size = _task_size(task, str(p.get("source") or "fixture"))
-    return size if p.get("n_items") is None else min(int(p["n_items"]), size)
-
-# %% ../nbs/papers/madc/11_madc.ipynb #d9cccf79
-def _distinct(xs: Sequence) -> list:
-    return list(dict.fromkeys(xs))
-
-# %% ../nbs/papers/madc/11_madc.ipynb #ab0e0506
-def _sol(p: Mapping) -> int:
-    return min(int(p.get("max_new_tokens") or 512), 512)
-
-# %% ../nbs/papers/madc/11_madc.ipynb #ce3a6996
-def _debate_plan(
-    p: Mapping,
-    n_strategies: int,
-    rounds: int,
-    repeats: int = 1,
-    agent_counts: Sequence[int] | None = None,
-) -> dict:
-    gens = prompt = 0
-    mnt, L = int(p.get("max_new_tokens") or 512), _sol(p)
-    counts = list(agent_counts) if agent_counts else [int(p.get("n_agents") or 10)]
-    for _m in _distinct(p.get("models") or []):
-        for task in p.get("tasks") or []:
-            n = _n_items(p, task) * repeats
-            r0 = max(counts)
-            gens += n * r0
-            prompt += n * r0 * (_OPENING_TOKENS + QUESTION_TOKENS)
-            for a in counts:
-                per_turn = _OPENING_TOKENS + QUESTION_TOKENS + L + (a - 1) * L
-                gens += n * a * n_strategies * rounds
-                prompt += (
-                    n
-                    * a
-                    * n_strategies
-                    * sum(per_turn + (r - 1) * (a * L) for r in range(1, rounds + 1))
-                )
-    return {"generations": gens, "prompt_tokens": prompt, "completion_tokens": gens * mnt}
-
-# %% ../nbs/papers/madc/11_madc.ipynb #77852174
-@planner("madc_fig1")
-def plan_fig1(p: Mapping) -> dict:
-    "madc_fig1: one run per (model, task), every strategy in `strategies`. (MADC Fig. 1.)"
-    return _debate_plan(p, len(p.get("strategies") or []), int(p.get("debate_rounds") or 1))
-
-# %% ../nbs/papers/madc/11_madc.ipynb #4ceec9db
-@planner("madc_fig3_5")
-def plan_fig3_5(p: Mapping) -> dict:
-    "madc_fig3_5: `repeats` runs per (model, task), every strategy (the sim-only recency control is not counted). (MADC Figs. 3-5.)"
-    return _debate_plan(
-        p,
-        len(p.get("strategies") or []),
-        int(p.get("debate_rounds") or 1),
-        repeats=int(p.get("repeats") or 1),
-    )
-
-# %% ../nbs/papers/madc/11_madc.ipynb #a4bd1070
-@planner("madc_tab1")
-def plan_madc_tab1(p: Mapping) -> dict:
-    "madc_tab1: MAD (Fixed), MAD+Truth Last, MAD+MADC; Single CoT and Self-Consistency reuse round 0."
-    return _debate_plan(p, 3, int(p.get("debate_rounds") or 1))
-
-# %% ../nbs/papers/madc/11_madc.ipynb #cad3da6f
-@planner("madc_fig7")
-def plan_fig7(p: Mapping) -> dict:
-    "madc_fig7: MAD, MAD+Truth Last, MAD+MADC for `max_rounds` debate rounds."
-    return _debate_plan(p, 3, int(p.get("max_rounds") or 1))
-
-# %% ../nbs/papers/madc/11_madc.ipynb #e5fb235b
-@planner("madc_tab2_5")
-def plan_tab2_5(p: Mapping) -> dict:
-    "madc_tab2_5: MAD and MAD+MADC for every agent count (round 0 shared across counts)."
-    return _debate_plan(
-        p, 2, int(p.get("debate_rounds") or 1), agent_counts=p.get("agent_counts") or [10]
-    )
-
-# %% ../nbs/papers/madc/11_madc.ipynb #cfba5a11
-def _cot_plan(p: Mapping) -> dict:
-    n = (
-        len(_distinct(p.get("models") or []))
-        * len(p.get("case_ids") or [])
-        * int(p.get("cot_samples") or 0)
-    )
-    return {
-        "generations": n,
-        "prompt_tokens": n * (QUESTION_TOKENS + 60),
-        "completion_tokens": n * int(p.get("max_new_tokens") or 512),
-    }
-
-# %% ../nbs/papers/madc/11_madc.ipynb #0c7a9479
-@planner("madc_fig8")
-def plan_fig8(p: Mapping) -> dict:
-    "madc_fig8: `cot_samples` zero-shot CoT samples per case question and model."
-    return _cot_plan(p)
-
-# %% ../nbs/papers/madc/11_madc.ipynb #4d2f8e68
-@planner("madc_fig9")
-def plan_fig9(p: Mapping) -> dict:
-    "madc_fig9: the CoT samples, then per pool repeat, order and count (at most 2 x pool_size) `reps_per_count` responses."
-    out = _cot_plan(p)
-    units = (
-        len(_distinct(p.get("models") or []))
-        * len(p.get("case_ids") or [])
-        * int(p.get("reversal_repeats") or 1)
-        * len(p.get("orders") or [])
-    )
-    reps, counts, L = int(p.get("reps_per_count") or 1), 2 * int(p.get("pool_size") or 0), _sol(p)
-    gens = units * counts * reps
-    prompt = (
-        units
-        * reps
-        * sum(_OPENING_TOKENS + QUESTION_TOKENS + L + c * L for c in range(1, counts + 1))
-    )
-    return {
-        "generations": out["generations"] + gens,
-        "prompt_tokens": out["prompt_tokens"] + prompt,
-        "completion_tokens": out["completion_tokens"] + gens * int(p.get("max_new_tokens") or 512),
-    }

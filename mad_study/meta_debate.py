@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 
 from mad_study.core import (
-    deprecated_names,
     ConfigError,
     Item,
     Sampling,
@@ -30,19 +29,16 @@ from mad_study.core import (
 
 # %% auto #0
 __all__ = ['FRAMEWORKS', 'MODALITIES', 'SCORE_MIN', 'SCORE_MAX', 'MAX_REVIEW_CHARS', 'MAX_REVIEW_OBJECTS', 'TIE_ATOL',
-           'TIE_BREAKS', 'DATA_DESCRIPTIONS', 'PAPER_CRITERIA', 'PROPOSAL_ORDERS', 'PAPER_TAB1', 'PAPER_ASSIGNMENTS',
-           'PAPER_MODELS', 'GAP_COLUMNS', 'framework_roles', 'items_modality', 'context_key', 'review_skeleton',
-           'structured_scores', 'text_scores', 'ReviewScores', 'read_review', 'parse_review', 'suitability',
-           'role_decisions', 'assign_roles', 'role_title', 'criteria_prompt', 'parse_criteria', 'format_criteria',
-           'CriteriaCache', 'generate_criteria', 'MetaDebateResult', 'MetaDebateOptions', 'shown_order', 'meta_debate',
-           'uniform_assignment', 'random_assignment', 'item_tokens', 'run_framework', 'plan_meta_tab1', 'plan_tab2',
-           'plan_examples', 'paired_gaps', 'gap_text', 'gaps_caption']
+           'TIE_BREAKS', 'DATA_DESCRIPTIONS', 'PAPER_CRITERIA', 'PROPOSAL_ORDERS', 'framework_roles', 'items_modality',
+           'context_key', 'review_skeleton', 'structured_scores', 'text_scores', 'ReviewScores', 'read_review',
+           'parse_review', 'suitability', 'role_decisions', 'assign_roles', 'role_title', 'criteria_prompt',
+           'parse_criteria', 'format_criteria', 'CriteriaCache', 'generate_criteria', 'MetaDebateResult',
+           'MetaDebateOptions', 'shown_order', 'meta_debate', 'uniform_assignment', 'random_assignment', 'item_tokens',
+           'run_framework']
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #9356760c
 from .answers import extract_answer, is_correct
-from .data import paper_table
 from .prompts import META_DEBATE_PROMPTS, number_word
-from .registry import planner
 from .debate import TurnSlot, generate_turns
 from mad_study.roles import (
     DMAD_ROLES,
@@ -58,7 +54,6 @@ from mad_study.roles import (
     run_dmad,
     run_mad,
 )
-from .core import Inference
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #76ac9273
 FRAMEWORKS: dict[str, tuple[str, ...]] = {"mad": MAD_ROLES, "dmad": DMAD_ROLES}
@@ -893,292 +888,3 @@ def run_framework(
     else:
         framework_roles(framework)
     return tr, out.merge(item_tokens(tr), on="item_id", how="left")
-
-# %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #21bb2384
-def _plan(p: Mapping, single: bool, uniform: bool, random_: bool, meta: bool) -> dict:
-    "Generations and tokens summed over `tasks` (`n_items` each, or the whole task when null); vision DMAD adds CCoT/DDCoT's first calls."
-    from mad_study.data import get_task
-
-    m, R = len(p.get("models") or []), int(p.get("rounds") or 3)
-    fws = list(p.get("frameworks") or ["mad", "dmad"])
-    seeds = int(p.get("random_seeds") or 0)
-    mnt = int(p.get("max_new_tokens") or 1024)
-    Q = 300
-    gens = prompt = 0
-    for task in list(p.get("tasks") or [p.get("task") or "gpqa"]):
-        spec = get_task(task)
-        n = int(p["n_items"]) if p.get("n_items") else int(spec.n_items or 0)
-        vision = "image" in spec.fields
-        Qt = Q + (1000 if vision else 0)  # an image costs about 1k prompt tokens in a VLM
-        per = {"mad": 3 * R + 2, "dmad": 3 * R + (2 * R if vision else 0)}
-        prompt_per = {
-            "mad": sum(Qt + t * mnt for t in range(3 * R + 2)),
-            "dmad": (5 if vision else 3) * sum(Qt + 3 * t * mnt for t in range(R)),
-        }
-        if single:
-            gens += n * m
-            prompt += n * m * Qt
-        for f in fws:
-            k = len(framework_roles(f, "vision" if vision else "text"))
-            runs = (m if uniform else 0) + (seeds if random_ else 0) + (1 if meta else 0)
-            gens += n * runs * per[f]
-            prompt += n * runs * prompt_per[f]
-            if meta:
-                gens += n * 2 * k * m + k
-                prompt += n * k * m * (Qt + mnt) + n * k * m * (Qt + m * mnt + 400) + k * 800
-    return {"generations": gens, "prompt_tokens": prompt, "completion_tokens": gens * mnt}
-
-# %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #3a949b4d
-@planner("meta_tab1")
-def plan_meta_tab1(p: Mapping) -> dict:
-    "meta_tab1: single agent per model; MAD and DMAD with one model in every role, per model."
-    return _plan(p, single=True, uniform=True, random_=False, meta=False)
-
-# %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #af4a52bb
-__getattr__ = deprecated_names(  # renamed (issue 37)
-    "mad_study.meta_debate",
-    {
-        "plan_tab1": "mad_study.meta_debate.plan_meta_tab1",
-        "PAPER_TAB2": "mad_study.meta_debate.PAPER_ASSIGNMENTS",
-    },
-)
-
-# %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #8ab8c5f6
-@planner("meta_tab2")
-def plan_tab2(p: Mapping) -> dict:
-    "meta_tab2: uniform per model, `random_seeds` random assignments and Meta-Debate, for MAD and DMAD (twice with the sim control)."
-    r = _plan(p, single=False, uniform=True, random_=True, meta=True)
-    if p.get("control") and all(str(m).startswith("sim") for m in p.get("models") or []):
-        r = {k: 2 * v for k, v in r.items()}
-    return r
-
-# %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #8a14c7c6
-@planner("meta_examples")
-def plan_examples(p: Mapping) -> dict:
-    "meta_examples: the Meta-Debate stages and debates for `n_examples` items."
-    return _plan(
-        {**p, "n_items": int(p.get("n_examples") or 3)},
-        single=False,
-        uniform=False,
-        random_=False,
-        meta=True,
-    )
-
-# %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #f7569e7d
-def _printed(name: str, key: list[str]) -> dict:
-    "A printed table (`data.paper_table`) as key -> the row's numbers, in column order."
-    t = paper_table(name)
-    vals = [c for c in t.columns if c not in key]
-    k = (lambda r: tuple(r[c] for c in key)) if len(key) > 1 else (lambda r: r[key[0]])
-    return {k(r): tuple(float(r[c]) for c in vals) for _, r in t.iterrows()}
-
-
-# (method, model): (GPQA, MathVision, RealWorldQA)
-PAPER_TAB1 = _printed("meta_tab1", ["method", "model"])
-PAPER_ASSIGNMENTS = _printed("meta_tab2", ["assignment"])  # Table 2, row: (MAD, DMAD) on GPQA
-PAPER_MODELS = {
-    "pixtral": "mistral-small-24b-instruct-2501",
-    "claude": "qwen2.5-32b-instruct",
-    "nova": "llama-3.1-8b-instruct",
-}
-
-# %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #71ad8db1
-GAP_COLUMNS = (
-    "n_items",
-    "accuracy",
-    "acc_low",
-    "acc_high",
-    "ref_accuracy",
-    "ref_low",
-    "ref_high",
-    "diff",
-    "diff_low",
-    "diff_high",
-    "test",
-    "pvalue",
-    "tokens",
-    "ref_tokens",
-    "token_change",
-    "token_change_low",
-    "token_change_high",
-)
-
-# %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #3b2b556d
-def _one_gap(
-    g: pd.DataFrame, method: str, reference: str, level: float, n_resamples: int, seed: int
-) -> dict:
-    "One paired comparison `method` - `reference` on the items both answered (`mad_study.stats.compare_methods`); NaNs below 2 items."
-    from mad_study.stats import compare_methods
-
-    both = g[g["method"].isin([method, reference])]
-    n = int(both.groupby("item_id")["method"].nunique().eq(2).sum())
-    if n < 2:
-        return {"n_items": n, "test": "none", "pvalue": float("nan")}
-    tab, _ = compare_methods(
-        both,
-        reference,
-        methods=[method],
-        inference=Inference(
-            level=level, n_resamples=n_resamples, seed=seed, correction="none", min_items=min(20, n)
-        ),
-    )
-    ref, m = tab.iloc[0], tab.iloc[1]
-    out = {
-        "n_items": int(m["n_items"]),
-        "accuracy": m["accuracy"],
-        "acc_low": m["acc_low"],
-        "acc_high": m["acc_high"],
-        "ref_accuracy": ref["accuracy"],
-        "ref_low": ref["acc_low"],
-        "ref_high": ref["acc_high"],
-    }
-    for c in (
-        "diff",
-        "diff_low",
-        "diff_high",
-        "test",
-        "pvalue",
-        "tokens",
-        "token_change",
-        "token_change_low",
-        "token_change_high",
-    ):
-        out[c] = m.get(c, float("nan"))
-    out["ref_tokens"] = ref.get("tokens", float("nan"))
-    return out
-
-# %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #f9de1edd
-def paired_gaps(
-    items: pd.DataFrame,
-    pairs: Sequence[tuple[str, str]],
-    by: Sequence[str] = ("task", "framework"),
-    correction: str = "holm",
-    level: float = 0.95,
-    n_resamples: int = 2000,
-    seed: int = 0,
-) -> pd.DataFrame:
-    """The comparisons of one Meta-Debate table (Zhang et al., Tables 1-2) under the kit's
-    statistics standard: per cell (`by`) and pair (method, reference) of `pairs`, the paired
-    difference method - reference by item (McNemar's score test with Tango's interval, or paired t),
-    the table's gaps one family (`family_gaps`: Holm 1979 over the raw p, each gap's interval again
-    at its family level, closed at 0 where Holm shows the sign)."""
-    from mad_study.stats import family_gaps, item_means
-
-    need = {"item_id", "method", "correct", *by}
-    if need - set(items.columns):
-        raise ConfigError(
-            "column missing from the per-item frame",
-            key="column",
-            value=sorted(need - set(items.columns)),
-        )
-    rows, means = [], {}
-    for key, g in items.groupby(list(by), sort=False):
-        key = key if isinstance(key, tuple) else (key,)
-        means[key] = item_means(g)
-        for m, ref in pairs:
-            if {m, ref} <= set(g["method"]):
-                rows.append(
-                    {
-                        **dict(zip(by, key)),
-                        "method": m,
-                        "reference": ref,
-                        **_one_gap(g, m, ref, level, n_resamples, seed),
-                    }
-                )
-    out = (
-        pd.DataFrame(rows, columns=[*by, "method", "reference", *GAP_COLUMNS])
-        if not rows
-        else pd.DataFrame(rows).reindex(columns=[*by, "method", "reference", *GAP_COLUMNS])
-    )
-
-    def pair(r: Mapping) -> tuple[np.ndarray, np.ndarray]:
-        w = means[tuple(r[b] for b in by)][[r["method"], r["reference"]]].dropna()
-        return w[r["method"]].to_numpy(float), w[r["reference"]].to_numpy(float)
-
-    out = family_gaps(
-        out.assign(pvalue=out["pvalue"].astype(float)),
-        pair,
-        correction,
-        level,
-        # as `_one_gap`: the row's own items
-        min_items=lambda r: min(20, int(r["n_items"])),
-        n_resamples=n_resamples,
-        seed=seed,
-    )
-    out["distinguishable"] = out["distinguishable"].eq(True)
-    out.attrs.update(
-        by=list(by),
-        correction=correction,
-        level=level,
-        n_comparisons=int(out["pvalue"].notna().sum()),
-    )
-    return out
-
-# %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #db37858a
-def _pts(x: float) -> str:
-    return f"{100 * x:+.1f}"
-
-# %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #f986dc8b
-def gap_text(r: Mapping, correction: str = "holm") -> str:
-    """One gap of a `paired_gaps` row: '+x points [lo, hi], (not) distinguishable (test, Holm p = ..); tokens +y% [..]'
-    (the interval at the family's level, [0, hi] or [lo, 0] where Holm 1979 closed it at 0)."""
-    from mad_study.stats import gap_interval_text
-
-    if pd.isna(r.get("diff")):
-        return f"too few items to compare ({int(r.get('n_items') or 0)})"
-    s = (
-        f"{_pts(r['diff'])} points {gap_interval_text(r)}, "
-        f"{'distinguishable' if r['distinguishable'] else 'not distinguishable'} ({r['test']}, {correction} p = {r['p_adjusted']:.2g})"
-    )
-    if not pd.isna(r.get("token_change")):
-        s += f"; tokens {100 * r['token_change']:+.0f}% [{100 * r['token_change_low']:+.0f}, {100 * r['token_change_high']:+.0f}]"
-    return s
-
-# %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #98777377
-def gaps_caption(
-    gaps: pd.DataFrame,
-    cell=lambda r: "",
-    name=lambda r: f"{r['method']} vs {r['reference']}",
-    every: bool = True,
-) -> str:
-    """The caption sentence of a `paired_gaps` table (the kit's statistics standard): items per cell, resampled unit, tests,
-    correction and its number of comparisons, then every gap with its interval and "distinguishable" or "not distinguishable"
-    (`every=False`: per comparison only how many cells Holm tells apart above and below 0, the gaps themselves left to the
-    table and its sidecar, issue 51). (Holm's correction, as in the table: Meta-Debate Table 2 with the kit's statistics standard)"""
-    from mad_study.stats import family_words
-
-    a = gaps.attrs
-    lvl = a.get("level", 0.95)
-    corr = a.get("correction", "holm")
-    parts, by_cell = [], {}
-    for r in gaps.to_dict("records"):
-        by_cell.setdefault(cell(r), []).append(r)
-    for c, rs in by_cell.items():
-        parts.append(
-            f"{c} ({rs[0]['n_items']} items): "
-            + "; ".join(f"{name(r)} {gap_text(r, corr)}" for r in rs)
-        )
-    d = gaps["distinguishable"].astype(bool)
-    head = (
-        f"Paired by item; {family_words(corr, lvl, gaps.get('diff_level', pd.Series(dtype=float)).dropna())}, "
-        "each its test inverted over items (several outcomes of an item averaged first); "
-        f"tests McNemar's score test (Tango's interval) for one 0/1 outcome per item, else paired t over item means; {corr} correction over the "
-        f"table's {a.get('n_comparisons', len(gaps))} comparisons, one family with its intervals; distinguishable = adjusted "
-        f"p < {1 - lvl:.2g}, the interval then on its side of 0 ({int(d.sum())} of {len(gaps)} are)"
-    )
-    if not every:
-        by_name = {}
-        for r in gaps.to_dict("records"):
-            by_name.setdefault(name(r), []).append(r)
-        parts = [
-            f"{k}: distinguishable above 0 in {sum(bool(r['distinguishable']) and r['diff'] > 0 for r in rs)}, "
-            f"below 0 in {sum(bool(r['distinguishable']) and r['diff'] < 0 for r in rs)} of {len(rs)} cells"
-            for k, rs in by_name.items()
-        ]
-        return (
-            head
-            + ". "
-            + "; ".join(parts)
-            + " (each gap, its interval, test and p: the sidecar's gaps)."
-        )
-    return head + ". " + ". ".join(parts) + "."

@@ -156,6 +156,12 @@ def opening_messages(ps: PromptSet, question: str, role: str | None = None) -> l
     msgs.append({"role": "user", "content": fill(ps.opening, question=question)})
     return msgs
 
+# %% ../nbs/engine/04a_prompts.ipynb #p4a0b001
+@functools.lru_cache(maxsize=1 << 12)
+def _peer_block(template: str, solution: str, idx: int, tag: str) -> str:
+    "`fill(template, solution=..., idx=..., tag=...)`, memoised: in a round every viewer is shown the same peers' texts."
+    return fill(template, solution=solution, idx=idx, tag=tag)
+
 # %% ../nbs/engine/04a_prompts.ipynb #8b4de704
 @functools.lru_cache(maxsize=1024)
 def _fill_frame(template: str, question: str, n_solutions: str) -> str:
@@ -185,7 +191,10 @@ def debate_message(
             value=next(t for t in tags if t),
         )
     blocks = "".join(
-        fill(ps.peer, solution=s, idx=i, tag=t) for i, (s, t) in enumerate(zip(solutions, tags))
+        _peer_block(ps.peer, s, i, t)
+        if type(s) is str and type(t) is str
+        else fill(ps.peer, solution=s, idx=i, tag=t)
+        for i, (s, t) in enumerate(zip(solutions, tags))
     )
     q = str(question)
     return _fill_frame(ps.debate_intro, q, n) + blocks + _fill_frame(ps.debate_outro, q, n)

@@ -37,20 +37,35 @@ from mad_study.core import (
     save_transcript,
 )
 
+# the figure layout check (06a_figcheck): the print sizes, the geometry label_points keeps labels off, and the check
+# save_figure runs
+from mad_study.figcheck import (
+    COLUMN_IN,
+    PAGE_IN,
+    as_points,
+    boxes_overlap,
+    covers,
+    drawn_bands,
+    drawn_errorbars,
+    drawn_line_points,
+    drawn_marks,
+    drawn_renderer,
+    layout_problems,
+    tidy_bar_grids,
+)
+
 # the artefact registry (02b_registry)
 from .registry import experiment_files, load_registry
 
 # %% auto #0
-__all__ = ['RUN_ENV', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'CONTROL_STYLES', 'COLUMN_IN', 'PAGE_IN',
-           'MIN_PT', 'MAX_CAPTION_CHARS', 'LAYOUT_CHECK_VERSION', 'VERDICT_EFFECT', 'VERDICT_CONTROL', 'VERDICT_KEYS',
-           'FAILURE_FILE', 'HOLM_INTERVALS', 'package_versions', 'cell_source', 'notebook_parameters', 'run_params',
-           'run_context', 'Study', 'show_figure', 'register_style', 'registered_method', 'method_style', 'set_style',
-           'panel_figure', 'percent_axis', 'pct', 'drawn_renderer', 'label_points', 'dodge_points', 'drawn_marks',
-           'drawn_line_points', 'drawn_patches', 'drawn_errorbars', 'drawn_bands', 'hidden_markers', 'data_problems',
-           'small_texts', 'bar_grids', 'tidy_bar_grids', 'draws_data', 'empty_panels', 'layout_problems',
-           'label_figure', 'LayoutWarning', 'FigureOutput', 'caption_problems', 'save_figure', 'save_table',
-           'check_verdict', 'stands_for', 'read_verdict', 'last_failure', 'artefact_status', 'run_sizes',
-           'interval_method_once', 'write_gallery', 'index_table', 'write_index']
+__all__ = ['RUN_ENV', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'CONTROL_STYLES', 'MAX_CAPTION_CHARS',
+           'LAYOUT_CHECK_VERSION', 'VERDICT_EFFECT', 'VERDICT_CONTROL', 'VERDICT_KEYS', 'FAILURE_FILE',
+           'HOLM_INTERVALS', 'package_versions', 'cell_source', 'notebook_parameters', 'run_params', 'run_context',
+           'Study', 'show_figure', 'register_style', 'registered_method', 'method_style', 'set_style', 'panel_figure',
+           'percent_axis', 'pct', 'label_points', 'dodge_points', 'label_figure', 'LayoutWarning', 'FigureOutput',
+           'caption_problems', 'save_figure', 'save_table', 'check_verdict', 'stands_for', 'read_verdict',
+           'last_failure', 'artefact_status', 'run_sizes', 'interval_method_once', 'write_gallery', 'index_table',
+           'write_index']
 
 # %% ../nbs/study/06_report.ipynb #7cf92f74
 _PACKAGES = (
@@ -119,6 +134,23 @@ def notebook_parameters(nb_path: str | os.PathLike) -> dict[str, Any]:
                 ) from None
     return out
 
+# %% ../nbs/study/06_report.ipynb #5b47d645
+def _check_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    "Refuse a namespace (`globals()`) or values a params file cannot hold: a sidecar records declared parameters only."
+    bad = sorted(set(map(str, params)) & _NAMESPACE_KEYS)
+    if bad:
+        raise ConfigError(
+            f"Study was given a namespace (it has {bad}); pass run_params(<this notebook>, globals())",
+            key="params",
+        )
+    odd = sorted(str(k) for k, v in params.items() if not isinstance(v, _PLAIN))
+    if odd:
+        raise ConfigError(
+            f"parameters must be plain values (str, number, bool, list, dict, None); not: {odd}",
+            key="params",
+        )
+    return dict(params)
+
 # %% ../nbs/study/06_report.ipynb #0625b810
 def run_params(notebook: str | os.PathLike, ns: Mapping[str, Any]) -> dict[str, Any]:
     """The parameters this run of `notebook` was given: its `parameters` cell's names with their
@@ -139,23 +171,6 @@ def run_params(notebook: str | os.PathLike, ns: Mapping[str, Any]) -> dict[str, 
 
     names += [k for k in (*SERVING_KEYS, *SIM_PARAM_KEYS) if k in ns and k not in names]
     return _check_params({k: ns[k] for k in names})
-
-# %% ../nbs/study/06_report.ipynb #5b47d645
-def _check_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    "Refuse a namespace (`globals()`) or values a params file cannot hold: a sidecar records declared parameters only."
-    bad = sorted(set(map(str, params)) & _NAMESPACE_KEYS)
-    if bad:
-        raise ConfigError(
-            f"Study was given a namespace (it has {bad}); pass run_params(<this notebook>, globals())",
-            key="params",
-        )
-    odd = sorted(str(k) for k, v in params.items() if not isinstance(v, _PLAIN))
-    if odd:
-        raise ConfigError(
-            f"parameters must be plain values (str, number, bool, list, dict, None); not: {odd}",
-            key="params",
-        )
-    return dict(params)
 
 # %% ../nbs/study/06_report.ipynb #ada142f7
 RUN_ENV = "MAD_STUDY_RUN"
@@ -280,6 +295,15 @@ def items(
     self.item_ids[task] = [it.id for it in items]
     return items
 
+# %% ../nbs/study/06_report.ipynb #st13180642
+@patch
+def save_transcript(self: Study, tr: pd.DataFrame, name: str) -> Path:
+    "Save a transcript under runs/<profile>/<experiment>/<name>.parquet (a reproduce run: its staging folder)."
+    p = save_transcript(tr, self.run_dir / f"{name}.parquet")
+    # never a machine path: where the file stays once the run has finished (not its staging folder)
+    self.transcripts[name] = f"runs/{self.run_name}/{name}.parquet"
+    return p
+
 # %% ../nbs/study/06_report.ipynb #fefa0ff2
 @patch
 def debate(self: Study, name: str, items: Sequence[Item], agents, **kw) -> pd.DataFrame:
@@ -291,15 +315,6 @@ def debate(self: Study, name: str, items: Sequence[Item], agents, **kw) -> pd.Da
     tr = run_debate(items, agents, self.backends(sorted({a.model for a in agents})), **kw)
     self.save_transcript(tr, name)
     return tr
-
-# %% ../nbs/study/06_report.ipynb #st13180642
-@patch
-def save_transcript(self: Study, tr: pd.DataFrame, name: str) -> Path:
-    "Save a transcript under runs/<profile>/<experiment>/<name>.parquet (a reproduce run: its staging folder)."
-    p = save_transcript(tr, self.run_dir / f"{name}.parquet")
-    # never a machine path: where the file stays once the run has finished (not its staging folder)
-    self.transcripts[name] = f"runs/{self.run_name}/{name}.parquet"
-    return p
 
 # %% ../nbs/study/06_report.ipynb #st69539384
 @patch(as_prop=True)
@@ -316,6 +331,28 @@ def label(self: Study) -> str | None:
     if self.profile == "cpu" or "embedded" in self.kinds or "tiny-random" in self.kinds:
         return EMBEDDED_LABEL
     return None
+
+# %% ../nbs/study/06_report.ipynb #48a4a939
+@functools.lru_cache(maxsize=None)
+def _sandbox_mode() -> str:
+    "The sandbox that would run a program of thought in this process: 'bwrap' (OS isolation) or 'unavailable' (04d_sandbox)."
+    from mad_study.sandbox import sandbox_provenance
+
+    return sandbox_provenance()["sandbox"]
+
+# %% ../nbs/study/06_report.ipynb #b4098add
+def _jsonable(x):
+    if isinstance(x, Mapping):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, set)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return float(x)
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return str(x)
 
 # %% ../nbs/study/06_report.ipynb #st96966327
 @patch
@@ -358,28 +395,6 @@ def provenance(self: Study) -> dict:
         "started": self.started,
         "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-
-# %% ../nbs/study/06_report.ipynb #48a4a939
-@functools.lru_cache(maxsize=None)
-def _sandbox_mode() -> str:
-    "The sandbox that would run a program of thought in this process: 'bwrap' (OS isolation) or 'unavailable' (04d_sandbox)."
-    from mad_study.sandbox import sandbox_provenance
-
-    return sandbox_provenance()["sandbox"]
-
-# %% ../nbs/study/06_report.ipynb #b4098add
-def _jsonable(x):
-    if isinstance(x, Mapping):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple, set)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (np.floating,)):
-        return float(x)
-    if isinstance(x, (str, int, float, bool)) or x is None:
-        return x
-    return str(x)
 
 # %% ../nbs/study/06_report.ipynb #st96506712
 @patch
@@ -425,50 +440,6 @@ def register_style(name: str, color: str, marker: str = "o", aliases: Sequence[s
     for a in (name, *aliases):
         _STYLE_KEYS[_style_key(a)] = name
     return STYLES[name]
-
-# %% ../nbs/study/06_report.ipynb #c1638a79
-def _fallback_style(key: str) -> dict:
-    "An unregistered name: a colour and marker picked by a stable hash of its key (the same in every run)."
-    h = int(hashlib.sha1(key.encode()).hexdigest(), 16)
-    return {"color": _FALLBACK_COLORS[h % len(_FALLBACK_COLORS)], "marker": "o^sDvP"[h // 7 % 6]}
-
-
-_FALLBACK_COLORS = (
-    "#4e79a7",
-    "#f28e2b",
-    "#59a14f",
-    "#b07aa1",
-    "#9c755f",
-    "#76b7b2",
-    "#edc948",
-    "#ff9da7",
-)
-
-# %% ../nbs/study/06_report.ipynb #a7c1e001
-def registered_method(name: str) -> str | None:
-    "The registered method, model or control kind that `name` resolves to, or None (the kit's own)."
-    key = _style_key(name)
-    if "control" in str(name).lower():
-        low, kinds = str(name).lower(), sorted(CONTROL_STYLES, key=len, reverse=True)
-        return next((f"control: {k}" for k in kinds if k in low), "control")
-    for k in (key, re.sub(r"^(mad ?\+ ?|mad |multi agent: )", "", key), re.sub(r"^sim ", "", key)):
-        if k in _STYLE_KEYS:
-            return _STYLE_KEYS[k]
-    pre = [k for k in _STYLE_KEYS if key.startswith(k + " ")]
-    return _STYLE_KEYS[max(pre, key=len)] if pre else None
-
-# %% ../nbs/study/06_report.ipynb #42b6b0cd
-def method_style(name: str) -> dict:
-    """Colour and marker of a method, model, signal or control, the same in every figure of every
-    paper (the kit's own): the registered one (`registered_method`); a control is grey, with the
-    marker of its kind; a name nobody registered gets a stable colour and marker from a hash of
-    it."""
-    reg = registered_method(name)
-    if reg == "control":
-        return dict(CONTROL_STYLE)
-    if reg and reg.startswith("control: "):
-        return dict(CONTROL_STYLES[reg[9:]])
-    return dict(STYLES[reg]) if reg else _fallback_style(_style_key(name))
 
 # %% ../nbs/study/06_report.ipynb #349da9ba
 # methods of the five papers and their baselines (colour-blind safe: Okabe-Ito first)
@@ -561,10 +532,51 @@ for _n, _c, _m in [  # models (paper profile) and their synthetic stand-ins (sim
 register_style("svr-gptoss", STYLES["gpt-oss-120b"]["color"], "o", ("sim-svr-gptoss",))
 register_style("svr-dsv31", STYLES["deepseek-v3.1"]["color"], "s", ("sim-svr-dsv31",));
 
+# %% ../nbs/study/06_report.ipynb #c1638a79
+def _fallback_style(key: str) -> dict:
+    "An unregistered name: a colour and marker picked by a stable hash of its key (the same in every run)."
+    h = int(hashlib.sha1(key.encode()).hexdigest(), 16)
+    return {"color": _FALLBACK_COLORS[h % len(_FALLBACK_COLORS)], "marker": "o^sDvP"[h // 7 % 6]}
+
+
+_FALLBACK_COLORS = (
+    "#4e79a7",
+    "#f28e2b",
+    "#59a14f",
+    "#b07aa1",
+    "#9c755f",
+    "#76b7b2",
+    "#edc948",
+    "#ff9da7",
+)
+
+# %% ../nbs/study/06_report.ipynb #a7c1e001
+def registered_method(name: str) -> str | None:
+    "The registered method, model or control kind that `name` resolves to, or None (the kit's own)."
+    key = _style_key(name)
+    if "control" in str(name).lower():
+        low, kinds = str(name).lower(), sorted(CONTROL_STYLES, key=len, reverse=True)
+        return next((f"control: {k}" for k in kinds if k in low), "control")
+    for k in (key, re.sub(r"^(mad ?\+ ?|mad |multi agent: )", "", key), re.sub(r"^sim ", "", key)):
+        if k in _STYLE_KEYS:
+            return _STYLE_KEYS[k]
+    pre = [k for k in _STYLE_KEYS if key.startswith(k + " ")]
+    return _STYLE_KEYS[max(pre, key=len)] if pre else None
+
+# %% ../nbs/study/06_report.ipynb #42b6b0cd
+def method_style(name: str) -> dict:
+    """Colour and marker of a method, model, signal or control, the same in every figure of every
+    paper (the kit's own): the registered one (`registered_method`); a control is grey, with the
+    marker of its kind; a name nobody registered gets a stable colour and marker from a hash of
+    it."""
+    reg = registered_method(name)
+    if reg == "control":
+        return dict(CONTROL_STYLE)
+    if reg and reg.startswith("control: "):
+        return dict(CONTROL_STYLES[reg[9:]])
+    return dict(STYLES[reg]) if reg else _fallback_style(_style_key(name))
+
 # %% ../nbs/study/06_report.ipynb #38512eec
-COLUMN_IN, PAGE_IN = 3.4, 7.0  # a two-column paper's column width and text width (inches)
-
-
 def set_style():
     """The kit's one plotting style (the kit's own): seaborn whitegrid, colour-blind palette, font sizes that read at
     a paper's column width (8 pt text, 7 pt ticks and legends), TrueType fonts in the PDF, tight bounding boxes."""
@@ -626,17 +638,6 @@ def pct(x: float, decimals: int = 1) -> str:
     "A fraction as percent, for captions and labels (the kit's own): pct(0.6234) -> '62.3%'."
     return "n/a" if x is None or x != x else f"{100 * x:.{decimals}f}%"
 
-# %% ../nbs/study/06_report.ipynb #drawnrend2
-def drawn_renderer(fig):
-    """Draw `fig` and return its renderer, whatever canvas it has: a figure made with `Figure()` or under a backend
-    without a renderer of its own gets matplotlib's Agg canvas (text extents need a drawing; the kit's own)."""
-    if not hasattr(fig.canvas, "get_renderer"):
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-        FigureCanvasAgg(fig)
-    fig.canvas.draw()
-    return fig.canvas.get_renderer()
-
 # %% ../nbs/study/06_report.ipynb #d2a92ebc
 def _label_free(b, others, marks, lines, box, tol: float = -2.0, bands=()) -> bool:
     """Whether a label's box `b` stays in the axes `box` and keeps `-tol` pixels from other labels,
@@ -644,8 +645,8 @@ def _label_free(b, others, marks, lines, box, tol: float = -2.0, bands=()) -> bo
     inside = b.x0 >= box.x0 and b.x1 <= box.x1 and b.y0 >= box.y0 and b.y1 <= box.y1
     return (
         inside
-        and not any(_boxes_overlap(b, o, tol) for o in others)
-        and not _covers(b, marks, lines, [], tol, bands)
+        and not any(boxes_overlap(b, o, tol) for o in others)
+        and not covers(b, marks, lines, [], tol, bands)
     )
 
 # %% ../nbs/study/06_report.ipynb #5f66325e
@@ -686,7 +687,7 @@ def label_points(
     Flyamer et al.): adjustText spreads the labels."""
     from adjustText import adjust_text
 
-    xy = _points(np.column_stack([np.asarray(x, float), np.asarray(y, float)]))
+    xy = as_points(np.column_stack([np.asarray(x, float), np.asarray(y, float)]))
     if bad := [t for t, p in zip(texts, xy) if not np.isfinite(p).all()]:
         raise ValueError(f"label_points: no finite position to label for {bad} (NaN or inf x or y)")
     r = drawn_renderer(ax.figure)  # the final axes size (constrained layout) first
@@ -727,486 +728,6 @@ def dodge_points(
             p = p + [1.0, 0.0]
         placed.append(p)
     return ax.transData.inverted().transform(np.array(placed))[:, 0]
-
-# %% ../nbs/study/06_report.ipynb #7e518cf1
-def _drawn_texts(fig) -> list[tuple[str, Any]]:
-    "(what, Text) for every non-empty text `fig` draws: figure texts, titles, axis and tick labels, legends, annotations."
-    out = [("title", t) for t in (fig._suptitle, fig._supxlabel, fig._supylabel) if t] + [
-        ("figure text", t) for t in fig.texts
-    ]
-    for lg in fig.legends:
-        out += [("legend", t) for t in [lg.get_title(), *lg.get_texts()]]
-    for ax in fig.axes:
-        if not ax.get_visible():
-            continue
-        out += [("title", t) for t in (ax.title, ax._left_title, ax._right_title)] + [
-            ("text", t) for t in ax.texts
-        ]
-        if ax.axison:
-            for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
-                ticks = axis._update_ticks()  # the ticks drawn: inside the view interval
-                out += [(f"{name}-label", axis.label)] + [
-                    (f"{name} tick label", t) for k in ticks for t in (k.label1, k.label2)
-                ]
-        if ax.get_legend():
-            out += [
-                ("legend", t) for t in [ax.get_legend().get_title(), *ax.get_legend().get_texts()]
-            ]
-    seen = set()  # the suptitle is also one of fig.texts
-    return [
-        (w, t)
-        for w, t in out
-        if t.get_visible() and t.get_text().strip() and not (id(t) in seen or seen.add(id(t)))
-    ]
-
-# %% ../nbs/study/06_report.ipynb #1e90db12
-def _in_data(t, ax) -> bool:
-    "Whether text `t` is anchored at a data point of `ax` (an annotation or `ax.text` in data coordinates)."
-    if hasattr(t, "xycoords"):
-        return t.xycoords == "data"
-    return t.get_transform() == ax.transData
-
-# %% ../nbs/study/06_report.ipynb #a7c1e010
-_NOT_MARKERS = ("_", "|", "none", "None", "", " ", ",", *range(12))  # error-bar caps, tick marks
-
-
-def _colour(c) -> str:
-    from matplotlib.colors import to_hex
-
-    return to_hex(c, keep_alpha=False)
-
-# %% ../nbs/study/06_report.ipynb #2b159f07
-def _points(xy) -> np.ndarray:
-    "An (n, 2) float array of coordinates (masked or missing values as NaN)."
-    return np.asarray(np.ma.filled(np.ma.asarray(xy, float), np.nan), float).reshape(-1, 2)
-
-# %% ../nbs/study/06_report.ipynb #cdd1334b
-def _line_marks(ln) -> dict | None:
-    "A Line2D's markers in display pixels (centres, radii, colour); None if none (or caps)."
-    m = ln.get_marker()
-    if not ln.get_visible() or (isinstance(m, (str, int)) and m in _NOT_MARKERS):
-        return None
-    xy = ln.get_transform().transform(_points(ln.get_xydata()))
-    fc = ln.get_markerfacecolor()
-    hollow = str(fc).lower() == "none"
-    col = _colour(ln.get_markeredgecolor() if hollow else fc)
-    r = ln.get_markersize() * ln.figure.dpi / 72 / 2
-    return dict(xy=xy, r=np.full(len(xy), r), colour=[col] * len(xy), artist=ln, filled=not hollow)
-
-# %% ../nbs/study/06_report.ipynb #39974b0b
-def _scatter_marks(c) -> dict | None:
-    "A scatter's points (PathCollection offsets) in display pixels, with their radii and colours."
-    from matplotlib.collections import PathCollection
-
-    if not (isinstance(c, PathCollection) and c.get_visible() and len(c.get_offsets())):
-        return None
-    xy = c.get_offset_transform().transform(_points(c.get_offsets()))
-    n, s = len(xy), np.asarray(c.get_sizes(), float)
-    filled = bool(len(c.get_facecolors())) and float(np.max(c.get_facecolors()[:, 3])) > 0
-    fc = c.get_facecolors() if filled else c.get_edgecolors()
-    r = np.sqrt(np.resize(s if len(s) else [36.0], n)) * c.figure.dpi / 72 / 2
-    col = [_colour(fc[i % len(fc)]) if len(fc) else "none" for i in range(n)]
-    return dict(xy=xy, r=r, colour=col, artist=c, filled=filled)
-
-# %% ../nbs/study/06_report.ipynb #191e33f8
-def drawn_marks(ax) -> list[dict]:
-    """Every marker `ax` draws, one dict per artist (the kit's own, for `layout_problems` and
-    `label_points`): `xy` centres in display pixels, `r` radii in pixels, `colour` per marker,
-    `artist`, `filled` (a hollow marker, e.g. a ring around a point, hides nothing)."""
-    box = ax.get_window_extent()
-    out = [m for m in [*map(_line_marks, ax.lines), *map(_scatter_marks, ax.collections)] if m]
-    for d in out:
-        x, y = d["xy"][:, 0], d["xy"][:, 1]
-        keep = (
-            np.isfinite(x)
-            & np.isfinite(y)
-            & (x >= box.x0 - 1)
-            & (x <= box.x1 + 1)
-            & (y >= box.y0 - 1)
-            & (y <= box.y1 + 1)
-        )
-        cols = [c for c, k in zip(d["colour"], keep) if k]
-        d.update(xy=d["xy"][keep], r=d["r"][keep], colour=cols)
-    return [d for d in out if len(d["xy"])]
-
-# %% ../nbs/study/06_report.ipynb #a7c1e011
-def _in_box(pts: np.ndarray, b, tol: float = 0.0) -> np.ndarray:
-    "Which points (pixels) lie inside the box `b` shrunk by `tol` pixels (grown when `tol` < 0)."
-    return (
-        (pts[:, 0] > b.x0 + tol)
-        & (pts[:, 0] < b.x1 - tol)
-        & (pts[:, 1] > b.y0 + tol)
-        & (pts[:, 1] < b.y1 - tol)
-    )
-
-# %% ../nbs/study/06_report.ipynb #ede1dadf
-def _sample(xy: np.ndarray, step: float) -> np.ndarray:
-    "Points every `step` pixels along the polyline `xy` (display pixels); segments with a NaN end are left out."
-    a, b = xy[:-1], xy[1:]
-    ok = np.isfinite(a).all(1) & np.isfinite(b).all(1)
-    a, b = a[ok], b[ok]
-    if not len(a):
-        return np.empty((0, 2))
-    k = np.minimum(np.maximum(1, np.ceil(np.hypot(*(b - a).T) / step)), 4000).astype(int)
-    t = np.concatenate([np.linspace(0, 1, n + 1) for n in k])
-    seg = np.repeat(np.arange(len(a)), k + 1)
-    return a[seg] + (b[seg] - a[seg]) * t[:, None]
-
-
-def drawn_line_points(ax, step: float = 1.0) -> list[tuple[Any, np.ndarray]]:
-    """(line, points) for every visible line of `ax` drawn with a line style: its segments sampled
-    every `step` pixels in display coordinates, clipped to the axes (the kit's own)."""
-    box, out = ax.get_window_extent(), []
-    for ln in ax.lines:
-        if not ln.get_visible() or ln.get_linestyle() in ("None", "", " "):
-            continue
-        if ln.get_linewidth() <= 0:
-            continue
-        pts = _sample(ln.get_transform().transform(_points(ln.get_xydata())), step)
-        inside = _in_box(pts, box, -0.5)
-        if inside.any():
-            out.append((ln, pts[inside]))
-    return out
-
-# %% ../nbs/study/06_report.ipynb #a456160a
-def drawn_patches(ax, r) -> list[tuple[Any, Any]]:
-    """(patch, display bbox) for every visible bar, box or other patch of `ax` with an area (the
-    kit's own): matplotlib's and seaborn's bars and boxes are patches; the axes' background is
-    not."""
-    out = []
-    for p in ax.patches:
-        if not p.get_visible() or (not p.get_fill() and p.get_linewidth() == 0):
-            continue
-        b = p.get_window_extent(r)
-        if b.width > 0.5 and b.height > 0.5:
-            out.append((p, b))
-    return out
-
-# %% ../nbs/study/06_report.ipynb #a7c1e012
-def _rect_hits_circles(b, xy: np.ndarray, r: np.ndarray, tol: float) -> np.ndarray:
-    "Which circles (centres `xy`, radii `r`, pixels) reach more than `tol` pixels into the box `b`."
-    dx = np.maximum(np.maximum(b.x0 - xy[:, 0], 0), xy[:, 0] - b.x1)
-    dy = np.maximum(np.maximum(b.y0 - xy[:, 1], 0), xy[:, 1] - b.y1)
-    return np.hypot(dx, dy) < r - tol
-
-# %% ../nbs/study/06_report.ipynb #19b68e5a
-def _boxes_overlap(a, b, tol: float) -> bool:
-    return min(a.x1, b.x1) - max(a.x0, b.x0) > tol and min(a.y1, b.y1) - max(a.y0, b.y0) > tol
-
-# %% ../nbs/study/06_report.ipynb #d12bd180
-def _labels_from_inside(b, p, pb) -> bool:
-    "A text wholly inside a bar (a rectangle): the bar's own value label (`bar_label`, centred)."
-    from matplotlib.patches import Rectangle
-
-    within = pb.x0 <= b.x0 and b.x1 <= pb.x1 and pb.y0 <= b.y0 and b.y1 <= pb.y1
-    return isinstance(p, Rectangle) and within
-
-# %% ../nbs/study/06_report.ipynb #265564e9
-def _name(a) -> str:
-    "How a report names an artist: its label, else its kind; a name given as a string stays as it is."
-    if isinstance(a, str):
-        return a
-    lab = a.get_label() if hasattr(a, "get_label") else ""
-    return f"'{lab}'" if lab and not str(lab).startswith("_") else type(a).__name__
-
-# %% ../nbs/study/06_report.ipynb #fc51ebar1
-_CAPS = ("_", "|")  # the markers matplotlib draws error-bar caps with
-
-
-def _errorbar_names(ax) -> dict[int, str]:
-    "id of each error bar's LineCollection and cap line -> 'error bar of <its label>'."
-    from matplotlib.container import ErrorbarContainer
-
-    out = {}
-    for c in ax.containers:
-        if isinstance(c, ErrorbarContainer):
-            lab = str(c.get_label() or "")
-            name = f"error bar of '{lab}'" if lab and not lab.startswith("_") else "error bar"
-            _, caps, cols = c.lines
-            out.update({id(a): name for a in (*caps, *cols)})
-    return out
-
-# %% ../nbs/study/06_report.ipynb #fc51ebar2
-def drawn_errorbars(ax, step: float = 1.0) -> list[tuple[str, np.ndarray]]:
-    """(name, points) for every error bar, error-bar cap and other line segment (`LineCollection`:
-    `errorbar`, `vlines`, `hlines`) `ax` draws, sampled every `step` pixels in display coordinates,
-    clipped to the axes (the kit's own; obstacles for text, as `drawn_line_points`' lines)."""
-    from matplotlib.collections import LineCollection
-
-    names, box, segs = _errorbar_names(ax), ax.get_window_extent(), []
-    for col in ax.collections:
-        if isinstance(col, LineCollection) and col.get_visible():
-            name = names.get(id(col), f"segments {_name(col)}")
-            t = col.get_transform()
-            segs += [(name, t.transform(_points(s))) for s in col.get_segments()]
-    for ln in ax.lines:
-        m = ln.get_marker()
-        if not (ln.get_visible() and isinstance(m, str) and m in _CAPS):
-            continue
-        # a cap is a short line across its error bar, as long as the marker is wide
-        half = ln.get_markersize() * ln.figure.dpi / 72 / 2
-        d = np.array([half, 0.0]) if m == "_" else np.array([0.0, half])
-        for p in ln.get_transform().transform(_points(ln.get_xydata())):
-            segs.append((names.get(id(ln), "error-bar cap"), np.array([p - d, p + d])))
-    out: dict[str, list] = {}
-    for name, xy in segs:
-        pts = _sample(xy, step)
-        out.setdefault(name, []).append(pts[_in_box(pts, box, -0.5)])
-    return [(n, np.concatenate(p)) for n, p in out.items() if sum(map(len, p))]
-
-# %% ../nbs/study/06_report.ipynb #fc51ebar3
-def drawn_bands(ax) -> list[tuple[str, Any, Any]]:
-    """(name, outline, axes box) for every filled band or area `ax` draws (`fill_between`'s
-    `PolyCollection`, `fill_betweenx`, `stackplot`, violins; the kit's own): the outline is a
-    matplotlib `Path` in display pixels; only the part inside the axes box counts."""
-    from matplotlib.collections import PolyCollection
-
-    box, out = ax.get_window_extent(), []
-    for c in ax.collections:
-        if not (isinstance(c, PolyCollection) and c.get_visible()):
-            continue
-        fc = c.get_facecolors()
-        if not len(fc) or float(np.max(fc[:, 3])) == 0:
-            continue
-        lab = str(c.get_label() or "")
-        name = f"band '{lab}'" if lab and not lab.startswith("_") else "a filled band"
-        t = c.get_transform()
-        out += [
-            (name, p.transformed(t), box)
-            for p in c.get_paths()
-            if len(p.vertices) and np.isfinite(p.vertices).all()
-        ]
-    return out
-
-# %% ../nbs/study/06_report.ipynb #d4c8f087
-def hidden_markers(marks: Sequence[dict], share: float = 0.6) -> list[tuple[dict, dict]]:
-    """(hidden, on top) pairs of markers of different methods (different colours) whose centres lie
-    closer than `share` of the larger radius (the kit's own; MAD under MADC in the arena before
-    issue 42)."""
-    from scipy.spatial import cKDTree
-
-    if sum(len(m["xy"]) for m in marks) < 2:
-        return []
-    xy, r = np.concatenate([m["xy"] for m in marks]), np.concatenate([m["r"] for m in marks])
-    col = [c for m in marks for c in m["colour"]]
-    own = np.concatenate([np.full(len(m["xy"]), i) for i, m in enumerate(marks)])
-    order = lambda i: (marks[i]["artist"].get_zorder(), i)
-    out = {}
-    for i, j in cKDTree(xy).query_pairs(share * r.max()):
-        if col[i] != col[j] and np.hypot(*(xy[i] - xy[j])) < share * max(r[i], r[j]):
-            (lo, a), (hi, b) = sorted(((own[i], i), (own[j], j)), key=lambda p: order(p[0]))
-            if lo != hi and marks[hi].get("filled", True) and r[b] >= 0.8 * r[a]:
-                out.setdefault((lo, hi), (marks[lo], marks[hi]))
-    return list(out.values())
-
-# %% ../nbs/study/06_report.ipynb #a7c1e013
-def _band_hits(b, path, box, tol: float) -> bool:
-    "Whether the box `b` (pixels), shrunk by `tol`, reaches into the filled `path` inside the axes `box`."
-    from matplotlib.transforms import Bbox
-
-    inter = Bbox.intersection(b, box)
-    if inter is None or inter.width <= 2 * tol or inter.height <= 2 * tol:
-        return False
-    inner = Bbox.from_extents(inter.x0 + tol, inter.y0 + tol, inter.x1 - tol, inter.y1 - tol)
-    return bool(path.intersects_bbox(inner, filled=True))
-
-
-def _covers(b, marks, lines, patches, tol: float, bands=()) -> list:
-    """The artists (or names) whose markers, line segments (lines, error bars), patches or bands the
-    box `b` (a text's, a legend's) covers."""
-    hit = [m["artist"] for m in marks if _rect_hits_circles(b, m["xy"], m["r"], tol).any()]
-    hit += [ln for ln, p in lines if _in_box(p, b, tol).any()]
-    hit += [p for p, pb in patches if _boxes_overlap(b, pb, tol)]
-    return hit + [n for n, path, box in bands if _band_hits(b, path, box, tol)]
-
-# %% ../nbs/study/06_report.ipynb #32e74d3b
-def _legend_problems(fig, ax, r, marks, lines, patches, tol: float, bands=()) -> list[str]:
-    "A legend (the axes' or the figure's) that covers markers, lines, error bars, bars or bands of `ax`."
-    out = []
-    for lg in [ax.get_legend(), *fig.legends]:
-        if lg is None or not lg.get_visible():
-            continue
-        b = lg.get_window_extent(r)
-        if not _boxes_overlap(b, ax.get_window_extent(r), tol):
-            continue
-        hit = _covers(b, marks, lines, patches, tol, bands)
-        if hit:
-            out.append(f"legend covers data: {', '.join(dict.fromkeys(map(_name, hit)))}")
-    return out
-
-# %% ../nbs/study/06_report.ipynb #4075e417
-def data_problems(fig, r, tol: float = 1.5) -> list[str]:
-    """What covers the data of each axes of the drawn `fig` (the kit's own, part of
-    `layout_problems`): a text over a marker, a line, an error bar or its cap, or a band; a text
-    over a bar or box (unless it is a value label inside its bar); a legend over any of them; a
-    marker hidden under another method's marker."""
-    probs, txt = [], lambda t: f"'{' '.join(t.get_text().split())[:40]}'"
-    for ax in fig.axes:
-        if not ax.get_visible():
-            continue
-        marks, patches, bands = drawn_marks(ax), drawn_patches(ax, r), drawn_bands(ax)
-        lines = drawn_line_points(ax) + drawn_errorbars(ax)
-        for t in ax.texts:
-            if not (t.get_visible() and t.get_text().strip()):
-                continue
-            if t.get_gid() == "mad_study_label":
-                continue
-            b = t.get_window_extent(r)
-            inner = [p for p, pb in patches if _labels_from_inside(b, p, pb)]
-            hit = _covers(b, marks, lines, patches, tol, bands)
-            hit = [a for a in hit if not any(a is p for p in inner)]
-            probs += [f"text {txt(t)} covers {_name(a)}" for a in hit]
-        probs += _legend_problems(fig, ax, r, marks, lines, patches, tol, bands)
-        probs += [
-            f"marker of {_name(a['artist'])} hidden under a marker of {_name(b['artist'])}"
-            for a, b in hidden_markers(marks)
-        ]
-    return list(dict.fromkeys(probs))
-
-# %% ../nbs/study/06_report.ipynb #a7c1e014
-MIN_PT = 7.0  # the smallest text a figure may print, in points at its printed size
-
-
-def small_texts(fig, r, texts, min_pt: float = MIN_PT) -> list[str]:
-    """The (what, Text) pairs smaller than `min_pt` points as printed (the kit's own): a figure
-    wider than a page (`PAGE_IN`, what sticks out of the canvas included) is shrunk to the page."""
-    scale = min(1.0, PAGE_IN / fig.get_tightbbox(r).width)
-    say = lambda w, t: f"{w} '{' '.join(t.get_text().split())[:40]}'"
-    return [
-        f"{say(w, t)} is {t.get_fontsize() * scale:.1f} pt (under {min_pt:g})"
-        for w, t in texts
-        if t.get_fontsize() * scale < min_pt - 1e-6
-    ]
-
-# %% ../nbs/study/06_report.ipynb #5fb9f528
-def _categorical(axis) -> bool:
-    "Whether an axis names categories (string ticks: seaborn's, pandas' and matplotlib's bars)."
-    from matplotlib.category import StrCategoryFormatter
-    from matplotlib.ticker import FixedFormatter
-
-    return isinstance(axis.get_major_formatter(), (StrCategoryFormatter, FixedFormatter))
-
-# %% ../nbs/study/06_report.ipynb #01f49122
-def bar_grids(fig, r) -> list[tuple[Any, str]]:
-    "(axes, 'x' or 'y') per categorical axis of a bar or box plot whose grid runs through bars."
-    out = []
-    for ax in fig.axes:
-        if not ax.get_visible() or not drawn_patches(ax, r):
-            continue
-        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
-            if _categorical(axis) and any(t.gridline.get_visible() for t in axis.get_major_ticks()):
-                out.append((ax, name))
-    return out
-
-# %% ../nbs/study/06_report.ipynb #840321a2
-def tidy_bar_grids(fig) -> None:
-    "No grid on a categorical axis of a bar or box plot (the kit's style; `save_figure` calls it)."
-    for ax, name in bar_grids(fig, drawn_renderer(fig)):
-        ax.grid(False, axis=name)
-
-# %% ../nbs/study/06_report.ipynb #fc51empty1
-def draws_data(ax) -> bool:
-    """Whether `ax` draws any data in data coordinates (the kit's own, for `empty_panels`): a line,
-    bar, box, scatter point, band or error bar with a finite point, or an image; reference lines and
-    spans (`axhline`, `axvspan`) do not count."""
-    from matplotlib.collections import PathCollection
-
-    data = lambda t: t.contains_branch(ax.transData)
-    finite = lambda xy: bool(np.isfinite(_points(xy)).all(1).any())
-    if any(
-        im.get_visible() and np.isfinite(np.asarray(im.get_array(), float)).any()
-        for im in ax.images
-    ):
-        return True
-    for ln in ax.lines:
-        if ln.get_visible() and data(ln.get_transform()) and finite(ln.get_xydata()):
-            return True
-    for p in ax.patches:
-        if p.get_visible() and data(p.get_data_transform()) and finite(p.get_verts()):
-            return True
-    for c in ax.collections:
-        if not c.get_visible():
-            continue
-        if isinstance(c, PathCollection):
-            if data(c.get_offset_transform()) and finite(c.get_offsets()):
-                return True
-        elif data(c.get_transform()) and any(finite(p.vertices) for p in c.get_paths()):
-            return True
-    return False
-
-# %% ../nbs/study/06_report.ipynb #fc51empty2
-def empty_panels(fig) -> list[str]:
-    """The problems "panel '<title>' draws no data", one per visible axes of `fig` with a title or axis
-    labels that draws no data (`draws_data`; the kit's own, part of `layout_problems`)."""
-    out = []
-    for ax in fig.axes:
-        if not ax.get_visible():
-            continue
-        titles = [ax.get_title(loc) for loc in ("center", "left", "right")]
-        labels = [ax.get_xlabel(), ax.get_ylabel()] if ax.axison else []
-        name = next((" ".join(s.split()) for s in (*titles, *labels) if s and s.strip()), None)
-        if name is not None and not draws_data(ax):
-            out.append(f"panel '{name[:60]}' draws no data")
-    return out
-
-# %% ../nbs/study/06_report.ipynb #80b3b2d8
-def layout_problems(fig, tol: float = 1.5) -> list[str]:
-    """What a reviewer would reject in the drawn `fig` (the kit's own check, run by `save_figure`):
-    two texts that overlap, a text outside the canvas (an axis label cut off), a label anchored
-    at a data point that runs past its axes, an empty band of more than 0.3 in under the figure
-    title; what covers the data (`data_problems`), a panel that draws no data (`empty_panels`), text
-    under 7 pt (`small_texts`), grid lines through bars (`bar_grids`)."""
-    r = drawn_renderer(fig)
-    fb = fig.bbox
-    texts = [(w, t, t.get_window_extent(r)) for w, t in _drawn_texts(fig)]
-    name = lambda w, t: f"{w} '{' '.join(t.get_text().split())[:40]}'"
-    probs = [
-        f"{name(w, t)} outside the canvas"
-        for w, t, b in texts
-        if t.get_gid() != "mad_study_label"
-        and (b.x0 < fb.x0 - tol or b.x1 > fb.x1 + tol or b.y0 < fb.y0 - tol or b.y1 > fb.y1 + tol)
-    ]
-    for ax in fig.axes:
-        ab = ax.get_window_extent(r)
-        probs += [
-            f"{name('text', t)} runs past its axes"
-            for t in ax.texts
-            if t.get_visible()
-            and t.get_text().strip()
-            and _in_data(t, ax)
-            and (b := t.get_window_extent(r))
-            and (
-                b.x0 < ab.x0 - tol or b.x1 > ab.x1 + tol or b.y0 < ab.y0 - tol or b.y1 > ab.y1 + tol
-            )
-        ]
-    box = np.array([[b.x0, b.y0, b.x1, b.y1] for _, _, b in texts]).reshape(-1, 4)
-    rot = np.array([t.get_rotation() % 90 != 0 for _, t, _ in texts])
-    w = np.minimum(box[:, None, 2], box[None, :, 2]) - np.maximum(box[:, None, 0], box[None, :, 0])
-    h = np.minimum(box[:, None, 3], box[None, :, 3]) - np.maximum(box[:, None, 1], box[None, :, 1])
-    # a twin axes repeats its tick labels in place
-    strs = np.array([t.get_text() for _, t, _ in texts], dtype=object)
-    twin = (np.abs(box[:, None] - box[None, :]).max(-1) < 0.5) & (strs[:, None] == strs[None, :])
-    hit = (w > tol) & (h > tol) & ~(rot[:, None] & rot[None, :]) & ~twin
-    for i, j in zip(*np.nonzero(np.triu(hit, 1))):
-        probs.append(f"{name(*texts[i][:2])} overlaps {name(*texts[j][:2])}")
-    if fig._suptitle is not None and fig._suptitle.get_text() and fig.axes:
-        top = max(
-            (
-                ax.get_tightbbox(r).y1
-                for ax in fig.axes
-                if ax.get_visible() and (ax.axison or ax.images)
-            ),
-            default=None,
-        )
-        gap = (fig._suptitle.get_window_extent(r).y0 - top) / fig.dpi if top is not None else 0
-        if gap > 0.3:
-            probs.append(f"empty band of {gap:.2f} in under the figure title")
-    probs += data_problems(fig, r, tol) + empty_panels(fig)
-    probs += small_texts(fig, r, [(w, t) for w, t, _ in texts])
-    grid = [
-        f"grid lines of the categorical {n} axis run through its bars" for _, n in bar_grids(fig, r)
-    ]
-    return probs + grid
 
 # %% ../nbs/study/06_report.ipynb #1a681b38
 def label_figure(fig, text: str | None):

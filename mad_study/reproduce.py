@@ -41,7 +41,7 @@ from mad_study.core import (
 
 # %% auto #0
 __all__ = ['NOT_AGENT_LISTS', 'KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'NEUTRAL_KEYS', 'SKIPPED_TEST', 'WAKE_S', 'BASELINES',
-           'auto_profile', 'map_models', 'parse_override', 'merge_params', 'validate_params', 'agent_count',
+           'auto_profile', 'map_models', 'parse_override', 'merge_params', 'agent_count', 'validate_params',
            'param_warnings', 'profile_changes', 'plan_experiment', 'serve_table', 'stop_kernels', 'remove_temporaries',
            'set_aside', 'result_overrides', 'run_folder', 'promote', 'record_failure', 'last_run_files', 'open_stage',
            'experiment_notebook', 'RunResult', 'run_experiment', 'run_order', 'run_after', 'reproduce', 'load_runs',
@@ -234,60 +234,9 @@ def _check_models(p: Mapping, where) -> None:
                 where=f"{where}: sim_agents.{name}",
             )
 
-# %% ../nbs/study/20_reproduce.ipynb #2cd67020
-def validate_params(
-    p: Mapping, exp: Experiment, profile: Mapping, overrides: Mapping | None = None
-) -> None:
-    "Raise a one-line ConfigError for an unknown key, a wrong type, an unknown task or an unknown model."
-    nb = notebook_parameters(exp.notebook)
-    overrides = overrides or {}
-
-    def src(k):
-        return "command line (-p)" if k in overrides else exp.path
-
-    where = exp.path
-    from mad_study.serving import check_serving_params
-
-    check_serving_params(
-        p, where=src(next((k for k in ("api_key", "backend", "base_url") if k in p), "backend"))
-    )
-    for k, v in p.items():
-        if k in _serving_keys():
-            continue
-        if k == "sim_off":
-            from mad_study.sim import check_off
-
-            check_off(v, where=src(k))
-            continue
-        if k not in nb:
-            raise ConfigError(
-                f"not a parameter of {exp.notebook.name}", where=src(k), key=k, value=v, choices=nb
-            )
-        if not _type_ok(nb[k], v):
-            raise ConfigError(
-                f"expected {type(nb[k]).__name__}, got {type(v).__name__}",
-                where=src(k),
-                key=k,
-                value=v,
-            )
-    from mad_study.data import get_task, TASKS
-
-    tasks = ([p["task"]] if isinstance(p.get("task"), str) else []) + list(p.get("tasks") or [])
-    for t in tasks:
-        k = "task" if t == p.get("task") else "tasks"
-        try:
-            get_task(t)
-        except ConfigError as e:
-            raise ConfigError(
-                e.problem, where=_where(k, exp, profile, overrides), key=k, value=t, choices=TASKS
-            ) from None
-    _check_source_models(exp, profile, overrides)
-    _check_models(p, where)
-    _check_agent_count(p, exp, profile, overrides)
-
 # %% ../nbs/study/20_reproduce.ipynb #aa04a49f
 # `models` there: one model per table column (each debates with itself in roles)
-NOT_AGENT_LISTS = {"14_meta_debate"}
+NOT_AGENT_LISTS = {"14c_meta_report"}
 
 
 def _where(k: str, exp: Experiment, profile: Mapping, overrides: Mapping | None) -> str:
@@ -376,6 +325,57 @@ def _identical_greedy(p: Mapping, exp: Experiment) -> bool:
         and not isinstance(temp, bool)
         and temp <= 0
     )
+
+# %% ../nbs/study/20_reproduce.ipynb #2cd67020
+def validate_params(
+    p: Mapping, exp: Experiment, profile: Mapping, overrides: Mapping | None = None
+) -> None:
+    "Raise a one-line ConfigError for an unknown key, a wrong type, an unknown task or an unknown model."
+    nb = notebook_parameters(exp.notebook)
+    overrides = overrides or {}
+
+    def src(k):
+        return "command line (-p)" if k in overrides else exp.path
+
+    where = exp.path
+    from mad_study.serving import check_serving_params
+
+    check_serving_params(
+        p, where=src(next((k for k in ("api_key", "backend", "base_url") if k in p), "backend"))
+    )
+    for k, v in p.items():
+        if k in _serving_keys():
+            continue
+        if k == "sim_off":
+            from mad_study.sim import check_off
+
+            check_off(v, where=src(k))
+            continue
+        if k not in nb:
+            raise ConfigError(
+                f"not a parameter of {exp.notebook.name}", where=src(k), key=k, value=v, choices=nb
+            )
+        if not _type_ok(nb[k], v):
+            raise ConfigError(
+                f"expected {type(nb[k]).__name__}, got {type(v).__name__}",
+                where=src(k),
+                key=k,
+                value=v,
+            )
+    from mad_study.data import get_task, TASKS
+
+    tasks = ([p["task"]] if isinstance(p.get("task"), str) else []) + list(p.get("tasks") or [])
+    for t in tasks:
+        k = "task" if t == p.get("task") else "tasks"
+        try:
+            get_task(t)
+        except ConfigError as e:
+            raise ConfigError(
+                e.problem, where=_where(k, exp, profile, overrides), key=k, value=t, choices=TASKS
+            ) from None
+    _check_source_models(exp, profile, overrides)
+    _check_models(p, where)
+    _check_agent_count(p, exp, profile, overrides)
 
 # %% ../nbs/study/20_reproduce.ipynb #3bb06b28
 def param_warnings(
@@ -776,10 +776,19 @@ def _kept(source: str) -> bool:
 # %% ../nbs/study/20_reproduce.ipynb #8b43439e
 def experiment_notebook(path: str | os.PathLike) -> dict:
     """The notebook at `path` as an experiment runs it (JSON): the code cells above the `parameters` cell that
-    are neither exports nor imports (the notebook's tests) blanked with `SKIPPED_TEST` (the kit's own)."""
+    are neither exports nor imports (the notebook's tests) blanked with `SKIPPED_TEST` (the kit's own). A notebook
+    without a cell tagged `parameters` is refused: papermill would put the params file's values above its first
+    cell, the notebook's own defaults would then replace them, and the run would report success for a study the
+    params file never configured."""
     nb = json.loads(Path(path).read_text(encoding="utf-8"))
     tags = [c.get("metadata", {}).get("tags", []) for c in nb["cells"]]
-    at = next((i for i, t in enumerate(tags) if "parameters" in t or "parameters-part" in t), 0)
+    at = next((i for i, t in enumerate(tags) if "parameters" in t or "parameters-part" in t), None)
+    if at is None:
+        raise ConfigError(
+            "the notebook has no cell tagged 'parameters' (papermill would run it with its own "
+            "defaults, not the params file's values): tag the cell that sets the defaults",
+            where=path,
+        )
     for c in nb["cells"][:at]:
         if c["cell_type"] == "code" and not _kept(cell_source(c)):
             c["source"] = SKIPPED_TEST

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 # %% auto #0
 __all__ = ['SANDBOX_STATUSES', 'ISOLATION_MODES', 'NOBODY', 'WORKDIR', 'DENIED_SYSCALLS', 'CLONE_NAMESPACE_FLAGS', 'MEMORY_EXIT',
-           'SandboxResult', 'SandboxUnavailable', 'clean_text', 'escape_text', 'find_bwrap', 'python_view',
-           'site_folders', 'seccomp_program', 'SandboxCgroup', 'BwrapOptions', 'bwrap_argv', 'SandboxLimits',
+           'SandboxResult', 'SandboxUnavailable', 'clean_text', 'escape_text', 'find_bwrap', 'site_folders',
+           'python_view', 'seccomp_program', 'SandboxCgroup', 'BwrapOptions', 'bwrap_argv', 'SandboxLimits',
            'sandbox_check', 'os_isolation_available', 'sandbox_provenance', 'run_program']
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #44990357
@@ -129,6 +129,17 @@ def find_bwrap() -> str | None:
             return p
     return None
 
+# %% ../nbs/sandbox/04d_sandbox.ipynb #e03147bd
+def site_folders() -> tuple[str, ...]:
+    """This environment's site-packages folders (real paths). The child runs with `-S` and puts just these on its path:
+    no `.pth` file is run (an editable install's finder alone took ~25 ms of each start-up here, for a checkout the
+    sandbox does not show anyway)."""
+    import site
+
+    return tuple(
+        dict.fromkeys(os.path.realpath(p) for p in site.getsitepackages() if os.path.isdir(p))
+    )
+
 # %% ../nbs/sandbox/04d_sandbox.ipynb #55a29a4b
 def python_view() -> tuple[str, tuple[str, ...]]:
     """The interpreter the sandbox runs and the host paths it needs, bound read-only at the same
@@ -159,17 +170,6 @@ def python_view() -> tuple[str, tuple[str, ...]]:
         )
     }
     return exe, tuple(sorted(q for q in paths if os.path.lexists(q)))
-
-# %% ../nbs/sandbox/04d_sandbox.ipynb #e03147bd
-def site_folders() -> tuple[str, ...]:
-    """This environment's site-packages folders (real paths). The child runs with `-S` and puts just these on its path:
-    no `.pth` file is run (an editable install's finder alone took ~25 ms of each start-up here, for a checkout the
-    sandbox does not show anyway)."""
-    import site
-
-    return tuple(
-        dict.fromkeys(os.path.realpath(p) for p in site.getsitepackages() if os.path.isdir(p))
-    )
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #870324f9
 @functools.lru_cache(maxsize=None)

@@ -41,7 +41,7 @@ _log = logging.getLogger("mad_study.serving")
 
 # %% auto #0
 __all__ = ['SERVER_KINDS', 'RETRY_STATUS', 'CB_SETTINGS', 'CB_CPU_DEFAULTS', 'SERVING_KEYS', 'BACKENDS', 'logprob_signals',
-           'image_data_url', 'openai_messages', 'request_body', 'ServingError', 'OpenAIBackend', 'FlightMeter',
+           'image_data_url', 'openai_messages', 'request_body', 'ServingError', 'FlightMeter', 'OpenAIBackend',
            'free_port', 'echo_completion', 'StubServer', 'serving_available', 'TransformersServer',
            'tensor_parallel_size', 'serve_command', 'check_serving_params', 'serving_kwargs']
 
@@ -187,6 +187,43 @@ def _default_served_model(spec: ModelSpec) -> str:
         return str(tiny_random_checkpoint())
     return spec.hub_id or spec.name
 
+# %% ../nbs/backends/03c_serving.ipynb #75ccd897
+class FlightMeter:
+    "Requests in flight over time (thread-safe): time-weighted mean while any is open, maximum, busy seconds (a context manager per request)."
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+        self.clock, self.n, self.max, self.area, self.busy, self.count = clock, 0, 0, 0.0, 0.0, 0
+        self._t, self._lock = None, threading.Lock()
+
+    def _move(self, d: int) -> None:
+        with self._lock:
+            t = self.clock()
+            if self.n > 0:
+                self.area += self.n * (t - self._t)
+                self.busy += t - self._t
+            self.n += d
+            self._t = t
+            if d > 0:
+                self.count += 1
+                self.max = max(self.max, self.n)
+
+    def __enter__(self):
+        self._move(+1)
+        return self
+
+    def __exit__(self, *a):
+        self._move(-1)
+
+    def summary(self) -> dict:
+        "requests (HTTP requests sent), mean (time-weighted, over busy time), max, busy_s."
+        with self._lock:
+            return dict(
+                requests=self.count,
+                mean=round(self.area / self.busy, 2) if self.busy > 0 else None,
+                max=self.max,
+                busy_s=round(self.busy, 3),
+            )
+
 # %% ../nbs/backends/03c_serving.ipynb #de0bc6d1
 class OpenAIBackend(BaseBackend):
     "A model behind OpenAI-compatible servers (vLLM, SGLang, llama.cpp, `transformers serve`): concurrent, retried, failures recorded."
@@ -295,43 +332,6 @@ def provenance(self: OpenAIBackend) -> dict:
         requests=dict(self.stats),
         in_flight=self.flight.summary(),
     )
-
-# %% ../nbs/backends/03c_serving.ipynb #75ccd897
-class FlightMeter:
-    "Requests in flight over time (thread-safe): time-weighted mean while any is open, maximum, busy seconds (a context manager per request)."
-
-    def __init__(self, clock: Callable[[], float] = time.perf_counter):
-        self.clock, self.n, self.max, self.area, self.busy, self.count = clock, 0, 0, 0.0, 0.0, 0
-        self._t, self._lock = None, threading.Lock()
-
-    def _move(self, d: int) -> None:
-        with self._lock:
-            t = self.clock()
-            if self.n > 0:
-                self.area += self.n * (t - self._t)
-                self.busy += t - self._t
-            self.n += d
-            self._t = t
-            if d > 0:
-                self.count += 1
-                self.max = max(self.max, self.n)
-
-    def __enter__(self):
-        self._move(+1)
-        return self
-
-    def __exit__(self, *a):
-        self._move(-1)
-
-    def summary(self) -> dict:
-        "requests (HTTP requests sent), mean (time-weighted, over busy time), max, busy_s."
-        with self._lock:
-            return dict(
-                requests=self.count,
-                mean=round(self.area / self.busy, 2) if self.busy > 0 else None,
-                max=self.max,
-                busy_s=round(self.busy, 3),
-            )
 
 # %% ../nbs/backends/03c_serving.ipynb #12a4a5ca
 def _headers(self: OpenAIBackend) -> dict:
@@ -961,6 +961,30 @@ SERVING_KEYS = {
 }
 BACKENDS = ("hf", "openai")
 
+# %% ../nbs/backends/03c_serving.ipynb #72946f17
+def _per_model(p: Mapping, key: str, model: str, where: Any = None, required: bool = True):
+    "The value of a serving key for `model`: a mapping is looked up by model name ('*' = any other; None when not `required`)."
+    v = p.get(key)
+    if isinstance(v, Mapping):
+        if model == "any":
+            return v
+        if model in v:
+            return v[model]
+        if "*" in v:
+            return v["*"]
+        if not required:
+            return None
+        raise ConfigError(f"no entry for model {model}", where=where, key=key, value=v)
+    return v
+
+# %% ../nbs/backends/03c_serving.ipynb #79fd5be4
+def _as_urls_any(v, where):
+    for u in v.values() if isinstance(v, Mapping) else [v]:
+        try:
+            _as_urls(u)
+        except ConfigError as e:
+            raise ConfigError(e.problem, where=where, key="base_url", value=u) from None
+
 # %% ../nbs/backends/03c_serving.ipynb #9fa2e256
 def check_serving_params(p: Mapping, where: Any = None) -> None:
     "One-line ConfigError for a bad serving key: a wrong type, an unknown backend or server, a key in place of its variable name."
@@ -998,30 +1022,6 @@ def check_serving_params(p: Mapping, where: Any = None) -> None:
     if p.get("backend") == "openai":
         _per_model(p, "base_url", "any", where)
         _as_urls_any(p["base_url"], where)
-
-# %% ../nbs/backends/03c_serving.ipynb #72946f17
-def _per_model(p: Mapping, key: str, model: str, where: Any = None, required: bool = True):
-    "The value of a serving key for `model`: a mapping is looked up by model name ('*' = any other; None when not `required`)."
-    v = p.get(key)
-    if isinstance(v, Mapping):
-        if model == "any":
-            return v
-        if model in v:
-            return v[model]
-        if "*" in v:
-            return v["*"]
-        if not required:
-            return None
-        raise ConfigError(f"no entry for model {model}", where=where, key=key, value=v)
-    return v
-
-# %% ../nbs/backends/03c_serving.ipynb #79fd5be4
-def _as_urls_any(v, where):
-    for u in v.values() if isinstance(v, Mapping) else [v]:
-        try:
-            _as_urls(u)
-        except ConfigError as e:
-            raise ConfigError(e.problem, where=where, key="base_url", value=u) from None
 
 # %% ../nbs/backends/03c_serving.ipynb #98ab21cf
 def serving_kwargs(p: Mapping, model: str) -> dict:

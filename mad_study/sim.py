@@ -36,7 +36,7 @@ from mad_study.data import (
 __all__ = ['MECHANISMS', 'SIM_PARAM_KEYS', 'FINAL_SENTENCE', 'N_BODIES', 'TIER_TAGS', 'RUN_KEYS', 'STREAMS', 'SLOTS',
            'SIM_ITEM_TAG', 'SIM_ITEM_MAKERS', 'SimAgent', 'check_off', 'switch_off', 'item_difficulty', 'n_options',
            'distractor_pool', 'read_final_answers', 'read_shown_solutions', 'compose_text', 'sigmoid', 'logit',
-           'turn_uniforms', 'uniforms', 'SimBackend', 'synthetic_sim_items', 'sim_items']
+           'turn_uniforms', 'uniforms', 'batch_uniforms', 'SimBackend', 'synthetic_sim_items', 'sim_items']
 
 # %% ../nbs/backends/03b_sim.ipynb #d713bb3d
 @dataclass(frozen=True)
@@ -476,6 +476,17 @@ def uniforms(seed: int, item_id: str, mechanism: str) -> tuple[float, ...]:
         )
     return turn_uniforms(seed, item_id)[SLOTS[mechanism]]
 
+# %% ../nbs/backends/03b_sim.ipynb #s1b0a001
+def batch_uniforms(seeds: Sequence[int], item_ids: Sequence[str]) -> list[list[float]]:
+    """`turn_uniforms` of many turns at once (kit's own): the same SHAKE-128 words, turned into the same floats by numpy
+    (the words below 2^53 after the shift, so each step, + 1/2 and x 2^-53, rounds as Python's floats do)."""
+    buf = b"".join(
+        hashlib.shake_128(int(s).to_bytes(8, "little", signed=True) + i.encode()).digest(136)
+        for s, i in zip(seeds, item_ids)
+    )
+    w = np.frombuffer(buf, dtype="<u8").reshape(-1, 17)
+    return (((w >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53).tolist()
+
 # %% ../nbs/backends/03b_sim.ipynb #9c3932c2
 class SimBackend:
     "Synthetic agents behind the backend interface: `generate(requests) -> generations` (see the notebook for the model)."
@@ -529,9 +540,16 @@ class SimBackend:
 # %% ../nbs/backends/03b_sim.ipynb #fda1c66a
 @patch
 def p_solve(self: SimBackend, item: Item) -> float:
-    "Probability of solving `item` alone: sigma(logit(skill on the item's task) - difficulty)."
-    s = self.agent.task_skill.get(item.task, self.agent.skill)
-    return sigmoid(logit(s) - item_difficulty(item, self.agent.difficulty_sd))
+    "Probability of solving `item` alone: sigma(logit(skill on the item's task) - difficulty) (kept per item and agent)."
+    memo = self.__dict__.get("_p_memo")
+    if memo is None or memo[0] is not self.agent:
+        memo = self.__dict__["_p_memo"] = (self.agent, {})
+    key = (item.id, item.task)
+    p = memo[1].get(key)
+    if p is None:
+        s = self.agent.task_skill.get(item.task, self.agent.skill)
+        p = memo[1][key] = sigmoid(logit(s) - item_difficulty(item, self.agent.difficulty_sd))
+    return p
 
 # %% ../nbs/backends/03b_sim.ipynb #9597ed3a
 @functools.lru_cache(maxsize=256)
@@ -671,14 +689,24 @@ def _n_words(s: str) -> int:
     "Words of a message (cached: a debate resends each earlier message every round)."
     return len(s.split())
 
-# %% ../nbs/backends/03b_sim.ipynb #d5d0a728
-@patch
-def generate_one(self: SimBackend, req: GenRequest) -> Generation:
-    "One turn: read one's previous answer and the answers shown, decide, write and measure (all draws from the turn's common random numbers)."
+# %% ../nbs/backends/03b_sim.ipynb #s1b0a003
+def _sim_item(req: GenRequest) -> Item:
+    "The request's item (`meta['item']`), else a ConfigError."
     item = req.meta.get("item")
     if not isinstance(item, Item):
         raise ConfigError("SimBackend needs the Item in request.meta['item']", key="meta.item")
-    u = turn_uniforms(req.seed, item.id)
+    return item
+
+
+@functools.lru_cache(maxsize=1 << 13)
+def _own_answers(text: str) -> tuple[str, ...]:
+    "`read_final_answers` of an agent's own earlier response (kept: its texts repeat, from a finite pool of bodies)."
+    return tuple(read_final_answers(text))
+
+# %% ../nbs/backends/03b_sim.ipynb #d5d0a728
+@patch
+def _turn(self: SimBackend, req: GenRequest, item: Item, u: Sequence[float]) -> Generation:
+    "One turn: read one's previous answer and the answers shown, decide, write and measure (all draws from the turn's common random numbers `u`)."
     a = self.agent
     last_user, last_assistant, n_words = None, None, 0
     for m in req.messages:
@@ -688,7 +716,7 @@ def generate_one(self: SimBackend, req: GenRequest) -> Generation:
             last_user = c
         elif m["role"] == "assistant":
             last_assistant = c
-    own_prev = read_final_answers(last_assistant) if last_assistant is not None else []
+    own_prev = _own_answers(last_assistant) if last_assistant is not None else ()
     own = own_prev[-1] if own_prev else None
     # a debate turn: the agent has answered before (its history), or the prompt shows others'
     # solutions (protocols that send a fresh conversation each round, e.g. UMAD App. F.2)
@@ -717,13 +745,25 @@ def generate_one(self: SimBackend, req: GenRequest) -> Generation:
         text=text, prompt_tokens=prompt_tokens, completion_tokens=n_tok, finish_reason="stop", **sig
     )
 
+# %% ../nbs/backends/03b_sim.ipynb #s1b0a004
+@patch
+def generate_one(self: SimBackend, req: GenRequest) -> Generation:
+    "One turn of the request's item, from its common random numbers (`turn_uniforms` of the request seed and item id)."
+    item = _sim_item(req)
+    return self._turn(req, item, turn_uniforms(req.seed, item.id))
+
 # %% ../nbs/backends/03b_sim.ipynb #0a71e06f
 @patch
 def generate(self: SimBackend, requests: Sequence[GenRequest]) -> list[Generation]:
-    "Answer a batch of requests (each independently; deterministic for a seed)."
+    """Answer a batch of requests (each independently; deterministic for a seed): the batch's uniforms at once
+    (`batch_uniforms`), then each turn; a subclass's own `generate_one` answers each request itself."""
     if self.latency:
         time.sleep(self.latency * len(requests))
-    return [self.generate_one(r) for r in requests]
+    if type(self).generate_one is not SimBackend.generate_one:
+        return [self.generate_one(r) for r in requests]
+    items = [_sim_item(r) for r in requests]
+    us = batch_uniforms([r.seed for r in requests], [it.id for it in items])
+    return [self._turn(r, it, u) for r, it, u in zip(requests, items, us)]
 
 # %% ../nbs/backends/03b_sim.ipynb #326982df
 SIM_ITEM_TAG = "[synthetic item, sim profile]"

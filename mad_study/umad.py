@@ -31,18 +31,16 @@ from mad_study.debate import (
     transcript_row,
 )
 from .metrics import entropy_rows, clustered_accuracy_ci
-from .registry import planner
-from .core import Inference
 
 # %% auto #0
 __all__ = ['UMAD_PROMPT', 'TRAJECTORY_CLASSES', 'TASK_TITLES', 'ALPHA_AU', 'ETA_PAPER', 'ETA_RELEASED', 'EPS', 'NLL_NORMS',
-           'REWARD_READINGS', 'PROMPT_OVERHEAD', 'round_of_turn', 'turn_of_round', 'umad_role', 'umad_agents',
-           'umad_protocol', 'pair_kind', 'pair_label', 'config_seed', 'sent_messages', 'alg1_samples',
-           'eu_sampling_floor', 'decomposition_table', 'decomposition_summary', 'classify_trajectory',
-           'classify_configs', 'trajectory_classes', 'seed_accuracy', 'zeroshot_summary', 'parse_failures_by_turn',
-           'zeroshot_table', 'token_entropy_by_turn', 'token_nll', 'group_standardize', 'grpo_advantage', 'au_weight',
-           'au_advantage', 'peer_improvement', 'epistemic_influence_reward', 'umad_rewards', 'released_rewards',
-           'UmadHparams', 'umad_advantages', 'n_items_for', 'debate_token_plan', 'plan_decomposition', 'plan_zeroshot']
+           'REWARD_READINGS', 'round_of_turn', 'turn_of_round', 'umad_role', 'umad_agents', 'umad_protocol',
+           'pair_kind', 'pair_label', 'config_seed', 'sent_messages', 'alg1_samples', 'eu_sampling_floor',
+           'decomposition_table', 'decomposition_summary', 'classify_trajectory', 'classify_configs',
+           'trajectory_classes', 'seed_accuracy', 'zeroshot_summary', 'parse_failures_by_turn', 'zeroshot_table',
+           'token_entropy_by_turn', 'token_nll', 'group_standardize', 'grpo_advantage', 'au_weight', 'au_advantage',
+           'peer_improvement', 'epistemic_influence_reward', 'umad_rewards', 'released_rewards', 'UmadHparams',
+           'umad_advantages']
 
 # %% ../nbs/papers/umad/10_umad.ipynb #92bcc896
 def round_of_turn(T: int) -> int:
@@ -667,57 +665,3 @@ def umad_advantages(
     R = umad_rewards(c, eta, hp.per_trajectory) if reward == "paper" else released_rewards(c, eta)
     adv = grpo_advantage(R, eps=eps, ddof=ddof, axis=0)
     return au_advantage(adv, u, alpha=hp.alpha, eps=eps, ddof=ddof, axis=0, nll_norm=nll_norm)
-
-# %% ../nbs/papers/umad/10_umad.ipynb #277450a7
-PROMPT_OVERHEAD = 300  # rough tokens of system prompt, question and instructions per request
-
-
-def n_items_for(task: str, n_items: int) -> int:
-    from mad_study.data import get_task
-
-    size = get_task(task).n_items
-    return min(int(n_items), int(size)) if size else int(n_items)
-
-# %% ../nbs/papers/umad/10_umad.ipynb #b5e28912
-def debate_token_plan(
-    n_threads: int, n_agents: int, debate_rounds: int, max_new: int
-) -> tuple[int, int, int]:
-    "generations, completion-token bound, rough prompt tokens of `n_threads` debates of `n_agents` over debate_rounds + 1 turns."
-    gens = n_threads * n_agents * (debate_rounds + 1)
-    prompt = (
-        n_threads
-        * n_agents
-        * (PROMPT_OVERHEAD + debate_rounds * (PROMPT_OVERHEAD + n_agents * max_new))
-    )
-    return gens, gens * max_new, prompt
-
-# %% ../nbs/papers/umad/10_umad.ipynb #d1d03461
-@planner("umad_decomposition")
-def plan_decomposition(p: Mapping) -> dict:
-    """App. D.5 runs: per pair, items x K threads x N agents x T turns (T = debate_rounds + 1); with `rollout: alg1`,
-    one trajectory plus K samples per agent and turn (K + 1 instead of K)."""
-    n = n_items_for(p.get("task", "math500"), p.get("n_items", 0))
-    k = int(p.get("samples", 1)) + (1 if p.get("rollout", "threads") == "alg1" else 0)
-    tot = np.zeros(3, dtype=np.int64)
-    for pair in p.get("pairs") or []:
-        tot += debate_token_plan(
-            n * k, len(pair), int(p.get("debate_rounds", 0)), int(p.get("max_new_tokens", 2048))
-        )
-    return dict(zip(("generations", "completion_tokens", "prompt_tokens"), map(int, tot)))
-
-# %% ../nbs/papers/umad/10_umad.ipynb #08c921ed
-@planner("umad_zeroshot")
-def plan_zeroshot(p: Mapping) -> dict:
-    "Table 1 zero-shot runs: per task and setting, items x seeds x N agents x T turns (AIME with the long token limit)."
-    tot = np.zeros(3, dtype=np.int64)
-    long = set(p.get("long_tasks") or [])
-    for t in p.get("tasks") or []:
-        n = n_items_for(t, p.get("n_items", 0))
-        mnt = int(
-            p.get("max_new_tokens_long", 4096) if t in long else p.get("max_new_tokens", 2048)
-        )
-        for pair in p.get("zeroshot_models") or []:
-            tot += debate_token_plan(
-                n * int(p.get("samples", 1)), len(pair), int(p.get("debate_rounds", 0)), mnt
-            )
-    return dict(zip(("generations", "completion_tokens", "prompt_tokens"), map(int, tot)))

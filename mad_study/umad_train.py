@@ -1248,7 +1248,7 @@ def rollout_gpu_hours(completion_tokens: int, runs: int, throughput: Mapping | N
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #34eaca48
 def _train_items(p: Mapping) -> int:
-    from mad_study.umad import n_items_for
+    from mad_study.umad_study import n_items_for
 
     # capped at the task's size (MATH train: 7,498)
     return n_items_for(p.get("train_task", "math_train"), p.get("n_items", 0))
@@ -1259,7 +1259,7 @@ def plan_train(p: Mapping) -> dict:
     """UMAD training cost (Alg. 2 with Table 2's sizes) over `pairs` x `variants`: generations, token bounds, joint rollouts,
     optimizer steps, rollout GPU-hours per engine (`rollout_gpu_hours`), and per model the training memory for full
     fine-tuning, LoRA on bf16 and LoRA on nf4 weights (`train_memory_gb`)."""
-    from mad_study.umad import debate_token_plan
+    from mad_study.umad_study import debate_token_plan
 
     n, bs, G = _train_items(p), int(p.get("batch_size", 256)), int(p.get("group_size", 5))
     mnt, mx = int(p.get("max_new_tokens", 2048)), int(p.get("max_steps", 0) or 0)
@@ -1302,7 +1302,8 @@ def plan_train(p: Mapping) -> dict:
 @planner("umad_trained")
 def plan_trained(p: Mapping) -> dict:
     "Generations and token bounds of evaluating the trained checkpoints (Table 1 trained rows, Table 3, Fig. 3): debates per setting, variant and task."
-    from mad_study.umad import debate_token_plan, n_items_for, pair_kind
+    from mad_study.umad import pair_kind
+    from mad_study.umad_study import debate_token_plan, n_items_for
 
     S, R, tot = (
         int(p.get("samples", 5)),

@@ -15,8 +15,8 @@ def test_arena_runs_on_a_small_sim_slice(scratch):
         assert (out / f"{a}.json").exists(), a
     side = json.loads((out / "arena.json").read_text())
     cap = side["notes"]["caption"]
-    assert cap.startswith("24 items (mmlu, gpqa, hle_mc)") and "Distinguishable from MAD" in cap
-    assert "Distinguishable from self-consistency at MAD's budget" in cap
+    assert cap.startswith("The arena: every method on the same 24 items (mmlu, gpqa, hle_mc)") and "Distinguishable from MAD" in cap
+    assert "from the control: " in cap and len(cap) <= 1200                  # issue 51: a caption a reader finishes
     assert (out / "arena.items.csv").exists() and (out / "arena_pareto.png").exists()
     assert side["label"].startswith("SYNTHETIC AGENTS")
     _issue40_checks(out, side)
@@ -27,7 +27,9 @@ def _issue40_checks(out, side):
     import pandas as pd
     cap, sc = side["notes"]["caption"], side["notes"]["sc_budget"]
     assert sc["matched"] and abs(sc["spend"] - 1) <= sc["tolerance"] and f"spending {100 * sc['spend']:.1f}%" in cap
-    assert "Holm-compatible simultaneous intervals (" in cap and "(where they part: none)" in cap
+    stats = side["notes"]["statistics"]                                   # issue 51: the tests in full in the sidecar
+    assert "Holm-compatible simultaneous interval" in cap and side["notes"]["parted"] == []
+    assert all("Holm-compatible simultaneous intervals (" in v for v in stats.values())
     tab = pd.read_csv(out / "arena.csv").set_index("method")
     assert tab.loc["madc_truth_last", "oracle"] and not tab.loc["madc_truth_last", "pareto"]
     for tag in ("mad", "sc"):

@@ -78,6 +78,54 @@ def test_transcript_unchanged(name):
     assert digest(df) == DIGESTS[name], f"{name}: the transcript changed (see the module docstring to regenerate)"
 
 
+def _slow_extract(text, fmt):
+    "The extractors' own answer, without the memo or the fast path (what `extract_answer` gave before them)."
+    from mad_study.answers import MAX_CHARS, _EXTRACTORS
+    s = text[-MAX_CHARS:].replace("\r\n", "\n").replace("\x00", "")
+    if not s.strip():
+        return None
+    try:
+        return _EXTRACTORS[fmt](s) or None
+    except Exception:
+        return None
+
+
+@pytest.mark.parametrize("task", ["gsm8k", "math500", "bbh_logical_deduction_7", "bbh_geometric_shapes"])
+def test_parser_fast_path_on_sim_texts(task):
+    """Every text the sim writes for the task's items (each of the N_BODIES reasoning bodies of two lengths, the gold
+    answer, a pool of wrong ones, no answer) reads as the extractors read it: the fast path changes no answer."""
+    from mad_study.answers import _PLAIN_FINAL_RE, extract_answer
+    from mad_study.sim import N_BODIES, compose_text, distractor_pool
+
+    items = sim_items(task, 8)
+    seen = fast = 0
+    for it in items:
+        for ans in [str(it.gold), *distractor_pool(it, 8), None]:
+            for words in (40, 60):
+                for j in range(N_BODIES):
+                    text = compose_text(ans, it.fmt, words, (j + 0.5) / N_BODIES)
+                    assert extract_answer(text, it.fmt) == _slow_extract(text, it.fmt), (task, text)
+                    seen += 1
+                    fast += _PLAIN_FINAL_RE.fullmatch(text) is not None
+    # the sim's answers have the plain shape (its no-answer text has no final sentence), but for LaTeX with braces
+    assert fast > 0
+    if task != "math500":
+        assert fast == seen - len(items) * 2 * N_BODIES
+
+
+def test_parser_fast_path_on_corpus_and_transcripts():
+    "The labelled corpus of model text and every text of the fixed debates read as the extractors read them."
+    from mad_study.answers import extract_answer, load_answer_corpus
+
+    for e in load_answer_corpus():
+        assert extract_answer(e["text"], e["fmt"]) == _slow_extract(e["text"], e["fmt"]), e["text"][:200]
+    for name in ("du_full_sampling", "random_shared_madc", "groupdebate_views"):
+        df = _case(name)
+        for text, fmt, ans in zip(df["text"], df["fmt"], df["answer"]):
+            got = _slow_extract(text, fmt)
+            assert (ans if isinstance(ans, str) else None) == got, (name, text)
+
+
 if __name__ == "__main__":
     print("DIGESTS = {")
     for n in CASES:

@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from mad_study.figcheck import layout_problems, tidy_bar_grids
 from mad_study.report import (LAYOUT_CHECK_VERSION, SYNTHETIC_LABEL, FigureOutput, label_figure, label_points,
-                               layout_problems, load_registry, method_style, panel_figure, save_figure,
-                               tidy_bar_grids)
+                               load_registry, method_style, panel_figure, save_figure)
 
 
 def test_layout_check_finds_what_a_reviewer_rejects():

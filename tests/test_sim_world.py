@@ -201,7 +201,8 @@ def test_seeds_of_umad_alg1_never_hold_the_model_name():
 
 
 def test_seeds_of_svr_mad_never_hold_the_model_name():
-    from mad_study.svr_mad import SVR_SAMPLING, BaselineSettings, SVRConfig, evaluate
+    from mad_study.svr_mad import SVR_SAMPLING, SVRConfig
+    from mad_study.svr_study import BaselineSettings, evaluate
     items = [Item(f"svrw/{i}", "toy", f"Question {i}? (A) a (B) b (C) c (D) d", "ABCD"[i % 4], "option")
              for i in range(12)]
 

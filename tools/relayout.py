@@ -9,7 +9,8 @@ The layout it makes (the README's Layout section is written from the same table,
     nbs/engine/            02c voting, 04 debate engine, 04a prompts, 04b efficient protocols, 04c role debates
     nbs/sandbox/           04d the program-of-thought sandbox
     nbs/evaluation/        05 metrics, 05b statistics, 05c trajectory metrics
-    nbs/study/             06 report, 15 arena, 20 reproduce (the command line), 21 doctor; any notebook not named here
+    nbs/study/             06 report, 06a figure layout check, 15 arena, 20 reproduce (the command line), 21 doctor;
+                           any notebook not named here
     nbs/papers/<paper>/    baseline (09), umad (10, 10b), madc (11), svr (12), rumad (13), meta_debate (14)
     tests/papers/<paper>/  tests/test_<paper>*.py
     mad_study/fixtures/papers/<paper>/   the paper's printed tables, paper_<name>.csv (`data.paper_table` finds them)
@@ -83,6 +84,7 @@ ROOMS: dict[str, list[tuple[str, str]]] = {
     ],
     "study": [
         ("06_report", "report"),
+        ("06a_figcheck", "the figure layout check"),
         ("15_arena", "the cross-method arena"),
         ("16_calibration", "the sim world's calibration: targets, fit, table"),
         ("20_reproduce", "reproduce: the command line"),

@@ -13,12 +13,13 @@ from scipy import stats
 
 from mad_study.core import ConfigError, Item
 from mad_study.debate import OrderedPeers, RoundContext, make_agents, run_debate
-from mad_study.madc import (CASES, PAPER_REVERSAL_TABLES, REVERSAL_ORDERS, STRATEGIES, MADCPeers, cochran_q, first_pool_sizes,
-                            item_scores, madc_order, paper_reversal_curves, random_variants, reversal_count_table, reversal_curve,
+from mad_study.madc import (CASES, REVERSAL_ORDERS, STRATEGIES, MADCPeers, first_pool_sizes,
+                            item_scores, madc_order, random_variants, reversal_curve,
                             reversal_sequence, reversal_table, run_reversal, run_strategies, shared_round0, solution_pools,
                             strategy_label, strategy_protocol, strategy_scores, strategy_tests, path_consistency,
                             reversal_point, viewpoint_entropy, viewpoint_log_likelihood)
-from mad_study.stats import paired_test
+from mad_study.madc_printed import paper_reversal_curves, reversal_count_table
+from mad_study.stats import cochran_q, paired_test
 from mad_study.sim import SimBackend
 from mad_study.core import Sampling
 

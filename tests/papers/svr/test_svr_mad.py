@@ -1,4 +1,4 @@
-"""SVR-MAD (nbs/papers/svr/12_svr_mad.ipynb) and its baselines (nbs/engine/04b_protocols.ipynb): the method's rules on hand-built debates,
+"""SVR-MAD (nbs/papers/svr/12_svr_mad.ipynb, its study 12b_svr_study.ipynb) and its baselines (nbs/engine/04b_protocols.ipynb): the method's rules on hand-built debates,
 and the paper's effects under synthetic agents, each with enough items not to be noise, and with its control."""
 import math
 
@@ -11,8 +11,10 @@ from mad_study.debate import make_agents
 from mad_study.metrics import survival_rate
 from mad_study.protocols import tune_skip_rate
 from mad_study.sim import SimBackend
-from mad_study.svr_mad import (SVR_SAMPLING, BaselineSettings, SVRConfig, comm_budget, answer_clusters, evaluate,
-                               fallback_vote, fig1_table, method_table, savings, svr_mad, extract_confidence)
+from mad_study.svr_mad import (SVR_SAMPLING, SVRConfig, comm_budget, answer_clusters, fallback_vote, svr_mad,
+                               extract_confidence)
+from mad_study.svr_printed import savings
+from mad_study.svr_study import BaselineSettings, evaluate, fig1_table, method_table
 
 # the world's SVR models (params/profiles/sim.yaml: sim-gpt-oss-120b, sim-deepseek-v3.1 on IMO / HLE), skill between
 # the two (tests/papers/svr/test_svr_world.py checks the world carries these mechanisms)
@@ -272,7 +274,7 @@ def test_issue21_table1_savings_in_all_four_settings(setting, rows, ref, ncomm, 
 
 def test_issue21_table1_caption_names_its_profile():
     from mad_study.report import EMBEDDED_LABEL, SYNTHETIC_LABEL
-    from mad_study.svr_mad import savings_note, table1_caption
+    from mad_study.svr_study import savings_note, table1_caption
     note = savings_note("smollm2 / HLE (MC)", {"reference": "SID-ET", "tokens_saving_pct": 0.0, "ncomm_saving_pct": math.nan,
                                                "acc_diff_points": 0.0}, 0.9)
     cap = table1_caption([note], EMBEDDED_LABEL)
@@ -286,7 +288,7 @@ def test_issue21_figure_layout_no_clipped_label_no_blank_band():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from mad_study.report import SYNTHETIC_LABEL, label_figure
-    from mad_study.svr_mad import FIG2_YLABEL, finish_figure
+    from mad_study.svr_study import FIG2_YLABEL, finish_figure
     fig, axes = plt.subplots(1, 4, figsize=(12.8, 3.4), squeeze=False)
     names = ["Self Consistency", "GroupDebate", "SID-ET", "S2-MAD", "SVR-MAD"]
     for ax in axes[0]:
@@ -314,7 +316,7 @@ def test_issue21_fig1_layout_has_no_blank_band_under_its_title():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from mad_study.report import SYNTHETIC_LABEL, label_figure
-    from mad_study.svr_mad import finish_figure
+    from mad_study.svr_study import finish_figure
     fig, axes = plt.subplots(1, 5, figsize=(16, 3.4), sharey=True, squeeze=False)
     for ax in axes[0]:
         ax.bar(range(4), [100, 60, 50, 10]); ax.set_xlabel("agents correct before debate")
@@ -330,7 +332,7 @@ def test_issue21_fig1_layout_has_no_blank_band_under_its_title():
 
 # ---- issue 24: Table 1's statistics and its per-item results --------------------------------------------------------
 def test_issue24_tab1_caption_follows_the_table_and_items_recompute_it():
-    from mad_study.svr_mad import tab1_items, tab1_comparison, tab1_stats_caption, check_tab1_caption
+    from mad_study.svr_study import tab1_items, tab1_comparison, tab1_stats_caption, check_tab1_caption
     ev = _evaluate(60, STICKY, S=2, baselines=("mad", "groupdebate", "s2mad"))
     tab = method_table(ev).set_index("method")
     items = tab1_items(ev)
@@ -369,7 +371,7 @@ def test_issue24_pooled_protocol_transcripts_give_each_methods_costs():
 
 
 def test_issue24_fig3_points_carry_their_accuracy_interval():
-    from mad_study.svr_mad import ablation_points
+    from mad_study.svr_study import ablation_points
     from mad_study.metrics import wilson_ci
     ev = _evaluate(30, STICKY, S=2)
     pts = ablation_points(ev, "svr", S=2, C=2)
