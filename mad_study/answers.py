@@ -361,7 +361,7 @@ def _excluded(s: str, p: int, q: int) -> bool:
     return _attributed(s, p) or _rejected(s, p, q)
 
 # %% ../nbs/core/01_answers.ipynb #4e1f346f
-def _statements(s: str, kws=("answer", )) -> list[tuple[int, str]]:
+def _statements(s: str, kws=("answer",)) -> list[tuple[int, str]]:
     """Positions and the rest of the line after each of the responder's own answer statements (`kws`:
     which keywords count), in order of preference (the preferred one last: final statements after plain
     ones, then by position). Statements about an answer ("the answer is correct"), another agent's

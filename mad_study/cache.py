@@ -136,7 +136,7 @@ def put_many(self: GenerationCache, pairs: Iterable[tuple[str, Generation | str]
     "Store `(key, generation)` pairs and commit at once (dropping their claims); generations with finish_reason 'error' are not stored."
     rows, keys, now = [], [], time.time()
     for k, g in pairs:
-        keys.append((k, ))
+        keys.append((k,))
         if isinstance(g, Generation):
             if g.finish_reason == "error":
                 continue
@@ -176,7 +176,7 @@ def batch_variant_backends(self: GenerationCache) -> list[str]:
     with self._lock:
         rows = self._conn.execute(
             "SELECT k FROM meta WHERE k LIKE 'batch_variant:%' ORDER BY k").fetchall()
-    return [k.split(":", 1)[1] for (k, ) in rows]
+    return [k.split(":", 1)[1] for (k,) in rows]
 
 # %% ../nbs/backends/03h_cache.ipynb #23a9ab1a
 @patch
@@ -257,7 +257,7 @@ def release(self: GenerationCache, owner: str, keys: Sequence[str] | None = None
     with self._lock:
         try:
             if keys is None:
-                self._conn.execute("DELETE FROM claims WHERE owner = ?", (owner, ))
+                self._conn.execute("DELETE FROM claims WHERE owner = ?", (owner,))
             else:
                 self._conn.executemany("DELETE FROM claims WHERE owner = ? AND key = ?",
                                        [(owner, k) for k in keys])
@@ -274,7 +274,7 @@ def __len__(self: GenerationCache) -> int:
 @patch
 def __contains__(self: GenerationCache, key: str) -> bool:
     with self._lock:
-        return (self._conn.execute("SELECT 1 FROM generations WHERE key = ?", (key, )).fetchone()
+        return (self._conn.execute("SELECT 1 FROM generations WHERE key = ?", (key,)).fetchone()
                 is not None)
 
 # %% ../nbs/backends/03h_cache.ipynb #8b512183

@@ -333,7 +333,7 @@ def madc_debate_gain(world: World, row: Mapping, n_items: int, seeds: int,
                      off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
     "MADC Table 1's MAD - Single CoT per item, the mechanisms `off` switched off: (MAD's majority vote, single-agent accuracy)."
     # Fixed alone: its control (conformity off) needs no Truth Last run
-    r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds, strategies=("fixed", ),
+    r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds, strategies=("fixed",),
                   off=off)
     return r["fixed"].to_numpy(), r["single"].to_numpy()
 
@@ -349,8 +349,8 @@ def madc_agent_scaling(world: World, row: Mapping, n_items: int, seeds: int,
                        off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
     "MADC Tables 2-5: MAD with 10 agents - with 3 agents per item, the mechanisms `off` switched off: (10 agents' majority vote, 3 agents')."
     m, t = row["sim_model"], row["task"]
-    ten = madc_runs(world, m, t, n_items, seeds, 10, ("fixed", ), off)["fixed"]
-    three = madc_runs(world, m, t, n_items, seeds, 3, ("fixed", ), off)["fixed"]
+    ten = madc_runs(world, m, t, n_items, seeds, 10, ("fixed",), off)["fixed"]
+    three = madc_runs(world, m, t, n_items, seeds, 3, ("fixed",), off)["fixed"]
     return ten.to_numpy(), three.to_numpy()
 
 # %% ../nbs/study/16_calibration.ipynb #madcvs01
@@ -364,7 +364,7 @@ def madc_vs_mad(world: World, row: Mapping, n_items: int, seeds: int,
 def madc_mad_vs_sc(world: World, row: Mapping, n_items: int, seeds: int,
                    off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
     "MADC Table 1's MAD - SC per item (10 agents, one debate round, the mechanisms `off` switched off): (MAD's majority vote after the round, the majority vote of the same agents' independent round-0 answers)."
-    r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds, strategies=("fixed", ),
+    r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds, strategies=("fixed",),
                   off=off)
     return r["fixed"].to_numpy(), r["sc"].to_numpy()
 
@@ -645,22 +645,22 @@ CONTROLS = {
     "du_debate_gain": ("conformity", "recognition"),
     "madc_debate_gain": ("conformity", "recognition"),
     "madc_agent_scaling": ("conformity", "recognition"),
-    "madc_truth_last_gain": ("recency", ),
-    "madc_vs_mad": ("recency", ),
-    "rumad_dense_sparse_gap": ("context_harm", ),
-    "umad_turn_gain": ("debate_noise", ),
-    "umad_flip_gap": ("conformity", ),
-    "madc_mad_vs_sc": ("persuasion", )
+    "madc_truth_last_gain": ("recency",),
+    "madc_vs_mad": ("recency",),
+    "rumad_dense_sparse_gap": ("context_harm",),
+    "umad_turn_gain": ("debate_noise",),
+    "umad_flip_gap": ("conformity",),
+    "madc_mad_vs_sc": ("persuasion",)
 }
 # a row's mechanism whose control is itself, whatever the statistic: Du et al.'s gain and MADC - MAD are served twice
 # (by conformity or recency, and by persuasion), and a persuasion row's control switches persuasion off alone
-MECHANISM_CONTROLS = {"persuasion": ("persuasion", )}
+MECHANISM_CONTROLS = {"persuasion": ("persuasion",)}
 # the strengths the fit of 2026-11-28 set (the fit record below), per parameter: the models it fitted; any other
 # model's value of that parameter is assumed
 _FITTED = {
     "conformity": ("sim-qwen2.5-3b", "sim-qwen2.5-7b", "sim-r1-7b", "sim-r1-14b"),
     "recency": ("sim-qwen2.5-3b", "sim-qwen2.5-7b", "sim-r1-7b", "sim-r1-14b"),
-    "debate_noise": ("sim-qwen2.5-3b", ),
+    "debate_noise": ("sim-qwen2.5-3b",),
     "persuasion": ("sim-qwen2.5-3b", "sim-qwen2.5-7b", "sim-r1-7b", "sim-r1-14b"),
     # RUMAD Table 2's MAD - S-MAD star, on its protocol: 0.088 [0.05, 0.20] (params/profiles/sim.yaml's comment)
     "context_decay": ("sim-llama-3.1-8b", "sim-glm-4-9b", "sim-deepseek-math-7b")

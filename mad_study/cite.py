@@ -96,7 +96,7 @@ def references() -> dict[str, dict[str, str]]:
 PAPER_REFS: dict[str,
                  tuple[str,
                        ...]] = {  # paper id (params/<paper>/) -> works every experiment of it uses
-                           "baseline": ("du2024debate", ),
+                           "baseline": ("du2024debate",),
                            "umad": ("qiao2026umad", "du2024debate"),
                            "madc": ("zhang2025madc", "du2024debate", "wang2023selfconsistency",
                                     "wei2022cot"),
@@ -180,21 +180,21 @@ def named_refs(text: str | None) -> set[str]:
 
 # %% ../nbs/core/00b_cite.ipynb #922f0f12
 MODULE_REFS: dict[str, tuple[str, ...]] = {
-    "umad": ("qiao2026umad", ),
-    "umad_train": ("qiao2026umad", ),
-    "umad_study": ("qiao2026umad", ),
-    "madc": ("zhang2025madc", ),
-    "madc_printed": ("zhang2025madc", ),
-    "madc_study": ("zhang2025madc", ),
-    "svr_mad": ("jiang2026svrmad", ),
-    "svr_printed": ("jiang2026svrmad", ),
-    "svr_study": ("jiang2026svrmad", ),
-    "rumad": ("wang2026rumad", ),
-    "rumad_printed": ("wang2026rumad", ),
-    "rumad_study": ("wang2026rumad", ),
-    "meta_debate": ("zhang2026metadebate", ),
-    "meta_printed": ("zhang2026metadebate", ),
-    "meta_study": ("zhang2026metadebate", ),
+    "umad": ("qiao2026umad",),
+    "umad_train": ("qiao2026umad",),
+    "umad_study": ("qiao2026umad",),
+    "madc": ("zhang2025madc",),
+    "madc_printed": ("zhang2025madc",),
+    "madc_study": ("zhang2025madc",),
+    "svr_mad": ("jiang2026svrmad",),
+    "svr_printed": ("jiang2026svrmad",),
+    "svr_study": ("jiang2026svrmad",),
+    "rumad": ("wang2026rumad",),
+    "rumad_printed": ("wang2026rumad",),
+    "rumad_study": ("wang2026rumad",),
+    "meta_debate": ("zhang2026metadebate",),
+    "meta_printed": ("zhang2026metadebate",),
+    "meta_study": ("zhang2026metadebate",),
     # the calibration of the sim world (16_calibration): the papers whose printed numbers it is fitted to
     "calibration": ("zhang2025madc", "qiao2026umad", "wang2026rumad", "jiang2026svrmad",
                     "zhang2026metadebate", "du2024debate", "li2024smad", "liu2024groupdebate",
@@ -205,19 +205,19 @@ MODULE_REFS: dict[str, tuple[str, ...]] = {
 REFS: dict[str, tuple[str, ...]] = {
     # answers, data, backends, prompts, debate engine
     "answers.is_correct": ("cobbe2021gsm8k", "du2024debate"),
-    "answers.merge_equivalent": ("qiao2026umad", ),
-    "answers.extract_confidence": ("jiang2026svrmad", ),
-    "data.du_options_question": ("du2024debate", ),
-    "data.format_question": ("du2024debate", ),
+    "answers.merge_equivalent": ("qiao2026umad",),
+    "answers.extract_confidence": ("jiang2026svrmad",),
+    "data.du_options_question": ("du2024debate",),
+    "data.format_question": ("du2024debate",),
     "hf.HFBackend": ("wolf2020transformers", "dettmers2023qlora", "dettmers2022llmint8"),
     "vision.VLMBackend": ("wolf2020transformers", "dettmers2023qlora"),
-    "serving.logprob_signals": ("qiao2026umad", ),
-    "prompts.get_prompt": ("du2024debate", ),
-    "debate.Protocol": ("du2024debate", ),
-    "debate.FullyConnected": ("du2024debate", ),
-    "debate.OrderedPeers": ("zhang2025madc", ),
+    "serving.logprob_signals": ("qiao2026umad",),
+    "prompts.get_prompt": ("du2024debate",),
+    "debate.Protocol": ("du2024debate",),
+    "debate.FullyConnected": ("du2024debate",),
+    "debate.OrderedPeers": ("zhang2025madc",),
     "debate.run_debate": ("du2024debate", "qiao2026umad"),
-    "sim.read_shown_solutions": ("wang2026rumad", ),
+    "sim.read_shown_solutions": ("wang2026rumad",),
     "core.signals_from_logprobs": ("jiang2026svrmad", "chen2025sid"),
     "debate.make_protocol": ("du2024debate", "zhang2025madc"),
     "voting.majority_vote": ("du2024debate", "wang2023selfconsistency")
@@ -225,18 +225,18 @@ REFS: dict[str, tuple[str, ...]] = {
 
 # %% ../nbs/core/00b_cite.ipynb #f0eaefa8
 REFS.update({
-    "metrics.wilson_ci": ("wilson1927", ),
+    "metrics.wilson_ci": ("wilson1927",),
     "metrics.accuracy_by_round": ("wilson1927", "davison1997bootstrap"),
-    "stats.bootstrap_ci": ("efron1979bootstrap", ),
-    "stats.boot_mean_ci": ("efron1979bootstrap", ),
-    "stats.token_change": ("casella2002statistical", ),
+    "stats.bootstrap_ci": ("efron1979bootstrap",),
+    "stats.boot_mean_ci": ("efron1979bootstrap",),
+    "stats.token_change": ("casella2002statistical",),
     "stats.paired_test": ("mcnemar1947", "wilcoxon1945"),
     "stats.accuracy_ci": ("wilson1927", "davison1997bootstrap"),
-    "stats.adjust_pvalues": ("holm1979", ),
-    "stats.family_gaps": ("holm1979", ),
-    "stats.family_words": ("holm1979", ),
-    "stats.gap_interval_text": ("holm1979", ),
-    "stats.cochran_q": ("cochran1950q", ),
+    "stats.adjust_pvalues": ("holm1979",),
+    "stats.family_gaps": ("holm1979",),
+    "stats.family_words": ("holm1979",),
+    "stats.gap_interval_text": ("holm1979",),
+    "stats.cochran_q": ("cochran1950q",),
     "stats.omnibus_test": ("cochran1950q", "friedman1937"),
     "stats.tost": ("schuirmann1987tost", "fisher1935design"),
     "stats.score_interval": ("tango1998paired", "mcnemar1947", "agresti2005paired"),
@@ -248,58 +248,58 @@ REFS.update({
     "stats.n_for_power": ("connor1987sample", "miettinen1968matched", "mcnemar1947"),
     "stats.resolvable_effect": ("connor1987sample", "mcnemar1947"),
     "stats.plan_sizes": ("connor1987sample", "mcnemar1947"),
-    "stats.power_paired_t": ("student1908", ),
-    "stats.n_for_power_t": ("student1908", ),
+    "stats.power_paired_t": ("student1908",),
+    "stats.n_for_power_t": ("student1908",),
     # every procedure `compare_methods` (and the CLI's `compare`) runs: the paired inference, the
     # Holm-compatible intervals, the omnibus tests, TOST, the accuracy and the token intervals
     "stats.compare_methods": ("tango1998paired", "mcnemar1947", "agresti2005paired", "student1908",
                               "fisher1935design", "holm1979", "strassburger2008holm",
                               "cochran1950q", "friedman1937", "schuirmann1987tost", "wilson1927",
                               "davison1997bootstrap", "casella2002statistical"),
-    "stats.self_consistency_at_budget": ("wang2023selfconsistency", ),
-    "meta_study.gap_text": ("holm1979", ),
+    "stats.self_consistency_at_budget": ("wang2023selfconsistency",),
+    "meta_study.gap_text": ("holm1979",),
     "meta_study.paired_gaps": ("tango1998paired", "mcnemar1947", "holm1979"),
-    "meta_study.gaps_caption": ("holm1979", ),
-    "umad_study.item_bands": ("efron1979bootstrap", ),
-    "svr_study.ablation_points": ("wilson1927", ),
+    "meta_study.gaps_caption": ("holm1979",),
+    "umad_study.item_bands": ("efron1979bootstrap",),
+    "svr_study.ablation_points": ("wilson1927",),
     "svr_study.fig1_comparison": ("efron1979bootstrap", "holm1979"),
     "svr_study.tab1_comparison": ("mcnemar1947", "holm1979"),
     "svr_study.tab1_power": ("liu2024groupdebate", "mcnemar1947"),
-    "svr_study.table1_reader_caption": ("liu2024groupdebate", ),
-    "rumad_study.compare_families": ("holm1979", ),
-    "rumad_study.families_caption": ("holm1979", ),
-    "umad_train.VLLMLoRAEngine": ("hu2022lora", ),
-    "umad_train.train_memory_gb": ("hu2022lora", ),
+    "svr_study.table1_reader_caption": ("liu2024groupdebate",),
+    "rumad_study.compare_families": ("holm1979",),
+    "rumad_study.families_caption": ("holm1979",),
+    "umad_train.VLLMLoRAEngine": ("hu2022lora",),
+    "umad_train.train_memory_gb": ("hu2022lora",),
     "metrics.cluster_bootstrap_ci": ("davison1997bootstrap", "efron1979bootstrap", "qiao2026umad",
                                      "zhang2025madc"),
     "metrics.clustered_accuracy_ci": ("wilson1927", "davison1997bootstrap"),
-    "metrics.token_savings": ("wang2026rumad", ),
-    "metrics.cost_saving": ("wang2026rumad", ),
+    "metrics.token_savings": ("wang2026rumad",),
+    "metrics.cost_saving": ("wang2026rumad",),
     "metrics.tokens_per_point": ("cobbe2021gsm8k", "wang2026rumad"),
-    "metrics.survival_rate": ("jiang2026svrmad", ),
+    "metrics.survival_rate": ("jiang2026svrmad",),
     "metrics.answer_distribution": ("qiao2026umad", "zhang2025madc"),
-    "metrics.uncertainty_decomposition": ("qiao2026umad", ),
-    "metrics.uncertainty_table": ("qiao2026umad", ),
-    "metrics.flip_transitions": ("qiao2026umad", ),
-    "metrics.flip_table": ("qiao2026umad", ),
+    "metrics.uncertainty_decomposition": ("qiao2026umad",),
+    "metrics.uncertainty_table": ("qiao2026umad",),
+    "metrics.flip_transitions": ("qiao2026umad",),
+    "metrics.flip_table": ("qiao2026umad",),
     "metrics.entropy": ("zhang2025madc", "qiao2026umad"),
     "metrics.token_cost": ("wang2026rumad", "jiang2026svrmad"),
-    "madc.viewpoint_entropy": ("zhang2025madc", ),
-    "madc.viewpoint_log_likelihood": ("zhang2025madc", ),
-    "madc.path_consistency": ("zhang2025madc", ),
-    "madc.reversal_point": ("zhang2025madc", )
+    "madc.viewpoint_entropy": ("zhang2025madc",),
+    "madc.viewpoint_log_likelihood": ("zhang2025madc",),
+    "madc.path_consistency": ("zhang2025madc",),
+    "madc.reversal_point": ("zhang2025madc",)
 })
 
 # %% ../nbs/core/00b_cite.ipynb #1a0b8031
 REFS.update({
     # the efficient-debate baselines (04b) and the role debates (04c, 04d)
-    "protocols.answer_only_text": ("liu2024groupdebate", ),
-    "protocols.largest_agreement": ("jiang2026svrmad", ),
-    "protocols.EarlyStop": ("jiang2026svrmad", ),
+    "protocols.answer_only_text": ("liu2024groupdebate",),
+    "protocols.largest_agreement": ("jiang2026svrmad",),
+    "protocols.EarlyStop": ("jiang2026svrmad",),
     "protocols.GroupDebate": ("liu2024groupdebate", "jiang2026svrmad"),
-    "protocols.S2MAD": ("zeng2025s2mad", ),
-    "protocols.SparseTopology": ("li2024smad", ),
-    "protocols.run_protocol": ("jiang2026svrmad", ),
+    "protocols.S2MAD": ("zeng2025s2mad",),
+    "protocols.SparseTopology": ("li2024smad",),
+    "protocols.run_protocol": ("jiang2026svrmad",),
     "protocols.debate_costs": ("jiang2026svrmad", "liu2024groupdebate"),
     "protocols.self_consistency": ("wang2023selfconsistency", "jiang2026svrmad"),
     "protocols.sid_scores": ("chen2025sid", "jiang2026svrmad"),
@@ -308,107 +308,107 @@ REFS.update({
     "protocols.tune_skip_rate": ("chen2025sid", "jiang2026svrmad"),
     "protocols.make_baseline": ("du2024debate", "liu2024groupdebate", "zeng2025s2mad",
                                 "li2024smad"),
-    "roles.question_block": ("zhang2026metadebate", ),
-    "roles.run_mad": ("liang2024mad", ),
-    "roles.parse_verdict": ("liang2024mad", ),
-    "roles.Verdict": ("liang2024mad", ),
-    "roles.mad_topic": ("liang2024mad", ),
-    "roles.dmad_opening": ("liu2025dmad", ),
-    "roles.dmad_debate_message": ("liu2025dmad", ),
+    "roles.question_block": ("zhang2026metadebate",),
+    "roles.run_mad": ("liang2024mad",),
+    "roles.parse_verdict": ("liang2024mad",),
+    "roles.Verdict": ("liang2024mad",),
+    "roles.mad_topic": ("liang2024mad",),
+    "roles.dmad_opening": ("liu2025dmad",),
+    "roles.dmad_debate_message": ("liu2025dmad",),
     "roles.dmad_vision_message": ("liu2025dmad", "mitra2024ccot", "zheng2023ddcot"),
-    "roles.extract_program": ("chen2023pot", ),
+    "roles.extract_program": ("chen2023pot",),
     "roles.dmad_roles": ("liu2025dmad", "wei2022cot", "zheng2024stepback", "chen2023pot",
                          "mitra2024ccot", "zheng2023ddcot"),
     "roles.run_dmad": ("liu2025dmad", "wei2022cot", "zheng2024stepback", "chen2023pot",
                        "mitra2024ccot", "zheng2023ddcot"),
     "roles.pot_answer": ("chen2023pot", "liu2025dmad"),
     "roles.pot_turn": ("chen2023pot", "liu2025dmad", "zhang2026metadebate"),
-    "roles.PotSettings": ("chen2023pot", ),
-    "meta_debate.meta_debate": ("chen2023pot", ),
+    "roles.PotSettings": ("chen2023pot",),
+    "meta_debate.meta_debate": ("chen2023pot",),
     "sandbox.run_program": ("chen2023pot", "liu2025dmad", "zhang2026metadebate"),
-    "sandbox.sandbox_provenance": ("chen2023pot", ),
+    "sandbox.sandbox_provenance": ("chen2023pot",),
     # trajectory metrics (05c): DebateLLM's metrics are the reference point
-    "trajectory.agent_turns": ("smit2024mad", ),
-    "trajectory.first_correct": ("smit2024mad", ),
-    "trajectory.persuasion_graph": ("smit2024mad", ),
-    "trajectory.trajectory_summary": ("smit2024mad", ),
-    "trajectory.agent_outcomes": ("smit2024mad", ),
-    "trajectory.item_outcomes": ("smit2024mad", ),
-    "arena.svr_transcript": ("jiang2026svrmad", ),
+    "trajectory.agent_turns": ("smit2024mad",),
+    "trajectory.first_correct": ("smit2024mad",),
+    "trajectory.persuasion_graph": ("smit2024mad",),
+    "trajectory.trajectory_summary": ("smit2024mad",),
+    "trajectory.agent_outcomes": ("smit2024mad",),
+    "trajectory.item_outcomes": ("smit2024mad",),
+    "arena.svr_transcript": ("jiang2026svrmad",),
     "arena.Arena": ("chen2025sid", "wang2023selfconsistency"),
     "arena.ArenaSize": ("jiang2026svrmad", "wang2023selfconsistency"),
     "arena.engine_debate": ("du2024debate", "li2024smad", "liu2024groupdebate", "zeng2025s2mad",
                             "zhang2025madc"),
     "arena.role_debate": ("liang2024mad", "liu2025dmad"),
-    "arena.run_meta_debate": ("zhang2026metadebate", ),
-    "arena.run_rumad": ("wang2026rumad", ),
-    "arena.run_sc_budget": ("wang2023selfconsistency", ),
-    "arena.run_sc_round0": ("wang2023selfconsistency", ),
+    "arena.run_meta_debate": ("zhang2026metadebate",),
+    "arena.run_rumad": ("wang2026rumad",),
+    "arena.run_sc_budget": ("wang2023selfconsistency",),
+    "arena.run_sc_round0": ("wang2023selfconsistency",),
     "arena.run_sid_et": ("chen2025sid", "jiang2026svrmad"),
-    "arena.run_svr_mad_arena": ("jiang2026svrmad", ),
-    "rumad.PpoSettings": ("schulman2017ppo", ),
-    "umad.UmadHparams": ("shao2024deepseekmath", ),
-    "umad_train.GrpoLoss": ("shao2024deepseekmath", ),
+    "arena.run_svr_mad_arena": ("jiang2026svrmad",),
+    "rumad.PpoSettings": ("schulman2017ppo",),
+    "umad.UmadHparams": ("shao2024deepseekmath",),
+    "umad_train.GrpoLoss": ("shao2024deepseekmath",),
     # the paper modules: what they use beyond their own paper
-    "madc.run_strategies": ("du2024debate", ),
+    "madc.run_strategies": ("du2024debate",),
     "madc.strategy_tests": ("wilcoxon1945", "mcnemar1947", "efron1979bootstrap", "holm1979"),
-    "madc.solution_pools": ("wei2022cot", ),
+    "madc.solution_pools": ("wei2022cot",),
     "madc_study.plan_madc_tab1": ("wang2023selfconsistency", "wei2022cot"),
-    "madc_study.plan_fig8": ("wei2022cot", ),
-    "madc_study.plan_fig9": ("wei2022cot", ),
-    "madc_study.resolved": ("holm1979", ),
-    "madc_study.power_txt": ("mcnemar1947", ),
+    "madc_study.plan_fig8": ("wei2022cot",),
+    "madc_study.plan_fig9": ("wei2022cot",),
+    "madc_study.resolved": ("holm1979",),
+    "madc_study.power_txt": ("mcnemar1947",),
     "meta_debate.framework_roles": ("liu2025dmad", "mitra2024ccot", "zheng2023ddcot"),
-    "meta_debate.context_key": ("liu2025dmad", ),
-    "meta_debate.run_framework": ("liu2025dmad", ),
-    "meta_study.plan_meta_tab1": ("liu2025dmad", ),
-    "meta_study.plan_tab2": ("liu2025dmad", ),
+    "meta_debate.context_key": ("liu2025dmad",),
+    "meta_debate.run_framework": ("liu2025dmad",),
+    "meta_study.plan_meta_tab1": ("liu2025dmad",),
+    "meta_study.plan_tab2": ("liu2025dmad",),
     "rumad.MiniLMEmbedder": ("reimers2019sbert", "wang2020minilm"),
     "rumad.make_embedder": ("reimers2019sbert", "wang2020minilm"),
-    "rumad.gae": ("schulman2016gae", ),
-    "rumad.ppo_loss": ("schulman2017ppo", ),
-    "rumad.ppo_update": ("schulman2017ppo", ),
-    "rumad.rollout_episodes": ("schulman2017ppo", ),
+    "rumad.gae": ("schulman2016gae",),
+    "rumad.ppo_loss": ("schulman2017ppo",),
+    "rumad.ppo_update": ("schulman2017ppo",),
+    "rumad.rollout_episodes": ("schulman2017ppo",),
     "rumad.train_controller": ("schulman2017ppo", "schulman2016gae"),
-    "rumad_study.plan_rumad": ("schulman2017ppo", ),
-    "svr_study.evaluate": ("chen2025sid", ),
-    "svr_printed.savings": ("wang2023selfconsistency", ),
-    "umad.group_standardize": ("shao2024deepseekmath", ),
-    "umad.grpo_advantage": ("shao2024deepseekmath", ),
-    "umad_train.UMADTrainer": ("shao2024deepseekmath", ),
-    "answers.math_equiv_strict": ("hendrycks2021math", ),
-    "umad_train.save_checkpoint": ("hu2022lora", ),
-    "umad_train.setting_variants": ("dewitt2020ippo", ),
+    "rumad_study.plan_rumad": ("schulman2017ppo",),
+    "svr_study.evaluate": ("chen2025sid",),
+    "svr_printed.savings": ("wang2023selfconsistency",),
+    "umad.group_standardize": ("shao2024deepseekmath",),
+    "umad.grpo_advantage": ("shao2024deepseekmath",),
+    "umad_train.UMADTrainer": ("shao2024deepseekmath",),
+    "answers.math_equiv_strict": ("hendrycks2021math",),
+    "umad_train.save_checkpoint": ("hu2022lora",),
+    "umad_train.setting_variants": ("dewitt2020ippo",),
     "umad_train.plan_train": ("hu2022lora", "dettmers2023qlora")
 })
 
 # %% ../nbs/core/00b_cite.ipynb #0fc1bf81
 MENTIONS: dict[str, tuple[
     str, ...]] = {  # exported name -> works its docstring names without using them (not cited)
-        "stats.compare_methods": ("zhang2025madc", ),
+        "stats.compare_methods": ("zhang2025madc",),
         # reads their exports, uses no method of theirs
         "data.load_debate_export": ("du2024debate", "smit2024mad"),
-        "reproduce.param_warnings": ("du2024debate", ),
+        "reproduce.param_warnings": ("du2024debate",),
         # names UMAD's reward grading; the option is the MATH script's
-        "answers.is_correct": ("qiao2026umad", ),
+        "answers.is_correct": ("qiao2026umad",),
         # the MATH benchmark's script (cited), as UMAD's reward uses it
-        "answers.math_equiv_strict": ("qiao2026umad", ),
-        "roles.literal_object": ("liang2024mad", ),  # reads the style of their released replies
+        "answers.math_equiv_strict": ("qiao2026umad",),
+        "roles.literal_object": ("liang2024mad",),  # reads the style of their released replies
         # checks the library the kit's 4-bit path uses
-        "doctor.check_bitsandbytes": ("dettmers2023qlora", ),
-        "doctor.check_text_twin": ("dettmers2023qlora", ),
-        "doctor.check_vision_twin": ("dettmers2023qlora", ),
+        "doctor.check_bitsandbytes": ("dettmers2023qlora",),
+        "doctor.check_text_twin": ("dettmers2023qlora",),
+        "doctor.check_vision_twin": ("dettmers2023qlora",),
         # checks that UMAD's LoRA policy starts at its reference
-        "doctor.check_lora_reference": ("hu2022lora", ),
-        "doctor.vision_items": ("wang2024mathvision", ),  # drawn look-alikes of its items
+        "doctor.check_lora_reference": ("hu2022lora",),
+        "doctor.vision_items": ("wang2024mathvision",),  # drawn look-alikes of its items
         "figcheck.hidden_markers": (
-            "zhang2025madc", ),  # names the figure where the defect was found
+            "zhang2025madc",),  # names the figure where the defect was found
     }
 
 # %% ../nbs/core/00b_cite.ipynb #832b3c0d
 KIT_OWN: dict[str, tuple[str, ...]] = {
     **{
-        m: ("*", )
+        m: ("*",)
         for m in ("answers", "backends", "cache", "checkpoints", "cite", "data", "hf", "interface", "prompts", "registry", "report", "figcheck", "reproduce", "sandbox", "serving", "sim", "twins", "vision", "doctor")
     }, "core": ("Inference", "Sampling", "deprecated_names", "fold_keywords", "ConfigError",
                 "GenRequest", "Generation", "Item", "atomic_path", "atomic_write_text",
@@ -433,7 +433,7 @@ KIT_OWN |= {
               "simulate_paired", "tokens_per_thread"),
     "madc": ("shared_round0", "strategy_label"),
     "meta_debate": ("CriteriaCache", "items_modality", "role_title"),
-    "protocols": ("ScriptedBackend", ),
+    "protocols": ("ScriptedBackend",),
     "roles": ("PotAnswer", "PotTurn", "RoleSimBackend", "answer_instruction", "first_json_object",
               "literal_object", "loose_answer", "question_parts", "resolve_assignment",
               "fill_placeholders", "pot_answer_hint"),
@@ -456,59 +456,59 @@ def kit_own(name: str) -> bool:
 _DMAD = ("liu2025dmad", "wei2022cot", "zheng2024stepback", "chen2023pot", "mitra2024ccot",
          "zheng2023ddcot")
 PROTOCOL_REFS: dict[str, tuple[str, ...]] = {
-    "fully_connected": ("du2024debate", ),
-    "mad": ("du2024debate", ),
+    "fully_connected": ("du2024debate",),
+    "mad": ("du2024debate",),
     **{
-        o: ("zhang2025madc", )
+        o: ("zhang2025madc",)
         for o in ("fixed", "random", "random_shared", "truth_first", "truth_last", "madc")
-    }, "groupdebate": ("liu2024groupdebate", ),
-    "groupdebate_2-2-2": ("liu2024groupdebate", ),
-    "s2mad": ("zeng2025s2mad", ),
-    "smad_ring": ("li2024smad", ),
-    "smad_star": ("li2024smad", ),
-    "sid_et": ("chen2025sid", ),
-    "self_consistency": ("wang2023selfconsistency", ),
-    "svr_mad": ("jiang2026svrmad", ),
-    "rumad": ("wang2026rumad", ),
-    "mad_roles": ("liang2024mad", ),
+    }, "groupdebate": ("liu2024groupdebate",),
+    "groupdebate_2-2-2": ("liu2024groupdebate",),
+    "s2mad": ("zeng2025s2mad",),
+    "smad_ring": ("li2024smad",),
+    "smad_star": ("li2024smad",),
+    "sid_et": ("chen2025sid",),
+    "self_consistency": ("wang2023selfconsistency",),
+    "svr_mad": ("jiang2026svrmad",),
+    "rumad": ("wang2026rumad",),
+    "mad_roles": ("liang2024mad",),
     "dmad": _DMAD,
-    "meta_debate": ("zhang2026metadebate", ),
-    "cot": ("wei2022cot", ),
-    "step_back": ("zheng2024stepback", ),
-    "pot": ("chen2023pot", ),
-    "ccot": ("mitra2024ccot", ),
-    "ddcot": ("zheng2023ddcot", )
+    "meta_debate": ("zhang2026metadebate",),
+    "cot": ("wei2022cot",),
+    "step_back": ("zheng2024stepback",),
+    "pot": ("chen2023pot",),
+    "ccot": ("mitra2024ccot",),
+    "ddcot": ("zheng2023ddcot",)
 }
 
 # %% ../nbs/core/00b_cite.ipynb #39787dc7
 TASK_REFS: dict[str, tuple[str, ...]] = {
-    "gsm8k": ("cobbe2021gsm8k", ),
+    "gsm8k": ("cobbe2021gsm8k",),
     "math500": ("hendrycks2021math", "lightman2024verify"),
-    "math_train": ("hendrycks2021math", ),
-    "mmlu": ("hendrycks2021mmlu", ),
-    "gpqa": ("rein2024gpqa", ),
-    "bbh_logical_deduction_7": ("suzgun2023bbh", ),
-    "bbh_geometric_shapes": ("suzgun2023bbh", ),
-    "amc23": ("knovel2025amc23", ),
-    "aime24": ("aops2024aime", ),
-    "aime25": ("aops2025aime", ),
-    "imo_answerbench": ("luong2025imo", ),
-    "hle_mc": ("phan2026hle", ),
-    "mathvision": ("wang2024mathvision", ),
-    "mathvision_all": ("wang2024mathvision", ),
-    "realworldqa": ("xai2024realworldqa", ),
-    "realworldqa_all": ("xai2024realworldqa", )
+    "math_train": ("hendrycks2021math",),
+    "mmlu": ("hendrycks2021mmlu",),
+    "gpqa": ("rein2024gpqa",),
+    "bbh_logical_deduction_7": ("suzgun2023bbh",),
+    "bbh_geometric_shapes": ("suzgun2023bbh",),
+    "amc23": ("knovel2025amc23",),
+    "aime24": ("aops2024aime",),
+    "aime25": ("aops2025aime",),
+    "imo_answerbench": ("luong2025imo",),
+    "hle_mc": ("phan2026hle",),
+    "mathvision": ("wang2024mathvision",),
+    "mathvision_all": ("wang2024mathvision",),
+    "realworldqa": ("xai2024realworldqa",),
+    "realworldqa_all": ("xai2024realworldqa",)
 }
 
 # %% ../nbs/core/00b_cite.ipynb #406d6bde
 MODEL_REFS: tuple[tuple[str, tuple[str, ...]], ...] = (  # (name prefix, keys), the first match wins
-    ("qwen2.5-vl", ("qwen2025qwen25vl", )), ("qwen2.5", ("qwen2025qwen25", )),
-    ("qwen3", ("qwen2025qwen3", )), ("llama-3", ("llama2024herd", )),
+    ("qwen2.5-vl", ("qwen2025qwen25vl",)), ("qwen2.5", ("qwen2025qwen25",)),
+    ("qwen3", ("qwen2025qwen3",)), ("llama-3", ("llama2024herd",)),
     ("deepseek-r1-distill-qwen", ("deepseek2025r1", "qwen2025qwen25")),
-    ("deepseek-math", ("shao2024deepseekmath", )), ("deepseek-v3", ("deepseek2024v3", )),
-    ("glm-4", ("glm2024chatglm", )), ("gpt-oss", ("openai2025gptoss", )), ("gemma-3",
-                                                                           ("gemma2025gemma3", )),
-    ("pixtral-12b", ("mistral2024pixtral", )), ("smollm2", ("allal2025smollm2", )))
+    ("deepseek-math", ("shao2024deepseekmath",)), ("deepseek-v3", ("deepseek2024v3",)),
+    ("glm-4", ("glm2024chatglm",)), ("gpt-oss", ("openai2025gptoss",)), ("gemma-3",
+                                                                         ("gemma2025gemma3",)),
+    ("pixtral-12b", ("mistral2024pixtral",)), ("smollm2", ("allal2025smollm2",)))
 # real models of the registry with no paper to cite
 MODEL_NO_PAPER = ("mistral-small", "pixtral-large")
 
@@ -519,39 +519,39 @@ PARAM_REFS: dict[str, dict[str, tuple[str, ...]]] = {
         for k in ("mad", "groupdebate", "groupdebate_2-2-2", "s2mad", "smad_ring", "smad_star")
     },
     "frameworks": {
-        "mad": ("liang2024mad", ),
+        "mad": ("liang2024mad",),
         "dmad": _DMAD
     },
     "strategies": {
-        "*": ("zhang2025madc", )
+        "*": ("zhang2025madc",)
     },
     "orders": {
-        "*": ("zhang2025madc", )
+        "*": ("zhang2025madc",)
     },
     "prompt": {
-        "du_gsm8k": ("du2024debate", ),
+        "du_gsm8k": ("du2024debate",),
         "madc": ("zhang2025madc", "wei2022cot"),
-        "rumad": ("wang2026rumad", )
+        "rumad": ("wang2026rumad",)
     },
     "case_prompt": {
         "*": ("zhang2025madc", "wei2022cot")
     },
     "variants": {
-        "ippo": ("dewitt2020ippo", ),
-        "single_grpo": ("shao2024deepseekmath", ),
-        "umad": ("shao2024deepseekmath", )
+        "ippo": ("dewitt2020ippo",),
+        "single_grpo": ("shao2024deepseekmath",),
+        "umad": ("shao2024deepseekmath",)
     },
     "finetune": {
-        "lora": ("hu2022lora", )
+        "lora": ("hu2022lora",)
     },
     "quant": {
-        "nf4": ("dettmers2023qlora", ),
-        "fp4": ("dettmers2023qlora", ),
-        "int8": ("dettmers2022llmint8", )
+        "nf4": ("dettmers2023qlora",),
+        "fp4": ("dettmers2023qlora",),
+        "int8": ("dettmers2022llmint8",)
     },
     "train_quant": {
-        "nf4": ("dettmers2023qlora", ),
-        "int8": ("dettmers2022llmint8", )
+        "nf4": ("dettmers2023qlora",),
+        "int8": ("dettmers2022llmint8",)
     },
     "embedder": {
         "minilm": ("reimers2019sbert", "wang2020minilm")
@@ -775,7 +775,7 @@ def transcript_refs(path: str | Path) -> list[str]:
 def _runs_path(target: str) -> Path:
     "`target` as a path; `runs/...` that is not a path here is read under `runs_dir()` (`$MAD_STUDY_RUNS`)."
     p = Path(target)
-    if not p.exists() and p.parts[:1] == ("runs", ):
+    if not p.exists() and p.parts[:1] == ("runs",):
         return runs_dir().joinpath(*p.parts[1:])
     return p
 

@@ -226,7 +226,7 @@ class Item:
                               choices=ANSWER_FORMATS)
         if self.choices is not None and not isinstance(self.choices, tuple):
             object.__setattr__(self, "choices", tuple(self.choices))
-        imgs = (self.images, ) if isinstance(self.images, str) else tuple(self.images or ())
+        imgs = (self.images,) if isinstance(self.images, str) else tuple(self.images or ())
         bad = [h for h in imgs if not is_image_hash(h)]
         if bad:
             raise ConfigError(

@@ -165,7 +165,7 @@ class TaskSpec:
     @property
     def known_splits(self) -> tuple[str, ...]:
         "The splits `load_items` accepts for this task."
-        return self.splits or (self.split, )
+        return self.splits or (self.split,)
 
     @property
     def synthetic_fixture(self) -> bool:
@@ -182,32 +182,32 @@ TASKS: dict[str, TaskSpec] = {
     for s in [
         _spec(
             name="gsm8k", title="GSM8K", hf_id="openai/gsm8k", configs=(
-                "main", ), split="test", n_items=1319, fields={
+                "main",), split="test", n_items=1319, fields={
                     "question": "question",
                     "answer": "answer (gold after '#### ', commas removed)"
                 }, fmt="number", licence="MIT", redistributable=True, papers=(
                     "rumad", "umad"), convert=_conv_gsm8k),
         _spec(
             name="math500", title="MATH-500", hf_id="HuggingFaceH4/MATH-500", configs=(
-                "default", ), split="test", n_items=500, fields={
+                "default",), split="test", n_items=500, fields={
                     "question": "problem",
                     "answer": "answer (bare LaTeX)",
                     "meta": "subject, level, unique_id, solution"
                 }, fmt="boxed", licence="MIT", redistributable=True, papers=(
                     "umad", "madc"), convert=_conv_math),
         _spec(
-            name="mmlu", title="MMLU", hf_id="cais/mmlu", configs=("all", ), split="test", splits=(
+            name="mmlu", title="MMLU", hf_id="cais/mmlu", configs=("all",), split="test", splits=(
                 "test", "validation", "dev"), n_items=14042, fields={
                     "question": "question",
                     "choices": "choices (4)",
                     "answer": "answer (0-3 -> A-D)",
                     "meta": "subject"
                 }, fmt="option", licence="MIT", redistributable=True, papers=(
-                    "rumad", ), convert=_conv_mmlu, formatter=du_options_question,
+                    "rumad",), convert=_conv_mmlu, formatter=du_options_question,
             notes="RUMAD trains its controller on the dev split (`mmlu:dev`)"),
         _spec(
             name="gpqa", title="GPQA (main)", hf_id="Idavidrein/gpqa", configs=(
-                "gpqa_main", ), split="train", n_items=448, fields={
+                "gpqa_main",), split="train", n_items=448, fields={
                     "question": "Question",
                     "correct": "Correct Answer",
                     "incorrect": "Incorrect Answer 1-3"
@@ -219,18 +219,18 @@ TASKS: dict[str, TaskSpec] = {
         ),
         _spec(name="bbh_logical_deduction_7", title="BBH logical deduction (7 objects)",
               hf_id="lukaemon/bbh", configs=(
-                  "logical_deduction_seven_objects", ), split="test", n_items=250, fields={
+                  "logical_deduction_seven_objects",), split="test", n_items=250, fields={
                       "question": "input (options inline)",
                       "answer": "target '(D)' -> 'D'"
                   }, fmt="option", licence="MIT", redistributable=True, papers=(
-                      "madc", ), convert=_conv_bbh),
+                      "madc",), convert=_conv_bbh),
         _spec(
             name="bbh_geometric_shapes", title="BBH geometric shapes", hf_id="lukaemon/bbh",
-            configs=("geometric_shapes", ), split="test", n_items=250, fields={
+            configs=("geometric_shapes",), split="test", n_items=250, fields={
                 "question": "input (options inline, (A)-(K))",
                 "answer": "target '(D)' -> 'D'"
             }, fmt="option", licence="MIT", redistributable=True, papers=(
-                "madc", ), convert=_conv_bbh)
+                "madc",), convert=_conv_bbh)
     ]
 }
 
@@ -239,27 +239,27 @@ TASKS.update({
     s.name: s
     for s in [
         _spec(name="amc23", title="AMC 2023", hf_id="math-ai/amc23", configs=(
-            "default", ), split="test", n_items=40, fields={
+            "default",), split="test", n_items=40, fields={
                 "question": "question",
                 "answer": "answer (number)"
             }, fmt="boxed", licence="unclear (competition problems)", redistributable=False,
-              papers=("umad", ), convert=_conv_aime),
+              papers=("umad",), convert=_conv_aime),
         _spec(name="aime24", title="AIME 2024", hf_id="HuggingFaceH4/aime_2024", configs=(
-            "default", ), split="train", n_items=30, fields={
+            "default",), split="train", n_items=30, fields={
                 "question": "problem",
                 "answer": "answer (integer 0-999)"
             }, fmt="boxed", licence="unclear (competition problems)", redistributable=False,
-              papers=("umad", ), convert=_conv_aime),
+              papers=("umad",), convert=_conv_aime),
         _spec(name="aime25", title="AIME 2025", hf_id="opencompass/AIME2025", configs=(
             "AIME2025-I", "AIME2025-II"), split="test", n_items=30, fields={
                 "question": "question",
                 "answer": "answer (integer 0-999)"
             }, fmt="boxed", licence="unclear (competition problems)", redistributable=False,
-              papers=("umad", ), convert=_conv_aime,
+              papers=("umad",), convert=_conv_aime,
               notes="index runs over AIME2025-I (0-14) then AIME2025-II (15-29)"),
         _spec(
             name="imo_answerbench", title="IMO-AnswerBench", hf_id="google-deepmind/superhuman",
-            configs=("default", ), split="train", n_items=400, loader="csv", data_url=
+            configs=("default",), split="train", n_items=400, loader="csv", data_url=
             "https://raw.githubusercontent.com/google-deepmind/superhuman/main/imobench/answerbench_v2.csv",
             fields={
                 "question": "Problem",
@@ -267,17 +267,17 @@ TASKS.update({
                 "meta": "Category"
             }, fmt="boxed",
             licence="CC BY 4.0 (not shipped: the kit ships real items of MIT-licensed sets only)",
-            redistributable=False, papers=("svr_mad", ), convert=_conv_imo,
+            redistributable=False, papers=("svr_mad",), convert=_conv_imo,
             notes="short answers are LaTeX; the benchmark's own grader is an LLM autograder"),
         _spec(
             name="hle_mc", title="Humanity's Last Exam, text-only non-math multiple choice",
-            hf_id="cais/hle", configs=("default", ), split="test", fields={
+            hf_id="cais/hle", configs=("default",), split="test", fields={
                 "question": "question (options inline, 'Answer Choices:')",
                 "answer": "answer (letter)",
                 "filter": "image == '', answer_type == 'multipleChoice', category != 'Math'"
             }, fmt="option",
             licence="gated; the authors ask that items not be redistributed (see the dataset card)",
-            redistributable=False, papers=("svr_mad", ), convert=_conv_hle)
+            redistributable=False, papers=("svr_mad",), convert=_conv_hle)
     ]
 })
 
@@ -332,8 +332,8 @@ TASKS["math_train"] = _spec(
         "question": "problem",
         "answer": "last \\boxed{} of solution",
         "meta": "type (subject), level, solution"
-    }, fmt="boxed", licence="MIT", redistributable=True, papers=("umad", ),
-    convert=_conv_math_train, notes=
+    }, fmt="boxed", licence="MIT", redistributable=True, papers=("umad",), convert=_conv_math_train,
+    notes=
     "UMAD's training set (Sec. 5.1: 7,500 questions; 2 rows without a boxed answer are left out)")
 
 # %% ../nbs/data/02_data.ipynb #ba75da00
@@ -986,7 +986,7 @@ def _conv_mathvision(spec, row, index, split, config):
     if not opts and not spec.name.endswith("_all"):
         return None
     d = dict(question=_IMG_TAG.sub("", str(row["question"])).strip(), gold=gold,
-             images=(put_image(_row_image(row, "decoded_image", "image")), ),
+             images=(put_image(_row_image(row, "decoded_image", "image")),),
              meta={k: row[k]
                    for k in ("id", "subject", "level") if k in row})
     if opts:
@@ -999,11 +999,11 @@ def _conv_mathvision(spec, row, index, split, config):
 _VISION = dict(
     licence=
     "research use; the authors' terms apply (not shipped: the fixture draws synthetic look-alikes)",
-    redistributable=False, papers=("meta_debate", ), formatter=du_options_question)
+    redistributable=False, papers=("meta_debate",), formatter=du_options_question)
 for _name, _title in [("mathvision", "MathVision (multiple choice)"),
                       ("mathvision_all", "MathVision (all)")]:
     TASKS[_name] = _spec(
-        name=_name, title=_title, hf_id="MathLLMs/MathVision", configs=("default", ),
+        name=_name, title=_title, hf_id="MathLLMs/MathVision", configs=("default",),
         split="testmini", splits=("testmini", "test"),
         n_items=190 if _name == "mathvision" else 304, fmt="option", fields={
             "question": "question",
@@ -1028,7 +1028,7 @@ def _conv_realworldqa(spec, row, index, split, config):
     stem = re.sub(r"\s*Please answer[^\n]*$", "", stem,
                   flags=re.S).strip()  # the task's own answer instruction
     d = dict(question=stem, gold=gold.strip("().") if mc else gold,
-             images=(put_image(_row_image(row, "image")), ))
+             images=(put_image(_row_image(row, "image")),))
     if mc:
         d["choices"] = tuple(t for _, t in opts)
     else:
@@ -1042,7 +1042,7 @@ for _name, _title in [("realworldqa", "RealWorldQA (multiple choice)"),
         name=_name,
         title=_title,
         hf_id="xai-org/RealworldQA",
-        configs=("default", ),
+        configs=("default",),
         split="test",
         n_items=437 if _name == "realworldqa" else 765,
         fmt="option",  # 437: the paper's count
@@ -1386,7 +1386,7 @@ def complete_transcript(df: pd.DataFrame, fmt: str | None = None,
     if not isinstance(df, pd.DataFrame):
         raise ConfigError("a transcript is a pandas DataFrame", key=what, value=type(df).__name__)
     for req in TRANSCRIPT_REQUIRED:
-        alts = req if isinstance(req, tuple) else (req, )
+        alts = req if isinstance(req, tuple) else (req,)
         if not any(a in df.columns for a in alts):
             raise ConfigError(
                 f"missing required column {' or '.join(map(repr, alts))} (required: item_id, agent, round, "

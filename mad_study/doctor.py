@@ -276,7 +276,7 @@ def doctor(only=None, need: dict | None = None, label: str = "the plan",
         raise ConfigError("unknown doctor check", key="--only", value=sorted(bad),
                           choices=DOCTOR_CHECKS)
     plan = [("torch", check_torch, ()), ("bitsandbytes", check_bitsandbytes, ())]
-    plan += [(f"twin {t}", check_text_twin, (t, )) for t in TEXT_TWINS if "twins" in only]
+    plan += [(f"twin {t}", check_text_twin, (t,)) for t in TEXT_TWINS if "twins" in only]
     if "vision" in only:
         items = vision_items()
         plan += [(f"twin {t}", check_vision_twin, (t, items)) for t in VLM_TWINS]

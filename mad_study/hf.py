@@ -383,7 +383,7 @@ def _source(self: HFBackend) -> str:
 # %% ../nbs/backends/03g_hf.ipynb #0dbdae7f
 @patch
 def _quant_config(self: HFBackend):
-    if self.quant in ("none", ) or self.spec.prequantized:
+    if self.quant in ("none",) or self.spec.prequantized:
         return None
     if importlib.util.find_spec("bitsandbytes") is None:
         raise ModelUnavailable(

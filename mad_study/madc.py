@@ -254,7 +254,7 @@ def strategy_scores(transcripts: Mapping[str, pd.DataFrame] | pd.DataFrame, fmt:
     return pd.concat(parts, ignore_index=True)
 
 # %% ../nbs/papers/madc/11_madc.ipynb #372c0120
-def repeat_scores(scores: pd.DataFrame, by: Sequence[str] = ("strategy", )) -> pd.DataFrame:
+def repeat_scores(scores: pd.DataFrame, by: Sequence[str] = ("strategy",)) -> pd.DataFrame:
     "Means over items per repeat (`sample`), one row per (by..., sample, round): MADC Figs. 3-5's 20 repeats per strategy."
     cols = [c for c in (*METRICS, "log_likelihood_released") if c in scores]
     return scores.groupby([*by, "sample", "round"], sort=False)[cols].mean().reset_index()
@@ -473,7 +473,7 @@ def reversal_table(
     order, the crossing after the first pool (MADC Tables 6-11)."""
     rows = []
     for key, g in curve.groupby(list(by), sort=False):
-        key = key if isinstance(key, tuple) else (key, )
+        key = key if isinstance(key, tuple) else (key,)
         r = {
             **dict(zip(by, key)), "start": float(g.sort_values("count")["accuracy"].iloc[0]),
             "first_crossing": reversal_point(g["count"], g["accuracy"], level)

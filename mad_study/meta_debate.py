@@ -315,7 +315,7 @@ def role_decisions(scores: np.ndarray, roles: Sequence[str] | None = None,
     if N == 0:
         raise ConfigError("no agents to assign roles to", key="agents", value=[])
     roles, agents = _names(roles, R, "roles"), _names(agents, N, "agents")
-    seed = tie_seed if isinstance(tie_seed, (tuple, list)) else (tie_seed, )
+    seed = tie_seed if isinstance(tie_seed, (tuple, list)) else (tie_seed,)
     out = []
     for i, r in enumerate(roles):
         row = mean[i]

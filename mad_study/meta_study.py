@@ -126,7 +126,7 @@ def paired_gaps(items: pd.DataFrame, pairs: Sequence[tuple[str, str]],
                           value=sorted(need - set(items.columns)))
     rows, means = [], {}
     for key, g in items.groupby(list(by), sort=False):
-        key = key if isinstance(key, tuple) else (key, )
+        key = key if isinstance(key, tuple) else (key,)
         means[key] = item_means(g)
         for m, ref in pairs:
             if {m, ref} <= set(g["method"]):

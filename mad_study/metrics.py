@@ -102,7 +102,7 @@ def accuracy_by_round(transcript: pd.DataFrame, majority: bool = True, level: fl
         vt = vote_table(transcript, by=(*by, "item_id", "sample", "round"))
         mrows = []
         for key, g in vt.groupby([*by, "round"], sort=True):
-            key = key if isinstance(key, tuple) else (key, )
+            key = key if isinstance(key, tuple) else (key,)
             k, n = int(g["correct"].sum()), len(g)
             lo, hi, how = clustered_accuracy_ci(g["correct"].tolist(), g["item_id"].tolist(), level)
             mrows.append({
@@ -171,7 +171,7 @@ def clustered_accuracy_ci(correct: Sequence[Any], clusters: Sequence[Any], level
 # %% ../nbs/evaluation/05_metrics.ipynb #069b7792
 def token_cost(transcript: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
     "Mean tokens per item (prompt, completion, total) and generations per item, per condition (`pool_keys`: experiment, method, `by`). (token cost as RUMAD Table 2 and SVR-MAD Table 1 count it.)"
-    transcript = with_defaults(transcript, ("item_id", ), what="token_cost")
+    transcript = with_defaults(transcript, ("item_id",), what="token_cost")
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="token_cost")
     t = transcript.assign(
@@ -615,7 +615,7 @@ def flip_table(transcript: pd.DataFrame, before_round: int = 0, after_round: int
     a = transcript[transcript["round"] == after_round].set_index([*by, *key])["correct"]
     j = pd.concat([b.rename("before"), a.rename("after")], axis=1, join="inner").reset_index()
     rows = [{
-        **dict(zip(by, k if isinstance(k, tuple) else (k, ))),
+        **dict(zip(by, k if isinstance(k, tuple) else (k,))),
         **flip_transitions(g["before"], g["after"])
     } for k, g in j.groupby(list(by), sort=True)]
     return pd.DataFrame(rows)

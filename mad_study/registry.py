@@ -87,7 +87,7 @@ MODELS: dict[str, ModelSpec] = {
         ), "Synthetic agents (mad_study.sim.SimBackend); any name starting with 'sim'."),
         # --- UMAD (Qwen2.5-3B-Instruct + Qwen3-4B-Instruct-2507;
         # App. D.5 grid of seven Qwen2.5 / Qwen3 / Llama models)
-        _m("qwen2.5-1.5b-instruct", "hf", "Qwen/Qwen2.5-1.5B-Instruct", 1.54, 32768, ("umad", ),
+        _m("qwen2.5-1.5b-instruct", "hf", "Qwen/Qwen2.5-1.5B-Instruct", 1.54, 32768, ("umad",),
            "UMAD App. D.5 grid (our choice of size; the paper names only the families)."),
         _m("qwen2.5-3b-instruct", "hf", "Qwen/Qwen2.5-3B-Instruct", 3.09, 32768, (
             "umad",
@@ -95,14 +95,14 @@ MODELS: dict[str, ModelSpec] = {
         _m("qwen2.5-7b-instruct", "hf", "Qwen/Qwen2.5-7B-Instruct", 7.62, 32768, ("umad", "madc"),
            "MADC Table 1 and its 400-sample CoT agent pools; UMAD App. D.5 grid (our choice)."),
         _m(
-            "qwen3-1.7b", "hf", "Qwen/Qwen3-1.7B", 2.03, 32768, ("umad", ),
+            "qwen3-1.7b", "hf", "Qwen/Qwen3-1.7B", 2.03, 32768, ("umad",),
             "UMAD App. D.5 grid (our choice). Hybrid thinking model: runs in non-thinking mode by default "
             "(chat_template_kwargs={'enable_thinking': False}); pass {'enable_thinking': True} to HFBackend for thinking mode.",
             chat_template_kwargs={"enable_thinking": False}),
         _m("qwen3-4b-instruct-2507", "hf", "Qwen/Qwen3-4B-Instruct-2507", 4.02, 262144, (
-            "umad", ), "UMAD agent A1 of the heterogeneous debate (the stronger agent)."),
+            "umad",), "UMAD agent A1 of the heterogeneous debate (the stronger agent)."),
         _m("llama-3.2-3b-instruct", "hf", "meta-llama/Llama-3.2-3B-Instruct", 3.21, 131072, (
-            "umad", ), "UMAD App. D.5 grid, Llama family (our choice of size). " + _GATED),
+            "umad",), "UMAD App. D.5 grid, Llama family (our choice of size). " + _GATED),
         _m(
             "llama-3.1-8b-instruct", "hf", "meta-llama/Llama-3.1-8B-Instruct", 8.03, 131072, (
                 "umad", "rumad", "meta_debate"),
@@ -118,7 +118,7 @@ MODELS.update({
         # --- MADC (Table 1: Qwen2.5-3B/7B, DeepSeek-R1-Distill-Qwen-7B/14B;
         # closed: GPT-4o-mini, GLM-4-Flash/FlashX, qwen-turbo/plus)
         _m("deepseek-r1-distill-qwen-7b", "hf", "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", 7.62,
-           131072, ("madc", ),
+           131072, ("madc",),
            "MADC Table 1. Reasoning model: long <think> outputs, give it a large max_new_tokens."),
         _m(
             "deepseek-r1-distill-qwen-14b", "hf", "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", 14.8,
@@ -130,7 +130,7 @@ MODELS.update({
             "RUMAD agent pool (ChatGLM-4-9B, 2 of 6 agents); MADC: open substitute for the closed GLM-4-Flash / GLM-4-FlashX APIs."
         ),
         _m("qwen2.5-14b-instruct", "hf", "Qwen/Qwen2.5-14B-Instruct", 14.7, 32768, (
-            "madc", ), "MADC: open substitute for the closed qwen-turbo API."),
+            "madc",), "MADC: open substitute for the closed qwen-turbo API."),
         _m(
             "qwen2.5-32b-instruct", "hf", "Qwen/Qwen2.5-32B-Instruct", 32.8, 32768, ("madc",
                                                                                      "meta_debate"),
@@ -145,7 +145,7 @@ MODELS.update({
         # Deepseek-Math-7B-Instruct; the paper runs Q4_K_M GGUF)
         _m(
             "deepseek-math-7b-instruct", "hf", "deepseek-ai/deepseek-math-7b-instruct", 6.91, 4096,
-            ("rumad", ),
+            ("rumad",),
             "RUMAD agent pool (2 of 6 agents). The paper serves all agents as Q4_K_M GGUF; nf4 is our 4-bit equivalent."
         )
     ]
@@ -157,22 +157,22 @@ MODELS.update({
     for m in [
         # --- SVR-MAD (GPT-OSS-120B, DeepSeek-V3.1)
         _m(
-            "gpt-oss-120b", "hf", "openai/gpt-oss-120b", 116.8, 131072, ("svr_mad", ),
+            "gpt-oss-120b", "hf", "openai/gpt-oss-120b", 116.8, 131072, ("svr_mad",),
             "SVR-MAD main model. MXFP4 weights, ~65 GB: one 80 GB GPU with the MXFP4 kernels; otherwise use gpt-oss-20b.",
             prequantized="mxfp4"),
         _m(
-            "deepseek-v3.1", "hf", "deepseek-ai/DeepSeek-V3.1", 671.0, 131072, ("svr_mad", ),
+            "deepseek-v3.1", "hf", "deepseek-ai/DeepSeek-V3.1", 671.0, 131072, ("svr_mad",),
             "SVR-MAD second model (671B MoE, FP8): needs a multi-GPU server, not this backend; "
             "the `paper` profile uses deepseek-r1-distill-qwen-14b instead.", prequantized="fp8"),
         # --- Meta-Debate (Claude 3.5 Sonnet, Nova Premier:
         # closed; Pixtral-Large-Instruct-2411: open, 124B, vision)
         _m(
             "pixtral-large-instruct-2411", "hf", "mistralai/Pixtral-Large-Instruct-2411", 124.0,
-            131072, ("meta_debate", ),
+            131072, ("meta_debate",),
             "Meta-Debate's open model (124B, vision-language, Mistral format): too large for one GPU in this kit; "
             "the `paper` profile uses mistral-small-24b-instruct-2501 on the text tasks."),
         _m("mistral-small-24b-instruct-2501", "hf", "mistralai/Mistral-Small-24B-Instruct-2501",
-           23.6, 32768, ("meta_debate", ),
+           23.6, 32768, ("meta_debate",),
            "Meta-Debate: open text substitute for Pixtral-Large-Instruct-2411 (same vendor)."),
         _m("llama-3.3-70b-instruct", "hf", "meta-llama/Llama-3.3-70B-Instruct", 70.6, 131072, (
             "meta_debate",
@@ -260,17 +260,17 @@ for _v in [
             "Random LLaVA (2-layer CLIP vision tower + 2-layer Llama, SmolLM2's tokenizer) built from a config; tests only.",
             vision=True),
         _m("qwen2.5-vl-7b-instruct", "hf", "Qwen/Qwen2.5-VL-7B-Instruct", 8.29, 32768,
-           ("meta_debate", ), "Meta-Debate vision substitute for Pixtral-Large (Qwen family).",
+           ("meta_debate",), "Meta-Debate vision substitute for Pixtral-Large (Qwen family).",
            vision=True),
         _m(
-            "pixtral-12b", "hf", "mistral-community/pixtral-12b", 12.7, 131072, ("meta_debate", ),
+            "pixtral-12b", "hf", "mistral-community/pixtral-12b", 12.7, 131072, ("meta_debate",),
             "Pixtral 12B in the transformers LLaVA format: the open relative of the paper's Pixtral-Large (Mistral family).",
             vision=True),
         _m("llama-3.2-11b-vision-instruct", "hf", "meta-llama/Llama-3.2-11B-Vision-Instruct", 10.7,
-           131072, ("meta_debate", ), "Meta-Debate vision substitute (Meta family); " + _GATED,
+           131072, ("meta_debate",), "Meta-Debate vision substitute (Meta family); " + _GATED,
            vision=True),
         _m(
-            "gemma-3-12b-it", "hf", "google/gemma-3-12b-it", 12.2, 131072, ("meta_debate", ),
+            "gemma-3-12b-it", "hf", "google/gemma-3-12b-it", 12.2, 131072, ("meta_debate",),
             "Meta-Debate vision substitute (Google family); gated: accept the Gemma terms, then `hf download`.",
             vision=True)
 ]:

@@ -294,9 +294,9 @@ def _jsonable(x):
         return {str(k): _jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple, set)):
         return [_jsonable(v) for v in x]
-    if isinstance(x, (np.integer, )):
+    if isinstance(x, (np.integer,)):
         return int(x)
-    if isinstance(x, (np.floating, )):
+    if isinstance(x, (np.floating,)):
         return float(x)
     if isinstance(x, (str, int, float, bool)) or x is None:
         return x
@@ -389,37 +389,34 @@ def register_style(name: str, color: str, marker: str = "o", aliases: Sequence[s
 
 # %% ../nbs/study/06_report.ipynb #349da9ba
 # methods of the five papers and their baselines (colour-blind safe: Okabe-Ito first)
-for _n, _c, _m, _a in [("MAD", "#0072b2", "o", ("fully connected", "Du et al.", "fixed",
-                                                "MAD Fixed", "MAD (Fixed)", "debate")),
-                       ("Single agent", "#7f7f7f", "s",
-                        ("single", "Single CoT", "Single (CoT)", "CoT", "single agent sampling",
-                         "Zero-Shot", "zero shot")),
-                       ("Self-Consistency", "#3d3d3d", "D", ("SC", "self consistency",
-                                                             "sc budget")),
-                       ("majority", "#000000", "o", ("majority vote", )),
-                       ("S-MAD star", "#cc79a7", "^", ("star", "smad star")),
-                       ("S-MAD ring", "#56b4e9", "v", ("ring", "smad ring")),
-                       ("GroupDebate", "#009e73", "P", ("GD", "group debate")),
-                       ("S2-MAD", "#e69f00", "X", ("s2mad", )),
-                       ("SID-ET", "#8c564b", "h", ("sid et", "sid")),
-                       ("RUMAD", "#d55e00", "*", ("RUMAD controller", )),
-                       ("SVR-MAD", "#882255", "p", ("SVR", "svr mad")),
-                       ("min-LL", "#332288", "v", ("min ll", "minll")),
-                       ("PPL", "#88ccee", "^", ("perplexity", )),
-                       ("confidence", "#ddcc77", "s", ("self-reported confidence", "conf")),
-                       ("Liang MAD", "#6a3d9a", "o",
-                        ("Multi-agent: MAD", "affirmative/negative/judge", "MAD with roles")),
-                       ("DMAD", "#117733", "s", ("Multi-agent: DMAD", )),
-                       ("Meta-Debate", "#e7298a", "H", ("meta debate", "meta")),
-                       ("Random", "#aa4499", "d", ("random assignment", "random order")),
-                       ("MADC", "#44aa99", "D", ("MAD+MADC", "madc", "MADC order")),
-                       ("MADC peers", "#999933", "8", ("madc peers", )),
-                       ("Truth First", "#ddaa33", "<", ("truth first", )),
-                       ("Truth Last", "#bb5566", ">", ("truth last", "madc truth last")),
-                       ("AgreementGate", "#b8860b", "d", ("agreement gate", )),
-                       ("Best fixed topology", "#5b7f95", "s", ("fixed topology", )),
-                       ("Homogeneous MAD", "#0072b2", "o", ("homogeneous", )),
-                       ("Heterogeneous MAD", "#b15928", "s", ("heterogeneous", ))]:
+for _n, _c, _m, _a in [
+    ("MAD", "#0072b2", "o", ("fully connected", "Du et al.", "fixed", "MAD Fixed", "MAD (Fixed)",
+                             "debate")),
+    ("Single agent", "#7f7f7f", "s", ("single", "Single CoT", "Single (CoT)", "CoT",
+                                      "single agent sampling", "Zero-Shot", "zero shot")),
+    ("Self-Consistency", "#3d3d3d", "D", ("SC", "self consistency", "sc budget")),
+    ("majority", "#000000", "o", ("majority vote",)),
+    ("S-MAD star", "#cc79a7", "^", ("star", "smad star")),
+    ("S-MAD ring", "#56b4e9", "v", ("ring", "smad ring")),
+    ("GroupDebate", "#009e73", "P", ("GD", "group debate")), ("S2-MAD", "#e69f00", "X", ("s2mad",)),
+    ("SID-ET", "#8c564b", "h", ("sid et", "sid")), ("RUMAD", "#d55e00", "*", ("RUMAD controller",)),
+    ("SVR-MAD", "#882255", "p", ("SVR", "svr mad")),
+    ("min-LL", "#332288", "v", ("min ll", "minll")), ("PPL", "#88ccee", "^", ("perplexity",)),
+    ("confidence", "#ddcc77", "s", ("self-reported confidence", "conf")),
+    ("Liang MAD", "#6a3d9a", "o", ("Multi-agent: MAD", "affirmative/negative/judge",
+                                   "MAD with roles")),
+    ("DMAD", "#117733", "s", ("Multi-agent: DMAD",)),
+    ("Meta-Debate", "#e7298a", "H", ("meta debate", "meta")),
+    ("Random", "#aa4499", "d", ("random assignment", "random order")),
+    ("MADC", "#44aa99", "D", ("MAD+MADC", "madc", "MADC order")),
+    ("MADC peers", "#999933", "8", ("madc peers",)),
+    ("Truth First", "#ddaa33", "<", ("truth first",)),
+    ("Truth Last", "#bb5566", ">", ("truth last", "madc truth last")),
+    ("AgreementGate", "#b8860b", "d", ("agreement gate",)),
+    ("Best fixed topology", "#5b7f95", "s", ("fixed topology",)),
+    ("Homogeneous MAD", "#0072b2", "o", ("homogeneous",)),
+    ("Heterogeneous MAD", "#b15928", "s", ("heterogeneous",))
+]:
     register_style(_n, _c, _m, _a)
 
 # %% ../nbs/study/06_report.ipynb #a70e5331
@@ -442,8 +439,8 @@ for _n, _c, _m in [  # models (paper profile) and their synthetic stand-ins (sim
     register_style(_n, _c, _m, (_short, "sim-" + _short))
 
 # %% ../nbs/study/06_report.ipynb #1027eae8
-register_style("svr-gptoss", STYLES["gpt-oss-120b"]["color"], "o", ("sim-svr-gptoss", ))
-register_style("svr-dsv31", STYLES["deepseek-v3.1"]["color"], "s", ("sim-svr-dsv31", ))
+register_style("svr-gptoss", STYLES["gpt-oss-120b"]["color"], "o", ("sim-svr-gptoss",))
+register_style("svr-dsv31", STYLES["deepseek-v3.1"]["color"], "s", ("sim-svr-dsv31",))
 
 # %% ../nbs/study/06_report.ipynb #c1638a79
 def _fallback_style(key: str) -> dict:

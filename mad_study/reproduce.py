@@ -998,7 +998,7 @@ def _report_failures(results: Sequence[RunResult], log=print) -> None:
             log(f"  {r.experiment}: {r.error} (executed notebook: {r.output})")
 
 # %% ../nbs/study/20_reproduce.ipynb #827d8981
-def reproduce(targets: Sequence[str] = ("all", ), profile: str = "auto",
+def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto",
               overrides: Mapping | None = None, jobs: int = 1, log=print,
               replace_reference: bool = False) -> list[RunResult]:
     """Validate every target first, then run them (continuing past failures) and rewrite figures/INDEX.md; print what
@@ -1115,7 +1115,7 @@ def run_items(res: "pd.DataFrame") -> tuple[dict[str, int], list[str]]:
     }, sorted(set.union(*sets.values()) - shared) if sets else []
 
 # %% ../nbs/study/20_reproduce.ipynb #418ba412
-BASELINES = ("fully_connected", )
+BASELINES = ("fully_connected",)
 
 
 def default_reference(conditions: Sequence[str]) -> str:

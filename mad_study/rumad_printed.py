@@ -14,11 +14,9 @@ __all__ = ['PAPER_TAB2', 'PAPER_TAB3', 'PAPER_TAB4']
 def _paper_tab2() -> pd.DataFrame:
     "Table 2 (`fixtures/papers/rumad/paper_rumad_tab2.csv`): accuracy (%), tokens (k per task) and the printed cost saving (%)."
     t = paper_table("rumad_tab2")
-    return t.assign(
-        accuracy_pct=t["accuracy_pct"].astype(int),
-        tokens_k=t["tokens_k"].astype(float),
-        saving_pct=t["saving_pct"].replace("", None).astype(float),
-    )
+    return t.assign(accuracy_pct=t["accuracy_pct"].astype(int),
+                    tokens_k=t["tokens_k"].astype(float),
+                    saving_pct=t["saving_pct"].replace("", None).astype(float))
 
 
 PAPER_TAB2 = _paper_tab2()
@@ -29,6 +27,9 @@ PAPER_TAB3 = paper_table("rumad_tab3").astype({"accuracy_pct": float, "tokens_k"
 
 # %% ../nbs/papers/rumad/13a_rumad_printed.ipynb #r3tab4ex
 # Table 4 (`fixtures/papers/rumad/paper_rumad_tab4.csv`): accuracy (%) and tokens (k) per task, N and B
-PAPER_TAB4 = paper_table("rumad_tab4").astype(
-    {"agents": int, "B": float, "accuracy_pct": float, "tokens_k": float}
-)
+PAPER_TAB4 = paper_table("rumad_tab4").astype({
+    "agents": int,
+    "B": float,
+    "accuracy_pct": float,
+    "tokens_k": float
+})

@@ -16,34 +16,13 @@ from torch import nn
 from .core import ConfigError, Inference, rng_for
 from .debate import Agent, RoundContext, make_agents
 from .registry import planner
-from mad_study.rumad import (
-    accuracy_reward,
-    activation_mask,
-    consensus_reward,
-    DEPLOY_RULES,
-    efficiency_reward,
-    episode_reward,
-    gae,
-    HEADS,
-    improvement_reward,
-    load_controller,
-    one_thread,
-    policy_for,
-    ppo_update,
-    progress_reward,
-    prompt_tier,
-    rollout_episodes,
-    RumadConfig,
-    RumadController,
-    save_controller,
-    similarity_matrix,
-    sparsity_penalty,
-    speak_probability,
-    SpeakerPolicy,
-    step_reward,
-    TopologyPolicy,
-    visible_links,
-)
+from .rumad import (accuracy_reward, activation_mask, consensus_reward, DEPLOY_RULES,
+                             efficiency_reward, episode_reward, gae, HEADS, improvement_reward,
+                             load_controller, one_thread, policy_for, ppo_update, progress_reward,
+                             prompt_tier, rollout_episodes, RumadConfig, RumadController,
+                             save_controller, similarity_matrix, sparsity_penalty,
+                             speak_probability, SpeakerPolicy, step_reward, TopologyPolicy,
+                             visible_links)
 
 # %% auto #0
 __all__ = ['ForcedDense', 'ShuffledObservation', 'AgreementGate', 'FixedTopology', 'fixed_family', 'ToyDebate', 'toy_episode',
@@ -53,7 +32,6 @@ __all__ = ['ForcedDense', 'ShuffledObservation', 'AgreementGate', 'FixedTopology
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #bb2e1694
 class ForcedDense(RumadController):
     "Control for RUMAD's saving: the controller's observation and policy as usual, but every agent speaks (no Eq. 4) and sees every peer as Critical (no Eq. 5 pruning)."
-
     def decide(self, ctx: RoundContext) -> dict:
         d = super().decide(ctx)
         if not d.get("forced"):
@@ -70,28 +48,18 @@ class ForcedDense(RumadController):
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #4dbc417c
 class ShuffledObservation(RumadController):
     "Control for RUMAD's observation (Eq. 1-2): the policy acts on the S that `donor` records (a deployed run) hold for another item, same thread and round."
-
-    def __init__(
-        self,
-        policy: TopologyPolicy,
-        embedder: Callable,
-        donor: Mapping,
-        lam: float = 0.5,
-        activation: bool = True,
-        seed: Any = 0,
-        name: str = "rumad",
-        deploy: str = "mean",
-    ):
+    def __init__(self, policy: TopologyPolicy, embedder: Callable, donor: Mapping, lam: float = 0.5,
+                 activation: bool = True, seed: Any = 0, name: str = "rumad", deploy: str = "mean"):
         super().__init__(policy, embedder, lam, False, activation, seed, name, deploy)
         ids = sorted({k[0] for k in donor})
         if len(ids) < 2:
             raise ConfigError("shuffling needs the records of at least 2 items", key="donor")
         perm = [ids[i] for i in rng_for(seed, "rumad-shuffle").permutation(len(ids))]
         # a derangement
-        self.donor, self.pair = (
-            donor,
-            {perm[i]: perm[(i + 1) % len(perm)] for i in range(len(perm))},
-        )
+        self.donor, self.pair = (donor, {
+            perm[i]: perm[(i + 1) % len(perm)]
+            for i in range(len(perm))
+        })
 
     def observe(self, ctx: RoundContext, S: np.ndarray) -> np.ndarray:
         "Another item's observation at this thread and round."
@@ -101,7 +69,6 @@ class ShuffledObservation(RumadController):
 class AgreementGate:
     """Hand-set reference rule on RUMAD's observation (not learned): everyone silent once >= k agents agree (S_ij > 0.6);
     else everyone speaks and sees the `peers` agents of the largest answer clusters as Critical (all others when None)."""
-
     def __init__(self, n: int, k: int, peers: int | None = None, agree: float = 0.6):
         self.n, self.k, self.peers, self.agree = int(n), int(k), peers, float(agree)
 
@@ -114,21 +81,20 @@ class AgreementGate:
         if sup.max() < self.k:
             W = np.full((self.n, self.n), 0.05)
             for i in range(self.n):
-                js = [j for j in np.argsort(-sup, kind="stable") if j != i][: self.peers]
+                js = [j for j in np.argsort(-sup, kind="stable") if j != i][:self.peers]
                 W[i, js] = 0.9
         return {
             "obs": np.asarray(S, dtype=np.float32),
             "action": W,
             "logp": 0.0,
             "value": 0.0,
-            "W": W,
+            "W": W
         }
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #f0e298e4
 class FixedTopology:
     """A fixed topology as a RUMAD decision (the best-fixed-topology baseline; not learned, ignores S): the agents in
     `speakers` speak every round, each seeing its `k` nearest ring neighbours as Critical; the others stay silent."""
-
     def __init__(self, n: int, speakers: Sequence[int], k: int):
         self.n, self.speakers, self.k = int(n), tuple(sorted(int(s) for s in speakers)), int(k)
         if not 0 <= self.k < self.n:
@@ -138,15 +104,14 @@ class FixedTopology:
         np.fill_diagonal(W, 0.9)  # silent: self 0.9 > mean external 0.05
         for i in self.speakers:
             W[i, i] = 0.05
-            for d in list(dict.fromkeys((i + d) % self.n for d in ring))[: self.k]:
+            for d in list(dict.fromkeys((i + d) % self.n for d in ring))[:self.k]:
                 W[i, d] = 0.9
         self.W = W
 
     @property
     def label(self) -> str:
         return (
-            f"{len(self.speakers)} speak ({','.join(f'a{s}' for s in self.speakers)}), k={self.k}"
-        )
+            f"{len(self.speakers)} speak ({','.join(f'a{s}' for s in self.speakers)}), k={self.k}")
 
     def act(self, S: np.ndarray, rng=None) -> dict:
         "The same decision whatever S is, in `TopologyPolicy.act`'s format."
@@ -155,7 +120,7 @@ class FixedTopology:
             "action": self.W,
             "logp": 0.0,
             "value": 0.0,
-            "W": self.W.copy(),
+            "W": self.W.copy()
         }
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #f073a36b
@@ -199,9 +164,8 @@ class ToyDebate:
     def observe(self, answers: Sequence[str], rng: np.random.Generator) -> np.ndarray:
         "Eq. 2 on the answers and noisy embeddings (one direction per answer)."
         e = np.array([[1.0, 0.0] if a == "A" else [0.0, 1.0] for a in answers])
-        return similarity_matrix(
-            e + self.noise * rng.random((self.n, 2)), answers, self.lam, "option"
-        )
+        return similarity_matrix(e + self.noise * rng.random((self.n, 2)), answers, self.lam,
+                                 "option")
 
     def step(self, answers, W, active, rng: np.random.Generator) -> tuple[list[str], int]:
         "One debate round under weights `W` and speakers `active`: the new answers and the tokens spent."
@@ -231,31 +195,28 @@ def toy_episode(env: ToyDebate, decide: Callable, rng: np.random.Generator) -> d
         ans, tok = env.step(ans, d["W"], d["active"], rng)
         S = env.observe(ans, rng)
         right.append(majority_vote(ans, "option") == "A")
-        comps.append(
-            {
-                "accuracy": accuracy_reward(right[t]),
-                "consensus": consensus_reward(ans, S, "option"),
-                "progress": progress_reward(right[t], t, env.rounds),
-                "efficiency": efficiency_reward(tok, env.n * env.token_budget),
-                "improvement": improvement_reward(right[t - 1], right[t]),
-                "sparsity": sparsity_penalty(d["W"]),
-            }
-        )
+        comps.append({
+            "accuracy": accuracy_reward(right[t]),
+            "consensus": consensus_reward(ans, S, "option"),
+            "progress": progress_reward(right[t], t, env.rounds),
+            "efficiency": efficiency_reward(tok, env.n * env.token_budget),
+            "improvement": improvement_reward(right[t - 1], right[t]),
+            "sparsity": sparsity_penalty(d["W"])
+        })
         steps.append(d)
         tokens.append(tok)
     ep = {
         "accuracy": accuracy_reward(right[-1]),
         "consensus": comps[-1]["consensus"],
         "efficiency": efficiency_reward(sum(tokens), env.n * env.rounds * env.token_budget),
-        "improvement": improvement_reward(right[0], right[-1]),
+        "improvement": improvement_reward(right[0], right[-1])
     }
     rewards = [step_reward(c) for c in comps[:-1]] + [episode_reward(ep)]
     return {"steps": steps, "rewards": rewards, "correct": right[-1], "tokens": sum(tokens)}
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #abab6c6f
-def toy_evaluate(
-    env: ToyDebate, decide: Callable, n: int = 1000, seed: int = 0, shuffle: bool = False
-) -> dict:
+def toy_evaluate(env: ToyDebate, decide: Callable, n: int = 1000, seed: int = 0,
+                 shuffle: bool = False) -> dict:
     """A policy on `n` seeded `ToyDebate` episodes (the same episodes for every policy): mean episode return (Eq. 7-8),
     accuracy, tokens, visible links per decision (Eq. 5-6), and the mean speakers per decision in agreeing and
     disagreeing states. `shuffle`: the control for
@@ -265,15 +226,14 @@ def toy_evaluate(
     eps = [toy_episode(env, lambda S: decide(pick(S)), rng) for _ in range(n)]
     steps = [s for e in eps for s in e["steps"]]
     speakers = lambda agree: float(
-        np.mean([s["active"].sum() for s in steps if s["agree"] == agree])
-    )
+        np.mean([s["active"].sum() for s in steps if s["agree"] == agree]))
     return {
         "return": float(np.mean([sum(e["rewards"]) for e in eps])),
         "accuracy": float(np.mean([e["correct"] for e in eps])),
         "tokens": float(np.mean([e["tokens"] for e in eps])),
         "links": float(np.mean([visible_links(s["W"]) for s in steps])),
         "speakers_agree": speakers(True),
-        "speakers_disagree": speakers(False),
+        "speakers_disagree": speakers(False)
     }
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #c0bca7b2
@@ -298,23 +258,18 @@ def toy_references(env: ToyDebate, n: int = 1000, seed: int = 0) -> pd.DataFrame
         return d
 
     rows = {
-        "everyone silent": toy_evaluate(env, FixedTopology(env.n, [], 0).act, n, seed),
+        "everyone silent": toy_evaluate(env,
+                                        FixedTopology(env.n, [], 0).act, n, seed),
         "full debate": toy_evaluate(env, everyone.act, n, seed),
         f"best fixed: {best}": fixed[best],
         "gate, every peer": toy_evaluate(env, gate.act, n, seed),
-        "gate, least similar peer": toy_evaluate(env, least_similar, n, seed),
+        "gate, least similar peer": toy_evaluate(env, least_similar, n, seed)
     }
     return pd.DataFrame(rows).T
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #1a620a6a
-def train_toy_controller(
-    env: ToyDebate,
-    cfg: RumadConfig,
-    head: str = "agent",
-    seed: int = 0,
-    updates: int = 150,
-    episodes: int = 32,
-) -> tuple[nn.Module, pd.DataFrame]:
+def train_toy_controller(env: ToyDebate, cfg: RumadConfig, head: str = "agent", seed: int = 0,
+                         updates: int = 150, episodes: int = 32) -> tuple[nn.Module, pd.DataFrame]:
     """Train a controller on `env` with RUMAD's clipped update and loss (Sec. 3.6, Eq. 9-11, Table 6 settings in `cfg`; Eq. 6 in
     `cfg.budget_reading`): `head="edge"` is Eq. 3's per-edge action, `"agent"` the kit's `SpeakerPolicy`. Returns the
     policy and a per-update log (mean episode return and tokens of the rollout, sigma, clip fraction, the budget
@@ -331,25 +286,21 @@ def train_toy_controller(
         for u in range(int(updates)):
             eps = [toy_episode(env, lambda S: pol.act(S, rng), rng) for _ in range(int(episodes))]
             steps = [s for e in eps for s in e["steps"]]
-            adv, ret = zip(
-                *[
-                    gae(e["rewards"], [s["value"] for s in e["steps"]], cfg.gamma, cfg.gae_lambda)
-                    for e in eps
-                ]
-            )
+            adv, ret = zip(*[
+                gae(e["rewards"], [s["value"] for s in e["steps"]], cfg.gamma, cfg.gae_lambda)
+                for e in eps
+            ])
             batch = {k: f([s[k] for s in steps]) for k in ("obs", "action", "logp")}
             batch.update(adv=f(np.concatenate(adv)), ret=f(np.concatenate(ret)))
             logs = ppo_update(pol, opt, batch, cfg.B, ppo=ppo, rng=rng)
-            hist.append(
-                {
-                    "update": u,
-                    "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
-                    "tokens": float(np.mean([e["tokens"] for e in eps])),
-                    "sigma": float(pol.sigma().detach().mean()),
-                    "clipped": float(np.mean([lg["clipped"] for lg in logs])),
-                    "loss_budget": float(np.mean([lg["budget"] for lg in logs])),
-                }
-            )
+            hist.append({
+                "update": u,
+                "episode_return": float(np.mean([sum(e["rewards"]) for e in eps])),
+                "tokens": float(np.mean([e["tokens"] for e in eps])),
+                "sigma": float(pol.sigma().detach().mean()),
+                "clipped": float(np.mean([lg["clipped"] for lg in logs])),
+                "loss_budget": float(np.mean([lg["budget"] for lg in logs]))
+            })
     return pol, pd.DataFrame(hist)
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #087337d1
@@ -374,23 +325,14 @@ def deploy_decision(policy: nn.Module, rule: str = "p_speak") -> Callable:
 def rumad_agents(models: Sequence[str], n_agents: int) -> list[Agent]:
     "RUMAD's debaters: N agents, the same number of each model in `models` (paper: two each of Llama-3.1-8B, GLM-4-9B, DeepSeek-Math-7B), grouped by model."
     if n_agents % len(models):
-        raise ConfigError(
-            f"{n_agents} agents cannot be split evenly over {len(models)} models", key="n_agents"
-        )
+        raise ConfigError(f"{n_agents} agents cannot be split evenly over {len(models)} models",
+                          key="n_agents")
     return make_agents([m for m in models for _ in range(n_agents // len(models))])
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #1bcc7d13
-def training_meta(
-    models: Sequence[str],
-    train_task: str,
-    seed: int,
-    embedder: str,
-    prompt: str,
-    max_new_tokens: int,
-    source: str = "fixture",
-    sim_agents: Mapping | None = None,
-    sim_off: Sequence[str] = (),
-) -> dict:
+def training_meta(models: Sequence[str], train_task: str, seed: int, embedder: str, prompt: str,
+                  max_new_tokens: int, source: str = "fixture", sim_agents: Mapping | None = None,
+                  sim_off: Sequence[str] = ()) -> dict:
     """Everything besides `RumadConfig` that shapes a training run (stored in a checkpoint; a different value means
     retrain). `sim_off`: the sim mechanisms switched off (03b_sim `MECHANISMS`); the agents are stored as they ran, those
     mechanisms' fields at their neutral values, so a world that differs only there does not retrain them."""
@@ -406,10 +348,12 @@ def training_meta(
         "max_new_tokens": int(max_new_tokens),
         "source": source,
         "sim_agents": {
-            m: {**dict((sim_agents or {}).get(m, {})), **neutral}
-            for m in models
-            if m.startswith("sim")
-        },
+            m: {
+                **dict((sim_agents or {}).get(m, {})),
+                **neutral
+            }
+            for m in models if m.startswith("sim")
+        }
     }
     return {**meta, "sim_off": sorted(sim_off)} if sim_off else meta
 
@@ -425,21 +369,15 @@ def checkpoint_mismatch(path: str | Path, cfg: RumadConfig, meta: Mapping) -> st
     _, c, m = load_controller(path)
     diff = [k for k in asdict(cfg) if asdict(c)[k] != asdict(cfg)[k]]
     diff += [
-        k
-        for k in set(meta) | (set(m) - set(_NOT_PARAMS))
+        k for k in set(meta) | (set(m) - set(_NOT_PARAMS))
         if k not in _NOT_PARAMS and m.get(k) != meta.get(k)
     ]
     return f"{path.name} was trained with other {', '.join(sorted(diff))}" if diff else None
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #4805704d
-def rumad_checkpoint(
-    path: str | Path,
-    cfg: RumadConfig,
-    meta: Mapping,
-    train: Callable[[], tuple],
-    may_train: bool = True,
-    log: Callable = print,
-) -> tuple[TopologyPolicy, pd.DataFrame, str]:
+def rumad_checkpoint(path: str | Path, cfg: RumadConfig, meta: Mapping, train: Callable[[], tuple],
+                     may_train: bool = True,
+                     log: Callable = print) -> tuple[TopologyPolicy, pd.DataFrame, str]:
     """Load the controller at `path` if its stored training parameters equal (`cfg`, `meta`); otherwise call `train()`
     (-> policy, log DataFrame), save it there with `meta` and the log, and return it. Returns (policy, log, 'loaded'|'trained')."""
     why = checkpoint_mismatch(path, cfg, meta)
@@ -447,22 +385,18 @@ def rumad_checkpoint(
         pol, _, m = load_controller(path)
         return pol, pd.DataFrame(m.get("log") or {}), "loaded"
     if not may_train:
-        raise ConfigError(
-            f"{why}; training is switched off (train_missing=False)",
-            key="checkpoint",
-            value=str(path),
-        )
+        raise ConfigError(f"{why}; training is switched off (train_missing=False)",
+                          key="checkpoint", value=str(path))
     log(f"RUMAD: {why}: training {Path(path).name} ({cfg.updates} PPO updates) ...")
     import time
 
     t0 = time.time()
     pol, hist = train()
     save_controller(
-        pol,
-        cfg,
-        path,
-        meta={**meta, "log": hist.to_dict("list"), "train_seconds": round(time.time() - t0, 1)},
-    )
+        pol, cfg, path, meta={
+            **meta, "log": hist.to_dict("list"),
+            "train_seconds": round(time.time() - t0, 1)
+        })
     return pol, hist, "trained"
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #4488ad50
@@ -477,7 +411,7 @@ def _debates_cost(n_debates: int, n_agents: int, rounds: int, mnt: int) -> dict:
     return {
         "generations": gens,
         "prompt_tokens": n_debates * n_agents * per_agent_prompt,
-        "completion_tokens": gens * mnt,
+        "completion_tokens": gens * mnt
     }
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #daa2edd4
@@ -485,11 +419,8 @@ def _debates_cost(n_debates: int, n_agents: int, rounds: int, mnt: int) -> dict:
 def plan_rumad(p: Mapping) -> dict:
     """rumad_all: evaluation debates (Tables 2-4, Figs. 1 and 3; with `baselines` the best-fixed-topology search over
     `fixed_search_items` training items and two more Table 2 rows) plus the PPO training of every controller (upper bounds)."""
-    n, R, mnt = (
-        int(p.get("n_items") or 0),
-        int(p.get("debate_rounds") or 5),
-        int(p.get("max_new_tokens") or 512),
-    )
+    n, R, mnt = (int(p.get("n_items") or 0), int(p.get("debate_rounds")
+                                                 or 5), int(p.get("max_new_tokens") or 512))
     N, tasks = int(p.get("n_agents") or 6), p.get("tasks") or []
     budgets, abl, scal = p.get("budgets") or [], p.get("ablations") or [], p.get("scaling") or []
     # + MAD, S-MAD star / ring, GD, S2-MAD
@@ -498,27 +429,17 @@ def plan_rumad(p: Mapping) -> dict:
     ev = [(n * len(tasks) * methods, N), (n * len(p.get("ablation_tasks") or []) * len(abl), N)]
     if p.get("baselines") and budgets:  # the fixed-topology search on the training items
         ev.append(
-            (len(fixed_family(N, float(budgets[0]))) * int(p.get("fixed_search_items") or 0), N)
-        )
-    ev += [
-        (n * len(p.get("scaling_tasks") or []), int(k))
-        for k, b in scal
-        if [k, b] not in [[N, x] for x in budgets]
-    ]
+            (len(fixed_family(N, float(budgets[0]))) * int(p.get("fixed_search_items") or 0), N))
+    ev += [(n * len(p.get("scaling_tasks") or []), int(k)) for k, b in scal
+           if [k, b] not in [[N, x] for x in budgets]]
     tr_cfg = RumadConfig.from_params({k: v for k, v in (p.get("train") or {}).items()})
     runs = [N] * (len(budgets) + len(abl)) + [
         int(k) for k, b in scal if [k, b] not in [[N, x] for x in budgets]
     ]
     tr_cfg.debate_rounds = R
-    evals = (
-        (
-            int(tr_cfg.updates) // int(tr_cfg.eval_every)
-            + bool(int(tr_cfg.updates) % int(tr_cfg.eval_every))
-        )
-        * int(tr_cfg.n_val)
-        if tr_cfg.eval_every
-        else 0
-    )
+    evals = ((int(tr_cfg.updates) // int(tr_cfg.eval_every) +
+              bool(int(tr_cfg.updates) % int(tr_cfg.eval_every))) * int(tr_cfg.n_val)
+             if tr_cfg.eval_every else 0)
     # rollouts + Sec. 3.6's periodic evaluations
     tr = [(int(tr_cfg.updates) * rollout_episodes(tr_cfg) + evals, k) for k in runs]
     out = {"generations": 0, "prompt_tokens": 0, "completion_tokens": 0}
@@ -532,32 +453,21 @@ def plan_rumad(p: Mapping) -> dict:
         for key, v in _debates_cost(d, k, R, mnt).items():
             t[key] += v
     return {
-        **out,
-        "training_runs": len(runs),
+        **out, "training_runs": len(runs),
         "training_updates": len(runs) * int(tr_cfg.updates),
         "training_generations": t["generations"],
-        "training_tokens": t["prompt_tokens"] + t["completion_tokens"],
+        "training_tokens": t["prompt_tokens"] + t["completion_tokens"]
     }
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #4cd5a6a6
 # the kit's statistics (nbs/evaluation/05b_stats)
-from mad_study.stats import (
-    compare_methods,
-    family_gaps,
-    family_words,
-    gap_interval_text,
-    item_means,
-)
+from .stats import (compare_methods, family_gaps, family_words, gap_interval_text,
+                             item_means)
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #e81b8488
-def compare_families(
-    results: pd.DataFrame,
-    families: Mapping[str, Sequence[str]],
-    by: str | Sequence[str] = "task",
-    correction: str = "holm",
-    level: float = 0.95,
-    seed: int = 0,
-) -> pd.DataFrame:
+def compare_families(results: pd.DataFrame, families: Mapping[str, Sequence[str]],
+                     by: str | Sequence[str] = "task", correction: str = "holm",
+                     level: float = 0.95, seed: int = 0) -> pd.DataFrame:
     """RUMAD Tables 2-4 (Sec. 4.2-4.4) with the kit's statistics standard: per group of `by`, each
     method of `families[reference]` against its `reference` (`compare_methods`, paired by item, its
     raw p), then one family over every accuracy comparison of the table (`family_gaps`: Holm 1979,
@@ -574,16 +484,14 @@ def compare_families(
             meths = [m for m in meths if m in set(g["method"])]
             if ref not in set(g["method"]) or not meths:
                 continue
-            t, _ = compare_methods(
-                g, ref, meths, inference=Inference(level=level, seed=seed, correction="none")
-            )
+            t, _ = compare_methods(g, ref, meths, inference=Inference(level=level, seed=seed,
+                                                                      correction="none"))
             parts.append(t.assign(reference=ref, **dict(zip(by, key))))
     if not parts:
         raise ConfigError("no family found in the results", key="families", value=list(families))
     out = pd.concat(parts, ignore_index=True)
     out = out[~((out["method"] == out["reference"]) & out.duplicated(by + ["method"]))].reset_index(
-        drop=True
-    )
+        drop=True)
     cmp = out["method"] != out["reference"]
     out["pvalue"] = out["pvalue"].where(cmp)
     out["p_raw"] = out["pvalue"]
@@ -594,18 +502,15 @@ def compare_families(
 
     out = family_gaps(out, pair, correction, level, seed=seed)
     if "token_change" in out:
-        out["tokens_distinguishable"] = (
-            ((out["token_change_low"] > 0) | (out["token_change_high"] < 0))
-            .astype(object)
-            .where(cmp, None)
-        )
+        out["tokens_distinguishable"] = (((out["token_change_low"] > 0) |
+                                          (out["token_change_high"] < 0)).astype(object).where(
+                                              cmp, None))
     out.attrs.update(by=by, correction=correction, level=level, n_comparisons=int(cmp.sum()))
     return out[by + ["reference"] + [c for c in out if c not in by + ["reference"]]]
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #73090282
-def families_caption(
-    table: pd.DataFrame, highlight: Sequence[str] = (), unit: str = "items"
-) -> str:
+def families_caption(table: pd.DataFrame, highlight: Sequence[str] = (),
+                     unit: str = "items") -> str:
     """The caption sentence of a `compare_families` table (RUMAD Tables 2-4, the kit's caption
     standard): distinct items per group, resampled unit, tests, the correction over the table's
     comparisons."""
@@ -619,8 +524,7 @@ def families_caption(
         f"test inverted over {unit} (answers of an item averaged first): McNemar's score test with Tango's score interval "
         f"for one 0/1 answer per item, else the paired t-test and its t-interval; {a.get('correction')} correction over "
         f"the table's {a.get('n_comparisons', len(cmp))} accuracy comparisons, one family with its intervals "
-        f"('distinguishable' follows the adjusted test; token intervals 95%, unadjusted)"
-    )
+        f"('distinguishable' follows the adjusted test; token intervals 95%, unadjusted)")
     parts = []
     for r in cmp[cmp["method"].isin(highlight)].to_dict("records"):
         g = ", ".join(str(r[b]) for b in by)
@@ -631,26 +535,16 @@ def families_caption(
         if not pd.isna(r.get("token_change", math.nan)):
             s += (
                 f", tokens {100 * r['token_change']:+.0f}% [{100 * r['token_change_low']:+.0f}, {100 * r['token_change_high']:+.0f}]"
-                f" ({'distinguishable' if r['tokens_distinguishable'] else 'not distinguishable'})"
-            )
+                f" ({'distinguishable' if r['tokens_distinguishable'] else 'not distinguishable'})")
         parts.append(s)
     rest = cmp[~cmp["method"].isin(highlight)]
     dist = rest[rest["distinguishable"].astype(bool)]
     tail = (
-        f"Other comparisons: {len(dist)} of {len(rest)} accuracy differences distinguishable"
-        + (
-            " ("
-            + "; ".join(
-                f"{', '.join(str(r[b]) for b in by)}: {r['method']} vs {r['reference']} {100 * r['diff']:+.1f} "
-                f"{gap_interval_text(r)}"
-                for r in dist.to_dict("records")
-            )
-            + ")"
-            if len(dist)
-            else ""
-        )
-        + "; intervals in the diff_* columns; per-item results beside the table."
-        if len(rest)
-        else ""
-    )
+        f"Other comparisons: {len(dist)} of {len(rest)} accuracy differences distinguishable" +
+        (" (" + "; ".join(
+            f"{', '.join(str(r[b]) for b in by)}: {r['method']} vs {r['reference']} {100 * r['diff']:+.1f} "
+            f"{gap_interval_text(r)}"
+            for r in dist.to_dict("records")) + ")" if len(dist) else "") +
+        "; intervals in the diff_* columns; per-item results beside the table."
+        if len(rest) else "")
     return (head + ". " + ("; ".join(parts) + ". " if parts else "") + tail).strip()

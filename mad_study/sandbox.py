@@ -666,7 +666,7 @@ def _launch(spec: _LaunchSpec, out_w: int, err_w: int) -> int:
                     f"m = sys.modules[s.name] = u.module_from_spec(s)\ns.loader.exec_module(m)\nm._launcher_main({b.fileno()})"
                 )
                 proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", code],
-                                        pass_fds=(b.fileno(), ), close_fds=True,
+                                        pass_fds=(b.fileno(),), close_fds=True,
                                         stdin=subprocess.DEVNULL, start_new_session=True)
                 b.close()
                 a.settimeout(30)  # a launcher that hangs is replaced, not waited on forever
@@ -750,13 +750,13 @@ def bwrap_argv(
             "--unshare-cgroup-try", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add",
             "CAP_SETGID"
         ]
-        who = ("host-uid-nobody", )
+        who = ("host-uid-nobody",)
     else:
         a = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
         who = ("userns", "uid-nobody")
         if "--disable-userns" in _bwrap_options(bwrap):
             a += ["--disable-userns"]
-            who += ("no-nested-userns", )
+            who += ("no-nested-userns",)
     a += ["--hostname", "sandbox", "--die-with-parent", "--new-session", "--clearenv"]
     if seccomp_fd is not None:
         a += ["--seccomp", str(seccomp_fd)]
@@ -804,9 +804,9 @@ def bwrap_argv(
         a += ["--setenv", k, v]
     layers = (("bwrap", "pidns", "netns", "ipcns", "utsns", "mountns") + who
               + ("no-capabilities", "ro-root", "ro-dev", "ro-python-only", "tmpfs:/tmp") + (
-                  ("tmp-file-limit", ) if stage else
+                  ("tmp-file-limit",) if stage else
                   ()) + ("own-proc", "clearenv", "die-with-parent", "new-session") + (
-                      ("seccomp", ) if seccomp_fd is not None else ()))
+                      ("seccomp",) if seccomp_fd is not None else ()))
     return a + ["--", exe], layers
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #d56a7c5a
@@ -869,7 +869,7 @@ def _limits(memory_mb: int, cpu_seconds: int, fsize_mb: int, nproc: int | None) 
     lim = {
         "RLIMIT_AS": (mem, mem),
         "RLIMIT_CPU": (int(cpu_seconds), int(cpu_seconds) + 1),
-        "RLIMIT_FSIZE": (int(fsize_mb) * 2**20, ) * 2,
+        "RLIMIT_FSIZE": (int(fsize_mb) * 2**20,) * 2,
         "RLIMIT_NOFILE": (64, 64),
         "RLIMIT_CORE": (0, 0)
     }
@@ -1233,10 +1233,10 @@ def _execute(code: str, spec: _RunSpec) -> SandboxResult:
     the launcher starts bwrap; otherwise `subprocess` does (vfork: no copy of this process's
     memory map)."""
     mode, variant, limits = spec.mode, spec.variant, spec.rlimits
-    layers = (("rlimits", ) + (("nproc", ) if "RLIMIT_NPROC" in limits else
-                               ()) + ("timeout", "bounded-output") + (
-                                   ("audit-hook", ) if spec.guard else
-                                   ()) + (("own-keyring", ) if _NR_KEYCTL else ()))
+    layers = (("rlimits",) + (("nproc",) if "RLIMIT_NPROC" in limits else
+                              ()) + ("timeout", "bounded-output") + (
+                                  ("audit-hook",) if spec.guard else
+                                  ()) + (("own-keyring",) if _NR_KEYCTL else ()))
     t0 = time.monotonic()
     try:
         program = code.encode("utf-8")
@@ -1252,10 +1252,10 @@ def _execute(code: str, spec: _RunSpec) -> SandboxResult:
         fds.append(mark_w)  # the runner writes here before the program runs
         if _cgroup_home() is not None and mode == "bwrap":
             cg = SandboxCgroup((limits["RLIMIT_AS"][0] + (int(spec.limits.disk_mb) + 16) * 2**20),
-                               limits.get("RLIMIT_NPROC", (64, ))[0] + 3)
+                               limits.get("RLIMIT_NPROC", (64,))[0] + 3)
             layers += ("cgroup-memory", "cgroup-pids")
         elif mode == "bwrap":  # no cgroup: the kit reads the sandbox's memory itself
-            layers += ("memory-watch", )
+            layers += ("memory-watch",)
         # the fallback: the cgroup's pids.max is the
         if drop and cg is not None and "RLIMIT_NPROC" in limits:
             # sandbox's own, host nobody's count is not

@@ -452,7 +452,7 @@ def generate(self: OpenAIBackend, requests: list[GenRequest]) -> list[Generation
 
     n_workers = min(len(requests), self.concurrency * len(self.base_urls))
     threads = [
-        threading.Thread(target=work, args=(w, ), daemon=True, name=f"openai-{w}")
+        threading.Thread(target=work, args=(w,), daemon=True, name=f"openai-{w}")
         for w in range(n_workers)
     ]
     for t in threads:

@@ -128,46 +128,46 @@ MECHANISMS = {
                          does="keep one's own answer, more often when it is right",
                          paper="MADC (reversal), UMAD (flip ratio)",
                          neutral=dict(stubborn_correct=0.0, stubborn_wrong=0.0)),
-    "conformity": dict(fields=("conformity", ), round0=False, does="adopt one of the answers shown",
+    "conformity": dict(fields=("conformity",), round0=False, does="adopt one of the answers shown",
                        paper="Du et al. (debate gain), MADC, UMAD", neutral=dict(conformity=0.0)),
     "recency": dict(
-        fields=("recency", ), round0=False,
+        fields=("recency",), round0=False,
         does="weight the j-th of m shown answers by exp(recency * j / (m - 1)) when adopting",
         paper="MADC (position effect, Truth Last)", neutral=dict(recency=0.0)),
     "recognition": dict(
-        fields=("recognition", ), round0=False,
+        fields=("recognition",), round0=False,
         does="re-solving with the correct answer shown: P(solve) + recognition * (1 - P(solve))",
         paper="Du et al., Meta-Debate (truth-favouring persuasion)", neutral=dict(recognition=0.0)),
     "persuasion": dict(
-        fields=("persuasion", ), round0=False, does=
+        fields=("persuasion",), round0=False, does=
         "not keeping one's answer, adopt the correct shown answer with P = persuasion (before conformity)",
         paper="Du et al. Sec. 3 (debate gain beyond the vote), MADC (MAD - Self-Consistency)",
         neutral=dict(persuasion=0.0)),
-    "tier_trust": dict(fields=("tier_trust", ), round0=False,
+    "tier_trust": dict(fields=("tier_trust",), round0=False,
                        does="weight [Critical] e^(2t), [Reference] e^t shown answers when adopting",
                        paper="RUMAD Eq. 5 / Table 8", neutral=dict(tier_trust=0.0)),
     "context_harm": dict(
-        fields=("context_decay", ), round0=True,
+        fields=("context_decay",), round0=True,
         does="a turn with n prompt tokens is a uniform guess with P = 1 - exp(-c n / 1000)",
         paper="RUMAD Table 2 (dense MAD below sparse)", neutral=dict(context_decay=0.0)),
-    "debate_noise": dict(fields=("debate_noise", ), round0=False,
+    "debate_noise": dict(fields=("debate_noise",), round0=False,
                          does="a debate turn is a uniform guess with P = debate_noise",
                          paper="UMAD Sec. 3.2 (aleatoric cost of debate)",
                          neutral=dict(debate_noise=0.0)),
-    "context_entropy": dict(fields=("context_entropy", ), round0=False,
+    "context_entropy": dict(fields=("context_entropy",), round0=False,
                             does="a debate turn's token entropy x exp(e n / 1000)",
                             paper="UMAD Fig. 1", neutral=dict(context_entropy=0.0)),
     "signals": dict(fields=("signal_strength", "signal_inversion"), round0=True,
                     does="log-prob / confidence separate right from wrong (inverted on hard items)",
                     paper="SVR-MAD (posterior over priors), UMAD (token entropy)",
                     neutral=dict(signal_strength=0.0, signal_inversion=0.0)),
-    "parse_fail": dict(fields=("parse_fail", ), round0=True,
+    "parse_fail": dict(fields=("parse_fail",), round0=True,
                        does="a turn gives no parsable final answer",
                        paper="all (answers the parsers cannot read)", neutral=dict(parse_fail=0.0))
 }
 
 # %% ../nbs/backends/03b_sim.ipynb #w0rld003
-SIM_PARAM_KEYS = ("sim_off", )  # params every experiment accepts for its sim models (20_reproduce)
+SIM_PARAM_KEYS = ("sim_off",)  # params every experiment accepts for its sim models (20_reproduce)
 
 
 def check_off(off, key: str = "sim_off", where: str | None = None) -> tuple[str, ...]:
@@ -175,7 +175,7 @@ def check_off(off, key: str = "sim_off", where: str | None = None) -> tuple[str,
     if off is None:
         return ()
     if isinstance(off, str):
-        off = (off, )
+        off = (off,)
     if not isinstance(off, (list, tuple, set, frozenset)):
         raise ConfigError("must be a list of mechanism names", where=where, key=key, value=off)
     for m in off:

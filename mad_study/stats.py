@@ -37,7 +37,7 @@ def bootstrap_ci(values: Sequence[float], statistic=np.mean, level: float = 0.95
     if np.all(x == x[0]):
         v = float(statistic(x))
         return (v, v)
-    res = stats.bootstrap((x, ), statistic, confidence_level=level, n_resamples=n_resamples,
+    res = stats.bootstrap((x,), statistic, confidence_level=level, n_resamples=n_resamples,
                           method="percentile", random_state=np.random.default_rng(seed),
                           vectorized=False)
     return (float(res.confidence_interval.low), float(res.confidence_interval.high))
@@ -191,7 +191,7 @@ def _signflip_p(d: np.ndarray, alternative: str = "two-sided", seed: int = 0) ->
         return one if (d[0] > 0) == (alternative == "greater") else 1.0
     if alternative == "two-sided" and abs(d.mean()) <= 1e-12 * np.abs(d).max():
         return 1.0
-    r = stats.permutation_test((d, ), np.mean, permutation_type="samples", alternative=alternative,
+    r = stats.permutation_test((d,), np.mean, permutation_type="samples", alternative=alternative,
                                vectorized=True, n_resamples=2**16,
                                random_state=np.random.default_rng(seed))
     return float(r.pvalue)

@@ -422,7 +422,7 @@ def run_challenges(pairs: Sequence[tuple[str, int, str, str]], pre: pd.DataFrame
             "agent": s,
             "text": sr["text"]
         }, repeat=rep, **kw)
-        slot = TurnSlot(items[iid], r, rr["model"], "receiver", sample=int(k), peers=(s, ))
+        slot = TurnSlot(items[iid], r, rr["model"], "receiver", sample=int(k), peers=(s,))
         jobs.append((slot, req))
         keys.append(((iid, k, r, s, rep), rr))
     gens = generate_turns(backends, jobs)  # one batch per model, counts checked

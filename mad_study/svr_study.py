@@ -304,7 +304,7 @@ def tab1_comparison(items: pd.DataFrame, reference: str = "SVR-MAD",
     groups = items.groupby(by, sort=False) if by else [((), items)]
     rows, omni, means = [], {}, {}
     for key, sub in groups:
-        key = key if isinstance(key, tuple) else (key, )
+        key = key if isinstance(key, tuple) else (key,)
         means[key] = item_means(sub).dropna()
         r, omni[" / ".join(map(str, key))] = _tab1_rows(sub, reference, level, n_resamples, seed)
         rows += [{**dict(zip(by, key)), **x} for x in r]

@@ -221,7 +221,7 @@ def _decomposition_row(key: tuple, g: pd.DataFrame, keys: list, fmt: str | None,
 
 # %% ../nbs/papers/umad/10_umad.ipynb #de0f7aad
 def decomposition_table(transcript: pd.DataFrame, fmt: str | None = None, base: float = math.e,
-                        by: Sequence[str] = ("config", ), unparsed: str = "drop") -> pd.DataFrame:
+                        by: Sequence[str] = ("config",), unparsed: str = "drop") -> pd.DataFrame:
     """UMAD Alg. 1 per item and turn: TU, Sys-EU and Sys-AU from each agent's K trajectory-level
     samples (App. C.1), with accuracies, parse failures and the finite-K EU floor."""
     from mad_study.core import check_unique_turns
@@ -244,7 +244,7 @@ def decomposition_table(transcript: pd.DataFrame, fmt: str | None = None, base: 
     return pd.DataFrame(rows)
 
 # %% ../nbs/papers/umad/10_umad.ipynb #d966a3b6
-def decomposition_summary(table: pd.DataFrame, by: Sequence[str] = ("config", )) -> pd.DataFrame:
+def decomposition_summary(table: pd.DataFrame, by: Sequence[str] = ("config",)) -> pd.DataFrame:
     """Mean over items of TU, Sys-EU, Sys-AU, the accuracies, the parse-failure shares and the EU
     floor, per configuration and turn (Fig. 2)."""
     # the kit's convention: experiment, method, then `by`
@@ -271,7 +271,7 @@ def classify_trajectory(acc_first: float, acc_last: float, band: float = 0.02) -
 
 # %% ../nbs/papers/umad/10_umad.ipynb #a7e8633a
 def classify_configs(summary: pd.DataFrame, band: float = 0.02,
-                     by: Sequence[str] = ("config", )) -> pd.DataFrame:
+                     by: Sequence[str] = ("config",)) -> pd.DataFrame:
     "Per configuration: accuracy, Sys-EU and Sys-AU at the first and last turn, Δ accuracy and its class (`classify_trajectory`). (UMAD Fig. 2 / Fig. 6: success / neutral / fail configurations.)"
     # the kit's convention: experiment, method, then `by`
     by = pool_keys(summary, [b for b in by if b in summary.columns])
@@ -295,7 +295,7 @@ def classify_configs(summary: pd.DataFrame, band: float = 0.02,
 
 # %% ../nbs/papers/umad/10_umad.ipynb #3519168b
 def trajectory_classes(table: pd.DataFrame, band: float = 0.02,
-                       by: Sequence[str] = ("config", )) -> pd.DataFrame:
+                       by: Sequence[str] = ("config",)) -> pd.DataFrame:
     "The same rule per item (its K threads, both agents): one row per configuration and item with Δ accuracy and class. (UMAD Fig. 2 / Fig. 6: success / neutral / fail trajectories.)"
     # the kit's convention: experiment, method, then `by`
     by = pool_keys(table, [b for b in by if b in table.columns])
@@ -347,12 +347,12 @@ def zeroshot_summary(seed_acc: pd.DataFrame, tasks: Sequence[str] | None = None)
     return out
 
 # %% ../nbs/papers/umad/10_umad.ipynb #7b26eb13
-def parse_failures_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ("setting", )) -> dict:
+def parse_failures_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ("setting",)) -> dict:
     "Share of responses whose answer did not parse, per (by..., turn T = round + 1): the kit's column of every results table."
     by = [b for b in by if b in transcript.columns]
     t = transcript.assign(turn=transcript["round"].astype(int) + 1)
     return {
-        (k if isinstance(k, tuple) else (k, )): parse_failure_rate(g.tolist())
+        (k if isinstance(k, tuple) else (k,)): parse_failure_rate(g.tolist())
         for k, g in t.groupby([*by, "turn"], sort=False)["answer"]
     }
 
@@ -393,7 +393,7 @@ def token_entropy_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ()) -> p
     rows = []
     t = transcript.assign(turn=transcript["round"].astype(int) + 1)
     for key, g in t.groupby([*by, "turn"], sort=True):
-        key = key if isinstance(key, tuple) else (key, )
+        key = key if isinstance(key, tuple) else (key,)
         k, n = int(g["correct"].astype(bool).sum()), len(g)
         lo, hi, how = clustered_accuracy_ci(g["correct"].astype(bool).tolist(),
                                             g["item_id"].tolist())

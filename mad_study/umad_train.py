@@ -757,7 +757,7 @@ def checkpoint_spec(name: str, agent: str = "a0", root: str | Path | None = None
     base = get_model(info["base_model"])
     return ModelSpec(f"{CHECKPOINT_PREFIX}{name}/{agent}", "hf",
                      str(checkpoint_dir(name, root) / info["folder"]), revision=meta["fingerprint"],
-                     params_b=base.params_b, context_len=base.context_len, papers=("umad", ),
+                     params_b=base.params_b, context_len=base.context_len, papers=("umad",),
                      notes=f"UMAD training ({meta['variant']}, step {meta['step']}) of {base.name}",
                      chat_template_kwargs=dict(base.chat_template_kwargs))
 
@@ -893,8 +893,8 @@ def fig3_summary(transcript: pd.DataFrame) -> pd.DataFrame:
         raise ConfigError("Fig. 3 is one setting on one task", key="setting",
                           value=sorted(set(t["setting"])))
     return decomposition_summary(
-        decomposition_table(t.assign(config=t["variant"].map(FIG3_PANELS)), by=("config", )),
-        by=("config", ))
+        decomposition_table(t.assign(config=t["variant"].map(FIG3_PANELS)), by=("config",)),
+        by=("config",))
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #aa4166b6
 def plot_fig3(summary: pd.DataFrame, title: str = ""):

@@ -42,7 +42,7 @@ def group_rows(df: pd.DataFrame, by: Sequence[str],
     gb = df.groupby(by, sort=False, dropna=dropna)
     keys = gb.size().index.tolist()
     if len(by) == 1:
-        keys = [(k, ) for k in keys]
+        keys = [(k,) for k in keys]
     codes = gb.ngroup().to_numpy(dtype=float)  # NaN: a row whose key has a missing value (dropna)
     pos = np.flatnonzero(~np.isnan(codes))
     c = codes[pos].astype(np.int64)
