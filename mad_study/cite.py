@@ -394,9 +394,10 @@ KIT_OWN |= {
     ("with_defaults", "entropy_rows", "is_missing", "check_unparsed"), "stats":
     ("comparison_caption", "condition_labels", "item_means", "per_item_results", "simulate_paired",
      "tokens_per_thread"), "madc": ("shared_round0", "strategy_label"), "meta_debate":
-    ("CriteriaCache", "items_modality", "role_title"), "protocols": ("ScriptedBackend", ), "roles":
-    ("PotAnswer", "PotTurn", "RoleSimBackend", "answer_instruction", "first_json_object",
-     "literal_object", "loose_answer", "question_parts", "resolve_assignment", "fill_placeholders",
+    ("CriteriaCache", "items_modality",
+     "role_title"), "protocols": ("ScriptedBackend", ), "role_sim": ("RoleSimBackend", ), "roles":
+    ("PotAnswer", "PotTurn", "answer_instruction", "first_json_object", "literal_object",
+     "loose_answer", "question_parts", "resolve_assignment", "fill_placeholders",
      "pot_answer_hint"), "rumad": ("Embedder", "checkpoint_mismatch", "fixed_family",
                                    "fixed_policy", "load_controller", "one_thread",
                                    "rumad_checkpoint", "save_controller", "training_meta"), "umad":
