@@ -375,7 +375,7 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
         m: ("*", )
         for m in ("answers", "backends", "cache", "checkpoints", "cite", "data", "hf", "interface", "prompts", "registry", "report", "figcheck", "reproduce", "sandbox", "serving", "sim", "twins", "vision", "doctor")
     }, "core":
-    ("Inference", "Sampling", "deprecated_names", "fold_keywords", "ConfigError", "GenRequest",
+    ("Inference", "Sampling", "fold_keywords", "ConfigError", "GenRequest",
      "Generation", "Item", "atomic_path", "atomic_write_text", "cache_home", "derive_seed",
      "describe_transcript", "figures_dir", "image_hash", "image_path", "images_dir",
      "is_image_hash", "load_image", "load_transcript", "params_dir", "params_dirs", "kit_path",
