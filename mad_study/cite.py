@@ -375,12 +375,12 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
         m: ("*", )
         for m in ("answers", "backends", "cache", "checkpoints", "cite", "data", "hf", "interface", "prompts", "registry", "report", "figcheck", "reproduce", "sandbox", "serving", "sim", "twins", "vision", "doctor")
     }, "core":
-    ("Inference", "Sampling", "fold_keywords", "ConfigError", "GenRequest",
-     "Generation", "Item", "atomic_path", "atomic_write_text", "cache_home", "derive_seed",
-     "describe_transcript", "figures_dir", "image_hash", "image_path", "images_dir",
-     "is_image_hash", "load_image", "load_transcript", "params_dir", "params_dirs", "kit_path",
-     "kit_sources_note", "project_root", "put_image", "rng_for", "runs_dir", "save_transcript",
-     "transcript_frame", "check_unique_turns", "pool_keys", "git_commit", "clip_line"), "debate":
+    ("Inference", "Sampling", "fold_keywords", "ConfigError", "GenRequest", "Generation", "Item",
+     "atomic_path", "atomic_write_text", "cache_home", "derive_seed", "describe_transcript",
+     "figures_dir", "image_hash", "image_path", "images_dir", "is_image_hash", "load_image",
+     "load_transcript", "params_dir", "params_dirs", "kit_path", "kit_sources_note", "project_root",
+     "put_image", "rng_for", "runs_dir", "save_transcript", "transcript_frame",
+     "check_unique_turns", "pool_keys", "git_commit", "clip_line"), "debate":
     ("Agent", "RoundContext", "RoundPlan", "Turn", "TurnSlot", "make_agents", "register_protocol",
      "transcript_row", "turn_rows", "generate_turns", "slot_name")
 }

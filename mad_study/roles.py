@@ -16,8 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
-from .core import (ConfigError, GenRequest, Item, Sampling, fold_keywords, takes_sampling,
-                            derive_seed, transcript_frame)
+from .core import (ConfigError, GenRequest, Item, Sampling, derive_seed, transcript_frame)
 from .answers import extract_answer, is_correct
 from .data import LETTERS  # option letters, one definition (02_data)
 from .voting import majority_vote
@@ -393,7 +392,6 @@ def _mad_outcomes(st: dict) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 # %% ../nbs/engine/04c_roles.ipynb #791a357e
-@takes_sampling
 def run_mad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str, Any], *,
             max_rounds: int = 3, sampling: Sampling = Sampling(max_new_tokens=1024),
             experiment: str = "mad",
@@ -693,10 +691,6 @@ def _dmad_outcomes(tr: pd.DataFrame, st: dict, rounds: int, seed: int) -> pd.Dat
     return pd.DataFrame(out)
 
 # %% ../nbs/engine/04c_roles.ipynb #3432d81d
-@fold_keywords(
-    "pot",
-    aliases={"pot_timeout": "timeout", "pot_memory_mb": "memory_mb", "pot_isolation": "isolation"})
-@takes_sampling
 def run_dmad(
     items: Sequence[Item], assignment: Assignment, backends: Mapping[str, Any], *, rounds: int = 3,
     sampling: Sampling = Sampling(max_new_tokens=1024), experiment: str = "dmad",
