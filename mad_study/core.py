@@ -10,7 +10,6 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
-import importlib
 import inspect
 import json
 import operator
@@ -31,10 +30,9 @@ __all__ = ['SOURCE_DIRS', 'PROJECT_OUTPUTS', 'ANSWER_FORMATS', 'SAMPLING_FIELDS'
            'TRANSCRIPT_SCHEMA', 'TRANSCRIPT_COLUMNS', 'CONDITION_KEYS', 'TURN_KEYS', 'project_root', 'runs_dir',
            'figures_dir', 'params_dirs', 'params_dir', 'kit_path', 'kit_sources_note', 'cache_home', 'git_commit',
            'ConfigError', 'clip_line', 'derive_seed', 'rng_for', 'is_image_hash', 'Item', 'GenRequest', 'Sampling',
-           'fold_keywords', 'deprecated_names', 'Inference', 'Generation', 'signals_from_logprobs',
-           'describe_transcript', 'transcript_frame', 'atomic_path', 'atomic_write_text', 'save_transcript',
-           'load_transcript', 'pool_keys', 'check_unique_turns', 'images_dir', 'image_hash', 'image_path', 'put_image',
-           'load_image']
+           'fold_keywords', 'Inference', 'Generation', 'signals_from_logprobs', 'describe_transcript',
+           'transcript_frame', 'atomic_path', 'atomic_write_text', 'save_transcript', 'load_transcript', 'pool_keys',
+           'check_unique_turns', 'images_dir', 'image_hash', 'image_path', 'put_image', 'load_image']
 
 # %% ../nbs/core/00_core.ipynb #19cccb81
 def _kit_checkout(start: Path | None = None) -> Path | None:
@@ -344,20 +342,6 @@ def fold_keywords(param: str = "sampling", aliases: Mapping[str, str] | None = N
 
 
 takes_sampling = fold_keywords("sampling")
-
-# %% ../nbs/core/00_core.ipynb #5edc1698
-def deprecated_names(module: str, names: Mapping[str, str]):
-    "A module `__getattr__`: old name -> 'package.module.new_name', warning for one release (the kit's own)."
-    def __getattr__(name: str):
-        if name not in names:
-            raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        mod, _, attr = names[name].rpartition(".")
-        warnings.warn(
-            f"{module}.{name} is now {names[name]}; the old name goes in the next release",
-            DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(mod), attr)
-
-    return __getattr__
 
 # %% ../nbs/core/00_core.ipynb #79be6816
 @dataclass(frozen=True)

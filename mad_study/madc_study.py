@@ -18,8 +18,8 @@ from .registry import QUESTION_TOKENS, planner
 from .stats import family_words, n_for_power, resolvable_effect
 
 # %% auto #0
-__all__ = ['TASK_LABELS', 'plan_fig1', 'plan_fig3_5', 'plan_madc_tab1', 'plan_fig7', 'plan_tab2_5', 'plan_fig8', 'plan_fig9',
-           'tlabel', 'resolved', 'power_txt', 'tl_verdict']
+__all__ = ['TASK_LABELS', 'plan_fig1', 'plan_fig3_5', 'plan_tab1', 'plan_fig7', 'plan_tab2_5', 'plan_fig8', 'plan_fig9', 'tlabel',
+           'resolved', 'power_txt', 'tl_verdict']
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #ed49da25
 # the fixed part of an opening prompt (MADC's instructions); the question itself is QUESTION_TOKENS
@@ -81,7 +81,7 @@ def plan_fig3_5(p: Mapping) -> dict:
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #a4bd1070
 @planner("madc_tab1")
-def plan_madc_tab1(p: Mapping) -> dict:
+def plan_tab1(p: Mapping) -> dict:
     "madc_tab1: MAD (Fixed), MAD+Truth Last, MAD+MADC; Single CoT and Self-Consistency reuse round 0."
     return _debate_plan(p, 3, int(p.get("debate_rounds") or 1))
 

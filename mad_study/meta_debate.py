@@ -16,8 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .core import (ConfigError, Item, Sampling, atomic_write_text, derive_seed,
-                            fold_keywords, rng_for, takes_sampling)
+from .core import (ConfigError, Item, Sampling, atomic_write_text, derive_seed, rng_for)
 
 # %% auto #0
 __all__ = ['FRAMEWORKS', 'MODALITIES', 'SCORE_MIN', 'SCORE_MAX', 'MAX_REVIEW_CHARS', 'MAX_REVIEW_OBJECTS', 'TIE_ATOL',
@@ -418,7 +417,6 @@ class CriteriaCache:
             atomic_write_text(self.path, json.dumps(self.data, indent=1, ensure_ascii=False))
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #070048d8
-@takes_sampling
 def generate_criteria(framework: str, task: str, examples: Sequence[Item], model: str,
                       backends: Mapping[str, Any], cache: CriteriaCache | None = None,
                       data: str | None = None, sampling: Sampling = Sampling()) -> dict[str, dict]:
@@ -623,9 +621,6 @@ def _review(items, stage, crit, props, chosen, run: _MetaRun) -> list[dict]:
     return rows
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #4ba6c780
-@fold_keywords("pot", aliases={"pot_timeout": "timeout", "pot_memory_mb": "memory_mb"})
-@fold_keywords("options")
-@takes_sampling
 def meta_debate(
     items: Sequence[Item], framework: str, models: Sequence[str], backends: Mapping[str, Any],
     criteria: Mapping[str, Sequence[tuple[str, str]]] | None = None, *,

@@ -15,7 +15,7 @@ from .meta_debate import framework_roles
 from .registry import planner
 
 # %% auto #0
-__all__ = ['GAP_COLUMNS', 'plan_meta_tab1', 'plan_tab2', 'plan_examples', 'paired_gaps', 'gap_text', 'gaps_caption', 'blind_twin']
+__all__ = ['GAP_COLUMNS', 'plan_tab1', 'plan_tab2', 'plan_examples', 'paired_gaps', 'gap_text', 'gaps_caption', 'blind_twin']
 
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #21bb2384
 def _plan(p: Mapping, single: bool, uniform: bool, random_: bool, meta: bool) -> dict:
@@ -53,7 +53,7 @@ def _plan(p: Mapping, single: bool, uniform: bool, random_: bool, meta: bool) ->
 
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #3a949b4d
 @planner("meta_tab1")
-def plan_meta_tab1(p: Mapping) -> dict:
+def plan_tab1(p: Mapping) -> dict:
     "meta_tab1: single agent per model; MAD and DMAD with one model in every role, per model."
     return _plan(p, single=True, uniform=True, random_=False, meta=False)
 

@@ -255,10 +255,15 @@ def save_transcript(self: Study, tr: pd.DataFrame, name: str) -> Path:
 # %% ../nbs/study/06_report.ipynb #fefa0ff2
 @patch
 def debate(self: Study, name: str, items: Sequence[Item], agents, **kw) -> pd.DataFrame:
-    "Run `mad_study.debate.run_debate` with this study's backends and seed; save the transcript as `name`."
+    "Run `mad_study.debate.run_debate` with this study's backends and seed (run_debate's sampling with the study's seed, unless `sampling` is given); save the transcript as `name`."
+    import inspect
+
     from mad_study.debate import run_debate
 
-    kw.setdefault("seed", self.seed)
+    if "sampling" not in kw:
+        # run_debate's own sampling, with this study's seed
+        kw["sampling"] = inspect.signature(run_debate).parameters["sampling"].default.replace(
+            seed=self.seed)
     kw.setdefault("experiment", self.experiment)
     tr = run_debate(items, agents, self.backends(sorted({a.model for a in agents})), **kw)
     self.save_transcript(tr, name)

@@ -14,30 +14,24 @@ import tokenize
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
 import pandas as pd
 
-from .core import (ConfigError, GenRequest, Generation, Item, Sampling, fold_keywords,
-                            takes_sampling, derive_seed, rng_for, transcript_frame)
+from .core import (ConfigError, GenRequest, Item, Sampling, derive_seed, transcript_frame)
 from .answers import extract_answer, is_correct
 from .data import LETTERS  # option letters, one definition (02_data)
 from .voting import majority_vote
 from .debate import TurnSlot, generate_turns, transcript_row
 from .prompts import data_block
 from .sandbox import SandboxLimits, run_program
-from .sim import (SimBackend, read_final_answers, logit, SLOTS, turn_uniforms, sigmoid,
-                           item_difficulty as _difficulty)
-from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['MAD_ROLES', 'MAD_PROMPTS', 'ROUND_WORDS', 'VERDICT_STATUSES', 'MAX_VERDICT_CHARS', 'MAX_JSON_STARTS',
            'MAX_LITERAL_CHARS', 'Assignment', 'DMAD_ROLES', 'DMAD_METHOD_NAMES', 'DMAD_PROMPTS', 'DMAD_VISION_ROLES',
-           'DMAD_TWO_STEP', 'DMAD_VISION_PROMPTS', 'POT_SHOWN', 'ROLE_SIM_KEYS', 'SIM_AUX', 'SIM_CRITERIA',
-           'question_parts', 'answer_instruction', 'question_block', 'loose_answer', 'fill_placeholders', 'mad_topic',
-           'Verdict', 'literal_object', 'first_json_object', 'parse_verdict', 'resolve_assignment', 'run_mad',
-           'pot_answer_hint', 'dmad_opening', 'dmad_debate_message', 'dmad_roles', 'dmad_vision_message',
-           'extract_program', 'PotAnswer', 'pot_answer', 'PotTurn', 'pot_turn', 'PotSettings', 'run_dmad',
-           'RoleSimBackend']
+           'DMAD_TWO_STEP', 'DMAD_VISION_PROMPTS', 'POT_SHOWN', 'question_parts', 'answer_instruction',
+           'question_block', 'loose_answer', 'fill_placeholders', 'mad_topic', 'Verdict', 'literal_object',
+           'first_json_object', 'parse_verdict', 'resolve_assignment', 'run_mad', 'pot_answer_hint', 'dmad_opening',
+           'dmad_debate_message', 'dmad_roles', 'dmad_vision_message', 'extract_program', 'PotAnswer', 'pot_answer',
+           'PotTurn', 'pot_turn', 'PotSettings', 'run_dmad']
 
 # %% ../nbs/engine/04c_roles.ipynb #5d932869
 def question_parts(item: Item) -> tuple[str, str]:
@@ -398,7 +392,6 @@ def _mad_outcomes(st: dict) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 # %% ../nbs/engine/04c_roles.ipynb #791a357e
-@takes_sampling
 def run_mad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str, Any], *,
             max_rounds: int = 3, sampling: Sampling = Sampling(max_new_tokens=1024),
             experiment: str = "mad",
@@ -693,13 +686,6 @@ def _dmad_outcomes(tr: pd.DataFrame, st: dict, rounds: int, seed: int) -> pd.Dat
     return pd.DataFrame(out)
 
 # %% ../nbs/engine/04c_roles.ipynb #3432d81d
-@fold_keywords(
-    "pot", aliases={
-        "pot_timeout": "timeout",
-        "pot_memory_mb": "memory_mb",
-        "pot_isolation": "isolation"
-    })
-@takes_sampling
 def run_dmad(
     items: Sequence[Item], assignment: Assignment, backends: Mapping[str, Any], *, rounds: int = 3,
     sampling: Sampling = Sampling(max_new_tokens=1024), experiment: str = "dmad",
@@ -730,188 +716,3 @@ def run_dmad(
                 run.pot_log, columns=[
                     "item_id", "round", "model", "status", "answer", "fallback", "output", "sandbox"
                 ]))
-
-# %% ../nbs/engine/04c_roles.ipynb #55e27bea
-ROLE_SIM_KEYS = ("role_skill", "modality_skill", "role_item_sd", "role_consistency", "decisiveness",
-                 "verdict_fail", "review_skill", "review_noise", "review_fail")
-
-# %% ../nbs/engine/04c_roles.ipynb #bde1347a
-class RoleSimBackend(SimBackend):
-    "Synthetic agents with a skill per role and per question (see above); a `SimBackend` otherwise."
-
-    kind = "sim"
-
-    def __init__(self, model_name: str = "sim", role_skill: Mapping[str, float] | None = None,
-                 role_item_sd: float = 0.0, modality_skill: Mapping[str, float] | None = None,
-                 role_consistency: float = 0.0, decisiveness: float = 0.5,
-                 verdict_fail: float = 0.0, review_skill: float = 0.8, review_noise: float = 0.5,
-                 review_fail: float = 0.0, **params):
-        super().__init__(model_name, **params)
-        self.role_skill = {str(k): float(v) for k, v in dict(role_skill or {}).items()}
-        self.modality_skill = {str(k): float(v) for k, v in dict(modality_skill or {}).items()}
-        bad = sorted(set(self.modality_skill) - {"text", "vision"})
-        if bad:
-            raise ConfigError("unknown modality", key=f"role_sim.{model_name}.modality_skill",
-                              value=bad[0], choices=("text", "vision"))
-        for k, v in [
-                *self.role_skill.items(), *self.modality_skill.items(),
-            ("decisiveness", decisiveness), ("verdict_fail", verdict_fail),
-            ("role_consistency", role_consistency), ("review_skill", review_skill),
-            ("review_fail", review_fail)
-        ]:
-            if not 0.0 <= float(v) <= 1.0:
-                raise ConfigError("must be a probability in [0, 1]",
-                                  key=f"role_sim.{model_name}.{k}", value=v)
-        self.role_item_sd, self.decisiveness, self.verdict_fail = (float(role_item_sd),
-                                                                   float(decisiveness),
-                                                                   float(verdict_fail))
-        self.role_consistency = float(role_consistency)
-        self.review_skill, self.review_noise, self.review_fail = (float(review_skill),
-                                                                  float(review_noise),
-                                                                  float(review_fail))
-        extra = json.dumps({k: getattr(self, k) for k in ROLE_SIM_KEYS}, sort_keys=True)
-        self.backend_id = f"{self.backend_id}:role:{derive_seed(extra)}"
-        self._role = None
-
-    def p_solve(self, item: Item) -> float:
-        return self.role_p(item, self._role)
-
-# %% ../nbs/engine/04c_roles.ipynb #ecce02f3
-@patch
-def role_p(self: RoleSimBackend, item: Item, role: str | None) -> float:
-    """P(correct) of this agent alone in `role` on `item`: skill from `<modality>:<role>`, else `<role>`, else the
-    modality's, else the world's skill on the item's task (`task_skill`, 03b_sim), else `skill`."""
-    base = self.modality_skill.get(item.modality,
-                                   self.agent.task_skill.get(item.task, self.agent.skill))
-    s = (self.role_skill.get(f"{item.modality}:{role}", self.role_skill.get(role, base))
-         if role else base)
-    u = (float(rng_for("role-sim", self.model_name, role, item.id).standard_normal()) *
-         self.role_item_sd if role else 0.0)
-    return sigmoid(logit(s) - float(_difficulty(item, self.agent.difficulty_sd)) + u)
-
-# %% ../nbs/engine/04c_roles.ipynb #8f665655
-@patch
-def _independent(self: RoleSimBackend, item: Item, u: Sequence[float], bonus: float = 0.0) -> str:
-    "An answer on one's own; with probability `role_consistency` (the turn's `role` uniform below it) the agent's fixed answer for (role, item)."
-    if (self._role is not None and self.role_consistency > 0 and bonus == 0.0
-            and u[SLOTS["role"].start] < self.role_consistency):
-        # the model's own fixed latent for (role, item): a property of the model, like its skill
-        u = turn_uniforms(derive_seed("role-sim-fixed", self.model_name, self._role), item.id)
-    return super(RoleSimBackend, self)._independent(item, u, bonus)
-
-# %% ../nbs/engine/04c_roles.ipynb #c5f86f10
-@patch
-def decide(self: RoleSimBackend, item: Item, own: str | None, shown: Sequence[str], u,
-           tags=None) -> str:
-    "The sim's debate turn; a Negative's first turn answers on its own (its role is to disagree, not to conform)."
-    if self._role == "negative" and own is None:
-        return self._independent(item, u)
-    return super(RoleSimBackend, self).decide(item, own, shown, u, tags)
-
-# %% ../nbs/engine/04c_roles.ipynb #6f21873f
-def _req_rng(b: SimBackend, req: GenRequest, tag: str):
-    "The request's draws for `tag` (verdict, review): keyed by (request seed, item, mechanism), never by the model's name or the prompt text (03b_sim's common random numbers)."
-    return rng_for("role-sim", tag, req.seed, req.meta["item"].id)
-
-# %% ../nbs/engine/04c_roles.ipynb #999ea1f5
-def _verdict_text(b: "RoleSimBackend", req: GenRequest, final: bool) -> str:
-    item, rng = req.meta["item"], _req_rng(b, req, "verdict")
-    users = [m["content"] for m in req.messages if m["role"] == "user"]
-    shown = [a for u in users for a in read_final_answers(u)]
-    cands = shown[-2:]
-    gold = str(item.gold)
-    if not cands:
-        ans = b._independent(item, [float(x) for x in rng.random(16)])
-    elif len(set(cands)) == 1:
-        ans = cands[0]
-    elif gold in cands:
-        ans = (gold if rng.random() < b.role_p(item, "moderator") else next(
-            c for c in cands if c != gold))
-    else:
-        ans = cands[int(rng.integers(len(cands)))]
-    side = "Affirmative" if cands and ans == cands[0] else "Negative"
-    decide = final or (len(set(cands)) == 1) or rng.random() < b.decisiveness
-    shown_ans = f"({ans})" if item.fmt == "option" else str(ans)
-    if rng.random() < b.verdict_fail:
-        return f"I support the {side} side, so the answer is {shown_ans}."  # prose, not JSON
-    if final:
-        return json.dumps({"Reason": "Weighing both sides.", "debate_answer": shown_ans})
-    return json.dumps({
-        "Whether there is a preference": "Yes" if decide else "No",
-        "Supported Side": side if decide else "",
-        "Reason": "Weighing both sides.",
-        "debate_answer": shown_ans if decide else ""
-    })
-
-# %% ../nbs/engine/04c_roles.ipynb #87c39a26
-_AGENT_BLOCK = re.compile(r"Agent (\d+) Response:")
-_CRIT_LINE = re.compile(r"^\s*\d+\.\s*([^(\n]+?)\s*\(1-5\)", re.M)
-
-
-def _review_text(b: "RoleSimBackend", req: GenRequest) -> str:
-    item, rng = req.meta["item"], _req_rng(b, req, "review")
-    user = [m["content"] for m in req.messages if m["role"] == "user"][-1]
-    if rng.random() < b.review_fail:
-        return "All agents did reasonably well; it is hard to compare them."
-    crits = _CRIT_LINE.findall(user) or ["Accuracy"]
-    parts = _AGENT_BLOCK.split(user)
-    blocks = {int(parts[i]): parts[i + 1] for i in range(1, len(parts) - 1, 2)}
-    aff = req.meta.get("affirmative_answer")
-    out, js = [], {}
-    for j in sorted(blocks):
-        blk = blocks[j].split("Your Task:")[0]
-        v = parse_verdict(blk, item)
-        ans = v.answer if v.status == "ok" else (read_final_answers(blk) or [None])[-1]
-        right = ans is not None and ans == str(item.gold)
-        believed = right if rng.random() < b.review_skill else not right
-        base = 4.5 if believed else 2.0
-        if req.meta.get("target_role") == "negative" and aff is not None and ans == aff:
-            base -= 1.5
-        sc = [
-            int(min(5, max(1, round(base + b.review_noise * rng.standard_normal())))) for _ in crits
-        ]
-        out.append(f"Agent {j}: " + ", ".join(
-            f"{c.strip()}: {s}/5" for c, s in zip(crits, sc)) + ". Brief explanation.")
-        js[f"Agent {j}"] = {c.strip(): s for c, s in zip(crits, sc)}
-    if '{"Agent 1": {' in user:
-        out.append(json.dumps(js))  # the structured form, when Prompt 2 asks for it
-    return "\n".join(out)
-
-# %% ../nbs/engine/04c_roles.ipynb #577b6377
-# the auxiliary step (no answer in it)
-SIM_AUX = {
-    "ccot": '{"objects": ["shape"], "attributes": {"shape": ["colour", "size"]}, "relationships": []}',
-    "ddcot": "Sub-questions:\n1. What does the image show?\n\nSub-answers:\n1. Shapes."
-}
-SIM_CRITERIA = "1. Accuracy - the reasoning is valid and reaches the correct answer.\n2. Role fulfilment - the response does what the role requires."
-
-
-@patch
-def generate_one(self: RoleSimBackend, req: GenRequest) -> Generation:
-    "Answer one request according to `meta['kind']` (see above)."
-    kind, item = req.meta.get("kind", "answer"), req.meta.get("item")
-    if not isinstance(item, Item):
-        raise ConfigError("RoleSimBackend needs the Item in request.meta['item']", key="meta.item")
-    if kind == "answer":
-        self._role = req.meta.get("role")
-        try:
-            return SimBackend.generate_one(self, req)
-        finally:
-            self._role = None
-    if kind == "verdict":
-        text = _verdict_text(self, req, final=bool(req.meta.get("final")))
-    elif kind == "judge_candidates":
-        text = "The candidates are the answers of the two sides."
-    elif kind == "review":
-        text = _review_text(self, req)
-    elif kind == "criteria":
-        text = SIM_CRITERIA
-    elif kind == "aux":
-        text = SIM_AUX.get(req.meta.get("role"), "Notes on the question.")
-    else:
-        raise ConfigError(
-            "unknown request kind", key="meta.kind", value=kind,
-            choices=("answer", "verdict", "judge_candidates", "review", "criteria", "aux"))
-    n_tok = min(max(1, int(round(len(text.split()) * 1.3))), int(req.max_new_tokens))
-    prompt_tokens = int(round(sum(len(m["content"].split()) for m in req.messages) * 1.3))
-    return Generation(text=text, prompt_tokens=prompt_tokens, completion_tokens=n_tok)

@@ -357,7 +357,7 @@ STREAMS = {
     "parse_fail": 1,
     "signals": 4,  # four standard normals by inverse CDF
     "text": 1,  # which body of the cached pool
-    "role": 1,  # 04c_roles: RoleSimBackend's role_consistency
+    "role": 1,  # 04e_role_sim: RoleSimBackend's role_consistency
     # appended after the first 16 (SHAKE-128 output is a prefix of any longer output: the 16 above stay put)
     "persuasion": 1,  # u_persuade
 }

@@ -216,7 +216,7 @@ def test_seeds_of_svr_mad_never_hold_the_model_name():
 
 def test_seeds_of_role_debates_and_meta_debate_never_hold_the_model_name():
     from mad_study.meta_debate import meta_debate, run_framework, uniform_assignment
-    from mad_study.roles import RoleSimBackend
+    from mad_study.role_sim import RoleSimBackend
     items = [Item(f"rw/{i}", "x", f"question {i}", "ABCD"[i % 4], "option", ("w", "x", "y", "z")) for i in range(8)]
 
     def run(bs, names):

@@ -20,7 +20,8 @@ from mad_study.meta_debate import (PAPER_CRITERIA, assign_roles, framework_roles
                                    random_assignment, read_review, review_skeleton, role_decisions, run_framework, suitability,
                                    uniform_assignment)
 from mad_study.prompts import META_DEBATE_PROMPTS
-from mad_study.roles import RoleSimBackend, parse_verdict, run_dmad, run_mad
+from mad_study.role_sim import RoleSimBackend
+from mad_study.roles import parse_verdict, run_dmad, run_mad
 from mad_study.sandbox import NOBODY, SandboxLimits, os_isolation_available, run_program
 from conftest import mad_study
 from mad_study.meta_debate import MetaDebateOptions

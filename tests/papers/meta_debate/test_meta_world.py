@@ -1,4 +1,4 @@
-"""Meta-Debate in the sim's one world (issue 50): its role-playing sim (`RoleSimBackend`, 04c_roles) is a family of its
+"""Meta-Debate in the sim's one world (issue 50): its role-playing sim (`RoleSimBackend`, 04e_role_sim) is a family of its
 own (a skill per role, per modality, a per-(model, role, question) term), built on the world's agent: what it shares
 with the world (skill on the task, the debate mechanisms, the random numbers of a turn) is the world's, and a mechanism
 switched off (`off=`) leaves round 0 unchanged, as in the plain sim."""
@@ -6,7 +6,7 @@ switched off (`off=`) leaves round 0 unchanged, as in the plain sim."""
 from mad_study.core import Sampling
 from mad_study.debate import make_agents, run_debate
 from mad_study.reproduce import experiments, load_profile, merge_params
-from mad_study.roles import RoleSimBackend
+from mad_study.role_sim import RoleSimBackend
 from mad_study.sim import SimAgent, sim_items
 
 
