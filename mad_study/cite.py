@@ -242,10 +242,10 @@ REFS.update({
     "metrics.tokens_per_point": ("cobbe2021gsm8k", "wang2026rumad"),
     "metrics.survival_rate": ("jiang2026svrmad", ),
     "metrics.answer_distribution": ("qiao2026umad", "zhang2025madc"),
-    "metrics.uncertainty_decomposition": ("qiao2026umad", ),
-    "metrics.uncertainty_table": ("qiao2026umad", ),
-    "metrics.flip_transitions": ("qiao2026umad", ),
-    "metrics.flip_table": ("qiao2026umad", ),
+    "umad.uncertainty_decomposition": ("qiao2026umad", ),
+    "umad.uncertainty_table": ("qiao2026umad", ),
+    "umad.flip_transitions": ("qiao2026umad", ),
+    "umad.flip_table": ("qiao2026umad", ),
     "metrics.entropy": ("zhang2025madc", "qiao2026umad"),
     "metrics.token_cost": ("wang2026rumad", "jiang2026svrmad"),
     "madc.viewpoint_entropy": ("zhang2025madc", ),
@@ -391,9 +391,10 @@ KIT_OWN |= {
     ("Arena", "ArenaMethod", "ArenaSize", "arena_method", "arena_results", "arena_rows",
      "arena_style", "engine_method", "pareto_front", "plan_arena", "role_rows", "run_arena",
      "run_single"), "trajectory": ("canonical_answers", "answer_grid", "item_outcomes"), "metrics":
-    ("with_defaults", "entropy_rows", "is_missing", "check_unparsed"), "stats":
-    ("comparison_caption", "condition_labels", "item_means", "per_item_results", "simulate_paired",
-     "tokens_per_thread"), "madc": ("shared_round0", "strategy_label"), "meta_debate":
+    ("with_defaults", "entropy_rows", "is_missing", "check_unparsed", "answer_outcomes",
+     "support_key"), "stats": ("comparison_caption", "condition_labels", "item_means",
+                               "per_item_results", "simulate_paired", "tokens_per_thread"), "madc":
+    ("shared_round0", "strategy_label"), "meta_debate":
     ("CriteriaCache", "items_modality", "role_title"), "protocols": ("ScriptedBackend", ), "roles":
     ("PotAnswer", "PotTurn", "RoleSimBackend", "answer_instruction", "first_json_object",
      "literal_object", "loose_answer", "question_parts", "resolve_assignment", "fill_placeholders",

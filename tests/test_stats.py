@@ -11,6 +11,7 @@ from scipy import stats
 from conftest import mad_study  # noqa: F401  (puts the checkout first on the path)
 from mad_study import metrics as M
 from mad_study import stats as S
+from mad_study import umad as U
 from mad_study.core import ConfigError, Item
 from mad_study.debate import FullyConnected, OrderedPeers, make_agents, run_debate
 from mad_study.voting import vote_table
@@ -45,8 +46,8 @@ def three():
 METRICS = {
     "accuracy_by_round": lambda t: M.accuracy_by_round(t),
     "token_cost": lambda t: M.token_cost(t),
-    "flip_table": lambda t: M.flip_table(t, 0, 2),
-    "uncertainty_table": lambda t: M.uncertainty_table(t),
+    "flip_table": lambda t: U.flip_table(t, 0, 2),
+    "uncertainty_table": lambda t: U.uncertainty_table(t),
     "vote_table": lambda t: vote_table(t),
     "decomposition_table": lambda t: decomposition_table(t),
     "item_scores": lambda t: item_scores(t),
