@@ -220,7 +220,7 @@ REFS.update({
     ("tango1998paired", "mcnemar1947", "agresti2005paired", "student1908", "fisher1935design",
      "holm1979", "strassburger2008holm", "cochran1950q", "friedman1937", "schuirmann1987tost",
      "wilson1927", "davison1997bootstrap", "casella2002statistical"),
-    "stats.self_consistency_at_budget": ("wang2023selfconsistency", ),
+    "debate.self_consistency_at_budget": ("wang2023selfconsistency", ),
     "meta_study.gap_text": ("holm1979", ),
     "meta_study.paired_gaps": ("tango1998paired", "mcnemar1947", "holm1979"),
     "meta_study.gaps_caption": ("holm1979", ),
@@ -382,7 +382,7 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
      "kit_sources_note", "project_root", "put_image", "rng_for", "runs_dir", "save_transcript",
      "transcript_frame", "check_unique_turns", "pool_keys", "git_commit", "clip_line"), "debate":
     ("Agent", "RoundContext", "RoundPlan", "Turn", "TurnSlot", "make_agents", "register_protocol",
-     "transcript_row", "turn_rows", "generate_turns", "slot_name")
+     "transcript_row", "turn_rows", "generate_turns", "slot_name", "tokens_per_thread")
 }
 
 # %% ../nbs/core/00b_cite.ipynb #ca819c53
@@ -393,7 +393,7 @@ KIT_OWN |= {
      "run_single"), "trajectory": ("canonical_answers", "answer_grid", "item_outcomes"), "metrics":
     ("with_defaults", "entropy_rows", "is_missing", "check_unparsed", "answer_outcomes",
      "support_key"), "stats": ("comparison_caption", "condition_labels", "item_means",
-                               "per_item_results", "simulate_paired", "tokens_per_thread"), "madc":
+                               "per_item_results", "simulate_paired"), "madc":
     ("shared_round0", "strategy_label"), "meta_debate":
     ("CriteriaCache", "items_modality", "role_title"), "protocols": ("ScriptedBackend", ), "roles":
     ("PotAnswer", "PotTurn", "RoleSimBackend", "answer_instruction", "first_json_object",
