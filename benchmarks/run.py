@@ -502,6 +502,7 @@ def bench_analysis(n_items=500, n_agents=6, n_rounds=5, n_samples=16) -> dict:
     import numpy as np
     from mad_study import madc as MC
     from mad_study import metrics as M
+    from mad_study import umad as U
     from mad_study import stats as S
     from mad_study.answers import extract_answer, parse_failure_rate
     from mad_study.voting import group_rows, vote_table
@@ -532,8 +533,8 @@ def bench_analysis(n_items=500, n_agents=6, n_rounds=5, n_samples=16) -> dict:
     steps = [
         ("accuracy_by_round (agents + majority vote, Wilson CIs, parse failures)", lambda: M.accuracy_by_round(tr)),
         ("vote_table (majority vote per item, sample, round)", lambda: vote_table(tr)),
-        ("uncertainty_table (UMAD TU / Sys-EU / Sys-AU per item-round)", lambda: M.uncertainty_table(tr)),
-        ("flip_table (UMAD flips, round 0 -> 1 and 0 -> last)", lambda: (M.flip_table(tr), M.flip_table(tr, 0, last))),
+        ("uncertainty_table (UMAD TU / Sys-EU / Sys-AU per item-round)", lambda: U.uncertainty_table(tr)),
+        ("flip_table (UMAD flips, round 0 -> 1 and 0 -> last)", lambda: (U.flip_table(tr), U.flip_table(tr, 0, last))),
         ("token_cost + token_savings", lambda: (M.token_cost(tr), M.token_savings(cost["total_tokens"].iloc[0], 1e4))),
         ("viewpoint_entropy per item-round (MADC A.2)", lambda: per_item_round(lambda i: MC.viewpoint_entropy(ans[i].tolist(), fmt="number"))),
         ("viewpoint_log_likelihood per item-round (MADC A.1)", lambda: per_item_round(lambda i: MC.viewpoint_log_likelihood(ans[i].tolist(), gold[i[0]], "number"))),

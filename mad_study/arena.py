@@ -272,11 +272,11 @@ def run_sc_round0(arena: Arena, key: str):
 # %% ../nbs/study/15_arena.ipynb #8cfbb868
 def run_sc_budget(arena: Arena, key: str):
     """Self-consistency (Wang et al. 2023) at MAD's token budget
-    (`mad_study.stats.self_consistency_at_budget`): K samples of `models[0]` spending MAD's tokens
+    (`mad_study.debate.self_consistency_at_budget`): K samples of `models[0]` spending MAD's tokens
     per item within 5%, `sc_max_samples` a guard; the budget's attributes (K, spend, matched, the
     caption's note) go to `arena.notes['sc_budget']`."""
     from mad_study.protocols import debate_costs
-    from mad_study.stats import self_consistency_at_budget
+    from mad_study.debate import self_consistency_at_budget
 
     sc = self_consistency_at_budget(arena.transcripts["mad"], arena.items, arena.models[0],
                                     arena.backends, max_samples=arena.sc_max_samples,

@@ -256,7 +256,7 @@ REFS.update({
                               "fisher1935design", "holm1979", "strassburger2008holm",
                               "cochran1950q", "friedman1937", "schuirmann1987tost", "wilson1927",
                               "davison1997bootstrap", "casella2002statistical"),
-    "stats.self_consistency_at_budget": ("wang2023selfconsistency",),
+    "debate.self_consistency_at_budget": ("wang2023selfconsistency",),
     "meta_study.gap_text": ("holm1979",),
     "meta_study.paired_gaps": ("tango1998paired", "mcnemar1947", "holm1979"),
     "meta_study.gaps_caption": ("holm1979",),
@@ -278,10 +278,10 @@ REFS.update({
     "metrics.tokens_per_point": ("cobbe2021gsm8k", "wang2026rumad"),
     "metrics.survival_rate": ("jiang2026svrmad",),
     "metrics.answer_distribution": ("qiao2026umad", "zhang2025madc"),
-    "metrics.uncertainty_decomposition": ("qiao2026umad",),
-    "metrics.uncertainty_table": ("qiao2026umad",),
-    "metrics.flip_transitions": ("qiao2026umad",),
-    "metrics.flip_table": ("qiao2026umad",),
+    "umad.uncertainty_decomposition": ("qiao2026umad",),
+    "umad.uncertainty_table": ("qiao2026umad",),
+    "umad.flip_transitions": ("qiao2026umad",),
+    "umad.flip_table": ("qiao2026umad",),
     "metrics.entropy": ("zhang2025madc", "qiao2026umad"),
     "metrics.token_cost": ("wang2026rumad", "jiang2026svrmad"),
     "madc.viewpoint_entropy": ("zhang2025madc",),
@@ -418,7 +418,8 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
                 "save_transcript", "transcript_frame", "check_unique_turns", "pool_keys",
                 "git_commit", "clip_line"),
     "debate": ("Agent", "RoundContext", "RoundPlan", "Turn", "TurnSlot", "make_agents",
-               "register_protocol", "transcript_row", "turn_rows", "generate_turns", "slot_name")
+               "register_protocol", "transcript_row", "turn_rows", "generate_turns", "slot_name",
+               "tokens_per_thread")
 }
 
 # %% ../nbs/core/00b_cite.ipynb #ca819c53
@@ -428,9 +429,10 @@ KIT_OWN |= {
               "arena_style", "engine_method", "pareto_front", "plan_arena", "role_rows",
               "run_arena", "run_single"),
     "trajectory": ("canonical_answers", "answer_grid", "item_outcomes"),
-    "metrics": ("with_defaults", "entropy_rows", "is_missing", "check_unparsed"),
+    "metrics": ("with_defaults", "entropy_rows", "is_missing", "check_unparsed", "answer_outcomes",
+                "support_key"),
     "stats": ("comparison_caption", "condition_labels", "item_means", "per_item_results",
-              "simulate_paired", "tokens_per_thread"),
+              "simulate_paired"),
     "madc": ("shared_round0", "strategy_label"),
     "meta_debate": ("CriteriaCache", "items_modality", "role_title"),
     "protocols": ("ScriptedBackend",),

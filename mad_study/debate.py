@@ -5,6 +5,7 @@
 # %% ../nbs/engine/04_debate.ipynb #e9a39f70
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -25,7 +26,7 @@ from .interface import IdenticalAgentsWarning, Progress, generate_jobs, progress
 # %% auto #0
 __all__ = ['ORDERINGS', 'PROTOCOLS', 'HISTORY_MODES', 'Agent', 'make_agents', 'Turn', 'RoundPlan', 'RoundContext', 'Protocol',
            'FullyConnected', 'OrderedPeers', 'register_protocol', 'make_protocol', 'TurnSlot', 'transcript_row',
-           'slot_name', 'generate_turns', 'turn_rows', 'run_debate']
+           'slot_name', 'generate_turns', 'turn_rows', 'run_debate', 'tokens_per_thread', 'self_consistency_at_budget']
 
 # %% ../nbs/engine/04_debate.ipynb #2b7ad846
 @dataclass(frozen=True)
@@ -579,3 +580,71 @@ def _sorted_transcript(rows: list[dict], items: Sequence[Item],
         + agent_order[r["agent"]] for r in rows
     ]
     return transcript_frame([rows[i] for i in sorted(range(len(rows)), key=key.__getitem__)])
+
+# %% ../nbs/engine/04_debate.ipynb #dd9870ef
+def tokens_per_thread(transcript: pd.DataFrame) -> float:
+    "Mean prompt + completion tokens of generated turns per (item, thread): what one debate of one item costs."
+    t = transcript[~transcript["reused"].fillna(False).astype(bool)]
+    tok = t["prompt_tokens"].fillna(0).astype(float) + t["completion_tokens"].fillna(0).astype(
+        float)
+    return float(tok.groupby([t["item_id"], t["sample"]]).sum().mean()) if len(t) else math.nan
+
+# %% ../nbs/engine/04_debate.ipynb #d89908c3
+def _tokens_by_item(transcript: pd.DataFrame) -> pd.Series:
+    "Prompt + completion tokens of generated turns per item, averaged over its threads."
+    t = transcript[~transcript["reused"].fillna(False).astype(bool)]
+    tok = t["prompt_tokens"].fillna(0).astype(float) + t["completion_tokens"].fillna(0).astype(
+        float)
+    return tok.groupby([t["item_id"], t["sample"]]).sum().groupby(level=0).mean()
+
+# %% ../nbs/engine/04_debate.ipynb #4e27697d
+def self_consistency_at_budget(debate: pd.DataFrame, items: Sequence[Any], model: str,
+                               backends: Mapping[str, Any], *,
+                               sampling: Sampling = Sampling(temperature=0.7),
+                               max_samples: int | None = None, tolerance: float = 0.05,
+                               **kw) -> pd.DataFrame:
+    """Self-consistency (Wang et al. 2023) at the token budget of `debate`: K samples of one model, K corrected by
+    the measured spend until the mean spend per item is within `tolerance`; matched on average, not per item (the
+    per-item spend varies, `spend_range`; on the arena 60% of items within 5%, 87-157%)."""
+    budget = tokens_per_thread(debate)
+    if not budget > 0:
+        raise ConfigError("the debate transcript has no token counts to match", key="debate",
+                          value=budget)
+    if not 0 < tolerance < 1:
+        raise ConfigError("the budget tolerance is a fraction in (0, 1)", key="tolerance",
+                          value=tolerance)
+    run = dict(debate_rounds=0, sampling=sampling, progress=False,
+               experiment=str(debate["experiment"].iloc[0]), **kw)
+    probe = run_debate(items, make_agents([model], prefix="a"), backends, method="probe", **run)
+    per_sample = tokens_per_thread(probe)
+    k, clamped, tried = max(1, int(round(budget / per_sample))), False, {}
+    for _ in range(4):
+        if max_samples is not None and k > max_samples:
+            k, clamped = int(max_samples), True
+        if k in tried:
+            break
+        tried[k] = run_debate(items, make_agents([model] * k, prefix="a"), backends,
+                              method=f"self_consistency@{k}", **run)
+        spend = tokens_per_thread(tried[k]) / budget
+        if abs(spend - 1) <= tolerance:
+            break
+        k = max(1, int(round(k / spend)))
+    k = min(tried, key=lambda j: abs(tokens_per_thread(tried[j]) / budget - 1))
+    sc = tried[k]
+    spend = tokens_per_thread(sc) / budget
+    per_item = (_tokens_by_item(sc) / _tokens_by_item(debate)).dropna()
+    matched = abs(spend - 1) <= tolerance
+    note = (
+        f"K = {k} samples spending {100 * spend:.1f}% of the reference's tokens per item (per item "
+        f"{100 * per_item.min():.0f}-{100 * per_item.max():.0f}%), " +
+        (f"budget-matched within ±{100 * tolerance:g}%" if matched else
+         f"NOT budget-matched (outside ±{100 * tolerance:g}%{f'; K capped at max_samples = {max_samples}' if clamped else ''})"
+         ))
+    if not matched:
+        # past the wrapper
+        warnings.warn(f"self_consistency_at_budget: {note}", UserWarning, stacklevel=3)
+    sc.attrs.update(budget=budget, tokens_per_sample=per_sample, k=k,
+                    sc_tokens=tokens_per_thread(sc), spend=spend,
+                    spend_range=(float(per_item.min()), float(per_item.max())), tolerance=tolerance,
+                    matched=matched, clamped=clamped, note=note)
+    return sc

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, special, stats
 
-from .core import ConfigError, Inference, Sampling, check_unique_turns, pool_keys
+from .core import ConfigError, Inference, check_unique_turns, pool_keys
 from .metrics import is_missing, clustered_accuracy_ci, wilson_ci
 from .voting import vote_table
 
@@ -24,7 +24,7 @@ __all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'CORRECTIONS', 'TEST_WORDS', 'EXACT_BELO
            'tost', 'adjust_pvalues', 'cochran_q', 'omnibus_test', 'token_change', 'compare_methods',
            'comparison_caption', 'family_gaps', 'family_words', 'gap_interval_text', 'power_paired_binary',
            'n_for_power', 'power_paired_t', 'n_for_power_t', 'resolvable_effect', 'plan_sizes', 'condition_labels',
-           'per_item_results', 'tokens_per_thread', 'self_consistency_at_budget']
+           'per_item_results']
 
 # %% ../nbs/evaluation/05b_stats.ipynb #d57d6595
 def bootstrap_ci(values: Sequence[float], statistic=np.mean, level: float = 0.95,
@@ -1231,73 +1231,3 @@ def per_item_results(transcript: pd.DataFrame, who: str = "majority",
     return (out[[c for c in cols if c in out]].rename(columns={
         "method_label": "method"
     }).reset_index(drop=True))
-
-# %% ../nbs/evaluation/05b_stats.ipynb #dd9870ef
-def tokens_per_thread(transcript: pd.DataFrame) -> float:
-    "Mean prompt + completion tokens of generated turns per (item, thread): what one debate of one item costs."
-    t = transcript[~transcript["reused"].fillna(False).astype(bool)]
-    tok = t["prompt_tokens"].fillna(0).astype(float) + t["completion_tokens"].fillna(0).astype(
-        float)
-    return float(tok.groupby([t["item_id"], t["sample"]]).sum().mean()) if len(t) else math.nan
-
-# %% ../nbs/evaluation/05b_stats.ipynb #d89908c3
-def _tokens_by_item(transcript: pd.DataFrame) -> pd.Series:
-    "Prompt + completion tokens of generated turns per item, averaged over its threads."
-    t = transcript[~transcript["reused"].fillna(False).astype(bool)]
-    tok = t["prompt_tokens"].fillna(0).astype(float) + t["completion_tokens"].fillna(0).astype(
-        float)
-    return tok.groupby([t["item_id"], t["sample"]]).sum().groupby(level=0).mean()
-
-# %% ../nbs/evaluation/05b_stats.ipynb #4e27697d
-def self_consistency_at_budget(debate: pd.DataFrame, items: Sequence[Any], model: str,
-                               backends: Mapping[str, Any], *,
-                               sampling: Sampling = Sampling(temperature=0.7),
-                               max_samples: int | None = None, tolerance: float = 0.05,
-                               **kw) -> pd.DataFrame:
-    """Self-consistency (Wang et al. 2023) at the token budget of `debate`: K samples of one model, K corrected by
-    the measured spend until the mean spend per item is within `tolerance`; matched on average, not per item (the
-    per-item spend varies, `spend_range`; on the arena 60% of items within 5%, 87-157%)."""
-    from mad_study.debate import make_agents, run_debate
-
-    budget = tokens_per_thread(debate)
-    if not budget > 0:
-        raise ConfigError("the debate transcript has no token counts to match", key="debate",
-                          value=budget)
-    if not 0 < tolerance < 1:
-        raise ConfigError("the budget tolerance is a fraction in (0, 1)", key="tolerance",
-                          value=tolerance)
-    run = dict(debate_rounds=0, sampling=sampling, progress=False,
-               experiment=str(debate["experiment"].iloc[0]), **kw)
-    probe = run_debate(items, make_agents([model], prefix="a"), backends, method="probe", **run)
-    per_sample = tokens_per_thread(probe)
-    k, clamped, tried = max(1, int(round(budget / per_sample))), False, {}
-    for _ in range(4):
-        if max_samples is not None and k > max_samples:
-            k, clamped = int(max_samples), True
-        if k in tried:
-            break
-        tried[k] = run_debate(items, make_agents([model] * k, prefix="a"), backends,
-                              method=f"self_consistency@{k}", **run)
-        spend = tokens_per_thread(tried[k]) / budget
-        if abs(spend - 1) <= tolerance:
-            break
-        k = max(1, int(round(k / spend)))
-    k = min(tried, key=lambda j: abs(tokens_per_thread(tried[j]) / budget - 1))
-    sc = tried[k]
-    spend = tokens_per_thread(sc) / budget
-    per_item = (_tokens_by_item(sc) / _tokens_by_item(debate)).dropna()
-    matched = abs(spend - 1) <= tolerance
-    note = (
-        f"K = {k} samples spending {100 * spend:.1f}% of the reference's tokens per item (per item "
-        f"{100 * per_item.min():.0f}-{100 * per_item.max():.0f}%), " +
-        (f"budget-matched within ±{100 * tolerance:g}%" if matched else
-         f"NOT budget-matched (outside ±{100 * tolerance:g}%{f'; K capped at max_samples = {max_samples}' if clamped else ''})"
-         ))
-    if not matched:
-        # past the wrapper
-        warnings.warn(f"self_consistency_at_budget: {note}", UserWarning, stacklevel=3)
-    sc.attrs.update(budget=budget, tokens_per_sample=per_sample, k=k,
-                    sc_tokens=tokens_per_thread(sc), spend=spend,
-                    spend_range=(float(per_item.min()), float(per_item.max())), tolerance=tolerance,
-                    matched=matched, clamped=clamped, note=note)
-    return sc

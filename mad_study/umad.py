@@ -6,28 +6,33 @@
 from __future__ import annotations
 
 import math
+import warnings
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .core import (ConfigError, Sampling, derive_seed, fold_keywords, pool_keys,
-                            takes_sampling, transcript_frame)
+from .core import (ConfigError, Sampling, check_unique_turns, derive_seed, fold_keywords,
+                            pool_keys, takes_sampling, transcript_frame)
 from .answers import parse_failure_rate
 from .debate import (Agent, FullyConnected, TurnSlot, generate_turns, make_agents,
                               transcript_row)
-from .metrics import entropy_rows, clustered_accuracy_ci
+from .data import complete_transcript
+from .metrics import (answer_outcomes, check_unparsed, clustered_accuracy_ci, entropy_rows,
+                               support_key, with_defaults)
+from .voting import group_rows
 
 # %% auto #0
 __all__ = ['UMAD_PROMPT', 'TRAJECTORY_CLASSES', 'TASK_TITLES', 'ALPHA_AU', 'ETA_PAPER', 'ETA_RELEASED', 'EPS', 'NLL_NORMS',
            'REWARD_READINGS', 'round_of_turn', 'turn_of_round', 'umad_role', 'umad_agents', 'umad_protocol',
-           'pair_kind', 'pair_label', 'config_seed', 'sent_messages', 'alg1_samples', 'eu_sampling_floor',
-           'decomposition_table', 'decomposition_summary', 'classify_trajectory', 'classify_configs',
-           'trajectory_classes', 'seed_accuracy', 'zeroshot_summary', 'parse_failures_by_turn', 'zeroshot_table',
-           'token_entropy_by_turn', 'token_nll', 'group_standardize', 'grpo_advantage', 'au_weight', 'au_advantage',
-           'peer_improvement', 'epistemic_influence_reward', 'umad_rewards', 'released_rewards', 'UmadHparams',
-           'umad_advantages']
+           'pair_kind', 'pair_label', 'config_seed', 'sent_messages', 'alg1_samples', 'uncertainty_decomposition',
+           'uncertainty_table', 'eu_sampling_floor', 'decomposition_table', 'decomposition_summary',
+           'classify_trajectory', 'classify_configs', 'trajectory_classes', 'flip_transitions', 'flip_table',
+           'seed_accuracy', 'zeroshot_summary', 'parse_failures_by_turn', 'zeroshot_table', 'token_entropy_by_turn',
+           'token_nll', 'group_standardize', 'grpo_advantage', 'au_weight', 'au_advantage', 'peer_improvement',
+           'epistemic_influence_reward', 'umad_rewards', 'released_rewards', 'UmadHparams', 'umad_advantages']
 
 # %% ../nbs/papers/umad/10_umad.ipynb #92bcc896
 def round_of_turn(T: int) -> int:
@@ -155,6 +160,302 @@ def alg1_samples(
     return df.sort_values(["item_id", "round", "agent", "sample"],
                           kind="stable").reset_index(drop=True)
 
+# %% ../nbs/papers/umad/10_umad.ipynb #256ae06f
+def _agent_outcomes(samples: list[list[Any]], fmt: str | None, unparsed: str) -> list[list[str]]:
+    "Each agent's outcomes: answers merged across the whole team (App. C.1), unparsed ones as `unparsed` says."
+    flat = answer_outcomes([a for s in samples for a in s], fmt, "keep")
+    out, start = [], 0
+    for s in samples:
+        out.append(answer_outcomes(flat[start:start + len(s)], None, unparsed, start=start))
+        start += len(s)
+    return out
+
+# %% ../nbs/papers/umad/10_umad.ipynb #44734ee9
+def _decompose(
+        samples: list[list[Any]], base: float, fmt: str | None,
+        unparsed: str = "shared") -> tuple[float, float, float, list[str], np.ndarray, np.ndarray]:
+    """Numbers of Prop. 3.2 for non-empty per-agent answer lists: tu, eu, au, support, P (agents x support), mixture.
+    NaNs (and an empty support) when `unparsed='drop'` leaves an agent without a parsed answer."""
+    per = _agent_outcomes(samples, fmt, unparsed)
+    if any(len(s) == 0 for s in per):
+        return math.nan, math.nan, math.nan, [], np.zeros((len(per), 0)), np.zeros(0)
+    support = sorted({a for s in per for a in s}, key=support_key)
+    col = {a: j for j, a in enumerate(support)}
+    P = np.zeros((len(per), len(support)))
+    for i, s in enumerate(per):  # each agent's empirical distribution (App. C.1)
+        for a, k in Counter(s).items():
+            P[i, col[a]] = k / len(s)
+    tu, eu, au, mix = _decompose_p(P, base)
+    return tu, eu, au, support, P, mix
+
+# %% ../nbs/papers/umad/10_umad.ipynb #ebd5cd65
+def _decompose_p(P: np.ndarray, base: float) -> tuple[float, float, float, np.ndarray]:
+    "tu, eu, au and the mixture from the agents' distributions P (agents x support)."
+    mix = P[0].copy()
+    for row in P[1:]:
+        mix = mix + row  # the mixture, summed in agent order
+    mix = mix / len(P)
+    tu = float(entropy_rows(mix, base))
+    au = float(np.mean([entropy_rows(row, base) for row in P]))
+    eu = max(tu - au, 0.0) if tu - au > -1e-12 else tu - au  # JSD >= 0; clip float noise only
+    return tu, eu, au, mix
+
+# %% ../nbs/papers/umad/10_umad.ipynb #d4deb05a
+def uncertainty_decomposition(samples: Sequence[Sequence[Any]], base: float = math.e,
+                              fmt: str | None = None, unparsed: str = "drop") -> dict:
+    """UMAD Prop. 3.2 / Eq. 3 (Alg. 1 lines 7-15): `samples[i]` are agent i's sampled answers at one
+    turn."""
+    check_unparsed(unparsed)
+    samples = [list(s) for s in samples]
+    empty = [i for i, s in enumerate(samples) if not s]
+    if empty:
+        raise ValueError(
+            f"uncertainty_decomposition: agent(s) {empty} have no samples; every agent needs at least one "
+            f"(leaving an agent out would change N from {len(samples)} to {len(samples) - len(empty)})"
+        )
+    nan = {
+        "tu": math.nan,
+        "eu": math.nan,
+        "au": math.nan,
+        "support": [],
+        "p": [],
+        "mixture": pd.Series(dtype=float)
+    }
+    if not samples:
+        return {**nan, "parse_failure": [], "n_parsed": []}
+    # unparsed (or invalid in `fmt`)
+    n_bad = [sum(1 for a in s if a is None) for s in _agent_outcomes(samples, fmt, "keep")]
+    extra = {
+        "parse_failure": [b / len(s) for b, s in zip(n_bad, samples)],
+        "n_parsed": [len(s) - b for b, s in zip(n_bad, samples)]
+    }
+    tu, eu, au, support, P, mix = _decompose(samples, base, fmt, unparsed)
+    if math.isnan(tu):
+        return {**nan, **extra}
+    idx = pd.Index(support, dtype=object)
+    return {
+        "tu": tu,
+        "eu": eu,
+        "au": au,
+        "support": support,
+        "p": [pd.Series(row, index=idx, dtype=float) for row in P],
+        "mixture": pd.Series(mix, index=idx, dtype=float),
+        **extra
+    }
+
+# %% ../nbs/papers/umad/10_umad.ipynb #03bb25d2
+def _warn_one_sample(counts: np.ndarray, who: str) -> None:
+    "Warn when no agent has more than one sample at any group: UMAD's decomposition is then degenerate (AU = 0, EU = TU)."
+    if len(counts) and int(np.max(counts)) <= 1:
+        warnings.warn(
+            f"{who}: one sample per agent everywhere, so Sys-AU = 0 and Sys-EU = TU by construction (UMAD Alg. 1 "
+            "needs K > 1 trajectory-level samples per agent: run_debate(samples=K) at temperature > 0)",
+            stacklevel=3)
+
+# %% ../nbs/papers/umad/10_umad.ipynb #e7be90aa
+def _decompose_groups(g: np.ndarray, a: np.ndarray, o: np.ndarray, G: int, base: float):
+    """Prop. 3.2 for G groups at once. Row i: outcome `o[i]` (an integer, numbered in support order) of agent slot
+    `a[i]` (first appearance in its group) of group `g[i]`. Returns tu, eu, au and the support size per group, with
+    `_decompose`'s arithmetic: groups with the same numbers of agents and outcomes are stacked, nothing is padded."""
+    A, O = int(a.max()) + 1, int(o.max()) + 1
+    pair = np.unique(g * O + o)  # each group's support, in order
+    pg = pair // O
+    L = np.bincount(pg, minlength=G)
+    # the row's support slot
+    s = np.searchsorted(pair, g * O + o) - np.searchsorted(pg, np.arange(G))[g]
+    N = np.zeros(G, dtype=np.int64)
+    np.maximum.at(N, g, a + 1)
+    counts = np.zeros((G, A, int(L.max())))
+    np.add.at(counts, (g, a, s), 1.0)
+    n = np.zeros((G, A))
+    np.add.at(n, (g, a), 1.0)
+    tu, au = np.empty(G), np.empty(G)
+    for nn, ll in set(zip(N.tolist(), L.tolist())):
+        sel = np.flatnonzero((N == nn) & (L == ll))
+        P = counts[sel, :nn, :ll] / n[sel, :nn, None]  # each agent's distribution (App. C.1)
+        mix = P[:, 0, :].copy()
+        for i in range(1, nn):
+            mix = mix + P[:, i, :]  # the mixture, summed in agent order
+        tu[sel] = entropy_rows(mix / nn, base)
+        au[sel] = np.mean(entropy_rows(P, base), axis=1)
+    d = tu - au
+    return tu, np.where(d > -1e-12, np.maximum(d, 0.0), d), au, L
+
+# %% ../nbs/papers/umad/10_umad.ipynb #bfaec721
+def _agent_slots(agents_col: np.ndarray, g: np.ndarray, G: int) -> tuple[np.ndarray, list[list]]:
+    "Each row's agent slot in its group `g` (agents numbered by first appearance) and each group's agent names by slot."
+    # agent slots: agents numbered by first appearance in their group
+    ac, anames = pd.factorize(pd.Series(agents_col, dtype=object), use_na_sentinel=False)
+    first = pd.DataFrame({"g": g, "a": ac}).drop_duplicates()
+    slot_of = np.zeros(G * len(anames), dtype=np.int64)
+    slot_of[first["g"].to_numpy() * len(anames) + first["a"].to_numpy()] = (
+        first.groupby("g").cumcount().to_numpy())
+    a = slot_of[g * len(anames) + ac]
+    names = [[] for _ in range(G)]
+    for gi, ai in zip(first["g"].tolist(), first["a"].tolist()):
+        names[gi].append(anames[ai])
+    return a, names
+
+# %% ../nbs/papers/umad/10_umad.ipynb #d6fdf4bd
+def _group_accuracies(cor: np.ndarray, g: np.ndarray, a: np.ndarray, G: int,
+                      A: int) -> tuple[list, list]:
+    "Mean correctness per group and per (group, agent slot); NaN (not parsed, not graded) rows are skipped."
+    # accuracies (NA skipped, as pandas' mean of a boolean column)
+    ok = ~np.isnan(cor)
+    c0 = np.where(ok, cor, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc = (np.bincount(g, weights=c0, minlength=G) / np.bincount(g, weights=ok,
+                                                                     minlength=G)).tolist()
+        acc_a = ((np.bincount(g * A + a, weights=c0, minlength=G * A) / np.bincount(
+            g * A + a, weights=ok, minlength=G * A)).reshape(G, A).tolist())
+    return acc, acc_a
+
+# %% ../nbs/papers/umad/10_umad.ipynb #2c6446f5
+def _merge_by_format(answers: np.ndarray, g: np.ndarray, gfmt: list[str],
+                     bounds: np.ndarray) -> np.ndarray:
+    "Each answer replaced by its class representative (None: unparsed); `gfmt[gi]` is group gi's answer format."
+    from mad_study.answers import ELEMENTWISE_FORMATS
+
+    # answers merged by equivalence (per format; group by group
+    # for formats that are not element-wise); None: unparsed
+    merged = np.empty(len(answers), dtype=object)
+    for f in dict.fromkeys(gfmt):
+        sel = np.array([x == f for x in gfmt])
+        if f in ELEMENTWISE_FORMATS:
+            merged[sel[g]] = answer_outcomes(answers[sel[g]].tolist(), f, "keep")
+        else:
+            for gi in np.flatnonzero(sel).tolist():
+                sl = slice(bounds[gi], bounds[gi + 1])
+                merged[sl] = answer_outcomes(answers[sl].tolist(), f, "keep")
+    return merged
+
+# %% ../nbs/papers/umad/10_umad.ipynb #7bf8012f
+def _parse_failures(merged: np.ndarray, g: np.ndarray, a: np.ndarray, G: int, A: int,
+                    unparsed: str):
+    "Which answers did not parse, their share per group and per (group, agent slot), and the undefined groups."
+    # parse failures, and (drop) the groups where an agent
+    # has no parsed answer: undefined, never a smaller N
+    none = np.array([x is None for x in merged.tolist()], dtype=bool)
+    n_a = np.bincount(g * A + a, minlength=G * A).reshape(G, A)
+    bad_a = np.bincount(g * A + a, weights=none, minlength=G * A).reshape(G, A)
+    pf = (np.bincount(g, weights=none, minlength=G) / np.bincount(g, minlength=G)).tolist()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pf_a = (bad_a / n_a).tolist()
+    undefined = (((n_a > 0) &
+                  (bad_a == n_a)).any(axis=1) if unparsed == "drop" else np.zeros(G, dtype=bool))
+    return none, pf, pf_a, undefined
+
+# %% ../nbs/papers/umad/10_umad.ipynb #49b9b3ee
+@dataclass(frozen=True, eq=False)
+class _GroupLayout:
+    """Where `uncertainty_table`'s groups are in its rows (the kit's own run state; rows are in
+    group order)."""
+
+    g: np.ndarray  # each row's group
+    a: np.ndarray  # each row's agent slot in its group
+    names: list[list]  # each group's agents, by slot
+    gfmt: list[str]  # each group's answer format
+    bounds: np.ndarray  # group gi is rows bounds[gi]:bounds[gi + 1]
+
+# %% ../nbs/papers/umad/10_umad.ipynb #3d7868a0
+def _group_uncertainty(merged: np.ndarray, none: np.ndarray, lay: _GroupLayout,
+                       undefined: np.ndarray, unparsed: str, base: float) -> list:
+    "(tu, eu, au, support size) of every group, in group order."
+    from mad_study.answers import ELEMENTWISE_FORMATS
+
+    g, a, names, gfmt, bounds = lay.g, lay.a, lay.names, lay.gfmt, lay.bounds
+
+    G = len(gfmt)
+    res: list = [None] * G
+    for f in dict.fromkeys(gfmt):
+        sel = np.array([x == f for x in gfmt])
+        for gi in np.flatnonzero(
+                sel & undefined).tolist():  # NaN, with the distinct parsed answers counted
+            res[gi] = (math.nan, math.nan, math.nan,
+                       len({m
+                            for m in merged[bounds[gi]:bounds[gi + 1]].tolist() if m is not None}))
+        sel = sel & ~undefined
+        if not sel.any():
+            continue
+        rows_f = sel[g] & (~none if unparsed == "drop" else True)
+        if f in ELEMENTWISE_FORMATS:
+            out = answer_outcomes(merged[rows_f].tolist(), None,
+                                  "shared" if unparsed == "drop" else unparsed)
+            sup = sorted(set(out), key=support_key)
+            o = pd.Categorical(out, categories=sup).codes.astype(np.int64)
+            gsel = np.flatnonzero(sel)
+            remap = np.full(G, -1)
+            remap[gsel] = np.arange(len(gsel))
+            tu, eu, au, L = _decompose_groups(remap[g[rows_f]], a[rows_f], o, len(gsel), base)
+            for j, gi in enumerate(gsel.tolist()):
+                res[gi] = (float(tu[j]), float(eu[j]), float(au[j]), int(L[j]))
+        else:
+            for gi in np.flatnonzero(sel).tolist():  # answers already merged within the group
+                mg, ag = merged[bounds[gi]:bounds[gi + 1]], a[bounds[gi]:bounds[gi + 1]]
+                samples = [mg[ag == i].tolist() for i in range(len(names[gi]))]
+                tu, eu, au, support, _, _ = _decompose(samples, base, None, unparsed)
+                res[gi] = (tu, eu, au, len(support))
+    return res
+
+# %% ../nbs/papers/umad/10_umad.ipynb #045ca4a9
+def _uncertainty_rows(keys: list, by: Sequence[str], res: list, acc: list, acc_a: list, pf: list,
+                      pf_a: list, names: list[list]) -> pd.DataFrame:
+    "The table of `uncertainty_table` from the per-group results."
+    rows = []
+    for gi, key in enumerate(keys):
+        tu, eu, au, n_sup = res[gi]
+        r = {
+            **dict(zip(by, key)), "tu": tu,
+            "eu": eu,
+            "au": au,
+            "n_answers": n_sup,
+            "accuracy": acc[gi]
+        }
+        for i, name in enumerate(names[gi]):
+            r[f"acc_{name}"] = acc_a[gi][i]
+        r["parse_failure"] = pf[gi]
+        for i, name in enumerate(names[gi]):
+            r[f"parse_failure_{name}"] = pf_a[gi][i]
+        rows.append(r)
+    return pd.DataFrame(rows)
+
+# %% ../nbs/papers/umad/10_umad.ipynb #1bb68f08
+def uncertainty_table(transcript: pd.DataFrame, fmt: str | None = None, base: float = math.e,
+                      by: Sequence[str] = ("item_id", "round"),
+                      unparsed: str = "drop") -> pd.DataFrame:
+    """TU / Sys-EU / Sys-AU per item and round (UMAD Alg. 1) from a transcript with K samples per
+    agent turn, plus the mean accuracy of the samples (`accuracy`) and of each agent
+    (`acc_<agent>`), and the share of unparsed answers (`parse_failure`, and per agent
+    `parse_failure_<agent>`)."""
+
+    check_unparsed(unparsed)
+    # `fmt`: each row's format
+    transcript = complete_transcript(transcript, fmt, what="uncertainty_table")
+    by = pool_keys(transcript, by)
+    check_unique_turns(transcript, by, what="uncertainty_table")
+    keys, groups = group_rows(transcript, by)
+    if not keys:
+        return pd.DataFrame([])
+    G = len(groups)
+    order = np.concatenate(groups)
+    g = np.repeat(np.arange(G), [len(x) for x in groups])
+    answers = transcript["answer"].to_numpy(dtype=object, na_value=None)[order]
+    agents_col = transcript["agent"].to_numpy(dtype=object)[order]
+    cor = transcript["correct"].astype("boolean").to_numpy(dtype=float, na_value=np.nan)[order]
+    a, names = _agent_slots(agents_col, g, G)
+    A = int(a.max()) + 1
+    _warn_one_sample(np.bincount(g * A + a, minlength=G * A), "uncertainty_table")
+    acc, acc_a = _group_accuracies(cor, g, a, G, A)
+    row_fmt = transcript["fmt"].to_numpy(dtype=object)
+    gfmt = [row_fmt[x[0]] for x in groups]  # the group's format: its first row's
+    # rows are in group order: group gi is rows bounds[gi]:bounds[gi + 1]
+    bounds = np.r_[0, np.cumsum([len(x) for x in groups])]
+    merged = _merge_by_format(answers, g, gfmt, bounds)
+    none, pf, pf_a, undefined = _parse_failures(merged, g, a, G, A, unparsed)
+    lay = _GroupLayout(g, a, names, gfmt, bounds)
+    res = _group_uncertainty(merged, none, lay, undefined, unparsed, base)
+    return _uncertainty_rows(keys, by, res, acc, acc_a, pf, pf_a, names)
+
 # %% ../nbs/papers/umad/10_umad.ipynb #690ca448
 def eu_sampling_floor(p: Sequence[float], k: int, n_agents: int = 2, base: float = math.e,
                       n_draws: int = 400, seed: int = 0) -> float:
@@ -177,7 +478,6 @@ def _decomposition_row(key: tuple, g: pd.DataFrame, keys: list, fmt: str | None,
     from mad_study.answers import merge_equivalent
     from mad_study.core import derive_seed
     from mad_study.data import get_task
-    from mad_study.metrics import uncertainty_decomposition
 
     f = fmt or get_task(g["task"].iloc[0]).fmt
     ans = [
@@ -307,6 +607,49 @@ def trajectory_classes(table: pd.DataFrame, band: float = 0.02,
             **dict(zip([*by, "item_id"], key)), "delta_acc": l["accuracy"] - f["accuracy"],
             "class": classify_trajectory(f["accuracy"], l["accuracy"], band)
         })
+    return pd.DataFrame(rows)
+
+# %% ../nbs/papers/umad/10_umad.ipynb #0adb9da6
+def flip_transitions(before: Sequence[bool], after: Sequence[bool]) -> dict:
+    "Shares of C2C, C2W, W2C, W2W and flip_ratio = C2W + W2C (UMAD App. D.4); NaN shares when empty."
+    b = np.asarray([bool(x) for x in before])
+    a = np.asarray([bool(x) for x in after])
+    if b.shape != a.shape:
+        raise ValueError(f"flip_transitions: {b.size} responses before, {a.size} after")
+    n = int(b.size)
+    if n == 0:
+        return {
+            "C2C": math.nan,
+            "C2W": math.nan,
+            "W2C": math.nan,
+            "W2W": math.nan,
+            "flip_ratio": math.nan,
+            "n": 0
+        }
+    out = {
+        "C2C": float(np.mean(b & a)),
+        "C2W": float(np.mean(b & ~a)),
+        "W2C": float(np.mean(~b & a)),
+        "W2W": float(np.mean(~b & ~a))
+    }
+    return {**out, "flip_ratio": out["C2W"] + out["W2C"], "n": n}
+
+# %% ../nbs/papers/umad/10_umad.ipynb #cd29e9b9
+def flip_table(transcript: pd.DataFrame, before_round: int = 0, after_round: int = 1,
+               by: Sequence[str] = ()) -> pd.DataFrame:
+    "Flip transitions between two rounds, pairing each response by (item, sample, agent), per condition (`pool_keys`: experiment, method, `by`). (UMAD Fig. 5: C2C / C2W / W2C / W2W transitions.)"
+    transcript = with_defaults(transcript, ("item_id", "agent", "round", "correct"),
+                               what="flip_table")
+    by = pool_keys(transcript, by)
+    check_unique_turns(transcript, by, what="flip_table")
+    key = ["item_id", "sample", "agent"]
+    b = transcript[transcript["round"] == before_round].set_index([*by, *key])["correct"]
+    a = transcript[transcript["round"] == after_round].set_index([*by, *key])["correct"]
+    j = pd.concat([b.rename("before"), a.rename("after")], axis=1, join="inner").reset_index()
+    rows = [{
+        **dict(zip(by, k if isinstance(k, tuple) else (k,))),
+        **flip_transitions(g["before"], g["after"])
+    } for k, g in j.groupby(list(by), sort=True)]
     return pd.DataFrame(rows)
 
 # %% ../nbs/papers/umad/10_umad.ipynb #3bcc9162

@@ -119,7 +119,7 @@ def _cli(*args) -> tuple[int, str]:
 
 
 def test_cli_prints_bibtex_of_a_function_a_protocol_and_an_experiment(capsys):
-    rc, out = _cli("mad_study.metrics.uncertainty_decomposition", "groupdebate", "svr_tab1")
+    rc, out = _cli("mad_study.umad.uncertainty_decomposition", "groupdebate", "svr_tab1")
     assert rc == 0 and out.startswith("@software{madstudy")
     lib = bibtexparser.parse_string(out)
     keys = {e.key for e in lib.entries}

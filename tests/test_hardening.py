@@ -305,6 +305,7 @@ def test_ctrl_c_at_any_moment_ends_the_run_within_seconds(tmp_path, jobs):
 # ------------------------------------------------------------------ hypothesis: extraction and every metric
 from mad_study import madc as MC
 from mad_study import metrics as M
+from mad_study import umad as U
 from mad_study import stats as S
 from mad_study.answers import answers_equivalent, extract_answer, is_correct, merge_equivalent, parse_failure_rate
 from mad_study.core import ANSWER_FORMATS, transcript_frame
@@ -391,7 +392,7 @@ def test_every_metric_survives_any_transcript(tr):
     assert len(vt) == (tr.groupby(["item_id", "sample", "round"]).ngroups if n else 0)
     if n:
         assert vt["correct"].isin([True, False]).all()
-    ut = M.uncertainty_table(tr)                                      # default unparsed="drop"
+    ut = U.uncertainty_table(tr)                                      # default unparsed="drop"
     if n:
         _no_nan(ut, ["accuracy", "parse_failure"])
         undefined = ut[[c for c in ut if c.startswith("parse_failure_")]].eq(1.0).any(axis=1)   # an agent never parsed
@@ -400,7 +401,7 @@ def test_every_metric_survives_any_transcript(tr):
         _no_nan(ok, ["tu", "eu", "au"])
         assert (ok["eu"] >= 0).all() and (ok["au"] >= 0).all()
         assert np.allclose(ok["tu"], ok["eu"] + ok["au"])
-    ft = M.flip_table(tr)
+    ft = U.flip_table(tr)
     if n and tr["round"].max() >= 1:
         _no_nan(ft, ["C2C", "C2W", "W2C", "W2W", "flip_ratio"])
         assert np.allclose(ft[["C2C", "C2W", "W2C", "W2W"]].sum(axis=1), 1)
@@ -418,7 +419,7 @@ def test_every_metric_survives_any_transcript(tr):
         pc = MC.path_consistency([[None if pd.isna(x) else x for x in s] for s in per_agent], fmt=fmt)
         assert len(pc) == len(per_agent) and all(math.isfinite(x) and 0 <= x <= len(pc) - 1 + 1e-9 for x in pc)
         lists = [[None if pd.isna(x) else x for x in s] for s in per_agent]
-        d = M.uncertainty_decomposition(lists, fmt=fmt)
+        d = U.uncertainty_decomposition(lists, fmt=fmt)
         defined = min(d["n_parsed"]) > 0                                  # "drop": NaN when an agent never parsed
         assert all(math.isfinite(d[k]) if defined else math.isnan(d[k]) for k in ("tu", "eu", "au"))
     if n:
@@ -437,10 +438,10 @@ def test_distribution_metrics_on_any_answers(samples, fmt):
     flat = [a for s in samples for a in s]
     if any(len(s) == 0 for s in samples):                              # an agent without samples: an error, not a smaller N
         with pytest.raises(ValueError, match="have no samples"):
-            M.uncertainty_decomposition(samples, fmt=fmt)
+            U.uncertainty_decomposition(samples, fmt=fmt)
     for mode in M.UNPARSED_MODES:
         if any(len(s) == 0 for s in samples): break
-        d = M.uncertainty_decomposition(samples, fmt=fmt, unparsed=mode)
+        d = U.uncertainty_decomposition(samples, fmt=fmt, unparsed=mode)
         if samples and (mode != "drop" or min(d["n_parsed"]) > 0):          # n_parsed: answers valid in `fmt`
             assert all(math.isfinite(d[k]) for k in ("tu", "eu", "au")) and abs(d["tu"] - d["eu"] - d["au"]) < 1e-9
         else:
@@ -451,7 +452,7 @@ def test_distribution_metrics_on_any_answers(samples, fmt):
     assert len(pc) == len(samples) and all(math.isfinite(x) for x in pc)
     p = M.answer_distribution(flat, fmt=fmt)
     assert (len(p) == 0 if not flat else abs(p.sum() - 1) < 1e-9)
-    f = M.flip_transitions([a is None for a in flat], [a is not None for a in flat])
+    f = U.flip_transitions([a is None for a in flat], [a is not None for a in flat])
     assert (math.isnan(f["flip_ratio"]) if not flat else 0 <= f["flip_ratio"] <= 1)
     lo, hi = M.wilson_ci(sum(a is None for a in flat), len(flat))
     assert (math.isnan(lo) if not flat else 0 <= lo <= hi <= 1)
@@ -492,7 +493,7 @@ def _ref_vote_table(transcript, by=("experiment", "method", "item_id", "sample",
 
 def _ref_decomposition(samples, fmt):
     samples = [list(s) for s in samples if len(s)]
-    flat = M._outcomes([a for s in samples for a in s], fmt)
+    flat = M.answer_outcomes([a for s in samples for a in s], fmt)
     cut = np.cumsum([0] + [len(s) for s in samples])
     per = [flat[cut[i]:cut[i + 1]] for i in range(len(samples))]
     support = sorted(set(flat), key=lambda a: (a == M.UNPARSED, a))
@@ -527,7 +528,7 @@ def test_fast_tables_equal_the_reference(tr):
     if not len(tr):
         return
     pd.testing.assert_frame_equal(vote_table(tr), _ref_vote_table(tr), check_exact=True)
-    shared = M.uncertainty_table(tr, unparsed="shared")                # the reference counts unparsed answers as one outcome
+    shared = U.uncertainty_table(tr, unparsed="shared")                # the reference counts unparsed answers as one outcome
     shared = shared.drop(columns=[c for c in shared if c.startswith("parse_failure")])
     pd.testing.assert_frame_equal(shared, _ref_uncertainty_table(tr), check_exact=True)
     for (item, rnd), g in tr.groupby(["item_id", "round"]):

@@ -11,8 +11,10 @@ from scipy import stats
 from conftest import mad_study  # noqa: F401  (puts the checkout first on the path)
 from mad_study import metrics as M
 from mad_study import stats as S
+from mad_study import umad as U
 from mad_study.core import ConfigError, Item
-from mad_study.debate import FullyConnected, OrderedPeers, make_agents, run_debate
+from mad_study.debate import (FullyConnected, OrderedPeers, make_agents, run_debate, self_consistency_at_budget,
+                              tokens_per_thread)
 from mad_study.voting import vote_table
 from mad_study.madc import item_scores, path_consistency_table, strategy_scores
 from mad_study.sim import SimBackend
@@ -45,8 +47,8 @@ def three():
 METRICS = {
     "accuracy_by_round": lambda t: M.accuracy_by_round(t),
     "token_cost": lambda t: M.token_cost(t),
-    "flip_table": lambda t: M.flip_table(t, 0, 2),
-    "uncertainty_table": lambda t: M.uncertainty_table(t),
+    "flip_table": lambda t: U.flip_table(t, 0, 2),
+    "uncertainty_table": lambda t: U.uncertainty_table(t),
     "vote_table": lambda t: vote_table(t),
     "decomposition_table": lambda t: decomposition_table(t),
     "item_scores": lambda t: item_scores(t),
@@ -198,15 +200,15 @@ def mad_debate():
 
 def test_budget_matched_self_consistency_matches_the_spend(mad_debate):
     "K is chosen so that the samples spend within the tolerance of the debate's tokens per item (was: silently capped at 64)."
-    sc, msgs = _loud(S.self_consistency_at_budget, mad_debate, ITEMS, "sim-b", SIMS)
+    sc, msgs = _loud(self_consistency_at_budget, mad_debate, ITEMS, "sim-b", SIMS)
     a = sc.attrs
     assert a["matched"] and not a["clamped"] and abs(a["spend"] - 1) <= a["tolerance"] == 0.05, a
-    assert a["sc_tokens"] == pytest.approx(S.tokens_per_thread(sc)) and a["k"] == sc["agent"].nunique()
+    assert a["sc_tokens"] == pytest.approx(tokens_per_thread(sc)) and a["k"] == sc["agent"].nunique()
     assert f"{100 * a['spend']:.1f}%" in a["note"] and "budget-matched within ±5%" in a["note"] and not msgs
 
 
 def test_a_binding_cap_warns_and_says_the_spend(mad_debate):
-    sc, msgs = _loud(S.self_consistency_at_budget, mad_debate, ITEMS, "sim-b", SIMS, max_samples=3)
+    sc, msgs = _loud(self_consistency_at_budget, mad_debate, ITEMS, "sim-b", SIMS, max_samples=3)
     a = sc.attrs
     assert a["k"] == 3 and a["clamped"] and not a["matched"] and a["spend"] < 0.95
     assert f"spending {100 * a['spend']:.1f}% of the reference's tokens" in a["note"] and "NOT budget-matched" in a["note"]

@@ -9,7 +9,7 @@ from scipy import stats
 
 from mad_study.core import Item
 from mad_study.debate import run_debate
-from mad_study.metrics import flip_table, uncertainty_decomposition
+from mad_study.umad import flip_table, uncertainty_decomposition
 from mad_study.sim import SimBackend
 from mad_study.umad import (ALPHA_AU, ETA_PAPER, ETA_RELEASED, au_weight, decomposition_summary, decomposition_table,
                             epistemic_influence_reward, eu_sampling_floor, group_standardize, pair_kind, pair_label,
