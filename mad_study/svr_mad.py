@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .core import (ConfigError, GenRequest, Generation, Item, Sampling, derive_seed,
-                            fold_keywords, rng_for, takes_sampling)
+                            rng_for)
 from .answers import (answers_equivalent, extract_answer, extract_confidence, is_correct,
                                merge_equivalent)
 from .data import format_question
@@ -189,18 +189,14 @@ def _svr_init(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt
     corr = {a: math.nan if _isnull(prior.get(a)) else float(prior[a]) for a in names}
     # line 7
     dis = {r: [j for j in live if j != r and not answers_equivalent(y[j], y[r], fmt)] for r in live}
-    S, budget = config.S, config.budget
+    # line 4's B_max
+    B_max = comm_budget(config.S, k, m) if config.budget is None else int(config.budget)
+    counts = {a: dict(D=0, r=0, c=0) for a in names}
+    post = {a: [] for a in names}
+    sig = {a: [] for a in names}
     return SimpleNamespace(fmt=fmt, cfg=config, names=names, y=y, live=live, k=k, m=m, corr=corr,
-                           dis=dis, B_max=comm_budget(S, k, m) if budget is None else int(budget),
-                           n={a: {
-                               "D": 0,
-                               "r": 0,
-                               "c": 0
-                           }
-                              for a in names}, post={a: []
-                                                     for a in names}, sig={a: []
-                                                                           for a in names},
-                           met=Counter(), trace=[], ncomm=0)
+                           dis=dis, B_max=B_max, n=counts, post=post, sig=sig, met=Counter(),
+                           trace=[], ncomm=0)
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #d056798c
 def _svr_record(st, r: str, s: str, ans, signal, it: int):
@@ -230,7 +226,6 @@ def _svr_record(st, r: str, s: str, ans, signal, it: int):
     })
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #1c1b134c
-@fold_keywords("config")
 def svr_mad_steps(
     answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: str,
     config: SVRConfig = SVRConfig(), tie_seed: Any = 0
@@ -307,7 +302,6 @@ def fallback_vote(pre: Mapping[str, str | None], post: Mapping[str, Sequence[str
     return _seeded_pick([x for x in tied if pc.get(x, 0) == best], (tie_seed, "overall"))
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #a8772901
-@fold_keywords("config")
 def svr_mad(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: str,
             debate: Callable[[str, str], tuple[str | None, float | None] | str | None],
             config: SVRConfig = SVRConfig(), tie_seed: Any = 0) -> SVRResult:
@@ -318,8 +312,7 @@ def svr_mad(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: 
     decides y_j != y_r, line 7). debate(A_r, A_s) -> the receiver's post-debate answer, or (answer,
     post-debate signal): Debate(A_s -> A_r), line 10. config: the hyper-parameters (`SVRConfig`: S,
     C, tau, budget, budget_cap, posterior, challengers, check, unparsed; its prior and prior_scale
-    are `run_svr_mad`'s). tie_seed: seeds the fallback vote's draws (line 18). The old separate
-    keywords (`S=`, `C=`, ...) still work for one release, with a DeprecationWarning. The result
+    are `run_svr_mad`'s). tie_seed: seeds the fallback vote's draws (line 18). The result
     carries the answer y_hat, accepted, NComm, B_max, k, m, the trace, the final Corr and per-agent
     counts D, r, c."""
     gen = svr_mad_steps(answers, prior, fmt, config, tie_seed)
@@ -344,10 +337,10 @@ def svr_prompts(fmt: str, prompt: str = "svr") -> tuple[PromptSet, PromptSet]:
     return get_prompt(base), get_prompt(base + "_challenge")
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #a7d529d5
-SVR_SAMPLING = Sampling(max_new_tokens=16384, temperature=1.0, top_p=0.95, seed=0)  # App. A
+# App. A's temperature, top-p and new tokens (its top-k 40 is not a Sampling field)
+SVR_SAMPLING = Sampling(max_new_tokens=16384, temperature=1.0, top_p=0.95, seed=0)
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #96cecdc2
-@takes_sampling
 def challenge_request(item: Item, receiver: Mapping, challenger: Mapping, *,
                       sampling: Sampling = SVR_SAMPLING, prompt: str = "svr", role: str = "debater",
                       repeat: int = 0) -> GenRequest:
@@ -442,10 +435,7 @@ def probe_pairs(pre: pd.DataFrame, fmt_of: Mapping[str, str]) -> list[tuple[str,
     out = []
     for (iid, k), g in pre.groupby(["item_id", "sample"], sort=False):
         ans = dict(zip(g["agent"], g["answer"]))
-        live = [
-            a for a, v in ans.items()
-            if v is not None and not (isinstance(v, float) and math.isnan(v))
-        ]
+        live = [a for a, v in ans.items() if not _isnull(v)]
         for r in live:
             out += [(iid, int(k), r, s) for s in live
                     if s != r and not answers_equivalent(ans[s], ans[r], fmt_of[iid])]
@@ -527,8 +517,6 @@ def _svr_start(pre: pd.DataFrame, items: Mapping[str, Item], config: SVRConfig):
     return gens, pending, results, r0tok
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #6caec984
-@fold_keywords("config")
-@takes_sampling
 def run_svr_mad(pre: pd.DataFrame, items: Mapping[str, Item],
                 backends: Mapping[str, Any] | None = None, config: SVRConfig = SVRConfig(),
                 probes: pd.DataFrame | dict | None = None, sampling: Sampling = SVR_SAMPLING,

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .core import ConfigError, Item, Sampling, fold_keywords, takes_sampling
+from .core import ConfigError, Item, Sampling
 from .debate import run_debate
 
 # missing: None, NaN or pd.NA (one definition)
@@ -26,9 +26,9 @@ from .svr_mad import (PRIORS, SIGNAL_LABELS, SVR_SAMPLING, SVRConfig, prior_sign
 
 # %% auto #0
 __all__ = ['METHODS', 'METHOD_LABELS', 'TAB1_CAPTION_MAX', 'FIG2_YLABEL', 'unanimous', 'BaselineSettings', 'evaluate',
-           'method_table', 'savings_note', 'table1_caption', 'tab1_items', 'tab1_comparison', 'tab1_stats_caption',
-           'check_tab1_caption', 'tab1_power', 'table1_reader_caption', 'fig1_table', 'difficulty_group',
-           'fig1_comparison', 'finish_figure', 'ablation_points', 'svr_grid_points']
+           'method_table', 'tab1_items', 'tab1_comparison', 'tab1_stats_caption', 'check_tab1_caption', 'tab1_power',
+           'table1_reader_caption', 'fig1_table', 'difficulty_group', 'fig1_comparison', 'finish_figure',
+           'ablation_points', 'svr_grid_points']
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #4dc51556
 METHODS = ("sc", "groupdebate", "sid_et", "s2mad", "svr_mad")
@@ -127,9 +127,6 @@ def _run_baselines(out: dict, r0k: pd.DataFrame, agents, baseline: BaselineSetti
         out["costs"][name] = debate_costs(tr, proto, fmt=out["fmt"])
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #5a85adc3
-@fold_keywords("config")
-@fold_keywords("baseline")
-@takes_sampling
 def evaluate(items: Sequence[Item], agents, backends: Mapping[str,
                                                               Any], config: SVRConfig = SVRConfig(),
              baseline: BaselineSettings = BaselineSettings(), probe: bool = True,
@@ -151,9 +148,13 @@ def evaluate(items: Sequence[Item], agents, backends: Mapping[str,
                                probes=out["probes"], sampling=sampling)
     out["costs"]["svr_mad"], out["svr_debates"] = svr, debates
     if "mad" in out["costs"]:  # SID-ET's skip rate tuned to SVR-MAD's tokens (Alg. 2)
-        ev = lambda r: (float(sid_et(r0k, out["costs"]["mad"], r)["tokens"].mean()),
-                        float(sid_et(r0k, out["costs"]["mad"], r)["correct"].mean()))
-        rate, trace = tune_skip_rate(ev, float(svr["tokens"].mean()), float(svr["correct"].mean()))
+
+        def sid_point(rate):
+            sid = sid_et(r0k, out["costs"]["mad"], rate)
+            return float(sid["tokens"].mean()), float(sid["correct"].mean())
+
+        rate, trace = tune_skip_rate(sid_point, float(svr["tokens"].mean()),
+                                     float(svr["correct"].mean()))
         out["sid_rate"], out["sid_trace"] = rate, trace
         out["costs"]["sid_et"] = sid_et(r0k, out["costs"]["mad"], rate)
     return out
@@ -177,43 +178,6 @@ def method_table(ev: dict, methods: Sequence[str] = METHODS) -> pd.DataFrame:
             "n": len(c)
         })
     return pd.DataFrame(rows)
-
-# %% ../nbs/papers/svr/12b_svr_study.ipynb #fcb5efa4
-def _pct(x: float) -> str:
-    "A saving as a signed whole percent of change ('-38%'), 'n/a' when it is missing."
-    if _isnull(x):
-        return "n/a"
-    v = -round(float(x))
-    return f"{v:+d}%" if v else "0%"
-
-# %% ../nbs/papers/svr/12b_svr_study.ipynb #bbfc0fe8
-def savings_note(setting: str, sv: Mapping, sid_rate: float | None = None,
-                 stats: Mapping | None = None) -> str:
-    """One setting's part of Table 1's caption (SVR-MAD Sec. 5.1): savings against the most accurate MAD baseline; with
-    `stats` (that baseline's `tab1_comparison` row) the accuracy gap and token change carry their interval and verdict."""
-    if not sv:
-        return f"{setting}: no MAD baseline run"
-    sid = "" if _isnull(sid_rate) else f" (SID-ET skip rate {sid_rate:.0%} by Alg. 2)"
-    if stats is None:
-        return (
-            f"{setting}: vs {sv['reference']}: tokens {_pct(sv['tokens_saving_pct'])}, NComm {_pct(sv['ncomm_saving_pct'])}, "
-            f"accuracy {sv['acc_diff_points']:+.1f} points{sid}")
-    g = _gap(stats).split("; tokens ")
-    tok = f"tokens {g[1]}" if len(g) > 1 else f"tokens {_pct(sv['tokens_saving_pct'])}"
-    return (
-        f"{setting}: vs {sv['reference']}: {tok}, NComm {_pct(sv['ncomm_saving_pct'])}, {g[0]}{sid}"
-    )
-
-# %% ../nbs/papers/svr/12b_svr_study.ipynb #bead59ce
-def table1_caption(notes: Sequence[str], label: str | None, single_gpu_config: str = "") -> str:
-    "SVR-MAD Table 1's caption; it begins with the study's label (the profile it was made with), if any."
-    head = f"{label.split(':')[0]}: " if label else ""
-    return (
-        f"SVR-MAD Table 1. {head}savings of SVR-MAD against the most accurate MAD baseline: "
-        + "; ".join(notes) +
-        ". The paper claims (GPT-OSS-120B and DeepSeek-V3.1, real models, 267-299 items per setting, no intervals reported): tokens -38..61%, NComm -48..75% at equal or better accuracy."
-        + (f" Single-GPU open configuration of the paper profile: {single_gpu_config}."
-           if single_gpu_config else ""))
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #c52e391e
 def tab1_items(ev: dict, methods: Sequence[str] = METHODS) -> pd.DataFrame:
@@ -633,12 +597,14 @@ def _plan_svr(p: Mapping, ablation_only: bool = False) -> dict:
     models = list(p.get("models") or [])
     if ablation_only:
         models = models[:int(p.get("fig3_model_count") or 1)]
-    cells, q, B = len(models) * len(p.get("tasks") or []), 300, 0 if ablation_only else 3
+    # all-to-all MAD, GroupDebate and S2-MAD (none for the ablation)
+    n_mad = 0 if ablation_only else 3
+    cells, q = len(models) * len(p.get("tasks") or []), 300
     S = max([int(x) for x in (p.get("comm_per_round") or [2])])
     debates = n * (n - 1) + S * (n + 1)  # probing + SVR-MAD's repeated debates (choice 4)
-    per_item_gens = n + debates + B * R * n
-    prompt = (
-        n * q + debates * (q + 2 * mnt) + B * sum(n * (q + r * n * mnt) for r in range(1, R + 1)))
+    per_item_gens = n + debates + n_mad * R * n
+    prompt = (n * q + debates * (q + 2 * mnt)
+              + n_mad * sum(n * (q + r * n * mnt) for r in range(1, R + 1)))
     return {
         "generations": cells * n_items * per_item_gens,
         "completion_tokens": cells * n_items * per_item_gens * mnt,

@@ -248,15 +248,6 @@ def test_issue21_svr_mad_signature_names_every_hyper_parameter():
     assert "D, r, c" in svr_mad.__doc__
 
 
-def test_issue37_old_keywords_still_work_and_warn():
-    y = {"a0": "A", "a1": "A", "a2": "B", "a3": "B", "a4": "C", "a5": "A"}
-    conf = {"a0": 0.9, "a1": 0.5, "a2": 0.95, "a3": 0.6, "a4": 0.3, "a5": 0.4}
-    keep = lambda r, s: y[r]
-    with pytest.warns(DeprecationWarning, match=r"config=SVRConfig\(S=3, .*check='debate'"):
-        old = svr_mad(y, conf, "option", keep, S=3, check="debate")
-    assert old == svr_mad(y, conf, "option", keep, config=SVRConfig(S=3, check="debate"))
-
-
 @pytest.mark.parametrize("setting,rows,ref,ncomm,tokens", [
     ("GPT-OSS-120B / IMO", [(19.4, 164.1, 41.8), (17.5, 85.5, 38.7), (22.8, 131.4, 42.1), (5.6, 82.1, 42.8)], "S2-MAD", 75, 38),
     ("GPT-OSS-120B / HLE", [(18.4, 111.0, 20.2), (12.8, 39.6, 17.2), (14.0, 67.7, 21.0), (7.3, 39.1, 21.4)], "S2-MAD", 48, 42),
@@ -270,17 +261,6 @@ def test_issue21_table1_savings_in_all_four_settings(setting, rows, ref, ncomm, 
     sv = savings(tab)
     assert (sv["reference"], round(sv["ncomm_saving_pct"]), round(sv["tokens_saving_pct"])) == (ref, ncomm, tokens), setting
     assert sv["acc_diff_points"] >= -1e-9
-
-
-def test_issue21_table1_caption_names_its_profile():
-    from mad_study.report import EMBEDDED_LABEL, SYNTHETIC_LABEL
-    from mad_study.svr_study import savings_note, table1_caption
-    note = savings_note("smollm2 / HLE (MC)", {"reference": "SID-ET", "tokens_saving_pct": 0.0, "ncomm_saving_pct": math.nan,
-                                               "acc_diff_points": 0.0}, 0.9)
-    cap = table1_caption([note], EMBEDDED_LABEL)
-    assert cap.startswith("SVR-MAD Table 1. Embedded SmolLM2-135M (cpu profile)")
-    assert "SYNTHETIC" not in cap and "nan" not in cap and "NComm n/a" in cap
-    assert table1_caption([note], SYNTHETIC_LABEL).startswith("SVR-MAD Table 1. SYNTHETIC AGENTS (sim profile)")
 
 
 def test_issue21_figure_layout_no_clipped_label_no_blank_band():
