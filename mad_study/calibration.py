@@ -694,7 +694,8 @@ def power_items(world: World, row: Mapping, n_items: int, seeds: int = 1,
 
 # %% ../nbs/study/16_calibration.ipynb #verdict0
 def _verdict(controlled: bool, neutral: bool, sign: float, d: dict | None) -> str:
-    "A calibration row's verdict: reproduced only when effect - control (`d`: sim, ci_low, ci_high) is resolved with `sign`."
+    """A calibration row's verdict: reproduced only when effect - control (`d`: sim, ci_low, ci_high) is resolved with
+    `sign`; a printed 0 with effect - control not resolved is "consistent with 0 (not resolved)", never reproduced."""
     resolved = d is not None and (d["ci_low"] > 0 or d["ci_high"] < 0)
     if not controlled:
         return "a level: no control"
@@ -702,9 +703,10 @@ def _verdict(controlled: bool, neutral: bool, sign: float, d: dict | None) -> st
         return "mechanism 0 in the fitted world: nothing to control"
     if not np.isfinite(sign):
         return "no printed sign: not judged"
+    # a printed 0 is not reproduced by an unresolved difference (absence of evidence): counted apart
     if sign == 0:
         return ("not reproduced: printed 0, effect - control resolved"
-                if resolved else "reproduced: printed 0, effect - control not resolved")
+                if resolved else "consistent with 0 (not resolved)")
     if resolved and np.sign(d["sim"]) == sign:
         return "reproduced: effect - control resolved, with the printed sign"
     if resolved:
@@ -754,7 +756,8 @@ def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, s
 
     `effect_control`: effect - control with its 95% interval, one `paired_inference` on the per-item differences
     (the two runs share items and seeds). A row is reproduced only when effect - control is resolved and has the
-    printed sign (a drawn claim: its `sign`; a printed 0: when effect - control is not resolved); a row whose
+    printed sign (a drawn claim: its `sign`); a printed 0 with effect - control not resolved is "consistent with 0
+    (not resolved)", counted apart (absence of evidence, not a reproduction); a row whose
     mechanisms are at their neutral values in the world reads "mechanism 0 in the fitted world: nothing to control".
     `status`: fitted, at the grid's edge (`GRIDS`), or assumed (not fitted: stubbornness, signals, context_entropy,
     skill off the fitted tasks, and a strength of a model the fit did not set). `tension` is one sentence

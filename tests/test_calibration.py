@@ -204,9 +204,11 @@ def test_calibration_table_rows_and_intervals(world, targets):
     assert np.allclose(on["effect_control"], on["sim"] - on["control"])
     resolved = (on["effect_control_ci_low"] > 0) | (on["effect_control_ci_high"] < 0)
     signed = np.sign(on["effect_control"]) == np.sign(on["printed"])
-    # a printed 0 (RUMAD's GPQA gap) is reproduced when effect - control is NOT resolved
-    expected = np.where(on["printed"] == 0, ~resolved, resolved & signed)
+    # a printed 0 (RUMAD's GPQA gap) is never reproduced: consistent with 0 when effect - control is NOT resolved
+    expected = np.where(on["printed"] == 0, False, resolved & signed)
     assert (on["verdict"].str.startswith("reproduced") == expected).all()
+    zero = on[on["printed"] == 0]
+    assert ((zero["verdict"] == "consistent with 0 (not resolved)") == ~resolved[zero.index]).all()
     assert tab["status"].str.match(r"fitted|at the grid's edge|assumed").all()
     # context_decay is fitted (0.088 [0.05, 0.20], RUMAD Table 2's protocol), and its tension is one sentence
     harm = tab[tab["mechanism"] == "context_harm"]
