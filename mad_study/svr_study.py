@@ -539,7 +539,7 @@ def finish_figure(fig, title: str):
 def ablation_points(
     ev: dict, posterior: str, S: int = 2, C: int = 2,
     quantiles: Sequence[float] = np.arange(0.1, 0.91, 0.1)) -> pd.DataFrame:
-    "SVR-MAD App. B: (tau, C, acceptance rate, mean tokens, accuracy with its 95% Wilson interval over problems, n_items) of Alg. 1 with `posterior` in place of SVR."
+    "SVR-MAD App. B: (tau, C, acceptance rate, mean tokens, accuracy with its 95% Wilson interval over problems, n_items) of Alg. 1 with `posterior` in place of SVR; each setting's per-problem correctness is kept in `ev['ablation_items'][(posterior, tau, C)]` (a Series by item id), for tests paired by problem."
     from mad_study.metrics import wilson_ci
 
     probes, byid = ev["probes"], ev["items"]
@@ -563,6 +563,9 @@ def ablation_points(
         cfg = base.replace(S=S, C=c, tau=tau, prior=prior, posterior=posterior)
         res, _ = run_svr_mad(ev["pre"], byid, ev.get("backends"), config=cfg, probes=memo,
                              sampling=sampling)
+        ev.setdefault("ablation_items",
+                      {})[(posterior, float(tau),
+                           int(c))] = (res.set_index("item_id")["correct"].astype(float))
         # one thread per problem: Wilson over problems
         lo, hi = wilson_ci(int(res["correct"].sum()), len(res))
         rows.append({
