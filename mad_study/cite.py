@@ -243,6 +243,7 @@ REFS.update({
     "stats.paired_inference": ("tango1998paired", "mcnemar1947", "student1908", "fisher1935design"),
     "stats.paired_difference": ("tango1998paired", "mcnemar1947", "student1908",
                                 "fisher1935design"),
+    "stats.beyond_control": ("tango1998paired", "mcnemar1947", "student1908", "fisher1935design"),
     # how many items: the power of the kit's own paired tests (McNemar's score test, the paired t-test)
     "stats.power_paired_binary": ("connor1987sample", "miettinen1968matched", "mcnemar1947"),
     "stats.n_for_power": ("connor1987sample", "miettinen1968matched", "mcnemar1947"),

@@ -21,7 +21,7 @@ from .voting import vote_table
 # %% auto #0
 __all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'CORRECTIONS', 'TEST_WORDS', 'EXACT_BELOW', 'bootstrap_ci', 'boot_mean_ci', 'paired_test',
            'accuracy_ci', 'simulate_paired', 'score_interval', 'paired_inference', 'item_means', 'paired_difference',
-           'tost', 'adjust_pvalues', 'cochran_q', 'omnibus_test', 'token_change', 'compare_methods',
+           'beyond_control', 'tost', 'adjust_pvalues', 'cochran_q', 'omnibus_test', 'token_change', 'compare_methods',
            'comparison_caption', 'family_gaps', 'family_words', 'gap_interval_text', 'power_paired_binary',
            'n_for_power', 'power_paired_t', 'n_for_power_t', 'resolvable_effect', 'plan_sizes', 'condition_labels',
            'per_item_results']
@@ -445,6 +445,22 @@ def paired_difference(a: Sequence[float], b: Sequence[float], level: float = 0.9
         "n_dropped": dropped,
         "unit": "item"
     }
+
+# %% ../nbs/evaluation/05b_stats.ipynb #bctrl1
+def beyond_control(effect: Sequence[float], control: Sequence[float], sign: float = 1.0,
+                   level: float = 0.95, n_resamples: int = 2**16, seed: int = 0, test: str = "auto",
+                   *, min_items: int = 0) -> dict:
+    """An effect beyond its control, paired by item: `paired_difference(effect, control)` (each a per-item
+    difference of the same two methods, in the effect world and in the control world) with `verdict`: "yes" when
+    resolved with the paper's `sign` (+1 / -1), "no" when resolved against it, else "not resolved" (the interval of
+    `paired_difference`: Tango 1998 and McNemar 1947 for 0/1 differences, else the paired t)."""
+    if sign not in (1, -1):
+        raise ConfigError("beyond_control: the paper's sign is +1 or -1", key="sign", value=sign,
+                          choices=(1, -1))
+    d = paired_difference(effect, control, level, n_resamples, seed, test, min_items=min_items)
+    resolved = d["ci_low"] > 0 or d["ci_high"] < 0
+    d["verdict"] = "not resolved" if not resolved else "yes" if np.sign(d["diff"]) == sign else "no"
+    return d
 
 # %% ../nbs/evaluation/05b_stats.ipynb #9ce8050c
 def tost(a: Sequence[float], b: Sequence[float], margin: float, alpha: float = 0.05, *,
