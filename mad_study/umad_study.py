@@ -111,7 +111,7 @@ def item_bands(table: pd.DataFrame, cols, by=("config", "turn"), n_resamples: in
     return pd.DataFrame(rows)
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #96f2e774
-EU_COLOR = "#7b3294"  # Sys-EU; the agents' accuracy is drawn in greys, the parse failures in orange
+EU_COLOR = "#7b3294"  # Sys-EU; the agents' accuracy is drawn in greys
 VERDICT_WORDS = {
     "success": "success (resolved)",
     "fail": "fail (resolved)",
@@ -120,10 +120,10 @@ VERDICT_WORDS = {
 }
 
 
-def fig2_panel(axs, g):
+def fig2_panel(axs, g, acc_lim=(0.0, 100.0)):
     """One configuration of UMAD Fig. 2, drawn from its rows of umad_fig2.data.csv (`g`, one row per turn): TU and
-    Sys-AU (top, nats), Sys-EU above its finite-K floor (middle, nats, its own scale), each agent's accuracy and the
-    parse-failure share (bottom, %); bars: 95% intervals over items."""
+    Sys-AU (top, nats), Sys-EU above its finite-K floor (middle, nats, its own scale), each agent's accuracy (bottom, %,
+    on `acc_lim`); bars: 95% intervals over items."""
     top, mid, bot = axs
     x = g["turn"].to_numpy()
     err = lambda c, s=1: [s * (g[c] - g[f"{c}_low"]), s * (g[f"{c}_high"] - g[c])]
@@ -139,9 +139,7 @@ def fig2_panel(axs, g):
             bot.errorbar(x + 0.1 * (k - 0.5), 100 * g[a], yerr=err(a, 100), marker=mk, ms=3.5, lw=1,
                          elinewidth=0.6, capsize=0, color=col, mfc="white" if k else col,
                          label=f"accuracy A{k}")
-    bot.plot(x, 100 * g["parse_failure"], color="#e69f00", ls=":", marker="x", ms=3, lw=0.8,
-             label="parse failures")
-    bot.set_ylim(0, 100)
+    bot.set_ylim(*acc_lim)
     mid.yaxis.set_major_formatter("{x:.2f}")
     bot.set_xticks(x)
     bot.set_xlabel("turn T")
@@ -162,8 +160,9 @@ def fig2_verdict(deltas: pd.DataFrame) -> str:
     return "not resolved" if falling.any() else "no"
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #977ea3fa
-def fig1_panel(ax, ent, col, marker, title):
-    "UMAD Fig. 1, one panel: accuracy (%, 95% interval) over turns, token entropy (mean, IQR) behind it."
+def fig1_panel(ax, ent, col, marker, title, acc_lim=(0.0, 100.0)):
+    """UMAD Fig. 1, one panel: accuracy (%, 95% interval, on `acc_lim`) over turns, token entropy (mean, IQR)
+    behind it."""
     x = ent["turn"].to_numpy()
     ax2 = ax.twinx()
     if ent["n_entropy"].sum():
@@ -182,7 +181,7 @@ def fig1_panel(ax, ent, col, marker, title):
                 capthick=1.3, elinewidth=1.3, lw=1.5, label="accuracy (both agents)", zorder=5)
     ax.set_zorder(ax2.get_zorder() + 1)
     ax.patch.set_visible(False)
-    ax.set_ylim(0, 100)
+    ax.set_ylim(*acc_lim)
     ax.set_xticks(x)
     ax.set_xlabel("turn T (1 = initial answers)")
     ax.set_ylabel("accuracy (%)")
