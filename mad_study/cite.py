@@ -394,6 +394,8 @@ MENTIONS: dict[str, tuple[
         "grading.is_correct": ("qiao2026umad",),
         # the MATH benchmark's script (cited), as UMAD's reward uses it
         "grading.math_equiv_strict": ("qiao2026umad",),
+        # the way MATH-500 writes its gold answers (an escaped dollar), no method of theirs
+        "answers.cut_statement": ("lightman2024verify",),
         "roles.literal_object": ("liang2024mad",),  # reads the style of their released replies
         # checks the library the kit's 4-bit path uses
         "doctor.check_bitsandbytes": ("dettmers2023qlora",),
