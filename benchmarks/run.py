@@ -504,7 +504,8 @@ def bench_analysis(n_items=500, n_agents=6, n_rounds=5, n_samples=16) -> dict:
     from mad_study import metrics as M
     from mad_study import umad as U
     from mad_study import stats as S
-    from mad_study.answers import extract_answer, parse_failure_rate
+    from mad_study.extract import extract_answer
+    from mad_study.equivalence import parse_failure_rate
     from mad_study.voting import group_rows, vote_table
     t = time.perf_counter(); tr = synthetic_transcript(n_items, n_agents, n_rounds, n_samples); build = time.perf_counter() - t
     log(f"  transcript: {len(tr):,} rows ({n_items} items x {n_agents} agents x {n_rounds} rounds x {n_samples} samples), built in {build:.1f} s")
@@ -618,7 +619,10 @@ def sim_child(root: str) -> dict:
     from mad_study.core import Sampling
     from mad_study.debate import Agent, run_debate
     from mad_study.sim import SimBackend, sim_items
-    import mad_study.answers as answers_mod
+    try:
+        import mad_study.extract as extract_mod                              # the extractors' module since issue 49
+    except ImportError:
+        import mad_study.answers as extract_mod                              # the baseline commit's
     import mad_study.debate as debate_mod
     assert Path(mad_study.__file__).resolve().is_relative_to(Path(root).resolve()), mad_study.__file__
     out = {}
@@ -629,7 +633,7 @@ def sim_child(root: str) -> dict:
         kw = dict(debate_rounds=w["debate_rounds"], samples=w["samples"], prompt=w["prompt"],
                   sampling=Sampling(temperature=w["temperature"]), progress=False)
         run_debate(items[:2], agents, bes, **kw)                                  # warm: imports, compiled patterns
-        memo = getattr(answers_mod, "_extract_memo", None)
+        memo = getattr(extract_mod, "_extract_memo", None)
         if memo is not None: memo.cache_clear()                                   # no text parsed before the timed pass
         # the child's own CPU time (one thread): on a shared machine the wall clock also counts other jobs' turns
         t, w = time.process_time(), time.perf_counter()

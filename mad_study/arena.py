@@ -189,7 +189,7 @@ def svr_transcript(round0: pd.DataFrame, debates: pd.DataFrame,
     """SVR-MAD (Alg. 1) in the transcript schema (the kit's own reading): `round0` as given and, as
     round 1, each receiver's first pairwise challenge (post-debate answer, the challenger as its
     visible peer); never-challenged agents have no row."""
-    from mad_study.answers import is_correct
+    from mad_study.grading import is_correct
     from mad_study.data import get_task
 
     r0 = round0[round0["round"] == 0]

@@ -203,10 +203,10 @@ MODULE_REFS: dict[str, tuple[str, ...]] = {
 
 # %% ../nbs/core/00b_cite.ipynb #6ea0259e
 REFS: dict[str, tuple[str, ...]] = {
-    # answers, data, backends, prompts, debate engine
-    "answers.is_correct": ("cobbe2021gsm8k", "du2024debate"),
-    "answers.merge_equivalent": ("qiao2026umad",),
-    "answers.extract_confidence": ("jiang2026svrmad",),
+    # answers (extraction, grading, equivalence), data, backends, prompts, debate engine
+    "grading.is_correct": ("cobbe2021gsm8k", "du2024debate"),
+    "equivalence.merge_equivalent": ("qiao2026umad",),
+    "extract.extract_confidence": ("jiang2026svrmad",),
     "data.du_options_question": ("du2024debate",),
     "data.format_question": ("du2024debate",),
     "hf.HFBackend": ("wolf2020transformers", "dettmers2023qlora", "dettmers2022llmint8"),
@@ -377,7 +377,7 @@ REFS.update({
     "umad.group_standardize": ("shao2024deepseekmath",),
     "umad.grpo_advantage": ("shao2024deepseekmath",),
     "umad_train.UMADTrainer": ("shao2024deepseekmath",),
-    "answers.math_equiv_strict": ("hendrycks2021math",),
+    "grading.math_equiv_strict": ("hendrycks2021math",),
     "umad_train.save_checkpoint": ("hu2022lora",),
     "umad_train.setting_variants": ("dewitt2020ippo",),
     "umad_train.plan_train": ("hu2022lora", "dettmers2023qlora")
@@ -391,9 +391,11 @@ MENTIONS: dict[str, tuple[
         "data.load_debate_export": ("du2024debate", "smit2024mad"),
         "reproduce.param_warnings": ("du2024debate",),
         # names UMAD's reward grading; the option is the MATH script's
-        "answers.is_correct": ("qiao2026umad",),
+        "grading.is_correct": ("qiao2026umad",),
         # the MATH benchmark's script (cited), as UMAD's reward uses it
-        "answers.math_equiv_strict": ("qiao2026umad",),
+        "grading.math_equiv_strict": ("qiao2026umad",),
+        # the way MATH-500 writes its gold answers (an escaped dollar), no method of theirs
+        "answers.cut_statement": ("lightman2024verify",),
         "roles.literal_object": ("liang2024mad",),  # reads the style of their released replies
         # checks the library the kit's 4-bit path uses
         "doctor.check_bitsandbytes": ("dettmers2023qlora",),
@@ -410,7 +412,7 @@ MENTIONS: dict[str, tuple[
 KIT_OWN: dict[str, tuple[str, ...]] = {
     **{
         m: ("*",)
-        for m in ("answers", "backends", "cache", "checkpoints", "cite", "data", "hf", "interface", "prompts", "registry", "report", "figcheck", "reproduce", "sandbox", "serving", "sim", "twins", "vision", "doctor")
+        for m in ("answers", "extract", "grading", "equivalence", "backends", "cache", "checkpoints", "cite", "data", "hf", "interface", "prompts", "registry", "report", "figcheck", "reproduce", "sandbox", "serving", "sim", "twins", "vision", "doctor")
     }, "core": ("Inference", "Sampling", "fold_keywords", "ConfigError", "GenRequest", "Generation",
                 "Item", "atomic_path", "atomic_write_text", "cache_home", "derive_seed",
                 "describe_transcript", "figures_dir", "image_hash", "image_path", "images_dir",

@@ -22,8 +22,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from .answers import (canonical_number, extract_answer, is_correct, number_candidates,
-                               parse_number)
+from .answers import canonical_number, number_candidates, parse_number
+from .extract import extract_answer
+from .grading import is_correct
 from .core import (ANSWER_FORMATS, SIGNALS, TRANSCRIPT_COLUMNS, ConfigError, Item,
                             atomic_write_text, put_image, rng_for, runs_dir, transcript_frame)
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 from .core import (ConfigError, Item, Sampling, takes_sampling, check_unique_turns,
                             derive_seed, pool_keys, rng_for, transcript_frame)
-from .answers import merge_equivalent
+from .equivalence import merge_equivalent
 from .data import format_question, get_task
 from .debate import (ORDERINGS, OrderedPeers, Protocol, RoundContext, TurnSlot,
                               make_agents, run_debate, turn_rows)
@@ -30,7 +30,7 @@ __all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 
 
 # %% ../nbs/papers/madc/11_madc.ipynb #0914fbda
 from .voting import vote_table
-from .answers import is_correct
+from .grading import is_correct
 from .metrics import answer_distribution, check_unparsed, is_missing
 from .metrics import entropy as shannon_entropy
 

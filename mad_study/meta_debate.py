@@ -28,7 +28,8 @@ __all__ = ['FRAMEWORKS', 'MODALITIES', 'SCORE_MIN', 'SCORE_MAX', 'MAX_REVIEW_CHA
            'run_framework']
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #9356760c
-from .answers import extract_answer, is_correct
+from .extract import extract_answer
+from .grading import is_correct
 from .prompts import META_DEBATE_PROMPTS, number_word
 from .debate import TurnSlot, generate_turns
 from .roles import (DMAD_ROLES, DMAD_VISION_ROLES, MAD_ROLES, PotSettings,

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
-from .answers import merge_equivalent, parse_failure_rate
+from .equivalence import merge_equivalent, parse_failure_rate
 from .core import ConfigError, check_unique_turns, pool_keys
 from .data import TRANSCRIPT_DEFAULTS, complete_transcript
 from .voting import vote_table

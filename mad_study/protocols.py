@@ -14,7 +14,7 @@ import pandas as pd
 
 from .core import (ConfigError, GenRequest, Generation, Item, rng_for, pool_keys,
                             check_unique_turns)
-from .answers import answers_equivalent, merge_equivalent
+from .equivalence import answers_equivalent, merge_equivalent
 from .prompts import PromptSet, get_prompt
 from .debate import FullyConnected, Protocol, RoundContext, run_debate
 from .voting import vote_table

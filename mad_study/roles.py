@@ -17,7 +17,8 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from .core import (ConfigError, GenRequest, Item, Sampling, derive_seed, transcript_frame)
-from .answers import extract_answer, is_correct
+from .extract import extract_answer
+from .grading import is_correct
 from .data import LETTERS  # option letters, one definition (02_data)
 from .voting import majority_vote
 from .debate import TurnSlot, generate_turns, transcript_row

@@ -22,7 +22,7 @@ from torch import nn
 from fastcore.basics import patch
 
 from .core import ConfigError, Item, derive_seed, fold_keywords, rng_for
-from .answers import answers_equivalent
+from .equivalence import answers_equivalent
 from .debate import Agent, Protocol, RoundContext, make_agents, run_debate
 from .voting import vote_table
 from .sim import read_final_answers

@@ -16,8 +16,9 @@ import pandas as pd
 
 from .core import (ConfigError, GenRequest, Generation, Item, Sampling, derive_seed,
                             rng_for)
-from .answers import (answers_equivalent, extract_answer, extract_confidence, is_correct,
-                               merge_equivalent)
+from .extract import extract_answer, extract_confidence
+from .grading import is_correct
+from .equivalence import answers_equivalent, merge_equivalent
 from .data import format_question
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
 

@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .answers import ELEMENTWISE_FORMATS, merge_equivalent
+from .equivalence import ELEMENTWISE_FORMATS, merge_equivalent
 from .core import check_unique_turns, pool_keys
 from .data import complete_transcript, row_formats
 from .voting import vote_table
@@ -21,7 +21,7 @@ __all__ = ['canonical_answers', 'answer_grid', 'agent_turns', 'first_correct', '
 
 # %% ../nbs/evaluation/05c_trajectory.ipynb #5bf7215d
 def canonical_answers(transcript: pd.DataFrame, fmt: str | None = None) -> pd.Series:
-    """Each row's answer as the representative of its equivalence class (`mad_study.answers.merge_equivalent`), None when
+    """Each row's answer as the representative of its equivalence class (`mad_study.equivalence.merge_equivalent`), None when
     unparsed (the kit's own step; the answer format is `fmt`, else the row's `fmt`, else its task's: `row_formats`)."""
     ans = transcript["answer"].astype(object).where(transcript["answer"].notna(), None)
     out = pd.Series([None] * len(ans), index=transcript.index, dtype=object)

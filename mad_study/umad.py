@@ -16,7 +16,7 @@ import pandas as pd
 
 from .core import (ConfigError, Sampling, check_unique_turns, derive_seed, fold_keywords,
                             pool_keys, takes_sampling, transcript_frame)
-from .answers import parse_failure_rate
+from .equivalence import parse_failure_rate
 from .debate import (Agent, FullyConnected, TurnSlot, generate_turns, make_agents,
                               transcript_row)
 from .data import complete_transcript
@@ -314,7 +314,7 @@ def _group_accuracies(cor: np.ndarray, g: np.ndarray, a: np.ndarray, G: int,
 def _merge_by_format(answers: np.ndarray, g: np.ndarray, gfmt: list[str],
                      bounds: np.ndarray) -> np.ndarray:
     "Each answer replaced by its class representative (None: unparsed); `gfmt[gi]` is group gi's answer format."
-    from mad_study.answers import ELEMENTWISE_FORMATS
+    from mad_study.equivalence import ELEMENTWISE_FORMATS
 
     # answers merged by equivalence (per format; group by group
     # for formats that are not element-wise); None: unparsed
@@ -361,7 +361,7 @@ class _GroupLayout:
 def _group_uncertainty(merged: np.ndarray, none: np.ndarray, lay: _GroupLayout,
                        undefined: np.ndarray, unparsed: str, base: float) -> list:
     "(tu, eu, au, support size) of every group, in group order."
-    from mad_study.answers import ELEMENTWISE_FORMATS
+    from mad_study.equivalence import ELEMENTWISE_FORMATS
 
     g, a, names, gfmt, bounds = lay.g, lay.a, lay.names, lay.gfmt, lay.bounds
 
@@ -475,7 +475,7 @@ def eu_sampling_floor(p: Sequence[float], k: int, n_agents: int = 2, base: float
 def _decomposition_row(key: tuple, g: pd.DataFrame, keys: list, fmt: str | None, base: float,
                        unparsed: str, ncond: int) -> dict:
     "One row of `decomposition_table`: UMAD Alg. 1 at one item and turn (`g`: every agent's K samples there)."
-    from mad_study.answers import merge_equivalent
+    from mad_study.equivalence import merge_equivalent
     from mad_study.core import derive_seed
     from mad_study.data import get_task
 

@@ -11,7 +11,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .answers import ELEMENTWISE_FORMATS, is_correct, merge_equivalent
+from .grading import is_correct
+from .equivalence import ELEMENTWISE_FORMATS, merge_equivalent
 from .core import check_unique_turns, pool_keys, rng_for
 from .data import row_formats
 

@@ -1,11 +1,13 @@
-"Property tests for answer extraction and grading (mad_study.answers)."
+"Property tests for answer extraction and grading (mad_study.answers, .extract, .grading, .equivalence)."
 from fractions import Fraction
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from mad_study.answers import (answers_equivalent, canonical_number, extract_answer, is_correct,
-                               merge_equivalent, parse_failure_rate, parse_number)
+from mad_study.answers import canonical_number, parse_number
+from mad_study.extract import extract_answer
+from mad_study.grading import is_correct
+from mad_study.equivalence import answers_equivalent, merge_equivalent, parse_failure_rate
 from mad_study.core import ANSWER_FORMATS
 
 FMTS = st.sampled_from(ANSWER_FORMATS)
@@ -117,7 +119,7 @@ def test_math_verify_in_a_thread():
 
 def test_labelled_corpus_agrees_or_is_documented():
     "Issue 35: the labelled corpus of model text; every disagreement is a documented ambiguous entry."
-    from mad_study.answers import corpus_agreement, load_answer_corpus
+    from mad_study.grading import corpus_agreement, load_answer_corpus
     corpus = load_answer_corpus()
     assert len(corpus) >= 300
     assert {e["source"] for e in corpus} == {"smollm2", "written"}
@@ -131,7 +133,7 @@ def test_labelled_corpus_agrees_or_is_documented():
 
 def test_debate_distractors_hidden_variants():
     "Issue 35: explicit answers with rejected / attributed options and numbers before and after, other wordings."
-    from mad_study.answers import extract_answer
+    from mad_study.extract import extract_answer
     cases = [
         ("Agent 3 went with (C) and agent 1 with (A); having checked both, my final answer is (B), not (C).", "option", "B"),
         ("Not (A). Not (C) either. I'd choose (D).", "option", "D"),

@@ -7,7 +7,8 @@ import warnings
 import pytest
 
 from mad_study import data
-from mad_study.answers import extract_answer, is_correct
+from mad_study.extract import extract_answer
+from mad_study.grading import is_correct
 from mad_study.core import ConfigError, Item
 from mad_study.data import (SYNTHETIC_TAG, TASKS, HubUnavailableError, SubsetSizeWarning, format_question, get_task,
                             items_from_ids, load_items, subset_path)

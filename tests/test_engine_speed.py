@@ -80,7 +80,8 @@ def test_transcript_unchanged(name):
 
 def _slow_extract(text, fmt):
     "The extractors' own answer, without the memo or the fast path (what `extract_answer` gave before them)."
-    from mad_study.answers import MAX_CHARS, _EXTRACTORS
+    from mad_study.answers import MAX_CHARS
+    from mad_study.extract import _EXTRACTORS
     s = text[-MAX_CHARS:].replace("\r\n", "\n").replace("\x00", "")
     if not s.strip():
         return None
@@ -94,7 +95,7 @@ def _slow_extract(text, fmt):
 def test_parser_fast_path_on_sim_texts(task):
     """Every text the sim writes for the task's items (each of the N_BODIES reasoning bodies of two lengths, the gold
     answer, a pool of wrong ones, no answer) reads as the extractors read it: the fast path changes no answer."""
-    from mad_study.answers import _PLAIN_FINAL_RE, extract_answer
+    from mad_study.extract import _PLAIN_FINAL_RE, extract_answer
     from mad_study.sim import N_BODIES, compose_text, distractor_pool
 
     items = sim_items(task, 8)
@@ -115,7 +116,8 @@ def test_parser_fast_path_on_sim_texts(task):
 
 def test_parser_fast_path_on_corpus_and_transcripts():
     "The labelled corpus of model text and every text of the fixed debates read as the extractors read them."
-    from mad_study.answers import extract_answer, load_answer_corpus
+    from mad_study.extract import extract_answer
+    from mad_study.grading import load_answer_corpus
 
     for e in load_answer_corpus():
         assert extract_answer(e["text"], e["fmt"]) == _slow_extract(e["text"], e["fmt"]), e["text"][:200]

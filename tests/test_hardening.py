@@ -307,7 +307,9 @@ from mad_study import madc as MC
 from mad_study import metrics as M
 from mad_study import umad as U
 from mad_study import stats as S
-from mad_study.answers import answers_equivalent, extract_answer, is_correct, merge_equivalent, parse_failure_rate
+from mad_study.extract import extract_answer
+from mad_study.grading import is_correct
+from mad_study.equivalence import answers_equivalent, merge_equivalent, parse_failure_rate
 from mad_study.core import ANSWER_FORMATS, transcript_frame
 from mad_study.voting import majority_vote, vote_table
 
@@ -574,6 +576,9 @@ def test_qwen3_runs_in_non_thinking_mode_by_default(tmp_path):
 from fractions import Fraction  # noqa: E402
 
 from mad_study import answers as A  # noqa: E402
+from mad_study import equivalence as EQ  # noqa: E402
+from mad_study import extract as EX  # noqa: E402
+from mad_study import grading as GR  # noqa: E402
 
 HUGE_DIGITS = st.integers(4_290, 9_000).map(lambda n: "9" * n)
 ANY_TYPE = st.one_of(
@@ -589,14 +594,14 @@ PUBLIC_CALLS = [
     ("canonical_number", lambda x, y, f: A.canonical_number(x)),
     ("last_boxed", lambda x, y, f: A.last_boxed(x)),
     ("normalize_latex", lambda x, y, f: A.normalize_latex(x)),
-    ("extract_answer", lambda x, y, f: A.extract_answer(x, f)),
-    ("extract_confidence", lambda x, y, f: A.extract_confidence(x)),
-    ("is_correct", lambda x, y, f: A.is_correct(x, y, f)),
-    ("is_correct strict", lambda x, y, f: A.is_correct(x, y, f, grading="strict")),
-    ("math_equiv_strict", lambda x, y, f: A.math_equiv_strict(x, y)),
-    ("answers_equivalent", lambda x, y, f: A.answers_equivalent(x, y, f)),
-    ("merge_equivalent", lambda x, y, f: A.merge_equivalent([x, y, x], f)),
-    ("parse_failure_rate", lambda x, y, f: A.parse_failure_rate([x, y])),
+    ("extract_answer", lambda x, y, f: EX.extract_answer(x, f)),
+    ("extract_confidence", lambda x, y, f: EX.extract_confidence(x)),
+    ("is_correct", lambda x, y, f: GR.is_correct(x, y, f)),
+    ("is_correct strict", lambda x, y, f: GR.is_correct(x, y, f, grading="strict")),
+    ("math_equiv_strict", lambda x, y, f: GR.math_equiv_strict(x, y)),
+    ("answers_equivalent", lambda x, y, f: EQ.answers_equivalent(x, y, f)),
+    ("merge_equivalent", lambda x, y, f: EQ.merge_equivalent([x, y, x], f)),
+    ("parse_failure_rate", lambda x, y, f: EQ.parse_failure_rate([x, y])),
 ]
 
 
@@ -617,9 +622,9 @@ def test_digit_runs_past_the_int_limit():
     run = "9" * 5000
     assert A.number_candidates(run) == [] and A.number_candidates(run + " and 7") == [Fraction(7)]
     assert A.parse_number(run) is None and A.canonical_number(10**5000) is None
-    assert A.extract_answer(f"The answer is {run}.", "number") is None
-    assert A.extract_answer(f"\\boxed{{{run}}}", "boxed") == run            # a LaTeX answer stays text
-    assert A.is_correct(run, run, "number") is False and A.merge_equivalent([run, 10**5000], "number") == [None, None]
+    assert EX.extract_answer(f"The answer is {run}.", "number") is None
+    assert EX.extract_answer(f"\\boxed{{{run}}}", "boxed") == run            # a LaTeX answer stays text
+    assert GR.is_correct(run, run, "number") is False and EQ.merge_equivalent([run, 10**5000], "number") == [None, None]
 
 
 def _ten_kb_inputs():
@@ -639,11 +644,11 @@ def _slowest_call(inputs) -> tuple[float, float, str]:
     worst = (0.0, 0.0, "")
     for s in inputs:
         for fmt in ANSWER_FORMATS:
-            for name, call in [("extract_answer", lambda: A.extract_answer(s, fmt)),
-                               ("is_correct", lambda: A.is_correct(s, "2", fmt)),
-                               ("is_correct gold", lambda: A.is_correct("2", s, fmt)),
-                               ("answers_equivalent", lambda: A.answers_equivalent(s, "x+1", fmt)),
-                               ("merge_equivalent", lambda: A.merge_equivalent([s, "2", s[:300]], fmt)),
+            for name, call in [("extract_answer", lambda: EX.extract_answer(s, fmt)),
+                               ("is_correct", lambda: GR.is_correct(s, "2", fmt)),
+                               ("is_correct gold", lambda: GR.is_correct("2", s, fmt)),
+                               ("answers_equivalent", lambda: EQ.answers_equivalent(s, "x+1", fmt)),
+                               ("merge_equivalent", lambda: EQ.merge_equivalent([s, "2", s[:300]], fmt)),
                                ("number_candidates", lambda: A.number_candidates(s))]:
                 t0, c0 = time.perf_counter(), time.thread_time()
                 call()
@@ -657,14 +662,14 @@ def test_every_answer_call_is_bounded_on_any_thread():
     and a wall-clock cap (`MATH_VERIFY_WALL`): the CPU bound is 1 s; the wall-clock bound is 1 s on a machine that is
     not oversubscribed, stretched by the load (runnable threads per core) up to the cap on a busy one."""
     from concurrent.futures import ThreadPoolExecutor
-    assert A.is_correct("\\sqrt{2}/2", "\\frac{\\sqrt{2}}{2}", "boxed")  # imports math-verify (seconds, once)
+    assert GR.is_correct("\\sqrt{2}/2", "\\frac{\\sqrt{2}}{2}", "boxed")  # imports math-verify (seconds, once)
     inputs = _ten_kb_inputs()
     main = _slowest_call(inputs)
-    A._mv_verify_cached.cache_clear(), A._mv_parse.cache_clear(), A._is_correct_str.cache_clear()
+    GR._mv_verify_cached.cache_clear(), GR._mv_parse.cache_clear(), GR._is_correct_str.cache_clear()
     with ThreadPoolExecutor(1) as ex:
         worker = ex.submit(_slowest_call, [s + " " for s in inputs]).result()
     load = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
-    wall_bound = min(1.0 * load, A.MATH_VERIFY_WALL + 0.5)
+    wall_bound = min(1.0 * load, GR.MATH_VERIFY_WALL + 0.5)
     for wall, cpu, which in (main, worker):
         assert cpu < 1.0 and wall < wall_bound, (wall, cpu, which, f"load factor {load:.1f}")
 
@@ -672,9 +677,9 @@ def test_every_answer_call_is_bounded_on_any_thread():
 def test_math_verify_time_budget_holds_off_the_main_thread():
     "A comparison that math-verify would run for minutes stops at its budget on a worker thread (no signals there)."
     from concurrent.futures import ThreadPoolExecutor
-    assert A.is_correct("\\sqrt{2}/2", "\\frac{\\sqrt{2}}{2}", "boxed")  # imports math-verify
+    assert GR.is_correct("\\sqrt{2}/2", "\\frac{\\sqrt{2}}{2}", "boxed")  # imports math-verify
     with ThreadPoolExecutor(1) as ex:
         t0 = time.perf_counter()
         # past the pre-parse filter on purpose: `_mv_verify` straight, with its own budget
-        assert ex.submit(A._mv_verify, "(10!)!", "2").result() is False
-    assert time.perf_counter() - t0 < A.MATH_VERIFY_WALL + 1
+        assert ex.submit(GR._mv_verify, "(10!)!", "2").result() is False
+    assert time.perf_counter() - t0 < GR.MATH_VERIFY_WALL + 1

@@ -53,6 +53,9 @@ ROOMS: dict[str, list[tuple[str, str]]] = {
         ("00_core", "core types and paths"),
         ("00b_cite", "citing"),
         ("01_answers", "answers"),
+        ("01a_extract", "extraction"),
+        ("01b_grading", "grading"),
+        ("01c_equivalence", "equivalence classes"),
     ],
     "data": [
         ("02_data", "data: tasks, loaders, fixtures"),
