@@ -27,8 +27,8 @@ from .svr_mad import (PRIORS, SIGNAL_LABELS, SVR_SAMPLING, SVRConfig, prior_sign
 # %% auto #0
 __all__ = ['METHODS', 'METHOD_LABELS', 'TAB1_CAPTION_MAX', 'FIG2_YLABEL', 'unanimous', 'BaselineSettings', 'evaluate',
            'method_table', 'tab1_items', 'tab1_comparison', 'tab1_stats_caption', 'check_tab1_caption', 'tab1_power',
-           'table1_reader_caption', 'fig1_table', 'difficulty_group', 'fig1_comparison', 'finish_figure',
-           'ablation_points', 'svr_grid_points']
+           'table1_reader_caption', 'fig1_table', 'difficulty_group', 'fig1_comparison', 'fig2_comparison',
+           'finish_figure', 'ablation_points', 'svr_grid_points']
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #4dc51556
 METHODS = ("sc", "groupdebate", "sid_et", "s2mad", "svr_mad")
@@ -523,6 +523,45 @@ def fig1_comparison(rows: pd.DataFrame, reference: str = "svr", by: str = "panel
         f"{int(100 * level)}% bootstrap intervals); {correction} correction over the table's {int(ok.sum())} comparisons. "
         + ". ".join(parts) + " (each gap, its interval and adjusted p: the table's columns).")
     return t, cap
+
+# %% ../nbs/papers/svr/12b_svr_study.ipynb #f2cmp001
+def fig2_comparison(items: pd.DataFrame, hard: Mapping[str, Any], reference: str = "SVR-MAD",
+                    correction: str = "holm", level: float = 0.95, n_resamples: int = 2000,
+                    seed: int = 0, power: float = 0.8) -> pd.DataFrame:
+    """SVR-MAD Fig. 2 (Sec. 5.2) with its statistics: on each model's hard problems (`hard[model]`: the item ids
+    1-3 agents answered correctly before debate, the model's datasets pooled), `reference` minus each baseline
+    paired by problem as in Table 1 (`tab1_comparison` with `by=("model",)`: McNemar's score test with Tango's
+    interval, Holm 1979 over the figure's gaps), and what the n resolves at `power`: the smallest gap McNemar tells
+    apart at the pair's discordance (`stats.resolvable_effect`, Connor 1987), at `1 - level` alone (`resolves_pts`)
+    and at Bonferroni's level over the figure's gaps (`resolves_family_pts`, the level of Holm's first step)."""
+    from mad_study.stats import resolvable_effect
+
+    keep = [i in set(hard.get(m, ())) for m, i in zip(items["model"], items["item_id"])]
+    sub = items[keep].drop(columns=["dataset"], errors="ignore")
+    if not len(sub):
+        # no hard problem (the cpu profile's one item): nothing to compare
+        return pd.DataFrame(columns=[
+            "model", "method", "n_items", "acc_gap", "discordance", "resolves_pts",
+            "resolves_family_pts"
+        ])
+    cmp = tab1_comparison(sub, reference, by=("model",), correction=correction, level=level,
+                          n_resamples=n_resamples, seed=seed)
+    family = max(int(cmp.loc[cmp["method"] != reference, "acc_p"].notna().sum()), 1)
+    disc, res, res_family = [], [], []
+    for m, b in cmp[["model", "method"]].itertuples(index=False):
+        w = sub[sub["model"] == m].pivot_table(index="item_id", columns="method", values="correct",
+                                               aggfunc="mean")
+        w = (w[[reference, b]].dropna() > 0.5) if b != reference else w.iloc[:0]
+        # the share of problems the two answer differently (one right, one wrong)
+        d = float((w[reference] != w[b]).mean()) if len(w) else math.nan
+        ok = len(w) >= 2 and d > 0
+        disc.append(d)
+        res.append(100 * resolvable_effect(len(w), d, power, 1 - level) if ok else math.nan)
+        res_family.append(
+            100 * resolvable_effect(len(w), d, power, 1 - level, family) if ok else math.nan)
+    out = cmp.assign(discordance=disc, resolves_pts=res, resolves_family_pts=res_family)
+    out.attrs["family"] = family
+    return out
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #7bc3d74c
 FIG2_YLABEL = "hard problems\nanswered correctly"
