@@ -24,16 +24,18 @@ from .rumad import rumad_prompt
 from .registry import load_profile
 from .sim import (MECHANISMS as SIM_MECHANISMS, SimAgent, SimBackend, item_difficulty,
                            logit, sim_items, switch_off)
-from .stats import n_for_power, paired_inference, resolvable_effect
+from .stats import (MIN_ITEMS, beyond_control, n_for_power, paired_inference,
+                             resolvable_effect)
 from .voting import vote_table
 
 # %% auto #0
-__all__ = ['FITTED_FIELD', 'STATISTICS', 'GRIDS', 'FIT_ORDER', 'CONTROLS', 'MECHANISM_CONTROLS', 'RUMAD_TENSION', 'sim_model_of',
-           'calibration_targets', 'claim_rows', 'World', 'world_from_profile', 'expected_round0', 'fit_task_skill',
-           'competence_fit', 'round0_accuracy', 'du_debate_gain', 'madc_runs', 'madc_debate_gain',
-           'madc_truth_last_gain', 'madc_agent_scaling', 'madc_vs_mad', 'madc_mad_vs_sc', 'rumad_dense_sparse_gap',
-           'umad_turn_gain', 'umad_pair', 'umad_flip_gap', 'sim_number', 'FitStep', 'fit_steps', 'fit_world',
-           'fit_grid', 'power_items', 'tension_sentence', 'calibration_table', 'not_shown_rows', 'calibration_view']
+__all__ = ['FITTED_FIELD', 'UMAD_FLIP_DESIGN', 'STATISTICS', 'GRIDS', 'FIT_ORDER', 'CONTROLS', 'MECHANISM_CONTROLS',
+           'RUMAD_TENSION', 'sim_model_of', 'calibration_targets', 'claim_rows', 'World', 'world_from_profile',
+           'expected_round0', 'fit_task_skill', 'competence_fit', 'round0_accuracy', 'du_debate_gain', 'madc_runs',
+           'madc_debate_gain', 'madc_truth_last_gain', 'madc_agent_scaling', 'madc_vs_mad', 'madc_mad_vs_sc',
+           'rumad_dense_sparse_gap', 'umad_turn_gain', 'umad_pair', 'umad_flip_gap', 'sim_number', 'FitStep',
+           'fit_steps', 'fit_world', 'fit_grid', 'power_items', 'tension_sentence', 'calibration_table',
+           'not_shown_rows', 'calibration_view']
 
 # %% ../nbs/study/16_calibration.ipynb #8a89e2cb
 # the mechanisms this fit sets -> the SimAgent field that carries each one's strength: the first field of the sim's own
@@ -166,6 +168,13 @@ def calibration_targets(model_map: Mapping[str, str] | None = None) -> pd.DataFr
     return pd.DataFrame([*_madc_rows(mm), *_du_umad_rows(mm), *_other_rows(mm)])
 
 # %% ../nbs/study/16_calibration.ipynb #claim001
+# the calibration row's design for UMAD Fig. 5's claim (`umad_flip_gap`, `umad_pair`) against umad_fig5's
+# (params/umad/umad_decomposition.yaml, sim profile): the two differ, so their numbers do
+UMAD_FLIP_DESIGN = (
+    "2 agents (A0 sim-qwen2.5-3b, A1 sim-qwen3-4b), T=1 -> T=2 at temperature 0.6; umad_fig5 "
+    "runs App. D.5's 100 items x K = 8 threads at temperature 1.0, hence its other numbers")
+
+
 def claim_rows(model_map: Mapping[str, str] | None = None) -> pd.DataFrame:
     """The claims a paper draws but does not print as a number, as rows of the calibration table (printed = NaN; the
     sign is the claim, in `sign`): UMAD Fig. 5 and App. D.4, "flip ratios are lower for stronger models": in the
@@ -177,7 +186,7 @@ def claim_rows(model_map: Mapping[str, str] | None = None) -> pd.DataFrame:
              "flip ratio T=1 -> T=2, stronger - weaker agent (points; claim: < 0)",
              "qwen2.5-3b-instruct+qwen3-4b-instruct-2507", "math500", float("nan"), "conformity",
              "umad_flip_gap", mm, note="drawn, not printed: the sign is the claim")
-    ]).assign(sign=-1.0)
+    ]).assign(sign=-1.0, design=UMAD_FLIP_DESIGN)
 
 # %% ../nbs/study/16_calibration.ipynb #608678b1
 @dataclass
@@ -665,6 +674,64 @@ _FITTED = {
     # RUMAD Table 2's MAD - S-MAD star, on its protocol: 0.088 [0.05, 0.20] (params/profiles/sim.yaml's comment)
     "context_decay": ("sim-llama-3.1-8b", "sim-glm-4-9b", "sim-deepseek-math-7b")
 }
+# the quantities each strength was fitted against (the fit record below), read with the row's mechanism: a
+# parameter's status names the rows that fitted it (Du et al.'s gain fits conformity and persuasion alike)
+_FIT_BY = {
+    "conformity": ("MAD - Single CoT (points)", "MAD 10 agents - 3 agents (points)",
+                   "debate - single agent (points)"),
+    "recency": ("MAD+Truth Last - MAD (points)",),
+    "debate_noise": ("pass@1 change over 4 debate turns, homogeneous A0",
+                     "pass@1 change over 4 debate turns, homogeneous A1"),
+    "persuasion": ("MAD - Self-Consistency (points)", "MADC - MAD (points)",
+                   "debate - single agent (points)"),
+    "context_decay": ("MAD - S-MAD star accuracy (points)",)
+}
+
+# %% ../nbs/study/16_calibration.ipynb #fitsrc01
+def _fit_sources(targets: pd.DataFrame) -> dict[tuple[str, str, str], str]:
+    """(parameter, sim model, task) -> the rows that fitted it, "<source>: <quantity> (<k> tasks)" joined by "; ":
+    a strength of a model in `_FITTED` by its `_FIT_BY` rows (task ""), competence (`task_skill`) per task by that
+    task's printed numbers (their mean where several). A key not here is assumed (MADC, UMAD, RUMAD, Du et al.)."""
+    rows = targets[(targets["family"] == "world") & targets["statistic"].notna()]
+    seen: dict[tuple[str, str, str], dict[str, set]] = {}
+    for _, r in rows.iterrows():
+        comp = r["mechanism"] == "competence"
+        param = "task_skill" if comp else FITTED_FIELD[r["mechanism"]]
+        if not comp and r["quantity"] not in _FIT_BY.get(param, ()):
+            continue
+        label = r["source"].split(" (")[0] + ("" if comp else
+                                              f": {r['quantity'].replace(' (points)', '')}")
+        for m in r["sim_model"].split("+"):
+            if comp or m in _FITTED.get(param, ()):
+                key = (param, m, r["task"] if comp else "")
+                seen.setdefault(key,
+                                {}).setdefault(label,
+                                               set()).add(r["task"] if not comp else r["quantity"])
+    return {
+        k: "; ".join(
+            f"{lab} ({len(v)} {'number' if k[0] == 'task_skill' else 'task'}{'s' * (len(v) > 1)})"
+            for lab, v in by.items())
+        for k, by in seen.items()
+    }
+
+# %% ../nbs/study/16_calibration.ipynb #pstat001
+def _param_status(world: World, fits: Mapping, param: str, models: Sequence[str], task: str) -> str:
+    """A parameter's one status per sim model, the same in every row that reads it (issue 51): "fitted by" the rows
+    of `fits` (`_fit_sources`), "at the grid's edge (<param> <value>); fitted by ..." where the fitted value is its
+    grid's top (`GRIDS`), "assumed (no row fits it)" where no row does; models whose value or status differ (UMAD's
+    pair) each get theirs, with their value (MADC, UMAD, RUMAD, Du et al. rows)."""
+    one = []
+    for m in models:
+        a = world.agent(m)
+        value = a.task_skill.get(task, a.skill) if param == "task_skill" else getattr(a, param)
+        src = fits.get((param, m, task if param == "task_skill" else ""))
+        s = "assumed (no row fits it)" if src is None else f"fitted by {src}"
+        if src is not None and value == max(GRIDS.get(param, (np.inf,))):
+            s = f"at the grid's edge ({param} {value:g}); {s}"
+        one.append((value, s))
+    if len(set(one)) == 1:
+        return one[0][1]
+    return "; ".join(f"{m} {v:g}: {s}" for m, (v, s) in zip(models, one))
 
 # %% ../nbs/study/16_calibration.ipynb #ctrl0002
 def power_items(world: World, row: Mapping, n_items: int, seeds: int = 1,
@@ -694,20 +761,22 @@ def power_items(world: World, row: Mapping, n_items: int, seeds: int = 1,
 
 # %% ../nbs/study/16_calibration.ipynb #verdict0
 def _verdict(controlled: bool, neutral: bool, sign: float, d: dict | None) -> str:
-    """A calibration row's verdict: reproduced only when effect - control (`d`: sim, ci_low, ci_high) is resolved with
-    `sign`; a printed 0 with effect - control not resolved is "consistent with 0 (not resolved)", never reproduced."""
-    resolved = d is not None and (d["ci_low"] > 0 or d["ci_high"] < 0)
+    """A calibration row's verdict in the table's words: `d` is effect - control as `beyond_control` (05b_stats)
+    judges it (its `verdict`: yes / no / not resolved with the printed sign); reproduced only when yes; a printed 0
+    (judged against +1: only whether it is resolved counts) not resolved is "consistent with 0 (not resolved)",
+    never reproduced (MADC, UMAD, RUMAD, Du et al. rows)."""
     if not controlled:
         return "a level: no control"
     if neutral:
         return "mechanism 0 in the fitted world: nothing to control"
     if not np.isfinite(sign):
         return "no printed sign: not judged"
+    resolved = d is not None and d["verdict"] != "not resolved"
     # a printed 0 is not reproduced by an unresolved difference (absence of evidence): counted apart
     if sign == 0:
         return ("not reproduced: printed 0, effect - control resolved"
                 if resolved else "consistent with 0 (not resolved)")
-    if resolved and np.sign(d["sim"]) == sign:
+    if resolved and d["verdict"] == "yes":
         return "reproduced: effect - control resolved, with the printed sign"
     if resolved:
         return "not reproduced: effect - control resolved, with the opposite sign"
@@ -742,6 +811,40 @@ def tension_sentence(mechanism: str, param: str, value: float, status: str, tens
         )
     return ""
 
+# %% ../nbs/study/16_calibration.ipynb #missent1
+def _miss_sentence(r: Mapping, param: str, value: float, status: str, e: dict, c: dict | None,
+                   n: int) -> str:
+    """The tension of a row whose printed number lies outside the sim's 95% interval, where no fit log or spread
+    names one (issue 51): one sentence saying what the world cannot do at once (MADC Table 1 and Tables 2-5, UMAD
+    Table 1, Du et al. rows)."""
+    p, s, m = float(r["printed"]), e["sim"], r["mechanism"]
+    here = f"this row gives {s:+.1f} for a printed {p:+.1f}"
+    if m == "competence":
+        return (
+            f"Competence is fitted exactly to the expected accuracy of the task's first 400 items; these {n} "
+            f"items draw {s:.1f}, {abs(s - p):.1f} points from the printed {p:.1f}.")
+    if m == "conformity" and c is not None and p < c["ci_low"]:
+        return (
+            f"With conformity and recognition off the debate still gains {c['sim']:+.1f} (the vote over "
+            f"re-solved answers), so no conformity brings it to the printed {p:+.1f}; {value:g} is the joint "
+            f"best over every debate gain it serves.")
+    if m == "conformity" and c is not None and p > s:
+        return (
+            f"Conformity {value:g} adds {s - c['sim']:+.1f} to the vote's {c['sim']:+.1f} here, short of the "
+            f"printed {p:+.1f}; it is the joint best over every debate gain it serves, which pull it apart."
+        )
+    if m == "debate_noise" and p > s:
+        return (
+            f"Debate noise can only take away and is fitted {value:g}: the sim pair changes {s:+.1f} over four "
+            f"turns, and no noise gives the printed {p:+.1f}.")
+    if status.startswith("at the grid's edge") and s > p:
+        return (
+            f"{param} sits at its grid's top ({value:g}), set by the tasks whose printed effect is larger; "
+            f"{here}: one {param} per model cannot serve both.")
+    return (
+        f"{param} {value:g} is the joint best over every row it serves (its status); {here}, which it "
+        f"cannot meet at once.")
+
 # %% ../nbs/study/16_calibration.ipynb #66a59ee9
 def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, seeds: int = 1,
                       stats: Mapping | None = None, fit_log: pd.DataFrame | None = None,
@@ -759,11 +862,15 @@ def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, s
     printed sign (a drawn claim: its `sign`); a printed 0 with effect - control not resolved is "consistent with 0
     (not resolved)", counted apart (absence of evidence, not a reproduction); a row whose
     mechanisms are at their neutral values in the world reads "mechanism 0 in the fitted world: nothing to control".
-    `status`: fitted, at the grid's edge (`GRIDS`), or assumed (not fitted: stubbornness, signals, context_entropy,
-    skill off the fitted tasks, and a strength of a model the fit did not set). `tension` is one sentence
-    (`tension_sentence`) saying why the row's printed numbers pull its value apart."""
+    `status`: one per parameter and sim model, the same in every row (`_param_status`): fitted by the rows it names,
+    at the grid's edge (`GRIDS`), or assumed (no row fits it). `tension` is one sentence (`tension_sentence`) saying
+    why the row's printed numbers pull its value apart; a row whose printed number lies outside the sim's interval
+    (`covers` False) always gets one (`_miss_sentence`). effect - control: `beyond_control` (05b_stats, the paired
+    t); `design`: the row's items x threads (and a drawn claim's design, `claim_rows`)."""
     stats = STATISTICS if stats is None else stats
     cf = competence_fit(targets, world).set_index(["sim_model", "task"])
+    # a parameter's status comes from every row the fit used, whichever rows this table runs
+    fits = _fit_sources(calibration_targets())
     tension = ({} if fit_log is None else {
         (r["mechanism"], r["models"]): r["tension"]
         for _, r in fit_log.iterrows() if r["fit_pass"] != "bracket"
@@ -786,33 +893,43 @@ def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, s
         e = sim_number(world, r, n, seeds, stats)
         c = sim_number(world, r, n, seeds, stats, off=off) if off and not neutral else None
         resolved = lambda x: x is not None and (x["ci_low"] > 0 or x["ci_high"] < 0)
+        printed = float(r["printed"])
+        sign = np.sign(printed) if np.isfinite(printed) else float(r.get("sign", np.nan))
+        # a printed 0 is judged against +1: only whether effect - control is resolved counts (`_verdict`)
+        judge = sign if sign in (1, -1) else 1.0
         d = None
         if c is not None:
             dd = e["diff"] - c["diff"]
-            d = dict(sim=float(np.mean(dd)), ci_low=float(np.mean(dd)), ci_high=float(np.mean(dd)))
+            mean = float(np.mean(dd))
             # differences that do not vary (the mechanism changed nothing on these items) have no t-interval
+            d = dict(
+                sim=mean, ci_low=mean, ci_high=mean,
+                verdict="not resolved" if mean == 0 else "yes" if np.sign(mean) == judge else "no")
             if len(dd) >= 2 and np.ptp(dd) > 0:
-                p = paired_inference(e["diff"] / 100, c["diff"] / 100, test="ttest")
-                d.update(ci_low=100 * p["ci_low"], ci_high=100 * p["ci_high"])
-        printed = float(r["printed"])
-        sign = np.sign(printed) if np.isfinite(printed) else float(r.get("sign", np.nan))
+                b = beyond_control(e["diff"] / 100, c["diff"] / 100, judge, test="ttest",
+                                   min_items=MIN_ITEMS)
+                d = dict(sim=100 * b["diff"], ci_low=100 * b["ci_low"], ci_high=100 * b["ci_high"],
+                         verdict=b["verdict"])
         verdict = _verdict(bool(off), neutral, sign, d)
-        grid = GRIDS.get(param, ())
-        if param != "task_skill" and any(m not in _FITTED.get(param, ()) for m in models):
-            status = "assumed (not fitted)"
-        elif grid and value == max(grid):
-            status = f"at the grid's edge ({param} {value:g})"
-        else:
-            status = "fitted"
+        status = _param_status(world, fits, param, models, r["task"])
         t = tension_sentence(r["mechanism"], param, value, status, t)
+        covers = bool(e["ci_low"] <= printed <= e["ci_high"])
+        # a printed number outside the sim's interval: the row says what the world cannot do at once
+        if np.isfinite(printed) and not covers and (not t or
+                                                    (status.startswith("at the grid's edge")
+                                                     and e["sim"] > printed)):
+            t = _miss_sentence(r, param, value, status, e, c, e["n_items"])
+        design = r.get("design")
+        design = f"{e['n_items']} items x {seeds} thread(s)" + (
+            f"; {design}" if isinstance(design, str) and design else "")
         rows.append(
             dict(
                 mechanism=r["mechanism"], parameter=param, sim_model=r["sim_model"], value=value,
                 status=status, source=r["source"], quantity=r["quantity"], task=r["task"],
-                printed=r["printed"], n_items=e["n_items"],
-                resolves=(100 * resolvable_effect(e["n_items"], disc) if off and disc > 0 else
-                          np.nan), sim=e["sim"], ci_low=e["ci_low"], ci_high=e["ci_high"],
-                covers=bool(e["ci_low"] <= r["printed"] <= e["ci_high"]), control_off="+".join(off),
+                printed=r["printed"], n_items=e["n_items"], design=design,
+                resolves=(100 * resolvable_effect(e["n_items"], disc)
+                          if off and disc > 0 else np.nan), sim=e["sim"], ci_low=e["ci_low"],
+                ci_high=e["ci_high"], covers=covers, control_off="+".join(off),
                 control=c["sim"] if c else np.nan, control_ci_low=c["ci_low"] if c else np.nan,
                 control_ci_high=c["ci_high"] if c else np.nan,
                 effect_control=d["sim"] if d else np.nan,
@@ -863,7 +980,8 @@ def not_shown_rows() -> pd.DataFrame:
 # %% ../nbs/study/16_calibration.ipynb #calview1
 def calibration_view(table: pd.DataFrame) -> pd.DataFrame:
     """The calibration table's narrow view (issue 50; MADC, UMAD, RUMAD, Du et al. rows): mechanism, model, value,
-    status, source, quantity, task, printed, sim [CI], control, effect - control [CI], verdict and tension; an
+    status, source, quantity, task, design, printed, sim [CI], printed in CI, control, effect - control [CI], verdict
+    and tension; an
     interval printed as "+x.x [+l.l, +h.h]" (points), empty where the row has none (a not-shown row)."""
     def ci(x: float, lo: float, hi: float) -> str:
         # a number whose interval is undefined (no variation on the items) is printed alone
@@ -882,8 +1000,15 @@ def calibration_view(table: pd.DataFrame) -> pd.DataFrame:
         "source": table["source"],
         "quantity": table["quantity"],
         "task": table["task"].fillna(""),
+        "design": table.get("design", pd.Series("", index=table.index)).fillna(""),
         "printed": num("printed").map(lambda v: "" if pd.isna(v) else f"{v:+.1f}"),
         "sim [CI]": [ci(*x) for x in zip(num("sim"), num("ci_low"), num("ci_high"))],
+        # does the sim's interval hold the printed number? (empty: nothing printed, a drawn claim or a not-shown row)
+        "printed in CI": [
+            "" if not (np.isfinite(p) and np.isfinite(s)) else "yes" if c is True else "no"
+            for p, s, c in zip(num("printed"), num("sim"),
+                               table.get("covers", pd.Series(None, index=table.index)))
+        ],
         "control": table["control_off"].fillna("") + [
             "" if not np.isfinite(x) else f" {ci(x, lo, hi)}"
             for x, lo, hi in zip(num("control"), num("control_ci_low"), num("control_ci_high"))

@@ -212,10 +212,15 @@ def test_calibration_table_rows_and_intervals(world, targets):
     assert tab["status"].str.match(r"fitted|at the grid's edge|assumed").all()
     # context_decay is fitted (0.088 [0.05, 0.20], RUMAD Table 2's protocol), and its tension is one sentence
     harm = tab[tab["mechanism"] == "context_harm"]
-    assert (harm["status"] == "fitted").all() and harm["tension"].str.startswith("MMLU alone wants 0.2").all()
-    # the .md's narrow view: 13 columns, one row per row of the table (the .csv keeps all 26, 27 with the not-shown rows' paper)
+    assert (harm["status"] == "fitted by RUMAD Table 2: MAD - S-MAD star accuracy (3 tasks)").all()
+    assert harm["tension"].str.startswith("MMLU alone wants 0.2").all()
+    # one status per parameter and model (issue 51): Du et al.'s conformity reads as MADC's rows would
+    assert tab[tab["parameter"] != "task_skill"].groupby(["parameter", "sim_model"])["status"].nunique().eq(1).all()
+    # a printed number outside the sim's interval always says its tension
+    assert (tab.loc[tab["printed"].notna() & ~tab["covers"], "tension"].str.len() > 0).all()
+    # the .md's narrow view: 15 columns, one row per row of the table (the .csv keeps all 27, 28 with the not-shown rows' paper)
     view = calibration_view(tab)
-    assert len(view.columns) == 13 and len(view) == len(tab) and len(tab.columns) == 26
+    assert len(view.columns) == 15 and len(view) == len(tab) and len(tab.columns) == 27
 
 
 def test_tension_is_one_sentence_from_the_fit_log():
