@@ -557,7 +557,7 @@ def experiments() -> dict[str, Experiment]:
         here = Path(e["path"]).parent.parent.parent / nb
         out[eid] = Experiment(eid, e["paper"], e["path"], here if here.exists() else kit_path(nb),
                               e["artefacts"], spec)
-    for x in out.values():  # `after:` names experiments that exist (20_reproduce waits for them)
+    for x in out.values():  # `after:` names experiments that exist (20b_reproduce waits for them)
         after = x.spec.get("after") or []
         if unknown := sorted(set([after] if isinstance(after, str) else after) - set(out)):
             raise ConfigError(f"waits for unknown experiment(s) {unknown}", where=x.path,

@@ -167,7 +167,7 @@ MECHANISMS = {
 }
 
 # %% ../nbs/backends/03b_sim.ipynb #w0rld003
-SIM_PARAM_KEYS = ("sim_off",)  # params every experiment accepts for its sim models (20_reproduce)
+SIM_PARAM_KEYS = ("sim_off",)  # params every experiment accepts for its sim models (20_run_params)
 
 
 def check_off(off, key: str = "sim_off", where: str | None = None) -> tuple[str, ...]:

@@ -3,7 +3,8 @@ artefact with a caption that states its item count, and `mad-study plan arena` p
 import json
 
 from mad_study.report import load_registry
-from mad_study.reproduce import main, reproduce
+from mad_study.reproduce import reproduce
+from mad_study.cli import main
 
 
 def test_arena_runs_on_a_small_sim_slice(scratch):
@@ -80,7 +81,8 @@ def test_arena_runs_in_the_world():
     """Issue 50: the arena sets no agents of its own; its sim models are the world's (params/profiles/sim.yaml), and the
     role-playing sim it runs them as (`RoleSimBackend`) solves with the world's competence, `task_skill` included."""
     from mad_study.core import Item
-    from mad_study.reproduce import experiments, load_profile, merge_params, validate_params
+    from mad_study.registry import experiments, load_profile
+    from mad_study.run_params import merge_params, validate_params
     from mad_study.role_sim import RoleSimBackend
     from mad_study.sim import SimBackend
     prof, e = load_profile("sim"), experiments()["arena"]

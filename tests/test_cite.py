@@ -112,7 +112,7 @@ def test_every_task_and_model_of_the_registries_is_covered():
 
 
 def _cli(*args) -> tuple[int, str]:
-    from mad_study.reproduce import main
+    from mad_study.cli import main
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf): rc = main(["cite", *args])
     return rc, buf.getvalue()
@@ -124,7 +124,7 @@ def test_cli_prints_bibtex_of_a_function_a_protocol_and_an_experiment(capsys):
     lib = bibtexparser.parse_string(out)
     keys = {e.key for e in lib.entries}
     assert {"madstudy", "qiao2026umad", "liu2024groupdebate", "jiang2026svrmad", "luong2025imo", "phan2026hle"} <= keys
-    from mad_study.reproduce import main
+    from mad_study.cli import main
     assert main(["cite", "not_a_thing"]) == 2 and "not_a_thing" in capsys.readouterr().err
 
 
@@ -135,7 +135,8 @@ PAPER_EXPERIMENT = {"baseline": "du_gsm8k", "madc": "madc_fig1", "umad": "umad_d
 @pytest.mark.parametrize("paper", sorted(PAPER_EXPERIMENT))
 def test_cite_a_built_sim_run_folder_of_each_paper(paper, tmp_path):
     "A run folder as `mad-study reproduce` leaves it (executed notebook with injected sim parameters, a transcript)."
-    from mad_study.reproduce import experiments, load_profile, merge_params
+    from mad_study.registry import experiments, load_profile
+    from mad_study.run_params import merge_params
     exp = experiments()[PAPER_EXPERIMENT[paper]]
     p = merge_params(exp, load_profile("sim"))
     run = tmp_path / "sim" / exp.id; run.mkdir(parents=True)
@@ -155,7 +156,7 @@ def sim_runs(tmp_path_factory):
     "One real sim run of one experiment per paper (about a minute on 2 cores), into scratch folders."
     d = tmp_path_factory.mktemp("cite_runs")
     env = {**os.environ, "MAD_STUDY_RUNS": str(d / "runs"), "MAD_STUDY_FIGURES": str(d / "figures")}
-    r = subprocess.run([sys.executable, "-c", "import sys; from mad_study.reproduce import main; sys.exit(main())", "reproduce", *PAPER_EXPERIMENT.values(),
+    r = subprocess.run([sys.executable, "-c", "import sys; from mad_study.cli import main; sys.exit(main())", "reproduce", *PAPER_EXPERIMENT.values(),
                         "--profile", "sim", "--jobs", "2"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return d

@@ -114,7 +114,7 @@ def test_installed_kit_writes_into_the_project_not_the_package(tmp_path):
     assert where.stdout.strip() == str(site / "mad_study" / "__init__.py"), where.stdout + where.stderr
     r = subprocess.run([sys.executable, "study.py"], cwd=proj, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    compare = "from mad_study.reproduce import main; raise SystemExit(main(['compare', 'runs/sim/mine', '--csv', 'c.csv']))"
+    compare = "from mad_study.cli import main; raise SystemExit(main(['compare', 'runs/sim/mine', '--csv', 'c.csv']))"
     r = subprocess.run([sys.executable, "-c", compare], cwd=proj, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert (proj / "runs" / "sim" / "mine" / "majority_only.parquet").exists() and (proj / "c.csv").exists()
@@ -123,7 +123,7 @@ def test_installed_kit_writes_into_the_project_not_the_package(tmp_path):
     assert not (ROOT / "figures" / "mine").exists() and not (ROOT / "runs" / "sim" / "mine").exists()
     # the papers' experiments are not in a plain install: list / plan / reproduce say where they live
     for cmd in (["list"], ["plan", "all"], ["reproduce", "du_gsm8k", "--profile", "sim"]):
-        call = f"from mad_study.reproduce import main; raise SystemExit(main({cmd!r}))"
+        call = f"from mad_study.cli import main; raise SystemExit(main({cmd!r}))"
         r = subprocess.run([sys.executable, "-c", call], cwd=proj, env=env, capture_output=True, text=True, timeout=600)
         assert r.returncode == 2 and "live in the kit's source checkout" in r.stderr, (cmd, r.stdout + r.stderr)
         assert "pip install -e" in r.stderr and "--root" in r.stderr and str(proj / "params") in r.stderr, r.stderr
@@ -171,7 +171,8 @@ def _two_runs(runs_root, profile_dirs=("sim", "cpu")):
 
 def test_compare_profiles_folder_labels_and_stale_outputs(scratch):
     from mad_study.core import ConfigError, runs_dir
-    from mad_study.reproduce import compare_runs, load_runs, set_aside
+    from mad_study.run_outputs import set_aside
+    from mad_study.cli import compare_runs, load_runs
     _two_runs(runs_dir())
     with pytest.raises(ConfigError, match="several profiles .*--profile"):     # cpu and sim are never pooled
         compare_runs(["mine"])
@@ -210,7 +211,7 @@ def test_hand_made_transcript_and_other_tools_export_reach_every_metric(tmp_path
 
 def test_compare_names_each_runs_items_and_the_dropped_ones(scratch):
     from mad_study.core import load_transcript, runs_dir, save_transcript
-    from mad_study.reproduce import main
+    from mad_study.cli import main
     _two_runs(runs_dir(), profile_dirs=("sim",))
     b = runs_dir() / "sim" / "mine" / "b" / "debate.parquet"
     t = load_transcript(b)
