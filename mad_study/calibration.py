@@ -24,7 +24,8 @@ from .rumad import rumad_prompt
 from .registry import load_profile
 from .sim import (MECHANISMS as SIM_MECHANISMS, SimAgent, SimBackend, item_difficulty,
                            logit, sim_items, switch_off)
-from .stats import n_for_power, paired_inference, resolvable_effect
+from .stats import paired_inference
+from .power import n_for_power, resolvable_effect
 from .voting import vote_table
 
 # %% auto #0
