@@ -103,7 +103,7 @@ def _pairs(a, b, who: str) -> tuple[np.ndarray, np.ndarray]:
 
 # %% ../nbs/evaluation/05b_stats.ipynb #eeea1651
 def all_binary(x: np.ndarray) -> bool:
-    "Whether every value of `x` is 0 or 1: paired 0/1 outcomes (the kit's own test, which picks McNemar's test)."
+    "Whether every value of `x` is 0 or 1, i.e. paired 0/1 outcomes (the kit's own test)."
     return bool(np.isin(x, (0.0, 1.0)).all())
 
 # %% ../nbs/evaluation/05b_stats.ipynb #f5f34a03
