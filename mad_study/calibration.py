@@ -672,7 +672,7 @@ def power_items(world: World, row: Mapping, n_items: int, seeds: int = 1,
                 stats: Mapping | None = None, pilot_items: int = 40,
                 min_items: int = 40) -> tuple[int, float]:
     """The items a calibration row's comparison needs (issue 50: n from power): `n_for_power(|printed| / 100,
-    discordance)` (05b_stats: the kit's 0/1 paired test) with the discordance mean |a - b| of the row's
+    discordance)` (05f_power: the kit's 0/1 paired test) with the discordance mean |a - b| of the row's
     per-item pair in a `pilot_items` pilot (per-item shares in [0, 1] for 0/1 answers: conservative), at least
     `min_items`, capped at `n_items` (the time budget) and at the task's items where the sim cannot top them up; (n, discordance). A printed 0 or NaN (a drawn claim), a pilot without discordance
     or a statistic without a pair (a level, `round0_accuracy`) gets the cap; an effect larger than the

@@ -1,4 +1,4 @@
-"""Statistics that respect the design, and transcripts of several methods that pool safely (nbs/evaluation/05b_stats, nbs/core/00_core).
+"""Statistics that respect the design, and transcripts of several methods that pool safely (nbs/evaluation/05b_stats, 05d_compare, 05e_families, 05f_power, nbs/core/00_core).
 
 Synthetic agents throughout: the numbers are illustrations of the kit's arithmetic, not results about LLMs."""
 import warnings
