@@ -572,7 +572,8 @@ def bench_stats(n_items: int = 100_000) -> dict:
     import warnings
     import numpy as np
     import pandas as pd
-    from mad_study.stats import boot_mean_ci, compare_methods, paired_difference
+    from mad_study.stats import boot_mean_ci, paired_difference
+    from mad_study.compare import compare_methods
     g = np.random.default_rng(0)
     a01, b01 = (g.random(n_items) < 0.6).astype(float), (g.random(n_items) < 0.55).astype(float)
     am, bm = g.integers(0, 4, n_items) / 3, g.integers(0, 4, n_items) / 3

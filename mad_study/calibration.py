@@ -24,8 +24,8 @@ from .rumad import rumad_prompt
 from .registry import load_profile
 from .sim import (MECHANISMS as SIM_MECHANISMS, SimAgent, SimBackend, item_difficulty,
                            logit, sim_items, switch_off)
-from .stats import (MIN_ITEMS, beyond_control, n_for_power, paired_inference,
-                             resolvable_effect)
+from .stats import MIN_ITEMS, beyond_control, paired_inference
+from .power import n_for_power, resolvable_effect
 from .voting import vote_table
 
 # %% auto #0
@@ -738,7 +738,7 @@ def power_items(world: World, row: Mapping, n_items: int, seeds: int = 1,
                 stats: Mapping | None = None, pilot_items: int = 40,
                 min_items: int = 40) -> tuple[int, float]:
     """The items a calibration row's comparison needs (issue 50: n from power): `n_for_power(|printed| / 100,
-    discordance)` (05b_stats: the kit's 0/1 paired test) with the discordance mean |a - b| of the row's
+    discordance)` (05f_power: the kit's 0/1 paired test) with the discordance mean |a - b| of the row's
     per-item pair in a `pilot_items` pilot (per-item shares in [0, 1] for 0/1 answers: conservative), at least
     `min_items`, capped at `n_items` (the time budget) and at the task's items where the sim cannot top them up; (n, discordance). A printed 0 or NaN (a drawn claim), a pilot without discordance
     or a statistic without a pair (a level, `round0_accuracy`) gets the cap; an effect larger than the

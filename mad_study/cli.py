@@ -91,8 +91,9 @@ def compare_runs(runs: Sequence[str], reference: str | None = None, who: str = "
                  inference: Inference = Inference(), by_file: bool = False,
                  profile: str | None = None) -> tuple:
     """The paired comparison of finished runs from their stored transcripts (no generation): (table, caption, per-item
-    results). `inference`: how it tests (`core.Inference`). `mad_study.stats.compare_methods` on `per_item_results` of the pooled transcripts (`load_runs`)."""
-    from mad_study.stats import compare_methods, per_item_results
+    results). `inference`: how it tests (`core.Inference`). `mad_study.compare.compare_methods` on `per_item_results` of the pooled transcripts (`load_runs`)."""
+    from mad_study.stats import per_item_results
+    from mad_study.compare import compare_methods
 
     res = per_item_results(load_runs(runs, by_file, profile), who=who)
     conds = list(dict.fromkeys(res["method"]))

@@ -34,8 +34,9 @@ from .grading import is_correct
 from .metrics import answer_distribution, check_unparsed, is_missing
 from .metrics import entropy as shannon_entropy
 
-from .stats import (adjust_pvalues, condition_labels, family_gaps, paired_difference,
-                             paired_test)
+from .stats import condition_labels, paired_difference, paired_test
+from .compare import adjust_pvalues
+from .families import family_gaps
 from .prompts import debate_message, get_prompt, opening_messages
 
 # %% ../nbs/papers/madc/11_madc.ipynb #9b0a1b8f

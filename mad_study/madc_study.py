@@ -15,7 +15,8 @@ import pandas as pd
 from .data import get_task
 from .madc import strategy_label
 from .registry import QUESTION_TOKENS, planner
-from .stats import family_words, n_for_power, resolvable_effect
+from .compare import family_words
+from .power import n_for_power, resolvable_effect
 
 # %% auto #0
 __all__ = ['TASK_LABELS', 'plan_fig1', 'plan_fig3_5', 'plan_tab1', 'plan_fig7', 'plan_tab2_5', 'plan_fig8', 'plan_fig9', 'tlabel',
@@ -156,8 +157,8 @@ def resolved(tests, metric="accuracy", scale=100, pairs=None):
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #48017303
 def power_txt(diffs, paper_pts, family=1):
-    """Caption text: what n paired items resolve with 80% power (McNemar's score test, `stats.resolvable_effect`) at
-    the discordance seen (mean |difference|), and the n the paper's gap `paper_pts` would need (`stats.n_for_power`)."""
+    """Caption text: what n paired items resolve with 80% power (McNemar's score test, `power.resolvable_effect`) at
+    the discordance seen (mean |difference|), and the n the paper's gap `paper_pts` would need (`power.n_for_power`)."""
     d = np.abs(np.asarray(diffs, dtype=float))
     n, disc = len(d), float(d.mean()) if len(d) else 0.0
     if n < 2 or disc == 0:

@@ -965,7 +965,7 @@ HOLM_INTERVALS = "Holm-compatible simultaneous intervals ("
 
 
 def interval_method_once(text: str) -> tuple[str, list[str]]:
-    """`text` with each `HOLM_INTERVALS` clause ("... intervals (<level>, <method>)", as 05b_stats writes it)
+    """`text` with each `HOLM_INTERVALS` clause ("... intervals (<level>, <method>)", as 05d_compare writes it)
     shortened to its level, and the methods it named (the kit's own: the gallery prints them once per section)."""
     out, methods, rest = [], [], text
     while HOLM_INTERVALS in rest:

@@ -227,8 +227,9 @@ def _tab1_unpaired(sub: pd.DataFrame, reference: str, n_common: int) -> tuple[li
 def _tab1_rows(sub: pd.DataFrame, reference: str, level: float, n_resamples: int,
                seed: int) -> tuple[list[dict], dict]:
     "One setting's rows of `tab1_comparison` (raw p-values) and its omnibus test; accuracy only below 2 shared items."
-    from mad_study.stats import (Inference, compare_methods, item_means, paired_difference,
-                                 token_change)
+    from mad_study.core import Inference
+    from mad_study.stats import item_means, paired_difference
+    from mad_study.compare import compare_methods, token_change
 
     if len(common := item_means(sub).dropna().index) < 2:
         return _tab1_unpaired(sub, reference, len(common))
@@ -262,7 +263,9 @@ def tab1_comparison(items: pd.DataFrame, reference: str = "SVR-MAD",
     """SVR-MAD Table 1 (Sec. 5.1) with its statistics: per setting (`by`) and method, accuracy +
     interval; the accuracy gaps of all settings one family (`family_gaps`: Holm 1979, each gap's
     interval at its family level `acc_level`, closed at 0 where Holm shows the sign, `acc_cut`)."""
-    from mad_study.stats import adjust_pvalues, family_gaps, item_means
+    from mad_study.stats import item_means
+    from mad_study.compare import adjust_pvalues
+    from mad_study.families import family_gaps
 
     by = [c for c in by if c in items.columns]
     groups = items.groupby(by, sort=False) if by else [((), items)]
@@ -306,7 +309,7 @@ def _sg(x: float, nd: int = 1) -> str:
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #d569e5ea
 def _gap(r: Mapping) -> str:
     "One comparison of `tab1_comparison` in words: accuracy gap and token change with intervals and verdicts (or why none)."
-    from mad_study.stats import gap_interval_text
+    from mad_study.compare import gap_interval_text
 
     if _isnull(r.get("acc_gap")):
         return f"no paired comparison ({r['acc_test']})"
@@ -326,7 +329,7 @@ def _gap(r: Mapping) -> str:
 def tab1_stats_caption(cmp: pd.DataFrame) -> str:
     """The statistics sentence of SVR-MAD Table 1's caption (DESIGN "Statistics"): items per setting, resampled unit, tests,
     correction, omnibus, and SVR-MAD's accuracy gap and token change vs each baseline, "not distinguishable" where so."""
-    from mad_study.stats import family_words
+    from mad_study.compare import family_words
 
     a = cmp.attrs
     ref = a["reference"]
@@ -374,10 +377,10 @@ def check_tab1_caption(cmp: pd.DataFrame, caption: str) -> None:
 def tab1_power(items: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
     """SVR-MAD minus GroupDebate per model and dataset, the paper's claim of equal or better accuracy (Table 1): the
     paper's printed gap beside the sim's, the sim's discordance (items one method gets right and the other wrong) as
-    the pilot, the items the paper's gap would need at 80% power (`stats.n_for_power`, McNemar) and the gap this n
-    resolves (`stats.resolvable_effect`). The paper's models in its order: GPT-OSS-120B, DeepSeek-V3.1."""
+    the pilot, the items the paper's gap would need at 80% power (`power.n_for_power`, McNemar) and the gap this n
+    resolves (`power.resolvable_effect`). The paper's models in its order: GPT-OSS-120B, DeepSeek-V3.1."""
     from mad_study.data import paper_table
-    from mad_study.stats import n_for_power, resolvable_effect
+    from mad_study.power import n_for_power, resolvable_effect
 
     pt = paper_table("svr_tab1")
     llm = dict(zip(models, ("GPT-OSS-120B", "DeepSeek-V3.1")))
@@ -466,7 +469,9 @@ def fig1_comparison(rows: pd.DataFrame, reference: str = "svr", by: str = "panel
     share whose top-ranked agent is correct with a bootstrap interval over problems; `reference`
     (SVR) minus each prior, the table's gaps one family (`family_gaps`: Holm 1979 over the raw p,
     each gap's interval at its family level, closed at 0 where Holm shows the sign), `distinguishable`."""
-    from mad_study.stats import boot_mean_ci, family_gaps, family_words, paired_difference
+    from mad_study.stats import boot_mean_ci, paired_difference
+    from mad_study.compare import family_words
+    from mad_study.families import family_gaps
 
     out, wide = [], {}
     for panel, g in rows.groupby(by, sort=False):
@@ -532,9 +537,9 @@ def fig2_comparison(items: pd.DataFrame, hard: Mapping[str, Any], reference: str
     1-3 agents answered correctly before debate, the model's datasets pooled), `reference` minus each baseline
     paired by problem as in Table 1 (`tab1_comparison` with `by=("model",)`: McNemar's score test with Tango's
     interval, Holm 1979 over the figure's gaps), and what the n resolves at `power`: the smallest gap McNemar tells
-    apart at the pair's discordance (`stats.resolvable_effect`, Connor 1987), at `1 - level` alone (`resolves_pts`)
+    apart at the pair's discordance (`power.resolvable_effect`, Connor 1987), at `1 - level` alone (`resolves_pts`)
     and at Bonferroni's level over the figure's gaps (`resolves_family_pts`, the level of Holm's first step)."""
-    from mad_study.stats import resolvable_effect
+    from mad_study.power import resolvable_effect
 
     keep = [i in set(hard.get(m, ())) for m, i in zip(items["model"], items["item_id"])]
     sub = items[keep].drop(columns=["dataset"], errors="ignore")

@@ -79,10 +79,10 @@ def prompt_check(tr, limit):
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #p0wer001
 def power_note(d, effect=None) -> str:
     """What the items resolve for the per-item differences `d` (paired t, 80% power, two-sided 5%; the sd of `d` is
-    the pilot), and the items the paper's gap `effect` (a fraction) would need (`stats.n_for_power_t`)."""
+    the pilot), and the items the paper's gap `effect` (a fraction) would need (`power.n_for_power_t`)."""
     from statistics import NormalDist
 
-    from mad_study.stats import n_for_power_t
+    from mad_study.power import n_for_power_t
 
     d = pd.Series(d, dtype=float).dropna()
     sd = float(d.std(ddof=1)) if len(d) > 1 else math.nan

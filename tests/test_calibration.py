@@ -12,7 +12,7 @@ from mad_study.calibration import (CONTROLS, STATISTICS, World, calibration_tabl
                                    competence_fit, du_debate_gain, expected_round0, fit_grid, fit_task_skill, fit_world,
                                    madc_runs, madc_truth_last_gain, not_shown_rows, tension_sentence, calibration_view, power_items, round0_accuracy, sim_number,
                                    world_from_profile)
-from mad_study.stats import n_for_power
+from mad_study.power import n_for_power
 from mad_study.core import ConfigError
 from mad_study.data import paper_table
 from mad_study.sim import item_difficulty, sim_items

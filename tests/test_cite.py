@@ -242,7 +242,7 @@ def test_citation_cff_is_complete_and_matches_the_bibtex():
 
 def test_citations_come_from_keys_not_docstring_words_and_served_runs_cite_what_ran():
     "Issue 41: a docstring's mention is not a citation; a served run's `quant` (the kit's setting) is not what ran."
-    assert "zhang2025madc" not in cite.refs_of("stats.compare_methods")
+    assert "zhang2025madc" not in cite.refs_of("compare.compare_methods")
     assert set(cite.MENTIONS) <= set(cite._exported())            # every mention belongs to an export
     for q, ks in cite.MENTIONS.items(): assert not set(ks) & set(cite.refs_of(q)), q
     meta = {"paper": "baseline", "params": {"backend": "openai", "quant": "nf4", "served_model": "/srv/m"},

@@ -1,4 +1,4 @@
-"""Statistics that respect the design, and transcripts of several methods that pool safely (nbs/evaluation/05b_stats, nbs/core/00_core).
+"""Statistics that respect the design, and transcripts of several methods that pool safely (nbs/evaluation/05b_stats, 05d_compare, 05e_families, 05f_power, nbs/core/00_core).
 
 Synthetic agents throughout: the numbers are illustrations of the kit's arithmetic, not results about LLMs."""
 import warnings
@@ -10,9 +10,11 @@ from scipy import stats
 
 from conftest import mad_study  # noqa: F401  (puts the checkout first on the path)
 from mad_study import metrics as M
+from mad_study import compare as C
+from mad_study import power as PW
 from mad_study import stats as S
 from mad_study import umad as U
-from mad_study.core import ConfigError, Item
+from mad_study.core import ConfigError, Inference, Item
 from mad_study.debate import (FullyConnected, OrderedPeers, make_agents, run_debate, self_consistency_at_budget,
                               tokens_per_thread)
 from mad_study.voting import vote_table
@@ -159,7 +161,7 @@ def test_naive_answer_level_test_does_not_hold_level():
 
 def test_compare_methods_on_pooled_transcripts(three):
     res = S.per_item_results(pd.concat(list(three.values()), ignore_index=True))
-    tab, cap = S.compare_methods(res, "fully_connected", inference=S.Inference(min_items=10))
+    tab, cap = C.compare_methods(res, "fully_connected", inference=Inference(min_items=10))
     assert tab["method"].tolist() == ["fully_connected", "random", "quiet_a0"]
     assert tab["n_items"].eq(12).all() and tab.attrs["correction"] == "holm"
     assert "12 distinct items" in cap and "each its test inverted over items" in cap
@@ -231,7 +233,7 @@ def _family(n=200, seed=0):
 @pytest.mark.parametrize("seed", range(6))
 def test_intervals_come_from_the_verdicts_family(seed):
     "Holm verdicts next to Holm-level intervals: a gap whose interval excludes 0 is distinguishable, unless `agrees` says the two part."
-    tab, cap = _loud(S.compare_methods, _family(seed=seed), "ref", tokens=None)[0]
+    tab, cap = _loud(C.compare_methods, _family(seed=seed), "ref", tokens=None)[0]
     gaps = tab[tab["method"] != "ref"].dropna(subset=["diff_low"])
     # on the verdict's side of 0: past 0, or closed at 0 by Holm (`diff_cut`, 0 its near bound)
     excl = (gaps["diff_low"] > 0) | (gaps["diff_high"] < 0) | gaps["diff_cut"].eq(True)
@@ -240,7 +242,7 @@ def test_intervals_come_from_the_verdicts_family(seed):
     assert ((cut["diff_low"] == 0) | (cut["diff_high"] == 0)).all()                # closed at 0, never open
     assert gaps["diff_level"].between(0.95, 1 - 0.05 / 4).all()
     assert "Holm-compatible simultaneous intervals (" in cap and "disagree" not in cap
-    none, cap0 = _loud(S.compare_methods, _family(seed=seed), "ref", tokens=None, inference=S.Inference(correction="none"))[0]
+    none, cap0 = _loud(C.compare_methods, _family(seed=seed), "ref", tokens=None, inference=Inference(correction="none"))[0]
     assert none["diff_level"].dropna().eq(0.95).all() and "unadjusted like the p-values (no correction)" in cap0
 
 
@@ -249,16 +251,16 @@ def test_holm_levels_are_dual_to_holm_on_t_intervals():
     for _ in range(100):
         ds = [g.normal(g.choice([0.0, 0.25, 0.5]), 1, 30) for _ in range(6)]
         p = np.array([stats.ttest_1samp(d, 0).pvalue for d in ds])
-        lv = S._adjusted_levels(p, "holm", 0.95)
+        lv = C._adjusted_levels(p, "holm", 0.95)
         excl = [not (ci.low <= 0 <= ci.high) for d, l in zip(ds, lv) for ci in [stats.ttest_1samp(d, 0).confidence_interval(l)]]
-        assert excl == list(S.adjust_pvalues(p) < 0.05)
+        assert excl == list(C.adjust_pvalues(p) < 0.05)
 
 
 def test_the_smad_ring_case_no_longer_contradicts_itself():
     "The audit's case: raw McNemar p = 0.009, Holm p = 0.063 among 15: its interval is no longer the unadjusted 95% one that excluded 0."
     p = np.r_[0.009 / 1, np.linspace(0.0001, 0.9, 14)]
-    lv = S._adjusted_levels(p, "holm", 0.95)
-    adj = S.adjust_pvalues(p)
+    lv = C._adjusted_levels(p, "holm", 0.95)
+    adj = C.adjust_pvalues(p)
     assert adj[0] > 0.05 and lv[0] > 0.99                              # tested at a step level, not at 95%
 
 
@@ -292,7 +294,7 @@ def test_compare_methods_never_says_distinguishable_and_equivalent():
     base = g.uniform(0.3, 0.7, 300)
     res = pd.DataFrame([dict(item_id=i, method=m, correct=v) for i in range(300)
                         for m, v in (("R", base[i]), ("M", base[i] + 0.02 + g.normal(0, 0.01)))])
-    tab, cap = S.compare_methods(res, "R", tokens=None, inference=S.Inference(margin=0.05))
+    tab, cap = C.compare_methods(res, "R", tokens=None, inference=Inference(margin=0.05))
     m = tab.set_index("method").loc["M"]
     assert m["distinguishable"] and m["tost_equivalent"] and not m["equivalent"] and m["verdict"] == "distinguishable"
     assert f"M vs R: {100 * m['diff']:+.1f} points" in cap and 0.015 < m["diff"] < 0.025 and "so not called equivalent" in cap
@@ -321,8 +323,8 @@ def test_compare_methods_on_different_item_sets_raises_unless_shared():
     res = _family(n=150)
     res = res[~((res["method"] == "big") & (res["item_id"] >= 50))]
     with pytest.raises(ConfigError, match="on='shared'"):
-        S.compare_methods(res, "ref", tokens=None)
-    (tab, cap), msgs = _loud(S.compare_methods, res, "ref", tokens=None, inference=S.Inference(on="shared"))
+        C.compare_methods(res, "ref", tokens=None)
+    (tab, cap), msgs = _loud(C.compare_methods, res, "ref", tokens=None, inference=Inference(on="shared"))
     assert tab["n_items"].eq(50).all() and tab.attrs["n_dropped"] == 100
     assert "on 50 distinct items answered by every method (100 of 150 items dropped" in cap
     assert any("100 of 150 items dropped" in m for m in msgs)
@@ -332,8 +334,8 @@ def test_repeated_runs_are_a_named_dimension():
     "A second run appended became extra samples and switched McNemar to t; now it raises unless a `run` column names it."
     one = _family(n=60).assign(sample=0)
     with pytest.raises(ConfigError, match="run"):
-        S.compare_methods(pd.concat([one, one]), "ref", tokens=None)
-    tab, cap = _loud(S.compare_methods, pd.concat([one.assign(run=0), one.assign(run=1)]), "ref", tokens=None)[0]
+        C.compare_methods(pd.concat([one, one]), "ref", tokens=None)
+    tab, cap = _loud(C.compare_methods, pd.concat([one.assign(run=0), one.assign(run=1)]), "ref", tokens=None)[0]
     assert tab.attrs["runs"] == {m: 2 for m in ["big", "mid", "ref", "same", "small"]} and "runs per method averaged per item" in cap
     assert tab.set_index("method").loc["big", "test"] == "mcnemar"     # two identical runs: still one 0/1 value per item
 
@@ -341,7 +343,7 @@ def test_repeated_runs_are_a_named_dimension():
 def test_text_outcomes_are_a_clear_error():
     "`correct` stored as strings became NaN, then 'fewer than 2 items' (or, via bool('False'), accuracy 1)."
     res = _family(n=30).assign(correct=lambda d: d["correct"].map({1.0: "True", 0.0: "False"}))
-    for call in (lambda: S.compare_methods(res, "ref", tokens=None), lambda: S.item_means(res),
+    for call in (lambda: C.compare_methods(res, "ref", tokens=None), lambda: S.item_means(res),
                  lambda: S.accuracy_ci(["False", "False"]), lambda: S.paired_difference(["1", "0"], [0, 1])):
         with pytest.raises(ConfigError, match="text"):
             call()
@@ -397,7 +399,7 @@ def test_holm_intervals_hold_as_a_family():
             rows += [dict(item_id=i, method=f"m{j}", correct=v[i]) for i in range(30)]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            t = S.compare_methods(pd.DataFrame(rows), "ref", tokens=None)[0].iloc[1:]
+            t = C.compare_methods(pd.DataFrame(rows), "ref", tokens=None)[0].iloc[1:]
         fwe += bool(((t["diff_low"] > 0) | (t["diff_high"] < 0)).any())          # a closed cut [0, +x] holds 0
     assert fwe / 150 <= 0.05 + 3 * 0.018, fwe
     for _ in range(150):                                                          # all ten 0.2 apart: simultaneous
@@ -405,7 +407,7 @@ def test_holm_intervals_hold_as_a_family():
         ref = (g.random(100) < p).astype(float)
         ms = [(g.random(100) < p + 0.2).astype(float) for _ in range(10)]
         ps = [S.paired_inference(m, ref)["pvalue"] for m in ms]
-        lv, cut = S._family_levels(ps, "holm", 0.95)
+        lv, cut = C.family_levels(ps, "holm", 0.95)
         ivs = [S.paired_inference(m, ref, lvl) for m, lvl in zip(ms, lv)]
         miss += any(not (r["ci_low"] <= 0.2 <= r["ci_high"]) for r in ivs)
     assert miss / 150 <= 0.05 + 3 * 0.018, miss
@@ -414,8 +416,8 @@ def test_holm_intervals_hold_as_a_family():
 def test_the_table_is_the_same_under_another_seed():
     "Issue 53: which arena gaps disagreed depended on the bootstrap's seed; no part of the gap inference resamples now."
     res = _family(n=150, seed=4)
-    a, ca = _loud(S.compare_methods, res, "ref", inference=S.Inference(seed=0))[0]
-    b, cb = _loud(S.compare_methods, res, "ref", inference=S.Inference(seed=12345))[0]
+    a, ca = _loud(C.compare_methods, res, "ref", inference=Inference(seed=0))[0]
+    b, cb = _loud(C.compare_methods, res, "ref", inference=Inference(seed=12345))[0]
     cols = ["diff", "diff_low", "diff_high", "diff_level", "pvalue", "p_adjusted", "verdict", "acc_low", "acc_high"]
     pd.testing.assert_frame_equal(a[cols], b[cols])
     assert ca == cb
@@ -430,9 +432,9 @@ def test_bad_inputs_are_clear_errors_or_named_warnings():
     one = _family(n=40)
     twice = pd.concat([one, one[one["method"] == "big"]])
     with pytest.raises(ConfigError, match=r"method 'big' has items \[0, 1, 2, 3, 4\] ... more than once; no `sample`"):
-        S.compare_methods(twice, "ref", tokens=None)
+        C.compare_methods(twice, "ref", tokens=None)
     with pytest.raises(ConfigError, match="seed"):                               # a seed column alone is checked
-        S.compare_methods(pd.concat([one.assign(seed=1), one.assign(seed=1)]), "ref", tokens=None)
+        C.compare_methods(pd.concat([one.assign(seed=1), one.assign(seed=1)]), "ref", tokens=None)
     d, msgs = _loud(S.paired_difference, [1, 0, None, 1, np.nan] * 4, [0, 0, 1, None, 1] * 4)
     assert d["n_items"] == 8 and any("12 of 20 pairs dropped" in m for m in msgs)
     assert S._signflip_p(np.r_[0.1, 0.2, -0.3] * 3) == 1.0                        # was 0.855-0.997: a floating-point tie
@@ -444,7 +446,7 @@ def test_caption_writes_a_missing_interval_in_words():
                                                          status="too few items", test="ttest", p_adjusted=np.nan,
                                                          distinguishable=False, verdict="not distinguishable")])
     t.attrs.update(reference="ref", correction="holm", level=0.95)
-    cap = S.comparison_caption(t)
+    cap = C.comparison_caption(t)
     assert "nan" not in cap.replace("p = nan", "") and "(no interval: too few items)" in cap, cap
 
 
@@ -471,7 +473,7 @@ def test_holm_cut_is_closed_at_zero():
         rows = [dict(item_id=i, method=m, correct=float(g.random() < q[i])) for m, q in cols.items() for i in range(100)]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            t, cap = S.compare_methods(pd.DataFrame(rows), "ref", tokens=None)
+            t, cap = C.compare_methods(pd.DataFrame(rows), "ref", tokens=None)
         t = t.set_index("method")
         true = {"null": 0.0, "apart": 0.5}
         miss += any(not (t.loc[m, "diff_low"] <= v <= t.loc[m, "diff_high"]) for m, v in true.items())
@@ -505,13 +507,13 @@ def test_power_paired_binary_matches_the_kits_test_by_simulation(n, p10, p01, fa
     """Connor's approximation within 0.03 of the share McNemar's score test rejects (4,000 replicates: sd <= 0.008),
     the exact sum within 0.02."""
     sim = _simulated_power_binary(n, p10, p01, 4000, family=family)
-    assert abs(sim - S.power_paired_binary(n, p10, p01, family=family)) < 0.03, sim
-    assert abs(sim - S.power_paired_binary(n, p10, p01, family=family, exact=True)) < 0.02, sim
+    assert abs(sim - PW.power_paired_binary(n, p10, p01, family=family)) < 0.03, sim
+    assert abs(sim - PW.power_paired_binary(n, p10, p01, family=family, exact=True)) < 0.02, sim
 
 
 def test_n_for_power_reaches_its_power_in_simulation():
     "At n_for_power's n the simulated power is at least 80% (within the binomial sd); at 3/4 of n it is well below."
-    n = S.n_for_power(0.05, 0.15, family=2)
+    n = PW.n_for_power(0.05, 0.15, family=2)
     assert _simulated_power_binary(n, 0.1, 0.05, 4000, family=2, seed=1) > 0.8 - 0.02
     assert _simulated_power_binary(int(0.75 * n), 0.1, 0.05, 4000, family=2, seed=2) < 0.72
 
@@ -521,8 +523,8 @@ def test_few_discordant_items_make_the_approximation_conservative():
     power (documented in 05b); the exact sum does not."""
     for n, p10, p01, family in ((100, 0.1, 0.0, 3), (50, 0.1, 0.01, 1)):
         sim = _simulated_power_binary(n, p10, p01, 4000, family=family)
-        assert sim > S.power_paired_binary(n, p10, p01, family=family) + 0.02, (n, sim)
-        assert abs(sim - S.power_paired_binary(n, p10, p01, family=family, exact=True)) < 0.02, (n, sim)
+        assert sim > PW.power_paired_binary(n, p10, p01, family=family) + 0.02, (n, sim)
+        assert abs(sim - PW.power_paired_binary(n, p10, p01, family=family, exact=True)) < 0.02, (n, sim)
 
 
 @pytest.mark.parametrize("n, effect, sd, family", [(20, 0.5, 1.0, 1), (40, 0.3, 0.8, 3), (12, 1.0, 1.5, 1)])
@@ -533,17 +535,17 @@ def test_power_paired_t_matches_the_kits_t_test_by_simulation(n, effect, sd, fam
     for _ in range(4000):
         d = g.normal(effect, sd, n)
         told += S.paired_inference(d, np.zeros(n), level, "ttest")["pvalue"] < 1 - level
-    assert abs(told / 4000 - S.power_paired_t(n, effect, sd, family=family)) < 0.025
+    assert abs(told / 4000 - PW.power_paired_t(n, effect, sd, family=family)) < 0.025
 
 
 def test_plan_sizes_rows_agree_with_the_functions():
     "Each row of the plan is n_for_power, power_paired_binary and resolvable_effect of that row."
-    t = S.plan_sizes(pd.DataFrame(dict(comparison=["a", "b"], effect_pts=[3, -5], discordance=[0.2, 0.25],
+    t = PW.plan_sizes(pd.DataFrame(dict(comparison=["a", "b"], effect_pts=[3, -5], discordance=[0.2, 0.25],
                                        n=[300, 1000], family=[2, 2])))
     for r in t.to_dict("records"):
         e, psi = r["effect_pts"] / 100, r["discordance"]
-        assert r["n_needed"] == S.n_for_power(e, psi, family=2)
-        assert r["power_now"] == pytest.approx(S.power_paired_binary(r["n"], (psi + e) / 2, (psi - e) / 2, family=2))
-        assert r["resolves_pts"] == pytest.approx(100 * S.resolvable_effect(r["n"], psi, family=2))
+        assert r["n_needed"] == PW.n_for_power(e, psi, family=2)
+        assert r["power_now"] == pytest.approx(PW.power_paired_binary(r["n"], (psi + e) / 2, (psi - e) / 2, family=2))
+        assert r["resolves_pts"] == pytest.approx(100 * PW.resolvable_effect(r["n"], psi, family=2))
     with pytest.raises(ConfigError, match="plan_sizes row 'b'.*discordance"):
-        S.plan_sizes([dict(comparison="b", effect_pts=3, discordance=0, n=100)])
+        PW.plan_sizes([dict(comparison="b", effect_pts=3, discordance=0, n=100)])

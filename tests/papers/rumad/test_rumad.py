@@ -10,7 +10,7 @@ import torch
 from mad_study.core import ConfigError
 from mad_study import rumad as R
 from mad_study import rumad_study as S
-from mad_study.stats import gap_interval_text
+from mad_study.compare import gap_interval_text
 
 
 def test_tiers_at_the_printed_thresholds():
@@ -91,7 +91,7 @@ from mad_study.backends import make_backend
 from mad_study.data import load_items
 from mad_study.debate import FullyConnected, run_debate
 from mad_study.protocols import debate_costs
-from mad_study.stats import compare_methods
+from mad_study.compare import compare_methods
 from mad_study.registry import experiments, load_profile
 from mad_study.run_params import merge_params
 from mad_study.core import Sampling
