@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from mad_study import lookalikes, user_data
+from mad_study import loading, lookalikes, user_data
 from mad_study.answers import extract_answer, is_correct
 from mad_study.core import ConfigError, Item
 from mad_study.data import TASKS, format_question, get_task
@@ -307,7 +307,7 @@ def test_readme_your_own_questions_runs_as_written(tmp_path, monkeypatch):
 def test_hub_item_with_a_bad_gold_is_left_out_with_one_line(monkeypatch):
     "A hub row whose gold does not fit its format is left out of the split, one warning line naming it (never graded wrong)."
     rows = [(0, "main", {"question": "q0", "answer": "so #### 4"}), (1, "main", {"question": "q1", "answer": "so #### eight"})]
-    monkeypatch.setattr(data, "_hub_rows", lambda spec, split: rows)
+    monkeypatch.setattr(loading, "_hub_rows", lambda spec, split: rows)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         items = load_items("gsm8k", source="hub", save=False)
