@@ -104,7 +104,7 @@ def debate_round_requests(n_items: int = 4, n_agents: int = 6, max_new_tokens: i
     """The requests of one debate round (Du et al. GSM8K prompts). Round 1: each agent sees the other agents' round-0
     solutions (written by synthetic agents of different skill, so every prompt differs); round 0: the question alone."""
     from mad_study.core import Sampling
-    from mad_study.data import load_items
+    from mad_study.loading import load_items
     from mad_study.debate import Agent, run_debate
     from mad_study.sim import SimBackend
 

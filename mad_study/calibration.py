@@ -16,7 +16,7 @@ import pandas as pd
 from scipy import optimize
 
 from .core import ConfigError, Sampling
-from .data import paper_table
+from .loading import paper_table
 from .debate import FullyConnected, make_agents, run_debate
 from .madc import item_scores, run_strategies
 from .protocols import make_baseline

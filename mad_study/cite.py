@@ -391,7 +391,7 @@ MENTIONS: dict[str, tuple[
     str, ...]] = {  # exported name -> works its docstring names without using them (not cited)
         "compare.compare_methods": ("zhang2025madc",),
         # reads their exports, uses no method of theirs
-        "data.load_debate_export": ("du2024debate", "smit2024mad"),
+        "user_data.load_debate_export": ("du2024debate", "smit2024mad"),
         "run_params.param_warnings": ("du2024debate",),
         # names UMAD's reward grading; the option is the MATH script's
         "grading.is_correct": ("qiao2026umad",),
@@ -415,7 +415,7 @@ MENTIONS: dict[str, tuple[
 KIT_OWN: dict[str, tuple[str, ...]] = {
     **{
         m: ("*",)
-        for m in ("answers", "extract", "grading", "equivalence", "backends", "cache", "checkpoints", "cite", "data", "hf", "interface", "prompts", "registry", "report", "figcheck", "reproduce", "sandbox", "serving", "sim", "twins", "vision", "doctor", "run_params", "run_outputs", "cli")
+        for m in ("answers", "extract", "grading", "equivalence", "backends", "cache", "checkpoints", "cite", "data", "lookalikes", "loading", "user_data", "hf", "interface", "prompts", "registry", "report", "figcheck", "reproduce", "sandbox", "serving", "sim", "twins", "vision", "doctor", "run_params", "run_outputs", "cli")
     }, "core": ("Inference", "Sampling", "fold_keywords", "ConfigError", "GenRequest", "Generation",
                 "Item", "atomic_path", "atomic_write_text", "cache_home", "derive_seed",
                 "describe_transcript", "figures_dir", "image_hash", "image_path", "images_dir",
@@ -772,7 +772,7 @@ def transcript_refs(path: str | Path) -> list[str]:
         df = pq.read_table(path, columns=[c for c in ("task", "model", "method") if c in names
                                           ]).to_pandas()
     else:
-        from mad_study.data import load_debate_export
+        from mad_study.user_data import load_debate_export
 
         df = load_debate_export(path)
     col = lambda c: sorted({str(x) for x in df[c].dropna()}) if c in df else []

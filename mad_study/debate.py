@@ -20,7 +20,8 @@ from .core import (ConfigError, GenRequest, Sampling, takes_sampling, Generation
                             derive_seed, rng_for, transcript_frame, SIGNALS)
 from .extract import extract_answer
 from .grading import is_correct
-from .data import check_items, format_question
+from .data import format_question
+from .lookalikes import check_items
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
 from .interface import IdenticalAgentsWarning, Progress, generate_jobs, progress_scope
 

@@ -151,7 +151,7 @@ def check_text_twin(name: str) -> tuple[str, str]:
 # %% ../nbs/study/21_doctor.ipynb #a0f1c907
 def vision_items(n: int = 2) -> list:
     "Two drawn MathVision look-alikes (their images go to a scratch store)."
-    from mad_study.data import load_items
+    from mad_study.loading import load_items
 
     os.environ.setdefault("MAD_STUDY_RUNS", tempfile.mkdtemp(prefix="mad-doctor-"))
     return load_items("mathvision", n=n, seed=0, save=False)

@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from .data import paper_table
+from .loading import paper_table
 from .madc import CASES
 
 # %% auto #0

@@ -31,7 +31,7 @@ def _task_size(task: str, source: str) -> int:
     spec = get_task(task)
     if source == "hub" and spec.n_items:
         return int(spec.n_items)
-    from mad_study.data import load_items
+    from mad_study.loading import load_items
 
     return len(load_items(task, source="fixture", save=False))
 

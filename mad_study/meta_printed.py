@@ -5,14 +5,14 @@
 # %% ../nbs/papers/meta_debate/14a_meta_printed.ipynb #f81d9730
 from __future__ import annotations
 
-from .data import paper_table
+from .loading import paper_table
 
 # %% auto #0
 __all__ = ['PAPER_TAB1', 'PAPER_ASSIGNMENTS', 'PAPER_MODELS']
 
 # %% ../nbs/papers/meta_debate/14a_meta_printed.ipynb #f7569e7d
 def _printed(name: str, key: list[str]) -> dict:
-    "A printed table (`data.paper_table`) as key -> the row's numbers, in column order."
+    "A printed table (`loading.paper_table`) as key -> the row's numbers, in column order."
     t = paper_table(name)
     vals = [c for c in t.columns if c not in key]
     k = (lambda r: tuple(r[c] for c in key)) if len(key) > 1 else (lambda r: r[key[0]])

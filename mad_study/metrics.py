@@ -15,7 +15,7 @@ from scipy import special, stats
 
 from .equivalence import merge_equivalent, parse_failure_rate
 from .core import ConfigError, check_unique_turns, pool_keys
-from .data import TRANSCRIPT_DEFAULTS, complete_transcript
+from .user_data import TRANSCRIPT_DEFAULTS, complete_transcript
 from .voting import vote_table
 
 # %% auto #0

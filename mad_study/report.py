@@ -236,7 +236,7 @@ def adopt(self: Study, backends: Mapping[str, Any]) -> dict[str, Any]:
 def items(self: Study, task: str, n: int | None = None, seed: int | None = None,
           source: str | None = None) -> list[Item]:
     "Load (and record) a deterministic subset of `task`."
-    from mad_study.data import load_items
+    from mad_study.loading import load_items
 
     src = source or self.params.get("source", "fixture")
     items = load_items(task, n=n, seed=self.seed if seed is None else seed, source=src)

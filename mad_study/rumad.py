@@ -27,7 +27,7 @@ from .debate import Agent, Protocol, RoundContext, make_agents, run_debate
 from .voting import vote_table
 from .sim import read_final_answers
 from .core import Sampling
-from .data import paper_table
+from .loading import paper_table
 
 # %% auto #0
 __all__ = ['TIERS', 'DELTA', 'ACTIVATION_ATOL', 'DISTS', 'INITS', 'SIGMAS', 'DENSE_LOGIT', 'SIGMA_MIN', 'SIGMA_MAX', 'SIGMA_INIT',

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .data import paper_table
+from .loading import paper_table
 
 # %% auto #0
 __all__ = ['PAPER_TAB2', 'PAPER_TAB3', 'PAPER_TAB4']

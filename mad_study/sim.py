@@ -24,8 +24,9 @@ import numpy as np
 from fastcore.basics import patch
 
 from .core import ConfigError, GenRequest, Generation, Item, rng_for
-from .data import (SYNTHETIC_COUNTS, SubsetSizeWarning, get_task, load_items,
-                            synthetic_items)
+from .data import get_task
+from .lookalikes import SYNTHETIC_COUNTS, synthetic_items
+from .loading import SubsetSizeWarning, load_items
 
 # %% auto #0
 __all__ = ['MECHANISMS', 'SIM_PARAM_KEYS', 'FINAL_SENTENCE', 'N_BODIES', 'TIER_TAGS', 'RUN_KEYS', 'STREAMS', 'SLOTS',
@@ -720,7 +721,7 @@ def sim_items(task: str, n: int | None = None, seed: int = 0,
     if n is None or len(items) >= n:
         return items
     spec = get_task(task)
-    # a fixture of synthetic look-alikes: more of the same (02_data)
+    # a fixture of synthetic look-alikes: more of the same (02a_lookalikes)
     if spec.synthetic_fixture and source == "fixture":
         k, more = SYNTHETIC_COUNTS[spec.name], []
         while len(items) + len(more) < n and k < 50 * n:

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from .data import paper_table
+from .loading import paper_table
 
 # %% auto #0
 __all__ = ['PRINTED_COLUMNS', 'printed_tab1', 'savings']
@@ -20,7 +20,7 @@ PRINTED_COLUMNS = ["NComm", "Tok (x10^3)", "Acc (%)"]
 
 
 def printed_tab1() -> dict[tuple[str, str], pd.DataFrame]:
-    """SVR-MAD Table 1 as printed (`fixtures/papers/svr/paper_svr_tab1.csv`, read by `data.paper_table`): one
+    """SVR-MAD Table 1 as printed (`fixtures/papers/svr/paper_svr_tab1.csv`, read by `loading.paper_table`): one
     table per (LLM, dataset) setting with `key`, `method` and the numeric NComm, Tok (x10^3) and Acc (%) columns."""
     return {
         s: g[["key", "method"]].join(g[PRINTED_COLUMNS].astype(float)).reset_index(drop=True)

@@ -379,7 +379,7 @@ def tab1_power(items: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
     paper's printed gap beside the sim's, the sim's discordance (items one method gets right and the other wrong) as
     the pilot, the items the paper's gap would need at 80% power (`power.n_for_power`, McNemar) and the gap this n
     resolves (`power.resolvable_effect`). The paper's models in its order: GPT-OSS-120B, DeepSeek-V3.1."""
-    from mad_study.data import paper_table
+    from mad_study.loading import paper_table
     from mad_study.power import n_for_power, resolvable_effect
 
     pt = paper_table("svr_tab1")

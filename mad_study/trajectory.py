@@ -12,7 +12,7 @@ import pandas as pd
 
 from .equivalence import ELEMENTWISE_FORMATS, merge_equivalent
 from .core import check_unique_turns, pool_keys
-from .data import complete_transcript, row_formats
+from .user_data import complete_transcript, row_formats
 from .voting import vote_table
 
 # %% auto #0

@@ -19,7 +19,7 @@ from .core import (ConfigError, Sampling, check_unique_turns, derive_seed, fold_
 from .equivalence import parse_failure_rate
 from .debate import (Agent, FullyConnected, TurnSlot, generate_turns, make_agents,
                               transcript_row)
-from .data import complete_transcript
+from .user_data import complete_transcript
 from .metrics import (answer_outcomes, check_unparsed, clustered_accuracy_ci, entropy_rows,
                                support_key, with_defaults)
 from .voting import group_rows

@@ -241,7 +241,7 @@ def reward_correct(rows: pd.DataFrame, grading: str = "strict") -> np.ndarray:
     """R_corr (UMAD Alg. 2 line 13) of transcript rows under `grading`: the rows' `correct` (math-verify), except boxed
     answers under "strict" (App. D's MATH script), which are re-graded with `is_correct(..., grading="strict")`."""
     from mad_study.grading import is_correct
-    from mad_study.data import row_formats
+    from mad_study.user_data import row_formats
 
     out = (rows["correct"].astype(float).to_numpy().copy() if "correct" in rows else np.zeros(
         len(rows)))

@@ -14,7 +14,7 @@ import pandas as pd
 from .grading import is_correct
 from .equivalence import ELEMENTWISE_FORMATS, merge_equivalent
 from .core import check_unique_turns, pool_keys, rng_for
-from .data import row_formats
+from .user_data import row_formats
 
 # %% auto #0
 __all__ = ['majority_vote', 'group_rows', 'tie_seeds', 'vote_table']

@@ -198,7 +198,7 @@ def test_embedded_nf4_batched_equals_single(smol):
 def test_embedded_debate_shows_one_progress_bar(smol):
     "A cpu-profile debate (the embedded model, a few tokens): one bar, generations done of the total, tok/s, time left."
     import io
-    from mad_study.data import load_items
+    from mad_study.loading import load_items
     from mad_study.debate import make_agents, run_debate
     from mad_study.core import Sampling
     from mad_study.interface import Progress

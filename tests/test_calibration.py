@@ -14,7 +14,7 @@ from mad_study.calibration import (CONTROLS, STATISTICS, World, calibration_tabl
                                    world_from_profile)
 from mad_study.power import n_for_power
 from mad_study.core import ConfigError
-from mad_study.data import paper_table
+from mad_study.loading import paper_table
 from mad_study.sim import item_difficulty, sim_items
 
 

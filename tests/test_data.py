@@ -1,4 +1,5 @@
-"Tests of the benchmark registry, fixtures, subsets and hub loading (mad_study.data)."
+"""Tests of the benchmark registry (mad_study.data), the gold check and look-alikes (mad_study.lookalikes), fixtures,
+subsets and hub loading (mad_study.loading) and one's own questions (mad_study.user_data)."""
 import json
 import math
 import re
@@ -6,12 +7,14 @@ import warnings
 
 import pytest
 
-from mad_study import data
+from mad_study import loading, lookalikes, user_data
 from mad_study.extract import extract_answer
 from mad_study.grading import is_correct
 from mad_study.core import ConfigError, Item
-from mad_study.data import (SYNTHETIC_TAG, TASKS, HubUnavailableError, SubsetSizeWarning, format_question, get_task,
-                            items_from_ids, load_items, subset_path)
+from mad_study.data import TASKS, format_question, get_task
+from mad_study.lookalikes import SYNTHETIC_TAG
+from mad_study.loading import (HubUnavailableError, SubsetSizeWarning, items_from_ids, load_items,
+                               subset_path)
 
 REAL = [t for t, s in TASKS.items() if s.redistributable]
 SYNTH = [t for t, s in TASKS.items() if not s.redistributable]
@@ -225,10 +228,10 @@ def test_synthetic_answers_are_computed_correctly():
 
 
 def test_synthetic_items_are_stable():
-    a = data.synthetic_items("imo_answerbench", n=10)
-    b = data.synthetic_items("imo_answerbench")[:10]
+    a = lookalikes.synthetic_items("imo_answerbench", n=10)
+    b = lookalikes.synthetic_items("imo_answerbench")[:10]
     assert a == b
-    assert {it.meta["category"] for it in data.synthetic_items("imo_answerbench")} == {"Algebra", "Geometry", "Number theory", "Combinatorics"}
+    assert {it.meta["category"] for it in lookalikes.synthetic_items("imo_answerbench")} == {"Algebra", "Geometry", "Number theory", "Combinatorics"}
 
 
 # ------------------------------------------------------------------ gold answers checked; one's own questions
@@ -236,7 +239,7 @@ def test_every_fixture_gold_fits_its_format():
     "Every shipped fixture (real and synthetic) passes the gold check unchanged: the rule is not loosened for them."
     for t in TASKS:
         items = load_items(t, save=False)
-        assert data.check_items(items) == items, t
+        assert lookalikes.check_items(items) == items, t
 
 
 def test_bad_golds_are_one_line_each():
@@ -244,50 +247,50 @@ def test_bad_golds_are_one_line_each():
              Item("my/1", "my", "Which?", "E", "option", choices=("w", "x", "y", "z")),
              Item("my/2", "my", "Capital of France?", "(b)", "option", choices=("Rome", "Paris")),
              Item("my/3", "my", "BBH?\nOptions:\n(A) x\n(B) y", "(C)", "option")]
-    with pytest.raises(data.BadItemsError) as e:
-        data.check_items(items, where="mine")
+    with pytest.raises(lookalikes.BadItemsError) as e:
+        lookalikes.check_items(items, where="mine")
     lines = str(e.value).splitlines()
     assert lines == ["mine: item my/0: gold='eight': not a number (mad_study.answers.parse_number finds none) (fmt number)",
                      "mine: item my/1: gold='E': option E but the item has 4 options (A-D) (fmt option)",
                      "mine: item my/3: gold='(C)': option C but the item has 2 options (A-B) (fmt option)"]
-    assert data.check_items(items[2:3])[0].gold == "B"
+    assert lookalikes.check_items(items[2:3])[0].gold == "B"
 
 
 def test_load_items_file_csv_and_jsonl(tmp_path):
     p = tmp_path / "quiz.csv"
     p.write_text('qid,problem,options,target\nq1,Capital of Italy?,"[""Rome"", ""Paris""]",a\nq2,2 + 2?,3|4|5,(B)\n')
-    items = data.load_items_file(p, "option")
+    items = user_data.load_items_file(p, "option")
     assert [(i.id, i.gold, i.choices) for i in items] == [("quiz/q1", "A", ("Rome", "Paris")), ("quiz/q2", "B", ("3", "4", "5"))]
     assert format_question(items[1]) == "2 + 2?: A) 3, B) 4, C) 5"
     j = tmp_path / "nums.jsonl"
     j.write_text(json.dumps({"question": "1 + 1?", "answer": 2, "level": 1}) + "\n\n" + json.dumps({"question": "half?", "answer": "1/2"}) + "\n")
-    got = data.load_items_file(j, "number", task="arith")
+    got = user_data.load_items_file(j, "number", task="arith")
     assert [(i.id, i.gold, i.meta.get("level")) for i in got] == [("arith/1", "2", 1), ("arith/3", "1/2", None)]
-    named = data.load_items_file(p, "exact", columns={"question": "problem", "gold": "qid"})
+    named = user_data.load_items_file(p, "exact", columns={"question": "problem", "gold": "qid"})
     assert [i.gold for i in named] == ["q1", "q2"]
 
 
 def test_load_items_file_errors_name_file_row_column(tmp_path):
     p = tmp_path / "bad.jsonl"
     p.write_text(json.dumps({"question": "q", "answer": "eight"}) + "\n" + json.dumps({"question": "q2", "answer": None}) + "\n")
-    with pytest.raises(data.BadItemsError) as e:
-        data.load_items_file(p, "number")
+    with pytest.raises(lookalikes.BadItemsError) as e:
+        user_data.load_items_file(p, "number")
     assert str(e.value).splitlines() == [
         f"{p}: line 1: column 'answer': item bad/1: value 'eight': not a number (mad_study.answers.parse_number finds none) (fmt number)",
         f"{p}: line 2: column 'answer': item bad/2: value None: no gold answer (fmt number)"]
     d = tmp_path / "dup.csv"
     d.write_text("id,question,answer\n1,a,1\n1,b,2\n")
-    with pytest.raises(data.BadItemsError, match=r"dup.csv: row 2: column 'id': id 'dup/1' repeats row 1"):
-        data.load_items_file(d, "number")
+    with pytest.raises(lookalikes.BadItemsError, match=r"dup.csv: row 2: column 'id': id 'dup/1' repeats row 1"):
+        user_data.load_items_file(d, "number")
     (tmp_path / "broken.jsonl").write_text('{"question": "q", "answer": 1}\n{"question": \n')
     with pytest.raises(ConfigError, match=r"broken.jsonl: line 2: bad JSON"):
-        data.load_items_file(tmp_path / "broken.jsonl", "number")
+        user_data.load_items_file(tmp_path / "broken.jsonl", "number")
     (tmp_path / "opts.csv").write_text("question,choices,answer\nq,only one,A\n")
     with pytest.raises(ConfigError, match=r"opts.csv: row 1: column 'choices'.*at least two"):
-        data.load_items_file(tmp_path / "opts.csv", "option")
+        user_data.load_items_file(tmp_path / "opts.csv", "option")
     (tmp_path / "x.txt").write_text("q")
     with pytest.raises(ConfigError, match="not a .csv or .jsonl file"):
-        data.load_items_file(tmp_path / "x.txt", "number")
+        user_data.load_items_file(tmp_path / "x.txt", "number")
 
 
 def test_readme_your_own_questions_runs_as_written(tmp_path, monkeypatch):
@@ -305,7 +308,7 @@ def test_readme_your_own_questions_runs_as_written(tmp_path, monkeypatch):
 def test_hub_item_with_a_bad_gold_is_left_out_with_one_line(monkeypatch):
     "A hub row whose gold does not fit its format is left out of the split, one warning line naming it (never graded wrong)."
     rows = [(0, "main", {"question": "q0", "answer": "so #### 4"}), (1, "main", {"question": "q1", "answer": "so #### eight"})]
-    monkeypatch.setattr(data, "_hub_rows", lambda spec, split: rows)
+    monkeypatch.setattr(loading, "_hub_rows", lambda spec, split: rows)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         items = load_items("gsm8k", source="hub", save=False)

@@ -190,7 +190,7 @@ def test_compare_profiles_folder_labels_and_stale_outputs(scratch):
 def test_hand_made_transcript_and_other_tools_export_reach_every_metric(tmp_path):
     import csv
     from mad_study import trajectory as T
-    from mad_study.data import load_debate_export
+    from mad_study.user_data import load_debate_export
     from mad_study.voting import vote_table
     rows = [dict(id=q, iteration=r, speaker=f"agent_{a}", output=f"I think it is {4 if (a or r > 1) else 5}.", label="4")
             for q in ("q1", "q2") for r in (1, 2, 3) for a in range(3)]

@@ -8,7 +8,7 @@ import pytest
 
 from mad_study.backends import CachedBackend, GenerationCache, make_backend
 from mad_study.core import GenRequest, image_hash, load_image, load_transcript, put_image, save_transcript
-from mad_study.data import HubUnavailableError, load_items
+from mad_study.loading import HubUnavailableError, load_items
 from mad_study.debate import make_agents, run_debate
 from mad_study.serving import OpenAIBackend, StubServer
 

@@ -208,7 +208,7 @@ def test_solution_pools():
 
 
 def test_run_reversal_on_synthetic_agents():
-    from mad_study.data import items_from_ids
+    from mad_study.loading import items_from_ids
     item = items_from_ids([CASES["CASE-54"]])[0]
     sim = SimBackend("sim", skill=0.5, conformity=0.9, recency=2.0, stubborn_correct=0.2, stubborn_wrong=0.2, response_words=5)
     cot = run_debate([item], make_agents(["sim"]), {"sim": sim}, debate_rounds=0, samples=120, sampling=Sampling(temperature=1.0),
@@ -245,7 +245,7 @@ def test_reversal_counts_with_unequal_pools_by_hand():
 
 
 def test_run_reversal_with_unequal_pools():
-    from mad_study.data import items_from_ids
+    from mad_study.loading import items_from_ids
     item = items_from_ids([CASES["CASE-54"]])[0]
     sim = SimBackend("sim", skill=0.7, conformity=0.9, recency=2.0, stubborn_correct=0.2, stubborn_wrong=0.2, response_words=5)
     cot = run_debate([item], make_agents(["sim"]), {"sim": sim}, debate_rounds=0, samples=40, sampling=Sampling(temperature=1.0),

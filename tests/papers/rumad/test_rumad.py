@@ -88,7 +88,7 @@ def test_bad_input_is_a_clear_error():
 from pathlib import Path
 
 from mad_study.backends import make_backend
-from mad_study.data import load_items
+from mad_study.loading import load_items
 from mad_study.debate import FullyConnected, run_debate
 from mad_study.protocols import debate_costs
 from mad_study.compare import compare_methods
@@ -577,7 +577,7 @@ def test_p_speak_deployment_is_the_trained_distribution():
 
 def test_printed_tables_3_and_4_are_the_papers():
     # RUMAD Tables 3-4 as printed (arXiv 2602.23864), in the notebook's variant labels: the numbers the tables sit beside
-    from mad_study.data import paper_table
+    from mad_study.loading import paper_table
 
     t3 = paper_table("rumad_tab3").astype({"accuracy_pct": float, "tokens_k": float})
     assert t3.shape == (18, 4) and set(t3["task"]) == {"MMLU", "GPQA", "GSM8K"}

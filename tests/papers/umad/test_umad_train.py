@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mad_study.core import ConfigError, GenRequest, derive_seed
-from mad_study.data import load_items
+from mad_study.loading import load_items
 from mad_study.umad import grpo_advantage, umad_advantages
 from mad_study import umad_train as U
 from mad_study.core import Sampling
