@@ -781,9 +781,11 @@ def save_table(df: pd.DataFrame, artefact: str, paper: str, study: Study | None 
     return files
 
 # %% ../nbs/study/06_report.ipynb #fc51verd1
-VERDICT_EFFECT = ("yes", "no", "not resolved")  # is the paper's effect shown?
+# is the paper's effect shown? "not testable": the world lacks the mechanism (absent, or at its default 0) or the
+# design cannot show it, so no n would settle it
+VERDICT_EFFECT = ("yes", "no", "not resolved", "not testable")
 VERDICT_CONTROL = ("yes", "none", "not applicable")  # is a control with the mechanism off shown?
-VERDICT_KEYS = ("stands_for", "effect", "control", "paper", "kit", "n")
+VERDICT_KEYS = ("stands_for", "effect", "control", "paper", "kit", "n", "claims")
 
 
 def check_verdict(verdict: Any, where: str = "verdict") -> dict:
