@@ -6,7 +6,6 @@ statements and multiple-choice letters, each read by one rule set."""
 # %% ../nbs/core/01_answers.ipynb #e9d1d2a3
 from __future__ import annotations
 
-import bisect
 import math
 import re
 from decimal import Decimal, localcontext
@@ -14,15 +13,14 @@ from fractions import Fraction
 from typing import Any
 
 # %% auto #0
-__all__ = ['MAX_CHARS', 'BOX_RE', 'NUM_RE', 'UNWRAP_RE', 'UNESCAPED_DOLLAR_RE', 'OPTION_LETTERS', 'all_boxes', 'last_boxed',
-           'strip_wrappers', 'normalize_latex', 'clean_number_text', 'to_fraction', 'number_candidates', 'parse_number',
-           'canonical_number', 'in_expression', 'read_number', 'number_value', 'is_attributed', 'is_excluded',
-           'answer_statements', 'cut_statement', 'letter_from', 'extract_option']
+__all__ = ['MAX_CHARS', 'BOX_RE', 'NUM_RE', 'UNWRAP_RE', 'REJECT_AFTER_RE', 'UNESCAPED_DOLLAR_RE', 'OPTION_LETTERS', 'MARK_RE',
+           'all_boxes', 'last_boxed', 'strip_wrappers', 'normalize_latex', 'clean_number_text', 'to_fraction',
+           'number_candidates', 'parse_number', 'canonical_number', 'in_expression', 'read_number', 'number_value',
+           'is_attributed', 'is_excluded', 'answer_statements', 'cut_statement', 'letter_from', 'listing_lines']
 
 # %% ../nbs/core/01_answers.ipynb #a1b712c7
-MAX_CHARS = (
-    50_000  # only the last MAX_CHARS characters of a response are read (answers come at the end)
-)
+# only the last MAX_CHARS characters of a response are read (answers come at the end)
+MAX_CHARS = 50_000
 
 BOX_RE = re.compile(r"\\(?:boxed|fbox)\b")
 
@@ -133,9 +131,8 @@ def clean_number_text(s: str) -> str:
     return s
 
 # %% ../nbs/core/01_answers.ipynb #5325677c
-_MAX_DIGITS = (
-    4000  # a longer digit run is no answer (and Python refuses int(str) past 4,300 digits)
-)
+# a longer digit run is no answer (and Python refuses int(str) past 4,300 digits)
+_MAX_DIGITS = 4000
 
 
 def to_fraction(m: re.Match) -> Fraction | None:
@@ -313,7 +310,7 @@ _REJECT_BEFORE_RE = re.compile(
     r"(?:\bnot|\bthan|\binstead\s+of|\bover|\bexcept|\bunlike|\bagainst|\brul(?:e|ed|ing)\s+out|"
     r"\beliminat\w*|\breject\w*|\bexclud\w*|n't|\bnor|\bneither|\bfrom)"
     r"\s+(?:the\s+)?(?:option\s+|choice\s+|answer\s+)?[*_$]*$", re.I)
-_REJECT_AFTER_RE = re.compile(
+REJECT_AFTER_RE = re.compile(
     r"^[)*_$\s]*(?:is|was|seems|would\s+be|are)\s+(?:also\s+|clearly\s+|definitely\s+)?"
     r"(?:wrong|incorrect|false|not\b|invalid|eliminated|ruled\s+out|unlikely|implausible)"
     r"|^[)*_$\s]*(?:contradicts|fails|violates|ignores|cannot|can't|does\s+not|doesn't)\b", re.I)
@@ -346,7 +343,7 @@ def is_attributed(s: str, p: int) -> bool:
 def _rejected(s: str, p: int, q: int) -> bool:
     "Whether the answer `s[p:q]` is rejected: `not (D)`, `rather than (C)`, `(A) is wrong`."
     return bool(
-        _REJECT_BEFORE_RE.search(_clause_before(s, p)) or _REJECT_AFTER_RE.match(s[q:q + 60]))
+        _REJECT_BEFORE_RE.search(_clause_before(s, p)) or REJECT_AFTER_RE.match(s[q:q + 60]))
 
 # %% ../nbs/core/01_answers.ipynb #29cb33cc
 def is_excluded(s: str, p: int, q: int) -> bool:
@@ -360,10 +357,9 @@ def answer_statements(s: str, kws=("answer",)) -> list[tuple[int, str]]:
     ones, then by position). Statements about an answer ("the answer is correct"), another agent's
     statements ("Agent 2 says the answer is", "their answer is") and rejections are skipped;
     "the answer is not X but Y" reads Y."""
-    # "Options:" heads a list
-    cues = [(m, False) for m in _STMT_RE.finditer(s)
+    # each cue with whether it is a final statement ("final answer", "Final:")
+    cues = [(m, (m.group("final") or "").lower() == "final") for m in _STMT_RE.finditer(s)
             if m.group("kw").lower() in kws and not m.group("plural")]
-    cues = [(m, bool(m.group("final") and m.group("final").lower() == "final")) for m, _ in cues]
     if "answer" in kws:
         cues += [(m, True) for m in _FINAL_CUE_RE.finditer(s)]
     cues += [(m, False) for m in _CHOOSE_RE.finditer(s)]
@@ -378,7 +374,7 @@ def answer_statements(s: str, kws=("answer",)) -> list[tuple[int, str]]:
             "\n", 1)[0]
         if "\n" in re.search(r"[\s*_]*$", m.group()).group():
             # a cue that ends its line: the next line is the answer only when short and not an option list
-            listing = _listing_lines(s) if listing is None else listing
+            listing = listing_lines(s) if listing is None else listing
             if len(rest.strip()) > 40 or s.count("\n", 0, m.end()) in listing:
                 continue
         nb = _NOT_BUT_RE.match(rest.lstrip("$*_ "))
@@ -411,14 +407,13 @@ def cut_statement(rest: str) -> str:
     return rest[:m.start()] if m else rest
 
 # %% ../nbs/core/01_answers.ipynb #d983df8d
-OPTION_LETTERS = (
-    "ABCDEFGHIJK"  # BBH geometric_shapes has 11 options, (A)..(K); MMLU-Pro 10; MMLU/GPQA 4
-)
+# BBH geometric_shapes has 11 options, (A)..(K); MMLU-Pro 10; MMLU/GPQA 4
+OPTION_LETTERS = "ABCDEFGHIJK"
 _L = f"[{OPTION_LETTERS}]"
 _l = f"[{OPTION_LETTERS}{OPTION_LETTERS.lower()}]"
-_MARK_RE = re.compile(
+MARK_RE = re.compile(
     rf"(?:^|(?<=[\s,;:(\[]))\(?({_L})\)(?=\s|$|[,.;:])|(?:^|(?<=\n))\s*({_L})[.:](?=\s)", re.M)
-_LINE_MARK_RE = re.compile(rf"^\s*[*_]*\(?({_L})[).:][*_]*\s+\S")
+_LINEMARK_RE = re.compile(rf"^\s*[*_]*\(?({_L})[).:][*_]*\s+\S")
 
 
 def letter_from(s: str, lower_ok: bool = True, strict: bool = False) -> str | None:
@@ -441,14 +436,14 @@ def _consecutive(letters: list[str]) -> bool:
     return all(ord(b) - ord(a) == 1 for a, b in zip(letters, letters[1:]))
 
 # %% ../nbs/core/01_answers.ipynb #b1efe777
-def _listing_lines(s: str) -> set[int]:
-    "Indices of lines that belong to an option list."
+def listing_lines(s: str) -> set[int]:
+    "Indices of the lines of `s` that belong to an option list (the rule above): no letter on them is an answer."
     lines = s.split("\n")
-    starts = [bool(_LINE_MARK_RE.match(l)) for l in lines]
+    starts = [bool(_LINEMARK_RE.match(l)) for l in lines]
     nonempty = [i for i, l in enumerate(lines) if l.strip()]
     out = set()
     for k, i in enumerate(nonempty):
-        marks = [m.group(1) or m.group(2) for m in _MARK_RE.finditer(lines[i])]
+        marks = [m.group(1) or m.group(2) for m in MARK_RE.finditer(lines[i])]
         if _consecutive(marks) and (len(marks) >= 3 or (len(marks) == 2 and starts[i])):
             out.add(i)
             continue
@@ -458,87 +453,3 @@ def _listing_lines(s: str) -> set[int]:
             if (prev_ is not None and starts[prev_]) or (next_ is not None and starts[next_]):
                 out.add(i)
     return out
-
-# %% ../nbs/core/01_answers.ipynb #c09564ab
-_PAREN_RE = re.compile(rf"\(({_L})\)")
-_END_PAREN_RE = re.compile(rf"\(({_L})\)[\s.*_!)\]$`]*$")
-# a last line that is only (X)
-_ALONE_PAREN_RE = re.compile(rf"(?:^|\n)[\s*_>#]*\(({_L})\)[\s.*_!]*$")
-# a bare letter after "the answer is": not followed by a letter or digit; a bare "I" (the pronoun)
-# only before punctuation
-_STMT_LETTER_RE = re.compile(
-    rf"^(?:option\s+|choice\s+)?(?:\(({_l})\)|\[({_L})\]|(?!I\s)({_L})(?:\)|\]|(?![A-Za-z0-9'])))")
-_STMT_PREFIX_RE = re.compile(r"^[\s*_$]*(?:\\\(|\\\[)?\s*(?:\\(?:text|textbf|mathrm|mathbf)\s*\{)?")
-
-
-def _stated_letter(s: str) -> str | None:
-    "The letter of the preferred own answer statement (rule 2), a last line `(X)` counting as a final one."
-    found = []
-    for p, rest in answer_statements(s, kws=("answer", "option", "choice")):
-        mm = _STMT_LETTER_RE.match(_STMT_PREFIX_RE.sub("", rest))
-        if mm:
-            found.append(((mm.group(1) or mm.group(2) or mm.group(3)).upper(), p))
-    alone = _ALONE_PAREN_RE.search(s.rstrip())
-    if alone and (not found or alone.start(1) > found[-1][1]):
-        return alone.group(1)
-    return found[-1][0] if found else None
-
-# %% ../nbs/core/01_answers.ipynb #f16e3ae7
-_OPEN_RE = re.compile(rf"\s*[*_]*\(?(?:option\s+)?({_L})\)[*_]*(?=\s+\S)", re.I)
-
-
-def _opening_option(s: str, listing: set[int]) -> str | None:
-    """The letter of a response that opens with one option and its text (`D) reticular formation`,
-    `(option A) ...`) on a first line that names no other option and is no list; else None."""
-    lines = s.split("\n")
-    k = next((j for j, l in enumerate(lines) if l.strip()), None)
-    if k is None or k in listing:
-        return None
-    m = _OPEN_RE.match(lines[k])
-    if not m or m.group(1) != m.group(1).upper():
-        return None
-    marks = {x.group(1) or x.group(2) for x in _MARK_RE.finditer(lines[k])}
-    if marks - {m.group(1)} or _REJECT_AFTER_RE.match(lines[k][m.end(1):m.end(1) + 60]):
-        return None
-    return m.group(1)
-
-# %% ../nbs/core/01_answers.ipynb #89b25854
-def _line_index(s: str):
-    "A function from a position in `s` to its line number."
-    offsets, pos = [], 0
-    for l in s.split("\n"):
-        offsets.append(pos)
-        pos += len(l) + 1
-    return lambda p: bisect.bisect_right(offsets, p) - 1
-
-# %% ../nbs/core/01_answers.ipynb #12d12890
-def extract_option(s: str) -> str | None:
-    """The responder's own option letter in `s` (the `option` format): the rules above, in their order; None when
-    none finds a letter."""
-    for p, content in reversed(all_boxes(s)):  # 1. boxed letter
-        l = letter_from(content)
-        if l and not is_excluded(s, p, p):
-            return l
-    stated = _stated_letter(s)  # 2. own answer statement
-    if stated:
-        return stated
-    listing, line_of = _listing_lines(s), _line_index(s)
-
-    def usable(m):
-        return line_of(m.start()) not in listing and not is_excluded(s, m.start(), m.end())
-
-    m = _END_PAREN_RE.search(s.rstrip())  # 3. a closing (X)
-    if m and usable(m):
-        return m.group(1)
-    opening = _opening_option(s, listing)  # 3b. an opening `X) text`
-    if opening:
-        return opening
-    for m in reversed(list(_PAREN_RE.finditer(s))):  # 4. last usable (X)
-        if usable(m):
-            return m.group(1)
-    # 5. bold letter, or a bare letter
-    m = list(re.finditer(rf"\*\*\s*\(?({_L})\)?[.:]?\s*\*\*", s))
-    if m:
-        return m[-1].group(1)
-    last = next((l for l in reversed(s.split("\n")) if l.strip()), "")
-    return letter_from(last, lower_ok=False, strict=True) if len(last.strip()) <= 20 else None

@@ -12,9 +12,11 @@ import numbers
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
-from .answers import canonical_number, normalize_latex, number_value, parse_number, strip_wrappers
+from .answers import (canonical_number, normalize_latex, number_value, parse_number,
+                               strip_wrappers)
 from .extract import check_fmt
-from .grading import boxed_equal, count_timeout, is_word_answer, mv_budget, norm_text, NoTime, numbers_equal, option_letter, plain_number
+from .grading import (boxed_equal, count_timeout, is_word_answer, mv_budget, norm_text,
+                               NoTime, numbers_equal, option_letter, plain_number)
 
 # %% auto #0
 __all__ = ['ELEMENTWISE_FORMATS', 'answers_equivalent', 'merge_equivalent', 'parse_failure_rate']

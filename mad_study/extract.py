@@ -6,6 +6,7 @@ the confidence it states."""
 # %% ../nbs/core/01a_extract.ipynb #5a2f9646
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import numbers
@@ -14,10 +15,15 @@ from collections import Counter
 from typing import Any
 
 from .core import ANSWER_FORMATS, ConfigError
-from .answers import all_boxes, answer_statements, BOX_RE, canonical_number, clean_number_text, cut_statement, extract_option, in_expression, is_attributed, is_excluded, MAX_CHARS, normalize_latex, NUM_RE, number_candidates, read_number, strip_wrappers, to_fraction, UNESCAPED_DOLLAR_RE, UNWRAP_RE
+from .answers import (all_boxes, answer_statements, BOX_RE, canonical_number,
+                               clean_number_text, cut_statement, in_expression, is_attributed,
+                               is_excluded, letter_from, listing_lines, MARK_RE, MAX_CHARS,
+                               normalize_latex, NUM_RE, number_candidates, OPTION_LETTERS,
+                               read_number, REJECT_AFTER_RE, strip_wrappers, to_fraction,
+                               UNESCAPED_DOLLAR_RE, UNWRAP_RE)
 
 # %% auto #0
-__all__ = ['EXTRACT_MEMO_CHARS', 'check_fmt', 'extract_answer', 'extract_confidence']
+__all__ = ['EXTRACT_MEMO_CHARS', 'extract_option', 'check_fmt', 'extract_answer', 'extract_confidence']
 
 # %% ../nbs/core/01a_extract.ipynb #e1494836
 _PLACEHOLDER_RE = re.compile(r"\s*(?:\\text\{)?\s*(?:your\s+|final\s+)?answer\s*\}?\s*", re.I)
@@ -164,7 +170,7 @@ def _latex_answer(tex: str) -> str | None:
 
 # %% ../nbs/core/01a_extract.ipynb #1d8c96e5
 def _equation_answer(sent: str) -> str | None:
-    "Rule 2: the answer after the last `=` of a concluding sentence without inline math, or None (rules above)."
+    "Concluding-sentence rule 2: the answer after the last `=` of a concluding sentence without inline math, or None (rules above)."
     head = re.split(r"\s+when\b", sent, maxsplit=1, flags=re.I)[0]
     if "=" not in head:
         return None
@@ -219,7 +225,7 @@ def _concluded_answer(s: str) -> str | None:
 
 # %% ../nbs/core/01a_extract.ipynb #ce3e74e5
 def _extract_number(s: str) -> str | None:
-    "Rules 1-4 of `number` (see `extract_answer`); a stated answer that is an expression reads as None."
+    "Rules 1-4 of `number` (the spec at the top); a stated answer that is an expression reads as None."
     # 1. boxed: the last own box holding a number (after its last `=`)
     for _, content in reversed(_own_boxes(s)):
         v, alone = read_number(content.rsplit("=", 1)[-1])
@@ -249,7 +255,7 @@ def _cut_number_statement(rest: str) -> str:
 
 # %% ../nbs/core/01a_extract.ipynb #7541c782
 def _extract_boxed(s: str) -> str | None:
-    "Rules of `boxed`: the last own box, else an answer statement, else the concluding sentence (`_concluded_answer`)."
+    "Rules 1-3 of `boxed`: the last own box, else an answer statement, else the concluding sentence (`_concluded_answer`)."
     for _, content in reversed(_own_boxes(s)):
         a = normalize_latex(content)
         if a:
@@ -260,8 +266,95 @@ def _extract_boxed(s: str) -> str | None:
             return a  # an empty `\boxed{}` is no answer
     return _concluded_answer(s)
 
+# %% ../nbs/core/01a_extract.ipynb #c09564ab
+_L = f"[{OPTION_LETTERS}]"
+_l = f"[{OPTION_LETTERS}{OPTION_LETTERS.lower()}]"
+_PAREN_RE = re.compile(rf"\(({_L})\)")
+_END_PAREN_RE = re.compile(rf"\(({_L})\)[\s.*_!)\]$`]*$")
+# a last line that is only (X)
+_ALONE_PAREN_RE = re.compile(rf"(?:^|\n)[\s*_>#]*\(({_L})\)[\s.*_!]*$")
+# a bare letter after "the answer is": not followed by a letter or digit; a bare "I" (the pronoun)
+# only before punctuation
+_STMT_LETTER_RE = re.compile(
+    rf"^(?:option\s+|choice\s+)?(?:\(({_l})\)|\[({_L})\]|(?!I\s)({_L})(?:\)|\]|(?![A-Za-z0-9'])))")
+_STMT_PREFIX_RE = re.compile(r"^[\s*_$]*(?:\\\(|\\\[)?\s*(?:\\(?:text|textbf|mathrm|mathbf)\s*\{)?")
+
+
+def _stated_letter(s: str) -> str | None:
+    "The letter of the preferred own answer statement (option rule 2), a last line `(X)` counting as a final one."
+    found = []
+    for p, rest in answer_statements(s, kws=("answer", "option", "choice")):
+        mm = _STMT_LETTER_RE.match(_STMT_PREFIX_RE.sub("", rest))
+        if mm:
+            found.append(((mm.group(1) or mm.group(2) or mm.group(3)).upper(), p))
+    alone = _ALONE_PAREN_RE.search(s.rstrip())
+    if alone and (not found or alone.start(1) > found[-1][1]):
+        return alone.group(1)
+    return found[-1][0] if found else None
+
+# %% ../nbs/core/01a_extract.ipynb #f16e3ae7
+_OPEN_RE = re.compile(rf"\s*[*_]*\(?(?:option\s+)?({_L})\)[*_]*(?=\s+\S)", re.I)
+
+
+def _opening_option(s: str, listing: set[int]) -> str | None:
+    """The letter of a response that opens with one option and its text (`D) reticular formation`,
+    `(option A) ...`) on a first line that names no other option and is no list; else None."""
+    lines = s.split("\n")
+    k = next((j for j, l in enumerate(lines) if l.strip()), None)
+    if k is None or k in listing:
+        return None
+    m = _OPEN_RE.match(lines[k])
+    if not m or m.group(1) != m.group(1).upper():
+        return None
+    marks = {x.group(1) or x.group(2) for x in MARK_RE.finditer(lines[k])}
+    if marks - {m.group(1)} or REJECT_AFTER_RE.match(lines[k][m.end(1):m.end(1) + 60]):
+        return None
+    return m.group(1)
+
+# %% ../nbs/core/01a_extract.ipynb #89b25854
+def _line_index(s: str):
+    "A function from a position in `s` to its line number."
+    offsets, pos = [], 0
+    for l in s.split("\n"):
+        offsets.append(pos)
+        pos += len(l) + 1
+    return lambda p: bisect.bisect_right(offsets, p) - 1
+
+# %% ../nbs/core/01a_extract.ipynb #12d12890
+def extract_option(s: str) -> str | None:
+    """The responder's own option letter in `s` (the `option` format): the option rules of the spec, in their order; None when
+    none finds a letter."""
+    for p, content in reversed(all_boxes(s)):  # 1. boxed letter
+        l = letter_from(content)
+        if l and not is_excluded(s, p, p):
+            return l
+    stated = _stated_letter(s)  # 2. own answer statement
+    if stated:
+        return stated
+    listing, line_of = listing_lines(s), _line_index(s)
+
+    def usable(m):
+        return line_of(m.start()) not in listing and not is_excluded(s, m.start(), m.end())
+
+    m = _END_PAREN_RE.search(s.rstrip())  # 3. a closing (X)
+    if m and usable(m):
+        return m.group(1)
+    opening = _opening_option(s, listing)  # 3b. an opening `X) text`
+    if opening:
+        return opening
+    for m in reversed(list(_PAREN_RE.finditer(s))):  # 4. last usable (X)
+        if usable(m):
+            return m.group(1)
+    # 5. bold letter, or a bare letter
+    m = list(re.finditer(rf"\*\*\s*\(?({_L})\)?[.:]?\s*\*\*", s))
+    if m:
+        return m[-1].group(1)
+    last = next((l for l in reversed(s.split("\n")) if l.strip()), "")
+    return letter_from(last, lower_ok=False, strict=True) if len(last.strip()) <= 20 else None
+
 # %% ../nbs/core/01a_extract.ipynb #106c04ac
 def _extract_exact(s: str) -> str | None:
+    "Rules 1-3 of `exact`: the last own box, else an answer statement, else a one-line response."
     for _, content in reversed(_own_boxes(s)):
         a = normalize_latex(re.sub(r"^\\text\{(.*)\}$", r"\1", content.strip()))
         if a:
@@ -291,6 +384,39 @@ def check_fmt(fmt: str) -> None:
     "Raise `ConfigError` naming `fmt` unless it is one of the answer formats (`ANSWER_FORMATS`)."
     if fmt not in ANSWER_FORMATS:
         raise ConfigError("unknown answer format", key="fmt", value=fmt, choices=ANSWER_FORMATS)
+
+# %% ../nbs/core/01a_extract.ipynb #f9e8a4ca
+def extract_answer(text: Any, fmt: str) -> str | None:
+    """The final answer in a model response for answer format `fmt` (`number`, `boxed`, `option`,
+    `exact`), or None."""
+    check_fmt(fmt)
+    try:
+        if text is None or isinstance(text, bool):
+            return None
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode("utf-8", errors="replace")
+        elif isinstance(text, numbers.Number):
+            # any number type (numpy's, `Decimal`) is read as its `str`; NaN and infinities hold no answer
+            if not math.isfinite(text):
+                return None
+            text = str(text)
+        elif not isinstance(text, str):
+            return None
+        s = text[-MAX_CHARS:].replace("\r\n", "\n").replace("\x00", "")
+        if not s.strip():
+            return None
+        if len(s) <= EXTRACT_MEMO_CHARS:
+            # a plain sentence and a final sentence: read by the final sentence (see above)
+            m = _PLAIN_FINAL_RE.fullmatch(s)
+            if m is not None:
+                a = _plain_final(m.group(1), m.group(2), fmt)
+                if a is not _PLAIN_MISS:
+                    return a
+            return _extract_memo(str(s), fmt)
+        a = _EXTRACTORS[fmt](s)
+        return a if a else None
+    except Exception:
+        return None
 
 # %% ../nbs/core/01a_extract.ipynb #7d3e9b02
 # texts up to this many characters are memoised (`_extract_memo`): 8,192 of them hold at most ~32 MB
@@ -325,39 +451,6 @@ def _plain_final(final: str, box: str | None, fmt: str):
     else:
         fires = fmt in ("boxed", "exact") and bool(normalize_latex(box))
     return (_EXTRACTORS[fmt](text) or None) if fires else _PLAIN_MISS
-
-# %% ../nbs/core/01a_extract.ipynb #f9e8a4ca
-def extract_answer(text: Any, fmt: str) -> str | None:
-    """The final answer in a model response for answer format `fmt` (`number`, `boxed`, `option`,
-    `exact`), or None."""
-    check_fmt(fmt)
-    try:
-        if text is None or isinstance(text, bool):
-            return None
-        if isinstance(text, (bytes, bytearray)):
-            text = bytes(text).decode("utf-8", errors="replace")
-        elif isinstance(text, numbers.Number):
-            # any number type (numpy's, `Decimal`) is read as its `str`; NaN and infinities hold no answer
-            if not math.isfinite(text):
-                return None
-            text = str(text)
-        elif not isinstance(text, str):
-            return None
-        s = text[-MAX_CHARS:].replace("\r\n", "\n").replace("\x00", "")
-        if not s.strip():
-            return None
-        if len(s) <= EXTRACT_MEMO_CHARS:
-            # a plain sentence and a final sentence: read by the final sentence (see above)
-            m = _PLAIN_FINAL_RE.fullmatch(s)
-            if m is not None:
-                a = _plain_final(m.group(1), m.group(2), fmt)
-                if a is not _PLAIN_MISS:
-                    return a
-            return _extract_memo(str(s), fmt)
-        a = _EXTRACTORS[fmt](s)
-        return a if a else None
-    except Exception:
-        return None
 
 # %% ../nbs/core/01a_extract.ipynb #da254203
 _CONF_RE = re.compile(

@@ -19,7 +19,8 @@ from fractions import Fraction
 from typing import Any, Iterable
 
 from .core import ConfigError
-from .answers import canonical_number, clean_number_text, letter_from, normalize_latex, NUM_RE, number_value, parse_number, strip_wrappers, to_fraction
+from .answers import (canonical_number, clean_number_text, letter_from, normalize_latex,
+                               NUM_RE, number_value, parse_number, strip_wrappers, to_fraction)
 from .extract import check_fmt, extract_answer
 
 # %% auto #0
@@ -292,9 +293,13 @@ def plain_number(s: str) -> Fraction | None:
 
 # %% ../nbs/core/01b_grading.ipynb #ea9a1ae7
 def numbers_equal(a: Fraction, b: Fraction) -> bool:
-    """Whether two numbers agree: equal, or within a relative 1e-9 (the 10-place rounding of non-terminating
-    decimals)."""
-    return a == b or abs(a - b) <= Fraction(1, 10**9) * max(1, abs(a), abs(b))
+    """Whether two numbers agree: equal; two integers only then (`123456789012` is not `123456789000`). Where a side
+    is not an integer, within a relative 1e-9: the 10-place rounding of non-terminating decimals (the kit's own)."""
+    if a == b:
+        return True
+    if a.denominator == 1 and b.denominator == 1:
+        return False
+    return abs(a - b) <= Fraction(1, 10**9) * max(1, abs(a), abs(b))
 
 # %% ../nbs/core/01b_grading.ipynb #cf566f9f
 def boxed_equal(gold: str, pred: str) -> bool:
