@@ -51,8 +51,8 @@ _all_ = [
 
 # %% ../nbs/study/20b_reproduce.ipynb #spr00015
 from .cache import pid_alive
-from .run_params import (auto_profile, merge_params, param_warnings, profile_changes,
-                                  validate_params)
+from .params import (auto_profile, merge_params, param_warnings, profile_changes,
+                              validate_params)
 from .run_outputs import (last_run_files, open_stage, promote, record_failure,
                                    result_overrides, run_folder, shown_path)
 
