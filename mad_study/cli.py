@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--root", default=None,
         help="where runs/ and figures/ go (default: $MAD_STUDY_ROOT, else the current folder)")
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     r = sub.add_parser("reproduce", help="run experiments (papermill) and rewrite figures/INDEX.md")
     r.add_argument("targets", nargs="*", default=["all"],
                    help="all | paper | experiment | artefact ids")
@@ -71,9 +71,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     pl = sub.add_parser("plan",
                         help="generations, tokens and weight memory, without running anything")
-    pl.add_argument("targets", nargs="*", default=["all"])
-    pl.add_argument("--profile", default="paper")
-    pl.add_argument("-p", "--param", action="append", default=[])
+    pl.add_argument("targets", nargs="*", default=["all"],
+                    help="all | paper | experiment | artefact ids")
+    pl.add_argument(
+        "--profile", default="paper",
+        help="auto | sim | cpu | paper (default: paper, what the papers' own runs request)")
+    pl.add_argument("-p", "--param", action="append", default=[],
+                    help="override a parameter: key=value (YAML value)")
     sub.add_parser("list", help="every experiment and artefact with its status")
     dr = sub.add_parser("doctor", help="check what a run on this machine needs, one line per check")
     dr.add_argument(
@@ -113,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     ci = sub.add_parser(
         "cite", help=
         "BibTeX of what a function, protocol, experiment or run folder depends on (mad_study.cite)")
-    ci.add_argument("targets", nargs="+")
+    ci.add_argument("targets", nargs="+", help="functions, protocols, experiments or run folders")
     ci.add_argument("--keys", action="store_true", help="print the reference keys only")
     return ap
 

@@ -60,9 +60,8 @@ from .run_outputs import (last_run_files, open_stage, promote, record_failure,
 # pid -> experiment id, of every kernel this process launched and did not stop
 _KERNELS: dict[int, str] = {}
 _KERNELS_LOCK = threading.Lock()
-KERNEL_SHUTDOWN_WAIT = (
-    3.0  # seconds a kernel gets to stop after a shutdown request before it is killed
-)
+# seconds a kernel gets to stop after a shutdown request before it is killed
+KERNEL_SHUTDOWN_WAIT = 3.0
 # the kernels' matplotlib: figures into the executed copy
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 
