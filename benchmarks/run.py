@@ -412,7 +412,7 @@ def plan_estimates() -> dict:
     "`mad-study plan --profile paper` for every experiment: weight memory per model (nf4 and full bf16) and per experiment."
     from mad_study.backends import weight_memory_gb
     from mad_study.registry import load_profile, resolve_targets
-    from mad_study.run_params import merge_params, plan_experiment, validate_params
+    from mad_study.params import merge_params, plan_experiment, validate_params
     prof = load_profile("paper")
     models, exps = {}, []
     for e in resolve_targets(["all"]):
@@ -439,7 +439,7 @@ def bench_cache(n_items: int = 2, max_new_tokens: int = 24, e2e: bool = True) ->
     from mad_study.metrics import accuracy_by_round
     from mad_study.report import Study
     from mad_study.registry import load_profile, resolve_targets
-    from mad_study.run_params import merge_params, validate_params
+    from mad_study.params import merge_params, validate_params
     overrides = {"n_items": n_items, "max_new_tokens": max_new_tokens}
     (exp,) = resolve_targets(["du_gsm8k"]); prof = load_profile("cpu")
     p = merge_params(exp, prof, overrides); validate_params(p, exp, prof, overrides)

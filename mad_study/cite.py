@@ -392,7 +392,7 @@ MENTIONS: dict[str, tuple[
         "compare.compare_methods": ("zhang2025madc",),
         # reads their exports, uses no method of theirs
         "user_data.load_debate_export": ("du2024debate", "smit2024mad"),
-        "run_params.param_warnings": ("du2024debate",),
+        "params.param_warnings": ("du2024debate",),
         # names UMAD's reward grading; the option is the MATH script's
         "grading.is_correct": ("qiao2026umad",),
         # the MATH benchmark's script (cited), as UMAD's reward uses it
@@ -415,7 +415,7 @@ MENTIONS: dict[str, tuple[
 KIT_OWN: dict[str, tuple[str, ...]] = {
     **{
         m: ("*",)
-        for m in ("answers", "extract", "grading", "equivalence", "backends", "cache", "checkpoints", "cite", "data", "lookalikes", "loading", "user_data", "hf", "interface", "prompts", "registry", "report", "figcheck", "reproduce", "sandbox", "serving", "sim", "twins", "vision", "doctor", "run_params", "run_outputs", "cli")
+        for m in ("answers", "extract", "grading", "equivalence", "backends", "cache", "checkpoints", "cite", "data", "gold", "lookalikes", "loading", "user_data", "hf", "interface", "prompts", "registry", "report", "figcheck", "reproduce", "sandbox", "serving", "sim", "twins", "vision", "doctor", "params", "run_outputs", "finished_runs", "cli")
     }, "core": ("Inference", "Sampling", "fold_keywords", "ConfigError", "GenRequest", "Generation",
                 "Item", "atomic_path", "atomic_write_text", "cache_home", "derive_seed",
                 "describe_transcript", "figures_dir", "image_hash", "image_path", "images_dir",

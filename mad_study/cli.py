@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import threading
@@ -14,133 +13,20 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .core import ConfigError, Inference, fold_keywords, runs_dir
+from .core import ConfigError, Inference
 
 # %% auto #0
-__all__ = ['BASELINES', 'load_runs', 'compare_runs', 'run_items', 'default_reference', 'earlier_files', 'throughput_measurement',
-           'plan_gpu_hours', 'profile_weights', 'main']
+__all__ = ['main']
 
 # %% ../nbs/study/20c_cli.ipynb #spr00020
+from .finished_runs import (compare_runs, default_reference, earlier_files, run_files,
+                                     run_items)
 from .registry import experiment_files, load_profile, resolve_targets
 from .reproduce import reproduce
 from .run_outputs import shown_path
-from .run_params import (auto_profile, merge_params, param_warnings, parse_override,
-                                  plan_experiment, profile_changes, serve_table, validate_params)
-
-# %% ../nbs/study/20c_cli.ipynb #d79486f9
-def _run_files(run: str, profile: str | None = None) -> list[Path]:
-    """The transcript files of one RUN argument: a .parquet file, a folder (recursive) or an experiment id under
-    runs/<profile>/ (`profile`; an id finished under several profiles needs one: they are not pooled). Hidden folders
-    (`.previous/`: an earlier run's outputs) and the cache are never read."""
-    p = Path(run)
-    if p.is_file():
-        return [p]
-    if p.is_dir():
-        files = sorted(p.rglob("*.parquet"))
-    else:
-        dirs = [d for d in sorted(runs_dir().glob(f"{profile or '*'}/{run}")) if d.is_dir()]
-        if profile is None and len(dirs) > 1:
-            raise ConfigError(
-                f"finished under several profiles ({', '.join(d.parent.name for d in dirs)}): pass --profile "
-                "(runs of different profiles are not one comparison)", key="run", value=run)
-        files = sorted(f for d in dirs for f in d.rglob("*.parquet"))
-    base = p if p.is_dir() else runs_dir()
-    files = [
-        f for f in files if "cache" not in f.parts and not any(
-            x.startswith(".")
-            for x in (f.relative_to(base).parts if f.is_relative_to(base) else f.parts))
-    ]
-    if not files:
-        raise ConfigError(
-            "no transcript (.parquet) found: give a transcript file, a folder of them or an experiment id with finished runs",
-            key="run", value=run)
-    return files
-
-# %% ../nbs/study/20c_cli.ipynb #a9c0eabb
-def load_runs(runs: Sequence[str], by_file: bool = False,
-              profile: str | None = None) -> "pd.DataFrame":
-    """Stored transcripts pooled for a comparison: an empty `method` takes the file name (`by_file`:
-    every file is its own condition, named by its file name, or folder/file name when two files
-    share a name)."""
-    import pandas as pd
-    from mad_study.core import load_transcript, check_unique_turns
-
-    files = list(dict.fromkeys(f for r in runs for f in _run_files(r, profile)))
-    stems = [f.stem for f in files]
-    # debate.parquet twice: by folder
-    label = {f: f.stem if stems.count(f.stem) == 1 else f"{f.parent.name}/{f.stem}" for f in files}
-    parts = []
-    for f in files:
-        t = load_transcript(f)
-        parts.append(
-            t.assign(method=label[f], experiment=label[f]) if by_file else t.assign(
-                method=t["method"].where(t["method"] != "", label[f])))
-    pooled = pd.concat(parts, ignore_index=True)
-    try:
-        check_unique_turns(pooled)
-    except ConfigError as e:
-        raise ConfigError(
-            f"{e}; these files hold the same condition twice (e.g. one method run with several models or "
-            "tasks): pass the files of one comparison, or --by-file to make every file its own condition",
-            key="runs") from None
-    return pooled
-
-# %% ../nbs/study/20c_cli.ipynb #67adba08
-@fold_keywords("inference")
-def compare_runs(runs: Sequence[str], reference: str | None = None, who: str = "majority",
-                 inference: Inference = Inference(), by_file: bool = False,
-                 profile: str | None = None) -> tuple:
-    """The paired comparison of finished runs from their stored transcripts (no generation): (table, caption, per-item
-    results). `inference`: how it tests (`core.Inference`). `mad_study.compare.compare_methods` on `per_item_results` of the pooled transcripts (`load_runs`)."""
-    from mad_study.stats import per_item_results
-    from mad_study.compare import compare_methods
-
-    res = per_item_results(load_runs(runs, by_file, profile), who=who)
-    conds = list(dict.fromkeys(res["method"]))
-    if len(conds) < 2:
-        raise ConfigError("a comparison needs at least two conditions (methods) in the runs",
-                          key="runs", value=list(runs))
-    ref = reference or default_reference(conds)
-    sets = {c: set(res.loc[res["method"] == c, "item_id"]) for c in conds}
-    # dropped items are named (run_items)
-    on = "all" if len({frozenset(s) for s in sets.values()}) == 1 else "shared"
-    table, caption = compare_methods(res, ref, inference=inference.replace(on=on))
-    return table, caption, res
-
-# %% ../nbs/study/20c_cli.ipynb #3252823e
-def run_items(res: "pd.DataFrame") -> tuple[dict[str, int], list[str]]:
-    "Per condition its number of items, and the items some condition lacks (left out of a paired comparison)."
-    sets = {c: set(g["item_id"]) for c, g in res.groupby("method", sort=False)}
-    shared = set.intersection(*sets.values()) if sets else set()
-    return {
-        c: len(s)
-        for c, s in sets.items()
-    }, sorted(set.union(*sets.values()) - shared) if sets else []
-
-# %% ../nbs/study/20c_cli.ipynb #418ba412
-BASELINES = ("fully_connected",)
-
-
-def default_reference(conditions: Sequence[str]) -> str:
-    """The condition a comparison without `--reference` is made against: the one baseline of `BASELINES` (the fully
-    connected debate) among `conditions`; never simply the first (a user's own protocol sorted first would
-    become the reference). None or several: a `ConfigError` asking for `--reference`. The kit's own."""
-    base = [c for c in conditions if c in BASELINES]
-    if len(base) != 1:
-        raise ConfigError(
-            f"no --reference given and {'no' if not base else 'more than one'} baseline ({', '.join(BASELINES)}) among "
-            "the conditions: name the condition every other is compared with", key="--reference",
-            choices=conditions)
-    return base[0]
-
-# %% ../nbs/study/20c_cli.ipynb #bc45bf05
-def earlier_files(files: Sequence[Path], gap_s: float = 600.0) -> list[tuple[Path, str]]:
-    """The transcript files written more than `gap_s` seconds before the newest of `files` (an earlier study's output
-    left in the same folder, pooled into a comparison), each with its UTC time. The kit's own."""
-    times = {Path(f): Path(f).stat().st_mtime for f in files}
-    newest = max(times.values(), default=0.0)
-    return [(f, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t)))
-            for f, t in sorted(times.items(), key=lambda x: x[1]) if newest - t > gap_s]
+from .params import (auto_profile, merge_params, param_warnings, parse_override,
+                              plan_experiment, plan_gpu_hours, profile_changes, profile_weights,
+                              serve_table, throughput_measurement, validate_params)
 
 # %% ../nbs/study/20c_cli.ipynb #4199cf4f
 def _exit_if_stuck(code: int, wait: float = 2.0) -> None:
@@ -170,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--root", default=None,
         help="where runs/ and figures/ go (default: $MAD_STUDY_ROOT, else the current folder)")
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     r = sub.add_parser("reproduce", help="run experiments (papermill) and rewrite figures/INDEX.md")
     r.add_argument("targets", nargs="*", default=["all"],
                    help="all | paper | experiment | artefact ids")
@@ -185,9 +71,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     pl = sub.add_parser("plan",
                         help="generations, tokens and weight memory, without running anything")
-    pl.add_argument("targets", nargs="*", default=["all"])
-    pl.add_argument("--profile", default="paper")
-    pl.add_argument("-p", "--param", action="append", default=[])
+    pl.add_argument("targets", nargs="*", default=["all"],
+                    help="all | paper | experiment | artefact ids")
+    pl.add_argument(
+        "--profile", default="paper",
+        help="auto | sim | cpu | paper (default: paper, what the papers' own runs request)")
+    pl.add_argument("-p", "--param", action="append", default=[],
+                    help="override a parameter: key=value (YAML value)")
     sub.add_parser("list", help="every experiment and artefact with its status")
     dr = sub.add_parser("doctor", help="check what a run on this machine needs, one line per check")
     dr.add_argument(
@@ -227,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     ci = sub.add_parser(
         "cite", help=
         "BibTeX of what a function, protocol, experiment or run folder depends on (mad_study.cite)")
-    ci.add_argument("targets", nargs="+")
+    ci.add_argument("targets", nargs="+", help="functions, protocols, experiments or run folders")
     ci.add_argument("--keys", action="store_true", help="print the reference keys only")
     return ap
 
@@ -253,7 +143,7 @@ def _cmd_compare(a) -> int:
     inference = Inference(correction=a.correction, margin=a.margin)
     table, caption, res = compare_runs(a.runs, a.reference, a.who, inference, by_file=a.by_file,
                                        profile=a.profile)
-    files = list(dict.fromkeys(f for r in a.runs for f in _run_files(r, a.profile)))
+    files = list(dict.fromkeys(f for r in a.runs for f in run_files(r, a.profile)))
     if old := earlier_files(files):
         print(
             f"mad-study: warning: {len(old)} of {len(files)} transcript file(s) were written well before the newest "
@@ -278,34 +168,6 @@ def _cmd_compare(a) -> int:
     res.to_csv(out.with_name(out.stem + "_items.csv"), index=False)
     print(f"wrote {out} and {out.with_name(out.stem + '_items.csv')}")
     return 0
-
-# %% ../nbs/study/20c_cli.ipynb #a063bd6d
-def throughput_measurement() -> tuple[dict | None, str]:
-    """The latest GPU throughput measurement and where it is from: this machine's (`make bench --device cuda`), else
-    the one committed with the kit; (None, why) when there is neither."""
-    from mad_study.core import cache_home, kit_path
-
-    for p, who in ((cache_home() / "measurements" / "throughput.json", "this machine"),
-                   (kit_path("benchmarks/gpu_throughput.json"), "committed with the kit")):
-        if p.exists():
-            rec = json.loads(p.read_text())
-            return rec, f"{who}: {rec['device']}, {rec['date']}, {rec['model']}"
-    return None, "no GPU measurement (run `make bench --device cuda` on a GPU)"
-
-# %% ../nbs/study/20c_cli.ipynb #2a852519
-def plan_gpu_hours(tokens: int, params_b: float, quant: str = "nf4",
-                   rec: Mapping | None = None) -> dict:
-    "GPU-hours of `tokens` completion tokens of a `params_b` model: at the measurement `rec` and at vLLM's figure."
-    from mad_study.registry import get_model
-    from mad_study.umad_train import ROLLOUT_THROUGHPUT
-
-    scale = lambda tok_s, ref_b: tok_s * ref_b / max(params_b, 0.5)
-    vllm_b = get_model("llama-3.1-8b-instruct").params_b  # the model vLLM's figure was measured on
-    out = {"vllm": tokens / scale(ROLLOUT_THROUGHPUT["vllm"][0], vllm_b) / 3600}
-    step = "nf4 new" if quant in ("nf4", "fp4") else "bf16 new"
-    if rec and step in rec.get("tok_s", {}):
-        out["measured"] = tokens / scale(rec["tok_s"][step], rec["params_b"]) / 3600
-    return out
 
 # %% ../nbs/study/20c_cli.ipynb #spr00001
 # what `plan` prints in its table; any other key of a plan is printed below it
@@ -385,17 +247,6 @@ def _print_gpu_hours(plans: Sequence[Mapping], quant: str) -> None:
         dict(experiment="total", measured=f"{tot['measured']:,.0f}" if rec else "-",
              vllm=f"{tot['vllm']:,.0f}"))
     _print_table(rows, ["experiment", "measured", "vllm"])
-
-# %% ../nbs/study/20c_cli.ipynb #b78a54db
-def profile_weights(profile: str = "auto") -> tuple[str, dict]:
-    "(label, {model: GB}): the weights of every model the profile's experiments plan (what `mad-study doctor` checks)."
-    name = auto_profile() if profile == "auto" else profile
-    prof, need = load_profile(name), {}
-    for e in resolve_targets(["all"]):
-        for m, gb in plan_experiment(e, merge_params(e, prof)).get("weight_memory_gb", {}).items():
-            if gb is not None:
-                need[m] = gb
-    return f"profile '{name}' ({prof.get('params', {}).get('quant', 'nf4')})", need
 
 # %% ../nbs/study/20c_cli.ipynb #38ec6473
 def _cmd_doctor(a) -> int:

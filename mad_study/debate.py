@@ -21,7 +21,7 @@ from .core import (ConfigError, GenRequest, Sampling, takes_sampling, Generation
 from .extract import extract_answer
 from .grading import is_correct
 from .data import format_question
-from .lookalikes import check_items
+from .gold import check_items
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
 from .interface import IdenticalAgentsWarning, Progress, generate_jobs, progress_scope
 

@@ -17,7 +17,8 @@ import pandas as pd
 
 from .core import ConfigError, Item, atomic_write_text, rng_for, runs_dir
 from .data import TaskSpec, get_task, make_item
-from .lookalikes import BadItemsError, check_items, synthetic_items
+from .gold import BadItemsError, check_items
+from .lookalikes import synthetic_items
 
 # %% auto #0
 __all__ = ['SOURCES', 'fixtures_dir', 'paper_table', 'HubUnavailableError', 'SubsetSizeWarning', 'subset_path', 'choose_subset',

@@ -51,8 +51,8 @@ _all_ = [
 
 # %% ../nbs/study/20b_reproduce.ipynb #spr00015
 from .cache import pid_alive
-from .run_params import (auto_profile, merge_params, param_warnings, profile_changes,
-                                  validate_params)
+from .params import (auto_profile, merge_params, param_warnings, profile_changes,
+                              validate_params)
 from .run_outputs import (last_run_files, open_stage, promote, record_failure,
                                    result_overrides, run_folder, shown_path)
 
@@ -60,9 +60,8 @@ from .run_outputs import (last_run_files, open_stage, promote, record_failure,
 # pid -> experiment id, of every kernel this process launched and did not stop
 _KERNELS: dict[int, str] = {}
 _KERNELS_LOCK = threading.Lock()
-KERNEL_SHUTDOWN_WAIT = (
-    3.0  # seconds a kernel gets to stop after a shutdown request before it is killed
-)
+# seconds a kernel gets to stop after a shutdown request before it is killed
+KERNEL_SHUTDOWN_WAIT = 3.0
 # the kernels' matplotlib: figures into the executed copy
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 

@@ -168,7 +168,7 @@ MECHANISMS = {
 }
 
 # %% ../nbs/backends/03b_sim.ipynb #w0rld003
-SIM_PARAM_KEYS = ("sim_off",)  # params every experiment accepts for its sim models (20_run_params)
+SIM_PARAM_KEYS = ("sim_off",)  # params every experiment accepts for its sim models (20_params)
 
 
 def check_off(off, key: str = "sim_off", where: str | None = None) -> tuple[str, ...]:
@@ -721,7 +721,7 @@ def sim_items(task: str, n: int | None = None, seed: int = 0,
     if n is None or len(items) >= n:
         return items
     spec = get_task(task)
-    # a fixture of synthetic look-alikes: more of the same (02a_lookalikes)
+    # a fixture of synthetic look-alikes: more of the same (02c_lookalikes)
     if spec.synthetic_fixture and source == "fixture":
         k, more = SYNTHETIC_COUNTS[spec.name], []
         while len(items) + len(more) < n and k < 50 * n:

@@ -18,7 +18,7 @@ from .grading import is_correct
 from .core import (ANSWER_FORMATS, SIGNALS, TRANSCRIPT_COLUMNS, ConfigError, Item,
                             transcript_frame)
 from .data import LETTERS, TASKS
-from .lookalikes import BadItemsError, normalise_gold
+from .gold import BadItemsError, normalise_gold
 
 # %% auto #0
 __all__ = ['ITEM_FILE_ALIASES', 'TRANSCRIPT_REQUIRED', 'TRANSCRIPT_DEFAULTS', 'EXPORT_ALIASES', 'load_items_file', 'row_formats',

@@ -82,7 +82,7 @@ def test_arena_runs_in_the_world():
     role-playing sim it runs them as (`RoleSimBackend`) solves with the world's competence, `task_skill` included."""
     from mad_study.core import Item
     from mad_study.registry import experiments, load_profile
-    from mad_study.run_params import merge_params, validate_params
+    from mad_study.params import merge_params, validate_params
     from mad_study.role_sim import RoleSimBackend
     from mad_study.sim import SimBackend
     prof, e = load_profile("sim"), experiments()["arena"]

@@ -246,7 +246,7 @@ def test_not_shown_rows_say_why():
 
 def test_experiment_is_registered_and_its_params_are_the_notebooks():
     from mad_study.registry import experiments, load_profile
-    from mad_study.run_params import merge_params, validate_params
+    from mad_study.params import merge_params, validate_params
     exp = experiments()["calibration"]
     assert exp.paper == "sim" and exp.notebook.name == "16_calibration.ipynb" and exp.artefacts == ["calibration"]
     prof = load_profile("sim")

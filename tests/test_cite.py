@@ -136,7 +136,7 @@ PAPER_EXPERIMENT = {"baseline": "du_gsm8k", "madc": "madc_fig1", "umad": "umad_d
 def test_cite_a_built_sim_run_folder_of_each_paper(paper, tmp_path):
     "A run folder as `mad-study reproduce` leaves it (executed notebook with injected sim parameters, a transcript)."
     from mad_study.registry import experiments, load_profile
-    from mad_study.run_params import merge_params
+    from mad_study.params import merge_params
     exp = experiments()[PAPER_EXPERIMENT[paper]]
     p = merge_params(exp, load_profile("sim"))
     run = tmp_path / "sim" / exp.id; run.mkdir(parents=True)

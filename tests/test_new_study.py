@@ -172,7 +172,7 @@ def _two_runs(runs_root, profile_dirs=("sim", "cpu")):
 def test_compare_profiles_folder_labels_and_stale_outputs(scratch):
     from mad_study.core import ConfigError, runs_dir
     from mad_study.run_outputs import set_aside
-    from mad_study.cli import compare_runs, load_runs
+    from mad_study.finished_runs import compare_runs, load_runs
     _two_runs(runs_dir())
     with pytest.raises(ConfigError, match="several profiles .*--profile"):     # cpu and sim are never pooled
         compare_runs(["mine"])

@@ -73,7 +73,7 @@ def test_same_seed_byte_identical_tables(scratch):
     assert not set(side["params"]) & {"In", "Out", "get_ipython", "study", "items", "transcript", "plt", "pd"}
     raw = (scratch / "fig0" / "baseline" / "baseline.json").read_text()
     from mad_study.registry import experiments, load_profile
-    from mad_study.run_params import merge_params
+    from mad_study.params import merge_params
     n = merge_params(experiments()["du_gsm8k"], load_profile("sim"))["n_items"]
     # small (a few kB: the parameters incl. the sim world's agents, the caption, and the item ids, ~30 characters
     # each), no machine path
@@ -161,7 +161,7 @@ def test_failed_and_override_runs_never_hide_the_reference(project_copy):
     in the prompt set, caught inside the notebook): the good transcripts, figures, sidecar and index entry stay, the
     failure is recorded beside them and `list` says so, `compare` still reads the good transcripts; then
     --replace-reference writes the override run in the reference's place and its index entry names the override."""
-    from mad_study.cli import load_runs
+    from mad_study.finished_runs import load_runs
     figs, runs = project_copy.parent / "figures", project_copy.parent / "runs"
     _edit(project_copy, BASELINE, lambda d: d["profiles"]["sim"].update(n_items=3))
     r = mad_study("reproduce", "du_gsm8k", "--profile", "sim")

@@ -61,7 +61,7 @@ def test_umad_token_entropy_rises_only_with_context_entropy():
 def test_sim_comparisons_have_100_items(paper):
     "Every sim comparison of these papers runs on at least 100 items per compared cell (the case studies excepted)."
     from mad_study.registry import experiments, load_profile
-    from mad_study.run_params import merge_params
+    from mad_study.params import merge_params
     prof = load_profile("sim")
     cases = {"madc_fig8", "madc_fig9", "umad_train", "umad_trained"}
     for eid, e in experiments().items():

@@ -128,7 +128,7 @@ def test_sim_off_through_make_backend_and_validation():
     b = make_backend("sim-x", sim_agents={"sim-x": {"recency": 2.0}}, sim_off=["recency"])
     assert b.agent.recency == 0.0 and b.backend_id.endswith(":off=recency")
     from mad_study.registry import experiments, load_profile
-    from mad_study.run_params import merge_params, validate_params
+    from mad_study.params import merge_params, validate_params
     exp = next(e for e in experiments().values() if e.paper == "madc")
     prof = load_profile("sim")
     p = merge_params(exp, prof, {"sim_off": ["recency"]})

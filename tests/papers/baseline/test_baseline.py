@@ -8,7 +8,7 @@ from mad_study.core import Sampling, kit_path
 from mad_study.backends import make_backend
 from mad_study.debate import FullyConnected, make_agents, run_debate
 from mad_study.registry import experiments, load_profile
-from mad_study.run_params import merge_params
+from mad_study.params import merge_params
 from mad_study.sim import check_off, sim_items
 
 

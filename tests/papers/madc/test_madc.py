@@ -394,7 +394,7 @@ def test_no_difference_without_positional_bias():
 # ---------------------------------------------------------------- experiment files, profiles and planners
 def _merged(profile):
     from mad_study.registry import experiments, load_profile
-    from mad_study.run_params import merge_params, validate_params
+    from mad_study.params import merge_params, validate_params
     prof = load_profile(profile)
     out = {}
     for eid, e in experiments().items():
@@ -428,7 +428,7 @@ def test_paper_profile_is_the_paper():
 
 
 def test_plan_counts():
-    from mad_study.run_params import plan_experiment
+    from mad_study.params import plan_experiment
     exps = _merged("paper")
     plan = {eid: plan_experiment(e, p)["generations"] for eid, (e, p) in exps.items()}
     # Table 1: 4 models x (250 + 250 + 500) items x 10 agents x (round 0 shared + 3 strategies x 1 round)
@@ -452,7 +452,7 @@ def test_notebook_defaults_are_fig1_under_the_sim_profile():
     "The notebook's parameters cell = params/madc/madc_fig1.yaml + the sim profile (so it redraws the committed Fig. 1)."
     from mad_study.registry import experiments, load_profile
     from mad_study.report import notebook_parameters
-    from mad_study.run_params import merge_params
+    from mad_study.params import merge_params
     exp = experiments()["madc_fig1"]
     nb, merged = notebook_parameters(exp.notebook), merge_params(exp, load_profile("sim"))
     sim = merged.pop("sim_agents")

@@ -370,7 +370,7 @@ def test_tokens_of_every_call():
 
 def test_tab1_and_tab2_use_the_same_items():
     from mad_study.registry import experiments, load_profile
-    from mad_study.run_params import merge_params
+    from mad_study.params import merge_params
     ex = experiments()
     for profile in ("sim", "cpu", "paper"):
         prof = load_profile(profile)

@@ -6,7 +6,7 @@ switched off (`off=`) leaves round 0 unchanged, as in the plain sim."""
 from mad_study.core import Sampling
 from mad_study.debate import make_agents, run_debate
 from mad_study.registry import experiments, load_profile
-from mad_study.run_params import merge_params
+from mad_study.params import merge_params
 from mad_study.role_sim import RoleSimBackend
 from mad_study.sim import SimAgent, sim_items
 

@@ -93,7 +93,7 @@ from mad_study.debate import FullyConnected, run_debate
 from mad_study.protocols import debate_costs
 from mad_study.compare import compare_methods
 from mad_study.registry import experiments, load_profile
-from mad_study.run_params import merge_params
+from mad_study.params import merge_params
 from mad_study.core import Sampling
 
 CKPT = Path(__file__).resolve().parents[3] / "checkpoints" / "rumad_sim_B12.pt"

@@ -7,7 +7,7 @@ import pytest
 from mad_study.backends import make_backend
 from mad_study.debate import make_agents
 from mad_study.registry import experiments, load_profile
-from mad_study.run_params import merge_params, validate_params
+from mad_study.params import merge_params, validate_params
 from mad_study.sim import SimAgent, sim_items
 from mad_study.svr_mad import SVR_SAMPLING, SVRConfig
 from mad_study.svr_study import BaselineSettings, evaluate, fig1_table

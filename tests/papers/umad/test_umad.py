@@ -118,7 +118,7 @@ def test_turns_map_to_rounds():
 @pytest.mark.parametrize("profile", ["sim", "cpu", "paper"])
 def test_params_files_validate_and_plan(profile):
     from mad_study.registry import load_profile, resolve_targets
-    from mad_study.run_params import merge_params, plan_experiment, validate_params
+    from mad_study.params import merge_params, plan_experiment, validate_params
     prof = load_profile(profile)
     exps = {e.id: e for e in resolve_targets(["umad"]) if e.id not in ("umad_train", "umad_trained")}   # training and its evaluation: tests/papers/umad/test_umad_train.py
     assert set(exps) == {"umad_decomposition", "umad_zeroshot"}
@@ -217,7 +217,7 @@ def test_paired_seeds(paired):
 
 def test_paired_seeds_is_a_parameter_of_both_experiments():
     from mad_study.registry import load_profile, resolve_targets
-    from mad_study.run_params import merge_params, validate_params
+    from mad_study.params import merge_params, validate_params
     for e in resolve_targets(["umad"]):
         if e.id in ("umad_train", "umad_trained"): continue                 # the training notebook has its own seeds
         p = merge_params(e, load_profile("sim"))

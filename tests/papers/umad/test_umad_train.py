@@ -154,7 +154,7 @@ def test_cpu_profile_smoke_run_writes_a_checkpoint_the_evaluation_loads(scratch)
     from mad_study.backends import make_backend
     from mad_study.debate import run_debate
     from mad_study.registry import experiments, load_profile
-    from mad_study.run_params import merge_params
+    from mad_study.params import merge_params
     prof = load_profile("cpu")
     p = merge_params(experiments()["umad_train"], prof)
     pair, v = p["pairs"][0], p["variants"][0]
@@ -271,7 +271,7 @@ def test_plan_counts_table2_sizes():
 @pytest.mark.parametrize("profile", ["sim", "cpu", "paper"])
 def test_experiment_file_validates_and_plans(profile):
     from mad_study.registry import experiments, load_profile
-    from mad_study.run_params import merge_params, plan_experiment, validate_params
+    from mad_study.params import merge_params, plan_experiment, validate_params
     prof = load_profile(profile)
     e = experiments()["umad_train"]
     assert e.notebook.name == "10b_umad_train.ipynb" and e.artefacts == ["umad_train"]
@@ -293,7 +293,7 @@ def test_experiment_file_validates_and_plans(profile):
 @pytest.mark.parametrize("profile", ["sim", "cpu", "paper"])
 def test_evaluation_experiment_validates_and_plans(profile):
     from mad_study.registry import experiments, load_profile
-    from mad_study.run_params import merge_params, plan_experiment, validate_params
+    from mad_study.params import merge_params, plan_experiment, validate_params
     prof = load_profile(profile)
     e = experiments()["umad_trained"]
     assert e.notebook.name == "10b_umad_train.ipynb" and e.artefacts == ["umad_tab1_trained", "umad_tab3", "umad_fig3"]
@@ -423,7 +423,7 @@ def test_paper_profile_refuses_a_training_that_does_not_fit_before_any_rollout(m
     """The paper profile on one 80 GB GPU: its default (LoRA) passes the check; the paper's full fine-tuning of both agents
     in one process (~142 GB) is refused with the fixes named, before any model is loaded or rollout made."""
     from mad_study.registry import experiments, load_profile
-    from mad_study.run_params import merge_params
+    from mad_study.params import merge_params
     def never(*a, **kw): raise AssertionError("loaded a model or made a rollout before the memory check")
     monkeypatch.setattr(U, "Policy", never); monkeypatch.setattr(U, "rollout", never)
     p = merge_params(experiments()["umad_train"], load_profile("paper"))

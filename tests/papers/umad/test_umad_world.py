@@ -9,7 +9,7 @@ import pytest
 from mad_study.core import Sampling
 from mad_study.debate import run_debate
 from mad_study.registry import experiments, load_profile
-from mad_study.run_params import merge_params, validate_params
+from mad_study.params import merge_params, validate_params
 from mad_study.sim import SimAgent, SimBackend, sim_items
 from mad_study.umad import UMAD_PROMPT, umad_agents, umad_protocol
 
