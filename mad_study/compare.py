@@ -23,12 +23,11 @@ from .stats import accuracy_ci, item_means, paired_difference, paired_inference,
 __all__ = ['TEST_WORDS', 'token_change', 'compare_methods', 'comparison_caption']
 
 # %% ../nbs/evaluation/05d_compare.ipynb #471fd96d
-def token_change(ta: np.ndarray, tb: np.ndarray, level: float, n_resamples: int = 0,
-                 seed: int = 0) -> tuple[float, float, float]:
+def token_change(ta: np.ndarray, tb: np.ndarray, level: float) -> tuple[float, float, float]:
     """Relative change of mean tokens a vs b (mean a / mean b - 1), paired by item, with a delta-method interval on
     the log of the ratio (Casella & Berger 2002, Sec. 5.5.4): var log(a/b) ~ s_a^2 / (n a^2) + s_b^2 / (n b^2) -
-    2 s_ab / (n a b), so no resampling, the same at any seed and O(n) at any n (`n_resamples`, `seed`: unused, kept
-    for callers)."""
+    2 s_ab / (n a b), so no resampling and O(n) at any n. The same ratio on every item has no interval (NaN: a zero-width interval is
+    not one)."""
     ta, tb = np.asarray(ta, dtype=float), np.asarray(tb, dtype=float)
     ok = ~(np.isnan(ta) | np.isnan(tb))
     ta, tb = ta[ok], tb[ok]
@@ -40,7 +39,9 @@ def token_change(ta: np.ndarray, tb: np.ndarray, level: float, n_resamples: int 
         return (float(est), math.nan, math.nan)
     c = np.cov(ta, tb)
     var = (c[0, 0] / ma**2 + c[1, 1] / mb**2 - 2 * c[0, 1] / (ma * mb)) / ta.size
-    h = float(stats.norm.ppf(0.5 + level / 2)) * math.sqrt(max(var, 0.0))
+    if var <= 0:
+        return (float(est), math.nan, math.nan)
+    h = float(stats.norm.ppf(0.5 + level / 2)) * math.sqrt(var)
     return (float(est), float(ma / mb * math.exp(-h) - 1), float(ma / mb * math.exp(h) - 1))
 
 # %% ../nbs/evaluation/05d_compare.ipynb #651d8e40
@@ -181,8 +182,7 @@ def _method_row(m: str, c: _Compared) -> dict:
     if tok is not None:
         r["tokens"] = float(tok[m].mean())
         if m != ref:
-            t, lo, hi = token_change(tok[m].to_numpy(float), tok[ref].to_numpy(float), level, n,
-                                     seed)
+            t, lo, hi = token_change(tok[m].to_numpy(float), tok[ref].to_numpy(float), level)
             r.update(token_change=t, token_change_low=lo, token_change_high=hi)
     return r
 

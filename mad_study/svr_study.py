@@ -248,7 +248,7 @@ def _tab1_rows(sub: pd.DataFrame, reference: str, level: float, n_resamples: int
         }
         if r["method"] != reference:
             a, b = tok[reference].to_numpy(float), tok[r["method"]].to_numpy(float)
-            c, lo, hi = token_change(a, b, level, n_resamples, seed)
+            c, lo, hi = token_change(a, b, level)
             row.update(acc_gap=-r["diff"], acc_gap_low=-r["diff_high"], acc_gap_high=-r["diff_low"],
                        acc_test=r["test"], acc_p=r["pvalue"], token_change=c, token_change_low=lo,
                        token_change_high=hi, tok_p=paired_difference(a, b, level, 10, seed,
