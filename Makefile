@@ -17,7 +17,7 @@ PIP_INSTALL := $(PIP) install --no-compile
 WARM := import mad_study.core, mad_study.answers, mad_study.extract, mad_study.grading, mad_study.equivalence, \
   mad_study.data, mad_study.gold, mad_study.lookalikes, mad_study.loading, mad_study.user_data, mad_study.registry, mad_study.interface, \
   mad_study.checkpoints, mad_study.hf, mad_study.cache, mad_study.twins, mad_study.backends, mad_study.sim, mad_study.prompts, \
-  mad_study.voting, mad_study.debate, mad_study.metrics, mad_study.stats, mad_study.trajectory, mad_study.report, mad_study.umad, mad_study.madc, mad_study.params, mad_study.run_outputs, mad_study.reproduce, mad_study.finished_runs, mad_study.cli, mad_study.compare, mad_study.families, mad_study.power, \
+  mad_study.voting, mad_study.debate, mad_study.metrics, mad_study.stats, mad_study.trajectory, mad_study.report, mad_study.umad, mad_study.madc, mad_study.params, mad_study.run_outputs, mad_study.reproduce, mad_study.finished_runs, mad_study.cli, mad_study.compare, mad_study.multiplicity, mad_study.power, \
   mad_study.protocols, mad_study.roles, mad_study.sandbox, mad_study.svr_mad, mad_study.meta_debate, mad_study.rumad, \
   mad_study.serving, mad_study.umad_train, mad_study.vision, mad_study.arena, peft, httpx, torch, transformers, \
   bitsandbytes, accelerate, gguf, nbdev, papermill, nbclient, ipykernel.kernelapp, pandas, pyarrow.parquet, scipy.stats, \

@@ -8,160 +8,26 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from .core import ConfigError, Inference
-from .stats import (accuracy_ci, all_binary, item_means, paired_difference,
-                             paired_inference, paired_test, tost)
+from .multiplicity import (adjust_pvalues, family_levels, family_words, gap_interval_text,
+                                    omnibus_test)
+from .stats import accuracy_ci, item_means, paired_difference, paired_inference, tost
 
 # %% auto #0
-__all__ = ['CORRECTIONS', 'TEST_WORDS', 'adjust_pvalues', 'family_levels', 'cochran_q', 'omnibus_test', 'token_change',
-           'compare_methods', 'family_words', 'gap_interval_text', 'comparison_caption']
-
-# %% ../nbs/evaluation/05d_compare.ipynb #5b8d403a
-CORRECTIONS = ("holm", "bonferroni", "fdr_bh", "none")
-
-
-def adjust_pvalues(pvalues: Sequence[float], method: str = "holm") -> np.ndarray:
-    """p-values adjusted for multiple comparisons: Holm (1979) step-down, Bonferroni, Benjamini-Hochberg (1995) FDR
-    (`scipy.stats.false_discovery_control`) or none. NaNs stay NaN and do not count as tests."""
-    if method not in CORRECTIONS:
-        raise ConfigError("unknown multiple-comparison correction", key="correction", value=method,
-                          choices=CORRECTIONS)
-    p = np.asarray(pvalues, dtype=float)
-    out = np.full(p.shape, np.nan)
-    ok = ~np.isnan(p)
-    q = p[ok]
-    m = q.size
-    if m == 0 or method == "none":
-        out[ok] = q
-        return out
-    if method == "bonferroni":
-        out[ok] = np.minimum(q * m, 1.0)
-        return out
-    if method == "fdr_bh":
-        out[ok] = stats.false_discovery_control(q, method="bh")
-        return out
-    order = np.argsort(q, kind="stable")
-    adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * q[order]))
-    res = np.empty(m)
-    res[order] = adj
-    out[ok] = res
-    return out
-
-# %% ../nbs/evaluation/05d_compare.ipynb #0d1acc27
-def _adjusted_levels(pvalues: Sequence[float], method: str, level: float) -> np.ndarray:
-    """Each comparison's interval level in the family of its verdict (the kit's own pairing of intervals with
-    `adjust_pvalues`): Holm's step-down tests the r-th smallest p at alpha / (m - r + 1), so each gap gets the level of
-    the step that tested it, and every gap from the first one retained on gets that step's level (where the procedure
-    stopped); Bonferroni 1 - alpha / m (simultaneous); Benjamini-Hochberg 1 - R alpha / m with R rejections (the
-    false-coverage-rate intervals of Benjamini & Yekutieli 2005; 1 - alpha / m when R = 0); none `level`. With an
-    interval dual to the test, an interval then excludes 0 exactly where the adjusted test rejects. NaN p: `level`."""
-    p = np.asarray(pvalues, dtype=float)
-    out = np.full(p.shape, float(level))
-    ok = ~np.isnan(p)
-    q = p[ok]
-    m = q.size
-    alpha = 1 - level
-    if m == 0 or method == "none":
-        return out
-    if method == "bonferroni":
-        out[ok] = 1 - alpha / m
-        return out
-    adj = adjust_pvalues(q, method)
-    if method == "fdr_bh":
-        out[ok] = 1 - max(int((adj < alpha).sum()), 1) * alpha / m
-        return out
-    order = np.argsort(q, kind="stable")
-    rejected = adj[order] < alpha  # a prefix: Holm's adjusted p rise along the order
-    stop = m if rejected.all() else int(np.argmin(rejected))
-    lv = np.empty(m)
-    lv[order] = 1 - alpha / (m - np.minimum(np.arange(m), stop))
-    out[ok] = lv
-    return out
-
-# %% ../nbs/evaluation/05d_compare.ipynb #b7e1a007
-def family_levels(pvalues: Sequence[float], method: str,
-                  level: float) -> tuple[np.ndarray, np.ndarray]:
-    """Each comparison's interval level in a table with correction `method`, and whether its interval is closed at 0 (the
-    kit's own reading of Strassburger & Bretz 2008 for Holm 1979): Holm: every gap at Bonferroni's 1 - alpha / m
-    (simultaneous), and a gap Holm rejects has its interval closed at 0 ([0, hi] or [lo, 0]) where it crosses it:
-    Holm shows the sign, not a size away from 0; other corrections: `_adjusted_levels`. NaN p: `level`, never cut."""
-    lv = _adjusted_levels(pvalues, method, level)
-    p = np.asarray(pvalues, dtype=float)
-    cut = np.zeros(p.shape, dtype=bool)
-    if method != "holm":
-        return lv, cut
-    ok = ~np.isnan(p)
-    rejected = np.zeros(p.shape, dtype=bool)
-    rejected[ok] = adjust_pvalues(p[ok], "holm") < 1 - level
-    if ok.any():
-        lv[ok] = 1 - (1 - level) / int(ok.sum())
-    return lv, rejected
-
-# %% ../nbs/evaluation/05d_compare.ipynb #01eb5ffe
-def cochran_q(outcomes: Any) -> dict:
-    """Cochran's Q test (Cochran 1950; scipy chi-square tail) that k paired binary outcomes (columns; rows are units) have
-    equal success probability: Q = (k-1)(k sum C_j^2 - N^2) / (k N - sum R_i^2), chi-square with k-1 degrees of freedom."""
-    x = np.asarray(outcomes, dtype=float)
-    n, k = x.shape
-    rows, cols, total = x.sum(1), x.sum(0), x.sum()
-    den = k * total - float((rows**2).sum())
-    if k < 2 or den == 0:
-        return {"statistic": 0.0, "df": k - 1, "pvalue": 1.0, "n": n}
-    q = (k - 1) * (k * float((cols**2).sum()) - total**2) / den
-    return {"statistic": float(q), "df": k - 1, "pvalue": float(stats.chi2.sf(q, k - 1)), "n": n}
-
-# %% ../nbs/evaluation/05d_compare.ipynb #93dbcc24
-def omnibus_test(wide: pd.DataFrame | np.ndarray) -> dict:
-    """Whether k >= 2 methods differ at all, items (rows) x methods (columns), items missing a method dropped:
-    Cochran's Q for 0/1 outcomes, else Friedman's test (Friedman 1937; scipy.stats.friedmanchisquare, k >= 3) or,
-    for k = 2, the paired t-test."""
-    x = np.asarray(wide, dtype=float)
-    x = x[~np.isnan(x).any(axis=1)]
-    n, k = x.shape
-    if k < 2 or n < 2:
-        return {"test": "none", "statistic": math.nan, "pvalue": math.nan, "n_items": n, "k": k}
-    if all_binary(x):
-        return {
-            "test": "cochran_q",
-            **{
-                a: b
-                for a, b in cochran_q(x).items() if a != "n"
-            }, "n_items": n,
-            "k": k
-        }
-    if k == 2:
-        t = paired_test(x[:, 0], x[:, 1], "ttest")
-        return {
-            "test": "ttest",
-            "statistic": t["statistic"],
-            "pvalue": t["pvalue"],
-            "n_items": n,
-            "k": k
-        }
-    if np.allclose(x, x[:, :1]):
-        return {"test": "friedman", "statistic": 0.0, "pvalue": 1.0, "n_items": n, "k": k}
-    r = stats.friedmanchisquare(*x.T)
-    return {
-        "test": "friedman",
-        "statistic": float(r.statistic),
-        "pvalue": float(r.pvalue),
-        "n_items": n,
-        "k": k
-    }
+__all__ = ['TEST_WORDS', 'token_change', 'compare_methods', 'comparison_caption']
 
 # %% ../nbs/evaluation/05d_compare.ipynb #471fd96d
-def token_change(ta: np.ndarray, tb: np.ndarray, level: float, n_resamples: int = 0,
-                 seed: int = 0) -> tuple[float, float, float]:
+def token_change(ta: np.ndarray, tb: np.ndarray, level: float) -> tuple[float, float, float]:
     """Relative change of mean tokens a vs b (mean a / mean b - 1), paired by item, with a delta-method interval on
     the log of the ratio (Casella & Berger 2002, Sec. 5.5.4): var log(a/b) ~ s_a^2 / (n a^2) + s_b^2 / (n b^2) -
-    2 s_ab / (n a b), so no resampling, the same at any seed and O(n) at any n (`n_resamples`, `seed`: unused, kept
-    for callers)."""
+    2 s_ab / (n a b), so no resampling and O(n) at any n. The same ratio on every item has no interval (NaN: a zero-width interval is
+    not one)."""
     ta, tb = np.asarray(ta, dtype=float), np.asarray(tb, dtype=float)
     ok = ~(np.isnan(ta) | np.isnan(tb))
     ta, tb = ta[ok], tb[ok]
@@ -173,7 +39,9 @@ def token_change(ta: np.ndarray, tb: np.ndarray, level: float, n_resamples: int 
         return (float(est), math.nan, math.nan)
     c = np.cov(ta, tb)
     var = (c[0, 0] / ma**2 + c[1, 1] / mb**2 - 2 * c[0, 1] / (ma * mb)) / ta.size
-    h = float(stats.norm.ppf(0.5 + level / 2)) * math.sqrt(max(var, 0.0))
+    if var <= 0:
+        return (float(est), math.nan, math.nan)
+    h = float(stats.norm.ppf(0.5 + level / 2)) * math.sqrt(var)
     return (float(est), float(ma / mb * math.exp(-h) - 1), float(ma / mb * math.exp(h) - 1))
 
 # %% ../nbs/evaluation/05d_compare.ipynb #651d8e40
@@ -314,8 +182,7 @@ def _method_row(m: str, c: _Compared) -> dict:
     if tok is not None:
         r["tokens"] = float(tok[m].mean())
         if m != ref:
-            t, lo, hi = token_change(tok[m].to_numpy(float), tok[ref].to_numpy(float), level, n,
-                                     seed)
+            t, lo, hi = token_change(tok[m].to_numpy(float), tok[ref].to_numpy(float), level)
             r.update(token_change=t, token_change_low=lo, token_change_high=hi)
     return r
 
@@ -377,23 +244,6 @@ def _family_intervals(table: pd.DataFrame, means: pd.DataFrame, reference: str,
     t["verdict"] = pd.Series(words, index=t.index, dtype=object).where(gap, None)
     return t
 
-# %% ../nbs/evaluation/05d_compare.ipynb #d1d7e749
-def _pts(x: float) -> str:
-    return f"{100 * x:+.1f}"
-
-# %% ../nbs/evaluation/05d_compare.ipynb #b7e1a009
-def _interval_text(r: Mapping) -> str:
-    """A gap's interval for the caption; an interval that does not exist, or has no finite bound, in words; one closed
-    at 0 by Holm (`diff_cut`) as [0, +x] or [-x, 0]."""
-    lo, hi = r.get("diff_low", math.nan), r.get("diff_high", math.nan)
-    if pd.isna(lo) or pd.isna(hi):
-        return "(no interval: too few items)"
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return "(too few items for an interval at this level: no bound)"
-    if r.get("diff_cut") is True:
-        return f"[0, {_pts(hi)}]" if lo == 0 else f"[{_pts(lo)}, 0]"
-    return f"[{_pts(lo)}, {_pts(hi)}]"
-
 # %% ../nbs/evaluation/05d_compare.ipynb #6e22a499
 TEST_WORDS = {
     "mcnemar": "McNemar's score test with Tango's score interval for one 0/1 answer per item",
@@ -402,27 +252,6 @@ TEST_WORDS = {
     "wilcoxon": "Wilcoxon signed-rank over item means"
 }
 
-
-def _interval_words(a: Mapping, levels: pd.Series) -> str:
-    "How the table's gap intervals relate to its verdicts (one family), for the caption."
-    c, lvl = a.get("correction"), a.get("level", 0.95)
-    lv = levels.dropna()
-    if c == "none":
-        return f"{100 * lvl:g}% intervals, unadjusted like the p-values (no correction)"
-    if not len(lv):
-        return "no gap has an interval (each gap says why)"
-    span = (f"{100 * lv.min():.4g}%"
-            if lv.min() == lv.max() else f"{100 * lv.min():.4g}% to {100 * lv.max():.4g}%")
-    words = {
-        "holm": (
-            f"Holm-compatible simultaneous intervals ({span}, Bonferroni's level for every gap; a gap Holm tells "
-            "apart whose interval would cross 0 is closed at 0: Holm shows its sign, not a size away from 0)"
-        ),
-        "bonferroni": f"Bonferroni-adjusted simultaneous {span} intervals",
-        "fdr_bh": f"false-coverage-rate-adjusted {span} intervals (Benjamini-Yekutieli)"
-    }
-    return words.get(c, f"{c}-adjusted {span} intervals")
-
 # %% ../nbs/evaluation/05d_compare.ipynb #6fc36dce
 def _gap_words(r: Mapping, ref: str, a: Mapping) -> str:
     "One gap of the caption: difference, interval (or why none), verdict, test and adjusted p, TOST, tokens."
@@ -430,14 +259,15 @@ def _gap_words(r: Mapping, ref: str, a: Mapping) -> str:
     # 0/1 answers keep Tango's score interval when the methods agree on every item, or differ alike on every one
     tango = r.get("test") == "mcnemar"
     if st == "identical":
-        ci = (f"{_interval_text(r)} (agree on every item)"
+        ci = (f"{gap_interval_text(r)} (agree on every item)"
               if tango else "(identical on every item: no interval)")
     elif st == "zero variance":
-        ci = (f"{_interval_text(r)} (the same gap on every item)"
+        ci = (f"{gap_interval_text(r)} (the same gap on every item)"
               if tango else "(the same gap on every item: no interval)")
     else:
-        ci = _interval_text(r)
-    s = f"{r['method']} vs {ref}: {_pts(r['diff'])} points {ci}, {r.get('verdict') or ('distinguishable' if r['distinguishable'] else 'not distinguishable')}"
+        ci = gap_interval_text(r)
+    told = "distinguishable" if r["distinguishable"] else "not distinguishable"
+    s = f"{r['method']} vs {ref}: {100 * r['diff']:+.1f} points {ci}, {r.get('verdict') or told}"
     s += f" ({r['test']}, {a.get('correction')}-adjusted p = {r['p_adjusted']:.3g})"
     if r.get("tost_equivalent") is True and r.get("verdict") == "distinguishable":
         s += f", a real gap inside ±{100 * a['margin']:.1f} points (TOST), so not called equivalent"
@@ -455,22 +285,6 @@ def _gap_words(r: Mapping, ref: str, a: Mapping) -> str:
         tci = "no interval" if pd.isna(lo) or pd.isna(hi) else f"[{100 * lo:+.0f}, {100 * hi:+.0f}]"
         s += f"; tokens {100 * r['token_change']:+.0f}% {tci}"
     return s
-
-# %% ../nbs/evaluation/05d_compare.ipynb #2053cca7
-def family_words(correction: str, level: float, levels: Sequence[float]) -> str:
-    """Caption words for a family of gap intervals built by `family_gaps` or `compare_methods` (Holm 1979 with
-    simultaneous Bonferroni-level intervals closed at 0 where Holm shows the sign): the procedure and the levels
-    `levels` of the gaps that have an interval."""
-    return _interval_words({
-        "correction": correction,
-        "level": level
-    }, pd.Series(levels, dtype=float))
-
-# %% ../nbs/evaluation/05d_compare.ipynb #5e0383c2
-def gap_interval_text(row: Mapping) -> str:
-    """A gap's interval as a caption prints it (`diff_low`, `diff_high`, `diff_cut` of `family_gaps`, Holm 1979):
-    [lo, hi] in points, [0, +x] or [-x, 0] where Holm closed it at 0, in words where none exists (never "nan")."""
-    return _interval_text(row)
 
 # %% ../nbs/evaluation/05d_compare.ipynb #39e3f1b8
 def comparison_caption(table: pd.DataFrame, unit_name: str = "items",
@@ -495,7 +309,7 @@ def comparison_caption(table: pd.DataFrame, unit_name: str = "items",
     boot = (f", each its test inverted over {unit_name} (answers of an item averaged first)"
             if len(levels.dropna()) else "")
     head += (
-        f"; {_interval_words(a, levels)}{boot}; "
+        f"; {family_words(a.get('correction'), a.get('level', 0.95), levels)}{boot}; "
         f"tests: {', '.join(tests) or 'none'}; {a.get('correction')} correction over {len(parts)} comparison(s)"
     )
     o = a.get("omnibus", {})

@@ -35,8 +35,8 @@ from .metrics import answer_distribution, check_unparsed, is_missing
 from .metrics import entropy as shannon_entropy
 
 from .stats import condition_labels, paired_difference, paired_test
-from .compare import adjust_pvalues
-from .families import family_gaps
+from .multiplicity import adjust_pvalues
+from .multiplicity import family_gaps
 from .prompts import debate_message, get_prompt, opening_messages
 
 # %% ../nbs/papers/madc/11_madc.ipynb #9b0a1b8f

@@ -15,7 +15,7 @@ import pandas as pd
 from .data import get_task
 from .madc import strategy_label
 from .registry import QUESTION_TOKENS, planner
-from .compare import family_words
+from .multiplicity import family_words
 from .power import n_for_power, resolvable_effect
 
 # %% auto #0

@@ -119,7 +119,7 @@ def paired_gaps(items: pd.DataFrame, pairs: Sequence[tuple[str, str]],
     the table's gaps one family (`family_gaps`: Holm 1979 over the raw p, each gap's interval again
     at its family level, closed at 0 where Holm shows the sign)."""
     from mad_study.stats import item_means
-    from mad_study.families import family_gaps
+    from mad_study.multiplicity import family_gaps
 
     need = {"item_id", "method", "correct", *by}
     if need - set(items.columns):
@@ -165,7 +165,7 @@ def _pts(x: float) -> str:
 def gap_text(r: Mapping, correction: str = "holm") -> str:
     """One gap of a `paired_gaps` row: '+x points [lo, hi], (not) distinguishable (test, Holm p = ..); tokens +y% [..]'
     (the interval at the family's level, [0, hi] or [lo, 0] where Holm 1979 closed it at 0)."""
-    from mad_study.compare import gap_interval_text
+    from mad_study.multiplicity import gap_interval_text
 
     if pd.isna(r.get("diff")):
         return f"too few items to compare ({int(r.get('n_items') or 0)})"
@@ -184,7 +184,7 @@ def gaps_caption(gaps: pd.DataFrame, cell=lambda r: "",
     correction and its number of comparisons, then every gap with its interval and "distinguishable" or "not distinguishable"
     (`every=False`: per comparison only how many cells Holm tells apart above and below 0, the gaps themselves left to the
     table and its sidecar, issue 51). (Holm's correction, as in the table: Meta-Debate Table 2 with the kit's statistics standard)"""
-    from mad_study.compare import family_words
+    from mad_study.multiplicity import family_words
 
     a = gaps.attrs
     lvl = a.get("level", 0.95)

@@ -460,10 +460,11 @@ def plan_rumad(p: Mapping) -> dict:
     }
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #4cd5a6a6
-# the kit's statistics (nbs/evaluation/05b_stats, 05d_compare, 05e_families)
+# the kit's statistics (nbs/evaluation/05b_stats, 05d_compare, 05e_multiplicity)
 from .stats import item_means
-from .compare import compare_methods, family_words, gap_interval_text
-from .families import family_gaps
+from .compare import compare_methods
+from .multiplicity import family_words, gap_interval_text
+from .multiplicity import family_gaps
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #e81b8488
 def compare_families(results: pd.DataFrame, families: Mapping[str, Sequence[str]],

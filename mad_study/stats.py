@@ -446,11 +446,11 @@ def paired_difference(a: Sequence[float], b: Sequence[float], level: float = 0.9
 # %% ../nbs/evaluation/05b_stats.ipynb #bctrl1
 def beyond_control(effect: Sequence[float], control: Sequence[float], sign: float = 1.0,
                    level: float = 0.95, n_resamples: int = 2**16, seed: int = 0, test: str = "auto",
-                   *, min_items: int = 0) -> dict:
+                   *, min_items: int = MIN_ITEMS) -> dict:
     """An effect beyond its control, paired by item: `paired_difference(effect, control)` (each a per-item
     difference of the same two methods, in the effect world and in the control world) with `verdict`: "yes" when
     resolved with the paper's `sign` (+1 / -1), "no" when resolved against it, else "not resolved" (the interval of
-    `paired_difference`: Tango 1998 and McNemar 1947 for 0/1 differences, else the paired t)."""
+    `paired_difference`: Tango 1998 and McNemar 1947 for 0/1 differences, else the paired t from `min_items` items, the sign-flip test inverted below: Fisher 1935)."""
     if sign not in (1, -1):
         raise ConfigError("beyond_control: the paper's sign is +1 or -1", key="sign", value=sign,
                           choices=(1, -1))

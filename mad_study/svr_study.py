@@ -248,7 +248,7 @@ def _tab1_rows(sub: pd.DataFrame, reference: str, level: float, n_resamples: int
         }
         if r["method"] != reference:
             a, b = tok[reference].to_numpy(float), tok[r["method"]].to_numpy(float)
-            c, lo, hi = token_change(a, b, level, n_resamples, seed)
+            c, lo, hi = token_change(a, b, level)
             row.update(acc_gap=-r["diff"], acc_gap_low=-r["diff_high"], acc_gap_high=-r["diff_low"],
                        acc_test=r["test"], acc_p=r["pvalue"], token_change=c, token_change_low=lo,
                        token_change_high=hi, tok_p=paired_difference(a, b, level, 10, seed,
@@ -264,8 +264,8 @@ def tab1_comparison(items: pd.DataFrame, reference: str = "SVR-MAD",
     interval; the accuracy gaps of all settings one family (`family_gaps`: Holm 1979, each gap's
     interval at its family level `acc_level`, closed at 0 where Holm shows the sign, `acc_cut`)."""
     from mad_study.stats import item_means
-    from mad_study.compare import adjust_pvalues
-    from mad_study.families import family_gaps
+    from mad_study.multiplicity import adjust_pvalues
+    from mad_study.multiplicity import family_gaps
 
     by = [c for c in by if c in items.columns]
     groups = items.groupby(by, sort=False) if by else [((), items)]
@@ -309,7 +309,7 @@ def _sg(x: float, nd: int = 1) -> str:
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #d569e5ea
 def _gap(r: Mapping) -> str:
     "One comparison of `tab1_comparison` in words: accuracy gap and token change with intervals and verdicts (or why none)."
-    from mad_study.compare import gap_interval_text
+    from mad_study.multiplicity import gap_interval_text
 
     if _isnull(r.get("acc_gap")):
         return f"no paired comparison ({r['acc_test']})"
@@ -329,7 +329,7 @@ def _gap(r: Mapping) -> str:
 def tab1_stats_caption(cmp: pd.DataFrame) -> str:
     """The statistics sentence of SVR-MAD Table 1's caption (DESIGN "Statistics"): items per setting, resampled unit, tests,
     correction, omnibus, and SVR-MAD's accuracy gap and token change vs each baseline, "not distinguishable" where so."""
-    from mad_study.compare import family_words
+    from mad_study.multiplicity import family_words
 
     a = cmp.attrs
     ref = a["reference"]
@@ -470,8 +470,8 @@ def fig1_comparison(rows: pd.DataFrame, reference: str = "svr", by: str = "panel
     (SVR) minus each prior, the table's gaps one family (`family_gaps`: Holm 1979 over the raw p,
     each gap's interval at its family level, closed at 0 where Holm shows the sign), `distinguishable`."""
     from mad_study.stats import boot_mean_ci, paired_difference
-    from mad_study.compare import family_words
-    from mad_study.families import family_gaps
+    from mad_study.multiplicity import family_words
+    from mad_study.multiplicity import family_gaps
 
     out, wide = [], {}
     for panel, g in rows.groupby(by, sort=False):

@@ -1,4 +1,4 @@
-"""Statistics that respect the design, and transcripts of several methods that pool safely (nbs/evaluation/05b_stats, 05d_compare, 05e_families, 05f_power, nbs/core/00_core).
+"""Statistics that respect the design, and transcripts of several methods that pool safely (nbs/evaluation/05b_stats, 05d_compare, 05e_multiplicity, 05f_power, nbs/core/00_core).
 
 Synthetic agents throughout: the numbers are illustrations of the kit's arithmetic, not results about LLMs."""
 import warnings
@@ -11,6 +11,7 @@ from scipy import stats
 from conftest import mad_study  # noqa: F401  (puts the checkout first on the path)
 from mad_study import metrics as M
 from mad_study import compare as C
+from mad_study import multiplicity as MU
 from mad_study import power as PW
 from mad_study import stats as S
 from mad_study import umad as U
@@ -251,16 +252,16 @@ def test_holm_levels_are_dual_to_holm_on_t_intervals():
     for _ in range(100):
         ds = [g.normal(g.choice([0.0, 0.25, 0.5]), 1, 30) for _ in range(6)]
         p = np.array([stats.ttest_1samp(d, 0).pvalue for d in ds])
-        lv = C._adjusted_levels(p, "holm", 0.95)
+        lv = MU._adjusted_levels(p, "holm", 0.95)
         excl = [not (ci.low <= 0 <= ci.high) for d, l in zip(ds, lv) for ci in [stats.ttest_1samp(d, 0).confidence_interval(l)]]
-        assert excl == list(C.adjust_pvalues(p) < 0.05)
+        assert excl == list(MU.adjust_pvalues(p) < 0.05)
 
 
 def test_the_smad_ring_case_no_longer_contradicts_itself():
     "The audit's case: raw McNemar p = 0.009, Holm p = 0.063 among 15: its interval is no longer the unadjusted 95% one that excluded 0."
     p = np.r_[0.009 / 1, np.linspace(0.0001, 0.9, 14)]
-    lv = C._adjusted_levels(p, "holm", 0.95)
-    adj = C.adjust_pvalues(p)
+    lv = MU._adjusted_levels(p, "holm", 0.95)
+    adj = MU.adjust_pvalues(p)
     assert adj[0] > 0.05 and lv[0] > 0.99                              # tested at a step level, not at 95%
 
 
@@ -407,7 +408,7 @@ def test_holm_intervals_hold_as_a_family():
         ref = (g.random(100) < p).astype(float)
         ms = [(g.random(100) < p + 0.2).astype(float) for _ in range(10)]
         ps = [S.paired_inference(m, ref)["pvalue"] for m in ms]
-        lv, cut = C.family_levels(ps, "holm", 0.95)
+        lv, cut = MU.family_levels(ps, "holm", 0.95)
         ivs = [S.paired_inference(m, ref, lvl) for m, lvl in zip(ms, lv)]
         miss += any(not (r["ci_low"] <= 0.2 <= r["ci_high"]) for r in ivs)
     assert miss / 150 <= 0.05 + 3 * 0.018, miss

@@ -20,7 +20,7 @@ from mad_study.madc import (CASES, REVERSAL_ORDERS, STRATEGIES, MADCPeers, first
                             reversal_point, viewpoint_entropy, viewpoint_log_likelihood)
 from mad_study.madc_printed import paper_reversal_curves, reversal_count_table
 from mad_study.stats import paired_test
-from mad_study.compare import cochran_q
+from mad_study.multiplicity import cochran_q
 from mad_study.sim import SimBackend
 from mad_study.core import Sampling
 

@@ -400,7 +400,7 @@ def test_dmad_vote_is_the_same_in_every_experiment():
 def test_paired_gaps_holm_across_the_table_and_caption():
     from mad_study.meta_study import gap_text, gaps_caption, paired_gaps
     from mad_study.stats import paired_difference
-    from mad_study.compare import adjust_pvalues
+    from mad_study.multiplicity import adjust_pvalues
     rng = np.random.default_rng(1)
     rows, n = [], 60
     for task in ("a", "b", "c"):

@@ -10,7 +10,7 @@ import torch
 from mad_study.core import ConfigError
 from mad_study import rumad as R
 from mad_study import rumad_study as S
-from mad_study.compare import gap_interval_text
+from mad_study.multiplicity import gap_interval_text
 
 
 def test_tiers_at_the_printed_thresholds():
