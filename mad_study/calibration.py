@@ -940,42 +940,61 @@ def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, s
     return pd.DataFrame(rows)
 
 # %% ../nbs/study/16_calibration.ipynb #notshow1
-def not_shown_rows() -> pd.DataFrame:
+def not_shown_rows(sim_agents: Mapping | None = None) -> pd.DataFrame:
     """One line per number the calibration table does not show, and why (`status` and `verdict`): MADC Fig. 7
-    (round scaling: no printed number wired), MADC Fig. 9 / Tables 6-11 (the
+    (round scaling: no printed number to fit; its claims are judged in figures/madc/madc_fig7), MADC Fig. 9 / Tables 6-11 (the
     world's 7B responder never crosses 50%, so no reversal), SVR-MAD's posterior over priors (its statistic is not wired) and
     Table 1 (signals: assumed, its runner is not in this harness), UMAD's aleatoric cost (debate_noise fitted 0 for
-    the UMAD pair; the failing pair's figure is drawn only), RUMAD's three models' persuasion (left neutral: their
-    context_decay is refitted apart) and Meta-Debate Tables 1-2 (the role sim's family)."""
-    lines = ((
-        "MADC", "MADC Fig. 7", "accuracy over debate rounds", "not in the world",
-        "not shown, because no printed number of the round scaling is wired"
-    ), (
-        "MADC", "MADC Fig. 9 / Tables 6-11",
-        "accuracy of a responder shown k correct solutions (the 50% reversal)", "not fitted",
-        "not shown, because the world's 7B responder shown only correct solutions answers correctly well below "
-        "50% (22% and 36%; the paper 94% and 78%): conformity 0.3 adopts a shown answer rarely and "
-        "independently of how many agree, so no reversal is produced"
-    ), (
-        "SVR-MAD", "SVR-MAD (posterior over priors)", "the posterior over the agents' priors",
-        "not in the world", "not shown, because its statistic is not wired"
-    ), (
-        "SVR-MAD", "SVR-MAD Table 1", "SVR-MAD - GroupDebate accuracy (points)",
-        "assumed (not fitted: signals)",
-        "not shown, because SVR-MAD's runner is not in this harness"
-    ), (
-        "UMAD", "UMAD (aleatoric cost)", "the aleatoric cost of debate (Sys-AU)",
-        "fitted (debate_noise 0)",
-        "not shown, because debate_noise is fitted 0 for the UMAD pair (nothing to cost) and the failing "
-        "pair's figure is drawn only, without a printed number"
-    ), ("RUMAD", "persuasion of RUMAD's three models",
-        "persuasion, sim-llama-3.1-8b+sim-glm-4-9b+sim-deepseek-math-7b", "neutral (0, not fitted)",
-        "not shown, because persuasion is left at its neutral 0 for RUMAD's three models: their context_decay is "
-        "refitted apart (RUMAD Table 2), and RUMAD prints no debate gain over a vote to fit persuasion to"
-        ), ("Meta-Debate", "Meta-Debate Tables 1-2", "accuracy per method and role assignment",
-            "not in the world", "not shown, because the role sim (RoleSimBackend) is fitted apart"))
+    sim-qwen2.5-3b only; the failing pair's figure is drawn only), RUMAD's three models' persuasion (left neutral: their
+    context_decay is refitted apart) and Meta-Debate Tables 1-2 (the role sim's family); then one line per UMAD model
+    whose `context_entropy` (Fig. 1) or `debate_noise` (Fig. 2 / 6) `sim_agents` (default: the sim profile's) leaves
+    at SimAgent's default 0: "assumed (default 0, not fitted)", so the figure's claim is not testable there."""
+    lines = (
+        ("MADC", "MADC Fig. 7", "accuracy over debate rounds", "drawn claim (no printed number)",
+         "not shown, because MADC Fig. 7 prints no number of the round scaling to fit; its claims are judged in "
+         "figures/madc/madc_fig7 (recency, with its control)"),
+        ("MADC", "MADC Fig. 9 / Tables 6-11",
+         "accuracy of a responder shown k correct solutions (the 50% reversal)", "not fitted",
+         "not shown, because the world's 7B responder shown only correct solutions answers correctly well below "
+         "50% (22% and 36%; the paper 94% and 78%): conformity 0.3 adopts a shown answer rarely and "
+         "independently of how many agree, so no reversal is produced"),
+        ("SVR-MAD", "SVR-MAD (posterior over priors)", "the posterior over the agents' priors",
+         "not in the world", "not shown, because its statistic is not wired"),
+        ("SVR-MAD", "SVR-MAD Table 1", "SVR-MAD - GroupDebate accuracy (points)",
+         "assumed (not fitted: signals)",
+         "not shown, because SVR-MAD's runner is not in this harness"),
+        ("UMAD", "UMAD (aleatoric cost)", "the aleatoric cost of debate (Sys-AU)",
+         "fitted (debate_noise 0, sim-qwen2.5-3b)",
+         "not shown, because debate_noise is fitted 0 for sim-qwen2.5-3b only (nothing to cost; the other UMAD "
+         "models keep its default 0, rows below) and the failing pair's figure is drawn only, without a printed "
+         "number"),
+        ("RUMAD", "persuasion of RUMAD's three models",
+         "persuasion, sim-llama-3.1-8b+sim-glm-4-9b+sim-deepseek-math-7b",
+         "neutral (0, not fitted)",
+         "not shown, because persuasion is left at its neutral 0 for RUMAD's three models: their context_decay is "
+         "refitted apart (RUMAD Table 2), and RUMAD prints no debate gain over a vote to fit persuasion to"
+         ), ("Meta-Debate", "Meta-Debate Tables 1-2", "accuracy per method and role assignment",
+             "not in the world",
+             "not shown, because the role sim (RoleSimBackend) is fitted apart"))
     cols = ("paper", "source", "quantity", "status", "verdict")
-    return pd.DataFrame([dict(zip(cols, x)) for x in lines])
+    rows = [dict(zip(cols, x)) for x in lines]
+    agents = load_profile("sim")["sim_agents"] if sim_agents is None else sim_agents
+    umad = ("sim-qwen2.5-3b", "sim-qwen3-4b", "sim-llama-3.1-8b", "sim-llama-3.2-3b")
+    what = {
+        "context_entropy": ("UMAD Fig. 1", "token entropy rises over the turns"),
+        "debate_noise": ("UMAD Fig. 2 / 6", "a pair fails (the aleatoric cost)")
+    }
+    # the mechanisms UMAD's figures rest on, model by model, where the world keeps SimAgent's default 0
+    for mech, (src, claim) in what.items():
+        rows += [
+            dict(
+                paper="UMAD", source=src, quantity=claim, mechanism=mech, model=m, value=0.0,
+                status="assumed (default 0, not fitted)", verdict=
+                f"not shown, because {mech} of {m} is at its default 0, not fitted (no printed "
+                f"number fits it): {src}'s claim is not testable for it") for m in umad
+            if mech not in (agents.get(m) or {})
+        ]
+    return pd.DataFrame(rows)
 
 # %% ../nbs/study/16_calibration.ipynb #calview1
 def calibration_view(table: pd.DataFrame) -> pd.DataFrame:

@@ -161,15 +161,20 @@ def fig2_verdict(deltas: pd.DataFrame) -> str:
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #977ea3fa
 def fig1_panel(ax, ent, col, marker, title, acc_lim=(0.0, 100.0)):
-    """UMAD Fig. 1, one panel: accuracy (%, 95% interval, on `acc_lim`) over turns, token entropy (mean, IQR)
-    behind it."""
+    """UMAD Fig. 1, one panel: accuracy (%, 95% interval, on `acc_lim`) over turns; token entropy behind it, its
+    IQR as a band and its mean as a dashed line with the mean's 95% interval (`entropy_low` / `entropy_high`, where
+    the data has them)."""
     x = ent["turn"].to_numpy()
     ax2 = ax.twinx()
     if ent["n_entropy"].sum():
-        ax2.fill_between(x, 0, ent["entropy_mean"], color="0.6", alpha=0.3, lw=0,
-                         label="token entropy (mean)")
         ax2.fill_between(x, ent["entropy_q25"], ent["entropy_q75"], color="0.6", alpha=0.2, lw=0,
                          label="token entropy (IQR)")
+        m = ent["entropy_mean"]
+        # the claim's quantity: the mean, with its interval where the data gives one
+        err = ([m - ent["entropy_low"], ent["entropy_high"] - m]
+               if {"entropy_low", "entropy_high"} <= set(ent.columns) else None)
+        ax2.errorbar(x, m, yerr=err, color="0.3", ls="--", lw=1.3, marker="s", ms=3.5, capsize=3,
+                     label="token entropy (mean" + (", 95% interval)" if err is not None else ")"))
     else:
         ax2.text(0.5, 0.5, "this backend gives no token entropy", transform=ax2.transAxes,
                  ha="center", color="0.4")
