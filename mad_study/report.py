@@ -38,13 +38,13 @@ from .registry import experiment_files, load_registry
 
 # %% auto #0
 __all__ = ['RUN_ENV', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'CONTROL_STYLES', 'MAX_CAPTION_CHARS',
-           'LAYOUT_CHECK_VERSION', 'VERDICT_EFFECT', 'VERDICT_CONTROL', 'VERDICT_KEYS', 'FAILURE_FILE',
-           'HOLM_INTERVALS', 'package_versions', 'cell_source', 'notebook_parameters', 'run_params', 'run_context',
-           'Study', 'show_figure', 'register_style', 'registered_method', 'method_style', 'set_style', 'panel_figure',
-           'percent_axis', 'pct', 'label_points', 'dodge_points', 'label_figure', 'LayoutWarning', 'FigureOutput',
-           'caption_problems', 'save_figure', 'save_table', 'check_verdict', 'stands_for', 'read_verdict',
-           'last_failure', 'artefact_status', 'run_sizes', 'interval_method_once', 'write_gallery', 'index_table',
-           'write_index']
+           'LAYOUT_CHECK_VERSION', 'VERDICT_EFFECT', 'VERDICT_CONTROL', 'VERDICT_KEYS', 'VERDICT_CLAIM_KEYS',
+           'FAILURE_FILE', 'HOLM_INTERVALS', 'package_versions', 'cell_source', 'notebook_parameters', 'run_params',
+           'run_context', 'Study', 'show_figure', 'register_style', 'registered_method', 'method_style', 'set_style',
+           'panel_figure', 'percent_axis', 'pct', 'label_points', 'dodge_points', 'label_figure', 'LayoutWarning',
+           'FigureOutput', 'caption_problems', 'save_figure', 'save_table', 'check_verdict', 'stands_for',
+           'read_verdict', 'last_failure', 'artefact_status', 'run_sizes', 'interval_method_once', 'claim_words',
+           'write_gallery', 'index_table', 'write_index']
 
 # %% ../nbs/study/06_report.ipynb #7cf92f74
 _PACKAGES = ("mad_study", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "torch",
@@ -786,12 +786,15 @@ def save_table(df: pd.DataFrame, artefact: str, paper: str, study: Study | None 
 VERDICT_EFFECT = ("yes", "no", "not resolved", "not testable")
 VERDICT_CONTROL = ("yes", "none", "not applicable")  # is a control with the mechanism off shown?
 VERDICT_KEYS = ("stands_for", "effect", "control", "paper", "kit", "n", "claims")
+# a claim of `claims`: the first four required, `paper` and `n` optional
+VERDICT_CLAIM_KEYS = ("claim", "effect", "control", "kit", "paper", "n")
 
 
 def check_verdict(verdict: Any, where: str = "verdict") -> dict:
     """`verdict` (a sidecar's `notes["verdict"]`) checked: a mapping of `VERDICT_KEYS`, `effect` in
-    `VERDICT_EFFECT`, `control` in `VERDICT_CONTROL`; a clear ConfigError naming `where`, the key and
-    the value otherwise (the kit's own)."""
+    `VERDICT_EFFECT`, `control` in `VERDICT_CONTROL`, `claims` (optional) a list of mappings of
+    `VERDICT_CLAIM_KEYS`, each with a text `claim` and `kit`, `effect` and `control` as the verdict's; a
+    clear ConfigError naming `where`, the key and the value otherwise (the kit's own)."""
     if not isinstance(verdict, Mapping):
         raise ConfigError("must be a mapping of " + ", ".join(VERDICT_KEYS), where=where,
                           key="verdict", value=verdict)
@@ -802,6 +805,27 @@ def check_verdict(verdict: Any, where: str = "verdict") -> dict:
         if key in verdict and verdict[key] not in ok:
             raise ConfigError("not a verdict", where=where, key=f"verdict.{key}",
                               value=verdict[key], choices=ok)
+    claims = verdict.get("claims", [])
+    if isinstance(claims, (str, bytes, Mapping)) or not isinstance(claims, Sequence):
+        raise ConfigError(
+            "must be a list of claims (mappings of " + ", ".join(VERDICT_CLAIM_KEYS) + ")",
+            where=where, key="verdict.claims", value=claims)
+    for i, c in enumerate(claims):
+        at = f"verdict.claims[{i}]"
+        if not isinstance(c, Mapping):
+            raise ConfigError("a claim must be a mapping", where=where, key=at, value=c,
+                              choices=VERDICT_CLAIM_KEYS)
+        if odd := sorted(set(map(str, c)) - set(VERDICT_CLAIM_KEYS)):
+            raise ConfigError(f"unknown claim keys {odd}", where=where, key=at,
+                              choices=VERDICT_CLAIM_KEYS)
+        for key in ("claim", "kit"):
+            if not isinstance(c.get(key), str) or not c[key].strip():
+                raise ConfigError("must be a non-empty text", where=where, key=f"{at}.{key}",
+                                  value=c.get(key))
+        for key, ok in (("effect", VERDICT_EFFECT), ("control", VERDICT_CONTROL)):
+            if c.get(key) not in ok:
+                raise ConfigError("not a verdict", where=where, key=f"{at}.{key}", value=c.get(key),
+                                  choices=ok)
     return dict(verdict)
 
 # %% ../nbs/study/06_report.ipynb #fc51verd2
@@ -821,7 +845,8 @@ def stands_for(artefact: str, title: str = "") -> str:
 # %% ../nbs/study/06_report.ipynb #fc51verd3
 def read_verdict(notes: Mapping | None, artefact: str = "", title: str = "") -> dict:
     """What the gallery and index show of a sidecar's `notes["verdict"]` (the kit's own): `stands_for`,
-    `effect`, `control`, `paper`, `kit`, each "not stated" when the notebook did not say."""
+    `effect`, `control`, `paper`, `kit`, each "not stated" when the notebook did not say, and `claims`: each claim's
+    `claim`, `effect`, `control` and `kit` (a value outside the vocabulary "not stated"; none: [])."""
     v = (notes or {}).get("verdict")
     v = v if isinstance(v, Mapping) else {}
     out = {k: " ".join(str(v[k]).split()) if v.get(k) else "not stated" for k in VERDICT_KEYS}
@@ -831,6 +856,15 @@ def read_verdict(notes: Mapping | None, artefact: str = "", title: str = "") -> 
         out["control"] = "not stated"
     if out["stands_for"] == "not stated":
         out["stands_for"] = stands_for(artefact, title)
+    words = lambda c, k, ok: c[k] if c.get(k) in ok else "not stated"
+    claims = v.get("claims")
+    claims = claims if isinstance(claims, Sequence) and not isinstance(claims, str) else []
+    out["claims"] = [{
+        "claim": " ".join(str(c.get("claim") or "not stated").split()),
+        "effect": words(c, "effect", VERDICT_EFFECT),
+        "control": words(c, "control", VERDICT_CONTROL),
+        "kit": " ".join(str(c.get("kit") or "not stated").split())
+    } for c in claims if isinstance(c, Mapping)]
     return out
 
 # %% ../nbs/study/06_report.ipynb #9a3c31f0
@@ -984,6 +1018,12 @@ def interval_method_once(text: str) -> tuple[str, list[str]]:
         rest = tail[j:]
     return "".join(out) + rest, methods
 
+# %% ../nbs/study/06_report.ipynb #fc51clm02
+def claim_words(verdict: Mapping) -> list[str]:
+    """Each claim of a `read_verdict` result as the gallery and the index show it under the artefact's verdict
+    (the kit's own): "claim: effect (control)"."""
+    return [f"{c['claim']}: {c['effect']} ({c['control']})" for c in verdict.get("claims", [])]
+
 # %% ../nbs/study/06_report.ipynb #fc51gal1
 def write_gallery(registry: Mapping | None = None, path: Path | None = None,
                   thumb_px: int = 720) -> Path:
@@ -1016,9 +1056,11 @@ def write_gallery(registry: Mapping | None = None, path: Path | None = None,
                 eid = Path(st["experiment"]).stem if st["experiment"] else "<experiment>"
                 status += f": run `mad-study reproduce {eid} --profile paper` on a GPU"
             kit, named = interval_method_once(v["kit"])
+            # each claim's verdict under the artefact's, compact
+            effect = "<br>".join([v["effect"], *claim_words(v)])
             methods += [m for m in named if m not in methods]
             cells = [
-                f"**{aid}**", v["stands_for"], v["effect"], v["control"], v["paper"], kit,
+                f"**{aid}**", v["stands_for"], effect, v["control"], v["paper"], kit,
                 run_sizes(meta),
                 _files_of(paper, aid, meta, extra.get(aid, [])) if st["files"] else "",
                 f"{status} ({meta.get('profile', '?')})" if st["files"] else status
@@ -1084,9 +1126,14 @@ def write_index(registry: Mapping | None = None, path: Path | None = None) -> Pa
         ]
         for _, r in sub.iterrows():
             files = " ".join(f"[{Path(f).name}]({f})" for f in r["files"])
+            # the verdict as stated, each claim's under it
+            v = read_verdict(_sidecar_of(paper, r["id"]).get("notes"), r["id"])
+            what = "<br>".join([str(r["title"]).replace("|", "/")] +
+                               ([f"verdict: {v['effect']} ({v['control']})", *claim_words(v)]
+                                if v["effect"] != "not stated" or v["claims"] else []))
             exp = f"`{r['experiment']}`" if r["experiment"] else ""
             lines.append(
-                f"| {r['id']} | {r['kind']} | {r['title']} | {exp} | {r['status']} | {r['profile']} | {r['run']} | {r['commit']} | {files} |"
+                f"| {r['id']} | {r['kind']} | {what.replace('|', '/')} | {exp} | {r['status']} | {r['profile']} | {r['run']} | {r['commit']} | {files} |"
             )
         lines.append("")
     out = atomic_write_text(path or figures_dir() / "INDEX.md", "\n".join(lines))
