@@ -174,7 +174,10 @@ def gap_text(r: Mapping, correction: str = "holm") -> str:
         f"{'distinguishable' if r['distinguishable'] else 'not distinguishable'} ({r['test']}, {correction} p = {r['p_adjusted']:.2g})"
     )
     if not pd.isna(r.get("token_change")):
-        s += f"; tokens {100 * r['token_change']:+.0f}% [{100 * r['token_change_low']:+.0f}, {100 * r['token_change_high']:+.0f}]"
+        lo, hi = r.get("token_change_low"), r.get("token_change_high")
+        # every item the same token change: no interval (05d_compare's rule), never "[+nan, +nan]"
+        tci = "no interval" if pd.isna(lo) or pd.isna(hi) else f"[{100 * lo:+.0f}, {100 * hi:+.0f}]"
+        s += f"; tokens {100 * r['token_change']:+.0f}% {tci}"
     return s
 
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #98777377

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from mad_study import loading, lookalikes, user_data
+from mad_study import gold, loading, lookalikes, user_data
 from mad_study.extract import extract_answer
 from mad_study.grading import is_correct
 from mad_study.core import ConfigError, Item
@@ -239,7 +239,7 @@ def test_every_fixture_gold_fits_its_format():
     "Every shipped fixture (real and synthetic) passes the gold check unchanged: the rule is not loosened for them."
     for t in TASKS:
         items = load_items(t, save=False)
-        assert lookalikes.check_items(items) == items, t
+        assert gold.check_items(items) == items, t
 
 
 def test_bad_golds_are_one_line_each():
@@ -247,13 +247,13 @@ def test_bad_golds_are_one_line_each():
              Item("my/1", "my", "Which?", "E", "option", choices=("w", "x", "y", "z")),
              Item("my/2", "my", "Capital of France?", "(b)", "option", choices=("Rome", "Paris")),
              Item("my/3", "my", "BBH?\nOptions:\n(A) x\n(B) y", "(C)", "option")]
-    with pytest.raises(lookalikes.BadItemsError) as e:
-        lookalikes.check_items(items, where="mine")
+    with pytest.raises(gold.BadItemsError) as e:
+        gold.check_items(items, where="mine")
     lines = str(e.value).splitlines()
     assert lines == ["mine: item my/0: gold='eight': not a number (mad_study.answers.parse_number finds none) (fmt number)",
                      "mine: item my/1: gold='E': option E but the item has 4 options (A-D) (fmt option)",
                      "mine: item my/3: gold='(C)': option C but the item has 2 options (A-B) (fmt option)"]
-    assert lookalikes.check_items(items[2:3])[0].gold == "B"
+    assert gold.check_items(items[2:3])[0].gold == "B"
 
 
 def test_load_items_file_csv_and_jsonl(tmp_path):
@@ -273,14 +273,14 @@ def test_load_items_file_csv_and_jsonl(tmp_path):
 def test_load_items_file_errors_name_file_row_column(tmp_path):
     p = tmp_path / "bad.jsonl"
     p.write_text(json.dumps({"question": "q", "answer": "eight"}) + "\n" + json.dumps({"question": "q2", "answer": None}) + "\n")
-    with pytest.raises(lookalikes.BadItemsError) as e:
+    with pytest.raises(gold.BadItemsError) as e:
         user_data.load_items_file(p, "number")
     assert str(e.value).splitlines() == [
         f"{p}: line 1: column 'answer': item bad/1: value 'eight': not a number (mad_study.answers.parse_number finds none) (fmt number)",
         f"{p}: line 2: column 'answer': item bad/2: value None: no gold answer (fmt number)"]
     d = tmp_path / "dup.csv"
     d.write_text("id,question,answer\n1,a,1\n1,b,2\n")
-    with pytest.raises(lookalikes.BadItemsError, match=r"dup.csv: row 2: column 'id': id 'dup/1' repeats row 1"):
+    with pytest.raises(gold.BadItemsError, match=r"dup.csv: row 2: column 'id': id 'dup/1' repeats row 1"):
         user_data.load_items_file(d, "number")
     (tmp_path / "broken.jsonl").write_text('{"question": "q", "answer": 1}\n{"question": \n')
     with pytest.raises(ConfigError, match=r"broken.jsonl: line 2: bad JSON"):
