@@ -439,7 +439,7 @@ KIT_OWN |= {
                 "support_key"),
     "stats": ("all_binary", "condition_labels", "item_means", "per_item_results",
               "simulate_paired"),
-    "compare": ("comparison_caption",),
+    "compare": ("comparison_caption", "token_words"),
     "madc": ("shared_round0", "strategy_label"),
     "meta_debate": ("CriteriaCache", "items_modality", "role_title"),
     "protocols": ("ScriptedBackend",),

@@ -20,7 +20,7 @@ from .multiplicity import (adjust_pvalues, family_levels, family_words, gap_inte
 from .stats import accuracy_ci, item_means, paired_difference, paired_inference, tost
 
 # %% auto #0
-__all__ = ['TEST_WORDS', 'token_change', 'compare_methods', 'comparison_caption']
+__all__ = ['TEST_WORDS', 'token_change', 'compare_methods', 'token_words', 'comparison_caption']
 
 # %% ../nbs/evaluation/05d_compare.ipynb #471fd96d
 def token_change(ta: np.ndarray, tb: np.ndarray, level: float) -> tuple[float, float, float]:
@@ -252,6 +252,19 @@ TEST_WORDS = {
     "wilcoxon": "Wilcoxon signed-rank over item means"
 }
 
+# %% ../nbs/evaluation/05d_compare.ipynb #65416d86
+def token_words(r: Mapping) -> str:
+    """A row's token change as every caption writes it (the kit's own): "tokens -62% [-66, -58]" from
+    `token_change`, `token_change_low`, `token_change_high` (fractions, `token_change`'s log-ratio interval),
+    "no interval" where either bound is NaN, "" when the row has no token change."""
+    t = r.get("token_change", math.nan)
+    if t is None or pd.isna(t):
+        return ""
+    lo, hi = r.get("token_change_low", math.nan), r.get("token_change_high", math.nan)
+    ci = ("no interval" if lo is None or hi is None or pd.isna(lo) or pd.isna(hi) else
+          f"[{100 * lo:+.0f}, {100 * hi:+.0f}]")
+    return f"tokens {100 * t:+.0f}% {ci}"
+
 # %% ../nbs/evaluation/05d_compare.ipynb #6fc36dce
 def _gap_words(r: Mapping, ref: str, a: Mapping) -> str:
     "One gap of the caption: difference, interval (or why none), verdict, test and adjusted p, TOST, tokens."
@@ -280,10 +293,8 @@ def _gap_words(r: Mapping, ref: str, a: Mapping) -> str:
         s += f", only {int(r['n_items'])} items (< {a.get('min_items')})"
     if r.get("agrees") is False:
         s += ", the interval and the test disagree at this level (the verdict is the test's)"
-    if not pd.isna(r.get("token_change", math.nan)):
-        lo, hi = r.get("token_change_low", math.nan), r.get("token_change_high", math.nan)
-        tci = "no interval" if pd.isna(lo) or pd.isna(hi) else f"[{100 * lo:+.0f}, {100 * hi:+.0f}]"
-        s += f"; tokens {100 * r['token_change']:+.0f}% {tci}"
+    if tw := token_words(r):
+        s += f"; {tw}"
     return s
 
 # %% ../nbs/evaluation/05d_compare.ipynb #39e3f1b8

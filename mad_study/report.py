@@ -42,9 +42,9 @@ __all__ = ['RUN_ENV', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_ST
            'FAILURE_FILE', 'HOLM_INTERVALS', 'package_versions', 'cell_source', 'notebook_parameters', 'run_params',
            'run_context', 'Study', 'show_figure', 'register_style', 'registered_method', 'method_style', 'set_style',
            'panel_figure', 'percent_axis', 'pct', 'label_points', 'dodge_points', 'label_figure', 'LayoutWarning',
-           'FigureOutput', 'caption_problems', 'save_figure', 'save_table', 'check_verdict', 'stands_for',
-           'read_verdict', 'last_failure', 'artefact_status', 'run_sizes', 'interval_method_once', 'claim_words',
-           'write_gallery', 'index_table', 'write_index']
+           'FigureOutput', 'caption_problems', 'save_figure', 'save_table', 'check_verdict', 'effect_verdict',
+           'stands_for', 'read_verdict', 'last_failure', 'artefact_status', 'run_sizes', 'interval_method_once',
+           'claim_words', 'write_gallery', 'index_table', 'write_index']
 
 # %% ../nbs/study/06_report.ipynb #7cf92f74
 _PACKAGES = ("mad_study", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "torch",
@@ -827,6 +827,32 @@ def check_verdict(verdict: Any, where: str = "verdict") -> dict:
                 raise ConfigError("not a verdict", where=where, key=f"{at}.{key}", value=c.get(key),
                                   choices=ok)
     return dict(verdict)
+
+# %% ../nbs/study/06_report.ipynb #bc4b5e84
+def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
+                   printed: float | None = None, cause: str | None = None,
+                   unit: str = "points") -> dict:
+    """The one rule for a verdict's `effect` (the kit's own): "not testable" when `cause` says why the world
+    cannot produce it; "yes" when [`low`, `high`] excludes 0 on the paper's `sign` side; "no" when it excludes 0
+    on the other side, or holds 0 but excludes the paper's `printed` number (same unit); else "not resolved".
+    Returns {"effect", "kit"}: the kit's words, e.g. "+1.2 [-3.0, +5.4] points; printed +7.0 outside"."""
+    if sign not in (1, -1):
+        raise ConfigError("effect_verdict: the paper's sign is +1 or -1", key="sign", value=sign,
+                          choices=(1, -1))
+    has_ci = not (pd.isna(low) or pd.isna(high))
+    kit = f"{diff:+.1f} " + (f"[{low:+.1f}, {high:+.1f}]"
+                             if has_ci else "(no interval)") + f" {unit}"
+    outside = has_ci and printed is not None and not low <= printed <= high
+    if printed is not None:
+        kit += f"; printed {printed:+.1f}" + (" outside"
+                                              if outside else " inside" if has_ci else "")
+    if cause:
+        return {"effect": "not testable", "kit": f"{kit}; not testable: {cause}"}
+    if has_ci and (low > 0 or high < 0):
+        effect = "yes" if np.sign(diff) == sign else "no"
+    else:
+        effect = "no" if outside else "not resolved"
+    return {"effect": effect, "kit": kit}
 
 # %% ../nbs/study/06_report.ipynb #fc51verd2
 def stands_for(artefact: str, title: str = "") -> str:
