@@ -339,7 +339,7 @@ def extract_option(s: str) -> str | None:
     m = _END_PAREN_RE.search(s.rstrip())  # 3. a closing (X)
     if m and usable(m):
         return m.group(1)
-    opening = _opening_option(s, listing)  # 3b. an opening `X) text`
+    opening = _opening_option(s, listing)  # 3. else an opening `X) text`
     if opening:
         return opening
     for m in reversed(list(_PAREN_RE.finditer(s))):  # 4. last usable (X)
@@ -406,7 +406,7 @@ def extract_answer(text: Any, fmt: str) -> str | None:
         if not s.strip():
             return None
         if len(s) <= EXTRACT_MEMO_CHARS:
-            # a plain sentence and a final sentence: read by the final sentence (see above)
+            # a plain sentence and a final sentence: read by the final sentence (the fast path, below)
             m = _PLAIN_FINAL_RE.fullmatch(s)
             if m is not None:
                 a = _plain_final(m.group(1), m.group(2), fmt)

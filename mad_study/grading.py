@@ -121,9 +121,8 @@ def mv_budget():
 # or of a 4+-digit number (`(10!)!`, `1000!`)
 _TOWER_RE = re.compile(r"\^\s*(?:\{[^{}]*\^|\{[^{}]*\}\s*\^|[\w.]+\s*\^)"
                        r"|\^\s*\{?\s*\d{5,}|!\s*!|\d{200,}|\*\*|[)}\]]\s*!|\d{4,}\s*!")
-_MV_MAX_DEPTH = (
-    8  # brackets nested deeper are not parsed (150 nested parentheses: seconds in math-verify)
-)
+# brackets nested deeper are not parsed (150 nested parentheses: seconds in math-verify)
+_MV_MAX_DEPTH = 8
 
 
 def _depth(s: str) -> int:
@@ -293,13 +292,11 @@ def plain_number(s: str) -> Fraction | None:
 
 # %% ../nbs/core/01b_grading.ipynb #ea9a1ae7
 def numbers_equal(a: Fraction, b: Fraction) -> bool:
-    """Whether two numbers agree: equal; two integers only then (`123456789012` is not `123456789000`). Where a side
-    is not an integer, within a relative 1e-9: the 10-place rounding of non-terminating decimals (the kit's own)."""
-    if a == b:
-        return True
-    if a.denominator == 1 and b.denominator == 1:
-        return False
-    return abs(a - b) <= Fraction(1, 10**9) * max(1, abs(a), abs(b))
+    """Whether two numbers agree (the kit's own): equal, or within half a unit of the 10th decimal place, the
+    rounding `canonical_number` gives a non-terminating decimal (`0.3333333333` is 1/3). The tolerance is absolute,
+    so it never joins different large numbers: `123456789012` is not `123456789000`, `1000000000.5` is not
+    `1000000000`."""
+    return a == b or abs(a - b) <= Fraction(1, 2 * 10**10)
 
 # %% ../nbs/core/01b_grading.ipynb #cf566f9f
 def boxed_equal(gold: str, pred: str) -> bool:

@@ -249,7 +249,8 @@ def validate_params(p: Mapping, exp: Experiment, profile: Mapping,
     overrides = overrides or {}
 
     def src(k):
-        return "command line (-p)" if k in overrides else exp.path
+        # the file (or -p) the value came from: the experiment, its profiles block, or the profile file
+        return _where(k, exp, profile, overrides)
 
     where = exp.path
     from mad_study.serving import check_serving_params
