@@ -225,12 +225,15 @@ def gaps_caption(gaps: pd.DataFrame, cell=lambda r: "",
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #b35tr0w1
 def table_rows(items: pd.DataFrame) -> pd.DataFrame:
     """The per-item frame with `method` named as the table's row: a random assignment's draws apart ("Random
-    assignment 2": its `seed` > 0), every other row as it is (Zhang et al., Table 2: each random draw is a row)."""
+    assignment 2": its `seed` > 0), every other row as it is (Zhang et al., Table 2: each random draw is a row).
+    Idempotent: a row already named with its draw keeps its name."""
     if "seed" not in items.columns:
         return items
     s = items["seed"].fillna(0).astype(int)
-    named = items["method"].astype(str) + " " + s.astype(str)
-    return items.assign(method=named.where(s > 0, items["method"]))
+    return items.assign(method=[
+        f"{m} {k}" if k > 0 and not m.endswith(f" {k}") else m
+        for m, k in zip(items["method"].astype(str), s)
+    ])
 
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #b35tr0w2
 def best_other_row(items: pd.DataFrame, method: str,
