@@ -238,9 +238,9 @@ def table_rows(items: pd.DataFrame) -> pd.DataFrame:
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #b35tr0w2
 def best_other_row(items: pd.DataFrame, method: str,
                    by: Sequence[str] = ("task", "framework")) -> pd.DataFrame:
-    """Meta-Debate Table 2's margin (Zhang et al., Sec. 4.3.3; GPQA: MAD 59.15 - 55.58 = +3.6, DMAD 66.29 - 60.27 =
-    +6.0 points): per cell (`by`) the accuracy of `method`, the best other row of the table (`table_rows`: each random
-    draw a row), its accuracy and `gain` = method - best (fractions)."""
+    """Meta-Debate Table 2's margin (Zhang et al., Sec. 4.3.3; its two columns: 59.15 - 55.58 = +3.6 and 66.29 -
+    60.27 = +6.0 points): per cell (`by`) the accuracy of `method`, the best other row of the table (`table_rows`:
+    each random draw a row), its accuracy and `gain` = method - best (fractions)."""
     need = {"item_id", "method", "correct", *by}
     if need - set(items.columns):
         raise ConfigError("column missing from the per-item frame", key="column",
