@@ -946,7 +946,8 @@ def not_shown_rows(sim_agents: Mapping | None = None) -> pd.DataFrame:
     world's 7B responder never crosses 50%, so no reversal), SVR-MAD's posterior over priors (its statistic is not wired) and
     Table 1 (signals: assumed, its runner is not in this harness), UMAD's aleatoric cost (debate_noise fitted 0 for
     sim-qwen2.5-3b only; the failing pair's figure is drawn only), RUMAD's three models' persuasion (left neutral: their
-    context_decay is refitted apart) and Meta-Debate Tables 1-2 (the role sim's family); then one line per UMAD model
+    context_decay is refitted apart) and Meta-Debate Tables 1-2 (the role sim's family: Table 1's role skills set by
+    hand, Table 2's review_skill fitted in its own section); then one line per UMAD model
     whose `context_entropy` (Fig. 1) or `debate_noise` (Fig. 2 / 6) `sim_agents` (default: the sim profile's) leaves
     at SimAgent's default 0: "assumed (default 0, not fitted)", so the figure's claim is not testable there."""
     lines = (
@@ -973,9 +974,17 @@ def not_shown_rows(sim_agents: Mapping | None = None) -> pd.DataFrame:
          "neutral (0, not fitted)",
          "not shown, because persuasion is left at its neutral 0 for RUMAD's three models: their context_decay is "
          "refitted apart (RUMAD Table 2), and RUMAD prints no debate gain over a vote to fit persuasion to"
-         ), ("Meta-Debate", "Meta-Debate Tables 1-2", "accuracy per method and role assignment",
-             "not in the world",
-             "not shown, because the role sim (RoleSimBackend) is fitted apart"))
+         ),
+        ("Meta-Debate", "Meta-Debate Table 1", "accuracy per method, one model in all roles",
+         "assumed (role skills set by hand)",
+         "not shown, because the role sim's role skills (RoleSimBackend) are set by hand: the paper "
+         "prints no per-role skill"),
+        ("Meta-Debate", "Meta-Debate Table 2", "Meta-Debate - best other row (points), MAD / DMAD",
+         "fitted (review_skill 0.725: the section 'Meta-Debate's review_skill')",
+         "not shown, because the role sim runs apart from this harness: review_skill 0.725 is fitted to "
+         "the printed +3.6 / +6.0 on 400 GPQA items (sim MAD +3.7 [-0.8, +8.3], DMAD "
+         "+5.0 [+1.0, +9.1]); figures/meta_debate/meta_tab2 shows it with its "
+         "blind-review control"))
     cols = ("paper", "source", "quantity", "status", "verdict")
     rows = [dict(zip(cols, x)) for x in lines]
     agents = load_profile("sim")["sim_agents"] if sim_agents is None else sim_agents
