@@ -309,6 +309,7 @@ def _sg(x: float, nd: int = 1) -> str:
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #d569e5ea
 def _gap(r: Mapping) -> str:
     "One comparison of `tab1_comparison` in words: accuracy gap and token change with intervals and verdicts (or why none)."
+    from mad_study.compare import token_words
     from mad_study.multiplicity import gap_interval_text
 
     if _isnull(r.get("acc_gap")):
@@ -317,13 +318,13 @@ def _gap(r: Mapping) -> str:
         f"accuracy {_sg(100 * r['acc_gap'])} points {gap_interval_text(dict(diff_low=r['acc_gap_low'], diff_high=r['acc_gap_high'], diff_cut=r.get('acc_cut')))}, "
         f"{'distinguishable' if r['acc_distinguishable'] else 'not distinguishable'} ({r['acc_test']}, p = {r['acc_p_adj']:.2g})"
     )
-    if _isnull(r.get("token_change")):
+    # the token change as every caption writes it (`compare.token_words`)
+    tw = token_words(r)
+    if not tw:
         return acc
-    return (
-        acc +
-        f"; tokens {_sg(100 * r['token_change'], 0)}% [{_sg(100 * r['token_change_low'], 0)}, {_sg(100 * r['token_change_high'], 0)}], "
-        f"{'distinguishable' if r['tok_distinguishable'] else 'not distinguishable'} (paired t, p = {r['tok_p_adj']:.2g})"
-    )
+    return acc + (
+        f"; {tw}, {'distinguishable' if r['tok_distinguishable'] else 'not distinguishable'} "
+        f"(paired t, p = {r['tok_p_adj']:.2g})")
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #36c1ef05
 def tab1_stats_caption(cmp: pd.DataFrame) -> str:
