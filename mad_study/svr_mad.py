@@ -30,7 +30,7 @@ from .debate import TurnSlot, generate_turns
 __all__ = ['PRIORS', 'SIGNAL_LABELS', 'SVR_OPTIONS', 'PRIOR_SCALES', 'SVR_SAMPLING', 'prior_signals', 'signal_score',
            'comm_budget', 'answer_clusters', 'SVRResult', 'SVRConfig', 'svr_mad_steps', 'fallback_vote', 'svr_mad',
            'svr_prompts', 'challenge_request', 'run_challenges', 'probe_pairs', 'probe_svr', 'top_ranked_correct',
-           'probe_memo', 'prior_on_svr_scale', 'run_svr_mad']
+           'probe_memo', 'prior_on_svr_scale', 'run_svr_mad', 'shuffled_survival']
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #65a2defc
 PRIORS = ("min_ll", "ppl", "conf")
@@ -175,11 +175,12 @@ def _top(pool: Sequence[str], corr: Mapping[str, float], names: Sequence[str], n
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #96d51fb5
 def _svr_init(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: str,
-              config: SVRConfig):
+              config: SVRConfig, survival: Sequence[bool] | None = None):
     """SVR-MAD Alg. 1 lines 1-4 and 7 for one problem: the answers (None for every missing value,
     choice 7), the agents holding one, the clusters k and m, Corr = Prior, B_max = S (k + m), who
     disagrees with whom, and empty counters; with the format and the hyper-parameters the steps
-    read."""
+    read; `survival`: the outcomes the posterior reads in place of each debate's own (Fig. 3's control,
+    `shuffled_survival`), None: its own."""
     from types import SimpleNamespace
 
     names = list(answers)
@@ -197,7 +198,8 @@ def _svr_init(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt
     sig = {a: [] for a in names}
     return SimpleNamespace(fmt=fmt, cfg=config, names=names, y=y, live=live, k=k, m=m, corr=corr,
                            dis=dis, B_max=B_max, n=counts, post=post, sig=sig, met=Counter(),
-                           trace=[], ncomm=0)
+                           trace=[], ncomm=0,
+                           read=None if survival is None else [bool(x) for x in survival], nread=0)
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #d056798c
 def _svr_record(st, r: str, s: str, ans, signal, it: int):
@@ -209,9 +211,14 @@ def _svr_record(st, r: str, s: str, ans, signal, it: int):
     rep = st.met[(r, s)]
     st.met[(r, s)] += 1
     kept = ans is not None and answers_equivalent(ans, st.y[r], fmt)
+    read = kept
     if ans is not None or unparsed == "changed":  # choice 7
+        if st.read:
+            # Fig. 3's control: the problem's next shuffled outcome, not this debate's
+            read = st.read[st.nread % len(st.read)]
+            st.nread += 1
         st.n[r]["D"] += 1
-        st.n[r]["r" if kept else "c"] += 1
+        st.n[r]["r" if read else "c"] += 1
         st.post[r].append(ans)
         st.sig[r].append(signal)
         # line 11 (Sec. 4 rule)
@@ -223,18 +230,21 @@ def _svr_record(st, r: str, s: str, ans, signal, it: int):
         "repeat": rep,
         "post": ans,
         "outcome": "retained" if kept else "changed" if ans is not None else "unparsed",
-        "score": st.corr[r]
+        "score": st.corr[r],
+        **({} if st.read is None else {
+               "read": "retained" if read else "changed"
+           })
     })
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #1c1b134c
 def svr_mad_steps(
     answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: str,
-    config: SVRConfig = SVRConfig(), tie_seed: Any = 0
+    config: SVRConfig = SVRConfig(), tie_seed: Any = 0, survival: Sequence[bool] | None = None
 ) -> Generator[list[tuple[str, str]], list[tuple[str | None, float | None]], SVRResult]:
     """SVR-MAD Alg. 1 on one problem, as a generator: yields the debates (receiver A_r, challenger A_s) it wants next, is
     sent [(post-debate answer, post-debate signal)] for them; returns an `SVRResult`. Parameters as `svr_mad`."""
     cfg = config
-    st = _svr_init(answers, prior, fmt, cfg)
+    st = _svr_init(answers, prior, fmt, cfg, survival)
     corr, n = st.corr, st.n
     B, it = st.B_max, 0  # line 4
 
@@ -305,7 +315,8 @@ def fallback_vote(pre: Mapping[str, str | None], post: Mapping[str, Sequence[str
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #a8772901
 def svr_mad(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: str,
             debate: Callable[[str, str], tuple[str | None, float | None] | str | None],
-            config: SVRConfig = SVRConfig(), tie_seed: Any = 0) -> SVRResult:
+            config: SVRConfig = SVRConfig(), tie_seed: Any = 0,
+            survival: Sequence[bool] | None = None) -> SVRResult:
     """SVR-MAD (Jiang et al., Alg. 1, Sec. 4, App. A) on one problem.
 
     answers: y_1..y_N, each agent's pre-debate answer (missing: None, NaN or pd.NA). prior:
@@ -313,10 +324,11 @@ def svr_mad(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: 
     decides y_j != y_r, line 7). debate(A_r, A_s) -> the receiver's post-debate answer, or (answer,
     post-debate signal): Debate(A_s -> A_r), line 10. config: the hyper-parameters (`SVRConfig`: S,
     C, tau, budget, budget_cap, posterior, challengers, check, unparsed; its prior and prior_scale
-    are `run_svr_mad`'s). tie_seed: seeds the fallback vote's draws (line 18). The result
+    are `run_svr_mad`'s). tie_seed: seeds the fallback vote's draws (line 18). survival: Fig. 3's control (the kit's
+    own), outcomes the posterior reads in place of each debate's own (`shuffled_survival`). The result
     carries the answer y_hat, accepted, NComm, B_max, k, m, the trace, the final Corr and per-agent
     counts D, r, c."""
-    gen = svr_mad_steps(answers, prior, fmt, config, tie_seed)
+    gen = svr_mad_steps(answers, prior, fmt, config, tie_seed, survival)
 
     def run(pairs):
         out = [debate(r, s) for r, s in pairs]
@@ -492,7 +504,8 @@ def prior_on_svr_scale(values: Sequence[float], signal: str) -> np.ndarray:
     return out
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #50455530
-def _svr_start(pre: pd.DataFrame, items: Mapping[str, Item], config: SVRConfig):
+def _svr_start(pre: pd.DataFrame, items: Mapping[str, Item], config: SVRConfig,
+               survival: Mapping | None = None):
     "`run_svr_mad`'s set-up: one Alg. 1 generator per (item, thread), its first request, and the round-0 tokens."
     prior = config.prior
     gens, pending, results, groups = {}, {}, {}, {}
@@ -510,7 +523,8 @@ def _svr_start(pre: pd.DataFrame, items: Mapping[str, Item], config: SVRConfig):
         answers = {x["agent"]: (None if _isnull(x["answer"]) else x["answer"]) for x in g}
         pr = dict(zip(answers, scale([np.nan if _isnull(x[prior]) else x[prior] for x in g],
                                      prior)))
-        gens[key] = svr_mad_steps(answers, pr, items[key[0]].fmt, config, tie_seed=key)
+        gens[key] = svr_mad_steps(answers, pr, items[key[0]].fmt, config, tie_seed=key,
+                                  survival=(survival or {}).get(key))
         try:
             pending[key] = next(gens[key])
         except StopIteration as e:
@@ -518,13 +532,14 @@ def _svr_start(pre: pd.DataFrame, items: Mapping[str, Item], config: SVRConfig):
     return gens, pending, results, r0tok
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #6caec984
-def run_svr_mad(pre: pd.DataFrame, items: Mapping[str, Item],
-                backends: Mapping[str, Any] | None = None, config: SVRConfig = SVRConfig(),
-                probes: pd.DataFrame | dict | None = None, sampling: Sampling = SVR_SAMPLING,
+def run_svr_mad(pre: pd.DataFrame, items: Mapping[str,
+                                                  Item], backends: Mapping[str, Any] | None = None,
+                config: SVRConfig = SVRConfig(), probes: pd.DataFrame | dict | None = None,
+                sampling: Sampling = SVR_SAMPLING, survival: Mapping | None = None,
                 **challenge_kw) -> tuple[pd.DataFrame, pd.DataFrame]:
     "SVR-MAD (Alg. 1) on every (item, thread) of `pre` (`prior_signals` of round 0), in lockstep."
     memo = probes if isinstance(probes, dict) else probe_memo(probes)
-    gens, pending, results, r0tok = _svr_start(pre, items, config)
+    gens, pending, results, r0tok = _svr_start(pre, items, config, survival)
     made, seen = {key: [] for key in gens}, {key: Counter() for key in gens}
     while pending:
         asked = {}
@@ -578,3 +593,15 @@ def _svr_rows(results, gens, made, r0tok, items) -> tuple[pd.DataFrame, pd.DataF
     order = {k: i for i, k in enumerate(gens)}
     out.sort(key=lambda r: order[(r["item_id"], r["sample"])])
     return pd.DataFrame(out), pd.DataFrame([x for key in gens for x in made[key]])
+
+# %% ../nbs/papers/svr/12_svr_mad.ipynb #f3ctl0e1
+def shuffled_survival(probes: pd.DataFrame, seed: int = 0) -> dict[tuple, list[bool]]:
+    """The control of SVR-MAD Fig. 3 (App. B; the kit's own): per (item_id, sample), the outcomes of its probing
+    debates (`run_challenges`: retained or not) in a seeded random order, for `run_svr_mad(survival=...)`, whose
+    posterior then reads survival detached from the agent that survived."""
+    out = {}
+    for (iid, k), g in probes.groupby(["item_id", "sample"], sort=False):
+        kept = g["outcome"].eq("retained").to_numpy(bool)
+        order = rng_for("svr-shuffle", seed, iid, int(k)).permutation(len(kept))
+        out[(iid, int(k))] = kept[order].tolist()
+    return out

@@ -22,7 +22,7 @@ from .metrics import is_missing as _isnull
 from .registry import planner
 from .svr_mad import (PRIORS, SIGNAL_LABELS, SVR_SAMPLING, SVRConfig, prior_signals,
                                probe_memo, probe_pairs, probe_svr, run_challenges, run_svr_mad,
-                               signal_score, top_ranked_correct)
+                               shuffled_survival, signal_score, top_ranked_correct)
 
 # %% auto #0
 __all__ = ['METHODS', 'METHOD_LABELS', 'TAB1_CAPTION_MAX', 'FIG2_YLABEL', 'unanimous', 'BaselineSettings', 'evaluate',
@@ -309,6 +309,7 @@ def _sg(x: float, nd: int = 1) -> str:
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #d569e5ea
 def _gap(r: Mapping) -> str:
     "One comparison of `tab1_comparison` in words: accuracy gap and token change with intervals and verdicts (or why none)."
+    from mad_study.compare import token_words
     from mad_study.multiplicity import gap_interval_text
 
     if _isnull(r.get("acc_gap")):
@@ -317,13 +318,13 @@ def _gap(r: Mapping) -> str:
         f"accuracy {_sg(100 * r['acc_gap'])} points {gap_interval_text(dict(diff_low=r['acc_gap_low'], diff_high=r['acc_gap_high'], diff_cut=r.get('acc_cut')))}, "
         f"{'distinguishable' if r['acc_distinguishable'] else 'not distinguishable'} ({r['acc_test']}, p = {r['acc_p_adj']:.2g})"
     )
-    if _isnull(r.get("token_change")):
+    # the token change as every caption writes it (`compare.token_words`)
+    tw = token_words(r)
+    if not tw:
         return acc
-    return (
-        acc +
-        f"; tokens {_sg(100 * r['token_change'], 0)}% [{_sg(100 * r['token_change_low'], 0)}, {_sg(100 * r['token_change_high'], 0)}], "
-        f"{'distinguishable' if r['tok_distinguishable'] else 'not distinguishable'} (paired t, p = {r['tok_p_adj']:.2g})"
-    )
+    return acc + (
+        f"; {tw}, {'distinguishable' if r['tok_distinguishable'] else 'not distinguishable'} "
+        f"(paired t, p = {r['tok_p_adj']:.2g})")
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #36c1ef05
 def tab1_stats_caption(cmp: pd.DataFrame) -> str:
@@ -580,15 +581,23 @@ def finish_figure(fig, title: str):
     return fig
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #bd1debf6
-def ablation_points(
-    ev: dict, posterior: str, S: int = 2, C: int = 2,
-    quantiles: Sequence[float] = np.arange(0.1, 0.91, 0.1)) -> pd.DataFrame:
-    "SVR-MAD App. B: (tau, C, acceptance rate, mean tokens, accuracy with its 95% Wilson interval over problems, n_items) of Alg. 1 with `posterior` in place of SVR; each setting's per-problem correctness is kept in `ev['ablation_items'][(posterior, tau, C)]` (a Series by item id), for tests paired by problem."
+def ablation_points(ev: dict, posterior: str, S: int = 2, C: int = 2,
+                    quantiles: Sequence[float] = np.arange(0.1, 0.91, 0.1),
+                    survival: str = "own") -> pd.DataFrame:
+    """SVR-MAD App. B: (tau, C, acceptance rate, mean tokens, accuracy with its 95% Wilson interval over problems,
+    n_items) of Alg. 1 with `posterior` in place of SVR; each setting's per-problem correctness is kept in
+    `ev['ablation_items'][(posterior, tau, C, survival)]` (a Series by item id), for tests paired by problem.
+    `survival`: 'own' (each debate's outcome) or 'shuffled' (Fig. 3's control: `svr_mad.shuffled_survival`, the
+    problem's probing outcomes in a seeded order; it changes only an SVR posterior)."""
+    if survival not in ("own", "shuffled"):
+        raise ConfigError("unknown survival", key="survival", value=survival,
+                          choices=("own", "shuffled"))
     from mad_study.metrics import wilson_ci
 
     probes, byid = ev["probes"], ev["items"]
     base, sampling = ev.get("config", SVRConfig()), ev.get("sampling", SVR_SAMPLING)
     memo = ev.setdefault("probe_memo", probe_memo(probes))
+    read = shuffled_survival(probes, sampling.seed or 0) if survival == "shuffled" else None
     if posterior == "svr":
         grid, prior = [(t, c) for c in (1, 2, 3) for t in (1.0, 0.5, 0.0, -0.5)], "conf"
     else:
@@ -599,17 +608,16 @@ def ablation_points(
             )
             return pd.DataFrame(columns=[
                 "posterior", "tau", "C", "acceptance", "tokens", "accuracy", "acc_low", "acc_high",
-                "n_items", "ncomm"
+                "n_items", "ncomm", "survival"
             ])
         grid, prior = [(float(np.nanquantile(vals, q)), C) for q in quantiles], posterior
     rows = []
     for tau, c in grid:
         cfg = base.replace(S=S, C=c, tau=tau, prior=prior, posterior=posterior)
         res, _ = run_svr_mad(ev["pre"], byid, ev.get("backends"), config=cfg, probes=memo,
-                             sampling=sampling)
-        ev.setdefault("ablation_items",
-                      {})[(posterior, float(tau),
-                           int(c))] = (res.set_index("item_id")["correct"].astype(float))
+                             sampling=sampling, survival=read)
+        key = (posterior, float(tau), int(c), survival)
+        ev.setdefault("ablation_items", {})[key] = res.set_index("item_id")["correct"].astype(float)
         # one thread per problem: Wilson over problems
         lo, hi = wilson_ci(int(res["correct"].sum()), len(res))
         rows.append({
@@ -622,7 +630,8 @@ def ablation_points(
             "acc_low": lo,
             "acc_high": hi,
             "n_items": int(res["item_id"].nunique()),
-            "ncomm": float(res["ncomm"].mean())
+            "ncomm": float(res["ncomm"].mean()),
+            "survival": survival
         })
     return pd.DataFrame(rows)
 

@@ -360,3 +360,35 @@ def test_issue24_fig3_points_carry_their_accuracy_interval():
     for r in pts.to_dict("records"):
         assert np.allclose((r["acc_low"], r["acc_high"]), wilson_ci(round(r["accuracy"] * n), n))
         assert r["acc_low"] <= r["accuracy"] <= r["acc_high"]
+
+
+def test_issue51_fig3_control_shuffles_only_who_survived():
+    """svr_fig3's control (issue 51): the same evaluation (round 0, probing, every debate's answer and cost) with SVR's
+    posterior reading the problem's survival outcomes shuffled; the priors' points are the effect's item by item, the
+    debates both runs make have the same answers, and SVR loses what survival tells about who is right."""
+    from mad_study.svr_mad import probe_memo, run_svr_mad, shuffled_survival
+    from mad_study.svr_study import ablation_points
+    ev = _evaluate(60, STICKY, S=2)
+    items = ev["ablation_items"] = {}
+    for post in ("svr", "conf"):
+        for surv in ("own", "shuffled"):
+            ablation_points(ev, post, S=2, C=2, survival=surv)
+    # a post-debate prior reads no survival: its points are the effect's, problem by problem
+    for (post, tau, c, surv), s in items.items():
+        if post == "conf" and surv == "shuffled":
+            pd.testing.assert_series_equal(s, items[(post, tau, c, "own")])
+    # round 0 and every debate both runs make: identical (the same world, the same draws)
+    memo = probe_memo(ev["probes"])
+    _, own = run_svr_mad(ev["pre"], ev["items"], ev["backends"], config=SVRConfig(S=2, C=2), probes=memo)
+    _, shuf = run_svr_mad(ev["pre"], ev["items"], ev["backends"], config=SVRConfig(S=2, C=2), probes=memo,
+                          survival=shuffled_survival(ev["probes"]))
+    key = ["item_id", "sample", "receiver", "challenger", "repeat"]
+    both = own.merge(shuf, on=key, suffixes=("", "_ctl"))
+    assert len(both) > 0 and (both["post"].fillna("-") == both["post_ctl"].fillna("-")).all()
+    assert (both["completion_tokens"] == both["completion_tokens_ctl"]).all()
+    # the survival record is what SVR reads: shuffled, SVR's best point falls
+    acc = {k: s.mean() for k, s in items.items() if k[0] == "svr"}
+    best = {surv: max(v for k, v in acc.items() if k[3] == surv) for surv in ("own", "shuffled")}
+    assert best["own"] > best["shuffled"], best
+    with pytest.raises(Exception, match="survival"):
+        ablation_points(ev, "svr", survival="swapped")
