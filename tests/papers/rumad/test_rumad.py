@@ -164,9 +164,9 @@ def test_sim_controller_saves_tokens_without_a_resolvable_accuracy_loss():
     backends, _ = _sim_setup(); pol, cfg = _controller()
     r = _paired_vs_mad(_run_costs(_items90(), R.RumadController(pol, R.SimEmbedder(), cfg.lam), backends))
     print(r["caption"])
-    # measured (2026-11-28, the world refitted on Table 2's protocol, context_decay 0.088): RUMAD B=12 lets nobody
-    # speak after round 0 (tokens -97% [-97, -97]), -8.9 points [-22.1, +4.6] against MAD (McNemar, p = 0.19; at 0.207:
-    # +7.8 [-5.9, +21.2]); before issue 39 (lr 1e-2): -5.6 points at -90% tokens
+    # measured (2026-11-29, c2 = 0.01, context_decay 0.088): RUMAD B=12 -3.3 points [-15.3, +8.6] against MAD (McNemar,
+    # p = 0.58), tokens -67% [-70, -65]; at c2 = 1 (until issue 51 round 4) it let nobody speak after round 0: -8.9
+    # points [-22.1, +4.6], tokens -97%
     assert r["n_items"] == 90
     assert r["token_change_high"] < -0.40                  # at least 40% fewer tokens, resolved by the 90 items
     assert not (r["distinguishable"] and r["diff"] < 0)    # no accuracy loss the 90 items can resolve
@@ -231,22 +231,21 @@ def _deployed(pol, cfg, items, backends, proto=None):
     return proto, float(np.mean([sum(e["rewards"]) for e in eps])), float(np.mean([e["correct"] for e in eps]))
 
 
-def test_budget_binds_at_deployment():
-    # Eq. 6 with c2 = 1 (the sim profile): each controller deploys at most B visible links per round on average on
-    # held-out items, and B = 18 more than B = 12 (with c2 = 0.01 or 0.1 both deployed 15: B = 12 over its budget)
+def test_budget_at_table6_c2_does_not_bind():
+    # Eq. 6 with Table 6's c2 = 0.01 (the sim profile since issue 51 round 4): the budget term is too weak to bring the
+    # deployed links under B; both controllers keep more than B visible links per round on held-out items (at c2 = 1,
+    # until round 4, B = 12 deployed 7.1 links and B = 18 18.0, and nobody spoke after round 0)
     backends, _ = _sim_setup()
     items = load_items("mmlu", n=45, save=False)
     ev = {}
     for b in (12, 18):
         pol, cfg, _ = R.load_controller(CKPT.parent / f"rumad_sim_B{b}.pt")
-        assert cfg.B == b and cfg.c2 == 1.0
+        assert cfg.B == b and cfg.c2 == 0.01
         env = R.RumadEnv(S.rumad_agents(MODELS, 6), backends, R.SimEmbedder(), R.rumad_prompt("rumad", "option"))
         ev[b] = R.evaluate_controller(pol, items, env, cfg, seed=0)
     print({b: (e["links"], round(e["tokens"])) for b, e in ev.items()})
-    # measured (2026-11-28, context_decay 0.088): B = 12 7.1 links, B = 18 18.0, both 1.7k tokens per item (nobody speaks
-    # after round 0: Eq. 6 lowers the links, not the self-weights, so Eq. 4 silences everyone; see the notebook). The
-    # selection keeps a controller within B on the 10 held-out dev items, not on these 45 test items: 5% tolerance
-    assert ev[12]["links"] <= 12 * 1.05 and ev[18]["links"] <= 18 * 1.05 and ev[18]["links"] > ev[12]["links"]
+    # the selection finds no evaluation within B on the 10 held-out dev items and keeps the last controller
+    assert ev[12]["links"] > 12 and ev[18]["links"] > 18
 
 
 def test_shuffled_observation_control():
@@ -262,14 +261,15 @@ def test_shuffled_observation_control():
     # weaker harm makes a wrong decision cheaper, so the shuffle costs the gate less; it still costs both
     print("gate", ret, acc, "shuffled", ret_s, acc_s)
     assert ret_s < ret and acc_s < acc
-    # the trained B = 12 controller (issue 39, Table 6's lr): a fixed topology, everyone silent after round 0, so
-    # shuffling changes none of its decisions (the notebook's sweep: at lr 1e-3 the decisions vary, the shuffle costs nothing)
+    # the trained B = 12 controller (Table 6's lr and c2 = 0.01): its decisions vary with what it observes (at c2 = 1,
+    # until issue 51 round 4, it was one fixed topology with everyone silent after round 0)
     pol, cfg = _controller()
     own, ret, acc = _deployed(pol, cfg, items, backends)
     sh, ret_s, acc_s = _deployed(pol, cfg, items, backends, S.ShuffledObservation(pol, R.SimEmbedder(), own.records, cfg.lam))
     sets = {tuple(d["active"]) for d in own.records.values()} | {tuple(d["active"]) for d in sh.records.values()}
-    print("trained", ret, acc, "shuffled", ret_s, acc_s, "speaker sets", sets)   # measured: 5.66, 57.8% both; nobody speaks
-    assert len(sets) == 1
+    # measured 2026-11-29: trained 5.38, 55.6%; shuffled 5.67, 62.2% (the shuffle costs it nothing); 17 speaker sets
+    print("trained", ret, acc, "shuffled", ret_s, acc_s, "speaker sets", len(sets))
+    assert len(sets) > 1
 
 
 def test_retraining_reproduces_the_committed_controller():
