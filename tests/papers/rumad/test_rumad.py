@@ -323,12 +323,15 @@ def test_committed_checkpoints_train_as_table6_with_a_calm_clip():
     # sampling noise) moves by at most 0.25 over the evaluations of the last 100 updates (the rollout return is noisier:
     # each update draws 10 of the 20 training items), except the variants listed in NOT_PLATEAUED
     paths = _committed()
-    # B12 (seeds 0-2, both worlds: B12, B12_s1, B12_s2, nodecay, B12_s1_nodecay, B12_s2_nodecay), B18, 5 ablations, N3_B6, N9_B18
-    assert len(paths) == 14
+    # issue 51 round 4, all at Table 6's c2 = 0.01: B12 and its harm-off twin nodecay (seed 0), B18, the three Table 3
+    # variants the sim profile runs (beta, no_activation, no_budget), N3_B6, N9_B18
+    assert [p.stem.split("rumad_sim_")[1] for p in paths] == [
+        "B12", "B18", "N3_B6", "N9_B18", "beta", "no_activation", "no_budget", "nodecay"]
     for p in paths:
         _, cfg, meta = R.load_controller(p)
         log = pd.DataFrame(meta["log"])
-        assert cfg.lr == R.TABLE6["lr"] and cfg.max_grad_norm == 0.5 and cfg.sigma == "free" and cfg.obs_norm, p.name
+        assert cfg.lr == R.TABLE6["lr"] and cfg.c2 == R.TABLE6["c2"] == 0.01, p.name
+        assert cfg.max_grad_norm == 0.5 and cfg.sigma == "free" and cfg.obs_norm, p.name
         assert len(log) == cfg.updates >= (200 if p.stem.split("rumad_sim_")[1] in ABLATIONS else 300), p.name
         assert log["loss_clipped"].iloc[-1] <= 0.3 and log["loss_clipped"].tail(25).mean() <= 0.3, p.name
         val = log.loc[log["update"] >= cfg.updates - 100, "val_episode_return"].dropna()
