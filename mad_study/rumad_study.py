@@ -3,7 +3,6 @@
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #09f0fe0d
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
