@@ -341,8 +341,8 @@ def test_committed_checkpoints_train_as_table6_with_a_calm_clip():
 
 # measured 2026-11-29 (retrained at Table 6's c2 = 0.01, context_decay 0.088): every one still moves on the held-out
 # items over its last 100 updates (B12 and B18 by 0.61, N3_B6 0.48, N9_B18 1.71, beta 0.54, no_budget 1.13, nodecay
-# 1.42, no_activation 0.94): at c2 = 0.01 the agents keep speaking and weights near 0.5 put Eq. 4 on a knife edge, so tiny moves flip who
-# speaks. Not plateaued; listed so that the test fails (and this list is revisited) when a retraining changes it
+# 1.42, no_activation 0.94): at c2 = 0.01 the agents keep speaking and weights near 0.5 put Eq. 4 on a knife edge,
+# so tiny moves flip who speaks. Not plateaued; listed so that the test fails (and this list is revisited) when a retraining changes it
 NOT_PLATEAUED = {"B12", "B18", "N3_B6", "N9_B18", "beta", "no_activation", "no_budget", "nodecay"}
 # the speak heads whose held-out return still moves by more than 0.25 over their last 100 updates (2026-11-28, retrained
 # at context_decay 0.088: H12_s1 by 0.33, H12_s2 by 0.54; the other four by at most 0.01): P(speak) near 0.5 flips who
