@@ -187,16 +187,16 @@ def test_without_derailment_the_accuracy_edge_vanishes():
 
 def test_link_pruning_alone_keeps_mad_accuracy():
     # the ablation without agent activation (Eq. 5 hides links, no agent is silenced by Eq. 4): no accuracy loss
-    # against MAD that 90 items resolve, at a resolved lower cost (the paper's Table 3: removing activation costs accuracy)
+    # against MAD that 90 items resolve; at Table 6's c2 = 0.01 it hides no link either, so it costs what MAD costs
     backends, _ = _sim_setup()
     pol, cfg, _ = R.load_controller(CKPT.parent / "rumad_sim_no_activation.pt")
     assert not cfg.activation
     items = _items90()
     r = _paired_vs_mad(_run_costs(items, R.RumadController(pol, R.SimEmbedder(), cfg.lam, activation=False), backends))
     print("w/o activation:", r["caption"])
-    # measured (2026-11-28, context_decay 0.088): +16.7 points [+5.2, +28.1] against MAD (McNemar p = 0.0054), tokens
-    # -52% [-52, -52]; so no accuracy loss the 90 items resolve, and a resolved saving
-    assert not (r["distinguishable"] and r["diff"] < 0) and r["token_change_high"] < -0.15
+    # measured (2026-11-29, c2 = 0.01): +4.4 points [-5.1, +14.3] against MAD (McNemar p = 0.35), tokens +1% [+1, +1]
+    # (the tags' text); at c2 = 1 (until issue 51 round 4) it hid links: +16.7 points, tokens -52%
+    assert not (r["distinguishable"] and r["diff"] < 0) and abs(r["token_change"]) < 0.05
 
 
 def test_control_forced_dense_removes_the_saving():
