@@ -3,7 +3,6 @@
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #09f0fe0d
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -462,7 +461,7 @@ def plan_rumad(p: Mapping) -> dict:
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #4cd5a6a6
 # the kit's statistics (nbs/evaluation/05b_stats, 05d_compare, 05e_multiplicity)
 from .stats import item_means
-from .compare import compare_methods
+from .compare import compare_methods, token_words
 from .multiplicity import family_words, gap_interval_text
 from .multiplicity import family_gaps
 
@@ -534,9 +533,10 @@ def families_caption(table: pd.DataFrame, highlight: Sequence[str] = (),
             f"{g}: {r['method']} vs {r['reference']} {100 * r['diff']:+.1f} points {gap_interval_text(r)}, "
             f"{'distinguishable' if r['distinguishable'] else 'not distinguishable'} ({r['test']}, adjusted p = {r['p_adjusted']:.2g})"
         )
-        if not pd.isna(r.get("token_change", math.nan)):
+        # the kit's one text for a token change (`token_words`, 05d_compare)
+        if tw := token_words(r):
             s += (
-                f", tokens {100 * r['token_change']:+.0f}% [{100 * r['token_change_low']:+.0f}, {100 * r['token_change_high']:+.0f}]"
+                f", {tw}"
                 f" ({'distinguishable' if r['tokens_distinguishable'] else 'not distinguishable'})")
         parts.append(s)
     rest = cmp[~cmp["method"].isin(highlight)]

@@ -164,9 +164,9 @@ def test_sim_controller_saves_tokens_without_a_resolvable_accuracy_loss():
     backends, _ = _sim_setup(); pol, cfg = _controller()
     r = _paired_vs_mad(_run_costs(_items90(), R.RumadController(pol, R.SimEmbedder(), cfg.lam), backends))
     print(r["caption"])
-    # measured (2026-11-28, the world refitted on Table 2's protocol, context_decay 0.088): RUMAD B=12 lets nobody
-    # speak after round 0 (tokens -97% [-97, -97]), -8.9 points [-22.1, +4.6] against MAD (McNemar, p = 0.19; at 0.207:
-    # +7.8 [-5.9, +21.2]); before issue 39 (lr 1e-2): -5.6 points at -90% tokens
+    # measured (2026-11-29, c2 = 0.01, context_decay 0.088): RUMAD B=12 -3.3 points [-15.3, +8.6] against MAD (McNemar,
+    # p = 0.58), tokens -67% [-70, -65]; at c2 = 1 (until issue 51 round 4) it let nobody speak after round 0: -8.9
+    # points [-22.1, +4.6], tokens -97%
     assert r["n_items"] == 90
     assert r["token_change_high"] < -0.40                  # at least 40% fewer tokens, resolved by the 90 items
     assert not (r["distinguishable"] and r["diff"] < 0)    # no accuracy loss the 90 items can resolve
@@ -180,23 +180,23 @@ def test_without_derailment_the_accuracy_edge_vanishes():
     backends, _ = _sim_setup(off=True); pol, cfg = _controller("nodecay", off=True)
     r = _paired_vs_mad(_run_costs(_items90(), R.RumadController(pol, R.SimEmbedder(), cfg.lam), backends), off=True)
     print("no derailment:", r["caption"])
-    # measured (2026-11-28, the world with context_harm off): RUMAD B=12 silences everyone here too: -33.3 points
-    # [-43.9, -23.5] against MAD (McNemar p = 1.1e-07, resolved), tokens -97%
+    # measured (2026-11-29, c2 = 0.01, the world with context_harm off): -26.7 points [-36.6, -18.6] against MAD (McNemar
+    # p = 9.6e-07, resolved), tokens -63% [-67, -59] (at c2 = 1, until issue 51 round 4, it silenced everyone: -33.3)
     assert r["diff"] < 0 and r["token_change_high"] < -0.40
 
 
 def test_link_pruning_alone_keeps_mad_accuracy():
     # the ablation without agent activation (Eq. 5 hides links, no agent is silenced by Eq. 4): no accuracy loss
-    # against MAD that 90 items resolve, at a resolved lower cost (the paper's Table 3: removing activation costs accuracy)
+    # against MAD that 90 items resolve; at Table 6's c2 = 0.01 it hides no link either, so it costs what MAD costs
     backends, _ = _sim_setup()
     pol, cfg, _ = R.load_controller(CKPT.parent / "rumad_sim_no_activation.pt")
     assert not cfg.activation
     items = _items90()
     r = _paired_vs_mad(_run_costs(items, R.RumadController(pol, R.SimEmbedder(), cfg.lam, activation=False), backends))
     print("w/o activation:", r["caption"])
-    # measured (2026-11-28, context_decay 0.088): +16.7 points [+5.2, +28.1] against MAD (McNemar p = 0.0054), tokens
-    # -52% [-52, -52]; so no accuracy loss the 90 items resolve, and a resolved saving
-    assert not (r["distinguishable"] and r["diff"] < 0) and r["token_change_high"] < -0.15
+    # measured (2026-11-29, c2 = 0.01): +4.4 points [-5.1, +14.3] against MAD (McNemar p = 0.35), tokens +1% [+1, +1]
+    # (the tags' text); at c2 = 1 (until issue 51 round 4) it hid links: +16.7 points, tokens -52%
+    assert not (r["distinguishable"] and r["diff"] < 0) and abs(r["token_change"]) < 0.05
 
 
 def test_control_forced_dense_removes_the_saving():
@@ -231,22 +231,21 @@ def _deployed(pol, cfg, items, backends, proto=None):
     return proto, float(np.mean([sum(e["rewards"]) for e in eps])), float(np.mean([e["correct"] for e in eps]))
 
 
-def test_budget_binds_at_deployment():
-    # Eq. 6 with c2 = 1 (the sim profile): each controller deploys at most B visible links per round on average on
-    # held-out items, and B = 18 more than B = 12 (with c2 = 0.01 or 0.1 both deployed 15: B = 12 over its budget)
+def test_budget_at_table6_c2_does_not_bind():
+    # Eq. 6 with Table 6's c2 = 0.01 (the sim profile since issue 51 round 4): the budget term is too weak to bring the
+    # deployed links under B; both controllers keep more than B visible links per round on held-out items (at c2 = 1,
+    # until round 4, B = 12 deployed 7.1 links and B = 18 18.0, and nobody spoke after round 0)
     backends, _ = _sim_setup()
     items = load_items("mmlu", n=45, save=False)
     ev = {}
     for b in (12, 18):
         pol, cfg, _ = R.load_controller(CKPT.parent / f"rumad_sim_B{b}.pt")
-        assert cfg.B == b and cfg.c2 == 1.0
+        assert cfg.B == b and cfg.c2 == 0.01
         env = R.RumadEnv(S.rumad_agents(MODELS, 6), backends, R.SimEmbedder(), R.rumad_prompt("rumad", "option"))
         ev[b] = R.evaluate_controller(pol, items, env, cfg, seed=0)
     print({b: (e["links"], round(e["tokens"])) for b, e in ev.items()})
-    # measured (2026-11-28, context_decay 0.088): B = 12 7.1 links, B = 18 18.0, both 1.7k tokens per item (nobody speaks
-    # after round 0: Eq. 6 lowers the links, not the self-weights, so Eq. 4 silences everyone; see the notebook). The
-    # selection keeps a controller within B on the 10 held-out dev items, not on these 45 test items: 5% tolerance
-    assert ev[12]["links"] <= 12 * 1.05 and ev[18]["links"] <= 18 * 1.05 and ev[18]["links"] > ev[12]["links"]
+    # the selection finds no evaluation within B on the 10 held-out dev items and keeps the last controller
+    assert ev[12]["links"] > 12 and ev[18]["links"] > 18
 
 
 def test_shuffled_observation_control():
@@ -262,14 +261,15 @@ def test_shuffled_observation_control():
     # weaker harm makes a wrong decision cheaper, so the shuffle costs the gate less; it still costs both
     print("gate", ret, acc, "shuffled", ret_s, acc_s)
     assert ret_s < ret and acc_s < acc
-    # the trained B = 12 controller (issue 39, Table 6's lr): a fixed topology, everyone silent after round 0, so
-    # shuffling changes none of its decisions (the notebook's sweep: at lr 1e-3 the decisions vary, the shuffle costs nothing)
+    # the trained B = 12 controller (Table 6's lr and c2 = 0.01): its decisions vary with what it observes (at c2 = 1,
+    # until issue 51 round 4, it was one fixed topology with everyone silent after round 0)
     pol, cfg = _controller()
     own, ret, acc = _deployed(pol, cfg, items, backends)
     sh, ret_s, acc_s = _deployed(pol, cfg, items, backends, S.ShuffledObservation(pol, R.SimEmbedder(), own.records, cfg.lam))
     sets = {tuple(d["active"]) for d in own.records.values()} | {tuple(d["active"]) for d in sh.records.values()}
-    print("trained", ret, acc, "shuffled", ret_s, acc_s, "speaker sets", sets)   # measured: 5.66, 57.8% both; nobody speaks
-    assert len(sets) == 1
+    # measured 2026-11-29: trained 5.38, 55.6%; shuffled 5.67, 62.2% (the shuffle costs it nothing); 17 speaker sets
+    print("trained", ret, acc, "shuffled", ret_s, acc_s, "speaker sets", len(sets))
+    assert len(sets) > 1
 
 
 def test_retraining_reproduces_the_committed_controller():
@@ -323,12 +323,15 @@ def test_committed_checkpoints_train_as_table6_with_a_calm_clip():
     # sampling noise) moves by at most 0.25 over the evaluations of the last 100 updates (the rollout return is noisier:
     # each update draws 10 of the 20 training items), except the variants listed in NOT_PLATEAUED
     paths = _committed()
-    # B12 (seeds 0-2, both worlds: B12, B12_s1, B12_s2, nodecay, B12_s1_nodecay, B12_s2_nodecay), B18, 5 ablations, N3_B6, N9_B18
-    assert len(paths) == 14
+    # issue 51 round 4, all at Table 6's c2 = 0.01: B12 and its harm-off twin nodecay (seed 0), B18, the three Table 3
+    # variants the sim profile runs (beta, no_activation, no_budget), N3_B6, N9_B18
+    assert [p.stem.split("rumad_sim_")[1] for p in paths] == [
+        "B12", "B18", "N3_B6", "N9_B18", "beta", "no_activation", "no_budget", "nodecay"]
     for p in paths:
         _, cfg, meta = R.load_controller(p)
         log = pd.DataFrame(meta["log"])
-        assert cfg.lr == R.TABLE6["lr"] and cfg.max_grad_norm == 0.5 and cfg.sigma == "free" and cfg.obs_norm, p.name
+        assert cfg.lr == R.TABLE6["lr"] and cfg.c2 == R.TABLE6["c2"] == 0.01, p.name
+        assert cfg.max_grad_norm == 0.5 and cfg.sigma == "free" and cfg.obs_norm, p.name
         assert len(log) == cfg.updates >= (200 if p.stem.split("rumad_sim_")[1] in ABLATIONS else 300), p.name
         assert log["loss_clipped"].iloc[-1] <= 0.3 and log["loss_clipped"].tail(25).mean() <= 0.3, p.name
         val = log.loc[log["update"] >= cfg.updates - 100, "val_episode_return"].dropna()
@@ -336,11 +339,11 @@ def test_committed_checkpoints_train_as_table6_with_a_calm_clip():
         assert flat == (p.stem.split("rumad_sim_")[1] not in NOT_PLATEAUED), (p.name, val.round(3).tolist())
 
 
-# measured 2026-11-28 (retrained at context_decay 0.088): these three still move on the held-out items over their last
-# 100 updates (no_activation by 1.25, no_budget 1.13, N3_B6 0.48; the others at most 0.24): weights near 0.5 put Eq. 4 on
-# a knife edge, so tiny moves flip who speaks. Not plateaued; listed so that the test fails (and this list is revisited)
-# when a retraining changes it
-NOT_PLATEAUED = {"N3_B6", "no_activation", "no_budget"}
+# measured 2026-11-29 (retrained at Table 6's c2 = 0.01, context_decay 0.088): every one still moves on the held-out
+# items over its last 100 updates (B12 and B18 by 0.61, N3_B6 0.48, N9_B18 1.71, beta 0.54, no_budget 1.13, nodecay
+# 1.42, no_activation 0.94): at c2 = 0.01 the agents keep speaking and weights near 0.5 put Eq. 4 on a knife edge,
+# so tiny moves flip who speaks. Not plateaued; listed so that the test fails (and this list is revisited) when a retraining changes it
+NOT_PLATEAUED = {"B12", "B18", "N3_B6", "N9_B18", "beta", "no_activation", "no_budget", "nodecay"}
 # the speak heads whose held-out return still moves by more than 0.25 over their last 100 updates (2026-11-28, retrained
 # at context_decay 0.088: H12_s1 by 0.33, H12_s2 by 0.54; the other four by at most 0.01): P(speak) near 0.5 flips who
 # speaks on 10 held-out items
