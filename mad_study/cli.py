@@ -176,6 +176,36 @@ _PLAN_SHOWN = {
     "serve"
 }
 
+# %% ../nbs/study/20c_cli.ipynb #1a710abb
+def _print_gpu_hours(plans: Sequence[Mapping], quant: str) -> None:
+    "Per experiment and in total: GPU-hours at the latest measurement and at vLLM's published figure."
+    from mad_study.registry import get_model
+
+    rec, where = throughput_measurement()
+    rows, tot = [], {"measured": 0.0, "vllm": 0.0}
+    for pl in plans:
+        sizes = [
+            get_model(m).params_b for m, gb in pl["weight_memory_gb"].items() if gb is not None
+        ]
+        if not sizes:
+            continue
+        h = plan_gpu_hours(pl["completion_tokens"], max(sizes), quant, rec)
+        for k in h:
+            tot[k] += h[k]
+        rows.append(
+            dict(experiment=pl["experiment"],
+                 measured=f"{h['measured']:,.1f}" if "measured" in h else "-",
+                 vllm=f"{h['vllm']:,.1f}"))
+    if not rows:
+        return
+    print(
+        f"\nGPU-hours of the completion tokens ({quant}; measured: {where}; vllm: 12,500 tok/s published)"
+    )
+    rows.append(
+        dict(experiment="total", measured=f"{tot['measured']:,.1f}" if rec else "-",
+             vllm=f"{tot['vllm']:,.1f}"))
+    _print_table(rows, ["experiment", "measured", "vllm"])
+
 # %% ../nbs/study/20c_cli.ipynb #2c8e6862
 def _cmd_plan(a, overrides: Mapping) -> int:
     "`mad-study plan`: generations, tokens, weights and serve commands of the targets (nothing is run)."
@@ -217,36 +247,6 @@ def _cmd_plan(a, overrides: Mapping) -> int:
             "command"
         ])
     return 0
-
-# %% ../nbs/study/20c_cli.ipynb #1a710abb
-def _print_gpu_hours(plans: Sequence[Mapping], quant: str) -> None:
-    "Per experiment and in total: GPU-hours at the latest measurement and at vLLM's published figure."
-    from mad_study.registry import get_model
-
-    rec, where = throughput_measurement()
-    rows, tot = [], {"measured": 0.0, "vllm": 0.0}
-    for pl in plans:
-        sizes = [
-            get_model(m).params_b for m, gb in pl["weight_memory_gb"].items() if gb is not None
-        ]
-        if not sizes:
-            continue
-        h = plan_gpu_hours(pl["completion_tokens"], max(sizes), quant, rec)
-        for k in h:
-            tot[k] += h[k]
-        rows.append(
-            dict(experiment=pl["experiment"],
-                 measured=f"{h['measured']:,.1f}" if "measured" in h else "-",
-                 vllm=f"{h['vllm']:,.1f}"))
-    if not rows:
-        return
-    print(
-        f"\nGPU-hours of the completion tokens ({quant}; measured: {where}; vllm: 12,500 tok/s published)"
-    )
-    rows.append(
-        dict(experiment="total", measured=f"{tot['measured']:,.0f}" if rec else "-",
-             vllm=f"{tot['vllm']:,.0f}"))
-    _print_table(rows, ["experiment", "measured", "vllm"])
 
 # %% ../nbs/study/20c_cli.ipynb #38ec6473
 def _cmd_doctor(a) -> int:

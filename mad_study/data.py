@@ -161,109 +161,101 @@ def _spec(**kw) -> TaskSpec:
     return TaskSpec(**kw)
 
 # %% ../nbs/data/02_data.ipynb #56d06fca
-TASKS: dict[str, TaskSpec] = {
-    s.name: s
-    for s in [
-        _spec(
-            name="gsm8k", title="GSM8K", hf_id="openai/gsm8k", configs=(
-                "main",), split="test", n_items=1319, fields={
-                    "question": "question",
-                    "answer": "answer (gold after '#### ', commas removed)"
-                }, fmt="number", licence="MIT", redistributable=True, papers=(
-                    "rumad", "umad"), convert=_conv_gsm8k),
-        _spec(
-            name="math500", title="MATH-500", hf_id="HuggingFaceH4/MATH-500", configs=(
-                "default",), split="test", n_items=500, fields={
-                    "question": "problem",
-                    "answer": "answer (bare LaTeX)",
-                    "meta": "subject, level, unique_id, solution"
-                }, fmt="boxed", licence="MIT", redistributable=True, papers=(
-                    "umad", "madc"), convert=_conv_math),
-        _spec(
-            name="mmlu", title="MMLU", hf_id="cais/mmlu", configs=("all",), split="test", splits=(
-                "test", "validation", "dev"), n_items=14042, fields={
-                    "question": "question",
-                    "choices": "choices (4)",
-                    "answer": "answer (0-3 -> A-D)",
-                    "meta": "subject"
-                }, fmt="option", licence="MIT", redistributable=True, papers=(
-                    "rumad",), convert=_conv_mmlu, formatter=du_options_question,
-            notes="RUMAD trains its controller on the dev split (`mmlu:dev`)"),
-        _spec(
-            name="gpqa", title="GPQA (main)", hf_id="Idavidrein/gpqa", configs=(
-                "gpqa_main",), split="train", n_items=448, fields={
-                    "question": "Question",
-                    "correct": "Correct Answer",
-                    "incorrect": "Incorrect Answer 1-3"
-                }, fmt="option",
-            licence="CC BY 4.0, gated; the authors ask that items not be republished",
-            redistributable=False, papers=(
-                "rumad", "meta_debate"), convert=_conv_gpqa, formatter=du_options_question, notes=
-            "options shuffled deterministically per item; config gpqa_diamond also exists (198 items)"
-        ),
-        _spec(name="bbh_logical_deduction_7", title="BBH logical deduction (7 objects)",
-              hf_id="lukaemon/bbh", configs=(
-                  "logical_deduction_seven_objects",), split="test", n_items=250, fields={
-                      "question": "input (options inline)",
-                      "answer": "target '(D)' -> 'D'"
-                  }, fmt="option", licence="MIT", redistributable=True, papers=(
-                      "madc",), convert=_conv_bbh),
-        _spec(
-            name="bbh_geometric_shapes", title="BBH geometric shapes", hf_id="lukaemon/bbh",
-            configs=("geometric_shapes",), split="test", n_items=250, fields={
-                "question": "input (options inline, (A)-(K))",
-                "answer": "target '(D)' -> 'D'"
-            }, fmt="option", licence="MIT", redistributable=True, papers=(
-                "madc",), convert=_conv_bbh)
-    ]
-}
+# one benchmark per entry: where it is (hub id, configs, split), what its rows hold (`fields`),
+# its answer format, licence and who uses it; `convert` makes an Item of a row. yapf would hang
+# these entries on their brackets: the table is laid out by hand
+# yapf: disable
+TASKS: dict[str, TaskSpec] = {s.name: s for s in [
+    # grade-school arithmetic (RUMAD, UMAD)
+    _spec(name="gsm8k", title="GSM8K", hf_id="openai/gsm8k", configs=("main",), split="test",
+          n_items=1319, fmt="number", licence="MIT", redistributable=True, papers=("rumad", "umad"),
+          fields={"question": "question", "answer": "answer (gold after '#### ', commas removed)"},
+          convert=_conv_gsm8k),
+    # competition mathematics, bare LaTeX answers (UMAD, MADC)
+    _spec(name="math500", title="MATH-500", hf_id="HuggingFaceH4/MATH-500", configs=("default",),
+          split="test", n_items=500, fmt="boxed", licence="MIT", redistributable=True,
+          papers=("umad", "madc"),
+          fields={"question": "problem", "answer": "answer (bare LaTeX)",
+                  "meta": "subject, level, unique_id, solution"},
+          convert=_conv_math),
+    # 57 subjects, four options (RUMAD; its controller trains on the dev split)
+    _spec(name="mmlu", title="MMLU", hf_id="cais/mmlu", configs=("all",), split="test",
+          splits=("test", "validation", "dev"), n_items=14042, fmt="option", licence="MIT",
+          redistributable=True, papers=("rumad",),
+          fields={"question": "question", "choices": "choices (4)", "answer": "answer (0-3 -> A-D)",
+                  "meta": "subject"},
+          convert=_conv_mmlu, formatter=du_options_question,
+          notes="RUMAD trains its controller on the dev split (`mmlu:dev`)"),
+    # graduate-level science, the correct answer among three incorrect ones (RUMAD, Meta-Debate)
+    _spec(name="gpqa", title="GPQA (main)", hf_id="Idavidrein/gpqa", configs=("gpqa_main",),
+          split="train", n_items=448, fmt="option",
+          licence="CC BY 4.0, gated; the authors ask that items not be republished",
+          redistributable=False, papers=("rumad", "meta_debate"),
+          fields={"question": "Question", "correct": "Correct Answer",
+                  "incorrect": "Incorrect Answer 1-3"},
+          convert=_conv_gpqa, formatter=du_options_question,
+          notes=("options shuffled deterministically per item; config gpqa_diamond also exists "
+                 "(198 items)")),
+    # BIG-Bench Hard's logical deduction over seven objects (MADC)
+    _spec(name="bbh_logical_deduction_7", title="BBH logical deduction (7 objects)",
+          hf_id="lukaemon/bbh", configs=("logical_deduction_seven_objects",), split="test",
+          n_items=250, fmt="option", licence="MIT", redistributable=True, papers=("madc",),
+          fields={"question": "input (options inline)", "answer": "target '(D)' -> 'D'"},
+          convert=_conv_bbh),
+    # BIG-Bench Hard's geometric shapes (MADC)
+    _spec(name="bbh_geometric_shapes", title="BBH geometric shapes", hf_id="lukaemon/bbh",
+          configs=("geometric_shapes",), split="test", n_items=250, fmt="option", licence="MIT",
+          redistributable=True, papers=("madc",),
+          fields={"question": "input (options inline, (A)-(K))", "answer": "target '(D)' -> 'D'"},
+          convert=_conv_bbh)
+]}
+# yapf: enable
 
 # %% ../nbs/data/02_data.ipynb #a5e15d94
-TASKS.update({
-    s.name: s
-    for s in [
-        _spec(name="amc23", title="AMC 2023", hf_id="math-ai/amc23", configs=(
-            "default",), split="test", n_items=40, fields={
-                "question": "question",
-                "answer": "answer (number)"
-            }, fmt="boxed", licence="unclear (competition problems)", redistributable=False,
-              papers=("umad",), convert=_conv_aime),
-        _spec(name="aime24", title="AIME 2024", hf_id="HuggingFaceH4/aime_2024", configs=(
-            "default",), split="train", n_items=30, fields={
-                "question": "problem",
-                "answer": "answer (integer 0-999)"
-            }, fmt="boxed", licence="unclear (competition problems)", redistributable=False,
-              papers=("umad",), convert=_conv_aime),
-        _spec(name="aime25", title="AIME 2025", hf_id="opencompass/AIME2025", configs=(
-            "AIME2025-I", "AIME2025-II"), split="test", n_items=30, fields={
-                "question": "question",
-                "answer": "answer (integer 0-999)"
-            }, fmt="boxed", licence="unclear (competition problems)", redistributable=False,
-              papers=("umad",), convert=_conv_aime,
-              notes="index runs over AIME2025-I (0-14) then AIME2025-II (15-29)"),
-        _spec(
-            name="imo_answerbench", title="IMO-AnswerBench", hf_id="google-deepmind/superhuman",
-            configs=("default",), split="train", n_items=400, loader="csv", data_url=
-            "https://raw.githubusercontent.com/google-deepmind/superhuman/main/imobench/answerbench_v2.csv",
-            fields={
-                "question": "Problem",
-                "answer": "Short Answer (LaTeX)",
-                "meta": "Category"
-            }, fmt="boxed",
-            licence="CC BY 4.0 (not shipped: the kit ships real items of MIT-licensed sets only)",
-            redistributable=False, papers=("svr_mad",), convert=_conv_imo,
-            notes="short answers are LaTeX; the benchmark's own grader is an LLM autograder"),
-        _spec(
-            name="hle_mc", title="Humanity's Last Exam, text-only non-math multiple choice",
-            hf_id="cais/hle", configs=("default",), split="test", fields={
-                "question": "question (options inline, 'Answer Choices:')",
-                "answer": "answer (letter)",
-                "filter": "image == '', answer_type == 'multipleChoice', category != 'Math'"
-            }, fmt="option",
-            licence="gated; the authors ask that items not be redistributed (see the dataset card)",
-            redistributable=False, papers=("svr_mad",), convert=_conv_hle)
-    ]
-})
+# the competition sets (UMAD, SVR-MAD) and Humanity's Last Exam; none is shipped (their
+# licences), so their fixtures are synthetic look-alikes. Laid out by hand, as TASKS above
+# yapf: disable
+TASKS.update({s.name: s for s in [
+    # AMC 2023, numeric answers (UMAD)
+    _spec(name="amc23", title="AMC 2023", hf_id="math-ai/amc23", configs=("default",), split="test",
+          n_items=40, fmt="boxed", licence="unclear (competition problems)", redistributable=False,
+          papers=("umad",), fields={"question": "question", "answer": "answer (number)"},
+          convert=_conv_aime),
+    # AIME 2024, integer answers 0-999 (UMAD)
+    _spec(name="aime24", title="AIME 2024", hf_id="HuggingFaceH4/aime_2024", configs=("default",),
+          split="train", n_items=30, fmt="boxed", licence="unclear (competition problems)",
+          redistributable=False, papers=("umad",),
+          fields={"question": "problem", "answer": "answer (integer 0-999)"},
+          convert=_conv_aime),
+    # AIME 2025, its two papers as two configs (UMAD)
+    _spec(name="aime25", title="AIME 2025", hf_id="opencompass/AIME2025",
+          configs=("AIME2025-I", "AIME2025-II"), split="test", n_items=30, fmt="boxed",
+          licence="unclear (competition problems)", redistributable=False, papers=("umad",),
+          fields={"question": "question", "answer": "answer (integer 0-999)"},
+          convert=_conv_aime,
+          notes="index runs over AIME2025-I (0-14) then AIME2025-II (15-29)"),
+    # IMO-AnswerBench, a CSV file on GitHub rather than a hub dataset (SVR-MAD)
+    _spec(name="imo_answerbench", title="IMO-AnswerBench", hf_id="google-deepmind/superhuman",
+          configs=("default",), split="train", n_items=400, loader="csv",
+          data_url=("https://raw.githubusercontent.com/google-deepmind/superhuman/main/imobench/"
+                    "answerbench_v2.csv"),
+          fmt="boxed",
+          licence="CC BY 4.0 (not shipped: the kit ships real items of MIT-licensed sets only)",
+          redistributable=False, papers=("svr_mad",),
+          fields={"question": "Problem", "answer": "Short Answer (LaTeX)", "meta": "Category"},
+          convert=_conv_imo,
+          notes="short answers are LaTeX; the benchmark's own grader is an LLM autograder"),
+    # Humanity's Last Exam: its text-only multiple-choice questions outside mathematics (SVR-MAD)
+    _spec(name="hle_mc", title="Humanity's Last Exam, text-only non-math multiple choice",
+          hf_id="cais/hle", configs=("default",), split="test", fmt="option",
+          licence="gated; the authors ask that items not be redistributed (see the dataset card)",
+          redistributable=False, papers=("svr_mad",),
+          fields={"question": "question (options inline, 'Answer Choices:')",
+                  "answer": "answer (letter)",
+                  "filter": "image == '', answer_type == 'multipleChoice', category != 'Math'"},
+          convert=_conv_hle)
+]})
+# yapf: enable
 
 # %% ../nbs/data/02_data.ipynb #7c04acb6
 def get_task(name: str) -> TaskSpec:

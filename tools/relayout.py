@@ -1,19 +1,12 @@
 """A room per layer and a room per paper (issue 49): move the notebooks, the papers' tests and printed tables into
 folders, and rewrite every reference to them. Run from anywhere: `.venv/bin/python tools/relayout.py`.
 
-The layout it makes (the README's Layout section is written from the same table, `ROOMS`):
+The layout it makes is the table `ROOMS` below (room -> its notebooks in reading order, with the words a reader
+finds beside each); the README's Layout section is written from it (`readme_layout`), so read either of those, not
+a copy here. In short: a room per layer under nbs/ (core, data, backends, engine, sandbox, evaluation, study; a
+notebook `ROOMS` does not name goes to `DEFAULT_ROOM`, study) and a room per paper, nbs/papers/<paper>/, with
 
-    nbs/core/              00 core types and paths, 00b citing, 01 answers
-    nbs/data/              02 data (the benchmark registry), 02a look-alikes, 02b registries (models, experiments,
-                           planners), 02d loading, 02e your own data
-    nbs/backends/          03 the factory and its family: 03a interface ... 03h generation cache
-    nbs/engine/            02c voting, 04 debate engine, 04a prompts, 04b efficient protocols, 04c role debates
-    nbs/sandbox/           04d the program-of-thought sandbox
-    nbs/evaluation/        05 metrics, 05b statistics, 05c trajectory metrics
-    nbs/study/             06 report, 06a figure layout check, 15 arena, 20 reproduce (the command line), 21 doctor;
-                           any notebook not named here
-    nbs/papers/<paper>/    baseline (09), umad (10, 10b), madc (11), svr (12), rumad (13), meta_debate (14)
-    tests/papers/<paper>/  tests/test_<paper>*.py
+    tests/papers/<paper>/                tests/test_<paper>*.py
     mad_study/fixtures/papers/<paper>/   the paper's printed tables, paper_<name>.csv (`loading.paper_table` finds them)
 
 with params/<paper>/ and figures/<paper>/ as they were, so that a paper's key names one folder in each tree
