@@ -171,8 +171,8 @@ def calibration_targets(model_map: Mapping[str, str] | None = None) -> pd.DataFr
 # the calibration row's design for UMAD Fig. 5's claim (`umad_flip_gap`, `umad_pair`) against umad_fig5's
 # (params/umad/umad_decomposition.yaml, sim profile): the two differ, so their numbers do
 UMAD_FLIP_DESIGN = (
-    "2 agents (A0 sim-qwen2.5-3b, A1 sim-qwen3-4b), T=1 -> T=2 at temperature 0.6; umad_fig5 "
-    "runs App. D.5's 100 items x K = 8 threads at temperature 1.0, hence its other numbers")
+    "A0 sim-qwen2.5-3b, A1 sim-qwen3-4b, turn 1 -> 2, temperature 0.6 (umad_fig5: 100 items x K = 8 "
+    "threads, temperature 1.0)")
 
 
 def claim_rows(model_map: Mapping[str, str] | None = None) -> pd.DataFrame:
@@ -764,11 +764,15 @@ def _verdict(controlled: bool, neutral: bool, sign: float, d: dict | None) -> st
     """A calibration row's verdict in the table's words: `d` is effect - control as `beyond_control` (05b_stats)
     judges it (its `verdict`: yes / no / not resolved with the printed sign); reproduced only when yes; a printed 0
     (judged against +1: only whether it is resolved counts) not resolved is "consistent with 0 (not resolved)",
-    never reproduced (MADC, UMAD, RUMAD, Du et al. rows)."""
+    never reproduced; a row whose mechanism changes no answer on its items (effect - control 0 [0, 0]) is no fit,
+    whatever its parameter's status (MADC, UMAD, RUMAD, Du et al. rows)."""
     if not controlled:
         return "a level: no control"
     if neutral:
         return "mechanism 0 in the fitted world: nothing to control"
+    # a mechanism that changes no answer on these items (effect = control on every item) fits nothing here
+    if d is not None and d["ci_low"] == d["ci_high"] == 0:
+        return "not a fit here: switching it off changes no answer (effect - control 0 [0, 0])"
     if not np.isfinite(sign):
         return "no printed sign: not judged"
     resolved = d is not None and d["verdict"] != "not resolved"
@@ -920,7 +924,7 @@ def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, s
                                                      and e["sim"] > printed)):
             t = _miss_sentence(r, param, value, status, e, c, e["n_items"])
         design = r.get("design")
-        design = f"{e['n_items']} items x {seeds} thread(s)" + (
+        design = f"{e['n_items']} items x {seeds} thread{'s' if seeds != 1 else ''}" + (
             f"; {design}" if isinstance(design, str) and design else "")
         rows.append(
             dict(
