@@ -13,6 +13,12 @@ Each code cell (cells with IPython magics or shell lines are left as they are):
    argument of a call that does not fit on its own line.
 3. A comment hung on a closing bracket (`)  # why`) moves above the line that opens that bracket, at its
    indentation; yapf then packs again.
+4. A comment past the 100th column is wrapped (`wrap_comments`): a whole-line comment into several lines at its
+   indentation, a comment after code moved above its line first (comments above the line they explain). Tool
+   directives (`#|`, `# noqa`, ...) stay where they are.
+5. A docstring paragraph with a line past the 100th column is re-filled at its indentation (`wrap_docstrings`);
+   paragraphs that hold a list, a table, an example or deeper-indented lines are left as written. Other long strings
+   (captions, f-strings) are the writer's to split.
 Then `nbdev-clean` and `nbdev-export`. `--check` changes nothing and exits 1 naming the cells it would change (what
 `make lint` and tests/test_layout.py run). `ruff check nbs` (lint) is separate and unchanged.
 `hung_comments(source)` is what tests/test_layout.py uses to check that no cell holds one.
@@ -22,6 +28,7 @@ import json
 import keyword
 import subprocess
 import sys
+import textwrap
 import tokenize
 import tomllib
 from pathlib import Path
@@ -75,6 +82,88 @@ def unhang(src: str) -> tuple[str, int]:
         indent = len(lines[top - 1]) - len(lines[top - 1].lstrip())
         lines.insert(top - 1, " " * indent + text)
     return "\n".join(lines), len(moves)
+
+
+def wrap_comments(src: str, width: int = 100) -> str:
+    """The source with every comment that passes column `width` wrapped at its indentation (a comment after code
+    moves above that line first); directives (`#|`, `KEEP`) stay. Unchanged when the cell does not tokenize."""
+    toks = _tokens(src)
+    if toks is None:
+        return src
+    lines = src.split("\n")
+    for t in sorted((t for t in toks if t.type == tokenize.COMMENT), key=lambda t: -t.start[0]):
+        row, col = t.start
+        line = lines[row - 1]
+        if len(line) <= width or t.string.startswith(("#|", "# |", *KEEP)) or not t.string.startswith("# "):
+            continue
+        before = line[:col].rstrip()
+        indent = len(line) - len(line.lstrip())
+        words = t.string[2:].strip()
+        room = max(width - indent - 2, 40)
+        wrapped = [" " * indent + "# " + w for w in textwrap.wrap(words, room, break_long_words=False,
+                                                                 break_on_hyphens=False)]
+        if before.strip():
+            lines[row - 1:row] = wrapped + [before]
+        else:
+            lines[row - 1:row] = wrapped
+    return "\n".join(lines)
+
+
+_NOT_PROSE = ("-", "*", ">>>", "|", "+", "```")
+
+
+def _prose(line: str, indent: int) -> bool:
+    "A docstring line that may be re-filled: at the paragraph's indentation, no list item, table, example or `\\`."
+    body = line[indent:]
+    return (line[:indent].strip() == "" and body.strip() != "" and not body.startswith((" ", "\t"))
+            and not body.lstrip('rRbBuU"\'').startswith(_NOT_PROSE) and not line.rstrip().endswith("\\")
+            and not (body[:1].isdigit() and body.split(" ", 1)[0].rstrip(".)").isdigit()))
+
+
+def wrap_docstrings(src: str, width: int = 100) -> str:
+    """The source with every docstring paragraph that passes column `width` re-filled at its indentation (the
+    words and their order unchanged); a paragraph that is not plain prose (`_prose`) is left. Unchanged when the
+    cell does not parse."""
+    import ast
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return src
+    lines = src.split("\n")
+    docs = [n.body[0] for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)
+            and isinstance(n.body[0].value.value, str)]
+    for d in sorted(docs, key=lambda d: -d.lineno):
+        first = lines[d.lineno - 1]
+        indent = len(first) - len(first.lstrip())
+        one = first.strip()
+        # a one-line "docstring" past the width becomes a triple-quoted one, then is filled as below
+        if (d.lineno == d.end_lineno and len(first) > width and len(one) > 2 and one[0] == one[-1] == '"'
+                and one[1:2] != '"' and '"""' not in one and not one[-2:-1] in ('"', "\\")):
+            first = lines[d.lineno - 1] = " " * indent + '""' + one + '""'
+        if not first.lstrip().lstrip("rRuU").startswith(('"""', "'''")):
+            continue
+        rows = list(range(d.lineno - 1, d.end_lineno))
+        # paragraphs: runs of non-blank lines
+        paras, cur = [], []
+        for r in rows:
+            if lines[r].strip() in ("", '"""', "'''"):
+                if cur:
+                    paras.append(cur)
+                cur = []
+            else:
+                cur.append(r)
+        if cur:
+            paras.append(cur)
+        for para in reversed(paras):
+            if not any(len(lines[r]) > width for r in para) or not all(_prose(lines[r], indent) for r in para):
+                continue
+            words = " ".join(lines[r].strip() for r in para).split()
+            filled = textwrap.wrap(" ".join(words), width - indent, break_long_words=False,
+                                   break_on_hyphens=False)
+            lines[para[0]:para[-1] + 1] = [" " * indent + w for w in filled]
+    return "\n".join(lines)
 
 
 def unhang_notebook(path: Path) -> int:
@@ -151,6 +240,7 @@ def tidy_source(src: str, style: dict | None = None) -> str:
     out = src
     for _ in range(4):
         new = FormatCode(unhang(strip_trailing_commas(out))[0], style_config=style)[0].rstrip("\n")
+        new = wrap_docstrings(wrap_comments(new, style.get("column_limit", 100)), style.get("column_limit", 100))
         if new == out:
             break
         out = new
