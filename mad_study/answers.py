@@ -29,8 +29,9 @@ _BRACE_TOKEN_RE = re.compile(r"\\.|[{}]", re.S)
 
 
 def _brace_pairs(s: str) -> dict[int, int]:
-    """Positions of matching braces, `{open: close}`, in one pass (escaped `\\{` `\\}` skipped; unclosed ones absent).
-    The regular expression visits only braces and backslashes (a character loop over long texts was the cost of extraction)."""
+    """Positions of matching braces, `{open: close}`, in one pass (escaped `\\{` `\\}` skipped;
+    unclosed ones absent). The regular expression visits only braces and backslashes (a character
+    loop over long texts was the cost of extraction)."""
     pairs, stack = {}, []
     for m in _BRACE_TOKEN_RE.finditer(s):
         c = m.group()
@@ -62,7 +63,8 @@ def all_boxes(s: str) -> list[tuple[int, str]]:
 
 # %% ../nbs/core/01_answers.ipynb #b4f2bdce
 def last_boxed(text: str) -> str | None:
-    "Content of the last complete `\\boxed{...}` or `\\fbox{...}` in `text` (nested braces handled), else None."
+    """Content of the last complete `\\boxed{...}` or `\\fbox{...}` in `text` (nested braces
+    handled), else None."""
     try:
         if not isinstance(text, str):
             return None
@@ -73,8 +75,8 @@ def last_boxed(text: str) -> str | None:
 
 # %% ../nbs/core/01_answers.ipynb #b3f5415e
 def strip_wrappers(s: str) -> str:
-    r"""`s` without what wraps an answer: markdown emphasis (`*`, `_`), `$...$`, `\(...\)`, `\[...\]` and
-    trailing `.,;:`, peeled up to four layers deep."""
+    r"""`s` without what wraps an answer: markdown emphasis (`*`, `_`), `$...$`, `\(...\)`,
+    `\[...\]` and trailing `.,;:`, peeled up to four layers deep."""
     s = s.strip()
     for _ in range(4):
         before = s
@@ -91,14 +93,17 @@ def strip_wrappers(s: str) -> str:
     return s
 
 # %% ../nbs/core/01_answers.ipynb #99480dbe
-# a row separator `\\` (kept whole), or a spacing command: `\!` (removed), `\,` `\;` `\ ` `\quad` ...
-# (a space). Read left to right, `\\` is consumed first, so the second backslash of `\\ ` never starts a `\ `
+# a row separator `\\` (kept whole), or a spacing command: `\!` (removed), `\,` `\;` `\ ` `\quad`
+# ...
+# (a space). Read left to right, `\\` is consumed first, so the second backslash of `\\ ` never
+# starts a `\ `
 _SPACING_RE = re.compile(r"\\\\|\\(?:displaystyle|quad|qquad)(?![a-zA-Z])|\\[!,; ]")
 
 
 def normalize_latex(s: str) -> str:
-    """Light normalisation of a LaTeX answer: wrappers, trailing punctuation, `\\left`/`\\right`, `\\dfrac` -> `\\frac`,
-    spacing commands (a matrix's row separator `\\\\` kept). Never raises: a value whose `str` fails normalises to ``."""
+    """Light normalisation of a LaTeX answer: wrappers, trailing punctuation, `\\left`/`\\right`,
+    `\\dfrac` -> `\\frac`, spacing commands (a matrix's row separator `\\\\` kept). Never raises: a
+    value whose `str` fails normalises to ``."""
     try:
         s = strip_wrappers(str(s))
     except Exception:
@@ -118,9 +123,9 @@ NUM_RE = re.compile(r"(?<![\w.)\]}])(?P<sign>[-−+]?)\s?\$?\s?"
 
 
 def clean_number_text(s: str) -> str:
-    r"""`s` with its numbers in plain form for `NUM_RE`: Unicode minus signs as `-`, thin spaces dropped, a LaTeX
-    fraction of digits as `a/b`, LaTeX thousands separators as commas, `\text{...}` unwrapped, `\$`, `\%`, `\left` and
-    `\right` dropped (the kit's own)."""
+    r"""`s` with its numbers in plain form for `NUM_RE`: Unicode minus signs as `-`, thin spaces
+    dropped, a LaTeX fraction of digits as `a/b`, LaTeX thousands separators as commas, `\text{...}`
+    unwrapped, `\$`, `\%`, `\left` and `\right` dropped (the kit's own)."""
     s = s.replace("−", "-").replace("–", "-").replace("\u2009", "").replace("\u202f", "")
     s = re.sub(r"\\[dt]?frac\s*\{\s*([-−]?[\d.,]+)\s*\}\s*\{\s*([\d.,]+)\s*\}", r"\1/\2", s)
     s = re.sub(r"\\[dt]?frac\s*(\d)(\d)", r"\1/\2", s)
@@ -136,7 +141,8 @@ _MAX_DIGITS = 4000
 
 
 def to_fraction(m: re.Match) -> Fraction | None:
-    "The value of one number match; None for a zero denominator or a run of more than `_MAX_DIGITS` characters."
+    """The value of one number match; None for a zero denominator or a run of more than
+    `_MAX_DIGITS` characters."""
     if m.end() - m.start() > _MAX_DIGITS:
         return None
     val = Fraction(m.group("int").replace(",", "") + (m.group("frac") or ""))
@@ -149,8 +155,9 @@ def to_fraction(m: re.Match) -> Fraction | None:
 
 # %% ../nbs/core/01_answers.ipynb #f63d8137
 def number_candidates(s: Any) -> list[Fraction]:
-    """All numbers in `s`, in order, as exact Fractions (see the rules above). Never raises: bytes are decoded, a
-    number is its own value, anything else is read as its `str`; a run of over `_MAX_DIGITS` digits is skipped."""
+    """All numbers in `s`, in order, as exact Fractions (see the rules above). Never raises: bytes
+    are decoded, a number is its own value, anything else is read as its `str`; a run of over
+    `_MAX_DIGITS` digits is skipped."""
     try:
         if isinstance(s, (bytes, bytearray)):
             s = bytes(s).decode("utf-8", errors="replace")
@@ -170,7 +177,8 @@ def number_candidates(s: Any) -> list[Fraction]:
 
 # %% ../nbs/core/01_answers.ipynb #6e1ba7ed
 def parse_number(s: Any, last: bool = True) -> Fraction | None:
-    "One number from `s` as a Fraction (the last one when there are several, else the first), or None."
+    """One number from `s` as a Fraction (the last one when there are several, else the first), or
+    None."""
     try:
         if isinstance(s, bool) or s is None:
             return None
@@ -187,8 +195,9 @@ def parse_number(s: Any, last: bool = True) -> Fraction | None:
 
 # %% ../nbs/core/01_answers.ipynb #c71b5296
 def canonical_number(v: Fraction | int | float | str | None) -> str | None:
-    """Canonical string of a number: `18`, `-3`, `0.75`; non-terminating decimals rounded to 10 places. None when
-    `v` holds no number or its value is past `_MAX_DIGITS` digits (never raises)."""
+    """Canonical string of a number: `18`, `-3`, `0.75`; non-terminating decimals rounded to 10
+    places. None when `v` holds no number or its value is past `_MAX_DIGITS` digits (never
+    raises)."""
     if v is None:
         return None
     if not isinstance(v, Fraction):
@@ -219,7 +228,8 @@ UNWRAP_RE = re.compile(r"\\(?:textbf|mathbf|mathrm|mbox|textit|operatorname)\s*\
 _EXPR_BEFORE_RE = re.compile(
     r"(?:(?<![*_])[*_]|[\^{×·÷/!+\-−]|\\(?!approx\b|quad\b|qquad\b|le\b|ge\b|leq\b|geq\b)[a-zA-Z]+)\s*$"
 )
-# before a `+`/`-` read as the number's sign: a number, a closing bracket or a one-letter variable (binary)
+# before a `+`/`-` read as the number's sign: a number, a closing bracket or a one-letter variable
+# (binary)
 _BINARY_BEFORE_RE = re.compile(r"(?:\d|[)\]}]|(?<![A-Za-z])[A-Za-z])\s*$")
 _UNIT_LETTERS = "mgshLkKM"  # one-letter units a number may carry attached (`5m`, `3h`, `5k`)
 _EXPR_AFTER_RE = re.compile(
@@ -248,7 +258,8 @@ def in_expression(c: str, m: re.Match) -> bool:
 
 # %% ../nbs/core/01_answers.ipynb #7bc51cf2
 def read_number(s: str, last: bool = False) -> tuple[Fraction | None, bool]:
-    "`(value, alone)`: the first (or last) number of `s` and whether it stands alone, not a term of an expression."
+    """`(value, alone)`: the first (or last) number of `s` and whether it stands alone, not a term
+    of an expression."""
     c = clean_number_text(UNWRAP_RE.sub(r"\1", s))
     ms = list(NUM_RE.finditer(c))
     for m in reversed(ms) if last else ms:
@@ -259,7 +270,8 @@ def read_number(s: str, last: bool = False) -> tuple[Fraction | None, bool]:
 
 # %% ../nbs/core/01_answers.ipynb #2be40510
 def number_value(a: Any) -> Fraction | None:
-    "A `number` answer's value: `parse_number`, except that a string whose last number is a term of an expression has none."
+    """A `number` answer's value: `parse_number`, except that a string whose last number is a term
+    of an expression has none."""
     if not isinstance(a, str):
         return parse_number(a)
     v, alone = read_number(a[-MAX_CHARS:], last=True)
@@ -290,8 +302,10 @@ _NOT_AN_ANSWER_RE = re.compile(
 _NOT_BUT_RE = re.compile(r"not\b[^.\n]{0,80}?\b(?:but|rather)\b[\s,:]*(?:it\s+is\s+|is\s+)?", re.I)
 
 # %% ../nbs/core/01_answers.ipynb #0508c16b
-# a clause ends at a sentence end, a semicolon, or a contrast ("..., but I think"). Only where the last clause
-# ends is read, so the contrast word alone is matched (not ",? \s*" before it), and the lookahead of first letters
+# a clause ends at a sentence end, a semicolon, or a contrast ("..., but I think"). Only where the
+# last clause
+# ends is read, so the contrast word alone is matched (not ",? \s*" before it), and the lookahead of
+# first letters
 # lets re skip other positions: 3.5x faster, the same ends (tested below)
 _CLAUSE_RE = re.compile(
     r"(?=[.!?;\nbhwaty])(?:[.!?;\n](?:\s|$)|[;\n]|\b(?:but|however|whereas|while|although|though|yet)\b)",
@@ -326,9 +340,9 @@ _FIRST_PERSON_RE = re.compile(r"\b(?:I|I'm|I've|we|my|our)\b")
 
 
 def is_attributed(s: str, p: int) -> bool:
-    """Whether an answer at `p` is another agent's: `Agent 2 chose (A)`, `their answer is`, `agent 1's`.
-    Not when the clause agrees (`I agree with Agent 2, who chose (B)`) or speaks for itself after
-    naming the others (`Given the other agents' solutions, I think ...`)."""
+    """Whether an answer at `p` is another agent's: `Agent 2 chose (A)`, `their answer is`, `agent
+    1's`. Not when the clause agrees (`I agree with Agent 2, who chose (B)`) or speaks for itself
+    after naming the others (`Given the other agents' solutions, I think ...`)."""
     c = _clause_before(s, p)
     if _POSSESSIVE_RE.search(c):
         return True
@@ -350,11 +364,11 @@ def is_excluded(s: str, p: int, q: int) -> bool:
 
 # %% ../nbs/core/01_answers.ipynb #4e1f346f
 def answer_statements(s: str, kws=("answer",)) -> list[tuple[int, str]]:
-    """Positions and the rest of the line after each of the responder's own answer statements (`kws`:
-    which keywords count), in order of preference (the preferred one last: final statements after plain
-    ones, then by position). Statements about an answer ("the answer is correct"), another agent's
-    statements ("Agent 2 says the answer is", "their answer is") and rejections are skipped;
-    "the answer is not X but Y" reads Y."""
+    """Positions and the rest of the line after each of the responder's own answer statements
+    (`kws`: which keywords count), in order of preference (the preferred one last: final statements
+    after plain ones, then by position). Statements about an answer ("the answer is correct"),
+    another agent's statements ("Agent 2 says the answer is", "their answer is") and rejections are
+    skipped; "the answer is not X but Y" reads Y."""
     # each cue with whether it is a final statement ("final answer", "Final:")
     cues = [(m, (m.group("final") or "").lower() == "final") for m in _STMT_RE.finditer(s)
             if m.group("kw").lower() in kws and not m.group("plural")]
@@ -366,12 +380,14 @@ def answer_statements(s: str, kws=("answer",)) -> list[tuple[int, str]]:
         if _HEADING_RE.search(s[max(0, m.start() - 40):m.start()]):
             continue  # "Let's evaluate each option:" heads a walk-through
 
-        # 300 characters, and the rest of a digit run the window would cut (it is then too long to be a number)
+        # 300 characters, and the rest of a digit run the window would cut (it is then too long to
+        # be a number)
         end = m.end() + 300
         rest = (s[m.end():end] + re.match(r"\d*", s[end:end + _MAX_DIGITS + 1]).group()).split(
             "\n", 1)[0]
         if "\n" in re.search(r"[\s*_]*$", m.group()).group():
-            # a cue that ends its line: the next line is the answer only when short and not an option list
+            # a cue that ends its line: the next line is the answer only when short and not an
+            # option list
             listing = listing_lines(s) if listing is None else listing
             if len(rest.strip()) > 40 or s.count("\n", 0, m.end()) in listing:
                 continue
@@ -415,8 +431,9 @@ _LINEMARK_RE = re.compile(rf"^\s*[*_]*\(?({_L})[).:][*_]*\s+\S")
 
 
 def letter_from(s: str, lower_ok: bool = True, strict: bool = False) -> str | None:
-    """A letter in `OPTION_LETTERS` (A-K) when `s` is essentially just one (`B`, `(B)`, `\\text{B}`, `option B`; unless `strict`, also
-    a letter with its option text, `B) 4`), else None. Lower-case letters only when `lower_ok`."""
+    """A letter in `OPTION_LETTERS` (A-K) when `s` is essentially just one (`B`, `(B)`, `\\text{B}`,
+    `option B`; unless `strict`, also a letter with its option text, `B) 4`), else None. Lower-case
+    letters only when `lower_ok`."""
     s = re.sub(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s*\{([^{}]*)\}", r"\1", s)
     s = strip_wrappers(s)
     s = re.sub(r"^(?:option|choice)\s+", "", s, flags=re.I).strip()
@@ -430,12 +447,14 @@ def letter_from(s: str, lower_ok: bool = True, strict: bool = False) -> str | No
 
 # %% ../nbs/core/01_answers.ipynb #46acc137
 def _consecutive(letters: list[str]) -> bool:
-    "Whether option letters run in order, each the next letter (`A B C`): a list, not prose naming options."
+    """Whether option letters run in order, each the next letter (`A B C`): a list, not prose naming
+    options."""
     return all(ord(b) - ord(a) == 1 for a, b in zip(letters, letters[1:]))
 
 # %% ../nbs/core/01_answers.ipynb #b1efe777
 def listing_lines(s: str) -> set[int]:
-    "Indices of the lines of `s` that belong to an option list (the rule above): no letter on them is an answer."
+    """Indices of the lines of `s` that belong to an option list (the rule above): no letter on them
+    is an answer."""
     lines = s.split("\n")
     starts = [bool(_LINEMARK_RE.match(l)) for l in lines]
     nonempty = [i for i, l in enumerate(lines) if l.strip()]

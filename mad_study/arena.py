@@ -148,12 +148,12 @@ def engine_debate(baseline: str | None = None, madc: str | None = None) -> Calla
 # %% ../nbs/study/15_arena.ipynb #5be419eb
 def run_rumad(arena: Arena, key: str):
     """RUMAD's trained controller (RUMAD Alg. 1 at inference: `mad_study.rumad.RumadController`) on
-    the kit's engine, loaded from `arena.rumad_checkpoint` (sim: the kit's speak head, issue 52, deployed
-    by its checkpoint's rule, P(speak) >= 0.5), one thread (`one_thread`). Its debate rounds use RUMAD's
-    tagged wording (Table 8: each shown peer with its importance tag, Eq. 5); its round 0 keeps the
-    arena's opening and system prompt, so that round 0 stays shared with the other engine methods
-    (RUMAD's own opening and system prompt are not used). Rows: `debate_costs` of its debate;
-    `arena.notes[key]` says which controller ran."""
+    the kit's engine, loaded from `arena.rumad_checkpoint` (sim: the kit's speak head, issue 52,
+    deployed by its checkpoint's rule, P(speak) >= 0.5), one thread (`one_thread`). Its debate
+    rounds use RUMAD's tagged wording (Table 8: each shown peer with its importance tag, Eq. 5); its
+    round 0 keeps the arena's opening and system prompt, so that round 0 stays shared with the other
+    engine methods (RUMAD's own opening and system prompt are not used). Rows: `debate_costs` of its
+    debate; `arena.notes[key]` says which controller ran."""
     import dataclasses
 
     from mad_study.core import ConfigError

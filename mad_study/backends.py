@@ -88,8 +88,11 @@ def make_backend(model_name: str, *, quant: str = "nf4",
                  cache: GenerationCache | str | os.PathLike | bool | None = None,
                  sim_agents: Mapping[str, Mapping] | None = None,
                  sim_off: Sequence[str] | None = None, backend: str = "hf", **kw) -> Backend:
-    """A backend for a registry name (or a `MODEL_PREFIXES` name such as `umad-train:<checkpoint>/<agent>`): `SimBackend` for 'sim*' names, else `HFBackend` (`backend="hf"`) or
-    `mad_study.serving.OpenAIBackend` (`backend="openai"`, `kw` = its arguments); behind `CachedBackend` if `cache` is given; `sim_off`: the sim mechanisms switched off (03b_sim), for every sim model."""
+    """A backend for a registry name (or a `MODEL_PREFIXES` name such as
+    `umad-train:<checkpoint>/<agent>`): `SimBackend` for 'sim*' names, else `HFBackend`
+    (`backend="hf"`) or `mad_study.serving.OpenAIBackend` (`backend="openai"`, `kw` = its
+    arguments); behind `CachedBackend` if `cache` is given; `sim_off`: the sim mechanisms switched
+    off (03b_sim), for every sim model."""
     spec = spec_for(model_name)
     kind = backend
     if spec.kind == "sim":
@@ -112,7 +115,8 @@ def make_backend(model_name: str, *, quant: str = "nf4",
 
 # %% ../nbs/backends/03_backends.ipynb #a2dc4bc2
 def loaded_footprint_bytes(backend: Backend) -> int:
-    "Bytes of weights and buffers of a loaded backend's model (0 for synthetic agents); unwraps `CachedBackend`."
+    """Bytes of weights and buffers of a loaded backend's model (0 for synthetic agents); unwraps
+    `CachedBackend`."""
     while hasattr(backend, "inner"):
         backend = backend.inner
     model = getattr(backend, "model", None)

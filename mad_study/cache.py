@@ -28,7 +28,8 @@ __all__ = ['CLAIM_TIMEOUT', 'POLL_SECONDS', 'CacheError', 'pid_alive', 'Generati
 
 # %% ../nbs/backends/03h_cache.ipynb #63208fe4
 class CacheError(ConfigError):
-    "The generation cache cannot be opened or written (read-only location, disk full, corrupt file)."
+    """The generation cache cannot be opened or written (read-only location, disk full, corrupt
+    file)."""
 
 # %% ../nbs/backends/03h_cache.ipynb #1e83dfd5
 CLAIM_TIMEOUT = 3600.0  # seconds after which a claim held by a live process is taken over
@@ -48,13 +49,15 @@ def _proc_stat(pid: int) -> list[str] | None:
 
 # %% ../nbs/backends/03h_cache.ipynb #d3b22ef3
 def _proc_start(pid: int) -> str | None:
-    "Start time (clock ticks since boot) of process `pid`: tells a reused pid from the original process."
+    """Start time (clock ticks since boot) of process `pid`: tells a reused pid from the original
+    process."""
     f = _proc_stat(pid)
     return f[19] if f and len(f) > 19 else None
 
 # %% ../nbs/backends/03h_cache.ipynb #c775d8a3
 def pid_alive(pid: int, start: str | None = None) -> bool:
-    "Whether process `pid` exists, is not a zombie and (when `start` is given and /proc is readable) is the same process."
+    """Whether process `pid` exists, is not a zombie and (when `start` is given and /proc is
+    readable) is the same process."""
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
@@ -72,7 +75,8 @@ def pid_alive(pid: int, start: str | None = None) -> bool:
 
 # %% ../nbs/backends/03h_cache.ipynb #3386eeb4
 class GenerationCache:
-    "SQLite (WAL) store of generations keyed by `GenRequest.cache_key(backend_id)`; counts hits and misses; claims for concurrent runs."
+    """SQLite (WAL) store of generations keyed by `GenRequest.cache_key(backend_id)`; counts hits
+    and misses; claims for concurrent runs."""
     def __init__(self, path: str | os.PathLike | None = None, timeout: float = 60.0,
                  claim_timeout: float = CLAIM_TIMEOUT):
         self.path = Path(path) if path is not None else runs_dir() / "cache" / "generations.sqlite"
@@ -113,7 +117,8 @@ def _error(self: GenerationCache, what: str, e: BaseException) -> CacheError:
 @patch
 def get_many(self: GenerationCache, keys: Sequence[str],
              count: bool = True) -> dict[str, Generation]:
-    "The cached generations among `keys` (as `{key: Generation(cached=True)}`); counts hits and misses (unless `count=False`)."
+    """The cached generations among `keys` (as `{key: Generation(cached=True)}`); counts hits and
+    misses (unless `count=False`)."""
     keys = list(dict.fromkeys(keys))
     found: dict[str, Generation] = {}
     with self._lock:
@@ -133,7 +138,8 @@ def get_many(self: GenerationCache, keys: Sequence[str],
 # %% ../nbs/backends/03h_cache.ipynb #a47e1ae8
 @patch
 def put_many(self: GenerationCache, pairs: Iterable[tuple[str, Generation | str]]) -> int:
-    "Store `(key, generation)` pairs and commit at once (dropping their claims); generations with finish_reason 'error' are not stored."
+    """Store `(key, generation)` pairs and commit at once (dropping their claims); generations with
+    finish_reason 'error' are not stored."""
     rows, keys, now = [], [], time.time()
     for k, g in pairs:
         keys.append((k,))
@@ -159,7 +165,8 @@ def put_many(self: GenerationCache, pairs: Iterable[tuple[str, Generation | str]
 # %% ../nbs/backends/03h_cache.ipynb #38ed3591
 @patch
 def note_backend(self: GenerationCache, backend_id: str, batch_invariant: bool) -> None:
-    "Record that `backend_id`'s generations may depend on the batch that computed them (a no-op for batch-invariant ones)."
+    """Record that `backend_id`'s generations may depend on the batch that computed them (a no-op
+    for batch-invariant ones)."""
     if batch_invariant:
         return
     with self._lock:
@@ -172,7 +179,8 @@ def note_backend(self: GenerationCache, backend_id: str, batch_invariant: bool) 
 # %% ../nbs/backends/03h_cache.ipynb #14e82aee
 @patch
 def batch_variant_backends(self: GenerationCache) -> list[str]:
-    "Backend ids whose cached generations may depend on the batch that computed them (`note_backend`)."
+    """Backend ids whose cached generations may depend on the batch that computed them
+    (`note_backend`)."""
     with self._lock:
         rows = self._conn.execute(
             "SELECT k FROM meta WHERE k LIKE 'batch_variant:%' ORDER BY k").fetchall()
@@ -220,7 +228,8 @@ def claim(self: GenerationCache, keys: Iterable[str], owner: str,
 @patch
 def _claim_window(self: GenerationCache, part: list[str], owner: str, limit: float, me: tuple,
                   now: float, alive: dict, won: list, held: list, done: dict) -> None:
-    "One window of `claim`, inside its transaction: note what is stored, take the keys that are free, ours or stale."
+    """One window of `claim`, inside its transaction: note what is stored, take the keys that are
+    free, ours or stale."""
     ph = ",".join("?" * len(part))
     for k, v in self._conn.execute(f"SELECT key, value FROM generations WHERE key IN ({ph})", part):
         done[k] = Generation.from_json(v, cached=True)
@@ -280,8 +289,9 @@ def __contains__(self: GenerationCache, key: str) -> bool:
 # %% ../nbs/backends/03h_cache.ipynb #8b512183
 @patch
 def stats(self: GenerationCache) -> dict:
-    """Since this object was made: lookups found (`hits`) and not found (`misses`) by `get_many`; of the misses,
-    generations computed by this process (`computed`) and computed by another process while this one waited (`waited`)."""
+    """Since this object was made: lookups found (`hits`) and not found (`misses`) by `get_many`; of
+    the misses, generations computed by this process (`computed`) and computed by another process
+    while this one waited (`waited`)."""
     return dict(hits=self.hits, misses=self.misses, computed=self.computed, waited=self.waited)
 
 # %% ../nbs/backends/03h_cache.ipynb #45f3ff4a
@@ -306,7 +316,8 @@ POLL_SECONDS = (0.05, 1.0)
 
 # %% ../nbs/backends/03h_cache.ipynb #29b5cf8a
 class CachedBackend(BaseBackend):
-    "Serves hits from a `GenerationCache`; computes only misses it claims (chunk by chunk, committed); waits for others' claims."
+    """Serves hits from a `GenerationCache`; computes only misses it claims (chunk by chunk,
+    committed); waits for others' claims."""
     def __init__(self, inner: Backend, cache: GenerationCache | str | os.PathLike | None = None,
                  chunk_size: int | None = None):
         self.inner = inner
@@ -327,7 +338,8 @@ class CachedBackend(BaseBackend):
 @patch
 def _lookup(self: CachedBackend, requests: list[GenRequest],
             keys: list[str]) -> tuple[list, dict[str, list[int]]]:
-    "The hits, in request order (None for a miss), and the misses as `{key: [positions]}` (identical requests share one)."
+    """The hits, in request order (None for a miss), and the misses as `{key: [positions]}`
+    (identical requests share one)."""
     found = self.cache.get_many(keys)
     out: list[Generation | None] = [None] * len(requests)
     pending: dict[str, list[int]] = {}
@@ -362,7 +374,8 @@ def _compute(self: CachedBackend, requests: list[GenRequest], won: list[str], pe
 # %% ../nbs/backends/03h_cache.ipynb #e92d640f
 @patch
 def generate(self: CachedBackend, requests: list[GenRequest]) -> list[Generation]:
-    "Generations for `requests` in order: hits from the cache, misses claimed and computed chunk by chunk, or waited for."
+    """Generations for `requests` in order: hits from the cache, misses claimed and computed chunk
+    by chunk, or waited for."""
     requests = list(requests)
     keys = [r.cache_key(self.inner.backend_id) for r in requests]
     out, pending = self._lookup(requests, keys)
@@ -395,7 +408,8 @@ def generate(self: CachedBackend, requests: list[GenRequest]) -> list[Generation
 # %% ../nbs/backends/03h_cache.ipynb #4068c2f9
 @patch
 def stats(self: CachedBackend) -> dict:
-    "Requests served from the cache (`hits`), not found (`misses`), generations computed here (`computed`) and by others while we waited (`waited`)."
+    """Requests served from the cache (`hits`), not found (`misses`), generations computed here
+    (`computed`) and by others while we waited (`waited`)."""
     return dict(hits=self.hits, misses=self.misses, computed=self.computed, waited=self.waited)
 
 # %% ../nbs/backends/03h_cache.ipynb #fde2c52b

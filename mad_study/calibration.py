@@ -38,7 +38,8 @@ __all__ = ['FITTED_FIELD', 'UMAD_FLIP_DESIGN', 'STATISTICS', 'GRIDS', 'FIT_ORDER
            'not_shown_rows', 'calibration_view']
 
 # %% ../nbs/study/16_calibration.ipynb #8a89e2cb
-# the mechanisms this fit sets -> the SimAgent field that carries each one's strength: the first field of the sim's own
+# the mechanisms this fit sets -> the SimAgent field that carries each one's strength: the first
+# field of the sim's own
 # table (03b_sim `MECHANISMS`); competence's `skill` is fitted exactly, per task, as `task_skill`
 FITTED_FIELD = {
     m: SIM_MECHANISMS[m]["fields"][0]
@@ -48,7 +49,8 @@ FITTED_FIELD = {
 
 # %% ../nbs/study/16_calibration.ipynb #d3dcade9
 def sim_model_of(model: str, model_map: Mapping[str, str] | None = None) -> str:
-    "The sim model that stands for a paper's `model` in the sim profile's `model_map` (`*`: the default); used for MADC, UMAD, RUMAD, SVR-MAD and Du et al.'s rows."
+    """The sim model that stands for a paper's `model` in the sim profile's `model_map` (`*`: the
+    default); used for MADC, UMAD, RUMAD, SVR-MAD and Du et al.'s rows."""
     mm = dict(model_map if model_map is not None else load_profile("sim").get("model_map", {}))
     return mm.get(model, mm.get("*", "sim-generic"))
 
@@ -62,10 +64,11 @@ def _row(paper, source, quantity, model, task, printed, mechanism, statistic, mm
 
 # %% ../nbs/study/16_calibration.ipynb #b0830900
 def _madc_rows(mm: Mapping[str, str]) -> list[dict]:
-    """MADC Table 1 (10 agents, one debate round; MAD = the Fixed order, Self-Consistency = the vote of 10 independent
-    answers) and Tables 2-5 (MAD, 10 vs 3 agents; MADC - MAD at 10). Table 1's MAD - Self-Consistency and MADC - MAD
-    are served by truth-favouring persuasion (03b_sim `persuasion`): a debate round beats the vote only if a shown
-    correct answer persuades more than a wrong one."""
+    """MADC Table 1 (10 agents, one debate round; MAD = the Fixed order, Self-Consistency = the vote
+    of 10 independent answers) and Tables 2-5 (MAD, 10 vs 3 agents; MADC - MAD at 10). Table 1's MAD
+    - Self-Consistency and MADC - MAD are served by truth-favouring persuasion (03b_sim
+    `persuasion`): a debate round beats the vote only if a shown correct answer persuades more than
+    a wrong one."""
     rows, src = [], "MADC Table 1"
     quantities = (("Single CoT accuracy", "competence", "round0_accuracy"),
                   ("MAD - Single CoT (points)", "conformity", "madc_debate_gain"),
@@ -95,8 +98,9 @@ def _madc_rows(mm: Mapping[str, str]) -> list[dict]:
 
 # %% ../nbs/study/16_calibration.ipynb #20a798e2
 def _du_umad_rows(mm: Mapping[str, str]) -> list[dict]:
-    """Du et al.'s GSM8K single agent and debate (the kit's du_gsm8k runs Qwen2.5-7B-Instruct for gpt-3.5-turbo) and
-    UMAD Table 1's Zero-Shot rows (T=1 -> competence; T=5 - T=1 -> debate noise, fitted on the homogeneous pair)."""
+    """Du et al.'s GSM8K single agent and debate (the kit's du_gsm8k runs Qwen2.5-7B-Instruct for
+    gpt-3.5-turbo) and UMAD Table 1's Zero-Shot rows (T=1 -> competence; T=5 - T=1 -> debate noise,
+    fitted on the homogeneous pair)."""
     du = paper_table("du_gsm8k").set_index("method")["accuracy_pct"].astype(float)
     src, m = "Du et al. Table 1 (arXiv 2305.14325)", "qwen2.5-7b-instruct"
     note = "paper model gpt-3.5-turbo; the kit's stand-in"
@@ -105,7 +109,8 @@ def _du_umad_rows(mm: Mapping[str, str]) -> list[dict]:
              "round0_accuracy", mm, note=note),
         _row("Du et al.", src, "debate - single agent (points)", m, "gsm8k",
              du["debate"] - du["single"], "conformity", "du_debate_gain", mm, note=note),
-        # the same gain, served by truth-favouring persuasion: its control switches persuasion off alone
+        # the same gain, served by truth-favouring persuasion: its control switches persuasion off
+        # alone
         _row("Du et al.", src, "debate - single agent (points)", m, "gsm8k",
              du["debate"] - du["single"], "persuasion", "du_debate_gain", mm, note=note)
     ]
@@ -127,8 +132,9 @@ def _du_umad_rows(mm: Mapping[str, str]) -> list[dict]:
 
 # %% ../nbs/study/16_calibration.ipynb #6d150b65
 def _other_rows(mm: Mapping[str, str]) -> list[dict]:
-    """RUMAD Table 2 (MAD - S-MAD star, the kit's rumad_all models), SVR-MAD Table 1 (SVR-MAD - GroupDebate: signals,
-    not in this pass) and Meta-Debate Tables 1-2 (the role sim's family, `RoleSimBackend`, fitted apart)."""
+    """RUMAD Table 2 (MAD - S-MAD star, the kit's rumad_all models), SVR-MAD Table 1 (SVR-MAD -
+    GroupDebate: signals, not in this pass) and Meta-Debate Tables 1-2 (the role sim's family,
+    `RoleSimBackend`, fitted apart)."""
     rows = []
     rt = paper_table("rumad_tab2").set_index(["task", "method"])["accuracy_pct"].astype(float)
     rm = "llama-3.1-8b-instruct+glm-4-9b-chat+deepseek-math-7b-instruct"
@@ -158,17 +164,20 @@ def _other_rows(mm: Mapping[str, str]) -> list[dict]:
 
 # %% ../nbs/study/16_calibration.ipynb #e7d59b43
 def calibration_targets(model_map: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """Every printed number the sim world is fitted to, one row each: MADC Table 1 (Single CoT -> competence;
-    MAD - Single CoT -> conformity; MAD+Truth Last - MAD -> recency) and Tables 2-5 (10 vs 3 agents), Du et al.'s
-    GSM8K single agent vs debate, UMAD Table 1 (Zero-Shot: T=1 -> competence, T=5 - T=1 -> debate noise), RUMAD
-    Table 2 (MAD - S-MAD star -> context harm), SVR-MAD Table 1 (SVR-MAD - GroupDebate -> signals) and Meta-Debate
-    Tables 1-2 (the role sim's family, outside this fit). `printed` in percent or points; `statistic`: the name of
-    the sim statistic in `STATISTICS` that reproduces it (None: not in this fit); `model_map`: the sim profile's."""
+    """Every printed number the sim world is fitted to, one row each: MADC Table 1 (Single CoT ->
+    competence; MAD - Single CoT -> conformity; MAD+Truth Last - MAD -> recency) and Tables 2-5 (10
+    vs 3 agents), Du et al.'s GSM8K single agent vs debate, UMAD Table 1 (Zero-Shot: T=1 ->
+    competence, T=5 - T=1 -> debate noise), RUMAD Table 2 (MAD - S-MAD star -> context harm),
+    SVR-MAD Table 1 (SVR-MAD - GroupDebate -> signals) and Meta-Debate Tables 1-2 (the role sim's
+    family, outside this fit). `printed` in percent or points; `statistic`: the name of the sim
+    statistic in `STATISTICS` that reproduces it (None: not in this fit); `model_map`: the sim
+    profile's."""
     mm = dict(model_map if model_map is not None else load_profile("sim").get("model_map", {}))
     return pd.DataFrame([*_madc_rows(mm), *_du_umad_rows(mm), *_other_rows(mm)])
 
 # %% ../nbs/study/16_calibration.ipynb #claim001
-# the calibration row's design for UMAD Fig. 5's claim (`umad_flip_gap`, `umad_pair`) against umad_fig5's
+# the calibration row's design for UMAD Fig. 5's claim (`umad_flip_gap`, `umad_pair`) against
+# umad_fig5's
 # (params/umad/umad_decomposition.yaml, sim profile): the two differ, so their numbers do
 UMAD_FLIP_DESIGN = (
     "A0 sim-qwen2.5-3b, A1 sim-qwen3-4b, turn 1 -> 2, temperature 0.6 (umad_fig5: 100 items x K = 8 "
@@ -176,10 +185,10 @@ UMAD_FLIP_DESIGN = (
 
 
 def claim_rows(model_map: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """The claims a paper draws but does not print as a number, as rows of the calibration table (printed = NaN; the
-    sign is the claim, in `sign`): UMAD Fig. 5 and App. D.4, "flip ratios are lower for stronger models": in the
-    heterogeneous pair the stronger model flips less (Qwen3-4B vs Qwen2.5-3B on UMAD's math task, stronger - weaker
-    < 0), served by conformity."""
+    """The claims a paper draws but does not print as a number, as rows of the calibration table
+    (printed = NaN; the sign is the claim, in `sign`): UMAD Fig. 5 and App. D.4, "flip ratios are
+    lower for stronger models": in the heterogeneous pair the stronger model flips less (Qwen3-4B vs
+    Qwen2.5-3B on UMAD's math task, stronger - weaker < 0), served by conformity."""
     mm = dict(model_map if model_map is not None else load_profile("sim").get("model_map", {}))
     return pd.DataFrame([
         _row("UMAD", "UMAD Fig. 5 (drawn)",
@@ -191,22 +200,23 @@ def claim_rows(model_map: Mapping[str, str] | None = None) -> pd.DataFrame:
 # %% ../nbs/study/16_calibration.ipynb #608678b1
 @dataclass
 class World:
-    """One parameter set per sim model (`agents`, params/profiles/sim.yaml `sim_agents:`) and competence fitted per
-    model and task on top of the agents' own `task_skill` (`task_skill`): the sim world that MADC, UMAD, RUMAD,
-    SVR-MAD and Du et al.'s rows are fitted to."""
+    """One parameter set per sim model (`agents`, params/profiles/sim.yaml `sim_agents:`) and
+    competence fitted per model and task on top of the agents' own `task_skill` (`task_skill`): the
+    sim world that MADC, UMAD, RUMAD, SVR-MAD and Du et al.'s rows are fitted to."""
 
     agents: dict[str, SimAgent]
     task_skill: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def agent(self, model: str) -> SimAgent:
-        "The agent of `model` (an unknown model: `sim-generic`, else the defaults), its `task_skill` updated by the world's."
+        """The agent of `model` (an unknown model: `sim-generic`, else the defaults), its
+        `task_skill` updated by the world's."""
         a = self.agents.get(model) or self.agents.get("sim-generic") or SimAgent()
         ts = self.task_skill.get(model)
         return dataclasses.replace(a, task_skill={**a.task_skill, **ts}) if ts else a
 
     def backends(self, models: Sequence[str], off: Sequence[str] = ()) -> dict[str, SimBackend]:
-        """A SimBackend per model with the mechanisms `off` switched off (03b_sim: the same world at their neutral
-        values, every random number unchanged: a paired control)."""
+        """A SimBackend per model with the mechanisms `off` switched off (03b_sim: the same world at
+        their neutral values, every random number unchanged: a paired control)."""
         return {m: SimBackend(m, agent=self.agent(m), off=off) for m in dict.fromkeys(models)}
 
     def with_value(self, models: Sequence[str], param: str, value: float) -> "World":
@@ -217,14 +227,16 @@ class World:
         return World(agents, {k: dict(v) for k, v in self.task_skill.items()})
 
     def key(self, models: Sequence[str], off: Sequence[str] = ()) -> str:
-        "A string that names the agents of `models` with `off` switched off (for the statistics' memo)."
+        """A string that names the agents of `models` with `off` switched off (for the statistics'
+        memo)."""
         return json.dumps([[dataclasses.asdict(self.agent(m)) for m in models],
                            sorted(off)], sort_keys=True)
 
 # %% ../nbs/study/16_calibration.ipynb #307540be
 def world_from_profile(profile: str = "sim",
                        overrides: Mapping[str, Mapping] | None = None) -> World:
-    "The world of a profile's `sim_agents:` (params/profiles/<profile>.yaml), each entry updated by `overrides` (e.g. an experiment's MADC or RUMAD agents)."
+    """The world of a profile's `sim_agents:` (params/profiles/<profile>.yaml), each entry updated
+    by `overrides` (e.g. an experiment's MADC or RUMAD agents)."""
     spec = {k: dict(v) for k, v in (load_profile(profile).get("sim_agents") or {}).items()}
     for k, v in (overrides or {}).items():
         spec[k] = {**spec.get(k, {}), **dict(v)}
@@ -232,16 +244,19 @@ def world_from_profile(profile: str = "sim",
 
 # %% ../nbs/study/16_calibration.ipynb #b4c714e9
 def expected_round0(skill: float, difficulties: Sequence[float]) -> float:
-    "Expected round-0 accuracy of an agent of `skill` on items of these logit difficulties: mean_i sigmoid(logit(skill) - d_i) (03b_sim's p_solve; parse failures aside). Used for MADC, UMAD and Du et al.'s single-agent rows."
+    """Expected round-0 accuracy of an agent of `skill` on items of these logit difficulties: mean_i
+    sigmoid(logit(skill) - d_i) (03b_sim's p_solve; parse failures aside). Used for MADC, UMAD and
+    Du et al.'s single-agent rows."""
     d = np.asarray(difficulties, dtype=float)
     return float(np.mean(1.0 / (1.0 + np.exp(-(logit(skill) - d)))))
 
 # %% ../nbs/study/16_calibration.ipynb #0a865c64
 def fit_task_skill(target: float, task: str, n_items: int = 400, difficulty_sd: float = 1.0,
                    eps: float = 1e-6) -> float:
-    """The `task_skill` whose expected round-0 accuracy on the sim profile's items of `task` (`sim_items(task,
-    n_items)`, `item_difficulty(item, difficulty_sd)`) equals `target` (a share in [0, 1]; MADC / UMAD / Du et
-    al. single-agent accuracy), solved exactly with Brent's method. A target of 0 or 1 is clipped to `eps` from it."""
+    """The `task_skill` whose expected round-0 accuracy on the sim profile's items of `task`
+    (`sim_items(task, n_items)`, `item_difficulty(item, difficulty_sd)`) equals `target` (a share in
+    [0, 1]; MADC / UMAD / Du et al. single-agent accuracy), solved exactly with Brent's method. A
+    target of 0 or 1 is clipped to `eps` from it."""
     if not (isinstance(target, (int, float)) and 0.0 <= target <= 1.0):
         raise ConfigError("a single-agent accuracy must be a share in [0, 1]", key="target",
                           value=target)
@@ -257,15 +272,18 @@ def fit_task_skill(target: float, task: str, n_items: int = 400, difficulty_sd: 
 # %% ../nbs/study/16_calibration.ipynb #47f73adf
 def competence_fit(targets: pd.DataFrame, world: World | None = None,
                    n_items: int = 400) -> pd.DataFrame:
-    """The exact competence fit: per (sim model, task) with printed single-agent accuracies (MADC Table 1, UMAD
-    Table 1 T=1, Du et al.), the `task_skill` whose expected round-0 accuracy on the first `n_items` items (the calibration table's cap) equals their mean (parse failures, `parse_fail`, counted as wrong); `spread` (max - min,
-    points) is the tension when one sim model stands for several printed numbers."""
+    """The exact competence fit: per (sim model, task) with printed single-agent accuracies (MADC
+    Table 1, UMAD Table 1 T=1, Du et al.), the `task_skill` whose expected round-0 accuracy on the
+    first `n_items` items (the calibration table's cap) equals their mean (parse failures,
+    `parse_fail`, counted as wrong); `spread` (max - min, points) is the tension when one sim model
+    stands for several printed numbers."""
     rows = []
     comp = targets[(targets["mechanism"] == "competence") & (targets["family"] == "world")]
     for (m, t), g in comp.groupby(["sim_model", "task"], sort=False):
         a = world.agent(m) if world is not None else SimAgent()
         p = g["printed"].to_numpy(float)
-        # a parse failure scores wrong: the agent must solve p / (1 - parse_fail) of the items it answers
+        # a parse failure scores wrong: the agent must solve p / (1 - parse_fail) of the items it
+        # answers
         s = fit_task_skill(min(p.mean() / 100 / (1 - a.parse_fail), 1.0), t, n_items,
                            a.difficulty_sd)
         rows.append(
@@ -284,7 +302,9 @@ def _by_item(df: pd.DataFrame, col: str) -> pd.Series:
 # %% ../nbs/study/16_calibration.ipynb #e6c402b3
 def round0_accuracy(world: World, row: Mapping, n_items: int, seeds: int,
                     off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
-    "Single-agent accuracy per item (MADC's Single CoT, UMAD's T=1, Du et al.'s single agent): round 0 of one agent of the row's sim model, `seeds` samples per item, the mechanisms `off` switched off; (accuracy, zeros)."
+    """Single-agent accuracy per item (MADC's Single CoT, UMAD's T=1, Du et al.'s single agent):
+    round 0 of one agent of the row's sim model, `seeds` samples per item, the mechanisms `off`
+    switched off; (accuracy, zeros)."""
     m, task = row["sim_model"].split("+")[0], row["task"]
     items = sim_items(task, n_items)
     tr = run_debate(items, make_agents([m]), world.backends([m], off), debate_rounds=0,
@@ -296,7 +316,9 @@ def round0_accuracy(world: World, row: Mapping, n_items: int, seeds: int,
 # %% ../nbs/study/16_calibration.ipynb #212473ed
 def du_debate_gain(world: World, row: Mapping, n_items: int, seeds: int,
                    off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
-    "Du et al.'s GSM8K effect per item: 3 agents, one debate round, the du_gsm8k prompt, the mechanisms `off` switched off; (majority vote after debate, mean single-agent accuracy at round 0)."
+    """Du et al.'s GSM8K effect per item: 3 agents, one debate round, the du_gsm8k prompt, the
+    mechanisms `off` switched off; (majority vote after debate, mean single-agent accuracy at round
+    0)."""
     m, task = row["sim_model"].split("+")[0], row["task"]
     items = sim_items(task, n_items)
     tr = run_debate(items, make_agents([m] * 3), world.backends([m], off),
@@ -314,10 +336,12 @@ def madc_runs(
     world: World, model: str, task: str, n_items: int, seeds: int, n_agents: int = 10,
     strategies: Sequence[str] = ("fixed", "truth_last"), off: Sequence[str] = ()
 ) -> dict[str, pd.Series]:
-    """MADC's Table 1 runs through `mad_study.madc.run_strategies` (Fixed = MAD, Truth Last), `n_agents` agents, one
-    debate round, the mechanisms `off` switched off: per-item single-agent accuracy (`single`) and majority-vote
-    accuracy per strategy, and `sc`, the majority vote of the round-0 answers (MADC Table 1's SC column; memoised)."""
-    # memoised per strategy (a strategy's transcript does not depend on which others run beside it: the same request
+    """MADC's Table 1 runs through `mad_study.madc.run_strategies` (Fixed = MAD, Truth Last),
+    `n_agents` agents, one debate round, the mechanisms `off` switched off: per-item single-agent
+    accuracy (`single`) and majority-vote accuracy per strategy, and `sc`, the majority vote of the
+    round-0 answers (MADC Table 1's SC column; memoised)."""
+    # memoised per strategy (a strategy's transcript does not depend on which others run beside it:
+    # the same request
     # seeds), so Table 1's rows, Tables 2-5's MADC - MAD and the persuasion rows share each run
     base = ("madc", world.key([model], off), model, task, n_items, seeds, n_agents)
     if len(_MEMO) > 1024:
@@ -329,7 +353,8 @@ def madc_runs(
         t0 = trs[missing[0]]
         r0 = item_scores(t0[t0["round"] == 0], entropy=False)
         _MEMO[(*base, "single")] = _by_item(r0, "share")
-        # Self-Consistency (MADC Table 1's SC): the majority vote of the n independent round-0 answers
+        # Self-Consistency (MADC Table 1's SC): the majority vote of the n independent round-0
+        # answers
         _MEMO[(*base, "sc")] = _by_item(r0, "accuracy")
         for s, t in trs.items():
             _MEMO[(*base,
@@ -340,7 +365,8 @@ def madc_runs(
 # %% ../nbs/study/16_calibration.ipynb #3400dd08
 def madc_debate_gain(world: World, row: Mapping, n_items: int, seeds: int,
                      off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
-    "MADC Table 1's MAD - Single CoT per item, the mechanisms `off` switched off: (MAD's majority vote, single-agent accuracy)."
+    """MADC Table 1's MAD - Single CoT per item, the mechanisms `off` switched off: (MAD's majority
+    vote, single-agent accuracy)."""
     # Fixed alone: its control (conformity off) needs no Truth Last run
     r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds, strategies=("fixed",),
                   off=off)
@@ -349,14 +375,16 @@ def madc_debate_gain(world: World, row: Mapping, n_items: int, seeds: int,
 # %% ../nbs/study/16_calibration.ipynb #ce8b34ab
 def madc_truth_last_gain(world: World, row: Mapping, n_items: int, seeds: int,
                          off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
-    "MADC Table 1's MAD+Truth Last - MAD per item (the position effect that recency serves), the mechanisms `off` switched off: (Truth Last, Fixed)."
+    """MADC Table 1's MAD+Truth Last - MAD per item (the position effect that recency serves), the
+    mechanisms `off` switched off: (Truth Last, Fixed)."""
     r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds, off=off)
     return r["truth_last"].to_numpy(), r["fixed"].to_numpy()
 
 # %% ../nbs/study/16_calibration.ipynb #7bf5ec6d
 def madc_agent_scaling(world: World, row: Mapping, n_items: int, seeds: int,
                        off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
-    "MADC Tables 2-5: MAD with 10 agents - with 3 agents per item, the mechanisms `off` switched off: (10 agents' majority vote, 3 agents')."
+    """MADC Tables 2-5: MAD with 10 agents - with 3 agents per item, the mechanisms `off` switched
+    off: (10 agents' majority vote, 3 agents')."""
     m, t = row["sim_model"], row["task"]
     ten = madc_runs(world, m, t, n_items, seeds, 10, ("fixed",), off)["fixed"]
     three = madc_runs(world, m, t, n_items, seeds, 3, ("fixed",), off)["fixed"]
@@ -365,14 +393,17 @@ def madc_agent_scaling(world: World, row: Mapping, n_items: int, seeds: int,
 # %% ../nbs/study/16_calibration.ipynb #madcvs01
 def madc_vs_mad(world: World, row: Mapping, n_items: int, seeds: int,
                 off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
-    "MADC Tables 2-5 at 10 agents: MADC (Alg. 1, the consistency-ordered allocation) - MAD (Fixed) per item, the mechanisms `off` switched off: (MADC's majority vote, MAD's)."
+    """MADC Tables 2-5 at 10 agents: MADC (Alg. 1, the consistency-ordered allocation) - MAD (Fixed)
+    per item, the mechanisms `off` switched off: (MADC's majority vote, MAD's)."""
     r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds, 10, ("fixed", "madc"), off)
     return r["madc"].to_numpy(), r["fixed"].to_numpy()
 
 # %% ../nbs/study/16_calibration.ipynb #madcsc01
 def madc_mad_vs_sc(world: World, row: Mapping, n_items: int, seeds: int,
                    off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
-    "MADC Table 1's MAD - SC per item (10 agents, one debate round, the mechanisms `off` switched off): (MAD's majority vote after the round, the majority vote of the same agents' independent round-0 answers)."
+    """MADC Table 1's MAD - SC per item (10 agents, one debate round, the mechanisms `off` switched
+    off): (MAD's majority vote after the round, the majority vote of the same agents' independent
+    round-0 answers)."""
     r = madc_runs(world, row["sim_model"], row["task"], n_items, seeds, strategies=("fixed",),
                   off=off)
     return r["fixed"].to_numpy(), r["sc"].to_numpy()
@@ -381,10 +412,11 @@ def madc_mad_vs_sc(world: World, row: Mapping, n_items: int, seeds: int,
 def rumad_dense_sparse_gap(world: World, row: Mapping, n_items: int, seeds: int,
                            off: Sequence[str] = (),
                            debate_rounds: int = 5) -> tuple[np.ndarray, np.ndarray]:
-    """RUMAD Table 2's MAD - S-MAD star per item, on Table 2's protocol: its six agents (two of each of the row's sim
-    models) for all six rounds (round 0 + `debate_rounds`, no early stop, as Table 2's MAD and S-MAD star rows run)
-    under `mad_study.protocols.make_baseline('mad', min_agree=None)` and `('smad_star', min_agree=None)`, the rumad
-    prompt, the mechanisms `off` switched off; final majority votes."""
+    """RUMAD Table 2's MAD - S-MAD star per item, on Table 2's protocol: its six agents (two of each
+    of the row's sim models) for all six rounds (round 0 + `debate_rounds`, no early stop, as Table
+    2's MAD and S-MAD star rows run) under `mad_study.protocols.make_baseline('mad',
+    min_agree=None)` and `('smad_star', min_agree=None)`, the rumad prompt, the mechanisms `off`
+    switched off; final majority votes."""
     models = row["sim_model"].split("+")
     agents = make_agents([models[i % len(models)] for i in range(6)])
     items = sim_items(row["task"], n_items)
@@ -400,9 +432,9 @@ def rumad_dense_sparse_gap(world: World, row: Mapping, n_items: int, seeds: int,
 # %% ../nbs/study/16_calibration.ipynb #ce0d3212
 def umad_turn_gain(world: World, row: Mapping, n_items: int, seeds: int,
                    off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
-    """UMAD Table 1's pass@1 at T=5 - at T=1 per item for a homogeneous pair of the row's sim model (two agents, four
-    debate rounds, no history: App. F.2, no aggregation), the mechanisms `off` switched off; (T=5, T=1), both agents
-    pooled."""
+    """UMAD Table 1's pass@1 at T=5 - at T=1 per item for a homogeneous pair of the row's sim model
+    (two agents, four debate rounds, no history: App. F.2, no aggregation), the mechanisms `off`
+    switched off; (T=5, T=1), both agents pooled."""
     m, task = row["sim_model"].split("+")[0], row["task"]
     tr = run_debate(sim_items(task, n_items), make_agents([m, m]), world.backends([m], off),
                     debate_rounds=4, samples=seeds, history="none", prompt="umad_math",
@@ -413,7 +445,8 @@ def umad_turn_gain(world: World, row: Mapping, n_items: int, seeds: int,
 # %% ../nbs/study/16_calibration.ipynb #umadfl01
 def umad_pair(world: World, models: Sequence[str], task: str, n_items: int, seeds: int,
               debate_rounds: int, off=()) -> pd.DataFrame:
-    "UMAD's zero-shot pair (App. F.2: two agents, no history, the umad_math prompt, T = 0.6) on the world, `off` switched off: the transcript."
+    """UMAD's zero-shot pair (App. F.2: two agents, no history, the umad_math prompt, T = 0.6) on
+    the world, `off` switched off: the transcript."""
     return run_debate(sim_items(task, n_items), make_agents(list(models)),
                       world.backends(list(models), off), debate_rounds=debate_rounds, samples=seeds,
                       history="none", prompt="umad_math",
@@ -422,9 +455,10 @@ def umad_pair(world: World, models: Sequence[str], task: str, n_items: int, seed
 
 def umad_flip_gap(world: World, row: Mapping, n_items: int, seeds: int,
                   off: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
-    """UMAD Fig. 5's ordering in the heterogeneous pair (A0 the weaker, A1 the stronger sim model of the row): per
-    item the flip ratio C2W + W2C (App. D.4, `flip_transitions`) between T=1 and T=2 of A1 and of A0; (A1's, A0's). App. D.4: "flip ratios are lower for stronger models", so
-    the claim is A1 - A0 < 0."""
+    """UMAD Fig. 5's ordering in the heterogeneous pair (A0 the weaker, A1 the stronger sim model of
+    the row): per item the flip ratio C2W + W2C (App. D.4, `flip_transitions`) between T=1 and T=2
+    of A1 and of A0; (A1's, A0's). App. D.4: "flip ratios are lower for stronger models", so the
+    claim is A1 - A0 < 0."""
     tr = umad_pair(world, row["sim_model"].split("+"), row["task"], n_items, seeds, 1, off)
     flips = {}
     for agent, g in tr.groupby("agent"):
@@ -450,8 +484,9 @@ STATISTICS: dict[str, Callable[..., tuple[np.ndarray, np.ndarray]]] = {
 # %% ../nbs/study/16_calibration.ipynb #5d221b8c
 def sim_number(world: World, row: Mapping, n_items: int, seeds: int, stats: Mapping | None = None,
                off: Sequence[str] = ()) -> dict:
-    """The sim's number for a target row (points) with its 95% interval, items as clusters (`paired_inference` on
-    the per-item pair the row's statistic returns, with the mechanisms `off` switched off: a paired control; MADC, UMAD, RUMAD, Du et al. rows)."""
+    """The sim's number for a target row (points) with its 95% interval, items as clusters
+    (`paired_inference` on the per-item pair the row's statistic returns, with the mechanisms `off`
+    switched off: a paired control; MADC, UMAD, RUMAD, Du et al. rows)."""
     stats = STATISTICS if stats is None else stats
     if row.get("statistic") not in stats:
         raise ConfigError("no sim statistic of that name", key="statistic",
@@ -474,7 +509,8 @@ def sim_number(world: World, row: Mapping, n_items: int, seeds: int, stats: Mapp
 # %% ../nbs/study/16_calibration.ipynb #0ee09b2b
 @dataclass
 class FitStep:
-    "One mechanism strength to fit against MADC, UMAD, RUMAD or Du et al.'s printed numbers: `param` of `models`, searched on `grid`, against `targets` (rows of `calibration_targets`)."
+    """One mechanism strength to fit against MADC, UMAD, RUMAD or Du et al.'s printed numbers:
+    `param` of `models`, searched on `grid`, against `targets` (rows of `calibration_targets`)."""
 
     mechanism: str
     param: str
@@ -483,7 +519,8 @@ class FitStep:
     targets: pd.DataFrame
 
 # %% ../nbs/study/16_calibration.ipynb #de87bf6f
-# the strengths searched in the first pass (the bracket refinement then works between grid neighbours)
+# the strengths searched in the first pass (the bracket refinement then works between grid
+# neighbours)
 GRIDS = {
     "conformity": (0.0, 0.15, 0.3, 0.45, 0.6, 0.75, 0.9, 1.0),
     "recency": (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0),
@@ -498,8 +535,9 @@ FIT_ORDER = ("conformity", "recency", "context_harm", "debate_noise")
 # %% ../nbs/study/16_calibration.ipynb #641fd91d
 def fit_steps(targets: pd.DataFrame, order: Sequence[str] = FIT_ORDER,
               stats: Mapping | None = None) -> list[FitStep]:
-    """The steps of `fit_world` from the targets table (MADC, UMAD, RUMAD and Du et al.'s rows): one per mechanism of
-    `order` and sim model (a row naming several sim models, RUMAD's, fits them jointly), with the rows whose statistic exists."""
+    """The steps of `fit_world` from the targets table (MADC, UMAD, RUMAD and Du et al.'s rows): one
+    per mechanism of `order` and sim model (a row naming several sim models, RUMAD's, fits them
+    jointly), with the rows whose statistic exists."""
     stats = STATISTICS if stats is None else stats
     out = []
     for mech in order:
@@ -517,13 +555,15 @@ def fit_steps(targets: pd.DataFrame, order: Sequence[str] = FIT_ORDER,
 def fit_world(world: World, targets: pd.DataFrame, stats: Mapping | None = None, n_items: int = 20,
               seeds: int = 1, order: Sequence[str] = FIT_ORDER, competence: bool = True,
               xatol: float = 0.01, maxiter: int = 8) -> tuple[World, pd.DataFrame]:
-    """Fit the world's mechanism strengths to the papers' printed numbers (MADC, UMAD, RUMAD, Du et al.): first the
-    competence exactly (`competence_fit`), then each step of `fit_steps` in `order`, in two passes: a coordinate search
-    on the grid, then Brent's bounded search between the best grid point's neighbours. The objective of a step is the
-    sum over its targets of (sim - printed)^2 in points, each sim number the mean per-item statistic at `n_items`
-    items and `seeds` samples with the same request seeds at every strength (common random numbers). Returns the fitted
-    world and the log: one row per step and pass (value, objective, the sim number per target, and `tension` where
-    the targets' own best grid strengths lie more than one grid step apart)."""
+    """Fit the world's mechanism strengths to the papers' printed numbers (MADC, UMAD, RUMAD, Du et
+    al.): first the competence exactly (`competence_fit`), then each step of `fit_steps` in `order`,
+    in two passes: a coordinate search on the grid, then Brent's bounded search between the best
+    grid point's neighbours. The objective of a step is the sum over its targets of (sim -
+    printed)^2 in points, each sim number the mean per-item statistic at `n_items` items and `seeds`
+    samples with the same request seeds at every strength (common random numbers). Returns the
+    fitted world and the log: one row per step and pass (value, objective, the sim number per
+    target, and `tension` where the targets' own best grid strengths lie more than one grid step
+    apart)."""
     stats = STATISTICS if stats is None else stats
     log = []
     if competence:
@@ -598,16 +638,19 @@ def fit_world(world: World, targets: pd.DataFrame, stats: Mapping | None = None,
 def fit_grid(world: World, targets: pd.DataFrame, models: Sequence[str],
              grid: Mapping[str, Sequence[float]], n_items: int = 100, seeds: int = 2,
              stats: Mapping | None = None) -> tuple[World, pd.DataFrame]:
-    """Fit several strengths of `models` jointly on the product `grid` (param -> values) against `targets`' rows
-    with a statistic other than competence (MADC Table 1's and Tables 2-5's debate gains and Du et al.'s: `conformity` with `recognition`,
-    where one alone cannot serve both): every point on the same items and seeds (common random numbers). With
-    `difficulty_sd` in the grid, the competence (`task_skill`) is refitted exactly at each value (`competence_fit` on `targets`' competence rows),
-    so the single-agent accuracies stay the printed ones. Returns the world at the best point (least sum of squared
-    gaps, points) and the log: one row per point, its objective, the sim numbers, and `best` marking the minimum;
-    the attribute `own` of the log names each target's own best point (the tension where they differ)."""
+    """Fit several strengths of `models` jointly on the product `grid` (param -> values) against
+    `targets`' rows with a statistic other than competence (MADC Table 1's and Tables 2-5's debate
+    gains and Du et al.'s: `conformity` with `recognition`, where one alone cannot serve both):
+    every point on the same items and seeds (common random numbers). With `difficulty_sd` in the
+    grid, the competence (`task_skill`) is refitted exactly at each value (`competence_fit` on
+    `targets`' competence rows), so the single-agent accuracies stay the printed ones. Returns the
+    world at the best point (least sum of squared gaps, points) and the log: one row per point, its
+    objective, the sim numbers, and `best` marking the minimum; the attribute `own` of the log names
+    each target's own best point (the tension where they differ)."""
     stats = STATISTICS if stats is None else stats
     models = list(models)
-    # the objective: every row with a statistic but the single-agent accuracies (those are refitted, not searched)
+    # the objective: every row with a statistic but the single-agent accuracies (those are refitted,
+    # not searched)
     rows = targets[targets["statistic"].isin(list(stats))
                    & (targets["mechanism"] != "competence")].reset_index(drop=True)
     printed = rows["printed"].to_numpy(float)
@@ -646,9 +689,12 @@ def fit_grid(world: World, targets: pd.DataFrame, models: Sequence[str],
     return best_world, log
 
 # %% ../nbs/study/16_calibration.ipynb #ctrl0001
-# statistic -> the mechanisms its control switches off (03b_sim `off=`): the debate gains are served by conformity
-# and recognition together (fitted jointly), the position effect (Truth Last, MADC's allocation) by recency, RUMAD's gap by context harm, UMAD's
-# turn gain by debate noise (there the control shows the cost: effect - control is the aleatoric cost), UMAD's
+# statistic -> the mechanisms its control switches off (03b_sim `off=`): the debate gains are served
+# by conformity
+# and recognition together (fitted jointly), the position effect (Truth Last, MADC's allocation) by
+# recency, RUMAD's gap by context harm, UMAD's
+# turn gain by debate noise (there the control shows the cost: effect - control is the aleatoric
+# cost), UMAD's
 # flip ordering by conformity
 CONTROLS = {
     "du_debate_gain": ("conformity", "recognition"),
@@ -661,21 +707,27 @@ CONTROLS = {
     "umad_flip_gap": ("conformity",),
     "madc_mad_vs_sc": ("persuasion",)
 }
-# a row's mechanism whose control is itself, whatever the statistic: Du et al.'s gain and MADC - MAD are served twice
-# (by conformity or recency, and by persuasion), and a persuasion row's control switches persuasion off alone
+# a row's mechanism whose control is itself, whatever the statistic: Du et al.'s gain and MADC - MAD
+# are served twice
+# (by conformity or recency, and by persuasion), and a persuasion row's control switches persuasion
+# off alone
 MECHANISM_CONTROLS = {"persuasion": ("persuasion",)}
-# the strengths the fit of 2026-11-28 set (the fit record below), per parameter: the models it fitted; any other
+# the strengths the fit of 2026-11-28 set (the fit record below), per parameter: the models it
+# fitted; any other
 # model's value of that parameter is assumed
 _FITTED = {
     "conformity": ("sim-qwen2.5-3b", "sim-qwen2.5-7b", "sim-r1-7b", "sim-r1-14b"),
     "recency": ("sim-qwen2.5-3b", "sim-qwen2.5-7b", "sim-r1-7b", "sim-r1-14b"),
     "debate_noise": ("sim-qwen2.5-3b",),
     "persuasion": ("sim-qwen2.5-3b", "sim-qwen2.5-7b", "sim-r1-7b", "sim-r1-14b"),
-    # RUMAD Table 2's MAD - S-MAD star, on its protocol: 0.088 [0.05, 0.20] (params/profiles/sim.yaml's comment)
+    # RUMAD Table 2's MAD - S-MAD star, on its protocol: 0.088 [0.05, 0.20]
+    # (params/profiles/sim.yaml's comment)
     "context_decay": ("sim-llama-3.1-8b", "sim-glm-4-9b", "sim-deepseek-math-7b")
 }
-# the quantities each strength was fitted against (the fit record below), read with the row's mechanism: a
-# parameter's status names the rows that fitted it (Du et al.'s gain fits conformity and persuasion alike)
+# the quantities each strength was fitted against (the fit record below), read with the row's
+# mechanism: a
+# parameter's status names the rows that fitted it (Du et al.'s gain fits conformity and persuasion
+# alike)
 _FIT_BY = {
     "conformity": ("MAD - Single CoT (points)", "MAD 10 agents - 3 agents (points)",
                    "debate - single agent (points)"),
@@ -689,9 +741,10 @@ _FIT_BY = {
 
 # %% ../nbs/study/16_calibration.ipynb #fitsrc01
 def _fit_sources(targets: pd.DataFrame) -> dict[tuple[str, str, str], str]:
-    """(parameter, sim model, task) -> the rows that fitted it, "<source>: <quantity> (<k> tasks)" joined by "; ":
-    a strength of a model in `_FITTED` by its `_FIT_BY` rows (task ""), competence (`task_skill`) per task by that
-    task's printed numbers (their mean where several). A key not here is assumed (MADC, UMAD, RUMAD, Du et al.)."""
+    """(parameter, sim model, task) -> the rows that fitted it, "<source>: <quantity> (<k> tasks)"
+    joined by "; ": a strength of a model in `_FITTED` by its `_FIT_BY` rows (task ""), competence
+    (`task_skill`) per task by that task's printed numbers (their mean where several). A key not
+    here is assumed (MADC, UMAD, RUMAD, Du et al.)."""
     rows = targets[(targets["family"] == "world") & targets["statistic"].notna()]
     seen: dict[tuple[str, str, str], dict[str, set]] = {}
     for _, r in rows.iterrows():
@@ -716,10 +769,11 @@ def _fit_sources(targets: pd.DataFrame) -> dict[tuple[str, str, str], str]:
 
 # %% ../nbs/study/16_calibration.ipynb #pstat001
 def _param_status(world: World, fits: Mapping, param: str, models: Sequence[str], task: str) -> str:
-    """A parameter's one status per sim model, the same in every row that reads it (issue 51): "fitted by" the rows
-    of `fits` (`_fit_sources`), "at the grid's edge (<param> <value>); fitted by ..." where the fitted value is its
-    grid's top (`GRIDS`), "assumed (no row fits it)" where no row does; models whose value or status differ (UMAD's
-    pair) each get theirs, with their value (MADC, UMAD, RUMAD, Du et al. rows)."""
+    """A parameter's one status per sim model, the same in every row that reads it (issue 51):
+    "fitted by" the rows of `fits` (`_fit_sources`), "at the grid's edge (<param> <value>); fitted
+    by ..." where the fitted value is its grid's top (`GRIDS`), "assumed (no row fits it)" where no
+    row does; models whose value or status differ (UMAD's pair) each get theirs, with their value
+    (MADC, UMAD, RUMAD, Du et al. rows)."""
     one = []
     for m in models:
         a = world.agent(m)
@@ -737,12 +791,14 @@ def _param_status(world: World, fits: Mapping, param: str, models: Sequence[str]
 def power_items(world: World, row: Mapping, n_items: int, seeds: int = 1,
                 stats: Mapping | None = None, pilot_items: int = 40,
                 min_items: int = 40) -> tuple[int, float]:
-    """The items a calibration row's comparison needs (issue 50: n from power): `n_for_power(|printed| / 100,
-    discordance)` (05f_power: the kit's 0/1 paired test) with the discordance mean |a - b| of the row's
-    per-item pair in a `pilot_items` pilot (per-item shares in [0, 1] for 0/1 answers: conservative), at least
-    `min_items`, capped at `n_items` (the time budget) and at the task's items where the sim cannot top them up; (n, discordance). A printed 0 or NaN (a drawn claim), a pilot without discordance
-    or a statistic without a pair (a level, `round0_accuracy`) gets the cap; an effect larger than the
-    pilot's discordance (the sim cannot reach it), the cap too. MADC, UMAD, RUMAD and Du et al.'s rows."""
+    """The items a calibration row's comparison needs (issue 50: n from power):
+    `n_for_power(|printed| / 100, discordance)` (05f_power: the kit's 0/1 paired test) with the
+    discordance mean |a - b| of the row's per-item pair in a `pilot_items` pilot (per-item shares in
+    [0, 1] for 0/1 answers: conservative), at least `min_items`, capped at `n_items` (the time
+    budget) and at the task's items where the sim cannot top them up; (n, discordance). A printed 0
+    or NaN (a drawn claim), a pilot without discordance or a statistic without a pair (a level,
+    `round0_accuracy`) gets the cap; an effect larger than the pilot's discordance (the sim cannot
+    reach it), the cap too. MADC, UMAD, RUMAD and Du et al.'s rows."""
     stats = STATISTICS if stats is None else stats
     try:
         sim_items(row["task"], n_items)
@@ -761,16 +817,18 @@ def power_items(world: World, row: Mapping, n_items: int, seeds: int = 1,
 
 # %% ../nbs/study/16_calibration.ipynb #verdict0
 def _verdict(controlled: bool, neutral: bool, sign: float, d: dict | None) -> str:
-    """A calibration row's verdict in the table's words: `d` is effect - control as `beyond_control` (05b_stats)
-    judges it (its `verdict`: yes / no / not resolved with the printed sign); reproduced only when yes; a printed 0
-    (judged against +1: only whether it is resolved counts) not resolved is "consistent with 0 (not resolved)",
-    never reproduced; a row whose mechanism changes no answer on its items (effect - control 0 [0, 0]) is no fit,
-    whatever its parameter's status (MADC, UMAD, RUMAD, Du et al. rows)."""
+    """A calibration row's verdict in the table's words: `d` is effect - control as `beyond_control`
+    (05b_stats) judges it (its `verdict`: yes / no / not resolved with the printed sign); reproduced
+    only when yes; a printed 0 (judged against +1: only whether it is resolved counts) not resolved
+    is "consistent with 0 (not resolved)", never reproduced; a row whose mechanism changes no answer
+    on its items (effect - control 0 [0, 0]) is no fit, whatever its parameter's status (MADC, UMAD,
+    RUMAD, Du et al. rows)."""
     if not controlled:
         return "a level: no control"
     if neutral:
         return "mechanism 0 in the fitted world: nothing to control"
-    # a mechanism that changes no answer on these items (effect = control on every item) fits nothing here
+    # a mechanism that changes no answer on these items (effect = control on every item) fits
+    # nothing here
     if d is not None and d["ci_low"] == d["ci_high"] == 0:
         return "not a fit here: switching it off changes no answer (effect - control 0 [0, 0])"
     if not np.isfinite(sign):
@@ -787,15 +845,17 @@ def _verdict(controlled: bool, neutral: bool, sign: float, d: dict | None) -> st
     return "not reproduced: effect - control not resolved"
 
 # %% ../nbs/study/16_calibration.ipynb #tensent1
-# RUMAD Table 2's three tasks, each alone (the context-harm fit recorded in params/profiles/sim.yaml's comment)
+# RUMAD Table 2's three tasks, each alone (the context-harm fit recorded in
+# params/profiles/sim.yaml's comment)
 RUMAD_TENSION = "MMLU alone wants 0.2, GPQA 0.15, GSM8K 0 (RUMAD Table 2's MAD - S-MAD star)"
 
 
 def tension_sentence(mechanism: str, param: str, value: float, status: str, tension: str) -> str:
-    """One sentence per calibration row saying why its printed numbers pull the value apart (issue 50; MADC Table
-    1, Du et al. Table 1, RUMAD Table 2, UMAD Table 1): `tension` as the fit log writes it ("<source> <task>: <own
-    best>; ...") grouped per quantity, then the joint (fitted) `value`; a competence spread as is; RUMAD's three
-    tasks for `context_decay`; a strength at its grid's edge (`status`) says the grid's top caps it."""
+    """One sentence per calibration row saying why its printed numbers pull the value apart (issue
+    50; MADC Table 1, Du et al. Table 1, RUMAD Table 2, UMAD Table 1): `tension` as the fit log
+    writes it ("<source> <task>: <own best>; ...") grouped per quantity, then the joint (fitted)
+    `value`; a competence spread as is; RUMAD's three tasks for `context_decay`; a strength at its
+    grid's edge (`status`) says the grid's top caps it."""
     if mechanism == "context_harm" and param == "context_decay":
         return f"{RUMAD_TENSION}: joint {value:g} [0.05, 0.20]."
     parts = [x.rpartition(": ") for x in tension.split("; ") if ": " in x]
@@ -818,9 +878,9 @@ def tension_sentence(mechanism: str, param: str, value: float, status: str, tens
 # %% ../nbs/study/16_calibration.ipynb #missent1
 def _miss_sentence(r: Mapping, param: str, value: float, status: str, e: dict, c: dict | None,
                    n: int) -> str:
-    """The tension of a row whose printed number lies outside the sim's 95% interval, where no fit log or spread
-    names one (issue 51): one sentence saying what the world cannot do at once (MADC Table 1 and Tables 2-5, UMAD
-    Table 1, Du et al. rows)."""
+    """The tension of a row whose printed number lies outside the sim's 95% interval, where no fit
+    log or spread names one (issue 51): one sentence saying what the world cannot do at once (MADC
+    Table 1 and Tables 2-5, UMAD Table 1, Du et al. rows)."""
     p, s, m = float(r["printed"]), e["sim"], r["mechanism"]
     here = f"this row gives {s:+.1f} for a printed {p:+.1f}"
     if m == "competence":
@@ -853,24 +913,27 @@ def _miss_sentence(r: Mapping, param: str, value: float, status: str, e: dict, c
 def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, seeds: int = 1,
                       stats: Mapping | None = None, fit_log: pd.DataFrame | None = None,
                       pilot_items: int = 40, min_items: int = 40) -> pd.DataFrame:
-    """The calibration table with effects and controls (issue 50): per target row of the world's family with a sim
-    statistic (MADC, UMAD, RUMAD, Du et al.): mechanism, parameter, sim model, the world's value, the printed
-    number, the sim's number with its 95% interval (items as clusters, `paired_inference`), the same statistic with
-    the row's mechanisms off (`CONTROLS`: same items, same seeds) with its interval, and whether each is resolved
-    (its interval excludes 0). The items per row come from power: `n_for_power(printed effect, discordance)` (the
-    discordance of a `pilot_items` pilot) capped at `n_items`; `resolves` is the effect those items resolve with 80%
+    """The calibration table with effects and controls (issue 50): per target row of the world's
+    family with a sim statistic (MADC, UMAD, RUMAD, Du et al.): mechanism, parameter, sim model, the
+    world's value, the printed number, the sim's number with its 95% interval (items as clusters,
+    `paired_inference`), the same statistic with the row's mechanisms off (`CONTROLS`: same items,
+    same seeds) with its interval, and whether each is resolved (its interval excludes 0). The items
+    per row come from power: `n_for_power(printed effect, discordance)` (the discordance of a
+    `pilot_items` pilot) capped at `n_items`; `resolves` is the effect those items resolve with 80%
     power (`resolvable_effect`). `tension`: from `fit_log`, else the competence spread.
 
-    `effect_control`: effect - control with its 95% interval, one `paired_inference` on the per-item differences
-    (the two runs share items and seeds). A row is reproduced only when effect - control is resolved and has the
-    printed sign (a drawn claim: its `sign`); a printed 0 with effect - control not resolved is "consistent with 0
-    (not resolved)", counted apart (absence of evidence, not a reproduction); a row whose
-    mechanisms are at their neutral values in the world reads "mechanism 0 in the fitted world: nothing to control".
-    `status`: one per parameter and sim model, the same in every row (`_param_status`): fitted by the rows it names,
-    at the grid's edge (`GRIDS`), or assumed (no row fits it). `tension` is one sentence (`tension_sentence`) saying
-    why the row's printed numbers pull its value apart; a row whose printed number lies outside the sim's interval
-    (`covers` False) always gets one (`_miss_sentence`). effect - control: `beyond_control` (05b_stats, the paired
-    t); `design`: the row's items x threads (and a drawn claim's design, `claim_rows`)."""
+    `effect_control`: effect - control with its 95% interval, one `paired_inference` on the per-item
+    differences (the two runs share items and seeds). A row is reproduced only when effect - control
+    is resolved and has the printed sign (a drawn claim: its `sign`); a printed 0 with effect -
+    control not resolved is "consistent with 0 (not resolved)", counted apart (absence of evidence,
+    not a reproduction); a row whose mechanisms are at their neutral values in the world reads
+    "mechanism 0 in the fitted world: nothing to control". `status`: one per parameter and sim
+    model, the same in every row (`_param_status`): fitted by the rows it names, at the grid's edge
+    (`GRIDS`), or assumed (no row fits it). `tension` is one sentence (`tension_sentence`) saying
+    why the row's printed numbers pull its value apart; a row whose printed number lies outside the
+    sim's interval (`covers` False) always gets one (`_miss_sentence`). effect - control:
+    `beyond_control` (05b_stats, the paired t); `design`: the row's items x threads (and a drawn
+    claim's design, `claim_rows`)."""
     stats = STATISTICS if stats is None else stats
     cf = competence_fit(targets, world).set_index(["sim_model", "task"])
     # a parameter's status comes from every row the fit used, whichever rows this table runs
@@ -899,13 +962,15 @@ def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, s
         resolved = lambda x: x is not None and (x["ci_low"] > 0 or x["ci_high"] < 0)
         printed = float(r["printed"])
         sign = np.sign(printed) if np.isfinite(printed) else float(r.get("sign", np.nan))
-        # a printed 0 is judged against +1: only whether effect - control is resolved counts (`_verdict`)
+        # a printed 0 is judged against +1: only whether effect - control is resolved counts
+        # (`_verdict`)
         judge = sign if sign in (1, -1) else 1.0
         d = None
         if c is not None:
             dd = e["diff"] - c["diff"]
             mean = float(np.mean(dd))
-            # differences that do not vary (the mechanism changed nothing on these items) have no t-interval
+            # differences that do not vary (the mechanism changed nothing on these items) have no
+            # t-interval
             d = dict(
                 sim=mean, ci_low=mean, ci_high=mean,
                 verdict="not resolved" if mean == 0 else "yes" if np.sign(mean) == judge else "no")
@@ -945,15 +1010,17 @@ def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, s
 
 # %% ../nbs/study/16_calibration.ipynb #notshow1
 def not_shown_rows(sim_agents: Mapping | None = None) -> pd.DataFrame:
-    """One line per number the calibration table does not show, and why (`status` and `verdict`): MADC Fig. 7
-    (round scaling: no printed number to fit; its claims are judged in figures/madc/madc_fig7), MADC Fig. 9 / Tables 6-11 (the
-    world's 7B responder never crosses 50%, so no reversal), SVR-MAD's posterior over priors (its statistic is not wired) and
-    Table 1 (signals: assumed, its runner is not in this harness), UMAD's aleatoric cost (debate_noise fitted 0 for
-    sim-qwen2.5-3b only; the failing pair's figure is drawn only), RUMAD's three models' persuasion (left neutral: their
-    context_decay is refitted apart) and Meta-Debate Tables 1-2 (the role sim's family: Table 1's role skills set by
-    hand, Table 2's review_skill fitted in its own section); then one line per UMAD model
-    whose `context_entropy` (Fig. 1) or `debate_noise` (Fig. 2 / 6) `sim_agents` (default: the sim profile's) leaves
-    at SimAgent's default 0: "assumed (default 0, not fitted)", so the figure's claim is not testable there."""
+    """One line per number the calibration table does not show, and why (`status` and `verdict`):
+    MADC Fig. 7 (round scaling: no printed number to fit; its claims are judged in
+    figures/madc/madc_fig7), MADC Fig. 9 / Tables 6-11 (the world's 7B responder never crosses 50%,
+    so no reversal), SVR-MAD's posterior over priors (its statistic is not wired) and Table 1
+    (signals: assumed, its runner is not in this harness), UMAD's aleatoric cost (debate_noise
+    fitted 0 for sim-qwen2.5-3b only; the failing pair's figure is drawn only), RUMAD's three
+    models' persuasion (left neutral: their context_decay is refitted apart) and Meta-Debate Tables
+    1-2 (the role sim's family: Table 1's role skills set by hand, Table 2's review_skill fitted in
+    its own section); then one line per UMAD model whose `context_entropy` (Fig. 1) or
+    `debate_noise` (Fig. 2 / 6) `sim_agents` (default: the sim profile's) leaves at SimAgent's
+    default 0: "assumed (default 0, not fitted)", so the figure's claim is not testable there."""
     lines = (
         ("MADC", "MADC Fig. 7", "accuracy over debate rounds", "drawn claim (no printed number)",
          "not shown, because MADC Fig. 7 prints no number of the round scaling to fit; its claims are judged in "
@@ -997,7 +1064,8 @@ def not_shown_rows(sim_agents: Mapping | None = None) -> pd.DataFrame:
         "context_entropy": ("UMAD Fig. 1", "token entropy rises over the turns"),
         "debate_noise": ("UMAD Fig. 2 / 6", "a pair fails (the aleatoric cost)")
     }
-    # the mechanisms UMAD's figures rest on, model by model, where the world keeps SimAgent's default 0
+    # the mechanisms UMAD's figures rest on, model by model, where the world keeps SimAgent's
+    # default 0
     for mech, (src, claim) in what.items():
         rows += [
             dict(
@@ -1011,10 +1079,10 @@ def not_shown_rows(sim_agents: Mapping | None = None) -> pd.DataFrame:
 
 # %% ../nbs/study/16_calibration.ipynb #calview1
 def calibration_view(table: pd.DataFrame) -> pd.DataFrame:
-    """The calibration table's narrow view (issue 50; MADC, UMAD, RUMAD, Du et al. rows): mechanism, model, value,
-    status, source, quantity, task, design, printed, sim [CI], printed in CI, control, effect - control [CI], verdict
-    and tension; an
-    interval printed as "+x.x [+l.l, +h.h]" (points), empty where the row has none (a not-shown row)."""
+    """The calibration table's narrow view (issue 50; MADC, UMAD, RUMAD, Du et al. rows): mechanism,
+    model, value, status, source, quantity, task, design, printed, sim [CI], printed in CI, control,
+    effect - control [CI], verdict and tension; an interval printed as "+x.x [+l.l, +h.h]" (points),
+    empty where the row has none (a not-shown row)."""
     def ci(x: float, lo: float, hi: float) -> str:
         # a number whose interval is undefined (no variation on the items) is printed alone
         if not np.isfinite(x):
@@ -1035,7 +1103,8 @@ def calibration_view(table: pd.DataFrame) -> pd.DataFrame:
         "design": table.get("design", pd.Series("", index=table.index)).fillna(""),
         "printed": num("printed").map(lambda v: "" if pd.isna(v) else f"{v:+.1f}"),
         "sim [CI]": [ci(*x) for x in zip(num("sim"), num("ci_low"), num("ci_high"))],
-        # does the sim's interval hold the printed number? (empty: nothing printed, a drawn claim or a not-shown row)
+        # does the sim's interval hold the printed number? (empty: nothing printed, a drawn claim or
+        # a not-shown row)
         "printed in CI": [
             "" if not (np.isfinite(p) and np.isfinite(s)) else "yes" if c is True else "no"
             for p, s, c in zip(num("printed"), num("sim"),

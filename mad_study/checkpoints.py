@@ -98,7 +98,8 @@ def package_version(name: str) -> str:
 
 # %% ../nbs/backends/03f_checkpoints.ipynb #b3d5d457
 def embedded_checkpoint(force: bool = False) -> Path:
-    "The converted SmolLM2-135M-Instruct checkpoint folder (converting the shipped GGUF once, about a minute)."
+    """The converted SmolLM2-135M-Instruct checkpoint folder (converting the shipped GGUF once,
+    about a minute)."""
     dst = cache_home() / "models" / "smollm2-135m-instruct"
     if checkpoint_complete(dst) and not force:
         return dst

@@ -54,8 +54,9 @@ _FIELD = re.compile(r"\s*(\w+)\s*=\s*")
 
 
 def read_bib(text: str) -> dict[str, dict[str, str]]:
-    """Entries of BibTeX `text`: {key: {"ENTRYTYPE", "ID", "raw" (the entry as written), field: value}}.
-    Comments (`%` lines) and text between entries are skipped; a repeated key is an error."""
+    """Entries of BibTeX `text`: {key: {"ENTRYTYPE", "ID", "raw" (the entry as written), field:
+    value}}. Comments (`%` lines) and text between entries are skipped; a repeated key is an
+    error."""
     text = "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("%"))
     out, pos = {}, 0
     while m := _ENTRY.search(text, pos):
@@ -175,8 +176,10 @@ ALIASES: dict[str, str] = {  # regular expression by which a docstring names a w
 
 # %% ../nbs/core/00b_cite.ipynb #513d5883
 def named_refs(text: str | None) -> set[str]:
-    "Keys of the works `text` (a docstring) names, by `ALIASES`."
-    return {k for pat, k in ALIASES.items() if re.search(pat, text or "")}
+    """Keys of the works `text` (a docstring) names, by `ALIASES` (whitespace runs read as one
+    space: a name may wrap)."""
+    text = " ".join((text or "").split())
+    return {k for pat, k in ALIASES.items() if re.search(pat, text)}
 
 # %% ../nbs/core/00b_cite.ipynb #922f0f12
 MODULE_REFS: dict[str, tuple[str, ...]] = {
@@ -195,7 +198,8 @@ MODULE_REFS: dict[str, tuple[str, ...]] = {
     "meta_debate": ("zhang2026metadebate",),
     "meta_printed": ("zhang2026metadebate",),
     "meta_study": ("zhang2026metadebate",),
-    # the calibration of the sim world (16_calibration): the papers whose printed numbers it is fitted to
+    # the calibration of the sim world (16_calibration): the papers whose printed numbers it is
+    # fitted to
     "calibration": ("zhang2025madc", "qiao2026umad", "wang2026rumad", "jiang2026svrmad",
                     "zhang2026metadebate", "du2024debate", "li2024smad", "liu2024groupdebate",
                     "wei2022cot", "cobbe2021gsm8k")
@@ -245,7 +249,8 @@ REFS.update({
     "stats.paired_difference": ("tango1998paired", "mcnemar1947", "student1908",
                                 "fisher1935design"),
     "stats.beyond_control": ("tango1998paired", "mcnemar1947", "student1908", "fisher1935design"),
-    # how many items: the power of the kit's own paired tests (McNemar's score test, the paired t-test)
+    # how many items: the power of the kit's own paired tests (McNemar's score test, the paired
+    # t-test)
     "power.power_paired_binary": ("connor1987sample", "miettinen1968matched", "mcnemar1947"),
     "power.n_for_power": ("connor1987sample", "miettinen1968matched", "mcnemar1947"),
     "power.resolvable_effect": ("connor1987sample", "mcnemar1947"),
@@ -570,7 +575,8 @@ PARAM_REFS: dict[str, dict[str, tuple[str, ...]]] = {
 
 # %% ../nbs/core/00b_cite.ipynb #b1cd61ce
 def model_refs(model: str) -> tuple[str, ...]:
-    "Keys of a model registry name's family (`MODEL_REFS`); () for the kit's synthetic agents, random twins and `MODEL_NO_PAPER`."
+    """Keys of a model registry name's family (`MODEL_REFS`); () for the kit's synthetic agents,
+    random twins and `MODEL_NO_PAPER`."""
     m = str(model).lower()
     for prefix, keys in MODEL_REFS:
         if m.startswith(prefix):
@@ -579,12 +585,14 @@ def model_refs(model: str) -> tuple[str, ...]:
 
 # %% ../nbs/core/00b_cite.ipynb #3228c8c1
 def task_refs(task: str) -> tuple[str, ...]:
-    "Keys of a task (`TASK_REFS`; a split after a colon, as in `mmlu:dev`, is ignored); () for an unknown name."
+    """Keys of a task (`TASK_REFS`; a split after a colon, as in `mmlu:dev`, is ignored); () for an
+    unknown name."""
     return TASK_REFS.get(str(task).split(":")[0], ())
 
 # %% ../nbs/core/00b_cite.ipynb #21d9495c
 def _exported() -> dict[str, str]:
-    "{'module.Name': 'mad_study.module'} for every public exported function and class (a method counts as its class)."
+    """{'module.Name': 'mad_study.module'} for every public exported function and class (a method
+    counts as its class)."""
     from mad_study._modidx import d
 
     out = {}
@@ -597,7 +605,8 @@ def _exported() -> dict[str, str]:
 
 # %% ../nbs/core/00b_cite.ipynb #c7e3657a
 def qualified_name(name: str) -> str:
-    "`module.Name` (below the package) of an exported function or class named fully, below the package, or bare when unique."
+    """`module.Name` (below the package) of an exported function or class named fully, below the
+    package, or bare when unique."""
     exported = _exported()
     parts = str(name).removeprefix("mad_study.").split(".")
     if len(parts) >= 2 and ".".join(parts[:2]) in exported:
@@ -612,7 +621,8 @@ def qualified_name(name: str) -> str:
 
 # %% ../nbs/core/00b_cite.ipynb #a4cbc090
 def refs_of(name: str) -> tuple[str, ...]:
-    "Reference keys of an exported function or class (`MODULE_REFS` + `REFS`) or of a protocol name (`PROTOCOL_REFS`)."
+    """Reference keys of an exported function or class (`MODULE_REFS` + `REFS`) or of a protocol
+    name (`PROTOCOL_REFS`)."""
     if name in PROTOCOL_REFS:
         return PROTOCOL_REFS[name]
     q = qualified_name(name)
@@ -639,8 +649,9 @@ def _is_model_key(k: str) -> bool:
 
 # %% ../nbs/core/00b_cite.ipynb #7f659e7a
 def params_refs(paper: str | None, params: Mapping[str, Any] | None) -> list[str]:
-    """Keys of what a run with `params` of `paper` uses: the paper's works, its tasks, model families and methods (a served
-    run, `backend: openai`, cites the quantization the server was declared to run, `served_quant`, not the kit's `quant`)."""
+    """Keys of what a run with `params` of `paper` uses: the paper's works, its tasks, model
+    families and methods (a served run, `backend: openai`, cites the quantization the server was
+    declared to run, `served_quant`, not the kit's `quant`)."""
     keys = [*PAPER_REFS.get(paper or "", ())]
     params = dict(params or {})
     # a served run: the server's weights (served_quant), never the kit's quant
@@ -659,7 +670,8 @@ def params_refs(paper: str | None, params: Mapping[str, Any] | None) -> list[str
 
 # %% ../nbs/core/00b_cite.ipynb #46d518c0
 def experiment_file(target: str) -> tuple[str, Path] | None:
-    "(paper id, file) of the experiment (in `params_dirs()`, one's own first) whose id, or one of whose artefacts, is `target`; None when there is none."
+    """(paper id, file) of the experiment (in `params_dirs()`, one's own first) whose id, or one of
+    whose artefacts, is `target`; None when there is none."""
     files = [
         f for d in params_dirs() for f in sorted(d.glob("*/*.yaml")) if f.parent.name != "profiles"
     ]
@@ -675,7 +687,8 @@ def experiment_file(target: str) -> tuple[str, Path] | None:
 
 # %% ../nbs/core/00b_cite.ipynb #509d037d
 def experiment_refs(target: str) -> list[str]:
-    "Keys of an experiment (or artefact) id with its paper-faithful parameters, or of a paper id (`PAPER_REFS`)."
+    """Keys of an experiment (or artefact) id with its paper-faithful parameters, or of a paper id
+    (`PAPER_REFS`)."""
     import yaml
 
     if (hit := experiment_file(target)) is None:
@@ -687,7 +700,8 @@ def experiment_refs(target: str) -> list[str]:
 
 # %% ../nbs/core/00b_cite.ipynb #4cab3a94
 def injected_params(nb_path: str | Path) -> dict[str, Any]:
-    "The parameters papermill injected into an executed notebook (its cell tagged `injected-parameters`)."
+    """The parameters papermill injected into an executed notebook (its cell tagged
+    `injected-parameters`)."""
     out = {}
     for c in json.loads(Path(nb_path).read_text(encoding="utf-8"))["cells"]:
         if "injected-parameters" not in c.get("metadata", {}).get("tags", []):
@@ -704,7 +718,8 @@ def injected_params(nb_path: str | Path) -> dict[str, Any]:
 
 # %% ../nbs/core/00b_cite.ipynb #0ad03310
 def _transcript_files(folder: Path) -> list[Path]:
-    "The `*.parquet` files under `folder`, except those in hidden folders (`.previous/`: an earlier run's outputs)."
+    """The `*.parquet` files under `folder`, except those in hidden folders (`.previous/`: an
+    earlier run's outputs)."""
     return [
         f for f in sorted(folder.rglob("*.parquet"))
         if not any(p.startswith(".") for p in f.relative_to(folder).parts)
@@ -712,7 +727,8 @@ def _transcript_files(folder: Path) -> list[Path]:
 
 # %% ../nbs/core/00b_cite.ipynb #6be783a2
 def _transcript_names(folder: Path) -> dict[str, list[str]]:
-    "The models and tasks named in the transcripts (`*.parquet` with `model` / `task` columns) under `folder`."
+    """The models and tasks named in the transcripts (`*.parquet` with `model` / `task` columns)
+    under `folder`."""
     import pyarrow.parquet as pq
 
     seen = {"models": [], "tasks": []}
@@ -727,9 +743,10 @@ def _transcript_names(folder: Path) -> dict[str, list[str]]:
 
 # %% ../nbs/core/00b_cite.ipynb #bbfffe84
 def run_refs(folder: str | Path) -> list[str]:
-    """Keys of a finished run folder (`runs/<profile>/<experiment>/`): the parameters injected into its executed notebook
-    (paper, tasks, models, methods), the models and tasks of its transcripts, and whatever a transcript inside it cites
-    (`transcript_refs`: its methods too), so a folder never cites fewer works than a file in it (issue 54)."""
+    """Keys of a finished run folder (`runs/<profile>/<experiment>/`): the parameters injected into
+    its executed notebook (paper, tasks, models, methods), the models and tasks of its transcripts,
+    and whatever a transcript inside it cites (`transcript_refs`: its methods too), so a folder
+    never cites fewer works than a file in it (issue 54)."""
     folder = Path(folder)
     nbs = sorted(folder.glob("*.ipynb"))
     if not nbs and (files := _transcript_files(folder)):  # the user's own study: transcripts only
@@ -753,7 +770,8 @@ def run_refs(folder: str | Path) -> list[str]:
 
 # %% ../nbs/core/00b_cite.ipynb #08fd9058
 def provenance_refs(meta: Mapping[str, Any]) -> list[str]:
-    "Keys for a provenance sidecar: its paper, its study's parameters, the models it loaded and the tasks of its items."
+    """Keys for a provenance sidecar: its paper, its study's parameters, the models it loaded and
+    the tasks of its items."""
     return params_refs(
         meta.get("paper"), {
             **(meta.get("params") or {}), "sidecar_models": list(meta.get("models") or {}),
@@ -762,8 +780,9 @@ def provenance_refs(meta: Mapping[str, Any]) -> list[str]:
 
 # %% ../nbs/core/00b_cite.ipynb #c5721f73
 def transcript_refs(path: str | Path) -> list[str]:
-    """Keys of one transcript file (the kit's Parquet, or another tool's JSONL / CSV export): the works of its tasks,
-    model families and methods (`method` column: a protocol name of `PROTOCOL_REFS`)."""
+    """Keys of one transcript file (the kit's Parquet, or another tool's JSONL / CSV export): the
+    works of its tasks, model families and methods (`method` column: a protocol name of
+    `PROTOCOL_REFS`)."""
     path = Path(path)
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -783,7 +802,8 @@ def transcript_refs(path: str | Path) -> list[str]:
 
 # %% ../nbs/core/00b_cite.ipynb #621c5456
 def _runs_path(target: str) -> Path:
-    "`target` as a path; `runs/...` that is not a path here is read under `runs_dir()` (`$MAD_STUDY_RUNS`)."
+    """`target` as a path; `runs/...` that is not a path here is read under `runs_dir()`
+    (`$MAD_STUDY_RUNS`)."""
     p = Path(target)
     if not p.exists() and p.parts[:1] == ("runs",):
         return runs_dir().joinpath(*p.parts[1:])
@@ -791,8 +811,9 @@ def _runs_path(target: str) -> Path:
 
 # %% ../nbs/core/00b_cite.ipynb #84db8609
 def resolve_refs(target: str) -> list[str]:
-    """Keys of a run folder or transcript file (a `runs/...` path is read under `MAD_STUDY_RUNS`), an experiment /
-    artefact / paper id, a task name, a protocol name, or an exported function or class."""
+    """Keys of a run folder or transcript file (a `runs/...` path is read under `MAD_STUDY_RUNS`),
+    an experiment / artefact / paper id, a task name, a protocol name, or an exported function or
+    class."""
     path = _runs_path(target)
     if path.is_dir():
         return run_refs(path)
@@ -806,7 +827,8 @@ def resolve_refs(target: str) -> list[str]:
 
 # %% ../nbs/core/00b_cite.ipynb #1413d286
 def bibtex(keys: Iterable[str]) -> str:
-    "The BibTeX entries of `keys` with the kit's own first, in the file's order; an unknown key is an error."
+    """The BibTeX entries of `keys` with the kit's own first, in the file's order; an unknown key is
+    an error."""
     refs, want = references(), {KIT_KEY, *keys}
     if bad := sorted(want - set(refs)):
         raise ConfigError("unknown reference key", key="key", value=bad[0])
@@ -815,7 +837,8 @@ def bibtex(keys: Iterable[str]) -> str:
 
 # %% ../nbs/core/00b_cite.ipynb #9cd74ee7
 def kit_entry() -> str:
-    "The kit's own BibTeX entry with the version and commit that ran (`version`, and the commit in `note`)."
+    """The kit's own BibTeX entry with the version and commit that ran (`version`, and the commit in
+    `note`)."""
     from mad_study import __version__
     from mad_study.core import git_commit
 
@@ -828,7 +851,8 @@ def kit_entry() -> str:
 
 # %% ../nbs/core/00b_cite.ipynb #3d845645
 def cite_command(targets: Sequence[str], keys_only: bool = False, log=print) -> int:
-    "The body of `mad-study cite`: print the BibTeX entries (or, with `keys_only`, the keys) that `targets` depend on."
+    """The body of `mad-study cite`: print the BibTeX entries (or, with `keys_only`, the keys) that
+    `targets` depend on."""
     keys = list(dict.fromkeys(k for t in targets for k in resolve_refs(t)))
     log(" ".join([KIT_KEY, *keys]) if keys_only else bibtex(keys).rstrip("\n"))
     return 0

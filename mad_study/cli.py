@@ -30,8 +30,9 @@ from .params import (auto_profile, merge_params, param_warnings, parse_override,
 
 # %% ../nbs/study/20c_cli.ipynb #4199cf4f
 def _exit_if_stuck(code: int, wait: float = 2.0) -> None:
-    """After an interrupt, give the run's worker threads `wait` seconds to see their kernels gone; if one is still
-    blocked, end the process now (Python would otherwise join it at exit and Ctrl-C would seem ignored)."""
+    """After an interrupt, give the run's worker threads `wait` seconds to see their kernels gone;
+    if one is still blocked, end the process now (Python would otherwise join it at exit and Ctrl-C
+    would seem ignored)."""
     end = time.monotonic() + wait
     for t in [t for t in threading.enumerate() if t.name.startswith("mad-study-run")]:
         t.join(max(0.0, end - time.monotonic()))
@@ -178,7 +179,8 @@ _PLAN_SHOWN = {
 
 # %% ../nbs/study/20c_cli.ipynb #1a710abb
 def _print_gpu_hours(plans: Sequence[Mapping], quant: str) -> None:
-    "Per experiment and in total: GPU-hours at the latest measurement and at vLLM's published figure."
+    """Per experiment and in total: GPU-hours at the latest measurement and at vLLM's published
+    figure."""
     from mad_study.registry import get_model
 
     rec, where = throughput_measurement()
@@ -208,7 +210,8 @@ def _print_gpu_hours(plans: Sequence[Mapping], quant: str) -> None:
 
 # %% ../nbs/study/20c_cli.ipynb #2c8e6862
 def _cmd_plan(a, overrides: Mapping) -> int:
-    "`mad-study plan`: generations, tokens, weights and serve commands of the targets (nothing is run)."
+    """`mad-study plan`: generations, tokens, weights and serve commands of the targets (nothing is
+    run)."""
     name = auto_profile() if a.profile == "auto" else a.profile
     prof = load_profile(name)
     rows, plans = [], []

@@ -79,12 +79,13 @@ _REPEAT_KEYS = ("sample", "run", "seed", "agent", "round", "repeat", "model", "a
 def _compared_items(results: pd.DataFrame, reference: str, methods: Sequence[str] | None,
                     value: str, item: str, method: str,
                     on: str = "all") -> tuple[list[str], pd.DataFrame, pd.DataFrame, dict]:
-    """Step 1 of `compare_methods` (the kit's own): the methods (reference first), their item means on the items every
-    one of them answered, those items' rows, and what pairing did: items dropped and runs per method. Rows that repeat
-    (method, item, sample and the named dimensions present, `_REPEAT_KEYS`) raise: a second run appended is not more
-    samples, so it needs a `run` (or `seed`) column, and its runs are averaged per item; without a `sample`, `run`
-    or `seed` column every (method, item) row must be unique (an error names the method and items); different item sets
-    raise unless `on="shared"`, which keeps the items every method answered and warns."""
+    """Step 1 of `compare_methods` (the kit's own): the methods (reference first), their item means
+    on the items every one of them answered, those items' rows, and what pairing did: items dropped
+    and runs per method. Rows that repeat (method, item, sample and the named dimensions present,
+    `_REPEAT_KEYS`) raise: a second run appended is not more samples, so it needs a `run` (or
+    `seed`) column, and its runs are averaged per item; without a `sample`, `run` or `seed` column
+    every (method, item) row must be unique (an error names the method and items); different item
+    sets raise unless `on="shared"`, which keeps the items every method answered and warns."""
     if on not in ("all", "shared"):
         raise ConfigError("pairing: `on` is 'all' or 'shared'", key="on", value=on,
                           choices=("all", "shared"))
@@ -153,9 +154,9 @@ class _Compared:
 
 # %% ../nbs/evaluation/05d_compare.ipynb #31aef48a
 def _method_row(m: str, c: _Compared) -> dict:
-    """Step 2 of `compare_methods` (the kit's own): method `m`'s row: accuracy and interval; against the reference the
-    paired difference (with its `status`), test and TOST; tokens and their paired change. Warnings of the paired
-    statistics are left to `compare_methods` (one for the table)."""
+    """Step 2 of `compare_methods` (the kit's own): method `m`'s row: accuracy and interval; against
+    the reference the paired difference (with its `status`), test and TOST; tokens and their paired
+    change. Warnings of the paired statistics are left to `compare_methods` (one for the table)."""
     sub, means, tok, ref, inf = c.sub, c.means, c.tok, c.reference, c.inference
     level, n, seed, k = inf.level, inf.n_resamples, inf.seed, inf.min_items
     mine = sub[c.method] == m
@@ -189,7 +190,9 @@ def _method_row(m: str, c: _Compared) -> dict:
 # %% ../nbs/evaluation/05d_compare.ipynb #4409f975
 def _adjusted_table(rows: list[dict], means: pd.DataFrame, reference: str, item: str,
                     correction: str, level: float, margin: float | None) -> pd.DataFrame:
-    "Step 3 of `compare_methods` (the kit's own): the table with p-values adjusted over the comparisons, `distinguishable`, and the attrs the caption reads (the omnibus test among them)."
+    """Step 3 of `compare_methods` (the kit's own): the table with p-values adjusted over the
+    comparisons, `distinguishable`, and the attrs the caption reads (the omnibus test among
+    them)."""
     table = pd.DataFrame(rows)
     if "pvalue" not in table:
         table["pvalue"] = np.nan
@@ -203,12 +206,14 @@ def _adjusted_table(rows: list[dict], means: pd.DataFrame, reference: str, item:
 # %% ../nbs/evaluation/05d_compare.ipynb #4faca5ae
 def _family_intervals(table: pd.DataFrame, means: pd.DataFrame, reference: str,
                       inference: Inference) -> pd.DataFrame:
-    """Step 4 of `compare_methods` (the kit's own): each gap's interval again (`paired_inference`, the test's own
-    dual) at the level of its correction (`family_levels`, in `diff_level`; a Holm-rejected interval that crosses 0
-    is closed there, [0, hi] or [lo, 0], `diff_cut`: Holm shows the sign), so that intervals and verdicts are one
-    procedure; `agrees`: the interval lies on the verdict's side of 0 (a distinguishable gap's interval on one side
-    of 0, 0 itself allowed as a closed cut's bound; one not told apart holds 0); the TOST verdict never stands next to a
-    distinguishable gap (`equivalent` False there, `tost_equivalent` keeps the test's own); `verdict` in words."""
+    """Step 4 of `compare_methods` (the kit's own): each gap's interval again (`paired_inference`,
+    the test's own dual) at the level of its correction (`family_levels`, in `diff_level`; a
+    Holm-rejected interval that crosses 0 is closed there, [0, hi] or [lo, 0], `diff_cut`: Holm
+    shows the sign), so that intervals and verdicts are one procedure; `agrees`: the interval lies
+    on the verdict's side of 0 (a distinguishable gap's interval on one side of 0, 0 itself allowed
+    as a closed cut's bound; one not told apart holds 0); the TOST verdict never stands next to a
+    distinguishable gap (`equivalent` False there, `tost_equivalent` keeps the test's own);
+    `verdict` in words."""
     t = table.copy()
     for c in ("diff", "diff_low", "diff_high", "status"):
         if c not in t:
@@ -231,7 +236,8 @@ def _family_intervals(table: pd.DataFrame, means: pd.DataFrame, reference: str,
         t.iloc[i, t.columns.get_indexer(["diff_low", "diff_high"])] = (lo, hi)
     dist = t["distinguishable"].eq(True)
     lo, hi = t["diff_low"], t["diff_high"]
-    # told apart: the interval on one side of 0 (a closed cut has 0 as its near bound); else it holds 0
+    # told apart: the interval on one side of 0 (a closed cut has 0 as its near bound); else it
+    # holds 0
     side = (lo > 0) | (hi < 0) | (t["diff_cut"].eq(True) & ((lo == 0) | (hi == 0)))
     holds = (lo <= 0) & (hi >= 0)
     ok = side.where(dist, holds)
@@ -254,9 +260,10 @@ TEST_WORDS = {
 
 # %% ../nbs/evaluation/05d_compare.ipynb #65416d86
 def token_words(r: Mapping) -> str:
-    """A row's token change as every caption writes it (the kit's own): "tokens -62% [-66, -58]" from
-    `token_change`, `token_change_low`, `token_change_high` (fractions, `token_change`'s log-ratio interval),
-    "no interval" where either bound is NaN, "" when the row has no token change."""
+    """A row's token change as every caption writes it (the kit's own): "tokens -62% [-66, -58]"
+    from `token_change`, `token_change_low`, `token_change_high` (fractions, `token_change`'s
+    log-ratio interval), "no interval" where either bound is NaN, "" when the row has no token
+    change."""
     t = r.get("token_change", math.nan)
     if t is None or pd.isna(t):
         return ""
@@ -267,9 +274,11 @@ def token_words(r: Mapping) -> str:
 
 # %% ../nbs/evaluation/05d_compare.ipynb #6fc36dce
 def _gap_words(r: Mapping, ref: str, a: Mapping) -> str:
-    "One gap of the caption: difference, interval (or why none), verdict, test and adjusted p, TOST, tokens."
+    """One gap of the caption: difference, interval (or why none), verdict, test and adjusted p,
+    TOST, tokens."""
     st = r.get("status") or "ok"
-    # 0/1 answers keep Tango's score interval when the methods agree on every item, or differ alike on every one
+    # 0/1 answers keep Tango's score interval when the methods agree on every item, or differ alike
+    # on every one
     tango = r.get("test") == "mcnemar"
     if st == "identical":
         ci = (f"{gap_interval_text(r)} (agree on every item)"
@@ -300,9 +309,9 @@ def _gap_words(r: Mapping, ref: str, a: Mapping) -> str:
 # %% ../nbs/evaluation/05d_compare.ipynb #39e3f1b8
 def comparison_caption(table: pd.DataFrame, unit_name: str = "items",
                        fixed_items: bool = False) -> str:
-    """The caption sentence of a `compare_methods` table: item count (and the items dropped to pair them), runs,
-    resampled unit, interval family, tests, correction, omnibus, and each method's gap vs the reference with its
-    interval (or why none), its verdict and any status that limits it."""
+    """The caption sentence of a `compare_methods` table: item count (and the items dropped to pair
+    them), runs, resampled unit, interval family, tests, correction, omnibus, and each method's gap
+    vs the reference with its interval (or why none), its verdict and any status that limits it."""
     a = table.attrs
     ref = a.get("reference")
     n = int(table["n_items"].iloc[0]) if len(table) else 0

@@ -36,8 +36,9 @@ __all__ = ['SOURCE_DIRS', 'PROJECT_OUTPUTS', 'ANSWER_FORMATS', 'SAMPLING_FIELDS'
 
 # %% ../nbs/core/00_core.ipynb #19cccb81
 def _kit_checkout(start: Path | None = None) -> Path | None:
-    """The kit's source checkout (a folder with `pyproject.toml`, `nbs/` and `params/`) that holds `start` (default:
-    the installed package itself), or None: a plain install, or a folder outside any checkout. The kit's own."""
+    """The kit's source checkout (a folder with `pyproject.toml`, `nbs/` and `params/`) that holds
+    `start` (default: the installed package itself), or None: a plain install, or a folder outside
+    any checkout. The kit's own."""
     if start is None:
         import importlib.util
 
@@ -53,8 +54,8 @@ def _kit_checkout(start: Path | None = None) -> Path | None:
 
 # %% ../nbs/core/00_core.ipynb #b4c3b41f
 def project_root() -> Path:
-    """Where runs and figures go: `$MAD_STUDY_ROOT`, else the kit checkout that holds the current folder, else the
-    current folder (never the installed package's folder). The kit's own."""
+    """Where runs and figures go: `$MAD_STUDY_ROOT`, else the kit checkout that holds the current
+    folder, else the current folder (never the installed package's folder). The kit's own."""
     env = os.environ.get("MAD_STUDY_ROOT")
     if env:
         return Path(env).expanduser().resolve()
@@ -62,7 +63,8 @@ def project_root() -> Path:
 
 # %% ../nbs/core/00_core.ipynb #882914e1
 def runs_dir() -> Path:
-    "Where transcripts, executed notebooks and the generation cache go (`$MAD_STUDY_RUNS` or `<root>/runs`)."
+    """Where transcripts, executed notebooks and the generation cache go (`$MAD_STUDY_RUNS` or
+    `<root>/runs`)."""
     return Path(os.environ.get("MAD_STUDY_RUNS") or project_root() / "runs")
 
 # %% ../nbs/core/00_core.ipynb #749cd86f
@@ -72,9 +74,10 @@ def figures_dir() -> Path:
 
 # %% ../nbs/core/00_core.ipynb #366c1efe
 def params_dirs() -> list[Path]:
-    """The folders that hold experiment files, profiles and the artefact registry (`artefacts.yaml`), first one
-    winning: the root's own `params/` when it has one (one's own experiments), then the `params/` of the checkout the
-    package was installed from (empty for a plain install used outside a checkout). The kit's own."""
+    """The folders that hold experiment files, profiles and the artefact registry
+    (`artefacts.yaml`), first one winning: the root's own `params/` when it has one (one's own
+    experiments), then the `params/` of the checkout the package was installed from (empty for a
+    plain install used outside a checkout). The kit's own."""
     own = project_root() / "params"
     out = [own] if own.is_dir() else []
     kit = _kit_checkout()
@@ -84,15 +87,16 @@ def params_dirs() -> list[Path]:
 
 # %% ../nbs/core/00_core.ipynb #fx54pd01
 def params_dir() -> Path:
-    """The first of `params_dirs()`: `<root>/params` when the root has one, else the kit checkout's `params/` (and
-    `<root>/params` when there is neither). Where a new parameter file is written; read with `params_dirs()`."""
+    """The first of `params_dirs()`: `<root>/params` when the root has one, else the kit checkout's
+    `params/` (and `<root>/params` when there is neither). Where a new parameter file is written;
+    read with `params_dirs()`."""
     return (params_dirs() or [project_root() / "params"])[0]
 
 # %% ../nbs/core/00_core.ipynb #fx54kp01
 def kit_path(rel: str | os.PathLike) -> Path:
-    """A file the kit commits, by its path in the checkout (`rel`, e.g. `checkpoints/rumad_sim_B12.pt`):
-    `project_root() / rel` when it exists, else the kit checkout's (`_kit_checkout() / rel`) when that exists, else
-    `project_root() / rel`. The kit's own."""
+    """A file the kit commits, by its path in the checkout (`rel`, e.g.
+    `checkpoints/rumad_sim_B12.pt`): `project_root() / rel` when it exists, else the kit checkout's
+    (`_kit_checkout() / rel`) when that exists, else `project_root() / rel`. The kit's own."""
     own = project_root() / rel
     kit = _kit_checkout()
     if own.exists() or kit is None or not (kit / rel).exists():
@@ -101,8 +105,9 @@ def kit_path(rel: str | os.PathLike) -> Path:
 
 # %% ../nbs/core/00_core.ipynb #fx54kp02
 def kit_sources_note() -> str:
-    """'' inside a kit checkout; for a plain install (no checkout), the sentence an error about a missing experiment,
-    profile or notebook ends with: where the papers' notebooks and params live. The kit's own."""
+    """'' inside a kit checkout; for a plain install (no checkout), the sentence an error about a
+    missing experiment, profile or notebook ends with: where the papers' notebooks and params live.
+    The kit's own."""
     if _kit_checkout() is not None:
         return ""
     return (
@@ -111,7 +116,8 @@ def kit_sources_note() -> str:
 
 # %% ../nbs/core/00_core.ipynb #1ef3b078
 def cache_home() -> Path:
-    "Converted model checkpoints and other reusable downloads (`$MAD_STUDY_HOME` or `~/.cache/mad_study`)."
+    """Converted model checkpoints and other reusable downloads (`$MAD_STUDY_HOME` or
+    `~/.cache/mad_study`)."""
     return Path(os.environ.get("MAD_STUDY_HOME") or Path.home() / ".cache" / "mad_study")
 
 # %% ../nbs/core/00_core.ipynb #376ef666
@@ -119,7 +125,8 @@ SOURCE_DIRS = ("nbs", "mad_study", "params")
 
 
 def _git(root: Path, *args: str) -> str | None:
-    "The output of `git *args` run in `root`, or None when git is missing, times out or fails (not a repository)."
+    """The output of `git *args` run in `root`, or None when git is missing, times out or fails (not
+    a repository)."""
     try:
         r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
@@ -128,7 +135,8 @@ def _git(root: Path, *args: str) -> str | None:
 
 # %% ../nbs/core/00_core.ipynb #fx54gc01
 def _repo_state(root: Path, paths: Sequence[str]) -> dict:
-    "`{'commit', 'dirty'}` of the repository at `root` (`paths`: what counts for dirty); None for what git cannot tell."
+    """`{'commit', 'dirty'}` of the repository at `root` (`paths`: what counts for dirty); None for
+    what git cannot tell."""
     commit = _git(root, "rev-parse", "HEAD")
     if commit is None:
         return {"commit": None, "dirty": None}
@@ -140,11 +148,12 @@ PROJECT_OUTPUTS = (".", ":(exclude)runs", ":(exclude)figures")
 
 
 def git_commit(paths: Sequence[str] = SOURCE_DIRS, root: Path | None = None) -> dict:
-    """The kit's git commit (`commit`) and whether the sources that make an artefact (`paths`: nbs/, mad_study/,
-    params/) have uncommitted changes (`dirty`); None for either when git cannot tell (a plain install, no git).
-    The repository is `root` when given, else the kit's checkout (`_kit_checkout()`, whatever the working folder);
-    then a project root that is a git repository of its own adds `project_commit` / `project_dirty` (its runs/ and
-    figures/ excluded). figures/ is not a source: a run rewrites it, so it never makes a later artefact dirty."""
+    """The kit's git commit (`commit`) and whether the sources that make an artefact (`paths`: nbs/,
+    mad_study/, params/) have uncommitted changes (`dirty`); None for either when git cannot tell (a
+    plain install, no git). The repository is `root` when given, else the kit's checkout
+    (`_kit_checkout()`, whatever the working folder); then a project root that is a git repository
+    of its own adds `project_commit` / `project_dirty` (its runs/ and figures/ excluded). figures/
+    is not a source: a run rewrites it, so it never makes a later artefact dirty."""
     if root is not None:
         return _repo_state(Path(root), paths)
     kit = _kit_checkout()
@@ -175,7 +184,8 @@ class ConfigError(ValueError):
 
 # %% ../nbs/core/00_core.ipynb #62703b33
 def clip_line(s: str, n: int) -> str:
-    "`s` on one line in at most `n` characters, cut at a word boundary with an ellipsis (never mid-word)."
+    """`s` on one line in at most `n` characters, cut at a word boundary with an ellipsis (never
+    mid-word)."""
     s = " ".join(str(s).split())
     if len(s) <= n:
         return s
@@ -184,7 +194,8 @@ def clip_line(s: str, n: int) -> str:
 
 # %% ../nbs/core/00_core.ipynb #3a22cf40
 def derive_seed(*parts: Any) -> int:
-    "A deterministic 31-bit seed from any printable parts, e.g. `derive_seed(seed, item_id, agent, round)`."
+    """A deterministic 31-bit seed from any printable parts, e.g. `derive_seed(seed, item_id, agent,
+    round)`."""
     h = hashlib.sha256("\x1f".join(map(str, parts)).encode("utf-8")).digest()
     return int.from_bytes(h[:8], "little") % (2**31 - 1)
 
@@ -262,7 +273,8 @@ class GenRequest:
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        "Attach the item's images to the first user message (see above), unless some message already has images."
+        """Attach the item's images to the first user message (see above), unless some message
+        already has images."""
         imgs = list(getattr((self.meta or {}).get("item"), "images", ()) or ())
         if not imgs or any(m.get("images") for m in self.messages):
             return
@@ -318,7 +330,8 @@ SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(Sampling))
 
 
 def fold_keywords(param: str = "sampling", aliases: Mapping[str, str] | None = None):
-    "Decorator: `f(param=Settings(...))` also takes the settings' fields (or their old `aliases`) as separate keywords, with a DeprecationWarning (the kit's own)."
+    """Decorator: `f(param=Settings(...))` also takes the settings' fields (or their old `aliases`)
+    as separate keywords, with a DeprecationWarning (the kit's own)."""
     def decorate(f):
         params = inspect.signature(f).parameters
         default = params[param].default
@@ -370,7 +383,8 @@ SIGNALS = ("logprob_sum", "logprob_min", "logprob_mean", "perplexity", "token_en
 
 @dataclass
 class Generation:
-    "What a backend returns for one request; signal fields are None where the backend cannot give them."
+    """What a backend returns for one request; signal fields are None where the backend cannot give
+    them."""
 
     text: str
     prompt_tokens: int = 0
@@ -400,7 +414,9 @@ class Generation:
 # %% ../nbs/core/00_core.ipynb #3882e1fe
 def signals_from_logprobs(logprobs: Sequence[float],
                           entropies: Sequence[float] | None = None) -> dict:
-    "Signal fields of `Generation` from a completion's per-token log-probs (and optional per-token entropies). (the prior signals of SVR-MAD Sec. 3 (min-LL, PPL) and SID's token log-likelihoods.)"
+    """Signal fields of `Generation` from a completion's per-token log-probs (and optional per-token
+    entropies). (the prior signals of SVR-MAD Sec. 3 (min-LL, PPL) and SID's token
+    log-likelihoods.)"""
     lp = np.asarray(list(logprobs), dtype=float)
     if lp.size == 0:
         return {}
@@ -461,20 +477,23 @@ def describe_transcript() -> pd.DataFrame:
 
 # %% ../nbs/core/00_core.ipynb #3c5f0a01
 def _schema_column(col: pd.Series, dt: str) -> pd.Series:
-    "`col` cast to the schema's dtype `dt`: any missing value (None, NaN, NA) becomes the dtype's missing value."
+    """`col` cast to the schema's dtype `dt`: any missing value (None, NaN, NA) becomes the dtype's
+    missing value."""
     if dt == "float64":
         return pd.to_numeric(col.astype("object").where(col.notna(), np.nan),
                              errors="coerce").astype("float64")
     return col.astype("object").where(col.notna(), None).astype(dt)
 
 # %% ../nbs/core/00_core.ipynb #c0f7a001
-# the Python types a column's values may have for `_typed_column` to build it straight from them (None: missing)
+# the Python types a column's values may have for `_typed_column` to build it straight from them
+# (None: missing)
 _PLAIN_TYPES = {"string": {str}, "Int64": {int}, "boolean": {bool}, "float64": {float, int}}
 
 
 def _typed_column(values: list, dt: str) -> pd.Series:
-    """`_schema_column` of a list of values, built straight from them where every value is of a plain type of `dt`
-    (`str`, `int`, `bool`, `float`; missing values only in the string and float columns), else by `_schema_column`."""
+    """`_schema_column` of a list of values, built straight from them where every value is of a
+    plain type of `dt` (`str`, `int`, `bool`, `float`; missing values only in the string and float
+    columns), else by `_schema_column`."""
     types = set(map(type, values))
     missing = type(None) in types
     types.discard(type(None))
@@ -491,10 +510,11 @@ def _typed_column(values: list, dt: str) -> pd.Series:
 
 # %% ../nbs/core/00_core.ipynb #2bd36b5c
 def transcript_frame(rows: Iterable[Mapping] | pd.DataFrame = ()) -> pd.DataFrame:
-    """Rows (dicts) -> a transcript DataFrame with exactly the schema's columns, order and dtypes. Rows are read
-    column by column, each value as it is (no dtype guessed across the rows first: a run's thousands of rows, fast);
-    rows that hold every column (as `run_debate`'s do) are turned into columns in one pass and each column is built
-    from its values where they are of plain types (`_typed_column`)."""
+    """Rows (dicts) -> a transcript DataFrame with exactly the schema's columns, order and dtypes.
+    Rows are read column by column, each value as it is (no dtype guessed across the rows first: a
+    run's thousands of rows, fast); rows that hold every column (as `run_debate`'s do) are turned
+    into columns in one pass and each column is built from its values where they are of plain types
+    (`_typed_column`)."""
     if isinstance(rows, pd.DataFrame):
         df = rows.copy()
         extra = set(df.columns) - set(TRANSCRIPT_SCHEMA)
@@ -510,7 +530,8 @@ def transcript_frame(rows: Iterable[Mapping] | pd.DataFrame = ()) -> pd.DataFram
             df[c] = _schema_column(df[c], dt)
         df = df[TRANSCRIPT_COLUMNS].reset_index(drop=True)
     elif rows and all(type(r) is dict and len(r) == len(TRANSCRIPT_COLUMNS) for r in rows):
-        # full rows (every row `run_debate` makes): one C pass turns them into columns, each built from its values
+        # full rows (every row `run_debate` makes): one C pass turns them into columns, each built
+        # from its values
         cols = zip(*map(operator.itemgetter(*TRANSCRIPT_COLUMNS), rows))
         df = pd.DataFrame(
             {
@@ -575,7 +596,8 @@ TURN_KEYS = ("item_id", "sample", "round", "agent")
 
 
 def pool_keys(df: pd.DataFrame, by: Sequence[str] = ()) -> list[str]:
-    "The kit's grouping convention: the `CONDITION_KEYS` present in `df`, then `by` (duplicates dropped, order kept)."
+    """The kit's grouping convention: the `CONDITION_KEYS` present in `df`, then `by` (duplicates
+    dropped, order kept)."""
     return list(dict.fromkeys([*(c for c in CONDITION_KEYS if c in df.columns), *by]))
 
 # %% ../nbs/core/00_core.ipynb #6c083400
@@ -624,7 +646,8 @@ def _as_pil(img: Any):
 
 # %% ../nbs/core/00_core.ipynb #d38bfdf0
 def image_hash(img: Any) -> str:
-    "The content hash `sha256:<hex>` of an image: over its mode, size and pixels (re-encoding keeps it)."
+    """The content hash `sha256:<hex>` of an image: over its mode, size and pixels (re-encoding
+    keeps it)."""
     im = _as_pil(img)
     h = hashlib.sha256(f"{im.mode}:{im.width}x{im.height}:".encode())
     h.update(im.tobytes())
@@ -662,7 +685,8 @@ def load_image(h: str, root: str | os.PathLike | None = None):
 # %% ../nbs/core/00_core.ipynb #0e9b2b07
 @functools.lru_cache(maxsize=256)
 def _decoded(path: str):
-    "A stored PNG decoded once (a debate shows an item's image in every turn; backends measure, then batch, each prompt)."
+    """A stored PNG decoded once (a debate shows an item's image in every turn; backends measure,
+    then batch, each prompt)."""
     from PIL import Image
 
     with Image.open(path) as im:

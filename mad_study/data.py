@@ -35,7 +35,8 @@ def du_options_question(item: Item) -> str:
 
 # %% ../nbs/data/02_data.ipynb #e328d0f2
 def format_question(item: Item) -> str:
-    "The text prompt templates insert as `{question}`, formatted by the item's task (Du et al. style options)."
+    """The text prompt templates insert as `{question}`, formatted by the item's task (Du et al.
+    style options)."""
     spec = TASKS.get(item.task)
     if spec is not None:
         return spec.formatter(item)
@@ -55,7 +56,8 @@ LETTERS = string.ascii_uppercase
 
 
 def _int_gold(x: Any) -> str:
-    "A numeric gold in canonical form (`'1,450,000'` -> `'1450000'`, `27.0` -> `'27'`); other text stripped."
+    """A numeric gold in canonical form (`'1,450,000'` -> `'1450000'`, `27.0` -> `'27'`); other text
+    stripped."""
     v = parse_number(x) if isinstance(x, (int, float)) or _is_plain_number(str(x)) else None
     return canonical_number(v) if v is not None else str(x).strip()
 
@@ -80,8 +82,8 @@ def _conv_mmlu(spec, row, index, split, config):
 
 # %% ../nbs/data/02_data.ipynb #11c6607c
 def _conv_gpqa(spec, row, index, split, config):
-    """GPQA: the correct option and the three incorrect ones are shuffled, deterministically per item
-    (`rng_for('gpqa-options', config, index)`), and graded by letter."""
+    """GPQA: the correct option and the three incorrect ones are shuffled, deterministically per
+    item (`rng_for('gpqa-options', config, index)`), and graded by letter."""
     opts = [str(row["Correct Answer"]).strip()
             ] + [str(row[f"Incorrect Answer {k}"]).strip() for k in (1, 2, 3)]
     order = [int(i) for i in rng_for("gpqa-options", config, index).permutation(4)]
@@ -112,8 +114,8 @@ def _conv_imo(spec, row, index, split, config):
 
 # %% ../nbs/data/02_data.ipynb #74e3674c
 def _conv_hle(spec, row, index, split, config):
-    """HLE rows kept for `hle_mc`: text-only (`image == ""`), multiple choice, not in the Math category
-    (SVR-MAD, Sec. 5: 'text-only, non-math, multiple-choice questions')."""
+    """HLE rows kept for `hle_mc`: text-only (`image == ""`), multiple choice, not in the Math
+    category (SVR-MAD, Sec. 5: 'text-only, non-math, multiple-choice questions')."""
     if ((row.get("image") or "") != "" or row.get("answer_type") != "multipleChoice"
             or row.get("category") == "Math"):
         return None
@@ -259,7 +261,8 @@ TASKS.update({s.name: s for s in [
 
 # %% ../nbs/data/02_data.ipynb #7c04acb6
 def get_task(name: str) -> TaskSpec:
-    "The TaskSpec of `name` (or `name:split`); an unknown name or split raises a one-line ConfigError listing the choices."
+    """The TaskSpec of `name` (or `name:split`); an unknown name or split raises a one-line
+    ConfigError listing the choices."""
     if not isinstance(name, str) or not name:
         raise ConfigError("unknown task", key="task", value=name, choices=TASKS)
     base, _, split = name.partition(":")
@@ -286,8 +289,9 @@ MATH_SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediat
 
 
 def _conv_math_train(spec, row, index, split, config):
-    """MATH (Hendrycks et al., 2021) rows of `EleutherAI/hendrycks_math`: gold = the last `\\boxed{}` of the solution
-    (`mad_study.answers.last_boxed`); a row with no (or an empty) boxed answer has no gold and is left out (None)."""
+    """MATH (Hendrycks et al., 2021) rows of `EleutherAI/hendrycks_math`: gold = the last
+    `\\boxed{}` of the solution (`mad_study.answers.last_boxed`); a row with no (or an empty) boxed
+    answer has no gold and is left out (None)."""
     from mad_study.answers import last_boxed
 
     gold = (last_boxed(row["solution"]) or "").strip()
@@ -368,9 +372,10 @@ for _name, _title in [("mathvision", "MathVision (multiple choice)"),
 
 # %% ../nbs/data/02_data.ipynb #a798f5e6
 def _conv_realworldqa(spec, row, index, split, config):
-    """RealWorldQA (xAI 2023, as Meta-Debate cites it) rows: the options are inline (`A. ...` lines) and the gold is their letter; other rows
-    are free-form (a number or a word). `realworldqa` keeps the multiple-choice rows, our reading of Meta-Debate's
-    'questions with verifiable answer' (437 of 765; the count is not checked offline); `realworldqa_all` keeps all."""
+    """RealWorldQA (xAI 2023, as Meta-Debate cites it) rows: the options are inline (`A. ...` lines)
+    and the gold is their letter; other rows are free-form (a number or a word). `realworldqa` keeps
+    the multiple-choice rows, our reading of Meta-Debate's 'questions with verifiable answer' (437
+    of 765; the count is not checked offline); `realworldqa_all` keeps all."""
     q, gold = str(row["question"]), str(row["answer"]).strip()
     opts = _OPT_LINE.findall(q)
     mc = (len(opts) >= 2 and [l for l, _ in opts] == list(LETTERS[:len(opts)])
@@ -416,8 +421,8 @@ def _item_id(spec: TaskSpec, index: int | str, split: str) -> str:
 # %% ../nbs/data/02_data.ipynb #ee7c60a6
 def make_item(spec: TaskSpec, row: Mapping, index: int | str, split: str, config: str | None,
               synthetic: bool = False) -> Item | None:
-    """Row `row` (at `index` of `split`) of task `spec` as an `Item`, through the task's converter; None when the
-    converter leaves the row out (the kit's own)."""
+    """Row `row` (at `index` of `split`) of task `spec` as an `Item`, through the task's converter;
+    None when the converter leaves the row out (the kit's own)."""
     d = spec.convert(spec, row, index, split, config)
     if d is None:
         return None

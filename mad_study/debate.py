@@ -106,12 +106,14 @@ class RoundContext:
         return {a: [h["answer"] for h in self.history[a]] for a in self.names}
 
     def viewer_rng(self, agent: str) -> np.random.Generator:
-        "A generator of `agent`'s own, seeded by (protocol seed, item, thread, round, agent): per-viewer draws, deterministic."
+        """A generator of `agent`'s own, seeded by (protocol seed, item, thread, round, agent):
+        per-viewer draws, deterministic."""
         return rng_for(self.seed, "viewer", self.item.id, self.sample, self.round, agent)
 
 # %% ../nbs/engine/04_debate.ipynb #5e1a7c02
 class _LazyGenerator:
-    "`rng_for(*parts)`, made on first use: every attribute is the generator's (the kit's own: a generator is made only for protocols that draw)."
+    """`rng_for(*parts)`, made on first use: every attribute is the generator's (the kit's own: a
+    generator is made only for protocols that draw)."""
 
     __slots__ = ("_parts", "_rng")
 
@@ -133,8 +135,9 @@ class _LazyGenerator:
 
 # %% ../nbs/engine/04_debate.ipynb #acd3414e
 class Protocol:
-    """Base protocol: one round of Du et al.'s multi-agent debate, where everyone speaks and sees every other agent,
-    in the agents' list order; the hooks decide who speaks, whom they see and in what order."""
+    """Base protocol: one round of Du et al.'s multi-agent debate, where everyone speaks and sees
+    every other agent, in the agents' list order; the hooks decide who speaks, whom they see and in
+    what order."""
 
     name = "protocol"
     include_self = False  # show an agent its own last response among the solutions (UMAD App. F.2)
@@ -144,7 +147,8 @@ class Protocol:
         return ctx.names
 
     def viewer_order(self, ctx: RoundContext, agent: str, order: list[str]) -> list[str]:
-        "The order in which `agent` is shown the others (default: the round's shared `order`); `visible()` filters it."
+        """The order in which `agent` is shown the others (default: the round's shared `order`);
+        `visible()` filters it."""
         return order
 
     def speaks(self, ctx: RoundContext, agent: str) -> bool:
@@ -157,11 +161,13 @@ class Protocol:
         return None
 
     def peer_view(self, ctx: RoundContext, viewer: str, peer: str) -> str | None:
-        "The text `viewer` is shown for `peer` in the peer template's `{solution}` (None: `peer`'s last full response)."
+        """The text `viewer` is shown for `peer` in the peer template's `{solution}` (None: `peer`'s
+        last full response)."""
         return None
 
     def role(self, ctx: RoundContext, agent: str) -> str | None:
-        "The role `agent` plays this round (its system prompt; None: the agent's own role). A devil's advocate is one line."
+        """The role `agent` plays this round (its system prompt; None: the agent's own role). A
+        devil's advocate is one line."""
         return None
 
     def __repr__(self):
@@ -170,7 +176,8 @@ class Protocol:
 # %% ../nbs/engine/04_debate.ipynb #db64a6b8
 @patch
 def plan(self: Protocol, ctx: RoundContext) -> RoundPlan:
-    "The round plan: `order()`, then per agent `speaks()`, `visible()` (of its `viewer_order()`), `tags()` and `peer_view()`."
+    """The round plan: `order()`, then per agent `speaks()`, `visible()` (of its `viewer_order()`),
+    `tags()` and `peer_view()`."""
     names = ctx.names
     expected = sorted(names)
     order = list(self.order(ctx))
@@ -195,7 +202,8 @@ def plan(self: Protocol, ctx: RoundContext) -> RoundPlan:
 # %% ../nbs/engine/04_debate.ipynb #82ab8078
 @patch
 def _checked_peers(self: Protocol, ctx: RoundContext, agent: str, peers) -> list[str]:
-    "`visible()`'s answer, checked: every peer a known agent, none twice (a ConfigError naming the protocol and agent)."
+    """`visible()`'s answer, checked: every peer a known agent, none twice (a ConfigError naming the
+    protocol and agent)."""
     peers = list(peers)
     unknown = [p for p in peers if p not in ctx.history]
     if unknown:
@@ -210,7 +218,8 @@ def _checked_peers(self: Protocol, ctx: RoundContext, agent: str, peers) -> list
 
 # %% ../nbs/engine/04_debate.ipynb #c5ab4199
 class FullyConnected(Protocol):
-    "Du et al. (2024) multi-agent debate: every agent sees all other agents' last responses, in a fixed order."
+    """Du et al. (2024) multi-agent debate: every agent sees all other agents' last responses, in a
+    fixed order."""
 
     name = "fully_connected"
 
@@ -245,7 +254,8 @@ class OrderedPeers(FullyConnected):
         return sorted(names, key=lambda a: (not ok[a]) if first else ok[a])  # stable sort
 
     def viewer_order(self, ctx: RoundContext, agent: str, order: list[str]) -> list[str]:
-        "`random` (MADC's released Random): each viewer's own seeded shuffle; every other ordering: the shared order."
+        """`random` (MADC's released Random): each viewer's own seeded shuffle; every other
+        ordering: the shared order."""
         if self.ordering != "random":
             return order
         return [order[i] for i in ctx.viewer_rng(agent).permutation(len(order))]
@@ -262,7 +272,8 @@ PROTOCOLS: dict[str, Callable[..., Protocol]] = {
 
 def register_protocol(name: str, factory: Callable[..., Protocol],
                       replace: bool = False) -> Callable[..., Protocol]:
-    "Make `make_protocol(name, **kw)` call `factory(**kw)` (a Protocol class or function), like `register_prompt` for prompts."
+    """Make `make_protocol(name, **kw)` call `factory(**kw)` (a Protocol class or function), like
+    `register_prompt` for prompts."""
     if not callable(factory):
         raise ConfigError("a protocol factory must be callable (a Protocol class or a function)",
                           key="protocol", value=name)
@@ -274,21 +285,25 @@ def register_protocol(name: str, factory: Callable[..., Protocol],
 
 # %% ../nbs/engine/04_debate.ipynb #77646c03
 def make_protocol(name: str = "fully_connected", **kw) -> Protocol:
-    "A registered protocol by name: `fully_connected`, an ordering in ORDERINGS (`fixed`, `random` (per viewer), `random_shared`, `truth_first`, `truth_last`: MADC's orderings), or one added with `register_protocol`."
+    """A registered protocol by name: `fully_connected`, an ordering in ORDERINGS (`fixed`, `random`
+    (per viewer), `random_shared`, `truth_first`, `truth_last`: MADC's orderings), or one added with
+    `register_protocol`."""
     if name not in PROTOCOLS:
         raise ConfigError("unknown protocol", key="protocol", value=name, choices=PROTOCOLS)
     return PROTOCOLS[name](**kw)
 
 # %% ../nbs/engine/04_debate.ipynb #fbb9c44a
 def _with_system(msgs: list[dict], system: str | None) -> list[dict]:
-    "`msgs` with its leading system message set to `system` (removed when None): a role changed by the protocol is sent."
+    """`msgs` with its leading system message set to `system` (removed when None): a role changed by
+    the protocol is sent."""
     rest = msgs[1:] if msgs and msgs[0].get("role") == "system" else msgs
     return ([{"role": "system", "content": system}] if system else []) + list(rest)
 
 # %% ../nbs/engine/04_debate.ipynb #e9be3943
 @dataclass(frozen=True)
 class TurnSlot:
-    "Who speaks in one transcript row, and where: the row's keys besides the generation (the kit's own)."
+    """Who speaks in one transcript row, and where: the row's keys besides the generation (the kit's
+    own)."""
 
     item: Item
     agent: str
@@ -347,7 +362,8 @@ def slot_name(slot: TurnSlot) -> str:
 
 # %% ../nbs/engine/04_debate.ipynb #d5a7e004
 class _SlotNames(Sequence):
-    "The jobs' `slot_name`s, each made when read (only a backend's wrong count of generations names them)."
+    """The jobs' `slot_name`s, each made when read (only a backend's wrong count of generations
+    names them)."""
     def __init__(self, jobs: Sequence[tuple[TurnSlot, GenRequest]]):
         self.jobs = jobs
 
@@ -413,7 +429,8 @@ def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping
                          for it, k in threads
                      })
     rounds = int(debate_rounds) + 1
-    # one bar for the whole debate: every turn (a reused one counts done at once); an outer bar grows by it
+    # one bar for the whole debate: every turn (a reused one counts done at once); an outer bar
+    # grows by it
     total = len(threads) * len(agents) * rounds
     with progress_scope(total, experiment, progress) as bar:
         for rnd in range(rounds):
@@ -424,7 +441,8 @@ def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping
 
 # %% ../nbs/engine/04_debate.ipynb #a2bee58a
 def _check_debate_args(agents: list[Agent], backends: Mapping[str, Any], history: str) -> None:
-    "Unique agent names, a backend for every agent's model, a known history mode: else a one-line ConfigError."
+    """Unique agent names, a backend for every agent's model, a known history mode: else a one-line
+    ConfigError."""
     if len({a.name for a in agents}) != len(agents):
         raise ConfigError("agent names must be unique", key="agents")
     for a in agents:
@@ -447,8 +465,9 @@ def _identical_agents(agents: Sequence[Agent], temperature: float) -> list[list[
 # %% ../nbs/engine/04_debate.ipynb #b7dcb690
 def _round_plan(protocol: Protocol, agents: list[Agent], hist_th: dict, it: Item, k: int, rnd: int,
                 seed: int, protocol_seed: int | None = None) -> RoundPlan:
-    """The plan of round `rnd` of thread (`it`, `k`): everyone speaks and sees nothing in round 0, else the protocol's
-    plan. `protocol_seed`: `derive_seed(seed, "protocol", protocol.name)` when the caller has it already."""
+    """The plan of round `rnd` of thread (`it`, `k`): everyone speaks and sees nothing in round 0,
+    else the protocol's plan. `protocol_seed`: `derive_seed(seed, "protocol", protocol.name)` when
+    the caller has it already."""
     if rnd == 0:
         return RoundPlan([a.name for a in agents], {a.name: Turn() for a in agents})
     if protocol_seed is None:
@@ -465,8 +484,9 @@ _PLAN_HOOKS = ("plan", "_checked_peers", "order", "viewer_order", "speaks", "vis
 
 
 def _static_plan(protocol: Protocol, agents: list[Agent]) -> RoundPlan | None:
-    """The plan of every debate round when `protocol` overrides none of `Protocol`'s hooks (on its class or the
-    instance), else None (the kit's own: the plan is then made once per run, Du et al.'s fully connected debate)."""
+    """The plan of every debate round when `protocol` overrides none of `Protocol`'s hooks (on its
+    class or the instance), else None (the kit's own: the plan is then made once per run, Du et
+    al.'s fully connected debate)."""
     t = type(protocol)
     if any(getattr(t, h) is not getattr(Protocol, h) or h in vars(protocol) for h in _PLAN_HOOKS):
         return None
@@ -476,7 +496,8 @@ def _static_plan(protocol: Protocol, agents: list[Agent]) -> RoundPlan | None:
 # %% ../nbs/engine/04_debate.ipynb #02526fb3
 @dataclass
 class _DebateRun:
-    "The state of one `run_debate` call (settings, rows, each thread's histories and conversations)."
+    """The state of one `run_debate` call (settings, rows, each thread's histories and
+    conversations)."""
 
     agents: list
     protocol: Protocol
@@ -492,7 +513,8 @@ class _DebateRun:
     # per run, not per turn: the protocol's seed and each (item, role)'s opening messages
     protocol_seed: int | None = None
     openings: dict = field(default_factory=dict)
-    # the plan of every debate round when the protocol has no hooks of its own (`_static_plan`); None: planned per round
+    # the plan of every debate round when the protocol has no hooks of its own (`_static_plan`);
+    # None: planned per round
     static: RoundPlan | None = None
 
     def opening(self, item_id: str, role: str) -> list[dict]:
@@ -562,7 +584,8 @@ def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, 
 # %% ../nbs/engine/04_debate.ipynb #25f97da6
 @patch
 def generate(self: _DebateRun, jobs: list, backends: Mapping[str, Any]) -> None:
-    "Generate `jobs` [(slot, request)], adding each row to the state and each text to its conversation."
+    """Generate `jobs` [(slot, request)], adding each row to the state and each text to its
+    conversation."""
     rows = turn_rows(backends, jobs, experiment=self.experiment, method=self.method)
     for (slot, _), row in zip(jobs, rows):
         th = (slot.item.id, slot.sample)
@@ -576,7 +599,8 @@ def _sorted_transcript(rows: list[dict], items: Sequence[Item],
     "The rows as a transcript frame sorted by item, thread, round and agent."
     order = {it.id: i for i, it in enumerate(items)}
     agent_order = {a.name: i for i, a in enumerate(agents)}
-    # the frame's sort key, item * 10^9 + thread * 10^6 + round * 10^3 + agent, on the rows (a stable sort, as before)
+    # the frame's sort key, item * 10^9 + thread * 10^6 + round * 10^3 + agent, on the rows (a
+    # stable sort, as before)
     key = [
         order[r["item_id"]] * 10**9 + int(r["sample"]) * 10**6 + int(r["round"]) * 10**3
         + agent_order[r["agent"]] for r in rows
@@ -585,7 +609,8 @@ def _sorted_transcript(rows: list[dict], items: Sequence[Item],
 
 # %% ../nbs/engine/04_debate.ipynb #dd9870ef
 def tokens_per_thread(transcript: pd.DataFrame) -> float:
-    "Mean prompt + completion tokens of generated turns per (item, thread): what one debate of one item costs."
+    """Mean prompt + completion tokens of generated turns per (item, thread): what one debate of one
+    item costs."""
     t = transcript[~transcript["reused"].fillna(False).astype(bool)]
     tok = t["prompt_tokens"].fillna(0).astype(float) + t["completion_tokens"].fillna(0).astype(
         float)
@@ -605,9 +630,10 @@ def self_consistency_at_budget(debate: pd.DataFrame, items: Sequence[Any], model
                                sampling: Sampling = Sampling(temperature=0.7),
                                max_samples: int | None = None, tolerance: float = 0.05,
                                **kw) -> pd.DataFrame:
-    """Self-consistency (Wang et al. 2023) at the token budget of `debate`: K samples of one model, K corrected by
-    the measured spend until the mean spend per item is within `tolerance`; matched on average, not per item (the
-    per-item spend varies, `spend_range`; on the arena 60% of items within 5%, 87-157%)."""
+    """Self-consistency (Wang et al. 2023) at the token budget of `debate`: K samples of one model,
+    K corrected by the measured spend until the mean spend per item is within `tolerance`; matched
+    on average, not per item (the per-item spend varies, `spend_range`; on the arena 60% of items
+    within 5%, 87-157%)."""
     budget = tokens_per_thread(debate)
     if not budget > 0:
         raise ConfigError("the debate transcript has no token counts to match", key="debate",

@@ -25,7 +25,8 @@ STATUSES = ("ok", "warn", "fail", "skip")
 
 @dataclass
 class Check:
-    "One line of `mad-study doctor`: the check's name, its status (`STATUSES`), what it found, and its seconds."
+    """One line of `mad-study doctor`: the check's name, its status (`STATUSES`), what it found, and
+    its seconds."""
 
     name: str
     status: str
@@ -74,7 +75,8 @@ def check_torch() -> tuple[str, str]:
 
 # %% ../nbs/study/21_doctor.ipynb #a7e29088
 def check_bitsandbytes() -> tuple[str, str]:
-    "An nf4 layer on the device gives the product of its dequantized weight (bitsandbytes' library for this device)."
+    """An nf4 layer on the device gives the product of its dequantized weight (bitsandbytes' library
+    for this device)."""
     import importlib.util
 
     if importlib.util.find_spec("bitsandbytes") is None:
@@ -92,8 +94,10 @@ def check_bitsandbytes() -> tuple[str, str]:
     lin = lin.to(dev).eval()
     x = torch.randn(4, 128, device=dev, dtype=dt)
     with torch.no_grad():
-        # the reference first: on a CPU with AVX512-BF16 the first forward repacks the weight in place for a bf16
-        # kernel, and dequantizing the repacked data gives nothing like the weight (relative error 1.3 measured)
+        # the reference first: on a CPU with AVX512-BF16 the first forward repacks the weight in
+        # place for a bf16
+        # kernel, and dequantizing the repacked data gives nothing like the weight (relative error
+        # 1.3 measured)
         w = bnb.functional.dequantize_4bit(lin.weight.data, lin.weight.quant_state).to(dt)
         y = lin(x).float()
         ref = (x @ w.t()).float()
@@ -106,8 +110,8 @@ def check_bitsandbytes() -> tuple[str, str]:
 
 # %% ../nbs/study/21_doctor.ipynb #9d71fc82
 def check_twin(name: str, quant: str = "nf4", truncation: bool = True) -> dict:
-    """Run the twin `name` through `make_backend` as a paper run would (kit-own: the architecture check of
-    `mad-study doctor`); returns what the tests check (texts, signals, layers)."""
+    """Run the twin `name` through `make_backend` as a paper run would (kit-own: the architecture
+    check of `mad-study doctor`); returns what the tests check (texts, signals, layers)."""
     from mad_study.backends import make_backend
     from mad_study.core import GenRequest
 
@@ -183,7 +187,8 @@ def check_vlm_twin(name: str, items: list) -> dict:
 
 # %% ../nbs/study/21_doctor.ipynb #ad1cf769
 def check_vision_twin(name: str, items: list) -> tuple[str, str]:
-    "VLM twin `name` through `VLMBackend` in nf4 on this device, on image `items`: batched and one at a time."
+    """VLM twin `name` through `VLMBackend` in nf4 on this device, on image `items`: batched and one
+    at a time."""
     r = check_vlm_twin(name, items)
     same, dev = sum(r["same_text"]), device_name()
     msg = (
@@ -246,8 +251,8 @@ def check_served(base_url: str, model: str, served_model: str | None = None) -> 
 
 # %% ../nbs/study/21_doctor.ipynb #985f3354
 def check_memory(need: dict | None, label: str = "the plan") -> tuple[str, str]:
-    """Each planned model's weights (`need`: {model: GB}, from `mad-study plan`'s planners) against this device's free
-    memory; one too big is a warning (serve it), not a failure."""
+    """Each planned model's weights (`need`: {model: GB}, from `mad-study plan`'s planners) against
+    this device's free memory; one too big is a warning (serve it), not a failure."""
     from mad_study.hf import free_memory
 
     if not need:
@@ -296,7 +301,8 @@ def doctor(only=None, need: dict | None = None, label: str = "the plan",
 
 # %% ../nbs/study/21_doctor.ipynb #74d3b2cc
 def doctor_command(a, need: dict | None = None, label: str = "the plan") -> int:
-    "`mad-study doctor` (`need`, `label`: the planned weights, from the command line): the lines, a summary, exit 1 on a failure."
+    """`mad-study doctor` (`need`, `label`: the planned weights, from the command line): the lines,
+    a summary, exit 1 on a failure."""
     t0 = time.time()
     from transformers.utils import logging as hf_logging
 

@@ -23,7 +23,8 @@ __all__ = ['ELEMENTWISE_FORMATS', 'answers_equivalent', 'merge_equivalent', 'par
 
 # %% ../nbs/core/01c_equivalence.ipynb #2a0d40d2
 def _key(a: Any, fmt: str) -> str | None:
-    "Exact grouping key: canonical number, letter, normalised text, or normalised LaTeX (memoised for strings)."
+    """Exact grouping key: canonical number, letter, normalised text, or normalised LaTeX (memoised
+    for strings)."""
     return _key_str(a, fmt) if type(a) is str else _key_any(a, fmt)
 
 # %% ../nbs/core/01c_equivalence.ipynb #7df7a203
@@ -65,7 +66,8 @@ _display_str = functools.lru_cache(maxsize=1 << 18)(_display_any)
 
 # %% ../nbs/core/01c_equivalence.ipynb #95bccd19
 def answers_equivalent(a: Any, b: Any, fmt: str) -> bool:
-    "Whether two extracted answers are the same answer under `fmt` (symmetric; None is equivalent to nothing)."
+    """Whether two extracted answers are the same answer under `fmt` (symmetric; None is equivalent
+    to nothing)."""
     check_fmt(fmt)
     if a is None or b is None:
         return False
@@ -138,7 +140,8 @@ def merge_equivalent(answers: Sequence[Any], fmt: str) -> list[str | None]:
 
 # %% ../nbs/core/01c_equivalence.ipynb #12e74df7
 def _unparsed(a: Any) -> bool:
-    "None, an empty string, a NaN of any number type (`Decimal('NaN')`), or a pandas missing value (`<NA>`, `NaT`)."
+    """None, an empty string, a NaN of any number type (`Decimal('NaN')`), or a pandas missing value
+    (`<NA>`, `NaT`)."""
     if a is None:
         return True
     if isinstance(a, str):
@@ -155,7 +158,8 @@ def _unparsed(a: Any) -> bool:
 
 
 def parse_failure_rate(answers: Iterable[Any]) -> float:
-    "Share of answers that did not parse (None, an empty string or NaN); NaN for an empty input. A column of every results table."
+    """Share of answers that did not parse (None, an empty string or NaN); NaN for an empty input. A
+    column of every results table."""
     answers = list(answers)
     if not answers:
         return float("nan")

@@ -30,8 +30,9 @@ _PLACEHOLDER_RE = re.compile(r"\s*(?:\\text\{)?\s*(?:your\s+|final\s+)?answer\s*
 
 
 def _own_boxes(s: str) -> list[tuple[int, str]]:
-    """The boxes that are not another agent's or rejected (`Agent 2 got \\boxed{5}`, `\\boxed{18} is wrong`), nor
-    the prompt's placeholder echoed back (`in the form \\boxed{answer}`: weak models copy it)."""
+    """The boxes that are not another agent's or rejected (`Agent 2 got \\boxed{5}`, `\\boxed{18} is
+    wrong`), nor the prompt's placeholder echoed back (`in the form \\boxed{answer}`: weak models
+    copy it)."""
     out = []
     for p, content in all_boxes(s):
         if _PLACEHOLDER_RE.fullmatch(content):
@@ -48,8 +49,9 @@ _LABEL_RE = re.compile(r"\b(?:agents?|solutions?|rounds?|steps?|players?|models?
 
 
 def _last_own_number(s: str) -> str | None:
-    """The last number of the text that is not another agent's or rejected (`I get 42, not 24`),
-    nor a label (`Agent 2`, `round 3`); None when that number is a term of an expression (`... = 7x + 5`)."""
+    """The last number of the text that is not another agent's or rejected (`I get 42, not 24`), nor
+    a label (`Agent 2`, `round 3`); None when that number is a term of an expression (`... = 7x +
+    5`)."""
     c = clean_number_text(s)
     for m in reversed(list(NUM_RE.finditer(c))):
         v = to_fraction(m)
@@ -69,7 +71,8 @@ _CONCLUDE_RE = re.compile(
 _FUNCTION_END_RE = re.compile(
     r"\b(?:the|a|an|of|to|is|are|was|were|and|or|by|with|for|in|on|at|from|that|which|then|we|be|as|"
     r"this|these|its|their|our|if|than|get|gives?)\s*[,:]?$", re.I)
-# a line of markup alone: a code fence, `\begin{align*}` / `\end{...}`, a table or section rule, `**`, `$$`
+# a line of markup alone: a code fence, `\begin{align*}` / `\end{...}`, a table or section rule,
+# `**`, `$$`
 _MARKUP_LINE_RE = re.compile(
     r"\s*(?:`{3,}[\w+-]*|\\(?:begin|end)\s*\{[^{}]*\}(?:\{[^{}]*\})*|[-*_=#~|:+\s]+|\$\$|\\\[|\\\])\s*"
 )
@@ -77,9 +80,10 @@ _DIGITS_RE = re.compile(r"\d+")
 
 # %% ../nbs/core/01a_extract.ipynb #158c54c2
 def _loops(s: str) -> bool:
-    """Whether `s` ends in a loop (the rule above): its last 10 words occur 3+ times in its last 300 (5+ times with
-    digits masked), or its last line (markup skipped, 8+ characters) 3+ times in its last 30 lines; a loop repeated
-    word for word may be followed by a fragment of up to 3 words (`... She had 16`)."""
+    """Whether `s` ends in a loop (the rule above): its last 10 words occur 3+ times in its last 300
+    (5+ times with digits masked), or its last line (markup skipped, 8+ characters) 3+ times in its
+    last 30 lines; a loop repeated word for word may be followed by a fragment of up to 3 words
+    (`... She had 16`)."""
     tail = s[-6000:]
     words = tail.split()[-300:]
     if len(words) >= 12:
@@ -95,13 +99,15 @@ def _loops(s: str) -> bool:
     return bool(lines) and len(lines[-1]) >= 8 and lines.count(lines[-1]) >= 3
 
 # %% ../nbs/core/01a_extract.ipynb #a0b7463f
-# what a cut-off text ends in: an ASCII letter, a comma, a colon, an opening bracket or an operator (not `---`, `**`)
+# what a cut-off text ends in: an ASCII letter, a comma, a colon, an opening bracket or an operator
+# (not `---`, `**`)
 _CUT_END_RE = re.compile(r"(?:[A-Za-z,:;(\[{+=/^<>×÷·−&\\]|(?<![-*])[-*])$")
 
 
 def _truncated(s: str) -> bool:
-    """Whether `s` ends mid-sentence (the rule above): an ASCII letter, comma or operator last (an emoji, a digit or a
-    full stop is an end), on a long last line, after a function word or in a sentence without a number."""
+    """Whether `s` ends mid-sentence (the rule above): an ASCII letter, comma or operator last (an
+    emoji, a digit or a full stop is an end), on a long last line, after a function word or in a
+    sentence without a number."""
     t = s.rstrip()
     if not t or not _CUT_END_RE.search(t):
         return False
@@ -117,14 +123,16 @@ def _states_no_answer(s: str) -> bool:
     return _loops(s) or _truncated(s)
 
 # %% ../nbs/core/01a_extract.ipynb #307866ea
-# a closing line that states nothing: a pleasantry without a digit, perhaps after a short label (`**Note:**`)
+# a closing line that states nothing: a pleasantry without a digit, perhaps after a short label
+# (`**Note:**`)
 _PLEASANTRY_RE = re.compile(
     r"[\W_]*(?:[A-Za-z ]{1,20}:[\W_]*)?(?:I\s+hope|hope\s+(?:this|that|it)|let\s+me\s+know|feel\s+free|good\s+luck|thanks|"
     r"thank\s+you|happy\s+\w+ing|cheers|have\s+a\s+)\D*", re.I)
 
 
 def _closing_line(s: str) -> str | None:
-    "The last non-empty line of `s` that is neither markup alone (`---`, `**`) nor a pleasantry (`I hope this helps!`)."
+    """The last non-empty line of `s` that is neither markup alone (`---`, `**`) nor a pleasantry
+    (`I hope this helps!`)."""
     for l in reversed(s.rstrip().split("\n")):
         if (l.strip() and not _MARKUP_LINE_RE.fullmatch(l)
                 and not _PLEASANTRY_RE.fullmatch(l.strip())):
@@ -145,7 +153,8 @@ def _concluding_sentence(s: str) -> str | None:
     return None
 
 # %% ../nbs/core/01a_extract.ipynb #da8722dd
-# inline math, pandoc's rule: `$` opens before a non-space and closes after one, not before a digit (`$5 and $7`
+# inline math, pandoc's rule: `$` opens before a non-space and closes after one, not before a digit
+# (`$5 and $7`
 # is currency); or `\(...\)`
 _INLINE_MATH_RE = re.compile(
     r"(?<![\\$])\$(?=[^\s$])((?:\\.|[^$\\\n])+?)(?<=[^\s\\])\$(?!\d)|\\\((.+?)\\\)")
@@ -158,7 +167,8 @@ _WORD3_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{3,}")
 
 
 def _latex_answer(tex: str) -> str | None:
-    "A concluding sentence's LaTeX answer: a plain number in canonical form, else the normalised LaTeX (or None)."
+    """A concluding sentence's LaTeX answer: a plain number in canonical form, else the normalised
+    LaTeX (or None)."""
     a = normalize_latex(tex)
     if not a or len(a) > 100:
         return None
@@ -170,7 +180,8 @@ def _latex_answer(tex: str) -> str | None:
 
 # %% ../nbs/core/01a_extract.ipynb #1d8c96e5
 def _equation_answer(sent: str) -> str | None:
-    "Concluding-sentence rule 2: the answer after the last `=` of a concluding sentence without inline math, or None (rules above)."
+    """Concluding-sentence rule 2: the answer after the last `=` of a concluding sentence without
+    inline math, or None (rules above)."""
     head = re.split(r"\s+when\b", sent, maxsplit=1, flags=re.I)[0]
     if "=" not in head:
         return None
@@ -182,7 +193,8 @@ def _equation_answer(sent: str) -> str | None:
     if rhs.startswith("$") and not UNESCAPED_DOLLAR_RE.search(rhs, 1):
         rhs = rhs[1:]  # `= $18`: currency
     parts = re.split(r",\s|\s+and\s", rhs, maxsplit=1)
-    # the sentence goes on past its equation (`= 9 eggs, and then she sells them`): a step, not the conclusion
+    # the sentence goes on past its equation (`= 9 eggs, and then she sells them`): a step, not the
+    # conclusion
     if len(parts) > 1 and (len(_WORD3_RE.findall(parts[1])) > 1 or re.search(r"\d", parts[1])):
         return None
     rhs = normalize_latex(cut_statement(parts[0]))
@@ -197,7 +209,8 @@ def _equation_answer(sent: str) -> str | None:
 
 # %% ../nbs/core/01a_extract.ipynb #1ad2d5f0
 def _concluded_answer(s: str) -> str | None:
-    "The `boxed` answer of a concluding sentence: its last inline math, else after its last `=`, else a lone number."
+    """The `boxed` answer of a concluding sentence: its last inline math, else after its last `=`,
+    else a lone number."""
     if _states_no_answer(s):
         return None
     sent = _concluding_sentence(s)
@@ -225,7 +238,8 @@ def _concluded_answer(s: str) -> str | None:
 
 # %% ../nbs/core/01a_extract.ipynb #ce3e74e5
 def _extract_number(s: str) -> str | None:
-    "Rules 1-4 of `number` (the spec at the top); a stated answer that is an expression reads as None."
+    """Rules 1-4 of `number` (the spec at the top); a stated answer that is an expression reads as
+    None."""
     # 1. boxed: the last own box holding a number (after its last `=`)
     for _, content in reversed(_own_boxes(s)):
         v, alone = read_number(content.rsplit("=", 1)[-1])
@@ -246,8 +260,8 @@ def _extract_number(s: str) -> str | None:
 
 # %% ../nbs/core/01a_extract.ipynb #4e45d630
 def _cut_number_statement(rest: str) -> str:
-    """The first 80 characters after 'the answer is', cut before `, not 24` / `rather than 24` and at the
-    sentence's end; after its last `=` when it has one (`2^{10} = 1024`, `x = 5`)."""
+    """The first 80 characters after 'the answer is', cut before `, not 24` / `rather than 24` and
+    at the sentence's end; after its last `=` when it has one (`2^{10} = 1024`, `x = 5`)."""
     # the 80 characters never cut a number in two (a digit run read as its first 80 digits)
     head = rest[:80] + re.match(r"[\d,]*", rest[80:]).group()
     r = re.split(r",?\s+(?:not|rather\s+than|instead\s+of)\b|\.(?:\s|$)", head, maxsplit=1)[0]
@@ -255,7 +269,8 @@ def _cut_number_statement(rest: str) -> str:
 
 # %% ../nbs/core/01a_extract.ipynb #7541c782
 def _extract_boxed(s: str) -> str | None:
-    "Rules 1-3 of `boxed`: the last own box, else an answer statement, else the concluding sentence (`_concluded_answer`)."
+    """Rules 1-3 of `boxed`: the last own box, else an answer statement, else the concluding
+    sentence (`_concluded_answer`)."""
     for _, content in reversed(_own_boxes(s)):
         a = normalize_latex(content)
         if a:
@@ -281,7 +296,8 @@ _STMT_PREFIX_RE = re.compile(r"^[\s*_$]*(?:\\\(|\\\[)?\s*(?:\\(?:text|textbf|mat
 
 
 def _stated_letter(s: str) -> str | None:
-    "The letter of the preferred own answer statement (option rule 2), a last line `(X)` counting as a final one."
+    """The letter of the preferred own answer statement (option rule 2), a last line `(X)` counting
+    as a final one."""
     found = []
     for p, rest in answer_statements(s, kws=("answer", "option", "choice")):
         mm = _STMT_LETTER_RE.match(_STMT_PREFIX_RE.sub("", rest))
@@ -322,8 +338,8 @@ def _line_index(s: str):
 
 # %% ../nbs/core/01a_extract.ipynb #12d12890
 def extract_option(s: str) -> str | None:
-    """The responder's own option letter in `s` (the `option` format): the option rules of the spec, in their order; None when
-    none finds a letter."""
+    """The responder's own option letter in `s` (the `option` format): the option rules of the spec,
+    in their order; None when none finds a letter."""
     for p, content in reversed(all_boxes(s)):  # 1. boxed letter
         l = letter_from(content)
         if l and not is_excluded(s, p, p):
@@ -396,7 +412,8 @@ def extract_answer(text: Any, fmt: str) -> str | None:
         if isinstance(text, (bytes, bytearray)):
             text = bytes(text).decode("utf-8", errors="replace")
         elif isinstance(text, numbers.Number):
-            # any number type (numpy's, `Decimal`) is read as its `str`; NaN and infinities hold no answer
+            # any number type (numpy's, `Decimal`) is read as its `str`; NaN and infinities hold no
+            # answer
             if not math.isfinite(text):
                 return None
             text = str(text)
@@ -406,7 +423,8 @@ def extract_answer(text: Any, fmt: str) -> str | None:
         if not s.strip():
             return None
         if len(s) <= EXTRACT_MEMO_CHARS:
-            # a plain sentence and a final sentence: read by the final sentence (the fast path, below)
+            # a plain sentence and a final sentence: read by the final sentence (the fast path,
+            # below)
             m = _PLAIN_FINAL_RE.fullmatch(s)
             if m is not None:
                 a = _plain_final(m.group(1), m.group(2), fmt)
@@ -425,13 +443,15 @@ EXTRACT_MEMO_CHARS = 4_000
 
 @functools.lru_cache(maxsize=1 << 13)
 def _extract_memo(s: str, fmt: str) -> str | None:
-    """`_EXTRACTORS[fmt](s) or None`, memoised: an exact memo of a pure function (regular expressions and arithmetic
-    on `s` alone; no math-verify, no clock, no global setting), keyed by all it reads. An exception passes through
-    and is never cached (nor is a `_Deadline` raised into this thread: a BaseException)."""
+    """`_EXTRACTORS[fmt](s) or None`, memoised: an exact memo of a pure function (regular
+    expressions and arithmetic on `s` alone; no math-verify, no clock, no global setting), keyed by
+    all it reads. An exception passes through and is never cached (nor is a `_Deadline` raised into
+    this thread: a BaseException)."""
     return _EXTRACTORS[fmt](s) or None
 
 # %% ../nbs/core/01a_extract.ipynb #p1a1f002
-# one sentence of plain words, then the final sentence with a simple box (no brace, backslash, `$`) or option letter
+# one sentence of plain words, then the final sentence with a simple box (no brace, backslash, `$`)
+# or option letter
 _PLAIN_FINAL_RE = re.compile(
     r"[A-Za-z][a-z ]*\. (So the final answer is (?:\\boxed\{([^{}\\$\n]*)\}|\(([A-K])\))\.)")
 _PLAIN_MISS = object()
@@ -439,11 +459,13 @@ _PLAIN_MISS = object()
 
 @functools.lru_cache(maxsize=1 << 13)
 def _plain_final(final: str, box: str | None, fmt: str):
-    "The answer of a plain sentence and `final` (see above), or `_PLAIN_MISS` where a later rule would answer."
+    """The answer of a plain sentence and `final` (see above), or `_PLAIN_MISS` where a later rule
+    would answer."""
     text = "Reasoning. " + final
     if box is None:
         return (_EXTRACTORS[fmt](text) or None) if fmt == "option" else _PLAIN_MISS
-    # rule 1 reads the box only when it is the responder's own (which the final sentence alone decides)
+    # rule 1 reads the box only when it is the responder's own (which the final sentence alone
+    # decides)
     if not _own_boxes(text):
         return _PLAIN_MISS
     if fmt == "number":
@@ -459,8 +481,9 @@ _CONF_RE = re.compile(
 
 
 def extract_confidence(text: Any) -> float | None:
-    """Self-reported confidence in [0, 1] from a response (SVR-MAD Sec. 3, prior signal "conf"): the last
-    "Confidence: 85%", "confidence: 0.85", "Confidence: 8/10" or "Confidence: 85/100". None when absent or out of range."""
+    """Self-reported confidence in [0, 1] from a response (SVR-MAD Sec. 3, prior signal "conf"): the
+    last "Confidence: 85%", "confidence: 0.85", "Confidence: 8/10" or "Confidence: 85/100". None
+    when absent or out of range."""
     if not isinstance(text, str):
         return None
     hits = list(_CONF_RE.finditer(text[-5000:]))

@@ -19,8 +19,9 @@ COLUMN_IN, PAGE_IN = 3.4, 7.0  # a two-column paper's column width and text widt
 
 # %% ../nbs/study/06a_figcheck.ipynb #drawnrend2
 def drawn_renderer(fig):
-    """Draw `fig` and return its renderer, whatever canvas it has: a figure made with `Figure()` or under a backend
-    without a renderer of its own gets matplotlib's Agg canvas (text extents need a drawing; the kit's own)."""
+    """Draw `fig` and return its renderer, whatever canvas it has: a figure made with `Figure()` or
+    under a backend without a renderer of its own gets matplotlib's Agg canvas (text extents need a
+    drawing; the kit's own)."""
     if not hasattr(fig.canvas, "get_renderer"):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -30,7 +31,8 @@ def drawn_renderer(fig):
 
 # %% ../nbs/study/06a_figcheck.ipynb #7e518cf1
 def _drawn_texts(fig) -> list[tuple[str, Any]]:
-    "(what, Text) for every non-empty text `fig` draws: figure texts, titles, axis and tick labels, legends, annotations."
+    """(what, Text) for every non-empty text `fig` draws: figure texts, titles, axis and tick
+    labels, legends, annotations."""
     out = [("title", t) for t in (fig._suptitle, fig._supxlabel, fig._supylabel) if t
            ] + [("figure text", t) for t in fig.texts]
     for lg in fig.legends:
@@ -55,7 +57,8 @@ def _drawn_texts(fig) -> list[tuple[str, Any]]:
 
 # %% ../nbs/study/06a_figcheck.ipynb #1e90db12
 def _in_data(t, ax) -> bool:
-    "Whether text `t` is anchored at a data point of `ax` (an annotation or `ax.text` in data coordinates)."
+    """Whether text `t` is anchored at a data point of `ax` (an annotation or `ax.text` in data
+    coordinates)."""
     if hasattr(t, "xycoords"):
         return t.xycoords == "data"
     return t.get_transform() == ax.transData
@@ -71,7 +74,8 @@ def _colour(c) -> str:
 
 # %% ../nbs/study/06a_figcheck.ipynb #2b159f07
 def as_points(xy) -> np.ndarray:
-    "An (n, 2) float array of coordinates (masked or missing values as NaN; the kit's own, as `label_points` reads points)."
+    """An (n, 2) float array of coordinates (masked or missing values as NaN; the kit's own, as
+    `label_points` reads points)."""
     return np.asarray(np.ma.filled(np.ma.asarray(xy, float), np.nan), float).reshape(-1, 2)
 
 # %% ../nbs/study/06a_figcheck.ipynb #cdd1334b
@@ -131,7 +135,8 @@ def _in_box(pts: np.ndarray, b, tol: float = 0.0) -> np.ndarray:
 
 # %% ../nbs/study/06a_figcheck.ipynb #ede1dadf
 def _sample(xy: np.ndarray, step: float) -> np.ndarray:
-    "Points every `step` pixels along the polyline `xy` (display pixels); segments with a NaN end are left out."
+    """Points every `step` pixels along the polyline `xy` (display pixels); segments with a NaN end
+    are left out."""
     a, b = xy[:-1], xy[1:]
     ok = np.isfinite(a).all(1) & np.isfinite(b).all(1)
     a, b = a[ok], b[ok]
@@ -181,7 +186,8 @@ def _rect_hits_circles(b, xy: np.ndarray, r: np.ndarray, tol: float) -> np.ndarr
 
 # %% ../nbs/study/06a_figcheck.ipynb #19b68e5a
 def boxes_overlap(a, b, tol: float) -> bool:
-    "Whether boxes `a` and `b` (display pixels) overlap by more than `tol` pixels both ways (the kit's own; `tol` < 0: come closer than `-tol`)."
+    """Whether boxes `a` and `b` (display pixels) overlap by more than `tol` pixels both ways (the
+    kit's own; `tol` < 0: come closer than `-tol`)."""
     return min(a.x1, b.x1) - max(a.x0, b.x0) > tol and min(a.y1, b.y1) - max(a.y0, b.y0) > tol
 
 # %% ../nbs/study/06a_figcheck.ipynb #d12bd180
@@ -194,7 +200,8 @@ def _labels_from_inside(b, p, pb) -> bool:
 
 # %% ../nbs/study/06a_figcheck.ipynb #265564e9
 def _name(a) -> str:
-    "How a report names an artist: its label, else its kind; a name given as a string stays as it is."
+    """How a report names an artist: its label, else its kind; a name given as a string stays as it
+    is."""
     if isinstance(a, str):
         return a
     lab = a.get_label() if hasattr(a, "get_label") else ""
@@ -289,7 +296,8 @@ def hidden_markers(marks: Sequence[dict], share: float = 0.6) -> list[tuple[dict
 
 # %% ../nbs/study/06a_figcheck.ipynb #a7c1e013
 def _band_hits(b, path, box, tol: float) -> bool:
-    "Whether the box `b` (pixels), shrunk by `tol`, reaches into the filled `path` inside the axes `box`."
+    """Whether the box `b` (pixels), shrunk by `tol`, reaches into the filled `path` inside the axes
+    `box`."""
     from matplotlib.transforms import Bbox
 
     inter = Bbox.intersection(b, box)
@@ -300,8 +308,8 @@ def _band_hits(b, path, box, tol: float) -> bool:
 
 
 def covers(b, marks, lines, patches, tol: float, bands=()) -> list:
-    """The artists (or names; the kit's own) whose markers, line segments (lines, error bars), patches or bands the
-    box `b` (a text's, a legend's) covers."""
+    """The artists (or names; the kit's own) whose markers, line segments (lines, error bars),
+    patches or bands the box `b` (a text's, a legend's) covers."""
     hit = [m["artist"] for m in marks if _rect_hits_circles(b, m["xy"], m["r"], tol).any()]
     hit += [ln for ln, p in lines if _in_box(p, b, tol).any()]
     hit += [p for p, pb in patches if boxes_overlap(b, pb, tol)]
@@ -309,7 +317,8 @@ def covers(b, marks, lines, patches, tol: float, bands=()) -> list:
 
 # %% ../nbs/study/06a_figcheck.ipynb #32e74d3b
 def _legend_problems(fig, ax, r, marks, lines, patches, tol: float, bands=()) -> list[str]:
-    "A legend (the axes' or the figure's) that covers markers, lines, error bars, bars or bands of `ax`."
+    """A legend (the axes' or the figure's) that covers markers, lines, error bars, bars or bands of
+    `ax`."""
     out = []
     for lg in [ax.get_legend(), *fig.legends]:
         if lg is None or not lg.get_visible():
@@ -421,8 +430,8 @@ def draws_data(ax) -> bool:
 
 # %% ../nbs/study/06a_figcheck.ipynb #fc51empty2
 def empty_panels(fig) -> list[str]:
-    """The problems "panel '<title>' draws no data", one per visible axes of `fig` with a title or axis
-    labels that draws no data (`draws_data`; the kit's own, part of `layout_problems`)."""
+    """The problems "panel '<title>' draws no data", one per visible axes of `fig` with a title or
+    axis labels that draws no data (`draws_data`; the kit's own, part of `layout_problems`)."""
     out = []
     for ax in fig.axes:
         if not ax.get_visible():

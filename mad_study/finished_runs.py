@@ -16,9 +16,10 @@ __all__ = ['BASELINES', 'run_files', 'load_runs', 'compare_runs', 'run_items', '
 
 # %% ../nbs/study/20d_finished_runs.ipynb #d79486f9
 def run_files(run: str, profile: str | None = None) -> list[Path]:
-    """The transcript files of one RUN argument: a .parquet file, a folder (recursive) or an experiment id under
-    runs/<profile>/ (`profile`; an id finished under several profiles needs one: they are not pooled). Hidden folders
-    (`.previous/`: an earlier run's outputs) and the cache are never read."""
+    """The transcript files of one RUN argument: a .parquet file, a folder (recursive) or an
+    experiment id under runs/<profile>/ (`profile`; an id finished under several profiles needs one:
+    they are not pooled). Hidden folders (`.previous/`: an earlier run's outputs) and the cache are
+    never read."""
     p = Path(run)
     if p.is_file():
         return [p]
@@ -77,8 +78,10 @@ def load_runs(runs: Sequence[str], by_file: bool = False,
 def compare_runs(runs: Sequence[str], reference: str | None = None, who: str = "majority",
                  inference: Inference = Inference(), by_file: bool = False,
                  profile: str | None = None) -> tuple:
-    """The paired comparison of finished runs from their stored transcripts (no generation): (table, caption, per-item
-    results). `inference`: how it tests (`core.Inference`). `mad_study.compare.compare_methods` on `per_item_results` of the pooled transcripts (`load_runs`)."""
+    """The paired comparison of finished runs from their stored transcripts (no generation): (table,
+    caption, per-item results). `inference`: how it tests (`core.Inference`).
+    `mad_study.compare.compare_methods` on `per_item_results` of the pooled transcripts
+    (`load_runs`)."""
     from mad_study.stats import per_item_results
     from mad_study.compare import compare_methods
 
@@ -96,7 +99,8 @@ def compare_runs(runs: Sequence[str], reference: str | None = None, who: str = "
 
 # %% ../nbs/study/20d_finished_runs.ipynb #3252823e
 def run_items(res: "pd.DataFrame") -> tuple[dict[str, int], list[str]]:
-    "Per condition its number of items, and the items some condition lacks (left out of a paired comparison)."
+    """Per condition its number of items, and the items some condition lacks (left out of a paired
+    comparison)."""
     sets = {c: set(g["item_id"]) for c, g in res.groupby("method", sort=False)}
     shared = set.intersection(*sets.values()) if sets else set()
     return {
@@ -109,9 +113,10 @@ BASELINES = ("fully_connected",)
 
 
 def default_reference(conditions: Sequence[str]) -> str:
-    """The condition a comparison without `--reference` is made against: the one baseline of `BASELINES` (the fully
-    connected debate) among `conditions`; never simply the first (a user's own protocol sorted first would
-    become the reference). None or several: a `ConfigError` asking for `--reference`. The kit's own."""
+    """The condition a comparison without `--reference` is made against: the one baseline of
+    `BASELINES` (the fully connected debate) among `conditions`; never simply the first (a user's
+    own protocol sorted first would become the reference). None or several: a `ConfigError` asking
+    for `--reference`. The kit's own."""
     base = [c for c in conditions if c in BASELINES]
     if len(base) != 1:
         raise ConfigError(
@@ -122,8 +127,9 @@ def default_reference(conditions: Sequence[str]) -> str:
 
 # %% ../nbs/study/20d_finished_runs.ipynb #bc45bf05
 def earlier_files(files: Sequence[Path], gap_s: float = 600.0) -> list[tuple[Path, str]]:
-    """The transcript files written more than `gap_s` seconds before the newest of `files` (an earlier study's output
-    left in the same folder, pooled into a comparison), each with its UTC time. The kit's own."""
+    """The transcript files written more than `gap_s` seconds before the newest of `files` (an
+    earlier study's output left in the same folder, pooled into a comparison), each with its UTC
+    time. The kit's own."""
     times = {Path(f): Path(f).stat().st_mtime for f in files}
     newest = max(times.values(), default=0.0)
     return [(f, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t)))

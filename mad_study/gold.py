@@ -21,8 +21,8 @@ __all__ = ['BadItemsError', 'inline_option_count', 'normalise_gold', 'check_item
 
 # %% ../nbs/data/02a_gold.ipynb #9f0980ee
 class BadItemsError(ConfigError):
-    """Items that cannot be used as they are (a gold that does not fit its format, an empty question, a repeated
-    id): one line per bad item (the kit's own)."""
+    """Items that cannot be used as they are (a gold that does not fit its format, an empty
+    question, a repeated id): one line per bad item (the kit's own)."""
     def __init__(self, lines: Sequence[str]):
         self.lines = list(lines)
         self.problem, self.where, self.key, self.value = "bad items", None, None, None
@@ -33,7 +33,8 @@ _INLINE_OPT = re.compile(r"^\s*\(?([A-K])[.)]\s", re.M)
 
 
 def inline_option_count(question: str) -> int:
-    "The number of lettered option lines (`(A) ...`, `A. ...`) in `question`, counted from A (0: none; the kit's own)."
+    """The number of lettered option lines (`(A) ...`, `A. ...`) in `question`, counted from A (0:
+    none; the kit's own)."""
     seen = {m.group(1) for m in _INLINE_OPT.finditer(str(question))}
     n = 0
     while n < len(LETTERS) and LETTERS[n] in seen:
@@ -62,7 +63,8 @@ def _number_gold(g: str) -> str:
     nums = number_candidates(g)
     if not nums:
         raise ValueError("not a number (mad_study.answers.parse_number finds none)")
-    # fractions, dollar and percent signs and LaTeX spacing are plain; any other command (`\\sqrt`, `\\pi`), a
+    # fractions, dollar and percent signs and LaTeX spacing are plain; any other command (`\\sqrt`,
+    # `\\pi`), a
     # power or a factorial is an expression the number grader would read as its first number
     rest = _PLAIN_LATEX.sub("", g)
     latex = re.findall(r"\\[A-Za-z]+|[\^!√π]", rest)
@@ -78,8 +80,9 @@ def _number_gold(g: str) -> str:
 # %% ../nbs/data/02a_gold.ipynb #28927777
 def normalise_gold(gold: Any, fmt: str, choices: Sequence[str] | None = None,
                    question: str = "") -> str:
-    """`gold` checked against answer format `fmt` and normalised (option letters upper-case, `(b)` -> `B`); a
-    ValueError says why it does not fit (the kit's own rule, with mad_study.answers' parsers)."""
+    """`gold` checked against answer format `fmt` and normalised (option letters upper-case, `(b)`
+    -> `B`); a ValueError says why it does not fit (the kit's own rule, with mad_study.answers'
+    parsers)."""
     if fmt not in ANSWER_FORMATS:
         raise ValueError(
             f"unknown answer format {fmt!r} (choose from: {', '.join(ANSWER_FORMATS)})")
@@ -98,8 +101,9 @@ def normalise_gold(gold: Any, fmt: str, choices: Sequence[str] | None = None,
 
 # %% ../nbs/data/02a_gold.ipynb #82f7196a
 def check_items(items: Iterable[Item], where: str | os.PathLike | None = None) -> list[Item]:
-    """`items` with their golds checked and normalised (`normalise_gold`); a `BadItemsError` with one line per bad item
-    (where, item id, field, value, why) when any does not fit its format (the kit's own)."""
+    """`items` with their golds checked and normalised (`normalise_gold`); a `BadItemsError` with
+    one line per bad item (where, item id, field, value, why) when any does not fit its format (the
+    kit's own)."""
     out, bad = [], []
     for it in items:
         try:

@@ -29,9 +29,11 @@ __all__ = ['MATH_VERIFY_TIMEOUT', 'MATH_VERIFY_WALL', 'MATH_VERIFY_MAX_CHARS', '
            'boxed_equal', 'option_letter', 'math_equiv_strict', 'is_correct', 'load_answer_corpus', 'corpus_agreement']
 
 # %% ../nbs/core/01b_grading.ipynb #5b8a2cf8
-# seconds of the calling thread's CPU time math-verify may take per grading / equivalence call (the budget)
+# seconds of the calling thread's CPU time math-verify may take per grading / equivalence call (the
+# budget)
 MATH_VERIFY_TIMEOUT = 0.8
-# a hang guard, not a budget: at most this many seconds of wall-clock time (a thread starved for minutes). A
+# a hang guard, not a budget: at most this many seconds of wall-clock time (a thread starved for
+# minutes). A
 # legitimate comparison on a busy machine waits for the CPU; only its own CPU time counts against it
 MATH_VERIFY_WALL = 30.0
 # longer answers are compared as normalised strings, not by math-verify
@@ -39,7 +41,8 @@ MATH_VERIFY_MAX_CHARS = 400
 
 # %% ../nbs/core/01b_grading.ipynb #efcc4b27
 class _Deadline(BaseException):
-    "Raised in a thread whose math-verify call ran out of time (a BaseException: `except Exception` lets it through)."
+    """Raised in a thread whose math-verify call ran out of time (a BaseException: `except
+    Exception` lets it through)."""
 
 
 _SET_ASYNC_EXC = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(
@@ -50,7 +53,8 @@ _CLEAR_ASYNC_EXC = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void
 
 # %% ../nbs/core/01b_grading.ipynb #2d9cf712
 def _thread_cpu_clock():
-    "A function returning this thread's CPU time, readable from another thread (None where the OS has no such clock)."
+    """A function returning this thread's CPU time, readable from another thread (None where the OS
+    has no such clock)."""
     try:
         clk = time.pthread_getcpuclockid(threading.get_ident())
         time.clock_gettime(clk)
@@ -60,9 +64,9 @@ def _thread_cpu_clock():
 
 # %% ../nbs/core/01b_grading.ipynb #85c6cdb9
 def _bounded(fn, cpu_seconds: float, wall_seconds: float, default):
-    """`fn()`, or `default` once this thread has spent `cpu_seconds` of CPU time in it or `wall_seconds` have passed:
-    a watchdog thread raises `_Deadline` in this thread (any thread, the main one included). A `_Deadline` armed too
-    late to be raised is cleared on the way out."""
+    """`fn()`, or `default` once this thread has spent `cpu_seconds` of CPU time in it or
+    `wall_seconds` have passed: a watchdog thread raises `_Deadline` in this thread (any thread, the
+    main one included). A `_Deadline` armed too late to be raised is cleared on the way out."""
     tid, done, lock = threading.get_ident(), threading.Event(), threading.Lock()
     state = {"armed": True, "fired": False}
     cpu = _thread_cpu_clock()
@@ -98,9 +102,9 @@ _LOCAL = threading.local()  # per thread: the budget of the grading call in prog
 
 @contextlib.contextmanager
 def mv_budget():
-    """One grading or equivalence call's time for math-verify: `MATH_VERIFY_TIMEOUT` seconds of this thread's CPU
-    time (wall-clock time where the OS has no thread clock) and `MATH_VERIFY_WALL` seconds in all (an outer call's
-    budget covers inner ones)."""
+    """One grading or equivalence call's time for math-verify: `MATH_VERIFY_TIMEOUT` seconds of this
+    thread's CPU time (wall-clock time where the OS has no thread clock) and `MATH_VERIFY_WALL`
+    seconds in all (an outer call's budget covers inner ones)."""
     if getattr(_LOCAL, "budget", None) is not None:
         yield
         return
@@ -116,8 +120,10 @@ def mv_budget():
         _LOCAL.budget = None
 
 # %% ../nbs/core/01b_grading.ipynb #b10e7e5f
-# towers: an exponent that itself holds a `^` (`2^{3^4}`, `2^3^4`, `x^{2}^{3}`; not `x^3+2x^2`, two powers
-# side by side), 5+-digit exponents, double factorials, 200+-digit numbers, `**`, and factorials of a bracket
+# towers: an exponent that itself holds a `^` (`2^{3^4}`, `2^3^4`, `x^{2}^{3}`; not `x^3+2x^2`, two
+# powers
+# side by side), 5+-digit exponents, double factorials, 200+-digit numbers, `**`, and factorials of
+# a bracket
 # or of a 4+-digit number (`(10!)!`, `1000!`)
 _TOWER_RE = re.compile(r"\^\s*(?:\{[^{}]*\^|\{[^{}]*\}\s*\^|[\w.]+\s*\^)"
                        r"|\^\s*\{?\s*\d{5,}|!\s*!|\d{200,}|\*\*|[)}\]]\s*!|\d{4,}\s*!")
@@ -126,8 +132,9 @@ _MV_MAX_DEPTH = 8
 
 
 def _depth(s: str) -> int:
-    """The deepest nesting of brackets in `s` (`(`, `[`, `{` open, `)`, `]`, `}` close, so the interval `[0, 1)`
-    counts as balanced); a large number when they do not balance (`}}}`, `((`): no expression to parse."""
+    """The deepest nesting of brackets in `s` (`(`, `[`, `{` open, `)`, `]`, `}` close, so the
+    interval `[0, 1)` counts as balanced); a large number when they do not balance (`}}}`, `((`): no
+    expression to parse."""
     d = best = 0
     for c in s:
         if c in "([{":
@@ -140,7 +147,8 @@ def _depth(s: str) -> int:
     return best if d == 0 else 1 << 30
 
 # %% ../nbs/core/01b_grading.ipynb #9a5b901c
-# a word of 3+ letters that is no LaTeX command, outside `\text{}` and `\begin{}`: 4 of them make prose
+# a word of 3+ letters that is no LaTeX command, outside `\text{}` and `\begin{}`: 4 of them make
+# prose
 _PROSE_WORD_RE = re.compile(r"(?<![\\a-zA-Z{])[a-zA-Z]{3,}")
 _WRAPPED_RE = re.compile(r"\\(?:text\w*|mathrm|mbox|operatorname|begin|end)\s*\{[^{}]*\}")
 
@@ -154,8 +162,9 @@ def _mv_safe(s: str) -> bool:
 # %% ../nbs/core/01b_grading.ipynb #f4d08fc6
 @functools.cache
 def _math_verify():
-    """math-verify's `parse` and `verify`, imported once and warmed up (its first parses build its grammar and
-    load sympy's constants) outside any time budget; its own signal timeout is off, and so is its warning about it."""
+    """math-verify's `parse` and `verify`, imported once and warmed up (its first parses build its
+    grammar and load sympy's constants) outside any time budget; its own signal timeout is off, and
+    so is its warning about it."""
     import math_verify.grader
     import math_verify.parser
     from math_verify import parse, verify
@@ -164,7 +173,8 @@ def _math_verify():
     for s in ("1", "(3, \\frac{\\pi}{2})", "x^2+\\sqrt{2}"):
         e = parse("\\boxed{" + s + "}", parsing_timeout=None)
         verify(e, e, timeout_seconds=None)
-    # sympy's first expansion of a polynomial costs ~0.7 s of CPU, nearly a whole budget: paid here, once
+    # sympy's first expansion of a polynomial costs ~0.7 s of CPU, nearly a whole budget: paid here,
+    # once
     a, b = (parse("\\boxed{" + s + "}", parsing_timeout=None) for s in ("(x+1)^2", "x^2+2x+1"))
     verify(a, b, timeout_seconds=None)
     return parse, verify
@@ -172,7 +182,8 @@ def _math_verify():
 
 @functools.lru_cache(maxsize=1 << 16)
 def _mv_parse(s: str) -> tuple:
-    "math-verify's parse of `s` (boxed), () when it fails; a `_Deadline` passes through (and is not cached)."
+    """math-verify's parse of `s` (boxed), () when it fails; a `_Deadline` passes through (and is
+    not cached)."""
     parse, _ = _math_verify()
     try:
         return tuple(parse("\\boxed{" + s + "}", parsing_timeout=None))
@@ -181,17 +192,19 @@ def _mv_parse(s: str) -> tuple:
 
 # %% ../nbs/core/01b_grading.ipynb #33b7c480
 class NoTime(BaseException):
-    """A grading call's math-verify budget was spent, before math-verify could start or while it ran. A
-    `BaseException`: it passes every `except Exception` and every memoised function on its way up, so a time-out is
-    never cached; the public calls (`is_correct`, `answers_equivalent`) count it and grade not equal."""
+    """A grading call's math-verify budget was spent, before math-verify could start or while it
+    ran. A `BaseException`: it passes every `except Exception` and every memoised function on its
+    way up, so a time-out is never cached; the public calls (`is_correct`, `answers_equivalent`)
+    count it and grade not equal."""
 
-
+# %% ../nbs/core/01b_grading.ipynb #0a847880
 _OUT_OF_TIME = object()  # what `_bounded` returns when the watchdog stopped math-verify
 
 
 @functools.lru_cache(maxsize=1 << 17)
 def _mv_verify_cached(gold: str, pred: str) -> bool:
-    "math-verify's verdict on one pair, memoised; raises `NoTime` (never cached) when the call's budget is spent."
+    """math-verify's verdict on one pair, memoised; raises `NoTime` (never cached) when the call's
+    budget is spent."""
     b = getattr(_LOCAL, "budget", None) or {
         "clock": time.monotonic,
         "cpu_end": time.monotonic() + MATH_VERIFY_TIMEOUT,
@@ -226,16 +239,17 @@ _TIMEOUTS_LOCK = threading.Lock()
 
 
 def count_timeout() -> None:
-    "Count one math-verify time-out (read by `math_verify_timeouts`), under a lock: any thread may call it."
+    """Count one math-verify time-out (read by `math_verify_timeouts`), under a lock: any thread may
+    call it."""
     with _TIMEOUTS_LOCK:
         _TIMEOUTS["n"] += 1
 
 
 def math_verify_timeouts(reset: bool = False) -> int:
-    """How many grading or equivalence calls of this process ran out of math-verify's time (`MATH_VERIFY_TIMEOUT` of
-    CPU, or the `MATH_VERIFY_WALL` hang guard) and were graded not equal; `reset=True` zeroes the count after reading
-    it. A results table reports it beside the parse-failure rate: each one is a grade the machine decided (the
-    kit's own)."""
+    """How many grading or equivalence calls of this process ran out of math-verify's time
+    (`MATH_VERIFY_TIMEOUT` of CPU, or the `MATH_VERIFY_WALL` hang guard) and were graded not equal;
+    `reset=True` zeroes the count after reading it. A results table reports it beside the
+    parse-failure rate: each one is a grade the machine decided (the kit's own)."""
     with _TIMEOUTS_LOCK:
         n = _TIMEOUTS["n"]
         if reset:
@@ -244,7 +258,8 @@ def math_verify_timeouts(reset: bool = False) -> int:
 
 
 def _mv_verify(gold: str, pred: str) -> bool:
-    "math-verify's `verify(parse(gold), parse(pred))` within the grading call's time; out of time: counted, False."
+    """math-verify's `verify(parse(gold), parse(pred))` within the grading call's time; out of time:
+    counted, False."""
     try:
         return _mv_verify_cached(gold, pred)
     except NoTime:
@@ -261,15 +276,16 @@ def _unwrap_text(s: str) -> str:
 
 # %% ../nbs/core/01b_grading.ipynb #2ab5b862
 def is_word_answer(s: str) -> bool:
-    "A word answer (`Evelyn`, `\\text{north east}`): letters, no digits or LaTeX, with a word of 3+ letters."
+    """A word answer (`Evelyn`, `\\text{north east}`): letters, no digits or LaTeX, with a word of
+    3+ letters."""
     u = _unwrap_text(s)
     return bool(re.fullmatch(r"[A-Za-z][A-Za-z '\-,.()]*", u)) and bool(
         re.search(r"[A-Za-z]{3,}", u))
 
 # %% ../nbs/core/01b_grading.ipynb #f3dc3b90
 def norm_text(s: str) -> str:
-    r"""`s` as text to compare: `\text{...}` unwrapped, wrappers and quotes stripped, whitespace collapsed,
-    case-folded."""
+    r"""`s` as text to compare: `\text{...}` unwrapped, wrappers and quotes stripped, whitespace
+    collapsed, case-folded."""
     s = strip_wrappers(_unwrap_text(str(s))).strip("\"'“”‘’`()").strip()
     return re.sub(r"\s+", " ", s).casefold()
 
@@ -278,7 +294,8 @@ _UNIT_RE = re.compile(r"\s*(?:\\text\{\s*)?[A-Za-z]{3,}(?:\s+[A-Za-z]+)*\s*\}?\s
 
 
 def plain_number(s: str) -> Fraction | None:
-    "The value of `s` when it is only a number (optionally with `$`, `%`, `\\!` or a unit word), else None."
+    """The value of `s` when it is only a number (optionally with `$`, `%`, `\\!` or a unit word),
+    else None."""
     if len(s) > 200:
         return None
     c = clean_number_text(s).strip().strip("$").strip()
@@ -292,16 +309,17 @@ def plain_number(s: str) -> Fraction | None:
 
 # %% ../nbs/core/01b_grading.ipynb #ea9a1ae7
 def numbers_equal(a: Fraction, b: Fraction) -> bool:
-    """Whether two numbers agree (the kit's own): equal, or within half a unit of the 10th decimal place, the
-    rounding `canonical_number` gives a non-terminating decimal (`0.3333333333` is 1/3). The tolerance is absolute,
-    so it never joins different large numbers: `123456789012` is not `123456789000`, `1000000000.5` is not
-    `1000000000`."""
+    """Whether two numbers agree (the kit's own): equal, or within half a unit of the 10th decimal
+    place, the rounding `canonical_number` gives a non-terminating decimal (`0.3333333333` is 1/3).
+    The tolerance is absolute, so it never joins different large numbers: `123456789012` is not
+    `123456789000`, `1000000000.5` is not `1000000000`."""
     return a == b or abs(a - b) <= Fraction(1, 2 * 10**10)
 
 # %% ../nbs/core/01b_grading.ipynb #cf566f9f
 def boxed_equal(gold: str, pred: str) -> bool:
-    """Whether `pred` equals `gold` as `boxed` answers: the fast paths (identical normalised strings, word
-    answers as text, plain numbers as values), then math-verify where `_mv_safe` lets it run."""
+    """Whether `pred` equals `gold` as `boxed` answers: the fast paths (identical normalised
+    strings, word answers as text, plain numbers as values), then math-verify where `_mv_safe` lets
+    it run."""
     g, p = normalize_latex(gold), normalize_latex(pred)
     if not g or not p:
         return False
@@ -369,7 +387,8 @@ def _strip_math_string(s: str) -> str:
 # %% ../nbs/core/01b_grading.ipynb #fb036db9
 def math_equiv_strict(pred: Any, gold: Any) -> bool:
     """Strict MATH grading: equal strings after the MATH benchmark's normalisation (Hendrycks et al.
-    2021), the check UMAD's reward uses (App. D: \"the MATH benchmark's equivalence script\"). Never raises."""
+    2021), the check UMAD's reward uses (App. D: \"the MATH benchmark's equivalence script\"). Never
+    raises."""
     if pred is None or gold is None:
         return False
     try:
@@ -393,7 +412,8 @@ def is_correct(pred: Any, gold: Any, fmt: str, grading: str = "lenient") -> bool
             return _is_correct_str(pred, gold, fmt)
         return _is_correct(pred, gold, fmt)
     except NoTime:
-        # out of math-verify's time: not equal, counted, and not cached (it passed the memoised grader)
+        # out of math-verify's time: not equal, counted, and not cached (it passed the memoised
+        # grader)
         count_timeout()
         return False
 
@@ -408,7 +428,8 @@ def _is_correct(pred: Any, gold: Any, fmt: str) -> bool:
             a, b = option_letter(pred), option_letter(gold)
             return a is not None and a == b
         if fmt == "number":
-            # an answer that is an expression (`40\\pi i`) is no number: never graded as one of its numbers
+            # an answer that is an expression (`40\\pi i`) is no number: never graded as one of its
+            # numbers
             a, b = number_value(pred), parse_number(gold)
             return a is not None and b is not None and numbers_equal(a, b)
         if fmt == "exact":
@@ -436,8 +457,8 @@ def load_answer_corpus() -> list[dict]:
 
 # %% ../nbs/core/01b_grading.ipynb #0015fdcc
 def corpus_agreement(corpus: Iterable[dict]) -> list[dict]:
-    """Each entry with `got` (`extract_answer`) and `agrees`: both None, or `got` graded correct against
-    `expected` with `is_correct` (so `0.5` agrees with `\\frac12`)."""
+    """Each entry with `got` (`extract_answer`) and `agrees`: both None, or `got` graded correct
+    against `expected` with `is_correct` (so `0.5` agrees with `\\frac12`)."""
     out = []
     for e in corpus:
         got = extract_answer(e["text"], e["fmt"])

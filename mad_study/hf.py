@@ -37,8 +37,9 @@ __all__ = ['CPU_4BIT_KERNELS', 'BF16_KERNEL_BLOCK_N', 'DTYPE_SHORT', 'BATCH_MEMO
 
 # %% ../nbs/backends/03g_hf.ipynb #d0ce0551
 def _nucleus_draw(logits, temps, top_ps, gens):
-    """One token per row: logits / temperature, restricted to the top-p nucleus, drawn by the Gumbel-max trick with
-    noise from the row's own seeded `torch.Generator` (`gens[i]` for row i): argmax over the nucleus of log p + G."""
+    """One token per row: logits / temperature, restricted to the top-p nucleus, drawn by the
+    Gumbel-max trick with noise from the row's own seeded `torch.Generator` (`gens[i]` for row i):
+    argmax over the nucleus of log p + G."""
     import torch
 
     logp = torch.log_softmax(logits.float() / temps[:, None], dim=-1)
@@ -56,12 +57,14 @@ def _nucleus_draw(logits, temps, top_ps, gens):
 # %% ../nbs/backends/03g_hf.ipynb #e328c922
 @functools.lru_cache(maxsize=None)
 def torch_parts():
-    "Classes that subclass transformers types, built on first use (keeps `import mad_study.backends` torch-free)."
+    """Classes that subclass transformers types, built on first use (keeps `import
+    mad_study.backends` torch-free)."""
     import torch
     from transformers import LogitsProcessor, StoppingCriteria
 
     class RowSampler(LogitsProcessor):
-        "Chooses each row's next token (greedy or seeded nucleus sampling) and records raw log-prob and entropy."
+        """Chooses each row's next token (greedy or seeded nucleus sampling) and records raw
+        log-prob and entropy."""
         def __init__(self, temperatures, top_ps, seeds, device):
             self.temps = torch.tensor([float(t) for t in temperatures], dtype=torch.float32,
                                       device=device)
@@ -90,7 +93,8 @@ def torch_parts():
             return torch.full_like(logits, -math.inf).scatter_(1, tok[:, None], 0.0)
 
     class RowLimit(StoppingCriteria):
-        "Stops each row at its own max_new_tokens (requests in one batch may ask for different lengths)."
+        """Stops each row at its own max_new_tokens (requests in one batch may ask for different
+        lengths)."""
         def __init__(self, prompt_len, limits, device):
             self.prompt_len = prompt_len
             self.limits = torch.tensor(limits, dtype=torch.long, device=device)
@@ -108,7 +112,8 @@ class _DropInt8CastWarning(logging.Filter):
 # %% ../nbs/backends/03g_hf.ipynb #bf7d20d5
 @functools.lru_cache(maxsize=None)
 def _quiet_int8_cast_warning():
-    "bitsandbytes logs a warning on every 8-bit matmul whose input is not float16 (CPU, bf16 GPUs): drop that one message."
+    """bitsandbytes logs a warning on every 8-bit matmul whose input is not float16 (CPU, bf16
+    GPUs): drop that one message."""
     logging.getLogger("bitsandbytes.autograd._functions").addFilter(_DropInt8CastWarning())
 
 # %% ../nbs/backends/03g_hf.ipynb #f9fcb41f
@@ -128,7 +133,8 @@ def is_out_of_memory(e: BaseException) -> bool:
 
 # %% ../nbs/backends/03g_hf.ipynb #65af005d
 def truncate_messages(messages: list[dict], n_tokens, budget: int) -> tuple[list[dict], bool]:
-    "Step 1 of the truncation policy: drop the oldest middle turns (in pairs) until `n_tokens(messages) <= budget`."
+    """Step 1 of the truncation policy: drop the oldest middle turns (in pairs) until
+    `n_tokens(messages) <= budget`."""
     if n_tokens(messages) <= budget:
         return messages, False
     h = 0
@@ -143,7 +149,8 @@ def truncate_messages(messages: list[dict], n_tokens, budget: int) -> tuple[list
 
 # %% ../nbs/backends/03g_hf.ipynb #95cfc033
 def truncate_ids(ids: list[int], budget: int) -> list[int]:
-    "Step 2 of the truncation policy: keep the first quarter and the last three quarters of `budget` tokens."
+    """Step 2 of the truncation policy: keep the first quarter and the last three quarters of
+    `budget` tokens."""
     if len(ids) <= budget:
         return list(ids)
     first = budget // 4
@@ -155,7 +162,8 @@ BF16_KERNEL_BLOCK_N = 32  # bitsandbytes' CPU repack tiles the output dimension 
 
 
 def cpu_has_bf16_kernel() -> bool:
-    "Does bitsandbytes offer its AVX512-BF16 4-bit CPU kernel on this machine (`bitsandbytes.functional.has_avx512bf16`)?"
+    """Does bitsandbytes offer its AVX512-BF16 4-bit CPU kernel on this machine
+    (`bitsandbytes.functional.has_avx512bf16`)?"""
     try:
         from bitsandbytes.functional import has_avx512bf16
     except Exception:
@@ -164,14 +172,16 @@ def cpu_has_bf16_kernel() -> bool:
 
 # %% ../nbs/backends/03g_hf.ipynb #ae0fbb5b
 def bf16_kernel_accepts(out_features: int, in_features: int, blocksize: int = 64) -> bool:
-    """Can bitsandbytes' CPU repack (`_convert_weight_packed_for_cpu`) take a 4-bit weight of this shape? It reshapes the
-    block scales to (out, in // blocksize) and tiles out in blocks of 32: in must be a multiple of the block, out of 32."""
+    """Can bitsandbytes' CPU repack (`_convert_weight_packed_for_cpu`) take a 4-bit weight of this
+    shape? It reshapes the block scales to (out, in // blocksize) and tiles out in blocks of 32: in
+    must be a multiple of the block, out of 32."""
     return (in_features > 0 and in_features % blocksize == 0
             and out_features % BF16_KERNEL_BLOCK_N == 0)
 
 # %% ../nbs/backends/03g_hf.ipynb #e226ab8a
 def cpu_description() -> str:
-    "The CPU model name and whether bitsandbytes' AVX512-BF16 4-bit kernel is available (for logs and benchmarks)."
+    """The CPU model name and whether bitsandbytes' AVX512-BF16 4-bit kernel is available (for logs
+    and benchmarks)."""
     import platform
 
     name = platform.processor() or platform.machine()
@@ -221,7 +231,8 @@ class PreparedRequest:
 
 # %% ../nbs/backends/03g_hf.ipynb #9c816466
 def _quantized_checkpoint(src: Path, quant: str, dtype, qc) -> Path:
-    "A bitsandbytes-quantized copy of a local checkpoint (same weights as quantizing at load; loads in about a second)."
+    """A bitsandbytes-quantized copy of a local checkpoint (same weights as quantizing at load;
+    loads in about a second)."""
     dst = (src.parent
            / f"{src.name}-{quant}-{DTYPE_SHORT.get(str(dtype).replace('torch.', ''), str(dtype))}")
 
@@ -236,7 +247,8 @@ def _quantized_checkpoint(src: Path, quant: str, dtype, qc) -> Path:
 
 # %% ../nbs/backends/03g_hf.ipynb #5ab79470
 class HFBackend(BaseBackend):
-    "A Hugging Face causal LM, 4-bit (nf4) by default through bitsandbytes; batched, seeded, with token log-prob signals."
+    """A Hugging Face causal LM, 4-bit (nf4) by default through bitsandbytes; batched, seeded, with
+    token log-prob signals."""
 
     kind = property(lambda self: self.spec.kind)
 
@@ -265,7 +277,8 @@ def _check_batch_size(batch_size) -> None:
 
 # %% ../nbs/backends/03g_hf.ipynb #5fcb4129
 def _compute_dtype(compute_dtype, cuda: bool):
-    "The compute dtype: given (a torch dtype or its name), else bf16 on a GPU that has it (fp16 otherwise), fp32 on the CPU."
+    """The compute dtype: given (a torch dtype or its name), else bf16 on a GPU that has it (fp16
+    otherwise), fp32 on the CPU."""
     import torch
 
     if compute_dtype is None:
@@ -337,14 +350,16 @@ def __init__(self: HFBackend, model: str | ModelSpec, quant: str = "nf4",
 # %% ../nbs/backends/03g_hf.ipynb #1c6e3ba7
 @patch(as_prop=True)
 def _bf16_kernel(self: HFBackend) -> bool:
-    "Does this backend run 4-bit layers through bitsandbytes' AVX512-BF16 CPU kernel (opted in, and available here)?"
+    """Does this backend run 4-bit layers through bitsandbytes' AVX512-BF16 CPU kernel (opted in,
+    and available here)?"""
     return (not self._cuda and self.quant in ("nf4", "fp4") and self.cpu_4bit_kernel == "bf16"
             and cpu_has_bf16_kernel())
 
 # %% ../nbs/backends/03g_hf.ipynb #8de98d1b
 @patch(as_prop=True)
 def backend_id(self: HFBackend) -> str:
-    "Cache identity: kind, model id, revision, quantization, compute dtype, and chat-template options (defaults included)."
+    """Cache identity: kind, model id, revision, quantization, compute dtype, and chat-template
+    options (defaults included)."""
     s = self.spec
     dt = DTYPE_SHORT.get(str(self.compute_dtype).replace("torch.", ""), str(self.compute_dtype))
     if s.kind == "embedded":
@@ -363,7 +378,8 @@ def backend_id(self: HFBackend) -> str:
 # %% ../nbs/backends/03g_hf.ipynb #e8382af9
 @patch(as_prop=True)
 def batch_invariant(self: HFBackend) -> bool:
-    "Are generations independent of the batch that computes them? (CPU, float32 dequantize path or unquantized: yes.)"
+    """Are generations independent of the batch that computes them? (CPU, float32 dequantize path or
+    unquantized: yes.)"""
     return not self._cuda and not self._bf16_kernel and self.quant in ("nf4", "fp4", "none")
 
 # %% ../nbs/backends/03g_hf.ipynb #2ac586c0
@@ -436,7 +452,8 @@ def load(self: HFBackend) -> "HFBackend":
 # %% ../nbs/backends/03g_hf.ipynb #cdd575ec
 @patch
 def _from_pretrained(self: HFBackend, src: str, msrc: str, kw: dict, mkw: dict):
-    "(model, tokenizer): the tokenizer from `src`, the causal LM from `msrc` (a quantized copy, or `src`)."
+    """(model, tokenizer): the tokenizer from `src`, the causal LM from `msrc` (a quantized copy, or
+    `src`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(src, **kw)
@@ -445,7 +462,8 @@ def _from_pretrained(self: HFBackend, src: str, msrc: str, kw: dict, mkw: dict):
 # %% ../nbs/backends/03g_hf.ipynb #38df170b
 @patch
 def _loaded(self: HFBackend, model, tok, t0: float) -> "HFBackend":
-    "After loading: end-of-sequence and padding ids, a greedy generation config, left padding, the context limit."
+    """After loading: end-of-sequence and padding ids, a greedy generation config, left padding, the
+    context limit."""
     from transformers import GenerationConfig
 
     model.eval()
@@ -482,8 +500,9 @@ def _loaded(self: HFBackend, model, tok, t0: float) -> "HFBackend":
 # %% ../nbs/backends/03g_hf.ipynb #18120a51
 @patch
 def warmup(self: HFBackend, n_tokens: int = 4) -> float:
-    """One short batched generation, so that the device's kernels load and its allocator settles outside timed work
-    (on a GPU the first generation of a process is several times slower); seconds taken; `stats` unchanged."""
+    """One short batched generation, so that the device's kernels load and its allocator settles
+    outside timed work (on a GPU the first generation of a process is several times slower); seconds
+    taken; `stats` unchanged."""
     self.load()
     saved, t0 = ({
         k: (list(v) if isinstance(v, list) else v)
@@ -569,7 +588,8 @@ def _prepare(self: HFBackend, r: GenRequest) -> PreparedRequest:
 # %% ../nbs/backends/03g_hf.ipynb #913ca2b8
 @patch
 def generate(self: HFBackend, requests: list[GenRequest]) -> list[Generation]:
-    "One `Generation` per request, in order: batched, left-padded, seeded per request, with log-prob signals."
+    """One `Generation` per request, in order: batched, left-padded, seeded per request, with
+    log-prob signals."""
     requests = list(requests)
     if not requests:
         return []
@@ -612,7 +632,8 @@ def generate(self: HFBackend, requests: list[GenRequest]) -> list[Generation]:
 # %% ../nbs/backends/03g_hf.ipynb #d54d3f65
 @patch
 def _next_batch(self: HFBackend, rest: list[int], prepared: list[PreparedRequest]) -> list[int]:
-    "The next batch: the first indices of `rest` (sorted longest prompt first) that one call generates."
+    """The next batch: the first indices of `rest` (sorted longest prompt first) that one call
+    generates."""
     if not self.auto_batch:
         return rest[:self.batch_size]
     lens = [len(prepared[i].ids) for i in rest[:self.max_auto_batch]]
@@ -624,7 +645,8 @@ def _next_batch(self: HFBackend, rest: list[int], prepared: list[PreparedRequest
 # %% ../nbs/backends/03g_hf.ipynb #b374d5f5
 @patch
 def _oom_backoff(self: HFBackend, n: int) -> None:
-    "Out of memory with a batch of `n`: halve the batch (fixed size, or the cap on 'auto') and free the cache."
+    """Out of memory with a batch of `n`: halve the batch (fixed size, or the cap on 'auto') and
+    free the cache."""
     if self.auto_batch:
         self._auto_cap = max(1, n // 2)
     else:
@@ -666,8 +688,9 @@ BUCKET_SPREAD = (
 
 
 def row_bytes(config, prompt_len: int, max_new: int, dtype_bytes: int = 2) -> int:
-    """Device memory one request of a batch needs beyond the weights (estimate, bytes): its KV cache (prompt + new
-    tokens), its share of the prefill's activations (one layer at a time) and the sampler's vocabulary-wide rows."""
+    """Device memory one request of a batch needs beyond the weights (estimate, bytes): its KV cache
+    (prompt + new tokens), its share of the prefill's activations (one layer at a time) and the
+    sampler's vocabulary-wide rows."""
     c = config.get_text_config() if hasattr(config, "get_text_config") else config
     hidden, heads = c.hidden_size, c.num_attention_heads
     kv_heads = getattr(c, "num_key_value_heads", None) or heads
@@ -704,8 +727,8 @@ def batch_plan(lens: list[int], news: list[int], size, free_bytes: int,
 
 # %% ../nbs/backends/03g_hf.ipynb #e5751662
 def free_memory(device) -> int:
-    """Bytes free for a batch on `device`: on a GPU what the driver reports free plus what torch holds unused; on the
-    CPU the kernel's MemAvailable."""
+    """Bytes free for a batch on `device`: on a GPU what the driver reports free plus what torch
+    holds unused; on the CPU the kernel's MemAvailable."""
     import torch
 
     if getattr(device, "type", str(device)) == "cuda":
@@ -722,11 +745,13 @@ def free_memory(device) -> int:
 # %% ../nbs/backends/03g_hf.ipynb #43f7c7c8
 @functools.lru_cache(maxsize=None)
 def _reserved_layer():
-    "`ReservedLayer`, built on first use (a subclass of transformers' `DynamicLayer`; keeps the import torch-free)."
+    """`ReservedLayer`, built on first use (a subclass of transformers' `DynamicLayer`; keeps the
+    import torch-free)."""
     from transformers.cache_utils import DynamicLayer
 
     class ReservedLayer(DynamicLayer):
-        "A KV-cache layer with room reserved for `capacity` positions: each step writes in place, attention reads a view."
+        """A KV-cache layer with room reserved for `capacity` positions: each step writes in place,
+        attention reads a view."""
         def __init__(self, capacity: int):
             super().__init__()
             self.capacity, self._kb, self._vb, self._view = int(capacity), None, None, None
@@ -753,8 +778,9 @@ def _reserved_layer():
 
 # %% ../nbs/backends/03g_hf.ipynb #24d74e03
 def reserved_cache(config, capacity: int):
-    """A `DynamicCache` of `ReservedLayer`s with room for `capacity` positions, or None where the model's cache is not
-    a plain list of full-attention layers (sliding windows, KV sharing): those keep transformers' own cache."""
+    """A `DynamicCache` of `ReservedLayer`s with room for `capacity` positions, or None where the
+    model's cache is not a plain list of full-attention layers (sliding windows, KV sharing): those
+    keep transformers' own cache."""
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
     cache = DynamicCache(config=config)
@@ -766,9 +792,9 @@ def reserved_cache(config, capacity: int):
 # %% ../nbs/backends/03g_hf.ipynb #7c4799e4
 @patch
 def _prefill_rows(self: HFBackend, input_ids, attn, cache) -> bool:
-    """Fill `cache` with a left-padded batch's prompts but their last token, one row at a time (a row's prompt is
-    computed exactly as when it is alone); each row's keys and values go to its padded positions. False: nothing to
-    prefill (every prompt is one token long)."""
+    """Fill `cache` with a left-padded batch's prompts but their last token, one row at a time (a
+    row's prompt is computed exactly as when it is alone); each row's keys and values go to its
+    padded positions. False: nothing to prefill (every prompt is one token long)."""
     from transformers.cache_utils import DynamicCache
 
     B, L = input_ids.shape
@@ -855,7 +881,8 @@ def _generate_batch(self: HFBackend, reqs: list[GenRequest],
 # %% ../nbs/backends/03g_hf.ipynb #70fe0edf
 @patch
 def _decode(self: HFBackend, seqs, lps, ents, preps: list[PreparedRequest]) -> list[Generation]:
-    "Generations from a batch's new tokens and their log-probs / entropies: each row cut at its end token or limit."
+    """Generations from a batch's new tokens and their log-probs / entropies: each row cut at its
+    end token or limit."""
     eos = set(self.eos_ids)
     gens = []
     for b, p in enumerate(preps):
@@ -882,8 +909,8 @@ def memory_footprint(self: HFBackend) -> int:
 
 # %% ../nbs/backends/03g_hf.ipynb #9c968504
 def registry_spec(ref: str):
-    """The `ModelSpec` of `random:<name>`, random weights in the exact shape of registry text model `<name>`
-    (`mad_study.twins.shape_config`; `get_model('random:...')` lands here)."""
+    """The `ModelSpec` of `random:<name>`, random weights in the exact shape of registry text model
+    `<name>` (`mad_study.twins.shape_config`; `get_model('random:...')` lands here)."""
     from mad_study.registry import get_model
     from mad_study.twins import RANDOM_PREFIX, SHAPE_VERSION, shape_table
 
@@ -898,7 +925,8 @@ def registry_spec(ref: str):
 
 # %% ../nbs/backends/03g_hf.ipynb #00fb56f0
 class ShapeBackend(HFBackend):
-    "An `HFBackend` on `random:<name>`: its weights are `twins.shape_checkpoint(name)`, built on the device at first load."
+    """An `HFBackend` on `random:<name>`: its weights are `twins.shape_checkpoint(name)`, built on
+    the device at first load."""
     def _source(self) -> str:
         from mad_study.twins import RANDOM_PREFIX, shape_checkpoint
 
@@ -906,5 +934,6 @@ class ShapeBackend(HFBackend):
 
 # %% ../nbs/backends/03g_hf.ipynb #6d281f73
 def registry_backend(spec, quant: str = "nf4", **kw):
-    "The backend of `random:<name>`: an `HFBackend` whose weights are `shape_checkpoint(name)`, built on first load."
+    """The backend of `random:<name>`: an `HFBackend` whose weights are `shape_checkpoint(name)`,
+    built on first load."""
     return ShapeBackend(spec, quant=quant, **kw)

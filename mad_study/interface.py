@@ -22,7 +22,8 @@ __all__ = ['Backend', 'BaseBackend', 'progress_enabled', 'Progress', 'active_pro
 # %% ../nbs/backends/03a_interface.ipynb #698decee
 @runtime_checkable
 class Backend(Protocol):
-    "The interface of every backend: `generate(requests)` returns one `Generation` per request, in order."
+    """The interface of every backend: `generate(requests)` returns one `Generation` per request, in
+    order."""
 
     backend_id: str
     model_name: str
@@ -47,14 +48,16 @@ class BaseBackend:
         return self.generate([request])[0]
 
     def close(self) -> None:
-        "Release the model (memory); the backend stays usable and reloads on the next call where it can."
+        """Release the model (memory); the backend stays usable and reloads on the next call where
+        it can."""
 
     def __repr__(self):
         return f"{type(self).__name__}({self.backend_id!r})"
 
 # %% ../nbs/backends/03a_interface.ipynb #a31dd742
 def progress_enabled(progress: bool | None = None) -> bool:
-    "Whether to show progress: `progress` when given, else `$MAD_STUDY_PROGRESS`, else on, except under tests (the kit's own)."
+    """Whether to show progress: `progress` when given, else `$MAD_STUDY_PROGRESS`, else on, except
+    under tests (the kit's own)."""
     if progress is not None:
         return bool(progress)
     env = os.environ.get("MAD_STUDY_PROGRESS", "").strip().lower()
@@ -67,11 +70,13 @@ _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("mad_study_progress", d
 
 
 class Progress:
-    """A progress bar of generations (tqdm): done of `total`, tokens per second, time left; a context manager that
-    makes it the active bar `generate_jobs` and the backends report to (the kit's own)."""
+    """A progress bar of generations (tqdm): done of `total`, tokens per second, time left; a
+    context manager that makes it the active bar `generate_jobs` and the backends report to (the
+    kit's own)."""
     def __init__(self, total: int | None, desc: str = "generating", progress: bool | None = None,
                  delay: float | None = None, file=None, leave: bool = False):
-        # the bar appears after `delay` seconds of work: `$MAD_STUDY_PROGRESS_DELAY`, else 2 (a sim run's many
+        # the bar appears after `delay` seconds of work: `$MAD_STUDY_PROGRESS_DELAY`, else 2 (a sim
+        # run's many
         # short calls draw none)
         if delay is None:
             delay = os.environ.get("MAD_STUDY_PROGRESS_DELAY") or 2.0
@@ -83,7 +88,8 @@ class Progress:
             self.show()
 
     def show(self) -> None:
-        "Draw the bar now (a slow backend calls it when it starts; else it appears after `delay` seconds of work)."
+        """Draw the bar now (a slow backend calls it when it starts; else it appears after `delay`
+        seconds of work)."""
         if self.bar is not None or not self.enabled:
             return
         from tqdm.auto import tqdm as auto_tqdm
@@ -98,7 +104,8 @@ class Progress:
                                                               leave=self.leave, file=file)
 
     def advance(self, gens: Sequence[Generation] = (), n: int | None = None) -> None:
-        "Count `gens` as done (their completion tokens unless cached), or `n` generations without tokens."
+        """Count `gens` as done (their completion tokens unless cached), or `n` generations without
+        tokens."""
         with self._lock:
             k = len(gens) if n is None else int(n)
             self.n += k
@@ -137,12 +144,14 @@ class Progress:
 
 # %% ../nbs/backends/03a_interface.ipynb #179d7094
 def active_progress() -> Progress | None:
-    "The active progress bar (a `with Progress(...)` block around this call), or None (the kit's own)."
+    """The active progress bar (a `with Progress(...)` block around this call), or None (the kit's
+    own)."""
     return _ACTIVE.get()
 
 
 def report_progress(gens: Sequence[Generation], progress: Progress | None = None) -> None:
-    "A backend reports generations it finished to `progress` (default: the active bar), if any (the kit's own)."
+    """A backend reports generations it finished to `progress` (default: the active bar), if any
+    (the kit's own)."""
     p = progress or active_progress()
     if p is not None:
         p.advance(gens)
@@ -151,8 +160,8 @@ def report_progress(gens: Sequence[Generation], progress: Progress | None = None
 @contextlib.contextmanager
 def progress_scope(total: int, desc: str = "generating", progress: bool | None = None,
                    extend: bool = True):
-    """The active bar, grown by `total` (unless not `extend`) and left open; else a new active `Progress` for this
-    work, closed at its end (the kit's own)."""
+    """The active bar, grown by `total` (unless not `extend`) and left open; else a new active
+    `Progress` for this work, closed at its end (the kit's own)."""
     outer = active_progress()
     if outer is None:
         with Progress(total, desc, progress) as bar:
@@ -164,7 +173,8 @@ def progress_scope(total: int, desc: str = "generating", progress: bool | None =
 
 # %% ../nbs/backends/03a_interface.ipynb #bc4f9118
 class IdenticalAgentsWarning(UserWarning):
-    "Two or more agents are the same model and role at temperature 0: a real model gives them the same responses; the sim's agents do not, 03b_sim (the kit's own)."
+    """Two or more agents are the same model and role at temperature 0: a real model gives them the
+    same responses; the sim's agents do not, 03b_sim (the kit's own)."""
 
 # %% ../nbs/backends/03a_interface.ipynb #88304566
 def generate_jobs(backends: Mapping[str, Any], jobs: Sequence[tuple[str, GenRequest]],

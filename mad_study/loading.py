@@ -50,7 +50,8 @@ def _paper_csv(name: str) -> tuple[dict, str]:
 
 # %% ../nbs/data/02d_loading.ipynb #04b3b8b5
 def paper_table(name: str) -> pd.DataFrame:
-    "A paper's printed table from `fixtures/papers/<paper>/paper_<name>.csv`; `attrs`: its caption and source (the kit's own)."
+    """A paper's printed table from `fixtures/papers/<paper>/paper_<name>.csv`; `attrs`: its caption
+    and source (the kit's own)."""
     import io
 
     head, body = _paper_csv(name)
@@ -94,7 +95,8 @@ def _fixture_items(spec: TaskSpec, split: str) -> list[Item]:
 
 # %% ../nbs/data/02d_loading.ipynb #9a232311
 class HubUnavailableError(ConnectionError):
-    "The hub (or the dataset's host) could not be reached, or the dataset is gated; the one-line message says which."
+    """The hub (or the dataset's host) could not be reached, or the dataset is gated; the one-line
+    message says which."""
 
 # %% ../nbs/data/02d_loading.ipynb #4768b4a5
 def _offline() -> bool:
@@ -151,7 +153,8 @@ def _hub_rows(spec: TaskSpec, split: str) -> list[tuple[int, str, dict]]:
 
 # %% ../nbs/data/02d_loading.ipynb #62cb7a29
 def _hub_items(spec: TaskSpec, split: str) -> list[Item]:
-    "The split's items; an item whose gold does not fit its format is left out, with one warning line each."
+    """The split's items; an item whose gold does not fit its format is left out, with one warning
+    line each."""
     items = (
         make_item(spec, row, index, split, config) for index, config, row in _hub_rows(spec, split))
     good, bad = [], []
@@ -177,7 +180,8 @@ class SubsetSizeWarning(UserWarning):
 
 # %% ../nbs/data/02d_loading.ipynb #5edb80c0
 def subset_path(task: str, source: str, n: int | None, seed: int, split: str | None = None) -> Path:
-    "Where `load_items` records the ids it chose: `runs/subsets/<task>[.<split>]-<source>-n<n>-s<seed>.json`."
+    """Where `load_items` records the ids it chose:
+    `runs/subsets/<task>[.<split>]-<source>-n<n>-s<seed>.json`."""
     spec = get_task(task)
     split = split or spec.split
     tname = spec.name if split == spec.split else f"{spec.name}.{split}"
@@ -185,7 +189,8 @@ def subset_path(task: str, source: str, n: int | None, seed: int, split: str | N
 
 # %% ../nbs/data/02d_loading.ipynb #78d59946
 def choose_subset(items: Sequence[Item], n: int | None, seed: int, *key: Any) -> list[Item]:
-    "The first `n` items of a permutation from `rng_for('subset', *key, seed)`, in the original order (all if `n` is None)."
+    """The first `n` items of a permutation from `rng_for('subset', *key, seed)`, in the original
+    order (all if `n` is None)."""
     if n is None or n >= len(items):
         return list(items)
     perm = rng_for("subset", *key, seed).permutation(len(items))

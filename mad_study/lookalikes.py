@@ -151,7 +151,8 @@ def _fmt3(x: float) -> str:
 
 # %% ../nbs/data/02c_lookalikes.ipynb #ab34ca5b
 def _gpqa_row(r) -> dict:
-    "A GPQA-layout row: Question, Correct Answer, Incorrect Answer 1-3, with a computed correct answer."
+    """A GPQA-layout row: Question, Correct Answer, Incorrect Answer 1-3, with a computed correct
+    answer."""
     kind = int(r.integers(5))
     if kind == 0:
         a, t = int(r.integers(2, 10)), int(r.integers(3, 15))
@@ -284,14 +285,16 @@ def _canvas(size: int = 224):
 
 # %% ../nbs/data/02c_lookalikes.ipynb #6ef08750
 def _mc(r, correct: str, wrong: Sequence[str]) -> tuple[list[str], str]:
-    "Options (the correct one among up to 4 distinct wrong ones, shuffled by `r`) and the gold letter."
+    """Options (the correct one among up to 4 distinct wrong ones, shuffled by `r`) and the gold
+    letter."""
     opts = [correct] + [w for w in dict.fromkeys(wrong) if w != correct][:4]
     order = [int(x) for x in r.permutation(len(opts))]
     return [opts[o] for o in order], LETTERS[order.index(0)]
 
 # %% ../nbs/data/02c_lookalikes.ipynb #589e17cd
 def _mathvision_row(r, i: int) -> dict:
-    "A MathVision look-alike: count a shape among others, or read the shaded fraction of a grid (every 4th, a count: free-form)."
+    """A MathVision look-alike: count a shape among others, or read the shaded fraction of a grid
+    (every 4th, a count: free-form)."""
     im, d = _canvas()
     if i % 2 == 0:
         target = _SHAPES[int(r.integers(3))]
@@ -341,7 +344,8 @@ def _mathvision_row(r, i: int) -> dict:
 
 # %% ../nbs/data/02c_lookalikes.ipynb #5c5bb28e
 def _realworldqa_row(r, i: int) -> dict:
-    "A RealWorldQA look-alike: where one object is relative to another, or the colour of the largest one (every 4th: free-form count)."
+    """A RealWorldQA look-alike: where one object is relative to another, or the colour of the
+    largest one (every 4th: free-form count)."""
     im, d = _canvas()
     names = list(_COLOURS)
     a, b = [names[int(x)] for x in r.permutation(5)[:2]]
@@ -385,7 +389,8 @@ _SYNTHETIC_GENERATORS: dict[str, Callable] = {
 
 
 def _synthetic_row(task: str, i: int) -> tuple[dict, str | None]:
-    "Row `i` of the synthetic look-alike set of `task` (and its config), from `rng_for('synthetic', task, i)`."
+    """Row `i` of the synthetic look-alike set of `task` (and its config), from
+    `rng_for('synthetic', task, i)`."""
     r = rng_for("synthetic", task, i)
     if task in _SYNTHETIC_GENERATORS:
         return _SYNTHETIC_GENERATORS[task](r, i), "default"
@@ -416,7 +421,8 @@ def _synthetic_row(task: str, i: int) -> tuple[dict, str | None]:
 
 # %% ../nbs/data/02c_lookalikes.ipynb #d934e05e
 def synthetic_items(task: str, n: int | None = None) -> list[Item]:
-    "The synthetic look-alike items of `task` (`Item.synthetic=True`, ids `task/synthetic-<i>`); never benchmark items."
+    """The synthetic look-alike items of `task` (`Item.synthetic=True`, ids `task/synthetic-<i>`);
+    never benchmark items."""
     spec = get_task(task)
     out = []
     for i in range(SYNTHETIC_COUNTS[spec.name] if n is None else n):

@@ -81,8 +81,8 @@ RANDOM_NOTE = {
 
 
 def random_variants(strategies: Sequence[str]) -> str:
-    """The sentence an artefact's caption / notes carry about the Random variant(s) among `strategies` ('' if
-    none): how MADC's Random strategy (Fig. 1, Figs. 3-5) draws its orders."""
+    """The sentence an artefact's caption / notes carry about the Random variant(s) among
+    `strategies` ('' if none): how MADC's Random strategy (Fig. 1, Figs. 3-5) draws its orders."""
     return "; ".join(RANDOM_NOTE[s] for s in strategies if s in RANDOM_NOTE)
 
 # %% ../nbs/papers/madc/11_madc.ipynb #16ab87d3
@@ -105,7 +105,8 @@ def madc_order(answers: Sequence[Any] | Mapping[str, Any], fmt: str | None = Non
 
 # %% ../nbs/papers/madc/11_madc.ipynb #6f584fe5
 def madc_ordering(ctx: RoundContext) -> list[str]:
-    "MADC (Alg. 1) as an `OrderedPeers` ordering: `madc_order` of every agent's latest answer (Eq. 2 at the last round)."
+    """MADC (Alg. 1) as an `OrderedPeers` ordering: `madc_order` of every agent's latest answer (Eq.
+    2 at the last round)."""
     return madc_order(ctx.last_answers(), fmt=ctx.item.fmt)
 
 # %% ../nbs/papers/madc/11_madc.ipynb #8c400220
@@ -129,9 +130,9 @@ class MADCPeers(OrderedPeers):
 
 # %% ../nbs/papers/madc/11_madc.ipynb #07d89c27
 def strategy_protocol(name: str, include_self: bool = False) -> Protocol:
-    """The debate protocol of an allocation strategy: `fixed`, `random` (per viewer, the released code), `random_shared`
-    (one permutation per round), `truth_first`, `truth_last` (oracles), `madc` (Alg. 1), `madc_peers`: MADC's
-    allocation strategies."""
+    """The debate protocol of an allocation strategy: `fixed`, `random` (per viewer, the released
+    code), `random_shared` (one permutation per round), `truth_first`, `truth_last` (oracles),
+    `madc` (Alg. 1), `madc_peers`: MADC's allocation strategies."""
     if name in ORDERINGS:
         return OrderedPeers(name, include_self=include_self)
     if name in ("madc", "madc_peers"):
@@ -155,8 +156,9 @@ def run_strategies(items: Sequence[Item], model: str, backends: Mapping[str, Any
                    debate_rounds: int = 1, repeats: int = 1, prompt: str = "madc",
                    sampling: Sampling = MADC_SAMPLING, experiment: str = "madc",
                    progress: bool | None = None) -> dict[str, pd.DataFrame]:
-    """MADC comparison (Table 1, Figs. 1, 3-5, 7): Du et al.'s debate with `n_agents` agents of `model`, once per
-    allocation strategy, `repeats` independent threads each; returns strategy -> transcript (`sample` = repeat)."""
+    """MADC comparison (Table 1, Figs. 1, 3-5, 7): Du et al.'s debate with `n_agents` agents of
+    `model`, once per allocation strategy, `repeats` independent threads each; returns strategy ->
+    transcript (`sample` = repeat)."""
     agents = make_agents([model] * int(n_agents))
     return {
         s: run_debate(items, agents, backends, protocol=strategy_protocol(s),
@@ -167,7 +169,8 @@ def run_strategies(items: Sequence[Item], model: str, backends: Mapping[str, Any
 
 # %% ../nbs/papers/madc/11_madc.ipynb #11aecbd4
 def shared_round0(transcripts: Mapping[str, pd.DataFrame]) -> bool:
-    "Whether all strategies' round-0 turns are identical (text and answer per item, thread and agent)."
+    """Whether all strategies' round-0 turns are identical (text and answer per item, thread and
+    agent)."""
     key = ["item_id", "sample", "agent"]
     r0 = [
         t[t["round"] == 0].sort_values(key)[key + ["text", "answer"]].reset_index(drop=True)
@@ -178,9 +181,9 @@ def shared_round0(transcripts: Mapping[str, pd.DataFrame]) -> bool:
 # %% ../nbs/papers/madc/11_madc.ipynb #4f82c63b
 def viewpoint_entropy(answers: Sequence[Any], base: float = 2, fmt: str | None = None,
                       unparsed: str = "shared") -> float:
-    """MADC App. A.2: Shannon entropy (bits by default) of the agents' answer distribution on one question.
-    `unparsed`: `shared` (the kit: one viewpoint), `drop` (MADC's release: unparsed answers dropped; all unparsed
-    is one "(None)" outcome, entropy 0), or `distinct`."""
+    """MADC App. A.2: Shannon entropy (bits by default) of the agents' answer distribution on one
+    question. `unparsed`: `shared` (the kit: one viewpoint), `drop` (MADC's release: unparsed
+    answers dropped; all unparsed is one "(None)" outcome, entropy 0), or `distinct`."""
     if len(answers) == 0:
         return math.nan
     p = answer_distribution(answers, fmt=fmt, unparsed=unparsed)
@@ -209,9 +212,10 @@ def viewpoint_log_likelihood(answers: Sequence[Any], gold: Any, fmt: str = "exac
 # %% ../nbs/papers/madc/11_madc.ipynb #d1572c9d
 def item_scores(transcript: pd.DataFrame, fmt: str | None = None,
                 entropy: bool = True) -> pd.DataFrame:
-    """MADC metrics per (condition, item, sample, round) (`pool_keys`: experiment and method first, so pooled strategies
-    stay apart): accuracy (majority vote correct), share of agents correct,
-    log_likelihood (App. A.1, floor log2(1/(2n)) when no agent is correct), log_likelihood_released, entropy (App. A.2, bits)."""
+    """MADC metrics per (condition, item, sample, round) (`pool_keys`: experiment and method first,
+    so pooled strategies stay apart): accuracy (majority vote correct), share of agents correct,
+    log_likelihood (App. A.1, floor log2(1/(2n)) when no agent is correct), log_likelihood_released,
+    entropy (App. A.2, bits)."""
     by = pool_keys(transcript, ["item_id", "sample", "round"])
     check_unique_turns(transcript, by, what="item_scores")
     vt = vote_table(transcript, by=tuple(by), fmt=fmt).set_index(by)
@@ -242,9 +246,10 @@ METRICS = ("accuracy", "share", "log_likelihood", "entropy")
 
 def strategy_scores(transcripts: Mapping[str, pd.DataFrame] | pd.DataFrame, fmt: str | None = None,
                     entropy: bool = True, round: int | None = None) -> pd.DataFrame:
-    """`item_scores` of every strategy's transcript (at `round`, default the last), with a `strategy` column. A pooled
-    transcript (one DataFrame) is split by condition (`mad_study.stats.condition_labels`: its `method`). MADC Figs.
-    3-5: accuracy, log-likelihood (App. A.1), entropy (App. A.2)."""
+    """`item_scores` of every strategy's transcript (at `round`, default the last), with a
+    `strategy` column. A pooled transcript (one DataFrame) is split by condition
+    (`mad_study.stats.condition_labels`: its `method`). MADC Figs. 3-5: accuracy, log-likelihood
+    (App. A.1), entropy (App. A.2)."""
     if isinstance(transcripts, pd.DataFrame):
         lab = condition_labels(transcripts)
         transcripts = {s: transcripts[lab == s] for s in dict.fromkeys(lab)}
@@ -256,13 +261,15 @@ def strategy_scores(transcripts: Mapping[str, pd.DataFrame] | pd.DataFrame, fmt:
 
 # %% ../nbs/papers/madc/11_madc.ipynb #372c0120
 def repeat_scores(scores: pd.DataFrame, by: Sequence[str] = ("strategy",)) -> pd.DataFrame:
-    "Means over items per repeat (`sample`), one row per (by..., sample, round): MADC Figs. 3-5's 20 repeats per strategy."
+    """Means over items per repeat (`sample`), one row per (by..., sample, round): MADC Figs. 3-5's
+    20 repeats per strategy."""
     cols = [c for c in (*METRICS, "log_likelihood_released") if c in scores]
     return scores.groupby([*by, "sample", "round"], sort=False)[cols].mean().reset_index()
 
 # %% ../nbs/papers/madc/11_madc.ipynb #9fc3d6d0
 def default_pairs(strategies: Sequence[str]) -> list[tuple[str, str]]:
-    "Truth Last against every other strategy, Fixed against Random, MADC against Fixed (those present)."
+    """Truth Last against every other strategy, Fixed against Random, MADC against Fixed (those
+    present)."""
     s = list(strategies)
     out = []
     if "truth_last" in s:
@@ -353,7 +360,8 @@ REVERSAL_ORDERS = ("correct_first", "incorrect_first", "alternating")
 
 
 def reversal_sequence(order: str, n_correct: int, n_incorrect: int) -> list[str]:
-    "Labels of the pool solutions in the order they are added (MADC RQ3, Fig. 6): `C<i>` correct, `W<i>` incorrect."
+    """Labels of the pool solutions in the order they are added (MADC RQ3, Fig. 6): `C<i>` correct,
+    `W<i>` incorrect."""
     C = [f"C{i}" for i in range(n_correct)]
     W = [f"W{i}" for i in range(n_incorrect)]
     if order == "correct_first":
@@ -366,9 +374,10 @@ def reversal_sequence(order: str, n_correct: int, n_incorrect: int) -> list[str]
 
 # %% ../nbs/papers/madc/11_madc.ipynb #113ec6b6
 def solution_pools(samples: pd.DataFrame, pool_size: int, seed: int = 0, repeat: int = 0) -> dict:
-    """MADC RQ3 pools from one item's CoT samples (transcript rows, one per `sample`): the responder's own solution
-    (sample 0), up to `pool_size` correct solutions and up to `pool_size` solutions of the most frequent wrong answer,
-    drawn without replacement with a seed per repeat."""
+    """MADC RQ3 pools from one item's CoT samples (transcript rows, one per `sample`): the
+    responder's own solution (sample 0), up to `pool_size` correct solutions and up to `pool_size`
+    solutions of the most frequent wrong answer, drawn without replacement with a seed per
+    repeat."""
     s = samples.sort_values("sample", kind="stable")
     if s.empty:
         raise ValueError("solution_pools: no samples")
@@ -437,22 +446,25 @@ def run_reversal(item: Item, pools: Sequence[dict], backend: Any, model: str,
 
 # %% ../nbs/papers/madc/11_madc.ipynb #d2684616
 def reversal_curve(transcript: pd.DataFrame) -> pd.DataFrame:
-    "Accuracy per (model, item, order, count) of a `run_reversal` transcript: the curves of MADC Fig. 9 (RQ3)."
+    """Accuracy per (model, item, order, count) of a `run_reversal` transcript: the curves of MADC
+    Fig. 9 (RQ3)."""
     g = transcript.groupby(["model", "item_id", "agent", "position"], sort=True)["correct"]
     out = pd.DataFrame({"accuracy": g.mean().astype(float), "n": g.size()}).reset_index()
     return out.rename(columns={"agent": "order", "position": "count"})
 
 # %% ../nbs/papers/madc/11_madc.ipynb #2ea32393
 def first_pool_sizes(n_correct: int, n_incorrect: int) -> dict[str, int]:
-    """Where each order's first pool ends (MADC RQ3): correct first after its `n_correct` correct solutions, incorrect
-    first after its `n_incorrect` incorrect ones (alternating has no first pool). Unequal pools: unequal boundaries."""
+    """Where each order's first pool ends (MADC RQ3): correct first after its `n_correct` correct
+    solutions, incorrect first after its `n_incorrect` incorrect ones (alternating has no first
+    pool). Unequal pools: unequal boundaries."""
     return {"correct_first": int(n_correct), "incorrect_first": int(n_incorrect)}
 
 # %% ../nbs/papers/madc/11_madc.ipynb #b7e5595e
 def reversal_point(counts: Sequence[float], accuracy: Sequence[float], level: float = 0.5,
                    after: float | None = None) -> float | None:
-    """MADC RQ3: first count at which the accuracy curve crosses `level` against its starting side (None if never).
-    `after`: start from the curve's side at the last count <= `after` and search only larger counts."""
+    """MADC RQ3: first count at which the accuracy curve crosses `level` against its starting side
+    (None if never). `after`: start from the curve's side at the last count <= `after` and search
+    only larger counts."""
     pts = [(c, a) for c, a in sorted(zip(counts, accuracy), key=lambda t: t[0]) if not is_missing(a)
            ]
     if after is not None:

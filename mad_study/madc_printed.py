@@ -19,7 +19,8 @@ __all__ = ['PAPER_REVERSAL_TABLES', 'PAPER_TABLE1', 'PAPER_TABLE1_TASKS', 'PAPER
 
 # %% ../nbs/papers/madc/11a_madc_printed.ipynb #e27cbe1f
 def _reversal_tables() -> dict[tuple[int, str, str], dict[str, str]]:
-    "Tables 6-11 (`fixtures/papers/madc/paper_madc_tab6_11.csv`): (table, case, model) -> order -> the accuracies, space-separated."
+    """Tables 6-11 (`fixtures/papers/madc/paper_madc_tab6_11.csv`): (table, case, model) -> order ->
+    the accuracies, space-separated."""
     out = {}
     for (tab, case, model,
          order), g in paper_table("madc_tab6_11").groupby(["table", "case", "model", "order"],
@@ -45,7 +46,8 @@ def paper_reversal_curves() -> pd.DataFrame:
 
 # %% ../nbs/papers/madc/11a_madc_printed.ipynb #8bb141ff
 def _table1() -> dict[str, dict[str, tuple[float, ...]]]:
-    "Table 1 (`fixtures/papers/madc/paper_madc_tab1.csv`): model -> method -> accuracy per task, percent."
+    """Table 1 (`fixtures/papers/madc/paper_madc_tab1.csv`): model -> method -> accuracy per task,
+    percent."""
     t = paper_table("madc_tab1")
     tasks = [c for c in t.columns if c not in ("model", "method")]
     out = {}
@@ -61,7 +63,8 @@ PAPER_TABLE1_TASKS = tuple(paper_table("madc_tab1").columns[2:])
 
 # %% ../nbs/papers/madc/11a_madc_printed.ipynb #46f8773f
 def _agent_scaling() -> dict[tuple[str, str], dict[str, tuple[float, ...]]]:
-    "Tables 2-5 (`fixtures/papers/madc/paper_madc_tab2_5.csv`): (model, task) -> method -> accuracy for 3..10 agents, percent."
+    """Tables 2-5 (`fixtures/papers/madc/paper_madc_tab2_5.csv`): (model, task) -> method ->
+    accuracy for 3..10 agents, percent."""
     t = paper_table("madc_tab2_5")
     counts = [c for c in t.columns if c.isdigit()]
     out = {}

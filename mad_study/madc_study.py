@@ -76,14 +76,16 @@ def plan_fig1(p: Mapping) -> dict:
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #4ceec9db
 @planner("madc_fig3_5")
 def plan_fig3_5(p: Mapping) -> dict:
-    "madc_fig3_5: `repeats` runs per (model, task), every strategy (the sim-only recency control is not counted). (MADC Figs. 3-5.)"
+    """madc_fig3_5: `repeats` runs per (model, task), every strategy (the sim-only recency control
+    is not counted). (MADC Figs. 3-5.)"""
     return _debate_plan(p, len(p.get("strategies") or []), int(p.get("debate_rounds") or 1),
                         repeats=int(p.get("repeats") or 1))
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #a4bd1070
 @planner("madc_tab1")
 def plan_tab1(p: Mapping) -> dict:
-    "madc_tab1: MAD (Fixed), MAD+Truth Last, MAD+MADC; Single CoT and Self-Consistency reuse round 0."
+    """madc_tab1: MAD (Fixed), MAD+Truth Last, MAD+MADC; Single CoT and Self-Consistency reuse round
+    0."""
     return _debate_plan(p, 3, int(p.get("debate_rounds") or 1))
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #cad3da6f
@@ -118,7 +120,8 @@ def plan_fig8(p: Mapping) -> dict:
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #4d2f8e68
 @planner("madc_fig9")
 def plan_fig9(p: Mapping) -> dict:
-    "madc_fig9: the CoT samples, then per pool repeat, order and count (at most 2 x pool_size) `reps_per_count` responses."
+    """madc_fig9: the CoT samples, then per pool repeat, order and count (at most 2 x pool_size)
+    `reps_per_count` responses."""
     out = _cot_plan(p)
     units = (len(_distinct(p.get("models") or [])) * len(p.get("case_ids") or []) * int(
         p.get("reversal_repeats") or 1) * len(p.get("orders") or []))
@@ -146,7 +149,8 @@ def tlabel(task: str) -> str:
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #6d2b7f07
 def resolved(tests, metric="accuracy", scale=100, pairs=None):
-    "Caption text: each pair of `tests` (`strategy_tests`; only `pairs` when given), its difference [interval at its Holm family level, `diff_level`], Holm-resolved or not."
+    """Caption text: each pair of `tests` (`strategy_tests`; only `pairs` when given), its
+    difference [interval at its Holm family level, `diff_level`], Holm-resolved or not."""
     t = tests[(tests["metric"] == metric) & (tests["b"] != "(Cochran's Q)")]
     if pairs is not None:
         t = t[[(a, b) in set(pairs) for a, b in zip(t["a"], t["b"])]]
@@ -157,8 +161,9 @@ def resolved(tests, metric="accuracy", scale=100, pairs=None):
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #48017303
 def power_txt(diffs, paper_pts, family=1):
-    """Caption text: what n paired items resolve with 80% power (McNemar's score test, `power.resolvable_effect`) at
-    the discordance seen (mean |difference|), and the n the paper's gap `paper_pts` would need (`power.n_for_power`)."""
+    """Caption text: what n paired items resolve with 80% power (McNemar's score test,
+    `power.resolvable_effect`) at the discordance seen (mean |difference|), and the n the paper's
+    gap `paper_pts` would need (`power.n_for_power`)."""
     d = np.abs(np.asarray(diffs, dtype=float))
     n, disc = len(d), float(d.mean()) if len(d) else 0.0
     if n < 2 or disc == 0:
@@ -176,7 +181,8 @@ def power_txt(diffs, paper_pts, family=1):
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #963bc339
 def tl_verdict(tests, scale=100):
-    "'yes' / 'no' / 'not resolved' for Truth Last above Fixed in every row of `tests`, and the kit's numbers."
+    """'yes' / 'no' / 'not resolved' for Truth Last above Fixed in every row of `tests`, and the
+    kit's numbers."""
     t = tests[(tests["metric"] == "accuracy") & (tests["a"] == "truth_last") &
               (tests["b"] == "fixed")]
     dist = t["p_adjusted"] < 0.05

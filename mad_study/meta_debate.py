@@ -42,7 +42,8 @@ MODALITIES = ("text", "vision")
 
 
 def framework_roles(framework: str, modality: str = "text") -> tuple[str, ...]:
-    "The roles of `framework` ('mad' or 'dmad') in debate order; DMAD's on images are IO / CCoT / DDCoT (Sec. 4)."
+    """The roles of `framework` ('mad' or 'dmad') in debate order; DMAD's on images are IO / CCoT /
+    DDCoT (Sec. 4)."""
     if framework not in FRAMEWORKS:
         raise ConfigError("unknown debate framework", key="framework", value=framework,
                           choices=FRAMEWORKS)
@@ -53,7 +54,8 @@ def framework_roles(framework: str, modality: str = "text") -> tuple[str, ...]:
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #82118202
 def items_modality(items: Sequence[Item]) -> str:
-    "The one modality of `items` ('text' or 'vision'); a mix is an error (the frameworks' roles differ)."
+    """The one modality of `items` ('text' or 'vision'); a mix is an error (the frameworks' roles
+    differ)."""
     mods = sorted({it.modality for it in items})
     if len(mods) > 1:
         raise ConfigError("items mix text and vision questions: run them apart", key="items",
@@ -62,7 +64,8 @@ def items_modality(items: Sequence[Item]) -> str:
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #e1f4a885
 def context_key(framework: str, role: str) -> str:
-    "The key of the framework's description in App. A's prompts: DMAD's vision methods have their own."
+    """The key of the framework's description in App. A's prompts: DMAD's vision methods have their
+    own."""
     return "dmad_vision" if role in DMAD_VISION_ROLES else framework
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #998ad5a7
@@ -74,7 +77,8 @@ MAX_REVIEW_OBJECTS = 64  # at most this many `{"Agent` starts are decoded
 
 
 def review_skeleton(n_agents: int, criteria: Sequence[str]) -> str:
-    "Meta-Debate Prompt 2 (App. A.1) + the kit's sentence: the JSON form asked for, one entry per agent (`Agent 1` .. `Agent n`) and criterion."
+    """Meta-Debate Prompt 2 (App. A.1) + the kit's sentence: the JSON form asked for, one entry per
+    agent (`Agent 1` .. `Agent n`) and criterion."""
     inner = (", ".join(
         f"{json.dumps(str(c).strip(), ensure_ascii=False)}: <score>" for c in criteria)
              or '"score": <score>')
@@ -131,7 +135,8 @@ def _agent_objects(text: str) -> list[dict]:
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #56b56179
 def structured_scores(obj: Mapping, n_agents: int, criteria: Sequence[str]) -> np.ndarray:
-    "S^(k)_{i,j} (Meta-Debate Sec. 3.1) from one structured review object: per agent the mean over `criteria`, each given exactly; else NaN."
+    """S^(k)_{i,j} (Meta-Debate Sec. 3.1) from one structured review object: per agent the mean over
+    `criteria`, each given exactly; else NaN."""
     out = np.full(int(n_agents), np.nan)
     by_agent: dict[int, Any] = {}
     for k, v in obj.items():
@@ -171,7 +176,8 @@ _SCORE_IS = re.compile(r"\bscore\s*(?:is|:|=|of)?\s*\**\s*" + _NUM, re.I)
 
 
 def _scaled(m) -> float:
-    "A text score on the 1-5 scale: `v` (1-5), or `v/d` mapped linearly from [1, d]; negative or off-scale -> NaN."
+    """A text score on the 1-5 scale: `v` (1-5), or `v/d` mapped linearly from [1, d]; negative or
+    off-scale -> NaN."""
     if m.group("neg"):
         return float("nan")
     try:
@@ -195,7 +201,8 @@ def _named(sec: str, name: str) -> list[float]:
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #38f47818
 def _generic(sec: str) -> list[float]:
-    "The section's explicit scores: `Score is n` (or `Score: n/d`) and `n/5`, `n/10`, each counted once."
+    """The section's explicit scores: `Score is n` (or `Score: n/d`) and `n/5`, `n/10`, each counted
+    once."""
     out, spans = [], []
     for m in _SCORE_IS.finditer(sec):
         out.append((m.start(), _scaled(m)))
@@ -213,7 +220,8 @@ def _same(vals: Sequence[float]) -> float:
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #db7dd2dd
 def _section_score(sec: str, names: Sequence[str]) -> float | None:
-    "One section's score: None (no score in it), NaN (ambiguous or invalid) or the mean over the criteria."
+    """One section's score: None (no score in it), NaN (ambiguous or invalid) or the mean over the
+    criteria."""
     found = {c: _same(v) for c in names if (v := _named(sec, c))}
     if names and len(found) == len(names):
         return _same([np.mean(list(found.values()))])
@@ -226,7 +234,8 @@ def _section_score(sec: str, names: Sequence[str]) -> float | None:
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #070bb039
 def text_scores(text: str, n_agents: int, criteria: Sequence[str] = ()) -> np.ndarray:
-    "S^(k)_{i,j} (Meta-Debate Sec. 3.1) by the conservative text reader (see above): per agent its score, NaN when absent or ambiguous."
+    """S^(k)_{i,j} (Meta-Debate Sec. 3.1) by the conservative text reader (see above): per agent its
+    score, NaN when absent or ambiguous."""
     out = np.full(int(n_agents), np.nan)
     if not isinstance(text, str):
         return out
@@ -246,7 +255,8 @@ def text_scores(text: str, n_agents: int, criteria: Sequence[str] = ()) -> np.nd
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #02e696a7
 @dataclass
 class ReviewScores:
-    "Meta-Debate's peer review: one review's scores S^(k)_{i,j} for agents 1..m, and how they were read: 'structured', 'text' (fallback) or 'none'."
+    """Meta-Debate's peer review: one review's scores S^(k)_{i,j} for agents 1..m, and how they were
+    read: 'structured', 'text' (fallback) or 'none'."""
 
     scores: np.ndarray
     how: str
@@ -257,8 +267,9 @@ class ReviewScores:
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #5e9a4189
 def read_review(text: str, n_agents: int, criteria: Sequence[str] = ()) -> ReviewScores:
-    """One review (Meta-Debate Prompt 2, Sec. 3.1: S^(k)_{i,j} = mean over the role's criteria) for agents 1..n_agents:
-    the last structured JSON object, else the conservative text reader (fallback). Never raises; missing is NaN."""
+    """One review (Meta-Debate Prompt 2, Sec. 3.1: S^(k)_{i,j} = mean over the role's criteria) for
+    agents 1..n_agents: the last structured JSON object, else the conservative text reader
+    (fallback). Never raises; missing is NaN."""
     n = int(n_agents)
     if not isinstance(text, str) or not text.strip():
         return ReviewScores(np.full(n, np.nan), "none")
@@ -270,7 +281,8 @@ def read_review(text: str, n_agents: int, criteria: Sequence[str] = ()) -> Revie
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #25f63502
 def parse_review(text: str, n_agents: int, criteria: Sequence[str] = ()) -> np.ndarray:
-    "Scores S^(k)_{i,j} of one review (Meta-Debate Prompt 2, Sec. 3.1): `read_review(...).scores`; NaN = missing."
+    """Scores S^(k)_{i,j} of one review (Meta-Debate Prompt 2, Sec. 3.1): `read_review(...).scores`;
+    NaN = missing."""
     return read_review(text, n_agents, criteria).scores
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #14fc0d02
@@ -279,7 +291,8 @@ TIE_BREAKS = ("seeded", "first")
 
 
 def suitability(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    "Mean score S-bar[i, j] over evaluators (Meta-Debate Sec. 3.1; missing skipped; NaN if none) and the number of reviews behind each."
+    """Mean score S-bar[i, j] over evaluators (Meta-Debate Sec. 3.1; missing skipped; NaN if none)
+    and the number of reviews behind each."""
     s = np.asarray(scores, dtype=float)
     if s.ndim != 3:
         raise ConfigError("scores must have shape (evaluators, roles, agents)", key="scores",
@@ -305,8 +318,9 @@ def _names(names, n: int, key: str) -> list:
 def role_decisions(scores: np.ndarray, roles: Sequence[str] | None = None,
                    agents: Sequence[str] | None = None, *, tie_break: str = "seeded",
                    tie_seed: Any = (), atol: float = TIE_ATOL) -> list[dict]:
-    """Meta-Debate's pi_Q(R_i) = argmax_j S-bar_{i,j} (Sec. 3.1), per role: {role, agent, tied (agents at the maximum),
-    reviews (behind the winner's mean)}. Ties within `atol` are broken by `tie_break` (see above)."""
+    """Meta-Debate's pi_Q(R_i) = argmax_j S-bar_{i,j} (Sec. 3.1), per role: {role, agent, tied
+    (agents at the maximum), reviews (behind the winner's mean)}. Ties within `atol` are broken by
+    `tie_break` (see above)."""
     if tie_break not in TIE_BREAKS:
         raise ConfigError("unknown tie-break rule", key="tie_break", value=tie_break,
                           choices=TIE_BREAKS)
@@ -330,8 +344,9 @@ def role_decisions(scores: np.ndarray, roles: Sequence[str] | None = None,
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #52b2a940
 def assign_roles(scores: np.ndarray, roles: Sequence[str] | None = None,
                  agents: Sequence[str] | None = None, **kw) -> dict:
-    """Meta-Debate's assignment pi_Q(R_i) = argmax_j mean_k S^(k)_{i,j} (Sec. 3.1) from `scores[evaluator, role, agent]`.
-    Returns {role: agent}; one agent may hold several roles; ties as in `role_decisions` (`tie_break`, `tie_seed`, `atol`)."""
+    """Meta-Debate's assignment pi_Q(R_i) = argmax_j mean_k S^(k)_{i,j} (Sec. 3.1) from
+    `scores[evaluator, role, agent]`. Returns {role: agent}; one agent may hold several roles; ties
+    as in `role_decisions` (`tie_break`, `tie_seed`, `atol`)."""
     return {d["role"]: d["agent"] for d in role_decisions(scores, roles, agents, **kw)}
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #91d3440b
@@ -367,7 +382,8 @@ def criteria_prompt(framework: str, role: str, examples: Sequence[Item], data: s
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #2b993577
 def parse_criteria(text: str, max_criteria: int = 3) -> list[tuple[str, str]]:
-    "Meta-Debate's peer-review criteria (Prompt 2's generator output) as [(name, explanation)] (at most `max_criteria`); [] if none can be read."
+    """Meta-Debate's peer-review criteria (Prompt 2's generator output) as [(name, explanation)] (at
+    most `max_criteria`); [] if none can be read."""
     out = []
     for line in (text or "").splitlines():
         m = re.match(r"^\s*(?:\d+[.)]|[-*•])\s*(.+)$", line)
@@ -399,7 +415,8 @@ def format_criteria(criteria: Sequence[tuple[str, str]]) -> str:
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #b90dcfe7
 class CriteriaCache:
-    "Generated criteria per (task, framework, role, generator model), in a JSON file (None: in memory only)."
+    """Generated criteria per (task, framework, role, generator model), in a JSON file (None: in
+    memory only)."""
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path else None
         self.data: dict = (json.loads(self.path.read_text())
@@ -472,7 +489,8 @@ class MetaDebateResult:
 
     @property
     def missing_reviews(self) -> int:
-        "Scores that reviews should have given and did not (unreadable: excluded from the averages)."
+        """Scores that reviews should have given and did not (unreadable: excluded from the
+        averages)."""
         return int(self.reviews["missing"].sum()) if len(self.reviews) else 0
 
     @property
@@ -482,11 +500,13 @@ class MetaDebateResult:
 
     @property
     def ties(self) -> int:
-        "Role decisions (item x role) where several agents shared the highest mean score (broken by `tie_break`)."
+        """Role decisions (item x role) where several agents shared the highest mean score (broken
+        by `tie_break`)."""
         return int((self.decisions["n_tied"] > 1).sum()) if len(self.decisions) else 0
 
     def selection_tokens(self) -> pd.DataFrame:
-        "Prompt and completion tokens of the selection stage per item: proposals + reviews (the paper's Sec. 6 cost)."
+        """Prompt and completion tokens of the selection stage per item: proposals + reviews (the
+        paper's Sec. 6 cost)."""
         cols = ["prompt_tokens", "completion_tokens"]
         t = pd.concat([self.proposals[["item_id", *cols]], self.reviews[["item_id", *cols]]])
         return (t.groupby("item_id", sort=False)[cols].sum().reindex(self.item_ids,
@@ -512,7 +532,8 @@ def _proposal_answer(text, item, role):
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #bd87f1f9
 @dataclass(frozen=True)
 class MetaDebateOptions:
-    "Meta-Debate's review protocol (Sec. 3.1, App. A.1): format hint, proposal order, self-review, ties."
+    """Meta-Debate's review protocol (Sec. 3.1, App. A.1): format hint, proposal order, self-review,
+    ties."""
 
     review_format: bool = True
     proposal_order: str = "fixed"
@@ -533,7 +554,8 @@ class _MetaRun:
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #89c29977
 def _propose(items, stage, chosen, run: _MetaRun) -> tuple[dict, list[dict]]:
-    "Prompt 1 for every item, role of `stage` and agent: ({(item id, role, j): text the reviewers see}, proposal rows)."
+    """Prompt 1 for every item, role of `stage` and agent: ({(item id, role, j): text the reviewers
+    see}, proposal rows)."""
     P, jobs, keys = META_DEBATE_PROMPTS, [], []
     framework, models = run.framework, run.models
     for it in items:
@@ -549,7 +571,8 @@ def _propose(items, stage, chosen, run: _MetaRun) -> tuple[dict, list[dict]]:
                             "role": "user",
                             "content": user
                         }],
-                        # keyed by the slot (role, j), never the model's name (03b_sim: common random numbers)
+                        # keyed by the slot (role, j), never the model's name (03b_sim: common
+                        # random numbers)
                         seed=derive_seed(run.sampling.seed, it.id, r, j, "proposal"),
                         meta=dict(item=it, role=r,
                                   kind="verdict" if r == "moderator" else "answer"))))
@@ -569,7 +592,8 @@ def _propose(items, stage, chosen, run: _MetaRun) -> tuple[dict, list[dict]]:
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #b8fb31a9
 def shown_order(n_agents: int, order: str, *key) -> list[int]:
-    "Order of the proposals in a Meta-Debate review (Prompt 2, App. A.1): `fixed` (0..m-1, the paper) or `shuffled` (seeded by `key`: seed, item, role, evaluator)."
+    """Order of the proposals in a Meta-Debate review (Prompt 2, App. A.1): `fixed` (0..m-1, the
+    paper) or `shuffled` (seeded by `key`: seed, item, role, evaluator)."""
     if order not in PROPOSAL_ORDERS:
         raise ConfigError("unknown proposal order", key="proposal_order", value=order,
                           choices=PROPOSAL_ORDERS)
@@ -578,7 +602,8 @@ def shown_order(n_agents: int, order: str, *key) -> list[int]:
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #3f4ce313
 def _review(items, stage, crit, props, chosen, run: _MetaRun) -> list[dict]:
-    "Prompt 2 for every item, role of `stage` and evaluator; one row per review with the scores mapped back to the agents."
+    """Prompt 2 for every item, role of `stage` and evaluator; one row per review with the scores
+    mapped back to the agents."""
     framework, models, opt = run.framework, run.models, run.options
     P, N, jobs, keys = META_DEBATE_PROMPTS, len(models), [], []
     for it in items:
@@ -628,8 +653,10 @@ def meta_debate(
     sampling: Sampling = Sampling(max_new_tokens=1024),
     options: MetaDebateOptions = MetaDebateOptions(), pot: PotSettings = PotSettings()
 ) -> MetaDebateResult:
-    """Meta-Debate (Zhang et al., Sec. 3.1): proposals P_ij (Prompt 1), peer review S^(k)_ij (Prompt 2, 1-5 per
-    criterion, mean over criteria), mean over evaluators, argmax per role (`role_decisions`), per item. `options`: the review protocol (`MetaDebateOptions`); `pot`: how PoT proposals run."""
+    """Meta-Debate (Zhang et al., Sec. 3.1): proposals P_ij (Prompt 1), peer review S^(k)_ij (Prompt
+    2, 1-5 per criterion, mean over criteria), mean over evaluators, argmax per role
+    (`role_decisions`), per item. `options`: the review protocol (`MetaDebateOptions`); `pot`: how
+    PoT proposals run."""
     roles = framework_roles(framework, items_modality(items))
     models = list(models)
     N = len(models)
@@ -687,7 +714,8 @@ def uniform_assignment(framework: str, model: str, modality: str = "text") -> di
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #c77f9fe4
 def random_assignment(framework: str, models: Sequence[str], seed: int,
                       modality: str = "text") -> dict[str, str]:
-    "A role -> model map drawn uniformly (with repetition) from `models`, fixed for the whole benchmark (Table 2)."
+    """A role -> model map drawn uniformly (with repetition) from `models`, fixed for the whole
+    benchmark (Table 2)."""
     return {
         r: models[derive_seed("meta-random-assignment", framework, seed, r) % len(models)]
         for r in framework_roles(framework, modality)
@@ -695,14 +723,16 @@ def random_assignment(framework: str, models: Sequence[str], seed: int,
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #db0066f5
 def item_tokens(tr: pd.DataFrame) -> pd.DataFrame:
-    "Prompt and completion tokens per item of a transcript (every call of the debate stage; Meta-Debate Sec. 6 names this cost)."
+    """Prompt and completion tokens per item of a transcript (every call of the debate stage;
+    Meta-Debate Sec. 6 names this cost)."""
     return (tr.groupby("item_id", sort=False)[["prompt_tokens",
                                                "completion_tokens"]].sum(min_count=1).reset_index())
 
 # %% ../nbs/papers/meta_debate/14_meta_debate.ipynb #e40d4b07
 def run_framework(framework: str, items: Sequence[Item], assignment, backends: Mapping[str, Any], *,
                   rounds: int = 3, **kw) -> tuple[pd.DataFrame, pd.DataFrame]:
-    "MAD (`max_rounds=rounds`) or DMAD (`rounds`) under `assignment`: (transcript, per-item outcomes with the debate's tokens)."
+    """MAD (`max_rounds=rounds`) or DMAD (`rounds`) under `assignment`: (transcript, per-item
+    outcomes with the debate's tokens)."""
     if framework == "mad":
         tr, out = run_mad(items, assignment, backends, max_rounds=rounds, **kw)
     elif framework == "dmad":

@@ -21,7 +21,9 @@ __all__ = ['GAP_COLUMNS', 'plan_tab1', 'plan_tab2', 'plan_examples', 'paired_gap
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #21bb2384
 def _plan(p: Mapping, single: bool, uniform: bool, random_: bool, meta: bool,
           criteria: bool = True) -> dict:
-    "Generations and tokens summed over `tasks` (`n_items` each, or the whole task when null); vision DMAD adds CCoT/DDCoT's first calls; `criteria`: Meta-Debate drafts its criteria (False: cached)."
+    """Generations and tokens summed over `tasks` (`n_items` each, or the whole task when null);
+    vision DMAD adds CCoT/DDCoT's first calls; `criteria`: Meta-Debate drafts its criteria (False:
+    cached)."""
     from mad_study.data import get_task
 
     m, R = len(p.get("models") or []), int(p.get("rounds") or 3)
@@ -63,9 +65,10 @@ def plan_tab1(p: Mapping) -> dict:
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #8ab8c5f6
 @planner("meta_tab2")
 def plan_tab2(p: Mapping) -> dict:
-    """meta_tab2: uniform per model, `random_seeds` random assignments and Meta-Debate, for MAD and DMAD; with the sim
-    control (`control`: the same agents with blind reviews, one mechanism off) Meta-Debate's proposals, reviews and
-    debate once more (the fixed and random rows shared, the criteria cached)."""
+    """meta_tab2: uniform per model, `random_seeds` random assignments and Meta-Debate, for MAD and
+    DMAD; with the sim control (`control`: the same agents with blind reviews, one mechanism off)
+    Meta-Debate's proposals, reviews and debate once more (the fixed and random rows shared, the
+    criteria cached)."""
     r = _plan(p, single=False, uniform=True, random_=True, meta=True)
     if p.get("control") and all(str(m).startswith("sim") for m in p.get("models") or []):
         c = _plan(p, single=False, uniform=False, random_=False, meta=True, criteria=False)
@@ -88,7 +91,8 @@ GAP_COLUMNS = ("n_items", "accuracy", "acc_low", "acc_high", "ref_accuracy", "re
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #3b2b556d
 def _one_gap(g: pd.DataFrame, method: str, reference: str, level: float, n_resamples: int,
              seed: int) -> dict:
-    "One paired comparison `method` - `reference` on the items both answered (`mad_study.compare.compare_methods`); NaNs below 2 items."
+    """One paired comparison `method` - `reference` on the items both answered
+    (`mad_study.compare.compare_methods`); NaNs below 2 items."""
     from mad_study.compare import compare_methods
 
     both = g[g["method"].isin([method, reference])]
@@ -169,9 +173,10 @@ def _pts(x: float) -> str:
 
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #f986dc8b
 def gap_text(r: Mapping, correction: str = "holm") -> str:
-    """One gap of a `paired_gaps` row: '+x points [lo, hi], (not) distinguishable (test, Holm p = ..); tokens +y% [..]'
-    (the interval at the family's level, [0, hi] or [lo, 0] where Holm 1979 closed it at 0; the token change in
-    `compare.token_words`' words, "no interval" where every item changed alike)."""
+    """One gap of a `paired_gaps` row: '+x points [lo, hi], (not) distinguishable (test, Holm p =
+    ..); tokens +y% [..]' (the interval at the family's level, [0, hi] or [lo, 0] where Holm 1979
+    closed it at 0; the token change in `compare.token_words`' words, "no interval" where every item
+    changed alike)."""
     from mad_study.compare import token_words
     from mad_study.multiplicity import gap_interval_text
 
@@ -186,10 +191,12 @@ def gap_text(r: Mapping, correction: str = "holm") -> str:
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #98777377
 def gaps_caption(gaps: pd.DataFrame, cell=lambda r: "",
                  name=lambda r: f"{r['method']} vs {r['reference']}", every: bool = True) -> str:
-    """The caption sentence of a `paired_gaps` table (the kit's statistics standard): items per cell, resampled unit, tests,
-    correction and its number of comparisons, then every gap with its interval and "distinguishable" or "not distinguishable"
-    (`every=False`: per comparison only how many cells Holm tells apart above and below 0, the gaps themselves left to the
-    table and its sidecar, issue 51). (Holm's correction, as in the table: Meta-Debate Table 2 with the kit's statistics standard)"""
+    """The caption sentence of a `paired_gaps` table (the kit's statistics standard): items per
+    cell, resampled unit, tests, correction and its number of comparisons, then every gap with its
+    interval and "distinguishable" or "not distinguishable" (`every=False`: per comparison only how
+    many cells Holm tells apart above and below 0, the gaps themselves left to the table and its
+    sidecar, issue 51). (Holm's correction, as in the table: Meta-Debate Table 2 with the kit's
+    statistics standard)"""
     from mad_study.multiplicity import family_words
 
     a = gaps.attrs
@@ -224,9 +231,9 @@ def gaps_caption(gaps: pd.DataFrame, cell=lambda r: "",
 
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #b35tr0w1
 def table_rows(items: pd.DataFrame) -> pd.DataFrame:
-    """The per-item frame with `method` named as the table's row: a random assignment's draws apart ("Random
-    assignment 2": its `seed` > 0), every other row as it is (Zhang et al., Table 2: each random draw is a row).
-    Idempotent: a row already named with its draw keeps its name."""
+    """The per-item frame with `method` named as the table's row: a random assignment's draws apart
+    ("Random assignment 2": its `seed` > 0), every other row as it is (Zhang et al., Table 2: each
+    random draw is a row). Idempotent: a row already named with its draw keeps its name."""
     if "seed" not in items.columns:
         return items
     s = items["seed"].fillna(0).astype(int)
@@ -238,9 +245,10 @@ def table_rows(items: pd.DataFrame) -> pd.DataFrame:
 # %% ../nbs/papers/meta_debate/14b_meta_study.ipynb #b35tr0w2
 def best_other_row(items: pd.DataFrame, method: str,
                    by: Sequence[str] = ("task", "framework")) -> pd.DataFrame:
-    """Meta-Debate Table 2's margin (Zhang et al., Sec. 4.3.3; its two columns: 59.15 - 55.58 = +3.6 and 66.29 -
-    60.27 = +6.0 points): per cell (`by`) the accuracy of `method`, the best other row of the table (`table_rows`:
-    each random draw a row), its accuracy and `gain` = method - best (fractions)."""
+    """Meta-Debate Table 2's margin (Zhang et al., Sec. 4.3.3; its two columns: 59.15 - 55.58 = +3.6
+    and 66.29 - 60.27 = +6.0 points): per cell (`by`) the accuracy of `method`, the best other row
+    of the table (`table_rows`: each random draw a row), its accuracy and `gain` = method - best
+    (fractions)."""
     need = {"item_id", "method", "correct", *by}
     if need - set(items.columns):
         raise ConfigError("column missing from the per-item frame", key="column",

@@ -152,8 +152,9 @@ def cluster_bootstrap_ci(values: Sequence[float], clusters: Sequence[Any], level
 # %% ../nbs/evaluation/05_metrics.ipynb #7540a3f3
 def clustered_accuracy_ci(correct: Sequence[Any], clusters: Sequence[Any], level: float = 0.95,
                           n_resamples: int = 2000, seed: int = 0) -> tuple[float, float, str]:
-    """Interval for a pooled accuracy: `wilson_ci` when each cluster (item) gives one answer, else `cluster_bootstrap_ci`
-    over items; with one item and several answers, Wilson with n = 1 item (the conservative limit). Returns (low, high, method)."""
+    """Interval for a pooled accuracy: `wilson_ci` when each cluster (item) gives one answer, else
+    `cluster_bootstrap_ci` over items; with one item and several answers, Wilson with n = 1 item
+    (the conservative limit). Returns (low, high, method)."""
     x = np.asarray([bool(v) for v in correct], dtype=float)
     c = list(clusters)
     n_items = len(set(c))
@@ -167,7 +168,9 @@ def clustered_accuracy_ci(correct: Sequence[Any], clusters: Sequence[Any], level
 
 # %% ../nbs/evaluation/05_metrics.ipynb #069b7792
 def token_cost(transcript: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
-    "Mean tokens per item (prompt, completion, total) and generations per item, per condition (`pool_keys`: experiment, method, `by`). (token cost as RUMAD Table 2 and SVR-MAD Table 1 count it.)"
+    """Mean tokens per item (prompt, completion, total) and generations per item, per condition
+    (`pool_keys`: experiment, method, `by`). (token cost as RUMAD Table 2 and SVR-MAD Table 1 count
+    it.)"""
     transcript = with_defaults(transcript, ("item_id",), what="token_cost")
     by = pool_keys(transcript, by)
     check_unique_turns(transcript, by, what="token_cost")
@@ -190,8 +193,9 @@ def token_savings(cost: float, reference: float) -> float:
 
 # %% ../nbs/evaluation/05_metrics.ipynb #808c9bb8
 def survival_rate(retained: int, changed: int, total: int) -> float:
-    """Survival rate SVR = (r - c) / D of an agent after D debates, r retained and c changed (SVR-MAD Sec. 3);
-    NaN when D = 0. In a pairwise debate the outcome is one or the other, so r + c = D is checked."""
+    """Survival rate SVR = (r - c) / D of an agent after D debates, r retained and c changed
+    (SVR-MAD Sec. 3); NaN when D = 0. In a pairwise debate the outcome is one or the other, so r + c
+    = D is checked."""
     if total < 0 or retained < 0 or changed < 0:
         raise ValueError(f"counts must be non-negative: {retained}, {changed}, {total}")
     if retained + changed != total:
@@ -207,7 +211,8 @@ def cost_saving(cost: float, baseline: float) -> float:
 
 # %% ../nbs/evaluation/05_metrics.ipynb #85df988a
 def tokens_per_point(tokens: float, accuracy: float) -> float:
-    "Tokens per accuracy point (Sec. 1: 0.121k for RUMAD B=12 on GSM8K); `accuracy` a fraction, NaN at 0."
+    """Tokens per accuracy point (Sec. 1: 0.121k for RUMAD B=12 on GSM8K); `accuracy` a fraction,
+    NaN at 0."""
     return float("nan") if not accuracy else tokens / (100.0 * accuracy)
 
 # %% ../nbs/evaluation/05_metrics.ipynb #8e6ea690
@@ -216,7 +221,8 @@ UNPARSED_MODES = ("drop", "distinct", "shared")
 
 
 def check_unparsed(unparsed: str) -> str:
-    "`unparsed` if it is one of `UNPARSED_MODES`, else a `ConfigError` naming the choices. The kit's own."
+    """`unparsed` if it is one of `UNPARSED_MODES`, else a `ConfigError` naming the choices. The
+    kit's own."""
     if unparsed not in UNPARSED_MODES:
         from mad_study.core import ConfigError
 
@@ -232,8 +238,9 @@ def support_key(a: str) -> tuple:
 # %% ../nbs/evaluation/05_metrics.ipynb #b8a05085
 def answer_outcomes(answers: Sequence[Any], fmt: str | None, unparsed: str = "shared",
                     start: int = 0) -> list:
-    """Answers as outcomes (equivalent answers merged when `fmt` is given). Unparsed answers: `shared` -> `UNPARSED`,
-    `distinct` -> `UNPARSED#<position>` (one outcome each, numbered from `start`), `drop` -> removed, `keep` -> None."""
+    """Answers as outcomes (equivalent answers merged when `fmt` is given). Unparsed answers:
+    `shared` -> `UNPARSED`, `distinct` -> `UNPARSED#<position>` (one outcome each, numbered from
+    `start`), `drop` -> removed, `keep` -> None."""
     ans = [a if type(a) is str else None if is_missing(a) else str(a) for a in answers]
     if fmt is not None:
         ans = merge_equivalent(ans, fmt)
@@ -273,7 +280,8 @@ def entropy(p: Sequence[float] | pd.Series, base: float = math.e) -> float:
 
 # %% ../nbs/evaluation/05_metrics.ipynb #024b1d8f
 def entropy_rows(P: np.ndarray, base: float) -> np.ndarray:
-    "`entropy` of every non-zero distribution along the last axis, without checks (the one place of its arithmetic)."
+    """`entropy` of every non-zero distribution along the last axis, without checks (the one place
+    of its arithmetic)."""
     S = np.sum(special.entr(P / np.sum(P, axis=-1, keepdims=True)), axis=-1)
     if base is not None:
         S /= math.log(base)

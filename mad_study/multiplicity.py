@@ -25,8 +25,9 @@ CORRECTIONS = ("holm", "bonferroni", "fdr_bh", "none")
 
 
 def adjust_pvalues(pvalues: Sequence[float], method: str = "holm") -> np.ndarray:
-    """p-values adjusted for multiple comparisons: Holm (1979) step-down, Bonferroni, Benjamini-Hochberg (1995) FDR
-    (`scipy.stats.false_discovery_control`) or none. NaNs stay NaN and do not count as tests."""
+    """p-values adjusted for multiple comparisons: Holm (1979) step-down, Bonferroni,
+    Benjamini-Hochberg (1995) FDR (`scipy.stats.false_discovery_control`) or none. NaNs stay NaN and
+    do not count as tests."""
     if method not in CORRECTIONS:
         raise ConfigError("unknown multiple-comparison correction", key="correction", value=method,
                           choices=CORRECTIONS)
@@ -53,12 +54,14 @@ def adjust_pvalues(pvalues: Sequence[float], method: str = "holm") -> np.ndarray
 
 # %% ../nbs/evaluation/05e_multiplicity.ipynb #0d1acc27
 def _adjusted_levels(pvalues: Sequence[float], method: str, level: float) -> np.ndarray:
-    """Each comparison's interval level in the family of its verdict (the kit's own pairing of intervals with
-    `adjust_pvalues`): Holm's step-down tests the r-th smallest p at alpha / (m - r + 1), so each gap gets the level of
-    the step that tested it, and every gap from the first one retained on gets that step's level (where the procedure
-    stopped); Bonferroni 1 - alpha / m (simultaneous); Benjamini-Hochberg 1 - R alpha / m with R rejections (the
-    false-coverage-rate intervals of Benjamini & Yekutieli 2005; 1 - alpha / m when R = 0); none `level`. With an
-    interval dual to the test, an interval then excludes 0 exactly where the adjusted test rejects. NaN p: `level`."""
+    """Each comparison's interval level in the family of its verdict (the kit's own pairing of
+    intervals with `adjust_pvalues`): Holm's step-down tests the r-th smallest p at alpha / (m - r +
+    1), so each gap gets the level of the step that tested it, and every gap from the first one
+    retained on gets that step's level (where the procedure stopped); Bonferroni 1 - alpha / m
+    (simultaneous); Benjamini-Hochberg 1 - R alpha / m with R rejections (the false-coverage-rate
+    intervals of Benjamini & Yekutieli 2005; 1 - alpha / m when R = 0); none `level`. With an
+    interval dual to the test, an interval then excludes 0 exactly where the adjusted test rejects.
+    NaN p: `level`."""
     p = np.asarray(pvalues, dtype=float)
     out = np.full(p.shape, float(level))
     ok = ~np.isnan(p)
@@ -85,10 +88,11 @@ def _adjusted_levels(pvalues: Sequence[float], method: str, level: float) -> np.
 # %% ../nbs/evaluation/05e_multiplicity.ipynb #b7e1a007
 def family_levels(pvalues: Sequence[float], method: str,
                   level: float) -> tuple[np.ndarray, np.ndarray]:
-    """Each comparison's interval level in a table with correction `method`, and whether its interval is closed at 0 (the
-    kit's own reading of Strassburger & Bretz 2008 for Holm 1979): Holm: every gap at Bonferroni's 1 - alpha / m
-    (simultaneous), and a gap Holm rejects has its interval closed at 0 ([0, hi] or [lo, 0]) where it crosses it:
-    Holm shows the sign, not a size away from 0; other corrections: `_adjusted_levels`. NaN p: `level`, never cut."""
+    """Each comparison's interval level in a table with correction `method`, and whether its
+    interval is closed at 0 (the kit's own reading of Strassburger & Bretz 2008 for Holm 1979):
+    Holm: every gap at Bonferroni's 1 - alpha / m (simultaneous), and a gap Holm rejects has its
+    interval closed at 0 ([0, hi] or [lo, 0]) where it crosses it: Holm shows the sign, not a size
+    away from 0; other corrections: `_adjusted_levels`. NaN p: `level`, never cut."""
     lv = _adjusted_levels(pvalues, method, level)
     p = np.asarray(pvalues, dtype=float)
     cut = np.zeros(p.shape, dtype=bool)
@@ -103,8 +107,9 @@ def family_levels(pvalues: Sequence[float], method: str,
 
 # %% ../nbs/evaluation/05e_multiplicity.ipynb #01eb5ffe
 def cochran_q(outcomes: Any) -> dict:
-    """Cochran's Q test (Cochran 1950; scipy chi-square tail) that k paired binary outcomes (columns; rows are units) have
-    equal success probability: Q = (k-1)(k sum C_j^2 - N^2) / (k N - sum R_i^2), chi-square with k-1 degrees of freedom."""
+    """Cochran's Q test (Cochran 1950; scipy chi-square tail) that k paired binary outcomes
+    (columns; rows are units) have equal success probability: Q = (k-1)(k sum C_j^2 - N^2) / (k N -
+    sum R_i^2), chi-square with k-1 degrees of freedom."""
     x = np.asarray(outcomes, dtype=float)
     n, k = x.shape
     rows, cols, total = x.sum(1), x.sum(0), x.sum()
@@ -116,9 +121,9 @@ def cochran_q(outcomes: Any) -> dict:
 
 # %% ../nbs/evaluation/05e_multiplicity.ipynb #93dbcc24
 def omnibus_test(wide: pd.DataFrame | np.ndarray) -> dict:
-    """Whether k >= 2 methods differ at all, items (rows) x methods (columns), items missing a method dropped:
-    Cochran's Q for 0/1 outcomes, else Friedman's test (Friedman 1937; scipy.stats.friedmanchisquare, k >= 3) or,
-    for k = 2, the paired t-test."""
+    """Whether k >= 2 methods differ at all, items (rows) x methods (columns), items missing a
+    method dropped: Cochran's Q for 0/1 outcomes, else Friedman's test (Friedman 1937;
+    scipy.stats.friedmanchisquare, k >= 3) or, for k = 2, the paired t-test."""
     x = np.asarray(wide, dtype=float)
     x = x[~np.isnan(x).any(axis=1)]
     n, k = x.shape
@@ -159,8 +164,8 @@ def _pts(x: float) -> str:
 
 # %% ../nbs/evaluation/05e_multiplicity.ipynb #b7e1a009
 def _interval_text(r: Mapping) -> str:
-    """A gap's interval for the caption; an interval that does not exist, or has no finite bound, in words; one closed
-    at 0 by Holm (`diff_cut`) as [0, +x] or [-x, 0]."""
+    """A gap's interval for the caption; an interval that does not exist, or has no finite bound, in
+    words; one closed at 0 by Holm (`diff_cut`) as [0, +x] or [-x, 0]."""
     lo, hi = r.get("diff_low", math.nan), r.get("diff_high", math.nan)
     if pd.isna(lo) or pd.isna(hi):
         return "(no interval: too few items)"
@@ -193,9 +198,9 @@ def _interval_words(a: Mapping, levels: pd.Series) -> str:
 
 # %% ../nbs/evaluation/05e_multiplicity.ipynb #2053cca7
 def family_words(correction: str, level: float, levels: Sequence[float]) -> str:
-    """Caption words for a family of gap intervals built by `family_gaps` or `compare_methods` (Holm 1979 with
-    simultaneous Bonferroni-level intervals closed at 0 where Holm shows the sign): the procedure and the levels
-    `levels` of the gaps that have an interval."""
+    """Caption words for a family of gap intervals built by `family_gaps` or `compare_methods` (Holm
+    1979 with simultaneous Bonferroni-level intervals closed at 0 where Holm shows the sign): the
+    procedure and the levels `levels` of the gaps that have an interval."""
     return _interval_words({
         "correction": correction,
         "level": level
@@ -203,8 +208,9 @@ def family_words(correction: str, level: float, levels: Sequence[float]) -> str:
 
 # %% ../nbs/evaluation/05e_multiplicity.ipynb #5e0383c2
 def gap_interval_text(row: Mapping) -> str:
-    """A gap's interval as a caption prints it (`diff_low`, `diff_high`, `diff_cut` of `family_gaps`, Holm 1979):
-    [lo, hi] in points, [0, +x] or [-x, 0] where Holm closed it at 0, in words where none exists (never "nan")."""
+    """A gap's interval as a caption prints it (`diff_low`, `diff_high`, `diff_cut` of
+    `family_gaps`, Holm 1979): [lo, hi] in points, [0, +x] or [-x, 0] where Holm closed it at 0, in
+    words where none exists (never "nan")."""
     return _interval_text(row)
 
 # %% ../nbs/evaluation/05e_multiplicity.ipynb #09733059
@@ -212,12 +218,13 @@ def family_gaps(table: pd.DataFrame, pair: Callable[[Mapping], tuple[np.ndarray,
                 correction: str = "holm", level: float = 0.95, test: str = "auto",
                 min_items: int | Callable[[Mapping], int] = MIN_ITEMS, n_resamples: int = 2**16,
                 seed: int = 0) -> pd.DataFrame:
-    """A table of gaps built elsewhere (one row per comparison, its raw p in `pvalue`; NaN: no comparison) made one
-    family, as `compare_methods` makes its own: `p_adjusted` by `correction` (Holm 1979), `distinguishable` and
-    `verdict`, each gap's interval again from `paired_inference` on `pair(row)` (the row's two aligned per-item
-    arrays, a minus b) at its family level `diff_level`, closed at 0 where Holm rejects and it crosses 0
-    (`diff_cut`: Holm shows the sign), and `agrees` (the interval on its verdict's side of 0). `min_items`: one
-    count, or a row's own (`min_items(row)`) where the table chose it per comparison."""
+    """A table of gaps built elsewhere (one row per comparison, its raw p in `pvalue`; NaN: no
+    comparison) made one family, as `compare_methods` makes its own: `p_adjusted` by `correction`
+    (Holm 1979), `distinguishable` and `verdict`, each gap's interval again from `paired_inference`
+    on `pair(row)` (the row's two aligned per-item arrays, a minus b) at its family level
+    `diff_level`, closed at 0 where Holm rejects and it crosses 0 (`diff_cut`: Holm shows the sign),
+    and `agrees` (the interval on its verdict's side of 0). `min_items`: one count, or a row's own
+    (`min_items(row)`) where the table chose it per comparison."""
     t = table.copy()
     p = t["pvalue"].astype(float)
     gap = p.notna().to_numpy()
@@ -242,7 +249,8 @@ def family_gaps(table: pd.DataFrame, pair: Callable[[Mapping], tuple[np.ndarray,
             t.iloc[i, t.columns.get_loc("diff_cut")] = True
         t.iloc[i, t.columns.get_indexer(["diff_low", "diff_high"])] = (lo, hi)
     lo, hi = t["diff_low"], t["diff_high"]
-    # told apart: the interval on one side of 0 (a closed cut has 0 as its near bound); else it holds 0
+    # told apart: the interval on one side of 0 (a closed cut has 0 as its near bound); else it
+    # holds 0
     side = (lo > 0) | (hi < 0) | (t["diff_cut"].eq(True) & ((lo == 0) | (hi == 0)))
     holds = (lo <= 0) & (hi >= 0)
     t["agrees"] = side.where(dist, holds).astype(object).where(gap & lo.notna().to_numpy(), None)

@@ -46,14 +46,16 @@ def _is_model_key(k: str) -> bool:
 
 # %% ../nbs/study/20_params.ipynb #ba3c0af1
 def _serving_keys() -> set[str]:
-    "Keys every experiment accepts for running through servers (`mad_study.serving.SERVING_KEYS`), plus the refused `api_key`."
+    """Keys every experiment accepts for running through servers (`mad_study.serving.SERVING_KEYS`),
+    plus the refused `api_key`."""
     from mad_study.serving import SERVING_KEYS
 
     return set(SERVING_KEYS) | {"api_key"}
 
 # %% ../nbs/study/20_params.ipynb #6afdbf3e
 def map_models(value, model_map: Mapping[str, str]):
-    "Apply a profile's `model_map` to a model name or (nested) list of names (`'*'` maps any other name)."
+    """Apply a profile's `model_map` to a model name or (nested) list of names (`'*'` maps any other
+    name)."""
     if isinstance(value, str):
         if value in model_map:
             return model_map[value]
@@ -75,8 +77,8 @@ def parse_override(s: str) -> tuple[str, Any]:
 # %% ../nbs/study/20_params.ipynb #64881bcf
 def merge_params(exp: Experiment, profile: Mapping, overrides: Mapping | None = None) -> dict:
     """Experiment params <- profile params <- limits <- experiment profiles[profile] <- overrides;
-    models mapped. A limit caps the notebook's default too, and a model the notebook's defaults name (one's own
-    experiment file may leave them out) is mapped like one the file names."""
+    models mapped. A limit caps the notebook's default too, and a model the notebook's defaults name
+    (one's own experiment file may leave them out) is mapped like one the file names."""
     p = copy.deepcopy(exp.spec.get("params") or {})
     nb = notebook_parameters(exp.notebook)
     for k, v in (profile.get("params") or {}).items():
@@ -139,7 +141,8 @@ def _models_in(p: Mapping) -> list[str]:
 
 # %% ../nbs/study/20_params.ipynb #767cca8f
 def _check_models(p: Mapping, where) -> None:
-    "Every model of `p` is in the model registry, or a synthetic agent of its `sim_agents` whose parameters are valid."
+    """Every model of `p` is in the model registry, or a synthetic agent of its `sim_agents` whose
+    parameters are valid."""
     from mad_study.registry import get_model
 
     sims = set(p.get("sim_agents") or {})
@@ -171,7 +174,8 @@ NOT_AGENT_LISTS = {"14c_meta_report"}
 
 
 def _where(k: str, exp: Experiment, profile: Mapping, overrides: Mapping | None) -> str:
-    "Where the value of `k` came from: `-p`, the experiment's `profiles.<name>` block, the profile file or the experiment file."
+    """Where the value of `k` came from: `-p`, the experiment's `profiles.<name>` block, the profile
+    file or the experiment file."""
     if k in (overrides or {}):
         return "command line (-p)"
     per = (exp.spec.get("profiles") or {}).get(profile.get("name")) or {}
@@ -183,8 +187,9 @@ def _where(k: str, exp: Experiment, profile: Mapping, overrides: Mapping | None)
 
 # %% ../nbs/study/20_params.ipynb #2e8ee402
 def _check_source_models(exp: Experiment, profile: Mapping, overrides: Mapping | None) -> None:
-    """Every model name as written, before the profile's `model_map`: a registry model, a `sim-*` agent or a name the
-    profile maps explicitly (the kit's own rule: a `'*'` map must not turn a typo into a generic agent)."""
+    """Every model name as written, before the profile's `model_map`: a registry model, a `sim-*`
+    agent or a name the profile maps explicitly (the kit's own rule: a `'*'` map must not turn a
+    typo into a generic agent)."""
     from mad_study.registry import get_model, MODELS
 
     mm = profile.get("model_map") or {}
@@ -206,7 +211,8 @@ def _check_source_models(exp: Experiment, profile: Mapping, overrides: Mapping |
 
 # %% ../nbs/study/20_params.ipynb #4e4b9381
 def agent_count(p: Mapping, exp: Experiment) -> tuple[str, int] | None:
-    "The key that sets the number of debaters and that number (`n_agents`, else `models` x `agents_per_model`); None: not a debate list."
+    """The key that sets the number of debaters and that number (`n_agents`, else `models` x
+    `agents_per_model`); None: not a debate list."""
     nb = notebook_parameters(exp.notebook)
     if exp.notebook.stem in NOT_AGENT_LISTS:
         return None
@@ -222,7 +228,8 @@ def agent_count(p: Mapping, exp: Experiment) -> tuple[str, int] | None:
 # %% ../nbs/study/20_params.ipynb #0c3cf5cd
 def _check_agent_count(p: Mapping, exp: Experiment, profile: Mapping,
                        overrides: Mapping | None) -> None:
-    "A debate of fewer than two agents is refused in one line naming the source of the value (Du et al.'s debate needs peers)."
+    """A debate of fewer than two agents is refused in one line naming the source of the value (Du
+    et al.'s debate needs peers)."""
     kc = agent_count(p, exp)
     if kc is not None and kc[1] < 2:
         k = kc[0]
@@ -244,12 +251,14 @@ def _identical_greedy(p: Mapping, exp: Experiment) -> bool:
 # %% ../nbs/study/20_params.ipynb #2cd67020
 def validate_params(p: Mapping, exp: Experiment, profile: Mapping,
                     overrides: Mapping | None = None) -> None:
-    "Raise a one-line ConfigError for an unknown key, a wrong type, an unknown task or an unknown model."
+    """Raise a one-line ConfigError for an unknown key, a wrong type, an unknown task or an unknown
+    model."""
     nb = notebook_parameters(exp.notebook)
     overrides = overrides or {}
 
     def src(k):
-        # the file (or -p) the value came from: the experiment, its profiles block, or the profile file
+        # the file (or -p) the value came from: the experiment, its profiles block, or the profile
+        # file
         return _where(k, exp, profile, overrides)
 
     where = exp.path
@@ -288,8 +297,8 @@ def validate_params(p: Mapping, exp: Experiment, profile: Mapping,
 # %% ../nbs/study/20_params.ipynb #3bb06b28
 def param_warnings(p: Mapping, exp: Experiment, profile: Mapping,
                    overrides: Mapping | None = None) -> list[str]:
-    """One line per setting that runs but cannot mean what it says: every agent the same model at temperature 0 (each
-    round repeats round 0; Du et al.'s debate needs agents that can differ)."""
+    """One line per setting that runs but cannot mean what it says: every agent the same model at
+    temperature 0 (each round repeats round 0; Du et al.'s debate needs agents that can differ)."""
     if not _identical_greedy(p, exp):
         return []
     kc, nb = agent_count(p, exp), notebook_parameters(exp.notebook)
@@ -304,9 +313,10 @@ def param_warnings(p: Mapping, exp: Experiment, profile: Mapping,
 # %% ../nbs/study/20_params.ipynb #649a68e6
 def profile_changes(exp: Experiment, profile: Mapping, p: Mapping,
                     overrides: Mapping | None = None) -> list[str]:
-    """What the profile (its params, limits, model map, the experiment's `profiles:` block, `identical_agents`) changed
-    in the experiment as written (its file over the notebook's defaults), one `key: before -> after` each; the `-p`
-    overrides are the user's own and not listed. The kit's own."""
+    """What the profile (its params, limits, model map, the experiment's `profiles:` block,
+    `identical_agents`) changed in the experiment as written (its file over the notebook's
+    defaults), one `key: before -> after` each; the `-p` overrides are the user's own and not
+    listed. The kit's own."""
     base = {**notebook_parameters(exp.notebook), **(exp.spec.get("params") or {})}
     skip = {"experiment", "profile", "sim_agents", *(overrides or {})}
     short = lambda v: clip_line(repr(v), 60)
@@ -317,7 +327,8 @@ def profile_changes(exp: Experiment, profile: Mapping, p: Mapping,
 
 # %% ../nbs/study/20_params.ipynb #7d1a76f5
 def _notebook_module(notebook: Path) -> str | None:
-    "The module a notebook exports (`#| default_exp x` -> `mad_study.x`), e.g. a training notebook beside the paper's."
+    """The module a notebook exports (`#| default_exp x` -> `mad_study.x`), e.g. a training notebook
+    beside the paper's."""
     try:
         cells = json.loads(Path(notebook).read_text())["cells"]
     except (OSError, ValueError, KeyError):
@@ -339,7 +350,8 @@ def plan_experiment(exp: Experiment, p: Mapping) -> dict:
                 importlib.import_module(mod)
             except ModuleNotFoundError:
                 pass
-    # the notebook's defaults under the merged parameters: what the file leaves to the notebook counts too
+    # the notebook's defaults under the merged parameters: what the file leaves to the notebook
+    # counts too
     est = (PLANNERS.get(exp.id) or generic_plan)({**notebook_parameters(exp.notebook), **p})
     from mad_study.registry import weight_memory_gb
 
@@ -359,8 +371,9 @@ def plan_experiment(exp: Experiment, p: Mapping) -> dict:
 
 # %% ../nbs/study/20_params.ipynb #bb743cda
 def serve_table(plans: Sequence[Mapping]) -> list[dict]:
-    """Per model of the plans: the experiments that use it, their generations and completion-token bound, the bf16
-    weights, the tensor-parallel size and the vLLM command (`mad_study.serving.serve_command`)."""
+    """Per model of the plans: the experiments that use it, their generations and completion-token
+    bound, the bf16 weights, the tensor-parallel size and the vLLM command
+    (`mad_study.serving.serve_command`)."""
     from mad_study.registry import weight_memory_gb
     from mad_study.serving import tensor_parallel_size
 
@@ -382,8 +395,8 @@ def serve_table(plans: Sequence[Mapping]) -> list[dict]:
 
 # %% ../nbs/study/20_params.ipynb #a063bd6d
 def throughput_measurement() -> tuple[dict | None, str]:
-    """The latest GPU throughput measurement and where it is from: this machine's (`make bench --device cuda`), else
-    the one committed with the kit; (None, why) when there is neither."""
+    """The latest GPU throughput measurement and where it is from: this machine's (`make bench
+    --device cuda`), else the one committed with the kit; (None, why) when there is neither."""
     from mad_study.core import cache_home, kit_path
 
     for p, who in ((cache_home() / "measurements" / "throughput.json", "this machine"),
@@ -396,7 +409,8 @@ def throughput_measurement() -> tuple[dict | None, str]:
 # %% ../nbs/study/20_params.ipynb #2a852519
 def plan_gpu_hours(tokens: int, params_b: float, quant: str = "nf4",
                    rec: Mapping | None = None) -> dict:
-    "GPU-hours of `tokens` completion tokens of a `params_b` model: at the measurement `rec` and at vLLM's figure."
+    """GPU-hours of `tokens` completion tokens of a `params_b` model: at the measurement `rec` and
+    at vLLM's figure."""
     from mad_study.registry import get_model
     from mad_study.umad_train import ROLLOUT_THROUGHPUT
 
@@ -410,7 +424,8 @@ def plan_gpu_hours(tokens: int, params_b: float, quant: str = "nf4",
 
 # %% ../nbs/study/20_params.ipynb #b78a54db
 def profile_weights(profile: str = "auto") -> tuple[str, dict]:
-    "(label, {model: GB}): the weights of every model the profile's experiments plan (what `mad-study doctor` checks)."
+    """(label, {model: GB}): the weights of every model the profile's experiments plan (what
+    `mad-study doctor` checks)."""
     name = auto_profile() if profile == "auto" else profile
     prof, need = load_profile(name), {}
     for e in resolve_targets(["all"]):

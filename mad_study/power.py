@@ -21,7 +21,8 @@ __all__ = ['EXACT_BELOW', 'power_paired_binary', 'n_for_power', 'power_paired_t'
 
 # %% ../nbs/evaluation/05f_power.ipynb #1bb44a1b
 def _alpha_level(alpha: float, family: int, who: str) -> float:
-    "Bonferroni's per-comparison level `alpha / family`, with a clear error for a level or family out of range."
+    """Bonferroni's per-comparison level `alpha / family`, with a clear error for a level or family
+    out of range."""
     if not 0 < alpha < 1:
         raise ConfigError(f"{who}: alpha is a level in (0, 1)", key="alpha", value=alpha)
     if not (1 <= family < 2**31 and float(family).is_integer()):
@@ -31,8 +32,9 @@ def _alpha_level(alpha: float, family: int, who: str) -> float:
 
 # %% ../nbs/evaluation/05f_power.ipynb #cc154468
 def _exact_binary_power(n: int, p10: float, p01: float, z: float) -> float:
-    """The probability that McNemar's score test (n10 - n01) / sqrt(n10 + n01) exceeds `z` in absolute value at `n`
-    items (the kit's own sum over D discordant items and n10 of them won by A, the section above)."""
+    """The probability that McNemar's score test (n10 - n01) / sqrt(n10 + n01) exceeds `z` in
+    absolute value at `n` items (the kit's own sum over D discordant items and n10 of them won by A,
+    the section above)."""
     psi = p10 + p01
     d = np.arange(n + 1)
     half, reach = d / 2, z * np.sqrt(d) / 2
@@ -44,11 +46,12 @@ def _exact_binary_power(n: int, p10: float, p01: float, z: float) -> float:
 # %% ../nbs/evaluation/05f_power.ipynb #518cfa23
 def power_paired_binary(n: int, p10: float, p01: float, alpha: float = 0.05, family: int = 1,
                         exact: bool = False) -> float:
-    """Power of McNemar's score test (the kit's 0/1 test in `paired_inference`, two-sided, without continuity
-    correction) at `n` items, where a fraction `p10` of items has A right and B wrong and `p01` the reverse, at
-    Bonferroni's level `alpha / family` (the level of a gap's interval in a family of `family` gaps): the normal
-    approximation of Connor (1987), after Miettinen (1968), with both tails (the section above), or with `exact` the
-    test's rejection region summed over the binomial counts. Both checked against `paired_inference` by simulation in
+    """Power of McNemar's score test (the kit's 0/1 test in `paired_inference`, two-sided, without
+    continuity correction) at `n` items, where a fraction `p10` of items has A right and B wrong and
+    `p01` the reverse, at Bonferroni's level `alpha / family` (the level of a gap's interval in a
+    family of `family` gaps): the normal approximation of Connor (1987), after Miettinen (1968),
+    with both tails (the section above), or with `exact` the test's rejection region summed over the
+    binomial counts. Both checked against `paired_inference` by simulation in
     tests/test_stats.py."""
     for key, v in (("p10", p10), ("p01", p01)):
         if not 0 <= v <= 1:
@@ -78,7 +81,8 @@ def power_paired_binary(n: int, p10: float, p01: float, alpha: float = 0.05, fam
 
 # %% ../nbs/evaluation/05f_power.ipynb #09b9252e
 def _effect_args(effect: float, discordance: float, power: float, who: str) -> None:
-    "Clear errors for a paired 0/1 effect and discordance no items can resolve, or a power out of (0, 1)."
+    """Clear errors for a paired 0/1 effect and discordance no items can resolve, or a power out of
+    (0, 1)."""
     if not 0 < discordance <= 1:
         raise ConfigError(
             f"{who}: the discordance (share of items the two methods disagree on) is in (0, 1]",
@@ -98,17 +102,18 @@ EXACT_BELOW = (
 
 
 def _use_exact(exact: bool | None, n: float, discordance: float) -> bool:
-    "`exact` as asked, or, when None, whether `n` items at `discordance` expect fewer than `EXACT_BELOW` discordant ones."
+    """`exact` as asked, or, when None, whether `n` items at `discordance` expect fewer than
+    `EXACT_BELOW` discordant ones."""
     return bool(exact) if exact is not None else n * discordance < EXACT_BELOW
 
 # %% ../nbs/evaluation/05f_power.ipynb #5423dfad
 def n_for_power(effect: float, discordance: float, power: float = 0.8, alpha: float = 0.05,
                 family: int = 1, exact: bool | None = None) -> int:
-    """The smallest number of items at which McNemar's score test (the kit's `paired_inference` for 0/1 answers)
-    tells apart a paired accuracy gap `effect` (= p10 - p01, a fraction) at `discordance` (= p10 + p01) with power
-    `power`, at Bonferroni's level `alpha / family`: Connor's (1987) closed form, checked and stepped with
-    `power_paired_binary`, exact where the n found expects fewer than `EXACT_BELOW` discordant items (`exact=None`)
-    or as `exact` says."""
+    """The smallest number of items at which McNemar's score test (the kit's `paired_inference` for
+    0/1 answers) tells apart a paired accuracy gap `effect` (= p10 - p01, a fraction) at
+    `discordance` (= p10 + p01) with power `power`, at Bonferroni's level `alpha / family`: Connor's
+    (1987) closed form, checked and stepped with `power_paired_binary`, exact where the n found
+    expects fewer than `EXACT_BELOW` discordant items (`exact=None`) or as `exact` says."""
     _effect_args(effect, discordance, power, "n_for_power")
     a = _alpha_level(alpha, family, "n_for_power")
     d, psi = abs(effect), discordance
@@ -125,9 +130,10 @@ def n_for_power(effect: float, discordance: float, power: float = 0.8, alpha: fl
 
 # %% ../nbs/evaluation/05f_power.ipynb #b762cfaa
 def power_paired_t(n: int, effect: float, sd: float, alpha: float = 0.05, family: int = 1) -> float:
-    """Power of the paired t-test (Student 1908; the kit's `paired_inference` for continuous per-item values) at `n`
-    items for a mean per-item difference `effect` with standard deviation `sd` of the differences, two-sided at
-    Bonferroni's level `alpha / family`: exact, from the noncentral t distribution (scipy.stats.nct)."""
+    """Power of the paired t-test (Student 1908; the kit's `paired_inference` for continuous
+    per-item values) at `n` items for a mean per-item difference `effect` with standard deviation
+    `sd` of the differences, two-sided at Bonferroni's level `alpha / family`: exact, from the
+    noncentral t distribution (scipy.stats.nct)."""
     if not sd > 0:
         raise ConfigError("power_paired_t: sd (of the per-item differences) must be positive",
                           key="sd", value=sd)
@@ -144,10 +150,11 @@ def power_paired_t(n: int, effect: float, sd: float, alpha: float = 0.05, family
 # %% ../nbs/evaluation/05f_power.ipynb #b3c0482e
 def n_for_power_t(effect: float, sd: float, power: float = 0.8, alpha: float = 0.05,
                   family: int = 1, min_items: int = MIN_ITEMS) -> int:
-    """The smallest number of items at which the paired t-test (Student 1908) tells apart a mean per-item difference
-    `effect` with standard deviation `sd` with power `power` at Bonferroni's level `alpha / family` (`power_paired_t`),
-    and at least `min_items`: below it the kit's `paired_inference` uses the sign-flip test, not the t-test. The normal
-    approximation ((z_{1-alpha'/2} + z_power) sd / effect)^2 is the start."""
+    """The smallest number of items at which the paired t-test (Student 1908) tells apart a mean
+    per-item difference `effect` with standard deviation `sd` with power `power` at Bonferroni's
+    level `alpha / family` (`power_paired_t`), and at least `min_items`: below it the kit's
+    `paired_inference` uses the sign-flip test, not the t-test. The normal approximation
+    ((z_{1-alpha'/2} + z_power) sd / effect)^2 is the start."""
     if not sd > 0:
         raise ConfigError("n_for_power_t: sd (of the per-item differences) must be positive",
                           key="sd", value=sd)
@@ -169,10 +176,11 @@ def n_for_power_t(effect: float, sd: float, power: float = 0.8, alpha: float = 0
 # %% ../nbs/evaluation/05f_power.ipynb #26c85fed
 def resolvable_effect(n: int, discordance: float, power: float = 0.8, alpha: float = 0.05,
                       family: int = 1, exact: bool | None = None) -> float:
-    """The smallest |p10 - p01| (a fraction) that McNemar's score test (the kit's 0/1 test) tells apart at `n` items
-    and `discordance` (= p10 + p01) with power `power` at Bonferroni's level `alpha / family`: the inverse in the
-    effect of Connor's (1987) power (`power_paired_binary`), exact below `EXACT_BELOW` expected discordant items
-    (`exact=None`) or as `exact` says. NaN where no effect up to the discordance reaches it."""
+    """The smallest |p10 - p01| (a fraction) that McNemar's score test (the kit's 0/1 test) tells
+    apart at `n` items and `discordance` (= p10 + p01) with power `power` at Bonferroni's level
+    `alpha / family`: the inverse in the effect of Connor's (1987) power (`power_paired_binary`),
+    exact below `EXACT_BELOW` expected discordant items (`exact=None`) or as `exact` says. NaN where
+    no effect up to the discordance reaches it."""
     _effect_args(discordance, discordance, power, "resolvable_effect")
     ex = _use_exact(exact, n, discordance)
     f = lambda d: (power_paired_binary(n, (discordance + d) / 2,
@@ -184,10 +192,11 @@ def resolvable_effect(n: int, discordance: float, power: float = 0.8, alpha: flo
 # %% ../nbs/evaluation/05f_power.ipynb #46dfdefa
 def plan_sizes(rows: pd.DataFrame | Sequence[Mapping], power: float = 0.8, alpha: float = 0.05,
                exact: bool | None = None) -> pd.DataFrame:
-    """Items needed and items resolving, per comparison: `rows` (comparison, effect_pts, discordance, n; family
-    optional, 1) and the columns `n_needed` (`n_for_power`), `power_now` (`power_paired_binary` at n) and
-    `resolves_pts` (`resolvable_effect` at n, in points), all for McNemar's score test as in Connor (1987), each
-    exact below `EXACT_BELOW` expected discordant items (`exact=None`) or as `exact` says."""
+    """Items needed and items resolving, per comparison: `rows` (comparison, effect_pts,
+    discordance, n; family optional, 1) and the columns `n_needed` (`n_for_power`), `power_now`
+    (`power_paired_binary` at n) and `resolves_pts` (`resolvable_effect` at n, in points), all for
+    McNemar's score test as in Connor (1987), each exact below `EXACT_BELOW` expected discordant
+    items (`exact=None`) or as `exact` says."""
     t = pd.DataFrame(rows).copy()
     # a row without a family is a family of its own
     t["family"] = t["family"].fillna(1) if "family" in t else 1

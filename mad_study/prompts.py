@@ -54,14 +54,16 @@ _NUMBER_WORDS = {
 
 @functools.lru_cache(maxsize=256)
 def _fill_pattern(names: tuple[str, ...]) -> re.Pattern:
-    "The pattern of `fill`'s placeholders `{name}` (compiled once per set of names: a debate fills thousands)."
+    """The pattern of `fill`'s placeholders `{name}` (compiled once per set of names: a debate fills
+    thousands)."""
     return re.compile("|".join(re.escape("{" + k + "}") for k in names))
 
 # %% ../nbs/engine/04a_prompts.ipynb #6b2f4d01
 @functools.lru_cache(maxsize=1024)
 def _fill_parts(template: str, names: tuple[str, ...]) -> tuple[str, ...]:
-    """`template` cut at its placeholders `{name}` (`_fill_pattern`'s matches, left to right): literal, name, literal,
-    ..., literal. Cut once per template and set of names; `fill` then only joins."""
+    """`template` cut at its placeholders `{name}` (`_fill_pattern`'s matches, left to right):
+    literal, name, literal, ..., literal. Cut once per template and set of names; `fill` then only
+    joins."""
     parts, last = [], 0
     for m in _fill_pattern(names).finditer(template):
         parts += [template[last:m.start()], m.group(0)[1:-1]]
@@ -70,8 +72,9 @@ def _fill_parts(template: str, names: tuple[str, ...]) -> tuple[str, ...]:
 
 # %% ../nbs/engine/04a_prompts.ipynb #d71edead
 def fill(template: str, **values) -> str:
-    """Replace `{name}` by `values[name]` for the given names only (other braces are left alone), in one pass: a value
-    that contains `{tag}` or `{idx}` (a model's response) is inserted as it is, never filled again."""
+    """Replace `{name}` by `values[name]` for the given names only (other braces are left alone), in
+    one pass: a value that contains `{tag}` or `{idx}` (a model's response) is inserted as it is,
+    never filled again."""
     if not values:
         return template
     out = list(_fill_parts(template, tuple(values)))
@@ -163,21 +166,23 @@ def opening_messages(ps: PromptSet, question: str, role: str | None = None) -> l
 # %% ../nbs/engine/04a_prompts.ipynb #p4a0b001
 @functools.lru_cache(maxsize=1 << 12)
 def _peer_block(template: str, solution: str, idx: int, tag: str) -> str:
-    "`fill(template, solution=..., idx=..., tag=...)`, memoised: in a round every viewer is shown the same peers' texts."
+    """`fill(template, solution=..., idx=..., tag=...)`, memoised: in a round every viewer is shown
+    the same peers' texts."""
     return fill(template, solution=solution, idx=idx, tag=tag)
 
 # %% ../nbs/engine/04a_prompts.ipynb #8b4de704
 @functools.lru_cache(maxsize=1024)
 def _fill_frame(template: str, question: str, n_solutions: str) -> str:
-    "`fill(template, question=..., n_solutions=...)`, memoised: a debate fills the same intro and outro for every turn of an item."
+    """`fill(template, question=..., n_solutions=...)`, memoised: a debate fills the same intro and
+    outro for every turn of an item."""
     return fill(template, question=question, n_solutions=n_solutions)
 
 
 def debate_message(ps: PromptSet, question: str, solutions: list[str],
                    tags: list[str] | None = None) -> str:
-    """The debate-round user message showing `solutions` in order (optionally tagged). Tags that the prompt set's peer
-    template cannot render (no `{tag}`) are an error, never dropped (the kit's own rule; a protocol that changes what a
-    peer looks like uses `Protocol.peer_view`)."""
+    """The debate-round user message showing `solutions` in order (optionally tagged). Tags that the
+    prompt set's peer template cannot render (no `{tag}`) are an error, never dropped (the kit's own
+    rule; a protocol that changes what a peer looks like uses `Protocol.peer_view`)."""
     if not solutions and ps.alone:
         return fill(ps.alone, question=question)
     n = number_word(len(solutions))

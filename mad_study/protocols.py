@@ -26,7 +26,8 @@ __all__ = ['BASELINES', 'answer_only_text', 'ScriptedBackend', 'largest_agreemen
 
 # %% ../nbs/engine/04b_protocols.ipynb #d25e52c5
 def answer_only_text(answer: str | None, fmt: str) -> str:
-    "A response reduced to its final answer (GroupDebate's cross-group message, Liu et al. 2025), in a sentence the kit's extractors and synthetic agents read."
+    """A response reduced to its final answer (GroupDebate's cross-group message, Liu et al. 2025),
+    in a sentence the kit's extractors and synthetic agents read."""
     from mad_study.sim import FINAL_SENTENCE
 
     if answer is None:
@@ -35,8 +36,9 @@ def answer_only_text(answer: str | None, fmt: str) -> str:
 
 # %% ../nbs/engine/04b_protocols.ipynb #ad5e4d98
 class ScriptedBackend:
-    """A backend whose answers a test chooses: `script(item, agent, round, messages) -> answer` (None: unparsable),
-    `signals(item, agent, round, messages) -> dict` of Generation signal fields. Tokens: words x 1.3, as `SimBackend`."""
+    """A backend whose answers a test chooses: `script(item, agent, round, messages) -> answer`
+    (None: unparsable), `signals(item, agent, round, messages) -> dict` of Generation signal fields.
+    Tokens: words x 1.3, as `SimBackend`."""
 
     kind = "scripted"
 
@@ -63,13 +65,15 @@ class ScriptedBackend:
 
 # %% ../nbs/engine/04b_protocols.ipynb #1181d37d
 def largest_agreement(answers: Sequence[str | None], fmt: str) -> int:
-    "Size of the largest group of equivalent answers (None never agrees): SVR-MAD Sec. 5's consensus test and App. A's unanimity."
+    """Size of the largest group of equivalent answers (None never agrees): SVR-MAD Sec. 5's
+    consensus test and App. A's unanimity."""
     merged = [a for a in merge_equivalent(list(answers), fmt) if a is not None]
     return max(Counter(merged).values()) if merged else 0
 
 # %% ../nbs/engine/04b_protocols.ipynb #47ffe346
 class EarlyStop(Protocol):
-    "Stop after a round in which >= `min_agree` agents agree (SVR-MAD Sec. 5: 6 agents, stop after round one at >= 5)."
+    """Stop after a round in which >= `min_agree` agents agree (SVR-MAD Sec. 5: 6 agents, stop after
+    round one at >= 5)."""
     def __init__(self, inner: Protocol, min_agree: int = 5):
         self.inner, self.min_agree = inner, int(min_agree)
         self.name = inner.name
@@ -101,7 +105,8 @@ class EarlyStop(Protocol):
 
 # %% ../nbs/engine/04b_protocols.ipynb #dc4ed911
 class GroupDebate(FullyConnected):
-    "GroupDebate (Liu et al. 2025) as SVR-MAD describes it: full context inside random groups, final answers across groups."
+    """GroupDebate (Liu et al. 2025) as SVR-MAD describes it: full context inside random groups,
+    final answers across groups."""
 
     answer_peer = "\n\n One agent of another group gave this final answer: ```{solution}```"
 
@@ -113,7 +118,8 @@ class GroupDebate(FullyConnected):
         self.name = "groupdebate_" + "-".join(map(str, self.sizes))
 
     def groups(self, item_id: str, sample: int, names: Sequence[str]) -> list[list[str]]:
-        "The random partition of `names` into groups of `sizes` for one item and thread (seeded, fixed for the debate)."
+        """The random partition of `names` into groups of `sizes` for one item and thread (seeded,
+        fixed for the debate)."""
         key = (item_id, int(sample), tuple(names))
         memo = self.__dict__.setdefault("_groups", {})
         if key in memo:
@@ -153,7 +159,8 @@ def visible(self: GroupDebate, ctx, agent, order):
 # %% ../nbs/engine/04b_protocols.ipynb #b47fcdb4
 @patch
 def peer_view(self: GroupDebate, ctx, viewer, peer):
-    "GroupDebate (Liu et al. 2025): `peer`'s full response block inside `viewer`'s group, its final answer only across groups."
+    """GroupDebate (Liu et al. 2025): `peer`'s full response block inside `viewer`'s group, its
+    final answer only across groups."""
     tpl = self.peer or self.__dict__.get("_peer")
     if tpl is None:
         raise ConfigError(
@@ -167,7 +174,8 @@ def peer_view(self: GroupDebate, ctx, viewer, peer):
 # %% ../nbs/engine/04b_protocols.ipynb #2843f113
 @patch
 def prompt_for(self: GroupDebate, ps: PromptSet) -> PromptSet:
-    "The prompt set to run with: `ps` with the peer template `{solution}` (`peer_view` renders each peer block)."
+    """The prompt set to run with: `ps` with the peer template `{solution}` (`peer_view` renders
+    each peer block)."""
     self._peer = ps.peer
     return replace(ps, peer="{solution}", source=ps.source + " (GroupDebate peer views)")
 
@@ -180,7 +188,8 @@ def full_context(self: GroupDebate, item_id: str, sample: int, names: Sequence[s
 
 # %% ../nbs/engine/04b_protocols.ipynb #15400be5
 class S2MAD(FullyConnected):
-    "S2-MAD (Zeng et al. 2025) sparsification: no link between agents whose answers are equivalent (or responses similar)."
+    """S2-MAD (Zeng et al. 2025) sparsification: no link between agents whose answers are equivalent
+    (or responses similar)."""
 
     name = "s2mad"
 
@@ -203,13 +212,15 @@ class S2MAD(FullyConnected):
         return bool(self.visible(ctx, agent, ctx.names))
 
     def peer_view(self, ctx, viewer, peer):
-        "S2-MAD (Zeng et al. 2025) keeps a link whole: a linked peer's full last response (pruning decides who is shown)."
+        """S2-MAD (Zeng et al. 2025) keeps a link whole: a linked peer's full last response (pruning
+        decides who is shown)."""
         return ctx.last(peer)["text"] or ""
 
 # %% ../nbs/engine/04b_protocols.ipynb #3fd07d7d
 def run_protocol(items: Sequence[Item], agents, backends: Mapping[str, Any], protocol: Protocol,
                  prompt: str | PromptSet = "auto", **kw) -> pd.DataFrame:
-    "`run_debate` with a baseline `protocol` (SVR-MAD Sec. 5; its prompt variant, `prompt_for`, where it has one), items grouped by answer format."
+    """`run_debate` with a baseline `protocol` (SVR-MAD Sec. 5; its prompt variant, `prompt_for`,
+    where it has one), items grouped by answer format."""
     inner = getattr(protocol, "inner", protocol)
     if not hasattr(inner, "prompt_for"):
         return run_debate(items, agents, backends, protocol=protocol, prompt=prompt, **kw)
@@ -230,14 +241,16 @@ def _peers(s) -> list[str]:
 
 # %% ../nbs/engine/04b_protocols.ipynb #14c500ed
 def _full_context_of(protocol, cond: Sequence[str], ckey: tuple):
-    "The `full_context(item_id, sample, names, viewer, peer)` test of the protocol of one condition (`protocol` may map `method` to it); None: every shown peer is a full response."
+    """The `full_context(item_id, sample, names, viewer, peer)` test of the protocol of one
+    condition (`protocol` may map `method` to it); None: every shown peer is a full response."""
     p = (protocol.get(dict(zip(cond, ckey)).get("method"))
          if isinstance(protocol, Mapping) else protocol)
     return getattr(getattr(p, "inner", p), "full_context", None)
 
 # %% ../nbs/engine/04b_protocols.ipynb #c69fb1c9
 def _thread_turns(transcript: pd.DataFrame, keys: Sequence[str]) -> dict[tuple, dict]:
-    "Per (condition, item, sample): the agents in order of appearance, the debate-round turns that spoke, and the tokens of all turns."
+    """Per (condition, item, sample): the agents in order of appearance, the debate-round turns that
+    spoke, and the tokens of all turns."""
     cols = list(
         dict.fromkeys([
             *keys, "round", "agent", "reused", "visible_peers", "prompt_tokens", "completion_tokens"
@@ -254,7 +267,9 @@ def _thread_turns(transcript: pd.DataFrame, keys: Sequence[str]) -> dict[tuple, 
 
 # %% ../nbs/engine/04b_protocols.ipynb #b656c13a
 def _count_messages(a: Mapping, full, item_id: str, sample: int) -> tuple[int, int]:
-    "(NComm, answer-only messages) of one thread: each (speaking agent, shown peer) of a debate round is a full-context transfer when `full` says so (or `full` is None), else an answer-only message."
+    """(NComm, answer-only messages) of one thread: each (speaking agent, shown peer) of a debate
+    round is a full-context transfer when `full` says so (or `full` is None), else an answer-only
+    message."""
     ncomm = nans = 0
     for r in a["rows"]:
         for p in _peers(r["visible_peers"]):
@@ -300,13 +315,15 @@ def debate_costs(transcript: pd.DataFrame,
 
 # %% ../nbs/engine/04b_protocols.ipynb #2b1e7aff
 def self_consistency(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFrame:
-    "Self-Consistency (Wang et al. 2023): majority of the round-0 answers; NComm 0, tokens of round 0 (SVR-MAD Table 1)."
+    """Self-Consistency (Wang et al. 2023): majority of the round-0 answers; NComm 0, tokens of
+    round 0 (SVR-MAD Table 1)."""
     return debate_costs(transcript[transcript["round"] == 0], fmt=fmt)
 
 # %% ../nbs/engine/04b_protocols.ipynb #4fcc14f3
 def sid_scores(round0: pd.DataFrame) -> pd.DataFrame:
-    """Per (item, sample): the most confident agent with a parsed answer by pre-debate min-LL (`logprob_min`), its score and
-    answer (SVR-MAD App. A's SID-ET); no parsed answer: score -inf, answer None."""
+    """Per (item, sample): the most confident agent with a parsed answer by pre-debate min-LL
+    (`logprob_min`), its score and answer (SVR-MAD App. A's SID-ET); no parsed answer: score -inf,
+    answer None."""
     r0 = round0[round0["round"] == 0]
     if r0["logprob_min"].isna().any():
         raise ValueError(
@@ -324,8 +341,9 @@ def sid_scores(round0: pd.DataFrame) -> pd.DataFrame:
 
 # %% ../nbs/engine/04b_protocols.ipynb #dc628da6
 def sid_et(round0: pd.DataFrame, mad_costs: pd.DataFrame, skip_rate: float) -> pd.DataFrame:
-    """SID-ET at `skip_rate` (SVR-MAD App. A): the top `round(skip_rate * n)` items by `sid_scores` skip the debate and take
-    the most confident agent's answer; the others take all-to-all MAD (`mad_costs`, from `debate_costs`)."""
+    """SID-ET at `skip_rate` (SVR-MAD App. A): the top `round(skip_rate * n)` items by `sid_scores`
+    skip the debate and take the most confident agent's answer; the others take all-to-all MAD
+    (`mad_costs`, from `debate_costs`)."""
     if not 0 <= skip_rate <= 1:
         raise ConfigError("must be in [0, 1]", key="skip_rate", value=skip_rate)
     s = sid_scores(round0)
@@ -365,8 +383,9 @@ def sid_et(round0: pd.DataFrame, mad_costs: pd.DataFrame, skip_rate: float) -> p
 
 # %% ../nbs/engine/04b_protocols.ipynb #8a3630d4
 class SIDAgentExit(FullyConnected):
-    """SID (Chen et al. 2025) model-level early exit, per agent: an agent whose pre-debate min-LL (`logprob_min`, SVR-MAD
-    App. A's signal) is >= `threshold` and whose answer was parsed leaves the debate; the others debate all-to-all."""
+    """SID (Chen et al. 2025) model-level early exit, per agent: an agent whose pre-debate min-LL
+    (`logprob_min`, SVR-MAD App. A's signal) is >= `threshold` and whose answer was parsed leaves
+    the debate; the others debate all-to-all."""
 
     name = "sid_agent_exit"
 
@@ -391,8 +410,8 @@ class SIDAgentExit(FullyConnected):
 def tune_skip_rate(
     evaluate: Callable[[float], tuple[float, float]], tok_ref: float, acc_ref: float,
     rates: Iterable[int] = range(90, 0, -10)) -> tuple[float, list[dict]]:
-    """SVR-MAD App. A, Alg. 2: the SID-ET skip rate. `evaluate(r) -> (tokens, accuracy)` (r a fraction). Returns the
-    chosen rate and the trace of the rates tried."""
+    """SVR-MAD App. A, Alg. 2: the SID-ET skip rate. `evaluate(r) -> (tokens, accuracy)` (r a
+    fraction). Returns the chosen rate and the trace of the rates tried."""
     trace = []
     for pct in rates:  # line 4: while r >= 10%
         tok, acc = evaluate(pct / 100)  # line 5
@@ -407,7 +426,8 @@ def tune_skip_rate(
 
 # %% ../nbs/engine/04b_protocols.ipynb #98259ac3
 class SparseTopology(FullyConnected):
-    "S-MAD (Li et al. 2024) fixed sparse topology: `ring` (adjacent agents visible) or `star` (the centre, agent 0, visible)."
+    """S-MAD (Li et al. 2024) fixed sparse topology: `ring` (adjacent agents visible) or `star` (the
+    centre, agent 0, visible)."""
     def __init__(self, kind: str = "ring", center: int = 0):
         if kind not in ("ring", "star"):
             raise ConfigError("unknown sparse topology", key="topology", value=kind,
@@ -429,7 +449,8 @@ BASELINES = ("mad", "groupdebate", "groupdebate_2-2-2", "s2mad", "smad_ring", "s
 
 
 def make_baseline(name: str, min_agree: int | None = 5, seed: Any = 0) -> Protocol:
-    "A debate baseline by name (`BASELINES`: Du et al.'s MAD, GroupDebate 3-3 or 2-2-2, S2-MAD, S-MAD ring or star), wrapped in `EarlyStop(min_agree)` unless `min_agree` is None."
+    """A debate baseline by name (`BASELINES`: Du et al.'s MAD, GroupDebate 3-3 or 2-2-2, S2-MAD,
+    S-MAD ring or star), wrapped in `EarlyStop(min_agree)` unless `min_agree` is None."""
     if name == "mad":
         p = FullyConnected()
     elif name == "groupdebate":

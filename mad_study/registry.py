@@ -196,7 +196,8 @@ CLOSED_SUBSTITUTES: dict[str, str] = {
 
 # %% ../nbs/data/02b_registry.ipynb #37cd913e
 def get_model(name: str) -> ModelSpec:
-    "The registry entry for `name`; names starting with 'sim' are synthetic agents (kind 'sim'). Unknown names raise ConfigError."
+    """The registry entry for `name`; names starting with 'sim' are synthetic agents (kind 'sim').
+    Unknown names raise ConfigError."""
     if not isinstance(name, str):
         raise ConfigError("model name must be a string", key="model", value=name)
     key = name.strip().lower()
@@ -229,7 +230,8 @@ def model_prefix(name: Any) -> str | None:
 
 # %% ../nbs/data/02b_registry.ipynb #b9b513f0
 def prefix_module(prefix: str):
-    "The module serving names with `prefix`, imported by name when first used (a plugin: it imports this registry, never the reverse)."
+    """The module serving names with `prefix`, imported by name when first used (a plugin: it
+    imports this registry, never the reverse)."""
     import importlib
 
     return importlib.import_module(MODEL_PREFIXES[prefix])
@@ -408,7 +410,8 @@ _EMBED_B = {
 
 
 def weight_memory_gb(model_name: str, quant: str = "nf4", dtype_bytes: float = 2.0) -> float:
-    "Estimated weight memory (GB = 1e9 bytes) of a registry model: quantized body + unquantized embeddings (`dtype_bytes` each)."
+    """Estimated weight memory (GB = 1e9 bytes) of a registry model: quantized body + unquantized
+    embeddings (`dtype_bytes` each)."""
     spec = get_model(model_name)
     if spec.kind == "sim":
         return 0.0
@@ -422,7 +425,8 @@ def weight_memory_gb(model_name: str, quant: str = "nf4", dtype_bytes: float = 2
 
 # %% ../nbs/data/02b_registry.ipynb #1cf16991
 def spec_for(model: str | ModelSpec) -> ModelSpec:
-    "Registry entry for a name; a hub id ('org/name') or a local folder outside the registry becomes an ad-hoc hf spec."
+    """Registry entry for a name; a hub id ('org/name') or a local folder outside the registry
+    becomes an ad-hoc hf spec."""
     if isinstance(model, ModelSpec):
         return model
     if model_prefix(model) is not None:
@@ -435,15 +439,16 @@ def spec_for(model: str | ModelSpec) -> ModelSpec:
 
 # %% ../nbs/data/02b_registry.ipynb #fx54rg00
 def searched(sub: str = "") -> str:
-    """The folders of `params_dirs()` (with `sub` appended) an error names as searched, and for a plain install
-    where the papers' notebooks and params are (`kit_sources_note`). The kit's own."""
+    """The folders of `params_dirs()` (with `sub` appended) an error names as searched, and for a
+    plain install where the papers' notebooks and params are (`kit_sources_note`). The kit's own."""
     where = ", ".join(str(d / sub) if sub else str(d) for d in params_dirs())
     return (where or str(project_root() / "params" / sub)) + kit_sources_note()
 
 # %% ../nbs/data/02b_registry.ipynb #0306b1eb
 def load_registry(path: Path | None = None) -> dict:
-    """The artefact registry: paper -> {paper, notebook, artefacts: [{id, kind, title, needs}]}, read from `path`, or
-    from the `artefacts.yaml` of every folder of `params_dirs()` (one's own project's entries win, paper by paper)."""
+    """The artefact registry: paper -> {paper, notebook, artefacts: [{id, kind, title, needs}]},
+    read from `path`, or from the `artefacts.yaml` of every folder of `params_dirs()` (one's own
+    project's entries win, paper by paper)."""
     paths = [Path(path)] if path else [d / "artefacts.yaml" for d in params_dirs()]
     found = [p for p in paths if p.exists()]
     if not found:
@@ -463,9 +468,10 @@ def load_registry(path: Path | None = None) -> dict:
 
 # %% ../nbs/data/02b_registry.ipynb #3ea1d36e
 def experiment_files(registry: Mapping | None = None) -> dict[str, dict]:
-    """Every experiment file `params/<paper>/<experiment>.yaml` of a registry paper, in every folder of
-    `params_dirs()` (one's own first: an id there hides the kit's file of that id): experiment id -> {paper, path,
-    artefacts} (`artefacts:` in the file, default: the experiment id), in the registry's paper order."""
+    """Every experiment file `params/<paper>/<experiment>.yaml` of a registry paper, in every folder
+    of `params_dirs()` (one's own first: an id there hides the kit's file of that id): experiment id
+    -> {paper, path, artefacts} (`artefacts:` in the file, default: the experiment id), in the
+    registry's paper order."""
     reg = registry or load_registry()
     out: dict[str, dict] = {}
     for base in params_dirs():
@@ -520,7 +526,8 @@ def check_keys(d: Mapping, allowed: set, where) -> None:
 
 # %% ../nbs/data/02b_registry.ipynb #57761ea5
 def load_profile(name: str) -> dict:
-    "The profile `params/profiles/<name>.yaml`, from the first folder of `params_dirs()` that has it (keys checked)."
+    """The profile `params/profiles/<name>.yaml`, from the first folder of `params_dirs()` that has
+    it (keys checked)."""
     path = next((p for d in params_dirs() if (p := d / "profiles" / f"{name}.yaml").exists()), None)
     if path is None:
         known = {p.stem for d in params_dirs() for p in (d / "profiles").glob("*.yaml")}
@@ -574,7 +581,8 @@ PAPER_ALIASES = {
 
 
 def resolve_targets(targets: Sequence[str]) -> list[Experiment]:
-    "Experiments named by `targets`: 'all', a paper (or its alias, `PAPER_ALIASES`), an experiment id or an artefact id."
+    """Experiments named by `targets`: 'all', a paper (or its alias, `PAPER_ALIASES`), an experiment
+    id or an artefact id."""
     exps = experiments()
     if not targets or "all" in targets:
         return list(exps.values())
@@ -596,7 +604,8 @@ PLANNERS: dict[str, Callable[[Mapping], dict]] = {}
 
 
 def planner(*experiment_ids: str):
-    "Register an exact generation planner `f(params) -> {'generations', 'prompt_tokens', 'completion_tokens'}`."
+    """Register an exact generation planner `f(params) -> {'generations', 'prompt_tokens',
+    'completion_tokens'}`."""
     def deco(f):
         for e in experiment_ids:
             PLANNERS[e] = f
@@ -605,7 +614,8 @@ def planner(*experiment_ids: str):
     return deco
 
 # %% ../nbs/data/02b_registry.ipynb #7b4e1a02
-# tokens of one benchmark question as an opening prompt holds it (rough, for `mad-study plan`'s upper bounds)
+# tokens of one benchmark question as an opening prompt holds it (rough, for `mad-study plan`'s
+# upper bounds)
 QUESTION_TOKENS = 200
 
 # %% ../nbs/data/02b_registry.ipynb #e5aa44f7

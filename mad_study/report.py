@@ -27,7 +27,8 @@ from .core import (ConfigError, Item, atomic_path, git_commit, atomic_write_text
                             fold_keywords, figures_dir, kit_path, project_root, runs_dir,
                             save_transcript)
 
-# the figure layout check (06a_figcheck): the print sizes, the geometry label_points keeps labels off, and the check
+# the figure layout check (06a_figcheck): the print sizes, the geometry label_points keeps labels
+# off, and the check
 # save_figure runs
 from .figcheck import (COLUMN_IN, PAGE_IN, as_points, boxes_overlap, covers, drawn_bands,
                                 drawn_errorbars, drawn_line_points, drawn_marks, drawn_renderer,
@@ -73,8 +74,9 @@ def cell_source(cell: Mapping) -> str:
 
 # %% ../nbs/study/06_report.ipynb #1b3049c9
 def notebook_parameters(nb_path: str | os.PathLike) -> dict[str, Any]:
-    """Names and default values of the notebook cell tagged `parameters` and of the cells tagged `parameters-part`
-    right before it (literal assignments only; papermill injects its values after the `parameters` cell). The kit's own."""
+    """Names and default values of the notebook cell tagged `parameters` and of the cells tagged
+    `parameters-part` right before it (literal assignments only; papermill injects its values after
+    the `parameters` cell). The kit's own."""
     # plain JSON, not nbformat: importing nbformat (its schema
     # validator) took 2-4 s of every experiment's kernel
     cells = json.loads(Path(nb_path).read_text(encoding="utf-8"))["cells"]
@@ -98,7 +100,8 @@ def notebook_parameters(nb_path: str | os.PathLike) -> dict[str, Any]:
 
 # %% ../nbs/study/06_report.ipynb #5b47d645
 def _check_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    "Refuse a namespace (`globals()`) or values a params file cannot hold: a sidecar records declared parameters only."
+    """Refuse a namespace (`globals()`) or values a params file cannot hold: a sidecar records
+    declared parameters only."""
     bad = sorted(set(map(str, params)) & _NAMESPACE_KEYS)
     if bad:
         raise ConfigError(
@@ -136,8 +139,8 @@ RUN_ENV = "MAD_STUDY_RUN"
 
 
 def run_context() -> dict:
-    """The run this process belongs to (`$MAD_STUDY_RUN`, set by `mad-study reproduce` for a notebook's kernel): stage,
-    run and overrides; {} outside one. The kit's own."""
+    """The run this process belongs to (`$MAD_STUDY_RUN`, set by `mad-study reproduce` for a
+    notebook's kernel): stage, run and overrides; {} outside one. The kit's own."""
     raw = os.environ.get(RUN_ENV)
     if not raw:
         return {}
@@ -159,7 +162,8 @@ EMBEDDED_LABEL = "Embedded SmolLM2-135M (cpu profile): proves the LLM path, not 
 
 class Study:
     """Run context of one experiment: profile, seed, generation cache, backends, items, transcripts,
-    provenance (the kit's own). Under `mad-study reproduce` (`run_context`) it writes into the run's staging folder."""
+    provenance (the kit's own). Under `mad-study reproduce` (`run_context`) it writes into the run's
+    staging folder."""
     def __init__(self, params: Mapping[str, Any], paper: str):
         self.params = _check_params(params)
         self.paper = paper
@@ -205,7 +209,8 @@ def cache(self: Study):
 # %% ../nbs/study/06_report.ipynb #st70404895
 @patch
 def backends(self: Study, models: Sequence[str]) -> dict[str, Any]:
-    "Backends for `models` (created once per study, behind the generation cache; through servers when `backend: openai`)."
+    """Backends for `models` (created once per study, behind the generation cache; through servers
+    when `backend: openai`)."""
     from mad_study.backends import make_backend
 
     for m in models:
@@ -227,7 +232,8 @@ def backends(self: Study, models: Sequence[str]) -> dict[str, Any]:
 # %% ../nbs/study/06_report.ipynb #c0cc2df2
 @patch
 def adopt(self: Study, backends: Mapping[str, Any]) -> dict[str, Any]:
-    "Record backends built outside `Study.backends` (their ids go into the provenance, their kinds into the label); return them."
+    """Record backends built outside `Study.backends` (their ids go into the provenance, their kinds
+    into the label); return them."""
     self._backends.update(backends)
     return dict(backends)
 
@@ -246,7 +252,8 @@ def items(self: Study, task: str, n: int | None = None, seed: int | None = None,
 # %% ../nbs/study/06_report.ipynb #st13180642
 @patch
 def save_transcript(self: Study, tr: pd.DataFrame, name: str) -> Path:
-    "Save a transcript under runs/<profile>/<experiment>/<name>.parquet (a reproduce run: its staging folder)."
+    """Save a transcript under runs/<profile>/<experiment>/<name>.parquet (a reproduce run: its
+    staging folder)."""
     p = save_transcript(tr, self.run_dir / f"{name}.parquet")
     # never a machine path: where the file stays once the run has finished (not its staging folder)
     self.transcripts[name] = f"runs/{self.run_name}/{name}.parquet"
@@ -255,7 +262,8 @@ def save_transcript(self: Study, tr: pd.DataFrame, name: str) -> Path:
 # %% ../nbs/study/06_report.ipynb #fefa0ff2
 @patch
 def debate(self: Study, name: str, items: Sequence[Item], agents, **kw) -> pd.DataFrame:
-    "Run `mad_study.debate.run_debate` with this study's backends and seed (run_debate's sampling with the study's seed, unless `sampling` is given); save the transcript as `name`."
+    """Run `mad_study.debate.run_debate` with this study's backends and seed (run_debate's sampling
+    with the study's seed, unless `sampling` is given); save the transcript as `name`."""
     import inspect
 
     from mad_study.debate import run_debate
@@ -288,7 +296,8 @@ def label(self: Study) -> str | None:
 # %% ../nbs/study/06_report.ipynb #48a4a939
 @functools.lru_cache(maxsize=None)
 def _sandbox_mode() -> str:
-    "The sandbox that would run a program of thought in this process: 'bwrap' (OS isolation) or 'unavailable' (04d_sandbox)."
+    """The sandbox that would run a program of thought in this process: 'bwrap' (OS isolation) or
+    'unavailable' (04d_sandbox)."""
     from mad_study.sandbox import sandbox_provenance
 
     return sandbox_provenance()["sandbox"]
@@ -310,8 +319,9 @@ def _jsonable(x):
 # %% ../nbs/study/06_report.ipynb #st96966327
 @patch
 def provenance(self: Study) -> dict:
-    """Everything needed to trace an artefact back to its run. A served run (`backend: openai`) records the quantization
-    the server was declared to run (`served_quant`) or 'unknown', never the kit's own `quant` setting."""
+    """Everything needed to trace an artefact back to its run. A served run (`backend: openai`)
+    records the quantization the server was declared to run (`served_quant`) or 'unknown', never the
+    kit's own `quant` setting."""
     stats = self._cache.stats() if self._cache is not None else {}
     params = _jsonable(self.params)
     # served: the server's weights, as declared (served_quant), else unknown
@@ -323,7 +333,8 @@ def provenance(self: Study) -> dict:
         "profile": self.profile,
         "seed": self.seed,
         "params": params,
-        # the `-p` overrides of `mad-study reproduce` ({}: the experiment file and profile as committed)
+        # the `-p` overrides of `mad-study reproduce` ({}: the experiment file and profile as
+        # committed)
         "overrides": _jsonable(self.overrides),
         "label": self.label,
         **git_commit(),
@@ -361,7 +372,8 @@ def save_table(self: Study, df: pd.DataFrame, artefact: str, **kw) -> list[Path]
 
 # %% ../nbs/study/06_report.ipynb #cfdbc570
 def show_figure(fig) -> None:
-    "Show `fig` once under the running notebook cell (IPython's `display`) and close it; outside IPython only close it. The kit's own."
+    """Show `fig` once under the running notebook cell (IPython's `display`) and close it; outside
+    IPython only close it. The kit's own."""
     import matplotlib.pyplot as plt
     from IPython import get_ipython
 
@@ -379,14 +391,16 @@ CONTROL_STYLES: dict[str, dict] = {}  # a kind of control (words of its name) ->
 
 
 def _style_key(name: str) -> str:
-    "Lower case, '_' and '-' as spaces, no '(...)' remark: 'MAD+Truth Last (oracle)' -> 'mad+truth last'."
+    """Lower case, '_' and '-' as spaces, no '(...)' remark: 'MAD+Truth Last (oracle)' -> 'mad+truth
+    last'."""
     s = re.sub(r"\(.*?\)", " ", str(name)).lower().replace("_", " ").replace("-", " ")
     return " ".join(s.split())
 
 # %% ../nbs/study/06_report.ipynb #c8a21a70
 def register_style(name: str, color: str, marker: str = "o", aliases: Sequence[str] = ()) -> dict:
-    """Give a method or model `name` its one colour and marker in every figure of the kit (the kit's own);
-    `aliases`: the other spellings the notebooks use. A new study registers its methods the same way."""
+    """Give a method or model `name` its one colour and marker in every figure of the kit (the kit's
+    own); `aliases`: the other spellings the notebooks use. A new study registers its methods the
+    same way."""
     STYLES[name] = {"color": color, "marker": marker}
     for a in (name, *aliases):
         _STYLE_KEYS[_style_key(a)] = name
@@ -449,7 +463,8 @@ register_style("svr-dsv31", STYLES["deepseek-v3.1"]["color"], "s", ("sim-svr-dsv
 
 # %% ../nbs/study/06_report.ipynb #c1638a79
 def _fallback_style(key: str) -> dict:
-    "An unregistered name: a colour and marker picked by a stable hash of its key (the same in every run)."
+    """An unregistered name: a colour and marker picked by a stable hash of its key (the same in
+    every run)."""
     h = int(hashlib.sha1(key.encode()).hexdigest(), 16)
     return {"color": _FALLBACK_COLORS[h % len(_FALLBACK_COLORS)], "marker": "o^sDvP"[h // 7 % 6]}
 
@@ -485,8 +500,9 @@ def method_style(name: str) -> dict:
 
 # %% ../nbs/study/06_report.ipynb #38512eec
 def set_style():
-    """The kit's one plotting style (the kit's own): seaborn whitegrid, colour-blind palette, font sizes that read at
-    a paper's column width (8 pt text, 7 pt ticks and legends), TrueType fonts in the PDF, tight bounding boxes."""
+    """The kit's one plotting style (the kit's own): seaborn whitegrid, colour-blind palette, font
+    sizes that read at a paper's column width (8 pt text, 7 pt ticks and legends), TrueType fonts in
+    the PDF, tight bounding boxes."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -509,8 +525,9 @@ def set_style():
 # %% ../nbs/study/06_report.ipynb #48a5f9fc
 def panel_figure(n: int, ncols: int | None = None, panel_h: float = 2.3, width: float | None = None,
                  **kw):
-    """`plt.subplots` for `n` panels sized for print (the kit's own): one panel spans a column (`COLUMN_IN`), more
-    span the page (`PAGE_IN`), in rows of `ncols` (default: up to 3); constrained layout, so no empty bands."""
+    """`plt.subplots` for `n` panels sized for print (the kit's own): one panel spans a column
+    (`COLUMN_IN`), more span the page (`PAGE_IN`), in rows of `ncols` (default: up to 3);
+    constrained layout, so no empty bands."""
     import matplotlib.pyplot as plt
 
     ncols = ncols or min(n, 3)
@@ -625,8 +642,9 @@ def dodge_points(ax, x: Sequence[float], y: Sequence[float], r_px: float,
 
 # %% ../nbs/study/06_report.ipynb #1a681b38
 def label_figure(fig, text: str | None):
-    """Stamp `text` (e.g. 'SYNTHETIC AGENTS ...') visibly above everything `fig` draws, wrapped to the figure's width
-    (the kit's own): the saved file grows by the label's height (`bbox_inches="tight"`), so no figure reserves room for it."""
+    """Stamp `text` (e.g. 'SYNTHETIC AGENTS ...') visibly above everything `fig` draws, wrapped to
+    the figure's width (the kit's own): the saved file grows by the label's height
+    (`bbox_inches="tight"`), so no figure reserves room for it."""
     if not text:
         return fig
     r = drawn_renderer(fig)
@@ -646,8 +664,9 @@ def _out(paper: str, artefact: str, ext: str) -> Path:
 # %% ../nbs/study/06_report.ipynb #7806f3c7
 def _sidecar(paper: str, artefact: str, study: Study | None, files: list[Path],
              extra: Mapping | None) -> Path:
-    """Write the provenance sidecar; a figure and a table of the same artefact from one study share it (their files
-    and notes are merged: the figure's caption is `figure_caption`, the table's `caption`)."""
+    """Write the provenance sidecar; a figure and a table of the same artefact from one study share
+    it (their files and notes are merged: the figure's caption is `figure_caption`, the table's
+    `caption`)."""
     path = _out(paper, artefact, "json")
     if extra and "verdict" in extra:
         check_verdict(extra["verdict"], where=f"{paper}/{artefact}")
@@ -674,13 +693,15 @@ def _sidecar(paper: str, artefact: str, study: Study | None, files: list[Path],
 
 # %% ../nbs/study/06_report.ipynb #5165c48d
 class LayoutWarning(UserWarning):
-    "A saved figure has layout problems (`layout_problems`): overlapping or cut-off text, an empty band."
+    """A saved figure has layout problems (`layout_problems`): overlapping or cut-off text, an empty
+    band."""
 
 # %% ../nbs/study/06_report.ipynb #e8ebf62e
 @dataclass(frozen=True)
 class FigureOutput:
-    """How `save_figure` writes a figure (the kit's own): the file `formats`, the layout `check` ('warn': a
-    `LayoutWarning`, 'raise': a `ValueError`, 'off') and whether to `show` it under the notebook cell."""
+    """How `save_figure` writes a figure (the kit's own): the file `formats`, the layout `check`
+    ('warn': a `LayoutWarning`, 'raise': a `ValueError`, 'off') and whether to `show` it under the
+    notebook cell."""
 
     formats: Sequence[str] = ("png", "pdf")
     check: str = "warn"
@@ -688,7 +709,8 @@ class FigureOutput:
 
 # %% ../nbs/study/06_report.ipynb #fc51cap1
 MAX_CAPTION_CHARS = 1200  # a caption longer than this goes to the table (issue 51)
-LAYOUT_CHECK_VERSION = 2  # 1: texts, markers, lines, patches (issue 42); 2: + error bars, bands, empty panels, captions, data
+# 1: texts, markers, lines, patches (issue 42); 2: + error bars, bands, empty panels, captions, data
+LAYOUT_CHECK_VERSION = 2
 
 
 def caption_problems(caption: str | None, limit: int = MAX_CAPTION_CHARS) -> list[str]:
@@ -704,9 +726,10 @@ def save_figure(fig, artefact: str, paper: str, study: Study | None = None,
                 data: pd.DataFrame | None = None, *,
                 output: FigureOutput = FigureOutput()) -> list[Path]:
     """Write `fig` as figures/<paper>/<artefact>.png and .pdf (vector) + the .json sidecar,
-    atomically (the kit's own). `data`, the numbers the figure draws (values, intervals, n, the paper's
-    printed value where there is one), goes to <artefact>.data.csv beside the image, listed in its sidecar
-    (`notes["data"]`; None when the figure was saved without it, with the check's `LAYOUT_CHECK_VERSION`)."""
+    atomically (the kit's own). `data`, the numbers the figure draws (values, intervals, n, the
+    paper's printed value where there is one), goes to <artefact>.data.csv beside the image, listed
+    in its sidecar (`notes["data"]`; None when the figure was saved without it, with the check's
+    `LAYOUT_CHECK_VERSION`)."""
     check = output.check
     label = label if label is not None else (study.label if study is not None else None)
     tidy_bar_grids(fig)  # no grid line through a bar (the kit's style)
@@ -748,9 +771,10 @@ def save_table(df: pd.DataFrame, artefact: str, paper: str, study: Study | None 
                notes: Mapping | None = None, floatfmt: str = ".4g", caption: str | None = None,
                items: pd.DataFrame | None = None,
                md_view: pd.DataFrame | None = None) -> list[Path]:
-    """Write `df` as figures/<paper>/<artefact>.csv and .md (+ .json provenance), atomically (the kit's own); a
-    caption longer than `MAX_CAPTION_CHARS` is recorded as `table_problems` (and warned about). `md_view`:
-    the table the .md shows instead of `df` (a narrow view a reader can read; the .csv keeps every column)."""
+    """Write `df` as figures/<paper>/<artefact>.csv and .md (+ .json provenance), atomically (the
+    kit's own); a caption longer than `MAX_CAPTION_CHARS` is recorded as `table_problems` (and
+    warned about). `md_view`: the table the .md shows instead of `df` (a narrow view a reader can
+    read; the .csv keeps every column)."""
     csv = _out(paper, artefact, "csv")
     md = _out(paper, artefact, "md")
     atomic_write_text(csv, df.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
@@ -781,7 +805,8 @@ def save_table(df: pd.DataFrame, artefact: str, paper: str, study: Study | None 
     return files
 
 # %% ../nbs/study/06_report.ipynb #fc51verd1
-# is the paper's effect shown? "not testable": the world lacks the mechanism (absent, or at its default 0) or the
+# is the paper's effect shown? "not testable": the world lacks the mechanism (absent, or at its
+# default 0) or the
 # design cannot show it, so no n would settle it
 VERDICT_EFFECT = ("yes", "no", "not resolved", "not testable")
 VERDICT_CONTROL = ("yes", "none", "not applicable")  # is a control with the mechanism off shown?
@@ -793,8 +818,9 @@ VERDICT_CLAIM_KEYS = ("claim", "effect", "control", "kit", "paper", "n")
 def check_verdict(verdict: Any, where: str = "verdict") -> dict:
     """`verdict` (a sidecar's `notes["verdict"]`) checked: a mapping of `VERDICT_KEYS`, `effect` in
     `VERDICT_EFFECT`, `control` in `VERDICT_CONTROL`, `claims` (optional) a list of mappings of
-    `VERDICT_CLAIM_KEYS`, each with a text `claim` and `kit`, `effect` and `control` as the verdict's; a
-    clear ConfigError naming `where`, the key and the value otherwise (the kit's own)."""
+    `VERDICT_CLAIM_KEYS`, each with a text `claim` and `kit`, `effect` and `control` as the
+    verdict's; a clear ConfigError naming `where`, the key and the value otherwise (the kit's
+    own)."""
     if not isinstance(verdict, Mapping):
         raise ConfigError("must be a mapping of " + ", ".join(VERDICT_KEYS), where=where,
                           key="verdict", value=verdict)
@@ -832,10 +858,11 @@ def check_verdict(verdict: Any, where: str = "verdict") -> dict:
 def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
                    printed: float | None = None, cause: str | None = None,
                    unit: str = "points") -> dict:
-    """The one rule for a verdict's `effect` (the kit's own): "not testable" when `cause` says why the world
-    cannot produce it; "yes" when [`low`, `high`] excludes 0 on the paper's `sign` side; "no" when it excludes 0
-    on the other side, or holds 0 but excludes the paper's `printed` number (same unit); else "not resolved".
-    Returns {"effect", "kit"}: the kit's words, e.g. "+1.2 [-3.0, +5.4] points; printed +7.0 outside"."""
+    """The one rule for a verdict's `effect` (the kit's own): "not testable" when `cause` says why
+    the world cannot produce it; "yes" when [`low`, `high`] excludes 0 on the paper's `sign` side;
+    "no" when it excludes 0 on the other side, or holds 0 but excludes the paper's `printed` number
+    (same unit); else "not resolved". Returns {"effect", "kit"}: the kit's words, e.g. "+1.2 [-3.0,
+    +5.4] points; printed +7.0 outside"."""
     if sign not in (1, -1):
         raise ConfigError("effect_verdict: the paper's sign is +1 or -1", key="sign", value=sign,
                           choices=(1, -1))
@@ -870,9 +897,10 @@ def stands_for(artefact: str, title: str = "") -> str:
 
 # %% ../nbs/study/06_report.ipynb #fc51verd3
 def read_verdict(notes: Mapping | None, artefact: str = "", title: str = "") -> dict:
-    """What the gallery and index show of a sidecar's `notes["verdict"]` (the kit's own): `stands_for`,
-    `effect`, `control`, `paper`, `kit`, each "not stated" when the notebook did not say, and `claims`: each claim's
-    `claim`, `effect`, `control` and `kit` (a value outside the vocabulary "not stated"; none: [])."""
+    """What the gallery and index show of a sidecar's `notes["verdict"]` (the kit's own):
+    `stands_for`, `effect`, `control`, `paper`, `kit`, each "not stated" when the notebook did not
+    say, and `claims`: each claim's `claim`, `effect`, `control` and `kit` (a value outside the
+    vocabulary "not stated"; none: [])."""
     v = (notes or {}).get("verdict")
     v = v if isinstance(v, Mapping) else {}
     out = {k: " ".join(str(v[k]).split()) if v.get(k) else "not stated" for k in VERDICT_KEYS}
@@ -898,8 +926,8 @@ FAILURE_FILE = "FAILED.json"
 
 
 def last_failure(experiment: str) -> dict | None:
-    """The newest failure record (`FAILURE_FILE`) of `experiment` under any profile's run folder, with `file` (where it
-    is, as `runs/...`); None when its last run did not fail. The kit's own."""
+    """The newest failure record (`FAILURE_FILE`) of `experiment` under any profile's run folder,
+    with `file` (where it is, as `runs/...`); None when its last run did not fail. The kit's own."""
     recs = []
     for f in runs_dir().glob(f"*/{experiment}/{FAILURE_FILE}"):
         try:
@@ -964,10 +992,10 @@ _RUN_SIZES = (("n_agents", "agents"), ("debate_rounds", "rounds"), ("rounds", "r
 
 
 def run_sizes(meta: Mapping) -> str:
-    """What the run behind a sidecar `meta` drew (the kit's own): `notes["run"]` (size -> value, what the figure
-    drew) when its notebook recorded it, else `notes["verdict"]["n"]` when the notebook stated it, else "config: "
-    and the items recorded per task and the sizes among its parameters; a size two parameters give differently (the
-    figure drew one of them) is left out."""
+    """What the run behind a sidecar `meta` drew (the kit's own): `notes["run"]` (size -> value,
+    what the figure drew) when its notebook recorded it, else `notes["verdict"]["n"]` when the
+    notebook stated it, else "config: " and the items recorded per task and the sizes among its
+    parameters; a size two parameters give differently (the figure drew one of them) is left out."""
     notes = meta.get("notes") or {}
     run = notes.get("run")
     if isinstance(run, Mapping) and run:
@@ -987,7 +1015,8 @@ def run_sizes(meta: Mapping) -> str:
 
 # %% ../nbs/study/06_report.ipynb #ffa5ed04
 def _files_of(paper: str, aid: str, meta: Mapping, extra: Sequence[str]) -> str:
-    "Links to an artefact's data file, tables and per-item results (and the extra tables named after it)."
+    """Links to an artefact's data file, tables and per-item results (and the extra tables named
+    after it)."""
     names = [f for f in meta.get("files", []) if not f.endswith((".png", ".pdf"))] + list(extra)
     links = " ".join(f"[{f}]({paper}/{f})" for f in dict.fromkeys(names))
     if "figure" in str(meta.get("_kind", "")) and not (meta.get("notes") or {}).get("data"):
@@ -996,7 +1025,8 @@ def _files_of(paper: str, aid: str, meta: Mapping, extra: Sequence[str]) -> str:
 
 
 def _extra_tables(paper: str, ids: Sequence[str]) -> dict[str, list[str]]:
-    "Tables in figures/<paper>/ that are no registry artefact, by the artefact whose id their name extends."
+    """Tables in figures/<paper>/ that are no registry artefact, by the artefact whose id their name
+    extends."""
     out: dict[str, list[str]] = {}
     for md in sorted((figures_dir() / paper).glob("*.md")):
         if md.stem in ids:
@@ -1007,7 +1037,8 @@ def _extra_tables(paper: str, ids: Sequence[str]) -> dict[str, list[str]]:
 
 # %% ../nbs/study/06_report.ipynb #fc51gal0
 def _gallery_figure(paper: str, aid: str, title: str, meta: Mapping, px: int) -> list[str]:
-    "One figure of the gallery: its heading, the image full width (linked to its PDF), its check and caption."
+    """One figure of the gallery: its heading, the image full width (linked to its PDF), its check
+    and caption."""
     notes = meta.get("notes") or {}
     probs = notes.get("layout_problems")
     check = ("layout not checked" if probs is None else
@@ -1027,8 +1058,9 @@ HOLM_INTERVALS = "Holm-compatible simultaneous intervals ("
 
 
 def interval_method_once(text: str) -> tuple[str, list[str]]:
-    """`text` with each `HOLM_INTERVALS` clause ("... intervals (<level>, <method>)", as 05d_compare writes it)
-    shortened to its level, and the methods it named (the kit's own: the gallery prints them once per section)."""
+    """`text` with each `HOLM_INTERVALS` clause ("... intervals (<level>, <method>)", as 05d_compare
+    writes it) shortened to its level, and the methods it named (the kit's own: the gallery prints
+    them once per section)."""
     out, methods, rest = [], [], text
     while HOLM_INTERVALS in rest:
         head, _, tail = rest.partition(HOLM_INTERVALS)
@@ -1046,17 +1078,18 @@ def interval_method_once(text: str) -> tuple[str, list[str]]:
 
 # %% ../nbs/study/06_report.ipynb #fc51clm02
 def claim_words(verdict: Mapping) -> list[str]:
-    """Each claim of a `read_verdict` result as the gallery and the index show it under the artefact's verdict
-    (the kit's own): "claim: effect (control)"."""
+    """Each claim of a `read_verdict` result as the gallery and the index show it under the
+    artefact's verdict (the kit's own): "claim: effect (control)"."""
     return [f"{c['claim']}: {c['effect']} ({c['control']})" for c in verdict.get("claims", [])]
 
 # %% ../nbs/study/06_report.ipynb #fc51gal1
 def write_gallery(registry: Mapping | None = None, path: Path | None = None,
                   thumb_px: int = 720) -> Path:
-    """Write figures/GALLERY.md, a reviewer's index (the kit's own): per paper a table of every registry artefact
-    (the paper's figure or table it stands for, effect shown, control, the paper's number beside the kit's from
-    `read_verdict`, what the run drew, links to its data file and tables, its status: what a GPU-only one needs),
-    then every regenerated figure full width (`thumb_px`, one per row, linked to its PDF) with its caption."""
+    """Write figures/GALLERY.md, a reviewer's index (the kit's own): per paper a table of every
+    registry artefact (the paper's figure or table it stands for, effect shown, control, the paper's
+    number beside the kit's from `read_verdict`, what the run drew, links to its data file and
+    tables, its status: what a GPU-only one needs), then every regenerated figure full width
+    (`thumb_px`, one per row, linked to its PDF) with its caption."""
     reg = registry or load_registry()
     exps = experiment_files(reg)
     lines = [
@@ -1110,7 +1143,8 @@ def write_gallery(registry: Mapping | None = None, path: Path | None = None,
 
 # %% ../nbs/study/06_report.ipynb #6a7fe6dd
 def index_table(registry: Mapping | None = None) -> pd.DataFrame:
-    "One row per registry artefact: paper, id, kind, title, notebook, experiment file, status, profile, commit, files, run (`run_sizes`)."
+    """One row per registry artefact: paper, id, kind, title, notebook, experiment file, status,
+    profile, commit, files, run (`run_sizes`)."""
     reg = registry or load_registry()
     exps = experiment_files(reg)
     rows = []
@@ -1129,7 +1163,8 @@ def index_table(registry: Mapping | None = None) -> pd.DataFrame:
 
 # %% ../nbs/study/06_report.ipynb #fcfd7602
 def write_index(registry: Mapping | None = None, path: Path | None = None) -> Path:
-    "Write figures/INDEX.md: every artefact of every paper, where it comes from, its profile and status."
+    """Write figures/INDEX.md: every artefact of every paper, where it comes from, its profile and
+    status."""
     reg = registry or load_registry()
     df = index_table(reg)
     lines = [

@@ -67,11 +67,12 @@ INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 
 
 def _logged_kernel(log_path: Path, experiment: str = "?", env: Mapping | None = None):
-    """A jupyter kernel manager whose kernel writes its own stdout/stderr (start-up warnings, C-level messages) to
-    `log_path`, not the terminal, and whose process is registered in `_KERNELS` until it has stopped. The kernel draws
-    with matplotlib's inline backend whatever `MPLBACKEND` says here (`make` exports Agg for its own processes), so
-    papermill's executed copy holds every figure (image/png outputs) as JupyterLab shows it. `env`: variables for
-    the kernel (where its run stages its outputs)."""
+    """A jupyter kernel manager whose kernel writes its own stdout/stderr (start-up warnings,
+    C-level messages) to `log_path`, not the terminal, and whose process is registered in `_KERNELS`
+    until it has stopped. The kernel draws with matplotlib's inline backend whatever `MPLBACKEND`
+    says here (`make` exports Agg for its own processes), so papermill's executed copy holds every
+    figure (image/png outputs) as JupyterLab shows it. `env`: variables for the kernel (where its
+    run stages its outputs)."""
     from jupyter_client.manager import AsyncKernelManager
 
     class LoggedKernelManager(AsyncKernelManager):
@@ -96,7 +97,8 @@ def _logged_kernel(log_path: Path, experiment: str = "?", env: Mapping | None = 
 
 # %% ../nbs/study/20b_reproduce.ipynb #fce61f38
 def _signal_group(pid: int, sig: int) -> None:
-    "Send `sig` to the kernel's process group (the kernel leads its own session), else to the kernel alone."
+    """Send `sig` to the kernel's process group (the kernel leads its own session), else to the
+    kernel alone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         try:
             os.killpg(pid, sig)
@@ -105,8 +107,8 @@ def _signal_group(pid: int, sig: int) -> None:
 
 # %% ../nbs/study/20b_reproduce.ipynb #99611779
 def stop_kernels(grace: float = 2.0, pids: Sequence[int] | None = None) -> list[int]:
-    """End every registered kernel within about 2 x `grace` seconds: SIGINT (the running cell cleans up), SIGTERM,
-    then SIGKILL of its process group. Returns the pids that had to be killed."""
+    """End every registered kernel within about 2 x `grace` seconds: SIGINT (the running cell cleans
+    up), SIGTERM, then SIGKILL of its process group. Returns the pids that had to be killed."""
     with _KERNELS_LOCK:
         pids = list(_KERNELS) if pids is None else list(pids)
     killed = []
@@ -131,7 +133,8 @@ def stop_kernels(grace: float = 2.0, pids: Sequence[int] | None = None) -> list[
 
 # %% ../nbs/study/20b_reproduce.ipynb #d02bbce8
 def remove_temporaries(folder: Path, since: float) -> list[Path]:
-    "Remove the hidden temporaries of `atomic_path` (`.<name>.*`) modified since `since` (a killed writer's leftovers)."
+    """Remove the hidden temporaries of `atomic_path` (`.<name>.*`) modified since `since` (a killed
+    writer's leftovers)."""
     gone = []
     for p in Path(folder).rglob(".*"):
         with contextlib.suppress(OSError):
@@ -142,7 +145,8 @@ def remove_temporaries(folder: Path, since: float) -> list[Path]:
 
 # %% ../nbs/study/20b_reproduce.ipynb #pmwarn2
 class _CheckedParameters(logging.Filter):
-    "Drop papermill's 'Passed unknown parameter' warnings: `validate_params` has checked every name. The kit's own."
+    """Drop papermill's 'Passed unknown parameter' warnings: `validate_params` has checked every
+    name. The kit's own."""
     def filter(self, record):
         return not record.getMessage().startswith("Passed unknown parameter")
 
@@ -167,11 +171,11 @@ def _kept(source: str) -> bool:
 
 # %% ../nbs/study/20b_reproduce.ipynb #8b43439e
 def experiment_notebook(path: str | os.PathLike) -> dict:
-    """The notebook at `path` as an experiment runs it (JSON): the code cells above the `parameters` cell that
-    are neither exports nor imports (the notebook's tests) blanked with `SKIPPED_TEST` (the kit's own). A notebook
-    without a cell tagged `parameters` is refused: papermill would put the params file's values above its first
-    cell, the notebook's own defaults would then replace them, and the run would report success for a study the
-    params file never configured."""
+    """The notebook at `path` as an experiment runs it (JSON): the code cells above the `parameters`
+    cell that are neither exports nor imports (the notebook's tests) blanked with `SKIPPED_TEST`
+    (the kit's own). A notebook without a cell tagged `parameters` is refused: papermill would put
+    the params file's values above its first cell, the notebook's own defaults would then replace
+    them, and the run would report success for a study the params file never configured."""
     nb = json.loads(Path(path).read_text(encoding="utf-8"))
     tags = [c.get("metadata", {}).get("tags", []) for c in nb["cells"]]
     at = next((i for i, t in enumerate(tags) if "parameters" in t or "parameters-part" in t), None)
@@ -204,7 +208,8 @@ class RunResult:
 
 # %% ../nbs/study/20b_reproduce.ipynb #ec14cca1
 def _failed_generations(run_dir: Path, since: float) -> int:
-    "Failed generations this run recorded (OpenAIBackend's failed_generations.jsonl, written since `since`)."
+    """Failed generations this run recorded (OpenAIBackend's failed_generations.jsonl, written since
+    `since`)."""
     f = run_dir / "failed_generations.jsonl"
     with contextlib.suppress(OSError):
         if f.stat().st_mtime >= since - 1:
@@ -213,7 +218,8 @@ def _failed_generations(run_dir: Path, since: float) -> int:
 
 # %% ../nbs/study/20b_reproduce.ipynb #de26b6cc
 def _serving_stats(run_dir: Path, since: float) -> dict | None:
-    "What the run's servers answered (OpenAIBackend's serving_stats.json, written since `since`): per model, requests and in flight."
+    """What the run's servers answered (OpenAIBackend's serving_stats.json, written since `since`):
+    per model, requests and in flight."""
     f = run_dir / "serving_stats.json"
     with contextlib.suppress(OSError, ValueError):
         if f.stat().st_mtime >= since - 1:
@@ -230,8 +236,9 @@ def _serving_stats(run_dir: Path, since: float) -> dict | None:
 def run_experiment(exp: Experiment, p: Mapping, log=print, overrides: Mapping | None = None,
                    replace_reference: bool = False) -> RunResult:
     """Execute the experiment's notebook with papermill in a staging folder beside the last good run
-    (`open_stage(run_folder(...))`: transcripts, figures, the executed copy, kernel.log with the kernel's own messages);
-    `promote` it when the notebook finished, else `record_failure` (the last good run stays in place)."""
+    (`open_stage(run_folder(...))`: transcripts, figures, the executed copy, kernel.log with the
+    kernel's own messages); `promote` it when the notebook finished, else `record_failure` (the last
+    good run stays in place)."""
     import papermill as pm
 
     final = run_folder(exp.id, p["profile"], overrides, replace_reference)
@@ -242,7 +249,8 @@ def run_experiment(exp: Experiment, p: Mapping, log=print, overrides: Mapping | 
         log(f"{exp.id}: run with overrides ({', '.join(f'{k}={v}' for k, v in result_overrides(overrides).items())}): "
             f"its outputs go to {shown_path(final)}, figures/ is left as it is (--replace-reference replaces it)"
             )
-    # the kernel runs in its notebook's folder: its outputs still go under this root, its files into the stage
+    # the kernel runs in its notebook's folder: its outputs still go under this root, its files into
+    # the stage
     env = {
         "MAD_STUDY_ROOT": str(project_root()),
         "MAD_STUDY_RUNS": str(runs_dir()),
@@ -254,7 +262,8 @@ def run_experiment(exp: Experiment, p: Mapping, log=print, overrides: Mapping | 
                 "overrides": result_overrides(overrides)
             }, default=str)
     }
-    # papermill keeps the kernel's stderr (kernel.log): the generation bar goes straight to the user's terminal
+    # papermill keeps the kernel's stderr (kernel.log): the generation bar goes straight to the
+    # user's terminal
     if "MAD_STUDY_PROGRESS_FILE" not in os.environ and sys.stderr.isatty():
         env["MAD_STUDY_PROGRESS_FILE"] = os.ttyname(sys.stderr.fileno())
     t = time.time()
@@ -305,7 +314,8 @@ def run_experiment(exp: Experiment, p: Mapping, log=print, overrides: Mapping | 
 # %% ../nbs/study/20b_reproduce.ipynb #53e3134d
 def run_order(merged: Sequence[tuple[Experiment, dict]],
               profile: str) -> list[tuple[Experiment, dict]]:
-    "Experiments sorted by their file's `expected_seconds[profile]`, longest first (stable: the rest keep registry order)."
+    """Experiments sorted by their file's `expected_seconds[profile]`, longest first (stable: the
+    rest keep registry order)."""
     def secs(ep):
         v = ep[0].spec.get("expected_seconds") or {}
         if not isinstance(v, Mapping):
@@ -317,7 +327,8 @@ def run_order(merged: Sequence[tuple[Experiment, dict]],
 
 # %% ../nbs/study/20b_reproduce.ipynb #after02
 def run_after(merged: Sequence[tuple[Experiment, dict]]) -> dict[str, set[str]]:
-    "Per experiment of this run, the experiments of this run it waits for (its file's `after:` list). The kit's own."
+    """Per experiment of this run, the experiments of this run it waits for (its file's `after:`
+    list). The kit's own."""
     ids = {e.id for e, _ in merged}
     out = {}
     for e, _ in merged:
@@ -331,7 +342,8 @@ def run_after(merged: Sequence[tuple[Experiment, dict]]) -> dict[str, set[str]]:
 # %% ../nbs/study/20b_reproduce.ipynb #35b9609a
 def _after_order(order: Sequence[tuple[Experiment, dict]],
                  after: Mapping[str, set[str]]) -> list[tuple[Experiment, dict]]:
-    "`order` with every experiment moved behind those it waits for (stable otherwise); a cycle is a `ConfigError`."
+    """`order` with every experiment moved behind those it waits for (stable otherwise); a cycle is
+    a `ConfigError`."""
     todo, placed, out = list(order), set(), []
     while todo:
         k = next((k for k, (e, _) in enumerate(todo) if after.get(e.id, set()) <= placed), None)
@@ -349,7 +361,8 @@ def _failed_note(r: RunResult) -> str:
 
 # %% ../nbs/study/20b_reproduce.ipynb #05caca82
 def _check_gpu(prof: Mapping, name: str, overrides: Mapping | None) -> None:
-    "A profile that `requires: {gpu: true}` needs a visible CUDA GPU, unless its models are served (`backend: openai`)."
+    """A profile that `requires: {gpu: true}` needs a visible CUDA GPU, unless its models are served
+    (`backend: openai`)."""
     served = dict(prof.get("params") or {}, **dict(overrides or {})).get("backend") == "openai"
     if (prof.get("requires")
             or {}).get("gpu") and not served:  # through servers, the GPUs are theirs
@@ -377,8 +390,9 @@ WAKE_S = (
 # %% ../nbs/study/20b_reproduce.ipynb #d6a0a1b2
 def _run_waiting(order, after: Mapping[str, set[str]], pool, run=None,
                  log=print) -> list[RunResult]:
-    """Submit each experiment of `order` to `pool` once those it waits for (`run_after`) have finished; one that waits
-    for a failed experiment is not run and its result says why. The kit's own."""
+    """Submit each experiment of `order` to `pool` once those it waits for (`run_after`) have
+    finished; one that waits for a failed experiment is not run and its result says why. The kit's
+    own."""
     from concurrent.futures import FIRST_COMPLETED, wait
 
     run = run or run_experiment
@@ -417,8 +431,9 @@ def _run_waiting(order, after: Mapping[str, set[str]], pool, run=None,
 # %% ../nbs/study/20b_reproduce.ipynb #cb38b7b4
 def _run_all(merged: Sequence[tuple[Experiment, dict]], name: str, jobs: int, log=print,
              run=None) -> list[RunResult]:
-    """Run the merged experiments in worker threads (`jobs` at once; the longest first with several, each after those it
-    waits for), logging each; on Ctrl-C stop the kernels; always rewrite the index."""
+    """Run the merged experiments in worker threads (`jobs` at once; the longest first with several,
+    each after those it waits for), logging each; on Ctrl-C stop the kernels; always rewrite the
+    index."""
     started = time.time()
     from concurrent.futures import ThreadPoolExecutor
 
@@ -456,7 +471,8 @@ def _serving_line(model: str, d: Mapping) -> str:
 
 # %% ../nbs/study/20b_reproduce.ipynb #afcf90b0
 def _report_serving(results: Sequence[RunResult], log=print) -> None:
-    "Log, per experiment that reached servers, what they answered and how many requests were in flight."
+    """Log, per experiment that reached servers, what they answered and how many requests were in
+    flight."""
     served = [r for r in results if r.serving]
     if served:
         log("served requests (retried: attempts repeated after a server error; failed: given up, not cached):"
@@ -467,7 +483,8 @@ def _report_serving(results: Sequence[RunResult], log=print) -> None:
 
 # %% ../nbs/study/20b_reproduce.ipynb #93d59543
 def _report_failures(results: Sequence[RunResult], log=print) -> None:
-    "Log the experiments with failed generations (and where they are listed) and the experiments that failed."
+    """Log the experiments with failed generations (and where they are listed) and the experiments
+    that failed."""
     partial = [r for r in results if r.failed_generations]
     if partial:
         log(f"{len(partial)} experiment(s) have failed generations (server errors after retries; not cached: run again to compute only those):"
@@ -488,8 +505,9 @@ def _report_failures(results: Sequence[RunResult], log=print) -> None:
 def reproduce(targets: Sequence[str] = ("all",), profile: str = "auto",
               overrides: Mapping | None = None, jobs: int = 1, log=print,
               replace_reference: bool = False) -> list[RunResult]:
-    """Validate every target first, then run them (continuing past failures) and rewrite figures/INDEX.md; print what
-    the profile changes in each. A run with `overrides` keeps figures/ as it is unless `replace_reference`."""
+    """Validate every target first, then run them (continuing past failures) and rewrite
+    figures/INDEX.md; print what the profile changes in each. A run with `overrides` keeps figures/
+    as it is unless `replace_reference`."""
     name = auto_profile() if profile == "auto" else profile
     prof = load_profile(name)
     _check_gpu(prof, name, overrides)

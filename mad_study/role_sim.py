@@ -68,8 +68,9 @@ class RoleSimBackend(SimBackend):
 # %% ../nbs/engine/04e_role_sim.ipynb #ecce02f3
 @patch
 def role_p(self: RoleSimBackend, item: Item, role: str | None) -> float:
-    """P(correct) of this agent alone in `role` on `item`: skill from `<modality>:<role>`, else `<role>`, else the
-    modality's, else the world's skill on the item's task (`task_skill`, 03b_sim), else `skill`."""
+    """P(correct) of this agent alone in `role` on `item`: skill from `<modality>:<role>`, else
+    `<role>`, else the modality's, else the world's skill on the item's task (`task_skill`,
+    03b_sim), else `skill`."""
     base = self.modality_skill.get(item.modality,
                                    self.agent.task_skill.get(item.task, self.agent.skill))
     s = (self.role_skill.get(f"{item.modality}:{role}", self.role_skill.get(role, base))
@@ -81,7 +82,8 @@ def role_p(self: RoleSimBackend, item: Item, role: str | None) -> float:
 # %% ../nbs/engine/04e_role_sim.ipynb #8f665655
 @patch
 def _independent(self: RoleSimBackend, item: Item, u: Sequence[float], bonus: float = 0.0) -> str:
-    "An answer on one's own; with probability `role_consistency` (the turn's `role` uniform below it) the agent's fixed answer for (role, item)."
+    """An answer on one's own; with probability `role_consistency` (the turn's `role` uniform below
+    it) the agent's fixed answer for (role, item)."""
     if (self._role is not None and self.role_consistency > 0 and bonus == 0.0
             and u[SLOTS["role"].start] < self.role_consistency):
         # the model's own fixed latent for (role, item): a property of the model, like its skill
@@ -92,14 +94,16 @@ def _independent(self: RoleSimBackend, item: Item, u: Sequence[float], bonus: fl
 @patch
 def decide(self: RoleSimBackend, item: Item, own: str | None, shown: Sequence[str], u,
            tags=None) -> str:
-    "The sim's debate turn; a Negative's first turn answers on its own (its role is to disagree, not to conform)."
+    """The sim's debate turn; a Negative's first turn answers on its own (its role is to disagree,
+    not to conform)."""
     if self._role == "negative" and own is None:
         return self._independent(item, u)
     return super(RoleSimBackend, self).decide(item, own, shown, u, tags)
 
 # %% ../nbs/engine/04e_role_sim.ipynb #6f21873f
 def _req_rng(b: SimBackend, req: GenRequest, tag: str):
-    "The request's draws for `tag` (verdict, review): keyed by (request seed, item, mechanism), never by the model's name or the prompt text (03b_sim's common random numbers)."
+    """The request's draws for `tag` (verdict, review): keyed by (request seed, item, mechanism),
+    never by the model's name or the prompt text (03b_sim's common random numbers)."""
     return rng_for("role-sim", tag, req.seed, req.meta["item"].id)
 
 # %% ../nbs/engine/04e_role_sim.ipynb #999ea1f5

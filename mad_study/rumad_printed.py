@@ -12,7 +12,8 @@ __all__ = ['PAPER_TAB2', 'PAPER_TAB3', 'PAPER_TAB4']
 
 # %% ../nbs/papers/rumad/13a_rumad_printed.ipynb #671fdc8f
 def _paper_tab2() -> pd.DataFrame:
-    "Table 2 (`fixtures/papers/rumad/paper_rumad_tab2.csv`): accuracy (%), tokens (k per task) and the printed cost saving (%)."
+    """Table 2 (`fixtures/papers/rumad/paper_rumad_tab2.csv`): accuracy (%), tokens (k per task) and
+    the printed cost saving (%)."""
     t = paper_table("rumad_tab2")
     return t.assign(accuracy_pct=t["accuracy_pct"].astype(int),
                     tokens_k=t["tokens_k"].astype(float),
@@ -22,11 +23,13 @@ def _paper_tab2() -> pd.DataFrame:
 PAPER_TAB2 = _paper_tab2()
 
 # %% ../nbs/papers/rumad/13a_rumad_printed.ipynb #r3tab3ex
-# Table 3 (`fixtures/papers/rumad/paper_rumad_tab3.csv`): accuracy (%) and tokens (k) per task and variant
+# Table 3 (`fixtures/papers/rumad/paper_rumad_tab3.csv`): accuracy (%) and tokens (k) per task and
+# variant
 PAPER_TAB3 = paper_table("rumad_tab3").astype({"accuracy_pct": float, "tokens_k": float})
 
 # %% ../nbs/papers/rumad/13a_rumad_printed.ipynb #r3tab4ex
-# Table 4 (`fixtures/papers/rumad/paper_rumad_tab4.csv`): accuracy (%) and tokens (k) per task, N and B
+# Table 4 (`fixtures/papers/rumad/paper_rumad_tab4.csv`): accuracy (%) and tokens (k) per task, N
+# and B
 PAPER_TAB4 = paper_table("rumad_tab4").astype({
     "agents": int,
     "B": float,

@@ -30,7 +30,8 @@ __all__ = ['ForcedDense', 'ShuffledObservation', 'AgreementGate', 'FixedTopology
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #bb2e1694
 class ForcedDense(RumadController):
-    "Control for RUMAD's saving: the controller's observation and policy as usual, but every agent speaks (no Eq. 4) and sees every peer as Critical (no Eq. 5 pruning)."
+    """Control for RUMAD's saving: the controller's observation and policy as usual, but every agent
+    speaks (no Eq. 4) and sees every peer as Critical (no Eq. 5 pruning)."""
     def decide(self, ctx: RoundContext) -> dict:
         d = super().decide(ctx)
         if not d.get("forced"):
@@ -46,7 +47,8 @@ class ForcedDense(RumadController):
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #4dbc417c
 class ShuffledObservation(RumadController):
-    "Control for RUMAD's observation (Eq. 1-2): the policy acts on the S that `donor` records (a deployed run) hold for another item, same thread and round."
+    """Control for RUMAD's observation (Eq. 1-2): the policy acts on the S that `donor` records (a
+    deployed run) hold for another item, same thread and round."""
     def __init__(self, policy: TopologyPolicy, embedder: Callable, donor: Mapping, lam: float = 0.5,
                  activation: bool = True, seed: Any = 0, name: str = "rumad", deploy: str = "mean"):
         super().__init__(policy, embedder, lam, False, activation, seed, name, deploy)
@@ -66,13 +68,15 @@ class ShuffledObservation(RumadController):
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #f0862354
 class AgreementGate:
-    """Hand-set reference rule on RUMAD's observation (not learned): everyone silent once >= k agents agree (S_ij > 0.6);
-    else everyone speaks and sees the `peers` agents of the largest answer clusters as Critical (all others when None)."""
+    """Hand-set reference rule on RUMAD's observation (not learned): everyone silent once >= k
+    agents agree (S_ij > 0.6); else everyone speaks and sees the `peers` agents of the largest
+    answer clusters as Critical (all others when None)."""
     def __init__(self, n: int, k: int, peers: int | None = None, agree: float = 0.6):
         self.n, self.k, self.peers, self.agree = int(n), int(k), peers, float(agree)
 
     def act(self, S: np.ndarray, rng=None) -> dict:
-        "The decision on S, in `TopologyPolicy.act`'s format (weights 0.9 / 0.05; no log-probability)."
+        """The decision on S, in `TopologyPolicy.act`'s format (weights 0.9 / 0.05; no
+        log-probability)."""
         # the size of each agent's answer cluster (itself included)
         sup = (np.asarray(S) > self.agree).sum(1)
         W = np.full((self.n, self.n), 0.05)
@@ -92,8 +96,9 @@ class AgreementGate:
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #f0e298e4
 class FixedTopology:
-    """A fixed topology as a RUMAD decision (the best-fixed-topology baseline; not learned, ignores S): the agents in
-    `speakers` speak every round, each seeing its `k` nearest ring neighbours as Critical; the others stay silent."""
+    """A fixed topology as a RUMAD decision (the best-fixed-topology baseline; not learned, ignores
+    S): the agents in `speakers` speak every round, each seeing its `k` nearest ring neighbours as
+    Critical; the others stay silent."""
     def __init__(self, n: int, speakers: Sequence[int], k: int):
         self.n, self.speakers, self.k = int(n), tuple(sorted(int(s) for s in speakers)), int(k)
         if not 0 <= self.k < self.n:
@@ -124,8 +129,9 @@ class FixedTopology:
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #f073a36b
 def fixed_family(n: int, B: float, n_models: int = 3) -> list[FixedTopology]:
-    """The searched family of fixed topologies (stated in the notebook): the first m = 0..n of the agents taken one per
-    model in turn (`rumad_agents` groups them by model), each seeing k in {0, 1, 2, 3, n-1} ring neighbours, m k <= B."""
+    """The searched family of fixed topologies (stated in the notebook): the first m = 0..n of the
+    agents taken one per model in turn (`rumad_agents` groups them by model), each seeing k in {0,
+    1, 2, 3, n-1} ring neighbours, m k <= B."""
     per = n // n_models if n % n_models == 0 else n
     order = [g * per + j for j in range(per) for g in range(n // per)]
     ks = sorted({k for k in (0, 1, 2, 3, n - 1) if k < n})
@@ -136,9 +142,10 @@ def fixed_family(n: int, B: float, n_models: int = 3) -> list[FixedTopology]:
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #d1754841
 @dataclass(frozen=True)
 class ToyDebate:
-    """The kit's test debate with a known optimum (issue 52), scored with RUMAD's rewards (Eq. 7-8, Table 5): `n`
-    agents, `rounds` debate rounds; speaking (Eq. 4) costs tokens and turns a wrong speaker who sees (Eq. 5) a right
-    peer right with probability `adopt`, so speaking helps only when the agents disagree."""
+    """The kit's test debate with a known optimum (issue 52), scored with RUMAD's rewards (Eq. 7-8,
+    Table 5): `n` agents, `rounds` debate rounds; speaking (Eq. 4) costs tokens and turns a wrong
+    speaker who sees (Eq. 5) a right peer right with probability `adopt`, so speaking helps only
+    when the agents disagree."""
 
     n: int = 5
     rounds: int = 3
@@ -152,7 +159,8 @@ class ToyDebate:
     noise: float = 0.3
 
     def start(self, rng: np.random.Generator) -> list[str]:
-        "Round 0's answers ('A' is right): all right with probability `p_agree`, else a random split."
+        """Round 0's answers ('A' is right): all right with probability `p_agree`, else a random
+        split."""
         if rng.random() < self.p_agree:
             return ["A"] * self.n
         while True:
@@ -167,7 +175,8 @@ class ToyDebate:
                                  "option")
 
     def step(self, answers, W, active, rng: np.random.Generator) -> tuple[list[str], int]:
-        "One debate round under weights `W` and speakers `active`: the new answers and the tokens spent."
+        """One debate round under weights `W` and speakers `active`: the new answers and the tokens
+        spent."""
         new, tokens = list(answers), 0
         for i in np.flatnonzero(active):
             seen = [j for j in range(self.n) if j != i and prompt_tier(W[i, j]) is not None]
@@ -179,8 +188,9 @@ class ToyDebate:
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #b7cab488
 def toy_episode(env: ToyDebate, decide: Callable, rng: np.random.Generator) -> dict:
-    """One `ToyDebate` under `decide` (S -> a decision in `TopologyPolicy.act`'s format; `active` when given, else Eq. 4
-    on `W`): steps, rewards (Eq. 7 per round, Eq. 8 at the last, Table 5), final correctness and tokens."""
+    """One `ToyDebate` under `decide` (S -> a decision in `TopologyPolicy.act`'s format; `active`
+    when given, else Eq. 4 on `W`): steps, rewards (Eq. 7 per round, Eq. 8 at the last, Table 5),
+    final correctness and tokens."""
     from mad_study.voting import majority_vote
 
     ans = env.start(rng)
@@ -216,10 +226,10 @@ def toy_episode(env: ToyDebate, decide: Callable, rng: np.random.Generator) -> d
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #abab6c6f
 def toy_evaluate(env: ToyDebate, decide: Callable, n: int = 1000, seed: int = 0,
                  shuffle: bool = False) -> dict:
-    """A policy on `n` seeded `ToyDebate` episodes (the same episodes for every policy): mean episode return (Eq. 7-8),
-    accuracy, tokens, visible links per decision (Eq. 5-6), and the mean speakers per decision in agreeing and
-    disagreeing states. `shuffle`: the control for
-    the observation (Eq. 1-2): the policy decides on the S of an independently drawn other state."""
+    """A policy on `n` seeded `ToyDebate` episodes (the same episodes for every policy): mean
+    episode return (Eq. 7-8), accuracy, tokens, visible links per decision (Eq. 5-6), and the mean
+    speakers per decision in agreeing and disagreeing states. `shuffle`: the control for the
+    observation (Eq. 1-2): the policy decides on the S of an independently drawn other state."""
     rng, other = np.random.default_rng(seed), np.random.default_rng([seed, 1])
     pick = (lambda S: env.observe(env.start(other), other)) if shuffle else (lambda S: S)
     eps = [toy_episode(env, lambda S: decide(pick(S)), rng) for _ in range(n)]
@@ -237,11 +247,12 @@ def toy_evaluate(env: ToyDebate, decide: Callable, n: int = 1000, seed: int = 0,
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #c0bca7b2
 def toy_references(env: ToyDebate, n: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """The reference policies of a `ToyDebate` (issue 52; RUMAD Sec. 4.1's baselines): everyone silent, full debate,
-    the best of `fixed_family` (by return on the same episodes) and two gate rules (everyone speaks unless all agree):
-    `gate, every peer` (`AgreementGate(n, n)`, the target for a speak head that shows every peer) and
-    `gate, least similar peer` (each speaker sees only its least similar peer in S, ties: the agents' order; the target
-    for Eq. 3's per-edge action, which can choose links)."""
+    """The reference policies of a `ToyDebate` (issue 52; RUMAD Sec. 4.1's baselines): everyone
+    silent, full debate, the best of `fixed_family` (by return on the same episodes) and two gate
+    rules (everyone speaks unless all agree): `gate, every peer` (`AgreementGate(n, n)`, the target
+    for a speak head that shows every peer) and `gate, least similar peer` (each speaker sees only
+    its least similar peer in S, ties: the agents' order; the target for Eq. 3's per-edge action,
+    which can choose links)."""
     everyone = FixedTopology(env.n, range(env.n), env.n - 1)
     fixed = {f.label: toy_evaluate(env, f.act, n, seed) for f in fixed_family(env.n, env.n**2, 1)}
     best = max(fixed, key=lambda k: fixed[k]["return"])
@@ -269,10 +280,11 @@ def toy_references(env: ToyDebate, n: int = 1000, seed: int = 0) -> pd.DataFrame
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #1a620a6a
 def train_toy_controller(env: ToyDebate, cfg: RumadConfig, head: str = "agent", seed: int = 0,
                          updates: int = 150, episodes: int = 32) -> tuple[nn.Module, pd.DataFrame]:
-    """Train a controller on `env` with RUMAD's clipped update and loss (Sec. 3.6, Eq. 9-11, Table 6 settings in `cfg`; Eq. 6 in
-    `cfg.budget_reading`): `head="edge"` is Eq. 3's per-edge action, `"agent"` the kit's `SpeakerPolicy`. Returns the
-    policy and a per-update log (mean episode return and tokens of the rollout, sigma, clip fraction, the budget
-    loss `loss_budget`: Eq. 6 in `cfg.budget_reading`, mean over the minibatches)."""
+    """Train a controller on `env` with RUMAD's clipped update and loss (Sec. 3.6, Eq. 9-11, Table 6
+    settings in `cfg`; Eq. 6 in `cfg.budget_reading`): `head="edge"` is Eq. 3's per-edge action,
+    `"agent"` the kit's `SpeakerPolicy`. Returns the policy and a per-update log (mean episode
+    return and tokens of the rollout, sigma, clip fraction, the budget loss `loss_budget`: Eq. 6 in
+    `cfg.budget_reading`, mean over the minibatches)."""
     if head not in HEADS:
         raise ConfigError("unknown controller head", key="head", value=head, choices=HEADS)
     if env.n != cfg.n_agents:
@@ -304,9 +316,10 @@ def train_toy_controller(env: ToyDebate, cfg: RumadConfig, head: str = "agent", 
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #087337d1
 def deploy_decision(policy: nn.Module, rule: str = "p_speak") -> Callable:
-    """The deployed controller as S -> decision: the mean action (RUMAD Sec. 3.6), and who speaks by `rule`:
-    `"p_speak"`, P(speak) >= 0.5 under the trained distribution (`speak_probability`, the kit's), or `"mean"`, Eq. 4 on
-    the mean weights (the paper's). For the speak head the two are the same."""
+    """The deployed controller as S -> decision: the mean action (RUMAD Sec. 3.6), and who speaks by
+    `rule`: `"p_speak"`, P(speak) >= 0.5 under the trained distribution (`speak_probability`, the
+    kit's), or `"mean"`, Eq. 4 on the mean weights (the paper's). For the speak head the two are the
+    same."""
     if rule not in DEPLOY_RULES:
         raise ConfigError("unknown deployment rule", key="deploy", value=rule, choices=DEPLOY_RULES)
 
@@ -322,7 +335,8 @@ def deploy_decision(policy: nn.Module, rule: str = "p_speak") -> Callable:
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #a14e8447
 def rumad_agents(models: Sequence[str], n_agents: int) -> list[Agent]:
-    "RUMAD's debaters: N agents, the same number of each model in `models` (paper: two each of Llama-3.1-8B, GLM-4-9B, DeepSeek-Math-7B), grouped by model."
+    """RUMAD's debaters: N agents, the same number of each model in `models` (paper: two each of
+    Llama-3.1-8B, GLM-4-9B, DeepSeek-Math-7B), grouped by model."""
     if n_agents % len(models):
         raise ConfigError(f"{n_agents} agents cannot be split evenly over {len(models)} models",
                           key="n_agents")
@@ -332,9 +346,10 @@ def rumad_agents(models: Sequence[str], n_agents: int) -> list[Agent]:
 def training_meta(models: Sequence[str], train_task: str, seed: int, embedder: str, prompt: str,
                   max_new_tokens: int, source: str = "fixture", sim_agents: Mapping | None = None,
                   sim_off: Sequence[str] = ()) -> dict:
-    """Everything besides `RumadConfig` that shapes a training run (stored in a checkpoint; a different value means
-    retrain). `sim_off`: the sim mechanisms switched off (03b_sim `MECHANISMS`); the agents are stored as they ran, those
-    mechanisms' fields at their neutral values, so a world that differs only there does not retrain them."""
+    """Everything besides `RumadConfig` that shapes a training run (stored in a checkpoint; a
+    different value means retrain). `sim_off`: the sim mechanisms switched off (03b_sim
+    `MECHANISMS`); the agents are stored as they ran, those mechanisms' fields at their neutral
+    values, so a world that differs only there does not retrain them."""
     from mad_study.sim import MECHANISMS, check_off
 
     neutral = {k: v for m in check_off(sim_off) for k, v in MECHANISMS[m]["neutral"].items()}
@@ -361,7 +376,8 @@ _NOT_PARAMS = ("log", "train_seconds")
 
 
 def checkpoint_mismatch(path: str | Path, cfg: RumadConfig, meta: Mapping) -> str | None:
-    "None when the checkpoint at `path` was trained with `cfg` and `meta`, else why not (missing file, the differing keys)."
+    """None when the checkpoint at `path` was trained with `cfg` and `meta`, else why not (missing
+    file, the differing keys)."""
     path = Path(path)
     if not path.exists():
         return f"no checkpoint {path.name}"
@@ -377,8 +393,9 @@ def checkpoint_mismatch(path: str | Path, cfg: RumadConfig, meta: Mapping) -> st
 def rumad_checkpoint(path: str | Path, cfg: RumadConfig, meta: Mapping, train: Callable[[], tuple],
                      may_train: bool = True,
                      log: Callable = print) -> tuple[TopologyPolicy, pd.DataFrame, str]:
-    """Load the controller at `path` if its stored training parameters equal (`cfg`, `meta`); otherwise call `train()`
-    (-> policy, log DataFrame), save it there with `meta` and the log, and return it. Returns (policy, log, 'loaded'|'trained')."""
+    """Load the controller at `path` if its stored training parameters equal (`cfg`, `meta`);
+    otherwise call `train()` (-> policy, log DataFrame), save it there with `meta` and the log, and
+    return it. Returns (policy, log, 'loaded'|'trained')."""
     why = checkpoint_mismatch(path, cfg, meta)
     if why is None:
         pol, _, m = load_controller(path)
@@ -404,7 +421,8 @@ from .registry import QUESTION_TOKENS
 
 
 def _debates_cost(n_debates: int, n_agents: int, rounds: int, mnt: int) -> dict:
-    "Upper bounds for `n_debates` fully connected debates: every agent speaks every round and sees every peer in full."
+    """Upper bounds for `n_debates` fully connected debates: every agent speaks every round and sees
+    every peer in full."""
     gens = n_debates * n_agents * (rounds + 1)
     per_agent_prompt = QUESTION_TOKENS * (rounds + 1) + (n_agents - 1) * mnt * rounds
     return {
@@ -416,8 +434,9 @@ def _debates_cost(n_debates: int, n_agents: int, rounds: int, mnt: int) -> dict:
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #daa2edd4
 @planner("rumad_all")
 def plan_rumad(p: Mapping) -> dict:
-    """rumad_all: evaluation debates (Tables 2-4, Figs. 1 and 3; with `baselines` the best-fixed-topology search over
-    `fixed_search_items` training items and two more Table 2 rows) plus the PPO training of every controller (upper bounds)."""
+    """rumad_all: evaluation debates (Tables 2-4, Figs. 1 and 3; with `baselines` the
+    best-fixed-topology search over `fixed_search_items` training items and two more Table 2 rows)
+    plus the PPO training of every controller (upper bounds)."""
     n, R, mnt = (int(p.get("n_items") or 0), int(p.get("debate_rounds")
                                                  or 5), int(p.get("max_new_tokens") or 512))
     N, tasks = int(p.get("n_agents") or 6), p.get("tasks") or []

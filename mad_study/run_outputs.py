@@ -28,7 +28,8 @@ from .cache import pid_alive
 # %% ../nbs/study/20a_run_outputs.ipynb #c433891a
 def set_aside(folder: Path, why: str = "a newer run of this experiment replaced them",
               older_than: float | None = None) -> Path | None:
-    "Move the files (not the sub-folders) of a run folder into `.previous/<UTC time>/` with a note; the new folder (None: nothing to move)."
+    """Move the files (not the sub-folders) of a run folder into `.previous/<UTC time>/` with a
+    note; the new folder (None: nothing to move)."""
     files = [f for f in Path(folder).glob("*") if f.is_file()] if Path(folder).is_dir() else []
     if older_than is not None:  # files this run wrote in place stay
         files = [f for f in files if f.stat().st_mtime < older_than]
@@ -50,8 +51,8 @@ def set_aside(folder: Path, why: str = "a newer run of this experiment replaced 
 
 # %% ../nbs/study/20a_run_outputs.ipynb #f82261a9
 def shown_path(path: Path) -> str:
-    """`path` as a user reads it: under runs/ or the project root when it is there, else whole (the run's messages and
-    `compare`'s warnings name files so). The kit's own."""
+    """`path` as a user reads it: under runs/ or the project root when it is there, else whole (the
+    run's messages and `compare`'s warnings name files so). The kit's own."""
     path = Path(path)
     for base, name in ((runs_dir(), "runs"), (project_root(), None)):
         if path.is_relative_to(base):
@@ -75,9 +76,9 @@ def result_overrides(overrides: Mapping | None) -> dict:
 # %% ../nbs/study/20a_run_outputs.ipynb #0b9894b5
 def run_folder(experiment: str, profile: str, overrides: Mapping | None = None,
                replace_reference: bool = False) -> Path:
-    """Where a run's outputs stay: `runs/<profile>/<experiment>/`; a run with `-p` overrides goes to its own folder
-    `runs/<profile>/<experiment>@<key=value,...>/` (with its figures under `figures/` there) unless it replaces the
-    reference (`--replace-reference`). The kit's own."""
+    """Where a run's outputs stay: `runs/<profile>/<experiment>/`; a run with `-p` overrides goes to
+    its own folder `runs/<profile>/<experiment>@<key=value,...>/` (with its figures under `figures/`
+    there) unless it replaces the reference (`--replace-reference`). The kit's own."""
     overrides = result_overrides(overrides)
     if not overrides or replace_reference:
         return runs_dir() / profile / experiment
@@ -89,9 +90,11 @@ def run_folder(experiment: str, profile: str, overrides: Mapping | None = None,
 
 # %% ../nbs/study/20a_run_outputs.ipynb #1b76cf2d
 def promote(stage: Path, final: Path, figures: Path, started: float | None = None) -> Path | None:
-    """Make a finished run the current one: the last run's files in `final` move aside (`set_aside`), the staged files
-    and sub-folders move into `final` and the staged `figures/` into `figures` (file by file, each an atomic rename);
-    the staging folder is removed. A file a notebook wrote straight into `final` since `started` stays. Returns where the last run's files went (None: there were none). The kit's own."""
+    """Make a finished run the current one: the last run's files in `final` move aside
+    (`set_aside`), the staged files and sub-folders move into `final` and the staged `figures/` into
+    `figures` (file by file, each an atomic rename); the staging folder is removed. A file a
+    notebook wrote straight into `final` since `started` stays. Returns where the last run's files
+    went (None: there were none). The kit's own."""
     stage, final, figures = Path(stage), Path(final), Path(figures)
     moved = set_aside(final, "a newer run of this experiment finished", older_than=started)
     for f in sorted(p for p in stage.rglob("*") if p.is_file()):
@@ -104,9 +107,9 @@ def promote(stage: Path, final: Path, figures: Path, started: float | None = Non
 
 # %% ../nbs/study/20a_run_outputs.ipynb #2f3e0a8d
 def record_failure(stage: Path, final: Path, record: Mapping) -> Path:
-    """Keep a failed run's staged files under `final/.failed/<UTC time>/` (hidden: never compared or cited) and write
-    `final/FAILED.json` (`report.FAILURE_FILE`): `record` plus when and where the attempt is kept. The last good run's
-    files in `final` are not touched. The kit's own."""
+    """Keep a failed run's staged files under `final/.failed/<UTC time>/` (hidden: never compared or
+    cited) and write `final/FAILED.json` (`report.FAILURE_FILE`): `record` plus when and where the
+    attempt is kept. The last good run's files in `final` are not touched. The kit's own."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     kept = Path(final) / ".failed" / stamp
     k = 1
@@ -126,8 +129,8 @@ def record_failure(stage: Path, final: Path, record: Mapping) -> Path:
 
 # %% ../nbs/study/20a_run_outputs.ipynb #fx54lr01
 def last_run_files(final: Path) -> list[Path]:
-    """The files of the last finished run in the run folder `final` (its own files, not sub-folders, hidden files or
-    `FAILED.json`): what a failed run leaves in place. The kit's own."""
+    """The files of the last finished run in the run folder `final` (its own files, not sub-folders,
+    hidden files or `FAILED.json`): what a failed run leaves in place. The kit's own."""
     if not Path(final).is_dir():
         return []
     return sorted(f for f in Path(final).iterdir()
@@ -135,10 +138,11 @@ def last_run_files(final: Path) -> list[Path]:
 
 # %% ../nbs/study/20a_run_outputs.ipynb #1713065d
 def open_stage(final: Path) -> Path:
-    """A new staging folder of this process beside the last good run, `final/.staging-<pid>-<n>/` (two processes that
-    run one experiment at once never share one). A killed run's staging folder goes, but its sub-folders (a training
-    state under `checkpoints/`, what a run resumes from) move into the new one; the last good run's sub-folders are
-    linked in file by file (hard links: no copy). The kit's own."""
+    """A new staging folder of this process beside the last good run, `final/.staging-<pid>-<n>/`
+    (two processes that run one experiment at once never share one). A killed run's staging folder
+    goes, but its sub-folders (a training state under `checkpoints/`, what a run resumes from) move
+    into the new one; the last good run's sub-folders are linked in file by file (hard links: no
+    copy). The kit's own."""
     final = Path(final)
     final.mkdir(parents=True, exist_ok=True)
     stage = final / f".staging-{os.getpid()}-{time.time_ns() % 10**9}"

@@ -49,9 +49,9 @@ ISOLATION_MODES = ("auto", "bwrap", "none")
 
 @dataclass
 class SandboxResult:
-    """What a sandboxed program did: `status` in SANDBOX_STATUSES (decided by the kit), its captured output with terminal
-    control removed (`stdout`, `stderr`: what transcripts show), the same escaped (`stdout_raw`, `stderr_raw`: the raw
-    log), the mode that ran and its layers."""
+    """What a sandboxed program did: `status` in SANDBOX_STATUSES (decided by the kit), its captured
+    output with terminal control removed (`stdout`, `stderr`: what transcripts show), the same
+    escaped (`stdout_raw`, `stderr_raw`: the raw log), the mode that ran and its layers."""
 
     status: str
     stdout: str
@@ -69,7 +69,8 @@ class SandboxResult:
 
     @property
     def error(self) -> str | None:
-        "One line for a transcript: the status and the last line of stderr (None when the program succeeded)."
+        """One line for a transcript: the status and the last line of stderr (None when the program
+        succeeded)."""
         if self.ok:
             return None
         lines = self.stderr.strip().splitlines()
@@ -77,12 +78,14 @@ class SandboxResult:
 
     @property
     def sandbox(self) -> str:
-        "The mode and its layers in one string for a log: `bwrap:userns,pidns,...` or `none:rlimits,...`."
+        """The mode and its layers in one string for a log: `bwrap:userns,pidns,...` or
+        `none:rlimits,...`."""
         return f"{self.mode}:{','.join(self.layers)}"
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #b97928b4
 class SandboxUnavailable(ConfigError):
-    "No OS isolation here, and the caller did not opt in (isolation='none') to running model-written code without it."
+    """No OS isolation here, and the caller did not opt in (isolation='none') to running
+    model-written code without it."""
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #d7c97a5b
 # CSI, OSC, DCS/SOS/PM/APC strings and two-byte escapes (ECMA-48); then single control characters
@@ -100,8 +103,9 @@ def clean_text(s: str) -> str:
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #cef62051
 def escape_text(s: str) -> str:
-    """The raw log of a program's output: nothing removed, every control character (and the backslash) escaped as
-    `\\xNN` / `\\uNNNN` / `\\\\`, so the log can be read in a terminal and still says exactly what the program wrote."""
+    """The raw log of a program's output: nothing removed, every control character (and the
+    backslash) escaped as `\\xNN` / `\\uNNNN` / `\\\\`, so the log can be read in a terminal and
+    still says exactly what the program wrote."""
     return _RAW.sub(
         lambda m: ("\\\\" if m.group() == "\\" else repr(m.group())[1:-1]
                    if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}"), s)
@@ -115,7 +119,8 @@ _SYSTEM_PREFIXES = ("/", "/usr", "/usr/local")
 
 
 def find_bwrap() -> str | None:
-    "The bubblewrap executable: `$MAD_STUDY_BWRAP`, else `bwrap` on PATH, else /usr/bin/bwrap; None if there is none."
+    """The bubblewrap executable: `$MAD_STUDY_BWRAP`, else `bwrap` on PATH, else /usr/bin/bwrap;
+    None if there is none."""
     for p in (os.environ.get("MAD_STUDY_BWRAP"), shutil.which("bwrap"), "/usr/bin/bwrap"):
         if p and os.path.isfile(p) and os.access(p, os.X_OK):
             return p
@@ -123,9 +128,9 @@ def find_bwrap() -> str | None:
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #e03147bd
 def site_folders() -> tuple[str, ...]:
-    """This environment's site-packages folders (real paths). The child runs with `-S` and puts just these on its path:
-    no `.pth` file is run (an editable install's finder alone took ~25 ms of each start-up here, for a checkout the
-    sandbox does not show anyway)."""
+    """This environment's site-packages folders (real paths). The child runs with `-S` and puts just
+    these on its path: no `.pth` file is run (an editable install's finder alone took ~25 ms of each
+    start-up here, for a checkout the sandbox does not show anyway)."""
     import site
 
     return tuple(
@@ -178,8 +183,8 @@ def _parents(p: str) -> list[str]:
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #881d9ff0
 def _child_env(home: str) -> dict[str, str]:
-    """The program's environment. MALLOC_ARENA_MAX=2: glibc reserves 64 MiB of address space for each thread's arena,
-    so under RLIMIT_AS=1 GiB only 14 threads started (issue 36)."""
+    """The program's environment. MALLOC_ARENA_MAX=2: glibc reserves 64 MiB of address space for
+    each thread's arena, so under RLIMIT_AS=1 GiB only 14 threads started (issue 36)."""
     return {
         "PATH": "/usr/bin:/bin",
         "HOME": home,
@@ -224,7 +229,8 @@ DENIED_SYSCALLS = (
     "shmat",
     "msgget",
     "msgsnd",
-    # memory outside RLIMIT_AS; vmsplice: one pipe slot pins a whole (2 MiB huge) page the program then unmaps
+    # memory outside RLIMIT_AS; vmsplice: one pipe slot pins a whole (2 MiB huge) page the program
+    # then unmaps
     "vmsplice",
     "kexec_load",
     "kexec_file_load",
@@ -258,8 +264,9 @@ CLONE_NAMESPACE_FLAGS = {
 
 
 def _seccomp_binding():
-    """libseccomp's Python binding: its own (`seccomp`, Debian's python3-seccomp) where installed, else `pyseccomp`
-    (PyPI: the same API over the system's libseccomp.so.2 through ctypes); (module, None) or (None, why not)."""
+    """libseccomp's Python binding: its own (`seccomp`, Debian's python3-seccomp) where installed,
+    else `pyseccomp` (PyPI: the same API over the system's libseccomp.so.2 through ctypes); (module,
+    None) or (None, why not)."""
     why = []
     for name in ("seccomp", "pyseccomp"):
         try:
@@ -386,8 +393,8 @@ def _cgroup_home() -> tuple[str, dict[str, str]] | None:
 # %% ../nbs/sandbox/04d_sandbox.ipynb #838caf3a
 @functools.lru_cache(maxsize=1)
 def _sweep_cgroups() -> int:
-    """Once per process: remove the empty cgroups a killed kit process left (`mad-sandbox-<pid>-...` of a pid that is
-    gone); their processes died with their sandboxes. Returns how many."""
+    """Once per process: remove the empty cgroups a killed kit process left (`mad-sandbox-<pid>-...`
+    of a pid that is gone); their processes died with their sandboxes. Returns how many."""
     home, n = _cgroup_home(), 0
     for d in home[1].values() if home else ():
         try:
@@ -407,7 +414,8 @@ def _sweep_cgroups() -> int:
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #55a11424
 class _CgroupReadings:
-    "What the kernel counts for a sandbox's cgroup (the base of `SandboxCgroup`): OOM kills, CPU time, peak memory."
+    """What the kernel counts for a sandbox's cgroup (the base of `SandboxCgroup`): OOM kills, CPU
+    time, peak memory."""
     @staticmethod
     def _set(d: str, key: str, value: int, must: bool = True) -> None:
         try:
@@ -418,7 +426,8 @@ class _CgroupReadings:
                 raise
 
     def oom(self) -> bool:
-        "Whether the kernel's OOM killer killed a process of this cgroup (v1 memory.oom_control, v2 memory.events)."
+        """Whether the kernel's OOM killer killed a process of this cgroup (v1 memory.oom_control,
+        v2 memory.events)."""
         try:
             text = _read_text(
                 os.path.join(self.dirs[0],
@@ -429,7 +438,8 @@ class _CgroupReadings:
             return False
 
     def cpu_seconds(self) -> float | None:
-        "CPU time used by all of its processes (v2 cpu.stat, v1 cpuacct.usage), None where not accounted."
+        """CPU time used by all of its processes (v2 cpu.stat, v1 cpuacct.usage), None where not
+        accounted."""
         try:
             if self.kind == "v2":
                 return (int(
@@ -571,11 +581,12 @@ def _module_file() -> str:
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #2900cebf
 def _launcher_main(sock_fd: int) -> None:
-    """The launcher's loop. It is a small interpreter of its own, started once per kit process (`_launch`): for each
-    request it forks (cheap in a small process; in a kit process holding torch a fork with work between fork and exec
-    took 65 ms here, against 1 ms for the vfork `subprocess` uses otherwise), does the set-up between fork and exec
-    (join the cgroup, make the private mount view, become uid nobody) and executes bwrap; it replies with the pid.
-    Descriptors come with the request (SCM_RIGHTS); `@FDi@` in the command line is the i-th passed descriptor."""
+    """The launcher's loop. It is a small interpreter of its own, started once per kit process
+    (`_launch`): for each request it forks (cheap in a small process; in a kit process holding torch
+    a fork with work between fork and exec took 65 ms here, against 1 ms for the vfork `subprocess`
+    uses otherwise), does the set-up between fork and exec (join the cgroup, make the private mount
+    view, become uid nobody) and executes bwrap; it replies with the pid. Descriptors come with the
+    request (SCM_RIGHTS); `@FDi@` in the command line is the i-th passed descriptor."""
     import socket as sk
 
     sock = sk.socket(fileno=sock_fd)
@@ -705,7 +716,8 @@ def _stop_launcher() -> None:
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #963ec96b
 class _Launched:
-    "A process the launcher started, seen through a pidfd: what `_collect`, `_reap` and `_kill_tree` use of a Popen."
+    """A process the launcher started, seen through a pidfd: what `_collect`, `_reap` and
+    `_kill_tree` use of a Popen."""
     def __init__(self, pid: int, stdout, stderr):
         self.pid, self.stdout, self.stderr, self.returncode, self._done = (pid, stdout, stderr,
                                                                            None, False)
@@ -716,7 +728,8 @@ class _Launched:
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #e5b28c12
 def _binds(paths: tuple[str, ...]) -> list[str]:
-    "What the sandbox binds from the host: the shared libraries, the loader's cache and the interpreter's `paths`."
+    """What the sandbox binds from the host: the shared libraries, the loader's cache and the
+    interpreter's `paths`."""
     return [
         d for d in ("/usr/lib", "/usr/lib64", "/usr/lib32", "/lib", "/lib64", "/lib32",
                     "/etc/ld.so.cache", *paths) if os.path.lexists(d)
@@ -862,9 +875,9 @@ except MemoryError:
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #89280578
 def _limits(memory_mb: int, cpu_seconds: int, fsize_mb: int, nproc: int | None) -> dict:
-    """The rlimits the runner sets (soft = hard, so the program cannot raise them). RLIMIT_NPROC only under bwrap, where it
-    counts the sandbox's own processes (its user namespace) or the host's uid nobody (root); unisolated it would count
-    all of the caller's processes."""
+    """The rlimits the runner sets (soft = hard, so the program cannot raise them). RLIMIT_NPROC
+    only under bwrap, where it counts the sandbox's own processes (its user namespace) or the host's
+    uid nobody (root); unisolated it would count all of the caller's processes."""
     mem = int(memory_mb) * 2**20
     lim = {
         "RLIMIT_AS": (mem, mem),
@@ -930,9 +943,9 @@ def _tree_pids(pid: int) -> list[int]:
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #83c93b58
 def _tree_bytes(pid: int) -> int:
-    """The anonymous and shared memory (`Pss_Anon` + `Pss_Shmem` of smaps_rollup, proc(5); all of `Pss`
-    on older kernels without them) of `pid` and every process below it, in bytes; a process gone meanwhile
-    counts 0."""
+    """The anonymous and shared memory (`Pss_Anon` + `Pss_Shmem` of smaps_rollup, proc(5); all of
+    `Pss` on older kernels without them) of `pid` and every process below it, in bytes; a process
+    gone meanwhile counts 0."""
     total = 0
     for p in _tree_pids(pid):
         try:
@@ -951,10 +964,10 @@ def _tree_bytes(pid: int) -> int:
 # %% ../nbs/sandbox/04d_sandbox.ipynb #9b2938e6
 def _collect(proc: subprocess.Popen, timeout: float, max_output: int,
              watch=None) -> tuple[bytes, bytes, str | None]:
-    """Read the child's stdout and stderr in chunks until both close, the deadline passes (-> 'timeout'), stdout
-    exceeds `max_output` bytes or stderr four times that (-> 'output'), or `watch()` says True (-> 'memory', asked
-    every 0.1 s until the child exits); then reap it (`_reap`). Memory stays bounded: stdout up to max_output + a
-    chunk, stderr's tail."""
+    """Read the child's stdout and stderr in chunks until both close, the deadline passes (->
+    'timeout'), stdout exceeds `max_output` bytes or stderr four times that (-> 'output'), or
+    `watch()` says True (-> 'memory', asked every 0.1 s until the child exits); then reap it
+    (`_reap`). Memory stays bounded: stdout up to max_output + a chunk, stderr's tail."""
     sel = selectors.DefaultSelector()
     for f in (proc.stdout, proc.stderr):
         os.set_blocking(f.fileno(), False)
@@ -1007,10 +1020,11 @@ def _collect(proc: subprocess.Popen, timeout: float, max_output: int,
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #cfd1d754
 def _reap(proc, until: float) -> bool:
-    """Wait for the child until `until` (monotonic); True once it has exited. A child of ours is reaped with wait4(2):
-    `returncode` and its CPU seconds (`_cpu`: its own and its reaped descendants'; in `isolation='none'` the program's;
-    bwrap exits without reaping its init, so there the cgroup counts). A process the launcher started is watched
-    through its pidfd. The kit checks the CPU limit itself, not from an exit code a program can choose."""
+    """Wait for the child until `until` (monotonic); True once it has exited. A child of ours is
+    reaped with wait4(2): `returncode` and its CPU seconds (`_cpu`: its own and its reaped
+    descendants'; in `isolation='none'` the program's; bwrap exits without reaping its init, so
+    there the cgroup counts). A process the launcher started is watched through its pidfd. The kit
+    checks the CPU limit itself, not from an exit code a program can choose."""
     if getattr(proc, "_done", False):
         return True
     while True:
@@ -1038,10 +1052,10 @@ def _reap(proc, until: float) -> bool:
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #484b04d5
 def _kill_tree(proc, group_may_outlive: bool) -> None:
-    """SIGKILL what we started: bwrap, whose PID namespace dies with it (its init has bwrap's parent-death signal),
-    every descendant included (through the pidfd where the launcher started it), or the unisolated child and its
-    process group; wait for it and close the pipes. Once bwrap has exited its namespace is gone too, and its pid may
-    be anyone's: then nothing is signalled."""
+    """SIGKILL what we started: bwrap, whose PID namespace dies with it (its init has bwrap's
+    parent-death signal), every descendant included (through the pidfd where the launcher started
+    it), or the unisolated child and its process group; wait for it and close the pipes. Once bwrap
+    has exited its namespace is gone too, and its pid may be anyone's: then nothing is signalled."""
     if not getattr(proc, "_done", False) or group_may_outlive:
         try:
             if isinstance(proc, _Launched):
@@ -1062,7 +1076,8 @@ MEMORY_EXIT = 86  # the runner's exit code for a MemoryError the program did not
 
 
 def _memfd(name: str, data: bytes) -> int:
-    "A descriptor holding `data`, read from the start (a memfd; a deleted temporary file where there is none)."
+    """A descriptor holding `data`, read from the start (a memfd; a deleted temporary file where
+    there is none)."""
     fd = (os.memfd_create(name)
           if hasattr(os, "memfd_create") else tempfile.TemporaryFile().detach().fileno())
     while data:
@@ -1086,7 +1101,8 @@ def _read_all(fd: int) -> bytes:
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #36753810
 def _bwrap_status(raw: bytes) -> int | None:
-    "The program's exit code from bwrap's --json-status-fd (one JSON object a line; 128 + n for signal n), or None."
+    """The program's exit code from bwrap's --json-status-fd (one JSON object a line; 128 + n for
+    signal n), or None."""
     code = None
     for line in raw.decode("utf-8", "replace").splitlines():
         try:
@@ -1203,7 +1219,8 @@ class _Evidence:
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #412f44b2
 def _result(proc, out: bytes, err: bytes, why, seen: _Evidence) -> SandboxResult:
-    "The kit's status of a finished run (never from the program's text) and its cleaned and escaped output."
+    """The kit's status of a finished run (never from the program's text) and its cleaned and
+    escaped output."""
     mode, cg, max_output = seen.spec.mode, seen.cg, seen.spec.limits.max_output
     started = _read_all(seen.mark_r) == b"1"
     rc = proc.returncode
@@ -1313,12 +1330,13 @@ def _execute(code: str, spec: _RunSpec) -> SandboxResult:
 # %% ../nbs/sandbox/04d_sandbox.ipynb #148ea4d3
 def _status(why: str | None, started: bool, rc: int | None, oom: bool, cpu: float | None,
             cpu_limit: float, mode: str) -> str:
-    """The status, from what the kit saw, never from the program's text (issue 36): its own reader and clock (`why`:
-    'output', 'timeout'), whether the runner started (a byte on a pipe, written before the program runs: else
-    'setup'), the cgroup's OOM kills ('memory'), the exit code (bwrap's --json-status-fd: 128 + n for signal n) with
-    the CPU time used (`cpu`: the cgroup's count or `wait4`'s; without either, the wall clock times the CPUs: an upper
-    bound) -- a CPU-limit signal once the limit was used is 'timeout' -- and the runner's exit code
-    for an uncaught MemoryError ('memory': a program can claim that one only about itself)."""
+    """The status, from what the kit saw, never from the program's text (issue 36): its own reader
+    and clock (`why`: 'output', 'timeout'), whether the runner started (a byte on a pipe, written
+    before the program runs: else 'setup'), the cgroup's OOM kills ('memory'), the exit code
+    (bwrap's --json-status-fd: 128 + n for signal n) with the CPU time used (`cpu`: the cgroup's
+    count or `wait4`'s; without either, the wall clock times the CPUs: an upper bound) -- a
+    CPU-limit signal once the limit was used is 'timeout' -- and the runner's exit code for an
+    uncaught MemoryError ('memory': a program can claim that one only about itself)."""
     if why:
         return why
     if not started:
@@ -1344,8 +1362,9 @@ _PROBE_LIMITS = SandboxLimits(timeout=30.0, memory_mb=1024, cpu_seconds=30, npro
 @functools.lru_cache(maxsize=8)
 def _probe(bwrap: str | None, view: tuple, euid: int,
            syscall_filter: bool) -> tuple[bool, str, str]:
-    """(works, why, variant): as root bwrap started as uid nobody ('drop'), else the privileged fallback ('root');
-    as a user with /tmp's file-count limit ('staged'), else without ('userns')."""
+    """(works, why, variant): as root bwrap started as uid nobody ('drop'), else the privileged
+    fallback ('root'); as a user with /tmp's file-count limit ('staged'), else without
+    ('userns')."""
     if not sys.platform.startswith("linux"):
         return False, f"no Linux namespaces on {sys.platform}", ""
     if bwrap is None:
@@ -1365,7 +1384,8 @@ def _probe(bwrap: str | None, view: tuple, euid: int,
 
 # %% ../nbs/sandbox/04d_sandbox.ipynb #984b4641
 def sandbox_check(syscall_filter: bool = True) -> tuple[bool, str]:
-    "Whether bubblewrap (with the syscall filter unless `syscall_filter=False`) can isolate this interpreter here, and why not."
+    """Whether bubblewrap (with the syscall filter unless `syscall_filter=False`) can isolate this
+    interpreter here, and why not."""
     if syscall_filter and seccomp_program()[0] is None:
         return False, f"no syscall filter: {seccomp_program()[1]}"
     return _probe(find_bwrap(), python_view(),

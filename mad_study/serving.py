@@ -65,7 +65,8 @@ SERVER_KINDS = ("vllm", "sglang", "llama.cpp", "transformers", "openai")
 
 
 def _local_generation_ids(served_model: str) -> dict:
-    "End/begin/pad token ids from a local checkpoint's generation_config.json (empty when not a local folder)."
+    """End/begin/pad token ids from a local checkpoint's generation_config.json (empty when not a
+    local folder)."""
     p = Path(str(served_model)) / "generation_config.json"
     if not p.is_file():
         return {}
@@ -105,7 +106,8 @@ def openai_messages(messages: Sequence[Mapping]) -> list[dict]:
 # %% ../nbs/backends/03c_serving.ipynb #bfe37b85
 def request_body(r: GenRequest, served_model: str, server: str = "vllm", top_k: int | None = None,
                  top_logprobs: int | None = 5, chat_template_kwargs: Mapping | None = None) -> dict:
-    "A chat-completions body for `r` (temperature, top-p, top-k, max tokens, seed; logprobs when `top_logprobs` is not None)."
+    """A chat-completions body for `r` (temperature, top-p, top-k, max tokens, seed; logprobs when
+    `top_logprobs` is not None)."""
     if server not in SERVER_KINDS:
         raise ConfigError("unknown server kind", key="server", value=server, choices=SERVER_KINDS)
     b = {
@@ -137,7 +139,8 @@ RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 
 class ServingError(ConfigError):
-    "A server cannot be used: unreachable, refuses the model name or the key, or answers something that is not a chat completion."
+    """A server cannot be used: unreachable, refuses the model name or the key, or answers something
+    that is not a chat completion."""
 
 # %% ../nbs/backends/03c_serving.ipynb #1a62fbac
 def _as_urls(base_url) -> list[str]:
@@ -151,12 +154,14 @@ def _as_urls(base_url) -> list[str]:
 
 # %% ../nbs/backends/03c_serving.ipynb #fe1d46df
 def _served_id(served_model: str) -> str:
-    "The served model name as it enters the identity: a local path by its folder name (no machine path)."
+    """The served model name as it enters the identity: a local path by its folder name (no machine
+    path)."""
     return Path(served_model).name if os.path.isabs(served_model) else served_model
 
 # %% ../nbs/backends/03c_serving.ipynb #4fd10b24
 def _default_served_model(spec: ModelSpec) -> str:
-    "What a server calls the model by default: the hub id (vLLM, SGLang), the local checkpoint for the kit's own models."
+    """What a server calls the model by default: the hub id (vLLM, SGLang), the local checkpoint for
+    the kit's own models."""
     if spec.kind == "embedded":
         from mad_study.checkpoints import embedded_checkpoint
 
@@ -169,7 +174,8 @@ def _default_served_model(spec: ModelSpec) -> str:
 
 # %% ../nbs/backends/03c_serving.ipynb #75ccd897
 class FlightMeter:
-    "Requests in flight over time (thread-safe): time-weighted mean while any is open, maximum, busy seconds (a context manager per request)."
+    """Requests in flight over time (thread-safe): time-weighted mean while any is open, maximum,
+    busy seconds (a context manager per request)."""
     def __init__(self, clock: Callable[[], float] = time.perf_counter):
         self.clock, self.n, self.max, self.area, self.busy, self.count = clock, 0, 0, 0.0, 0.0, 0
         self._t, self._lock = None, threading.Lock()
@@ -202,7 +208,8 @@ class FlightMeter:
 
 # %% ../nbs/backends/03c_serving.ipynb #de0bc6d1
 class OpenAIBackend(BaseBackend):
-    "A model behind OpenAI-compatible servers (vLLM, SGLang, llama.cpp, `transformers serve`): concurrent, retried, failures recorded."
+    """A model behind OpenAI-compatible servers (vLLM, SGLang, llama.cpp, `transformers serve`):
+    concurrent, retried, failures recorded."""
     def __init__(self, model: str | ModelSpec, base_url: str | Sequence[str],
                  served_model: str | None = None, api_key_env: str | None = None,
                  server: str = "vllm", concurrency: int = 16, timeout: float = 600.0,
@@ -251,7 +258,8 @@ class OpenAIBackend(BaseBackend):
 # %% ../nbs/backends/03c_serving.ipynb #890ee339
 @patch(as_prop=True)
 def batch_size(self: OpenAIBackend) -> int:
-    "How many requests a `CachedBackend` hands over per chunk: enough to keep every server's slots busy."
+    """How many requests a `CachedBackend` hands over per chunk: enough to keep every server's slots
+    busy."""
     return max(64, 4 * self.concurrency * len(self.base_urls))
 
 # %% ../nbs/backends/03c_serving.ipynb #93f8c037
@@ -268,8 +276,9 @@ def backend_id(self: OpenAIBackend) -> str:
 # %% ../nbs/backends/03c_serving.ipynb #576e013d
 @patch
 def provenance(self: OpenAIBackend) -> dict:
-    """What a sidecar records about this backend: server kind, number of servers, signal source, failures, the HTTP requests
-    answered / retried / failed and how many were in flight on average (never the key or a URL's credentials)."""
+    """What a sidecar records about this backend: server kind, number of servers, signal source,
+    failures, the HTTP requests answered / retried / failed and how many were in flight on average
+    (never the key or a URL's credentials)."""
     return dict(backend="openai", server=self.server, served_model=_served_id(self.served_model),
                 n_servers=len(self.base_urls), concurrency=self.concurrency,
                 signals=dict(self.signal_notes), failed_generations=len(self.failures),
@@ -283,7 +292,8 @@ def _headers(self: OpenAIBackend) -> dict:
 # %% ../nbs/backends/03c_serving.ipynb #36dcb01a
 @patch
 def client(self: OpenAIBackend):
-    "The shared httpx client (thread-safe, one connection pool for every server), created on first use."
+    """The shared httpx client (thread-safe, one connection pool for every server), created on first
+    use."""
     if self._client is None:
         try:
             import httpx
@@ -315,7 +325,8 @@ _HINTS = {
 
 
 def _detail(resp) -> str:
-    "The server's error message in one line (OpenAI `error.message`, FastAPI `detail`, else the body)."
+    """The server's error message in one line (OpenAI `error.message`, FastAPI `detail`, else the
+    body)."""
     try:
         d = resp.json()
         msg = ((d.get("error") or {}).get("message")
@@ -351,7 +362,8 @@ def _parse(d: Mapping) -> tuple[Generation, str]:
 # %% ../nbs/backends/03c_serving.ipynb #c0033557
 @patch
 def _one(self: OpenAIBackend, r: GenRequest, home: int) -> Generation:
-    "One request with retries (next server on each retry); a failed generation when the retries are spent."
+    """One request with retries (next server on each retry); a failed generation when the retries
+    are spent."""
     import httpx
 
     body = request_body(r, self.served_model, self.server, self.top_k, self.top_logprobs,
@@ -401,7 +413,8 @@ def _one(self: OpenAIBackend, r: GenRequest, home: int) -> Generation:
 # %% ../nbs/backends/03c_serving.ipynb #c2345769
 @patch
 def _record_failure(self: OpenAIBackend, r: GenRequest, url: str, error: str) -> None:
-    "Remember a failed generation (and append it to `failure_log`): item, agent/role, round, URL, error."
+    """Remember a failed generation (and append it to `failure_log`): item, agent/role, round, URL,
+    error."""
     m = r.meta or {}
     item = m.get("item")
     rec = dict(model=self.model_name, item=getattr(item, "id",
@@ -419,7 +432,8 @@ def _record_failure(self: OpenAIBackend, r: GenRequest, url: str, error: str) ->
 # %% ../nbs/backends/03c_serving.ipynb #3c8d2786
 @patch
 def generate(self: OpenAIBackend, requests: list[GenRequest]) -> list[Generation]:
-    "Generations for `requests`, in order: all in flight at once (at most `concurrency` per server); failures recorded, never dropped."
+    """Generations for `requests`, in order: all in flight at once (at most `concurrency` per
+    server); failures recorded, never dropped."""
     requests = list(requests)
     out: list[Generation | None] = [None] * len(requests)
     if not requests:
@@ -483,7 +497,8 @@ def generate(self: OpenAIBackend, requests: list[GenRequest]) -> list[Generation
 # %% ../nbs/backends/03c_serving.ipynb #cc2a1ecd
 @patch
 def _write_stats(self: OpenAIBackend) -> None:
-    "`serving_stats.json` beside `failure_log`: per model, the requests answered / retried / failed and the requests in flight (this process's run only)."
+    """`serving_stats.json` beside `failure_log`: per model, the requests answered / retried /
+    failed and the requests in flight (this process's run only)."""
     p = self.failure_log.with_name("serving_stats.json")
     with self._lock, contextlib.suppress(OSError):
         d = {
@@ -505,7 +520,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 # %% ../nbs/backends/03c_serving.ipynb #89665ee0
 def echo_completion(body: Mapping, logprobs: bool = True) -> dict:
-    "A chat completion echoing the last message of `body` (two tokens with hand-written log-probs when `logprobs`)."
+    """A chat completion echoing the last message of `body` (two tokens with hand-written log-probs
+    when `logprobs`)."""
     text = "echo: " + str(body["messages"][-1]["content"])
     ch = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
     if logprobs and body.get("logprobs"):
@@ -540,7 +556,8 @@ def echo_completion(body: Mapping, logprobs: bool = True) -> dict:
 
 # %% ../nbs/backends/03c_serving.ipynb #2d623d52
 class StubServer:
-    "A scripted OpenAI-compatible server on 127.0.0.1 (a thread): `script(n, body) -> (status, payload)` for the n-th request."
+    """A scripted OpenAI-compatible server on 127.0.0.1 (a thread): `script(n, body) -> (status,
+    payload)` for the n-th request."""
     def __init__(self, script: Callable[[int, dict], tuple[int, Any]] | None = None,
                  delay: float = 0.0):
         self.script = script or (lambda n, body: (200, echo_completion(body)))
@@ -597,7 +614,8 @@ class StubServer:
 
 # %% ../nbs/backends/03c_serving.ipynb #53f25ba8
 def serving_available() -> str | None:
-    "None when `transformers serve` can run here, else the reason (the packages of the `serving` extra that are missing)."
+    """None when `transformers serve` can run here, else the reason (the packages of the `serving`
+    extra that are missing)."""
     import importlib.util
 
     missing = [m for m in ("fastapi", "uvicorn", "httpx") if importlib.util.find_spec(m) is None]
@@ -606,7 +624,8 @@ def serving_available() -> str | None:
 
 # %% ../nbs/backends/03c_serving.ipynb #ba14c27c
 def _die_with_parent() -> None:
-    "In the server's process (Linux): SIGTERM when the process that started it dies, even by a signal that skips `stop()`."
+    """In the server's process (Linux): SIGTERM when the process that started it dies, even by a
+    signal that skips `stop()`."""
     import ctypes
 
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -623,7 +642,8 @@ CB_CPU_DEFAULTS = {"num_blocks": 64}
 
 
 def _cb_args(cb: Mapping | None) -> list[str]:
-    "`--cb-*` arguments of `transformers serve` from a mapping of `CB_SETTINGS` (ConfigError naming a wrong key or value)."
+    """`--cb-*` arguments of `transformers serve` from a mapping of `CB_SETTINGS` (ConfigError
+    naming a wrong key or value)."""
     out = []
     for k, v in dict(cb or {}).items():
         if k not in CB_SETTINGS:
@@ -680,7 +700,8 @@ class TransformersServer:
 # %% ../nbs/backends/03c_serving.ipynb #0fae1409
 @patch
 def start(self: TransformersServer) -> "TransformersServer":
-    "Start the server and wait until /health answers (raises with the log's tail if it dies or takes too long)."
+    """Start the server and wait until /health answers (raises with the log's tail if it dies or
+    takes too long)."""
     import httpx
 
     if why := serving_available():
@@ -743,7 +764,8 @@ def command(self: TransformersServer) -> list[str]:
 # %% ../nbs/backends/03c_serving.ipynb #e1855e9e
 @patch
 def env(self: TransformersServer) -> dict:
-    "The server's environment: offline (nothing from the hub), and `threads` as the CPU thread count of torch and its BLAS."
+    """The server's environment: offline (nothing from the hub), and `threads` as the CPU thread
+    count of torch and its BLAS."""
     env = {
         **os.environ, "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
@@ -756,8 +778,8 @@ def env(self: TransformersServer) -> dict:
 # %% ../nbs/backends/03c_serving.ipynb #75f57669
 @patch
 def requests_seen(self: TransformersServer, since: int = 0) -> dict:
-    """From the server's log (from byte `since`): chat completions received and answered, and the most held at once
-    (received, not yet answered). `mark()` gives the `since` of now."""
+    """From the server's log (from byte `since`): chat completions received and answered, and the
+    most held at once (received, not yet answered). `mark()` gives the `since` of now."""
     text = (self.log_path.read_bytes()[since:].decode(
         errors="replace") if self.log_path.is_file() else "")
     n = peak = received = answered = 0
@@ -780,7 +802,8 @@ def mark(self: TransformersServer) -> int:
 # %% ../nbs/backends/03c_serving.ipynb #4c42295e
 def tensor_parallel_size(model: str, gpu_gb: float = 80.0, weight_share: float = 0.6,
                          max_tp: int = 8) -> int:
-    "Smallest power of two `tp` with bf16 (or shipped-quantized) weights / tp <= weight_share x gpu_gb (capped at max_tp)."
+    """Smallest power of two `tp` with bf16 (or shipped-quantized) weights / tp <= weight_share x
+    gpu_gb (capped at max_tp)."""
     w = weight_memory_gb(model, "none")
     tp = 1
     while w / tp > weight_share * gpu_gb and tp < max_tp:
@@ -789,7 +812,8 @@ def tensor_parallel_size(model: str, gpu_gb: float = 80.0, weight_share: float =
 
 # %% ../nbs/backends/03c_serving.ipynb #d314470b
 def serve_command(model: str, gpu_gb: float = 80.0, port: int = 8000) -> str:
-    "The vLLM command that serves registry model `model` on one node (tensor parallel from the memory estimate)."
+    """The vLLM command that serves registry model `model` on one node (tensor parallel from the
+    memory estimate)."""
     spec = get_model(model)
     if spec.kind == "sim":
         return "(synthetic agents: nothing to serve)"
@@ -826,7 +850,8 @@ BACKENDS = ("hf", "openai")
 
 # %% ../nbs/backends/03c_serving.ipynb #72946f17
 def _per_model(p: Mapping, key: str, model: str, where: Any = None, required: bool = True):
-    "The value of a serving key for `model`: a mapping is looked up by model name ('*' = any other; None when not `required`)."
+    """The value of a serving key for `model`: a mapping is looked up by model name ('*' = any
+    other; None when not `required`)."""
     v = p.get(key)
     if isinstance(v, Mapping):
         if model == "any":
@@ -850,7 +875,8 @@ def _as_urls_any(v, where):
 
 # %% ../nbs/backends/03c_serving.ipynb #9fa2e256
 def check_serving_params(p: Mapping, where: Any = None) -> None:
-    "One-line ConfigError for a bad serving key: a wrong type, an unknown backend or server, a key in place of its variable name."
+    """One-line ConfigError for a bad serving key: a wrong type, an unknown backend or server, a key
+    in place of its variable name."""
     if "api_key" in p:
         raise ConfigError(
             "never put an API key in a params file: set api_key_env to the name of the environment variable that holds it",
@@ -876,7 +902,8 @@ def check_serving_params(p: Mapping, where: Any = None) -> None:
 
 # %% ../nbs/backends/03c_serving.ipynb #98ab21cf
 def serving_kwargs(p: Mapping, model: str) -> dict:
-    "`OpenAIBackend` keyword arguments for `model` from merged params (empty when the backend is in process)."
+    """`OpenAIBackend` keyword arguments for `model` from merged params (empty when the backend is
+    in process)."""
     if p.get("backend", "hf") != "openai":
         return {}
     kw = dict(base_url=_per_model(p, "base_url", model),

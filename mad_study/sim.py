@@ -37,7 +37,8 @@ __all__ = ['MECHANISMS', 'SIM_PARAM_KEYS', 'FINAL_SENTENCE', 'N_BODIES', 'TIER_T
 # %% ../nbs/backends/03b_sim.ipynb #d713bb3d
 @dataclass(frozen=True)
 class SimAgent:
-    "Behaviour parameters of one synthetic agent (all settable from params files under `sim_agents:`)."
+    """Behaviour parameters of one synthetic agent (all settable from params files under
+    `sim_agents:`)."""
 
     skill: float = 0.6  # P(correct) alone on an item of average difficulty
     # spread of item difficulty on the logit scale (shared by all agents)
@@ -91,7 +92,8 @@ class SimAgent:
         self._check_task_skill()
 
     def _check_task_skill(self):
-        "Every `task_skill` key a known task (stored under its canonical name), every value a probability."
+        """Every `task_skill` key a known task (stored under its canonical name), every value a
+        probability."""
         ts = self.task_skill
         if not isinstance(ts, dict):
             raise ConfigError("must map task names to probabilities", key="sim_agents.task_skill",
@@ -172,7 +174,8 @@ SIM_PARAM_KEYS = ("sim_off",)  # params every experiment accepts for its sim mod
 
 
 def check_off(off, key: str = "sim_off", where: str | None = None) -> tuple[str, ...]:
-    "The mechanisms switched off (kit's own: a control of the sim world), sorted; an unknown name is a ConfigError with the choices."
+    """The mechanisms switched off (kit's own: a control of the sim world), sorted; an unknown name
+    is a ConfigError with the choices."""
     if off is None:
         return ()
     if isinstance(off, str):
@@ -187,7 +190,8 @@ def check_off(off, key: str = "sim_off", where: str | None = None) -> tuple[str,
 
 # %% ../nbs/backends/03b_sim.ipynb #w0rld004
 def switch_off(agent: SimAgent, off: Sequence[str]) -> SimAgent:
-    "`agent` with the mechanisms `off` at their neutral values (kit's own: a control of the sim world)."
+    """`agent` with the mechanisms `off` at their neutral values (kit's own: a control of the sim
+    world)."""
     neutral = {}
     for m in check_off(off):
         neutral.update(MECHANISMS[m]["neutral"])
@@ -218,7 +222,8 @@ def _as_fraction(s: str) -> Fraction | None:
 
 # %% ../nbs/backends/03b_sim.ipynb #4832497e
 def n_options(item: Item) -> int:
-    "Number of answer options of a multiple-choice item (choices, else `(A)`... markers in the question, else 4)."
+    """Number of answer options of a multiple-choice item (choices, else `(A)`... markers in the
+    question, else 4)."""
     if item.choices:
         return len(item.choices)
     letters = set(re.findall(r"\(([A-K])\)", item.question))
@@ -226,7 +231,8 @@ def n_options(item: Item) -> int:
 
 # %% ../nbs/backends/03b_sim.ipynb #72568494
 def distractor_pool(item: Item, n: int = 4) -> list[str]:
-    "The item's plausible wrong answers, in order of attractiveness (a deterministic function of the item)."
+    """The item's plausible wrong answers, in order of attractiveness (a deterministic function of
+    the item)."""
     k = n_options(item) if item.fmt == "option" else 0
     return list(_pool(item.id, str(item.gold).strip(), item.fmt, k, n))
 
@@ -305,7 +311,8 @@ _TAG_RE = re.compile(r"\[(" + "|".join(TIER_TAGS) + r")\]")
 
 
 def read_shown_solutions(text: str) -> list[tuple[str, str | None]]:
-    "Each final answer in `text` with the RUMAD importance tag (Eq. 5) last written before it since the previous answer, or None."
+    """Each final answer in `text` with the RUMAD importance tag (Eq. 5) last written before it
+    since the previous answer, or None."""
     out, start = [], 0
     for m in _ANSWER_RE.finditer(text or ""):
         tags = _TAG_RE.findall(text, start, m.start())
@@ -320,14 +327,16 @@ def read_shown_solutions(text: str) -> list[tuple[str, str | None]]:
 # %% ../nbs/backends/03b_sim.ipynb #097692b1
 @functools.lru_cache(maxsize=1 << 12)
 def _body(n_words: int, j: int) -> str:
-    "The j-th of the N_BODIES cached reasoning bodies of about `n_words` words (Poisson length, fixed by (n_words, j))."
+    """The j-th of the N_BODIES cached reasoning bodies of about `n_words` words (Poisson length,
+    fixed by (n_words, j))."""
     rng = rng_for("sim-text", n_words, j)
     n = max(1, int(rng.poisson(n_words)))
     return " ".join(_FILLER[i] for i in rng.integers(0, len(_FILLER), n)).capitalize() + "."
 
 
 def compose_text(answer: str | None, fmt: str, n_words: int, u) -> str:
-    "A cached reasoning body of about `n_words` words chosen by the uniform `u` (or a numpy Generator's next draw), and the final sentence (none when `answer` is None)."
+    """A cached reasoning body of about `n_words` words chosen by the uniform `u` (or a numpy
+    Generator's next draw), and the final sentence (none when `answer` is None)."""
     if not isinstance(u, float):
         u = float(u.random())
     body = _body(int(n_words), int(u * N_BODIES))
@@ -359,7 +368,8 @@ STREAMS = {
     "signals": 4,  # four standard normals by inverse CDF
     "text": 1,  # which body of the cached pool
     "role": 1,  # 04e_role_sim: RoleSimBackend's role_consistency
-    # appended after the first 16 (SHAKE-128 output is a prefix of any longer output: the 16 above stay put)
+    # appended after the first 16 (SHAKE-128 output is a prefix of any longer output: the 16 above
+    # stay put)
     "persuasion": 1,  # u_persuade
 }
 SLOTS, _i = {}, 0
@@ -371,7 +381,8 @@ _WORDS = struct.Struct("<17Q")
 
 
 def turn_uniforms(seed: int, item_id: str) -> tuple[float, ...]:
-    "The 17 uniforms in (0, 1) of one turn, a fixed function of (request seed, item id) (kit's own: the sim's common random numbers)."
+    """The 17 uniforms in (0, 1) of one turn, a fixed function of (request seed, item id) (kit's
+    own: the sim's common random numbers)."""
     key = int(seed).to_bytes(8, "little", signed=True) + item_id.encode()
     words = _WORDS.unpack(hashlib.shake_128(key).digest(136))
     return tuple(((w >> 11) + 0.5) * 2.0**-53 for w in words)
@@ -386,8 +397,9 @@ def uniforms(seed: int, item_id: str, mechanism: str) -> tuple[float, ...]:
 
 # %% ../nbs/backends/03b_sim.ipynb #s1b0a001
 def batch_uniforms(seeds: Sequence[int], item_ids: Sequence[str]) -> list[list[float]]:
-    """`turn_uniforms` of many turns at once (kit's own): the same SHAKE-128 words, turned into the same floats by numpy
-    (the words below 2^53 after the shift, so each step, + 1/2 and x 2^-53, rounds as Python's floats do)."""
+    """`turn_uniforms` of many turns at once (kit's own): the same SHAKE-128 words, turned into the
+    same floats by numpy (the words below 2^53 after the shift, so each step, + 1/2 and x 2^-53,
+    rounds as Python's floats do)."""
     buf = b"".join(
         hashlib.shake_128(int(s).to_bytes(8, "little", signed=True) + i.encode()).digest(136)
         for s, i in zip(seeds, item_ids))
@@ -396,7 +408,8 @@ def batch_uniforms(seeds: Sequence[int], item_ids: Sequence[str]) -> list[list[f
 
 # %% ../nbs/backends/03b_sim.ipynb #9c3932c2
 class SimBackend:
-    "Synthetic agents behind the backend interface: `generate(requests) -> generations` (see the notebook for the model)."
+    """Synthetic agents behind the backend interface: `generate(requests) -> generations` (see the
+    notebook for the model)."""
 
     kind = "sim"
     # each answer is drawn from the request alone (see 03_backends: the batching guarantee)
@@ -404,8 +417,9 @@ class SimBackend:
 
     def __init__(self, model_name: str = "sim", agent: SimAgent | None = None, latency: float = 0.0,
                  batch_size: int = 64, off: Sequence[str] | None = None, **params):
-        """`off`: mechanisms switched off (a control: the same world, their neutral values, the same random numbers).
-        `latency` (seconds per generation) and `batch_size` only shape the run (for tests of resume and concurrency), not the answers."""
+        """`off`: mechanisms switched off (a control: the same world, their neutral values, the same
+        random numbers). `latency` (seconds per generation) and `batch_size` only shape the run (for
+        tests of resume and concurrency), not the answers."""
         self.model_name = model_name
         base = (agent if agent is not None else SimAgent.from_params(
             params, where=f"sim_agents.{model_name}"))
@@ -413,12 +427,14 @@ class SimBackend:
         # the agent as it acts: mechanisms off at their neutral values
         self.agent = switch_off(base, self.off)
         d = dataclasses.asdict(base)
-        # a mechanism at its neutral 0 leaves the id as it was before the mechanism existed (caches stay valid)
+        # a mechanism at its neutral 0 leaves the id as it was before the mechanism existed (caches
+        # stay valid)
         for k in ("context_decay", "tier_trust", "debate_noise", "context_entropy", "task_skill",
                   "persuasion"):
             if not d[k]:
                 del d[k]
-        # "world": the common-random-numbers draws, in the id so that no cache serves another draw scheme's answers
+        # "world": the common-random-numbers draws, in the id so that no cache serves another draw
+        # scheme's answers
         p = json.dumps({**d, "_draws": "world"}, sort_keys=True)
         off_id = f":off={'+'.join(self.off)}" if self.off else ""
         self.backend_id = f"sim:{model_name}:{hashlib.sha256(p.encode()).hexdigest()[:12]}{off_id}"
@@ -431,7 +447,8 @@ class SimBackend:
 # %% ../nbs/backends/03b_sim.ipynb #fda1c66a
 @patch
 def p_solve(self: SimBackend, item: Item) -> float:
-    "Probability of solving `item` alone: sigma(logit(skill on the item's task) - difficulty) (kept per item and agent)."
+    """Probability of solving `item` alone: sigma(logit(skill on the item's task) - difficulty)
+    (kept per item and agent)."""
     memo = self.__dict__.get("_p_memo")
     if memo is None or memo[0] is not self.agent:
         memo = self.__dict__["_p_memo"] = (self.agent, {})
@@ -463,7 +480,8 @@ def _pick(cdf: Sequence[float], u: float) -> int:
 
 @patch
 def _independent(self: SimBackend, item: Item, u: Sequence[float], bonus: float = 0.0) -> str:
-    "An answer on one's own from the turn's uniforms `u`: right iff u_solve < p (+ bonus), else a Zipf-weighted wrong answer."
+    """An answer on one's own from the turn's uniforms `u`: right iff u_solve < p (+ bonus), else a
+    Zipf-weighted wrong answer."""
     u_solve, u_wrong = u[SLOTS["competence"]]
     p = self.p_solve(item)
     p = p + bonus * (1 - p)
@@ -476,7 +494,10 @@ def _independent(self: SimBackend, item: Item, u: Sequence[float], bonus: float 
 @patch
 def decide(self: SimBackend, item: Item, own: str | None, shown: Sequence[str], u: Sequence[float],
            tags: Sequence[str | None] | None = None) -> str:
-    "The answer chosen in a debate turn given one's previous answer, the answers shown in order (with their RUMAD tags, if any) and the turn's uniforms `u`: keep (stubbornness), else persuaded by a shown correct answer (persuasion: Du et al. Sec. 3), else adopt (conformity, recency, RUMAD tier_trust), else re-solve (competence, recognition)."
+    """The answer chosen in a debate turn given one's previous answer, the answers shown in order
+    (with their RUMAD tags, if any) and the turn's uniforms `u`: keep (stubbornness), else persuaded
+    by a shown correct answer (persuasion: Du et al. Sec. 3), else adopt (conformity, recency, RUMAD
+    tier_trust), else re-solve (competence, recognition)."""
     a, gold = self.agent, str(item.gold)
     # the turn's stubbornness and conformity uniforms, by their slots in the block (STREAMS)
     u_keep, (u_adopt, u_pick) = u[SLOTS["stubbornness"].start], u[SLOTS["conformity"]]
@@ -503,7 +524,8 @@ def decide(self: SimBackend, item: Item, own: str | None, shown: Sequence[str], 
 # %% ../nbs/backends/03b_sim.ipynb #57ad56ed
 @patch
 def tier_weights(self: SimBackend, tags: Sequence[str | None]) -> np.ndarray:
-    "RUMAD Table 8 read as told: weight e^(2t) for a [Critical] solution, e^t for [Reference], 1 for [Background] or untagged (t = tier_trust)."
+    """RUMAD Table 8 read as told: weight e^(2t) for a [Critical] solution, e^t for [Reference], 1
+    for [Background] or untagged (t = tier_trust)."""
     rank = {"Critical": 2.0, "Reference": 1.0}
     return np.exp(self.agent.tier_trust * np.array([rank.get(t, 0.0) for t in tags]))
 
@@ -514,7 +536,8 @@ _N01 = NormalDist()
 @patch
 def _signals(self: SimBackend, correct: bool, n_tokens: int, agree: float, u: Sequence[float],
              p_solve: float | None = None) -> dict:
-    "Log-prob, entropy and confidence signals from four uniforms `u` (standard normals by inverse CDF)."
+    """Log-prob, entropy and confidence signals from four uniforms `u` (standard normals by inverse
+    CDF)."""
     z = [_N01.inv_cdf(x) for x in u]
     s = s0 = self.agent.signal_strength
     # confident wrong agents on hard items (SVR-MAD Sec. 3)
@@ -524,7 +547,8 @@ def _signals(self: SimBackend, correct: bool, n_tokens: int, agree: float, u: Se
     mean = min(mean, -0.01)
     lmin = mean * 3 - abs(z[1]) * (1.0 if correct else 1.0 + 0.5 * s)
     conf = sigmoid(1.0 + (0.8 * s if correct else -0.8 * s) + 0.6 * z[2])
-    # agreement flattens the entropy (scaled by the strength, so `signals` off removes it); right vs wrong by 1 -/+ 0.15 s
+    # agreement flattens the entropy (scaled by the strength, so `signals` off removes it); right vs
+    # wrong by 1 -/+ 0.15 s
     sep = (1.0 - 0.15 * s) if correct else (1.0 + 0.15 * s)
     ent = max(0.02, (0.9 - 0.4 * min(s0, 1.0) * agree) * sep * math.exp(0.15 * z[3]))
     return dict(logprob_sum=mean * n_tokens, logprob_min=lmin, logprob_mean=mean,
@@ -533,14 +557,16 @@ def _signals(self: SimBackend, correct: bool, n_tokens: int, agree: float, u: Se
 # %% ../nbs/backends/03b_sim.ipynb #861025fb
 @patch
 def p_derail(self: SimBackend, prompt_tokens: int) -> float:
-    "P(derailed turn) = 1 - exp(-context_decay * prompt_tokens / 1000): the long-prompt harm RUMAD's Table 2 shows for dense MAD (see above)."
+    """P(derailed turn) = 1 - exp(-context_decay * prompt_tokens / 1000): the long-prompt harm
+    RUMAD's Table 2 shows for dense MAD (see above)."""
     return 1.0 - math.exp(-self.agent.context_decay * prompt_tokens / 1000)
 
 # %% ../nbs/backends/03b_sim.ipynb #02f5d072
 @patch
 def _derail(self: SimBackend, item: Item, prompt_tokens: int, answer: str | None,
             u: Sequence[float]) -> str | None:
-    "With probability `p_derail` (u_derail below it), a uniform guess among the item's plausible answers at u_guess (RUMAD sim profile, see above)."
+    """With probability `p_derail` (u_derail below it), a uniform guess among the item's plausible
+    answers at u_guess (RUMAD sim profile, see above)."""
     if u[0] >= self.p_derail(prompt_tokens):
         return answer
     cands = [str(item.gold)] + distractor_pool(item, self.agent.n_distractors)
@@ -549,7 +575,8 @@ def _derail(self: SimBackend, item: Item, prompt_tokens: int, answer: str | None
 # %% ../nbs/backends/03b_sim.ipynb #2ab4ba82
 @patch
 def _unstable(self: SimBackend, item: Item, answer: str | None, u: Sequence[float]) -> str | None:
-    "With probability `debate_noise` (u_noise below it), a uniform guess among the item's plausible answers at u_guess (UMAD)."
+    """With probability `debate_noise` (u_noise below it), a uniform guess among the item's
+    plausible answers at u_guess (UMAD)."""
     if u[0] >= self.agent.debate_noise:
         return answer
     cands = [str(item.gold)] + distractor_pool(item, self.agent.n_distractors)
@@ -572,13 +599,15 @@ def _sim_item(req: GenRequest) -> Item:
 
 @functools.lru_cache(maxsize=1 << 13)
 def _own_answers(text: str) -> tuple[str, ...]:
-    "`read_final_answers` of an agent's own earlier response (kept: its texts repeat, from a finite pool of bodies)."
+    """`read_final_answers` of an agent's own earlier response (kept: its texts repeat, from a
+    finite pool of bodies)."""
     return tuple(read_final_answers(text))
 
 # %% ../nbs/backends/03b_sim.ipynb #d5d0a728
 @patch
 def _turn(self: SimBackend, req: GenRequest, item: Item, u: Sequence[float]) -> Generation:
-    "One turn: read one's previous answer and the answers shown, decide, write and measure (all draws from the turn's common random numbers `u`)."
+    """One turn: read one's previous answer and the answers shown, decide, write and measure (all
+    draws from the turn's common random numbers `u`)."""
     a = self.agent
     last_user, last_assistant, n_words = None, None, 0
     for m in req.messages:
@@ -619,15 +648,17 @@ def _turn(self: SimBackend, req: GenRequest, item: Item, u: Sequence[float]) -> 
 # %% ../nbs/backends/03b_sim.ipynb #s1b0a004
 @patch
 def generate_one(self: SimBackend, req: GenRequest) -> Generation:
-    "One turn of the request's item, from its common random numbers (`turn_uniforms` of the request seed and item id)."
+    """One turn of the request's item, from its common random numbers (`turn_uniforms` of the
+    request seed and item id)."""
     item = _sim_item(req)
     return self._turn(req, item, turn_uniforms(req.seed, item.id))
 
 # %% ../nbs/backends/03b_sim.ipynb #0a71e06f
 @patch
 def generate(self: SimBackend, requests: Sequence[GenRequest]) -> list[Generation]:
-    """Answer a batch of requests (each independently; deterministic for a seed): the batch's uniforms at once
-    (`batch_uniforms`), then each turn; a subclass's own `generate_one` answers each request itself."""
+    """Answer a batch of requests (each independently; deterministic for a seed): the batch's
+    uniforms at once (`batch_uniforms`), then each turn; a subclass's own `generate_one` answers
+    each request itself."""
     if self.latency:
         time.sleep(self.latency * len(requests))
     if type(self).generate_one is not SimBackend.generate_one:

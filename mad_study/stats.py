@@ -25,8 +25,9 @@ __all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'bootstrap_ci', 'boot_mean_ci', 'all_bin
 # %% ../nbs/evaluation/05b_stats.ipynb #d57d6595
 def bootstrap_ci(values: Sequence[float], statistic=np.mean, level: float = 0.95,
                  n_resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of `statistic` over `values` (Efron & Tibshirani 1993, Ch. 13; scipy.stats.bootstrap).
-    Missing values are dropped; (NaN, NaN) for fewer than 2 values; (v, v) when all values equal v."""
+    """Percentile bootstrap interval of `statistic` over `values` (Efron & Tibshirani 1993, Ch. 13;
+    scipy.stats.bootstrap). Missing values are dropped; (NaN, NaN) for fewer than 2 values; (v, v)
+    when all values equal v."""
     x = np.asarray([v for v in values if not is_missing(v)], dtype=float)
     if x.size < 2:
         return (math.nan, math.nan)
@@ -40,9 +41,10 @@ def bootstrap_ci(values: Sequence[float], statistic=np.mean, level: float = 0.95
 
 # %% ../nbs/evaluation/05b_stats.ipynb #cd19320b
 def boot_mean_ci(d: np.ndarray, level: float, n_resamples: int, seed: int) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of `d` resampling its entries (items; Efron & Tibshirani 1993,
-    Ch. 13); NaNs below 2 items. Memory is bounded at any n: the resamples' item indices are drawn a block of resamples at a time
-    (at most 2 million indices), never the whole n_resamples x n index array."""
+    """Percentile bootstrap interval of the mean of `d` resampling its entries (items; Efron &
+    Tibshirani 1993, Ch. 13); NaNs below 2 items. Memory is bounded at any n: the resamples' item
+    indices are drawn a block of resamples at a time (at most 2 million indices), never the whole
+    n_resamples x n index array."""
     d = np.asarray(d, dtype=float)
     if d.size < 2:
         return (math.nan, math.nan)
@@ -65,8 +67,8 @@ MIN_ITEMS = 10
 
 
 def _numbers(v, who: str) -> np.ndarray:
-    """Values as floats, missing ones NaN; text raises (a `correct` column read back as strings is not 0/1), and so
-    does an infinite value (a score of `inf` has no mean difference)."""
+    """Values as floats, missing ones NaN; text raises (a `correct` column read back as strings is
+    not 0/1), and so does an infinite value (a score of `inf` has no mean difference)."""
     if isinstance(v, (np.ndarray, pd.Series)) and v.dtype.kind in "biuf":
         return _finite(np.asarray(v, dtype=float), who)
     v = list(v)
@@ -90,7 +92,8 @@ def _finite(x: np.ndarray, who: str) -> np.ndarray:
 
 # %% ../nbs/evaluation/05b_stats.ipynb #87d45569
 def _pairs(a, b, who: str) -> tuple[np.ndarray, np.ndarray]:
-    "Two equally long vectors as floats, pairs with a missing value on either side dropped (with a warning naming how many)."
+    """Two equally long vectors as floats, pairs with a missing value on either side dropped (with a
+    warning naming how many)."""
     a, b = _numbers(a, who), _numbers(b, who)
     if a.shape != b.shape:
         raise ValueError(f"{who}: {a.shape} vs {b.shape} values; pairs must match")
@@ -108,9 +111,10 @@ def all_binary(x: np.ndarray) -> bool:
 
 # %% ../nbs/evaluation/05b_stats.ipynb #f5f34a03
 def _aligned(a, b, who: str, on: str = "all") -> tuple[np.ndarray, np.ndarray, int]:
-    """Two methods' values paired by item (the kit's own rule): two Series align on their index, the item key (an item
-    twice raises; different item sets raise unless `on="shared"`, which keeps the shared items and warns); two vectors
-    pair by position; a Series indexed by item next to a vector raises. Returns the pairs and the items dropped."""
+    """Two methods' values paired by item (the kit's own rule): two Series align on their index, the
+    item key (an item twice raises; different item sets raise unless `on="shared"`, which keeps the
+    shared items and warns); two vectors pair by position; a Series indexed by item next to a vector
+    raises. Returns the pairs and the items dropped."""
     if on not in ("all", "shared"):
         raise ConfigError("pairing: `on` is 'all' or 'shared'", key="on", value=on,
                           choices=("all", "shared"))
@@ -155,7 +159,8 @@ _STATUS = {
 
 
 def _status(d: np.ndarray, min_items: int) -> str:
-    "What paired differences `d` can support (the kit's own names): ok, too few items, identical, zero variance, few items."
+    """What paired differences `d` can support (the kit's own names): ok, too few items, identical,
+    zero variance, few items."""
     if d.size < 2:
         return "too few items"
     if np.allclose(d, 0):
@@ -172,10 +177,11 @@ def _warn_status(status: str, who: str, n: int, min_items: int) -> None:
 
 # %% ../nbs/evaluation/05b_stats.ipynb #bbcf13a5
 def _signflip_p(d: np.ndarray, alternative: str = "two-sided", seed: int = 0) -> float:
-    """p of the sign-flip permutation test that paired differences `d` are symmetric about 0 (Fisher's randomisation
-    test; scipy.stats.permutation_test, exact over all 2^n signs up to 16 items, else 2^16 random ones). A constant gap
-    c != 0: only the observed signs are as extreme, so p = 2^-n one-sided and 2^(1-n) two-sided, exactly. A mean gap
-    of 0 (within floating-point error of the values' scale): p = 1 two-sided, exactly."""
+    """p of the sign-flip permutation test that paired differences `d` are symmetric about 0
+    (Fisher's randomisation test; scipy.stats.permutation_test, exact over all 2^n signs up to 16
+    items, else 2^16 random ones). A constant gap c != 0: only the observed signs are as extreme, so
+    p = 2^-n one-sided and 2^(1-n) two-sided, exactly. A mean gap of 0 (within floating-point error
+    of the values' scale): p = 1 two-sided, exactly."""
     d = np.asarray(d, dtype=float)
     if d.size == 0:
         return math.nan
@@ -288,10 +294,11 @@ def simulate_paired(n_items: int, diff: float, n_agents: int = 3, rho: float = 0
 
 # %% ../nbs/evaluation/05b_stats.ipynb #b7e1a002
 def score_interval(n10: int, n01: int, n: int, level: float = 0.95) -> tuple[float, float, float]:
-    """Tango's (1998) score interval for the difference p_a - p_b of two paired proportions (n10: items a right and b
-    wrong, n01: the reverse, of n), and the p of its score test at 0, McNemar's (1947) test without continuity
-    correction: Z(D) = (n10 - n01 - n D) / sqrt(n (2 q(D) + D (1 - D))), q(D) the restricted ML estimate of
-    P(a wrong, b right) (Tango 1998, Eq. 4). Returns (low, high, p); the interval holds 0 exactly where p >= 1 - level."""
+    """Tango's (1998) score interval for the difference p_a - p_b of two paired proportions (n10:
+    items a right and b wrong, n01: the reverse, of n), and the p of its score test at 0, McNemar's
+    (1947) test without continuity correction: Z(D) = (n10 - n01 - n D) / sqrt(n (2 q(D) + D (1 -
+    D))), q(D) the restricted ML estimate of P(a wrong, b right) (Tango 1998, Eq. 4). Returns (low,
+    high, p); the interval holds 0 exactly where p >= 1 - level."""
     if not (0 <= n10 and 0 <= n01 and n10 + n01 <= n and n > 0):
         raise ConfigError("score_interval: discordant counts must be within 0..n", key="counts",
                           value=(n10, n01, n))
@@ -323,9 +330,10 @@ def score_interval(n10: int, n01: int, n: int, level: float = 0.95) -> tuple[flo
 # %% ../nbs/evaluation/05b_stats.ipynb #b7e1a004
 def _signflip_interval(d: np.ndarray, level: float, n_resamples: int,
                        seed: int) -> tuple[float, float, float]:
-    """The sign-flip test of the mean inverted (the kit's own use of Fisher's randomisation test): p of d at 0 and the
-    shifts delta whose test of d - delta does not reject at 1 - level, by bisection on each side of the mean; the signs
-    are all 2^n up to 16 items, else `n_resamples` random ones (fixed by `seed`, one set for every shift)."""
+    """The sign-flip test of the mean inverted (the kit's own use of Fisher's randomisation test): p
+    of d at 0 and the shifts delta whose test of d - delta does not reject at 1 - level, by
+    bisection on each side of the mean; the signs are all 2^n up to 16 items, else `n_resamples`
+    random ones (fixed by `seed`, one set for every shift)."""
     n = d.size
     if n <= 16:
         signs = np.array(np.meshgrid(*[[-1.0, 1.0]] * n)).reshape(n, -1).T
@@ -358,11 +366,12 @@ def _signflip_interval(d: np.ndarray, level: float, n_resamples: int,
 # %% ../nbs/evaluation/05b_stats.ipynb #b7e1a005
 def paired_inference(a: np.ndarray, b: np.ndarray, level: float = 0.95, test: str = "auto",
                      min_items: int = MIN_ITEMS, n_resamples: int = 2**16, seed: int = 0) -> dict:
-    """The one procedure behind every gap of the kit (the section above): its verdict's p and its interval for
-    mean(a - b) come from one test inverted, so that they cannot disagree: `mcnemar` (one 0/1 answer per item):
-    Tango's (1998) score interval and McNemar's (1947) score test; `ttest`: the paired t-interval and t-test;
-    `permutation`: the sign-flip test (Fisher 1935) inverted. `auto` chooses by the data (0/1: mcnemar; else ttest
-    from `min_items` items, permutation below). `a`, `b`: aligned floats without NaN (`_aligned`)."""
+    """The one procedure behind every gap of the kit (the section above): its verdict's p and its
+    interval for mean(a - b) come from one test inverted, so that they cannot disagree: `mcnemar`
+    (one 0/1 answer per item): Tango's (1998) score interval and McNemar's (1947) score test;
+    `ttest`: the paired t-interval and t-test; `permutation`: the sign-flip test (Fisher 1935)
+    inverted. `auto` chooses by the data (0/1: mcnemar; else ttest from `min_items` items,
+    permutation below). `a`, `b`: aligned floats without NaN (`_aligned`)."""
     if test not in ("auto", "mcnemar", "ttest", "permutation"):
         raise ConfigError(
             "paired_inference: no interval is dual to this test here (paired_test gives its p)",
@@ -394,7 +403,8 @@ def paired_inference(a: np.ndarray, b: np.ndarray, level: float = 0.95, test: st
             "pvalue": _signflip_p(d)
         }
     if test == "ttest":
-        # the paired t-test (Student 1908) and its interval, as scipy.stats.ttest_1samp, in closed form
+        # the paired t-test (Student 1908) and its interval, as scipy.stats.ttest_1samp, in closed
+        # form
         m, se = float(d.mean()), float(d.std(ddof=1)) / math.sqrt(d.size)
         h = float(special.stdtrit(d.size - 1, 0.5 + level / 2)) * se
         p = float(2 * special.stdtr(d.size - 1, -abs(m) / se))
@@ -405,8 +415,9 @@ def paired_inference(a: np.ndarray, b: np.ndarray, level: float = 0.95, test: st
 # %% ../nbs/evaluation/05b_stats.ipynb #cc2f1407
 def item_means(df: pd.DataFrame, value: str = "correct", item: str = "item_id",
                method: str = "method") -> pd.DataFrame:
-    """Per-item means of `value` (several answers per item averaged first): a frame items x methods (NaN: not observed).
-    A `value` column holding text raises (a `correct` read back as strings is not 0/1)."""
+    """Per-item means of `value` (several answers per item averaged first): a frame items x methods
+    (NaN: not observed). A `value` column holding text raises (a `correct` read back as strings is
+    not 0/1)."""
     for c in (value, item, method):
         if c not in df.columns:
             raise ConfigError("column missing from the per-item frame", key="column", value=c,
@@ -421,8 +432,9 @@ def item_means(df: pd.DataFrame, value: str = "correct", item: str = "item_id",
 def paired_difference(a: Sequence[float], b: Sequence[float], level: float = 0.95,
                       n_resamples: int = 2**16, seed: int = 0, test: str = "auto", *,
                       on: str = "all", min_items: int = MIN_ITEMS) -> dict:
-    """Difference a - b of two methods matched by item: mean, and the interval and test of one procedure
-    (`paired_inference`: Tango 1998 score interval with McNemar 1947 for 0/1, else the paired t-interval)."""
+    """Difference a - b of two methods matched by item: mean, and the interval and test of one
+    procedure (`paired_inference`: Tango 1998 score interval with McNemar 1947 for 0/1, else the
+    paired t-interval)."""
     x, y, dropped = _aligned(a, b, "paired_difference", on)
     r = paired_inference(x, y, level, test, min_items, n_resamples, seed)
     _warn_status(r["status"], "paired_difference", int(x.size), min_items)
@@ -447,10 +459,12 @@ def paired_difference(a: Sequence[float], b: Sequence[float], level: float = 0.9
 def beyond_control(effect: Sequence[float], control: Sequence[float], sign: float = 1.0,
                    level: float = 0.95, n_resamples: int = 2**16, seed: int = 0, test: str = "auto",
                    *, min_items: int = MIN_ITEMS) -> dict:
-    """An effect beyond its control, paired by item: `paired_difference(effect, control)` (each a per-item
-    difference of the same two methods, in the effect world and in the control world) with `verdict`: "yes" when
-    resolved with the paper's `sign` (+1 / -1), "no" when resolved against it, else "not resolved" (the interval of
-    `paired_difference`: Tango 1998 and McNemar 1947 for 0/1 differences, else the paired t from `min_items` items, the sign-flip test inverted below: Fisher 1935)."""
+    """An effect beyond its control, paired by item: `paired_difference(effect, control)` (each a
+    per-item difference of the same two methods, in the effect world and in the control world) with
+    `verdict`: "yes" when resolved with the paper's `sign` (+1 / -1), "no" when resolved against it,
+    else "not resolved" (the interval of `paired_difference`: Tango 1998 and McNemar 1947 for 0/1
+    differences, else the paired t from `min_items` items, the sign-flip test inverted below: Fisher
+    1935)."""
     if sign not in (1, -1):
         raise ConfigError("beyond_control: the paper's sign is +1 or -1", key="sign", value=sign,
                           choices=(1, -1))
@@ -489,7 +503,8 @@ def tost(a: Sequence[float], b: Sequence[float], margin: float, alpha: float = 0
 
 # %% ../nbs/evaluation/05b_stats.ipynb #77449274
 def condition_labels(df: pd.DataFrame) -> pd.Series:
-    "One label per row for its condition: `method` ('' -> the experiment), as `experiment/method` when several experiments are pooled (and differ from the method)."
+    """One label per row for its condition: `method` ('' -> the experiment), as `experiment/method`
+    when several experiments are pooled (and differ from the method)."""
     exp = df["experiment"].astype(str) if "experiment" in df else pd.Series("", index=df.index)
     meth = (df["method"].astype("object").where(df["method"].notna(), "").astype(str)
             if "method" in df else pd.Series("", index=df.index))

@@ -38,8 +38,9 @@ SIGNAL_LABELS = {"min_ll": "min-LL", "ppl": "PPL", "conf": "confidence", "svr": 
 
 
 def prior_signals(transcript: pd.DataFrame) -> pd.DataFrame:
-    """SVR-MAD Sec. 3 prior signals of each pre-debate (round-0) response: `min_ll` (logprob_min), `ppl` (perplexity),
-    `conf` (parsed from the text by `extract_confidence`, else the backend's `confidence`; missing stays NaN)."""
+    """SVR-MAD Sec. 3 prior signals of each pre-debate (round-0) response: `min_ll` (logprob_min),
+    `ppl` (perplexity), `conf` (parsed from the text by `extract_confidence`, else the backend's
+    `confidence`; missing stays NaN)."""
     r0 = transcript[transcript["round"] == 0]
     parsed = [extract_confidence(t) for t in r0["text"].tolist()]
     conf = [
@@ -57,7 +58,8 @@ def prior_signals(transcript: pd.DataFrame) -> pd.DataFrame:
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #a7600964
 def signal_score(values: Sequence[float], signal: str) -> np.ndarray:
-    "SVR-MAD's prior signals (Sec. 3) as scores where higher = more reliable: min-LL and confidence as they are, perplexity negated; NaN stays NaN."
+    """SVR-MAD's prior signals (Sec. 3) as scores where higher = more reliable: min-LL and
+    confidence as they are, perplexity negated; NaN stays NaN."""
     if signal not in (*PRIORS, "svr"):
         raise ConfigError("unknown signal", key="signal", value=signal, choices=(*PRIORS, "svr"))
     v = np.asarray(values, dtype=float)
@@ -72,7 +74,8 @@ def comm_budget(S: int, k: int, m: int) -> int:
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #45f5d582
 def answer_clusters(answers: Sequence[str | None], fmt: str) -> tuple[int, int]:
-    "(k, m): the number of distinct parsed answers (equivalence classes) and the size of the largest (App. A)."
+    """(k, m): the number of distinct parsed answers (equivalence classes) and the size of the
+    largest (App. A)."""
     c = Counter(a for a in merge_equivalent(list(answers), fmt) if a is not None)
     return len(c), max(c.values(), default=0)
 
@@ -111,7 +114,8 @@ def _argmax(names: Sequence[str], score: Mapping[str, float]) -> str:
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #203f2d1a
 def _posterior(kind: str, retained: int, changed: int, signals: list) -> float:
-    "Sec. 4 posterior: SVR(D, r, c); App. B ablation: the mean post-debate signal (missing values skipped)."
+    """Sec. 4 posterior: SVR(D, r, c); App. B ablation: the mean post-debate signal (missing values
+    skipped)."""
     if kind == "svr":
         return survival_rate(retained, changed, retained + changed)
     v = [s for s in signals if not _isnull(s)]
@@ -179,8 +183,8 @@ def _svr_init(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt
     """SVR-MAD Alg. 1 lines 1-4 and 7 for one problem: the answers (None for every missing value,
     choice 7), the agents holding one, the clusters k and m, Corr = Prior, B_max = S (k + m), who
     disagrees with whom, and empty counters; with the format and the hyper-parameters the steps
-    read; `survival`: the outcomes the posterior reads in place of each debate's own (Fig. 3's control,
-    `shuffled_survival`), None: its own."""
+    read; `survival`: the outcomes the posterior reads in place of each debate's own (Fig. 3's
+    control, `shuffled_survival`), None: its own."""
     from types import SimpleNamespace
 
     names = list(answers)
@@ -203,8 +207,9 @@ def _svr_init(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #d056798c
 def _svr_record(st, r: str, s: str, ans, signal, it: int):
-    """SVR-MAD Alg. 1 lines 10-11 for one debate Debate(A_s -> A_r) of state `st` (`_svr_init`): count it, update the
-    receiver's D, r, c and its posterior Corr (Sec. 4's rule; choice 7 for an unparsed answer), and trace it."""
+    """SVR-MAD Alg. 1 lines 10-11 for one debate Debate(A_s -> A_r) of state `st` (`_svr_init`):
+    count it, update the receiver's D, r, c and its posterior Corr (Sec. 4's rule; choice 7 for an
+    unparsed answer), and trace it."""
     fmt, posterior, unparsed = st.fmt, st.cfg.posterior, st.cfg.unparsed
     ans = None if _isnull(ans) else ans
     st.ncomm += 1
@@ -241,8 +246,9 @@ def svr_mad_steps(
     answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: str,
     config: SVRConfig = SVRConfig(), tie_seed: Any = 0, survival: Sequence[bool] | None = None
 ) -> Generator[list[tuple[str, str]], list[tuple[str | None, float | None]], SVRResult]:
-    """SVR-MAD Alg. 1 on one problem, as a generator: yields the debates (receiver A_r, challenger A_s) it wants next, is
-    sent [(post-debate answer, post-debate signal)] for them; returns an `SVRResult`. Parameters as `svr_mad`."""
+    """SVR-MAD Alg. 1 on one problem, as a generator: yields the debates (receiver A_r, challenger
+    A_s) it wants next, is sent [(post-debate answer, post-debate signal)] for them; returns an
+    `SVRResult`. Parameters as `svr_mad`."""
     cfg = config
     st = _svr_init(answers, prior, fmt, cfg, survival)
     corr, n = st.corr, st.n
@@ -283,8 +289,9 @@ def _seeded_pick(options: list[str], seed: Any) -> str:
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #e3bfb071
 def fallback_vote(pre: Mapping[str, str | None], post: Mapping[str, Sequence[str | None]], fmt: str,
                   tie_seed: Any = 0) -> str | None:
-    """SVR-MAD Sec. 4 fallback majority vote: each agent votes the majority of its post-debate answers, its pre-debate answer
-    breaking ties; the result is the majority of the votes, an overall tie going to the pre-debate majority."""
+    """SVR-MAD Sec. 4 fallback majority vote: each agent votes the majority of its post-debate
+    answers, its pre-debate answer breaking ties; the result is the majority of the votes, an
+    overall tie going to the pre-debate majority."""
     names = list(pre)
     allans = [pre[a] for a in names] + [x for a in names for x in post.get(a, [])]
     rep = dict(zip(range(len(allans)), merge_equivalent(allans, fmt)))
@@ -324,10 +331,10 @@ def svr_mad(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: 
     decides y_j != y_r, line 7). debate(A_r, A_s) -> the receiver's post-debate answer, or (answer,
     post-debate signal): Debate(A_s -> A_r), line 10. config: the hyper-parameters (`SVRConfig`: S,
     C, tau, budget, budget_cap, posterior, challengers, check, unparsed; its prior and prior_scale
-    are `run_svr_mad`'s). tie_seed: seeds the fallback vote's draws (line 18). survival: Fig. 3's control (the kit's
-    own), outcomes the posterior reads in place of each debate's own (`shuffled_survival`). The result
-    carries the answer y_hat, accepted, NComm, B_max, k, m, the trace, the final Corr and per-agent
-    counts D, r, c."""
+    are `run_svr_mad`'s). tie_seed: seeds the fallback vote's draws (line 18). survival: Fig. 3's
+    control (the kit's own), outcomes the posterior reads in place of each debate's own
+    (`shuffled_survival`). The result carries the answer y_hat, accepted, NComm, B_max, k, m, the
+    trace, the final Corr and per-agent counts D, r, c."""
     gen = svr_mad_steps(answers, prior, fmt, config, tie_seed, survival)
 
     def run(pairs):
@@ -343,7 +350,8 @@ def svr_mad(answers: Mapping[str, str | None], prior: Mapping[str, float], fmt: 
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #3995c83d
 def svr_prompts(fmt: str, prompt: str = "svr") -> tuple[PromptSet, PromptSet]:
-    "SVR-MAD's (opening/debate, pairwise challenge) prompt sets for an answer format (adaptations, see mad_study.prompts)."
+    """SVR-MAD's (opening/debate, pairwise challenge) prompt sets for an answer format (adaptations,
+    see mad_study.prompts)."""
     if prompt != "svr":
         return get_prompt(prompt, fmt), get_prompt(prompt, fmt)
     base = "svr_mc" if fmt == "option" else "svr_math"
@@ -444,7 +452,8 @@ def run_challenges(pairs: Sequence[tuple[str, int, str, str]], pre: pd.DataFrame
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #5e18022d
 def probe_pairs(pre: pd.DataFrame, fmt_of: Mapping[str, str]) -> list[tuple[str, int, str, str]]:
-    "Fig. 1 probing: every (receiver, challenger) pair of parsed, non-equivalent pre-debate answers, per item and thread."
+    """Fig. 1 probing: every (receiver, challenger) pair of parsed, non-equivalent pre-debate
+    answers, per item and thread."""
     out = []
     for (iid, k), g in pre.groupby(["item_id", "sample"], sort=False):
         ans = dict(zip(g["agent"], g["answer"]))
@@ -456,7 +465,8 @@ def probe_pairs(pre: pd.DataFrame, fmt_of: Mapping[str, str]) -> list[tuple[str,
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #e629c5fa
 def probe_svr(probes: pd.DataFrame) -> pd.DataFrame:
-    "Per (item, sample, agent): D, r, c over the probing debates (an unparsed answer is a change) and SVR = (r - c) / D (`metrics.survival_rate`)."
+    """Per (item, sample, agent): D, r, c over the probing debates (an unparsed answer is a change)
+    and SVR = (r - c) / D (`metrics.survival_rate`)."""
     g = probes.assign(kept=probes["outcome"].eq("retained")).groupby(
         ["item_id", "sample", "receiver"], sort=False)["kept"]
     df = (pd.DataFrame({
@@ -469,8 +479,9 @@ def probe_svr(probes: pd.DataFrame) -> pd.DataFrame:
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #a7e0791a
 def top_ranked_correct(scores: Sequence[float], correct: Sequence[bool]) -> float:
-    """Fig. 1: whether the top-ranked agent under a signal is correct, as the expected value of a uniform tie-break among
-    the agents sharing the top score (NaN ranks last; NaN when every score is missing)."""
+    """Fig. 1: whether the top-ranked agent under a signal is correct, as the expected value of a
+    uniform tie-break among the agents sharing the top score (NaN ranks last; NaN when every score
+    is missing)."""
     s = np.asarray(scores, dtype=float)
     c = np.asarray(correct, dtype=bool)
     if np.isnan(s).all():
@@ -480,8 +491,8 @@ def top_ranked_correct(scores: Sequence[float], correct: Sequence[bool]) -> floa
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #45cb772a
 def probe_memo(probes: pd.DataFrame | None) -> dict[tuple, dict]:
-    """SVR-MAD Fig. 1 probe debates by (item_id, sample, receiver, challenger, repeat), for `run_svr_mad(probes=...)` (a dict
-    is used, and extended, as is)."""
+    """SVR-MAD Fig. 1 probe debates by (item_id, sample, receiver, challenger, repeat), for
+    `run_svr_mad(probes=...)` (a dict is used, and extended, as is)."""
     if probes is None:
         return {}
     return {
@@ -492,9 +503,10 @@ def probe_memo(probes: pd.DataFrame | None) -> dict[tuple, dict]:
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #c8b8ab13
 def prior_on_svr_scale(values: Sequence[float], signal: str) -> np.ndarray:
-    """SVR-MAD Alg. 1 line 3, choice 2: a problem's priors on SVR's scale. Confidence (already in [0, 1]) as it is; min-LL
-    and PPL (another scale) as their within-problem percentile (rank - 1/2) / n in (0, 1), higher = more reliable
-    (ties share their mean rank); missing stays NaN (ranks last)."""
+    """SVR-MAD Alg. 1 line 3, choice 2: a problem's priors on SVR's scale. Confidence (already in
+    [0, 1]) as it is; min-LL and PPL (another scale) as their within-problem percentile (rank - 1/2)
+    / n in (0, 1), higher = more reliable (ties share their mean rank); missing stays NaN (ranks
+    last)."""
     s = signal_score(values, signal)
     if signal == "conf":
         return s
@@ -506,7 +518,8 @@ def prior_on_svr_scale(values: Sequence[float], signal: str) -> np.ndarray:
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #50455530
 def _svr_start(pre: pd.DataFrame, items: Mapping[str, Item], config: SVRConfig,
                survival: Mapping | None = None):
-    "`run_svr_mad`'s set-up: one Alg. 1 generator per (item, thread), its first request, and the round-0 tokens."
+    """`run_svr_mad`'s set-up: one Alg. 1 generator per (item, thread), its first request, and the
+    round-0 tokens."""
     prior = config.prior
     gens, pending, results, groups = {}, {}, {}, {}
     for x in pre[[
@@ -571,7 +584,8 @@ def run_svr_mad(pre: pd.DataFrame, items: Mapping[str,
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #9257df2c
 def _svr_rows(results, gens, made, r0tok, items) -> tuple[pd.DataFrame, pd.DataFrame]:
-    "`run_svr_mad`'s tables: one row per problem (tokens = its round 0 + the debates it made), and every debate made."
+    """`run_svr_mad`'s tables: one row per problem (tokens = its round 0 + the debates it made), and
+    every debate made."""
     out = []
     for key, res in results.items():
         it = items[key[0]]
@@ -596,9 +610,10 @@ def _svr_rows(results, gens, made, r0tok, items) -> tuple[pd.DataFrame, pd.DataF
 
 # %% ../nbs/papers/svr/12_svr_mad.ipynb #f3ctl0e1
 def shuffled_survival(probes: pd.DataFrame, seed: int = 0) -> dict[tuple, list[bool]]:
-    """The control of SVR-MAD Fig. 3 (App. B; the kit's own): per (item_id, sample), the outcomes of its probing
-    debates (`run_challenges`: retained or not) in a seeded random order, for `run_svr_mad(survival=...)`, whose
-    posterior then reads survival detached from the agent that survived."""
+    """The control of SVR-MAD Fig. 3 (App. B; the kit's own): per (item_id, sample), the outcomes of
+    its probing debates (`run_challenges`: retained or not) in a seeded random order, for
+    `run_svr_mad(survival=...)`, whose posterior then reads survival detached from the agent that
+    survived."""
     out = {}
     for (iid, k), g in probes.groupby(["item_id", "sample"], sort=False):
         kept = g["outcome"].eq("retained").to_numpy(bool)

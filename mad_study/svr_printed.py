@@ -20,8 +20,9 @@ PRINTED_COLUMNS = ["NComm", "Tok (x10^3)", "Acc (%)"]
 
 
 def printed_tab1() -> dict[tuple[str, str], pd.DataFrame]:
-    """SVR-MAD Table 1 as printed (`fixtures/papers/svr/paper_svr_tab1.csv`, read by `loading.paper_table`): one
-    table per (LLM, dataset) setting with `key`, `method` and the numeric NComm, Tok (x10^3) and Acc (%) columns."""
+    """SVR-MAD Table 1 as printed (`fixtures/papers/svr/paper_svr_tab1.csv`, read by
+    `loading.paper_table`): one table per (LLM, dataset) setting with `key`, `method` and the
+    numeric NComm, Tok (x10^3) and Acc (%) columns."""
     return {
         s: g[["key", "method"]].join(g[PRINTED_COLUMNS].astype(float)).reset_index(drop=True)
         for s, g in paper_table("svr_tab1").groupby(["llm", "dataset"], sort=False)
@@ -30,8 +31,9 @@ def printed_tab1() -> dict[tuple[str, str], pd.DataFrame]:
 # %% ../nbs/papers/svr/12a_svr_printed.ipynb #43372e3b
 def savings(tab: pd.DataFrame, method: str = "svr_mad",
             exclude: Sequence[str] = ("sc", "svr_mad", "mad")) -> dict:
-    """Sec. 5.1: SVR-MAD's token and NComm savings (%) against the most accurate MAD baseline (Self-Consistency excluded;
-    among equally accurate baselines, the cheapest in tokens), and the accuracy difference (points)."""
+    """Sec. 5.1: SVR-MAD's token and NComm savings (%) against the most accurate MAD baseline
+    (Self-Consistency excluded; among equally accurate baselines, the cheapest in tokens), and the
+    accuracy difference (points)."""
     base = (tab[~tab["key"].isin(exclude)].sort_values(
         ["Acc (%)", "Tok (x10^3)"], ascending=[False, True]) if len(tab) else tab)
     if base.empty or method not in set(tab["key"]):

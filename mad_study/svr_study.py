@@ -43,7 +43,8 @@ METHOD_LABELS = {
 
 
 def unanimous(round0: pd.DataFrame, fmt: str) -> pd.Series:
-    "Per (item, sample): whether every agent gave a parsed answer and all are equivalent (App. A: skipped, counted)."
+    """Per (item, sample): whether every agent gave a parsed answer and all are equivalent (App. A:
+    skipped, counted)."""
     from mad_study.protocols import largest_agreement
 
     return (round0[round0["round"] == 0].groupby(
@@ -73,8 +74,9 @@ class BaselineSettings:
 def _shared_start(items: Sequence[Item], agents, backends: Mapping[str, Any], prompt: str,
                   experiment: str, sampling: Sampling, config: SVRConfig,
                   probe: bool) -> tuple[dict, pd.DataFrame]:
-    """SVR-MAD Sec. 5 / App. A, the start every method shares: round 0 of every agent, unanimous problems skipped (counted),
-    the kept problems' prior signals, the probing debates (Fig. 1) and Self-Consistency. Returns (evaluation dict, kept round 0)."""
+    """SVR-MAD Sec. 5 / App. A, the start every method shares: round 0 of every agent, unanimous
+    problems skipped (counted), the kept problems' prior signals, the probing debates (Fig. 1) and
+    Self-Consistency. Returns (evaluation dict, kept round 0)."""
     from mad_study.protocols import self_consistency
 
     fmt = items[0].fmt
@@ -107,8 +109,9 @@ def _shared_start(items: Sequence[Item], agents, backends: Mapping[str, Any], pr
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #980976e0
 def _run_baselines(out: dict, r0k: pd.DataFrame, agents, baseline: BaselineSettings,
                    experiment: str):
-    """SVR-MAD Sec. 5: the MAD baselines on the kept problems (`out["transcripts"]`, `out["costs"]`), each checked to start
-    from the shared round 0 (Sec. 5: all methods share the pre-debate responses)."""
+    """SVR-MAD Sec. 5: the MAD baselines on the kept problems (`out["transcripts"]`,
+    `out["costs"]`), each checked to start from the shared round 0 (Sec. 5: all methods share the
+    pre-debate responses)."""
     from mad_study.protocols import make_baseline, run_protocol, debate_costs
 
     kept = [out["items"][i] for i in out["kept"]]
@@ -161,8 +164,9 @@ def evaluate(items: Sequence[Item], agents, backends: Mapping[str,
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #5fafc717
 def method_table(ev: dict, methods: Sequence[str] = METHODS) -> pd.DataFrame:
-    """Table 1 rows of one evaluation: NComm (mean per problem), tokens (mean, x10^3), accuracy (%), the share of problems
-    whose final answer could not be read (`Unparsed (%)`: counted wrong, DESIGN's parse-failure column), n."""
+    """Table 1 rows of one evaluation: NComm (mean per problem), tokens (mean, x10^3), accuracy (%),
+    the share of problems whose final answer could not be read (`Unparsed (%)`: counted wrong,
+    DESIGN's parse-failure column), n."""
     rows = []
     for m in methods:
         c = ev["costs"].get(m)
@@ -181,8 +185,9 @@ def method_table(ev: dict, methods: Sequence[str] = METHODS) -> pd.DataFrame:
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #c52e391e
 def tab1_items(ev: dict, methods: Sequence[str] = METHODS) -> pd.DataFrame:
-    """SVR-MAD Table 1's per-item results of one `evaluate` (Sec. 5: every method on the same kept problems): item_id,
-    sample, method (its Table 1 label), correct (0/1), answer, tokens, ncomm; the rows `method_table` averages."""
+    """SVR-MAD Table 1's per-item results of one `evaluate` (Sec. 5: every method on the same kept
+    problems): item_id, sample, method (its Table 1 label), correct (0/1), answer, tokens, ncomm;
+    the rows `method_table` averages."""
     parts = []
     for m in methods:
         c = ev["costs"].get(m)
@@ -203,8 +208,9 @@ def tab1_items(ev: dict, methods: Sequence[str] = METHODS) -> pd.DataFrame:
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #16fdcf78
 def _tab1_unpaired(sub: pd.DataFrame, reference: str, n_common: int) -> tuple[list[dict], dict]:
-    """A setting of `tab1_comparison` with fewer than 2 problems every method answered (e.g. the cpu profile's one item):
-    accuracy per method without an interval, and no paired comparison (`acc_test` says why) instead of an error."""
+    """A setting of `tab1_comparison` with fewer than 2 problems every method answered (e.g. the cpu
+    profile's one item): accuracy per method without an interval, and no paired comparison
+    (`acc_test` says why) instead of an error."""
     why = f"none: {n_common} shared item(s), a paired difference needs 2"
     rows = []
     for m, g in sub.groupby("method", sort=False):
@@ -226,7 +232,8 @@ def _tab1_unpaired(sub: pd.DataFrame, reference: str, n_common: int) -> tuple[li
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #2ace6160
 def _tab1_rows(sub: pd.DataFrame, reference: str, level: float, n_resamples: int,
                seed: int) -> tuple[list[dict], dict]:
-    "One setting's rows of `tab1_comparison` (raw p-values) and its omnibus test; accuracy only below 2 shared items."
+    """One setting's rows of `tab1_comparison` (raw p-values) and its omnibus test; accuracy only
+    below 2 shared items."""
     from mad_study.core import Inference
     from mad_study.stats import item_means, paired_difference
     from mad_study.compare import compare_methods, token_change
@@ -308,7 +315,8 @@ def _sg(x: float, nd: int = 1) -> str:
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #d569e5ea
 def _gap(r: Mapping) -> str:
-    "One comparison of `tab1_comparison` in words: accuracy gap and token change with intervals and verdicts (or why none)."
+    """One comparison of `tab1_comparison` in words: accuracy gap and token change with intervals
+    and verdicts (or why none)."""
     from mad_study.compare import token_words
     from mad_study.multiplicity import gap_interval_text
 
@@ -328,8 +336,9 @@ def _gap(r: Mapping) -> str:
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #36c1ef05
 def tab1_stats_caption(cmp: pd.DataFrame) -> str:
-    """The statistics sentence of SVR-MAD Table 1's caption (DESIGN "Statistics"): items per setting, resampled unit, tests,
-    correction, omnibus, and SVR-MAD's accuracy gap and token change vs each baseline, "not distinguishable" where so."""
+    """The statistics sentence of SVR-MAD Table 1's caption (DESIGN "Statistics"): items per
+    setting, resampled unit, tests, correction, omnibus, and SVR-MAD's accuracy gap and token change
+    vs each baseline, "not distinguishable" where so."""
     from mad_study.multiplicity import family_words
 
     a = cmp.attrs
@@ -359,8 +368,9 @@ def tab1_stats_caption(cmp: pd.DataFrame) -> str:
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #485df6e9
 def check_tab1_caption(cmp: pd.DataFrame, caption: str) -> None:
-    """Raise AssertionError unless every comparison of `tab1_comparison` is in `caption` (from `tab1_stats_caption`) with
-    the table's verdict, and no gap whose interval holds 0 is distinguishable (SVR-MAD Table 1, DESIGN "Statistics")."""
+    """Raise AssertionError unless every comparison of `tab1_comparison` is in `caption` (from
+    `tab1_stats_caption`) with the table's verdict, and no gap whose interval holds 0 is
+    distinguishable (SVR-MAD Table 1, DESIGN "Statistics")."""
     ref, by = cmp.attrs["reference"], cmp.attrs.get("by", [])
     for r in cmp[cmp["method"] != ref].to_dict("records"):
         for k, lo, hi in (("acc", "acc_gap_low", "acc_gap_high"), ("tok", "token_change_low",
@@ -376,10 +386,11 @@ def check_tab1_caption(cmp: pd.DataFrame, caption: str) -> None:
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #t1p0wer1
 def tab1_power(items: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
-    """SVR-MAD minus GroupDebate per model and dataset, the paper's claim of equal or better accuracy (Table 1): the
-    paper's printed gap beside the sim's, the sim's discordance (items one method gets right and the other wrong) as
-    the pilot, the items the paper's gap would need at 80% power (`power.n_for_power`, McNemar) and the gap this n
-    resolves (`power.resolvable_effect`). The paper's models in its order: GPT-OSS-120B, DeepSeek-V3.1."""
+    """SVR-MAD minus GroupDebate per model and dataset, the paper's claim of equal or better
+    accuracy (Table 1): the paper's printed gap beside the sim's, the sim's discordance (items one
+    method gets right and the other wrong) as the pilot, the items the paper's gap would need at 80%
+    power (`power.n_for_power`, McNemar) and the gap this n resolves (`power.resolvable_effect`).
+    The paper's models in its order: GPT-OSS-120B, DeepSeek-V3.1."""
     from mad_study.loading import paper_table
     from mad_study.power import n_for_power, resolvable_effect
 
@@ -414,9 +425,10 @@ TAB1_CAPTION_MAX = 1200
 def table1_reader_caption(cmp: pd.DataFrame, label: str | None, verdict: str,
                           power: pd.DataFrame | None = None, mechanism: str = "",
                           single_gpu_config: str = "") -> str:
-    """SVR-MAD Table 1's caption (Sec. 5.1): what is shown, n per setting, the intervals, the tests (`tab1_comparison`'s)
-    and the gap its n resolves against GroupDebate (`tab1_power`), the verdict, the control and `mechanism`; the
-    paper's claim. Every pairwise number is left to the table's columns (issue 51: at most `TAB1_CAPTION_MAX`)."""
+    """SVR-MAD Table 1's caption (Sec. 5.1): what is shown, n per setting, the intervals, the tests
+    (`tab1_comparison`'s) and the gap its n resolves against GroupDebate (`tab1_power`), the
+    verdict, the control and `mechanism`; the paper's claim. Every pairwise number is left to the
+    table's columns (issue 51: at most `TAB1_CAPTION_MAX`)."""
     a, head = cmp.attrs, f"{label.split(':')[0]}: " if label else ""
     ref, lvl = a["reference"], int(round(100 * a.get("level", 0.95)))
     n = cmp.loc[cmp["method"] == ref, "n_items"].astype(int)
@@ -442,7 +454,8 @@ def table1_reader_caption(cmp: pd.DataFrame, label: str | None, verdict: str,
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #b7b15137
 def fig1_table(ev: dict) -> pd.DataFrame:
-    "SVR-MAD Fig. 1: per (item, sample), n_correct before debate and, per signal (min_ll, ppl, conf, svr), whether its top-ranked agent is correct."
+    """SVR-MAD Fig. 1: per (item, sample), n_correct before debate and, per signal (min_ll, ppl,
+    conf, svr), whether its top-ranked agent is correct."""
     pre = ev["pre"]
     sv = (probe_svr(ev["probes"]) if ev.get("probes") is not None and len(ev["probes"]) else
           pd.DataFrame(columns=["item_id", "sample", "agent", "svr"]))
@@ -469,7 +482,8 @@ def fig1_comparison(rows: pd.DataFrame, reference: str = "svr", by: str = "panel
     """SVR-MAD Fig. 1 (Sec. 3) on hard problems, paired by problem: per `by` panel and signal, the
     share whose top-ranked agent is correct with a bootstrap interval over problems; `reference`
     (SVR) minus each prior, the table's gaps one family (`family_gaps`: Holm 1979 over the raw p,
-    each gap's interval at its family level, closed at 0 where Holm shows the sign), `distinguishable`."""
+    each gap's interval at its family level, closed at 0 where Holm shows the sign),
+    `distinguishable`."""
     from mad_study.stats import boot_mean_ci, paired_difference
     from mad_study.multiplicity import family_words
     from mad_study.multiplicity import family_gaps
@@ -534,12 +548,14 @@ def fig1_comparison(rows: pd.DataFrame, reference: str = "svr", by: str = "panel
 def fig2_comparison(items: pd.DataFrame, hard: Mapping[str, Any], reference: str = "SVR-MAD",
                     correction: str = "holm", level: float = 0.95, n_resamples: int = 2000,
                     seed: int = 0, power: float = 0.8) -> pd.DataFrame:
-    """SVR-MAD Fig. 2 (Sec. 5.2) with its statistics: on each model's hard problems (`hard[model]`: the item ids
-    1-3 agents answered correctly before debate, the model's datasets pooled), `reference` minus each baseline
-    paired by problem as in Table 1 (`tab1_comparison` with `by=("model",)`: McNemar's score test with Tango's
-    interval, Holm 1979 over the figure's gaps), and what the n resolves at `power`: the smallest gap McNemar tells
-    apart at the pair's discordance (`power.resolvable_effect`, Connor 1987), at `1 - level` alone (`resolves_pts`)
-    and at Bonferroni's level over the figure's gaps (`resolves_family_pts`, the level of Holm's first step)."""
+    """SVR-MAD Fig. 2 (Sec. 5.2) with its statistics: on each model's hard problems (`hard[model]`:
+    the item ids 1-3 agents answered correctly before debate, the model's datasets pooled),
+    `reference` minus each baseline paired by problem as in Table 1 (`tab1_comparison` with
+    `by=("model",)`: McNemar's score test with Tango's interval, Holm 1979 over the figure's gaps),
+    and what the n resolves at `power`: the smallest gap McNemar tells apart at the pair's
+    discordance (`power.resolvable_effect`, Connor 1987), at `1 - level` alone (`resolves_pts`) and
+    at Bonferroni's level over the figure's gaps (`resolves_family_pts`, the level of Holm's first
+    step)."""
     from mad_study.power import resolvable_effect
 
     keep = [i in set(hard.get(m, ())) for m, i in zip(items["model"], items["item_id"])]
@@ -574,8 +590,9 @@ FIG2_YLABEL = "hard problems\nanswered correctly"
 
 
 def finish_figure(fig, title: str):
-    """Put `title` over `fig` with constrained layout, which keeps no blank band under the title and room for the long
-    tick labels; `mad_study.report.save_figure` stamps its label above everything (SVR-MAD Figs. 1-3)."""
+    """Put `title` over `fig` with constrained layout, which keeps no blank band under the title and
+    room for the long tick labels; `mad_study.report.save_figure` stamps its label above everything
+    (SVR-MAD Figs. 1-3)."""
     fig.set_layout_engine("constrained")
     fig.suptitle(title)
     return fig
@@ -584,11 +601,12 @@ def finish_figure(fig, title: str):
 def ablation_points(ev: dict, posterior: str, S: int = 2, C: int = 2,
                     quantiles: Sequence[float] = np.arange(0.1, 0.91, 0.1),
                     survival: str = "own") -> pd.DataFrame:
-    """SVR-MAD App. B: (tau, C, acceptance rate, mean tokens, accuracy with its 95% Wilson interval over problems,
-    n_items) of Alg. 1 with `posterior` in place of SVR; each setting's per-problem correctness is kept in
-    `ev['ablation_items'][(posterior, tau, C, survival)]` (a Series by item id), for tests paired by problem.
-    `survival`: 'own' (each debate's outcome) or 'shuffled' (Fig. 3's control: `svr_mad.shuffled_survival`, the
-    problem's probing outcomes in a seeded order; it changes only an SVR posterior)."""
+    """SVR-MAD App. B: (tau, C, acceptance rate, mean tokens, accuracy with its 95% Wilson interval
+    over problems, n_items) of Alg. 1 with `posterior` in place of SVR; each setting's per-problem
+    correctness is kept in `ev['ablation_items'][(posterior, tau, C, survival)]` (a Series by item
+    id), for tests paired by problem. `survival`: 'own' (each debate's outcome) or 'shuffled' (Fig.
+    3's control: `svr_mad.shuffled_survival`, the problem's probing outcomes in a seeded order; it
+    changes only an SVR posterior)."""
     if survival not in ("own", "shuffled"):
         raise ConfigError("unknown survival", key="survival", value=survival,
                           choices=("own", "shuffled"))
@@ -637,7 +655,8 @@ def ablation_points(ev: dict, posterior: str, S: int = 2, C: int = 2,
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #d6dccc71
 def svr_grid_points(pts: pd.DataFrame) -> pd.DataFrame:
-    "The distinct (tokens, accuracy) points of SVR's (C, tau) grid, each named by every setting on it ('C1: τ0/-0.5')."
+    """The distinct (tokens, accuracy) points of SVR's (C, tau) grid, each named by every setting on
+    it ('C1: τ0/-0.5')."""
     key = list(zip(pts["tokens"].round(3), pts["accuracy"].round(6)))
     rows = []
     for _, d in pts.assign(_k=key).groupby("_k", sort=False):

@@ -21,8 +21,9 @@ __all__ = ['canonical_answers', 'answer_grid', 'agent_turns', 'first_correct', '
 
 # %% ../nbs/evaluation/05c_trajectory.ipynb #5bf7215d
 def canonical_answers(transcript: pd.DataFrame, fmt: str | None = None) -> pd.Series:
-    """Each row's answer as the representative of its equivalence class (`mad_study.equivalence.merge_equivalent`), None when
-    unparsed (the kit's own step; the answer format is `fmt`, else the row's `fmt`, else its task's: `row_formats`)."""
+    """Each row's answer as the representative of its equivalence class
+    (`mad_study.equivalence.merge_equivalent`), None when unparsed (the kit's own step; the answer
+    format is `fmt`, else the row's `fmt`, else its task's: `row_formats`)."""
     ans = transcript["answer"].astype(object).where(transcript["answer"].notna(), None)
     out = pd.Series([None] * len(ans), index=transcript.index, dtype=object)
     fmts = row_formats(transcript, fmt, what="canonical_answers")
@@ -50,9 +51,10 @@ def _keys(transcript: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
 
 # %% ../nbs/evaluation/05c_trajectory.ipynb #4aefbdd2
 def answer_grid(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFrame:
-    """One row per (condition, item, sample, agent, round) from the agent's first row to its thread's last round: task,
-    fmt, gold, model, `answer` (canonical, None = unparsed), `correct`, `spoke`, `visible_peers` (the kit's own rule for silent
-    agents: a round without a row, or a reused row, carries the last answer forward with `spoke` False)."""
+    """One row per (condition, item, sample, agent, round) from the agent's first row to its
+    thread's last round: task, fmt, gold, model, `answer` (canonical, None = unparsed), `correct`,
+    `spoke`, `visible_peers` (the kit's own rule for silent agents: a round without a row, or a
+    reused row, carries the last answer forward with `spoke` False)."""
     transcript = complete_transcript(transcript, fmt, what="answer_grid")
     check_unique_turns(transcript, what="answer_grid")
     cond, th, ag = _keys(transcript)
@@ -82,7 +84,8 @@ def answer_grid(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFram
 
 # %% ../nbs/evaluation/05c_trajectory.ipynb #1b28a772
 def _plurality(grid: pd.DataFrame, keys: Sequence[str]) -> pd.Series:
-    "The strict plurality of the parsed answers per group of `keys`; None when there is no parsed answer or a tie at the top."
+    """The strict plurality of the parsed answers per group of `keys`; None when there is no parsed
+    answer or a tie at the top."""
     a = grid[grid["answer"].notna()]
     c = a.groupby([*keys, "answer"], sort=False, dropna=False).size().rename("n").reset_index()
     best = c[c["n"] == c.groupby(list(keys), sort=False, dropna=False)["n"].transform("max")]
@@ -98,7 +101,8 @@ def _defined(mask, values) -> pd.Series:
 
 # %% ../nbs/evaluation/05c_trajectory.ipynb #2fabb7f0
 def _adoptions(tu: pd.DataFrame, prev: pd.DataFrame, th: list[str], ag: list[str]) -> pd.Series:
-    "Per changed turn: the shown peers (comma-separated) whose previous-round answer the agent took."
+    """Per changed turn: the shown peers (comma-separated) whose previous-round answer the agent
+    took."""
     ch = tu[tu["changed"].fillna(False).astype(bool)]
     ex = (ch[[*ag, "round",
               "answer"]].assign(source=ch["visible_peers"].str.split(",")).explode("source"))
@@ -149,8 +153,9 @@ def agent_turns(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFram
 
 # %% ../nbs/evaluation/05c_trajectory.ipynb #32c18f04
 def first_correct(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFrame:
-    """Per condition, item, sample and agent: its first round, `first_correct_round` (NaN when never correct; DebateLLM's
-    round of the first correct answer, Smit et al. 2024) and whether it ends correct (silent rounds carried)."""
+    """Per condition, item, sample and agent: its first round, `first_correct_round` (NaN when never
+    correct; DebateLLM's round of the first correct answer, Smit et al. 2024) and whether it ends
+    correct (silent rounds carried)."""
     transcript = complete_transcript(transcript, fmt, what="first_correct")
     g = answer_grid(transcript, fmt)
     _, _, ag = _keys(transcript)
@@ -163,9 +168,10 @@ def first_correct(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFr
 
 # %% ../nbs/evaluation/05c_trajectory.ipynb #bb54d46d
 def agent_outcomes(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataFrame:
-    """Per condition, item, sample and agent (DebateLLM's per-agent metrics, Smit et al. 2024, on the kit's grid):
-    `rounds` present, `distinct_answers` (parsed answers it held, carried rounds included), `correct_rounds`
-    and `correct_share` (rounds in which it held the gold answer), with `first_correct`'s columns."""
+    """Per condition, item, sample and agent (DebateLLM's per-agent metrics, Smit et al. 2024, on
+    the kit's grid): `rounds` present, `distinct_answers` (parsed answers it held, carried rounds
+    included), `correct_rounds` and `correct_share` (rounds in which it held the gold answer), with
+    `first_correct`'s columns."""
     transcript = complete_transcript(transcript, fmt, what="agent_outcomes")
     g = answer_grid(transcript, fmt)
     _, _, ag = _keys(transcript)
@@ -177,7 +183,8 @@ def agent_outcomes(transcript: pd.DataFrame, fmt: str | None = None) -> pd.DataF
 
 # %% ../nbs/evaluation/05c_trajectory.ipynb #607b1a07
 def _round_agreement(g: pd.DataFrame, th: list[str]) -> pd.DataFrame:
-    "Per thread and round: `agreed` (every present agent holds one parsed answer) and `distinct` parsed answers."
+    """Per thread and round: `agreed` (every present agent holds one parsed answer) and `distinct`
+    parsed answers."""
     per = (g.groupby([*th, "round"], sort=False,
                      dropna=False).agg(parsed=("answer", "count"), n=("agent", "size"),
                                        distinct=("answer", "nunique")).reset_index())
@@ -236,9 +243,10 @@ def item_outcomes(transcript: pd.DataFrame, fmt: str | None = None,
 # %% ../nbs/evaluation/05c_trajectory.ipynb #30f91cdf
 def persuasion_graph(transcript: pd.DataFrame, by: str = "agent",
                      fmt: str | None = None) -> pd.DataFrame:
-    """Edges source -> target per condition: `weight` (adoptions, 1/k each when k shown peers held the adopted answer),
-    `to_correct` (the part of it that made the target correct), `n` (adoption events); over agents or models (`by`).
-    The kit's own graph of DebateLLM's "reliance on other agents" (Smit et al. 2024)."""
+    """Edges source -> target per condition: `weight` (adoptions, 1/k each when k shown peers held
+    the adopted answer), `to_correct` (the part of it that made the target correct), `n` (adoption
+    events); over agents or models (`by`). The kit's own graph of DebateLLM's "reliance on other
+    agents" (Smit et al. 2024)."""
     transcript = complete_transcript(transcript, fmt, what="persuasion_graph")
     if by not in ("agent", "model"):
         raise ValueError(f"by must be 'agent' or 'model', got {by!r}")

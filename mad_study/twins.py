@@ -61,7 +61,8 @@ H, FF, LAYERS, HEADS, KV, HEAD_DIM, IMG = (64, 128, 2, 4, 2, 16, 32)
 
 
 def _base_tokenizer(**kw):
-    "The embedded SmolLM2 tokenizer (ChatML turns), with the family's own special tokens set by `kw`."
+    """The embedded SmolLM2 tokenizer (ChatML turns), with the family's own special tokens set by
+    `kw`."""
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(embedded_checkpoint(), **kw)
@@ -108,10 +109,11 @@ import importlib.util
 
 
 def _pixtral_processor_importable() -> bool:
-    """transformers 5.23's PixtralProcessor is declared `requires(torchvision)` and its module imports the torchvision
-    image processor at top level (only for `get_resize_output_image_size`). Without torchvision the class is a
-    placeholder that raises at init. When torchvision is missing, stand in the PIL module's identical helper and
-    register the real class on the lazy modules so that AutoProcessor resolves it. Returns True if it patched."""
+    """transformers 5.23's PixtralProcessor is declared `requires(torchvision)` and its module
+    imports the torchvision image processor at top level (only for `get_resize_output_image_size`).
+    Without torchvision the class is a placeholder that raises at init. When torchvision is missing,
+    stand in the PIL module's identical helper and register the real class on the lazy modules so
+    that AutoProcessor resolves it. Returns True if it patched."""
     if importlib.util.find_spec("torchvision") is not None:
         return False
     import transformers
@@ -132,9 +134,9 @@ def _pixtral_processor_importable() -> bool:
 # %% ../nbs/backends/03e_twins.ipynb #8732753c
 # PushToHubMixin: the processor serialises it with to_dict()
 class NoVideoProcessor(_PushToHubMixin):
-    """Stand-in for the video processor that Qwen2_5_VLProcessor requires: transformers 5.23's video processors
-    (and AutoVideoProcessor, and the VideoProcessorMixin base the processor checks against) exist only with
-    torchvision. Images only; a video input raises."""
+    """Stand-in for the video processor that Qwen2_5_VLProcessor requires: transformers 5.23's video
+    processors (and AutoVideoProcessor, and the VideoProcessorMixin base the processor checks
+    against) exist only with torchvision. Images only; a video input raises."""
 
     _auto_class = None
     merge_size = 2
@@ -158,7 +160,8 @@ class NoVideoProcessor(_PushToHubMixin):
 
 # %% ../nbs/backends/03e_twins.ipynb #77a3e91b
 def _qwen_video_shim() -> bool:
-    "Without torchvision, let Qwen2_5_VLProcessor be built, saved and loaded by AutoProcessor with `NoVideoProcessor`."
+    """Without torchvision, let Qwen2_5_VLProcessor be built, saved and loaded by AutoProcessor with
+    `NoVideoProcessor`."""
     if importlib.util.find_spec("torchvision") is not None:
         return False
     import transformers
@@ -182,9 +185,10 @@ def torchvision_free_processors() -> list[str]:
 
 # %% ../nbs/backends/03e_twins.ipynb #2821ca7a
 def build_pixtral(folder: Path) -> None:
-    """mistral-community/pixtral-12b twin: LlavaForConditionalGeneration(PixtralVisionConfig + MistralConfig),
-    PixtralProcessor + PixtralImageProcessorPil. One [IMG] in the prompt expands to rows of [IMG]..[IMG_BREAK],
-    the last one [IMG_END]: a 32x32 image with patch 8 -> 4 rows x (4 + 1) = 20 tokens."""
+    """mistral-community/pixtral-12b twin: LlavaForConditionalGeneration(PixtralVisionConfig +
+    MistralConfig), PixtralProcessor + PixtralImageProcessorPil. One [IMG] in the prompt expands to
+    rows of [IMG]..[IMG_BREAK], the last one [IMG_END]: a 32x32 image with patch 8 -> 4 rows x (4 +
+    1) = 20 tokens."""
     from transformers import (LlavaConfig, LlavaForConditionalGeneration, MistralConfig,
                               PixtralImageProcessorPil, PixtralVisionConfig)
 
@@ -420,7 +424,8 @@ VLM_TWINS = {
 
 # %% ../nbs/backends/03e_twins.ipynb #a590401f
 def twin_checkpoint(name: str, force: bool = False) -> Path:
-    "The folder of the architecture twin `name` (model + tokenizer), built once from its family's config class with a fixed seed."
+    """The folder of the architecture twin `name` (model + tokenizer), built once from its family's
+    config class with a fixed seed."""
     if name not in TEXT_TWINS and name not in VLM_TWINS:
         raise ConfigError("not an architecture twin", key="model", value=name,
                           choices=[*TEXT_TWINS, *VLM_TWINS])
@@ -464,15 +469,17 @@ _NOT_SHAPE = ("quantization_config", "torch_dtype", "architectures", "eos_token_
 
 
 def shape_table() -> dict:
-    """The published config of every text model of the registry (`fixtures/shapes.json`): name -> hub id, source
-    (where it was read), verified (read from a copy of the file, not from memory), notes, config."""
+    """The published config of every text model of the registry (`fixtures/shapes.json`): name ->
+    hub id, source (where it was read), verified (read from a copy of the file, not from memory),
+    notes, config."""
     return json.loads((Path(mad_study.__file__).parent / "fixtures" / "shapes.json").read_text())
 
 # %% ../nbs/backends/03e_twins.ipynb #77ce40ab
 def shape_config(name: str, **overrides):
-    """A transformers config with the exact architecture of registry text model `name` (its published config.json;
-    quantization and token ids left out: the random model is built in the compute dtype, with SmolLM2's tokenizer;
-    `overrides` replace fields, e.g. fewer layers for a test)."""
+    """A transformers config with the exact architecture of registry text model `name` (its
+    published config.json; quantization and token ids left out: the random model is built in the
+    compute dtype, with SmolLM2's tokenizer; `overrides` replace fields, e.g. fewer layers for a
+    test)."""
     from transformers import AutoConfig
 
     table = shape_table()
@@ -485,8 +492,9 @@ def shape_config(name: str, **overrides):
 # %% ../nbs/backends/03e_twins.ipynb #af918f86
 def shape_checkpoint(name: str, device: str | None = None, overrides: dict | None = None,
                      force: bool = False) -> Path:
-    """The folder of `random:<name>`: a random model of `shape_config(name)` (+ `overrides`, for tests) in bf16 with
-    SmolLM2's tokenizer, built once per machine on `device` (default: the GPU if there is one; a 7B takes ~30 s there)."""
+    """The folder of `random:<name>`: a random model of `shape_config(name)` (+ `overrides`, for
+    tests) in bf16 with SmolLM2's tokenizer, built once per machine on `device` (default: the GPU if
+    there is one; a 7B takes ~30 s there)."""
     import torch
     import transformers
 

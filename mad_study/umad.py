@@ -36,7 +36,8 @@ __all__ = ['UMAD_PROMPT', 'TRAJECTORY_CLASSES', 'TASK_TITLES', 'ALPHA_AU', 'ETA_
 
 # %% ../nbs/papers/umad/10_umad.ipynb #92bcc896
 def round_of_turn(T: int) -> int:
-    "UMAD turn T (T = 1 are the initial answers: Alg. 1 line 4, Table 1) -> the engine's round T - 1."
+    """UMAD turn T (T = 1 are the initial answers: Alg. 1 line 4, Table 1) -> the engine's round T -
+    1."""
     if isinstance(T, bool) or int(T) != T or int(T) < 1:
         raise ConfigError("UMAD turns count from 1 (the initial answers)", key="T", value=T)
     return int(T) - 1
@@ -53,14 +54,16 @@ UMAD_PROMPT = "umad_math"
 
 
 def umad_role(model: str) -> str:
-    """App. F system prompt per model: Qwen models (and synthetic agents) get F.1's Qwen sentence (role
-    `debater`); other models their own chat-template default (role `model_default`: no system message)."""
+    """App. F system prompt per model: Qwen models (and synthetic agents) get F.1's Qwen sentence
+    (role `debater`); other models their own chat-template default (role `model_default`: no system
+    message)."""
     m = str(model).lower()
     return "debater" if m.startswith(("qwen", "sim")) else "model_default"
 
 # %% ../nbs/papers/umad/10_umad.ipynb #e5194bee
 def umad_agents(models: Sequence[str]) -> list[Agent]:
-    "Agents `a0, a1, ...` (the paper's A0, A1) for `models`, with App. F system prompts (`umad_role`)."
+    """Agents `a0, a1, ...` (the paper's A0, A1) for `models`, with App. F system prompts
+    (`umad_role`)."""
     models = list(models)
     if len(models) < 2:
         raise ConfigError("a UMAD debate needs at least two agents", key="models", value=models)
@@ -68,12 +71,14 @@ def umad_agents(models: Sequence[str]) -> list[Agent]:
 
 # %% ../nbs/papers/umad/10_umad.ipynb #b8efb253
 def umad_protocol() -> FullyConnected:
-    "UMAD's communication (Sec. 2.1, App. F.2): fully connected, every agent shown all agents' last responses, its own included."
+    """UMAD's communication (Sec. 2.1, App. F.2): fully connected, every agent shown all agents'
+    last responses, its own included."""
     return FullyConnected(include_self=True)
 
 # %% ../nbs/papers/umad/10_umad.ipynb #0fc177c2
 def pair_kind(models: Sequence[str]) -> str:
-    "'homogeneous' when all agents run the same model, else 'heterogeneous'. (UMAD Sec. 5.1: homogeneous vs heterogeneous pairs.)"
+    """'homogeneous' when all agents run the same model, else 'heterogeneous'. (UMAD Sec. 5.1:
+    homogeneous vs heterogeneous pairs.)"""
     return "homogeneous" if len(set(models)) == 1 else "heterogeneous"
 
 # %% ../nbs/papers/umad/10_umad.ipynb #e22c2c7d
@@ -93,8 +98,9 @@ def config_seed(seed: int, *config: Any, paired: bool = True) -> int:
 # %% ../nbs/papers/umad/10_umad.ipynb #b9c46308
 def sent_messages(transcript: pd.DataFrame, item, agent: str, round: int, sample: int = 0,
                   prompt: str = UMAD_PROMPT, history: str = "none") -> list[dict]:
-    """The chat messages `mad_study.debate.run_debate` sent to `agent` at `round` of thread `sample`, rebuilt from the
-    transcript (role, shown peers in order, their texts). Peer tags are not supported (UMAD has none)."""
+    """The chat messages `mad_study.debate.run_debate` sent to `agent` at `round` of thread
+    `sample`, rebuilt from the transcript (role, shown peers in order, their texts). Peer tags are
+    not supported (UMAD has none)."""
     from mad_study.data import format_question
     from mad_study.prompts import debate_message, get_prompt, opening_messages
     from mad_study.debate import HISTORY_MODES
@@ -162,7 +168,8 @@ def alg1_samples(
 
 # %% ../nbs/papers/umad/10_umad.ipynb #256ae06f
 def _agent_outcomes(samples: list[list[Any]], fmt: str | None, unparsed: str) -> list[list[str]]:
-    "Each agent's outcomes: answers merged across the whole team (App. C.1), unparsed ones as `unparsed` says."
+    """Each agent's outcomes: answers merged across the whole team (App. C.1), unparsed ones as
+    `unparsed` says."""
     flat = answer_outcomes([a for s in samples for a in s], fmt, "keep")
     out, start = [], 0
     for s in samples:
@@ -174,8 +181,9 @@ def _agent_outcomes(samples: list[list[Any]], fmt: str | None, unparsed: str) ->
 def _decompose(
         samples: list[list[Any]], base: float, fmt: str | None,
         unparsed: str = "shared") -> tuple[float, float, float, list[str], np.ndarray, np.ndarray]:
-    """Numbers of Prop. 3.2 for non-empty per-agent answer lists: tu, eu, au, support, P (agents x support), mixture.
-    NaNs (and an empty support) when `unparsed='drop'` leaves an agent without a parsed answer."""
+    """Numbers of Prop. 3.2 for non-empty per-agent answer lists: tu, eu, au, support, P (agents x
+    support), mixture. NaNs (and an empty support) when `unparsed='drop'` leaves an agent without a
+    parsed answer."""
     per = _agent_outcomes(samples, fmt, unparsed)
     if any(len(s) == 0 for s in per):
         return math.nan, math.nan, math.nan, [], np.zeros((len(per), 0)), np.zeros(0)
@@ -245,7 +253,8 @@ def uncertainty_decomposition(samples: Sequence[Sequence[Any]], base: float = ma
 
 # %% ../nbs/papers/umad/10_umad.ipynb #03bb25d2
 def _warn_one_sample(counts: np.ndarray, who: str) -> None:
-    "Warn when no agent has more than one sample at any group: UMAD's decomposition is then degenerate (AU = 0, EU = TU)."
+    """Warn when no agent has more than one sample at any group: UMAD's decomposition is then
+    degenerate (AU = 0, EU = TU)."""
     if len(counts) and int(np.max(counts)) <= 1:
         warnings.warn(
             f"{who}: one sample per agent everywhere, so Sys-AU = 0 and Sys-EU = TU by construction (UMAD Alg. 1 "
@@ -254,9 +263,10 @@ def _warn_one_sample(counts: np.ndarray, who: str) -> None:
 
 # %% ../nbs/papers/umad/10_umad.ipynb #e7be90aa
 def _decompose_groups(g: np.ndarray, a: np.ndarray, o: np.ndarray, G: int, base: float):
-    """Prop. 3.2 for G groups at once. Row i: outcome `o[i]` (an integer, numbered in support order) of agent slot
-    `a[i]` (first appearance in its group) of group `g[i]`. Returns tu, eu, au and the support size per group, with
-    `_decompose`'s arithmetic: groups with the same numbers of agents and outcomes are stacked, nothing is padded."""
+    """Prop. 3.2 for G groups at once. Row i: outcome `o[i]` (an integer, numbered in support order)
+    of agent slot `a[i]` (first appearance in its group) of group `g[i]`. Returns tu, eu, au and the
+    support size per group, with `_decompose`'s arithmetic: groups with the same numbers of agents
+    and outcomes are stacked, nothing is padded."""
     A, O = int(a.max()) + 1, int(o.max()) + 1
     pair = np.unique(g * O + o)  # each group's support, in order
     pg = pair // O
@@ -283,7 +293,8 @@ def _decompose_groups(g: np.ndarray, a: np.ndarray, o: np.ndarray, G: int, base:
 
 # %% ../nbs/papers/umad/10_umad.ipynb #bfaec721
 def _agent_slots(agents_col: np.ndarray, g: np.ndarray, G: int) -> tuple[np.ndarray, list[list]]:
-    "Each row's agent slot in its group `g` (agents numbered by first appearance) and each group's agent names by slot."
+    """Each row's agent slot in its group `g` (agents numbered by first appearance) and each group's
+    agent names by slot."""
     # agent slots: agents numbered by first appearance in their group
     ac, anames = pd.factorize(pd.Series(agents_col, dtype=object), use_na_sentinel=False)
     first = pd.DataFrame({"g": g, "a": ac}).drop_duplicates()
@@ -299,7 +310,8 @@ def _agent_slots(agents_col: np.ndarray, g: np.ndarray, G: int) -> tuple[np.ndar
 # %% ../nbs/papers/umad/10_umad.ipynb #d6fdf4bd
 def _group_accuracies(cor: np.ndarray, g: np.ndarray, a: np.ndarray, G: int,
                       A: int) -> tuple[list, list]:
-    "Mean correctness per group and per (group, agent slot); NaN (not parsed, not graded) rows are skipped."
+    """Mean correctness per group and per (group, agent slot); NaN (not parsed, not graded) rows are
+    skipped."""
     # accuracies (NA skipped, as pandas' mean of a boolean column)
     ok = ~np.isnan(cor)
     c0 = np.where(ok, cor, 0.0)
@@ -313,7 +325,8 @@ def _group_accuracies(cor: np.ndarray, g: np.ndarray, a: np.ndarray, G: int,
 # %% ../nbs/papers/umad/10_umad.ipynb #2c6446f5
 def _merge_by_format(answers: np.ndarray, g: np.ndarray, gfmt: list[str],
                      bounds: np.ndarray) -> np.ndarray:
-    "Each answer replaced by its class representative (None: unparsed); `gfmt[gi]` is group gi's answer format."
+    """Each answer replaced by its class representative (None: unparsed); `gfmt[gi]` is group gi's
+    answer format."""
     from mad_study.equivalence import ELEMENTWISE_FORMATS
 
     # answers merged by equivalence (per format; group by group
@@ -332,7 +345,8 @@ def _merge_by_format(answers: np.ndarray, g: np.ndarray, gfmt: list[str],
 # %% ../nbs/papers/umad/10_umad.ipynb #7bf8012f
 def _parse_failures(merged: np.ndarray, g: np.ndarray, a: np.ndarray, G: int, A: int,
                     unparsed: str):
-    "Which answers did not parse, their share per group and per (group, agent slot), and the undefined groups."
+    """Which answers did not parse, their share per group and per (group, agent slot), and the
+    undefined groups."""
     # parse failures, and (drop) the groups where an agent
     # has no parsed answer: undefined, never a smaller N
     none = np.array([x is None for x in merged.tolist()], dtype=bool)
@@ -474,7 +488,8 @@ def eu_sampling_floor(p: Sequence[float], k: int, n_agents: int = 2, base: float
 # %% ../nbs/papers/umad/10_umad.ipynb #c16fa04e
 def _decomposition_row(key: tuple, g: pd.DataFrame, keys: list, fmt: str | None, base: float,
                        unparsed: str, ncond: int) -> dict:
-    "One row of `decomposition_table`: UMAD Alg. 1 at one item and turn (`g`: every agent's K samples there)."
+    """One row of `decomposition_table`: UMAD Alg. 1 at one item and turn (`g`: every agent's K
+    samples there)."""
     from mad_study.equivalence import merge_equivalent
     from mad_study.core import derive_seed
     from mad_study.data import get_task
@@ -562,8 +577,9 @@ TRAJECTORY_CLASSES = ("success", "neutral", "fail")
 
 
 def classify_trajectory(acc_first: float, acc_last: float, band: float = 0.02) -> str:
-    """The kit's success / neutral / fail rule for UMAD Fig. 2 / Fig. 6 (the paper states none): the change in mean
-    per-agent accuracy from turn 1 to the last turn, success if > +band, fail if < -band, else neutral."""
+    """The kit's success / neutral / fail rule for UMAD Fig. 2 / Fig. 6 (the paper states none): the
+    change in mean per-agent accuracy from turn 1 to the last turn, success if > +band, fail if <
+    -band, else neutral."""
     d = float(acc_last) - float(acc_first)
     if math.isnan(d):
         return "neutral"
@@ -572,7 +588,9 @@ def classify_trajectory(acc_first: float, acc_last: float, band: float = 0.02) -
 # %% ../nbs/papers/umad/10_umad.ipynb #a7e8633a
 def classify_configs(summary: pd.DataFrame, band: float = 0.02,
                      by: Sequence[str] = ("config",)) -> pd.DataFrame:
-    "Per configuration: accuracy, Sys-EU and Sys-AU at the first and last turn, Δ accuracy and its class (`classify_trajectory`). (UMAD Fig. 2 / Fig. 6: success / neutral / fail configurations.)"
+    """Per configuration: accuracy, Sys-EU and Sys-AU at the first and last turn, Δ accuracy and its
+    class (`classify_trajectory`). (UMAD Fig. 2 / Fig. 6: success / neutral / fail
+    configurations.)"""
     # the kit's convention: experiment, method, then `by`
     by = pool_keys(summary, [b for b in by if b in summary.columns])
     rows = []
@@ -596,7 +614,8 @@ def classify_configs(summary: pd.DataFrame, band: float = 0.02,
 # %% ../nbs/papers/umad/10_umad.ipynb #3519168b
 def trajectory_classes(table: pd.DataFrame, band: float = 0.02,
                        by: Sequence[str] = ("config",)) -> pd.DataFrame:
-    "The same rule per item (its K threads, both agents): one row per configuration and item with Δ accuracy and class. (UMAD Fig. 2 / Fig. 6: success / neutral / fail trajectories.)"
+    """The same rule per item (its K threads, both agents): one row per configuration and item with
+    Δ accuracy and class. (UMAD Fig. 2 / Fig. 6: success / neutral / fail trajectories.)"""
     # the kit's convention: experiment, method, then `by`
     by = pool_keys(table, [b for b in by if b in table.columns])
     rows = []
@@ -611,7 +630,8 @@ def trajectory_classes(table: pd.DataFrame, band: float = 0.02,
 
 # %% ../nbs/papers/umad/10_umad.ipynb #0adb9da6
 def flip_transitions(before: Sequence[bool], after: Sequence[bool]) -> dict:
-    "Shares of C2C, C2W, W2C, W2W and flip_ratio = C2W + W2C (UMAD App. D.4); NaN shares when empty."
+    """Shares of C2C, C2W, W2C, W2W and flip_ratio = C2W + W2C (UMAD App. D.4); NaN shares when
+    empty."""
     b = np.asarray([bool(x) for x in before])
     a = np.asarray([bool(x) for x in after])
     if b.shape != a.shape:
@@ -637,7 +657,9 @@ def flip_transitions(before: Sequence[bool], after: Sequence[bool]) -> dict:
 # %% ../nbs/papers/umad/10_umad.ipynb #cd29e9b9
 def flip_table(transcript: pd.DataFrame, before_round: int = 0, after_round: int = 1,
                by: Sequence[str] = ()) -> pd.DataFrame:
-    "Flip transitions between two rounds, pairing each response by (item, sample, agent), per condition (`pool_keys`: experiment, method, `by`). (UMAD Fig. 5: C2C / C2W / W2C / W2W transitions.)"
+    """Flip transitions between two rounds, pairing each response by (item, sample, agent), per
+    condition (`pool_keys`: experiment, method, `by`). (UMAD Fig. 5: C2C / C2W / W2C / W2W
+    transitions.)"""
     transcript = with_defaults(transcript, ("item_id", "agent", "round", "correct"),
                                what="flip_table")
     by = pool_keys(transcript, by)
@@ -664,7 +686,8 @@ TASK_TITLES = {
 
 def seed_accuracy(
     transcript: pd.DataFrame, by: Sequence[str] = ("setting", "task")) -> pd.DataFrame:
-    "pass@1 per agent, turn and evaluation seed (thread `sample`): mean correctness over items (Table 1)."
+    """pass@1 per agent, turn and evaluation seed (thread `sample`): mean correctness over items
+    (Table 1)."""
     by = [b for b in by if b in transcript.columns]
     t = transcript.assign(turn=transcript["round"].astype(int) + 1,
                           correct=transcript["correct"].astype(float))
@@ -673,8 +696,9 @@ def seed_accuracy(
 
 # %% ../nbs/papers/umad/10_umad.ipynb #b9debe17
 def zeroshot_summary(seed_acc: pd.DataFrame, tasks: Sequence[str] | None = None) -> pd.DataFrame:
-    """Mean and sample sd over seeds of each agent's pass@1 per setting, task and turn, plus the task `Average`
-    (the mean over `tasks`, per seed; only where every task is present). (UMAD Table 1 (Zero-Shot rows).)"""
+    """Mean and sample sd over seeds of each agent's pass@1 per setting, task and turn, plus the
+    task `Average` (the mean over `tasks`, per seed; only where every task is present). (UMAD Table
+    1 (Zero-Shot rows).)"""
     sa = seed_acc.copy()
     tasks = list(tasks) if tasks is not None else list(dict.fromkeys(sa["task"]))
     sa = sa[sa["task"].isin(tasks)]
@@ -691,7 +715,8 @@ def zeroshot_summary(seed_acc: pd.DataFrame, tasks: Sequence[str] | None = None)
 
 # %% ../nbs/papers/umad/10_umad.ipynb #7b26eb13
 def parse_failures_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ("setting",)) -> dict:
-    "Share of responses whose answer did not parse, per (by..., turn T = round + 1): the kit's column of every results table."
+    """Share of responses whose answer did not parse, per (by..., turn T = round + 1): the kit's
+    column of every results table."""
     by = [b for b in by if b in transcript.columns]
     t = transcript.assign(turn=transcript["round"].astype(int) + 1)
     return {
@@ -703,8 +728,9 @@ def parse_failures_by_turn(transcript: pd.DataFrame, by: Sequence[str] = ("setti
 def zeroshot_table(summary: pd.DataFrame, turns: Sequence[int] = (1, 2, 5),
                    method: str = "Zero-Shot",
                    parse_failures: Mapping | None = None) -> pd.DataFrame:
-    """Table 1's layout: a row per setting and turn T; per task and `Average`, columns A0, A1 as 'mean ± sd' in %.
-    With `parse_failures` ({(setting, T): share}, from `parse_failures_by_turn`), a last column of unparsed answers in %."""
+    """Table 1's layout: a row per setting and turn T; per task and `Average`, columns A0, A1 as
+    'mean ± sd' in %. With `parse_failures` ({(setting, T): share}, from `parse_failures_by_turn`),
+    a last column of unparsed answers in %."""
     tasks = [t for t in dict.fromkeys(summary["task"]) if t != "Average"
              ] + (["Average"] if (summary["task"] == "Average").any() else [])
     agents = list(dict.fromkeys(summary["agent"]))
@@ -765,14 +791,16 @@ NLL_NORMS = {"kit": (1, EPS), "released": (0, 1e-8)}
 
 
 def token_nll(logprobs: Sequence[float]) -> float:
-    "UMAD Sec. 4.2: $\\hat U$ = mean negative log-probability of a response's tokens (from a transcript: `-logprob_mean`)."
+    """UMAD Sec. 4.2: $\\hat U$ = mean negative log-probability of a response's tokens (from a
+    transcript: `-logprob_mean`)."""
     lp = np.asarray(list(logprobs), dtype=float)
     return float(-lp.mean()) if lp.size else math.nan
 
 # %% ../nbs/papers/umad/10_umad.ipynb #9b9b4d81
 def group_standardize(x: Sequence[float], eps: float = EPS, ddof: int = 1,
                       axis: int = 0) -> np.ndarray:
-    "(x - mean) / (std + eps) along `axis` (the GRPO group): Sec. 4.2's $\\bar U$ and Alg. 2 line 24's advantage. A group of one gives 0."
+    """(x - mean) / (std + eps) along `axis` (the GRPO group): Sec. 4.2's $\\bar U$ and Alg. 2 line
+    24's advantage. A group of one gives 0."""
     x = np.asarray(x, dtype=float)
     n = x.shape[axis] if x.ndim else 1
     if n < 2:
@@ -783,7 +811,8 @@ def group_standardize(x: Sequence[float], eps: float = EPS, ddof: int = 1,
 # %% ../nbs/papers/umad/10_umad.ipynb #a76d2c57
 def grpo_advantage(rewards: Sequence[float], eps: float = EPS, ddof: int = 1,
                    axis: int = 0) -> np.ndarray:
-    "GRPO's group-normalised advantage (Eq. 1, Alg. 2 line 24): (R - mean(R_group)) / (std(R_group) + eps)."
+    """GRPO's group-normalised advantage (Eq. 1, Alg. 2 line 24): (R - mean(R_group)) /
+    (std(R_group) + eps)."""
     return group_standardize(rewards, eps=eps, ddof=ddof, axis=axis)
 
 # %% ../nbs/papers/umad/10_umad.ipynb #61f34580
@@ -795,9 +824,10 @@ def au_weight(u_bar: Sequence[float] | float, alpha: float = ALPHA_AU) -> np.nda
 def au_advantage(advantages: Sequence[float], nll: Sequence[float], alpha: float = ALPHA_AU,
                  eps: float = EPS, ddof: int = 1, axis: int = 0,
                  nll_norm: str | None = None) -> np.ndarray:
-    """UMAD Eq. 4: A^au = W(standardised NLL) * A, the NLL standardised over the group (`axis`) with `ddof`
-    and `eps`, or as `nll_norm` names it (`NLL_NORMS`: "kit", or "released" = population std, eps 1e-8, and an
-    empty response, whose NLL is NaN here (`token_nll([])`), at NLL 0 as the release's masked mean gives it)."""
+    """UMAD Eq. 4: A^au = W(standardised NLL) * A, the NLL standardised over the group (`axis`) with
+    `ddof` and `eps`, or as `nll_norm` names it (`NLL_NORMS`: "kit", or "released" = population std,
+    eps 1e-8, and an empty response, whose NLL is NaN here (`token_nll([])`), at NLL 0 as the
+    release's masked mean gives it)."""
     if nll_norm is not None:
         if nll_norm not in NLL_NORMS:
             raise ConfigError("unknown nll_norm", key="nll_norm", value=nll_norm,
@@ -818,8 +848,8 @@ def _gnt(correct) -> np.ndarray:
 
 # %% ../nbs/papers/umad/10_umad.ipynb #dcfb81cc
 def peer_improvement(correct, per_trajectory: bool = True) -> np.ndarray:
-    """ΔR_peer(j, t+1) = R_{j,t+1} - R_{j,t} (UMAD Eq. 5), shaped (G, N, T-1). `correct`: (G, N, T) 0/1.
-    `per_trajectory=False`: averaged over the G rollouts (the same value for every rollout)."""
+    """ΔR_peer(j, t+1) = R_{j,t+1} - R_{j,t} (UMAD Eq. 5), shaped (G, N, T-1). `correct`: (G, N, T)
+    0/1. `per_trajectory=False`: averaged over the G rollouts (the same value for every rollout)."""
     c = _gnt(correct)
     d = c[:, :, 1:] - c[:, :, :-1]
     return (np.broadcast_to(d.mean(axis=0, keepdims=True), d.shape).copy()
@@ -828,9 +858,9 @@ def peer_improvement(correct, per_trajectory: bool = True) -> np.ndarray:
 # %% ../nbs/papers/umad/10_umad.ipynb #1ffa6f8d
 def epistemic_influence_reward(correct, eta: float = ETA_PAPER,
                                per_trajectory: bool = True) -> np.ndarray:
-    """UMAD Eq. 5: r^eu_{i,t} = eta / (N-1) * sum_{j != i} ΔR_peer(j, t+1), shaped (G, N, T); 0 at the last turn
-    (no next turn: Alg. 2 line 22 adds it only for t < T_train). `eta`: 0.25 in the paper (`ETA_PAPER`), 0.2 in the
-    released config (`ETA_RELEASED`)."""
+    """UMAD Eq. 5: r^eu_{i,t} = eta / (N-1) * sum_{j != i} ΔR_peer(j, t+1), shaped (G, N, T); 0 at
+    the last turn (no next turn: Alg. 2 line 22 adds it only for t < T_train). `eta`: 0.25 in the
+    paper (`ETA_PAPER`), 0.2 in the released config (`ETA_RELEASED`)."""
     c = _gnt(correct)
     G, N, T = c.shape
     out = np.zeros_like(c)
@@ -847,9 +877,9 @@ def umad_rewards(correct, eta: float = ETA_PAPER, per_trajectory: bool = True) -
 
 # %% ../nbs/papers/umad/10_umad.ipynb #f77df156
 def released_rewards(correct, eta: float = ETA_RELEASED) -> np.ndarray:
-    """The release's default reward (agg_mode "sum", dense team reward), next to Alg. 2 line 22 / Eq. 5: every
-    agent gets the team's correct count at turn t, plus eta * sign(team(t+1) - team(t)) for t < T (the
-    influence term as the sign of the change, eta = 0.2). Shaped (G, N, T)."""
+    """The release's default reward (agg_mode "sum", dense team reward), next to Alg. 2 line 22 /
+    Eq. 5: every agent gets the team's correct count at turn t, plus eta * sign(team(t+1) - team(t))
+    for t < T (the influence term as the sign of the change, eta = 0.2). Shaped (G, N, T)."""
     c = _gnt(correct)
     team = np.broadcast_to(c.sum(axis=1, keepdims=True), c.shape).copy()
     team[:, :, :-1] += float(eta) * np.sign(team[:, :, 1:] - team[:, :, :-1])
@@ -858,8 +888,9 @@ def released_rewards(correct, eta: float = ETA_RELEASED) -> np.ndarray:
 # %% ../nbs/papers/umad/10_umad.ipynb #e38ca212
 @dataclass(frozen=True)
 class UmadHparams:
-    """UMAD's advantage hyper-parameters (Alg. 2 lines 19-27; Table 2): `eta` (Eq. 5's influence reward), `alpha`
-    (Eq. 4's aleatoric weight), `eps` (GRPO's std epsilon), `per_trajectory` (Eq. 5's ΔR_peer reading)."""
+    """UMAD's advantage hyper-parameters (Alg. 2 lines 19-27; Table 2): `eta` (Eq. 5's influence
+    reward), `alpha` (Eq. 4's aleatoric weight), `eps` (GRPO's std epsilon), `per_trajectory` (Eq.
+    5's ΔR_peer reading)."""
 
     eta: float = ETA_PAPER
     alpha: float = ALPHA_AU

@@ -32,7 +32,8 @@ def n_items_for(task: str, n_items: int) -> int:
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #b5e28912
 def debate_token_plan(n_threads: int, n_agents: int, debate_rounds: int,
                       max_new: int) -> tuple[int, int, int]:
-    "generations, completion-token bound, rough prompt tokens of `n_threads` debates of `n_agents` over debate_rounds + 1 turns."
+    """generations, completion-token bound, rough prompt tokens of `n_threads` debates of `n_agents`
+    over debate_rounds + 1 turns."""
     gens = n_threads * n_agents * (debate_rounds + 1)
     prompt = (n_threads * n_agents
               * (PROMPT_OVERHEAD + debate_rounds * (PROMPT_OVERHEAD + n_agents * max_new)))
@@ -41,8 +42,8 @@ def debate_token_plan(n_threads: int, n_agents: int, debate_rounds: int,
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #d1d03461
 @planner("umad_decomposition")
 def plan_decomposition(p: Mapping) -> dict:
-    """App. D.5 runs: per pair, items x K threads x N agents x T turns (T = debate_rounds + 1); with `rollout: alg1`,
-    one trajectory plus K samples per agent and turn (K + 1 instead of K)."""
+    """App. D.5 runs: per pair, items x K threads x N agents x T turns (T = debate_rounds + 1); with
+    `rollout: alg1`, one trajectory plus K samples per agent and turn (K + 1 instead of K)."""
     n = n_items_for(p.get("task", "math500"), p.get("n_items", 0))
     k = int(p.get("samples", 1)) + (1 if p.get("rollout", "threads") == "alg1" else 0)
     tot = np.zeros(3, dtype=np.int64)
@@ -54,7 +55,8 @@ def plan_decomposition(p: Mapping) -> dict:
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #08c921ed
 @planner("umad_zeroshot")
 def plan_zeroshot(p: Mapping) -> dict:
-    "Table 1 zero-shot runs: per task and setting, items x seeds x N agents x T turns (AIME with the long token limit)."
+    """Table 1 zero-shot runs: per task and setting, items x seeds x N agents x T turns (AIME with
+    the long token limit)."""
     tot = np.zeros(3, dtype=np.int64)
     long = set(p.get("long_tasks") or [])
     for t in p.get("tasks") or []:
@@ -68,7 +70,8 @@ def plan_zeroshot(p: Mapping) -> dict:
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #c4a441fc
 def prompt_check(tr, limit):
-    "Share of debate-turn prompts longer than the paper's prompt limit (UMAD App. D.3; the kit does not truncate at it)."
+    """Share of debate-turn prompts longer than the paper's prompt limit (UMAD App. D.3; the kit
+    does not truncate at it)."""
     d = tr[tr["round"] > 0]
     return pd.Series({
         "debate prompts": len(d),
@@ -78,8 +81,9 @@ def prompt_check(tr, limit):
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #p0wer001
 def power_note(d, effect=None) -> str:
-    """What the items resolve for the per-item differences `d` (paired t, 80% power, two-sided 5%; the sd of `d` is
-    the pilot), and the items the paper's gap `effect` (a fraction) would need (`power.n_for_power_t`)."""
+    """What the items resolve for the per-item differences `d` (paired t, 80% power, two-sided 5%;
+    the sd of `d` is the pilot), and the items the paper's gap `effect` (a fraction) would need
+    (`power.n_for_power_t`)."""
     from statistics import NormalDist
 
     from mad_study.power import n_for_power_t
@@ -101,7 +105,8 @@ ITEM_CI = "95% bootstrap interval over items"
 
 def item_bands(table: pd.DataFrame, cols, by=("config", "turn"), n_resamples: int = 1000,
                seed: int = 0) -> pd.DataFrame:
-    "95% percentile bootstrap interval over items of the per-item values `cols`, per configuration and turn (UMAD Fig. 2's bands)."
+    """95% percentile bootstrap interval over items of the per-item values `cols`, per configuration
+    and turn (UMAD Fig. 2's bands)."""
     rows = []
     for key, g in table.groupby(list(by), sort=False):
         r = dict(zip(by, key))
@@ -121,9 +126,9 @@ VERDICT_WORDS = {
 
 
 def fig2_panel(axs, g, acc_lim=(0.0, 100.0)):
-    """One configuration of UMAD Fig. 2, drawn from its rows of umad_fig2.data.csv (`g`, one row per turn): TU and
-    Sys-AU (top, nats), Sys-EU above its finite-K floor (middle, nats, its own scale), each agent's accuracy (bottom, %,
-    on `acc_lim`); bars: 95% intervals over items."""
+    """One configuration of UMAD Fig. 2, drawn from its rows of umad_fig2.data.csv (`g`, one row per
+    turn): TU and Sys-AU (top, nats), Sys-EU above its finite-K floor (middle, nats, its own scale),
+    each agent's accuracy (bottom, %, on `acc_lim`); bars: 95% intervals over items."""
     top, mid, bot = axs
     x = g["turn"].to_numpy()
     err = lambda c, s=1: [s * (g[c] - g[f"{c}_low"]), s * (g[f"{c}_high"] - g[c])]
@@ -152,8 +157,9 @@ FIG2_VERDICT_RULE = "yes: a pair resolved as fail; no: none is, and no unresolve
 
 
 def fig2_verdict(deltas: pd.DataFrame) -> str:
-    """UMAD Fig. 2 / 6's claim (some pairs fail: the aleatoric cost) by `FIG2_VERDICT_RULE`, from the pairs'
-    `resolved_class` (success / neutral / fail / unresolved) and `delta_acc`: 'yes', 'no' or 'not resolved'."""
+    """UMAD Fig. 2 / 6's claim (some pairs fail: the aleatoric cost) by `FIG2_VERDICT_RULE`, from
+    the pairs' `resolved_class` (success / neutral / fail / unresolved) and `delta_acc`: 'yes', 'no'
+    or 'not resolved'."""
     if (deltas["resolved_class"] == "fail").any():
         return "yes"
     falling = (deltas["resolved_class"] == "unresolved") & (deltas["delta_acc"] < 0)
@@ -161,9 +167,9 @@ def fig2_verdict(deltas: pd.DataFrame) -> str:
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #977ea3fa
 def fig1_panel(ax, ent, col, marker, title, acc_lim=(0.0, 100.0)):
-    """UMAD Fig. 1, one panel: accuracy (%, 95% interval, on `acc_lim`) over turns; token entropy behind it, its
-    IQR as a band and its mean as a dashed line with the mean's 95% interval (`entropy_low` / `entropy_high`, where
-    the data has them)."""
+    """UMAD Fig. 1, one panel: accuracy (%, 95% interval, on `acc_lim`) over turns; token entropy
+    behind it, its IQR as a band and its mean as a dashed line with the mean's 95% interval
+    (`entropy_low` / `entropy_high`, where the data has them)."""
     x = ent["turn"].to_numpy()
     ax2 = ax.twinx()
     if ent["n_entropy"].sum():
@@ -195,7 +201,8 @@ def fig1_panel(ax, ent, col, marker, title, acc_lim=(0.0, 100.0)):
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #51bdbc94
 def entropy_change(tr, seed: int = 0):
-    "UMAD Fig. 1: per item, mean token entropy at the last turn minus the first; its mean and 95% interval over items."
+    """UMAD Fig. 1: per item, mean token entropy at the last turn minus the first; its mean and 95%
+    interval over items."""
     e = tr.assign(e=pd.to_numeric(tr["token_entropy"], errors="coerce"))
     e = e.pivot_table(index="item_id", columns="round", values="e")
     d = (e[e.columns.max()] - e[e.columns.min()]).dropna()

@@ -62,7 +62,8 @@ VERL_KL_CLAMP = 10.0  # veRL's low_var_kl clamps the k3 estimate to [-10, 10]
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #b5967707
 @dataclass
 class TrainConfig:
-    "UMAD Table 2 hyper-parameters (defaults) and the kit's switches; `variant` picks a row of Table 1 / Table 3 / App. E.1."
+    """UMAD Table 2 hyper-parameters (defaults) and the kit's switches; `variant` picks a row of
+    Table 1 / Table 3 / App. E.1."""
 
     variant: str = "umad"
     group_size: int = 5  # G (Table 2; App. H)
@@ -118,7 +119,8 @@ class TrainConfig:
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #5ff3a52f
 def _check_train_config(cfg: TrainConfig) -> None:
-    "Refuse a `TrainConfig` the trainer cannot run (unknown variant or switch, 4-bit full fine-tuning, sizes < 1); set Table 2's learning rate when `lr` is None."
+    """Refuse a `TrainConfig` the trainer cannot run (unknown variant or switch, 4-bit full
+    fine-tuning, sizes < 1); set Table 2's learning rate when `lr` is None."""
     if cfg.variant not in VARIANTS:
         raise ConfigError("unknown training variant", key="variant", value=cfg.variant,
                           choices=VARIANTS)
@@ -180,8 +182,9 @@ def rollout(items, agents, backends: Mapping[str, Any], cfg: TrainConfig, step: 
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #f8440b57
 def team_rewards(correct) -> np.ndarray:
-    """UMAD Sec. 4.1's reading of the reward: the dense team reward R_t = sum_i r(a_{i,t}, y*) and, for every agent, the
-    joint return from turn t on (undiscounted: the paper gives no γ), shaped (G, N, T) like `correct`."""
+    """UMAD Sec. 4.1's reading of the reward: the dense team reward R_t = sum_i r(a_{i,t}, y*) and,
+    for every agent, the joint return from turn t on (undiscounted: the paper gives no γ), shaped
+    (G, N, T) like `correct`."""
     c = np.asarray(correct, dtype=float)
     R = c.sum(axis=1, keepdims=True)  # (G, 1, T): the team reward per turn
     return np.broadcast_to(np.flip(np.cumsum(np.flip(R, 2), 2), 2), c.shape).copy()
@@ -189,8 +192,9 @@ def team_rewards(correct) -> np.ndarray:
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #3304fabf
 def alg2_rewards(correct, *, eq5: bool = True, eta: float = ETA_PAPER, per_trajectory: bool = True,
                  reward: str = "agent") -> np.ndarray:
-    """UMAD Alg. 2 line 22 on (G, N, T) arrays: R_total = R_corr (`reward='agent'`, the agent's own correctness; or Sec. 4.1's
-    team return, `team_rewards`, with `reward='team'`) + Eq. 5's r^eu when `eq5`."""
+    """UMAD Alg. 2 line 22 on (G, N, T) arrays: R_total = R_corr (`reward='agent'`, the agent's own
+    correctness; or Sec. 4.1's team return, `team_rewards`, with `reward='team'`) + Eq. 5's r^eu
+    when `eq5`."""
     c = np.asarray(correct, dtype=float)
     if c.ndim != 3:
         raise ConfigError("expected an array shaped (G rollouts, N agents, T turns)", key="correct",
@@ -202,8 +206,9 @@ def alg2_rewards(correct, *, eq5: bool = True, eta: float = ETA_PAPER, per_traje
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #a1c0f002
 def nan_group_standardize(x, eps: float = EPS, axis: int = 0) -> np.ndarray:
-    """`group_standardize` (Sec. 4.2's $\bar U$, ddof = 1) over the entries that are not NaN: a response without tokens has no
-    NLL and is left out of its group's statistics; it stays NaN. A group with fewer than two values gives 0."""
+    """`group_standardize` (Sec. 4.2's $\bar U$, ddof = 1) over the entries that are not NaN: a
+    response without tokens has no NLL and is left out of its group's statistics; it stays NaN. A
+    group with fewer than two values gives 0."""
     x = np.asarray(x, dtype=float)
     ok = ~np.isnan(x)
     n = ok.sum(axis=axis, keepdims=True)
@@ -238,8 +243,9 @@ def alg2_advantages(correct, nll, *, eq5: bool = True, eq4: bool = True,
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #de9361ac
 def reward_correct(rows: pd.DataFrame, grading: str = "strict") -> np.ndarray:
-    """R_corr (UMAD Alg. 2 line 13) of transcript rows under `grading`: the rows' `correct` (math-verify), except boxed
-    answers under "strict" (App. D's MATH script), which are re-graded with `is_correct(..., grading="strict")`."""
+    """R_corr (UMAD Alg. 2 line 13) of transcript rows under `grading`: the rows' `correct`
+    (math-verify), except boxed answers under "strict" (App. D's MATH script), which are re-graded
+    with `is_correct(..., grading="strict")`."""
     from mad_study.grading import is_correct
     from mad_study.user_data import row_formats
 
@@ -290,9 +296,10 @@ def transcript_advantages(tr: pd.DataFrame, cfg: TrainConfig) -> pd.DataFrame:
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #16e5060b
 def sequence_logprobs(model, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
                       pad_id: int, temperature: float = 1.0):
-    """Per-token log pi(y_j | prompt, y_<j) of each completion (UMAD Sec. 4.2 / Alg. 2 line 29's ratio), as a tensor
-    (B, C_max) and its mask; one left-padded forward pass with position ids from the mask; logits divided by
-    `temperature` (veRL scores the sampling distribution: the training temperature)."""
+    """Per-token log pi(y_j | prompt, y_<j) of each completion (UMAD Sec. 4.2 / Alg. 2 line 29's
+    ratio), as a tensor (B, C_max) and its mask; one left-padded forward pass with position ids from
+    the mask; logits divided by `temperature` (veRL scores the sampling distribution: the training
+    temperature)."""
     import torch
 
     seqs = [list(p) + list(c) for p, c in zip(prompts, completions)]
@@ -316,8 +323,9 @@ def sequence_logprobs(model, prompts: Sequence[Sequence[int]], completions: Sequ
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #fc7b9513
 @dataclass(frozen=True)
 class GrpoLoss:
-    """The settings of UMAD Alg. 2 line 29 / Eq. 1's clipped GRPO objective: clip epsilon, KL weight beta (Table 2),
-    the averaging (`LOSS_AGGS`) and the k3 KL clamp (None: unclamped; veRL's is 10)."""
+    """The settings of UMAD Alg. 2 line 29 / Eq. 1's clipped GRPO objective: clip epsilon, KL weight
+    beta (Table 2), the averaging (`LOSS_AGGS`) and the k3 KL clamp (None: unclamped; veRL's is
+    10)."""
 
     clip_ratio: float = 0.2
     beta: float = 0.001
@@ -372,8 +380,9 @@ from .backends import BaseBackend, HFBackend
 
 
 class PolicyBackend(HFBackend):
-    """An `HFBackend` whose model is being trained (the in-process rollout engine): cache identity = the base model's + run
-    tag + the policy's lineage (training config, parent weights, every update so far) + version."""
+    """An `HFBackend` whose model is being trained (the in-process rollout engine): cache identity =
+    the base model's + run tag + the policy's lineage (training config, parent weights, every update
+    so far) + version."""
 
     tag: str = ""
     version: int = 0
@@ -385,7 +394,8 @@ class PolicyBackend(HFBackend):
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #864cb816
 class Policy:
-    "One trained policy pi_theta_i of UMAD Alg. 2 (line 1: policy, reference, learning rate): model, reference, optimizer."
+    """One trained policy pi_theta_i of UMAD Alg. 2 (line 1: policy, reference, learning rate):
+    model, reference, optimizer."""
 
     train_attention = (
         "math"  # the SDPA kernel of every training forward on a GPU (None: PyTorch's choice)
@@ -435,9 +445,10 @@ def _sha(*parts) -> str:
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #bfe1292c
 @patch
 def _fwd(self: Policy, model, P, C):
-    """log pi of the completions through `model`. On a GPU every training forward (pi_theta with gradient, pi_old and
-    pi_ref without) runs one attention kernel, `Policy.train_attention` (PyTorch's math SDPA): the fused kernels
-    PyTorch picks otherwise can differ with and without gradient, and pi != pi_ref at step 0 (seen on an H200)."""
+    """log pi of the completions through `model`. On a GPU every training forward (pi_theta with
+    gradient, pi_old and pi_ref without) runs one attention kernel, `Policy.train_attention`
+    (PyTorch's math SDPA): the fused kernels PyTorch picks otherwise can differ with and without
+    gradient, and pi != pi_ref at step 0 (seen on an H200)."""
     import torch
     import contextlib
 
@@ -466,8 +477,9 @@ def ref_logprobs(self: Policy, P, C):
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #dd671a39
 @patch
 def sequences(self: Policy, tr: pd.DataFrame, rows: pd.DataFrame, items: Mapping[str, Any]):
-    """(prompt ids, completion ids, advantages) of `rows` (this policy's turns): the messages `sent_messages` rebuilds,
-    `HFBackend.encode`d. Left out and counted: prompts over `max_prompt_tokens`, empty generations (no token to update)."""
+    """(prompt ids, completion ids, advantages) of `rows` (this policy's turns): the messages
+    `sent_messages` rebuilds, `HFBackend.encode`d. Left out and counted: prompts over
+    `max_prompt_tokens`, empty generations (no token to update)."""
     tok, cfg = self.backend.tokenizer, self.cfg
     P, C, A = [], [], []
     for r in rows.itertuples():
@@ -492,7 +504,8 @@ def sequences(self: Policy, tr: pd.DataFrame, rows: pd.DataFrame, items: Mapping
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #1c8ed482
 @patch
 def update(self: Policy, P, C, A) -> dict:
-    "UMAD Alg. 2 lines 28-30 on this policy's sequences: the clipped GRPO objective with KL to pi_ref, gradient steps."
+    """UMAD Alg. 2 lines 28-30 on this policy's sequences: the clipped GRPO objective with KL to
+    pi_ref, gradient steps."""
     import torch
 
     cfg = self.cfg
@@ -534,7 +547,8 @@ def update(self: Policy, P, C, A) -> dict:
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #a1c0f005
 @runtime_checkable
 class RolloutEngine(Protocol):
-    "A rollout engine for UMAD Alg. 2 lines 4-17: the kit's `Backend` plus `sync(policy)` (load the policy's current weights)."
+    """A rollout engine for UMAD Alg. 2 lines 4-17: the kit's `Backend` plus `sync(policy)` (load
+    the policy's current weights)."""
 
     backend_id: str
 
@@ -546,7 +560,8 @@ class RolloutEngine(Protocol):
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #e9975e02
 class EngineBackend(BaseBackend):
-    "The backend the trainer's debate sees for `policy` served by `engine`: synced once per policy version, identity per version."
+    """The backend the trainer's debate sees for `policy` served by `engine`: synced once per policy
+    version, identity per version."""
     def __init__(self, policy: Policy, engine: RolloutEngine):
         if not isinstance(engine, RolloutEngine):
             raise ConfigError("a rollout engine needs generate(requests) and sync(policy)",
@@ -566,8 +581,9 @@ class EngineBackend(BaseBackend):
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #a1c0f015
 class VLLMLoRAEngine:
-    """A UMAD rollout engine (Alg. 2 lines 4-17) on a vLLM server with runtime LoRA: `sync` saves the policy's adapter under
-    `adapter_dir`, loads it by a lineage name and unloads the previous one; `generate` goes through `OpenAIBackend` (`kw`)."""
+    """A UMAD rollout engine (Alg. 2 lines 4-17) on a vLLM server with runtime LoRA: `sync` saves
+    the policy's adapter under `adapter_dir`, loads it by a lineage name and unloads the previous
+    one; `generate` goes through `OpenAIBackend` (`kw`)."""
     def __init__(self, policy: Policy, base_url: str, adapter_dir: str | Path, **kw):
         if policy.cfg.finetune != "lora":
             raise ConfigError(
@@ -613,7 +629,8 @@ class VLLMLoRAEngine:
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #29370936
 class UMADTrainer:
-    "UMAD Alg. 2: joint debate rollouts (lines 4-17), rewards and advantages (19-27), one GRPO update per agent on its own turns (28-30)."
+    """UMAD Alg. 2: joint debate rollouts (lines 4-17), rewards and advantages (19-27), one GRPO
+    update per agent on its own turns (28-30)."""
     def __init__(self, models: Sequence[str], cfg: TrainConfig, name: str = "umad", cache=None,
                  engine: Callable[[Policy], RolloutEngine] | None = None):
         import torch
@@ -642,7 +659,8 @@ class UMADTrainer:
         self.step_count, self.history = 0, []
 
     def step(self, items) -> dict:
-        "Alg. 2 lines 4-30 on one batch of questions; returns the step's record (rewards, accuracy per agent and turn, update stats)."
+        """Alg. 2 lines 4-30 on one batch of questions; returns the step's record (rewards, accuracy
+        per agent and turn, update stats)."""
         t0 = time.time()
         # lines 4-17
         tr = rollout(items, self.agents, self.backends, self.cfg, self.step_count,
@@ -666,7 +684,8 @@ class UMADTrainer:
 @patch
 def train(self: UMADTrainer, items, epochs: int | None = None, max_steps: int | None = None,
           log=None) -> pd.DataFrame:
-    "Alg. 2 lines 3-32: `epochs` passes over `items` in batches of `batch_size` (a seeded order per epoch), at most `max_steps` steps."
+    """Alg. 2 lines 3-32: `epochs` passes over `items` in batches of `batch_size` (a seeded order
+    per epoch), at most `max_steps` steps."""
     items = list(items)
     for e in range(int(self.cfg.epochs if epochs is None else epochs)):
         order = np.random.default_rng(derive_seed(self.cfg.seed, "umad-train-epoch",
@@ -686,9 +705,10 @@ CHECKPOINT_PREFIX = "umad-train:"
 
 def checkpoint_dir(name: str, root: str | Path | None = None) -> Path:
     """Folder of checkpoint `name`: `root` when given; else, for a name of `checkpoint_name`'s shape
-    (`<experiment>-<profile>-...`), inside the run that trained it, `runs/<profile>/<experiment>/checkpoints/<name>`
-    (the reference run's: a run stages its checkpoints and they arrive there when it finished; an override run's go to
-    its own `<experiment>@<key=value>/` folder); else `runs/checkpoints/<name>` (a name of one's own). Under
+    (`<experiment>-<profile>-...`), inside the run that trained it,
+    `runs/<profile>/<experiment>/checkpoints/<name>` (the reference run's: a run stages its
+    checkpoints and they arrive there when it finished; an override run's go to its own
+    `<experiment>@<key=value>/` folder); else `runs/checkpoints/<name>` (a name of one's own). Under
     `$MAD_STUDY_RUNS`."""
     if not name or "/" in name or name.startswith("."):
         raise ConfigError("bad checkpoint name", key="name", value=name)
@@ -702,7 +722,8 @@ def checkpoint_dir(name: str, root: str | Path | None = None) -> Path:
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #9842b6ad
 def save_checkpoint(trainer: UMADTrainer, name: str, root: str | Path | None = None) -> Path:
-    "Save every policy of `trainer` (full weights or LoRA adapter + tokenizer) and `umad_train.json` (config, agents, step, history)."
+    """Save every policy of `trainer` (full weights or LoRA adapter + tokenizer) and
+    `umad_train.json` (config, agents, step, history)."""
     import hashlib
     import shutil
     import tempfile
@@ -745,8 +766,9 @@ def load_checkpoint_meta(name: str, root: str | Path | None = None) -> dict:
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #f9a5b096
 def checkpoint_spec(name: str, agent: str = "a0", root: str | Path | None = None):
-    """A `ModelSpec` (kind 'hf') for agent `agent` of checkpoint `name`: named `umad-train:<name>/<agent>`, its folder as
-    source, the base model's size, context and chat-template options."""
+    """A `ModelSpec` (kind 'hf') for agent `agent` of checkpoint `name`: named
+    `umad-train:<name>/<agent>`, its folder as source, the base model's size, context and
+    chat-template options."""
     from mad_study.backends import ModelSpec, get_model
 
     meta = load_checkpoint_meta(name, root)
@@ -763,9 +785,10 @@ def checkpoint_spec(name: str, agent: str = "a0", root: str | Path | None = None
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #695b8f99
 class TrainedBackend(HFBackend):
-    """An `HFBackend` for a trained checkpoint: cache identity `umad-train:<name>/<agent>@<fingerprint>:<quant>:<dtype>` (no
-    machine path); its 4-bit layers run on the path they were trained on (`pin_4bit_training_path`), so a trained agent
-    generates what the trained policy generated, on every CPU."""
+    """An `HFBackend` for a trained checkpoint: cache identity
+    `umad-train:<name>/<agent>@<fingerprint>:<quant>:<dtype>` (no machine path); its 4-bit layers
+    run on the path they were trained on (`pin_4bit_training_path`), so a trained agent generates
+    what the trained policy generated, on every CPU."""
     def load(self) -> "TrainedBackend":
         if self.model is None:
             super().load()
@@ -784,7 +807,8 @@ class TrainedBackend(HFBackend):
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #c2caafdf
 def trained_backend(name: str, agent: str = "a0", quant: str = "none", cache=None,
                     root: str | Path | None = None, **kw):
-    "A backend serving agent `agent` of checkpoint `name` (behind the generation cache when `cache` is given)."
+    """A backend serving agent `agent` of checkpoint `name` (behind the generation cache when
+    `cache` is given)."""
     from mad_study.backends import CachedBackend
 
     b = registry_backend(checkpoint_spec(name, agent, root), quant=quant, **kw)
@@ -792,7 +816,8 @@ def trained_backend(name: str, agent: str = "a0", quant: str = "none", cache=Non
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #4f827f23
 def registry_spec(ref: str, root: str | Path | None = None):
-    "The `ModelSpec` of `<checkpoint>/<agent>`: `mad_study.backends.get_model('umad-train:<checkpoint>/<agent>')` lands here."
+    """The `ModelSpec` of `<checkpoint>/<agent>`:
+    `mad_study.backends.get_model('umad-train:<checkpoint>/<agent>')` lands here."""
     name, sep, agent = str(ref).strip().partition("/")
     if not (sep and name and agent):
         raise ConfigError(
@@ -802,7 +827,8 @@ def registry_spec(ref: str, root: str | Path | None = None):
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #dc424d18
 def registry_backend(spec, quant: str = "none", **kw):
-    "The backend of a trained agent's spec (`mad_study.backends.make_backend('umad-train:...')` lands here)."
+    """The backend of a trained agent's spec (`mad_study.backends.make_backend('umad-train:...')`
+    lands here)."""
     if (Path(spec.hub_id) / "adapter_config.json").exists():
         _need_peft()
     return TrainedBackend(spec, quant=quant, **kw)
@@ -831,7 +857,8 @@ TAB3_VARIANTS = ("umad", "intrinsic_only", "nll_only", "single_grpo")
 
 
 def checkpoint_name(experiment: str, profile: str, pair: Sequence[str], variant: str) -> str:
-    "The checkpoint the training writes for one setting and variant (UMAD Table 1 / 3 row): `<experiment>-<profile>-<pair>-<variant>`."
+    """The checkpoint the training writes for one setting and variant (UMAD Table 1 / 3 row):
+    `<experiment>-<profile>-<pair>-<variant>`."""
     if variant not in VARIANTS:
         raise ConfigError("unknown training variant", key="variant", value=variant,
                           choices=VARIANTS)
@@ -839,8 +866,8 @@ def checkpoint_name(experiment: str, profile: str, pair: Sequence[str], variant:
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #7c75a265
 def setting_variants(pair: Sequence[str], variants: Sequence[str]) -> list[str]:
-    """The variants a setting trains and evaluates: all of them for a heterogeneous pair; Table 1's IPPO and UMAD for a
-    homogeneous one (Table 3, App. E.1 and Fig. 3 are heterogeneous only)."""
+    """The variants a setting trains and evaluates: all of them for a heterogeneous pair; Table 1's
+    IPPO and UMAD for a homogeneous one (Table 3, App. E.1 and Fig. 3 are heterogeneous only)."""
     from mad_study.umad import pair_kind
 
     return (list(variants)
@@ -848,7 +875,8 @@ def setting_variants(pair: Sequence[str], variants: Sequence[str]) -> list[str]:
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #c4c31984
 def trained_agents(name: str):
-    "UMAD's agents (App. F roles, as trained) of checkpoint `name`, their models named `umad-train:<name>/<agent>`."
+    """UMAD's agents (App. F roles, as trained) of checkpoint `name`, their models named
+    `umad-train:<name>/<agent>`."""
     from mad_study.debate import make_agents
 
     ags = sorted(load_checkpoint_meta(name)["agents"].items(), key=lambda kv: int(kv[0][1:]))
@@ -859,8 +887,9 @@ def trained_agents(name: str):
 def trained_table(transcript: pd.DataFrame, tasks: Sequence[str] | None = None,
                   turns: Sequence[int] = (1, 2, 5),
                   variants: Sequence[str] | None = None) -> pd.DataFrame:
-    """UMAD Table 1 (trained rows) / Table 3: `zeroshot_table`'s layout per variant (the transcript's `variant` column),
-    method = the paper's row name (`VARIANT_LABELS`), pass@1 mean ± sd over the evaluation seeds, parse failures per turn."""
+    """UMAD Table 1 (trained rows) / Table 3: `zeroshot_table`'s layout per variant (the
+    transcript's `variant` column), method = the paper's row name (`VARIANT_LABELS`), pass@1 mean ±
+    sd over the evaluation seeds, parse failures per turn."""
     out = []
     for v in variants if variants is not None else list(dict.fromkeys(transcript["variant"])):
         t = transcript[transcript["variant"] == v]
@@ -881,8 +910,9 @@ FIG3_PANELS = {"zeroshot": "(a) Base models", "umad": "(b) UMAD models"}
 
 
 def fig3_summary(transcript: pd.DataFrame) -> pd.DataFrame:
-    """UMAD Fig. 3's data: per panel (base models = the `zeroshot` variant, UMAD models = `umad`) and turn, the mean over items
-    of TU, Sys-EU, Sys-AU (Alg. 1, `decomposition_table` over the evaluation threads) and each agent's accuracy."""
+    """UMAD Fig. 3's data: per panel (base models = the `zeroshot` variant, UMAD models = `umad`)
+    and turn, the mean over items of TU, Sys-EU, Sys-AU (Alg. 1, `decomposition_table` over the
+    evaluation threads) and each agent's accuracy."""
     from mad_study.umad import decomposition_summary, decomposition_table
 
     t = transcript[transcript["variant"].isin(list(FIG3_PANELS))]
@@ -898,7 +928,8 @@ def fig3_summary(transcript: pd.DataFrame) -> pd.DataFrame:
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #aa4166b6
 def plot_fig3(summary: pd.DataFrame, title: str = ""):
-    "UMAD Fig. 3: per panel, Sys-EU (purple) and Sys-AU (gray) stacked to TU over the turns, each agent's accuracy (orange A0, blue A1)."
+    """UMAD Fig. 3: per panel, Sys-EU (purple) and Sys-AU (gray) stacked to TU over the turns, each
+    agent's accuracy (orange A0, blue A1)."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
@@ -938,9 +969,10 @@ GPU_HEADROOM = 0.9
 
 
 def train_memory_gb(model: str, finetune: str = "full", quant: str = "nf4") -> float:
-    """Memory (GB) `Policy` allocates to train `model` (UMAD Alg. 2 line 1: policy, reference, optimizer), activations
-    excluded: full = fp32 weights, gradients, AdamW moments and the fp32 reference copy (20 B/param); LoRA = the base
-    weights (`quant`) + adapters with their gradients and moments."""
+    """Memory (GB) `Policy` allocates to train `model` (UMAD Alg. 2 line 1: policy, reference,
+    optimizer), activations excluded: full = fp32 weights, gradients, AdamW moments and the fp32
+    reference copy (20 B/param); LoRA = the base weights (`quant`) + adapters with their gradients
+    and moments."""
     from mad_study.backends import get_model, weight_memory_gb
 
     spec = get_model(model)
@@ -965,9 +997,10 @@ def _gpu_gb(cfg: TrainConfig) -> float | None:
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #26189caa
 def check_train_memory(models: Sequence[str], cfg: TrainConfig,
                        gpu_gb: float | None = None) -> dict:
-    """Refuse (ConfigError naming the fixes), before any model is loaded or rollout made, a UMAD training (Alg. 2 line 1: one
-    policy per entry of `models`) whose policies on one GPU (policy k on GPU k mod `policy_gpus`) need more than
-    `GPU_HEADROOM` of it (`gpu_gb`, else `cfg.gpu_memory_gb`, else the visible GPU's; no GPU: no check). Returns GB per GPU."""
+    """Refuse (ConfigError naming the fixes), before any model is loaded or rollout made, a UMAD
+    training (Alg. 2 line 1: one policy per entry of `models`) whose policies on one GPU (policy k
+    on GPU k mod `policy_gpus`) need more than `GPU_HEADROOM` of it (`gpu_gb`, else
+    `cfg.gpu_memory_gb`, else the visible GPU's; no GPU: no check). Returns GB per GPU."""
     per = [train_memory_gb(m, cfg.finetune, cfg.quant) for m in models]
     dev = [0.0] * int(cfg.policy_gpus)
     for i, g in enumerate(per):
@@ -1005,8 +1038,9 @@ PAPER_GPU_HOURS_PER_RUN = (200, 300)
 
 
 def rollout_gpu_hours(completion_tokens: int, runs: int, throughput: Mapping | None = None) -> dict:
-    """GPU-hours of generating `completion_tokens` (UMAD Alg. 2 lines 4-17) per engine at `ROLLOUT_THROUGHPUT` (or
-    `throughput` = {engine: tok/s}, overriding), each with the figure and its source; and the paper's own total."""
+    """GPU-hours of generating `completion_tokens` (UMAD Alg. 2 lines 4-17) per engine at
+    `ROLLOUT_THROUGHPUT` (or `throughput` = {engine: tok/s}, overriding), each with the figure and
+    its source; and the paper's own total."""
     out = {}
     for eng, (tps, src) in ROLLOUT_THROUGHPUT.items():
         if throughput and eng in throughput:
@@ -1028,9 +1062,10 @@ def _train_items(p: Mapping) -> int:
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #a1c0f009
 @planner("umad_train")
 def plan_train(p: Mapping) -> dict:
-    """UMAD training cost (Alg. 2 with Table 2's sizes) over `pairs` x `variants`: generations, token bounds, joint rollouts,
-    optimizer steps, rollout GPU-hours per engine (`rollout_gpu_hours`), and per model the training memory for full
-    fine-tuning, LoRA on bf16 and LoRA on nf4 weights (`train_memory_gb`)."""
+    """UMAD training cost (Alg. 2 with Table 2's sizes) over `pairs` x `variants`: generations,
+    token bounds, joint rollouts, optimizer steps, rollout GPU-hours per engine
+    (`rollout_gpu_hours`), and per model the training memory for full fine-tuning, LoRA on bf16 and
+    LoRA on nf4 weights (`train_memory_gb`)."""
     from mad_study.umad_study import debate_token_plan
 
     n, bs, G = _train_items(p), int(p.get("batch_size", 256)), int(p.get("group_size", 5))
@@ -1070,7 +1105,8 @@ def plan_train(p: Mapping) -> dict:
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #1851226b
 @planner("umad_trained")
 def plan_trained(p: Mapping) -> dict:
-    "Generations and token bounds of evaluating the trained checkpoints (Table 1 trained rows, Table 3, Fig. 3): debates per setting, variant and task."
+    """Generations and token bounds of evaluating the trained checkpoints (Table 1 trained rows,
+    Table 3, Fig. 3): debates per setting, variant and task."""
     from mad_study.umad import pair_kind
     from mad_study.umad_study import debate_token_plan, n_items_for
 

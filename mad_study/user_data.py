@@ -60,7 +60,8 @@ def _read_rows(path: Path) -> tuple[list[dict], str]:
 
 # %% ../nbs/data/02e_user_data.ipynb #479d45a2
 def _item_columns(path: Path, have: Sequence[str], columns: Mapping[str, str] | None) -> dict:
-    "Kit role -> the file's column: `columns`, else the first alias present (`A`, `B`, ... columns: the options)."
+    """Kit role -> the file's column: `columns`, else the first alias present (`A`, `B`, ...
+    columns: the options)."""
     cols = dict(columns or {})
     unknown = sorted(set(cols) - set(ITEM_FILE_ALIASES))
     if unknown:
@@ -113,8 +114,9 @@ def _row_choices(v: Any, where: str) -> tuple[str, ...] | None:
 # %% ../nbs/data/02e_user_data.ipynb #b86bb830
 def load_items_file(path: str | os.PathLike, fmt: str, columns: Mapping[str, str] | None = None,
                     task: str | None = None) -> list[Item]:
-    """One's own questions from a CSV or JSONL file as the kit's `Item`s: columns named by `columns` (role -> column) or
-    guessed (`ITEM_FILE_ALIASES`, or `A`, `B`, ... option columns), every gold checked against `fmt` (the kit's own)."""
+    """One's own questions from a CSV or JSONL file as the kit's `Item`s: columns named by `columns`
+    (role -> column) or guessed (`ITEM_FILE_ALIASES`, or `A`, `B`, ... option columns), every gold
+    checked against `fmt` (the kit's own)."""
     path = Path(path)
     if fmt not in ANSWER_FORMATS:
         raise ConfigError("unknown answer format", where=path, key="fmt", value=fmt,
@@ -186,7 +188,8 @@ TRANSCRIPT_DEFAULTS: dict[str, Any] = {
 
 # %% ../nbs/data/02e_user_data.ipynb #ea287018
 def _registry_fmt(task: Any, what: str) -> str:
-    "The registry's answer format of `task`; one line when the task is unknown and its rows carry no `fmt`."
+    """The registry's answer format of `task`; one line when the task is unknown and its rows carry
+    no `fmt`."""
     base = str(task).partition(":")[0] if isinstance(task, str) else ""
     if base in TASKS:
         return TASKS[base].fmt
@@ -196,9 +199,9 @@ def _registry_fmt(task: Any, what: str) -> str:
 
 # %% ../nbs/data/02e_user_data.ipynb #79477c10
 def row_formats(df: pd.DataFrame, fmt: str | None = None, what: str = "transcript") -> pd.Series:
-    """The answer format of each row: `fmt` when given, else the row's `fmt` column, else the registry's format of its
-    `task` (the kit's own rule, so a task outside the registry is read from its rows); one line naming a task that has
-    neither."""
+    """The answer format of each row: `fmt` when given, else the row's `fmt` column, else the
+    registry's format of its `task` (the kit's own rule, so a task outside the registry is read from
+    its rows); one line naming a task that has neither."""
     if fmt is not None:
         if fmt not in ANSWER_FORMATS:
             raise ConfigError("unknown answer format", key="fmt", value=fmt, choices=ANSWER_FORMATS)
@@ -274,7 +277,8 @@ EXPORT_ALIASES: dict[str, tuple[str, ...]] = {
 
 # %% ../nbs/data/02e_user_data.ipynb #489d8f07
 def _read_export(path: Path) -> pd.DataFrame:
-    "A JSONL / JSON-lines, JSON array or CSV file as a frame of strings (ids and answers are not numbers)."
+    """A JSONL / JSON-lines, JSON array or CSV file as a frame of strings (ids and answers are not
+    numbers)."""
     suf = path.suffix.lower()
     if suf == ".csv":
         return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])

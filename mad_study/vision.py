@@ -37,7 +37,8 @@ def _clip_image_processor(**kw):
 
 # %% ../nbs/backends/03d_vision.ipynb #3361725d
 def tiny_random_vlm_checkpoint(force: bool = False) -> Path:
-    "The tiny random LLaVA checkpoint folder (model + processor), built once from a config with a fixed seed."
+    """The tiny random LLaVA checkpoint folder (model + processor), built once from a config with a
+    fixed seed."""
     dst = cache_home() / "models" / f"tiny-random-llava-{TINY_VLM_VERSION}"
     if checkpoint_complete(dst) and not force:
         return dst
@@ -79,7 +80,8 @@ def tiny_random_vlm_checkpoint(force: bool = False) -> Path:
 
 # %% ../nbs/backends/03d_vision.ipynb #6a30c19e
 def vlm_messages(messages: list[dict]) -> tuple[list[dict], list[str]]:
-    "(messages with content parts for a processor's chat template, the image hashes in order of appearance)."
+    """(messages with content parts for a processor's chat template, the image hashes in order of
+    appearance)."""
     out, hashes = [], []
     for m in messages:
         imgs = list(m.get("images") or ())
@@ -90,7 +92,8 @@ def vlm_messages(messages: list[dict]) -> tuple[list[dict], list[str]]:
 
 # %% ../nbs/backends/03d_vision.ipynb #ab604182
 class VLMBackend(HFBackend):
-    "A transformers image-text-to-text model (LLaVA/Pixtral, Qwen2.5-VL, Llama 3.2 Vision, Gemma 3): 4-bit nf4 by default, batched, seeded, with log-prob signals."
+    """A transformers image-text-to-text model (LLaVA/Pixtral, Qwen2.5-VL, Llama 3.2 Vision, Gemma
+    3): 4-bit nf4 by default, batched, seeded, with log-prob signals."""
 
     _keep_quantized_copy = (
         False  # quantized at load (the tiny model in a second); HFBackend's copy is a causal LM's
@@ -129,7 +132,8 @@ VISION_FULL_PRECISION = (
 
 @patch
 def _quant_config(self: VLMBackend):
-    "HFBackend's 4-bit / 8-bit config with the vision tower, projector and LM head left out (`VISION_FULL_PRECISION`)."
+    """HFBackend's 4-bit / 8-bit config with the vision tower, projector and LM head left out
+    (`VISION_FULL_PRECISION`)."""
     qc = HFBackend._quant_config(self)
     if qc is not None:
         qc.llm_int8_skip_modules = list(VISION_FULL_PRECISION)
@@ -138,7 +142,8 @@ def _quant_config(self: VLMBackend):
 # %% ../nbs/backends/03d_vision.ipynb #71b05cbe
 @patch
 def _from_pretrained(self: VLMBackend, src: str, msrc: str, kw: dict, mkw: dict):
-    "(model, tokenizer): the processor and the image-text-to-text model; `HFBackend.load` does the rest (4-bit, errors, ids)."
+    """(model, tokenizer): the processor and the image-text-to-text model; `HFBackend.load` does the
+    rest (4-bit, errors, ids)."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     # twins of Pixtral / Qwen2.5-VL on a machine without torchvision
@@ -159,7 +164,8 @@ def _template(self: VLMBackend, messages: list[dict]) -> str:
 # %% ../nbs/backends/03d_vision.ipynb #4ee37c29
 @patch
 def _inputs(self: VLMBackend, batch: list[list[dict]]):
-    "Processor tensors (left-padded ids, attention mask, pixel values, ...) for a batch of conversations."
+    """Processor tensors (left-padded ids, attention mask, pixel values, ...) for a batch of
+    conversations."""
     texts, images = [], []
     for msgs in batch:
         texts.append(self._template(msgs))

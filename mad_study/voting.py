@@ -21,7 +21,9 @@ __all__ = ['majority_vote', 'group_rows', 'tie_seeds', 'vote_table']
 
 # %% ../nbs/engine/02c_voting.ipynb #4cd9e6a9
 def majority_vote(answers: Sequence[str | None], fmt: str, tie_seed: Any = 0) -> str | None:
-    "Majority answer (equivalent answers merged, None abstains; ties broken by a draw seeded with `tie_seed`). (majority vote as Du et al. (2024) and Self-Consistency (Wang et al. 2023) aggregate.)"
+    """Majority answer (equivalent answers merged, None abstains; ties broken by a draw seeded with
+    `tie_seed`). (majority vote as Du et al. (2024) and Self-Consistency (Wang et al. 2023)
+    aggregate.)"""
     merged = [a for a in merge_equivalent(list(answers), fmt) if a is not None]
     if not merged:
         return None
@@ -35,8 +37,9 @@ def majority_vote(answers: Sequence[str | None], fmt: str, tie_seed: Any = 0) ->
 # %% ../nbs/engine/02c_voting.ipynb #f0f16ae5
 def group_rows(df: pd.DataFrame, by: Sequence[str],
                dropna: bool = True) -> tuple[list[tuple], list[np.ndarray]]:
-    """The groups of `df.groupby(list(by), sort=False, dropna=dropna)`, in the same order, as (key tuples, row positions
-    in original order), computed with numpy once: iterating pandas groups costs ~0.1 ms each (40,000 groups: 4 s)."""
+    """The groups of `df.groupby(list(by), sort=False, dropna=dropna)`, in the same order, as (key
+    tuples, row positions in original order), computed with numpy once: iterating pandas groups
+    costs ~0.1 ms each (40,000 groups: 4 s)."""
     by = list(by)
     if not len(df):
         return [], []
@@ -53,15 +56,16 @@ def group_rows(df: pd.DataFrame, by: Sequence[str],
 
 # %% ../nbs/engine/02c_voting.ipynb #3d949911
 def _merged_column(answers: np.ndarray, fmt: str) -> np.ndarray:
-    "Each answer's class representative for an element-wise format (`ELEMENTWISE_FORMATS`), computed once per distinct answer."
+    """Each answer's class representative for an element-wise format (`ELEMENTWISE_FORMATS`),
+    computed once per distinct answer."""
     uniq = list(dict.fromkeys(a for a in answers.tolist() if a is not None))
     rep = dict(zip(uniq, merge_equivalent(uniq, fmt)))
     return np.array([None if a is None else rep[a] for a in answers.tolist()], dtype=object)
 
 # %% ../nbs/engine/02c_voting.ipynb #d112f5e5
 def _majorities(groups: list[np.ndarray], merged: np.ndarray, tie_seeds: list) -> list[str | None]:
-    """`majority_vote` of many groups at once for element-wise formats (same answers, same tie draws): the counts of
-    each group's answers with numpy; only tied groups draw in Python."""
+    """`majority_vote` of many groups at once for element-wise formats (same answers, same tie
+    draws): the counts of each group's answers with numpy; only tied groups draw in Python."""
     out: list[str | None] = [None] * len(groups)
     if not groups:
         return out
@@ -87,7 +91,8 @@ def _majorities(groups: list[np.ndarray], merged: np.ndarray, tie_seeds: list) -
 
 # %% ../nbs/engine/02c_voting.ipynb #0273f0e7
 def tie_seeds(transcript: pd.DataFrame, groups: list[np.ndarray]) -> list[tuple]:
-    "Each group's tie seed `(item_id, sample, round)` from its first row (missing columns: None): never the experiment."
+    """Each group's tie seed `(item_id, sample, round)` from its first row (missing columns: None):
+    never the experiment."""
     cols = [
         transcript[c].to_numpy(
             dtype=object) if c in transcript else np.full(len(transcript), None, dtype=object)
