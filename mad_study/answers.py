@@ -94,8 +94,7 @@ def strip_wrappers(s: str) -> str:
 
 # %% ../nbs/core/01_answers.ipynb #99480dbe
 # a row separator `\\` (kept whole), or a spacing command: `\!` (removed), `\,` `\;` `\ ` `\quad`
-# ...
-# (a space). Read left to right, `\\` is consumed first, so the second backslash of `\\ ` never
+# ... (a space). Read left to right, `\\` is consumed first, so the second backslash of `\\ ` never
 # starts a `\ `
 _SPACING_RE = re.compile(r"\\\\|\\(?:displaystyle|quad|qquad)(?![a-zA-Z])|\\[!,; ]")
 
@@ -303,10 +302,8 @@ _NOT_BUT_RE = re.compile(r"not\b[^.\n]{0,80}?\b(?:but|rather)\b[\s,:]*(?:it\s+is
 
 # %% ../nbs/core/01_answers.ipynb #0508c16b
 # a clause ends at a sentence end, a semicolon, or a contrast ("..., but I think"). Only where the
-# last clause
-# ends is read, so the contrast word alone is matched (not ",? \s*" before it), and the lookahead of
-# first letters
-# lets re skip other positions: 3.5x faster, the same ends (tested below)
+# last clause ends is read, so the contrast word alone is matched (not ",? \s*" before it), and the
+# lookahead of first letters lets re skip other positions: 3.5x faster, the same ends (tested below)
 _CLAUSE_RE = re.compile(
     r"(?=[.!?;\nbhwaty])(?:[.!?;\n](?:\s|$)|[;\n]|\b(?:but|however|whereas|while|although|though|yet)\b)",
     re.I)

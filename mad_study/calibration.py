@@ -39,8 +39,8 @@ __all__ = ['FITTED_FIELD', 'UMAD_FLIP_DESIGN', 'STATISTICS', 'GRIDS', 'FIT_ORDER
 
 # %% ../nbs/study/16_calibration.ipynb #8a89e2cb
 # the mechanisms this fit sets -> the SimAgent field that carries each one's strength: the first
-# field of the sim's own
-# table (03b_sim `MECHANISMS`); competence's `skill` is fitted exactly, per task, as `task_skill`
+# field of the sim's own table (03b_sim `MECHANISMS`); competence's `skill` is fitted exactly, per
+# task, as `task_skill`
 FITTED_FIELD = {
     m: SIM_MECHANISMS[m]["fields"][0]
     for m in ("competence", "conformity", "recency", "persuasion", "context_harm", "debate_noise",
@@ -177,8 +177,8 @@ def calibration_targets(model_map: Mapping[str, str] | None = None) -> pd.DataFr
 
 # %% ../nbs/study/16_calibration.ipynb #claim001
 # the calibration row's design for UMAD Fig. 5's claim (`umad_flip_gap`, `umad_pair`) against
-# umad_fig5's
-# (params/umad/umad_decomposition.yaml, sim profile): the two differ, so their numbers do
+# umad_fig5's (params/umad/umad_decomposition.yaml, sim profile): the two differ, so their numbers
+# do
 UMAD_FLIP_DESIGN = (
     "A0 sim-qwen2.5-3b, A1 sim-qwen3-4b, turn 1 -> 2, temperature 0.6 (umad_fig5: 100 items x K = 8 "
     "threads, temperature 1.0)")
@@ -341,8 +341,8 @@ def madc_runs(
     accuracy (`single`) and majority-vote accuracy per strategy, and `sc`, the majority vote of the
     round-0 answers (MADC Table 1's SC column; memoised)."""
     # memoised per strategy (a strategy's transcript does not depend on which others run beside it:
-    # the same request
-    # seeds), so Table 1's rows, Tables 2-5's MADC - MAD and the persuasion rows share each run
+    # the same request seeds), so Table 1's rows, Tables 2-5's MADC - MAD and the persuasion rows
+    # share each run
     base = ("madc", world.key([model], off), model, task, n_items, seeds, n_agents)
     if len(_MEMO) > 1024:
         _MEMO.clear()
@@ -690,12 +690,10 @@ def fit_grid(world: World, targets: pd.DataFrame, models: Sequence[str],
 
 # %% ../nbs/study/16_calibration.ipynb #ctrl0001
 # statistic -> the mechanisms its control switches off (03b_sim `off=`): the debate gains are served
-# by conformity
-# and recognition together (fitted jointly), the position effect (Truth Last, MADC's allocation) by
-# recency, RUMAD's gap by context harm, UMAD's
-# turn gain by debate noise (there the control shows the cost: effect - control is the aleatoric
-# cost), UMAD's
-# flip ordering by conformity
+# by conformity and recognition together (fitted jointly), the position effect (Truth Last, MADC's
+# allocation) by recency, RUMAD's gap by context harm, UMAD's turn gain by debate noise (there the
+# control shows the cost: effect - control is the aleatoric cost), UMAD's flip ordering by
+# conformity
 CONTROLS = {
     "du_debate_gain": ("conformity", "recognition"),
     "madc_debate_gain": ("conformity", "recognition"),
@@ -708,13 +706,11 @@ CONTROLS = {
     "madc_mad_vs_sc": ("persuasion",)
 }
 # a row's mechanism whose control is itself, whatever the statistic: Du et al.'s gain and MADC - MAD
-# are served twice
-# (by conformity or recency, and by persuasion), and a persuasion row's control switches persuasion
-# off alone
+# are served twice (by conformity or recency, and by persuasion), and a persuasion row's control
+# switches persuasion off alone
 MECHANISM_CONTROLS = {"persuasion": ("persuasion",)}
 # the strengths the fit of 2026-11-28 set (the fit record below), per parameter: the models it
-# fitted; any other
-# model's value of that parameter is assumed
+# fitted; any other model's value of that parameter is assumed
 _FITTED = {
     "conformity": ("sim-qwen2.5-3b", "sim-qwen2.5-7b", "sim-r1-7b", "sim-r1-14b"),
     "recency": ("sim-qwen2.5-3b", "sim-qwen2.5-7b", "sim-r1-7b", "sim-r1-14b"),
@@ -725,9 +721,8 @@ _FITTED = {
     "context_decay": ("sim-llama-3.1-8b", "sim-glm-4-9b", "sim-deepseek-math-7b")
 }
 # the quantities each strength was fitted against (the fit record below), read with the row's
-# mechanism: a
-# parameter's status names the rows that fitted it (Du et al.'s gain fits conformity and persuasion
-# alike)
+# mechanism: a parameter's status names the rows that fitted it (Du et al.'s gain fits conformity
+# and persuasion alike)
 _FIT_BY = {
     "conformity": ("MAD - Single CoT (points)", "MAD 10 agents - 3 agents (points)",
                    "debate - single agent (points)"),

@@ -95,9 +95,8 @@ def check_bitsandbytes() -> tuple[str, str]:
     x = torch.randn(4, 128, device=dev, dtype=dt)
     with torch.no_grad():
         # the reference first: on a CPU with AVX512-BF16 the first forward repacks the weight in
-        # place for a bf16
-        # kernel, and dequantizing the repacked data gives nothing like the weight (relative error
-        # 1.3 measured)
+        # place for a bf16 kernel, and dequantizing the repacked data gives nothing like the weight
+        # (relative error 1.3 measured)
         w = bnb.functional.dequantize_4bit(lin.weight.data, lin.weight.quant_state).to(dt)
         y = lin(x).float()
         ref = (x @ w.t()).float()

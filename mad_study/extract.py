@@ -154,8 +154,7 @@ def _concluding_sentence(s: str) -> str | None:
 
 # %% ../nbs/core/01a_extract.ipynb #da8722dd
 # inline math, pandoc's rule: `$` opens before a non-space and closes after one, not before a digit
-# (`$5 and $7`
-# is currency); or `\(...\)`
+# (`$5 and $7` is currency); or `\(...\)`
 _INLINE_MATH_RE = re.compile(
     r"(?<![\\$])\$(?=[^\s$])((?:\\.|[^$\\\n])+?)(?<=[^\s\\])\$(?!\d)|\\\((.+?)\\\)")
 _SEVERAL_RE = re.compile(r"\b(?:or|and)\b|^\s*,\s*$", re.I)

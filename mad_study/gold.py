@@ -64,8 +64,8 @@ def _number_gold(g: str) -> str:
     if not nums:
         raise ValueError("not a number (mad_study.answers.parse_number finds none)")
     # fractions, dollar and percent signs and LaTeX spacing are plain; any other command (`\\sqrt`,
-    # `\\pi`), a
-    # power or a factorial is an expression the number grader would read as its first number
+    # `\\pi`), a power or a factorial is an expression the number grader would read as its first
+    # number
     rest = _PLAIN_LATEX.sub("", g)
     latex = re.findall(r"\\[A-Za-z]+|[\^!√π]", rest)
     if latex:

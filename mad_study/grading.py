@@ -33,8 +33,8 @@ __all__ = ['MATH_VERIFY_TIMEOUT', 'MATH_VERIFY_WALL', 'MATH_VERIFY_MAX_CHARS', '
 # budget)
 MATH_VERIFY_TIMEOUT = 0.8
 # a hang guard, not a budget: at most this many seconds of wall-clock time (a thread starved for
-# minutes). A
-# legitimate comparison on a busy machine waits for the CPU; only its own CPU time counts against it
+# minutes). A legitimate comparison on a busy machine waits for the CPU; only its own CPU time
+# counts against it
 MATH_VERIFY_WALL = 30.0
 # longer answers are compared as normalised strings, not by math-verify
 MATH_VERIFY_MAX_CHARS = 400
@@ -121,10 +121,8 @@ def mv_budget():
 
 # %% ../nbs/core/01b_grading.ipynb #b10e7e5f
 # towers: an exponent that itself holds a `^` (`2^{3^4}`, `2^3^4`, `x^{2}^{3}`; not `x^3+2x^2`, two
-# powers
-# side by side), 5+-digit exponents, double factorials, 200+-digit numbers, `**`, and factorials of
-# a bracket
-# or of a 4+-digit number (`(10!)!`, `1000!`)
+# powers side by side), 5+-digit exponents, double factorials, 200+-digit numbers, `**`, and
+# factorials of a bracket or of a 4+-digit number (`(10!)!`, `1000!`)
 _TOWER_RE = re.compile(r"\^\s*(?:\{[^{}]*\^|\{[^{}]*\}\s*\^|[\w.]+\s*\^)"
                        r"|\^\s*\{?\s*\d{5,}|!\s*!|\d{200,}|\*\*|[)}\]]\s*!|\d{4,}\s*!")
 # brackets nested deeper are not parsed (150 nested parentheses: seconds in math-verify)
@@ -197,7 +195,7 @@ class NoTime(BaseException):
     way up, so a time-out is never cached; the public calls (`is_correct`, `answers_equivalent`)
     count it and grade not equal."""
 
-# %% ../nbs/core/01b_grading.ipynb #0a847880
+# %% ../nbs/core/01b_grading.ipynb #18c9b398
 _OUT_OF_TIME = object()  # what `_bounded` returns when the watchdog stopped math-verify
 
 

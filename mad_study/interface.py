@@ -76,8 +76,7 @@ class Progress:
     def __init__(self, total: int | None, desc: str = "generating", progress: bool | None = None,
                  delay: float | None = None, file=None, leave: bool = False):
         # the bar appears after `delay` seconds of work: `$MAD_STUDY_PROGRESS_DELAY`, else 2 (a sim
-        # run's many
-        # short calls draw none)
+        # run's many short calls draw none)
         if delay is None:
             delay = os.environ.get("MAD_STUDY_PROGRESS_DELAY") or 2.0
         self.total, self.desc, self.delay, self.leave = total, desc, float(delay), leave

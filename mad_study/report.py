@@ -28,8 +28,7 @@ from .core import (ConfigError, Item, atomic_path, git_commit, atomic_write_text
                             save_transcript)
 
 # the figure layout check (06a_figcheck): the print sizes, the geometry label_points keeps labels
-# off, and the check
-# save_figure runs
+# off, and the check save_figure runs
 from .figcheck import (COLUMN_IN, PAGE_IN, as_points, boxes_overlap, covers, drawn_bands,
                                 drawn_errorbars, drawn_line_points, drawn_marks, drawn_renderer,
                                 layout_problems, tidy_bar_grids)
@@ -806,9 +805,8 @@ def save_table(df: pd.DataFrame, artefact: str, paper: str, study: Study | None 
 
 # %% ../nbs/study/06_report.ipynb #fc51verd1
 # is the paper's effect shown? "not testable": the world lacks the mechanism (absent, or at its
-# default 0) or the
-# design cannot show it, so no n would settle it
-VERDICT_EFFECT = ("yes", "no", "not resolved", "not testable")
+# default 0) or the design cannot show it, so no n would settle it
+VERDICT_EFFECT = ("yes", "no", "smaller than printed", "not resolved", "not testable")
 VERDICT_CONTROL = ("yes", "none", "not applicable")  # is a control with the mechanism off shown?
 VERDICT_KEYS = ("stands_for", "effect", "control", "paper", "kit", "n", "claims")
 # a claim of `claims`: the first four required, `paper` and `n` optional
@@ -878,7 +876,10 @@ def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
     if has_ci and (low > 0 or high < 0):
         effect = "yes" if np.sign(diff) == sign else "no"
     else:
-        effect = "no" if outside else "not resolved"
+        # the printed number beyond the interval on the paper's side: above it for a rise, below it
+        # for a drop
+        short = outside and (printed > high if sign > 0 else printed < low)
+        effect = "smaller than printed" if short else "not resolved"
     return {"effect": effect, "kit": kit}
 
 # %% ../nbs/study/06_report.ipynb #fc51verd2

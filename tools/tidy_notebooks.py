@@ -13,8 +13,9 @@ Each code cell (cells with IPython magics or shell lines are left as they are):
    argument of a call that does not fit on its own line.
 3. A comment hung on a closing bracket (`)  # why`) moves above the line that opens that bracket, at its
    indentation; yapf then packs again.
-4. A comment past the 100th column is wrapped (`wrap_comments`): a whole-line comment into several lines at its
-   indentation, a comment after code moved above its line first (comments above the line they explain). Tool
+4. A comment paragraph with a line past the 100th column is re-filled at its indentation (`wrap_comments`), a
+   comment after code moved above its line first (comments above the line they explain); list items and deeper
+   indented lines start paragraphs of their own. Tool
    directives (`#|`, `# noqa`, ...) stay where they are.
 5. A docstring paragraph with a line past the 100th column is re-filled at its indentation (`wrap_docstrings`);
    paragraphs that hold a list, a table, an example or deeper-indented lines are left as written. Other long strings
@@ -26,6 +27,7 @@ Then `nbdev-clean` and `nbdev-export`. `--check` changes nothing and exits 1 nam
 import io
 import json
 import keyword
+import re
 import subprocess
 import sys
 import textwrap
@@ -84,29 +86,54 @@ def unhang(src: str) -> tuple[str, int]:
     return "\n".join(lines), len(moves)
 
 
+_LIST_ITEM = re.compile(r"^(?:[-*+]\s|\d+[.)]\s|\s)")
+
+
 def wrap_comments(src: str, width: int = 100) -> str:
-    """The source with every comment that passes column `width` wrapped at its indentation (a comment after code
-    moves above that line first); directives (`#|`, `KEEP`) stay. Unchanged when the cell does not tokenize."""
+    """The source with every comment paragraph that passes column `width` re-filled at its indentation. A comment
+    after code that passes it moves above its line first (its own paragraph). A paragraph is a run of whole-line
+    comments at one indentation, broken by a bare `#`, a list item (`# - `, `# 1. `), a deeper-indented line or a
+    moved comment; directives (`#|`, `KEEP`) are never touched. Unchanged when the cell does not tokenize."""
     toks = _tokens(src)
     if toks is None:
         return src
     lines = src.split("\n")
+    own = lambda t: t.startswith("# ") and not t.startswith(("#|", "# |", *KEEP))
+    starts = set()
+    # 1. a long line's comment after code moves above the line, as a paragraph of its own
     for t in sorted((t for t in toks if t.type == tokenize.COMMENT), key=lambda t: -t.start[0]):
         row, col = t.start
         line = lines[row - 1]
-        if len(line) <= width or t.string.startswith(("#|", "# |", *KEEP)) or not t.string.startswith("# "):
-            continue
         before = line[:col].rstrip()
+        if len(line) <= width or not before.strip() or not own(t.string):
+            continue
         indent = len(line) - len(line.lstrip())
-        words = t.string[2:].strip()
-        room = max(width - indent - 2, 40)
-        wrapped = [" " * indent + "# " + w for w in textwrap.wrap(words, room, break_long_words=False,
-                                                                 break_on_hyphens=False)]
-        if before.strip():
-            lines[row - 1:row] = wrapped + [before]
-        else:
-            lines[row - 1:row] = wrapped
-    return "\n".join(lines)
+        lines[row - 1:row] = [" " * indent + t.string.rstrip(), before]
+        starts = {r + 1 if r >= row - 1 else r for r in starts} | {row - 1}
+    # 2. paragraphs of whole-line comments, re-filled where a line passes the width
+    out, i = [], 0
+    while i < len(lines):
+        line = lines[i]
+        if not (line.lstrip().startswith("# ") and own(line.lstrip())):
+            out.append(line)
+            i += 1
+            continue
+        indent = len(line) - len(line.lstrip())
+        para = [line]
+        j = i + 1
+        while (j < len(lines) and j not in starts and lines[j].startswith(" " * indent + "# ")
+               and len(lines[j]) - len(lines[j].lstrip()) == indent and own(lines[j].lstrip())
+               and not _LIST_ITEM.match(lines[j].lstrip()[2:])):
+            para.append(lines[j])
+            j += 1
+        if any(len(l) > width for l in para):
+            words = " ".join(l.strip()[2:].strip() for l in para)
+            room = max(width - indent - 2, 40)
+            para = [" " * indent + "# " + w for w in textwrap.wrap(words, room, break_long_words=False,
+                                                                  break_on_hyphens=False)]
+        out += para
+        i = j
+    return "\n".join(out)
 
 
 _NOT_PROSE = ("-", "*", ">>>", "|", "+", "```")
