@@ -219,7 +219,9 @@ def _svr_record(st, r: str, s: str, ans, signal, it: int):
     read = kept
     if ans is not None or unparsed == "changed":  # choice 7
         if st.read:
-            # Fig. 3's control: the problem's next shuffled outcome, not this debate's
+            # Fig. 3's control: the problem's next shuffled outcome, not this debate's. The list is
+            # the probing's (each disagreeing pair once); repeats (line 8 meets a pair again) can
+            # make more debates than it holds: then it is read again from its start (nread % len)
             read = st.read[st.nread % len(st.read)]
             st.nread += 1
         st.n[r]["D"] += 1
