@@ -919,31 +919,31 @@ def _miss_sentence(r: Mapping, param: str, value: float, status: str, e: dict, c
         f"{param} {value:g} is the joint best over every row it serves (its status); {here}, which it "
         f"cannot meet at once.")
 
+
+def _claim_sentence(r: Mapping, sign: float, e: dict) -> str:
+    """The tension of a drawn claim (printed NaN; UMAD Fig. 5): no number to hold, its sign
+    judged."""
+    return (
+        f"{r['source']} prints no number, only the claim's sign ({'<' if sign < 0 else '>'} 0): "
+        f"the sim's {e['sim']:+.1f} is judged by effect - control's sign, and no interval is held "
+        f"against a number.")
+
 # %% ../nbs/study/16_calibration.ipynb #66a59ee9
 def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, seeds: int = 1,
                       stats: Mapping | None = None, fit_log: pd.DataFrame | None = None,
                       pilot_items: int = 40, min_items: int = 40) -> pd.DataFrame:
-    """The calibration table with effects and controls (issue 50): per target row of the world's
-    family with a sim statistic (MADC, UMAD, RUMAD, Du et al.): mechanism, parameter, sim model, the
-    world's value, the printed number, the sim's number with its 95% interval (items as clusters,
-    `paired_inference`), the same statistic with the row's mechanisms off (`CONTROLS`: same items,
-    same seeds) with its interval, and whether each is resolved (its interval excludes 0). The items
-    per row come from power: `n_for_power(printed effect, discordance)` (the discordance of a
-    `pilot_items` pilot) capped at `n_items`; `resolves` is the effect those items resolve with 80%
-    power (`resolvable_effect`). `tension`: from `fit_log`, else the competence spread.
-
-    `effect_control`: effect - control with its 95% interval, one `paired_inference` on the per-item
-    differences (the two runs share items and seeds). The verdict is yes only when effect - control
-    is resolved and has the printed sign (a drawn claim: its `sign`); a printed 0 with effect -
-    control not resolved is "not resolved" (absence of evidence, not a reproduction); a row whose
-    mechanisms are at their neutral values in the world reads "not testable" (`NEUTRAL_CAUSE`, or
-    "fitted 0" where the fit set it). `verdict` is `_verdict`'s word (`effect_verdict`, the figures'
-    rule). `status`: one per parameter and sim model, the same in every row (`_param_status`):
-    fitted by the rows it names, at the grid's edge (`GRIDS`), or assumed (no row fits it).
-    `tension` is one sentence (`tension_sentence`) saying why the row's printed numbers pull its
-    value apart; a row whose printed number lies outside the sim's interval (`covers` False) always
-    gets one (`_miss_sentence`). effect - control: `beyond_control` (05b_stats, the paired t);
-    `design`: the row's items x threads (and a drawn claim's design, `claim_rows`)."""
+    """The calibration table with effects and controls (issue 50; MADC, UMAD, RUMAD, Du et al.
+    rows): per target row of the world's family with a sim statistic, the world's value, the printed
+    number, the sim's number with its 95% interval (items as clusters, `paired_inference`), the same
+    statistic with the row's mechanisms off (`CONTROLS`: same items and seeds), and effect - control
+    with its 95% interval (`beyond_control`, the paired t; a difference that never varies: its
+    mean). Items per row from power (`power_items`, capped at `n_items`); `resolves`: the effect
+    they resolve with 80% power. `verdict`: `_verdict`'s word (`effect_verdict`; "not testable" for
+    a mechanism at its neutral value, `NEUTRAL_CAUSE` or "fitted 0"). `status`: one per parameter
+    and model (`_param_status`), "not a fit here" where the mechanism changes no answer
+    (`_not_a_fit_status`). `tension`: one sentence (`tension_sentence` from `fit_log` or the
+    competence spread; `_miss_sentence` where the interval misses the printed number;
+    `_claim_sentence` for a drawn claim, whose `covers` is None). `design`: items x threads."""
     stats = STATISTICS if stats is None else stats
     cf = competence_fit(targets, world).set_index(["sim_model", "task"])
     # a parameter's status comes from every row the fit used, whichever rows this table runs
@@ -1000,10 +1000,7 @@ def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, s
         # a drawn claim prints no number: nothing to hold (None), its sign is judged
         covers = bool(e["ci_low"] <= printed <= e["ci_high"]) if np.isfinite(printed) else None
         if not np.isfinite(printed) and not t:
-            t = (
-                f"{r['source']} prints no number, only the claim's sign ({'<' if sign < 0 else '>'} "
-                f"0): the sim's {e['sim']:+.1f} is judged by effect - control's sign, and no "
-                f"interval is held against a number.")
+            t = _claim_sentence(r, sign, e)
         # a printed number outside the sim's interval: the row says what the world cannot do at once
         if np.isfinite(printed) and not covers and (not t or
                                                     (status.startswith("at the grid's edge")
