@@ -919,7 +919,7 @@ def _miss_sentence(r: Mapping, param: str, value: float, status: str, e: dict, c
         f"{param} {value:g} is the joint best over every row it serves (its status); {here}, which it "
         f"cannot meet at once.")
 
-
+# %% ../nbs/study/16_calibration.ipynb #claimsn1
 def _claim_sentence(r: Mapping, sign: float, e: dict) -> str:
     """The tension of a drawn claim (printed NaN; UMAD Fig. 5): no number to hold, its sign
     judged."""
