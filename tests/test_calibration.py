@@ -8,11 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mad_study.calibration import (CONTROLS, STATISTICS, World, calibration_table, calibration_targets, claim_rows,
+from mad_study.calibration import (CONTROLS, FIT_APART, STATISTICS, World, fitted_apart_rows, calibration_table, calibration_targets, claim_rows,
                                    competence_fit, du_debate_gain, expected_round0, fit_grid, fit_task_skill, fit_world,
                                    madc_runs, madc_truth_last_gain, not_shown_rows, tension_sentence, calibration_view, power_items, round0_accuracy, sim_number,
                                    world_from_profile)
 from mad_study.power import n_for_power
+from mad_study.report import effect_verdict
 from mad_study.core import ConfigError
 from mad_study.loading import paper_table
 from mad_study.sim import item_difficulty, sim_items
@@ -193,31 +194,38 @@ def test_calibration_table_rows_and_intervals(world, targets):
     fx = tab[tab["mechanism"] != "competence"]
     assert (fx["control_off"] != "").all()
     assert (tab.loc[tab["mechanism"] == "competence", "verdict"] == "a level: no control").all()
-    # a mechanism at its neutral value has nothing to control: no control, no verdict
+    # a mechanism at its neutral value has nothing to control: no control, and effect_verdict says not testable
     zero = fx[fx["value"] == 0]
-    assert (zero["verdict"] == "mechanism 0 in the fitted world: nothing to control").all()
+    assert (zero["verdict"] == "not testable").all()
     assert zero["control"].isna().all() and zero["effect_control"].isna().all()
-    # the others: a paired effect - control with its interval, and reproduced only when it is resolved with the sign
+    # the others: a paired effect - control with its interval; its verdict is effect_verdict's word on it
     on = fx[fx["value"] != 0]
     assert len(on) and on["control"].notna().all()
     assert ((on["effect_control_ci_low"] <= on["effect_control"]) & (on["effect_control"] <= on["effect_control_ci_high"])).all()
     assert np.allclose(on["effect_control"], on["sim"] - on["control"])
     resolved = (on["effect_control_ci_low"] > 0) | (on["effect_control_ci_high"] < 0)
     signed = np.sign(on["effect_control"]) == np.sign(on["printed"])
-    # a printed 0 (RUMAD's GPQA gap) is never reproduced: consistent with 0 when effect - control is NOT resolved
-    expected = np.where(on["printed"] == 0, False, resolved & signed)
-    assert (on["verdict"].str.startswith("reproduced") == expected).all()
-    zero = on[on["printed"] == 0]
-    assert ((zero["verdict"] == "consistent with 0 (not resolved)") == ~resolved[zero.index]).all()
-    assert tab["status"].str.match(r"fitted|at the grid's edge|assumed").all()
+    flat = on["verdict"].str.startswith("not a fit here")
+    assert (flat == ((on["effect_control_ci_low"] == 0) & (on["effect_control_ci_high"] == 0))).all()
+    assert on.loc[flat, "status"].str.startswith("not a fit here").all()
+    judged = on[~flat]
+    for _, r in judged.iterrows():
+        want = effect_verdict(r["effect_control"], r["effect_control_ci_low"], r["effect_control_ci_high"],
+                              np.sign(r["printed"]) or 1.0, printed=r["printed"])["effect"]
+        # a printed 0 (RUMAD's GPQA gap) is never a yes: resolved either way is no, else not resolved
+        assert r["verdict"] == ("no" if r["printed"] == 0 and want == "yes" else want), r.to_dict()
+    assert (judged["verdict"] == "yes").eq(resolved[judged.index] & signed[judged.index] & (judged["printed"] != 0)).all()
+    assert tab["status"].str.match(r"fitted|at the grid's edge|assumed|not a fit here").all()
     # context_decay is fitted (0.088 [0.05, 0.20], RUMAD Table 2's protocol), and its tension is one sentence
     harm = tab[tab["mechanism"] == "context_harm"]
-    assert (harm["status"] == "fitted by RUMAD Table 2: MAD - S-MAD star accuracy (3 tasks)").all()
+    assert harm["status"].str.endswith("fitted by RUMAD Table 2: MAD - S-MAD star accuracy (3 tasks)").all()
     assert harm["tension"].str.startswith("MMLU alone wants 0.2").all()
     # one status per parameter and model (issue 51): Du et al.'s conformity reads as MADC's rows would
-    assert tab[tab["parameter"] != "task_skill"].groupby(["parameter", "sim_model"])["status"].nunique().eq(1).all()
+    # (a row whose mechanism changes no answer says so instead)
+    fit = tab[(tab["parameter"] != "task_skill") & ~tab["verdict"].str.startswith("not a fit here")]
+    assert fit.groupby(["parameter", "sim_model"])["status"].nunique().eq(1).all()
     # a printed number outside the sim's interval always says its tension
-    assert (tab.loc[tab["printed"].notna() & ~tab["covers"], "tension"].str.len() > 0).all()
+    assert (tab.loc[tab["printed"].notna() & tab["covers"].eq(False), "tension"].str.len() > 0).all()
     # the .md's narrow view: 15 columns, one row per row of the table (the .csv keeps all 27, 28 with the not-shown rows' paper)
     view = calibration_view(tab)
     assert len(view.columns) == 15 and len(view) == len(tab) and len(tab.columns) == 27
@@ -242,6 +250,28 @@ def test_not_shown_rows_say_why():
     ns = not_shown_rows()
     assert ns["verdict"].str.startswith("not shown, because").all()
     assert {"MADC Fig. 7", "MADC Fig. 9 / Tables 6-11", "UMAD (aleatoric cost)", "SVR-MAD (posterior over priors)"} <= set(ns["source"])
+    # Meta-Debate Table 2 is a fitted row now; no SVR-MAD line says "not wired" or "assumed"
+    assert "Meta-Debate Table 2" not in set(ns["source"])
+    svr = ns[ns["paper"] == "SVR-MAD"]
+    assert not (svr["status"] + svr["verdict"]).str.contains("not wired|assumed").any()
+
+
+def test_fitted_apart_rows_come_from_their_stored_grids():
+    "Meta-Debate's review_skill (params/sim/fit_review_skill.csv) and SVR-MAD's stubbornness gap (fit_svr_stubbornness.csv)."
+    fa = fitted_apart_rows()
+    assert fa["status"].str.startswith("fitted by").all()
+    root = Path(__file__).parent.parent
+    g = pd.read_csv(root / FIT_APART["review_skill"])
+    best = g.loc[g["objective"].idxmin()]
+    meta = fa[fa["source"] == "Meta-Debate Table 2"].set_index("quantity")
+    assert best["review_skill"] == 0.725 and (meta["value"] == 0.725).all()
+    assert meta["sim"].tolist() == [best["MAD margin"], best["DMAD margin"]]
+    assert np.allclose(meta["printed"], [59.15 - 55.58, 66.29 - 60.27])
+    svr = fa[fa["source"] == "SVR-MAD Sec. 3"]
+    assert (svr["value"] == 0.225).all() and np.allclose(svr["printed"], [73.0, 48.0])
+    # effect - control against chance (k of six agents), its verdict effect_verdict's word
+    assert np.allclose(svr["effect_control"], svr["sim"] - svr["control"]) and np.allclose(svr["control"], [200 / 6, 100 / 6])
+    assert set(fa["verdict"]) <= {"yes", "no", "smaller than printed", "not resolved"}
 
 
 def test_experiment_is_registered_and_its_params_are_the_notebooks():
