@@ -39,12 +39,12 @@ from .registry import experiment_files, load_registry
 # %% auto #0
 __all__ = ['RUN_ENV', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'CONTROL_STYLES', 'MAX_CAPTION_CHARS',
            'LAYOUT_CHECK_VERSION', 'VERDICT_EFFECT', 'VERDICT_CONTROL', 'VERDICT_KEYS', 'VERDICT_CLAIM_KEYS',
-           'FAILURE_FILE', 'HOLM_INTERVALS', 'package_versions', 'cell_source', 'notebook_parameters', 'run_params',
-           'run_context', 'Study', 'show_figure', 'register_style', 'registered_method', 'method_style', 'set_style',
-           'panel_figure', 'percent_axis', 'pct', 'label_points', 'dodge_points', 'label_figure', 'LayoutWarning',
-           'FigureOutput', 'caption_problems', 'save_figure', 'save_table', 'check_verdict', 'effect_verdict',
-           'stands_for', 'read_verdict', 'last_failure', 'artefact_status', 'run_sizes', 'interval_method_once',
-           'claim_words', 'write_gallery', 'index_table', 'write_index']
+           'JOINT_ORDER', 'FAILURE_FILE', 'HOLM_INTERVALS', 'package_versions', 'cell_source', 'notebook_parameters',
+           'run_params', 'run_context', 'Study', 'show_figure', 'register_style', 'registered_method', 'method_style',
+           'set_style', 'panel_figure', 'percent_axis', 'pct', 'label_points', 'dodge_points', 'label_figure',
+           'LayoutWarning', 'FigureOutput', 'caption_problems', 'save_figure', 'save_table', 'check_verdict',
+           'effect_verdict', 'joint_verdict', 'stands_for', 'read_verdict', 'last_failure', 'artefact_status',
+           'run_sizes', 'interval_method_once', 'claim_words', 'write_gallery', 'index_table', 'write_index']
 
 # %% ../nbs/study/06_report.ipynb #7cf92f74
 _PACKAGES = ("mad_study", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "torch",
@@ -882,6 +882,20 @@ def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
         effect = "smaller than printed" if short else "not resolved"
     return {"effect": effect, "kit": kit}
 
+# %% ../nbs/study/06_report.ipynb #jointv01
+JOINT_ORDER = ("no", "not testable", "smaller than printed", "not resolved", "yes")
+
+
+def joint_verdict(effects: Sequence[str]) -> str:
+    """The effect of a claim that holds only where each of its parts holds (intersection-union; the
+    kit's own): its weakest part's in `JOINT_ORDER` (no < not testable < smaller than printed < not
+    resolved < yes); "not testable" for a claim with no part. A word outside `VERDICT_EFFECT` is a
+    ConfigError naming it."""
+    effects = list(effects)
+    if odd := [e for e in effects if e not in JOINT_ORDER]:
+        raise ConfigError("not a verdict", key="effects", value=odd, choices=JOINT_ORDER)
+    return min(effects, key=JOINT_ORDER.index) if effects else "not testable"
+
 # %% ../nbs/study/06_report.ipynb #fc51verd2
 def stands_for(artefact: str, title: str = "") -> str:
     """The paper's figure or table an artefact id names (the kit's own): 'umad_fig1' -> 'Fig. 1',
@@ -921,6 +935,29 @@ def read_verdict(notes: Mapping | None, artefact: str = "", title: str = "") -> 
         "kit": " ".join(str(c.get("kit") or "not stated").split())
     } for c in claims if isinstance(c, Mapping)]
     return out
+
+# %% ../nbs/study/06_report.ipynb #verdof01
+@patch
+def verdict_of(self: Study, artefact: str) -> pd.DataFrame | str:
+    """The verdict of `artefact` as this study wrote it (the kit's own): one row for the headline
+    and one per claim (`claim`, `effect`, `control`, `kit`, from `read_verdict` of its sidecar); a
+    line saying so when this study has not written the artefact (no sidecar, or one from another
+    run)."""
+    try:
+        meta = json.loads(_out(self.paper, artefact, "json").read_text())
+    except (OSError, json.JSONDecodeError):
+        meta = {}
+    if meta.get("started") != self.started or meta.get("experiment") != self.experiment:
+        return f"{artefact}: not made by this run"
+    v = read_verdict(meta.get("notes"), artefact)
+    head = {
+        "claim": f"headline ({v['stands_for']})",
+        **{
+            k: v[k]
+            for k in ("effect", "control", "kit")
+        }
+    }
+    return pd.DataFrame([head, *v["claims"]]).set_index("claim")
 
 # %% ../nbs/study/06_report.ipynb #9a3c31f0
 FAILURE_FILE = "FAILED.json"
