@@ -516,6 +516,9 @@ class _DebateRun:
     # the plan of every debate round when the protocol has no hooks of its own (`_static_plan`);
     # None: planned per round
     static: RoundPlan | None = None
+    # (text, answer format) -> `extract_answer`'s answer: each distinct text of the run is parsed
+    # once
+    parsed: dict = field(default_factory=dict)
 
     def opening(self, item_id: str, role: str) -> list[dict]:
         "`opening_messages` for the item and role, composed once per run (fresh dicts each call)."
@@ -553,7 +556,11 @@ class _DebateRun:
 @patch
 def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, GenRequest]]:
     "Round `rnd`'s (slot, request) pairs for every thread; skipped turns are added as reused rows."
-    jobs, seed = [], self.sampling.seed
+    jobs, seed, sp = [], self.sampling.seed, self.sampling
+    # `Sampling.request`'s conversions, once per round (a subclass of Sampling makes its own
+    # requests)
+    mnt, temp, top_p = int(sp.max_new_tokens), float(sp.temperature), float(sp.top_p)
+    own = type(sp) is not Sampling
     if self.protocol_seed is None:
         self.protocol_seed = derive_seed(seed, "protocol", self.protocol.name)
         self.static = _static_plan(self.protocol, self.agents)
@@ -575,9 +582,10 @@ def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, 
                 continue
             msgs = self.messages(th, slot, turn)
             conv_th[a.name] = list(msgs) if rnd == 0 else msgs
-            meta = dict(item=it, agent=a.name, round=rnd, sample=k)
-            req = self.sampling.request(msgs, seed=derive_seed(seed, it.id, a.name, rnd, k),
-                                        meta=meta)
+            meta = {"item": it, "agent": a.name, "round": rnd, "sample": k}
+            s = derive_seed(seed, it.id, a.name, rnd, k)
+            req = (sp.request(msgs, seed=s, meta=meta) if own else GenRequest(
+                list(msgs), max_new_tokens=mnt, temperature=temp, top_p=top_p, seed=s, meta=meta))
             jobs.append((slot, req))
     return jobs
 
@@ -586,8 +594,18 @@ def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, 
 def generate(self: _DebateRun, jobs: list, backends: Mapping[str, Any]) -> None:
     """Generate `jobs` [(slot, request)], adding each row to the state and each text to its
     conversation."""
-    rows = turn_rows(backends, jobs, experiment=self.experiment, method=self.method)
-    for (slot, _), row in zip(jobs, rows):
+    parsed = self.parsed
+    for (slot, _), g in zip(jobs, generate_turns(backends, jobs)):
+        # `turn_rows`' row, its answer read from the run's memo: the parser is a function of the
+        # text and the format alone
+        ans, key = _PARSE, (g.text, slot.item.fmt)
+        if type(g.text) is str:
+            ans = parsed.get(key, _PARSE)
+        if ans is _PARSE:
+            ans = extract_answer(g.text, slot.item.fmt)
+            if type(g.text) is str:
+                parsed[key] = ans
+        row = transcript_row(slot, g, experiment=self.experiment, method=self.method, answer=ans)
         th = (slot.item.id, slot.sample)
         self.add(th, row)
         # the conversation is the engine's own list (a request holds a copy of its messages)

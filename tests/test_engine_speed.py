@@ -13,7 +13,7 @@ import warnings
 import pytest
 
 from mad_study.core import Sampling
-from mad_study.debate import Agent, OrderedPeers, make_protocol, run_debate
+from mad_study.debate import Agent, FullyConnected, OrderedPeers, make_protocol, run_debate
 from mad_study.prompts import get_prompt
 from mad_study.protocols import EarlyStop, GroupDebate, SparseTopology
 from mad_study.sim import SimBackend, sim_items
@@ -27,12 +27,35 @@ DIGESTS = {
     "ring_earlystop_reused": "6953af03128c260b",
     "star_last_greedy": "4163accbbec3ca92",
     "groupdebate_views": "f9c147c907029245",
+    # from commit 00f39b0 (the engine and sim the seven above were checked against), before this round of speed work
+    "rumad_masked_tiers": "e2c3cad06e42fcf3",
+    "sim_off_two_agents_five_rounds": "ab3f152640442890",
+    "umad_math_last_four_rounds": "91d9c48142155cd9",
+    "ring_six_one_round_off": "92e1368c476206cd",
 }
 
 
-def _agents(n: int):
-    backends = {f"sim-{i}": SimBackend(f"sim-{i}", skill=0.4 + 0.1 * i) for i in range(n)}
+def _agents(n: int, **params):
+    backends = {f"sim-{i}": SimBackend(f"sim-{i}", skill=0.4 + 0.1 * i, **params) for i in range(n)}
     return [Agent(f"a{i}", f"sim-{i}") for i in range(n)], backends
+
+
+class _MaskedTiers(FullyConnected):
+    """RUMAD-style rounds without the trained controller: each agent speaks with P 0.7 (else its last row is reused)
+    and each shown peer carries a tier tag, both drawn from the viewer's seeded generator."""
+    name = "masked_tiers"
+
+    def speaks(self, ctx, agent):
+        return bool(ctx.viewer_rng(agent).random() < 0.7)
+
+    def tags(self, ctx, agent, peers):
+        r = ctx.viewer_rng(agent)
+        return tuple(f"[{('Critical', 'Reference', 'Background')[int(r.integers(3))]}] " for _ in peers) or None
+
+
+# the sim's controls and RUMAD's / UMAD's mechanisms, for the cases that switch them on or off
+_RUMAD = dict(tier_trust=1.0, context_decay=0.3)
+_UMAD = dict(debate_noise=0.2, context_entropy=0.5)
 
 
 def _case(name: str):
@@ -53,15 +76,27 @@ def _case(name: str):
         "groupdebate_views": (bbh, 4, gd, dict(debate_rounds=2, prompt=gd.prompt_for(get_prompt("auto", "option")),
                                                sampling=hot)),
     }
-    items, n, protocol, kw = cases[name]
-    agents, backends = _agents(n)
+    # cases added with the sim's controls (their digests from commit 00f39b0's engine, before the round-level work)
+    math = sim_items("math500", 5)
+    cases |= {
+        "rumad_masked_tiers": (gsm, 4, _MaskedTiers(), dict(debate_rounds=3, prompt="rumad_math", sampling=hot), _RUMAD),
+        "sim_off_two_agents_five_rounds": (gsm, 2, None, dict(debate_rounds=5, sampling=greedy),
+                                           dict(off=("conformity", "signals"))),
+        "umad_math_last_four_rounds": (math, 3, OrderedPeers("random"),
+                                       dict(debate_rounds=4, history="last", samples=2, sampling=hot), _UMAD),
+        "ring_six_one_round_off": (bbh, 6, SparseTopology("ring"), dict(debate_rounds=1, prompt="madc", sampling=greedy),
+                                   dict(off=("stubbornness",))),
+    }
+    items, n, protocol, kw, *params = cases[name]
+    agents, backends = _agents(n, **(params[0] if params else {}))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return run_debate(items, agents, backends, protocol=protocol, progress=False, **kw)
 
 
 CASES = ("du_full_sampling", "random_last_greedy", "truth_last_none", "random_shared_madc", "ring_earlystop_reused",
-         "star_last_greedy", "groupdebate_views")
+         "star_last_greedy", "groupdebate_views", "rumad_masked_tiers", "sim_off_two_agents_five_rounds",
+         "umad_math_last_four_rounds", "ring_six_one_round_off")
 
 
 def digest(df) -> str:
@@ -73,7 +108,7 @@ def digest(df) -> str:
 def test_transcript_unchanged(name):
     df = _case(name)
     assert len(df) > 0
-    if name == "ring_earlystop_reused":
+    if name in ("ring_earlystop_reused", "rumad_masked_tiers"):
         assert df["reused"].any()  # the case exercises reused rows
     assert digest(df) == DIGESTS[name], f"{name}: the transcript changed (see the module docstring to regenerate)"
 
