@@ -13,10 +13,11 @@ from fractions import Fraction
 from typing import Any
 
 # %% auto #0
-__all__ = ['MAX_CHARS', 'BOX_RE', 'NUM_RE', 'UNWRAP_RE', 'REJECT_AFTER_RE', 'UNESCAPED_DOLLAR_RE', 'OPTION_LETTERS', 'MARK_RE',
-           'all_boxes', 'last_boxed', 'strip_wrappers', 'normalize_latex', 'clean_number_text', 'to_fraction',
-           'number_candidates', 'parse_number', 'canonical_number', 'in_expression', 'read_number', 'number_value',
-           'is_attributed', 'is_excluded', 'answer_statements', 'cut_statement', 'letter_from', 'listing_lines']
+__all__ = ['MAX_CHARS', 'BOX_RE', 'NUM_RE', 'UNWRAP_RE', 'REJECT_AFTER_RE', 'UNESCAPED_DOLLAR_RE', 'OPTION_LETTERS',
+           'LETTER_CLASS', 'LETTER_CLASS_ANY_CASE', 'MARK_RE', 'all_boxes', 'last_boxed', 'strip_wrappers',
+           'normalize_latex', 'clean_number_text', 'to_fraction', 'number_candidates', 'parse_number',
+           'canonical_number', 'in_expression', 'read_number', 'number_value', 'is_attributed', 'is_excluded',
+           'answer_statements', 'cut_statement', 'letter_from', 'listing_lines']
 
 # %% ../nbs/core/01_answers.ipynb #a1b712c7
 # only the last MAX_CHARS characters of a response are read (answers come at the end)
@@ -420,11 +421,14 @@ def cut_statement(rest: str) -> str:
 # %% ../nbs/core/01_answers.ipynb #d983df8d
 # BBH geometric_shapes has 11 options, (A)..(K); MMLU-Pro 10; MMLU/GPQA 4
 OPTION_LETTERS = "ABCDEFGHIJK"
-_L = f"[{OPTION_LETTERS}]"
-_l = f"[{OPTION_LETTERS}{OPTION_LETTERS.lower()}]"
+# an option letter as a regex character class, capitals only and either case (01a_extract's patterns
+# too)
+LETTER_CLASS = f"[{OPTION_LETTERS}]"
+LETTER_CLASS_ANY_CASE = f"[{OPTION_LETTERS}{OPTION_LETTERS.lower()}]"
 MARK_RE = re.compile(
-    rf"(?:^|(?<=[\s,;:(\[]))\(?({_L})\)(?=\s|$|[,.;:])|(?:^|(?<=\n))\s*({_L})[.:](?=\s)", re.M)
-_LINEMARK_RE = re.compile(rf"^\s*[*_]*\(?({_L})[).:][*_]*\s+\S")
+    rf"(?:^|(?<=[\s,;:(\[]))\(?({LETTER_CLASS})\)(?=\s|$|[,.;:])|(?:^|(?<=\n))\s*({LETTER_CLASS})[.:](?=\s)",
+    re.M)
+_LINEMARK_RE = re.compile(rf"^\s*[*_]*\(?({LETTER_CLASS})[).:][*_]*\s+\S")
 
 
 def letter_from(s: str, lower_ok: bool = True, strict: bool = False) -> str | None:
@@ -434,12 +438,12 @@ def letter_from(s: str, lower_ok: bool = True, strict: bool = False) -> str | No
     s = re.sub(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s*\{([^{}]*)\}", r"\1", s)
     s = strip_wrappers(s)
     s = re.sub(r"^(?:option|choice)\s+", "", s, flags=re.I).strip()
-    m = re.fullmatch(rf"[\(\[]?({_l})[\)\]]?", s)
+    m = re.fullmatch(rf"[\(\[]?({LETTER_CLASS_ANY_CASE})[\)\]]?", s)
     if m and (lower_ok or m.group(1).isupper()):
         return m.group(1).upper()
     if strict:
         return None
-    m = re.match(rf"[\(\[]?({_L})[\)\].:](?:\s|$)", s)
+    m = re.match(rf"[\(\[]?({LETTER_CLASS})[\)\].:](?:\s|$)", s)
     return m.group(1) if m else None
 
 # %% ../nbs/core/01_answers.ipynb #46acc137

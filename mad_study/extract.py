@@ -18,9 +18,9 @@ from .core import ANSWER_FORMATS, ConfigError
 from .answers import (all_boxes, answer_statements, BOX_RE, canonical_number,
                                clean_number_text, cut_statement, in_expression, is_attributed,
                                is_excluded, letter_from, listing_lines, MARK_RE, MAX_CHARS,
-                               normalize_latex, NUM_RE, number_candidates, OPTION_LETTERS,
-                               read_number, REJECT_AFTER_RE, strip_wrappers, to_fraction,
-                               UNESCAPED_DOLLAR_RE, UNWRAP_RE)
+                               normalize_latex, NUM_RE, number_candidates, LETTER_CLASS,
+                               LETTER_CLASS_ANY_CASE, read_number, REJECT_AFTER_RE, strip_wrappers,
+                               to_fraction, UNESCAPED_DOLLAR_RE, UNWRAP_RE)
 
 # %% auto #0
 __all__ = ['EXTRACT_MEMO_CHARS', 'extract_option', 'check_fmt', 'extract_answer', 'extract_confidence']
@@ -281,16 +281,15 @@ def _extract_boxed(s: str) -> str | None:
     return _concluded_answer(s)
 
 # %% ../nbs/core/01a_extract.ipynb #c09564ab
-_L = f"[{OPTION_LETTERS}]"
-_l = f"[{OPTION_LETTERS}{OPTION_LETTERS.lower()}]"
-_PAREN_RE = re.compile(rf"\(({_L})\)")
-_END_PAREN_RE = re.compile(rf"\(({_L})\)[\s.*_!)\]$`]*$")
+_PAREN_RE = re.compile(rf"\(({LETTER_CLASS})\)")
+_END_PAREN_RE = re.compile(rf"\(({LETTER_CLASS})\)[\s.*_!)\]$`]*$")
 # a last line that is only (X)
-_ALONE_PAREN_RE = re.compile(rf"(?:^|\n)[\s*_>#]*\(({_L})\)[\s.*_!]*$")
+_ALONE_PAREN_RE = re.compile(rf"(?:^|\n)[\s*_>#]*\(({LETTER_CLASS})\)[\s.*_!]*$")
 # a bare letter after "the answer is": not followed by a letter or digit; a bare "I" (the pronoun)
 # only before punctuation
 _STMT_LETTER_RE = re.compile(
-    rf"^(?:option\s+|choice\s+)?(?:\(({_l})\)|\[({_L})\]|(?!I\s)({_L})(?:\)|\]|(?![A-Za-z0-9'])))")
+    rf"^(?:option\s+|choice\s+)?(?:\(({LETTER_CLASS_ANY_CASE})\)|\[({LETTER_CLASS})\]|"
+    rf"(?!I\s)({LETTER_CLASS})(?:\)|\]|(?![A-Za-z0-9'])))")
 _STMT_PREFIX_RE = re.compile(r"^[\s*_$]*(?:\\\(|\\\[)?\s*(?:\\(?:text|textbf|mathrm|mathbf)\s*\{)?")
 
 
@@ -308,7 +307,7 @@ def _stated_letter(s: str) -> str | None:
     return found[-1][0] if found else None
 
 # %% ../nbs/core/01a_extract.ipynb #f16e3ae7
-_OPEN_RE = re.compile(rf"\s*[*_]*\(?(?:option\s+)?({_L})\)[*_]*(?=\s+\S)", re.I)
+_OPEN_RE = re.compile(rf"\s*[*_]*\(?(?:option\s+)?({LETTER_CLASS})\)[*_]*(?=\s+\S)", re.I)
 
 
 def _opening_option(s: str, listing: set[int]) -> str | None:
@@ -361,7 +360,7 @@ def extract_option(s: str) -> str | None:
         if usable(m):
             return m.group(1)
     # 5. bold letter, or a bare letter
-    m = list(re.finditer(rf"\*\*\s*\(?({_L})\)?[.:]?\s*\*\*", s))
+    m = list(re.finditer(rf"\*\*\s*\(?({LETTER_CLASS})\)?[.:]?\s*\*\*", s))
     if m:
         return m[-1].group(1)
     last = next((l for l in reversed(s.split("\n")) if l.strip()), "")

@@ -24,30 +24,21 @@ from .core import (ConfigError, atomic_write_text, clip_line, figures_dir, proje
 
 # %% auto #0
 __all__ = ['KERNEL_SHUTDOWN_WAIT', 'INLINE_BACKEND', 'SKIPPED_TEST', 'WAKE_S', 'stop_kernels', 'remove_temporaries',
-           'experiment_notebook', 'RunResult', 'run_experiment', 'run_order', 'run_after', 'reproduce', 'PROFILE_KEYS',
-           'EXPERIMENT_KEYS', 'PAPER_ALIASES', 'PLANNERS', 'read_yaml', 'load_profile', 'Experiment', 'experiments',
-           'resolve_targets', 'planner', 'generic_plan']
+           'experiment_notebook', 'RunResult', 'run_experiment', 'run_order', 'run_after', 'reproduce', 'read_yaml',
+           'load_profile', 'experiments']
 
 # %% ../nbs/study/20b_reproduce.ipynb #6c61c045
 from mad_study.registry import (
-    EXPERIMENT_KEYS,  # noqa: F401
-    PAPER_ALIASES,  # noqa: F401
-    PLANNERS,  # noqa: F401
-    PROFILE_KEYS,  # noqa: F401
     Experiment,
     experiments,  # noqa: F401
-    generic_plan,  # noqa: F401
     load_profile,
-    planner,  # noqa: F401
     read_yaml,  # noqa: F401
     resolve_targets)
 from .report import RUN_ENV, cell_source, write_index
 
-# the registries (02b_registry), re-exported
-_all_ = [
-    "PROFILE_KEYS", "EXPERIMENT_KEYS", "PAPER_ALIASES", "PLANNERS", "read_yaml", "load_profile",
-    "Experiment", "experiments", "resolve_targets", "planner", "generic_plan"
-]
+# three registry names (02b_registry) re-exported, for the callers that import them from here
+# (03b_sim, 11c's report, tests/test_sim_world.py); the rest is imported from mad_study.registry
+_all_ = ["read_yaml", "load_profile", "experiments"]
 
 # %% ../nbs/study/20b_reproduce.ipynb #spr00015
 from .cache import pid_alive

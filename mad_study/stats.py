@@ -62,7 +62,9 @@ def boot_mean_ci(d: np.ndarray, level: float, n_resamples: int, seed: int) -> tu
     return (float(lo), float(hi))
 
 # %% ../nbs/evaluation/05b_stats.ipynb #70f8c777
-PAIRED_TESTS = ("ttest", "wilcoxon", "mcnemar", "permutation")
+# `paired_test`'s tests; McNemar's exact (binomial) test is `mcnemar_exact`, apart from
+# `paired_inference`'s `mcnemar` (McNemar's score test, dual to Tango's interval)
+PAIRED_TESTS = ("ttest", "wilcoxon", "mcnemar_exact", "permutation")
 MIN_ITEMS = 10
 
 
@@ -202,10 +204,14 @@ def _signflip_p(d: np.ndarray, alternative: str = "two-sided", seed: int = 0) ->
 # %% ../nbs/evaluation/05b_stats.ipynb #36182ff4
 def _paired_test(a, b, test: str, min_items: int) -> dict:
     "`paired_test` without its warning (the callers below warn once)."
+    if test == "mcnemar":
+        raise ConfigError(
+            "paired_test: McNemar's exact test is now named 'mcnemar_exact' ('mcnemar' is paired_inference's "
+            "score test)", key="test", value=test, choices=PAIRED_TESTS)
     if test not in PAIRED_TESTS:
         raise ConfigError("unknown paired test", key="test", value=test, choices=PAIRED_TESTS)
     a, b = _pairs(a, b, "paired_test")
-    if test == "mcnemar" and not (all_binary(a) and all_binary(b)):
+    if test == "mcnemar_exact" and not (all_binary(a) and all_binary(b)):
         bad = sorted({float(v) for v in np.r_[a, b] if v not in (0.0, 1.0)})[:5]
         raise ConfigError(
             "McNemar's test needs paired 0/1 outcomes (average several answers per item and use ttest)",
@@ -220,7 +226,7 @@ def _paired_test(a, b, test: str, min_items: int) -> dict:
     }
     if out["status"] in ("too few items", "identical"):
         return {**out, "statistic": math.nan, "pvalue": 1.0 if a.size else math.nan}
-    if test == "mcnemar":
+    if test == "mcnemar_exact":
         n01, n10 = int(((a == 0) & (b == 1)).sum()), int(((a == 1) & (b == 0)).sum())
         return {
             **out, "statistic": float(n10 - n01),
@@ -239,8 +245,9 @@ def _paired_test(a, b, test: str, min_items: int) -> dict:
 def paired_test(a: Sequence[float], b: Sequence[float], test: str = "ttest",
                 min_items: int = MIN_ITEMS) -> dict:
     """Paired comparison of two conditions on the same units: `ttest` (scipy.stats.ttest_rel),
-    `wilcoxon` (signed-rank), `mcnemar` (exact binomial McNemar test, McNemar 1947, for paired
-    0/1 outcomes only; other values raise) or `permutation` (sign-flip, exact up to 16 units)."""
+    `wilcoxon` (signed-rank), `mcnemar_exact` (exact binomial McNemar test, McNemar 1947, for paired
+    0/1 outcomes only; other values raise; `paired_inference`'s `mcnemar` is the score test) or
+    `permutation` (sign-flip, exact up to 16 units)."""
     r = _paired_test(a, b, test, min_items)
     _warn_status(r["status"], "paired_test", r["n"], min_items)
     return r
@@ -368,7 +375,8 @@ def paired_inference(a: np.ndarray, b: np.ndarray, level: float = 0.95, test: st
                      min_items: int = MIN_ITEMS, n_resamples: int = 2**16, seed: int = 0) -> dict:
     """The one procedure behind every gap of the kit (the section above): its verdict's p and its
     interval for mean(a - b) come from one test inverted, so that they cannot disagree: `mcnemar`
-    (one 0/1 answer per item): Tango's (1998) score interval and McNemar's (1947) score test;
+    (one 0/1 answer per item): Tango's (1998) score interval and McNemar's (1947) score test (not
+    `paired_test`'s exact `mcnemar_exact`);
     `ttest`: the paired t-interval and t-test; `permutation`: the sign-flip test (Fisher 1935)
     inverted. `auto` chooses by the data (0/1: mcnemar; else ttest from `min_items` items,
     permutation below). `a`, `b`: aligned floats without NaN (`_aligned`)."""

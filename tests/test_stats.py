@@ -155,7 +155,7 @@ def test_naive_answer_level_test_does_not_hold_level():
     rej_naive = rej_item = 0
     for r in range(200):
         a, b = S.simulate_paired(30, 0.0, rho=0.9, seed=r)                      # agents of an item agree 90% of the time
-        rej_naive += S.paired_test(a.ravel(), b.ravel(), "mcnemar")["pvalue"] < 0.05   # 90 'pairs' that are 30 items
+        rej_naive += S.paired_test(a.ravel(), b.ravel(), "mcnemar_exact")["pvalue"] < 0.05   # 90 'pairs' that are 30 items
         rej_item += S.paired_difference(a.mean(1), b.mean(1), n_resamples=10)["pvalue"] < 0.05
     assert rej_naive / 200 > 0.15 and rej_item / 200 <= 0.085, (rej_naive, rej_item)   # measured: 0.25 vs 0.06
 
