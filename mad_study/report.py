@@ -883,14 +883,15 @@ def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
     return {"effect": effect, "kit": kit}
 
 # %% ../nbs/study/06_report.ipynb #jointv01
+# effect_verdict's five words (VERDICT_EFFECT), weakest first
 JOINT_ORDER = ("no", "not testable", "smaller than printed", "not resolved", "yes")
 
 
 def joint_verdict(effects: Sequence[str]) -> str:
     """The effect of a claim that holds only where each of its parts holds (intersection-union; the
     kit's own): its weakest part's in `JOINT_ORDER` (no < not testable < smaller than printed < not
-    resolved < yes); "not testable" for a claim with no part. A word outside `VERDICT_EFFECT` is a
-    ConfigError naming it."""
+    resolved < yes); "not testable" for a claim with no part. A word outside `JOINT_ORDER` (the
+    same five words as `VERDICT_EFFECT`) is a ConfigError naming it."""
     effects = list(effects)
     if odd := [e for e in effects if e not in JOINT_ORDER]:
         raise ConfigError("not a verdict", key="effects", value=odd, choices=JOINT_ORDER)
