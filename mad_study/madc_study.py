@@ -106,8 +106,9 @@ def _cot_plan(p: Mapping) -> dict:
     # the case scan (Fig. 8's selection rule): `case_scan` samples of every item of the cases' task,
     # on the first model (the 7B the paper selects on)
     ids = p.get("case_ids") or []
-    scan = (int(p.get("case_scan") or 0) * int(get_task(str(ids[0]).split("/")[0]).n_items or 0)
-            if ids and p.get("models") else 0)
+    k = int(p.get("case_scan") or 0)
+    scan = (k * int(get_task(str(ids[0]).split("/")[0]).n_items or 0)
+            if k and ids and p.get("models") else 0)
     n = (len(_distinct(p.get("models") or [])) * len(ids) * int(p.get("cot_samples") or 0)) + scan
     return {
         "generations": n,
