@@ -103,8 +103,13 @@ def plan_tab2_5(p: Mapping) -> dict:
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #cfba5a11
 def _cot_plan(p: Mapping) -> dict:
-    n = (len(_distinct(p.get("models") or [])) * len(p.get("case_ids") or []) * int(
-        p.get("cot_samples") or 0))
+    # the case scan (Fig. 8's selection rule): `case_scan` samples of every item of the cases' task,
+    # on the first model (the 7B the paper selects on)
+    ids = p.get("case_ids") or []
+    k = int(p.get("case_scan") or 0)
+    scan = (k * int(get_task(str(ids[0]).split("/")[0]).n_items or 0)
+            if k and ids and p.get("models") else 0)
+    n = (len(_distinct(p.get("models") or [])) * len(ids) * int(p.get("cot_samples") or 0)) + scan
     return {
         "generations": n,
         "prompt_tokens": n * (QUESTION_TOKENS + 60),
@@ -114,7 +119,8 @@ def _cot_plan(p: Mapping) -> dict:
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #0c7a9479
 @planner("madc_fig8")
 def plan_fig8(p: Mapping) -> dict:
-    "madc_fig8: `cot_samples` zero-shot CoT samples per case question and model."
+    """madc_fig8: the case scan (`case_scan` CoT samples per item of the cases' task, first model),
+    then `cot_samples` zero-shot CoT samples per case question and model."""
     return _cot_plan(p)
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #4d2f8e68
