@@ -19,8 +19,7 @@ import numpy as np
 from fastcore.basics import patch
 import pandas as pd
 
-from .core import (ConfigError, GenRequest, Generation, derive_seed, fold_keywords,
-                            params_dirs, runs_dir)
+from .core import (ConfigError, GenRequest, Generation, derive_seed, params_dirs, runs_dir)
 from .registry import planner
 
 # %% auto #0
@@ -218,7 +217,6 @@ def nan_group_standardize(x, eps: float = EPS, axis: int = 0) -> np.ndarray:
     return np.where(ok, np.where(n >= 2, z, 0.0), np.nan)
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #19b93f5c
-@fold_keywords("hp")
 def alg2_advantages(correct, nll, *, eq5: bool = True, eq4: bool = True,
                     hp: UmadHparams = UmadHparams(), reward: str = "agent") -> np.ndarray:
     """UMAD Alg. 2 lines 19-27 on arrays shaped (G rollouts, N agents, T turns), with `hp`'s eta,
@@ -333,7 +331,6 @@ class GrpoLoss:
     kl_clamp: float | None = None
 
 # %% ../nbs/papers/umad/10b_umad_train.ipynb #4e43e3b3
-@fold_keywords("grpo")
 def grpo_loss(logp, old_logp, ref_logp, adv, mask, *, grpo: GrpoLoss = GrpoLoss(),
               n_tokens: int | None = None, n_seqs: int | None = None):
     """UMAD Alg. 2 line 29 / Eq. 1: -(min(r A, clip(r, 1 - eps, 1 + eps) A) - beta * KL(pi_theta ||
