@@ -858,8 +858,8 @@ def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
                    unit: str = "points") -> dict:
     """The one rule for a verdict's `effect` (the kit's own): "not testable" when `cause` says why
     the world cannot produce it; "yes" when [`low`, `high`] excludes 0 on the paper's `sign` side;
-    "no" when it excludes 0 on the other side, or holds 0 but excludes the paper's `printed` number
-    (same unit); else "not resolved". Returns {"effect", "kit"}: the kit's words, e.g. "+1.2 [-3.0,
+    "no" when it excludes 0 on the other side; "smaller than printed" when it holds 0 but lies below
+    the paper's `printed` number (same unit, on the paper's side); else "not resolved". Returns {"effect", "kit"}: the kit's words, e.g. "+1.2 [-3.0,
     +5.4] points; printed +7.0 outside"."""
     if sign not in (1, -1):
         raise ConfigError("effect_verdict: the paper's sign is +1 or -1", key="sign", value=sign,
