@@ -437,8 +437,8 @@ def test_plan_counts():
     assert plan["madc_fig1"] == 500 * 10 * (1 + 4)
     assert plan["madc_fig7"] == 500 * 10 * (1 + 3 * 5)
     assert plan["madc_tab2_5"] == 2 * 500 * (10 + 2 * sum(range(3, 11)))
-    assert plan["madc_fig8"] == 2 * 3 * 400 + 40 * 250                               # + the case scan (7B, 250 items)
-    assert plan["madc_fig9"] == 2 * 3 * (400 + 5 * 3 * 80 * 10) + 40 * 250
+    assert plan["madc_fig8"] == 2 * 3 * 400 + 400 * 250                              # + the case scan (7B, 250 items x 400, as the paper)
+    assert plan["madc_fig9"] == 2 * 3 * (400 + 5 * 3 * 80 * 10) + 400 * 250
     sims = _merged("sim")
     assert all(p["profile"] == "sim" and all(m.startswith("sim") for m in p["models"]) for _, p in sims.values())
     assert all(sims[e][1]["control_off"] == ["recency"] for e in ("madc_fig3_5", "madc_fig7", "madc_tab1", "madc_tab2_5", "madc_fig9"))
