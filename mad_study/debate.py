@@ -556,11 +556,7 @@ class _DebateRun:
 @patch
 def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, GenRequest]]:
     "Round `rnd`'s (slot, request) pairs for every thread; skipped turns are added as reused rows."
-    jobs, seed, sp = [], self.sampling.seed, self.sampling
-    # `Sampling.request`'s conversions, once per round (a subclass of Sampling makes its own
-    # requests)
-    mnt, temp, top_p = int(sp.max_new_tokens), float(sp.temperature), float(sp.top_p)
-    own = type(sp) is not Sampling
+    jobs, seed = [], self.sampling.seed
     if self.protocol_seed is None:
         self.protocol_seed = derive_seed(seed, "protocol", self.protocol.name)
         self.static = _static_plan(self.protocol, self.agents)
@@ -584,8 +580,7 @@ def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, 
             conv_th[a.name] = list(msgs) if rnd == 0 else msgs
             meta = {"item": it, "agent": a.name, "round": rnd, "sample": k}
             s = derive_seed(seed, it.id, a.name, rnd, k)
-            req = (sp.request(msgs, seed=s, meta=meta) if own else GenRequest(
-                list(msgs), max_new_tokens=mnt, temperature=temp, top_p=top_p, seed=s, meta=meta))
+            req = self.sampling.request(msgs, seed=s, meta=meta)
             jobs.append((slot, req))
     return jobs
 
