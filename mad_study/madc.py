@@ -25,8 +25,8 @@ __all__ = ['STRATEGIES', 'ORACLE_STRATEGIES', 'STRATEGY_LABELS', 'RANDOM_NOTE', 
            'REVERSAL_ORDERS', 'path_consistency', 'random_variants', 'madc_order', 'madc_ordering', 'MADCPeers',
            'strategy_protocol', 'strategy_label', 'run_strategies', 'shared_round0', 'viewpoint_entropy',
            'viewpoint_log_likelihood', 'item_scores', 'strategy_scores', 'repeat_scores', 'default_pairs',
-           'strategy_tests', 'path_consistency_table', 'reversal_sequence', 'solution_pools', 'run_reversal',
-           'reversal_curve', 'first_pool_sizes', 'reversal_point', 'reversal_table']
+           'strategy_tests', 'path_consistency_table', 'reversal_sequence', 'most_common_wrong', 'solution_pools',
+           'run_reversal', 'reversal_curve', 'first_pool_sizes', 'reversal_point', 'reversal_table']
 
 # %% ../nbs/papers/madc/11_madc.ipynb #0914fbda
 from .voting import vote_table
@@ -372,6 +372,19 @@ def reversal_sequence(order: str, n_correct: int, n_incorrect: int) -> list[str]
         return [x for i in range(max(n_correct, n_incorrect)) for x in (C[i:i + 1] + W[i:i + 1])]
     raise ConfigError("unknown reversal order", key="orders", value=order, choices=REVERSAL_ORDERS)
 
+# %% ../nbs/papers/madc/11_madc.ipynb #mcw0ex01
+def most_common_wrong(answers: Sequence[Any], correct: Sequence[Any]) -> tuple[Any, int]:
+    """The most frequent parsed wrong answer among `answers` (`correct[i]` true for a gold one; a
+    missing `correct` counts as wrong) and its count; ties by the answer; (None, 0) when every
+    answer is gold or unparsed. MADC RQ3's incorrect pool (`solution_pools`) and Fig. 8's case
+    shares use it."""
+    counts = Counter(a for a, ok in zip(answers, correct)
+                     if not is_missing(a) and not (False if is_missing(ok) else bool(ok)))
+    if not counts:
+        return None, 0
+    a = min(counts, key=lambda a: (-counts[a], a))
+    return a, counts[a]
+
 # %% ../nbs/papers/madc/11_madc.ipynb #113ec6b6
 def solution_pools(samples: pd.DataFrame, pool_size: int, seed: int = 0, repeat: int = 0) -> dict:
     """MADC RQ3 pools from one item's CoT samples (transcript rows, one per `sample`): the
@@ -384,8 +397,7 @@ def solution_pools(samples: pd.DataFrame, pool_size: int, seed: int = 0, repeat:
     own, rest = s.iloc[0], s.iloc[1:]
     ok = rest["correct"].fillna(False).astype(bool)
     wrong = rest[~ok & rest["answer"].notna()]
-    counts = Counter(wrong["answer"])
-    wrong_answer = min(counts, key=lambda a: (-counts[a], a)) if counts else None
+    wrong_answer, _ = most_common_wrong(rest["answer"].tolist(), ok.tolist())
     rng = rng_for(seed, "madc-pools", s["item_id"].iloc[0], repeat)
 
     def draw(df):
