@@ -109,7 +109,11 @@ def _cot_plan(p: Mapping) -> dict:
     k = int(p.get("case_scan") or 0)
     scan = (k * int(get_task(str(ids[0]).split("/")[0]).n_items or 0)
             if k and ids and p.get("models") else 0)
-    n = (len(_distinct(p.get("models") or [])) * len(ids) * int(p.get("cot_samples") or 0)) + scan
+    cot = int(p.get("cot_samples") or 0)
+    n = len(_distinct(p.get("models") or [])) * len(ids) * cot + scan
+    # a scan at the figure's sample count IS the scanned model's case samples (11c reuses them)
+    if scan and k == cot:
+        n -= len(ids) * cot
     return {
         "generations": n,
         "prompt_tokens": n * (QUESTION_TOKENS + 60),
@@ -120,7 +124,8 @@ def _cot_plan(p: Mapping) -> dict:
 @planner("madc_fig8")
 def plan_fig8(p: Mapping) -> dict:
     """madc_fig8: the case scan (`case_scan` CoT samples per item of the cases' task, first model),
-    then `cot_samples` zero-shot CoT samples per case question and model."""
+    then `cot_samples` zero-shot CoT samples per case question and model (the scanned model's are
+    the scan's own when `case_scan` equals `cot_samples`)."""
     return _cot_plan(p)
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #4d2f8e68
