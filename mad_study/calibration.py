@@ -32,12 +32,13 @@ from .voting import vote_table
 
 # %% auto #0
 __all__ = ['FITTED_FIELD', 'UMAD_FLIP_DESIGN', 'STATISTICS', 'GRIDS', 'FIT_ORDER', 'CONTROLS', 'MECHANISM_CONTROLS',
-           'NEUTRAL_CAUSE', 'RUMAD_TENSION', 'FIT_APART', 'SVR_SHARES', 'sim_model_of', 'calibration_targets',
-           'claim_rows', 'World', 'world_from_profile', 'expected_round0', 'fit_task_skill', 'competence_fit',
-           'round0_accuracy', 'du_debate_gain', 'madc_runs', 'madc_debate_gain', 'madc_truth_last_gain',
-           'madc_agent_scaling', 'madc_vs_mad', 'madc_mad_vs_sc', 'rumad_dense_sparse_gap', 'umad_turn_gain',
-           'umad_pair', 'umad_flip_gap', 'sim_number', 'FitStep', 'fit_steps', 'fit_world', 'fit_grid', 'power_items',
-           'tension_sentence', 'calibration_table', 'not_shown_rows', 'fitted_apart_rows', 'calibration_view']
+           'NEUTRAL_CAUSE', 'JUDGED_IN', 'RUMAD_TENSION', 'FIT_APART', 'SVR_SHARES', 'sim_model_of',
+           'calibration_targets', 'claim_rows', 'World', 'world_from_profile', 'expected_round0', 'fit_task_skill',
+           'competence_fit', 'round0_accuracy', 'du_debate_gain', 'madc_runs', 'madc_debate_gain',
+           'madc_truth_last_gain', 'madc_agent_scaling', 'madc_vs_mad', 'madc_mad_vs_sc', 'rumad_dense_sparse_gap',
+           'umad_turn_gain', 'umad_pair', 'umad_flip_gap', 'sim_number', 'FitStep', 'fit_steps', 'fit_world',
+           'fit_grid', 'power_items', 'claim_judged_in', 'mechanism_check', 'tension_sentence', 'calibration_table',
+           'not_shown_rows', 'fitted_apart_rows', 'calibration_view']
 
 # %% ../nbs/study/16_calibration.ipynb #8a89e2cb
 # the mechanisms this fit sets -> the SimAgent field that carries each one's strength: the first
@@ -68,15 +69,16 @@ def _row(paper, source, quantity, model, task, printed, mechanism, statistic, mm
 def _madc_rows(mm: Mapping[str, str]) -> list[dict]:
     """MADC Table 1 (10 agents, one debate round; MAD = the Fixed order, Self-Consistency = the vote
     of 10 independent answers) and Tables 2-5 (MAD, 10 vs 3 agents; MADC - MAD at 10). Table 1's MAD
-    - Self-Consistency and MADC - MAD are served by truth-favouring persuasion (03b_sim
-    `persuasion`): a debate round beats the vote only if a shown correct answer persuades more than
-    a wrong one."""
+    - Self-Consistency is served by truth-favouring persuasion (03b_sim `persuasion`): a debate
+    round beats the vote only if a shown correct answer persuades more than a wrong one; MADC - MAD
+    by recency, as in Tables 2-5 (persuasion is blind to position: MADC's order can gain only
+    through recency)."""
     rows, src = [], "MADC Table 1"
     quantities = (("Single CoT accuracy", "competence", "round0_accuracy"),
                   ("MAD - Single CoT (points)", "conformity", "madc_debate_gain"),
                   ("MAD+Truth Last - MAD (points)", "recency", "madc_truth_last_gain"),
                   ("MAD - Self-Consistency (points)", "persuasion",
-                   "madc_mad_vs_sc"), ("MADC - MAD (points)", "persuasion", "madc_vs_mad"))
+                   "madc_mad_vs_sc"), ("MADC - MAD (points)", "recency", "madc_vs_mad"))
     for model, g in paper_table("madc_tab1").groupby("model", sort=False):
         v = g.set_index("method")
         for t in ("bbh_logical_deduction_7", "bbh_geometric_shapes", "math500"):
@@ -707,9 +709,9 @@ CONTROLS = {
     "umad_flip_gap": ("conformity",),
     "madc_mad_vs_sc": ("persuasion",)
 }
-# a row's mechanism whose control is itself, whatever the statistic: Du et al.'s gain and MADC - MAD
-# are served twice (by conformity or recency, and by persuasion), and a persuasion row's control
-# switches persuasion off alone
+# a row's mechanism whose control is itself, whatever the statistic: Du et al.'s gain is served
+# twice (by conformity and by persuasion), and a persuasion row's control switches persuasion off
+# alone
 MECHANISM_CONTROLS = {"persuasion": ("persuasion",)}
 # the strengths the fit of 2026-11-28 set (the fit record below), per parameter: the models it
 # fitted; any other model's value of that parameter is assumed
@@ -731,8 +733,7 @@ _FIT_BY = {
     "recency": ("MAD+Truth Last - MAD (points)",),
     "debate_noise": ("pass@1 change over 4 debate turns, homogeneous A0",
                      "pass@1 change over 4 debate turns, homogeneous A1"),
-    "persuasion": ("MAD - Self-Consistency (points)", "MADC - MAD (points)",
-                   "debate - single agent (points)"),
+    "persuasion": ("MAD - Self-Consistency (points)", "debate - single agent (points)"),
     "context_decay": ("MAD - S-MAD star accuracy (points)",)
 }
 
@@ -854,6 +855,112 @@ def _verdict(controlled: bool, neutral: bool, sign: float, d: dict | None,
                           printed=p)["effect"]
     return "no" if sign == 0 and word == "yes" else word
 
+# %% ../nbs/study/16_calibration.ipynb #judged01
+_LD7, _GS = "bbh_logical_deduction_7", "bbh_geometric_shapes"
+# where the paper's claim on a printed number is judged (issue 51): the rows a rule matches (source
+# and quantity prefixes, sim model, tasks; None: any), the artefact whose sidecar carries the
+# claim's verdict, the number as that claim prints it ("row": the row's own, "mean": the mean over
+# every row the rule matches, None: a drawn claim or a range), the text its `paper` (or `claim`)
+# field carries, and the control the figure switches off
+JUDGED_IN = (dict(source="MADC Table 1", quantity="MAD - Single CoT", model="sim-qwen2.5-7b",
+                  tasks=(_LD7, _GS), artefact="madc_fig1", number="row",
+                  key=lambda r, p: f"MAD - Single CoT {p:+.1f}", control="none"),
+             dict(source="MADC Table 1", quantity="MAD - Self-Consistency", model="sim-qwen2.5-7b",
+                  tasks=(_LD7, _GS), artefact="madc_fig1", number="row",
+                  key=lambda r, p: f"MAD - Self-Consistency {p:+.1f}",
+                  control="none: Self-Consistency at MAD's token budget"),
+             dict(source="MADC Table 1", quantity="MAD+Truth Last - MAD", model="sim-qwen2.5-7b",
+                  tasks=(_LD7, _GS), artefact="madc_fig1", number="row",
+                  key=lambda r, p: f"Truth Last - MAD {p:+.1f}", control="recency"),
+             dict(source="MADC Table 1", quantity="MAD+Truth Last - MAD", model="sim-qwen2.5-3b",
+                  tasks=None, artefact="madc_tab1", number="mean",
+                  key=lambda r, p: f"truth last - MAD {p:+.1f}", control="recency"),
+             dict(source="MADC Table 1", quantity="MADC - MAD", model="sim-qwen2.5-3b", tasks=None,
+                  artefact="madc_tab1", number="mean", key=lambda r, p: f"madc - MAD {p:+.1f}",
+                  control="recency"),
+             dict(source="Du et al. Table 1", quantity="debate - single agent",
+                  model="sim-qwen2.5-7b", tasks=None, artefact="baseline", number="row",
+                  key=lambda r, p: f"{p:+.1f} points",
+                  control="conformity+persuasion+recognition+stubbornness"),
+             dict(source="UMAD Table 1 (Zero-Shot, T=5 - T=1)",
+                  quantity="pass@1 change over 4 debate turns, homogeneous", model="sim-qwen2.5-3b",
+                  tasks=None, artefact="umad_tab1_zeroshot", number="mean",
+                  key=lambda r, p: f"T=1 -> T=5: {p:+.1f}", control="none: debate_noise 0"),
+             dict(source="UMAD Fig. 5", quantity="flip ratio", model=None, tasks=None,
+                  artefact="umad_fig5", number=None,
+                  key=lambda r, p: "the stronger model is a stable anchor", control="conformity"),
+             dict(source="Meta-Debate Table 2", quantity="Meta-Debate - best other row", model=None,
+                  tasks=None, artefact="meta_tab2", number="row",
+                  key=lambda r, p: f"{r['quantity'].rpartition(', ')[2]} {p:+.1f}",
+                  control="the best other row"),
+             dict(
+                 source="SVR-MAD Sec. 3", quantity="SVR's top-ranked agent correct", model=None,
+                 tasks=None, artefact="svr_fig1", number=None,
+                 key=lambda r, p: re.search(r"printed (\S+),", r["quantity"]).group(1) + "% (" + re.
+                 search(r"correct, (\d) of 6", r["quantity"]).group(1) + " correct)",
+                 control="not applicable"))
+
+
+def claim_judged_in(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per calibration row (a frame with `source`, `quantity`, `sim_model`, `task`, `printed`): the
+    artefact whose sidecar judges the paper's claim on its printed number (`claim_judged_in`;
+    "none": no figure does, the row carries effect_verdict's word), the text that claim carries
+    (`claim_key`: the number as the figure prints it, the mean over the rows a "mean" rule matches
+    among `calibration_targets`) and the figure's control (`figure_control`), from `JUDGED_IN`."""
+    pool = pd.concat([calibration_targets(), claim_rows()], ignore_index=True)
+    out = pd.DataFrame({
+        "claim_judged_in": "none",
+        "claim_key": "",
+        "figure_control": ""
+    }, index=rows.index)
+
+    def hit(t: pd.DataFrame, j: Mapping) -> pd.Series:
+        m = (t["source"].fillna("").str.startswith(j["source"])
+             & t["quantity"].fillna("").str.startswith(j["quantity"]))
+        if j["model"]:
+            m &= t["sim_model"] == j["model"]
+        if j["tasks"]:
+            m &= t["task"].isin(j["tasks"])
+        return m
+
+    for j in JUDGED_IN:
+        m = hit(rows, j) & (out["claim_judged_in"] == "none")
+        mean = pool.loc[hit(pool, j), "printed"].astype(float).mean()
+        for i in rows.index[m]:
+            p = mean if j["number"] == "mean" else float(rows.at[i, "printed"])
+            out.loc[i] = (j["artefact"], j["key"](rows.loc[i], p), j["control"])
+    return out
+
+# %% ../nbs/study/16_calibration.ipynb #judged03
+def mechanism_check(word: str, printed: float | None = None) -> str:
+    """effect_verdict's word on effect - control (`_verdict`) as a mechanism check, the words a
+    calibration row carries where a figure judges the claim (`claim_judged_in`): resolved with the
+    printed sign -> "moves it: yes"; against it -> "moves it: no (the other way)" (with a printed 0:
+    "moves it: yes, where the paper prints 0"); an interval that holds 0 (not resolved, smaller than
+    printed) -> "moves it: not resolved"; a mechanism at its neutral value -> "mechanism at 0"; a
+    level, a mechanism that changes no answer and an unsigned row keep their words."""
+    if word == "no" and printed == 0:
+        return "moves it: yes, where the paper prints 0"
+    return {
+        "yes": "moves it: yes",
+        "no": "moves it: no (the other way)",
+        "smaller than printed": "moves it: not resolved",
+        "not resolved": "moves it: not resolved",
+        "not testable": "mechanism at 0"
+    }.get(word, word)
+
+
+def _judge_once(table: pd.DataFrame) -> pd.DataFrame:
+    """The table's rows with `check` (`mechanism_check` of the row's word), `claim_judged_in`,
+    `claim_key` and `figure_control` (`claim_judged_in`); `verdict` keeps effect_verdict's word only
+    where no figure judges the claim, else "judged in <artefact>": one claim verdict per printed
+    number in the kit."""
+    j = claim_judged_in(table)
+    check = [mechanism_check(w, p) for w, p in zip(table["verdict"], table["printed"])]
+    verdict = table["verdict"].where(j["claim_judged_in"] == "none",
+                                     "judged in " + j["claim_judged_in"])
+    return table.assign(check=check, verdict=verdict, **j)
+
 # %% ../nbs/study/16_calibration.ipynb #tensent1
 # RUMAD Table 2's three tasks, each alone (the context-harm fit recorded in
 # params/profiles/sim.yaml's comment)
@@ -943,7 +1050,9 @@ def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, s
     and model (`_param_status`), "not a fit here" where the mechanism changes no answer
     (`_not_a_fit_status`). `tension`: one sentence (`tension_sentence` from `fit_log` or the
     competence spread; `_miss_sentence` where the interval misses the printed number;
-    `_claim_sentence` for a drawn claim, whose `covers` is None). `design`: items x threads."""
+    `_claim_sentence` for a drawn claim, whose `covers` is None). `design`: items x threads.
+    `check`, `claim_judged_in`, `claim_key`, `figure_control` and `verdict` as `_judge_once` writes
+    them (one claim verdict per printed number)."""
     stats = STATISTICS if stats is None else stats
     cf = competence_fit(targets, world).set_index(["sim_model", "task"])
     # a parameter's status comes from every row the fit used, whichever rows this table runs
@@ -1024,21 +1133,21 @@ def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, s
                 effect_control_ci_high=d["ci_high"] if d else np.nan,
                 effect_resolved=resolved(e) if off else None,
                 control_resolved=resolved(c) if c else None, verdict=verdict, tension=t))
-    return pd.DataFrame(rows)
+    return _judge_once(pd.DataFrame(rows))
 
 # %% ../nbs/study/16_calibration.ipynb #notshow1
 def not_shown_rows(sim_agents: Mapping | None = None) -> pd.DataFrame:
     """One line per number the calibration table does not show, and why (`status` and `verdict`):
     MADC Fig. 7 (round scaling: no printed number to fit; its claims are judged in
     figures/madc/madc_fig7), MADC Fig. 9 / Tables 6-11 (the world's 7B responder never crosses 50%,
-    so no reversal), SVR-MAD's posterior over priors (App. B, held out of the stubbornness fit)
-    and Table 1 (signals, set by hand), UMAD's aleatoric cost (debate_noise
-    fitted 0 for sim-qwen2.5-3b only; the failing pair's figure is drawn only), RUMAD's three
-    models' persuasion (left neutral: their context_decay is refitted apart) and Meta-Debate Table 1
-    (the role sim's role skills, set by hand; Table 2's review_skill is a fitted row,
-    `fitted_apart_rows`); then one line per UMAD model whose `context_entropy` (Fig. 1) or
-    `debate_noise` (Fig. 2 / 6) `sim_agents` (default: the sim profile's) leaves at SimAgent's
-    default 0: "assumed (default 0, not fitted)", so the figure's claim is not testable there."""
+    so no reversal), SVR-MAD's posterior over priors (App. B, held out of the stubbornness fit) and
+    Table 1 (signals, set by hand), UMAD's aleatoric cost (debate_noise fitted 0 for sim-qwen2.5-3b
+    only; the failing pair's figure is drawn only), RUMAD's three models' persuasion (left neutral:
+    their context_decay is refitted apart) and Meta-Debate Table 1 (the role sim's role skills, set
+    by hand; Table 2's review_skill is a fitted row, `fitted_apart_rows`); then one line per UMAD
+    model whose `context_entropy` (Fig. 1) or `debate_noise` (Fig. 2 / 6) `sim_agents` (default: the
+    sim profile's) leaves at SimAgent's default 0: "assumed (default 0, not fitted)";
+    `claim_judged_in`: the figure that judges each line's claim."""
     lines = ((
         "MADC", "MADC Fig. 7", "accuracy over debate rounds", "drawn claim (no printed number)",
         "not shown, because MADC Fig. 7 prints no number of the round scaling to fit; its claims are judged in "
@@ -1075,7 +1184,18 @@ def not_shown_rows(sim_agents: Mapping | None = None) -> pd.DataFrame:
             "not shown, because the role sim's role skills (RoleSimBackend) are set by hand: the paper "
             "prints no per-role skill"))
     cols = ("paper", "source", "quantity", "status", "verdict")
-    rows = [dict(zip(cols, x)) for x in lines]
+    # where each line's claim is judged (its figure), none where no figure draws it
+    judged = {
+        "MADC Fig. 7": "madc_fig7",
+        "MADC Fig. 9 / Tables 6-11": "madc_fig9",
+        "SVR-MAD (posterior over priors)": "svr_fig3",
+        "SVR-MAD Table 1": "svr_tab1",
+        "UMAD (aleatoric cost)": "umad_fig2",
+        "Meta-Debate Table 1": "meta_tab1",
+        "UMAD Fig. 1": "umad_fig1",
+        "UMAD Fig. 2 / 6": "umad_fig2"
+    }
+    rows = [dict(zip(cols, x), claim_judged_in=judged.get(x[1], "none")) for x in lines]
     agents = load_profile("sim")["sim_agents"] if sim_agents is None else sim_agents
     umad = ("sim-qwen2.5-3b", "sim-qwen3-4b", "sim-llama-3.1-8b", "sim-llama-3.2-3b")
     what = {
@@ -1088,9 +1208,9 @@ def not_shown_rows(sim_agents: Mapping | None = None) -> pd.DataFrame:
         rows += [
             dict(
                 paper="UMAD", source=src, quantity=claim, mechanism=mech, model=m, value=0.0,
-                status="assumed (default 0, not fitted)", verdict=
+                status="assumed (default 0, not fitted)", claim_judged_in=judged[src], verdict=
                 f"not shown, because {mech} of {m} is at its default 0, not fitted (no printed "
-                f"number fits it): {src}'s claim is not testable for it") for m in umad
+                f"number fits it); {src}'s claim is judged in {judged[src]}") for m in umad
             if mech not in (agents.get(m) or {})
         ]
     return pd.DataFrame(rows)
@@ -1113,7 +1233,8 @@ def fitted_apart_rows(sim_agents: Mapping | None = None) -> pd.DataFrame:
     objective; its margin over the best other row, which reads no reviews, is effect - control) and
     SVR-MAD Sec. 3's stubbornness gap (`stubborn_correct - stubborn_wrong` of SVR-MAD's two models
     in `sim_agents`, default the sim profile's; the control: no gap, SVR ranks at chance, k of six
-    agents). Verdicts through `_verdict` (effect_verdict)."""
+    agents). Verdicts through `_verdict` (effect_verdict), then `_judge_once`: both are judged in
+    figures (meta_tab2, svr_fig1)."""
     from mad_study.core import kit_path
     from mad_study.meta_printed import PAPER_ASSIGNMENTS
     rows = []
@@ -1178,14 +1299,16 @@ def fitted_apart_rows(sim_agents: Mapping | None = None) -> pd.DataFrame:
                 effect_control=d["sim"], effect_control_ci_low=d["ci_low"],
                 effect_control_ci_high=d["ci_high"], verdict=_verdict(
                     True, False, 1.0, d, p - chance), tension=tension, paper="SVR-MAD"))
-    return pd.DataFrame(rows)
+    return _judge_once(pd.DataFrame(rows))
 
 # %% ../nbs/study/16_calibration.ipynb #calview1
 def calibration_view(table: pd.DataFrame) -> pd.DataFrame:
     """The calibration table's narrow view (issue 50; MADC, UMAD, RUMAD, Du et al. rows): mechanism,
     model, value, status, source, quantity, task, design, printed, sim [CI], printed in CI, control,
-    effect - control [CI], verdict and tension; an interval printed as "+x.x [+l.l, +h.h]" (points),
-    empty where the row has none (a not-shown row)."""
+    effect - control [CI], moves it (`check`: the mechanism check), claim judged in (the figure
+    whose sidecar judges the claim, with its control where it differs from the row's), verdict
+    (effect_verdict's word, only where no figure judges the claim) and tension; an interval printed
+    as "+x.x [+l.l, +h.h]" (points), empty where the row has none (a not-shown row)."""
     def ci(x: float, lo: float, hi: float) -> str:
         # a number whose interval is undefined (no variation on the items) is printed alone
         if not np.isfinite(x):
@@ -1221,6 +1344,16 @@ def calibration_view(table: pd.DataFrame) -> pd.DataFrame:
             ci(*x) for x in zip(num("effect_control"), num("effect_control_ci_low"),
                                 num("effect_control_ci_high"))
         ],
-        "verdict": table["verdict"],
+        "moves it": table.get("check", pd.Series("", index=table.index)).fillna(""),
+        "claim judged in": [
+            "" if not isinstance(a, str) else a if a == "none" or not isinstance(f, str) or not f
+            or f == c else f"{a} (its control: {f})"
+            for a, f, c in zip(table.get("claim_judged_in", pd.Series(None, index=table.index)),
+                               table.get("figure_control", pd.Series(None, index=table.index)),
+                               table["control_off"])
+        ],
+        "verdict": [
+            "" if isinstance(v, str) and v.startswith("judged in ") else v for v in table["verdict"]
+        ],
         "tension": table.get("tension", pd.Series("", index=table.index)).fillna("")
     })

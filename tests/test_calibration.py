@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from mad_study.calibration import (CONTROLS, FIT_APART, STATISTICS, World, fitted_apart_rows, calibration_table, calibration_targets, claim_rows,
+                                   mechanism_check,
                                    competence_fit, du_debate_gain, expected_round0, fit_grid, fit_task_skill, fit_world,
                                    madc_runs, madc_truth_last_gain, not_shown_rows, tension_sentence, calibration_view, power_items, round0_accuracy, sim_number,
                                    world_from_profile)
@@ -62,6 +63,9 @@ def test_targets_table_is_complete(targets):
     # Tables 2-5: MAD 10 - 3 agents and MADC - MAD at 10 agents, one table each
     assert sum(v for k, v in n.items() if k.startswith("MADC Table ") and k != "MADC Table 1") == 8
     assert (targets["paper"] == "Du et al.").sum() == 3       # single, debate gain (conformity, persuasion)
+    # MADC Table 1's MADC - MAD is recency's (persuasion is blind to position), as Tables 2-5's is
+    assert set(targets.loc[targets["quantity"].str.startswith("MADC - MAD"), "mechanism"]) == {"recency"}
+    assert set(targets.loc[targets["mechanism"] == "persuasion", "statistic"]) == {"madc_mad_vs_sc", "du_debate_gain"}
     assert (targets["paper"] == "UMAD").sum() == 2 * 2 * 5 * 2        # (T=1, T=5 - T=1) x settings x tasks x agents
     assert (targets["family"] == "roles").sum() == 6 * 3 + 7 * 2      # Meta-Debate Tables 1-2, the role sim's family
     # every statistic named exists; the rows without one are said to be outside this fit
@@ -194,9 +198,9 @@ def test_calibration_table_rows_and_intervals(world, targets):
     fx = tab[tab["mechanism"] != "competence"]
     assert (fx["control_off"] != "").all()
     assert (tab.loc[tab["mechanism"] == "competence", "verdict"] == "a level: no control").all()
-    # a mechanism at its neutral value has nothing to control: no control, and effect_verdict says not testable
+    # a mechanism at its neutral value has nothing to control: no control, and the check says so
     zero = fx[fx["value"] == 0]
-    assert (zero["verdict"] == "not testable").all()
+    assert (zero["check"] == "mechanism at 0").all()
     assert zero["control"].isna().all() and zero["effect_control"].isna().all()
     # the others: a paired effect - control with its interval; its verdict is effect_verdict's word on it
     on = fx[fx["value"] != 0]
@@ -205,7 +209,7 @@ def test_calibration_table_rows_and_intervals(world, targets):
     assert np.allclose(on["effect_control"], on["sim"] - on["control"])
     resolved = (on["effect_control_ci_low"] > 0) | (on["effect_control_ci_high"] < 0)
     signed = np.sign(on["effect_control"]) == np.sign(on["printed"])
-    flat = on["verdict"].str.startswith("not a fit here")
+    flat = on["check"].str.startswith("not a fit here")
     assert (flat == ((on["effect_control_ci_low"] == 0) & (on["effect_control_ci_high"] == 0))).all()
     assert on.loc[flat, "status"].str.startswith("not a fit here").all()
     judged = on[~flat]
@@ -213,8 +217,12 @@ def test_calibration_table_rows_and_intervals(world, targets):
         want = effect_verdict(r["effect_control"], r["effect_control_ci_low"], r["effect_control_ci_high"],
                               np.sign(r["printed"]) or 1.0, printed=r["printed"])["effect"]
         # a printed 0 (RUMAD's GPQA gap) is never a yes: resolved either way is no, else not resolved
-        assert r["verdict"] == ("no" if r["printed"] == 0 and want == "yes" else want), r.to_dict()
-    assert (judged["verdict"] == "yes").eq(resolved[judged.index] & signed[judged.index] & (judged["printed"] != 0)).all()
+        word = "no" if r["printed"] == 0 and want == "yes" else want
+        assert r["check"] == mechanism_check(word, r["printed"]), r.to_dict()
+        # the claim's word only where no figure judges it (Du et al.'s gain: the baseline does), issue 51
+        assert r["verdict"] == (word if r["claim_judged_in"] == "none" else f"judged in {r['claim_judged_in']}")
+    assert (judged["check"] == "moves it: yes").eq(resolved[judged.index] & signed[judged.index] & (judged["printed"] != 0)).all()
+    assert set(tab.loc[tab["quantity"].str.startswith("debate - single"), "claim_judged_in"]) == {"baseline"}
     assert tab["status"].str.match(r"fitted|at the grid's edge|assumed|not a fit here").all()
     # context_decay is fitted (0.088 [0.05, 0.20], RUMAD Table 2's protocol), and its tension is one sentence
     harm = tab[tab["mechanism"] == "context_harm"]
@@ -222,22 +230,23 @@ def test_calibration_table_rows_and_intervals(world, targets):
     assert harm["tension"].str.startswith("MMLU alone wants 0.2").all()
     # one status per parameter and model (issue 51): Du et al.'s conformity reads as MADC's rows would
     # (a row whose mechanism changes no answer says so instead)
-    fit = tab[(tab["parameter"] != "task_skill") & ~tab["verdict"].str.startswith("not a fit here")]
+    fit = tab[(tab["parameter"] != "task_skill") & ~tab["check"].str.startswith("not a fit here")]
     assert fit.groupby(["parameter", "sim_model"])["status"].nunique().eq(1).all()
     # a printed number outside the sim's interval always says its tension
     assert (tab.loc[tab["printed"].notna() & tab["covers"].eq(False), "tension"].str.len() > 0).all()
-    # the .md's narrow view: 15 columns, one row per row of the table (the .csv keeps all 27, 28 with the not-shown rows' paper)
+    # the .md's narrow view: 17 columns, one row per row of the table (the .csv keeps all 31, 32 with the not-shown rows' paper)
     view = calibration_view(tab)
-    assert len(view.columns) == 15 and len(view) == len(tab) and len(tab.columns) == 27
+    assert len(view.columns) == 17 and len(view) == len(tab) and len(tab.columns) == 31
 
 
 def test_tension_is_one_sentence_from_the_fit_log():
     "The persuasion fit's log (params/sim/fit_persuasion.csv): each quantity's own strengths, then the joint value."
     log = pd.read_csv(Path(__file__).parent.parent / "params/sim/fit_persuasion.csv", keep_default_na=False)
     t = log.loc[(log["models"] == "sim-qwen2.5-7b") & (log["fit_pass"] == "grid"), "tension"].iloc[0]
-    s = tension_sentence("persuasion", "persuasion", 0.033, "fitted", t)
+    s = tension_sentence("persuasion", "persuasion", 0.073, "fitted", t)
     assert "debate - single agent alone wants 0.6" in s and "MAD - Self-Consistency alone wants 0.3, 0, 0 (per task)" in s
-    assert s.endswith(": joint 0.033.") and s.count("joint") == 1 and s.count("; ") == 2
+    # MADC - MAD is no longer a persuasion target (issue 51): two quantities, one "; "
+    assert s.endswith(": joint 0.073.") and s.count("joint") == 1 and s.count("; ") == 1 and "MADC - MAD" not in s
 
 
 def test_the_flip_claim_has_umads_sign():
@@ -269,9 +278,11 @@ def test_fitted_apart_rows_come_from_their_stored_grids():
     assert np.allclose(meta["printed"], [59.15 - 55.58, 66.29 - 60.27])
     svr = fa[fa["source"] == "SVR-MAD Sec. 3"]
     assert (svr["value"] == 0.225).all() and np.allclose(svr["printed"], [73.0, 48.0])
-    # effect - control against chance (k of six agents), its verdict effect_verdict's word
+    # effect - control against chance (k of six agents), its check effect_verdict's word as a mechanism check; the
+    # claims are judged in meta_tab2 and svr_fig1 (issue 51)
     assert np.allclose(svr["effect_control"], svr["sim"] - svr["control"]) and np.allclose(svr["control"], [200 / 6, 100 / 6])
-    assert set(fa["verdict"]) <= {"yes", "no", "smaller than printed", "not resolved"}
+    assert fa["check"].str.startswith("moves it").all()
+    assert fa["verdict"].tolist() == ["judged in meta_tab2"] * 2 + ["judged in svr_fig1"] * 2
 
 
 def test_experiment_is_registered_and_its_params_are_the_notebooks():
@@ -355,7 +366,7 @@ def test_fit_world_recovers_a_planted_persuasion(informative, targets):
     """A planted persuasion comes back from the numbers it makes (Du et al.'s gain and MADC Table 1's MAD - SC on
     MATH500, fitted jointly, common random numbers): the fitted world makes them exactly."""
     rows = targets.query("mechanism == 'persuasion' and sim_model == 'sim-qwen2.5-7b' and "
-                         "task in ('gsm8k', 'math500') and statistic != 'madc_vs_mad'").reset_index(drop=True)
+                         "task in ('gsm8k', 'math500')").reset_index(drop=True)
     assert len(rows) == 2
     planted = informative.with_value(["sim-qwen2.5-7b"], "persuasion", 0.45)
     made = rows.assign(printed=[100 * np.mean(np.subtract(*STATISTICS[r["statistic"]](planted, r, 30, 1)))
