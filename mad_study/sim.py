@@ -345,7 +345,14 @@ def _body_words(n_words: int, j: int) -> int:
 # (`_own_answers`); each text the sim writes is entered when composed
 _WORD_COUNTS: dict[str, int] = {}
 _OWN_ANSWERS: dict[str, tuple[str, ...]] = {}
-_MEMO_SIZE = 1 << 14  # entries kept before a memo starts afresh
+_MEMO_SIZE = 1 << 15  # entries a memo holds before its older half is dropped
+
+
+def _trim(memo: dict) -> None:
+    "Drop the older half of `memo` (its first keys) once it holds `_MEMO_SIZE` entries."
+    if len(memo) >= _MEMO_SIZE:
+        for k in list(memo)[:len(memo) // 2]:
+            del memo[k]
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -359,10 +366,8 @@ def _composed(answer: str | None, fmt: str, n_words: int, j: int) -> tuple[str, 
         text = f"{body} {FINAL_SENTENCE}{_wrap(answer, fmt)}."
     # body (no whitespace at either end) + " " + the rest: the words of both, added
     n = _body_words(n_words, j) + len(text[len(body):].split())
-    if len(_WORD_COUNTS) >= _MEMO_SIZE:
-        _WORD_COUNTS.clear()
-    if len(_OWN_ANSWERS) >= _MEMO_SIZE:
-        _OWN_ANSWERS.clear()
+    _trim(_WORD_COUNTS)
+    _trim(_OWN_ANSWERS)
     _WORD_COUNTS[text], _OWN_ANSWERS[text] = n, tuple(read_final_answers(text))
     return text, n
 
@@ -639,8 +644,7 @@ def _count_words(s: str) -> int:
     ws = int.from_bytes(s.encode("ascii").translate(_WS_BYTES), "little")
     ones = _ONES.get(n)
     if ones is None:
-        if len(_ONES) >= _MEMO_SIZE:
-            _ONES.clear()
+        _trim(_ONES)
         ones = _ONES[n] = int.from_bytes(b"\x01" * n, "little")
     return ((ones ^ ws) & ((ws << 8) | 1)).bit_count()
 
@@ -649,8 +653,7 @@ def _n_words(s: str) -> int:
     "Words of a message (`len(s.split())`, kept in `_WORD_COUNTS`)."
     n = _WORD_COUNTS.get(s)
     if n is None:
-        if len(_WORD_COUNTS) >= _MEMO_SIZE:
-            _WORD_COUNTS.clear()
+        _trim(_WORD_COUNTS)
         n = _WORD_COUNTS[s] = _count_words(s)
     return n
 
@@ -668,8 +671,7 @@ def _own_answers(text: str) -> tuple[str, ...]:
     repeat, from a finite pool of bodies)."""
     out = _OWN_ANSWERS.get(text)
     if out is None:
-        if len(_OWN_ANSWERS) >= _MEMO_SIZE:
-            _OWN_ANSWERS.clear()
+        _trim(_OWN_ANSWERS)
         out = _OWN_ANSWERS[text] = tuple(read_final_answers(text))
     return out
 
