@@ -560,7 +560,7 @@ class _DebateRun:
         self.rows.append(row)
         self.hist[th][row["agent"]].append(row)
 
-# %% ../nbs/engine/04_debate.ipynb #9dbdaa23
+# %% ../nbs/engine/04_debate.ipynb #s6363333
 def _slot(item: Item, agent: str, model: str, role: str, round: int, sample: int, position: int,
           peers: tuple[str, ...]) -> TurnSlot:
     """`TurnSlot(item, agent, model, role, round, sample, position, peers)`, its fields set at once
@@ -570,7 +570,7 @@ def _slot(item: Item, agent: str, model: str, role: str, round: int, sample: int
                          position=position, peers=peers)
     return slot
 
-
+# %% ../nbs/engine/04_debate.ipynb #9dbdaa23
 @patch
 def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, GenRequest]]:
     "Round `rnd`'s (slot, request) pairs for every thread; skipped turns are added as reused rows."

@@ -339,7 +339,7 @@ def _body_words(n_words: int, j: int) -> int:
     "Words of `_body(n_words, j)`."
     return len(_body(n_words, j).split())
 
-
+# %% ../nbs/backends/03b_sim.ipynb #s632796b
 # what the sim reads of a message, kept per text (a debate resends each earlier message every
 # round): its word count (`_n_words`) and, for an agent's own response, its final answers
 # (`_own_answers`); each text the sim writes is entered when composed
@@ -354,7 +354,7 @@ def _trim(memo: dict) -> None:
         for k in list(memo)[:len(memo) // 2]:
             del memo[k]
 
-
+# %% ../nbs/backends/03b_sim.ipynb #s63207d6
 @functools.lru_cache(maxsize=1 << 16)
 def _composed(answer: str | None, fmt: str, n_words: int, j: int) -> tuple[str, int]:
     """`compose_text`'s text with body `j` and its word count, made once per run of the same
