@@ -657,7 +657,7 @@ def _sim_parts(debate_mod, run_debate, items, agents, bes, kw, memo) -> dict:
     spent = {"sim": 0.0, "parse": 0.0}
 
     class Timed:
-        def __init__(self, inner): self.inner = inner
+        def __init__(self, inner): self.inner, self.kind = inner, getattr(inner, "kind", None)  # run as the sim is
         def generate(self, reqs):
             t = time.process_time(); out = self.inner.generate(reqs); spent["sim"] += time.process_time() - t
             return out

@@ -5,6 +5,8 @@
 # %% ../nbs/engine/04_debate.ipynb #e9a39f70
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -319,10 +321,13 @@ _PARSE = object()
 
 
 def transcript_row(slot: TurnSlot, gen: Generation, *, experiment: str, method: str = "",
-                   answer=_PARSE, text=None) -> dict:
-    "One transcript row for `slot`'s generation `gen` (core.TRANSCRIPT_SCHEMA; the kit's own)."
+                   answer=_PARSE, text=None, correct: bool | None = None) -> dict:
+    """One transcript row for `slot`'s generation `gen` (core.TRANSCRIPT_SCHEMA; the kit's own);
+    `correct`: the answer's grade when the caller has it (else `is_correct`'s)."""
     it, text = slot.item, gen.text if text is None else text
     ans = extract_answer(text, it.fmt) if answer is _PARSE else answer
+    if correct is None:
+        correct = ans is not None and is_correct(ans, it.gold, it.fmt)
     r = {
         "experiment": experiment,
         "method": method,
@@ -342,7 +347,7 @@ def transcript_row(slot: TurnSlot, gen: Generation, *, experiment: str, method: 
         "completion_tokens": gen.completion_tokens,
         "text": text,
         "answer": ans,
-        "correct": bool(ans is not None and is_correct(ans, it.gold, it.fmt)),
+        "correct": bool(correct),
         "images": ",".join(it.images) or None
     }
     for s in SIGNALS:
@@ -432,12 +437,12 @@ def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping
     # one bar for the whole debate: every turn (a reused one counts done at once); an outer bar
     # grows by it
     total = len(threads) * len(agents) * rounds
-    with progress_scope(total, experiment, progress) as bar:
+    with progress_scope(total, experiment, progress) as bar, _collector_paused(agents, backends):
         for rnd in range(rounds):
             jobs = run.requests(threads, rnd)
             bar.advance(n=len(threads) * len(agents) - len(jobs))
             run.generate(jobs, backends)
-    return _sorted_transcript(run.rows, items, agents)
+        return _sorted_transcript(run.rows, items, agents)
 
 # %% ../nbs/engine/04_debate.ipynb #a2bee58a
 def _check_debate_args(agents: list[Agent], backends: Mapping[str, Any], history: str) -> None:
@@ -519,6 +524,9 @@ class _DebateRun:
     # (text, answer format) -> `extract_answer`'s answer: each distinct text of the run is parsed
     # once
     parsed: dict = field(default_factory=dict)
+    # (answer, gold, answer format) -> `is_correct`'s grade, for the formats graded without a time
+    # budget (all but boxed)
+    graded: dict = field(default_factory=dict)
 
     def opening(self, item_id: str, role: str) -> list[dict]:
         "`opening_messages` for the item and role, composed once per run (fresh dicts each call)."
@@ -552,6 +560,16 @@ class _DebateRun:
         self.rows.append(row)
         self.hist[th][row["agent"]].append(row)
 
+# %% ../nbs/engine/04_debate.ipynb #s6363333
+def _slot(item: Item, agent: str, model: str, role: str, round: int, sample: int, position: int,
+          peers: tuple[str, ...]) -> TurnSlot:
+    """`TurnSlot(item, agent, model, role, round, sample, position, peers)`, its fields set at once
+    (the frozen dataclass's `__init__` sets each through `object.__setattr__`)."""
+    slot = object.__new__(TurnSlot)
+    slot.__dict__.update(item=item, agent=agent, model=model, role=role, round=round, sample=sample,
+                         position=position, peers=peers)
+    return slot
+
 # %% ../nbs/engine/04_debate.ipynb #9dbdaa23
 @patch
 def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, GenRequest]]:
@@ -571,8 +589,8 @@ def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, 
         where = {a: i for i, a in enumerate(plan.order)}
         for a in self.agents:
             turn = plan.turns[a.name]
-            slot = TurnSlot(it, a.name, a.model, turn.role or a.role, rnd, k, where[a.name],
-                            tuple(turn.peers))
+            slot = _slot(it, a.name, a.model, turn.role or a.role, rnd, k, where[a.name],
+                         tuple(turn.peers))
             if rnd > 0 and not turn.speak:
                 self.add(th, _reused_row(hist_th[a.name][-1], slot))
                 continue
@@ -589,19 +607,30 @@ def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, 
 def generate(self: _DebateRun, jobs: list, backends: Mapping[str, Any]) -> None:
     """Generate `jobs` [(slot, request)], adding each row to the state and each text to its
     conversation."""
-    parsed = self.parsed
+    parsed, graded = self.parsed, self.graded
     for (slot, _), g in zip(jobs, generate_turns(backends, jobs)):
         # `turn_rows`' row, its answer read from the run's memo: the parser is a function of the
         # text and the format alone
-        ans, key = _PARSE, (g.text, slot.item.fmt)
-        if type(g.text) is str:
+        it, text = slot.item, g.text
+        fmt = it.fmt
+        ans, key = _PARSE, (text, fmt)
+        if type(text) is str:
             ans = parsed.get(key, _PARSE)
         if ans is _PARSE:
-            ans = extract_answer(g.text, slot.item.fmt)
-            if type(g.text) is str:
+            ans = extract_answer(text, fmt)
+            if type(text) is str:
                 parsed[key] = ans
-        row = transcript_row(slot, g, experiment=self.experiment, method=self.method, answer=ans)
-        th = (slot.item.id, slot.sample)
+        # its grade from the run's memo too (math-verify's boxed grades not: a time budget that ran
+        # out is no grade)
+        ok = None
+        if type(ans) is str and fmt != "boxed":
+            gk = (ans, it.gold, fmt)
+            ok = graded.get(gk)
+            if ok is None:
+                ok = graded[gk] = bool(is_correct(ans, it.gold, fmt))
+        row = transcript_row(slot, g, experiment=self.experiment, method=self.method, answer=ans,
+                             correct=ok)
+        th = (it.id, slot.sample)
         self.add(th, row)
         # the conversation is the engine's own list (a request holds a copy of its messages)
         self.conv[th][slot.agent].append({"role": "assistant", "content": row["text"]})
@@ -619,6 +648,22 @@ def _sorted_transcript(rows: list[dict], items: Sequence[Item],
         + agent_order[r["agent"]] for r in rows
     ]
     return transcript_frame([rows[i] for i in sorted(range(len(rows)), key=key.__getitem__)])
+
+# %% ../nbs/engine/04_debate.ipynb #s630e4d7
+@contextlib.contextmanager
+def _collector_paused(agents: Sequence[Agent], backends: Mapping[str, Any]):
+    """Python's cyclic garbage collector paused while the block runs when every agent's backend is
+    a sim (`kind` "sim") and the collector is on; on again after, also on an error. Yields whether
+    it paused."""
+    pause = gc.isenabled() and all(
+        getattr(backends[a.model], "kind", None) == "sim" for a in agents)
+    if pause:
+        gc.disable()
+    try:
+        yield pause
+    finally:
+        if pause:
+            gc.enable()
 
 # %% ../nbs/engine/04_debate.ipynb #dd9870ef
 def tokens_per_thread(transcript: pd.DataFrame) -> float:

@@ -334,15 +334,50 @@ def _body(n_words: int, j: int) -> str:
     return " ".join(_FILLER[i] for i in rng.integers(0, len(_FILLER), n)).capitalize() + "."
 
 
+@functools.lru_cache(maxsize=1 << 12)
+def _body_words(n_words: int, j: int) -> int:
+    "Words of `_body(n_words, j)`."
+    return len(_body(n_words, j).split())
+
+# %% ../nbs/backends/03b_sim.ipynb #s632796b
+# what the sim reads of a message, kept per text (a debate resends each earlier message every
+# round): its word count (`_n_words`) and, for an agent's own response, its final answers
+# (`_own_answers`); each text the sim writes is entered when composed
+_WORD_COUNTS: dict[str, int] = {}
+_OWN_ANSWERS: dict[str, tuple[str, ...]] = {}
+_MEMO_SIZE = 1 << 15  # entries a memo holds before its older half is dropped
+
+
+def _trim(memo: dict) -> None:
+    "Drop the older half of `memo` (its first keys) once it holds `_MEMO_SIZE` entries."
+    if len(memo) >= _MEMO_SIZE:
+        for k in list(memo)[:len(memo) // 2]:
+            del memo[k]
+
+# %% ../nbs/backends/03b_sim.ipynb #s63207d6
+@functools.lru_cache(maxsize=1 << 16)
+def _composed(answer: str | None, fmt: str, n_words: int, j: int) -> tuple[str, int]:
+    """`compose_text`'s text with body `j` and its word count, made once per run of the same
+    texts (the same string each time: its hash is kept)."""
+    body = _body(n_words, j)
+    if answer is None:
+        text = body + " I could not reach a definite conclusion."
+    else:
+        text = f"{body} {FINAL_SENTENCE}{_wrap(answer, fmt)}."
+    # body (no whitespace at either end) + " " + the rest: the words of both, added
+    n = _body_words(n_words, j) + len(text[len(body):].split())
+    _trim(_WORD_COUNTS)
+    _trim(_OWN_ANSWERS)
+    _WORD_COUNTS[text], _OWN_ANSWERS[text] = n, tuple(read_final_answers(text))
+    return text, n
+
+
 def compose_text(answer: str | None, fmt: str, n_words: int, u) -> str:
     """A cached reasoning body of about `n_words` words chosen by the uniform `u` (or a numpy
     Generator's next draw), and the final sentence (none when `answer` is None)."""
     if not isinstance(u, float):
         u = float(u.random())
-    body = _body(int(n_words), int(u * N_BODIES))
-    if answer is None:
-        return body + " I could not reach a definite conclusion."
-    return f"{body} {FINAL_SENTENCE}{_wrap(answer, fmt)}."
+    return _composed(answer, fmt, int(n_words), int(u * N_BODIES))[0]
 
 # %% ../nbs/backends/03b_sim.ipynb #5399dff8
 def sigmoid(x: float) -> float:
@@ -531,6 +566,17 @@ def tier_weights(self: SimBackend, tags: Sequence[str | None]) -> np.ndarray:
 
 # %% ../nbs/backends/03b_sim.ipynb #6a2583e0
 _N01 = NormalDist()
+try:  # NormalDist.inv_cdf's own computation (C), without its method call and checks
+    from statistics import _normal_dist_inv_cdf
+except ImportError:  # pragma: no cover
+    _normal_dist_inv_cdf = None
+
+
+def _std_normals(u: Sequence[float]) -> list[float]:
+    "`_N01.inv_cdf` of each uniform in `u` (the same numbers)."
+    if _normal_dist_inv_cdf is None or not (0.0 < min(u) and max(u) < 1.0):
+        return [_N01.inv_cdf(x) for x in u]
+    return [_normal_dist_inv_cdf(x, 0.0, 1.0) for x in u]
 
 
 @patch
@@ -538,7 +584,7 @@ def _signals(self: SimBackend, correct: bool, n_tokens: int, agree: float, u: Se
              p_solve: float | None = None) -> dict:
     """Log-prob, entropy and confidence signals from four uniforms `u` (standard normals by inverse
     CDF)."""
-    z = [_N01.inv_cdf(x) for x in u]
+    z = _std_normals(u)
     s = s0 = self.agent.signal_strength
     # confident wrong agents on hard items (SVR-MAD Sec. 3)
     if self.agent.signal_inversion and p_solve is not None:
@@ -583,10 +629,33 @@ def _unstable(self: SimBackend, item: Item, answer: str | None, u: Sequence[floa
     return cands[int(u[1] * len(cands))]
 
 # %% ../nbs/backends/03b_sim.ipynb #44145eaf
-@functools.lru_cache(maxsize=1 << 14)
+# byte -> 1 for the ASCII whitespace `str.split` splits at (tab to carriage return, the four
+# separators \x1c-\x1f, space), else 0
+_WS_BYTES = bytes(1 if b < 128 and chr(b).isspace() else 0 for b in range(256))
+_ONES: dict[int, int] = {}  # length n -> the integer with a 1 in each of n bytes
+
+
+def _count_words(s: str) -> int:
+    """`len(s.split())` without making the words: for an ASCII text, the bytes that begin a word
+    (not whitespace, first or after whitespace) counted as bits of one integer."""
+    n = len(s)
+    if n < 256 or not s.isascii():
+        return len(s.split())
+    ws = int.from_bytes(s.encode("ascii").translate(_WS_BYTES), "little")
+    ones = _ONES.get(n)
+    if ones is None:
+        _trim(_ONES)
+        ones = _ONES[n] = int.from_bytes(b"\x01" * n, "little")
+    return ((ones ^ ws) & ((ws << 8) | 1)).bit_count()
+
+
 def _n_words(s: str) -> int:
-    "Words of a message (cached: a debate resends each earlier message every round)."
-    return len(s.split())
+    "Words of a message (`len(s.split())`, kept in `_WORD_COUNTS`)."
+    n = _WORD_COUNTS.get(s)
+    if n is None:
+        _trim(_WORD_COUNTS)
+        n = _WORD_COUNTS[s] = _count_words(s)
+    return n
 
 # %% ../nbs/backends/03b_sim.ipynb #s1b0a003
 def _sim_item(req: GenRequest) -> Item:
@@ -597,13 +666,21 @@ def _sim_item(req: GenRequest) -> Item:
     return item
 
 
-@functools.lru_cache(maxsize=1 << 13)
 def _own_answers(text: str) -> tuple[str, ...]:
-    """`read_final_answers` of an agent's own earlier response (kept: its texts repeat, from a
-    finite pool of bodies)."""
-    return tuple(read_final_answers(text))
+    """`read_final_answers` of an agent's own earlier response (kept in `_OWN_ANSWERS`: its texts
+    repeat, from a finite pool of bodies)."""
+    out = _OWN_ANSWERS.get(text)
+    if out is None:
+        _trim(_OWN_ANSWERS)
+        out = _OWN_ANSWERS[text] = tuple(read_final_answers(text))
+    return out
 
 # %% ../nbs/backends/03b_sim.ipynb #d5d0a728
+# the turn's uniforms by their slots in the block (STREAMS), looked up once
+_U_HARM, _U_NOISE, _U_SIGNALS = SLOTS["context_harm"], SLOTS["debate_noise"], SLOTS["signals"]
+_U_PARSE, _U_TEXT = SLOTS["parse_fail"].start, SLOTS["text"].start
+
+
 @patch
 def _turn(self: SimBackend, req: GenRequest, item: Item, u: Sequence[float]) -> Generation:
     """One turn: read one's previous answer and the answers shown, decide, write and measure (all
@@ -613,9 +690,10 @@ def _turn(self: SimBackend, req: GenRequest, item: Item, u: Sequence[float]) -> 
     for m in req.messages:
         c = m["content"]
         n_words += _n_words(c)
-        if m["role"] == "user":
+        role = m["role"]
+        if role == "user":
             last_user = c
-        elif m["role"] == "assistant":
+        elif role == "assistant":
             last_assistant = c
     own_prev = _own_answers(last_assistant) if last_assistant is not None else ()
     own = own_prev[-1] if own_prev else None
@@ -630,16 +708,17 @@ def _turn(self: SimBackend, req: GenRequest, item: Item, u: Sequence[float]) -> 
     answer = self.decide(item, own, shown, u, tags) if debate_turn else self._independent(item, u)
     prompt_tokens = int(round(n_words * 1.3))
     if a.context_decay:
-        answer = self._derail(item, prompt_tokens, answer, u[SLOTS["context_harm"]])
+        answer = self._derail(item, prompt_tokens, answer, u[_U_HARM])
     if a.debate_noise and debate_turn:
-        answer = self._unstable(item, answer, u[SLOTS["debate_noise"]])
-    if u[SLOTS["parse_fail"].start] < a.parse_fail:
+        answer = self._unstable(item, answer, u[_U_NOISE])
+    if u[_U_PARSE] < a.parse_fail:
         answer = None
-    text = compose_text(answer, item.fmt, a.response_words, u[SLOTS["text"].start])
-    n_tok = min(max(1, int(round(_n_words(text) * 1.3))), int(req.max_new_tokens))
+    # `compose_text(answer, item.fmt, a.response_words, u_text)` and its word count
+    text, words = _composed(answer, item.fmt, int(a.response_words), int(u[_U_TEXT] * N_BODIES))
+    n_tok = min(max(1, int(round(words * 1.3))), int(req.max_new_tokens))
     agree = (sum(s == answer for s in shown) / len(shown)) if shown else 0.0
     correct = answer is not None and answer == str(item.gold)
-    sig = self._signals(correct, n_tok, agree, u[SLOTS["signals"]], p_solve=self.p_solve(item))
+    sig = self._signals(correct, n_tok, agree, u[_U_SIGNALS], p_solve=self.p_solve(item))
     if a.context_entropy and debate_turn:
         sig["token_entropy"] *= math.exp(a.context_entropy * prompt_tokens / 1000)
     return Generation(text=text, prompt_tokens=prompt_tokens, completion_tokens=n_tok,
