@@ -12,6 +12,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .core import ConfigError
 from .data import get_task
 from .madc import strategy_label
 from .registry import QUESTION_TOKENS, planner
@@ -19,8 +20,8 @@ from .multiplicity import family_words
 from .power import n_for_power, resolvable_effect
 
 # %% auto #0
-__all__ = ['TASK_LABELS', 'plan_fig1', 'plan_fig3_5', 'plan_tab1', 'plan_fig7', 'plan_tab2_5', 'plan_fig8', 'plan_fig9', 'tlabel',
-           'resolved', 'power_txt', 'tl_verdict']
+__all__ = ['PANEL_LAYOUTS', 'TASK_LABELS', 'plan_fig1', 'panel_pairs', 'plan_fig3_5', 'plan_tab1', 'plan_fig7', 'plan_tab2_5',
+           'plan_fig8', 'plan_fig9', 'tlabel', 'resolved', 'power_txt', 'tl_verdict']
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #ed49da25
 # the fixed part of an opening prompt (MADC's instructions); the question itself is QUESTION_TOKENS
@@ -74,12 +75,45 @@ def plan_fig1(p: Mapping) -> dict:
     return _debate_plan(p, len(p.get("strategies") or []), int(p.get("debate_rounds") or 1))
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #4ceec9db
+PANEL_LAYOUTS = ("grid", "pairs")
+
+
+def panel_pairs(models: Sequence[str], tasks: Sequence[str],
+                how: str = "grid") -> list[tuple[str, str]]:
+    """The (model, task) panels MADC Figs. 3-5 draw: `how="grid"` every model on every task (the
+    paper's figures), `"pairs"` the i-th model on the i-th task only (the sim profile: 7B on
+    Logical Deduction, 3B on Geometric Shapes, the panel the paper states Truth First's entropy
+    on). Pairs of lists of unequal length are a ConfigError."""
+    ms = _distinct(models)
+    if how not in PANEL_LAYOUTS:
+        raise ConfigError("unknown panel layout", key="fig35_panels", value=how,
+                          choices=PANEL_LAYOUTS)
+    if how == "grid":
+        return [(m, t) for m in ms for t in tasks]
+    if len(ms) != len(tasks):
+        raise ConfigError(
+            f"pairs needs as many models as tasks ({len(ms)} models, {len(tasks)} tasks)",
+            key="fig35_panels", value=how)
+    return list(zip(ms, tasks))
+
+
 @planner("madc_fig3_5")
 def plan_fig3_5(p: Mapping) -> dict:
-    """madc_fig3_5: `repeats` runs per (model, task), every strategy (the sim-only recency control
-    is not counted). (MADC Figs. 3-5.)"""
-    return _debate_plan(p, len(p.get("strategies") or []), int(p.get("debate_rounds") or 1),
-                        repeats=int(p.get("repeats") or 1))
+    """madc_fig3_5: `repeats` runs per panel (`fig35_panels`: every model x task, or the pairs),
+    every strategy (the sim-only recency control is not counted). (MADC Figs. 3-5.)"""
+    plans = [
+        _debate_plan({
+            **p, "models": [m],
+            "tasks": [t]
+        }, len(p.get("strategies") or []), int(p.get("debate_rounds") or 1),
+                     repeats=int(p.get("repeats") or 1)) for m, t in panel_pairs(
+                         p.get("models") or [],
+                         p.get("tasks") or [], str(p.get("fig35_panels") or "grid"))
+    ]
+    return {
+        k: sum(x[k] for x in plans)
+        for k in ("generations", "prompt_tokens", "completion_tokens")
+    }
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #a4bd1070
 @planner("madc_tab1")

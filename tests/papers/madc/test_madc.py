@@ -448,6 +448,18 @@ def test_plan_counts():
     assert set(t1["models"]) == {"smollm2-135m-instruct"}
 
 
+def test_fig3_5_sim_draws_the_panel_of_truth_firsts_entropy_claim():
+    "Figs. 3-5 under sim draw 7B Logical Deduction and 3B Geometric Shapes (the panel the paper states Truth First's entropy on); the paper profile every model on every task; the plan counts the panels drawn."
+    from mad_study.madc_study import panel_pairs
+    from mad_study.params import plan_experiment
+    e, p = _merged("sim")["madc_fig3_5"]
+    assert panel_pairs(p["models"], p["tasks"], p["fig35_panels"]) == [
+        ("sim-qwen2.5-7b", "bbh_logical_deduction_7"), ("sim-qwen2.5-3b", "bbh_geometric_shapes")]
+    assert plan_experiment(e, p)["generations"] == 2 * p["n_items"] * p["repeats"] * 10 * (1 + 4)
+    _, pp = _merged("paper")["madc_fig3_5"]
+    assert len(panel_pairs(pp["models"], pp["tasks"], pp["fig35_panels"])) == 4
+
+
 def test_notebook_defaults_are_fig1_under_the_sim_profile():
     "The notebook's parameters cell = params/madc/madc_fig1.yaml + the sim profile (so it redraws the committed Fig. 1)."
     from mad_study.registry import experiments, load_profile
