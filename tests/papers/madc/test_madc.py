@@ -442,6 +442,10 @@ def test_plan_counts():
     sims = _merged("sim")
     assert all(p["profile"] == "sim" and all(m.startswith("sim") for m in p["models"]) for _, p in sims.values())
     assert all(sims[e][1]["control_off"] == ["recency"] for e in ("madc_fig3_5", "madc_fig7", "madc_tab1", "madc_tab2_5", "madc_fig9"))
+    # Tables 2-5: both stand-ins on both tasks, so all four printed tables are drawn and judged
+    t25 = sims["madc_tab2_5"][1]
+    assert set(t25["models"]) == {"sim-qwen2.5-7b", "sim-r1-7b"}
+    assert set(t25["tasks"]) == {"bbh_geometric_shapes", "bbh_logical_deduction_7"}
     cpu = _merged("cpu")
     t1 = cpu["madc_tab1"][1]
     assert t1["n_items"] <= 2 and t1["n_agents"] <= 3 and t1["max_new_tokens"] <= 128
