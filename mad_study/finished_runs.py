@@ -12,7 +12,7 @@ from typing import Sequence
 from .core import ConfigError, Inference, fold_keywords, runs_dir
 
 # %% auto #0
-__all__ = ['BASELINES', 'run_files', 'load_runs', 'compare_runs', 'run_items', 'default_reference', 'earlier_files']
+__all__ = ['BASELINES', 'run_files', 'load_runs', 'compare_runs', 'run_items', 'default_reference', 'earlier_files', 'toy_runs']
 
 # %% ../nbs/study/20d_finished_runs.ipynb #d79486f9
 def run_files(run: str, profile: str | None = None) -> list[Path]:
@@ -134,3 +134,19 @@ def earlier_files(files: Sequence[Path], gap_s: float = 600.0) -> list[tuple[Pat
     newest = max(times.values(), default=0.0)
     return [(f, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t)))
             for f, t in sorted(times.items(), key=lambda x: x[1]) if newest - t > gap_s]
+
+# %% ../nbs/study/20d_finished_runs.ipynb #toyrun01
+def toy_runs(d, orders=("fixed", "truth_last")):
+    """Finished runs to compare (a test helper, also 20c_cli's): MADC's orders on 20 toy items, one
+    transcript file per order in folder `d`."""
+    from mad_study.core import Item, save_transcript
+    from mad_study.debate import OrderedPeers, make_agents, run_debate
+    from mad_study.sim import SimBackend
+
+    items = [
+        Item(f"toy/{i}", "gsm8k", f"What is {i} + {i}?", str(2 * i), "number") for i in range(20)
+    ]
+    sim = {"s": SimBackend("s", skill=0.55, parse_fail=0.0)}
+    for o in orders:
+        t = run_debate(items, make_agents(["s"] * 3), sim, protocol=OrderedPeers(o), progress=False)
+        save_transcript(t.assign(method=""), Path(d) / f"{o}.parquet")

@@ -39,12 +39,13 @@ from .registry import experiment_files, load_registry
 # %% auto #0
 __all__ = ['RUN_ENV', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'CONTROL_STYLES', 'MAX_CAPTION_CHARS',
            'LAYOUT_CHECK_VERSION', 'VERDICT_EFFECT', 'VERDICT_CONTROL', 'VERDICT_KEYS', 'VERDICT_CLAIM_KEYS',
-           'JOINT_ORDER', 'FAILURE_FILE', 'HOLM_INTERVALS', 'package_versions', 'cell_source', 'notebook_parameters',
-           'run_params', 'run_context', 'Study', 'show_figure', 'register_style', 'registered_method', 'method_style',
-           'set_style', 'panel_figure', 'percent_axis', 'pct', 'label_points', 'dodge_points', 'label_figure',
-           'LayoutWarning', 'FigureOutput', 'caption_problems', 'save_figure', 'save_table', 'check_verdict',
-           'effect_verdict', 'joint_verdict', 'stands_for', 'read_verdict', 'last_failure', 'artefact_status',
-           'run_sizes', 'interval_method_once', 'claim_words', 'write_gallery', 'index_table', 'write_index']
+           'JOINT_ORDER', 'DESCRIPTIVE', 'FAILURE_FILE', 'HOLM_INTERVALS', 'package_versions', 'cell_source',
+           'notebook_parameters', 'run_params', 'run_context', 'Study', 'show_figure', 'register_style',
+           'registered_method', 'method_style', 'set_style', 'panel_figure', 'percent_axis', 'pct', 'label_points',
+           'dodge_points', 'label_figure', 'LayoutWarning', 'FigureOutput', 'caption_problems', 'save_figure',
+           'save_table', 'check_verdict', 'effect_verdict', 'joint_verdict', 'stands_for', 'read_verdict',
+           'last_failure', 'artefact_status', 'run_sizes', 'interval_method_once', 'claim_words', 'write_gallery',
+           'index_table', 'write_index']
 
 # %% ../nbs/study/06_report.ipynb #7cf92f74
 _PACKAGES = ("mad_study", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "torch",
@@ -912,11 +913,18 @@ def stands_for(artefact: str, title: str = "") -> str:
     return f"{many} {m[2]}-{m[3]}" if m[3] else f"{one} {m[2]}"
 
 # %% ../nbs/study/06_report.ipynb #fc51verd3
-def read_verdict(notes: Mapping | None, artefact: str = "", title: str = "") -> dict:
+# what the gallery and index show for a table that states no claim (params/artefacts.yaml
+# `descriptive: true`) and whose notebook wrote no verdict
+DESCRIPTIVE = "descriptive: no claim"
+
+
+def read_verdict(notes: Mapping | None, artefact: str = "", title: str = "",
+                 descriptive: bool = False) -> dict:
     """What the gallery and index show of a sidecar's `notes["verdict"]` (the kit's own):
     `stands_for`, `effect`, `control`, `paper`, `kit`, each "not stated" when the notebook did not
     say, and `claims`: each claim's `claim`, `effect`, `control` and `kit` (a value outside the
-    vocabulary "not stated"; none: [])."""
+    vocabulary "not stated"; none: []). `descriptive` (the registry's flag): without a verdict,
+    `effect`, `paper` and `kit` read `DESCRIPTIVE` and `control` "not applicable"."""
     v = (notes or {}).get("verdict")
     v = v if isinstance(v, Mapping) else {}
     out = {k: " ".join(str(v[k]).split()) if v.get(k) else "not stated" for k in VERDICT_KEYS}
@@ -935,6 +943,8 @@ def read_verdict(notes: Mapping | None, artefact: str = "", title: str = "") -> 
         "control": words(c, "control", VERDICT_CONTROL),
         "kit": " ".join(str(c.get("kit") or "not stated").split())
     } for c in claims if isinstance(c, Mapping)]
+    if descriptive and not v:
+        out.update(effect=DESCRIPTIVE, control="not applicable", paper=DESCRIPTIVE, kit=DESCRIPTIVE)
     return out
 
 # %% ../nbs/study/06_report.ipynb #verdof01
@@ -1136,7 +1146,8 @@ def write_gallery(registry: Mapping | None = None, path: Path | None = None,
         "Generated with figures/INDEX.md (mad_study.report.write_gallery). Per artefact: the paper's figure or table",
         "it stands for, whether the paper's effect is shown (yes / no / not resolved) and whether a control is",
         "(yes / none / not applicable), the paper's printed number beside the kit's, as the notebook stated them",
-        '(`notes["verdict"]`; "not stated" when it did not), what the run drew, and links to the data and tables.',
+        '(`notes["verdict"]`; "not stated" when it did not, "descriptive: no claim" for a table that states none),',
+        "what the run drew, and links to the data and tables.",
         "Figures of the `sim` profile come from synthetic agents and say so on the figure.", ""
     ]
     for paper, d in reg.items():
@@ -1147,7 +1158,8 @@ def write_gallery(registry: Mapping | None = None, path: Path | None = None,
             aid, title = a["id"], a.get("title", "")
             meta = {**_sidecar_of(paper, aid), "_kind": a.get("kind", "")}
             notes = meta.get("notes") or {}
-            v = read_verdict(notes, aid, f"{title} {d.get('paper', '')}")
+            v = read_verdict(notes, aid, f"{title} {d.get('paper', '')}",
+                             descriptive=bool(a.get("descriptive")))
             st = artefact_status(paper, a, exps)
             status = st["status"]
             if a.get("needs") and not st["files"]:
@@ -1219,6 +1231,7 @@ def write_index(registry: Mapping | None = None, path: Path | None = None) -> Pa
     lines += ["Summary: " + ", ".join(f"{n} {s}" for s, n in counts.items()), ""]
     for paper, d in reg.items():
         sub = df[df["paper"] == paper]
+        desc = {a["id"]: bool(a.get("descriptive")) for a in d.get("artefacts", [])}
         lines += [
             f"## {paper}: {d.get('paper', '')}", "", f"Notebook: `{d.get('notebook', '')}`", "",
             "| artefact | kind | what | experiment file | status | profile | run | commit | files |",
@@ -1227,7 +1240,9 @@ def write_index(registry: Mapping | None = None, path: Path | None = None) -> Pa
         for _, r in sub.iterrows():
             files = " ".join(f"[{Path(f).name}]({f})" for f in r["files"])
             # the verdict as stated, each claim's under it
-            v = read_verdict(_sidecar_of(paper, r["id"]).get("notes"), r["id"])
+            v = read_verdict(
+                _sidecar_of(paper, r["id"]).get("notes"), r["id"],
+                descriptive=desc.get(r["id"], False))
             what = "<br>".join([str(r["title"]).replace("|", "/")] +
                                ([f"verdict: {v['effect']} ({v['control']})", *claim_words(v)]
                                 if v["effect"] != "not stated" or v["claims"] else []))
