@@ -38,8 +38,8 @@ from .registry import experiment_files, load_registry
 
 # %% auto #0
 __all__ = ['RUN_ENV', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'CONTROL_STYLES', 'MAX_CAPTION_CHARS',
-           'LAYOUT_CHECK_VERSION', 'VERDICT_EFFECT', 'VERDICT_CONTROL', 'VERDICT_KEYS', 'VERDICT_CLAIM_KEYS',
-           'JOINT_ORDER', 'DESCRIPTIVE', 'FAILURE_FILE', 'HOLM_INTERVALS', 'package_versions', 'cell_source',
+           'LAYOUT_CHECK_VERSION', 'VERDICT_EFFECT', 'VERDICT_CONTROL', 'DESCRIPTIVE', 'VERDICT_KEYS',
+           'VERDICT_CLAIM_KEYS', 'JOINT_ORDER', 'FAILURE_FILE', 'HOLM_INTERVALS', 'package_versions', 'cell_source',
            'notebook_parameters', 'run_params', 'run_context', 'Study', 'show_figure', 'register_style',
            'registered_method', 'method_style', 'set_style', 'panel_figure', 'percent_axis', 'pct', 'label_points',
            'dodge_points', 'label_figure', 'LayoutWarning', 'FigureOutput', 'caption_problems', 'save_figure',
@@ -809,6 +809,9 @@ def save_table(df: pd.DataFrame, artefact: str, paper: str, study: Study | None 
 # default 0) or the design cannot show it, so no n would settle it
 VERDICT_EFFECT = ("yes", "no", "smaller than printed", "not resolved", "not testable")
 VERDICT_CONTROL = ("yes", "none", "not applicable")  # is a control with the mechanism off shown?
+# the headline effect of an artefact that makes no claim (examples, sample sizes): not a verdict on
+# an effect, so outside VERDICT_EFFECT (and joint_verdict), and with no claims
+DESCRIPTIVE = "descriptive: no claim"
 VERDICT_KEYS = ("stands_for", "effect", "control", "paper", "kit", "n", "claims")
 # a claim of `claims`: the first four required, `paper` and `n` optional
 VERDICT_CLAIM_KEYS = ("claim", "effect", "control", "kit", "paper", "n")
@@ -826,11 +829,14 @@ def check_verdict(verdict: Any, where: str = "verdict") -> dict:
     if odd := sorted(set(map(str, verdict)) - set(VERDICT_KEYS)):
         raise ConfigError(f"unknown verdict keys {odd}", where=where, key="verdict",
                           choices=VERDICT_KEYS)
-    for key, ok in (("effect", VERDICT_EFFECT), ("control", VERDICT_CONTROL)):
+    for key, ok in (("effect", (*VERDICT_EFFECT, DESCRIPTIVE)), ("control", VERDICT_CONTROL)):
         if key in verdict and verdict[key] not in ok:
             raise ConfigError("not a verdict", where=where, key=f"verdict.{key}",
                               value=verdict[key], choices=ok)
     claims = verdict.get("claims", [])
+    if verdict.get("effect") == DESCRIPTIVE and claims:
+        raise ConfigError("a descriptive artefact makes no claim", where=where,
+                          key="verdict.claims", value=claims)
     if isinstance(claims, (str, bytes, Mapping)) or not isinstance(claims, Sequence):
         raise ConfigError(
             "must be a list of claims (mappings of " + ", ".join(VERDICT_CLAIM_KEYS) + ")",
@@ -913,22 +919,18 @@ def stands_for(artefact: str, title: str = "") -> str:
     return f"{many} {m[2]}-{m[3]}" if m[3] else f"{one} {m[2]}"
 
 # %% ../nbs/study/06_report.ipynb #fc51verd3
-# what the gallery and index show for a table that states no claim (params/artefacts.yaml
-# `descriptive: true`) and whose notebook wrote no verdict
-DESCRIPTIVE = "descriptive: no claim"
-
-
 def read_verdict(notes: Mapping | None, artefact: str = "", title: str = "",
                  descriptive: bool = False) -> dict:
     """What the gallery and index show of a sidecar's `notes["verdict"]` (the kit's own):
     `stands_for`, `effect`, `control`, `paper`, `kit`, each "not stated" when the notebook did not
-    say, and `claims`: each claim's `claim`, `effect`, `control` and `kit` (a value outside the
-    vocabulary "not stated"; none: []). `descriptive` (the registry's flag): without a verdict,
-    `effect`, `paper` and `kit` read `DESCRIPTIVE` and `control` "not applicable"."""
+    say (`effect` may also read `DESCRIPTIVE`: no claim), and `claims`: each claim's `claim`,
+    `effect`, `control` and `kit` (a value outside the vocabulary "not stated"; none: []).
+    `descriptive` (the registry's flag): without a verdict, `effect`, `paper` and `kit` read
+    `DESCRIPTIVE` and `control` "not applicable"."""
     v = (notes or {}).get("verdict")
     v = v if isinstance(v, Mapping) else {}
     out = {k: " ".join(str(v[k]).split()) if v.get(k) else "not stated" for k in VERDICT_KEYS}
-    if out["effect"] not in VERDICT_EFFECT:
+    if out["effect"] not in (*VERDICT_EFFECT, DESCRIPTIVE):
         out["effect"] = "not stated"
     if out["control"] not in VERDICT_CONTROL:
         out["control"] = "not stated"

@@ -426,9 +426,10 @@ def table1_reader_caption(cmp: pd.DataFrame, label: str | None, verdict: str,
                           power: pd.DataFrame | None = None, mechanism: str = "",
                           single_gpu_config: str = "") -> str:
     """SVR-MAD Table 1's caption (Sec. 5.1): what is shown, n per setting, the intervals, the tests
-    (`tab1_comparison`'s) and the gap its n resolves against GroupDebate (`tab1_power`), the
-    verdict, the control and `mechanism`; the paper's claim. Every pairwise number is left to the
-    table's columns (issue 51: at most `TAB1_CAPTION_MAX`)."""
+    (`tab1_comparison`'s) and the gap its n resolves against GroupDebate (`tab1_power`), the verdict
+    (first, as the title: the claim and its verdict), the control and `mechanism`; the paper's
+    claim. Every pairwise number is left to the table's columns (issue 51: at most
+    `TAB1_CAPTION_MAX`)."""
     a, head = cmp.attrs, f"{label.split(':')[0]}: " if label else ""
     ref, lvl = a["reference"], int(round(100 * a.get("level", 0.95)))
     n = cmp.loc[cmp["method"] == ref, "n_items"].astype(int)
@@ -443,12 +444,12 @@ def table1_reader_caption(cmp: pd.DataFrame, label: str | None, verdict: str,
                 if len(need) else ".")
     gpu = f" Paper profile on one GPU: {single_gpu_config}." if single_gpu_config else ""
     return (
-        f"SVR-MAD Table 1. {head}NComm, tokens (x10^3) and accuracy of Self-Consistency, GroupDebate, SID-ET, "
+        f"SVR-MAD Table 1, fewer tokens at no lower accuracy: {verdict}. {head}NComm, tokens (x10^3) and accuracy of Self-Consistency, GroupDebate, SID-ET, "
         f"S2-MAD and {ref} per model and dataset (same pre-debate responses; the paper's values beside); "
         f"n = {nr} problems per setting (unanimous skipped: Table 2). Accuracy: Wilson {lvl}% intervals. {ref} "
         f"minus each baseline, paired by problem: accuracy gap (McNemar's score test), token change (paired t), "
         f"{a['correction']} over the {k} gaps of each; each gap, interval, adjusted p and verdict: the table's "
-        f"columns.{res} Verdict: {verdict}. {mechanism + ' ' if mechanism else ''}Paper: tokens -38..61%, "
+        f"columns.{res} {mechanism + ' ' if mechanism else ''}Paper: tokens -38..61%, "
         f"NComm -48..75% at equal or better accuracy (real models, 267-299 problems, no intervals).{gpu}"
     )
 
