@@ -414,6 +414,8 @@ MENTIONS: dict[str, tuple[
         "doctor.vision_items": ("wang2024mathvision",),  # drawn look-alikes of its items
         "figcheck.hidden_markers": (
             "zhang2025madc",),  # names the figure where the defect was found
+        # a test helper: toy runs of MADC's orders to compare (no method of the paper's beyond them)
+        "finished_runs.toy_runs": ("zhang2025madc",)
     }
 
 # %% ../nbs/core/00b_cite.ipynb #832b3c0d
@@ -436,6 +438,8 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
 # %% ../nbs/core/00b_cite.ipynb #ca819c53
 KIT_OWN |= {
     "voting": ("group_rows", "vote_table", "tie_seeds"),
+    # the calibration table's bookkeeping: which figure judges a printed number, and its words
+    "calibration": ("claim_judged_in", "mechanism_check"),
     "arena": ("Arena", "ArenaMethod", "ArenaSize", "arena_method", "arena_results", "arena_rows",
               "arena_style", "engine_method", "pareto_front", "plan_arena", "role_rows",
               "run_arena", "run_single"),
