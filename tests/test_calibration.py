@@ -44,7 +44,9 @@ def informative(world):
 def test_new_fixtures_load_with_the_paper_table_loader():
     du = paper_table("du_gsm8k")
     assert du.attrs["source"].startswith("Improving Factuality") and "Table 1" in du.attrs["source"]
-    assert du.set_index("method")["accuracy_pct"].astype(float).to_dict() == {"single": 77.0, "debate": 85.0}
+    # Table 1's GSM8K column, every row: the single agent, with reflection, the vote without debate, the debate
+    assert du.set_index("method")["accuracy_pct"].astype(float).to_dict() == {
+        "single": 77.0, "reflection": 75.0, "majority": 81.0, "debate": 85.0}
     assert du["quoted_in"].str.startswith("https://").all()           # where the numbers were read, named per row
     u = paper_table("umad_tab1")
     assert "UMAD" in u.attrs["source"] and "Table 1" in u.attrs["source"]

@@ -8,9 +8,9 @@ folder, e.g. a scratch `mad-study reproduce`'s) against that map, so they hold f
 - every row naming an artefact finds it, and a claim there whose `paper` (or `claim`) text carries the row's number
   as the figure prints it (`claim_key`);
 - no printed number carries claim verdict words in two places (two figures, a figure and a calibration row, or two
-  calibration rows). One figure may judge a number under several of its own claims, each named (Du et al.'s +8.0: the
-  debate's gain, and the gain beyond its control): a reader sees both beside each other, with the headline saying
-  which one stands for the paper.
+  calibration rows). One figure may judge several claims, each named and each against its own printed number (Du et
+  al.'s debate - single +8.0: the debate's gain; their debate - majority +4.0: the gain beyond its control): a reader
+  sees both beside each other, with the headline saying which one stands for the paper.
 """
 import json
 import os
