@@ -891,13 +891,13 @@ JUDGED_IN = (
     dict(source="UMAD Table 1 (Zero-Shot, T=5 - T=1)",
          quantity="pass@1 change over 4 debate turns, homogeneous", model="sim-qwen2.5-3b",
          tasks=None, artefact="umad_tab1_zeroshot", number="mean",
-         key=lambda r, p: f"T=1 -> T=5: {p:+.1f}", control="none"),
+         key=lambda r, p: f"T=1 -> T=5: {p:+.1f}", control="conformity"),
     # the heterogeneous pair's agents, each its claim (the mean over the five tasks, as Table 1's
-    # Average column)
+    # Average column); the figure's control: each setting again with conformity off
     *(dict(source="UMAD Table 1 (Zero-Shot, T=5 - T=1)",
            quantity=f"pass@1 change over 4 debate turns, heterogeneous {a}", model=None, tasks=None,
            artefact="umad_tab1_zeroshot", number="mean",
-           key=lambda r, p, a=a: f"{a} T=1 -> T=5: {p:+.1f}", control="none")
+           key=lambda r, p, a=a: f"{a} T=1 -> T=5: {p:+.1f}", control="conformity")
       for a in ("A0", "A1")),
     dict(source="UMAD Fig. 5", quantity="flip ratio", model=None, tasks=None, artefact="umad_fig5",
          number=None, key=lambda r, p: "the stronger model is a stable anchor",

@@ -269,6 +269,7 @@ REFS.update({
     "meta_study.paired_gaps": ("tango1998paired", "mcnemar1947", "holm1979"),
     "meta_study.gaps_caption": ("holm1979",),
     "umad_study.item_bands": ("efron1979bootstrap",),
+    "umad_study.stratified_difference": ("efron1979bootstrap", "davison1997bootstrap"),
     "svr_study.ablation_points": ("wilson1927",),
     "svr_study.fig1_comparison": ("efron1979bootstrap", "holm1979"),
     "svr_study.tab1_comparison": ("mcnemar1947", "holm1979"),

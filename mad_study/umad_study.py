@@ -16,8 +16,8 @@ from .stats import bootstrap_ci
 
 # %% auto #0
 __all__ = ['PROMPT_OVERHEAD', 'ITEM_CI', 'EU_COLOR', 'VERDICT_WORDS', 'FIG2_VERDICT_RULE', 'n_items_for', 'debate_token_plan',
-           'plan_decomposition', 'plan_zeroshot', 'prompt_check', 'power_note', 'item_bands', 'fig2_panel',
-           'fig2_verdict', 'fig1_panel', 'entropy_change']
+           'plan_decomposition', 'plan_zeroshot', 'prompt_check', 'power_note', 'item_bands', 'stratified_difference',
+           'fig2_panel', 'fig2_verdict', 'fig1_panel', 'entropy_change']
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #277450a7
 PROMPT_OVERHEAD = 300  # rough tokens of system prompt, question and instructions per request
@@ -114,6 +114,37 @@ def item_bands(table: pd.DataFrame, cols, by=("config", "turn"), n_resamples: in
             r[f"{c}_low"], r[f"{c}_high"] = bootstrap_ci(g[c], n_resamples=n_resamples, seed=seed)
         rows.append(r)
     return pd.DataFrame(rows)
+
+# %% ../nbs/papers/umad/10c_umad_study.ipynb #strat002
+def stratified_difference(a, b, strata, level: float = 0.95, n_resamples: int = 10_000,
+                          seed: int = 0) -> dict:
+    """The mean of a - b paired by item, averaged with equal weight over `strata`: each stratum's
+    mean difference weighs 1/S, as UMAD Table 1's Average column weighs its five tasks. Its
+    interval is a stratified percentile bootstrap: items are resampled with replacement within
+    each stratum, so each stratum keeps its n (Davison & Hinkley 1997, Sec. 3.2: several samples,
+    resampled apart). `a`, `b` and `strata` are aligned per-item values; an item with a NaN in `a`
+    or `b` is dropped. Returns diff, ci_low, ci_high, level, n_items, n_strata, the per-stratum
+    `strata` {stratum: [n, mean difference]} and `method`."""
+    d = pd.DataFrame({
+        "d": np.asarray(a, dtype=float) - np.asarray(b, dtype=float),
+        "s": np.asarray(strata)
+    }).dropna(subset=["d"])
+    groups = [(k, g.to_numpy()) for k, g in d.groupby("s", sort=False)["d"]]
+    if not groups:
+        return dict(diff=math.nan, ci_low=math.nan, ci_high=math.nan, level=level, n_items=0,
+                    n_strata=0, strata={}, method="stratified bootstrap")
+    rng = np.random.default_rng(seed)
+    # each stratum's resampled means (n_resamples), averaged with weight 1/S
+    boot = sum(x[rng.integers(0, len(x), size=(n_resamples, len(x)))].mean(axis=1)
+               for _, x in groups) / len(groups)
+    lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    return dict(
+        diff=float(np.mean([x.mean() for _, x in groups])), ci_low=float(lo), ci_high=float(hi),
+        level=level, n_items=int(len(d)), n_strata=len(groups), strata={
+            k: [len(x), float(x.mean())]
+            for k, x in groups
+        }, method=f"equal-weight mean over {len(groups)} strata, stratified percentile "
+        "bootstrap over items")
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #96f2e774
 EU_COLOR = "#7b3294"  # Sys-EU; the agents' accuracy is drawn in greys

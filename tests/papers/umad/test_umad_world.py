@@ -86,3 +86,21 @@ def test_heterogeneous_pair_control_round0_identical():
     eff, ctl = (_key(_debate(agents, items, off)) for off in ((), ("debate_noise",)))
     r0 = pd.IndexSlice[:, :, :, 0]
     pd.testing.assert_series_equal(eff.loc[r0, "answer"], ctl.loc[r0, "answer"])
+
+
+def test_zeroshot_gain_control_is_the_same_world_with_conformity_off():
+    """Table 1's control (10d): each zero-shot setting again with conformity off. Round 0 is the effect run's answer by
+    answer; later turns differ, and the weaker heterogeneous agent (A0), lifted by conformity, gains less without it."""
+    p, prof = _params("umad_zeroshot")
+    het = next(pr for pr in p["zeroshot_models"] if pr[0] != pr[1])
+    agents = {m: SimAgent.from_params(prof["sim_agents"][m]) for m in het}
+    assert agents[het[0]].conformity > 0                    # the mechanism the control switches off is on
+    items = sim_items("math500", 40, seed=0, source="fixture")
+    eff, ctl = (_key(_debate(agents, items, off, rounds=3, k=3)) for off in ((), ("conformity",)))
+    r0 = pd.IndexSlice[:, :, :, 0]
+    pd.testing.assert_series_equal(eff.loc[r0, "answer"], ctl.loc[r0, "answer"])
+    later = eff.index.get_level_values("round") > 0
+    assert (eff.loc[later, "answer"] != ctl.loc[later, "answer"]).any()
+    gain = lambda t: (t.xs("a0", level="agent")["correct"].astype(float).groupby(level="round").mean().pipe(
+        lambda s: s.iloc[-1] - s.iloc[0]))
+    assert gain(eff) > gain(ctl)
