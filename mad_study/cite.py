@@ -160,6 +160,8 @@ ALIASES: dict[str, str] = {  # regular expression by which a docstring names a w
     r"Schuirmann": "schuirmann1987tost",
     r"\bWilson\b": "wilson1927",
     r"\bTango\b": "tango1998paired",
+    r"\bNewcombe\b": "newcombe1998interval",
+    r"Zou (&|and) Donner": "zou2008construction",
     r"\bConnor\b": "connor1987sample",
     r"Miettinen": "miettinen1968matched",
     r"\bStudent 1908\b": "student1908",
@@ -248,6 +250,7 @@ REFS.update({
     "stats.paired_inference": ("tango1998paired", "mcnemar1947", "student1908", "fisher1935design"),
     "stats.paired_difference": ("tango1998paired", "mcnemar1947", "student1908",
                                 "fisher1935design"),
+    "stats.mover": ("newcombe1998interval", "zou2008construction", "wilson1927"),
     "stats.beyond_control": ("tango1998paired", "mcnemar1947", "student1908", "fisher1935design"),
     # how many items: the power of the kit's own paired tests (McNemar's score test, the paired
     # t-test)
@@ -257,6 +260,7 @@ REFS.update({
     "power.plan_sizes": ("connor1987sample", "mcnemar1947"),
     "power.power_paired_t": ("student1908",),
     "power.n_for_power_t": ("student1908",),
+    "power.resolvable_effect_t": ("student1908",),
     # every procedure `compare_methods` (and the CLI's `compare`) runs: the paired inference, the
     # Holm-compatible intervals, the omnibus tests, TOST, the accuracy and the token intervals
     "compare.compare_methods": ("tango1998paired", "mcnemar1947", "agresti2005paired",

@@ -17,7 +17,7 @@ from .stats import MIN_ITEMS
 
 # %% auto #0
 __all__ = ['EXACT_BELOW', 'power_paired_binary', 'n_for_power', 'power_paired_t', 'n_for_power_t', 'resolvable_effect',
-           'plan_sizes']
+           'resolvable_effect_t', 'plan_sizes']
 
 # %% ../nbs/evaluation/05f_power.ipynb #1bb44a1b
 def _alpha_level(alpha: float, family: int, who: str) -> float:
@@ -145,7 +145,9 @@ def power_paired_t(n: int, effect: float, sd: float, alpha: float = 0.05, family
     a = _alpha_level(alpha, family, "power_paired_t")
     df, nc = n - 1, math.sqrt(n) * effect / sd
     t = float(stats.t.ppf(1 - a / 2, df))
-    return float(stats.nct.sf(t, df, nc) + stats.nct.cdf(-t, df, nc))
+    # the lower tail as the upper tail of -T (noncentrality -nc): the same number, where scipy's
+    # nct.cdf(-t) returns NaN far in the tail (nc near 10 at 99 df)
+    return float(stats.nct.sf(t, df, nc) + stats.nct.sf(t, df, -nc))
 
 # %% ../nbs/evaluation/05f_power.ipynb #b3c0482e
 def n_for_power_t(effect: float, sd: float, power: float = 0.8, alpha: float = 0.05,
@@ -188,6 +190,25 @@ def resolvable_effect(n: int, discordance: float, power: float = 0.8, alpha: flo
     if f(discordance) < 0:
         return math.nan
     return float(optimize.brentq(f, 0.0, discordance, xtol=1e-10))
+
+# %% ../nbs/evaluation/05f_power.ipynb #589e2c73
+def resolvable_effect_t(n: int, sd: float, power: float = 0.8, alpha: float = 0.05,
+                        family: int = 1) -> float:
+    """The smallest |mean per-item difference| (in `sd`'s unit) that the paired t-test (Student
+    1908; the kit's `paired_inference` for averaged answers) tells apart at `n` items with standard
+    deviation `sd` of the per-item differences, with power `power` at Bonferroni's level `alpha /
+    family`: the root in the effect of `power_paired_t`, the converse of `n_for_power_t`."""
+    if not 0 < power < 1:
+        raise ConfigError("resolvable_effect_t: power is a probability in (0, 1)", key="power",
+                          value=power)
+    # the argument checks of the power itself (n a whole number >= 2, sd > 0)
+    f = lambda e: power_paired_t(n, e, sd, alpha, family) - power
+    if f(0.0) >= 0:
+        return 0.0
+    hi = float(sd)
+    while f(hi) < 0:
+        hi *= 2
+    return float(optimize.brentq(f, 0.0, hi, xtol=1e-12 * sd))
 
 # %% ../nbs/evaluation/05f_power.ipynb #46dfdefa
 def plan_sizes(rows: pd.DataFrame | Sequence[Mapping], power: float = 0.8, alpha: float = 0.05,

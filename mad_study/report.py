@@ -866,11 +866,13 @@ def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
     """The one rule for a verdict's `effect` (the kit's own): "not testable" when `cause` says why
     the world cannot produce it; "yes" when [`low`, `high`] excludes 0 on the paper's `sign` side;
     "no" when it excludes 0 on the other side; "smaller than printed" when it holds 0 but lies below
-    the paper's `printed` number (same unit, on the paper's side); else "not resolved". Returns {"effect", "kit"}: the kit's words, e.g. "+1.2 [-3.0,
-    +5.4] points; printed +7.0 outside"."""
-    if sign not in (1, -1):
-        raise ConfigError("effect_verdict: the paper's sign is +1 or -1", key="sign", value=sign,
-                          choices=(1, -1))
+    the paper's `printed` number (same unit, on the paper's side); else "not resolved". `sign` 0
+    is a claim of no difference (the paper's test found none): "yes" when the interval holds 0 (not
+    told apart at this n, as in the paper), "no" when it excludes 0. Returns {"effect", "kit"}: the
+    kit's words, e.g. "+1.2 [-3.0, +5.4] points; printed +7.0 outside"."""
+    if sign not in (1, -1, 0):
+        raise ConfigError("effect_verdict: the paper's sign is +1, -1 or 0 (no difference)",
+                          key="sign", value=sign, choices=(1, -1, 0))
     has_ci = not (pd.isna(low) or pd.isna(high))
     kit = f"{diff:+.1f} " + (f"[{low:+.1f}, {high:+.1f}]"
                              if has_ci else "(no interval)") + f" {unit}"
@@ -880,6 +882,15 @@ def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
                                               if outside else " inside" if has_ci else "")
     if cause:
         return {"effect": "not testable", "kit": f"{kit}; not testable: {cause}"}
+    if sign == 0:
+        # a claim of no difference: the paper's test told the two apart nowhere
+        if not has_ci:
+            return {"effect": "not resolved", "kit": kit}
+        apart = low > 0 or high < 0
+        return {
+            "effect": "no" if apart else "yes",
+            "kit": kit + ("; excludes 0: told apart" if apart else "; holds 0: not told apart")
+        }
     if has_ci and (low > 0 or high < 0):
         effect = "yes" if np.sign(diff) == sign else "no"
     else:

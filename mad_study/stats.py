@@ -20,7 +20,7 @@ from .voting import vote_table
 # %% auto #0
 __all__ = ['PAIRED_TESTS', 'MIN_ITEMS', 'bootstrap_ci', 'boot_mean_ci', 'all_binary', 'paired_test', 'accuracy_ci',
            'simulate_paired', 'score_interval', 'paired_inference', 'item_means', 'paired_difference', 'beyond_control',
-           'tost', 'condition_labels', 'per_item_results']
+           'mover', 'tost', 'condition_labels', 'per_item_results']
 
 # %% ../nbs/evaluation/05b_stats.ipynb #d57d6595
 def bootstrap_ci(values: Sequence[float], statistic=np.mean, level: float = 0.95,
@@ -480,6 +480,31 @@ def beyond_control(effect: Sequence[float], control: Sequence[float], sign: floa
     resolved = d["ci_low"] > 0 or d["ci_high"] < 0
     d["verdict"] = "not resolved" if not resolved else "yes" if np.sign(d["diff"]) == sign else "no"
     return d
+
+# %% ../nbs/evaluation/05b_stats.ipynb #1e57b055
+def mover(terms: Sequence[tuple[int, int, int]], level: float = 0.95) -> dict:
+    """A signed sum of independent proportions, `terms` = [(sign, successes, n), ...], with its
+    interval by the method of variance estimates recovery from each term's Wilson interval
+    (Newcombe 1998, method 10; Zou & Donner 2008): {"diff", "ci_low", "ci_high", "n_items"} as
+    fractions, like `paired_difference`."""
+    if not terms:
+        raise ConfigError("mover: no terms to sum", key="terms", value=terms)
+    d, lo2, hi2 = 0.0, 0.0, 0.0
+    for s, k, n in terms:
+        if s not in (1, -1) or not 0 <= k <= n or n < 1:
+            raise ConfigError("mover: each term is (sign +1 or -1, successes, n >= successes)",
+                              key="term", value=(s, k, n))
+        p = k / n
+        lo, hi = wilson_ci(int(k), int(n), level)
+        d += s * p
+        lo2 += (p - lo)**2 if s > 0 else (hi - p)**2
+        hi2 += (hi - p)**2 if s > 0 else (p - lo)**2
+    return {
+        "diff": d,
+        "ci_low": d - lo2**0.5,
+        "ci_high": d + hi2**0.5,
+        "n_items": int(sum(n for _, _, n in terms))
+    }
 
 # %% ../nbs/evaluation/05b_stats.ipynb #9ce8050c
 def tost(a: Sequence[float], b: Sequence[float], margin: float, alpha: float = 0.05, *,
