@@ -127,6 +127,8 @@ def clean_number_text(s: str) -> str:
     dropped, a LaTeX fraction of digits as `a/b`, LaTeX thousands separators as commas, `\text{...}`
     unwrapped, `\$`, `\%`, `\left` and `\right` dropped (the kit's own)."""
     s = s.replace("−", "-").replace("–", "-").replace("\u2009", "").replace("\u202f", "")
+    if "\\" not in s and "{" not in s:
+        return s  # every form below holds a backslash or a brace
     s = re.sub(r"\\[dt]?frac\s*\{\s*([-−]?[\d.,]+)\s*\}\s*\{\s*([\d.,]+)\s*\}", r"\1/\2", s)
     s = re.sub(r"\\[dt]?frac\s*(\d)(\d)", r"\1/\2", s)
     s = re.sub(r"(\d)\{,\}(\d)", r"\1,\2", s)
@@ -145,7 +147,9 @@ def to_fraction(m: re.Match) -> Fraction | None:
     `_MAX_DIGITS` characters."""
     if m.end() - m.start() > _MAX_DIGITS:
         return None
-    val = Fraction(m.group("int").replace(",", "") + (m.group("frac") or ""))
+    digits, frac = m.group("int").replace(",", ""), m.group("frac")
+    # an integer's value from `int` (Fraction's own reading of a string is a regular expression)
+    val = Fraction(digits + frac) if frac else Fraction(int(digits))
     if m.group("den") is not None:
         den = Fraction(m.group("den"))
         if den == 0:

@@ -298,7 +298,10 @@ def make_protocol(name: str = "fully_connected", **kw) -> Protocol:
 def _with_system(msgs: list[dict], system: str | None) -> list[dict]:
     """`msgs` with its leading system message set to `system` (removed when None): a role changed by
     the protocol is sent."""
-    rest = msgs[1:] if msgs and msgs[0].get("role") == "system" else msgs
+    lead = msgs[0] if msgs else None
+    if system and lead == {"role": "system", "content": system}:
+        return list(msgs)  # already this system message (equal, nothing else in it)
+    rest = msgs[1:] if lead is not None and lead.get("role") == "system" else msgs
     return ([{"role": "system", "content": system}] if system else []) + list(rest)
 
 # %% ../nbs/engine/04_debate.ipynb #e9be3943
@@ -348,10 +351,15 @@ def transcript_row(slot: TurnSlot, gen: Generation, *, experiment: str, method: 
         "text": text,
         "answer": ans,
         "correct": bool(correct),
-        "images": ",".join(it.images) or None
+        "images": ",".join(it.images) or None,
+        # core.SIGNALS
+        "logprob_sum": gen.logprob_sum,
+        "logprob_min": gen.logprob_min,
+        "logprob_mean": gen.logprob_mean,
+        "perplexity": gen.perplexity,
+        "token_entropy": gen.token_entropy,
+        "confidence": gen.confidence
     }
-    for s in SIGNALS:
-        r[s] = getattr(gen, s)
     return r
 
 # %% ../nbs/engine/04_debate.ipynb #52d3e3be
@@ -570,6 +578,17 @@ def _slot(item: Item, agent: str, model: str, role: str, round: int, sample: int
                          position=position, peers=peers)
     return slot
 
+# %% ../nbs/engine/04_debate.ipynb #s64lay00
+@patch
+def _layout(self: _DebateRun, plan: RoundPlan) -> list[tuple]:
+    "Each agent's (agent, turn, role, position, peers) in `plan`, in list order."
+    where = {a: i for i, a in enumerate(plan.order)}
+    out = []
+    for a in self.agents:
+        turn = plan.turns[a.name]
+        out.append((a, turn, turn.role or a.role, where[a.name], tuple(turn.peers)))
+    return out
+
 # %% ../nbs/engine/04_debate.ipynb #9dbdaa23
 @patch
 def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, GenRequest]]:
@@ -578,28 +597,28 @@ def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, 
     if self.protocol_seed is None:
         self.protocol_seed = derive_seed(seed, "protocol", self.protocol.name)
         self.static = _static_plan(self.protocol, self.agents)
+    # one plan for every thread (round 0, and a protocol without hooks of its own): laid out once
+    shared = None
+    if rnd == 0:
+        shared = self._layout(_round_plan(self.protocol, self.agents, {}, None, 0, 0, seed))
+    elif self.static is not None:
+        shared = self._layout(self.static)
+    request = self.sampling.request
     for it, k in threads:
         th = (it.id, k)
         hist_th, conv_th = self.hist[th], self.conv[th]
-        if rnd > 0 and self.static is not None:
-            plan = self.static
-        else:
-            plan = _round_plan(self.protocol, self.agents, hist_th, it, k, rnd, seed,
-                               self.protocol_seed)
-        where = {a: i for i, a in enumerate(plan.order)}
-        for a in self.agents:
-            turn = plan.turns[a.name]
-            slot = _slot(it, a.name, a.model, turn.role or a.role, rnd, k, where[a.name],
-                         tuple(turn.peers))
+        lay = shared if shared is not None else self._layout(
+            _round_plan(self.protocol, self.agents, hist_th, it, k, rnd, seed, self.protocol_seed))
+        for a, turn, role, position, peers in lay:
+            slot = _slot(it, a.name, a.model, role, rnd, k, position, peers)
             if rnd > 0 and not turn.speak:
                 self.add(th, _reused_row(hist_th[a.name][-1], slot))
                 continue
             msgs = self.messages(th, slot, turn)
             conv_th[a.name] = list(msgs) if rnd == 0 else msgs
             meta = {"item": it, "agent": a.name, "round": rnd, "sample": k}
-            s = derive_seed(seed, it.id, a.name, rnd, k)
-            req = self.sampling.request(msgs, seed=s, meta=meta)
-            jobs.append((slot, req))
+            jobs.append(
+                (slot, request(msgs, seed=derive_seed(seed, it.id, a.name, rnd, k), meta=meta)))
     return jobs
 
 # %% ../nbs/engine/04_debate.ipynb #25f97da6
@@ -607,7 +626,8 @@ def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, 
 def generate(self: _DebateRun, jobs: list, backends: Mapping[str, Any]) -> None:
     """Generate `jobs` [(slot, request)], adding each row to the state and each text to its
     conversation."""
-    parsed, graded = self.parsed, self.graded
+    parsed, graded, rows, hist, conv = self.parsed, self.graded, self.rows, self.hist, self.conv
+    experiment, method = self.experiment, self.method
     for (slot, _), g in zip(jobs, generate_turns(backends, jobs)):
         # `turn_rows`' row, its answer read from the run's memo: the parser is a function of the
         # text and the format alone
@@ -628,12 +648,13 @@ def generate(self: _DebateRun, jobs: list, backends: Mapping[str, Any]) -> None:
             ok = graded.get(gk)
             if ok is None:
                 ok = graded[gk] = bool(is_correct(ans, it.gold, fmt))
-        row = transcript_row(slot, g, experiment=self.experiment, method=self.method, answer=ans,
-                             correct=ok)
+        row = transcript_row(slot, g, experiment=experiment, method=method, answer=ans, correct=ok)
+        # `add`, and the text joins the agent's conversation (the engine's own list: a request
+        # holds a copy of its messages)
         th = (it.id, slot.sample)
-        self.add(th, row)
-        # the conversation is the engine's own list (a request holds a copy of its messages)
-        self.conv[th][slot.agent].append({"role": "assistant", "content": row["text"]})
+        rows.append(row)
+        hist[th][slot.agent].append(row)
+        conv[th][slot.agent].append({"role": "assistant", "content": row["text"]})
 
 # %% ../nbs/engine/04_debate.ipynb #295b4e36
 def _sorted_transcript(rows: list[dict], items: Sequence[Item],

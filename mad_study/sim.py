@@ -494,15 +494,30 @@ def p_solve(self: SimBackend, item: Item) -> float:
         p = memo[1][key] = sigmoid(logit(s) - item_difficulty(item, self.agent.difficulty_sd))
     return p
 
+# %% ../nbs/backends/03b_sim.ipynb #s64rcdf0
+def _cdf(w: Sequence[float]) -> list[float]:
+    "The running sums of the weights `w` over their total (the last is 1 up to rounding)."
+    t, c, cdf = sum(w), 0.0, []
+    for x in w:
+        c += x / t
+        cdf.append(c)
+    return cdf
+
+
+def _recency_weights(m: int, recency: float) -> list[float]:
+    "The weight exp(recency * j / (m - 1)) of the j-th of `m` shown answers."
+    return [math.exp(recency * j / max(m - 1, 1)) for j in range(m)]
+
+
+@functools.lru_cache(maxsize=256)
+def _recency_cdf(m: int, recency: float) -> tuple[float, ...]:
+    "`_cdf(_recency_weights(m, recency))`, made once per number shown and recency."
+    return tuple(_cdf(_recency_weights(m, recency)))
+
 # %% ../nbs/backends/03b_sim.ipynb #9597ed3a
 @functools.lru_cache(maxsize=256)
 def _zipf_cdf(n: int, a: float) -> tuple[float, ...]:
-    w = [1.0 / (i + 1)**a for i in range(n)]
-    t, c, out = sum(w), 0.0, []
-    for x in w:
-        c += x / t
-        out.append(c)
-    return tuple(out)
+    return tuple(_cdf([1.0 / (i + 1)**a for i in range(n)]))
 
 
 def _pick(cdf: Sequence[float], u: float) -> int:
@@ -544,15 +559,13 @@ def decide(self: SimBackend, item: Item, own: str | None, shown: Sequence[str], 
     if shown and gold in shown and u[SLOTS["persuasion"].start] < a.persuasion:
         return gold
     if shown and u_adopt < a.conformity:
-        m = len(shown)
-        w = [math.exp(a.recency * j / max(m - 1, 1)) for j in range(m)]
         if a.tier_trust and tags:
-            w = [x * t for x, t in zip(w, self.tier_weights(tags))]
-        t, c, cdf = sum(w), 0.0, []
-        for x in w:
-            c += x / t
-            cdf.append(c)
-        return shown[_pick(cdf, u_pick)]
+            w = [
+                x * t
+                for x, t in zip(_recency_weights(len(shown), a.recency), self.tier_weights(tags))
+            ]
+            return shown[_pick(_cdf(w), u_pick)]
+        return shown[_pick(_recency_cdf(len(shown), a.recency), u_pick)]
     bonus = a.recognition if (shown and gold in shown) else 0.0
     return self._independent(item, u, bonus)
 
@@ -572,13 +585,19 @@ except ImportError:  # pragma: no cover
     _normal_dist_inv_cdf = None
 
 
-def _std_normals(u: Sequence[float]) -> list[float]:
+def _std_normals(u: Sequence[float]) -> Sequence[float]:
     "`_N01.inv_cdf` of each uniform in `u` (the same numbers)."
-    if _normal_dist_inv_cdf is None or not (0.0 < min(u) and max(u) < 1.0):
+    inv = _normal_dist_inv_cdf
+    if inv is not None and len(u) == 4:
+        # a turn's four signal uniforms, each checked and inverted in turn
+        u0, u1, u2, u3 = u
+        if 0.0 < u0 < 1.0 and 0.0 < u1 < 1.0 and 0.0 < u2 < 1.0 and 0.0 < u3 < 1.0:
+            return inv(u0, 0.0, 1.0), inv(u1, 0.0, 1.0), inv(u2, 0.0, 1.0), inv(u3, 0.0, 1.0)
+    if inv is None or not (0.0 < min(u) and max(u) < 1.0):
         return [_N01.inv_cdf(x) for x in u]
-    return [_normal_dist_inv_cdf(x, 0.0, 1.0) for x in u]
+    return [inv(x, 0.0, 1.0) for x in u]
 
-
+# %% ../nbs/backends/03b_sim.ipynb #s64sig00
 @patch
 def _signals(self: SimBackend, correct: bool, n_tokens: int, agree: float, u: Sequence[float],
              p_solve: float | None = None) -> dict:
@@ -629,24 +648,18 @@ def _unstable(self: SimBackend, item: Item, answer: str | None, u: Sequence[floa
     return cands[int(u[1] * len(cands))]
 
 # %% ../nbs/backends/03b_sim.ipynb #44145eaf
-# byte -> 1 for the ASCII whitespace `str.split` splits at (tab to carriage return, the four
-# separators \x1c-\x1f, space), else 0
-_WS_BYTES = bytes(1 if b < 128 and chr(b).isspace() else 0 for b in range(256))
-_ONES: dict[int, int] = {}  # length n -> the integer with a 1 in each of n bytes
+# byte -> b" " for the ASCII whitespace `str.split` splits at (tab to carriage return, the four
+# separators \x1c-\x1f, space), else b"x"
+_WS_MAP = bytes(0x20 if b < 128 and chr(b).isspace() else 0x78 for b in range(256))
 
 
 def _count_words(s: str) -> int:
-    """`len(s.split())` without making the words: for an ASCII text, the bytes that begin a word
-    (not whitespace, first or after whitespace) counted as bits of one integer."""
-    n = len(s)
-    if n < 256 or not s.isascii():
+    """`len(s.split())` without making the words: an ASCII text's bytes mapped to b" " (whitespace)
+    or b"x" (the rest), and its words counted where an x begins it or follows a space."""
+    if not s.isascii():
         return len(s.split())
-    ws = int.from_bytes(s.encode("ascii").translate(_WS_BYTES), "little")
-    ones = _ONES.get(n)
-    if ones is None:
-        _trim(_ONES)
-        ones = _ONES[n] = int.from_bytes(b"\x01" * n, "little")
-    return ((ones ^ ws) & ((ws << 8) | 1)).bit_count()
+    b = s.encode("ascii").translate(_WS_MAP)
+    return b.count(b" x") + b.startswith(b"x")
 
 
 def _n_words(s: str) -> int:
@@ -685,11 +698,13 @@ _U_PARSE, _U_TEXT = SLOTS["parse_fail"].start, SLOTS["text"].start
 def _turn(self: SimBackend, req: GenRequest, item: Item, u: Sequence[float]) -> Generation:
     """One turn: read one's previous answer and the answers shown, decide, write and measure (all
     draws from the turn's common random numbers `u`)."""
-    a = self.agent
+    a, counted = self.agent, _WORD_COUNTS
     last_user, last_assistant, n_words = None, None, 0
     for m in req.messages:
         c = m["content"]
-        n_words += _n_words(c)
+        # `_n_words(c)`, its memo read here first (a debate resends its earlier messages)
+        n = counted.get(c)
+        n_words += _n_words(c) if n is None else n
         role = m["role"]
         if role == "user":
             last_user = c
@@ -716,7 +731,7 @@ def _turn(self: SimBackend, req: GenRequest, item: Item, u: Sequence[float]) -> 
     # `compose_text(answer, item.fmt, a.response_words, u_text)` and its word count
     text, words = _composed(answer, item.fmt, int(a.response_words), int(u[_U_TEXT] * N_BODIES))
     n_tok = min(max(1, int(round(words * 1.3))), int(req.max_new_tokens))
-    agree = (sum(s == answer for s in shown) / len(shown)) if shown else 0.0
+    agree = (shown.count(answer) / len(shown)) if shown else 0.0
     correct = answer is not None and answer == str(item.gold)
     sig = self._signals(correct, n_tok, agree, u[_U_SIGNALS], p_solve=self.p_solve(item))
     if a.context_entropy and debate_turn:
