@@ -22,7 +22,7 @@ from .debate import FullyConnected, make_agents, run_debate
 from .madc import item_scores, run_strategies
 from .protocols import make_baseline
 from .rumad import rumad_prompt
-from .registry import load_profile
+from .registry import experiments, load_profile
 from .sim import (MECHANISMS as SIM_MECHANISMS, SimAgent, SimBackend, item_difficulty,
                            logit, sim_items, switch_off)
 from .stats import MIN_ITEMS, beyond_control, paired_inference
@@ -31,10 +31,10 @@ from .power import n_for_power, resolvable_effect
 from .voting import vote_table
 
 # %% auto #0
-__all__ = ['FITTED_FIELD', 'UMAD_FLIP_DESIGN', 'STATISTICS', 'GRIDS', 'FIT_ORDER', 'CONTROLS', 'MECHANISM_CONTROLS',
-           'NEUTRAL_CAUSE', 'JUDGED_IN', 'RUMAD_TENSION', 'FIT_APART', 'SVR_SHARES', 'sim_model_of',
-           'calibration_targets', 'claim_rows', 'World', 'world_from_profile', 'expected_round0', 'fit_task_skill',
-           'competence_fit', 'round0_accuracy', 'du_debate_gain', 'madc_runs', 'madc_debate_gain',
+__all__ = ['FITTED_FIELD', 'RUMAD_DESIGN', 'UMAD_FLIP_DESIGN', 'STATISTICS', 'GRIDS', 'FIT_ORDER', 'CONTROLS',
+           'MECHANISM_CONTROLS', 'NEUTRAL_CAUSE', 'JUDGED_IN', 'RUMAD_TENSION', 'FIT_APART', 'SVR_SHARES',
+           'sim_model_of', 'calibration_targets', 'claim_rows', 'World', 'world_from_profile', 'expected_round0',
+           'fit_task_skill', 'competence_fit', 'round0_accuracy', 'du_debate_gain', 'madc_runs', 'madc_debate_gain',
            'madc_truth_last_gain', 'madc_agent_scaling', 'madc_vs_mad', 'madc_mad_vs_sc', 'rumad_dense_sparse_gap',
            'umad_turn_gain', 'umad_pair', 'umad_flip_gap', 'sim_number', 'FitStep', 'fit_steps', 'fit_world',
            'fit_grid', 'power_items', 'claim_judged_in', 'mechanism_check', 'tension_sentence', 'calibration_table',
@@ -134,19 +134,37 @@ def _du_umad_rows(mm: Mapping[str, str]) -> list[dict]:
                  note="" if homog else "heterogeneous pair: not in this pass"))
     return rows
 
+# %% ../nbs/study/16_calibration.ipynb #rumdes01
+# the calibration rows' design for RUMAD Table 2's MAD - S-MAD star: rumad_derail's, which the fit
+# minimises and which judges the claims
+RUMAD_DESIGN = (
+    "Table 2's protocol (MAD and S-MAD star, all 5 debate rounds, no early stop) on rumad_derail's "
+    "items and threads: the design the fit minimises and rumad_derail judges")
+
 # %% ../nbs/study/16_calibration.ipynb #6d150b65
 def _other_rows(mm: Mapping[str, str]) -> list[dict]:
-    """RUMAD Table 2 (MAD - S-MAD star, the kit's rumad_all models), SVR-MAD Table 1 (SVR-MAD -
+    """RUMAD Table 2 (MAD - S-MAD star, the kit's rumad_all models, on rumad_derail's design: its
+    items and threads, `fixed_items` x `fixed_threads`), SVR-MAD Table 1 (SVR-MAD -
     GroupDebate: signals, set by hand) and Meta-Debate Tables 1-2 (the role sim's family,
     `RoleSimBackend`, fitted apart)."""
     rows = []
+    # the design rumad_derail runs (params/rumad/rumad_derail.yaml, sim profile): Table 2's items (a
+    # fixture with fewer: all of it) x its threads. The fit minimises it and rumad_derail judges the
+    # claims on it, so these rows read the same numbers (a row's fixed_items / fixed_threads)
+    d = experiments()["rumad_derail"].spec
+    dp = {**d["params"], **(d.get("profiles") or {}).get("sim", {})}
     rt = paper_table("rumad_tab2").set_index(["task", "method"])["accuracy_pct"].astype(float)
     rm = "llama-3.1-8b-instruct+glm-4-9b-chat+deepseek-math-7b-instruct"
     for t in ("MMLU", "GPQA", "GSM8K"):
         x = rt[(t, "MAD")] - rt[(t, "S-MAD star")]
         rows.append(
-            _row("RUMAD", "RUMAD Table 2", "MAD - S-MAD star accuracy (points)", rm, t.lower(), x,
-                 "context_harm", "rumad_dense_sparse_gap", mm))
+            {
+                **_row("RUMAD", "RUMAD Table 2", "MAD - S-MAD star accuracy (points)", rm, t.lower(
+                ), x, "context_harm", "rumad_dense_sparse_gap", mm), "fixed_items": int(
+                    dp["n_items"]),
+                "fixed_threads": int(dp["derail_threads"]),
+                "design": RUMAD_DESIGN
+            })
     note = "signals set by hand (stubbornness is fitted apart: fitted_apart_rows)"
     for (llm, ds), g in paper_table("svr_tab1").groupby(["llm", "dataset"], sort=False):
         a = g.set_index("key")["Acc (%)"].astype(float)
@@ -902,6 +920,12 @@ JUDGED_IN = (
     dict(source="UMAD Fig. 5", quantity="flip ratio", model=None, tasks=None, artefact="umad_fig5",
          number=None, key=lambda r, p: "the stronger model is a stable anchor",
          control="conformity"),
+    # RUMAD Table 2's MAD - S-MAD star per task: rumad_derail judges it on the same design
+    # (`RUMAD_DESIGN`) in the profile's world
+    dict(source="RUMAD Table 2", quantity="MAD - S-MAD star", model=None, tasks=None,
+         artefact="rumad_derail", number="row",
+         key=lambda r, p: f"{r['task']}: MAD - S-MAD star {p:+.0f} points",
+         control="not applicable"),
     dict(source="Meta-Debate Table 2", quantity="Meta-Debate - best other row", model=None,
          tasks=None, artefact="meta_tab2", number="row",
          key=lambda r, p: f"{r['quantity'].rpartition(', ')[2]} {p:+.1f}",
@@ -1047,6 +1071,25 @@ def _claim_sentence(r: Mapping, sign: float, e: dict) -> str:
         f"the sim's {e['sim']:+.1f} is judged by effect - control's sign, and no interval is held "
         f"against a number.")
 
+# %% ../nbs/study/16_calibration.ipynb #rowdes01
+def _row_design(world: World, r: Mapping, n_items: int, seeds: int, stats: Mapping,
+                pilot_items: int, min_items: int) -> tuple[int, int, float | None]:
+    """A calibration row's items, threads and discordance (None: the caller takes its own pair's):
+    the row's own `fixed_items` x `fixed_threads` where it has them (RUMAD Table 2: rumad_derail's
+    items and threads, where its claims are judged; a fixture with fewer items: all of it; capped at
+    `n_items`, the time budget, as `power_items` is), else `power_items` at `seeds` threads (MADC,
+    UMAD and Du et al.'s rows)."""
+    fixed = r.get("fixed_items")
+    if fixed is None or pd.isna(fixed):
+        n, disc = power_items(world, r, n_items, seeds, stats, pilot_items, min_items)
+        return n, seeds, disc
+    k = int(min(fixed, n_items))
+    try:
+        n = len(sim_items(r["task"], k))
+    except ConfigError:
+        n = min(len(sim_items(r["task"])), k)
+    return n, int(r["fixed_threads"]), None
+
 # %% ../nbs/study/16_calibration.ipynb #66a59ee9
 def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, seeds: int = 1,
                       stats: Mapping | None = None, fit_log: pd.DataFrame | None = None,
@@ -1056,7 +1099,7 @@ def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, s
     number, the sim's number with its 95% interval (items as clusters, `paired_inference`), the same
     statistic with the row's mechanisms off (`CONTROLS`: same items and seeds), and effect - control
     with its 95% interval (`beyond_control`, the paired t; a difference that never varies: its
-    mean). Items per row from power (`power_items`, capped at `n_items`); `resolves`: the effect
+    mean). Items and threads per row: `_row_design`; `resolves`: the effect
     they resolve with 80% power. `verdict`: `_verdict`'s word (`effect_verdict`; "not testable" for
     a mechanism at its neutral value, `NEUTRAL_CAUSE` or "fitted 0"). `status`: one per parameter
     and model (`_param_status`), "not a fit here" where the mechanism changes no answer
@@ -1087,9 +1130,11 @@ def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, s
         # the control of a mechanism already at its neutral value is the effect itself
         neutral = bool(off) and all(
             switch_off(world.agent(m), off) == world.agent(m) for m in models)
-        n, disc = power_items(world, r, n_items, seeds, stats, pilot_items, min_items)
-        e = sim_number(world, r, n, seeds, stats)
-        c = sim_number(world, r, n, seeds, stats, off=off) if off and not neutral else None
+        n, threads, disc = _row_design(world, r, n_items, seeds, stats, pilot_items, min_items)
+        e = sim_number(world, r, n, threads, stats)
+        # a fixed design's discordance: its own pair's
+        disc = float(np.mean(np.abs(e["diff"]))) / 100 if disc is None else disc
+        c = sim_number(world, r, n, threads, stats, off=off) if off and not neutral else None
         resolved = lambda x: x is not None and (x["ci_low"] > 0 or x["ci_high"] < 0)
         printed = float(r["printed"])
         sign = np.sign(printed) if np.isfinite(printed) else float(r.get("sign", np.nan))
@@ -1128,7 +1173,7 @@ def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, s
                                                      and e["sim"] > printed)):
             t = _miss_sentence(r, param, value, status, e, c, e["n_items"])
         design = r.get("design")
-        design = f"{e['n_items']} items x {seeds} thread{'s' if seeds != 1 else ''}" + (
+        design = f"{e['n_items']} items x {threads} thread{'s' if threads != 1 else ''}" + (
             f"; {design}" if isinstance(design, str) and design else "")
         rows.append(
             dict(
