@@ -17,7 +17,7 @@ from .stats import MIN_ITEMS
 
 # %% auto #0
 __all__ = ['EXACT_BELOW', 'power_paired_binary', 'n_for_power', 'power_paired_t', 'n_for_power_t', 'resolvable_effect',
-           'resolvable_effect_t', 'plan_sizes']
+           'resolvable_effect_t', 'claim_power', 'plan_sizes']
 
 # %% ../nbs/evaluation/05f_power.ipynb #1bb44a1b
 def _alpha_level(alpha: float, family: int, who: str) -> float:
@@ -209,6 +209,34 @@ def resolvable_effect_t(n: int, sd: float, power: float = 0.8, alpha: float = 0.
     while f(hi) < 0:
         hi *= 2
     return float(optimize.brentq(f, 0.0, hi, xtol=1e-12 * sd))
+
+# %% ../nbs/evaluation/05f_power.ipynb #6ea89d33
+def claim_power(diffs: Sequence[float], printed: float | None = None, power: float = 0.8,
+                alpha: float = 0.05, family: int = 1, unit: str = "points") -> dict:
+    """A claim's power from its per-item differences `diffs` (one per item, NaN dropped), for the
+    paired t-test (Student 1908) at Bonferroni's level `alpha / family`: `n`, `sd`, `resolves` (the
+    effect told apart with `power` at n, `resolvable_effect_t`), `needs` (the n at which the
+    `printed` effect would be, `n_for_power_t`; None for no printed number or a printed 0),
+    `enough` (n >= needs) and `sentence`, e.g. "n = 200 resolves 6.4 points with 80% power (paired
+    t); the printed +8.0 needs n = 128". Differences with no spread (or under 2 items) resolve
+    nothing: `resolves` NaN and `needs` None, said in the sentence."""
+    d = np.asarray(pd.to_numeric(pd.Series(list(diffs), dtype=object), errors="coerce"), float)
+    d = d[np.isfinite(d)]
+    n = int(d.size)
+    sd = float(d.std(ddof=1)) if n >= 2 else math.nan
+    pw = f"{power:.0%} power"
+    if not sd > 0:
+        why = "fewer than 2 items" if n < 2 else "differences without spread"
+        return dict(n=n, sd=sd, resolves=math.nan, needs=None, enough=None,
+                    sentence=f"n = {n}: no power statement ({why})")
+    res = resolvable_effect_t(n, sd, power, alpha, family)
+    needs = (n_for_power_t(printed, sd, power, alpha, family)
+             if printed is not None and printed != 0 and math.isfinite(printed) else None)
+    s = f"n = {n} resolves {res:.1f} {unit} with {pw} (paired t)"
+    if needs is not None:
+        s += f"; the printed {printed:+.1f} needs n = {needs}"
+    return dict(n=n, sd=sd, resolves=res, needs=needs, enough=None if needs is None else n >= needs,
+                sentence=s)
 
 # %% ../nbs/evaluation/05f_power.ipynb #46dfdefa
 def plan_sizes(rows: pd.DataFrame | Sequence[Mapping], power: float = 0.8, alpha: float = 0.05,
