@@ -385,14 +385,16 @@ def check_tab1_caption(cmp: pd.DataFrame, caption: str) -> None:
         assert s in caption, s
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #t1p0wer1
-def tab1_power(items: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
+def tab1_power(items: pd.DataFrame, models: Sequence[str], family: int = 1) -> pd.DataFrame:
     """SVR-MAD minus GroupDebate per model and dataset, the paper's claim of equal or better
     accuracy (Table 1): the paper's printed gap beside the sim's, the sim's discordance (items one
-    method gets right and the other wrong) as the pilot, the items the paper's gap would need at 80%
-    power (`power.n_for_power`, McNemar) and the gap this n resolves (`power.resolvable_effect`).
-    The paper's models in its order: GPT-OSS-120B, DeepSeek-V3.1."""
+    method gets right and the other wrong) and the claim's power (`power.claim_power`: the paired t
+    on the per-problem differences, an item's samples averaged, at Bonferroni's level over `family`
+    gaps): the items the paper's gap would need at 80% power (`n_needed`, NaN for a printed 0), the
+    gap this n resolves (`resolves_pts`) and the sentence. The paper's models in its order:
+    GPT-OSS-120B, DeepSeek-V3.1."""
     from mad_study.loading import paper_table
-    from mad_study.power import n_for_power, resolvable_effect
+    from mad_study.power import claim_power
 
     pt = paper_table("svr_tab1")
     llm = dict(zip(models, ("GPT-OSS-120B", "DeepSeek-V3.1")))
@@ -402,20 +404,17 @@ def tab1_power(items: pd.DataFrame, models: Sequence[str]) -> pd.DataFrame:
         a, b = METHOD_LABELS["svr_mad"], METHOD_LABELS["groupdebate"]
         if a not in w or b not in w:
             continue
-        w = w[[a, b]].dropna() > 0.5
-        p10, p01 = float((w[a] & ~w[b]).mean()), float((~w[a] & w[b]).mean())
+        w = w[[a, b]].dropna()
+        diff = 100 * (w[a] - w[b])
         p = pt[(pt["llm"] == llm.get(m)) & (pt["dataset"] == d.split(" (")[0])].set_index("key")
         paper = (float(p.loc["svr_mad", "Acc (%)"]) - float(p.loc["groupdebate", "Acc (%)"])
                  if {"svr_mad", "groupdebate"} <= set(p.index) else np.nan)
-        disc, n = p10 + p01, len(w)
-        try:
-            need = n_for_power(paper / 100, disc) if np.isfinite(paper) and disc > 0 else np.nan
-        except ConfigError:  # the paper's gap is larger than the sim's discordance allows
-            need = np.nan
-        res = 100 * resolvable_effect(n, disc) if disc > 0 else np.nan
+        cp = claim_power(diff, paper if np.isfinite(paper) else None, family=family)
         rows.append(
-            dict(model=m, dataset=d, n=n, sim_gap=100 * (p10 - p01), paper_gap=paper,
-                 discordance=disc, n_needed=need, resolves_pts=res))
+            dict(model=m, dataset=d, n=len(w), sim_gap=float(diff.mean()), paper_gap=paper,
+                 discordance=float(
+                     (diff != 0).mean()), n_needed=np.nan if cp["needs"] is None else cp["needs"],
+                 resolves_pts=cp["resolves"], power=cp["sentence"]))
     return pd.DataFrame(rows)
 
 # %% ../nbs/papers/svr/12b_svr_study.ipynb #t1cap002
@@ -439,8 +438,11 @@ def table1_reader_caption(cmp: pd.DataFrame, label: str | None, verdict: str,
     # no GroupDebate run (the cpu profile): no power row
     if power is not None and power.get("resolves_pts", pd.Series(dtype=float)).notna().any():
         r, need = power["resolves_pts"].dropna(), power["n_needed"].dropna()
-        res = f" This n resolves a gap to GroupDebate of {r.min():.0f}-{r.max():.0f} points (McNemar, 80% power)"
-        res += (f"; the paper's would need {need.min():,.0f}-{need.max():,.0f} problems."
+        res = (
+            f" This n resolves a gap to GroupDebate of {r.min():.0f}-{r.max():.0f} points (paired t, "
+            "80% power, Holm's level)")
+        res += (f"; the paper's needs {need.min():,.0f}-{need.max():,.0f} problems" +
+                (": beyond the reproduce budget." if need.max() > n.max() else ".")
                 if len(need) else ".")
     gpu = f" Paper profile on one GPU: {single_gpu_config}." if single_gpu_config else ""
     return (

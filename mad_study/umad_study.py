@@ -81,22 +81,13 @@ def prompt_check(tr, limit):
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #p0wer001
 def power_note(d, effect=None) -> str:
-    """What the items resolve for the per-item differences `d` (paired t, 80% power, two-sided 5%;
-    the sd of `d` is the pilot), and the items the paper's gap `effect` (a fraction) would need
-    (`power.n_for_power_t`)."""
-    from statistics import NormalDist
-
-    from mad_study.power import n_for_power_t
+    """What the items resolve for the per-item differences `d` (fractions, one per item), and the
+    items the paper's gap `effect` (a fraction) would need: `power.claim_power`'s sentence in
+    points (paired t, 80% power, two-sided 5%; the sd of `d` is the pilot)."""
+    from mad_study.power import claim_power
 
     d = pd.Series(d, dtype=float).dropna()
-    sd = float(d.std(ddof=1)) if len(d) > 1 else math.nan
-    if not sd > 0:
-        return f"n = {len(d)} items"
-    z = NormalDist().inv_cdf(0.975) + NormalDist().inv_cdf(0.8)
-    out = f"n = {len(d)} items resolves about {100 * z * sd / math.sqrt(len(d)):.1f} pts (paired t, 80% power)"
-    if effect:
-        out += f"; the paper's {100 * effect:+.1f} pts would need {n_for_power_t(effect, sd)} items"
-    return out
+    return claim_power(100 * d, 100 * effect if effect else None)["sentence"]
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #0a1d7726
 # the interval every UMAD caption and verdict names, in these words (issue 51: one wording)
