@@ -278,7 +278,7 @@ REFS.update({
     "svr_study.ablation_points": ("wilson1927",),
     "svr_study.fig1_comparison": ("efron1979bootstrap", "holm1979"),
     "svr_study.tab1_comparison": ("mcnemar1947", "holm1979"),
-    "svr_study.tab1_power": ("liu2024groupdebate", "mcnemar1947"),
+    "svr_study.tab1_power": ("liu2024groupdebate", "student1908"),
     "svr_study.fig2_comparison": ("mcnemar1947", "tango1998paired", "holm1979", "connor1987sample"),
     "svr_study.table1_reader_caption": ("liu2024groupdebate",),
     "rumad_study.compare_families": ("holm1979",),
