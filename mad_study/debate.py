@@ -434,20 +434,18 @@ def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping
                      protocol.name if method is None else str(method), conv={
                          (it.id, k): {}
                          for it, k in threads
-                     }, hist={
-                         (it.id, k): {
-                             a.name: []
-                             for a in agents
-                         }
-                         for it, k in threads
                      })
+    # a round in columns when every model has the hook and one plan serves every round; else the
+    # request path, with each thread's rows per agent
+    hooks = _round_hooks(run, backends)
+    if hooks is None:
+        run.hist = {(it.id, k): {a.name: [] for a in agents} for it, k in threads}
     rounds = int(debate_rounds) + 1
     # one bar for the whole debate: every turn (a reused one counts done at once); an outer bar
     # grows by it
     total = len(threads) * len(agents) * rounds
     with progress_scope(total, experiment, progress) as bar, _collector_paused(agents, backends):
-        hooks = _round_hooks(run, backends)
-        if hooks is not None:  # a round in columns (every model has the hook, one plan for all)
+        if hooks is not None:
             return run.in_columns(threads, rounds, backends, hooks, bar)
         for rnd in range(rounds):
             jobs = run.requests(threads, rnd)
@@ -756,8 +754,11 @@ def round_columns(self: _DebateRun, threads: list, rnd: int, msgs: list, seeds: 
     for m in dict.fromkeys(a.model for a in self.agents):
         at = [i for i, a in enumerate(self.agents) if a.model == m]
         idx = [t * n_agents + i for t in range(len(threads)) for i in at]
-        its = [threads[j // n_agents][0] for j in idx]
-        got = hooks[m]([msgs[j] for j in idx], [seeds[j] for j in idx], its, cap)
+        # a model of one agent: its turns are every n-th of the round's (a slice)
+        one = slice(at[0], None, n_agents) if len(at) == 1 else None
+        its = [it for it, _ in threads] if one else [threads[j // n_agents][0] for j in idx]
+        got = hooks[m](msgs[one] if one else [msgs[j] for j in idx],
+                       seeds[one] if one else [seeds[j] for j in idx], its, cap)
         if got is None:  # the hook declines: requests, as `requests` makes them
             reqs = [
                 self.sampling.request(
@@ -774,8 +775,11 @@ def round_columns(self: _DebateRun, threads: list, rnd: int, msgs: list, seeds: 
             col, vals = cols[c], got[c]
             if len(vals) != len(idx):
                 raise RuntimeError(f"backend for {m} returned {len(vals)} {c} for {len(idx)} turns")
-            for j, v in zip(idx, vals):
-                col[j] = v
+            if one:
+                col[one] = vals
+            else:
+                for j, v in zip(idx, vals):
+                    col[j] = v
     return cols
 
 # %% ../nbs/engine/04_debate.ipynb #s65col05

@@ -741,9 +741,10 @@ def _turn_values(self: SimBackend, messages: Sequence[dict], item: Item, u: Sequ
     n_tok = min(max(1, int(round(words * 1.3))), int(max_new_tokens))
     agree = (shown.count(answer) / len(shown)) if shown else 0.0
     correct = answer is not None and answer == str(item.gold)
+    # the chance to solve alone shapes the signals only where they invert (SVR-MAD)
+    p = self.p_solve(item) if a.signal_inversion else None
     s_sum, s_min, s_mean, s_ppl, s_ent, s_conf = self._signal_values(correct, n_tok, agree,
-                                                                     u[_U_SIGNALS],
-                                                                     p_solve=self.p_solve(item))
+                                                                     u[_U_SIGNALS], p_solve=p)
     if a.context_entropy and debate_turn:
         s_ent *= math.exp(a.context_entropy * prompt_tokens / 1000)
     return text, prompt_tokens, n_tok, s_sum, s_min, s_mean, s_ppl, s_ent, s_conf
