@@ -791,8 +791,10 @@ def generate_round(self: SimBackend, messages: Sequence[Sequence[dict]], seeds: 
     `items`, `max_new_tokens`); None when this backend answers through its own methods (then send
     requests)."""
     t = type(self)
-    if self.latency or not (t.generate is SimBackend.generate and t.generate_one
-                            is SimBackend.generate_one and t._turn is SimBackend._turn):
+    # a method of its own, on the class or this instance, answers: requests, not columns
+    if self.latency or any(
+            getattr(t, f) is not getattr(SimBackend, f) or f in vars(self)
+            for f in ("generate", "generate_one", "_turn")):
         return None
     us = batch_uniforms(seeds, [it.id for it in items])
     turn, cap = self._turn_values, int(max_new_tokens)
