@@ -652,14 +652,20 @@ def sim_child(root: str) -> dict:
 
 
 def _sim_parts(debate_mod, run_debate, items, agents, bes, kw, memo) -> dict:
-    """A second pass, untimed in the headline: CPU microseconds per turn in the backends' `generate` (the sim), in
+    """A second pass, untimed in the headline: CPU microseconds per turn in the backends' `generate` or
+    `generate_round` (the sim), in
     `extract_answer` (the parser) and in the rest (the engine: requests, prompts, rows, frame), by timing wrappers."""
     spent = {"sim": 0.0, "parse": 0.0}
 
     class Timed:
-        def __init__(self, inner): self.inner, self.kind = inner, getattr(inner, "kind", None)  # run as the sim is
+        def __init__(self, inner):
+            self.inner, self.kind = inner, getattr(inner, "kind", None)  # run as the sim is
+            if callable(getattr(inner, "generate_round", None)): self.generate_round = self.round  # the columnar hook
         def generate(self, reqs):
             t = time.process_time(); out = self.inner.generate(reqs); spent["sim"] += time.process_time() - t
+            return out
+        def round(self, *a):
+            t = time.process_time(); out = self.inner.generate_round(*a); spent["sim"] += time.process_time() - t
             return out
 
     parse = debate_mod.extract_answer

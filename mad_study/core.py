@@ -31,8 +31,9 @@ __all__ = ['SOURCE_DIRS', 'PROJECT_OUTPUTS', 'ANSWER_FORMATS', 'SAMPLING_FIELDS'
            'figures_dir', 'params_dirs', 'params_dir', 'kit_path', 'kit_sources_note', 'cache_home', 'git_commit',
            'ConfigError', 'clip_line', 'derive_seed', 'rng_for', 'is_image_hash', 'Item', 'GenRequest', 'Sampling',
            'fold_keywords', 'Inference', 'Generation', 'signals_from_logprobs', 'describe_transcript',
-           'transcript_frame', 'atomic_path', 'atomic_write_text', 'save_transcript', 'load_transcript', 'pool_keys',
-           'check_unique_turns', 'images_dir', 'image_hash', 'image_path', 'put_image', 'load_image']
+           'transcript_columns', 'transcript_frame', 'atomic_path', 'atomic_write_text', 'save_transcript',
+           'load_transcript', 'pool_keys', 'check_unique_turns', 'images_dir', 'image_hash', 'image_path', 'put_image',
+           'load_image']
 
 # %% ../nbs/core/00_core.ipynb #19cccb81
 def _kit_checkout(start: Path | None = None) -> Path | None:
@@ -508,13 +509,27 @@ def _typed_column(values: list, dt: str) -> pd.Series:
             return pd.Series(pd.array(arr, dtype=dt))
     return _schema_column(pd.Series(values, dtype="object"), dt)
 
+# %% ../nbs/core/00_core.ipynb #s65tcol1
+def transcript_columns(cols: Mapping[str, list], n: int) -> pd.DataFrame:
+    """A transcript frame of `n` rows from its columns (every column of the schema, `n` values
+    each), each built from its values (`_typed_column`): the frame `transcript_frame` makes of the
+    same values as full rows (the kit's own)."""
+    if set(cols) != set(TRANSCRIPT_COLUMNS) or any(len(cols[c]) != n for c in cols):
+        raise ConfigError("need every transcript column, with n values each", key="columns")
+    df = pd.DataFrame(
+        {c: _typed_column(list(cols[c]), TRANSCRIPT_SCHEMA[c][0])
+         for c in TRANSCRIPT_COLUMNS}, index=pd.RangeIndex(n))
+    # a condition is never missing: groupby would drop its rows
+    df["method"] = df["method"].fillna("")
+    return df
+
 # %% ../nbs/core/00_core.ipynb #2bd36b5c
 def transcript_frame(rows: Iterable[Mapping] | pd.DataFrame = ()) -> pd.DataFrame:
     """Rows (dicts) -> a transcript DataFrame with exactly the schema's columns, order and dtypes.
     Rows are read column by column, each value as it is (no dtype guessed across the rows first: a
     run's thousands of rows, fast); rows that hold every column (as `run_debate`'s do) are turned
     into columns in one pass and each column is built from its values where they are of plain types
-    (`_typed_column`)."""
+    (`transcript_columns`)."""
     if isinstance(rows, pd.DataFrame):
         df = rows.copy()
         extra = set(df.columns) - set(TRANSCRIPT_SCHEMA)
@@ -533,11 +548,7 @@ def transcript_frame(rows: Iterable[Mapping] | pd.DataFrame = ()) -> pd.DataFram
         # full rows (every row `run_debate` makes): one C pass turns them into columns, each built
         # from its values
         cols = zip(*map(operator.itemgetter(*TRANSCRIPT_COLUMNS), rows))
-        df = pd.DataFrame(
-            {
-                c: _typed_column(list(v), TRANSCRIPT_SCHEMA[c][0])
-                for c, v in zip(TRANSCRIPT_COLUMNS, cols)
-            }, index=pd.RangeIndex(len(rows)))
+        return transcript_columns(dict(zip(TRANSCRIPT_COLUMNS, map(list, cols))), len(rows))
     else:
         # plain dicts: `dict.get` mapped in C over the rows, column by column
         get = dict.get if all(type(r) is dict for r in rows) else (lambda r, c: r.get(c))

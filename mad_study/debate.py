@@ -19,7 +19,7 @@ import pandas as pd
 from fastcore.basics import patch
 
 from .core import (ConfigError, GenRequest, Sampling, takes_sampling, Generation, Item,
-                            derive_seed, rng_for, transcript_frame, SIGNALS)
+                            derive_seed, rng_for, transcript_frame, SIGNALS, transcript_columns)
 from .extract import extract_answer
 from .grading import is_correct
 from .data import format_question
@@ -434,18 +434,19 @@ def run_debate(items: Sequence[Item], agents: Sequence[Agent], backends: Mapping
                      protocol.name if method is None else str(method), conv={
                          (it.id, k): {}
                          for it, k in threads
-                     }, hist={
-                         (it.id, k): {
-                             a.name: []
-                             for a in agents
-                         }
-                         for it, k in threads
                      })
+    # a round in columns when every model has the hook and one plan serves every round; else the
+    # request path, with each thread's rows per agent
+    hooks = _round_hooks(run, backends)
+    if hooks is None:
+        run.hist = {(it.id, k): {a.name: [] for a in agents} for it, k in threads}
     rounds = int(debate_rounds) + 1
     # one bar for the whole debate: every turn (a reused one counts done at once); an outer bar
     # grows by it
     total = len(threads) * len(agents) * rounds
     with progress_scope(total, experiment, progress) as bar, _collector_paused(agents, backends):
+        if hooks is not None:
+            return run.in_columns(threads, rounds, backends, hooks, bar)
         for rnd in range(rounds):
             jobs = run.requests(threads, rnd)
             bar.advance(n=len(threads) * len(agents) - len(jobs))
@@ -685,6 +686,203 @@ def _collector_paused(agents: Sequence[Agent], backends: Mapping[str, Any]):
     finally:
         if pause:
             gc.enable()
+
+# %% ../nbs/engine/04_debate.ipynb #s65col02
+def _round_hooks(run: _DebateRun, backends: Mapping[str, Any]) -> dict | None:
+    """Each agent model's `generate_round` hook when every model has one and one plan serves every
+    debate round (`_static_plan`), else None (the kit's own)."""
+    hooks = {}
+    for a in run.agents:
+        hook = getattr(backends[a.model], "generate_round", None)
+        if not callable(hook):
+            return None
+        hooks[a.model] = hook
+    if run.protocol_seed is None:
+        run.protocol_seed = derive_seed(run.sampling.seed, "protocol", run.protocol.name)
+        run.static = _static_plan(run.protocol, run.agents)
+    if run.static is None or any(t.tags or t.views for t in run.static.turns.values()):
+        return None
+    return hooks
+
+# %% ../nbs/engine/04_debate.ipynb #s65col03
+@patch
+def round_messages(self: _DebateRun, threads: list, rnd: int, lay: list, last: list) -> tuple:
+    """Round `rnd`'s messages and seeds, turn by turn (thread, then agent in list order), from each
+    agent's last text `last[thread][agent]`; each agent's conversation is set as `requests` sets
+    it."""
+    seed, history, out, seeds = self.sampling.seed, self.history, [], []
+    peer_at = {a.name: i for i, a in enumerate(self.agents)}
+    shown = [[peer_at[p] for p in peers] for _, _, _, _, peers in lay]
+    for t, (it, k) in enumerate(threads):
+        iid, conv_th = it.id, self.conv[(it.id, k)]
+        ps, q, texts = self.psets[iid], self.questions[iid], last[t]
+        for i, (a, _, role, _, _) in enumerate(lay):
+            if rnd == 0:
+                msgs = self.opening(iid, role)
+                conv_th[a.name] = list(msgs)
+            else:
+                user = {
+                    "role": "user",
+                    "content": debate_message(ps, q, [texts[j] for j in shown[i]], None)
+                }
+                if history == "full":
+                    msgs = _with_system(conv_th[a.name], ps.system_for(role)) + [user]
+                elif history == "last":
+                    msgs = self.opening(iid, role) + [{
+                        "role": "assistant",
+                        "content": texts[i]
+                    }, user]
+                else:
+                    msgs = self.opening(iid, role)[:-1] + [user]
+                conv_th[a.name] = msgs
+            out.append(msgs)
+            seeds.append(derive_seed(seed, iid, a.name, rnd, k))
+    return out, seeds
+
+# %% ../nbs/engine/04_debate.ipynb #s65col04
+_GEN_COLUMNS = ("text", "prompt_tokens", "completion_tokens", *SIGNALS)
+
+
+@patch
+def round_columns(self: _DebateRun, threads: list, rnd: int, msgs: list, seeds: list,
+                  backends: Mapping[str, Any], hooks: dict) -> dict[str, list]:
+    """The round's generation columns (`_GEN_COLUMNS`, turn by turn): one `generate_round` call per
+    model; a model whose hook answers None is sent requests (`generate_jobs`)."""
+    n_agents, n = len(self.agents), len(msgs)
+    cap = int(self.sampling.max_new_tokens)
+    cols = {c: [None] * n for c in _GEN_COLUMNS}
+    for m in dict.fromkeys(a.model for a in self.agents):
+        at = [i for i, a in enumerate(self.agents) if a.model == m]
+        idx = [t * n_agents + i for t in range(len(threads)) for i in at]
+        # a model of one agent: its turns are every n-th of the round's (a slice)
+        one = slice(at[0], None, n_agents) if len(at) == 1 else None
+        its = [it for it, _ in threads] if one else [threads[j // n_agents][0] for j in idx]
+        got = hooks[m](msgs[one] if one else [msgs[j] for j in idx],
+                       seeds[one] if one else [seeds[j] for j in idx], its, cap)
+        if got is None:  # the hook declines: requests, as `requests` makes them
+            reqs = [
+                self.sampling.request(
+                    msgs[j], seed=seeds[j], meta={
+                        "item": it,
+                        "agent": self.agents[j % n_agents].name,
+                        "round": rnd,
+                        "sample": threads[j // n_agents][1]
+                    }) for j, it in zip(idx, its)
+            ]
+            gens = generate_jobs(backends, [(m, r) for r in reqs])
+            got = {c: [getattr(g, c) for g in gens] for c in _GEN_COLUMNS}
+        for c in _GEN_COLUMNS:
+            col, vals = cols[c], got[c]
+            if len(vals) != len(idx):
+                raise RuntimeError(f"backend for {m} returned {len(vals)} {c} for {len(idx)} turns")
+            if one:
+                col[one] = vals
+            else:
+                for j, v in zip(idx, vals):
+                    col[j] = v
+    return cols
+
+# %% ../nbs/engine/04_debate.ipynb #s65col05
+@patch
+def graded_answers(self: _DebateRun, threads: list, texts: list) -> tuple[list, list]:
+    """Each text's answer (`extract_answer`, from the run's memo) and grade (`is_correct`, from the
+    memo but for boxed answers), as `generate` reads them."""
+    parsed, graded, n_agents = self.parsed, self.graded, len(self.agents)
+    answers, correct = [], []
+    for j, text in enumerate(texts):
+        it = threads[j // n_agents][0]
+        fmt = it.fmt
+        ans, key = _PARSE, (text, fmt)
+        if type(text) is str:
+            ans = parsed.get(key, _PARSE)
+        if ans is _PARSE:
+            ans = extract_answer(text, fmt)
+            if type(text) is str:
+                parsed[key] = ans
+        if type(ans) is str and fmt != "boxed":
+            gk = (ans, it.gold, fmt)
+            ok = graded.get(gk)
+            if ok is None:
+                ok = graded[gk] = bool(is_correct(ans, it.gold, fmt))
+        else:
+            ok = ans is not None and is_correct(ans, it.gold, fmt)
+        answers.append(ans)
+        correct.append(bool(ok))
+    return answers, correct
+
+# %% ../nbs/engine/04_debate.ipynb #s65col06
+@patch
+def in_columns(self: _DebateRun, threads: list, rounds: int, backends: Mapping[str, Any],
+               hooks: dict, bar) -> pd.DataFrame:
+    """Every round in columns (`round_messages`, `round_columns`, `graded_answers`), then the
+    transcript frame from the columns: thread, round, agent (list order), as
+    `_sorted_transcript`."""
+    n_th, n_ag = len(threads), len(self.agents)
+    lays = [
+        self._layout(_round_plan(self.protocol, self.agents, {}, None, 0, 0, self.sampling.seed)),
+        self._layout(self.static)
+    ]
+    last, per_round = [[None] * n_ag for _ in threads], []
+    for rnd in range(rounds):
+        lay = lays[min(rnd, 1)]
+        msgs, seeds = self.round_messages(threads, rnd, lay, last)
+        cols = self.round_columns(threads, rnd, msgs, seeds, backends, hooks)
+        texts = cols["text"]
+        cols["answer"], cols["correct"] = self.graded_answers(threads, texts)
+        for t in range(n_th):
+            last[t] = texts[t * n_ag:(t + 1) * n_ag]
+            for i, a in enumerate(self.agents):
+                self.conv[(threads[t][0].id, threads[t][1])][a.name].append({
+                    "role": "assistant",
+                    "content": texts[t * n_ag + i]
+                })
+        with bar._lock:
+            bar.tokens += sum(int(c or 0) for c in cols["completion_tokens"])
+        bar.advance(n=len(texts))
+        per_round.append(cols)
+    return self.column_frame(threads, rounds, lays, per_round)
+
+# %% ../nbs/engine/04_debate.ipynb #s65col07
+@patch
+def column_frame(self: _DebateRun, threads: list, rounds: int, lays: list,
+                 per_round: list) -> pd.DataFrame:
+    """The transcript frame of `in_columns`' rounds (rows thread, round, agent), each column built
+    as `transcript_frame` builds it from full rows."""
+    n_th, n_ag = len(threads), len(self.agents)
+    reps = rounds * n_ag
+
+    def by_thread(f):  # one value per thread, repeated over its rounds and agents
+        return [v for it, k in threads for v in [f(it, k)] * reps]
+
+    def by_turn(f):  # one value per (round, agent) of the layout, the same in every thread
+        one = [f(lays[min(r, 1)][i], r) for r in range(rounds) for i in range(n_ag)]
+        return one * n_th
+
+    n = n_th * reps
+    cols = {
+        "experiment": [self.experiment] * n,
+        "method": [self.method] * n,
+        "item_id": by_thread(lambda it, k: it.id),
+        "task": by_thread(lambda it, k: it.task),
+        "gold": by_thread(lambda it, k: str(it.gold)),
+        "fmt": by_thread(lambda it, k: it.fmt),
+        "round": by_turn(lambda lay, r: r),
+        "agent": by_turn(lambda lay, r: lay[0].name),
+        "role": by_turn(lambda lay, r: lay[2]),
+        "model": by_turn(lambda lay, r: lay[0].model),
+        "sample": by_thread(lambda it, k: k),
+        "position": by_turn(lambda lay, r: lay[3]),
+        "visible_peers": by_turn(lambda lay, r: ",".join(lay[4])),
+        "reused": [False] * n,
+        "images": by_thread(lambda it, k: ",".join(it.images) or None)
+    }
+    for c in (*_GEN_COLUMNS, "answer", "correct"):
+        # (round, thread, agent) -> (thread, round, agent)
+        a = np.empty((rounds, n_th, n_ag), dtype=object)
+        for r, cr in enumerate(per_round):
+            a[r].ravel()[:] = cr[c]
+        cols[c] = a.transpose(1, 0, 2).ravel().tolist()
+    return transcript_columns(cols, n)
 
 # %% ../nbs/engine/04_debate.ipynb #dd9870ef
 def tokens_per_thread(transcript: pd.DataFrame) -> float:

@@ -23,7 +23,7 @@ import numpy as np
 
 from fastcore.basics import patch
 
-from .core import ConfigError, GenRequest, Generation, Item, rng_for
+from .core import ConfigError, GenRequest, Generation, Item, SIGNALS, rng_for
 from .data import get_task
 from .lookalikes import SYNTHETIC_COUNTS, synthetic_items
 from .loading import SubsetSizeWarning, load_items
@@ -599,10 +599,10 @@ def _std_normals(u: Sequence[float]) -> Sequence[float]:
 
 # %% ../nbs/backends/03b_sim.ipynb #s64sig00
 @patch
-def _signals(self: SimBackend, correct: bool, n_tokens: int, agree: float, u: Sequence[float],
-             p_solve: float | None = None) -> dict:
+def _signal_values(self: SimBackend, correct: bool, n_tokens: int, agree: float, u: Sequence[float],
+                   p_solve: float | None = None) -> tuple[float, ...]:
     """Log-prob, entropy and confidence signals from four uniforms `u` (standard normals by inverse
-    CDF)."""
+    CDF), in `SIGNALS`' order (`_signals` names them)."""
     z = _std_normals(u)
     s = s0 = self.agent.signal_strength
     # confident wrong agents on hard items (SVR-MAD Sec. 3)
@@ -616,8 +616,14 @@ def _signals(self: SimBackend, correct: bool, n_tokens: int, agree: float, u: Se
     # wrong by 1 -/+ 0.15 s
     sep = (1.0 - 0.15 * s) if correct else (1.0 + 0.15 * s)
     ent = max(0.02, (0.9 - 0.4 * min(s0, 1.0) * agree) * sep * math.exp(0.15 * z[3]))
-    return dict(logprob_sum=mean * n_tokens, logprob_min=lmin, logprob_mean=mean,
-                perplexity=math.exp(-mean), token_entropy=ent, confidence=conf)
+    return mean * n_tokens, lmin, mean, math.exp(-mean), ent, conf
+
+
+@patch
+def _signals(self: SimBackend, correct: bool, n_tokens: int, agree: float, u: Sequence[float],
+             p_solve: float | None = None) -> dict:
+    "`_signal_values` by their names in `SIGNALS` (logprob_sum ... confidence)."
+    return dict(zip(SIGNALS, self._signal_values(correct, n_tokens, agree, u, p_solve)))
 
 # %% ../nbs/backends/03b_sim.ipynb #861025fb
 @patch
@@ -695,12 +701,14 @@ _U_PARSE, _U_TEXT = SLOTS["parse_fail"].start, SLOTS["text"].start
 
 
 @patch
-def _turn(self: SimBackend, req: GenRequest, item: Item, u: Sequence[float]) -> Generation:
+def _turn_values(self: SimBackend, messages: Sequence[dict], item: Item, u: Sequence[float],
+                 max_new_tokens: int) -> tuple:
     """One turn: read one's previous answer and the answers shown, decide, write and measure (all
-    draws from the turn's common random numbers `u`)."""
+    draws from the turn's common random numbers `u`): (text, prompt tokens, completion tokens, the
+    six `SIGNALS`)."""
     a, counted = self.agent, _WORD_COUNTS
     last_user, last_assistant, n_words = None, None, 0
-    for m in req.messages:
+    for m in messages:
         c = m["content"]
         # `_n_words(c)`, its memo read here first (a debate resends its earlier messages)
         n = counted.get(c)
@@ -730,14 +738,24 @@ def _turn(self: SimBackend, req: GenRequest, item: Item, u: Sequence[float]) -> 
         answer = None
     # `compose_text(answer, item.fmt, a.response_words, u_text)` and its word count
     text, words = _composed(answer, item.fmt, int(a.response_words), int(u[_U_TEXT] * N_BODIES))
-    n_tok = min(max(1, int(round(words * 1.3))), int(req.max_new_tokens))
+    n_tok = min(max(1, int(round(words * 1.3))), int(max_new_tokens))
     agree = (shown.count(answer) / len(shown)) if shown else 0.0
     correct = answer is not None and answer == str(item.gold)
-    sig = self._signals(correct, n_tok, agree, u[_U_SIGNALS], p_solve=self.p_solve(item))
+    # the chance to solve alone shapes the signals only where they invert (SVR-MAD)
+    p = self.p_solve(item) if a.signal_inversion else None
+    s_sum, s_min, s_mean, s_ppl, s_ent, s_conf = self._signal_values(correct, n_tok, agree,
+                                                                     u[_U_SIGNALS], p_solve=p)
     if a.context_entropy and debate_turn:
-        sig["token_entropy"] *= math.exp(a.context_entropy * prompt_tokens / 1000)
-    return Generation(text=text, prompt_tokens=prompt_tokens, completion_tokens=n_tok,
-                      finish_reason="stop", **sig)
+        s_ent *= math.exp(a.context_entropy * prompt_tokens / 1000)
+    return text, prompt_tokens, n_tok, s_sum, s_min, s_mean, s_ppl, s_ent, s_conf
+
+# %% ../nbs/backends/03b_sim.ipynb #s65turn1
+@patch
+def _turn(self: SimBackend, req: GenRequest, item: Item, u: Sequence[float]) -> Generation:
+    "`_turn_values` of the request's messages as a `Generation`."
+    text, pt, ct, *sig = self._turn_values(req.messages, item, u, req.max_new_tokens)
+    return Generation(text=text, prompt_tokens=pt, completion_tokens=ct, finish_reason="stop",
+                      **dict(zip(SIGNALS, sig)))
 
 # %% ../nbs/backends/03b_sim.ipynb #s1b0a004
 @patch
@@ -760,6 +778,28 @@ def generate(self: SimBackend, requests: Sequence[GenRequest]) -> list[Generatio
     items = [_sim_item(r) for r in requests]
     us = batch_uniforms([r.seed for r in requests], [it.id for it in items])
     return [self._turn(r, it, u) for r, it, u in zip(requests, items, us)]
+
+# %% ../nbs/backends/03b_sim.ipynb #s65rnd02
+_ROUND_COLUMNS = ("text", "prompt_tokens", "completion_tokens", *SIGNALS)
+
+
+@patch
+def generate_round(self: SimBackend, messages: Sequence[Sequence[dict]], seeds: Sequence[int],
+                   items: Sequence[Item], max_new_tokens: int) -> dict[str, list] | None:
+    """A round's turns in columns (the kit's own): {text, prompt_tokens, completion_tokens,
+    *SIGNALS: one value per turn}, each turn as `generate` answers the request (`messages`, `seeds`,
+    `items`, `max_new_tokens`); None when this backend answers through its own methods (then send
+    requests)."""
+    t = type(self)
+    # a method of its own, on the class or this instance, answers: requests, not columns
+    if self.latency or any(
+            getattr(t, f) is not getattr(SimBackend, f) or f in vars(self)
+            for f in ("generate", "generate_one", "_turn")):
+        return None
+    us = batch_uniforms(seeds, [it.id for it in items])
+    turn, cap = self._turn_values, int(max_new_tokens)
+    cols = zip(*[turn(m, it, u, cap) for m, it, u in zip(messages, items, us)])
+    return dict(zip(_ROUND_COLUMNS, map(list, cols))) if items else {c: [] for c in _ROUND_COLUMNS}
 
 # %% ../nbs/backends/03b_sim.ipynb #326982df
 SIM_ITEM_TAG = "[synthetic item, sim profile]"
