@@ -774,7 +774,9 @@ def episodes(transcript: pd.DataFrame, controller: RumadController, token_budget
 class RumadConfig:
     """Every setting of one RUMAD training run (defaults: Table 6, B = 12, delta = 0.10; lam = 0.5
     is the kit's choice, Eq. 2 gives none; init, sigma, obs_norm, max_grad_norm, adam_eps: the kit's
-    safeguards, on which the paper says nothing)."""
+    safeguards, on which the paper says nothing). The RUMAD experiment trains its per-edge
+    controllers with init="default", sigma="state" (Eq. 3's actor; issue 50: with "ortho" / "free"
+    the policy stayed at its initial weights at Table 6's lr 1e-4 for 300 updates)."""
 
     n_agents: int = 6
     debate_rounds: int = 5  # rounds after round 0: 6 rounds in all, rounds 0-5 (App. B)
