@@ -1097,7 +1097,8 @@ def _row_power(diffs: np.ndarray | None, printed: float, why: str) -> dict:
     differences `diffs` (points), the ones its effect - control interval uses, and the n the
     `printed` number needs (none for a printed 0 or a drawn claim); `resolves`, `needs` and `power`
     (the sentence). A row without a control (`diffs` None: a level, a mechanism at its neutral
-    value) resolves NaN, its `power` saying `why` (MADC, UMAD, RUMAD and Du et al.'s rows)."""
+    value) resolves NaN, its `power` saying `why` (the neutral value's cause, or the verdict) (MADC,
+    UMAD, RUMAD and Du et al.'s rows)."""
     if diffs is None:
         return dict(resolves=np.nan, needs=np.nan, power=f"no power statement ({why})")
     cp = claim_power(diffs, printed)
@@ -1191,9 +1192,10 @@ def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, s
             dict(mechanism=r["mechanism"], parameter=param, sim_model=r["sim_model"], value=value,
                  status=status, source=r["source"], quantity=r["quantity"], task=r["task"],
                  printed=r["printed"], n_items=e["n_items"], design=design,
-                 **_row_power(e["diff"] - c["diff"] if c else None, printed, verdict), sim=e["sim"],
-                 ci_low=e["ci_low"], ci_high=e["ci_high"], covers=covers, control_off="+".join(off),
-                 control=c["sim"] if c else np.nan, control_ci_low=c["ci_low"] if c else np.nan,
+                 **_row_power(e["diff"] - c["diff"] if c else None, printed, cause
+                              or verdict), sim=e["sim"], ci_low=e["ci_low"], ci_high=e["ci_high"],
+                 covers=covers, control_off="+".join(off), control=c["sim"] if c else np.nan,
+                 control_ci_low=c["ci_low"] if c else np.nan,
                  control_ci_high=c["ci_high"] if c else np.nan,
                  effect_control=d["sim"] if d else np.nan,
                  effect_control_ci_low=d["ci_low"] if d else np.nan,
