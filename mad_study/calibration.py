@@ -27,7 +27,7 @@ from .sim import (MECHANISMS as SIM_MECHANISMS, SimAgent, SimBackend, item_diffi
                            logit, sim_items, switch_off)
 from .stats import MIN_ITEMS, beyond_control, paired_inference
 from .report import effect_verdict
-from .power import n_for_power, resolvable_effect
+from .power import claim_power, n_for_power
 from .voting import vote_table
 
 # %% auto #0
@@ -1090,6 +1090,21 @@ def _row_design(world: World, r: Mapping, n_items: int, seeds: int, stats: Mappi
         n = min(len(sim_items(r["task"])), k)
     return n, int(r["fixed_threads"]), None
 
+# %% ../nbs/study/16_calibration.ipynb #rowpow01
+def _row_power(diffs: np.ndarray | None, printed: float, why: str) -> dict:
+    """A calibration row's power (the power rule: tests/test_power_stated.py): `claim_power`
+    (05f_power, Student's paired t at 80% power) on the row's own per-item effect - control
+    differences `diffs` (points), the ones its effect - control interval uses, and the n the
+    `printed` number needs (none for a printed 0 or a drawn claim); `resolves`, `needs` and `power`
+    (the sentence). A row without a control (`diffs` None: a level, a mechanism at its neutral
+    value) resolves NaN, its `power` saying `why` (the neutral value's cause, or the verdict) (MADC,
+    UMAD, RUMAD and Du et al.'s rows)."""
+    if diffs is None:
+        return dict(resolves=np.nan, needs=np.nan, power=f"no power statement ({why})")
+    cp = claim_power(diffs, printed)
+    return dict(resolves=cp["resolves"], needs=np.nan if cp["needs"] is None else cp["needs"],
+                power=cp["sentence"])
+
 # %% ../nbs/study/16_calibration.ipynb #66a59ee9
 def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, seeds: int = 1,
                       stats: Mapping | None = None, fit_log: pd.DataFrame | None = None,
@@ -1099,11 +1114,11 @@ def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, s
     number, the sim's number with its 95% interval (items as clusters, `paired_inference`), the same
     statistic with the row's mechanisms off (`CONTROLS`: same items and seeds), and effect - control
     with its 95% interval (`beyond_control`, the paired t; a difference that never varies: its
-    mean). Items and threads per row: `_row_design`; `resolves`: the effect
-    they resolve with 80% power. `verdict`: `_verdict`'s word (`effect_verdict`; "not testable" for
-    a mechanism at its neutral value, `NEUTRAL_CAUSE` or "fitted 0"). `status`: one per parameter
-    and model (`_param_status`), "not a fit here" where the mechanism changes no answer
-    (`_not_a_fit_status`). `tension`: one sentence (`tension_sentence` from `fit_log` or the
+    mean). Items and threads per row: `_row_design`; `resolves`, `needs`, `power`: `_row_power` on
+    the row's own effect - control differences. `verdict`: `_verdict`'s word (`effect_verdict`; "not
+    testable" for a mechanism at its neutral value, `NEUTRAL_CAUSE` or "fitted 0"). `status`: one
+    per parameter and model (`_param_status`), "not a fit here" where the mechanism changes no
+    answer (`_not_a_fit_status`). `tension`: one sentence (`tension_sentence` from `fit_log` or the
     competence spread; `_miss_sentence` where the interval misses the printed number;
     `_claim_sentence` for a drawn claim, whose `covers` is None). `design`: items x threads.
     `check`, `claim_judged_in`, `claim_key`, `figure_control` and `verdict` as `_judge_once` writes
@@ -1130,10 +1145,8 @@ def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, s
         # the control of a mechanism already at its neutral value is the effect itself
         neutral = bool(off) and all(
             switch_off(world.agent(m), off) == world.agent(m) for m in models)
-        n, threads, disc = _row_design(world, r, n_items, seeds, stats, pilot_items, min_items)
+        n, threads, _ = _row_design(world, r, n_items, seeds, stats, pilot_items, min_items)
         e = sim_number(world, r, n, threads, stats)
-        # a fixed design's discordance: its own pair's
-        disc = float(np.mean(np.abs(e["diff"]))) / 100 if disc is None else disc
         c = sim_number(world, r, n, threads, stats, off=off) if off and not neutral else None
         resolved = lambda x: x is not None and (x["ci_low"] > 0 or x["ci_high"] < 0)
         printed = float(r["printed"])
@@ -1176,20 +1189,19 @@ def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, s
         design = f"{e['n_items']} items x {threads} thread{'s' if threads != 1 else ''}" + (
             f"; {design}" if isinstance(design, str) and design else "")
         rows.append(
-            dict(
-                mechanism=r["mechanism"], parameter=param, sim_model=r["sim_model"], value=value,
-                status=status, source=r["source"], quantity=r["quantity"], task=r["task"],
-                printed=r["printed"], n_items=e["n_items"], design=design,
-                resolves=(100 * resolvable_effect(e["n_items"], disc)
-                          if off and disc > 0 else np.nan), sim=e["sim"], ci_low=e["ci_low"],
-                ci_high=e["ci_high"], covers=covers, control_off="+".join(off),
-                control=c["sim"] if c else np.nan, control_ci_low=c["ci_low"] if c else np.nan,
-                control_ci_high=c["ci_high"] if c else np.nan,
-                effect_control=d["sim"] if d else np.nan,
-                effect_control_ci_low=d["ci_low"] if d else np.nan,
-                effect_control_ci_high=d["ci_high"] if d else np.nan,
-                effect_resolved=resolved(e) if off else None,
-                control_resolved=resolved(c) if c else None, verdict=verdict, tension=t))
+            dict(mechanism=r["mechanism"], parameter=param, sim_model=r["sim_model"], value=value,
+                 status=status, source=r["source"], quantity=r["quantity"], task=r["task"],
+                 printed=r["printed"], n_items=e["n_items"], design=design,
+                 **_row_power(e["diff"] - c["diff"] if c else None, printed, cause
+                              or verdict), sim=e["sim"], ci_low=e["ci_low"], ci_high=e["ci_high"],
+                 covers=covers, control_off="+".join(off), control=c["sim"] if c else np.nan,
+                 control_ci_low=c["ci_low"] if c else np.nan,
+                 control_ci_high=c["ci_high"] if c else np.nan,
+                 effect_control=d["sim"] if d else np.nan,
+                 effect_control_ci_low=d["ci_low"] if d else np.nan,
+                 effect_control_ci_high=d["ci_high"] if d else np.nan,
+                 effect_resolved=resolved(e) if off else None,
+                 control_resolved=resolved(c) if c else None, verdict=verdict, tension=t))
     return _judge_once(pd.DataFrame(rows))
 
 # %% ../nbs/study/16_calibration.ipynb #notshow1
@@ -1362,8 +1374,9 @@ def fitted_apart_rows(sim_agents: Mapping | None = None) -> pd.DataFrame:
 def calibration_view(table: pd.DataFrame) -> pd.DataFrame:
     """The calibration table's narrow view (issue 50; MADC, UMAD, RUMAD, Du et al. rows): mechanism,
     model, value, status, source, quantity, task, design, printed, sim [CI], printed in CI, control,
-    effect - control [CI], moves it (`check`: the mechanism check), claim judged in (the figure
-    whose sidecar judges the claim, with its control where it differs from the row's), verdict
+    effect - control [CI], its power (`_row_power`'s sentence), moves it (`check`: the mechanism
+    check), claim judged in (the figure whose sidecar judges the claim, with its control where it
+    differs from the row's), verdict
     (effect_verdict's word, only where no figure judges the claim) and tension; an interval printed
     as "+x.x [+l.l, +h.h]" (points), empty where the row has none (a not-shown row)."""
     def ci(x: float, lo: float, hi: float) -> str:
@@ -1401,6 +1414,8 @@ def calibration_view(table: pd.DataFrame) -> pd.DataFrame:
             ci(*x) for x in zip(num("effect_control"), num("effect_control_ci_low"),
                                 num("effect_control_ci_high"))
         ],
+        # what n resolves for effect - control (claim_power, paired t; `_row_power`)
+        "power (effect - control)": table.get("power", pd.Series("", index=table.index)).fillna(""),
         "moves it": table.get("check", pd.Series("", index=table.index)).fillna(""),
         "claim judged in": [
             "" if not isinstance(a, str) else a if a == "none" or not isinstance(f, str) or not f

@@ -236,9 +236,9 @@ def test_calibration_table_rows_and_intervals(world, targets):
     assert fit.groupby(["parameter", "sim_model"])["status"].nunique().eq(1).all()
     # a printed number outside the sim's interval always says its tension
     assert (tab.loc[tab["printed"].notna() & tab["covers"].eq(False), "tension"].str.len() > 0).all()
-    # the .md's narrow view: 17 columns, one row per row of the table (the .csv keeps all 31, 32 with the not-shown rows' paper)
+    # the .md's narrow view: 18 columns, one row per row of the table (the .csv keeps all 33, 34 with the not-shown rows' paper)
     view = calibration_view(tab)
-    assert len(view.columns) == 17 and len(view) == len(tab) and len(tab.columns) == 31
+    assert len(view.columns) == 18 and len(view) == len(tab) and len(tab.columns) == 33
 
 
 def test_tension_is_one_sentence_from_the_fit_log():
