@@ -624,31 +624,39 @@ def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, 
 
 # %% ../nbs/engine/04_debate.ipynb #25f97da6
 @patch
+def memo_answer(self: _DebateRun, it: Item, text: str | None) -> tuple:
+    """`text`'s answer (`extract_answer`) and grade (`is_correct`) for item `it`, each from the
+    run's memo: the parser is a function of the text and the format alone, and a grade of the
+    answer, the gold and the format; None for the grade of a boxed answer (math-verify's grades are
+    not memoised: a time budget that ran out is no grade) or of no answer."""
+    fmt = it.fmt
+    ans, key = _PARSE, (text, fmt)
+    if type(text) is str:
+        ans = self.parsed.get(key, _PARSE)
+    if ans is _PARSE:
+        ans = extract_answer(text, fmt)
+        if type(text) is str:
+            self.parsed[key] = ans
+    ok = None
+    if type(ans) is str and fmt != "boxed":
+        gk = (ans, it.gold, fmt)
+        ok = self.graded.get(gk)
+        if ok is None:
+            ok = self.graded[gk] = bool(is_correct(ans, it.gold, fmt))
+    return ans, ok
+
+
+@patch
 def generate(self: _DebateRun, jobs: list, backends: Mapping[str, Any]) -> None:
     """Generate `jobs` [(slot, request)], adding each row to the state and each text to its
     conversation."""
-    parsed, graded, rows, hist, conv = self.parsed, self.graded, self.rows, self.hist, self.conv
+    rows, hist, conv = self.rows, self.hist, self.conv
     experiment, method = self.experiment, self.method
     for (slot, _), g in zip(jobs, generate_turns(backends, jobs)):
         # `turn_rows`' row, its answer read from the run's memo: the parser is a function of the
         # text and the format alone
-        it, text = slot.item, g.text
-        fmt = it.fmt
-        ans, key = _PARSE, (text, fmt)
-        if type(text) is str:
-            ans = parsed.get(key, _PARSE)
-        if ans is _PARSE:
-            ans = extract_answer(text, fmt)
-            if type(text) is str:
-                parsed[key] = ans
-        # its grade from the run's memo too (math-verify's boxed grades not: a time budget that ran
-        # out is no grade)
-        ok = None
-        if type(ans) is str and fmt != "boxed":
-            gk = (ans, it.gold, fmt)
-            ok = graded.get(gk)
-            if ok is None:
-                ok = graded[gk] = bool(is_correct(ans, it.gold, fmt))
+        it = slot.item
+        ans, ok = self.memo_answer(it, g.text)
         row = transcript_row(slot, g, experiment=experiment, method=method, answer=ans, correct=ok)
         # `add`, and the text joins the agent's conversation (the engine's own list: a request
         # holds a copy of its messages)
@@ -785,27 +793,15 @@ def round_columns(self: _DebateRun, threads: list, rnd: int, msgs: list, seeds: 
 # %% ../nbs/engine/04_debate.ipynb #s65col05
 @patch
 def graded_answers(self: _DebateRun, threads: list, texts: list) -> tuple[list, list]:
-    """Each text's answer (`extract_answer`, from the run's memo) and grade (`is_correct`, from the
-    memo but for boxed answers), as `generate` reads them."""
-    parsed, graded, n_agents = self.parsed, self.graded, len(self.agents)
+    """Each text's answer and grade (`memo_answer`, as `generate` reads them; a boxed answer's
+    grade unmemoised)."""
+    n_agents = len(self.agents)
     answers, correct = [], []
     for j, text in enumerate(texts):
         it = threads[j // n_agents][0]
-        fmt = it.fmt
-        ans, key = _PARSE, (text, fmt)
-        if type(text) is str:
-            ans = parsed.get(key, _PARSE)
-        if ans is _PARSE:
-            ans = extract_answer(text, fmt)
-            if type(text) is str:
-                parsed[key] = ans
-        if type(ans) is str and fmt != "boxed":
-            gk = (ans, it.gold, fmt)
-            ok = graded.get(gk)
-            if ok is None:
-                ok = graded[gk] = bool(is_correct(ans, it.gold, fmt))
-        else:
-            ok = ans is not None and is_correct(ans, it.gold, fmt)
+        ans, ok = self.memo_answer(it, text)
+        if ok is None:  # a boxed answer or none: graded here, unmemoised
+            ok = ans is not None and is_correct(ans, it.gold, it.fmt)
         answers.append(ans)
         correct.append(bool(ok))
     return answers, correct
