@@ -622,7 +622,7 @@ def requests(self: _DebateRun, threads: list, rnd: int) -> list[tuple[TurnSlot, 
                 (slot, request(msgs, seed=derive_seed(seed, it.id, a.name, rnd, k), meta=meta)))
     return jobs
 
-# %% ../nbs/engine/04_debate.ipynb #25f97da6
+# %% ../nbs/engine/04_debate.ipynb #s65memo1
 @patch
 def memo_answer(self: _DebateRun, it: Item, text: str | None) -> tuple:
     """`text`'s answer (`extract_answer`) and grade (`is_correct`) for item `it`, each from the
@@ -645,7 +645,7 @@ def memo_answer(self: _DebateRun, it: Item, text: str | None) -> tuple:
             ok = self.graded[gk] = bool(is_correct(ans, it.gold, fmt))
     return ans, ok
 
-
+# %% ../nbs/engine/04_debate.ipynb #25f97da6
 @patch
 def generate(self: _DebateRun, jobs: list, backends: Mapping[str, Any]) -> None:
     """Generate `jobs` [(slot, request)], adding each row to the state and each text to its
