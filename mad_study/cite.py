@@ -434,8 +434,8 @@ KIT_OWN: dict[str, tuple[str, ...]] = {
                 "describe_transcript", "figures_dir", "image_hash", "image_path", "images_dir",
                 "is_image_hash", "load_image", "load_transcript", "params_dir", "params_dirs",
                 "kit_path", "kit_sources_note", "project_root", "put_image", "rng_for", "runs_dir",
-                "save_transcript", "transcript_frame", "transcript_columns", "check_unique_turns",
-                "pool_keys", "git_commit", "clip_line"),
+                "save_transcript", "transcript_frame", "transcript_columns", "Coded",
+                "check_unique_turns", "pool_keys", "git_commit", "clip_line"),
     "debate": ("Agent", "RoundContext", "RoundPlan", "Turn", "TurnSlot", "make_agents",
                "register_protocol", "transcript_row", "turn_rows", "generate_turns", "slot_name",
                "tokens_per_thread")

@@ -30,7 +30,7 @@ __all__ = ['SOURCE_DIRS', 'PROJECT_OUTPUTS', 'ANSWER_FORMATS', 'SAMPLING_FIELDS'
            'TRANSCRIPT_SCHEMA', 'TRANSCRIPT_COLUMNS', 'CONDITION_KEYS', 'TURN_KEYS', 'project_root', 'runs_dir',
            'figures_dir', 'params_dirs', 'params_dir', 'kit_path', 'kit_sources_note', 'cache_home', 'git_commit',
            'ConfigError', 'clip_line', 'derive_seed', 'rng_for', 'is_image_hash', 'Item', 'GenRequest', 'Sampling',
-           'fold_keywords', 'Inference', 'Generation', 'signals_from_logprobs', 'describe_transcript',
+           'fold_keywords', 'Inference', 'Generation', 'signals_from_logprobs', 'describe_transcript', 'Coded',
            'transcript_columns', 'transcript_frame', 'atomic_path', 'atomic_write_text', 'save_transcript',
            'load_transcript', 'pool_keys', 'check_unique_turns', 'images_dir', 'image_hash', 'image_path', 'put_image',
            'load_image']
@@ -510,15 +510,33 @@ def _typed_column(values: list, dt: str) -> pd.Series:
     return _schema_column(pd.Series(values, dtype="object"), dt)
 
 # %% ../nbs/core/00_core.ipynb #s65tcol1
-def transcript_columns(cols: Mapping[str, list], n: int) -> pd.DataFrame:
+@dataclass(frozen=True)
+class Coded:
+    """A column given as its distinct `values` and each row's index into them (`codes`): row i
+    holds `values[codes[i]]` (the kit's own; `transcript_columns` builds it from the few values,
+    then takes the rows)."""
+    values: Sequence
+    codes: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+# %% ../nbs/core/00_core.ipynb #b8076b6e
+def _column(v: list | Coded, dt: str) -> pd.Series:
+    "`_typed_column` of a column's values, or of a `Coded` column's values taken at its codes."
+    if isinstance(v, Coded):
+        return pd.Series(_typed_column(list(v.values), dt).array.take(np.asarray(v.codes)))
+    return _typed_column(list(v), dt)
+
+
+def transcript_columns(cols: Mapping[str, list | Coded], n: int) -> pd.DataFrame:
     """A transcript frame of `n` rows from its columns (every column of the schema, `n` values
-    each), each built from its values (`_typed_column`): the frame `transcript_frame` makes of the
-    same values as full rows (the kit's own)."""
+    each, as a list or `Coded`), each built from its values (`_typed_column`): the frame
+    `transcript_frame` makes of the same values as full rows (the kit's own)."""
     if set(cols) != set(TRANSCRIPT_COLUMNS) or any(len(cols[c]) != n for c in cols):
         raise ConfigError("need every transcript column, with n values each", key="columns")
-    df = pd.DataFrame(
-        {c: _typed_column(list(cols[c]), TRANSCRIPT_SCHEMA[c][0])
-         for c in TRANSCRIPT_COLUMNS}, index=pd.RangeIndex(n))
+    df = pd.DataFrame({c: _column(cols[c], TRANSCRIPT_SCHEMA[c][0])
+                       for c in TRANSCRIPT_COLUMNS}, index=pd.RangeIndex(n))
     # a condition is never missing: groupby would drop its rows
     df["method"] = df["method"].fillna("")
     return df

@@ -19,7 +19,8 @@ import pandas as pd
 from fastcore.basics import patch
 
 from .core import (ConfigError, GenRequest, Sampling, takes_sampling, Generation, Item,
-                            derive_seed, rng_for, transcript_frame, SIGNALS, transcript_columns)
+                            derive_seed, rng_for, transcript_frame, SIGNALS, transcript_columns,
+                            Coded)
 from .extract import extract_answer
 from .grading import is_correct
 from .data import format_question
@@ -846,18 +847,22 @@ def column_frame(self: _DebateRun, threads: list, rounds: int, lays: list,
     as `transcript_frame` builds it from full rows."""
     n_th, n_ag = len(threads), len(self.agents)
     reps = rounds * n_ag
+    # a thread's value repeats on its rounds x agents turns; a turn's (round, agent) value in
+    # every thread: each such column `Coded`, its values once per thread or per turn
+    per_thread, per_turn = np.repeat(np.arange(n_th), reps), np.tile(np.arange(reps), n_th)
 
-    def by_thread(f):  # one value per thread, repeated over its rounds and agents
-        return [v for it, k in threads for v in [f(it, k)] * reps]
+    def by_thread(f):
+        return Coded([f(it, k) for it, k in threads], per_thread)
 
-    def by_turn(f):  # one value per (round, agent) of the layout, the same in every thread
-        one = [f(lays[min(r, 1)][i], r) for r in range(rounds) for i in range(n_ag)]
-        return one * n_th
+    def by_turn(f):
+        return Coded([f(lays[min(r, 1)][i], r) for r in range(rounds) for i in range(n_ag)],
+                     per_turn)
 
     n = n_th * reps
+    once = np.zeros(n, dtype=np.intp)
     cols = {
-        "experiment": [self.experiment] * n,
-        "method": [self.method] * n,
+        "experiment": Coded([self.experiment], once),
+        "method": Coded([self.method], once),
         "item_id": by_thread(lambda it, k: it.id),
         "task": by_thread(lambda it, k: it.task),
         "gold": by_thread(lambda it, k: str(it.gold)),
@@ -869,7 +874,7 @@ def column_frame(self: _DebateRun, threads: list, rounds: int, lays: list,
         "sample": by_thread(lambda it, k: k),
         "position": by_turn(lambda lay, r: lay[3]),
         "visible_peers": by_turn(lambda lay, r: ",".join(lay[4])),
-        "reused": [False] * n,
+        "reused": Coded([False], once),
         "images": by_thread(lambda it, k: ",".join(it.images) or None)
     }
     for c in (*_GEN_COLUMNS, "answer", "correct"):
