@@ -26,7 +26,8 @@ from .grading import is_correct
 from .data import format_question
 from .gold import check_items
 from .prompts import PromptSet, get_prompt, opening_messages, debate_message
-from .interface import IdenticalAgentsWarning, Progress, generate_jobs, progress_scope
+from .interface import (IdenticalAgentsWarning, Progress, ROUND_COLUMNS, generate_jobs,
+                                 progress_scope)
 
 # %% auto #0
 __all__ = ['ORDERINGS', 'PROTOCOLS', 'HISTORY_MODES', 'Agent', 'make_agents', 'Turn', 'RoundPlan', 'RoundContext', 'Protocol',
@@ -749,17 +750,14 @@ def round_messages(self: _DebateRun, threads: list, rnd: int, lay: list, last: l
     return out, seeds
 
 # %% ../nbs/engine/04_debate.ipynb #s65col04
-_GEN_COLUMNS = ("text", "prompt_tokens", "completion_tokens", *SIGNALS)
-
-
 @patch
 def round_columns(self: _DebateRun, threads: list, rnd: int, msgs: list, seeds: list,
                   backends: Mapping[str, Any], hooks: dict) -> dict[str, list]:
-    """The round's generation columns (`_GEN_COLUMNS`, turn by turn): one `generate_round` call per
+    """The round's generation columns (`ROUND_COLUMNS`, turn by turn): one `generate_round` call per
     model; a model whose hook answers None is sent requests (`generate_jobs`)."""
     n_agents, n = len(self.agents), len(msgs)
     cap = int(self.sampling.max_new_tokens)
-    cols = {c: [None] * n for c in _GEN_COLUMNS}
+    cols = {c: [None] * n for c in ROUND_COLUMNS}
     for m in dict.fromkeys(a.model for a in self.agents):
         at = [i for i, a in enumerate(self.agents) if a.model == m]
         idx = [t * n_agents + i for t in range(len(threads)) for i in at]
@@ -779,8 +777,8 @@ def round_columns(self: _DebateRun, threads: list, rnd: int, msgs: list, seeds: 
                     }) for j, it in zip(idx, its)
             ]
             gens = generate_jobs(backends, [(m, r) for r in reqs])
-            got = {c: [getattr(g, c) for g in gens] for c in _GEN_COLUMNS}
-        for c in _GEN_COLUMNS:
+            got = {c: [getattr(g, c) for g in gens] for c in ROUND_COLUMNS}
+        for c in ROUND_COLUMNS:
             col, vals = cols[c], got[c]
             if len(vals) != len(idx):
                 raise RuntimeError(f"backend for {m} returned {len(vals)} {c} for {len(idx)} turns")
@@ -877,7 +875,7 @@ def column_frame(self: _DebateRun, threads: list, rounds: int, lays: list,
         "reused": Coded([False], once),
         "images": by_thread(lambda it, k: ",".join(it.images) or None)
     }
-    for c in (*_GEN_COLUMNS, "answer", "correct"):
+    for c in (*ROUND_COLUMNS, "answer", "correct"):
         # (round, thread, agent) -> (thread, round, agent)
         a = np.empty((rounds, n_th, n_ag), dtype=object)
         for r, cr in enumerate(per_round):

@@ -13,11 +13,11 @@ import time
 from collections import defaultdict
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
-from .core import ConfigError, GenRequest, Generation
+from .core import ConfigError, GenRequest, Generation, SIGNALS
 
 # %% auto #0
-__all__ = ['Backend', 'BaseBackend', 'progress_enabled', 'Progress', 'active_progress', 'report_progress', 'progress_scope',
-           'IdenticalAgentsWarning', 'generate_jobs']
+__all__ = ['ROUND_COLUMNS', 'Backend', 'BaseBackend', 'check_round_hook', 'progress_enabled', 'Progress', 'active_progress',
+           'report_progress', 'progress_scope', 'IdenticalAgentsWarning', 'generate_jobs']
 
 # %% ../nbs/backends/03a_interface.ipynb #698decee
 @runtime_checkable
@@ -53,6 +53,35 @@ class BaseBackend:
 
     def __repr__(self):
         return f"{type(self).__name__}({self.backend_id!r})"
+
+# %% ../nbs/backends/03a_interface.ipynb
+# the columns a `generate_round` hook answers, one value per turn each
+ROUND_COLUMNS = ("text", "prompt_tokens", "completion_tokens", *SIGNALS)
+
+
+def check_round_hook(backend: Any, messages: Sequence[Sequence[dict]], seeds: Sequence[int],
+                     items: Sequence[Any], max_new_tokens: int = 512) -> dict | None:
+    """`backend.generate_round`'s columns checked against `backend.generate` on the same requests
+    (each turn's messages, seed, `{"item": item}` as meta, the cap; the kit's own: the hook's
+    contract). Returns the columns, or None when the hook declines; a ConfigError names the first
+    column and turn that differ."""
+    cols = backend.generate_round(messages, seeds, items, max_new_tokens)
+    if cols is None:
+        return None
+    gens = backend.generate([
+        GenRequest(list(m), max_new_tokens=int(max_new_tokens), seed=s, meta={"item": it})
+        for m, s, it in zip(messages, seeds, items)
+    ])
+    for c in ROUND_COLUMNS:
+        got, want = list(cols.get(c, ())), [getattr(g, c) for g in gens]
+        if len(got) != len(want):
+            raise ConfigError(f"generate_round answered {len(got)} {c} for {len(want)} turns",
+                              key=c)
+        for t, (a, b) in enumerate(zip(got, want)):
+            if a != b and not (a != a and b != b):  # NaN is NaN
+                raise ConfigError(f"generate_round's {c} at turn {t} is {a!r}, generate's {b!r}",
+                                  key=c, value=t)
+    return cols
 
 # %% ../nbs/backends/03a_interface.ipynb #a31dd742
 def progress_enabled(progress: bool | None = None) -> bool:

@@ -24,6 +24,7 @@ import numpy as np
 from fastcore.basics import patch
 
 from .core import ConfigError, GenRequest, Generation, Item, SIGNALS, rng_for
+from .interface import ROUND_COLUMNS
 from .data import get_task
 from .lookalikes import SYNTHETIC_COUNTS, synthetic_items
 from .loading import SubsetSizeWarning, load_items
@@ -780,9 +781,6 @@ def generate(self: SimBackend, requests: Sequence[GenRequest]) -> list[Generatio
     return [self._turn(r, it, u) for r, it, u in zip(requests, items, us)]
 
 # %% ../nbs/backends/03b_sim.ipynb #s65rnd02
-_ROUND_COLUMNS = ("text", "prompt_tokens", "completion_tokens", *SIGNALS)
-
-
 @patch
 def generate_round(self: SimBackend, messages: Sequence[Sequence[dict]], seeds: Sequence[int],
                    items: Sequence[Item], max_new_tokens: int) -> dict[str, list] | None:
@@ -799,7 +797,7 @@ def generate_round(self: SimBackend, messages: Sequence[Sequence[dict]], seeds: 
     us = batch_uniforms(seeds, [it.id for it in items])
     turn, cap = self._turn_values, int(max_new_tokens)
     cols = zip(*[turn(m, it, u, cap) for m, it, u in zip(messages, items, us)])
-    return dict(zip(_ROUND_COLUMNS, map(list, cols))) if items else {c: [] for c in _ROUND_COLUMNS}
+    return dict(zip(ROUND_COLUMNS, map(list, cols))) if items else {c: [] for c in ROUND_COLUMNS}
 
 # %% ../nbs/backends/03b_sim.ipynb #326982df
 SIM_ITEM_TAG = "[synthetic item, sim profile]"
