@@ -313,7 +313,7 @@ def test_committed_speak_heads_are_issue52s_recipe():
         assert flat == (p.stem.split("rumad_sim_")[1] not in HEADS_NOT_PLATEAUED), (p.name, val.round(3).tolist())
 
 
-ABLATIONS = ("beta", "no_ep", "no_t", "no_activation", "no_budget")       # Table 3's variants: 200 updates (sim profile)
+ABLATIONS = ("beta", "no_ep", "no_t", "no_activation", "no_budget")       # Table 3's variants: 300 updates, as RUMAD's
 
 
 def test_committed_checkpoints_train_as_table6_with_a_calm_clip():
@@ -334,7 +334,8 @@ def test_committed_checkpoints_train_as_table6_with_a_calm_clip():
         assert cfg.lr == R.TABLE6["lr"] and cfg.c2 == R.TABLE6["c2"] == 0.01, p.name
         # issue 50: Eq. 3's actor (sigma from the observation) with PyTorch's default init; the other safeguards kept
         assert cfg.max_grad_norm == 0.5 and (cfg.init, cfg.sigma) == ("default", "state") and cfg.obs_norm, p.name
-        assert len(log) == cfg.updates >= (200 if p.stem.split("rumad_sim_")[1] in ABLATIONS else 300), p.name
+        # review round 11: Table 3's variants train as long as RUMAD (they had 200 updates)
+        assert len(log) == cfg.updates == 300, p.name
         assert log["loss_clipped"].iloc[-1] <= 0.3 and log["loss_clipped"].tail(25).mean() <= 0.3, p.name
         val = log.loc[log["update"] >= cfg.updates - 100, "val_episode_return"].dropna()
         flat = len(val) >= 4 and val.max() - val.min() <= 0.25
@@ -342,8 +343,8 @@ def test_committed_checkpoints_train_as_table6_with_a_calm_clip():
 
 
 # measured 2026-11-29 (issue 50: retrained with Eq. 3's actor, c2 = 0.01, context_decay 0.088): every one still moves on
-# the held-out items over its last 100 updates (B12 and B18 by 0.77, N3_B6 0.95, N9_B18 1.06, beta 0.27, no_budget 1.25,
-# nodecay 0.89, no_activation 0.85, no_ep 0.66, no_t 3.32): at c2 = 0.01 the agents keep speaking and weights near 0.5 put Eq. 4 on a knife edge,
+# the held-out items over its last 100 updates (B12 and B18 by 0.77, N3_B6 0.95, N9_B18 1.06, nodecay 0.89; Table 3's
+# variants, retrained for 300 updates in review round 11: beta 1.76, no_budget 0.78, no_activation 0.51, no_ep 1.10, no_t 2.42): at c2 = 0.01 the agents keep speaking and weights near 0.5 put Eq. 4 on a knife edge,
 # so tiny moves flip who speaks. Not plateaued; listed so that the test fails (and this list is revisited) when a retraining changes it
 NOT_PLATEAUED = {"B12", "B18", "N3_B6", "N9_B18", "beta", "no_activation", "no_budget", "no_ep", "no_t", "nodecay"}
 # the speak heads whose held-out return still moves by more than 0.25 over their last 100 updates (2026-11-28, retrained
