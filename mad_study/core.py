@@ -525,7 +525,11 @@ class Coded:
 def _column(v: list | Coded, dt: str) -> pd.Series:
     "`_typed_column` of a column's values, or of a `Coded` column's values taken at its codes."
     if isinstance(v, Coded):
-        return pd.Series(_typed_column(list(v.values), dt).array.take(np.asarray(v.codes)))
+        codes = np.asarray(v.codes)
+        if len(codes) and (codes.min() < 0 or codes.max() >= len(v.values)):
+            raise ConfigError("a Coded column's codes index its values (0 to len(values) - 1)",
+                              key="codes", value=(int(codes.min()), int(codes.max())))
+        return pd.Series(_typed_column(list(v.values), dt).array.take(codes))
     return _typed_column(list(v), dt)
 
 
