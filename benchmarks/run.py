@@ -685,11 +685,97 @@ def _sim_parts(debate_mod, run_debate, items, agents, bes, kw, memo) -> dict:
             "engine": round(1e6 * (total - spent["sim"] - spent["parse"]) / n, 1), "total": round(1e6 * total / n, 1)}
 
 
-def _sim_child_run(root: Path) -> dict:
-    "`sim_child(root)` in a fresh interpreter (PYTHONPATH = `root`, one thread)."
+def sim_floor(root: str) -> dict:
+    """8b. The floor under a sim turn (this checkout only): each operation that any path with the same draws and the same
+    texts must do, replayed alone, in a loop, on the inputs one run of each workload gave it, in CPU microseconds per
+    turn: the request seeds (`derive_seed`), the turns' uniforms (`batch_uniforms`), the debate prompts
+    (`debate_message`), the sim reading each new prompt (`_count_words`, `read_final_answers`), deciding (`decide`,
+    `_independent`), writing each new text (`_composed` unmemoised), the signals (`_signal_values`), parsing each new
+    text (`extract_answer`, its memo cleared as in the timed pass) and grading each new answer (`is_correct`), and the
+    frame (`transcript_columns`). Everything else in a turn (loops, lists, conversations, memo look-ups, the memory a
+    first pass faults in) is glue. A lower bound, warm: the best ratio any path with these operations can reach is
+    today's microseconds per turn over this floor."""
+    import gc
+    sys.path.insert(0, root)
+    import mad_study.debate as D
+    import mad_study.extract as E
+    import mad_study.sim as S
+    from mad_study.core import Sampling
+    from mad_study.debate import Agent, run_debate
+    from mad_study.sim import SimBackend, sim_items
+    out = {}
+    for name, w in SIM_WORKLOADS.items():
+        items = sim_items(w["task"], w["n"])
+        bes = {f"sim-{i}": SimBackend(f"sim-{i}", skill=0.45 + 0.05 * i) for i in range(w["agents"])}
+        agents = [Agent(f"a{i}", f"sim-{i}") for i in range(w["agents"])]
+        kw = dict(debate_rounds=w["debate_rounds"], samples=w["samples"], prompt=w["prompt"],
+                  sampling=Sampling(temperature=w["temperature"]), progress=False)
+        rec = {k: [] for k in ("seed", "uniforms", "prompt", "round", "decide", "alone", "signals", "composed", "parse",
+                               "grade", "frame")}
+        saved, depth = [], [0]  # depth: inside a spied `decide` or `_independent` (`decide` calls `_independent`)
+
+        def spy(owner, attr, key, nested=False):
+            f = getattr(owner, attr)
+            saved.append((owner, attr, f))
+
+            def g(*a, **k):
+                if not nested:
+                    rec[key].append((a, k))
+                    return f(*a, **k)
+                if depth[0] == 0: rec[key].append((a, k))
+                depth[0] += 1
+                try: return f(*a, **k)
+                finally: depth[0] -= 1
+            setattr(owner, attr, g)
+        spy(D, "derive_seed", "seed"); spy(S, "batch_uniforms", "uniforms"); spy(D, "debate_message", "prompt")
+        spy(SimBackend, "generate_round", "round"); spy(SimBackend, "decide", "decide", nested=True)
+        spy(SimBackend, "_independent", "alone", nested=True); spy(SimBackend, "_signal_values", "signals")
+        spy(S, "_composed", "composed"); spy(D, "extract_answer", "parse"); spy(D, "is_correct", "grade")
+        spy(D, "transcript_columns", "frame")
+        try:
+            df = run_debate(items, agents, bes, **kw)
+        finally:
+            for owner, attr, f in reversed(saved): setattr(owner, attr, f)
+        turns = len(df)
+        # the sim's reading of each debate prompt: its newest user message (the older ones are memo look-ups)
+        read = [next(m["content"] for m in reversed(msgs) if m["role"] == "user")
+                for (be, messages, *_), _ in rec["round"] for msgs in messages
+                if any(m["role"] == "assistant" for m in msgs) or len(msgs) > 2]
+        distinct = lambda calls: list(dict.fromkeys((a, tuple(sorted(k.items()))) for a, k in calls))
+        ops = {
+            "seeds": (D.derive_seed, rec["seed"]),
+            "uniforms": (S.batch_uniforms, rec["uniforms"]),
+            "prompts": (D.debate_message, rec["prompt"]),
+            "reading": (lambda s: (S._count_words(s), S.read_final_answers(s)), [((s,), {}) for s in read]),
+            "deciding": (None, [(("decide",) + a, k) for a, k in rec["decide"]] + [(("alone",) + a, k) for a, k in rec["alone"]]),
+            "writing": (S._composed.__wrapped__, [(a, dict(k)) for a, k in distinct(rec["composed"])]),
+            "signals": (None, [(("signals",) + a, k) for a, k in rec["signals"]]),
+            "parsing": (D.extract_answer, [(a, dict(k)) for a, k in distinct((x, {}) for x, _ in rec["parse"] if isinstance(x[0], str))]),
+            "grading": (D.is_correct, [(a, dict(k)) for a, k in distinct(rec["grade"])]),
+            "frame": (D.transcript_columns, rec["frame"]),
+        }
+        methods = {"decide": SimBackend.decide, "alone": SimBackend._independent, "signals": SimBackend._signal_values}
+        parts = {}
+        gc.disable()  # as `run_debate` runs the sim: the recorded inputs are many objects for a collector to walk
+        for op, (f, calls) in ops.items():
+            if op == "parsing": E._extract_memo.cache_clear()
+            t = time.process_time()
+            if f is None:
+                for a, k in calls: methods[a[0]](*a[1:], **k)
+            else:
+                for a, k in calls: f(*a, **k)
+            parts[op] = round(1e6 * (time.process_time() - t) / turns, 2)
+        gc.enable()
+        out[name] = {"turns": turns, "parts_us": parts, "floor_us": round(sum(parts.values()), 1),
+                     "calls": {op: len(c) for op, (_, c) in ops.items()}}
+    return out
+
+
+def _sim_child_run(root: Path, fn: str = "sim_child") -> dict:
+    "`sim_child(root)` (or another function `fn` of this file) in a fresh interpreter (PYTHONPATH = `root`, one thread)."
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
     code = f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import run as R; " \
-           f"print('@@' + json.dumps(R.sim_child({str(root)!r})))"
+           f"print('@@' + json.dumps(R.{fn}({str(root)!r})))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, timeout=900)
     for line in r.stdout.splitlines():
         if line.startswith("@@"): return json.loads(line[2:])
@@ -716,6 +802,7 @@ def bench_sim(baseline: str = SIM_BASELINE) -> dict:
         for side in ("today", "new", "today", "new"):                             # A B A B: a drifting load weighs on both
             runs[side].append(_sim_child_run(base if side == "today" else ROOT))
             log(f"  {side}: " + ", ".join(f"{k} {v['turns_s']:,.0f} turns/s" for k, v in runs[side][-1].items()))
+        floors = [_sim_child_run(ROOT, "sim_floor") for _ in range(3)]                # 8b: this checkout's floor
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, capture_output=True)
         shutil.rmtree(base.parent, ignore_errors=True)
@@ -735,6 +822,12 @@ def bench_sim(baseline: str = SIM_BASELINE) -> dict:
                           all(x["answers_sha"] == b[0]["answers_sha"] for x in b),
             "today_accuracy": a[0]["accuracy"], "new_accuracy": b[0]["accuracy"],
             "today_parts_us": _median_parts(a), "new_parts_us": _median_parts(b)}
+        fl = [x[name] for x in floors]
+        floor = statistics.median(x["floor_us"] for x in fl)
+        out["workloads"][name]["floor"] = {
+            "floor_us": floor, "runs_us": [x["floor_us"] for x in fl], "calls": fl[0]["calls"],
+            "parts_us": {k: round(statistics.median(x["parts_us"][k] for x in fl), 2) for k in fl[0]["parts_us"]},
+            "glue_us": round(1e6 / tb - floor, 1), "ceiling": round(1e6 / ta / floor, 1)}
     rows = out["workloads"]
     words = "; ".join(
         f"{k} ({v['turns']:,} turns): today {v['today_turns_s']:,.0f}, new {v['new_turns_s']:,.0f} turns per CPU second, "
@@ -744,6 +837,13 @@ def bench_sim(baseline: str = SIM_BASELINE) -> dict:
                                           f"new {_acc(v['new_accuracy'])})") for k, v in rows.items())
     out["row"] = [f"8. sim: agent turns per second through `run_debate` on `SimBackend` (new vs `{baseline}`, same run, "
                   "medians of A B A B)", words, f">= {SIM_TARGET:.0f}x", _met(min(v["ratio"] for v in rows.values()) >= SIM_TARGET)]
+    out["floor_row"] = [
+        "8b. sim floor: CPU us per turn of the operations any path with these draws and texts must do, each replayed "
+        "alone (median of 3 children); the best ratio such a path can reach is today's us per turn over it",
+        "; ".join(f"{k}: floor {v['floor']['floor_us']} us (new path {v['new_us_per_turn']}: glue {v['floor']['glue_us']}), "
+                  f"ceiling **{v['floor']['ceiling']}x**" for k, v in rows.items()),
+        f"ceiling >= {SIM_TARGET:.0f}x for the goal to be reachable",
+        _met(min(v["floor"]["ceiling"] for v in rows.values()) >= SIM_TARGET)]
     log("   " + " | ".join(map(str, out["row"])))
     return out
 
@@ -885,6 +985,7 @@ def summary_rows(res: dict) -> list[list[str]]:
     if m:
         rows.append(m["row"] if "row" in m else ["8. sim: agent turns per second", f"not run: {m['error']}",
                                                  f">= {SIM_TARGET:.0f}x", "n/a"])
+        if "floor_row" in m: rows.append(m["floor_row"])
     return rows
 
 
@@ -1033,6 +1134,23 @@ def render(res: dict, info: dict, argv: list[str]) -> str:
               md_table(["workload", "today: sim / parser / engine (total)", "new: sim / parser / engine (total)"],
                        [[k, *(f"{p['sim']} / {p['parse']} / {p['engine']} ({p['total']})"
                               for p in (w["today_parts_us"], w["new_parts_us"]))] for k, w in m["workloads"].items()]), ""]
+        if all("floor" in w for w in m["workloads"].values()):
+            ops = list(next(iter(m["workloads"].values()))["floor"]["parts_us"])
+            L += ["### 8b. The floor under a turn", "",
+                  "Each operation that any path with the same draws and texts must do (`sim_floor`), replayed alone in a loop on "
+                  "the inputs one run of the workload gave it (this checkout; median of three fresh children; the collector paused "
+                  "as `run_debate` pauses it for the sim; the parser's memo cleared as in the timed pass), in CPU microseconds per "
+                  "turn. Seeds: `derive_seed` per turn; uniforms: `batch_uniforms`; prompts: `debate_message` per debate turn; "
+                  "reading: the sim's `_count_words` and `read_final_answers` of each new prompt; deciding: `decide` / "
+                  "`_independent`; writing: each new text (`_composed` unmemoised); signals: `_signal_values`; parsing: "
+                  "`extract_answer` of each new text; grading: `is_correct` of each new answer; frame: `transcript_columns`. "
+                  "Glue is the new path's microseconds per turn (above) less the floor: loops, lists, conversations, memo "
+                  "look-ups and the memory a first pass faults in. The floor is a lower bound (warm, no glue), so today's "
+                  "microseconds per turn over it bound the ratio that these operations, as written, allow.", "",
+                  md_table(["workload", *ops, "floor", "new path", "glue", "ceiling (today / floor)"],
+                           [[k, *(w["floor"]["parts_us"][o] for o in ops), f"**{w['floor']['floor_us']}**",
+                             w["new_us_per_turn"], w["floor"]["glue_us"], f"**{w['floor']['ceiling']}x**"]
+                            for k, w in m["workloads"].items()]), ""]
     return "\n".join(L)
 
 
