@@ -1213,45 +1213,53 @@ def not_shown_rows(sim_agents: Mapping | None = None) -> pd.DataFrame:
     fit) and Table 1 (signals, set by hand), UMAD's aleatoric cost (debate_noise fitted 0 for
     sim-qwen2.5-3b only; the failing pair's figure is drawn only), RUMAD's three models' persuasion
     (left neutral: their context_decay is refitted apart) and Meta-Debate Table 1 (the role sim's
-    role skills, set by hand; Table 2's review_skill is a fitted row, `fitted_apart_rows`); then one
+    role skills, set by hand; Table 2's review_skill is a fitted row, `fitted_apart_rows`), Du et
+    al.'s Table 1 reflection row (no reflection condition is run) and majority row (judged in
+    figures/baseline, not fitted); then one
     line per UMAD model whose `context_entropy` (Fig. 1) or `debate_noise` (Fig. 2 / 6) `sim_agents`
     (default: the sim profile's) leaves at SimAgent's default 0: "assumed (default 0, not fitted)";
     `claim_judged_in`: the figure that judges each line's claim."""
-    lines = ((
-        "MADC", "MADC Fig. 7", "accuracy over debate rounds", "drawn claim (no printed number)",
-        "not shown, because MADC Fig. 7 prints no number of the round scaling to fit; its claims are judged in "
-        "figures/madc/madc_fig7 (recency, with its control)"
-    ), (
-        "MADC", "MADC Fig. 9 / Tables 6-11",
-        "accuracy of a responder shown k correct solutions (the 50% reversal)", "not fitted",
-        "not shown, because the reversal is not a fitted number: the world's responder adopts a shown answer at "
-        "its conformity, independently of how many agree; its curves, counts tables and reversal verdicts are "
-        "judged in figures/madc/madc_fig9"
-    ), (
-        "SVR-MAD", "SVR-MAD (posterior over priors)",
-        "SVR - strongest post-debate prior, App. B (+3.37 / +1.13 points)",
-        "held out of the stubbornness fit",
-        "not shown, because App. B's +3.37 / +1.13 points are held out of the stubbornness fit (the SVR-MAD "
-        "Sec. 3 rows above fit it): figures/svr/svr_fig3 draws them beside the fitted world's"
-    ), (
-        "SVR-MAD", "SVR-MAD Table 1", "SVR-MAD - GroupDebate accuracy (points)",
-        "set by hand (signals: signal_strength, signal_inversion)",
-        "not shown, because SVR - GroupDebate rests on the signals, set by hand (no printed number fits "
-        "them here); figures/svr/svr_tab1 shows it with the fitted stubbornness"
-    ), (
-        "UMAD", "UMAD (aleatoric cost)", "the aleatoric cost of debate (Sys-AU)",
-        "fitted (debate_noise 0, sim-qwen2.5-3b)",
-        "not shown, because debate_noise is fitted 0 for sim-qwen2.5-3b only (nothing to cost; the other UMAD "
-        "models keep its default 0, rows below) and the failing pair's figure is drawn only, without a printed "
-        "number"
-    ), ("RUMAD", "persuasion of RUMAD's three models",
-        "persuasion, sim-llama-3.1-8b+sim-glm-4-9b+sim-deepseek-math-7b", "neutral (0, not fitted)",
-        "not shown, because persuasion is left at its neutral 0 for RUMAD's three models: their context_decay is "
-        "refitted apart (RUMAD Table 2), and RUMAD prints no debate gain over a vote to fit persuasion to"
-        ), ("Meta-Debate", "Meta-Debate Table 1", "accuracy per method, one model in all roles",
-            "assumed (role skills set by hand)",
-            "not shown, because the role sim's role skills (RoleSimBackend) are set by hand: the paper "
-            "prints no per-role skill"))
+    lines = (
+        ("MADC", "MADC Fig. 7", "accuracy over debate rounds", "drawn claim (no printed number)",
+         "not shown, because MADC Fig. 7 prints no number of the round scaling to fit; its claims are judged in "
+         "figures/madc/madc_fig7 (recency, with its control)"),
+        ("MADC", "MADC Fig. 9 / Tables 6-11",
+         "accuracy of a responder shown k correct solutions (the 50% reversal)", "not fitted",
+         "not shown, because the reversal is not a fitted number: the world's responder adopts a shown answer at "
+         "its conformity, independently of how many agree; its curves, counts tables and reversal verdicts are "
+         "judged in figures/madc/madc_fig9"),
+        ("SVR-MAD", "SVR-MAD (posterior over priors)",
+         "SVR - strongest post-debate prior, App. B (+3.37 / +1.13 points)",
+         "held out of the stubbornness fit",
+         "not shown, because App. B's +3.37 / +1.13 points are held out of the stubbornness fit (the SVR-MAD "
+         "Sec. 3 rows above fit it): figures/svr/svr_fig3 draws them beside the fitted world's"),
+        ("SVR-MAD", "SVR-MAD Table 1", "SVR-MAD - GroupDebate accuracy (points)",
+         "set by hand (signals: signal_strength, signal_inversion)",
+         "not shown, because SVR - GroupDebate rests on the signals, set by hand (no printed number fits "
+         "them here); figures/svr/svr_tab1 shows it with the fitted stubbornness"),
+        ("UMAD", "UMAD (aleatoric cost)", "the aleatoric cost of debate (Sys-AU)",
+         "fitted (debate_noise 0, sim-qwen2.5-3b)",
+         "not shown, because debate_noise is fitted 0 for sim-qwen2.5-3b only (nothing to cost; the other UMAD "
+         "models keep its default 0, rows below) and the failing pair's figure is drawn only, without a printed "
+         "number"),
+        ("RUMAD", "persuasion of RUMAD's three models",
+         "persuasion, sim-llama-3.1-8b+sim-glm-4-9b+sim-deepseek-math-7b",
+         "neutral (0, not fitted)",
+         "not shown, because persuasion is left at its neutral 0 for RUMAD's three models: their context_decay is "
+         "refitted apart (RUMAD Table 2), and RUMAD prints no debate gain over a vote to fit persuasion to"
+         ),
+        ("Meta-Debate", "Meta-Debate Table 1", "accuracy per method, one model in all roles",
+         "assumed (role skills set by hand)",
+         "not shown, because the role sim's role skills (RoleSimBackend) are set by hand: the paper "
+         "prints no per-role skill"),
+        ("Du et al.", "Du et al. Table 1, reflection",
+         "single agent (reflection) accuracy, GSM8K 75.0", "not run (no reflection condition)",
+         "not shown, because the kit runs no reflection condition (one agent asked to reflect on its own "
+         "answer); the single-agent and debate rows above serve Du et al.'s Table 1"),
+        ("Du et al.", "Du et al. Table 1, majority", "multi-agent (majority) accuracy, GSM8K 81.0",
+         "judged in a figure, not fitted",
+         "not shown, because the round-0 majority vote is no fitted number: figures/baseline draws it and "
+         "judges the debate round against it (debate - majority +4.0) with its control"))
     cols = ("paper", "source", "quantity", "status", "verdict")
     # where each line's claim is judged (its figure), none where no figure draws it
     judged = {
@@ -1261,6 +1269,7 @@ def not_shown_rows(sim_agents: Mapping | None = None) -> pd.DataFrame:
         "SVR-MAD Table 1": "svr_tab1",
         "UMAD (aleatoric cost)": "umad_fig2",
         "Meta-Debate Table 1": "meta_tab1",
+        "Du et al. Table 1, majority": "baseline",
         "UMAD Fig. 1": "umad_fig1",
         "UMAD Fig. 2 / 6": "umad_fig2"
     }
