@@ -612,6 +612,20 @@ SIM_WORKLOADS = {
 }
 
 
+def _sim_workload(w: dict) -> tuple:
+    """A sim workload's items, agents, backends and `run_debate` keywords, from the `mad_study` this process imports
+    (the baseline commit's or this checkout's: names both have)."""
+    from mad_study.core import Sampling
+    from mad_study.debate import Agent
+    from mad_study.sim import SimBackend, sim_items
+    items = sim_items(w["task"], w["n"])
+    bes = {f"sim-{i}": SimBackend(f"sim-{i}", skill=0.45 + 0.05 * i) for i in range(w["agents"])}
+    agents = [Agent(f"a{i}", f"sim-{i}") for i in range(w["agents"])]
+    kw = dict(debate_rounds=w["debate_rounds"], samples=w["samples"], prompt=w["prompt"],
+              sampling=Sampling(temperature=w["temperature"]), progress=False)
+    return items, agents, bes, kw
+
+
 def sim_child(root: str) -> dict:
     """One timed pass of every sim workload with the kit in `root` (this process imports `mad_study` from there):
     {workload: {turns, seconds, turns_s, answers, accuracy per round}}. Called in a subprocess by `bench_sim`; uses only
@@ -619,9 +633,7 @@ def sim_child(root: str) -> dict:
     sys.path.insert(0, root)
     import hashlib
     import mad_study
-    from mad_study.core import Sampling
-    from mad_study.debate import Agent, run_debate
-    from mad_study.sim import SimBackend, sim_items
+    from mad_study.debate import run_debate
     try:
         import mad_study.extract as extract_mod                              # the extractors' module since issue 49
     except ImportError:
@@ -630,11 +642,7 @@ def sim_child(root: str) -> dict:
     assert Path(mad_study.__file__).resolve().is_relative_to(Path(root).resolve()), mad_study.__file__
     out = {}
     for name, w in SIM_WORKLOADS.items():
-        items = sim_items(w["task"], w["n"])
-        bes = {f"sim-{i}": SimBackend(f"sim-{i}", skill=0.45 + 0.05 * i) for i in range(w["agents"])}
-        agents = [Agent(f"a{i}", f"sim-{i}") for i in range(w["agents"])]
-        kw = dict(debate_rounds=w["debate_rounds"], samples=w["samples"], prompt=w["prompt"],
-                  sampling=Sampling(temperature=w["temperature"]), progress=False)
+        items, agents, bes, kw = _sim_workload(w)
         run_debate(items[:2], agents, bes, **kw)                                  # warm: imports, compiled patterns
         memo = getattr(extract_mod, "_extract_memo", None)
         if memo is not None: memo.cache_clear()                                   # no text parsed before the timed pass
@@ -700,16 +708,11 @@ def sim_floor(root: str) -> dict:
     import mad_study.debate as D
     import mad_study.extract as E
     import mad_study.sim as S
-    from mad_study.core import Sampling
-    from mad_study.debate import Agent, run_debate
-    from mad_study.sim import SimBackend, sim_items
+    from mad_study.debate import run_debate
+    from mad_study.sim import SimBackend
     out = {}
     for name, w in SIM_WORKLOADS.items():
-        items = sim_items(w["task"], w["n"])
-        bes = {f"sim-{i}": SimBackend(f"sim-{i}", skill=0.45 + 0.05 * i) for i in range(w["agents"])}
-        agents = [Agent(f"a{i}", f"sim-{i}") for i in range(w["agents"])]
-        kw = dict(debate_rounds=w["debate_rounds"], samples=w["samples"], prompt=w["prompt"],
-                  sampling=Sampling(temperature=w["temperature"]), progress=False)
+        items, agents, bes, kw = _sim_workload(w)
         rec = {k: [] for k in ("seed", "uniforms", "prompt", "round", "decide", "alone", "signals", "composed", "parse",
                                "grade", "frame")}
         saved, depth = [], [0]  # depth: inside a spied `decide` or `_independent` (`decide` calls `_independent`)
