@@ -30,16 +30,16 @@ from .core import Sampling
 from .loading import paper_table
 
 # %% auto #0
-__all__ = ['TIERS', 'DELTA', 'ACTIVATION_ATOL', 'DISTS', 'INITS', 'SIGMAS', 'DENSE_LOGIT', 'SIGMA_MIN', 'SIGMA_MAX', 'SIGMA_INIT',
-           'BUDGET_READINGS', 'HEADS', 'DEPLOY_RULES', 'ALPHA', 'BETA', 'TIER_COST', 'TABLE6', 'REWARD_MODES',
-           'ROLLOUT_UNITS', 'SELECTS', 'Embedder', 'similarity_matrix', 'SimEmbedder', 'MiniLMEmbedder',
-           'make_embedder', 'prompt_tier', 'activation_mask', 'TopologyPolicy', 'visible_links', 'budget_count',
-           'expected_links', 'mean_weights', 'budget_loss', 'speak_probability', 'deployed_links', 'accuracy_reward',
-           'consensus_reward', 'progress_reward', 'efficiency_reward', 'improvement_reward', 'sparsity_penalty',
-           'step_reward', 'episode_reward', 'gae', 'PpoSettings', 'ppo_loss', 'ppo_update', 'RumadController',
-           'rumad_prompt', 'fixed_policy', 'round_outcomes', 'episodes', 'RumadConfig', 'rollout_episodes',
-           'policy_for', 'probe_stats', 'RumadEnv', 'train_controller', 'one_thread', 'evaluate_controller',
-           'save_controller', 'load_controller', 'SpeakerPolicy']
+__all__ = ['TIERS', 'DELTA', 'ACTIVATION_ATOL', 'DISTS', 'INITS', 'SIGMAS', 'CLEANRL_START', 'DENSE_LOGIT', 'SIGMA_MIN',
+           'SIGMA_MAX', 'SIGMA_INIT', 'BUDGET_READINGS', 'HEADS', 'DEPLOY_RULES', 'ALPHA', 'BETA', 'TIER_COST',
+           'TABLE6', 'REWARD_MODES', 'ROLLOUT_UNITS', 'SELECTS', 'Embedder', 'similarity_matrix', 'SimEmbedder',
+           'MiniLMEmbedder', 'make_embedder', 'prompt_tier', 'activation_mask', 'TopologyPolicy', 'visible_links',
+           'budget_count', 'expected_links', 'mean_weights', 'budget_loss', 'speak_probability', 'deployed_links',
+           'accuracy_reward', 'consensus_reward', 'progress_reward', 'efficiency_reward', 'improvement_reward',
+           'sparsity_penalty', 'step_reward', 'episode_reward', 'gae', 'PpoSettings', 'ppo_loss', 'ppo_update',
+           'RumadController', 'rumad_prompt', 'fixed_policy', 'round_outcomes', 'episodes', 'RumadConfig',
+           'rollout_episodes', 'policy_for', 'probe_stats', 'RumadEnv', 'train_controller', 'one_thread',
+           'evaluate_controller', 'save_controller', 'load_controller', 'SpeakerPolicy']
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #1859985e
 class Embedder(_TypingProtocol):
@@ -172,6 +172,9 @@ ACTIVATION_ATOL = 1e-12
 DISTS = ("gaussian", "beta")
 INITS = ("default", "dense", "ortho", "ortho_dense")
 SIGMAS = ("state", "free")
+# the kit's CleanRL start (orthogonal init, small output layer, bounded state-free sigma):
+# RumadConfig(**CLEANRL_START); RumadConfig's defaults are Eq. 3's actor as printed
+CLEANRL_START = {"init": "ortho", "sigma": "free"}
 # init="dense": mean weights sigmoid(1.5) = 0.82
 # (Critical) to peers, sigmoid(-1.5) = 0.18 to oneself
 DENSE_LOGIT = 1.5
@@ -773,10 +776,11 @@ def episodes(transcript: pd.DataFrame, controller: RumadController, token_budget
 @dataclass
 class RumadConfig:
     """Every setting of one RUMAD training run (defaults: Table 6, B = 12, delta = 0.10; lam = 0.5
-    is the kit's choice, Eq. 2 gives none; init, sigma, obs_norm, max_grad_norm, adam_eps: the kit's
-    safeguards, on which the paper says nothing). The RUMAD experiment trains its per-edge
-    controllers with init="default", sigma="state" (Eq. 3's actor; issue 50: with "ortho" / "free"
-    the policy stayed at its initial weights at Table 6's lr 1e-4 for 300 updates)."""
+    is the kit's choice, Eq. 2 gives none; init="default", sigma="state": Eq. 3's actor as printed,
+    which the RUMAD experiment trains; obs_norm, max_grad_norm, adam_eps: the kit's safeguards, on
+    which the paper says nothing). The kit's CleanRL start is `CLEANRL_START` (init="ortho",
+    sigma="free"): at Table 6's lr 1e-4 it left the policy at its initial weights after 300
+    updates."""
 
     n_agents: int = 6
     debate_rounds: int = 5  # rounds after round 0: 6 rounds in all, rounds 0-5 (App. B)
@@ -800,10 +804,10 @@ class RumadConfig:
     rollout: int = TABLE6["rollout"]
     updates: int = 100
     dist: str = "gaussian"  # ablation: "beta"
-    # the kit's: CleanRL's orthogonal init, small output layer ("dense": start from MAD)
-    init: str = "ortho"
+    # PyTorch's default init (the paper states none; "ortho": CleanRL's, "dense": start from MAD)
+    init: str = "default"
     sigma: str = (
-        "free"  # the kit's: state-free sigma in [0.05, 1.5] ("state": Eq. 3's unbounded head)
+        "state"  # Eq. 3's head: sigma from the observation ("free": state-free, in [0.05, 1.5])
     )
     obs_norm: bool = True  # the kit's: the MLPs read 2 S - 1
     max_grad_norm: float = 0.5  # the kit's: global gradient-norm clip (CleanRL's 0.5; 0 = none)

@@ -355,7 +355,7 @@ HEADS_NOT_PLATEAUED = {"H12_s1", "H12_s2"}
 
 def test_the_kit_safeguards():
     # bounded, state-free sigma; orthogonal init with a small output layer (mu ~ 0 at the start); the gradient-norm clip
-    cfg = R.RumadConfig(n_agents=4, hidden=32)
+    cfg = R.RumadConfig(n_agents=4, hidden=32, **R.CLEANRL_START)   # the kit's CleanRL start, by name
     p = R.policy_for(cfg)
     obs = torch.as_tensor(np.random.default_rng(0).random((8, 4, 4)), dtype=torch.float32)
     with torch.no_grad(): d = p.dist(obs)
@@ -435,7 +435,8 @@ def test_beta_ablation_starts_from_the_same_dense_debate():
     assert R.activation_mask(b).all() and R.visible_links(b) == 30
 
 
-TOY = dict(n_agents=3, debate_rounds=2, rollout=4, batch_size=2, updates=3, lr=1e-2, token_budget=200, init="dense")
+TOY = dict(n_agents=3, debate_rounds=2, rollout=4, batch_size=2, updates=3, lr=1e-2, token_budget=200, init="dense",
+           sigma="free")
 
 
 def test_several_minibatches_per_rollout_let_the_clip_act():
@@ -629,7 +630,8 @@ def test_the_sim_actor_moves_with_a_reward_signal_and_not_without(monkeypatch):
     # init) at Table 6's lr 1e-4: 30 updates (150 Adam steps) move it. The control has no signal for the actor: every
     # advantage 0 and no budget term (use_budget=False; with c2 = 0.01 alone Adam would scale that term's small but
     # steady gradient up to full-size steps and drive sigma up, measured: KL 13 in 30 updates); only the critic learns
-    cfg = R.RumadConfig(init="default", sigma="state", rollout=10)
+    cfg = R.RumadConfig(rollout=10)                                   # the defaults: init default, sigma state
+    assert (cfg.init, cfg.sigma) == ("default", "state")
     rel, kl = _moved(cfg, False, monkeypatch)
     import dataclasses
     rel0, kl0 = _moved(dataclasses.replace(cfg, use_budget=False), True, monkeypatch)
