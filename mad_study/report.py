@@ -42,10 +42,10 @@ __all__ = ['RUN_ENV', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_ST
            'VERDICT_CLAIM_KEYS', 'JOINT_ORDER', 'FAILURE_FILE', 'HOLM_INTERVALS', 'package_versions', 'cell_source',
            'notebook_parameters', 'run_params', 'run_context', 'Study', 'show_figure', 'register_style',
            'registered_method', 'method_style', 'set_style', 'panel_figure', 'percent_axis', 'pct', 'label_points',
-           'dodge_points', 'label_figure', 'LayoutWarning', 'FigureOutput', 'caption_problems', 'save_figure',
-           'save_table', 'check_verdict', 'effect_verdict', 'joint_verdict', 'stands_for', 'read_verdict',
-           'last_failure', 'artefact_status', 'run_sizes', 'interval_method_once', 'claim_words', 'write_gallery',
-           'index_table', 'write_index']
+           'dodge_points', 'label_figure', 'LayoutWarning', 'FigureOutput', 'caption_problems', 'synthetic_share',
+           'synthetic_said', 'save_figure', 'save_table', 'check_verdict', 'effect_verdict', 'joint_verdict',
+           'stands_for', 'read_verdict', 'last_failure', 'artefact_status', 'run_sizes', 'interval_method_once',
+           'claim_words', 'write_gallery', 'index_table', 'write_index']
 
 # %% ../nbs/study/06_report.ipynb #7cf92f74
 _PACKAGES = ("mad_study", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "torch",
@@ -718,6 +718,39 @@ def caption_problems(caption: str | None, limit: int = MAX_CAPTION_CHARS) -> lis
     characters (whitespace folded), else [] (the kit's own)."""
     n = len(" ".join(str(caption or "").split()))
     return [f"caption {n} chars: move the pairwise numbers to the table"] if n > limit else []
+
+# %% ../nbs/study/06_report.ipynb #synth002
+# the ids the kit gives synthetic items: look-alikes '<task>/synthetic-<i>' (02c_lookalikes) and sim
+# padding '<task>/sim-synthetic-<i>' (03b_sim)
+_SYNTHETIC_ID = re.compile(r"(?:^|/)(?:[^/]*-)?synthetic-\d+$")
+
+
+def synthetic_share(items: Sequence) -> tuple[int, int]:
+    """How many of `items` are synthetic, and of how many (the kit's own): `Item`s by their
+    `synthetic` flag (a look-alike of a set the kit may not ship, or sim padding made up to fill
+    `n_items`), item ids by the ids the kit gives those ('<task>/synthetic-<i>',
+    '<task>/sim-synthetic-<i>')."""
+    flag = lambda it: (bool(_SYNTHETIC_ID.search(it))
+                       if isinstance(it, str) else bool(getattr(it, "synthetic", False)))
+    items = list(items)
+    return sum(map(flag, items)), len(items)
+
+
+def synthetic_said(shares: Mapping[str, tuple[int, int]]) -> str:
+    """The caption's sentence on synthetic items, worded alike in every paper (the kit's own):
+    `shares` maps a task's label to its `synthetic_share` (synthetic, n), in the caption's order.
+    "" where no item is synthetic; one task, or every task with the same count: " Synthetic items:
+    140 of 200[ per task]."; else each task's, "all n" where every item is: " Synthetic items: A
+    140 of 200, B all 30, C 0 of 200." (with its leading space, to append to a sentence)."""
+    shares = {t: (int(k), int(n)) for t, (k, n) in shares.items()}
+    if not any(k for k, _ in shares.values()):
+        return ""
+    said = lambda k, n: f"all {n}" if k == n else f"{k} of {n}"
+    if len(set(shares.values())) == 1:
+        one = said(*next(iter(shares.values())))
+        return f" Synthetic items: {one}{' per task' if len(shares) > 1 else ''}."
+    return " Synthetic items: " + ", ".join(
+        f"{t} {said(k, n)}" for t, (k, n) in shares.items()) + "."
 
 # %% ../nbs/study/06_report.ipynb #d58adb09
 @fold_keywords("output")
