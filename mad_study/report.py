@@ -802,12 +802,13 @@ def save_figure(fig, artefact: str, paper: str, study: Study | None = None,
 # %% ../nbs/study/06_report.ipynb #ce70e4ba
 def save_table(df: pd.DataFrame, artefact: str, paper: str, study: Study | None = None,
                notes: Mapping | None = None, floatfmt: str = ".4g", caption: str | None = None,
-               items: pd.DataFrame | None = None,
-               md_view: pd.DataFrame | None = None) -> list[Path]:
+               items: pd.DataFrame | None = None, md_view: pd.DataFrame | None = None,
+               missingval: str = "") -> list[Path]:
     """Write `df` as figures/<paper>/<artefact>.csv and .md (+ .json provenance), atomically (the
     kit's own); a caption longer than `MAX_CAPTION_CHARS` is recorded as `table_problems` (and
     warned about). `md_view`: the table the .md shows instead of `df` (a narrow view a reader can
-    read; the .csv keeps every column)."""
+    read; the .csv keeps every column). `missingval`: what the .md shows in a None cell (tabulate's
+    `missingval`; a NaN number still reads 'nan')."""
     csv = _out(paper, artefact, "csv")
     md = _out(paper, artefact, "md")
     atomic_write_text(csv, df.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
@@ -819,7 +820,7 @@ def save_table(df: pd.DataFrame, artefact: str, paper: str, study: Study | None 
         head += [f"**{label}**", ""]
     atomic_write_text(
         md, "\n".join(head) + "\n" + (df if md_view is None else md_view).to_markdown(
-            index=False, floatfmt=floatfmt) + "\n")
+            index=False, floatfmt=floatfmt, missingval=missingval) + "\n")
     files = [csv, md]
     if items is not None:
         files.append(_out(paper, artefact, "items.csv"))
