@@ -44,8 +44,8 @@ __all__ = ['RUN_ENV', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_ST
            'registered_method', 'method_style', 'set_style', 'panel_figure', 'percent_axis', 'pct', 'label_points',
            'dodge_points', 'label_figure', 'LayoutWarning', 'FigureOutput', 'caption_problems', 'synthetic_share',
            'synthetic_said', 'save_figure', 'save_table', 'check_verdict', 'effect_verdict', 'joint_verdict',
-           'stands_for', 'read_verdict', 'last_failure', 'artefact_status', 'run_sizes', 'interval_method_once',
-           'claim_words', 'write_gallery', 'index_table', 'write_index']
+           'beyond_printed', 'effect_words', 'stands_for', 'read_verdict', 'last_failure', 'artefact_status',
+           'run_sizes', 'interval_method_once', 'claim_words', 'write_gallery', 'index_table', 'write_index']
 
 # %% ../nbs/study/06_report.ipynb #7cf92f74
 _PACKAGES = ("mad_study", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "torch",
@@ -948,6 +948,25 @@ def joint_verdict(effects: Sequence[str]) -> str:
     if odd := [e for e in effects if e not in JOINT_ORDER]:
         raise ConfigError("not a verdict", key="effects", value=odd, choices=JOINT_ORDER)
     return min(effects, key=JOINT_ORDER.index) if effects else "not testable"
+
+# %% ../nbs/study/06_report.ipynb #effwrd02
+def beyond_printed(low: float, high: float, sign: float = 1.0,
+                   printed: float | None = None) -> bool:
+    """Whether the paper's `printed` number lies beyond the interval [`low`, `high`]'s far bound on
+    the paper's side (above `high` for a rise, `sign` +1; below `low` for a drop, -1): the size
+    the paper prints is not reached (the kit's own; False without a number or an interval)."""
+    if printed is None or any(pd.isna(x) for x in (printed, low, high)) or sign == 0:
+        return False
+    return printed > high if sign > 0 else printed < low
+
+
+def effect_words(effect: str, low: float, high: float, sign: float = 1.0,
+                 printed: float | None = None) -> str:
+    """A verdict's `effect` as a title or caption says it (the kit's own): "yes (smaller than
+    printed)" for a "yes" whose interval lies short of the paper's `printed` number
+    (`beyond_printed`), else `effect` as it is."""
+    short = effect == "yes" and beyond_printed(low, high, sign, printed)
+    return "yes (smaller than printed)" if short else effect
 
 # %% ../nbs/study/06_report.ipynb #fc51verd2
 def stands_for(artefact: str, title: str = "") -> str:
