@@ -42,10 +42,10 @@ __all__ = ['RUN_ENV', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_ST
            'VERDICT_CLAIM_KEYS', 'JOINT_ORDER', 'FAILURE_FILE', 'HOLM_INTERVALS', 'package_versions', 'cell_source',
            'notebook_parameters', 'run_params', 'run_context', 'Study', 'show_figure', 'register_style',
            'registered_method', 'method_style', 'set_style', 'panel_figure', 'percent_axis', 'pct', 'label_points',
-           'dodge_points', 'label_figure', 'LayoutWarning', 'FigureOutput', 'caption_problems', 'save_figure',
-           'save_table', 'check_verdict', 'effect_verdict', 'joint_verdict', 'stands_for', 'read_verdict',
-           'last_failure', 'artefact_status', 'run_sizes', 'interval_method_once', 'claim_words', 'write_gallery',
-           'index_table', 'write_index']
+           'dodge_points', 'label_figure', 'LayoutWarning', 'FigureOutput', 'caption_problems', 'synthetic_share',
+           'synthetic_said', 'save_figure', 'save_table', 'check_verdict', 'effect_verdict', 'joint_verdict',
+           'beyond_printed', 'effect_words', 'stands_for', 'read_verdict', 'last_failure', 'artefact_status',
+           'run_sizes', 'interval_method_once', 'claim_words', 'write_gallery', 'index_table', 'write_index']
 
 # %% ../nbs/study/06_report.ipynb #7cf92f74
 _PACKAGES = ("mad_study", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "torch",
@@ -719,6 +719,39 @@ def caption_problems(caption: str | None, limit: int = MAX_CAPTION_CHARS) -> lis
     n = len(" ".join(str(caption or "").split()))
     return [f"caption {n} chars: move the pairwise numbers to the table"] if n > limit else []
 
+# %% ../nbs/study/06_report.ipynb #synth002
+# the ids the kit gives synthetic items: look-alikes '<task>/synthetic-<i>' (02c_lookalikes) and sim
+# padding '<task>/sim-synthetic-<i>' (03b_sim)
+_SYNTHETIC_ID = re.compile(r"(?:^|/)(?:[^/]*-)?synthetic-\d+$")
+
+
+def synthetic_share(items: Sequence) -> tuple[int, int]:
+    """How many of `items` are synthetic, and of how many (the kit's own): `Item`s by their
+    `synthetic` flag (a look-alike of a set the kit may not ship, or sim padding made up to fill
+    `n_items`), item ids by the ids the kit gives those ('<task>/synthetic-<i>',
+    '<task>/sim-synthetic-<i>')."""
+    flag = lambda it: (bool(_SYNTHETIC_ID.search(it))
+                       if isinstance(it, str) else bool(getattr(it, "synthetic", False)))
+    items = list(items)
+    return sum(map(flag, items)), len(items)
+
+
+def synthetic_said(shares: Mapping[str, tuple[int, int]]) -> str:
+    """The caption's sentence on synthetic items, worded alike in every paper (the kit's own):
+    `shares` maps a task's label to its `synthetic_share` (synthetic, n), in the caption's order.
+    "" where no item is synthetic; one task, or every task with the same count: " Synthetic items:
+    140 of 200[ per task]."; else each task's, "all n" where every item is: " Synthetic items: A
+    140 of 200, B all 30, C 0 of 200." (with its leading space, to append to a sentence)."""
+    shares = {t: (int(k), int(n)) for t, (k, n) in shares.items()}
+    if not any(k for k, _ in shares.values()):
+        return ""
+    said = lambda k, n: f"all {n}" if k == n else f"{k} of {n}"
+    if len(set(shares.values())) == 1:
+        one = said(*next(iter(shares.values())))
+        return f" Synthetic items: {one}{' per task' if len(shares) > 1 else ''}."
+    return " Synthetic items: " + ", ".join(
+        f"{t} {said(k, n)}" for t, (k, n) in shares.items()) + "."
+
 # %% ../nbs/study/06_report.ipynb #d58adb09
 @fold_keywords("output")
 def save_figure(fig, artefact: str, paper: str, study: Study | None = None,
@@ -769,12 +802,13 @@ def save_figure(fig, artefact: str, paper: str, study: Study | None = None,
 # %% ../nbs/study/06_report.ipynb #ce70e4ba
 def save_table(df: pd.DataFrame, artefact: str, paper: str, study: Study | None = None,
                notes: Mapping | None = None, floatfmt: str = ".4g", caption: str | None = None,
-               items: pd.DataFrame | None = None,
-               md_view: pd.DataFrame | None = None) -> list[Path]:
+               items: pd.DataFrame | None = None, md_view: pd.DataFrame | None = None,
+               missingval: str = "") -> list[Path]:
     """Write `df` as figures/<paper>/<artefact>.csv and .md (+ .json provenance), atomically (the
     kit's own); a caption longer than `MAX_CAPTION_CHARS` is recorded as `table_problems` (and
     warned about). `md_view`: the table the .md shows instead of `df` (a narrow view a reader can
-    read; the .csv keeps every column)."""
+    read; the .csv keeps every column). `missingval`: what the .md shows in a None cell (tabulate's
+    `missingval`; a NaN number still reads 'nan')."""
     csv = _out(paper, artefact, "csv")
     md = _out(paper, artefact, "md")
     atomic_write_text(csv, df.to_csv(index=False, float_format="%.6g", lineterminator="\n"))
@@ -786,7 +820,7 @@ def save_table(df: pd.DataFrame, artefact: str, paper: str, study: Study | None 
         head += [f"**{label}**", ""]
     atomic_write_text(
         md, "\n".join(head) + "\n" + (df if md_view is None else md_view).to_markdown(
-            index=False, floatfmt=floatfmt) + "\n")
+            index=False, floatfmt=floatfmt, missingval=missingval) + "\n")
     files = [csv, md]
     if items is not None:
         files.append(_out(paper, artefact, "items.csv"))
@@ -914,6 +948,25 @@ def joint_verdict(effects: Sequence[str]) -> str:
     if odd := [e for e in effects if e not in JOINT_ORDER]:
         raise ConfigError("not a verdict", key="effects", value=odd, choices=JOINT_ORDER)
     return min(effects, key=JOINT_ORDER.index) if effects else "not testable"
+
+# %% ../nbs/study/06_report.ipynb #effwrd02
+def beyond_printed(low: float, high: float, sign: float = 1.0,
+                   printed: float | None = None) -> bool:
+    """Whether the paper's `printed` number lies beyond the interval [`low`, `high`]'s far bound on
+    the paper's side (above `high` for a rise, `sign` +1; below `low` for a drop, -1): the size
+    the paper prints is not reached (the kit's own; False without a number or an interval)."""
+    if printed is None or any(pd.isna(x) for x in (printed, low, high)) or sign == 0:
+        return False
+    return printed > high if sign > 0 else printed < low
+
+
+def effect_words(effect: str, low: float, high: float, sign: float = 1.0,
+                 printed: float | None = None) -> str:
+    """A verdict's `effect` as a title or caption says it (the kit's own): "yes (smaller than
+    printed)" for a "yes" whose interval lies short of the paper's `printed` number
+    (`beyond_printed`), else `effect` as it is."""
+    short = effect == "yes" and beyond_printed(low, high, sign, printed)
+    return "yes (smaller than printed)" if short else effect
 
 # %% ../nbs/study/06_report.ipynb #fc51verd2
 def stands_for(artefact: str, title: str = "") -> str:
