@@ -423,9 +423,10 @@ TAB1_CAPTION_MAX = 1200
 
 def table1_reader_caption(cmp: pd.DataFrame, label: str | None, verdict: str,
                           power: pd.DataFrame | None = None, mechanism: str = "",
-                          single_gpu_config: str = "") -> str:
+                          single_gpu_config: str = "", token_power: str = "") -> str:
     """SVR-MAD Table 1's caption (Sec. 5.1): what is shown, n per setting, the intervals, the tests
-    (`tab1_comparison`'s) and the gap its n resolves against GroupDebate (`tab1_power`), the verdict
+    (`tab1_comparison`'s) and the gap its n resolves against GroupDebate (`tab1_power`) and, given
+    `token_power`, what it resolves in tokens (the token claim's power, in words), the verdict
     (first, as the title: the claim and its verdict), the control and `mechanism`; the paper's
     claim. Every pairwise number is left to the table's columns (issue 51: at most
     `TAB1_CAPTION_MAX`)."""
@@ -439,18 +440,19 @@ def table1_reader_caption(cmp: pd.DataFrame, label: str | None, verdict: str,
     if power is not None and power.get("resolves_pts", pd.Series(dtype=float)).notna().any():
         r, need = power["resolves_pts"].dropna(), power["n_needed"].dropna()
         res = (
-            f" This n resolves a gap to GroupDebate of {r.min():.0f}-{r.max():.0f} points (paired t, "
-            "80% power, Holm's level)")
+            f" Power (paired t, 80%): n resolves {r.min():.0f}-{r.max():.0f} points vs GroupDebate "
+            "(Holm's level")
         res += (f"; the paper's needs {need.min():,.0f}-{need.max():,.0f} problems" +
-                (": beyond the reproduce budget." if need.max() > n.max() else ".")
-                if len(need) else ".")
+                (": beyond the reproduce budget" if need.max() > n.max() else "")
+                if len(need) else "")
+        res += ")" + (f" and {token_power}" if token_power else "") + "."
     gpu = f" Paper profile on one GPU: {single_gpu_config}." if single_gpu_config else ""
     return (
         f"SVR-MAD Table 1, fewer tokens at no lower accuracy: {verdict}. {head}NComm, tokens (x10^3) and accuracy of Self-Consistency, GroupDebate, SID-ET, "
-        f"S2-MAD and {ref} per model and dataset (same pre-debate responses; the paper's values beside); "
+        f"S2-MAD and {ref} per model and dataset (same pre-debate responses, the paper's values beside); "
         f"n = {nr} problems per setting (unanimous skipped: Table 2). Accuracy: Wilson {lvl}% intervals. {ref} "
         f"minus each baseline, paired by problem: accuracy gap (McNemar's score test), token change (paired t), "
-        f"{a['correction']} over the {k} gaps of each; each gap, interval, adjusted p and verdict: the table's "
+        f"{a['correction']} over the {k} gaps of each; each gap, interval, adjusted p, verdict: the table's "
         f"columns.{res} {mechanism + ' ' if mechanism else ''}Paper: tokens -38..61%, "
         f"NComm -48..75% at equal or better accuracy (real models, 267-299 problems, no intervals).{gpu}"
     )
