@@ -75,9 +75,10 @@ def test_same_seed_byte_identical_tables(scratch):
     from mad_study.registry import experiments, load_profile
     from mad_study.params import merge_params
     n = merge_params(experiments()["du_gsm8k"], load_profile("sim"))["n_items"]
-    # small (a few kB: the parameters incl. the sim world's agents, the caption, and the item ids, ~30 characters
-    # each), no machine path
-    assert len(raw) < 12000 + 30 * n and str(scratch) not in raw and str(ROOT) not in raw
+    # small: no transcript in it, only the parameters incl. the sim world's agents (~4 kB), the notes (two captions,
+    # the verdict and its claims, ~6 kB), the rest (~2 kB) and the item ids, one per line (~31 characters each); no
+    # machine path
+    assert len(raw) < 16000 + 32 * n and str(scratch) not in raw and str(ROOT) not in raw
     assert len(side["items"]["gsm8k"]) == n                       # the sim profile's n_items (params/baseline)
     index = (scratch / "fig0" / "INDEX.md").read_text()
     assert "| baseline |" in index and "regenerated" in index
