@@ -43,8 +43,8 @@ __all__ = ['RUN_ENV', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_ST
            'notebook_parameters', 'run_params', 'run_context', 'Study', 'show_figure', 'register_style',
            'registered_method', 'method_style', 'set_style', 'panel_figure', 'percent_axis', 'pct', 'label_points',
            'dodge_points', 'label_figure', 'LayoutWarning', 'FigureOutput', 'caption_problems', 'synthetic_share',
-           'synthetic_said', 'save_figure', 'save_table', 'check_verdict', 'effect_verdict', 'joint_verdict',
-           'beyond_printed', 'effect_words', 'stands_for', 'read_verdict', 'last_failure', 'artefact_status',
+           'synthetic_said', 'save_figure', 'save_table', 'check_verdict', 'beyond_printed', 'effect_verdict',
+           'joint_verdict', 'effect_words', 'stands_for', 'read_verdict', 'last_failure', 'artefact_status',
            'run_sizes', 'interval_method_once', 'claim_words', 'write_gallery', 'index_table', 'write_index']
 
 # %% ../nbs/study/06_report.ipynb #7cf92f74
@@ -708,8 +708,8 @@ class FigureOutput:
     show: bool = True
 
 # %% ../nbs/study/06_report.ipynb #fc51cap1
-MAX_CAPTION_CHARS = 1200  # a caption longer than this goes to the table (issue 51)
-# 1: texts, markers, lines, patches (issue 42); 2: + error bars, bands, empty panels, captions, data
+MAX_CAPTION_CHARS = 1200  # a caption longer than this goes to the table
+# 1: texts, markers, lines, patches; 2: + error bars, bands, empty panels, captions, data
 LAYOUT_CHECK_VERSION = 2
 
 
@@ -893,14 +893,25 @@ def check_verdict(verdict: Any, where: str = "verdict") -> dict:
                                   choices=ok)
     return dict(verdict)
 
+# %% ../nbs/study/06_report.ipynb #effwrd02
+def beyond_printed(low: float, high: float, sign: float = 1.0,
+                   printed: float | None = None) -> bool:
+    """Whether the paper's `printed` number lies beyond the interval [`low`, `high`]'s far bound on
+    the paper's side (above `high` for a rise, `sign` +1; below `low` for a drop, -1): the size
+    the paper prints is not reached (the kit's own; False without a number or an interval)."""
+    if printed is None or any(pd.isna(x) for x in (printed, low, high)) or sign == 0:
+        return False
+    return printed > high if sign > 0 else printed < low
+
 # %% ../nbs/study/06_report.ipynb #bc4b5e84
 def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
                    printed: float | None = None, cause: str | None = None,
                    unit: str = "points") -> dict:
     """The one rule for a verdict's `effect` (the kit's own): "not testable" when `cause` says why
     the world cannot produce it; "yes" when [`low`, `high`] excludes 0 on the paper's `sign` side;
-    "no" when it excludes 0 on the other side; "smaller than printed" when it holds 0 but lies below
-    the paper's `printed` number (same unit, on the paper's side); else "not resolved". `sign` 0
+    "no" when it excludes 0 on the other side; "smaller than printed" when it holds 0 but lies short
+    of the paper's `printed` number (`beyond_printed`; its words add "sign not resolved" when the
+    point estimate lies on the other side of 0); else "not resolved". `sign` 0
     is a claim of no difference (the paper's test found none): "yes" when the interval holds 0 (not
     told apart at this n, as in the paper), "no" when it excludes 0. Returns {"effect", "kit"}: the
     kit's words, e.g. "+1.2 [-3.0, +5.4] points; printed +7.0 outside"."""
@@ -928,10 +939,11 @@ def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
     if has_ci and (low > 0 or high < 0):
         effect = "yes" if np.sign(diff) == sign else "no"
     else:
-        # the printed number beyond the interval on the paper's side: above it for a rise, below it
-        # for a drop
-        short = outside and (printed > high if sign > 0 else printed < low)
-        effect = "smaller than printed" if short else "not resolved"
+        effect = "smaller than printed" if beyond_printed(low, high, sign,
+                                                          printed) else "not resolved"
+        if effect == "smaller than printed" and np.sign(diff) == -sign:
+            # the paper's size excluded, but the point estimate lies on the other side of 0
+            kit += "; sign not resolved (point estimate the other way)"
     return {"effect": effect, "kit": kit}
 
 # %% ../nbs/study/06_report.ipynb #jointv01
@@ -949,17 +961,7 @@ def joint_verdict(effects: Sequence[str]) -> str:
         raise ConfigError("not a verdict", key="effects", value=odd, choices=JOINT_ORDER)
     return min(effects, key=JOINT_ORDER.index) if effects else "not testable"
 
-# %% ../nbs/study/06_report.ipynb #effwrd02
-def beyond_printed(low: float, high: float, sign: float = 1.0,
-                   printed: float | None = None) -> bool:
-    """Whether the paper's `printed` number lies beyond the interval [`low`, `high`]'s far bound on
-    the paper's side (above `high` for a rise, `sign` +1; below `low` for a drop, -1): the size
-    the paper prints is not reached (the kit's own; False without a number or an interval)."""
-    if printed is None or any(pd.isna(x) for x in (printed, low, high)) or sign == 0:
-        return False
-    return printed > high if sign > 0 else printed < low
-
-
+# %% ../nbs/study/06_report.ipynb #effwrd06
 def effect_words(effect: str, low: float, high: float, sign: float = 1.0,
                  printed: float | None = None) -> str:
     """A verdict's `effect` as a title or caption says it (the kit's own): "yes (smaller than
