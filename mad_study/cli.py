@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import threading
 import time
@@ -16,7 +17,7 @@ from typing import Mapping, Sequence
 from .core import ConfigError, Inference
 
 # %% auto #0
-__all__ = ['main']
+__all__ = ['main', 'cli']
 
 # %% ../nbs/study/20c_cli.ipynb #spr00020
 from .finished_runs import (compare_runs, default_reference, earlier_files, run_files,
@@ -290,3 +291,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         _exit_if_stuck(130)
         return 130
+
+# %% ../nbs/study/20c_cli.ipynb #cliexit1
+def cli() -> None:
+    """The `mad-study` console command: `main()`'s status as the exit status, SIGINT ignored once
+    `main` has returned (the kit's own: a Ctrl-C during the interpreter's shutdown cannot turn a
+    finished run into a killed one)."""
+    code = main()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)
