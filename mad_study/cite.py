@@ -419,7 +419,7 @@ MENTIONS: dict[str, tuple[
         "doctor.check_lora_reference": ("hu2022lora",),
         "doctor.vision_items": ("wang2024mathvision",),  # drawn look-alikes of its items
         "figcheck.hidden_markers": (
-            "zhang2025madc",),  # names the figure where the defect was found
+            "zhang2025madc",),  # names the MADC figure whose case it catches
         # a test helper: toy runs of MADC's orders to compare (no method of the paper's beyond them)
         "finished_runs.toy_runs": ("zhang2025madc",)
     }
@@ -756,7 +756,7 @@ def run_refs(folder: str | Path) -> list[str]:
     """Keys of a finished run folder (`runs/<profile>/<experiment>/`): the parameters injected into
     its executed notebook (paper, tasks, models, methods), the models and tasks of its transcripts,
     and whatever a transcript inside it cites (`transcript_refs`: its methods too), so a folder
-    never cites fewer works than a file in it (issue 54)."""
+    never cites fewer works than a file in it."""
     folder = Path(folder)
     nbs = sorted(folder.glob("*.ipynb"))
     if not nbs and (files := _transcript_files(folder)):  # the user's own study: transcripts only

@@ -276,8 +276,8 @@ def drawn_bands(ax) -> list[tuple[str, Any, Any]]:
 # %% ../nbs/study/06a_figcheck.ipynb #d4c8f087
 def hidden_markers(marks: Sequence[dict], share: float = 0.6) -> list[tuple[dict, dict]]:
     """(hidden, on top) pairs of markers of different methods (different colours) whose centres lie
-    closer than `share` of the larger radius (the kit's own; MAD under MADC in the arena before
-    issue 42)."""
+    closer than `share` of the larger radius (the kit's own; the case it catches: MAD's marker under
+    MADC's in the arena figure)."""
     from scipy.spatial import cKDTree
 
     if sum(len(m["xy"]) for m in marks) < 2:

@@ -337,7 +337,7 @@ META_DEBATE_PROMPTS: dict = {
         "dmad": "This is part of a structured debate with three roles (Chain-of-Thought, Step-Back, and Program-of-Thought).",
         "dmad_vision": "This is part of a structured debate with three roles (IO, CCoT, and DDCoT)."
     },
-    # DMAD's vision methods (issue 14; our wording)
+    # DMAD's vision methods (our wording)
     "role_titles": {
         "affirmative": "Affirmative",
         "negative": "Negative",

@@ -254,7 +254,7 @@ for _n, _hint in SERVE_HINTS.items():
 
 # %% ../nbs/data/02b_registry.ipynb #d577c6bb
 # Meta-Debate's vision columns (MathVision, RealWorldQA) used Pixtral-Large (124B). Open VLMs of
-# four families that one GPU holds in 4-bit stand in for it (issue 14); the tiny random LLaVA serves
+# four families that one GPU holds in 4-bit stand in for it; the tiny random LLaVA serves
 # the tests (mad_study.vision).
 for _v in [
         _m(

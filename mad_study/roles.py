@@ -601,7 +601,7 @@ def pot_turn(text: str, item: Item, timeout: float = 10.0, memory_mb: int = 1024
     pr = pot_answer(text, item, timeout=timeout, memory_mb=memory_mb, execute=execute,
                     isolation=isolation)
     pa, status, out = pr
-    # the program's output or error is the program's text: marked as data (issue 55)
+    # the program's output or error is the program's text: marked as data
     label = POT_SHOWN["output" if status in ("ok", "no_answer") else "error"]
     shown = text if status == "no_program" else f"{text}\n\n{data_block(out, label)}"
     t = tuple.__new__(PotTurn, (pa, shown, status, out))

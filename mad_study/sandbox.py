@@ -184,7 +184,7 @@ def _parents(p: str) -> list[str]:
 # %% ../nbs/sandbox/04d_sandbox.ipynb #881d9ff0
 def _child_env(home: str) -> dict[str, str]:
     """The program's environment. MALLOC_ARENA_MAX=2: glibc reserves 64 MiB of address space for
-    each thread's arena, so under RLIMIT_AS=1 GiB only 14 threads started (issue 36)."""
+    each thread's arena, so under RLIMIT_AS=1 GiB only 14 threads start without this cap."""
     return {
         "PATH": "/usr/bin:/bin",
         "HOME": home,
@@ -298,7 +298,7 @@ def seccomp_program() -> tuple[bytes | None, str]:
         for bit in CLONE_NAMESPACE_FLAGS.values():
             f.add_rule(m.ERRNO(errno.EPERM), "clone", m.Arg(0, m.MASKED_EQ, bit, bit))
         f.add_rule(m.ERRNO(errno.ENOSYS), "clone3")
-        # no socket of any family: their buffers are kernel memory outside RLIMIT_AS (issue 55)
+        # no socket of any family: their buffers are kernel memory outside RLIMIT_AS
         for call in ("socket", "socketpair"):
             f.add_rule(m.ERRNO(errno.EAFNOSUPPORT), call)
         with tempfile.TemporaryFile() as t:
@@ -314,7 +314,7 @@ def seccomp_program() -> tuple[bytes | None, str]:
 # %% ../nbs/sandbox/04d_sandbox.ipynb #9fb4b4bd
 # keyctl(2)'s number: the runner's first act is
 # KEYCTL_JOIN_SESSION_KEYRING with no name, a new anonymous session
-# keyring, so the program never holds the parent's (keyrings have no namespace: issue 36)
+# keyring, so the program never holds the parent's (keyrings have no namespace)
 _NR_KEYCTL = {
     "x86_64": 250,
     "aarch64": 219,
@@ -460,8 +460,8 @@ class _CgroupReadings:
 # %% ../nbs/sandbox/04d_sandbox.ipynb #e86574cf
 class SandboxCgroup(_CgroupReadings):
     """The cgroup of one sandbox: a memory limit for all of its processes together (anonymous
-    memory, memfds, tmpfs pages and kernel memory: what RLIMIT_AS, per process, does not bound:
-    issue 36) and a process-count limit of its own (pids.max), and its CPU time."""
+    memory, memfds, tmpfs pages and kernel memory: what RLIMIT_AS, per process, does not bound)
+    and a process-count limit of its own (pids.max), and its CPU time."""
     def __init__(self, memory_bytes: int, pids: int):
         kind, homes = _cgroup_home()
         _sweep_cgroups()
@@ -539,7 +539,7 @@ def _stage_mounts(stage: str, sources: list[str], tmp_bytes: int, files: int,
     holds a read-only-to-be view of each of `sources` (`v0`, `v1`, ...: bwrap, run as nobody, can reach them even
     where their folders are closed to nobody, e.g. a Python under /root) and the sandbox's /tmp (`box`), a tmpfs with
     a size *and a file-count* limit (`nr_inodes`: bwrap's --tmpfs takes only a size, and 120,000 empty files fit in
-    1 MiB: issue 36), mode 1777. Without root (`ids`: this uid and gid) the same /tmp, no views: first a user
+    1 MiB), mode 1777. Without root (`ids`: this uid and gid) the same /tmp, no views: first a user
     namespace mapping the user to itself (in which it may mount), inside which bwrap then makes the sandbox's own."""
     if ids is not None:
         if _LIBC.unshare(0x10000000 | 0x20000) != 0:
@@ -794,8 +794,8 @@ def bwrap_argv(
         str(2**20),
         "--tmpfs",
         "/dev/shm",
-        # bwrap's /dev is a tmpfs of no size, writable by the sandbox's
-        # user (issue 55: 300 MiB held at memory_mb=64); /dev/shm keeps its own mount
+        # bwrap's /dev is a tmpfs of no size, writable by the sandbox's user (a program held 300 MiB
+        # there at memory_mb=64): read-only; /dev/shm keeps its own mount
         "--remount-ro",
         "/dev"
     ]
@@ -1257,7 +1257,7 @@ def _execute(code: str, spec: _RunSpec) -> SandboxResult:
     t0 = time.monotonic()
     try:
         program = code.encode("utf-8")
-    except UnicodeEncodeError as e:  # lone surrogates: a status, never an exception (issue 36)
+    except UnicodeEncodeError as e:  # lone surrogates: a status, never an exception
         msg = f"the program's text cannot be encoded as UTF-8: {e}"
         return SandboxResult("error", "", clean_text(msg), None, 0.0, layers, mode, "",
                              escape_text(msg))
@@ -1330,7 +1330,7 @@ def _execute(code: str, spec: _RunSpec) -> SandboxResult:
 # %% ../nbs/sandbox/04d_sandbox.ipynb #148ea4d3
 def _status(why: str | None, started: bool, rc: int | None, oom: bool, cpu: float | None,
             cpu_limit: float, mode: str) -> str:
-    """The status, from what the kit saw, never from the program's text (issue 36): its own reader
+    """The status, from what the kit saw, never from the program's text: its own reader
     and clock (`why`: 'output', 'timeout'), whether the runner started (a byte on a pipe, written
     before the program runs: else 'setup'), the cgroup's OOM kills ('memory'), the exit code
     (bwrap's --json-status-fd: 128 + n for signal n) with the CPU time used (`cpu`: the cgroup's
