@@ -148,7 +148,7 @@ def engine_debate(baseline: str | None = None, madc: str | None = None) -> Calla
 # %% ../nbs/study/15_arena.ipynb #5be419eb
 def run_rumad(arena: Arena, key: str):
     """RUMAD's trained controller (RUMAD Alg. 1 at inference: `mad_study.rumad.RumadController`) on
-    the kit's engine, loaded from `arena.rumad_checkpoint` (sim: the kit's speak head, issue 52,
+    the kit's engine, loaded from `arena.rumad_checkpoint` (sim: the kit's speak head,
     deployed by its checkpoint's rule, P(speak) >= 0.5), one thread (`one_thread`). Its debate
     rounds use RUMAD's tagged wording (Table 8: each shown peer with its importance tag, Eq. 5); its
     round 0 keeps the arena's opening and system prompt, so that round 0 stays shared with the other
@@ -353,7 +353,7 @@ ARENA: tuple[ArenaMethod,
                      engine_method("smad_star", "S-MAD star", engine_debate(baseline="smad_star")),
                      engine_method("smad_ring", "S-MAD ring", engine_debate(baseline="smad_ring")),
                      engine_method("rumad", "RUMAD speak head (kit)", run_rumad,
-                                   short="RUMAD speak head (kit)"),
+                                   short="RUMAD speak head (kit)", style="RUMAD speak head"),
                      ArenaMethod("svr_mad", "SVR-MAD", "mad_round0", run_svr_mad_arena,
                                  calls=lambda s: 2 * s.svr_S * s.agents, entropy=False),
                      ArenaMethod("sid_et", "SID-ET", "mad_round0", run_sid_et, calls=lambda s: 0),
@@ -453,8 +453,11 @@ def arena_style(key: str, methods=None) -> dict:
     """The kit's style of an arena method (`mad_study.report.method_style` of its entry's `style`,
     else its key; the kit's own), with `mfc` (the marker's face: white for a `hollow` entry) and
     `short` (the figure's label)."""
-    from mad_study.report import method_style
+    from mad_study.report import method_style, register_style
 
+    # the kit's speak head in its own colour and plus, as rumad_fig1 and rumad_train draw it
+    # (13c_rumad_report registers the same), not the paper's per-edge RUMAD (orange star)
+    register_style("RUMAD speak head", "#7b3294", "P")
     m = arena_method(key, methods)
     st = method_style(m.style or m.key)
     return {**st, "mfc": "white" if m.hollow else st["color"], "short": m.short or m.label}

@@ -785,7 +785,7 @@ def _fit_sources(targets: pd.DataFrame) -> dict[tuple[str, str, str], str]:
 
 # %% ../nbs/study/16_calibration.ipynb #pstat001
 def _param_status(world: World, fits: Mapping, param: str, models: Sequence[str], task: str) -> str:
-    """A parameter's one status per sim model, the same in every row that reads it (issue 51):
+    """A parameter's one status per sim model, the same in every row that reads it:
     "fitted by" the rows of `fits` (`_fit_sources`), "at the grid's edge (<param> <value>); fitted
     by ..." where the fitted value is its grid's top (`GRIDS`), "assumed (no row fits it)" where no
     row does; models whose value or status differ (UMAD's pair) each get theirs, with their value
@@ -817,7 +817,7 @@ def _not_a_fit_status(status: str, r: Mapping) -> str:
 def power_items(world: World, row: Mapping, n_items: int, seeds: int = 1,
                 stats: Mapping | None = None, pilot_items: int = 40,
                 min_items: int = 40) -> tuple[int, float]:
-    """The items a calibration row's comparison needs (issue 50: n from power):
+    """The items a calibration row's comparison needs (n from power):
     `n_for_power(|printed| / 100, discordance)` (05f_power: the kit's 0/1 paired test) with the
     discordance mean |a - b| of the row's per-item pair in a `pilot_items` pilot (per-item shares in
     [0, 1] for 0/1 answers: conservative), at least `min_items`, capped at `n_items` (the time
@@ -875,7 +875,7 @@ def _verdict(controlled: bool, neutral: bool, sign: float, d: dict | None,
 
 # %% ../nbs/study/16_calibration.ipynb #judged01
 _LD7, _GS = "bbh_logical_deduction_7", "bbh_geometric_shapes"
-# where the paper's claim on a printed number is judged (issue 51): the rows a rule matches (source
+# where the paper's claim on a printed number is judged: the rows a rule matches (source
 # and quantity prefixes, sim model, tasks; None: any), the artefact whose sidecar carries the
 # claim's verdict, the number as that claim prints it ("row": the row's own, "mean": the mean over
 # every row the rule matches, None: a drawn claim or a range), the text its `paper` (or `claim`)
@@ -1032,7 +1032,7 @@ def tension_sentence(mechanism: str, param: str, value: float, status: str, tens
 def _miss_sentence(r: Mapping, param: str, value: float, status: str, e: dict, c: dict | None,
                    n: int) -> str:
     """The tension of a row whose printed number lies outside the sim's 95% interval, where no fit
-    log or spread names one (issue 51): one sentence saying what the world cannot do at once (MADC
+    log or spread names one: one sentence saying what the world cannot do at once (MADC
     Table 1 and Tables 2-5, UMAD Table 1, Du et al. rows)."""
     p, s, m = float(r["printed"]), e["sim"], r["mechanism"]
     here = f"this row gives {s:+.1f} for a printed {p:+.1f}"
@@ -1109,7 +1109,7 @@ def _row_power(diffs: np.ndarray | None, printed: float, why: str) -> dict:
 def calibration_table(world: World, targets: pd.DataFrame, n_items: int = 400, seeds: int = 1,
                       stats: Mapping | None = None, fit_log: pd.DataFrame | None = None,
                       pilot_items: int = 40, min_items: int = 40) -> pd.DataFrame:
-    """The calibration table with effects and controls (issue 50; MADC, UMAD, RUMAD, Du et al.
+    """The calibration table with effects and controls (MADC, UMAD, RUMAD, Du et al.
     rows): per target row of the world's family with a sim statistic, the world's value, the printed
     number, the sim's number with its 95% interval (items as clusters, `paired_inference`), the same
     statistic with the row's mechanisms off (`CONTROLS`: same items and seeds), and effect - control
@@ -1381,7 +1381,7 @@ def fitted_apart_rows(sim_agents: Mapping | None = None) -> pd.DataFrame:
 
 # %% ../nbs/study/16_calibration.ipynb #calview1
 def calibration_view(table: pd.DataFrame) -> pd.DataFrame:
-    """The calibration table's narrow view (issue 50; MADC, UMAD, RUMAD, Du et al. rows): mechanism,
+    """The calibration table's narrow view (MADC, UMAD, RUMAD, Du et al. rows): mechanism,
     model, value, status, source, quantity, task, design, printed, sim [CI], printed in CI, control,
     effect - control [CI], its power (`_row_power`'s sentence), moves it (`check`: the mechanism
     check), claim judged in (the figure whose sidecar judges the claim, with its control where it

@@ -355,7 +355,7 @@ DATA_DESCRIPTIONS = {
     "mmlu": "text-only multiple-choice knowledge questions",
     "gsm8k": "text-only math word problems",
     "math500": "text-only competition math problems",
-    # vision-text tasks (issue 14): the paper's example of a data
+    # vision-text tasks: the paper's example of a data
     # description is "vision-text scene understanding tasks"
     "mathvision": "vision-text math competition multiple-choice questions about a figure",
     "mathvision_all": "vision-text math competition questions about a figure",

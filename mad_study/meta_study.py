@@ -195,7 +195,7 @@ def gaps_caption(gaps: pd.DataFrame, cell=lambda r: "",
     cell, resampled unit, tests, correction and its number of comparisons, then every gap with its
     interval and "distinguishable" or "not distinguishable" (`every=False`: per comparison only how
     many cells Holm tells apart above and below 0, the gaps themselves left to the table and its
-    sidecar, issue 51). (Holm's correction, as in the table: Meta-Debate Table 2 with the kit's
+    sidecar). (Holm's correction, as in the table: Meta-Debate Table 2 with the kit's
     statistics standard)"""
     from mad_study.multiplicity import family_words
 

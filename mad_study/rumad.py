@@ -349,7 +349,7 @@ def expected_links(dist, delta: float = DELTA) -> torch.Tensor:
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #b87628a5
 BUDGET_READINGS = ("expected", "straight_through", "deployed")
-# issue 52, the kit's: the controller's action head and who speaks when deployed (RumadConfig.head,
+# the kit's: the controller's action head and who speaks when deployed (RumadConfig.head,
 # .deploy)
 HEADS, DEPLOY_RULES = ("edge", "agent"), ("p_speak", "mean")
 
@@ -809,7 +809,8 @@ class RumadConfig:
     sigma: str = (
         "state"  # Eq. 3's head: sigma from the observation ("free": state-free, in [0.05, 1.5])
     )
-    obs_norm: bool = True  # the kit's: the MLPs read 2 S - 1
+    # the kit's: the MLPs read 2 S - 1 (TopologyPolicy's own default False reads S as printed)
+    obs_norm: bool = True
     max_grad_norm: float = 0.5  # the kit's: global gradient-norm clip (CleanRL's 0.5; 0 = none)
     adam_eps: float = 1e-5  # the kit's: CleanRL's Adam eps (PyTorch's default 1e-8)
     ent_coef: float = (
@@ -833,13 +834,13 @@ class RumadConfig:
     select: str = (
         "last"  # "best": return the controller of the evaluation with the best episode return
     )
-    # issue 52, the kit's: "edge" = Eq. 3's per-edge action, "agent" = the shared per-agent speak
+    # the kit's: "edge" = Eq. 3's per-edge action, "agent" = the shared per-agent speak
     # head (SpeakerPolicy)
     head: str = "edge"
-    # issue 52, the kit's: who speaks when deployed: "mean" = Eq. 4 on the mean weights (Sec. 3.6),
+    # the kit's: who speaks when deployed: "mean" = Eq. 4 on the mean weights (Sec. 3.6),
     # "p_speak" = P >= 0.5
     deploy: str = "mean"
-    # issue 52, the kit's: with head="agent", the peers each speaker sees (its least similar; 0 =
+    # the kit's: with head="agent", the peers each speaker sees (its least similar; 0 =
     # every peer)
     head_peers: int = 0
 
@@ -1167,7 +1168,7 @@ from .metrics import cost_saving, tokens_per_point
 
 # %% ../nbs/papers/rumad/13_rumad.ipynb #5fe3d6e4
 class SpeakerPolicy(nn.Module):
-    """The kit's per-agent speak head (issue 52), an alternative to RUMAD's per-edge action (Eq. 3):
+    """The kit's per-agent speak head, an alternative to RUMAD's per-edge action (Eq. 3):
     one MLP shared by the agents maps agent i's view of S (Eq. 1-2) to a Gaussian over its speak
     logit z_i (learned state-free sigma); W is written in Eq. 4-5's terms (a speaker: self-weight
     0.18, its peers Critical; silent: 0.5, nobody seen). A speaker sees every peer, or (`peers`) the

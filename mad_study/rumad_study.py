@@ -142,7 +142,7 @@ def fixed_family(n: int, B: float, n_models: int = 3) -> list[FixedTopology]:
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #d1754841
 @dataclass(frozen=True)
 class ToyDebate:
-    """The kit's test debate with a known optimum (issue 52), scored with RUMAD's rewards (Eq. 7-8,
+    """The kit's test debate with a known optimum, scored with RUMAD's rewards (Eq. 7-8,
     Table 5): `n` agents, `rounds` debate rounds; speaking (Eq. 4) costs tokens and turns a wrong
     speaker who sees (Eq. 5) a right peer right with probability `adopt`, so speaking helps only
     when the agents disagree."""
@@ -247,7 +247,7 @@ def toy_evaluate(env: ToyDebate, decide: Callable, n: int = 1000, seed: int = 0,
 
 # %% ../nbs/papers/rumad/13b_rumad_study.ipynb #c0bca7b2
 def toy_references(env: ToyDebate, n: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """The reference policies of a `ToyDebate` (issue 52; RUMAD Sec. 4.1's baselines): everyone
+    """The reference policies of a `ToyDebate` (RUMAD Sec. 4.1's baselines): everyone
     silent, full debate, the best of `fixed_family` (by return on the same episodes) and two gate
     rules (everyone speaks unless all agree): `gate, every peer` (`AgreementGate(n, n)`, the target
     for a speak head that shows every peer) and `gate, least similar peer` (each speaker sees only

@@ -90,7 +90,7 @@ def power_note(d, effect=None) -> str:
     return claim_power(100 * d, 100 * effect if effect else None)["sentence"]
 
 # %% ../nbs/papers/umad/10c_umad_study.ipynb #0a1d7726
-# the interval every UMAD caption and verdict names, in these words (issue 51: one wording)
+# the interval every UMAD caption and verdict names, in these words (one wording)
 ITEM_CI = "95% bootstrap interval over items"
 
 
