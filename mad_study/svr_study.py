@@ -428,7 +428,7 @@ def table1_reader_caption(cmp: pd.DataFrame, label: str | None, verdict: str,
     (`tab1_comparison`'s) and the gap its n resolves against GroupDebate (`tab1_power`) and, given
     `token_power`, what it resolves in tokens (the token claim's power, in words), the verdict
     (first, as the title: the claim and its verdict), the control and `mechanism`; the paper's
-    claim. Every pairwise number is left to the table's columns (issue 51: at most
+    claim. Every pairwise number is left to the table's columns (at most
     `TAB1_CAPTION_MAX`)."""
     a, head = cmp.attrs, f"{label.split(':')[0]}: " if label else ""
     ref, lvl = a["reference"], int(round(100 * a.get("level", 0.95)))
@@ -529,7 +529,7 @@ def fig1_comparison(rows: pd.DataFrame, reference: str = "svr", by: str = "panel
         (wide[r[by]][reference].to_numpy(float), wide[r[by]][r["signal"]].to_numpy(float)),
         correction, level, n_resamples=n_resamples, seed=seed)
     # the caption says which gaps Holm tells apart, per panel; every gap's number is in the table's
-    # diff, diff_low, diff_high and p_adjusted columns (issue 51: a caption a reader finishes)
+    # diff, diff_low, diff_high and p_adjusted columns (a caption a reader finishes)
     parts = []
     for panel, g in t[ok].groupby(by, sort=False):
         told = g["distinguishable"].fillna(False).astype(bool)
