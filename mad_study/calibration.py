@@ -1004,8 +1004,8 @@ RUMAD_TENSION = "MMLU alone wants 0.2, GPQA 0.15, GSM8K 0 (RUMAD Table 2's MAD -
 
 
 def tension_sentence(mechanism: str, param: str, value: float, status: str, tension: str) -> str:
-    """One sentence per calibration row saying why its printed numbers pull the value apart (issue
-    50; MADC Table 1, Du et al. Table 1, RUMAD Table 2, UMAD Table 1): `tension` as the fit log
+    """One sentence per calibration row saying why its printed numbers pull the value apart
+    (MADC Table 1, Du et al. Table 1, RUMAD Table 2, UMAD Table 1): `tension` as the fit log
     writes it ("<source> <task>: <own best>; ...") grouped per quantity, then the joint (fitted)
     `value`; a competence spread as is; RUMAD's three tasks for `context_decay`; a strength at its
     grid's edge (`status`) says the grid's top caps it."""

@@ -39,13 +39,14 @@ from .registry import experiment_files, load_registry
 # %% auto #0
 __all__ = ['RUN_ENV', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'CONTROL_STYLES', 'MAX_CAPTION_CHARS',
            'LAYOUT_CHECK_VERSION', 'VERDICT_EFFECT', 'VERDICT_CONTROL', 'DESCRIPTIVE', 'VERDICT_KEYS',
-           'VERDICT_CLAIM_KEYS', 'JOINT_ORDER', 'FAILURE_FILE', 'HOLM_INTERVALS', 'package_versions', 'cell_source',
-           'notebook_parameters', 'run_params', 'run_context', 'Study', 'show_figure', 'register_style',
+           'VERDICT_CLAIM_KEYS', 'SIGN_UNRESOLVED', 'JOINT_ORDER', 'FAILURE_FILE', 'HOLM_INTERVALS', 'package_versions',
+           'cell_source', 'notebook_parameters', 'run_params', 'run_context', 'Study', 'show_figure', 'register_style',
            'registered_method', 'method_style', 'set_style', 'panel_figure', 'percent_axis', 'pct', 'label_points',
            'dodge_points', 'label_figure', 'LayoutWarning', 'FigureOutput', 'caption_problems', 'synthetic_share',
-           'synthetic_said', 'save_figure', 'save_table', 'check_verdict', 'beyond_printed', 'effect_verdict',
-           'joint_verdict', 'effect_words', 'stands_for', 'read_verdict', 'last_failure', 'artefact_status',
-           'run_sizes', 'interval_method_once', 'claim_words', 'write_gallery', 'index_table', 'write_index']
+           'synthetic_said', 'save_figure', 'save_table', 'check_verdict', 'beyond_printed', 'sign_unresolved',
+           'effect_verdict', 'joint_verdict', 'effect_words', 'stands_for', 'read_verdict', 'last_failure',
+           'artefact_status', 'run_sizes', 'interval_method_once', 'claim_words', 'write_gallery', 'index_table',
+           'write_index']
 
 # %% ../nbs/study/06_report.ipynb #7cf92f74
 _PACKAGES = ("mad_study", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "torch",
@@ -903,6 +904,18 @@ def beyond_printed(low: float, high: float, sign: float = 1.0,
         return False
     return printed > high if sign > 0 else printed < low
 
+# %% ../nbs/study/06_report.ipynb #signunr1
+SIGN_UNRESOLVED = "sign not resolved (point estimate the other way)"
+
+
+def sign_unresolved(diff: float, low: float, high: float, sign: float = 1.0) -> bool:
+    """Whether the interval [`low`, `high`] holds 0 while its point estimate `diff` lies on the
+    other side of 0 from the paper's `sign` (+1 a rise, -1 a drop): the direction is not resolved
+    and the point leans against the paper (the kit's own; said as `SIGN_UNRESOLVED`)."""
+    if sign not in (1, -1) or any(pd.isna(x) for x in (diff, low, high)):
+        return False
+    return low <= 0 <= high and np.sign(diff) == -sign
+
 # %% ../nbs/study/06_report.ipynb #bc4b5e84
 def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
                    printed: float | None = None, cause: str | None = None,
@@ -910,8 +923,9 @@ def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
     """The one rule for a verdict's `effect` (the kit's own): "not testable" when `cause` says why
     the world cannot produce it; "yes" when [`low`, `high`] excludes 0 on the paper's `sign` side;
     "no" when it excludes 0 on the other side; "smaller than printed" when it holds 0 but lies short
-    of the paper's `printed` number (`beyond_printed`; its words add "sign not resolved" when the
-    point estimate lies on the other side of 0); else "not resolved". `sign` 0
+    of the paper's `printed` number (`beyond_printed`); else "not resolved"; either of the last two
+    adds `SIGN_UNRESOLVED` to its words when the point estimate lies on the other side of 0
+    (`sign_unresolved`). `sign` 0
     is a claim of no difference (the paper's test found none): "yes" when the interval holds 0 (not
     told apart at this n, as in the paper), "no" when it excludes 0. Returns {"effect", "kit"}: the
     kit's words, e.g. "+1.2 [-3.0, +5.4] points; printed +7.0 outside"."""
@@ -941,9 +955,9 @@ def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
     else:
         effect = "smaller than printed" if beyond_printed(low, high, sign,
                                                           printed) else "not resolved"
-        if effect == "smaller than printed" and np.sign(diff) == -sign:
-            # the paper's size excluded, but the point estimate lies on the other side of 0
-            kit += "; sign not resolved (point estimate the other way)"
+        if sign_unresolved(diff, low, high, sign):
+            # no direction resolved, and the point estimate leans against the paper
+            kit += f"; {SIGN_UNRESOLVED}"
     return {"effect": effect, "kit": kit}
 
 # %% ../nbs/study/06_report.ipynb #jointv01
@@ -1196,8 +1210,13 @@ def interval_method_once(text: str) -> tuple[str, list[str]]:
 # %% ../nbs/study/06_report.ipynb #fc51clm02
 def claim_words(verdict: Mapping) -> list[str]:
     """Each claim of a `read_verdict` result as the gallery and the index show it under the
-    artefact's verdict (the kit's own): "claim: effect (control)"."""
-    return [f"{c['claim']}: {c['effect']} ({c['control']})" for c in verdict.get("claims", [])]
+    artefact's verdict (the kit's own): "claim: effect (control)", the effect followed by ", sign
+    not resolved" where its words say `SIGN_UNRESOLVED`."""
+    def effect(c):
+        return c["effect"] + (", sign not resolved"
+                              if SIGN_UNRESOLVED in str(c.get("kit", "")) else "")
+
+    return [f"{c['claim']}: {effect(c)} ({c['control']})" for c in verdict.get("claims", [])]
 
 # %% ../nbs/study/06_report.ipynb #fc51gal1
 def write_gallery(registry: Mapping | None = None, path: Path | None = None,

@@ -910,7 +910,7 @@ def probe_stats(policy: TopologyPolicy, obs: torch.Tensor) -> dict:
     """Training diagnostics on fixed observations (B, N, N): saturated second-layer units (|tanh| >
     0.99), the spread of the actor's mean across them (std over observations per edge, averaged;
     Beta: of the mean weight), the mean |mu| and sigma, and the number of distinct speaker sets (Eq.
-    4) of the deployed weights (the issue-39 diagnostics)."""
+    4) of the deployed weights (the diagnostics of a silenced controller)."""
     head = hasattr(policy, "agent_features")  # the speak head (SpeakerPolicy, below)
     h2 = policy.actor[:4](policy.agent_features(obs) if head else policy.features(obs))
     d = policy.dist(obs)
