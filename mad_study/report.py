@@ -977,10 +977,13 @@ def joint_verdict(effects: Sequence[str]) -> str:
 
 # %% ../nbs/study/06_report.ipynb #effwrd06
 def effect_words(effect: str, low: float, high: float, sign: float = 1.0,
-                 printed: float | None = None) -> str:
+                 printed: float | None = None, kit: str | None = None) -> str:
     """A verdict's `effect` as a title or caption says it (the kit's own): "yes (smaller than
     printed)" for a "yes" whose interval lies short of the paper's `printed` number
-    (`beyond_printed`), else `effect` as it is."""
+    (`beyond_printed`); `effect`, sign not resolved" where the verdict's words `kit` say
+    `SIGN_UNRESOLVED`; else `effect` as it is."""
+    if SIGN_UNRESOLVED in str(kit or ""):
+        return f"{effect}, sign not resolved"
     short = effect == "yes" and beyond_printed(low, high, sign, printed)
     return "yes (smaller than printed)" if short else effect
 
