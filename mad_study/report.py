@@ -918,16 +918,18 @@ def sign_unresolved(diff: float, low: float, high: float, sign: float = 1.0) -> 
 
 # %% ../nbs/study/06_report.ipynb #bc4b5e84
 def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
-                   printed: float | None = None, cause: str | None = None,
-                   unit: str = "points") -> dict:
+                   printed: float | None = None, cause: str | None = None, unit: str = "points",
+                   margin: float | None = None) -> dict:
     """The one rule for a verdict's `effect` (the kit's own): "not testable" when `cause` says why
     the world cannot produce it; "yes" when [`low`, `high`] excludes 0 on the paper's `sign` side;
     "no" when it excludes 0 on the other side; "smaller than printed" when it holds 0 but lies short
     of the paper's `printed` number (`beyond_printed`); else "not resolved"; either of the last two
     adds `SIGN_UNRESOLVED` to its words when the point estimate lies on the other side of 0
     (`sign_unresolved`). `sign` 0
-    is a claim of no difference (the paper's test found none): "yes" when the interval holds 0 (not
-    told apart at this n, as in the paper), "no" when it excludes 0. Returns {"effect", "kit"}: the
+    is a claim of no difference (the paper's test found none): "no" when the interval excludes 0
+    (told apart); "yes" only when it lies within +-`margin` (an equivalence bound, in `unit`); an
+    interval that holds 0 does not show the two alike, so without a margin it is "not resolved"
+    (not told apart at this n). Returns {"effect", "kit"}: the
     kit's words, e.g. "+1.2 [-3.0, +5.4] points; printed +7.0 outside"."""
     if sign not in (1, -1, 0):
         raise ConfigError("effect_verdict: the paper's sign is +1, -1 or 0 (no difference)",
@@ -945,10 +947,12 @@ def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
         # a claim of no difference: the paper's test told the two apart nowhere
         if not has_ci:
             return {"effect": "not resolved", "kit": kit}
-        apart = low > 0 or high < 0
+        if low > 0 or high < 0:
+            return {"effect": "no", "kit": kit + "; excludes 0: told apart"}
+        alike = margin is not None and -margin <= low and high <= margin
         return {
-            "effect": "no" if apart else "yes",
-            "kit": kit + ("; excludes 0: told apart" if apart else "; holds 0: not told apart")
+            "effect": "yes" if alike else "not resolved",
+            "kit": kit + (f"; within +-{margin:g}: alike" if alike else "; holds 0: not told apart")
         }
     if has_ci and (low > 0 or high < 0):
         effect = "yes" if np.sign(diff) == sign else "no"
