@@ -39,14 +39,14 @@ from .registry import experiment_files, load_registry
 # %% auto #0
 __all__ = ['RUN_ENV', 'SYNTHETIC_LABEL', 'EMBEDDED_LABEL', 'STYLES', 'CONTROL_STYLE', 'CONTROL_STYLES', 'MAX_CAPTION_CHARS',
            'LAYOUT_CHECK_VERSION', 'VERDICT_EFFECT', 'VERDICT_CONTROL', 'DESCRIPTIVE', 'VERDICT_KEYS',
-           'VERDICT_CLAIM_KEYS', 'SIGN_UNRESOLVED', 'JOINT_ORDER', 'FAILURE_FILE', 'HOLM_INTERVALS', 'package_versions',
-           'cell_source', 'notebook_parameters', 'run_params', 'run_context', 'Study', 'show_figure', 'register_style',
-           'registered_method', 'method_style', 'set_style', 'panel_figure', 'percent_axis', 'pct', 'label_points',
-           'dodge_points', 'label_figure', 'LayoutWarning', 'FigureOutput', 'caption_problems', 'synthetic_share',
-           'synthetic_said', 'save_figure', 'save_table', 'check_verdict', 'beyond_printed', 'sign_unresolved',
-           'effect_verdict', 'joint_verdict', 'effect_words', 'stands_for', 'read_verdict', 'last_failure',
-           'artefact_status', 'run_sizes', 'interval_method_once', 'claim_words', 'write_gallery', 'index_table',
-           'write_index']
+           'VERDICT_CLAIM_KEYS', 'SIGN_UNRESOLVED', 'ONLY_JUST', 'JOINT_ORDER', 'FAILURE_FILE', 'HOLM_INTERVALS',
+           'package_versions', 'cell_source', 'notebook_parameters', 'run_params', 'run_context', 'Study',
+           'show_figure', 'register_style', 'registered_method', 'method_style', 'set_style', 'panel_figure',
+           'percent_axis', 'pct', 'label_points', 'dodge_points', 'label_figure', 'LayoutWarning', 'FigureOutput',
+           'caption_problems', 'synthetic_share', 'synthetic_said', 'save_figure', 'save_table', 'check_verdict',
+           'beyond_printed', 'sign_unresolved', 'fmt_bound', 'only_just', 'effect_verdict', 'joint_verdict',
+           'effect_words', 'stands_for', 'read_verdict', 'last_failure', 'artefact_status', 'run_sizes',
+           'interval_method_once', 'claim_words', 'write_gallery', 'index_table', 'write_index']
 
 # %% ../nbs/study/06_report.ipynb #7cf92f74
 _PACKAGES = ("mad_study", "numpy", "pandas", "scipy", "matplotlib", "seaborn", "torch",
@@ -916,6 +916,23 @@ def sign_unresolved(diff: float, low: float, high: float, sign: float = 1.0) -> 
         return False
     return low <= 0 <= high and np.sign(diff) == -sign
 
+# %% ../nbs/study/06_report.ipynb #onlyjs01
+ONLY_JUST = "only just (a bound within 0.05 of 0)"
+
+
+def fmt_bound(v: float) -> str:
+    """An interval's bound for a reader (the kit's own): one decimal with its sign, or two
+    significant digits where one decimal would print a nonzero bound as 0.0 (+0.027, not +0.0)."""
+    return f"{v:+.1f}" if v == 0 or abs(v) >= 0.05 else f"{v:+.2g}"
+
+
+def only_just(low: float, high: float) -> bool:
+    """Whether the interval [`low`, `high`] excludes 0 by less than one decimal shows: its bound
+    nearest 0 is within 0.05 of it (the kit's own; said as `ONLY_JUST`)."""
+    if any(pd.isna(x) for x in (low, high)) or low <= 0 <= high:
+        return False
+    return min(abs(low), abs(high)) < 0.05
+
 # %% ../nbs/study/06_report.ipynb #bc4b5e84
 def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
                    printed: float | None = None, cause: str | None = None, unit: str = "points",
@@ -925,7 +942,8 @@ def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
     "no" when it excludes 0 on the other side; "smaller than printed" when it holds 0 but lies short
     of the paper's `printed` number (`beyond_printed`); else "not resolved"; either of the last two
     adds `SIGN_UNRESOLVED` to its words when the point estimate lies on the other side of 0
-    (`sign_unresolved`). `sign` 0
+    (`sign_unresolved`); a "yes" or "no" adds `ONLY_JUST` when its bound nearest 0 is within 0.05
+    of it (`only_just`; bounds printed by `fmt_bound`). `sign` 0
     is a claim of no difference (the paper's test found none): "no" when the interval excludes 0
     (told apart); "yes" only when it lies within +-`margin` (an equivalence bound, in `unit`); an
     interval that holds 0 does not show the two alike, so without a margin it is "not resolved"
@@ -935,7 +953,7 @@ def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
         raise ConfigError("effect_verdict: the paper's sign is +1, -1 or 0 (no difference)",
                           key="sign", value=sign, choices=(1, -1, 0))
     has_ci = not (pd.isna(low) or pd.isna(high))
-    kit = f"{diff:+.1f} " + (f"[{low:+.1f}, {high:+.1f}]"
+    kit = f"{diff:+.1f} " + (f"[{fmt_bound(low)}, {fmt_bound(high)}]"
                              if has_ci else "(no interval)") + f" {unit}"
     outside = has_ci and printed is not None and not low <= printed <= high
     if printed is not None:
@@ -956,6 +974,8 @@ def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
         }
     if has_ci and (low > 0 or high < 0):
         effect = "yes" if np.sign(diff) == sign else "no"
+        if only_just(low, high):
+            kit += f"; {ONLY_JUST}"
     else:
         effect = "smaller than printed" if beyond_printed(low, high, sign,
                                                           printed) else "not resolved"
@@ -985,11 +1005,12 @@ def effect_words(effect: str, low: float, high: float, sign: float = 1.0,
     """A verdict's `effect` as a title or caption says it (the kit's own): "yes (smaller than
     printed)" for a "yes" whose interval lies short of the paper's `printed` number
     (`beyond_printed`); `effect`, sign not resolved" where the verdict's words `kit` say
-    `SIGN_UNRESOLVED`; else `effect` as it is."""
+    `SIGN_UNRESOLVED`; ", only just" added where they say `ONLY_JUST`; else `effect` as it is."""
     if SIGN_UNRESOLVED in str(kit or ""):
         return f"{effect}, sign not resolved"
     short = effect == "yes" and beyond_printed(low, high, sign, printed)
-    return "yes (smaller than printed)" if short else effect
+    said = "yes (smaller than printed)" if short else effect
+    return said + (", only just" if ONLY_JUST in str(kit or "") else "")
 
 # %% ../nbs/study/06_report.ipynb #fc51verd2
 def stands_for(artefact: str, title: str = "") -> str:
@@ -1218,10 +1239,11 @@ def interval_method_once(text: str) -> tuple[str, list[str]]:
 def claim_words(verdict: Mapping) -> list[str]:
     """Each claim of a `read_verdict` result as the gallery and the index show it under the
     artefact's verdict (the kit's own): "claim: effect (control)", the effect followed by ", sign
-    not resolved" where its words say `SIGN_UNRESOLVED`."""
+    not resolved" or ", only just" where its words say `SIGN_UNRESOLVED` or `ONLY_JUST`."""
     def effect(c):
-        return c["effect"] + (", sign not resolved"
-                              if SIGN_UNRESOLVED in str(c.get("kit", "")) else "")
+        kit = str(c.get("kit", ""))
+        return (c["effect"] + (", sign not resolved" if SIGN_UNRESOLVED in kit else "")
+                + (", only just" if ONLY_JUST in kit else ""))
 
     return [f"{c['claim']}: {effect(c)} ({c['control']})" for c in verdict.get("claims", [])]
 
