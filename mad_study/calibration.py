@@ -26,7 +26,7 @@ from .registry import experiments, load_profile
 from .sim import (MECHANISMS as SIM_MECHANISMS, SimAgent, SimBackend, item_difficulty,
                            logit, sim_items, switch_off)
 from .stats import MIN_ITEMS, beyond_control, paired_inference
-from .report import effect_verdict
+from .report import effect_verdict, fmt_bound
 from .power import claim_power, n_for_power
 from .voting import vote_table
 
@@ -1387,13 +1387,14 @@ def calibration_view(table: pd.DataFrame) -> pd.DataFrame:
     check), claim judged in (the figure whose sidecar judges the claim, with its control where it
     differs from the row's), verdict
     (effect_verdict's word, only where no figure judges the claim) and tension; an interval printed
-    as "+x.x [+l.l, +h.h]" (points), empty where the row has none (a not-shown row)."""
+    as "+x.x [+l.l, +h.h]" (points; a bound that one decimal would print as 0.0 keeps two
+    significant digits, `report.fmt_bound`), empty where the row has none (a not-shown row)."""
     def ci(x: float, lo: float, hi: float) -> str:
         # a number whose interval is undefined (no variation on the items) is printed alone
         if not np.isfinite(x):
             return ""
         return (f"{x:+.1f}" if not (np.isfinite(lo) and np.isfinite(hi)) else
-                f"{x:+.1f} [{lo:+.1f}, {hi:+.1f}]")
+                f"{x:+.1f} [{fmt_bound(lo)}, {fmt_bound(hi)}]")
 
     num = lambda k: pd.to_numeric(table.get(k, pd.Series(np.nan, index=table.index)), errors=
                                   "coerce")
