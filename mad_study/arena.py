@@ -453,11 +453,10 @@ def arena_style(key: str, methods=None) -> dict:
     """The kit's style of an arena method (`mad_study.report.method_style` of its entry's `style`,
     else its key; the kit's own), with `mfc` (the marker's face: white for a `hollow` entry) and
     `short` (the figure's label)."""
-    from mad_study.report import method_style, register_style
+    # (the kit's speak head: its own colour and plus from 06_report's style list, as rumad_fig1
+    # and rumad_train draw it, not the paper's per-edge RUMAD, orange star)
+    from mad_study.report import method_style
 
-    # the kit's speak head in its own colour and plus, as rumad_fig1 and rumad_train draw it
-    # (13c_rumad_report registers the same), not the paper's per-edge RUMAD (orange star)
-    register_style("RUMAD speak head", "#7b3294", "P")
     m = arena_method(key, methods)
     st = method_style(m.style or m.key)
     return {**st, "mfc": "white" if m.hollow else st["color"], "short": m.short or m.label}
