@@ -262,6 +262,7 @@ REFS.update({
     "power.n_for_power_t": ("student1908",),
     "power.resolvable_effect_t": ("student1908",),
     "power.claim_power": ("student1908",),
+    "power.mcnemar_power": ("connor1987sample", "mcnemar1947"),
     # every procedure `compare_methods` (and the CLI's `compare`) runs: the paired inference, the
     # Holm-compatible intervals, the omnibus tests, TOST, the accuracy and the token intervals
     "compare.compare_methods": ("tango1998paired", "mcnemar1947", "agresti2005paired",

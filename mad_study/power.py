@@ -17,7 +17,7 @@ from .stats import MIN_ITEMS
 
 # %% auto #0
 __all__ = ['EXACT_BELOW', 'power_paired_binary', 'n_for_power', 'power_paired_t', 'n_for_power_t', 'resolvable_effect',
-           'resolvable_effect_t', 'claim_power', 'plan_sizes']
+           'resolvable_effect_t', 'claim_power', 'mcnemar_power', 'plan_sizes']
 
 # %% ../nbs/evaluation/05f_power.ipynb #1bb44a1b
 def _alpha_level(alpha: float, family: int, who: str) -> float:
@@ -235,6 +235,44 @@ def claim_power(diffs: Sequence[float], printed: float | None = None, power: flo
     s = f"n = {n} resolves {res:.1f} {unit} with {pw} (paired t)"
     if needs is not None:
         s += f"; the printed {printed:+.1f} needs n = {needs}"
+    return dict(n=n, sd=sd, resolves=res, needs=needs, enough=None if needs is None else n >= needs,
+                sentence=s)
+
+# %% ../nbs/evaluation/05f_power.ipynb #mcnpow02
+def mcnemar_power(diffs: Sequence[float], printed: float | None = None, power: float = 0.8,
+                  alpha: float = 0.05, family: int = 1, unit: str = "points",
+                  scale: float = 100) -> dict:
+    """`claim_power` for a claim judged by McNemar's score test (McNemar 1947) on 0/1 pairs:
+    `diffs` the per-item differences (-1, 0 or +1; NaN dropped), effects in `unit` (`scale` times
+    a fraction). Connor's (1987) power at the pairs' discordance (the share of nonzero
+    differences), at Bonferroni's level `alpha / family`: `n`, `sd` (of the differences, in
+    `unit`), `resolves` (`resolvable_effect`), `needs` (`n_for_power` for the `printed` effect;
+    None for no printed number, a printed 0 or one beyond the discordance), `enough` and
+    `sentence`, e.g. "n = 50 resolves 23.6 points with 80% power (McNemar)". No discordant pairs,
+    under 2 items or no effect up to the discordance resolvable: `resolves` NaN, said in the
+    sentence."""
+    d = np.asarray(pd.to_numeric(pd.Series(list(diffs), dtype=object), errors="coerce"), float)
+    d = d[np.isfinite(d)]
+    if not np.isin(d, (-1.0, 0.0, 1.0)).all():
+        raise ConfigError("mcnemar_power: a 0/1 pair differs by -1, 0 or +1", key="diffs",
+                          value=sorted(set(d[~np.isin(d, (-1.0, 0.0, 1.0))].tolist()))[:3])
+    n = int(d.size)
+    sd = float(scale * d.std(ddof=1)) if n >= 2 else math.nan
+    psi = float(np.mean(d != 0)) if n else 0.0
+    res = (scale * resolvable_effect(n, psi, power, alpha, family)
+           if n >= 2 and psi > 0 else math.nan)
+    if not res == res:
+        why = ("fewer than 2 items" if n < 2 else "no discordant pairs" if psi == 0 else
+               f"McNemar: no effect up to the discordance, {psi:.0%}, reaches {power:.0%} power")
+        return dict(n=n, sd=sd, resolves=math.nan, needs=None, enough=None,
+                    sentence=f"n = {n}: no power statement ({why})")
+    p = None if printed is None or printed == 0 or not math.isfinite(printed) else printed / scale
+    needs = n_for_power(p, psi, power, alpha, family) if p is not None and abs(p) <= psi else None
+    s = f"n = {n} resolves {res:.1f} {unit} with {power:.0%} power (McNemar)"
+    if needs is not None:
+        s += f"; the printed {printed:+.1f} needs n = {needs}"
+    elif p is not None:
+        s += f"; the printed {printed:+.1f} lies beyond the discordance ({psi:.0%})"
     return dict(n=n, sd=sd, resolves=res, needs=needs, enough=None if needs is None else n >= needs,
                 sentence=s)
 
