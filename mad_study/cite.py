@@ -373,7 +373,6 @@ REFS.update({
     "madc_study.plan_fig8": ("wei2022cot",),
     "madc_study.plan_fig9": ("wei2022cot",),
     "madc_study.resolved": ("holm1979",),
-    "madc_study.power_txt": ("mcnemar1947",),
     "meta_debate.framework_roles": ("liu2025dmad", "mitra2024ccot", "zheng2023ddcot"),
     "meta_debate.context_key": ("liu2025dmad",),
     "meta_debate.run_framework": ("liu2025dmad",),

@@ -6,10 +6,8 @@ are made of (`mad_study.madc_study`)."""
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #07079218
 from __future__ import annotations
 
-import math
 from typing import Mapping, Sequence
 
-import numpy as np
 import pandas as pd
 
 from .core import ConfigError
@@ -17,11 +15,10 @@ from .data import get_task
 from .madc import strategy_label
 from .registry import QUESTION_TOKENS, planner
 from .multiplicity import family_words
-from .power import n_for_power, resolvable_effect
 
 # %% auto #0
 __all__ = ['PANEL_LAYOUTS', 'TASK_LABELS', 'plan_fig1', 'panel_pairs', 'plan_fig3_5', 'plan_tab1', 'plan_fig7', 'plan_tab2_5',
-           'plan_fig8', 'plan_fig9', 'tlabel', 'resolved', 'power_txt', 'tl_verdict']
+           'plan_fig8', 'plan_fig9', 'tlabel', 'resolved', 'tl_verdict']
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #ed49da25
 # the fixed part of an opening prompt (MADC's instructions); the question itself is QUESTION_TOKENS
@@ -203,26 +200,6 @@ def resolved(tests, metric="accuracy", scale=100, pairs=None):
                      f"[{scale * r.diff_low:+.1f}, {scale * r.diff_high:+.1f}] "
                      f"({'distinguishable' if r.p_adjusted < 0.05 else 'not distinguishable'})"
                      for r in t.itertuples())
-
-# %% ../nbs/papers/madc/11b_madc_study.ipynb #48017303
-def power_txt(diffs, paper_pts, family=1):
-    """Caption text: what n paired items resolve with 80% power (McNemar's score test,
-    `power.resolvable_effect`) at the discordance seen (mean |difference|), and the n the paper's
-    gap `paper_pts` would need (`power.n_for_power`)."""
-    d = np.abs(np.asarray(diffs, dtype=float))
-    n, disc = len(d), float(d.mean()) if len(d) else 0.0
-    if n < 2 or disc == 0:
-        return f"n = {n}: no discordant pair, nothing resolvable."
-    res = resolvable_effect(n, disc, family=family)
-    txt = (
-        f"n = {n} resolves {100 * res:.1f} points with 80% power at the discordance seen ({disc:.2f})"
-        if math.isfinite(res) else
-        f"n = {n} resolves no gap with 80% power at the discordance seen ({disc:.2f})")
-    if math.isfinite(paper_pts) and paper_pts:
-        e = abs(paper_pts) / 100
-        need = n_for_power(e, max(disc, e), family=family)
-        txt += f"; the paper's {paper_pts:+.1f} needs n = {need} (at a discordance of at least the gap)"
-    return txt + "."
 
 # %% ../nbs/papers/madc/11b_madc_study.ipynb #963bc339
 def tl_verdict(tests, scale=100):
