@@ -971,7 +971,11 @@ def effect_verdict(diff: float, low: float, high: float, sign: float = 1.0,
         if not has_ci:
             return {"effect": "not resolved", "kit": kit}
         if low > 0 or high < 0:
-            return {"effect": "no", "kit": kit + "; excludes 0: told apart"}
+            return {
+                "effect": "no",
+                "kit": kit + "; excludes 0: told apart"
+                + (f"; {ONLY_JUST}" if only_just(low, high) else "")
+            }
         alike = margin is not None and -margin <= low and high <= margin
         return {
             "effect": "yes" if alike else "not resolved",
@@ -1009,13 +1013,17 @@ def effect_words(effect: str, low: float, high: float, sign: float = 1.0,
                  printed: float | None = None, kit: str | None = None) -> str:
     """A verdict's `effect` as a title or caption says it (the kit's own): "yes (smaller than
     printed)" for a "yes" whose interval lies short of the paper's `printed` number
-    (`beyond_printed`); `effect`, sign not resolved" where the verdict's words `kit` say
-    `SIGN_UNRESOLVED`; ", only just" added where they say `ONLY_JUST`; else `effect` as it is."""
-    if SIGN_UNRESOLVED in str(kit or ""):
+    (`beyond_printed`); "<effect>, sign not resolved" where the verdict's words `kit` say
+    `SIGN_UNRESOLVED` and the effect is one an interval holding 0 gives ("not resolved", "smaller
+    than printed"); ", only just" added where they say `ONLY_JUST` and the effect is one a resolved
+    interval gives ("yes", "no"): words that quote another interval (a control's) never tag this
+    one; else `effect` as it is."""
+    kit = str(kit or "")
+    if SIGN_UNRESOLVED in kit and effect in ("not resolved", "smaller than printed"):
         return f"{effect}, sign not resolved"
     short = effect == "yes" and beyond_printed(low, high, sign, printed)
     said = "yes (smaller than printed)" if short else effect
-    return said + (", only just" if ONLY_JUST in str(kit or "") else "")
+    return said + (", only just" if ONLY_JUST in kit and effect in ("yes", "no") else "")
 
 # %% ../nbs/study/06_report.ipynb #fc51verd2
 def stands_for(artefact: str, title: str = "") -> str:
@@ -1244,11 +1252,14 @@ def interval_method_once(text: str) -> tuple[str, list[str]]:
 def claim_words(verdict: Mapping) -> list[str]:
     """Each claim of a `read_verdict` result as the gallery and the index show it under the
     artefact's verdict (the kit's own): "claim: effect (control)", the effect followed by ", sign
-    not resolved" or ", only just" where its words say `SIGN_UNRESOLVED` or `ONLY_JUST`."""
+    not resolved" or ", only just" as `effect_words` adds them (only to the effects whose interval
+    can carry them, so a claim whose words quote its control's interval is not tagged by it)."""
     def effect(c):
         kit = str(c.get("kit", ""))
-        return (c["effect"] + (", sign not resolved" if SIGN_UNRESOLVED in kit else "")
-                + (", only just" if ONLY_JUST in kit else ""))
+        e = c["effect"]
+        return (e + (", sign not resolved" if SIGN_UNRESOLVED in kit
+                     and e in ("not resolved", "smaller than printed") else "")
+                + (", only just" if ONLY_JUST in kit and e in ("yes", "no") else ""))
 
     return [f"{c['claim']}: {effect(c)} ({c['control']})" for c in verdict.get("claims", [])]
 
