@@ -1009,21 +1009,25 @@ def joint_verdict(effects: Sequence[str]) -> str:
     return min(effects, key=JOINT_ORDER.index) if effects else "not testable"
 
 # %% ../nbs/study/06_report.ipynb #effwrd06
+def _tags(effect: str, kit: str | None) -> str:
+    """The words a verdict's `kit` adds to its `effect`: ", sign not resolved" (`SIGN_UNRESOLVED`)
+    on an effect an interval holding 0 gives ("not resolved", "smaller than printed"), ", only just"
+    (`ONLY_JUST`) on one a resolved interval gives ("yes", "no"); words that quote another interval
+    (a control's) never tag this one."""
+    kit = str(kit or "")
+    if SIGN_UNRESOLVED in kit and effect in ("not resolved", "smaller than printed"):
+        return ", sign not resolved"
+    return ", only just" if ONLY_JUST in kit and effect in ("yes", "no") else ""
+
+
 def effect_words(effect: str, low: float, high: float, sign: float = 1.0,
                  printed: float | None = None, kit: str | None = None) -> str:
     """A verdict's `effect` as a title or caption says it (the kit's own): "yes (smaller than
     printed)" for a "yes" whose interval lies short of the paper's `printed` number
-    (`beyond_printed`); "<effect>, sign not resolved" where the verdict's words `kit` say
-    `SIGN_UNRESOLVED` and the effect is one an interval holding 0 gives ("not resolved", "smaller
-    than printed"); ", only just" added where they say `ONLY_JUST` and the effect is one a resolved
-    interval gives ("yes", "no"): words that quote another interval (a control's) never tag this
-    one; else `effect` as it is."""
-    kit = str(kit or "")
-    if SIGN_UNRESOLVED in kit and effect in ("not resolved", "smaller than printed"):
-        return f"{effect}, sign not resolved"
+    (`beyond_printed`), then the words its `kit` adds (`_tags`: "sign not resolved", "only
+    just"); else `effect` as it is."""
     short = effect == "yes" and beyond_printed(low, high, sign, printed)
-    said = "yes (smaller than printed)" if short else effect
-    return said + (", only just" if ONLY_JUST in kit and effect in ("yes", "no") else "")
+    return ("yes (smaller than printed)" if short else effect) + _tags(effect, kit)
 
 # %% ../nbs/study/06_report.ipynb #fc51verd2
 def stands_for(artefact: str, title: str = "") -> str:
@@ -1251,17 +1255,12 @@ def interval_method_once(text: str) -> tuple[str, list[str]]:
 # %% ../nbs/study/06_report.ipynb #fc51clm02
 def claim_words(verdict: Mapping) -> list[str]:
     """Each claim of a `read_verdict` result as the gallery and the index show it under the
-    artefact's verdict (the kit's own): "claim: effect (control)", the effect followed by ", sign
-    not resolved" or ", only just" as `effect_words` adds them (only to the effects whose interval
-    can carry them, so a claim whose words quote its control's interval is not tagged by it)."""
-    def effect(c):
-        kit = str(c.get("kit", ""))
-        e = c["effect"]
-        return (e + (", sign not resolved" if SIGN_UNRESOLVED in kit
-                     and e in ("not resolved", "smaller than printed") else "")
-                + (", only just" if ONLY_JUST in kit and e in ("yes", "no") else ""))
-
-    return [f"{c['claim']}: {effect(c)} ({c['control']})" for c in verdict.get("claims", [])]
+    artefact's verdict (the kit's own): "claim: effect (control)", the effect followed by the words
+    its `kit` adds, as `effect_words` adds them (`_tags`)."""
+    return [
+        f"{c['claim']}: {c['effect']}{_tags(c['effect'], c.get('kit'))} ({c['control']})"
+        for c in verdict.get("claims", [])
+    ]
 
 # %% ../nbs/study/06_report.ipynb #fc51gal1
 def write_gallery(registry: Mapping | None = None, path: Path | None = None,
